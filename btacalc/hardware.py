@@ -1,0 +1,149 @@
+"""Hardware profiles: one TOML file per device in ``hardware_profiles/``, every number with its source."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .errors import BtacalcError, DataError
+from .paths import data_dir
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # pragma: no cover
+    import tomli as tomllib  # type: ignore[no-redef]
+
+
+class Number(BaseModel):
+    """A hardware number with its provenance.
+
+    kind: `published` (vendor datasheet or paper), `derived` (computed from published numbers;
+    `note` gives the arithmetic), `estimate` (not published; `note` says how it was made),
+    `calibrated` (fitted; `note` says to which published point).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    value: float = Field(ge=0)
+    kind: Literal["published", "derived", "estimate", "calibrated"]
+    source: str
+    note: str = ""
+
+    @field_validator("source")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        if not v.startswith(("http://", "https://")):
+            raise ValueError(f"source must be a URL, got {v!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _explained(self) -> "Number":
+        if self.kind != "published" and len(self.note.strip()) < 10:
+            raise ValueError(f"a {self.kind} number needs a note saying how it was obtained")
+        return self
+
+
+class HardwareProfile(BaseModel):
+    """A device. Field names carry units; every number is a `Number` with a source."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    display_name: str
+    family: Literal["wse", "gpu"]
+    memory_model: Literal["weight_streaming", "resident"] = Field(
+        description="weight_streaming: weights and optimizer off-chip, activations in on-chip SRAM (Cerebras);"
+        " resident: weights, gradients, optimizer and activations in device memory (GPU HBM)"
+    )
+    default_attention: Literal["eager", "flash"]
+    default_recompute: Literal["none", "selective", "full"]
+    defaults_note: str = Field(min_length=10, description="why these defaults")
+    cores: Number
+    sram_bytes: Number
+    sram_bytes_per_core: Number
+    sram_bandwidth_bytes_per_s: Optional[Number] = None
+    offchip_memory_bytes: Number
+    offchip_bandwidth_bytes_per_s: Number
+    peak_flops_per_s: Number = Field(description="dense 16-bit peak")
+    power_w: Number
+    usable_memory_fraction: Number = Field(description="share of the capacity tensors may use")
+    weight_buffer_layers: Optional[Number] = Field(
+        None, description="weight streaming: layers of weights (and of gradients) buffered on-chip at once"
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "HardwareProfile":
+        if not 0 < self.usable_memory_fraction.value <= 1:
+            raise ValueError("usable_memory_fraction.value must be in (0, 1]")
+        if self.memory_model == "weight_streaming" and self.weight_buffer_layers is None:
+            raise ValueError("weight_streaming profiles need weight_buffer_layers")
+        for field in ("cores", "sram_bytes", "offchip_memory_bytes", "peak_flops_per_s"):
+            if getattr(self, field).value <= 0:
+                raise ValueError(f"{field}.value must be positive")
+        return self
+
+    @property
+    def memory_capacity_bytes(self) -> int:
+        """The memory the plan must fit in: on-chip SRAM (weight streaming) or device memory."""
+        if self.memory_model == "weight_streaming":
+            return int(self.sram_bytes.value)
+        return int(self.offchip_memory_bytes.value)
+
+    @property
+    def usable_capacity_bytes(self) -> int:
+        return int(self.memory_capacity_bytes * self.usable_memory_fraction.value)
+
+    def numbers(self) -> dict[str, Number]:
+        return {k: v for k, v in self if isinstance(v, Number)}
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    loc = ".".join(str(x) for x in err["loc"])
+    msg = err["msg"].removeprefix("Value error, ")
+    return f"field {loc}: {msg}" if loc else msg
+
+
+def parse_profile(text: str, origin: str) -> HardwareProfile:
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise BtacalcError(f"{origin}: not valid TOML: {exc}") from None
+    try:
+        return HardwareProfile.model_validate(raw)
+    except ValidationError as exc:
+        raise BtacalcError(f"{origin}: {_first_error(exc)}") from None
+
+
+@functools.lru_cache(maxsize=1)
+def builtin_profiles() -> dict[str, HardwareProfile]:
+    out = {}
+    for path in sorted(data_dir("hardware_profiles").glob("*.toml")):
+        try:
+            prof = parse_profile(path.read_text(encoding="utf-8"), origin=path.name)
+        except BtacalcError as exc:
+            raise DataError(f"shipped hardware profile broken: {exc}") from exc
+        if prof.name != path.stem:
+            raise DataError(f"{path.name}: name {prof.name!r} differs from the file name")
+        out[prof.name] = prof
+    return out
+
+
+def resolve_hardware(name_or_path: str) -> HardwareProfile:
+    """A built-in profile name, or the path of a user's TOML profile file."""
+    profiles = builtin_profiles()
+    if name_or_path in profiles:
+        return profiles[name_or_path]
+    path = Path(name_or_path)
+    if path.is_file():
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise BtacalcError(f"{path}: cannot read: {exc}") from None
+        return parse_profile(text, origin=str(path))
+    if path.suffix or "/" in name_or_path:
+        raise BtacalcError(f"hardware profile file {name_or_path!r} not found")
+    raise BtacalcError(f"unknown hardware {name_or_path!r} (built-in: {', '.join(profiles)}; or give a profile .toml path)")

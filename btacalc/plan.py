@@ -1,0 +1,255 @@
+"""`plan`: solve the batch shape for a model on a device and report memory, FLOPs and phases.
+
+The report is a pydantic model (`PlanReport`); its JSON schema is `PlanReport.model_json_schema()`
+(`btacalc plan --schema`). Units: bytes, FLOP, FLOP/byte, seconds; no scaled units in JSON.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from pydantic import BaseModel, Field
+
+from .hardware import HardwareProfile
+from .memory import MemoryModel
+from .models import ModelSpec
+from .run import DEFAULT_SEQ_LEN_SOURCE, Problem, RunOptions
+from .solver import BatchLimits, Solution, solve
+
+SCHEMA_VERSION = 1
+
+
+class ModelInfo(BaseModel):
+    name: str
+    source: str
+    params_total: int
+    params_active: int
+    params_non_embedding: int
+    params_per_layer: int
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    ffn_size: int = Field(description="expert width f (MoE) or MLP width (dense)")
+    num_experts: int
+    top_k: int
+
+
+class HardwareInfo(BaseModel):
+    name: str
+    display_name: str
+    memory_model: str
+    memory_capacity_bytes: int = Field(description="SRAM (weight streaming) or device memory (resident)")
+    usable_memory_bytes: int
+    peak_flops_per_s: float
+    offchip_bandwidth_bytes_per_s: float
+
+
+class Inputs(BaseModel):
+    seq_len: int
+    recompute: str
+    attention: str
+    causal: bool
+    loss: str
+    accounting: str
+    optimizer: str
+    bytes_per_element: int
+    global_batch: Optional[int] = None
+    tiles: Optional[int] = None
+    tile_batch: Optional[int] = None
+    max_global_batch: Optional[int] = None
+    max_tile_batch: Optional[int] = None
+    defaults: dict[str, str] = Field(default_factory=dict, description="inputs left at their default, and why")
+
+
+class PlanInfo(BaseModel):
+    tiles: int = Field(description="G: attention tiles")
+    tile_batch: int = Field(description="b: sequences per attention tile")
+    global_batch: int = Field(description="G*b: sequences the router and experts see per step")
+    tokens_per_step: int
+    tokens_per_expert: float = Field(description="T_e = G*b*s*k/E under uniform routing (G*b*s for dense)")
+    fits: bool
+    binding_constraint: str = Field(description="what stops a larger G*b: memory, max_global_batch, global_batch, tiles, ...")
+    tile_constraint: str = Field(description="what stops a larger tile b at that G*b")
+    explanation: str
+    memory_evaluations: int
+
+
+class FlopsPerStep(BaseModel):
+    forward: int
+    backward: int
+    total: int = Field(description="model FLOPs: forward + backward (Korthikanti's 72BLsh^2(...))")
+    recompute: int = Field(description="extra forward FLOPs re-run by recomputation / FlashAttention")
+    hardware_total: int = Field(description="total + recompute")
+    elementwise: int = Field(description="approximate non-matmul work, not in the totals")
+
+
+class PhaseRow(BaseModel):
+    name: str
+    group: str
+    batch: str = Field(description="tile: runs G times on b sequences; global: once on G*b")
+    params: int
+    flops_forward: int
+    flops_backward: int
+    flops_recompute: int
+    flops_elementwise: int
+    stored_activation_bytes: int
+    recompute_bytes: int
+    transient_bytes: int
+    bytes_moved: int
+    arithmetic_intensity: float = Field(description="flops_forward / bytes_moved, FLOP/byte")
+
+
+class PlanReport(BaseModel):
+    schema_version: int = SCHEMA_VERSION
+    model: ModelInfo
+    hardware: HardwareInfo
+    inputs: Inputs
+    plan: PlanInfo
+    memory_bytes: dict[str, int] = Field(description="total, capacity, usable_capacity and one key per component")
+    offchip_bytes: dict[str, int] = Field(description="weight streaming: state held off-wafer (MemoryX)")
+    flops_per_step: FlopsPerStep
+    phases: list[PhaseRow] = Field(description="one decoder layer, at the plan's G and b, per step")
+    outside_layers: list[PhaseRow] = Field(description="embedding, final norm, LM head, loss")
+    suggestions: list[str] = Field(default_factory=list, description="what would fit, when the plan does not")
+
+
+def _rows(problem: Problem, pv: Any, scope: str) -> list[PhaseRow]:
+    rows = []
+    for phase in problem.compiled.phases:
+        if phase.scope != scope:
+            continue
+        v = lambda q: pv.value(phase.name, q)  # noqa: E731
+        rows.append(
+            PhaseRow(
+                name=phase.name,
+                group=phase.group,
+                batch=phase.batch,
+                params=int(v("params")),
+                flops_forward=int(v("flops_fwd")),
+                flops_backward=int(v("flops_bwd")),
+                flops_recompute=int(v("flops_recompute")),
+                flops_elementwise=int(v("flops_elementwise")),
+                stored_activation_bytes=int(v("stored")),
+                recompute_bytes=int(v("recompute_bytes")),
+                transient_bytes=int(v("transient")),
+                bytes_moved=int(v("bytes_moved")),
+                arithmetic_intensity=float(v("arithmetic_intensity")),
+            )
+        )
+    return rows
+
+
+def tokens_per_expert(model: ModelSpec, seq_len: int, global_batch: int) -> float:
+    tokens = global_batch * seq_len
+    return tokens * model.top_k / model.num_experts if model.is_moe else float(tokens)
+
+
+def make_plan(
+    model: ModelSpec,
+    hardware: HardwareProfile,
+    run: RunOptions,
+    limits: BatchLimits = BatchLimits(),
+    defaults: Optional[dict[str, str]] = None,
+) -> PlanReport:
+    problem = Problem(model, hardware, run)
+    mem = MemoryModel(problem)
+    sol = solve(mem, limits)
+    return build_report(problem, mem, sol, limits, defaults or {})
+
+
+def build_report(problem: Problem, mem: MemoryModel, sol: Solution, limits: BatchLimits,
+                 defaults: dict[str, str]) -> PlanReport:
+    model, hw, run = problem.model, problem.hardware, problem.run
+    g, b = sol.tiles, sol.tile_batch
+    pv = problem.evaluate(g, b)
+    breakdown = mem.breakdown(g, b)
+    layers = model.num_layers
+    layer_rows = _rows(problem, pv, "layer")
+    outside_rows = _rows(problem, pv, "model")
+
+    def step(field: str) -> int:
+        return layers * sum(getattr(r, field) for r in layer_rows) + sum(getattr(r, field) for r in outside_rows)
+
+    fwd, bwd, rec = step("flops_forward"), step("flops_backward"), step("flops_recompute")
+    memory = {"total": breakdown.total, "capacity": breakdown.capacity, "usable_capacity": breakdown.usable,
+              **breakdown.components}
+    pc = mem.params
+    report = PlanReport(
+        model=ModelInfo(
+            name=model.name, source=model.source, params_total=pc.total, params_active=pc.active,
+            params_non_embedding=pc.non_embedding, params_per_layer=pc.per_layer,
+            hidden_size=model.hidden_size, num_layers=model.num_layers, num_heads=model.num_heads,
+            num_kv_heads=model.num_kv_heads, head_dim=model.head_dim, vocab_size=model.vocab_size,
+            ffn_size=model.ffn_size, num_experts=model.num_experts, top_k=model.top_k,
+        ),
+        hardware=HardwareInfo(
+            name=hw.name, display_name=hw.display_name, memory_model=hw.memory_model,
+            memory_capacity_bytes=hw.memory_capacity_bytes, usable_memory_bytes=hw.usable_capacity_bytes,
+            peak_flops_per_s=hw.peak_flops_per_s.value,
+            offchip_bandwidth_bytes_per_s=hw.offchip_bandwidth_bytes_per_s.value,
+        ),
+        inputs=Inputs(
+            seq_len=run.seq_len, recompute=run.recompute, attention=run.attention, causal=run.causal,
+            loss=run.loss, accounting=run.accounting, optimizer=run.optimizer,
+            bytes_per_element=run.bytes_per_element, **limits.__dict__, defaults=defaults,
+        ),
+        plan=PlanInfo(
+            tiles=g, tile_batch=b, global_batch=g * b, tokens_per_step=g * b * run.seq_len,
+            tokens_per_expert=tokens_per_expert(model, run.seq_len, g * b),
+            fits=sol.fits and breakdown.fits, binding_constraint=sol.binding_constraint,
+            tile_constraint=sol.tile_constraint, explanation=sol.explanation,
+            memory_evaluations=sol.evaluations,
+        ),
+        memory_bytes=memory,
+        offchip_bytes=breakdown.offchip,
+        flops_per_step=FlopsPerStep(
+            forward=fwd, backward=bwd, total=fwd + bwd, recompute=rec, hardware_total=fwd + bwd + rec,
+            elementwise=step("flops_elementwise"),
+        ),
+        phases=layer_rows,
+        outside_layers=outside_rows,
+    )
+    if not report.plan.fits:
+        report.suggestions = suggestions(problem, mem, limits)
+    return report
+
+
+def suggestions(problem: Problem, mem: MemoryModel, limits: BatchLimits) -> list[str]:
+    """What would fit when the plan does not: recomputation, FlashAttention, shorter sequences, more devices."""
+    out: list[str] = []
+    fixed = sum(mem.fixed.values())
+    if fixed > mem.usable:
+        need = -(-fixed // mem.usable)
+        what = "weights, gradients and optimizer state" if not mem.streaming else "streamed weight and gradient buffers"
+        out.append(
+            f"{what} alone take {fixed / 1e9:.1f} GB of {mem.usable / 1e9:.1f} GB usable: "
+            f"shard them over at least {need} devices (ZeRO-3 / expert parallelism; multi-device planning is not modelled yet)"
+        )
+        return out
+    run = problem.run
+    trials = []
+    if run.recompute != "full":
+        trials.append(("--recompute full", {"recompute": "full"}))
+    if run.attention != "flash":
+        trials.append(("--attention flash", {"attention": "flash"}))
+    for flag, change in trials:
+        alt = MemoryModel(problem.with_run(**change))
+        if alt.fits(1, 1):
+            sol = solve(alt, BatchLimits(max_global_batch=limits.max_global_batch))
+            out.append(f"{flag} fits G = {sol.tiles}, b = {sol.tile_batch} (G*b = {sol.tiles * sol.tile_batch})")
+    # the longest sequence that fits one sequence
+    if mem.total(1, 1, seq_len=1) <= mem.usable:
+        lo, hi = 1, run.seq_len
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if mem.total(1, 1, seq_len=mid) <= mem.usable:
+                lo = mid
+            else:
+                hi = mid - 1
+        out.append(f"--seq {lo} is the longest sequence that fits one sequence (G = b = 1)")
+    if limits.global_batch is not None and mem.fits(limits.global_batch, 1):
+        out.append(f"--global-batch {limits.global_batch} fits as {limits.global_batch} tiles of 1 sequence (drop --tiles/--tile-batch)")
+    return out
