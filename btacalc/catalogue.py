@@ -285,7 +285,7 @@ class CompiledSelection:
         self.expressions = exprs
         args = [SYMBOLS[name] for name in ARG_ORDER]
         # One generated function for every formula; plain Python arithmetic on ints is exact.
-        self._fn = sp.lambdify(args, exprs, modules="numpy", cse=True)
+        self._fn = sp.lambdify(args, exprs, modules="numpy")
 
     def evaluate(self, values: dict[str, Any]) -> "PhaseValues":
         """Evaluate at `values` (symbol name -> int or numpy array). Missing symbols are an error."""

@@ -1,0 +1,144 @@
+"""Rich renderings of library results. Only the CLI prints; these functions build renderables.
+
+Units: bytes shown in GB/MB (GB = 1e9 bytes, decimal throughout), FLOP in TFLOP/PFLOP (1e12/1e15).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from rich.console import Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from .plan import PhaseRow, PlanReport
+
+_SI = [(1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")]
+
+
+def si(value: float, unit: str, digits: int = 3) -> str:
+    """Decimal SI formatting: 2.49e9 bytes -> '2.49 GB'."""
+    v = float(value)
+    for scale, prefix in _SI:
+        if abs(v) >= scale:
+            return f"{v / scale:.{digits}g} {prefix}{unit}"
+    return f"{v:.{digits}g} {unit}"
+
+
+def gb(value: float) -> str:
+    return f"{value / 1e9:,.2f} GB"
+
+
+def params(value: float) -> str:
+    return f"{value / 1e9:,.3f} B"
+
+
+def plan_renderable(r: PlanReport) -> Group:
+    parts = [_header(r), _plan_table(r), _memory_table(r), _phase_table(r.phases, r, "One decoder layer, per step"),
+             _phase_table(r.outside_layers, r, "Outside the layers, per step"), _flops_table(r)]
+    if r.suggestions:
+        parts.append(Panel("\n".join(f"• {s}" for s in r.suggestions), title="What would fit", border_style="yellow"))
+    return Group(*parts)
+
+
+def _header(r: PlanReport) -> Table:
+    t = Table.grid(padding=(0, 2))
+    t.add_column(style="bold")
+    t.add_column()
+    m, hw, i = r.model, r.hardware, r.inputs
+    arch = (f"h={m.hidden_size} L={m.num_layers} a={m.num_heads} a_kv={m.num_kv_heads} d_h={m.head_dim} "
+            f"V={m.vocab_size} f={m.ffn_size}" + (f" E={m.num_experts} k={m.top_k}" if m.num_experts else " (dense)"))
+    t.add_row("model", f"{m.name}  [dim]{arch}[/dim]")
+    t.add_row("parameters", f"total {params(m.params_total)}, active {params(m.params_active)}, "
+                            f"non-embedding {params(m.params_non_embedding)}")
+    t.add_row("hardware", f"{hw.display_name} ({hw.name}): {hw.memory_model.replace('_', ' ')}, "
+                          f"capacity {gb(hw.memory_capacity_bytes)}, usable {gb(hw.usable_memory_bytes)}")
+    marks = lambda key: " [dim](default)[/dim]" if key in i.defaults else ""  # noqa: E731
+    t.add_row("inputs", f"seq {i.seq_len}{marks('seq_len')}, recompute {i.recompute}{marks('recompute')}, "
+                        f"attention {i.attention}{marks('attention')}, loss {i.loss}{marks('loss')}, "
+                        f"{'causal' if i.causal else 'full s²'} attention FLOPs, {i.accounting} accounting, "
+                        f"{i.optimizer}, {i.bytes_per_element}-byte elements")
+    return t
+
+
+def _plan_table(r: PlanReport) -> Panel:
+    p = r.plan
+    status = Text("fits", style="bold green") if p.fits else Text("DOES NOT FIT", style="bold red")
+    t = Table.grid(padding=(0, 2))
+    t.add_column(style="bold")
+    t.add_column()
+    t.add_row("tiles G", str(p.tiles))
+    t.add_row("tile batch b", str(p.tile_batch))
+    t.add_row("global batch G·b", f"{p.global_batch}  ({p.tokens_per_step:,} tokens per step)")
+    t.add_row("tokens per expert", f"{p.tokens_per_expert:,.0f}  (T_e = G·b·s·k/E, uniform routing)")
+    t.add_row("binding constraint", f"{p.binding_constraint}; tile limited by {p.tile_constraint}")
+    t.add_row("why", p.explanation)
+    t.add_row("memory", Text.assemble(status, f"  {gb(r.memory_bytes['total'])} of {gb(r.memory_bytes['usable_capacity'])} usable"))
+    return Panel(t, title="Plan", border_style="green" if p.fits else "red")
+
+
+_COMPONENT_NOTES = {
+    "stored_activations": "kept for backward, all layers, G·b sequences",
+    "recompute_buffer": "one layer's recomputed activations during its backward",
+    "working_set": "largest phase's transient tensors",
+    "weight_buffers": "streamed weights buffered on-chip",
+    "gradient_buffers": "outgoing gradients buffered on-chip",
+    "weights": "16-bit weights",
+    "gradients": "16-bit gradients",
+    "optimizer_state": "fp32 master weights + Adam moments",
+}
+
+
+def _memory_table(r: PlanReport) -> Table:
+    mb = r.memory_bytes
+    t = Table(title="Memory on " + ("SRAM" if r.hardware.memory_model == "weight_streaming" else "device memory")
+              + " (GB = 1e9 bytes)", title_justify="left")
+    t.add_column("component")
+    t.add_column("bytes", justify="right")
+    t.add_column("of usable", justify="right")
+    t.add_column("what")
+    for key, note in _COMPONENT_NOTES.items():
+        if key in mb:
+            extra = f" (peak: {_largest_phase(r)})" if key == "working_set" else ""
+            t.add_row(key, gb(mb[key]), f"{100 * mb[key] / mb['usable_capacity']:.1f}%", note + extra)
+    t.add_row("[bold]total[/bold]", f"[bold]{gb(mb['total'])}[/bold]",
+              f"[bold]{100 * mb['total'] / mb['usable_capacity']:.1f}%[/bold]",
+              f"capacity {gb(mb['capacity'])}, usable {gb(mb['usable_capacity'])}")
+    if r.offchip_bytes:
+        off = r.offchip_bytes
+        state = off["weights"] + off["gradients"] + off["optimizer"]
+        t.caption = (f"off-wafer (MemoryX): weights {gb(off['weights'])}, gradients {gb(off['gradients'])}, "
+                     f"optimizer {gb(off['optimizer'])} = {gb(state)} of {gb(off['capacity'])}")
+    return t
+
+
+def _largest_phase(r: PlanReport) -> str:
+    rows = r.phases + r.outside_layers
+    return max(rows, key=lambda x: x.transient_bytes).name
+
+
+def _phase_table(rows: Iterable[PhaseRow], r: PlanReport, title: str) -> Table:
+    t = Table(title=f"{title} (G={r.plan.tiles}, b={r.plan.tile_batch})", title_justify="left")
+    for col, just in (("phase", "left"), ("batch", "left"), ("fwd FLOP", "right"), ("bwd FLOP", "right"),
+                      ("stored", "right"), ("transient", "right"), ("bytes moved", "right"), ("FLOP/byte", "right")):
+        t.add_column(col, justify=just)  # type: ignore[arg-type]
+    for p in rows:
+        t.add_row(p.name, "b" if p.batch == "tile" else "G·b", si(p.flops_forward, "FLOP") if p.flops_forward else "-",
+                  si(p.flops_backward, "FLOP") if p.flops_backward else "-", si(p.stored_activation_bytes, "B"),
+                  si(p.transient_bytes, "B"), si(p.bytes_moved, "B"),
+                  f"{p.arithmetic_intensity:,.1f}" if p.arithmetic_intensity else "-")
+    return t
+
+
+def _flops_table(r: PlanReport) -> Table:
+    f = r.flops_per_step
+    t = Table(title="FLOPs per step (matmul, 2mnk)", title_justify="left")
+    t.add_column("forward", justify="right")
+    t.add_column("backward", justify="right")
+    t.add_column("model total", justify="right")
+    t.add_column("recompute", justify="right")
+    t.add_column("hardware total", justify="right")
+    t.add_column("elementwise (apart)", justify="right")
+    t.add_row(*(si(x, "FLOP") for x in (f.forward, f.backward, f.total, f.recompute, f.hardware_total, f.elementwise)))
+    return t

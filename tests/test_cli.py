@@ -1,0 +1,187 @@
+"""The command line: outputs, JSON keys, acceptance commands and every error case."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from btacalc.cli import main
+
+
+def run(capsys, *args):
+    with pytest.raises(SystemExit) as exc:
+        main(list(args))
+    cap = capsys.readouterr()
+    return exc.value.code, cap.out, cap.err
+
+
+def test_plan_default_table(capsys):
+    code, out, err = run(capsys, "plan", "--model", "qwen3-30b-a3b", "--hw", "wse3")
+    assert code == 0, err
+    for text in ("qwen3-30b-a3b", "tiles G", "tokens per expert", "stored_activations", "experts", "fits"):
+        assert text in out
+
+
+def test_plan_json_keys(capsys):
+    code, out, _ = run(capsys, "plan", "--model", "qwen3-30b-a3b", "--hw", "wse3", "--json")
+    assert code == 0
+    r = json.loads(out)
+    assert {"name", "params_total", "params_active", "params_non_embedding"} <= set(r["model"])
+    assert {"name", "memory_capacity_bytes"} <= set(r["hardware"])
+    assert {"seq_len", "recompute", "attention"} <= set(r["inputs"])
+    assert {"tiles", "tile_batch", "global_batch", "tokens_per_expert", "fits", "binding_constraint"} <= set(r["plan"])
+    assert {"total", "capacity"} <= set(r["memory_bytes"])
+    assert {"forward", "backward", "total"} <= set(r["flops_per_step"])
+    names = [p["name"] for p in r["phases"]]
+    assert names == ["input_norm", "qkv_proj", "qk_norm", "rope", "attn_scores", "attn_softmax", "attn_pv",
+                     "attn_out_proj", "post_attn_norm", "router", "dispatch", "experts", "combine"]
+    assert [p["name"] for p in r["outside_layers"]] == ["embedding", "final_norm", "lm_head", "loss"]
+    for p in r["phases"]:
+        assert {"name", "flops_forward", "flops_backward", "stored_activation_bytes", "transient_bytes",
+                "arithmetic_intensity"} <= set(p)
+    plan, mem = r["plan"], r["memory_bytes"]
+    assert plan["fits"] and mem["total"] <= mem["usable_capacity"] <= mem["capacity"]
+    assert plan["global_batch"] == plan["tiles"] * plan["tile_batch"]
+    # T_e = G*b*s*k/E
+    assert plan["tokens_per_expert"] == plan["global_batch"] * r["inputs"]["seq_len"] * 8 / 128
+    # components add up to the total
+    comps = {k: v for k, v in mem.items() if k not in ("total", "capacity", "usable_capacity")}
+    assert sum(comps.values()) == mem["total"]
+    assert r["flops_per_step"]["total"] == r["flops_per_step"]["forward"] + r["flops_per_step"]["backward"]
+
+
+def test_gpt3_acceptance_matches_korthikanti(capsys):
+    code, out, _ = run(capsys, "plan", "--model", "gpt3-175b", "--hw", "a100-80gb", "--seq", "2048", "--tiles", "1",
+                       "--tile-batch", "1", "--recompute", "none", "--attention", "eager", "--json")
+    r = json.loads(out)
+    assert code == 1 and r["plan"]["fits"] is False  # 175B with Adam does not fit one GPU
+    s, b, h, a, L, v = 2048, 1, 12288, 96, 96, 51200
+    assert sum(p["stored_activation_bytes"] for p in r["phases"]) == s * b * h * (34 + 5 * a * s // h)
+    # 72BLsh^2(1 + s/(6h) + v/(12hL)) = 72BLsh^2 + 12BLs^2h + 6Bshv, in exact integers
+    assert r["flops_per_step"]["total"] == 72 * b * L * s * h**2 + 12 * b * L * s**2 * h + 6 * b * s * h * v
+    assert r["suggestions"]
+
+
+def test_output_file_is_written(capsys, tmp_path):
+    path = tmp_path / "plan.json"
+    code, out, _ = run(capsys, "plan", "--hw", "wse2", "--output", str(path))
+    assert code == 0 and json.loads(path.read_text())["hardware"]["name"] == "wse2"
+    assert "Plan" in out
+    assert [p.name for p in tmp_path.iterdir()] == ["plan.json"]  # no temporary file left
+
+
+def test_overrides_change_the_model(capsys):
+    code, out, _ = run(capsys, "plan", "--hw", "wse2", "--experts", "32", "--top-k", "2", "--fixed-active", "--json")
+    r = json.loads(out)
+    assert code == 0 and (r["model"]["num_experts"], r["model"]["top_k"], r["model"]["ffn_size"]) == (32, 2, 3072)
+
+
+def test_plan_with_hf_config(capsys, data_dir):
+    code, out, _ = run(capsys, "plan", "--model", str(data_dir / "mixtral-8x7b.config.json"), "--hw", "wse3", "--json")
+    assert code == 0 and json.loads(out)["model"]["num_experts"] == 8
+
+
+def test_schema(capsys):
+    code, out, _ = run(capsys, "plan", "--schema")
+    assert code == 0 and "PlanInfo" in json.loads(out)["$defs"]
+
+
+@pytest.mark.parametrize("args", [
+    ["formulas", "--phase", "attn_softmax"],
+    ["formulas", "--model", "qwen3-30b-a3b", "--quantity", "stored"],
+    ["formulas", "--model", "gpt3-175b", "--phase", "mlp", "--latex"],
+    ["hw", "list"], ["hw", "show", "wse3"], ["models", "list"], ["models", "show", "qwen3-30b-a3b"],
+])
+def test_other_commands(capsys, args):
+    code, out, err = run(capsys, *args)
+    assert code == 0 and out and not err
+
+
+def test_formulas_json_has_sources(capsys):
+    code, out, _ = run(capsys, "formulas", "--model", "qwen3-30b-a3b", "--phase", "experts", "--quantity", "flops_fwd", "--json")
+    f = json.loads(out)["phases"][0]["formulas"][0]
+    assert f["formula"] == "6*G*b*f*h*k*s" and "Korthikanti" in f["terms"][0]["source"]
+
+
+@pytest.mark.parametrize("command", [["plan"], ["formulas"], ["hw", "show"], ["models", "show"], ["hw", "list"]])
+def test_help_has_an_example(capsys, command):
+    code, out, _ = run(capsys, *command, "--help")
+    assert code == 0 and "Example" in out and "btacalc" in out
+
+
+def _write(path, text):
+    path.write_text(text)
+    return str(path)
+
+
+BAD_INPUTS = [
+    (["plan", "--model", "no-such-model"], "unknown model"),
+    (["plan", "--hw", "tpu-v9"], "unknown hardware"),
+    (["plan", "--seq", "0"], "--seq"),
+    (["plan", "--seq", "-5"], "--seq"),
+    (["plan", "--seq", "2048.5"], "--seq"),
+    (["plan", "--tiles", "two"], "--tiles"),
+    (["plan", "--global-batch", "0"], "--global-batch"),
+    (["plan", "--top-k", "200"], "larger than the number of experts"),
+    (["plan", "--experts", "4"], "larger than the number of experts"),
+    (["plan", "--global-batch", "10", "--tiles", "3"], "not divisible"),
+    (["plan", "--top-k", "5", "--fixed-active"], "not divisible by top-k"),
+    (["plan", "--model", "gpt3-175b", "--experts", "8"], "dense"),
+    (["plan", "--recompute", "sometimes"], "--recompute"),
+    (["plan", "--model", "missing/config.json"], "not found"),
+    (["formulas", "--phase", "nope"], "unknown phase"),
+    (["formulas", "--quantity", "nope"], "unknown quantity"),
+    (["hw", "show", "nope"], "unknown hardware"),
+    (["models", "show", "nope"], "unknown model"),
+    (["plan", "--bogus-flag"], "bogus"),
+]
+
+
+@pytest.mark.parametrize("args, fragment", BAD_INPUTS)
+def test_bad_input_is_one_line_exit_2(capsys, tmp_path, args, fragment):
+    out_file = tmp_path / "x.json"
+    code, out, err = run(capsys, *args, *(["--output", str(out_file)] if args[0] == "plan" else []))
+    assert code == 2
+    assert fragment in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1, err
+    assert not out_file.exists() and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("config, fragment", [
+    ("{not json", "not valid JSON"),
+    ('{"model_type": "gpt_neox", "hidden_size": 8}', "unsupported architecture"),
+    ('{"model_type": "llama", "hidden_size": 4096}', "'num_attention_heads' is missing"),
+    ('{"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 2, "num_attention_heads": 30, '
+     '"vocab_size": 10, "intermediate_size": 10}', "not divisible by num_attention_heads"),
+    ('{"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 2, "num_attention_heads": 32, '
+     '"num_key_value_heads": 5, "vocab_size": 10, "intermediate_size": 10}', "not divisible by num_kv_heads"),
+    ('{"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": -2, "num_attention_heads": 32, '
+     '"vocab_size": 10, "intermediate_size": 10}', "num_layers"),
+    ('{"model_type": "mixtral", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, '
+     '"vocab_size": 10, "intermediate_size": 10, "num_local_experts": 4, "num_experts_per_tok": 8}', "top_k"),
+    ('[1, 2]', "expected a JSON object"),
+])
+def test_malformed_config_json(capsys, tmp_path, config, fragment):
+    path = _write(tmp_path / "config.json", config)
+    code, _, err = run(capsys, "plan", "--model", path, "--output", str(tmp_path / "out.json"))
+    assert code == 2 and fragment in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "out.json").exists()
+
+
+def test_malformed_profile(capsys, tmp_path):
+    path = _write(tmp_path / "dev.toml", 'name = "dev"\ndisplay_name = "x"\nfamily = "gpu"\n')
+    code, _, err = run(capsys, "plan", "--hw", path)
+    assert code == 2 and "field" in err and len(err.strip().splitlines()) == 1
+
+
+def test_output_into_missing_folder(capsys, tmp_path):
+    code, _, err = run(capsys, "plan", "--output", str(tmp_path / "no" / "plan.json"))
+    assert code == 2 and "does not exist" in err
+
+
+def test_not_fitting_is_exit_1_with_what_would_fit(capsys):
+    code, out, _ = run(capsys, "plan", "--hw", "wse3", "--recompute", "none", "--json")
+    r = json.loads(out)
+    assert code == 1 and r["plan"]["fits"] is False
+    assert any("--recompute full" in s for s in r["suggestions"])

@@ -1,0 +1,99 @@
+"""Parameter counts against the numbers the model authors published (independent sources)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from btacalc.hardware import resolve_hardware
+from btacalc.memory import param_counts
+from btacalc.models import load_hf_config, load_preset, resolve_model
+from btacalc.run import Problem, RunOptions
+
+
+def counts(spec):
+    return param_counts(Problem(spec, resolve_hardware("wse3"), RunOptions()))
+
+
+def rel(x, ref):
+    return abs(x - ref) / ref
+
+
+def test_qwen3_30b_a3b_published_counts():
+    # Model card https://huggingface.co/Qwen/Qwen3-30B-A3B: 30.5B total, 3.3B activated, 29.9B non-embedding
+    pc = counts(load_preset("qwen3-30b-a3b"))
+    assert rel(pc.total, 30.5e9) < 0.005
+    assert rel(pc.non_embedding, 29.9e9) < 0.005
+    # Active: we count 3.353B. The card's "3.3B" (like 30.5 and 29.9) is the count cut to one
+    # decimal; 3.353 is 1.6% above 3.3, so check the truncation rather than a 0.5% band.
+    assert math.floor(pc.active / 1e8) / 10 == 3.3
+    assert rel(pc.active, 3.3e9) < 0.02
+
+
+def test_qwen3_30b_a3b_exact_arithmetic():
+    # Written out from config.json: per layer 2 norms (2h) + q/k norm (2 d_h) + QKV h(a+2a_kv)d_h
+    # + O a d_h h + router hE + experts 3Ehf; plus embedding and untied head Vh each, final norm h.
+    h, a, akv, dh, E, k, f, L, V = 2048, 32, 4, 128, 128, 8, 768, 48, 151936
+    layer = 2 * h + 2 * dh + h * (a + 2 * akv) * dh + a * dh * h + h * E + 3 * E * h * f
+    total = L * layer + 2 * V * h + h
+    active = total - L * 3 * (E - k) * h * f
+    pc = counts(load_preset("qwen3-30b-a3b"))
+    assert (pc.total, pc.active, pc.non_embedding, pc.per_layer) == (total, active, total - 2 * V * h, layer)
+
+
+def test_hf_config_of_qwen3_matches_the_preset(data_dir):
+    assert counts(load_hf_config(data_dir / "qwen3-30b-a3b.config.json")).total == counts(load_preset("qwen3-30b-a3b")).total
+
+
+@pytest.mark.parametrize(
+    "config, total, active, tol",
+    [
+        # Mistral AI, "Mixtral of experts" (arXiv 2401.04088): 46.7B total, 12.9B active (13B in the abstract)
+        ("mixtral-8x7b.config.json", 46.7e9, 12.9e9, 0.005),
+        # Muennighoff et al., OLMoE (arXiv 2409.02060): 6.9B total, 1.3B active
+        ("olmoe-1b-7b.config.json", 6.9e9, 1.3e9, 0.015),
+        # Meta Llama 3 8B: 8.03B parameters (Hugging Face model page)
+        ("llama-3-8b.config.json", 8.03e9, 8.03e9, 0.005),
+        # Qwen3-8B model card: 8.2B total
+        ("qwen3-8b.config.json", 8.2e9, 8.2e9, 0.005),
+    ],
+)
+def test_hf_configs_against_published_counts(data_dir, config, total, active, tol):
+    pc = counts(load_hf_config(data_dir / config))
+    assert rel(pc.total, total) < tol
+    assert rel(pc.active, active) < tol
+
+
+def test_qwen3_8b_non_embedding(data_dir):
+    # Qwen3-8B model card: 6.95B non-embedding
+    assert rel(counts(load_hf_config(data_dir / "qwen3-8b.config.json")).non_embedding, 6.95e9) < 0.005
+
+
+def test_gpt3_175b():
+    # Brown et al. 2020 Table 2.1: 175.0B; Korthikanti's 12Lh^2(1 + 13/(12h) + (V+s)/(12Lh)) = 174.6B
+    pc = counts(load_preset("gpt3-175b"))
+    L, h, V, s = 96, 12288, 51200, 2048
+    assert pc.total == 12 * L * h**2 + 13 * L * h + (V + s) * h + 2 * h
+    assert rel(pc.total, 175e9) < 0.005
+
+
+def test_dense_equivalent_has_the_same_active_params_minus_router():
+    moe = load_preset("qwen3-30b-a3b")
+    dense = moe.dense_equivalent()
+    assert dense.ffn_size == 8 * 768 and not dense.is_moe
+    # same active parameters except the router (h*E per layer), which the dense model lacks
+    assert counts(moe).active - counts(dense).total == 48 * 2048 * 128
+
+
+def test_fixed_active_keeps_k_times_f():
+    base = load_preset("qwen3-30b-a3b")
+    for k in (1, 2, 4, 8):
+        m = base.with_overrides(top_k=k, fixed_active=True)
+        assert m.top_k * m.ffn_size == 8 * 768
+        assert counts(m).active == counts(base).active
+
+
+def test_resolve_model_reads_a_folder(tmp_path, data_dir):
+    (tmp_path / "config.json").write_text((data_dir / "mixtral-8x7b.config.json").read_text())
+    assert resolve_model(str(tmp_path)).num_experts == 8

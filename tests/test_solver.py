@@ -1,0 +1,158 @@
+"""The solver on hand-built memory models (affine, as in the DESIGN notes) and on real problems."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from btacalc.errors import BtacalcError
+from btacalc.hardware import resolve_hardware
+from btacalc.memory import MemoryModel
+from btacalc.models import load_preset
+from btacalc.run import Problem, RunOptions
+from btacalc.solver import BatchLimits, divisors, solve
+
+
+class Affine:
+    """M(G, b) = A*(G*b) + Q*b + C against `usable` bytes."""
+
+    def __init__(self, A, Q, C, usable):
+        self.A, self.Q, self.C, self.usable = A, Q, C, usable
+        self.calls = 0
+
+    def total(self, g, b):
+        return self.A * g * b + self.Q * b + self.C
+
+    def fits(self, g, b):
+        self.calls += 1
+        return self.total(g, b) <= self.usable
+
+
+def brute_force(mem, limits, n_max=420):
+    """Reference: enumerate every (G, b) and apply the objective (max G*b, then max b)."""
+    best = None
+    for g, b in itertools.product(range(1, n_max + 1), repeat=2):
+        n = g * b
+        if limits.global_batch and n != limits.global_batch:
+            continue
+        if limits.tiles and g != limits.tiles:
+            continue
+        if limits.tile_batch and b != limits.tile_batch:
+            continue
+        if limits.max_global_batch and n > limits.max_global_batch:
+            continue
+        if limits.max_tile_batch and b > limits.max_tile_batch:
+            continue
+        if mem.total(g, b) <= mem.usable and (best is None or (n, b) > (best[0] * best[1], best[1])):
+            best = (g, b)
+    return best
+
+
+def test_free_solve_hand_case():
+    # A = 1 per sequence, Q = 10 per tile sequence, C = 5, capacity 100:
+    # max n with n + 10 + 5 <= 100 -> n = 85; tiles b | 85 with 85 + 10b + 5 <= 100 -> b = 1 (5 does not fit)
+    mem = Affine(1, 10, 5, 100)
+    sol = solve(mem, BatchLimits())
+    assert (sol.tiles, sol.tile_batch) == (85, 1)
+    assert sol.binding_constraint == "memory" and sol.tile_constraint == "memory"
+    assert mem.total(sol.tiles, sol.tile_batch) <= 100
+
+
+def test_untiled_when_attention_is_cheap():
+    # Q = 0: tiling buys nothing, so the solver keeps one tile (b = G*b)
+    sol = solve(Affine(2, 0, 0, 64), BatchLimits())
+    assert (sol.tiles, sol.tile_batch, sol.tile_constraint) == (1, 32, "none")
+
+
+def test_max_global_batch_binds():
+    sol = solve(Affine(1, 1, 0, 1000), BatchLimits(max_global_batch=48))
+    assert sol.tiles * sol.tile_batch == 48 and sol.binding_constraint == "max_global_batch"
+    # b: 48 + b <= 1000 for every divisor, so b = 48, one tile
+    assert sol.tile_batch == 48
+
+
+def test_max_tile_batch_binds():
+    sol = solve(Affine(1, 1, 0, 1000), BatchLimits(max_global_batch=48, max_tile_batch=10))
+    assert (sol.tiles, sol.tile_batch) == (6, 8) and sol.tile_constraint == "max_tile_batch"
+
+
+def test_global_batch_divisibility():
+    # N = 60 fixed: b must divide 60; 60 + 10b + 5 <= 150 -> b <= 8.5 -> b = 6, G = 10
+    sol = solve(Affine(1, 10, 5, 150), BatchLimits(global_batch=60))
+    assert (sol.tiles, sol.tile_batch) == (10, 6)
+    assert 60 % sol.tiles == 0 and sol.binding_constraint == "global_batch"
+
+
+def test_fixed_tiles_maximises_tile_batch():
+    # G = 4: 4b + 10b + 5 <= 100 -> b = 6
+    sol = solve(Affine(1, 10, 5, 100), BatchLimits(tiles=4))
+    assert (sol.tiles, sol.tile_batch, sol.binding_constraint) == (4, 6, "memory")
+
+
+def test_fixed_tile_batch_maximises_tiles():
+    # b = 3: 3G + 30 + 5 <= 100 -> G = 21
+    sol = solve(Affine(1, 10, 5, 100), BatchLimits(tile_batch=3))
+    assert (sol.tiles, sol.tile_batch) == (21, 3)
+
+
+def test_nothing_fits():
+    sol = solve(Affine(1, 10, 500, 100), BatchLimits())
+    assert not sol.fits and sol.binding_constraint == "memory"
+
+
+@pytest.mark.parametrize("A, Q, C, cap", [(1, 10, 5, 100), (3, 7, 11, 173), (5, 0, 2, 97), (1, 50, 0, 400),
+                                          (2, 3, 1, 120)])
+@pytest.mark.parametrize("limits", [BatchLimits(), BatchLimits(max_global_batch=24), BatchLimits(global_batch=12),
+                                    BatchLimits(max_tile_batch=4), BatchLimits(tiles=3), BatchLimits(tile_batch=2)])
+def test_matches_brute_force(A, Q, C, cap, limits):
+    mem = Affine(A, Q, C, cap)
+    sol = solve(mem, limits)
+    best = brute_force(mem, limits)
+    if best is None:
+        assert not sol.fits
+    else:
+        assert sol.fits and (sol.tiles, sol.tile_batch) == best
+        assert mem.total(sol.tiles, sol.tile_batch) <= cap
+
+
+def test_search_is_logarithmic():
+    mem = Affine(1, 3, 0, 10**9)
+    sol = solve(mem, BatchLimits())
+    assert sol.tiles * sol.tile_batch > 10**8
+    assert mem.calls < 250  # exponential + binary search, then a search over divisors
+
+
+@pytest.mark.parametrize("hw", ["wse2", "wse3", "b200"])
+@pytest.mark.parametrize("recompute", ["full", "selective"])
+@pytest.mark.parametrize("attention", ["eager", "flash"])
+def test_real_plans_never_exceed_capacity(hw, recompute, attention):
+    model = load_preset("qwen3-30b-a3b").with_overrides(experts=32) if hw == "b200" else load_preset("qwen3-30b-a3b")
+    mem = MemoryModel(Problem(model, resolve_hardware(hw), RunOptions(recompute=recompute, attention=attention)))
+    sol = solve(mem, BatchLimits())
+    if sol.fits:
+        assert mem.total(sol.tiles, sol.tile_batch) <= mem.usable
+        # optimal: one more sequence does not fit even in tiles of one
+        assert mem.total(sol.tiles * sol.tile_batch + 1, 1) > mem.usable
+
+
+def test_real_global_batch_is_divided():
+    mem = MemoryModel(Problem(load_preset("qwen3-30b-a3b"), resolve_hardware("wse3"), RunOptions()))
+    sol = solve(mem, BatchLimits(global_batch=12))
+    assert sol.fits and 12 % sol.tiles == 0 and sol.tiles * sol.tile_batch == 12
+
+
+@pytest.mark.parametrize("limits, message", [
+    (BatchLimits(global_batch=10, tiles=3), "not divisible by --tiles"),
+    (BatchLimits(global_batch=10, tile_batch=3), "not divisible by --tile-batch"),
+    (BatchLimits(tiles=0), "positive integer"),
+    (BatchLimits(global_batch=100, max_global_batch=10), "exceeds"),
+])
+def test_bad_limits(limits, message):
+    with pytest.raises(BtacalcError, match=message):
+        solve(Affine(1, 1, 1, 100), limits)
+
+
+def test_divisors():
+    assert divisors(36) == [1, 2, 3, 4, 6, 9, 12, 18, 36]
+    assert divisors(1) == [1] and divisors(13) == [1, 13]
