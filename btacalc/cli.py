@@ -128,6 +128,7 @@ ExpertsOpt = typer.Option(None, "--experts", min=1, help="Override the number of
 TopKOpt = typer.Option(None, "--top-k", min=1, help="Override experts per token k.")
 ExpertFfnOpt = typer.Option(None, "--expert-ffn", min=1, help="Override the expert width f.")
 FixedActiveOpt = typer.Option(False, "--fixed-active", help="Keep k·f constant when --top-k changes (BTA paper's top-k sweep).")
+OverlapOpt = typer.Option(True, "--overlap/--no-overlap", help="Weight streaming overlaps compute (max) or not (sum).")
 
 
 # --- plan ----------------------------------------------------------------------------------------
@@ -155,6 +156,7 @@ def plan(
     causal: bool = CausalOpt,
     loss: Loss = LossOpt,
     accounting: Accounting = AccountingOpt,
+    overlap: bool = OverlapOpt,
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON on stdout."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the plan JSON to this file (atomically)."),
     schema: bool = typer.Option(False, "--schema", help="Print the JSON schema of the plan and exit."),
@@ -173,13 +175,98 @@ def plan(
     spec, profile, run, defaults = build_problem_inputs(model, hw, seq, recompute, attention, causal, loss,
                                                         accounting, experts, top_k, expert_ffn, fixed_active)
     limits = BatchLimits(global_batch, tiles, tile_batch, max_global_batch, max_tile_batch)
-    report = make_plan(spec, profile, run, limits, defaults)
+    report = make_plan(spec, profile, run, limits, defaults, overlap=overlap)
     emit_json(report.model_dump_json(indent=2), as_json, output)
     if not as_json:
         from .render import plan_renderable
 
         out.print(plan_renderable(report))
     return 0 if report.plan.fits else 1
+
+
+# --- sweep ---------------------------------------------------------------------------------------
+
+@app.command(epilog="Examples:\n\n"
+             "  btacalc sweep --model qwen3-30b-a3b --hw wse2 --vary experts=16,32,64,128\n\n"
+             "  btacalc sweep --hw wse2 --vary top-k=1,2,4,8 --fixed-active --plot topk.png\n\n"
+             "  btacalc sweep --hw wse3 --vary experts=16:128:x2 --vary seq=2048,4096 --csv sweep.csv")
+def sweep(
+    model: str = ModelOpt,
+    hw: str = HwOpt,
+    vary: list[str] = typer.Option(..., "--vary", help="NAME=VALUES: a,b,c or start:stop:step or start:stop:xF. "
+                                   "Names: experts, top-k, expert-ffn, seq, global-batch, tiles, tile-batch, "
+                                   "max-global-batch, max-tile-batch."),
+    fixed_active: bool = FixedActiveOpt,
+    seq: Optional[int] = SeqOpt,
+    recompute: Optional[Recompute] = RecomputeOpt,
+    attention: Optional[Attention] = AttentionOpt,
+    causal: bool = CausalOpt,
+    loss: Loss = LossOpt,
+    accounting: Accounting = AccountingOpt,
+    overlap: bool = OverlapOpt,
+    as_json: bool = typer.Option(False, "--json", help="Print {points: [...]} as JSON on stdout."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the JSON to this file (atomically)."),
+    csv_path: Optional[Path] = typer.Option(None, "--csv", help="Write one CSV row per point to this file."),
+    plot_path: Optional[str] = typer.Option(None, "--plot", help="Draw relative throughput to FILE.png or .svg (needs btacalc[plot])."),
+) -> int:
+    """Sweep model or run parameters; each point solved at G = 1 and at the solver's G."""
+    from .solver import BatchLimits
+    from .sweep import parse_vary, plot, run_sweep, to_csv
+
+    grid = parse_vary(vary)
+    spec, profile, run, _ = build_problem_inputs(model, hw, seq, recompute, attention, causal, loss, accounting,
+                                                 None, None, None, False)
+    if fixed_active and "top-k" not in grid:
+        raise BtacalcError("--fixed-active needs --vary top-k=...")
+    total = 1
+    for values in grid.values():
+        total *= len(values)
+    if sys.stderr.isatty() and total > 1:
+        from rich.progress import Progress
+
+        with Progress(console=err, transient=True) as bar:
+            task = bar.add_task("solving", total=total)
+            result = run_sweep(spec, profile, run, BatchLimits(), grid, fixed_active, overlap,
+                               progress=lambda n: bar.advance(task, n))
+    else:
+        result = run_sweep(spec, profile, run, BatchLimits(), grid, fixed_active, overlap)
+    if plot_path:
+        plot(result, plot_path)
+    if csv_path:
+        write_atomic(csv_path, to_csv(result))
+    emit_json(result.model_dump_json(indent=2), as_json, output)
+    if not as_json:
+        from .render import sweep_renderable
+
+        out.print(sweep_renderable(result))
+    return 0
+
+
+# --- validate ------------------------------------------------------------------------------------
+
+@app.command(epilog="Examples:\n\n  btacalc validate\n\n  btacalc validate --json\n\n  btacalc validate --calibrate")
+def validate(
+    as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
+    calibrate: bool = typer.Option(False, "--calibrate", help="Refit the WSE-2 compute efficiency on the calibration point and print it."),
+) -> int:
+    """Compute every published point (BTA curves, Korthikanti, parameter counts) against its tolerance.
+
+    Exit 0 when every point passes or is a documented known gap; 1 otherwise.
+    """
+    from .validate import calibrate as fit
+    from .validate import validate as run_validation
+
+    if calibrate:
+        sys.stdout.write(f"wse2 compute_efficiency = {fit():.4f}\n")
+        return 0
+    results = run_validation()
+    if as_json:
+        sys.stdout.write(json.dumps([r.model_dump() | {"status": r.status} for r in results], indent=2) + "\n")
+    else:
+        from .render import validate_renderable
+
+        out.print(validate_renderable(results))
+    return 0 if all(r.ok_for_ci for r in results) else 1
 
 
 # --- formulas ------------------------------------------------------------------------------------

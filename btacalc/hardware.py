@@ -70,16 +70,23 @@ class HardwareProfile(BaseModel):
     peak_flops_per_s: Number = Field(description="dense 16-bit peak")
     power_w: Number
     usable_memory_fraction: Number = Field(description="share of the capacity tensors may use")
-    weight_buffer_layers: Optional[Number] = Field(
-        None, description="weight streaming: layers of weights (and of gradients) buffered on-chip at once"
+    weight_buffer_units: Optional[Number] = Field(
+        None, description="weight streaming: units of weights (and of gradients) buffered on-chip at once"
+    )
+
+    compute_efficiency: Optional[Number] = Field(
+        None, description="achieved share of peak FLOP/s on matmul phases (estimate or calibrated)"
+    )
+    tile_overhead_s: Optional[Number] = Field(
+        None, description="fixed cost per attention tile per layer per step (BTA tiling overhead)"
     )
 
     @model_validator(mode="after")
     def _consistent(self) -> "HardwareProfile":
         if not 0 < self.usable_memory_fraction.value <= 1:
             raise ValueError("usable_memory_fraction.value must be in (0, 1]")
-        if self.memory_model == "weight_streaming" and self.weight_buffer_layers is None:
-            raise ValueError("weight_streaming profiles need weight_buffer_layers")
+        if self.memory_model == "weight_streaming" and self.weight_buffer_units is None:
+            raise ValueError("weight_streaming profiles need weight_buffer_units")
         for field in ("cores", "sram_bytes", "offchip_memory_bytes", "peak_flops_per_s"):
             if getattr(self, field).value <= 0:
                 raise ValueError(f"{field}.value must be positive")

@@ -28,7 +28,7 @@ class ParamCounts:
     active: int
     non_embedding: int
     per_layer: int
-    largest_block: int  # largest block of weights streamed at once (a decoder layer or the LM head)
+    largest_block: int  # largest unit of weights streamed at once (a phase, one expert, or the LM head)
 
 
 def param_counts(problem: Problem) -> ParamCounts:
@@ -49,7 +49,12 @@ def param_counts(problem: Problem) -> ParamCounts:
     if model.is_moe:
         experts = int(pv.value("experts", "params"))
         active -= model.num_layers * (experts - experts * model.top_k // model.num_experts)
-    largest = max(layer, int(pv.value("lm_head", "params")), int(pv.value("embedding", "params")))
+    # Weights stream in units: a phase's weights, one expert at a time for the experts (each expert is
+    # an independent block of 3hf); the embedding is a row gather and does not stream whole.
+    units = [int(pv.value(p, "params")) for p in pv.phase_names("layer") if p != "experts"]
+    if model.is_moe:
+        units.append(int(pv.value("experts", "params")) // model.num_experts)
+    largest = max(units + [int(pv.value("lm_head", "params"))])
     return ParamCounts(total, active, total - embedding, layer, largest)
 
 
@@ -88,7 +93,7 @@ class MemoryModel:
         self.streaming = hw.memory_model == "weight_streaming"
         state = state_bytes(problem, self.params.total)
         if self.streaming:
-            n_buf = int(hw.weight_buffer_layers.value)  # type: ignore[union-attr]
+            n_buf = int(hw.weight_buffer_units.value)  # type: ignore[union-attr]
             block = self.params.largest_block * beta
             self.fixed = {"weight_buffers": n_buf * block, "gradient_buffers": n_buf * block}
             self.offchip = {**state, "capacity": int(hw.offchip_memory_bytes.value)}

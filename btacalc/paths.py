@@ -21,3 +21,8 @@ def data_dir(name: str) -> Path:
 
 def presets_dir() -> Path:
     return _PKG / "presets"
+
+
+def package_data(name: str) -> Path:
+    """A data file that ships inside the package (btacalc/data/NAME)."""
+    return _PKG / "data" / name

@@ -100,6 +100,25 @@ class PhaseRow(BaseModel):
     transient_bytes: int
     bytes_moved: int
     arithmetic_intensity: float = Field(description="flops_forward / bytes_moved, FLOP/byte")
+    time_s: float = Field(0.0, description="modelled time of this phase per step (one layer for layer phases)")
+
+
+class Throughput(BaseModel):
+    step_time_s: float
+    tokens_per_s: float
+    mfu: float = Field(description="model FLOPs / (step time x peak)")
+    relative_to_dense: Optional[float] = Field(description="tokens/s over the dense model (same active params) at its best plan")
+    tokens_per_s_g1: Optional[float] = Field(description="tokens/s at G = 1 (largest untiled batch that fits)")
+    relative_to_dense_g1: Optional[float]
+    step_time_s_g1: Optional[float]
+    tile_batch_g1: Optional[int]
+    dense_tokens_per_s: Optional[float]
+    dense_global_batch: Optional[int]
+    tiling_overhead_s: float
+    stream_bound_share: float = Field(description="share of the step during which weight streaming is the bottleneck")
+    overlap_streaming: bool
+    compute_efficiency: float
+    phase_share: dict[str, float] = Field(description="share of step time per phase")
 
 
 class PlanReport(BaseModel):
@@ -113,6 +132,7 @@ class PlanReport(BaseModel):
     flops_per_step: FlopsPerStep
     phases: list[PhaseRow] = Field(description="one decoder layer, at the plan's G and b, per step")
     outside_layers: list[PhaseRow] = Field(description="embedding, final norm, LM head, loss")
+    throughput: Optional[Throughput] = None
     suggestions: list[str] = Field(default_factory=list, description="what would fit, when the plan does not")
 
 
@@ -153,15 +173,16 @@ def make_plan(
     run: RunOptions,
     limits: BatchLimits = BatchLimits(),
     defaults: Optional[dict[str, str]] = None,
+    overlap: bool = True,
 ) -> PlanReport:
     problem = Problem(model, hardware, run)
     mem = MemoryModel(problem)
     sol = solve(mem, limits)
-    return build_report(problem, mem, sol, limits, defaults or {})
+    return build_report(problem, mem, sol, limits, defaults or {}, overlap)
 
 
 def build_report(problem: Problem, mem: MemoryModel, sol: Solution, limits: BatchLimits,
-                 defaults: dict[str, str]) -> PlanReport:
+                 defaults: dict[str, str], overlap: bool = True) -> PlanReport:
     model, hw, run = problem.model, problem.hardware, problem.run
     g, b = sol.tiles, sol.tile_batch
     pv = problem.evaluate(g, b)
@@ -212,9 +233,36 @@ def build_report(problem: Problem, mem: MemoryModel, sol: Solution, limits: Batc
         phases=layer_rows,
         outside_layers=outside_rows,
     )
-    if not report.plan.fits:
+    if report.plan.fits:
+        report.throughput, phase_time = _throughput(problem, mem, sol, limits, overlap)
+        for row in report.phases:
+            row.time_s = float(phase_time[row.name]) / layers
+        for row in report.outside_layers:
+            row.time_s = float(phase_time[row.name])
+    else:
         report.suggestions = suggestions(problem, mem, limits)
     return report
+
+
+def _throughput(problem: Problem, mem: MemoryModel, sol: Solution, limits: BatchLimits,
+                overlap: bool) -> tuple[Throughput, dict[str, Any]]:
+    from .throughput import summarize, time_params
+
+    s = summarize(problem, mem, sol, limits, overlap)
+    bt = s.best_time
+    return Throughput(
+        step_time_s=float(bt.step_time_s), tokens_per_s=float(bt.tokens_per_s), mfu=float(bt.mfu),
+        relative_to_dense=s.relative_to_dense,
+        tokens_per_s_g1=float(s.g1_time.tokens_per_s) if s.g1_time else None,
+        relative_to_dense_g1=s.relative_to_dense_g1,
+        step_time_s_g1=float(s.g1_time.step_time_s) if s.g1_time else None,
+        tile_batch_g1=s.g1.tile_batch if s.g1.fits else None,
+        dense_tokens_per_s=float(s.dense_time.tokens_per_s) if s.dense_time else None,
+        dense_global_batch=s.dense.tiles * s.dense.tile_batch if s.dense.fits else None,
+        tiling_overhead_s=float(bt.tiling_overhead_s), stream_bound_share=float(bt.stream_bound_share),
+        overlap_streaming=overlap, compute_efficiency=time_params(problem)[0],
+        phase_share={k: float(v / bt.step_time_s) for k, v in bt.phase_time_s.items()},
+    ), bt.phase_time_s
 
 
 def suggestions(problem: Problem, mem: MemoryModel, limits: BatchLimits) -> list[str]:

@@ -37,9 +37,68 @@ def params(value: float) -> str:
 def plan_renderable(r: PlanReport) -> Group:
     parts = [_header(r), _plan_table(r), _memory_table(r), _phase_table(r.phases, r, "One decoder layer, per step"),
              _phase_table(r.outside_layers, r, "Outside the layers, per step"), _flops_table(r)]
+    if r.throughput is not None:
+        parts.append(_throughput_table(r))
     if r.suggestions:
         parts.append(Panel("\n".join(f"• {s}" for s in r.suggestions), title="What would fit", border_style="yellow"))
     return Group(*parts)
+
+
+def _throughput_table(r: PlanReport) -> Table:
+    th = r.throughput
+    t = Table(title="Throughput (roofline per phase; see README for the time model)", title_justify="left")
+    for c in ("", "tokens/s", "step time", "vs dense", "MFU"):
+        t.add_column(c, justify="right" if c else "left")
+    assert th is not None
+    t.add_row(f"plan G={r.plan.tiles}, b={r.plan.tile_batch}", f"{th.tokens_per_s:,.0f}", f"{th.step_time_s:.3f} s",
+              f"{th.relative_to_dense:.2f}" if th.relative_to_dense is not None else "-", f"{100 * th.mfu:.1f}%")
+    if th.tokens_per_s_g1 is not None:
+        t.add_row(f"G=1, b={th.tile_batch_g1}", f"{th.tokens_per_s_g1:,.0f}", f"{th.step_time_s_g1:.3f} s",
+                  f"{th.relative_to_dense_g1:.2f}" if th.relative_to_dense_g1 is not None else "-", "")
+    if th.dense_tokens_per_s is not None:
+        t.add_row(f"dense equivalent, G·b={th.dense_global_batch}", f"{th.dense_tokens_per_s:,.0f}", "", "1.00", "")
+    top = sorted(th.phase_share.items(), key=lambda kv: -kv[1])[:4]
+    t.caption = (f"compute efficiency {th.compute_efficiency:.3f}, streaming {'overlapped' if th.overlap_streaming else 'not overlapped'}, "
+                 f"stream-bound {100 * th.stream_bound_share:.0f}% of the step; largest shares: "
+                 + ", ".join(f"{k} {100 * v:.0f}%" for k, v in top))
+    return t
+
+
+def sweep_renderable(result) -> Table:
+    t = Table(title=f"Sweep: {result.model} on {result.hardware}" + (" (k·f fixed)" if result.fixed_active else ""),
+              title_justify="left")
+    names = list(result.points[0].params) if result.points else []
+    for n in names:
+        t.add_column(n, justify="right")
+    for c in ("G", "b", "T_e", "tokens/s", "vs dense", "G=1 b", "G=1 vs dense", "BTA gain"):
+        t.add_column(c, justify="right")
+    for p in result.points:
+        cells = [str(p.params[n]) for n in names]
+        th = p.throughput
+        if th is None:
+            t.add_row(*cells, *(["-"] * 7), p.error or "does not fit")
+            continue
+        gain = th.tokens_per_s / th.tokens_per_s_g1 if th.tokens_per_s_g1 else None
+        fmt = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
+        t.add_row(*cells, str(p.plan.tiles), str(p.plan.tile_batch), f"{p.plan.tokens_per_expert:,.0f}",
+                  f"{th.tokens_per_s:,.0f}", fmt(th.relative_to_dense), str(th.tile_batch_g1 or "-"),
+                  fmt(th.relative_to_dense_g1), fmt(gain) + "x" if gain else "-")
+    return t
+
+
+def validate_renderable(results) -> Group:
+    t = Table(title="Published points vs btacalc", title_justify="left")
+    for c in ("point", "published", "model", "deviation", "tolerance", "status"):
+        t.add_column(c, justify="left" if c in ("point", "status") else "right")
+    style = {"pass": "green", "KNOWN GAP": "yellow", "FAIL": "bold red", "UNEXPECTED PASS": "bold red"}
+    notes = []
+    for r in results:
+        fmt = (lambda v: f"{v:,.4g}") if abs(r.published) < 1e3 else (lambda v: f"{v:,.0f}")
+        t.add_row(r.id + (" (calibration)" if r.calibration else ""), fmt(r.published),
+                  "-" if r.model is None else fmt(r.model), "-" if r.deviation is None else f"{r.deviation:+.3g}",
+                  f"±{r.tolerance:g}", f"[{style[r.status]}]{r.status}[/]")
+        notes.append(f"[bold]{r.id}[/bold]: {r.claim} [dim]({r.source})[/dim]" + (f"\n  [yellow]{r.note}[/yellow]" if r.note else ""))
+    return Group(t, *notes)
 
 
 def _header(r: PlanReport) -> Table:
