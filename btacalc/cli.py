@@ -35,7 +35,8 @@ models_app = typer.Typer(help="Model presets.\n\nExample: btacalc models show qw
 app.add_typer(hw_app, name="hw")
 app.add_typer(models_app, name="models")
 
-out = Console()
+# Wide enough for the phase tables when piped (rich would otherwise assume 80 columns).
+out = Console(width=None if sys.stdout.isatty() else 132)
 err = Console(stderr=True)
 
 
