@@ -7,3 +7,11 @@ class BtacalcError(ValueError):
 
 class DataError(RuntimeError):
     """A shipped data file (formula catalogue, profile, preset) is broken: a bug in btacalc."""
+
+
+def first_validation_error(exc: "ValidationError") -> str:  # type: ignore[name-defined]  # noqa: F821
+    """One line from a pydantic ValidationError: 'field a.b: reason'."""
+    err = exc.errors()[0]
+    loc = ".".join(str(x) for x in err["loc"])
+    msg = err["msg"].removeprefix("Value error, ")
+    return f"field {loc}: {msg}" if loc else msg

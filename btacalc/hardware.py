@@ -8,7 +8,7 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .errors import BtacalcError, DataError
+from .errors import BtacalcError, DataError, first_validation_error
 from .paths import data_dir
 
 try:
@@ -107,13 +107,6 @@ class HardwareProfile(BaseModel):
         return {k: v for k, v in self if isinstance(v, Number)}
 
 
-def _first_error(exc: ValidationError) -> str:
-    err = exc.errors()[0]
-    loc = ".".join(str(x) for x in err["loc"])
-    msg = err["msg"].removeprefix("Value error, ")
-    return f"field {loc}: {msg}" if loc else msg
-
-
 def parse_profile(text: str, origin: str) -> HardwareProfile:
     try:
         raw = tomllib.loads(text)
@@ -122,7 +115,7 @@ def parse_profile(text: str, origin: str) -> HardwareProfile:
     try:
         return HardwareProfile.model_validate(raw)
     except ValidationError as exc:
-        raise BtacalcError(f"{origin}: {_first_error(exc)}") from None
+        raise BtacalcError(f"{origin}: {first_validation_error(exc)}") from None
 
 
 @functools.lru_cache(maxsize=1)

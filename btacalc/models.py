@@ -8,7 +8,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from .errors import BtacalcError
+from .errors import BtacalcError, first_validation_error
 from .paths import presets_dir
 
 try:
@@ -164,14 +164,7 @@ def validate_model(data: dict[str, Any], origin: str) -> ModelSpec:
     try:
         return ModelSpec.model_validate(data)
     except ValidationError as exc:
-        raise BtacalcError(f"{origin}: {_first_error(exc)}") from None
-
-
-def _first_error(exc: ValidationError) -> str:
-    err = exc.errors()[0]
-    loc = ".".join(str(x) for x in err["loc"])
-    msg = err["msg"].removeprefix("Value error, ")
-    return f"{loc}: {msg}" if loc else msg
+        raise BtacalcError(f"{origin}: {first_validation_error(exc)}") from None
 
 
 # --- presets ---------------------------------------------------------------------------------
