@@ -8,7 +8,7 @@ import sys
 import tempfile
 from enum import Enum
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import typer
 from rich.console import Console

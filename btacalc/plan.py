@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 from .hardware import HardwareProfile
 from .memory import MemoryModel
 from .models import ModelSpec
-from .run import DEFAULT_SEQ_LEN_SOURCE, Problem, RunOptions
+from .run import Problem, RunOptions
 from .solver import BatchLimits, Solution, solve
 
 SCHEMA_VERSION = 1

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 from .catalogue import CompiledSelection, PhaseValues, Selection, compile_selection
 from .hardware import HardwareProfile

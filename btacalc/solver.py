@@ -14,7 +14,7 @@ That is O(log n + d(n)) memory evaluations, never a blind enumeration of (G, b).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Optional
 
 from .errors import BtacalcError
