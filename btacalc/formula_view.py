@@ -6,6 +6,7 @@ from typing import Any, Optional
 
 import sympy as sp
 from rich.console import Group
+from rich.markup import escape
 from rich.table import Table
 
 from .catalogue import QUANTITIES, QUANTITY_UNITS, Selection, load_catalogue
@@ -71,7 +72,7 @@ def formula_renderable(listing: dict[str, Any]) -> Group:
     sel = listing["selection"]
     for p in listing["phases"]:
         title = f"{p['name']} [{p['group']}, {p['scope']}, batch {'b (per tile, G tiles)' if p['batch'] == 'tile' else 'G·b'}] — {p['summary']}"
-        t = Table(title=title, title_justify="left", show_lines=True, expand=False)
+        t = Table(title=escape(title), title_justify="left", show_lines=True, expand=False)
         if sel is None:
             for c in ("q", "expression", "tensor", "source", "when"):
                 t.add_column(c, overflow="fold")
