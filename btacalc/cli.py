@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
-import tempfile
 from enum import Enum
 from pathlib import Path
 from typing import Optional
@@ -14,6 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from .atomic import write_atomic
 from .errors import BtacalcError
 
 try:  # typer >= 0.20 vendors click; older typer uses the click package
@@ -62,24 +61,6 @@ class Accounting(str, Enum):
 
 
 # --- shared option helpers ---------------------------------------------------------------------
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write `text` to `path` via a temporary file in the same folder and an atomic rename."""
-    folder = path.parent if str(path.parent) else Path(".")
-    if not folder.is_dir():
-        raise BtacalcError(f"cannot write {path}: folder {folder} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise BtacalcError(f"cannot write {path}: {exc.strerror or exc}") from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
 
 def build_problem_inputs(model: str, hw: str, seq: Optional[int], recompute: Optional[Recompute],
                          attention: Optional[Attention], causal: bool, loss: Loss, accounting: Accounting,

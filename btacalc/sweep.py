@@ -179,18 +179,10 @@ def plot(result: SweepResult, path: str) -> None:
     ax.set_title(f"{result.model} on {result.hardware}")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    import os
-    import tempfile
+    from .atomic import atomic_path
 
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise BtacalcError(f"cannot write {path}: folder {folder} does not exist")
-    fd, tmp = tempfile.mkstemp(suffix=os.path.splitext(path)[1], dir=folder)
-    os.close(fd)
     try:
-        fig.savefig(tmp)
-        os.replace(tmp, path)
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp)
     finally:
         plt.close(fig)
-        if os.path.exists(tmp):
-            os.unlink(tmp)

@@ -11,6 +11,7 @@ from .models import resolve_model
 from .paths import package_data
 from .plan import PlanReport, make_plan
 from .run import RunOptions
+from .solver import BatchLimits
 
 try:
     import tomllib
@@ -30,6 +31,8 @@ class PublishedPoint(BaseModel):
     seq: Optional[int] = None
     recompute: Optional[str] = None
     attention: Optional[str] = None
+    tiles: Optional[int] = None  # fix the batch shape, as the paper's example does (else: solver)
+    tile_batch: Optional[int] = None
     published: float
     tolerance: float
     calibration: bool = False
@@ -75,10 +78,7 @@ def _plan(point: PublishedPoint, hw: HardwareProfile, **run_changes: Any) -> Pla
         recompute=run_changes.get("recompute") or point.recompute or hw.default_recompute,
         attention=point.attention or hw.default_attention,
     )
-    from .solver import BatchLimits
-
-    limits = BatchLimits(tiles=1, tile_batch=1) if point.model == "gpt3-175b" else BatchLimits()
-    return make_plan(model, hw, run, limits)
+    return make_plan(model, hw, run, BatchLimits(tiles=point.tiles, tile_batch=point.tile_batch))
 
 
 def metric_value(point: PublishedPoint, hw: Optional[HardwareProfile] = None) -> Optional[float]:
