@@ -60,34 +60,52 @@ class Accounting(str, Enum):
     framework = "framework"
 
 
+class MemoryModelChoice(str, Enum):
+    auto = "auto"
+    weight_streaming = "weight_streaming"
+    resident = "resident"
+
+
 # --- shared option helpers ---------------------------------------------------------------------
 
 def build_problem_inputs(model: str, hw: str, seq: Optional[int], recompute: Optional[Recompute],
                          attention: Optional[Attention], causal: bool, loss: Loss, accounting: Accounting,
                          experts: Optional[int], top_k: Optional[int], expert_ffn: Optional[int],
-                         fixed_active: bool):
+                         fixed_active: bool, memory_model: "MemoryModelChoice" = MemoryModelChoice.auto):
     """Resolve model, hardware and run options; returns (model, hardware, run, defaults used)."""
     from .hardware import resolve_hardware
     from .models import resolve_model
-    from .run import DEFAULT_SEQ_LEN, DEFAULT_SEQ_LEN_SOURCE, RunOptions
+    from .run import run_options_for
 
     spec = resolve_model(model).with_overrides(experts, top_k, expert_ffn, fixed_active)
     profile = resolve_hardware(hw)
-    defaults: dict[str, str] = {}
-    if seq is None:
-        seq = DEFAULT_SEQ_LEN
-        defaults["seq_len"] = DEFAULT_SEQ_LEN_SOURCE
-    if recompute is None:
-        recompute = Recompute(profile.default_recompute)
-        defaults["recompute"] = f"{profile.name} default: {profile.defaults_note}"
-    if attention is None:
-        attention = Attention(profile.default_attention)
-        defaults["attention"] = f"{profile.name} default: {profile.defaults_note}"
-    if loss == Loss.fused:
-        defaults.setdefault("loss", "fused linear cross-entropy: logits materialised one sequence at a time")
-    run = RunOptions(seq_len=seq, recompute=recompute.value, attention=attention.value, causal=causal,
-                     loss=loss.value, accounting=accounting.value)
+    run, defaults = run_options_for(profile, seq, _value(recompute), _value(attention), causal, loss.value,
+                                    accounting.value, memory_model.value)
     return spec, profile, run, defaults
+
+
+def _value(choice: Optional[Enum]) -> Optional[str]:
+    return None if choice is None else choice.value
+
+
+def build_parallel(spec, profile, devices: int, ep: Optional[int], zero: Optional[int],
+                   gpus_per_node: Optional[int], overlap_a2a: bool, defaults: dict[str, str]):
+    """Parallelism from the CLI options; EP and ZeRO defaults are recorded in `defaults`."""
+    from .parallel import Parallelism, auto_expert_parallel
+
+    if ep is None:
+        ep = auto_expert_parallel(devices, spec.num_experts)
+        if devices > 1:
+            defaults["expert_parallel"] = f"gcd(devices, E) = {ep}: experts split as far as the device count allows"
+    if zero is None:
+        zero = 1 if devices > 1 else 0
+        if devices > 1:
+            defaults["zero_stage"] = "1: optimizer state sharded over data-parallel ranks (Megatron-LM distributed optimizer)"
+    par = Parallelism(devices, ep, zero, gpus_per_node, overlap_a2a)
+    par.validate(spec.num_experts, profile.family)
+    if devices > 1 and not profile.multi_device:
+        raise BtacalcError(f"{profile.name} has no scale-up/scale-out bandwidth in its profile: --devices needs them")
+    return par
 
 
 def emit_json(payload: str, as_json: bool, output: Optional[Path]) -> None:
@@ -111,6 +129,13 @@ TopKOpt = typer.Option(None, "--top-k", min=1, help="Override experts per token 
 ExpertFfnOpt = typer.Option(None, "--expert-ffn", min=1, help="Override the expert width f.")
 FixedActiveOpt = typer.Option(False, "--fixed-active", help="Keep k·f constant when --top-k changes (BTA paper's top-k sweep).")
 OverlapOpt = typer.Option(True, "--overlap/--no-overlap", help="Weight streaming overlaps compute (max) or not (sum).")
+MemoryModelOpt = typer.Option(MemoryModelChoice.auto, "--memory-model",
+                              help="auto: resident when the whole training state fits, else weight streaming (wafer).")
+DevicesOpt = typer.Option(1, "--devices", "-n", min=1, help="GPUs (data-parallel ranks); wafer profiles model one system.")
+EpOpt = typer.Option(None, "--ep", min=1, help="Expert-parallel degree: experts split over EP devices [default: gcd(devices, E)].")
+ZeroOpt = typer.Option(None, "--zero", min=0, max=3, help="ZeRO stage 0-3 [default: 1 with several devices].")
+GpusPerNodeOpt = typer.Option(None, "--gpus-per-node", min=1, help="Devices per NVLink domain [default: the profile's].")
+OverlapA2aOpt = typer.Option(False, "--overlap-a2a/--no-overlap-a2a", help="Hide the all-to-all behind expert compute (chunked) or not.")
 
 
 # --- plan ----------------------------------------------------------------------------------------
@@ -119,7 +144,8 @@ OverlapOpt = typer.Option(True, "--overlap/--no-overlap", help="Weight streaming
              "  btacalc plan --model qwen3-30b-a3b --hw wse3\n\n"
              "  btacalc plan --hw wse2 --experts 64 --json\n\n"
              "  btacalc plan --model gpt3-175b --hw a100-80gb --seq 2048 --tiles 1 --tile-batch 1 --recompute none --attention eager\n\n"
-             "  btacalc plan --model ./config.json --hw b200 --global-batch 64 --output plan.json")
+             "  btacalc plan --model ./config.json --hw b200 --global-batch 64 --output plan.json\n\n"
+             "  btacalc plan --hw a100-80gb --devices 64 --ep 8 --zero 1")
 def plan(
     model: str = ModelOpt,
     hw: str = HwOpt,
@@ -139,6 +165,12 @@ def plan(
     loss: Loss = LossOpt,
     accounting: Accounting = AccountingOpt,
     overlap: bool = OverlapOpt,
+    memory_model: MemoryModelChoice = MemoryModelOpt,
+    devices: int = DevicesOpt,
+    ep: Optional[int] = EpOpt,
+    zero: Optional[int] = ZeroOpt,
+    gpus_per_node: Optional[int] = GpusPerNodeOpt,
+    overlap_a2a: bool = OverlapA2aOpt,
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON on stdout."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the plan JSON to this file (atomically)."),
     schema: bool = typer.Option(False, "--schema", help="Print the JSON schema of the plan and exit."),
@@ -155,9 +187,11 @@ def plan(
         sys.stdout.write(json.dumps(PlanReport.model_json_schema(), indent=2) + "\n")
         return 0
     spec, profile, run, defaults = build_problem_inputs(model, hw, seq, recompute, attention, causal, loss,
-                                                        accounting, experts, top_k, expert_ffn, fixed_active)
+                                                        accounting, experts, top_k, expert_ffn, fixed_active,
+                                                        memory_model)
+    par = build_parallel(spec, profile, devices, ep, zero, gpus_per_node, overlap_a2a, defaults)
     limits = BatchLimits(global_batch, tiles, tile_batch, max_global_batch, max_tile_batch)
-    report = make_plan(spec, profile, run, limits, defaults, overlap=overlap)
+    report = make_plan(spec, profile, run, limits, defaults, overlap=overlap, parallel=par)
     emit_json(report.model_dump_json(indent=2), as_json, output)
     if not as_json:
         from .render import plan_renderable
@@ -401,3 +435,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     except BrokenPipeError:
         sys.exit(0)
     sys.exit(rv if isinstance(rv, int) else 0)
+
+
+# compare / crossover live in their own module; importing it registers them on `app`.
+from . import cli_cluster  # noqa: E402,F401

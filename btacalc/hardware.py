@@ -80,6 +80,21 @@ class HardwareProfile(BaseModel):
     tile_overhead_s: Optional[Number] = Field(
         None, description="fixed cost per attention tile per layer per step (BTA tiling overhead)"
     )
+    scaleup_bandwidth_bytes_per_s: Optional[Number] = Field(
+        None, description="GPU-to-GPU bandwidth inside a node (NVLink), per device per direction"
+    )
+    scaleout_bandwidth_bytes_per_s: Optional[Number] = Field(
+        None, description="network bandwidth between nodes (InfiniBand NIC), per device per direction"
+    )
+    devices_per_node: Optional[Number] = Field(None, description="devices sharing one scale-up domain")
+    system_power_w: Optional[Number] = Field(
+        None, description="power of the whole system per device (host CPUs, NICs, switches, fans), for tokens/s per kW;"
+        " defaults to power_w"
+    )
+
+    @property
+    def power_per_device_w(self) -> float:
+        return (self.system_power_w or self.power_w).value
 
     @model_validator(mode="after")
     def _consistent(self) -> "HardwareProfile":
@@ -87,6 +102,8 @@ class HardwareProfile(BaseModel):
             raise ValueError("usable_memory_fraction.value must be in (0, 1]")
         if self.memory_model == "weight_streaming" and self.weight_buffer_units is None:
             raise ValueError("weight_streaming profiles need weight_buffer_units")
+        if self.family == "wse" and self.memory_model != "weight_streaming":
+            raise ValueError("wse profiles declare memory_model = 'weight_streaming' (resident is a run option)")
         for field in ("cores", "sram_bytes", "offchip_memory_bytes", "peak_flops_per_s"):
             if getattr(self, field).value <= 0:
                 raise ValueError(f"{field}.value must be positive")
@@ -94,10 +111,15 @@ class HardwareProfile(BaseModel):
 
     @property
     def memory_capacity_bytes(self) -> int:
-        """The memory the plan must fit in: on-chip SRAM (weight streaming) or device memory."""
-        if self.memory_model == "weight_streaming":
+        """The memory the plan must fit in: on-chip SRAM on a wafer (its only device memory, whether
+        weights stream or stay resident), HBM on a GPU."""
+        if self.family == "wse":
             return int(self.sram_bytes.value)
         return int(self.offchip_memory_bytes.value)
+
+    @property
+    def multi_device(self) -> bool:
+        return self.scaleup_bandwidth_bytes_per_s is not None and self.scaleout_bandwidth_bytes_per_s is not None
 
     @property
     def usable_capacity_bytes(self) -> int:

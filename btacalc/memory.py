@@ -5,8 +5,11 @@ and stream in one layer at a time; gradients stream out. On-wafer SRAM holds the
 for backward of all L layers for G*b sequences, the working set of the largest phase, and buffers
 for the streamed weights and outgoing gradients.
 
-Resident (one GPU): HBM holds 16-bit weights, gradients and the optimizer state (Transformer Math
-101: 16 bytes/parameter for mixed-precision Adam), the stored activations and the working set.
+Resident (a GPU, or a small model kept whole on a wafer): device memory holds 16-bit weights,
+gradients and the optimizer state (Transformer Math 101: 16 bytes/parameter for mixed-precision
+Adam), sharded over devices by expert parallelism and ZeRO (`parallel.py`), plus the stored
+activations and working set of the device's own G*b sequences. ZeRO-3 adds a buffer holding one
+layer's gathered weights.
 
 The working set is the largest phase's transient bytes; it may overlap a few tensors that are also
 counted as stored for the current layer (at most one layer's worth), a conservative choice.
@@ -18,6 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .catalogue import PhaseValues, state_expression
+from .errors import BtacalcError
+from .parallel import StatePart, sharded_state
 from .run import Problem
 from .symbols import SYMBOLS
 
@@ -29,6 +34,11 @@ class ParamCounts:
     non_embedding: int
     per_layer: int
     largest_block: int  # largest unit of weights streamed at once (a phase, one expert, or the LM head)
+    expert: int = 0  # routed-expert parameters, all layers
+
+    @property
+    def non_expert(self) -> int:
+        return self.total - self.expert
 
 
 def param_counts(problem: Problem) -> ParamCounts:
@@ -55,7 +65,8 @@ def param_counts(problem: Problem) -> ParamCounts:
     if model.is_moe:
         units.append(int(pv.value("experts", "params")) // model.num_experts)
     largest = max(units + [int(pv.value("lm_head", "params"))])
-    return ParamCounts(total, active, total - embedding, layer, largest)
+    expert = model.num_layers * int(pv.value("experts", "params")) if model.is_moe else 0
+    return ParamCounts(total, active, total - embedding, layer, largest, expert)
 
 
 def state_bytes(problem: Problem, params: int) -> dict[str, int]:
@@ -72,6 +83,7 @@ class MemoryBreakdown:
     usable: int
     largest_phase: str  # phase whose transient bytes set the working set
     offchip: dict[str, int]  # weight streaming: state held off-chip
+    state_parts: tuple[StatePart, ...] = ()  # resident: how weights/gradients/optimizer are sharded
 
     @property
     def total(self) -> int:
@@ -90,15 +102,29 @@ class MemoryModel:
         self.params = param_counts(problem)
         hw = problem.hardware
         beta = problem.run.bytes_per_element
-        self.streaming = hw.memory_model == "weight_streaming"
-        state = state_bytes(problem, self.params.total)
+        if problem.memory_model not in ("weight_streaming", "resident"):
+            raise ValueError(f"unresolved memory model {problem.memory_model!r}")
+        if problem.memory_model == "weight_streaming" and hw.family != "wse":
+            raise BtacalcError("--memory-model weight_streaming is modelled for wafer-scale profiles only")
+        self.streaming = problem.memory_model == "weight_streaming"
+        self.state_parts: tuple[StatePart, ...] = ()
         if self.streaming:
             n_buf = int(hw.weight_buffer_units.value)  # type: ignore[union-attr]
             block = self.params.largest_block * beta
             self.fixed = {"weight_buffers": n_buf * block, "gradient_buffers": n_buf * block}
-            self.offchip = {**state, "capacity": int(hw.offchip_memory_bytes.value)}
+            self.offchip = {**state_bytes(problem, self.params.total), "capacity": int(hw.offchip_memory_bytes.value)}
         else:
-            self.fixed = {"weights": state["weights"], "gradients": state["gradients"], "optimizer_state": state["optimizer"]}
+            par = problem.parallel
+            rates = state_bytes(problem, 1)
+            self.state_parts = tuple(sharded_state(rates, self.params.non_expert, self.params.expert, par))
+            per = {c: sum(p.bytes for p in self.state_parts if p.component == c) for c in rates}
+            self.fixed = {"weights": per["weights"], "gradients": per["gradients"], "optimizer_state": per["optimizer"]}
+            if par.zero_stage >= 3 and par.devices > 1:
+                # ZeRO-3 all-gathers one layer's weights before using them (non-expert part whole,
+                # this device's experts whole): a buffer of one layer's unsharded local weights.
+                local_layer = self.params.per_layer - (self.params.expert // self.problem.model.num_layers) * (
+                    1 - 1 / par.expert_parallel)
+                self.fixed["gathered_weights"] = int(rates["weights"] * local_layer)
             self.offchip = {}
         self.capacity = hw.memory_capacity_bytes
         self.usable = hw.usable_capacity_bytes
@@ -119,10 +145,34 @@ class MemoryModel:
         return sum(acts.values()) + sum(self.fixed.values())
 
     def fits(self, tiles: int, tile_batch: int) -> bool:
-        return self.total(tiles, tile_batch) <= self.usable
+        return self.offchip_fits and self.total(tiles, tile_batch) <= self.usable
+
+    @property
+    def offchip_fits(self) -> bool:
+        """Weight streaming: weights, gradients and optimizer state fit the off-wafer store (MemoryX)."""
+        if not self.streaming:
+            return True
+        return sum(v for k, v in self.offchip.items() if k != "capacity") <= self.offchip["capacity"]
 
     def breakdown(self, tiles: int, tile_batch: int) -> MemoryBreakdown:
         pv = self.problem.evaluate(tiles, tile_batch)
         comps = {k: int(v) for k, v in self.activations(pv).items()}
         comps.update(self.fixed)
-        return MemoryBreakdown(comps, self.capacity, self.usable, pv.argmax("transient"), self.offchip)
+        return MemoryBreakdown(comps, self.capacity, self.usable, pv.argmax("transient"), self.offchip,
+                               self.state_parts)
+
+
+def resolve_memory_model(problem: Problem) -> Problem:
+    """Resolve `--memory-model auto` (and the default on wafers): keep the whole training state
+    resident when it fits with one sequence (Cerebras' pipelined execution for small models),
+    else stream weights (wafer) / stay resident (GPU)."""
+    hw = problem.hardware
+    choice = problem.run.memory_model
+    if choice not in (None, "auto"):
+        return problem
+    if hw.family == "wse":
+        resident = problem.with_run(memory_model="resident")
+        if MemoryModel(resident).fits(1, 1):
+            return resident
+        return problem.with_run(memory_model="weight_streaming")
+    return problem.with_run(memory_model="resident")

@@ -11,7 +11,8 @@ from typing import Any, Optional
 from pydantic import BaseModel, Field
 
 from .hardware import HardwareProfile
-from .memory import MemoryModel
+from .memory import MemoryModel, resolve_memory_model
+from .parallel import Parallelism
 from .models import ModelSpec
 from .run import Problem, RunOptions
 from .solver import BatchLimits, Solution, solve
@@ -47,7 +48,27 @@ class HardwareInfo(BaseModel):
     offchip_bandwidth_bytes_per_s: float
 
 
+class ParallelInfo(BaseModel):
+    devices: int = Field(description="N: devices; every device is a data-parallel rank")
+    expert_parallel: int = Field(description="EP: devices the experts are split over (E/EP experts each)")
+    expert_data_parallel: int = Field(description="N/EP: replicas of each expert shard")
+    zero_stage: int = Field(description="ZeRO stage: 1 shards optimizer state, 2 + gradients, 3 + weights")
+    devices_per_node: int
+    overlap_all_to_all: bool
+
+
+class StateRow(BaseModel):
+    component: str = Field(description="weights, gradients or optimizer")
+    part: str = Field(description="non_expert (data-parallel) or expert (expert-parallel)")
+    params: int = Field(description="parameters of this part in the whole model")
+    bytes_per_param: int
+    divisor: int = Field(description="devices the part is split over: EP for experts, x data-parallel ranks when ZeRO shards it")
+    bytes_per_device: int
+    formula: str
+
+
 class Inputs(BaseModel):
+    memory_model: str = Field("", description="weight_streaming or resident, as used")
     seq_len: int
     recompute: str
     attention: str
@@ -67,9 +88,11 @@ class Inputs(BaseModel):
 class PlanInfo(BaseModel):
     tiles: int = Field(description="G: attention tiles")
     tile_batch: int = Field(description="b: sequences per attention tile")
-    global_batch: int = Field(description="G*b: sequences the router and experts see per step")
-    tokens_per_step: int
-    tokens_per_expert: float = Field(description="T_e = G*b*s*k/E under uniform routing (G*b*s for dense)")
+    global_batch: int = Field(description="G*b: sequences the router and experts see per step, per device")
+    tokens_per_step: int = Field(description="G*b*s, per device")
+    devices: int = 1
+    cluster_tokens_per_step: int = Field(0, description="N*G*b*s: tokens per step over all devices")
+    tokens_per_expert: float = Field(description="T_e = EP*G*b*s*k/E per expert replica under uniform routing (G*b*s for dense)")
     fits: bool
     binding_constraint: str = Field(description="what stops a larger G*b: memory, max_global_batch, global_batch, tiles, ...")
     tile_constraint: str = Field(description="what stops a larger tile b at that G*b")
@@ -105,7 +128,8 @@ class PhaseRow(BaseModel):
 
 class Throughput(BaseModel):
     step_time_s: float
-    tokens_per_s: float
+    tokens_per_s: float = Field(description="all devices")
+    tokens_per_s_per_kw: float = Field(0.0, description="tokens/s over the system power of the devices (profile system_power_w, else power_w)")
     mfu: float = Field(description="model FLOPs / (step time x peak)")
     relative_to_dense: Optional[float] = Field(description="tokens/s over the dense model (same active params) at its best plan")
     tokens_per_s_g1: Optional[float] = Field(description="tokens/s at G = 1 (largest untiled batch that fits)")
@@ -119,6 +143,9 @@ class Throughput(BaseModel):
     overlap_streaming: bool
     compute_efficiency: float
     phase_share: dict[str, float] = Field(description="share of step time per phase")
+    dominant_phase: str = ""
+    communication_s: dict[str, float] = Field(default_factory=dict, description="multi-GPU: all_to_all and "
+                                              "gradient_sync time per step before overlap")
 
 
 class PlanReport(BaseModel):
@@ -126,9 +153,12 @@ class PlanReport(BaseModel):
     model: ModelInfo
     hardware: HardwareInfo
     inputs: Inputs
+    parallelism: ParallelInfo
     plan: PlanInfo
     memory_bytes: dict[str, int] = Field(description="total, capacity, usable_capacity and one key per component")
     offchip_bytes: dict[str, int] = Field(description="weight streaming: state held off-wafer (MemoryX)")
+    state_sharding: list[StateRow] = Field(default_factory=list, description="resident: weights, gradients and "
+                                           "optimizer state per device, by part and divisor")
     flops_per_step: FlopsPerStep
     phases: list[PhaseRow] = Field(description="one decoder layer, at the plan's G and b, per step")
     outside_layers: list[PhaseRow] = Field(description="embedding, final norm, LM head, loss")
@@ -162,9 +192,10 @@ def _rows(problem: Problem, pv: Any, scope: str) -> list[PhaseRow]:
     return rows
 
 
-def tokens_per_expert(model: ModelSpec, seq_len: int, global_batch: int) -> float:
+def tokens_per_expert(model: ModelSpec, seq_len: int, global_batch: int, expert_parallel: int = 1) -> float:
+    """T_e under uniform routing: an expert replica serves the tokens of its EP group."""
     tokens = global_batch * seq_len
-    return tokens * model.top_k / model.num_experts if model.is_moe else float(tokens)
+    return expert_parallel * tokens * model.top_k / model.num_experts if model.is_moe else float(tokens)
 
 
 def make_plan(
@@ -174,8 +205,10 @@ def make_plan(
     limits: BatchLimits = BatchLimits(),
     defaults: Optional[dict[str, str]] = None,
     overlap: bool = True,
+    parallel: Parallelism = Parallelism(),
 ) -> PlanReport:
-    problem = Problem(model, hardware, run)
+    parallel.validate(model.num_experts, hardware.family)
+    problem = resolve_memory_model(Problem(model, hardware, run, parallel))
     mem = MemoryModel(problem)
     sol = solve(mem, limits)
     return build_report(problem, mem, sol, limits, defaults or {}, overlap)
@@ -183,7 +216,8 @@ def make_plan(
 
 def build_report(problem: Problem, mem: MemoryModel, sol: Solution, limits: BatchLimits,
                  defaults: dict[str, str], overlap: bool = True) -> PlanReport:
-    model, hw, run = problem.model, problem.hardware, problem.run
+    model, hw, run, par = problem.model, problem.hardware, problem.run, problem.parallel
+    node = par.node_size(int(hw.devices_per_node.value) if hw.devices_per_node else None)
     g, b = sol.tiles, sol.tile_batch
     pv = problem.evaluate(g, b)
     breakdown = mem.breakdown(g, b)
@@ -213,19 +247,27 @@ def build_report(problem: Problem, mem: MemoryModel, sol: Solution, limits: Batc
             offchip_bandwidth_bytes_per_s=hw.offchip_bandwidth_bytes_per_s.value,
         ),
         inputs=Inputs(
-            seq_len=run.seq_len, recompute=run.recompute, attention=run.attention, causal=run.causal,
+            memory_model=problem.memory_model, seq_len=run.seq_len, recompute=run.recompute, attention=run.attention, causal=run.causal,
             loss=run.loss, accounting=run.accounting, optimizer=run.optimizer,
             bytes_per_element=run.bytes_per_element, **limits.__dict__, defaults=defaults,
         ),
+        parallelism=ParallelInfo(
+            devices=par.devices, expert_parallel=par.expert_parallel, expert_data_parallel=par.expert_data_parallel,
+            zero_stage=par.zero_stage, devices_per_node=node, overlap_all_to_all=par.overlap_all_to_all,
+        ),
         plan=PlanInfo(
             tiles=g, tile_batch=b, global_batch=g * b, tokens_per_step=g * b * run.seq_len,
-            tokens_per_expert=tokens_per_expert(model, run.seq_len, g * b),
+            devices=par.devices, cluster_tokens_per_step=par.devices * g * b * run.seq_len,
+            tokens_per_expert=tokens_per_expert(model, run.seq_len, g * b, par.expert_parallel),
             fits=sol.fits and breakdown.fits, binding_constraint=sol.binding_constraint,
             tile_constraint=sol.tile_constraint, explanation=sol.explanation,
             memory_evaluations=sol.evaluations,
         ),
         memory_bytes=memory,
         offchip_bytes=breakdown.offchip,
+        state_sharding=[StateRow(component=s.component, part=s.part, params=s.params,
+                                 bytes_per_param=s.bytes_per_param, divisor=s.divisor, bytes_per_device=s.bytes,
+                                 formula=s.formula) for s in breakdown.state_parts],
         flops_per_step=FlopsPerStep(
             forward=fwd, backward=bwd, total=fwd + bwd, recompute=rec, hardware_total=fwd + bwd + rec,
             elementwise=step("flops_elementwise"),
@@ -250,8 +292,11 @@ def _throughput(problem: Problem, mem: MemoryModel, sol: Solution, limits: Batch
 
     s = summarize(problem, mem, sol, limits, overlap)
     bt = s.best_time
+    power_kw = problem.parallel.devices * problem.hardware.power_per_device_w / 1e3
+    shares = {k: float(v / bt.step_time_s) for k, v in bt.phase_time_s.items()}
     return Throughput(
-        step_time_s=float(bt.step_time_s), tokens_per_s=float(bt.tokens_per_s), mfu=float(bt.mfu),
+        step_time_s=float(bt.step_time_s), tokens_per_s=float(bt.tokens_per_s),
+        tokens_per_s_per_kw=float(bt.tokens_per_s) / power_kw, mfu=float(bt.mfu),
         relative_to_dense=s.relative_to_dense,
         tokens_per_s_g1=float(s.g1_time.tokens_per_s) if s.g1_time else None,
         relative_to_dense_g1=s.relative_to_dense_g1,
@@ -261,7 +306,8 @@ def _throughput(problem: Problem, mem: MemoryModel, sol: Solution, limits: Batch
         dense_global_batch=s.dense.tiles * s.dense.tile_batch if s.dense.fits else None,
         tiling_overhead_s=float(bt.tiling_overhead_s), stream_bound_share=float(bt.stream_bound_share),
         overlap_streaming=overlap, compute_efficiency=time_params(problem)[0],
-        phase_share={k: float(v / bt.step_time_s) for k, v in bt.phase_time_s.items()},
+        phase_share=shares, dominant_phase=max(shares, key=shares.get),  # type: ignore[arg-type]
+        communication_s={k: float(v) for k, v in bt.communication_s.items()},
     ), bt.phase_time_s
 
 
@@ -269,13 +315,27 @@ def suggestions(problem: Problem, mem: MemoryModel, limits: BatchLimits) -> list
     """What would fit when the plan does not: recomputation, FlashAttention, shorter sequences, more devices."""
     out: list[str] = []
     fixed = sum(mem.fixed.values())
+    if not mem.offchip_fits:
+        state = sum(v for k, v in mem.offchip.items() if k != "capacity")
+        out.append(f"weights, gradients and optimizer state ({state / 1e12:.2f} TB) exceed the off-wafer store "
+                   f"({mem.offchip['capacity'] / 1e12:.2f} TB in the profile): a larger MemoryX configuration is needed")
+        return out
     if fixed > mem.usable:
-        need = -(-fixed // mem.usable)
-        what = "weights, gradients and optimizer state" if not mem.streaming else "streamed weight and gradient buffers"
-        out.append(
-            f"{what} alone take {fixed / 1e9:.1f} GB of {mem.usable / 1e9:.1f} GB usable: "
-            f"shard them over at least {need} devices (ZeRO-3 / expert parallelism; multi-device planning is not modelled yet)"
-        )
+        if mem.streaming:
+            out.append(f"streamed weight and gradient buffers alone take {fixed / 1e9:.1f} GB of {mem.usable / 1e9:.1f} GB usable")
+            return out
+        out.append(f"weights, gradients and optimizer state take {fixed / 1e9:.1f} GB per device of "
+                   f"{mem.usable / 1e9:.1f} GB usable")
+        if problem.hardware.multi_device:
+            from .cluster import min_devices
+
+            zero = max(problem.parallel.zero_stage, 1)
+            fit = min_devices(problem.with_parallel(zero_stage=zero), escalate=True)
+            if fit is not None:
+                p = fit.parallel
+                extra = " --recompute full" if fit.run.recompute != problem.run.recompute else ""
+                out.append(f"--devices {p.devices} --ep {p.expert_parallel} --zero {p.zero_stage}{extra} fits one "
+                           f"sequence per device (smallest power-of-two device count; EP = gcd(N, E))")
         return out
     run = problem.run
     trials = []

@@ -35,7 +35,10 @@ def params(value: float) -> str:
 
 
 def plan_renderable(r: PlanReport) -> Group:
-    parts = [_header(r), _plan_table(r), _memory_table(r), _phase_table(r.phases, r, "One decoder layer, per step"),
+    parts = [_header(r), _plan_table(r), _memory_table(r)]
+    if r.parallelism.devices > 1:
+        parts.append(_sharding_table(r))
+    parts += [_phase_table(r.phases, r, "One decoder layer, per step"),
              _phase_table(r.outside_layers, r, "Outside the layers, per step"), _flops_table(r)]
     if r.throughput is not None:
         parts.append(_throughput_table(r))
@@ -47,11 +50,12 @@ def plan_renderable(r: PlanReport) -> Group:
 def _throughput_table(r: PlanReport) -> Table:
     th = r.throughput
     t = Table(title="Throughput (roofline per phase; see README for the time model)", title_justify="left")
-    for c in ("", "tokens/s", "step time", "vs dense", "MFU"):
+    for c in ("", "tokens/s", "step time", "vs dense", "MFU", "tokens/s/kW"):
         t.add_column(c, justify="right" if c else "left")
     assert th is not None
     t.add_row(f"plan G={r.plan.tiles}, b={r.plan.tile_batch}", f"{th.tokens_per_s:,.0f}", f"{th.step_time_s:.3f} s",
-              f"{th.relative_to_dense:.2f}" if th.relative_to_dense is not None else "-", f"{100 * th.mfu:.1f}%")
+              f"{th.relative_to_dense:.2f}" if th.relative_to_dense is not None else "-", f"{100 * th.mfu:.1f}%",
+              f"{th.tokens_per_s_per_kw:,.0f}")
     if th.tokens_per_s_g1 is not None:
         t.add_row(f"G=1, b={th.tile_batch_g1}", f"{th.tokens_per_s_g1:,.0f}", f"{th.step_time_s_g1:.3f} s",
                   f"{th.relative_to_dense_g1:.2f}" if th.relative_to_dense_g1 is not None else "-", "")
@@ -61,6 +65,8 @@ def _throughput_table(r: PlanReport) -> Table:
     t.caption = (f"compute efficiency {th.compute_efficiency:.3f}, streaming {'overlapped' if th.overlap_streaming else 'not overlapped'}, "
                  f"stream-bound {100 * th.stream_bound_share:.0f}% of the step; largest shares: "
                  + ", ".join(f"{k} {100 * v:.0f}%" for k, v in top))
+    if th.communication_s:
+        t.caption += "; communication before overlap: " + ", ".join(f"{k} {v:.3f} s" for k, v in th.communication_s.items())
     return t
 
 
@@ -111,8 +117,13 @@ def _header(r: PlanReport) -> Table:
     t.add_row("model", f"{m.name}  [dim]{arch}[/dim]")
     t.add_row("parameters", f"total {params(m.params_total)}, active {params(m.params_active)}, "
                             f"non-embedding {params(m.params_non_embedding)}")
-    t.add_row("hardware", f"{hw.display_name} ({hw.name}): {hw.memory_model.replace('_', ' ')}, "
+    t.add_row("hardware", f"{hw.display_name} ({hw.name}): {i.memory_model.replace('_', ' ')}, "
                           f"capacity {gb(hw.memory_capacity_bytes)}, usable {gb(hw.usable_memory_bytes)}")
+    par = r.parallelism
+    if par.devices > 1:
+        t.add_row("parallelism", f"{par.devices} devices ({par.devices_per_node} per node), expert parallel {par.expert_parallel}, "
+                                 f"expert data parallel {par.expert_data_parallel}, ZeRO-{par.zero_stage}, all-to-all "
+                                 f"{'overlapped' if par.overlap_all_to_all else 'not overlapped'}")
     marks = lambda key: " [dim](default)[/dim]" if key in i.defaults else ""  # noqa: E731
     t.add_row("inputs", f"seq {i.seq_len}{marks('seq_len')}, recompute {i.recompute}{marks('recompute')}, "
                         f"attention {i.attention}{marks('attention')}, loss {i.loss}{marks('loss')}, "
@@ -130,7 +141,10 @@ def _plan_table(r: PlanReport) -> Panel:
     t.add_row("tiles G", str(p.tiles))
     t.add_row("tile batch b", str(p.tile_batch))
     t.add_row("global batch G·b", f"{p.global_batch}  ({p.tokens_per_step:,} tokens per step)")
-    t.add_row("tokens per expert", f"{p.tokens_per_expert:,.0f}  (T_e = G·b·s·k/E, uniform routing)")
+    te = "EP·G·b·s·k/E" if r.parallelism.expert_parallel > 1 else "G·b·s·k/E"
+    t.add_row("tokens per expert", f"{p.tokens_per_expert:,.0f}  (T_e = {te}, uniform routing)")
+    if p.devices > 1:
+        t.add_row("all devices", f"{p.devices} x {p.global_batch} sequences = {p.cluster_tokens_per_step:,} tokens per step")
     t.add_row("binding constraint", f"{p.binding_constraint}; tile limited by {p.tile_constraint}")
     t.add_row("why", p.explanation)
     t.add_row("memory", Text.assemble(status, f"  {gb(r.memory_bytes['total'])} of {gb(r.memory_bytes['usable_capacity'])} usable"))
@@ -146,13 +160,15 @@ _COMPONENT_NOTES = {
     "weights": "16-bit weights",
     "gradients": "16-bit gradients",
     "optimizer_state": "fp32 master weights + Adam moments",
+    "gathered_weights": "ZeRO-3: one layer's weights all-gathered",
 }
 
 
 def _memory_table(r: PlanReport) -> Table:
     mb = r.memory_bytes
-    t = Table(title="Memory on " + ("SRAM" if r.hardware.memory_model == "weight_streaming" else "device memory")
-              + " (GB = 1e9 bytes)", title_justify="left")
+    where = "SRAM" if r.hardware.memory_model == "weight_streaming" else "device memory"
+    per = ", per device" if r.parallelism.devices > 1 else ""
+    t = Table(title=f"Memory on {where}{per} (GB = 1e9 bytes)", title_justify="left")
     t.add_column("component")
     t.add_column("bytes", justify="right")
     t.add_column("of usable", justify="right")
@@ -169,6 +185,18 @@ def _memory_table(r: PlanReport) -> Table:
         state = off["weights"] + off["gradients"] + off["optimizer"]
         t.caption = (f"off-wafer (MemoryX): weights {gb(off['weights'])}, gradients {gb(off['gradients'])}, "
                      f"optimizer {gb(off['optimizer'])} = {gb(state)} of {gb(off['capacity'])}")
+    return t
+
+
+def _sharding_table(r: PlanReport) -> Table:
+    t = Table(title="Training state per device: bytes/param x ceil(params / divisor)", title_justify="left")
+    for c in ("component", "part", "params (model)", "bytes/param", "divisor", "per device"):
+        t.add_column(c, justify="left" if c in ("component", "part") else "right")
+    for s in r.state_sharding:
+        t.add_row(s.component, s.part.replace("_", "-"), f"{s.params:,}", str(s.bytes_per_param), str(s.divisor), gb(s.bytes_per_device))
+    par = r.parallelism
+    t.caption = (f"divisor: experts split over EP = {par.expert_parallel}; ZeRO-{par.zero_stage} also divides "
+                 f"by the data-parallel ranks ({par.devices} for non-expert, {par.expert_data_parallel} for expert parameters)")
     return t
 
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Literal
+from typing import Any, Literal, Optional
 
 from .catalogue import CompiledSelection, PhaseValues, Selection, compile_selection
 from .hardware import HardwareProfile
 from .models import ModelSpec
+from .parallel import Parallelism
 
 # Default sequence length: Qwen3's pre-training stages S1 and S2 used 4,096 tokens
 # (Qwen3 technical report, arXiv 2505.09388, §3.2). The BTA paper does not state its length.
@@ -26,6 +27,9 @@ class RunOptions:
     accounting: Literal["ideal", "framework"] = "ideal"
     optimizer: Literal["adam", "sgd"] = "adam"
     bytes_per_element: int = 2
+    # None: the profile's (weight streaming on a wafer, resident on a GPU); `memory.resolve_memory_model`
+    # turns "auto" into resident when the whole training state fits on the device.
+    memory_model: Optional[Literal["weight_streaming", "resident", "auto"]] = None
 
     def features(self) -> dict[str, Any]:
         return {
@@ -44,6 +48,12 @@ class Problem:
     model: ModelSpec
     hardware: HardwareProfile
     run: RunOptions
+    parallel: Parallelism = Parallelism()
+
+    @property
+    def memory_model(self) -> str:
+        """weight_streaming or resident ("auto" must be resolved first: memory.resolve_memory_model)."""
+        return self.run.memory_model or self.hardware.memory_model
 
     @cached_property
     def selection(self) -> Selection:
@@ -70,4 +80,34 @@ class Problem:
     def with_run(self, **changes: Any) -> "Problem":
         from dataclasses import replace
 
-        return Problem(self.model, self.hardware, replace(self.run, **changes))
+        return Problem(self.model, self.hardware, replace(self.run, **changes), self.parallel)
+
+    def with_parallel(self, **changes: Any) -> "Problem":
+        from dataclasses import replace
+
+        return Problem(self.model, self.hardware, self.run, replace(self.parallel, **changes))
+
+
+def run_options_for(profile: HardwareProfile, seq_len: Optional[int] = None, recompute: Optional[str] = None,
+                    attention: Optional[str] = None, causal: bool = False, loss: str = "fused",
+                    accounting: str = "ideal", memory_model: str = "auto") -> tuple[RunOptions, dict[str, str]]:
+    """Run options with the device's defaults filled in; returns the options and, for every input
+    left at its default, why that default."""
+    defaults: dict[str, str] = {}
+    if seq_len is None:
+        seq_len = DEFAULT_SEQ_LEN
+        defaults["seq_len"] = DEFAULT_SEQ_LEN_SOURCE
+    if recompute is None:
+        recompute = profile.default_recompute
+        defaults["recompute"] = f"{profile.name} default: {profile.defaults_note}"
+    if attention is None:
+        attention = profile.default_attention
+        defaults["attention"] = f"{profile.name} default: {profile.defaults_note}"
+    if loss == "fused":
+        defaults["loss"] = "fused linear cross-entropy: logits materialised one sequence at a time"
+    if memory_model == "auto":
+        defaults["memory_model"] = ("auto: the whole training state resident on the device when it fits with one "
+                                    "sequence, else weights streamed (wafer)")
+    run = RunOptions(seq_len=seq_len, recompute=recompute, attention=attention, causal=causal,  # type: ignore[arg-type]
+                     loss=loss, accounting=accounting, memory_model=memory_model)  # type: ignore[arg-type]
+    return run, defaults

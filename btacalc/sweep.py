@@ -148,15 +148,9 @@ def to_csv(result: SweepResult) -> str:
 
 def plot(result: SweepResult, path: str) -> None:
     """Relative throughput vs the first varied parameter, at G = 1 and at the solver's G."""
-    try:
-        import matplotlib
+    from .plotting import pyplot, save
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise BtacalcError("--plot needs matplotlib: pip install 'btacalc[plot]'") from None
-    if not path.endswith((".png", ".svg")):
-        raise BtacalcError(f"--plot {path!r}: use a .png or .svg file name")
+    plt = pyplot(path)
     pts = [p for p in result.points if p.throughput]
     if not pts:
         raise BtacalcError("--plot: no point of the sweep fits, nothing to draw")
@@ -179,10 +173,4 @@ def plot(result: SweepResult, path: str) -> None:
     ax.set_title(f"{result.model} on {result.hardware}")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    from .atomic import atomic_path
-
-    try:
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp)
-    finally:
-        plt.close(fig)
+    save(fig, path)

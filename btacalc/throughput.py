@@ -18,13 +18,15 @@ All functions work on ints and on numpy arrays (vectorised sweeps).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 import numpy as np
 
 from .catalogue import PhaseValues
-from .memory import MemoryModel
+from .errors import BtacalcError
+from .memory import MemoryModel, param_counts
+from .parallel import all_to_all_bytes, gradient_sync_bytes
 from .run import Problem
 from .solver import BatchLimits, Solution, solve
 
@@ -32,11 +34,12 @@ from .solver import BatchLimits, Solution, solve
 @dataclass(frozen=True)
 class StepTime:
     step_time_s: Any
-    tokens_per_s: Any
+    tokens_per_s: Any  # all devices
     mfu: Any
     phase_time_s: dict[str, Any]  # per phase, per step (layer phases summed over L layers)
     tiling_overhead_s: Any
     stream_bound_share: Any  # fraction of step time during which the streaming link is the bottleneck
+    communication_s: dict[str, Any]  # multi-GPU: all_to_all and gradient_sync, before overlap
 
 
 def time_params(problem: Problem) -> tuple[float, float]:
@@ -46,28 +49,74 @@ def time_params(problem: Problem) -> tuple[float, float]:
     return eff, tile
 
 
+def _link_time(bytes_intra: Any, bytes_inter: Any, problem: Problem) -> Any:
+    """Time to send bytes to peers in the node (scale-up link) and in other nodes (NIC), concurrently."""
+    hw = problem.hardware
+    if not hw.multi_device:
+        raise BtacalcError(f"{hw.name} has no scale-up/scale-out bandwidth: multi-device plans need them")
+    up = hw.scaleup_bandwidth_bytes_per_s.value  # type: ignore[union-attr]
+    out = hw.scaleout_bandwidth_bytes_per_s.value  # type: ignore[union-attr]
+    return np.maximum(bytes_intra / up, bytes_inter / out)
+
+
+def communication_time(problem: Problem, tokens: Any, experts_recomputed: bool) -> dict[str, Any]:
+    """All-to-all (per step, all MoE layers) and gradient synchronisation time of one device."""
+    par, model = problem.parallel, problem.model
+    if par.devices == 1:
+        return {}
+    node = par.node_size(int(problem.hardware.devices_per_node.value) if problem.hardware.devices_per_node else None)
+    beta = problem.run.bytes_per_element
+    out: dict[str, Any] = {}
+    ep = par.expert_parallel
+    if model.is_moe and ep > 1:
+        sent = all_to_all_bytes(tokens, model.top_k, model.hidden_size, beta, ep, experts_recomputed)
+        # EP groups are packed on consecutive devices: of the ep - 1 peers, min(ep, node) - 1 share the node.
+        peers_in_node = min(ep, node) - 1
+        share_intra = peers_in_node / (ep - 1)
+        out["all_to_all"] = model.num_layers * _link_time(sent * share_intra, sent * (1 - share_intra), problem)
+    mem_params = param_counts(problem)
+    grad_rate = beta  # 16-bit gradients
+    spans_nodes = par.devices > node
+    sync = 0.0
+    for params, ranks in ((mem_params.non_expert, par.data_parallel),
+                          (mem_params.expert / ep, par.expert_data_parallel)):
+        b = gradient_sync_bytes(grad_rate * params, ranks, par.zero_stage)
+        sync = sync + (_link_time(0, b, problem) if spans_nodes else _link_time(b, 0, problem))
+    out["gradient_sync"] = sync
+    return out
+
+
 def step_time(problem: Problem, tiles: Any, tile_batch: Any, overlap: bool = True,
               pv: Optional[PhaseValues] = None) -> StepTime:
-    hw, run, model = problem.hardware, problem.run, problem.model
+    hw, run, model, par = problem.hardware, problem.run, problem.model, problem.parallel
     pv = pv if pv is not None else problem.evaluate(tiles, tile_batch)
     eff, tile_s = time_params(problem)
     peak = hw.peak_flops_per_s.value * eff
-    streaming = hw.memory_model == "weight_streaming"
-    act_bw = (hw.sram_bandwidth_bytes_per_s.value if streaming and hw.sram_bandwidth_bytes_per_s
+    streaming = problem.memory_model == "weight_streaming"
+    act_bw = (hw.sram_bandwidth_bytes_per_s.value if hw.family == "wse" and hw.sram_bandwidth_bytes_per_s
               else hw.offchip_bandwidth_bytes_per_s.value)
     link_bw = hw.offchip_bandwidth_bytes_per_s.value
     beta = run.bytes_per_element
     phase_time: dict[str, Any] = {}
     stream_bound = 0
     model_flops = 0
+    backward_compute = 0
+    experts_recomputed = False
     for phase in problem.compiled.phases:
         n = model.num_layers if phase.scope == "layer" else 1
         v = lambda q: pv.value(phase.name, q)  # noqa: E731
         flops = v("flops_fwd") + v("flops_bwd") + v("flops_recompute")
         model_flops = model_flops + n * (v("flops_fwd") + v("flops_bwd"))
         recomputed = (np.asarray(v("recompute_bytes")) > 0) | (np.asarray(v("flops_recompute")) > 0)
-        traffic = v("bytes_moved") * (3 + recomputed)
+        moved = v("bytes_moved")
+        if phase.name == "experts" and par.expert_parallel > 1:
+            # a device holds E/EP experts: only their weights are read (tokens routed to it are counted
+            # by the catalogue already: uniform routing gives each device T*k token-expert pairs)
+            moved = moved - beta * v("params") * (1 - 1 / par.expert_parallel)
+            experts_recomputed = bool(np.any(recomputed))
+        traffic = moved * (3 + recomputed)
         t_cmp = np.maximum(flops / peak, traffic / act_bw)
+        backward_compute = backward_compute + n * v("flops_bwd") / peak
         if streaming:
             weight_bytes = beta * v("params")
             if phase.name == "embedding":
@@ -78,11 +127,20 @@ def step_time(problem: Problem, tiles: Any, tile_batch: Any, overlap: bool = Tru
         else:
             t = t_cmp
         phase_time[phase.name] = n * t
+    tokens = tiles * tile_batch * run.seq_len
+    comm = communication_time(problem, tokens, experts_recomputed)
+    if "all_to_all" in comm:
+        a2a = comm["all_to_all"]
+        # overlapped: hidden behind the experts' own compute (chunked dispatch), only the excess shows
+        phase_time["all_to_all"] = np.maximum(0.0, a2a - phase_time["experts"]) if par.overlap_all_to_all else a2a
+    if "gradient_sync" in comm:
+        # data-parallel gradient reduction overlaps the backward pass (bucketed, as in PyTorch DDP
+        # and Megatron-LM); only what exceeds the backward compute shows
+        phase_time["gradient_sync"] = np.maximum(0.0, comm["gradient_sync"] - backward_compute)
     tiling = model.num_layers * tiles * tile_s
     total = sum(phase_time.values()) + tiling
-    tokens = tiles * tile_batch * run.seq_len
-    return StepTime(total, tokens / total, model_flops / (total * hw.peak_flops_per_s.value), phase_time, tiling,
-                    stream_bound / total)
+    return StepTime(total, par.devices * tokens / total, model_flops / (total * hw.peak_flops_per_s.value),
+                    phase_time, tiling, stream_bound / total, comm)
 
 
 @dataclass(frozen=True)
@@ -113,7 +171,8 @@ def summarize(problem: Problem, mem: MemoryModel, best: Solution, limits: BatchL
     that fits) and of the dense model with the same active parameters at its own best plan."""
     cap = BatchLimits(max_global_batch=limits.max_global_batch)
     g1 = solve(mem, BatchLimits(tiles=1, max_global_batch=limits.max_global_batch))
-    dense_problem = Problem(problem.model.dense_equivalent(), problem.hardware, problem.run)
+    dense_problem = Problem(problem.model.dense_equivalent(), problem.hardware, problem.run,
+                            replace(problem.parallel, expert_parallel=1))
     dense_mem = MemoryModel(dense_problem)
     dense = solve(dense_mem, cap)
     best_t = step_time(problem, best.tiles, best.tile_batch, overlap)

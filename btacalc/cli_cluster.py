@@ -1,0 +1,120 @@
+"""`btacalc compare` and `btacalc crossover`: the same question asked of wafers and GPU clusters."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .atomic import write_atomic
+from .cli import (Attention, AttentionOpt, GpusPerNodeOpt, MemoryModelChoice, MemoryModelOpt, ModelOpt,
+                  OverlapA2aOpt, OverlapOpt, Recompute, RecomputeOpt, SeqOpt, _value, app, emit_json, out)
+from .errors import BtacalcError
+
+HW_LIST_DEFAULT = "wse2,wse3,a100-80gb,b200"
+
+
+def _profiles(hw: str):
+    from .hardware import resolve_hardware
+
+    names = [h.strip() for h in hw.split(",") if h.strip()]
+    if not names:
+        raise BtacalcError("--hw: give a comma-separated list of profiles, e.g. wse3,b200")
+    return [resolve_hardware(n) for n in names]
+
+
+def _int_list(text: str, flag: str) -> list[int]:
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            v = int(part)
+        except ValueError:
+            raise BtacalcError(f"{flag}: {part!r} is not an integer") from None
+        if v < 1:
+            raise BtacalcError(f"{flag}: {v} must be positive")
+        out.append(v)
+    return out
+
+
+@app.command(epilog="Examples:\n\n"
+             "  btacalc compare --model qwen3-30b-a3b --hw wse2,wse3,a100-80gb,b200\n\n"
+             "  btacalc compare --hw wse3,b200 --devices 8,64 --ep 8 --json\n\n"
+             "  btacalc compare --hw wse3,a100-80gb,b200 --csv compare.csv --plot compare.png")
+def compare(
+    model: str = ModelOpt,
+    hw: str = typer.Option(HW_LIST_DEFAULT, "--hw", help="Comma-separated hardware profiles."),
+    devices: str = typer.Option("auto", "--devices", "-n", help="GPU counts, e.g. 8,64; auto: the smallest power of two "
+                                "that fits (trying ZeRO-3 and full recomputation). Wafer rows are one system."),
+    ep: Optional[int] = typer.Option(None, "--ep", min=1, help="Expert-parallel degree [default: gcd(devices, E)]."),
+    zero: int = typer.Option(1, "--zero", min=0, max=3, help="ZeRO stage on multi-GPU rows."),
+    gpus_per_node: Optional[int] = GpusPerNodeOpt,
+    overlap_a2a: bool = OverlapA2aOpt,
+    seq: Optional[int] = SeqOpt,
+    recompute: Optional[Recompute] = RecomputeOpt,
+    attention: Optional[Attention] = AttentionOpt,
+    memory_model: MemoryModelChoice = MemoryModelOpt,
+    overlap: bool = OverlapOpt,
+    as_json: bool = typer.Option(False, "--json", help="Print {rows: [...]} as JSON on stdout."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the JSON to this file (atomically)."),
+    csv_path: Optional[Path] = typer.Option(None, "--csv", help="Write one CSV row per device set."),
+    plot_path: Optional[str] = typer.Option(None, "--plot", help="Bar chart of tokens/s and tokens/s per kW (.png/.svg)."),
+) -> int:
+    """One model on several devices side by side: fits, G, b, tokens per expert, step time, tokens/s,
+    MFU, vs dense, binding constraint, dominant phase, tokens/s per kW."""
+    from .compare import compare as run_compare
+    from .compare import plot, to_csv
+    from .models import resolve_model
+
+    spec = resolve_model(model)
+    profiles = _profiles(hw)
+    counts = None if devices.strip() == "auto" else _int_list(devices, "--devices")
+    if memory_model == MemoryModelChoice.weight_streaming and any(p.family == "gpu" for p in profiles):
+        raise BtacalcError("--memory-model weight_streaming is modelled for wafer-scale profiles only")
+    result = run_compare(spec, profiles, counts, ep, zero, gpus_per_node, overlap_a2a, seq, _value(recompute),
+                         _value(attention), memory_model.value, overlap)
+    if plot_path:
+        plot(result, plot_path)
+    if csv_path:
+        write_atomic(csv_path, to_csv(result))
+    emit_json(result.model_dump_json(indent=2), as_json, output)
+    if not as_json:
+        from .render_cluster import compare_renderable
+
+        out.print(compare_renderable(result))
+    return 0
+
+
+@app.command(epilog="Examples:\n\n"
+             "  btacalc crossover --hw wse2,wse3,a100-80gb,b200\n\n"
+             "  btacalc crossover --hidden 512:4096:256 --plot crossover.png\n\n"
+             "  btacalc crossover --hw wse3,b200 --json")
+def crossover(
+    hw: str = typer.Option(HW_LIST_DEFAULT, "--hw", help="Comma-separated hardware profiles."),
+    family: str = typer.Option("qwen3-moe", "--family", help="Model family to scale (qwen3-moe)."),
+    hidden: str = typer.Option("256:7168:256", "--hidden", help="Hidden sizes: a,b,c or start:stop:step (multiples of 256)."),
+    seq: Optional[int] = SeqOpt,
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the JSON to this file (atomically)."),
+    csv_path: Optional[Path] = typer.Option(None, "--csv", help="Write one CSV row per (model, device)."),
+    plot_path: Optional[str] = typer.Option(None, "--plot", help="tokens/s per kW vs parameters (.png/.svg)."),
+) -> int:
+    """Scale a model family from about 0.1B to 1.3T parameters: per device, the memory regime
+    (resident / weight streaming on a wafer; GPUs needed), tokens/s per kW, and where regimes change."""
+    from .crossover import crossover as run_crossover
+    from .crossover import plot, to_csv
+    from .sweep import parse_values
+
+    profiles = _profiles(hw)
+    result = run_crossover(profiles, family, parse_values(hidden), seq)
+    if plot_path:
+        plot(result, plot_path)
+    if csv_path:
+        write_atomic(csv_path, to_csv(result))
+    emit_json(result.model_dump_json(indent=2), as_json, output)
+    if not as_json:
+        from .render_cluster import crossover_renderable
+
+        out.print(crossover_renderable(result))
+    return 0

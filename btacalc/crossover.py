@@ -1,0 +1,153 @@
+"""`btacalc crossover`: scale a model family and find, per device, where its memory regime changes.
+
+Family `qwen3-moe` (one free variable, the hidden size h, a multiple of 256):
+    L = 3h/128 layers, a = h/64 query heads of d_h = 128, a_kv = 4, f = 3h/8, E = 128, k = 8,
+    V = 151,936, q/k RMSNorm, untied embeddings.
+The rule goes through both published members' shapes: h = 2048 gives Qwen3-30B-A3B exactly
+(L = 48, a = 32, f = 768; https://huggingface.co/Qwen/Qwen3-30B-A3B/blob/main/config.json) and
+h = 4096 gives L = 96, a = 64, f = 1536, two layers more than Qwen3-235B-A22B's 94
+(https://huggingface.co/Qwen/Qwen3-235B-A22B/blob/main/config.json). Total parameters grow as about
+3.5·h³ + 2·V·h: 0.1 B at h = 256, 0.6 B at h = 512, 1.3 T at h = 7168.
+
+Regimes per device:
+- wafer: `resident` (all training state on the wafer, 16 B/param + activations), `weight_streaming`
+  (weights and optimizer in MemoryX, activations on the wafer), or `does not fit` (one sequence's
+  activations exceed SRAM, or the state exceeds the profile's MemoryX capacity);
+- GPU: the smallest power-of-two device count whose per-device shard fits (EP = gcd(N, E), ZeRO-1).
+A boundary is reported between the two family members on either side of a regime change.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from pydantic import BaseModel, Field
+
+from .compare import CompareRow, compare
+from .errors import BtacalcError
+from .hardware import HardwareProfile
+from .models import ModelSpec, validate_model
+
+FAMILIES = ("qwen3-moe",)
+DEFAULT_HIDDEN = tuple(range(256, 7168 + 1, 256))
+
+
+def family_model(family: str, hidden: int) -> ModelSpec:
+    if family not in FAMILIES:
+        raise BtacalcError(f"unknown model family {family!r} (known: {', '.join(FAMILIES)})")
+    if hidden < 256 or hidden % 256:
+        raise BtacalcError(f"--hidden {hidden}: the qwen3-moe family needs a multiple of 256 (a = h/64 divisible by a_kv = 4)")
+    return validate_model({
+        "name": f"qwen3-moe-h{hidden}",
+        "source": "btacalc family rule (crossover.py): L = 3h/128, a = h/64, d_h = 128, a_kv = 4, f = 3h/8, E = 128, k = 8",
+        "hidden_size": hidden, "num_layers": 3 * hidden // 128, "num_heads": hidden // 64, "num_kv_heads": 4,
+        "head_dim": 128, "vocab_size": 151936, "ffn_size": 3 * hidden // 8, "num_experts": 128, "top_k": 8,
+        "qk_norm": "head", "max_position_embeddings": 40960,
+    }, origin=f"family {family}")
+
+
+class CrossoverPoint(BaseModel):
+    model: str
+    hidden_size: int
+    params_total: int
+    hardware: str
+    regime: str = Field(description="wafer: resident | weight_streaming | does_not_fit; GPU: 'N devices' | does_not_fit")
+    row: CompareRow
+
+
+class Boundary(BaseModel):
+    hardware: str
+    from_regime: str
+    to_regime: str
+    below_params: int = Field(description="largest family member still in from_regime")
+    above_params: int = Field(description="smallest family member in to_regime")
+
+
+class CrossoverResult(BaseModel):
+    family: str
+    seq_len: int
+    points: list[CrossoverPoint]
+    boundaries: list[Boundary]
+    best_per_kw: dict[str, str] = Field(description="model -> device with the most tokens/s per kW")
+
+
+def _regime(row: CompareRow, profile: HardwareProfile) -> str:
+    if not row.fits:
+        return "does_not_fit"
+    if profile.family == "wse":
+        return row.memory_model
+    return f"{row.devices} devices" if row.devices > 1 else "1 device"
+
+
+def crossover(profiles: Sequence[HardwareProfile], family: str = "qwen3-moe",
+              hidden_sizes: Sequence[int] = DEFAULT_HIDDEN, seq_len: Optional[int] = None) -> CrossoverResult:
+    if not hidden_sizes:
+        raise BtacalcError("--hidden: give at least one size")
+    points: list[CrossoverPoint] = []
+    seq = 0
+    for h in sorted(set(hidden_sizes)):
+        model = family_model(family, h)
+        result = compare(model, profiles, seq_len=seq_len)
+        seq = result.seq_len
+        for profile, row in zip(profiles, result.rows):
+            points.append(CrossoverPoint(model=model.name, hidden_size=h, params_total=result.params_total,
+                                         hardware=profile.name, regime=_regime(row, profile), row=row))
+    boundaries = []
+    for profile in profiles:
+        mine = [p for p in points if p.hardware == profile.name]
+        for a, b in zip(mine, mine[1:]):
+            if a.regime != b.regime:
+                boundaries.append(Boundary(hardware=profile.name, from_regime=a.regime, to_regime=b.regime,
+                                           below_params=a.params_total, above_params=b.params_total))
+    best: dict[str, str] = {}
+    for h in sorted(set(hidden_sizes)):
+        cands = [p for p in points if p.hidden_size == h and p.row.tokens_per_s_per_kw]
+        if cands:
+            top = max(cands, key=lambda p: p.row.tokens_per_s_per_kw or 0.0)
+            best[top.model] = top.hardware
+    return CrossoverResult(family=family, seq_len=seq, points=points, boundaries=boundaries, best_per_kw=best)
+
+
+def to_csv(result: CrossoverResult) -> str:
+    import csv
+    import io
+
+    fields = ["model", "hidden_size", "params_total", "hardware", "regime", "devices", "tiles", "tile_batch",
+              "tokens_per_s", "tokens_per_s_per_kw", "mfu", "dominant_phase", "binding_constraint"]
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
+    w.writeheader()
+    for p in result.points:
+        rec = p.model_dump(exclude={"row"})
+        rec.update({k: getattr(p.row, k) for k in fields if k not in rec})
+        w.writerow(rec)
+    return buf.getvalue()
+
+
+def plot(result: CrossoverResult, path: str) -> None:
+    """tokens/s per kW against total parameters, one line per device; marker shape = regime."""
+    from .plotting import pyplot, save
+
+    plt = pyplot(path)
+    fig, ax = plt.subplots(figsize=(7.5, 4.6))
+    markers = {"resident": "s", "weight_streaming": "o"}
+    for hw in dict.fromkeys(p.hardware for p in result.points):
+        pts = [p for p in result.points if p.hardware == hw and p.row.tokens_per_s_per_kw]
+        if not pts:
+            continue
+        line, = ax.plot([p.params_total for p in pts], [p.row.tokens_per_s_per_kw for p in pts], "-", label=hw)
+        for p in pts:
+            ax.plot(p.params_total, p.row.tokens_per_s_per_kw, markers.get(p.regime, "^"), color=line.get_color(), ms=4)
+            if p.regime not in markers and p.row.devices > 1:
+                ax.annotate(str(p.row.devices), (p.params_total, p.row.tokens_per_s_per_kw), fontsize=6,
+                            xytext=(2, 3), textcoords="offset points")
+    for b in result.boundaries:
+        ax.axvline((b.below_params * b.above_params) ** 0.5, color="grey", lw=0.4, ls=":")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("total parameters (qwen3-moe family)")
+    ax.set_ylabel("training tokens/s per kW")
+    ax.set_title(f"{result.family}, s = {result.seq_len}: square resident, circle streamed, triangle GPUs (count)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    save(fig, path)

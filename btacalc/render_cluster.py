@@ -1,0 +1,76 @@
+"""Rich tables for `compare` and `crossover` (GB = 1e9 bytes; tokens/s as plain numbers)."""
+
+from __future__ import annotations
+
+from rich import box
+from rich.console import Group
+from rich.table import Table
+
+from .compare import CompareResult
+from .crossover import CrossoverResult
+from .render import params
+
+
+def _num(v, fmt: str = ",.0f") -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def compare_renderable(r: CompareResult) -> Table:
+    t = Table(title=f"{r.model} ({params(r.params_total)} parameters), s = {r.seq_len}: one row per device set",
+              title_justify="left", caption_justify="left")
+    t.box = box.SIMPLE_HEAD
+    t.padding = (0, 1)
+    cols = ("device", "setup", "G x b", "T_e", "tokens/s", "MFU", "vs dense", "BTA", "tok/s/kW",
+            "dominant", "GB/device")
+    for c in cols:
+        t.add_column(c, justify="left" if c in ("device", "setup", "dominant") else "right", no_wrap=c != "setup",
+                     min_width=13 if c == "setup" else None)
+    notes = []
+    for row in r.rows:
+        rc = f"{row.recompute} rc"
+        if row.devices > 1:
+            setup = f"EP {row.expert_parallel}, ZeRO-{row.zero_stage}\n{rc}"
+        else:
+            setup = f"{row.memory_model.replace('weight_streaming', 'streamed')}\n{rc}"
+        t.add_row(f"{row.hardware} x{row.devices}" if row.devices > 1 else row.hardware, setup,
+                  f"{row.tiles} x {row.tile_batch}" if row.fits else "[red]no fit[/]", _num(row.tokens_per_expert),
+                  _num(row.tokens_per_s),
+                  "-" if row.mfu is None else f"{100 * row.mfu:.1f}%", _num(row.relative_to_dense, ".2f"),
+                  "-" if row.bta_gain is None else f"{row.bta_gain:.2f}x", _num(row.tokens_per_s_per_kw),
+                  row.dominant_phase or "-",
+                  f"{row.memory_total_bytes / 1e9:.1f}/{row.usable_memory_bytes / 1e9:.1f}")
+        if row.note:
+            notes.append(f"{row.hardware} x{row.devices}: {row.note}")
+    t.caption = ("G x b: per device; rc: recomputation; vs dense: the dense model with the same active parameters on the "
+                 "same devices; BTA: tokens/s at the solver's G over G = 1;\ntok/s/kW: over system power; GB/device: "
+                 "used/usable, GB = 1e9 bytes" + ("\n" + "\n".join(notes) if notes else ""))
+    return t
+
+
+def crossover_renderable(r: CrossoverResult) -> Group:
+    hws = list(dict.fromkeys(p.hardware for p in r.points))
+    t = Table(title=f"{r.family} family, s = {r.seq_len}: regime and tokens/s per kW per device", title_justify="left")
+    t.add_column("model")
+    t.add_column("params", justify="right")
+    for hw in hws:
+        t.add_column(hw, justify="right")
+    t.add_column("best per kW")
+    by_model: dict[str, dict[str, object]] = {}
+    for p in r.points:
+        by_model.setdefault(p.model, {"params": p.params_total})[p.hardware] = p
+    for model, cells in by_model.items():
+        row = [model, params(cells["params"])]  # type: ignore[arg-type]
+        for hw in hws:
+            p = cells[hw]
+            if p.row.fits:  # type: ignore[attr-defined]
+                row.append(f"{p.regime.replace('weight_streaming', 'streamed')}\n{p.row.tokens_per_s_per_kw:,.0f}")  # type: ignore[attr-defined]
+            else:
+                row.append("[red]does not fit[/]")
+        row.append(r.best_per_kw.get(model, "-"))
+        t.add_row(*row)
+    b = Table(title="Regime boundaries (between the family members on either side)", title_justify="left")
+    for c in ("device", "from", "to", "between"):
+        b.add_column(c)
+    for x in r.boundaries:
+        b.add_row(x.hardware, x.from_regime, x.to_regime, f"{params(x.below_params)} and {params(x.above_params)}")
+    return Group(t, b)

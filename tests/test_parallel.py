@@ -1,0 +1,277 @@
+"""Multi-GPU planning: sharded training state, all-to-all and gradient-sync volumes, compare/crossover.
+
+Expected values are written as the derivation: parameter buckets from the architecture, bytes per
+parameter from Transformer Math 101 (2 + 2 + 12), divisors from the ZeRO paper's stage definitions.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from btacalc.cli import main
+from btacalc.cluster import min_devices
+from btacalc.compare import compare
+from btacalc.crossover import crossover, family_model
+from btacalc.errors import BtacalcError
+from btacalc.hardware import resolve_hardware
+from btacalc.memory import MemoryModel, param_counts, resolve_memory_model
+from btacalc.models import resolve_model
+from btacalc.parallel import Parallelism, all_to_all_bytes, gradient_sync_bytes
+from btacalc.plan import make_plan
+from btacalc.run import Problem, RunOptions
+from btacalc.throughput import communication_time
+
+QWEN = resolve_model("qwen3-30b-a3b")
+# Qwen3-30B-A3B routed experts: L x E x 3hf (gate, up, down), from config.json
+EXPERT_PARAMS = 48 * 128 * 3 * 2048 * 768
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def problem(hw="a100-80gb", devices=1, ep=1, zero=0, model=QWEN, **run):
+    return resolve_memory_model(Problem(model, resolve_hardware(hw), RunOptions(attention="flash", **run),
+                                        Parallelism(devices, ep, zero)))
+
+
+def run_cli(capsys, *args):
+    with pytest.raises(SystemExit) as exc:
+        main(list(args))
+    cap = capsys.readouterr()
+    return exc.value.code, cap.out, cap.err
+
+
+# --- sharding arithmetic -------------------------------------------------------------------------
+
+def test_expert_bucket_is_the_routed_experts():
+    pc = param_counts(problem())
+    assert pc.expert == EXPERT_PARAMS
+    assert pc.non_expert == pc.total - EXPERT_PARAMS
+
+
+def test_single_device_state_is_16_bytes_per_param():
+    mem = MemoryModel(problem())
+    total = param_counts(problem()).total
+    assert mem.fixed == {"weights": 2 * total, "gradients": 2 * total, "optimizer_state": 12 * total}
+    assert sum(mem.fixed.values()) == 16 * total  # ~ 30.5 B x 16 = 488.5 GB
+
+
+@pytest.mark.parametrize("zero", [0, 1, 2, 3])
+def test_sharded_state_per_device(zero):
+    n, ep = 64, 8
+    pe, pne = EXPERT_PARAMS, param_counts(problem()).total - EXPERT_PARAMS
+    dp, edp = n, n // ep
+    mem = MemoryModel(problem(devices=n, ep=ep, zero=zero))
+    # experts always split over EP; ZeRO stage s also splits a component over its data-parallel ranks
+    weights = 2 * ceil_div(pne, dp if zero >= 3 else 1) + 2 * ceil_div(pe, ep * (edp if zero >= 3 else 1))
+    grads = 2 * ceil_div(pne, dp if zero >= 2 else 1) + 2 * ceil_div(pe, ep * (edp if zero >= 2 else 1))
+    optim = 12 * ceil_div(pne, dp if zero >= 1 else 1) + 12 * ceil_div(pe, ep * (edp if zero >= 1 else 1))
+    assert mem.fixed["weights"] == weights
+    assert mem.fixed["gradients"] == grads
+    assert mem.fixed["optimizer_state"] == optim
+    if zero == 3:  # one layer's local weights gathered: non-expert layer part + E/EP experts of that layer
+        layer = param_counts(problem()).per_layer
+        assert mem.fixed["gathered_weights"] == int(2 * (layer - EXPERT_PARAMS / 48 * (1 - 1 / ep)))
+
+
+def test_more_devices_never_increase_per_device_memory():
+    for zero in (0, 1, 2, 3):
+        prev = None
+        for n in (1, 2, 4, 8, 16, 32, 64, 128, 256):
+            mem = MemoryModel(problem(devices=n, ep=min(n, 128), zero=zero))
+            now = mem.total(1, 1)
+            assert prev is None or now <= prev, (zero, n)
+            prev = now
+
+
+# --- communication volumes -----------------------------------------------------------------------
+
+def test_all_to_all_bytes_hand_computed():
+    # one 4096-token sequence, k = 8 copies of h = 2048 bf16 values, 7/8 of them leave the device;
+    # dispatch + combine, forward + backward = 4 transfers
+    assert all_to_all_bytes(4096, 8, 2048, 2, 8, recomputed=False) == 4 * 4096 * 8 * 2048 * 2 * 7 / 8
+    assert all_to_all_bytes(4096, 8, 2048, 2, 8, recomputed=True) == 6 * 4096 * 8 * 2048 * 2 * 7 / 8
+    assert all_to_all_bytes(4096, 8, 2048, 2, 1, recomputed=False) == 0
+
+
+def test_all_to_all_time_intra_and_inter_node():
+    tokens = 4096
+    sent8 = 4 * tokens * 8 * 2048 * 2 * (1 - 1 / 8)
+    t8 = communication_time(problem(devices=8, ep=8, zero=1), tokens, experts_recomputed=False)["all_to_all"]
+    assert t8 == pytest.approx(48 * sent8 / 300e9)  # all 7 peers on NVLink (300 GB/s per direction)
+    sent16 = 4 * tokens * 8 * 2048 * 2 * (1 - 1 / 16)
+    t16 = communication_time(problem(devices=16, ep=16, zero=1), tokens, experts_recomputed=False)["all_to_all"]
+    # 7 of 15 peers in the node (NVLink), 8 in the other node (25 GB/s NIC); the slower link sets the time
+    assert t16 == pytest.approx(48 * max(sent16 * 7 / 15 / 300e9, sent16 * 8 / 15 / 25e9))
+
+
+def test_gradient_sync_ring_volume():
+    assert gradient_sync_bytes(1e9, 8, 1) == pytest.approx(2 * 7 / 8 * 1e9)
+    assert gradient_sync_bytes(1e9, 8, 3) == pytest.approx(3 * 7 / 8 * 1e9)  # ZeRO-3: 3 Psi (ZeRO paper §7)
+    assert gradient_sync_bytes(1e9, 1, 1) == 0
+
+
+def test_single_device_has_no_communication():
+    assert communication_time(problem(), 4096, False) == {}
+
+
+# --- acceptance: plan on GPUs ----------------------------------------------------------------------
+
+def test_one_a100_does_not_fit_qwen3(capsys):
+    code, out, err = run_cli(capsys, "plan", "--model", "qwen3-30b-a3b", "--hw", "a100-80gb", "--devices", "1", "--json")
+    assert code == 1, err
+    r = json.loads(out)
+    assert not r["plan"]["fits"]
+    assert r["plan"]["binding_constraint"] == "memory"
+    state = r["memory_bytes"]["weights"] + r["memory_bytes"]["gradients"] + r["memory_bytes"]["optimizer_state"]
+    assert state == 16 * r["model"]["params_total"]
+    assert any("--devices" in s for s in r["suggestions"])
+
+
+def test_64_a100s_with_ep8_zero1_fit(capsys):
+    code, out, err = run_cli(capsys, "plan", "--hw", "a100-80gb", "--devices", "64", "--ep", "8", "--zero", "1", "--json")
+    assert code == 0, err
+    r = json.loads(out)
+    assert r["plan"]["fits"] and r["parallelism"]["expert_data_parallel"] == 8
+    rows = {(s["component"], s["part"]): s for s in r["state_sharding"]}
+    assert rows[("optimizer", "expert")]["divisor"] == 64 and rows[("weights", "expert")]["divisor"] == 8
+    assert rows[("weights", "non_expert")]["divisor"] == 1
+    th = r["throughput"]
+    assert set(th["communication_s"]) == {"all_to_all", "gradient_sync"}
+    assert "all_to_all" in th["phase_share"]
+    # tokens per expert: each expert replica serves its EP group of 8 devices
+    assert r["plan"]["tokens_per_expert"] == 8 * r["plan"]["global_batch"] * 4096 * 8 / 128
+
+
+def test_suggested_device_count_fits():
+    base = problem(zero=1)
+    fit = min_devices(base, escalate=True)
+    assert fit is not None and MemoryModel(fit).fits(1, 1)
+    half = fit.parallel.devices // 2
+    if half >= 1:  # the next smaller power of two fits with none of the levers
+        for zero, rc in ((1, "selective"), (3, "selective"), (1, "full"), (3, "full")):
+            smaller = problem(devices=half, ep=min(half, 128), zero=zero if half > 1 else 0, recompute=rc)
+            assert not MemoryModel(smaller).fits(1, 1)
+
+
+@pytest.mark.parametrize("args, text", [
+    (("--hw", "a100-80gb", "--devices", "12", "--ep", "8"), "does not divide --devices"),
+    (("--hw", "a100-80gb", "--devices", "24", "--ep", "3"), "does not divide the 128 experts"),
+    (("--hw", "wse3", "--devices", "2"), "one wafer-scale system"),
+    (("--hw", "a100-80gb", "--memory-model", "weight_streaming"), "wafer-scale profiles only"),
+    (("--hw", "a100-80gb", "--zero", "4"), "--zero"),
+])
+def test_bad_parallel_options_exit_2(capsys, args, text):
+    code, out, err = run_cli(capsys, "plan", *args)
+    assert code == 2
+    assert text in err and len(err.strip().splitlines()) == 1 and not out
+
+
+def test_dense_model_rejects_ep(capsys):
+    code, _, err = run_cli(capsys, "plan", "--model", "gpt3-175b", "--hw", "a100-80gb", "--devices", "8", "--ep", "2")
+    assert code == 2 and "dense" in err
+
+
+# --- memory regime on the wafer ------------------------------------------------------------------
+
+def test_wafer_keeps_a_small_model_resident_and_streams_a_large_one():
+    small = family_model("qwen3-moe", 512)  # 0.63 B params: 16 B/param = 10 GB < 37 GB usable
+    p_small = resolve_memory_model(Problem(small, resolve_hardware("wse3"), RunOptions()))
+    assert p_small.memory_model == "resident"
+    assert MemoryModel(p_small).fixed["optimizer_state"] == 12 * param_counts(p_small).total
+    p_large = resolve_memory_model(Problem(QWEN, resolve_hardware("wse3"), RunOptions()))
+    assert p_large.memory_model == "weight_streaming"
+
+
+def test_memoryx_capacity_is_checked():
+    hw = resolve_hardware("wse3")
+    tiny = hw.model_copy(update={"offchip_memory_bytes": hw.offchip_memory_bytes.model_copy(update={"value": 1e11})})
+    report = make_plan(QWEN, tiny, RunOptions(memory_model="weight_streaming"))
+    assert not report.plan.fits
+    assert any("MemoryX" in s for s in report.suggestions)
+
+
+# --- family, compare, crossover --------------------------------------------------------------------
+
+def test_family_rule_reproduces_qwen3_30b_a3b():
+    fam = family_model("qwen3-moe", 2048)
+    for field in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim", "vocab_size", "ffn_size",
+                  "num_experts", "top_k", "qk_norm", "tied_embeddings"):
+        assert getattr(fam, field) == getattr(QWEN, field), field
+
+
+def test_family_rejects_bad_hidden():
+    with pytest.raises(BtacalcError):
+        family_model("qwen3-moe", 1000)
+    with pytest.raises(BtacalcError):
+        family_model("llama", 1024)
+
+
+def test_compare_rows_and_json(capsys):
+    code, out, err = run_cli(capsys, "compare", "--model", "qwen3-30b-a3b", "--hw", "wse2,wse3,a100-80gb,b200", "--json")
+    assert code == 0, err
+    r = json.loads(out)
+    assert [row["hardware"] for row in r["rows"]] == ["wse2", "wse3", "a100-80gb", "b200"]
+    for row in r["rows"]:
+        assert row["fits"]
+        assert {"tiles", "tile_batch", "tokens_per_expert", "step_time_s", "tokens_per_s", "mfu", "relative_to_dense",
+                "binding_constraint", "dominant_phase", "tokens_per_s_per_kw"} <= set(row)
+        assert row["tokens_per_s_per_kw"] == pytest.approx(row["tokens_per_s"] / row["power_kw"])
+    wafers = [row for row in r["rows"] if row["hardware"].startswith("wse")]
+    assert all(row["devices"] == 1 and row["memory_model"] == "weight_streaming" for row in wafers)
+
+
+def test_data_parallel_scaling_with_ep_inside_a_node():
+    res = compare(QWEN, [resolve_hardware("b200")], devices=[8, 16, 32, 64], expert_parallel=8)
+    assert all(r.fits for r in res.rows)
+    tput = [r.tokens_per_s for r in res.rows]
+    assert all(b > a for a, b in zip(tput, tput[1:]))  # more data-parallel replicas, more tokens/s
+
+
+def test_expert_parallelism_across_nodes_costs_all_to_all():
+    # EP 16 on 8-GPU nodes sends 8 of 15 peers' share over the 50 GB/s NIC instead of 900 GB/s NVLink
+    inside, across = compare(QWEN, [resolve_hardware("b200")], devices=[16], expert_parallel=8).rows[0], \
+        compare(QWEN, [resolve_hardware("b200")], devices=[16], expert_parallel=16).rows[0]
+    assert across.dominant_phase == "all_to_all"
+    assert across.tokens_per_s < inside.tokens_per_s
+
+
+def test_crossover_monotone_regimes():
+    hws = [resolve_hardware(h) for h in ("wse3", "b200")]
+    res = crossover(hws, hidden_sizes=[256, 512, 1024, 2048, 3072])
+    for hw in ("wse3", "b200"):
+        pts = [p for p in res.points if p.hardware == hw]
+        assert [p.params_total for p in pts] == sorted(p.params_total for p in pts)
+        if hw == "b200":
+            counts = [p.row.devices for p in pts if p.row.fits]
+            assert counts == sorted(counts)  # a larger model never needs fewer GPUs
+        else:
+            regimes = [p.regime for p in pts]
+            first_stream = regimes.index("weight_streaming")
+            assert all(r == "resident" for r in regimes[:first_stream])
+            assert all(r != "resident" for r in regimes[first_stream:])  # never resident again
+    assert any(b.hardware == "wse3" and b.from_regime == "resident" for b in res.boundaries)
+
+
+def test_compare_csv_and_plot_outputs(tmp_path, capsys):
+    csv_path = tmp_path / "c.csv"
+    code, _, err = run_cli(capsys, "compare", "--hw", "wse3,b200", "--csv", str(csv_path))
+    assert code == 0, err
+    lines = csv_path.read_text().splitlines()
+    assert lines[0].startswith("hardware,") and len(lines) == 3
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "x.png"
+    code, _, err = run_cli(capsys, "crossover", "--hw", "wse3,b200", "--hidden", "512,2048", "--plot", str(png))
+    assert code == 0, err
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_compare_bad_input_writes_nothing(tmp_path, capsys):
+    csv_path = tmp_path / "c.csv"
+    code, out, err = run_cli(capsys, "compare", "--hw", "wse3,nosuch", "--csv", str(csv_path))
+    assert code == 2 and "unknown hardware" in err and not csv_path.exists()
+    code, out, err = run_cli(capsys, "compare", "--devices", "8,x")
+    assert code == 2 and "--devices" in err
