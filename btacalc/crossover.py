@@ -136,18 +136,22 @@ def plot(result: CrossoverResult, path: str) -> None:
         if not pts:
             continue
         line, = ax.plot([p.params_total for p in pts], [p.row.tokens_per_s_per_kw for p in pts], "-", label=hw)
+        prev = None
         for p in pts:
             ax.plot(p.params_total, p.row.tokens_per_s_per_kw, markers.get(p.regime, "^"), color=line.get_color(), ms=4)
-            if p.regime not in markers and p.row.devices > 1:
+            if p.regime not in markers and p.row.devices != prev:  # label where the GPU count changes
                 ax.annotate(str(p.row.devices), (p.params_total, p.row.tokens_per_s_per_kw), fontsize=6,
-                            xytext=(2, 3), textcoords="offset points")
+                            xytext=(2, 3), textcoords="offset points", color=line.get_color())
+            prev = p.row.devices
     for b in result.boundaries:
-        ax.axvline((b.below_params * b.above_params) ** 0.5, color="grey", lw=0.4, ls=":")
+        if b.from_regime == "resident":  # the wafer's resident -> streaming boundary
+            ax.axvline((b.below_params * b.above_params) ** 0.5, color="grey", lw=0.6, ls=":")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("total parameters (qwen3-moe family)")
     ax.set_ylabel("training tokens/s per kW")
-    ax.set_title(f"{result.family}, s = {result.seq_len}: square resident, circle streamed, triangle GPUs (count)")
+    ax.set_title(f"{result.family}, s = {result.seq_len}: square resident, circle streamed, triangle GPUs (count)\n"
+                 "dotted: wafer resident -> streaming boundary", fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
     save(fig, path)
