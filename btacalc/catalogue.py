@@ -70,29 +70,34 @@ FEATURES: dict[str, tuple[Any, ...]] = {
     "qk_norm": ("none", "head", "full"),
     "position_embedding": ("rope", "learned"),
     "tied_embeddings": (True, False),
+    "softmax_fp32": (True, False),
     # run options
     "attention": ("eager", "flash"),
     "causal": (True, False),
     "loss": ("stored", "fused"),
-    "accounting": ("ideal", "framework"),
+    "accounting": ("ideal", "pytorch"),
     "optimizer": ("adam", "sgd"),
 }
 
 FeatureValue = Union[bool, str]
-When = dict[str, Union[FeatureValue, list[FeatureValue]]]
+Condition = dict[str, Union[FeatureValue, list[FeatureValue]]]
+When = Union[Condition, list[Condition]]  # a list means: any of these conditions
 
 
 def _check_when(when: When) -> When:
-    for key, value in when.items():
-        if key not in FEATURES:
-            raise ValueError(f"unknown feature {key!r} in 'when' (known: {', '.join(FEATURES)})")
-        for v in value if isinstance(value, list) else [value]:
-            if v not in FEATURES[key]:
-                raise ValueError(f"feature {key!r} has no value {v!r} (allowed: {FEATURES[key]})")
+    for cond in when if isinstance(when, list) else [when]:
+        for key, value in cond.items():
+            if key not in FEATURES:
+                raise ValueError(f"unknown feature {key!r} in 'when' (known: {', '.join(FEATURES)})")
+            for v in value if isinstance(value, list) else [value]:
+                if v not in FEATURES[key]:
+                    raise ValueError(f"feature {key!r} has no value {v!r} (allowed: {FEATURES[key]})")
     return when
 
 
 def _matches(when: When, features: dict[str, Any]) -> bool:
+    if isinstance(when, list):
+        return any(_matches(cond, features) for cond in when)
     for key, value in when.items():
         allowed = value if isinstance(value, list) else [value]
         if features[key] not in allowed:
@@ -110,7 +115,9 @@ class Term(BaseModel):
     tensor: str = Field(min_length=3)
     source: str = Field(min_length=3)
     when: When = {}
-    recompute: Literal["layer", "core", "never"] = "layer"
+    # layer: dropped by full recomputation; core: also by selective; never: always kept;
+    # checkpoint: kept only under full recomputation (what the checkpoint itself saves)
+    recompute: Literal["layer", "core", "never", "checkpoint"] = "layer"
     component: str = ""  # state terms only: weights / gradients / optimizer
 
     _sym: sp.Expr = PrivateAttr()
@@ -222,10 +229,12 @@ class Selection:
         f = self.feature_dict
         chosen = [t for t in phase.terms if t.q == quantity and t.applies(f)]
         if quantity == "stored":
-            if self.recompute == "selective":
-                chosen = [t for t in chosen if t.recompute != "core"]
-            elif self.recompute == "full":
-                chosen = [t for t in chosen if t.recompute == "never"]
+            if self.recompute == "full":
+                chosen = [t for t in chosen if t.recompute in ("never", "checkpoint")]
+            else:
+                chosen = [t for t in chosen if t.recompute != "checkpoint"]
+                if self.recompute == "selective":
+                    chosen = [t for t in chosen if t.recompute != "core"]
         return chosen
 
     def expression(self, phase: Phase, quantity: str) -> sp.Expr:
@@ -239,7 +248,7 @@ class Selection:
             kept = {id(t) for t in self.terms(phase, "stored")}
             f = self.feature_dict
             dropped = sp.Add(*[t.sym for t in phase.terms
-                               if t.q == "stored" and t.applies(f) and id(t) not in kept])
+                               if t.q == "stored" and t.applies(f) and id(t) not in kept and t.recompute != "checkpoint"])
             if phase.scope != "layer":
                 return sp.Integer(0)
             return dropped.subs(SYMBOLS["G"], 1) if phase.batch == "tile" else dropped

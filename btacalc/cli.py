@@ -57,7 +57,7 @@ class Loss(str, Enum):
 
 class Accounting(str, Enum):
     ideal = "ideal"
-    framework = "framework"
+    pytorch = "pytorch"
 
 
 class MemoryModelChoice(str, Enum):
@@ -123,7 +123,7 @@ RecomputeOpt = typer.Option(None, "--recompute", help="Activation recomputation 
 AttentionOpt = typer.Option(None, "--attention", help="eager (materialised s² scores) or flash [default: per device].")
 CausalOpt = typer.Option(False, "--causal/--full-scores", help="Count only the causal half of the s² matmuls.")
 LossOpt = typer.Option(Loss.fused, "--loss", help="fused: logits one sequence at a time; stored: Korthikanti's 4sbv fp32 logits.")
-AccountingOpt = typer.Option(Accounting.ideal, "--accounting", help="ideal (Korthikanti-style) or framework (PyTorch autograd extras).")
+AccountingOpt = typer.Option(Accounting.ideal, "--accounting", help="ideal (Korthikanti-style) or pytorch (what a PyTorch layer keeps, measured: README).")
 ExpertsOpt = typer.Option(None, "--experts", min=1, help="Override the number of experts E.")
 TopKOpt = typer.Option(None, "--top-k", min=1, help="Override experts per token k.")
 ExpertFfnOpt = typer.Option(None, "--expert-ffn", min=1, help="Override the expert width f.")
@@ -437,5 +437,5 @@ def main(argv: Optional[list[str]] = None) -> None:
     sys.exit(rv if isinstance(rv, int) else 0)
 
 
-# compare / crossover live in their own module; importing it registers them on `app`.
-from . import cli_cluster  # noqa: E402,F401
+# compare / crossover / measure live in their own modules; importing them registers them on `app`.
+from . import cli_cluster, cli_measure  # noqa: E402,F401

@@ -51,6 +51,8 @@ class ModelSpec(BaseModel):
     qkv_bias: bool = False
     linear_bias: bool = False
     tied_embeddings: bool = False
+    softmax_fp32: bool = Field(True, description="eager attention computes softmax in fp32 (HF transformers); "
+                               "False: 16-bit (Megatron fused softmax, Korthikanti's count)")
     max_position_embeddings: Optional[int] = Field(None, gt=0)
     published_params: Optional[PublishedParams] = None
 
@@ -87,6 +89,7 @@ class ModelSpec(BaseModel):
             "qk_norm": self.qk_norm,
             "position_embedding": self.position_embedding,
             "tied_embeddings": self.tied_embeddings,
+            "softmax_fp32": self.softmax_fp32,
         }
 
     def symbol_values(self) -> dict[str, int]:

@@ -24,7 +24,7 @@ class RunOptions:
     attention: Literal["eager", "flash"] = "eager"
     causal: bool = False
     loss: Literal["stored", "fused"] = "fused"
-    accounting: Literal["ideal", "framework"] = "ideal"
+    accounting: Literal["ideal", "pytorch"] = "ideal"
     optimizer: Literal["adam", "sgd"] = "adam"
     bytes_per_element: int = 2
     # None: the profile's (weight streaming on a wafer, resident on a GPU); `memory.resolve_memory_model`

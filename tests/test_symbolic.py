@@ -16,11 +16,11 @@ s, b, G, h, a, a_kv, d_h, E, k, f, L, V, beta, P = (SYMBOLS[n] for n in
     ("s", "b", "G", "h", "a", "a_kv", "d_h", "E", "k", "f", "L", "V", "beta", "P"))
 
 GPT = {"norm": "layernorm", "mlp": "gelu", "moe": False, "dropout": True, "qkv_bias": True, "linear_bias": True,
-       "qk_norm": "none", "position_embedding": "learned", "tied_embeddings": True,
+       "qk_norm": "none", "position_embedding": "learned", "tied_embeddings": True, "softmax_fp32": False,
        "attention": "eager", "causal": False, "loss": "stored", "accounting": "ideal", "optimizer": "adam"}
 QWEN3_MOE = {**GPT, "norm": "rmsnorm", "mlp": "swiglu", "moe": True, "dropout": False, "qkv_bias": False,
              "linear_bias": False, "qk_norm": "head", "position_embedding": "rope", "tied_embeddings": False,
-             "loss": "fused"}
+             "softmax_fp32": True, "loss": "fused"}
 # MHA, f = 4h, 16-bit, one tile
 GPT_SUBS = {a_kv: a, d_h: h / a, f: 4 * h, beta: 2, G: 1}
 

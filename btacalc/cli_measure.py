@@ -1,0 +1,63 @@
+"""`btacalc measure`: the formulas against a real PyTorch layer (needs `btacalc[measure]`)."""
+
+from __future__ import annotations
+
+import sys
+import typer
+from rich.table import Table
+
+from .cli import Attention, ModelOpt, app, out
+from .errors import BtacalcError
+from .render import si
+
+
+@app.command(epilog="Examples:\n\n"
+             "  btacalc measure --model qwen3-30b-a3b --seq 1024\n\n"
+             "  btacalc measure --model qwen3-30b-a3b --seq 4096 --batch 2 --tiles 2 --attention flash --json\n\n"
+             "  btacalc measure --model gpt3-175b --seq 2048")
+def measure(
+    model: str = ModelOpt,
+    seq: int = typer.Option(1024, "--seq", min=1, help="Sequence length s."),
+    batch: int = typer.Option(1, "--batch", min=1, help="Sequences in the layer's batch (G*b)."),
+    tiles: int = typer.Option(1, "--tiles", min=1, help="Attention tiles G (BTA); must divide --batch."),
+    attention: Attention = typer.Option(Attention.eager, "--attention", help="eager (HF eager attention) or flash (SDPA)."),
+    real: bool = typer.Option(False, "--real", help="Run on real CPU tensors instead of FakeTensorMode (allocates memory!)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
+) -> int:
+    """Measure one reference PyTorch decoder layer (saved-for-backward bytes, FLOPs, largest
+    intermediate) and compare it, phase by phase, with the formulas under ideal and pytorch accounting."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise BtacalcError("btacalc measure needs PyTorch: pip install 'btacalc[measure]'") from None
+    from .models import resolve_model
+    from .torchref.accuracy import compare_layer
+
+    spec = resolve_model(model)
+    result = compare_layer(spec, batch, seq, tiles, attention.value, fake=not real)
+    if as_json:
+        sys.stdout.write(result.model_dump_json(indent=2) + "\n")
+        return 0
+    t = Table(title=f"{spec.name}: one decoder layer, {batch} x {seq} tokens, G = {tiles}, {attention.value} attention, "
+              f"{'FakeTensorMode' if not real else 'real CPU tensors'} (bytes kept for backward)", title_justify="left")
+    for c in ("phase", "ideal", "pytorch", "measured", "pytorch/measured", "fwd FLOP formula", "fwd FLOP measured"):
+        t.add_column(c, justify="left" if c == "phase" else "right")
+
+    def ratio(a: int, b: int) -> str:
+        return "-" if b == 0 and a == 0 else ("inf" if b == 0 else f"{a / b:.4f}")
+
+    for r in result.phases:
+        t.add_row(r.phase, si(r.ideal_bytes, "B"), si(r.pytorch_bytes, "B"), si(r.measured_bytes, "B"),
+                  ratio(r.pytorch_bytes, r.measured_bytes), si(r.formula_flops_forward, "FLOP"),
+                  si(r.measured_flops_forward, "FLOP"))
+    t.add_row("[bold]layer[/]", si(result.ideal_bytes, "B"), si(result.pytorch_bytes, "B"), si(result.measured_bytes, "B"),
+              ratio(result.pytorch_bytes, result.measured_bytes), si(result.formula_flops_forward, "FLOP"),
+              si(result.measured_flops_forward, "FLOP"))
+    tokens = batch * seq
+    t.caption = (f"per token: ideal {result.ideal_bytes / tokens:,.0f} B, pytorch {result.pytorch_bytes / tokens:,.0f} B, "
+                 f"measured {result.measured_bytes / tokens:,.0f} B; backward FLOPs formula {si(result.formula_flops_backward, 'FLOP')}, "
+                 f"measured {si(result.measured_flops_backward, 'FLOP')}; largest intermediate "
+                 f"{si(result.measured_largest_intermediate_bytes, 'B')}"
+                 + ("; SDPA is one fused kernel: its FLOPs and bytes show under attn_scores" if attention.value == "flash" else ""))
+    out.print(t)
+    return 0

@@ -1,0 +1,97 @@
+"""Formulas against measurements: one reference layer measured, the catalogue evaluated for the same
+shape under `ideal` and `pytorch` accounting, phase by phase (bytes kept for backward, forward FLOPs)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from pydantic import BaseModel, Field
+
+from ..errors import BtacalcError
+from ..hardware import resolve_hardware
+from ..models import ModelSpec
+from ..run import Problem, RunOptions
+from .layers import LayerShape
+from .measure import Measurement, build_and_measure
+
+
+class PhaseComparison(BaseModel):
+    phase: str
+    ideal_bytes: int
+    pytorch_bytes: int
+    measured_bytes: int
+    formula_flops_forward: int
+    measured_flops_forward: int
+    measured_largest_intermediate_bytes: int
+
+
+class LayerComparison(BaseModel):
+    model: str
+    layer: str = Field(description="qwen3-moe or gpt reference layer")
+    batch: int = Field(description="G*b sequences")
+    seq_len: int
+    tiles: int
+    attention: str
+    fake: bool = Field(description="measured under FakeTensorMode (full size, no memory) or on real CPU tensors")
+    phases: list[PhaseComparison]
+    ideal_bytes: int
+    pytorch_bytes: int
+    measured_bytes: int
+    formula_flops_forward: int
+    measured_flops_forward: int
+    formula_flops_backward: int = Field(description="2 x forward + FlashAttention's recomputation of S (torch counts it in backward)")
+    measured_flops_backward: int
+    measured_largest_intermediate_bytes: int
+
+
+def layer_kind(model: ModelSpec) -> str:
+    if model.is_moe and model.norm == "rmsnorm" and model.qk_norm == "head" and model.position_embedding == "rope":
+        return "qwen3-moe"
+    if not model.is_moe and model.norm == "layernorm" and model.mlp == "gelu" and model.num_kv_heads == model.num_heads:
+        return "gpt"
+    raise BtacalcError(f"{model.name}: the reference layers are Qwen3-MoE (RMSNorm, q/k norm, RoPE, SwiGLU experts) "
+                       "and GPT (LayerNorm, MHA, GeLU); this model is neither")
+
+
+def layer_shape(model: ModelSpec) -> LayerShape:
+    return LayerShape(hidden=model.hidden_size, heads=model.num_heads, kv_heads=model.num_kv_heads,
+                      head_dim=model.head_dim, ffn=model.ffn_size, experts=model.num_experts, top_k=model.top_k)
+
+
+def formula_values(model: ModelSpec, accounting: str, seq: int, batch: int, tiles: int, attention: str):
+    run = RunOptions(seq_len=seq, recompute="none", attention=attention, accounting=accounting)  # type: ignore[arg-type]
+    problem = Problem(model, resolve_hardware("wse3"), run)
+    return problem, problem.evaluate(tiles, batch // tiles)
+
+
+def compare_layer(model: ModelSpec, batch: int, seq: int, tiles: int = 1, attention: str = "eager",
+                  fake: bool = True, measurement: Optional[Measurement] = None) -> LayerComparison:
+    """Measure the reference layer for `model` (or take `measurement`) and line it up with the formulas."""
+    if batch % tiles:
+        raise BtacalcError(f"--tiles {tiles} must divide --batch {batch}")
+    kind = layer_kind(model)
+    m = measurement or build_and_measure(kind, layer_shape(model), batch, seq, tiles, attention, fake)
+    problem, ideal = formula_values(model, "ideal", seq, batch, tiles, attention)
+    _, pytorch = formula_values(model, "pytorch", seq, batch, tiles, attention)
+    names = [p.name for p in problem.compiled.phases if p.scope == "layer"]
+    rows = []
+    for name in names:
+        rows.append(PhaseComparison(
+            phase=name, ideal_bytes=int(ideal.value(name, "stored")), pytorch_bytes=int(pytorch.value(name, "stored")),
+            measured_bytes=m.saved_bytes_by_phase.get(name, 0),
+            formula_flops_forward=int(ideal.value(name, "flops_fwd")),
+            measured_flops_forward=m.flops_forward_by_phase.get(name, 0),
+            measured_largest_intermediate_bytes=m.largest_intermediate_by_phase.get(name, 0),
+        ))
+    unknown = set(m.saved_bytes_by_phase) - set(names)
+    if unknown:
+        raise BtacalcError(f"measured phases missing from the catalogue: {sorted(unknown)}")
+    fwd = sum(r.formula_flops_forward for r in rows)
+    recompute = sum(int(ideal.value(n, "flops_recompute")) for n in names)
+    return LayerComparison(
+        model=model.name, layer=kind, batch=batch, seq_len=seq, tiles=tiles, attention=attention, fake=fake,
+        phases=rows, ideal_bytes=sum(r.ideal_bytes for r in rows), pytorch_bytes=sum(r.pytorch_bytes for r in rows),
+        measured_bytes=m.saved_bytes, formula_flops_forward=fwd, measured_flops_forward=m.flops_forward,
+        formula_flops_backward=2 * fwd + recompute, measured_flops_backward=m.flops_backward,
+        measured_largest_intermediate_bytes=m.largest_intermediate_bytes,
+    )
