@@ -185,3 +185,12 @@ def test_not_fitting_is_exit_1_with_what_would_fit(capsys):
     r = json.loads(out)
     assert code == 1 and r["plan"]["fits"] is False
     assert any("--recompute full" in s for s in r["suggestions"])
+
+
+def test_measure_without_torch_is_a_clear_error(capsys, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch raises ImportError
+    code, out, err = run(capsys, "measure", "--model", "qwen3-30b-a3b")
+    assert code == 2
+    assert "pip install 'btacalc[measure]'" in err and len(err.strip().splitlines()) == 1
