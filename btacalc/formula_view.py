@@ -77,15 +77,17 @@ def formula_renderable(listing: dict[str, Any]) -> Group:
             for c in ("q", "expression", "tensor", "source", "when"):
                 t.add_column(c, overflow="fold")
             for term in p["terms"]:
-                when = ", ".join(f"{k}={v}" for k, v in term["when"].items())
+                conds = term["when"] if isinstance(term["when"], list) else [term["when"]]
+                when = " or ".join("(" * (len(conds) > 1) + ", ".join(f"{k}={v}" for k, v in c.items()) + ")" * (len(conds) > 1)
+                                   for c in conds)
                 if "recompute" in term and term["recompute"] != "layer":
                     when = (when + "; " if when else "") + f"recompute class {term['recompute']}"
-                t.add_row(term["quantity"], term["expr"], term["tensor"], f"[dim]{term['source']}[/dim]", when)
+                t.add_row(term["quantity"], term["expr"], escape(term["tensor"]), f"[dim]{escape(term['source'])}[/dim]", when)
         else:
             for c in ("quantity", "formula", "terms (tensor — source)"):
                 t.add_column(c, overflow="fold")
             for f in p["formulas"]:
-                terms = "\n".join(f"{x['expr']}: {x['tensor']} [dim]— {x['source']}[/dim]" for x in f["terms"])
+                terms = "\n".join(f"{x['expr']}: {escape(x['tensor'])} [dim]— {escape(x['source'])}[/dim]" for x in f["terms"])
                 t.add_row(f"{f['quantity']} [{f['unit']}]", f["formula"], terms or "[dim](derived)[/dim]")
         parts.append(t)
     if sel is not None:

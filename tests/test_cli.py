@@ -194,3 +194,13 @@ def test_measure_without_torch_is_a_clear_error(capsys, monkeypatch):
     code, out, err = run(capsys, "measure", "--model", "qwen3-30b-a3b")
     assert code == 2
     assert "pip install 'btacalc[measure]'" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("args", [(), ("--model", "qwen3-30b-a3b", "--accounting", "pytorch"),
+                                  ("--model", "gpt3-175b", "--accounting", "pytorch", "--recompute", "full"),
+                                  ("--model", "qwen3-30b-a3b", "--attention", "flash", "--accounting", "ideal")])
+def test_formulas_render_every_phase(capsys, args):
+    code, out, err = run(capsys, "formulas", *args)
+    assert code == 0, err
+    if "pytorch" in args and "qwen3-30b-a3b" in args:
+        assert "w[order]" in out  # rich markup characters in term text are shown literally, not eaten
