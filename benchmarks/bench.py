@@ -75,6 +75,29 @@ def main() -> None:
     res = run_sweep(problem.model, problem.hardware, problem.run, BatchLimits(), grid_sweep)
     sweep_s = time.perf_counter() - t0
 
+    # compare (auto GPU counts: a device-count search per GPU profile) and the crossover family scan
+    from btacalc.compare import compare
+    from btacalc.crossover import DEFAULT_HIDDEN, crossover
+    from btacalc.hardware import resolve_hardware
+
+    hws = [resolve_hardware(h) for h in ("wse2", "wse3", "a100-80gb", "b200")]
+    t0 = time.perf_counter()
+    compare(problem.model, hws)
+    compare_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    cross = crossover(hws)
+    cross_s = time.perf_counter() - t0
+
+    # one full-size Qwen3-30B-A3B layer measured under FakeTensorMode (needs btacalc[measure])
+    try:
+        from btacalc.torchref.accuracy import compare_layer
+
+        t0 = time.perf_counter()
+        compare_layer(problem.model, 1, 4096, 1, "eager", fake=True)
+        measure_s: float | None = time.perf_counter() - t0
+    except ImportError:
+        measure_s = None
+
     cold = []
     for _ in range(5):
         t0 = time.perf_counter()
@@ -88,6 +111,10 @@ def main() -> None:
           f"vectorised is {subs_per_point * n / vec_s:,.0f}x faster")
     print(f"solved sweep: {len(res.points)} points in {sweep_s:.2f} s = {len(res.points) / sweep_s:.1f} points/s "
           f"(each point solves best G, G = 1 and the dense reference)")
+    print(f"compare, 4 devices with GPU-count search: {compare_s:.2f} s; crossover, {len(DEFAULT_HIDDEN)} sizes x 4 "
+          f"devices ({len(cross.points)} plans): {cross_s:.2f} s")
+    print("one full-size layer measured under FakeTensorMode (s = 4096): "
+          + (f"{measure_s:.2f} s" if measure_s is not None else "skipped (no torch)"))
     print(f"cold start `btacalc plan --json`: median {statistics.median(cold):.2f} s over {len(cold)} runs")
 
 
