@@ -69,6 +69,9 @@ class CrossoverResult(BaseModel):
     points: list[CrossoverPoint]
     boundaries: list[Boundary]
     best_per_kw: dict[str, str] = Field(description="model -> device with the most tokens/s per kW")
+    gpu_equivalents: dict[str, dict[str, float]] = Field(
+        default_factory=dict, description="model -> {'wafer/gpu': GPUs whose tokens/s (per GPU, at the GPU's "
+        "smallest fitting cluster) match one wafer system}")
 
 
 def _regime(row: CompareRow, profile: HardwareProfile) -> str:
@@ -105,7 +108,20 @@ def crossover(profiles: Sequence[HardwareProfile], family: str = "qwen3-moe",
         if cands:
             top = max(cands, key=lambda p: p.row.tokens_per_s_per_kw or 0.0)
             best[top.model] = top.hardware
-    return CrossoverResult(family=family, seq_len=seq, points=points, boundaries=boundaries, best_per_kw=best)
+    equiv: dict[str, dict[str, float]] = {}
+    for h in sorted(set(hidden_sizes)):
+        mine = {p.hardware: p for p in points if p.hidden_size == h}
+        for w in (p for p in mine.values() if p.hardware in _wafer_names(profiles)):
+            for g in (p for p in mine.values() if p.hardware not in _wafer_names(profiles)):
+                if w.row.tokens_per_s and g.row.tokens_per_s_per_device:
+                    equiv.setdefault(w.model, {})[f"{w.hardware}/{g.hardware}"] = \
+                        w.row.tokens_per_s / g.row.tokens_per_s_per_device
+    return CrossoverResult(family=family, seq_len=seq, points=points, boundaries=boundaries, best_per_kw=best,
+                           gpu_equivalents=equiv)
+
+
+def _wafer_names(profiles: Sequence[HardwareProfile]) -> set[str]:
+    return {p.name for p in profiles if p.family == "wse"}
 
 
 def to_csv(result: CrossoverResult) -> str:

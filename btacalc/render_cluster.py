@@ -73,4 +73,15 @@ def crossover_renderable(r: CrossoverResult) -> Group:
         b.add_column(c)
     for x in r.boundaries:
         b.add_row(x.hardware, x.from_regime, x.to_regime, f"{params(x.below_params)} and {params(x.above_params)}")
-    return Group(t, b)
+    parts = [t, b]
+    if r.gpu_equivalents:
+        pairs = list(dict.fromkeys(k for v in r.gpu_equivalents.values() for k in v))
+        e = Table(title="One wafer system = N GPUs (tokens/s per GPU at the GPU's smallest fitting cluster)",
+                  title_justify="left")
+        e.add_column("model")
+        for pair in pairs:
+            e.add_column(pair, justify="right")
+        for model, vals in r.gpu_equivalents.items():
+            e.add_row(model, *(f"{vals[pair]:,.1f}" if pair in vals else "-" for pair in pairs))
+        parts.append(e)
+    return Group(*parts)

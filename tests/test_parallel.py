@@ -254,6 +254,10 @@ def test_crossover_monotone_regimes():
             assert all(r == "resident" for r in regimes[:first_stream])
             assert all(r != "resident" for r in regimes[first_stream:])  # never resident again
     assert any(b.hardware == "wse3" and b.from_regime == "resident" for b in res.boundaries)
+    for p in (q for q in res.points if q.hardware == "wse3" and q.row.fits):
+        gpu = next(q for q in res.points if q.hardware == "b200" and q.model == p.model)
+        assert res.gpu_equivalents[p.model]["wse3/b200"] == pytest.approx(
+            p.row.tokens_per_s / (gpu.row.tokens_per_s / gpu.row.devices))
 
 
 def test_compare_csv_and_plot_outputs(tmp_path, capsys):
