@@ -326,6 +326,12 @@ def suggestions(problem: Problem, mem: MemoryModel, limits: BatchLimits) -> list
             return out
         out.append(f"weights, gradients and optimizer state take {fixed / 1e9:.1f} GB per device of "
                    f"{mem.usable / 1e9:.1f} GB usable")
+        if problem.hardware.family == "wse":
+            streamed = MemoryModel(problem.with_run(memory_model="weight_streaming"))
+            if streamed.fits(1, 1):
+                sol = solve(streamed, BatchLimits(max_global_batch=limits.max_global_batch))
+                out.append(f"--memory-model weight_streaming (or auto) fits G = {sol.tiles}, b = {sol.tile_batch}: "
+                           "weights and optimizer state off-wafer in MemoryX")
         if problem.hardware.multi_device:
             from .cluster import min_devices
 

@@ -279,3 +279,9 @@ def test_compare_bad_input_writes_nothing(tmp_path, capsys):
     assert code == 2 and "unknown hardware" in err and not csv_path.exists()
     code, out, err = run_cli(capsys, "compare", "--devices", "8,x")
     assert code == 2 and "--devices" in err
+
+
+def test_resident_on_wafer_suggests_streaming():
+    report = make_plan(QWEN, resolve_hardware("wse3"), RunOptions(memory_model="resident"))
+    assert not report.plan.fits
+    assert any("--memory-model weight_streaming" in s for s in report.suggestions)
