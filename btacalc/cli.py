@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .atomic import write_atomic
+from .catalogue import FEATURES, RECOMPUTE_POLICIES
 from .errors import BtacalcError
 
 try:  # typer >= 0.20 vendors click; older typer uses the click package
@@ -39,31 +40,17 @@ out = Console(width=None if sys.stdout.isatty() else 132)
 err = Console(stderr=True)
 
 
-class Recompute(str, Enum):
-    none = "none"
-    selective = "selective"
-    full = "full"
+def _choices(name: str, values) -> type[Enum]:
+    """A str Enum for typer from the library's own list of allowed values (one source of truth)."""
+    return Enum(name, {str(v): str(v) for v in values}, type=str)  # type: ignore[return-value]
 
 
-class Attention(str, Enum):
-    eager = "eager"
-    flash = "flash"
-
-
-class Loss(str, Enum):
-    fused = "fused"
-    stored = "stored"
-
-
-class Accounting(str, Enum):
-    ideal = "ideal"
-    pytorch = "pytorch"
-
-
-class MemoryModelChoice(str, Enum):
-    auto = "auto"
-    weight_streaming = "weight_streaming"
-    resident = "resident"
+# Allowed values come from the formula catalogue's features and the run options.
+Recompute = _choices("Recompute", RECOMPUTE_POLICIES)
+Attention = _choices("Attention", FEATURES["attention"])
+Loss = _choices("Loss", FEATURES["loss"])
+Accounting = _choices("Accounting", FEATURES["accounting"])
+MemoryModelChoice = _choices("MemoryModelChoice", ("auto", "weight_streaming", "resident"))
 
 
 # --- shared option helpers ---------------------------------------------------------------------
@@ -113,6 +100,19 @@ def emit_json(payload: str, as_json: bool, output: Optional[Path]) -> None:
         write_atomic(output, payload + "\n")
     if as_json:
         sys.stdout.write(payload + "\n")
+
+
+def emit_result(result, as_json: bool, output: Optional[Path], csv_path: Optional[Path], to_csv,
+                plot_path: Optional[str], plot, renderable) -> None:
+    """The outputs of a table command: plot, CSV and JSON files (each written atomically, the plot
+    first since it is the one that can refuse), JSON on stdout, else the rich table."""
+    if plot_path:
+        plot(result, plot_path)
+    if csv_path:
+        write_atomic(csv_path, to_csv(result))
+    emit_json(result.model_dump_json(indent=2), as_json, output)
+    if not as_json:
+        out.print(renderable(result))
 
 
 # Options shared by plan and sweep.
@@ -246,15 +246,9 @@ def sweep(
                                progress=lambda n: bar.advance(task, n))
     else:
         result = run_sweep(spec, profile, run, BatchLimits(), grid, fixed_active, overlap)
-    if plot_path:
-        plot(result, plot_path)
-    if csv_path:
-        write_atomic(csv_path, to_csv(result))
-    emit_json(result.model_dump_json(indent=2), as_json, output)
-    if not as_json:
-        from .render import sweep_renderable
+    from .render import sweep_renderable
 
-        out.print(sweep_renderable(result))
+    emit_result(result, as_json, output, csv_path, to_csv, plot_path, plot, sweep_renderable)
     return 0
 
 

@@ -7,9 +7,8 @@ from typing import Optional
 
 import typer
 
-from .atomic import write_atomic
 from .cli import (Attention, AttentionOpt, GpusPerNodeOpt, MemoryModelChoice, MemoryModelOpt, ModelOpt,
-                  OverlapA2aOpt, OverlapOpt, Recompute, RecomputeOpt, SeqOpt, _value, app, emit_json, out)
+                  OverlapA2aOpt, OverlapOpt, Recompute, RecomputeOpt, SeqOpt, _value, app, emit_result)
 from .errors import BtacalcError
 
 HW_LIST_DEFAULT = "wse2,wse3,a100-80gb,b200"
@@ -22,20 +21,6 @@ def _profiles(hw: str):
     if not names:
         raise BtacalcError("--hw: give a comma-separated list of profiles, e.g. wse3,b200")
     return [resolve_hardware(n) for n in names]
-
-
-def _int_list(text: str, flag: str) -> list[int]:
-    out = []
-    for part in text.split(","):
-        part = part.strip()
-        try:
-            v = int(part)
-        except ValueError:
-            raise BtacalcError(f"{flag}: {part!r} is not an integer") from None
-        if v < 1:
-            raise BtacalcError(f"{flag}: {v} must be positive")
-        out.append(v)
-    return out
 
 
 @app.command(epilog="Examples:\n\n"
@@ -66,23 +51,17 @@ def compare(
     from .compare import compare as run_compare
     from .compare import plot, to_csv
     from .models import resolve_model
+    from .render_cluster import compare_renderable
+    from .sweep import parse_values
 
     spec = resolve_model(model)
     profiles = _profiles(hw)
-    counts = None if devices.strip() == "auto" else _int_list(devices, "--devices")
+    counts = None if devices.strip() == "auto" else parse_values(devices, "--devices")
     if memory_model == MemoryModelChoice.weight_streaming and any(p.family == "gpu" for p in profiles):
         raise BtacalcError("--memory-model weight_streaming is modelled for wafer-scale profiles only")
     result = run_compare(spec, profiles, counts, ep, zero, gpus_per_node, overlap_a2a, seq, _value(recompute),
                          _value(attention), memory_model.value, overlap)
-    if plot_path:
-        plot(result, plot_path)
-    if csv_path:
-        write_atomic(csv_path, to_csv(result))
-    emit_json(result.model_dump_json(indent=2), as_json, output)
-    if not as_json:
-        from .render_cluster import compare_renderable
-
-        out.print(compare_renderable(result))
+    emit_result(result, as_json, output, csv_path, to_csv, plot_path, plot, compare_renderable)
     return 0
 
 
@@ -104,17 +83,10 @@ def crossover(
     (resident / weight streaming on a wafer; GPUs needed), tokens/s per kW, and where regimes change."""
     from .crossover import crossover as run_crossover
     from .crossover import plot, to_csv
+    from .render_cluster import crossover_renderable
     from .sweep import parse_values
 
     profiles = _profiles(hw)
     result = run_crossover(profiles, family, parse_values(hidden), seq)
-    if plot_path:
-        plot(result, plot_path)
-    if csv_path:
-        write_atomic(csv_path, to_csv(result))
-    emit_json(result.model_dump_json(indent=2), as_json, output)
-    if not as_json:
-        from .render_cluster import crossover_renderable
-
-        out.print(crossover_renderable(result))
+    emit_result(result, as_json, output, csv_path, to_csv, plot_path, plot, crossover_renderable)
     return 0

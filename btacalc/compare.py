@@ -8,7 +8,7 @@ power-of-two device count whose per-device shard fits (`cluster.min_devices`).
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence
 
 from pydantic import BaseModel, Field
 
@@ -129,16 +129,20 @@ def compare(model: ModelSpec, profiles: Sequence[HardwareProfile], devices: Opti
 CSV_FIELDS = list(CompareRow.model_fields)
 
 
-def to_csv(result: CompareResult) -> str:
+def csv_text(fields: list[str], records: Iterable[dict[str, Any]]) -> str:
+    """CSV with a header row; one line per record (missing keys empty)."""
     import csv
     import io
 
     buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=CSV_FIELDS, lineterminator="\n")
+    w = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n", extrasaction="ignore")
     w.writeheader()
-    for r in result.rows:
-        w.writerow(r.model_dump())
+    w.writerows(records)
     return buf.getvalue()
+
+
+def to_csv(result: CompareResult) -> str:
+    return csv_text(CSV_FIELDS, (r.model_dump() for r in result.rows))
 
 
 def plot(result: CompareResult, path: str) -> None:

@@ -23,7 +23,7 @@ from typing import Optional, Sequence
 
 from pydantic import BaseModel, Field
 
-from .compare import CompareRow, compare
+from .compare import CompareRow, compare, csv_text
 from .errors import BtacalcError
 from .hardware import HardwareProfile
 from .models import ModelSpec, validate_model
@@ -125,19 +125,9 @@ def _wafer_names(profiles: Sequence[HardwareProfile]) -> set[str]:
 
 
 def to_csv(result: CrossoverResult) -> str:
-    import csv
-    import io
-
     fields = ["model", "hidden_size", "params_total", "hardware", "regime", "devices", "tiles", "tile_batch",
               "tokens_per_s", "tokens_per_s_per_kw", "mfu", "dominant_phase", "binding_constraint"]
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
-    w.writeheader()
-    for p in result.points:
-        rec = p.model_dump(exclude={"row"})
-        rec.update({k: getattr(p.row, k) for k in fields if k not in rec})
-        w.writerow(rec)
-    return buf.getvalue()
+    return csv_text(fields, ({**p.row.model_dump(), **p.model_dump(exclude={"row"})} for p in result.points))
 
 
 def plot(result: CrossoverResult, path: str) -> None:

@@ -26,28 +26,29 @@ LIMIT_PARAMS = {"global-batch": "global_batch", "tiles": "tiles", "tile-batch": 
 VARIABLES = {**MODEL_PARAMS, **RUN_PARAMS, **LIMIT_PARAMS}
 
 
-def parse_values(spec: str) -> list[int]:
-    """'a,b,c' or 'start:stop:step' (inclusive) or 'start:stop:xF' (geometric, factor F)."""
+def parse_values(spec: str, flag: str = "--vary") -> list[int]:
+    """'a,b,c' or 'start:stop:step' (inclusive) or 'start:stop:xF' (geometric, factor F); positive
+    integers. `flag` names the option in error messages."""
     def num(text: str) -> int:
         try:
             v = int(text)
         except ValueError:
-            raise BtacalcError(f"--vary value {text!r} is not an integer") from None
+            raise BtacalcError(f"{flag} value {text.strip()!r} is not an integer") from None
         if v < 1:
-            raise BtacalcError(f"--vary value {v} must be positive")
+            raise BtacalcError(f"{flag} value {v} must be positive")
         return v
 
     if ":" in spec:
         parts = spec.split(":")
         if len(parts) != 3:
-            raise BtacalcError(f"--vary range {spec!r} must be start:stop:step or start:stop:xF")
+            raise BtacalcError(f"{flag} range {spec!r} must be start:stop:step or start:stop:xF")
         start, stop = num(parts[0]), num(parts[1])
         if stop < start:
-            raise BtacalcError(f"--vary range {spec!r}: stop is below start")
+            raise BtacalcError(f"{flag} range {spec!r}: stop is below start")
         if parts[2].startswith("x"):
             factor = num(parts[2][1:])
             if factor < 2:
-                raise BtacalcError(f"--vary range {spec!r}: geometric factor must be at least 2")
+                raise BtacalcError(f"{flag} range {spec!r}: geometric factor must be at least 2")
             values, v = [], start
             while v <= stop:
                 values.append(v)
@@ -56,7 +57,7 @@ def parse_values(spec: str) -> list[int]:
         return list(range(start, stop + 1, num(parts[2])))
     values = [num(x) for x in spec.split(",") if x.strip()]
     if not values:
-        raise BtacalcError(f"--vary {spec!r} gives no values")
+        raise BtacalcError(f"{flag} {spec!r} gives no values")
     return values
 
 

@@ -6,25 +6,18 @@ import json
 
 import pytest
 
-from btacalc.cli import main
 
 
-def run(capsys, *args):
-    with pytest.raises(SystemExit) as exc:
-        main(list(args))
-    cap = capsys.readouterr()
-    return exc.value.code, cap.out, cap.err
 
-
-def test_plan_default_table(capsys):
-    code, out, err = run(capsys, "plan", "--model", "qwen3-30b-a3b", "--hw", "wse3")
+def test_plan_default_table(cli):
+    code, out, err = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "wse3")
     assert code == 0, err
     for text in ("qwen3-30b-a3b", "tiles G", "tokens per expert", "stored_activations", "experts", "fits"):
         assert text in out
 
 
-def test_plan_json_keys(capsys):
-    code, out, _ = run(capsys, "plan", "--model", "qwen3-30b-a3b", "--hw", "wse3", "--json")
+def test_plan_json_keys(cli):
+    code, out, _ = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "wse3", "--json")
     assert code == 0
     r = json.loads(out)
     assert {"name", "params_total", "params_active", "params_non_embedding"} <= set(r["model"])
@@ -51,8 +44,8 @@ def test_plan_json_keys(capsys):
     assert r["flops_per_step"]["total"] == r["flops_per_step"]["forward"] + r["flops_per_step"]["backward"]
 
 
-def test_gpt3_acceptance_matches_korthikanti(capsys):
-    code, out, _ = run(capsys, "plan", "--model", "gpt3-175b", "--hw", "a100-80gb", "--seq", "2048", "--tiles", "1",
+def test_gpt3_acceptance_matches_korthikanti(cli):
+    code, out, _ = cli("plan", "--model", "gpt3-175b", "--hw", "a100-80gb", "--seq", "2048", "--tiles", "1",
                        "--tile-batch", "1", "--recompute", "none", "--attention", "eager", "--json")
     r = json.loads(out)
     assert code == 1 and r["plan"]["fits"] is False  # 175B with Adam does not fit one GPU
@@ -63,27 +56,27 @@ def test_gpt3_acceptance_matches_korthikanti(capsys):
     assert r["suggestions"]
 
 
-def test_output_file_is_written(capsys, tmp_path):
+def test_output_file_is_written(cli, tmp_path):
     path = tmp_path / "plan.json"
-    code, out, _ = run(capsys, "plan", "--hw", "wse2", "--output", str(path))
+    code, out, _ = cli("plan", "--hw", "wse2", "--output", str(path))
     assert code == 0 and json.loads(path.read_text())["hardware"]["name"] == "wse2"
     assert "Plan" in out
     assert [p.name for p in tmp_path.iterdir()] == ["plan.json"]  # no temporary file left
 
 
-def test_overrides_change_the_model(capsys):
-    code, out, _ = run(capsys, "plan", "--hw", "wse2", "--experts", "32", "--top-k", "2", "--fixed-active", "--json")
+def test_overrides_change_the_model(cli):
+    code, out, _ = cli("plan", "--hw", "wse2", "--experts", "32", "--top-k", "2", "--fixed-active", "--json")
     r = json.loads(out)
     assert code == 0 and (r["model"]["num_experts"], r["model"]["top_k"], r["model"]["ffn_size"]) == (32, 2, 3072)
 
 
-def test_plan_with_hf_config(capsys, data_dir):
-    code, out, _ = run(capsys, "plan", "--model", str(data_dir / "mixtral-8x7b.config.json"), "--hw", "wse3", "--json")
+def test_plan_with_hf_config(cli, data_dir):
+    code, out, _ = cli("plan", "--model", str(data_dir / "mixtral-8x7b.config.json"), "--hw", "wse3", "--json")
     assert code == 0 and json.loads(out)["model"]["num_experts"] == 8
 
 
-def test_schema(capsys):
-    code, out, _ = run(capsys, "plan", "--schema")
+def test_schema(cli):
+    code, out, _ = cli("plan", "--schema")
     assert code == 0 and "PlanInfo" in json.loads(out)["$defs"]
 
 
@@ -93,20 +86,20 @@ def test_schema(capsys):
     ["formulas", "--model", "gpt3-175b", "--phase", "mlp", "--latex"],
     ["hw", "list"], ["hw", "show", "wse3"], ["models", "list"], ["models", "show", "qwen3-30b-a3b"],
 ])
-def test_other_commands(capsys, args):
-    code, out, err = run(capsys, *args)
+def test_other_commands(cli, args):
+    code, out, err = cli(*args)
     assert code == 0 and out and not err
 
 
-def test_formulas_json_has_sources(capsys):
-    code, out, _ = run(capsys, "formulas", "--model", "qwen3-30b-a3b", "--phase", "experts", "--quantity", "flops_fwd", "--json")
+def test_formulas_json_has_sources(cli):
+    code, out, _ = cli("formulas", "--model", "qwen3-30b-a3b", "--phase", "experts", "--quantity", "flops_fwd", "--json")
     f = json.loads(out)["phases"][0]["formulas"][0]
     assert f["formula"] == "6*G*b*f*h*k*s" and "Korthikanti" in f["terms"][0]["source"]
 
 
 @pytest.mark.parametrize("command", [["plan"], ["formulas"], ["hw", "show"], ["models", "show"], ["hw", "list"]])
-def test_help_has_an_example(capsys, command):
-    code, out, _ = run(capsys, *command, "--help")
+def test_help_has_an_example(cli, command):
+    code, out, _ = cli(*command, "--help")
     assert code == 0 and "Example" in out and "btacalc" in out
 
 
@@ -139,9 +132,9 @@ BAD_INPUTS = [
 
 
 @pytest.mark.parametrize("args, fragment", BAD_INPUTS)
-def test_bad_input_is_one_line_exit_2(capsys, tmp_path, args, fragment):
+def test_bad_input_is_one_line_exit_2(cli, tmp_path, args, fragment):
     out_file = tmp_path / "x.json"
-    code, out, err = run(capsys, *args, *(["--output", str(out_file)] if args[0] == "plan" else []))
+    code, out, err = cli(*args, *(["--output", str(out_file)] if args[0] == "plan" else []))
     assert code == 2
     assert fragment in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1, err
@@ -162,36 +155,36 @@ def test_bad_input_is_one_line_exit_2(capsys, tmp_path, args, fragment):
      '"vocab_size": 10, "intermediate_size": 10, "num_local_experts": 4, "num_experts_per_tok": 8}', "top_k"),
     ('[1, 2]', "expected a JSON object"),
 ])
-def test_malformed_config_json(capsys, tmp_path, config, fragment):
+def test_malformed_config_json(cli, tmp_path, config, fragment):
     path = _write(tmp_path / "config.json", config)
-    code, _, err = run(capsys, "plan", "--model", path, "--output", str(tmp_path / "out.json"))
+    code, _, err = cli("plan", "--model", path, "--output", str(tmp_path / "out.json"))
     assert code == 2 and fragment in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "out.json").exists()
 
 
-def test_malformed_profile(capsys, tmp_path):
+def test_malformed_profile(cli, tmp_path):
     path = _write(tmp_path / "dev.toml", 'name = "dev"\ndisplay_name = "x"\nfamily = "gpu"\n')
-    code, _, err = run(capsys, "plan", "--hw", path)
+    code, _, err = cli("plan", "--hw", path)
     assert code == 2 and "field" in err and len(err.strip().splitlines()) == 1
 
 
-def test_output_into_missing_folder(capsys, tmp_path):
-    code, _, err = run(capsys, "plan", "--output", str(tmp_path / "no" / "plan.json"))
+def test_output_into_missing_folder(cli, tmp_path):
+    code, _, err = cli("plan", "--output", str(tmp_path / "no" / "plan.json"))
     assert code == 2 and "does not exist" in err
 
 
-def test_not_fitting_is_exit_1_with_what_would_fit(capsys):
-    code, out, _ = run(capsys, "plan", "--hw", "wse3", "--recompute", "none", "--json")
+def test_not_fitting_is_exit_1_with_what_would_fit(cli):
+    code, out, _ = cli("plan", "--hw", "wse3", "--recompute", "none", "--json")
     r = json.loads(out)
     assert code == 1 and r["plan"]["fits"] is False
     assert any("--recompute full" in s for s in r["suggestions"])
 
 
-def test_measure_without_torch_is_a_clear_error(capsys, monkeypatch):
+def test_measure_without_torch_is_a_clear_error(cli, monkeypatch):
     import sys
 
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch raises ImportError
-    code, out, err = run(capsys, "measure", "--model", "qwen3-30b-a3b")
+    code, out, err = cli("measure", "--model", "qwen3-30b-a3b")
     assert code == 2
     assert "pip install 'btacalc[measure]'" in err and len(err.strip().splitlines()) == 1
 
@@ -199,8 +192,8 @@ def test_measure_without_torch_is_a_clear_error(capsys, monkeypatch):
 @pytest.mark.parametrize("args", [(), ("--model", "qwen3-30b-a3b", "--accounting", "pytorch"),
                                   ("--model", "gpt3-175b", "--accounting", "pytorch", "--recompute", "full"),
                                   ("--model", "qwen3-30b-a3b", "--attention", "flash", "--accounting", "ideal")])
-def test_formulas_render_every_phase(capsys, args):
-    code, out, err = run(capsys, "formulas", *args)
+def test_formulas_render_every_phase(cli, args):
+    code, out, err = cli("formulas", *args)
     assert code == 0, err
     if "pytorch" in args and "qwen3-30b-a3b" in args:
         assert "w[order]" in out  # rich markup characters in term text are shown literally, not eaten

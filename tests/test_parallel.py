@@ -10,7 +10,6 @@ import json
 
 import pytest
 
-from btacalc.cli import main
 from btacalc.cluster import min_devices
 from btacalc.compare import compare
 from btacalc.crossover import crossover, family_model
@@ -36,12 +35,6 @@ def problem(hw="a100-80gb", devices=1, ep=1, zero=0, model=QWEN, **run):
     return resolve_memory_model(Problem(model, resolve_hardware(hw), RunOptions(attention="flash", **run),
                                         Parallelism(devices, ep, zero)))
 
-
-def run_cli(capsys, *args):
-    with pytest.raises(SystemExit) as exc:
-        main(list(args))
-    cap = capsys.readouterr()
-    return exc.value.code, cap.out, cap.err
 
 
 # --- sharding arithmetic -------------------------------------------------------------------------
@@ -120,8 +113,8 @@ def test_single_device_has_no_communication():
 
 # --- acceptance: plan on GPUs ----------------------------------------------------------------------
 
-def test_one_a100_does_not_fit_qwen3(capsys):
-    code, out, err = run_cli(capsys, "plan", "--model", "qwen3-30b-a3b", "--hw", "a100-80gb", "--devices", "1", "--json")
+def test_one_a100_does_not_fit_qwen3(cli):
+    code, out, err = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "a100-80gb", "--devices", "1", "--json")
     assert code == 1, err
     r = json.loads(out)
     assert not r["plan"]["fits"]
@@ -131,8 +124,8 @@ def test_one_a100_does_not_fit_qwen3(capsys):
     assert any("--devices" in s for s in r["suggestions"])
 
 
-def test_64_a100s_with_ep8_zero1_fit(capsys):
-    code, out, err = run_cli(capsys, "plan", "--hw", "a100-80gb", "--devices", "64", "--ep", "8", "--zero", "1", "--json")
+def test_64_a100s_with_ep8_zero1_fit(cli):
+    code, out, err = cli("plan", "--hw", "a100-80gb", "--devices", "64", "--ep", "8", "--zero", "1", "--json")
     assert code == 0, err
     r = json.loads(out)
     assert r["plan"]["fits"] and r["parallelism"]["expert_data_parallel"] == 8
@@ -164,14 +157,14 @@ def test_suggested_device_count_fits():
     (("--hw", "a100-80gb", "--memory-model", "weight_streaming"), "wafer-scale profiles only"),
     (("--hw", "a100-80gb", "--zero", "4"), "--zero"),
 ])
-def test_bad_parallel_options_exit_2(capsys, args, text):
-    code, out, err = run_cli(capsys, "plan", *args)
+def test_bad_parallel_options_exit_2(cli, args, text):
+    code, out, err = cli("plan", *args)
     assert code == 2
     assert text in err and len(err.strip().splitlines()) == 1 and not out
 
 
-def test_dense_model_rejects_ep(capsys):
-    code, _, err = run_cli(capsys, "plan", "--model", "gpt3-175b", "--hw", "a100-80gb", "--devices", "8", "--ep", "2")
+def test_dense_model_rejects_ep(cli):
+    code, _, err = cli("plan", "--model", "gpt3-175b", "--hw", "a100-80gb", "--devices", "8", "--ep", "2")
     assert code == 2 and "dense" in err
 
 
@@ -210,8 +203,8 @@ def test_family_rejects_bad_hidden():
         family_model("llama", 1024)
 
 
-def test_compare_rows_and_json(capsys):
-    code, out, err = run_cli(capsys, "compare", "--model", "qwen3-30b-a3b", "--hw", "wse2,wse3,a100-80gb,b200", "--json")
+def test_compare_rows_and_json(cli):
+    code, out, err = cli("compare", "--model", "qwen3-30b-a3b", "--hw", "wse2,wse3,a100-80gb,b200", "--json")
     assert code == 0, err
     r = json.loads(out)
     assert [row["hardware"] for row in r["rows"]] == ["wse2", "wse3", "a100-80gb", "b200"]
@@ -260,24 +253,24 @@ def test_crossover_monotone_regimes():
             p.row.tokens_per_s / (gpu.row.tokens_per_s / gpu.row.devices))
 
 
-def test_compare_csv_and_plot_outputs(tmp_path, capsys):
+def test_compare_csv_and_plot_outputs(tmp_path, cli):
     csv_path = tmp_path / "c.csv"
-    code, _, err = run_cli(capsys, "compare", "--hw", "wse3,b200", "--csv", str(csv_path))
+    code, _, err = cli("compare", "--hw", "wse3,b200", "--csv", str(csv_path))
     assert code == 0, err
     lines = csv_path.read_text().splitlines()
     assert lines[0].startswith("hardware,") and len(lines) == 3
     pytest.importorskip("matplotlib")
     png = tmp_path / "x.png"
-    code, _, err = run_cli(capsys, "crossover", "--hw", "wse3,b200", "--hidden", "512,2048", "--plot", str(png))
+    code, _, err = cli("crossover", "--hw", "wse3,b200", "--hidden", "512,2048", "--plot", str(png))
     assert code == 0, err
     assert png.read_bytes()[:4] == b"\x89PNG"
 
 
-def test_compare_bad_input_writes_nothing(tmp_path, capsys):
+def test_compare_bad_input_writes_nothing(tmp_path, cli):
     csv_path = tmp_path / "c.csv"
-    code, out, err = run_cli(capsys, "compare", "--hw", "wse3,nosuch", "--csv", str(csv_path))
+    code, out, err = cli("compare", "--hw", "wse3,nosuch", "--csv", str(csv_path))
     assert code == 2 and "unknown hardware" in err and not csv_path.exists()
-    code, out, err = run_cli(capsys, "compare", "--devices", "8,x")
+    code, out, err = cli("compare", "--devices", "8,x")
     assert code == 2 and "--devices" in err
 
 

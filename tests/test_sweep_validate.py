@@ -6,18 +6,11 @@ import json
 
 import pytest
 
-from btacalc.cli import main
 from btacalc.errors import BtacalcError
 from btacalc.sweep import parse_values, parse_vary
 from btacalc.validate import calibrate, load_points, validate
 from btacalc.hardware import resolve_hardware
 
-
-def run(capsys, *args):
-    with pytest.raises(SystemExit) as exc:
-        main(list(args))
-    cap = capsys.readouterr()
-    return exc.value.code, cap.out, cap.err
 
 
 def test_parse_values():
@@ -36,9 +29,9 @@ def test_parse_vary_errors():
         parse_vary(["experts"])
 
 
-def test_sweep_json_and_csv(capsys, tmp_path):
+def test_sweep_json_and_csv(cli, tmp_path):
     csv_path = tmp_path / "s.csv"
-    code, out, _ = run(capsys, "sweep", "--hw", "wse2", "--vary", "experts=16,128", "--vary", "seq=2048,4096",
+    code, out, _ = cli("sweep", "--hw", "wse2", "--vary", "experts=16,128", "--vary", "seq=2048,4096",
                        "--json", "--csv", str(csv_path))
     assert code == 0
     points = json.loads(out)["points"]
@@ -52,23 +45,23 @@ def test_sweep_json_and_csv(capsys, tmp_path):
     assert len(rows) == 4 and rows[0]["experts"] == "16"
 
 
-def test_sweep_topk_fixed_active_acceptance(capsys):
-    code, out, _ = run(capsys, "sweep", "--model", "qwen3-30b-a3b", "--hw", "wse2", "--vary", "top-k=1,2,4,8",
+def test_sweep_topk_fixed_active_acceptance(cli):
+    code, out, _ = cli("sweep", "--model", "qwen3-30b-a3b", "--hw", "wse2", "--vary", "top-k=1,2,4,8",
                        "--fixed-active", "--json")
     pts = json.loads(out)["points"]
     g1 = [p["throughput"]["relative_to_dense_g1"] for p in pts]
     assert g1 == sorted(g1)  # falls monotonically as top-k shrinks (sparsity grows)
 
 
-def test_sweep_bad_input(capsys, tmp_path):
-    code, _, err = run(capsys, "sweep", "--vary", "experts=a", "--csv", str(tmp_path / "x.csv"))
+def test_sweep_bad_input(cli, tmp_path):
+    code, _, err = cli("sweep", "--vary", "experts=a", "--csv", str(tmp_path / "x.csv"))
     assert code == 2 and len(err.strip().splitlines()) == 1 and not (tmp_path / "x.csv").exists()
 
 
-def test_sweep_plot(capsys, tmp_path):
+def test_sweep_plot(cli, tmp_path):
     pytest.importorskip("matplotlib")
     path = tmp_path / "p.png"
-    code, _, _ = run(capsys, "sweep", "--hw", "wse2", "--vary", "experts=16,64", "--plot", str(path))
+    code, _, _ = cli("sweep", "--hw", "wse2", "--vary", "experts=16,64", "--plot", str(path))
     assert code == 0 and path.stat().st_size > 1000
 
 
@@ -87,6 +80,6 @@ def test_calibrated_factor_comes_from_the_calibration_point_only():
     assert len(cal) == 1 and "128 experts" in shipped.note
 
 
-def test_validate_cli(capsys):
-    code, out, _ = run(capsys, "validate", "--json")
+def test_validate_cli(cli):
+    code, out, _ = cli("validate", "--json")
     assert code == 0 and {r["status"] for r in json.loads(out)} <= {"pass", "KNOWN GAP"}

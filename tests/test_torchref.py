@@ -11,7 +11,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from btacalc.cli import main  # noqa: E402
 from btacalc.models import resolve_model, validate_model  # noqa: E402
 from btacalc.torchref.accuracy import compare_layer, layer_shape  # noqa: E402
 from btacalc.torchref.layers import GPTLayer, LayerShape, Qwen3MoeLayer  # noqa: E402
@@ -172,19 +171,13 @@ def test_bta_keeps_stored_bytes_and_divides_attention_intermediate(attention):
 
 # --- the accounting option in plan ----------------------------------------------------------------
 
-def run_cli(capsys, *args):
-    with pytest.raises(SystemExit) as exc:
-        main(list(args))
-    cap = capsys.readouterr()
-    return exc.value.code, cap.out, cap.err
 
-
-def test_plan_pytorch_accounting_differs_by_the_measured_amount(capsys):
+def test_plan_pytorch_accounting_differs_by_the_measured_amount(cli):
     seq = 1024
     common = ("plan", "--model", "qwen3-30b-a3b", "--hw", "b200", "--devices", "8", "--seq", str(seq),
               "--recompute", "none", "--attention", "eager", "--tiles", "1", "--tile-batch", "1", "--json")
-    code_i, out_i, _ = run_cli(capsys, *common, "--accounting", "ideal")
-    code_p, out_p, _ = run_cli(capsys, *common, "--accounting", "pytorch")
+    code_i, out_i, _ = cli(*common, "--accounting", "ideal")
+    code_p, out_p, _ = cli(*common, "--accounting", "pytorch")
     ideal, pytorch = json.loads(out_i), json.loads(out_p)
     assert ideal["inputs"]["accounting"] == "ideal" and pytorch["inputs"]["accounting"] == "pytorch"
     measured = compare_layer(QWEN, 1, seq, 1, "eager", fake=True)
@@ -193,10 +186,10 @@ def test_plan_pytorch_accounting_differs_by_the_measured_amount(capsys):
     assert gap == QWEN.num_layers * per_layer_gap
 
 
-def test_measure_command(capsys):
-    code, out, err = run_cli(capsys, "measure", "--model", "qwen3-30b-a3b", "--seq", "512", "--json")
+def test_measure_command(cli):
+    code, out, err = cli("measure", "--model", "qwen3-30b-a3b", "--seq", "512", "--json")
     assert code == 0, err
     r = json.loads(out)
     assert r["measured_bytes"] == r["pytorch_bytes"] and r["ideal_bytes"] < r["measured_bytes"]
-    code, out, err = run_cli(capsys, "measure", "--batch", "3", "--tiles", "2")
+    code, out, err = cli("measure", "--batch", "3", "--tiles", "2")
     assert code == 2 and "divide" in err
