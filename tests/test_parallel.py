@@ -213,6 +213,8 @@ def test_compare_rows_and_json(cli):
         assert {"tiles", "tile_batch", "tokens_per_expert", "step_time_s", "tokens_per_s", "mfu", "relative_to_dense",
                 "binding_constraint", "dominant_phase", "tokens_per_s_per_kw"} <= set(row)
         assert row["tokens_per_s_per_kw"] == pytest.approx(row["tokens_per_s"] / row["power_kw"])
+    b200 = next(row for row in r["rows"] if row["hardware"] == "b200")
+    assert b200["power_kw"] == pytest.approx(b200["devices"] * 14.3 / 8)  # DGX B200 system power per GPU
     wafers = [row for row in r["rows"] if row["hardware"].startswith("wse")]
     assert all(row["devices"] == 1 and row["memory_model"] == "weight_streaming" for row in wafers)
 
