@@ -76,7 +76,7 @@ def _value(choice: Optional[Enum]) -> Optional[str]:
 
 
 def build_parallel(spec, profile, devices: int, ep: Optional[int], zero: Optional[int],
-                   gpus_per_node: Optional[int], overlap_a2a: bool, defaults: dict[str, str]):
+                   gpus_per_node: Optional[int], overlap_a2a: bool, defaults: dict[str, str], grad_accum: int = 1):
     """Parallelism from the CLI options; EP and ZeRO defaults are recorded in `defaults`."""
     from .parallel import Parallelism, auto_expert_parallel
 
@@ -88,7 +88,7 @@ def build_parallel(spec, profile, devices: int, ep: Optional[int], zero: Optiona
         zero = 1 if devices > 1 else 0
         if devices > 1:
             defaults["zero_stage"] = "1: optimizer state sharded over data-parallel ranks (Megatron-LM distributed optimizer)"
-    par = Parallelism(devices, ep, zero, gpus_per_node, overlap_a2a)
+    par = Parallelism(devices, ep, zero, gpus_per_node, overlap_a2a, grad_accum)
     par.validate(spec.num_experts, profile.family)
     if devices > 1 and not profile.multi_device:
         raise BtacalcError(f"{profile.name} has no scale-up/scale-out bandwidth in its profile: --devices needs them")
@@ -136,6 +136,8 @@ EpOpt = typer.Option(None, "--ep", min=1, help="Expert-parallel degree: experts 
 ZeroOpt = typer.Option(None, "--zero", min=0, max=3, help="ZeRO stage 0-3 [default: 1 with several devices].")
 GpusPerNodeOpt = typer.Option(None, "--gpus-per-node", min=1, help="Devices per NVLink domain [default: the profile's].")
 OverlapA2aOpt = typer.Option(False, "--overlap-a2a/--no-overlap-a2a", help="Hide the all-to-all behind expert compute (chunked) or not.")
+GradAccumOpt = typer.Option(1, "--grad-accum", min=1, help="Gradient accumulation: M micro-batches of G·b per optimizer step "
+                            "(the gradient sync runs once per step).")
 
 
 # --- plan ----------------------------------------------------------------------------------------
@@ -171,6 +173,7 @@ def plan(
     zero: Optional[int] = ZeroOpt,
     gpus_per_node: Optional[int] = GpusPerNodeOpt,
     overlap_a2a: bool = OverlapA2aOpt,
+    grad_accum: int = GradAccumOpt,
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON on stdout."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the plan JSON to this file (atomically)."),
     schema: bool = typer.Option(False, "--schema", help="Print the JSON schema of the plan and exit."),
@@ -189,7 +192,7 @@ def plan(
     spec, profile, run, defaults = build_problem_inputs(model, hw, seq, recompute, attention, causal, loss,
                                                         accounting, experts, top_k, expert_ffn, fixed_active,
                                                         memory_model)
-    par = build_parallel(spec, profile, devices, ep, zero, gpus_per_node, overlap_a2a, defaults)
+    par = build_parallel(spec, profile, devices, ep, zero, gpus_per_node, overlap_a2a, defaults, grad_accum)
     limits = BatchLimits(global_batch, tiles, tile_batch, max_global_batch, max_tile_batch)
     report = make_plan(spec, profile, run, limits, defaults, overlap=overlap, parallel=par)
     emit_json(report.model_dump_json(indent=2), as_json, output)

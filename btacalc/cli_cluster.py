@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from .cli import (Attention, AttentionOpt, GpusPerNodeOpt, MemoryModelChoice, MemoryModelOpt, ModelOpt,
+from .cli import (Attention, AttentionOpt, GpusPerNodeOpt, GradAccumOpt, MemoryModelChoice, MemoryModelOpt, ModelOpt,
                   OverlapA2aOpt, OverlapOpt, Recompute, RecomputeOpt, SeqOpt, _value, app, emit_result)
 from .errors import BtacalcError
 
@@ -36,6 +36,7 @@ def compare(
     zero: int = typer.Option(1, "--zero", min=0, max=3, help="ZeRO stage on multi-GPU rows."),
     gpus_per_node: Optional[int] = GpusPerNodeOpt,
     overlap_a2a: bool = OverlapA2aOpt,
+    grad_accum: int = GradAccumOpt,
     seq: Optional[int] = SeqOpt,
     recompute: Optional[Recompute] = RecomputeOpt,
     attention: Optional[Attention] = AttentionOpt,
@@ -60,7 +61,7 @@ def compare(
     if memory_model == MemoryModelChoice.weight_streaming and any(p.family == "gpu" for p in profiles):
         raise BtacalcError("--memory-model weight_streaming is modelled for wafer-scale profiles only")
     result = run_compare(spec, profiles, counts, ep, zero, gpus_per_node, overlap_a2a, seq, _value(recompute),
-                         _value(attention), memory_model.value, overlap)
+                         _value(attention), memory_model.value, overlap, grad_accum)
     emit_result(result, as_json, output, csv_path, to_csv, plot_path, plot, compare_renderable)
     return 0
 

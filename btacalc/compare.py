@@ -29,6 +29,7 @@ class CompareRow(BaseModel):
     devices: int
     expert_parallel: int
     zero_stage: int
+    micro_batches: int = 1
     memory_model: str
     recompute: str
     attention: str
@@ -65,7 +66,8 @@ def _row(report: PlanReport, profile: HardwareProfile) -> CompareRow:
     g1 = th.tokens_per_s_g1 if th else None
     return CompareRow(
         hardware=profile.name, display_name=profile.display_name, devices=par.devices,
-        expert_parallel=par.expert_parallel, zero_stage=par.zero_stage, memory_model=report.inputs.memory_model,
+        expert_parallel=par.expert_parallel, zero_stage=par.zero_stage, micro_batches=par.micro_batches,
+        memory_model=report.inputs.memory_model,
         recompute=report.inputs.recompute, attention=report.inputs.attention, fits=fits,
         tiles=plan.tiles if fits else None, tile_batch=plan.tile_batch if fits else None,
         tokens_per_expert=plan.tokens_per_expert if fits else None,
@@ -85,7 +87,8 @@ def _row(report: PlanReport, profile: HardwareProfile) -> CompareRow:
 def compare(model: ModelSpec, profiles: Sequence[HardwareProfile], devices: Optional[Sequence[int]] = None,
             expert_parallel: Optional[int] = None, zero_stage: int = 1, devices_per_node: Optional[int] = None,
             overlap_all_to_all: bool = False, seq_len: Optional[int] = None, recompute: Optional[str] = None,
-            attention: Optional[str] = None, memory_model: str = "auto", overlap: bool = True) -> CompareResult:
+            attention: Optional[str] = None, memory_model: str = "auto", overlap: bool = True,
+            micro_batches: int = 1) -> CompareResult:
     """One row per wafer profile, and per (GPU profile, device count). `devices=None`: the smallest
     power-of-two GPU count that fits. Recompute and attention default to each device's own defaults."""
     if not profiles:
@@ -102,7 +105,8 @@ def compare(model: ModelSpec, profiles: Sequence[HardwareProfile], devices: Opti
         else:
             counts = list(devices) if devices else [None]
         for n in counts:
-            base = Parallelism(1, 1, zero_stage if profile.family == "gpu" else 0, devices_per_node, overlap_all_to_all)
+            base = Parallelism(1, 1, zero_stage if profile.family == "gpu" else 0, devices_per_node, overlap_all_to_all,
+                               micro_batches)
             note = ""
             if n is None:
                 fit = min_devices(Problem(model, profile, run, base), expert_parallel, escalate=True)
@@ -116,7 +120,9 @@ def compare(model: ModelSpec, profiles: Sequence[HardwareProfile], devices: Opti
             else:
                 ep = expert_parallel if expert_parallel is not None and profile.family == "gpu" else \
                     auto_expert_parallel(n, model.num_experts)
-                par, row_run = Parallelism(n, ep, base.zero_stage if n > 1 else 0, devices_per_node, overlap_all_to_all), run
+                par = Parallelism(n, ep, base.zero_stage if n > 1 else 0, devices_per_node, overlap_all_to_all,
+                                  micro_batches)
+                row_run = run
             report = make_plan(model, profile, row_run, defaults=defaults, overlap=overlap, parallel=par)
             params_total = report.model.params_total
             row = _row(report, profile)

@@ -43,6 +43,7 @@ class Parallelism:
     zero_stage: int = 0
     devices_per_node: Optional[int] = None  # None: the hardware profile's
     overlap_all_to_all: bool = False
+    micro_batches: int = 1  # gradient accumulation: M micro-batches per optimizer step
 
     @property
     def data_parallel(self) -> int:
@@ -53,7 +54,8 @@ class Parallelism:
         return self.devices // self.expert_parallel
 
     def validate(self, num_experts: int, family: str) -> None:
-        for name, v in (("--devices", self.devices), ("--ep", self.expert_parallel)):
+        for name, v in (("--devices", self.devices), ("--ep", self.expert_parallel),
+                        ("--grad-accum", self.micro_batches)):
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise BtacalcError(f"{name} must be a positive integer, got {v!r}")
         if self.zero_stage not in (0, 1, 2, 3):

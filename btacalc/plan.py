@@ -53,6 +53,7 @@ class ParallelInfo(BaseModel):
     expert_parallel: int = Field(description="EP: devices the experts are split over (E/EP experts each)")
     expert_data_parallel: int = Field(description="N/EP: replicas of each expert shard")
     zero_stage: int = Field(description="ZeRO stage: 1 shards optimizer state, 2 + gradients, 3 + weights")
+    micro_batches: int = Field(1, description="M: gradient accumulation steps per optimizer step")
     devices_per_node: int
     overlap_all_to_all: bool
 
@@ -91,7 +92,7 @@ class PlanInfo(BaseModel):
     global_batch: int = Field(description="G*b: sequences the router and experts see per step, per device")
     tokens_per_step: int = Field(description="G*b*s, per device")
     devices: int = 1
-    cluster_tokens_per_step: int = Field(0, description="N*G*b*s: tokens per step over all devices")
+    cluster_tokens_per_step: int = Field(0, description="N*M*G*b*s: tokens per optimizer step over all devices")
     tokens_per_expert: float = Field(description="T_e = EP*G*b*s*k/E per expert replica under uniform routing (G*b*s for dense)")
     fits: bool
     binding_constraint: str = Field(description="what stops a larger G*b: memory, max_global_batch, global_batch, tiles, ...")
@@ -253,11 +254,12 @@ def build_report(problem: Problem, mem: MemoryModel, sol: Solution, limits: Batc
         ),
         parallelism=ParallelInfo(
             devices=par.devices, expert_parallel=par.expert_parallel, expert_data_parallel=par.expert_data_parallel,
-            zero_stage=par.zero_stage, devices_per_node=node, overlap_all_to_all=par.overlap_all_to_all,
+            zero_stage=par.zero_stage, micro_batches=par.micro_batches, devices_per_node=node,
+            overlap_all_to_all=par.overlap_all_to_all,
         ),
         plan=PlanInfo(
             tiles=g, tile_batch=b, global_batch=g * b, tokens_per_step=g * b * run.seq_len,
-            devices=par.devices, cluster_tokens_per_step=par.devices * g * b * run.seq_len,
+            devices=par.devices, cluster_tokens_per_step=par.devices * par.micro_batches * g * b * run.seq_len,
             tokens_per_expert=tokens_per_expert(model, run.seq_len, g * b, par.expert_parallel),
             fits=sol.fits and breakdown.fits, binding_constraint=sol.binding_constraint,
             tile_constraint=sol.tile_constraint, explanation=sol.explanation,

@@ -12,7 +12,8 @@ For every phase (L times for the layer phases) and every pass (forward, backward
     t_phase   = max(t_compute, t_memory) combined with t_stream by max (overlap) or sum (no overlap)
 
 A per-tile overhead (profile `tile_overhead_s`) is added G times per layer for the attention block.
-Step time is the sum over phases; tokens/s = G*b*s / step time; MFU = model FLOPs / (step time x peak).
+Step time is the sum over phases (times M micro-batches with gradient accumulation, the gradient
+synchronisation once); tokens/s = N*M*G*b*s / step time; MFU = model FLOPs / (step time x peak).
 All functions work on ints and on numpy arrays (vectorised sweeps).
 """
 
@@ -133,13 +134,19 @@ def step_time(problem: Problem, tiles: Any, tile_batch: Any, overlap: bool = Tru
         a2a = comm["all_to_all"]
         # overlapped: hidden behind the experts' own compute (chunked dispatch), only the excess shows
         phase_time["all_to_all"] = np.maximum(0.0, a2a - phase_time["experts"]) if par.overlap_all_to_all else a2a
+    # gradient accumulation: M micro-batches of G*b sequences per optimizer step; everything above
+    # runs M times, the gradients are synchronised once
+    m = par.micro_batches
+    if m > 1:
+        phase_time = {k: m * v for k, v in phase_time.items()}
+        stream_bound = m * stream_bound
     if "gradient_sync" in comm:
-        # data-parallel gradient reduction overlaps the backward pass (bucketed, as in PyTorch DDP
-        # and Megatron-LM); only what exceeds the backward compute shows
+        # data-parallel gradient reduction overlaps the backward pass of the last micro-batch
+        # (bucketed, as in PyTorch DDP and Megatron-LM); only what exceeds it shows
         phase_time["gradient_sync"] = np.maximum(0.0, comm["gradient_sync"] - backward_compute)
-    tiling = model.num_layers * tiles * tile_s
+    tiling = m * model.num_layers * tiles * tile_s
     total = sum(phase_time.values()) + tiling
-    return StepTime(total, par.devices * tokens / total, model_flops / (total * hw.peak_flops_per_s.value),
+    return StepTime(total, par.devices * m * tokens / total, m * model_flops / (total * hw.peak_flops_per_s.value),
                     phase_time, tiling, stream_bound / total, comm)
 
 

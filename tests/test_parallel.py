@@ -280,3 +280,18 @@ def test_resident_on_wafer_suggests_streaming():
     report = make_plan(QWEN, resolve_hardware("wse3"), RunOptions(memory_model="resident"))
     assert not report.plan.fits
     assert any("--memory-model weight_streaming" in s for s in report.suggestions)
+
+
+def test_gradient_accumulation_runs_micro_batches_and_syncs_once():
+    from btacalc.throughput import step_time
+
+    one = step_time(problem(devices=64, ep=8, zero=1), 1, 1)
+    four = step_time(problem(devices=64, ep=8, zero=1).with_parallel(micro_batches=4), 1, 1)
+    sync = one.phase_time_s["gradient_sync"]
+    assert sync > 0
+    assert four.step_time_s == pytest.approx(4 * (one.step_time_s - sync) + sync)
+    assert four.tokens_per_s > one.tokens_per_s  # the sync is amortised over 4x the tokens
+    # with no communication (one wafer), accumulation changes nothing per token
+    w1 = step_time(problem(hw="wse3"), 2, 1)
+    w4 = step_time(problem(hw="wse3").with_parallel(micro_batches=4), 2, 1)
+    assert w4.tokens_per_s == pytest.approx(w1.tokens_per_s)
