@@ -208,13 +208,14 @@ def plan(
 @app.command(epilog="Examples:\n\n"
              "  btacalc sweep --model qwen3-30b-a3b --hw wse2 --vary experts=16,32,64,128\n\n"
              "  btacalc sweep --hw wse2 --vary top-k=1,2,4,8 --fixed-active --plot topk.png\n\n"
-             "  btacalc sweep --hw wse3 --vary experts=16:128:x2 --vary seq=2048,4096 --csv sweep.csv")
+             "  btacalc sweep --hw wse3 --vary experts=16:128:x2 --vary seq=2048,4096 --csv sweep.csv\n\n"
+             "  btacalc sweep --hw b200 --vary devices=8:128:x2 --ep 8")
 def sweep(
     model: str = ModelOpt,
     hw: str = HwOpt,
     vary: list[str] = typer.Option(..., "--vary", help="NAME=VALUES: a,b,c or start:stop:step or start:stop:xF. "
                                    "Names: experts, top-k, expert-ffn, seq, global-batch, tiles, tile-batch, "
-                                   "max-global-batch, max-tile-batch."),
+                                   "max-global-batch, max-tile-batch, devices, grad-accum."),
     fixed_active: bool = FixedActiveOpt,
     seq: Optional[int] = SeqOpt,
     recompute: Optional[Recompute] = RecomputeOpt,
@@ -223,6 +224,12 @@ def sweep(
     loss: Loss = LossOpt,
     accounting: Accounting = AccountingOpt,
     overlap: bool = OverlapOpt,
+    devices: int = DevicesOpt,
+    ep: Optional[int] = EpOpt,
+    zero: Optional[int] = ZeroOpt,
+    gpus_per_node: Optional[int] = GpusPerNodeOpt,
+    overlap_a2a: bool = OverlapA2aOpt,
+    grad_accum: int = GradAccumOpt,
     as_json: bool = typer.Option(False, "--json", help="Print {points: [...]} as JSON on stdout."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the JSON to this file (atomically)."),
     csv_path: Optional[Path] = typer.Option(None, "--csv", help="Write one CSV row per point to this file."),
@@ -237,6 +244,14 @@ def sweep(
                                                  None, None, None, False)
     if fixed_active and "top-k" not in grid:
         raise BtacalcError("--fixed-active needs --vary top-k=...")
+    if "devices" in grid:  # the base plan (validated here) is the first point; every point is validated again
+        devices = grid["devices"][0]
+    max_devices = max(grid.get("devices", [devices]))
+    if zero is None and max_devices > 1:
+        zero = 1
+    par = build_parallel(spec, profile, devices, ep, zero, gpus_per_node, overlap_a2a, {}, grad_accum)
+    if max_devices > 1 and not profile.multi_device:
+        raise BtacalcError(f"{profile.name} has no scale-up/scale-out bandwidth in its profile: --devices needs them")
     total = 1
     for values in grid.values():
         total *= len(values)
@@ -246,9 +261,10 @@ def sweep(
         with Progress(console=err, transient=True) as bar:
             task = bar.add_task("solving", total=total)
             result = run_sweep(spec, profile, run, BatchLimits(), grid, fixed_active, overlap,
-                               progress=lambda n: bar.advance(task, n))
+                               progress=lambda n: bar.advance(task, n), parallel=par, expert_parallel_given=ep is not None)
     else:
-        result = run_sweep(spec, profile, run, BatchLimits(), grid, fixed_active, overlap)
+        result = run_sweep(spec, profile, run, BatchLimits(), grid, fixed_active, overlap, parallel=par,
+                           expert_parallel_given=ep is not None)
     from .render import sweep_renderable
 
     emit_result(result, as_json, output, csv_path, to_csv, plot_path, plot, sweep_renderable)

@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from .errors import BtacalcError
 from .hardware import HardwareProfile
 from .models import ModelSpec
+from .parallel import Parallelism, auto_expert_parallel
 from .plan import PlanInfo, Throughput, make_plan
 from .run import RunOptions
 from .solver import BatchLimits
@@ -23,7 +24,8 @@ MODEL_PARAMS = {"experts": "experts", "top-k": "top_k", "expert-ffn": "expert_ff
 RUN_PARAMS = {"seq": "seq_len"}
 LIMIT_PARAMS = {"global-batch": "global_batch", "tiles": "tiles", "tile-batch": "tile_batch",
                 "max-global-batch": "max_global_batch", "max-tile-batch": "max_tile_batch"}
-VARIABLES = {**MODEL_PARAMS, **RUN_PARAMS, **LIMIT_PARAMS}
+PARALLEL_PARAMS = {"devices": "devices", "grad-accum": "micro_batches"}
+VARIABLES = {**MODEL_PARAMS, **RUN_PARAMS, **LIMIT_PARAMS, **PARALLEL_PARAMS}
 
 
 def parse_values(spec: str, flag: str = "--vary") -> list[int]:
@@ -100,18 +102,25 @@ def grid_points(grid: dict[str, list[int]]) -> Iterator[dict[str, int]]:
 
 def run_sweep(model: ModelSpec, hw: HardwareProfile, run: RunOptions, limits: BatchLimits,
               grid: dict[str, list[int]], fixed_active: bool = False, overlap: bool = True,
-              progress: Optional[Callable[[int], None]] = None) -> SweepResult:
+              progress: Optional[Callable[[int], None]] = None, parallel: Parallelism = Parallelism(),
+              expert_parallel_given: bool = False) -> SweepResult:
+    """Solve every grid point. When `devices` varies and the EP degree was not given, each point
+    uses EP = gcd(devices, E) (the plan default)."""
+    from dataclasses import replace
+
     points = []
     for params in grid_points(grid):
         m_over = {MODEL_PARAMS[k]: v for k, v in params.items() if k in MODEL_PARAMS}
         r_over = {RUN_PARAMS[k]: v for k, v in params.items() if k in RUN_PARAMS}
         l_over = {LIMIT_PARAMS[k]: v for k, v in params.items() if k in LIMIT_PARAMS}
+        p_over = {PARALLEL_PARAMS[k]: v for k, v in params.items() if k in PARALLEL_PARAMS}
         try:
             spec = model.with_overrides(**m_over, fixed_active=fixed_active) if (m_over or fixed_active) else model
-            from dataclasses import replace
-
+            par = replace(parallel, **p_over)
+            if not expert_parallel_given and ("devices" in p_over or m_over):
+                par = replace(par, expert_parallel=auto_expert_parallel(par.devices, spec.num_experts))
             lim = replace(limits, **l_over)
-            rep = make_plan(spec, hw, replace(run, **r_over), lim, overlap=overlap)
+            rep = make_plan(spec, hw, replace(run, **r_over), lim, overlap=overlap, parallel=par)
             points.append(SweepPoint(params=params, plan=rep.plan, throughput=rep.throughput))
         except BtacalcError as exc:  # e.g. top-k > experts at this point: record, keep sweeping
             points.append(SweepPoint(params=params, plan=_empty_plan(), throughput=None, error=str(exc)))

@@ -295,3 +295,13 @@ def test_gradient_accumulation_runs_micro_batches_and_syncs_once():
     w1 = step_time(problem(hw="wse3"), 2, 1)
     w4 = step_time(problem(hw="wse3").with_parallel(micro_batches=4), 2, 1)
     assert w4.tokens_per_s == pytest.approx(w1.tokens_per_s)
+
+
+def test_sweep_over_device_counts(cli):
+    code, out, err = cli("sweep", "--hw", "b200", "--vary", "devices=8:32:x2", "--ep", "8", "--json")
+    assert code == 0, err
+    pts = json.loads(out)["points"]
+    assert [p["params"]["devices"] for p in pts] == [8, 16, 32]
+    assert [p["plan"]["devices"] for p in pts] == [8, 16, 32]
+    tput = [p["throughput"]["tokens_per_s"] for p in pts]
+    assert tput == sorted(tput)
