@@ -184,7 +184,7 @@ def _memory_table(r: PlanReport) -> Table:
         off = r.offchip_bytes
         state = off["weights"] + off["gradients"] + off["optimizer"]
         t.caption = (f"off-wafer (MemoryX): weights {gb(off['weights'])}, gradients {gb(off['gradients'])}, "
-                     f"optimizer {gb(off['optimizer'])} = {gb(state)} of {gb(off['capacity'])}")
+                     f"optimizer {gb(off['optimizer'])} = {gb(state)} of {off['capacity'] / 1e9:,.0f} GB")
     return t
 
 
