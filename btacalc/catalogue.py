@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator,
 from sympy.parsing.sympy_parser import parse_expr
 
 from .errors import DataError
+from .features import FEATURES, RECOMPUTE_POLICIES  # noqa: F401  (re-exported: the catalogue's vocabulary)
 from .paths import data_dir
 from .symbols import ARG_ORDER, SYMBOLS
 
@@ -54,29 +55,6 @@ QUANTITY_UNITS = {
     "recompute_bytes": "bytes",
     "arithmetic_intensity": "FLOP/byte",
     "state": "bytes",
-}
-
-RECOMPUTE_POLICIES = ("none", "selective", "full")
-
-# Feature names a term's `when` may test, with their allowed values.
-FEATURES: dict[str, tuple[Any, ...]] = {
-    # model architecture
-    "norm": ("rmsnorm", "layernorm"),
-    "mlp": ("swiglu", "gelu"),
-    "moe": (True, False),
-    "dropout": (True, False),
-    "qkv_bias": (True, False),
-    "linear_bias": (True, False),
-    "qk_norm": ("none", "head", "full"),
-    "position_embedding": ("rope", "learned"),
-    "tied_embeddings": (True, False),
-    "softmax_fp32": (True, False),
-    # run options
-    "attention": ("eager", "flash"),
-    "causal": (True, False),
-    "loss": ("stored", "fused"),
-    "accounting": ("ideal", "pytorch"),
-    "optimizer": ("adam", "sgd"),
 }
 
 FeatureValue = Union[bool, str]

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .atomic import write_atomic
-from .catalogue import FEATURES, RECOMPUTE_POLICIES
+from .features import FEATURES, RECOMPUTE_POLICIES
 from .errors import BtacalcError
 
 try:  # typer >= 0.20 vendors click; older typer uses the click package
@@ -76,8 +76,10 @@ def _value(choice: Optional[Enum]) -> Optional[str]:
 
 
 def build_parallel(spec, profile, devices: int, ep: Optional[int], zero: Optional[int],
-                   gpus_per_node: Optional[int], overlap_a2a: bool, defaults: dict[str, str], grad_accum: int = 1):
-    """Parallelism from the CLI options; EP and ZeRO defaults are recorded in `defaults`."""
+                   gpus_per_node: Optional[int], overlap_a2a: bool, defaults: dict[str, str], grad_accum: int = 1,
+                   max_devices: Optional[int] = None):
+    """Parallelism from the CLI options; EP and ZeRO defaults are recorded in `defaults`. `max_devices`:
+    the largest device count a sweep will use (the ZeRO default follows it)."""
     from .parallel import Parallelism, auto_expert_parallel
 
     if ep is None:
@@ -85,13 +87,12 @@ def build_parallel(spec, profile, devices: int, ep: Optional[int], zero: Optiona
         if devices > 1:
             defaults["expert_parallel"] = f"gcd(devices, E) = {ep}: experts split as far as the device count allows"
     if zero is None:
-        zero = 1 if devices > 1 else 0
-        if devices > 1:
+        several = max(devices, max_devices or 1) > 1
+        zero = 1 if several else 0
+        if several:
             defaults["zero_stage"] = "1: optimizer state sharded over data-parallel ranks (Megatron-LM distributed optimizer)"
     par = Parallelism(devices, ep, zero, gpus_per_node, overlap_a2a, grad_accum)
-    par.validate(spec.num_experts, profile.family)
-    if devices > 1 and not profile.multi_device:
-        raise BtacalcError(f"{profile.name} has no scale-up/scale-out bandwidth in its profile: --devices needs them")
+    par.validate(spec.num_experts, profile)
     return par
 
 
@@ -244,14 +245,10 @@ def sweep(
                                                  None, None, None, False)
     if fixed_active and "top-k" not in grid:
         raise BtacalcError("--fixed-active needs --vary top-k=...")
-    if "devices" in grid:  # the base plan (validated here) is the first point; every point is validated again
+    if "devices" in grid:  # the base plan (validated here) is the first point; make_plan validates every point
         devices = grid["devices"][0]
-    max_devices = max(grid.get("devices", [devices]))
-    if zero is None and max_devices > 1:
-        zero = 1
-    par = build_parallel(spec, profile, devices, ep, zero, gpus_per_node, overlap_a2a, {}, grad_accum)
-    if max_devices > 1 and not profile.multi_device:
-        raise BtacalcError(f"{profile.name} has no scale-up/scale-out bandwidth in its profile: --devices needs them")
+    par = build_parallel(spec, profile, devices, ep, zero, gpus_per_node, overlap_a2a, {}, grad_accum,
+                         max_devices=max(grid.get("devices", [devices])))
     total = 1
     for values in grid.values():
         total *= len(values)

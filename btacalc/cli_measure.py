@@ -8,7 +8,6 @@ from rich.table import Table
 
 from .cli import Attention, ModelOpt, app, out
 from .errors import BtacalcError
-from .render import si
 
 
 @app.command(epilog="Examples:\n\n"
@@ -31,6 +30,7 @@ def measure(
     except ImportError:
         raise BtacalcError("btacalc measure needs PyTorch: pip install 'btacalc[measure]'") from None
     from .models import resolve_model
+    from .render import si
     from .torchref.accuracy import compare_layer
 
     spec = resolve_model(model)

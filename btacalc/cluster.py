@@ -6,7 +6,7 @@ from dataclasses import replace
 from typing import Optional
 
 from .memory import MemoryModel, resolve_memory_model
-from .parallel import auto_expert_parallel
+from .parallel import Parallelism, auto_expert_parallel
 from .run import Problem
 
 MAX_DEVICES = 1 << 14  # 16,384 GPUs: beyond any plan this tool is meant for
@@ -31,10 +31,7 @@ def _variants(problem: Problem, escalate: bool) -> list[Problem]:
         zero3 = problem.with_parallel(zero_stage=3)
         full = problem.with_run(recompute="full")
         both = zero3.with_run(recompute="full")
-        for cand in (zero3, full, both):
-            if cand.parallel != problem.parallel or cand.run != problem.run:
-                if cand not in out:
-                    out.append(cand)
+        out += [cand for cand in (zero3, full, both) if cand not in out]  # already ZeRO-3 / full: no repeat
     return out
 
 
@@ -44,13 +41,13 @@ def min_devices(problem: Problem, expert_parallel: Optional[int] = None, limit: 
     `limit`. The parallelism and run options of `problem` are kept; with `escalate`, each count also
     tries ZeRO-3 and full recomputation (in that order) before moving to the next count. Memory per
     device never grows with the device count (shards only shrink), so the first fit is the answer."""
+    if expert_parallel is not None:  # a given EP degree must divide the experts at every count
+        Parallelism(expert_parallel, expert_parallel).validate(problem.model.num_experts, problem.hardware)
     for d in device_counts(limit):
         if expert_parallel is not None and d % expert_parallel:
             continue
         for variant in _variants(problem, escalate):
-            cand = with_devices(variant, d, expert_parallel)
-            if cand.model.is_moe and cand.model.num_experts % cand.parallel.expert_parallel:
-                continue
+            cand = with_devices(variant, d, expert_parallel)  # EP = gcd(d, E) divides E by construction
             if d == 1:
                 cand = cand.with_parallel(zero_stage=0)
             cand = resolve_memory_model(cand)

@@ -109,19 +109,16 @@ def crossover(profiles: Sequence[HardwareProfile], family: str = "qwen3-moe",
             top = max(cands, key=lambda p: p.row.tokens_per_s_per_kw or 0.0)
             best[top.model] = top.hardware
     equiv: dict[str, dict[str, float]] = {}
+    wafers = {p.name for p in profiles if p.family == "wse"}
     for h in sorted(set(hidden_sizes)):
-        mine = {p.hardware: p for p in points if p.hidden_size == h}
-        for w in (p for p in mine.values() if p.hardware in _wafer_names(profiles)):
-            for g in (p for p in mine.values() if p.hardware not in _wafer_names(profiles)):
+        mine = [p for p in points if p.hidden_size == h]
+        for w in (p for p in mine if p.hardware in wafers):
+            for g in (p for p in mine if p.hardware not in wafers):
                 if w.row.tokens_per_s and g.row.tokens_per_s_per_device:
                     equiv.setdefault(w.model, {})[f"{w.hardware}/{g.hardware}"] = \
                         w.row.tokens_per_s / g.row.tokens_per_s_per_device
     return CrossoverResult(family=family, seq_len=seq, points=points, boundaries=boundaries, best_per_kw=best,
                            gpu_equivalents=equiv)
-
-
-def _wafer_names(profiles: Sequence[HardwareProfile]) -> set[str]:
-    return {p.name for p in profiles if p.family == "wse"}
 
 
 def to_csv(result: CrossoverResult) -> str:

@@ -99,7 +99,7 @@ class MemoryModel:
 
     def __init__(self, problem: Problem):
         self.problem = problem
-        self.params = param_counts(problem)
+        self.params = problem.params
         hw = problem.hardware
         beta = problem.run.bytes_per_element
         if problem.memory_model not in ("weight_streaming", "resident"):

@@ -23,9 +23,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from .errors import BtacalcError
+
+if TYPE_CHECKING:
+    from .hardware import HardwareProfile
 
 ZERO_SHARDS = {  # component -> lowest ZeRO stage that shards it
     "optimizer": 1,
@@ -53,7 +56,7 @@ class Parallelism:
     def expert_data_parallel(self) -> int:
         return self.devices // self.expert_parallel
 
-    def validate(self, num_experts: int, family: str) -> None:
+    def validate(self, num_experts: int, profile: "HardwareProfile") -> None:
         for name, v in (("--devices", self.devices), ("--ep", self.expert_parallel),
                         ("--grad-accum", self.micro_batches)):
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -62,9 +65,11 @@ class Parallelism:
             raise BtacalcError(f"--zero must be 0, 1, 2 or 3, got {self.zero_stage!r}")
         if self.devices_per_node is not None and self.devices_per_node < 1:
             raise BtacalcError(f"--gpus-per-node must be a positive integer, got {self.devices_per_node}")
-        if family == "wse" and (self.devices > 1 or self.expert_parallel > 1 or self.zero_stage):
+        if profile.family == "wse" and (self.devices > 1 or self.expert_parallel > 1 or self.zero_stage):
             raise BtacalcError("--devices/--ep/--zero apply to GPU profiles: one wafer-scale system is modelled "
                                "(multi-system Cerebras clusters are not)")
+        if self.devices > 1 and not profile.multi_device:
+            raise BtacalcError(f"{profile.name} has no scale-up/scale-out bandwidth in its profile: --devices needs them")
         if self.devices % self.expert_parallel:
             raise BtacalcError(f"--ep {self.expert_parallel} does not divide --devices {self.devices}")
         if self.expert_parallel > 1:

@@ -208,7 +208,7 @@ def make_plan(
     overlap: bool = True,
     parallel: Parallelism = Parallelism(),
 ) -> PlanReport:
-    parallel.validate(model.num_experts, hardware.family)
+    parallel.validate(model.num_experts, hardware)
     problem = resolve_memory_model(Problem(model, hardware, run, parallel))
     mem = MemoryModel(problem)
     sol = solve(mem, limits)

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Literal, Optional
+from typing import TYPE_CHECKING, Any, Literal, Optional
 
 from .catalogue import CompiledSelection, PhaseValues, Selection, compile_selection
 from .hardware import HardwareProfile
 from .models import ModelSpec
 from .parallel import Parallelism
+
+if TYPE_CHECKING:
+    from .memory import ParamCounts
 
 # Default sequence length: Qwen3's pre-training stages S1 and S2 used 4,096 tokens
 # (Qwen3 technical report, arXiv 2505.09388, §3.2). The BTA paper does not state its length.
@@ -27,8 +30,8 @@ class RunOptions:
     accounting: Literal["ideal", "pytorch"] = "ideal"
     optimizer: Literal["adam", "sgd"] = "adam"
     bytes_per_element: int = 2
-    # None: the profile's (weight streaming on a wafer, resident on a GPU); `memory.resolve_memory_model`
-    # turns "auto" into resident when the whole training state fits on the device.
+    # None or "auto": `memory.resolve_memory_model` (called by make_plan) picks resident when the whole
+    # training state fits on the device, else the profile's; read unresolved, None means the profile's.
     memory_model: Optional[Literal["weight_streaming", "resident", "auto"]] = None
 
     def features(self) -> dict[str, Any]:
@@ -62,6 +65,14 @@ class Problem:
     @cached_property
     def compiled(self) -> CompiledSelection:
         return compile_selection(self.selection)
+
+    @cached_property
+    def params(self) -> "ParamCounts":
+        """Parameter counts (memory.param_counts), computed once per problem: the memory model and
+        the communication model both need them."""
+        from .memory import param_counts
+
+        return param_counts(self)
 
     def symbol_values(self, tiles: Any, tile_batch: Any, seq_len: Any = None) -> dict[str, Any]:
         values: dict[str, Any] = dict(self.model.symbol_values())

@@ -25,8 +25,7 @@ from typing import Any, Optional
 import numpy as np
 
 from .catalogue import PhaseValues
-from .errors import BtacalcError
-from .memory import MemoryModel, param_counts
+from .memory import MemoryModel
 from .parallel import all_to_all_bytes, gradient_sync_bytes
 from .run import Problem
 from .solver import BatchLimits, Solution, solve
@@ -51,10 +50,9 @@ def time_params(problem: Problem) -> tuple[float, float]:
 
 
 def _link_time(bytes_intra: Any, bytes_inter: Any, problem: Problem) -> Any:
-    """Time to send bytes to peers in the node (scale-up link) and in other nodes (NIC), concurrently."""
+    """Time to send bytes to peers in the node (scale-up link) and in other nodes (NIC), concurrently.
+    Plans on several devices are validated to have both bandwidths (Parallelism.validate)."""
     hw = problem.hardware
-    if not hw.multi_device:
-        raise BtacalcError(f"{hw.name} has no scale-up/scale-out bandwidth: multi-device plans need them")
     up = hw.scaleup_bandwidth_bytes_per_s.value  # type: ignore[union-attr]
     out = hw.scaleout_bandwidth_bytes_per_s.value  # type: ignore[union-attr]
     return np.maximum(bytes_intra / up, bytes_inter / out)
@@ -75,7 +73,7 @@ def communication_time(problem: Problem, tokens: Any, experts_recomputed: bool) 
         peers_in_node = min(ep, node) - 1
         share_intra = peers_in_node / (ep - 1)
         out["all_to_all"] = model.num_layers * _link_time(sent * share_intra, sent * (1 - share_intra), problem)
-    mem_params = param_counts(problem)
+    mem_params = problem.params
     grad_rate = beta  # 16-bit gradients
     spans_nodes = par.devices > node
     sync = 0.0

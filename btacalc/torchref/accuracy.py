@@ -60,6 +60,7 @@ def layer_shape(model: ModelSpec) -> LayerShape:
 
 def formula_values(model: ModelSpec, accounting: str, seq: int, batch: int, tiles: int, attention: str):
     run = RunOptions(seq_len=seq, recompute="none", attention=attention, accounting=accounting)  # type: ignore[arg-type]
+    # per-phase formulas do not depend on the device; a Problem needs one, any profile serves
     problem = Problem(model, resolve_hardware("wse3"), run)
     return problem, problem.evaluate(tiles, batch // tiles)
 

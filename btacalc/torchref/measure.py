@@ -23,9 +23,10 @@ from typing import Any, Callable, Optional
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils.flop_counter import FlopCounterMode, flop_registry, sdpa_backward_flop_count, sdpa_flop_count
+from torch.utils.flop_counter import (FlopCounterMode, flop_registry, sdpa_backward_flop_count, sdpa_flop_count,
+                                      shape_wrapper)
 
-from .layers import GPTLayer, LayerShape, Qwen3MoeLayer, current_phase
+from .layers import GPTLayer, LayerShape, Qwen3MoeLayer, current_phase, is_fake
 
 aten = torch.ops.aten
 
@@ -67,7 +68,8 @@ class _PhaseOps(TorchDispatchMode):
         super().__init__()
         self.flops: dict[str, int] = {}
         self.largest: dict[str, int] = {}
-        self._registry = {**flop_registry, **CUSTOM_FLOPS}
+        # the same functions FlopCounterMode calls: torch's registry plus ours, shape-wrapped as it does
+        self._registry = {**flop_registry, **{op: shape_wrapper(f) for op, f in CUSTOM_FLOPS.items()}}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -75,12 +77,7 @@ class _PhaseOps(TorchDispatchMode):
         ph = current_phase()
         packet = func._overloadpacket
         if packet in self._registry:
-            shapes = lambda xs: [x.shape if isinstance(x, torch.Tensor) else x for x in xs]  # noqa: E731
-            out_shape = out.shape if isinstance(out, torch.Tensor) else None
-            fn = self._registry[packet]
-            n = fn(*shapes(args), out_shape=out_shape, **kwargs) if packet in CUSTOM_FLOPS else \
-                fn(*args, **kwargs, out_val=out)
-            self.flops[ph] = self.flops.get(ph, 0) + int(n)
+            self.flops[ph] = self.flops.get(ph, 0) + int(self._registry[packet](*args, **kwargs, out_val=out))
         for t in out if isinstance(out, (tuple, list)) else (out,):
             if isinstance(t, torch.Tensor):
                 self.largest[ph] = max(self.largest.get(ph, 0), t.numel() * t.element_size())
@@ -100,7 +97,7 @@ class _SavedBytes:
     @staticmethod
     def _key(t: torch.Tensor) -> Any:
         st = t.untyped_storage()
-        return id(st) if t.device.type == "meta" or type(t).__name__ == "FakeTensor" else st.data_ptr()
+        return id(st) if is_fake(t) else st.data_ptr()  # fake storages have no data pointer
 
     def pack(self, t: torch.Tensor) -> torch.Tensor:
         key = self._key(t)
