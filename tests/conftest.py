@@ -24,3 +24,8 @@ def cli(capsys):
         return exc.value.code, cap.out, cap.err
 
     return run
+
+
+def pytest_addoption(parser):
+    parser.addoption("--regen-goldens", action="store_true", default=False,
+                     help="rewrite tests/goldens/*.json from the current code (say why in the commit)")

@@ -1,0 +1,152 @@
+"""Golden outputs: the numbers users act on, pinned exactly.
+
+Each case is a full command output (``plan --json`` and friends) or the compiled per-phase values of
+a model at a batch shape, stored under ``tests/goldens/``. Integers and strings must match exactly;
+floats to a relative 1e-12 (re-associating a sum moves the last bit, nothing else may).
+
+Goldens change only through the explicit regeneration command
+
+    python -m pytest tests/test_goldens.py --regen-goldens
+
+and a commit that regenerates them says why.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+GOLDEN_DIR = Path(__file__).parent / "goldens"
+
+# name -> btacalc command line. Wafers and GPUs, one device and several, every recompute mode,
+# eager and flash, both accountings, fixed and free batch shapes, plans that fit and plans that do not.
+COMMANDS: dict[str, list[str]] = {
+    "plan-wse3-default": ["plan", "--model", "qwen3-30b-a3b", "--hw", "wse3", "--json"],
+    "plan-wse2-default": ["plan", "--model", "qwen3-30b-a3b", "--hw", "wse2", "--json"],
+    "plan-wse3-pytorch": ["plan", "--model", "qwen3-30b-a3b", "--hw", "wse3", "--accounting", "pytorch", "--json"],
+    "plan-wse2-topk1": ["plan", "--model", "qwen3-30b-a3b", "--hw", "wse2", "--top-k", "1", "--fixed-active", "--json"],
+    "plan-wse2-selective-flash": ["plan", "--model", "qwen3-30b-a3b", "--hw", "wse2", "--recompute", "selective",
+                                  "--attention", "flash", "--json"],
+    "plan-wse3-global-batch": ["plan", "--model", "qwen3-30b-a3b", "--hw", "wse3", "--experts", "64",
+                               "--global-batch", "24", "--no-overlap", "--json"],
+    "plan-wse3-global-batch-fit": ["plan", "--model", "qwen3-30b-a3b", "--hw", "wse3", "--global-batch", "16",
+                                   "--max-tile-batch", "2", "--json"],
+    "plan-wse3-stored-loss-causal": ["plan", "--model", "qwen3-30b-a3b", "--hw", "wse3", "--loss", "stored",
+                                     "--causal", "--seq", "2048", "--json"],
+    "plan-a100-1-nofit": ["plan", "--model", "qwen3-30b-a3b", "--hw", "a100-80gb", "--devices", "1", "--json"],
+    "plan-a100-64-ep8": ["plan", "--model", "qwen3-30b-a3b", "--hw", "a100-80gb", "--devices", "64", "--ep", "8",
+                         "--zero", "1", "--json"],
+    "plan-a100-40-gpt3": ["plan", "--model", "gpt3-175b", "--hw", "a100-40gb", "--seq", "2048", "--tiles", "1",
+                          "--tile-batch", "1", "--recompute", "none", "--attention", "eager", "--json"],
+    "plan-b200-16-selective": ["plan", "--model", "qwen3-30b-a3b", "--hw", "b200", "--devices", "16", "--ep", "8",
+                               "--zero", "1", "--recompute", "selective", "--json"],
+    "plan-b200-8-eager-full": ["plan", "--model", "qwen3-30b-a3b", "--hw", "b200", "--devices", "8",
+                               "--attention", "eager", "--recompute", "full", "--overlap-a2a", "--json"],
+    "plan-b200-64-zero3-accum": ["plan", "--model", "qwen3-30b-a3b", "--hw", "b200", "--devices", "64", "--ep", "8",
+                                 "--zero", "3", "--grad-accum", "4", "--json"],
+    "plan-b200-64-ep16-none": ["plan", "--model", "qwen3-30b-a3b", "--hw", "b200", "--devices", "64", "--ep", "16",
+                               "--zero", "2", "--recompute", "none", "--gpus-per-node", "4", "--json"],
+    "plan-b200-gpt3-flash": ["plan", "--model", "gpt3-175b", "--hw", "b200", "--devices", "256", "--zero", "3",
+                             "--json"],
+    "compare-default": ["compare", "--model", "qwen3-30b-a3b", "--json"],
+    "compare-devices": ["compare", "--model", "qwen3-30b-a3b", "--hw", "wse3,b200", "--devices", "8,64", "--ep", "8",
+                        "--json"],
+    "sweep-experts": ["sweep", "--model", "qwen3-30b-a3b", "--hw", "wse2", "--vary", "experts=16:128:x2", "--json"],
+    "sweep-topk": ["sweep", "--model", "qwen3-30b-a3b", "--hw", "wse2", "--vary", "top-k=1,2,4,8", "--fixed-active",
+                   "--json"],
+    "sweep-devices": ["sweep", "--model", "qwen3-30b-a3b", "--hw", "b200", "--vary", "devices=8:64:x2", "--json"],
+    "crossover-small": ["crossover", "--hw", "wse3,b200", "--hidden", "512,2048,4096", "--json"],
+    "validate": ["validate", "--json"],
+}
+
+# Compiled per-phase values: every model x every selection x three batch shapes (s, b, G).
+MODELS = ["qwen3-30b-a3b", "gpt3-175b", "data:mixtral-8x7b.config.json", "data:olmoe-1b-7b.config.json",
+          "data:llama-3-8b.config.json", "data:qwen3-8b.config.json"]
+SHAPES = [(1024, 1, 1), (4096, 2, 3), (2048, 3, 8)]
+SELECTIONS = [
+    dict(recompute="none", attention="eager", accounting="ideal"),
+    dict(recompute="selective", attention="eager", accounting="ideal"),
+    dict(recompute="full", attention="eager", accounting="ideal"),
+    dict(recompute="none", attention="flash", accounting="ideal"),
+    dict(recompute="none", attention="eager", accounting="pytorch"),
+    dict(recompute="full", attention="flash", accounting="pytorch", loss="stored", causal=True),
+]
+
+
+def _model_path(name: str) -> str:
+    return str(Path(__file__).parent / "data" / name[5:]) if name.startswith("data:") else name
+
+
+def phase_values(model_name: str) -> dict[str, Any]:
+    from btacalc.hardware import resolve_hardware
+    from btacalc.models import resolve_model
+    from btacalc.run import Problem, RunOptions
+
+    model = resolve_model(_model_path(model_name))
+    out: dict[str, Any] = {}
+    for sel in SELECTIONS:
+        key = ",".join(f"{k}={v}" for k, v in sel.items())
+        for s, b, g in SHAPES:
+            problem = Problem(model, resolve_hardware("wse3"), RunOptions(seq_len=s, **sel))  # type: ignore[arg-type]
+            pv = problem.evaluate(g, b)
+            out[f"{key} s={s} b={b} G={g}"] = {
+                name: {q: _plain(pv.value(name, q)) for q in pv.compiled.quantities} for name in pv.phase_names()
+            }
+    return out
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, float) and v.is_integer() and abs(v) < 2**53:
+        return v
+    return int(v) if hasattr(v, "__int__") and not isinstance(v, float) else v
+
+
+def _golden_name(case: str) -> Path:
+    return GOLDEN_DIR / f"{case.replace(':', '_')}.json"
+
+
+def produce(case: str, cli) -> Any:
+    if case.startswith("values:"):
+        return phase_values(case[len("values:"):])
+    code, out, err = cli(*COMMANDS[case])
+    assert not err.strip() or "Traceback" not in err
+    return {"exit_code": code, "output": json.loads(out)}
+
+
+def _same(a: Any, b: Any, path: str = "") -> list[str]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        diffs = [f"{path}/{k}: missing in new output" for k in a.keys() - b.keys()]
+        diffs += [f"{path}/{k}: not in golden" for k in b.keys() - a.keys()]
+        for k in a.keys() & b.keys():
+            diffs += _same(a[k], b[k], f"{path}/{k}")
+        return diffs
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return [f"{path}: length {len(a)} != {len(b)}"]
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in _same(x, y, f"{path}[{i}]")]
+    if isinstance(a, float) or isinstance(b, float):
+        if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool) \
+                and not isinstance(b, bool) and math.isclose(a, b, rel_tol=1e-12, abs_tol=0.0):
+            return []
+        return [f"{path}: golden {a!r} != {b!r}"]
+    return [] if a == b and type(a) is type(b) else [f"{path}: golden {a!r} != {b!r}"]
+
+
+CASES = list(COMMANDS) + [f"values:{m}" for m in MODELS]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_golden(case, cli, request):
+    new = produce(case, cli)
+    path = _golden_name(case)
+    if request.config.getoption("--regen-goldens"):
+        path.write_text(json.dumps(new, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        pytest.skip(f"regenerated {path.name}")
+    assert path.is_file(), f"no golden for {case}: run python -m pytest tests/test_goldens.py --regen-goldens"
+    old = json.loads(path.read_text(encoding="utf-8"))
+    diffs = _same(old, json.loads(json.dumps(new)))
+    assert not diffs, f"{case}: {len(diffs)} differences from the golden, first: " + "; ".join(diffs[:8])
