@@ -23,13 +23,15 @@ def main() -> None:
     ap.add_argument("--subs-points", type=int, default=100)
     args = ap.parse_args()
 
-    from btacalc.hardware import resolve_hardware
-    from btacalc.models import load_preset
-    from btacalc.run import Problem, RunOptions
-    from btacalc.symbols import ARG_ORDER, SYMBOLS
-    from btacalc.throughput import step_time
+    from btacalc.config.hardware import resolve_hardware
+    from btacalc.config.presets import load_preset
+    from btacalc.config.execution import RunOptions
+    from btacalc.model.problem import make_problem
+    from btacalc.catalogue.symbols import SYMBOLS
+    from btacalc.vocabulary import ARG_ORDER
+    from btacalc.model.timing import step_time
 
-    problem = Problem(load_preset("qwen3-30b-a3b"), resolve_hardware("wse2"), RunOptions())
+    problem = make_problem(load_preset("qwen3-30b-a3b"), resolve_hardware("wse2"), RunOptions(memory_model="weight_streaming"))
     t0 = time.perf_counter()
     compiled = problem.compiled
     compile_s = time.perf_counter() - t0
@@ -67,18 +69,18 @@ def main() -> None:
     del args_syms
 
     # a solved sweep (each point: G = 1, best G and the dense reference solved)
-    from btacalc.solver import BatchLimits
-    from btacalc.sweep import run_sweep
+    from btacalc.config.execution import ExecutionRequest
+    from btacalc.planning.sweep import run_sweep
 
     grid_sweep = {"experts": [16, 32, 64, 128], "top-k": [1, 2, 4, 8], "seq": [2048, 4096]}
     t0 = time.perf_counter()
-    res = run_sweep(problem.model, problem.hardware, problem.run, BatchLimits(), grid_sweep)
+    res = run_sweep(problem.model, problem.hardware, ExecutionRequest(), grid_sweep)
     sweep_s = time.perf_counter() - t0
 
     # compare (auto GPU counts: a device-count search per GPU profile) and the crossover family scan
-    from btacalc.compare import compare
-    from btacalc.crossover import DEFAULT_HIDDEN, crossover
-    from btacalc.hardware import resolve_hardware
+    from btacalc.planning.compare import compare
+    from btacalc.planning.crossover import DEFAULT_HIDDEN, crossover
+    from btacalc.config.hardware import resolve_hardware
 
     hws = [resolve_hardware(h) for h in ("wse2", "wse3", "a100-80gb", "b200")]
     t0 = time.perf_counter()

@@ -2,11 +2,15 @@
 
 Library entry points (the CLI is a thin layer over these):
 
-- ``btacalc.models.resolve_model(name_or_config_json)`` -> ModelSpec
-- ``btacalc.hardware.resolve_hardware(name_or_toml)`` -> HardwareProfile
-- ``btacalc.plan.make_plan(model, hardware, RunOptions(...), BatchLimits(...))`` -> PlanReport
-- ``btacalc.sweep.run_sweep(...)``, ``btacalc.validate.validate()``
+- ``btacalc.config.presets.resolve_model(name_or_config_json)`` -> ModelSpec
+- ``btacalc.config.hardware.resolve_hardware(name_or_toml)`` -> HardwareProfile
+- ``btacalc.planning.plan.make_plan(model, hardware, ExecutionRequest(...))`` -> PlanReport
+- ``btacalc.planning.sweep.run_sweep(...)``, ``btacalc.planning.compare.compare(...)``,
+  ``btacalc.planning.validate.validate()``
 - ``btacalc.catalogue``: the symbolic formula catalogue (sympy)
+
+Layers (enforced by import-linter, see pyproject.toml): cli -> output -> planning | torchref ->
+model -> catalogue | config -> vocabulary | errors | paths.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

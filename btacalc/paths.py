@@ -1,7 +1,8 @@
 """Where the shipped data folders live.
 
-In an installed wheel they are inside the package (``btacalc/_data/...``, see pyproject.toml);
-in a source checkout they are the top-level ``formulas/`` and ``hardware_profiles/`` folders.
+In an installed wheel the catalogue and the profiles are inside the package (``btacalc/_data/...``,
+see pyproject.toml); in a source checkout they are the top-level ``formulas/`` and
+``hardware_profiles/`` folders. Presets, published points and measured runs live in ``btacalc/data``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ def data_dir(name: str) -> Path:
 
 
 def presets_dir() -> Path:
-    return _PKG / "presets"
+    return _PKG / "data" / "presets"
 
 
 def package_data(name: str) -> Path:

@@ -119,7 +119,7 @@ BAD_INPUTS = [
     (["plan", "--top-k", "200"], "larger than the number of experts"),
     (["plan", "--experts", "4"], "larger than the number of experts"),
     (["plan", "--global-batch", "10", "--tiles", "3"], "not divisible"),
-    (["plan", "--top-k", "5", "--fixed-active"], "not divisible by top-k"),
+    (["plan", "--top-k", "5", "--fixed-active"], "not divisible by --top-k"),
     (["plan", "--model", "gpt3-175b", "--experts", "8"], "dense"),
     (["plan", "--recompute", "sometimes"], "--recompute"),
     (["plan", "--model", "missing/config.json"], "not found"),

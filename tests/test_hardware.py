@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from btacalc.errors import BtacalcError
-from btacalc.hardware import builtin_profiles, parse_profile, resolve_hardware
+from btacalc.config.hardware import builtin_profiles, parse_profile, resolve_hardware
 
 
 def test_the_five_profiles_ship():
@@ -21,19 +21,19 @@ def test_every_number_has_a_url_and_kind(name):
 
 def test_published_values_from_sources():
     # SOURCES.md §6 (vendor figures)
-    assert resolve_hardware("wse2").sram_bytes.value == 40e9
-    assert resolve_hardware("wse3").sram_bytes.value == 44e9
-    assert resolve_hardware("wse3").cores.value == 900_000
-    assert resolve_hardware("a100-80gb").offchip_bandwidth_bytes_per_s.value == 2.039e12
-    assert resolve_hardware("a100-40gb").peak_flops_per_s.value == 312e12
-    assert resolve_hardware("b200").peak_flops_per_s.value == 2.25e15
+    assert resolve_hardware("wse2").chip.sram_bytes.value == 40e9
+    assert resolve_hardware("wse3").chip.sram_bytes.value == 44e9
+    assert resolve_hardware("wse3").chip.cores.value == 900_000
+    assert resolve_hardware("a100-80gb").memory.offchip_bandwidth_bytes_per_s.value == 2.039e12
+    assert resolve_hardware("a100-40gb").chip.peak_flops_per_s.value == 312e12
+    assert resolve_hardware("b200").chip.peak_flops_per_s.value == 2.25e15
     # the WSE streaming link: 1.2 Tb/s = 150 GB/s
-    assert resolve_hardware("wse3").offchip_bandwidth_bytes_per_s.value == 1.2e12 / 8
+    assert resolve_hardware("wse3").memory.offchip_bandwidth_bytes_per_s.value == 1.2e12 / 8
 
 
 def test_unpublished_wse_peaks_are_marked_estimates():
     for name in ("wse2", "wse3"):
-        assert resolve_hardware(name).peak_flops_per_s.kind == "estimate"
+        assert resolve_hardware(name).chip.peak_flops_per_s.kind == "estimate"
 
 
 def test_capacity_follows_memory_model():
@@ -59,14 +59,14 @@ def test_user_profile_file_loads(tmp_path):
 @pytest.mark.parametrize(
     "old, new, fragment",
     [
-        ("value = 80e9", 'value = "lots"', "offchip_memory_bytes.value"),
-        ("value = 80e9", "value = -1", "offchip_memory_bytes.value"),
+        ("value = 8e10", 'value = "lots"', "memory.offchip_memory_bytes.value"),
+        ("value = 8e10", "value = -1", "memory.offchip_memory_bytes.value"),
         ('source = "https://glennklockwood.com/garden/processors/A100"\nnote = "SXM TDP"',
          'source = "my notes"\nnote = "SXM TDP"', "power_w.source"),
         ('kind = "published"\nsource = "https://glennklockwood.com/garden/processors/A100"\nnote = "SXM TDP"',
          'kind = "estimate"\nsource = "https://glennklockwood.com/garden/processors/A100"\nnote = ""', "power_w"),
         ('family = "gpu"', 'family = "tpu"', "family"),
-        ("[power_w]", "[power_watts]", "power"),
+        ("[chip.power_w]", "[chip.power_watts]", "power"),
     ],
 )
 def test_malformed_profile_names_the_field(old, new, fragment):

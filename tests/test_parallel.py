@@ -10,17 +10,19 @@ import json
 
 import pytest
 
-from btacalc.cluster import min_devices
-from btacalc.compare import compare
-from btacalc.crossover import crossover, family_model
+from btacalc.planning.cluster import min_devices
+from btacalc.planning.compare import compare
+from btacalc.planning.crossover import crossover, family_model
 from btacalc.errors import BtacalcError
-from btacalc.hardware import resolve_hardware
-from btacalc.memory import MemoryModel, param_counts, resolve_memory_model
-from btacalc.models import resolve_model
-from btacalc.parallel import Parallelism, all_to_all_bytes, gradient_sync_bytes
-from btacalc.plan import make_plan
-from btacalc.run import Problem, RunOptions
-from btacalc.throughput import communication_time
+from btacalc.config.hardware import resolve_hardware
+from btacalc.model.memory import MemoryModel, resolve_memory_model
+from btacalc.model.params import param_counts
+from btacalc.config.presets import resolve_model
+from btacalc.config.execution import ExecutionRequest, Layout
+from btacalc.model.communication import all_to_all_bytes, communication_time, gradient_sync_bytes
+from btacalc.planning.plan import make_plan
+from btacalc.config.execution import RunOptions
+from btacalc.model.problem import make_problem
 
 QWEN = resolve_model("qwen3-30b-a3b")
 # Qwen3-30B-A3B routed experts: L x E x 3hf (gate, up, down), from config.json
@@ -32,8 +34,10 @@ def ceil_div(a: int, b: int) -> int:
 
 
 def problem(hw="a100-80gb", devices=1, ep=1, zero=0, model=QWEN, **run):
-    return resolve_memory_model(Problem(model, resolve_hardware(hw), RunOptions(attention="flash", **run),
-                                        Parallelism(devices, ep, zero)))
+    hardware = resolve_hardware(hw)
+    node = int(hardware.system.devices_per_node.value) if hardware.system.devices_per_node else 1
+    return resolve_memory_model(make_problem(model, hardware, RunOptions(attention="flash", **run),
+                                             Layout(devices, ep, zero, node)))
 
 
 
@@ -82,21 +86,32 @@ def test_more_devices_never_increase_per_device_memory():
 
 # --- communication volumes -----------------------------------------------------------------------
 
+def _a2a(p, tiles=1, tile_batch=1):
+    return all_to_all_bytes(p, p.evaluate(tiles, tile_batch))
+
+
+def _comm(p, tiles=1, tile_batch=1):
+    return communication_time(p, p.evaluate(tiles, tile_batch), param_counts(p))
+
+
 def test_all_to_all_bytes_hand_computed():
     # one 4096-token sequence, k = 8 copies of h = 2048 bf16 values, 7/8 of them leave the device;
-    # dispatch + combine, forward + backward = 4 transfers
-    assert all_to_all_bytes(4096, 8, 2048, 2, 8, recomputed=False) == 4 * 4096 * 8 * 2048 * 2 * 7 / 8
-    assert all_to_all_bytes(4096, 8, 2048, 2, 8, recomputed=True) == 6 * 4096 * 8 * 2048 * 2 * 7 / 8
-    assert all_to_all_bytes(4096, 8, 2048, 2, 1, recomputed=False) == 0
+    # dispatch + combine, forward + backward = 4 transfers per MoE layer; full recomputation replays
+    # the forward (dispatch and combine again): 6
+    assert _a2a(problem(devices=8, ep=8, recompute="selective")) == 4 * 4096 * 8 * 2048 * 2 * 7 / 8
+    assert _a2a(problem(devices=8, ep=8, recompute="none")) == 4 * 4096 * 8 * 2048 * 2 * 7 / 8
+    assert _a2a(problem(devices=8, ep=8, recompute="full")) == 6 * 4096 * 8 * 2048 * 2 * 7 / 8
+    assert _a2a(problem(devices=8, ep=8, recompute="full"), tiles=3, tile_batch=2) == 6 * 6 * 4096 * 8 * 2048 * 2 * 7 / 8
+    assert _a2a(problem(devices=8, ep=1)) == 0
 
 
 def test_all_to_all_time_intra_and_inter_node():
     tokens = 4096
     sent8 = 4 * tokens * 8 * 2048 * 2 * (1 - 1 / 8)
-    t8 = communication_time(problem(devices=8, ep=8, zero=1), tokens, experts_recomputed=False)["all_to_all"]
+    t8 = _comm(problem(devices=8, ep=8, zero=1, recompute="selective"))["all_to_all"]
     assert t8 == pytest.approx(48 * sent8 / 300e9)  # all 7 peers on NVLink (300 GB/s per direction)
     sent16 = 4 * tokens * 8 * 2048 * 2 * (1 - 1 / 16)
-    t16 = communication_time(problem(devices=16, ep=16, zero=1), tokens, experts_recomputed=False)["all_to_all"]
+    t16 = _comm(problem(devices=16, ep=16, zero=1, recompute="selective"))["all_to_all"]
     # 7 of 15 peers in the node (NVLink), 8 in the other node (25 GB/s NIC); the slower link sets the time
     assert t16 == pytest.approx(48 * max(sent16 * 7 / 15 / 300e9, sent16 * 8 / 15 / 25e9))
 
@@ -108,7 +123,7 @@ def test_gradient_sync_ring_volume():
 
 
 def test_single_device_has_no_communication():
-    assert communication_time(problem(), 4096, False) == {}
+    assert _comm(problem()) == {}
 
 
 # --- acceptance: plan on GPUs ----------------------------------------------------------------------
@@ -140,10 +155,10 @@ def test_64_a100s_with_ep8_zero1_fit(cli):
 
 
 def test_suggested_device_count_fits():
-    base = problem(zero=1)
-    fit = min_devices(base, escalate=True)
+    fit = min_devices(QWEN, resolve_hardware("a100-80gb"), ExecutionRequest(attention="flash", zero_stage=1),
+                      escalate=True)
     assert fit is not None and MemoryModel(fit).fits(1, 1)
-    half = fit.parallel.devices // 2
+    half = fit.layout.devices // 2
     if half >= 1:  # the next smaller power of two fits with none of the levers
         for zero, rc in ((1, "selective"), (3, "selective"), (1, "full"), (3, "full")):
             smaller = problem(devices=half, ep=min(half, 128), zero=zero if half > 1 else 0, recompute=rc)
@@ -172,17 +187,18 @@ def test_dense_model_rejects_ep(cli):
 
 def test_wafer_keeps_a_small_model_resident_and_streams_a_large_one():
     small = family_model("qwen3-moe", 512)  # 0.63 B params: 16 B/param = 10 GB < 37 GB usable
-    p_small = resolve_memory_model(Problem(small, resolve_hardware("wse3"), RunOptions()))
+    p_small = resolve_memory_model(make_problem(small, resolve_hardware("wse3"), RunOptions()))
     assert p_small.memory_model == "resident"
     assert MemoryModel(p_small).fixed["optimizer_state"] == 12 * param_counts(p_small).total
-    p_large = resolve_memory_model(Problem(QWEN, resolve_hardware("wse3"), RunOptions()))
+    p_large = resolve_memory_model(make_problem(QWEN, resolve_hardware("wse3"), RunOptions()))
     assert p_large.memory_model == "weight_streaming"
 
 
 def test_memoryx_capacity_is_checked():
     hw = resolve_hardware("wse3")
-    tiny = hw.model_copy(update={"offchip_memory_bytes": hw.offchip_memory_bytes.model_copy(update={"value": 1e11})})
-    report = make_plan(QWEN, tiny, RunOptions(memory_model="weight_streaming"))
+    small_store = hw.memory.offchip_memory_bytes.model_copy(update={"value": 1e11})
+    tiny = hw.model_copy(update={"memory": hw.memory.model_copy(update={"offchip_memory_bytes": small_store})})
+    report = make_plan(QWEN, tiny, ExecutionRequest(memory_model="weight_streaming"))
     assert not report.plan.fits
     assert any("MemoryX" in s for s in report.suggestions)
 
@@ -220,7 +236,7 @@ def test_compare_rows_and_json(cli):
 
 
 def test_data_parallel_scaling_with_ep_inside_a_node():
-    res = compare(QWEN, [resolve_hardware("b200")], devices=[8, 16, 32, 64], expert_parallel=8)
+    res = compare(QWEN, [resolve_hardware("b200")], devices=[8, 16, 32, 64], request=ExecutionRequest(expert_parallel=8))
     assert all(r.fits for r in res.rows)
     tput = [r.tokens_per_s for r in res.rows]
     assert all(b > a for a, b in zip(tput, tput[1:]))  # more data-parallel replicas, more tokens/s
@@ -228,8 +244,9 @@ def test_data_parallel_scaling_with_ep_inside_a_node():
 
 def test_expert_parallelism_across_nodes_costs_all_to_all():
     # EP 16 on 8-GPU nodes sends 8 of 15 peers' share over the 50 GB/s NIC instead of 900 GB/s NVLink
-    inside, across = compare(QWEN, [resolve_hardware("b200")], devices=[16], expert_parallel=8).rows[0], \
-        compare(QWEN, [resolve_hardware("b200")], devices=[16], expert_parallel=16).rows[0]
+    b200 = [resolve_hardware("b200")]
+    inside = compare(QWEN, b200, devices=[16], request=ExecutionRequest(expert_parallel=8)).rows[0]
+    across = compare(QWEN, b200, devices=[16], request=ExecutionRequest(expert_parallel=16)).rows[0]
     assert across.dominant_phase == "all_to_all"
     assert across.tokens_per_s < inside.tokens_per_s
 
@@ -277,23 +294,23 @@ def test_compare_bad_input_writes_nothing(tmp_path, cli):
 
 
 def test_resident_on_wafer_suggests_streaming():
-    report = make_plan(QWEN, resolve_hardware("wse3"), RunOptions(memory_model="resident"))
+    report = make_plan(QWEN, resolve_hardware("wse3"), ExecutionRequest(memory_model="resident"))
     assert not report.plan.fits
     assert any("--memory-model weight_streaming" in s for s in report.suggestions)
 
 
 def test_gradient_accumulation_runs_micro_batches_and_syncs_once():
-    from btacalc.throughput import step_time
+    from btacalc.model.timing import step_time
 
     one = step_time(problem(devices=64, ep=8, zero=1), 1, 1)
-    four = step_time(problem(devices=64, ep=8, zero=1).with_parallel(micro_batches=4), 1, 1)
+    four = step_time(problem(devices=64, ep=8, zero=1).with_layout(micro_batches=4), 1, 1)
     sync = one.phase_time_s["gradient_sync"]
     assert sync > 0
     assert four.step_time_s == pytest.approx(4 * (one.step_time_s - sync) + sync)
     assert four.tokens_per_s > one.tokens_per_s  # the sync is amortised over 4x the tokens
     # with no communication (one wafer), accumulation changes nothing per token
     w1 = step_time(problem(hw="wse3"), 2, 1)
-    w4 = step_time(problem(hw="wse3").with_parallel(micro_batches=4), 2, 1)
+    w4 = step_time(problem(hw="wse3").with_layout(micro_batches=4), 2, 1)
     assert w4.tokens_per_s == pytest.approx(w1.tokens_per_s)
 
 

@@ -6,14 +6,16 @@ import math
 
 import pytest
 
-from btacalc.hardware import resolve_hardware
-from btacalc.memory import param_counts
-from btacalc.models import load_hf_config, load_preset, resolve_model
-from btacalc.run import Problem, RunOptions
+from btacalc.config.hardware import resolve_hardware
+from btacalc.model.params import param_counts
+from btacalc.config.hf import load_hf_config
+from btacalc.config.presets import load_preset, resolve_model
+from btacalc.config.execution import RunOptions
+from btacalc.model.problem import make_problem
 
 
 def counts(spec):
-    return param_counts(Problem(spec, resolve_hardware("wse3"), RunOptions()))
+    return param_counts(make_problem(spec, resolve_hardware("wse3"), RunOptions()))
 
 
 def rel(x, ref):

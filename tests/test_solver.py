@@ -7,11 +7,13 @@ import itertools
 import pytest
 
 from btacalc.errors import BtacalcError
-from btacalc.hardware import resolve_hardware
-from btacalc.memory import MemoryModel
-from btacalc.models import load_preset
-from btacalc.run import Problem, RunOptions
-from btacalc.solver import BatchLimits, divisors, solve
+from btacalc.config.hardware import resolve_hardware
+from btacalc.model.memory import MemoryModel
+from btacalc.config.presets import load_preset
+from btacalc.config.execution import RunOptions
+from support import resolved
+from btacalc.config.execution import BatchLimits
+from btacalc.model.solver import divisors, solve
 
 
 class Affine:
@@ -128,7 +130,7 @@ def test_search_is_logarithmic():
 @pytest.mark.parametrize("attention", ["eager", "flash"])
 def test_real_plans_never_exceed_capacity(hw, recompute, attention):
     model = load_preset("qwen3-30b-a3b").with_overrides(experts=32) if hw == "b200" else load_preset("qwen3-30b-a3b")
-    mem = MemoryModel(Problem(model, resolve_hardware(hw), RunOptions(recompute=recompute, attention=attention)))
+    mem = MemoryModel(resolved(model, hw, recompute=recompute, attention=attention))
     sol = solve(mem, BatchLimits())
     if sol.fits:
         assert mem.total(sol.tiles, sol.tile_batch) <= mem.usable
@@ -137,14 +139,14 @@ def test_real_plans_never_exceed_capacity(hw, recompute, attention):
 
 
 def test_real_global_batch_is_divided():
-    mem = MemoryModel(Problem(load_preset("qwen3-30b-a3b"), resolve_hardware("wse3"), RunOptions()))
+    mem = MemoryModel(resolved(load_preset("qwen3-30b-a3b"), "wse3"))
     sol = solve(mem, BatchLimits(global_batch=12))
     assert sol.fits and 12 % sol.tiles == 0 and sol.tiles * sol.tile_batch == 12
 
 
 @pytest.mark.parametrize("limits, message", [
-    (BatchLimits(global_batch=10, tiles=3), "not divisible by --tiles"),
-    (BatchLimits(global_batch=10, tile_batch=3), "not divisible by --tile-batch"),
+    (BatchLimits(global_batch=10, tiles=3), "not divisible by tiles"),
+    (BatchLimits(global_batch=10, tile_batch=3), "not divisible by tile_batch"),
     (BatchLimits(tiles=0), "positive integer"),
     (BatchLimits(global_batch=100, max_global_batch=10), "exceeds"),
 ])

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from btacalc.errors import BtacalcError
-from btacalc.sweep import parse_values, parse_vary
-from btacalc.validate import calibrate, load_points, validate
-from btacalc.hardware import resolve_hardware
+from btacalc.cli.parsing import parse_values, parse_vary
+from btacalc.planning.validate import calibrate, load_points, validate
+from btacalc.config.hardware import resolve_hardware
 
 
 
@@ -73,7 +73,7 @@ def test_validate_passes_or_documents_gaps():
 
 def test_calibrated_factor_comes_from_the_calibration_point_only():
     # Refit from the single calibration point and compare with the shipped profile value.
-    shipped = resolve_hardware("wse2").compute_efficiency
+    shipped = resolve_hardware("wse2").calibration.compute_efficiency
     assert shipped.kind == "calibrated"
     assert abs(calibrate(iterations=20) - shipped.value) < 0.005
     cal = [p for p in load_points() if p.calibration]

@@ -9,8 +9,10 @@ from __future__ import annotations
 import sympy as sp
 import pytest
 
-from btacalc.catalogue import FEATURES, Selection, load_catalogue, state_expression
-from btacalc.symbols import SYMBOLS
+from btacalc.catalogue.selection import Selection, state_expression
+from btacalc.catalogue.terms import load_catalogue
+from btacalc.vocabulary import FEATURES
+from btacalc.catalogue.symbols import SYMBOLS
 
 s, b, G, h, a, a_kv, d_h, E, k, f, L, V, beta, P = (SYMBOLS[n] for n in
     ("s", "b", "G", "h", "a", "a_kv", "d_h", "E", "k", "f", "L", "V", "beta", "P"))

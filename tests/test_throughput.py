@@ -4,19 +4,23 @@ from __future__ import annotations
 
 import pytest
 
-from btacalc.hardware import Number, resolve_hardware
-from btacalc.memory import MemoryModel, param_counts
-from btacalc.models import load_preset
-from btacalc.run import Problem, RunOptions
-from btacalc.solver import BatchLimits, solve
-from btacalc.throughput import step_time, summarize
+from btacalc.config.hardware import Number, resolve_hardware
+from btacalc.model.memory import MemoryModel
+from btacalc.model.params import param_counts
+from btacalc.config.presets import load_preset
+from btacalc.config.execution import RunOptions
+from support import resolved, with_calibration
+from btacalc.config.execution import BatchLimits
+from btacalc.model.solver import solve
+from btacalc.model.timing import step_time
+from btacalc.planning.plan import summarize
 
 
 def summary(model, hw="wse2", overlap=True):
-    p = Problem(model, resolve_hardware(hw) if isinstance(hw, str) else hw, RunOptions())
+    p = resolved(model, hw, overlap_streaming=overlap)
     mem = MemoryModel(p)
     best = solve(mem, BatchLimits())
-    return summarize(p, mem, best, BatchLimits(), overlap)
+    return summarize(p, mem, best)
 
 
 def test_streaming_bound_by_hand():
@@ -24,15 +28,15 @@ def test_streaming_bound_by_hand():
     # every weight but the embedding table crosses in forward and again in backward (gradients leave
     # over the full-duplex link meanwhile): 2 * 2 bytes * P_streamed / 150 GB/s, plus the tile overhead.
     hw = resolve_hardware("wse2")
-    fast = hw.model_copy(update={"compute_efficiency": Number(value=1e6, kind="estimate", source="https://example.org",
-                                                              note="test: compute made negligible")})
+    fast = with_calibration(hw, compute_efficiency=Number(value=1e6, kind="estimate", source="https://example.org",
+                                                          note="test: compute made negligible"))
     model = load_preset("qwen3-30b-a3b")
-    p = Problem(model, fast, RunOptions())
+    p = resolved(model, fast)
     pc = param_counts(p)
     streamed = pc.total - 151936 * 2048  # minus the embedding table
     t = step_time(p, 4, 2)
     link = 2 * 2 * streamed / 150e9
-    overhead = 48 * 4 * hw.tile_overhead_s.value
+    overhead = 48 * 4 * hw.calibration.tile_overhead_s.value
     sram_traffic = t.step_time_s - link - overhead  # activation traffic at 20 PB/s: tiny but not zero
     assert 0 <= sram_traffic < 1e-3 * link
 
@@ -65,7 +69,7 @@ def test_mfu_and_overlap_bounds():
 
 def test_gpu_plan_is_compute_or_hbm_bound():
     # Dense Qwen3-8B-like model on B200 has no streaming term: time = max(compute, HBM traffic)
-    from btacalc.models import load_hf_config
+    from btacalc.config.hf import load_hf_config
     from pathlib import Path
 
     model = load_hf_config(Path(__file__).parent / "data" / "qwen3-8b.config.json")

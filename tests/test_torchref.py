@@ -11,7 +11,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from btacalc.models import resolve_model, validate_model  # noqa: E402
+from btacalc.config.model import validate_model
+from btacalc.config.presets import resolve_model  # noqa: E402
 from btacalc.torchref.accuracy import compare_layer, layer_shape  # noqa: E402
 from btacalc.torchref.layers import GPTLayer, LayerShape, Qwen3MoeLayer  # noqa: E402
 from btacalc.torchref.measure import build_and_measure, flop_counter  # noqa: E402

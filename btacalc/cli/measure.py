@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import sys
+
 import typer
 from rich.table import Table
 
-from .cli import Attention, ModelOpt, app, out
-from .errors import BtacalcError
+from ..errors import BtacalcError
+from .console import out
+from .options import Attention, ModelOpt
+
+EXAMPLES = ("Examples:\n\n"
+            "  btacalc measure --model qwen3-30b-a3b --seq 1024\n\n"
+            "  btacalc measure --model qwen3-30b-a3b --seq 4096 --batch 2 --tiles 2 --attention flash --json\n\n"
+            "  btacalc measure --model gpt3-175b --seq 2048")
 
 
-@app.command(epilog="Examples:\n\n"
-             "  btacalc measure --model qwen3-30b-a3b --seq 1024\n\n"
-             "  btacalc measure --model qwen3-30b-a3b --seq 4096 --batch 2 --tiles 2 --attention flash --json\n\n"
-             "  btacalc measure --model gpt3-175b --seq 2048")
 def measure(
     model: str = ModelOpt,
     seq: int = typer.Option(1024, "--seq", min=1, help="Sequence length s."),
@@ -29,9 +32,9 @@ def measure(
         import torch  # noqa: F401
     except ImportError:
         raise BtacalcError("btacalc measure needs PyTorch: pip install 'btacalc[measure]'") from None
-    from .models import resolve_model
-    from .render import si
-    from .torchref.accuracy import compare_layer
+    from ..config.presets import resolve_model
+    from ..output.tables import si
+    from ..torchref.accuracy import compare_layer
 
     spec = resolve_model(model)
     result = compare_layer(spec, batch, seq, tiles, attention.value, fake=not real)
@@ -61,3 +64,7 @@ def measure(
                  + ("; SDPA is one fused kernel: its FLOPs and bytes show under attn_scores" if attention.value == "flash" else ""))
     out.print(t)
     return 0
+
+
+def register(app: typer.Typer) -> None:
+    app.command(epilog=EXAMPLES)(measure)

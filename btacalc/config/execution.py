@@ -1,27 +1,42 @@
-"""Run options (sequence length, recomputation, attention kernel, ...) and the evaluation context."""
+"""The execution: how a model is run on a device (run options), how the job spreads over devices
+(layout) and what the batch-shape solver may choose (batch limits), with every default resolved
+once, in `resolve_execution`, and the reason for each default kept beside it.
+
+Nothing downstream re-derives a default: the planning, sweep, compare and validation code build an
+`ExecutionRequest` (the user's choices, None meaning "default") and call `resolve_execution`.
+The one default that needs the memory model to decide, `memory_model = "auto"`, is resolved in
+`btacalc.model.memory.resolve_memory_model`.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from functools import cached_property
+import math
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, Optional
 
-from .catalogue import CompiledSelection, PhaseValues, Selection, compile_selection
-from .hardware import HardwareProfile
-from .models import ModelSpec
-from .parallel import Parallelism
+from ..errors import BtacalcError
 
 if TYPE_CHECKING:
-    from .memory import ParamCounts
+    from .hardware import HardwareProfile
+    from .model import ModelSpec
 
 # Default sequence length: Qwen3's pre-training stages S1 and S2 used 4,096 tokens
 # (Qwen3 technical report, arXiv 2505.09388, §3.2). The BTA paper does not state its length.
 DEFAULT_SEQ_LEN = 4096
 DEFAULT_SEQ_LEN_SOURCE = "Qwen3 technical report (arXiv 2505.09388) §3.2: stages S1-S2 at 4,096 tokens"
 
+REASONS = {
+    "loss": "fused linear cross-entropy: logits materialised one sequence at a time",
+    "memory_model": ("auto: the whole training state resident on the device when it fits with one sequence, "
+                     "else weights streamed (wafer)"),
+    "zero_stage": "1: optimizer state sharded over data-parallel ranks (Megatron-LM distributed optimizer)",
+}
+
 
 @dataclass(frozen=True)
 class RunOptions:
+    """How one device runs the model: every field resolved (see `resolve_execution`)."""
+
     seq_len: int = DEFAULT_SEQ_LEN
     recompute: Literal["none", "selective", "full"] = "full"
     attention: Literal["eager", "flash"] = "eager"
@@ -30,11 +45,13 @@ class RunOptions:
     accounting: Literal["ideal", "pytorch"] = "ideal"
     optimizer: Literal["adam", "sgd"] = "adam"
     bytes_per_element: int = 2
-    # None or "auto": `memory.resolve_memory_model` (called by make_plan) picks resident when the whole
-    # training state fits on the device, else the profile's; read unresolved, None means the profile's.
-    memory_model: Optional[Literal["weight_streaming", "resident", "auto"]] = None
+    # auto: `btacalc.model.memory.resolve_memory_model` keeps the whole training state resident when it
+    # fits with one sequence, else streams weights (wafer) or stays resident (GPU).
+    memory_model: Literal["weight_streaming", "resident", "auto"] = "auto"
+    overlap_streaming: bool = True  # weight streaming overlaps compute (max) or not (sum)
 
     def features(self) -> dict[str, Any]:
+        """The run options the formula catalogue's `when` clauses test."""
         return {
             "attention": self.attention,
             "causal": self.causal,
@@ -45,80 +62,158 @@ class RunOptions:
 
 
 @dataclass(frozen=True)
-class Problem:
-    """A model on a device with run options: everything but the batch shape (G, b)."""
+class Layout:
+    """How a training job spreads over devices (data and expert parallelism, ZeRO, gradient
+    accumulation). The defaults are one device."""
 
-    model: ModelSpec
-    hardware: HardwareProfile
-    run: RunOptions
-    parallel: Parallelism = Parallelism()
+    devices: int = 1
+    expert_parallel: int = 1
+    zero_stage: int = 0
+    devices_per_node: int = 1
+    overlap_all_to_all: bool = False
+    micro_batches: int = 1  # gradient accumulation: M micro-batches per optimizer step
 
     @property
-    def memory_model(self) -> str:
-        """weight_streaming or resident ("auto" must be resolved first: memory.resolve_memory_model)."""
-        return self.run.memory_model or self.hardware.memory_model
+    def data_parallel(self) -> int:
+        return self.devices
 
-    @cached_property
-    def selection(self) -> Selection:
-        return Selection.make({**self.model.features(), **self.run.features()}, self.run.recompute)
+    @property
+    def expert_data_parallel(self) -> int:
+        return self.devices // self.expert_parallel
 
-    @cached_property
-    def compiled(self) -> CompiledSelection:
-        return compile_selection(self.selection)
-
-    @cached_property
-    def params(self) -> "ParamCounts":
-        """Parameter counts (memory.param_counts), computed once per problem: the memory model and
-        the communication model both need them."""
-        from .memory import param_counts
-
-        return param_counts(self)
-
-    def symbol_values(self, tiles: Any, tile_batch: Any, seq_len: Any = None) -> dict[str, Any]:
-        values: dict[str, Any] = dict(self.model.symbol_values())
-        values.update(
-            s=self.run.seq_len if seq_len is None else seq_len,
-            b=tile_batch,
-            G=tiles,
-            beta=self.run.bytes_per_element,
-            P=0,
-        )
-        return values
-
-    def evaluate(self, tiles: Any, tile_batch: Any, seq_len: Any = None) -> PhaseValues:
-        return self.compiled.evaluate(self.symbol_values(tiles, tile_batch, seq_len))
-
-    def with_run(self, **changes: Any) -> "Problem":
-        from dataclasses import replace
-
-        return Problem(self.model, self.hardware, replace(self.run, **changes), self.parallel)
-
-    def with_parallel(self, **changes: Any) -> "Problem":
-        from dataclasses import replace
-
-        return Problem(self.model, self.hardware, self.run, replace(self.parallel, **changes))
+    def validate(self, num_experts: int, profile: "HardwareProfile") -> None:
+        for name, v in (("devices", self.devices), ("expert_parallel", self.expert_parallel),
+                        ("micro_batches", self.micro_batches), ("devices_per_node", self.devices_per_node)):
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise BtacalcError(f"{{{name}}} must be a positive integer, got {v!r}")
+        if self.zero_stage not in (0, 1, 2, 3):
+            raise BtacalcError(f"{{zero_stage}} must be 0, 1, 2 or 3, got {self.zero_stage!r}")
+        if profile.family == "wse" and (self.devices > 1 or self.expert_parallel > 1 or self.zero_stage):
+            raise BtacalcError("{devices}/{expert_parallel}/{zero_stage} apply to GPU profiles: one wafer-scale "
+                               "system is modelled (multi-system Cerebras clusters are not)")
+        if self.devices > 1 and not profile.multi_device:
+            raise BtacalcError(f"{profile.name} has no scale-up/scale-out bandwidth in its profile: {{devices}} "
+                               "needs them")
+        if self.devices % self.expert_parallel:
+            raise BtacalcError(f"{{expert_parallel}} {self.expert_parallel} does not divide {{devices}} {self.devices}")
+        if self.expert_parallel > 1:
+            if num_experts == 0:
+                raise BtacalcError("{expert_parallel} needs an MoE model (the model is dense)")
+            if num_experts % self.expert_parallel:
+                raise BtacalcError(f"{{expert_parallel}} {self.expert_parallel} does not divide the {num_experts} experts")
 
 
-def run_options_for(profile: HardwareProfile, seq_len: Optional[int] = None, recompute: Optional[str] = None,
-                    attention: Optional[str] = None, causal: bool = False, loss: str = "fused",
-                    accounting: str = "ideal", memory_model: str = "auto") -> tuple[RunOptions, dict[str, str]]:
-    """Run options with the device's defaults filled in; returns the options and, for every input
-    left at its default, why that default."""
-    defaults: dict[str, str] = {}
-    if seq_len is None:
-        seq_len = DEFAULT_SEQ_LEN
-        defaults["seq_len"] = DEFAULT_SEQ_LEN_SOURCE
-    if recompute is None:
-        recompute = profile.default_recompute
-        defaults["recompute"] = f"{profile.name} default: {profile.defaults_note}"
-    if attention is None:
-        attention = profile.default_attention
-        defaults["attention"] = f"{profile.name} default: {profile.defaults_note}"
-    if loss == "fused":
-        defaults["loss"] = "fused linear cross-entropy: logits materialised one sequence at a time"
-    if memory_model == "auto":
-        defaults["memory_model"] = ("auto: the whole training state resident on the device when it fits with one "
-                                    "sequence, else weights streamed (wafer)")
-    run = RunOptions(seq_len=seq_len, recompute=recompute, attention=attention, causal=causal,  # type: ignore[arg-type]
-                     loss=loss, accounting=accounting, memory_model=memory_model)  # type: ignore[arg-type]
-    return run, defaults
+@dataclass(frozen=True)
+class BatchLimits:
+    """User constraints on the batch shape; None means free."""
+
+    global_batch: Optional[int] = None
+    tiles: Optional[int] = None
+    tile_batch: Optional[int] = None
+    max_global_batch: Optional[int] = None
+    max_tile_batch: Optional[int] = None
+
+    def validate(self) -> None:
+        for name, v in self.__dict__.items():
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+                raise BtacalcError(f"{{{name}}} must be a positive integer, got {v!r}")
+        n, g, b = self.global_batch, self.tiles, self.tile_batch
+        if n is not None and g is not None and n % g:
+            raise BtacalcError(f"{{global_batch}} {n} is not divisible by {{tiles}} {g}")
+        if n is not None and b is not None and n % b:
+            raise BtacalcError(f"{{global_batch}} {n} is not divisible by {{tile_batch}} {b}")
+        if n is not None and g is not None and b is not None and g * b != n:
+            raise BtacalcError(f"{{tiles}} {g} x {{tile_batch}} {b} = {g * b} differs from {{global_batch}} {n}")
+        if n is not None and self.max_global_batch is not None and n > self.max_global_batch:
+            raise BtacalcError(f"{{global_batch}} {n} exceeds {{max_global_batch}} {self.max_global_batch}")
+        if b is not None and self.max_tile_batch is not None and b > self.max_tile_batch:
+            raise BtacalcError(f"{{tile_batch}} {b} exceeds {{max_tile_batch}} {self.max_tile_batch}")
+
+    def free(self) -> "BatchLimits":
+        """The same caps with the shape left to the solver (for the G = 1 and dense comparisons)."""
+        return BatchLimits(max_global_batch=self.max_global_batch)
+
+
+@dataclass(frozen=True)
+class ExecutionRequest:
+    """What the user asked for; None means "use the default" (resolved by `resolve_execution`)."""
+
+    seq_len: Optional[int] = None
+    recompute: Optional[str] = None
+    attention: Optional[str] = None
+    causal: bool = False
+    loss: Optional[str] = None
+    accounting: str = "ideal"
+    memory_model: Optional[str] = None
+    overlap_streaming: bool = True
+    devices: int = 1
+    expert_parallel: Optional[int] = None
+    zero_stage: Optional[int] = None
+    devices_per_node: Optional[int] = None
+    overlap_all_to_all: bool = False
+    micro_batches: int = 1
+    limits: BatchLimits = field(default_factory=BatchLimits)
+
+    def with_changes(self, **changes: Any) -> "ExecutionRequest":
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class Execution:
+    """A resolved execution: run options, layout and batch limits, and why each default was chosen."""
+
+    run: RunOptions
+    layout: Layout
+    limits: BatchLimits = BatchLimits()
+    defaults: tuple[tuple[str, str], ...] = ()
+    request: Optional[ExecutionRequest] = None  # what the user asked for, before the defaults
+
+    @property
+    def default_reasons(self) -> dict[str, str]:
+        return dict(self.defaults)
+
+
+def auto_expert_parallel(devices: int, num_experts: int) -> int:
+    """Default EP degree: the largest divisor of the experts that divides the devices (gcd)."""
+    return math.gcd(devices, num_experts) if num_experts else 1
+
+
+def resolve_execution(request: ExecutionRequest, model: "ModelSpec", profile: "HardwareProfile") -> Execution:
+    """Fill every default of `request` for `model` on `profile`, validate, and record the reasons."""
+    reasons: dict[str, str] = {}
+    d = profile.defaults
+
+    def pick(name: str, given: Any, default: Any, reason: str) -> Any:
+        if given is not None:
+            return given
+        reasons[name] = reason
+        return default
+
+    run = RunOptions(
+        seq_len=pick("seq_len", request.seq_len, DEFAULT_SEQ_LEN, DEFAULT_SEQ_LEN_SOURCE),
+        recompute=pick("recompute", request.recompute, d.recompute, f"{profile.name} default: {d.note}"),
+        attention=pick("attention", request.attention, d.attention, f"{profile.name} default: {d.note}"),
+        causal=request.causal,
+        loss=pick("loss", request.loss, "fused", REASONS["loss"]),
+        accounting=request.accounting,  # type: ignore[arg-type]  # validated by the CLI choices / catalogue
+        memory_model=pick("memory_model", request.memory_model, "auto", REASONS["memory_model"]),
+        overlap_streaming=request.overlap_streaming,
+    )
+    devices = request.devices
+    ep = request.expert_parallel
+    if ep is None:
+        ep = auto_expert_parallel(devices, model.num_experts) if isinstance(devices, int) else 1
+        if devices > 1:
+            reasons["expert_parallel"] = f"gcd(devices, E) = {ep}: experts split as far as the device count allows"
+    zero = request.zero_stage
+    if zero is None:
+        zero = 1 if devices > 1 else 0
+        if devices > 1:
+            reasons["zero_stage"] = REASONS["zero_stage"]
+    node = request.devices_per_node
+    if node is None:
+        node = int(profile.system.devices_per_node.value) if profile.system.devices_per_node else 1
+    layout = Layout(devices, ep, zero, node, request.overlap_all_to_all, request.micro_batches)
+    layout.validate(model.num_experts, profile)
+    request.limits.validate()
+    return Execution(run, layout, request.limits, tuple(reasons.items()), request)

@@ -1,13 +1,12 @@
 """Where memory goes for a batch shape (G tiles of b sequences), per the device's memory model.
 
 Weight streaming (Cerebras; DESIGN notes): weights and optimizer state live off-wafer (MemoryX)
-and stream in one layer at a time; gradients stream out. On-wafer SRAM holds the activations kept
+and stream in one unit at a time; gradients stream out. On-wafer SRAM holds the activations kept
 for backward of all L layers for G*b sequences, the working set of the largest phase, and buffers
 for the streamed weights and outgoing gradients.
 
-Resident (a GPU, or a small model kept whole on a wafer): device memory holds 16-bit weights,
-gradients and the optimizer state (Transformer Math 101: 16 bytes/parameter for mixed-precision
-Adam), sharded over devices by expert parallelism and ZeRO (`parallel.py`), plus the stored
+Resident (a GPU, or a small model kept whole on a wafer): device memory holds the training state
+(weights, gradients, optimizer; sharded as the layout says, `state.py`), plus the stored
 activations and working set of the device's own G*b sequences. ZeRO-3 adds a buffer holding one
 layer's gathered weights.
 
@@ -18,62 +17,14 @@ counted as stored for the current layer (at most one layer's worth), a conservat
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
-from .catalogue import PhaseValues, state_expression
-from .errors import BtacalcError
-from .parallel import StatePart, sharded_state
-from .run import Problem
-from .symbols import SYMBOLS
-
-
-@dataclass(frozen=True)
-class ParamCounts:
-    total: int
-    active: int
-    non_embedding: int
-    per_layer: int
-    largest_block: int  # largest unit of weights streamed at once (a phase, one expert, or the LM head)
-    expert: int = 0  # routed-expert parameters, all layers
-
-    @property
-    def non_expert(self) -> int:
-        return self.total - self.expert
-
-
-def param_counts(problem: Problem) -> ParamCounts:
-    """Total, active (per token) and non-embedding parameters, from the catalogue's `params` terms.
-
-    Active counts k of the E experts; the embedding table and LM head count as active (the Qwen3
-    and Mixtral convention). Non-embedding excludes the embedding table and the LM head.
-    Learned position embeddings are counted at max_position_embeddings positions.
-    """
-    model = problem.model
-    seq = model.max_position_embeddings or problem.run.seq_len
-    pv = problem.evaluate(1, 1, seq_len=seq)
-    layer = int(pv.total("params", "layer"))
-    outside = int(pv.total("params", "model"))
-    total = model.num_layers * layer + outside
-    embedding = int(pv.value("embedding", "params")) + int(pv.value("lm_head", "params"))
-    active = total
-    if model.is_moe:
-        experts = int(pv.value("experts", "params"))
-        active -= model.num_layers * (experts - experts * model.top_k // model.num_experts)
-    # Weights stream in units: a phase's weights, one expert at a time for the experts (each expert is
-    # an independent block of 3hf); the embedding is a row gather and does not stream whole.
-    units = [int(pv.value(p, "params")) for p in pv.phase_names("layer") if p != "experts"]
-    if model.is_moe:
-        units.append(int(pv.value("experts", "params")) // model.num_experts)
-    largest = max(units + [int(pv.value("lm_head", "params"))])
-    expert = model.num_layers * int(pv.value("experts", "params")) if model.is_moe else 0
-    return ParamCounts(total, active, total - embedding, layer, largest, expert)
-
-
-def state_bytes(problem: Problem, params: int) -> dict[str, int]:
-    """Weights, gradients and optimizer bytes for `params` parameters (training_state.toml)."""
-    feats = problem.selection.feature_dict
-    subs = {SYMBOLS["P"]: params, SYMBOLS["beta"]: problem.run.bytes_per_element}
-    return {c: int(state_expression(feats, c).subs(subs)) for c in ("weights", "gradients", "optimizer")}
+from ..catalogue.compiled import PhaseValues
+from ..errors import BtacalcError
+from .params import ParamCounts, param_counts
+from .problem import Problem
+from .state import StatePart, bytes_per_param, gathered_layer_bytes, sharded_state, state_bytes
 
 
 @dataclass(frozen=True)
@@ -99,35 +50,46 @@ class MemoryModel:
 
     def __init__(self, problem: Problem):
         self.problem = problem
-        self.params = problem.params
         hw = problem.hardware
-        beta = problem.run.bytes_per_element
         if problem.memory_model not in ("weight_streaming", "resident"):
             raise ValueError(f"unresolved memory model {problem.memory_model!r}")
         if problem.memory_model == "weight_streaming" and hw.family != "wse":
-            raise BtacalcError("--memory-model weight_streaming is modelled for wafer-scale profiles only")
+            raise BtacalcError("{memory_model} weight_streaming is modelled for wafer-scale profiles only")
         self.streaming = problem.memory_model == "weight_streaming"
-        self.state_parts: tuple[StatePart, ...] = ()
-        if self.streaming:
-            n_buf = int(hw.weight_buffer_units.value)  # type: ignore[union-attr]
-            block = self.params.largest_block * beta
-            self.fixed = {"weight_buffers": n_buf * block, "gradient_buffers": n_buf * block}
-            self.offchip = {**state_bytes(problem, self.params.total), "capacity": int(hw.offchip_memory_bytes.value)}
-        else:
-            par = problem.parallel
-            rates = state_bytes(problem, 1)
-            self.state_parts = tuple(sharded_state(rates, self.params.non_expert, self.params.expert, par))
-            per = {c: sum(p.bytes for p in self.state_parts if p.component == c) for c in rates}
-            self.fixed = {"weights": per["weights"], "gradients": per["gradients"], "optimizer_state": per["optimizer"]}
-            if par.zero_stage >= 3 and par.devices > 1:
-                # ZeRO-3 all-gathers one layer's weights before using them (non-expert part whole,
-                # this device's experts whole): a buffer of one layer's unsharded local weights.
-                local_layer = self.params.per_layer - (self.params.expert // self.problem.model.num_layers) * (
-                    1 - 1 / par.expert_parallel)
-                self.fixed["gathered_weights"] = int(rates["weights"] * local_layer)
-            self.offchip = {}
         self.capacity = hw.memory_capacity_bytes
         self.usable = hw.usable_capacity_bytes
+
+    @cached_property
+    def params(self) -> ParamCounts:
+        return param_counts(self.problem)
+
+    @cached_property
+    def state_parts(self) -> tuple[StatePart, ...]:
+        if self.streaming:
+            return ()
+        return tuple(sharded_state(bytes_per_param(self.problem), self.params, self.problem.layout))
+
+    @cached_property
+    def fixed(self) -> dict[str, int]:
+        """Memory that does not depend on the batch shape."""
+        if self.streaming:
+            n_buf = int(self.problem.hardware.system.weight_buffer_units.value)  # type: ignore[union-attr]  # validated
+            block = self.params.largest_block * self.problem.run.bytes_per_element
+            return {"weight_buffers": n_buf * block, "gradient_buffers": n_buf * block}
+        per = {c: sum(p.bytes for p in self.state_parts if p.component == c) for c in ("weights", "gradients", "optimizer")}
+        out = {"weights": per["weights"], "gradients": per["gradients"], "optimizer_state": per["optimizer"]}
+        layout = self.problem.layout
+        if layout.zero_stage >= 3 and layout.devices > 1:
+            out["gathered_weights"] = gathered_layer_bytes(bytes_per_param(self.problem), self.params, layout)
+        return out
+
+    @cached_property
+    def offchip(self) -> dict[str, int]:
+        """Weight streaming: the training state held off-wafer (MemoryX) and its capacity."""
+        if not self.streaming:
+            return {}
+        cap = int(self.problem.hardware.memory.offchip_memory_bytes.value)
+        return {**state_bytes(self.problem, self.params.total), "capacity": cap}
 
     def activations(self, pv: PhaseValues) -> dict[str, Any]:
         """Activation components: stored for backward (all layers), one layer's recomputed
@@ -163,14 +125,12 @@ class MemoryModel:
 
 
 def resolve_memory_model(problem: Problem) -> Problem:
-    """Resolve `--memory-model auto` (and the default on wafers): keep the whole training state
-    resident when it fits with one sequence (Cerebras' pipelined execution for small models),
-    else stream weights (wafer) / stay resident (GPU)."""
-    hw = problem.hardware
-    choice = problem.run.memory_model
-    if choice not in (None, "auto"):
+    """Resolve `memory_model = "auto"`: keep the whole training state resident when it fits with one
+    sequence (Cerebras' pipelined execution for small models), else stream weights (wafer) / stay
+    resident (GPU)."""
+    if problem.run.memory_model != "auto":
         return problem
-    if hw.family == "wse":
+    if problem.hardware.family == "wse":
         resident = problem.with_run(memory_model="resident")
         if MemoryModel(resident).fits(1, 1):
             return resident

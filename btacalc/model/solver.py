@@ -17,37 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from .errors import BtacalcError
+from ..config.execution import BatchLimits
 from .memory import MemoryModel
 
 _SEARCH_LIMIT = 1 << 40  # no real plan gets near 2^40 sequences
-
-
-@dataclass(frozen=True)
-class BatchLimits:
-    """User constraints on the batch shape; None means free."""
-
-    global_batch: Optional[int] = None
-    tiles: Optional[int] = None
-    tile_batch: Optional[int] = None
-    max_global_batch: Optional[int] = None
-    max_tile_batch: Optional[int] = None
-
-    def validate(self) -> None:
-        for name, v in self.__dict__.items():
-            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
-                raise BtacalcError(f"--{name.replace('_', '-')} must be a positive integer, got {v!r}")
-        n, g, b = self.global_batch, self.tiles, self.tile_batch
-        if n is not None and g is not None and n % g:
-            raise BtacalcError(f"--global-batch {n} is not divisible by --tiles {g}")
-        if n is not None and b is not None and n % b:
-            raise BtacalcError(f"--global-batch {n} is not divisible by --tile-batch {b}")
-        if n is not None and g is not None and b is not None and g * b != n:
-            raise BtacalcError(f"--tiles {g} x --tile-batch {b} = {g * b} differs from --global-batch {n}")
-        if n is not None and self.max_global_batch is not None and n > self.max_global_batch:
-            raise BtacalcError(f"--global-batch {n} exceeds --max-global-batch {self.max_global_batch}")
-        if b is not None and self.max_tile_batch is not None and b > self.max_tile_batch:
-            raise BtacalcError(f"--tile-batch {b} exceeds --max-tile-batch {self.max_tile_batch}")
 
 
 @dataclass(frozen=True)
@@ -91,70 +64,90 @@ def _largest_true(pred: Callable[[int], bool], lo: int, hi: Optional[int]) -> in
     return lo
 
 
+class _Probe:
+    """Memory feasibility of a shape, counting the evaluations."""
+
+    def __init__(self, mem: MemoryModel):
+        self.mem = mem
+        self.count = 0
+
+    def __call__(self, g: int, b: int) -> bool:
+        self.count += 1
+        return bool(self.mem.fits(g, b))
+
+
 def solve(mem: MemoryModel, limits: BatchLimits) -> Solution:
+    """The densest batch shape within `limits` (see module docstring)."""
     limits.validate()
-    count = 0
-
-    def fits(g: int, b: int) -> bool:
-        nonlocal count
-        count += 1
-        return bool(mem.fits(g, b))
-
-    cap_n = limits.max_global_batch
-    cap_b = limits.max_tile_batch
-    n_fixed, g_fixed, b_fixed = limits.global_batch, limits.tiles, limits.tile_batch
-
-    # Fully determined shapes: just check them.
-    if n_fixed is not None and (g_fixed is not None or b_fixed is not None):
-        g = g_fixed if g_fixed is not None else n_fixed // b_fixed  # type: ignore[operator]
-        b = n_fixed // g
+    fits = _Probe(mem)
+    n, g, b = limits.global_batch, limits.tiles, limits.tile_batch
+    if n is not None and (g is not None or b is not None):
+        return _fixed_global_and_tile(fits, n, g, b)
+    if g is not None and b is not None:
         ok = fits(g, b)
-        return Solution(g, b, ok, "global_batch", "tiles" if g_fixed else "tile_batch",
-                        _fixed_text(ok, g, b, "--global-batch with --tiles/--tile-batch fixes the shape"), count)
-    if g_fixed is not None and b_fixed is not None:
-        ok = fits(g_fixed, b_fixed)
-        return Solution(g_fixed, b_fixed, ok, "tiles", "tile_batch",
-                        _fixed_text(ok, g_fixed, b_fixed, "--tiles and --tile-batch fix the shape"), count)
+        return Solution(g, b, ok, "tiles", "tile_batch",
+                        _fixed_text(ok, g, b, "--tiles and --tile-batch fix the shape"), fits.count)
+    if n is not None:
+        return _fixed_global(fits, n, limits.max_tile_batch)
+    if g is not None:
+        return _fixed_tiles(fits, g, limits.max_global_batch, limits.max_tile_batch)
+    if b is not None:
+        return _fixed_tile_batch(fits, b, limits.max_global_batch)
+    return _free(fits, limits.max_global_batch, limits.max_tile_batch)
 
-    if n_fixed is not None:
-        # G must divide N; the largest tile that fits is the smallest feasible G.
-        tiles_opts = [b for b in divisors(n_fixed) if cap_b is None or b <= cap_b]
-        if not tiles_opts or not fits(n_fixed, 1):
-            return Solution(n_fixed, 1, False, "memory", "memory",
-                            f"global batch {n_fixed} does not fit even as {n_fixed} tiles of 1 sequence", count)
-        idx = _largest_true(lambda i: fits(n_fixed // tiles_opts[i], tiles_opts[i]), 0, len(tiles_opts) - 1)
-        b = tiles_opts[idx]
-        tile_c = _tile_reason(idx, tiles_opts, n_fixed, cap_b)
-        return Solution(n_fixed // b, b, True, "global_batch", tile_c,
-                        f"--global-batch {n_fixed} is fixed; the largest tile that fits is b = {b} (G = {n_fixed // b}); "
-                        f"tile limited by {tile_c}", count)
 
-    if g_fixed is not None:
-        hi = None if cap_n is None else cap_n // g_fixed
-        if cap_b is not None:
-            hi = cap_b if hi is None else min(hi, cap_b)
-        if (hi is not None and hi < 1) or not fits(g_fixed, 1):
-            return Solution(g_fixed, 1, False, "memory", "memory", f"{g_fixed} tiles of 1 sequence do not fit", count)
-        b = _largest_true(lambda x: fits(g_fixed, x), 1, hi)
-        bind = _cap_reason(b, hi, cap_n, cap_b, g_fixed, fits, lambda x: (g_fixed, x + 1))
-        return Solution(g_fixed, b, True, bind, "tiles",
-                        f"--tiles {g_fixed} is fixed; the largest tile that fits is b = {b}; limited by {bind}", count)
+def _fixed_global_and_tile(fits: _Probe, n: int, g_fixed: Optional[int], b_fixed: Optional[int]) -> Solution:
+    """A fully determined shape: just check it."""
+    g = g_fixed if g_fixed is not None else n // b_fixed  # type: ignore[operator]  # b_fixed is set when g_fixed is not
+    b = n // g
+    ok = fits(g, b)
+    return Solution(g, b, ok, "global_batch", "tiles" if g_fixed else "tile_batch",
+                    _fixed_text(ok, g, b, "--global-batch with --tiles/--tile-batch fixes the shape"), fits.count)
 
-    if b_fixed is not None:
-        hi = None if cap_n is None else cap_n // b_fixed
-        if (hi is not None and hi < 1) or not fits(1, b_fixed):
-            return Solution(1, b_fixed, False, "memory", "memory", f"one tile of {b_fixed} sequences does not fit", count)
-        g = _largest_true(lambda x: fits(x, b_fixed), 1, hi)
-        bind = _cap_reason(g, hi, cap_n, None, b_fixed, fits, lambda x: (x + 1, b_fixed))
-        return Solution(g, b_fixed, True, bind, "tile_batch",
-                        f"--tile-batch {b_fixed} is fixed; the most tiles that fit is G = {g}; limited by {bind}", count)
 
-    # Free: maximise n = G*b (tiles of one sequence use the least memory for a given n) ...
+def _fixed_global(fits: _Probe, n: int, cap_b: Optional[int]) -> Solution:
+    """G must divide N; the largest tile that fits is the smallest feasible G."""
+    opts = [b for b in divisors(n) if cap_b is None or b <= cap_b]
+    if not opts or not fits(n, 1):
+        return Solution(n, 1, False, "memory", "memory",
+                        f"global batch {n} does not fit even as {n} tiles of 1 sequence", fits.count)
+    idx = _largest_true(lambda i: fits(n // opts[i], opts[i]), 0, len(opts) - 1)
+    b = opts[idx]
+    tile_c = _tile_reason(idx, opts, n, cap_b)
+    return Solution(n // b, b, True, "global_batch", tile_c,
+                    f"--global-batch {n} is fixed; the largest tile that fits is b = {b} (G = {n // b}); "
+                    f"tile limited by {tile_c}", fits.count)
+
+
+def _fixed_tiles(fits: _Probe, g: int, cap_n: Optional[int], cap_b: Optional[int]) -> Solution:
+    hi = None if cap_n is None else cap_n // g
+    if cap_b is not None:
+        hi = cap_b if hi is None else min(hi, cap_b)
+    if (hi is not None and hi < 1) or not fits(g, 1):
+        return Solution(g, 1, False, "memory", "memory", f"{g} tiles of 1 sequence do not fit", fits.count)
+    b = _largest_true(lambda x: fits(g, x), 1, hi)
+    bind = _cap_reason(b, hi, cap_n, cap_b, g, fits, lambda x: (g, x + 1))
+    return Solution(g, b, True, bind, "tiles",
+                    f"--tiles {g} is fixed; the largest tile that fits is b = {b}; limited by {bind}", fits.count)
+
+
+def _fixed_tile_batch(fits: _Probe, b: int, cap_n: Optional[int]) -> Solution:
+    hi = None if cap_n is None else cap_n // b
+    if (hi is not None and hi < 1) or not fits(1, b):
+        return Solution(1, b, False, "memory", "memory", f"one tile of {b} sequences does not fit", fits.count)
+    g = _largest_true(lambda x: fits(x, b), 1, hi)
+    bind = _cap_reason(g, hi, cap_n, None, b, fits, lambda x: (x + 1, b))
+    return Solution(g, b, True, bind, "tile_batch",
+                    f"--tile-batch {b} is fixed; the most tiles that fit is G = {g}; limited by {bind}", fits.count)
+
+
+def _free(fits: _Probe, cap_n: Optional[int], cap_b: Optional[int]) -> Solution:
+    """Maximise n = G*b (tiles of one sequence use the least memory for a given n), then the largest
+    tile b dividing n."""
     if not fits(1, 1):
-        return Solution(1, 1, False, "memory", "memory", "not even one sequence fits", count)
+        return Solution(1, 1, False, "memory", "memory", "not even one sequence fits", fits.count)
     n = _largest_true(lambda x: fits(x, 1), 1, cap_n)
     bind = "max_global_batch" if cap_n is not None and n == cap_n and fits(cap_n + 1, 1) else "memory"
-    # ... then the largest tile b dividing n.
     opts = [b for b in divisors(n) if cap_b is None or b <= cap_b]
     idx = _largest_true(lambda i: fits(n // opts[i], opts[i]), 0, len(opts) - 1)
     b = opts[idx]
@@ -162,7 +155,7 @@ def solve(mem: MemoryModel, limits: BatchLimits) -> Solution:
     what = "usable memory" if bind == "memory" else f"--max-global-batch {cap_n}"
     return Solution(n // b, b, True, bind, tile_c,
                     f"G*b = {n} is the largest global batch within {what}; b = {b} is the largest tile "
-                    f"dividing it that fits (limited by {tile_c})", count)
+                    f"dividing it that fits (limited by {tile_c})", fits.count)
 
 
 def _tile_reason(idx: int, opts: list[int], n: int, cap_b: Optional[int]) -> str:

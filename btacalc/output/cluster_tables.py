@@ -6,9 +6,9 @@ from rich import box
 from rich.console import Group
 from rich.table import Table
 
-from .compare import CompareResult
-from .crossover import CrossoverResult
-from .render import params
+from ..planning.compare import CompareResult
+from ..planning.crossover import CrossoverPoint, CrossoverResult
+from .tables import params
 
 
 def _num(v, fmt: str = ",.0f") -> str:
@@ -55,15 +55,15 @@ def crossover_renderable(r: CrossoverResult) -> Group:
     for hw in hws:
         t.add_column(hw, justify="right")
     t.add_column("best per kW")
-    by_model: dict[str, dict[str, object]] = {}
+    by_model: dict[str, dict[str, CrossoverPoint]] = {}
     for p in r.points:
-        by_model.setdefault(p.model, {"params": p.params_total})[p.hardware] = p
+        by_model.setdefault(p.model, {})[p.hardware] = p
     for model, cells in by_model.items():
-        row = [model, params(cells["params"])]  # type: ignore[arg-type]
+        row = [model, params(next(iter(cells.values())).params_total)]
         for hw in hws:
             p = cells[hw]
-            if p.row.fits:  # type: ignore[attr-defined]
-                row.append(f"{p.regime.replace('weight_streaming', 'streamed')}\n{p.row.tokens_per_s_per_kw:,.0f}")  # type: ignore[attr-defined]
+            if p.row.fits:
+                row.append(f"{p.regime.replace('weight_streaming', 'streamed')}\n{p.row.tokens_per_s_per_kw:,.0f}")
             else:
                 row.append("[red]does not fit[/]")
         row.append(r.best_per_kw.get(model, "-"))

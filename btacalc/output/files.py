@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterator
 
-from .errors import BtacalcError
+from ..errors import BtacalcError
 
 
 @contextlib.contextmanager

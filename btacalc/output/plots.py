@@ -1,11 +1,14 @@
-"""Matplotlib is an optional extra (`btacalc[plot]`); figures are written atomically."""
+"""Plots of library results. Matplotlib is an optional extra (`btacalc[plot]`); figures are written atomically."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from .atomic import atomic_path
-from .errors import BtacalcError
+from ..errors import BtacalcError
+from ..planning.compare import CompareResult
+from ..planning.crossover import CrossoverResult
+from ..planning.sweep import SweepPoint, SweepResult
+from .files import atomic_path
 
 
 def pyplot(path: str) -> Any:
@@ -30,3 +33,89 @@ def save(fig: Any, path: str) -> None:
             fig.savefig(tmp, dpi=120)
     finally:
         plt.close(fig)
+
+
+def compare_plot(result: CompareResult, path: str) -> None:
+    """Two panels: tokens/s (all devices of the row) and tokens/s per kW, one bar per row."""
+    plt = pyplot(path)
+    rows = [r for r in result.rows if r.fits]
+    if not rows:
+        raise BtacalcError("--plot: no device fits, nothing to draw")
+    labels = [f"{r.hardware} x{r.devices}" if r.devices > 1 else r.hardware for r in rows]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 0.6 * len(rows) + 2.0), sharey=True)
+    y = range(len(rows))
+    ax1.barh(y, [r.tokens_per_s for r in rows], color="tab:blue")
+    ax2.barh(y, [r.tokens_per_s_per_kw for r in rows], color="tab:green")
+    for i, r in enumerate(rows):
+        ax1.annotate(f" G={r.tiles} b={r.tile_batch}, {r.dominant_phase}", (r.tokens_per_s, i), va="center", fontsize=7)
+    ax1.set_yticks(list(y), labels)
+    ax1.invert_yaxis()
+    ax1.set_xlim(0, 1.45 * max(r.tokens_per_s or 0.0 for r in rows))
+    thousands = plt.FuncFormatter(lambda v, _: f"{v / 1e3:g}k")
+    for ax in (ax1, ax2):
+        ax.xaxis.set_major_formatter(thousands)
+    ax1.set_xlabel("tokens/s (all devices of the row)")
+    ax2.set_xlabel("tokens/s per kW (system power)")
+    fig.suptitle(f"{result.model}, s = {result.seq_len}: solver's G and b per row")
+    fig.tight_layout()
+    save(fig, path)
+
+
+def crossover_plot(result: CrossoverResult, path: str) -> None:
+    """tokens/s per kW against total parameters, one line per device; marker shape = regime."""
+    plt = pyplot(path)
+    fig, ax = plt.subplots(figsize=(7.5, 4.6))
+    markers = {"resident": "s", "weight_streaming": "o"}
+    for hw in dict.fromkeys(p.hardware for p in result.points):
+        pts = [p for p in result.points if p.hardware == hw and p.row.tokens_per_s_per_kw]
+        if not pts:
+            continue
+        line, = ax.plot([p.params_total for p in pts], [p.row.tokens_per_s_per_kw for p in pts], "-", label=hw)
+        prev = None
+        for p in pts:
+            ax.plot(p.params_total, p.row.tokens_per_s_per_kw, markers.get(p.regime, "^"), color=line.get_color(), ms=4)
+            if p.regime not in markers and p.row.devices != prev:  # label where the GPU count changes
+                ax.annotate(str(p.row.devices), (p.params_total, p.row.tokens_per_s_per_kw), fontsize=6,
+                            xytext=(2, 3), textcoords="offset points", color=line.get_color())
+            prev = p.row.devices
+    for b in result.boundaries:
+        if b.from_regime == "resident":  # the wafer's resident -> streaming boundary
+            ax.axvline((b.below_params * b.above_params) ** 0.5, color="grey", lw=0.6, ls=":")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("total parameters (qwen3-moe family)")
+    ax.set_ylabel("training tokens/s per kW")
+    ax.set_title(f"{result.family}, s = {result.seq_len}: square resident, circle streamed, triangle GPUs (count)\n"
+                 "dotted: wafer resident -> streaming boundary", fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    save(fig, path)
+
+
+def sweep_plot(result: SweepResult, path: str) -> None:
+    """Relative throughput vs the first varied parameter, at G = 1 and at the solver's G."""
+    plt = pyplot(path)
+    pts = [p for p in result.points if p.throughput]
+    if not pts:
+        raise BtacalcError("--plot: no point of the sweep fits, nothing to draw")
+    x_name = list(pts[0].params)[0]
+    others = [n for n in pts[0].params if n != x_name]
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    groups: dict[tuple, list[SweepPoint]] = {}
+    for p in pts:
+        groups.setdefault(tuple(p.params[n] for n in others), []).append(p)
+    for key, ps in groups.items():
+        label = ", ".join(f"{n}={v}" for n, v in zip(others, key))
+        xs = [p.params[x_name] for p in ps]
+        ths = [p.throughput for p in ps if p.throughput is not None]
+        ax.plot(xs, [t.relative_to_dense for t in ths], "o-", label=f"BTA (solver G) {label}".strip())
+        ax.plot(xs, [t.relative_to_dense_g1 for t in ths], "s--", label=f"G = 1 {label}".strip())
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel(x_name + (" (k*f fixed)" if result.fixed_active else ""))
+    ax.set_ylabel("throughput relative to dense (same active params)")
+    ax.set_ylim(0, 1.1)
+    ax.set_title(f"{result.model} on {result.hardware}")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    save(fig, path)

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from rich.console import Group
+from rich.console import Group, RenderableType
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from .plan import PhaseRow, PlanReport
+from ..planning.report import PhaseRow, PlanReport
 
 _SI = [(1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")]
 
@@ -35,7 +35,7 @@ def params(value: float) -> str:
 
 
 def plan_renderable(r: PlanReport) -> Group:
-    parts = [_header(r), _plan_table(r), _memory_table(r)]
+    parts: list[RenderableType] = [_header(r), _plan_table(r), _memory_table(r)]
     if r.parallelism.devices > 1:
         parts.append(_sharding_table(r))
     parts += [_phase_table(r.phases, r, "One decoder layer, per step"),
@@ -209,7 +209,7 @@ def _phase_table(rows: Iterable[PhaseRow], r: PlanReport, title: str) -> Table:
     t = Table(title=f"{title} (G={r.plan.tiles}, b={r.plan.tile_batch})", title_justify="left")
     for col, just in (("phase", "left"), ("batch", "left"), ("fwd FLOP", "right"), ("bwd FLOP", "right"),
                       ("stored", "right"), ("transient", "right"), ("bytes moved", "right"), ("FLOP/byte", "right")):
-        t.add_column(col, justify=just)  # type: ignore[arg-type]
+        t.add_column(col, justify=just)  # type: ignore[arg-type]  # "left"/"right" literals from the table spec
     for p in rows:
         t.add_row(p.name, "b" if p.batch == "tile" else "G·b", si(p.flops_forward, "FLOP") if p.flops_forward else "-",
                   si(p.flops_backward, "FLOP") if p.flops_backward else "-", si(p.stored_activation_bytes, "B"),

@@ -12,13 +12,13 @@ from typing import Any, Iterable, Optional, Sequence
 
 from pydantic import BaseModel, Field
 
-from .cluster import min_devices
-from .errors import BtacalcError
-from .hardware import HardwareProfile
-from .models import ModelSpec
-from .parallel import Parallelism, auto_expert_parallel
-from .plan import PlanReport, make_plan
-from .run import Problem, run_options_for
+from ..config.execution import ExecutionRequest
+from ..config.hardware import HardwareProfile
+from ..config.model import ModelSpec
+from ..errors import BtacalcError
+from .cluster import MAX_DEVICES, min_devices
+from .plan import make_plan, plan_problem
+from .report import PlanReport
 
 SCHEMA_VERSION = 1
 
@@ -85,95 +85,33 @@ def _row(report: PlanReport, profile: HardwareProfile) -> CompareRow:
 
 
 def compare(model: ModelSpec, profiles: Sequence[HardwareProfile], devices: Optional[Sequence[int]] = None,
-            expert_parallel: Optional[int] = None, zero_stage: int = 1, devices_per_node: Optional[int] = None,
-            overlap_all_to_all: bool = False, seq_len: Optional[int] = None, recompute: Optional[str] = None,
-            attention: Optional[str] = None, memory_model: str = "auto", overlap: bool = True,
-            micro_batches: int = 1) -> CompareResult:
+            request: ExecutionRequest = ExecutionRequest()) -> CompareResult:
     """One row per wafer profile, and per (GPU profile, device count). `devices=None`: the smallest
-    power-of-two GPU count that fits. Recompute and attention default to each device's own defaults."""
+    power-of-two GPU count that fits. Every other choice comes from `request`; what it leaves unset
+    defaults per device (recompute, attention) and per device count (EP, ZeRO)."""
     if not profiles:
-        raise BtacalcError("--hw: give at least one hardware profile")
+        raise BtacalcError("{hardware}: give at least one hardware profile")
     rows: list[CompareRow] = []
     params_total = 0
-    seq = seq_len
+    seq = 0
     for profile in profiles:
-        run, defaults = run_options_for(profile, seq_len, recompute, attention, memory_model=memory_model)
-        seq = run.seq_len
-        counts: Sequence[Optional[int]]
-        if profile.family == "wse":
-            counts = [1]
-        else:
-            counts = list(devices) if devices else [None]
+        counts: Sequence[Optional[int]] = [1] if profile.family == "wse" else (list(devices) if devices else [None])
+        # a wafer row is one system: the GPU layout choices (EP, ZeRO) do not apply to it
+        base = request.with_changes(expert_parallel=None, zero_stage=None) if profile.family == "wse" else request
         for n in counts:
-            base = Parallelism(1, 1, zero_stage if profile.family == "gpu" else 0, devices_per_node, overlap_all_to_all,
-                               micro_batches)
             note = ""
             if n is None:
-                fit = min_devices(Problem(model, profile, run, base), expert_parallel, escalate=True)
+                fit = min_devices(model, profile, base, escalate=True)
                 if fit is None:
-                    n, par, row_run = 1, base, run
-                    note = "no power-of-two count up to 16,384 devices fits, even with ZeRO-3 and full recomputation"
+                    report = make_plan(model, profile, base)
+                    note = f"no power-of-two count up to {MAX_DEVICES:,} devices fits, even with ZeRO-3 and full recomputation"
                 else:
-                    par, row_run = fit.parallel, fit.run
-                    if row_run.recompute != run.recompute:
-                        defaults = {**defaults, "recompute": f"full: {run.recompute} does not fit at {par.devices} devices"}
+                    report = plan_problem(fit)
             else:
-                ep = expert_parallel if expert_parallel is not None and profile.family == "gpu" else \
-                    auto_expert_parallel(n, model.num_experts)
-                par = Parallelism(n, ep, base.zero_stage if n > 1 else 0, devices_per_node, overlap_all_to_all,
-                                  micro_batches)
-                row_run = run
-            report = make_plan(model, profile, row_run, defaults=defaults, overlap=overlap, parallel=par)
-            params_total = report.model.params_total
+                report = make_plan(model, profile, base.with_changes(devices=n))
+            params_total, seq = report.model.params_total, report.inputs.seq_len
             row = _row(report, profile)
             if note:
                 row.note = note
             rows.append(row)
-    return CompareResult(model=model.name, params_total=params_total, seq_len=seq or 0, rows=rows)
-
-
-CSV_FIELDS = list(CompareRow.model_fields)
-
-
-def csv_text(fields: list[str], records: Iterable[dict[str, Any]]) -> str:
-    """CSV with a header row; one line per record (missing keys empty)."""
-    import csv
-    import io
-
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n", extrasaction="ignore")
-    w.writeheader()
-    w.writerows(records)
-    return buf.getvalue()
-
-
-def to_csv(result: CompareResult) -> str:
-    return csv_text(CSV_FIELDS, (r.model_dump() for r in result.rows))
-
-
-def plot(result: CompareResult, path: str) -> None:
-    """Two panels: tokens/s (all devices of the row) and tokens/s per kW, one bar per row."""
-    from .plotting import pyplot, save
-
-    plt = pyplot(path)
-    rows = [r for r in result.rows if r.fits]
-    if not rows:
-        raise BtacalcError("--plot: no device fits, nothing to draw")
-    labels = [f"{r.hardware} x{r.devices}" if r.devices > 1 else r.hardware for r in rows]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 0.6 * len(rows) + 2.0), sharey=True)
-    y = range(len(rows))
-    ax1.barh(y, [r.tokens_per_s for r in rows], color="tab:blue")
-    ax2.barh(y, [r.tokens_per_s_per_kw for r in rows], color="tab:green")
-    for i, r in enumerate(rows):
-        ax1.annotate(f" G={r.tiles} b={r.tile_batch}, {r.dominant_phase}", (r.tokens_per_s, i), va="center", fontsize=7)
-    ax1.set_yticks(list(y), labels)
-    ax1.invert_yaxis()
-    ax1.set_xlim(0, 1.45 * max(r.tokens_per_s or 0.0 for r in rows))
-    thousands = plt.FuncFormatter(lambda v, _: f"{v / 1e3:g}k")
-    for ax in (ax1, ax2):
-        ax.xaxis.set_major_formatter(thousands)
-    ax1.set_xlabel("tokens/s (all devices of the row)")
-    ax2.set_xlabel("tokens/s per kW (system power)")
-    fig.suptitle(f"{result.model}, s = {result.seq_len}: solver's G and b per row")
-    fig.tight_layout()
-    save(fig, path)
+    return CompareResult(model=model.name, params_total=params_total, seq_len=seq, rows=rows)

@@ -23,10 +23,11 @@ from typing import Optional, Sequence
 
 from pydantic import BaseModel, Field
 
-from .compare import CompareRow, compare, csv_text
-from .errors import BtacalcError
-from .hardware import HardwareProfile
-from .models import ModelSpec, validate_model
+from ..config.execution import ExecutionRequest
+from ..config.hardware import HardwareProfile
+from ..config.model import ModelSpec, validate_model
+from ..errors import BtacalcError
+from .compare import CompareRow, compare
 
 FAMILIES = ("qwen3-moe",)
 DEFAULT_HIDDEN = tuple(range(256, 7168 + 1, 256))
@@ -34,9 +35,9 @@ DEFAULT_HIDDEN = tuple(range(256, 7168 + 1, 256))
 
 def family_model(family: str, hidden: int) -> ModelSpec:
     if family not in FAMILIES:
-        raise BtacalcError(f"unknown model family {family!r} (known: {', '.join(FAMILIES)})")
+        raise BtacalcError(f"{{family}}: unknown model family {family!r} (known: {', '.join(FAMILIES)})")
     if hidden < 256 or hidden % 256:
-        raise BtacalcError(f"--hidden {hidden}: the qwen3-moe family needs a multiple of 256 (a = h/64 divisible by a_kv = 4)")
+        raise BtacalcError(f"{{hidden}} {hidden}: the qwen3-moe family needs a multiple of 256 (a = h/64 divisible by a_kv = 4)")
     return validate_model({
         "name": f"qwen3-moe-h{hidden}",
         "source": "btacalc family rule (crossover.py): L = 3h/128, a = h/64, d_h = 128, a_kv = 4, f = 3h/8, E = 128, k = 8",
@@ -85,12 +86,12 @@ def _regime(row: CompareRow, profile: HardwareProfile) -> str:
 def crossover(profiles: Sequence[HardwareProfile], family: str = "qwen3-moe",
               hidden_sizes: Sequence[int] = DEFAULT_HIDDEN, seq_len: Optional[int] = None) -> CrossoverResult:
     if not hidden_sizes:
-        raise BtacalcError("--hidden: give at least one size")
+        raise BtacalcError("{hidden}: give at least one size")
     points: list[CrossoverPoint] = []
     seq = 0
     for h in sorted(set(hidden_sizes)):
         model = family_model(family, h)
-        result = compare(model, profiles, seq_len=seq_len)
+        result = compare(model, profiles, request=ExecutionRequest(seq_len=seq_len))
         seq = result.seq_len
         for profile, row in zip(profiles, result.rows):
             points.append(CrossoverPoint(model=model.name, hidden_size=h, params_total=result.params_total,
@@ -119,42 +120,3 @@ def crossover(profiles: Sequence[HardwareProfile], family: str = "qwen3-moe",
                         w.row.tokens_per_s / g.row.tokens_per_s_per_device
     return CrossoverResult(family=family, seq_len=seq, points=points, boundaries=boundaries, best_per_kw=best,
                            gpu_equivalents=equiv)
-
-
-def to_csv(result: CrossoverResult) -> str:
-    fields = ["model", "hidden_size", "params_total", "hardware", "regime", "devices", "tiles", "tile_batch",
-              "tokens_per_s", "tokens_per_s_per_kw", "mfu", "dominant_phase", "binding_constraint"]
-    return csv_text(fields, ({**p.row.model_dump(), **p.model_dump(exclude={"row"})} for p in result.points))
-
-
-def plot(result: CrossoverResult, path: str) -> None:
-    """tokens/s per kW against total parameters, one line per device; marker shape = regime."""
-    from .plotting import pyplot, save
-
-    plt = pyplot(path)
-    fig, ax = plt.subplots(figsize=(7.5, 4.6))
-    markers = {"resident": "s", "weight_streaming": "o"}
-    for hw in dict.fromkeys(p.hardware for p in result.points):
-        pts = [p for p in result.points if p.hardware == hw and p.row.tokens_per_s_per_kw]
-        if not pts:
-            continue
-        line, = ax.plot([p.params_total for p in pts], [p.row.tokens_per_s_per_kw for p in pts], "-", label=hw)
-        prev = None
-        for p in pts:
-            ax.plot(p.params_total, p.row.tokens_per_s_per_kw, markers.get(p.regime, "^"), color=line.get_color(), ms=4)
-            if p.regime not in markers and p.row.devices != prev:  # label where the GPU count changes
-                ax.annotate(str(p.row.devices), (p.params_total, p.row.tokens_per_s_per_kw), fontsize=6,
-                            xytext=(2, 3), textcoords="offset points", color=line.get_color())
-            prev = p.row.devices
-    for b in result.boundaries:
-        if b.from_regime == "resident":  # the wafer's resident -> streaming boundary
-            ax.axvline((b.below_params * b.above_params) ** 0.5, color="grey", lw=0.6, ls=":")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("total parameters (qwen3-moe family)")
-    ax.set_ylabel("training tokens/s per kW")
-    ax.set_title(f"{result.family}, s = {result.seq_len}: square resident, circle streamed, triangle GPUs (count)\n"
-                 "dotted: wafer resident -> streaming boundary", fontsize=10)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    save(fig, path)

@@ -1,195 +1,50 @@
-"""`plan`: solve the batch shape for a model on a device and report memory, FLOPs and phases.
-
-The report is a pydantic model (`PlanReport`); its JSON schema is `PlanReport.model_json_schema()`
-(`btacalc plan --schema`). Units: bytes, FLOP, FLOP/byte, seconds; no scaled units in JSON.
-"""
+"""`plan`: solve the batch shape for a model on a device and report memory, FLOPs, phases and
+throughput (against G = 1 and against the dense model with the same active parameters)."""
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from dataclasses import dataclass, replace
+from typing import Optional
 
-from pydantic import BaseModel, Field
-
-from .hardware import HardwareProfile
-from .memory import MemoryModel, resolve_memory_model
-from .parallel import Parallelism
-from .models import ModelSpec
-from .run import Problem, RunOptions
-from .solver import BatchLimits, Solution, solve
-
-SCHEMA_VERSION = 1
-
-
-class ModelInfo(BaseModel):
-    name: str
-    source: str
-    params_total: int
-    params_active: int
-    params_non_embedding: int
-    params_per_layer: int
-    hidden_size: int
-    num_layers: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    vocab_size: int
-    ffn_size: int = Field(description="expert width f (MoE) or MLP width (dense)")
-    num_experts: int
-    top_k: int
+from ..catalogue.compiled import PhaseValues
+from ..config.execution import ExecutionRequest, resolve_execution
+from ..config.hardware import HardwareProfile
+from ..config.model import ModelSpec
+from ..model.memory import MemoryModel, resolve_memory_model
+from ..model.problem import Problem
+from ..model.solver import Solution, solve
+from ..model.timing import StepTime, compute_efficiency, step_time
+from .report import (FlopsPerStep, HardwareInfo, Inputs, ModelInfo, ParallelInfo, PhaseRow, PlanInfo, PlanReport,
+                     StateRow, Throughput)
+from .suggest import suggestions
 
 
-class HardwareInfo(BaseModel):
-    name: str
-    display_name: str
-    memory_model: str
-    memory_capacity_bytes: int = Field(description="SRAM (weight streaming) or device memory (resident)")
-    usable_memory_bytes: int
-    peak_flops_per_s: float
-    offchip_bandwidth_bytes_per_s: float
+def make_plan(model: ModelSpec, hardware: HardwareProfile, request: ExecutionRequest = ExecutionRequest()) -> PlanReport:
+    """Resolve the execution, solve the batch shape and build the report."""
+    execution = resolve_execution(request, model, hardware)
+    return plan_problem(resolve_memory_model(Problem(model, hardware, execution)))
 
 
-class ParallelInfo(BaseModel):
-    devices: int = Field(description="N: devices; every device is a data-parallel rank")
-    expert_parallel: int = Field(description="EP: devices the experts are split over (E/EP experts each)")
-    expert_data_parallel: int = Field(description="N/EP: replicas of each expert shard")
-    zero_stage: int = Field(description="ZeRO stage: 1 shards optimizer state, 2 + gradients, 3 + weights")
-    micro_batches: int = Field(1, description="M: gradient accumulation steps per optimizer step")
-    devices_per_node: int
-    overlap_all_to_all: bool
+def plan_problem(problem: Problem) -> PlanReport:
+    """The plan of an already-resolved problem (its memory model resolved)."""
+    mem = MemoryModel(problem)
+    return build_report(problem, mem, solve(mem, problem.execution.limits))
 
 
-class StateRow(BaseModel):
-    component: str = Field(description="weights, gradients or optimizer")
-    part: str = Field(description="non_expert (data-parallel) or expert (expert-parallel)")
-    params: int = Field(description="parameters of this part in the whole model")
-    bytes_per_param: int
-    divisor: int = Field(description="devices the part is split over: EP for experts, x data-parallel ranks when ZeRO shards it")
-    bytes_per_device: int
-    formula: str
-
-
-class Inputs(BaseModel):
-    memory_model: str = Field("", description="weight_streaming or resident, as used")
-    seq_len: int
-    recompute: str
-    attention: str
-    causal: bool
-    loss: str
-    accounting: str
-    optimizer: str
-    bytes_per_element: int
-    global_batch: Optional[int] = None
-    tiles: Optional[int] = None
-    tile_batch: Optional[int] = None
-    max_global_batch: Optional[int] = None
-    max_tile_batch: Optional[int] = None
-    defaults: dict[str, str] = Field(default_factory=dict, description="inputs left at their default, and why")
-
-
-class PlanInfo(BaseModel):
-    tiles: int = Field(description="G: attention tiles")
-    tile_batch: int = Field(description="b: sequences per attention tile")
-    global_batch: int = Field(description="G*b: sequences the router and experts see per step, per device")
-    tokens_per_step: int = Field(description="G*b*s, per device")
-    devices: int = 1
-    cluster_tokens_per_step: int = Field(0, description="N*M*G*b*s: tokens per optimizer step over all devices")
-    tokens_per_expert: float = Field(description="T_e = EP*G*b*s*k/E per expert replica under uniform routing (G*b*s for dense)")
-    fits: bool
-    binding_constraint: str = Field(description="what stops a larger G*b: memory, max_global_batch, global_batch, tiles, ...")
-    tile_constraint: str = Field(description="what stops a larger tile b at that G*b")
-    explanation: str
-    memory_evaluations: int
-
-
-class FlopsPerStep(BaseModel):
-    forward: int
-    backward: int
-    total: int = Field(description="model FLOPs: forward + backward (Korthikanti's 72BLsh^2(...))")
-    recompute: int = Field(description="extra forward FLOPs re-run by recomputation / FlashAttention")
-    hardware_total: int = Field(description="total + recompute")
-    elementwise: int = Field(description="approximate non-matmul work, not in the totals")
-
-
-class PhaseRow(BaseModel):
-    name: str
-    group: str
-    batch: str = Field(description="tile: runs G times on b sequences; global: once on G*b")
-    params: int
-    flops_forward: int
-    flops_backward: int
-    flops_recompute: int
-    flops_elementwise: int
-    stored_activation_bytes: int
-    recompute_bytes: int
-    transient_bytes: int
-    bytes_moved: int
-    arithmetic_intensity: float = Field(description="flops_forward / bytes_moved, FLOP/byte")
-    time_s: float = Field(0.0, description="modelled time of this phase per step (one layer for layer phases)")
-
-
-class Throughput(BaseModel):
-    step_time_s: float
-    tokens_per_s: float = Field(description="all devices")
-    tokens_per_s_per_kw: float = Field(0.0, description="tokens/s over the system power of the devices (profile system_power_w, else power_w)")
-    mfu: float = Field(description="model FLOPs / (step time x peak)")
-    relative_to_dense: Optional[float] = Field(description="tokens/s over the dense model (same active params) at its best plan")
-    tokens_per_s_g1: Optional[float] = Field(description="tokens/s at G = 1 (largest untiled batch that fits)")
-    relative_to_dense_g1: Optional[float]
-    step_time_s_g1: Optional[float]
-    tile_batch_g1: Optional[int]
-    dense_tokens_per_s: Optional[float]
-    dense_global_batch: Optional[int]
-    tiling_overhead_s: float
-    stream_bound_share: float = Field(description="share of the step during which weight streaming is the bottleneck")
-    overlap_streaming: bool
-    compute_efficiency: float
-    phase_share: dict[str, float] = Field(description="share of step time per phase")
-    dominant_phase: str = ""
-    communication_s: dict[str, float] = Field(default_factory=dict, description="multi-GPU: all_to_all and "
-                                              "gradient_sync time per step before overlap")
-
-
-class PlanReport(BaseModel):
-    schema_version: int = SCHEMA_VERSION
-    model: ModelInfo
-    hardware: HardwareInfo
-    inputs: Inputs
-    parallelism: ParallelInfo
-    plan: PlanInfo
-    memory_bytes: dict[str, int] = Field(description="total, capacity, usable_capacity and one key per component")
-    offchip_bytes: dict[str, int] = Field(description="weight streaming: state held off-wafer (MemoryX)")
-    state_sharding: list[StateRow] = Field(default_factory=list, description="resident: weights, gradients and "
-                                           "optimizer state per device, by part and divisor")
-    flops_per_step: FlopsPerStep
-    phases: list[PhaseRow] = Field(description="one decoder layer, at the plan's G and b, per step")
-    outside_layers: list[PhaseRow] = Field(description="embedding, final norm, LM head, loss")
-    throughput: Optional[Throughput] = None
-    suggestions: list[str] = Field(default_factory=list, description="what would fit, when the plan does not")
-
-
-def _rows(problem: Problem, pv: Any, scope: str) -> list[PhaseRow]:
+def _rows(pv: PhaseValues, scope: str) -> list[PhaseRow]:
     rows = []
-    for phase in problem.compiled.phases:
+    for phase in pv.phases:
         if phase.scope != scope:
             continue
         v = lambda q: pv.value(phase.name, q)  # noqa: E731
-        rows.append(
-            PhaseRow(
-                name=phase.name,
-                group=phase.group,
-                batch=phase.batch,
-                params=int(v("params")),
-                flops_forward=int(v("flops_fwd")),
-                flops_backward=int(v("flops_bwd")),
-                flops_recompute=int(v("flops_recompute")),
-                flops_elementwise=int(v("flops_elementwise")),
-                stored_activation_bytes=int(v("stored")),
-                recompute_bytes=int(v("recompute_bytes")),
-                transient_bytes=int(v("transient")),
-                bytes_moved=int(v("bytes_moved")),
-                arithmetic_intensity=float(v("arithmetic_intensity")),
-            )
-        )
+        rows.append(PhaseRow(
+            name=phase.name, group=phase.group, batch=phase.batch, params=int(v("params")),
+            flops_forward=int(v("flops_fwd")), flops_backward=int(v("flops_bwd")),
+            flops_recompute=int(v("flops_recompute")), flops_elementwise=int(v("flops_elementwise")),
+            stored_activation_bytes=int(v("stored")), recompute_bytes=int(v("recompute_bytes")),
+            transient_bytes=int(v("transient")), bytes_moved=int(v("bytes_moved")),
+            arithmetic_intensity=float(v("arithmetic_intensity")),
+        ))
     return rows
 
 
@@ -199,102 +54,138 @@ def tokens_per_expert(model: ModelSpec, seq_len: int, global_batch: int, expert_
     return expert_parallel * tokens * model.top_k / model.num_experts if model.is_moe else float(tokens)
 
 
-def make_plan(
-    model: ModelSpec,
-    hardware: HardwareProfile,
-    run: RunOptions,
-    limits: BatchLimits = BatchLimits(),
-    defaults: Optional[dict[str, str]] = None,
-    overlap: bool = True,
-    parallel: Parallelism = Parallelism(),
-) -> PlanReport:
-    parallel.validate(model.num_experts, hardware)
-    problem = resolve_memory_model(Problem(model, hardware, run, parallel))
-    mem = MemoryModel(problem)
-    sol = solve(mem, limits)
-    return build_report(problem, mem, sol, limits, defaults or {}, overlap)
+def _model_info(problem: Problem, mem: MemoryModel) -> ModelInfo:
+    model, pc = problem.model, mem.params
+    return ModelInfo(
+        name=model.name, source=model.source, params_total=pc.total, params_active=pc.active,
+        params_non_embedding=pc.non_embedding, params_per_layer=pc.per_layer,
+        hidden_size=model.hidden_size, num_layers=model.num_layers, num_heads=model.num_heads,
+        num_kv_heads=model.num_kv_heads, head_dim=model.head_dim, vocab_size=model.vocab_size,
+        ffn_size=model.ffn_size, num_experts=model.num_experts, top_k=model.top_k,
+    )
 
 
-def build_report(problem: Problem, mem: MemoryModel, sol: Solution, limits: BatchLimits,
-                 defaults: dict[str, str], overlap: bool = True) -> PlanReport:
-    model, hw, run, par = problem.model, problem.hardware, problem.run, problem.parallel
-    node = par.node_size(int(hw.devices_per_node.value) if hw.devices_per_node else None)
-    g, b = sol.tiles, sol.tile_batch
-    pv = problem.evaluate(g, b)
-    breakdown = mem.breakdown(g, b)
-    layers = model.num_layers
-    layer_rows = _rows(problem, pv, "layer")
-    outside_rows = _rows(problem, pv, "model")
+def _hardware_info(problem: Problem) -> HardwareInfo:
+    hw = problem.hardware
+    return HardwareInfo(
+        name=hw.name, display_name=hw.display_name, memory_model=hw.defaults.memory_model,
+        memory_capacity_bytes=hw.memory_capacity_bytes, usable_memory_bytes=hw.usable_capacity_bytes,
+        peak_flops_per_s=hw.chip.peak_flops_per_s.value,
+        offchip_bandwidth_bytes_per_s=hw.memory.offchip_bandwidth_bytes_per_s.value,
+    )
+
+
+def _inputs(problem: Problem) -> Inputs:
+    run, ex = problem.run, problem.execution
+    return Inputs(
+        memory_model=problem.memory_model, seq_len=run.seq_len, recompute=run.recompute, attention=run.attention,
+        causal=run.causal, loss=run.loss, accounting=run.accounting, optimizer=run.optimizer,
+        bytes_per_element=run.bytes_per_element, **ex.limits.__dict__, defaults=ex.default_reasons,
+    )
+
+
+def _parallel_info(problem: Problem) -> ParallelInfo:
+    lay = problem.layout
+    return ParallelInfo(
+        devices=lay.devices, expert_parallel=lay.expert_parallel, expert_data_parallel=lay.expert_data_parallel,
+        zero_stage=lay.zero_stage, micro_batches=lay.micro_batches, devices_per_node=lay.devices_per_node,
+        overlap_all_to_all=lay.overlap_all_to_all,
+    )
+
+
+def _plan_info(problem: Problem, sol: Solution, fits: bool) -> PlanInfo:
+    g, b, lay, seq = sol.tiles, sol.tile_batch, problem.layout, problem.run.seq_len
+    return PlanInfo(
+        tiles=g, tile_batch=b, global_batch=g * b, tokens_per_step=g * b * seq, devices=lay.devices,
+        cluster_tokens_per_step=lay.devices * lay.micro_batches * g * b * seq,
+        tokens_per_expert=tokens_per_expert(problem.model, seq, g * b, lay.expert_parallel),
+        fits=fits, binding_constraint=sol.binding_constraint, tile_constraint=sol.tile_constraint,
+        explanation=sol.explanation, memory_evaluations=sol.evaluations,
+    )
+
+
+def build_report(problem: Problem, mem: MemoryModel, sol: Solution) -> PlanReport:
+    pv = problem.evaluate(sol.tiles, sol.tile_batch)
+    breakdown = mem.breakdown(sol.tiles, sol.tile_batch)
+    layers = problem.model.num_layers
+    layer_rows, outside_rows = _rows(pv, "layer"), _rows(pv, "model")
 
     def step(field: str) -> int:
         return layers * sum(getattr(r, field) for r in layer_rows) + sum(getattr(r, field) for r in outside_rows)
 
     fwd, bwd, rec = step("flops_forward"), step("flops_backward"), step("flops_recompute")
-    memory = {"total": breakdown.total, "capacity": breakdown.capacity, "usable_capacity": breakdown.usable,
-              **breakdown.components}
-    pc = mem.params
     report = PlanReport(
-        model=ModelInfo(
-            name=model.name, source=model.source, params_total=pc.total, params_active=pc.active,
-            params_non_embedding=pc.non_embedding, params_per_layer=pc.per_layer,
-            hidden_size=model.hidden_size, num_layers=model.num_layers, num_heads=model.num_heads,
-            num_kv_heads=model.num_kv_heads, head_dim=model.head_dim, vocab_size=model.vocab_size,
-            ffn_size=model.ffn_size, num_experts=model.num_experts, top_k=model.top_k,
-        ),
-        hardware=HardwareInfo(
-            name=hw.name, display_name=hw.display_name, memory_model=hw.memory_model,
-            memory_capacity_bytes=hw.memory_capacity_bytes, usable_memory_bytes=hw.usable_capacity_bytes,
-            peak_flops_per_s=hw.peak_flops_per_s.value,
-            offchip_bandwidth_bytes_per_s=hw.offchip_bandwidth_bytes_per_s.value,
-        ),
-        inputs=Inputs(
-            memory_model=problem.memory_model, seq_len=run.seq_len, recompute=run.recompute, attention=run.attention, causal=run.causal,
-            loss=run.loss, accounting=run.accounting, optimizer=run.optimizer,
-            bytes_per_element=run.bytes_per_element, **limits.__dict__, defaults=defaults,
-        ),
-        parallelism=ParallelInfo(
-            devices=par.devices, expert_parallel=par.expert_parallel, expert_data_parallel=par.expert_data_parallel,
-            zero_stage=par.zero_stage, micro_batches=par.micro_batches, devices_per_node=node,
-            overlap_all_to_all=par.overlap_all_to_all,
-        ),
-        plan=PlanInfo(
-            tiles=g, tile_batch=b, global_batch=g * b, tokens_per_step=g * b * run.seq_len,
-            devices=par.devices, cluster_tokens_per_step=par.devices * par.micro_batches * g * b * run.seq_len,
-            tokens_per_expert=tokens_per_expert(model, run.seq_len, g * b, par.expert_parallel),
-            fits=sol.fits and breakdown.fits, binding_constraint=sol.binding_constraint,
-            tile_constraint=sol.tile_constraint, explanation=sol.explanation,
-            memory_evaluations=sol.evaluations,
-        ),
-        memory_bytes=memory,
+        model=_model_info(problem, mem), hardware=_hardware_info(problem), inputs=_inputs(problem),
+        parallelism=_parallel_info(problem), plan=_plan_info(problem, sol, sol.fits and breakdown.fits),
+        memory_bytes={"total": breakdown.total, "capacity": breakdown.capacity, "usable_capacity": breakdown.usable,
+                      **breakdown.components},
         offchip_bytes=breakdown.offchip,
         state_sharding=[StateRow(component=s.component, part=s.part, params=s.params,
                                  bytes_per_param=s.bytes_per_param, divisor=s.divisor, bytes_per_device=s.bytes,
                                  formula=s.formula) for s in breakdown.state_parts],
-        flops_per_step=FlopsPerStep(
-            forward=fwd, backward=bwd, total=fwd + bwd, recompute=rec, hardware_total=fwd + bwd + rec,
-            elementwise=step("flops_elementwise"),
-        ),
+        flops_per_step=FlopsPerStep(forward=fwd, backward=bwd, total=fwd + bwd, recompute=rec,
+                                    hardware_total=fwd + bwd + rec, elementwise=step("flops_elementwise")),
         phases=layer_rows,
         outside_layers=outside_rows,
     )
     if report.plan.fits:
-        report.throughput, phase_time = _throughput(problem, mem, sol, limits, overlap)
+        summary = summarize(problem, mem, sol)
+        report.throughput = _throughput(problem, summary)
+        phase_time = summary.best_time.phase_time_s
         for row in report.phases:
             row.time_s = float(phase_time[row.name]) / layers
         for row in report.outside_layers:
             row.time_s = float(phase_time[row.name])
     else:
-        report.suggestions = suggestions(problem, mem, limits)
+        report.suggestions = suggestions(problem, mem)
     return report
 
 
-def _throughput(problem: Problem, mem: MemoryModel, sol: Solution, limits: BatchLimits,
-                overlap: bool) -> tuple[Throughput, dict[str, Any]]:
-    from .throughput import summarize, time_params
+@dataclass(frozen=True)
+class ThroughputSummary:
+    """Step times of the plan, of G = 1 (the largest untiled batch that fits) and of the dense model
+    with the same active parameters at its own best plan."""
 
-    s = summarize(problem, mem, sol, limits, overlap)
+    best: Solution
+    g1: Solution
+    dense: Solution
+    best_time: StepTime
+    g1_time: Optional[StepTime]
+    dense_time: Optional[StepTime]
+
+    @property
+    def relative_to_dense(self) -> Optional[float]:
+        if self.dense_time is None or not self.best.fits:
+            return None
+        return float(self.best_time.tokens_per_s / self.dense_time.tokens_per_s)
+
+    @property
+    def relative_to_dense_g1(self) -> Optional[float]:
+        if self.dense_time is None or self.g1_time is None:
+            return None
+        return float(self.g1_time.tokens_per_s / self.dense_time.tokens_per_s)
+
+
+def dense_problem(problem: Problem) -> Problem:
+    """The dense model with the same active parameters (one FFN of width k*f), on the same devices."""
+    dense = problem.with_model(problem.model.dense_equivalent())
+    return dense.with_layout(expert_parallel=1)
+
+
+def summarize(problem: Problem, mem: MemoryModel, best: Solution) -> ThroughputSummary:
+    free = problem.execution.limits.free()
+    g1 = solve(mem, replace(free, tiles=1))
+    dense = dense_problem(problem)
+    dense_sol = solve(MemoryModel(dense), free)
+    best_t = step_time(problem, best.tiles, best.tile_batch)
+    g1_t = step_time(problem, 1, g1.tile_batch) if g1.fits else None
+    dense_t = step_time(dense, dense_sol.tiles, dense_sol.tile_batch) if dense_sol.fits else None
+    return ThroughputSummary(best, g1, dense_sol, best_t, g1_t, dense_t)
+
+
+def _throughput(problem: Problem, s: ThroughputSummary) -> Throughput:
     bt = s.best_time
-    power_kw = problem.parallel.devices * problem.hardware.power_per_device_w / 1e3
+    power_kw = problem.layout.devices * problem.hardware.power_per_device_w / 1e3
     shares = {k: float(v / bt.step_time_s) for k, v in bt.phase_time_s.items()}
     return Throughput(
         step_time_s=float(bt.step_time_s), tokens_per_s=float(bt.tokens_per_s),
@@ -307,65 +198,9 @@ def _throughput(problem: Problem, mem: MemoryModel, sol: Solution, limits: Batch
         dense_tokens_per_s=float(s.dense_time.tokens_per_s) if s.dense_time else None,
         dense_global_batch=s.dense.tiles * s.dense.tile_batch if s.dense.fits else None,
         tiling_overhead_s=float(bt.tiling_overhead_s), stream_bound_share=float(bt.stream_bound_share),
-        overlap_streaming=overlap, compute_efficiency=time_params(problem)[0],
-        phase_share=shares, dominant_phase=max(shares, key=shares.get),  # type: ignore[arg-type]
+        overlap_streaming=problem.run.overlap_streaming, compute_efficiency=compute_efficiency(problem),
+        phase_share=shares, dominant_phase=max(shares, key=lambda k: shares[k]),
         communication_s={k: float(v) for k, v in bt.communication_s.items()},
-    ), bt.phase_time_s
+    )
 
 
-def suggestions(problem: Problem, mem: MemoryModel, limits: BatchLimits) -> list[str]:
-    """What would fit when the plan does not: recomputation, FlashAttention, shorter sequences, more devices."""
-    out: list[str] = []
-    fixed = sum(mem.fixed.values())
-    if not mem.offchip_fits:
-        state = sum(v for k, v in mem.offchip.items() if k != "capacity")
-        out.append(f"weights, gradients and optimizer state ({state / 1e12:.2f} TB) exceed the off-wafer store "
-                   f"({mem.offchip['capacity'] / 1e12:.2f} TB in the profile): a larger MemoryX configuration is needed")
-        return out
-    if fixed > mem.usable:
-        if mem.streaming:
-            out.append(f"streamed weight and gradient buffers alone take {fixed / 1e9:.1f} GB of {mem.usable / 1e9:.1f} GB usable")
-            return out
-        out.append(f"weights, gradients and optimizer state take {fixed / 1e9:.1f} GB per device of "
-                   f"{mem.usable / 1e9:.1f} GB usable")
-        if problem.hardware.family == "wse":
-            streamed = MemoryModel(problem.with_run(memory_model="weight_streaming"))
-            if streamed.fits(1, 1):
-                sol = solve(streamed, BatchLimits(max_global_batch=limits.max_global_batch))
-                out.append(f"--memory-model weight_streaming (or auto) fits G = {sol.tiles}, b = {sol.tile_batch}: "
-                           "weights and optimizer state off-wafer in MemoryX")
-        if problem.hardware.multi_device:
-            from .cluster import min_devices
-
-            zero = max(problem.parallel.zero_stage, 1)
-            fit = min_devices(problem.with_parallel(zero_stage=zero), escalate=True)
-            if fit is not None:
-                p = fit.parallel
-                extra = " --recompute full" if fit.run.recompute != problem.run.recompute else ""
-                out.append(f"--devices {p.devices} --ep {p.expert_parallel} --zero {p.zero_stage}{extra} fits one "
-                           f"sequence per device (smallest power-of-two device count; EP = gcd(N, E))")
-        return out
-    run = problem.run
-    trials = []
-    if run.recompute != "full":
-        trials.append(("--recompute full", {"recompute": "full"}))
-    if run.attention != "flash":
-        trials.append(("--attention flash", {"attention": "flash"}))
-    for flag, change in trials:
-        alt = MemoryModel(problem.with_run(**change))
-        if alt.fits(1, 1):
-            sol = solve(alt, BatchLimits(max_global_batch=limits.max_global_batch))
-            out.append(f"{flag} fits G = {sol.tiles}, b = {sol.tile_batch} (G*b = {sol.tiles * sol.tile_batch})")
-    # the longest sequence that fits one sequence
-    if mem.total(1, 1, seq_len=1) <= mem.usable:
-        lo, hi = 1, run.seq_len
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if mem.total(1, 1, seq_len=mid) <= mem.usable:
-                lo = mid
-            else:
-                hi = mid - 1
-        out.append(f"--seq {lo} is the longest sequence that fits one sequence (G = b = 1)")
-    if limits.global_batch is not None and mem.fits(limits.global_batch, 1):
-        out.append(f"--global-batch {limits.global_batch} fits as {limits.global_batch} tiles of 1 sequence (drop --tiles/--tile-batch)")
-    return out

@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .hardware import HardwareProfile, Number, resolve_hardware
-from .models import resolve_model
-from .paths import package_data
-from .plan import PlanReport, make_plan
-from .run import RunOptions
-from .solver import BatchLimits
+from ..config.execution import BatchLimits, ExecutionRequest
+from ..config.hardware import HardwareProfile, Number, resolve_hardware
+from ..config.presets import resolve_model
+from ..paths import package_data
+from .plan import make_plan
+from .report import PlanReport
 
-try:
+if sys.version_info >= (3, 11):
     import tomllib
-except ModuleNotFoundError:  # pragma: no cover
-    import tomli as tomllib  # type: ignore[no-redef]
+else:  # pragma: no cover
+    import tomli as tomllib
 
 
 class PublishedPoint(BaseModel):
@@ -73,12 +74,9 @@ def load_points() -> list[PublishedPoint]:
 
 def _plan(point: PublishedPoint, hw: HardwareProfile, **run_changes: Any) -> PlanReport:
     model = resolve_model(point.model).with_overrides(**point.overrides)
-    run = RunOptions(
-        seq_len=point.seq or RunOptions.seq_len,
-        recompute=run_changes.get("recompute") or point.recompute or hw.default_recompute,
-        attention=point.attention or hw.default_attention,
-    )
-    return make_plan(model, hw, run, BatchLimits(tiles=point.tiles, tile_batch=point.tile_batch))
+    request = ExecutionRequest(seq_len=point.seq, recompute=run_changes.get("recompute") or point.recompute,
+                               attention=point.attention, limits=BatchLimits(tiles=point.tiles, tile_batch=point.tile_batch))
+    return make_plan(model, hw, request)
 
 
 def metric_value(point: PublishedPoint, hw: Optional[HardwareProfile] = None) -> Optional[float]:
@@ -130,8 +128,9 @@ def calibrate(lo: float = 0.01, hi: float = 1.0, iterations: int = 40) -> float:
     base = resolve_hardware(point.hw)
 
     def value(eff: float) -> float:
-        hw = base.model_copy(update={"compute_efficiency": Number(
-            value=eff, kind="calibrated", source=point.source, note="bisection trial value")})
+        trial = Number(value=eff, kind="calibrated", source=point.source, note="bisection trial value",
+                       fitted_to=[point.id])
+        hw = base.model_copy(update={"calibration": base.calibration.model_copy(update={"compute_efficiency": trial})})
         v = metric_value(point, hw)
         return float("nan") if v is None else v
 

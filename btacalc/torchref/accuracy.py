@@ -7,10 +7,11 @@ from typing import Optional
 
 from pydantic import BaseModel, Field
 
+from ..config.execution import RunOptions
+from ..config.hardware import resolve_hardware
+from ..config.model import ModelSpec
 from ..errors import BtacalcError
-from ..hardware import resolve_hardware
-from ..models import ModelSpec
-from ..run import Problem, RunOptions
+from ..model.problem import make_problem
 from .layers import LayerShape
 from .measure import Measurement, build_and_measure
 
@@ -59,9 +60,9 @@ def layer_shape(model: ModelSpec) -> LayerShape:
 
 
 def formula_values(model: ModelSpec, accounting: str, seq: int, batch: int, tiles: int, attention: str):
-    run = RunOptions(seq_len=seq, recompute="none", attention=attention, accounting=accounting)  # type: ignore[arg-type]
+    run = RunOptions(seq_len=seq, recompute="none", attention=attention, accounting=accounting)  # type: ignore[arg-type]  # str checked by the CLI choices
     # per-phase formulas do not depend on the device; a Problem needs one, any profile serves
-    problem = Problem(model, resolve_hardware("wse3"), run)
+    problem = make_problem(model, resolve_hardware("wse3"), run)
     return problem, problem.evaluate(tiles, batch // tiles)
 
 
@@ -74,7 +75,7 @@ def compare_layer(model: ModelSpec, batch: int, seq: int, tiles: int = 1, attent
     m = measurement or build_and_measure(kind, layer_shape(model), batch, seq, tiles, attention, fake)
     problem, ideal = formula_values(model, "ideal", seq, batch, tiles, attention)
     _, pytorch = formula_values(model, "pytorch", seq, batch, tiles, attention)
-    names = [p.name for p in problem.compiled.phases if p.scope == "layer"]
+    names = ideal.phase_names("layer")
     rows = []
     for name in names:
         rows.append(PhaseComparison(

@@ -1,0 +1,61 @@
+"""Named modelling constants (``formulas/constants.toml``): pass factors and collective volumes.
+
+Read with the standard library and pydantic only (no sympy), so the numeric core can use them.
+Every value carries a `<name>_source` next to it; a missing source or an unknown key is a data error.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..errors import DataError
+from ..paths import data_dir
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+class Passes(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    backward_matmul_factor: int = Field(ge=1)
+    backward_matmul_factor_source: str = Field(min_length=10)
+    backward_traffic_factor: int = Field(ge=1)
+    backward_traffic_factor_source: str = Field(min_length=10)
+    backward_exchange_factor: int = Field(ge=1)
+    backward_exchange_factor_source: str = Field(min_length=10)
+    weight_stream_passes: int = Field(ge=1)
+    weight_stream_passes_source: str = Field(min_length=10)
+    recompute_passes: int = Field(ge=1)
+    recompute_passes_source: str = Field(min_length=10)
+
+
+class Collectives(BaseModel):
+    """Volume factors c of ring collectives: each rank sends c * (n - 1) / n of the buffer."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    all_reduce: int = Field(ge=1)
+    all_reduce_source: str = Field(min_length=10)
+    reduce_scatter: int = Field(ge=1)
+    reduce_scatter_source: str = Field(min_length=10)
+    all_gather: int = Field(ge=1)
+    all_gather_source: str = Field(min_length=10)
+
+
+class Constants(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    passes: Passes
+    collectives: Collectives
+
+
+@functools.lru_cache(maxsize=1)
+def constants() -> Constants:
+    path = data_dir("formulas") / "constants.toml"
+    try:
+        return Constants.model_validate(tomllib.loads(path.read_text(encoding="utf-8")))
+    except (OSError, tomllib.TOMLDecodeError, ValidationError) as exc:
+        raise DataError(f"{path.name}: {exc}") from exc

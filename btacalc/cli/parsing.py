@@ -1,0 +1,58 @@
+"""Parsing of list-valued options: `--vary NAME=VALUES`, `--devices 8,64`, `--hidden 512:4096:256`."""
+
+from __future__ import annotations
+
+from ..errors import BtacalcError
+from ..planning.sweep import VARIABLES
+
+
+def parse_values(spec: str, flag: str = "--vary") -> list[int]:
+    """'a,b,c' or 'start:stop:step' (inclusive) or 'start:stop:xF' (geometric, factor F); positive
+    integers. `flag` names the option in error messages."""
+    def num(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise BtacalcError(f"{flag} value {text.strip()!r} is not an integer") from None
+        if v < 1:
+            raise BtacalcError(f"{flag} value {v} must be positive")
+        return v
+
+    if ":" in spec:
+        parts = spec.split(":")
+        if len(parts) != 3:
+            raise BtacalcError(f"{flag} range {spec!r} must be start:stop:step or start:stop:xF")
+        start, stop = num(parts[0]), num(parts[1])
+        if stop < start:
+            raise BtacalcError(f"{flag} range {spec!r}: stop is below start")
+        if parts[2].startswith("x"):
+            factor = num(parts[2][1:])
+            if factor < 2:
+                raise BtacalcError(f"{flag} range {spec!r}: geometric factor must be at least 2")
+            values, v = [], start
+            while v <= stop:
+                values.append(v)
+                v *= factor
+            return values
+        return list(range(start, stop + 1, num(parts[2])))
+    values = [num(x) for x in spec.split(",") if x.strip()]
+    if not values:
+        raise BtacalcError(f"{flag} {spec!r} gives no values")
+    return values
+
+
+def parse_vary(items: list[str]) -> dict[str, list[int]]:
+    grid: dict[str, list[int]] = {}
+    for item in items:
+        if "=" not in item:
+            raise BtacalcError(f"--vary {item!r} must look like NAME=VALUES (e.g. experts=16,32,64)")
+        name, spec = item.split("=", 1)
+        name = name.strip()
+        if name not in VARIABLES:
+            raise BtacalcError(f"--vary: unknown parameter {name!r} (known: {', '.join(VARIABLES)})")
+        if name in grid:
+            raise BtacalcError(f"--vary: {name!r} given twice")
+        grid[name] = parse_values(spec)
+    if not grid:
+        raise BtacalcError("give at least one --vary NAME=VALUES")
+    return grid

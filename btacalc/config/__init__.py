@@ -1,0 +1,1 @@
+"""Configuration as validated data: models, hardware profiles and the execution (run options, layout, batch limits)."""

@@ -1,0 +1,41 @@
+"""Built-in model presets (``btacalc/data/presets/*.toml``) and resolving a model by name or path."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ..errors import BtacalcError
+from ..paths import presets_dir
+from .hf import load_hf_config
+from .model import ModelSpec, validate_model
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in presets_dir().glob("*.toml"))
+
+
+def load_preset(name: str) -> ModelSpec:
+    path = presets_dir() / f"{name}.toml"
+    if not path.is_file():
+        raise BtacalcError(f"{{model}}: unknown model {name!r} (built-in: {', '.join(preset_names())}; or give a config.json path)")
+    return validate_model(tomllib.loads(path.read_text(encoding="utf-8")), origin=f"preset {name}")
+
+
+def resolve_model(name_or_path: str) -> ModelSpec:
+    """A preset name, or the path of a Hugging Face config.json (or a folder holding one)."""
+    path = Path(name_or_path)
+    if name_or_path in preset_names():
+        return load_preset(name_or_path)
+    if path.is_dir():
+        path = path / "config.json"
+    if path.is_file():
+        return load_hf_config(path)
+    if path.suffix == ".json" or "/" in name_or_path:
+        raise BtacalcError(f"{{model}}: model file {name_or_path!r} not found")
+    return load_preset(name_or_path)

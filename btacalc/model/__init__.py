@@ -1,0 +1,1 @@
+"""The modelling core: problems, parameter counts, training state, memory, communication, timing, solver."""

@@ -1,0 +1,91 @@
+"""Communication between devices, per device per step: what is sent, over which link, for how long.
+
+- Expert-parallel all-to-all (dispatch and combine): the catalogue's `a2a_bytes` terms give each
+  phase's forward volume; it is sent once forward, once backward (the inverse permutation of the
+  gradients) and again when the phase is recomputed. A device keeps the 1/EP share it routes to its
+  own experts, so it sends (1 - 1/EP) of it. With Qwen3-style dispatch + combine this is
+  4·T·k·h·β·(1 - 1/EP) per MoE layer, 6·T·k·h·β·(1 - 1/EP) with full recomputation.
+- Gradient synchronisation: ring all-reduce, 2(n-1)/n of the gradient bytes for ZeRO 0-2 (or
+  reduce-scatter + all-gather of the updated weights, the same volume); ZeRO-3 reduce-scatters the
+  gradients and all-gathers the weights twice (forward and backward), 3(n-1)/n (ZeRO paper §7:
+  2Ψ vs 3Ψ). Collective factors are named data (`formulas/constants.toml`).
+
+Links: EP groups are packed on consecutive devices, so of an all-to-all's EP - 1 peers,
+min(EP, node) - 1 share the node (scale-up link, NVLink) and the rest are reached over the NIC
+(scale-out); both shares are sent concurrently. Gradient sync crosses the NIC when the job spans
+nodes, else the scale-up link.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..catalogue.compiled import PhaseValues
+from ..catalogue.constants import constants
+from .params import ParamCounts
+from .problem import Problem
+from .state import bytes_per_param, gradient_buckets
+
+
+def link_time(problem: Problem, bytes_intra: Any, bytes_inter: Any) -> Any:
+    """Time to send bytes to peers in the node (scale-up link) and in other nodes (NIC), concurrently.
+    Layouts on several devices are validated to have both bandwidths (Layout.validate)."""
+    system = problem.hardware.system
+    up = system.scaleup_bandwidth_bytes_per_s.value  # type: ignore[union-attr]  # validated
+    out = system.scaleout_bandwidth_bytes_per_s.value  # type: ignore[union-attr]  # validated
+    return np.maximum(bytes_intra / up, bytes_inter / out)
+
+
+def recomputed(pv: PhaseValues, phase: str) -> Any:
+    """Whether the phase's forward runs again in the backward pass (its activations were dropped, or
+    the kernel recomputes): a bool, or a bool array on array inputs."""
+    flag = (np.asarray(pv.value(phase, "recompute_bytes")) > 0) | (np.asarray(pv.value(phase, "flops_recompute")) > 0)
+    return bool(flag) if flag.ndim == 0 else flag
+
+
+def all_to_all_bytes(problem: Problem, pv: PhaseValues) -> Any:
+    """Bytes one device sends per step over all MoE layers' all-to-alls (see module docstring)."""
+    passes = constants().passes
+    sent: Any = 0
+    for phase in pv.phases:
+        if phase.scope != "layer":
+            continue
+        volume = pv.value(phase.name, "a2a_bytes")
+        sent = sent + volume * (1 + passes.backward_exchange_factor + passes.recompute_passes * recomputed(pv, phase.name))
+    ep = problem.layout.expert_parallel
+    return sent * (1 - 1 / ep)
+
+
+def gradient_sync_bytes(gradient_bytes: Any, ranks: int, zero_stage: int) -> Any:
+    """Bytes a device sends to synchronise `gradient_bytes` of gradients over `ranks` ranks."""
+    if ranks <= 1:
+        return 0.0
+    c = constants().collectives
+    # ZeRO-3: reduce-scatter the gradients, all-gather the weights for the forward and backward passes
+    factor = c.reduce_scatter + 2 * c.all_gather if zero_stage >= 3 else c.all_reduce
+    return factor * (ranks - 1) / ranks * gradient_bytes
+
+
+def communication_time(problem: Problem, pv: PhaseValues, counts: ParamCounts) -> dict[str, Any]:
+    """All-to-all (per step, all MoE layers) and gradient synchronisation time of one device."""
+    layout, model = problem.layout, problem.model
+    if layout.devices == 1:
+        return {}
+    node = layout.devices_per_node
+    out: dict[str, Any] = {}
+    ep = layout.expert_parallel
+    if model.is_moe and ep > 1:
+        sent = all_to_all_bytes(problem, pv)
+        peers_in_node = min(ep, node) - 1
+        share_intra = peers_in_node / (ep - 1)
+        out["all_to_all"] = model.num_layers * link_time(problem, sent * share_intra, sent * (1 - share_intra))
+    grad_rate = bytes_per_param(problem)["gradients"]
+    spans_nodes = layout.devices > node
+    sync = 0.0
+    for params, ranks in gradient_buckets(counts, layout):
+        b = gradient_sync_bytes(grad_rate * params, ranks, layout.zero_stage)
+        sync = sync + (link_time(problem, 0, b) if spans_nodes else link_time(problem, b, 0))
+    out["gradient_sync"] = sync
+    return out

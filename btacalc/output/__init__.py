@@ -1,0 +1,1 @@
+"""Renderings at the edge: rich tables, CSV, plots and safe file writing."""

@@ -1,0 +1,1 @@
+"""Questions users ask, answered as data: plan, compare, crossover, sweep, validate, formula listings."""

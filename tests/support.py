@@ -1,0 +1,21 @@
+"""Helpers shared by the tests (plain functions; fixtures live in conftest.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from btacalc.config.execution import Layout, RunOptions
+from btacalc.config.hardware import HardwareProfile, resolve_hardware
+from btacalc.model.memory import resolve_memory_model
+from btacalc.model.problem import Problem, make_problem
+
+
+def resolved(model: Any, hw: str | HardwareProfile = "wse3", layout: Layout = Layout(), **run: Any) -> Problem:
+    """A problem with its memory model resolved (auto: resident if it fits, else streamed on a wafer)."""
+    hardware = resolve_hardware(hw) if isinstance(hw, str) else hw
+    return resolve_memory_model(make_problem(model, hardware, RunOptions(**run), layout))
+
+
+def with_calibration(hw: HardwareProfile, **numbers: Any) -> HardwareProfile:
+    """`hw` with calibration numbers replaced (e.g. compute_efficiency=Number(...))."""
+    return hw.model_copy(update={"calibration": hw.calibration.model_copy(update=numbers)})
