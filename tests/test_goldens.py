@@ -99,7 +99,7 @@ def phase_values(model_name: str) -> dict[str, Any]:
         key = ",".join(f"{k}={v}" for k, v in sel.items())
         for s, b, g in SHAPES:
             problem = make_problem(model, resolve_hardware("wse3"), RunOptions(seq_len=s, **sel))  # type: ignore[arg-type]
-            pv = problem.evaluate(g, b)
+            pv = problem.evaluate(g, b).layers[0][1]  # one layer kind: its values include the outside parts
             out[f"{key} s={s} b={b} G={g}"] = {
                 name: {q: _plain(pv.value(name, q)) for q in PINNED_QUANTITIES} for name in pv.phase_names()
             }

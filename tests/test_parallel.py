@@ -97,11 +97,12 @@ def _comm(p, tiles=1, tile_batch=1):
 def test_all_to_all_bytes_hand_computed():
     # one 4096-token sequence, k = 8 copies of h = 2048 bf16 values, 7/8 of them leave the device;
     # dispatch + combine, forward + backward = 4 transfers per MoE layer; full recomputation replays
-    # the forward (dispatch and combine again): 6
-    assert _a2a(problem(devices=8, ep=8, recompute="selective")) == 4 * 4096 * 8 * 2048 * 2 * 7 / 8
-    assert _a2a(problem(devices=8, ep=8, recompute="none")) == 4 * 4096 * 8 * 2048 * 2 * 7 / 8
-    assert _a2a(problem(devices=8, ep=8, recompute="full")) == 6 * 4096 * 8 * 2048 * 2 * 7 / 8
-    assert _a2a(problem(devices=8, ep=8, recompute="full"), tiles=3, tile_batch=2) == 6 * 6 * 4096 * 8 * 2048 * 2 * 7 / 8
+    # the forward (dispatch and combine again): 6; over the 48 MoE layers of a step
+    assert _a2a(problem(devices=8, ep=8, recompute="selective")) == 48 * 4 * 4096 * 8 * 2048 * 2 * 7 / 8
+    assert _a2a(problem(devices=8, ep=8, recompute="none")) == 48 * 4 * 4096 * 8 * 2048 * 2 * 7 / 8
+    assert _a2a(problem(devices=8, ep=8, recompute="full")) == 48 * 6 * 4096 * 8 * 2048 * 2 * 7 / 8
+    assert _a2a(problem(devices=8, ep=8, recompute="full"), tiles=3, tile_batch=2) == \
+        48 * 6 * 6 * 4096 * 8 * 2048 * 2 * 7 / 8
     assert _a2a(problem(devices=8, ep=1)) == 0
 
 

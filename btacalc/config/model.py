@@ -4,11 +4,23 @@ Loading presets and Hugging Face ``config.json`` files is in `btacalc.config.pre
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..errors import BtacalcError, first_validation_error
+
+
+@dataclass(frozen=True)
+class LayerKind:
+    """A group of identical decoder layers: how many, and how they differ from the model's defaults
+    (catalogue features such as `moe`, and symbol values such as the FFN width `f`)."""
+
+    name: str
+    count: int
+    features: tuple[tuple[str, Any], ...] = ()
+    symbols: tuple[tuple[str, int], ...] = ()
 
 
 class PublishedParams(BaseModel):
@@ -99,6 +111,10 @@ class ModelSpec(BaseModel):
             "L": self.num_layers,
             "V": self.vocab_size,
         }
+
+    def layer_kinds(self) -> tuple[LayerKind, ...]:
+        """The decoder stack as groups of identical layers (one group: every layer alike)."""
+        return (LayerKind("decoder", self.num_layers),)
 
     def dense_equivalent(self) -> "ModelSpec":
         """The dense model with the same active parameters: one SwiGLU FFN of width k*f.

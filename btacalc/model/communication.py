@@ -25,7 +25,7 @@ import numpy as np
 from ..catalogue.compiled import PhaseValues
 from ..catalogue.constants import constants
 from .params import ParamCounts
-from .problem import Problem
+from .problem import Evaluation, Problem
 from .state import bytes_per_param, gradient_buckets
 
 
@@ -45,15 +45,14 @@ def recomputed(pv: PhaseValues, phase: str) -> Any:
     return bool(flag) if flag.ndim == 0 else flag
 
 
-def all_to_all_bytes(problem: Problem, pv: PhaseValues) -> Any:
+def all_to_all_bytes(problem: Problem, ev: Evaluation) -> Any:
     """Bytes one device sends per step over all MoE layers' all-to-alls (see module docstring)."""
     passes = constants().passes
     sent: Any = 0
-    for phase in pv.phases:
-        if phase.scope != "layer":
-            continue
+    for n, pv, phase in ev.items():
         volume = pv.value(phase.name, "a2a_bytes")
-        sent = sent + volume * (1 + passes.backward_exchange_factor + passes.recompute_passes * recomputed(pv, phase.name))
+        repeats = 1 + passes.backward_exchange_factor + passes.recompute_passes * recomputed(pv, phase.name)
+        sent = sent + n * volume * repeats
     ep = problem.layout.expert_parallel
     return sent * (1 - 1 / ep)
 
@@ -68,7 +67,7 @@ def gradient_sync_bytes(gradient_bytes: Any, ranks: int, zero_stage: int) -> Any
     return factor * (ranks - 1) / ranks * gradient_bytes
 
 
-def communication_time(problem: Problem, pv: PhaseValues, counts: ParamCounts) -> dict[str, Any]:
+def communication_time(problem: Problem, ev: Evaluation, counts: ParamCounts) -> dict[str, Any]:
     """All-to-all (per step, all MoE layers) and gradient synchronisation time of one device."""
     layout, model = problem.layout, problem.model
     if layout.devices == 1:
@@ -77,10 +76,10 @@ def communication_time(problem: Problem, pv: PhaseValues, counts: ParamCounts) -
     out: dict[str, Any] = {}
     ep = layout.expert_parallel
     if model.is_moe and ep > 1:
-        sent = all_to_all_bytes(problem, pv)
+        sent = all_to_all_bytes(problem, ev)
         peers_in_node = min(ep, node) - 1
         share_intra = peers_in_node / (ep - 1)
-        out["all_to_all"] = model.num_layers * link_time(problem, sent * share_intra, sent * (1 - share_intra))
+        out["all_to_all"] = link_time(problem, sent * share_intra, sent * (1 - share_intra))
     grad_rate = bytes_per_param(problem)["gradients"]
     spans_nodes = layout.devices > node
     sync = 0.0

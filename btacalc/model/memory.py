@@ -20,10 +20,9 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from ..catalogue.compiled import PhaseValues
 from ..errors import BtacalcError
 from .params import ParamCounts, param_counts
-from .problem import Problem
+from .problem import Evaluation, Problem
 from .state import StatePart, bytes_per_param, gathered_layer_bytes, sharded_state, state_bytes
 
 
@@ -91,14 +90,13 @@ class MemoryModel:
         cap = int(self.problem.hardware.memory.offchip_memory_bytes.value)
         return {**state_bytes(self.problem, self.params.total), "capacity": cap}
 
-    def activations(self, pv: PhaseValues) -> dict[str, Any]:
+    def activations(self, ev: Evaluation) -> dict[str, Any]:
         """Activation components: stored for backward (all layers), one layer's recomputed
-        activations (live during its backward), and the largest phase's working set."""
-        layers = self.problem.model.num_layers
+        activations (live during its backward; the largest layer's), and the largest phase's working set."""
         return {
-            "stored_activations": layers * pv.total("stored", "layer") + pv.total("stored", "model"),
-            "recompute_buffer": pv.total("recompute_bytes", "layer"),
-            "working_set": pv.max("transient"),
+            "stored_activations": ev.layers_total("stored") + ev.outside_total("stored"),
+            "recompute_buffer": ev.largest_layer("recompute_bytes"),
+            "working_set": ev.max("transient"),
         }
 
     def total(self, tiles: Any, tile_batch: Any, seq_len: Any = None) -> Any:
@@ -117,10 +115,10 @@ class MemoryModel:
         return sum(v for k, v in self.offchip.items() if k != "capacity") <= self.offchip["capacity"]
 
     def breakdown(self, tiles: int, tile_batch: int) -> MemoryBreakdown:
-        pv = self.problem.evaluate(tiles, tile_batch)
-        comps = {k: int(v) for k, v in self.activations(pv).items()}
+        ev = self.problem.evaluate(tiles, tile_batch)
+        comps = {k: int(v) for k, v in self.activations(ev).items()}
         comps.update(self.fixed)
-        return MemoryBreakdown(comps, self.capacity, self.usable, pv.argmax("transient"), self.offchip,
+        return MemoryBreakdown(comps, self.capacity, self.usable, ev.argmax("transient"), self.offchip,
                                self.state_parts)
 
 

@@ -1,21 +1,84 @@
 """A `Problem`: a model on a device under a resolved execution, everything but the batch shape.
 
-It owns the catalogue selection for the model and the run, compiles it once, and evaluates every
-per-phase formula at a batch shape (G tiles of b sequences). Scalar evaluations are memoised: the
-solver, the memory breakdown and the time model ask for the same shapes.
+It owns the catalogue selections for the model's layer kinds and the run, compiles them once, and
+evaluates every per-phase formula at a batch shape (G tiles of b sequences) as an `Evaluation`.
+Scalar evaluations are memoised: the solver, the memory breakdown and the time model ask for the
+same shapes.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any
+from typing import Any, Iterator
+
+import numpy as np
 
 from ..catalogue.compiled import CompiledSelection, PhaseValues, compile_selection
 from ..catalogue.selection import Selection
+from ..catalogue.terms import Phase
 from ..config.execution import Execution, Layout, RunOptions
 from ..config.hardware import HardwareProfile
-from ..config.model import ModelSpec
+from ..config.model import LayerKind, ModelSpec
+
+
+@functools.lru_cache(maxsize=256)
+def kind_selections(model: ModelSpec, run_features: tuple[tuple[str, Any], ...],
+                    recompute: str) -> tuple[tuple[LayerKind, CompiledSelection], ...]:
+    """Each layer kind of `model` with its compiled selection (model features, the kind's own, the run's)."""
+    base = {**model.features(), **dict(run_features)}
+    return tuple((kind, compile_selection(Selection.make({**base, **dict(kind.features)}, recompute)))
+                 for kind in model.layer_kinds())
+
+
+def kind_values(model: ModelSpec, kind: LayerKind, shape: dict[str, Any]) -> dict[str, Any]:
+    """Symbol values for one layer kind: the model's, the kind's overrides, then the batch shape."""
+    return {**model.symbol_values(), **dict(kind.symbols), **shape}
+
+
+class Evaluation:
+    """Every per-phase quantity at one batch shape: per layer kind (`layers`) and outside the layers
+    (`outside`, from the first kind's selection: the parts outside the layers are the same for all)."""
+
+    def __init__(self, layers: list[tuple[LayerKind, PhaseValues]]):
+        self.layers = layers
+        self.outside = layers[0][1]
+
+    def items(self) -> Iterator[tuple[int, PhaseValues, Phase]]:
+        """(repetitions per step, values, phase) for every phase in catalogue order: layer phases
+        repeat their kind's count, the parts outside the layers once."""
+        rows = [(p.order, 0, 1, self.outside, p) for p in self.outside.phases if p.scope == "model"]
+        for i, (kind, pv) in enumerate(self.layers):
+            rows += [(p.order, i, kind.count, pv, p) for p in pv.phases if p.scope == "layer"]
+        for _, _, n, pv, p in sorted(rows, key=lambda r: (r[0], r[1])):
+            yield n, pv, p
+
+    def layers_total(self, quantity: str) -> Any:
+        """`quantity` summed over every layer of the stack."""
+        return sum((kind.count * pv.total(quantity, "layer") for kind, pv in self.layers), start=0)
+
+    def outside_total(self, quantity: str) -> Any:
+        return self.outside.total(quantity, "model")
+
+    def largest_layer(self, quantity: str) -> Any:
+        """The largest one-layer total of `quantity` over the layer kinds."""
+        values = [pv.total(quantity, "layer") for _, pv in self.layers]
+        return _maximum(values)
+
+    def max(self, quantity: str) -> Any:
+        """The largest single-phase value of `quantity`, inside or outside the layers."""
+        return _maximum([pv.max(quantity) for _, pv in self.layers] + [self.outside.max(quantity)])
+
+    def argmax(self, quantity: str) -> str:
+        best = max(((pv.value(p.name, quantity), p.name) for _, pv, p in self.items()), key=lambda t: t[0])
+        return best[1]
+
+
+def _maximum(values: list[Any]) -> Any:
+    if any(isinstance(v, np.ndarray) for v in values):
+        return np.maximum.reduce(np.broadcast_arrays(*values))
+    return max(values)
 
 
 @dataclass(frozen=True)
@@ -25,7 +88,7 @@ class Problem:
     model: ModelSpec
     hardware: HardwareProfile
     execution: Execution
-    _cache: dict[Any, PhaseValues] = field(default_factory=dict, compare=False, repr=False, hash=False)
+    _cache: dict[Any, Evaluation] = field(default_factory=dict, compare=False, repr=False, hash=False)
     evaluations: list[int] = field(default_factory=lambda: [0], compare=False, repr=False, hash=False)
 
     @property
@@ -42,35 +105,35 @@ class Problem:
         return self.run.memory_model
 
     @cached_property
-    def selection(self) -> Selection:
-        return Selection.make({**self.model.features(), **self.run.features()}, self.run.recompute)
+    def kinds(self) -> tuple[tuple[LayerKind, CompiledSelection], ...]:
+        return kind_selections(self.model, tuple(sorted(self.run.features().items())), self.run.recompute)
 
-    @cached_property
+    @property
     def compiled(self) -> CompiledSelection:
-        return compile_selection(self.selection)
+        """The first layer kind's compiled selection (it also holds the parts outside the layers)."""
+        return self.kinds[0][1]
 
-    def symbol_values(self, tiles: Any, tile_batch: Any, seq_len: Any = None) -> dict[str, Any]:
-        values: dict[str, Any] = dict(self.model.symbol_values())
-        values.update(
-            s=self.run.seq_len if seq_len is None else seq_len,
-            b=tile_batch,
-            G=tiles,
-            beta=self.run.bytes_per_element,
-            P=0,
-        )
-        return values
+    @property
+    def selection(self) -> Selection:
+        return self.compiled.selection
 
-    def evaluate(self, tiles: Any, tile_batch: Any, seq_len: Any = None) -> PhaseValues:
+    def shape_values(self, tiles: Any, tile_batch: Any, seq_len: Any = None) -> dict[str, Any]:
+        return {"s": self.run.seq_len if seq_len is None else seq_len, "b": tile_batch, "G": tiles,
+                "beta": self.run.bytes_per_element, "P": 0}
+
+    def evaluate(self, tiles: Any, tile_batch: Any, seq_len: Any = None) -> Evaluation:
         """Every per-phase quantity at G = `tiles`, b = `tile_batch` (ints: exact, memoised; or arrays)."""
         scalar = all(isinstance(x, int) for x in (tiles, tile_batch)) and (seq_len is None or isinstance(seq_len, int))
         key = (tiles, tile_batch, seq_len)
         if scalar and key in self._cache:
             return self._cache[key]
         self.evaluations[0] += 1
-        pv = self.compiled.evaluate(self.symbol_values(tiles, tile_batch, seq_len))
+        shape = self.shape_values(tiles, tile_batch, seq_len)
+        ev = Evaluation([(kind, compiled.evaluate(kind_values(self.model, kind, shape)))
+                         for kind, compiled in self.kinds])
         if scalar:
-            self._cache[key] = pv
-        return pv
+            self._cache[key] = ev
+        return ev
 
     def with_run(self, **changes: Any) -> "Problem":
         return Problem(self.model, self.hardware, replace(self.execution, run=replace(self.run, **changes)))

@@ -28,11 +28,10 @@ from typing import Any, Optional
 
 import numpy as np
 
-from ..catalogue.compiled import PhaseValues
 from ..catalogue.constants import constants
 from .communication import communication_time, recomputed
 from .params import param_counts
-from .problem import Problem
+from .problem import Evaluation, Problem
 
 
 @dataclass(frozen=True)
@@ -65,7 +64,7 @@ class _PhaseTimes:
     backward_compute: Any
 
 
-def _phase_times(problem: Problem, pv: PhaseValues) -> _PhaseTimes:
+def _phase_times(problem: Problem, ev: Evaluation) -> _PhaseTimes:
     """Roofline time of every phase over one micro-batch (see module docstring)."""
     hw, model = problem.hardware, problem.model
     passes = constants().passes
@@ -77,8 +76,7 @@ def _phase_times(problem: Problem, pv: PhaseValues) -> _PhaseTimes:
     beta = problem.run.bytes_per_element
     ep = problem.layout.expert_parallel
     out = _PhaseTimes({}, 0, 0, 0)
-    for phase in pv.phases:
-        n = model.num_layers if phase.scope == "layer" else 1
+    for n, pv, phase in ev.items():
         v = lambda q: pv.value(phase.name, q)  # noqa: E731
         flops = v("flops_fwd") + v("flops_bwd") + v("flops_recompute")
         out.model_flops = out.model_flops + n * (v("flops_fwd") + v("flops_bwd"))
@@ -97,22 +95,22 @@ def _phase_times(problem: Problem, pv: PhaseValues) -> _PhaseTimes:
             out.stream_bound = out.stream_bound + n * np.where(t_str > t_cmp, t, 0.0)
         else:
             t = t_cmp
-        out.phase_time[phase.name] = n * t
+        out.phase_time[phase.name] = out.phase_time.get(phase.name, 0) + n * t
     return out
 
 
-def step_time(problem: Problem, tiles: Any, tile_batch: Any, pv: Optional[PhaseValues] = None) -> StepTime:
+def step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Evaluation] = None) -> StepTime:
     """Step time of `tiles` tiles of `tile_batch` sequences on every device (ints or arrays)."""
     run, model, layout = problem.run, problem.model, problem.layout
-    pv = pv if pv is not None else problem.evaluate(tiles, tile_batch)
-    times = _phase_times(problem, pv)
+    ev = ev if ev is not None else problem.evaluate(tiles, tile_batch)
+    times = _phase_times(problem, ev)
     phase_time = times.phase_time
     tokens = tiles * tile_batch * run.seq_len
-    comm = communication_time(problem, pv, param_counts(problem))
+    comm = communication_time(problem, ev, param_counts(problem))
     if "all_to_all" in comm:
         a2a = comm["all_to_all"]
         # overlapped: hidden behind the routed experts' own compute (chunked dispatch), only the excess shows
-        experts = sum(phase_time[p.name] for p in pv.phases if p.param_bucket == "routed")
+        experts = sum(phase_time[p.name] for _, _, p in ev.items() if p.param_bucket == "routed")
         phase_time["all_to_all"] = np.maximum(0.0, a2a - experts) if layout.overlap_all_to_all else a2a
     # gradient accumulation: M micro-batches of G*b sequences per optimizer step; everything above
     # runs M times, the gradients are synchronised once

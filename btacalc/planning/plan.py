@@ -7,11 +7,12 @@ from dataclasses import dataclass, replace
 from typing import Optional
 
 from ..catalogue.compiled import PhaseValues
+from ..config.model import LayerKind
 from ..config.execution import ExecutionRequest, resolve_execution
 from ..config.hardware import HardwareProfile
 from ..config.model import ModelSpec
 from ..model.memory import MemoryModel, resolve_memory_model
-from ..model.problem import Problem
+from ..model.problem import Evaluation, Problem
 from ..model.solver import Solution, solve
 from ..model.timing import StepTime, compute_efficiency, step_time
 from .report import (FlopsPerStep, HardwareInfo, Inputs, ModelInfo, ParallelInfo, PhaseRow, PlanInfo, PlanReport,
@@ -104,16 +105,21 @@ def _plan_info(problem: Problem, sol: Solution, fits: bool) -> PlanInfo:
     )
 
 
+def representative_kind(ev: Evaluation) -> tuple[LayerKind, PhaseValues]:
+    """The layer kind the report's `phases` show: the most common one (the later on a tie)."""
+    return max(ev.layers, key=lambda kp: kp[0].count)
+
+
 def build_report(problem: Problem, mem: MemoryModel, sol: Solution) -> PlanReport:
-    pv = problem.evaluate(sol.tiles, sol.tile_batch)
+    ev = problem.evaluate(sol.tiles, sol.tile_batch)
     breakdown = mem.breakdown(sol.tiles, sol.tile_batch)
-    layers = problem.model.num_layers
-    layer_rows, outside_rows = _rows(pv, "layer"), _rows(pv, "model")
+    kind, pv = representative_kind(ev)
+    layer_rows, outside_rows = _rows(pv, "layer"), _rows(ev.outside, "model")
 
-    def step(field: str) -> int:
-        return layers * sum(getattr(r, field) for r in layer_rows) + sum(getattr(r, field) for r in outside_rows)
+    def step(q: str) -> int:
+        return int(ev.layers_total(q)) + int(ev.outside_total(q))
 
-    fwd, bwd, rec = step("flops_forward"), step("flops_backward"), step("flops_recompute")
+    fwd, bwd, rec = step("flops_fwd"), step("flops_bwd"), step("flops_recompute")
     report = PlanReport(
         model=_model_info(problem, mem), hardware=_hardware_info(problem), inputs=_inputs(problem),
         parallelism=_parallel_info(problem), plan=_plan_info(problem, sol, sol.fits and breakdown.fits),
@@ -133,7 +139,7 @@ def build_report(problem: Problem, mem: MemoryModel, sol: Solution) -> PlanRepor
         report.throughput = _throughput(problem, summary)
         phase_time = summary.best_time.phase_time_s
         for row in report.phases:
-            row.time_s = float(phase_time[row.name]) / layers
+            row.time_s = float(phase_time[row.name]) / kind.count
         for row in report.outside_layers:
             row.time_s = float(phase_time[row.name])
     else:

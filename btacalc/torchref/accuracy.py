@@ -63,7 +63,7 @@ def formula_values(model: ModelSpec, accounting: str, seq: int, batch: int, tile
     run = RunOptions(seq_len=seq, recompute="none", attention=attention, accounting=accounting)  # type: ignore[arg-type]  # str checked by the CLI choices
     # per-phase formulas do not depend on the device; a Problem needs one, any profile serves
     problem = make_problem(model, resolve_hardware("wse3"), run)
-    return problem, problem.evaluate(tiles, batch // tiles)
+    return problem, problem.evaluate(tiles, batch // tiles).layers[0][1]
 
 
 def compare_layer(model: ModelSpec, batch: int, seq: int, tiles: int = 1, attention: str = "eager",
