@@ -48,7 +48,7 @@ def progress(total: int, label: str, quiet: bool = False, delay_s: float = DELAY
                 bar = Progress(console=err, transient=True)
                 bar.start()
                 task = bar.add_task(label, total=total)
-            bar.update(task, completed=done)  # type: ignore[arg-type]  # task is set with the bar
+            bar.update(task, completed=done)
         elif now - last_line >= interval_s or done == total:
             last_line = now
             err.print(f"btacalc: {label}: {done:,} of {total:,} ({100 * done / max(total, 1):.0f}%), "
