@@ -1,0 +1,111 @@
+"""No catalogue term is unpinned: doubling any term of formulas/*.toml changes a golden value.
+
+A term changes a pinned value exactly when it applies in some golden case (model x selection) and
+evaluates to a non-zero number at that case's shape: values are sums of non-negative terms, so
+doubling such a term moves the sum. The first test checks that condition for every term; the second
+doubles terms for real and watches the goldens move, so the condition is not taken on trust.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import random
+from typing import Any
+
+import pytest
+import sympy as sp
+
+from btacalc.catalogue.symbols import SYMBOLS
+from btacalc.catalogue.terms import Term, load_catalogue
+from btacalc.config.execution import RunOptions
+from btacalc.config.hardware import resolve_hardware
+from btacalc.config.presets import resolve_model
+from btacalc.model.problem import make_problem
+from test_goldens import COMMANDS, GOLDEN_DIR, MODELS, SELECTIONS, SHAPES, _golden_name, _model_path, phase_values
+
+# Per-phase quantities written as terms whose sums the "values" goldens pin (directly, or through
+# flops_bwd / recompute_bytes / arithmetic_intensity derived from them).
+PINNED_BY_VALUES = ("params", "flops_fwd", "flops_recompute", "flops_elementwise", "stored", "transient", "bytes_moved")
+
+
+def _nonzero(term: Term, values: dict[str, Any]) -> bool:
+    if term.sym.is_positive:  # sympy proves it from the symbols' positivity: non-zero at every case
+        return True
+    return sp.sympify(term.sym).subs({SYMBOLS[k]: v for k, v in values.items()}) != 0
+
+
+def _golden_has(case: str, *keys: str) -> bool:
+    data: Any = json.loads(_golden_name(case).read_text(encoding="utf-8"))["output"]
+    for k in keys:
+        if not isinstance(data, dict) or k not in data:
+            return False
+        data = data[k]
+    return bool(data)
+
+
+@functools.lru_cache(maxsize=1)
+def pinned_terms() -> frozenset[int]:
+    """ids of the terms that some golden pins (see module docstring)."""
+    pinned: set[int] = set()
+    a2a_pinned = any(_golden_has(c, "throughput", "communication_s", "all_to_all") for c in COMMANDS)
+    state_pinned = any(_golden_has(c, "memory_bytes", "optimizer_state") for c in COMMANDS)
+    for name in MODELS:
+        model = resolve_model(_model_path(name))
+        for sel in SELECTIONS:
+            for s, b, g in SHAPES:
+                problem = make_problem(model, resolve_hardware("wse3"), RunOptions(seq_len=s, **sel))  # type: ignore[arg-type]
+                for kind, compiled in problem.kinds:
+                    values = {**model.symbol_values(), **dict(kind.symbols), "s": s, "b": b, "G": g, "beta": 2, "P": 1}
+                    selection = compiled.selection
+                    f = selection.feature_dict
+                    for phase in selection.phases():
+                        applicable = [t for t in phase.terms if t.applies(f)]
+                        chosen = {id(t) for q in PINNED_BY_VALUES for t in selection.terms(phase, q)}
+                        for t in applicable:
+                            by_values = id(t) in chosen or (t.q == "stored" and phase.scope == "layer"
+                                                             and t.recompute != "checkpoint")  # dropped -> recompute_bytes
+                            by_plans = (t.q == "a2a_bytes" and a2a_pinned) or (t.q == "state" and state_pinned)
+                            if (by_values or by_plans) and _nonzero(t, values):
+                                pinned.add(id(t))
+    return frozenset(pinned)
+
+
+def test_every_catalogue_term_is_pinned():
+    pinned = pinned_terms()
+    unpinned = [f"{p.name}/{t.q}: {t.tensor} (when {t.when})" for p in load_catalogue() for t in p.terms
+                if id(t) not in pinned]
+    assert not unpinned, f"{len(unpinned)} catalogue terms change no golden value when doubled: " + "; ".join(unpinned)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_doubling_a_term_moves_a_golden(seed, monkeypatch):
+    """Double randomly chosen pinned per-phase terms for real and check the values goldens move."""
+    from btacalc.catalogue import compiled as compiled_mod
+    from btacalc.model import params as params_mod
+    from btacalc.model import problem as problem_mod
+
+    pinned = pinned_terms()
+    terms = [t for p in load_catalogue() for t in p.terms if id(t) in pinned and t.q in PINNED_BY_VALUES]
+    term = random.Random(seed).choice(terms)
+
+    def clear() -> None:
+        compiled_mod.compile_selection.cache_clear()
+        problem_mod.kind_selections.cache_clear()
+        params_mod._param_counts.cache_clear()
+
+    original = term.sym
+    try:
+        term._sym = 2 * original
+        clear()
+        moved = False
+        for name in MODELS:
+            golden = json.loads(_golden_name(f"values:{name}").read_text(encoding="utf-8"))
+            if json.loads(json.dumps(phase_values(name))) != golden:
+                moved = True
+                break
+        assert moved, f"doubling {term.tensor!r} moved no golden"
+    finally:
+        term._sym = original
+        clear()
+    assert GOLDEN_DIR.is_dir()
