@@ -82,4 +82,6 @@ def test_calibrated_factor_comes_from_the_calibration_point_only():
 
 def test_validate_cli(cli):
     code, out, _ = cli("validate", "--json")
-    assert code == 0 and {r["status"] for r in json.loads(out)} <= {"pass", "KNOWN GAP"}
+    r = json.loads(out)
+    assert code == 0 and {p["status"] for p in r["points"]} <= {"pass", "KNOWN GAP"}
+    assert r["measured"]["gate"]["ok"] and len(r["measured"]["runs"]) == 12

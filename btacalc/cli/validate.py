@@ -1,40 +1,61 @@
-"""`btacalc validate`: published points against the model, with tolerances."""
+"""`btacalc validate`: published points and measured training runs against the model, with bands."""
 
 from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
+from typing import Optional
 
 import typer
 
 from .console import out
+from .options import emit_json
 
-EXAMPLES = "Examples:\n\n  btacalc validate\n\n  btacalc validate --json\n\n  btacalc validate --calibrate"
+EXAMPLES = ("Examples:\n\n"
+            "  btacalc validate\n\n"
+            "  btacalc validate --measured ../shared/reference/measured-runs.json --json\n\n"
+            "  btacalc validate --plot accuracy.png\n\n"
+            "  btacalc validate --calibrate")
 
 
 def validate(
-    as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
+    measured: Optional[Path] = typer.Option(None, "--measured", help="Measured runs file ({\"runs\": [...]}) "
+                                            "[default: the shipped set, btacalc/data/measured_runs.json]."),
+    as_json: bool = typer.Option(False, "--json", help="Print {points, measured} as JSON."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the JSON to this file (atomically)."),
+    plot_path: Optional[str] = typer.Option(None, "--plot", help="Predicted vs measured tokens/s, log-log, with "
+                                            "the ±10% and ±25% bands (.png/.svg)."),
     calibrate: bool = typer.Option(False, "--calibrate", help="Refit the WSE-2 compute efficiency on the calibration "
                                    "point and print it."),
 ) -> int:
-    """Compute every published point (BTA curves, Korthikanti, parameter counts) against its tolerance.
+    """Compute every published point (BTA curves, Korthikanti, parameter counts) against its tolerance,
+    and predict every measured training run (error = predicted / measured - 1), per role and device family.
 
-    Exit 0 when every point passes or is a documented known gap; 1 otherwise.
+    Exit 0 when every point passes or is a documented known gap and the measured check runs stay in
+    their documented bands; 1 otherwise; 2 on bad input.
     """
+    from ..planning.measured import validate_measured
     from ..planning.validate import calibrate as fit
     from ..planning.validate import validate as run_validation
 
     if calibrate:
         sys.stdout.write(f"wse2 compute_efficiency = {fit():.4f}\n")
         return 0
-    results = run_validation()
-    if as_json:
-        sys.stdout.write(json.dumps([r.model_dump() | {"status": r.status} for r in results], indent=2) + "\n")
-    else:
-        from ..output.tables import validate_renderable
+    points = run_validation()
+    report = validate_measured(measured)
+    payload = {"points": [r.model_dump() | {"status": r.status} for r in points], "measured": report.model_dump()}
+    if plot_path:
+        from ..output.plots import measured_plot
 
-        out.print(validate_renderable(results))
-    return 0 if all(r.ok_for_ci for r in results) else 1
+        measured_plot(report, plot_path)
+    emit_json(json.dumps(payload, indent=2), as_json, output)
+    if not as_json:
+        from ..output.validation_tables import measured_table, points_table
+
+        out.print(points_table(points))
+        out.print(measured_table(report))
+    return 0 if all(r.ok_for_ci for r in points) and report.gate.ok else 1
 
 
 def register(app: typer.Typer) -> None:

@@ -7,6 +7,7 @@ from typing import Any
 from ..errors import BtacalcError
 from ..planning.compare import CompareResult
 from ..planning.crossover import CrossoverResult
+from ..planning.measured import MeasuredReport
 from ..planning.sweep import SweepPoint, SweepResult
 from .files import atomic_path
 
@@ -116,6 +117,43 @@ def sweep_plot(result: SweepResult, path: str) -> None:
     ax.set_ylabel("throughput relative to dense (same active params)")
     ax.set_ylim(0, 1.1)
     ax.set_title(f"{result.model} on {result.hardware}")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    save(fig, path)
+
+
+def measured_plot(report: MeasuredReport, path: str) -> None:
+    """Predicted against measured tokens/s per device, log-log, one marker per device family, with the
+    ±10% and ±25% bands; runs btacalc cannot express are listed under the axes."""
+    plt = pyplot(path)
+    pairs = [(r, r.predicted.tokens_per_s_per_device, r.measured.tokens_per_s_per_device) for r in report.runs]
+    pts = [(r, p, m) for r, p, m in pairs if p is not None and m is not None]
+    fig, ax = plt.subplots(figsize=(6.4, 5.4))
+    markers = {"gpu": "o", "wse": "s"}
+    values = [v for _, p, m in pts for v in (p, m)]
+    lo, hi = (min(values) / 2, max(values) * 2) if values else (1e2, 1e5)
+    xs = [lo, hi]
+    ax.plot(xs, xs, color="black", lw=0.8)
+    for band, style in ((0.10, ":"), (0.25, "--")):
+        ax.plot(xs, [x * (1 + band) for x in xs], style, color="grey", lw=0.7, label=f"±{band:.0%}")
+        ax.plot(xs, [x * (1 - band) for x in xs], style, color="grey", lw=0.7)
+    for family in sorted({r.family for r, _, _ in pts}):
+        for role, fill in (("fit", "none"), ("check", None)):
+            mine = [(p, m) for r, p, m in pts if r.family == family and r.role == role]
+            if not mine:
+                continue
+            ax.scatter([m for _, m in mine], [p for p, _ in mine], marker=markers.get(family, "^"),
+                       facecolors=fill, edgecolors="tab:blue" if family == "gpu" else "tab:red",
+                       label=f"{family} ({role})")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    ax.set_xlabel("measured tokens/s per device")
+    ax.set_ylabel("btacalc predicted tokens/s per device")
+    missing = [r.id for r in report.runs if not r.expressible]
+    ax.set_title("btacalc vs measured training runs" + (f"\n({len(missing)} runs not expressible)" if missing else ""),
+                 fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
     save(fig, path)

@@ -92,21 +92,6 @@ def sweep_renderable(result) -> Table:
     return t
 
 
-def validate_renderable(results) -> Group:
-    t = Table(title="Published points vs btacalc", title_justify="left")
-    for c in ("point", "published", "model", "deviation", "tolerance", "status"):
-        t.add_column(c, justify="left" if c in ("point", "status") else "right")
-    style = {"pass": "green", "KNOWN GAP": "yellow", "FAIL": "bold red", "UNEXPECTED PASS": "bold red"}
-    notes = []
-    for r in results:
-        fmt = (lambda v: f"{v:,.4g}") if abs(r.published) < 1e3 else (lambda v: f"{v:,.0f}")
-        t.add_row(r.id + (" (calibration)" if r.calibration else ""), fmt(r.published),
-                  "-" if r.model is None else fmt(r.model), "-" if r.deviation is None else f"{r.deviation:+.3g}",
-                  f"±{r.tolerance:g}", f"[{style[r.status]}]{r.status}[/]")
-        notes.append(f"[bold]{r.id}[/bold]: {r.claim} [dim]({r.source})[/dim]" + (f"\n  [yellow]{r.note}[/yellow]" if r.note else ""))
-    return Group(t, *notes)
-
-
 def _header(r: PlanReport) -> Table:
     t = Table.grid(padding=(0, 2))
     t.add_column(style="bold")

@@ -1,0 +1,54 @@
+"""Rich tables for `btacalc validate`: published points and measured runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Group
+from rich.markup import escape
+from rich.table import Table
+
+from ..planning.measured import MeasuredReport
+from ..planning.validate import PointResult
+
+
+def points_table(results: list[PointResult]) -> Group:
+    t = Table(title="Published points vs btacalc", title_justify="left")
+    for c in ("point", "published", "model", "deviation", "tolerance", "status"):
+        t.add_column(c, justify="left" if c in ("point", "status") else "right")
+    style = {"pass": "green", "KNOWN GAP": "yellow", "FAIL": "bold red", "UNEXPECTED PASS": "bold red"}
+    notes = []
+    for r in results:
+        fmt = (lambda v: f"{v:,.4g}") if abs(r.published) < 1e3 else (lambda v: f"{v:,.0f}")
+        t.add_row(r.id + (" (calibration)" if r.calibration else ""), fmt(r.published),
+                  "-" if r.model is None else fmt(r.model), "-" if r.deviation is None else f"{r.deviation:+.3g}",
+                  f"±{r.tolerance:g}", f"[{style[r.status]}]{r.status}[/]")
+        notes.append(f"[bold]{r.id}[/bold]: {escape(r.claim)} [dim]({escape(r.source)})[/dim]"
+                     + (f"\n  [yellow]{escape(r.note)}[/yellow]" if r.note else ""))
+    return Group(t, *notes)
+
+
+def _pct(v: Any) -> str:
+    return "-" if v is None else f"{100 * v:+.1f}%"
+
+
+def measured_table(report: MeasuredReport) -> Group:
+    t = Table(title="Measured training runs vs btacalc (tokens/s per device)", title_justify="left")
+    for c in ("run", "role", "family", "predicted", "measured", "error", "note"):
+        t.add_column(c, justify="right" if c in ("predicted", "measured", "error") else "left", overflow="fold")
+    for r in report.runs:
+        pred, meas = r.predicted.tokens_per_s_per_device, r.measured.tokens_per_s_per_device
+        note = r.reason if not r.expressible else (f"known gap: {r.known_gap}" if r.known_gap else "")
+        t.add_row(r.id, r.role, r.family, "-" if pred is None else f"{pred:,.0f}", "-" if meas is None else f"{meas:,.0f}",
+                  _pct(r.error), escape(note))
+    s = Table(title=f"Summary per role and device family (bands: ±{report.bands.per_run_abs_error:.0%} per check run, "
+              f"±{report.bands.family_mean_abs_error:.0%} family mean)", title_justify="left")
+    for c in ("role", "family", "n", "mean |error|", "median", "max", "not expressible"):
+        s.add_column(c, justify="right" if c in ("n", "mean |error|", "median", "max", "not expressible") else "left")
+    for f in report.summary:
+        fmt = lambda v: "-" if v is None else f"{100 * v:.1f}%"  # noqa: E731
+        s.add_row(f.role, f.family, str(f.n), fmt(f.mean_abs_error), fmt(f.median_abs_error), fmt(f.max_abs_error),
+                  str(len(f.not_expressible)))
+    verdict = ("[green]within the documented bands[/]" if report.gate.ok else
+               "[bold red]outside the bands:[/] " + escape("; ".join(report.gate.failures)))
+    return Group(t, s, verdict)

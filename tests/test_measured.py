@@ -1,0 +1,140 @@
+"""`validate --measured`: reading run files, expressing runs, errors, summaries and the CI gate."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from btacalc.config.hardware import resolve_hardware
+from btacalc.config.presets import resolve_model
+from btacalc.errors import BtacalcError
+from btacalc.planning.measured import (Bands, Measured, MeasuredRun, RunPrediction, RunResult, express, gate,
+                                       load_runs, predict, summarize, validate_measured)
+from btacalc.planning.plan import make_plan
+
+RUN = {
+    "id": "qwen-b200-16", "source": "https://example.org/run", "model": "qwen3-30b-a3b", "hw": "b200", "devices": 16,
+    "precision": "bf16", "seq": 4096, "global_batch": 256, "micro_batch": 1, "tp": 1, "pp": 1, "vp": None, "cp": 1,
+    "ep": 8, "etp": None, "fsdp": False, "sequence_parallel": None, "recompute": "full",
+    "measured": {"tokens_per_s_per_device": 10000.0}, "role": "check", "confidence": "test", "notes": "carried",
+}
+
+
+def _write(tmp_path, runs):
+    path = tmp_path / "runs.json"
+    path.write_text(json.dumps({"runs": runs}))
+    return path
+
+
+def test_shipped_runs_load_and_every_run_is_reported():
+    runs = load_runs()
+    assert len(runs) == 12 and {r.role for r in runs} == {"fit", "check"}
+    report = validate_measured()
+    assert [r.id for r in report.runs] == [r.id for r in runs]  # none silently skipped
+    for r in report.runs:
+        assert r.expressible or r.reason  # a run not predicted says why
+
+
+def test_an_expressible_run_is_predicted_as_plan_would(tmp_path):
+    (result,) = validate_measured(_write(tmp_path, [RUN])).runs
+    assert result.expressible, result.reason
+    # the same layout typed as a plan: G*b = micro-batch 1, M = 256 / (16 x 1) = 16 micro-batches, EP 8
+    from btacalc.config.execution import BatchLimits, ExecutionRequest
+
+    report = make_plan(resolve_model("qwen3-30b-a3b"), resolve_hardware("b200"), ExecutionRequest(
+        seq_len=4096, recompute="full", devices=16, expert_parallel=8, micro_batches=16,
+        limits=BatchLimits(global_batch=1)))
+    assert report.parallelism.micro_batches == 16 and report.plan.tiles * report.plan.tile_batch == 1
+    per_device = report.throughput.tokens_per_s / 16
+    assert result.predicted.tokens_per_s_per_device == pytest.approx(per_device)
+    assert result.error == pytest.approx(per_device / 10000.0 - 1)
+    assert result.carried == {"confidence": "test", "notes": "carried"}
+
+
+@pytest.mark.parametrize("change, reason", [
+    ({"tp": 8}, "tp=8"),
+    ({"pp": 4, "vp": 2}, "pp=4"),
+    ({"cp": 2}, "cp=2"),
+    ({"fsdp": True}, "fsdp=True"),
+    ({"precision": "fp8"}, "fp8"),
+    ({"recompute": ["core_attn", "mlp"]}, "recompute modules"),
+    ({"global_batch": 250}, "not a multiple"),
+])
+def test_runs_not_yet_expressible_say_why(change, reason):
+    request, why = express(MeasuredRun.model_validate({**RUN, **change}))
+    assert request is None and reason in why
+
+
+def test_unknown_model_or_device_is_listed_not_skipped(tmp_path):
+    runs = [{**RUN, "id": "a", "model": "no-such-model"}, {**RUN, "id": "b", "hw": "no-such-hw"}]
+    report = validate_measured(_write(tmp_path, runs))
+    assert [(r.expressible, "unknown" in r.reason) for r in report.runs] == [(False, True), (False, True)]
+    assert report.summary[0].not_expressible and report.gate.ok
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("not json", "not valid JSON"),
+    ('{"runs": 3}', "list under 'runs'"),
+    ('{"runs": [{"id": "x"}]}', "run x: field"),
+    (json.dumps({"runs": [RUN, RUN]}), "given twice"),
+    (json.dumps({"runs": [{**RUN, "role": "train"}]}), "role"),
+    (json.dumps({"runs": [{**RUN, "devices": 0}]}), "devices"),
+])
+def test_bad_run_files_are_one_line_errors(tmp_path, text, fragment):
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    with pytest.raises(BtacalcError) as exc:
+        load_runs(path)
+    assert fragment in str(exc.value) and "\n" not in str(exc.value)
+
+
+def _result(id_, role, family, error, known_gap=""):
+    return RunResult(id=id_, role=role, family=family, model="m", hw="h", devices=1, expressible=True,
+                     predicted=RunPrediction(tokens_per_s_per_device=1.0), measured=Measured(tokens_per_s_per_device=1.0),
+                     error=error, known_gap=known_gap)
+
+
+def test_summary_statistics_per_role_and_family():
+    rs = [_result("a", "check", "gpu", 0.10), _result("b", "check", "gpu", -0.30), _result("c", "check", "gpu", 0.05),
+          _result("d", "fit", "gpu", 0.02), _result("e", "check", "wse", -0.2)]
+    by = {(s.role, s.family): s for s in summarize(rs)}
+    g = by[("check", "gpu")]
+    assert g.n == 3 and g.mean_abs_error == pytest.approx((0.10 + 0.30 + 0.05) / 3)
+    assert g.median_abs_error == pytest.approx(0.10) and g.max_abs_error == pytest.approx(0.30)
+    assert by[("fit", "gpu")].n == 1 and by[("check", "wse")].max_abs_error == pytest.approx(0.2)
+
+
+BANDS = Bands(per_run_abs_error=0.25, family_mean_abs_error=0.15)
+
+
+def test_gate_per_run_band_known_gaps_and_family_mean():
+    ok = [_result("a", "check", "gpu", 0.10), _result("b", "check", "gpu", -0.12), _result("f", "fit", "gpu", 0.9)]
+    assert gate(ok, summarize(ok), BANDS).ok  # fit runs are not gated
+    out = ok + [_result("c", "check", "gpu", 0.30)]
+    v = gate(out, summarize(out), BANDS)
+    assert not v.ok and any(f.startswith("c:") for f in v.failures)
+    gap = ok + [_result("c", "check", "gpu", 0.30, known_gap="no pipeline bubble")]
+    assert gate(gap, summarize(gap), BANDS).ok  # a documented known gap is allowed outside the band
+    healed = ok + [_result("c", "check", "gpu", 0.05, known_gap="no pipeline bubble")]
+    assert any("known gap but now within" in f for f in gate(healed, summarize(healed), BANDS).failures)
+    mean = [_result("a", "check", "gpu", 0.20), _result("b", "check", "gpu", -0.20)]
+    assert any("mean |error|" in f for f in gate(mean, summarize(mean), BANDS).failures)
+
+
+def test_validate_measured_cli_json_and_file(cli, tmp_path):
+    path = _write(tmp_path, [RUN])
+    code, out, err = cli("validate", "--measured", str(path), "--json")
+    r = json.loads(out)
+    assert r["measured"]["runs"][0]["id"] == "qwen-b200-16" and r["measured"]["runs"][0]["error"] is not None
+    assert code in (0, 1)  # 1 when this synthetic run falls outside the band
+    code, out, err = cli("validate", "--measured", str(tmp_path / "missing.json"))
+    assert code == 2 and "--measured" in err and len(err.strip().splitlines()) == 1
+
+
+def test_predict_uses_the_run_batch():
+    run = MeasuredRun.model_validate({**RUN, "micro_batch": None, "global_batch": 32})
+    request, _ = express(run)
+    assert request.limits.global_batch == 2 and request.micro_batches == 1  # 32 sequences over 16 devices
+    result = predict(run)
+    assert result.expressible or result.reason
