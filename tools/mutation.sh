@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Mutation testing of the modelling core (btacalc/model/*) with mutmut: every mutant must make some
+# test fail. Usage: tools/mutation.sh [extra mutmut args]. Takes a few minutes on 2 cores.
+#
+# mutmut runs the tests in-process against a copy of the package under mutants/, so btacalc must NOT
+# be installed in the interpreter it uses (an installed/editable btacalc would shadow the mutants).
+# This script makes a throwaway venv with btacalc's dependencies only.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv=${MUTATION_VENV:-$(mktemp -d)/venv}
+if [ ! -x "$venv/bin/mutmut" ]; then
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q "mutmut>=3.3" pytest pytest-benchmark hypothesis \
+    $(python3 -c 'import tomllib; print(" ".join(tomllib.load(open("pyproject.toml","rb"))["project"]["dependencies"]))')
+fi
+rm -rf mutants && mkdir mutants  # exists before python starts, so PYTHONPATH keeps it
+PYTHONPATH="$PWD/mutants" "$venv/bin/mutmut" run --max-children "${MUTATION_JOBS:-2}" "$@" >/dev/null 2>&1 || true
+"$venv/bin/mutmut" results --all true 2>/dev/null | python3 tools/mutation_score.py
