@@ -42,7 +42,7 @@ def compare(
                                        "[default: 1 with several devices]."),
     gpus_per_node: Optional[int] = GpusPerNodeOpt,
     overlap_a2a: bool = OverlapA2aOpt,
-    grad_accum: int = GradAccumOpt,
+    grad_accum: Optional[int] = GradAccumOpt,
     seq: Optional[int] = SeqOpt,
     recompute: Optional[Recompute] = RecomputeOpt,
     attention: Optional[Attention] = AttentionOpt,

@@ -63,14 +63,16 @@ FixedActiveOpt = typer.Option(False, "--fixed-active", help="Keep k·f constant 
 OverlapOpt = typer.Option(True, "--overlap/--no-overlap", help="Weight streaming overlaps compute (max) or not (sum).")
 MemoryModelOpt = typer.Option(None, "--memory-model", help="auto: resident when the whole training state fits, else "
                               "weight streaming (wafer) [default: auto].")
-DevicesOpt = typer.Option(1, "--devices", "-n", min=1, help="GPUs (data-parallel ranks); wafer profiles model one system.")
+DevicesOpt = typer.Option(1, "--devices", "-n", min=1, help="GPUs (data-parallel ranks), or wafer systems (CS-2/CS-3 in "
+                          "strict data parallel over SwarmX/MemoryX).")
 EpOpt = typer.Option(None, "--ep", min=1, help="Expert-parallel degree: experts split over EP devices [default: gcd(devices, E)].")
 ZeroOpt = typer.Option(None, "--zero", min=0, max=3, help="ZeRO stage 0-3 [default: 1 with several devices].")
 GpusPerNodeOpt = typer.Option(None, "--gpus-per-node", min=1, help="Devices per NVLink domain [default: the profile's].")
 OverlapA2aOpt = typer.Option(False, "--overlap-a2a/--no-overlap-a2a", help="Hide the all-to-all behind expert compute "
                              "(chunked) or not.")
-GradAccumOpt = typer.Option(1, "--grad-accum", min=1, help="Gradient accumulation: M micro-batches of G·b per optimizer "
-                            "step (the gradient sync runs once per step).")
+GradAccumOpt = typer.Option(None, "--grad-accum", min=1, help="Gradient accumulation: M micro-batches of G·b per optimizer "
+                            "step (the gradient sync runs once per step) [default: 1; on a wafer with --global-batch, "
+                            "the fewest that fit].")
 JsonOpt = typer.Option(False, "--json", help="Print the result as JSON on stdout.")
 OutputOpt = typer.Option(None, "--output", "-o", help="Write the JSON to this file (atomically).")
 
