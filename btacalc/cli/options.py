@@ -22,6 +22,7 @@ FLAGS = {
     "devices_per_node": "--gpus-per-node",
     "overlap_all_to_all": "--overlap-a2a",
     "hardware": "--hw",
+    "solve_for": "--solve-for",
 }
 
 
@@ -40,6 +41,8 @@ Attention = _choices("Attention", FEATURES["attention"])
 Loss = _choices("Loss", FEATURES["loss"])
 Accounting = _choices("Accounting", FEATURES["accounting"])
 MemoryModelChoice = _choices("MemoryModelChoice", ("auto", "weight_streaming", "resident"))
+Emit = _choices("Emit", ("cerebras",))
+Match = _choices("Match", ("power", "devices"))
 
 
 def value(choice: Optional[Enum]) -> Optional[str]:
@@ -56,6 +59,13 @@ LossOpt = typer.Option(None, "--loss", help="fused: logits one sequence at a tim
                        "logits [default: fused].")
 AccountingOpt = typer.Option(Accounting.ideal, "--accounting", help="ideal (Korthikanti-style) or pytorch (what a "
                              "PyTorch layer keeps, measured: README).")
+GlobalBatchOpt = typer.Option(None, "--global-batch", min=1, help="Fix the global batch N: on a GPU G·b = N (G must "
+                              "divide N); on wafer systems the sequences per optimizer step over all D systems, "
+                              "N = D·M·G·b.")
+TilesOpt = typer.Option(None, "--tiles", min=1, help="Fix the number of attention tiles G.")
+TileBatchOpt = typer.Option(None, "--tile-batch", min=1, help="Fix the tile batch b.")
+MaxGlobalBatchOpt = typer.Option(None, "--max-global-batch", min=1, help="Cap G·b (convergence).")
+MaxTileBatchOpt = typer.Option(None, "--max-tile-batch", min=1, help="Cap the tile batch b (like the vendor's tile cap).")
 ExpertsOpt = typer.Option(None, "--experts", min=1, help="Override the number of experts E.")
 TopKOpt = typer.Option(None, "--top-k", min=1, help="Override experts per token k.")
 ExpertFfnOpt = typer.Option(None, "--expert-ffn", min=1, help="Override the expert width f.")

@@ -123,7 +123,9 @@ def step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Evalua
         # overlapped: hidden behind the routed experts' own compute (chunked dispatch), only the excess shows
         experts = sum(phase_time[p.name] for _, _, p in ev.items() if p.param_bucket == "routed")
         phase_time["all_to_all"] = np.maximum(0.0, a2a - experts) if layout.overlap_all_to_all else a2a
-    wafer = wafer_costs(problem, ev, times.backward_time) if problem.hardware.family == "wse" else None
+    wafer = None
+    if problem.hardware.family == "wse":
+        wafer = wafer_costs(problem, ev, times.backward_time, sum(phase_time.values()))
     if wafer is not None:
         phase_time.update(wafer.per_micro_batch)
         comm = {**comm, **wafer.communication}

@@ -13,10 +13,14 @@ back at line rate (https://www.cerebras.net/glossary/swarmx/). Hence, per system
   the start of a micro-batch's stream and the step boundary expose it;
 - per micro-batch: the stream of every weight, forward and backward (timing.py), plus lambda(N);
 - per optimizer step, once: the gradients leave over the outbound half of the full-duplex link while
-  the last backward pass runs, beta P / r, and MemoryX updates the state layer by layer as the reduced
-  gradients arrive, reading weights, gradients and optimizer state and writing weights and optimizer
-  state (catalogue `training_state` rates) at its update bandwidth. Both overlap the last backward pass;
-  what exceeds it shows, plus 2 lambda(N) (the last gradients up, the first updated weights down).
+  the last backward pass runs, t_g = beta P / r, and what exceeds that backward pass shows. MemoryX
+  updates the state layer by layer as the reduced gradients arrive, reading weights, gradients and
+  optimizer state and writing weights and optimizer state (catalogue `training_state` rates) at its
+  update bandwidth, t_u. The backward pass runs layers L..1 and the next forward 1..L, so layer l's
+  update has until the next forward reaches it: the updates pipeline behind one micro-batch (last
+  backward + next forward, t_mb), except layer 1's, updated last and needed first:
+      exposed = max(max(0, t_g - t_bwd), max(0, t_u - t_mb) + t_u / L) + 2 lambda(N)
+  (the last gradients up, the first updated weights down).
 
 Where scaling stops being linear therefore shows in the plan: with a fixed global batch, the batch per
 system shrinks with N until the stream is no longer hidden behind compute; the step-boundary terms are
@@ -25,7 +29,6 @@ fixed per step, so they grow as a share when the step shrinks.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,14 +86,16 @@ def update_bytes(problem: Problem, params: int) -> int:
     return (2 * rates["weights"] + rates["gradients"] + 2 * rates["optimizer"]) * params
 
 
-def step_boundary(problem: Problem, params: int, backward_s: Any) -> StepBoundary:
-    """Gradient outflow and MemoryX's optimizer step, overlapping the last backward pass `backward_s`."""
+def step_boundary(problem: Problem, params: int, backward_s: Any, micro_batch_s: Any) -> StepBoundary:
+    """Gradient outflow behind the last backward pass `backward_s` and MemoryX's optimizer step
+    pipelined behind one micro-batch `micro_batch_s` (module docstring)."""
     hw = problem.hardware
     grads = problem.run.bytes_per_element * params / stream_bandwidth(hw)
     upd_bw = hw.memory.memoryx_update_bandwidth_bytes_per_s
     update = update_bytes(problem, params) / upd_bw.value if upd_bw else 0.0
     lam = tree_latency_s(hw, problem.layout.devices)
-    exposed = np.maximum(0.0, np.maximum(grads, update) - backward_s) + 2 * lam
+    exposed_update = np.maximum(0.0, update - micro_batch_s) + update / problem.model.num_layers
+    exposed = np.maximum(np.maximum(0.0, grads - backward_s), exposed_update) + 2 * lam
     return StepBoundary(grads, update, lam, exposed)
 
 
@@ -102,8 +107,3 @@ def micro_batch_latency_s(problem: Problem) -> float:
 def levels(problem: Problem) -> int:
     fan = problem.hardware.system.swarmx_fanout
     return tree_levels(problem.layout.devices, int(fan.value)) if fan else 0
-
-
-def log_fanout(systems: int, fanout: int) -> float:
-    """log_F N, for the report (the tree uses its ceiling)."""
-    return math.log(systems, fanout) if systems > 1 else 0.0

@@ -27,7 +27,7 @@ def tiles_overhead_s(problem: Problem, ev: Evaluation, tiles: Any, per_tile_with
     return tiles * (tile_overhead_s(mesh, ev) if mesh is not None else per_tile_without_mesh)
 
 
-def wafer_costs(problem: Problem, ev: Evaluation, backward_s: Any) -> WaferCosts:
+def wafer_costs(problem: Problem, ev: Evaluation, backward_s: Any, micro_batch_s: Any) -> WaferCosts:
     """Mesh dispatch (MoE models) and, when weights stream, the cluster's latency and step boundary."""
     out = WaferCosts()
     mesh = problem.hardware.mesh
@@ -35,7 +35,7 @@ def wafer_costs(problem: Problem, ev: Evaluation, backward_s: Any) -> WaferCosts
         out.per_micro_batch["mesh_dispatch"] = out.communication["mesh_dispatch"] = dispatch_s(mesh, ev)
     if problem.memory_model == "weight_streaming":
         out.per_micro_batch["stream_latency"] = micro_batch_latency_s(problem)
-        sb = step_boundary(problem, param_counts(problem).total, backward_s)
+        sb = step_boundary(problem, param_counts(problem).total, backward_s, micro_batch_s)
         out.per_step["step_boundary"] = sb.exposed_s
         out.communication.update(gradient_out=sb.gradient_out_s, optimizer_update=sb.optimizer_update_s,
                                  swarmx_latency=sb.latency_s)
