@@ -259,3 +259,18 @@ def test_sensitivity_of_a_compute_bound_dense_plan():
     assert 0.9 < eff.elasticity_plus <= 1.0 and 0.9 < eff.elasticity_minus <= 1.0
     assert abs(rows["mesh.hop_latency_cycles"].elasticity_plus) < 0.01
     assert rows["chip.power_w"].elasticity_plus == 0  # power moves tokens/kW, not tokens/s
+
+
+def test_validate_says_what_the_flat_top_k_1_curve_would_take():
+    """README's answer: the top_k = 1 BTA point is out of reach by the link alone (MemoryX then feeds the
+    stream) or by fewer layers, and needs several times today's SRAM or link + MemoryX bandwidth."""
+    from btacalc.planning.validate import load_points, what_it_takes
+
+    point = next(p for p in load_points() if p.id == "topk-1-bta")
+    answers = {(r.solve_for, q.grad_accum): r for r, q in zip(what_it_takes(point), point.whatif)}
+    assert not answers[("memory.offchip_bandwidth_bytes_per_s", None)].reached
+    assert not answers[("layers", None)].reached
+    assert answers[("chip.sram_bytes", None)].ratio > 4
+    both = "memory.offchip_bandwidth_bytes_per_s,memory.memoryx_bandwidth_bytes_per_s"
+    assert not answers[(both, None)].reached  # MemoryX's optimizer step binds at one micro-batch per step ...
+    assert answers[(both, 16)].ratio > 4  # ... and is amortised over 16
