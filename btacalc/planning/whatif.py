@@ -8,8 +8,8 @@ shape is solved again at each value, so what binds may change along the way, and
 where.
 
 Search: the metric is evaluated on a geometric grid from today's value / F to today's value x F
-(F = 1000; model values from 1 up), the crossing of the target nearest to today's value is bracketed
-on the grid and refined by bisection (to 0.1%, or to the integer for model values). The metric is
+(F = 1000; model values from 1 up), outward from today's value until a grid point reaches the target;
+the crossing nearest to today's value is so bracketed on the grid and refined by bisection (to 0.1%, or to the integer for model values). The metric is
 assumed monotone between today's value and the answer; the trace of the grid points in between shows
 whether it is.
 """
@@ -145,14 +145,20 @@ def whatif(model: ModelSpec, hw: HardwareProfile, request: ExecutionRequest, tar
     metric, goal = parse_target(target)
     key, today, integer, at = _evaluator(model, hw, request, solve_for)
     grid = _grid(today, integer)
-    points = {x: at(x) for x in grid}
-    base = points[today]
+    points: dict[float, PlanMetrics] = {}
+
+    def point(x: float) -> PlanMetrics:  # grid points are evaluated outward from today's value, as needed
+        if x not in points:
+            points[x] = at(x)
+        return points[x]
+
+    base = point(today)
     result = WhatIfResult(model=model.name, hardware=hw.name, solve_for=key, target_metric=metric, target_value=goal,
                           today_value=today, today_metric=base.values[metric], reached=False)
     i0 = grid.index(today)
     # the reaching grid point nearest to today's value (in ratio), and its neighbour towards today
     order = sorted(range(len(grid)), key=lambda i: (abs(math.log(grid[i] / today)), grid[i]))
-    hit = next((i for i in order if _reached(points[grid[i]], metric, goal)), None)
+    hit = next((i for i in order if _reached(point(grid[i]), metric, goal)), None)
     if hit is None:
         best = max(grid, key=lambda x: points[x].values[metric] or 0.0)
         result.note = (f"{metric} does not reach {goal:g} anywhere from {grid[0]:.4g} to {grid[-1]:.4g} "
@@ -167,7 +173,7 @@ def whatif(model: ModelSpec, hw: HardwareProfile, request: ExecutionRequest, tar
         value = _bisect(at, metric, goal, grid[hit], grid[toward], integer)
     answer = _step(value, today, metric, at(value))
     lo, hi = sorted((i0, hit))
-    trace = [_step(grid[i], today, metric, points[grid[i]]) for i in range(lo, hi + 1)]
+    trace = [_step(grid[i], today, metric, point(grid[i])) for i in range(lo, hi + 1)]
     result.reached, result.value, result.ratio, result.answer = True, value, value / today, answer
     result.trace, result.binds_along_the_way = trace, _regimes(trace + [answer])
     return result
