@@ -61,6 +61,10 @@ COMMANDS: dict[str, list[str]] = {
     "sweep-devices": ["sweep", "--model", "qwen3-30b-a3b", "--hw", "b200", "--vary", "devices=8:64:x2", "--json"],
     "crossover-small": ["crossover", "--hw", "wse3,b200", "--hidden", "512,2048,4096", "--json"],
     "validate": ["validate", "--json"],
+    "plan-wse2-4-systems": ["plan", "--model", "qwen3-30b-a3b", "--hw", "wse2", "--devices", "4", "--global-batch", "96",
+                            "--json"],
+    "whatif-topk1-sram": ["whatif", "--model", "qwen3-30b-a3b", "--hw", "wse2", "--top-k", "1", "--fixed-active",
+                          "--target", "relative_to_dense=0.85", "--solve-for", "sram_bytes", "--json"],
 }
 
 # Compiled per-phase values: every model x every selection x three batch shapes (s, b, G).

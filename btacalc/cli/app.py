@@ -13,7 +13,7 @@ from typing import Optional
 import typer
 
 from ..errors import BtacalcError, DataError
-from . import cluster, info, measure, plan, validate
+from . import cluster, info, measure, plan, validate, whatif
 from .console import err, out
 from .options import FLAGS, flag
 
@@ -22,7 +22,7 @@ try:  # typer >= 0.20 vendors click; older typer uses the click package
 except ImportError:  # pragma: no cover
     from click import exceptions as click_exc  # type: ignore[no-redef]  # the same module, older location
 
-COMMAND_MODULES = (plan, cluster, measure, validate, info)
+COMMAND_MODULES = (plan, cluster, whatif, measure, validate, info)
 
 
 def build_app() -> typer.Typer:

@@ -8,7 +8,7 @@ from typing import Any, Optional
 import typer
 
 from ..errors import BtacalcError
-from .options import (Attention, AttentionOpt, GpusPerNodeOpt, GradAccumOpt, MemoryModelChoice, MemoryModelOpt,
+from .options import (Attention, AttentionOpt, GpusPerNodeOpt, GradAccumOpt, Match, MemoryModelChoice, MemoryModelOpt,
                       ModelOpt, OutputOpt, OverlapA2aOpt, OverlapOpt, Recompute, RecomputeOpt, SeqOpt, emit_result,
                       value)
 
@@ -16,7 +16,8 @@ HW_LIST_DEFAULT = "wse2,wse3,a100-80gb,b200"
 COMPARE_EXAMPLES = ("Examples:\n\n"
                     "  btacalc compare --model qwen3-30b-a3b --hw wse2,wse3,a100-80gb,b200\n\n"
                     "  btacalc compare --hw wse3,b200 --devices 8,64 --ep 8 --json\n\n"
-                    "  btacalc compare --hw wse3,a100-80gb,b200 --csv compare.csv --plot compare.png")
+                    "  btacalc compare --hw wse3,a100-80gb,b200 --csv compare.csv --plot compare.png\n\n"
+                    "  btacalc compare --hw wse2,b200 --systems 4 --match power --global-batch 96")
 CROSSOVER_EXAMPLES = ("Examples:\n\n"
                       "  btacalc crossover --hw wse2,wse3,a100-80gb,b200\n\n"
                       "  btacalc crossover --hidden 512:4096:256 --plot crossover.png\n\n"
@@ -36,13 +37,18 @@ def compare(
     model: str = ModelOpt,
     hw: str = typer.Option(HW_LIST_DEFAULT, "--hw", help="Comma-separated hardware profiles."),
     devices: str = typer.Option("auto", "--devices", "-n", help="GPU counts, e.g. 8,64; auto: the smallest power of "
-                                "two that fits (trying ZeRO-3 and full recomputation). Wafer rows are one system."),
+                                "two that fits (trying ZeRO-3 and full recomputation), or the --match count."),
+    systems: int = typer.Option(1, "--systems", min=1, help="Wafer systems per wafer row (CS-2/CS-3 in data parallel)."),
+    match: Optional[Match] = typer.Option(None, "--match", help="GPU count beside the wafer systems: power (whole "
+                                          "nodes of similar system power) or devices (as many GPUs as systems)."),
+    global_batch: Optional[int] = typer.Option(None, "--global-batch", min=1, help="Wafer rows: sequences per step "
+                                               "over all systems (split into micro-batches that fit)."),
     ep: Optional[int] = typer.Option(None, "--ep", min=1, help="Expert-parallel degree [default: gcd(devices, E)]."),
     zero: Optional[int] = typer.Option(None, "--zero", min=0, max=3, help="ZeRO stage on multi-GPU rows "
                                        "[default: 1 with several devices]."),
     gpus_per_node: Optional[int] = GpusPerNodeOpt,
     overlap_a2a: bool = OverlapA2aOpt,
-    grad_accum: int = GradAccumOpt,
+    grad_accum: Optional[int] = GradAccumOpt,
     seq: Optional[int] = SeqOpt,
     recompute: Optional[Recompute] = RecomputeOpt,
     attention: Optional[Attention] = AttentionOpt,
@@ -68,11 +74,13 @@ def compare(
     counts = None if devices.strip() == "auto" else parse_values(devices, "--devices")
     if memory_model == MemoryModelChoice.weight_streaming and any(p.family == "gpu" for p in profiles):
         raise BtacalcError("{memory_model} weight_streaming is modelled for wafer-scale profiles only")
+    if match is not None and counts is not None:
+        raise BtacalcError("{match} sets the GPU counts: leave --devices at auto")
     request = ExecutionRequest(seq_len=seq, recompute=value(recompute), attention=value(attention),
                                memory_model=value(memory_model), overlap_streaming=overlap, expert_parallel=ep,
                                zero_stage=zero, devices_per_node=gpus_per_node, overlap_all_to_all=overlap_a2a,
                                micro_batches=grad_accum)
-    result = run_compare(spec, profiles, counts, request)
+    result = run_compare(spec, profiles, counts, request, systems, value(match), global_batch)
     emit_result(result, as_json, output, csv_path, compare_csv, plot_path, compare_plot, compare_renderable)
     return 0
 

@@ -22,6 +22,7 @@ FLAGS = {
     "devices_per_node": "--gpus-per-node",
     "overlap_all_to_all": "--overlap-a2a",
     "hardware": "--hw",
+    "solve_for": "--solve-for",
 }
 
 
@@ -40,6 +41,8 @@ Attention = _choices("Attention", FEATURES["attention"])
 Loss = _choices("Loss", FEATURES["loss"])
 Accounting = _choices("Accounting", FEATURES["accounting"])
 MemoryModelChoice = _choices("MemoryModelChoice", ("auto", "weight_streaming", "resident"))
+Emit = _choices("Emit", ("cerebras",))
+Match = _choices("Match", ("power", "devices"))
 
 
 def value(choice: Optional[Enum]) -> Optional[str]:
@@ -56,6 +59,13 @@ LossOpt = typer.Option(None, "--loss", help="fused: logits one sequence at a tim
                        "logits [default: fused].")
 AccountingOpt = typer.Option(Accounting.ideal, "--accounting", help="ideal (Korthikanti-style) or pytorch (what a "
                              "PyTorch layer keeps, measured: README).")
+GlobalBatchOpt = typer.Option(None, "--global-batch", min=1, help="Fix the global batch N: on a GPU G·b = N (G must "
+                              "divide N); on wafer systems the sequences per optimizer step over all D systems, "
+                              "N = D·M·G·b.")
+TilesOpt = typer.Option(None, "--tiles", min=1, help="Fix the number of attention tiles G.")
+TileBatchOpt = typer.Option(None, "--tile-batch", min=1, help="Fix the tile batch b.")
+MaxGlobalBatchOpt = typer.Option(None, "--max-global-batch", min=1, help="Cap G·b (convergence).")
+MaxTileBatchOpt = typer.Option(None, "--max-tile-batch", min=1, help="Cap the tile batch b (like the vendor's tile cap).")
 ExpertsOpt = typer.Option(None, "--experts", min=1, help="Override the number of experts E.")
 TopKOpt = typer.Option(None, "--top-k", min=1, help="Override experts per token k.")
 ExpertFfnOpt = typer.Option(None, "--expert-ffn", min=1, help="Override the expert width f.")
@@ -63,14 +73,16 @@ FixedActiveOpt = typer.Option(False, "--fixed-active", help="Keep k·f constant 
 OverlapOpt = typer.Option(True, "--overlap/--no-overlap", help="Weight streaming overlaps compute (max) or not (sum).")
 MemoryModelOpt = typer.Option(None, "--memory-model", help="auto: resident when the whole training state fits, else "
                               "weight streaming (wafer) [default: auto].")
-DevicesOpt = typer.Option(1, "--devices", "-n", min=1, help="GPUs (data-parallel ranks); wafer profiles model one system.")
+DevicesOpt = typer.Option(1, "--devices", "-n", min=1, help="GPUs (data-parallel ranks), or wafer systems (CS-2/CS-3 in "
+                          "strict data parallel over SwarmX/MemoryX).")
 EpOpt = typer.Option(None, "--ep", min=1, help="Expert-parallel degree: experts split over EP devices [default: gcd(devices, E)].")
 ZeroOpt = typer.Option(None, "--zero", min=0, max=3, help="ZeRO stage 0-3 [default: 1 with several devices].")
 GpusPerNodeOpt = typer.Option(None, "--gpus-per-node", min=1, help="Devices per NVLink domain [default: the profile's].")
 OverlapA2aOpt = typer.Option(False, "--overlap-a2a/--no-overlap-a2a", help="Hide the all-to-all behind expert compute "
                              "(chunked) or not.")
-GradAccumOpt = typer.Option(1, "--grad-accum", min=1, help="Gradient accumulation: M micro-batches of G·b per optimizer "
-                            "step (the gradient sync runs once per step).")
+GradAccumOpt = typer.Option(None, "--grad-accum", min=1, help="Gradient accumulation: M micro-batches of G·b per optimizer "
+                            "step (the gradient sync runs once per step) [default: 1; on a wafer with --global-batch, "
+                            "the fewest that fit].")
 JsonOpt = typer.Option(False, "--json", help="Print the result as JSON on stdout.")
 OutputOpt = typer.Option(None, "--output", "-o", help="Write the JSON to this file (atomically).")
 

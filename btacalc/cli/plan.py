@@ -5,15 +5,16 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
 from ..errors import BtacalcError
 from .console import err, out
-from .options import (Accounting, AccountingOpt, Attention, AttentionOpt, CausalOpt, DevicesOpt, EpOpt, ExpertFfnOpt,
-                      ExpertsOpt, FixedActiveOpt, GpusPerNodeOpt, GradAccumOpt, HwOpt, Loss, LossOpt, MemoryModelChoice,
-                      MemoryModelOpt, ModelOpt, OutputOpt, OverlapA2aOpt, OverlapOpt, Recompute, RecomputeOpt, SeqOpt,
+from .options import (Accounting, AccountingOpt, Attention, AttentionOpt, CausalOpt, DevicesOpt, Emit, EpOpt,
+                      ExpertFfnOpt, ExpertsOpt, FixedActiveOpt, GlobalBatchOpt, GpusPerNodeOpt, GradAccumOpt, HwOpt, Loss,
+                      LossOpt, MaxGlobalBatchOpt, MaxTileBatchOpt, MemoryModelChoice, MemoryModelOpt, ModelOpt,
+                      OutputOpt, OverlapA2aOpt, OverlapOpt, Recompute, RecomputeOpt, SeqOpt, TileBatchOpt, TilesOpt,
                       TopKOpt, ZeroOpt, emit_json, emit_result, value)
 
 PLAN_EXAMPLES = ("Examples:\n\n"
@@ -22,7 +23,9 @@ PLAN_EXAMPLES = ("Examples:\n\n"
                  "  btacalc plan --model gpt3-175b --hw a100-80gb --seq 2048 --tiles 1 --tile-batch 1 --recompute none "
                  "--attention eager\n\n"
                  "  btacalc plan --model ./config.json --hw b200 --global-batch 64 --output plan.json\n\n"
-                 "  btacalc plan --hw a100-80gb --devices 64 --ep 8 --zero 1")
+                 "  btacalc plan --hw a100-80gb --devices 64 --ep 8 --zero 1\n\n"
+                 "  btacalc plan --model ./llama-7b.json --hw wse2 --seq 2048 --global-batch 99 --emit cerebras\n\n"
+                 "  btacalc plan --hw wse2 --devices 4 --global-batch 96 --sensitivity 10")
 SWEEP_EXAMPLES = ("Examples:\n\n"
                   "  btacalc sweep --model qwen3-30b-a3b --hw wse2 --vary experts=16,32,64,128\n\n"
                   "  btacalc sweep --hw wse2 --vary top-k=1,2,4,8 --fixed-active --plot topk.png\n\n"
@@ -34,12 +37,11 @@ def plan(
     model: str = ModelOpt,
     hw: str = HwOpt,
     seq: Optional[int] = SeqOpt,
-    global_batch: Optional[int] = typer.Option(None, "--global-batch", min=1, help="Fix G·b = N; G must divide N."),
-    tiles: Optional[int] = typer.Option(None, "--tiles", min=1, help="Fix the number of attention tiles G."),
-    tile_batch: Optional[int] = typer.Option(None, "--tile-batch", min=1, help="Fix the tile batch b."),
-    max_global_batch: Optional[int] = typer.Option(None, "--max-global-batch", min=1, help="Cap G·b (convergence)."),
-    max_tile_batch: Optional[int] = typer.Option(None, "--max-tile-batch", min=1,
-                                                 help="Cap the tile batch b (like the vendor's tile cap)."),
+    global_batch: Optional[int] = GlobalBatchOpt,
+    tiles: Optional[int] = TilesOpt,
+    tile_batch: Optional[int] = TileBatchOpt,
+    max_global_batch: Optional[int] = MaxGlobalBatchOpt,
+    max_tile_batch: Optional[int] = MaxTileBatchOpt,
     experts: Optional[int] = ExpertsOpt,
     top_k: Optional[int] = TopKOpt,
     expert_ffn: Optional[int] = ExpertFfnOpt,
@@ -56,10 +58,14 @@ def plan(
     zero: Optional[int] = ZeroOpt,
     gpus_per_node: Optional[int] = GpusPerNodeOpt,
     overlap_a2a: bool = OverlapA2aOpt,
-    grad_accum: int = GradAccumOpt,
+    grad_accum: Optional[int] = GradAccumOpt,
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON on stdout."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the plan JSON to this file (atomically)."),
     schema: bool = typer.Option(False, "--schema", help="Print the JSON schema of the plan and exit."),
+    sensitivity: Optional[float] = typer.Option(None, "--sensitivity", min=0.0, max=100.0, help="Also move every "
+                                                "hardware number by -PCT% and +PCT% alone and show tokens/s (e.g. 10)."),
+    emit: Optional[Emit] = typer.Option(None, "--emit", help="Print a ready configuration instead of the plan: "
+                                        "cerebras = the Model Zoo YAML fragment (wafer profiles)."),
 ) -> int:
     """Choose G and b for a model on a device; show parameters, memory, FLOPs and phases.
 
@@ -82,13 +88,32 @@ def plan(
         devices=devices, expert_parallel=ep, zero_stage=zero, devices_per_node=gpus_per_node,
         overlap_all_to_all=overlap_a2a, micro_batches=grad_accum,
         limits=BatchLimits(global_batch, tiles, tile_batch, max_global_batch, max_tile_batch))
-    report = make_plan(spec, resolve_hardware(hw), request)
+    profile = resolve_hardware(hw)
+    report = make_plan(spec, profile, request)
+    if emit is not None:
+        return _emit_cerebras(report, output)
+    if sensitivity is not None:
+        from ..planning.sensitivity import sensitivity as run_sensitivity
+
+        report.sensitivity = run_sensitivity(spec, profile, request, sensitivity)
     emit_json(report.model_dump_json(indent=2), as_json, output)
     if not as_json:
         from ..output.tables import plan_renderable
 
         out.print(plan_renderable(report))
     return 0 if report.plan.fits else 1
+
+
+def _emit_cerebras(report: Any, output: Optional[Path]) -> int:
+    """The Cerebras Model Zoo YAML fragment of a plan that fits, on stdout (and to --output)."""
+    from ..output.cerebras import cerebras_yaml
+    from ..output.files import write_atomic
+
+    text = cerebras_yaml(report)
+    if output is not None:
+        write_atomic(output, text)
+    sys.stdout.write(text)
+    return 0
 
 
 def sweep(
@@ -110,7 +135,7 @@ def sweep(
     zero: Optional[int] = ZeroOpt,
     gpus_per_node: Optional[int] = GpusPerNodeOpt,
     overlap_a2a: bool = OverlapA2aOpt,
-    grad_accum: int = GradAccumOpt,
+    grad_accum: Optional[int] = GradAccumOpt,
     as_json: bool = typer.Option(False, "--json", help="Print {points: [...]} as JSON on stdout."),
     output: Optional[Path] = OutputOpt,
     csv_path: Optional[Path] = typer.Option(None, "--csv", help="Write one CSV row per point to this file."),

@@ -88,12 +88,12 @@ class Layout:
                 raise BtacalcError(f"{{{name}}} must be a positive integer, got {v!r}")
         if self.zero_stage not in (0, 1, 2, 3):
             raise BtacalcError(f"{{zero_stage}} must be 0, 1, 2 or 3, got {self.zero_stage!r}")
-        if profile.family == "wse" and (self.devices > 1 or self.expert_parallel > 1 or self.zero_stage):
-            raise BtacalcError("{devices}/{expert_parallel}/{zero_stage} apply to GPU profiles: one wafer-scale "
-                               "system is modelled (multi-system Cerebras clusters are not)")
+        if profile.family == "wse" and (self.expert_parallel > 1 or self.zero_stage):
+            raise BtacalcError("{expert_parallel}/{zero_stage} apply to GPU profiles: wafer-scale systems train in "
+                               "strict data parallel (MemoryX holds the state, SwarmX broadcasts and reduces)")
         if self.devices > 1 and not profile.multi_device:
-            raise BtacalcError(f"{profile.name} has no scale-up/scale-out bandwidth in its profile: {{devices}} "
-                               "needs them")
+            links = "SwarmX numbers (system.swarmx_*)" if profile.family == "wse" else "scale-up/scale-out bandwidth"
+            raise BtacalcError(f"{profile.name} has no {links} in its profile: {{devices}} needs them")
         if self.devices % self.expert_parallel:
             raise BtacalcError(f"{{expert_parallel}} {self.expert_parallel} does not divide {{devices}} {self.devices}")
         if self.expert_parallel > 1:
@@ -151,7 +151,7 @@ class ExecutionRequest:
     zero_stage: Optional[int] = None
     devices_per_node: Optional[int] = None
     overlap_all_to_all: bool = False
-    micro_batches: int = 1
+    micro_batches: Optional[int] = None  # None: 1, or on a wafer with a global batch, chosen (model.wafer.batching)
     limits: BatchLimits = field(default_factory=BatchLimits)
 
     def with_changes(self, **changes: Any) -> "ExecutionRequest":
@@ -200,12 +200,13 @@ def resolve_execution(request: ExecutionRequest, model: "ModelSpec", profile: "H
         overlap_streaming=request.overlap_streaming,
     )
     devices = request.devices
-    ep = request.expert_parallel
+    ep, zero = request.expert_parallel, request.zero_stage
+    if profile.family == "wse":  # wafer clusters: strict data parallel, the state in MemoryX
+        ep, zero = (1 if ep is None else ep), (0 if zero is None else zero)
     if ep is None:
         ep = auto_expert_parallel(devices, model.num_experts) if isinstance(devices, int) else 1
         if devices > 1:
             reasons["expert_parallel"] = f"gcd(devices, E) = {ep}: experts split as far as the device count allows"
-    zero = request.zero_stage
     if zero is None:
         zero = 1 if devices > 1 else 0
         if devices > 1:
@@ -213,7 +214,8 @@ def resolve_execution(request: ExecutionRequest, model: "ModelSpec", profile: "H
     node = request.devices_per_node
     if node is None:
         node = int(profile.system.devices_per_node.value) if profile.system.devices_per_node else 1
-    layout = Layout(devices, ep, zero, node, request.overlap_all_to_all, request.micro_batches)
+    micro = 1 if request.micro_batches is None else request.micro_batches
+    layout = Layout(devices, ep, zero, node, request.overlap_all_to_all, micro)
     layout.validate(model.num_experts, profile)
     request.limits.validate()
     return Execution(run, layout, request.limits, tuple(reasons.items()), request)

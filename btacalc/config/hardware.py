@@ -6,7 +6,10 @@ A profile has five sections, kept apart on purpose (cf. Calculon's system/applic
 - ``memory``: the memory the device trains from, off the chip (HBM on a GPU; MemoryX and the
   system I/O link that streams weights on a wafer);
 - ``system``: topology and system-level numbers (devices per node, scale-up and scale-out links,
-  system power, weight-streaming buffers);
+  system power, weight-streaming buffers; on a wafer cluster the SwarmX broadcast-reduce tree);
+- ``mesh`` (wafers only): the on-wafer fabric, a 2D mesh of processing elements (grid, clock, hop
+  latency, link width), from which `btacalc.model.wafer.mesh` derives the per-tile overhead and the
+  cost of routing tokens to experts spread over the mesh;
 - ``calibration``: named correction factors (compute efficiency, usable memory fraction, per-tile
   overhead), each an estimate with its reasoning or a calibrated value with what it was fitted to;
 - ``defaults``: run-policy defaults (memory model, attention kernel, recomputation) with their reason.
@@ -79,6 +82,11 @@ class Memory(_Section):
     offchip_memory_bytes: Number = Field(description="HBM (GPU) or MemoryX capacity (wafer)")
     offchip_bandwidth_bytes_per_s: Number = Field(description="HBM bandwidth (GPU) or the weight-streaming "
                                                   "system I/O link (wafer)")
+    memoryx_bandwidth_bytes_per_s: Optional[Number] = Field(
+        None, description="wafer: rate at which MemoryX serves weights into the SwarmX tree and absorbs the reduced "
+        "gradients (the stream runs at the smaller of this and the system I/O)")
+    memoryx_update_bandwidth_bytes_per_s: Optional[Number] = Field(
+        None, description="wafer: memory bandwidth MemoryX's optimizer step reads and writes the training state at")
 
 
 class System(_Section):
@@ -92,6 +100,28 @@ class System(_Section):
         "per kW; defaults to the chip's power_w")
     weight_buffer_units: Optional[Number] = Field(
         None, description="weight streaming: units of weights (and of gradients) buffered on-chip at once")
+    swarmx_fanout: Optional[Number] = Field(
+        None, description="wafer cluster: systems (or subtrees) one SwarmX broadcast-reduce node serves")
+    swarmx_level_latency_s: Optional[Number] = Field(
+        None, description="wafer cluster: latency one level of the SwarmX tree adds to the weight broadcast and to "
+        "the gradient reduction")
+    memoryx_latency_s: Optional[Number] = Field(
+        None, description="wafer: latency from MemoryX to the first SwarmX level (first weight byte out, last "
+        "gradient byte in)")
+
+
+class Mesh(_Section):
+    """A wafer's fabric: a 2D mesh of processing elements (PEs), each with a router linked to its four
+    neighbours. Luczynski et al. (HPDC '24, arXiv 2404.15888) model a collective on it by its contention,
+    energy (wavelet-hops over active links), distance L (longest path, hops) and depth D (dependent
+    steps, each costing 2 T_R + 1 cycles)."""
+
+    width_pes: Number = Field(description="PEs along the short side of the usable program rectangle")
+    height_pes: Number = Field(description="PEs along the long side")
+    clock_hz: Number
+    hop_latency_cycles: Number = Field(description="cycles a wavelet takes per router hop")
+    ramp_latency_cycles: Number = Field(description="T_R: cycles between a PE's core and its router")
+    link_bytes_per_cycle: Number = Field(description="payload per link per direction per cycle (one wavelet)")
 
 
 class Calibration(_Section):
@@ -99,7 +129,8 @@ class Calibration(_Section):
     compute_efficiency: Optional[Number] = Field(
         None, description="achieved share of peak FLOP/s on matmul phases (estimate or calibrated)")
     tile_overhead_s: Optional[Number] = Field(
-        None, description="fixed cost per attention tile per layer per step (BTA tiling overhead)")
+        None, description="fixed cost per attention tile per layer per step (BTA tiling overhead); profiles with "
+        "a [mesh] derive it from the mesh instead")
 
 
 class Defaults(_Section):
@@ -111,7 +142,7 @@ class Defaults(_Section):
     note: str = Field(min_length=10, description="why these defaults")
 
 
-SECTIONS = ("chip", "memory", "system", "calibration")
+SECTIONS = ("chip", "memory", "system", "mesh", "calibration")
 
 
 class HardwareProfile(BaseModel):
@@ -126,6 +157,7 @@ class HardwareProfile(BaseModel):
     chip: Chip
     memory: Memory
     system: System = System()
+    mesh: Optional[Mesh] = None
     calibration: Calibration
 
     @model_validator(mode="after")
@@ -134,6 +166,8 @@ class HardwareProfile(BaseModel):
             raise ValueError("calibration.usable_memory_fraction.value must be in (0, 1]")
         if self.defaults.memory_model == "weight_streaming" and self.system.weight_buffer_units is None:
             raise ValueError("weight_streaming profiles need system.weight_buffer_units")
+        if self.mesh is not None and self.family != "wse":
+            raise ValueError("a [mesh] section describes a wafer-scale fabric: family must be 'wse'")
         if self.family == "wse" and self.defaults.memory_model != "weight_streaming":
             raise ValueError("wse profiles declare defaults.memory_model = 'weight_streaming' (resident is a run option)")
         for section, field in (("chip", "cores"), ("chip", "sram_bytes"), ("memory", "offchip_memory_bytes"),
@@ -156,6 +190,10 @@ class HardwareProfile(BaseModel):
 
     @property
     def multi_device(self) -> bool:
+        """Whether several devices can be modelled: GPUs need their scale-up and scale-out links, wafer
+        systems the SwarmX tree that joins them."""
+        if self.family == "wse":
+            return self.system.swarmx_fanout is not None
         return (self.system.scaleup_bandwidth_bytes_per_s is not None
                 and self.system.scaleout_bandwidth_bytes_per_s is not None)
 
@@ -167,10 +205,31 @@ class HardwareProfile(BaseModel):
         """Every number, keyed 'section.field'."""
         out: dict[str, Number] = {}
         for section in SECTIONS:
-            for field, value in getattr(self, section):
+            for field, value in getattr(self, section) or ():
                 if isinstance(value, Number):
                     out[f"{section}.{field}"] = value
         return out
+
+    def number_key(self, name: str) -> str:
+        """'section.field' for a field name given with or without its section (`sram_bytes`,
+        `chip.sram_bytes`); a BtacalcError naming {solve_for} when the profile has no such number."""
+        numbers = self.numbers()
+        if name in numbers:
+            return name
+        hits = [k for k in numbers if k.split(".", 1)[1] == name]
+        if len(hits) == 1:
+            return hits[0]
+        known = ", ".join(k.split(".", 1)[1] for k in numbers)
+        raise BtacalcError(f"{{solve_for}}: {self.name} has no number {name!r} (its numbers: {known})")
+
+    def with_number(self, key: str, value: float, note: str) -> "HardwareProfile":
+        """The profile with the number at `key` ('section.field') replaced by `value` (kind estimate,
+        `note` saying why: a what-if or a sensitivity trial). The datasheet file is untouched."""
+        section, field = key.split(".", 1)
+        old = self.numbers()[key]
+        new = Number(value=value, kind="estimate", source=old.source, note=note)
+        part = getattr(self, section).model_copy(update={field: new})
+        return self.model_copy(update={section: part})
 
 
 def parse_profile(text: str, origin: str) -> HardwareProfile:

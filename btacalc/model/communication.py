@@ -45,16 +45,24 @@ def recomputed(pv: PhaseValues, phase: str) -> Any:
     return bool(flag) if flag.ndim == 0 else flag
 
 
-def all_to_all_bytes(problem: Problem, ev: Evaluation) -> Any:
-    """Bytes one device sends per step over all MoE layers' all-to-alls (see module docstring)."""
+def exchanges(ev: Evaluation) -> tuple[Any, Any]:
+    """(bytes, number of exchanges) of the token permutations (MoE dispatch and combine) per step, all
+    layers: each phase's forward volume (catalogue `a2a_bytes`), again backward (the inverse
+    permutation) and when the phase is recomputed."""
     passes = constants().passes
     sent: Any = 0
+    count: Any = 0
     for n, pv, phase in ev.items():
         volume = pv.value(phase.name, "a2a_bytes")
         repeats = 1 + passes.backward_exchange_factor + passes.recompute_passes * recomputed(pv, phase.name)
         sent = sent + n * volume * repeats
-    ep = problem.layout.expert_parallel
-    return sent * (1 - 1 / ep)
+        count = count + n * repeats * (np.asarray(volume) > 0)
+    return sent, count
+
+
+def all_to_all_bytes(problem: Problem, ev: Evaluation) -> Any:
+    """Bytes one device sends per step over all MoE layers' all-to-alls (see module docstring)."""
+    return exchanges(ev)[0] * (1 - 1 / problem.layout.expert_parallel)
 
 
 def gradient_sync_bytes(gradient_bytes: Any, ranks: int, zero_stage: int) -> Any:
@@ -70,7 +78,7 @@ def gradient_sync_bytes(gradient_bytes: Any, ranks: int, zero_stage: int) -> Any
 def communication_time(problem: Problem, ev: Evaluation, counts: ParamCounts) -> dict[str, Any]:
     """All-to-all (per step, all MoE layers) and gradient synchronisation time of one device."""
     layout, model = problem.layout, problem.model
-    if layout.devices == 1:
+    if layout.devices == 1 or problem.hardware.family == "wse":  # wafer clusters: model.wafer.cluster
         return {}
     node = layout.devices_per_node
     out: dict[str, Any] = {}

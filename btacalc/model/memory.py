@@ -128,9 +128,10 @@ def resolve_memory_model(problem: Problem) -> Problem:
     resident (GPU)."""
     if problem.run.memory_model != "auto":
         return problem
-    if problem.hardware.family == "wse":
+    if problem.hardware.family == "wse" and problem.layout.devices == 1:  # a cluster streams (wafer/cluster.py)
         resident = problem.with_run(memory_model="resident")
         if MemoryModel(resident).fits(1, 1):
             return resident
+    if problem.hardware.family == "wse":
         return problem.with_run(memory_model="weight_streaming")
     return problem.with_run(memory_model="resident")

@@ -13,11 +13,15 @@ backward = 2 x forward, and recomputation when the phase's activations were drop
                 weights cross whether or not tokens reach it (DESIGN notes).
     t_phase   = max(t_compute, t_memory) combined with t_stream by max (overlap) or sum (no overlap)
 
-A per-tile overhead (profile `calibration.tile_overhead_s`) is added G times per layer for the
-attention block. With expert parallelism the all-to-all (communication.py) follows the experts, hidden
-behind their compute only with `overlap_all_to_all`. Step time is the sum over phases (times M
-micro-batches with gradient accumulation, the gradient synchronisation once, overlapping the last
-backward pass); tokens/s = N*M*G*b*s / step time; MFU = model FLOPs / (step time x peak).
+A per-tile overhead is added G times per step: derived from the mesh on a wafer profile with a
+`[mesh]` (model/wafer/mesh.py), else the profile's `calibration.tile_overhead_s` per layer. With expert
+parallelism the all-to-all (communication.py) follows the experts, hidden behind their compute only
+with `overlap_all_to_all`. On a wafer, the on-wafer dispatch/combine and the start of each
+micro-batch's weight stream are added per micro-batch, and the step boundary of a wafer cluster
+(gradients out, MemoryX's optimizer step, SwarmX latency: model/wafer/cluster.py) once per step.
+Step time is the sum over phases (times M micro-batches with gradient accumulation, the gradient
+synchronisation once, overlapping the last backward pass); tokens/s = N*M*G*b*s / step time;
+MFU = model FLOPs / (step time x peak).
 All functions work on ints and on numpy arrays (vectorised sweeps).
 """
 
@@ -32,6 +36,8 @@ from ..catalogue.constants import constants
 from .communication import communication_time, recomputed
 from .params import param_counts
 from .problem import Evaluation, Problem
+from .wafer.cluster import stream_bandwidth
+from .wafer.costs import tiles_overhead_s, wafer_costs
 
 
 @dataclass(frozen=True)
@@ -62,6 +68,7 @@ class _PhaseTimes:
     stream_bound: Any
     model_flops: Any
     backward_compute: Any
+    backward_time: Any = 0  # the backward pass (with recomputation and its weight stream), for overlaps
 
 
 def _phase_times(problem: Problem, ev: Evaluation) -> _PhaseTimes:
@@ -72,7 +79,7 @@ def _phase_times(problem: Problem, ev: Evaluation) -> _PhaseTimes:
     streaming = problem.memory_model == "weight_streaming"
     sram_bw = hw.chip.sram_bandwidth_bytes_per_s
     act_bw = sram_bw.value if hw.family == "wse" and sram_bw else hw.memory.offchip_bandwidth_bytes_per_s.value
-    link_bw = hw.memory.offchip_bandwidth_bytes_per_s.value
+    link_bw = stream_bandwidth(hw)
     beta = problem.run.bytes_per_element
     ep = problem.layout.expert_parallel
     out = _PhaseTimes({}, 0, 0, 0)
@@ -88,13 +95,17 @@ def _phase_times(problem: Problem, ev: Evaluation) -> _PhaseTimes:
         traffic = moved * (1 + passes.backward_traffic_factor + passes.recompute_passes * recomputed(pv, phase.name))
         t_cmp = np.maximum(flops / peak, traffic / act_bw)
         out.backward_compute = out.backward_compute + n * v("flops_bwd") / peak
+        t_bwd = t_cmp * (flops - v("flops_fwd")) / np.maximum(flops, 1)  # the backward share of the phase
         if streaming:
             weight_bytes = 0 if phase.stream_unit == "none" else beta * v("params")
             t_str = passes.weight_stream_passes * weight_bytes / link_bw
             t = np.maximum(t_cmp, t_str) if problem.run.overlap_streaming else t_cmp + t_str
             out.stream_bound = out.stream_bound + n * np.where(t_str > t_cmp, t, 0.0)
+            t_str_bwd = t_str * (passes.weight_stream_passes - 1) / passes.weight_stream_passes
+            t_bwd = np.maximum(t_bwd, t_str_bwd) if problem.run.overlap_streaming else t_bwd + t_str_bwd
         else:
             t = t_cmp
+        out.backward_time = out.backward_time + n * t_bwd
         out.phase_time[phase.name] = out.phase_time.get(phase.name, 0) + n * t
     return out
 
@@ -112,6 +123,12 @@ def step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Evalua
         # overlapped: hidden behind the routed experts' own compute (chunked dispatch), only the excess shows
         experts = sum(phase_time[p.name] for _, _, p in ev.items() if p.param_bucket == "routed")
         phase_time["all_to_all"] = np.maximum(0.0, a2a - experts) if layout.overlap_all_to_all else a2a
+    wafer = None
+    if problem.hardware.family == "wse":
+        wafer = wafer_costs(problem, ev, times.backward_time, sum(phase_time.values()))
+    if wafer is not None:
+        phase_time.update(wafer.per_micro_batch)
+        comm = {**comm, **wafer.communication}
     # gradient accumulation: M micro-batches of G*b sequences per optimizer step; everything above
     # runs M times, the gradients are synchronised once
     m = layout.micro_batches
@@ -123,7 +140,9 @@ def step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Evalua
         # data-parallel gradient reduction overlaps the backward pass of the last micro-batch
         # (bucketed, as in PyTorch DDP and Megatron-LM); only what exceeds it shows
         phase_time["gradient_sync"] = np.maximum(0.0, comm["gradient_sync"] - times.backward_compute)
-    tiling = m * model.num_layers * tiles * tile_overhead_s(problem)
+    if wafer is not None:
+        phase_time.update(wafer.per_step)
+    tiling = m * tiles_overhead_s(problem, ev, tiles, model.num_layers * tile_overhead_s(problem))
     total = sum(phase_time.values()) + tiling
     peak = problem.hardware.chip.peak_flops_per_s.value
     return StepTime(total, layout.devices * m * tokens / total, m * times.model_flops / (total * peak),

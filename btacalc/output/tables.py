@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..planning.report import PhaseRow, PlanReport
+from .wafer_tables import sensitivity_table, wafer_renderable
 
 _SI = [(1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")]
 
@@ -36,12 +37,16 @@ def params(value: float) -> str:
 
 def plan_renderable(r: PlanReport) -> Group:
     parts: list[RenderableType] = [_header(r), _plan_table(r), _memory_table(r)]
-    if r.parallelism.devices > 1:
+    if r.parallelism.devices > 1 and r.state_sharding:
         parts.append(_sharding_table(r))
     parts += [_phase_table(r.phases, r, "One decoder layer, per step"),
              _phase_table(r.outside_layers, r, "Outside the layers, per step"), _flops_table(r)]
     if r.throughput is not None:
         parts.append(_throughput_table(r))
+    if r.wafer is not None:
+        parts.append(Panel(wafer_renderable(r.wafer), title="Wafer systems (Cerebras)", border_style="blue"))
+    if r.sensitivity:
+        parts.append(sensitivity_table(r))
     if r.suggestions:
         parts.append(Panel("\n".join(f"• {s}" for s in r.suggestions), title="What would fit", border_style="yellow"))
     return Group(*parts)
@@ -105,7 +110,9 @@ def _header(r: PlanReport) -> Table:
     t.add_row("hardware", f"{hw.display_name} ({hw.name}): {i.memory_model.replace('_', ' ')}, "
                           f"capacity {gb(hw.memory_capacity_bytes)}, usable {gb(hw.usable_memory_bytes)}")
     par = r.parallelism
-    if par.devices > 1:
+    if par.devices > 1 and r.wafer is not None:
+        t.add_row("parallelism", f"{par.devices} wafer systems in data parallel, {par.micro_batches} micro-batch(es) each")
+    elif par.devices > 1:
         t.add_row("parallelism", f"{par.devices} devices ({par.devices_per_node} per node), expert parallel {par.expert_parallel}, "
                                  f"expert data parallel {par.expert_data_parallel}, ZeRO-{par.zero_stage}, all-to-all "
                                  f"{'overlapped' if par.overlap_all_to_all else 'not overlapped'}")

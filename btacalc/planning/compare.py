@@ -1,13 +1,15 @@
 """`btacalc compare`: one model on several devices (and GPU counts), side by side.
 
 Each row is a full plan (`plan.make_plan`) reduced to what a comparison needs. A wafer-scale row is
-one system (weights streamed or resident, whichever `--memory-model` resolves to); a GPU row is N
-devices with expert parallelism and ZeRO. With `devices=None` ("auto") a GPU row uses the smallest
-power-of-two device count whose per-device shard fits (`cluster.min_devices`).
+D systems in strict data parallel (one by default; weights streamed, or resident on one system); a GPU
+row is N devices with expert parallelism and ZeRO. With `devices=None` ("auto") a GPU row uses the
+smallest power-of-two device count whose per-device shard fits (`cluster.min_devices`), or with
+`match` the count set beside the wafer systems: similar power, or as many devices.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Iterable, Optional, Sequence
 
 from pydantic import BaseModel, Field
@@ -84,22 +86,49 @@ def _row(report: PlanReport, profile: HardwareProfile) -> CompareRow:
     )
 
 
+MATCHES = ("power", "devices")
+
+
+def matched_gpu_count(wafer: HardwareProfile, systems: int, gpu: HardwareProfile, match: str) -> tuple[int, str]:
+    """GPUs set beside `systems` wafer systems: as many devices, or the whole nodes whose system power is
+    nearest the wafers' (profile system_power_w, else power_w, per device)."""
+    if match == "devices":
+        return systems, f"matched to {systems} x {wafer.name} by device count"
+    wafer_kw = systems * wafer.power_per_device_w / 1e3
+    node = int(gpu.system.devices_per_node.value) if gpu.system.devices_per_node else 1
+    nodes = max(1, round(wafer_kw * 1e3 / (node * gpu.power_per_device_w)))
+    return nodes * node, f"matched to {systems} x {wafer.name} by power ({wafer_kw:,.0f} kW; whole {node}-device nodes)"
+
+
 def compare(model: ModelSpec, profiles: Sequence[HardwareProfile], devices: Optional[Sequence[int]] = None,
-            request: ExecutionRequest = ExecutionRequest()) -> CompareResult:
-    """One row per wafer profile, and per (GPU profile, device count). `devices=None`: the smallest
-    power-of-two GPU count that fits. Every other choice comes from `request`; what it leaves unset
-    defaults per device (recompute, attention) and per device count (EP, ZeRO)."""
+            request: ExecutionRequest = ExecutionRequest(), systems: int = 1, match: Optional[str] = None,
+            wafer_global_batch: Optional[int] = None) -> CompareResult:
+    """One row per wafer profile (`systems` CS systems each), and per (GPU profile, device count).
+    `devices=None`: the smallest power-of-two GPU count that fits, or with `match` the count matched to
+    the first wafer row (`power`: similar system power; `devices`: as many GPUs as wafer systems).
+    `wafer_global_batch`: the wafer rows' sequences per step over all systems.
+    Every other choice comes from `request`; what it leaves unset defaults per device (recompute,
+    attention) and per device count (EP, ZeRO)."""
     if not profiles:
         raise BtacalcError("{hardware}: give at least one hardware profile")
+    wafers = [p for p in profiles if p.family == "wse"]
+    if match is not None and (match not in MATCHES or not wafers or devices):
+        raise BtacalcError(f"{{match}} {match!r}: give power or devices, with a wafer profile in {{hardware}} and "
+                           "without GPU {devices}")
     rows: list[CompareRow] = []
     params_total = 0
     seq = 0
     for profile in profiles:
-        counts: Sequence[Optional[int]] = [1] if profile.family == "wse" else (list(devices) if devices else [None])
-        # a wafer row is one system: the GPU layout choices (EP, ZeRO) do not apply to it
-        base = request.with_changes(expert_parallel=None, zero_stage=None) if profile.family == "wse" else request
+        matched = matched_gpu_count(wafers[0], systems, profile, match) if match and profile.family == "gpu" else None
+        counts: Sequence[Optional[int]] = ([systems] if profile.family == "wse" else [matched[0]] if matched
+                                           else (list(devices) if devices else [None]))
+        # a wafer row is D systems in strict data parallel: the GPU layout choices (EP, ZeRO) do not apply to it
+        base = request
+        if profile.family == "wse":
+            base = request.with_changes(expert_parallel=None, zero_stage=None,
+                                        limits=replace(request.limits, global_batch=wafer_global_batch))
         for n in counts:
-            note = ""
+            note = matched[1] if matched else ""
             if n is None:
                 fit = min_devices(model, profile, base, escalate=True)
                 if fit is None:
@@ -112,6 +141,6 @@ def compare(model: ModelSpec, profiles: Sequence[HardwareProfile], devices: Opti
             params_total, seq = report.model.params_total, report.inputs.seq_len
             row = _row(report, profile)
             if note:
-                row.note = note
+                row.note = "; ".join(x for x in (note, row.note) if x)
             rows.append(row)
     return CompareResult(model=model.name, params_total=params_total, seq_len=seq, rows=rows)

@@ -156,8 +156,10 @@ def _trivial(value: Any) -> bool:
     return value is None or value in (0, 1)
 
 
-def express(run: MeasuredRun) -> tuple[Optional[ExecutionRequest], str]:
-    """The request that reproduces `run`, or None and the reason it cannot be expressed yet."""
+def express(run: MeasuredRun, family: str = "gpu") -> tuple[Optional[ExecutionRequest], str]:
+    """The request that reproduces `run`, or None and the reason it cannot be expressed yet. On a
+    wafer cluster the global batch is the batch per optimizer step over all systems; with no
+    micro-batch given, the micro-batching is chosen as the compiler would."""
     missing = [f"{name}={getattr(run, name)}" for name, target in LAYOUT_FIELDS.items()
                if target is None and not _trivial(getattr(run, name))]
     if missing:
@@ -170,6 +172,9 @@ def express(run: MeasuredRun) -> tuple[Optional[ExecutionRequest], str]:
     if isinstance(run.recompute, list):
         return None, f"recompute modules {run.recompute} not modelled yet"
     dp = run.devices
+    if family == "wse" and run.micro_batch is None:
+        return ExecutionRequest(seq_len=run.seq, recompute=recompute, devices=run.devices, micro_batches=None,
+                                limits=BatchLimits(global_batch=run.global_batch), **changes), ""
     if run.micro_batch is not None:
         if run.global_batch % (dp * run.micro_batch):
             return None, f"global batch {run.global_batch} is not a multiple of DP {dp} x micro-batch {run.micro_batch}"
@@ -195,7 +200,7 @@ def predict(run: MeasuredRun) -> RunResult:
         model = resolve_model(run.model)
     except BtacalcError as exc:
         return RunResult(**base, family="unknown", expressible=False, reason=str(exc))
-    request, reason = express(run)
+    request, reason = express(run, family)
     if request is None:
         return RunResult(**base, family=family, expressible=False, reason=reason)
     try:

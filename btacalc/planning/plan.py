@@ -8,22 +8,26 @@ from typing import Optional
 
 from ..catalogue.compiled import PhaseValues
 from ..config.model import LayerKind
-from ..config.execution import ExecutionRequest, resolve_execution
+from ..config.execution import ExecutionRequest
 from ..config.hardware import HardwareProfile
 from ..config.model import ModelSpec
-from ..model.memory import MemoryModel, resolve_memory_model
+from ..model.memory import MemoryModel
 from ..model.problem import Evaluation, Problem
 from ..model.solver import Solution, solve
 from ..model.timing import StepTime, compute_efficiency, step_time
 from .report import (FlopsPerStep, HardwareInfo, Inputs, ModelInfo, ParallelInfo, PhaseRow, PlanInfo, PlanReport,
                      StateRow, Throughput)
+from .resolve import resolve_problem
 from .suggest import suggestions
+from .wafer import wafer_info
 
 
 def make_plan(model: ModelSpec, hardware: HardwareProfile, request: ExecutionRequest = ExecutionRequest()) -> PlanReport:
     """Resolve the execution, solve the batch shape and build the report."""
-    execution = resolve_execution(request, model, hardware)
-    return plan_problem(resolve_memory_model(Problem(model, hardware, execution)))
+    return plan_problem(resolve_problem(model, hardware, request))
+
+
+
 
 
 def plan_problem(problem: Problem) -> PlanReport:
@@ -134,16 +138,20 @@ def build_report(problem: Problem, mem: MemoryModel, sol: Solution) -> PlanRepor
         phases=layer_rows,
         outside_layers=outside_rows,
     )
+    best_time = None
     if report.plan.fits:
         summary = summarize(problem, mem, sol)
         report.throughput = _throughput(problem, summary)
-        phase_time = summary.best_time.phase_time_s
+        best_time = summary.best_time
+        phase_time = best_time.phase_time_s
         for row in report.phases:
             row.time_s = float(phase_time[row.name]) / kind.count
         for row in report.outside_layers:
             row.time_s = float(phase_time[row.name])
     else:
         report.suggestions = suggestions(problem, mem)
+    if problem.hardware.family == "wse":
+        report.wafer = wafer_info(problem, mem, sol, best_time)
     return report
 
 

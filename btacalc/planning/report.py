@@ -5,9 +5,9 @@ Units: bytes, FLOP, FLOP/byte, seconds; no scaled units in JSON.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
 
 SCHEMA_VERSION = 1
 
@@ -141,6 +141,62 @@ class Throughput(BaseModel):
                                               "gradient_sync time per step before overlap")
 
 
+class ScalingRow(BaseModel):
+    systems: int
+    per_system_batch: int = Field(description="sequences per system per optimizer step")
+    micro_batches: int
+    tokens_per_s: float = Field(description="all systems")
+    tokens_per_s_per_system: float
+    efficiency: float = Field(description="tokens/s over systems x tokens/s of one system")
+    stream_bound_share: float
+    step_boundary_share: float = Field(description="share of the step spent at the step boundary (gradients out, "
+                                       "MemoryX optimizer step, SwarmX latency), after overlap")
+    limited_by: str
+
+
+class WaferInfo(BaseModel):
+    """A wafer plan as Cerebras runs it: the systems, the batch split, SwarmX/MemoryX and the mesh-derived costs."""
+
+    systems: int = Field(description="D: CS systems in strict data parallel (Model Zoo num_csx)")
+    global_batch: int = Field(description="N = D*M*G*b: sequences per optimizer step over all systems (batch_size)")
+    per_system_batch: int = Field(description="N / D")
+    micro_batches: int = Field(description="M: micro-batches per system per step; the weight stream runs M times")
+    micro_batch_size: int = Field(description="n = G*b: sequences per micro-batch (micro_batch_size)")
+    batch_rule: str = Field(description="the divisibility rule applied")
+    tokens_per_s: Optional[float] = None
+    tokens_per_s_per_system: Optional[float] = None
+    stream_bandwidth_bytes_per_s: float = Field(description="per system: min(system I/O, MemoryX bandwidth)")
+    stream_limited_by: str = Field(description="system_io or memoryx")
+    swarmx_levels: int = Field(description="ceil(log_F D) levels of the SwarmX tree")
+    swarmx_latency_s: float = Field(description="lambda(D): MemoryX to a system through the tree")
+    memoryx_capacity_bytes: int
+    memoryx_state_bytes: int = Field(description="weights, gradients and optimizer state held in MemoryX")
+    memoryx_fits: bool
+    gradient_out_s: Optional[float] = Field(None, description="per step, before overlap with the last backward pass")
+    optimizer_update_s: Optional[float] = Field(None, description="MemoryX's optimizer step, before overlap")
+    step_boundary_s: Optional[float] = Field(None, description="what the step boundary adds after overlap")
+    tile_overhead_s: Optional[float] = Field(None, description="per attention tile per step, all layers "
+                                             "(mesh-derived when the profile has a [mesh])")
+    mesh_dispatch_s: Optional[float] = Field(None, description="on-wafer token dispatch + combine per step")
+    scaling: list[ScalingRow] = Field(default_factory=list, description="the same plan on 1, 2, 4, ... D systems")
+    linear_until: Optional[int] = Field(None, description="the most systems with efficiency >= 0.95 at every "
+                                        "count up to it")
+    scaling_note: str = ""
+
+
+class SensitivityRow(BaseModel):
+    parameter: str = Field(description="'section.field' of the hardware profile")
+    value: float
+    kind: str
+    tokens_per_s_minus: Optional[float]
+    tokens_per_s_plus: Optional[float]
+    elasticity_minus: Optional[float] = Field(description="(relative change of tokens/s) / (relative change of the "
+                                              "parameter) for the step down")
+    elasticity_plus: Optional[float]
+    shape_minus: str = Field(description="G x b x M at the step down")
+    shape_plus: str
+
+
 class PlanReport(BaseModel):
     schema_version: int = SCHEMA_VERSION
     model: ModelInfo
@@ -157,3 +213,16 @@ class PlanReport(BaseModel):
     outside_layers: list[PhaseRow] = Field(description="embedding, final norm, LM head, loss")
     throughput: Optional[Throughput] = None
     suggestions: list[str] = Field(default_factory=list, description="what would fit, when the plan does not")
+    wafer: Optional[WaferInfo] = Field(None, description="wafer plans only: systems, batch split, SwarmX/MemoryX, "
+                                       "mesh-derived costs, scaling over systems")
+    sensitivity: Optional[list[SensitivityRow]] = Field(None, description="with --sensitivity: tokens/s when each "
+                                                        "hardware number moves by -x% and +x%")
+
+    @model_serializer(mode="wrap")
+    def _omit_absent_sections(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """`wafer` and `sensitivity` appear only when present (GPU plans and plain plans keep their shape)."""
+        data = handler(self)
+        for key in ("wafer", "sensitivity"):
+            if data.get(key) is None:
+                data.pop(key, None)
+        return data

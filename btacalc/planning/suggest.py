@@ -51,7 +51,7 @@ def _state_too_large(problem: Problem, mem: MemoryModel, fixed: int) -> list[str
             sol = solve(streamed, problem.execution.limits.free())
             out.append(f"--memory-model weight_streaming (or auto) fits G = {sol.tiles}, b = {sol.tile_batch}: "
                        "weights and optimizer state off-wafer in MemoryX")
-    if problem.hardware.multi_device:
+    if problem.hardware.multi_device and problem.hardware.family == "gpu":  # wafer systems never shard the state
         from .cluster import min_devices
 
         request = problem.execution.request or ExecutionRequest()

@@ -13,11 +13,18 @@ from ..config.presets import resolve_model
 from ..paths import package_data
 from .plan import make_plan
 from .report import PlanReport
+from .whatif import WhatIfResult, whatif
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
+
+
+class WhatIfSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    solve_for: str
+    grad_accum: Optional[int] = None
 
 
 class PublishedPoint(BaseModel):
@@ -38,6 +45,8 @@ class PublishedPoint(BaseModel):
     tolerance: float
     calibration: bool = False
     known_gap: str = ""  # the model is known not to reproduce this point: why, and what it would need
+    whatif: list[WhatIfSpec] = Field(default_factory=list, description="`btacalc whatif` questions that say what "
+                                     "it would take to reach the point (the lower edge of its tolerance)")
 
 
 class PointResult(BaseModel):
@@ -53,6 +62,7 @@ class PointResult(BaseModel):
     calibration: bool
     known_gap: bool
     note: str = ""
+    what_it_takes: list[WhatIfResult] = Field(default_factory=list)
 
     @property
     def status(self) -> str:
@@ -105,6 +115,30 @@ def metric_value(point: PublishedPoint, hw: Optional[HardwareProfile] = None) ->
     raise ValueError(f"unknown metric {point.metric!r}")
 
 
+def what_it_takes(point: PublishedPoint) -> list[WhatIfResult]:
+    """The point's whatif questions: the value reaching the lower edge of its tolerance band."""
+    model = resolve_model(point.model).with_overrides(**point.overrides)
+    target = f"{point.metric}={point.published - point.tolerance:g}"
+    out = []
+    for q in point.whatif:
+        request = ExecutionRequest(seq_len=point.seq, recompute=point.recompute, attention=point.attention,
+                                   micro_batches=q.grad_accum,
+                                   limits=BatchLimits(tiles=point.tiles, tile_batch=point.tile_batch))
+        out.append(whatif(model, resolve_hardware(point.hw), request, target, q.solve_for))
+    return out
+
+
+def summary_line(r: WhatIfResult, grad_accum: Optional[int]) -> str:
+    names = " + ".join(k.split(".", 1)[-1] for k in r.solve_for.split(","))
+    accum = f" (--grad-accum {grad_accum})" if grad_accum else ""
+    if r.reached and r.ratio is not None:
+        return f"{names}{accum} x{r.ratio:.3g}"
+    best = max((s for s in r.trace if s.metric is not None), key=lambda s: s.metric or 0.0, default=None)
+    where = f"best {best.metric:.2f} at x{best.ratio:.3g}, " if best is not None else ""
+    regime = r.binds_along_the_way[-1] if r.binds_along_the_way else "-"
+    return f"{names}{accum}: out of reach ({where}then {regime})"
+
+
 def validate() -> list[PointResult]:
     out = []
     for p in load_points():
@@ -112,9 +146,14 @@ def validate() -> list[PointResult]:
         dev = None if v is None else v - p.published
         ok = dev is not None and abs(dev) <= p.tolerance * (1 + 1e-12)
         note = "calibration point (fitted)" if p.calibration else p.known_gap
+        takes = what_it_takes(p)
+        if takes:
+            note += (f" What it would take to reach {p.metric} {p.published - p.tolerance:g} (btacalc whatif): "
+                     + "; ".join(summary_line(r, q.grad_accum) for r, q in zip(takes, p.whatif)) + ".")
         out.append(PointResult(id=p.id, claim=p.claim, source=p.source, metric=p.metric, published=p.published,
                                model=v, deviation=dev, tolerance=p.tolerance, passed=ok,
-                               calibration=p.calibration, known_gap=bool(p.known_gap), note=note))
+                               calibration=p.calibration, known_gap=bool(p.known_gap), note=note,
+                               what_it_takes=takes))
     return out
 
 

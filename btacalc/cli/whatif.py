@@ -1,0 +1,88 @@
+"""`btacalc whatif`: the hardware or model value at which a plan reaches a target."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .console import out
+from .options import (Accounting, AccountingOpt, Attention, AttentionOpt, CausalOpt, DevicesOpt, EpOpt, ExpertFfnOpt,
+                      ExpertsOpt, FixedActiveOpt, GlobalBatchOpt, GpusPerNodeOpt, GradAccumOpt, HwOpt, Loss, LossOpt,
+                      MaxGlobalBatchOpt, MaxTileBatchOpt, MemoryModelChoice, MemoryModelOpt, ModelOpt, OutputOpt,
+                      OverlapA2aOpt, OverlapOpt, Recompute, RecomputeOpt, SeqOpt, TileBatchOpt, TilesOpt, TopKOpt,
+                      ZeroOpt, emit_json, value)
+
+EXAMPLES = ("Examples:\n\n"
+            "  btacalc whatif --model qwen3-30b-a3b --hw wse2 --top-k 1 --fixed-active --target relative_to_dense=0.85 "
+            "--solve-for sram_bytes\n\n"
+            "  btacalc whatif --hw wse2 --top-k 1 --fixed-active --grad-accum 16 --target relative_to_dense=0.85 "
+            "--solve-for offchip_bandwidth_bytes_per_s,memoryx_bandwidth_bytes_per_s\n\n"
+            "  btacalc whatif --hw wse3 --target tokens_per_s=50000 --solve-for sram_bytes --json\n\n"
+            "  btacalc whatif --hw wse2 --top-k 1 --fixed-active --target relative_to_dense=0.85 --solve-for layers")
+
+
+def whatif(
+    target: str = typer.Option(..., "--target", help="METRIC=VALUE to reach: tokens_per_s, relative_to_dense, mfu or "
+                               "tokens_per_s_per_kw."),
+    solve_for: str = typer.Option(..., "--solve-for", help="A hardware number (e.g. offchip_bandwidth_bytes_per_s, "
+                                  "sram_bytes, chip.peak_flops_per_s; several, comma-separated, move together) or "
+                                  "a model value (layers)."),
+    model: str = ModelOpt,
+    hw: str = HwOpt,
+    seq: Optional[int] = SeqOpt,
+    global_batch: Optional[int] = GlobalBatchOpt,
+    tiles: Optional[int] = TilesOpt,
+    tile_batch: Optional[int] = TileBatchOpt,
+    max_global_batch: Optional[int] = MaxGlobalBatchOpt,
+    max_tile_batch: Optional[int] = MaxTileBatchOpt,
+    experts: Optional[int] = ExpertsOpt,
+    top_k: Optional[int] = TopKOpt,
+    expert_ffn: Optional[int] = ExpertFfnOpt,
+    fixed_active: bool = FixedActiveOpt,
+    recompute: Optional[Recompute] = RecomputeOpt,
+    attention: Optional[Attention] = AttentionOpt,
+    causal: bool = CausalOpt,
+    loss: Optional[Loss] = LossOpt,
+    accounting: Accounting = AccountingOpt,
+    overlap: bool = OverlapOpt,
+    memory_model: Optional[MemoryModelChoice] = MemoryModelOpt,
+    devices: int = DevicesOpt,
+    ep: Optional[int] = EpOpt,
+    zero: Optional[int] = ZeroOpt,
+    gpus_per_node: Optional[int] = GpusPerNodeOpt,
+    overlap_a2a: bool = OverlapA2aOpt,
+    grad_accum: Optional[int] = GradAccumOpt,
+    as_json: bool = typer.Option(False, "--json", help="Print the answer as JSON on stdout."),
+    output: Optional[Path] = OutputOpt,
+) -> int:
+    """What would it take: the value of one hardware number (or of the model's depth) at which the plan
+    reaches a target, its ratio to today's value, and what binds along the way. Takes the model, hardware
+    and run options of `plan`.
+
+    Exit 0 when the target is reached within 1/1000x..1000x of today's value, 1 when it is not, 2 on bad input.
+    """
+    from ..config.execution import BatchLimits, ExecutionRequest
+    from ..config.hardware import resolve_hardware
+    from ..config.presets import resolve_model
+    from ..planning.whatif import whatif as run_whatif
+
+    spec = resolve_model(model).with_overrides(experts, top_k, expert_ffn, fixed_active)
+    request = ExecutionRequest(
+        seq_len=seq, recompute=value(recompute), attention=value(attention), causal=causal, loss=value(loss),
+        accounting=accounting.value, memory_model=value(memory_model), overlap_streaming=overlap,
+        devices=devices, expert_parallel=ep, zero_stage=zero, devices_per_node=gpus_per_node,
+        overlap_all_to_all=overlap_a2a, micro_batches=grad_accum,
+        limits=BatchLimits(global_batch, tiles, tile_batch, max_global_batch, max_tile_batch))
+    result = run_whatif(spec, resolve_hardware(hw), request, target, solve_for)
+    emit_json(result.model_dump_json(indent=2), as_json, output)
+    if not as_json:
+        from ..output.whatif_tables import whatif_renderable
+
+        out.print(whatif_renderable(result))
+    return 0 if result.reached else 1
+
+
+def register(app: typer.Typer) -> None:
+    app.command(epilog=EXAMPLES)(whatif)

@@ -1,0 +1,36 @@
+"""Rich rendering of a `whatif` answer."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from ..planning.whatif import WhatIfResult
+
+
+def _fmt(v: float) -> str:
+    return f"{v:,.4g}" if abs(v) < 1e6 else f"{v:.4g}"
+
+
+def whatif_renderable(r: WhatIfResult) -> Group:
+    head = Table.grid(padding=(0, 2))
+    head.add_column(style="bold")
+    head.add_column()
+    head.add_row("question", f"{r.target_metric} >= {r.target_value:g} for {r.model} on {r.hardware}: what "
+                             f"{r.solve_for} would it take?")
+    today = "-" if r.today_metric is None else f"{r.today_metric:.4g}"
+    head.add_row("today", f"{r.solve_for} = {_fmt(r.today_value)} gives {r.target_metric} = {today}")
+    if r.reached and r.value is not None and r.ratio is not None and r.answer is not None:
+        head.add_row("answer", Text(f"{_fmt(r.value)} ({r.ratio:.3g}x today's value) gives {r.target_metric} = "
+                                    f"{r.answer.metric:.4g} at G x b x M = {r.answer.shape}", style="bold green"))
+    else:
+        head.add_row("answer", Text(f"not reached: {r.note}", style="bold red"))
+    head.add_row("along the way", " -> ".join(r.binds_along_the_way) or "-")
+    t = Table(title="Trace (grid points between today's value and the answer)", title_justify="left")
+    for c in ("value", "x today", r.target_metric, "G x b x M", "dominant phase", "stream-bound", "batch limited by"):
+        t.add_column(c, justify="left" if c in ("dominant phase", "batch limited by", "G x b x M") else "right")
+    for s in r.trace:
+        t.add_row(_fmt(s.value), f"{s.ratio:.3g}", "-" if s.metric is None else f"{s.metric:.4g}", s.shape,
+                  s.dominant_phase, f"{s.stream_bound_share:.0%}", s.binding_constraint)
+    return Group(head, t)

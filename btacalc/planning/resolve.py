@@ -1,0 +1,17 @@
+"""From a request to a problem: every default resolved once, the memory model chosen and, on a wafer
+cluster, the global batch split into micro-batches (model/wafer/batching.py)."""
+
+from __future__ import annotations
+
+from ..config.execution import ExecutionRequest, resolve_execution
+from ..config.hardware import HardwareProfile
+from ..config.model import ModelSpec
+from ..model.memory import resolve_memory_model
+from ..model.problem import Problem
+from ..model.wafer.batching import check_cluster_memory_model, split_global_batch
+
+
+def resolve_problem(model: ModelSpec, hardware: HardwareProfile, request: ExecutionRequest) -> Problem:
+    problem = resolve_memory_model(Problem(model, hardware, resolve_execution(request, model, hardware)))
+    check_cluster_memory_model(problem)
+    return split_global_batch(problem)

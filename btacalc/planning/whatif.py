@@ -1,0 +1,191 @@
+"""`btacalc whatif`: the hardware or model value at which a plan reaches a target.
+
+`solve_for` is a number of the hardware profile (`offchip_bandwidth_bytes_per_s`, `sram_bytes`,
+`chip.peak_flops_per_s`, ...), several numbers moved together by the same factor (comma-separated: the
+first one's value is reported), or a model value (`layers`); `target` is a plan metric and the value it
+must reach (`relative_to_dense=0.95`, `tokens_per_s=50000`). Every trial is a full plan: the batch
+shape is solved again at each value, so what binds may change along the way, and the report says
+where.
+
+Search: the metric is evaluated on a geometric grid from today's value / F to today's value x F
+(F = 1000; model values from 1 up), outward from today's value until a grid point reaches the target;
+the crossing nearest to today's value is so bracketed on the grid and refined by bisection (to 0.1%, or to the integer for model values). The metric is
+assumed monotone between today's value and the answer; the trace of the grid points in between shows
+whether it is.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Optional
+
+from pydantic import BaseModel, Field
+
+from ..config.execution import ExecutionRequest
+from ..config.hardware import HardwareProfile
+from ..config.model import ModelSpec
+from ..errors import BtacalcError
+from .metrics import METRICS, PlanMetrics, plan_metrics
+
+SCHEMA_VERSION = 1
+MODEL_VALUES = {"layers": "num_layers"}
+RANGE_FACTOR = 1000.0  # search today's value / F .. x F
+GRID_POINTS = 31  # geometric grid over the range (every 10^(6/30) = 1.58x)
+REL_TOL = 1e-3
+
+
+class WhatIfStep(BaseModel):
+    value: float
+    ratio: float = Field(description="value / today's value")
+    metric: Optional[float]
+    fits: bool
+    shape: str = Field(description="G x b x M")
+    binding_constraint: str
+    dominant_phase: str
+    stream_bound_share: float
+
+
+class WhatIfResult(BaseModel):
+    schema_version: int = SCHEMA_VERSION
+    model: str
+    hardware: str
+    solve_for: str = Field(description="'section.field' of the profile (several, comma-separated, move together), "
+                           "or a model value (layers)")
+    target_metric: str
+    target_value: float
+    today_value: float
+    today_metric: Optional[float]
+    reached: bool
+    value: Optional[float] = Field(None, description="the smallest change from today's value that reaches the target")
+    ratio: Optional[float] = Field(None, description="value / today's value")
+    answer: Optional[WhatIfStep] = None
+    trace: list[WhatIfStep] = Field(default_factory=list, description="grid points from today's value to the answer")
+    binds_along_the_way: list[str] = Field(default_factory=list, description="distinct regimes met on the way, "
+                                           "in order: the phase taking the most time (stream-bound or not) and "
+                                           "what limits the batch")
+    note: str = ""
+
+
+def parse_target(text: str) -> tuple[str, float]:
+    name, sep, value = text.partition("=")
+    name = name.strip().replace("-", "_")
+    if not sep or name not in METRICS:
+        raise BtacalcError(f"{{target}} {text!r}: give METRIC=VALUE with METRIC one of {', '.join(METRICS)}")
+    try:
+        target = float(value)
+    except ValueError:
+        raise BtacalcError(f"{{target}} {text!r}: {value!r} is not a number") from None
+    if not target > 0:
+        raise BtacalcError(f"{{target}} {text!r}: the target must be positive")
+    return name, target
+
+
+def _evaluator(model: ModelSpec, hw: HardwareProfile, request: ExecutionRequest,
+               solve_for: str) -> tuple[str, float, bool, Callable[[float], PlanMetrics]]:
+    """(key, today's value, integer?, value -> plan metrics)."""
+    if solve_for in MODEL_VALUES:
+        field = MODEL_VALUES[solve_for]
+
+        def model_at(x: float) -> PlanMetrics:
+            n = max(1, int(round(x)))
+            changed = model.model_copy(update={field: n, "name": f"{model.name} ({solve_for}={n})",
+                                               "published_params": None})
+            return plan_metrics(changed, hw, request)
+
+        return solve_for, float(getattr(model, field)), True, model_at
+    keys = [hw.number_key(k.strip()) for k in solve_for.split(",")]
+    numbers = hw.numbers()
+    today = numbers[keys[0]].value
+
+    def hardware_at(x: float) -> PlanMetrics:
+        trial = hw
+        for k in keys:  # several numbers move together, by the same factor
+            trial = trial.with_number(k, numbers[k].value * x / today, note=f"whatif trial: {keys[0]} x {x / today:.4g}")
+        return plan_metrics(model, trial, request)
+
+    return ",".join(keys), today, False, hardware_at
+
+
+def _step(x: float, today: float, metric: str, pm: PlanMetrics) -> WhatIfStep:
+    return WhatIfStep(value=x, ratio=x / today, metric=pm.values[metric], fits=pm.fits, shape=pm.shape,
+                      binding_constraint=pm.binding_constraint, dominant_phase=pm.dominant_phase or "-",
+                      stream_bound_share=pm.stream_bound_share)
+
+
+def _reached(pm: PlanMetrics, metric: str, target: float) -> bool:
+    v = pm.values[metric]
+    return v is not None and v >= target
+
+
+def _grid(today: float, integer: bool) -> list[float]:
+    lo = 1.0 if integer else today / RANGE_FACTOR
+    hi = today * RANGE_FACTOR
+    pts = [lo * (hi / lo) ** (i / (GRID_POINTS - 1)) for i in range(GRID_POINTS)]
+    if integer:
+        pts = [float(v) for v in sorted({max(1, round(p)) for p in pts} | {int(today)})]
+    return sorted(set(pts) | {today})
+
+
+def _bisect(at: Callable[[float], PlanMetrics], metric: str, target: float, good: float, bad: float,
+            integer: bool) -> float:
+    """Shrink [bad, good] (bad misses the target, good reaches it) to the tolerance; return good."""
+    while (abs(good - bad) > 1) if integer else (abs(good / bad - 1) > REL_TOL):
+        mid = round((good + bad) / 2) if integer else math.sqrt(good * bad)
+        if mid in (good, bad):
+            break
+        if _reached(at(mid), metric, target):
+            good = mid
+        else:
+            bad = mid
+    return good
+
+
+def whatif(model: ModelSpec, hw: HardwareProfile, request: ExecutionRequest, target: str,
+           solve_for: str) -> WhatIfResult:
+    metric, goal = parse_target(target)
+    key, today, integer, at = _evaluator(model, hw, request, solve_for)
+    grid = _grid(today, integer)
+    points: dict[float, PlanMetrics] = {}
+
+    def point(x: float) -> PlanMetrics:  # grid points are evaluated outward from today's value, as needed
+        if x not in points:
+            points[x] = at(x)
+        return points[x]
+
+    base = point(today)
+    result = WhatIfResult(model=model.name, hardware=hw.name, solve_for=key, target_metric=metric, target_value=goal,
+                          today_value=today, today_metric=base.values[metric], reached=False)
+    i0 = grid.index(today)
+    # the reaching grid point nearest to today's value (in ratio), and its neighbour towards today
+    order = sorted(range(len(grid)), key=lambda i: (abs(math.log(grid[i] / today)), grid[i]))
+    hit = next((i for i in order if _reached(point(grid[i]), metric, goal)), None)
+    if hit is None:
+        best = max(grid, key=lambda x: points[x].values[metric] or 0.0)
+        result.note = (f"{metric} does not reach {goal:g} anywhere from {grid[0]:.4g} to {grid[-1]:.4g} "
+                       f"(best {points[best].values[metric]} at {best:.4g}, {best / today:.3g}x today)")
+        result.trace = [_step(x, today, metric, points[x]) for x in grid]
+        result.binds_along_the_way = _regimes(result.trace)
+        return result
+    if hit == i0:
+        value = today
+    else:
+        toward = hit - 1 if hit > i0 else hit + 1
+        value = _bisect(at, metric, goal, grid[hit], grid[toward], integer)
+    answer = _step(value, today, metric, at(value))
+    lo, hi = sorted((i0, hit))
+    trace = [_step(grid[i], today, metric, point(grid[i])) for i in range(lo, hi + 1)]
+    result.reached, result.value, result.ratio, result.answer = True, value, value / today, answer
+    result.trace, result.binds_along_the_way = trace, _regimes(trace + [answer])
+    return result
+
+
+def _regimes(steps: list[WhatIfStep]) -> list[str]:
+    """The distinct regimes met along `steps`, in order: the phase that takes the most time (and whether
+    the weight stream binds), and what limits the batch."""
+    out: list[str] = []
+    for s in steps:
+        stream = " (stream-bound)" if s.stream_bound_share > 0.5 else ""
+        label = f"{s.dominant_phase}{stream}; batch limited by {s.binding_constraint}" if s.fits else "does not fit"
+        if not out or out[-1] != label:
+            out.append(label)
+    return out

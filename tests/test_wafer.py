@@ -1,0 +1,276 @@
+"""Wafer-scale systems as Cerebras runs them (issue 12): mesh-derived costs, SwarmX/MemoryX, the batch
+split into micro-batches, the Cerebras YAML, whatif, compare --match and the sensitivity table.
+Expected values are hand arithmetic from the profile numbers and the cited rules."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from btacalc.config.execution import BatchLimits, ExecutionRequest, RunOptions
+from btacalc.config.hardware import resolve_hardware
+from btacalc.config.hf import load_hf_config
+from btacalc.config.presets import load_preset
+from btacalc.errors import BtacalcError
+from btacalc.model.communication import exchanges
+from btacalc.model.memory import MemoryModel
+from btacalc.model.problem import make_problem
+from btacalc.model.timing import step_time
+from btacalc.model.wafer.batching import fewest_micro_batches, micro_batch_size
+from btacalc.model.wafer.cluster import step_boundary, stream_bandwidth, tree_latency_s, tree_levels, update_bytes
+from btacalc.model.wafer.mesh import MeshGeometry, dispatch_s
+from btacalc.planning.plan import make_plan
+
+LLAMA = Path(__file__).parent / "data" / "llama-7b.config.json"
+QWEN = load_preset("qwen3-30b-a3b")
+WSE2 = resolve_hardware("wse2")
+# WSE-2 mesh (profile): 750 x 994 PEs, 1.1 GHz, 1 cycle per hop, T_R = 2 cycles, 4 bytes per link per cycle
+X, Y, F = 750, 994, 1.1e9
+
+
+def streaming(model=QWEN, hw=WSE2, **run):
+    return make_problem(model, hw, RunOptions(memory_model="weight_streaming", **run))
+
+
+# --- the mesh ----------------------------------------------------------------------------------------
+
+def test_mesh_step_is_distance_plus_core_router_round_trip():
+    g = MeshGeometry.of(WSE2.mesh)
+    assert (g.x, g.y) == (X, Y)
+    assert g.step_s == pytest.approx((X + Y + 2 * 2 + 1) / F)  # 1.59 us
+    assert g.bisection_bytes_per_s == pytest.approx(2 * X * 4 * F)  # 6.6 TB/s both ways
+
+
+def test_dispatch_is_the_contention_of_a_random_permutation_over_the_bisection():
+    p = streaming()
+    ev = p.evaluate(4, 1)
+    tokens = 4 * 4096
+    # dispatch + combine, each beta*k*T*h, forward, backward and recomputed (full recomputation), 48 layers
+    volume = 2 * 3 * 2 * 8 * tokens * 2048 * 48
+    assert exchanges(ev) == (volume, 2 * 3 * 48)
+    contention = volume / (4 * 4 * X)  # half crosses the cut of the long side, X links each way, 4 B per cycle
+    energy = (volume / 4) * (X + Y) / 3 / (2 * (X * (Y - 1) + Y * (X - 1))) + 288 * (X + Y)
+    assert contention > energy  # the bisection binds
+    assert dispatch_s(WSE2.mesh, ev) == pytest.approx((contention + 288 * 5) / F)
+
+
+def test_dense_models_pay_no_dispatch_and_every_wafer_pays_the_tile_steps():
+    dense = load_hf_config(LLAMA)
+    t = step_time(streaming(dense, seq_len=2048), 3, 2)
+    assert "mesh_dispatch" not in t.phase_time_s
+    # 3 tiles x 32 layers x (input_norm, rope: 3 passes; qkv, scores, softmax, pv, out: 4 passes) x one step
+    assert t.tiling_overhead_s == pytest.approx(3 * 32 * (2 * 3 + 5 * 4) * (X + Y + 5) / F)
+
+
+def test_profile_peak_agrees_with_the_mesh_clock():
+    # peak = cores x FP16 lanes x 2 FLOP x clock (4 lanes on WSE-2, 8 on WSE-3; profiles' notes)
+    for name, lanes in (("wse2", 4), ("wse3", 8)):
+        hw = resolve_hardware(name)
+        bottom_up = hw.chip.cores.value * lanes * 2 * hw.mesh.clock_hz.value
+        assert hw.chip.peak_flops_per_s.value == pytest.approx(bottom_up, rel=0.01)
+
+
+# --- SwarmX and MemoryX ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("systems, levels", [(1, 0), (2, 1), (4, 1), (5, 2), (16, 2), (17, 3), (64, 3), (192, 4)])
+def test_swarmx_tree_has_ceil_log4_levels(systems, levels):
+    assert tree_levels(systems, 4) == levels
+
+
+def test_tree_latency_and_stream_bandwidth():
+    assert tree_latency_s(WSE2, 1) == pytest.approx(10e-6)
+    assert tree_latency_s(WSE2, 16) == pytest.approx(10e-6 + 2 * 5e-6)
+    assert stream_bandwidth(WSE2) == 150e9
+    slow = WSE2.with_number("memory.memoryx_bandwidth_bytes_per_s", 100e9, note="test: a slower MemoryX")
+    assert stream_bandwidth(slow) == 100e9
+
+
+def test_step_boundary_by_hand():
+    p = streaming()
+    params = 30_532_122_624
+    assert update_bytes(p, params) == 30 * params  # read 2 + 2 + 12, write 2 + 12 (mixed-precision Adam)
+    sb = step_boundary(p, params, backward_s=0.5, micro_batch_s=1.0)
+    t_g, t_u = 2 * params / 150e9, 30 * params / 1.2e12
+    assert (sb.gradient_out_s, sb.optimizer_update_s) == (pytest.approx(t_g), pytest.approx(t_u))
+    expected = max(t_g - 0.5, max(0.0, t_u - 1.0) + t_u / 48) + 2 * 10e-6
+    assert sb.exposed_s == pytest.approx(expected)
+
+
+def test_several_systems_scale_the_tokens_and_keep_the_per_system_step():
+    one = make_plan(QWEN, WSE2, ExecutionRequest(devices=1, limits=BatchLimits(global_batch=16)))
+    four = make_plan(QWEN, WSE2, ExecutionRequest(devices=4, limits=BatchLimits(global_batch=64)))
+    assert (four.plan.tiles, four.plan.tile_batch) == (one.plan.tiles, one.plan.tile_batch)
+    assert four.wafer.systems == 4 and four.wafer.swarmx_levels == 1
+    # same per-system work; only the tree latency (one level, 5 us, twice per step + once per micro-batch) differs
+    assert four.throughput.step_time_s - one.throughput.step_time_s == pytest.approx(3 * 5e-6, rel=1e-6)
+    assert four.wafer.tokens_per_s_per_system == pytest.approx(one.throughput.tokens_per_s, rel=1e-4)
+
+
+def test_strong_scaling_stops_being_linear_when_the_batch_per_system_cannot_hide_the_stream():
+    r = make_plan(QWEN, WSE2, ExecutionRequest(devices=64, limits=BatchLimits(global_batch=256)))
+    w = r.wafer
+    assert [row.systems for row in w.scaling] == [1, 2, 4, 8, 16, 32, 64]
+    assert w.linear_until == 16  # 16 sequences per system still fit as one micro-batch of 16 ...
+    row32 = w.scaling[5]
+    assert row32.per_system_batch == 8 and row32.efficiency < 0.95  # ... 8 do not hide the stream
+    assert row32.limited_by.startswith("weight stream")
+    assert row32.stream_bound_share > w.scaling[4].stream_bound_share
+
+
+def test_wafer_cluster_rejects_gpu_layouts_and_resident_state(cli):
+    with pytest.raises(BtacalcError, match="strict data parallel"):
+        make_plan(QWEN, WSE2, ExecutionRequest(devices=2, expert_parallel=2))
+    code, out, err = cli("plan", "--hw", "wse2", "--devices", "2", "--zero", "1")
+    assert code == 2 and "--zero" in err and not out
+
+
+# --- the batch split ---------------------------------------------------------------------------------
+
+def test_divisibility_follows_model_zoo_2_0_3():
+    assert micro_batch_size(120, 2, 2) == 30
+    with pytest.raises(BtacalcError, match="does not divide over"):
+        micro_batch_size(99, 2, 1)
+    with pytest.raises(BtacalcError, match="does not divide the 60 sequences"):
+        micro_batch_size(120, 2, 7)
+
+
+def test_llama_7b_measured_run_fits_with_micro_batches_chosen():
+    """ALCF's LLaMA-7B run (1 x CS-2, batch 99, s = 2048, measured-runs.json): 99 sequences do not fit at
+    once under full recomputation (36 do), so the plan takes the fewest micro-batches that fit: 3 of 33."""
+    model = load_hf_config(LLAMA)
+    r = make_plan(model, WSE2, ExecutionRequest(seq_len=2048, limits=BatchLimits(global_batch=99)))
+    assert r.plan.fits and r.throughput is not None
+    assert (r.wafer.global_batch, r.wafer.micro_batches, r.wafer.micro_batch_size) == (99, 3, 33)
+    assert r.plan.tiles * r.plan.tile_batch == 33
+    mem = MemoryModel(streaming(model, seq_len=2048))
+    assert not mem.fits(99, 1) and mem.fits(33, 1)
+    assert fewest_micro_batches(mem, 99) == 3
+    assert "micro_batches" in r.inputs.defaults  # chosen, and said so
+    fixed = make_plan(model, WSE2, ExecutionRequest(seq_len=2048, micro_batches=9,
+                                                    limits=BatchLimits(global_batch=99)))
+    assert fixed.wafer.micro_batch_size == 11 and "micro_batches" not in fixed.inputs.defaults
+    # fewest micro-batches is not always fastest: 11 sequences fit untiled (G = 1), 33 need tiles, and on a
+    # compute-bound dense model the tile overhead outweighs the 2 extra weight streams (issue 14's solver
+    # weighs the two)
+    assert fixed.plan.tiles == 1 and r.plan.tiles > 1
+
+
+def test_two_systems_split_the_global_batch():
+    model = load_hf_config(LLAMA)
+    r = make_plan(model, WSE2, ExecutionRequest(seq_len=2048, devices=2, limits=BatchLimits(global_batch=120)))
+    assert r.plan.fits
+    assert (r.wafer.per_system_batch, r.wafer.micro_batches, r.wafer.micro_batch_size) == (60, 2, 30)
+    assert r.plan.cluster_tokens_per_step == 120 * 2048
+
+
+# --- the Cerebras configuration ----------------------------------------------------------------------
+
+def _yaml(cli, *args):
+    yaml = pytest.importorskip("yaml")
+    code, out, err = cli("plan", *args, "--emit", "cerebras")
+    assert code == 0, err
+    return yaml.safe_load(out)
+
+
+def test_emitted_cerebras_yaml_parses_and_the_tile_cap_divides_the_batch(cli):
+    cfg = _yaml(cli, "--hw", "wse2", "--devices", "4", "--global-batch", "96")["trainer"]
+    flags = cfg["init"]["callbacks"][0]["GlobalFlags"]["csx.debug.ini"]
+    micro = cfg["init"]["callbacks"][1]["ScopedTrainFlags"]["csx.performance.micro_batch_size"]
+    batch = cfg["fit"]["train_dataloader"]["batch_size"]
+    assert cfg["init"]["backend"]["cluster_config"]["num_csx"] == 4 and batch == 96
+    assert flags["ws_opt_enable_bta"] is True
+    tile = flags["ws_opt_bta_max_tile"]
+    assert batch % tile == 0 and micro % tile == 0 and (batch // 4) % micro == 0
+
+
+def test_untiled_plan_disables_bta(cli):
+    cfg = _yaml(cli, "--hw", "wse2", "--tiles", "1")
+    flags = cfg["trainer"]["init"]["callbacks"][0]["GlobalFlags"]["csx.debug.ini"]
+    assert flags == {"ws_opt_enable_bta": False}
+
+
+def test_emit_needs_a_wafer_plan_that_fits(cli):
+    code, out, err = cli("plan", "--hw", "b200", "--emit", "cerebras")
+    assert code == 2 and "wafer-scale profile" in err and not out
+
+
+# --- whatif ------------------------------------------------------------------------------------------
+
+def test_whatif_finds_the_smallest_sram_that_reaches_the_target(cli):
+    code, out, err = cli("whatif", "--hw", "wse2", "--top-k", "1", "--fixed-active",
+                         "--target", "relative_to_dense=0.85", "--solve-for", "sram_bytes", "--json")
+    assert code == 0, err
+    r = json.loads(out)
+    assert r["solve_for"] == "chip.sram_bytes" and r["reached"]
+    assert r["answer"]["metric"] >= 0.85 > r["today_metric"]
+    assert r["ratio"] == pytest.approx(r["value"] / 40e9)
+    from btacalc.planning.metrics import plan_metrics
+
+    model = QWEN.with_overrides(top_k=1, fixed_active=True)
+    below = WSE2.with_number("chip.sram_bytes", r["value"] * (1 - 3e-3), note="test: just below the answer")
+    assert plan_metrics(model, below, ExecutionRequest()).values["relative_to_dense"] < 0.85
+
+
+def test_whatif_says_when_a_target_is_out_of_reach(cli):
+    code, out, err = cli("whatif", "--hw", "wse2", "--top-k", "1", "--fixed-active",
+                         "--target", "relative_to_dense=0.85", "--solve-for", "layers", "--json")
+    assert code == 1
+    r = json.loads(out)
+    assert not r["reached"] and r["value"] is None and "does not reach" in r["note"]
+
+
+@pytest.mark.parametrize("args, text", [
+    (("--target", "speed=3", "--solve-for", "sram_bytes"), "--target"),
+    (("--target", "tokens_per_s=abc", "--solve-for", "sram_bytes"), "not a number"),
+    (("--target", "tokens_per_s=5e4", "--solve-for", "warp_drive"), "--solve-for"),
+])
+def test_whatif_bad_input_exits_2(cli, args, text):
+    code, out, err = cli("whatif", "--hw", "wse2", *args)
+    assert code == 2 and text in err and not out
+
+
+# --- compare and sensitivity -------------------------------------------------------------------------
+
+def test_compare_matches_gpus_to_wafer_power_and_count(cli):
+    code, out, err = cli("compare", "--hw", "wse2,b200", "--systems", "4", "--match", "power", "--json")
+    assert code == 0, err
+    rows = json.loads(out)["rows"]
+    b200 = resolve_hardware("b200")
+    node = int(b200.system.devices_per_node.value)
+    nodes = round(4 * 23e3 / (node * b200.power_per_device_w))  # whole nodes nearest 4 x 23 kW
+    assert [r["devices"] for r in rows] == [4, nodes * node]
+    assert "by power" in rows[1]["note"]
+    code, out, _ = cli("compare", "--hw", "wse2,b200", "--systems", "4", "--match", "devices", "--json")
+    assert [r["devices"] for r in json.loads(out)["rows"]] == [4, 4]
+    code, _, err = cli("compare", "--hw", "wse2,b200", "--match", "power", "--devices", "8")
+    assert code == 2 and "--match" in err
+
+
+def test_sensitivity_of_a_compute_bound_dense_plan():
+    from btacalc.planning.sensitivity import sensitivity
+
+    model = load_hf_config(LLAMA)
+    req = ExecutionRequest(seq_len=2048, limits=BatchLimits(global_batch=33, tiles=11))
+    rows = {r.parameter: r for r in sensitivity(model, WSE2, req, percent=10)}
+    eff = rows["calibration.compute_efficiency"]
+    # compute-bound: tokens/s is nearly proportional to the efficiency (the step's fixed terms dilute it)
+    assert 0.9 < eff.elasticity_plus <= 1.0 and 0.9 < eff.elasticity_minus <= 1.0
+    assert abs(rows["mesh.hop_latency_cycles"].elasticity_plus) < 0.01
+    assert rows["chip.power_w"].elasticity_plus == 0  # power moves tokens/kW, not tokens/s
+
+
+def test_validate_says_what_the_flat_top_k_1_curve_would_take():
+    """README's answer: the top_k = 1 BTA point is out of reach by the link alone (MemoryX then feeds the
+    stream) or by fewer layers, and needs several times today's SRAM or link + MemoryX bandwidth."""
+    from btacalc.planning.validate import load_points, what_it_takes
+
+    point = next(p for p in load_points() if p.id == "topk-1-bta")
+    answers = {(r.solve_for, q.grad_accum): r for r, q in zip(what_it_takes(point), point.whatif)}
+    assert not answers[("memory.offchip_bandwidth_bytes_per_s", None)].reached
+    assert not answers[("layers", None)].reached
+    assert answers[("chip.sram_bytes", None)].ratio > 4
+    both = "memory.offchip_bandwidth_bytes_per_s,memory.memoryx_bandwidth_bytes_per_s"
+    assert not answers[(both, None)].reached  # MemoryX's optimizer step binds at one micro-batch per step ...
+    assert answers[(both, 16)].ratio > 4  # ... and is amortised over 16
