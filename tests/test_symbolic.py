@@ -19,12 +19,16 @@ s, b, G, h, a, a_kv, d_h, E, k, f, L, V, beta, P = (SYMBOLS[n] for n in
 
 GPT = {"norm": "layernorm", "mlp": "gelu", "moe": False, "dropout": True, "qkv_bias": True, "linear_bias": True,
        "qk_norm": "none", "position_embedding": "learned", "tied_embeddings": True, "softmax_fp32": False,
-       "attention": "eager", "causal": False, "loss": "stored", "accounting": "ideal", "optimizer": "adam"}
+       "attention": "eager", "causal": False, "loss": "stored", "accounting": "ideal", "optimizer": "adam",
+       "mlp_bias": True, "lm_head_bias": False, "parallel_block": False, "mla": False, "q_lora": False,
+       "sliding_window": False, "attention_sinks": False, "router": "softmax", "router_renormalize": True,
+       "router_bias": False, "expert_bias": False, "shared_experts": False, "shared_expert_gate": False,
+       "mtp_module": False}
 QWEN3_MOE = {**GPT, "norm": "rmsnorm", "mlp": "swiglu", "moe": True, "dropout": False, "qkv_bias": False,
-             "linear_bias": False, "qk_norm": "head", "position_embedding": "rope", "tied_embeddings": False,
+             "linear_bias": False, "mlp_bias": False, "qk_norm": "head", "position_embedding": "rope", "tied_embeddings": False,
              "softmax_fp32": True, "loss": "fused"}
 # MHA, f = 4h, 16-bit, one tile
-GPT_SUBS = {a_kv: a, d_h: h / a, f: 4 * h, beta: 2, G: 1}
+GPT_SUBS = {a_kv: a, d_h: h / a, SYMBOLS["d_v"]: h / a, f: 4 * h, beta: 2, G: 1}
 
 
 def layer_sum(features: dict, recompute: str, quantity: str) -> sp.Expr:
@@ -45,7 +49,8 @@ def test_catalogue_loads_and_every_term_is_documented():
     phases = load_catalogue()
     assert {"input_norm", "qkv_proj", "qk_norm", "rope", "attn_scores", "attn_softmax", "attn_pv", "attn_out_proj",
             "post_attn_norm", "router", "dispatch", "experts", "combine", "mlp", "embedding", "final_norm",
-            "lm_head", "loss", "training_state"} == {p.name for p in phases}
+            "lm_head", "loss", "training_state", "mla_q_proj", "mla_kv_proj", "mla_rope",
+            "shared_experts"} == {p.name for p in phases}
     for p in phases:
         for t in p.terms:
             assert t.tensor and t.source, (p.name, t.expr)

@@ -24,17 +24,21 @@ from ..config.model import LayerKind, ModelSpec
 
 
 @functools.lru_cache(maxsize=256)
-def kind_selections(model: ModelSpec, run_features: tuple[tuple[str, Any], ...],
-                    recompute: str) -> tuple[tuple[LayerKind, CompiledSelection], ...]:
+def kind_selections(model: ModelSpec, run_features: tuple[tuple[str, Any], ...], recompute: str,
+                    multi_token_prediction: bool = False) -> tuple[tuple[LayerKind, CompiledSelection], ...]:
     """Each layer kind of `model` with its compiled selection (model features, the kind's own, the run's)."""
     base = {**model.features(), **dict(run_features)}
     return tuple((kind, compile_selection(Selection.make({**base, **dict(kind.features)}, recompute)))
-                 for kind in model.layer_kinds())
+                 for kind in model.layer_kinds(multi_token_prediction))
 
 
 def kind_values(model: ModelSpec, kind: LayerKind, shape: dict[str, Any]) -> dict[str, Any]:
-    """Symbol values for one layer kind: the model's, the kind's overrides, then the batch shape."""
-    return {**model.symbol_values(), **dict(kind.symbols), **shape}
+    """Symbol values for one layer kind: the model's, the kind's overrides, then the batch shape. A window
+    longer than the sequence is the sequence (w = min(window, s): the formulas then read s^2)."""
+    values = {**model.symbol_values(), **dict(kind.symbols), **shape}
+    s, w = values["s"], values["w"]
+    values["w"] = np.minimum(w, s) if isinstance(s, np.ndarray) else min(w, s)
+    return values
 
 
 class Evaluation:
@@ -106,7 +110,8 @@ class Problem:
 
     @cached_property
     def kinds(self) -> tuple[tuple[LayerKind, CompiledSelection], ...]:
-        return kind_selections(self.model, tuple(sorted(self.run.features().items())), self.run.recompute)
+        return kind_selections(self.model, tuple(sorted(self.run.features().items())), self.run.recompute,
+                               self.run.multi_token_prediction)
 
     @property
     def compiled(self) -> CompiledSelection:
