@@ -50,7 +50,7 @@ def test_catalogue_loads_and_every_term_is_documented():
     assert {"input_norm", "qkv_proj", "qk_norm", "rope", "attn_scores", "attn_softmax", "attn_pv", "attn_out_proj",
             "post_attn_norm", "router", "dispatch", "experts", "combine", "mlp", "embedding", "final_norm",
             "lm_head", "loss", "training_state", "mla_q_proj", "mla_kv_proj", "mla_rope",
-            "shared_experts"} == {p.name for p in phases}
+            "shared_experts", "mtp_projection", "mtp_head"} == {p.name for p in phases}
     for p in phases:
         for t in p.terms:
             assert t.tensor and t.source, (p.name, t.expr)
