@@ -189,7 +189,8 @@ def _olmoe(c: _Config) -> dict[str, Any]:
         raise c.unsupported("clip_qkv")
     bias = c.flag("attention_bias", False)
     return {**_common(c), "ffn_size": c.integer("intermediate_size"), "num_experts": c.integer("num_experts"),
-            "top_k": c.integer("num_experts_per_tok"), "qk_norm": "full", "qkv_bias": bias, "linear_bias": bias}
+            "top_k": c.integer("num_experts_per_tok"), "qk_norm": "full", "qkv_bias": bias, "linear_bias": bias,
+            "router_renormalize": c.flag("norm_topk_prob", False)}
 
 
 def _deepseek_v3(c: _Config) -> dict[str, Any]:
