@@ -61,6 +61,9 @@ COMMANDS: dict[str, list[str]] = {
     "sweep-devices": ["sweep", "--model", "qwen3-30b-a3b", "--hw", "b200", "--vary", "devices=8:64:x2", "--json"],
     "crossover-small": ["crossover", "--hw", "wse3,b200", "--hidden", "512,2048,4096", "--json"],
     "validate": ["validate", "--json"],
+    # issue 10: MLA, a shared expert and a mixed dense/MoE stack; sliding-window/full layers with sinks
+    "plan-wse3-deepseek-v3": ["plan", "--model", "deepseek-v3", "--hw", "wse3", "--json"],
+    "plan-wse3-gpt-oss-120b": ["plan", "--model", "gpt-oss-120b", "--hw", "wse3", "--json"],
 }
 
 # Compiled per-phase values: every model x every selection x three batch shapes (s, b, G).

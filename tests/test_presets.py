@@ -161,3 +161,24 @@ def test_models_show_names_the_source_of_each_published_count(cli):
     assert r["layer_kinds"] == [{"name": "dense", "count": 3}, {"name": "moe", "count": 58}]
     code, out, _ = cli("models", "show", "gpt-oss-120b")
     assert code == 0 and "arXiv 2508.10925" in out.replace("\n", "")
+
+
+def test_plan_reports_each_layer_kind_and_the_mtp_option(cli):
+    code, out, err = cli("plan", "--model", "deepseek-v3", "--hw", "b200", "--devices", "64", "--json")
+    assert code in (0, 1), err
+    r = json.loads(out)
+    assert [(k["name"], k["count"]) for k in r["layer_kinds"]] == [("dense", 3), ("moe", 58)]
+    assert "multi_token_prediction" in r["inputs"]["defaults"]  # off by default, and said why
+    assert r["phases"] == r["layer_kinds"][1]["phases"]  # `phases` shows the most common kind
+    stored = sum(k["count"] * sum(p["stored_activation_bytes"] for p in k["phases"]) for k in r["layer_kinds"])
+    outside = sum(p["stored_activation_bytes"] for p in r["outside_layers"])
+    assert r["memory_bytes"]["stored_activations"] == stored + outside
+    code, out, err = cli("plan", "--model", "deepseek-v3", "--hw", "b200", "--devices", "64", "--mtp", "--json")
+    r2 = json.loads(out)
+    assert [(k["name"], k["count"]) for k in r2["layer_kinds"]] == [("dense", 3), ("moe", 58), ("mtp", 1)]
+    assert "multi_token_prediction" not in r2["inputs"]["defaults"]
+    assert r2["model"]["params_total"] > r["model"]["params_total"]
+    code, _, err = cli("plan", "--model", "qwen3-30b-a3b", "--mtp")
+    assert code == 2 and "--mtp" in err and "no multi-token-prediction module" in err
+    code, out, _ = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "wse3", "--json")
+    assert "layer_kinds" not in json.loads(out)  # one kind: the report is as before

@@ -52,11 +52,16 @@ class Evaluation:
     def items(self) -> Iterator[tuple[int, PhaseValues, Phase]]:
         """(repetitions per step, values, phase) for every phase in catalogue order: layer phases
         repeat their kind's count, the parts outside the layers once."""
-        rows = [(p.order, 0, 1, self.outside, p) for p in self.outside.phases if p.scope == "model"]
-        for i, (kind, pv) in enumerate(self.layers):
-            rows += [(p.order, i, kind.count, pv, p) for p in pv.phases if p.scope == "layer"]
-        for _, _, n, pv, p in sorted(rows, key=lambda r: (r[0], r[1])):
+        for _, n, pv, p in self.kind_items():
             yield n, pv, p
+
+    def kind_items(self) -> Iterator[tuple[str, int, PhaseValues, Phase]]:
+        """As `items`, each with its layer kind's name ("" outside the layers)."""
+        rows = [(p.order, 0, "", 1, self.outside, p) for p in self.outside.phases if p.scope == "model"]
+        for i, (kind, pv) in enumerate(self.layers):
+            rows += [(p.order, i, kind.name, kind.count, pv, p) for p in pv.phases if p.scope == "layer"]
+        for _, _, name, n, pv, p in sorted(rows, key=lambda r: (r[0], r[1])):
+            yield name, n, pv, p
 
     def layers_total(self, quantity: str) -> Any:
         """`quantity` summed over every layer of the stack."""

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from typing import Optional
 
-from pydantic import BaseModel, Field
+from typing import Any
+
+from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
 
 SCHEMA_VERSION = 1
 
@@ -119,6 +121,12 @@ class PhaseRow(BaseModel):
     time_s: float = Field(0.0, description="modelled time of this phase per step (one layer for layer phases)")
 
 
+class LayerKindRows(BaseModel):
+    name: str = Field(description="dense / moe, -sliding / -full, mtp")
+    count: int = Field(description="layers of this kind")
+    phases: list[PhaseRow] = Field(description="one layer of this kind, at the plan's G and b, per step")
+
+
 class Throughput(BaseModel):
     step_time_s: float
     tokens_per_s: float = Field(description="all devices")
@@ -153,7 +161,19 @@ class PlanReport(BaseModel):
     state_sharding: list[StateRow] = Field(default_factory=list, description="resident: weights, gradients and "
                                            "optimizer state per device, by part and divisor")
     flops_per_step: FlopsPerStep
-    phases: list[PhaseRow] = Field(description="one decoder layer, at the plan's G and b, per step")
+    phases: list[PhaseRow] = Field(description="one decoder layer, at the plan's G and b, per step (with several "
+                                   "layer kinds: one layer of the most common kind)")
+    layer_kinds: list[LayerKindRows] = Field(default_factory=list, description="models with more than one layer "
+                                             "kind (dense/MoE, sliding/full attention, MTP): each kind's layers; "
+                                             "absent for a model of one kind")
     outside_layers: list[PhaseRow] = Field(description="embedding, final norm, LM head, loss")
     throughput: Optional[Throughput] = None
     suggestions: list[str] = Field(default_factory=list, description="what would fit, when the plan does not")
+
+    @model_serializer(mode="wrap")
+    def _omit_single_kind(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """`layer_kinds` appears only for models with more than one layer kind."""
+        data = handler(self)
+        if not data.get("layer_kinds"):
+            data.pop("layer_kinds", None)
+        return data
