@@ -121,3 +121,14 @@ def test_nesting_depth_is_bounded_before_parsing(cli, tmp_path):
     path.write_text('{"model_type": "llama", "x": ' + "[" * 60 + "]" * 60 + "}")
     code, _, err = cli("models", "show", str(path))
     assert code == 2 and "'hidden_size' is missing" in err  # parsed: 61 levels are allowed
+
+
+def test_gpt_oss_layer_types_become_a_window_pattern(tmp_path, data_dir):
+    raw = json.loads((data_dir / "gpt-oss-120b.config.json").read_text())
+    for types, expected in ((["full_attention"] * 36, (0, 0)), (["sliding_attention"] * 36, (128, 0)),
+                            (["sliding_attention", "sliding_attention", "full_attention"] * 12, (128, 3))):
+        path = tmp_path / "config.json"
+        path.write_text(json.dumps({**raw, "layer_types": types}))
+        spec = load_hf_config(path)
+        assert (spec.sliding_window, spec.full_attention_interval) == expected
+        assert len(spec.window_positions()) == types.count("sliding_attention")

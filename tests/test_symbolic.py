@@ -179,3 +179,58 @@ def test_selection_needs_every_feature(feature):
     feats.pop(feature)
     with pytest.raises(ValueError):
         Selection.make(feats, "none")
+
+
+# --- the issue-10 blocks reduce to what they generalise ------------------------------------------
+
+w, d_v, r_q, r_kv, d_r, f_s = (SYMBOLS[n] for n in ("w", "d_v", "r_q", "r_kv", "d_r", "f_s"))
+
+
+@pytest.mark.parametrize("accounting", ["ideal", "pytorch"])
+@pytest.mark.parametrize("attention", ["eager", "flash"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_window_as_long_as_the_sequence_is_full_attention(accounting, attention, causal):
+    full = {**QWEN3_MOE, "accounting": accounting, "attention": attention, "causal": causal}
+    window = {**full, "sliding_window": True}
+    for q in ("flops_fwd", "flops_recompute", "transient", "bytes_moved", "flops_elementwise"):
+        assert is_zero(layer_sum(window, "none", q).subs(w, s) - layer_sum(full, "none", q)), q
+    if accounting == "ideal":  # the pytorch window reference pads K and V with w - 1 rows (its own terms)
+        assert is_zero(layer_sum(window, "none", "stored").subs(w, s) - layer_sum(full, "none", "stored"))
+
+
+def test_window_scores_are_s_times_w():
+    window = {**QWEN3_MOE, "sliding_window": True}
+    sel = Selection.make(window, "none")
+    scores = next(p for p in sel.phases("layer") if p.name == "attn_scores")
+    assert is_zero(sel.expression(scores, "flops_fwd") - 2 * G * b * a * s * w * d_h)
+    causal = Selection.make({**window, "causal": True}, "none")
+    # causal band: query i sees min(i + 1, w) keys, sum = s w - w (w - 1) / 2
+    assert is_zero(causal.expression(scores, "flops_fwd") - 2 * G * b * a * (s * w - w * (w - 1) / 2) * d_h)
+
+
+def test_mla_weights_and_their_matmuls():
+    mla = {**QWEN3_MOE, "qk_norm": "none", "mla": True, "q_lora": True}
+    sel = Selection.make(mla, "none")
+    params = {p.name: sel.expression(p, "params") for p in sel.phases("layer")}
+    matrices = h * r_q + r_q * a * d_h + h * (r_kv + d_r) + r_kv * a * (d_h - d_r + d_v) + a * d_v * h
+    norms = r_q + r_kv
+    assert is_zero(params["mla_q_proj"] + params["mla_kv_proj"] + params["attn_out_proj"] - matrices - norms)
+    # every weight matmul costs 2 FLOP per weight per token (Korthikanti App. A), here for the projections
+    flops = sum(sel.expression(p, "flops_fwd") for p in sel.phases("layer")
+                if p.name in ("mla_q_proj", "mla_kv_proj", "attn_out_proj"))
+    assert is_zero(flops - 2 * s * G * b * matrices)
+    # the attention core runs on a heads of d_h (queries, keys) and d_v (values) once up-projected
+    scores = next(p for p in sel.phases("layer") if p.name == "attn_pv")
+    assert is_zero(sel.expression(scores, "flops_fwd") - 2 * G * b * a * s**2 * d_v)
+
+
+def test_shared_expert_is_a_swiglu_mlp_on_every_token():
+    moe = {**QWEN3_MOE, "shared_experts": True}
+    dense = {**QWEN3_MOE, "moe": False}
+    sel, ref = Selection.make(moe, "none"), Selection.make(dense, "none")
+    shared = next(p for p in sel.phases("layer") if p.name == "shared_experts")
+    mlp = next(p for p in ref.phases("layer") if p.name == "mlp")
+    for q in ("params", "flops_fwd"):
+        assert is_zero(sel.expression(shared, q) - ref.expression(mlp, q).subs(f, f_s)), q
+    # the dense MLP also keeps its input, which the MoE layer's router already keeps
+    assert is_zero(sel.expression(shared, "stored") - (ref.expression(mlp, "stored") - beta * s * G * b * h).subs(f, f_s))

@@ -243,7 +243,7 @@ def _gpt_oss(c: _Config) -> dict[str, Any]:
     return {**base, "ffn_size": c.integer("intermediate_size"), "num_experts": c.integer("num_local_experts"),
             "top_k": c.integer("num_experts_per_tok"), "qkv_bias": bias, "linear_bias": bias, "softmax_fp32": False,
             "attention_sinks": True, "router": "topk_softmax", "router_renormalize": False, "router_bias": True,
-            "expert_bias": True, "sliding_window": window if interval != 1 else 0, "full_attention_interval": interval}
+            "expert_bias": True, **({"sliding_window": window, "full_attention_interval": interval} if interval != 1 else {})}
 
 
 def _dropout(c: _Config, keys: tuple[str, ...]) -> bool:

@@ -56,12 +56,14 @@ def models_list_table(specs: list[ModelSpec], summaries: list[dict[str, Any]]) -
             attention += f", window {s.sliding_window}"
         pub_total = _published_cell(m, "total") if s.published_params and s.published_params.total else \
             _published_cell(m, "non_embedding") + " non-emb."
-        t.add_row(s.name, f"{m['params_total'] / 1e9:,.3f}", pub_total, f"{m['params_active'] / 1e9:,.3f}",
+        head_only = s.published_params is not None and s.published_params.active_counts == "head_only"
+        active = m["params_active"] - (m["params_gathered"] if head_only else 0)
+        t.add_row(s.name, f"{m['params_total'] / 1e9:,.3f}", pub_total, f"{active / 1e9:,.3f}" + (" †" if head_only else ""),
                   _published_cell(m, "active"), kinds, str(s.hidden_size), f"{s.num_heads}/{s.num_kv_heads}",
                   f"{s.num_experts}/{s.top_k}" + (" +shared" if s.shared_expert_size else "") if s.is_moe else "dense",
                   attention)
-    t.caption = ("active counts the embedding and the head; a publisher that counts the head only (GPT-OSS, DeepSeek, "
-                 "Kimi) is compared without the embedding lookup: btacalc models show NAME")
+    t.caption = ("active counts the embedding and the head; † as the publisher counts it, without the embedding lookup "
+                 "(GPT-OSS, DeepSeek, Kimi); sources and conventions: btacalc models show NAME")
     return t
 
 
