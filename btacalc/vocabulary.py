@@ -25,6 +25,20 @@ FEATURES: dict[str, tuple[Any, ...]] = {
     "position_embedding": ("rope", "learned"),
     "tied_embeddings": (True, False),
     "softmax_fp32": (True, False),
+    "mlp_bias": (True, False),  # biases on the dense MLP's linears (GPT-2/3, GPT-J)
+    "lm_head_bias": (True, False),  # GPT-J's LM head has a bias
+    "parallel_block": (True, False),  # GPT-J: attention and MLP read the same norm output (one norm per layer)
+    "mla": (True, False),  # multi-head latent attention (DeepSeek-V2/V3)
+    "q_lora": (True, False),  # MLA: queries through a low-rank down/up projection (q_lora_rank > 0)
+    "sliding_window": (True, False),  # this layer kind attends to the last w tokens only
+    "attention_sinks": (True, False),  # GPT-OSS: one learned logit per head joins every softmax row
+    "router": ("softmax", "sigmoid", "topk_softmax"),  # scores over E then top-k; sigmoid (DeepSeek-V3); top-k then softmax (GPT-OSS)
+    "router_renormalize": (True, False),  # the k selected weights are divided by their sum (norm_topk_prob)
+    "router_bias": (True, False),  # the router linear has a bias (GPT-OSS)
+    "expert_bias": (True, False),  # the expert linears have biases (GPT-OSS)
+    "shared_experts": (True, False),  # always-on SwiGLU experts beside the routed ones
+    "shared_expert_gate": (True, False),  # Qwen2-MoE: sigmoid(x w) scales the shared expert's output
+    "mtp_module": (True, False),  # this layer kind is a multi-token-prediction module (DeepSeek-V3)
     # run options
     "attention": ("eager", "flash"),
     "causal": (True, False),
@@ -79,6 +93,14 @@ NOTATION: dict[str, tuple[str, str]] = {
     "f": ("FFN width: expert width (moe_intermediate_size) or dense MLP width", "ffn_size"),
     "L": ("decoder layers", "num_layers"),
     "V": ("vocabulary size", "vocab_size"),
+    "d_v": ("value head dimension (d_v = d_h except for MLA)", "value_head_dim"),
+    "r_q": ("MLA query compression rank (q_lora_rank)", "q_lora_rank"),
+    "r_kv": ("MLA key/value compression rank (kv_lora_rank)", "kv_lora_rank"),
+    "d_r": ("MLA decoupled RoPE head dimension (qk_rope_head_dim); d_h - d_r is the no-position part", "qk_rope_head_dim"),
+    "f_s": ("shared-expert width: all shared experts of a layer as one SwiGLU (n_shared * f for DeepSeek)",
+            "shared_expert_size"),
+    "w": ("keys each query attends to in a sliding-window layer: min(window, s); full-attention layers use s",
+          "sliding_window"),
     "beta": ("bytes per activation and weight element (2 for bf16/fp16)", "bytes_per_element"),
     "P": ("number of parameters (training-state formulas only)", "params"),
 }

@@ -20,9 +20,8 @@ from btacalc.catalogue.symbols import SYMBOLS
 from btacalc.catalogue.terms import Term, load_catalogue
 from btacalc.config.execution import RunOptions
 from btacalc.config.hardware import resolve_hardware
-from btacalc.config.presets import resolve_model
 from btacalc.model.problem import make_problem
-from test_goldens import COMMANDS, GOLDEN_DIR, MODELS, SELECTIONS, SHAPES, _golden_name, _model_path, phase_values
+from test_goldens import COMMANDS, GOLDEN_DIR, MODELS, SHAPES, _golden_name, golden_model, golden_selections, phase_values
 
 # Per-phase quantities written as terms whose sums the "values" goldens pin (directly, or through
 # flops_bwd / recompute_bytes / arithmetic_intensity derived from them).
@@ -51,8 +50,8 @@ def pinned_terms() -> frozenset[int]:
     a2a_pinned = any(_golden_has(c, "throughput", "communication_s", "all_to_all") for c in COMMANDS)
     state_pinned = any(_golden_has(c, "memory_bytes", "optimizer_state") for c in COMMANDS)
     for name in MODELS:
-        model = resolve_model(_model_path(name))
-        for sel in SELECTIONS:
+        model = golden_model(name)
+        for sel in golden_selections(name):
             for s, b, g in SHAPES:
                 problem = make_problem(model, resolve_hardware("wse3"), RunOptions(seq_len=s, **sel))  # type: ignore[arg-type]
                 for kind, compiled in problem.kinds:

@@ -148,9 +148,9 @@ def test_bad_input_is_one_line_exit_2(cli, tmp_path, args, fragment):
     ('{"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 2, "num_attention_heads": 30, '
      '"vocab_size": 10, "intermediate_size": 10}', "not divisible by num_attention_heads"),
     ('{"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 2, "num_attention_heads": 32, '
-     '"num_key_value_heads": 5, "vocab_size": 10, "intermediate_size": 10}', "not divisible by num_kv_heads"),
+     '"num_key_value_heads": 5, "vocab_size": 10, "intermediate_size": 10}', "must divide num_attention_heads"),
     ('{"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": -2, "num_attention_heads": 32, '
-     '"vocab_size": 10, "intermediate_size": 10}', "num_layers"),
+     '"vocab_size": 10, "intermediate_size": 10}', "num_hidden_layers"),
     ('{"model_type": "mixtral", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, '
      '"vocab_size": 10, "intermediate_size": 10, "num_local_experts": 4, "num_experts_per_tok": 8}', "top_k"),
     ('[1, 2]', "expected a JSON object"),

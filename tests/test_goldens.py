@@ -65,11 +65,20 @@ COMMANDS: dict[str, list[str]] = {
                             "--json"],
     "whatif-topk1-sram": ["whatif", "--model", "qwen3-30b-a3b", "--hw", "wse2", "--top-k", "1", "--fixed-active",
                           "--target", "relative_to_dense=0.85", "--solve-for", "sram_bytes", "--json"],
+    # issue 10: MLA, a shared expert and a mixed dense/MoE stack; sliding-window/full layers with sinks
+    "plan-wse3-deepseek-v3": ["plan", "--model", "deepseek-v3", "--hw", "wse3", "--json"],
+    "plan-wse3-gpt-oss-120b": ["plan", "--model", "gpt-oss-120b", "--hw", "wse3", "--json"],
 }
 
 # Compiled per-phase values: every model x every selection x three batch shapes (s, b, G).
 MODELS = ["qwen3-30b-a3b", "gpt3-175b", "data:mixtral-8x7b.config.json", "data:olmoe-1b-7b.config.json",
-          "data:llama-3-8b.config.json", "data:qwen3-8b.config.json"]
+          "data:llama-3-8b.config.json", "data:qwen3-8b.config.json",
+          # issue 10's families: MLA + shared expert + dense/MoE stack + sigmoid router (and MTP below);
+          # sliding-window/full layers with sinks and biases; the Qwen2-MoE gated shared expert; GPT-J
+          # (parallel block, biases); GPT-2 (learned positions, tied embeddings); MLA without query
+          # compression (DeepSeek-V2-Lite's q_proj)
+          "deepseek-v3", "gpt-oss-120b", "data:qwen1.5-moe-a2.7b.config.json", "gpt-j-6b", "gpt2-small",
+          "deepseek-v3+no-q-lora"]
 SHAPES = [(1024, 1, 1), (4096, 2, 3), (2048, 3, 8)]
 SELECTIONS = [
     dict(recompute="none", attention="eager", accounting="ideal"),
@@ -87,26 +96,51 @@ PINNED_QUANTITIES = ("params", "flops_fwd", "flops_recompute", "flops_elementwis
                      "bytes_moved", "flops_bwd", "recompute_bytes", "arithmetic_intensity")
 
 
+# Selections that apply to one model only (a run option the other models do not have).
+EXTRA_SELECTIONS = {
+    "deepseek-v3": [dict(recompute="none", attention="eager", accounting="pytorch", multi_token_prediction=True),
+                    dict(recompute="full", attention="flash", accounting="ideal", loss="stored",
+                         multi_token_prediction=True)],
+}
+
+
 def _model_path(name: str) -> str:
     return str(Path(__file__).parent / "data" / name[5:]) if name.startswith("data:") else name
+
+
+def golden_model(name: str) -> Any:
+    """The model of a golden case: a preset, a test config ("data:FILE"), or a named variant ("BASE+VARIANT")."""
+    from btacalc.config.presets import resolve_model
+
+    base, _, variant = name.partition("+")
+    model = resolve_model(_model_path(base))
+    if variant == "no-q-lora":  # one q_proj h -> a d_h instead of the q_a/q_b pair (DeepSeek-V2-Lite's query)
+        return model.model_copy(update={"name": name, "mla": model.mla.model_copy(update={"q_lora_rank": 0})})
+    assert not variant, variant
+    return model
+
+
+def golden_selections(name: str) -> list[dict[str, Any]]:
+    return SELECTIONS + EXTRA_SELECTIONS.get(name, [])
 
 
 def phase_values(model_name: str) -> dict[str, Any]:
     from btacalc.config.execution import RunOptions
     from btacalc.config.hardware import resolve_hardware
-    from btacalc.config.presets import resolve_model
     from btacalc.model.problem import make_problem
 
-    model = resolve_model(_model_path(model_name))
+    model = golden_model(model_name)
     out: dict[str, Any] = {}
-    for sel in SELECTIONS:
+    for sel in golden_selections(model_name):
         key = ",".join(f"{k}={v}" for k, v in sel.items())
         for s, b, g in SHAPES:
             problem = make_problem(model, resolve_hardware("wse3"), RunOptions(seq_len=s, **sel))  # type: ignore[arg-type]
-            pv = problem.evaluate(g, b).layers[0][1]  # one layer kind: its values include the outside parts
-            out[f"{key} s={s} b={b} G={g}"] = {
-                name: {q: _plain(pv.value(name, q)) for q in PINNED_QUANTITIES} for name in pv.phase_names()
-            }
+            layers = problem.evaluate(g, b).layers
+            for kind, pv in layers:  # each kind's values include the parts outside the layers
+                suffix = "" if len(layers) == 1 else f" kind={kind.name}"
+                out[f"{key} s={s} b={b} G={g}{suffix}"] = {
+                    name: {q: _plain(pv.value(name, q)) for q in PINNED_QUANTITIES} for name in pv.phase_names()
+                }
     return out
 
 

@@ -19,12 +19,16 @@ s, b, G, h, a, a_kv, d_h, E, k, f, L, V, beta, P = (SYMBOLS[n] for n in
 
 GPT = {"norm": "layernorm", "mlp": "gelu", "moe": False, "dropout": True, "qkv_bias": True, "linear_bias": True,
        "qk_norm": "none", "position_embedding": "learned", "tied_embeddings": True, "softmax_fp32": False,
-       "attention": "eager", "causal": False, "loss": "stored", "accounting": "ideal", "optimizer": "adam"}
+       "attention": "eager", "causal": False, "loss": "stored", "accounting": "ideal", "optimizer": "adam",
+       "mlp_bias": True, "lm_head_bias": False, "parallel_block": False, "mla": False, "q_lora": False,
+       "sliding_window": False, "attention_sinks": False, "router": "softmax", "router_renormalize": True,
+       "router_bias": False, "expert_bias": False, "shared_experts": False, "shared_expert_gate": False,
+       "mtp_module": False}
 QWEN3_MOE = {**GPT, "norm": "rmsnorm", "mlp": "swiglu", "moe": True, "dropout": False, "qkv_bias": False,
-             "linear_bias": False, "qk_norm": "head", "position_embedding": "rope", "tied_embeddings": False,
+             "linear_bias": False, "mlp_bias": False, "qk_norm": "head", "position_embedding": "rope", "tied_embeddings": False,
              "softmax_fp32": True, "loss": "fused"}
 # MHA, f = 4h, 16-bit, one tile
-GPT_SUBS = {a_kv: a, d_h: h / a, f: 4 * h, beta: 2, G: 1}
+GPT_SUBS = {a_kv: a, d_h: h / a, SYMBOLS["d_v"]: h / a, f: 4 * h, beta: 2, G: 1}
 
 
 def layer_sum(features: dict, recompute: str, quantity: str) -> sp.Expr:
@@ -45,7 +49,8 @@ def test_catalogue_loads_and_every_term_is_documented():
     phases = load_catalogue()
     assert {"input_norm", "qkv_proj", "qk_norm", "rope", "attn_scores", "attn_softmax", "attn_pv", "attn_out_proj",
             "post_attn_norm", "router", "dispatch", "experts", "combine", "mlp", "embedding", "final_norm",
-            "lm_head", "loss", "training_state"} == {p.name for p in phases}
+            "lm_head", "loss", "training_state", "mla_q_proj", "mla_kv_proj", "mla_rope",
+            "shared_experts", "mtp_projection", "mtp_head"} == {p.name for p in phases}
     for p in phases:
         for t in p.terms:
             assert t.tensor and t.source, (p.name, t.expr)
@@ -174,3 +179,58 @@ def test_selection_needs_every_feature(feature):
     feats.pop(feature)
     with pytest.raises(ValueError):
         Selection.make(feats, "none")
+
+
+# --- the issue-10 blocks reduce to what they generalise ------------------------------------------
+
+w, d_v, r_q, r_kv, d_r, f_s = (SYMBOLS[n] for n in ("w", "d_v", "r_q", "r_kv", "d_r", "f_s"))
+
+
+@pytest.mark.parametrize("accounting", ["ideal", "pytorch"])
+@pytest.mark.parametrize("attention", ["eager", "flash"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_window_as_long_as_the_sequence_is_full_attention(accounting, attention, causal):
+    full = {**QWEN3_MOE, "accounting": accounting, "attention": attention, "causal": causal}
+    window = {**full, "sliding_window": True}
+    for q in ("flops_fwd", "flops_recompute", "transient", "bytes_moved", "flops_elementwise"):
+        assert is_zero(layer_sum(window, "none", q).subs(w, s) - layer_sum(full, "none", q)), q
+    if accounting == "ideal":  # the pytorch window reference pads K and V with w - 1 rows (its own terms)
+        assert is_zero(layer_sum(window, "none", "stored").subs(w, s) - layer_sum(full, "none", "stored"))
+
+
+def test_window_scores_are_s_times_w():
+    window = {**QWEN3_MOE, "sliding_window": True}
+    sel = Selection.make(window, "none")
+    scores = next(p for p in sel.phases("layer") if p.name == "attn_scores")
+    assert is_zero(sel.expression(scores, "flops_fwd") - 2 * G * b * a * s * w * d_h)
+    causal = Selection.make({**window, "causal": True}, "none")
+    # causal band: query i sees min(i + 1, w) keys, sum = s w - w (w - 1) / 2
+    assert is_zero(causal.expression(scores, "flops_fwd") - 2 * G * b * a * (s * w - w * (w - 1) / 2) * d_h)
+
+
+def test_mla_weights_and_their_matmuls():
+    mla = {**QWEN3_MOE, "qk_norm": "none", "mla": True, "q_lora": True}
+    sel = Selection.make(mla, "none")
+    params = {p.name: sel.expression(p, "params") for p in sel.phases("layer")}
+    matrices = h * r_q + r_q * a * d_h + h * (r_kv + d_r) + r_kv * a * (d_h - d_r + d_v) + a * d_v * h
+    norms = r_q + r_kv
+    assert is_zero(params["mla_q_proj"] + params["mla_kv_proj"] + params["attn_out_proj"] - matrices - norms)
+    # every weight matmul costs 2 FLOP per weight per token (Korthikanti App. A), here for the projections
+    flops = sum(sel.expression(p, "flops_fwd") for p in sel.phases("layer")
+                if p.name in ("mla_q_proj", "mla_kv_proj", "attn_out_proj"))
+    assert is_zero(flops - 2 * s * G * b * matrices)
+    # the attention core runs on a heads of d_h (queries, keys) and d_v (values) once up-projected
+    scores = next(p for p in sel.phases("layer") if p.name == "attn_pv")
+    assert is_zero(sel.expression(scores, "flops_fwd") - 2 * G * b * a * s**2 * d_v)
+
+
+def test_shared_expert_is_a_swiglu_mlp_on_every_token():
+    moe = {**QWEN3_MOE, "shared_experts": True}
+    dense = {**QWEN3_MOE, "moe": False}
+    sel, ref = Selection.make(moe, "none"), Selection.make(dense, "none")
+    shared = next(p for p in sel.phases("layer") if p.name == "shared_experts")
+    mlp = next(p for p in ref.phases("layer") if p.name == "mlp")
+    for q in ("params", "flops_fwd"):
+        assert is_zero(sel.expression(shared, q) - ref.expression(mlp, q).subs(f, f_s)), q
+    # the dense MLP also keeps its input, which the MoE layer's router already keeps
+    assert is_zero(sel.expression(shared, "stored") - (ref.expression(mlp, "stored") - beta * s * G * b * h).subs(f, f_s))

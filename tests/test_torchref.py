@@ -193,3 +193,125 @@ def test_measure_command(cli):
     assert r["measured_bytes"] == r["pytorch_bytes"] and r["ideal_bytes"] < r["measured_bytes"]
     code, out, err = cli("measure", "--batch", "3", "--tiles", "2")
     assert code == 2 and "divide" in err
+
+
+# --- MLA, shared experts, dense layers, sliding windows and sinks (issue 10) ---------------------
+
+def small(preset, **changes):
+    return validate_model({**resolve_model(preset).model_dump(), "published_params": None, **changes}, "test")
+
+
+SMALL_DEEPSEEK = dict(name="deepseek-small", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=4, head_dim=24,
+                      vocab_size=100, ffn_size=16, num_experts=8, top_k=2, shared_expert_size=16, first_dense_layers=1,
+                      dense_ffn_size=48, mla={"q_lora_rank": 32, "kv_lora_rank": 16, "qk_nope_head_dim": 16,
+                                              "qk_rope_head_dim": 8, "v_head_dim": 12})
+SMALL_OSS = dict(name="gpt-oss-small", hidden_size=48, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16,
+                 vocab_size=100, ffn_size=24, num_experts=8, top_k=2, sliding_window=4)
+SMALL_VARIANTS = [  # (preset, changes, layer kinds): every new block, on small real CPU tensors
+    ("deepseek-v3", SMALL_DEEPSEEK, ("dense", "moe")),
+    ("deepseek-v3", {**SMALL_DEEPSEEK, "router": "softmax", "router_renormalize": False,  # no query compression
+                     "mla": {**SMALL_DEEPSEEK["mla"], "q_lora_rank": 0}}, ("moe",)),
+    ("gpt-oss-120b", SMALL_OSS, ("moe-sliding", "moe-full")),
+    ("mixtral-8x7b", {**SMALL_OSS, "name": "window-everywhere", "num_experts": 4, "qk_norm": "head",
+                      "sliding_window": 5}, ("decoder",)),  # Mistral-style window on every layer, fp32 softmax
+    ("qwen3-30b-a3b", {**SMALL_OSS, "name": "qwen2-moe-like", "sliding_window": 0, "shared_expert_size": 32,
+                       "shared_expert_gate": True, "router_renormalize": False}, ("decoder",)),
+]
+
+
+@pytest.mark.parametrize("preset, changes, kinds", SMALL_VARIANTS)
+@pytest.mark.parametrize("batch, seq, tiles", [(2, 12, 1), (4, 8, 2)])
+def test_new_blocks_small_real_layers_match_phase_by_phase(preset, changes, kinds, batch, seq, tiles):
+    model = small(preset, **changes)
+    for kind in kinds:
+        c = compare_layer(model, batch, seq, tiles, "eager", fake=False, kind_name=kind)
+        assert c.layer_kind == kind
+        for r in c.phases:
+            assert (r.pytorch_bytes, r.formula_flops_forward) == (r.measured_bytes, r.measured_flops_forward), (kind, r)
+        assert c.measured_flops_backward == c.formula_flops_backward
+
+
+# Full-size dimensions under FakeTensorMode. The routed experts run in a per-expert loop whose cost grows
+# with E (256 experts take 17 s here), so these layers keep every dimension but route over 16 experts:
+# the expert formulas are checked at E = 128 in the Qwen3 grid above, the new blocks (MLA, windows, sinks,
+# the sigmoid router, shared experts, dense layers) at their real sizes here.
+FULL_SIZE_NEW = [  # (preset, layer kind, batch G*b, s, G)
+    ("deepseek-v3", "moe", 1, 512, 1),
+    ("deepseek-v3", "dense", 2, 256, 2),
+    ("gpt-oss-120b", "moe-sliding", 1, 512, 1),
+    ("gpt-oss-120b", "moe-full", 1, 512, 1),
+]
+
+
+def full_size(preset):
+    return small(preset, name=f"{preset} (16 experts)", num_experts=16)
+
+
+@pytest.mark.parametrize("preset, kind, batch, seq, tiles", FULL_SIZE_NEW)
+def test_new_blocks_full_size_match_phase_by_phase(preset, kind, batch, seq, tiles):
+    c = compare_layer(full_size(preset), batch, seq, tiles, "eager", fake=True, kind_name=kind)
+    assert c.measured_flops_forward == c.formula_flops_forward
+    assert c.measured_flops_backward == c.formula_flops_backward
+    for r in c.phases:
+        assert r.measured_flops_forward == r.formula_flops_forward, r.phase
+        assert abs(r.pytorch_bytes - r.measured_bytes) <= 0.02 * max(r.measured_bytes, 1), r.phase
+    assert c.pytorch_bytes == c.measured_bytes  # exact in torch 2.13
+    assert c.ideal_bytes < c.measured_bytes
+
+
+def test_sliding_window_scores_grow_with_w_not_s():
+    model = full_size("gpt-oss-120b")
+    c = compare_layer(model, 1, 256, 1, "eager", fake=True, kind_name="moe-sliding")
+    rows = {r.phase: r for r in c.phases}
+    w, heads, d = model.sliding_window, model.num_heads, model.head_dim
+    # s*w scores per head (s = 256, w = 128), where a full layer has s*s; the grid above checks s = 512
+    assert rows["attn_scores"].measured_flops_forward == 2 * 256 * w * heads * d
+    assert rows["attn_pv"].measured_flops_forward == 2 * 256 * w * heads * d
+    # the sink softmax over w + 1 columns (bf16) and its int64 row argmax
+    assert rows["attn_softmax"].measured_bytes == 2 * heads * 256 * (w + 1) + 8 * heads * 256
+
+
+def test_window_attention_is_banded_causal_attention():
+    from btacalc.torchref.layers import window_attention
+
+    torch.manual_seed(0)
+    b, a, s, d, w = 2, 3, 10, 8, 4
+    q, k, v = (torch.randn(b, a, s, d) for _ in range(3))
+    band = window_attention(q, k, v, w, 0.5, None)
+    i, j = torch.arange(s)[:, None], torch.arange(s)[None, :]
+    allowed = (j <= i) & (j > i - w)
+    dense = torch.softmax((q @ k.transpose(2, 3) * 0.5).masked_fill(~allowed, float("-inf")), -1) @ v
+    torch.testing.assert_close(band, dense)
+    # a window as long as the sequence is causal attention
+    full = window_attention(q, k, v, s, 0.5, None)
+    causal = torch.softmax((q @ k.transpose(2, 3) * 0.5).masked_fill(j > i, float("-inf")), -1) @ v
+    torch.testing.assert_close(full, causal)
+
+
+def test_flop_counter_counts_the_band_matmuls_and_not_the_elementwise_ops():
+    # FlopCounterMode's blind spots: elementwise ops (sigmoid, softmax, the additive mask, cat) count zero;
+    # the per-offset bmm of the window attention counts 2*N*d each; an fp32 linear (DeepSeek router) counts
+    n, d = 6, 8
+    q, k = torch.randn(n, 1, d), torch.randn(n, d, 1)
+    with flop_counter() as fc:
+        x = torch.bmm(q, k)
+        torch.cat([x, x], -1).sigmoid().softmax(-1) + 1.0
+    assert fc.get_total_flops() == 2 * n * d
+    w = torch.nn.Linear(16, 4, dtype=torch.float32)
+    with flop_counter() as fc:
+        w(torch.randn(3, 16, dtype=torch.bfloat16).float())
+    assert fc.get_total_flops() == 2 * 3 * 16 * 4
+
+
+def test_mla_and_windows_are_measured_eager_only(cli):
+    code, _, err = cli("measure", "--model", "deepseek-v3", "--seq", "128", "--attention", "flash")
+    assert code == 2 and "eager only" in err
+    code, out, err = cli("measure", "--model", "gpt-oss-20b", "--seq", "64", "--layer-kind", "moe-sliding", "--json")
+    assert code == 0, err
+    r = json.loads(out)
+    assert r["layer_kind"] == "moe-sliding" and r["measured_bytes"] == r["pytorch_bytes"]
+    # a 128-token window over 64 tokens is the whole (s x s) score matrix
+    scores = next(p for p in r["phases"] if p["phase"] == "attn_scores")
+    assert scores["measured_flops_forward"] == scores["formula_flops_forward"] == 2 * 64 * 64 * 64 * 64
+    code, _, err = cli("measure", "--model", "gpt-oss-20b", "--layer-kind", "nope")
+    assert code == 2 and "--layer-kind" in err

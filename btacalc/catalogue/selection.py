@@ -51,6 +51,13 @@ class Selection:
                     chosen = [t for t in chosen if t.recompute != "core"]
         return chosen
 
+    def term_expression(self, term: Term) -> sp.Expr:
+        """A term's expression for this selection: outside a sliding window every query attends to all
+        s keys, so the window symbol w is s (the catalogue writes scores as s*w; full layers read s^2)."""
+        if self.feature_dict["sliding_window"]:
+            return term.sym
+        return term.sym.subs(SYMBOLS["w"], SYMBOLS["s"])
+
     def expression(self, phase: Phase, quantity: str) -> sp.Expr:
         """The formula for `quantity` of `phase`, per training step of G*b sequences."""
         if quantity == "flops_bwd":
@@ -61,7 +68,7 @@ class Selection:
             # together while it runs: attention phases one tile at a time (b), the rest on G*b.
             kept = {id(t) for t in self.terms(phase, "stored")}
             f = self.feature_dict
-            dropped = sp.Add(*[t.sym for t in phase.terms
+            dropped = sp.Add(*[self.term_expression(t) for t in phase.terms
                                if t.q == "stored" and t.applies(f) and id(t) not in kept and t.recompute != "checkpoint"])
             if phase.scope != "layer":
                 return sp.Integer(0)
@@ -69,7 +76,7 @@ class Selection:
         if quantity == "arithmetic_intensity":
             num, den = self.expression(phase, "flops_fwd"), self.expression(phase, "bytes_moved")
             return sp.Integer(0) if den == 0 else num / den
-        total = sp.Add(*[t.sym for t in self.terms(phase, quantity)])
+        total = sp.Add(*[self.term_expression(t) for t in self.terms(phase, quantity)])
         if quantity == "flops_recompute":
             total += self._policy_recompute(phase)
         return total

@@ -9,7 +9,8 @@ import typer
 
 from ..errors import BtacalcError
 from .options import (Attention, AttentionOpt, GpusPerNodeOpt, GradAccumOpt, Match, MemoryModelChoice, MemoryModelOpt,
-                      ModelOpt, OutputOpt, OverlapA2aOpt, OverlapOpt, Recompute, RecomputeOpt, SeqOpt, emit_result,
+                      ModelOpt, MtpOpt, NameOpt, OutputOpt, OverlapA2aOpt, OverlapOpt, Recompute, RecomputeOpt, SeqOpt,
+                      emit_result,
                       value)
 
 HW_LIST_DEFAULT = "wse2,wse3,a100-80gb,b200"
@@ -35,6 +36,7 @@ def _profiles(hw: str) -> list[Any]:
 
 def compare(
     model: str = ModelOpt,
+    name: Optional[str] = NameOpt,
     hw: str = typer.Option(HW_LIST_DEFAULT, "--hw", help="Comma-separated hardware profiles."),
     devices: str = typer.Option("auto", "--devices", "-n", help="GPU counts, e.g. 8,64; auto: the smallest power of "
                                 "two that fits (trying ZeRO-3 and full recomputation), or the --match count."),
@@ -54,6 +56,7 @@ def compare(
     attention: Optional[Attention] = AttentionOpt,
     memory_model: Optional[MemoryModelChoice] = MemoryModelOpt,
     overlap: bool = OverlapOpt,
+    mtp: Optional[bool] = MtpOpt,
     as_json: bool = typer.Option(False, "--json", help="Print {rows: [...]} as JSON on stdout."),
     output: Optional[Path] = OutputOpt,
     csv_path: Optional[Path] = typer.Option(None, "--csv", help="Write one CSV row per device set."),
@@ -69,7 +72,7 @@ def compare(
     from ..planning.compare import compare as run_compare
     from .parsing import parse_values
 
-    spec = resolve_model(model)
+    spec = resolve_model(model, name)
     profiles = _profiles(hw)
     counts = None if devices.strip() == "auto" else parse_values(devices, "--devices")
     if memory_model == MemoryModelChoice.weight_streaming and any(p.family == "gpu" for p in profiles):
@@ -79,7 +82,7 @@ def compare(
     request = ExecutionRequest(seq_len=seq, recompute=value(recompute), attention=value(attention),
                                memory_model=value(memory_model), overlap_streaming=overlap, expert_parallel=ep,
                                zero_stage=zero, devices_per_node=gpus_per_node, overlap_all_to_all=overlap_a2a,
-                               micro_batches=grad_accum)
+                               micro_batches=grad_accum, multi_token_prediction=mtp)
     result = run_compare(spec, profiles, counts, request, systems, value(match), global_batch)
     emit_result(result, as_json, output, csv_path, compare_csv, plot_path, compare_plot, compare_renderable)
     return 0

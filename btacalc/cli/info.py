@@ -74,36 +74,54 @@ def hw_show(name: str = typer.Argument(..., help="Profile name or path to a prof
     return 0
 
 
+def _model_summary(spec) -> dict:
+    """A model's counts, its published ones (with each figure's convention and source) and its layer kinds."""
+    from dataclasses import asdict
+
+    from ..config.hardware import resolve_hardware
+    from ..model.params import param_counts, published_checks
+    from ..model.problem import make_problem
+
+    pc = param_counts(make_problem(spec, resolve_hardware("wse3")))  # counts do not depend on the device
+    checks = [{**asdict(c), "relative": c.relative} for c in published_checks(spec, pc)]
+    return {"name": spec.name, "params_total": pc.total, "params_active": pc.active,
+            "params_non_embedding": pc.non_embedding, "params_per_layer": pc.per_layer,
+            "params_gathered": pc.gathered, "published": checks,
+            "layer_kinds": [{"name": k.name, "count": k.count} for k in spec.layer_kinds()]}
+
+
 def models_list(as_json: bool = typer.Option(False, "--json", help="Print the presets as JSON.")) -> int:
-    """List the built-in model presets."""
+    """List the built-in model presets with total and active parameters (computed and published)."""
     from ..config.presets import load_preset, preset_names
     from ..output.info_tables import models_list_table
 
     specs = [load_preset(n) for n in preset_names()]
+    summaries = [_model_summary(s) for s in specs]
     if as_json:
-        sys.stdout.write(json.dumps([s.model_dump() for s in specs], indent=2) + "\n")
+        rows = [{**s.model_dump(), **{k: v for k, v in m.items() if k != "published"},
+                 "published": s.published_params.model_dump() if s.published_params else None,
+                 "published_checks": m["published"]} for s, m in zip(specs, summaries)]
+        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
         return 0
-    out.print(models_list_table(specs))
+    out.print(models_list_table(specs, summaries))
     return 0
 
 
 def models_show(name: str = typer.Argument(..., help="Preset name or path to a Hugging Face config.json."),
+                model_name: Optional[str] = typer.Option(None, "--name", help="Name the model (default: the preset "
+                                                         "name, the file's stem, or the folder of a config.json)."),
                 as_json: bool = typer.Option(False, "--json", help="Print the model as JSON.")) -> int:
-    """Show a model's architecture and its parameter counts (vs published, where known)."""
-    from ..config.hardware import resolve_hardware
+    """Show a model's architecture, its layer kinds and its parameter counts against the published ones,
+    each with its source."""
     from ..config.presets import resolve_model
-    from ..model.params import param_counts
-    from ..model.problem import make_problem
     from ..output.info_tables import models_show_table
 
-    spec = resolve_model(name)
-    pc = param_counts(make_problem(spec, resolve_hardware("wse3")))
-    counts = {"params_total": pc.total, "params_active": pc.active, "params_non_embedding": pc.non_embedding,
-              "params_per_layer": pc.per_layer}
+    spec = resolve_model(name, model_name)
+    summary = _model_summary(spec)
     if as_json:
-        sys.stdout.write(json.dumps({"spec": spec.model_dump(), **counts}, indent=2) + "\n")
+        sys.stdout.write(json.dumps({"spec": spec.model_dump(), **summary}, indent=2) + "\n")
         return 0
-    out.print(models_show_table(spec, counts))
+    out.print(models_show_table(spec, summary))
     return 0
 
 

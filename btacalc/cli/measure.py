@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Optional
 
 import typer
 from rich.table import Table
@@ -23,6 +24,8 @@ def measure(
     batch: int = typer.Option(1, "--batch", min=1, help="Sequences in the layer's batch (G*b)."),
     tiles: int = typer.Option(1, "--tiles", min=1, help="Attention tiles G (BTA); must divide --batch."),
     attention: Attention = typer.Option(Attention.eager, "--attention", help="eager (HF eager attention) or flash (SDPA)."),
+    layer_kind: Optional[str] = typer.Option(None, "--layer-kind", help="Which layer kind of a mixed model (e.g. dense, "
+                                             "moe, moe-sliding, moe-full) [default: the most common]."),
     real: bool = typer.Option(False, "--real", help="Run on real CPU tensors instead of FakeTensorMode (allocates memory!)."),
     as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
 ) -> int:
@@ -37,11 +40,11 @@ def measure(
     from ..torchref.accuracy import compare_layer
 
     spec = resolve_model(model)
-    result = compare_layer(spec, batch, seq, tiles, attention.value, fake=not real)
+    result = compare_layer(spec, batch, seq, tiles, attention.value, fake=not real, kind_name=layer_kind)
     if as_json:
         sys.stdout.write(result.model_dump_json(indent=2) + "\n")
         return 0
-    t = Table(title=f"{spec.name}: one decoder layer, {batch} x {seq} tokens, G = {tiles}, {attention.value} attention, "
+    t = Table(title=f"{spec.name}: one {result.layer_kind} layer, {batch} x {seq} tokens, G = {tiles}, {attention.value} attention, "
               f"{'FakeTensorMode' if not real else 'real CPU tensors'} (bytes kept for backward)", title_justify="left")
     for c in ("phase", "ideal", "pytorch", "measured", "pytorch/measured", "fwd FLOP formula", "fwd FLOP measured"):
         t.add_column(c, justify="left" if c == "phase" else "right")

@@ -23,6 +23,7 @@ FLAGS = {
     "overlap_all_to_all": "--overlap-a2a",
     "hardware": "--hw",
     "solve_for": "--solve-for",
+    "multi_token_prediction": "--mtp",
 }
 
 
@@ -50,6 +51,10 @@ def value(choice: Optional[Enum]) -> Optional[str]:
 
 
 ModelOpt = typer.Option("qwen3-30b-a3b", "--model", "-m", help="Preset name or path to a Hugging Face config.json.")
+NameOpt = typer.Option(None, "--name", help="Name the model in the output [default: the preset name, the file's stem, "
+                       "or the folder of a config.json].")
+MtpOpt = typer.Option(None, "--mtp/--no-mtp", help="Also train the model's multi-token-prediction modules (DeepSeek-V3) "
+                      "[default: off, as Hugging Face transformers trains it and as its 671B is counted].")
 HwOpt = typer.Option("wse3", "--hw", help="Hardware profile name (btacalc hw list) or path to a profile .toml.")
 SeqOpt = typer.Option(None, "--seq", min=1, help="Sequence length s [default: 4096, Qwen3 pre-training].")
 RecomputeOpt = typer.Option(None, "--recompute", help="Activation recomputation [default: per device].")

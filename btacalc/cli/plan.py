@@ -13,8 +13,8 @@ from ..errors import BtacalcError
 from .console import err, out
 from .options import (Accounting, AccountingOpt, Attention, AttentionOpt, CausalOpt, DevicesOpt, Emit, EpOpt,
                       ExpertFfnOpt, ExpertsOpt, FixedActiveOpt, GlobalBatchOpt, GpusPerNodeOpt, GradAccumOpt, HwOpt, Loss,
-                      LossOpt, MaxGlobalBatchOpt, MaxTileBatchOpt, MemoryModelChoice, MemoryModelOpt, ModelOpt,
-                      OutputOpt, OverlapA2aOpt, OverlapOpt, Recompute, RecomputeOpt, SeqOpt, TileBatchOpt, TilesOpt,
+                      LossOpt, MaxGlobalBatchOpt, MaxTileBatchOpt, MemoryModelChoice, MemoryModelOpt, ModelOpt, MtpOpt,
+                      NameOpt, OutputOpt, OverlapA2aOpt, OverlapOpt, Recompute, RecomputeOpt, SeqOpt, TileBatchOpt, TilesOpt,
                       TopKOpt, ZeroOpt, emit_json, emit_result, value)
 
 PLAN_EXAMPLES = ("Examples:\n\n"
@@ -35,6 +35,7 @@ SWEEP_EXAMPLES = ("Examples:\n\n"
 
 def plan(
     model: str = ModelOpt,
+    name: Optional[str] = NameOpt,
     hw: str = HwOpt,
     seq: Optional[int] = SeqOpt,
     global_batch: Optional[int] = GlobalBatchOpt,
@@ -59,6 +60,7 @@ def plan(
     gpus_per_node: Optional[int] = GpusPerNodeOpt,
     overlap_a2a: bool = OverlapA2aOpt,
     grad_accum: Optional[int] = GradAccumOpt,
+    mtp: Optional[bool] = MtpOpt,
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON on stdout."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the plan JSON to this file (atomically)."),
     schema: bool = typer.Option(False, "--schema", help="Print the JSON schema of the plan and exit."),
@@ -81,10 +83,11 @@ def plan(
     if schema:
         sys.stdout.write(json.dumps(PlanReport.model_json_schema(), indent=2) + "\n")
         return 0
-    spec = resolve_model(model).with_overrides(experts, top_k, expert_ffn, fixed_active)
+    spec = resolve_model(model, name).with_overrides(experts, top_k, expert_ffn, fixed_active)
     request = ExecutionRequest(
         seq_len=seq, recompute=value(recompute), attention=value(attention), causal=causal, loss=value(loss),
         accounting=accounting.value, memory_model=value(memory_model), overlap_streaming=overlap,
+        multi_token_prediction=mtp,
         devices=devices, expert_parallel=ep, zero_stage=zero, devices_per_node=gpus_per_node,
         overlap_all_to_all=overlap_a2a, micro_batches=grad_accum,
         limits=BatchLimits(global_batch, tiles, tile_batch, max_global_batch, max_tile_batch))
@@ -118,6 +121,7 @@ def _emit_cerebras(report: Any, output: Optional[Path]) -> int:
 
 def sweep(
     model: str = ModelOpt,
+    name: Optional[str] = NameOpt,
     hw: str = HwOpt,
     vary: list[str] = typer.Option(..., "--vary", help="NAME=VALUES: a,b,c or start:stop:step or start:stop:xF. "
                                    "Names: experts, top-k, expert-ffn, seq, global-batch, tiles, tile-batch, "
@@ -136,6 +140,7 @@ def sweep(
     gpus_per_node: Optional[int] = GpusPerNodeOpt,
     overlap_a2a: bool = OverlapA2aOpt,
     grad_accum: Optional[int] = GradAccumOpt,
+    mtp: Optional[bool] = MtpOpt,
     as_json: bool = typer.Option(False, "--json", help="Print {points: [...]} as JSON on stdout."),
     output: Optional[Path] = OutputOpt,
     csv_path: Optional[Path] = typer.Option(None, "--csv", help="Write one CSV row per point to this file."),
@@ -153,13 +158,14 @@ def sweep(
     from .parsing import parse_vary
 
     grid = parse_vary(vary)
-    spec, profile = resolve_model(model), resolve_hardware(hw)
+    spec, profile = resolve_model(model, name), resolve_hardware(hw)
     if fixed_active and "top-k" not in grid:
         raise BtacalcError("{fixed_active} needs --vary top-k=...")
     request = ExecutionRequest(
         seq_len=seq, recompute=value(recompute), attention=value(attention), causal=causal, loss=value(loss),
         accounting=accounting.value, overlap_streaming=overlap, devices=devices, expert_parallel=ep,
-        zero_stage=zero, devices_per_node=gpus_per_node, overlap_all_to_all=overlap_a2a, micro_batches=grad_accum)
+        zero_stage=zero, devices_per_node=gpus_per_node, overlap_all_to_all=overlap_a2a, micro_batches=grad_accum,
+        multi_token_prediction=mtp)
     total = 1
     for values in grid.values():
         total *= len(values)

@@ -30,6 +30,8 @@ REASONS = {
     "memory_model": ("auto: the whole training state resident on the device when it fits with one sequence, "
                      "else weights streamed (wafer)"),
     "zero_stage": "1: optimizer state sharded over data-parallel ranks (Megatron-LM distributed optimizer)",
+    "multi_token_prediction": ("off: the main model only, as Hugging Face transformers trains DeepSeek-V3 (it does not "
+                               "build the MTP module) and as the published parameter counts are given"),
 }
 
 
@@ -49,6 +51,8 @@ class RunOptions:
     # fits with one sequence, else streams weights (wafer) or stays resident (GPU).
     memory_model: Literal["weight_streaming", "resident", "auto"] = "auto"
     overlap_streaming: bool = True  # weight streaming overlaps compute (max) or not (sum)
+    # train the model's multi-token-prediction modules too (DeepSeek-V3 MTP; a model without any ignores it)
+    multi_token_prediction: bool = False
 
     def features(self) -> dict[str, Any]:
         """The run options the formula catalogue's `when` clauses test."""
@@ -146,6 +150,7 @@ class ExecutionRequest:
     accounting: str = "ideal"
     memory_model: Optional[str] = None
     overlap_streaming: bool = True
+    multi_token_prediction: Optional[bool] = None
     devices: int = 1
     expert_parallel: Optional[int] = None
     zero_stage: Optional[int] = None
@@ -178,6 +183,16 @@ def auto_expert_parallel(devices: int, num_experts: int) -> int:
     return math.gcd(devices, num_experts) if num_experts else 1
 
 
+def _mtp(request: ExecutionRequest, model: "ModelSpec", reasons: dict[str, str]) -> bool:
+    if request.multi_token_prediction is None:
+        if model.mtp_layers:
+            reasons["multi_token_prediction"] = REASONS["multi_token_prediction"]
+        return False
+    if request.multi_token_prediction and not model.mtp_layers:
+        raise BtacalcError(f"{{multi_token_prediction}}: model {model.name!r} has no multi-token-prediction module")
+    return request.multi_token_prediction
+
+
 def resolve_execution(request: ExecutionRequest, model: "ModelSpec", profile: "HardwareProfile") -> Execution:
     """Fill every default of `request` for `model` on `profile`, validate, and record the reasons."""
     reasons: dict[str, str] = {}
@@ -198,6 +213,7 @@ def resolve_execution(request: ExecutionRequest, model: "ModelSpec", profile: "H
         accounting=request.accounting,  # type: ignore[arg-type]  # validated by the CLI choices / catalogue
         memory_model=pick("memory_model", request.memory_model, "auto", REASONS["memory_model"]),
         overlap_streaming=request.overlap_streaming,
+        multi_token_prediction=_mtp(request, model, reasons),
     )
     devices = request.devices
     ep, zero = request.expert_parallel, request.zero_stage

@@ -1,98 +1,361 @@
-"""Hugging Face transformers ``config.json`` files -> `ModelSpec`."""
+"""Hugging Face transformers ``config.json`` files -> `ModelSpec`.
+
+Every field btacalc reads is type-checked (integers are integers, not booleans or floats; strings are
+strings; lists are lists) and bounded; a feature btacalc does not model is a one-line error naming it.
+Field names and defaults follow the transformers configuration classes (v5.24.0) of each family.
+"""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Optional
 
 from ..errors import BtacalcError
 from .model import ModelSpec, validate_model
 
-# model_type -> how its fields map onto ModelSpec
-_HF_FAMILIES: dict[str, dict[str, Any]] = {
-    "qwen3_moe": {"experts": "num_experts", "ffn": "moe_intermediate_size", "qk_norm": "head"},
-    "mixtral": {"experts": "num_local_experts", "ffn": "intermediate_size", "qk_norm": "none"},
-    "olmoe": {"experts": "num_experts", "ffn": "intermediate_size", "qk_norm": "full"},
-    "qwen3": {"experts": None, "ffn": "intermediate_size", "qk_norm": "head"},
-    "qwen2": {"experts": None, "ffn": "intermediate_size", "qk_norm": "none", "qkv_bias": True},
-    "llama": {"experts": None, "ffn": "intermediate_size", "qk_norm": "none"},
-    "mistral": {"experts": None, "ffn": "intermediate_size", "qk_norm": "none"},
+# Counts and sizes beyond this are not a model: the arithmetic (Python ints, numpy int64 in sweeps) and
+# every table assume sizes well below it.
+MAX_SIZE = 2**40
+# JSON nesting deeper than this is refused before parsing (a config.json nests 3 levels).
+MAX_DEPTH = 64
+
+_MISSING = object()
+
+
+class _Config:
+    """The raw config with typed, bounded accessors that fail with one line naming the field."""
+
+    def __init__(self, raw: dict[str, Any], origin: str, model_type: str):
+        self.raw, self.origin, self.model_type = raw, origin, model_type
+
+    def error(self, message: str) -> BtacalcError:
+        return BtacalcError(f"{self.origin}: {message}")
+
+    def get(self, *keys: str, default: Any = _MISSING) -> Any:
+        for key in keys:
+            if self.raw.get(key) is not None:
+                return self.raw[key]
+        if default is _MISSING:
+            raise self.error(f"field {keys[0]!r} is missing (needed for model_type {self.model_type})")
+        return default
+
+    def integer(self, *keys: str, default: Any = _MISSING, minimum: int = 1) -> Any:
+        value = self.get(*keys, default=default)
+        if default is not _MISSING and value is default:  # not in the file: the family's default
+            return value
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise self.error(f"field {keys[0]!r} must be an integer, got {json.dumps(value)}")
+        if value < minimum or value > MAX_SIZE:
+            raise self.error(f"field {keys[0]!r} = {value} is out of range ({minimum} to 2**40)")
+        return value
+
+    def flag(self, key: str, default: bool) -> bool:
+        value = self.get(key, default=default)
+        if not isinstance(value, bool):
+            raise self.error(f"field {key!r} must be true or false, got {json.dumps(value)}")
+        return value
+
+    def string(self, key: str, default: Optional[str]) -> Optional[str]:
+        value = self.get(key, default=default)
+        if value is not None and not isinstance(value, str):
+            raise self.error(f"field {key!r} must be a string, got {json.dumps(value)}")
+        return value
+
+    def number(self, key: str, default: float) -> float:
+        value = self.get(key, default=default)
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise self.error(f"field {key!r} must be a number, got {json.dumps(value)}")
+        return float(value)
+
+    def array(self, key: str) -> list[Any]:
+        value = self.get(key, default=[])
+        if not isinstance(value, list):
+            raise self.error(f"field {key!r} must be a list, got {json.dumps(value)}")
+        return value
+
+    def unsupported(self, feature: str) -> BtacalcError:
+        return self.error(f"{feature} is not modelled (model_type {self.model_type})")
+
+
+def _common(c: _Config, h_key: str = "hidden_size") -> dict[str, Any]:
+    """Fields every decoder family has: sizes, heads (GQA), head dim, vocabulary, positions, tied head."""
+    h = c.integer(h_key, "n_embd")
+    heads = c.integer("num_attention_heads", "n_head")
+    kv = c.integer("num_key_value_heads", default=heads)
+    if heads % kv:
+        raise c.error(f"num_key_value_heads ({kv}) must divide num_attention_heads ({heads})")
+    head_dim = c.integer("head_dim", default=None)
+    if head_dim is None:
+        if h % heads:
+            raise c.error(f"hidden_size ({h}) is not divisible by num_attention_heads ({heads}) and no head_dim is given")
+        head_dim = h // heads
+    return {
+        "hidden_size": h, "num_layers": c.integer("num_hidden_layers", "n_layer"), "num_heads": heads,
+        "num_kv_heads": kv, "head_dim": head_dim, "vocab_size": c.integer("vocab_size"),
+        "tied_embeddings": c.flag("tie_word_embeddings", False),
+        "max_position_embeddings": c.integer("max_position_embeddings", "n_positions", default=None),
+    }
+
+
+def _silu(c: _Config) -> None:
+    act = c.string("hidden_act", "silu")
+    if act not in ("silu", "swish"):
+        raise c.unsupported(f"hidden_act {act!r} (SwiGLU/silu only)")
+
+
+def _no_dropout(c: _Config) -> None:
+    if c.number("attention_dropout", 0.0) != 0:
+        raise c.unsupported("attention_dropout > 0")
+
+
+def _window(c: _Config, enabled: bool = True) -> dict[str, Any]:
+    """A sliding window on every layer (Mistral, Mixtral), unless the config has none."""
+    window = c.integer("sliding_window", default=None)
+    return {"sliding_window": window} if enabled and window is not None else {}
+
+
+def _qwen_window(c: _Config) -> None:
+    if c.flag("use_sliding_window", False):
+        raise c.unsupported("use_sliding_window (windows on the lower max_window_layers layers)")
+
+
+def _llama_like(c: _Config) -> dict[str, Any]:
+    _silu(c)
+    _no_dropout(c)
+    bias = c.flag("attention_bias", False)
+    if c.flag("mlp_bias", False):
+        raise c.unsupported("mlp_bias on a SwiGLU MLP")
+    return {**_common(c), "ffn_size": c.integer("intermediate_size"), "qkv_bias": bias, "linear_bias": bias}
+
+
+def _qwen2(c: _Config) -> dict[str, Any]:
+    _qwen_window(c)
+    _silu(c)
+    _no_dropout(c)
+    return {**_common(c), "ffn_size": c.integer("intermediate_size"), "qkv_bias": True}
+
+
+def _qwen3(c: _Config) -> dict[str, Any]:
+    _qwen_window(c)
+    return {**_llama_like(c), "qk_norm": "head"}
+
+
+def _mistral(c: _Config) -> dict[str, Any]:
+    return {**_llama_like(c), **_window(c)}
+
+
+def _moe_stack(c: _Config, experts_key: str) -> dict[str, Any]:
+    """Routed experts, top-k and the dense/MoE layer pattern of the Qwen-MoE families."""
+    only = c.array("mlp_only_layers")
+    if not all(isinstance(i, int) and not isinstance(i, bool) for i in only):
+        raise c.error("field 'mlp_only_layers' must be a list of integers")
+    return {"num_experts": c.integer(experts_key), "top_k": c.integer("num_experts_per_tok"),
+            "ffn_size": c.integer("moe_intermediate_size"), "router_renormalize": c.flag("norm_topk_prob", False),
+            "moe_layer_interval": c.integer("decoder_sparse_step", default=1), "dense_layer_indices": tuple(only),
+            "dense_ffn_size": c.integer("intermediate_size", default=None)}
+
+
+def _qwen3_moe(c: _Config) -> dict[str, Any]:
+    _qwen_window(c)
+    _silu(c)
+    _no_dropout(c)
+    return {**_common(c), **_moe_stack(c, "num_experts"), "qk_norm": "head",
+            "qkv_bias": c.flag("attention_bias", False), "linear_bias": c.flag("attention_bias", False)}
+
+
+def _qwen2_moe(c: _Config) -> dict[str, Any]:
+    _qwen_window(c)
+    _silu(c)
+    _no_dropout(c)
+    shared = c.integer("shared_expert_intermediate_size", default=0, minimum=0)
+    return {**_common(c), **_moe_stack(c, "num_experts"), "qkv_bias": c.flag("qkv_bias", True),
+            "shared_expert_size": shared, "shared_expert_gate": shared > 0}
+
+
+def _mixtral(c: _Config) -> dict[str, Any]:
+    _silu(c)
+    _no_dropout(c)
+    if c.number("router_jitter_noise", 0.0) != 0:
+        raise c.unsupported("router_jitter_noise > 0")
+    return {**_common(c), **_window(c), "ffn_size": c.integer("intermediate_size"),
+            "num_experts": c.integer("num_local_experts"), "top_k": c.integer("num_experts_per_tok")}
+
+
+def _olmoe(c: _Config) -> dict[str, Any]:
+    _silu(c)
+    _no_dropout(c)
+    if c.get("clip_qkv", default=None) is not None:
+        raise c.unsupported("clip_qkv")
+    bias = c.flag("attention_bias", False)
+    return {**_common(c), "ffn_size": c.integer("intermediate_size"), "num_experts": c.integer("num_experts"),
+            "top_k": c.integer("num_experts_per_tok"), "qk_norm": "full", "qkv_bias": bias, "linear_bias": bias,
+            "router_renormalize": c.flag("norm_topk_prob", False)}
+
+
+def _deepseek_v3(c: _Config) -> dict[str, Any]:
+    _silu(c)
+    _no_dropout(c)
+    experts, groups, chosen = c.integer("n_routed_experts"), c.integer("n_group", default=1), c.integer("topk_group", default=1)
+    if experts % groups or chosen > groups:
+        raise c.error(f"n_group ({groups}) must divide n_routed_experts ({experts}) and topk_group ({chosen}) "
+                      "must not exceed it")
+    if c.integer("moe_layer_freq", default=1) != 1:
+        raise c.unsupported("moe_layer_freq != 1 (transformers' DeepseekV3 ignores it)")
+    scoring = c.string("scoring_func", "sigmoid")
+    if scoring not in ("sigmoid", "softmax"):
+        raise c.unsupported(f"scoring_func {scoring!r}")
+    rope, nope = c.integer("qk_rope_head_dim"), c.integer("qk_nope_head_dim")
+    bias = c.flag("attention_bias", False)
+    if bias:
+        raise c.unsupported("attention_bias with MLA")
+    base = _common(c)
+    base["num_kv_heads"] = base["num_heads"]  # MLA materialises keys and values for every head
+    return {**base, "head_dim": nope + rope, "ffn_size": c.integer("moe_intermediate_size"), "num_experts": experts,
+            "top_k": c.integer("num_experts_per_tok"), "router": scoring, "router_renormalize": c.flag("norm_topk_prob", True),
+            "shared_expert_size": c.integer("n_shared_experts", default=0, minimum=0) * c.integer("moe_intermediate_size"),
+            "first_dense_layers": c.integer("first_k_dense_replace", default=0, minimum=0),
+            "dense_ffn_size": c.integer("intermediate_size"), "mtp_layers": c.integer("num_nextn_predict_layers", default=0, minimum=0),
+            "mla": {"q_lora_rank": c.integer("q_lora_rank", default=0, minimum=0), "kv_lora_rank": c.integer("kv_lora_rank"),
+                    "qk_nope_head_dim": nope, "qk_rope_head_dim": rope, "v_head_dim": c.integer("v_head_dim")}}
+
+
+def _layer_pattern(c: _Config, layers: int) -> int:
+    """`full_attention_interval` from an explicit layer_types list (sliding / full), or an error."""
+    types = c.array("layer_types")
+    if not types:
+        return 2  # GptOssConfig default: sliding on even layers
+    if len(types) != layers or not all(t in ("sliding_attention", "full_attention") for t in types):
+        raise c.error(f"field 'layer_types' must list 'sliding_attention' or 'full_attention' for each of the {layers} layers")
+    full = [i for i, t in enumerate(types) if t == "full_attention"]
+    for n in [0] + list(range(1, layers + 1)):
+        if full == [i for i in range(layers) if n and (i + 1) % n == 0]:
+            return n
+    raise c.unsupported("a layer_types pattern other than every n-th layer full")
+
+
+def _gpt_oss(c: _Config) -> dict[str, Any]:
+    _no_dropout(c)
+    base = _common(c)
+    interval = _layer_pattern(c, base["num_layers"])
+    bias = c.flag("attention_bias", True)
+    window = c.integer("sliding_window", default=128)
+    return {**base, "ffn_size": c.integer("intermediate_size"), "num_experts": c.integer("num_local_experts"),
+            "top_k": c.integer("num_experts_per_tok"), "qkv_bias": bias, "linear_bias": bias, "softmax_fp32": False,
+            "attention_sinks": True, "router": "topk_softmax", "router_renormalize": False, "router_bias": True,
+            "expert_bias": True, **({"sliding_window": window, "full_attention_interval": interval} if interval != 1 else {})}
+
+
+def _dropout(c: _Config, keys: tuple[str, ...]) -> bool:
+    rates = [c.number(k, 0.1) for k in keys]
+    if any(0 < r < 1 for r in rates) and not all(0 < r < 1 for r in rates):
+        raise c.unsupported("dropout on some of " + ", ".join(keys) + " only")
+    return all(0 < r < 1 for r in rates)
+
+
+def _gelu(c: _Config) -> None:
+    act = c.string("activation_function", "gelu_new")
+    if act not in ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh"):
+        raise c.unsupported(f"activation_function {act!r} (GeLU only)")
+
+
+def _gpt2(c: _Config) -> dict[str, Any]:
+    _gelu(c)
+    base = {**_common(c), "tied_embeddings": c.flag("tie_word_embeddings", True)}
+    for flag in ("scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn", "add_cross_attention"):
+        if c.flag(flag, False):
+            raise c.unsupported(flag)
+    return {**base, "ffn_size": c.integer("n_inner", default=4 * base["hidden_size"]), "norm": "layernorm", "mlp": "gelu",
+            "position_embedding": "learned", "dropout": _dropout(c, ("resid_pdrop", "embd_pdrop", "attn_pdrop")),
+            "softmax_fp32": False, "qkv_bias": True, "linear_bias": True, "mlp_bias": True,
+            "max_position_embeddings": c.integer("n_positions", "max_position_embeddings")}
+
+
+def _gptj(c: _Config) -> dict[str, Any]:
+    _gelu(c)
+    base = _common(c)
+    return {**base, "ffn_size": c.integer("n_inner", default=4 * base["hidden_size"]), "norm": "layernorm", "mlp": "gelu",
+            "position_embedding": "rope", "dropout": _dropout(c, ("resid_pdrop", "embd_pdrop", "attn_pdrop")),
+            "mlp_bias": True, "lm_head_bias": True, "parallel_block": True}
+
+
+# model_type -> builder of the ModelSpec fields
+_HF_FAMILIES: dict[str, Callable[[_Config], dict[str, Any]]] = {
+    "qwen3_moe": _qwen3_moe, "qwen2_moe": _qwen2_moe, "mixtral": _mixtral, "olmoe": _olmoe,
+    "deepseek_v3": _deepseek_v3, "kimi_k2": _deepseek_v3, "gpt_oss": _gpt_oss, "qwen3": _qwen3, "qwen2": _qwen2,
+    "llama": _llama_like, "mistral": _mistral, "gptj": _gptj, "gpt2": _gpt2,
 }
 _ARCH_TO_TYPE = {
-    "Qwen3MoeForCausalLM": "qwen3_moe",
-    "MixtralForCausalLM": "mixtral",
-    "OlmoeForCausalLM": "olmoe",
-    "Qwen3ForCausalLM": "qwen3",
-    "Qwen2ForCausalLM": "qwen2",
-    "LlamaForCausalLM": "llama",
-    "MistralForCausalLM": "mistral",
+    "Qwen3MoeForCausalLM": "qwen3_moe", "Qwen2MoeForCausalLM": "qwen2_moe", "MixtralForCausalLM": "mixtral",
+    "OlmoeForCausalLM": "olmoe", "DeepseekV3ForCausalLM": "deepseek_v3", "GptOssForCausalLM": "gpt_oss",
+    "Qwen3ForCausalLM": "qwen3", "Qwen2ForCausalLM": "qwen2", "LlamaForCausalLM": "llama",
+    "MistralForCausalLM": "mistral", "GPTJForCausalLM": "gptj", "GPT2LMHeadModel": "gpt2",
 }
 
 
-def load_hf_config(path: Path) -> ModelSpec:
-    """Read a Hugging Face transformers config.json (Qwen3-MoE, Mixtral, OLMoE, Llama, Qwen2/3)."""
+def json_depth(text: str) -> int:
+    """The deepest nesting of [ and { in JSON text, outside strings (checked before parsing)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
+def model_name(path: Path) -> str:
+    """A config's model name: its folder's for config.json (the Hugging Face layout), else its stem."""
+    return (path.resolve().parent.name or path.stem) if path.name == "config.json" else path.stem
+
+
+def load_hf_config(path: Path, name: Optional[str] = None) -> ModelSpec:
+    """Read a Hugging Face transformers config.json (see `_HF_FAMILIES` for the supported model_type)."""
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise BtacalcError(f"{path}: cannot read: {exc}") from None
+    if json_depth(text) > MAX_DEPTH:
+        raise BtacalcError(f"{path}: JSON nested deeper than {MAX_DEPTH} levels")
+    try:
+        raw = json.loads(text)
     except json.JSONDecodeError as exc:
         raise BtacalcError(f"{path}: not valid JSON: {exc.msg} at line {exc.lineno}") from None
+    except (RecursionError, ValueError) as exc:  # ValueError: e.g. an integer too long to convert
+        raise BtacalcError(f"{path}: not valid JSON: {str(exc).splitlines()[0]}") from None
     if not isinstance(raw, dict):
         raise BtacalcError(f"{path}: expected a JSON object")
-    return hf_config_to_spec(raw, name=path.parent.name or path.stem, origin=str(path))
+    return hf_config_to_spec(raw, name=name or model_name(path), origin=str(path))
+
+
+def _model_type(raw: dict[str, Any], origin: str) -> str:
+    mtype = raw.get("model_type")
+    if mtype is not None and not isinstance(mtype, str):
+        raise BtacalcError(f"{origin}: field 'model_type' must be a string, got {type(mtype).__name__}")
+    archs = raw.get("architectures")
+    if archs is not None and not (isinstance(archs, list) and all(isinstance(a, str) for a in archs)):
+        raise BtacalcError(f"{origin}: field 'architectures' must be a list of strings")
+    if mtype not in _HF_FAMILIES:
+        mtype = next((_ARCH_TO_TYPE[a] for a in archs or [] if a in _ARCH_TO_TYPE), mtype)
+    if mtype not in _HF_FAMILIES:
+        label = raw.get("model_type") or (archs or ["(none given)"])[0]
+        raise BtacalcError(
+            f"{origin}: unsupported architecture {label!r} (supported model_type: {', '.join(sorted(_HF_FAMILIES))})")
+    return mtype
 
 
 def hf_config_to_spec(raw: dict[str, Any], name: str, origin: str) -> ModelSpec:
-    mtype = raw.get("model_type")
-    if mtype not in _HF_FAMILIES:
-        for arch in raw.get("architectures") or []:
-            if arch in _ARCH_TO_TYPE:
-                mtype = _ARCH_TO_TYPE[arch]
-                break
-    if mtype not in _HF_FAMILIES:
-        label = raw.get("model_type") or (raw.get("architectures") or ["(none given)"])[0]
-        raise BtacalcError(
-            f"{origin}: unsupported architecture {label!r} (supported model_type: {', '.join(sorted(_HF_FAMILIES))})"
-        )
-    fam = _HF_FAMILIES[mtype]
-
-    def need(key: str) -> Any:
-        if key not in raw or raw[key] is None:
-            raise BtacalcError(f"{origin}: field {key!r} is missing (needed for model_type {mtype})")
-        return raw[key]
-
-    h, heads = need("hidden_size"), need("num_attention_heads")
-    head_dim = raw.get("head_dim")
-    if head_dim is None:
-        if not isinstance(h, int) or not isinstance(heads, int) or heads <= 0 or h % heads:
-            raise BtacalcError(f"{origin}: hidden_size ({h}) is not divisible by num_attention_heads ({heads}) and no head_dim is given")
-        head_dim = h // heads
-    if fam["experts"] is not None:
-        if raw.get("shared_expert_intermediate_size") or raw.get("n_shared_experts"):
-            raise BtacalcError(f"{origin}: shared experts are not modelled yet")
-        if mtype == "qwen3_moe" and (raw.get("mlp_only_layers") or raw.get("decoder_sparse_step", 1) != 1):
-            raise BtacalcError(f"{origin}: models mixing dense and MoE layers (mlp_only_layers, decoder_sparse_step) are not modelled yet")
-        experts, top_k = need(fam["experts"]), need("num_experts_per_tok")
-    else:
-        experts, top_k = 0, 0
-    data = {
-        "name": name,
-        "source": origin,
-        "hidden_size": h,
-        "num_layers": need("num_hidden_layers"),
-        "num_heads": heads,
-        "num_kv_heads": raw.get("num_key_value_heads") or heads,
-        "head_dim": head_dim,
-        "vocab_size": need("vocab_size"),
-        "ffn_size": need(fam["ffn"]),
-        "num_experts": experts,
-        "top_k": top_k,
-        "qk_norm": fam["qk_norm"],
-        "qkv_bias": bool(raw.get("attention_bias", fam.get("qkv_bias", False))),
-        "tied_embeddings": bool(raw.get("tie_word_embeddings", False)),
-        "max_position_embeddings": raw.get("max_position_embeddings"),
-    }
-    if raw.get("hidden_act", "silu") not in ("silu", "swish"):
-        raise BtacalcError(f"{origin}: hidden_act {raw.get('hidden_act')!r} is not modelled (SwiGLU/silu only for {mtype})")
-    return validate_model(data, origin=origin)
+    mtype = _model_type(raw, origin)
+    config = _Config(raw, origin, mtype)
+    return validate_model({"name": name, "source": origin, **_HF_FAMILIES[mtype](config)}, origin=origin)

@@ -23,18 +23,50 @@ class LayerKind:
     symbols: tuple[tuple[str, int], ...] = ()
 
 
+Convention = Literal["within_0.5%", "rounded", "truncated"]
+
+
 class PublishedParams(BaseModel):
-    """Parameter counts as published by the model's authors, for validation."""
+    """Parameter counts as published by the model's authors, for validation, with the publisher's
+    conventions written out: how the figure was rounded and what "active" counts."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     total: Optional[float] = None
     active: Optional[float] = None
     non_embedding: Optional[float] = None
     source: str = ""
+    total_source: str = ""
+    active_source: str = ""
+    # how each figure relates to the exact count: within 0.5%, or the exact count rounded / truncated to
+    # `precision` (the unit of the last digit the publisher wrote, e.g. 1e9 for "70B", 1e8 for "6.7B")
+    total_convention: Convention = "within_0.5%"
+    active_convention: Convention = "within_0.5%"
+    non_embedding_convention: Convention = "within_0.5%"
+    total_precision: float = Field(1e9, gt=0)
+    active_precision: float = Field(1e9, gt=0)
+    non_embedding_precision: float = Field(1e9, gt=0)
+    # what the publisher's active count includes: both embedding tables, or the LM head but not the
+    # input-embedding lookup (a gather, no FLOPs: GPT-OSS model card, DeepSeek-V3 README_WEIGHTS)
+    active_counts: Literal["embedding_and_head", "head_only"] = "embedding_and_head"
+    note: str = ""
+
+
+class MultiHeadLatentAttention(BaseModel):
+    """MLA (DeepSeek-V2, arXiv 2405.04434 §2.1; DeepSeek-V3): queries and keys/values through low-rank
+    projections with RMSNorm, a decoupled RoPE key shared by all heads. Training materialises the
+    up-projected keys and values (no weight absorption): attention runs on a heads of d_h = nope + rope."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    q_lora_rank: int = Field(0, ge=0, description="r_q; 0: one q_proj h -> a d_h, no query compression")
+    kv_lora_rank: int = Field(gt=0, description="r_kv")
+    qk_nope_head_dim: int = Field(gt=0)
+    qk_rope_head_dim: int = Field(gt=0, description="d_r")
+    v_head_dim: int = Field(gt=0, description="d_v")
 
 
 class ModelSpec(BaseModel):
-    """A decoder-only transformer, dense or Mixture-of-Experts (no shared experts)."""
+    """A decoder-only transformer, dense or Mixture-of-Experts, possibly mixing layer kinds (dense and MoE
+    layers, sliding-window and full attention)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -44,7 +76,7 @@ class ModelSpec(BaseModel):
     num_layers: int = Field(gt=0, description="L")
     num_heads: int = Field(gt=0, description="a")
     num_kv_heads: int = Field(gt=0, description="a_kv")
-    head_dim: int = Field(gt=0, description="d_h")
+    head_dim: int = Field(gt=0, description="d_h (query/key head dimension)")
     vocab_size: int = Field(gt=0, description="V")
     ffn_size: int = Field(gt=0, description="f: expert width for MoE, MLP width for dense")
     num_experts: int = Field(0, ge=0, description="E; 0 for a dense model")
@@ -55,11 +87,34 @@ class ModelSpec(BaseModel):
     position_embedding: Literal["rope", "learned"] = "rope"
     dropout: bool = False
     qkv_bias: bool = False
-    linear_bias: bool = False
+    linear_bias: bool = Field(False, description="bias on the attention output projection")
+    mlp_bias: bool = Field(False, description="biases on the dense (GeLU) MLP's linears")
+    lm_head_bias: bool = False
+    parallel_block: bool = Field(False, description="GPT-J: attention and MLP both read the one norm's output")
     tied_embeddings: bool = False
     softmax_fp32: bool = Field(True, description="eager attention computes softmax in fp32 (HF transformers); "
                                "False: 16-bit (Megatron fused softmax, Korthikanti's count)")
     max_position_embeddings: Optional[int] = Field(None, gt=0)
+    # attention variants
+    mla: Optional[MultiHeadLatentAttention] = None
+    sliding_window: int = Field(0, ge=0, description="w: keys a sliding-window layer attends to; 0: no window")
+    full_attention_interval: int = Field(0, ge=0, description="with a window, layer i (0-based) uses full "
+                                         "attention when (i + 1) is a multiple of this; 0: every layer windowed")
+    attention_sinks: bool = Field(False, description="GPT-OSS: a learned logit per head in every softmax row")
+    # MoE variants
+    router: Literal["softmax", "sigmoid", "topk_softmax"] = "softmax"
+    router_renormalize: bool = Field(True, description="divide the k selected weights by their sum")
+    router_bias: bool = False
+    expert_bias: bool = False
+    shared_expert_size: int = Field(0, ge=0, description="f_s: width of the always-on shared expert(s); 0: none")
+    shared_expert_gate: bool = Field(False, description="Qwen2-MoE: sigmoid gate on the shared expert's output")
+    first_dense_layers: int = Field(0, ge=0, description="the first layers are dense (first_k_dense_replace)")
+    moe_layer_interval: int = Field(1, ge=1, description="layer i is MoE when (i + 1) is a multiple of this "
+                                    "(decoder_sparse_step, interleave_moe_layer_step)")
+    dense_layer_indices: tuple[int, ...] = Field((), description="further dense layers, 0-based (mlp_only_layers)")
+    dense_ffn_size: Optional[int] = Field(None, gt=0, description="MLP width of the dense layers of an MoE model")
+    mtp_layers: int = Field(0, ge=0, description="multi-token-prediction modules the model defines (DeepSeek-V3: "
+                            "1); trained only with the mtp run option")
     published_params: Optional[PublishedParams] = None
 
     @model_validator(mode="after")
@@ -68,6 +123,11 @@ class ModelSpec(BaseModel):
             raise ValueError(
                 f"num_heads ({self.num_heads}) is not divisible by num_kv_heads ({self.num_kv_heads})"
             )
+        self._check_moe()
+        self._check_attention()
+        return self
+
+    def _check_moe(self) -> None:
         if self.is_moe:
             if self.top_k < 1:
                 raise ValueError("an MoE model needs top_k >= 1")
@@ -75,16 +135,56 @@ class ModelSpec(BaseModel):
                 raise ValueError(f"top_k ({self.top_k}) is larger than the number of experts ({self.num_experts})")
             if self.mlp != "swiglu":
                 raise ValueError("MoE experts are modelled as SwiGLU only")
-        elif self.top_k:
-            raise ValueError("top_k is set but num_experts is 0 (dense model)")
-        return self
+            if self.dense_positions() and self.dense_ffn_size is None:
+                raise ValueError("an MoE model with dense layers needs dense_ffn_size")
+            if len(self.dense_positions()) == self.num_layers:
+                raise ValueError("every layer is dense: set num_experts 0 for a dense model")
+        else:
+            if self.top_k:
+                raise ValueError("top_k is set but num_experts is 0 (dense model)")
+            if self.shared_expert_size or self.shared_expert_gate or self.router_bias or self.expert_bias:
+                raise ValueError("shared experts, router and expert biases need an MoE model (num_experts > 0)")
+        if self.shared_expert_gate and not self.shared_expert_size:
+            raise ValueError("shared_expert_gate needs shared_expert_size > 0")
+        if self.first_dense_layers >= self.num_layers:
+            raise ValueError(f"first_dense_layers ({self.first_dense_layers}) must be below num_layers ({self.num_layers})")
+        bad = [i for i in self.dense_layer_indices if not 0 <= i < self.num_layers]
+        if bad or len(set(self.dense_layer_indices)) != len(self.dense_layer_indices):
+            raise ValueError(f"dense_layer_indices must be distinct layers in 0..{self.num_layers - 1}")
+
+    def _check_attention(self) -> None:
+        if self.mla is not None:
+            if self.num_kv_heads != self.num_heads:
+                raise ValueError("MLA materialises keys and values for every head: num_kv_heads must equal num_heads")
+            if self.head_dim != self.mla.qk_nope_head_dim + self.mla.qk_rope_head_dim:
+                raise ValueError("MLA: head_dim must be qk_nope_head_dim + qk_rope_head_dim")
+            if self.qk_norm != "none" or self.qkv_bias:
+                raise ValueError("MLA has its own normalised projections: qk_norm none, qkv_bias false")
+        if self.full_attention_interval and not self.sliding_window:
+            raise ValueError("full_attention_interval needs a sliding_window")
+        if self.attention_sinks and self.softmax_fp32:
+            raise ValueError("attention sinks are modelled as GPT-OSS computes them, softmax in the activation "
+                             "dtype: set softmax_fp32 false")
 
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
 
+    def dense_positions(self) -> set[int]:
+        """0-based indices of the layers whose FFN is a dense MLP in an MoE model."""
+        return ({i for i in range(self.num_layers) if i < self.first_dense_layers or (i + 1) % self.moe_layer_interval}
+                | set(self.dense_layer_indices))
+
+    def window_positions(self) -> set[int]:
+        """0-based indices of the sliding-window layers."""
+        if not self.sliding_window:
+            return set()
+        n = self.full_attention_interval
+        return {i for i in range(self.num_layers) if not n or (i + 1) % n}
+
     def features(self) -> dict[str, Any]:
-        """The architecture features the formula catalogue's `when` clauses test."""
+        """The architecture features the formula catalogue's `when` clauses test (a layer kind overrides
+        the per-layer ones: moe, sliding_window, mtp_module)."""
         return {
             "norm": self.norm,
             "mlp": self.mlp,
@@ -96,10 +196,26 @@ class ModelSpec(BaseModel):
             "position_embedding": self.position_embedding,
             "tied_embeddings": self.tied_embeddings,
             "softmax_fp32": self.softmax_fp32,
+            "mlp_bias": self.mlp_bias,
+            "lm_head_bias": self.lm_head_bias,
+            "parallel_block": self.parallel_block,
+            "mla": self.mla is not None,
+            "q_lora": self.mla is not None and self.mla.q_lora_rank > 0,
+            "sliding_window": False,
+            "attention_sinks": self.attention_sinks,
+            "router": self.router,
+            "router_renormalize": self.router_renormalize,
+            "router_bias": self.router_bias,
+            "expert_bias": self.expert_bias,
+            "shared_experts": self.shared_expert_size > 0,
+            "shared_expert_gate": self.shared_expert_gate,
+            "mtp_module": False,
         }
 
     def symbol_values(self) -> dict[str, int]:
-        """Values of the architecture symbols (h, a, a_kv, d_h, E, k, f, L, V)."""
+        """Values of the architecture symbols (h, a, a_kv, d_h, E, k, f, L, V and the variants' own);
+        symbols a model does not use get 1 (their terms do not apply)."""
+        mla = self.mla
         return {
             "h": self.hidden_size,
             "a": self.num_heads,
@@ -110,14 +226,46 @@ class ModelSpec(BaseModel):
             "f": self.ffn_size,
             "L": self.num_layers,
             "V": self.vocab_size,
+            "d_v": mla.v_head_dim if mla else self.head_dim,
+            "r_q": max(mla.q_lora_rank, 1) if mla else 1,
+            "r_kv": mla.kv_lora_rank if mla else 1,
+            "d_r": mla.qk_rope_head_dim if mla else 1,
+            "f_s": max(self.shared_expert_size, 1),
+            "w": max(self.sliding_window, 1),
         }
 
-    def layer_kinds(self) -> tuple[LayerKind, ...]:
-        """The decoder stack as groups of identical layers (one group: every layer alike)."""
-        return (LayerKind("decoder", self.num_layers),)
+    def layer_kinds(self, multi_token_prediction: bool = False) -> tuple[LayerKind, ...]:
+        """The decoder stack as groups of identical layers, in order of first appearance: MoE or dense FFN
+        (dense layers of an MoE model have width dense_ffn_size), sliding-window or full attention; with
+        `multi_token_prediction`, the model's MTP modules as one more kind."""
+        dense, window = self.dense_positions(), self.window_positions()
+        groups: dict[tuple[bool, bool], int] = {}
+        for i in range(self.num_layers):
+            key = (i not in dense, i in window)
+            groups[key] = groups.get(key, 0) + 1
+        kinds = [self._kind(moe_position, windowed, count, single=len(groups) == 1)
+                 for (moe_position, windowed), count in groups.items()]
+        if multi_token_prediction and self.mtp_layers:
+            mtp = self._kind(True, False, self.mtp_layers, single=False)
+            kinds.append(LayerKind("mtp", self.mtp_layers, mtp.features + (("mtp_module", True),), mtp.symbols))
+        return tuple(kinds)
+
+    def _kind(self, moe_position: bool, windowed: bool, count: int, single: bool) -> LayerKind:
+        features: dict[str, Any] = {"moe": self.is_moe and moe_position, "sliding_window": windowed}
+        symbols: dict[str, int] = {}
+        if not moe_position and self.dense_ffn_size is not None:
+            symbols["f"] = self.dense_ffn_size
+        if single:
+            name = "decoder"
+        else:
+            # a dense-equivalent model keeps its MoE positions apart (their width is k*f): "ffn"
+            name = ("moe" if features["moe"] else "ffn" if moe_position else "dense") + (
+                ("-sliding" if windowed else "-full") if self.sliding_window else "")
+        return LayerKind(name, count, tuple(sorted(features.items())), tuple(sorted(symbols.items())))
 
     def dense_equivalent(self) -> "ModelSpec":
-        """The dense model with the same active parameters: one SwiGLU FFN of width k*f.
+        """The dense model with the same active parameters: one SwiGLU FFN of width k*f (+ the shared
+        experts' width) in the MoE layers; dense layers keep their width.
 
         This is the reference of the BTA paper's comparison ("dense model with the same active
         parameters"); the router disappears, attention and embeddings are unchanged.
@@ -129,7 +277,11 @@ class ModelSpec(BaseModel):
                 "name": f"{self.name}-dense-equivalent",
                 "num_experts": 0,
                 "top_k": 0,
-                "ffn_size": self.top_k * self.ffn_size,
+                "ffn_size": self.top_k * self.ffn_size + self.shared_expert_size,
+                "shared_expert_size": 0,
+                "shared_expert_gate": False,
+                "router_bias": False,
+                "expert_bias": False,
                 "published_params": None,
             }
         )

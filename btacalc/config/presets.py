@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Optional
 
 from ..errors import BtacalcError
 from ..paths import presets_dir
@@ -27,15 +28,20 @@ def load_preset(name: str) -> ModelSpec:
     return validate_model(tomllib.loads(path.read_text(encoding="utf-8")), origin=f"preset {name}")
 
 
-def resolve_model(name_or_path: str) -> ModelSpec:
-    """A preset name, or the path of a Hugging Face config.json (or a folder holding one)."""
+def resolve_model(name_or_path: str, name: Optional[str] = None) -> ModelSpec:
+    """A preset name, or the path of a Hugging Face config.json (or a folder holding one). The model is
+    called `name` when given, else by its preset name, the file's stem, or, for a config.json, its folder."""
+    if name is not None and not name.strip():
+        raise BtacalcError("{name} must not be empty")
     path = Path(name_or_path)
     if name_or_path in preset_names():
-        return load_preset(name_or_path)
-    if path.is_dir():
-        path = path / "config.json"
-    if path.is_file():
-        return load_hf_config(path)
-    if path.suffix == ".json" or "/" in name_or_path:
-        raise BtacalcError(f"{{model}}: model file {name_or_path!r} not found")
-    return load_preset(name_or_path)
+        spec = load_preset(name_or_path)
+    else:
+        if path.is_dir():
+            path = path / "config.json"
+        if path.is_file():
+            return load_hf_config(path, name)
+        if path.suffix == ".json" or "/" in name_or_path:
+            raise BtacalcError(f"{{model}}: model file {name_or_path!r} not found")
+        spec = load_preset(name_or_path)
+    return spec if name is None else spec.model_copy(update={"name": name})

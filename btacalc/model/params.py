@@ -5,7 +5,9 @@
   embedding table and LM head count as active (the Qwen3 and Mixtral convention);
 - non-embedding: total minus the phases marked `embedding` (token/position embedding, LM head);
 - expert: the routed experts' weights, all layers (the bucket expert parallelism splits);
-- largest_block: the largest unit of weights streamed at once (`stream_unit`: a phase, one expert).
+- largest_block: the largest unit of weights streamed at once (`stream_unit`: a phase, one expert);
+- gathered: weights read by token id, not multiplied (`stream_unit = "none"`: the input embedding), which
+  some publishers leave out of the active count (`PublishedParams.active_counts = "head_only"`).
 
 Learned position embeddings are counted at max_position_embeddings positions.
 """
@@ -13,6 +15,7 @@ Learned position embeddings are counted at max_position_embeddings positions.
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 from ..catalogue.compiled import CompiledSelection
@@ -29,6 +32,7 @@ class ParamCounts:
     largest_block: int  # largest unit of weights streamed at once (a phase, one expert, or the LM head)
     expert: int = 0  # routed-expert parameters, all layers
     expert_per_layer: int = 0  # routed-expert parameters of the largest MoE layer
+    gathered: int = 0  # weights gathered by token id (input embedding): no FLOPs per token
 
     @property
     def non_expert(self) -> int:
@@ -52,5 +56,44 @@ def _param_counts(model: ModelSpec, kinds: tuple[tuple[LayerKind, CompiledSelect
     inactive = sum(n * (r - r * model.top_k // model.num_experts) for n, r in routed) if model.is_moe else 0
     units = [int(pv.value(p.name, "params")) // (model.num_experts if p.stream_unit == "expert" else 1)
              for _, pv, p in ev.items() if p.stream_unit != "none"]
+    gathered = sum(n * int(pv.value(p.name, "params")) for n, pv, p in ev.items() if p.stream_unit == "none")
     return ParamCounts(total, total - inactive, total - embedding, int(ev.largest_layer("params")), max(units),
-                       sum(n * r for n, r in routed), max((r for _, r in routed), default=0))
+                       sum(n * r for n, r in routed), max((r for _, r in routed), default=0), gathered)
+
+
+@dataclass(frozen=True)
+class PublishedCheck:
+    """One published parameter count against btacalc's, under the publisher's convention."""
+
+    quantity: str  # total, active or non_embedding
+    computed: int  # btacalc's count as the publisher counts it (head_only: without the gathered embedding)
+    published: float
+    convention: str  # within_0.5%, rounded or truncated (to `precision`)
+    precision: float
+    matches: bool
+
+    @property
+    def relative(self) -> float:
+        return (self.computed - self.published) / self.published
+
+
+def published_checks(model: ModelSpec, counts: ParamCounts) -> list[PublishedCheck]:
+    """Each count the model's publisher gave, with btacalc's under the same convention: within 0.5%, or
+    the exact count rounded / truncated to the unit of the publisher's last digit equals the figure."""
+    pub = model.published_params
+    if pub is None:
+        return []
+    head_only = pub.active_counts == "head_only"
+    out = []
+    for quantity, computed in (("total", counts.total), ("active", counts.active - (counts.gathered if head_only else 0)),
+                               ("non_embedding", counts.non_embedding)):
+        published = getattr(pub, quantity)
+        if published is None:
+            continue
+        convention, precision = getattr(pub, f"{quantity}_convention"), getattr(pub, f"{quantity}_precision")
+        target = round(published / precision)
+        matches = {"within_0.5%": abs(computed - published) <= 0.005 * published,
+                   "rounded": round(computed / precision) == target,
+                   "truncated": math.floor(computed / precision) == target}[convention]
+        out.append(PublishedCheck(quantity, computed, published, convention, precision, matches))
+    return out

@@ -24,17 +24,21 @@ from ..config.model import LayerKind, ModelSpec
 
 
 @functools.lru_cache(maxsize=256)
-def kind_selections(model: ModelSpec, run_features: tuple[tuple[str, Any], ...],
-                    recompute: str) -> tuple[tuple[LayerKind, CompiledSelection], ...]:
+def kind_selections(model: ModelSpec, run_features: tuple[tuple[str, Any], ...], recompute: str,
+                    multi_token_prediction: bool = False) -> tuple[tuple[LayerKind, CompiledSelection], ...]:
     """Each layer kind of `model` with its compiled selection (model features, the kind's own, the run's)."""
     base = {**model.features(), **dict(run_features)}
     return tuple((kind, compile_selection(Selection.make({**base, **dict(kind.features)}, recompute)))
-                 for kind in model.layer_kinds())
+                 for kind in model.layer_kinds(multi_token_prediction))
 
 
 def kind_values(model: ModelSpec, kind: LayerKind, shape: dict[str, Any]) -> dict[str, Any]:
-    """Symbol values for one layer kind: the model's, the kind's overrides, then the batch shape."""
-    return {**model.symbol_values(), **dict(kind.symbols), **shape}
+    """Symbol values for one layer kind: the model's, the kind's overrides, then the batch shape. A window
+    longer than the sequence is the sequence (w = min(window, s): the formulas then read s^2)."""
+    values = {**model.symbol_values(), **dict(kind.symbols), **shape}
+    s, w = values["s"], values["w"]
+    values["w"] = np.minimum(w, s) if isinstance(s, np.ndarray) else min(w, s)
+    return values
 
 
 class Evaluation:
@@ -48,11 +52,16 @@ class Evaluation:
     def items(self) -> Iterator[tuple[int, PhaseValues, Phase]]:
         """(repetitions per step, values, phase) for every phase in catalogue order: layer phases
         repeat their kind's count, the parts outside the layers once."""
-        rows = [(p.order, 0, 1, self.outside, p) for p in self.outside.phases if p.scope == "model"]
-        for i, (kind, pv) in enumerate(self.layers):
-            rows += [(p.order, i, kind.count, pv, p) for p in pv.phases if p.scope == "layer"]
-        for _, _, n, pv, p in sorted(rows, key=lambda r: (r[0], r[1])):
+        for _, n, pv, p in self.kind_items():
             yield n, pv, p
+
+    def kind_items(self) -> Iterator[tuple[str, int, PhaseValues, Phase]]:
+        """As `items`, each with its layer kind's name ("" outside the layers)."""
+        rows = [(p.order, 0, "", 1, self.outside, p) for p in self.outside.phases if p.scope == "model"]
+        for i, (kind, pv) in enumerate(self.layers):
+            rows += [(p.order, i, kind.name, kind.count, pv, p) for p in pv.phases if p.scope == "layer"]
+        for _, _, name, n, pv, p in sorted(rows, key=lambda r: (r[0], r[1])):
+            yield name, n, pv, p
 
     def layers_total(self, quantity: str) -> Any:
         """`quantity` summed over every layer of the stack."""
@@ -106,7 +115,8 @@ class Problem:
 
     @cached_property
     def kinds(self) -> tuple[tuple[LayerKind, CompiledSelection], ...]:
-        return kind_selections(self.model, tuple(sorted(self.run.features().items())), self.run.recompute)
+        return kind_selections(self.model, tuple(sorted(self.run.features().items())), self.run.recompute,
+                               self.run.multi_token_prediction)
 
     @property
     def compiled(self) -> CompiledSelection:

@@ -27,7 +27,7 @@ All functions work on ints and on numpy arrays (vectorised sweeps).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import numpy as np
@@ -49,6 +49,7 @@ class StepTime:
     tiling_overhead_s: Any
     stream_bound_share: Any  # fraction of step time during which the streaming link is the bottleneck
     communication_s: dict[str, Any]  # multi-GPU: all_to_all and gradient_sync, before overlap
+    kind_phase_time_s: dict[tuple[str, str], Any] = field(default_factory=dict)  # (layer kind, phase): one layer
 
 
 def compute_efficiency(problem: Problem) -> float:
@@ -69,6 +70,7 @@ class _PhaseTimes:
     model_flops: Any
     backward_compute: Any
     backward_time: Any = 0  # the backward pass (with recomputation and its weight stream), for overlaps
+    per_layer: dict[tuple[str, str], Any] = field(default_factory=dict)  # (kind, phase) -> one layer's time
 
 
 def _phase_times(problem: Problem, ev: Evaluation) -> _PhaseTimes:
@@ -83,7 +85,7 @@ def _phase_times(problem: Problem, ev: Evaluation) -> _PhaseTimes:
     beta = problem.run.bytes_per_element
     ep = problem.layout.expert_parallel
     out = _PhaseTimes({}, 0, 0, 0)
-    for n, pv, phase in ev.items():
+    for kind, n, pv, phase in ev.kind_items():
         v = lambda q: pv.value(phase.name, q)  # noqa: E731
         flops = v("flops_fwd") + v("flops_bwd") + v("flops_recompute")
         out.model_flops = out.model_flops + n * (v("flops_fwd") + v("flops_bwd"))
@@ -107,6 +109,7 @@ def _phase_times(problem: Problem, ev: Evaluation) -> _PhaseTimes:
             t = t_cmp
         out.backward_time = out.backward_time + n * t_bwd
         out.phase_time[phase.name] = out.phase_time.get(phase.name, 0) + n * t
+        out.per_layer[(kind, phase.name)] = t
     return out
 
 
@@ -145,5 +148,6 @@ def step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Evalua
     tiling = m * tiles_overhead_s(problem, ev, tiles, model.num_layers * tile_overhead_s(problem))
     total = sum(phase_time.values()) + tiling
     peak = problem.hardware.chip.peak_flops_per_s.value
+    per_layer = {key: m * t for key, t in times.per_layer.items()}
     return StepTime(total, layout.devices * m * tokens / total, m * times.model_flops / (total * peak),
-                    phase_time, tiling, stream_bound / total, comm)
+                    phase_time, tiling, stream_bound / total, comm, per_layer)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.console import Group
 from rich.table import Table
 
 from ..config.hardware import HardwareProfile
-from ..config.model import ModelSpec
+from ..config.model import ModelSpec, PublishedParams
 from .tables import gb, si
 
 
@@ -35,25 +36,57 @@ def hw_show_table(p: HardwareProfile) -> Table:
     return t
 
 
-def models_list_table(specs: list[ModelSpec]) -> Table:
-    t = Table(title="Model presets", title_justify="left")
-    for c in ("name", "h", "L", "a/a_kv", "d_h", "V", "f", "E/k", "source"):
-        t.add_column(c)
-    for s in specs:
-        t.add_row(s.name, str(s.hidden_size), str(s.num_layers), f"{s.num_heads}/{s.num_kv_heads}", str(s.head_dim),
-                  str(s.vocab_size), str(s.ffn_size), f"{s.num_experts}/{s.top_k}" if s.is_moe else "dense", s.source)
+def _published_cell(summary: dict[str, Any], quantity: str) -> str:
+    for c in summary["published"]:
+        if c["quantity"] == quantity:
+            mark = "" if c["convention"] == "within_0.5%" else f" ({c['convention']})"
+            return f"{c['published'] / 1e9:,.4g} B{mark}"
+    return "-"
+
+
+def models_list_table(specs: list[ModelSpec], summaries: list[dict[str, Any]]) -> Table:
+    t = Table(title="Model presets (parameters in B = 1e9; published figures with the publisher's rounding)",
+              title_justify="left")
+    for c in ("name", "total", "published", "active", "published ", "layers", "h", "a/a_kv", "E/k", "attention"):
+        t.add_column(c, justify="right" if c not in ("name", "layers", "attention") else "left", no_wrap=c == "name")
+    for s, m in zip(specs, summaries):
+        kinds = ", ".join(f"{k['count']} {k['name']}" for k in m["layer_kinds"])
+        attention = "MLA" if s.mla else "GQA" if s.num_kv_heads < s.num_heads else "MHA"
+        if s.sliding_window:
+            attention += f", window {s.sliding_window}"
+        pub_total = _published_cell(m, "total") if s.published_params and s.published_params.total else \
+            _published_cell(m, "non_embedding") + " non-emb."
+        head_only = s.published_params is not None and s.published_params.active_counts == "head_only"
+        active = m["params_active"] - (m["params_gathered"] if head_only else 0)
+        t.add_row(s.name, f"{m['params_total'] / 1e9:,.3f}", pub_total, f"{active / 1e9:,.3f}" + (" †" if head_only else ""),
+                  _published_cell(m, "active"), kinds, str(s.hidden_size), f"{s.num_heads}/{s.num_kv_heads}",
+                  f"{s.num_experts}/{s.top_k}" + (" +shared" if s.shared_expert_size else "") if s.is_moe else "dense",
+                  attention)
+    t.caption = ("active counts the embedding and the head; † as the publisher counts it, without the embedding lookup "
+                 "(GPT-OSS, DeepSeek, Kimi); sources and conventions: btacalc models show NAME")
     return t
 
 
-def models_show_table(spec: ModelSpec, counts: dict[str, Any]) -> Table:
+def models_show_table(spec: ModelSpec, summary: dict[str, Any]) -> Group:
     t = Table(title=f"{spec.name}", title_justify="left")
     t.add_column("field")
-    t.add_column("value")
+    t.add_column("value", overflow="fold")
     for k, v in spec.model_dump(exclude={"published_params"}).items():
         t.add_row(k, str(v))
-    pub = spec.published_params
-    for k, v in counts.items():
-        ref = getattr(pub, k.removeprefix("params_"), None) if pub else None
-        note = f"  (published {ref / 1e9:g} B: {100 * (v - ref) / ref:+.2f}%)" if ref else ""
-        t.add_row(k, f"{v:,}{note}")
-    return t
+    t.add_row("layer kinds", ", ".join(f"{k['count']} x {k['name']}" for k in summary["layer_kinds"]))
+    for k in ("params_total", "params_active", "params_non_embedding", "params_per_layer"):
+        t.add_row(k, f"{summary[k]:,}")
+    parts: list[Any] = [t]
+    if summary["published"]:
+        p = Table(title="Published parameter counts", title_justify="left")
+        for c in ("count", "btacalc", "published", "convention", "difference", "matches"):
+            p.add_column(c, justify="left" if c in ("count", "convention") else "right")
+        for c in summary["published"]:
+            p.add_row(c["quantity"], f"{c['computed']:,}", f"{c['published']:,.0f}",
+                      c["convention"] + ("" if c["convention"] == "within_0.5%" else f" to {c['precision']:g}"),
+                      f"{100 * c['relative']:+.2f}%", "yes" if c["matches"] else "NO")
+        pub = spec.published_params or PublishedParams()
+        p.caption = (f"source: {pub.source}" + (f"; active counts {pub.active_counts.replace('_', ' ')}"
+                                                  if pub.active is not None else "") + (f". {pub.note}" if pub.note else ""))
+        parts.append(p)
+    return Group(*parts)

@@ -39,8 +39,12 @@ def plan_renderable(r: PlanReport) -> Group:
     parts: list[RenderableType] = [_header(r), _plan_table(r), _memory_table(r)]
     if r.parallelism.devices > 1 and r.state_sharding:
         parts.append(_sharding_table(r))
-    parts += [_phase_table(r.phases, r, "One decoder layer, per step"),
-             _phase_table(r.outside_layers, r, "Outside the layers, per step"), _flops_table(r)]
+    if r.layer_kinds:
+        parts += [_phase_table(k.phases, r, f"One {k.name} layer ({k.count} of {sum(x.count for x in r.layer_kinds)}), "
+                               "per step") for k in r.layer_kinds]
+    else:
+        parts.append(_phase_table(r.phases, r, "One decoder layer, per step"))
+    parts += [_phase_table(r.outside_layers, r, "Outside the layers, per step"), _flops_table(r)]
     if r.throughput is not None:
         parts.append(_throughput_table(r))
     if r.wafer is not None:
@@ -120,7 +124,10 @@ def _header(r: PlanReport) -> Table:
     t.add_row("inputs", f"seq {i.seq_len}{marks('seq_len')}, recompute {i.recompute}{marks('recompute')}, "
                         f"attention {i.attention}{marks('attention')}, loss {i.loss}{marks('loss')}, "
                         f"{'causal' if i.causal else 'full s²'} attention FLOPs, {i.accounting} accounting, "
-                        f"{i.optimizer}, {i.bytes_per_element}-byte elements")
+                        f"{i.optimizer}, {i.bytes_per_element}-byte elements"
+                        + (", multi-token prediction off" + marks("multi_token_prediction")
+                           if "multi_token_prediction" in i.defaults else "")
+                        + (", multi-token prediction on" if any(k.name == "mtp" for k in r.layer_kinds) else ""))
     return t
 
 

@@ -57,7 +57,8 @@ def formula_listing(phase: Optional[str], quantity: Optional[str], model: Option
             expr = sel.expression(p, q) if q != "state" else sp.Add(*[t.sym for t in sel.terms(p, "state")])
             if expr == 0 and quantity is None:
                 continue
-            terms = [{"expr": _show(t.sym, latex), "tensor": t.tensor, "source": t.source} for t in sel.terms(p, q)]
+            terms = [{"expr": _show(sel.term_expression(t), latex), "tensor": t.tensor, "source": t.source}
+                     for t in sel.terms(p, q)]
             formulas.append({"quantity": q, "unit": QUANTITY_UNITS[q], "formula": _show(expr, latex), "terms": terms})
         listing["phases"].append({"name": p.name, "group": p.group, "scope": p.scope, "batch": p.batch,
                                   "summary": p.summary, "formulas": formulas})

@@ -15,8 +15,8 @@ from ..model.memory import MemoryModel
 from ..model.problem import Evaluation, Problem
 from ..model.solver import Solution, solve
 from ..model.timing import StepTime, compute_efficiency, step_time
-from .report import (FlopsPerStep, HardwareInfo, Inputs, ModelInfo, ParallelInfo, PhaseRow, PlanInfo, PlanReport,
-                     StateRow, Throughput)
+from .report import (FlopsPerStep, HardwareInfo, Inputs, LayerKindRows, ModelInfo, ParallelInfo, PhaseRow, PlanInfo,
+                     PlanReport, StateRow, Throughput)
 from .resolve import resolve_problem
 from .suggest import suggestions
 from .wafer import wafer_info
@@ -137,15 +137,20 @@ def build_report(problem: Problem, mem: MemoryModel, sol: Solution) -> PlanRepor
                                     hardware_total=fwd + bwd + rec, elementwise=step("flops_elementwise")),
         phases=layer_rows,
         outside_layers=outside_rows,
+        layer_kinds=[LayerKindRows(name=k.name, count=k.count, phases=_rows(kpv, "layer"))
+                     for k, kpv in ev.layers] if len(ev.layers) > 1 else [],
     )
     best_time = None
     if report.plan.fits:
         summary = summarize(problem, mem, sol)
         report.throughput = _throughput(problem, summary)
         best_time = summary.best_time
-        phase_time = best_time.phase_time_s
+        per_layer, phase_time = best_time.kind_phase_time_s, best_time.phase_time_s
         for row in report.phases:
-            row.time_s = float(phase_time[row.name]) / kind.count
+            row.time_s = float(per_layer[(kind.name, row.name)])
+        for kind_rows in report.layer_kinds:
+            for row in kind_rows.phases:
+                row.time_s = float(per_layer[(kind_rows.name, row.name)])
         for row in report.outside_layers:
             row.time_s = float(phase_time[row.name])
     else:

@@ -119,6 +119,12 @@ class PhaseRow(BaseModel):
     time_s: float = Field(0.0, description="modelled time of this phase per step (one layer for layer phases)")
 
 
+class LayerKindRows(BaseModel):
+    name: str = Field(description="dense / moe, -sliding / -full, mtp")
+    count: int = Field(description="layers of this kind")
+    phases: list[PhaseRow] = Field(description="one layer of this kind, at the plan's G and b, per step")
+
+
 class Throughput(BaseModel):
     step_time_s: float
     tokens_per_s: float = Field(description="all devices")
@@ -209,7 +215,11 @@ class PlanReport(BaseModel):
     state_sharding: list[StateRow] = Field(default_factory=list, description="resident: weights, gradients and "
                                            "optimizer state per device, by part and divisor")
     flops_per_step: FlopsPerStep
-    phases: list[PhaseRow] = Field(description="one decoder layer, at the plan's G and b, per step")
+    phases: list[PhaseRow] = Field(description="one decoder layer, at the plan's G and b, per step (with several "
+                                   "layer kinds: one layer of the most common kind)")
+    layer_kinds: list[LayerKindRows] = Field(default_factory=list, description="models with more than one layer "
+                                             "kind (dense/MoE, sliding/full attention, MTP): each kind's layers; "
+                                             "absent for a model of one kind")
     outside_layers: list[PhaseRow] = Field(description="embedding, final norm, LM head, loss")
     throughput: Optional[Throughput] = None
     suggestions: list[str] = Field(default_factory=list, description="what would fit, when the plan does not")
@@ -220,9 +230,10 @@ class PlanReport(BaseModel):
 
     @model_serializer(mode="wrap")
     def _omit_absent_sections(self, handler: SerializerFunctionWrapHandler) -> Any:
-        """`wafer` and `sensitivity` appear only when present (GPU plans and plain plans keep their shape)."""
+        """Sections that apply to some plans only appear when present: `wafer` (wafer plans),
+        `sensitivity` (with --sensitivity), `layer_kinds` (models with more than one layer kind)."""
         data = handler(self)
-        for key in ("wafer", "sensitivity"):
-            if data.get(key) is None:
+        for key in ("wafer", "sensitivity", "layer_kinds"):
+            if not data.get(key):
                 data.pop(key, None)
         return data

@@ -3,13 +3,13 @@ shape under `ideal` and `pytorch` accounting, phase by phase (bytes kept for bac
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 from pydantic import BaseModel, Field
 
 from ..config.execution import RunOptions
 from ..config.hardware import resolve_hardware
-from ..config.model import ModelSpec
+from ..config.model import LayerKind, ModelSpec
 from ..errors import BtacalcError
 from ..model.problem import make_problem
 from .layers import LayerShape
@@ -28,7 +28,8 @@ class PhaseComparison(BaseModel):
 
 class LayerComparison(BaseModel):
     model: str
-    layer: str = Field(description="qwen3-moe or gpt reference layer")
+    layer: str = Field(description="decoder or gpt reference layer")
+    layer_kind: str = Field("decoder", description="the model's layer kind measured (dense/moe, sliding/full)")
     batch: int = Field(description="G*b sequences")
     seq_len: int
     tiles: int
@@ -46,35 +47,70 @@ class LayerComparison(BaseModel):
 
 
 def layer_kind(model: ModelSpec) -> str:
-    if model.is_moe and model.norm == "rmsnorm" and model.qk_norm == "head" and model.position_embedding == "rope":
-        return "qwen3-moe"
-    if not model.is_moe and model.norm == "layernorm" and model.mlp == "gelu" and model.num_kv_heads == model.num_heads:
+    """Which reference layer measures `model`: the decoder reference (Qwen3-MoE and its variants) or GPT."""
+    if model.norm == "rmsnorm" and model.mlp == "swiglu" and model.position_embedding == "rope" \
+            and model.qk_norm in ("none", "head") and not (model.dropout or model.parallel_block):
+        return "decoder"
+    if not model.is_moe and model.norm == "layernorm" and model.mlp == "gelu" and model.num_kv_heads == model.num_heads \
+            and model.position_embedding == "learned" and model.dropout and not model.parallel_block:
         return "gpt"
-    raise BtacalcError(f"{model.name}: the reference layers are Qwen3-MoE (RMSNorm, q/k norm, RoPE, SwiGLU experts) "
-                       "and GPT (LayerNorm, MHA, GeLU); this model is neither")
+    raise BtacalcError(f"{model.name}: the reference layers are the decoder (RMSNorm, RoPE, SwiGLU experts or MLP, "
+                       "per-head or no q/k norm; MLA, windows, sinks, shared experts) and GPT (LayerNorm, MHA, GeLU, "
+                       "dropout); this model is neither")
 
 
-def layer_shape(model: ModelSpec) -> LayerShape:
-    return LayerShape(hidden=model.hidden_size, heads=model.num_heads, kv_heads=model.num_kv_heads,
-                      head_dim=model.head_dim, ffn=model.ffn_size, experts=model.num_experts, top_k=model.top_k)
+def _kind(model: ModelSpec, name: Optional[str]) -> LayerKind:
+    kinds = model.layer_kinds()
+    if name is None:
+        return max(kinds, key=lambda k: k.count)  # the plan's representative kind
+    for kind in kinds:
+        if kind.name == name:
+            return kind
+    raise BtacalcError(f"{{layer_kind}}: {model.name} has no layer kind {name!r} "
+                       f"(kinds: {', '.join(k.name for k in kinds)})")
 
 
-def formula_values(model: ModelSpec, accounting: str, seq: int, batch: int, tiles: int, attention: str):
+def layer_shape(model: ModelSpec, kind_name: Optional[str] = None) -> LayerShape:
+    """The reference layer's shape for one layer kind of `model` (default: the most common kind)."""
+    kind = _kind(model, kind_name)
+    features, symbols = dict(kind.features), dict(kind.symbols)
+    mla = model.mla
+    return LayerShape(
+        hidden=model.hidden_size, heads=model.num_heads, kv_heads=model.num_kv_heads, head_dim=model.head_dim,
+        ffn=symbols.get("f", model.ffn_size), experts=model.num_experts, top_k=model.top_k,
+        qk_norm=model.qk_norm == "head", attention_bias=model.qkv_bias,
+        mla=(mla.q_lora_rank, mla.kv_lora_rank, mla.qk_rope_head_dim, mla.v_head_dim) if mla else None,
+        window=model.sliding_window if features["sliding_window"] else 0, sinks=model.attention_sinks,
+        dense=not features["moe"], router=model.router, renormalize=model.router_renormalize,
+        router_bias=model.router_bias, expert_bias=model.expert_bias, shared_ffn=model.shared_expert_size,
+        shared_gate=model.shared_expert_gate)
+
+
+def formula_values(model: ModelSpec, accounting: str, seq: int, batch: int, tiles: int, attention: str,
+                   kind_name: Optional[str] = None) -> Any:
     run = RunOptions(seq_len=seq, recompute="none", attention=attention, accounting=accounting)  # type: ignore[arg-type]  # str checked by the CLI choices
     # per-phase formulas do not depend on the device; a Problem needs one, any profile serves
     problem = make_problem(model, resolve_hardware("wse3"), run)
-    return problem, problem.evaluate(tiles, batch // tiles).layers[0][1]
+    name = _kind(model, kind_name).name
+    return problem, next(pv for kind, pv in problem.evaluate(tiles, batch // tiles).layers if kind.name == name)
 
 
 def compare_layer(model: ModelSpec, batch: int, seq: int, tiles: int = 1, attention: str = "eager",
-                  fake: bool = True, measurement: Optional[Measurement] = None) -> LayerComparison:
-    """Measure the reference layer for `model` (or take `measurement`) and line it up with the formulas."""
+                  fake: bool = True, measurement: Optional[Measurement] = None,
+                  kind_name: Optional[str] = None) -> LayerComparison:
+    """Measure the reference layer for one layer kind of `model` (default: the most common kind), or take
+    `measurement`, and line it up with the formulas."""
     if batch % tiles:
         raise BtacalcError(f"--tiles {tiles} must divide --batch {batch}")
     kind = layer_kind(model)
-    m = measurement or build_and_measure(kind, layer_shape(model), batch, seq, tiles, attention, fake)
-    problem, ideal = formula_values(model, "ideal", seq, batch, tiles, attention)
-    _, pytorch = formula_values(model, "pytorch", seq, batch, tiles, attention)
+    shape = layer_shape(model, kind_name)
+    if attention == "flash" and (shape.window or shape.sinks or shape.mla):
+        raise BtacalcError("{attention} flash: the reference runs sliding windows, attention sinks and MLA eager only "
+                           "(CPU SDPA takes no window or sink, and falls back to its unfused math path when the value "
+                           "head dimension differs from the query's, as MLA's does)")
+    m = measurement or build_and_measure(kind, shape, batch, seq, tiles, attention, fake)
+    problem, ideal = formula_values(model, "ideal", seq, batch, tiles, attention, kind_name)
+    _, pytorch = formula_values(model, "pytorch", seq, batch, tiles, attention, kind_name)
     names = ideal.phase_names("layer")
     rows = []
     for name in names:
@@ -91,7 +127,7 @@ def compare_layer(model: ModelSpec, batch: int, seq: int, tiles: int = 1, attent
     fwd = sum(r.formula_flops_forward for r in rows)
     recompute = sum(int(ideal.value(n, "flops_recompute")) for n in names)
     return LayerComparison(
-        model=model.name, layer=kind, batch=batch, seq_len=seq, tiles=tiles, attention=attention, fake=fake,
+        model=model.name, layer=kind, layer_kind=_kind(model, kind_name).name, batch=batch, seq_len=seq, tiles=tiles, attention=attention, fake=fake,
         phases=rows, ideal_bytes=sum(r.ideal_bytes for r in rows), pytorch_bytes=sum(r.pytorch_bytes for r in rows),
         measured_bytes=m.saved_bytes, formula_flops_forward=fwd, measured_flops_forward=m.flops_forward,
         formula_flops_backward=2 * fwd + recompute, measured_flops_backward=m.flops_backward,

@@ -26,7 +26,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import (FlopCounterMode, flop_registry, sdpa_backward_flop_count, sdpa_flop_count,
                                       shape_wrapper)
 
-from .layers import GPTLayer, LayerShape, Qwen3MoeLayer, current_phase, is_fake
+from .layers import DecoderLayer, GPTLayer, LayerShape, current_phase, is_fake
 
 aten = torch.ops.aten
 
@@ -147,15 +147,15 @@ def measure(layer: torch.nn.Module, x: torch.Tensor, tiles: int = 1) -> Measurem
 def build_and_measure(kind: str, shape: LayerShape, batch: int, seq: int, tiles: int = 1,
                       attention: str = "eager", fake: bool = True, dtype: torch.dtype = torch.bfloat16,
                       seed: int = 0) -> Measurement:
-    """Build a `qwen3-moe` or `gpt` reference layer and measure it on `batch` sequences of `seq`
+    """Build a `decoder` (alias `qwen3-moe`) or `gpt` reference layer and measure it on `batch` sequences of `seq`
     tokens (G = tiles). `fake`: under FakeTensorMode (full size, nothing allocated)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     ctx = FakeTensorMode() if fake else contextlib.nullcontext()
     with ctx:
         torch.manual_seed(seed)
-        if kind == "qwen3-moe":
-            layer: torch.nn.Module = Qwen3MoeLayer(shape, attention=attention, dtype=dtype)
+        if kind in ("decoder", "qwen3-moe"):
+            layer: torch.nn.Module = DecoderLayer(shape, attention=attention, dtype=dtype)
         elif kind == "gpt":
             layer = GPTLayer(shape, dtype=dtype)
         else:
