@@ -8,7 +8,7 @@ power-of-two device count whose per-device shard fits (`cluster.min_devices`).
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 from pydantic import BaseModel, Field
 
@@ -84,11 +84,18 @@ def _row(report: PlanReport, profile: HardwareProfile) -> CompareRow:
     )
 
 
+def row_count(profiles: Sequence[HardwareProfile], devices: Optional[Sequence[int]] = None) -> int:
+    """How many rows `compare` returns: one per wafer, one per GPU profile and device count."""
+    return sum(1 if p.family == "wse" or not devices else len(devices) for p in profiles)
+
+
 def compare(model: ModelSpec, profiles: Sequence[HardwareProfile], devices: Optional[Sequence[int]] = None,
-            request: ExecutionRequest = ExecutionRequest()) -> CompareResult:
+            request: ExecutionRequest = ExecutionRequest(),
+            progress: Optional[Callable[[int], None]] = None) -> CompareResult:
     """One row per wafer profile, and per (GPU profile, device count). `devices=None`: the smallest
     power-of-two GPU count that fits. Every other choice comes from `request`; what it leaves unset
-    defaults per device (recompute, attention) and per device count (EP, ZeRO)."""
+    defaults per device (recompute, attention) and per device count (EP, ZeRO). `progress(n)`, if
+    given, is called as rows are done."""
     if not profiles:
         raise BtacalcError("{hardware}: give at least one hardware profile")
     rows: list[CompareRow] = []
@@ -114,4 +121,6 @@ def compare(model: ModelSpec, profiles: Sequence[HardwareProfile], devices: Opti
             if note:
                 row.note = note
             rows.append(row)
+            if progress:
+                progress(1)
     return CompareResult(model=model.name, params_total=params_total, seq_len=seq, rows=rows)
