@@ -5,16 +5,16 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
 from ..errors import BtacalcError
-from .console import err, out
+from .console import err
 from .options import (Accounting, AccountingOpt, Attention, AttentionOpt, CausalOpt, DevicesOpt, EpOpt, ExpertFfnOpt,
                       ExpertsOpt, FixedActiveOpt, GpusPerNodeOpt, GradAccumOpt, HwOpt, Loss, LossOpt, MemoryModelChoice,
                       MemoryModelOpt, ModelOpt, OutputOpt, OverlapA2aOpt, OverlapOpt, Recompute, RecomputeOpt, SeqOpt,
-                      TopKOpt, ZeroOpt, emit_json, emit_result, value)
+                      TopKOpt, ZeroOpt, emit, emit_result, outputs, value)
 
 PLAN_EXAMPLES = ("Examples:\n\n"
                  "  btacalc plan --model qwen3-30b-a3b --hw wse3\n\n"
@@ -58,7 +58,8 @@ def plan(
     overlap_a2a: bool = OverlapA2aOpt,
     grad_accum: int = GradAccumOpt,
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON on stdout."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the plan JSON to this file (atomically)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the plan JSON to this file (atomically; "
+                                          "- for standard output)."),
     schema: bool = typer.Option(False, "--schema", help="Print the JSON schema of the plan and exit."),
 ) -> int:
     """Choose G and b for a model on a device; show parameters, memory, FLOPs and phases.
@@ -75,6 +76,7 @@ def plan(
     if schema:
         sys.stdout.write(json.dumps(PlanReport.model_json_schema(), indent=2) + "\n")
         return 0
+    outs = outputs(output, as_json)
     spec = resolve_model(model).with_overrides(experts, top_k, expert_ffn, fixed_active)
     request = ExecutionRequest(
         seq_len=seq, recompute=value(recompute), attention=value(attention), causal=causal, loss=value(loss),
@@ -83,11 +85,14 @@ def plan(
         overlap_all_to_all=overlap_a2a, micro_batches=grad_accum,
         limits=BatchLimits(global_batch, tiles, tile_batch, max_global_batch, max_tile_batch))
     report = make_plan(spec, resolve_hardware(hw), request)
-    emit_json(report.model_dump_json(indent=2), as_json, output)
-    if not as_json:
+    text = report.model_dump_json(indent=2) + "\n"
+
+    def table() -> Any:
         from ..output.tables import plan_renderable
 
-        out.print(plan_renderable(report))
+        return plan_renderable(report)
+
+    emit(outs, {"--output": text, "--json": text}, table)
     return 0 if report.plan.fits else 1
 
 
