@@ -86,6 +86,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     docstring for every exit code). No traceback reaches the user."""
     ascii_fallback(sys.stdout)
     ascii_fallback(sys.stderr)
+    out.quiet = err.quiet = False  # a closed pipe silenced an earlier command in this process (tests)
     try:
         code = _run(argv)
     except click_exc.UsageError as exc:

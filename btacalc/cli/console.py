@@ -30,9 +30,6 @@ def _width() -> Any:
     return int(columns) if columns.isdigit() and int(columns) >= 20 else _PIPED_WIDTH
 
 
-out = Console(width=_width())
-err = Console(stderr=True)
-
 # What an ASCII stream shows instead of the Unicode characters btacalc prints (anything else: "?").
 ASCII_STANDINS = {
     "·": "*", "²": "^2", "³": "^3", "—": "-", "–": "-", "…": "...", "•": "*", "±": "+/-", "×": "x",
@@ -54,14 +51,43 @@ def _standin(exc: UnicodeError) -> tuple[str, int]:
 codecs.register_error(_HANDLER, _standin)
 
 
-def ascii_fallback(stream: Any) -> None:
-    """Let `stream` print ASCII stand-ins for characters its encoding lacks (instead of raising)."""
-    encoding = getattr(stream, "encoding", None) or "ascii"
+def _encodable(encoding: str) -> bool:
     try:
         "".join(ASCII_STANDINS).encode(encoding)
-        return
+        return True
     except (UnicodeEncodeError, LookupError):
-        pass
+        return False
+
+
+def to_ascii(text: str) -> str:
+    """`text` with ASCII stand-ins for the characters btacalc prints (others unchanged)."""
+    return text if text.isascii() else "".join(ASCII_STANDINS.get(ch, ch) for ch in text)
+
+
+class _Console(Console):
+    def render_str(self, text: str, **kwargs: Any) -> Any:
+        """On a stream that cannot encode Unicode, stand-ins replace characters before rich lays
+        the text out (so '±' -> '+/-' widens its cell instead of pushing the border)."""
+        if not text.isascii() and not _encodable(self.encoding):
+            text = to_ascii(text)
+        return super().render_str(text, **kwargs)
+
+    def on_broken_pipe(self) -> None:
+        """A closed pipe (`| head`): stop printing, carry on (rich's default exits with 1, which here
+        means "does not fit")."""
+        self.quiet = True
+        if not self.stderr:
+            silence_stdout()
+
+
+out = _Console(width=_width())
+err = _Console(stderr=True)
+
+
+def ascii_fallback(stream: Any) -> None:
+    """Let `stream` print ASCII stand-ins for characters its encoding lacks (instead of raising)."""
+    if _encodable(getattr(stream, "encoding", None) or "ascii"):
+        return
     reconfigure = getattr(stream, "reconfigure", None)
     if reconfigure is not None:
         reconfigure(errors=_HANDLER)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.table import Table
-from rich.text import Text
+from rich.markup import escape
 
 from ..config.hardware import HardwareProfile, Range
 from ..config.model import ModelSpec
@@ -45,7 +45,7 @@ def hw_show_table(p: HardwareProfile) -> Fit:
     for k, v in p.numbers().items():
         fitted = f"\nfitted to: {', '.join(v.fitted_to)}" if v.fitted_to else ""
         t.add_row(k, quantity(v.value, p.range_of(k)), v.kind,
-                  Text(v.note + "\n" if v.note else "") + Text(v.source, style="dim") + Text(fitted))
+                  escape(v.note + "\n" if v.note else "") + f"[dim]{escape(v.source)}[/dim]" + escape(fitted))
     d = p.defaults
     t.caption = f"defaults: attention {d.attention}, recompute {d.recompute}. {d.note}"
     return fit(t)
@@ -58,16 +58,16 @@ def models_list_table(specs: list[ModelSpec]) -> Fit:
     for s in specs:
         t.add_row(s.name, str(s.hidden_size), str(s.num_layers), f"{s.num_heads}/{s.num_kv_heads}", str(s.head_dim),
                   str(s.vocab_size), str(s.ffn_size), f"{s.num_experts}/{s.top_k}" if s.is_moe else "dense",
-                  Text(s.source))
+                  escape(s.source))
     return fit(t)
 
 
 def models_show_table(spec: ModelSpec, counts: dict[str, Any]) -> Fit:
-    t = Table(title=Text(spec.name), title_justify="left")
+    t = Table(title=escape(spec.name), title_justify="left")
     t.add_column("field")
     t.add_column("value", overflow="fold")
     for k, v in spec.model_dump(exclude={"published_params"}).items():
-        t.add_row(k, Text(str(v)))
+        t.add_row(k, escape(str(v)))
     pub = spec.published_params
     for k, v in counts.items():
         ref = getattr(pub, k.removeprefix("params_"), None) if pub else None
