@@ -93,11 +93,12 @@ def outputs(output: Optional[Path] = None, as_json: bool = False, csv_path: Opti
     return Outputs({"--plot": plot_path, "--csv": csv_path, "--output": output, "--json": STDOUT if as_json else None})
 
 
-def emit(outs: Any, payloads: dict[str, Any], table: Callable[[], Any]) -> None:
-    """Write every output together (all-or-nothing); print the table unless standard output is taken."""
+def emit(outs: Any, payloads: dict[str, Any], table: Optional[Callable[[], Any]]) -> None:
+    """Write every output together (all-or-nothing); print the table (if any) unless standard
+    output is taken."""
     from .console import print_stdout, write_stdout
 
-    finish = None if outs.stdout_taken else (lambda: print_stdout(table()))
+    finish = None if outs.stdout_taken or table is None else (lambda: print_stdout(table()))
     outs.commit(payloads, stdout=write_stdout, finish=finish)
 
 

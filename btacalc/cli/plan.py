@@ -14,7 +14,7 @@ from .console import err
 from .options import (Accounting, AccountingOpt, Attention, AttentionOpt, CausalOpt, DevicesOpt, EpOpt, ExpertFfnOpt,
                       ExpertsOpt, FixedActiveOpt, GpusPerNodeOpt, GradAccumOpt, HwOpt, Loss, LossOpt, MemoryModelChoice,
                       MemoryModelOpt, ModelOpt, OutputOpt, OverlapA2aOpt, OverlapOpt, Recompute, RecomputeOpt, SeqOpt,
-                      TopKOpt, ZeroOpt, emit, emit_result, outputs, value)
+                      TopKOpt, ZeroOpt, emit, emit_result, help_text, outputs, value)
 
 PLAN_EXAMPLES = ("Examples:\n\n"
                  "  btacalc plan --model qwen3-30b-a3b --hw wse3\n\n"
@@ -73,10 +73,11 @@ def plan(
     from ..planning.plan import make_plan
     from ..planning.report import PlanReport
 
-    if schema:
-        sys.stdout.write(json.dumps(PlanReport.model_json_schema(), indent=2) + "\n")
+    outs = outputs(output, as_json or (schema and output is None))
+    if schema:  # to --output and/or stdout, like the plan
+        text = json.dumps(PlanReport.model_json_schema(), indent=2) + "\n"
+        emit(outs, {"--output": text, "--json": text}, None)
         return 0
-    outs = outputs(output, as_json)
     spec = resolve_model(model).with_overrides(experts, top_k, expert_ffn, fixed_active)
     request = ExecutionRequest(
         seq_len=seq, recompute=value(recompute), attention=value(attention), causal=causal, loss=value(loss),
@@ -119,8 +120,8 @@ def sweep(
     as_json: bool = typer.Option(False, "--json", help="Print {points: [...]} as JSON on stdout."),
     output: Optional[Path] = OutputOpt,
     csv_path: Optional[Path] = typer.Option(None, "--csv", help="Write one CSV row per point to this file."),
-    plot_path: Optional[str] = typer.Option(None, "--plot", help="Draw relative throughput to FILE.png or .svg "
-                                            "(needs btacalc[plot])."),
+    plot_path: Optional[str] = typer.Option(None, "--plot", help=help_text("Draw relative throughput to FILE.png or "
+                                                                           ".svg (needs btacalc[plot]).")),
 ) -> int:
     """Sweep model or run parameters; each point solved at G = 1 and at the solver's G."""
     from ..config.execution import ExecutionRequest
