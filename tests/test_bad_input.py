@@ -168,24 +168,24 @@ case("names", "sweep", "--vary", "colour=1,2", fragment="unknown parameter")
 for args, fragment in [
     (["--top-k", "200"], "larger than the number of experts"),
     (["--experts", "4"], "larger than the number of experts"),
-    (["--global-batch", "10", "--tiles", "3"], "not divisible"),
-    (["--global-batch", "10", "--tile-batch", "4"], "not divisible"),
-    (["--global-batch", "8", "--tiles", "2", "--tile-batch", "2"], "differs from --global-batch"),
-    (["--global-batch", "64", "--max-global-batch", "32"], "exceeds --max-global-batch"),
-    (["--tile-batch", "8", "--max-tile-batch", "4"], "exceeds --max-tile-batch"),
+    (["--hw", "a100-80gb", "--global-batch", "10", "--tiles", "3"], "not divisible"),
+    (["--hw", "a100-80gb", "--global-batch", "10", "--tile-batch", "4"], "not divisible"),
+    (["--hw", "a100-80gb", "--global-batch", "8", "--tiles", "2", "--tile-batch", "2"], "differs from --global-batch"),
+    (["--hw", "a100-80gb", "--global-batch", "64", "--max-global-batch", "32"], "exceeds --max-global-batch"),
+    (["--hw", "a100-80gb", "--tile-batch", "8", "--max-tile-batch", "4"], "exceeds --max-tile-batch"),
     (["--top-k", "5", "--fixed-active"], "not divisible by --top-k"),
     (["--fixed-active", "--expert-ffn", "512", "--top-k", "4"], "both set the expert width"),
     (["--model", "gpt3-175b", "--experts", "8"], "dense"),
     (["--model", "gpt3-175b", "--fixed-active"], "dense"),
-    (["--hw", "wse3", "--devices", "8"], "apply to GPU profiles"),
+    (["--hw", "a100-80gb", "--devices", "8", "--ep", "16"], "does not divide --devices"),
     (["--hw", "wse3", "--ep", "2"], "apply to GPU profiles"),
     (["--hw", "wse3", "--zero", "1"], "apply to GPU profiles"),
     (["--hw", "a100-80gb", "--devices", "8", "--ep", "3"], "does not divide --devices"),
     (["--hw", "a100-80gb", "--devices", "6", "--ep", "6"], "does not divide the 128 experts"),
     (["--hw", "a100-80gb", "--model", "gpt3-175b", "--devices", "8", "--ep", "2"], "needs an MoE model"),
-    (["--global-batch", BIG], "beyond 2^80"),
-    (["--tiles", BIG], "beyond 2^80"),
-    (["--max-global-batch", BIG], "beyond 2^80"),
+    (["--hw", "a100-80gb", "--global-batch", BIG], "beyond 2^80"),
+    (["--hw", "a100-80gb", "--tiles", BIG], "beyond 2^80"),
+    (["--hw", "a100-80gb", "--max-global-batch", BIG], "beyond 2^80"),
 ]:
     case("values", "plan", *args, fragment=fragment)
 case("values", "sweep", "--vary", "experts=16", "--fixed-active", fragment="needs --vary top-k")
@@ -258,9 +258,9 @@ for spec, fragment in [("100", "multiple of 256"), ("256,300", "multiple of 256"
     case("ranges", "crossover", "--hw", "wse3", "--hidden", spec, fragment=fragment)
 
 # --- bounds: work that would not end, shapes torch would refuse ----------------------------------
-case("bounds", "plan", "--global-batch", str(2**80 + 1), fragment="beyond 2^80")
-case("bounds", "plan", "--tile-batch", BIG, fragment="beyond 2^80")
-case("bounds", "plan", "--max-tile-batch", BIG, fragment="beyond 2^80")
+case("bounds", "plan", "--hw", "a100-80gb", "--global-batch", str(2**80 + 1), fragment="beyond 2^80")
+case("bounds", "plan", "--hw", "a100-80gb", "--tile-batch", BIG, fragment="beyond 2^80")
+case("bounds", "plan", "--hw", "a100-80gb", "--max-tile-batch", BIG, fragment="beyond 2^80")
 case("bounds", "measure", "--seq", "10000000000", fragment="beyond what torch can size")
 case("bounds", "measure", "--batch", "100000000000", fragment="beyond what torch can size")
 case("bounds", "measure", "--seq", "512", "--batch", "64", "--real", fragment="more than --real-limit-gb 8")

@@ -51,7 +51,7 @@ def test_not_a_positive_integer(bad):
 def test_plan_with_a_global_batch_of_2_to_the_70(cli):
     """Trial division never answered this; the plan is solved (it does not fit: exit 1)."""
     n = 2**70
-    code, out, err = cli("plan", "--global-batch", str(n), "--json")
+    code, out, err = cli("plan", "--hw", "a100-80gb", "--global-batch", str(n), "--json")
     plan = json.loads(out)["plan"]
     assert code == 1 and err == ""
     assert plan["global_batch"] == n and plan["tiles"] * plan["tile_batch"] == n

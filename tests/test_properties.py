@@ -230,7 +230,12 @@ def command_lines(draw) -> tuple[list[str], bool]:
         seq = draw(st.sampled_from([1, 128, 2048, 4096, 32768, 0, -2]))
         args += ["--seq", str(seq)]
         invalid |= seq < 1
-    n = g = None
+    if hw == "wse3":  # one wafer system: expert parallelism is a GPU layout
+        ep = draw(st.sampled_from([None, None, 1, 2]))
+        args += ["--ep", str(ep)] if ep else []
+        invalid |= (ep or 1) > 1
+        return args, invalid
+    n = g = None  # a GPU's global batch is G*b per device
     if draw(st.booleans()):
         n = draw(st.sampled_from([1, 4, 12, 16, 64, 0]))
         args += ["--global-batch", str(n)]
@@ -241,14 +246,11 @@ def command_lines(draw) -> tuple[list[str], bool]:
         invalid |= g < 1
     if n is not None and g is not None and n >= 1 and g >= 1:
         invalid |= n % g != 0
-    if hw != "wse3" or draw(st.integers(0, 4)) == 0:
-        devices = draw(st.sampled_from([1, 2, 8, 6]))
-        ep = draw(st.sampled_from([None, 1, 2, 4, 3]))
-        args += ["--devices", str(devices)] + (["--ep", str(ep)] if ep else [])
-        if hw == "wse3":
-            invalid |= devices > 1 or (ep or 1) > 1
-        elif ep:
-            invalid |= devices % ep != 0 or (experts >= 1 and experts % ep != 0)
+    devices = draw(st.sampled_from([1, 2, 8, 6]))
+    ep = draw(st.sampled_from([None, 1, 2, 4, 3]))
+    args += ["--devices", str(devices)] + (["--ep", str(ep)] if ep else [])
+    if ep:
+        invalid |= devices % ep != 0 or (experts >= 1 and experts % ep != 0)
     return args, invalid
 
 
