@@ -18,7 +18,7 @@ def _by_trial_division(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-@settings(max_examples=200, deadline=None, derandomize=True)
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
 @given(st.integers(1, 5000))
 def test_small_numbers_match_trial_division(n):
     assert divisors(n) == _by_trial_division(n)

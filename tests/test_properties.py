@@ -32,7 +32,7 @@ from btacalc.planning.report import PlanReport
 
 from support import resolved
 
-SETTINGS = settings(max_examples=30, deadline=None, derandomize=True,
+SETTINGS = settings(max_examples=30, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
 
@@ -254,7 +254,7 @@ def command_lines(draw) -> tuple[list[str], bool]:
     return args, invalid
 
 
-@settings(max_examples=40, deadline=None, derandomize=True,
+@settings(max_examples=40, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(command_lines())
 def test_exit_2_exactly_when_the_input_is_invalid(cli, case):
@@ -269,7 +269,7 @@ def test_exit_2_exactly_when_the_input_is_invalid(cli, case):
         assert json.loads(out)["plan"]["fits"] is (code == 0)
 
 
-@settings(max_examples=25, deadline=None, derandomize=True,
+@settings(max_examples=25, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(st.lists(st.sampled_from(["plan", "sweep", "compare", "crossover", "formulas", "hw", "models", "--json",
                                  "--hw", "wse3", "b200", "--seq", "0", "7", "--vary", "experts=1:4:x2", "--devices",
