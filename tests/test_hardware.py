@@ -80,3 +80,43 @@ def test_malformed_profile_names_the_field(old, new, fragment):
 def test_profile_that_is_not_toml():
     with pytest.raises(BtacalcError, match="not valid TOML"):
         parse_profile("name = ", "x.toml")
+
+
+def test_shipped_profiles_pass_the_sram_cross_check_within_the_rounding():
+    """cores x per-core SRAM against the total: WSE-2's published 850,000 x 48 KB = 40.8 GB is 2% over
+    its published 40 GB (two significant figures each); GPUs' totals include the L2 (per-core is less)."""
+    from btacalc.config.hardware import SRAM_ROUNDING
+
+    ratios = {n: p.chip.cores.value * p.chip.sram_bytes_per_core.value / p.chip.sram_bytes.value
+              for n, p in builtin_profiles().items()}
+    assert ratios["wse2"] == pytest.approx(1.02) and ratios["wse3"] == pytest.approx(1.0, abs=1e-4)
+    assert all(r <= 1 + SRAM_ROUNDING for r in ratios.values())
+    assert all(r < 0.5 for n, r in ratios.items() if n.startswith(("a100", "b200")))
+
+
+def test_an_error_names_file_field_value_and_rule():
+    with pytest.raises(BtacalcError) as exc:
+        parse_profile(_profile_text(**{"value = 0.5\n": "value = 1e9\n"}), "mine.toml")
+    assert str(exc.value) == "mine.toml: calibration.compute_efficiency.value = 1e+09: must be a finite number in (0, 1]"
+
+
+def test_every_number_has_a_range_with_a_unit():
+    for name, prof in builtin_profiles().items():
+        for key, num in prof.numbers().items():
+            rng = prof.range_of(key)
+            assert rng is not None and rng.admits(num.value), (name, key)
+
+
+def test_hw_show_prints_units(cli):
+    code, out, _ = cli("hw", "show", "wse3")
+    assert code == 0
+    for text in ("44 GB", "48.888 kB", "15.8 PFLOP/s", "21 PB/s", "23 kW", "1.2 PB", "150 GB/s", "900,000", "0.85", "5 us"):
+        assert text in out, text
+    assert "4.4e+10" not in out and "1.58e+16" not in out and "4.4e10" not in out  # the raw floats of before
+
+
+def test_hw_check_a_user_file(cli, tmp_path):
+    p = tmp_path / "mine.toml"
+    p.write_text(_profile_text(**{'name = "a100-80gb"': 'name = "mine"'}))
+    code, out, err = cli("hw", "check", str(p))
+    assert code == 0 and err == "" and out.startswith(f"{p}: valid profile mine") and "80 GB" in out

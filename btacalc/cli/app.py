@@ -3,18 +3,25 @@
 Commands live in their own modules and register themselves through `COMMAND_MODULES` (no module
 imports this one back). `main` turns library errors into one line on stderr and exit code 2,
 rendering the parameters they name as the flags a user typed.
+
+Exit codes: 0 success (a plan that fits); 1 a plan that does not fit (or `validate` with a failing
+point); 2 bad input, or an output that cannot be written (one line on stderr, nothing written);
+3 a bug in btacalc (a broken shipped file, an unexpected exception; one line, please report it).
+130 after Ctrl-C. Set BTACALC_DEBUG=1 to see the traceback of an unexpected exception.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Optional
 
 import typer
 
+from .. import __version__
 from ..errors import BtacalcError, DataError
 from . import cluster, info, measure, plan, validate, whatif
-from .console import err, out
+from .console import ascii_fallback, err, guarded_stdout, out, silence_stdout
 from .options import FLAGS, flag
 
 try:  # typer >= 0.20 vendors click; older typer uses the click package
@@ -31,41 +38,78 @@ def build_app() -> typer.Typer:
         help="Analytical memory, FLOP and throughput calculator for MoE training with Batch Tiling on Attention (BTA)."
         "\n\nExample: btacalc plan --model qwen3-30b-a3b --hw wse3",
         no_args_is_help=True,
-        add_completion=False,
+        add_completion=True,
         pretty_exceptions_enable=False,
         rich_markup_mode="rich",
+        context_settings={"help_option_names": ["-h", "--help"]},
     )
+    app.callback()(_root)
     for module in COMMAND_MODULES:
         module.register(app)
     return app
+
+
+def _version(shown: bool) -> None:
+    if shown:
+        out.print(f"btacalc {__version__}", highlight=False, markup=False)
+        raise typer.Exit()
+
+
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print the version and exit.")) -> None:
+    """Analytical memory, FLOP and throughput calculator for MoE training with Batch Tiling on Attention (BTA)."""
 
 
 app = build_app()
 
 
 def _say(text: str, code: int) -> None:
-    err.print(text, highlight=False, markup=False, soft_wrap=True)
+    try:
+        err.print(" ".join(text.split()), highlight=False, markup=False, soft_wrap=True)
+    except OSError:  # stderr itself is gone: the exit code still tells
+        pass
     sys.exit(code)
 
 
-def main(argv: Optional[list[str]] = None) -> None:
-    """Console-script entry: user errors become one line on stderr and exit code 2."""
+def _run(argv: Optional[list[str]]) -> int:
     try:
         rv = typer.main.get_command(app).main(args=argv, prog_name="btacalc", standalone_mode=False)
     except click_exc.NoArgsIsHelpError as exc:  # `btacalc` alone: help, as usual
-        out.print(exc.ctx.get_help() if exc.ctx else "")
-        sys.exit(0)
+        guarded_stdout(lambda: out.print(exc.ctx.get_help() if exc.ctx else ""))
+        return 0
+    guarded_stdout(lambda: None)  # flush what the command printed: a full disk is an error here, not at exit
+    return rv if isinstance(rv, int) else 0
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    """Console-script entry: user errors become one line on stderr and exit code 2 (see the module
+    docstring for every exit code). No traceback reaches the user."""
+    ascii_fallback(sys.stdout)
+    ascii_fallback(sys.stderr)
+    out.quiet = err.quiet = False  # a closed pipe silenced an earlier command in this process (tests)
+    try:
+        code = _run(argv)
     except click_exc.UsageError as exc:
-        _say(f"btacalc: error: {exc.format_message()}".replace("\n", " "), 2)
-    except typer.Abort:
-        sys.exit(130)
+        _say(f"btacalc: error: {exc.format_message()}", 2)
+    except (typer.Abort, KeyboardInterrupt):
+        _say("btacalc: interrupted", 130)
     except BtacalcError as exc:
         _say(f"btacalc: error: {exc.render({p: flag(p) for p in exc.params})}", 2)
     except DataError as exc:  # a broken shipped file: a bug, but still no traceback
         _say(f"btacalc: internal data error (please report): {exc}", 3)
     except BrokenPipeError:
+        silence_stdout()
         sys.exit(0)
-    sys.exit(rv if isinstance(rv, int) else 0)
+    except OSError as exc:  # reading or writing a file the library did not name
+        where = f" {exc.filename}" if exc.filename else ""
+        _say(f"btacalc: error: cannot read or write{where}: {exc.strerror or exc}", 2)
+    except MemoryError:
+        _say("btacalc: error: out of memory: the inputs ask for more than this machine has", 2)
+    except Exception as exc:  # a bug: one line, exit 3 (BTACALC_DEBUG=1 shows the traceback)
+        if os.environ.get("BTACALC_DEBUG"):
+            raise
+        _say(f"btacalc: internal error (please report, or rerun with BTACALC_DEBUG=1): {type(exc).__name__}: {exc}", 3)
+    sys.exit(code)
 
 
 __all__ = ["app", "main", "FLAGS"]

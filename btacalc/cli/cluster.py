@@ -9,9 +9,12 @@ import typer
 
 from ..errors import BtacalcError
 from .options import (Attention, AttentionOpt, GpusPerNodeOpt, GradAccumOpt, Match, MemoryModelChoice, MemoryModelOpt,
-                      ModelOpt, MtpOpt, NameOpt, OutputOpt, OverlapA2aOpt, OverlapOpt, Recompute, RecomputeOpt, SeqOpt,
-                      emit_result,
-                      value)
+                      ModelOpt, MtpOpt, NameOpt, OutputOpt, OverlapA2aOpt, OverlapOpt, QuietOpt, Recompute, RecomputeOpt,
+                      SeqOpt, emit_result, help_text, outputs, value)
+from .progress import progress
+
+# `compare --devices`: at most this many GPU counts per run (each is a full plan per GPU profile).
+MAX_DEVICE_COUNTS = 64
 
 HW_LIST_DEFAULT = "wse2,wse3,a100-80gb,b200"
 COMPARE_EXAMPLES = ("Examples:\n\n"
@@ -45,9 +48,10 @@ def compare(
                                           "nodes of similar system power) or devices (as many GPUs as systems)."),
     global_batch: Optional[int] = typer.Option(None, "--global-batch", min=1, help="Wafer rows: sequences per step "
                                                "over all systems (split into micro-batches that fit)."),
-    ep: Optional[int] = typer.Option(None, "--ep", min=1, help="Expert-parallel degree [default: gcd(devices, E)]."),
-    zero: Optional[int] = typer.Option(None, "--zero", min=0, max=3, help="ZeRO stage on multi-GPU rows "
-                                       "[default: 1 with several devices]."),
+    ep: Optional[int] = typer.Option(None, "--ep", min=1, help=help_text("Expert-parallel degree [default: gcd(devices, "
+                                                                         "E)].")),
+    zero: Optional[int] = typer.Option(None, "--zero", min=0, max=3, help=help_text("ZeRO stage on multi-GPU rows "
+                                       "[default: 1 with several devices].")),
     gpus_per_node: Optional[int] = GpusPerNodeOpt,
     overlap_a2a: bool = OverlapA2aOpt,
     grad_accum: Optional[int] = GradAccumOpt,
@@ -61,6 +65,7 @@ def compare(
     output: Optional[Path] = OutputOpt,
     csv_path: Optional[Path] = typer.Option(None, "--csv", help="Write one CSV row per device set."),
     plot_path: Optional[str] = typer.Option(None, "--plot", help="Bar chart of tokens/s and tokens/s per kW (.png/.svg)."),
+    quiet: bool = QuietOpt,
 ) -> int:
     """One model on several devices side by side: fits, G, b, tokens per expert, step time, tokens/s,
     MFU, vs dense, binding constraint, dominant phase, tokens/s per kW."""
@@ -70,11 +75,13 @@ def compare(
     from ..output.csvfiles import compare_csv
     from ..output.plots import compare_plot
     from ..planning.compare import compare as run_compare
+    from ..planning.compare import row_count
     from .parsing import parse_values
 
+    outs = outputs(output, as_json, csv_path, plot_path)
     spec = resolve_model(model, name)
     profiles = _profiles(hw)
-    counts = None if devices.strip() == "auto" else parse_values(devices, "--devices")
+    counts = None if devices.strip() == "auto" else parse_values(devices, "--devices", limit=MAX_DEVICE_COUNTS)
     if memory_model == MemoryModelChoice.weight_streaming and any(p.family == "gpu" for p in profiles):
         raise BtacalcError("{memory_model} weight_streaming is modelled for wafer-scale profiles only")
     if match is not None and counts is not None:
@@ -83,8 +90,9 @@ def compare(
                                memory_model=value(memory_model), overlap_streaming=overlap, expert_parallel=ep,
                                zero_stage=zero, devices_per_node=gpus_per_node, overlap_all_to_all=overlap_a2a,
                                micro_batches=grad_accum, multi_token_prediction=mtp)
-    result = run_compare(spec, profiles, counts, request, systems, value(match), global_batch)
-    emit_result(result, as_json, output, csv_path, compare_csv, plot_path, compare_plot, compare_renderable)
+    with progress(row_count(profiles, counts), "comparing", quiet) as advance:
+        result = run_compare(spec, profiles, counts, request, systems, value(match), global_batch, progress=advance)
+    emit_result(result, as_json, output, csv_path, compare_csv, plot_path, compare_plot, compare_renderable, outs)
     return 0
 
 
@@ -97,18 +105,24 @@ def crossover(
     output: Optional[Path] = OutputOpt,
     csv_path: Optional[Path] = typer.Option(None, "--csv", help="Write one CSV row per (model, device)."),
     plot_path: Optional[str] = typer.Option(None, "--plot", help="tokens/s per kW vs parameters (.png/.svg)."),
+    quiet: bool = QuietOpt,
 ) -> int:
     """Scale a model family from about 0.1B to 1.3T parameters: per device, the memory regime
     (resident / weight streaming on a wafer; GPUs needed), tokens/s per kW, and where regimes change."""
     from ..output.cluster_tables import crossover_renderable
     from ..output.csvfiles import crossover_csv
     from ..output.plots import crossover_plot
+    from ..planning.crossover import MAX_HIDDEN_SIZES, check_family
     from ..planning.crossover import crossover as run_crossover
     from .parsing import parse_values
 
+    outs = outputs(output, as_json, csv_path, plot_path)
     profiles = _profiles(hw)
-    result = run_crossover(profiles, family, parse_values(hidden, "--hidden"), seq)
-    emit_result(result, as_json, output, csv_path, crossover_csv, plot_path, crossover_plot, crossover_renderable)
+    sizes = parse_values(hidden, "--hidden", limit=MAX_HIDDEN_SIZES)
+    check_family(family, sizes)
+    with progress(len(set(sizes)) * len(profiles), "scaling the family", quiet) as advance:
+        result = run_crossover(profiles, family, sizes, seq, progress=advance)
+    emit_result(result, as_json, output, csv_path, crossover_csv, plot_path, crossover_plot, crossover_renderable, outs)
     return 0
 
 

@@ -1,11 +1,132 @@
-"""The two output streams of the command line. Only the CLI prints."""
+"""The two output streams of the command line. Only the CLI prints.
+
+- Width: a terminal's own width; when piped, `COLUMNS` if set, else 132 (wide enough for the phase
+  tables; rich would otherwise assume 80). Tables narrower than their content are split, never cut
+  (`btacalc.output.fit`).
+- Encoding: a stream that cannot encode Unicode (``PYTHONIOENCODING=ascii``, a C locale without
+  UTF-8) gets ASCII stand-ins (``·`` -> ``*``, ``²`` -> ``^2``, box lines -> ``+-|``) instead of a crash.
+- Standard output that fails: a closed pipe (``| head``) silences it and the command carries on;
+  any other error (a full disk) is a one-line error.
+"""
 
 from __future__ import annotations
 
+import codecs
+import os
 import sys
+from typing import Any, Union
 
 from rich.console import Console
 
-# Wide enough for the phase tables when piped (rich would otherwise assume 80 columns).
-out = Console(width=None if sys.stdout.isatty() else 132)
-err = Console(stderr=True)
+from ..errors import BtacalcError
+
+_PIPED_WIDTH = 132
+
+
+def _width() -> Any:
+    if sys.stdout.isatty():
+        return None
+    columns = os.environ.get("COLUMNS", "")
+    return int(columns) if columns.isdigit() and int(columns) >= 20 else _PIPED_WIDTH
+
+
+# What an ASCII stream shows instead of the Unicode characters btacalc prints (anything else: "?").
+ASCII_STANDINS = {
+    "·": "*", "²": "^2", "³": "^3", "—": "-", "–": "-", "…": "...", "•": "*", "±": "+/-", "×": "x",
+    "≤": "<=", "≥": ">=", "→": "->", "µ": "u", "≈": "~", "‘": "'", "’": "'", "“": '"', "”": '"',
+    "─": "-", "━": "-", "│": "|", "┃": "|", "╭": "+", "╮": "+", "╰": "+", "╯": "+", "┏": "+", "┓": "+",
+    "┗": "+", "┛": "+", "┡": "+", "┩": "+", "╇": "+", "┳": "+", "┻": "+", "┼": "+", "┬": "+", "┴": "+",
+    "├": "+", "┤": "+", "┌": "+", "┐": "+", "└": "+", "┘": "+", "╷": "|", "╵": "|", "█": "#",
+}
+_HANDLER = "btacalc-ascii"
+
+
+def _standin(exc: UnicodeError) -> tuple[str, int]:
+    if not isinstance(exc, UnicodeEncodeError):
+        raise exc
+    text = exc.object[exc.start:exc.end]
+    return "".join(ASCII_STANDINS.get(ch, "?") for ch in text), exc.end
+
+
+codecs.register_error(_HANDLER, _standin)
+
+
+def _encodable(encoding: str) -> bool:
+    try:
+        "".join(ASCII_STANDINS).encode(encoding)
+        return True
+    except (UnicodeEncodeError, LookupError):
+        return False
+
+
+def to_ascii(text: str) -> str:
+    """`text` with ASCII stand-ins for the characters btacalc prints (others unchanged)."""
+    return text if text.isascii() else "".join(ASCII_STANDINS.get(ch, ch) for ch in text)
+
+
+class _Console(Console):
+    def render_str(self, text: str, **kwargs: Any) -> Any:
+        """On a stream that cannot encode Unicode, stand-ins replace characters before rich lays
+        the text out (so '±' -> '+/-' widens its cell instead of pushing the border)."""
+        if not text.isascii() and not _encodable(self.encoding):
+            text = to_ascii(text)
+        return super().render_str(text, **kwargs)
+
+    def on_broken_pipe(self) -> None:
+        """A closed pipe (`| head`): stop printing, carry on (rich's default exits with 1, which here
+        means "does not fit")."""
+        self.quiet = True
+        if not self.stderr:
+            silence_stdout()
+
+
+out = _Console(width=_width())
+err = _Console(stderr=True)
+
+
+def ascii_fallback(stream: Any) -> None:
+    """Let `stream` print ASCII stand-ins for characters its encoding lacks (instead of raising)."""
+    if _encodable(getattr(stream, "encoding", None) or "ascii"):
+        return
+    reconfigure = getattr(stream, "reconfigure", None)
+    if reconfigure is not None:
+        reconfigure(errors=_HANDLER)
+
+
+def silence_stdout() -> None:
+    """After a closed pipe: send what is left (and the interpreter's final flush) to /dev/null."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # no real file descriptor (tests capture stdout)
+        pass
+
+
+def guarded_stdout(action: Any) -> None:
+    """Run `action` (which prints on standard output) and flush: a closed pipe silences standard
+    output, any other failure is a one-line error."""
+    try:
+        action()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        silence_stdout()
+    except OSError as exc:
+        raise BtacalcError(f"cannot write to standard output: {exc.strerror or exc}") from None
+
+
+def write_stdout(data: Union[str, bytes]) -> None:
+    """Text or bytes on standard output (guarded)."""
+    def write() -> None:
+        if isinstance(data, bytes):
+            sys.stdout.flush()
+            sys.stdout.buffer.write(data)
+        else:
+            sys.stdout.write(data)
+
+    guarded_stdout(write)
+
+
+def print_stdout(renderable: Any) -> None:
+    """A rich renderable on standard output (guarded)."""
+    guarded_stdout(lambda: out.print(renderable))

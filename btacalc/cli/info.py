@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
+from ..errors import BtacalcError
 from .console import out
 from .options import Accounting, AccountingOpt, Attention, CausalOpt, Loss, LossOpt, Recompute, value
 
@@ -60,13 +61,22 @@ def hw_list(as_json: bool = typer.Option(False, "--json", help="Print the profil
     return 0
 
 
+def _profile(name: str) -> Any:
+    """A profile for `hw show|check`: errors name the argument, not --hw."""
+    from ..config.hardware import resolve_hardware
+
+    try:
+        return resolve_hardware(name)
+    except BtacalcError as exc:
+        raise BtacalcError(exc.render({"hardware": "profile"})) from None
+
+
 def hw_show(name: str = typer.Argument(..., help="Profile name or path to a profile .toml."),
             as_json: bool = typer.Option(False, "--json", help="Print the profile as JSON.")) -> int:
     """Show one hardware profile: every number with its kind and source."""
-    from ..config.hardware import resolve_hardware
     from ..output.info_tables import hw_show_table
 
-    p = resolve_hardware(name)
+    p = _profile(name)
     if as_json:
         sys.stdout.write(p.model_dump_json(indent=2) + "\n")
         return 0
@@ -88,6 +98,21 @@ def _model_summary(spec) -> dict:
             "params_non_embedding": pc.non_embedding, "params_per_layer": pc.per_layer,
             "params_gathered": pc.gathered, "published": checks,
             "layer_kinds": [{"name": k.name, "count": k.count} for k in spec.layer_kinds()]}
+def hw_check(path: str = typer.Argument(..., help="Path to a profile .toml (or a built-in profile name).")) -> int:
+    """Check a hardware profile: every number finite and in its physical range, with a kind and a
+    source URL, no unknown field, the sections consistent. Prints the profile in units; exit 2 with
+    one line naming the file, field, value and rule when it is not valid."""
+    from ..output.info_tables import hw_show_table
+
+    p = _profile(path)
+    kinds: dict[str, int] = {}
+    for num in p.numbers().values():
+        kinds[num.kind] = kinds.get(num.kind, 0) + 1
+    counts = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
+    out.print(f"{path}: valid profile {p.name} ({p.display_name}); {sum(kinds.values())} numbers: {counts}",
+              highlight=False, markup=False, soft_wrap=True)
+    out.print(hw_show_table(p))
+    return 0
 
 
 def models_list(as_json: bool = typer.Option(False, "--json", help="Print the presets as JSON.")) -> int:
@@ -130,6 +155,7 @@ def register(app: typer.Typer) -> None:
     hw_app = typer.Typer(help="Hardware profiles.\n\nExample: btacalc hw show wse3", no_args_is_help=True)
     hw_app.command("list", epilog="Example: btacalc hw list")(hw_list)
     hw_app.command("show", epilog="Examples:\n\n  btacalc hw show wse3\n\n  btacalc hw show ./my-device.toml --json")(hw_show)
+    hw_app.command("check", epilog="Example: btacalc hw check ./my-device.toml")(hw_check)
     models_app = typer.Typer(help="Model presets.\n\nExample: btacalc models show qwen3-30b-a3b", no_args_is_help=True)
     models_app.command("list", epilog="Example: btacalc models list")(models_list)
     models_app.command("show", epilog="Examples:\n\n  btacalc models show qwen3-30b-a3b\n\n"

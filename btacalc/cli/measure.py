@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Optional
 
 import typer
 from rich.table import Table
 
 from ..errors import BtacalcError
-from .console import out
-from .options import Attention, ModelOpt
+from .console import print_stdout, write_stdout
+from .options import Attention, ModelOpt, QuietOpt, help_text
+from .progress import progress
 
 EXAMPLES = ("Examples:\n\n"
             "  btacalc measure --model qwen3-30b-a3b --seq 1024\n\n"
@@ -24,10 +24,14 @@ def measure(
     batch: int = typer.Option(1, "--batch", min=1, help="Sequences in the layer's batch (G*b)."),
     tiles: int = typer.Option(1, "--tiles", min=1, help="Attention tiles G (BTA); must divide --batch."),
     attention: Attention = typer.Option(Attention.eager, "--attention", help="eager (HF eager attention) or flash (SDPA)."),
-    layer_kind: Optional[str] = typer.Option(None, "--layer-kind", help="Which layer kind of a mixed model (e.g. dense, "
-                                             "moe, moe-sliding, moe-full) [default: the most common]."),
+    layer_kind: Optional[str] = typer.Option(None, "--layer-kind", help=help_text(
+        "Which layer kind of a mixed model (e.g. dense, moe, moe-sliding, moe-full) [default: the most common].")),
     real: bool = typer.Option(False, "--real", help="Run on real CPU tensors instead of FakeTensorMode (allocates memory!)."),
+    real_limit_gb: float = typer.Option(8.0, "--real-limit-gb", min=0.001, max=1e6,
+                                        help="With --real: refuse shapes the formulas estimate to need more memory "
+                                        "than this (GB = 1e9 bytes)."),
     as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
+    quiet: bool = QuietOpt,
 ) -> int:
     """Measure one reference PyTorch decoder layer (saved-for-backward bytes, FLOPs, largest
     intermediate) and compare it, phase by phase, with the formulas under ideal and pytorch accounting."""
@@ -36,13 +40,24 @@ def measure(
     except ImportError:
         raise BtacalcError("btacalc measure needs PyTorch: pip install 'btacalc[measure]'") from None
     from ..config.presets import resolve_model
+    from ..output.fit import fit
     from ..output.tables import si
-    from ..torchref.accuracy import compare_layer
+    from ..torchref.accuracy import check_shape, compare_layer
+    from ..torchref.measure import MEASURE_STEPS
 
     spec = resolve_model(model)
-    result = compare_layer(spec, batch, seq, tiles, attention.value, fake=not real, kind_name=layer_kind)
+    check_shape(spec, batch, seq, tiles, attention.value, real_limit_gb * 1e9 if real else None)
+    with progress(MEASURE_STEPS, "measuring the layer", quiet) as advance:
+        try:
+            result = compare_layer(spec, batch, seq, tiles, attention.value, fake=not real, kind_name=layer_kind,
+                                   progress=advance)
+        except BtacalcError:
+            raise
+        except (RuntimeError, ValueError, OverflowError, IndexError, TypeError) as exc:  # torch refusing a shape
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise BtacalcError(f"torch cannot run this layer at --seq {seq} --batch {batch}: {first}") from None
     if as_json:
-        sys.stdout.write(result.model_dump_json(indent=2) + "\n")
+        write_stdout(result.model_dump_json(indent=2) + "\n")
         return 0
     t = Table(title=f"{spec.name}: one {result.layer_kind} layer, {batch} x {seq} tokens, G = {tiles}, {attention.value} attention, "
               f"{'FakeTensorMode' if not real else 'real CPU tensors'} (bytes kept for backward)", title_justify="left")
@@ -65,7 +80,7 @@ def measure(
                  f"measured {si(result.measured_flops_backward, 'FLOP')}; largest intermediate "
                  f"{si(result.measured_largest_intermediate_bytes, 'B')}"
                  + ("; SDPA is one fused kernel: its FLOPs and bytes show under attn_scores" if attention.value == "flash" else ""))
-    out.print(t)
+    print_stdout(fit(t))
     return 0
 
 

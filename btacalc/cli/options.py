@@ -3,15 +3,14 @@ library's `ExecutionRequest`. Library errors name parameters; `FLAGS` maps them 
 
 from __future__ import annotations
 
-import sys
 from enum import Enum
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 import typer
+from rich.markup import escape
 
 from ..vocabulary import FEATURES, RECOMPUTE_POLICIES
-from .console import out
 
 # Library parameter name -> the flag a user types (names not listed map to --name-with-dashes).
 FLAGS = {
@@ -29,6 +28,11 @@ FLAGS = {
 
 def flag(param: str) -> str:
     return FLAGS.get(param, "--" + param.replace("_", "-"))
+
+
+def help_text(text: str) -> str:
+    """Help text shown literally: typer's rich help would read "[default: ...]" as markup and drop it."""
+    return escape(text)
 
 
 def _choices(name: str, values: Any) -> Any:
@@ -51,17 +55,17 @@ def value(choice: Optional[Enum]) -> Optional[str]:
 
 
 ModelOpt = typer.Option("qwen3-30b-a3b", "--model", "-m", help="Preset name or path to a Hugging Face config.json.")
-NameOpt = typer.Option(None, "--name", help="Name the model in the output [default: the preset name, the file's stem, "
-                       "or the folder of a config.json].")
-MtpOpt = typer.Option(None, "--mtp/--no-mtp", help="Also train the model's multi-token-prediction modules (DeepSeek-V3) "
-                      "[default: off, as Hugging Face transformers trains it and as its 671B is counted].")
+NameOpt = typer.Option(None, "--name", help=help_text("Name the model in the output [default: the preset name, the file's "
+                                                    "stem, or the folder of a config.json]."))
+MtpOpt = typer.Option(None, "--mtp/--no-mtp", help=help_text("Also train the model's multi-token-prediction modules "
+                      "(DeepSeek-V3) [default: off, as Hugging Face transformers trains it and as its 671B is counted]."))
 HwOpt = typer.Option("wse3", "--hw", help="Hardware profile name (btacalc hw list) or path to a profile .toml.")
-SeqOpt = typer.Option(None, "--seq", min=1, help="Sequence length s [default: 4096, Qwen3 pre-training].")
-RecomputeOpt = typer.Option(None, "--recompute", help="Activation recomputation [default: per device].")
-AttentionOpt = typer.Option(None, "--attention", help="eager (materialised s² scores) or flash [default: per device].")
+SeqOpt = typer.Option(None, "--seq", min=1, help=help_text("Sequence length s [default: 4096, Qwen3 pre-training]."))
+RecomputeOpt = typer.Option(None, "--recompute", help=help_text("Activation recomputation [default: per device]."))
+AttentionOpt = typer.Option(None, "--attention", help=help_text("eager (materialised s² scores) or flash [default: per device]."))
 CausalOpt = typer.Option(False, "--causal/--full-scores", help="Count only the causal half of the s² matmuls.")
-LossOpt = typer.Option(None, "--loss", help="fused: logits one sequence at a time; stored: Korthikanti's 4sbv fp32 "
-                       "logits [default: fused].")
+LossOpt = typer.Option(None, "--loss", help=help_text("fused: logits one sequence at a time; stored: Korthikanti's "
+                                                  "4sbv fp32 logits [default: fused]."))
 AccountingOpt = typer.Option(Accounting.ideal, "--accounting", help="ideal (Korthikanti-style) or pytorch (what a "
                              "PyTorch layer keeps, measured: README).")
 GlobalBatchOpt = typer.Option(None, "--global-batch", min=1, help="Fix the global batch N: on a GPU G·b = N (G must "
@@ -76,42 +80,55 @@ TopKOpt = typer.Option(None, "--top-k", min=1, help="Override experts per token 
 ExpertFfnOpt = typer.Option(None, "--expert-ffn", min=1, help="Override the expert width f.")
 FixedActiveOpt = typer.Option(False, "--fixed-active", help="Keep k·f constant when --top-k changes (BTA paper's top-k sweep).")
 OverlapOpt = typer.Option(True, "--overlap/--no-overlap", help="Weight streaming overlaps compute (max) or not (sum).")
-MemoryModelOpt = typer.Option(None, "--memory-model", help="auto: resident when the whole training state fits, else "
-                              "weight streaming (wafer) [default: auto].")
+MemoryModelOpt = typer.Option(None, "--memory-model", help=help_text("auto: resident when the whole training state fits, "
+                              "else weight streaming (wafer) [default: auto]."))
 DevicesOpt = typer.Option(1, "--devices", "-n", min=1, help="GPUs (data-parallel ranks), or wafer systems (CS-2/CS-3 in "
                           "strict data parallel over SwarmX/MemoryX).")
-EpOpt = typer.Option(None, "--ep", min=1, help="Expert-parallel degree: experts split over EP devices [default: gcd(devices, E)].")
-ZeroOpt = typer.Option(None, "--zero", min=0, max=3, help="ZeRO stage 0-3 [default: 1 with several devices].")
-GpusPerNodeOpt = typer.Option(None, "--gpus-per-node", min=1, help="Devices per NVLink domain [default: the profile's].")
+EpOpt = typer.Option(None, "--ep", min=1, help=help_text(
+                     "Expert-parallel degree: experts split over EP devices [default: gcd(devices, E)]."))
+ZeroOpt = typer.Option(None, "--zero", min=0, max=3, help=help_text("ZeRO stage 0-3 [default: 1 with several devices]."))
+GpusPerNodeOpt = typer.Option(None, "--gpus-per-node", min=1, help=help_text("Devices per NVLink domain [default: the profile's]."))
 OverlapA2aOpt = typer.Option(False, "--overlap-a2a/--no-overlap-a2a", help="Hide the all-to-all behind expert compute "
                              "(chunked) or not.")
-GradAccumOpt = typer.Option(None, "--grad-accum", min=1, help="Gradient accumulation: M micro-batches of G·b per optimizer "
-                            "step (the gradient sync runs once per step) [default: 1; on a wafer with --global-batch, "
-                            "the fewest that fit].")
+GradAccumOpt = typer.Option(None, "--grad-accum", min=1, help=help_text(
+    "Gradient accumulation: M micro-batches of G·b per optimizer step (the gradient sync runs once per step) "
+    "[default: 1; on a wafer with --global-batch, the fewest that fit]."))
 JsonOpt = typer.Option(False, "--json", help="Print the result as JSON on stdout.")
-OutputOpt = typer.Option(None, "--output", "-o", help="Write the JSON to this file (atomically).")
+OutputOpt = typer.Option(None, "--output", "-o", help="Write the JSON to this file (atomically; - for standard output).")
+QuietOpt = typer.Option(False, "--quiet", help="No progress report on stderr.")
 
 
-def emit_json(payload: str, as_json: bool, output: Optional[Path]) -> None:
-    from ..output.files import write_atomic
+def outputs(output: Optional[Path] = None, as_json: bool = False, csv_path: Optional[Path] = None,
+            plot_path: Optional[str] = None) -> Any:
+    """The command's output targets, checked before any work starts (`btacalc.output.files`)."""
+    from ..output.files import STDOUT, Outputs
 
-    if output is not None:
-        write_atomic(output, payload + "\n")
-    if as_json:
-        sys.stdout.write(payload + "\n")
+    if plot_path is not None:
+        from ..output.plots import check_plot_path
+
+        check_plot_path(plot_path)
+    return Outputs({"--plot": plot_path, "--csv": csv_path, "--output": output, "--json": STDOUT if as_json else None})
+
+
+def write_outputs(outs: Any, payloads: dict[str, Any], table: Optional[Callable[[], Any]]) -> None:
+    """Write every output together (all-or-nothing); print the table (if any) unless standard
+    output is taken."""
+    from .console import print_stdout, write_stdout
+
+    finish = None if outs.stdout_taken or table is None else (lambda: print_stdout(table()))
+    outs.commit(payloads, stdout=write_stdout, finish=finish)
 
 
 def emit_result(result: Any, as_json: bool, output: Optional[Path], csv_path: Optional[Path],
-                to_csv: Callable[[Any], str], plot_path: Optional[str], plot: Callable[[Any, str], None],
-                renderable: Callable[[Any], Any]) -> None:
-    """The outputs of a table command: plot, CSV and JSON files (each written atomically, the plot
-    first since it is the one that can refuse), JSON on stdout, else the rich table."""
-    from ..output.files import write_atomic
-
+                to_csv: Callable[[Any], str], plot_path: Optional[str], plot: Callable[[Any, str], bytes],
+                renderable: Callable[[Any], Any], outs: Any = None) -> None:
+    """The outputs of a table command: plot, CSV and JSON files, JSON on stdout, else the rich table.
+    `outs`: the targets checked before the work (else checked now)."""
+    outs = outs if outs is not None else outputs(output, as_json, csv_path, plot_path)
+    text = result.model_dump_json(indent=2) + "\n"
+    payloads: dict[str, Any] = {"--output": text, "--json": text}
     if plot_path:
-        plot(result, plot_path)
+        payloads["--plot"] = plot(result, plot_path)
     if csv_path:
-        write_atomic(csv_path, to_csv(result))
-    emit_json(result.model_dump_json(indent=2), as_json, output)
-    if not as_json:
-        out.print(renderable(result))
+        payloads["--csv"] = to_csv(result)
+    write_outputs(outs, payloads, lambda: renderable(result))

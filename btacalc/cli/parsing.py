@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 from ..errors import BtacalcError
 from ..planning.sweep import VARIABLES
 
 
-def parse_values(spec: str, flag: str = "--vary") -> list[int]:
+def parse_values(spec: str, flag: str = "--vary", limit: Optional[int] = None) -> list[int]:
     """'a,b,c' or 'start:stop:step' (inclusive) or 'start:stop:xF' (geometric, factor F); positive
-    integers. `flag` names the option in error messages."""
+    integers. `flag` names the option in error messages; `limit` caps how many values it may give
+    (checked before the list is built)."""
+    def bounded(count: int) -> None:
+        if limit is not None and count > limit:
+            raise BtacalcError(f"{flag} {spec!r} gives {count:,} values, more than {limit:,}")
+
     def num(text: str) -> int:
         try:
             v = int(text)
@@ -33,11 +40,15 @@ def parse_values(spec: str, flag: str = "--vary") -> list[int]:
             while v <= stop:
                 values.append(v)
                 v *= factor
+            bounded(len(values))
             return values
-        return list(range(start, stop + 1, num(parts[2])))
+        step = num(parts[2])
+        bounded((stop - start) // step + 1)
+        return list(range(start, stop + 1, step))
     values = [num(x) for x in spec.split(",") if x.strip()]
     if not values:
         raise BtacalcError(f"{flag} {spec!r} gives no values")
+    bounded(len(values))
     return values
 
 

@@ -15,7 +15,7 @@ from .options import (Accounting, AccountingOpt, Attention, AttentionOpt, Causal
                       ExpertFfnOpt, ExpertsOpt, FixedActiveOpt, GlobalBatchOpt, GpusPerNodeOpt, GradAccumOpt, HwOpt, Loss,
                       LossOpt, MaxGlobalBatchOpt, MaxTileBatchOpt, MemoryModelChoice, MemoryModelOpt, ModelOpt, MtpOpt,
                       NameOpt, OutputOpt, OverlapA2aOpt, OverlapOpt, Recompute, RecomputeOpt, SeqOpt, TileBatchOpt, TilesOpt,
-                      TopKOpt, ZeroOpt, emit_json, emit_result, value)
+                      TopKOpt, ZeroOpt, emit_result, help_text, outputs, value, write_outputs)
 
 PLAN_EXAMPLES = ("Examples:\n\n"
                  "  btacalc plan --model qwen3-30b-a3b --hw wse3\n\n"
@@ -62,7 +62,8 @@ def plan(
     grad_accum: Optional[int] = GradAccumOpt,
     mtp: Optional[bool] = MtpOpt,
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON on stdout."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the plan JSON to this file (atomically)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the plan JSON to this file (atomically; "
+                                          "- for standard output)."),
     schema: bool = typer.Option(False, "--schema", help="Print the JSON schema of the plan and exit."),
     sensitivity: Optional[float] = typer.Option(None, "--sensitivity", min=0.0, max=100.0, help="Also move every "
                                                 "hardware number by -PCT% and +PCT% alone and show tokens/s (e.g. 10)."),
@@ -80,8 +81,11 @@ def plan(
     from ..planning.plan import make_plan
     from ..planning.report import PlanReport
 
+    # --emit and --schema print on stdout (and write --output); the plan JSON only with --json
+    outs = outputs(output, as_json or emit is not None or (schema and output is None))
     if schema:
-        sys.stdout.write(json.dumps(PlanReport.model_json_schema(), indent=2) + "\n")
+        text = json.dumps(PlanReport.model_json_schema(), indent=2) + "\n"
+        write_outputs(outs, {"--output": text, "--json": text}, None)
         return 0
     spec = resolve_model(model, name).with_overrides(experts, top_k, expert_ffn, fixed_active)
     request = ExecutionRequest(
@@ -94,29 +98,24 @@ def plan(
     profile = resolve_hardware(hw)
     report = make_plan(spec, profile, request)
     if emit is not None:
-        return _emit_cerebras(report, output)
+        from ..output.cerebras import cerebras_yaml
+
+        text = cerebras_yaml(report)
+        write_outputs(outs, {"--output": text, "--json": text}, None)
+        return 0
     if sensitivity is not None:
         from ..planning.sensitivity import sensitivity as run_sensitivity
 
         report.sensitivity = run_sensitivity(spec, profile, request, sensitivity)
-    emit_json(report.model_dump_json(indent=2), as_json, output)
-    if not as_json:
+    text = report.model_dump_json(indent=2) + "\n"
+
+    def table() -> Any:
         from ..output.tables import plan_renderable
 
-        out.print(plan_renderable(report))
+        return plan_renderable(report)
+
+    write_outputs(outs, {"--output": text, "--json": text}, table)
     return 0 if report.plan.fits else 1
-
-
-def _emit_cerebras(report: Any, output: Optional[Path]) -> int:
-    """The Cerebras Model Zoo YAML fragment of a plan that fits, on stdout (and to --output)."""
-    from ..output.cerebras import cerebras_yaml
-    from ..output.files import write_atomic
-
-    text = cerebras_yaml(report)
-    if output is not None:
-        write_atomic(output, text)
-    sys.stdout.write(text)
-    return 0
 
 
 def sweep(
@@ -144,8 +143,8 @@ def sweep(
     as_json: bool = typer.Option(False, "--json", help="Print {points: [...]} as JSON on stdout."),
     output: Optional[Path] = OutputOpt,
     csv_path: Optional[Path] = typer.Option(None, "--csv", help="Write one CSV row per point to this file."),
-    plot_path: Optional[str] = typer.Option(None, "--plot", help="Draw relative throughput to FILE.png or .svg "
-                                            "(needs btacalc[plot])."),
+    plot_path: Optional[str] = typer.Option(None, "--plot", help=help_text("Draw relative throughput to FILE.png or "
+                                                                           ".svg (needs btacalc[plot]).")),
 ) -> int:
     """Sweep model or run parameters; each point solved at G = 1 and at the solver's G."""
     from ..config.execution import ExecutionRequest

@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
-from .console import out
-from .options import emit_json
+from .options import OutputOpt, help_text, outputs, write_outputs
 
 EXAMPLES = ("Examples:\n\n"
             "  btacalc validate\n\n"
@@ -20,12 +19,12 @@ EXAMPLES = ("Examples:\n\n"
 
 
 def validate(
-    measured: Optional[Path] = typer.Option(None, "--measured", help="Measured runs file ({\"runs\": [...]}) "
-                                            "[default: the shipped set, btacalc/data/measured_runs.json]."),
+    measured: Optional[Path] = typer.Option(None, "--measured", help=help_text(
+        'Measured runs file ({"runs": [...]}) [default: the shipped set, btacalc/data/measured_runs.json].')),
     as_json: bool = typer.Option(False, "--json", help="Print {points, measured} as JSON."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the JSON to this file (atomically)."),
-    plot_path: Optional[str] = typer.Option(None, "--plot", help="Predicted vs measured tokens/s, log-log, with "
-                                            "the ±10% and ±25% bands (.png/.svg)."),
+    output: Optional[Path] = OutputOpt,
+    plot_path: Optional[str] = typer.Option(None, "--plot", help=help_text("Predicted vs measured tokens/s, log-log, "
+                                            "with the ±10% and ±25% bands (.png/.svg).")),
     calibrate: bool = typer.Option(False, "--calibrate", help="Refit the WSE-2 compute efficiency on the calibration "
                                    "point and print it."),
 ) -> int:
@@ -42,19 +41,25 @@ def validate(
     if calibrate:
         sys.stdout.write(f"wse2 compute_efficiency = {fit():.4f}\n")
         return 0
+    outs = outputs(output, as_json, plot_path=plot_path)
     points = run_validation()
     report = validate_measured(measured)
-    payload = {"points": [r.model_dump() | {"status": r.status} for r in points], "measured": report.model_dump()}
+    text = json.dumps({"points": [r.model_dump() | {"status": r.status} for r in points],
+                       "measured": report.model_dump()}, indent=2) + "\n"
+    payloads: dict[str, Any] = {"--output": text, "--json": text}
     if plot_path:
         from ..output.plots import measured_plot
 
-        measured_plot(report, plot_path)
-    emit_json(json.dumps(payload, indent=2), as_json, output)
-    if not as_json:
+        payloads["--plot"] = measured_plot(report, plot_path)
+
+    def tables() -> Any:
+        from rich.console import Group
+
         from ..output.validation_tables import measured_table, points_table
 
-        out.print(points_table(points))
-        out.print(measured_table(report))
+        return Group(points_table(points), measured_table(report))
+
+    write_outputs(outs, payloads, tables)
     return 0 if all(r.ok_for_ci for r in points) and report.gate.ok else 1
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
@@ -12,7 +12,7 @@ from .options import (Accounting, AccountingOpt, Attention, AttentionOpt, Causal
                       ExpertsOpt, FixedActiveOpt, GlobalBatchOpt, GpusPerNodeOpt, GradAccumOpt, HwOpt, Loss, LossOpt,
                       MaxGlobalBatchOpt, MaxTileBatchOpt, MemoryModelChoice, MemoryModelOpt, ModelOpt, OutputOpt,
                       OverlapA2aOpt, OverlapOpt, Recompute, RecomputeOpt, SeqOpt, TileBatchOpt, TilesOpt, TopKOpt,
-                      ZeroOpt, emit_json, value)
+                      ZeroOpt, outputs, value, write_outputs)
 
 EXAMPLES = ("Examples:\n\n"
             "  btacalc whatif --model qwen3-30b-a3b --hw wse2 --top-k 1 --fixed-active --target relative_to_dense=0.85 "
@@ -75,12 +75,16 @@ def whatif(
         devices=devices, expert_parallel=ep, zero_stage=zero, devices_per_node=gpus_per_node,
         overlap_all_to_all=overlap_a2a, micro_batches=grad_accum,
         limits=BatchLimits(global_batch, tiles, tile_batch, max_global_batch, max_tile_batch))
+    outs = outputs(output, as_json)
     result = run_whatif(spec, resolve_hardware(hw), request, target, solve_for)
-    emit_json(result.model_dump_json(indent=2), as_json, output)
-    if not as_json:
+    text = result.model_dump_json(indent=2) + "\n"
+
+    def table() -> Any:
         from ..output.whatif_tables import whatif_renderable
 
-        out.print(whatif_renderable(result))
+        return whatif_renderable(result)
+
+    write_outputs(outs, {"--output": text, "--json": text}, table)
     return 0 if result.reached else 1
 
 

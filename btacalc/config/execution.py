@@ -107,6 +107,11 @@ class Layout:
                 raise BtacalcError(f"{{expert_parallel}} {self.expert_parallel} does not divide the {num_experts} experts")
 
 
+# No training batch comes near 2^80 sequences (about 1.2e24); the bound also keeps the factorisation
+# of a fixed global batch (btacalc.model.divisors) well under a second.
+MAX_SEQUENCES = 1 << 80
+
+
 @dataclass(frozen=True)
 class BatchLimits:
     """User constraints on the batch shape; None means free."""
@@ -121,6 +126,8 @@ class BatchLimits:
         for name, v in self.__dict__.items():
             if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
                 raise BtacalcError(f"{{{name}}} must be a positive integer, got {v!r}")
+            if v is not None and v > MAX_SEQUENCES:
+                raise BtacalcError(f"{{{name}}} {v} is beyond 2^80 sequences, more than any training batch")
         n, g, b = self.global_batch, self.tiles, self.tile_batch
         if n is not None and g is not None and n % g:
             raise BtacalcError(f"{{global_batch}} {n} is not divisible by {{tiles}} {g}")

@@ -18,13 +18,16 @@ A profile has five sections, kept apart on purpose (cf. Calculon's system/applic
 from __future__ import annotations
 
 import functools
+import math
+import typing
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from ..errors import BtacalcError, DataError, first_validation_error
+from ..errors import BtacalcError, DataError
 from ..paths import data_dir
 
 if sys.version_info >= (3, 11):
@@ -43,7 +46,8 @@ class Number(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    value: float = Field(ge=0)
+    value: float = Field(strict=True, description="a TOML number (not a string or a boolean); its range depends "
+                         "on the field (`Range`)")
     kind: Literal["published", "derived", "estimate", "calibrated"]
     source: str
     note: str = ""
@@ -65,47 +69,109 @@ class Number(BaseModel):
         return self
 
 
+@dataclass(frozen=True)
+class Range:
+    """The physical range of a hardware number, checked on load: finite, within [low, high] (or
+    (low, high] when `open_low`), a whole number when `integer`. The bounds are far outside any real
+    device; they exist so that nothing downstream divides by zero, overflows or prints inf/nan.
+    `unit` is how `hw show` prints the number."""
+
+    low: float
+    high: float
+    unit: str
+    integer: bool = False
+    open_low: bool = False
+
+    def rule(self) -> str:
+        kind = "a whole number" if self.integer else "a finite number"
+        unit = f" {self.unit}" if self.unit not in ("", "count") else ""
+        return f"must be {kind} in {'(' if self.open_low else '['}{self.low:g}, {self.high:g}]{unit}"
+
+    def admits(self, v: float) -> bool:
+        if not math.isfinite(v) or (self.integer and not float(v).is_integer()):
+            return False
+        return (self.low < v if self.open_low else self.low <= v) and v <= self.high
+
+
+# Capacities up to 1e18 B (1 EB: beyond any device, and within the 64-bit integers of vectorised sweeps);
+# rates at least 1 per second, so that no time is infinite.
+BYTES = Range(1, 1e18, "B")
+BANDWIDTH = Range(1, 1e18, "B/s")  # 1 EB/s; the largest real one, WSE-3 SRAM, is 2.1e16
+FLOPS = Range(1, 1e21, "FLOP/s")  # 1 ZFLOP/s: 60,000 x the WSE-3 estimate
+POWER = Range(1, 1e7, "W")  # 10 MW per device
+CORES = Range(1, 1e9, "count", integer=True)
+DEVICES = Range(1, 1e6, "count", integer=True)
+BUFFERS = Range(1, 1e3, "count", integer=True)
+FRACTION = Range(0, 1, "", open_low=True)
+TILE_OVERHEAD = Range(0, 1, "s")  # seconds per tile per layer; 0 = no overhead
+LATENCY = Range(0, 1, "s")  # a link or tree-level latency: at most a second
+FANOUT = Range(2, 1e3, "count", integer=True)  # a tree node serves at least two children
+MESH_PES = Range(1, 1e5, "count", integer=True)  # PEs along one side of a wafer's mesh (WSE-3: 1,172)
+CLOCK = Range(1e6, 1e11, "Hz")  # 1 MHz to 100 GHz
+CYCLES = Range(0, 1e6, "cycles")
+LINK_BYTES = Range(1, 1e6, "B/cycle")
+
+# Published sizes are rounded (WSE-2: "48 KB per core" and "40 GB", two significant figures each, so
+# each may be off by up to about 1.2%): cores x per-core SRAM may differ from the total by this much.
+SRAM_ROUNDING = 0.025
+
+
+def number_range(section: type[BaseModel], field: str) -> Optional[Range]:
+    """The `Range` a section's field carries (None for fields without one)."""
+    info = section.model_fields.get(field)
+    return next((m for m in info.metadata if isinstance(m, Range)), None) if info else None
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    @field_validator("*")
+    @classmethod
+    def _in_range(cls, v: Any, info: ValidationInfo) -> Any:
+        rng = number_range(cls, info.field_name or "")
+        if isinstance(v, Number) and rng is not None and not rng.admits(v.value):
+            raise ValueError(f"value = {v.value:.6g}: {rng.rule()}")
+        return v
+
 
 class Chip(_Section):
-    cores: Number = Field(description="cores (wafer) or streaming multiprocessors (GPU)")
-    peak_flops_per_s: Number = Field(description="dense 16-bit peak")
-    sram_bytes: Number
-    sram_bytes_per_core: Number
-    sram_bandwidth_bytes_per_s: Optional[Number] = None
-    power_w: Number
+    cores: Annotated[Number, CORES] = Field(description="cores (wafer) or streaming multiprocessors (GPU)")
+    peak_flops_per_s: Annotated[Number, FLOPS] = Field(description="dense 16-bit peak")
+    sram_bytes: Annotated[Number, BYTES] = Field(description="all on-chip SRAM (a GPU's L2 and L1/shared)")
+    sram_bytes_per_core: Annotated[Number, BYTES]
+    sram_bandwidth_bytes_per_s: Annotated[Optional[Number], BANDWIDTH] = None
+    power_w: Annotated[Number, POWER]
 
 
 class Memory(_Section):
-    offchip_memory_bytes: Number = Field(description="HBM (GPU) or MemoryX capacity (wafer)")
-    offchip_bandwidth_bytes_per_s: Number = Field(description="HBM bandwidth (GPU) or the weight-streaming "
-                                                  "system I/O link (wafer)")
-    memoryx_bandwidth_bytes_per_s: Optional[Number] = Field(
+    offchip_memory_bytes: Annotated[Number, BYTES] = Field(description="HBM (GPU) or MemoryX capacity (wafer)")
+    offchip_bandwidth_bytes_per_s: Annotated[Number, BANDWIDTH] = Field(
+        description="HBM bandwidth (GPU) or the weight-streaming system I/O link (wafer)")
+    memoryx_bandwidth_bytes_per_s: Annotated[Optional[Number], BANDWIDTH] = Field(
         None, description="wafer: rate at which MemoryX serves weights into the SwarmX tree and absorbs the reduced "
         "gradients (the stream runs at the smaller of this and the system I/O)")
-    memoryx_update_bandwidth_bytes_per_s: Optional[Number] = Field(
+    memoryx_update_bandwidth_bytes_per_s: Annotated[Optional[Number], BANDWIDTH] = Field(
         None, description="wafer: memory bandwidth MemoryX's optimizer step reads and writes the training state at")
 
 
 class System(_Section):
-    devices_per_node: Optional[Number] = Field(None, description="devices sharing one scale-up domain")
-    scaleup_bandwidth_bytes_per_s: Optional[Number] = Field(
+    devices_per_node: Annotated[Optional[Number], DEVICES] = Field(
+        None, description="devices sharing one scale-up domain")
+    scaleup_bandwidth_bytes_per_s: Annotated[Optional[Number], BANDWIDTH] = Field(
         None, description="device-to-device bandwidth inside a node (NVLink), per device per direction")
-    scaleout_bandwidth_bytes_per_s: Optional[Number] = Field(
+    scaleout_bandwidth_bytes_per_s: Annotated[Optional[Number], BANDWIDTH] = Field(
         None, description="network bandwidth between nodes (InfiniBand NIC), per device per direction")
-    system_power_w: Optional[Number] = Field(
+    system_power_w: Annotated[Optional[Number], POWER] = Field(
         None, description="power of the whole system per device (host CPUs, NICs, switches, fans), for tokens/s "
         "per kW; defaults to the chip's power_w")
-    weight_buffer_units: Optional[Number] = Field(
+    weight_buffer_units: Annotated[Optional[Number], BUFFERS] = Field(
         None, description="weight streaming: units of weights (and of gradients) buffered on-chip at once")
-    swarmx_fanout: Optional[Number] = Field(
+    swarmx_fanout: Annotated[Optional[Number], FANOUT] = Field(
         None, description="wafer cluster: systems (or subtrees) one SwarmX broadcast-reduce node serves")
-    swarmx_level_latency_s: Optional[Number] = Field(
+    swarmx_level_latency_s: Annotated[Optional[Number], LATENCY] = Field(
         None, description="wafer cluster: latency one level of the SwarmX tree adds to the weight broadcast and to "
         "the gradient reduction")
-    memoryx_latency_s: Optional[Number] = Field(
+    memoryx_latency_s: Annotated[Optional[Number], LATENCY] = Field(
         None, description="wafer: latency from MemoryX to the first SwarmX level (first weight byte out, last "
         "gradient byte in)")
 
@@ -116,19 +182,20 @@ class Mesh(_Section):
     energy (wavelet-hops over active links), distance L (longest path, hops) and depth D (dependent
     steps, each costing 2 T_R + 1 cycles)."""
 
-    width_pes: Number = Field(description="PEs along the short side of the usable program rectangle")
-    height_pes: Number = Field(description="PEs along the long side")
-    clock_hz: Number
-    hop_latency_cycles: Number = Field(description="cycles a wavelet takes per router hop")
-    ramp_latency_cycles: Number = Field(description="T_R: cycles between a PE's core and its router")
-    link_bytes_per_cycle: Number = Field(description="payload per link per direction per cycle (one wavelet)")
+    width_pes: Annotated[Number, MESH_PES] = Field(description="PEs along the short side of the usable program rectangle")
+    height_pes: Annotated[Number, MESH_PES] = Field(description="PEs along the long side")
+    clock_hz: Annotated[Number, CLOCK]
+    hop_latency_cycles: Annotated[Number, CYCLES] = Field(description="cycles a wavelet takes per router hop")
+    ramp_latency_cycles: Annotated[Number, CYCLES] = Field(description="T_R: cycles between a PE's core and its router")
+    link_bytes_per_cycle: Annotated[Number, LINK_BYTES] = Field(description="payload per link per direction per cycle "
+                                                                "(one wavelet)")
 
 
 class Calibration(_Section):
-    usable_memory_fraction: Number = Field(description="share of the capacity tensors may use")
-    compute_efficiency: Optional[Number] = Field(
+    usable_memory_fraction: Annotated[Number, FRACTION] = Field(description="share of the capacity tensors may use")
+    compute_efficiency: Annotated[Optional[Number], FRACTION] = Field(
         None, description="achieved share of peak FLOP/s on matmul phases (estimate or calibrated)")
-    tile_overhead_s: Optional[Number] = Field(
+    tile_overhead_s: Annotated[Optional[Number], TILE_OVERHEAD] = Field(
         None, description="fixed cost per attention tile per layer per step (BTA tiling overhead); profiles with "
         "a [mesh] derive it from the mesh instead")
 
@@ -162,18 +229,26 @@ class HardwareProfile(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> "HardwareProfile":
-        if not 0 < self.calibration.usable_memory_fraction.value <= 1:
-            raise ValueError("calibration.usable_memory_fraction.value must be in (0, 1]")
         if self.defaults.memory_model == "weight_streaming" and self.system.weight_buffer_units is None:
             raise ValueError("weight_streaming profiles need system.weight_buffer_units")
         if self.mesh is not None and self.family != "wse":
             raise ValueError("a [mesh] section describes a wafer-scale fabric: family must be 'wse'")
         if self.family == "wse" and self.defaults.memory_model != "weight_streaming":
             raise ValueError("wse profiles declare defaults.memory_model = 'weight_streaming' (resident is a run option)")
-        for section, field in (("chip", "cores"), ("chip", "sram_bytes"), ("memory", "offchip_memory_bytes"),
-                               ("chip", "peak_flops_per_s")):
-            if getattr(getattr(self, section), field).value <= 0:
-                raise ValueError(f"{section}.{field}.value must be positive")
+        chip, system = self.chip, self.system
+        per_core = chip.cores.value * chip.sram_bytes_per_core.value
+        if per_core > chip.sram_bytes.value * (1 + SRAM_ROUNDING):
+            raise ValueError(f"chip.cores x chip.sram_bytes_per_core = {per_core:.6g} B exceeds chip.sram_bytes "
+                             f"{chip.sram_bytes.value:.6g} B by more than {SRAM_ROUNDING:.1%} (the rounding of "
+                             "published sizes): per-core SRAM is part of the total")
+        if self.family == "wse" and per_core < chip.sram_bytes.value * (1 - SRAM_ROUNDING):
+            raise ValueError(f"chip.cores x chip.sram_bytes_per_core = {per_core:.6g} B falls short of chip.sram_bytes "
+                             f"{chip.sram_bytes.value:.6g} B by more than {SRAM_ROUNDING:.1%} (the rounding of "
+                             "published sizes): a wafer's SRAM is all in its cores")
+        if system.system_power_w is not None and system.system_power_w.value < chip.power_w.value:
+            raise ValueError(f"system.system_power_w.value = {system.system_power_w.value:g} W is below chip.power_w "
+                             f"{chip.power_w.value:g} W: the system power per device includes the device")
+        # usable <= capacity: calibration.usable_memory_fraction is in (0, 1] (its Range)
         return self
 
     @property
@@ -200,6 +275,18 @@ class HardwareProfile(BaseModel):
     @property
     def usable_capacity_bytes(self) -> int:
         return int(self.memory_capacity_bytes * self.calibration.usable_memory_fraction.value)
+
+    @classmethod
+    def range_of(cls, key: str) -> Optional[Range]:
+        """The `Range` of a number keyed 'section.field'."""
+        section, _, field = key.partition(".")
+        info = cls.model_fields.get(section)
+        if info is None:
+            return None
+        # a section class, or an optional one (Optional[Mesh])
+        classes = [info.annotation, *typing.get_args(info.annotation)]
+        model = next((c for c in classes if isinstance(c, type) and issubclass(c, BaseModel)), None)
+        return number_range(model, field) if model is not None else None
 
     def numbers(self) -> dict[str, Number]:
         """Every number, keyed 'section.field'."""
@@ -232,15 +319,53 @@ class HardwareProfile(BaseModel):
         return self.model_copy(update={section: part})
 
 
+def _model_at(loc: tuple[Any, ...]) -> Optional[type[BaseModel]]:
+    """The pydantic model whose fields live at `loc` inside a profile (None past a Number's value)."""
+    model: Any = HardwareProfile
+    for part in loc:
+        info = model.model_fields.get(part) if isinstance(model, type) and issubclass(model, BaseModel) else None
+        if info is None:
+            return None
+        ann = info.annotation
+        args = [a for a in getattr(ann, "__args__", ()) if isinstance(a, type) and issubclass(a, BaseModel)]
+        model = args[0] if args else ann
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def profile_error(exc: ValidationError) -> str:
+    """One line naming the field, the value and the rule it breaks."""
+    errors = exc.errors()
+    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])  # a typo explains a missing field
+    loc = tuple(err["loc"])
+    where = ".".join(str(x) for x in loc)
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        parent = _model_at(loc[:-1])
+        known = f" (known: {', '.join(parent.model_fields)})" if parent else ""
+        return f"unknown field {where}{known}"
+    if err["type"] == "missing":
+        return f"missing field {where}"
+    if msg.startswith("value = "):  # a Range: 'value = inf: must be ...'
+        return f"{where}.{msg}"
+    if not where:
+        return msg
+    shown = err.get("input")
+    value = "" if isinstance(shown, dict) else f" = {shown!r}"
+    return f"{where}{value}: {msg}"
+
+
 def parse_profile(text: str, origin: str) -> HardwareProfile:
+    """A profile from TOML text; any problem is one line naming `origin`, the field, the value and the rule."""
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise BtacalcError(f"{origin}: not valid TOML: {exc}") from None
+        raise BtacalcError(f"{origin}: not valid TOML: {str(exc).splitlines()[0]}") from None
+    except RecursionError:
+        raise BtacalcError(f"{origin}: not valid TOML: nested too deeply") from None
     try:
         return HardwareProfile.model_validate(raw)
     except ValidationError as exc:
-        raise BtacalcError(f"{origin}: {first_validation_error(exc)}") from None
+        raise BtacalcError(f"{origin}: {profile_error(exc)}") from None
 
 
 @functools.lru_cache(maxsize=1)
@@ -263,6 +388,8 @@ def resolve_hardware(name_or_path: str) -> HardwareProfile:
     if name_or_path in profiles:
         return profiles[name_or_path]
     path = Path(name_or_path)
+    if path.is_dir():
+        raise BtacalcError(f"{{hardware}}: {name_or_path!r} is a folder, not a profile .toml")
     if path.is_file():
         try:
             text = path.read_text(encoding="utf-8")

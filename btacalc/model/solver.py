@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from ..config.execution import BatchLimits
+from .divisors import divisors
 from .memory import MemoryModel
 
 _SEARCH_LIMIT = 1 << 40  # no real plan gets near 2^40 sequences
@@ -32,18 +33,6 @@ class Solution:
     tile_constraint: str  # what stops a larger tile b at that global batch
     explanation: str
     evaluations: int = 0
-
-
-def divisors(n: int) -> list[int]:
-    small, large = [], []
-    i = 1
-    while i * i <= n:
-        if n % i == 0:
-            small.append(i)
-            if i * i != n:
-                large.append(n // i)
-        i += 1
-    return small + large[::-1]
 
 
 def _largest_true(pred: Callable[[int], bool], lo: int, hi: Optional[int]) -> int:

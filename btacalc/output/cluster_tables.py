@@ -8,6 +8,7 @@ from rich.table import Table
 
 from ..planning.compare import CompareResult
 from ..planning.crossover import CrossoverPoint, CrossoverResult
+from .fit import Fit, fit, fit_all
 from .tables import params
 
 
@@ -15,7 +16,7 @@ def _num(v, fmt: str = ",.0f") -> str:
     return "-" if v is None else format(v, fmt)
 
 
-def compare_renderable(r: CompareResult) -> Table:
+def compare_renderable(r: CompareResult) -> Fit:
     t = Table(title=f"{r.model} ({params(r.params_total)} parameters), s = {r.seq_len}: one row per device set",
               title_justify="left", caption_justify="left")
     t.box = box.SIMPLE_HEAD
@@ -23,8 +24,8 @@ def compare_renderable(r: CompareResult) -> Table:
     cols = ("device", "setup", "G x b", "T_e", "tokens/s", "MFU", "vs dense", "BTA", "tok/s/kW",
             "dominant", "GB/device")
     for c in cols:
-        t.add_column(c, justify="left" if c in ("device", "setup", "dominant") else "right", no_wrap=c != "setup",
-                     min_width=13 if c == "setup" else None)
+        t.add_column(c, justify="left" if c in ("device", "setup", "dominant") else "right",
+                     overflow="fold" if c == "setup" else "ellipsis", min_width=13 if c == "setup" else None)
     notes = []
     for row in r.rows:
         rc = f"{row.recompute} rc"
@@ -44,7 +45,7 @@ def compare_renderable(r: CompareResult) -> Table:
     t.caption = ("G x b: per device; rc: recomputation; vs dense: the dense model with the same active parameters on the "
                  "same devices; BTA: tokens/s at the solver's G over G = 1;\ntok/s/kW: over system power; GB/device: "
                  "used/usable, GB = 1e9 bytes" + ("\n" + "\n".join(notes) if notes else ""))
-    return t
+    return fit(t)
 
 
 def crossover_renderable(r: CrossoverResult) -> Group:
@@ -84,4 +85,4 @@ def crossover_renderable(r: CrossoverResult) -> Group:
         for model, vals in r.gpu_equivalents.items():
             e.add_row(model, *(f"{vals[pair]:,.1f}" if pair in vals else "-" for pair in pairs))
         parts.append(e)
-    return Group(*parts)
+    return Group(*fit_all(parts))

@@ -1,37 +1,244 @@
-"""Atomic file output: write to a temporary file in the target folder, then rename over the target.
+"""Writing output files without damaging what was there.
 
-A failed or interrupted write never leaves a half-written file behind.
+Every file a command writes (`--output`, `--csv`, `--plot`) goes through `Outputs`:
+
+- a regular file (or a new one) is written to a temporary file in the same folder and renamed over
+  the target (atomic); an existing file keeps its mode (and, where permitted, its owner), a new one
+  gets 0666 under the umask, like any file a shell redirection creates;
+- a symbolic link is followed: its target is replaced atomically and the link stays a link;
+- a character device, a FIFO, `/dev/stdout`, `/dev/fd/N` and `-` (standard output) are streams,
+  written in place, never replaced (as root, `--output /dev/null` must not turn the device into a file);
+- a folder, a block device, a socket, a missing or unwritable folder is a one-line `BtacalcError`;
+- several outputs are all-or-nothing: every file is staged (written to its temporary file) before
+  any target is touched, streams are written next, and the renames come last; if anything fails,
+  the targets already replaced are restored from hard-link backups and nothing is left behind.
+
+Targets are checked when `Outputs` is built, before a command starts its work, and again on commit.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
+import secrets
+import shutil
+import stat
 import tempfile
-from pathlib import Path
-from typing import Iterator
+from dataclasses import dataclass
+from typing import Callable, Literal, Mapping, Optional, Union
 
 from ..errors import BtacalcError
 
+PathLike = Union[str, "os.PathLike[str]"]
+Payload = Union[str, bytes]
+STDOUT = "-"
+_MAX_LINKS = 40  # symlink hops followed before calling it a loop (Linux's own limit)
 
-@contextlib.contextmanager
-def atomic_path(path: Path | str) -> Iterator[Path]:
-    """Yield a temporary path beside `path`; on success it replaces `path`, on failure it is removed."""
-    path = Path(path)
-    folder = path.parent if str(path.parent) else Path(".")
-    if not folder.is_dir():
-        raise BtacalcError(f"cannot write {path}: folder {folder} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix or ".tmp", dir=folder)
-    os.close(fd)
+
+@dataclass(frozen=True)
+class Target:
+    """Where one output goes: `stdout`, a `stream` (device, FIFO) or a `file` (replaced atomically)."""
+
+    flag: str
+    given: str
+    kind: Literal["stdout", "stream", "file"]
+    path: str  # the file or stream written (symlinks resolved for files)
+
+    def fail(self, why: str) -> BtacalcError:
+        return BtacalcError(f"{self.flag} {self.given}: {why}")
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _same_as_stdout(st: os.stat_result) -> bool:
     try:
-        yield Path(tmp)
-        os.replace(tmp, path)
+        return os.path.samestat(st, os.fstat(1))
+    except OSError:
+        return False
+
+
+def _through_fd_link(path: str) -> bool:
+    """True when the symlink chain of `path` passes through /proc/.../fd or /dev/fd (e.g. /dev/stdout):
+    the file behind such a link is another process's open file, written as a stream."""
+    p = os.path.abspath(path)
+    for _ in range(_MAX_LINKS):
+        if p.startswith(("/proc/", "/dev/fd/")):
+            return True
+        if not os.path.islink(p):
+            return False
+        p = os.path.join(os.path.dirname(p), os.readlink(p))
+    return False
+
+
+def target(flag: str, given: PathLike) -> Target:
+    """Classify an output path; a path that cannot be written is a one-line error naming `flag`."""
+    text = os.fspath(given)
+    if text == STDOUT:
+        return Target(flag, text, "stdout", text)
+    if not text or "\0" in text:
+        raise BtacalcError(f"{flag} {text!r}: not a file name")
+    where = Target(flag, text, "file", text)
+    try:
+        st: Optional[os.stat_result] = os.stat(text)
+    except FileNotFoundError:
+        st = None
     except OSError as exc:
-        raise BtacalcError(f"cannot write {path}: {exc.strerror or exc}") from None
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+        raise where.fail(exc.strerror or str(exc)) from None
+    if st is not None:
+        if _same_as_stdout(st):
+            return Target(flag, text, "stdout", STDOUT)
+        if stat.S_ISDIR(st.st_mode):
+            raise where.fail("is a folder; give a file name")
+        if stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode) or (
+                stat.S_ISREG(st.st_mode) and _through_fd_link(text)):
+            return Target(flag, text, "stream", text)
+        if not stat.S_ISREG(st.st_mode):
+            raise where.fail("is not a regular file, a FIFO or a character device")
+    real = os.path.realpath(text)
+    folder = os.path.dirname(real) or "."
+    if not os.path.isdir(folder):
+        raise where.fail(f"folder {folder} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise where.fail(f"folder {folder} is not writable")
+    return Target(flag, text, "file", real)
 
 
-def write_atomic(path: Path | str, text: str) -> None:
-    with atomic_path(path) as tmp:
-        tmp.write_text(text, encoding="utf-8")
+def _stage(t: Target, data: bytes) -> str:
+    """Write `data` to a new temporary file beside the target, with the target's mode; return its path."""
+    folder, name = os.path.split(t.path)
+    try:
+        old: Optional[os.stat_result] = os.stat(t.path)
+    except FileNotFoundError:
+        old = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
+    except OSError as exc:
+        raise t.fail(f"cannot create a file in {folder}: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, stat.S_IMODE(old.st_mode) if old else 0o666 & ~_umask())
+        if old is not None and (old.st_uid, old.st_gid) != (os.geteuid(), os.getegid()):
+            try:
+                os.chown(tmp, old.st_uid, old.st_gid)
+            except OSError:  # not permitted: the file becomes ours, as with any editor's save
+                pass
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return tmp
+
+
+def _backup(path: str) -> Optional[str]:
+    """A hard link (else a copy) of an existing file, to restore it if the commit fails."""
+    if not os.path.exists(path):
+        return None
+    folder, name = os.path.split(path)
+    while True:
+        backup = os.path.join(folder, f".{name}.{secrets.token_hex(6)}.bak")
+        try:
+            os.link(path, backup)
+            return backup
+        except FileExistsError:
+            continue
+        except OSError:  # no hard links here (or not permitted): a copy
+            try:
+                shutil.copy2(path, backup)
+            except BaseException:
+                if os.path.exists(backup):
+                    os.unlink(backup)
+                raise
+            return backup
+
+
+def _write_stream(t: Target, data: bytes) -> None:
+    # no O_CREAT, no O_TRUNC: a device or FIFO is written in place; O_APPEND keeps whatever a
+    # /dev/fd link's file already holds
+    fd = os.open(t.path, os.O_WRONLY | os.O_APPEND | getattr(os, "O_NOCTTY", 0))
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+
+
+def _bytes(data: Payload) -> bytes:
+    return data.encode("utf-8") if isinstance(data, str) else data
+
+
+class Outputs:
+    """The outputs of one command, checked now and written together by `commit` (all-or-nothing).
+
+    `paths` maps a flag to its path (None: not asked for; "-": standard output)."""
+
+    def __init__(self, paths: Mapping[str, Optional[PathLike]]):
+        self.targets = {flag: target(flag, p) for flag, p in paths.items() if p is not None}
+        seen: dict[str, str] = {}
+        for flag, t in self.targets.items():
+            key = t.path if t.kind != "file" else os.path.normcase(t.path)
+            if key in seen:
+                what = "standard output" if t.kind == "stdout" else t.path
+                raise BtacalcError(f"{seen[key]} and {flag} both write to {what}; give each its own file")
+            seen[key] = flag
+
+    @property
+    def stdout_taken(self) -> bool:
+        """Whether an output goes to standard output (then nothing else should be printed there)."""
+        return any(t.kind == "stdout" for t in self.targets.values())
+
+    def commit(self, payloads: Mapping[str, Payload], stdout: Callable[[Payload], None],
+               finish: Optional[Callable[[], None]] = None) -> None:
+        """Write each flag's payload: stage the files, write streams and standard output (through
+        `stdout`), call `finish` (more standard output), then rename the files into place."""
+        missing = set(self.targets) - set(payloads)
+        if missing:
+            raise ValueError(f"no payload for {sorted(missing)}")
+        targets = {flag: target(t.flag, t.given) for flag, t in self.targets.items()}  # again: it may have changed
+        temps: list[str] = []
+        done: list[tuple[str, Optional[str]]] = []  # (replaced path, backup)
+        current = next(iter(targets.values()), None)
+        try:
+            staged = []
+            for flag, t in targets.items():
+                current = t
+                if t.kind == "file":
+                    tmp = _stage(t, _bytes(payloads[flag]))
+                    temps.append(tmp)
+                    backup = _backup(t.path)
+                    if backup:
+                        temps.append(backup)
+                    staged.append((t, tmp, backup))
+            for flag, t in targets.items():
+                current = t
+                if t.kind == "stream":
+                    _write_stream(t, _bytes(payloads[flag]))
+                elif t.kind == "stdout":
+                    stdout(payloads[flag])
+            current = None
+            if finish is not None:
+                finish()
+            for t, tmp, backup in staged:
+                current = t
+                os.replace(tmp, t.path)
+                done.append((t.path, backup))
+        except BaseException as exc:
+            self._undo(done)
+            if isinstance(exc, OSError) and current is not None:
+                raise current.fail(f"cannot write: {exc.strerror or exc}") from None
+            raise
+        finally:
+            for path in temps:
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass
+
+    @staticmethod
+    def _undo(done: list[tuple[str, Optional[str]]]) -> None:
+        for path, backup in reversed(done):
+            if backup is not None:
+                os.replace(backup, path)
+            else:
+                os.unlink(path)

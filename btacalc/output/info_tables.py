@@ -6,34 +6,50 @@ from typing import Any
 
 from rich.console import Group
 from rich.table import Table
+from rich.markup import escape
 
-from ..config.hardware import HardwareProfile
+from ..config.hardware import HardwareProfile, Range
 from ..config.model import ModelSpec, PublishedParams
+from .fit import Fit, fit
 from .tables import gb, si
 
 
-def hw_list_table(profiles: dict[str, HardwareProfile]) -> Table:
+def quantity(value: float, rng: Range | None) -> str:
+    """A hardware number in its unit, decimal SI prefixes (44 GB, 2.039 TB/s, 15.8 PFLOP/s, 23 kW)."""
+    unit = rng.unit if rng else ""
+    if unit == "count":
+        return f"{value:,.0f}"
+    if unit == "s":
+        return f"{value * 1e6:,.6g} us" if 0 < value < 1e-3 else f"{value:.6g} s"
+    if unit:
+        return si(value, unit, digits=6)
+    return f"{value:.6g}"
+
+
+def hw_list_table(profiles: dict[str, HardwareProfile]) -> Fit:
     t = Table(title="Hardware profiles (GB = 1e9 bytes)", title_justify="left")
     for c in ("name", "device", "memory model", "capacity", "off-chip bandwidth", "peak 16-bit", "estimates"):
-        t.add_column(c)
+        t.add_column(c, overflow="fold" if c in ("device", "estimates") else "ellipsis")
     for n, p in profiles.items():
         est = ", ".join(k.split(".", 1)[1] for k, v in p.numbers().items() if v.kind != "published")
         t.add_row(n, p.display_name, p.defaults.memory_model, gb(p.memory_capacity_bytes),
                   si(p.memory.offchip_bandwidth_bytes_per_s.value, "B/s"), si(p.chip.peak_flops_per_s.value, "FLOP/s"),
                   est)
-    return t
+    return fit(t)
 
 
-def hw_show_table(p: HardwareProfile) -> Table:
-    t = Table(title=f"{p.display_name} ({p.name}) — {p.defaults.memory_model}", title_justify="left", show_lines=True)
+def hw_show_table(p: HardwareProfile) -> Fit:
+    t = Table(title=f"{p.display_name} ({p.name}) — {p.defaults.memory_model} (GB = 1e9 bytes)", title_justify="left",
+              show_lines=True)
     for c in ("field", "value", "kind", "note / source"):
-        t.add_column(c, overflow="fold")
+        t.add_column(c, overflow="fold" if c == "note / source" else "ellipsis", justify="right" if c == "value" else "left")
     for k, v in p.numbers().items():
         fitted = f"\nfitted to: {', '.join(v.fitted_to)}" if v.fitted_to else ""
-        t.add_row(k, f"{v.value:,.6g}", v.kind, (v.note + "\n" if v.note else "") + f"[dim]{v.source}[/dim]" + fitted)
+        t.add_row(k, quantity(v.value, p.range_of(k)), v.kind,
+                  escape(v.note + "\n" if v.note else "") + f"[dim]{escape(v.source)}[/dim]" + escape(fitted))
     d = p.defaults
     t.caption = f"defaults: attention {d.attention}, recompute {d.recompute}. {d.note}"
-    return t
+    return fit(t)
 
 
 def _published_cell(summary: dict[str, Any], quantity: str) -> str:
@@ -44,7 +60,7 @@ def _published_cell(summary: dict[str, Any], quantity: str) -> str:
     return "-"
 
 
-def models_list_table(specs: list[ModelSpec], summaries: list[dict[str, Any]]) -> Table:
+def models_list_table(specs: list[ModelSpec], summaries: list[dict[str, Any]]) -> Fit:
     t = Table(title="Model presets (parameters in B = 1e9; published figures with the publisher's rounding)",
               title_justify="left")
     for c in ("name", "total", "published", "active", "published ", "layers", "h", "a/a_kv", "E/k", "attention"):
@@ -64,19 +80,19 @@ def models_list_table(specs: list[ModelSpec], summaries: list[dict[str, Any]]) -
                   attention)
     t.caption = ("active counts the embedding and the head; † as the publisher counts it, without the embedding lookup "
                  "(GPT-OSS, DeepSeek, Kimi); sources and conventions: btacalc models show NAME")
-    return t
+    return fit(t)
 
 
 def models_show_table(spec: ModelSpec, summary: dict[str, Any]) -> Group:
-    t = Table(title=f"{spec.name}", title_justify="left")
+    t = Table(title=escape(spec.name), title_justify="left")
     t.add_column("field")
     t.add_column("value", overflow="fold")
     for k, v in spec.model_dump(exclude={"published_params"}).items():
-        t.add_row(k, str(v))
+        t.add_row(k, escape(str(v)))
     t.add_row("layer kinds", ", ".join(f"{k['count']} x {k['name']}" for k in summary["layer_kinds"]))
     for k in ("params_total", "params_active", "params_non_embedding", "params_per_layer"):
         t.add_row(k, f"{summary[k]:,}")
-    parts: list[Any] = [t]
+    parts: list[Any] = [fit(t)]
     if summary["published"]:
         p = Table(title="Published parameter counts", title_justify="left")
         for c in ("count", "btacalc", "published", "convention", "difference", "matches"):
@@ -88,5 +104,5 @@ def models_show_table(spec: ModelSpec, summary: dict[str, Any]) -> Group:
         pub = spec.published_params or PublishedParams()
         p.caption = (f"source: {pub.source}" + (f"; active counts {pub.active_counts.replace('_', ' ')}"
                                                   if pub.active is not None else "") + (f". {pub.note}" if pub.note else ""))
-        parts.append(p)
+        parts.append(fit(p))
     return Group(*parts)

@@ -1,7 +1,10 @@
-"""Plots of library results. Matplotlib is an optional extra (`btacalc[plot]`); figures are written atomically."""
+"""Plots of library results. Matplotlib is an optional extra (`btacalc[plot]`). Each function returns
+the figure's bytes (PNG or SVG, from the file name); the command line writes them with the other
+outputs (`btacalc.output.files`)."""
 
 from __future__ import annotations
 
+import io
 from typing import Any
 
 from ..errors import BtacalcError
@@ -9,13 +12,17 @@ from ..planning.compare import CompareResult
 from ..planning.crossover import CrossoverResult
 from ..planning.measured import MeasuredReport
 from ..planning.sweep import SweepPoint, SweepResult
-from .files import atomic_path
+
+
+def check_plot_path(path: str) -> None:
+    """The plot's file name says its format: .png or .svg."""
+    if not str(path).lower().endswith((".png", ".svg")):
+        raise BtacalcError(f"--plot {path!r}: use a .png or .svg file name")
 
 
 def pyplot(path: str) -> Any:
     """matplotlib.pyplot with the Agg backend, after checking the output file name."""
-    if not path.endswith((".png", ".svg")):
-        raise BtacalcError(f"--plot {path!r}: use a .png or .svg file name")
+    check_plot_path(path)
     try:
         import matplotlib
 
@@ -26,17 +33,19 @@ def pyplot(path: str) -> Any:
     return plt
 
 
-def save(fig: Any, path: str) -> None:
+def save(fig: Any, path: str) -> bytes:
+    """The figure's bytes in the format `path` names."""
     import matplotlib.pyplot as plt
 
+    buf = io.BytesIO()
     try:
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, dpi=120)
+        fig.savefig(buf, format=str(path).lower().rsplit(".", 1)[-1], dpi=120)
     finally:
         plt.close(fig)
+    return buf.getvalue()
 
 
-def compare_plot(result: CompareResult, path: str) -> None:
+def compare_plot(result: CompareResult, path: str) -> bytes:
     """Two panels: tokens/s (all devices of the row) and tokens/s per kW, one bar per row."""
     plt = pyplot(path)
     rows = [r for r in result.rows if r.fits]
@@ -59,10 +68,10 @@ def compare_plot(result: CompareResult, path: str) -> None:
     ax2.set_xlabel("tokens/s per kW (system power)")
     fig.suptitle(f"{result.model}, s = {result.seq_len}: solver's G and b per row")
     fig.tight_layout()
-    save(fig, path)
+    return save(fig, path)
 
 
-def crossover_plot(result: CrossoverResult, path: str) -> None:
+def crossover_plot(result: CrossoverResult, path: str) -> bytes:
     """tokens/s per kW against total parameters, one line per device; marker shape = regime."""
     plt = pyplot(path)
     fig, ax = plt.subplots(figsize=(7.5, 4.6))
@@ -90,10 +99,10 @@ def crossover_plot(result: CrossoverResult, path: str) -> None:
                  "dotted: wafer resident -> streaming boundary", fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    save(fig, path)
+    return save(fig, path)
 
 
-def sweep_plot(result: SweepResult, path: str) -> None:
+def sweep_plot(result: SweepResult, path: str) -> bytes:
     """Relative throughput vs the first varied parameter, at G = 1 and at the solver's G."""
     plt = pyplot(path)
     pts = [p for p in result.points if p.throughput]
@@ -119,12 +128,12 @@ def sweep_plot(result: SweepResult, path: str) -> None:
     ax.set_title(f"{result.model} on {result.hardware}")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    save(fig, path)
+    return save(fig, path)
 
 
-def measured_plot(report: MeasuredReport, path: str) -> None:
+def measured_plot(report: MeasuredReport, path: str) -> bytes:
     """Predicted against measured tokens/s per device, log-log, one marker per device family, with the
-    ±10% and ±25% bands; runs btacalc cannot express are listed under the axes."""
+    ±10% and ±25% bands; the number of runs btacalc cannot express is in the title."""
     plt = pyplot(path)
     pairs = [(r, r.predicted.tokens_per_s_per_device, r.measured.tokens_per_s_per_device) for r in report.runs]
     pts = [(r, p, m) for r, p, m in pairs if p is not None and m is not None]
@@ -156,4 +165,4 @@ def measured_plot(report: MeasuredReport, path: str) -> None:
                  fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    save(fig, path)
+    return save(fig, path)

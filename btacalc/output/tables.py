@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..planning.report import PhaseRow, PlanReport
+from .fit import Fit, fit, fit_all
 from .wafer_tables import sensitivity_table, wafer_renderable
 
 _SI = [(1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")]
@@ -53,7 +54,7 @@ def plan_renderable(r: PlanReport) -> Group:
         parts.append(sensitivity_table(r))
     if r.suggestions:
         parts.append(Panel("\n".join(f"• {s}" for s in r.suggestions), title="What would fit", border_style="yellow"))
-    return Group(*parts)
+    return Group(*fit_all(parts))
 
 
 def _throughput_table(r: PlanReport) -> Table:
@@ -79,7 +80,7 @@ def _throughput_table(r: PlanReport) -> Table:
     return t
 
 
-def sweep_renderable(result) -> Table:
+def sweep_renderable(result) -> Fit:
     t = Table(title=f"Sweep: {result.model} on {result.hardware}" + (" (k·f fixed)" if result.fixed_active else ""),
               title_justify="left")
     names = list(result.points[0].params) if result.points else []
@@ -98,7 +99,7 @@ def sweep_renderable(result) -> Table:
         t.add_row(*cells, str(p.plan.tiles), str(p.plan.tile_batch), f"{p.plan.tokens_per_expert:,.0f}",
                   f"{th.tokens_per_s:,.0f}", fmt(th.relative_to_dense), str(th.tile_batch_g1 or "-"),
                   fmt(th.relative_to_dense_g1), fmt(gain) + "x" if gain else "-")
-    return t
+    return fit(t)
 
 
 def _header(r: PlanReport) -> Table:
@@ -171,7 +172,7 @@ def _memory_table(r: PlanReport) -> Table:
     t.add_column("component")
     t.add_column("bytes", justify="right")
     t.add_column("of usable", justify="right")
-    t.add_column("what")
+    t.add_column("what", overflow="fold")
     for key, note in _COMPONENT_NOTES.items():
         if key in mb:
             extra = f" (peak: {_largest_phase(r)})" if key == "working_set" else ""

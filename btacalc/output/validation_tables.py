@@ -10,6 +10,7 @@ from rich.table import Table
 
 from ..planning.measured import MeasuredReport
 from ..planning.validate import PointResult
+from .fit import fit
 
 
 def points_table(results: list[PointResult]) -> Group:
@@ -25,7 +26,7 @@ def points_table(results: list[PointResult]) -> Group:
                   f"±{r.tolerance:g}", f"[{style[r.status]}]{r.status}[/]")
         notes.append(f"[bold]{r.id}[/bold]: {escape(r.claim)} [dim]({escape(r.source)})[/dim]"
                      + (f"\n  [yellow]{escape(r.note)}[/yellow]" if r.note else ""))
-    return Group(t, *notes)
+    return Group(fit(t), *notes)
 
 
 def _pct(v: Any) -> str:
@@ -35,7 +36,8 @@ def _pct(v: Any) -> str:
 def measured_table(report: MeasuredReport) -> Group:
     t = Table(title="Measured training runs vs btacalc (tokens/s per device)", title_justify="left")
     for c in ("run", "role", "family", "predicted", "measured", "error", "note"):
-        t.add_column(c, justify="right" if c in ("predicted", "measured", "error") else "left", overflow="fold")
+        t.add_column(c, justify="right" if c in ("predicted", "measured", "error") else "left",
+                     overflow="fold" if c == "note" else "ellipsis")
     for r in report.runs:
         pred, meas = r.predicted.tokens_per_s_per_device, r.measured.tokens_per_s_per_device
         note = r.reason if not r.expressible else (f"known gap: {r.known_gap}" if r.known_gap else "")
@@ -51,4 +53,4 @@ def measured_table(report: MeasuredReport) -> Group:
                   str(len(f.not_expressible)))
     verdict = ("[green]within the documented bands[/]" if report.gate.ok else
                "[bold red]outside the bands:[/] " + escape("; ".join(report.gate.failures)))
-    return Group(t, s, verdict)
+    return Group(fit(t), fit(s), verdict)

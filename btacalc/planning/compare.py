@@ -10,7 +10,7 @@ smallest power-of-two device count whose per-device shard fits (`cluster.min_dev
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 from pydantic import BaseModel, Field
 
@@ -100,15 +100,21 @@ def matched_gpu_count(wafer: HardwareProfile, systems: int, gpu: HardwareProfile
     return nodes * node, f"matched to {systems} x {wafer.name} by power ({wafer_kw:,.0f} kW; whole {node}-device nodes)"
 
 
+def row_count(profiles: Sequence[HardwareProfile], devices: Optional[Sequence[int]] = None) -> int:
+    """How many rows `compare` returns: one per wafer, one per GPU profile and device count."""
+    return sum(1 if p.family == "wse" or not devices else len(devices) for p in profiles)
+
+
 def compare(model: ModelSpec, profiles: Sequence[HardwareProfile], devices: Optional[Sequence[int]] = None,
             request: ExecutionRequest = ExecutionRequest(), systems: int = 1, match: Optional[str] = None,
-            wafer_global_batch: Optional[int] = None) -> CompareResult:
+            wafer_global_batch: Optional[int] = None,
+            progress: Optional[Callable[[int], None]] = None) -> CompareResult:
     """One row per wafer profile (`systems` CS systems each), and per (GPU profile, device count).
     `devices=None`: the smallest power-of-two GPU count that fits, or with `match` the count matched to
     the first wafer row (`power`: similar system power; `devices`: as many GPUs as wafer systems).
     `wafer_global_batch`: the wafer rows' sequences per step over all systems.
     Every other choice comes from `request`; what it leaves unset defaults per device (recompute,
-    attention) and per device count (EP, ZeRO)."""
+    attention) and per device count (EP, ZeRO). `progress(n)`, if given, is called as rows are done."""
     if not profiles:
         raise BtacalcError("{hardware}: give at least one hardware profile")
     wafers = [p for p in profiles if p.family == "wse"]
@@ -143,4 +149,6 @@ def compare(model: ModelSpec, profiles: Sequence[HardwareProfile], devices: Opti
             if note:
                 row.note = "; ".join(x for x in (note, row.note) if x)
             rows.append(row)
+            if progress:
+                progress(1)
     return CompareResult(model=model.name, params_total=params_total, seq_len=seq, rows=rows)

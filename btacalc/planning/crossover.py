@@ -19,7 +19,7 @@ A boundary is reported between the two family members on either side of a regime
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from pydantic import BaseModel, Field
 
@@ -31,13 +31,28 @@ from .compare import CompareRow, compare
 
 FAMILIES = ("qwen3-moe",)
 DEFAULT_HIDDEN = tuple(range(256, 7168 + 1, 256))
+# At most this many family members per run: each is a full comparison (about 0.1 s per device), so
+# 1,024 members on four devices take minutes; the default scan has 28.
+MAX_HIDDEN_SIZES = 1024
+
+
+def check_family(family: str, hidden_sizes: Sequence[int]) -> None:
+    """Every input of a crossover, checked before any work."""
+    if family not in FAMILIES:
+        raise BtacalcError(f"{{family}}: unknown model family {family!r} (known: {', '.join(FAMILIES)})")
+    if not hidden_sizes:
+        raise BtacalcError("{hidden}: give at least one size")
+    if len(set(hidden_sizes)) > MAX_HIDDEN_SIZES:
+        raise BtacalcError(f"{{hidden}}: {len(set(hidden_sizes)):,} sizes, more than {MAX_HIDDEN_SIZES:,} per run; "
+                           "use a coarser step")
+    for hidden in hidden_sizes:
+        if isinstance(hidden, bool) or not isinstance(hidden, int) or hidden < 256 or hidden % 256:
+            raise BtacalcError(f"{{hidden}} {hidden}: the qwen3-moe family needs a multiple of 256 "
+                               "(a = h/64 divisible by a_kv = 4)")
 
 
 def family_model(family: str, hidden: int) -> ModelSpec:
-    if family not in FAMILIES:
-        raise BtacalcError(f"{{family}}: unknown model family {family!r} (known: {', '.join(FAMILIES)})")
-    if hidden < 256 or hidden % 256:
-        raise BtacalcError(f"{{hidden}} {hidden}: the qwen3-moe family needs a multiple of 256 (a = h/64 divisible by a_kv = 4)")
+    check_family(family, [hidden])
     return validate_model({
         "name": f"qwen3-moe-h{hidden}",
         "source": "btacalc family rule (crossover.py): L = 3h/128, a = h/64, d_h = 128, a_kv = 4, f = 3h/8, E = 128, k = 8",
@@ -84,14 +99,15 @@ def _regime(row: CompareRow, profile: HardwareProfile) -> str:
 
 
 def crossover(profiles: Sequence[HardwareProfile], family: str = "qwen3-moe",
-              hidden_sizes: Sequence[int] = DEFAULT_HIDDEN, seq_len: Optional[int] = None) -> CrossoverResult:
-    if not hidden_sizes:
-        raise BtacalcError("{hidden}: give at least one size")
+              hidden_sizes: Sequence[int] = DEFAULT_HIDDEN, seq_len: Optional[int] = None,
+              progress: Optional[Callable[[int], None]] = None) -> CrossoverResult:
+    """`progress(n)`, if given, is called as rows are done (one row per size and profile)."""
+    check_family(family, hidden_sizes)
     points: list[CrossoverPoint] = []
     seq = 0
     for h in sorted(set(hidden_sizes)):
         model = family_model(family, h)
-        result = compare(model, profiles, request=ExecutionRequest(seq_len=seq_len))
+        result = compare(model, profiles, request=ExecutionRequest(seq_len=seq_len), progress=progress)
         seq = result.seq_len
         for profile, row in zip(profiles, result.rows):
             points.append(CrossoverPoint(model=model.name, hidden_size=h, params_total=result.params_total,

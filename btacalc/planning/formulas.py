@@ -46,6 +46,9 @@ def formula_listing(phase: Optional[str], quantity: Optional[str], model: Option
     feats = {**spec.features(), **run.features()}
     sel = Selection.make(feats, run.recompute)
     listing["selection"] = {"model": spec.name, "recompute": run.recompute, **feats}
+    applies = [p.name for p in sel.phases()]
+    if phase is not None and phase not in applies:
+        raise BtacalcError(f"{{phase}} {phase} does not apply to {spec.name} (its phases: {', '.join(applies)})")
     for p in sel.phases():
         if phase and p.name != phase:
             continue

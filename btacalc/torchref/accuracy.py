@@ -3,7 +3,7 @@ shape under `ideal` and `pytorch` accounting, phase by phase (bytes kept for bac
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from pydantic import BaseModel, Field
 
@@ -95,11 +95,51 @@ def formula_values(model: ModelSpec, accounting: str, seq: int, batch: int, tile
     return problem, next(pv for kind, pv in problem.evaluate(tiles, batch // tiles).layers if kind.name == name)
 
 
+# FakeTensorMode allocates nothing, but torch still computes each tensor's size in bytes as a signed
+# 64-bit integer: a phase whose working set nears 2^63 bytes overflows. Refuse well before.
+FAKE_LIMIT_BYTES = 1 << 60
+# --real allocates: refuse shapes whose estimated peak exceeds this (the CLI's --real-limit-gb).
+REAL_LIMIT_BYTES = 8e9
+
+
+def real_peak_bytes(model: ModelSpec, batch: int, seq: int, tiles: int, attention: str) -> tuple[int, int]:
+    """(largest phase working set, estimated peak of a real run) in bytes, from the formulas under
+    pytorch accounting: one layer's 16-bit weights and gradients, what it stores for backward, and
+    its largest phase's transient tensors (Qwen3-30B-A3B at 64 x 512 tokens: 15.8 GB estimated, 17.1 GB
+    resident measured, torch itself included)."""
+    _, pv = formula_values(model, "pytorch", seq, batch, tiles, attention)
+    names = pv.phase_names("layer")
+    params = sum(int(pv.value(n, "params")) for n in names)
+    transient = int(pv.max("transient", names))
+    return transient, 4 * params + int(pv.total("stored", "layer")) + transient
+
+
+def check_shape(model: ModelSpec, batch: int, seq: int, tiles: int = 1, attention: str = "eager",
+                real_limit_bytes: Optional[float] = None) -> None:
+    """Everything `compare_layer` would refuse, before any tensor is built. `real_limit_bytes`: a
+    real run's bound (None: under FakeTensorMode)."""
+    for name, v in (("--batch", batch), ("--seq", seq), ("--tiles", tiles)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise BtacalcError(f"{name} must be a positive integer, got {v!r}")
+    if batch % tiles:
+        raise BtacalcError(f"--tiles {tiles} must divide --batch {batch}")
+    layer_kind(model)
+    transient, peak = real_peak_bytes(model, batch, seq, tiles, attention)
+    if transient > FAKE_LIMIT_BYTES:
+        raise BtacalcError(f"--seq {seq} x --batch {batch}: the largest phase needs {transient:.3g} bytes, beyond "
+                           f"what torch can size (limit 2^60 = {FAKE_LIMIT_BYTES:.3g} bytes)")
+    if real_limit_bytes is not None and peak > real_limit_bytes:
+        raise BtacalcError(f"--real at --seq {seq} x --batch {batch} would allocate about {peak / 1e9:,.1f} GB "
+                           f"(estimate), more than --real-limit-gb {real_limit_bytes / 1e9:g}; drop --real "
+                           "(FakeTensorMode allocates nothing) or use a smaller shape")
+
+
 def compare_layer(model: ModelSpec, batch: int, seq: int, tiles: int = 1, attention: str = "eager",
                   fake: bool = True, measurement: Optional[Measurement] = None,
-                  kind_name: Optional[str] = None) -> LayerComparison:
+                  kind_name: Optional[str] = None,
+                  progress: Optional[Callable[[int], None]] = None) -> LayerComparison:
     """Measure the reference layer for one layer kind of `model` (default: the most common kind), or take
-    `measurement`, and line it up with the formulas."""
+    `measurement`, and line it up with the formulas. `progress(1)`, if given, after each measuring step."""
     if batch % tiles:
         raise BtacalcError(f"--tiles {tiles} must divide --batch {batch}")
     kind = layer_kind(model)
@@ -108,7 +148,7 @@ def compare_layer(model: ModelSpec, batch: int, seq: int, tiles: int = 1, attent
         raise BtacalcError("{attention} flash: the reference runs sliding windows, attention sinks and MLA eager only "
                            "(CPU SDPA takes no window or sink, and falls back to its unfused math path when the value "
                            "head dimension differs from the query's, as MLA's does)")
-    m = measurement or build_and_measure(kind, shape, batch, seq, tiles, attention, fake)
+    m = measurement or build_and_measure(kind, shape, batch, seq, tiles, attention, fake, progress=progress)
     problem, ideal = formula_values(model, "ideal", seq, batch, tiles, attention, kind_name)
     _, pytorch = formula_values(model, "pytorch", seq, batch, tiles, attention, kind_name)
     names = ideal.phase_names("layer")

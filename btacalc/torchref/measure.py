@@ -118,16 +118,21 @@ class _SavedBytes:
         return t
 
 
-def measure(layer: torch.nn.Module, x: torch.Tensor, tiles: int = 1) -> Measurement:
-    """Forward + backward of `layer` on `x` (requires_grad), measured."""
+def measure(layer: torch.nn.Module, x: torch.Tensor, tiles: int = 1,
+            progress: Optional[Callable[[int], None]] = None) -> Measurement:
+    """Forward + backward of `layer` on `x` (requires_grad), measured. `progress(1)` after each pass."""
     saved = _SavedBytes(list(layer.parameters()))
     ops = _PhaseOps()
     with torch.autograd.graph.saved_tensors_hooks(saved.pack, lambda t: t):
         with flop_counter() as fwd_counter, ops:
             out = layer(x, tiles=tiles)
+    if progress:
+        progress(1)
     loss = out.float().square().mean()
     with flop_counter() as bwd_counter:
         loss.backward()
+    if progress:
+        progress(1)
     # the loss itself (square, mean) is not part of the layer: drop what it saved or ran
     by_phase = {k: v for k, v in saved.by_phase.items() if k != "(outside)"}
     flops_by_phase = {k: v for k, v in ops.flops.items() if k != "(outside)"}
@@ -144,11 +149,15 @@ def measure(layer: torch.nn.Module, x: torch.Tensor, tiles: int = 1) -> Measurem
     )
 
 
+MEASURE_STEPS = 3  # build the layer, forward, backward: the `progress` calls of build_and_measure
+
+
 def build_and_measure(kind: str, shape: LayerShape, batch: int, seq: int, tiles: int = 1,
                       attention: str = "eager", fake: bool = True, dtype: torch.dtype = torch.bfloat16,
-                      seed: int = 0) -> Measurement:
+                      seed: int = 0, progress: Optional[Callable[[int], None]] = None) -> Measurement:
     """Build a `decoder` (alias `qwen3-moe`) or `gpt` reference layer and measure it on `batch` sequences of `seq`
-    tokens (G = tiles). `fake`: under FakeTensorMode (full size, nothing allocated)."""
+    tokens (G = tiles). `fake`: under FakeTensorMode (full size, nothing allocated). `progress(1)`, if given,
+    after each of the MEASURE_STEPS steps."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     ctx = FakeTensorMode() if fake else contextlib.nullcontext()
@@ -161,4 +170,6 @@ def build_and_measure(kind: str, shape: LayerShape, batch: int, seq: int, tiles:
         else:
             raise ValueError(f"unknown layer kind {kind!r}")
         x = torch.randn(batch, seq, shape.hidden, dtype=dtype, requires_grad=True)
-        return measure(layer, x, tiles)
+        if progress:
+            progress(1)
+        return measure(layer, x, tiles, progress)

@@ -1,0 +1,125 @@
+"""Tables that never cut a number: when a table is wider than the console, its columns are split into
+several tables (each repeating the first, naming column), instead of letting rich shrink the cells
+to `attn_s…` or `1.2…`.
+
+Columns made with ``overflow="fold"`` are prose (notes, sources): they may wrap at spaces and fold
+long words. Every other column is kept whole (``no_wrap``). Below the width where even the naming
+column and one more fit, each row becomes a short list of `header: value` lines.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Iterable, Iterator
+
+from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
+from rich.measure import Measurement
+from rich.table import Column, Table
+from rich.text import Text
+
+PROSE_MIN = 12  # a prose column may wrap down to this many characters
+
+
+def _is_prose(column: Column) -> bool:
+    return column.overflow == "fold"
+
+
+def _cell_width(console: Console, options: ConsoleOptions, cell: RenderableType) -> tuple[int, int]:
+    if isinstance(cell, str):
+        cell = console.render_str(cell)
+    m = Measurement.get(console, options, cell)
+    return m.minimum, m.maximum
+
+
+def _needed(console: Console, options: ConsoleOptions, table: Table, columns: list[Column]) -> int:
+    """The narrowest width at which `columns` of `table` render with nothing cut."""
+    pad = table.padding[1] + table.padding[3]
+    total = 0
+    for column in columns:
+        widths = [_cell_width(console, options, c) for c in (column.header, *column.cells)]
+        widest = max(w[1] for w in widths)
+        total += (min(PROSE_MIN, widest) if _is_prose(column) else widest) + pad
+    if table.box is not None:
+        total += len(columns) - 1 + (2 if table.show_edge else 0)
+    return total
+
+
+def _subtable(table: Table, columns: list[Column], first: bool, last: bool) -> Table:
+    sub = copy.copy(table)
+    sub.columns = []
+    for i, column in enumerate(columns):
+        c = copy.copy(column)
+        c._index = i
+        sub.columns.append(c)
+    if not first:
+        sub.title = None
+    if not last:
+        sub.caption = None
+    return sub
+
+
+def _records(table: Table) -> Iterator[RenderableType]:
+    """Each row as `header: value` lines (the last resort for very narrow consoles)."""
+    if table.title:
+        yield table.title
+    headers = [str(c.header) for c in table.columns]
+    cells = [list(c.cells) for c in table.columns]
+    for row in range(table.row_count):
+        grid = Table.grid(padding=(0, 1))
+        grid.add_column(style="bold", no_wrap=True)
+        grid.add_column(overflow="fold")
+        for h, col in zip(headers, cells):
+            grid.add_row(h + ":" if h else "", col[row])
+        yield grid
+        yield Text("")
+    if table.caption:
+        yield table.caption
+
+
+def _chunks(console: Console, options: ConsoleOptions, table: Table) -> list[list[Column]] | None:
+    """Groups of columns that each fit, the first column repeated in every group; None if even the
+    first column and one more do not fit."""
+    key, rest = table.columns[0], table.columns[1:]
+    groups: list[list[Column]] = []
+    group = [key]
+    for column in rest:
+        if _needed(console, options, table, group + [column]) <= options.max_width:
+            group.append(column)
+            continue
+        if len(group) == 1 or _needed(console, options, table, [key, column]) > options.max_width:
+            return None
+        groups.append(group)
+        group = [key, column]
+    groups.append(group)
+    return groups
+
+
+class Fit:
+    """A table rendered whole at any console width (see the module docstring)."""
+
+    def __init__(self, table: Table):
+        self.table = table
+        for column in table.columns:
+            if not _is_prose(column):
+                column.no_wrap = True
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        table = self.table
+        if not table.columns or _needed(console, options, table, table.columns) <= options.max_width:
+            yield table
+            return
+        groups = _chunks(console, options, table) if len(table.columns) > 1 else None
+        if groups is None:
+            yield from _records(table)
+            return
+        for i, group in enumerate(groups):
+            yield _subtable(table, group, first=i == 0, last=i == len(groups) - 1)
+
+
+def fit(table: Table) -> Fit:
+    return Fit(table)
+
+
+def fit_all(tables: Iterable[RenderableType]) -> list[RenderableType]:
+    """`fit` applied to the tables among `tables` (grids and panels pass through)."""
+    return [fit(t) if isinstance(t, Table) and t.box is not None else t for t in tables]

@@ -1,0 +1,336 @@
+"""Bad input, every command: one line on stderr starting `btacalc: error:`, exit 2, no traceback,
+nothing on stdout, nothing written (the temporary folder holds exactly the files the case put there,
+unchanged).
+
+Cases are grouped in classes (CLASSES counts them; the suite checks there are at least 200):
+usage (flags the parser refuses), names (unknown models, profiles, phases, ...), values (inputs
+that contradict each other), profiles (hardware profile files with bad numbers, fields or
+structure), outputs (paths that cannot be written), ranges (list and range options), bounds (work
+that would not end or that torch would refuse), files (input paths that are not what they claim).
+
+Paths are temporary: `{tmp}` is the case's folder; devices are FIFOs or symlinks, never /dev.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from btacalc.paths import data_dir
+
+GPU_PROFILE = (data_dir("hardware_profiles") / "a100-80gb.toml").read_text()
+WSE_PROFILE = (data_dir("hardware_profiles") / "wse3.toml").read_text()
+BIG = str(2**81)  # beyond the 2^80-sequence bound
+
+
+def _profile(base: str, old: str, new: str) -> str:
+    assert old in base, old
+    return base.replace(old, new, 1)
+
+
+# (name, profile text, fragment of the error): numbers out of range, wrong types, unknown or missing
+# fields, inconsistent sections.
+BAD_PROFILES = [
+    ("capacity-zero", _profile(GPU_PROFILE, "value = 8e10", "value = 0"), "memory.offchip_memory_bytes.value = 0"),
+    ("capacity-negative", _profile(GPU_PROFILE, "value = 8e10", "value = -8e10"), "offchip_memory_bytes.value"),
+    ("capacity-inf", _profile(GPU_PROFILE, "value = 8e10", "value = inf"), "= inf: must be a finite number"),
+    ("capacity-nan", _profile(GPU_PROFILE, "value = 8e10", "value = nan"), "= nan"),
+    ("capacity-huge", _profile(GPU_PROFILE, "value = 8e10", "value = 1e30"), "in [1, 1e+18] B"),
+    ("capacity-string", _profile(GPU_PROFILE, "value = 8e10", 'value = "80 GB"'), "'80 GB'"),
+    ("capacity-bool", _profile(GPU_PROFILE, "value = 8e10", "value = true"), "= True"),
+    ("capacity-array", _profile(GPU_PROFILE, "value = 8e10", "value = [8e10]"), "offchip_memory_bytes.value"),
+    ("bandwidth-zero", _profile(GPU_PROFILE, "value = 2.039e12", "value = 0"), "offchip_bandwidth_bytes_per_s"),
+    ("bandwidth-inf", _profile(GPU_PROFILE, "value = 2.039e12", "value = inf"), "B/s"),
+    ("bandwidth-tiny", _profile(GPU_PROFILE, "value = 2.039e12", "value = 1e-300"), "offchip_bandwidth"),
+    ("scaleup-zero", _profile(GPU_PROFILE, "value = 3e11", "value = 0"), "scaleup_bandwidth_bytes_per_s"),
+    ("scaleout-negative", _profile(GPU_PROFILE, "value = 2.5e10", "value = -1"), "scaleout_bandwidth"),
+    ("peak-zero", _profile(GPU_PROFILE, "value = 3.12e14", "value = 0"), "peak_flops_per_s"),
+    ("peak-inf", _profile(GPU_PROFILE, "value = 3.12e14", "value = inf"), "peak_flops_per_s.value = inf"),
+    ("peak-absurd", _profile(GPU_PROFILE, "value = 3.12e14", "value = 1e300"), "FLOP/s"),
+    ("efficiency-1e9", _profile(GPU_PROFILE, "value = 0.5\n", "value = 1e9\n"), "compute_efficiency.value = 1e+09"),
+    ("efficiency-zero", _profile(GPU_PROFILE, "value = 0.5\n", "value = 0\n"), "in (0, 1]"),
+    ("efficiency-negative", _profile(GPU_PROFILE, "value = 0.5\n", "value = -0.5\n"), "compute_efficiency"),
+    ("efficiency-nan", _profile(GPU_PROFILE, "value = 0.5\n", "value = nan\n"), "compute_efficiency"),
+    ("usable-fraction-above-1", _profile(GPU_PROFILE, "value = 0.9\n", "value = 1.5\n"), "usable_memory_fraction"),
+    ("usable-fraction-zero", _profile(GPU_PROFILE, "value = 0.9\n", "value = 0\n"), "usable_memory_fraction"),
+    ("devices-per-node-half", _profile(GPU_PROFILE, "value = 8\n", "value = 0.5\n"), "devices_per_node.value = 0.5"),
+    ("devices-per-node-zero", _profile(GPU_PROFILE, "value = 8\n", "value = 0\n"), "a whole number"),
+    ("devices-per-node-fraction", _profile(GPU_PROFILE, "value = 8\n", "value = 7.5\n"), "devices_per_node"),
+    ("cores-zero", _profile(GPU_PROFILE, "value = 108\n", "value = 0\n"), "chip.cores"),
+    ("cores-fraction", _profile(GPU_PROFILE, "value = 108\n", "value = 107.5\n"), "chip.cores.value = 107.5"),
+    ("power-zero", _profile(GPU_PROFILE, "value = 400", "value = 0"), "chip.power_w"),
+    ("power-inf", _profile(GPU_PROFILE, "value = 400", "value = inf"), "power_w"),
+    ("system-power-zero", _profile(GPU_PROFILE, "value = 812.5", "value = 0"), "system_power_w"),
+    ("system-power-below-chip", _profile(GPU_PROFILE, "value = 812.5", "value = 100"), "includes the device"),
+    ("tile-overhead-negative", _profile(GPU_PROFILE, "value = 2e-05", "value = -2e-05"), "tile_overhead_s"),
+    ("tile-overhead-huge", _profile(GPU_PROFILE, "value = 2e-05", "value = 1e6"), "tile_overhead_s"),
+    ("per-core-sram-too-large", _profile(GPU_PROFILE, "value = 196608", "value = 1966080"), "per-core SRAM"),
+    ("sram-zero", _profile(GPU_PROFILE, "value = 63176704", "value = 0"), "sram_bytes"),
+    ("unknown-field", _profile(GPU_PROFILE, 'family = "gpu"', 'family = "gpu"\ncolour = "green"'),
+     "unknown field colour"),
+    ("unknown-number-field", _profile(GPU_PROFILE, "[chip.power_w]", "[chip.power_watts]"),
+     "unknown field chip.power_watts"),
+    ("typo-in-number", _profile(GPU_PROFILE, "value = 108\n", "valeu = 108\n"), "unknown field chip.cores.valeu"),
+    ("missing-family", _profile(GPU_PROFILE, 'family = "gpu"\n', ""), "missing field family"),
+    ("unknown-family", _profile(GPU_PROFILE, 'family = "gpu"', 'family = "tpu"'), "family"),
+    ("source-not-url", _profile(GPU_PROFILE, 'source = "https://glennklockwood.com/garden/processors/A100"\nnote = "SXM TDP"',
+                                'source = "my notes"\nnote = "SXM TDP"'), "source must be a URL"),
+    ("wse-weight-buffers-zero", _profile(WSE_PROFILE, "value = 2\n", "value = 0\n"), "weight_buffer_units"),
+    ("wse-weight-buffers-half", _profile(WSE_PROFILE, "value = 2\n", "value = 0.5\n"), "weight_buffer_units"),
+    ("wse-sram-inconsistent", _profile(WSE_PROFILE, "value = 48888", "value = 30000"), "a wafer's SRAM"),
+    ("wse-resident-default", _profile(WSE_PROFILE, 'memory_model = "weight_streaming"', 'memory_model = "resident"'),
+     "wse profiles"),
+    ("not-toml", "name = ", "not valid TOML"),
+    ("empty", "", "missing field"),
+]
+
+
+class Case:
+    def __init__(self, cls: str, args: list[str], fragment: str = "", files: dict[str, Any] | None = None,
+                 outputs: bool = True):
+        self.cls, self.args, self.fragment, self.files, self.outputs = cls, args, fragment, files or {}, outputs
+
+    @property
+    def id(self) -> str:
+        return f"{self.cls}:{' '.join(self.args)[:70]}"
+
+
+CASES: list[Case] = []
+
+
+def case(cls: str, *args: str, fragment: str = "", files: dict[str, Any] | None = None, outputs: bool = True) -> None:
+    CASES.append(Case(cls, list(args), fragment, files, outputs))
+
+
+COMMANDS = [["plan"], ["sweep", "--vary", "experts=16,32"], ["compare", "--hw", "wse3"],
+            ["crossover", "--hw", "wse3", "--hidden", "256"], ["validate"], ["formulas"], ["hw", "list"],
+            ["hw", "show", "wse3"], ["hw", "check", "wse3"], ["models", "list"], ["models", "show", "gpt3-175b"],
+            ["measure", "--seq", "16"]]
+
+# --- usage: what the parser refuses, on every command -------------------------------------------
+for cmd in COMMANDS:
+    case("usage", *cmd, "--no-such-flag", fragment="No such option")
+    case("usage", *cmd, "extra-argument", fragment="unexpected extra argument")
+for cmd in (["hw", "show"], ["hw", "check"], ["models", "show"]):
+    case("usage", *cmd, fragment="Missing argument")
+for cmd in (["plan"], ["sweep", "--vary", "experts=16"], ["compare"], ["crossover"], ["measure"]):
+    case("usage", *cmd, "--seq", "0", fragment="--seq")
+    case("usage", *cmd, "--seq", "-4096", fragment="--seq")
+    case("usage", *cmd, "--seq", "4k", fragment="--seq")
+    case("usage", *cmd, "--seq", "4096.5", fragment="--seq")
+    case("usage", *cmd, "--seq", fragment="--seq")
+for flag in ("--global-batch", "--tiles", "--tile-batch", "--max-global-batch", "--max-tile-batch", "--experts",
+             "--top-k", "--expert-ffn", "--devices", "--ep", "--gpus-per-node", "--grad-accum"):
+    case("usage", "plan", flag, "0", fragment=flag)
+    case("usage", "plan", flag, "two", fragment=flag)
+for flag, bad in (("--recompute", "sometimes"), ("--attention", "sparse"), ("--loss", "none"),
+                  ("--accounting", "exact"), ("--memory-model", "cloud"), ("--zero", "4"), ("--zero", "-1")):
+    case("usage", "plan", flag, bad, fragment=flag)
+for flag, bad in (("--recompute", "x"), ("--attention", "x"), ("--memory-model", "x"), ("--zero", "9"),
+                  ("--ep", "0"), ("--grad-accum", "0")):
+    case("usage", "compare", flag, bad, fragment=flag)
+for args in (["--batch", "0"], ["--tiles", "0"], ["--attention", "linear"], ["--real-limit-gb", "0"],
+             ["--real-limit-gb", "lots"]):
+    case("usage", "measure", *args, fragment=args[0])
+for args in (["--recompute", "x"], ["--attention", "x"], ["--loss", "x"], ["--accounting", "x"]):
+    case("usage", "formulas", *args, fragment=args[0])
+case("usage", "sweep", fragment="--vary")
+case("usage", "no-such-command", fragment="No such command")
+case("usage", "hw", "nope", fragment="No such command")
+case("usage", "models", "nope", fragment="No such command")
+
+# --- names: unknown models, profiles, phases, quantities, families ------------------------------
+for cmd in (["plan"], ["sweep", "--vary", "experts=16"], ["compare"], ["measure"]):
+    case("names", *cmd, "--model", "no-such-model", fragment="unknown model")
+    case("names", *cmd, "--model", "missing/config.json", fragment="not found")
+for cmd in (["plan"], ["sweep", "--vary", "experts=16"], ["compare"], ["crossover"]):
+    case("names", *cmd, "--hw", "tpu-v9", fragment="unknown hardware")
+    case("names", *cmd, "--hw", "missing/profile.toml", fragment="not found")
+case("names", "compare", "--hw", "wse3,,nope", fragment="unknown hardware")
+case("names", "compare", "--hw", ",", fragment="comma-separated")
+case("names", "crossover", "--hw", " ", fragment="comma-separated")
+case("names", "crossover", "--family", "llama", fragment="unknown model family")
+case("names", "hw", "show", "tpu-v9", fragment="unknown hardware")
+case("names", "hw", "check", "tpu-v9", fragment="unknown hardware")
+case("names", "hw", "check", "missing.toml", fragment="not found")
+case("names", "models", "show", "no-such-model", fragment="unknown model")
+case("names", "formulas", "--phase", "nope", fragment="unknown phase")
+case("names", "formulas", "--quantity", "nope", fragment="unknown quantity")
+case("names", "formulas", "--model", "nope", fragment="unknown model")
+case("names", "formulas", "--model", "gpt3-175b", "--phase", "experts", fragment="does not apply to gpt3-175b")
+case("names", "sweep", "--vary", "colour=1,2", fragment="unknown parameter")
+
+# --- values: inputs that contradict each other ---------------------------------------------------
+for args, fragment in [
+    (["--top-k", "200"], "larger than the number of experts"),
+    (["--experts", "4"], "larger than the number of experts"),
+    (["--hw", "a100-80gb", "--global-batch", "10", "--tiles", "3"], "not divisible"),
+    (["--hw", "a100-80gb", "--global-batch", "10", "--tile-batch", "4"], "not divisible"),
+    (["--hw", "a100-80gb", "--global-batch", "8", "--tiles", "2", "--tile-batch", "2"], "differs from --global-batch"),
+    (["--hw", "a100-80gb", "--global-batch", "64", "--max-global-batch", "32"], "exceeds --max-global-batch"),
+    (["--hw", "a100-80gb", "--tile-batch", "8", "--max-tile-batch", "4"], "exceeds --max-tile-batch"),
+    (["--top-k", "5", "--fixed-active"], "not divisible by --top-k"),
+    (["--fixed-active", "--expert-ffn", "512", "--top-k", "4"], "both set the expert width"),
+    (["--model", "gpt3-175b", "--experts", "8"], "dense"),
+    (["--model", "gpt3-175b", "--fixed-active"], "dense"),
+    (["--hw", "a100-80gb", "--devices", "8", "--ep", "16"], "does not divide --devices"),
+    (["--hw", "wse3", "--ep", "2"], "apply to GPU profiles"),
+    (["--hw", "wse3", "--zero", "1"], "apply to GPU profiles"),
+    (["--hw", "a100-80gb", "--devices", "8", "--ep", "3"], "does not divide --devices"),
+    (["--hw", "a100-80gb", "--devices", "6", "--ep", "6"], "does not divide the 128 experts"),
+    (["--hw", "a100-80gb", "--model", "gpt3-175b", "--devices", "8", "--ep", "2"], "needs an MoE model"),
+    (["--hw", "a100-80gb", "--global-batch", BIG], "beyond 2^80"),
+    (["--hw", "a100-80gb", "--tiles", BIG], "beyond 2^80"),
+    (["--hw", "a100-80gb", "--max-global-batch", BIG], "beyond 2^80"),
+]:
+    case("values", "plan", *args, fragment=fragment)
+case("values", "sweep", "--vary", "experts=16", "--fixed-active", fragment="needs --vary top-k")
+case("values", "compare", "--hw", "a100-80gb", "--memory-model", "weight_streaming", fragment="wafer-scale")
+case("values", "compare", "--hw", "a100-80gb", "--devices", "8", "--ep", "3", fragment="does not divide")
+case("values", "measure", "--batch", "3", "--tiles", "2", fragment="must divide --batch")
+case("values", "measure", "--model", "{data}/olmoe-1b-7b.config.json", fragment="reference layers")  # q/k norm over the whole projection
+
+# --- profiles: a bad profile file, on every command that takes one -------------------------------
+PROFILE_COMMANDS = (["plan", "--hw"], ["hw", "check"], ["hw", "show"], ["compare", "--hw"],
+                    ["sweep", "--vary", "seq=1024", "--hw"])
+for i, (name, text, fragment) in enumerate(BAD_PROFILES):
+    cmd = PROFILE_COMMANDS[i % len(PROFILE_COMMANDS)]
+    case("profiles", *cmd, "{tmp}/" + name + ".toml", fragment=fragment, files={name + ".toml": text})
+HEADLINE = ("capacity-zero", "capacity-inf", "peak-inf", "efficiency-1e9", "devices-per-node-half", "unknown-field",
+            "wse-weight-buffers-zero")
+for cmd in PROFILE_COMMANDS:  # the issue's headline cases on every command
+    for name, text, fragment in BAD_PROFILES:
+        if name in HEADLINE:
+            case("profiles", *cmd, "{tmp}/headline.toml", fragment=fragment, files={"headline.toml": text})
+case("profiles", "plan", "--hw", "{tmp}/latin1.toml", fragment="cannot read", files={"latin1.toml": b"name = \"\xe9\"\n"})
+case("profiles", "plan", "--hw", "{tmp}/deep.toml", fragment="not valid TOML", files={"deep.toml": "a = " + "[" * 100000})
+case("profiles", "hw", "check", "{tmp}/profiles", fragment="is a folder", files={"profiles/x": ""})
+
+# --- outputs: paths that cannot be written ------------------------------------------------------
+OUTPUT_COMMANDS = (["plan"], ["compare", "--hw", "wse3"], ["crossover", "--hw", "wse3", "--hidden", "256"],
+                   ["sweep", "--vary", "experts=16,32"])
+for cmd in OUTPUT_COMMANDS:
+    flags = ["--output"] + (["--csv"] if cmd[0] != "plan" else [])
+    for flag in flags:
+        case("outputs", *cmd, flag, "{tmp}/folder", fragment="is a folder", files={"folder/keep": "x"}, outputs=False)
+        case("outputs", *cmd, flag, "{tmp}/missing/x.json", fragment="does not exist", outputs=False)
+        case("outputs", *cmd, flag, "{tmp}/file.txt/x.json", fragment="Not a directory", files={"file.txt": "x"},
+             outputs=False)
+        case("outputs", *cmd, flag, "/proc/btacalc-test-output", fragment="cannot create a file in /proc", outputs=False)
+        case("outputs", *cmd, flag, "{tmp}/loop", fragment="symbolic links", files={"loop": ("symlink", "loop")},
+             outputs=False)
+        case("outputs", *cmd, flag, "{tmp}/dangling", fragment="does not exist",
+             files={"dangling": ("symlink", "nowhere/x.json")}, outputs=False)
+    case("outputs", *cmd, "--output", "-", "--json", fragment="both write to standard output", outputs=False)
+for cmd in OUTPUT_COMMANDS[1:]:
+    case("outputs", *cmd, "--csv", "{tmp}/same", "--output", "{tmp}/same", fragment="both write to", outputs=False)
+    case("outputs", *cmd, "--csv", "{tmp}/link", "--output", "{tmp}/target", fragment="both write to",
+         files={"link": ("symlink", "target"), "target": "old"}, outputs=False)
+    case("outputs", *cmd, "--csv", "-", "--json", fragment="both write to standard output", outputs=False)
+    case("outputs", *cmd, "--plot", "{tmp}/chart.pdf", fragment="use a .png or .svg", outputs=False)
+    case("outputs", *cmd, "--plot", "-", fragment="use a .png or .svg", outputs=False)
+    case("outputs", *cmd, "--plot", "{tmp}/folder.png", fragment="is a folder", files={"folder.png/keep": "x"},
+         outputs=False)
+    # a later output fails: the earlier one (an existing file and a FIFO's link) stays untouched
+    case("outputs", *cmd, "--csv", "{tmp}/existing.csv", "--output", "{tmp}/missing/x.json",
+         fragment="does not exist", files={"existing.csv": "old contents"}, outputs=False)
+    case("outputs", *cmd, "--output", "{tmp}/existing.json", "--plot", "{tmp}/x.gif", fragment="use a .png",
+         files={"existing.json": "old"}, outputs=False)
+
+# --- ranges: list and range options --------------------------------------------------------------
+for spec, fragment in [("experts=", "gives no values"), ("experts=a,b", "not an integer"), ("experts=0", "positive"),
+                       ("experts=-8", "positive"), ("experts=16:8:2", "stop is below start"),
+                       ("experts=1:2", "start:stop:step"), ("experts=1:8:x1", "at least 2"),
+                       ("experts=1:8:0", "positive"), ("experts=1:8:xa", "not an integer"), ("experts", "NAME=VALUES"),
+                       ("=16", "unknown parameter"), ("seq=1.5", "not an integer")]:
+    case("ranges", "sweep", "--vary", spec, fragment=fragment)
+case("ranges", "sweep", "--vary", "experts=16", "--vary", "experts=32", fragment="given twice")
+for spec, fragment in [("8,x", "not an integer"), ("0", "positive"), ("8:4:2", "stop is below start"), (",", "no values"),
+                       ("1:1000000:1", "more than 64"), ("1:9999999999999999999999:1", "more than 64")]:
+    case("ranges", "compare", "--hw", "b200", "--devices", spec, fragment=fragment)
+for spec, fragment in [("100", "multiple of 256"), ("256,300", "multiple of 256"), ("0", "positive"),
+                       ("256:128:256", "stop is below start"), ("a", "not an integer"), ("256:1000000:256", "more than 1,024"),
+                       ("256:10000000000000000000000:256", "more than 1,024"), ("256:1024", "start:stop:step")]:
+    case("ranges", "crossover", "--hw", "wse3", "--hidden", spec, fragment=fragment)
+
+# --- bounds: work that would not end, shapes torch would refuse ----------------------------------
+case("bounds", "plan", "--hw", "a100-80gb", "--global-batch", str(2**80 + 1), fragment="beyond 2^80")
+case("bounds", "plan", "--hw", "a100-80gb", "--tile-batch", BIG, fragment="beyond 2^80")
+case("bounds", "plan", "--hw", "a100-80gb", "--max-tile-batch", BIG, fragment="beyond 2^80")
+case("bounds", "measure", "--seq", "10000000000", fragment="beyond what torch can size")
+case("bounds", "measure", "--batch", "100000000000", fragment="beyond what torch can size")
+case("bounds", "measure", "--seq", "512", "--batch", "64", "--real", fragment="more than --real-limit-gb 8")
+case("bounds", "measure", "--model", "gpt3-175b", "--seq", "2048", "--real", fragment="would allocate about")
+case("bounds", "measure", "--seq", "1024", "--real", "--real-limit-gb", "0.5", fragment="more than --real-limit-gb 0.5")
+case("bounds", "crossover", "--hw", "wse3", "--hidden", "256:262400:256", fragment="1,025 values, more than 1,024")
+
+# --- files: input paths that are not what they claim ---------------------------------------------
+case("files", "plan", "--model", "{tmp}/empty-folder", fragment="not found", files={"empty-folder/readme": "x"})
+case("files", "models", "show", "{tmp}/nothing.json", fragment="not found")
+case("files", "plan", "--hw", "{tmp}/folder.toml", fragment="is a folder", files={"folder.toml/x": "x"})
+case("files", "hw", "show", "{tmp}/fifo.toml", fragment="not found", files={"fifo.toml": ("fifo",)})
+case("files", "plan", "--hw", "{tmp}/link.toml", fragment="not found", files={"link.toml": ("symlink", "gone.toml")})
+
+
+def _make(folder: Path, files: dict[str, Any]) -> None:
+    for name, content in files.items():
+        path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, tuple) and content[0] == "symlink":
+            path.symlink_to(content[1])
+        elif isinstance(content, tuple) and content[0] == "fifo":
+            os.mkfifo(path)
+        elif isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content)
+
+
+def _snapshot(folder: Path) -> dict[str, Any]:
+    out = {}
+    for path in sorted(folder.rglob("*")):
+        key = str(path.relative_to(folder))
+        if path.is_symlink():
+            out[key] = ("link", os.readlink(path))
+        elif path.is_file():
+            out[key] = (path.read_bytes(), oct(path.stat().st_mode))
+        else:
+            out[key] = "dir" if path.is_dir() else "special"
+    return out
+
+
+OUTPUT_FLAGS = {"plan": ["--output", "{tmp}/out.json"],
+                **{c: ["--output", "{tmp}/out.json", "--csv", "{tmp}/out.csv"] for c in ("sweep", "compare", "crossover")}}
+
+
+def _args(c: Case, folder: Path, data: Path) -> list[str]:
+    args = c.args + (OUTPUT_FLAGS.get(c.args[0], []) if c.outputs else [])
+    return [a.replace("{tmp}", str(folder)).replace("{data}", str(data)) for a in args]
+
+
+def test_at_least_200_cases_across_every_command_and_class():
+    counts = Counter(c.cls for c in CASES)
+    assert len(CASES) >= 200, counts
+    assert set(counts) == {"usage", "names", "values", "profiles", "outputs", "ranges", "bounds", "files"}
+    commands = {c.args[0] + (" " + c.args[1] if c.args[0] in ("hw", "models") and len(c.args) > 1 else "")
+                for c in CASES}
+    assert {"plan", "sweep", "compare", "crossover", "validate", "formulas", "hw list", "hw show", "hw check",
+            "models list", "models show", "measure"} <= commands
+
+
+@pytest.mark.parametrize("c", CASES, ids=[c.id for c in CASES])
+def test_bad_input(cli, tmp_path, data_dir, c):
+    if c.args[0] == "measure":
+        pytest.importorskip("torch")
+    _make(tmp_path, c.files)
+    before = _snapshot(tmp_path)
+    code, out, err = cli(*_args(c, tmp_path, data_dir))
+    assert code == 2, (code, err)
+    assert err.startswith("btacalc: error:") and c.fragment in err, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert out == ""
+    assert _snapshot(tmp_path) == before  # nothing written, nothing left behind, nothing changed

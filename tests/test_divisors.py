@@ -1,0 +1,58 @@
+"""Divisors from the prime factorisation (btacalc.model.divisors), against trial division by hand,
+and the solver's fixed global batch far beyond what trial division could reach."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from btacalc.model.divisors import TRIAL_LIMIT, divisors, factorise
+
+
+def _by_trial_division(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(st.integers(1, 5000))
+def test_small_numbers_match_trial_division(n):
+    assert divisors(n) == _by_trial_division(n)
+
+
+def test_known_factorisations():
+    assert factorise(1) == {} and divisors(1) == [1]
+    assert factorise(360) == {2: 3, 3: 2, 5: 1}
+    assert factorise(2**70) == {2: 70} and divisors(2**70) == [2**i for i in range(71)]
+    p, q = 34359738421, 34359739423  # two 35-bit primes: trial division would need ~1.7e10 steps
+    assert factorise(p * q) == {p: 1, q: 1} and divisors(p * q) == [1, p, q, p * q]
+    n = 2**20 * 3**10 * 5**5 * 7**3 * 11 * 13
+    divs = divisors(n)
+    assert len(divs) == 21 * 11 * 6 * 4 * 2 * 2 and all(n % d == 0 for d in divs) and divs == sorted(set(divs))
+
+
+def test_small_numbers_do_not_need_sympy(monkeypatch):
+    monkeypatch.setitem(sys.modules, "sympy.ntheory", None)  # importing it would fail
+    assert divisors(TRIAL_LIMIT - 1)[-1] == TRIAL_LIMIT - 1
+    with pytest.raises(ImportError):
+        divisors(TRIAL_LIMIT)
+
+
+@pytest.mark.parametrize("bad", [0, -4, 2.0, True])
+def test_not_a_positive_integer(bad):
+    with pytest.raises(ValueError):
+        factorise(bad)
+
+
+def test_plan_with_a_global_batch_of_2_to_the_70(cli):
+    """Trial division never answered this; the plan is solved (it does not fit: exit 1)."""
+    n = 2**70
+    code, out, err = cli("plan", "--hw", "a100-80gb", "--global-batch", str(n), "--json")
+    plan = json.loads(out)["plan"]
+    assert code == 1 and err == ""
+    assert plan["global_batch"] == n and plan["tiles"] * plan["tile_batch"] == n
+    assert math.log2(plan["tile_batch"]).is_integer()

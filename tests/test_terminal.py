@@ -1,0 +1,192 @@
+"""Terminals and locales: ASCII when the stream cannot encode Unicode, tables that keep every name
+and number whole at any width, help that shows every default, --version and -h, CSV booleans."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from btacalc.cli.app import app
+from btacalc.cli.console import ascii_fallback
+
+ROOT = Path(__file__).resolve().parents[1]
+ASCII_COMMANDS = [["plan"], ["hw", "list"], ["models", "list"], ["validate"], ["formulas"], ["hw", "show", "wse3"],
+                  ["compare", "--hw", "wse3"], ["formulas", "--model", "qwen3-30b-a3b", "--phase", "experts"]]
+
+
+class _AsciiStream(io.TextIOWrapper):
+    def __init__(self, errors: str = "strict"):
+        super().__init__(io.BytesIO(), encoding="ascii", errors=errors)
+
+    def text(self) -> str:
+        self.flush()
+        return self.buffer.getvalue().decode("ascii")  # type: ignore[attr-defined]  # a BytesIO
+
+
+@pytest.mark.parametrize("args, errors", [(a, "strict") for a in ASCII_COMMANDS]  # PYTHONIOENCODING=ascii
+                         + [(["plan"], "surrogateescape")], ids=str)  # a C locale's stdout
+def test_an_ascii_stream_gets_ascii(monkeypatch, capsys, args, errors):
+    from btacalc.cli import main
+
+    stream = _AsciiStream(errors)
+    monkeypatch.setattr(sys, "stdout", stream)
+    with pytest.raises(SystemExit) as exc:
+        main(args)
+    text = stream.text()
+    assert exc.value.code in (0, 1) and capsys.readouterr().err == ""
+    assert text.strip() and "Traceback" not in text
+
+
+def test_ascii_standins_read_well():
+    stream = _AsciiStream()
+    ascii_fallback(stream)
+    stream.write("G·b, s², ±5, 1–2 — … • ≤ µs ✓\n")
+    assert stream.text() == "G*b, s^2, +/-5, 1-2 - ... * <= us ?\n"
+
+
+def test_a_utf8_stream_is_left_alone():
+    stream = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
+    ascii_fallback(stream)
+    assert stream.errors == "strict"
+
+
+@pytest.mark.parametrize("env", [{"PYTHONIOENCODING": "ascii", "COLUMNS": "40"},
+                                 {"LC_ALL": "C", "LANG": "C", "PYTHONCOERCECLOCALE": "0", "PYTHONUTF8": "0"}])
+def test_a_real_ascii_terminal(env):
+    """A real process: ASCII stand-ins, and (COLUMNS=40 when piped) tables split, nothing cut."""
+    full = {k: v for k, v in os.environ.items() if k not in ("LC_ALL", "LANG", "PYTHONIOENCODING", "PYTHONUTF8", "COLUMNS")}
+    res = subprocess.run([sys.executable, "-m", "btacalc", "plan"], env={**full, **env, "PYTHONPATH": str(ROOT)},
+                         capture_output=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    text = res.stdout.decode("ascii")
+    assert "G*b" in text and "+----" in text and "attn_scores" in text and "attn_softmax" in text
+    width = int(env.get("COLUMNS", 132))
+    assert max(len(line) for line in text.splitlines()) <= width and "..." not in text.replace("...)", "")
+
+
+def _render(renderable, width: int) -> str:
+    console = Console(width=width, file=io.StringIO(), color_system=None, legacy_windows=False)
+    console.print(renderable)
+    return console.file.getvalue()  # type: ignore[attr-defined]  # a StringIO
+
+
+@pytest.fixture(scope="module")
+def report():
+    from btacalc.config.execution import ExecutionRequest
+    from btacalc.config.hardware import resolve_hardware
+    from btacalc.config.presets import resolve_model
+    from btacalc.planning.plan import make_plan
+
+    return make_plan(resolve_model("qwen3-30b-a3b"), resolve_hardware("b200"), ExecutionRequest(devices=8))
+
+
+@pytest.mark.parametrize("width", [30, 40, 60, 80, 100, 132])
+def test_plan_tables_keep_every_name_and_number_whole(report, width):
+    from btacalc.output.tables import plan_renderable, si
+
+    text = _render(plan_renderable(report), width)
+    assert "…" not in text
+    assert all(len(line) <= width for line in text.splitlines())
+    for phase in report.phases:  # each name and each of its numbers appears whole
+        assert re.search(rf"\b{phase.name}\b", text), phase.name
+        for value in (phase.transient_bytes, phase.bytes_moved):
+            assert si(value, "B") in text
+
+
+@pytest.mark.parametrize("width", [40, 80])
+@pytest.mark.parametrize("command", [["compare", "--hw", "wse3,b200"], ["crossover", "--hw", "wse3,b200", "--hidden",
+                                                                         "256,2048"],
+                                     ["hw", "show", "b200"], ["hw", "list"], ["models", "list"], ["validate"]])
+def test_every_table_fits_the_terminal_without_cutting(monkeypatch, capsys, width, command):
+    from btacalc.cli import console, main
+
+    monkeypatch.setattr(console.out, "_width", width)
+    with pytest.raises(SystemExit) as exc:
+        main(command)
+    text = capsys.readouterr().out
+    assert exc.value.code in (0, 1)
+    assert "…" not in text and all(len(line) <= width for line in text.splitlines()), text
+
+
+def _commands():
+    import typer
+
+    group = typer.main.get_command(app)
+    stack = [([], group)]
+    while stack:
+        path, cmd = stack.pop()
+        subs = getattr(cmd, "commands", None)
+        if subs:
+            stack += [(path + [name], sub) for name, sub in subs.items()]
+        else:
+            yield path, cmd
+
+
+COMMAND_PATHS = sorted(p for p, _ in _commands())
+
+
+@pytest.mark.parametrize("path", COMMAND_PATHS, ids=" ".join)
+def test_help_shows_every_default_and_bracket(cli, path):
+    """Rich would read '[default: ...]' as markup and drop it: every bracketed text shows."""
+    code, out, _ = cli(*path, "--help")
+    assert code == 0
+    flat = re.sub(r"[\s│╭╮╰╯─]", "", out)
+    cmd = next(c for p, c in _commands() if p == path)
+    for param in cmd.params:
+        for bracketed in re.findall(r"\[[^\]]*\]", param.help or ""):
+            assert re.sub(r"\s", "", bracketed.replace("\\[", "[")) in flat, (param.name, bracketed)
+
+
+@pytest.mark.parametrize("flag", ["-h", "--help"])
+def test_short_help_everywhere(cli, flag):
+    for path in COMMAND_PATHS:
+        code, out, _ = cli(*path, flag)
+        assert code == 0 and "Usage: btacalc" in out, path
+
+
+def test_version(cli):
+    from btacalc import __version__
+
+    code, out, _ = cli("--version")
+    assert code == 0 and out.strip() == f"btacalc {__version__}"
+
+
+def test_shell_completion_is_offered(cli):
+    code, out, _ = cli("--show-completion", "bash")
+    assert code == 0 and "_BTACALC_COMPLETE" in out
+
+
+@pytest.mark.parametrize("args, column", [(["compare", "--hw", "wse3,b200"], "fits"),
+                                          (["sweep", "--hw", "wse2", "--vary", "experts=16,64"], "fits")])
+def test_csv_booleans_are_true_false(cli, tmp_path, args, column):
+    path = tmp_path / "out.csv"
+    code, _, err = cli(*args, "--csv", str(path))
+    assert code == 0, err
+    rows = list(csv.DictReader(path.open()))
+    assert rows and {r[column] for r in rows} <= {"true", "false"}
+    assert "True" not in path.read_text() and "False" not in path.read_text()
+
+
+def test_csv_cells_by_hand():
+    from btacalc.output.csvfiles import csv_text
+
+    assert csv_text(["a", "b", "c"], [{"a": True, "b": False, "c": None}]) == "a,b,c\ntrue,false,\n"
+
+
+def test_json_stays_json_under_ascii(monkeypatch):
+    from btacalc.cli import main
+
+    stream = _AsciiStream()
+    monkeypatch.setattr(sys, "stdout", stream)
+    with pytest.raises(SystemExit):
+        main(["plan", "--json"])
+    assert json.loads(stream.text())["plan"]["tokens_per_expert"] > 0
