@@ -6,6 +6,7 @@ from typing import Any
 
 from rich.console import Group
 from rich.table import Table
+from rich.text import Text
 from rich.markup import escape
 
 from ..config.hardware import HardwareProfile, Range
@@ -102,7 +103,7 @@ def models_show_table(spec: ModelSpec, summary: dict[str, Any]) -> Group:
                       c["convention"] + ("" if c["convention"] == "within_0.5%" else f" to {c['precision']:g}"),
                       f"{100 * c['relative']:+.2f}%", "yes" if c["matches"] else "NO")
         pub = spec.published_params or PublishedParams()
-        p.caption = (f"source: {pub.source}" + (f"; active counts {pub.active_counts.replace('_', ' ')}"
+        source = (f"source: {pub.source}" + (f"; active counts {pub.active_counts.replace('_', ' ')}"
                                                   if pub.active is not None else "") + (f". {pub.note}" if pub.note else ""))
-        parts.append(fit(p))
+        parts += [fit(p), Text(source)]
     return Group(*parts)
