@@ -8,7 +8,7 @@ import pytest
 
 from btacalc.errors import BtacalcError
 from btacalc.cli.parsing import parse_values, parse_vary
-from btacalc.planning.validate import calibrate, load_points, validate
+from btacalc.planning.validate import load_points, validate
 from btacalc.config.hardware import resolve_hardware
 
 
@@ -68,16 +68,7 @@ def test_sweep_plot(cli, tmp_path):
 def test_validate_passes_or_documents_gaps():
     results = validate()
     assert all(r.ok_for_ci for r in results), [(r.id, r.status) for r in results]
-    assert sum(r.calibration for r in results) == 1
-
-
-def test_calibrated_factor_comes_from_the_calibration_point_only():
-    # Refit from the single calibration point and compare with the shipped profile value.
-    shipped = resolve_hardware("wse2").calibration.compute_efficiency
-    assert shipped.kind == "calibrated"
-    assert abs(calibrate(iterations=20) - shipped.value) < 0.005
-    cal = [p for p in load_points() if p.calibration]
-    assert len(cal) == 1 and "128 experts" in shipped.note
+    assert all(r.known_gap or r.passed for r in results)
 
 
 def test_validate_cli(cli):

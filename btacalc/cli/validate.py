@@ -25,8 +25,9 @@ def validate(
     output: Optional[Path] = OutputOpt,
     plot_path: Optional[str] = typer.Option(None, "--plot", help=help_text("Predicted vs measured tokens/s, log-log, "
                                             "with the ±10% and ±25% bands (.png/.svg).")),
-    calibrate: bool = typer.Option(False, "--calibrate", help="Refit the WSE-2 compute efficiency on the calibration "
-                                   "point and print it."),
+    calibrate: bool = typer.Option(False, "--calibrate", help="Fit each device family's efficiency factors on the "
+                                   "measured runs marked role=fit (least squares on log error) and write them into the "
+                                   "profiles' calibration sections."),
 ) -> int:
     """Compute every published point (BTA curves, Korthikanti, parameter counts) against its tolerance,
     and predict every measured training run (error = predicted / measured - 1), per role and device family.
@@ -35,12 +36,10 @@ def validate(
     their documented bands; 1 otherwise; 2 on bad input.
     """
     from ..planning.measured import validate_measured
-    from ..planning.validate import calibrate as fit
     from ..planning.validate import validate as run_validation
 
     if calibrate:
-        sys.stdout.write(f"wse2 compute_efficiency = {fit():.4f}\n")
-        return 0
+        return _calibrate()
     outs = outputs(output, as_json, plot_path=plot_path)
     points = run_validation()
     report = validate_measured(measured)
@@ -61,6 +60,21 @@ def validate(
 
     write_outputs(outs, payloads, tables)
     return 0 if all(r.ok_for_ci for r in points) and report.gate.ok else 1
+
+
+def _calibrate() -> int:
+    from ..planning.calibration import calibrate_all, write_fit
+
+    for fit in calibrate_all():
+        paths = write_fit(fit)
+        factors = ", ".join(f"{k} {fit.before[k]:.4g} -> {v:.4g}" for k, v in fit.factors.items())
+        errors = ", ".join(f"{r} {100 * fit.errors_before[r]:+.1f}% -> {100 * fit.errors_after[r]:+.1f}%"
+                           for r in fit.runs)
+        sys.stdout.write(f"{fit.family}: {factors}; fit runs: {errors}; written to "
+                         f"{', '.join(p.name for p in paths)}\n")
+        for run, reason in fit.skipped.items():
+            sys.stdout.write(f"{fit.family}: fit run {run} not used: {reason}\n")
+    return 0
 
 
 def register(app: typer.Typer) -> None:

@@ -21,7 +21,7 @@ def points_table(results: list[PointResult]) -> Group:
     notes = []
     for r in results:
         fmt = (lambda v: f"{v:,.4g}") if abs(r.published) < 1e3 else (lambda v: f"{v:,.0f}")
-        t.add_row(r.id + (" (calibration)" if r.calibration else ""), fmt(r.published),
+        t.add_row(r.id, fmt(r.published),
                   "-" if r.model is None else fmt(r.model), "-" if r.deviation is None else f"{r.deviation:+.3g}",
                   f"±{r.tolerance:g}", f"[{style[r.status]}]{r.status}[/]")
         notes.append(f"[bold]{r.id}[/bold]: {escape(r.claim)} [dim]({escape(r.source)})[/dim]"

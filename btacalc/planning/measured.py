@@ -17,7 +17,7 @@ import json
 import statistics
 import sys
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Any, Callable, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -190,12 +190,13 @@ def express(run: MeasuredRun, family: str = "gpu") -> tuple[Optional[ExecutionRe
     return request, ""
 
 
-def predict(run: MeasuredRun) -> RunResult:
+def predict(run: MeasuredRun, hardware: Callable[[str], HardwareProfile] = resolve_hardware) -> RunResult:
+    """`run` predicted; `hardware` resolves the run's device (calibration passes trial profiles)."""
     carried = {k: v for k, v in (run.model_extra or {}).items()}
     base = dict(id=run.id, role=run.role, model=run.model, hw=run.hw, devices=run.devices, measured=run.measured,
                 known_gap=run.known_gap, carried=carried)
     try:
-        profile = resolve_hardware(run.hw)
+        profile = hardware(run.hw)
         family = device_family(profile)
         model = resolve_model(run.model)
     except BtacalcError as exc:

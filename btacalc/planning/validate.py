@@ -8,7 +8,7 @@ from typing import Any, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..config.execution import BatchLimits, ExecutionRequest
-from ..config.hardware import HardwareProfile, Number, resolve_hardware
+from ..config.hardware import HardwareProfile, resolve_hardware
 from ..config.presets import resolve_model
 from ..paths import package_data
 from .plan import make_plan
@@ -43,7 +43,6 @@ class PublishedPoint(BaseModel):
     tile_batch: Optional[int] = None
     published: float
     tolerance: float
-    calibration: bool = False
     known_gap: str = ""  # the model is known not to reproduce this point: why, and what it would need
     whatif: list[WhatIfSpec] = Field(default_factory=list, description="`btacalc whatif` questions that say what "
                                      "it would take to reach the point (the lower edge of its tolerance)")
@@ -59,7 +58,6 @@ class PointResult(BaseModel):
     deviation: Optional[float]
     tolerance: float
     passed: bool
-    calibration: bool
     known_gap: bool
     note: str = ""
     what_it_takes: list[WhatIfResult] = Field(default_factory=list)
@@ -145,38 +143,13 @@ def validate() -> list[PointResult]:
         v = metric_value(p)
         dev = None if v is None else v - p.published
         ok = dev is not None and abs(dev) <= p.tolerance * (1 + 1e-12)
-        note = "calibration point (fitted)" if p.calibration else p.known_gap
+        note = p.known_gap
         takes = what_it_takes(p)
         if takes:
             note += (f" What it would take to reach {p.metric} {p.published - p.tolerance:g} (btacalc whatif): "
                      + "; ".join(summary_line(r, q.grad_accum) for r, q in zip(takes, p.whatif)) + ".")
         out.append(PointResult(id=p.id, claim=p.claim, source=p.source, metric=p.metric, published=p.published,
                                model=v, deviation=dev, tolerance=p.tolerance, passed=ok,
-                               calibration=p.calibration, known_gap=bool(p.known_gap), note=note,
+                               known_gap=bool(p.known_gap), note=note,
                                what_it_takes=takes))
     return out
-
-
-def calibrate(lo: float = 0.01, hi: float = 1.0, iterations: int = 40) -> float:
-    """Fit the WSE-2 compute efficiency to the single calibration point (bisection).
-
-    relative_to_dense_g1 falls as efficiency rises (faster compute exposes more streaming), so the
-    point fixes the efficiency uniquely.
-    """
-    point = next(p for p in load_points() if p.calibration)
-    base = resolve_hardware(point.hw)
-
-    def value(eff: float) -> float:
-        trial = Number(value=eff, kind="calibrated", source=point.source, note="bisection trial value",
-                       fitted_to=[point.id])
-        hw = base.model_copy(update={"calibration": base.calibration.model_copy(update={"compute_efficiency": trial})})
-        v = metric_value(point, hw)
-        return float("nan") if v is None else v
-
-    for _ in range(iterations):
-        mid = (lo + hi) / 2
-        if value(mid) > point.published:
-            lo = mid
-        else:
-            hi = mid
-    return (lo + hi) / 2

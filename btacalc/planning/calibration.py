@@ -1,0 +1,145 @@
+"""`btacalc validate --calibrate`: fit each device family's named efficiency factors on the measured
+runs marked `role = "fit"`, by least squares on log error, and write them into the profiles.
+
+Which factors a family has, and which profiles share them, is data (btacalc/data/calibration.toml).
+Every `check` run stays a prediction: the fit never sees one.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+from pathlib import Path
+from typing import Callable, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..config.hardware import Calibration, HardwareProfile, Number, builtin_profiles, number_range
+from ..errors import BtacalcError
+from ..paths import data_dir, package_data
+from .measured import MeasuredRun, load_runs, predict
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+MAX_FACTORS = 3
+
+
+class FamilySpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    profiles: list[str] = Field(min_length=1)
+    factors: list[str] = Field(min_length=1, max_length=MAX_FACTORS)
+    note: str = ""
+
+
+class FamilyFit(BaseModel):
+    family: str
+    factors: dict[str, float]
+    before: dict[str, float] = Field(description="the shipped factors")
+    runs: list[str] = Field(description="the fit runs used")
+    skipped: dict[str, str] = Field(default_factory=dict, description="fit runs btacalc cannot express yet, and why")
+    errors_before: dict[str, float]
+    errors_after: dict[str, float]
+    profiles: list[str]
+
+
+def load_families() -> list[FamilySpec]:
+    raw = tomllib.loads(package_data("calibration.toml").read_text(encoding="utf-8"))
+    families = [FamilySpec.model_validate(f) for f in raw["family"]]
+    for f in families:
+        for factor in f.factors:
+            if factor not in Calibration.model_fields:
+                raise BtacalcError(f"calibration.toml: family {f.name}: {factor!r} is not a calibration factor")
+    return families
+
+
+def with_factors(profile: HardwareProfile, factors: dict[str, float], runs: list[str],
+                 source: str = "https://github.com/argonne-lcf/user-guides") -> HardwareProfile:
+    """`profile` with calibration factors set (kind calibrated, fitted on `runs`)."""
+    numbers = {name: Number(value=value, kind="calibrated", source=source, fitted_to=runs,
+                            note=f"fitted by btacalc validate --calibrate (least squares on log error) on the measured "
+                                 f"fit runs {', '.join(runs)}; every check run is a prediction")
+               for name, value in factors.items()}
+    return profile.model_copy(update={"calibration": profile.calibration.model_copy(update=numbers)})
+
+
+def _log_errors(runs: list[MeasuredRun], hardware: Callable[[str], HardwareProfile]) -> dict[str, float]:
+    out = {}
+    for run in runs:
+        result = predict(run, hardware)
+        if result.error is None:
+            raise BtacalcError(f"fit run {run.id} cannot be predicted: {result.reason or 'no measured value'}")
+        out[run.id] = math.log1p(result.error)
+    return out
+
+
+def fit_family(spec: FamilySpec, runs: Optional[list[MeasuredRun]] = None) -> Optional[FamilyFit]:
+    """Least-squares fit of the family's factors on its fit runs (None when it has none)."""
+    from scipy.optimize import least_squares
+
+    profiles = builtin_profiles()
+    candidates = [r for r in (runs if runs is not None else load_runs()) if r.role == "fit" and r.hw in spec.profiles]
+    results = {r.id: predict(r) for r in candidates}
+    skipped = {i: res.reason or "no measured value" for i, res in results.items() if res.error is None}
+    fit_runs = [r for r in candidates if r.id not in skipped]
+    if not fit_runs:
+        return None
+    if len(fit_runs) < len(spec.factors):
+        raise BtacalcError(f"family {spec.name}: {len(spec.factors)} factors need at least as many fit runs "
+                           f"(have {len(fit_runs)})")
+    ids = [r.id for r in fit_runs]
+    before = {f: getattr(profiles[spec.profiles[0]].calibration, f).value for f in spec.factors}
+
+    def hardware_for(values: dict[str, float]) -> Callable[[str], HardwareProfile]:
+        trial = {name: with_factors(profiles[name], values, ids) for name in spec.profiles}
+        return lambda name: trial.get(name) or profiles[name]
+
+    def residuals(x: list[float]) -> list[float]:
+        return list(_log_errors(fit_runs, hardware_for(dict(zip(spec.factors, x)))).values())
+
+    lows, highs = [], []
+    for f in spec.factors:
+        rng = number_range(Calibration, f)
+        lows.append(max(rng.low, 1e-3) if rng else 1e-3)
+        highs.append(rng.high if rng else 1e3)
+    x0 = [min(max(before[f], lo), hi) for f, lo, hi in zip(spec.factors, lows, highs)]
+    solution = least_squares(residuals, x0, bounds=(lows, highs), xtol=1e-10, ftol=1e-12)
+    fitted = {f: float(round(v, 4)) for f, v in zip(spec.factors, solution.x)}
+    return FamilyFit(family=spec.name, factors=fitted, before=before, runs=ids, profiles=spec.profiles, skipped=skipped,
+                     errors_before={k: math.expm1(v) for k, v in _log_errors(fit_runs, hardware_for(before)).items()},
+                     errors_after={k: math.expm1(v) for k, v in _log_errors(fit_runs, hardware_for(fitted)).items()})
+
+
+def calibrate_all() -> list[FamilyFit]:
+    return [fit for spec in load_families() if (fit := fit_family(spec)) is not None]
+
+
+def _number_block(name: str, number: Number) -> str:
+    lines = [f"[calibration.{name}]", f"value = {number.value!r}", f'kind = "{number.kind}"',
+             f'source = "{number.source}"', f'note = "{number.note}"',
+             "fitted_to = [" + ", ".join(f'"{r}"' for r in number.fitted_to) + "]"]
+    return "\n".join(lines) + "\n"
+
+
+def write_fit(fit: FamilyFit, folder: Optional[Path] = None) -> list[Path]:
+    """Write the fitted factors into the family's profile files (the `[calibration.NAME]` tables)."""
+    folder = folder or data_dir("hardware_profiles")
+    written = []
+    for name in fit.profiles:
+        path = folder / f"{name}.toml"
+        text = path.read_text(encoding="utf-8")
+        profile = with_factors(builtin_profiles()[name], fit.factors, fit.runs)
+        for factor in fit.factors:
+            block = _number_block(factor, getattr(profile.calibration, factor))
+            header = re.compile(rf"^\[calibration\.{factor}\]\n(?:(?!\[).*\n?)*", re.M)
+            if header.search(text):
+                text = header.sub(lambda _: block + "\n", text, count=1)
+            else:
+                text = text.rstrip() + "\n\n" + block
+        path.write_text(text.rstrip() + "\n", encoding="utf-8")
+        written.append(path)
+    return written
