@@ -14,17 +14,18 @@ from btacalc.catalogue.terms import load_catalogue
 from btacalc.vocabulary import FEATURES
 from btacalc.catalogue.symbols import SYMBOLS
 
-s, b, G, h, a, a_kv, d_h, E, k, f, L, V, beta, P = (SYMBOLS[n] for n in
-    ("s", "b", "G", "h", "a", "a_kv", "d_h", "E", "k", "f", "L", "V", "beta", "P"))
+s, b, G, h, a, a_kv, d_h, E, k, f, L, V, beta, P, t = (SYMBOLS[n] for n in
+    ("s", "b", "G", "h", "a", "a_kv", "d_h", "E", "k", "f", "L", "V", "beta", "P", "t"))
 
 GPT = {"norm": "layernorm", "mlp": "gelu", "moe": False, "dropout": True, "qkv_bias": True, "linear_bias": True,
        "qk_norm": "none", "position_embedding": "learned", "tied_embeddings": True, "softmax_fp32": False,
-       "attention": "eager", "causal": False, "loss": "stored", "accounting": "ideal", "optimizer": "adam"}
+       "attention": "eager", "causal": False, "loss": "stored", "accounting": "ideal", "optimizer": "adam",
+       "sequence_parallel": False, "main_grads": "param"}
 QWEN3_MOE = {**GPT, "norm": "rmsnorm", "mlp": "swiglu", "moe": True, "dropout": False, "qkv_bias": False,
              "linear_bias": False, "qk_norm": "head", "position_embedding": "rope", "tied_embeddings": False,
              "softmax_fp32": True, "loss": "fused"}
-# MHA, f = 4h, 16-bit, one tile
-GPT_SUBS = {a_kv: a, d_h: h / a, f: 4 * h, beta: 2, G: 1}
+# MHA, f = 4h, 16-bit, one tile, no tensor parallelism (t = 1: Korthikanti eq. 1)
+GPT_SUBS = {a_kv: a, d_h: h / a, f: 4 * h, beta: 2, G: 1, t: 1}
 
 
 def layer_sum(features: dict, recompute: str, quantity: str) -> sp.Expr:
@@ -112,16 +113,24 @@ def test_6PD_for_the_weight_matmuls():
     for p in sel.phases("layer"):
         if p.name in ("attn_scores", "attn_pv") or sel.expression(p, "flops_fwd") == 0:
             continue
-        weights = sp.Add(*[t.sym for t in sel.terms(p, "params") if "bias" not in t.tensor])
+        # per device: the FLOPs of a tensor-parallel shard against the weights of that shard
+        weights = sp.Add(*[sel.per_device(p, term) for term in sel.terms(p, "params") if "bias" not in term.tensor])
         total = sel.expression(p, "flops_fwd") + sel.expression(p, "flops_bwd")
         assert is_zero(total - 6 * weights * tokens), p.name
 
 
 def test_mixed_precision_adam_is_16_bytes_per_param():
-    expr = state_expression({"optimizer": "adam"}).subs(beta, 2)
+    expr = state_expression({"optimizer": "adam", "main_grads": "param"}).subs(beta, 2)
     assert sp.simplify(expr - 16 * P) == 0
-    sgd = state_expression({"optimizer": "sgd"}).subs(beta, 2)
+    sgd = state_expression({"optimizer": "sgd", "main_grads": "param"}).subs(beta, 2)
     assert sp.simplify(sgd - 12 * P) == 0  # 2 + 2 + 8 (fp32 copy + momentum), Transformer Math 101
+
+
+def test_megatron_bf16_with_fp32_main_grads_is_18_bytes_per_param():
+    # Megatron-LM docs/user-guide/features/dist_optimizer.md: bf16 params with fp32 grads, no distributed
+    # optimizer: 2 (bf16 weight) + 4 (fp32 main grad) + 4 (fp32 main param) + 4 + 4 (Adam m, v) = 18
+    expr = state_expression({"optimizer": "adam", "main_grads": "fp32"}).subs(beta, 2)
+    assert sp.simplify(expr - 18 * P) == 0
 
 
 def test_flash_removes_the_s2_terms():

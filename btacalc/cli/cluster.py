@@ -9,7 +9,7 @@ import typer
 
 from ..errors import BtacalcError
 from .options import (Attention, AttentionOpt, GpusPerNodeOpt, GradAccumOpt, MemoryModelChoice, MemoryModelOpt,
-                      ModelOpt, OutputOpt, OverlapA2aOpt, OverlapOpt, Recompute, RecomputeOpt, SeqOpt, emit_result,
+                      ModelOpt, OutputOpt, OverlapA2aOpt, OverlapOpt, RecomputeOpt, SeqOpt, emit_result,
                       value)
 
 HW_LIST_DEFAULT = "wse2,wse3,a100-80gb,b200"
@@ -44,7 +44,7 @@ def compare(
     overlap_a2a: bool = OverlapA2aOpt,
     grad_accum: int = GradAccumOpt,
     seq: Optional[int] = SeqOpt,
-    recompute: Optional[Recompute] = RecomputeOpt,
+    recompute: Optional[str] = RecomputeOpt,
     attention: Optional[Attention] = AttentionOpt,
     memory_model: Optional[MemoryModelChoice] = MemoryModelOpt,
     overlap: bool = OverlapOpt,
@@ -68,7 +68,7 @@ def compare(
     counts = None if devices.strip() == "auto" else parse_values(devices, "--devices")
     if memory_model == MemoryModelChoice.weight_streaming and any(p.family == "gpu" for p in profiles):
         raise BtacalcError("{memory_model} weight_streaming is modelled for wafer-scale profiles only")
-    request = ExecutionRequest(seq_len=seq, recompute=value(recompute), attention=value(attention),
+    request = ExecutionRequest(seq_len=seq, recompute=recompute, attention=value(attention),
                                memory_model=value(memory_model), overlap_streaming=overlap, expert_parallel=ep,
                                zero_stage=zero, devices_per_node=gpus_per_node, overlap_all_to_all=overlap_a2a,
                                micro_batches=grad_accum)

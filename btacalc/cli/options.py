@@ -10,7 +10,7 @@ from typing import Any, Callable, Optional
 
 import typer
 
-from ..vocabulary import FEATURES, RECOMPUTE_POLICIES
+from ..vocabulary import FEATURES, RECOMPUTE_MODULES
 from .console import out
 
 # Library parameter name -> the flag a user types (names not listed map to --name-with-dashes).
@@ -35,7 +35,6 @@ def _choices(name: str, values: Any) -> Any:
 
 
 # Allowed values come from the formula catalogue's features and the run options.
-Recompute = _choices("Recompute", RECOMPUTE_POLICIES)
 Attention = _choices("Attention", FEATURES["attention"])
 Loss = _choices("Loss", FEATURES["loss"])
 Accounting = _choices("Accounting", FEATURES["accounting"])
@@ -49,7 +48,9 @@ def value(choice: Optional[Enum]) -> Optional[str]:
 ModelOpt = typer.Option("qwen3-30b-a3b", "--model", "-m", help="Preset name or path to a Hugging Face config.json.")
 HwOpt = typer.Option("wse3", "--hw", help="Hardware profile name (btacalc hw list) or path to a profile .toml.")
 SeqOpt = typer.Option(None, "--seq", min=1, help="Sequence length s [default: 4096, Qwen3 pre-training].")
-RecomputeOpt = typer.Option(None, "--recompute", help="Activation recomputation [default: per device].")
+RECOMPUTE_HELP = ("Activation recomputation: none, selective, full, or Megatron recompute modules, comma-separated ("
+                  + ", ".join(RECOMPUTE_MODULES) + ")")
+RecomputeOpt = typer.Option(None, "--recompute", help=RECOMPUTE_HELP + " [default: per device].")
 AttentionOpt = typer.Option(None, "--attention", help="eager (materialised s² scores) or flash [default: per device].")
 CausalOpt = typer.Option(False, "--causal/--full-scores", help="Count only the causal half of the s² matmuls.")
 LossOpt = typer.Option(None, "--loss", help="fused: logits one sequence at a time; stored: Korthikanti's 4sbv fp32 "

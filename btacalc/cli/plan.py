@@ -13,7 +13,7 @@ from ..errors import BtacalcError
 from .console import err, out
 from .options import (Accounting, AccountingOpt, Attention, AttentionOpt, CausalOpt, DevicesOpt, EpOpt, ExpertFfnOpt,
                       ExpertsOpt, FixedActiveOpt, GpusPerNodeOpt, GradAccumOpt, HwOpt, Loss, LossOpt, MemoryModelChoice,
-                      MemoryModelOpt, ModelOpt, OutputOpt, OverlapA2aOpt, OverlapOpt, Recompute, RecomputeOpt, SeqOpt,
+                      MemoryModelOpt, ModelOpt, OutputOpt, OverlapA2aOpt, OverlapOpt, RecomputeOpt, SeqOpt,
                       TopKOpt, ZeroOpt, emit_json, emit_result, value)
 
 PLAN_EXAMPLES = ("Examples:\n\n"
@@ -44,7 +44,7 @@ def plan(
     top_k: Optional[int] = TopKOpt,
     expert_ffn: Optional[int] = ExpertFfnOpt,
     fixed_active: bool = FixedActiveOpt,
-    recompute: Optional[Recompute] = RecomputeOpt,
+    recompute: Optional[str] = RecomputeOpt,
     attention: Optional[Attention] = AttentionOpt,
     causal: bool = CausalOpt,
     loss: Optional[Loss] = LossOpt,
@@ -77,7 +77,7 @@ def plan(
         return 0
     spec = resolve_model(model).with_overrides(experts, top_k, expert_ffn, fixed_active)
     request = ExecutionRequest(
-        seq_len=seq, recompute=value(recompute), attention=value(attention), causal=causal, loss=value(loss),
+        seq_len=seq, recompute=recompute, attention=value(attention), causal=causal, loss=value(loss),
         accounting=accounting.value, memory_model=value(memory_model), overlap_streaming=overlap,
         devices=devices, expert_parallel=ep, zero_stage=zero, devices_per_node=gpus_per_node,
         overlap_all_to_all=overlap_a2a, micro_batches=grad_accum,
@@ -99,7 +99,7 @@ def sweep(
                                    "max-global-batch, max-tile-batch, devices, grad-accum."),
     fixed_active: bool = FixedActiveOpt,
     seq: Optional[int] = SeqOpt,
-    recompute: Optional[Recompute] = RecomputeOpt,
+    recompute: Optional[str] = RecomputeOpt,
     attention: Optional[Attention] = AttentionOpt,
     causal: bool = CausalOpt,
     loss: Optional[Loss] = LossOpt,
@@ -132,7 +132,7 @@ def sweep(
     if fixed_active and "top-k" not in grid:
         raise BtacalcError("{fixed_active} needs --vary top-k=...")
     request = ExecutionRequest(
-        seq_len=seq, recompute=value(recompute), attention=value(attention), causal=causal, loss=value(loss),
+        seq_len=seq, recompute=recompute, attention=value(attention), causal=causal, loss=value(loss),
         accounting=accounting.value, overlap_streaming=overlap, devices=devices, expert_parallel=ep,
         zero_stage=zero, devices_per_node=gpus_per_node, overlap_all_to_all=overlap_a2a, micro_batches=grad_accum)
     total = 1

@@ -85,7 +85,10 @@ def _phase_times(problem: Problem, ev: Evaluation) -> _PhaseTimes:
             # a device holds E/EP experts: only their weights are read (tokens routed to it are counted
             # by the catalogue already: uniform routing gives each device T*k token-expert pairs)
             moved = moved - beta * v("params") * (1 - 1 / ep)
-        traffic = moved * (1 + passes.backward_traffic_factor + passes.recompute_passes * recomputed(pv, phase.name))
+        moved_bwd = v("bytes_moved_bwd")
+        if phase.param_bucket == "routed" and ep > 1:
+            moved_bwd = moved_bwd - passes.backward_traffic_factor * beta * v("params") * (1 - 1 / ep)
+        traffic = moved * (1 + recomputed(pv, phase.name)) + moved_bwd
         t_cmp = np.maximum(flops / peak, traffic / act_bw)
         out.backward_compute = out.backward_compute + n * v("flops_bwd") / peak
         if streaming:
