@@ -101,6 +101,8 @@ BASE_QUANTITIES = (
     "a2a_bytes",
     "tp_in_bytes",
     "tp_out_bytes",
+    "cp_bytes",
+    "pp_bytes",
     "bytes_moved_bwd",
     "state",
 )
@@ -121,6 +123,8 @@ QUANTITY_UNITS = {
     "a2a_bytes": "bytes",
     "tp_in_bytes": "bytes",
     "tp_out_bytes": "bytes",
+    "cp_bytes": "bytes",
+    "pp_bytes": "bytes",
     "bytes_moved_bwd": "bytes",
     "recompute_bytes": "bytes",
     "reruns": "passes",

@@ -6,8 +6,8 @@ from btacalc.errors import BtacalcError
 from btacalc.config.hardware import builtin_profiles, parse_profile, resolve_hardware
 
 
-def test_the_five_profiles_ship():
-    assert set(builtin_profiles()) == {"wse2", "wse3", "a100-40gb", "a100-80gb", "b200"}
+def test_the_profiles_ship():
+    assert set(builtin_profiles()) == {"wse2", "wse3", "a100-40gb", "a100-80gb", "b200", "h100", "h200", "gb200"}
 
 
 @pytest.mark.parametrize("name", ["wse2", "wse3", "a100-40gb", "a100-80gb", "b200"])

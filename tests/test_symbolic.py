@@ -183,3 +183,77 @@ def test_selection_needs_every_feature(feature):
     feats.pop(feature)
     with pytest.raises(ValueError):
         Selection.make(feats, "none")
+
+
+# --- tensor and sequence parallelism: Korthikanti et al. 2022 §4.2 ---------------------------------
+
+GPT_TP_SUBS = {a_kv: a, d_h: h / a, f: 4 * h, beta: 2, G: 1}  # t stays a symbol
+
+
+def _gpt(sequence_parallel: bool) -> dict:
+    return {**GPT, "sequence_parallel": sequence_parallel}
+
+
+def test_korthikanti_eq2_tensor_parallel_without_sp():
+    # eq. 2: sbh(10 + 24/t + 5as/(ht)) per layer: norms, QKV and MLP inputs and dropout masks replicated
+    stored = layer_sum(_gpt(False), "none", "stored").subs(GPT_TP_SUBS)
+    assert is_zero(stored - s * b * h * (10 + 24 / t + 5 * a * s / (h * t)))
+
+
+def test_korthikanti_eq4_tensor_and_sequence_parallel():
+    # eq. 4 (per layer): (sbh/t)(34 + 5as/h): sequence parallelism splits the replicated 10sbh too
+    stored = layer_sum(_gpt(True), "none", "stored").subs(GPT_TP_SUBS)
+    assert is_zero(stored - s * b * h / t * (34 + 5 * a * s / h))
+
+
+def test_korthikanti_selective_with_tp_and_sp():
+    # §5: selective recomputation keeps sbh(10 + 24/t) (TP) and 34sbh/t (TP + SP)
+    assert is_zero(layer_sum(_gpt(False), "selective", "stored").subs(GPT_TP_SUBS) - s * b * h * (10 + 24 / t))
+    assert is_zero(layer_sum(_gpt(True), "selective", "stored").subs(GPT_TP_SUBS) - 34 * s * b * h / t)
+
+
+def test_full_recompute_keeps_the_layer_input_split_by_sp():
+    assert is_zero(layer_sum(_gpt(False), "full", "stored").subs(GPT_TP_SUBS) - 2 * s * b * h)
+    assert is_zero(layer_sum(_gpt(True), "full", "stored").subs(GPT_TP_SUBS) - 2 * s * b * h / t)
+
+
+def test_korthikanti_outside_layers_with_sp():
+    # §4.3: embedding dropout sbh/t; final norm input, output-layer input and fp32 logits (4sbh/t)(1 + v/h)
+    sel = Selection.make(_gpt(True), "none")
+    parts = {p.name: sel.expression(p, "stored").subs(GPT_TP_SUBS) for p in sel.phases("model")}
+    assert is_zero(parts["embedding"] - s * b * h / t)
+    head = parts["final_norm"] + parts["lm_head"] + parts["loss"]
+    assert is_zero(head - 4 * s * b * h / t * (1 + V / h))
+
+
+def test_megatron_recompute_modules_drop_their_tensors():
+    # Megatron-Core recompute_modules: mlp drops the GeLU input and output (16sbh/t), layernorm the two norm
+    # outputs that feed the QKV projection and the MLP (2sbh/t + 2sbh/t), core_attn the s^2 core
+    base = layer_sum(_gpt(True), "none", "stored").subs(GPT_TP_SUBS)
+    mlp = layer_sum(_gpt(True), "mlp", "stored").subs(GPT_TP_SUBS)
+    norms = layer_sum(_gpt(True), "layernorm", "stored").subs(GPT_TP_SUBS)
+    assert is_zero(base - mlp - 16 * s * b * h / t)
+    assert is_zero(base - norms - 4 * s * b * h / t)
+    both = layer_sum(_gpt(True), "core_attn,layernorm,mlp", "stored").subs(GPT_TP_SUBS)
+    assert is_zero(both - (34 - 16 - 4) * s * b * h / t)
+
+
+def test_moe_recompute_contains_moe_act():
+    moe = dict(QWEN3_MOE, sequence_parallel=False, main_grads="param")
+    one_rank = {t: 1, SYMBOLS["t_e"]: 1}
+    none = layer_sum(moe, "none", "stored").subs(one_rank)
+    # moe_act drops SiLU(gate)*up, the down-projection input (beta k s G b f)
+    assert is_zero((none - layer_sum(moe, "moe_act", "stored").subs(one_rank)) - beta * k * s * G * b * f)
+    # moe recomputes the whole MoE layer (moe_act inside it): router probabilities and top-k (fp32 + int64),
+    # the gathered copies, the expert intermediates and the expert outputs; its input (the norm output) stays
+    dropped = 4 * s * G * b * E + 12 * s * G * b * k + 2 * beta * k * s * G * b * h + 3 * beta * k * s * G * b * f
+    assert is_zero((none - layer_sum(moe, "moe", "stored").subs(one_rank)) - dropped)
+    assert is_zero(layer_sum(moe, "moe,moe_act", "stored") - layer_sum(moe, "moe", "stored"))
+
+
+def test_tp_split_is_per_term_data():
+    from btacalc.vocabulary import TP_CLASSES
+
+    for phase in load_catalogue():
+        for term in phase.terms:
+            assert phase.tp_class(term) in TP_CLASSES, (phase.name, term.expr)

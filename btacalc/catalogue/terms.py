@@ -135,6 +135,9 @@ class Phase(BaseModel):
         "(when the policy drops a tensor of that module)")
     routed_load: bool = Field(False, description="the phase works on the routed token copies a device receives: "
                               "the busiest expert-parallel rank holds --routing-imbalance times the mean")
+    pipeline_stage: Literal["first", "last"] = Field(
+        "first", description="parts outside the layers (scope model): the pipeline stage holding them (the "
+        "embedding on the first, the final norm, LM head and loss on the last)")
     term: list[Term] = []
 
     @field_validator("when")

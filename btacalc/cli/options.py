@@ -22,6 +22,12 @@ FLAGS = {
     "devices_per_node": "--gpus-per-node",
     "overlap_all_to_all": "--overlap-a2a",
     "hardware": "--hw",
+    "tensor_parallel": "--tp",
+    "pipeline_parallel": "--pp",
+    "virtual_pipeline": "--vp",
+    "context_parallel": "--cp",
+    "expert_tensor_parallel": "--etp",
+    "gradient_bytes": "--grad-bytes",
 }
 
 
@@ -70,10 +76,50 @@ ZeroOpt = typer.Option(None, "--zero", min=0, max=3, help="ZeRO stage 0-3 [defau
 GpusPerNodeOpt = typer.Option(None, "--gpus-per-node", min=1, help="Devices per NVLink domain [default: the profile's].")
 OverlapA2aOpt = typer.Option(False, "--overlap-a2a/--no-overlap-a2a", help="Hide the all-to-all behind expert compute "
                              "(chunked) or not.")
-GradAccumOpt = typer.Option(1, "--grad-accum", min=1, help="Gradient accumulation: M micro-batches of G·b per optimizer "
-                            "step (the gradient sync runs once per step).")
+GradAccumOpt = typer.Option(None, "--grad-accum", min=1, help="Gradient accumulation: M micro-batches of G·b per "
+                            "optimizer step (the gradient sync runs once per step) [default: 1, or global batch / "
+                            "(DP x micro batch)].")
+GlobalBatchOpt = typer.Option(None, "--global-batch", min=1, help="Sequences per optimizer step over all data-parallel "
+                              "ranks (Megatron's --global-batch-size): with --micro-batch it sets M = N/(DP·micro "
+                              "batch), alone it fixes G·b = N/(DP·M).")
+MicroBatchOpt = typer.Option(None, "--micro-batch", min=1, help="Sequences per micro-batch per data-parallel rank "
+                             "(Megatron's --micro-batch-size): fixes G·b.")
+TpOpt = typer.Option(None, "--tp", min=1, help="Tensor-parallel size (Megatron --tensor-model-parallel-size).")
+SpOpt = typer.Option(None, "--sequence-parallel/--no-sequence-parallel", help="Sequence parallelism with TP "
+                     "[default: on when --tp > 1].")
+PpOpt = typer.Option(None, "--pp", min=1, help="Pipeline-parallel size (--pipeline-model-parallel-size).")
+VpOpt = typer.Option(None, "--vp", min=1, help="Interleaved model chunks per pipeline stage (virtual pipeline).")
+CpOpt = typer.Option(None, "--cp", min=1, help="Context-parallel size (ring attention over sequence chunks).")
+EtpOpt = typer.Option(None, "--etp", min=1, help="Expert tensor-parallel size [default: --tp, as Megatron-Core].")
+FsdpOpt = typer.Option(False, "--fsdp", help="Fully sharded data parallel (ZeRO-3 state; weights gathered every "
+                       "micro-batch).")
+GradBytesOpt = typer.Option(None, "--grad-bytes", min=2, max=4, help="Bytes per gradient: 4 (fp32 main gradients, "
+                            "Megatron's default with bf16) or 2 [default: 4 on GPUs].")
+RoutingOpt = typer.Option(1.0, "--routing-imbalance", min=1.0, help="Busiest expert's routed tokens over the mean "
+                          "(1.0: balanced, as forced-balance benchmarks).")
+OverlapGradOpt = typer.Option(None, "--overlap-grad-reduce/--no-overlap-grad-reduce", help="Hide the data-parallel "
+                              "gradient reduction behind the backward pass [default: off, Megatron-Core].")
+OverlapParamOpt = typer.Option(None, "--overlap-param-gather/--no-overlap-param-gather", help="Hide the distributed "
+                               "optimizer's weight all-gather behind the forward pass [default: off, Megatron-Core].")
+TpOverlapOpt = typer.Option(None, "--tp-comm-overlap/--no-tp-comm-overlap", help="Hide tensor-parallel collectives "
+                            "behind the GEMMs [default: off, Megatron-Core].")
+OverlapP2pOpt = typer.Option(None, "--overlap-p2p/--no-overlap-p2p", help="Hide pipeline sends behind compute "
+                             "[default: on with --vp > 1, as Megatron-LM].")
 JsonOpt = typer.Option(False, "--json", help="Print the result as JSON on stdout.")
 OutputOpt = typer.Option(None, "--output", "-o", help="Write the JSON to this file (atomically).")
+
+
+def layout_fields(tp: Optional[int], sp: Optional[bool], pp: Optional[int], vp: Optional[int], cp: Optional[int],
+                  etp: Optional[int], fsdp: bool,
+                  grad_bytes: Optional[int], routing: float, overlaps: tuple[Optional[bool], ...]) -> dict[str, Any]:
+    """ExecutionRequest fields of the Megatron layout options (overlaps: grad reduce, param gather, TP, p2p)."""
+    from ..config.execution import OverlapRequest
+
+    grad, param, tp_comm, p2p = overlaps
+    return {"tensor_parallel": tp, "sequence_parallel": sp, "pipeline_parallel": pp, "virtual_pipeline": vp,
+            "context_parallel": cp, "expert_tensor_parallel": etp, "fsdp": fsdp, "gradient_bytes": grad_bytes,
+            "routing_imbalance": routing,
+            "overlaps": OverlapRequest(grad_reduce=grad, param_gather=param, tp_comm=tp_comm, p2p=p2p)}
 
 
 def emit_json(payload: str, as_json: bool, output: Optional[Path]) -> None:

@@ -5,16 +5,18 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
 from ..errors import BtacalcError
 from .console import err, out
-from .options import (Accounting, AccountingOpt, Attention, AttentionOpt, CausalOpt, DevicesOpt, EpOpt, ExpertFfnOpt,
-                      ExpertsOpt, FixedActiveOpt, GpusPerNodeOpt, GradAccumOpt, HwOpt, Loss, LossOpt, MemoryModelChoice,
-                      MemoryModelOpt, ModelOpt, OutputOpt, OverlapA2aOpt, OverlapOpt, RecomputeOpt, SeqOpt,
-                      TopKOpt, ZeroOpt, emit_json, emit_result, value)
+from .options import (Accounting, AccountingOpt, Attention, AttentionOpt, CausalOpt, CpOpt, DevicesOpt, EpOpt, EtpOpt,
+                      ExpertFfnOpt, ExpertsOpt, FixedActiveOpt, FsdpOpt, GlobalBatchOpt, GpusPerNodeOpt, GradAccumOpt,
+                      GradBytesOpt, HwOpt, Loss, LossOpt, MemoryModelChoice, MemoryModelOpt, MicroBatchOpt, ModelOpt,
+                      OutputOpt, OverlapA2aOpt, OverlapGradOpt, OverlapOpt, OverlapP2pOpt, OverlapParamOpt, PpOpt,
+                      RecomputeOpt, RoutingOpt, SeqOpt, SpOpt, TopKOpt, TpOpt, TpOverlapOpt, VpOpt, ZeroOpt, emit_json,
+                      emit_result, layout_fields, value)
 
 PLAN_EXAMPLES = ("Examples:\n\n"
                  "  btacalc plan --model qwen3-30b-a3b --hw wse3\n\n"
@@ -22,7 +24,11 @@ PLAN_EXAMPLES = ("Examples:\n\n"
                  "  btacalc plan --model gpt3-175b --hw a100-80gb --seq 2048 --tiles 1 --tile-batch 1 --recompute none "
                  "--attention eager\n\n"
                  "  btacalc plan --model ./config.json --hw b200 --global-batch 64 --output plan.json\n\n"
-                 "  btacalc plan --hw a100-80gb --devices 64 --ep 8 --zero 1")
+                 "  btacalc plan --hw a100-80gb --devices 64 --ep 8 --zero 1\n\n"
+                 "  btacalc plan --model gpt3-175b --hw h100 --devices 128 --tp 4 --pp 8 --vp 6 --global-batch 256 "
+                 "--micro-batch 1 --seq 2048\n\n"
+                 "  btacalc plan --hw h100 --devices 256 --search\n\n"
+                 "  btacalc plan --hw h100 --devices 64 --tp 2 --pp 4 --emit megatron")
 SWEEP_EXAMPLES = ("Examples:\n\n"
                   "  btacalc sweep --model qwen3-30b-a3b --hw wse2 --vary experts=16,32,64,128\n\n"
                   "  btacalc sweep --hw wse2 --vary top-k=1,2,4,8 --fixed-active --plot topk.png\n\n"
@@ -34,7 +40,8 @@ def plan(
     model: str = ModelOpt,
     hw: str = HwOpt,
     seq: Optional[int] = SeqOpt,
-    global_batch: Optional[int] = typer.Option(None, "--global-batch", min=1, help="Fix G·b = N; G must divide N."),
+    global_batch: Optional[int] = GlobalBatchOpt,
+    micro_batch: Optional[int] = MicroBatchOpt,
     tiles: Optional[int] = typer.Option(None, "--tiles", min=1, help="Fix the number of attention tiles G."),
     tile_batch: Optional[int] = typer.Option(None, "--tile-batch", min=1, help="Fix the tile batch b."),
     max_global_batch: Optional[int] = typer.Option(None, "--max-global-batch", min=1, help="Cap G·b (convergence)."),
@@ -56,7 +63,24 @@ def plan(
     zero: Optional[int] = ZeroOpt,
     gpus_per_node: Optional[int] = GpusPerNodeOpt,
     overlap_a2a: bool = OverlapA2aOpt,
-    grad_accum: int = GradAccumOpt,
+    grad_accum: Optional[int] = GradAccumOpt,
+    tp: Optional[int] = TpOpt,
+    sequence_parallel: Optional[bool] = SpOpt,
+    pp: Optional[int] = PpOpt,
+    vp: Optional[int] = VpOpt,
+    cp: Optional[int] = CpOpt,
+    etp: Optional[int] = EtpOpt,
+    fsdp: bool = FsdpOpt,
+    grad_bytes: Optional[int] = GradBytesOpt,
+    routing_imbalance: float = RoutingOpt,
+    overlap_grad_reduce: Optional[bool] = OverlapGradOpt,
+    overlap_param_gather: Optional[bool] = OverlapParamOpt,
+    tp_comm_overlap: Optional[bool] = TpOverlapOpt,
+    overlap_p2p: Optional[bool] = OverlapP2pOpt,
+    search: bool = typer.Option(False, "--search", help="Search the fastest layout that fits (TP, PP, VP, CP, EP, "
+                                "ETP, micro-batch, recompute) on --devices GPUs; the given values fix that dimension."),
+    emit: Optional[str] = typer.Option(None, "--emit", help="megatron: print the Megatron-LM / Megatron-Bridge "
+                                       "arguments of the plan instead of the tables."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON on stdout."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the plan JSON to this file (atomically)."),
     schema: bool = typer.Option(False, "--schema", help="Print the JSON schema of the plan and exit."),
@@ -76,19 +100,46 @@ def plan(
         sys.stdout.write(json.dumps(PlanReport.model_json_schema(), indent=2) + "\n")
         return 0
     spec = resolve_model(model).with_overrides(experts, top_k, expert_ffn, fixed_active)
+    if emit not in (None, "megatron"):
+        raise BtacalcError(f"{{emit}}: unknown format {emit!r} (known: megatron)")
     request = ExecutionRequest(
         seq_len=seq, recompute=recompute, attention=value(attention), causal=causal, loss=value(loss),
         accounting=accounting.value, memory_model=value(memory_model), overlap_streaming=overlap,
         devices=devices, expert_parallel=ep, zero_stage=zero, devices_per_node=gpus_per_node,
         overlap_all_to_all=overlap_a2a, micro_batches=grad_accum,
-        limits=BatchLimits(global_batch, tiles, tile_batch, max_global_batch, max_tile_batch))
-    report = make_plan(spec, resolve_hardware(hw), request)
+        limits=BatchLimits(global_batch, tiles, tile_batch, max_global_batch, max_tile_batch, micro_batch),
+        **layout_fields(tp, sequence_parallel, pp, vp, cp, etp, fsdp, grad_bytes, routing_imbalance,
+                        (overlap_grad_reduce, overlap_param_gather, tp_comm_overlap, overlap_p2p)))
+    profile = resolve_hardware(hw)
+    if search:
+        return _search(spec, profile, request, as_json, output, emit)
+    report = make_plan(spec, profile, request)
     emit_json(report.model_dump_json(indent=2), as_json, output)
-    if not as_json:
+    if emit == "megatron" and not as_json:
+        from ..output.megatron import megatron_arguments
+
+        out.print(megatron_arguments(report), highlight=False, markup=False, soft_wrap=True)
+    elif not as_json:
         from ..output.tables import plan_renderable
 
         out.print(plan_renderable(report))
     return 0 if report.plan.fits else 1
+
+
+def _search(spec: Any, profile: Any, request: Any, as_json: bool, output: Optional[Path], emit: Optional[str]) -> int:
+    from ..planning.search import search_layouts
+
+    result = search_layouts(spec, profile, request)
+    emit_json(result.model_dump_json(indent=2), as_json, output)
+    if emit == "megatron" and not as_json and result.best is not None:
+        from ..output.megatron import megatron_arguments
+
+        out.print(megatron_arguments(result.best), highlight=False, markup=False, soft_wrap=True)
+    elif not as_json:
+        from ..output.search_tables import search_renderable
+
+        out.print(search_renderable(result))
+    return 0 if result.best is not None and result.best.plan.fits else 1
 
 
 def sweep(

@@ -311,11 +311,12 @@ class ExecutionRequest:
     overlap_all_to_all: bool = False
     micro_batches: Optional[int] = None  # gradient accumulation M (None: 1, or N / (DP·micro batch))
     limits: BatchLimits = field(default_factory=BatchLimits)
-    tensor_parallel: int = 1
+    # None: 1 in a plan; free in a layout search (btacalc.planning.search)
+    tensor_parallel: Optional[int] = None
     sequence_parallel: Optional[bool] = None
-    pipeline_parallel: int = 1
-    virtual_pipeline: int = 1
-    context_parallel: int = 1
+    pipeline_parallel: Optional[int] = None
+    virtual_pipeline: Optional[int] = None
+    context_parallel: Optional[int] = None
     expert_tensor_parallel: Optional[int] = None
     fsdp: bool = False
     gradient_bytes: Optional[int] = None
@@ -377,7 +378,7 @@ def resolve_execution(request: ExecutionRequest, model: "ModelSpec", profile: "H
         accounting=request.accounting,  # type: ignore[arg-type]  # validated by the CLI choices / catalogue
         memory_model=chosen.pick("memory_model", request.memory_model, "auto", REASONS["memory_model"]),
         overlap_streaming=request.overlap_streaming,
-        gradient_bytes=chosen.pick("gradient_bytes", request.gradient_bytes, 2,
+        gradient_bytes=chosen.pick("gradient_bytes", request.gradient_bytes, 4 if gpu else 2,
                                    REASONS["gradient_bytes_gpu" if gpu else "gradient_bytes_wse"]),
         routing_imbalance=request.routing_imbalance,
     )
@@ -400,20 +401,10 @@ def _check_run(run: RunOptions) -> None:
 
 def _resolve_layout(request: ExecutionRequest, model: "ModelSpec", profile: "HardwareProfile",
                     chosen: _Defaults) -> Layout:
-    devices, tp, pp = request.devices, request.tensor_parallel, request.pipeline_parallel
-    etp = request.expert_tensor_parallel
-    if etp is None:
-        etp = tp if model.is_moe else 1
-        if model.is_moe and tp > 1:
-            chosen.reasons["expert_tensor_parallel"] = REASONS["expert_tensor_parallel"]
-    ep = request.expert_parallel
-    if ep is None:
-        ranks = devices // (etp * pp) if devices % (etp * pp) == 0 else 1
-        ep = auto_expert_parallel(ranks, model.num_experts)
-        if devices > 1:
-            over = "devices" if etp * pp == 1 else "devices / (ETP·PP)"
-            chosen.reasons["expert_parallel"] = (f"gcd({over}, E) = {ep}: experts split as far as the device count "
-                                                 "allows")
+    devices = request.devices
+    sizes = _model_parallel_sizes(request, chosen)
+    tp, pp = sizes["tensor_parallel"], sizes["pipeline_parallel"]
+    ep, etp = _expert_sizes(request, model, chosen, tp, pp)
     zero = request.zero_stage
     if zero is None:
         zero = 3 if request.fsdp else (1 if devices > 1 else 0)
@@ -427,14 +418,44 @@ def _resolve_layout(request: ExecutionRequest, model: "ModelSpec", profile: "Har
         sp = chosen.pick("sequence_parallel", request.sequence_parallel, True, REASONS["sequence_parallel"])
     return Layout(devices=devices, expert_parallel=ep, zero_stage=zero, devices_per_node=node,
                   tensor_parallel=tp, sequence_parallel=sp, pipeline_parallel=pp,
-                  virtual_pipeline=request.virtual_pipeline, context_parallel=request.context_parallel,
+                  virtual_pipeline=sizes["virtual_pipeline"], context_parallel=sizes["context_parallel"],
                   expert_tensor_parallel=etp, fsdp=request.fsdp,
-                  overlap=_resolve_overlaps(request, chosen, devices > 1))
+                  overlap=_resolve_overlaps(request, chosen, devices > 1, sizes["virtual_pipeline"] > 1))
 
 
-def _resolve_overlaps(request: ExecutionRequest, chosen: _Defaults, several: bool) -> Overlaps:
+def _model_parallel_sizes(request: ExecutionRequest, chosen: _Defaults) -> dict[str, int]:
+    """TP, PP, VP and CP: as given, else 1 (the reason recorded when there are several devices)."""
+    sizes: dict[str, int] = {}
+    for name, what in (("tensor_parallel", "no tensor parallelism"), ("pipeline_parallel", "no pipeline parallelism"),
+                       ("virtual_pipeline", "no interleaved virtual stages"),
+                       ("context_parallel", "no context parallelism")):
+        given: Optional[int] = getattr(request, name)
+        if given is None and request.devices > 1:
+            chosen.reasons[name] = f"1: {what} unless given (--search chooses it)"
+        sizes[name] = 1 if given is None else given
+    return sizes
+
+
+def _expert_sizes(request: ExecutionRequest, model: "ModelSpec", chosen: _Defaults, tp: int, pp: int) -> tuple[int, int]:
+    """EP and ETP: as given; else ETP = TP (Megatron-Core) and EP = gcd(devices / (ETP·PP), E)."""
+    devices, etp = request.devices, request.expert_tensor_parallel
+    if etp is None:
+        etp = tp if model.is_moe else 1
+        if model.is_moe and tp > 1:
+            chosen.reasons["expert_tensor_parallel"] = REASONS["expert_tensor_parallel"]
+    ep = request.expert_parallel
+    if ep is None:
+        ranks = devices // (etp * pp) if devices % (etp * pp) == 0 else 1
+        ep = auto_expert_parallel(ranks, model.num_experts)
+        if devices > 1:
+            over = "devices" if etp * pp == 1 else "devices / (ETP·PP)"
+            chosen.reasons["expert_parallel"] = (f"gcd({over}, E) = {ep}: experts split as far as the device count "
+                                                 "allows")
+    return ep, etp
+
+
+def _resolve_overlaps(request: ExecutionRequest, chosen: _Defaults, several: bool, interleaved: bool) -> Overlaps:
     o = request.overlaps
-    interleaved = request.virtual_pipeline > 1
 
     def pick(name: str, given: Optional[bool], default: bool) -> bool:
         return chosen.pick(name, given, default, REASONS[name]) if several else bool(given)

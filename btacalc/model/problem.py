@@ -126,7 +126,10 @@ class Problem:
         do not depend on b, are whole)."""
         lay = self.layout
         cp = lay.context_parallel
-        b = tile_batch if cp == 1 else (Fraction(tile_batch, cp) if isinstance(tile_batch, int) else tile_batch / cp)
+        if isinstance(cp, int) and isinstance(tile_batch, int):
+            b = tile_batch if cp == 1 else Fraction(tile_batch, cp)
+        else:
+            b = tile_batch / cp
         return {"s": self.run.seq_len if seq_len is None else seq_len, "b": b, "G": tiles,
                 "beta": self.run.bytes_per_element, "P": 0, "t": lay.tensor_parallel, "t_e": lay.expert_tensor_parallel,
                 "M_sram": self.hardware.attention_sram_bytes_per_core // self.run.bytes_per_element}

@@ -30,30 +30,10 @@ import numpy as np
 
 from ..catalogue.constants import constants
 from .communication import communication_time, recomputed
+from .gpu.timing import gpu_step_time
+from .steptime import StepTime, compute_efficiency, tile_overhead_s
 from .params import param_counts
 from .problem import Evaluation, Problem
-
-
-@dataclass(frozen=True)
-class StepTime:
-    step_time_s: Any
-    tokens_per_s: Any  # all devices
-    mfu: Any
-    phase_time_s: dict[str, Any]  # per phase, per step (layer phases summed over L layers)
-    tiling_overhead_s: Any
-    stream_bound_share: Any  # fraction of step time during which the streaming link is the bottleneck
-    communication_s: dict[str, Any]  # multi-GPU: all_to_all and gradient_sync, before overlap
-
-
-def compute_efficiency(problem: Problem) -> float:
-    """Achieved share of peak on matmul phases: the profile's calibration, else 1 (pure roofline)."""
-    eff = problem.hardware.calibration.compute_efficiency
-    return eff.value if eff else 1.0
-
-
-def tile_overhead_s(problem: Problem) -> float:
-    tile = problem.hardware.calibration.tile_overhead_s
-    return tile.value if tile else 0.0
 
 
 @dataclass
@@ -104,6 +84,8 @@ def _phase_times(problem: Problem, ev: Evaluation) -> _PhaseTimes:
 
 def step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Evaluation] = None) -> StepTime:
     """Step time of `tiles` tiles of `tile_batch` sequences on every device (ints or arrays)."""
+    if problem.hardware.family == "gpu":  # Megatron layouts: btacalc.model.gpu.timing
+        return gpu_step_time(problem, tiles, tile_batch, ev)
     run, model, layout = problem.run, problem.model, problem.layout
     ev = ev if ev is not None else problem.evaluate(tiles, tile_batch)
     times = _phase_times(problem, ev)
