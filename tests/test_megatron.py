@@ -178,7 +178,12 @@ def test_layout_rules_are_one_line_errors(cli, args, text):
 
 
 # The measured runs of /work/shared/reference/measured-runs.json, their layouts as btacalc flags (the GPT-3
-# H100 rows with VP 6: the configuration the benchmark loads; recompute as the recipes set it).
+# H100 rows with VP 6: the configuration the benchmark loads; recompute, gradient precision and overlaps as the
+# recipes set them: dgxc-benchmarking gpt3_175b_hydra.yaml overlaps grad sync, param sync and TP communication
+# and reduces in bf16; Megatron-Bridge perf recipes overlap grad reduce and param gather in bf16; NeMo
+# AutoModel checkpoints every layer).
+DGXC = OverlapRequest(grad_reduce=True, param_gather=True, tp_comm=True)
+BRIDGE = OverlapRequest(grad_reduce=True, param_gather=True)
 MEASURED = [
     ("gpt-22b-a100-80gb-8-379", "data:gpt-22b.toml", "a100-80gb", 8, 2048, 4, 4,
      dict(tensor_parallel=8, sequence_parallel=False, recompute="full", zero_stage=0, attention="eager")),
@@ -191,13 +196,15 @@ MEASURED = [
      dict(tensor_parallel=8, pipeline_parallel=8, virtual_pipeline=3, recompute="selective", zero_stage=0,
           attention="eager")),
     ("gpt3-175b-h100-128-304", "gpt3-175b", "h100", 128, 2048, 256, 1,
-     dict(tensor_parallel=4, pipeline_parallel=8, virtual_pipeline=6, recompute="none", gradient_bytes=2)),
+     dict(tensor_parallel=4, pipeline_parallel=8, virtual_pipeline=6, recompute="none", gradient_bytes=2,
+          overlaps=DGXC)),
     ("gpt3-175b-h100-512-306", "gpt3-175b", "h100", 512, 2048, 1024, 1,
-     dict(tensor_parallel=4, pipeline_parallel=8, virtual_pipeline=6, recompute="none", gradient_bytes=2)),
+     dict(tensor_parallel=4, pipeline_parallel=8, virtual_pipeline=6, recompute="none", gradient_bytes=2,
+          overlaps=DGXC)),
     ("qwen3-30b-a3b-h100-16-388", "qwen3-30b-a3b", "h100", 16, 4096, 1024, 1,
-     dict(expert_parallel=16, recompute="none", gradient_bytes=2)),
+     dict(expert_parallel=16, recompute="none", gradient_bytes=2, overlaps=BRIDGE)),
     ("qwen3-30b-a3b-h100-16-389", "qwen3-30b-a3b", "h100", 16, 4096, 1024, 1,
-     dict(expert_parallel=16, recompute="none", gradient_bytes=2, overlap_all_to_all=True)),
+     dict(expert_parallel=16, recompute="none", gradient_bytes=2, overlaps=BRIDGE, overlap_all_to_all=True)),
     ("qwen3-30b-a3b-h100-8-300", "qwen3-30b-a3b", "h100", 8, 4096, 512, 4,
      dict(expert_parallel=8, fsdp=True, recompute="full", gradient_bytes=2)),
     ("llama-3-70b-h100-64-303", "data:llama-3-70b.config.json", "h100", 64, 8192, 128, 1,
@@ -400,3 +407,12 @@ def test_emit_megatron_round_trips_the_layout(cli):
                  "model.virtual_pipeline_model_parallel_size=6"):
         assert text in flags, text
     assert "--recompute-granularity" not in flags
+
+
+def test_compare_with_searched_gpu_layouts(cli):
+    code, out, err = cli("compare", "--model", "qwen3-30b-a3b", "--hw", "wse3,h100", "--devices", "16", "--search",
+                         "--global-batch", "256", "--json")
+    assert code == 0, err
+    rows = {r["hardware"]: r for r in json.loads(out)["rows"]}
+    assert rows["wse3"]["layout"] == "" and rows["h100"]["layout"].startswith("TP")
+    assert rows["h100"]["fits"] and rows["h100"]["devices"] == 16

@@ -8,7 +8,7 @@ from typing import Any, Optional
 import typer
 
 from ..errors import BtacalcError
-from .options import (Attention, AttentionOpt, GpusPerNodeOpt, GradAccumOpt, MemoryModelChoice, MemoryModelOpt,
+from .options import (Attention, AttentionOpt, GlobalBatchOpt, GpusPerNodeOpt, GradAccumOpt, MemoryModelChoice, MemoryModelOpt,
                       ModelOpt, OutputOpt, OverlapA2aOpt, OverlapOpt, RecomputeOpt, SeqOpt, emit_result,
                       value)
 
@@ -16,7 +16,8 @@ HW_LIST_DEFAULT = "wse2,wse3,a100-80gb,b200"
 COMPARE_EXAMPLES = ("Examples:\n\n"
                     "  btacalc compare --model qwen3-30b-a3b --hw wse2,wse3,a100-80gb,b200\n\n"
                     "  btacalc compare --hw wse3,b200 --devices 8,64 --ep 8 --json\n\n"
-                    "  btacalc compare --hw wse3,a100-80gb,b200 --csv compare.csv --plot compare.png")
+                    "  btacalc compare --hw wse3,a100-80gb,b200 --csv compare.csv --plot compare.png\n\n"
+                    "  btacalc compare --hw wse3,h100,gb200 --search --plot compare.png")
 CROSSOVER_EXAMPLES = ("Examples:\n\n"
                       "  btacalc crossover --hw wse2,wse3,a100-80gb,b200\n\n"
                       "  btacalc crossover --hidden 512:4096:256 --plot crossover.png\n\n"
@@ -42,7 +43,10 @@ def compare(
                                        "[default: 1 with several devices]."),
     gpus_per_node: Optional[int] = GpusPerNodeOpt,
     overlap_a2a: bool = OverlapA2aOpt,
-    grad_accum: int = GradAccumOpt,
+    grad_accum: Optional[int] = GradAccumOpt,
+    global_batch: Optional[int] = GlobalBatchOpt,
+    search: bool = typer.Option(False, "--search", help="GPU rows: the fastest Megatron layout that fits on their "
+                                "devices (TP, PP, VP, CP, EP, ETP, micro-batch, recompute)."),
     seq: Optional[int] = SeqOpt,
     recompute: Optional[str] = RecomputeOpt,
     attention: Optional[Attention] = AttentionOpt,
@@ -55,7 +59,7 @@ def compare(
 ) -> int:
     """One model on several devices side by side: fits, G, b, tokens per expert, step time, tokens/s,
     MFU, vs dense, binding constraint, dominant phase, tokens/s per kW."""
-    from ..config.execution import ExecutionRequest
+    from ..config.execution import BatchLimits, ExecutionRequest
     from ..config.presets import resolve_model
     from ..output.cluster_tables import compare_renderable
     from ..output.csvfiles import compare_csv
@@ -71,8 +75,8 @@ def compare(
     request = ExecutionRequest(seq_len=seq, recompute=recompute, attention=value(attention),
                                memory_model=value(memory_model), overlap_streaming=overlap, expert_parallel=ep,
                                zero_stage=zero, devices_per_node=gpus_per_node, overlap_all_to_all=overlap_a2a,
-                               micro_batches=grad_accum)
-    result = run_compare(spec, profiles, counts, request)
+                               micro_batches=grad_accum, limits=BatchLimits(global_batch=global_batch))
+    result = run_compare(spec, profiles, counts, request, search)
     emit_result(result, as_json, output, csv_path, compare_csv, plot_path, compare_plot, compare_renderable)
     return 0
 
@@ -82,6 +86,8 @@ def crossover(
     family: str = typer.Option("qwen3-moe", "--family", help="Model family to scale (qwen3-moe)."),
     hidden: str = typer.Option("256:7168:256", "--hidden", help="Hidden sizes: a,b,c or start:stop:step (multiples of 256)."),
     seq: Optional[int] = SeqOpt,
+    search: bool = typer.Option(False, "--search", help="GPU points: the fastest Megatron layout that fits on the "
+                                "smallest fitting power-of-two device count."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
     output: Optional[Path] = OutputOpt,
     csv_path: Optional[Path] = typer.Option(None, "--csv", help="Write one CSV row per (model, device)."),
@@ -96,7 +102,7 @@ def crossover(
     from .parsing import parse_values
 
     profiles = _profiles(hw)
-    result = run_crossover(profiles, family, parse_values(hidden, "--hidden"), seq)
+    result = run_crossover(profiles, family, parse_values(hidden, "--hidden"), seq, search)
     emit_result(result, as_json, output, csv_path, crossover_csv, plot_path, crossover_plot, crossover_renderable)
     return 0
 

@@ -9,8 +9,9 @@ from rich.table import Table
 from ..planning.search import SearchResult
 from .tables import plan_renderable
 
-_TERMS = ("compute", "tp_comm", "cp_comm", "all_to_all", "pp_p2p", "zero_per_micro_batch", "pipeline_bubble",
-          "data_parallel_sync", "tiling")
+SHORT = {"compute": "compute", "tp_comm": "TP", "cp_comm": "CP", "all_to_all": "a2a", "pp_p2p": "p2p",
+         "zero_per_micro_batch": "ZeRO-2/3", "pipeline_bubble": "bubble", "data_parallel_sync": "DP sync",
+         "tiling": "tiles"}
 
 
 def search_renderable(result: SearchResult) -> Group:
@@ -28,14 +29,16 @@ def search_renderable(result: SearchResult) -> Group:
 
 
 def _ranking(result: SearchResult) -> Table:
-    t = Table(title="Fastest layouts that fit (per step: seconds by term)", title_justify="left")
-    for c in ("#", "layout", "tokens/s/GPU", "step", "MFU", "memory", *_TERMS):
-        t.add_column(c, justify="left" if c in ("#", "layout") else "right")
+    t = Table(title="Fastest layouts that fit", title_justify="left")
+    for c in ("#", "layout", "tok/s/GPU", "step", "MFU", "GB/GPU", "where the step goes (s)"):
+        t.add_column(c, justify="left" if c in ("#", "layout", "where the step goes (s)") else "right",
+                     no_wrap=c != "where the step goes (s)")
     rows = list(result.ranking)
     if result.fastest_not_fitting is not None:
         rows.append(result.fastest_not_fitting)
     for i, r in enumerate(rows):
-        mark = str(i + 1) if r.fits else "no fit"
-        t.add_row(mark, r.label(), f"{r.tokens_per_s_per_device:,.0f}", f"{r.step_time_s:.2f} s", f"{100 * r.mfu:.1f}%",
-                  f"{r.memory_bytes / 1e9:.1f} GB", *(f"{r.time_s.get(k, 0.0):.2f}" for k in _TERMS))
+        terms = sorted(((v, k) for k, v in r.time_s.items() if v >= 0.005), reverse=True)[:4]
+        t.add_row(str(i + 1) if r.fits else "no fit", r.label(), f"{r.tokens_per_s_per_device:,.0f}",
+                  f"{r.step_time_s:.2f} s", f"{100 * r.mfu:.1f}%", f"{r.memory_bytes / 1e9:.1f}",
+                  ", ".join(f"{SHORT.get(k, k)} {v:.2f}" for v, k in terms))
     return t

@@ -68,8 +68,9 @@ class LayoutRow(BaseModel):
         return (f"TP{self.tensor_parallel} PP{self.pipeline_parallel}"
                 + (f" VP{self.virtual_pipeline}" if self.virtual_pipeline > 1 else "")
                 + (f" CP{self.context_parallel}" if self.context_parallel > 1 else "")
-                + (f" EP{self.expert_parallel} ETP{self.expert_tensor_parallel}" if self.expert_parallel > 1 else "")
-                + f" DP{self.data_parallel} mb{self.micro_batch} M{self.micro_batches} recompute {self.recompute}")
+                + (f" EP{self.expert_parallel}" if self.expert_parallel > 1 else "")
+                + (f" ETP{self.expert_tensor_parallel}" if self.expert_tensor_parallel > 1 else "")
+                + f" DP{self.data_parallel} mb{self.micro_batch} M{self.micro_batches} rc {self.recompute}")
 
 
 class SearchResult(BaseModel):
@@ -200,7 +201,8 @@ def _stack(layouts: list[Layout]) -> Layout:
     fields = ("tensor_parallel", "pipeline_parallel", "virtual_pipeline", "context_parallel", "expert_parallel",
               "expert_tensor_parallel", "micro_batches")
     arrays: dict[str, Any] = {f: np.array([getattr(lay, f) for lay in layouts]) for f in fields}
-    return replace(layouts[0], sequence_parallel=True, **arrays)
+    p2p: Any = np.array([lay.overlap.p2p for lay in layouts])  # on with interleaving unless the request says
+    return replace(layouts[0], sequence_parallel=True, overlap=replace(layouts[0].overlap, p2p=p2p), **arrays)
 
 
 def _result(model: ModelSpec, hardware: HardwareProfile, request: ExecutionRequest, base: Execution, n: int,
@@ -228,14 +230,15 @@ def _result(model: ModelSpec, hardware: HardwareProfile, request: ExecutionReque
 
 
 def _distinct(scores: _Scores, fitting: list[int], usable: int) -> list[LayoutRow]:
-    """The fastest fitting rows whose layouts differ (one layout under several recomputation policies
-    counts once), winner first."""
-    seen, out = set(), []
+    """The fastest fitting rows, winner first, one per outcome: a layout under several recomputation
+    policies, or layouts that trade CP for micro-batch size at identical time and memory, count once."""
+    seen: set[Any] = set()
+    out: list[LayoutRow] = []
     for i in fitting:
         row = scores.row(i, usable)
-        key = row.label().split(" recompute")[0]
-        if key not in seen:
-            seen.add(key)
+        keys = {row.label().split(" rc ")[0], (round(row.tokens_per_s, 3), row.memory_bytes)}
+        if not keys & seen:
+            seen |= keys
             out.append(row)
         if len(out) > RUNNERS_UP:
             break
@@ -251,15 +254,26 @@ def _request_of(request: ExecutionRequest, row: LayoutRow, n: int) -> ExecutionR
         limits=replace(request.limits, global_batch=n, micro_batch=row.micro_batch))
 
 
+# Layouts within this share of the winner's tokens/s count as ties (the search reports them as such).
+TIE = 0.005
+
+
 def _why(ranking: list[LayoutRow], faster: Optional[LayoutRow], hardware: HardwareProfile) -> list[str]:
+    """What the winner saves against the first clearly slower runner-up, the ties, and the fastest layout
+    that does not fit."""
     best, out = ranking[0], []
-    for other in ranking[1:3]:
-        gain = best.tokens_per_s / other.tokens_per_s - 1
-        deltas = sorted(((other.time_s.get(k, 0.0) - v, k) for k, v in best.time_s.items()), reverse=True)
-        saves = ", ".join(f"{k} {d:+.2f} s" for d, k in deltas[:2] if d > 0)
-        costs = ", ".join(f"{k} {-d:+.2f} s" for d, k in deltas[::-1][:1] if d < 0)
-        out.append(f"{100 * gain:.1f}% faster than {other.label()}: it saves {saves or 'little'} per step"
-                   + (f" and spends {costs}" if costs else ""))
+    ties = [r for r in ranking[1:] if r.tokens_per_s >= (1 - TIE) * best.tokens_per_s]
+    if ties:
+        out.append(f"{len(ties)} runner-up(s) within {100 * TIE:.1f}% of it (e.g. {ties[0].label()}): equivalent "
+                   "choices by this model")
+    slower = next((r for r in ranking[1:] if r.tokens_per_s < (1 - TIE) * best.tokens_per_s), None)
+    if slower is not None:
+        gain = best.tokens_per_s / slower.tokens_per_s - 1
+        deltas = sorted(((slower.time_s.get(k, 0.0) - v, k) for k, v in best.time_s.items()), reverse=True)
+        saves = ", ".join(f"{k} {d:.2f} s" for d, k in deltas[:2] if d >= 0.005)
+        costs = ", ".join(f"{k} {-d:.2f} s" for d, k in deltas[::-1][:1] if d <= -0.005)
+        out.append(f"{100 * gain:.1f}% faster than {slower.label()}: it saves {saves or 'little'} per step"
+                   + (f" and spends {costs} more" if costs else ""))
     if faster is not None:
         out.append(f"{faster.label()} would be {100 * (faster.tokens_per_s / best.tokens_per_s - 1):.1f}% faster but "
                    f"needs {faster.memory_bytes / 1e9:.1f} GB of {hardware.usable_capacity_bytes / 1e9:.1f} GB usable")
