@@ -111,6 +111,9 @@ def plan(
         **layout_fields(tp, sequence_parallel, pp, vp, cp, etp, fsdp, grad_bytes, routing_imbalance,
                         (overlap_grad_reduce, overlap_param_gather, tp_comm_overlap, overlap_p2p)))
     profile = resolve_hardware(hw)
+    if (emit or search) and profile.family != "gpu":
+        raise BtacalcError(f"{{{'emit' if emit else 'search'}}} chooses and prints GPU layouts: {profile.name} is a "
+                           "wafer-scale profile")
     if search:
         return _search(spec, profile, request, as_json, output, emit)
     report = make_plan(spec, profile, request)
