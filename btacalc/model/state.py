@@ -79,13 +79,6 @@ def sharded_state(rates: dict[str, int], dense: Any, expert: Any, layout: Layout
     return out
 
 
-def gathered_layer_bytes(rates: dict[str, int], counts: ParamCounts, layout: Layout) -> int:
-    """ZeRO-3 all-gathers one layer's weights before using them (the non-expert part whole, this
-    device's E/EP experts whole): a buffer of one layer's unsharded local weights."""
-    local_layer = counts.per_layer - counts.expert_per_layer * (1 - 1 / layout.expert_parallel)
-    return int(rates["weights"] * local_layer)
-
-
 def gathered_units_bytes(rates: dict[str, int], layer_params: Any, layout: Layout) -> Any:
     """Unsharded weights live at once under ZeRO-3 / FSDP, for `layer_params` (one layer's parameters on
     this device): ZeRO-3 gathers one layer's weights (ZeRO paper §5.3); FSDP keeps two units of
