@@ -12,6 +12,49 @@ from typing import Any
 
 RECOMPUTE_POLICIES = ("none", "selective", "full")
 
+# Megatron-Core's selective-recomputation modules (TransformerConfig.recompute_modules; Megatron-LM
+# megatron/core/transformer/transformer_config.py, "recompute_modules" docstring and checks). A stored
+# tensor of the catalogue names the module that discards it (term `recompute`); `within` says which
+# module contains another (recomputing the whole MoE layer also recomputes its activation function).
+RECOMPUTE_MODULES: dict[str, dict[str, str]] = {
+    "core_attn": {"within": "", "what": "the attention core: Q K^T, softmax, dropout, P V (normal checkpoint)"},
+    "mlp": {"within": "", "what": "the dense MLP submodule (normal checkpoint)"},
+    "moe": {"within": "", "what": "the whole MoE layer: router, dispatch, experts, combine (normal checkpoint)"},
+    "moe_act": {"within": "moe", "what": "the activation function inside the experts (output-discarding)"},
+    "shared_experts": {"within": "moe", "what": "the shared-expert MLP (normal checkpoint)"},
+    "layernorm": {"within": "", "what": "input_layernorm and pre_mlp_layernorm outputs (output-discarding)"},
+    "mla_up_proj": {"within": "", "what": "MLA up-projections and RoPE (output-discarding)"},
+}
+# `--recompute selective` is Megatron's `--recompute-granularity selective` with its default module list
+# (TransformerConfig.__post_init__ sets recompute_modules = ["core_attn"]).
+SELECTIVE_MODULES = ("core_attn",)
+
+
+def parse_recompute(value: str) -> str:
+    """The canonical recomputation policy: none, selective, full, or a comma-separated list of Megatron
+    recompute modules (sorted; the default module list ["core_attn"] is written `selective`).
+    Raises ValueError naming the allowed values."""
+    text = value.strip()
+    if text in RECOMPUTE_POLICIES:
+        return text
+    modules = sorted({m.strip() for m in text.split(",") if m.strip()})
+    unknown = [m for m in modules if m not in RECOMPUTE_MODULES]
+    if not modules or unknown:
+        raise ValueError(f"recompute {value!r}: expected none, selective, full or a comma-separated list of "
+                         f"{', '.join(RECOMPUTE_MODULES)}")
+    return "selective" if tuple(modules) == SELECTIVE_MODULES else ",".join(modules)
+
+
+def recompute_modules(policy: str) -> frozenset[str] | None:
+    """The modules a canonical policy recomputes, with the modules they contain; None for full
+    recomputation (every layer activation but the checkpointed input)."""
+    if policy == "full":
+        return None
+    named = {"none": (), "selective": SELECTIVE_MODULES}.get(policy)
+    chosen = set(named if named is not None else policy.split(","))
+    chosen |= {m for m, info in RECOMPUTE_MODULES.items() if info["within"] in chosen}
+    return frozenset(chosen)
+
 # Feature names a term's `when` may test, with their allowed values.
 FEATURES: dict[str, tuple[Any, ...]] = {
     # model architecture
@@ -45,7 +88,20 @@ FEATURES: dict[str, tuple[Any, ...]] = {
     "loss": ("stored", "fused"),
     "accounting": ("ideal", "pytorch"),
     "optimizer": ("adam", "sgd"),
+    # sequence parallelism (Korthikanti et al. 2022 §4.2.2): the tensors of `tp = "sequence"` terms are
+    # split over the tensor-parallel ranks too
+    "sequence_parallel": (True, False),
+    # gradient buffer: fp32 main gradients (Megatron-LM's default with --bf16) or the parameter dtype
+    "main_grads": ("fp32", "param"),
 }
+
+# How tensor parallelism (Shoeybi et al. 2019; Korthikanti et al. 2022 §4.2) splits the tensor or matmul a
+# term counts over the t ranks of a tensor-parallel group (the term's per-device value is its expression
+# divided by the divisor): `split` always (heads, FFN columns, vocabulary shards: /t); `sequence` only with
+# sequence parallelism (norm inputs, dropout masks, the residual stream: /t with SP, else replicated);
+# `replicated` never (norm weights, the router, the full input a column-parallel matmul all-gathers);
+# `gathered`: routed token copies after the expert-tensor-parallel all-gather, t_e/t of the full count.
+TP_CLASSES = ("split", "sequence", "replicated", "gathered")
 
 # Quantities written in the catalogue files.
 BASE_QUANTITIES = (
@@ -57,10 +113,15 @@ BASE_QUANTITIES = (
     "transient",
     "bytes_moved",
     "a2a_bytes",
+    "tp_in_bytes",
+    "tp_out_bytes",
+    "cp_bytes",
+    "pp_bytes",
+    "bytes_moved_bwd",
     "state",
 )
 # Quantities btacalc derives from the base ones (catalogue.selection.Selection.expression).
-DERIVED_QUANTITIES = ("flops_bwd", "recompute_bytes", "arithmetic_intensity")
+DERIVED_QUANTITIES = ("flops_bwd", "recompute_bytes", "arithmetic_intensity", "reruns")
 # Per-phase quantities ("state" is per parameter).
 QUANTITIES = tuple(q for q in BASE_QUANTITIES if q != "state") + DERIVED_QUANTITIES
 
@@ -74,7 +135,13 @@ QUANTITY_UNITS = {
     "transient": "bytes",
     "bytes_moved": "bytes",
     "a2a_bytes": "bytes",
+    "tp_in_bytes": "bytes",
+    "tp_out_bytes": "bytes",
+    "cp_bytes": "bytes",
+    "pp_bytes": "bytes",
+    "bytes_moved_bwd": "bytes",
     "recompute_bytes": "bytes",
+    "reruns": "passes",
     "arithmetic_intensity": "FLOP/byte",
     "state": "bytes",
 }
@@ -103,7 +170,13 @@ NOTATION: dict[str, tuple[str, str]] = {
           "sliding_window"),
     "beta": ("bytes per activation and weight element (2 for bf16/fp16)", "bytes_per_element"),
     "P": ("number of parameters (training-state formulas only)", "params"),
+    "t": ("tensor-parallel size (Korthikanti's t; 1 without tensor parallelism)", "tensor_parallel"),
+    "t_e": ("expert tensor-parallel size (Megatron's ETP; 1 without it)", "expert_tensor_parallel"),
+    "M_sram": ("on-chip SRAM per streaming multiprocessor, in elements, that a fused attention kernel tiles "
+               "into (Dao et al. 2022's M)", "sram_elements_per_core"),
 }
+# Symbols the compiled functions take as their reciprocal (so that dividing by 1 stays an exact integer).
+RECIPROCAL_SYMBOLS = ("t", "t_e")
 # The order in which compiled numeric functions take their arguments.
 ARG_ORDER: tuple[str, ...] = tuple(NOTATION)
 DESCRIPTIONS: dict[str, str] = {name: desc for name, (desc, _) in NOTATION.items()}

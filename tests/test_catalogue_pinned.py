@@ -21,11 +21,13 @@ from btacalc.catalogue.terms import Term, load_catalogue
 from btacalc.config.execution import RunOptions
 from btacalc.config.hardware import resolve_hardware
 from btacalc.model.problem import make_problem
+from btacalc.vocabulary import BASE_QUANTITIES
 from test_goldens import COMMANDS, GOLDEN_DIR, MODELS, SHAPES, _golden_name, golden_model, golden_selections, phase_values
 
 # Per-phase quantities written as terms whose sums the "values" goldens pin (directly, or through
-# flops_bwd / recompute_bytes / arithmetic_intensity derived from them).
-PINNED_BY_VALUES = ("params", "flops_fwd", "flops_recompute", "flops_elementwise", "stored", "transient", "bytes_moved")
+# flops_bwd / recompute_bytes / arithmetic_intensity derived from them): every base quantity but the
+# per-parameter training state, which the plan goldens pin.
+PINNED_BY_VALUES = tuple(q for q in BASE_QUANTITIES if q != "state")
 
 
 def _nonzero(term: Term, values: dict[str, Any]) -> bool:
@@ -47,7 +49,6 @@ def _golden_has(case: str, *keys: str) -> bool:
 def pinned_terms() -> frozenset[int]:
     """ids of the terms that some golden pins (see module docstring)."""
     pinned: set[int] = set()
-    a2a_pinned = any(_golden_has(c, "throughput", "communication_s", "all_to_all") for c in COMMANDS)
     state_pinned = any(_golden_has(c, "memory_bytes", "optimizer_state") for c in COMMANDS)
     for name in MODELS:
         model = golden_model(name)
@@ -59,12 +60,15 @@ def pinned_terms() -> frozenset[int]:
                     selection = compiled.selection
                     f = selection.feature_dict
                     for phase in selection.phases():
-                        applicable = [t for t in phase.terms if t.applies(f)]
+                        # state terms: as the plan goldens run them, on wafers (16-bit gradients) and
+                        # GPUs (fp32 main gradients, Megatron's default)
+                        applicable = [t for t in phase.terms if t.applies(f) or (
+                            t.q == "state" and t.applies({**f, "main_grads": "fp32"}))]
                         chosen = {id(t) for q in PINNED_BY_VALUES for t in selection.terms(phase, q)}
                         for t in applicable:
                             by_values = id(t) in chosen or (t.q == "stored" and phase.scope == "layer"
                                                              and t.recompute != "checkpoint")  # dropped -> recompute_bytes
-                            by_plans = (t.q == "a2a_bytes" and a2a_pinned) or (t.q == "state" and state_pinned)
+                            by_plans = t.q == "state" and state_pinned
                             if (by_values or by_plans) and _nonzero(t, values):
                                 pinned.add(id(t))
     return frozenset(pinned)

@@ -39,12 +39,12 @@ def test_shipped_runs_load_and_every_run_is_reported():
 def test_an_expressible_run_is_predicted_as_plan_would(tmp_path):
     (result,) = validate_measured(_write(tmp_path, [RUN])).runs
     assert result.expressible, result.reason
-    # the same layout typed as a plan: G*b = micro-batch 1, M = 256 / (16 x 1) = 16 micro-batches, EP 8
+    # the same layout typed as a plan: N = 256 sequences, micro-batch G*b = 1, DP 16, so M = 256 / (16 x 1) = 16
     from btacalc.config.execution import BatchLimits, ExecutionRequest
 
     report = make_plan(resolve_model("qwen3-30b-a3b"), resolve_hardware("b200"), ExecutionRequest(
-        seq_len=4096, recompute="full", devices=16, expert_parallel=8, micro_batches=16,
-        limits=BatchLimits(global_batch=1)))
+        seq_len=4096, recompute="full", devices=16, expert_parallel=8,
+        limits=BatchLimits(global_batch=256, micro_batch=1)))
     assert report.parallelism.micro_batches == 16 and report.plan.tiles * report.plan.tile_batch == 1
     per_device = report.throughput.tokens_per_s / 16
     assert result.predicted.tokens_per_s_per_device == pytest.approx(per_device)
@@ -52,18 +52,30 @@ def test_an_expressible_run_is_predicted_as_plan_would(tmp_path):
     assert result.carried == {"confidence": "test", "notes": "carried"}
 
 
+@pytest.mark.parametrize("change, field, value", [
+    ({"tp": 8, "ep": 2}, "tensor_parallel", 8),
+    ({"pp": 4, "vp": 2}, "virtual_pipeline", 2),
+    ({"cp": 2}, "context_parallel", 2),
+    ({"fsdp": True}, "fsdp", True),
+    ({"recompute": ["core_attn", "mlp"]}, "recompute", "core_attn,mlp"),
+    ({"sequence_parallel": True, "tp": 2}, "sequence_parallel", True),
+])
+def test_every_layout_field_reaches_the_request(change, field, value):
+    request, why = express(MeasuredRun.model_validate({**RUN, **change}))
+    assert why == "" and getattr(request, field) == value
+
+
 @pytest.mark.parametrize("change, reason", [
-    ({"tp": 8}, "tp=8"),
-    ({"pp": 4, "vp": 2}, "pp=4"),
-    ({"cp": 2}, "cp=2"),
-    ({"fsdp": True}, "fsdp=True"),
     ({"precision": "fp8"}, "fp8"),
-    ({"recompute": ["core_attn", "mlp"]}, "recompute modules"),
-    ({"global_batch": 250}, "not a multiple"),
 ])
 def test_runs_not_yet_expressible_say_why(change, reason):
     request, why = express(MeasuredRun.model_validate({**RUN, **change}))
     assert request is None and reason in why
+
+
+def test_a_batch_that_does_not_divide_is_a_listed_reason(tmp_path):
+    (result,) = validate_measured(_write(tmp_path, [{**RUN, "global_batch": 250}])).runs
+    assert not result.expressible and "not a multiple" in result.reason
 
 
 def test_unknown_model_or_device_is_listed_not_skipped(tmp_path):
@@ -135,6 +147,9 @@ def test_validate_measured_cli_json_and_file(cli, tmp_path):
 def test_predict_uses_the_run_batch():
     run = MeasuredRun.model_validate({**RUN, "micro_batch": None, "global_batch": 32})
     request, _ = express(run)
-    assert request.limits.global_batch == 2 and request.micro_batches == 1  # 32 sequences over 16 devices
+    assert request.limits.global_batch == 32 and request.limits.micro_batch is None  # the solver picks M, G, b
     result = predict(run)
-    assert result.expressible or result.reason
+    assert result.expressible, result.reason
+    report = make_plan(resolve_model("qwen3-30b-a3b"), resolve_hardware("b200"), request)
+    p = report.parallelism
+    assert p.data_parallel * p.micro_batches * report.plan.tiles * report.plan.tile_batch == 32  # N = DP x M x G x b

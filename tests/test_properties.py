@@ -235,7 +235,7 @@ def command_lines(draw) -> tuple[list[str], bool]:
         args += ["--ep", str(ep)] if ep else []
         invalid |= (ep or 1) > 1
         return args, invalid
-    n = g = None  # a GPU's global batch is G*b per device
+    n = g = None  # a GPU's global batch is N = DP x M x G x b; here DP = devices (no TP/PP/CP) and M = 1
     if draw(st.booleans()):
         n = draw(st.sampled_from([1, 4, 12, 16, 64, 0]))
         args += ["--global-batch", str(n)]
@@ -244,13 +244,15 @@ def command_lines(draw) -> tuple[list[str], bool]:
         g = draw(st.sampled_from([1, 2, 3, 4, 0]))
         args += ["--tiles", str(g)]
         invalid |= g < 1
-    if n is not None and g is not None and n >= 1 and g >= 1:
-        invalid |= n % g != 0
     devices = draw(st.sampled_from([1, 2, 8, 6]))
     ep = draw(st.sampled_from([None, 1, 2, 4, 3]))
     args += ["--devices", str(devices)] + (["--ep", str(ep)] if ep else [])
     if ep:
         invalid |= devices % ep != 0 or (experts >= 1 and experts % ep != 0)
+    if n is not None and n >= 1:
+        invalid |= n % devices != 0  # the micro-batch G*b = N / DP must be whole
+        if g is not None and g >= 1 and n % devices == 0:
+            invalid |= (n // devices) % g != 0  # and split into G tiles
     return args, invalid
 
 

@@ -14,8 +14,8 @@ from btacalc.catalogue.terms import load_catalogue
 from btacalc.vocabulary import FEATURES
 from btacalc.catalogue.symbols import SYMBOLS
 
-s, b, G, h, a, a_kv, d_h, E, k, f, L, V, beta, P = (SYMBOLS[n] for n in
-    ("s", "b", "G", "h", "a", "a_kv", "d_h", "E", "k", "f", "L", "V", "beta", "P"))
+s, b, G, h, a, a_kv, d_h, E, k, f, L, V, beta, P, t = (SYMBOLS[n] for n in
+    ("s", "b", "G", "h", "a", "a_kv", "d_h", "E", "k", "f", "L", "V", "beta", "P", "t"))
 
 GPT = {"norm": "layernorm", "mlp": "gelu", "moe": False, "dropout": True, "qkv_bias": True, "linear_bias": True,
        "qk_norm": "none", "position_embedding": "learned", "tied_embeddings": True, "softmax_fp32": False,
@@ -23,12 +23,12 @@ GPT = {"norm": "layernorm", "mlp": "gelu", "moe": False, "dropout": True, "qkv_b
        "mlp_bias": True, "lm_head_bias": False, "parallel_block": False, "mla": False, "q_lora": False,
        "sliding_window": False, "attention_sinks": False, "router": "softmax", "router_renormalize": True,
        "router_bias": False, "expert_bias": False, "shared_experts": False, "shared_expert_gate": False,
-       "mtp_module": False}
+       "mtp_module": False, "sequence_parallel": False, "main_grads": "param"}
 QWEN3_MOE = {**GPT, "norm": "rmsnorm", "mlp": "swiglu", "moe": True, "dropout": False, "qkv_bias": False,
              "linear_bias": False, "mlp_bias": False, "qk_norm": "head", "position_embedding": "rope", "tied_embeddings": False,
              "softmax_fp32": True, "loss": "fused"}
-# MHA, f = 4h, 16-bit, one tile
-GPT_SUBS = {a_kv: a, d_h: h / a, SYMBOLS["d_v"]: h / a, f: 4 * h, beta: 2, G: 1}
+# MHA, f = 4h, 16-bit, one tile, no tensor parallelism (t = 1: Korthikanti eq. 1)
+GPT_SUBS = {a_kv: a, d_h: h / a, SYMBOLS["d_v"]: h / a, f: 4 * h, beta: 2, G: 1, t: 1}
 
 
 def layer_sum(features: dict, recompute: str, quantity: str) -> sp.Expr:
@@ -117,16 +117,24 @@ def test_6PD_for_the_weight_matmuls():
     for p in sel.phases("layer"):
         if p.name in ("attn_scores", "attn_pv") or sel.expression(p, "flops_fwd") == 0:
             continue
-        weights = sp.Add(*[t.sym for t in sel.terms(p, "params") if "bias" not in t.tensor])
+        # per device: the FLOPs of a tensor-parallel shard against the weights of that shard
+        weights = sp.Add(*[sel.per_device(p, term) for term in sel.terms(p, "params") if "bias" not in term.tensor])
         total = sel.expression(p, "flops_fwd") + sel.expression(p, "flops_bwd")
         assert is_zero(total - 6 * weights * tokens), p.name
 
 
 def test_mixed_precision_adam_is_16_bytes_per_param():
-    expr = state_expression({"optimizer": "adam"}).subs(beta, 2)
+    expr = state_expression({"optimizer": "adam", "main_grads": "param"}).subs(beta, 2)
     assert sp.simplify(expr - 16 * P) == 0
-    sgd = state_expression({"optimizer": "sgd"}).subs(beta, 2)
+    sgd = state_expression({"optimizer": "sgd", "main_grads": "param"}).subs(beta, 2)
     assert sp.simplify(sgd - 12 * P) == 0  # 2 + 2 + 8 (fp32 copy + momentum), Transformer Math 101
+
+
+def test_megatron_bf16_with_fp32_main_grads_is_18_bytes_per_param():
+    # Megatron-LM docs/user-guide/features/dist_optimizer.md: bf16 params with fp32 grads, no distributed
+    # optimizer: 2 (bf16 weight) + 4 (fp32 main grad) + 4 (fp32 main param) + 4 + 4 (Adam m, v) = 18
+    expr = state_expression({"optimizer": "adam", "main_grads": "fp32"}).subs(beta, 2)
+    assert sp.simplify(expr - 18 * P) == 0
 
 
 def test_flash_removes_the_s2_terms():
@@ -202,26 +210,30 @@ def test_window_scores_are_s_times_w():
     window = {**QWEN3_MOE, "sliding_window": True}
     sel = Selection.make(window, "none")
     scores = next(p for p in sel.phases("layer") if p.name == "attn_scores")
-    assert is_zero(sel.expression(scores, "flops_fwd") - 2 * G * b * a * s * w * d_h)
+    # per tensor-parallel rank: a/t heads
+    assert is_zero(sel.expression(scores, "flops_fwd") - 2 * G * b * a * s * w * d_h / t)
     causal = Selection.make({**window, "causal": True}, "none")
     # causal band: query i sees min(i + 1, w) keys, sum = s w - w (w - 1) / 2
-    assert is_zero(causal.expression(scores, "flops_fwd") - 2 * G * b * a * (s * w - w * (w - 1) / 2) * d_h)
+    assert is_zero(causal.expression(scores, "flops_fwd") - 2 * G * b * a * (s * w - w * (w - 1) / 2) * d_h / t)
 
 
 def test_mla_weights_and_their_matmuls():
     mla = {**QWEN3_MOE, "qk_norm": "none", "mla": True, "q_lora": True}
     sel = Selection.make(mla, "none")
     params = {p.name: sel.expression(p, "params") for p in sel.phases("layer")}
-    matrices = h * r_q + r_q * a * d_h + h * (r_kv + d_r) + r_kv * a * (d_h - d_r + d_v) + a * d_v * h
+    # per tensor-parallel rank: the down-projections (and their norms) are duplicated on every rank, the
+    # up-projections and the output projection split t ways (Megatron-Core MLA)
+    down = h * r_q + h * (r_kv + d_r)
+    up = r_q * a * d_h + r_kv * a * (d_h - d_r + d_v) + a * d_v * h
     norms = r_q + r_kv
-    assert is_zero(params["mla_q_proj"] + params["mla_kv_proj"] + params["attn_out_proj"] - matrices - norms)
+    assert is_zero(params["mla_q_proj"] + params["mla_kv_proj"] + params["attn_out_proj"] - down - norms - up / t)
     # every weight matmul costs 2 FLOP per weight per token (Korthikanti App. A), here for the projections
     flops = sum(sel.expression(p, "flops_fwd") for p in sel.phases("layer")
                 if p.name in ("mla_q_proj", "mla_kv_proj", "attn_out_proj"))
-    assert is_zero(flops - 2 * s * G * b * matrices)
+    assert is_zero(flops - 2 * s * G * b * (down + up / t))
     # the attention core runs on a heads of d_h (queries, keys) and d_v (values) once up-projected
     scores = next(p for p in sel.phases("layer") if p.name == "attn_pv")
-    assert is_zero(sel.expression(scores, "flops_fwd") - 2 * G * b * a * s**2 * d_v)
+    assert is_zero(sel.expression(scores, "flops_fwd") - 2 * G * b * a * s**2 * d_v / t)
 
 
 def test_shared_expert_is_a_swiglu_mlp_on_every_token():
@@ -234,3 +246,75 @@ def test_shared_expert_is_a_swiglu_mlp_on_every_token():
         assert is_zero(sel.expression(shared, q) - ref.expression(mlp, q).subs(f, f_s)), q
     # the dense MLP also keeps its input, which the MoE layer's router already keeps
     assert is_zero(sel.expression(shared, "stored") - (ref.expression(mlp, "stored") - beta * s * G * b * h).subs(f, f_s))
+# --- tensor and sequence parallelism: Korthikanti et al. 2022 §4.2 ---------------------------------
+
+GPT_TP_SUBS = {a_kv: a, d_h: h / a, SYMBOLS["d_v"]: h / a, f: 4 * h, beta: 2, G: 1}  # t stays a symbol
+
+
+def _gpt(sequence_parallel: bool) -> dict:
+    return {**GPT, "sequence_parallel": sequence_parallel}
+
+
+def test_korthikanti_eq2_tensor_parallel_without_sp():
+    # eq. 2: sbh(10 + 24/t + 5as/(ht)) per layer: norms, QKV and MLP inputs and dropout masks replicated
+    stored = layer_sum(_gpt(False), "none", "stored").subs(GPT_TP_SUBS)
+    assert is_zero(stored - s * b * h * (10 + 24 / t + 5 * a * s / (h * t)))
+
+
+def test_korthikanti_eq4_tensor_and_sequence_parallel():
+    # eq. 4 (per layer): (sbh/t)(34 + 5as/h): sequence parallelism splits the replicated 10sbh too
+    stored = layer_sum(_gpt(True), "none", "stored").subs(GPT_TP_SUBS)
+    assert is_zero(stored - s * b * h / t * (34 + 5 * a * s / h))
+
+
+def test_korthikanti_selective_with_tp_and_sp():
+    # §5: selective recomputation keeps sbh(10 + 24/t) (TP) and 34sbh/t (TP + SP)
+    assert is_zero(layer_sum(_gpt(False), "selective", "stored").subs(GPT_TP_SUBS) - s * b * h * (10 + 24 / t))
+    assert is_zero(layer_sum(_gpt(True), "selective", "stored").subs(GPT_TP_SUBS) - 34 * s * b * h / t)
+
+
+def test_full_recompute_keeps_the_layer_input_split_by_sp():
+    assert is_zero(layer_sum(_gpt(False), "full", "stored").subs(GPT_TP_SUBS) - 2 * s * b * h)
+    assert is_zero(layer_sum(_gpt(True), "full", "stored").subs(GPT_TP_SUBS) - 2 * s * b * h / t)
+
+
+def test_korthikanti_outside_layers_with_sp():
+    # §4.3: embedding dropout sbh/t; final norm input, output-layer input and fp32 logits (4sbh/t)(1 + v/h)
+    sel = Selection.make(_gpt(True), "none")
+    parts = {p.name: sel.expression(p, "stored").subs(GPT_TP_SUBS) for p in sel.phases("model")}
+    assert is_zero(parts["embedding"] - s * b * h / t)
+    head = parts["final_norm"] + parts["lm_head"] + parts["loss"]
+    assert is_zero(head - 4 * s * b * h / t * (1 + V / h))
+
+
+def test_megatron_recompute_modules_drop_their_tensors():
+    # Megatron-Core recompute_modules: mlp drops the GeLU input and output (16sbh/t), layernorm the two norm
+    # outputs that feed the QKV projection and the MLP (2sbh/t + 2sbh/t), core_attn the s^2 core
+    base = layer_sum(_gpt(True), "none", "stored").subs(GPT_TP_SUBS)
+    mlp = layer_sum(_gpt(True), "mlp", "stored").subs(GPT_TP_SUBS)
+    norms = layer_sum(_gpt(True), "layernorm", "stored").subs(GPT_TP_SUBS)
+    assert is_zero(base - mlp - 16 * s * b * h / t)
+    assert is_zero(base - norms - 4 * s * b * h / t)
+    both = layer_sum(_gpt(True), "core_attn,layernorm,mlp", "stored").subs(GPT_TP_SUBS)
+    assert is_zero(both - (34 - 16 - 4) * s * b * h / t)
+
+
+def test_moe_recompute_contains_moe_act():
+    moe = dict(QWEN3_MOE, sequence_parallel=False, main_grads="param")
+    one_rank = {t: 1, SYMBOLS["t_e"]: 1}
+    none = layer_sum(moe, "none", "stored").subs(one_rank)
+    # moe_act drops SiLU(gate)*up, the down-projection input (beta k s G b f)
+    assert is_zero((none - layer_sum(moe, "moe_act", "stored").subs(one_rank)) - beta * k * s * G * b * f)
+    # moe recomputes the whole MoE layer (moe_act inside it): router probabilities and top-k (fp32 + int64),
+    # the gathered copies, the expert intermediates and the expert outputs; its input (the norm output) stays
+    dropped = 4 * s * G * b * E + 12 * s * G * b * k + 2 * beta * k * s * G * b * h + 3 * beta * k * s * G * b * f
+    assert is_zero((none - layer_sum(moe, "moe", "stored").subs(one_rank)) - dropped)
+    assert is_zero(layer_sum(moe, "moe,moe_act", "stored") - layer_sum(moe, "moe", "stored"))
+
+
+def test_tp_split_is_per_term_data():
+    from btacalc.vocabulary import TP_CLASSES
+
+    for phase in load_catalogue():
+        for term in phase.terms:
+            assert phase.tp_class(term) in TP_CLASSES, (phase.name, term.expr)

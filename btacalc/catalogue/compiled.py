@@ -1,18 +1,21 @@
 """Numeric evaluation of a selection: every per-phase formula compiled once into one function.
 
 The sums are compiled with ``sympy.lambdify`` and evaluated on plain ints (exact) or numpy arrays
-(vectorised sweeps): the symbolic expressions stay the single source of truth.
+(vectorised sweeps): the symbolic expressions stay the single source of truth. The parallel sizes
+that divide (t, t_e) enter the compiled functions as reciprocals, so a formula divided by t = 1 stays an
+exact integer (and t > 1 gives an exact `Fraction` on ints).
 """
 
 from __future__ import annotations
 
 import functools
+from fractions import Fraction
 from typing import Any, Callable
 
 import numpy as np
 import sympy as sp
 
-from ..vocabulary import ARG_ORDER, QUANTITIES
+from ..vocabulary import ARG_ORDER, QUANTITIES, RECIPROCAL_SYMBOLS
 from .selection import Selection, state_terms
 from .symbols import SYMBOLS
 from .terms import Phase
@@ -32,7 +35,9 @@ class CompiledSelection:
         self.quantities = QUANTITIES
         exprs = [selection.expression(p, q) for p in self.phases for q in self.quantities]
         self.expressions = exprs
-        args = [SYMBOLS[name] for name in ARG_ORDER]
+        inverse = {name: sp.Symbol(f"inv_{name}", positive=True) for name in RECIPROCAL_SYMBOLS}
+        exprs = [e.subs({SYMBOLS[n]: 1 / inv for n, inv in inverse.items()}) for e in exprs]
+        args = [inverse.get(name, SYMBOLS[name]) for name in ARG_ORDER]
         # One generated function for every formula; plain Python arithmetic on ints is exact.
         self._fn = sp.lambdify(args, exprs, modules="numpy")
         self.state_rates = _compile_state_rates(selection)
@@ -42,8 +47,15 @@ class CompiledSelection:
         missing = [n for n in ARG_ORDER if n not in values]
         if missing:
             raise ValueError(f"values missing for symbols {missing}")
-        flat = self._fn(*(values[n] for n in ARG_ORDER))
+        flat = self._fn(*(_reciprocal(values[n]) if n in RECIPROCAL_SYMBOLS else values[n] for n in ARG_ORDER))
         return PhaseValues(self, flat)
+
+
+def _reciprocal(v: Any) -> Any:
+    """1/v: exact for ints (1 stays the int 1, others a Fraction), elementwise for arrays."""
+    if isinstance(v, (int, Fraction)) and not isinstance(v, bool):
+        return 1 if v == 1 else Fraction(1) / v
+    return 1 / v
 
 
 def _compile_state_rates(selection: Selection) -> dict[str, Callable[[int], Any]]:

@@ -32,6 +32,10 @@ class Passes(BaseModel):
     weight_stream_passes_source: str = Field(min_length=10)
     recompute_passes: int = Field(ge=1)
     recompute_passes_source: str = Field(min_length=10)
+    sp_backward_regather: int = Field(ge=0)
+    sp_backward_regather_source: str = Field(min_length=10)
+    cp_backward_exchange_factor: int = Field(ge=1)
+    cp_backward_exchange_factor_source: str = Field(min_length=10)
 
 
 class Collectives(BaseModel):

@@ -1,14 +1,26 @@
 """A *selection*: which terms apply for a model's features, the run options and the recomputation
-policy; their sums per phase and quantity are the formulas btacalc evaluates."""
+policy; their sums per phase and quantity are the formulas btacalc evaluates.
+
+Per device: each term is divided by what tensor parallelism splits it by (its `tp` class, vocabulary
+TP_CLASSES): a `split` term by t, a `sequence` term by t under sequence parallelism, a `gathered` term
+(routed copies after the expert-tensor-parallel all-gather) by t/t_e. With t = t_e = 1 every formula is
+the whole layer's (Korthikanti et al. 2022 eq. 1); with t > 1 the stored bytes reduce to his eq. 2
+(no sequence parallelism) and eq. 4 (with it) (tests/test_symbolic.py).
+
+Recomputation (Korthikanti 2022 §5; Megatron-Core `recompute_granularity` / `recompute_modules`):
+`full` keeps only what the per-layer checkpoint keeps; `selective` (Megatron's default module list,
+core_attn) and explicit module lists drop the stored terms tagged with those modules.
+"""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 import sympy as sp
 
-from ..vocabulary import FEATURES, RECOMPUTE_POLICIES
+from ..vocabulary import FEATURES, RECOMPUTE_MODULES, parse_recompute, recompute_modules
 from .constants import constants
 from .symbols import SYMBOLS
 from .terms import Phase, Term, load_catalogue
@@ -26,29 +38,37 @@ class Selection:
         missing = set(FEATURES) - set(features)
         if missing:
             raise ValueError(f"selection lacks features {sorted(missing)}")
-        if recompute not in RECOMPUTE_POLICIES:
-            raise ValueError(f"unknown recompute policy {recompute!r}")
+        if parse_recompute(recompute) != recompute:
+            raise ValueError(f"recompute policy {recompute!r} is not in canonical form ({parse_recompute(recompute)!r})")
         return cls(tuple(sorted(features.items())), recompute)
 
     @property
     def feature_dict(self) -> dict[str, Any]:
         return dict(self.features)
 
+    @property
+    def modules(self) -> Optional[frozenset[str]]:
+        """The recompute modules of the policy (None: full recomputation)."""
+        return recompute_modules(self.recompute)
+
     def phases(self, scope: str | None = None) -> list[Phase]:
         f = self.feature_dict
         return [p for p in load_catalogue() if p.applies(f) and (scope is None or p.scope == scope)]
+
+    def dropped(self, term: Term) -> bool:
+        """Whether the recomputation policy discards this stored tensor (rebuilt in the backward pass)."""
+        modules = self.modules
+        if modules is None:
+            return term.recompute not in ("never", "checkpoint")
+        return term.recompute in modules
 
     def terms(self, phase: Phase, quantity: str) -> list[Term]:
         """The terms of `phase` that count toward `quantity` under this selection."""
         f = self.feature_dict
         chosen = [t for t in phase.terms if t.q == quantity and t.applies(f)]
         if quantity == "stored":
-            if self.recompute == "full":
-                chosen = [t for t in chosen if t.recompute in ("never", "checkpoint")]
-            else:
-                chosen = [t for t in chosen if t.recompute != "checkpoint"]
-                if self.recompute == "selective":
-                    chosen = [t for t in chosen if t.recompute != "core"]
+            full = self.modules is None
+            chosen = [t for t in chosen if not self.dropped(t) and (full or t.recompute != "checkpoint")]
         return chosen
 
     def term_expression(self, term: Term) -> sp.Expr:
@@ -58,44 +78,71 @@ class Selection:
             return term.sym
         return term.sym.subs(SYMBOLS["w"], SYMBOLS["s"])
 
+    def per_device(self, phase: Phase, term: Term) -> sp.Expr:
+        """A term's expression per tensor-parallel rank (see the module docstring)."""
+        expr = self.term_expression(term)
+        cls = phase.tp_class(term)
+        t, t_e = SYMBOLS["t"], SYMBOLS["t_e"]
+        if cls == "split" or (cls == "sequence" and self.feature_dict["sequence_parallel"]):
+            return expr / t
+        if cls == "gathered":
+            return expr * t_e / t
+        return expr
+
     def expression(self, phase: Phase, quantity: str) -> sp.Expr:
-        """The formula for `quantity` of `phase`, per training step of G*b sequences."""
+        """The formula for `quantity` of `phase`, per training step of G*b sequences, per device."""
         if quantity == "flops_bwd":
             # Backward of a matmul is two matmuls of the same size (dX and dW): 2x forward.
             return constants().passes.backward_matmul_factor * self.expression(phase, "flops_fwd")
         if quantity == "recompute_bytes":
-            # Activations the policy dropped are rebuilt during this layer's backward pass and live
-            # together while it runs: attention phases one tile at a time (b), the rest on G*b.
-            kept = {id(t) for t in self.terms(phase, "stored")}
-            f = self.feature_dict
-            dropped = sp.Add(*[self.term_expression(t) for t in phase.terms
-                               if t.q == "stored" and t.applies(f) and id(t) not in kept and t.recompute != "checkpoint"])
-            if phase.scope != "layer":
-                return sp.Integer(0)
-            return dropped.subs(SYMBOLS["G"], 1) if phase.batch == "tile" else dropped
+            return self._recompute_bytes(phase)
         if quantity == "arithmetic_intensity":
             num, den = self.expression(phase, "flops_fwd"), self.expression(phase, "bytes_moved")
             return sp.Integer(0) if den == 0 else num / den
-        total = sp.Add(*[self.term_expression(t) for t in self.terms(phase, quantity)])
-        if quantity == "flops_recompute":
-            total += self._policy_recompute(phase)
+        if quantity == "reruns":
+            return sp.Integer(constants().passes.recompute_passes if self.reruns(phase) else 0)
+        total = sp.Add(*[self.per_device(phase, t) for t in self.terms(phase, quantity)])
+        if quantity == "bytes_moved_bwd" and not self.terms(phase, quantity):
+            # dX and dW each read what the forward pass read and write a result of its size, unless the
+            # catalogue gives the backward traffic (FlashAttention's backward kernel)
+            return constants().passes.backward_traffic_factor * self.expression(phase, "bytes_moved")
+        if quantity == "flops_recompute" and self.reruns(phase):
+            total += constants().passes.recompute_passes * self.expression(phase, "flops_fwd")
         return total
 
-    def _policy_recompute(self, phase: Phase) -> sp.Expr:
-        """Forward FLOPs re-run in the backward pass because the policy dropped their activations.
-
-        Selective: the attention core (Korthikanti 2022 §5; hardware FLOPs 72BLsh^2(1 + s/(3h) + ...)).
-        With FlashAttention the core is already recomputed by the kernel (counted as a term).
-        Full: the whole layer's forward pass (Korthikanti 2022 §5, Chen et al. 2016).
-        """
+    def _recompute_bytes(self, phase: Phase) -> sp.Expr:
+        """Activations the policy dropped are rebuilt during this layer's backward pass and live
+        together while it runs: attention phases one tile at a time (b), the rest on G*b."""
         if phase.scope != "layer":
             return sp.Integer(0)
         f = self.feature_dict
-        if self.recompute == "full" or (
-            self.recompute == "selective" and phase.core and f["attention"] == "eager"
-        ):
-            return constants().passes.recompute_passes * self.expression(phase, "flops_fwd")
-        return sp.Integer(0)
+        dropped = sp.Add(*[self.per_device(phase, t) for t in phase.terms
+                           if t.q == "stored" and t.applies(f) and self.dropped(t) and t.recompute != "checkpoint"])
+        return dropped.subs(SYMBOLS["G"], 1) if phase.batch == "tile" else dropped
+
+    def reruns(self, phase: Phase) -> bool:
+        """Whether the policy re-runs this phase's forward pass in the backward pass.
+
+        Full: every layer phase (Korthikanti 2022 §5, Chen et al. 2016). A module list: the phases whose
+        `recompute_module` it recomputes, when it drops a tensor of that module (selective with eager
+        attention re-runs the attention core, Korthikanti §5; with FlashAttention the kernel already
+        recomputes the core, so core_attn drops nothing and re-runs nothing).
+        """
+        if phase.scope != "layer":
+            return False
+        modules = self.modules
+        if modules is None:
+            return True
+        return phase.recompute_module in modules and _drops_a_tensor(self, phase.recompute_module)
+
+
+@functools.lru_cache(maxsize=1024)
+def _drops_a_tensor(selection: Selection, module: str) -> bool:
+    """Whether some stored tensor of the layer belongs to `module` (or a module inside it)."""
+    f = selection.feature_dict
+    family = {module} | {m for m, info in RECOMPUTE_MODULES.items() if info["within"] == module}
+    return any(t.q == "stored" and t.applies(f) and t.recompute in family
+               for p in selection.phases("layer") for t in p.terms)
 
 
 def state_terms(features: dict[str, Any]) -> list[Term]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import sys
-from typing import Any, Literal, Union
+from typing import Any, Literal, Optional, Union
 
 import sympy as sp
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
@@ -18,7 +18,7 @@ from sympy.parsing.sympy_parser import parse_expr
 
 from ..errors import DataError
 from ..paths import data_dir
-from ..vocabulary import BASE_QUANTITIES, FEATURES
+from ..vocabulary import BASE_QUANTITIES, FEATURES, RECOMPUTE_MODULES, TP_CLASSES
 from .symbols import SYMBOLS
 
 if sys.version_info >= (3, 11):
@@ -62,9 +62,12 @@ class Term(BaseModel):
     tensor: str = Field(min_length=3)
     source: str = Field(min_length=3)
     when: When = {}
-    # layer: dropped by full recomputation; core: also by selective; never: always kept;
-    # checkpoint: kept only under full recomputation (what the checkpoint itself saves)
-    recompute: Literal["layer", "core", "never", "checkpoint"] = "layer"
+    # layer: dropped by full recomputation only; never: always kept; checkpoint: kept only under full
+    # recomputation (what the checkpoint itself saves); a Megatron recompute module (vocabulary
+    # RECOMPUTE_MODULES, e.g. core_attn): also dropped when that module (or one containing it) is recomputed
+    recompute: str = "layer"
+    # how tensor parallelism splits this tensor or matmul (vocabulary TP_CLASSES); None: the phase's `tp`
+    tp: Optional[Literal[TP_CLASSES]] = None  # type: ignore[valid-type]  # a Literal built from the vocabulary tuple
     component: str = ""  # state terms only: weights / gradients / optimizer
 
     _sym: sp.Expr = PrivateAttr()
@@ -73,6 +76,14 @@ class Term(BaseModel):
     @classmethod
     def _check(cls, v: When) -> When:
         return _check_when(v)
+
+    @field_validator("recompute")
+    @classmethod
+    def _recompute_class(cls, v: str) -> str:
+        if v not in ("layer", "never", "checkpoint") and v not in RECOMPUTE_MODULES:
+            raise ValueError(f"recompute {v!r} is neither layer, never, checkpoint nor a Megatron recompute module "
+                             f"({', '.join(RECOMPUTE_MODULES)})")
+        return v
 
     @model_validator(mode="after")
     def _parse(self) -> "Term":
@@ -116,6 +127,17 @@ class Phase(BaseModel):
     stream_unit: Literal["phase", "expert", "none"] = Field(
         "phase", description="weight streaming: the phase's weights stream as one unit (phase), one expert at a "
         "time (expert), or not at all (none: rows gathered by token id)")
+    tp: Literal[TP_CLASSES] = Field(  # type: ignore[valid-type]  # a Literal built from the vocabulary tuple
+        "replicated", description="how tensor parallelism splits the phase's terms unless a term says otherwise "
+        "(vocabulary TP_CLASSES)")
+    recompute_module: Optional[str] = Field(
+        None, description="the Megatron recompute module whose recomputation re-runs this phase's forward pass "
+        "(when the policy drops a tensor of that module)")
+    routed_load: bool = Field(False, description="the phase works on the routed token copies a device receives: "
+                              "the busiest expert-parallel rank holds --routing-imbalance times the mean")
+    pipeline_stage: Literal["first", "last"] = Field(
+        "first", description="parts outside the layers (scope model): the pipeline stage holding them (the "
+        "embedding on the first, the final norm, LM head and loss on the last)")
     term: list[Term] = []
 
     @field_validator("when")
@@ -123,9 +145,20 @@ class Phase(BaseModel):
     def _check(cls, v: When) -> When:
         return _check_when(v)
 
+    @field_validator("recompute_module")
+    @classmethod
+    def _module(cls, v: Optional[str]) -> Optional[str]:
+        if v is not None and v not in RECOMPUTE_MODULES:
+            raise ValueError(f"recompute_module {v!r} is not a Megatron recompute module ({', '.join(RECOMPUTE_MODULES)})")
+        return v
+
     @property
     def terms(self) -> list[Term]:
         return self.term
+
+    def tp_class(self, term: Term) -> str:
+        """How tensor parallelism splits `term` (its own class, else the phase's)."""
+        return term.tp or self.tp
 
     def applies(self, features: dict[str, Any]) -> bool:
         return matches(self.when, features)

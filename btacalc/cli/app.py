@@ -90,7 +90,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     try:
         code = _run(argv)
     except click_exc.UsageError as exc:
-        _say(f"btacalc: error: {exc.format_message()}", 2)
+        # click wraps a converter's ValueError as "Value error, ...": the reason alone reads better
+        _say(f"btacalc: error: {exc.format_message().replace('Value error, ', '')}", 2)
     except (typer.Abort, KeyboardInterrupt):
         _say("btacalc: interrupted", 130)
     except BtacalcError as exc:

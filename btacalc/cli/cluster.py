@@ -9,8 +9,8 @@ import typer
 
 from ..errors import BtacalcError
 from .options import (Attention, AttentionOpt, GpusPerNodeOpt, GradAccumOpt, Match, MemoryModelChoice, MemoryModelOpt,
-                      ModelOpt, MtpOpt, NameOpt, OutputOpt, OverlapA2aOpt, OverlapOpt, QuietOpt, Recompute, RecomputeOpt,
-                      SeqOpt, emit_result, help_text, outputs, value)
+                      ModelOpt, MtpOpt, NameOpt, OutputOpt, OverlapA2aOpt, OverlapOpt, QuietOpt, RecomputeOpt, SeqOpt,
+                      emit_result, help_text, outputs, value)
 from .progress import progress
 
 # `compare --devices`: at most this many GPU counts per run (each is a full plan per GPU profile).
@@ -21,7 +21,8 @@ COMPARE_EXAMPLES = ("Examples:\n\n"
                     "  btacalc compare --model qwen3-30b-a3b --hw wse2,wse3,a100-80gb,b200\n\n"
                     "  btacalc compare --hw wse3,b200 --devices 8,64 --ep 8 --json\n\n"
                     "  btacalc compare --hw wse3,a100-80gb,b200 --csv compare.csv --plot compare.png\n\n"
-                    "  btacalc compare --hw wse2,b200 --systems 4 --match power --global-batch 96")
+                    "  btacalc compare --hw wse2,b200 --systems 4 --match power --global-batch 96\n\n"
+                    "  btacalc compare --hw wse3,h100,gb200 --search --plot compare.png")
 CROSSOVER_EXAMPLES = ("Examples:\n\n"
                       "  btacalc crossover --hw wse2,wse3,a100-80gb,b200\n\n"
                       "  btacalc crossover --hidden 512:4096:256 --plot crossover.png\n\n"
@@ -46,8 +47,9 @@ def compare(
     systems: int = typer.Option(1, "--systems", min=1, help="Wafer systems per wafer row (CS-2/CS-3 in data parallel)."),
     match: Optional[Match] = typer.Option(None, "--match", help="GPU count beside the wafer systems: power (whole "
                                           "nodes of similar system power) or devices (as many GPUs as systems)."),
-    global_batch: Optional[int] = typer.Option(None, "--global-batch", min=1, help="Wafer rows: sequences per step "
-                                               "over all systems (split into micro-batches that fit)."),
+    global_batch: Optional[int] = typer.Option(None, "--global-batch", min=1, help="Sequences per optimizer step "
+                                               "over all data-parallel ranks of a row (GPUs: Megatron's global batch; "
+                                               "wafer rows: over all systems, split into micro-batches that fit)."),
     ep: Optional[int] = typer.Option(None, "--ep", min=1, help=help_text("Expert-parallel degree [default: gcd(devices, "
                                                                          "E)].")),
     zero: Optional[int] = typer.Option(None, "--zero", min=0, max=3, help=help_text("ZeRO stage on multi-GPU rows "
@@ -55,8 +57,10 @@ def compare(
     gpus_per_node: Optional[int] = GpusPerNodeOpt,
     overlap_a2a: bool = OverlapA2aOpt,
     grad_accum: Optional[int] = GradAccumOpt,
+    search: bool = typer.Option(False, "--search", help="GPU rows: the fastest Megatron layout that fits on their "
+                                "devices (TP, PP, VP, CP, EP, ETP, micro-batch, recompute)."),
     seq: Optional[int] = SeqOpt,
-    recompute: Optional[Recompute] = RecomputeOpt,
+    recompute: Optional[str] = RecomputeOpt,
     attention: Optional[Attention] = AttentionOpt,
     memory_model: Optional[MemoryModelChoice] = MemoryModelOpt,
     overlap: bool = OverlapOpt,
@@ -69,7 +73,7 @@ def compare(
 ) -> int:
     """One model on several devices side by side: fits, G, b, tokens per expert, step time, tokens/s,
     MFU, vs dense, binding constraint, dominant phase, tokens/s per kW."""
-    from ..config.execution import ExecutionRequest
+    from ..config.execution import BatchLimits, ExecutionRequest
     from ..config.presets import resolve_model
     from ..output.cluster_tables import compare_renderable
     from ..output.csvfiles import compare_csv
@@ -86,12 +90,14 @@ def compare(
         raise BtacalcError("{memory_model} weight_streaming is modelled for wafer-scale profiles only")
     if match is not None and counts is not None:
         raise BtacalcError("{match} sets the GPU counts: leave --devices at auto")
-    request = ExecutionRequest(seq_len=seq, recompute=value(recompute), attention=value(attention),
+    request = ExecutionRequest(seq_len=seq, recompute=recompute, attention=value(attention),
                                memory_model=value(memory_model), overlap_streaming=overlap, expert_parallel=ep,
                                zero_stage=zero, devices_per_node=gpus_per_node, overlap_all_to_all=overlap_a2a,
-                               micro_batches=grad_accum, multi_token_prediction=mtp)
+                               micro_batches=grad_accum, multi_token_prediction=mtp,
+                               limits=BatchLimits(global_batch=global_batch))
     with progress(row_count(profiles, counts), "comparing", quiet) as advance:
-        result = run_compare(spec, profiles, counts, request, systems, value(match), global_batch, progress=advance)
+        result = run_compare(spec, profiles, counts, request, systems, value(match), global_batch, progress=advance,
+                             search=search)
     emit_result(result, as_json, output, csv_path, compare_csv, plot_path, compare_plot, compare_renderable, outs)
     return 0
 
@@ -101,6 +107,8 @@ def crossover(
     family: str = typer.Option("qwen3-moe", "--family", help="Model family to scale (qwen3-moe)."),
     hidden: str = typer.Option("256:7168:256", "--hidden", help="Hidden sizes: a,b,c or start:stop:step (multiples of 256)."),
     seq: Optional[int] = SeqOpt,
+    search: bool = typer.Option(False, "--search", help="GPU points: the fastest Megatron layout that fits on the "
+                                "smallest fitting power-of-two device count."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
     output: Optional[Path] = OutputOpt,
     csv_path: Optional[Path] = typer.Option(None, "--csv", help="Write one CSV row per (model, device)."),
@@ -121,7 +129,7 @@ def crossover(
     sizes = parse_values(hidden, "--hidden", limit=MAX_HIDDEN_SIZES)
     check_family(family, sizes)
     with progress(len(set(sizes)) * len(profiles), "scaling the family", quiet) as advance:
-        result = run_crossover(profiles, family, sizes, seq, progress=advance)
+        result = run_crossover(profiles, family, sizes, seq, progress=advance, search=search)
     emit_result(result, as_json, output, csv_path, crossover_csv, plot_path, crossover_plot, crossover_renderable, outs)
     return 0
 

@@ -10,7 +10,8 @@ import typer
 
 from ..errors import BtacalcError
 from .console import out
-from .options import Accounting, AccountingOpt, Attention, CausalOpt, Loss, LossOpt, Recompute, value
+from ..errors import BtacalcError
+from .options import RECOMPUTE_HELP, Accounting, AccountingOpt, Attention, CausalOpt, Loss, LossOpt, help_text, value
 
 FORMULAS_EXAMPLES = ("Examples:\n\n"
                      "  btacalc formulas --phase attn_softmax\n\n"
@@ -25,8 +26,10 @@ def formulas(
     latex: bool = typer.Option(False, "--latex", help="Print LaTeX instead of plain text."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Sum the terms that apply to this model (else list "
                                         "every term)."),
-    recompute: Recompute = typer.Option(Recompute.none, "--recompute", help="Recomputation policy, with --model."),
+    recompute: str = typer.Option("none", "--recompute", help=help_text(RECOMPUTE_HELP + ", with --model.")),
     attention: Attention = typer.Option(Attention.eager, "--attention", help="Attention kernel, with --model."),
+    sequence_parallel: bool = typer.Option(False, "--sequence-parallel", help="Per-device formulas with sequence "
+                                           "parallelism (t: the tensor-parallel size), with --model."),
     causal: bool = CausalOpt,
     loss: Optional[Loss] = LossOpt,
     accounting: Accounting = AccountingOpt,
@@ -35,10 +38,15 @@ def formulas(
     """Print the symbolic formulas, each term with the tensor it counts and its source."""
     from ..config.execution import RunOptions
     from ..planning.formulas import formula_listing
+    from ..vocabulary import parse_recompute
 
-    run = RunOptions(recompute=recompute.value, attention=attention.value, causal=causal,
+    try:
+        policy = parse_recompute(recompute)
+    except ValueError as exc:
+        raise BtacalcError("{recompute}: " + str(exc)) from None
+    run = RunOptions(recompute=policy, attention=attention.value, causal=causal,
                      loss=value(loss) or "fused", accounting=accounting.value)  # type: ignore[arg-type]  # enum values
-    listing = formula_listing(phase, quantity, model, run, latex)
+    listing = formula_listing(phase, quantity, model, run, latex, sequence_parallel)
     if as_json:
         sys.stdout.write(json.dumps(listing, indent=2) + "\n")
         return 0

@@ -10,7 +10,7 @@ from typing import Any, Callable, Optional
 import typer
 from rich.markup import escape
 
-from ..vocabulary import FEATURES, RECOMPUTE_POLICIES
+from ..vocabulary import FEATURES, RECOMPUTE_MODULES
 
 # Library parameter name -> the flag a user types (names not listed map to --name-with-dashes).
 FLAGS = {
@@ -23,6 +23,12 @@ FLAGS = {
     "hardware": "--hw",
     "solve_for": "--solve-for",
     "multi_token_prediction": "--mtp",
+    "tensor_parallel": "--tp",
+    "pipeline_parallel": "--pp",
+    "virtual_pipeline": "--vp",
+    "context_parallel": "--cp",
+    "expert_tensor_parallel": "--etp",
+    "gradient_bytes": "--grad-bytes",
 }
 
 
@@ -41,12 +47,11 @@ def _choices(name: str, values: Any) -> Any:
 
 
 # Allowed values come from the formula catalogue's features and the run options.
-Recompute = _choices("Recompute", RECOMPUTE_POLICIES)
 Attention = _choices("Attention", FEATURES["attention"])
 Loss = _choices("Loss", FEATURES["loss"])
 Accounting = _choices("Accounting", FEATURES["accounting"])
 MemoryModelChoice = _choices("MemoryModelChoice", ("auto", "weight_streaming", "resident"))
-Emit = _choices("Emit", ("cerebras",))
+Emit = _choices("Emit", ("cerebras", "megatron"))
 Match = _choices("Match", ("power", "devices"))
 
 
@@ -61,16 +66,19 @@ MtpOpt = typer.Option(None, "--mtp/--no-mtp", help=help_text("Also train the mod
                       "(DeepSeek-V3) [default: off, as Hugging Face transformers trains it and as its 671B is counted]."))
 HwOpt = typer.Option("wse3", "--hw", help="Hardware profile name (btacalc hw list) or path to a profile .toml.")
 SeqOpt = typer.Option(None, "--seq", min=1, help=help_text("Sequence length s [default: 4096, Qwen3 pre-training]."))
-RecomputeOpt = typer.Option(None, "--recompute", help=help_text("Activation recomputation [default: per device]."))
+RECOMPUTE_HELP = ("Activation recomputation: none, selective, full, or Megatron recompute modules, comma-separated ("
+                  + ", ".join(RECOMPUTE_MODULES) + ")")
+RecomputeOpt = typer.Option(None, "--recompute", help=help_text(RECOMPUTE_HELP + " [default: per device]."))
 AttentionOpt = typer.Option(None, "--attention", help=help_text("eager (materialised s² scores) or flash [default: per device]."))
 CausalOpt = typer.Option(False, "--causal/--full-scores", help="Count only the causal half of the s² matmuls.")
 LossOpt = typer.Option(None, "--loss", help=help_text("fused: logits one sequence at a time; stored: Korthikanti's "
                                                   "4sbv fp32 logits [default: fused]."))
 AccountingOpt = typer.Option(Accounting.ideal, "--accounting", help="ideal (Korthikanti-style) or pytorch (what a "
                              "PyTorch layer keeps, measured: README).")
-GlobalBatchOpt = typer.Option(None, "--global-batch", min=1, help="Fix the global batch N: on a GPU G·b = N (G must "
-                              "divide N); on wafer systems the sequences per optimizer step over all D systems, "
-                              "N = D·M·G·b.")
+GlobalBatchOpt = typer.Option(None, "--global-batch", min=1, help="Sequences per optimizer step over all data-parallel "
+                              "ranks (Megatron's --global-batch-size, Cerebras' batch_size): N = DP·M·G·b. On GPUs, "
+                              "with --micro-batch it sets M = N/(DP·micro batch), alone it fixes G·b = N/(DP·M); on "
+                              "wafer systems it is split into micro-batches that fit.")
 TilesOpt = typer.Option(None, "--tiles", min=1, help="Fix the number of attention tiles G.")
 TileBatchOpt = typer.Option(None, "--tile-batch", min=1, help="Fix the tile batch b.")
 MaxGlobalBatchOpt = typer.Option(None, "--max-global-batch", min=1, help="Cap G·b (convergence).")
@@ -92,10 +100,47 @@ OverlapA2aOpt = typer.Option(False, "--overlap-a2a/--no-overlap-a2a", help="Hide
                              "(chunked) or not.")
 GradAccumOpt = typer.Option(None, "--grad-accum", min=1, help=help_text(
     "Gradient accumulation: M micro-batches of G·b per optimizer step (the gradient sync runs once per step) "
-    "[default: 1; on a wafer with --global-batch, the fewest that fit]."))
+    "[default: 1; global batch / (DP x micro batch) on GPUs; on a wafer with --global-batch, the fewest that fit]."))
+MicroBatchOpt = typer.Option(None, "--micro-batch", min=1, help="Sequences per micro-batch per data-parallel rank "
+                             "(Megatron's --micro-batch-size): fixes G·b.")
+TpOpt = typer.Option(None, "--tp", min=1, help="Tensor-parallel size (Megatron --tensor-model-parallel-size).")
+SpOpt = typer.Option(None, "--sequence-parallel/--no-sequence-parallel", help=help_text("Sequence parallelism with TP "
+                     "[default: on when --tp > 1]."))
+PpOpt = typer.Option(None, "--pp", min=1, help="Pipeline-parallel size (--pipeline-model-parallel-size).")
+VpOpt = typer.Option(None, "--vp", min=1, help="Interleaved model chunks per pipeline stage (virtual pipeline).")
+CpOpt = typer.Option(None, "--cp", min=1, help="Context-parallel size (ring attention over sequence chunks).")
+EtpOpt = typer.Option(None, "--etp", min=1, help=help_text("Expert tensor-parallel size [default: --tp, as Megatron-Core]."))
+FsdpOpt = typer.Option(False, "--fsdp", help="Fully sharded data parallel (ZeRO-3 state; weights gathered every "
+                       "micro-batch).")
+GradBytesOpt = typer.Option(None, "--grad-bytes", min=2, max=4, help=help_text("Bytes per gradient: 4 (fp32 main "
+                            "gradients, Megatron's default with bf16) or 2 [default: 4 on GPUs, 2 on wafers]."))
+RoutingOpt = typer.Option(1.0, "--routing-imbalance", min=1.0, help="Busiest expert's routed tokens over the mean "
+                          "(1.0: balanced, as forced-balance benchmarks).")
+OverlapGradOpt = typer.Option(None, "--overlap-grad-reduce/--no-overlap-grad-reduce", help=help_text("Hide the "
+                              "data-parallel gradient reduction behind the backward pass [default: off, Megatron-Core]."))
+OverlapParamOpt = typer.Option(None, "--overlap-param-gather/--no-overlap-param-gather", help=help_text("Hide the "
+                               "distributed optimizer's weight all-gather behind the forward pass [default: off, "
+                               "Megatron-Core]."))
+TpOverlapOpt = typer.Option(None, "--tp-comm-overlap/--no-tp-comm-overlap", help=help_text("Hide tensor-parallel "
+                            "collectives behind the GEMMs [default: off, Megatron-Core]."))
+OverlapP2pOpt = typer.Option(None, "--overlap-p2p/--no-overlap-p2p", help=help_text("Hide pipeline sends behind "
+                             "compute [default: on with --vp > 1, as Megatron-LM]."))
 JsonOpt = typer.Option(False, "--json", help="Print the result as JSON on stdout.")
 OutputOpt = typer.Option(None, "--output", "-o", help="Write the JSON to this file (atomically; - for standard output).")
 QuietOpt = typer.Option(False, "--quiet", help="No progress report on stderr.")
+
+
+def layout_fields(tp: Optional[int], sp: Optional[bool], pp: Optional[int], vp: Optional[int], cp: Optional[int],
+                  etp: Optional[int], fsdp: bool,
+                  grad_bytes: Optional[int], routing: float, overlaps: tuple[Optional[bool], ...]) -> dict[str, Any]:
+    """ExecutionRequest fields of the Megatron layout options (overlaps: grad reduce, param gather, TP, p2p)."""
+    from ..config.execution import OverlapRequest
+
+    grad, param, tp_comm, p2p = overlaps
+    return {"tensor_parallel": tp, "sequence_parallel": sp, "pipeline_parallel": pp, "virtual_pipeline": vp,
+            "context_parallel": cp, "expert_tensor_parallel": etp, "fsdp": fsdp, "gradient_bytes": grad_bytes,
+            "routing_imbalance": routing,
+            "overlaps": OverlapRequest(grad_reduce=grad, param_gather=param, tp_comm=tp_comm, p2p=p2p)}
 
 
 def outputs(output: Optional[Path] = None, as_json: bool = False, csv_path: Optional[Path] = None,

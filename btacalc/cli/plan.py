@@ -11,11 +11,13 @@ import typer
 
 from ..errors import BtacalcError
 from .console import err, out
-from .options import (Accounting, AccountingOpt, Attention, AttentionOpt, CausalOpt, DevicesOpt, Emit, EpOpt,
-                      ExpertFfnOpt, ExpertsOpt, FixedActiveOpt, GlobalBatchOpt, GpusPerNodeOpt, GradAccumOpt, HwOpt, Loss,
-                      LossOpt, MaxGlobalBatchOpt, MaxTileBatchOpt, MemoryModelChoice, MemoryModelOpt, ModelOpt, MtpOpt,
-                      NameOpt, OutputOpt, OverlapA2aOpt, OverlapOpt, Recompute, RecomputeOpt, SeqOpt, TileBatchOpt, TilesOpt,
-                      TopKOpt, ZeroOpt, emit_result, help_text, outputs, value, write_outputs)
+from .options import (Accounting, AccountingOpt, Attention, AttentionOpt, CausalOpt, CpOpt, DevicesOpt, Emit, EpOpt,
+                      EtpOpt, ExpertFfnOpt, ExpertsOpt, FixedActiveOpt, FsdpOpt, GlobalBatchOpt, GpusPerNodeOpt,
+                      GradAccumOpt, GradBytesOpt, HwOpt, Loss, LossOpt, MaxGlobalBatchOpt, MaxTileBatchOpt,
+                      MemoryModelChoice, MemoryModelOpt, MicroBatchOpt, ModelOpt, MtpOpt, NameOpt, OutputOpt,
+                      OverlapA2aOpt, OverlapGradOpt, OverlapOpt, OverlapP2pOpt, OverlapParamOpt, PpOpt, RecomputeOpt,
+                      RoutingOpt, SeqOpt, SpOpt, TileBatchOpt, TilesOpt, TopKOpt, TpOpt, TpOverlapOpt, VpOpt, ZeroOpt,
+                      emit_result, help_text, layout_fields, outputs, value, write_outputs)
 
 PLAN_EXAMPLES = ("Examples:\n\n"
                  "  btacalc plan --model qwen3-30b-a3b --hw wse3\n\n"
@@ -25,7 +27,11 @@ PLAN_EXAMPLES = ("Examples:\n\n"
                  "  btacalc plan --model ./config.json --hw b200 --global-batch 64 --output plan.json\n\n"
                  "  btacalc plan --hw a100-80gb --devices 64 --ep 8 --zero 1\n\n"
                  "  btacalc plan --model ./llama-7b.json --hw wse2 --seq 2048 --global-batch 99 --emit cerebras\n\n"
-                 "  btacalc plan --hw wse2 --devices 4 --global-batch 96 --sensitivity 10")
+                 "  btacalc plan --hw wse2 --devices 4 --global-batch 96 --sensitivity 10\n\n"
+                 "  btacalc plan --model gpt3-175b --hw h100 --devices 128 --tp 4 --pp 8 --vp 6 --global-batch 256 "
+                 "--micro-batch 1 --seq 2048\n\n"
+                 "  btacalc plan --hw h100 --devices 256 --search\n\n"
+                 "  btacalc plan --hw h100 --devices 64 --tp 2 --pp 4 --emit megatron")
 SWEEP_EXAMPLES = ("Examples:\n\n"
                   "  btacalc sweep --model qwen3-30b-a3b --hw wse2 --vary experts=16,32,64,128\n\n"
                   "  btacalc sweep --hw wse2 --vary top-k=1,2,4,8 --fixed-active --plot topk.png\n\n"
@@ -39,6 +45,7 @@ def plan(
     hw: str = HwOpt,
     seq: Optional[int] = SeqOpt,
     global_batch: Optional[int] = GlobalBatchOpt,
+    micro_batch: Optional[int] = MicroBatchOpt,
     tiles: Optional[int] = TilesOpt,
     tile_batch: Optional[int] = TileBatchOpt,
     max_global_batch: Optional[int] = MaxGlobalBatchOpt,
@@ -47,7 +54,7 @@ def plan(
     top_k: Optional[int] = TopKOpt,
     expert_ffn: Optional[int] = ExpertFfnOpt,
     fixed_active: bool = FixedActiveOpt,
-    recompute: Optional[Recompute] = RecomputeOpt,
+    recompute: Optional[str] = RecomputeOpt,
     attention: Optional[Attention] = AttentionOpt,
     causal: bool = CausalOpt,
     loss: Optional[Loss] = LossOpt,
@@ -61,6 +68,21 @@ def plan(
     overlap_a2a: bool = OverlapA2aOpt,
     grad_accum: Optional[int] = GradAccumOpt,
     mtp: Optional[bool] = MtpOpt,
+    tp: Optional[int] = TpOpt,
+    sequence_parallel: Optional[bool] = SpOpt,
+    pp: Optional[int] = PpOpt,
+    vp: Optional[int] = VpOpt,
+    cp: Optional[int] = CpOpt,
+    etp: Optional[int] = EtpOpt,
+    fsdp: bool = FsdpOpt,
+    grad_bytes: Optional[int] = GradBytesOpt,
+    routing_imbalance: float = RoutingOpt,
+    overlap_grad_reduce: Optional[bool] = OverlapGradOpt,
+    overlap_param_gather: Optional[bool] = OverlapParamOpt,
+    tp_comm_overlap: Optional[bool] = TpOverlapOpt,
+    overlap_p2p: Optional[bool] = OverlapP2pOpt,
+    search: bool = typer.Option(False, "--search", help="Search the fastest layout that fits (TP, PP, VP, CP, EP, "
+                                "ETP, micro-batch, recompute) on --devices GPUs; the given values fix that dimension."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON on stdout."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the plan JSON to this file (atomically; "
                                           "- for standard output)."),
@@ -68,7 +90,8 @@ def plan(
     sensitivity: Optional[float] = typer.Option(None, "--sensitivity", min=0.0, max=100.0, help="Also move every "
                                                 "hardware number by -PCT% and +PCT% alone and show tokens/s (e.g. 10)."),
     emit: Optional[Emit] = typer.Option(None, "--emit", help="Print a ready configuration instead of the plan: "
-                                        "cerebras = the Model Zoo YAML fragment (wafer profiles)."),
+                                        "cerebras = the Model Zoo YAML fragment (wafer profiles); megatron = the "
+                                        "Megatron-LM / Megatron-Bridge arguments (GPU profiles)."),
 ) -> int:
     """Choose G and b for a model on a device; show parameters, memory, FLOPs and phases.
 
@@ -89,20 +112,23 @@ def plan(
         return 0
     spec = resolve_model(model, name).with_overrides(experts, top_k, expert_ffn, fixed_active)
     request = ExecutionRequest(
-        seq_len=seq, recompute=value(recompute), attention=value(attention), causal=causal, loss=value(loss),
+        seq_len=seq, recompute=recompute, attention=value(attention), causal=causal, loss=value(loss),
         accounting=accounting.value, memory_model=value(memory_model), overlap_streaming=overlap,
         multi_token_prediction=mtp,
         devices=devices, expert_parallel=ep, zero_stage=zero, devices_per_node=gpus_per_node,
         overlap_all_to_all=overlap_a2a, micro_batches=grad_accum,
-        limits=BatchLimits(global_batch, tiles, tile_batch, max_global_batch, max_tile_batch))
+        limits=BatchLimits(global_batch, tiles, tile_batch, max_global_batch, max_tile_batch, micro_batch),
+        **layout_fields(tp, sequence_parallel, pp, vp, cp, etp, fsdp, grad_bytes, routing_imbalance,
+                        (overlap_grad_reduce, overlap_param_gather, tp_comm_overlap, overlap_p2p)))
     profile = resolve_hardware(hw)
+    _check_emit(value(emit), search, profile)
+    if search:
+        return _search(spec, profile, request, outs, value(emit))
     report = make_plan(spec, profile, request)
     if emit is not None:
-        from ..output.cerebras import cerebras_yaml
-
-        text = cerebras_yaml(report)
+        text = _emitted(report, value(emit))
         write_outputs(outs, {"--output": text, "--json": text}, None)
-        return 0
+        return 0 if report.plan.fits else 1
     if sensitivity is not None:
         from ..planning.sensitivity import sensitivity as run_sensitivity
 
@@ -118,6 +144,47 @@ def plan(
     return 0 if report.plan.fits else 1
 
 
+def _check_emit(emit: Optional[str], search: bool, profile: Any) -> None:
+    """--emit megatron and --search choose and print GPU layouts; --emit cerebras a wafer configuration."""
+    gpu = profile.family == "gpu"
+    if (emit == "megatron" or search) and not gpu:
+        what = "{emit} megatron" if emit == "megatron" else "{search}"
+        raise BtacalcError(f"{what} chooses and prints GPU layouts: {profile.name} is a wafer-scale profile")
+    if emit == "cerebras" and gpu:
+        raise BtacalcError(f"{{emit}} cerebras prints a Cerebras Model Zoo configuration and needs a wafer-scale profile: "
+                            f"{profile.name} is a GPU")
+
+
+def _emitted(report: Any, emit: Optional[str]) -> str:
+    if emit == "megatron":
+        from ..output.megatron import megatron_arguments
+
+        return megatron_arguments(report).rstrip("\n") + "\n"
+    from ..output.cerebras import cerebras_yaml
+
+    return cerebras_yaml(report)
+
+
+def _search(spec: Any, profile: Any, request: Any, outs: Any, emit: Optional[str]) -> int:
+    from ..planning.search import search_layouts
+
+    result = search_layouts(spec, profile, request)
+    ok = result.best is not None and result.best.plan.fits
+    if emit is not None and result.best is not None:
+        text = _emitted(result.best, emit)
+        write_outputs(outs, {"--output": text, "--json": text}, None)
+        return 0 if ok else 1
+    text = result.model_dump_json(indent=2) + "\n"
+
+    def table() -> Any:
+        from ..output.search_tables import search_renderable
+
+        return search_renderable(result)
+
+    write_outputs(outs, {"--output": text, "--json": text}, table)
+    return 0 if ok else 1
+
+
 def sweep(
     model: str = ModelOpt,
     name: Optional[str] = NameOpt,
@@ -127,7 +194,7 @@ def sweep(
                                    "max-global-batch, max-tile-batch, devices, grad-accum."),
     fixed_active: bool = FixedActiveOpt,
     seq: Optional[int] = SeqOpt,
-    recompute: Optional[Recompute] = RecomputeOpt,
+    recompute: Optional[str] = RecomputeOpt,
     attention: Optional[Attention] = AttentionOpt,
     causal: bool = CausalOpt,
     loss: Optional[Loss] = LossOpt,
@@ -161,7 +228,7 @@ def sweep(
     if fixed_active and "top-k" not in grid:
         raise BtacalcError("{fixed_active} needs --vary top-k=...")
     request = ExecutionRequest(
-        seq_len=seq, recompute=value(recompute), attention=value(attention), causal=causal, loss=value(loss),
+        seq_len=seq, recompute=recompute, attention=value(attention), causal=causal, loss=value(loss),
         accounting=accounting.value, overlap_streaming=overlap, devices=devices, expert_parallel=ep,
         zero_stage=zero, devices_per_node=gpus_per_node, overlap_all_to_all=overlap_a2a, micro_batches=grad_accum,
         multi_token_prediction=mtp)

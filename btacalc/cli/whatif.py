@@ -11,7 +11,7 @@ from .console import out
 from .options import (Accounting, AccountingOpt, Attention, AttentionOpt, CausalOpt, DevicesOpt, EpOpt, ExpertFfnOpt,
                       ExpertsOpt, FixedActiveOpt, GlobalBatchOpt, GpusPerNodeOpt, GradAccumOpt, HwOpt, Loss, LossOpt,
                       MaxGlobalBatchOpt, MaxTileBatchOpt, MemoryModelChoice, MemoryModelOpt, ModelOpt, OutputOpt,
-                      OverlapA2aOpt, OverlapOpt, Recompute, RecomputeOpt, SeqOpt, TileBatchOpt, TilesOpt, TopKOpt,
+                      OverlapA2aOpt, OverlapOpt, RecomputeOpt, SeqOpt, TileBatchOpt, TilesOpt, TopKOpt,
                       ZeroOpt, outputs, value, write_outputs)
 
 EXAMPLES = ("Examples:\n\n"
@@ -41,7 +41,7 @@ def whatif(
     top_k: Optional[int] = TopKOpt,
     expert_ffn: Optional[int] = ExpertFfnOpt,
     fixed_active: bool = FixedActiveOpt,
-    recompute: Optional[Recompute] = RecomputeOpt,
+    recompute: Optional[str] = RecomputeOpt,
     attention: Optional[Attention] = AttentionOpt,
     causal: bool = CausalOpt,
     loss: Optional[Loss] = LossOpt,
@@ -70,7 +70,7 @@ def whatif(
 
     spec = resolve_model(model).with_overrides(experts, top_k, expert_ffn, fixed_active)
     request = ExecutionRequest(
-        seq_len=seq, recompute=value(recompute), attention=value(attention), causal=causal, loss=value(loss),
+        seq_len=seq, recompute=recompute, attention=value(attention), causal=causal, loss=value(loss),
         accounting=accounting.value, memory_model=value(memory_model), overlap_streaming=overlap,
         devices=devices, expert_parallel=ep, zero_stage=zero, devices_per_node=gpus_per_node,
         overlap_all_to_all=overlap_a2a, micro_batches=grad_accum,

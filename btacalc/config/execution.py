@@ -6,6 +6,14 @@ Nothing downstream re-derives a default: the planning, sweep, compare and valida
 `ExecutionRequest` (the user's choices, None meaning "default") and call `resolve_execution`.
 The one default that needs the memory model to decide, `memory_model = "auto"`, is resolved in
 `btacalc.model.memory.resolve_memory_model`.
+
+The layout speaks Megatron-LM's language (Shoeybi et al. 2019; Narayanan et al. 2021; Korthikanti et
+al. 2022): tensor (TP, with sequence parallelism), pipeline (PP, with VP interleaved virtual stages),
+context (CP), expert (EP) and expert-tensor (ETP) parallelism; data parallelism is what is left,
+DP = devices / (TP·PP·CP) for the dense part and EDP = devices / (ETP·EP·PP) for the experts (Megatron
+"MoE parallel folding": megatron/core/parallel_state.py); ZeRO 0-3 or FSDP shard the training state
+over the DP·CP ranks (Megatron's dp_cp group). A micro-batch is G·b sequences per data-parallel rank;
+M micro-batches make an optimizer step of N = DP·M·G·b sequences (gradient accumulation).
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, Optional
 
 from ..errors import BtacalcError
+from ..vocabulary import parse_recompute
 
 if TYPE_CHECKING:
     from .hardware import HardwareProfile
@@ -25,11 +34,28 @@ if TYPE_CHECKING:
 DEFAULT_SEQ_LEN = 4096
 DEFAULT_SEQ_LEN_SOURCE = "Qwen3 technical report (arXiv 2505.09388) §3.2: stages S1-S2 at 4,096 tokens"
 
+MEGATRON = "Megatron-LM @ d98e8a64 (2026-08-22)"
 REASONS = {
     "loss": "fused linear cross-entropy: logits materialised one sequence at a time",
     "memory_model": ("auto: the whole training state resident on the device when it fits with one sequence, "
                      "else weights streamed (wafer)"),
     "zero_stage": "1: optimizer state sharded over data-parallel ranks (Megatron-LM distributed optimizer)",
+    "gradient_bytes_gpu": (f"4: fp32 main gradients, Megatron-LM's default with --bf16 ({MEGATRON} "
+                           "megatron/training/arguments.py forces accumulate_allreduce_grads_in_fp32 unless "
+                           "--grad-reduce-in-bf16)"),
+    "gradient_bytes_wse": "2: gradients leave the wafer in the weights' 16-bit format",
+    "sequence_parallel": ("on with tensor parallelism: Korthikanti et al. 2022 §4.2.2 (activations split t ways at "
+                          "the same communication volume); Megatron-Core needs it for MoE layers under TP "
+                          "(moe_layer.py) though its CLI default is off"),
+    "expert_tensor_parallel": (f"= TP: Megatron-Core's default ({MEGATRON} model_parallel_config.py: "
+                               "expert_tensor_parallel_size None becomes the TP size)"),
+    "overlap_grad_reduce": (f"off: Megatron-Core's default ({MEGATRON} distributed_data_parallel_config.py "
+                            "overlap_grad_reduce = False; Megatron-Bridge recipes turn it on)"),
+    "overlap_param_gather": (f"off: Megatron-Core's default ({MEGATRON} distributed_data_parallel_config.py "
+                             "overlap_param_gather = False)"),
+    "tp_comm_overlap": f"off: Megatron-Core's default ({MEGATRON} model_parallel_config.py tp_comm_overlap = False)",
+    "overlap_p2p": (f"on with interleaving only: Megatron-LM's default ({MEGATRON} arguments.py: "
+                    "overlap_p2p_comm is switched off without a virtual pipeline)"),
     "multi_token_prediction": ("off: the main model only, as Hugging Face transformers trains DeepSeek-V3 (it does not "
                                "build the MTP module) and as the published parameter counts are given"),
 }
@@ -40,7 +66,8 @@ class RunOptions:
     """How one device runs the model: every field resolved (see `resolve_execution`)."""
 
     seq_len: int = DEFAULT_SEQ_LEN
-    recompute: Literal["none", "selective", "full"] = "full"
+    # none | selective | full | a comma-separated list of Megatron recompute modules (vocabulary)
+    recompute: str = "full"
     attention: Literal["eager", "flash"] = "eager"
     causal: bool = False
     loss: Literal["stored", "fused"] = "fused"
@@ -51,6 +78,8 @@ class RunOptions:
     # fits with one sequence, else streams weights (wafer) or stays resident (GPU).
     memory_model: Literal["weight_streaming", "resident", "auto"] = "auto"
     overlap_streaming: bool = True  # weight streaming overlaps compute (max) or not (sum)
+    gradient_bytes: int = 2  # bytes per gradient element: the 16-bit parameter dtype, or 4 (fp32 main grads)
+    routing_imbalance: float = 1.0  # busiest expert's routed tokens over the mean (1 = balanced)
     # train the model's multi-token-prediction modules too (DeepSeek-V3 MTP; a model without any ignores it)
     multi_token_prediction: bool = False
 
@@ -62,49 +91,155 @@ class RunOptions:
             "loss": self.loss,
             "accounting": self.accounting,
             "optimizer": self.optimizer,
+            "main_grads": "fp32" if self.gradient_bytes == 4 else "param",
         }
 
 
 @dataclass(frozen=True)
+class Overlaps:
+    """Which communication hides behind compute; Megatron-Core's names, defaults stated in REASONS."""
+
+    all_to_all: bool = False  # --overlap-moe-expert-parallel-comm (EP dispatch/combine behind another micro-batch)
+    grad_reduce: bool = False  # --overlap-grad-reduce (bucketed DP reduction behind the backward pass)
+    param_gather: bool = False  # --overlap-param-gather (distributed optimizer / FSDP all-gathers behind compute)
+    tp_comm: bool = False  # --tp-comm-overlap (TP all-gather/reduce-scatter behind the GEMMs)
+    p2p: bool = False  # overlap_p2p_comm (pipeline sends behind compute; Megatron: with interleaving)
+
+
+@dataclass(frozen=True)
 class Layout:
-    """How a training job spreads over devices (data and expert parallelism, ZeRO, gradient
-    accumulation). The defaults are one device."""
+    """How a training job spreads over devices. The defaults are one device.
+
+    DP = devices / (TP·PP·CP) ranks hold the dense part; EDP = devices / (ETP·EP·PP) the experts.
+    """
 
     devices: int = 1
     expert_parallel: int = 1
     zero_stage: int = 0
-    devices_per_node: int = 1
-    overlap_all_to_all: bool = False
+    devices_per_node: int = 1  # devices in one scale-up (NVLink) domain
     micro_batches: int = 1  # gradient accumulation: M micro-batches per optimizer step
+    tensor_parallel: int = 1
+    sequence_parallel: bool = False
+    pipeline_parallel: int = 1
+    virtual_pipeline: int = 1  # interleaved model chunks per pipeline stage (1: plain 1F1B)
+    context_parallel: int = 1
+    expert_tensor_parallel: int = 1
+    fsdp: bool = False  # fully sharded data parallel (ZeRO-3 state; gathers per micro-batch)
+    overlap: Overlaps = Overlaps()
+
+    @property
+    def overlap_all_to_all(self) -> bool:
+        return self.overlap.all_to_all
+
+    @property
+    def model_parallel(self) -> int:
+        """TP·PP·CP: the devices one data-parallel replica of the dense part spans."""
+        return self.tensor_parallel * self.pipeline_parallel * self.context_parallel
 
     @property
     def data_parallel(self) -> int:
-        return self.devices
+        return self.devices // self.model_parallel
+
+    @property
+    def sharding_ranks(self) -> int:
+        """Ranks the distributed optimizer / FSDP shard the dense state over: DP·CP (Megatron's dp_cp group)."""
+        return self.data_parallel * self.context_parallel
 
     @property
     def expert_data_parallel(self) -> int:
-        return self.devices // self.expert_parallel
+        return self.devices // (self.expert_tensor_parallel * self.expert_parallel * self.pipeline_parallel)
 
-    def validate(self, num_experts: int, profile: "HardwareProfile") -> None:
-        for name, v in (("devices", self.devices), ("expert_parallel", self.expert_parallel),
-                        ("micro_batches", self.micro_batches), ("devices_per_node", self.devices_per_node)):
+    @property
+    def parallel(self) -> bool:
+        """Model parallelism beyond data and expert parallelism (TP, PP or CP)."""
+        return self.model_parallel > 1
+
+    def validate(self, model: "ModelSpec", profile: "HardwareProfile", seq_len: int) -> None:
+        """Every rule a layout must satisfy, each a one-line error naming it."""
+        sizes = (("devices", self.devices), ("expert_parallel", self.expert_parallel),
+                 ("micro_batches", self.micro_batches), ("devices_per_node", self.devices_per_node),
+                 ("tensor_parallel", self.tensor_parallel), ("pipeline_parallel", self.pipeline_parallel),
+                 ("virtual_pipeline", self.virtual_pipeline), ("context_parallel", self.context_parallel),
+                 ("expert_tensor_parallel", self.expert_tensor_parallel))
+        for name, v in sizes:
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise BtacalcError(f"{{{name}}} must be a positive integer, got {v!r}")
         if self.zero_stage not in (0, 1, 2, 3):
             raise BtacalcError(f"{{zero_stage}} must be 0, 1, 2 or 3, got {self.zero_stage!r}")
-        if profile.family == "wse" and (self.expert_parallel > 1 or self.zero_stage):
-            raise BtacalcError("{expert_parallel}/{zero_stage} apply to GPU profiles: wafer-scale systems train in "
+        if profile.family == "wse" and (self.expert_parallel > 1 or self.zero_stage or self.parallel
+                                        or self.expert_tensor_parallel > 1 or self.fsdp):
+            raise BtacalcError("{expert_parallel}/{zero_stage}/{tensor_parallel}/{pipeline_parallel}/{context_parallel}/"
+                               "{expert_tensor_parallel}/{fsdp} apply to GPU profiles: wafer-scale systems train in "
                                "strict data parallel (MemoryX holds the state, SwarmX broadcasts and reduces)")
         if self.devices > 1 and not profile.multi_device:
             links = "SwarmX numbers (system.swarmx_*)" if profile.family == "wse" else "scale-up/scale-out bandwidth"
             raise BtacalcError(f"{profile.name} has no {links} in its profile: {{devices}} needs them")
-        if self.devices % self.expert_parallel:
-            raise BtacalcError(f"{{expert_parallel}} {self.expert_parallel} does not divide {{devices}} {self.devices}")
-        if self.expert_parallel > 1:
-            if num_experts == 0:
-                raise BtacalcError("{expert_parallel} needs an MoE model (the model is dense)")
-            if num_experts % self.expert_parallel:
-                raise BtacalcError(f"{{expert_parallel}} {self.expert_parallel} does not divide the {num_experts} experts")
+        self._validate_grids()
+        self._validate_model(model, seq_len)
+        self._validate_pipeline(model.num_layers)
+
+    def _validate_grids(self) -> None:
+        tp, pp, cp = self.tensor_parallel, self.pipeline_parallel, self.context_parallel
+        if self.devices % self.model_parallel:
+            raise BtacalcError(f"{{tensor_parallel}} {tp} x {{pipeline_parallel}} {pp} x {{context_parallel}} {cp} = "
+                               f"{self.model_parallel} does not divide {{devices}} {self.devices} (data parallel = "
+                               "devices / (TP·PP·CP))")
+        expert_grid = self.expert_tensor_parallel * self.expert_parallel * pp
+        if self.devices % expert_grid:
+            raise BtacalcError(f"{{expert_tensor_parallel}} {self.expert_tensor_parallel} x {{expert_parallel}} "
+                               f"{self.expert_parallel} x {{pipeline_parallel}} {pp} = {expert_grid} does not divide "
+                               f"{{devices}} {self.devices} (expert data parallel = devices / (ETP·EP·PP))")
+        if self.fsdp and self.zero_stage != 3:
+            raise BtacalcError(f"{{fsdp}} shards weights, gradients and optimizer state: it is ZeRO-3, not "
+                               f"{{zero_stage}} {self.zero_stage}")
+
+    def _validate_model(self, model: "ModelSpec", seq_len: int) -> None:
+        tp, etp, ep = self.tensor_parallel, self.expert_tensor_parallel, self.expert_parallel
+        if model.num_heads % tp or model.num_kv_heads % tp:
+            raise BtacalcError(f"{{tensor_parallel}} {tp} does not divide the {model.num_heads} query and "
+                               f"{model.num_kv_heads} key/value heads (each rank holds whole heads)")
+        if not model.is_moe and model.ffn_size % tp:
+            raise BtacalcError(f"{{tensor_parallel}} {tp} does not divide the MLP width {model.ffn_size}")
+        if model.is_moe:
+            if tp > 1 and not self.sequence_parallel:
+                raise BtacalcError("{tensor_parallel} > 1 in MoE layers needs {sequence_parallel} (Megatron-Core "
+                                   "moe_layer.py refuses MoE with tensor parallelism but without it)")
+            if model.num_experts % ep:
+                raise BtacalcError(f"{{expert_parallel}} {ep} does not divide the {model.num_experts} experts")
+            if model.ffn_size % etp:
+                raise BtacalcError(f"{{expert_tensor_parallel}} {etp} does not divide the expert width {model.ffn_size}")
+        elif ep > 1 or etp > 1:
+            raise BtacalcError("{expert_parallel}/{expert_tensor_parallel} need an MoE model (the model is dense)")
+        if self.sequence_parallel and tp == 1:
+            raise BtacalcError("{sequence_parallel} needs {tensor_parallel} > 1 (it splits the sequence over the "
+                               "tensor-parallel ranks)")
+        cp = self.context_parallel
+        if cp > 1 and seq_len % (2 * cp):
+            raise BtacalcError(f"{{context_parallel}} {cp}: the sequence {seq_len} must be a multiple of 2·CP = "
+                               f"{2 * cp} (load-balanced causal chunks; Megatron-LM arguments.py)")
+
+    def _validate_pipeline(self, num_layers: int) -> None:
+        pp, vp = self.pipeline_parallel, self.virtual_pipeline
+        if vp > 1 and pp == 1:
+            raise BtacalcError("{virtual_pipeline} > 1 needs {pipeline_parallel} > 1 (Megatron-Core parallel_state.py)")
+        pipeline_split(num_layers, pp, vp)
+        if vp > 1 and self.micro_batches % pp:
+            raise BtacalcError(f"{{micro_batches}} {self.micro_batches}: the interleaved schedule needs a multiple of "
+                               f"{{pipeline_parallel}} {pp} micro-batches (Megatron-Core schedules.py: microbatch "
+                               "groups of PP)")
+
+
+def pipeline_split(num_layers: int, pp: int, vp: int) -> Literal["even", "embedding_loss"]:
+    """How the layers divide over the pp·vp model chunks: `even` (L a multiple of pp·vp) or
+    `embedding_loss` (L + 2 a multiple: the embedding and the loss count as one layer each, Megatron's
+    --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split); else an error."""
+    chunks = pp * vp
+    if num_layers % chunks == 0:
+        return "even"
+    if (num_layers + 2) % chunks == 0 and num_layers + 2 >= 2 * chunks:
+        return "embedding_loss"
+    raise BtacalcError(f"{{pipeline_parallel}} {pp} x {{virtual_pipeline}} {vp} = {chunks} model chunks divide neither "
+                       f"the {num_layers} layers nor {num_layers} + 2 (embedding and loss counted as layers)")
 
 
 # No training batch comes near 2^80 sequences (about 1.2e24); the bound also keeps the factorisation
@@ -114,13 +249,24 @@ MAX_SEQUENCES = 1 << 80
 
 @dataclass(frozen=True)
 class BatchLimits:
-    """User constraints on the batch shape; None means free."""
+    """User constraints on the batch shape; None means free.
+
+    global_batch: sequences per optimizer step over all data-parallel ranks (N = DP·M·G·b);
+    micro_batch: G·b, sequences per micro-batch per data-parallel rank (the solver's fixed-G·b path).
+    Without a micro batch the solver fixes G·b = global_batch (one rank, one micro-batch).
+    """
 
     global_batch: Optional[int] = None
     tiles: Optional[int] = None
     tile_batch: Optional[int] = None
     max_global_batch: Optional[int] = None
     max_tile_batch: Optional[int] = None
+    micro_batch: Optional[int] = None
+
+    @property
+    def fixed_micro_batch(self) -> Optional[int]:
+        """The G·b the solver must use, if fixed."""
+        return self.micro_batch if self.micro_batch is not None else self.global_batch
 
     def validate(self) -> None:
         for name, v in self.__dict__.items():
@@ -128,21 +274,33 @@ class BatchLimits:
                 raise BtacalcError(f"{{{name}}} must be a positive integer, got {v!r}")
             if v is not None and v > MAX_SEQUENCES:
                 raise BtacalcError(f"{{{name}}} {v} is beyond 2^80 sequences, more than any training batch")
-        n, g, b = self.global_batch, self.tiles, self.tile_batch
+        n, g, b = self.fixed_micro_batch, self.tiles, self.tile_batch
+        what = "micro_batch" if self.micro_batch is not None else "global_batch"
         if n is not None and g is not None and n % g:
-            raise BtacalcError(f"{{global_batch}} {n} is not divisible by {{tiles}} {g}")
+            raise BtacalcError(f"{{{what}}} {n} is not divisible by {{tiles}} {g}")
         if n is not None and b is not None and n % b:
-            raise BtacalcError(f"{{global_batch}} {n} is not divisible by {{tile_batch}} {b}")
+            raise BtacalcError(f"{{{what}}} {n} is not divisible by {{tile_batch}} {b}")
         if n is not None and g is not None and b is not None and g * b != n:
-            raise BtacalcError(f"{{tiles}} {g} x {{tile_batch}} {b} = {g * b} differs from {{global_batch}} {n}")
+            raise BtacalcError(f"{{tiles}} {g} x {{tile_batch}} {b} = {g * b} differs from {{{what}}} {n}")
         if n is not None and self.max_global_batch is not None and n > self.max_global_batch:
-            raise BtacalcError(f"{{global_batch}} {n} exceeds {{max_global_batch}} {self.max_global_batch}")
+            raise BtacalcError(f"{{{what}}} {n} exceeds {{max_global_batch}} {self.max_global_batch}")
         if b is not None and self.max_tile_batch is not None and b > self.max_tile_batch:
             raise BtacalcError(f"{{tile_batch}} {b} exceeds {{max_tile_batch}} {self.max_tile_batch}")
 
     def free(self) -> "BatchLimits":
         """The same caps with the shape left to the solver (for the G = 1 and dense comparisons)."""
         return BatchLimits(max_global_batch=self.max_global_batch)
+
+
+@dataclass(frozen=True)
+class OverlapRequest:
+    """The user's overlap choices; None means Megatron-Core's default (REASONS)."""
+
+    all_to_all: bool = False
+    grad_reduce: Optional[bool] = None
+    param_gather: Optional[bool] = None
+    tp_comm: Optional[bool] = None
+    p2p: Optional[bool] = None
 
 
 @dataclass(frozen=True)
@@ -157,14 +315,27 @@ class ExecutionRequest:
     accounting: str = "ideal"
     memory_model: Optional[str] = None
     overlap_streaming: bool = True
-    multi_token_prediction: Optional[bool] = None
     devices: int = 1
     expert_parallel: Optional[int] = None
     zero_stage: Optional[int] = None
     devices_per_node: Optional[int] = None
     overlap_all_to_all: bool = False
-    micro_batches: Optional[int] = None  # None: 1, or on a wafer with a global batch, chosen (model.wafer.batching)
+    # gradient accumulation M (None: 1, or N / (DP·micro batch) on GPUs; on a wafer with a global batch,
+    # chosen by model.wafer.batching)
+    micro_batches: Optional[int] = None
     limits: BatchLimits = field(default_factory=BatchLimits)
+    # None: 1 in a plan; free in a layout search (btacalc.planning.search)
+    tensor_parallel: Optional[int] = None
+    sequence_parallel: Optional[bool] = None
+    pipeline_parallel: Optional[int] = None
+    virtual_pipeline: Optional[int] = None
+    context_parallel: Optional[int] = None
+    expert_tensor_parallel: Optional[int] = None
+    fsdp: bool = False
+    gradient_bytes: Optional[int] = None
+    routing_imbalance: float = 1.0
+    overlaps: OverlapRequest = field(default_factory=OverlapRequest)
+    multi_token_prediction: Optional[bool] = None
 
     def with_changes(self, **changes: Any) -> "ExecutionRequest":
         return replace(self, **changes)
@@ -190,6 +361,54 @@ def auto_expert_parallel(devices: int, num_experts: int) -> int:
     return math.gcd(devices, num_experts) if num_experts else 1
 
 
+class _Defaults:
+    """Picks request values or defaults, recording the reason for each default taken."""
+
+    def __init__(self) -> None:
+        self.reasons: dict[str, str] = {}
+
+    def pick(self, name: str, given: Any, default: Any, reason: str) -> Any:
+        if given is not None:
+            return given
+        self.reasons[name] = reason
+        return default
+
+
+def resolve_execution(request: ExecutionRequest, model: "ModelSpec", profile: "HardwareProfile") -> Execution:
+    """Fill every default of `request` for `model` on `profile`, validate, and record the reasons."""
+    d, chosen = profile.defaults, _Defaults()
+    try:
+        recompute = parse_recompute(chosen.pick("recompute", request.recompute, d.recompute,
+                                                f"{profile.name} default: {d.note}"))
+    except ValueError as exc:
+        raise BtacalcError("{recompute}: " + str(exc)) from None
+    gpu = profile.family == "gpu"
+    run = RunOptions(
+        seq_len=chosen.pick("seq_len", request.seq_len, DEFAULT_SEQ_LEN, DEFAULT_SEQ_LEN_SOURCE),
+        recompute=recompute,
+        attention=chosen.pick("attention", request.attention, d.attention, f"{profile.name} default: {d.note}"),
+        causal=request.causal,
+        loss=chosen.pick("loss", request.loss, "fused", REASONS["loss"]),
+        accounting=request.accounting,  # type: ignore[arg-type]  # validated by the CLI choices / catalogue
+        memory_model=chosen.pick("memory_model", request.memory_model, "auto", REASONS["memory_model"]),
+        overlap_streaming=request.overlap_streaming,
+        gradient_bytes=chosen.pick("gradient_bytes", request.gradient_bytes, 4 if gpu else 2,
+                                   REASONS["gradient_bytes_gpu" if gpu else "gradient_bytes_wse"]),
+        routing_imbalance=request.routing_imbalance,
+        multi_token_prediction=_mtp(request, model, chosen.reasons),
+    )
+    _check_run(run)
+    layout = _resolve_layout(request, model, profile, chosen)
+    if profile.family == "wse":  # the wafer cluster's split N = D·M·G·b: model/wafer/batching.py
+        limits = (request.limits, 1 if request.micro_batches is None else request.micro_batches)
+    else:
+        limits = _resolve_batch(request, layout)
+    layout = replace(layout, micro_batches=limits[1])
+    layout.validate(model, profile, run.seq_len)
+    limits[0].validate()
+    return Execution(run, layout, limits[0], tuple(chosen.reasons.items()), request)
+
+
 def _mtp(request: ExecutionRequest, model: "ModelSpec", reasons: dict[str, str]) -> bool:
     if request.multi_token_prediction is None:
         if model.mtp_layers:
@@ -200,45 +419,102 @@ def _mtp(request: ExecutionRequest, model: "ModelSpec", reasons: dict[str, str])
     return request.multi_token_prediction
 
 
-def resolve_execution(request: ExecutionRequest, model: "ModelSpec", profile: "HardwareProfile") -> Execution:
-    """Fill every default of `request` for `model` on `profile`, validate, and record the reasons."""
-    reasons: dict[str, str] = {}
-    d = profile.defaults
+def _check_run(run: RunOptions) -> None:
+    if run.gradient_bytes not in (2, 4):
+        raise BtacalcError(f"{{gradient_bytes}} must be 2 (the 16-bit parameter dtype) or 4 (fp32), got {run.gradient_bytes!r}")
+    if not run.routing_imbalance >= 1.0:
+        raise BtacalcError(f"{{routing_imbalance}} is the busiest expert's tokens over the mean: at least 1.0, got "
+                           f"{run.routing_imbalance!r}")
 
-    def pick(name: str, given: Any, default: Any, reason: str) -> Any:
-        if given is not None:
-            return given
-        reasons[name] = reason
-        return default
 
-    run = RunOptions(
-        seq_len=pick("seq_len", request.seq_len, DEFAULT_SEQ_LEN, DEFAULT_SEQ_LEN_SOURCE),
-        recompute=pick("recompute", request.recompute, d.recompute, f"{profile.name} default: {d.note}"),
-        attention=pick("attention", request.attention, d.attention, f"{profile.name} default: {d.note}"),
-        causal=request.causal,
-        loss=pick("loss", request.loss, "fused", REASONS["loss"]),
-        accounting=request.accounting,  # type: ignore[arg-type]  # validated by the CLI choices / catalogue
-        memory_model=pick("memory_model", request.memory_model, "auto", REASONS["memory_model"]),
-        overlap_streaming=request.overlap_streaming,
-        multi_token_prediction=_mtp(request, model, reasons),
-    )
+def _resolve_layout(request: ExecutionRequest, model: "ModelSpec", profile: "HardwareProfile",
+                    chosen: _Defaults) -> Layout:
     devices = request.devices
-    ep, zero = request.expert_parallel, request.zero_stage
+    sizes = _model_parallel_sizes(request, chosen)
+    tp, pp = sizes["tensor_parallel"], sizes["pipeline_parallel"]
     if profile.family == "wse":  # wafer clusters: strict data parallel, the state in MemoryX
-        ep, zero = (1 if ep is None else ep), (0 if zero is None else zero)
-    if ep is None:
-        ep = auto_expert_parallel(devices, model.num_experts) if isinstance(devices, int) else 1
-        if devices > 1:
-            reasons["expert_parallel"] = f"gcd(devices, E) = {ep}: experts split as far as the device count allows"
+        request = request.with_changes(expert_parallel=1 if request.expert_parallel is None else request.expert_parallel,
+                                       zero_stage=0 if request.zero_stage is None else request.zero_stage)
+    ep, etp = _expert_sizes(request, model, chosen, tp, pp)
+    zero = request.zero_stage
     if zero is None:
-        zero = 1 if devices > 1 else 0
-        if devices > 1:
-            reasons["zero_stage"] = REASONS["zero_stage"]
+        zero = 3 if request.fsdp else (1 if devices > 1 else 0)
+        if devices > 1 and not request.fsdp:
+            chosen.reasons["zero_stage"] = REASONS["zero_stage"]
     node = request.devices_per_node
     if node is None:
         node = int(profile.system.devices_per_node.value) if profile.system.devices_per_node else 1
-    micro = 1 if request.micro_batches is None else request.micro_batches
-    layout = Layout(devices, ep, zero, node, request.overlap_all_to_all, micro)
-    layout.validate(model.num_experts, profile)
-    request.limits.validate()
-    return Execution(run, layout, request.limits, tuple(reasons.items()), request)
+    sp = bool(request.sequence_parallel)
+    if tp > 1:
+        sp = chosen.pick("sequence_parallel", request.sequence_parallel, True, REASONS["sequence_parallel"])
+    return Layout(devices=devices, expert_parallel=ep, zero_stage=zero, devices_per_node=node,
+                  tensor_parallel=tp, sequence_parallel=sp, pipeline_parallel=pp,
+                  virtual_pipeline=sizes["virtual_pipeline"], context_parallel=sizes["context_parallel"],
+                  expert_tensor_parallel=etp, fsdp=request.fsdp,
+                  overlap=_resolve_overlaps(request, chosen, devices > 1, sizes["virtual_pipeline"] > 1))
+
+
+def _model_parallel_sizes(request: ExecutionRequest, chosen: _Defaults) -> dict[str, int]:
+    """TP, PP, VP and CP: as given, else 1 (the reason recorded when there are several devices)."""
+    sizes: dict[str, int] = {}
+    for name, what in (("tensor_parallel", "no tensor parallelism"), ("pipeline_parallel", "no pipeline parallelism"),
+                       ("virtual_pipeline", "no interleaved virtual stages"),
+                       ("context_parallel", "no context parallelism")):
+        given: Optional[int] = getattr(request, name)
+        if given is None and request.devices > 1:
+            chosen.reasons[name] = f"1: {what} unless given (--search chooses it)"
+        sizes[name] = 1 if given is None else given
+    return sizes
+
+
+def _expert_sizes(request: ExecutionRequest, model: "ModelSpec", chosen: _Defaults, tp: int, pp: int) -> tuple[int, int]:
+    """EP and ETP: as given; else ETP = TP (Megatron-Core) and EP = gcd(devices / (ETP·PP), E)."""
+    devices, etp = request.devices, request.expert_tensor_parallel
+    if etp is None:
+        etp = tp if model.is_moe else 1
+        if model.is_moe and tp > 1:
+            chosen.reasons["expert_tensor_parallel"] = REASONS["expert_tensor_parallel"]
+    ep = request.expert_parallel
+    if ep is None:
+        ranks = devices // (etp * pp) if devices % (etp * pp) == 0 else 1
+        ep = auto_expert_parallel(ranks, model.num_experts)
+        if devices > 1:
+            over = "devices" if etp * pp == 1 else "devices / (ETP·PP)"
+            chosen.reasons["expert_parallel"] = (f"gcd({over}, E) = {ep}: experts split as far as the device count "
+                                                 "allows")
+    return ep, etp
+
+
+def _resolve_overlaps(request: ExecutionRequest, chosen: _Defaults, several: bool, interleaved: bool) -> Overlaps:
+    o = request.overlaps
+
+    def pick(name: str, given: Optional[bool], default: bool) -> bool:
+        return chosen.pick(name, given, default, REASONS[name]) if several else bool(given)
+
+    return Overlaps(all_to_all=request.overlap_all_to_all or o.all_to_all,
+                    grad_reduce=pick("overlap_grad_reduce", o.grad_reduce, False),
+                    param_gather=pick("overlap_param_gather", o.param_gather, False),
+                    tp_comm=pick("tp_comm_overlap", o.tp_comm, False),
+                    p2p=pick("overlap_p2p", o.p2p, interleaved))
+
+
+def _resolve_batch(request: ExecutionRequest, layout: Layout) -> tuple[BatchLimits, int]:
+    """The solver's limits and M. With --micro-batch and --global-batch, M = N / (DP·micro batch);
+    with --global-batch alone, G·b = N / (DP·M)."""
+    limits, m = request.limits, request.micro_batches
+    n, mb = limits.global_batch, limits.micro_batch
+    dp = max(layout.data_parallel, 1)
+    if n is not None and mb is not None:
+        if n % (dp * mb):
+            raise BtacalcError(f"{{global_batch}} {n} is not a multiple of DP {dp} x {{micro_batch}} {mb} (gradient "
+                               "accumulation M = N / (DP·micro batch))")
+        if m is not None and m != n // (dp * mb):
+            raise BtacalcError(f"{{micro_batches}} {m} differs from {{global_batch}} {n} / (DP {dp} x {{micro_batch}} "
+                               f"{mb}) = {n // (dp * mb)}")
+        return limits, n // (dp * mb)
+    m = 1 if m is None else m
+    if n is not None and dp * m > 1:
+        if n % (dp * m):
+            raise BtacalcError(f"{{global_batch}} {n} is not a multiple of DP {dp} x {{micro_batches}} {m}")
+        return replace(limits, micro_batch=n // (dp * m)), m
+    return limits, m

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from ..errors import BtacalcError, DataError
 from ..paths import data_dir
+from ..vocabulary import parse_recompute
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -137,8 +138,13 @@ class _Section(BaseModel):
 class Chip(_Section):
     cores: Annotated[Number, CORES] = Field(description="cores (wafer) or streaming multiprocessors (GPU)")
     peak_flops_per_s: Annotated[Number, FLOPS] = Field(description="dense 16-bit peak")
+    peak_fp8_flops_per_s: Annotated[Optional[Number], FLOPS] = Field(
+        None, description="dense FP8 peak (for reference: btacalc models 16-bit training)")
     sram_bytes: Annotated[Number, BYTES] = Field(description="all on-chip SRAM (a GPU's L2 and L1/shared)")
     sram_bytes_per_core: Annotated[Number, BYTES]
+    shared_memory_bytes_per_core: Annotated[Optional[Number], BYTES] = Field(
+        None, description="GPU: the most shared memory one thread block may use on an SM, the SRAM a fused "
+        "attention kernel tiles into (Dao et al. 2022's M); defaults to sram_bytes_per_core")
     sram_bandwidth_bytes_per_s: Annotated[Optional[Number], BANDWIDTH] = None
     power_w: Annotated[Number, POWER]
 
@@ -205,8 +211,13 @@ class Defaults(_Section):
         description="weight_streaming: weights and optimizer off-chip, activations in on-chip SRAM (Cerebras);"
         " resident: weights, gradients, optimizer and activations in device memory (GPU HBM)")
     attention: Literal["eager", "flash"]
-    recompute: Literal["none", "selective", "full"]
+    recompute: str = Field(description="none, selective, full or a list of Megatron recompute modules")
     note: str = Field(min_length=10, description="why these defaults")
+
+    @field_validator("recompute")
+    @classmethod
+    def _policy(cls, v: str) -> str:
+        return parse_recompute(v)
 
 
 SECTIONS = ("chip", "memory", "system", "mesh", "calibration")
@@ -250,6 +261,11 @@ class HardwareProfile(BaseModel):
                              f"{chip.power_w.value:g} W: the system power per device includes the device")
         # usable <= capacity: calibration.usable_memory_fraction is in (0, 1] (its Range)
         return self
+
+    @property
+    def attention_sram_bytes_per_core(self) -> int:
+        """The on-chip memory a fused attention kernel blocks into (Dao et al. 2022's M, in bytes)."""
+        return int((self.chip.shared_memory_bytes_per_core or self.chip.sram_bytes_per_core).value)
 
     @property
     def power_per_device_w(self) -> float:

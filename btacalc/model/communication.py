@@ -39,10 +39,9 @@ def link_time(problem: Problem, bytes_intra: Any, bytes_inter: Any) -> Any:
 
 
 def recomputed(pv: PhaseValues, phase: str) -> Any:
-    """Whether the phase's forward runs again in the backward pass (its activations were dropped, or
-    the kernel recomputes): a bool, or a bool array on array inputs."""
-    flag = (np.asarray(pv.value(phase, "recompute_bytes")) > 0) | (np.asarray(pv.value(phase, "flops_recompute")) > 0)
-    return bool(flag) if flag.ndim == 0 else flag
+    """Extra forward passes of the phase the recomputation policy runs in the backward pass (0 or 1;
+    catalogue quantity `reruns`)."""
+    return pv.value(phase, "reruns")
 
 
 def exchanges(ev: Evaluation) -> tuple[Any, Any]:

@@ -5,10 +5,12 @@ and stream in one unit at a time; gradients stream out. On-wafer SRAM holds the 
 for backward of all L layers for G*b sequences, the working set of the largest phase, and buffers
 for the streamed weights and outgoing gradients.
 
-Resident (a GPU, or a small model kept whole on a wafer): device memory holds the training state
-(weights, gradients, optimizer; sharded as the layout says, `state.py`), plus the stored
-activations and working set of the device's own G*b sequences. ZeRO-3 adds a buffer holding one
-layer's gathered weights.
+Resident (a small model kept whole on a wafer): device memory holds the training state (weights,
+gradients, optimizer, `state.py`), plus the stored activations and working set of its G*b sequences.
+
+GPU (resident, any layout): `btacalc.model.gpu.memory`, stage by stage: the training state sharded as
+the layout shards it, the activations of the micro-batches in flight, ZeRO-3 / FSDP buffers; the plan
+must fit the worst pipeline stage.
 
 The working set is the largest phase's transient bytes; it may overlap a few tensors that are also
 counted as stored for the current layer (at most one layer's worth), a conservative choice.
@@ -21,9 +23,10 @@ from functools import cached_property
 from typing import Any
 
 from ..errors import BtacalcError
+from .gpu.memory import GpuMemory, StageMemory
 from .params import ParamCounts, param_counts
 from .problem import Evaluation, Problem
-from .state import StatePart, bytes_per_param, gathered_layer_bytes, sharded_state, state_bytes
+from .state import StatePart, bytes_per_param, sharded_state, state_bytes
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,7 @@ class MemoryBreakdown:
     largest_phase: str  # phase whose transient bytes set the working set
     offchip: dict[str, int]  # weight streaming: state held off-chip
     state_parts: tuple[StatePart, ...] = ()  # resident: how weights/gradients/optimizer are sharded
+    stages: tuple[StageMemory, ...] = ()  # GPU: every pipeline stage (components are the worst one's)
 
     @property
     def total(self) -> int:
@@ -57,6 +61,8 @@ class MemoryModel:
         self.streaming = problem.memory_model == "weight_streaming"
         self.capacity = hw.memory_capacity_bytes
         self.usable = hw.usable_capacity_bytes
+        # GPU: per pipeline stage (btacalc.model.gpu.memory)
+        self.gpu = GpuMemory(problem) if hw.family == "gpu" else None
 
     @cached_property
     def params(self) -> ParamCounts:
@@ -66,7 +72,14 @@ class MemoryModel:
     def state_parts(self) -> tuple[StatePart, ...]:
         if self.streaming:
             return ()
-        return tuple(sharded_state(bytes_per_param(self.problem), self.params, self.problem.layout))
+        if self.gpu is not None:
+            return self._worst_stage(1, 1).state_parts
+        return tuple(sharded_state(bytes_per_param(self.problem), self.params.non_expert, self.params.expert,
+                                   self.problem.layout))
+
+    def _worst_stage(self, tiles: int, tile_batch: int) -> StageMemory:
+        assert self.gpu is not None  # only called on GPU problems
+        return max(self.gpu.stage_rows(tiles, tile_batch), key=lambda row: row.total)
 
     @cached_property
     def fixed(self) -> dict[str, int]:
@@ -75,12 +88,12 @@ class MemoryModel:
             n_buf = int(self.problem.hardware.system.weight_buffer_units.value)  # type: ignore[union-attr]  # validated
             block = self.params.largest_block * self.problem.run.bytes_per_element
             return {"weight_buffers": n_buf * block, "gradient_buffers": n_buf * block}
+        if self.gpu is not None:
+            comps = self._worst_stage(1, 1).components
+            state = ("weights", "gradients", "optimizer_state", "gathered_weights")
+            return {k: int(comps[k]) for k in state if k != "gathered_weights" or comps[k]}
         per = {c: sum(p.bytes for p in self.state_parts if p.component == c) for c in ("weights", "gradients", "optimizer")}
-        out = {"weights": per["weights"], "gradients": per["gradients"], "optimizer_state": per["optimizer"]}
-        layout = self.problem.layout
-        if layout.zero_stage >= 3 and layout.devices > 1:
-            out["gathered_weights"] = gathered_layer_bytes(bytes_per_param(self.problem), self.params, layout)
-        return out
+        return {"weights": per["weights"], "gradients": per["gradients"], "optimizer_state": per["optimizer"]}
 
     @cached_property
     def offchip(self) -> dict[str, int]:
@@ -100,7 +113,9 @@ class MemoryModel:
         }
 
     def total(self, tiles: Any, tile_batch: Any, seq_len: Any = None) -> Any:
-        """Total bytes on the capacity; works on ints (exact) and numpy arrays."""
+        """Total bytes on the capacity (GPU: the worst pipeline stage); works on ints (exact) and numpy arrays."""
+        if self.gpu is not None:
+            return self.gpu.total(tiles, tile_batch, seq_len)
         acts = self.activations(self.problem.evaluate(tiles, tile_batch, seq_len))
         return sum(acts.values()) + sum(self.fixed.values())
 
@@ -116,6 +131,13 @@ class MemoryModel:
 
     def breakdown(self, tiles: int, tile_batch: int) -> MemoryBreakdown:
         ev = self.problem.evaluate(tiles, tile_batch)
+        if self.gpu is not None:
+            rows = tuple(self.gpu.stage_rows(tiles, tile_batch))
+            worst = max(rows, key=lambda row: row.total)
+            comps = {k: int(v) for k, v in worst.components.items() if v or k in ("weights", "gradients", "optimizer_state",
+                                                                                    "stored_activations", "recompute_buffer",
+                                                                                    "working_set")}
+            return MemoryBreakdown(comps, self.capacity, self.usable, ev.argmax("transient"), {}, worst.state_parts, rows)
         comps = {k: int(v) for k, v in self.activations(ev).items()}
         comps.update(self.fixed)
         return MemoryBreakdown(comps, self.capacity, self.usable, ev.argmax("transient"), self.offchip,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field, replace
+from fractions import Fraction
 from functools import cached_property
 from typing import Any, Iterator
 
@@ -115,7 +116,8 @@ class Problem:
 
     @cached_property
     def kinds(self) -> tuple[tuple[LayerKind, CompiledSelection], ...]:
-        return kind_selections(self.model, tuple(sorted(self.run.features().items())), self.run.recompute,
+        features = {**self.run.features(), "sequence_parallel": self.layout.sequence_parallel}
+        return kind_selections(self.model, tuple(sorted(features.items())), self.run.recompute,
                                self.run.multi_token_prediction)
 
     @property
@@ -128,8 +130,19 @@ class Problem:
         return self.compiled.selection
 
     def shape_values(self, tiles: Any, tile_batch: Any, seq_len: Any = None) -> dict[str, Any]:
-        return {"s": self.run.seq_len if seq_len is None else seq_len, "b": tile_batch, "G": tiles,
-                "beta": self.run.bytes_per_element, "P": 0}
+        """Symbol values of one device's share of a batch shape. Context parallelism gives each of its CP
+        ranks 1/CP of every sequence's tokens; every activation term is linear in b, and the s^2 terms
+        count (s/CP)·s per rank (ring attention), so a rank's share is the formula at b/CP (weights, which
+        do not depend on b, are whole)."""
+        lay = self.layout
+        cp = lay.context_parallel
+        if isinstance(cp, int) and isinstance(tile_batch, int):
+            b = tile_batch if cp == 1 else Fraction(tile_batch, cp)
+        else:
+            b = tile_batch / cp
+        return {"s": self.run.seq_len if seq_len is None else seq_len, "b": b, "G": tiles,
+                "beta": self.run.bytes_per_element, "P": 0, "t": lay.tensor_parallel, "t_e": lay.expert_tensor_parallel,
+                "M_sram": self.hardware.attention_sram_bytes_per_core // self.run.bytes_per_element}
 
     def evaluate(self, tiles: Any, tile_batch: Any, seq_len: Any = None) -> Evaluation:
         """Every per-phase quantity at G = `tiles`, b = `tile_batch` (ints: exact, memoised; or arrays)."""

@@ -69,7 +69,7 @@ def solve(mem: MemoryModel, limits: BatchLimits) -> Solution:
     """The densest batch shape within `limits` (see module docstring)."""
     limits.validate()
     fits = _Probe(mem)
-    n, g, b = limits.global_batch, limits.tiles, limits.tile_batch
+    n, g, b = limits.fixed_micro_batch, limits.tiles, limits.tile_batch
     if n is not None and (g is not None or b is not None):
         return _fixed_global_and_tile(fits, n, g, b)
     if g is not None and b is not None:

@@ -2,23 +2,28 @@
 layout divides them over devices. The only module that knows the buckets and their divisors.
 
 Bytes per parameter come from the catalogue's `training_state` terms (mixed-precision Adam:
-2 + 2 + 12 = 16; Anthony et al., Transformer Math 101).
+2 + 2 + 12 = 16, Anthony et al., Transformer Math 101; with Megatron-LM's fp32 main gradients
+2 + 4 + 12 = 18).
 
-Buckets (DeepSpeed-MoE, Rajbhandari et al. 2022; Megatron-LM's MoE layout without tensor or pipeline
-parallelism): the routed experts' weights (`expert`) are split over the EP devices of an
-expert-parallel group and replicated over the N/EP expert-data-parallel ranks; every other weight
-(`non_expert`) is replicated over the N data-parallel ranks.
+Buckets (Megatron-LM theoretical_memory_usage.py; DeepSpeed-MoE, Rajbhandari et al. 2022): the routed
+experts' weights (`expert`) are split over the EP x ETP devices of an expert group and replicated over
+the EDP = N/(ETP·EP·PP) expert-data-parallel ranks; every other weight (`non_expert`) is split by
+tensor parallelism where the catalogue says so (`tp = "split"`), held by the pipeline stage of its
+layer, and replicated over the DP = N/(TP·PP·CP) data-parallel ranks.
 
 ZeRO (Rajbhandari et al. 2020, arXiv 1910.02054) shards a component over the data-parallel ranks of
-its parameters: stage 1 the optimizer state, stage 2 also the gradients, stage 3 also the 16-bit
-weights. A shard holds ceil(P / divisor) parameters.
+its parameters (the dense part over DP·CP, Megatron's dp_cp group; the experts over EDP): stage 1 the
+optimizer state (Megatron's distributed optimizer), stage 2 also the gradients, stage 3 (or FSDP)
+also the 16-bit weights. A shard holds ceil(P / divisor) parameters.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ..config.execution import Layout
+from .arrays import ceil_div, where
 from .params import ParamCounts
 from .problem import Problem
 
@@ -34,14 +39,14 @@ ZERO_SHARDS = {  # component -> lowest ZeRO stage that shards it (ZeRO paper §5
 @dataclass(frozen=True)
 class StatePart:
     """One bucket of training state on one device: `params` parameters of `part` at
-    `bytes_per_param` bytes, divided over `divisor` devices (expert sharding x ZeRO sharding)."""
+    `bytes_per_param` bytes, divided over `divisor` ZeRO shards."""
 
     component: str  # weights | gradients | optimizer
     part: str  # non_expert | expert
-    params: int  # parameters in the bucket, whole model
+    params: Any  # parameters of the bucket this device's model-parallel shard holds (before ZeRO)
     bytes_per_param: int
-    divisor: int
-    bytes: int  # per device
+    divisor: Any
+    bytes: Any  # per device
 
     @property
     def formula(self) -> str:
@@ -60,26 +65,29 @@ def state_bytes(problem: Problem, params: int) -> dict[str, int]:
     return {c: rate * params for c, rate in bytes_per_param(problem).items()}
 
 
-def sharded_state(rates: dict[str, int], counts: ParamCounts, layout: Layout) -> list[StatePart]:
-    """Per-device weights, gradients and optimizer state, split non-expert / expert."""
+def sharded_state(rates: dict[str, int], dense: Any, expert: Any, layout: Layout) -> list[StatePart]:
+    """Per-device weights, gradients and optimizer state of `dense` non-expert and `expert` parameters
+    (this device's model-parallel shard: after TP, PP, EP and ETP), each sharded by ZeRO where its stage
+    shards the component. Ints or arrays."""
     out = []
     for component, rate in rates.items():
         zero = layout.zero_stage >= ZERO_SHARDS[component]
-        for part, params, shard in (
-            ("non_expert", counts.non_expert, layout.data_parallel if zero else 1),
-            ("expert", counts.expert, layout.expert_parallel * (layout.expert_data_parallel if zero else 1)),
-        ):
-            if params == 0:
-                continue
-            out.append(StatePart(component, part, params, rate, shard, rate * -(-params // shard)))
+        for part, params, ranks in (("non_expert", dense, layout.sharding_ranks),
+                                    ("expert", expert, layout.expert_data_parallel)):
+            shard = where(zero, ranks, 1)
+            out.append(StatePart(component, part, params, rate, shard, rate * ceil_div(params, shard)))
     return out
 
 
-def gathered_layer_bytes(rates: dict[str, int], counts: ParamCounts, layout: Layout) -> int:
-    """ZeRO-3 all-gathers one layer's weights before using them (the non-expert part whole, this
-    device's E/EP experts whole): a buffer of one layer's unsharded local weights."""
-    local_layer = counts.per_layer - counts.expert_per_layer * (1 - 1 / layout.expert_parallel)
-    return int(rates["weights"] * local_layer)
+def gathered_units_bytes(rates: dict[str, int], layer_params: Any, layout: Layout) -> Any:
+    """Unsharded weights live at once under ZeRO-3 / FSDP, for `layer_params` (one layer's parameters on
+    this device): ZeRO-3 gathers one layer's weights (ZeRO paper §5.3); FSDP keeps two units of
+    unsharded weights and gradients (the one computing and the prefetched one; Megatron-LM
+    docs/user-guide/features/megatron_fsdp.md, double buffering). Zero below ZeRO-3 or on one device."""
+    zero3 = rates["weights"] * layer_params
+    fsdp = 2 * (rates["weights"] + rates["gradients"]) * layer_params
+    sharded = (layout.zero_stage >= 3) & (layout.devices > 1)
+    return where(sharded, where(layout.fsdp, fsdp, zero3), 0)
 
 
 def gradient_buckets(counts: ParamCounts, layout: Layout) -> list[tuple[float, int]]:

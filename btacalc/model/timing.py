@@ -34,33 +34,12 @@ import numpy as np
 
 from ..catalogue.constants import constants
 from .communication import communication_time, recomputed
+from .gpu.timing import gpu_step_time
+from .steptime import StepTime, compute_efficiency, tile_overhead_s
 from .params import param_counts
 from .problem import Evaluation, Problem
 from .wafer.cluster import stream_bandwidth
 from .wafer.costs import tiles_overhead_s, wafer_costs
-
-
-@dataclass(frozen=True)
-class StepTime:
-    step_time_s: Any
-    tokens_per_s: Any  # all devices
-    mfu: Any
-    phase_time_s: dict[str, Any]  # per phase, per step (layer phases summed over L layers)
-    tiling_overhead_s: Any
-    stream_bound_share: Any  # fraction of step time during which the streaming link is the bottleneck
-    communication_s: dict[str, Any]  # multi-GPU: all_to_all and gradient_sync, before overlap
-    kind_phase_time_s: dict[tuple[str, str], Any] = field(default_factory=dict)  # (layer kind, phase): one layer
-
-
-def compute_efficiency(problem: Problem) -> float:
-    """Achieved share of peak on matmul phases: the profile's calibration, else 1 (pure roofline)."""
-    eff = problem.hardware.calibration.compute_efficiency
-    return eff.value if eff else 1.0
-
-
-def tile_overhead_s(problem: Problem) -> float:
-    tile = problem.hardware.calibration.tile_overhead_s
-    return tile.value if tile else 0.0
 
 
 @dataclass
@@ -94,7 +73,10 @@ def _phase_times(problem: Problem, ev: Evaluation) -> _PhaseTimes:
             # a device holds E/EP experts: only their weights are read (tokens routed to it are counted
             # by the catalogue already: uniform routing gives each device T*k token-expert pairs)
             moved = moved - beta * v("params") * (1 - 1 / ep)
-        traffic = moved * (1 + passes.backward_traffic_factor + passes.recompute_passes * recomputed(pv, phase.name))
+        moved_bwd = v("bytes_moved_bwd")
+        if phase.param_bucket == "routed" and ep > 1:
+            moved_bwd = moved_bwd - passes.backward_traffic_factor * beta * v("params") * (1 - 1 / ep)
+        traffic = moved * (1 + recomputed(pv, phase.name)) + moved_bwd
         t_cmp = np.maximum(flops / peak, traffic / act_bw)
         out.backward_compute = out.backward_compute + n * v("flops_bwd") / peak
         t_bwd = t_cmp * (flops - v("flops_fwd")) / np.maximum(flops, 1)  # the backward share of the phase
@@ -115,6 +97,8 @@ def _phase_times(problem: Problem, ev: Evaluation) -> _PhaseTimes:
 
 def step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Evaluation] = None) -> StepTime:
     """Step time of `tiles` tiles of `tile_batch` sequences on every device (ints or arrays)."""
+    if problem.hardware.family == "gpu":  # Megatron layouts: btacalc.model.gpu.timing
+        return gpu_step_time(problem, tiles, tile_batch, ev)
     run, model, layout = problem.run, problem.model, problem.layout
     ev = ev if ev is not None else problem.evaluate(tiles, tile_batch)
     times = _phase_times(problem, ev)
@@ -150,4 +134,4 @@ def step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Evalua
     peak = problem.hardware.chip.peak_flops_per_s.value
     per_layer = {key: m * t for key, t in times.per_layer.items()}
     return StepTime(total, layout.devices * m * tokens / total, m * times.model_flops / (total * peak),
-                    phase_time, tiling, stream_bound / total, comm, per_layer)
+                    phase_time, tiling, stream_bound / total, comm, kind_phase_time_s=per_layer)

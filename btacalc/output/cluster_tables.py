@@ -30,7 +30,7 @@ def compare_renderable(r: CompareResult) -> Fit:
     for row in r.rows:
         rc = f"{row.recompute} rc"
         if row.devices > 1:
-            setup = f"EP {row.expert_parallel}, ZeRO-{row.zero_stage}\n{rc}"
+            setup = f"{row.layout or f'EP {row.expert_parallel}'}, ZeRO-{row.zero_stage}\n{rc}"
         else:
             setup = f"{row.memory_model.replace('weight_streaming', 'streamed')}\n{rc}"
         t.add_row(f"{row.hardware} x{row.devices}" if row.devices > 1 else row.hardware, setup,

@@ -24,6 +24,8 @@ def formula_renderable(listing: dict[str, Any]) -> Group:
                                    for c in conds)
                 if "recompute" in term and term["recompute"] != "layer":
                     when = (when + "; " if when else "") + f"recompute class {term['recompute']}"
+                if term.get("tp", "replicated") != "replicated":
+                    when = (when + "; " if when else "") + f"TP {term['tp']}"
                 t.add_row(term["quantity"], term["expr"], escape(term["tensor"]), f"[dim]{escape(term['source'])}[/dim]", when)
         else:
             for c in ("quantity", "formula", "terms (tensor — source)"):

@@ -57,16 +57,17 @@ def compare_plot(result: CompareResult, path: str) -> bytes:
     ax1.barh(y, [r.tokens_per_s for r in rows], color="tab:blue")
     ax2.barh(y, [r.tokens_per_s_per_kw for r in rows], color="tab:green")
     for i, r in enumerate(rows):
-        ax1.annotate(f" G={r.tiles} b={r.tile_batch}, {r.dominant_phase}", (r.tokens_per_s, i), va="center", fontsize=7)
+        shape = r.layout.replace(" ETP1", "") if r.layout else f"G={r.tiles} b={r.tile_batch}"
+        ax1.annotate(f" {shape}, {r.dominant_phase}", (r.tokens_per_s, i), va="center", fontsize=7)
     ax1.set_yticks(list(y), labels)
     ax1.invert_yaxis()
-    ax1.set_xlim(0, 1.45 * max(r.tokens_per_s or 0.0 for r in rows))
+    ax1.set_xlim(0, 1.7 * max(r.tokens_per_s or 0.0 for r in rows))
     thousands = plt.FuncFormatter(lambda v, _: f"{v / 1e3:g}k")
     for ax in (ax1, ax2):
         ax.xaxis.set_major_formatter(thousands)
     ax1.set_xlabel("tokens/s (all devices of the row)")
     ax2.set_xlabel("tokens/s per kW (system power)")
-    fig.suptitle(f"{result.model}, s = {result.seq_len}: solver's G and b per row")
+    fig.suptitle(f"{result.model}, s = {result.seq_len}: G and b (wafer) or the searched layout (GPU) per row")
     fig.tight_layout()
     return save(fig, path)
 

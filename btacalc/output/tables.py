@@ -12,9 +12,14 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from ..planning.plan import SENSITIVITY_STEP
 from ..planning.report import PhaseRow, PlanReport
 from .fit import Fit, fit, fit_all
 from .wafer_tables import sensitivity_table, wafer_renderable
+
+# A plan loses more than 5% of its tokens/s when the busiest expert-parallel rank gets 25% more tokens:
+# the output calls it sensitive to routing imbalance.
+SENSITIVE_BELOW = 0.95
 
 _SI = [(1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")]
 
@@ -38,6 +43,8 @@ def params(value: float) -> str:
 
 def plan_renderable(r: PlanReport) -> Group:
     parts: list[RenderableType] = [_header(r), _plan_table(r), _memory_table(r)]
+    if len(r.memory_stages) > 1:
+        parts.append(_stages_table(r))
     if r.parallelism.devices > 1 and r.state_sharding:
         parts.append(_sharding_table(r))
     if r.layer_kinds:
@@ -76,7 +83,14 @@ def _throughput_table(r: PlanReport) -> Table:
                  f"stream-bound {100 * th.stream_bound_share:.0f}% of the step; largest shares: "
                  + ", ".join(f"{k} {100 * v:.0f}%" for k, v in top))
     if th.communication_s:
-        t.caption += "; communication before overlap: " + ", ".join(f"{k} {v:.3f} s" for k, v in th.communication_s.items())
+        t.caption += "; communication before overlap: " + ", ".join(f"{k} {v:.3f} s" for k, v in th.communication_s.items()
+                                                                     if v)
+    if r.parallelism.pipeline_parallel > 1:
+        t.caption += f"; pipeline stage {th.critical_stage} sets the pace"
+    if th.routing_sensitivity is not None:
+        sensitive = th.routing_sensitivity < SENSITIVE_BELOW
+        t.caption += (f"; routing imbalance x{SENSITIVITY_STEP:g} keeps {100 * th.routing_sensitivity:.0f}% of tokens/s"
+                      + (" — SENSITIVE to routing imbalance (--routing-imbalance)" if sensitive else ""))
     return t
 
 
@@ -118,9 +132,7 @@ def _header(r: PlanReport) -> Table:
     if par.devices > 1 and r.wafer is not None:
         t.add_row("parallelism", f"{par.devices} wafer systems in data parallel, {par.micro_batches} micro-batch(es) each")
     elif par.devices > 1:
-        t.add_row("parallelism", f"{par.devices} devices ({par.devices_per_node} per node), expert parallel {par.expert_parallel}, "
-                                 f"expert data parallel {par.expert_data_parallel}, ZeRO-{par.zero_stage}, all-to-all "
-                                 f"{'overlapped' if par.overlap_all_to_all else 'not overlapped'}")
+        t.add_row("parallelism", _layout_text(r))
     marks = lambda key: " [dim](default)[/dim]" if key in i.defaults else ""  # noqa: E731
     t.add_row("inputs", f"seq {i.seq_len}{marks('seq_len')}, recompute {i.recompute}{marks('recompute')}, "
                         f"attention {i.attention}{marks('attention')}, loss {i.loss}{marks('loss')}, "
@@ -132,6 +144,33 @@ def _header(r: PlanReport) -> Table:
     return t
 
 
+def _layout_text(r: PlanReport) -> str:
+    par = r.parallelism
+    sizes = (f"TP {par.tensor_parallel}{' (SP)' if par.sequence_parallel else ''}, PP {par.pipeline_parallel}"
+             + (f" x VP {par.virtual_pipeline}" if par.virtual_pipeline > 1 else "") + f", CP {par.context_parallel}, "
+             f"DP {par.data_parallel}" + (f", EP {par.expert_parallel}, ETP {par.expert_tensor_parallel}, EDP "
+                                          f"{par.expert_data_parallel}" if r.model.num_experts else ""))
+    shard = "FSDP" if par.fsdp else f"ZeRO-{par.zero_stage}"
+    on = [k for k, v in par.overlaps.items() if v]
+    return (f"{par.devices} devices ({par.devices_per_node} per NVLink domain): {sizes}; {shard}; "
+            f"M = {par.micro_batches} micro-batches; overlapped: {', '.join(on) or 'none'}")
+
+
+def _stages_table(r: PlanReport) -> Table:
+    t = Table(title="Memory per device by pipeline stage (GB)", title_justify="left")
+    keys = [k for k in _COMPONENT_NOTES if any(st.components.get(k) for st in r.memory_stages)]
+    for c in ("stage", "layers", "in flight", *keys, "total"):
+        t.add_column(c, justify="right")
+    worst = max(r.memory_stages, key=lambda st: st.total).stage
+    for st in r.memory_stages:
+        style = "bold" if st.stage == worst else ""
+        t.add_row(str(st.stage), str(st.layers), str(st.in_flight), *(f"{st.components.get(k, 0) / 1e9:.2f}" for k in keys),
+                  f"{st.total / 1e9:.2f}", style=style)
+    t.caption = ("in flight: model-chunk passes whose activations the stage holds at its peak (1F1B: PP - stage; "
+                 "interleaved: 2(PP - stage - 1) + (VP - 1)PP + 1); the bold stage is the one the plan must fit")
+    return t
+
+
 def _plan_table(r: PlanReport) -> Panel:
     p = r.plan
     status = Text("fits", style="bold green") if p.fits else Text("DOES NOT FIT", style="bold red")
@@ -140,11 +179,17 @@ def _plan_table(r: PlanReport) -> Panel:
     t.add_column()
     t.add_row("tiles G", str(p.tiles))
     t.add_row("tile batch b", str(p.tile_batch))
-    t.add_row("global batch G·b", f"{p.global_batch}  ({p.tokens_per_step:,} tokens per step)")
-    te = "EP·G·b·s·k/E" if r.parallelism.expert_parallel > 1 else "G·b·s·k/E"
+    par = r.parallelism
+    if par.devices > 1:
+        t.add_row("micro-batch G·b", f"{p.global_batch} per data-parallel rank  ({p.tokens_per_step:,} tokens)")
+    else:
+        t.add_row("global batch G·b", f"{p.global_batch}  ({p.tokens_per_step:,} tokens per step)")
+    shards = par.expert_tensor_parallel / (par.tensor_parallel * par.context_parallel)
+    te = ("G·b·s·k/E" if par.expert_parallel == 1 else "EP·G·b·s·k/E" if shards == 1 else "EP·ETP/(TP·CP)·G·b·s·k/E")
     t.add_row("tokens per expert", f"{p.tokens_per_expert:,.0f}  (T_e = {te}, uniform routing)")
     if p.devices > 1:
-        t.add_row("all devices", f"{p.devices} x {p.global_batch} sequences = {p.cluster_tokens_per_step:,} tokens per step")
+        t.add_row("all devices", f"DP {par.data_parallel} x M {par.micro_batches} x {p.global_batch} sequences = "
+                                 f"{p.cluster_tokens_per_step:,} tokens per step")
     t.add_row("binding constraint", f"{p.binding_constraint}; tile limited by {p.tile_constraint}")
     t.add_row("why", p.explanation)
     t.add_row("memory", Text.assemble(status, f"  {gb(r.memory_bytes['total'])} of {gb(r.memory_bytes['usable_capacity'])} usable"))
@@ -158,9 +203,9 @@ _COMPONENT_NOTES = {
     "weight_buffers": "streamed weights buffered on-chip",
     "gradient_buffers": "outgoing gradients buffered on-chip",
     "weights": "16-bit weights",
-    "gradients": "16-bit gradients",
+    "gradients": "gradients (fp32 main gradients: 4 B/param)",
     "optimizer_state": "fp32 master weights + Adam moments",
-    "gathered_weights": "ZeRO-3: one layer's weights all-gathered",
+    "gathered_weights": "ZeRO-3 / FSDP: gathered layer weights",
 }
 
 
@@ -190,13 +235,15 @@ def _memory_table(r: PlanReport) -> Table:
 
 def _sharding_table(r: PlanReport) -> Table:
     t = Table(title="Training state per device: bytes/param x ceil(params / divisor)", title_justify="left")
-    for c in ("component", "part", "params (model)", "bytes/param", "divisor", "per device"):
+    for c in ("component", "part", "params (shard)", "bytes/param", "divisor", "per device"):
         t.add_column(c, justify="left" if c in ("component", "part") else "right")
     for s in r.state_sharding:
         t.add_row(s.component, s.part.replace("_", "-"), f"{s.params:,}", str(s.bytes_per_param), str(s.divisor), gb(s.bytes_per_device))
     par = r.parallelism
-    t.caption = (f"divisor: experts split over EP = {par.expert_parallel}; ZeRO-{par.zero_stage} also divides "
-                 f"by the data-parallel ranks ({par.devices} for non-expert, {par.expert_data_parallel} for expert parameters)")
+    t.caption = (f"params: this device's shard (TP {par.tensor_parallel}, its pipeline stage, experts over EP "
+                 f"{par.expert_parallel} x ETP {par.expert_tensor_parallel}); divisor: ZeRO-{par.zero_stage} shards over "
+                 f"DP·CP = {par.data_parallel * par.context_parallel} (non-expert) or EDP = {par.expert_data_parallel} "
+                 "(expert) ranks")
     return t
 
 

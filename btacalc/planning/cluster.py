@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..config.execution import ExecutionRequest, resolve_execution
+from ..config.execution import BatchLimits, ExecutionRequest, resolve_execution
 from ..config.hardware import HardwareProfile
 from ..config.model import ModelSpec
 from ..model.memory import MemoryModel, resolve_memory_model
@@ -26,6 +26,9 @@ def min_devices(model: ModelSpec, hardware: HardwareProfile, request: ExecutionR
     `escalate`, each count also tries ZeRO-3 and full recomputation (in that order: the memory levers
     a practitioner pulls before buying more GPUs). Memory per device never grows with the device
     count (shards only shrink), so the first fit is the answer."""
+    # the question is one sequence per device, so the run's global batch (which need not divide over
+    # another device count) and its micro-batching are left out
+    request = request.with_changes(limits=BatchLimits(), micro_batches=None)
     variants = [request]
     if escalate:
         for change in ({"zero_stage": 3}, {"recompute": "full"}, {"zero_stage": 3, "recompute": "full"}):

@@ -32,6 +32,7 @@ class CompareRow(BaseModel):
     expert_parallel: int
     zero_stage: int
     micro_batches: int = 1
+    layout: str = Field("", description="GPU: TP/PP/VP/CP/EP/ETP/DP sizes of the row's layout")
     memory_model: str
     recompute: str
     attention: str
@@ -62,6 +63,16 @@ class CompareResult(BaseModel):
     rows: list[CompareRow]
 
 
+def layout_label(report: PlanReport) -> str:
+    par = report.parallelism
+    if par.devices == 1:
+        return ""
+    return (f"TP{par.tensor_parallel} PP{par.pipeline_parallel}" + (f" VP{par.virtual_pipeline}" if par.virtual_pipeline > 1 else "")
+            + (f" CP{par.context_parallel}" if par.context_parallel > 1 else "")
+            + (f" EP{par.expert_parallel} ETP{par.expert_tensor_parallel}" if par.expert_parallel > 1 else "")
+            + f" DP{par.data_parallel}")
+
+
 def _row(report: PlanReport, profile: HardwareProfile) -> CompareRow:
     par, th, plan = report.parallelism, report.throughput, report.plan
     fits = plan.fits and th is not None
@@ -69,6 +80,7 @@ def _row(report: PlanReport, profile: HardwareProfile) -> CompareRow:
     return CompareRow(
         hardware=profile.name, display_name=profile.display_name, devices=par.devices,
         expert_parallel=par.expert_parallel, zero_stage=par.zero_stage, micro_batches=par.micro_batches,
+        layout=layout_label(report),
         memory_model=report.inputs.memory_model,
         recompute=report.inputs.recompute, attention=report.inputs.attention, fits=fits,
         tiles=plan.tiles if fits else None, tile_batch=plan.tile_batch if fits else None,
@@ -107,12 +119,13 @@ def row_count(profiles: Sequence[HardwareProfile], devices: Optional[Sequence[in
 
 def compare(model: ModelSpec, profiles: Sequence[HardwareProfile], devices: Optional[Sequence[int]] = None,
             request: ExecutionRequest = ExecutionRequest(), systems: int = 1, match: Optional[str] = None,
-            wafer_global_batch: Optional[int] = None,
-            progress: Optional[Callable[[int], None]] = None) -> CompareResult:
+            wafer_global_batch: Optional[int] = None, progress: Optional[Callable[[int], None]] = None,
+            search: bool = False) -> CompareResult:
     """One row per wafer profile (`systems` CS systems each), and per (GPU profile, device count).
     `devices=None`: the smallest power-of-two GPU count that fits, or with `match` the count matched to
     the first wafer row (`power`: similar system power; `devices`: as many GPUs as wafer systems).
-    `wafer_global_batch`: the wafer rows' sequences per step over all systems.
+    `wafer_global_batch`: the wafer rows' sequences per step over all systems. With `search`, each GPU
+    row is the fastest layout that fits on its devices (`search.search_layouts`).
     Every other choice comes from `request`; what it leaves unset defaults per device (recompute,
     attention) and per device count (EP, ZeRO). `progress(n)`, if given, is called as rows are done."""
     if not profiles:
@@ -140,8 +153,12 @@ def compare(model: ModelSpec, profiles: Sequence[HardwareProfile], devices: Opti
                 if fit is None:
                     report = make_plan(model, profile, base)
                     note = f"no power-of-two count up to {MAX_DEVICES:,} devices fits, even with ZeRO-3 and full recomputation"
+                elif search and profile.family == "gpu":
+                    report = _searched(model, profile, base.with_changes(devices=fit.layout.devices))
                 else:
                     report = plan_problem(fit)
+            elif search and profile.family == "gpu":
+                report = _searched(model, profile, base.with_changes(devices=n))
             else:
                 report = make_plan(model, profile, base.with_changes(devices=n))
             params_total, seq = report.model.params_total, report.inputs.seq_len
@@ -152,3 +169,14 @@ def compare(model: ModelSpec, profiles: Sequence[HardwareProfile], devices: Opti
             if progress:
                 progress(1)
     return CompareResult(model=model.name, params_total=params_total, seq_len=seq, rows=rows)
+
+
+def _searched(model: ModelSpec, profile: HardwareProfile, request: ExecutionRequest) -> PlanReport:
+    """The fastest fitting layout's plan (with the requested ZeRO stage, else ZeRO-3 when nothing fits
+    without it), or the plain plan (which says what would fit) when none fits."""
+    from .search import search_layouts
+
+    result = search_layouts(model, profile, request)
+    if result.best is None and request.zero_stage is None and request.devices > 1:
+        result = search_layouts(model, profile, request.with_changes(zero_stage=3))
+    return result.best if result.best is not None else make_plan(model, profile, request)

@@ -100,14 +100,16 @@ def _regime(row: CompareRow, profile: HardwareProfile) -> str:
 
 def crossover(profiles: Sequence[HardwareProfile], family: str = "qwen3-moe",
               hidden_sizes: Sequence[int] = DEFAULT_HIDDEN, seq_len: Optional[int] = None,
-              progress: Optional[Callable[[int], None]] = None) -> CrossoverResult:
-    """`progress(n)`, if given, is called as rows are done (one row per size and profile)."""
+              progress: Optional[Callable[[int], None]] = None, search: bool = False) -> CrossoverResult:
+    """Scale the family over `hidden_sizes`; with `search`, each GPU point runs the fastest layout that
+    fits on its smallest fitting power-of-two device count (see the module docstring). `progress(n)`, if
+    given, is called as rows are done (one row per size and profile)."""
     check_family(family, hidden_sizes)
     points: list[CrossoverPoint] = []
     seq = 0
     for h in sorted(set(hidden_sizes)):
         model = family_model(family, h)
-        result = compare(model, profiles, request=ExecutionRequest(seq_len=seq_len), progress=progress)
+        result = compare(model, profiles, request=ExecutionRequest(seq_len=seq_len), progress=progress, search=search)
         seq = result.seq_len
         for profile, row in zip(profiles, result.rows):
             points.append(CrossoverPoint(model=model.name, hidden_size=h, params_total=result.params_total,

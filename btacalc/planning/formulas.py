@@ -19,8 +19,9 @@ def _show(expr: sp.Expr, latex: bool) -> str:
 
 
 def formula_listing(phase: Optional[str], quantity: Optional[str], model: Optional[str], run: RunOptions,
-                    latex: bool = False) -> dict[str, Any]:
-    """The catalogue's terms (no `model`), or the summed formulas of `model` under `run`, as plain data."""
+                    latex: bool = False, sequence_parallel: bool = False) -> dict[str, Any]:
+    """The catalogue's terms (no `model`), or the summed formulas of `model` under `run`, as plain data:
+    per device, in the tensor-parallel size t (t = 1: the whole layer)."""
     phases = list(load_catalogue())
     names = [p.name for p in phases]
     if phase is not None and phase not in names:
@@ -35,7 +36,7 @@ def formula_listing(phase: Optional[str], quantity: Optional[str], model: Option
                 continue
             terms = [
                 {"quantity": t.q, "expr": _show(t.sym, latex), "tensor": t.tensor, "source": t.source,
-                 "when": t.when, **({"recompute": t.recompute} if t.q == "stored" else {})}
+                 "when": t.when, "tp": p.tp_class(t), **({"recompute": t.recompute} if t.q == "stored" else {})}
                 for t in p.terms if quantity in (None, t.q)
             ]
             listing["phases"].append({"name": p.name, "group": p.group, "scope": p.scope, "batch": p.batch,
@@ -43,7 +44,7 @@ def formula_listing(phase: Optional[str], quantity: Optional[str], model: Option
         return listing
 
     spec = resolve_model(model)
-    feats = {**spec.features(), **run.features()}
+    feats = {**spec.features(), **run.features(), "sequence_parallel": sequence_parallel}
     sel = Selection.make(feats, run.recompute)
     listing["selection"] = {"model": spec.name, "recompute": run.recompute, **feats}
     applies = [p.name for p in sel.phases()]

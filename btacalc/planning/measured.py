@@ -21,7 +21,7 @@ from typing import Any, Callable, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..config.execution import BatchLimits, ExecutionRequest
+from ..config.execution import BatchLimits, ExecutionRequest, OverlapRequest
 from ..config.hardware import HardwareProfile, resolve_hardware
 from ..config.presets import resolve_model
 from ..errors import BtacalcError, first_validation_error
@@ -41,6 +41,29 @@ class Measured(BaseModel):
     model_config = ConfigDict(extra="forbid")
     tokens_per_s_per_device: Optional[float] = Field(None, gt=0)
     step_time_s: Optional[float] = Field(None, gt=0)
+
+
+class Overlaps(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    grad_reduce: Optional[bool] = None
+    param_gather: Optional[bool] = None
+    tp_comm: Optional[bool] = None
+    all_to_all: bool = False
+
+
+class Recipe(BaseModel):
+    """Settings of the run's own configuration that the run's fields leave null or state differently,
+    each read from the file `source` names (btacalc's extension of the run format)."""
+
+    model_config = ConfigDict(extra="forbid")
+    source: str = Field(min_length=10)
+    attention: Optional[Literal["eager", "flash"]] = None
+    recompute: Optional[Union[str, list[str]]] = None
+    sequence_parallel: Optional[bool] = None
+    vp: Optional[int] = Field(None, ge=1)
+    zero: Optional[int] = Field(None, ge=0, le=3)
+    grad_bytes: Optional[Literal[2, 4]] = None
+    overlaps: Overlaps = Overlaps()
 
 
 class MeasuredRun(BaseModel):
@@ -70,6 +93,16 @@ class MeasuredRun(BaseModel):
     measured: Measured
     role: Literal["fit", "check"]
     known_gap: str = Field("", description="btacalc is known to miss this run: the mechanism it lacks")
+    recipe: Optional[Recipe] = None
+
+    def with_recipe(self) -> "MeasuredRun":
+        """The run with its recipe's corrections applied to the layout fields."""
+        if self.recipe is None:
+            return self
+        r = self.recipe
+        changes = {k: v for k, v in (("vp", r.vp), ("sequence_parallel", r.sequence_parallel), ("zero", r.zero),
+                                     ("recompute", r.recompute)) if v is not None}
+        return self.model_copy(update=changes)
 
 
 class RunPrediction(BaseModel):
@@ -134,60 +167,41 @@ def device_family(profile: HardwareProfile) -> str:
     return profile.family
 
 
-# Run fields -> ExecutionRequest fields. A run field whose value is not trivial (None, 1, False) and
-# that has no request field here cannot be expressed yet.
-LAYOUT_FIELDS: dict[str, Optional[str]] = {
+# Run fields -> ExecutionRequest fields (every layout field a run file can carry is modelled).
+LAYOUT_FIELDS: dict[str, str] = {
     "ep": "expert_parallel",
     "zero": "zero_stage",
-    "tp": None,
-    "pp": None,
-    "vp": None,
-    "cp": None,
-    "etp": None,
-    "fsdp": None,
-    "sequence_parallel": None,
+    "tp": "tensor_parallel",
+    "pp": "pipeline_parallel",
+    "vp": "virtual_pipeline",
+    "cp": "context_parallel",
+    "etp": "expert_tensor_parallel",
+    "fsdp": "fsdp",
+    "sequence_parallel": "sequence_parallel",
 }
 
 
-def _trivial(value: Any) -> bool:
-    """None, False, or a parallel degree of 1 (ZeRO stage 0): nothing to model."""
-    if isinstance(value, bool):
-        return not value
-    return value is None or value in (0, 1)
-
-
 def express(run: MeasuredRun, family: str = "gpu") -> tuple[Optional[ExecutionRequest], str]:
-    """The request that reproduces `run`, or None and the reason it cannot be expressed yet. On a
-    wafer cluster the global batch is the batch per optimizer step over all systems; with no
-    micro-batch given, the micro-batching is chosen as the compiler would."""
-    missing = [f"{name}={getattr(run, name)}" for name, target in LAYOUT_FIELDS.items()
-               if target is None and not _trivial(getattr(run, name))]
-    if missing:
-        return None, "layout not modelled yet: " + ", ".join(missing)
+    """The request that reproduces `run`, or None and the reason it cannot be expressed yet.
+
+    The global batch is the batch per optimizer step over all data-parallel ranks (Megatron) or all
+    systems (Cerebras); a given micro-batch fixes G*b and gradient accumulation follows (M = N / (DP
+    micro-batch)); without one, the micro-batching is chosen (on wafers, as the compiler would)."""
+    recipe = run.recipe
+    run = run.with_recipe()
     if run.precision == "fp8":
         return None, "fp8 training is not modelled (16-bit peaks only)"
     changes: dict[str, Any] = {target: getattr(run, name) for name, target in LAYOUT_FIELDS.items()
-                               if target is not None and getattr(run, name) is not None}
-    recompute = run.recompute if isinstance(run.recompute, str) else None
-    if isinstance(run.recompute, list):
-        return None, f"recompute modules {run.recompute} not modelled yet"
-    dp = run.devices
-    if family == "wse" and run.micro_batch is None:
-        return ExecutionRequest(seq_len=run.seq, recompute=recompute, devices=run.devices, micro_batches=None,
-                                limits=BatchLimits(global_batch=run.global_batch), **changes), ""
-    if run.micro_batch is not None:
-        if run.global_batch % (dp * run.micro_batch):
-            return None, f"global batch {run.global_batch} is not a multiple of DP {dp} x micro-batch {run.micro_batch}"
-        limits = BatchLimits(global_batch=run.micro_batch)
-        micro_batches = run.global_batch // (dp * run.micro_batch)
-    else:
-        if run.global_batch % dp:
-            return None, f"global batch {run.global_batch} does not divide over {dp} devices"
-        limits = BatchLimits(global_batch=run.global_batch // dp)
-        micro_batches = 1
-    request = ExecutionRequest(seq_len=run.seq, recompute=recompute, devices=run.devices, micro_batches=micro_batches,
-                               limits=limits, **changes)
-    return request, ""
+                               if getattr(run, name) is not None}
+    if changes.get("fsdp") is False:
+        changes.pop("fsdp")
+    recompute = ",".join(run.recompute) if isinstance(run.recompute, list) else run.recompute
+    limits = BatchLimits(global_batch=run.global_batch, micro_batch=run.micro_batch)
+    if recipe is not None:
+        o = recipe.overlaps
+        changes.update(overlaps=OverlapRequest(grad_reduce=o.grad_reduce, param_gather=o.param_gather, tp_comm=o.tp_comm),
+                       overlap_all_to_all=o.all_to_all, attention=recipe.attention, gradient_bytes=recipe.grad_bytes)
+    return ExecutionRequest(seq_len=run.seq, recompute=recompute, devices=run.devices, limits=limits, **changes), ""
 
 
 def predict(run: MeasuredRun, hardware: Callable[[str], HardwareProfile] = resolve_hardware) -> RunResult:

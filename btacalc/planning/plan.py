@@ -3,12 +3,12 @@ throughput (against G = 1 and against the dense model with the same active param
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Optional
 
 from ..catalogue.compiled import PhaseValues
 from ..config.model import LayerKind
-from ..config.execution import ExecutionRequest
+from ..config.execution import ExecutionRequest, pipeline_split
 from ..config.hardware import HardwareProfile
 from ..config.model import ModelSpec
 from ..model.memory import MemoryModel
@@ -16,7 +16,7 @@ from ..model.problem import Evaluation, Problem
 from ..model.solver import Solution, solve
 from ..model.timing import StepTime, compute_efficiency, step_time
 from .report import (FlopsPerStep, HardwareInfo, Inputs, LayerKindRows, ModelInfo, ParallelInfo, PhaseRow, PlanInfo,
-                     PlanReport, StateRow, Throughput)
+                     PlanReport, StageRow, StateRow, Throughput)
 from .resolve import resolve_problem
 from .suggest import suggestions
 from .wafer import wafer_info
@@ -25,9 +25,6 @@ from .wafer import wafer_info
 def make_plan(model: ModelSpec, hardware: HardwareProfile, request: ExecutionRequest = ExecutionRequest()) -> PlanReport:
     """Resolve the execution, solve the batch shape and build the report."""
     return plan_problem(resolve_problem(model, hardware, request))
-
-
-
 
 
 def plan_problem(problem: Problem) -> PlanReport:
@@ -53,10 +50,12 @@ def _rows(pv: PhaseValues, scope: str) -> list[PhaseRow]:
     return rows
 
 
-def tokens_per_expert(model: ModelSpec, seq_len: int, global_batch: int, expert_parallel: int = 1) -> float:
-    """T_e under uniform routing: an expert replica serves the tokens of its EP group."""
+def tokens_per_expert(model: ModelSpec, seq_len: int, global_batch: int, expert_parallel: int = 1,
+                      shards: float = 1.0) -> float:
+    """T_e under uniform routing: an expert replica serves the tokens of its EP group. `shards` =
+    ETP/(TP·CP): the EP x ETP ranks of an expert group each hold 1/(TP·CP) of a micro-batch's tokens."""
     tokens = global_batch * seq_len
-    return expert_parallel * tokens * model.top_k / model.num_experts if model.is_moe else float(tokens)
+    return expert_parallel * shards * tokens * model.top_k / model.num_experts if model.is_moe else float(tokens)
 
 
 def _model_info(problem: Problem, mem: MemoryModel) -> ModelInfo:
@@ -85,7 +84,8 @@ def _inputs(problem: Problem) -> Inputs:
     return Inputs(
         memory_model=problem.memory_model, seq_len=run.seq_len, recompute=run.recompute, attention=run.attention,
         causal=run.causal, loss=run.loss, accounting=run.accounting, optimizer=run.optimizer,
-        bytes_per_element=run.bytes_per_element, **ex.limits.__dict__, defaults=ex.default_reasons,
+        bytes_per_element=run.bytes_per_element, **ex.limits.__dict__, gradient_bytes=run.gradient_bytes,
+        routing_imbalance=run.routing_imbalance, defaults=ex.default_reasons,
     )
 
 
@@ -94,7 +94,12 @@ def _parallel_info(problem: Problem) -> ParallelInfo:
     return ParallelInfo(
         devices=lay.devices, expert_parallel=lay.expert_parallel, expert_data_parallel=lay.expert_data_parallel,
         zero_stage=lay.zero_stage, micro_batches=lay.micro_batches, devices_per_node=lay.devices_per_node,
-        overlap_all_to_all=lay.overlap_all_to_all,
+        overlap_all_to_all=lay.overlap_all_to_all, tensor_parallel=lay.tensor_parallel,
+        sequence_parallel=lay.sequence_parallel, pipeline_parallel=lay.pipeline_parallel,
+        virtual_pipeline=lay.virtual_pipeline, context_parallel=lay.context_parallel,
+        expert_tensor_parallel=lay.expert_tensor_parallel, data_parallel=lay.data_parallel, fsdp=lay.fsdp,
+        pipeline_split=pipeline_split(problem.model.num_layers, lay.pipeline_parallel, lay.virtual_pipeline),
+        overlaps={k: bool(v) for k, v in asdict(lay.overlap).items()},
     )
 
 
@@ -102,8 +107,9 @@ def _plan_info(problem: Problem, sol: Solution, fits: bool) -> PlanInfo:
     g, b, lay, seq = sol.tiles, sol.tile_batch, problem.layout, problem.run.seq_len
     return PlanInfo(
         tiles=g, tile_batch=b, global_batch=g * b, tokens_per_step=g * b * seq, devices=lay.devices,
-        cluster_tokens_per_step=lay.devices * lay.micro_batches * g * b * seq,
-        tokens_per_expert=tokens_per_expert(problem.model, seq, g * b, lay.expert_parallel),
+        cluster_tokens_per_step=lay.data_parallel * lay.micro_batches * g * b * seq,
+        tokens_per_expert=tokens_per_expert(problem.model, seq, g * b, lay.expert_parallel,
+                                            lay.expert_tensor_parallel / (lay.tensor_parallel * lay.context_parallel)),
         fits=fits, binding_constraint=sol.binding_constraint, tile_constraint=sol.tile_constraint,
         explanation=sol.explanation, memory_evaluations=sol.evaluations,
     )
@@ -130,9 +136,12 @@ def build_report(problem: Problem, mem: MemoryModel, sol: Solution) -> PlanRepor
         memory_bytes={"total": breakdown.total, "capacity": breakdown.capacity, "usable_capacity": breakdown.usable,
                       **breakdown.components},
         offchip_bytes=breakdown.offchip,
-        state_sharding=[StateRow(component=s.component, part=s.part, params=s.params,
-                                 bytes_per_param=s.bytes_per_param, divisor=s.divisor, bytes_per_device=s.bytes,
-                                 formula=s.formula) for s in breakdown.state_parts],
+        state_sharding=[StateRow(component=s.component, part=s.part, params=int(s.params),
+                                 bytes_per_param=s.bytes_per_param, divisor=int(s.divisor), bytes_per_device=int(s.bytes),
+                                 formula=s.formula) for s in breakdown.state_parts if s.params],
+        memory_stages=[StageRow(stage=row.stage, layers=int(row.layers), in_flight=int(row.in_flight),
+                                components={k: int(v) for k, v in row.components.items()}, total=int(row.total))
+                       for row in breakdown.stages],
         flops_per_step=FlopsPerStep(forward=fwd, backward=bwd, total=fwd + bwd, recompute=rec,
                                     hardware_total=fwd + bwd + rec, elementwise=step("flops_elementwise")),
         phases=layer_rows,
@@ -145,14 +154,24 @@ def build_report(problem: Problem, mem: MemoryModel, sol: Solution) -> PlanRepor
         summary = summarize(problem, mem, sol)
         report.throughput = _throughput(problem, summary)
         best_time = summary.best_time
-        per_layer, phase_time = best_time.kind_phase_time_s, best_time.phase_time_s
+        per_layer, phase_time, repeats = best_time.kind_phase_time_s, best_time.phase_time_s, best_time.phase_repeats
+
+        def one_layer(kind_name: str, count: int, phase: str) -> float:
+            """A phase's time in one layer of a kind: the wafer model's own, or the GPU critical stage's
+            time over the layers it repeats in."""
+            if (kind_name, phase) in per_layer:
+                return float(per_layer[(kind_name, phase)])
+            n = repeats.get(phase, 0) if repeats is not None else count
+            return float(phase_time.get(phase, 0.0)) / n if n else 0.0
+
         for row in report.phases:
-            row.time_s = float(per_layer[(kind.name, row.name)])
+            row.time_s = one_layer(kind.name, kind.count, row.name)
         for kind_rows in report.layer_kinds:
             for row in kind_rows.phases:
-                row.time_s = float(per_layer[(kind_rows.name, row.name)])
+                row.time_s = one_layer(kind_rows.name, kind_rows.count, row.name)
         for row in report.outside_layers:
-            row.time_s = float(phase_time[row.name])
+            n = repeats.get(row.name, 0) if repeats is not None else 1
+            row.time_s = float(phase_time.get(row.name, 0.0)) / n if n else 0.0
     else:
         report.suggestions = suggestions(problem, mem)
     if problem.hardware.family == "wse":
@@ -220,6 +239,23 @@ def _throughput(problem: Problem, s: ThroughputSummary) -> Throughput:
         overlap_streaming=problem.run.overlap_streaming, compute_efficiency=compute_efficiency(problem),
         phase_share=shares, dominant_phase=max(shares, key=lambda k: shares[k]),
         communication_s={k: float(v) for k, v in bt.communication_s.items()},
+        critical_stage=int(bt.details.get("critical_stage", 0)),
+        routing_sensitivity=routing_sensitivity(problem, s.best),
     )
+
+
+# Routing imbalance the sensitivity check adds: the busiest expert-parallel rank 25% busier than planned.
+SENSITIVITY_STEP = 1.25
+
+
+def routing_sensitivity(problem: Problem, best: Solution) -> Optional[float]:
+    """tokens/s with the routing imbalance raised 25% over tokens/s as planned (MoE with EP > 1 only):
+    below 0.95 the plan is sensitive to routing imbalance (the output says so)."""
+    if not problem.model.is_moe or problem.layout.expert_parallel == 1 or problem.hardware.family != "gpu":
+        return None
+    busier = problem.with_run(routing_imbalance=problem.run.routing_imbalance * SENSITIVITY_STEP)
+    base = step_time(problem, best.tiles, best.tile_batch)
+    worse = step_time(busier, best.tiles, best.tile_batch)
+    return float(worse.tokens_per_s / base.tokens_per_s)
 
 

@@ -41,23 +41,46 @@ class HardwareInfo(BaseModel):
 
 
 class ParallelInfo(BaseModel):
-    devices: int = Field(description="N: devices; every device is a data-parallel rank")
+    devices: int = Field(description="devices")
     expert_parallel: int = Field(description="EP: devices the experts are split over (E/EP experts each)")
-    expert_data_parallel: int = Field(description="N/EP: replicas of each expert shard")
-    zero_stage: int = Field(description="ZeRO stage: 1 shards optimizer state, 2 + gradients, 3 + weights")
-    micro_batches: int = Field(1, description="M: gradient accumulation steps per optimizer step")
-    devices_per_node: int
+    expert_data_parallel: int = Field(description="EDP = devices/(ETP·EP·PP): replicas of each expert shard")
+    zero_stage: int = Field(description="ZeRO stage: 1 shards optimizer state (Megatron's distributed optimizer), "
+                            "2 + gradients, 3 + weights")
+    micro_batches: int = Field(1, description="M: micro-batches (gradient accumulation steps) per optimizer step")
+    devices_per_node: int = Field(description="devices in one scale-up (NVLink) domain")
     overlap_all_to_all: bool
+    tensor_parallel: int = Field(1, description="TP (Megatron --tensor-model-parallel-size)")
+    sequence_parallel: bool = Field(False, description="sequence parallelism with TP (Korthikanti et al. 2022)")
+    pipeline_parallel: int = Field(1, description="PP (--pipeline-model-parallel-size)")
+    virtual_pipeline: int = Field(1, description="VP: interleaved model chunks per stage (1: plain 1F1B)")
+    context_parallel: int = Field(1, description="CP (--context-parallel-size)")
+    expert_tensor_parallel: int = Field(1, description="ETP (--expert-tensor-parallel-size)")
+    data_parallel: int = Field(1, description="DP = devices/(TP·PP·CP)")
+    fsdp: bool = Field(False, description="fully sharded data parallel (ZeRO-3 state, gathers every micro-batch)")
+    pipeline_split: str = Field("even", description="even, or embedding_loss (the embedding and the loss count as "
+                                "one layer each in the split)")
+    overlaps: dict[str, bool] = Field(default_factory=dict, description="communication hidden behind compute, by "
+                                      "Megatron-Core option")
 
 
 class StateRow(BaseModel):
     component: str = Field(description="weights, gradients or optimizer")
     part: str = Field(description="non_expert (data-parallel) or expert (expert-parallel)")
-    params: int = Field(description="parameters of this part in the whole model")
+    params: int = Field(description="parameters of this part the device's model-parallel shard holds (after TP, "
+                        "PP, EP, ETP)")
     bytes_per_param: int
-    divisor: int = Field(description="devices the part is split over: EP for experts, x data-parallel ranks when ZeRO shards it")
+    divisor: int = Field(description="ZeRO shards: the data-parallel ranks (DP·CP for non-expert, EDP for expert "
+                         "parameters) when the ZeRO stage shards this component, else 1")
     bytes_per_device: int
     formula: str
+
+
+class StageRow(BaseModel):
+    stage: int = Field(description="pipeline stage (0 holds the embedding, the last the head and loss)")
+    layers: int
+    in_flight: int = Field(description="model-chunk passes whose activations the stage holds at its peak")
+    components: dict[str, int] = Field(description="bytes per device: state, activations, buffers")
+    total: int
 
 
 class Inputs(BaseModel):
@@ -75,6 +98,9 @@ class Inputs(BaseModel):
     tile_batch: Optional[int] = None
     max_global_batch: Optional[int] = None
     max_tile_batch: Optional[int] = None
+    micro_batch: Optional[int] = Field(None, description="G·b fixed: sequences per micro-batch per data-parallel rank")
+    gradient_bytes: int = Field(2, description="bytes per gradient element (4: fp32 main gradients)")
+    routing_imbalance: float = Field(1.0, description="the busiest expert's routed tokens over the mean")
     defaults: dict[str, str] = Field(default_factory=dict, description="inputs left at their default, and why")
 
 
@@ -84,8 +110,9 @@ class PlanInfo(BaseModel):
     global_batch: int = Field(description="G*b: sequences the router and experts see per step, per device")
     tokens_per_step: int = Field(description="G*b*s, per device")
     devices: int = 1
-    cluster_tokens_per_step: int = Field(0, description="N*M*G*b*s: tokens per optimizer step over all devices")
-    tokens_per_expert: float = Field(description="T_e = EP*G*b*s*k/E per expert replica under uniform routing (G*b*s for dense)")
+    cluster_tokens_per_step: int = Field(0, description="DP*M*G*b*s: tokens per optimizer step over all devices")
+    tokens_per_expert: float = Field(description="T_e = (EP*ETP/(TP*CP))*G*b*s*k/E per expert replica under uniform "
+                                     "routing (G*b*s for dense)")
     fits: bool
     binding_constraint: str = Field(description="what stops a larger G*b: memory, max_global_batch, global_batch, tiles, ...")
     tile_constraint: str = Field(description="what stops a larger tile b at that G*b")
@@ -143,8 +170,11 @@ class Throughput(BaseModel):
     compute_efficiency: float
     phase_share: dict[str, float] = Field(description="share of step time per phase")
     dominant_phase: str = ""
-    communication_s: dict[str, float] = Field(default_factory=dict, description="multi-GPU: all_to_all and "
-                                              "gradient_sync time per step before overlap")
+    communication_s: dict[str, float] = Field(default_factory=dict, description="multi-GPU: each collective's "
+                                              "time per step before overlap")
+    critical_stage: int = Field(0, description="GPU: the pipeline stage that sets the pace")
+    routing_sensitivity: Optional[float] = Field(None, description="MoE with EP > 1: tokens/s at 1.25x the routing "
+                                                 "imbalance over tokens/s as planned")
 
 
 class ScalingRow(BaseModel):
@@ -213,7 +243,9 @@ class PlanReport(BaseModel):
     memory_bytes: dict[str, int] = Field(description="total, capacity, usable_capacity and one key per component")
     offchip_bytes: dict[str, int] = Field(description="weight streaming: state held off-wafer (MemoryX)")
     state_sharding: list[StateRow] = Field(default_factory=list, description="resident: weights, gradients and "
-                                           "optimizer state per device, by part and divisor")
+                                           "optimizer state per device (the worst pipeline stage), by part and divisor")
+    memory_stages: list[StageRow] = Field(default_factory=list, description="GPU: memory per device of every "
+                                          "pipeline stage; memory_bytes holds the worst one's")
     flops_per_step: FlopsPerStep
     phases: list[PhaseRow] = Field(description="one decoder layer, at the plan's G and b, per step (with several "
                                    "layer kinds: one layer of the most common kind)")

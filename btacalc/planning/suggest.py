@@ -31,6 +31,9 @@ def suggestions(problem: Problem, mem: MemoryModel) -> list[str]:
         if alt.fits(1, 1):
             sol = solve(alt, limits.free())
             out.append(f"{flag} fits G = {sol.tiles}, b = {sol.tile_batch} (G*b = {sol.tiles * sol.tile_batch})")
+    if problem.hardware.family == "gpu" and problem.layout.devices > 1:
+        out.append(f"--search finds the fastest Megatron layout that fits on --devices {problem.layout.devices}, if any "
+                   "(tensor, pipeline, context parallelism, recomputation)")
     longest = _longest_sequence(mem, run.seq_len)
     if longest is not None:
         out.append(f"--seq {longest} is the longest sequence that fits one sequence (G = b = 1)")
@@ -63,6 +66,9 @@ def _state_too_large(problem: Problem, mem: MemoryModel, fixed: int) -> list[str
             extra = " --recompute full" if fit.run.recompute != problem.run.recompute else ""
             out.append(f"--devices {lay.devices} --ep {lay.expert_parallel} --zero {lay.zero_stage}{extra} fits one "
                        f"sequence per device (smallest power-of-two device count; EP = gcd(N, E))")
+        if problem.hardware.family == "gpu" and problem.layout.devices > 1:
+            out.append(f"--search finds the fastest Megatron layout that fits on --devices {problem.layout.devices}, if any "
+                       "(pipeline and tensor parallelism split the state further)")
     return out
 
 

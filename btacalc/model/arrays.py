@@ -1,0 +1,48 @@
+"""Scalar-or-array helpers: exact Python arithmetic on scalars (ints and Fractions stay exact), numpy
+elementwise operations on arrays (one element per layout of a search)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+def is_array(*values: Any) -> bool:
+    return any(isinstance(v, np.ndarray) for v in values)
+
+
+def where(cond: Any, a: Any, b: Any) -> Any:
+    """`a if cond else b`, elementwise when anything is an array."""
+    if is_array(cond, a, b):
+        return np.where(cond, a, b)
+    return a if cond else b
+
+
+def maximum(a: Any, b: Any) -> Any:
+    if is_array(a, b):
+        return np.maximum(a, b)
+    return a if a >= b else b
+
+
+def minimum(a: Any, b: Any) -> Any:
+    if is_array(a, b):
+        return np.minimum(a, b)
+    return a if a <= b else b
+
+
+def ceil_div(a: Any, b: Any) -> Any:
+    """ceil(a / b) for positive integers (or integer-valued arrays)."""
+    return -(-a // b)
+
+
+def scalar(v: Any) -> Any:
+    """A 0-d array or numpy scalar as a plain Python number."""
+    if isinstance(v, np.ndarray) and v.ndim == 0:
+        v = v[()]
+    return v.item() if isinstance(v, np.generic) else v
+
+
+def largest(v: Any) -> int:
+    """The largest element of an int or an integer array (how many pipeline stages to walk)."""
+    return int(np.max(v)) if is_array(v) else int(v)

@@ -1,0 +1,188 @@
+"""Step time of GPU training under a Megatron layout.
+
+Per micro-batch, stage j takes (per device; `costs.py` for the roofline of each phase)
+
+    t_j = sum over its layers of (compute + exposed TP + exposed CP + exposed EP all-to-all)
+          + its parts outside the layers + exposed pipeline sends + exposed per-micro-batch ZeRO-2/3
+          traffic + G x layers x the per-tile overhead
+
+and the optimizer step takes
+
+    step = max_j t_j x (M + (PP - 1)/VP) + max_j (exposed data-parallel synchronisation)
+
+(1F1B / interleaved pipeline: M micro-batches plus the bubble, Narayanan et al. 2021 §2.2). Overlap
+rules are the layout's named options (Megatron-Core's names; defaults in config/execution.py REASONS):
+- tensor-parallel collectives: exposed, or with --tp-comm-overlap only what exceeds the layer's GEMMs;
+- context-parallel K/V ring (cp_comm_type p2p, Megatron's default): asynchronous sends behind the
+  attention core, only the excess shows;
+- expert-parallel all-to-all (+ ETP gather): exposed, or with --overlap-a2a
+  (overlap_moe_expert_parallel_comm: another micro-batch's compute hides it) what exceeds the layer;
+- pipeline sends: exposed, or with --overlap-p2p behind the stage's compute;
+- data-parallel gradient reduction / weight all-gather: exposed, or with --overlap-grad-reduce /
+  --overlap-param-gather behind the last micro-batch's backward / the first one's forward; ZeRO-3 and
+  FSDP prefetch their per-micro-batch gathers behind compute (Megatron-FSDP turns the overlaps on).
+tokens/s = DP·M·G·b·s / step; MFU = model FLOPs (the whole model, t = CP = 1) / (step x devices x peak).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from ..arrays import is_array, largest, maximum, where
+from ..problem import Evaluation, Problem
+from ..state import bytes_per_param
+from ..steptime import StepTime, tile_overhead_s
+from .collectives import (all_to_all_time, context_parallel_time, data_parallel_times, pipeline_p2p_time,
+                          tensor_parallel_time)
+from .costs import Part, layer_parts, outside_parts
+from .memory import stage_params
+from .stages import PipelineStages, ratio
+
+TERMS = ("compute", "tp_comm", "cp_comm", "all_to_all", "pp_p2p", "zero_per_micro_batch", "tiling")
+
+
+@dataclass
+class _Stage:
+    """One stage's per-micro-batch time split into its terms, and its per-step synchronisation."""
+
+    terms: dict[str, Any]
+    raw: dict[str, Any]  # communication before overlap, per micro-batch
+    sync: Any  # exposed data-parallel synchronisation, per step
+    sync_raw: dict[str, Any]
+    forward_s: Any
+    backward_s: Any
+
+    @property
+    def micro_batch_s(self) -> Any:
+        return sum(self.terms.values())
+
+
+def gpu_step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Evaluation] = None) -> StepTime:
+    """Step time, tokens/s and MFU of a GPU problem at `tiles` x `tile_batch` sequences per micro-batch
+    per data-parallel rank (ints, or arrays over layouts)."""
+    ev = ev if ev is not None else problem.evaluate(tiles, tile_batch)
+    kinds = [(kind, part) for (kind, _), part in zip(ev.layers, layer_parts(problem, ev))]
+    first, last = outside_parts(problem, ev)
+    lay = problem.layout
+    pipe = PipelineStages(problem.model.num_layers, lay.pipeline_parallel, lay.virtual_pipeline, lay.micro_batches)
+    count = largest(lay.pipeline_parallel)
+    stages = [_stage(problem, pipe, j, kinds, (first, last), tiles) for j in range(count)]
+    worst, crit = stages[0], 0
+    for j, st in enumerate(stages[1:], start=1):
+        slower = st.micro_batch_s > worst.micro_batch_s
+        if not is_array(slower) and slower:
+            crit = j
+        worst = _pick(slower, st, worst)
+    sync = stages[0].sync
+    for st in stages[1:]:
+        sync = maximum(sync, st.sync)
+    m = lay.micro_batches
+    bubble = worst.micro_batch_s * pipe.bubble_micro_batches
+    step = worst.micro_batch_s * m + bubble + sync
+    seqs = lay.data_parallel * m * tiles * tile_batch
+    peak = problem.hardware.chip.peak_flops_per_s.value
+    flops = _model_flops(problem, tiles, tile_batch) * lay.data_parallel * m
+    phase_time, repeats = _phase_report(problem, pipe, crit, kinds, (first, last), m) if not is_array(step) else ({}, {})
+    phase_time.update({k: v * m for k, v in worst.terms.items() if k not in ("compute", "tiling")})
+    phase_time.update(pipeline_bubble=bubble, gradient_sync=sync)
+    comm = {k: v * m for k, v in worst.raw.items()}
+    comm.update(stages[crit].sync_raw if not is_array(step) else {})
+    details = {"critical_stage": crit, "micro_batch_s": worst.micro_batch_s, "terms": worst.terms,
+               "bubble_s": bubble, "sync_s": sync}
+    return StepTime(step, seqs * problem.run.seq_len / step, flops / (step * lay.devices * peak), phase_time,
+                    worst.terms["tiling"] * m, 0.0, comm, repeats, details)
+
+
+def _pick(cond: Any, a: _Stage, b: _Stage) -> _Stage:
+    """Elementwise choice between two stages' times (a where cond, else b)."""
+    if not is_array(cond):
+        return a if cond else b
+    return _Stage({k: where(cond, a.terms[k], b.terms[k]) for k in a.terms},
+                  {k: where(cond, a.raw[k], b.raw[k]) for k in a.raw}, where(cond, a.sync, b.sync), a.sync_raw,
+                  where(cond, a.forward_s, b.forward_s), where(cond, a.backward_s, b.backward_s))
+
+
+def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any, Part]],
+           ends: tuple[Part, Part], tiles: Any) -> _Stage:
+    lay, model = problem.layout, problem.model
+    exists = pipe.exists(j)
+    is_first, is_last = j == 0, where(exists, j == lay.pipeline_parallel - 1, False)
+    layers = where(exists, pipe.layers(j), 0)
+    stage = Part()
+    for kind, part in kinds:
+        n = ratio(layers * kind.count, model.num_layers)
+        for name in ("compute_s", "backward_s", "core_s", "tp_bytes", "cp_bytes", "a2a_bytes"):
+            setattr(stage, name, getattr(stage, name) + n * getattr(part, name))
+    layer_terms = _layer_terms(problem, kinds, layers)
+    first, last = ends
+    outside = [(first, is_first), (last, is_last)]
+    compute = layer_terms.pop("compute") + sum(where(on, p.compute_s, 0) for p, on in outside)
+    backward = stage.backward_s + sum(where(on, p.backward_s, 0) for p, on in outside)
+    tp_outside = sum(where(on, tensor_parallel_time(problem, p.tp_bytes), 0) for p, on in outside)
+    raw = {"tp_comm": layer_terms.pop("tp_raw") + tp_outside, "cp_comm": layer_terms.pop("cp_raw"),
+           "all_to_all": layer_terms.pop("a2a_raw")}
+    p2p = where(exists, pipeline_p2p_time(problem, kinds[0][1].pp_bytes), 0)
+    raw["pp_p2p"] = p2p
+    dense, expert = stage_params(problem, layers, kinds, (first if is_first else None, is_last, last))
+    dp = data_parallel_times(problem, dense, expert, bytes_per_param(problem))
+    o = lay.overlap
+    sharded = lay.zero_stage >= 3
+    per_mb = where(sharded | o.grad_reduce, maximum(0.0, dp.per_micro_batch - where(sharded, compute, backward)),
+                   dp.per_micro_batch)
+    terms = {"compute": compute, "tp_comm": layer_terms["tp_comm"] + tp_outside, "cp_comm": layer_terms["cp_comm"],
+             "all_to_all": layer_terms["all_to_all"],
+             "pp_p2p": where(o.p2p, maximum(0.0, p2p - compute), p2p), "zero_per_micro_batch": per_mb,
+             "tiling": layers * tiles * tile_overhead_s(problem)}
+    reduce = where(o.grad_reduce, maximum(0.0, dp.reduce_per_step - backward), dp.reduce_per_step)
+    gather = where(o.param_gather, maximum(0.0, dp.gather_per_step - (compute - backward)), dp.gather_per_step)
+    terms = {k: where(exists, v, 0.0) for k, v in terms.items()}
+    sync_raw = {"gradient_reduce": dp.reduce_per_step, "param_gather": dp.gather_per_step,
+                "zero_per_micro_batch": dp.per_micro_batch * lay.micro_batches}
+    return _Stage(terms, raw, where(exists, reduce + gather, 0.0), sync_raw, compute - backward, backward)
+
+
+def _layer_terms(problem: Problem, kinds: list[tuple[Any, Part]], layers: Any) -> dict[str, Any]:
+    """Compute and exposed per-layer communication of the stage's layers, one micro-batch."""
+    o, model = problem.layout.overlap, problem.model
+    out = dict.fromkeys(("compute", "tp_comm", "cp_comm", "all_to_all", "tp_raw", "cp_raw", "a2a_raw"), 0.0)
+    for kind, part in kinds:
+        n = ratio(layers * kind.count, model.num_layers)
+        tp = tensor_parallel_time(problem, part.tp_bytes)
+        cp = context_parallel_time(problem, part.cp_bytes)
+        a2a = all_to_all_time(problem, part.a2a_bytes)
+        exposed = {"compute": part.compute_s,
+                   "tp_comm": where(o.tp_comm, maximum(0.0, tp - part.compute_s), tp),
+                   "cp_comm": maximum(0.0, cp - part.core_s),
+                   "all_to_all": where(o.all_to_all, maximum(0.0, a2a - part.compute_s), a2a),
+                   "tp_raw": tp, "cp_raw": cp, "a2a_raw": a2a}
+        for k, v in exposed.items():
+            out[k] = out[k] + n * v
+    return out
+
+
+def _model_flops(problem: Problem, tiles: Any, tile_batch: Any) -> Any:
+    """Model FLOPs (forward + backward) of one micro-batch of the whole model (no parallel split)."""
+    flat = problem.with_layout(tensor_parallel=1, context_parallel=1, expert_tensor_parallel=1)
+    ev = flat.evaluate(tiles, tile_batch)
+    return sum(ev.layers_total(q) + ev.outside_total(q) for q in ("flops_fwd", "flops_bwd"))
+
+
+def _phase_report(problem: Problem, pipe: PipelineStages, crit: int, kinds: list[tuple[Any, Part]],
+                  ends: tuple[Part, Part], m: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Per-phase time per step on the critical stage, and how often each phase runs there per step."""
+    layers = pipe.layers(crit)
+    times: dict[str, Any] = {}
+    repeats: dict[str, Any] = {}
+    for kind, part in kinds:
+        n = ratio(layers * kind.count, problem.model.num_layers)
+        for name, t in part.phase_s.items():
+            times[name] = times.get(name, 0) + n * t * m
+            repeats[name] = repeats.get(name, 0) + n * m
+    first, last = ends
+    on = {id(first): crit == 0, id(last): crit == problem.layout.pipeline_parallel - 1}
+    for part in ends:
+        for name, t in part.phase_s.items():
+            times[name] = (t * m) if on[id(part)] else 0.0
+            repeats[name] = m if on[id(part)] else 0
+    return times, repeats

@@ -1,0 +1,280 @@
+"""`plan --search`: the fastest Megatron layout that fits, over TP, PP, VP, CP, EP, ETP, the micro-batch
+and the recomputation policy, on a given number of GPUs and global batch.
+
+Candidates are every combination of the free dimensions (a dimension the request gives is fixed) that
+passes the same rules as a plan (`Layout.validate`: divisibility, heads, experts, the pipeline split,
+interleaving needing M a multiple of PP, ...). They are evaluated vectorised: one numpy evaluation of
+the catalogue, the per-stage memory and the step-time model per recomputation policy, over every
+layout at once (t, t_e, b/CP, PP, VP, EP ... are arrays; `btacalc.model.gpu` branches on none of
+them). The fastest fitting layout is then planned exactly (`make_plan`), so the winner's numbers are a
+plan's numbers; the runners-up and why the winner beats them come from the vectorised terms.
+
+Sequence parallelism is on with TP > 1 (Megatron-Core needs it for MoE layers; it costs no extra
+communication volume, Korthikanti et al. 2022 §4.2.2). ZeRO / FSDP, overlaps, the sequence length and
+the global batch come from the request (the global batch defaults to 4M tokens per step).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass, replace
+from typing import Any, Iterator, Optional
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from ..config.execution import BatchLimits, Execution, ExecutionRequest, Layout, resolve_execution
+from ..config.hardware import HardwareProfile
+from ..config.model import ModelSpec
+from ..errors import BtacalcError
+from ..model.gpu.memory import GpuMemory
+from ..model.gpu.timing import gpu_step_time
+from ..model.problem import Problem
+from .plan import make_plan
+from .report import PlanReport
+
+SCHEMA_VERSION = 1
+# Tokens per optimizer step when no --global-batch is given: 4M, Llama 3 405B's initial batch (Dubey et al.
+# 2024, arXiv 2407.21783 §3.4.1: 4M tokens of 4,096); GPT-3 175B used 3.2M (Brown et al. 2020, Table 2.1).
+DEFAULT_TOKENS_PER_STEP = 1 << 22
+SIZES = {"tensor_parallel": (1, 2, 4, 8), "pipeline_parallel": (1, 2, 4, 8, 16, 32),
+         "virtual_pipeline": (1, 2, 3, 4, 6, 8, 12), "context_parallel": (1, 2, 4, 8), "micro_batch": (1, 2, 4, 8)}
+RECOMPUTE_CHOICES = ("none", "selective", "full")
+MOE_RECOMPUTE_CHOICES = ("layernorm,moe_act",)  # Megatron-Bridge's GPT-OSS recipes (perf_recipes/gpt_oss)
+RUNNERS_UP = 5
+
+
+class LayoutRow(BaseModel):
+    tensor_parallel: int
+    pipeline_parallel: int
+    virtual_pipeline: int
+    context_parallel: int
+    expert_parallel: int
+    expert_tensor_parallel: int
+    data_parallel: int
+    micro_batch: int = Field(description="sequences per micro-batch per data-parallel rank")
+    micro_batches: int = Field(description="M: micro-batches per optimizer step")
+    recompute: str
+    fits: bool
+    memory_bytes: int = Field(description="worst pipeline stage, per device")
+    step_time_s: float
+    tokens_per_s: float
+    tokens_per_s_per_device: float
+    mfu: float
+    time_s: dict[str, float] = Field(description="step time by term: compute, exposed communication, bubble, sync")
+
+    def label(self) -> str:
+        return (f"TP{self.tensor_parallel} PP{self.pipeline_parallel}"
+                + (f" VP{self.virtual_pipeline}" if self.virtual_pipeline > 1 else "")
+                + (f" CP{self.context_parallel}" if self.context_parallel > 1 else "")
+                + (f" EP{self.expert_parallel}" if self.expert_parallel > 1 else "")
+                + (f" ETP{self.expert_tensor_parallel}" if self.expert_tensor_parallel > 1 else "")
+                + f" DP{self.data_parallel} mb{self.micro_batch} M{self.micro_batches} rc {self.recompute}")
+
+
+class SearchResult(BaseModel):
+    schema_version: int = SCHEMA_VERSION
+    model: str
+    hardware: str
+    devices: int
+    global_batch: int = Field(description="sequences per optimizer step, all ranks")
+    seq_len: int
+    candidates: int = Field(description="layouts that pass the layout rules, evaluated")
+    fitting: int
+    elapsed_s: float = Field(exclude=True, description="wall time of the search (shown in the table; left out of "
+                             "the JSON so that it is reproducible)")
+    best: Optional[PlanReport] = Field(None, description="the fastest fitting layout, planned exactly")
+    ranking: list[LayoutRow] = Field(default_factory=list, description="the winner and the runners-up")
+    fastest_not_fitting: Optional[LayoutRow] = None
+    why: list[str] = Field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    layout: Layout
+    micro_batch: int
+    recompute: str
+
+
+def search_layouts(model: ModelSpec, hardware: HardwareProfile, request: ExecutionRequest) -> SearchResult:
+    """The fastest fitting layout (see the module docstring)."""
+    if hardware.family != "gpu" or request.devices < 1:
+        raise BtacalcError("{search} chooses GPU layouts: give a GPU profile and --devices")
+    start = time.perf_counter()
+    base = resolve_execution(request.with_changes(limits=replace(request.limits, global_batch=None, micro_batch=None),
+                                                  micro_batches=None), model, hardware)
+    n = request.limits.global_batch or max(DEFAULT_TOKENS_PER_STEP // base.run.seq_len, 1)
+    candidates = list(_candidates(model, hardware, request, base, n))
+    if not candidates:
+        raise BtacalcError(f"{{search}}: no layout of {request.devices} devices satisfies the layout rules for "
+                           f"{{global_batch}} {n}")
+    return _result(model, hardware, request, base, n, _evaluate(model, hardware, base, candidates), start)
+
+
+def _choices(given: Optional[int], name: str) -> tuple[int, ...]:
+    return (given,) if given is not None else SIZES[name]
+
+
+def _candidates(model: ModelSpec, hardware: HardwareProfile, request: ExecutionRequest, base: Execution,
+                n: int) -> Iterator[_Candidate]:
+    devices = request.devices
+    policies = (request.recompute,) if request.recompute else \
+        RECOMPUTE_CHOICES + (MOE_RECOMPUTE_CHOICES if model.is_moe else ())
+    eps = (request.expert_parallel,) if request.expert_parallel else \
+        tuple(e for e in range(1, max(model.num_experts, 1) + 1) if model.num_experts % e == 0 and devices % e == 0) \
+        if model.is_moe else (1,)
+    for tp, pp, vp, cp, mb in itertools.product(
+            _choices(request.tensor_parallel, "tensor_parallel"), _choices(request.pipeline_parallel, "pipeline_parallel"),
+            _choices(request.virtual_pipeline, "virtual_pipeline"), _choices(request.context_parallel, "context_parallel"),
+            _choices(request.limits.micro_batch, "micro_batch")):
+        if devices % (tp * pp * cp) or tp > base.layout.devices_per_node:
+            continue
+        dp = devices // (tp * pp * cp)
+        if n % (dp * mb):
+            continue
+        etps = (request.expert_tensor_parallel,) if request.expert_tensor_parallel else tuple(sorted({1, tp})) \
+            if model.is_moe else (1,)
+        for ep, etp in itertools.product(eps, etps):
+            layout = replace(base.layout, tensor_parallel=tp, sequence_parallel=tp > 1, pipeline_parallel=pp,
+                             virtual_pipeline=vp, context_parallel=cp, expert_parallel=ep, expert_tensor_parallel=etp,
+                             micro_batches=n // (dp * mb),
+                             overlap=replace(base.layout.overlap, p2p=base.layout.overlap.p2p or vp > 1))
+            try:
+                layout.validate(model, hardware, base.run.seq_len)
+            except BtacalcError:
+                continue
+            for policy in policies:
+                yield _Candidate(layout, mb, policy)
+
+
+@dataclass
+class _Scores:
+    """Vectorised results of every candidate: memory, step time and its terms (numpy arrays)."""
+
+    candidates: list[_Candidate]
+    memory: np.ndarray
+    step: np.ndarray
+    tokens: np.ndarray
+    mfu: np.ndarray
+    terms: dict[str, np.ndarray]
+
+    def row(self, i: int, usable: int) -> LayoutRow:
+        c = self.candidates[i]
+        lay = c.layout
+        return LayoutRow(tensor_parallel=lay.tensor_parallel, pipeline_parallel=lay.pipeline_parallel,
+                         virtual_pipeline=lay.virtual_pipeline, context_parallel=lay.context_parallel,
+                         expert_parallel=lay.expert_parallel, expert_tensor_parallel=lay.expert_tensor_parallel,
+                         data_parallel=lay.data_parallel, micro_batch=c.micro_batch, micro_batches=lay.micro_batches,
+                         recompute=c.recompute, fits=bool(self.memory[i] <= usable), memory_bytes=int(self.memory[i]),
+                         step_time_s=float(self.step[i]), tokens_per_s=float(self.tokens[i]),
+                         tokens_per_s_per_device=float(self.tokens[i]) / lay.devices, mfu=float(self.mfu[i]),
+                         time_s={k: float(v[i]) for k, v in self.terms.items()})
+
+
+def _evaluate(model: ModelSpec, hardware: HardwareProfile, base: Execution, candidates: list[_Candidate]) -> _Scores:
+    """Every candidate's memory and step time, one vectorised evaluation per recomputation policy."""
+    order: list[_Candidate] = []
+    parts: dict[str, list[np.ndarray]] = {}
+    for policy in dict.fromkeys(c.recompute for c in candidates):
+        group = [c for c in candidates if c.recompute == policy]
+        layout = _stack([c.layout for c in group])
+        problem = Problem(model, hardware, Execution(replace(base.run, recompute=policy), layout, BatchLimits()))
+        mb = np.array([c.micro_batch for c in group])
+        ones = np.ones_like(mb)
+        st = gpu_step_time(problem, ones, mb)
+        m = layout.micro_batches
+        d = st.details
+        values = {"memory": GpuMemory(problem).total(ones, mb), "step": st.step_time_s, "tokens": st.tokens_per_s,
+                  "mfu": st.mfu, **{f"term:{k}": v * m for k, v in d["terms"].items()},
+                  "term:pipeline_bubble": d["bubble_s"], "term:data_parallel_sync": d["sync_s"]}
+        for k, v in values.items():
+            parts.setdefault(k, []).append(np.broadcast_to(np.asarray(v, dtype=float), mb.shape))
+        order += group
+    cat = {k: np.concatenate(v) for k, v in parts.items()}
+    terms = {k[5:]: v for k, v in cat.items() if k.startswith("term:")}
+    return _Scores(order, cat["memory"], cat["step"], cat["tokens"], cat["mfu"], terms)
+
+
+def _stack(layouts: list[Layout]) -> Layout:
+    """One Layout whose parallel sizes are arrays (one element per candidate)."""
+    fields = ("tensor_parallel", "pipeline_parallel", "virtual_pipeline", "context_parallel", "expert_parallel",
+              "expert_tensor_parallel", "micro_batches")
+    arrays: dict[str, Any] = {f: np.array([getattr(lay, f) for lay in layouts]) for f in fields}
+    p2p: Any = np.array([lay.overlap.p2p for lay in layouts])  # on with interleaving unless the request says
+    return replace(layouts[0], sequence_parallel=True, overlap=replace(layouts[0].overlap, p2p=p2p), **arrays)
+
+
+def _result(model: ModelSpec, hardware: HardwareProfile, request: ExecutionRequest, base: Execution, n: int,
+            scores: _Scores, start: float) -> SearchResult:
+    usable = hardware.usable_capacity_bytes
+    fits = scores.memory <= usable
+    result = SearchResult(model=model.name, hardware=hardware.name, devices=request.devices, global_batch=n,
+                          seq_len=base.run.seq_len, candidates=len(scores.candidates), fitting=int(fits.sum()),
+                          elapsed_s=0.0)
+    by_speed = np.argsort(-scores.tokens, kind="stable")
+    fitting = [int(i) for i in by_speed if fits[i]]
+    best_fit = scores.tokens[fitting[0]] if fitting else 0.0
+    faster = [int(i) for i in by_speed if not fits[i] and scores.tokens[i] > best_fit]
+    if faster:
+        result.fastest_not_fitting = scores.row(faster[0], usable)
+    if not fitting:
+        result.why = [f"none of the {len(scores.candidates)} layouts fits in {usable / 1e9:.1f} GB per device"]
+    else:
+        ranking = _distinct(scores, fitting, usable)
+        result.ranking = ranking
+        result.best = make_plan(model, hardware, _request_of(request, ranking[0], n))
+        result.why = _why(ranking, result.fastest_not_fitting, hardware)
+    result.elapsed_s = time.perf_counter() - start
+    return result
+
+
+def _distinct(scores: _Scores, fitting: list[int], usable: int) -> list[LayoutRow]:
+    """The fastest fitting rows, winner first, one per outcome: a layout under several recomputation
+    policies, or layouts that trade CP for micro-batch size at identical time and memory, count once."""
+    seen: set[Any] = set()
+    out: list[LayoutRow] = []
+    for i in fitting:
+        row = scores.row(i, usable)
+        keys = {row.label().split(" rc ")[0], (round(row.tokens_per_s, 3), row.memory_bytes)}
+        if not keys & seen:
+            seen |= keys
+            out.append(row)
+        if len(out) > RUNNERS_UP:
+            break
+    return out
+
+
+def _request_of(request: ExecutionRequest, row: LayoutRow, n: int) -> ExecutionRequest:
+    return request.with_changes(
+        tensor_parallel=row.tensor_parallel, pipeline_parallel=row.pipeline_parallel,
+        virtual_pipeline=row.virtual_pipeline, context_parallel=row.context_parallel,
+        expert_parallel=row.expert_parallel, expert_tensor_parallel=row.expert_tensor_parallel,
+        sequence_parallel=row.tensor_parallel > 1 or None, recompute=row.recompute, micro_batches=None,
+        limits=replace(request.limits, global_batch=n, micro_batch=row.micro_batch))
+
+
+# Layouts within this share of the winner's tokens/s count as ties (the search reports them as such).
+TIE = 0.005
+
+
+def _why(ranking: list[LayoutRow], faster: Optional[LayoutRow], hardware: HardwareProfile) -> list[str]:
+    """What the winner saves against the first clearly slower runner-up, the ties, and the fastest layout
+    that does not fit."""
+    best, out = ranking[0], []
+    ties = [r for r in ranking[1:] if r.tokens_per_s >= (1 - TIE) * best.tokens_per_s]
+    if ties:
+        out.append(f"{len(ties)} runner-up(s) within {100 * TIE:.1f}% of it (e.g. {ties[0].label()}): equivalent "
+                   "choices by this model")
+    slower = next((r for r in ranking[1:] if r.tokens_per_s < (1 - TIE) * best.tokens_per_s), None)
+    if slower is not None:
+        gain = best.tokens_per_s / slower.tokens_per_s - 1
+        deltas = sorted(((slower.time_s.get(k, 0.0) - v, k) for k, v in best.time_s.items()), reverse=True)
+        saves = ", ".join(f"{k} {d:.2f} s" for d, k in deltas[:2] if d >= 0.005)
+        costs = ", ".join(f"{k} {-d:.2f} s" for d, k in deltas[::-1][:1] if d <= -0.005)
+        out.append(f"{100 * gain:.1f}% faster than {slower.label()}: it saves {saves or 'little'} per step"
+                   + (f" and spends {costs} more" if costs else ""))
+    if faster is not None:
+        out.append(f"{faster.label()} would be {100 * (faster.tokens_per_s / best.tokens_per_s - 1):.1f}% faster but "
+                   f"needs {faster.memory_bytes / 1e9:.1f} GB of {hardware.usable_capacity_bytes / 1e9:.1f} GB usable")
+    return out

@@ -1,0 +1,421 @@
+"""GPU training as Megatron runs it: layouts, per-stage memory, collectives, FlashAttention IO, routing
+imbalance, the layout search and the Megatron arguments.
+
+Expected values are written as the derivation (Korthikanti et al. 2022 §4; Narayanan et al. 2021;
+Megatron-Core's schedules and sharding), with published numbers where a source gives them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+from support import with_calibration
+
+from btacalc.config.execution import BatchLimits, ExecutionRequest, Layout, OverlapRequest, RunOptions
+from btacalc.config.hardware import Number, resolve_hardware
+from btacalc.config.model import validate_model
+from btacalc.config.presets import resolve_model
+from btacalc.model.gpu.memory import GpuMemory
+from btacalc.model.gpu.stages import PipelineStages
+from btacalc.model.gpu.timing import gpu_step_time
+from btacalc.model.problem import Problem, make_problem
+from btacalc.planning.plan import make_plan
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+DATA = Path(__file__).parent / "data"
+GPT3 = resolve_model("gpt3-175b")
+QWEN = resolve_model("qwen3-30b-a3b")
+
+
+def gpt(name: str, a: int, h: int, layers: int):
+    """Korthikanti's GPT shapes (Table 3: s = 2048, v = 51200), as the gpt3-175b preset otherwise."""
+    data = GPT3.model_dump()
+    data.update(name=name, num_heads=a, num_kv_heads=a, hidden_size=h, head_dim=h // a, ffn_size=4 * h,
+                num_layers=layers, published_params=None)
+    return validate_model(data, origin=name)
+
+
+# Korthikanti et al. 2022 Table 3 (a, h, L, t, p, interleaving, global batch, micro-batch); interleaving as in
+# Calculon's transcription of the runs (github.com/calculon-ai/calculon validation/seqsel/*), Figure 1's values
+TABLE3 = {
+    "22B": (gpt("gpt-22b", 64, 6144, 48), 8, 1, 1, 4, 4),
+    "175B": (GPT3, 8, 8, 3, 64, 1),
+    "530B": (gpt("mt-nlg-530b", 128, 20480, 105), 8, 35, 3, 280, 1),
+    "1T": (gpt("gpt-1t", 160, 25600, 128), 8, 64, 1, 512, 1),
+}
+# Korthikanti Figure 1 (activations per GPU, GiB; as transcribed in calculon/llm/validation.py seqsel_fig1):
+# baseline = tensor parallelism without recomputation; present work = sequence parallel + selective
+FIGURE1_GIB = {"22B": (59.25, 9.5625), "175B": (66.84375, 12.3515625), "530B": (114.0234375, 23.076171875),
+               "1T": (131.25, 26.5625)}
+
+
+def a100_problem(model, t, p, vp, n, micro, recompute, sp, loss="stored"):
+    devices = t * p
+    hw = resolve_hardware("a100-80gb")
+    run = RunOptions(seq_len=2048, recompute=recompute, attention="eager", loss=loss)
+    layout = Layout(devices=devices, tensor_parallel=t, sequence_parallel=sp, pipeline_parallel=p, virtual_pipeline=vp,
+                    micro_batches=n // micro, devices_per_node=8)
+    return make_problem(model, hw, run, layout), micro
+
+
+@pytest.mark.parametrize("name", TABLE3)
+@pytest.mark.parametrize("mode", ["baseline", "present"])
+def test_korthikanti_table3_first_stage_activations(name, mode):
+    """The first stage holds p micro-batches of L/p layers, times 1 + (p - 1)/(p·vp) with interleaving
+    (Korthikanti §4.2.3): L layers' worth, eq. 2 (baseline) or 34sbh/t (present work) per layer; plus
+    the embedding dropout mask of the same micro-batches, and, with p = 1, the output layer (§4.3)."""
+    model, t, p, vp, n, b = TABLE3[name]
+    sp = mode == "present"
+    prob, micro = a100_problem(model, t, p, vp, n, b, "selective" if sp else "none", sp)
+    s, h, a, L, v = 2048, model.hidden_size, model.num_heads, model.num_layers, model.vocab_size
+    per_layer = Fraction(34 * s * b * h, t) if sp else s * b * h * (10 + Fraction(24, t) + Fraction(5 * a * s, h * t))
+    factor = 1 + Fraction(p - 1, p * vp) if vp > 1 else 1
+    layers = per_layer * L * factor
+    embedding = Fraction(s * b * h, t if sp else 1) * p * factor
+    head = 0
+    if p == 1:  # final norm input, output-layer input, fp32 logits (vocab-parallel)
+        head = Fraction(4 * s * b * h, t) * (1 + Fraction(v, h)) if sp else 4 * s * b * h + Fraction(4 * s * b * v, t)
+    row = GpuMemory(prob).stage_rows(1, micro)[0]
+    assert row.components["stored_activations"] == math.ceil(layers + embedding + head)  # whole bytes
+    assert float(layers) / 2**30 == FIGURE1_GIB[name][1 if sp else 0]
+
+
+def test_pipeline_in_flight_micro_batches():
+    # 1F1B: stage j holds PP - j micro-batches; interleaved: 2(PP - j - 1) + (VP - 1)PP + 1 chunk passes
+    one = PipelineStages(96, 8, 1, 64)
+    assert [one.in_flight(j) for j in range(8)] == [8, 7, 6, 5, 4, 3, 2, 1]
+    inter = PipelineStages(96, 8, 3, 64)
+    assert [inter.in_flight(j) for j in range(8)] == [2 * (8 - j - 1) + 2 * 8 + 1 for j in range(8)]
+    assert inter.held_layers(0) == Fraction(31 * 12, 3)  # = 12 layers x 8 x (1 + 7/24)
+    assert inter.bubble_micro_batches == Fraction(7, 3)
+    few = PipelineStages(96, 8, 1, 3)
+    assert few.in_flight(0) == 3  # fewer micro-batches than stages
+
+
+def test_embedding_and_loss_count_as_layers_when_pp_vp_does_not_divide():
+    # Qwen3-235B-A22B: 94 layers over PP 8 x VP 3 = 24 chunks of (94 + 2)/24 = 4 (Megatron-Bridge's recipe
+    # accounts for the embedding and the loss in the split): the first and last stage hold 11 layers
+    st = PipelineStages(94, 8, 3, 256)
+    assert [st.layers(j) for j in range(8)] == [11, 12, 12, 12, 12, 12, 12, 11]
+
+
+def test_stage_state_gpt3_tp8_pp8_distributed_optimizer():
+    # first stage: 12 layers of TP-split weights (+ the replicated norm weights and row-parallel biases),
+    # the word embeddings V h / t and the learned positions s h (not split); Megatron's bf16 training with
+    # the distributed optimizer: 2 + 4 + 12/DP bytes per parameter, DP = 512 / 64 = 8
+    hw = resolve_hardware("h100")
+    req = ExecutionRequest(devices=512, tensor_parallel=8, pipeline_parallel=8, seq_len=2048, recompute="selective",
+                           attention="eager", zero_stage=1, limits=BatchLimits(global_batch=512, micro_batch=1))
+    rep = make_plan(GPT3, hw, req)
+    h, t, s, v = 12288, 8, 2048, 51200
+    layer = (3 * h * h + 3 * h + h * h + 8 * h * h + 4 * h) // t + (h + h + 2 * 2 * h)
+    first = 12 * layer + v * h // t + s * h
+    stage0 = next(st for st in rep.memory_stages if st.stage == 0)
+    assert stage0.components["weights"] == 2 * first
+    assert stage0.components["gradients"] == 4 * first
+    assert stage0.components["optimizer_state"] == 12 * -(-first // 8)
+    # the last stage holds its own copy of the tied word embeddings (Megatron's shared embedding)
+    last = next(st for st in rep.memory_stages if st.stage == 7)
+    assert last.components["weights"] == 2 * (12 * layer + v * h // t + 2 * h)
+
+
+def test_expert_state_is_split_over_ep_and_etp_and_sharded_over_edp():
+    hw = resolve_hardware("h100")
+    req = ExecutionRequest(devices=64, tensor_parallel=2, expert_parallel=8, expert_tensor_parallel=2,
+                           pipeline_parallel=2, zero_stage=1, limits=BatchLimits(global_batch=64, micro_batch=1))
+    rep = make_plan(QWEN, hw, req)
+    rows = {(r.component, r.part): r for r in rep.state_sharding}
+    experts_per_stage = 24 * 128 * 3 * 2048 * 768  # 24 MoE layers per stage
+    assert rows[("weights", "expert")].params == experts_per_stage // (8 * 2)
+    assert rows[("optimizer", "expert")].divisor == 64 // (2 * 8 * 2)  # EDP = devices / (ETP·EP·PP)
+    assert rows[("optimizer", "non_expert")].divisor == 64 // (2 * 2)  # DP·CP = devices / (TP·PP)
+
+
+# --- layouts as flags -------------------------------------------------------------------------------
+
+def test_a_bridge_table_row_is_typeable(cli):
+    code, out, err = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "64", "--tp", "1", "--pp", "4",
+                         "--vp", "4", "--ep", "8", "--global-batch", "1280", "--micro-batch", "1", "--seq", "4096",
+                         "--json")
+    assert code in (0, 1), err
+    r = json.loads(out)
+    par = r["parallelism"]
+    assert (par["tensor_parallel"], par["pipeline_parallel"], par["virtual_pipeline"], par["expert_parallel"]) == (1, 4, 4, 8)
+    assert par["data_parallel"] == 16 and par["micro_batches"] == 1280 // 16
+    assert r["plan"]["global_batch"] == 1 and r["inputs"]["micro_batch"] == 1
+
+
+@pytest.mark.parametrize("args, text", [
+    (("--devices", "64", "--tp", "3"), "does not divide --devices"),
+    (("--devices", "48", "--tp", "3"), "does not divide the 32 query and 4 key/value heads"),
+    (("--devices", "64", "--pp", "5"), "does not divide --devices"),
+    (("--devices", "56", "--pp", "7"), "divide neither the 48 layers"),
+    (("--devices", "64", "--vp", "2"), "--vp > 1 needs --pp > 1"),
+    (("--devices", "64", "--pp", "2", "--vp", "2", "--grad-accum", "3"), "multiple of --pp 2 micro-batches"),
+    (("--devices", "64", "--cp", "3", "--seq", "4096"), "does not divide --devices"),
+    (("--devices", "48", "--cp", "3", "--seq", "4096"), "multiple of 2·CP"),
+    (("--devices", "64", "--tp", "2", "--no-sequence-parallel"), "needs --sequence-parallel"),
+    (("--devices", "64", "--global-batch", "100", "--micro-batch", "3"), "not a multiple of DP"),
+    (("--devices", "64", "--ep", "8", "--etp", "3"), "does not divide"),
+    (("--devices", "64", "--fsdp", "--zero", "1"), "it is ZeRO-3"),
+    (("--devices", "64", "--grad-bytes", "3"), "must be 2"),
+    (("--devices", "64", "--recompute", "core_attn,attention"), "recompute"),
+    (("--devices", "64", "--emit", "deepspeed"), "'deepspeed' is not one of 'cerebras', 'megatron'"),
+])
+def test_layout_rules_are_one_line_errors(cli, args, text):
+    code, out, err = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "h100", *args)
+    assert code == 2 and out == "" and "Traceback" not in err
+    assert text in err and len(err.strip().splitlines()) == 1, err
+
+
+# The measured runs of /work/shared/reference/measured-runs.json, their layouts as btacalc flags (the GPT-3
+# H100 rows with VP 6: the configuration the benchmark loads; recompute, gradient precision and overlaps as the
+# recipes set them: dgxc-benchmarking gpt3_175b_hydra.yaml overlaps grad sync, param sync and TP communication
+# and reduces in bf16; Megatron-Bridge perf recipes overlap grad reduce and param gather in bf16; NeMo
+# AutoModel checkpoints every layer).
+DGXC = OverlapRequest(grad_reduce=True, param_gather=True, tp_comm=True)
+BRIDGE = OverlapRequest(grad_reduce=True, param_gather=True)
+MEASURED = [
+    ("gpt-22b-a100-80gb-8-379", "data:gpt-22b.toml", "a100-80gb", 8, 2048, 4, 4,
+     dict(tensor_parallel=8, sequence_parallel=False, recompute="full", zero_stage=0, attention="eager")),
+    ("gpt-22b-a100-80gb-8-380", "data:gpt-22b.toml", "a100-80gb", 8, 2048, 4, 4,
+     dict(tensor_parallel=8, recompute="selective", zero_stage=0, attention="eager")),
+    ("gpt3-175b-a100-80gb-64-381", "gpt3-175b", "a100-80gb", 64, 2048, 64, 1,
+     dict(tensor_parallel=8, pipeline_parallel=8, virtual_pipeline=3, sequence_parallel=False, recompute="full",
+          zero_stage=0, attention="eager")),
+    ("gpt3-175b-a100-80gb-64-382", "gpt3-175b", "a100-80gb", 64, 2048, 64, 1,
+     dict(tensor_parallel=8, pipeline_parallel=8, virtual_pipeline=3, recompute="selective", zero_stage=0,
+          attention="eager")),
+    ("gpt3-175b-h100-128-304", "gpt3-175b", "h100", 128, 2048, 256, 1,
+     dict(tensor_parallel=4, pipeline_parallel=8, virtual_pipeline=6, recompute="none", gradient_bytes=2,
+          overlaps=DGXC)),
+    ("gpt3-175b-h100-512-306", "gpt3-175b", "h100", 512, 2048, 1024, 1,
+     dict(tensor_parallel=4, pipeline_parallel=8, virtual_pipeline=6, recompute="none", gradient_bytes=2,
+          overlaps=DGXC)),
+    ("qwen3-30b-a3b-h100-16-388", "qwen3-30b-a3b", "h100", 16, 4096, 1024, 1,
+     dict(expert_parallel=16, recompute="none", gradient_bytes=2, overlaps=BRIDGE)),
+    ("qwen3-30b-a3b-h100-16-389", "qwen3-30b-a3b", "h100", 16, 4096, 1024, 1,
+     dict(expert_parallel=16, recompute="none", gradient_bytes=2, overlaps=BRIDGE, overlap_all_to_all=True)),
+    ("qwen3-30b-a3b-h100-8-300", "qwen3-30b-a3b", "h100", 8, 4096, 512, 4,
+     dict(expert_parallel=8, fsdp=True, recompute="full", gradient_bytes=2)),
+    ("llama-3-70b-h100-64-303", "data:llama-3-70b.config.json", "h100", 64, 8192, 128, 1,
+     dict(context_parallel=2, fsdp=True, recompute="full", gradient_bytes=2)),
+]
+
+
+def _model(name: str):
+    if name.endswith(".toml"):
+        return validate_model(tomllib.loads((DATA / name[5:]).read_text()), origin=name)
+    return resolve_model(str(DATA / name[5:]) if name.startswith("data:") else name)
+
+
+@pytest.mark.parametrize("run", MEASURED, ids=[m[0] for m in MEASURED])
+def test_measured_runs_are_expressible_and_fit(run):
+    _, model, hw, devices, seq, gbs, mbs, fields = run
+    req = ExecutionRequest(devices=devices, seq_len=seq, limits=BatchLimits(global_batch=gbs, micro_batch=mbs), **fields)
+    rep = make_plan(_model(model), resolve_hardware(hw), req)
+    assert rep.plan.fits, rep.memory_bytes
+    par = rep.parallelism
+    assert par.data_parallel * par.micro_batches * rep.plan.global_batch == gbs
+    assert rep.throughput is not None and rep.throughput.tokens_per_s > 0
+
+
+# --- collectives, routing, context parallelism ----------------------------------------------------
+
+def _gpu(model=QWEN, hw="h100", run=None, **layout) -> Problem:
+    hardware = resolve_hardware(hw)
+    fields = dict(devices_per_node=int(hardware.system.devices_per_node.value))
+    fields.update(layout)
+    return make_problem(model, hardware, run or RunOptions(attention="flash", recompute="none"), Layout(**fields))
+
+
+def test_tensor_parallel_exchanges_per_layer():
+    # GPT layer without SP: two all-reduces forward (attention and MLP outputs), two backward (their inputs),
+    # each 2(t-1)/t of s b h beta per rank, on NVLink (TP 8 inside a DGX): 8 (t-1)/t s b h beta / 450 GB/s
+    p = _gpu(GPT3, run=RunOptions(seq_len=2048, attention="eager", recompute="none"), devices=8, tensor_parallel=8,
+             micro_batches=1)
+    st = gpu_step_time(p, 1, 1)
+    s, h = 2048, 12288
+    expected = (96 * 8 + 4) * 7 / 8 * s * h * 2 / 450e9  # 96 layers; the embedding's output and the head's input
+    assert st.communication_s["tp_comm"] == pytest.approx(expected)
+    # with SP the reduce-scatter/all-gather pairs move the same volume, plus the input gathered again for dW
+    sp = gpu_step_time(_gpu(GPT3, run=RunOptions(seq_len=2048, attention="eager", recompute="none"), devices=8,
+                            tensor_parallel=8, sequence_parallel=True, micro_batches=1), 1, 1)
+    assert sp.communication_s["tp_comm"] == pytest.approx(expected * 10 / 8, rel=0.02)
+
+
+def test_rings_across_domains_use_one_nic_per_member():
+    from btacalc.model.gpu.collectives import ring_time
+
+    p = _gpu(devices=64)
+    assert ring_time(p, 1e9, 8, 1) == pytest.approx(1e9 / 450e9)  # inside a DGX: NVLink
+    assert ring_time(p, 1e9, 8, 8) == pytest.approx(1e9 / 50e9)  # one member per node: one NIC
+    assert ring_time(p, 1e9, 64, 1) == pytest.approx(1e9 / 400e9)  # 8 members per node drive 8 NICs
+    gb = _gpu(hw="gb200", devices=144)
+    assert ring_time(gb, 1e9, 72, 1) == pytest.approx(1e9 / 900e9)  # a whole NVL72 rack: NVLink
+
+
+def test_context_parallel_splits_activations():
+    one = GpuMemory(_gpu(devices=2)).stage_rows(1, 1)[0].components["stored_activations"]
+    two = GpuMemory(_gpu(devices=2, context_parallel=2)).stage_rows(1, 1)[0].components["stored_activations"]
+    assert two == pytest.approx(one / 2, rel=1e-12)
+
+
+def test_routing_imbalance_stretches_the_experts_and_the_all_to_all():
+    base = gpu_step_time(_gpu(devices=16, expert_parallel=16), 1, 1)
+    skew = gpu_step_time(_gpu(devices=16, expert_parallel=16,
+                              run=RunOptions(attention="flash", recompute="none", routing_imbalance=1.5)), 1, 1)
+    assert skew.phase_time_s["experts"] == pytest.approx(1.5 * base.phase_time_s["experts"], rel=0.05)
+    assert skew.communication_s["all_to_all"] == pytest.approx(1.5 * base.communication_s["all_to_all"])
+    # one device holds every expert: the total is the same however the tokens spread
+    local = gpu_step_time(_gpu(devices=1, run=RunOptions(attention="flash", recompute="none", routing_imbalance=1.5)), 1, 1)
+    assert local.step_time_s == pytest.approx(gpu_step_time(_gpu(devices=1), 1, 1).step_time_s)
+
+
+def test_plan_says_when_it_is_sensitive_to_routing(cli):
+    code, out, _ = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16", "--ep", "16",
+                       "--global-batch", "256", "--micro-batch", "1", "--recompute", "full")
+    assert code == 0 and "routing imbalance" in out.replace("\n", " ")
+
+
+# --- FlashAttention IO (Dao et al. 2022) ---------------------------------------------------------
+
+def _flash_core(hw: str, s: int, head_dim: int = 128) -> tuple[float, float]:
+    """(compute time, HBM time) of the fused attention core of one Llama-3-8B layer (d = 128 unless
+    given), b = 1, over the forward and backward passes."""
+    model = resolve_model(str(DATA / "llama-3-8b.config.json"))
+    if head_dim != 128:
+        model = validate_model({**model.model_dump(), "head_dim": head_dim, "num_heads": 4096 // head_dim,
+                                "num_kv_heads": 4096 // head_dim // 4}, origin="wide heads")
+    profile = with_calibration(resolve_hardware(hw), compute_efficiency=Number(
+        value=0.5, kind="estimate", source="https://example.org", note="test: the efficiency the derivation uses"))
+    p = make_problem(model, profile, RunOptions(seq_len=s, attention="flash", recompute="none"))
+    pv = p.evaluate(1, 1).layers[0][1]
+    core = [ph.name for ph in pv.phases if ph.core]
+    flops = sum(pv.value(n, q) for n in core for q in ("flops_fwd", "flops_bwd", "flops_recompute"))
+    traffic = sum(pv.value(n, "bytes_moved") + pv.value(n, "bytes_moved_bwd") for n in core)
+    hardware = p.hardware
+    return (flops / (hardware.chip.peak_flops_per_s.value * hardware.calibration.compute_efficiency.value),
+            traffic / hardware.memory.offchip_bandwidth_bytes_per_s.value)
+
+
+def dao_traffic(s: int, d: int, a: int, m_bytes: int, beta: int = 2) -> int:
+    """Algorithm 1 + Algorithm 4 HBM bytes, per sequence: B_c = ceil(M / 4d) keys per block."""
+    b_c = -(-(m_bytes // beta) // (4 * d))
+    t_c = -(-s // b_c)
+    fwd = beta * (2 * s * d + 3 * s * d * t_c) + 16 * s * t_c
+    bwd = beta * (4 * s * d + 5 * s * d * t_c) + 8 * s * t_c
+    return a * (fwd + bwd)
+
+
+def test_flash_attention_traffic_follows_dao_algorithms():
+    model = resolve_model(str(DATA / "llama-3-8b.config.json"))
+    for hw in ("h100", "a100-80gb"):
+        p = make_problem(model, resolve_hardware(hw), RunOptions(seq_len=4096, attention="flash"))
+        pv = p.evaluate(1, 1).layers[0][1]
+        moved = sum(pv.value(ph.name, q) for ph in pv.phases if ph.core for q in ("bytes_moved", "bytes_moved_bwd"))
+        assert moved == dao_traffic(4096, 128, 32, resolve_hardware(hw).attention_sram_bytes_per_core)
+
+
+def test_flash_attention_crossover_from_memory_to_compute_bound():
+    # 14 a s^2 d FLOP (forward 4, backward 8, the recomputed S 2) against Theta(s^2 d^2 / M) bytes with
+    # T_c = ceil(s / B_c) passes: (14 s d) / (beta (6 d + 8 d T_c) + 24 T_c) FLOP per byte, which grows with s
+    # towards 14 B_c / (8 beta) + ... . H100 (B_c = 228 at d = 128, ridge 0.5 x 989 / 3.35 = 148 FLOP/B):
+    # memory-bound up to s = 512, compute-bound from s = 1024 (README)
+    seqs = (256, 512, 1024, 2048, 4096, 8192, 16384)
+    h100 = {s: _flash_core("h100", s) for s in seqs}
+    assert [s for s, (c, m) in h100.items() if m > c] == [256, 512]
+    # A100: its ridge (0.5 x 312 / 2.039 = 77 FLOP/B) is lower: compute-bound from the shortest sequences
+    assert all(c >= m for c, m in (_flash_core("a100-80gb", s) for s in seqs))
+    # a large head dimension halves B_c = ceil(M/(4d)): at d = 256 the limit 14 x 114 / 16 = 100 FLOP/B stays
+    # below the H100's ridge, so the kernel is memory-bound at every length
+    assert all(m > c for c, m in (_flash_core("h100", s, head_dim=256) for s in seqs))
+
+
+# --- vectorised = exact -------------------------------------------------------------------------------
+
+def test_vectorised_layouts_match_the_scalar_model():
+    layouts = [dict(tensor_parallel=1, pipeline_parallel=1, virtual_pipeline=1, context_parallel=1, expert_parallel=8),
+               dict(tensor_parallel=2, pipeline_parallel=4, virtual_pipeline=2, context_parallel=1, expert_parallel=4),
+               dict(tensor_parallel=1, pipeline_parallel=2, virtual_pipeline=1, context_parallel=2, expert_parallel=16)]
+    hw = resolve_hardware("h100")
+    run = RunOptions(attention="flash", recompute="none", gradient_bytes=4)
+    scalar = []
+    for lay in layouts:
+        layout = Layout(devices=64, devices_per_node=8, zero_stage=1, sequence_parallel=lay["tensor_parallel"] > 1,
+                        micro_batches=8, expert_tensor_parallel=1, **lay)
+        p = make_problem(QWEN, hw, run, layout)
+        scalar.append((GpuMemory(p).total(1, 2), gpu_step_time(p, 1, 2).step_time_s))
+    arrays = {k: np.array([lay[k] for lay in layouts]) for k in layouts[0]}
+    layout = Layout(devices=64, devices_per_node=8, zero_stage=1, sequence_parallel=True, micro_batches=np.array([8, 8, 8]),
+                    expert_tensor_parallel=np.array([1, 1, 1]), **arrays)
+    p = make_problem(QWEN, hw, run, layout)
+    two = np.array([2, 2, 2])
+    memory, step = GpuMemory(p).total(np.ones(3, dtype=int), two), gpu_step_time(p, np.ones(3, dtype=int), two).step_time_s
+    for i, (m, t) in enumerate(scalar):
+        assert float(memory[i]) == pytest.approx(float(m), rel=1e-12)
+        assert float(step[i]) == pytest.approx(float(t), rel=1e-9)
+
+
+# --- search and arguments out ---------------------------------------------------------------------
+
+def test_search_finds_the_fastest_fitting_layout_and_plans_it_exactly():
+    from btacalc.planning.search import search_layouts
+
+    req = ExecutionRequest(devices=16, seq_len=4096, limits=BatchLimits(global_batch=256))
+    result = search_layouts(QWEN, resolve_hardware("h100"), req)
+    assert result.best is not None and result.best.plan.fits and result.fitting > 1
+    best = result.ranking[0]
+    assert all(r.fits for r in result.ranking)
+    assert [r.tokens_per_s for r in result.ranking] == sorted((r.tokens_per_s for r in result.ranking), reverse=True)
+    # the vectorised score of the winner is the exact plan's
+    assert result.best.throughput.tokens_per_s == pytest.approx(best.tokens_per_s, rel=1e-9)
+    assert result.best.memory_bytes["total"] == pytest.approx(best.memory_bytes, abs=8)
+    par = result.best.parallelism
+    assert (par.tensor_parallel, par.pipeline_parallel, par.expert_parallel) == (best.tensor_parallel,
+                                                                                 best.pipeline_parallel, best.expert_parallel)
+    assert result.why
+
+
+def test_search_respects_a_fixed_dimension():
+    from btacalc.planning.search import search_layouts
+
+    req = ExecutionRequest(devices=16, seq_len=4096, tensor_parallel=2, recompute="full",
+                           limits=BatchLimits(global_batch=256))
+    result = search_layouts(QWEN, resolve_hardware("h100"), req)
+    assert {r.tensor_parallel for r in result.ranking} == {2} and {r.recompute for r in result.ranking} == {"full"}
+
+
+def test_emit_megatron_round_trips_the_layout(cli):
+    args = ("plan", "--model", "gpt3-175b", "--hw", "h100", "--devices", "128", "--tp", "4", "--pp", "8", "--vp", "6",
+            "--global-batch", "256", "--micro-batch", "1", "--seq", "2048", "--recompute", "none", "--grad-bytes", "2",
+            "--overlap-grad-reduce", "--overlap-param-gather")
+    code, out, err = cli(*args, "--emit", "megatron")
+    assert code == 0, err
+    flags = " ".join(out.split())
+    for text in ("--tensor-model-parallel-size 4", "--pipeline-model-parallel-size 8",
+                 "--num-virtual-stages-per-pipeline-rank 6", "--sequence-parallel", "--micro-batch-size 1",
+                 "--global-batch-size 256", "--use-distributed-optimizer", "--grad-reduce-in-bf16",
+                 "--overlap-grad-reduce", "--overlap-param-gather", "train.global_batch_size=256",
+                 "model.virtual_pipeline_model_parallel_size=6"):
+        assert text in flags, text
+    assert "--recompute-granularity" not in flags
+
+
+def test_compare_with_searched_gpu_layouts(cli):
+    code, out, err = cli("compare", "--model", "qwen3-30b-a3b", "--hw", "wse3,h100", "--devices", "16", "--search",
+                         "--global-batch", "256", "--json")
+    assert code == 0, err
+    rows = {r["hardware"]: r for r in json.loads(out)["rows"]}
+    assert rows["wse3"]["layout"] == "" and rows["h100"]["layout"].startswith("TP")
+    assert rows["h100"]["fits"] and rows["h100"]["devices"] == 16
