@@ -66,6 +66,7 @@ def test_written_profiles_stay_valid_and_record_the_runs(tmp_path):
 
 
 def test_a_family_needs_as_many_fit_runs_as_factors():
-    spec = FamilySpec(name="wse", profiles=["wse2", "wse3"], factors=["compute_efficiency", "usable_memory_fraction"])
+    spec = FamilySpec(name="wse", profiles=["wse2", "wse3"], factors=["compute_efficiency", "usable_memory_fraction"],
+                      source="https://example.org")
     with pytest.raises(Exception, match="need at least as many fit runs"):
         fit_family(spec)

@@ -33,11 +33,14 @@ class FamilySpec(BaseModel):
     name: str
     profiles: list[str] = Field(min_length=1)
     factors: list[str] = Field(min_length=1, max_length=MAX_FACTORS)
+    source: str = Field(description="URL of the publication the family's fit runs come from (each run in "
+                                    "measured_runs.json carries its own full source)")
     note: str = ""
 
 
 class FamilyFit(BaseModel):
     family: str
+    source: str
     factors: dict[str, float]
     before: dict[str, float] = Field(description="the shipped factors")
     runs: list[str] = Field(description="the fit runs used")
@@ -57,8 +60,7 @@ def load_families() -> list[FamilySpec]:
     return families
 
 
-def with_factors(profile: HardwareProfile, factors: dict[str, float], runs: list[str],
-                 source: str = "https://github.com/argonne-lcf/user-guides") -> HardwareProfile:
+def with_factors(profile: HardwareProfile, factors: dict[str, float], runs: list[str], source: str) -> HardwareProfile:
     """`profile` with calibration factors set (kind calibrated, fitted on `runs`)."""
     numbers = {name: Number(value=value, kind="calibrated", source=source, fitted_to=runs,
                             note=f"fitted by btacalc validate --calibrate (least squares on log error) on the measured "
@@ -95,7 +97,7 @@ def fit_family(spec: FamilySpec, runs: Optional[list[MeasuredRun]] = None) -> Op
     before = {f: getattr(profiles[spec.profiles[0]].calibration, f).value for f in spec.factors}
 
     def hardware_for(values: dict[str, float]) -> Callable[[str], HardwareProfile]:
-        trial = {name: with_factors(profiles[name], values, ids) for name in spec.profiles}
+        trial = {name: with_factors(profiles[name], values, ids, spec.source) for name in spec.profiles}
         return lambda name: trial.get(name) or profiles[name]
 
     def residuals(x: list[float]) -> list[float]:
@@ -109,7 +111,7 @@ def fit_family(spec: FamilySpec, runs: Optional[list[MeasuredRun]] = None) -> Op
     x0 = [min(max(before[f], lo), hi) for f, lo, hi in zip(spec.factors, lows, highs)]
     solution = least_squares(residuals, x0, bounds=(lows, highs), xtol=1e-10, ftol=1e-12)
     fitted = {f: float(round(v, 4)) for f, v in zip(spec.factors, solution.x)}
-    return FamilyFit(family=spec.name, factors=fitted, before=before, runs=ids, profiles=spec.profiles, skipped=skipped,
+    return FamilyFit(family=spec.name, source=spec.source, factors=fitted, before=before, runs=ids, profiles=spec.profiles, skipped=skipped,
                      errors_before={k: math.expm1(v) for k, v in _log_errors(fit_runs, hardware_for(before)).items()},
                      errors_after={k: math.expm1(v) for k, v in _log_errors(fit_runs, hardware_for(fitted)).items()})
 
@@ -132,7 +134,7 @@ def write_fit(fit: FamilyFit, folder: Optional[Path] = None) -> list[Path]:
     for name in fit.profiles:
         path = folder / f"{name}.toml"
         text = path.read_text(encoding="utf-8")
-        profile = with_factors(builtin_profiles()[name], fit.factors, fit.runs)
+        profile = with_factors(builtin_profiles()[name], fit.factors, fit.runs, fit.source)
         for factor in fit.factors:
             block = _number_block(factor, getattr(profile.calibration, factor))
             header = re.compile(rf"^\[calibration\.{factor}\]\n(?:(?!\[).*\n?)*", re.M)
