@@ -1,21 +1,84 @@
-"""Numeric evaluation of a selection: every per-phase formula compiled once into one function.
+"""Numeric evaluation of a selection: every per-phase formula as generated Python, cached on disk.
 
-The sums are compiled with ``sympy.lambdify`` and evaluated on plain ints (exact) or numpy arrays
-(vectorised sweeps): the symbolic expressions stay the single source of truth.
+Every per-phase quantity of the catalogue (arithmetic intensity aside: a ratio of two of them) is a
+polynomial at most linear in each of G and b, which the generator checks (`_coefficients_of`), so at
+any batch shape
+
+    value(G, b) = c0 + c_b*b + c_G*G + c_Gb*G*b
+
+where c0, c_b, c_G and c_Gb are polynomials in the model's symbols, s and beta. sympy derives them
+once per selection from `Selection.expression` (the single source of truth) and prints them, common
+subexpressions shared, as one Python function (`generate_source`). That module is cached in
+``$XDG_CACHE_HOME/btacalc/compiled/<fingerprint>/`` (default ``~/.cache``), the fingerprint hashing
+the catalogue files and the code that turns them into formulas, so a changed catalogue never reads a
+stale file. Files are written atomically; when the folder cannot be written, the code is compiled in
+memory. Loading a cached module does not import sympy.
+
+Evaluation is plain Python arithmetic: exact on ints, elementwise on numpy arrays (the solver's
+candidate shapes, vectorised sweeps). `PhaseValues` computes a value on first use, and sums or
+sums over phases through the coefficients (a total is one affine form, not a sum of arrays).
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+import hashlib
+import importlib.util
+import os
+import tempfile
+import types
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import numpy as np
-import sympy as sp
 
+from ..errors import DataError
+from ..paths import data_dir
 from ..vocabulary import ARG_ORDER, QUANTITIES
-from .selection import Selection, state_terms
-from .symbols import SYMBOLS
+from .selection import Selection
 from .terms import Phase
+
+if TYPE_CHECKING:
+    import sympy as sp
+
+# Arguments of the generated coefficient function: every symbol but the batch shape (and P, which
+# only the per-parameter training-state formulas use).
+MODEL_ARGS: tuple[str, ...] = tuple(n for n in ARG_ORDER if n not in ("G", "b", "P"))
+# Quantities with one generated row per phase; arithmetic intensity is their ratio.
+ROW_QUANTITIES: tuple[str, ...] = tuple(q for q in QUANTITIES if q != "arithmetic_intensity")
+# Monomials G^i b^j of a row, in the order of its coefficients: 1, b, G, G*b.
+MONOMIALS = ((0, 0), (0, 1), (1, 0), (1, 1))
+STATE_COMPONENTS = ("weights", "gradients", "optimizer")
+# The code whose changes alter the generated formulas (besides the catalogue files).
+_GENERATOR_SOURCES = ("catalogue/selection.py", "catalogue/terms.py", "catalogue/compiled.py",
+                      "catalogue/constants.py", "vocabulary.py")
+
+
+@functools.lru_cache(maxsize=1)
+def fingerprint() -> str:
+    """Hash of the formula files and of the code that derives and prints the formulas."""
+    digest = hashlib.sha256(repr((MODEL_ARGS, ROW_QUANTITIES, MONOMIALS)).encode())
+    for path in sorted(data_dir("formulas").glob("*.toml")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    package = Path(__file__).resolve().parents[1]
+    for name in _GENERATOR_SOURCES:
+        digest.update(name.encode() + b"\0" + (package / name).read_bytes())
+    return digest.hexdigest()[:24]
+
+
+def cache_dir() -> Optional[Path]:
+    """Where generated modules are kept: $XDG_CACHE_HOME (if absolute, as the XDG spec asks) or
+    ~/.cache, then btacalc/compiled/<fingerprint>. None when there is no home to put it in."""
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    try:
+        root = Path(base) if os.path.isabs(base) else Path.home() / ".cache"
+    except RuntimeError:  # no home directory
+        return None
+    return root / "btacalc" / "compiled" / fingerprint()
+
+
+def _selection_key(selection: Selection) -> str:
+    return repr((selection.features, selection.recompute))
 
 
 @functools.lru_cache(maxsize=64)
@@ -24,72 +87,233 @@ def compile_selection(selection: Selection) -> "CompiledSelection":
 
 
 class CompiledSelection:
-    """All per-phase formulas of a selection, lambdified into one numeric function."""
+    """The generated numeric functions of one selection: the coefficients of every (phase, quantity)
+    row and the training-state bytes per parameter."""
 
     def __init__(self, selection: Selection):
         self.selection = selection
         self.phases: list[Phase] = [p for p in selection.phases(scope=None) if p.scope != "state"]
         self.quantities = QUANTITIES
-        exprs = [selection.expression(p, q) for p in self.phases for q in self.quantities]
-        self.expressions = exprs
-        args = [SYMBOLS[name] for name in ARG_ORDER]
-        # One generated function for every formula; plain Python arithmetic on ints is exact.
-        self._fn = sp.lambdify(args, exprs, modules="numpy")
-        self.state_rates = _compile_state_rates(selection)
+        module = load_module(selection)
+        if tuple(module.PHASES) != tuple(p.name for p in self.phases):
+            raise DataError(f"generated module {module.__name__} lists other phases than the catalogue")
+        self._coefficients: Callable[..., tuple[Any, ...]] = module.coefficients
+        self.masks: tuple[int, ...] = module.MASKS  # per row: bit i set when coefficient i is not identically 0
+        self.row: dict[tuple[str, str], int] = {
+            (p.name, q): i * len(ROW_QUANTITIES) + j for i, p in enumerate(self.phases) for j, q in enumerate(ROW_QUANTITIES)
+        }
+        self.state_rates: dict[str, Callable[[Any], Any]] = {
+            c: functools.partial(module.state_rate, c) for c in STATE_COMPONENTS}
 
-    def evaluate(self, values: dict[str, Any]) -> "PhaseValues":
-        """Evaluate at `values` (symbol name -> int or numpy array). Missing symbols are an error."""
-        missing = [n for n in ARG_ORDER if n not in values]
+    def coefficients(self, values: dict[str, Any]) -> "Coefficients":
+        """The coefficients at `values` (symbol name -> int or numpy array; G and b are not needed)."""
+        missing = [n for n in MODEL_ARGS if n not in values]
         if missing:
             raise ValueError(f"values missing for symbols {missing}")
-        flat = self._fn(*(values[n] for n in ARG_ORDER))
-        return PhaseValues(self, flat)
+        return Coefficients(self, self._coefficients(*(values[n] for n in MODEL_ARGS)))
+
+    def evaluate(self, values: dict[str, Any]) -> "PhaseValues":
+        """Every per-phase quantity at `values` (symbol name -> int or numpy array)."""
+        return self.coefficients(values).at(values["G"], values["b"])
+
+    @property
+    def expressions(self) -> list["sp.Expr"]:
+        """The summed sympy expressions, phase by phase and quantity by quantity (imports sympy)."""
+        return [self.selection.expression(p, q) for p in self.phases for q in self.quantities]
 
 
-def _compile_state_rates(selection: Selection) -> dict[str, Callable[[int], Any]]:
-    """Training-state bytes per parameter for each component (weights, gradients, optimizer), as
-    functions of beta: the catalogue's state terms are linear in P."""
-    terms = state_terms(selection.feature_dict)
-    out: dict[str, Callable[[int], Any]] = {}
-    for component in dict.fromkeys(t.component for t in terms):
-        expr = sp.Add(*[t.sym for t in terms if t.component == component]).subs(SYMBOLS["P"], 1)
-        out[component] = sp.lambdify([SYMBOLS["beta"]], expr, modules="math")
-    return out
+class Coefficients:
+    """c0, c_b, c_G, c_Gb of every row at one set of symbol values (ints, or arrays of points)."""
+
+    def __init__(self, compiled: CompiledSelection, flat: tuple[Any, ...]):
+        self.compiled = compiled
+        self.flat = flat
+        self._sums: dict[tuple[str, str], tuple[int, tuple[Any, ...]]] = {}
+
+    def at(self, tiles: Any, tile_batch: Any) -> "PhaseValues":
+        return PhaseValues(self, tiles, tile_batch)
+
+    def row(self, r: int) -> tuple[int, tuple[Any, ...]]:
+        return self.compiled.masks[r], self.flat[4 * r:4 * r + 4]
+
+    def summed(self, quantity: str, scope: str) -> tuple[int, tuple[Any, ...]]:
+        """The row of `quantity` summed over the phases of `scope`."""
+        key = (quantity, scope)
+        if key not in self._sums:
+            mask, total = 0, [0, 0, 0, 0]
+            for p in self.compiled.phases:
+                if p.scope == scope:
+                    m, c = self.row(self.compiled.row[(p.name, quantity)])
+                    mask |= m
+                    total = [t + ci if m >> i & 1 else t for i, (t, ci) in enumerate(zip(total, c))]
+            self._sums[key] = (mask, tuple(total))
+        return self._sums[key]
+
+    def rows(self, quantity: str, names: Optional[list[str]] = None) -> list[int]:
+        """Rows of `quantity` over `names` (default every phase) that are not identically zero."""
+        compiled = self.compiled
+        names = names if names is not None else [p.name for p in compiled.phases]
+        return [r for r in (compiled.row[(n, quantity)] for n in names) if compiled.masks[r]]
+
+
+def affine(mask: int, c: tuple[Any, ...], tiles: Any, tile_batch: Any, n: Any) -> Any:
+    """c0 + c_b*b + c_G*G + c_Gb*G*b, skipping the coefficients that are identically zero."""
+    value: Any = c[0] if mask & 1 else 0
+    if mask & 2:
+        value = value + c[1] * tile_batch
+    if mask & 4:
+        value = value + c[2] * tiles
+    if mask & 8:
+        value = value + c[3] * n
+    return value
 
 
 class PhaseValues:
-    """Evaluated formulas: value(phase, quantity) -> int/float or numpy array."""
+    """Evaluated formulas at one batch shape: value(phase, quantity) -> int/float or numpy array."""
 
-    def __init__(self, compiled: CompiledSelection, flat: list[Any]):
-        self.compiled = compiled
-        nq = len(compiled.quantities)
-        self._table = {
-            (p.name, q): flat[i * nq + j]
-            for i, p in enumerate(compiled.phases)
-            for j, q in enumerate(compiled.quantities)
-        }
+    def __init__(self, coefficients: Coefficients, tiles: Any, tile_batch: Any):
+        self.coefficients = coefficients
+        self.compiled = coefficients.compiled
+        self.tiles, self.tile_batch = tiles, tile_batch
+        self.n = tiles * tile_batch
+        self._values: dict[int, Any] = {}
 
     @property
     def phases(self) -> list[Phase]:
         return self.compiled.phases
 
+    def _row(self, r: int) -> Any:
+        if r not in self._values:
+            self._values[r] = affine(*self.coefficients.row(r), self.tiles, self.tile_batch, self.n)
+        return self._values[r]
+
     def value(self, phase: str, quantity: str) -> Any:
-        return self._table[(phase, quantity)]
+        if quantity == "arithmetic_intensity":
+            num, den = self.value(phase, "flops_fwd"), self.value(phase, "bytes_moved")
+            return 0 if self.compiled.masks[self.compiled.row[(phase, "bytes_moved")]] == 0 else num / den
+        return self._row(self.compiled.row[(phase, quantity)])
 
     def phase_names(self, scope: str | None = None) -> list[str]:
         return [p.name for p in self.compiled.phases if scope is None or p.scope == scope]
 
     def total(self, quantity: str, scope: str) -> Any:
         """Sum of `quantity` over the phases of `scope` ('layer' or 'model')."""
-        return sum((self._table[(n, quantity)] for n in self.phase_names(scope)), start=0)
+        return affine(*self.coefficients.summed(quantity, scope), self.tiles, self.tile_batch, self.n)
 
     def max(self, quantity: str, names: list[str] | None = None) -> Any:
-        names = names if names is not None else self.phase_names()
-        vals = [self._table[(n, quantity)] for n in names]
+        vals = [self._row(r) for r in self.coefficients.rows(quantity, names)] or [0]
         if any(isinstance(v, np.ndarray) for v in vals):
             return np.maximum.reduce(np.broadcast_arrays(*vals))
         return max(vals)
 
     def argmax(self, quantity: str) -> str:
         names = self.phase_names()
-        return max(names, key=lambda n: self._table[(n, quantity)])
+        return max(names, key=lambda n: self.value(n, quantity))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Loading and generating the modules
+
+
+def load_module(selection: Selection) -> types.ModuleType:
+    """The generated module of `selection`: from the cache when it is there and matches, else
+    generated (with sympy), written to the cache atomically when possible, and compiled."""
+    key = _selection_key(selection)
+    name = "sel_" + hashlib.sha256(key.encode()).hexdigest()[:20]
+    folder = cache_dir()
+    path = folder / f"{name}.py" if folder is not None else None
+    if path is not None:
+        module = _import_file(path, name)
+        if module is not None and getattr(module, "SELECTION", None) == key:
+            return module
+    source = generate_source(selection)
+    if path is not None:
+        _write_atomic(path, source)
+    module = types.ModuleType(f"btacalc.catalogue.generated.{name}")
+    exec(compile(source, f"<btacalc generated {name}>", "exec"), module.__dict__)
+    return module
+
+
+def _import_file(path: Path, name: str) -> Optional[types.ModuleType]:
+    """Import a cached module (Python keeps its bytecode beside it); None when missing or unreadable."""
+    if not path.is_file():
+        return None
+    try:
+        spec = importlib.util.spec_from_file_location(f"btacalc.catalogue.generated.{name}", path)
+        if spec is None or spec.loader is None:
+            return None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    except Exception:  # a damaged cache file is regenerated, never trusted
+        return None
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Write `text` to `path` through a temporary file in the same folder; give up quietly (the
+    caller compiles in memory) when the folder cannot be written."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".tmp", dir=path.parent)
+    except OSError:
+        return
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except OSError:
+        pass
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _coefficients_of(expr: "sp.Expr", where: str) -> list["sp.Expr"]:
+    """c0, c_b, c_G, c_Gb of `expr`; a DataError when `expr` is not bilinear in G and b."""
+    import sympy as sp
+
+    from .symbols import SYMBOLS
+
+    terms = sp.Poly(sp.expand(expr), SYMBOLS["G"], SYMBOLS["b"]).as_dict()
+    extra = sorted(set(terms) - set(MONOMIALS))
+    if extra:
+        raise DataError(f"{where} has terms G^i*b^j with (i, j) in {extra}: every formula must be at most linear "
+                        "in each of G and b (c0 + c_b*b + c_G*G + c_Gb*G*b), which the numeric core evaluates")
+    return [terms.get(m, sp.Integer(0)) for m in MONOMIALS]
+
+
+def generate_source(selection: Selection) -> str:
+    """Python source of the selection's numeric functions (see the module docstring)."""
+    import sympy as sp
+    from sympy.printing.pycode import pycode
+
+    from .selection import state_expression
+    from .symbols import SYMBOLS
+
+    phases = [p for p in selection.phases(scope=None) if p.scope != "state"]
+    coefs: list[sp.Expr] = []
+    for p in phases:
+        for q in ROW_QUANTITIES:
+            coefs += _coefficients_of(selection.expression(p, q), f"phase {p.name}, quantity {q}")
+    masks = [sum(1 << i for i in range(4) if coefs[4 * r + i] != 0) for r in range(len(coefs) // 4)]
+    temps, reduced = sp.cse(coefs, symbols=sp.numbered_symbols("_t"), optimizations=None)
+    rates = {c: sp.expand(state_expression(selection.feature_dict, c).subs(SYMBOLS["P"], 1)) for c in STATE_COMPONENTS}
+    lines = [
+        "# Generated by btacalc.catalogue.compiled from the formula catalogue: do not edit.",
+        f"# Catalogue fingerprint {fingerprint()}.",
+        f"SELECTION = {_selection_key(selection)!r}",
+        f"PHASES = {tuple(p.name for p in phases)!r}",
+        f"MASKS = {tuple(masks)!r}",
+        "",
+        "",
+        f"def coefficients({', '.join(MODEL_ARGS)}):",
+        *(f"    {t} = {pycode(e)}" for t, e in temps),
+        "    return (" + ", ".join(pycode(e) for e in reduced) + ",)",
+        "",
+        "",
+        "def state_rate(component, beta):",
+        *(f"    if component == {c!r}:\n        return {pycode(e)}" for c, e in rates.items()),
+        "    raise KeyError(component)",
+        "",
+    ]
+    return "\n".join(lines)

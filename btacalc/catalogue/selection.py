@@ -1,17 +1,21 @@
 """A *selection*: which terms apply for a model's features, the run options and the recomputation
-policy; their sums per phase and quantity are the formulas btacalc evaluates."""
+policy; their sums per phase and quantity are the formulas btacalc evaluates.
+
+Choosing terms needs no sympy; building the summed expressions (`expression`, `state_expression`)
+does, and only the code generator (`compiled`), the formula listing and the tests call them.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
-
-import sympy as sp
+from typing import TYPE_CHECKING, Any
 
 from ..vocabulary import FEATURES, RECOMPUTE_POLICIES
 from .constants import constants
-from .symbols import SYMBOLS
 from .terms import Phase, Term, load_catalogue
+
+if TYPE_CHECKING:
+    import sympy as sp
 
 
 @dataclass(frozen=True)
@@ -51,8 +55,12 @@ class Selection:
                     chosen = [t for t in chosen if t.recompute != "core"]
         return chosen
 
-    def expression(self, phase: Phase, quantity: str) -> sp.Expr:
+    def expression(self, phase: Phase, quantity: str) -> "sp.Expr":
         """The formula for `quantity` of `phase`, per training step of G*b sequences."""
+        import sympy as sp
+
+        from .symbols import SYMBOLS
+
         if quantity == "flops_bwd":
             # Backward of a matmul is two matmuls of the same size (dX and dW): 2x forward.
             return constants().passes.backward_matmul_factor * self.expression(phase, "flops_fwd")
@@ -74,13 +82,15 @@ class Selection:
             total += self._policy_recompute(phase)
         return total
 
-    def _policy_recompute(self, phase: Phase) -> sp.Expr:
+    def _policy_recompute(self, phase: Phase) -> "sp.Expr":
         """Forward FLOPs re-run in the backward pass because the policy dropped their activations.
 
         Selective: the attention core (Korthikanti 2022 §5; hardware FLOPs 72BLsh^2(1 + s/(3h) + ...)).
         With FlashAttention the core is already recomputed by the kernel (counted as a term).
         Full: the whole layer's forward pass (Korthikanti 2022 §5, Chen et al. 2016).
         """
+        import sympy as sp
+
         if phase.scope != "layer":
             return sp.Integer(0)
         f = self.feature_dict
@@ -96,6 +106,8 @@ def state_terms(features: dict[str, Any]) -> list[Term]:
     return [t for p in load_catalogue() if p.scope == "state" for t in p.terms if t.q == "state" and t.applies(features)]
 
 
-def state_expression(features: dict[str, Any], component: str | None = None) -> sp.Expr:
+def state_expression(features: dict[str, Any], component: str | None = None) -> "sp.Expr":
     """Training-state bytes for P parameters, optionally of one component."""
+    import sympy as sp
+
     return sp.Add(*[t.sym for t in state_terms(features) if component in (None, t.component)])

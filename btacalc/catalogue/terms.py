@@ -1,25 +1,30 @@
 """The formula catalogue as data: phases and terms read from ``formulas/*.toml``.
 
-Each term is one sympy expression for one tensor or matmul, with the tensor it counts and its
-source. Each phase also says, as data, how the rest of btacalc treats it: which parameter bucket
-its weights belong to (`param_bucket`), whether they are embedding weights (`embedding`) and in
-what units they stream (`stream_unit`). No module branches on a phase's name.
+Each term is one expression for one tensor or matmul, with the tensor it counts and its source.
+Each phase also says, as data, how the rest of btacalc treats it: which parameter bucket its weights
+belong to (`param_bucket`), whether they are embedding weights (`embedding`) and in what units they
+stream (`stream_unit`). No module branches on a phase's name.
+
+Loading does not import sympy: an expression is checked when it is read (Python arithmetic over the
+notation's symbols only) and parsed into sympy on first use of `Term.sym` (the formula listing, the
+code generator in `compiled`, the tests). The numeric core runs on generated code.
 """
 
 from __future__ import annotations
 
+import ast
 import functools
 import sys
-from typing import Any, Literal, Union
+from typing import TYPE_CHECKING, Any, Literal, Optional, Union
 
-import sympy as sp
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
-from sympy.parsing.sympy_parser import parse_expr
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from ..errors import DataError
 from ..paths import data_dir
-from ..vocabulary import BASE_QUANTITIES, FEATURES
-from .symbols import SYMBOLS
+from ..vocabulary import BASE_QUANTITIES, FEATURES, NOTATION
+
+if TYPE_CHECKING:
+    import sympy as sp
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -40,6 +45,28 @@ def _check_when(when: When) -> When:
                 if v not in FEATURES[key]:
                     raise ValueError(f"feature {key!r} has no value {v!r} (allowed: {FEATURES[key]})")
     return when
+
+
+_ARITHMETIC = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Add, ast.Sub, ast.Mult, ast.Div, ast.Pow, ast.USub,
+               ast.UAdd, ast.Constant, ast.Name, ast.Load)
+
+
+def check_expression(expr: str) -> str:
+    """`expr` if it is arithmetic (+ - * / **, integer constants) over the notation's symbols, else ValueError.
+
+    Cheap and sympy-free, so that loading the catalogue stays fast; sympy parses the same text later."""
+    try:
+        tree = ast.parse(expr.strip(), mode="eval")
+    except SyntaxError as exc:
+        raise ValueError(f"cannot parse expression {expr!r}: {exc.msg}") from None
+    for node in ast.walk(tree):
+        if not isinstance(node, _ARITHMETIC) or (isinstance(node, ast.Constant) and
+                                                  (not isinstance(node.value, int) or isinstance(node.value, bool))):
+            raise ValueError(f"cannot parse expression {expr!r}: only + - * / ** over symbols and integers")
+    unknown = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} - set(NOTATION)
+    if unknown:
+        raise ValueError(f"expression {expr!r} uses unknown symbols {sorted(unknown)}")
+    return expr
 
 
 def matches(when: When, features: dict[str, Any]) -> bool:
@@ -67,27 +94,27 @@ class Term(BaseModel):
     recompute: Literal["layer", "core", "never", "checkpoint"] = "layer"
     component: str = ""  # state terms only: weights / gradients / optimizer
 
-    _sym: sp.Expr = PrivateAttr()
+    _sym: Optional["sp.Expr"] = PrivateAttr(None)
 
     @field_validator("when")
     @classmethod
     def _check(cls, v: When) -> When:
         return _check_when(v)
 
-    @model_validator(mode="after")
-    def _parse(self) -> "Term":
-        try:
-            sym = parse_expr(self.expr, local_dict=dict(SYMBOLS), evaluate=True)
-        except Exception as exc:  # sympy raises many kinds
-            raise ValueError(f"cannot parse expression {self.expr!r}: {exc}") from None
-        unknown = {str(x) for x in sym.free_symbols} - set(SYMBOLS)
-        if unknown:
-            raise ValueError(f"expression {self.expr!r} uses unknown symbols {sorted(unknown)}")
-        self._sym = sym
-        return self
+    @field_validator("expr")
+    @classmethod
+    def _check_expr(cls, v: str) -> str:
+        return check_expression(v)
 
     @property
-    def sym(self) -> sp.Expr:
+    def sym(self) -> "sp.Expr":
+        """The expression in sympy (parsed on first use)."""
+        if self._sym is None:
+            from sympy.parsing.sympy_parser import parse_expr
+
+            from .symbols import SYMBOLS
+
+            self._sym = parse_expr(self.expr, local_dict=dict(SYMBOLS), evaluate=True)
         return self._sym
 
     def applies(self, features: dict[str, Any]) -> bool:

@@ -1,9 +1,11 @@
 """A `Problem`: a model on a device under a resolved execution, everything but the batch shape.
 
-It owns the catalogue selections for the model's layer kinds and the run, compiles them once, and
-evaluates every per-phase formula at a batch shape (G tiles of b sequences) as an `Evaluation`.
-Scalar evaluations are memoised: the solver, the memory breakdown and the time model ask for the
-same shapes.
+It owns the catalogue selections for the model's layer kinds and the run, and evaluates every
+per-phase formula at a batch shape (G tiles of b sequences) as an `Evaluation`. The model is
+evaluated once per problem (and sequence length): the generated code gives every formula's
+coefficients in G and b (`catalogue.compiled`), and a batch shape, or an array of candidate shapes,
+is then a few multiplications. Scalar evaluations are memoised: the solver, the memory breakdown and
+the time model ask for the same shapes.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from ..catalogue.compiled import CompiledSelection, PhaseValues, compile_selection
+from ..catalogue.compiled import Coefficients, CompiledSelection, PhaseValues, compile_selection
 from ..catalogue.selection import Selection
 from ..catalogue.terms import Phase
 from ..config.execution import Execution, Layout, RunOptions
@@ -88,8 +90,9 @@ class Problem:
     model: ModelSpec
     hardware: HardwareProfile
     execution: Execution
-    _cache: dict[Any, Evaluation] = field(default_factory=dict, compare=False, repr=False, hash=False)
-    evaluations: list[int] = field(default_factory=lambda: [0], compare=False, repr=False, hash=False)
+    _cache: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False, hash=False)
+    # [model evaluations (generated-code calls), batch shapes evaluated (an array counts its size)]
+    evaluations: list[int] = field(default_factory=lambda: [0, 0], compare=False, repr=False, hash=False)
 
     @property
     def run(self) -> RunOptions:
@@ -121,16 +124,28 @@ class Problem:
         return {"s": self.run.seq_len if seq_len is None else seq_len, "b": tile_batch, "G": tiles,
                 "beta": self.run.bytes_per_element, "P": 0}
 
+    def coefficients(self, seq_len: Any = None) -> tuple[Coefficients, ...]:
+        """Each layer kind's formula coefficients at `seq_len` (default the run's, which may be an
+        array of points); memoised for the run's sequence length and for scalar ones."""
+        key = ("coefficients", "run" if seq_len is None else seq_len if isinstance(seq_len, int) else None)
+        if key[1] is not None and key in self._cache:
+            return self._cache[key]
+        self.evaluations[0] += 1
+        shape = self.shape_values(1, 1, seq_len)
+        coefs = tuple(compiled.coefficients(kind_values(self.model, kind, shape)) for kind, compiled in self.kinds)
+        if key[1] is not None:
+            self._cache[key] = coefs
+        return coefs
+
     def evaluate(self, tiles: Any, tile_batch: Any, seq_len: Any = None) -> Evaluation:
         """Every per-phase quantity at G = `tiles`, b = `tile_batch` (ints: exact, memoised; or arrays)."""
         scalar = all(isinstance(x, int) for x in (tiles, tile_batch)) and (seq_len is None or isinstance(seq_len, int))
         key = (tiles, tile_batch, seq_len)
         if scalar and key in self._cache:
             return self._cache[key]
-        self.evaluations[0] += 1
-        shape = self.shape_values(tiles, tile_batch, seq_len)
-        ev = Evaluation([(kind, compiled.evaluate(kind_values(self.model, kind, shape)))
-                         for kind, compiled in self.kinds])
+        self.evaluations[1] += int(np.size(tiles * tile_batch))
+        ev = Evaluation([(kind, coefs.at(tiles, tile_batch))
+                         for (kind, _), coefs in zip(self.kinds, self.coefficients(seq_len))])
         if scalar:
             self._cache[key] = ev
         return ev
