@@ -42,7 +42,7 @@ def compare(
                                        "[default: 1 with several devices]."),
     gpus_per_node: Optional[int] = GpusPerNodeOpt,
     overlap_a2a: bool = OverlapA2aOpt,
-    grad_accum: int = GradAccumOpt,
+    grad_accum: Optional[int] = GradAccumOpt,
     seq: Optional[int] = SeqOpt,
     recompute: Optional[Recompute] = RecomputeOpt,
     attention: Optional[Attention] = AttentionOpt,
@@ -55,7 +55,7 @@ def compare(
 ) -> int:
     """One model on several devices side by side: fits, G, b, tokens per expert, step time, tokens/s,
     MFU, vs dense, binding constraint, dominant phase, tokens/s per kW."""
-    from ..config.execution import ExecutionRequest
+    from ..config.execution import BatchLimits, ExecutionRequest
     from ..config.presets import resolve_model
     from ..output.cluster_tables import compare_renderable
     from ..output.csvfiles import compare_csv
@@ -71,7 +71,7 @@ def compare(
     request = ExecutionRequest(seq_len=seq, recompute=value(recompute), attention=value(attention),
                                memory_model=value(memory_model), overlap_streaming=overlap, expert_parallel=ep,
                                zero_stage=zero, devices_per_node=gpus_per_node, overlap_all_to_all=overlap_a2a,
-                               micro_batches=grad_accum)
+                               limits=BatchLimits(micro_batches=grad_accum))
     result = run_compare(spec, profiles, counts, request)
     emit_result(result, as_json, output, csv_path, compare_csv, plot_path, compare_plot, compare_renderable)
     return 0

@@ -10,6 +10,7 @@ from typing import Any, Callable, Optional
 
 import typer
 
+from ..config.execution import OBJECTIVES
 from ..vocabulary import FEATURES, RECOMPUTE_POLICIES
 from .console import out
 
@@ -40,6 +41,7 @@ Attention = _choices("Attention", FEATURES["attention"])
 Loss = _choices("Loss", FEATURES["loss"])
 Accounting = _choices("Accounting", FEATURES["accounting"])
 MemoryModelChoice = _choices("MemoryModelChoice", ("auto", "weight_streaming", "resident"))
+Objective = _choices("Objective", OBJECTIVES)
 
 
 def value(choice: Optional[Enum]) -> Optional[str]:
@@ -69,8 +71,11 @@ ZeroOpt = typer.Option(None, "--zero", min=0, max=3, help="ZeRO stage 0-3 [defau
 GpusPerNodeOpt = typer.Option(None, "--gpus-per-node", min=1, help="Devices per NVLink domain [default: the profile's].")
 OverlapA2aOpt = typer.Option(False, "--overlap-a2a/--no-overlap-a2a", help="Hide the all-to-all behind expert compute "
                              "(chunked) or not.")
-GradAccumOpt = typer.Option(1, "--grad-accum", min=1, help="Gradient accumulation: M micro-batches of G·b per optimizer "
-                            "step (the gradient sync runs once per step).")
+GradAccumOpt = typer.Option(None, "--grad-accum", min=1, help="Gradient accumulation: M micro-batches of G·b per "
+                            "optimizer step (the gradient sync runs once per step) [default: chosen with --global-batch, "
+                            "else 1].")
+ObjectiveOpt = typer.Option(None, "--objective", help="What the solver maximises: throughput (predicted tokens/s) or "
+                            "density (the largest G·b that fits, then the largest tile) [default: throughput].")
 JsonOpt = typer.Option(False, "--json", help="Print the result as JSON on stdout.")
 OutputOpt = typer.Option(None, "--output", "-o", help="Write the JSON to this file (atomically).")
 

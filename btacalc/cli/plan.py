@@ -13,8 +13,8 @@ from ..errors import BtacalcError
 from .console import err, out
 from .options import (Accounting, AccountingOpt, Attention, AttentionOpt, CausalOpt, DevicesOpt, EpOpt, ExpertFfnOpt,
                       ExpertsOpt, FixedActiveOpt, GpusPerNodeOpt, GradAccumOpt, HwOpt, Loss, LossOpt, MemoryModelChoice,
-                      MemoryModelOpt, ModelOpt, OutputOpt, OverlapA2aOpt, OverlapOpt, Recompute, RecomputeOpt, SeqOpt,
-                      TopKOpt, ZeroOpt, emit_json, emit_result, value)
+                      MemoryModelOpt, ModelOpt, Objective, ObjectiveOpt, OutputOpt, OverlapA2aOpt, OverlapOpt, Recompute,
+                      RecomputeOpt, SeqOpt, TopKOpt, ZeroOpt, emit_json, emit_result, value)
 
 PLAN_EXAMPLES = ("Examples:\n\n"
                  "  btacalc plan --model qwen3-30b-a3b --hw wse3\n\n"
@@ -34,10 +34,12 @@ def plan(
     model: str = ModelOpt,
     hw: str = HwOpt,
     seq: Optional[int] = SeqOpt,
-    global_batch: Optional[int] = typer.Option(None, "--global-batch", min=1, help="Fix G·b = N; G must divide N."),
+    global_batch: Optional[int] = typer.Option(None, "--global-batch", min=1, help="Fix N, the sequences per optimizer "
+                                               "step over all data-parallel ranks: N = DP·M·G·b."),
     tiles: Optional[int] = typer.Option(None, "--tiles", min=1, help="Fix the number of attention tiles G."),
     tile_batch: Optional[int] = typer.Option(None, "--tile-batch", min=1, help="Fix the tile batch b."),
-    max_global_batch: Optional[int] = typer.Option(None, "--max-global-batch", min=1, help="Cap G·b (convergence)."),
+    max_global_batch: Optional[int] = typer.Option(None, "--max-global-batch", min=1,
+                                                   help="Cap N = DP·M·G·b (convergence)."),
     max_tile_batch: Optional[int] = typer.Option(None, "--max-tile-batch", min=1,
                                                  help="Cap the tile batch b (like the vendor's tile cap)."),
     experts: Optional[int] = ExpertsOpt,
@@ -56,7 +58,8 @@ def plan(
     zero: Optional[int] = ZeroOpt,
     gpus_per_node: Optional[int] = GpusPerNodeOpt,
     overlap_a2a: bool = OverlapA2aOpt,
-    grad_accum: int = GradAccumOpt,
+    grad_accum: Optional[int] = GradAccumOpt,
+    objective: Optional[Objective] = ObjectiveOpt,
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON on stdout."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the plan JSON to this file (atomically)."),
     schema: bool = typer.Option(False, "--schema", help="Print the JSON schema of the plan and exit."),
@@ -80,8 +83,8 @@ def plan(
         seq_len=seq, recompute=value(recompute), attention=value(attention), causal=causal, loss=value(loss),
         accounting=accounting.value, memory_model=value(memory_model), overlap_streaming=overlap,
         devices=devices, expert_parallel=ep, zero_stage=zero, devices_per_node=gpus_per_node,
-        overlap_all_to_all=overlap_a2a, micro_batches=grad_accum,
-        limits=BatchLimits(global_batch, tiles, tile_batch, max_global_batch, max_tile_batch))
+        overlap_all_to_all=overlap_a2a, objective=value(objective),
+        limits=BatchLimits(global_batch, tiles, tile_batch, max_global_batch, max_tile_batch, grad_accum))
     report = make_plan(spec, resolve_hardware(hw), request)
     emit_json(report.model_dump_json(indent=2), as_json, output)
     if not as_json:
@@ -110,7 +113,7 @@ def sweep(
     zero: Optional[int] = ZeroOpt,
     gpus_per_node: Optional[int] = GpusPerNodeOpt,
     overlap_a2a: bool = OverlapA2aOpt,
-    grad_accum: int = GradAccumOpt,
+    grad_accum: Optional[int] = GradAccumOpt,
     as_json: bool = typer.Option(False, "--json", help="Print {points: [...]} as JSON on stdout."),
     output: Optional[Path] = OutputOpt,
     csv_path: Optional[Path] = typer.Option(None, "--csv", help="Write one CSV row per point to this file."),
@@ -118,7 +121,7 @@ def sweep(
                                             "(needs btacalc[plot])."),
 ) -> int:
     """Sweep model or run parameters; each point solved at G = 1 and at the solver's G."""
-    from ..config.execution import ExecutionRequest
+    from ..config.execution import BatchLimits, ExecutionRequest
     from ..config.hardware import resolve_hardware
     from ..config.presets import resolve_model
     from ..output.csvfiles import sweep_csv
@@ -134,7 +137,8 @@ def sweep(
     request = ExecutionRequest(
         seq_len=seq, recompute=value(recompute), attention=value(attention), causal=causal, loss=value(loss),
         accounting=accounting.value, overlap_streaming=overlap, devices=devices, expert_parallel=ep,
-        zero_stage=zero, devices_per_node=gpus_per_node, overlap_all_to_all=overlap_a2a, micro_batches=grad_accum)
+        zero_stage=zero, devices_per_node=gpus_per_node, overlap_all_to_all=overlap_a2a,
+        limits=BatchLimits(micro_batches=grad_accum))
     total = 1
     for values in grid.values():
         total *= len(values)

@@ -25,7 +25,13 @@ if TYPE_CHECKING:
 DEFAULT_SEQ_LEN = 4096
 DEFAULT_SEQ_LEN_SOURCE = "Qwen3 technical report (arXiv 2505.09388) §3.2: stages S1-S2 at 4,096 tokens"
 
+# What the batch-shape solver maximises (btacalc.model.solver): predicted tokens/s, or the largest
+# G*b that fits (tokens per expert; the rule of the BTA design card).
+OBJECTIVES = ("throughput", "density")
+
 REASONS = {
+    "objective": "throughput: the fitting batch shape with the highest predicted tokens/s (ties: more tokens per "
+                 "expert, then fewer tiles)",
     "loss": "fused linear cross-entropy: logits materialised one sequence at a time",
     "memory_model": ("auto: the whole training state resident on the device when it fits with one sequence, "
                      "else weights streamed (wafer)"),
@@ -71,7 +77,7 @@ class Layout:
     zero_stage: int = 0
     devices_per_node: int = 1
     overlap_all_to_all: bool = False
-    micro_batches: int = 1  # gradient accumulation: M micro-batches per optimizer step
+    micro_batches: int = 1  # gradient accumulation: M micro-batches per optimizer step (the solver may choose it)
 
     @property
     def data_parallel(self) -> int:
@@ -105,33 +111,56 @@ class Layout:
 
 @dataclass(frozen=True)
 class BatchLimits:
-    """User constraints on the batch shape; None means free."""
+    """User constraints on the batch shape; None means free.
+
+    An optimizer step processes N = DP x M x G x b sequences: DP data-parallel ranks, each running M
+    micro-batches (gradient accumulation) of G tiles of b sequences. `global_batch` is N (Megatron's
+    and Cerebras' global batch size), `max_global_batch` caps it; G*b is what one rank's router and
+    experts see per micro-batch (the BTA paper's B~).
+    """
 
     global_batch: Optional[int] = None
     tiles: Optional[int] = None
     tile_batch: Optional[int] = None
     max_global_batch: Optional[int] = None
     max_tile_batch: Optional[int] = None
+    micro_batches: Optional[int] = None  # None: 1, or chosen by the solver when global_batch is fixed
 
-    def validate(self) -> None:
+    def validate(self, data_parallel: int = 1) -> None:
+        """Check the limits against each other for `data_parallel` ranks."""
         for name, v in self.__dict__.items():
             if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
                 raise BtacalcError(f"{{{name}}} must be a positive integer, got {v!r}")
-        n, g, b = self.global_batch, self.tiles, self.tile_batch
-        if n is not None and g is not None and n % g:
-            raise BtacalcError(f"{{global_batch}} {n} is not divisible by {{tiles}} {g}")
-        if n is not None and b is not None and n % b:
-            raise BtacalcError(f"{{global_batch}} {n} is not divisible by {{tile_batch}} {b}")
-        if n is not None and g is not None and b is not None and g * b != n:
-            raise BtacalcError(f"{{tiles}} {g} x {{tile_batch}} {b} = {g * b} differs from {{global_batch}} {n}")
-        if n is not None and self.max_global_batch is not None and n > self.max_global_batch:
-            raise BtacalcError(f"{{global_batch}} {n} exceeds {{max_global_batch}} {self.max_global_batch}")
+        n = self.global_batch
+        if n is not None:
+            self._check_divisible(n, data_parallel)
+            if self.max_global_batch is not None and n > self.max_global_batch:
+                raise BtacalcError(f"{{global_batch}} {n} exceeds {{max_global_batch}} {self.max_global_batch}")
+        b = self.tile_batch
         if b is not None and self.max_tile_batch is not None and b > self.max_tile_batch:
             raise BtacalcError(f"{{tile_batch}} {b} exceeds {{max_tile_batch}} {self.max_tile_batch}")
 
+    def _check_divisible(self, n: int, data_parallel: int) -> None:
+        if n % data_parallel:
+            raise BtacalcError(f"{{global_batch}} {n} is not divisible by the {data_parallel} data-parallel ranks")
+        per_rank = n // data_parallel
+        what = f"{{global_batch}} {n}" + (f" over {data_parallel} data-parallel ranks ({per_rank} per rank)"
+                                            if data_parallel > 1 else "")
+        fixed = [(name, v) for name, v in (("micro_batches", self.micro_batches), ("tiles", self.tiles),
+                                           ("tile_batch", self.tile_batch)) if v is not None]
+        for name, v in fixed:
+            if per_rank % v:
+                raise BtacalcError(f"{what} is not divisible by {{{name}}} {v}")
+        product = math.prod(v for _, v in fixed)
+        if per_rank % product or (len(fixed) == 3 and product != per_rank):
+            shown = " x ".join(f"{{{name}}} {v}" for name, v in fixed)
+            raise BtacalcError(f"{shown} = {product} does not divide {what}" if per_rank % product
+                               else f"{shown} = {product} differs from {what}")
+
     def free(self) -> "BatchLimits":
-        """The same caps with the shape left to the solver (for the G = 1 and dense comparisons)."""
-        return BatchLimits(max_global_batch=self.max_global_batch)
+        """The same caps and gradient accumulation with the shape left to the solver (for the dense
+        comparison)."""
+        return BatchLimits(max_global_batch=self.max_global_batch, micro_batches=self.micro_batches)
 
 
 @dataclass(frozen=True)
@@ -151,8 +180,8 @@ class ExecutionRequest:
     zero_stage: Optional[int] = None
     devices_per_node: Optional[int] = None
     overlap_all_to_all: bool = False
-    micro_batches: int = 1
     limits: BatchLimits = field(default_factory=BatchLimits)
+    objective: Optional[str] = None
 
     def with_changes(self, **changes: Any) -> "ExecutionRequest":
         return replace(self, **changes)
@@ -165,6 +194,7 @@ class Execution:
     run: RunOptions
     layout: Layout
     limits: BatchLimits = BatchLimits()
+    objective: str = "throughput"
     defaults: tuple[tuple[str, str], ...] = ()
     request: Optional[ExecutionRequest] = None  # what the user asked for, before the defaults
 
@@ -213,7 +243,10 @@ def resolve_execution(request: ExecutionRequest, model: "ModelSpec", profile: "H
     node = request.devices_per_node
     if node is None:
         node = int(profile.system.devices_per_node.value) if profile.system.devices_per_node else 1
-    layout = Layout(devices, ep, zero, node, request.overlap_all_to_all, request.micro_batches)
+    layout = Layout(devices, ep, zero, node, request.overlap_all_to_all, request.limits.micro_batches or 1)
     layout.validate(model.num_experts, profile)
-    request.limits.validate()
-    return Execution(run, layout, request.limits, tuple(reasons.items()), request)
+    request.limits.validate(layout.data_parallel)
+    objective = pick("objective", request.objective, OBJECTIVES[0], REASONS["objective"])
+    if objective not in OBJECTIVES:
+        raise BtacalcError(f"{{objective}} must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
+    return Execution(run, layout, request.limits, objective, tuple(reasons.items()), request)

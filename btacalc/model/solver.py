@@ -14,13 +14,18 @@ That is O(log n + d(n)) memory evaluations, never a blind enumeration of (G, b).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
-from ..config.execution import BatchLimits
+import numpy as np
+
+from ..config.execution import OBJECTIVES, BatchLimits
 from .memory import MemoryModel
+from .problem import Problem
+from .timing import step_time
 
 _SEARCH_LIMIT = 1 << 40  # no real plan gets near 2^40 sequences
+TIE_TOLERANCE = 1e-12  # tokens/s this close (relative) to the best count as a tie
 
 
 @dataclass(frozen=True)
@@ -32,6 +37,9 @@ class Solution:
     tile_constraint: str  # what stops a larger tile b at that global batch
     explanation: str
     evaluations: int = 0
+    micro_batches: int = 1
+    objective: str = "density"
+    tokens_per_s: Optional[float] = None  # predicted, when the search computed it
 
 
 def divisors(n: int) -> list[int]:
@@ -76,11 +84,31 @@ class _Probe:
         return bool(self.mem.fits(g, b))
 
 
-def solve(mem: MemoryModel, limits: BatchLimits) -> Solution:
-    """The densest batch shape within `limits` (see module docstring)."""
-    limits.validate()
+def solve_density(mem: MemoryModel, limits: BatchLimits) -> Solution:
+    """The densest batch shape within `limits`: the design card's rule, the search unchanged (its
+    memory probes are counted in `Solution.evaluations`)."""
+    dp = mem.problem.layout.data_parallel
+    limits.validate(dp)
     fits = _Probe(mem)
     n, g, b = limits.global_batch, limits.tiles, limits.tile_batch
+    m = limits.micro_batches or mem.problem.layout.micro_batches
+    if n is not None:
+        per_rank = n // dp
+        if limits.micro_batches is None:
+            m = per_rank // (g * b) if g is not None and b is not None else \
+                _fewest_micro_batches(mem, per_rank, (g or 1) * (b or 1))
+        n = per_rank // m
+    return replace(_density(fits, limits, n, g, b), micro_batches=m)
+
+
+def _fewest_micro_batches(mem: MemoryModel, per_rank: int, step: int) -> int:
+    """Density with the global batch fixed and M free: the fewest micro-batches whose G*b fits as
+    tiles of one sequence (the most tokens per expert), else the most."""
+    options = divisors(per_rank // step)
+    return next((m for m in options if mem.fits(per_rank // m, 1)), options[-1])
+
+
+def _density(fits: "_Probe", limits: BatchLimits, n: Optional[int], g: Optional[int], b: Optional[int]) -> Solution:
     if n is not None and (g is not None or b is not None):
         return _fixed_global_and_tile(fits, n, g, b)
     if g is not None and b is not None:
@@ -89,11 +117,20 @@ def solve(mem: MemoryModel, limits: BatchLimits) -> Solution:
                         _fixed_text(ok, g, b, "--tiles and --tile-batch fix the shape"), fits.count)
     if n is not None:
         return _fixed_global(fits, n, limits.max_tile_batch)
+    cap_n = _per_micro_batch(limits.max_global_batch, fits.mem)
     if g is not None:
-        return _fixed_tiles(fits, g, limits.max_global_batch, limits.max_tile_batch)
+        return _fixed_tiles(fits, g, cap_n, limits.max_tile_batch)
     if b is not None:
-        return _fixed_tile_batch(fits, b, limits.max_global_batch)
-    return _free(fits, limits.max_global_batch, limits.max_tile_batch)
+        return _fixed_tile_batch(fits, b, cap_n)
+    return _free(fits, cap_n, limits.max_tile_batch)
+
+
+def _per_micro_batch(max_global_batch: Optional[int], mem: MemoryModel) -> Optional[int]:
+    """The cap on G*b implied by a cap on N = DP*M*G*b."""
+    if max_global_batch is None:
+        return None
+    layout = mem.problem.layout
+    return max_global_batch // (layout.data_parallel * layout.micro_batches)
 
 
 def _fixed_global_and_tile(fits: _Probe, n: int, g_fixed: Optional[int], b_fixed: Optional[int]) -> Solution:
@@ -179,3 +216,349 @@ def _cap_reason(x: int, hi: Optional[int], cap_n: Optional[int], cap_b: Optional
 
 def _fixed_text(ok: bool, g: int, b: int, why: str) -> str:
     return f"{why}: G = {g}, b = {b} {'fits' if ok else 'does not fit'}"
+
+
+# ---------------------------------------------------------------------------------------------------
+# The candidate search, vectorised over the candidate shapes of many points
+
+
+@dataclass(frozen=True)
+class PointLimits:
+    """The batch limits of P points as int64 arrays, 0 where a limit is not set. Which limits are set
+    is the same for every point (a sweep varies values, not which flags are given)."""
+
+    global_batch: np.ndarray
+    tiles: np.ndarray
+    tile_batch: np.ndarray
+    max_global_batch: np.ndarray
+    max_tile_batch: np.ndarray
+    micro_batches: np.ndarray
+
+    @classmethod
+    def of(cls, limits: BatchLimits, points: int = 1) -> "PointLimits":
+        return cls(**{name: np.full(points, getattr(limits, name) or 0, dtype=np.int64)
+                      for name in cls.__dataclass_fields__})
+
+    def given(self, name: str) -> bool:
+        return bool(getattr(self, name).any())
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """Candidate shapes: the point each belongs to, G, b and M (int64 arrays of one length)."""
+
+    point: np.ndarray
+    tiles: np.ndarray
+    tile_batch: np.ndarray
+    micro_batches: np.ndarray
+
+    @staticmethod
+    def join(parts: list["Candidates"]) -> "Candidates":
+        return Candidates(*(np.concatenate([getattr(c, f) for c in parts]).astype(np.int64)
+                            for f in Candidates.__dataclass_fields__))
+
+    def where(self, keep: np.ndarray) -> "Candidates":
+        return Candidates(*(getattr(self, f)[keep] for f in Candidates.__dataclass_fields__))
+
+
+class PointMemory:
+    """Memory of candidate shapes of the points of `problem`, whose sequence length may be an array
+    with one value per point; counts the shapes evaluated per point."""
+
+    def __init__(self, problem: Problem, points: int):
+        self.problem = problem
+        self.mem = MemoryModel(problem)
+        self.usable = self.mem.usable
+        self.per_point = isinstance(problem.run.seq_len, np.ndarray)
+        self.shapes = np.zeros(points, dtype=np.int64)
+
+    def at(self, point: np.ndarray) -> Problem:
+        """The problem of the candidates' points (one sequence length per candidate)."""
+        if not self.per_point:
+            return self.problem
+        return self.problem.with_run(seq_len=np.asarray(self.problem.run.seq_len)[point])
+
+    def fits(self, point: np.ndarray, tiles: np.ndarray, tile_batch: np.ndarray) -> np.ndarray:
+        if not point.size or not self.mem.offchip_fits:
+            return np.zeros(point.shape, dtype=bool)
+        self.shapes += np.bincount(point, minlength=self.shapes.size)
+        mem = MemoryModel(self.at(point)) if self.per_point else self.mem
+        total = mem.total(tiles.astype(float), tile_batch.astype(float))
+        return np.broadcast_to(np.asarray(total) <= self.usable, point.shape)
+
+    def total(self, point: np.ndarray, tiles: np.ndarray, tile_batch: np.ndarray) -> np.ndarray:
+        self.shapes += np.bincount(point, minlength=self.shapes.size)
+        mem = MemoryModel(self.at(point)) if self.per_point else self.mem
+        return np.broadcast_to(np.asarray(mem.total(tiles.astype(float), tile_batch.astype(float)), dtype=float),
+                               point.shape)
+
+
+@dataclass
+class _Slots:
+    """Searches for the largest fitting x per slot: x is G (b = `fixed`) or b (G = `fixed`)."""
+
+    point: np.ndarray
+    fixed: np.ndarray
+    along_tiles: np.ndarray  # True: x is G
+
+    def shape(self, x: np.ndarray, sel: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        along = self.along_tiles[sel]
+        return self.point[sel], np.where(along, x, self.fixed[sel]), np.where(along, self.fixed[sel], x)
+
+
+def largest_fitting(memory: PointMemory, slots: _Slots, hi: np.ndarray) -> np.ndarray:
+    """Per slot, the largest x in [1, hi] (hi < 0: up to 2^40) whose shape fits, given x = 1 fits.
+
+    The memory at x = 1 and 2 gives the local slope; the limit it predicts is checked with the
+    shapes at and one beyond it (memory never falls as x grows, so two checks settle it), and where
+    the slope changed on the way (a different phase's working set takes over) bisection finishes."""
+    k = slots.point.size
+    ok = np.ones(k, dtype=np.int64)
+    bad = np.where(hi >= 0, hi + 1, _SEARCH_LIMIT + 1).astype(np.int64)
+    open_ended = hi < 0
+    room = np.flatnonzero(bad > 2)
+    if room.size:
+        both = np.concatenate([room, room])
+        xs = np.concatenate([np.ones(room.size, np.int64), np.full(room.size, 2, np.int64)])
+        t = memory.total(*slots.shape(xs, both))
+        t1, t2 = t[:room.size], t[room.size:]
+        _record(t2 <= memory.usable, room, xs[room.size:], ok, bad, open_ended)
+        slope = t2 - t1
+        with np.errstate(divide="ignore", invalid="ignore"):
+            guess = np.where(slope > 0, 1 + np.floor((memory.usable - t1) / np.where(slope > 0, slope, 1)), _SEARCH_LIMIT)
+        guess = np.clip(guess, ok[room], bad[room] - 1).astype(np.int64)
+        sel = np.concatenate([room, room])
+        xs = np.concatenate([guess, guess + 1])
+        keep = (xs > ok[sel]) & (xs < bad[sel])
+        _record(memory.fits(*slots.shape(xs[keep], sel[keep])), sel[keep], xs[keep], ok, bad, open_ended)
+    while True:
+        act = np.flatnonzero(bad - ok > 1)
+        if not act.size:
+            return ok
+        mid = np.where(open_ended[act], np.minimum(2 * ok[act], _SEARCH_LIMIT), (ok[act] + bad[act]) // 2)
+        _record(memory.fits(*slots.shape(mid, act)), act, mid, ok, bad, open_ended)
+
+
+def _record(fit: np.ndarray, sel: np.ndarray, xs: np.ndarray, ok: np.ndarray, bad: np.ndarray,
+            open_ended: np.ndarray) -> None:
+    np.maximum.at(ok, sel[fit], xs[fit])
+    np.minimum.at(bad, sel[~fit], xs[~fit])
+    open_ended[sel[~fit]] = False
+    open_ended[sel[fit][xs[fit] >= _SEARCH_LIMIT]] = False
+
+
+def _caps(limits: PointLimits, problem: Problem, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Caps on G*b (from the cap on N = DP*M*G*b) and on b per point; -1 where there is none."""
+    dp = problem.layout.data_parallel
+    cap_n = np.where(limits.max_global_batch > 0, limits.max_global_batch // (dp * m), -1)
+    cap_b = np.where(limits.max_tile_batch > 0, limits.max_tile_batch, -1)
+    return cap_n, cap_b
+
+
+def _min_cap(*caps: np.ndarray) -> np.ndarray:
+    """The smallest of caps where -1 means none (-1 if all are none)."""
+    big = np.iinfo(np.int64).max
+    low = np.minimum.reduce([np.where(c >= 0, c, big) for c in caps])
+    return np.where(low == big, -1, low)
+
+
+def corner_candidates(memory: PointMemory, limits: PointLimits, m: np.ndarray) -> Candidates:
+    """N free: the corners of each point's memory limit (see the module docstring), within the caps,
+    with G or b fixed where the user fixed them."""
+    points = np.arange(m.size)
+    cap_n, cap_b = _caps(limits, memory.problem, m)
+    g_fix = limits.tiles if limits.given("tiles") else np.ones_like(m)
+    b_fix = limits.tile_batch if limits.given("tile_batch") else np.ones_like(m)
+    start = memory.fits(points, g_fix, b_fix) & ((cap_n < 0) | (g_fix * b_fix <= cap_n))
+    p = points[start]
+    if limits.given("tiles") and limits.given("tile_batch"):
+        return Candidates(p, g_fix[p], b_fix[p], m[p])
+    if limits.given("tiles") or limits.given("tile_batch"):
+        along = np.full(p.size, limits.given("tile_batch"))  # b fixed: search G, else search b
+        fixed = np.where(along, b_fix[p], g_fix[p])
+        hi = np.where(along, np.where(cap_n[p] >= 0, cap_n[p] // np.maximum(fixed, 1), -1),
+                      _min_cap(cap_b[p], np.where(cap_n[p] >= 0, cap_n[p] // np.maximum(fixed, 1), -1)))
+        x = largest_fitting(memory, _Slots(p, fixed, along), hi)
+        return Candidates(p, np.where(along, x, fixed), np.where(along, fixed, x), m[p])
+    # the extent of the staircase: n1 = the most tiles of one sequence, b1 = the largest single tile
+    k = p.size
+    ext = largest_fitting(memory, _Slots(np.concatenate([p, p]), np.ones(2 * k, np.int64),
+                                         np.arange(2 * k) < k),
+                          np.concatenate([cap_n[p], _min_cap(cap_b[p], cap_n[p])]))
+    n1, b1 = ext[:k], ext[k:]
+    r = np.floor(np.sqrt(n1)).astype(np.int64)
+    r = r - (r * r > n1) + ((r + 1) * (r + 1) <= n1)
+    tiles_side = _ladder(p, np.maximum(r - 1, 0))  # G = 2..r, search b
+    tile_side = _ladder(p, np.maximum(np.minimum(r, b1) - 1, 0))  # b = 2..min(r, b1), search G
+    row_a, row_b = np.searchsorted(p, tiles_side[0]), np.searchsorted(p, tile_side[0])  # rows of n1, b1
+    slots = _Slots(np.concatenate([tiles_side[0], tile_side[0]]), np.concatenate([tiles_side[1], tile_side[1]]),
+                   np.arange(tiles_side[0].size + tile_side[0].size) >= tiles_side[0].size)
+    hi = np.concatenate([np.minimum(b1[row_a], n1[row_a] // np.maximum(tiles_side[1], 1)),
+                         n1[row_b] // np.maximum(tile_side[1], 1)])
+    x = largest_fitting(memory, slots, hi)
+    return Candidates(np.concatenate([p, p, slots.point]),
+                      np.concatenate([n1, np.ones(k, np.int64), np.where(slots.along_tiles, x, slots.fixed)]),
+                      np.concatenate([np.ones(k, np.int64), b1, np.where(slots.along_tiles, slots.fixed, x)]),
+                      m[np.concatenate([p, p, slots.point])])
+
+
+def _ladder(points: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each point, `count` slots numbered 2, 3, ...: (point per slot, number per slot)."""
+    owner = np.repeat(points, counts)
+    starts = np.repeat(np.cumsum(counts) - counts, counts)
+    return owner, np.arange(owner.size, dtype=np.int64) - starts + 2
+
+
+def factor_candidates(memory: PointMemory, limits: PointLimits) -> Candidates:
+    """N fixed: every M*G*b = N/DP per point within the fixed values and the tile cap, that fits."""
+    dp = memory.problem.layout.data_parallel
+    keys = np.stack([limits.global_batch // dp, limits.micro_batches, limits.tiles, limits.tile_batch,
+                     limits.max_tile_batch], axis=1)
+    unique, inverse = np.unique(keys, axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    parts = []
+    for i, key in enumerate(unique):
+        triples = np.array(_factorisations(*(int(v) for v in key)), dtype=np.int64).reshape(-1, 3)
+        owners = np.flatnonzero(inverse == i)
+        parts.append(Candidates(np.repeat(owners, len(triples)), np.tile(triples[:, 1], owners.size),
+                                np.tile(triples[:, 2], owners.size), np.tile(triples[:, 0], owners.size)))
+    cand = Candidates.join(parts)
+    return cand.where(memory.fits(cand.point, cand.tiles, cand.tile_batch))
+
+
+def _factorisations(per_rank: int, m_fix: int, g_fix: int, b_fix: int, cap_b: int) -> list[tuple[int, int, int]]:
+    """(M, G, b) with M*G*b = per_rank, honouring the fixed values (0: free) and the cap on b."""
+    out = []
+    for m in [m_fix] if m_fix else divisors(per_rank):
+        n = per_rank // m
+        for b in [b_fix] if b_fix else divisors(n):
+            if n % b or (cap_b and b > cap_b) or (g_fix and n // b != g_fix):
+                continue
+            out.append((m, n // b, b))
+    return out
+
+
+def pick(cand: Candidates, tokens_per_s: np.ndarray, points: int, objective: str) -> np.ndarray:
+    """Per point, the index of the chosen candidate (-1 if it has none). Throughput: the highest
+    tokens/s (within TIE_TOLERANCE), then the most tokens per expert (G*b), then the fewest tiles;
+    density: the largest G*b, then the fewest tiles."""
+    chosen = np.full(points, -1, dtype=np.int64)
+    if not cand.point.size:
+        return chosen
+    tied = np.ones(cand.point.size, dtype=bool)
+    if objective == "throughput":
+        best = np.full(points, -np.inf)
+        np.maximum.at(best, cand.point, tokens_per_s)
+        tied = tokens_per_s >= best[cand.point] * (1 - TIE_TOLERANCE)
+    order = np.lexsort((-cand.tiles, cand.tiles * cand.tile_batch, tied, cand.point))
+    last = np.flatnonzero(np.append(cand.point[order][1:] != cand.point[order][:-1], True))
+    chosen[cand.point[order][last]] = order[last]
+    return chosen
+
+
+@dataclass
+class Search:
+    """The candidates of P points with their predicted step times, and the choices among them."""
+
+    cand: Candidates  # fitting candidates only
+    step_time_s: np.ndarray
+    tokens_per_s: np.ndarray
+    chosen: dict[str, np.ndarray]  # "throughput", "density", "g1" (the objective's best with G = 1)
+    objective: str
+    shapes: np.ndarray  # memory evaluations (shapes) per point
+    binding: list[str]
+    tile: list[str]
+
+    @property
+    def best(self) -> np.ndarray:
+        return self.chosen[self.objective]
+
+    def count(self, points: int) -> np.ndarray:
+        return np.bincount(self.cand.point, minlength=points)
+
+    def solution(self, point: int = 0, which: Optional[str] = None) -> Solution:
+        """The choice for one point as a `Solution` (the objective's, or `which`)."""
+        which = which or self.objective
+        i = int(self.chosen[which][point])
+        if i < 0:
+            return Solution(1, 1, False, "memory", "memory", "not even one sequence fits", int(self.shapes[point]),
+                            objective=which)
+        g, b, m = (int(getattr(self.cand, f)[i]) for f in ("tiles", "tile_batch", "micro_batches"))
+        bind, tile = (self.binding[point], self.tile[point]) if which == self.objective else ("", "")
+        return Solution(g, b, True, bind, tile, self._explain(point, i, which), int(self.shapes[point]), m, which,
+                        float(self.tokens_per_s[i]))
+
+    def _explain(self, point: int, i: int, which: str) -> str:
+        c = self.cand
+        shape = f"G = {c.tiles[i]}, b = {c.tile_batch[i]}" + (f", M = {c.micro_batches[i]}" if c.micro_batches[i] > 1 else "")
+        if which == "density":
+            return f"{shape}: the largest G*b that fits, then the largest tile ({self.tokens_per_s[i]:,.0f} tokens/s)"
+        text = (f"{shape}: the fastest of {int(self.count(point + 1)[point])} candidate shapes "
+                f"({self.tokens_per_s[i]:,.0f} tokens/s)")
+        d = int(self.chosen["density"][point])
+        if d != i:
+            text += (f"; the densest, G = {c.tiles[d]}, b = {c.tile_batch[d]}, runs at "
+                     f"{self.tokens_per_s[d]:,.0f} tokens/s")
+        return text
+
+
+def search(problem: Problem, limits: PointLimits, objective: str = "throughput") -> Search:
+    """Every candidate shape of every point of `problem` (its sequence length may be an array of
+    points), the step time of each, and each objective's choice (see the module docstring)."""
+    points = limits.tiles.size
+    memory = PointMemory(problem, points)
+    m = np.where(limits.micro_batches > 0, limits.micro_batches, problem.layout.micro_batches)
+    if limits.given("global_batch"):
+        cand = factor_candidates(memory, limits)
+    else:
+        cand = corner_candidates(memory, limits, m)
+    if cand.point.size:
+        st = step_time(memory.at(cand.point), cand.tiles.astype(float), cand.tile_batch.astype(float),
+                       micro_batches=cand.micro_batches.astype(float))
+        tps = np.broadcast_to(np.asarray(st.tokens_per_s, dtype=float), cand.point.shape)
+        step = np.broadcast_to(np.asarray(st.step_time_s, dtype=float), cand.point.shape)
+    else:
+        tps = step = np.zeros(0)
+    chosen = {o: pick(cand, tps, points, o) for o in OBJECTIVES}
+    untiled = np.flatnonzero(cand.tiles == 1)
+    g1 = pick(cand.where(untiled), tps[untiled], points, objective)
+    chosen["g1"] = np.where(g1 >= 0, untiled[np.maximum(g1, 0)] if untiled.size else -1, -1)
+    binding, tile = _constraints(memory, limits, cand, chosen[objective])
+    return Search(cand, step, tps, chosen, objective, memory.shapes, binding, tile)
+
+
+def _constraints(memory: PointMemory, limits: PointLimits, cand: Candidates,
+                 chosen: np.ndarray) -> tuple[list[str], list[str]]:
+    """Per point: what stops a larger G*b at the chosen shape, and what stops a larger tile b."""
+    points = chosen.size
+    binding, tile = ["memory"] * points, ["memory"] * points
+    p = np.flatnonzero(chosen >= 0)
+    i = chosen[p]
+    g, b = cand.tiles[i], cand.tile_batch[i]
+    m = np.ones(points, dtype=np.int64)
+    m[p] = cand.micro_batches[i]
+    cap_n, cap_b = (c[p] for c in _caps(limits, memory.problem, m))
+    grow_b = limits.given("tiles") and not limits.given("tile_batch")
+    next_g, next_b = np.where(grow_b, g, g + 1), np.where(grow_b, b + 1, b)
+    fits = memory.fits(np.concatenate([p, p]), np.concatenate([next_g, g]), np.concatenate([next_b, b + 1]))
+    grows, wider = fits[:p.size], fits[p.size:]
+    for j, q in enumerate(p):
+        binding[q] = ("global_batch" if limits.given("global_batch") else
+                      "tiles" if limits.given("tiles") and limits.given("tile_batch") else
+                      "max_global_batch" if cap_n[j] >= 0 and next_g[j] * next_b[j] > cap_n[j] else
+                      "max_tile_batch" if grow_b and cap_b[j] >= 0 and next_b[j] > cap_b[j] else
+                      "throughput" if grows[j] else "memory")
+        tile[q] = ("none" if g[j] == 1 else "tile_batch" if limits.given("tile_batch") else
+                   "tiles" if limits.given("tiles") else
+                   "max_tile_batch" if cap_b[j] >= 0 and b[j] + 1 > cap_b[j] else
+                   "throughput" if wider[j] else "memory")
+    return binding, tile
+
+
+def solve(mem: MemoryModel, limits: BatchLimits, objective: Optional[str] = None) -> Solution:
+    """The batch shape of one problem under `objective` (default: the problem's execution's)."""
+    objective = objective or mem.problem.execution.objective
+    if objective == "density":
+        return solve_density(mem, limits)
+    limits.validate(mem.problem.layout.data_parallel)
+    return search(mem.problem, PointLimits.of(limits), objective).solution(0)

@@ -140,13 +140,19 @@ def _plan_table(r: PlanReport) -> Panel:
     t.add_column()
     t.add_row("tiles G", str(p.tiles))
     t.add_row("tile batch b", str(p.tile_batch))
-    t.add_row("global batch G·b", f"{p.global_batch}  ({p.tokens_per_step:,} tokens per step)")
+    t.add_row("global batch G·b", f"{p.global_batch}  ({p.tokens_per_step:,} tokens per micro-batch)")
     te = "EP·G·b·s·k/E" if r.parallelism.expert_parallel > 1 else "G·b·s·k/E"
     t.add_row("tokens per expert", f"{p.tokens_per_expert:,.0f}  (T_e = {te}, uniform routing)")
-    if p.devices > 1:
-        t.add_row("all devices", f"{p.devices} x {p.global_batch} sequences = {p.cluster_tokens_per_step:,} tokens per step")
+    if p.devices > 1 or p.micro_batches > 1:
+        t.add_row("step batch N", f"{p.devices} device(s) x {p.micro_batches} micro-batch(es) x {p.global_batch} = "
+                  f"{p.step_batch} sequences, {p.cluster_tokens_per_step:,} tokens per optimizer step")
+    t.add_row("objective", p.objective)
     t.add_row("binding constraint", f"{p.binding_constraint}; tile limited by {p.tile_constraint}")
     t.add_row("why", p.explanation)
+    if p.alternative is not None:
+        a = p.alternative
+        t.add_row(f"{a.objective} plan", f"G = {a.tiles}, b = {a.tile_batch}" + (f", M = {a.micro_batches}" if a.micro_batches > 1 else "")
+                  + f": {a.tokens_per_s:,.0f} tokens/s, T_e {a.tokens_per_expert:,.0f}")
     t.add_row("memory", Text.assemble(status, f"  {gb(r.memory_bytes['total'])} of {gb(r.memory_bytes['usable_capacity'])} usable"))
     return Panel(t, title="Plan", border_style="green" if p.fits else "red")
 

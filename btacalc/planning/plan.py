@@ -1,5 +1,11 @@
 """`plan`: solve the batch shape for a model on a device and report memory, FLOPs, phases and
-throughput (against G = 1 and against the dense model with the same active parameters)."""
+throughput (against G = 1 and against the dense model with the same active parameters).
+
+One candidate search per problem (`solver.search`) gives the plan under both objectives and the best
+untiled shape; the dense model needs a search of its own. The model itself is evaluated once per
+problem (and once more for the parameter counts): every shape after that is arithmetic on the
+formulas' coefficients.
+"""
 
 from __future__ import annotations
 
@@ -13,10 +19,10 @@ from ..config.hardware import HardwareProfile
 from ..config.model import ModelSpec
 from ..model.memory import MemoryModel, resolve_memory_model
 from ..model.problem import Evaluation, Problem
-from ..model.solver import Solution, solve
+from ..model.solver import PointLimits, Search, Solution, search, solve_density
 from ..model.timing import StepTime, compute_efficiency, step_time
-from .report import (FlopsPerStep, HardwareInfo, Inputs, ModelInfo, ParallelInfo, PhaseRow, PlanInfo, PlanReport,
-                     StateRow, Throughput)
+from .report import (AlternativePlan, FlopsPerStep, HardwareInfo, Inputs, ModelInfo, ParallelInfo, PhaseRow, PlanInfo,
+                     PlanReport, StateRow, Throughput)
 from .suggest import suggestions
 
 
@@ -28,8 +34,13 @@ def make_plan(model: ModelSpec, hardware: HardwareProfile, request: ExecutionReq
 
 def plan_problem(problem: Problem) -> PlanReport:
     """The plan of an already-resolved problem (its memory model resolved)."""
-    mem = MemoryModel(problem)
-    return build_report(problem, mem, solve(mem, problem.execution.limits))
+    limits, objective = problem.execution.limits, problem.execution.objective
+    limits.validate(problem.layout.data_parallel)
+    found = search(problem, PointLimits.of(limits), objective)
+    sol = solve_density(MemoryModel(problem), limits) if objective == "density" else found.solution(0)
+    if sol.micro_batches != problem.layout.micro_batches:
+        problem = problem.with_layout(micro_batches=sol.micro_batches)
+    return build_report(problem, MemoryModel(problem), sol, found)
 
 
 def _rows(pv: PhaseValues, scope: str) -> list[PhaseRow]:
@@ -81,7 +92,8 @@ def _inputs(problem: Problem) -> Inputs:
     return Inputs(
         memory_model=problem.memory_model, seq_len=run.seq_len, recompute=run.recompute, attention=run.attention,
         causal=run.causal, loss=run.loss, accounting=run.accounting, optimizer=run.optimizer,
-        bytes_per_element=run.bytes_per_element, **ex.limits.__dict__, defaults=ex.default_reasons,
+        bytes_per_element=run.bytes_per_element, **ex.limits.__dict__, objective=ex.objective,
+        defaults=ex.default_reasons,
     )
 
 
@@ -94,15 +106,31 @@ def _parallel_info(problem: Problem) -> ParallelInfo:
     )
 
 
-def _plan_info(problem: Problem, sol: Solution, fits: bool) -> PlanInfo:
+def _plan_info(problem: Problem, sol: Solution, fits: bool, found: Search) -> PlanInfo:
     g, b, lay, seq = sol.tiles, sol.tile_batch, problem.layout, problem.run.seq_len
     return PlanInfo(
         tiles=g, tile_batch=b, global_batch=g * b, tokens_per_step=g * b * seq, devices=lay.devices,
         cluster_tokens_per_step=lay.devices * lay.micro_batches * g * b * seq,
         tokens_per_expert=tokens_per_expert(problem.model, seq, g * b, lay.expert_parallel),
         fits=fits, binding_constraint=sol.binding_constraint, tile_constraint=sol.tile_constraint,
-        explanation=sol.explanation, memory_evaluations=sol.evaluations,
+        explanation=sol.explanation, memory_evaluations=sol.evaluations, objective=problem.execution.objective,
+        micro_batches=lay.micro_batches, step_batch=lay.data_parallel * lay.micro_batches * g * b,
+        alternative=_alternative(problem, sol, found),
     )
+
+
+def _alternative(problem: Problem, sol: Solution, found: Search) -> Optional[AlternativePlan]:
+    """The other objective's plan, when it differs from this one."""
+    other = next(o for o in ("throughput", "density") if o != problem.execution.objective)
+    alt = found.solution(0, other)
+    if not alt.fits or (alt.tiles, alt.tile_batch, alt.micro_batches) == (sol.tiles, sol.tile_batch, sol.micro_batches):
+        return None
+    lay, seq, n = problem.layout, problem.run.seq_len, alt.tiles * alt.tile_batch
+    return AlternativePlan(
+        objective=other, tiles=alt.tiles, tile_batch=alt.tile_batch, micro_batches=alt.micro_batches,
+        global_batch=n, step_batch=lay.data_parallel * alt.micro_batches * n,
+        tokens_per_expert=tokens_per_expert(problem.model, seq, n, lay.expert_parallel),
+        tokens_per_s=alt.tokens_per_s or 0.0)
 
 
 def representative_kind(ev: Evaluation) -> tuple[LayerKind, PhaseValues]:
@@ -110,7 +138,7 @@ def representative_kind(ev: Evaluation) -> tuple[LayerKind, PhaseValues]:
     return max(ev.layers, key=lambda kp: kp[0].count)
 
 
-def build_report(problem: Problem, mem: MemoryModel, sol: Solution) -> PlanReport:
+def build_report(problem: Problem, mem: MemoryModel, sol: Solution, found: Search) -> PlanReport:
     ev = problem.evaluate(sol.tiles, sol.tile_batch)
     breakdown = mem.breakdown(sol.tiles, sol.tile_batch)
     kind, pv = representative_kind(ev)
@@ -122,7 +150,7 @@ def build_report(problem: Problem, mem: MemoryModel, sol: Solution) -> PlanRepor
     fwd, bwd, rec = step("flops_fwd"), step("flops_bwd"), step("flops_recompute")
     report = PlanReport(
         model=_model_info(problem, mem), hardware=_hardware_info(problem), inputs=_inputs(problem),
-        parallelism=_parallel_info(problem), plan=_plan_info(problem, sol, sol.fits and breakdown.fits),
+        parallelism=_parallel_info(problem), plan=_plan_info(problem, sol, sol.fits and breakdown.fits, found),
         memory_bytes={"total": breakdown.total, "capacity": breakdown.capacity, "usable_capacity": breakdown.usable,
                       **breakdown.components},
         offchip_bytes=breakdown.offchip,
@@ -135,7 +163,7 @@ def build_report(problem: Problem, mem: MemoryModel, sol: Solution) -> PlanRepor
         outside_layers=outside_rows,
     )
     if report.plan.fits:
-        summary = summarize(problem, mem, sol)
+        summary = summarize(problem, mem, sol, found)
         report.throughput = _throughput(problem, summary)
         phase_time = summary.best_time.phase_time_s
         for row in report.phases:
@@ -178,14 +206,26 @@ def dense_problem(problem: Problem) -> Problem:
     return dense.with_layout(expert_parallel=1)
 
 
-def summarize(problem: Problem, mem: MemoryModel, best: Solution) -> ThroughputSummary:
-    free = problem.execution.limits.free()
-    g1 = solve(mem, replace(free, tiles=1))
+def summarize(problem: Problem, mem: MemoryModel, best: Solution, found: Search) -> ThroughputSummary:
+    """The plan's step time, the best G = 1 plan's and the dense model's best plan's, under the
+    plan's objective. Density: G = 1 and the dense plan free of the user's shape (the design card's
+    comparison); throughput: G = 1 under the user's limits (so the BTA gain is never below 1)."""
+    limits, objective = problem.execution.limits, problem.execution.objective
+    free = limits.free()
     dense = dense_problem(problem)
-    dense_sol = solve(MemoryModel(dense), free)
+    if objective == "density":
+        g1 = solve_density(mem, replace(free, tiles=1))
+        dense_sol = solve_density(MemoryModel(dense), free)
+    else:
+        if limits.tiles is None and limits.tile_batch is None:
+            g1 = found.solution(0, "g1")
+        else:
+            g1 = search(problem, PointLimits.of(replace(limits, tiles=1, tile_batch=None)), objective).solution(0)
+        dense_sol = search(dense, PointLimits.of(free), objective).solution(0)
     best_t = step_time(problem, best.tiles, best.tile_batch)
-    g1_t = step_time(problem, 1, g1.tile_batch) if g1.fits else None
-    dense_t = step_time(dense, dense_sol.tiles, dense_sol.tile_batch) if dense_sol.fits else None
+    g1_t = step_time(problem, 1, g1.tile_batch, micro_batches=g1.micro_batches) if g1.fits else None
+    dense_t = step_time(dense, dense_sol.tiles, dense_sol.tile_batch, micro_batches=dense_sol.micro_batches) \
+        if dense_sol.fits else None
     return ThroughputSummary(best, g1, dense_sol, best_t, g1_t, dense_t)
 
 

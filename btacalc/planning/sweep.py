@@ -23,8 +23,8 @@ from .report import PlanInfo, Throughput
 MODEL_PARAMS = {"experts": "experts", "top-k": "top_k", "expert-ffn": "expert_ffn"}
 RUN_PARAMS = {"seq": "seq_len"}
 LIMIT_PARAMS = {"global-batch": "global_batch", "tiles": "tiles", "tile-batch": "tile_batch",
-                "max-global-batch": "max_global_batch", "max-tile-batch": "max_tile_batch"}
-LAYOUT_PARAMS = {"devices": "devices", "grad-accum": "micro_batches"}
+                "max-global-batch": "max_global_batch", "max-tile-batch": "max_tile_batch", "grad-accum": "micro_batches"}
+LAYOUT_PARAMS = {"devices": "devices"}
 VARIABLES = {**MODEL_PARAMS, **RUN_PARAMS, **LIMIT_PARAMS, **LAYOUT_PARAMS}
 
 
