@@ -189,8 +189,10 @@ class PhaseValues:
 
     def value(self, phase: str, quantity: str) -> Any:
         if quantity == "arithmetic_intensity":
-            num, den = self.value(phase, "flops_fwd"), self.value(phase, "bytes_moved")
-            return 0 if self.compiled.masks[self.compiled.row[(phase, "bytes_moved")]] == 0 else num / den
+            masks, row = self.compiled.masks, self.compiled.row
+            if not masks[row[(phase, "flops_fwd")]] or not masks[row[(phase, "bytes_moved")]]:
+                return 0  # as sympy simplifies 0/x, and x/0 where nothing moves
+            return self.value(phase, "flops_fwd") / self.value(phase, "bytes_moved")
         return self._row(self.compiled.row[(phase, quantity)])
 
     def phase_names(self, scope: str | None = None) -> list[str]:
