@@ -16,7 +16,7 @@ import sympy as sp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from btacalc.catalogue import compiled
+from btacalc.catalogue import cache, compiled
 from btacalc.catalogue.compiled import CompiledSelection, generate_source, load_module
 from btacalc.catalogue.selection import Selection, state_expression
 from btacalc.catalogue.symbols import SYMBOLS
@@ -98,7 +98,7 @@ def test_cache_follows_xdg_cache_home_and_is_reused(tmp_path, monkeypatch):
     sel = _selection()
     load_module(sel)
     files = list((tmp_path / "btacalc" / "compiled").rglob("*.py"))
-    assert len(files) == 1 and files[0].parent.name == compiled.fingerprint()
+    assert len(files) == 1 and files[0].parent.name == cache.fingerprint()
     assert not [p for p in files[0].parent.iterdir() if p.name.startswith(".")]  # no temporary file left
     files[0].write_text(files[0].read_text() + "\nMARK = 1\n")
     assert getattr(load_module(sel), "MARK", None) == 1  # read from the cache, not regenerated
@@ -127,7 +127,7 @@ def test_unwritable_cache_falls_back_to_memory(tmp_path, monkeypatch):
 def test_relative_xdg_cache_home_is_ignored(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")
     monkeypatch.setenv("HOME", str(tmp_path))
-    assert compiled.cache_dir() == tmp_path / ".cache" / "btacalc" / "compiled" / compiled.fingerprint()
+    assert cache.cache_dir() == tmp_path / ".cache" / "btacalc" / "compiled" / cache.fingerprint()
 
 
 def test_fingerprint_changes_with_the_catalogue(tmp_path, monkeypatch):
@@ -135,15 +135,15 @@ def test_fingerprint_changes_with_the_catalogue(tmp_path, monkeypatch):
 
     folder = tmp_path / "formulas"
     shutil.copytree(ROOT / "formulas", folder)
-    monkeypatch.setattr(compiled, "data_dir", lambda name: folder)
-    compiled.fingerprint.cache_clear()
+    monkeypatch.setattr(cache, "data_dir", lambda name: folder)
+    cache.fingerprint.cache_clear()
     try:
-        before = compiled.fingerprint()
+        before = cache.fingerprint()
         (folder / "mlp.toml").write_text((folder / "mlp.toml").read_text() + "\n# edited\n")
-        compiled.fingerprint.cache_clear()
-        assert compiled.fingerprint() != before
+        cache.fingerprint.cache_clear()
+        assert cache.fingerprint() != before
     finally:
-        compiled.fingerprint.cache_clear()
+        cache.fingerprint.cache_clear()
 
 
 def test_plan_json_does_not_import_sympy(tmp_path):

@@ -8,11 +8,10 @@ any batch shape
 
 where c0, c_b, c_G and c_Gb are polynomials in the model's symbols, s and beta. sympy derives them
 once per selection from `Selection.expression` (the single source of truth) and prints them, common
-subexpressions shared, as one Python function (`generate_source`). That module is cached in
-``$XDG_CACHE_HOME/btacalc/compiled/<fingerprint>/`` (default ``~/.cache``), the fingerprint hashing
-the catalogue files and the code that turns them into formulas, so a changed catalogue never reads a
-stale file. Files are written atomically; when the folder cannot be written, the code is compiled in
-memory. Loading a cached module does not import sympy.
+subexpressions shared, as one Python function (`generate_source`). That module is kept in the
+catalogue's cache (`catalogue.cache`: keyed by a fingerprint of the catalogue and of this code,
+written atomically, compiled in memory when the cache cannot be written). Loading a cached module
+does not import sympy.
 
 Evaluation is plain Python arithmetic: exact on ints, elementwise on numpy arrays (the solver's
 candidate shapes, vectorised sweeps). `PhaseValues` computes a value on first use, and sums or
@@ -24,8 +23,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.util
-import os
-import tempfile
 import types
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
@@ -33,8 +30,8 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 import numpy as np
 
 from ..errors import DataError
-from ..paths import data_dir
 from ..vocabulary import ARG_ORDER, QUANTITIES
+from .cache import cache_dir, fingerprint, write_atomic
 from .selection import Selection
 from .terms import Phase
 
@@ -49,34 +46,6 @@ ROW_QUANTITIES: tuple[str, ...] = tuple(q for q in QUANTITIES if q != "arithmeti
 # Monomials G^i b^j of a row, in the order of its coefficients: 1, b, G, G*b.
 MONOMIALS = ((0, 0), (0, 1), (1, 0), (1, 1))
 STATE_COMPONENTS = ("weights", "gradients", "optimizer")
-# The code whose changes alter the generated formulas (besides the catalogue files).
-_GENERATOR_SOURCES = ("catalogue/selection.py", "catalogue/terms.py", "catalogue/compiled.py",
-                      "catalogue/constants.py", "vocabulary.py")
-
-
-@functools.lru_cache(maxsize=1)
-def fingerprint() -> str:
-    """Hash of the formula files and of the code that derives and prints the formulas."""
-    digest = hashlib.sha256(repr((MODEL_ARGS, ROW_QUANTITIES, MONOMIALS)).encode())
-    for path in sorted(data_dir("formulas").glob("*.toml")):
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    package = Path(__file__).resolve().parents[1]
-    for name in _GENERATOR_SOURCES:
-        digest.update(name.encode() + b"\0" + (package / name).read_bytes())
-    return digest.hexdigest()[:24]
-
-
-def cache_dir() -> Optional[Path]:
-    """Where generated modules are kept: $XDG_CACHE_HOME (if absolute, as the XDG spec asks) or
-    ~/.cache, then btacalc/compiled/<fingerprint>. None when there is no home to put it in."""
-    base = os.environ.get("XDG_CACHE_HOME", "")
-    try:
-        root = Path(base) if os.path.isabs(base) else Path.home() / ".cache"
-    except RuntimeError:  # no home directory
-        return None
-    return root / "btacalc" / "compiled" / fingerprint()
-
-
 def _selection_key(selection: Selection) -> str:
     return repr((selection.features, selection.recompute))
 
@@ -129,9 +98,15 @@ class Coefficients:
         self.compiled = compiled
         self.flat = flat
         self._sums: dict[tuple[str, str], tuple[int, tuple[Any, ...]]] = {}
+        self._stacked: dict[str, tuple[int, np.ndarray]] = {}
 
     def at(self, tiles: Any, tile_batch: Any) -> "PhaseValues":
         return PhaseValues(self, tiles, tile_batch)
+
+    def take(self, index: np.ndarray) -> "Coefficients":
+        """The coefficients of points `index` (these hold arrays of points): gathered row by row on
+        first use, sums included, rather than computed again."""
+        return _Gathered(self, index)
 
     def row(self, r: int) -> tuple[int, tuple[Any, ...]]:
         return self.compiled.masks[r], self.flat[4 * r:4 * r + 4]
@@ -149,11 +124,57 @@ class Coefficients:
             self._sums[key] = (mask, tuple(total))
         return self._sums[key]
 
+    def stacked(self, quantity: str) -> tuple[int, np.ndarray]:
+        """The rows of `quantity` (every phase, identically zero ones left out) as one float array of
+        shape (4, rows, ...): what an array of shapes needs to take their maximum in a few operations.
+        Exact while the values stay below 2^53 (bytes and FLOPs of one shape do)."""
+        if quantity not in self._stacked:
+            rows = self.rows(quantity)
+            mask = 0
+            for r in rows:
+                mask |= self.compiled.masks[r]
+            coefs = [self.row(r)[1] for r in rows] or [(0, 0, 0, 0)]
+            shape = np.broadcast_shapes(*(np.shape(c) for row in coefs for c in row))
+            stack = np.array([[np.broadcast_to(np.asarray(row[i], dtype=float), shape) for row in coefs]
+                              for i in range(4)])
+            self._stacked[quantity] = (mask, stack)
+        return self._stacked[quantity]
+
     def rows(self, quantity: str, names: Optional[list[str]] = None) -> list[int]:
         """Rows of `quantity` over `names` (default every phase) that are not identically zero."""
         compiled = self.compiled
         names = names if names is not None else [p.name for p in compiled.phases]
         return [r for r in (compiled.row[(n, quantity)] for n in names) if compiled.masks[r]]
+
+
+class _Gathered(Coefficients):
+    """`Coefficients.take`: rows and sums of the parent at some of its points, gathered lazily."""
+
+    def __init__(self, parent: Coefficients, index: np.ndarray):
+        super().__init__(parent.compiled, ())
+        self.parent, self.index = parent, index
+        self._rows: dict[int, tuple[int, tuple[Any, ...]]] = {}
+
+    def _gather(self, row: tuple[int, tuple[Any, ...]]) -> tuple[int, tuple[Any, ...]]:
+        mask, c = row
+        return mask, tuple(v[self.index] if isinstance(v, np.ndarray) and v.ndim else v for v in c)
+
+    def row(self, r: int) -> tuple[int, tuple[Any, ...]]:
+        if r not in self._rows:
+            self._rows[r] = self._gather(self.parent.row(r))
+        return self._rows[r]
+
+    def summed(self, quantity: str, scope: str) -> tuple[int, tuple[Any, ...]]:
+        key = (quantity, scope)
+        if key not in self._sums:
+            self._sums[key] = self._gather(self.parent.summed(quantity, scope))
+        return self._sums[key]
+
+    def stacked(self, quantity: str) -> tuple[int, np.ndarray]:
+        if quantity not in self._stacked:
+            mask, stack = self.parent.stacked(quantity)
+            self._stacked[quantity] = (mask, stack[..., self.index] if stack.ndim > 2 else stack)
+        return self._stacked[quantity]
 
 
 def affine(mask: int, c: tuple[Any, ...], tiles: Any, tile_batch: Any, n: Any) -> Any:
@@ -203,6 +224,11 @@ class PhaseValues:
         return affine(*self.coefficients.summed(quantity, scope), self.tiles, self.tile_batch, self.n)
 
     def max(self, quantity: str, names: list[str] | None = None) -> Any:
+        if names is None and (isinstance(self.tiles, np.ndarray) or isinstance(self.tile_batch, np.ndarray)):
+            mask, stack = self.coefficients.stacked(quantity)  # arrays of shapes: all phases at once
+            if stack.ndim == 2:  # one coefficient per row: a column of rows against the shapes
+                stack = stack.reshape(stack.shape + (1,) * np.ndim(self.n))
+            return np.max(affine(mask, tuple(stack), self.tiles, self.tile_batch, self.n), axis=0)
         vals = [self._row(r) for r in self.coefficients.rows(quantity, names)] or [0]
         if any(isinstance(v, np.ndarray) for v in vals):
             return np.maximum.reduce(np.broadcast_arrays(*vals))
@@ -230,7 +256,7 @@ def load_module(selection: Selection) -> types.ModuleType:
             return module
     source = generate_source(selection)
     if path is not None:
-        _write_atomic(path, source)
+        write_atomic(path, source.encode("utf-8"))
     module = types.ModuleType(f"btacalc.catalogue.generated.{name}")
     exec(compile(source, f"<btacalc generated {name}>", "exec"), module.__dict__)
     return module
@@ -249,25 +275,6 @@ def _import_file(path: Path, name: str) -> Optional[types.ModuleType]:
         return module
     except Exception:  # a damaged cache file is regenerated, never trusted
         return None
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    """Write `text` to `path` through a temporary file in the same folder; give up quietly (the
-    caller compiles in memory) when the folder cannot be written."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".tmp", dir=path.parent)
-    except OSError:
-        return
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except OSError:
-        pass
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def _coefficients_of(expr: "sp.Expr", where: str) -> list["sp.Expr"]:

@@ -160,7 +160,20 @@ class Phase(BaseModel):
 
 @functools.lru_cache(maxsize=1)
 def load_catalogue() -> tuple[Phase, ...]:
-    """Read every phase file in ``formulas/``; phases sorted by their `order`."""
+    """Every phase of ``formulas/``, sorted by `order`: validated once, then read from the cache
+    (`catalogue.cache`, keyed by a fingerprint of the files)."""
+    from . import cache
+
+    cached = cache.load_pickle("catalogue")
+    if isinstance(cached, tuple) and cached and all(isinstance(p, Phase) for p in cached):
+        return cached
+    phases = _read_catalogue()
+    cache.store_pickle("catalogue", phases)
+    return phases
+
+
+def _read_catalogue() -> tuple[Phase, ...]:
+    """Read and validate every phase file in ``formulas/``; phases sorted by their `order`."""
     folder = data_dir("formulas")
     phases: list[Phase] = []
     for path in sorted(folder.glob("*.toml")):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import sys
 
 import typer
-from rich.table import Table
 
 from ..errors import BtacalcError
 from .console import out
@@ -33,6 +32,8 @@ def measure(
     except ImportError:
         raise BtacalcError("btacalc measure needs PyTorch: pip install 'btacalc[measure]'") from None
     from ..config.presets import resolve_model
+    from rich.table import Table
+
     from ..output.tables import si
     from ..torchref.accuracy import compare_layer
 

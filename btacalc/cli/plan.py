@@ -145,7 +145,7 @@ def sweep(
     if sys.stderr.isatty() and total > 1:
         from rich.progress import Progress
 
-        with Progress(console=err, transient=True) as bar:
+        with Progress(console=err.get(), transient=True) as bar:
             task = bar.add_task("solving", total=total)
             result = run_sweep(spec, profile, request, grid, fixed_active, progress=lambda n: bar.advance(task, n))
     else:
