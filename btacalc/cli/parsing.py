@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from ..errors import BtacalcError
 from ..planning.sweep import VARIABLES
 
 
-def parse_values(spec: str, flag: str = "--vary") -> list[int]:
-    """'a,b,c' or 'start:stop:step' (inclusive) or 'start:stop:xF' (geometric, factor F); positive
-    integers. `flag` names the option in error messages."""
+def parse_values(spec: str, flag: str = "--vary") -> Sequence[int]:
+    """'a,b,c' or 'start:stop:step' (inclusive; a `range`, never built in memory) or 'start:stop:xF'
+    (geometric, factor F); positive integers. `flag` names the option in error messages."""
     def num(text: str) -> int:
         try:
             v = int(text)
@@ -34,15 +36,15 @@ def parse_values(spec: str, flag: str = "--vary") -> list[int]:
                 values.append(v)
                 v *= factor
             return values
-        return list(range(start, stop + 1, num(parts[2])))
+        return range(start, stop + 1, num(parts[2]))
     values = [num(x) for x in spec.split(",") if x.strip()]
     if not values:
         raise BtacalcError(f"{flag} {spec!r} gives no values")
     return values
 
 
-def parse_vary(items: list[str]) -> dict[str, list[int]]:
-    grid: dict[str, list[int]] = {}
+def parse_vary(items: list[str]) -> dict[str, Sequence[int]]:
+    grid: dict[str, Sequence[int]] = {}
     for item in items:
         if "=" not in item:
             raise BtacalcError(f"--vary {item!r} must look like NAME=VALUES (e.g. experts=16,32,64)")

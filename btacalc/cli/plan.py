@@ -10,7 +10,8 @@ from typing import Optional
 import typer
 
 from ..errors import BtacalcError
-from .console import err, out
+from .console import out
+from .progress import progress
 from .options import (Accounting, AccountingOpt, Attention, AttentionOpt, CausalOpt, DevicesOpt, EpOpt, ExpertFfnOpt,
                       ExpertsOpt, FixedActiveOpt, GpusPerNodeOpt, GradAccumOpt, HwOpt, Loss, LossOpt, MemoryModelChoice,
                       MemoryModelOpt, ModelOpt, Objective, ObjectiveOpt, OutputOpt, OverlapA2aOpt, OverlapOpt, Recompute,
@@ -114,43 +115,45 @@ def sweep(
     gpus_per_node: Optional[int] = GpusPerNodeOpt,
     overlap_a2a: bool = OverlapA2aOpt,
     grad_accum: Optional[int] = GradAccumOpt,
-    as_json: bool = typer.Option(False, "--json", help="Print {points: [...]} as JSON on stdout."),
+    objective: Optional[Objective] = ObjectiveOpt,
+    max_points: Optional[int] = typer.Option(None, "--max-points", min=1, help="Allow a grid of up to this many "
+                                             "points (grids above 1,000,000 are refused without it, before any work)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress line on stderr."),
+    as_json: bool = typer.Option(False, "--json", help="Print {points: [...]} as JSON on stdout (streamed)."),
     output: Optional[Path] = OutputOpt,
     csv_path: Optional[Path] = typer.Option(None, "--csv", help="Write one CSV row per point to this file."),
     plot_path: Optional[str] = typer.Option(None, "--plot", help="Draw relative throughput to FILE.png or .svg "
                                             "(needs btacalc[plot])."),
 ) -> int:
-    """Sweep model or run parameters; each point solved at G = 1 and at the solver's G."""
+    """Sweep model or run parameters; every point solved as plan solves it (its G, b and M, and G = 1).
+
+    Points are solved and written in blocks, so output starts early and memory stays bounded. Invalid
+    points (e.g. --top-k above --experts) are listed on stderr; exit code 2 when no point is valid.
+    """
     from ..config.execution import BatchLimits, ExecutionRequest
     from ..config.hardware import resolve_hardware
     from ..config.presets import resolve_model
-    from ..output.csvfiles import sweep_csv
-    from ..output.plots import sweep_plot
-    from ..output.tables import sweep_renderable
-    from ..planning.sweep import run_sweep
+    from ..planning.sweep import Grid, iter_sweep
     from .parsing import parse_vary
 
-    grid = parse_vary(vary)
+    grid = Grid.of(parse_vary(vary))
+    grid.check(max_points)
     spec, profile = resolve_model(model), resolve_hardware(hw)
-    if fixed_active and "top-k" not in grid:
+    if fixed_active and "top-k" not in grid.names:
         raise BtacalcError("{fixed_active} needs --vary top-k=...")
     request = ExecutionRequest(
         seq_len=seq, recompute=value(recompute), attention=value(attention), causal=causal, loss=value(loss),
         accounting=accounting.value, overlap_streaming=overlap, devices=devices, expert_parallel=ep,
-        zero_stage=zero, devices_per_node=gpus_per_node, overlap_all_to_all=overlap_a2a,
+        zero_stage=zero, devices_per_node=gpus_per_node, overlap_all_to_all=overlap_a2a, objective=value(objective),
         limits=BatchLimits(micro_batches=grad_accum))
-    total = 1
-    for values in grid.values():
-        total *= len(values)
-    if sys.stderr.isatty() and total > 1:
-        from rich.progress import Progress
+    from .sweeping import SweepOutputs
 
-        with Progress(console=err.get(), transient=True) as bar:
-            task = bar.add_task("solving", total=total)
-            result = run_sweep(spec, profile, request, grid, fixed_active, progress=lambda n: bar.advance(task, n))
-    else:
-        result = run_sweep(spec, profile, request, grid, fixed_active)
-    emit_result(result, as_json, output, csv_path, sweep_csv, plot_path, sweep_plot, sweep_renderable)
+    with SweepOutputs(grid, spec.name, profile.name, fixed_active, as_json, output, csv_path, plot_path) as outputs:
+        with progress(grid.size, "solving", quiet) as advance:
+            for block in iter_sweep(spec, profile, request, grid, fixed_active, max_points):
+                outputs.block(block)
+                advance(len(block))
+        outputs.finish()
     return 0
 
 

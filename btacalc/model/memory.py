@@ -128,9 +128,12 @@ def resolve_memory_model(problem: Problem) -> Problem:
     resident (GPU)."""
     if problem.run.memory_model != "auto":
         return problem
-    if problem.hardware.family == "wse":
-        resident = problem.with_run(memory_model="resident")
-        if MemoryModel(resident).fits(1, 1):
-            return resident
-        return problem.with_run(memory_model="weight_streaming")
-    return problem.with_run(memory_model="resident")
+    return problem.with_run(memory_model="resident" if auto_resident(problem) else "weight_streaming")
+
+
+def auto_resident(problem: Problem) -> Any:
+    """Whether "auto" keeps the training state resident (see `resolve_memory_model`): a bool, or a bool
+    array when the problem's sequence length is an array of points."""
+    if problem.hardware.family != "wse":
+        return True
+    return MemoryModel(problem.with_run(memory_model="resident")).fits(1, 1)

@@ -150,6 +150,13 @@ class Problem:
             self._cache[key] = ev
         return ev
 
+    def at_points(self, index: np.ndarray) -> "Problem":
+        """The problem of points `index` of this one, whose sequence length is an array of points: the
+        formulas' coefficients are gathered from this problem's, not computed again."""
+        sub = self.with_run(seq_len=np.asarray(self.run.seq_len)[index])
+        sub._cache[("coefficients", "run")] = tuple(c.take(index) for c in self.coefficients())
+        return sub
+
     def with_run(self, **changes: Any) -> "Problem":
         return Problem(self.model, self.hardware, replace(self.execution, run=replace(self.run, **changes)))
 

@@ -14,7 +14,7 @@ That is O(log n + d(n)) memory evaluations, never a blind enumeration of (G, b).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Callable, Optional
 
 import numpy as np
@@ -240,7 +240,7 @@ class PointLimits:
                       for name in cls.__dataclass_fields__})
 
     def given(self, name: str) -> bool:
-        return bool(getattr(self, name).any())
+        return bool(getattr(self, name).any())  # small arrays: cheaper than caching on a frozen dataclass
 
 
 @dataclass(frozen=True)
@@ -274,9 +274,7 @@ class PointMemory:
 
     def at(self, point: np.ndarray) -> Problem:
         """The problem of the candidates' points (one sequence length per candidate)."""
-        if not self.per_point:
-            return self.problem
-        return self.problem.with_run(seq_len=np.asarray(self.problem.run.seq_len)[point])
+        return self.problem.at_points(point) if self.per_point else self.problem
 
     def fits(self, point: np.ndarray, tiles: np.ndarray, tile_batch: np.ndarray) -> np.ndarray:
         if not point.size or not self.mem.offchip_fits:
@@ -306,31 +304,37 @@ class _Slots:
         return self.point[sel], np.where(along, x, self.fixed[sel]), np.where(along, self.fixed[sel], x)
 
 
+# Secant steps before bisection finishes: memory is convex and piecewise linear in G (and in b), so a
+# step lands on the limit unless another phase's working set takes over on the way.
+_SECANT_STEPS = 6
+
+
 def largest_fitting(memory: PointMemory, slots: _Slots, hi: np.ndarray) -> np.ndarray:
     """Per slot, the largest x in [1, hi] (hi < 0: up to 2^40) whose shape fits, given x = 1 fits.
 
-    The memory at x = 1 and 2 gives the local slope; the limit it predicts is checked with the
-    shapes at and one beyond it (memory never falls as x grows, so two checks settle it), and where
-    the slope changed on the way (a different phase's working set takes over) bisection finishes."""
+    Each step evaluates the memory at x and x + 1: x fitting and x + 1 not settles the slot; else the
+    line through the two predicts the limit. Memory never falls as x grows (what makes the answer
+    well defined) and is convex (a working set that takes over grows faster), so the prediction never
+    falls short, and lands on the limit once on its linear piece. Bisection finishes what the steps
+    leave open."""
     k = slots.point.size
-    ok = np.ones(k, dtype=np.int64)
-    bad = np.where(hi >= 0, hi + 1, _SEARCH_LIMIT + 1).astype(np.int64)
+    ok = np.ones(k, dtype=np.int64)  # largest x known to fit
+    bad = np.where(hi >= 0, hi + 1, _SEARCH_LIMIT + 1).astype(np.int64)  # smallest x known not to fit (or beyond)
     open_ended = hi < 0
-    room = np.flatnonzero(bad > 2)
-    if room.size:
-        both = np.concatenate([room, room])
-        xs = np.concatenate([np.ones(room.size, np.int64), np.full(room.size, 2, np.int64)])
-        t = memory.total(*slots.shape(xs, both))
-        t1, t2 = t[:room.size], t[room.size:]
-        _record(t2 <= memory.usable, room, xs[room.size:], ok, bad, open_ended)
-        slope = t2 - t1
+    x = np.ones(k, dtype=np.int64)
+    for _ in range(_SECANT_STEPS):
+        act = np.flatnonzero(bad - ok > 1)
+        if not act.size:
+            return ok
+        xa = x[act]
+        sel, xs = np.concatenate([act, act]), np.concatenate([xa, xa + 1])
+        t = memory.total(*slots.shape(xs, sel))
+        _record(t <= memory.usable, sel, xs, ok, bad, open_ended)
+        t0, slope = t[:act.size], t[act.size:] - t[:act.size]
         with np.errstate(divide="ignore", invalid="ignore"):
-            guess = np.where(slope > 0, 1 + np.floor((memory.usable - t1) / np.where(slope > 0, slope, 1)), _SEARCH_LIMIT)
-        guess = np.clip(guess, ok[room], bad[room] - 1).astype(np.int64)
-        sel = np.concatenate([room, room])
-        xs = np.concatenate([guess, guess + 1])
-        keep = (xs > ok[sel]) & (xs < bad[sel])
-        _record(memory.fits(*slots.shape(xs[keep], sel[keep])), sel[keep], xs[keep], ok, bad, open_ended)
+            guess = np.where(slope > 0, xa + np.floor((memory.usable - t0) / np.where(slope > 0, slope, 1)),
+                             _SEARCH_LIMIT)
+        x[act] = np.clip(np.nan_to_num(guess, nan=_SEARCH_LIMIT), ok[act], bad[act] - 1)
     while True:
         act = np.flatnonzero(bad - ok > 1)
         if not act.size:
@@ -468,33 +472,49 @@ class Search:
     shapes: np.ndarray  # memory evaluations (shapes) per point
     binding: list[str]
     tile: list[str]
+    counts: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # candidates per point
+    # per point without a fitting shape, the shape reported as not fitting (as the density search
+    # reports it): G and b as fixed (else 1), and M as fixed, else N/(DP*G*b) with N fixed, else 1
+    fallback: tuple[np.ndarray, np.ndarray, np.ndarray] = (np.ones(0, np.int64),) * 3
 
     @property
     def best(self) -> np.ndarray:
         return self.chosen[self.objective]
 
-    def count(self, points: int) -> np.ndarray:
-        return np.bincount(self.cand.point, minlength=points)
+    def shapes_of(self, which: Optional[str] = None) -> tuple[np.ndarray, ...]:
+        """Per point, the choice of `which` (default the objective): fits, G, b, M, tokens/s (a point
+        without a fitting shape: 1, 1, 1, nan)."""
+        i = self.chosen[which or self.objective]
+        fits = i >= 0
+        j = np.maximum(i, 0)
+        pick = lambda a, default: np.where(fits, a[j] if a.size else default, default)  # noqa: E731
+        c, (g, b, m) = self.cand, self.fallback
+        return (fits, pick(c.tiles, g), pick(c.tile_batch, b), pick(c.micro_batches, m),
+                pick(self.tokens_per_s, np.nan))
 
     def solution(self, point: int = 0, which: Optional[str] = None) -> Solution:
         """The choice for one point as a `Solution` (the objective's, or `which`)."""
         which = which or self.objective
         i = int(self.chosen[which][point])
         if i < 0:
-            return Solution(1, 1, False, "memory", "memory", "not even one sequence fits", int(self.shapes[point]),
-                            objective=which)
+            g, b, m = (int(a[point]) for a in self.fallback)
+            return Solution(g, b, False, "memory", "memory", "not even one sequence fits",
+                            int(self.shapes[point]), m, which)
         g, b, m = (int(getattr(self.cand, f)[i]) for f in ("tiles", "tile_batch", "micro_batches"))
         bind, tile = (self.binding[point], self.tile[point]) if which == self.objective else ("", "")
-        return Solution(g, b, True, bind, tile, self._explain(point, i, which), int(self.shapes[point]), m, which,
+        return Solution(g, b, True, bind, tile, self.explain(point, which), int(self.shapes[point]), m, which,
                         float(self.tokens_per_s[i]))
 
-    def _explain(self, point: int, i: int, which: str) -> str:
+    def explain(self, point: int, which: Optional[str] = None) -> str:
+        which = which or self.objective
+        i = int(self.chosen[which][point])
+        if i < 0:
+            return "not even one sequence fits"
         c = self.cand
         shape = f"G = {c.tiles[i]}, b = {c.tile_batch[i]}" + (f", M = {c.micro_batches[i]}" if c.micro_batches[i] > 1 else "")
         if which == "density":
             return f"{shape}: the largest G*b that fits, then the largest tile ({self.tokens_per_s[i]:,.0f} tokens/s)"
-        text = (f"{shape}: the fastest of {int(self.count(point + 1)[point])} candidate shapes "
-                f"({self.tokens_per_s[i]:,.0f} tokens/s)")
+        text = f"{shape}: the fastest of {self.counts[point]} candidate shapes ({self.tokens_per_s[i]:,.0f} tokens/s)"
         d = int(self.chosen["density"][point])
         if d != i:
             text += (f"; the densest, G = {c.tiles[d]}, b = {c.tile_batch[d]}, runs at "
@@ -524,7 +544,17 @@ def search(problem: Problem, limits: PointLimits, objective: str = "throughput")
     g1 = pick(cand.where(untiled), tps[untiled], points, objective)
     chosen["g1"] = np.where(g1 >= 0, untiled[np.maximum(g1, 0)] if untiled.size else -1, -1)
     binding, tile = _constraints(memory, limits, cand, chosen[objective])
-    return Search(cand, step, tps, chosen, objective, memory.shapes, binding, tile)
+    return Search(cand, step, tps, chosen, objective, memory.shapes, binding, tile,
+                  np.bincount(cand.point, minlength=points), _fallback(problem, limits, m))
+
+
+def _fallback(problem: Problem, limits: PointLimits, m: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    g = np.where(limits.tiles > 0, limits.tiles, 1)
+    b = np.where(limits.tile_batch > 0, limits.tile_batch, 1)
+    if limits.given("global_batch"):
+        per_rank = limits.global_batch // problem.layout.data_parallel
+        m = np.where(limits.micro_batches > 0, limits.micro_batches, np.maximum(per_rank // (g * b), 1))
+    return g, b, m
 
 
 def _constraints(memory: PointMemory, limits: PointLimits, cand: Candidates,
@@ -542,16 +572,16 @@ def _constraints(memory: PointMemory, limits: PointLimits, cand: Candidates,
     next_g, next_b = np.where(grow_b, g, g + 1), np.where(grow_b, b + 1, b)
     fits = memory.fits(np.concatenate([p, p]), np.concatenate([next_g, g]), np.concatenate([next_b, b + 1]))
     grows, wider = fits[:p.size], fits[p.size:]
-    for j, q in enumerate(p):
-        binding[q] = ("global_batch" if limits.given("global_batch") else
-                      "tiles" if limits.given("tiles") and limits.given("tile_batch") else
-                      "max_global_batch" if cap_n[j] >= 0 and next_g[j] * next_b[j] > cap_n[j] else
-                      "max_tile_batch" if grow_b and cap_b[j] >= 0 and next_b[j] > cap_b[j] else
-                      "throughput" if grows[j] else "memory")
-        tile[q] = ("none" if g[j] == 1 else "tile_batch" if limits.given("tile_batch") else
-                   "tiles" if limits.given("tiles") else
-                   "max_tile_batch" if cap_b[j] >= 0 and b[j] + 1 > cap_b[j] else
-                   "throughput" if wider[j] else "memory")
+    given = {n: limits.given(n) for n in ("global_batch", "tiles", "tile_batch")}
+    bind = np.select([np.full(p.size, given["global_batch"]), np.full(p.size, given["tiles"] and given["tile_batch"]),
+                      (cap_n >= 0) & (next_g * next_b > cap_n), grow_b & (cap_b >= 0) & (next_b > cap_b), grows],
+                     ["global_batch", "tiles", "max_global_batch", "max_tile_batch", "throughput"], "memory")
+    wide = np.select([g == 1, np.full(p.size, given["tile_batch"]), np.full(p.size, given["tiles"]),
+                      (cap_b >= 0) & (b + 1 > cap_b), wider],
+                     ["none", "tile_batch", "tiles", "max_tile_batch", "throughput"], "memory")
+    for values, out in ((bind, binding), (wide, tile)):
+        for q, v in zip(p.tolist(), values.tolist()):
+            out[q] = v
     return binding, tile
 
 

@@ -76,17 +76,18 @@ def sweep_renderable(result) -> Table:
     names = list(result.points[0].params) if result.points else []
     for n in names:
         t.add_column(n, justify="right")
-    for c in ("G", "b", "T_e", "tokens/s", "vs dense", "G=1 b", "G=1 vs dense", "BTA gain"):
+    for c in ("G", "b", "M", "T_e", "tokens/s", "vs dense", "G=1 b", "G=1 vs dense", "BTA gain"):
         t.add_column(c, justify="right")
     for p in result.points:
         cells = [str(p.params[n]) for n in names]
         th = p.throughput
         if th is None:
-            t.add_row(*cells, *(["-"] * 7), p.error or "does not fit")
+            t.add_row(*cells, *(["-"] * 8), p.error or "does not fit")
             continue
         gain = th.tokens_per_s / th.tokens_per_s_g1 if th.tokens_per_s_g1 else None
         fmt = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
-        t.add_row(*cells, str(p.plan.tiles), str(p.plan.tile_batch), f"{p.plan.tokens_per_expert:,.0f}",
+        t.add_row(*cells, str(p.plan.tiles), str(p.plan.tile_batch), str(p.plan.micro_batches),
+                  f"{p.plan.tokens_per_expert:,.0f}",
                   f"{th.tokens_per_s:,.0f}", fmt(th.relative_to_dense), str(th.tile_batch_g1 or "-"),
                   fmt(th.relative_to_dense_g1), fmt(gain) + "x" if gain else "-")
     return t
