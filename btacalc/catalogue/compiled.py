@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import numpy as np
 
+from .. import profiling
 from ..errors import DataError
 from ..vocabulary import ARG_ORDER, QUANTITIES
 from .cache import cache_dir, fingerprint, write_atomic
@@ -79,6 +80,7 @@ class CompiledSelection:
         missing = [n for n in MODEL_ARGS if n not in values]
         if missing:
             raise ValueError(f"values missing for symbols {missing}")
+        profiling.count("model evaluations")
         return Coefficients(self, self._coefficients(*(values[n] for n in MODEL_ARGS)))
 
     def evaluate(self, values: dict[str, Any]) -> "PhaseValues":

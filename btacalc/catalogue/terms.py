@@ -82,7 +82,9 @@ def matches(when: When, features: dict[str, Any]) -> bool:
 class Term(BaseModel):
     """One tensor or matmul: an expression, what it counts and where it comes from."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # defer_build: the catalogue is normally read back from the cache, unvalidated; the validator is
+    # built only when the TOML files are read
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     q: Literal[BASE_QUANTITIES]  # type: ignore[valid-type]  # a Literal built from the vocabulary tuple
     expr: str
@@ -125,7 +127,7 @@ class Phase(BaseModel):
     """A phase of a decoder layer (scope 'layer'), a part outside the layers (scope 'model') or the
     per-parameter training state (scope 'state')."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     name: str
     order: int

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Optional
 
 import typer
 
 from ..errors import BtacalcError
-from .console import out
+from .console import err, out
 from .progress import progress
 from .options import (Accounting, AccountingOpt, Attention, AttentionOpt, CausalOpt, DevicesOpt, EpOpt, ExpertFfnOpt,
                       ExpertsOpt, FixedActiveOpt, GpusPerNodeOpt, GradAccumOpt, HwOpt, Loss, LossOpt, MemoryModelChoice,
@@ -64,35 +65,61 @@ def plan(
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON on stdout."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the plan JSON to this file (atomically)."),
     schema: bool = typer.Option(False, "--schema", help="Print the JSON schema of the plan and exit."),
+    profile: bool = typer.Option(False, "--profile", help="Print on stderr how many times the model was evaluated "
+                                 "and where the time went."),
 ) -> int:
     """Choose G and b for a model on a device; show parameters, memory, FLOPs and phases.
 
     Exit code 0 when the plan fits, 1 when it does not (the plan and what would fit are still shown),
     2 on bad input.
     """
-    from ..config.execution import BatchLimits, ExecutionRequest
-    from ..config.hardware import resolve_hardware
-    from ..config.presets import resolve_model
-    from ..planning.plan import make_plan
-    from ..planning.report import PlanReport
+    from .. import profiling
+
+    profiling.reset()  # count this command only (tests run many in one process)
+    profiling.seconds["start-up (btacalc and the command line)"] = time.perf_counter() - profiling.STARTED
+    with profiling.stage("imports (numpy, pydantic models, the model)"):
+        from ..config.execution import BatchLimits, ExecutionRequest
+        from ..config.hardware import resolve_hardware
+        from ..config.presets import resolve_model
+        from ..planning.plan import make_plan
+        from ..planning.report import PlanReport
 
     if schema:
         sys.stdout.write(json.dumps(PlanReport.model_json_schema(), indent=2) + "\n")
         return 0
-    spec = resolve_model(model).with_overrides(experts, top_k, expert_ffn, fixed_active)
+    with profiling.stage("resolve"):
+        spec = resolve_model(model).with_overrides(experts, top_k, expert_ffn, fixed_active)
+        profile_hw = resolve_hardware(hw)
     request = ExecutionRequest(
         seq_len=seq, recompute=value(recompute), attention=value(attention), causal=causal, loss=value(loss),
         accounting=accounting.value, memory_model=value(memory_model), overlap_streaming=overlap,
         devices=devices, expert_parallel=ep, zero_stage=zero, devices_per_node=gpus_per_node,
         overlap_all_to_all=overlap_a2a, objective=value(objective),
         limits=BatchLimits(global_batch, tiles, tile_batch, max_global_batch, max_tile_batch, grad_accum))
-    report = make_plan(spec, resolve_hardware(hw), request)
-    emit_json(report.model_dump_json(indent=2), as_json, output)
-    if not as_json:
-        from ..output.tables import plan_renderable
+    report = make_plan(spec, profile_hw, request)
+    with profiling.stage("output"):
+        emit_json(report.model_dump_json(indent=2), as_json, output)
+        if not as_json:
+            from ..output.tables import plan_renderable
 
-        out.print(plan_renderable(report))
+            out.print(plan_renderable(report))
+    if profile:
+        _print_profile()
     return 0 if report.plan.fits else 1
+
+
+def _print_profile() -> None:
+    from .. import profiling
+
+    total = time.perf_counter() - profiling.STARTED
+    c = profiling.counts
+    lines = [f"model evaluations {c['model evaluations']} (calls of the generated formulas: one per problem and "
+             f"sequence length, i.e. the plan and its dense reference, each with its parameter counts), batch shapes evaluated "
+             f"{c['shapes evaluated']:,}, candidate searches {c['candidate searches']}, density searches "
+             f"{c['density searches']}, step-time passes {c['step-time passes']}",
+             ", ".join(f"{name} {1e3 * s:.1f} ms" for name, s in profiling.seconds.items()) + f"; total {1e3 * total:.1f} ms"]
+    for line in lines:
+        err.print(f"btacalc profile: {line}", highlight=False, markup=False, soft_wrap=True)
 
 
 def sweep(

@@ -17,6 +17,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from .. import profiling
 from ..catalogue.compiled import Coefficients, CompiledSelection, PhaseValues, compile_selection
 from ..catalogue.selection import Selection
 from ..catalogue.terms import Phase
@@ -143,7 +144,9 @@ class Problem:
         key = (tiles, tile_batch, seq_len)
         if scalar and key in self._cache:
             return self._cache[key]
-        self.evaluations[1] += int(np.size(tiles * tile_batch))
+        shapes = int(np.size(tiles * tile_batch))
+        self.evaluations[1] += shapes
+        profiling.count("shapes evaluated", shapes)
         ev = Evaluation([(kind, coefs.at(tiles, tile_batch))
                          for (kind, _), coefs in zip(self.kinds, self.coefficients(seq_len))])
         if scalar:
@@ -158,7 +161,13 @@ class Problem:
         return sub
 
     def with_run(self, **changes: Any) -> "Problem":
-        return Problem(self.model, self.hardware, replace(self.execution, run=replace(self.run, **changes)))
+        """The problem under other run options. Options the formulas do not read (the memory model,
+        streaming overlap) keep this problem's evaluations: the values are the same."""
+        run = replace(self.run, **changes)
+        execution = replace(self.execution, run=run)
+        if set(changes) <= {"memory_model", "overlap_streaming"}:
+            return Problem(self.model, self.hardware, execution, self._cache, self.evaluations)
+        return Problem(self.model, self.hardware, execution)
 
     def with_layout(self, **changes: Any) -> "Problem":
         return Problem(self.model, self.hardware, replace(self.execution, layout=replace(self.layout, **changes)))

@@ -19,6 +19,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from .. import profiling
 from ..config.execution import OBJECTIVES, BatchLimits
 from .memory import MemoryModel
 from .problem import Problem
@@ -89,6 +90,7 @@ def solve_density(mem: MemoryModel, limits: BatchLimits) -> Solution:
     memory probes are counted in `Solution.evaluations`)."""
     dp = mem.problem.layout.data_parallel
     limits.validate(dp)
+    profiling.count("density searches")
     fits = _Probe(mem)
     n, g, b = limits.global_batch, limits.tiles, limits.tile_batch
     m = limits.micro_batches or mem.problem.layout.micro_batches
@@ -526,6 +528,7 @@ def search(problem: Problem, limits: PointLimits, objective: str = "throughput")
     """Every candidate shape of every point of `problem` (its sequence length may be an array of
     points), the step time of each, and each objective's choice (see the module docstring)."""
     points = limits.tiles.size
+    profiling.count("candidate searches")
     memory = PointMemory(problem, points)
     m = np.where(limits.micro_batches > 0, limits.micro_batches, problem.layout.micro_batches)
     if limits.given("global_batch"):
@@ -533,6 +536,7 @@ def search(problem: Problem, limits: PointLimits, objective: str = "throughput")
     else:
         cand = corner_candidates(memory, limits, m)
     if cand.point.size:
+        profiling.count("step-time passes")
         st = step_time(memory.at(cand.point), cand.tiles.astype(float), cand.tile_batch.astype(float),
                        micro_batches=cand.micro_batches.astype(float))
         tps = np.broadcast_to(np.asarray(st.tokens_per_s, dtype=float), cand.point.shape)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Optional
 
+from .. import profiling
 from ..catalogue.compiled import PhaseValues
 from ..config.model import LayerKind
 from ..config.execution import ExecutionRequest, resolve_execution
@@ -28,19 +29,23 @@ from .suggest import suggestions
 
 def make_plan(model: ModelSpec, hardware: HardwareProfile, request: ExecutionRequest = ExecutionRequest()) -> PlanReport:
     """Resolve the execution, solve the batch shape and build the report."""
-    execution = resolve_execution(request, model, hardware)
-    return plan_problem(resolve_memory_model(Problem(model, hardware, execution)))
+    with profiling.stage("resolve"):
+        execution = resolve_execution(request, model, hardware)
+        problem = resolve_memory_model(Problem(model, hardware, execution))
+    return plan_problem(problem)
 
 
 def plan_problem(problem: Problem) -> PlanReport:
     """The plan of an already-resolved problem (its memory model resolved)."""
     limits, objective = problem.execution.limits, problem.execution.objective
     limits.validate(problem.layout.data_parallel)
-    found = search(problem, PointLimits.of(limits), objective)
-    sol = solve_density(MemoryModel(problem), limits) if objective == "density" else found.solution(0)
+    with profiling.stage("solve"):
+        found = search(problem, PointLimits.of(limits), objective)
+        sol = solve_density(MemoryModel(problem), limits) if objective == "density" else found.solution(0)
     if sol.micro_batches != problem.layout.micro_batches:
         problem = problem.with_layout(micro_batches=sol.micro_batches)
-    return build_report(problem, MemoryModel(problem), sol, found)
+    with profiling.stage("report (G = 1, dense, step times)"):
+        return build_report(problem, MemoryModel(problem), sol, found)
 
 
 def _rows(pv: PhaseValues, scope: str) -> list[PhaseRow]:
@@ -222,6 +227,7 @@ def summarize(problem: Problem, mem: MemoryModel, best: Solution, found: Search)
         else:
             g1 = search(problem, PointLimits.of(replace(limits, tiles=1, tile_batch=None)), objective).solution(0)
         dense_sol = search(dense, PointLimits.of(free), objective).solution(0)
+    profiling.count("step-time passes", 1 + g1.fits + dense_sol.fits)
     best_t = step_time(problem, best.tiles, best.tile_batch)
     g1_t = step_time(problem, 1, g1.tile_batch, micro_batches=g1.micro_batches) if g1.fits else None
     dense_t = step_time(dense, dense_sol.tiles, dense_sol.tile_batch, micro_batches=dense_sol.micro_batches) \
