@@ -38,8 +38,9 @@ def make(spec):
     return resolved(model, name, layout=layout, seq_len=seq, recompute=recompute, attention=attention)
 
 
-def fitting_shapes(problem, limit=1500):
-    """Every (G, b) that fits, by brute force (None if there are more than `limit`)."""
+def fitting_shapes(problem, limit=1500, cap_n=None, cap_b=None):
+    """Every (G, b) that fits within the caps on G*b and b, by brute force (None if there are more
+    than `limit`)."""
     mem = MemoryModel(problem)
     if not mem.fits(1, 1):
         return []
@@ -47,7 +48,8 @@ def fitting_shapes(problem, limit=1500):
     n_max = densest.tiles * densest.tile_batch
     if n_max * (1 + np.log(n_max)) > limit:
         return None
-    return [(g, b) for b in range(1, n_max + 1) for g in range(1, n_max // b + 1) if mem.fits(g, b)]
+    return [(g, b) for b in range(1, n_max + 1) for g in range(1, n_max // b + 1)
+            if (cap_n is None or g * b <= cap_n) and (cap_b is None or b <= cap_b) and mem.fits(g, b)]
 
 
 def fastest(problem, shapes):
@@ -59,14 +61,16 @@ def fastest(problem, shapes):
     return max(tied, key=lambda s: (s[0] * s[1], -s[0])), tps
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(spec=problems)
-def test_fastest_shape_equals_brute_force(spec):
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(spec=problems, cap_n=st.sampled_from([None, 6, 40]), cap_b=st.sampled_from([None, 1, 3]))
+def test_fastest_shape_equals_brute_force(spec, cap_n, cap_b):
     problem = make(spec)
-    shapes = fitting_shapes(problem)
+    shapes = fitting_shapes(problem, cap_n=cap_n, cap_b=cap_b)
     if shapes is None:
         return  # too many shapes to enumerate here
-    found = search(problem, PointLimits.of(BatchLimits()), "throughput")
+    dp = problem.layout.data_parallel
+    limits = BatchLimits(max_global_batch=cap_n and cap_n * dp, max_tile_batch=cap_b)
+    found = search(problem, PointLimits.of(limits), "throughput")
     sol = found.solution(0)
     if not shapes:
         assert not sol.fits
@@ -79,12 +83,13 @@ def test_fastest_shape_equals_brute_force(spec):
     assert sol.tokens_per_s >= g1.tokens_per_s
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(spec=problems)
-def test_density_choice_equals_the_design_card_search(spec):
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(spec=problems, cap_n=st.sampled_from([None, 6, 40]), cap_b=st.sampled_from([None, 1, 3]))
+def test_density_choice_equals_the_design_card_search(spec, cap_n, cap_b):
     problem = make(spec)
-    found = search(problem, PointLimits.of(BatchLimits()), "density")
-    want = solve_density(MemoryModel(problem), BatchLimits())
+    limits = BatchLimits(max_global_batch=cap_n and cap_n * problem.layout.data_parallel, max_tile_batch=cap_b)
+    found = search(problem, PointLimits.of(limits), "density")
+    want = solve_density(MemoryModel(problem), limits)
     got = found.solution(0)
     assert got.fits == want.fits
     if want.fits:

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+import numpy as np
+
 from ..errors import BtacalcError
 from .params import ParamCounts, param_counts
 from .problem import Evaluation, Problem
@@ -105,7 +107,7 @@ class MemoryModel:
         return sum(acts.values()) + sum(self.fixed.values())
 
     def fits(self, tiles: int, tile_batch: int) -> bool:
-        return self.offchip_fits and self.total(tiles, tile_batch) <= self.usable
+        return np.logical_and(self.offchip_fits, self.total(tiles, tile_batch) <= self.usable)
 
     @property
     def offchip_fits(self) -> bool:

@@ -94,6 +94,10 @@ class Problem:
     _cache: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False, hash=False)
     # [model evaluations (generated-code calls), batch shapes evaluated (an array counts its size)]
     evaluations: list[int] = field(default_factory=lambda: [0, 0], compare=False, repr=False, hash=False)
+    # Many points at once (vectorised sweeps): models that differ from `model` only in the values of some
+    # symbols (E, k, f), one value per point, and their parameter counts (a ParamCounts of arrays).
+    symbols: dict[str, Any] = field(default_factory=dict, compare=False, repr=False, hash=False)
+    counts: Any = field(default=None, compare=False, repr=False, hash=False)
 
     @property
     def run(self) -> RunOptions:
@@ -122,7 +126,7 @@ class Problem:
         return self.compiled.selection
 
     def shape_values(self, tiles: Any, tile_batch: Any, seq_len: Any = None) -> dict[str, Any]:
-        return {"s": self.run.seq_len if seq_len is None else seq_len, "b": tile_batch, "G": tiles,
+        return {**self.symbols, "s": self.run.seq_len if seq_len is None else seq_len, "b": tile_batch, "G": tiles,
                 "beta": self.run.bytes_per_element, "P": 0}
 
     def coefficients(self, seq_len: Any = None) -> tuple[Coefficients, ...]:
@@ -154,9 +158,14 @@ class Problem:
         return ev
 
     def at_points(self, index: np.ndarray) -> "Problem":
-        """The problem of points `index` of this one, whose sequence length is an array of points: the
-        formulas' coefficients are gathered from this problem's, not computed again."""
-        sub = self.with_run(seq_len=np.asarray(self.run.seq_len)[index])
+        """The problem of points `index` of this one (whose sequence length, symbols and counts may be
+        arrays of points): the formulas' coefficients are gathered from this problem's, not computed
+        again."""
+        take = lambda v: v[index] if isinstance(v, np.ndarray) and v.ndim else v  # noqa: E731
+        counts = None if self.counts is None else replace(self.counts, **{
+            f: take(getattr(self.counts, f)) for f in self.counts.__dataclass_fields__})
+        sub = Problem(self.model, self.hardware, replace(self.execution, run=replace(self.run, seq_len=take(
+            np.asarray(self.run.seq_len)))), symbols={k: take(v) for k, v in self.symbols.items()}, counts=counts)
         sub._cache[("coefficients", "run")] = tuple(c.take(index) for c in self.coefficients())
         return sub
 
@@ -166,11 +175,12 @@ class Problem:
         run = replace(self.run, **changes)
         execution = replace(self.execution, run=run)
         if set(changes) <= {"memory_model", "overlap_streaming"}:
-            return Problem(self.model, self.hardware, execution, self._cache, self.evaluations)
-        return Problem(self.model, self.hardware, execution)
+            return Problem(self.model, self.hardware, execution, self._cache, self.evaluations, self.symbols, self.counts)
+        return Problem(self.model, self.hardware, execution, symbols=self.symbols, counts=self.counts)
 
     def with_layout(self, **changes: Any) -> "Problem":
-        return Problem(self.model, self.hardware, replace(self.execution, layout=replace(self.layout, **changes)))
+        return Problem(self.model, self.hardware, replace(self.execution, layout=replace(self.layout, **changes)),
+                       symbols=self.symbols, counts=self.counts)
 
     def with_model(self, model: ModelSpec) -> "Problem":
         return Problem(model, self.hardware, self.execution)

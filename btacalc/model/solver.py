@@ -264,33 +264,34 @@ class Candidates:
 
 
 class PointMemory:
-    """Memory of candidate shapes of the points of `problem`, whose sequence length may be an array
-    with one value per point; counts the shapes evaluated per point."""
+    """Memory of candidate shapes of the points of `problem` (whose sequence length, model symbols
+    and parameter counts may be arrays with one value per point); counts the shapes evaluated per
+    point."""
 
     def __init__(self, problem: Problem, points: int):
         self.problem = problem
         self.mem = MemoryModel(problem)
         self.usable = self.mem.usable
-        self.per_point = isinstance(problem.run.seq_len, np.ndarray)
+        self.per_point = isinstance(problem.run.seq_len, np.ndarray) or bool(problem.symbols)
         self.shapes = np.zeros(points, dtype=np.int64)
 
     def at(self, point: np.ndarray) -> Problem:
-        """The problem of the candidates' points (one sequence length per candidate)."""
+        """The problem of the candidates' points (one value per candidate)."""
         return self.problem.at_points(point) if self.per_point else self.problem
 
-    def fits(self, point: np.ndarray, tiles: np.ndarray, tile_batch: np.ndarray) -> np.ndarray:
-        if not point.size or not self.mem.offchip_fits:
-            return np.zeros(point.shape, dtype=bool)
+    def _memory(self, point: np.ndarray) -> MemoryModel:
         self.shapes += np.bincount(point, minlength=self.shapes.size)
-        mem = MemoryModel(self.at(point)) if self.per_point else self.mem
-        total = mem.total(tiles.astype(float), tile_batch.astype(float))
-        return np.broadcast_to(np.asarray(total) <= self.usable, point.shape)
+        return MemoryModel(self.at(point)) if self.per_point else self.mem
+
+    def fits(self, point: np.ndarray, tiles: np.ndarray, tile_batch: np.ndarray) -> np.ndarray:
+        if not point.size:
+            return np.zeros(0, dtype=bool)
+        fit = self._memory(point).fits(tiles.astype(float), tile_batch.astype(float))  # type: ignore[arg-type]
+        return np.broadcast_to(np.asarray(fit, dtype=bool), point.shape)
 
     def total(self, point: np.ndarray, tiles: np.ndarray, tile_batch: np.ndarray) -> np.ndarray:
-        self.shapes += np.bincount(point, minlength=self.shapes.size)
-        mem = MemoryModel(self.at(point)) if self.per_point else self.mem
-        return np.broadcast_to(np.asarray(mem.total(tiles.astype(float), tile_batch.astype(float)), dtype=float),
-                               point.shape)
+        total = self._memory(point).total(tiles.astype(float), tile_batch.astype(float))
+        return np.broadcast_to(np.asarray(total, dtype=float), point.shape)
 
 
 @dataclass
@@ -347,6 +348,10 @@ def largest_fitting(memory: PointMemory, slots: _Slots, hi: np.ndarray) -> np.nd
 
 def _record(fit: np.ndarray, sel: np.ndarray, xs: np.ndarray, ok: np.ndarray, bad: np.ndarray,
             open_ended: np.ndarray) -> None:
+    """Learn from probes at xs of slots sel; probes at or beyond a slot's known bound (its cap, or a
+    shape already known not to fit) teach nothing."""
+    inside = xs < bad[sel]
+    fit, sel, xs = fit[inside], sel[inside], xs[inside]
     np.maximum.at(ok, sel[fit], xs[fit])
     np.minimum.at(bad, sel[~fit], xs[~fit])
     open_ended[sel[~fit]] = False

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..config.execution import Layout
 from .params import ParamCounts
 from .problem import Problem
@@ -69,7 +71,7 @@ def sharded_state(rates: dict[str, int], counts: ParamCounts, layout: Layout) ->
             ("non_expert", counts.non_expert, layout.data_parallel if zero else 1),
             ("expert", counts.expert, layout.expert_parallel * (layout.expert_data_parallel if zero else 1)),
         ):
-            if params == 0:
+            if not np.any(params):  # (an array when many models are solved at once)
                 continue
             out.append(StatePart(component, part, params, rate, shard, rate * -(-params // shard)))
     return out
