@@ -159,3 +159,22 @@ def test_slow_sweep_shows_progress_unless_quiet(cli, monkeypatch):
     assert code == 0 and "btacalc: solving: 2 of 2 (100%)" in err
     code, _, err = cli("sweep", "--hw", "wse3", "--vary", "experts=16,32", "--json", "--quiet")
     assert code == 0 and not err
+
+
+def test_blocks_are_not_kept(monkeypatch):
+    """Memory stays bounded: a block solved and written is freed, also when points are invalid (an
+    error kept with its traceback would keep the frames that solved the block)."""
+    import gc
+    import weakref
+
+    monkeypatch.setattr(sweep_module, "BLOCK_POINTS", 4)
+    grid = Grid.of({"seq": [1024, 2048, 4096, 8192], "experts": [4, 16], "top-k": [8]})
+    blocks = sweep_module.iter_sweep(load_preset("qwen3-30b-a3b"), resolve_hardware("wse3"), ExecutionRequest(), grid)
+    first = next(blocks)
+    assert first.errors[0] and not first.errors[1]
+    column = weakref.ref(first.columns["tiles"])
+    del first
+    for _ in blocks:
+        pass
+    gc.collect()
+    assert column() is None

@@ -179,6 +179,10 @@ class _Gathered(Coefficients):
         return self._stacked[quantity]
 
 
+# Up to this many values (shapes x phases) the maximum over phases is taken on one stacked array.
+_STACKED_ELEMENTS = 1 << 16
+
+
 def affine(mask: int, c: tuple[Any, ...], tiles: Any, tile_batch: Any, n: Any) -> Any:
     """c0 + c_b*b + c_G*G + c_Gb*G*b, skipping the coefficients that are identically zero."""
     value: Any = c[0] if mask & 1 else 0
@@ -226,15 +230,19 @@ class PhaseValues:
         return affine(*self.coefficients.summed(quantity, scope), self.tiles, self.tile_batch, self.n)
 
     def max(self, quantity: str, names: list[str] | None = None) -> Any:
-        if names is None and (isinstance(self.tiles, np.ndarray) or isinstance(self.tile_batch, np.ndarray)):
-            mask, stack = self.coefficients.stacked(quantity)  # arrays of shapes: all phases at once
+        rows = self.coefficients.rows(quantity, names)
+        size = np.size(self.n)
+        if names is None and size > 1 and size * len(rows) <= _STACKED_ELEMENTS:
+            mask, stack = self.coefficients.stacked(quantity)  # a few shapes: all phases at once
             if stack.ndim == 2:  # one coefficient per row: a column of rows against the shapes
                 stack = stack.reshape(stack.shape + (1,) * np.ndim(self.n))
             return np.max(affine(mask, tuple(stack), self.tiles, self.tile_batch, self.n), axis=0)
-        vals = [self._row(r) for r in self.coefficients.rows(quantity, names)] or [0]
-        if any(isinstance(v, np.ndarray) for v in vals):
-            return np.maximum.reduce(np.broadcast_arrays(*vals))
-        return max(vals)
+        out: Any = 0  # a running maximum, one phase at a time (at most one array in memory)
+        for r in rows:
+            value = self._row(r)
+            out = np.maximum(out, value) if isinstance(value, np.ndarray) or isinstance(out, np.ndarray) else \
+                max(out, value)
+        return out
 
     def argmax(self, quantity: str) -> str:
         names = self.phase_names()

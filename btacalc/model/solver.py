@@ -312,7 +312,24 @@ class _Slots:
 _SECANT_STEPS = 6
 
 
+# Shapes evaluated together: bounds the memory of one pass (each shape holds a few hundred bytes of
+# per-phase values while it is evaluated).
+CHUNK_SHAPES = 1 << 15
+
+
+def _chunks(size: int) -> list[slice]:
+    return [slice(i, min(i + CHUNK_SHAPES, size)) for i in range(0, size, CHUNK_SHAPES)]
+
+
 def largest_fitting(memory: PointMemory, slots: _Slots, hi: np.ndarray) -> np.ndarray:
+    """`_largest_fitting` over chunks of at most CHUNK_SHAPES slots."""
+    if slots.point.size <= CHUNK_SHAPES:
+        return _largest_fitting(memory, slots, hi)
+    return np.concatenate([_largest_fitting(memory, _Slots(slots.point[c], slots.fixed[c], slots.along_tiles[c]), hi[c])
+                           for c in _chunks(slots.point.size)])
+
+
+def _largest_fitting(memory: PointMemory, slots: _Slots, hi: np.ndarray) -> np.ndarray:
     """Per slot, the largest x in [1, hi] (hi < 0: up to 2^40) whose shape fits, given x = 1 fits.
 
     Each step evaluates the memory at x and x + 1: x fitting and x + 1 not settles the slot; else the
@@ -434,7 +451,9 @@ def factor_candidates(memory: PointMemory, limits: PointLimits) -> Candidates:
         parts.append(Candidates(np.repeat(owners, len(triples)), np.tile(triples[:, 1], owners.size),
                                 np.tile(triples[:, 2], owners.size), np.tile(triples[:, 0], owners.size)))
     cand = Candidates.join(parts)
-    return cand.where(memory.fits(cand.point, cand.tiles, cand.tile_batch))
+    fits = np.concatenate([memory.fits(cand.point[c], cand.tiles[c], cand.tile_batch[c])
+                           for c in _chunks(cand.point.size)] or [np.zeros(0, dtype=bool)])
+    return cand.where(fits)
 
 
 def _factorisations(per_rank: int, m_fix: int, g_fix: int, b_fix: int, cap_b: int) -> list[tuple[int, int, int]]:
@@ -540,14 +559,12 @@ def search(problem: Problem, limits: PointLimits, objective: str = "throughput")
         cand = factor_candidates(memory, limits)
     else:
         cand = corner_candidates(memory, limits, m)
-    if cand.point.size:
+    tps, step = np.zeros(cand.point.size), np.zeros(cand.point.size)
+    for c in _chunks(cand.point.size):
         profiling.count("step-time passes")
-        st = step_time(memory.at(cand.point), cand.tiles.astype(float), cand.tile_batch.astype(float),
-                       micro_batches=cand.micro_batches.astype(float))
-        tps = np.broadcast_to(np.asarray(st.tokens_per_s, dtype=float), cand.point.shape)
-        step = np.broadcast_to(np.asarray(st.step_time_s, dtype=float), cand.point.shape)
-    else:
-        tps = step = np.zeros(0)
+        st = step_time(memory.at(cand.point[c]), cand.tiles[c].astype(float), cand.tile_batch[c].astype(float),
+                       micro_batches=cand.micro_batches[c].astype(float))
+        tps[c], step[c] = st.tokens_per_s, st.step_time_s
     chosen = {o: pick(cand, tps, points, o) for o in OBJECTIVES}
     untiled = np.flatnonzero(cand.tiles == 1)
     g1 = pick(cand.where(untiled), tps[untiled], points, objective)

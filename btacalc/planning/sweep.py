@@ -21,11 +21,12 @@ from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Union
 import numpy as np
 from pydantic import BaseModel
 
-from ..config.execution import BatchLimits, ExecutionRequest, resolve_execution
+from ..config.execution import BatchLimits, Execution, ExecutionRequest, resolve_execution
 from ..config.hardware import HardwareProfile
 from ..config.model import ModelSpec
 from ..errors import BtacalcError
 from ..model.memory import auto_resident
+from ..model.params import ParamCounts, param_counts
 from ..model.problem import Problem
 from ..model.solver import PointLimits, Search, search
 from ..model.timing import StepTime, compute_efficiency, step_time
@@ -43,7 +44,9 @@ VARIABLES = {**MODEL_PARAMS, **RUN_PARAMS, **LIMIT_PARAMS, **LAYOUT_PARAMS}
 # million points take about a minute and their CSV about 300 MB.
 MAX_POINTS = 1_000_000
 # Points solved (and written) at a time.
-BLOCK_POINTS = 1 << 15
+BLOCK_POINTS = 1 << 14
+# Points searched together (the search evaluates their shapes in chunks of solver.CHUNK_SHAPES).
+SEARCH_POINTS = 1 << 13
 
 
 class SweepPoint(BaseModel):
@@ -153,8 +156,7 @@ def iter_sweep(model: ModelSpec, hw: HardwareProfile, request: ExecutionRequest,
     solver = _Solver(model, hw, request, fixed_active)
     for start in range(0, grid.size, BLOCK_POINTS):
         stop = min(start + BLOCK_POINTS, grid.size)
-        digits = grid.digits(start, stop)
-        yield solver.block(start, grid.columns(digits), _group_keys(grid, digits))
+        yield solver.block(start, grid.columns(grid.digits(start, stop)))
 
 
 def run_sweep(model: ModelSpec, hw: HardwareProfile, request: ExecutionRequest, grid: Mapping[str, Sequence[int]],
@@ -167,15 +169,6 @@ def run_sweep(model: ModelSpec, hw: HardwareProfile, request: ExecutionRequest, 
         if progress:
             progress(len(block))
     return SweepResult(model=model.name, hardware=hw.name, fixed_active=fixed_active, points=points)
-
-
-def _group_keys(grid: Grid, digits: list[np.ndarray]) -> np.ndarray:
-    """Per point, one integer naming its model and device count (the parameters a group shares)."""
-    shared = [(len(v), d) for n, v, d in zip(grid.names, grid.values, digits) if n in MODEL_PARAMS or n in LAYOUT_PARAMS]
-    key = np.zeros(digits[0].size if digits else 0, dtype=np.int64)
-    for size, d in shared:
-        key = key * size + d
-    return key
 
 
 @dataclass
@@ -210,71 +203,110 @@ _INVALID = {"tiles": 0, "tile_batch": 0, "global_batch": 0, "micro_batches": 0, 
 
 
 class _Solver:
-    """Solves blocks of points; keeps what does not depend on the block (models, dense references)."""
+    """Solves blocks of points; keeps what does not depend on the block (models, executions, parameter
+    counts, dense references)."""
 
     def __init__(self, model: ModelSpec, hw: HardwareProfile, request: ExecutionRequest, fixed_active: bool):
         self.model, self.hw, self.request, self.fixed_active = model, hw, request, fixed_active
-        self.specs: dict[tuple[tuple[str, int], ...], Union[ModelSpec, BtacalcError]] = {}
+        self.setups: dict[tuple[Any, ...], Union[tuple[ModelSpec, Execution, int], str]] = {}
+        self.structures: dict[tuple[Any, ...], int] = {}
+        self.counts: dict[tuple[Any, ...], ParamCounts] = {}
         self.dense: dict[tuple[Any, ...], tuple[float, int]] = {}
         self.dense_ids: dict[tuple[Any, ...], int] = {}
 
-    def spec(self, overrides: dict[str, int]) -> ModelSpec:
-        key = tuple(sorted(overrides.items()))
-        if key not in self.specs:
+    def setup(self, overrides: tuple[tuple[str, int], ...]) -> tuple[ModelSpec, Execution, int]:
+        """The model, the resolved execution and a structure id of one combination of model and layout
+        parameters: combinations with the same structure differ only in the numbers E, k, f."""
+        if overrides not in self.setups:
             try:
-                self.specs[key] = self.model.with_overrides(**overrides, fixed_active=self.fixed_active) \
-                    if (overrides or self.fixed_active) else self.model
+                model = {MODEL_PARAMS[n]: v for n, v in overrides if n in MODEL_PARAMS}
+                layout = {LAYOUT_PARAMS[n]: v for n, v in overrides if n in LAYOUT_PARAMS}
+                spec = self.model.with_overrides(**model, fixed_active=self.fixed_active) \
+                    if (model or self.fixed_active) else self.model
+                execution = resolve_execution(self.request.with_changes(**layout, limits=BatchLimits()), spec, self.hw)
+                shape = spec.model_dump(exclude={"name", "source", "published_params", "num_experts", "top_k",
+                                                 "ffn_size"})
+                key = (tuple(sorted(shape.items())), spec.is_moe, execution)
+                self.setups[overrides] = (spec, execution, self.structures.setdefault(key, len(self.structures)))
             except BtacalcError as exc:
-                self.specs[key] = exc
-        spec = self.specs[key]
-        if isinstance(spec, BtacalcError):
-            raise spec
-        return spec
+                self.setups[overrides] = exc.template  # the message: a kept exception would keep its frames
+        found = self.setups[overrides]
+        if isinstance(found, str):
+            raise BtacalcError(found)
+        return found
 
-    def block(self, start: int, params: dict[str, np.ndarray], keys: np.ndarray) -> SweepBlock:
-        out = _Columns(keys.size)
-        for key in np.unique(keys):
-            rows = np.flatnonzero(keys == key)
-            first = {n: int(v[rows[0]]) for n, v in params.items()}
+    def block(self, start: int, params: dict[str, np.ndarray]) -> SweepBlock:
+        """Group the block's points by structure (model shape and layout): one vectorised search each."""
+        out = _Columns(next(iter(params.values())).size)
+        names = [n for n in params if n in MODEL_PARAMS or n in LAYOUT_PARAMS]
+        combos = np.stack([params[n] for n in names], axis=1) if names else np.zeros((out.size, 0), np.int64)
+        unique, inverse = np.unique(combos, axis=0, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        setups: list[Optional[tuple[ModelSpec, Execution, int]]] = []
+        for i, combo in enumerate(unique):
             try:
-                spec = self.spec({MODEL_PARAMS[n]: v for n, v in first.items() if n in MODEL_PARAMS})
-                request = self.request.with_changes(**{LAYOUT_PARAMS[n]: v for n, v in first.items() if n in LAYOUT_PARAMS})
-                self.group(spec, request, {n: v[rows] for n, v in params.items()}, rows, out)
+                setups.append(self.setup(tuple(zip(names, (int(v) for v in combo)))))
             except BtacalcError as exc:
-                out.fail(rows, str(exc))
+                setups.append(None)
+                out.fail(np.flatnonzero(inverse == i), str(exc))
+        structure = np.array([-1 if st is None else st[2] for st in setups], dtype=np.int64)
+        for sid in np.unique(structure[structure >= 0]):
+            members = np.flatnonzero(structure == sid)  # the combinations of this structure
+            rows = np.flatnonzero(np.isin(inverse, members))
+            specs = [setups[i][0] for i in members.tolist()]  # only valid setups have a structure
+            execution = setups[members[0]][1]
+            models = _Models(specs, np.searchsorted(members, inverse[rows]))
+            self.group(models, execution, {n: v[rows] for n, v in params.items()}, rows, out)
         return SweepBlock(start, params, out.cols, out.times, out.errors)
 
-    def group(self, spec: ModelSpec, request: ExecutionRequest, params: dict[str, np.ndarray], rows: np.ndarray,
+    def group(self, models: "_Models", execution: Execution, params: dict[str, np.ndarray], rows: np.ndarray,
               out: _Columns) -> None:
-        """Points sharing a model and a layout: their sequence lengths and limits are arrays."""
-        seq = params.get("seq", np.full(rows.size, request.seq_len or 0, dtype=np.int64))
-        execution = resolve_execution(request.with_changes(seq_len=int(seq[0]) or None, limits=BatchLimits()),
-                                      spec, self.hw)
-        seq = np.where(seq > 0, seq, execution.run.seq_len)
-        limits, valid = _point_limits(request.limits, params, execution.layout.data_parallel, rows, out)
-        base = Problem(spec, self.hw, execution)
+        """Points of one structure: sequence lengths, limits and the numbers E, k, f are arrays."""
+        seq = np.asarray(params.get("seq", np.full(rows.size, self.request.seq_len or execution.run.seq_len)),
+                         dtype=np.int64)
+        limits, valid = _point_limits(self.request.limits, params, execution.layout.data_parallel, rows, out)
+        base = self.points_problem(models, execution).with_run(seq_len=seq)
         if base.model.max_position_embeddings is None:  # parameters depend on s: one sequence length at a time
             parts = [np.flatnonzero(valid & (seq == s)) for s in np.unique(seq[valid])]
         else:
             parts = [np.flatnonzero(valid)]
         for part in parts:
-            if part.size:
-                self.solve(base.with_run(seq_len=seq[part] if part.size > 1 else int(seq[part[0]])),
-                           _take(limits, part), rows[part], out)
+            for chunk in np.array_split(part, -(-part.size // SEARCH_POINTS)) if part.size else []:
+                self.solve(base.at_points(chunk), models.take(chunk), _take(limits, chunk), rows[chunk], out)
 
-    def solve(self, problem: Problem, limits: PointLimits, rows: np.ndarray, out: _Columns) -> None:
+    def points_problem(self, models: "_Models", execution: Execution) -> Problem:
+        """One problem for points whose models differ only in the numbers of some symbols."""
+        first = models.specs[0]
+        if len(models.specs) == 1:
+            return Problem(first, self.hw, execution)
+        values = [spec.symbol_values() for spec in models.specs]
+        symbols = {name: np.array([v[name] for v in values], dtype=np.int64)[models.index] for name in values[0]
+                   if any(v[name] != values[0][name] for v in values)}
+        counts = [self.param_counts(spec, execution) for spec in models.specs]
+        stacked = ParamCounts(*(np.array([getattr(c, f) for c in counts], dtype=np.int64)[models.index]
+                                for f in ParamCounts.__dataclass_fields__))  # counts per point: arrays
+        return Problem(first, self.hw, execution, symbols=symbols, counts=stacked)
+
+    def param_counts(self, spec: ModelSpec, execution: Execution) -> ParamCounts:
+        key = (id(spec), execution.run.recompute, tuple(sorted(execution.run.features().items())))
+        if key not in self.counts:
+            self.counts[key] = param_counts(Problem(spec, self.hw, execution))
+        return self.counts[key]
+
+    def solve(self, problem: Problem, models: "_Models", limits: PointLimits, rows: np.ndarray,
+              out: _Columns) -> None:
         """Resolve the memory model per point, then search each part."""
         if problem.run.memory_model != "auto":
-            return self.solve_resolved(problem, limits, rows, out)
+            return self.solve_resolved(problem, models, limits, rows, out)
         resident = np.broadcast_to(np.asarray(auto_resident(problem)), rows.shape)
         for chosen, memory_model in ((resident, "resident"), (~resident, "weight_streaming")):
             part = np.flatnonzero(chosen)
             if part.size:
-                seq: Any = problem.run.seq_len  # an array of points, or one int
-                sub = problem.with_run(memory_model=memory_model, seq_len=seq[part] if np.ndim(seq) else seq)
-                self.solve_resolved(sub, _take(limits, part), rows[part], out)
+                self.solve_resolved(problem.at_points(part).with_run(memory_model=memory_model), models.take(part),
+                                    _take(limits, part), rows[part], out)
 
-    def solve_resolved(self, problem: Problem, limits: PointLimits, rows: np.ndarray, out: _Columns) -> None:
+    def solve_resolved(self, problem: Problem, models: "_Models", limits: PointLimits, rows: np.ndarray,
+                       out: _Columns) -> None:
         objective = problem.execution.objective
         found = search(problem, limits, objective)
         ones, zeros = np.ones_like(limits.tiles), np.zeros_like(limits.tiles)
@@ -287,16 +319,30 @@ class _Solver:
             untiled = None
         g1 = found if untiled is None else search(problem, untiled, objective)
         g1_index = found.chosen["g1"] if untiled is None else g1.best
-        dense = self.dense_reference(problem, replace(limits, micro_batches=np.where(limits.micro_batches > 0,
-                                                                                     limits.micro_batches, m)))
-        record(problem, found, g1, g1_index, dense, rows, out)
+        free = replace(limits, micro_batches=np.where(limits.micro_batches > 0, limits.micro_batches, m))
+        record(problem, found, g1, g1_index, self.dense_references(problem, models, free), rows, out)
 
-    def dense_reference(self, problem: Problem, limits: PointLimits) -> tuple[np.ndarray, np.ndarray]:
-        """Per point: tokens/s and G*b of the dense model's best plan (free shape, same caps and M)."""
-        dense = dense_problem(problem)
-        seq = np.broadcast_to(np.asarray(problem.run.seq_len), limits.tiles.shape)
-        # the dense models of different expert counts differ only in name: key on what is computed with
-        numbers = tuple(sorted(dense.model.model_dump(exclude={"name", "source", "published_params"}).items()))
+    def dense_references(self, problem: Problem, models: "_Models",
+                         limits: PointLimits) -> tuple[np.ndarray, np.ndarray]:
+        """Per point: tokens/s and G*b of its dense model's best plan (free shape, same caps and M)."""
+        points = models.index.size
+        tps, n = np.full(points, np.nan), np.zeros(points, dtype=np.int64)
+        dense_of = [spec.dense_equivalent() for spec in models.specs]
+        keys = [tuple(sorted(d.model_dump(exclude={"name", "source", "published_params"}).items())) for d in dense_of]
+        key_id = {k: i for i, k in enumerate(dict.fromkeys(keys))}
+        of_point = np.array([key_id[k] for k in keys], dtype=np.int64)[models.index]
+        for key, i in key_id.items():
+            idx = np.flatnonzero(of_point == i)
+            if idx.size:
+                dense = dense_problem(problem.at_points(idx).with_model(dense_of[keys.index(key)]))
+                tps[idx], n[idx] = self.dense_reference(dense, key, _take(limits, idx))
+        return tps, n
+
+    def dense_reference(self, dense: Problem, numbers: tuple[Any, ...],
+                        limits: PointLimits) -> tuple[np.ndarray, np.ndarray]:
+        """Tokens/s and G*b of the dense model's best plan at each point (memoised across groups: the
+        dense models of different expert counts are the same model)."""
+        seq = np.asarray(dense.run.seq_len)
         about = (numbers, dense.layout, dense.run.memory_model, dense.run.recompute, dense.run.attention,
                  tuple(sorted(dense.run.features().items())), dense.run.overlap_streaming, dense.execution.objective)
         base_key = (self.dense_ids.setdefault(about, len(self.dense_ids)),)  # hashed once, not per point
@@ -306,8 +352,7 @@ class _Solver:
             todo = np.array(sorted({keys[i][-3:] for i in missing}), dtype=np.int64).reshape(-1, 3)
             free = PointLimits.of(BatchLimits(), len(todo))
             free = replace(free, max_global_batch=todo[:, 1], micro_batches=todo[:, 2])
-            found = search(dense.with_run(seq_len=todo[:, 0] if len(todo) > 1 else int(todo[0, 0])), free,
-                           dense.execution.objective)
+            found = search(dense.with_run(seq_len=todo[:, 0]), free, dense.execution.objective)
             best = found.best
             for j, k in enumerate(todo.tolist()):
                 i = int(best[j])
@@ -315,6 +360,17 @@ class _Solver:
                                                    found.cand.tile_batch[i])) if i >= 0 else (np.nan, 0))
         got = [self.dense[k] for k in keys]
         return np.array([g[0] for g in got]), np.array([g[1] for g in got])
+
+
+@dataclass(frozen=True)
+class _Models:
+    """The distinct models of a group of points, and which one each point has."""
+
+    specs: list[ModelSpec]
+    index: np.ndarray
+
+    def take(self, part: np.ndarray) -> "_Models":
+        return _Models(self.specs, self.index[part])
 
 
 def _point_limits(base: BatchLimits, params: dict[str, np.ndarray], data_parallel: int, rows: np.ndarray,
@@ -347,7 +403,7 @@ def record(problem: Problem, found: Search, g1: Search, g1_index: np.ndarray,
            dense: tuple[np.ndarray, np.ndarray], rows: np.ndarray, out: _Columns) -> None:
     """Write the plan and throughput columns of the points of one search (`plan`'s fields, on arrays)."""
     points = rows.size
-    lay, model = problem.layout, problem.model
+    lay = problem.layout
     seq = np.broadcast_to(np.asarray(problem.run.seq_len, dtype=np.int64), (points,))
     fits, g, b, m, _ = found.shapes_of()
     n = g * b
@@ -355,7 +411,7 @@ def record(problem: Problem, found: Search, g1: Search, g1_index: np.ndarray,
     for name, values in (("tiles", g), ("tile_batch", b), ("global_batch", n), ("micro_batches", m),
                          ("step_batch", lay.data_parallel * m * n), ("tokens_per_step", n * seq),
                          ("cluster_tokens_per_step", lay.devices * m * n * seq),
-                         ("tokens_per_expert", _tokens_per_expert(model, seq, n, lay.expert_parallel)),
+                         ("tokens_per_expert", _tokens_per_expert(problem, seq, n)),
                          ("fits", fits), ("memory_evaluations", found.shapes)):
         put(name, values)
     put("devices", [lay.devices] * points)
@@ -367,10 +423,13 @@ def record(problem: Problem, found: Search, g1: Search, g1_index: np.ndarray,
     _throughput(problem, found, g1, g1_index, dense, rows, out)
 
 
-def _tokens_per_expert(model: ModelSpec, seq: np.ndarray, n: np.ndarray, ep: int) -> np.ndarray:
-    """`plan.tokens_per_expert` on arrays."""
-    tokens = n * seq
-    return ep * tokens * model.top_k / model.num_experts if model.is_moe else tokens.astype(float)
+def _tokens_per_expert(problem: Problem, seq: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """`plan.tokens_per_expert` on arrays (k and E per point when the points' models differ)."""
+    model, tokens = problem.model, n * seq
+    if not model.is_moe:
+        return tokens.astype(float)
+    k, experts = problem.symbols.get("k", model.top_k), problem.symbols.get("E", model.num_experts)
+    return problem.layout.expert_parallel * tokens * k / experts
 
 
 def _alternatives(problem: Problem, found: Search, seq: np.ndarray) -> list[Optional[dict[str, Any]]]:
@@ -378,16 +437,17 @@ def _alternatives(problem: Problem, found: Search, seq: np.ndarray) -> list[Opti
     other = next(o for o in ("throughput", "density") if o != found.objective)
     fits, g, b, m, _ = found.shapes_of()
     ofits, og, ob, om, otps = found.shapes_of(other)
-    differs = fits & ofits & ((g != og) | (b != ob) | (m != om))
+    differs = np.flatnonzero(fits & ofits & ((g != og) | (b != ob) | (m != om)))
     out: list[Optional[dict[str, Any]]] = [None] * g.size
-    lay = problem.layout
-    for i in np.flatnonzero(differs).tolist():
-        n = int(og[i] * ob[i])
+    if not differs.size:
+        return out
+    n = og * ob
+    te = _tokens_per_expert(problem, seq, n)
+    dp = problem.layout.data_parallel
+    for i in differs.tolist():
         out[i] = {"objective": other, "tiles": int(og[i]), "tile_batch": int(ob[i]), "micro_batches": int(om[i]),
-                  "global_batch": n, "step_batch": lay.data_parallel * int(om[i]) * n,
-                  "tokens_per_expert": float(_tokens_per_expert(problem.model, seq[i:i + 1], np.array([n]),
-                                                                lay.expert_parallel)[0]),
-                  "tokens_per_s": float(otps[i])}
+                  "global_batch": int(n[i]), "step_batch": dp * int(om[i]) * int(n[i]),
+                  "tokens_per_expert": float(te[i]), "tokens_per_s": float(otps[i])}
     return out
 
 
@@ -400,7 +460,7 @@ def _throughput(problem: Problem, found: Search, g1: Search, g1_index: np.ndarra
         return
     k = fit.size
     _, g, b, m, _ = (a[fit] for a in found.shapes_of())
-    at = problem.with_run(seq_len=np.asarray(problem.run.seq_len)[fit]) if np.ndim(problem.run.seq_len) else problem
+    at = problem.at_points(fit) if np.ndim(problem.run.seq_len) else problem
     st: StepTime = step_time(at, g.astype(float), b.astype(float), micro_batches=m.astype(float))
     vec = lambda v: np.broadcast_to(np.asarray(v, dtype=float), (k,))  # noqa: E731
     tps = vec(st.tokens_per_s)
