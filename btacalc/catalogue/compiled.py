@@ -99,6 +99,7 @@ class Coefficients:
     def __init__(self, compiled: CompiledSelection, flat: tuple[Any, ...]):
         self.compiled = compiled
         self.flat = flat
+        self.scalar = not any(isinstance(c, np.ndarray) for c in flat)  # one point: Python numbers
         self._sums: dict[tuple[str, str], tuple[int, tuple[Any, ...]]] = {}
         self._stacked: dict[str, tuple[int, np.ndarray]] = {}
 
@@ -154,6 +155,7 @@ class _Gathered(Coefficients):
 
     def __init__(self, parent: Coefficients, index: np.ndarray):
         super().__init__(parent.compiled, ())
+        self.scalar = False
         self.parent, self.index = parent, index
         self._rows: dict[int, tuple[int, tuple[Any, ...]]] = {}
 
@@ -204,23 +206,33 @@ class PhaseValues:
         self.tiles, self.tile_batch = tiles, tile_batch
         self.n = tiles * tile_batch
         self._values: dict[int, Any] = {}
+        if isinstance(tiles, int) and isinstance(tile_batch, int) and coefficients.scalar:
+            # one shape: every row at once, in plain (exact) integer arithmetic
+            f, g, b, n = coefficients.flat, tiles, tile_batch, self.n
+            self._values = dict(enumerate(f[i] + f[i + 1] * b + f[i + 2] * g + f[i + 3] * n
+                                          for i in range(0, len(f), 4)))
 
     @property
     def phases(self) -> list[Phase]:
         return self.compiled.phases
 
     def _row(self, r: int) -> Any:
-        if r not in self._values:
-            self._values[r] = affine(*self.coefficients.row(r), self.tiles, self.tile_batch, self.n)
-        return self._values[r]
+        try:
+            return self._values[r]
+        except KeyError:
+            self._values[r] = value = affine(*self.coefficients.row(r), self.tiles, self.tile_batch, self.n)
+            return value
 
     def value(self, phase: str, quantity: str) -> Any:
-        if quantity == "arithmetic_intensity":
-            masks, row = self.compiled.masks, self.compiled.row
-            if not masks[row[(phase, "flops_fwd")]] or not masks[row[(phase, "bytes_moved")]]:
-                return 0  # as sympy simplifies 0/x, and x/0 where nothing moves
-            return self.value(phase, "flops_fwd") / self.value(phase, "bytes_moved")
-        return self._row(self.compiled.row[(phase, quantity)])
+        try:
+            return self._row(self.compiled.row[(phase, quantity)])
+        except KeyError:
+            if quantity != "arithmetic_intensity":
+                raise
+        masks, row = self.compiled.masks, self.compiled.row
+        if not masks[row[(phase, "flops_fwd")]] or not masks[row[(phase, "bytes_moved")]]:
+            return 0  # as sympy simplifies 0/x, and x/0 where nothing moves
+        return self.value(phase, "flops_fwd") / self.value(phase, "bytes_moved")
 
     def phase_names(self, scope: str | None = None) -> list[str]:
         return [p.name for p in self.compiled.phases if scope is None or p.scope == scope]
