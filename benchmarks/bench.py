@@ -1,123 +1,174 @@
-"""Benchmarks (not tests): evaluation speed of the compiled formulas and cold start of `btacalc plan`.
+"""Benchmarks (not tests, not in CI's pass/fail): where users wait, as ratios measured in one run.
 
-Run: python benchmarks/bench.py [--points 100000]
-Reports: vectorised evaluation of every per-phase formula plus the step-time model over a grid,
-the same formulas evaluated point by point with sympy `subs`, a solved sweep, and CLI cold start.
+Run from the repository root:
+
+    PYTHONPATH=. python benchmarks/bench.py [--peer-python /path/to/venv/bin/python] [--quick]
+
+--peer-python: a Python with llm-analysis installed (in a venv of its own, never btacalc's), for the
+side-by-side rows. The commands run as a user runs them: bytecode caching on (PYTHONDONTWRITEBYTECODE
+is dropped for the subprocesses) and the generated-formula cache warm (one run first). Prints a
+Markdown table; the README's "Benchmarks" section is a copy of one run.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
-import numpy as np
-import sympy as sp
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+ENV["PYTHONPATH"] = str(ROOT)
+BTACALC = [sys.executable, "-m", "btacalc"]
+SWEEP_16K = ["sweep", "--hw", "wse3", "--vary", "seq=128:65536:128", "--vary", "experts=8:256:8"]
+# Solved sweeps of 1e3 .. 1e6 points (CSV output): sequence lengths, then expert counts and top-k.
+SWEEPS = {
+    1_000: ["--vary", "seq=128:128000:128"],
+    10_000: ["--vary", "seq=128:128000:128", "--vary", "experts=8:80:8"],
+    100_000: ["--vary", "seq=128:64000:128", "--vary", "experts=4:800:4"],
+    1_000_000: ["--vary", "seq=128:64000:128", "--vary", "experts=4:1000:4", "--vary", "top-k=1:8:1"],
+}
+# One dense Llama-style training step, memory and time: Llama-2-7B shape, 8 x A100 80 GB, ZeRO-3,
+# full recomputation, FlashAttention, s = 4096, one sequence per GPU (llm-analysis' question too).
+LLAMA2_7B = {"name": "llama-2-7b", "source": "https://huggingface.co/meta-llama/Llama-2-7b-hf/blob/main/config.json",
+             "hidden_size": 4096, "num_layers": 32, "num_heads": 32, "num_kv_heads": 32, "head_dim": 128,
+             "vocab_size": 32000, "ffn_size": 11008, "max_position_embeddings": 4096}
+PEER_CONFIG = """
+import time, statistics, logging
+from llm_analysis.analysis import (ActivationRecomputation, DSZeRO, LLMAnalysis, ParallelismConfig,
+                                   get_dtype_config_by_name, get_gpu_config_by_name, get_model_config_by_name)
+logging.disable(logging.CRITICAL)
+m = get_model_config_by_name("NousResearch_Llama-2-7b-hf")
+g = get_gpu_config_by_name("a100-sxm-80gb")
+d = get_dtype_config_by_name("w16a16e16")
+def one():
+    a = LLMAnalysis(m, g, d, ParallelismConfig(dp_size=8), flops_efficiency=0.5, hbm_memory_efficiency=1.0)
+    return a.training(batch_size_per_gpu=1, seq_len=4096, gradient_accumulation_steps=1,
+                      activation_recomputation=ActivationRecomputation.FULL, ds_zero=DSZeRO.STAGE_3,
+                      flash_attn=True, mlp_gated_linear_units=True)
+one()
+ts = []
+for _ in range(N):
+    t = time.perf_counter(); one(); ts.append(time.perf_counter() - t)
+print(statistics.median(ts))
+"""
+PEER_CLI = ["-m", "llm_analysis.analysis", "train", "--model_name", "NousResearch_Llama-2-7b-hf", "--gpu_name",
+            "a100-sxm-80gb", "--total_num_gpus", "8", "--batch_size_per_gpu", "1", "--seq_len", "4096",
+            "--activation_recomputation", "2", "--ds_zero", "3", "--flops_efficiency", "0.5", "--log_level", "ERROR"]
+
+
+def wall(cmd: list[str], repeat: int) -> float:
+    """Median wall time of `cmd` over `repeat` runs (after one untimed run)."""
+    subprocess.run(cmd, env=ENV, capture_output=True, check=False, cwd=ROOT)
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        subprocess.run(cmd, env=ENV, capture_output=True, check=False, cwd=ROOT)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def peak_rss_mb(cmd: list[str]) -> tuple[float, float]:
+    """Wall time and peak RSS (MB) of one run of `cmd`, via /usr/bin/time when available."""
+    with tempfile.NamedTemporaryFile("r", suffix=".txt") as out:
+        timed = ["/usr/bin/time", "-f", "%M", "-o", out.name, *cmd] if Path("/usr/bin/time").exists() else cmd
+        start = time.perf_counter()
+        subprocess.run(timed, env=ENV, capture_output=True, check=True, cwd=ROOT)
+        seconds = time.perf_counter() - start
+        text = out.read().strip()
+    return seconds, (int(text.splitlines()[-1]) / 1024 if text else float("nan"))
+
+
+def config_seconds(repeat: int) -> dict[str, float]:
+    """Warm, in process: one configuration's memory and step time (fixed shape), one solved shape
+    (the candidate search), and a full plan report; median seconds per call."""
+    from btacalc.config.execution import BatchLimits, ExecutionRequest, resolve_execution
+    from btacalc.config.hardware import resolve_hardware
+    from btacalc.config.model import validate_model
+    from btacalc.model.memory import MemoryModel, resolve_memory_model
+    from btacalc.model.problem import Problem
+    from btacalc.model.solver import PointLimits, search
+    from btacalc.model.timing import step_time
+    from btacalc.planning.plan import make_plan
+
+    model, hw = validate_model(LLAMA2_7B, "benchmark"), resolve_hardware("a100-80gb")
+    request = ExecutionRequest(seq_len=4096, recompute="full", attention="flash", devices=8, zero_stage=3)
+
+    def evaluate() -> None:  # the same question as llm-analysis: memory and time of a given shape
+        problem = resolve_memory_model(Problem(model, hw, resolve_execution(request, model, hw)))
+        MemoryModel(problem).total(1, 1)
+        step_time(problem, 1, 1)
+
+    def solve() -> None:  # the batch shape chosen too (fastest fitting G, b)
+        problem = resolve_memory_model(Problem(model, hw, resolve_execution(request, model, hw)))
+        found = search(problem, PointLimits.of(BatchLimits()))
+        best = found.solution(0)
+        MemoryModel(problem).total(best.tiles, best.tile_batch)
+
+    def plan() -> None:
+        make_plan(model, hw, request)
+
+    out = {}
+    for name, fn in (("evaluate", evaluate), ("solve", solve), ("plan", plan)):
+        fn()
+        times = []
+        for _ in range(repeat if name != "plan" else max(repeat // 10, 5)):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        out[name] = statistics.median(times)
+    return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--points", type=int, default=100_000)
-    ap.add_argument("--subs-points", type=int, default=100)
+    ap.add_argument("--peer-python", help="a Python with llm-analysis installed")
+    ap.add_argument("--quick", action="store_true", help="fewer repetitions, no 1e6-point sweep")
     args = ap.parse_args()
+    rep = 3 if args.quick else 5
+    rows: list[tuple[str, str, str]] = []
 
-    from btacalc.config.hardware import resolve_hardware
-    from btacalc.config.presets import load_preset
-    from btacalc.config.execution import RunOptions
-    from btacalc.model.problem import make_problem
-    from btacalc.catalogue.symbols import SYMBOLS
-    from btacalc.vocabulary import ARG_ORDER
-    from btacalc.model.timing import step_time
-
-    problem = make_problem(load_preset("qwen3-30b-a3b"), resolve_hardware("wse2"), RunOptions(memory_model="weight_streaming"))
-    t0 = time.perf_counter()
-    compiled = problem.compiled
-    compile_s = time.perf_counter() - t0
-
-    rng = np.random.default_rng(0)
-    n = args.points
-    grid = {
-        "E": rng.choice([16, 32, 64, 128, 256], n).astype(float),
-        "k": rng.choice([1, 2, 4, 8], n).astype(float),
-        "s": rng.choice([1024, 2048, 4096, 8192], n).astype(float),
-        "G": rng.integers(1, 64, n).astype(float),
-        "b": rng.integers(1, 16, n).astype(float),
-    }
-    values = problem.symbol_values(grid["G"], grid["b"], grid["s"])
-    values.update(E=grid["E"], k=grid["k"])
-    runs = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        pv = compiled.evaluate(values)
-        st = step_time(problem, grid["G"], grid["b"], pv=pv)
-        np.asarray(st.tokens_per_s).sum()
-        runs.append(time.perf_counter() - t0)
-    vec_s = min(runs)
-    n_formulas = len(compiled.expressions)
-
-    # point by point with sympy subs: the same expressions, a few points, extrapolated
-    args_syms = [SYMBOLS[x] for x in ARG_ORDER]
-    m = args.subs_points
-    t0 = time.perf_counter()
-    for i in range(m):
-        point = {SYMBOLS[x]: (values[x][i] if isinstance(values[x], np.ndarray) else values[x]) for x in ARG_ORDER}
-        for e in compiled.expressions:
-            sp.sympify(e).subs(point)
-    subs_per_point = (time.perf_counter() - t0) / m
-    del args_syms
-
-    # a solved sweep (each point: G = 1, best G and the dense reference solved)
-    from btacalc.config.execution import ExecutionRequest
-    from btacalc.planning.sweep import run_sweep
-
-    grid_sweep = {"experts": [16, 32, 64, 128], "top-k": [1, 2, 4, 8], "seq": [2048, 4096]}
-    t0 = time.perf_counter()
-    res = run_sweep(problem.model, problem.hardware, ExecutionRequest(), grid_sweep)
-    sweep_s = time.perf_counter() - t0
-
-    # compare (auto GPU counts: a device-count search per GPU profile) and the crossover family scan
-    from btacalc.planning.compare import compare
-    from btacalc.planning.crossover import DEFAULT_HIDDEN, crossover
-    from btacalc.config.hardware import resolve_hardware
-
-    hws = [resolve_hardware(h) for h in ("wse2", "wse3", "a100-80gb", "b200")]
-    t0 = time.perf_counter()
-    compare(problem.model, hws)
-    compare_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    cross = crossover(hws)
-    cross_s = time.perf_counter() - t0
-
-    # one full-size Qwen3-30B-A3B layer measured under FakeTensorMode (needs btacalc[measure])
-    try:
-        from btacalc.torchref.accuracy import compare_layer
-
-        t0 = time.perf_counter()
-        compare_layer(problem.model, 1, 4096, 1, "eager", fake=True)
-        measure_s: float | None = time.perf_counter() - t0
-    except ImportError:
-        measure_s = None
-
-    cold = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "btacalc", "plan", "--model", "qwen3-30b-a3b", "--hw", "wse3", "--json"],
-                       check=True, capture_output=True)
-        cold.append(time.perf_counter() - t0)
-
-    print(f"formulas per point: {n_formulas} (every phase x quantity), compile (lambdify) {compile_s * 1e3:.0f} ms")
-    print(f"vectorised: {n:,} points in {vec_s * 1e3:.1f} ms = {n / vec_s:,.0f} points/s (formulas + step time)")
-    print(f"sympy subs: {subs_per_point * 1e3:.1f} ms per point -> {n:,} points ~ {subs_per_point * n:,.0f} s; "
-          f"vectorised is {subs_per_point * n / vec_s:,.0f}x faster")
-    print(f"solved sweep: {len(res.points)} points in {sweep_s:.2f} s = {len(res.points) / sweep_s:.1f} points/s "
-          f"(each point solves best G, G = 1 and the dense reference)")
-    print(f"compare, 4 devices with GPU-count search: {compare_s:.2f} s; crossover, {len(DEFAULT_HIDDEN)} sizes x 4 "
-          f"devices ({len(cross.points)} plans): {cross_s:.2f} s")
-    print("one full-size layer measured under FakeTensorMode (s = 4096): "
-          + (f"{measure_s:.2f} s" if measure_s is not None else "skipped (no torch)"))
-    print(f"cold start `btacalc plan --json`: median {statistics.median(cold):.2f} s over {len(cold)} runs")
+    python = wall([sys.executable, "-c", "pass"], rep)
+    help_s = wall([*BTACALC, "--help"], rep)
+    plan_s = wall([*BTACALC, "plan", "--json"], rep)
+    rows += [("`python -c pass`", f"{python * 1e3:.0f} ms", "1.0x"),
+             ("`btacalc --help`", f"{help_s * 1e3:.0f} ms", f"{help_s / python:.1f}x python"),
+             ("`btacalc plan --json` (cold, median of %d)" % rep, f"{plan_s * 1e3:.0f} ms",
+              f"{plan_s / python:.1f}x python, {plan_s / help_s:.2f}x --help")]
+    if args.peer_python:
+        peer_cli = wall([args.peer_python, *PEER_CLI], rep)
+        rows.append(("llm-analysis CLI, one training step", f"{peer_cli * 1e3:.0f} ms",
+                     f"{peer_cli / plan_s:.1f}x btacalc plan"))
+    sweep_s = wall([*BTACALC, *SWEEP_16K], rep)
+    rows.append(("`sweep` 16,384 points (wse3, seq x experts, table)", f"{sweep_s:.2f} s",
+                 f"{sweep_s / plan_s:.2f}x one plan"))
+    with tempfile.TemporaryDirectory() as tmp:
+        for points, vary in SWEEPS.items():
+            if args.quick and points > 100_000:
+                continue
+            cmd = [*BTACALC, "sweep", "--hw", "wse3", *vary, "--csv", str(Path(tmp) / "s.csv"), "-q"]
+            seconds, rss = peak_rss_mb(cmd)
+            rows.append((f"`sweep` {points:,} points to CSV", f"{seconds:.2f} s",
+                         f"{points / seconds:,.0f} points/s, peak RSS {rss:.0f} MB"))
+    per = config_seconds(300 if args.quick else 1000)
+    rows += [("one configuration, memory + step time (API, warm)", f"{per['evaluate'] * 1e3:.3f} ms", ""),
+             ("one configuration solved: fastest shape + memory (API, warm)", f"{per['solve'] * 1e3:.3f} ms", ""),
+             ("one full plan report, G = 1 and dense included (API, warm)", f"{per['plan'] * 1e3:.2f} ms", "")]
+    if args.peer_python:
+        peer = float(subprocess.run([args.peer_python, "-c", PEER_CONFIG.replace("N)", "1000)")], capture_output=True,
+                                    text=True, check=True).stdout.strip().splitlines()[-1])
+        rows.append(("llm-analysis, one configuration (API, warm)", f"{peer * 1e3:.3f} ms",
+                     f"btacalc evaluate {per['evaluate'] / peer:.2f}x, solve {per['solve'] / peer:.2f}x"))
+    load = os.getloadavg()[0]
+    print(f"| measured ({os.cpu_count()} cores, load {load:.1f}) | time | ratio |")
+    print("| --- | ---: | --- |")
+    for what, t, ratio in rows:
+        print(f"| {what} | {t} | {ratio} |")
 
 
 if __name__ == "__main__":

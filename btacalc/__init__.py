@@ -13,4 +13,6 @@ Layers (enforced by import-linter, see pyproject.toml): cli -> output -> plannin
 model -> catalogue | config -> vocabulary | errors | paths.
 """
 
+from . import profiling as _profiling  # noqa: F401  # marks the start, for --profile
+
 __version__ = "0.2.0"

@@ -27,7 +27,7 @@ GPU_PROFILE = (data_dir("hardware_profiles") / "a100-80gb.toml").read_text()
 WSE_PROFILE = (data_dir("hardware_profiles") / "wse3.toml").read_text()
 # the GPU profile's fitted compute efficiency line (its value moves when `validate --calibrate` refits it)
 EFFICIENCY = re.search(r"\[calibration\.compute_efficiency\]\nvalue = [^\n]*\n", GPU_PROFILE).group(0)
-BIG = str(2**81)  # beyond the 2^80-sequence bound
+BIG = str(2**81)  # beyond the 2^62-sequence bound
 
 
 def _profile(base: str, old: str, new: str) -> str:
@@ -173,7 +173,9 @@ for args, fragment in [
     (["--experts", "4"], "larger than the number of experts"),
     (["--hw", "a100-80gb", "--global-batch", "10", "--tiles", "3"], "not divisible"),
     (["--hw", "a100-80gb", "--global-batch", "10", "--tile-batch", "4"], "not divisible"),
-    (["--hw", "a100-80gb", "--global-batch", "8", "--tiles", "2", "--tile-batch", "2"], "differs from --global-batch"),
+    (["--hw", "a100-80gb", "--global-batch", "8", "--tiles", "3"], "is not divisible by --tiles 3"),
+    (["--hw", "a100-80gb", "--global-batch", "8", "--tiles", "2", "--tile-batch", "2", "--grad-accum", "3"],
+     "is not divisible by --grad-accum 3"),
     (["--hw", "a100-80gb", "--global-batch", "64", "--max-global-batch", "32"], "exceeds --max-global-batch"),
     (["--hw", "a100-80gb", "--tile-batch", "8", "--max-tile-batch", "4"], "exceeds --max-tile-batch"),
     (["--top-k", "5", "--fixed-active"], "not divisible by --top-k"),
@@ -186,9 +188,9 @@ for args, fragment in [
     (["--hw", "a100-80gb", "--devices", "8", "--ep", "3"], "does not divide --devices"),
     (["--hw", "a100-80gb", "--devices", "6", "--ep", "6"], "does not divide the 128 experts"),
     (["--hw", "a100-80gb", "--model", "gpt3-175b", "--devices", "8", "--ep", "2"], "need an MoE model"),
-    (["--hw", "a100-80gb", "--global-batch", BIG], "beyond 2^80"),
-    (["--hw", "a100-80gb", "--tiles", BIG], "beyond 2^80"),
-    (["--hw", "a100-80gb", "--max-global-batch", BIG], "beyond 2^80"),
+    (["--hw", "a100-80gb", "--global-batch", BIG], "beyond 2^62"),
+    (["--hw", "a100-80gb", "--tiles", BIG], "beyond 2^62"),
+    (["--hw", "a100-80gb", "--max-global-batch", BIG], "beyond 2^62"),
 ]:
     case("values", "plan", *args, fragment=fragment)
 case("values", "sweep", "--vary", "experts=16", "--fixed-active", fragment="needs --vary top-k")
@@ -261,9 +263,9 @@ for spec, fragment in [("100", "multiple of 256"), ("256,300", "multiple of 256"
     case("ranges", "crossover", "--hw", "wse3", "--hidden", spec, fragment=fragment)
 
 # --- bounds: work that would not end, shapes torch would refuse ----------------------------------
-case("bounds", "plan", "--hw", "a100-80gb", "--global-batch", str(2**80 + 1), fragment="beyond 2^80")
-case("bounds", "plan", "--hw", "a100-80gb", "--tile-batch", BIG, fragment="beyond 2^80")
-case("bounds", "plan", "--hw", "a100-80gb", "--max-tile-batch", BIG, fragment="beyond 2^80")
+case("bounds", "plan", "--hw", "a100-80gb", "--global-batch", str(2**62 + 1), fragment="beyond 2^62")
+case("bounds", "plan", "--hw", "a100-80gb", "--tile-batch", BIG, fragment="beyond 2^62")
+case("bounds", "plan", "--hw", "a100-80gb", "--max-tile-batch", BIG, fragment="beyond 2^62")
 case("bounds", "measure", "--seq", "10000000000", fragment="beyond what torch can size")
 case("bounds", "measure", "--batch", "100000000000", fragment="beyond what torch can size")
 case("bounds", "measure", "--seq", "512", "--batch", "64", "--real", fragment="more than --real-limit-gb 8")

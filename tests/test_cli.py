@@ -197,3 +197,18 @@ def test_formulas_render_every_phase(cli, args):
     assert code == 0, err
     if "pytorch" in args and "qwen3-30b-a3b" in args:
         assert "w[order]" in out  # rich markup characters in term text are shown literally, not eaten
+
+
+def test_plan_profile_counts_the_evaluations(cli):
+    """--profile: the model is evaluated once per problem (the plan and its dense reference) and once
+    for each one's parameter counts; the stages are timed."""
+    from btacalc.model.params import _param_counts
+
+    _param_counts.cache_clear()  # a fresh process counts them; earlier tests here may have
+    code, out, err = cli("plan", "--json", "--profile")
+    assert code == 0 and json.loads(out)["plan"]["fits"]
+    counts, times = err.strip().splitlines()
+    assert counts.startswith("btacalc profile: model evaluations 4 ")
+    assert "candidate searches 2" in counts  # the plan (both objectives and G = 1) and the dense model
+    for stage in ("start-up", "imports", "resolve", "solve", "report", "output", "total"):
+        assert stage in times

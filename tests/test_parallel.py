@@ -177,7 +177,7 @@ def test_suggested_device_count_fits():
     (("--hw", "a100-80gb", "--devices", "24", "--ep", "3"), "does not divide the 128 experts"),
     (("--hw", "wse3", "--devices", "2", "--ep", "2"), "strict data parallel"),
     (("--hw", "wse3", "--devices", "3", "--global-batch", "100"), "does not divide over --devices 3"),
-    (("--hw", "wse3", "--devices", "2", "--global-batch", "100", "--grad-accum", "3"), "--grad-accum 3 does not"),
+    (("--hw", "wse3", "--devices", "2", "--global-batch", "100", "--grad-accum", "3"), "is not divisible by --grad-accum 3"),
     (("--hw", "wse3", "--devices", "2", "--memory-model", "resident"), "keeps the model on one wafer"),
     (("--hw", "a100-80gb", "--memory-model", "weight_streaming"), "wafer-scale profiles only"),
     (("--hw", "a100-80gb", "--zero", "4"), "--zero"),

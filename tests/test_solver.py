@@ -1,4 +1,5 @@
-"""The solver on hand-built memory models (affine, as in the DESIGN notes) and on real problems."""
+"""The density solver (the design card's rule) on hand-built memory models (affine, as in the DESIGN
+notes) and on real problems. The throughput objective and the vectorised search: test_search.py."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from btacalc.model.memory import MemoryModel
 from btacalc.config.presets import load_preset
 from btacalc.config.execution import RunOptions
 from support import resolved
-from btacalc.config.execution import BatchLimits
-from btacalc.model.solver import divisors, solve
+from types import SimpleNamespace
+
+from btacalc.config.execution import BatchLimits, Layout
+from btacalc.model.solver import divisors, solve_density as solve
 
 
 class Affine:
@@ -22,6 +25,7 @@ class Affine:
     def __init__(self, A, Q, C, usable):
         self.A, self.Q, self.C, self.usable = A, Q, C, usable
         self.calls = 0
+        self.problem = SimpleNamespace(layout=Layout())  # one device, one micro-batch
 
     def total(self, g, b):
         return self.A * g * b + self.Q * b + self.C

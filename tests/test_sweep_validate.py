@@ -15,8 +15,9 @@ from btacalc.config.hardware import resolve_hardware
 
 def test_parse_values():
     assert parse_values("16,32,64") == [16, 32, 64]
-    assert parse_values("1:9:4") == [1, 5, 9]
+    assert list(parse_values("1:9:4")) == [1, 5, 9]
     assert parse_values("16:128:x2") == [16, 32, 64, 128]
+    assert len(parse_values("1:1000000000000:1")) == 10**12  # a range: never built in memory
     for bad in ("a,b", "0,1", "5:1:1", "1:8", "1:8:x1"):
         with pytest.raises(BtacalcError):
             parse_values(bad)

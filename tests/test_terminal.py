@@ -109,7 +109,7 @@ def test_plan_tables_keep_every_name_and_number_whole(report, width):
 def test_every_table_fits_the_terminal_without_cutting(monkeypatch, capsys, width, command):
     from btacalc.cli import console, main
 
-    monkeypatch.setattr(console.out, "_width", width)
+    monkeypatch.setattr(console.out.get(), "_width", width)
     with pytest.raises(SystemExit) as exc:
         main(command)
     text = capsys.readouterr().out

@@ -11,16 +11,15 @@ from btacalc.config.presets import load_preset
 from btacalc.config.execution import RunOptions
 from support import resolved, with_calibration
 from btacalc.config.execution import BatchLimits
-from btacalc.model.solver import solve
+from btacalc.model.solver import PointLimits, search
 from btacalc.model.timing import step_time
 from btacalc.planning.plan import summarize
 
 
 def summary(model, hw="wse2", overlap=True):
     p = resolved(model, hw, overlap_streaming=overlap)
-    mem = MemoryModel(p)
-    best = solve(mem, BatchLimits())
-    return summarize(p, mem, best)
+    found = search(p, PointLimits.of(BatchLimits()))
+    return summarize(p, MemoryModel(p), found.solution(0), found)
 
 
 def test_streaming_bound_by_hand():

@@ -18,7 +18,7 @@ from btacalc.model.communication import exchanges
 from btacalc.model.memory import MemoryModel
 from btacalc.model.problem import make_problem
 from btacalc.model.timing import step_time
-from btacalc.model.wafer.batching import fewest_micro_batches, micro_batch_size
+from btacalc.model.wafer.batching import micro_batch_size
 from btacalc.model.wafer.cluster import step_boundary, stream_bandwidth, tree_latency_s, tree_levels, update_bytes
 from btacalc.model.wafer.mesh import MeshGeometry, dispatch_s
 from btacalc.planning.plan import make_plan
@@ -140,31 +140,39 @@ def test_divisibility_follows_model_zoo_2_0_3():
 
 def test_llama_7b_measured_run_fits_with_micro_batches_chosen():
     """ALCF's LLaMA-7B run (1 x CS-2, batch 99, s = 2048, measured-runs.json): 99 sequences do not fit at
-    once under full recomputation (36 do), so the plan takes the fewest micro-batches that fit: 3 of 33."""
+    once under full recomputation (36 do as tiles of one), so the solver splits the step into M
+    micro-batches, M dividing 99. Density takes the fewest that fit (3 of 33, tiled); throughput weighs
+    the extra weight streams of more micro-batches against the tile overhead and takes 9 of 11, which
+    fit untiled (G = 1)."""
     model = load_hf_config(LLAMA)
+    mem = MemoryModel(streaming(model, seq_len=2048))
+    assert not mem.fits(99, 1) and mem.fits(33, 1) and mem.fits(1, 11) and not mem.fits(1, 33)
+    dense = make_plan(model, WSE2, ExecutionRequest(seq_len=2048, limits=BatchLimits(global_batch=99),
+                                                    objective="density"))
+    assert (dense.wafer.global_batch, dense.wafer.micro_batches, dense.wafer.micro_batch_size) == (99, 3, 33)
+    assert dense.plan.tiles > 1
     r = make_plan(model, WSE2, ExecutionRequest(seq_len=2048, limits=BatchLimits(global_batch=99)))
     assert r.plan.fits and r.throughput is not None
-    assert (r.wafer.global_batch, r.wafer.micro_batches, r.wafer.micro_batch_size) == (99, 3, 33)
-    assert r.plan.tiles * r.plan.tile_batch == 33
-    mem = MemoryModel(streaming(model, seq_len=2048))
-    assert not mem.fits(99, 1) and mem.fits(33, 1)
-    assert fewest_micro_batches(mem, 99) == 3
-    assert "micro_batches" in r.inputs.defaults  # chosen, and said so
-    fixed = make_plan(model, WSE2, ExecutionRequest(seq_len=2048, micro_batches=9,
+    assert (r.wafer.global_batch, r.wafer.micro_batches, r.wafer.micro_batch_size, r.plan.tiles) == (99, 9, 11, 1)
+    assert r.throughput.tokens_per_s > dense.throughput.tokens_per_s
+    fixed = make_plan(model, WSE2, ExecutionRequest(seq_len=2048, micro_batches=3,
                                                     limits=BatchLimits(global_batch=99)))
-    assert fixed.wafer.micro_batch_size == 11 and "micro_batches" not in fixed.inputs.defaults
-    # fewest micro-batches is not always fastest: 11 sequences fit untiled (G = 1), 33 need tiles, and on a
-    # compute-bound dense model the tile overhead outweighs the 2 extra weight streams (issue 14's solver
-    # weighs the two)
-    assert fixed.plan.tiles == 1 and r.plan.tiles > 1
+    assert fixed.wafer.micro_batch_size == 33 and fixed.plan.tiles > 1  # --grad-accum fixes M
 
 
 def test_two_systems_split_the_global_batch():
+    """120 sequences over 2 systems: 60 per system, as M micro-batches of G*b with M*G*b = 60; the solver's
+    split is at least as fast as any split --grad-accum could fix."""
     model = load_hf_config(LLAMA)
     r = make_plan(model, WSE2, ExecutionRequest(seq_len=2048, devices=2, limits=BatchLimits(global_batch=120)))
     assert r.plan.fits
-    assert (r.wafer.per_system_batch, r.wafer.micro_batches, r.wafer.micro_batch_size) == (60, 2, 30)
+    assert r.wafer.per_system_batch == 60 and r.wafer.micro_batches * r.wafer.micro_batch_size == 60
     assert r.plan.cluster_tokens_per_step == 120 * 2048
+    for m in (1, 2, 3, 4, 5, 6, 10, 12, 15, 20, 30, 60):
+        fixed = make_plan(model, WSE2, ExecutionRequest(seq_len=2048, devices=2, micro_batches=m,
+                                                        limits=BatchLimits(global_batch=120)))
+        assert fixed.wafer.micro_batches == m
+        assert fixed.throughput is None or fixed.throughput.tokens_per_s <= r.throughput.tokens_per_s * (1 + 1e-12)
 
 
 # --- the Cerebras configuration ----------------------------------------------------------------------

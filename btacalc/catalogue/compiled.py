@@ -1,24 +1,63 @@
-"""Numeric evaluation of a selection: every per-phase formula compiled once into one function.
+"""Numeric evaluation of a selection: every per-phase formula as generated Python, cached on disk.
 
-The sums are compiled with ``sympy.lambdify`` and evaluated on plain ints (exact) or numpy arrays
-(vectorised sweeps): the symbolic expressions stay the single source of truth. The parallel sizes
-that divide (t, t_e) enter the compiled functions as reciprocals, so a formula divided by t = 1 stays an
-exact integer (and t > 1 gives an exact `Fraction` on ints).
+Every per-phase quantity of the catalogue (arithmetic intensity aside: a ratio of two of them) is a
+polynomial at most linear in each of G and b, which the generator checks (`_coefficients_of`), so at
+any batch shape
+
+    value(G, b) = c0 + c_b*b + c_G*G + c_Gb*G*b
+
+where c0, c_b, c_G and c_Gb are polynomials in the model's symbols, s and beta. sympy derives them
+once per selection from `Selection.expression` (the single source of truth) and prints them, common
+subexpressions shared, as one Python function (`generate_source`). That module is kept in the
+catalogue's cache (`catalogue.cache`: keyed by a fingerprint of the catalogue and of this code,
+written atomically, compiled in memory when the cache cannot be written). Loading a cached module
+does not import sympy.
+
+Where a formula divides by a parallel size (t, t_e: `vocabulary.RECIPROCAL_SYMBOLS`), the generated
+function multiplies by its reciprocal, passed in as an int 1 or an exact `Fraction`, so a formula
+divided by t = 1 stays an exact integer and t > 1 gives an exact `Fraction` on ints; `ceiling` is printed as an exact integer ceiling (`_ceil`).
+
+Evaluation is plain Python arithmetic: exact on ints, elementwise on numpy arrays (the solver's
+candidate shapes, vectorised sweeps). `PhaseValues` computes a value on first use, and sums or
+sums over phases through the coefficients (a total is one affine form, not a sum of arrays).
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import importlib.util
+import types
 from fractions import Fraction
-from typing import Any, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import numpy as np
-import sympy as sp
 
+from .. import profiling
+from ..errors import DataError
 from ..vocabulary import ARG_ORDER, QUANTITIES, RECIPROCAL_SYMBOLS
-from .selection import Selection, state_terms
-from .symbols import SYMBOLS
+from .cache import cache_dir, fingerprint, write_atomic
+from .selection import Selection
 from .terms import Phase
+
+if TYPE_CHECKING:
+    import sympy as sp
+
+# Arguments of the generated coefficient function: every symbol but the batch shape (and P, which
+# only the per-parameter training-state formulas use).
+MODEL_ARGS: tuple[str, ...] = tuple(n for n in ARG_ORDER if n not in ("G", "b", "P"))
+# Quantities with one generated row per phase; arithmetic intensity is their ratio.
+ROW_QUANTITIES: tuple[str, ...] = tuple(q for q in QUANTITIES if q != "arithmetic_intensity")
+# Monomials G^i b^j of a row, in the order of its coefficients: 1, b, G, G*b.
+MONOMIALS = ((0, 0), (0, 1), (1, 0), (1, 1))
+STATE_COMPONENTS = ("weights", "gradients", "optimizer")
+# The generated function's parameters: the model arguments, then the reciprocals of the divisors.
+PARAMETERS: tuple[str, ...] = MODEL_ARGS + tuple(f"inv_{n}" for n in RECIPROCAL_SYMBOLS)
+
+
+def _selection_key(selection: Selection) -> str:
+    return repr((selection.features, selection.recompute))
 
 
 @functools.lru_cache(maxsize=64)
@@ -27,28 +66,41 @@ def compile_selection(selection: Selection) -> "CompiledSelection":
 
 
 class CompiledSelection:
-    """All per-phase formulas of a selection, lambdified into one numeric function."""
+    """The generated numeric functions of one selection: the coefficients of every (phase, quantity)
+    row and the training-state bytes per parameter."""
 
     def __init__(self, selection: Selection):
         self.selection = selection
         self.phases: list[Phase] = [p for p in selection.phases(scope=None) if p.scope != "state"]
         self.quantities = QUANTITIES
-        exprs = [selection.expression(p, q) for p in self.phases for q in self.quantities]
-        self.expressions = exprs
-        inverse = {name: sp.Symbol(f"inv_{name}", positive=True) for name in RECIPROCAL_SYMBOLS}
-        exprs = [e.subs({SYMBOLS[n]: 1 / inv for n, inv in inverse.items()}) for e in exprs]
-        args = [inverse.get(name, SYMBOLS[name]) for name in ARG_ORDER]
-        # One generated function for every formula; plain Python arithmetic on ints is exact.
-        self._fn = sp.lambdify(args, exprs, modules="numpy")
-        self.state_rates = _compile_state_rates(selection)
+        module = load_module(selection)
+        if tuple(module.PHASES) != tuple(p.name for p in self.phases):
+            raise DataError(f"generated module {module.__name__} lists other phases than the catalogue")
+        self._coefficients: Callable[..., tuple[Any, ...]] = module.coefficients
+        self.masks: tuple[int, ...] = module.MASKS  # per row: bit i set when coefficient i is not identically 0
+        self.row: dict[tuple[str, str], int] = {
+            (p.name, q): i * len(ROW_QUANTITIES) + j for i, p in enumerate(self.phases) for j, q in enumerate(ROW_QUANTITIES)
+        }
+        self.state_rates: dict[str, Callable[[Any], Any]] = {
+            c: functools.partial(module.state_rate, c) for c in STATE_COMPONENTS}
 
-    def evaluate(self, values: dict[str, Any]) -> "PhaseValues":
-        """Evaluate at `values` (symbol name -> int or numpy array). Missing symbols are an error."""
-        missing = [n for n in ARG_ORDER if n not in values]
+    def coefficients(self, values: dict[str, Any]) -> "Coefficients":
+        """The coefficients at `values` (symbol name -> int or numpy array; G and b are not needed)."""
+        missing = [n for n in MODEL_ARGS if n not in values]
         if missing:
             raise ValueError(f"values missing for symbols {missing}")
-        flat = self._fn(*(_reciprocal(values[n]) if n in RECIPROCAL_SYMBOLS else values[n] for n in ARG_ORDER))
-        return PhaseValues(self, flat)
+        profiling.count("model evaluations")
+        return Coefficients(self, self._coefficients(*(values[n] for n in MODEL_ARGS),
+                                                     *(_reciprocal(values[n]) for n in RECIPROCAL_SYMBOLS)))
+
+    def evaluate(self, values: dict[str, Any]) -> "PhaseValues":
+        """Every per-phase quantity at `values` (symbol name -> int or numpy array)."""
+        return self.coefficients(values).at(values["G"], values["b"])
+
+    @property
+    def expressions(self) -> list["sp.Expr"]:
+        """The summed sympy expressions, phase by phase and quantity by quantity (imports sympy)."""
+        return [self.selection.expression(p, q) for p in self.phases for q in self.quantities]
 
 
 def _reciprocal(v: Any) -> Any:
@@ -58,50 +110,300 @@ def _reciprocal(v: Any) -> Any:
     return 1 / v
 
 
-def _compile_state_rates(selection: Selection) -> dict[str, Callable[[int], Any]]:
-    """Training-state bytes per parameter for each component (weights, gradients, optimizer), as
-    functions of beta: the catalogue's state terms are linear in P."""
-    terms = state_terms(selection.feature_dict)
-    out: dict[str, Callable[[int], Any]] = {}
-    for component in dict.fromkeys(t.component for t in terms):
-        expr = sp.Add(*[t.sym for t in terms if t.component == component]).subs(SYMBOLS["P"], 1)
-        out[component] = sp.lambdify([SYMBOLS["beta"]], expr, modules="math")
-    return out
+class Coefficients:
+    """c0, c_b, c_G, c_Gb of every row at one set of symbol values (ints, or arrays of points)."""
+
+    def __init__(self, compiled: CompiledSelection, flat: tuple[Any, ...]):
+        self.compiled = compiled
+        self.flat = flat
+        self.scalar = not any(isinstance(c, np.ndarray) for c in flat)  # one point: Python numbers
+        self._sums: dict[tuple[str, str], tuple[int, tuple[Any, ...]]] = {}
+        self._stacked: dict[str, tuple[int, np.ndarray]] = {}
+
+    def at(self, tiles: Any, tile_batch: Any) -> "PhaseValues":
+        return PhaseValues(self, tiles, tile_batch)
+
+    def take(self, index: np.ndarray) -> "Coefficients":
+        """The coefficients of points `index` (these hold arrays of points): gathered row by row on
+        first use, sums included, rather than computed again."""
+        return _Gathered(self, index)
+
+    def row(self, r: int) -> tuple[int, tuple[Any, ...]]:
+        return self.compiled.masks[r], self.flat[4 * r:4 * r + 4]
+
+    def summed(self, quantity: str, scope: str) -> tuple[int, tuple[Any, ...]]:
+        """The row of `quantity` summed over the phases of `scope`."""
+        key = (quantity, scope)
+        if key not in self._sums:
+            mask, total = 0, [0, 0, 0, 0]
+            for p in self.compiled.phases:
+                if p.scope == scope:
+                    m, c = self.row(self.compiled.row[(p.name, quantity)])
+                    mask |= m
+                    total = [t + ci if m >> i & 1 else t for i, (t, ci) in enumerate(zip(total, c))]
+            self._sums[key] = (mask, tuple(total))
+        return self._sums[key]
+
+    def stacked(self, quantity: str) -> tuple[int, np.ndarray]:
+        """The rows of `quantity` (every phase, identically zero ones left out) as one float array of
+        shape (4, rows, ...): what an array of shapes needs to take their maximum in a few operations.
+        Exact while the values stay below 2^53 (bytes and FLOPs of one shape do)."""
+        if quantity not in self._stacked:
+            rows = self.rows(quantity)
+            mask = 0
+            for r in rows:
+                mask |= self.compiled.masks[r]
+            coefs = [self.row(r)[1] for r in rows] or [(0, 0, 0, 0)]
+            shape = np.broadcast_shapes(*(np.shape(c) for row in coefs for c in row))
+            stack = np.array([[np.broadcast_to(np.asarray(row[i], dtype=float), shape) for row in coefs]
+                              for i in range(4)])
+            self._stacked[quantity] = (mask, stack)
+        return self._stacked[quantity]
+
+    def rows(self, quantity: str, names: Optional[list[str]] = None) -> list[int]:
+        """Rows of `quantity` over `names` (default every phase) that are not identically zero."""
+        compiled = self.compiled
+        names = names if names is not None else [p.name for p in compiled.phases]
+        return [r for r in (compiled.row[(n, quantity)] for n in names) if compiled.masks[r]]
+
+
+class _Gathered(Coefficients):
+    """`Coefficients.take`: rows and sums of the parent at some of its points, gathered lazily."""
+
+    def __init__(self, parent: Coefficients, index: np.ndarray):
+        super().__init__(parent.compiled, ())
+        self.scalar = False
+        self.parent, self.index = parent, index
+        self._rows: dict[int, tuple[int, tuple[Any, ...]]] = {}
+
+    def _gather(self, row: tuple[int, tuple[Any, ...]]) -> tuple[int, tuple[Any, ...]]:
+        mask, c = row
+        return mask, tuple(v[self.index] if isinstance(v, np.ndarray) and v.ndim else v for v in c)
+
+    def row(self, r: int) -> tuple[int, tuple[Any, ...]]:
+        if r not in self._rows:
+            self._rows[r] = self._gather(self.parent.row(r))
+        return self._rows[r]
+
+    def summed(self, quantity: str, scope: str) -> tuple[int, tuple[Any, ...]]:
+        key = (quantity, scope)
+        if key not in self._sums:
+            self._sums[key] = self._gather(self.parent.summed(quantity, scope))
+        return self._sums[key]
+
+    def stacked(self, quantity: str) -> tuple[int, np.ndarray]:
+        if quantity not in self._stacked:
+            mask, stack = self.parent.stacked(quantity)
+            self._stacked[quantity] = (mask, stack[..., self.index] if stack.ndim > 2 else stack)
+        return self._stacked[quantity]
+
+
+# Up to this many values (shapes x phases) the maximum over phases is taken on one stacked array.
+_STACKED_ELEMENTS = 1 << 16
+
+
+def affine(mask: int, c: tuple[Any, ...], tiles: Any, tile_batch: Any, n: Any) -> Any:
+    """c0 + c_b*b + c_G*G + c_Gb*G*b, skipping the coefficients that are identically zero."""
+    value: Any = c[0] if mask & 1 else 0
+    if mask & 2:
+        value = value + c[1] * tile_batch
+    if mask & 4:
+        value = value + c[2] * tiles
+    if mask & 8:
+        value = value + c[3] * n
+    return value
 
 
 class PhaseValues:
-    """Evaluated formulas: value(phase, quantity) -> int/float or numpy array."""
+    """Evaluated formulas at one batch shape: value(phase, quantity) -> int/float or numpy array."""
 
-    def __init__(self, compiled: CompiledSelection, flat: list[Any]):
-        self.compiled = compiled
-        nq = len(compiled.quantities)
-        self._table = {
-            (p.name, q): flat[i * nq + j]
-            for i, p in enumerate(compiled.phases)
-            for j, q in enumerate(compiled.quantities)
-        }
+    def __init__(self, coefficients: Coefficients, tiles: Any, tile_batch: Any):
+        self.coefficients = coefficients
+        self.compiled = coefficients.compiled
+        self.tiles, self.tile_batch = tiles, tile_batch
+        self.n = tiles * tile_batch
+        self._values: dict[int, Any] = {}
+        if isinstance(tiles, int) and isinstance(tile_batch, int) and coefficients.scalar:
+            # one shape: every row at once, in plain (exact) integer arithmetic
+            f, g, b, n = coefficients.flat, tiles, tile_batch, self.n
+            self._values = dict(enumerate(f[i] + f[i + 1] * b + f[i + 2] * g + f[i + 3] * n
+                                          for i in range(0, len(f), 4)))
 
     @property
     def phases(self) -> list[Phase]:
         return self.compiled.phases
 
+    def _row(self, r: int) -> Any:
+        try:
+            return self._values[r]
+        except KeyError:
+            self._values[r] = value = affine(*self.coefficients.row(r), self.tiles, self.tile_batch, self.n)
+            return value
+
     def value(self, phase: str, quantity: str) -> Any:
-        return self._table[(phase, quantity)]
+        try:
+            return self._row(self.compiled.row[(phase, quantity)])
+        except KeyError:
+            if quantity != "arithmetic_intensity":
+                raise
+        masks, row = self.compiled.masks, self.compiled.row
+        if not masks[row[(phase, "flops_fwd")]] or not masks[row[(phase, "bytes_moved")]]:
+            return 0  # as sympy simplifies 0/x, and x/0 where nothing moves
+        return self.value(phase, "flops_fwd") / self.value(phase, "bytes_moved")
 
     def phase_names(self, scope: str | None = None) -> list[str]:
         return [p.name for p in self.compiled.phases if scope is None or p.scope == scope]
 
     def total(self, quantity: str, scope: str) -> Any:
         """Sum of `quantity` over the phases of `scope` ('layer' or 'model')."""
-        return sum((self._table[(n, quantity)] for n in self.phase_names(scope)), start=0)
+        return affine(*self.coefficients.summed(quantity, scope), self.tiles, self.tile_batch, self.n)
 
     def max(self, quantity: str, names: list[str] | None = None) -> Any:
-        names = names if names is not None else self.phase_names()
-        vals = [self._table[(n, quantity)] for n in names]
-        if any(isinstance(v, np.ndarray) for v in vals):
-            return np.maximum.reduce(np.broadcast_arrays(*vals))
-        return max(vals)
+        rows = self.coefficients.rows(quantity, names)
+        size = np.size(self.n)
+        if names is None and size > 1 and size * len(rows) <= _STACKED_ELEMENTS:
+            mask, stack = self.coefficients.stacked(quantity)  # a few shapes: all phases at once
+            if stack.ndim == 2:  # one coefficient per row: a column of rows against the shapes
+                stack = stack.reshape(stack.shape + (1,) * np.ndim(self.n))
+            return np.max(affine(mask, tuple(stack), self.tiles, self.tile_batch, self.n), axis=0)
+        out: Any = 0  # a running maximum, one phase at a time (at most one array in memory)
+        for r in rows:
+            value = self._row(r)
+            out = np.maximum(out, value) if isinstance(value, np.ndarray) or isinstance(out, np.ndarray) else \
+                max(out, value)
+        return out
 
     def argmax(self, quantity: str) -> str:
         names = self.phase_names()
-        return max(names, key=lambda n: self._table[(n, quantity)])
+        return max(names, key=lambda n: self.value(n, quantity))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Loading and generating the modules
+
+
+def load_module(selection: Selection) -> types.ModuleType:
+    """The generated module of `selection`: from the cache when it is there and matches, else
+    generated (with sympy), written to the cache atomically when possible, and compiled."""
+    key = _selection_key(selection)
+    name = "sel_" + hashlib.sha256(key.encode()).hexdigest()[:20]
+    folder = cache_dir()
+    path = folder / f"{name}.py" if folder is not None else None
+    if path is not None:
+        module = _import_file(path, name)
+        if module is not None and getattr(module, "SELECTION", None) == key:
+            return module
+    source = generate_source(selection)
+    if path is not None:
+        write_atomic(path, source.encode("utf-8"))
+    module = types.ModuleType(f"btacalc.catalogue.generated.{name}")
+    exec(compile(source, f"<btacalc generated {name}>", "exec"), module.__dict__)
+    return module
+
+
+def _import_file(path: Path, name: str) -> Optional[types.ModuleType]:
+    """Import a cached module (Python keeps its bytecode beside it); None when missing or unreadable."""
+    if not path.is_file():
+        return None
+    try:
+        spec = importlib.util.spec_from_file_location(f"btacalc.catalogue.generated.{name}", path)
+        if spec is None or spec.loader is None:
+            return None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    except Exception:  # a damaged cache file is regenerated, never trusted
+        return None
+
+
+def _coefficients_of(expr: "sp.Expr", where: str) -> list["sp.Expr"]:
+    """c0, c_b, c_G, c_Gb of `expr`; a DataError when `expr` is not bilinear in G and b."""
+    import sympy as sp
+
+    from .symbols import SYMBOLS
+
+    terms = sp.Poly(sp.expand(expr), SYMBOLS["G"], SYMBOLS["b"]).as_dict()
+    extra = sorted(set(terms) - set(MONOMIALS))
+    if extra:
+        raise DataError(f"{where} has terms G^i*b^j with (i, j) in {extra}: every formula must be at most linear "
+                        "in each of G and b (c0 + c_b*b + c_G*G + c_Gb*G*b), which the numeric core evaluates")
+    return [terms.get(m, sp.Integer(0)) for m in MONOMIALS]
+
+
+# Helpers of every generated module: an exact ceiling and an exact division by an integer (p/q x) on
+# ints and Fractions (floats and elementwise on arrays otherwise), and math for the odd sqrt.
+_PRELUDE = ("import math", "from fractions import Fraction", "", "", "def _ceil(x):", "    return -(-x // 1)", "",
+            "", "def _div(x, q):", "    if isinstance(x, (int, Fraction)) and isinstance(q, (int, Fraction)):",
+            "        r = Fraction(x) / q", "        return r.numerator if r.denominator == 1 else r", "    return x / q")
+
+
+def _printer() -> Any:
+    import sympy as sp
+    from sympy.printing.pycode import PythonCodePrinter
+
+    class Printer(PythonCodePrinter):
+        def _print_ceiling(self, expr: Any) -> str:
+            return f"_ceil({self._print(expr.args[0])})"
+
+        # every division as _div(numerator, denominator): exact on ints and Fractions
+        def _print_Rational(self, expr: Any) -> str:
+            return f"_div({expr.p}, {expr.q})"
+
+        def _print_Mul(self, expr: Any) -> str:
+            num, den = sp.fraction(expr)
+            if den != 1:
+                return f"_div({self._print(num)}, {self._print(den)})"
+            return str(super()._print_Mul(expr))
+
+        def _print_Pow(self, expr: Any, rational: bool = False) -> str:
+            if expr.exp.is_Integer and expr.exp < 0:
+                return f"_div(1, {self._print(expr.base ** -expr.exp)})"
+            return str(super()._print_Pow(expr, rational))
+
+    return Printer({"fully_qualified_modules": True})
+
+
+def generate_source(selection: Selection) -> str:
+    """Python source of the selection's numeric functions (see the module docstring)."""
+    import sympy as sp
+
+    from .selection import state_expression
+    from .symbols import SYMBOLS
+
+    printer = _printer()
+    pycode = printer.doprint
+    inverse = {SYMBOLS[n]: sp.Symbol(f"inv_{n}", positive=True) for n in RECIPROCAL_SYMBOLS}
+
+    def divide_exactly(expr: sp.Expr) -> sp.Expr:  # x / t -> x * inv_t (t stays where it multiplies)
+        return expr.replace(lambda e: e.is_Pow and e.base in inverse and e.exp.is_negative,
+                            lambda e: inverse[e.base] ** (-e.exp))
+
+    phases = [p for p in selection.phases(scope=None) if p.scope != "state"]
+    coefs: list[sp.Expr] = []
+    for p in phases:
+        for q in ROW_QUANTITIES:
+            expr = divide_exactly(sp.expand(selection.expression(p, q)))
+            coefs += _coefficients_of(expr, f"phase {p.name}, quantity {q}")
+    masks = [sum(1 << i for i in range(4) if coefs[4 * r + i] != 0) for r in range(len(coefs) // 4)]
+    temps, reduced = sp.cse(coefs, symbols=sp.numbered_symbols("_t"), optimizations=None)
+    rates = {c: sp.expand(state_expression(selection.feature_dict, c).subs(SYMBOLS["P"], 1)) for c in STATE_COMPONENTS}
+    lines = [
+        "# Generated by btacalc.catalogue.compiled from the formula catalogue: do not edit.",
+        f"# Catalogue fingerprint {fingerprint()}.",
+        f"SELECTION = {_selection_key(selection)!r}",
+        f"PHASES = {tuple(p.name for p in phases)!r}",
+        f"MASKS = {tuple(masks)!r}",
+        *_PRELUDE,
+        "",
+        "",
+        f"def coefficients({', '.join(PARAMETERS)}):",
+        *(f"    {t} = {pycode(e)}" for t, e in temps),
+        "    return (" + ", ".join(pycode(e) for e in reduced) + ",)",
+        "",
+        "",
+        "def state_rate(component, beta):",
+        *(f"    if component == {c!r}:\n        return {pycode(e)}" for c, e in rates.items()),
+        "    raise KeyError(component)",
+        "",
+    ]
+    return "\n".join(lines)

@@ -10,20 +10,23 @@ the whole layer's (Korthikanti et al. 2022 eq. 1); with t > 1 the stored bytes r
 Recomputation (Korthikanti 2022 §5; Megatron-Core `recompute_granularity` / `recompute_modules`):
 `full` keeps only what the per-layer checkpoint keeps; `selective` (Megatron's default module list,
 core_attn) and explicit module lists drop the stored terms tagged with those modules.
+
+Choosing terms needs no sympy; building the summed expressions (`expression`, `state_expression`)
+does, and only the code generator (`compiled`), the formula listing and the tests call them.
 """
 
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any, Optional
-
-import sympy as sp
+from typing import TYPE_CHECKING, Any, Optional
 
 from ..vocabulary import FEATURES, RECOMPUTE_MODULES, parse_recompute, recompute_modules
 from .constants import constants
-from .symbols import SYMBOLS
 from .terms import Phase, Term, load_catalogue
+
+if TYPE_CHECKING:
+    import sympy as sp
 
 
 @dataclass(frozen=True)
@@ -71,15 +74,19 @@ class Selection:
             chosen = [t for t in chosen if not self.dropped(t) and (full or t.recompute != "checkpoint")]
         return chosen
 
-    def term_expression(self, term: Term) -> sp.Expr:
+    def term_expression(self, term: Term) -> "sp.Expr":
         """A term's expression for this selection: outside a sliding window every query attends to all
         s keys, so the window symbol w is s (the catalogue writes scores as s*w; full layers read s^2)."""
+        from .symbols import SYMBOLS
+
         if self.feature_dict["sliding_window"]:
             return term.sym
         return term.sym.subs(SYMBOLS["w"], SYMBOLS["s"])
 
-    def per_device(self, phase: Phase, term: Term) -> sp.Expr:
+    def per_device(self, phase: Phase, term: Term) -> "sp.Expr":
         """A term's expression per tensor-parallel rank (see the module docstring)."""
+        from .symbols import SYMBOLS
+
         expr = self.term_expression(term)
         cls = phase.tp_class(term)
         t, t_e = SYMBOLS["t"], SYMBOLS["t_e"]
@@ -89,8 +96,10 @@ class Selection:
             return expr * t_e / t
         return expr
 
-    def expression(self, phase: Phase, quantity: str) -> sp.Expr:
+    def expression(self, phase: Phase, quantity: str) -> "sp.Expr":
         """The formula for `quantity` of `phase`, per training step of G*b sequences, per device."""
+        import sympy as sp
+
         if quantity == "flops_bwd":
             # Backward of a matmul is two matmuls of the same size (dX and dW): 2x forward.
             return constants().passes.backward_matmul_factor * self.expression(phase, "flops_fwd")
@@ -110,9 +119,13 @@ class Selection:
             total += constants().passes.recompute_passes * self.expression(phase, "flops_fwd")
         return total
 
-    def _recompute_bytes(self, phase: Phase) -> sp.Expr:
+    def _recompute_bytes(self, phase: Phase) -> "sp.Expr":
         """Activations the policy dropped are rebuilt during this layer's backward pass and live
         together while it runs: attention phases one tile at a time (b), the rest on G*b."""
+        import sympy as sp
+
+        from .symbols import SYMBOLS
+
         if phase.scope != "layer":
             return sp.Integer(0)
         f = self.feature_dict
@@ -150,6 +163,8 @@ def state_terms(features: dict[str, Any]) -> list[Term]:
     return [t for p in load_catalogue() if p.scope == "state" for t in p.terms if t.q == "state" and t.applies(features)]
 
 
-def state_expression(features: dict[str, Any], component: str | None = None) -> sp.Expr:
+def state_expression(features: dict[str, Any], component: str | None = None) -> "sp.Expr":
     """Training-state bytes for P parameters, optionally of one component."""
+    import sympy as sp
+
     return sp.Add(*[t.sym for t in state_terms(features) if component in (None, t.component)])

@@ -1,25 +1,30 @@
 """The formula catalogue as data: phases and terms read from ``formulas/*.toml``.
 
-Each term is one sympy expression for one tensor or matmul, with the tensor it counts and its
-source. Each phase also says, as data, how the rest of btacalc treats it: which parameter bucket
-its weights belong to (`param_bucket`), whether they are embedding weights (`embedding`) and in
-what units they stream (`stream_unit`). No module branches on a phase's name.
+Each term is one expression for one tensor or matmul, with the tensor it counts and its source.
+Each phase also says, as data, how the rest of btacalc treats it: which parameter bucket its weights
+belong to (`param_bucket`), whether they are embedding weights (`embedding`) and in what units they
+stream (`stream_unit`). No module branches on a phase's name.
+
+Loading does not import sympy: an expression is checked when it is read (Python arithmetic over the
+notation's symbols only) and parsed into sympy on first use of `Term.sym` (the formula listing, the
+code generator in `compiled`, the tests). The numeric core runs on generated code.
 """
 
 from __future__ import annotations
 
+import ast
 import functools
 import sys
-from typing import Any, Literal, Optional, Union
+from typing import TYPE_CHECKING, Any, Literal, Optional, Union
 
-import sympy as sp
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
-from sympy.parsing.sympy_parser import parse_expr
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from ..errors import DataError
 from ..paths import data_dir
-from ..vocabulary import BASE_QUANTITIES, FEATURES, RECOMPUTE_MODULES, TP_CLASSES
-from .symbols import SYMBOLS
+from ..vocabulary import BASE_QUANTITIES, FEATURES, NOTATION, RECOMPUTE_MODULES, TP_CLASSES
+
+if TYPE_CHECKING:
+    import sympy as sp
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -42,6 +47,40 @@ def _check_when(when: When) -> When:
     return when
 
 
+_ARITHMETIC = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Add, ast.Sub, ast.Mult, ast.Div, ast.Pow, ast.USub,
+               ast.UAdd, ast.Constant, ast.Name, ast.Load)
+# Functions a formula may call (sympy's names): the integer ceiling of FlashAttention's block counts.
+FUNCTIONS = frozenset({"ceiling"})
+
+
+def _allowed(node: ast.AST) -> bool:
+    if isinstance(node, ast.Call):
+        return isinstance(node.func, ast.Name) and node.func.id in FUNCTIONS and not node.keywords
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, int) and not isinstance(node.value, bool)
+    return isinstance(node, _ARITHMETIC)
+
+
+def check_expression(expr: str) -> str:
+    """`expr` if it is arithmetic (+ - * / **, integer constants, `FUNCTIONS`) over the notation's symbols,
+    else ValueError.
+
+    Cheap and sympy-free, so that loading the catalogue stays fast; sympy parses the same text later."""
+    try:
+        tree = ast.parse(expr.strip(), mode="eval")
+    except SyntaxError as exc:
+        raise ValueError(f"cannot parse expression {expr!r}: {exc.msg}") from None
+    for node in ast.walk(tree):
+        if not _allowed(node):
+            raise ValueError(f"cannot parse expression {expr!r}: only + - * / ** over symbols and integers "
+                             f"and the functions {', '.join(sorted(FUNCTIONS))}")
+    called = {n.func for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    unknown = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and n not in called} - set(NOTATION)
+    if unknown:
+        raise ValueError(f"expression {expr!r} uses unknown symbols {sorted(unknown)}")
+    return expr
+
+
 def matches(when: When, features: dict[str, Any]) -> bool:
     if isinstance(when, list):
         return any(matches(cond, features) for cond in when)
@@ -55,7 +94,9 @@ def matches(when: When, features: dict[str, Any]) -> bool:
 class Term(BaseModel):
     """One tensor or matmul: an expression, what it counts and where it comes from."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # defer_build: the catalogue is normally read back from the cache, unvalidated; the validator is
+    # built only when the TOML files are read
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     q: Literal[BASE_QUANTITIES]  # type: ignore[valid-type]  # a Literal built from the vocabulary tuple
     expr: str
@@ -70,7 +111,7 @@ class Term(BaseModel):
     tp: Optional[Literal[TP_CLASSES]] = None  # type: ignore[valid-type]  # a Literal built from the vocabulary tuple
     component: str = ""  # state terms only: weights / gradients / optimizer
 
-    _sym: sp.Expr = PrivateAttr()
+    _sym: Optional["sp.Expr"] = PrivateAttr(None)
 
     @field_validator("when")
     @classmethod
@@ -85,20 +126,20 @@ class Term(BaseModel):
                              f"({', '.join(RECOMPUTE_MODULES)})")
         return v
 
-    @model_validator(mode="after")
-    def _parse(self) -> "Term":
-        try:
-            sym = parse_expr(self.expr, local_dict=dict(SYMBOLS), evaluate=True)
-        except Exception as exc:  # sympy raises many kinds
-            raise ValueError(f"cannot parse expression {self.expr!r}: {exc}") from None
-        unknown = {str(x) for x in sym.free_symbols} - set(SYMBOLS)
-        if unknown:
-            raise ValueError(f"expression {self.expr!r} uses unknown symbols {sorted(unknown)}")
-        self._sym = sym
-        return self
+    @field_validator("expr")
+    @classmethod
+    def _check_expr(cls, v: str) -> str:
+        return check_expression(v)
 
     @property
-    def sym(self) -> sp.Expr:
+    def sym(self) -> "sp.Expr":
+        """The expression in sympy (parsed on first use)."""
+        if self._sym is None:
+            from sympy.parsing.sympy_parser import parse_expr
+
+            from .symbols import SYMBOLS
+
+            self._sym = parse_expr(self.expr, local_dict=dict(SYMBOLS), evaluate=True)
         return self._sym
 
     def applies(self, features: dict[str, Any]) -> bool:
@@ -109,7 +150,7 @@ class Phase(BaseModel):
     """A phase of a decoder layer (scope 'layer'), a part outside the layers (scope 'model') or the
     per-parameter training state (scope 'state')."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     name: str
     order: int
@@ -166,7 +207,20 @@ class Phase(BaseModel):
 
 @functools.lru_cache(maxsize=1)
 def load_catalogue() -> tuple[Phase, ...]:
-    """Read every phase file in ``formulas/``; phases sorted by their `order`."""
+    """Every phase of ``formulas/``, sorted by `order`: validated once, then read from the cache
+    (`catalogue.cache`, keyed by a fingerprint of the files)."""
+    from . import cache
+
+    cached = cache.load_pickle("catalogue")
+    if isinstance(cached, tuple) and cached and all(isinstance(p, Phase) for p in cached):
+        return cached
+    phases = _read_catalogue()
+    cache.store_pickle("catalogue", phases)
+    return phases
+
+
+def _read_catalogue() -> tuple[Phase, ...]:
+    """Read and validate every phase file in ``formulas/``; phases sorted by their `order`."""
     folder = data_dir("formulas")
     phases: list[Phase] = []
     for path in sorted(folder.glob("*.toml")):

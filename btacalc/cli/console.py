@@ -7,6 +7,8 @@
   UTF-8) gets ASCII stand-ins (``·`` -> ``*``, ``²`` -> ``^2``, box lines -> ``+-|``) instead of a crash.
 - Standard output that fails: a closed pipe (``| head``) silences it and the command carries on;
   any other error (a full disk) is a one-line error.
+- Each stream is a rich Console made on first use: importing rich costs about 20 ms that a command
+  writing only JSON never needs.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ import os
 import sys
 from typing import Any, Union
 
-from rich.console import Console
 
 from ..errors import BtacalcError
 
@@ -64,23 +65,62 @@ def to_ascii(text: str) -> str:
     return text if text.isascii() else "".join(ASCII_STANDINS.get(ch, ch) for ch in text)
 
 
-class _Console(Console):
-    def render_str(self, text: str, **kwargs: Any) -> Any:
-        """On a stream that cannot encode Unicode, stand-ins replace characters before rich lays
-        the text out (so '±' -> '+/-' widens its cell instead of pushing the border)."""
-        if not text.isascii() and not _encodable(self.encoding):
-            text = to_ascii(text)
-        return super().render_str(text, **kwargs)
+def _console_class() -> Any:
+    """rich's Console with btacalc's ASCII stand-ins and closed-pipe handling (rich imported here)."""
+    from rich.console import Console
 
-    def on_broken_pipe(self) -> None:
-        """A closed pipe (`| head`): stop printing, carry on (rich's default exits with 1, which here
-        means "does not fit")."""
-        self.quiet = True
-        if not self.stderr:
-            silence_stdout()
+    class BtacalcConsole(Console):
+        def render_str(self, text: str, **kwargs: Any) -> Any:
+            """On a stream that cannot encode Unicode, stand-ins replace characters before rich lays
+            the text out (so '±' -> '+/-' widens its cell instead of pushing the border)."""
+            if not text.isascii() and not _encodable(self.encoding):
+                text = to_ascii(text)
+            return super().render_str(text, **kwargs)
+
+        def on_broken_pipe(self) -> None:
+            """A closed pipe (`| head`): stop printing, carry on (rich's default exits with 1, which here
+            means "does not fit")."""
+            self.quiet = True
+            if not self.stderr:
+                silence_stdout()
+
+    return BtacalcConsole
 
 
-out = _Console(width=_width())
+class _Console:
+    """A console created when first used (attributes go to the rich Console)."""
+
+    def __init__(self, stderr: bool):
+        self._stderr = stderr
+        self._console: Any = None
+        self._pending: dict[str, Any] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        if self._console is None and name in self._pending:
+            return self._pending[name]
+        return getattr(self.get(), name)
+
+    _OWN = ("_stderr", "_console", "_pending")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in self._OWN:
+            object.__setattr__(self, name, value)
+        elif self._console is None:  # e.g. `quiet` before anything was printed: kept until then
+            self._pending[name] = value
+        else:
+            setattr(self._console, name, value)
+
+    def get(self) -> Any:
+        """The rich Console itself (for rich objects that take one)."""
+        if self._console is None:
+            cls = _console_class()
+            self._console = cls(stderr=True) if self._stderr else cls(width=_width())
+            for name, value in self._pending.items():
+                setattr(self._console, name, value)
+        return self._console
+
+
+out = _Console(stderr=False)
 err = _Console(stderr=True)
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Optional
 
 import typer
-from rich.table import Table
 
 from ..errors import BtacalcError
 from .console import print_stdout, write_stdout
@@ -40,6 +39,8 @@ def measure(
     except ImportError:
         raise BtacalcError("btacalc measure needs PyTorch: pip install 'btacalc[measure]'") from None
     from ..config.presets import resolve_model
+    from rich.table import Table
+
     from ..output.fit import fit
     from ..output.tables import si
     from ..torchref.accuracy import check_shape, compare_layer

@@ -10,6 +10,7 @@ from typing import Any, Callable, Optional
 import typer
 from rich.markup import escape
 
+from ..config.execution import OBJECTIVES
 from ..vocabulary import FEATURES, RECOMPUTE_MODULES
 
 # Library parameter name -> the flag a user types (names not listed map to --name-with-dashes).
@@ -53,6 +54,7 @@ Accounting = _choices("Accounting", FEATURES["accounting"])
 MemoryModelChoice = _choices("MemoryModelChoice", ("auto", "weight_streaming", "resident"))
 Emit = _choices("Emit", ("cerebras", "megatron"))
 Match = _choices("Match", ("power", "devices"))
+Objective = _choices("Objective", OBJECTIVES)
 
 
 def value(choice: Optional[Enum]) -> Optional[str]:
@@ -100,7 +102,8 @@ OverlapA2aOpt = typer.Option(False, "--overlap-a2a/--no-overlap-a2a", help="Hide
                              "(chunked) or not.")
 GradAccumOpt = typer.Option(None, "--grad-accum", min=1, help=help_text(
     "Gradient accumulation: M micro-batches of G·b per optimizer step (the gradient sync runs once per step) "
-    "[default: 1; global batch / (DP x micro batch) on GPUs; on a wafer with --global-batch, the fewest that fit]."))
+    "[default: with --global-batch, chosen by the solver (N / (DP x micro batch) with --micro-batch; N / DP with "
+    "--pp > 1); else 1]."))
 MicroBatchOpt = typer.Option(None, "--micro-batch", min=1, help="Sequences per micro-batch per data-parallel rank "
                              "(Megatron's --micro-batch-size): fixes G·b.")
 TpOpt = typer.Option(None, "--tp", min=1, help="Tensor-parallel size (Megatron --tensor-model-parallel-size).")
@@ -125,6 +128,9 @@ TpOverlapOpt = typer.Option(None, "--tp-comm-overlap/--no-tp-comm-overlap", help
                             "collectives behind the GEMMs [default: off, Megatron-Core]."))
 OverlapP2pOpt = typer.Option(None, "--overlap-p2p/--no-overlap-p2p", help=help_text("Hide pipeline sends behind "
                              "compute [default: on with --vp > 1, as Megatron-LM]."))
+ObjectiveOpt = typer.Option(None, "--objective", help=help_text("What the solver maximises: throughput (predicted "
+                            "tokens/s) or density (the largest G·b that fits, then the largest tile) [default: "
+                            "throughput]."))
 JsonOpt = typer.Option(False, "--json", help="Print the result as JSON on stdout.")
 OutputOpt = typer.Option(None, "--output", "-o", help="Write the JSON to this file (atomically; - for standard output).")
 QuietOpt = typer.Option(False, "--quiet", help="No progress report on stderr.")

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Sequence
 
 from ..errors import BtacalcError
 from ..planning.sweep import VARIABLES
 
 
-def parse_values(spec: str, flag: str = "--vary", limit: Optional[int] = None) -> list[int]:
-    """'a,b,c' or 'start:stop:step' (inclusive) or 'start:stop:xF' (geometric, factor F); positive
-    integers. `flag` names the option in error messages; `limit` caps how many values it may give
-    (checked before the list is built)."""
+def parse_values(spec: str, flag: str = "--vary", limit: Optional[int] = None) -> Sequence[int]:
+    """'a,b,c' or 'start:stop:step' (inclusive; a `range`, never built in memory) or 'start:stop:xF'
+    (geometric, factor F); positive integers. `flag` names the option in error messages; `limit` caps
+    how many values it may give (checked before any list is built)."""
     def bounded(count: int) -> None:
         if limit is not None and count > limit:
             raise BtacalcError(f"{flag} {spec!r} gives {count:,} values, more than {limit:,}")
@@ -44,7 +44,7 @@ def parse_values(spec: str, flag: str = "--vary", limit: Optional[int] = None) -
             return values
         step = num(parts[2])
         bounded((stop - start) // step + 1)
-        return list(range(start, stop + 1, step))
+        return range(start, stop + 1, step)
     values = [num(x) for x in spec.split(",") if x.strip()]
     if not values:
         raise BtacalcError(f"{flag} {spec!r} gives no values")
@@ -52,8 +52,8 @@ def parse_values(spec: str, flag: str = "--vary", limit: Optional[int] = None) -
     return values
 
 
-def parse_vary(items: list[str]) -> dict[str, list[int]]:
-    grid: dict[str, list[int]] = {}
+def parse_vary(items: list[str]) -> dict[str, Sequence[int]]:
+    grid: dict[str, Sequence[int]] = {}
     for item in items:
         if "=" not in item:
             raise BtacalcError(f"--vary {item!r} must look like NAME=VALUES (e.g. experts=16,32,64)")

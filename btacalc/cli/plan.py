@@ -3,21 +3,24 @@
 from __future__ import annotations
 
 import json
-import sys
+import time
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
 
+from .. import profiling
 from ..errors import BtacalcError
-from .console import err, out
+from .console import err
 from .options import (Accounting, AccountingOpt, Attention, AttentionOpt, CausalOpt, CpOpt, DevicesOpt, Emit, EpOpt,
                       EtpOpt, ExpertFfnOpt, ExpertsOpt, FixedActiveOpt, FsdpOpt, GlobalBatchOpt, GpusPerNodeOpt,
                       GradAccumOpt, GradBytesOpt, HwOpt, Loss, LossOpt, MaxGlobalBatchOpt, MaxTileBatchOpt,
-                      MemoryModelChoice, MemoryModelOpt, MicroBatchOpt, ModelOpt, MtpOpt, NameOpt, OutputOpt,
-                      OverlapA2aOpt, OverlapGradOpt, OverlapOpt, OverlapP2pOpt, OverlapParamOpt, PpOpt, RecomputeOpt,
-                      RoutingOpt, SeqOpt, SpOpt, TileBatchOpt, TilesOpt, TopKOpt, TpOpt, TpOverlapOpt, VpOpt, ZeroOpt,
-                      emit_result, help_text, layout_fields, outputs, value, write_outputs)
+                      MemoryModelChoice, MemoryModelOpt, MicroBatchOpt, ModelOpt, MtpOpt, NameOpt, Objective,
+                      ObjectiveOpt, OutputOpt, OverlapA2aOpt, OverlapGradOpt, OverlapOpt, OverlapP2pOpt,
+                      OverlapParamOpt, PpOpt, QuietOpt, RecomputeOpt, RoutingOpt, SeqOpt, SpOpt, TileBatchOpt,
+                      TilesOpt, TopKOpt, TpOpt, TpOverlapOpt, VpOpt, ZeroOpt, help_text, layout_fields, outputs, value,
+                      write_outputs)
+from .progress import progress
 
 PLAN_EXAMPLES = ("Examples:\n\n"
                  "  btacalc plan --model qwen3-30b-a3b --hw wse3\n\n"
@@ -31,12 +34,15 @@ PLAN_EXAMPLES = ("Examples:\n\n"
                  "  btacalc plan --model gpt3-175b --hw h100 --devices 128 --tp 4 --pp 8 --vp 6 --global-batch 256 "
                  "--micro-batch 1 --seq 2048\n\n"
                  "  btacalc plan --hw h100 --devices 256 --search\n\n"
-                 "  btacalc plan --hw h100 --devices 64 --tp 2 --pp 4 --emit megatron")
+                 "  btacalc plan --hw h100 --devices 64 --tp 2 --pp 4 --emit megatron\n\n"
+                 "  btacalc plan --hw wse3 --objective density --profile")
 SWEEP_EXAMPLES = ("Examples:\n\n"
                   "  btacalc sweep --model qwen3-30b-a3b --hw wse2 --vary experts=16,32,64,128\n\n"
                   "  btacalc sweep --hw wse2 --vary top-k=1,2,4,8 --fixed-active --plot topk.png\n\n"
                   "  btacalc sweep --hw wse3 --vary experts=16:128:x2 --vary seq=2048,4096 --csv sweep.csv\n\n"
-                  "  btacalc sweep --hw b200 --vary devices=8:128:x2 --ep 8")
+                  "  btacalc sweep --hw b200 --vary devices=8:128:x2 --ep 8\n\n"
+                  "  btacalc sweep --hw wse3 --vary experts=8:256:x2 --vary top-k=1,2,4,8 --vary seq=1024:8192:x2 "
+                  "--csv grid.csv --quiet")
 
 
 def plan(
@@ -81,6 +87,7 @@ def plan(
     overlap_param_gather: Optional[bool] = OverlapParamOpt,
     tp_comm_overlap: Optional[bool] = TpOverlapOpt,
     overlap_p2p: Optional[bool] = OverlapP2pOpt,
+    objective: Optional[Objective] = ObjectiveOpt,
     search: bool = typer.Option(False, "--search", help="Search the fastest layout that fits (TP, PP, VP, CP, EP, "
                                 "ETP, micro-batch, recompute) on --devices GPUs; the given values fix that dimension."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON on stdout."),
@@ -92,17 +99,22 @@ def plan(
     emit: Optional[Emit] = typer.Option(None, "--emit", help="Print a ready configuration instead of the plan: "
                                         "cerebras = the Model Zoo YAML fragment (wafer profiles); megatron = the "
                                         "Megatron-LM / Megatron-Bridge arguments (GPU profiles)."),
+    profile_run: bool = typer.Option(False, "--profile", help="Print on stderr how many times the model was evaluated "
+                                     "and where the time went."),
 ) -> int:
     """Choose G and b for a model on a device; show parameters, memory, FLOPs and phases.
 
     Exit code 0 when the plan fits, 1 when it does not (the plan and what would fit are still shown),
     2 on bad input.
     """
-    from ..config.execution import BatchLimits, ExecutionRequest
-    from ..config.hardware import resolve_hardware
-    from ..config.presets import resolve_model
-    from ..planning.plan import make_plan
-    from ..planning.report import PlanReport
+    profiling.reset()  # count this command only (tests run many in one process)
+    profiling.seconds["start-up (btacalc and the command line)"] = time.perf_counter() - profiling.STARTED
+    with profiling.stage("imports (numpy, pydantic models, the model)"):
+        from ..config.execution import BatchLimits, ExecutionRequest
+        from ..config.hardware import resolve_hardware
+        from ..config.presets import resolve_model
+        from ..planning.plan import make_plan
+        from ..planning.report import PlanReport
 
     # --emit and --schema print on stdout (and write --output); the plan JSON only with --json
     outs = outputs(output, as_json or emit is not None or (schema and output is None))
@@ -110,17 +122,18 @@ def plan(
         text = json.dumps(PlanReport.model_json_schema(), indent=2) + "\n"
         write_outputs(outs, {"--output": text, "--json": text}, None)
         return 0
-    spec = resolve_model(model, name).with_overrides(experts, top_k, expert_ffn, fixed_active)
+    with profiling.stage("resolve"):
+        spec = resolve_model(model, name).with_overrides(experts, top_k, expert_ffn, fixed_active)
+        profile = resolve_hardware(hw)
     request = ExecutionRequest(
         seq_len=seq, recompute=recompute, attention=value(attention), causal=causal, loss=value(loss),
         accounting=accounting.value, memory_model=value(memory_model), overlap_streaming=overlap,
         multi_token_prediction=mtp,
         devices=devices, expert_parallel=ep, zero_stage=zero, devices_per_node=gpus_per_node,
-        overlap_all_to_all=overlap_a2a, micro_batches=grad_accum,
-        limits=BatchLimits(global_batch, tiles, tile_batch, max_global_batch, max_tile_batch, micro_batch),
+        overlap_all_to_all=overlap_a2a, micro_batches=grad_accum, objective=value(objective),
+        limits=BatchLimits(global_batch, tiles, tile_batch, max_global_batch, max_tile_batch, micro_batch=micro_batch),
         **layout_fields(tp, sequence_parallel, pp, vp, cp, etp, fsdp, grad_bytes, routing_imbalance,
                         (overlap_grad_reduce, overlap_param_gather, tp_comm_overlap, overlap_p2p)))
-    profile = resolve_hardware(hw)
     _check_emit(value(emit), search, profile)
     if search:
         return _search(spec, profile, request, outs, value(emit))
@@ -140,8 +153,23 @@ def plan(
 
         return plan_renderable(report)
 
-    write_outputs(outs, {"--output": text, "--json": text}, table)
+    with profiling.stage("output"):
+        write_outputs(outs, {"--output": text, "--json": text}, table)
+    if profile_run:
+        _print_profile()
     return 0 if report.plan.fits else 1
+
+
+def _print_profile() -> None:
+    total = time.perf_counter() - profiling.STARTED
+    c = profiling.counts
+    lines = [f"model evaluations {c['model evaluations']} (calls of the generated formulas: one per problem and "
+             f"sequence length, i.e. the plan and its dense reference, each with its parameter counts), batch shapes "
+             f"evaluated {c['shapes evaluated']:,}, candidate searches {c['candidate searches']}, density searches "
+             f"{c['density searches']}, step-time passes {c['step-time passes']}",
+             ", ".join(f"{name} {1e3 * s:.1f} ms" for name, s in profiling.seconds.items()) + f"; total {1e3 * total:.1f} ms"]
+    for line in lines:
+        err.print(f"btacalc profile: {line}", highlight=False, markup=False, soft_wrap=True)
 
 
 def _check_emit(emit: Optional[str], search: bool, profile: Any) -> None:
@@ -207,43 +235,45 @@ def sweep(
     overlap_a2a: bool = OverlapA2aOpt,
     grad_accum: Optional[int] = GradAccumOpt,
     mtp: Optional[bool] = MtpOpt,
-    as_json: bool = typer.Option(False, "--json", help="Print {points: [...]} as JSON on stdout."),
+    objective: Optional[Objective] = ObjectiveOpt,
+    max_points: Optional[int] = typer.Option(None, "--max-points", min=1, help="Allow a grid of up to this many "
+                                             "points (grids above 1,000,000 are refused without it, before any work)."),
+    quiet: bool = QuietOpt,
+    as_json: bool = typer.Option(False, "--json", help="Print {points: [...]} as JSON on stdout (streamed)."),
     output: Optional[Path] = OutputOpt,
     csv_path: Optional[Path] = typer.Option(None, "--csv", help="Write one CSV row per point to this file."),
     plot_path: Optional[str] = typer.Option(None, "--plot", help=help_text("Draw relative throughput to FILE.png or "
                                                                            ".svg (needs btacalc[plot]).")),
 ) -> int:
-    """Sweep model or run parameters; each point solved at G = 1 and at the solver's G."""
+    """Sweep model or run parameters; every point solved as plan solves it (its G, b and M, and G = 1).
+
+    Points are solved and written in blocks, so output starts early and memory stays bounded. Invalid
+    points (e.g. --top-k above --experts) are listed on stderr; exit code 2 when no point is valid.
+    """
     from ..config.execution import ExecutionRequest
     from ..config.hardware import resolve_hardware
     from ..config.presets import resolve_model
-    from ..output.csvfiles import sweep_csv
-    from ..output.plots import sweep_plot
-    from ..output.tables import sweep_renderable
-    from ..planning.sweep import run_sweep
+    from ..planning.sweep import Grid, iter_sweep
     from .parsing import parse_vary
+    from .sweeping import SweepOutputs
 
-    grid = parse_vary(vary)
+    grid = Grid.of(parse_vary(vary))
+    grid.check(max_points)
+    outs = outputs(output, as_json, csv_path, plot_path)
     spec, profile = resolve_model(model, name), resolve_hardware(hw)
-    if fixed_active and "top-k" not in grid:
+    if fixed_active and "top-k" not in grid.names:
         raise BtacalcError("{fixed_active} needs --vary top-k=...")
     request = ExecutionRequest(
         seq_len=seq, recompute=recompute, attention=value(attention), causal=causal, loss=value(loss),
         accounting=accounting.value, overlap_streaming=overlap, devices=devices, expert_parallel=ep,
         zero_stage=zero, devices_per_node=gpus_per_node, overlap_all_to_all=overlap_a2a, micro_batches=grad_accum,
-        multi_token_prediction=mtp)
-    total = 1
-    for values in grid.values():
-        total *= len(values)
-    if sys.stderr.isatty() and total > 1:
-        from rich.progress import Progress
-
-        with Progress(console=err, transient=True) as bar:
-            task = bar.add_task("solving", total=total)
-            result = run_sweep(spec, profile, request, grid, fixed_active, progress=lambda n: bar.advance(task, n))
-    else:
-        result = run_sweep(spec, profile, request, grid, fixed_active)
-    emit_result(result, as_json, output, csv_path, sweep_csv, plot_path, sweep_plot, sweep_renderable)
+        multi_token_prediction=mtp, objective=value(objective))
+    with SweepOutputs(outs, grid, spec.name, profile.name, fixed_active, plot_path) as sink:
+        with progress(grid.size, "solving", quiet) as advance:
+            for block in iter_sweep(spec, profile, request, grid, fixed_active, max_points):
+                sink.block(block)
+                advance(len(block))
+        sink.finish()
     return 0
 
 

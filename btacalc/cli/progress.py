@@ -45,7 +45,7 @@ def progress(total: int, label: str, quiet: bool = False, delay_s: float = DELAY
             if bar is None:
                 from rich.progress import Progress
 
-                bar = Progress(console=err, transient=True)
+                bar = Progress(console=err.get(), transient=True)
                 bar.start()
                 task = bar.add_task(label, total=total)
             bar.update(task, completed=done)

@@ -35,7 +35,14 @@ DEFAULT_SEQ_LEN = 4096
 DEFAULT_SEQ_LEN_SOURCE = "Qwen3 technical report (arXiv 2505.09388) §3.2: stages S1-S2 at 4,096 tokens"
 
 MEGATRON = "Megatron-LM @ d98e8a64 (2026-08-22)"
+
+# What the batch-shape solver maximises (btacalc.model.solver): predicted tokens/s, or the largest
+# G*b that fits (tokens per expert; the rule of the BTA design card).
+OBJECTIVES = ("throughput", "density")
+
 REASONS = {
+    "objective": "throughput: the fitting batch shape with the highest predicted tokens/s (ties: more tokens per "
+                 "expert, then fewer tiles)",
     "loss": "fused linear cross-entropy: logits materialised one sequence at a time",
     "memory_model": ("auto: the whole training state resident on the device when it fits with one sequence, "
                      "else weights streamed (wafer)"),
@@ -56,6 +63,8 @@ REASONS = {
     "tp_comm_overlap": f"off: Megatron-Core's default ({MEGATRON} model_parallel_config.py tp_comm_overlap = False)",
     "overlap_p2p": (f"on with interleaving only: Megatron-LM's default ({MEGATRON} arguments.py: "
                     "overlap_p2p_comm is switched off without a virtual pipeline)"),
+    "micro_batch_pipeline": ("1 sequence per micro-batch under pipeline parallelism (M = N / DP), as Megatron's "
+                             "published pipeline recipes; give --micro-batch or --grad-accum to change it"),
     "multi_token_prediction": ("off: the main model only, as Hugging Face transformers trains DeepSeek-V3 (it does not "
                                "build the MTP module) and as the published parameter counts are given"),
 }
@@ -242,18 +251,23 @@ def pipeline_split(num_layers: int, pp: int, vp: int) -> Literal["even", "embedd
                        f"the {num_layers} layers nor {num_layers} + 2 (embedding and loss counted as layers)")
 
 
-# No training batch comes near 2^80 sequences (about 1.2e24); the bound also keeps the factorisation
-# of a fixed global batch (btacalc.model.divisors) well under a second.
-MAX_SEQUENCES = 1 << 80
+# No training batch comes near 2^62 sequences (about 4.6e18); the bound keeps every batch size within
+# the vectorised solver's 64-bit integers (btacalc.model.solver) and its factorisation
+# (btacalc.model.divisors) well under a second.
+MAX_SEQUENCES = 1 << 62
 
 
 @dataclass(frozen=True)
 class BatchLimits:
     """User constraints on the batch shape; None means free.
 
-    global_batch: sequences per optimizer step over all data-parallel ranks (N = DP·M·G·b);
-    micro_batch: G·b, sequences per micro-batch per data-parallel rank (the solver's fixed-G·b path).
-    Without a micro batch the solver fixes G·b = global_batch (one rank, one micro-batch).
+    An optimizer step processes N = DP x M x G x b sequences: DP data-parallel ranks, each running M
+    micro-batches (gradient accumulation) of G tiles of b sequences. `global_batch` is N (Megatron's
+    and Cerebras' global batch size), `max_global_batch` caps it; G*b is what one rank's router and
+    experts see per micro-batch (the BTA paper's B~).
+
+    `micro_batch` is the user's G*b per micro-batch per rank (--micro-batch, Megatron's
+    --micro-batch-size); `resolve_execution` folds it into N and M, so the solver never sees it.
     """
 
     global_batch: Optional[int] = None
@@ -262,34 +276,45 @@ class BatchLimits:
     max_global_batch: Optional[int] = None
     max_tile_batch: Optional[int] = None
     micro_batch: Optional[int] = None
+    micro_batches: Optional[int] = None  # None: 1, or chosen by the solver when global_batch is fixed
 
-    @property
-    def fixed_micro_batch(self) -> Optional[int]:
-        """The G·b the solver must use, if fixed."""
-        return self.micro_batch if self.micro_batch is not None else self.global_batch
-
-    def validate(self) -> None:
+    def validate(self, data_parallel: int = 1, ranks: str = "") -> None:
+        """Check the limits against each other for `data_parallel` ranks (`ranks` names them in errors)."""
         for name, v in self.__dict__.items():
             if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
                 raise BtacalcError(f"{{{name}}} must be a positive integer, got {v!r}")
             if v is not None and v > MAX_SEQUENCES:
-                raise BtacalcError(f"{{{name}}} {v} is beyond 2^80 sequences, more than any training batch")
-        n, g, b = self.fixed_micro_batch, self.tiles, self.tile_batch
-        what = "micro_batch" if self.micro_batch is not None else "global_batch"
-        if n is not None and g is not None and n % g:
-            raise BtacalcError(f"{{{what}}} {n} is not divisible by {{tiles}} {g}")
-        if n is not None and b is not None and n % b:
-            raise BtacalcError(f"{{{what}}} {n} is not divisible by {{tile_batch}} {b}")
-        if n is not None and g is not None and b is not None and g * b != n:
-            raise BtacalcError(f"{{tiles}} {g} x {{tile_batch}} {b} = {g * b} differs from {{{what}}} {n}")
-        if n is not None and self.max_global_batch is not None and n > self.max_global_batch:
-            raise BtacalcError(f"{{{what}}} {n} exceeds {{max_global_batch}} {self.max_global_batch}")
+                raise BtacalcError(f"{{{name}}} {v} is beyond 2^62 sequences, more than any training batch")
+        n = self.global_batch
+        if n is not None:
+            self._check_divisible(n, data_parallel, ranks or f"the {data_parallel} data-parallel ranks")
+            if self.max_global_batch is not None and n > self.max_global_batch:
+                raise BtacalcError(f"{{global_batch}} {n} exceeds {{max_global_batch}} {self.max_global_batch}")
+        b = self.tile_batch
         if b is not None and self.max_tile_batch is not None and b > self.max_tile_batch:
             raise BtacalcError(f"{{tile_batch}} {b} exceeds {{max_tile_batch}} {self.max_tile_batch}")
 
+    def _check_divisible(self, n: int, data_parallel: int, ranks: str) -> None:
+        if n % data_parallel:
+            raise BtacalcError(f"{{global_batch}} {n} does not divide over {ranks}")
+        per_rank = n // data_parallel
+        what = f"{{global_batch}} {n}" + (f" over {data_parallel} data-parallel ranks ({per_rank} per rank)"
+                                            if data_parallel > 1 else "")
+        fixed = [(name, v) for name, v in (("micro_batches", self.micro_batches), ("tiles", self.tiles),
+                                           ("tile_batch", self.tile_batch)) if v is not None]
+        for name, v in fixed:
+            if per_rank % v:
+                raise BtacalcError(f"{what} is not divisible by {{{name}}} {v}")
+        product = math.prod(v for _, v in fixed)
+        if per_rank % product or (len(fixed) == 3 and product != per_rank):
+            shown = " x ".join(f"{{{name}}} {v}" for name, v in fixed)
+            raise BtacalcError(f"{shown} = {product} does not divide {what}" if per_rank % product
+                               else f"{shown} = {product} differs from {what}")
+
     def free(self) -> "BatchLimits":
-        """The same caps with the shape left to the solver (for the G = 1 and dense comparisons)."""
-        return BatchLimits(max_global_batch=self.max_global_batch)
+        """The same caps and gradient accumulation with the shape left to the solver (for the dense
+        comparison)."""
+        return BatchLimits(max_global_batch=self.max_global_batch, micro_batches=self.micro_batches)
 
 
 @dataclass(frozen=True)
@@ -320,8 +345,8 @@ class ExecutionRequest:
     zero_stage: Optional[int] = None
     devices_per_node: Optional[int] = None
     overlap_all_to_all: bool = False
-    # gradient accumulation M (None: 1, or N / (DP·micro batch) on GPUs; on a wafer with a global batch,
-    # chosen by model.wafer.batching)
+    # gradient accumulation M (None: N / (DP·micro batch) with both given; else chosen by the solver with
+    # a global batch (on GPUs without pipeline parallelism), else 1)
     micro_batches: Optional[int] = None
     limits: BatchLimits = field(default_factory=BatchLimits)
     # None: 1 in a plan; free in a layout search (btacalc.planning.search)
@@ -336,6 +361,7 @@ class ExecutionRequest:
     routing_imbalance: float = 1.0
     overlaps: OverlapRequest = field(default_factory=OverlapRequest)
     multi_token_prediction: Optional[bool] = None
+    objective: Optional[str] = None
 
     def with_changes(self, **changes: Any) -> "ExecutionRequest":
         return replace(self, **changes)
@@ -348,6 +374,7 @@ class Execution:
     run: RunOptions
     layout: Layout
     limits: BatchLimits = BatchLimits()
+    objective: str = "throughput"
     defaults: tuple[tuple[str, str], ...] = ()
     request: Optional[ExecutionRequest] = None  # what the user asked for, before the defaults
 
@@ -399,14 +426,15 @@ def resolve_execution(request: ExecutionRequest, model: "ModelSpec", profile: "H
     )
     _check_run(run)
     layout = _resolve_layout(request, model, profile, chosen)
-    if profile.family == "wse":  # the wafer cluster's split N = D·M·G·b: model/wafer/batching.py
-        limits = (request.limits, 1 if request.micro_batches is None else request.micro_batches)
-    else:
-        limits = _resolve_batch(request, layout)
-    layout = replace(layout, micro_batches=limits[1])
+    limits = _resolve_batch(request, layout, chosen)
+    layout = replace(layout, micro_batches=limits.micro_batches or 1)  # the solver may choose M: plan.py
     layout.validate(model, profile, run.seq_len)
-    limits[0].validate()
-    return Execution(run, layout, limits[0], tuple(chosen.reasons.items()), request)
+    wafers = f"{{devices}} {layout.devices} wafer systems (Cerebras Model Zoo: batch_size % num_csx == 0)"
+    limits.validate(layout.data_parallel, wafers if profile.family == "wse" else "")
+    objective = chosen.pick("objective", request.objective, OBJECTIVES[0], REASONS["objective"])
+    if objective not in OBJECTIVES:
+        raise BtacalcError(f"{{objective}} must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
+    return Execution(run, layout, limits, objective, tuple(chosen.reasons.items()), request)
 
 
 def _mtp(request: ExecutionRequest, model: "ModelSpec", reasons: dict[str, str]) -> bool:
@@ -498,23 +526,25 @@ def _resolve_overlaps(request: ExecutionRequest, chosen: _Defaults, several: boo
                     p2p=pick("overlap_p2p", o.p2p, interleaved))
 
 
-def _resolve_batch(request: ExecutionRequest, layout: Layout) -> tuple[BatchLimits, int]:
-    """The solver's limits and M. With --micro-batch and --global-batch, M = N / (DP·micro batch);
-    with --global-batch alone, G·b = N / (DP·M)."""
+def _resolve_batch(request: ExecutionRequest, layout: Layout, chosen: _Defaults) -> BatchLimits:
+    """The solver's limits, N = DP·M·G·b (see BatchLimits): --micro-batch fixes G·b, so with --global-batch
+    M = N / (DP·micro batch) and without it N = DP·M·micro batch. A global batch alone leaves M to the
+    solver, except under pipeline parallelism (memory and the schedule depend on M), where the
+    micro-batch is 1 sequence as in Megatron's published recipes."""
     limits, m = request.limits, request.micro_batches
     n, mb = limits.global_batch, limits.micro_batch
     dp = max(layout.data_parallel, 1)
-    if n is not None and mb is not None:
-        if n % (dp * mb):
-            raise BtacalcError(f"{{global_batch}} {n} is not a multiple of DP {dp} x {{micro_batch}} {mb} (gradient "
-                               "accumulation M = N / (DP·micro batch))")
-        if m is not None and m != n // (dp * mb):
-            raise BtacalcError(f"{{micro_batches}} {m} differs from {{global_batch}} {n} / (DP {dp} x {{micro_batch}} "
-                               f"{mb}) = {n // (dp * mb)}")
-        return limits, n // (dp * mb)
-    m = 1 if m is None else m
-    if n is not None and dp * m > 1:
-        if n % (dp * m):
-            raise BtacalcError(f"{{global_batch}} {n} is not a multiple of DP {dp} x {{micro_batches}} {m}")
-        return replace(limits, micro_batch=n // (dp * m)), m
-    return limits, m
+    if mb is None and n is not None and m is None and layout.pipeline_parallel > 1:
+        mb = chosen.pick("micro_batch", None, 1, REASONS["micro_batch_pipeline"])
+    if mb is None:
+        return replace(limits, micro_batches=m)
+    if n is None:
+        m = 1 if m is None else m
+        return replace(limits, global_batch=dp * m * mb, micro_batches=m, micro_batch=None)
+    if n % (dp * mb):
+        raise BtacalcError(f"{{global_batch}} {n} is not a multiple of DP {dp} x {{micro_batch}} {mb} (gradient "
+                           "accumulation M = N / (DP·micro batch))")
+    if m is not None and m != n // (dp * mb):
+        raise BtacalcError(f"{{micro_batches}} {m} differs from {{global_batch}} {n} / (DP {dp} x {{micro_batch}} "
+                           f"{mb}) = {n // (dp * mb)}")
+    return replace(limits, micro_batches=n // (dp * mb), micro_batch=None)

@@ -386,23 +386,26 @@ def parse_profile(text: str, origin: str) -> HardwareProfile:
 
 @functools.lru_cache(maxsize=1)
 def builtin_profiles() -> dict[str, HardwareProfile]:
-    out = {}
-    for path in sorted(data_dir("hardware_profiles").glob("*.toml")):
-        try:
-            prof = parse_profile(path.read_text(encoding="utf-8"), origin=path.name)
-        except BtacalcError as exc:
-            raise DataError(f"shipped hardware profile broken: {exc}") from exc
-        if prof.name != path.stem:
-            raise DataError(f"{path.name}: name {prof.name!r} differs from the file name")
-        out[prof.name] = prof
-    return out
+    return {path.stem: _builtin_profile(path.stem) for path in sorted(data_dir("hardware_profiles").glob("*.toml"))}
+
+
+@functools.lru_cache(maxsize=None)
+def _builtin_profile(name: str) -> HardwareProfile:
+    path = data_dir("hardware_profiles") / f"{name}.toml"
+    try:
+        prof = parse_profile(path.read_text(encoding="utf-8"), origin=path.name)
+    except BtacalcError as exc:
+        raise DataError(f"shipped hardware profile broken: {exc}") from exc
+    if prof.name != path.stem:
+        raise DataError(f"{path.name}: name {prof.name!r} differs from the file name")
+    return prof
 
 
 def resolve_hardware(name_or_path: str) -> HardwareProfile:
     """A built-in profile name, or the path of a user's TOML profile file."""
+    if "/" not in name_or_path and (data_dir("hardware_profiles") / f"{name_or_path}.toml").is_file():
+        return _builtin_profile(name_or_path)  # one file read, not every profile
     profiles = builtin_profiles()
-    if name_or_path in profiles:
-        return profiles[name_or_path]
     path = Path(name_or_path)
     if path.is_dir():
         raise BtacalcError(f"{{hardware}}: {name_or_path!r} is a folder, not a profile .toml")

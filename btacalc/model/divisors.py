@@ -5,6 +5,8 @@ sqrt(N) costs O(sqrt N) steps: 1e16 takes seconds and 2^70 never finishes. Facto
 multiplying out its prime powers costs the factorisation plus O(d(N)) for the d(N) divisors (71 for
 2^70, at most about 10^5 below 2^80).
 
+`splits` counts the ways to write n as a product M*G*b without listing them.
+
 Below `TRIAL_LIMIT` trial division is at most sqrt(2^32) = 65,536 steps (milliseconds); above it,
 sympy's `factorint` (trial division, Pollard rho and p-1; well under a second for any N below 2^100)
 is imported then, and only then, so the command line's start-up never imports sympy for this.
@@ -41,3 +43,12 @@ def divisors(n: int) -> list[int]:
     for p, e in factorise(n).items():
         divs = [d * p**k for d in divs for k in range(e + 1)]
     return sorted(divs)
+
+
+def splits(n: int) -> int:
+    """How many ordered triples (M, G, b) of positive integers have M*G*b = n: the product over the
+    prime powers p^e of n of C(e + 2, 2)."""
+    count = 1
+    for e in factorise(n).values():
+        count *= (e + 1) * (e + 2) // 2
+    return count

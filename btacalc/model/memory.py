@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+import numpy as np
+
 from ..errors import BtacalcError
 from .gpu.memory import GpuMemory, StageMemory
 from .params import ParamCounts, param_counts
@@ -120,7 +122,7 @@ class MemoryModel:
         return sum(acts.values()) + sum(self.fixed.values())
 
     def fits(self, tiles: int, tile_batch: int) -> bool:
-        return self.offchip_fits and self.total(tiles, tile_batch) <= self.usable
+        return np.logical_and(self.offchip_fits, self.total(tiles, tile_batch) <= self.usable)
 
     @property
     def offchip_fits(self) -> bool:
@@ -150,10 +152,16 @@ def resolve_memory_model(problem: Problem) -> Problem:
     resident (GPU)."""
     if problem.run.memory_model != "auto":
         return problem
-    if problem.hardware.family == "wse" and problem.layout.devices == 1:  # a cluster streams (wafer/cluster.py)
-        resident = problem.with_run(memory_model="resident")
-        if MemoryModel(resident).fits(1, 1):
-            return resident
-    if problem.hardware.family == "wse":
-        return problem.with_run(memory_model="weight_streaming")
-    return problem.with_run(memory_model="resident")
+    return problem.with_run(memory_model="resident" if auto_resident(problem) else "weight_streaming")
+
+
+def auto_resident(problem: Problem) -> Any:
+    """Whether "auto" keeps the training state resident (see `resolve_memory_model`): a bool, or a bool
+    array when the problem's sequence length is an array of points. A GPU always; a wafer cluster never
+    (its systems stream weights from MemoryX: wafer/cluster.py); one wafer when its state fits with
+    one sequence."""
+    if problem.hardware.family != "wse":
+        return True
+    if problem.layout.devices > 1:
+        return False
+    return MemoryModel(problem.with_run(memory_model="resident")).fits(1, 1)

@@ -40,7 +40,10 @@ class ParamCounts:
 
 
 def param_counts(problem: Problem) -> ParamCounts:
-    """Parameter counts of `problem.model` (see module docstring); computed once per model and selection."""
+    """Parameter counts of `problem.model` (see module docstring); computed once per model and selection.
+    A problem of many points carries its models' counts (arrays, `Problem.counts`)."""
+    if problem.counts is not None:
+        return problem.counts
     model = problem.model
     seq = model.max_position_embeddings or problem.run.seq_len
     return _param_counts(model, problem.kinds, seq)

@@ -1,9 +1,11 @@
 """A `Problem`: a model on a device under a resolved execution, everything but the batch shape.
 
-It owns the catalogue selections for the model's layer kinds and the run, compiles them once, and
-evaluates every per-phase formula at a batch shape (G tiles of b sequences) as an `Evaluation`.
-Scalar evaluations are memoised: the solver, the memory breakdown and the time model ask for the
-same shapes.
+It owns the catalogue selections for the model's layer kinds and the run, and evaluates every
+per-phase formula at a batch shape (G tiles of b sequences) as an `Evaluation`. The model is
+evaluated once per problem (and sequence length): the generated code gives every formula's
+coefficients in G and b (`catalogue.compiled`), and a batch shape, or an array of candidate shapes,
+is then a few multiplications. Scalar evaluations are memoised: the solver, the memory breakdown and
+the time model ask for the same shapes.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from ..catalogue.compiled import CompiledSelection, PhaseValues, compile_selection
+from .. import profiling
+from ..catalogue.compiled import Coefficients, CompiledSelection, PhaseValues, compile_selection
 from ..catalogue.selection import Selection
 from ..catalogue.terms import Phase
 from ..config.execution import Execution, Layout, RunOptions
@@ -98,8 +101,13 @@ class Problem:
     model: ModelSpec
     hardware: HardwareProfile
     execution: Execution
-    _cache: dict[Any, Evaluation] = field(default_factory=dict, compare=False, repr=False, hash=False)
-    evaluations: list[int] = field(default_factory=lambda: [0], compare=False, repr=False, hash=False)
+    _cache: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False, hash=False)
+    # [model evaluations (generated-code calls), batch shapes evaluated (an array counts its size)]
+    evaluations: list[int] = field(default_factory=lambda: [0, 0], compare=False, repr=False, hash=False)
+    # Many points at once (vectorised sweeps): models that differ from `model` only in the values of some
+    # symbols (E, k, f), one value per point, and their parameter counts (a ParamCounts of arrays).
+    symbols: dict[str, Any] = field(default_factory=dict, compare=False, repr=False, hash=False)
+    counts: Any = field(default=None, compare=False, repr=False, hash=False)
 
     @property
     def run(self) -> RunOptions:
@@ -130,19 +138,35 @@ class Problem:
         return self.compiled.selection
 
     def shape_values(self, tiles: Any, tile_batch: Any, seq_len: Any = None) -> dict[str, Any]:
-        """Symbol values of one device's share of a batch shape. Context parallelism gives each of its CP
-        ranks 1/CP of every sequence's tokens; every activation term is linear in b, and the s^2 terms
-        count (s/CP)·s per rank (ring attention), so a rank's share is the formula at b/CP (weights, which
-        do not depend on b, are whole)."""
+        """Symbol values of one device's share of a batch shape (b as `rank_share`)."""
         lay = self.layout
-        cp = lay.context_parallel
-        if isinstance(cp, int) and isinstance(tile_batch, int):
-            b = tile_batch if cp == 1 else Fraction(tile_batch, cp)
-        else:
-            b = tile_batch / cp
-        return {"s": self.run.seq_len if seq_len is None else seq_len, "b": b, "G": tiles,
-                "beta": self.run.bytes_per_element, "P": 0, "t": lay.tensor_parallel, "t_e": lay.expert_tensor_parallel,
+        return {**self.symbols, "s": self.run.seq_len if seq_len is None else seq_len, "b": self.rank_share(tile_batch),
+                "G": tiles, "beta": self.run.bytes_per_element, "P": 0, "t": lay.tensor_parallel,
+                "t_e": lay.expert_tensor_parallel,
                 "M_sram": self.hardware.attention_sram_bytes_per_core // self.run.bytes_per_element}
+
+    def rank_share(self, tile_batch: Any) -> Any:
+        """The sequences of a tile one device holds. Context parallelism gives each of its CP ranks 1/CP of
+        every sequence's tokens; every activation term is linear in b, and the s^2 terms count (s/CP)·s per
+        rank (ring attention), so a rank's share is the formula at b/CP (weights, which do not depend on b,
+        are whole)."""
+        cp = self.layout.context_parallel
+        if isinstance(cp, int) and isinstance(tile_batch, int):
+            return tile_batch if cp == 1 else Fraction(tile_batch, cp)
+        return tile_batch / cp
+
+    def coefficients(self, seq_len: Any = None) -> tuple[Coefficients, ...]:
+        """Each layer kind's formula coefficients at `seq_len` (default the run's, which may be an
+        array of points); memoised for the run's sequence length and for scalar ones."""
+        key = ("coefficients", "run" if seq_len is None else seq_len if isinstance(seq_len, int) else None)
+        if key[1] is not None and key in self._cache:
+            return self._cache[key]
+        self.evaluations[0] += 1
+        shape = self.shape_values(1, 1, seq_len)
+        coefs = tuple(compiled.coefficients(kind_values(self.model, kind, shape)) for kind, compiled in self.kinds)
+        if key[1] is not None:
+            self._cache[key] = coefs
+        return coefs
 
     def evaluate(self, tiles: Any, tile_batch: Any, seq_len: Any = None) -> Evaluation:
         """Every per-phase quantity at G = `tiles`, b = `tile_batch` (ints: exact, memoised; or arrays)."""
@@ -150,19 +174,40 @@ class Problem:
         key = (tiles, tile_batch, seq_len)
         if scalar and key in self._cache:
             return self._cache[key]
-        self.evaluations[0] += 1
-        shape = self.shape_values(tiles, tile_batch, seq_len)
-        ev = Evaluation([(kind, compiled.evaluate(kind_values(self.model, kind, shape)))
-                         for kind, compiled in self.kinds])
+        shapes = int(np.size(tiles * tile_batch))
+        self.evaluations[1] += shapes
+        profiling.count("shapes evaluated", shapes)
+        share = self.rank_share(tile_batch)
+        ev = Evaluation([(kind, coefs.at(tiles, share))
+                         for (kind, _), coefs in zip(self.kinds, self.coefficients(seq_len))])
         if scalar:
             self._cache[key] = ev
         return ev
 
+    def at_points(self, index: np.ndarray) -> "Problem":
+        """The problem of points `index` of this one (whose sequence length, symbols and counts may be
+        arrays of points): the formulas' coefficients are gathered from this problem's, not computed
+        again."""
+        take = lambda v: v[index] if isinstance(v, np.ndarray) and v.ndim else v  # noqa: E731
+        counts = None if self.counts is None else replace(self.counts, **{
+            f: take(getattr(self.counts, f)) for f in self.counts.__dataclass_fields__})
+        sub = Problem(self.model, self.hardware, replace(self.execution, run=replace(self.run, seq_len=take(
+            np.asarray(self.run.seq_len)))), symbols={k: take(v) for k, v in self.symbols.items()}, counts=counts)
+        sub._cache[("coefficients", "run")] = tuple(c.take(index) for c in self.coefficients())
+        return sub
+
     def with_run(self, **changes: Any) -> "Problem":
-        return Problem(self.model, self.hardware, replace(self.execution, run=replace(self.run, **changes)))
+        """The problem under other run options. Options the formulas do not read (the memory model,
+        streaming overlap) keep this problem's evaluations: the values are the same."""
+        run = replace(self.run, **changes)
+        execution = replace(self.execution, run=run)
+        if set(changes) <= {"memory_model", "overlap_streaming"}:
+            return Problem(self.model, self.hardware, execution, self._cache, self.evaluations, self.symbols, self.counts)
+        return Problem(self.model, self.hardware, execution, symbols=self.symbols, counts=self.counts)
 
     def with_layout(self, **changes: Any) -> "Problem":
-        return Problem(self.model, self.hardware, replace(self.execution, layout=replace(self.layout, **changes)))
+        return Problem(self.model, self.hardware, replace(self.execution, layout=replace(self.layout, **changes)),
+                       symbols=self.symbols, counts=self.counts)
 
     def with_model(self, model: ModelSpec) -> "Problem":
         return Problem(model, self.hardware, self.execution)

@@ -22,6 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from ..config.execution import Layout
 from .arrays import ceil_div, where
 from .params import ParamCounts

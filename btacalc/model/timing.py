@@ -95,10 +95,12 @@ def _phase_times(problem: Problem, ev: Evaluation) -> _PhaseTimes:
     return out
 
 
-def step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Evaluation] = None) -> StepTime:
-    """Step time of `tiles` tiles of `tile_batch` sequences on every device (ints or arrays)."""
+def step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Evaluation] = None,
+              micro_batches: Any = None) -> StepTime:
+    """Step time of `micro_batches` (default the layout's) micro-batches of `tiles` tiles of
+    `tile_batch` sequences on every device (ints or arrays)."""
     if problem.hardware.family == "gpu":  # Megatron layouts: btacalc.model.gpu.timing
-        return gpu_step_time(problem, tiles, tile_batch, ev)
+        return gpu_step_time(problem, tiles, tile_batch, ev, micro_batches)
     run, model, layout = problem.run, problem.model, problem.layout
     ev = ev if ev is not None else problem.evaluate(tiles, tile_batch)
     times = _phase_times(problem, ev)
@@ -118,11 +120,9 @@ def step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Evalua
         comm = {**comm, **wafer.communication}
     # gradient accumulation: M micro-batches of G*b sequences per optimizer step; everything above
     # runs M times, the gradients are synchronised once
-    m = layout.micro_batches
-    stream_bound = times.stream_bound
-    if m > 1:
-        phase_time = {k: m * v for k, v in phase_time.items()}
-        stream_bound = m * stream_bound
+    m = layout.micro_batches if micro_batches is None else micro_batches
+    phase_time = {k: m * v for k, v in phase_time.items()}
+    stream_bound = m * times.stream_bound
     if "gradient_sync" in comm:
         # data-parallel gradient reduction overlaps the backward pass of the last micro-batch
         # (bucketed, as in PyTorch DDP and Megatron-LM); only what exceeds it shows

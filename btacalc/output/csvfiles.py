@@ -11,7 +11,7 @@ from typing import Any, Iterable
 
 from ..planning.compare import CompareResult, CompareRow
 from ..planning.crossover import CrossoverResult
-from ..planning.sweep import SweepResult
+from ..planning.sweep import SweepBlock, SweepResult
 
 
 def _cell(v: Any) -> Any:
@@ -42,9 +42,23 @@ def crossover_csv(result: CrossoverResult) -> str:
     return csv_text(fields, ({**p.row.model_dump(), **p.model_dump(exclude={"row"})} for p in result.points))
 
 
-SWEEP_COLUMNS = ["tiles", "tile_batch", "global_batch", "tokens_per_expert", "fits", "binding_constraint",
-               "step_time_s", "tokens_per_s", "mfu", "relative_to_dense", "tile_batch_g1", "tokens_per_s_g1",
-               "relative_to_dense_g1"]
+SWEEP_COLUMNS = ["tiles", "tile_batch", "micro_batches", "global_batch", "tokens_per_expert", "fits",
+                 "binding_constraint", "step_time_s", "tokens_per_s", "mfu", "relative_to_dense", "tile_batch_g1",
+                 "tokens_per_s_g1", "relative_to_dense_g1"]
+
+
+def sweep_csv_header(names: list[str]) -> str:
+    return csv_text(names + SWEEP_COLUMNS + ["error"], [])
+
+
+def sweep_csv_rows(block: SweepBlock) -> str:
+    """The CSV lines (no header) of a block of sweep points."""
+    names = list(block.params)
+    cols = [block.params[n].tolist() for n in names] + [block.columns[c].tolist() for c in SWEEP_COLUMNS]
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerows([_cell(v) for v in row] + [_cell(e)] for row, e in zip(zip(*cols), block.errors))
+    return buf.getvalue()
 
 
 def sweep_csv(result: SweepResult) -> str:

@@ -24,7 +24,7 @@ import shutil
 import stat
 import tempfile
 from dataclasses import dataclass
-from typing import Callable, Literal, Mapping, Optional, Union
+from typing import Any, Callable, Literal, Mapping, Optional, Union
 
 from ..errors import BtacalcError
 
@@ -106,28 +106,38 @@ def target(flag: str, given: PathLike) -> Target:
     return Target(flag, text, "file", real)
 
 
-def _stage(t: Target, data: bytes) -> str:
-    """Write `data` to a new temporary file beside the target, with the target's mode; return its path."""
+def _new_temp(t: Target) -> tuple[int, str]:
+    """A new temporary file beside the target: (descriptor, path)."""
     folder, name = os.path.split(t.path)
+    try:
+        return tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
+    except OSError as exc:
+        raise t.fail(f"cannot create a file in {folder}: {exc.strerror or exc}") from None
+
+
+def _adopt_mode(t: Target, tmp: str) -> None:
+    """Give the temporary file the target's mode (and owner, where permitted), or a new file's."""
     try:
         old: Optional[os.stat_result] = os.stat(t.path)
     except FileNotFoundError:
         old = None
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
-    except OSError as exc:
-        raise t.fail(f"cannot create a file in {folder}: {exc.strerror or exc}") from None
+    os.chmod(tmp, stat.S_IMODE(old.st_mode) if old else 0o666 & ~_umask())
+    if old is not None and (old.st_uid, old.st_gid) != (os.geteuid(), os.getegid()):
+        try:
+            os.chown(tmp, old.st_uid, old.st_gid)
+        except OSError:  # not permitted: the file becomes ours, as with any editor's save
+            pass
+
+
+def _stage(t: Target, data: bytes) -> str:
+    """Write `data` to a new temporary file beside the target, with the target's mode; return its path."""
+    fd, tmp = _new_temp(t)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        os.chmod(tmp, stat.S_IMODE(old.st_mode) if old else 0o666 & ~_umask())
-        if old is not None and (old.st_uid, old.st_gid) != (os.geteuid(), os.getegid()):
-            try:
-                os.chown(tmp, old.st_uid, old.st_gid)
-            except OSError:  # not permitted: the file becomes ours, as with any editor's save
-                pass
+        _adopt_mode(t, tmp)
     except BaseException:
         os.unlink(tmp)
         raise
@@ -168,6 +178,62 @@ def _bytes(data: Payload) -> bytes:
     return data.encode("utf-8") if isinstance(data, str) else data
 
 
+class Streams:
+    """Writers for some outputs that are produced piece by piece (a streamed sweep): a file target is
+    written to its temporary file (renamed into place by `Outputs.commit`, with the other outputs,
+    or removed if the command fails); a stream or standard output is written as the pieces come."""
+
+    def __init__(self, outs: "Outputs", flags: tuple[str, ...], stdout: Callable[[str], None]):
+        self.staged: dict[str, str] = {}
+        self.writers: dict[str, Callable[[str], object]] = {}
+        self._handles: list[Any] = []
+        try:
+            for flag in flags:
+                t = outs.targets.get(flag)
+                if t is None:
+                    continue
+                if t.kind == "file":
+                    fd, tmp = _new_temp(t)
+                    self.staged[flag] = tmp
+                    fh = os.fdopen(fd, "w", encoding="utf-8")
+                elif t.kind == "stream":
+                    fh = os.fdopen(os.open(t.path, os.O_WRONLY | os.O_APPEND | getattr(os, "O_NOCTTY", 0)), "w",
+                                   encoding="utf-8")
+                else:
+                    self.writers[flag] = stdout
+                    continue
+                self._handles.append(fh)
+                self.writers[flag] = fh.write
+        except BaseException:
+            self.discard()
+            raise
+
+    def close(self) -> None:
+        """Flush and close every file (to disk for the staged ones)."""
+        for fh in self._handles:
+            if not fh.closed:
+                fh.flush()
+                try:
+                    os.fsync(fh.fileno())
+                except OSError:  # a stream (pipe, device) cannot be synced
+                    pass
+                fh.close()
+
+    def discard(self) -> None:
+        """Close everything and remove the staged files (the command failed)."""
+        for fh in self._handles:
+            try:
+                fh.close()
+            except OSError:
+                pass
+        for tmp in self.staged.values():
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+        self.staged = {}
+
+
 class Outputs:
     """The outputs of one command, checked now and written together by `commit` (all-or-nothing).
 
@@ -188,15 +254,25 @@ class Outputs:
         """Whether an output goes to standard output (then nothing else should be printed there)."""
         return any(t.kind == "stdout" for t in self.targets.values())
 
+    def streams(self, flags: tuple[str, ...], stdout: Callable[[str], None]) -> Streams:
+        """Writers for `flags` (those asked for) whose content comes piece by piece; give the result to
+        `commit` as `streamed`, or `discard` it."""
+        return Streams(self, flags, stdout)
+
     def commit(self, payloads: Mapping[str, Payload], stdout: Callable[[Payload], None],
-               finish: Optional[Callable[[], None]] = None) -> None:
+               finish: Optional[Callable[[], None]] = None, streamed: Optional[Streams] = None) -> None:
         """Write each flag's payload: stage the files, write streams and standard output (through
-        `stdout`), call `finish` (more standard output), then rename the files into place."""
-        missing = set(self.targets) - set(payloads)
+        `stdout`), call `finish` (more standard output), then rename the files into place. Flags in
+        `streamed` were written already (their staged files are renamed with the others)."""
+        done_flags = set(streamed.writers) if streamed is not None else set()
+        prestaged = dict(streamed.staged) if streamed is not None else {}
+        if streamed is not None:
+            streamed.close()
+        missing = set(self.targets) - set(payloads) - done_flags
         if missing:
             raise ValueError(f"no payload for {sorted(missing)}")
         targets = {flag: target(t.flag, t.given) for flag, t in self.targets.items()}  # again: it may have changed
-        temps: list[str] = []
+        temps: list[str] = list(prestaged.values())
         done: list[tuple[str, Optional[str]]] = []  # (replaced path, backup)
         current = next(iter(targets.values()), None)
         try:
@@ -204,14 +280,20 @@ class Outputs:
             for flag, t in targets.items():
                 current = t
                 if t.kind == "file":
-                    tmp = _stage(t, _bytes(payloads[flag]))
-                    temps.append(tmp)
+                    if flag in prestaged:
+                        tmp = prestaged[flag]
+                        _adopt_mode(t, tmp)
+                    else:
+                        tmp = _stage(t, _bytes(payloads[flag]))
+                        temps.append(tmp)
                     backup = _backup(t.path)
                     if backup:
                         temps.append(backup)
                     staged.append((t, tmp, backup))
             for flag, t in targets.items():
                 current = t
+                if flag in done_flags:
+                    continue
                 if t.kind == "stream":
                     _write_stream(t, _bytes(payloads[flag]))
                 elif t.kind == "stdout":

@@ -5,7 +5,7 @@ outputs (`btacalc.output.files`)."""
 from __future__ import annotations
 
 import io
-from typing import Any
+from typing import Any, Optional
 
 from ..errors import BtacalcError
 from ..planning.compare import CompareResult
@@ -105,28 +105,36 @@ def crossover_plot(result: CrossoverResult, path: str) -> bytes:
 
 def sweep_plot(result: SweepResult, path: str) -> bytes:
     """Relative throughput vs the first varied parameter, at G = 1 and at the solver's G."""
+    points = [(p.params, p.throughput.relative_to_dense, p.throughput.relative_to_dense_g1)
+              for p in result.points if p.throughput is not None]
+    return sweep_plot_points(points, result.model, result.hardware, result.fixed_active, path)
+
+
+PlotPoint = tuple[dict[str, int], Optional[float], Optional[float]]  # params, vs dense, G = 1 vs dense
+
+
+def sweep_plot_points(points: list[PlotPoint], model: str, hardware: str, fixed_active: bool, path: str) -> bytes:
+    """`sweep_plot` from the three numbers it draws per fitting point (what a streamed sweep keeps)."""
     plt = pyplot(path)
-    pts = [p for p in result.points if p.throughput]
-    if not pts:
+    if not points:
         raise BtacalcError("--plot: no point of the sweep fits, nothing to draw")
-    x_name = list(pts[0].params)[0]
-    others = [n for n in pts[0].params if n != x_name]
+    x_name = list(points[0][0])[0]
+    others = [n for n in points[0][0] if n != x_name]
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    groups: dict[tuple, list[SweepPoint]] = {}
-    for p in pts:
-        groups.setdefault(tuple(p.params[n] for n in others), []).append(p)
+    groups: dict[tuple, list[PlotPoint]] = {}
+    for p in points:
+        groups.setdefault(tuple(p[0][n] for n in others), []).append(p)
     for key, ps in groups.items():
         label = ", ".join(f"{n}={v}" for n, v in zip(others, key))
-        xs = [p.params[x_name] for p in ps]
-        ths = [p.throughput for p in ps if p.throughput is not None]
-        ax.plot(xs, [t.relative_to_dense for t in ths], "o-", label=f"BTA (solver G) {label}".strip())
-        ax.plot(xs, [t.relative_to_dense_g1 for t in ths], "s--", label=f"G = 1 {label}".strip())
+        xs = [p[0][x_name] for p in ps]
+        ax.plot(xs, [p[1] for p in ps], "o-", label=f"BTA (solver G) {label}".strip())
+        ax.plot(xs, [p[2] for p in ps], "s--", label=f"G = 1 {label}".strip())
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set_xscale("log", base=2)
-    ax.set_xlabel(x_name + (" (k*f fixed)" if result.fixed_active else ""))
+    ax.set_xlabel(x_name + (" (k*f fixed)" if fixed_active else ""))
     ax.set_ylabel("throughput relative to dense (same active params)")
     ax.set_ylim(0, 1.1)
-    ax.set_title(f"{result.model} on {result.hardware}")
+    ax.set_title(f"{model} on {hardware}")
     ax.legend(fontsize=8)
     fig.tight_layout()
     return save(fig, path)

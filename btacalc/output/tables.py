@@ -100,17 +100,18 @@ def sweep_renderable(result) -> Fit:
     names = list(result.points[0].params) if result.points else []
     for n in names:
         t.add_column(n, justify="right")
-    for c in ("G", "b", "T_e", "tokens/s", "vs dense", "G=1 b", "G=1 vs dense", "BTA gain"):
+    for c in ("G", "b", "M", "T_e", "tokens/s", "vs dense", "G=1 b", "G=1 vs dense", "BTA gain"):
         t.add_column(c, justify="right")
     for p in result.points:
         cells = [str(p.params[n]) for n in names]
         th = p.throughput
         if th is None:
-            t.add_row(*cells, *(["-"] * 7), p.error or "does not fit")
+            t.add_row(*cells, *(["-"] * 8), p.error or "does not fit")
             continue
         gain = th.tokens_per_s / th.tokens_per_s_g1 if th.tokens_per_s_g1 else None
         fmt = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
-        t.add_row(*cells, str(p.plan.tiles), str(p.plan.tile_batch), f"{p.plan.tokens_per_expert:,.0f}",
+        t.add_row(*cells, str(p.plan.tiles), str(p.plan.tile_batch), str(p.plan.micro_batches),
+                  f"{p.plan.tokens_per_expert:,.0f}",
                   f"{th.tokens_per_s:,.0f}", fmt(th.relative_to_dense), str(th.tile_batch_g1 or "-"),
                   fmt(th.relative_to_dense_g1), fmt(gain) + "x" if gain else "-")
     return fit(t)
@@ -180,18 +181,23 @@ def _plan_table(r: PlanReport) -> Panel:
     t.add_row("tiles G", str(p.tiles))
     t.add_row("tile batch b", str(p.tile_batch))
     par = r.parallelism
-    if par.devices > 1:
+    if par.devices > 1 or p.micro_batches > 1:
         t.add_row("micro-batch G·b", f"{p.global_batch} per data-parallel rank  ({p.tokens_per_step:,} tokens)")
     else:
         t.add_row("global batch G·b", f"{p.global_batch}  ({p.tokens_per_step:,} tokens per step)")
     shards = par.expert_tensor_parallel / (par.tensor_parallel * par.context_parallel)
     te = ("G·b·s·k/E" if par.expert_parallel == 1 else "EP·G·b·s·k/E" if shards == 1 else "EP·ETP/(TP·CP)·G·b·s·k/E")
     t.add_row("tokens per expert", f"{p.tokens_per_expert:,.0f}  (T_e = {te}, uniform routing)")
-    if p.devices > 1:
-        t.add_row("all devices", f"DP {par.data_parallel} x M {par.micro_batches} x {p.global_batch} sequences = "
-                                 f"{p.cluster_tokens_per_step:,} tokens per step")
+    if p.devices > 1 or p.micro_batches > 1:
+        t.add_row("step batch N", f"DP {par.data_parallel} x M {p.micro_batches} x {p.global_batch} = {p.step_batch} "
+                                  f"sequences, {p.cluster_tokens_per_step:,} tokens per optimizer step")
+    t.add_row("objective", p.objective)
     t.add_row("binding constraint", f"{p.binding_constraint}; tile limited by {p.tile_constraint}")
     t.add_row("why", p.explanation)
+    if p.alternative is not None:
+        a = p.alternative
+        t.add_row(f"{a.objective} plan", f"G = {a.tiles}, b = {a.tile_batch}" + (f", M = {a.micro_batches}" if a.micro_batches > 1 else "")
+                  + f": {a.tokens_per_s:,.0f} tokens/s, T_e {a.tokens_per_expert:,.0f}")
     t.add_row("memory", Text.assemble(status, f"  {gb(r.memory_bytes['total'])} of {gb(r.memory_bytes['usable_capacity'])} usable"))
     return Panel(t, title="Plan", border_style="green" if p.fits else "red")
 

@@ -10,8 +10,7 @@ from ..config.execution import ExecutionRequest
 from ..config.hardware import HardwareProfile
 from ..config.model import ModelSpec
 from ..model.memory import MemoryModel
-from ..model.solver import solve
-from .plan import summarize
+from .plan import solve_problem, summarize
 from .resolve import resolve_problem
 
 METRICS = ("tokens_per_s", "relative_to_dense", "mfu", "tokens_per_s_per_kw")
@@ -34,13 +33,12 @@ class PlanMetrics:
 
 
 def plan_metrics(model: ModelSpec, hardware: HardwareProfile, request: ExecutionRequest) -> PlanMetrics:
-    problem = resolve_problem(model, hardware, request)
+    problem, sol, found = solve_problem(resolve_problem(model, hardware, request))
     mem = MemoryModel(problem)
-    sol = solve(mem, problem.execution.limits)
     m = problem.layout.micro_batches
     if not (sol.fits and mem.offchip_fits):
         return PlanMetrics(False, sol.tiles, sol.tile_batch, m, sol.binding_constraint, dict.fromkeys(METRICS))
-    s = summarize(problem, mem, sol)
+    s = summarize(problem, mem, sol, found)
     t = s.best_time
     tps = float(t.tokens_per_s)
     shares = {k: float(v / t.step_time_s) for k, v in t.phase_time_s.items()}

@@ -1,11 +1,20 @@
 """`plan`: solve the batch shape for a model on a device and report memory, FLOPs, phases and
-throughput (against G = 1 and against the dense model with the same active parameters)."""
+throughput (against G = 1 and against the dense model with the same active parameters).
+
+One candidate search per problem (`solver.search`) gives the plan under both objectives and the best
+untiled shape; the dense model needs a search of its own. The model itself is evaluated once per
+problem (and once more for the parameter counts): every shape after that is arithmetic on the
+formulas' coefficients.
+"""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
-from typing import Optional
+from typing import Any, Optional
 
+import numpy as np
+
+from .. import profiling
 from ..catalogue.compiled import PhaseValues
 from ..config.model import LayerKind
 from ..config.execution import ExecutionRequest, pipeline_split
@@ -13,10 +22,10 @@ from ..config.hardware import HardwareProfile
 from ..config.model import ModelSpec
 from ..model.memory import MemoryModel
 from ..model.problem import Evaluation, Problem
-from ..model.solver import Solution, solve
+from ..model.solver import PointLimits, Search, Solution, search, solve_density
 from ..model.timing import StepTime, compute_efficiency, step_time
-from .report import (FlopsPerStep, HardwareInfo, Inputs, LayerKindRows, ModelInfo, ParallelInfo, PhaseRow, PlanInfo,
-                     PlanReport, StageRow, StateRow, Throughput)
+from .report import (AlternativePlan, FlopsPerStep, HardwareInfo, Inputs, LayerKindRows, ModelInfo, ParallelInfo,
+                     PhaseRow, PlanInfo, PlanReport, StageRow, StateRow, Throughput)
 from .resolve import resolve_problem
 from .suggest import suggestions
 from .wafer import wafer_info
@@ -24,13 +33,29 @@ from .wafer import wafer_info
 
 def make_plan(model: ModelSpec, hardware: HardwareProfile, request: ExecutionRequest = ExecutionRequest()) -> PlanReport:
     """Resolve the execution, solve the batch shape and build the report."""
-    return plan_problem(resolve_problem(model, hardware, request))
+    with profiling.stage("resolve"):
+        problem = resolve_problem(model, hardware, request)
+    return plan_problem(problem)
 
 
 def plan_problem(problem: Problem) -> PlanReport:
     """The plan of an already-resolved problem (its memory model resolved)."""
-    mem = MemoryModel(problem)
-    return build_report(problem, mem, solve(mem, problem.execution.limits))
+    problem, sol, found = solve_problem(problem)
+    with profiling.stage("report (G = 1, dense, step times)"):
+        return build_report(problem, MemoryModel(problem), sol, found)
+
+
+def solve_problem(problem: Problem) -> tuple[Problem, Solution, Search]:
+    """The solver's shape under the execution's objective, the problem at the chosen M, and the
+    candidate search (which also holds the other objective's choice and the best G = 1 shape)."""
+    limits, objective = problem.execution.limits, problem.execution.objective
+    limits.validate(problem.layout.data_parallel)
+    with profiling.stage("solve"):
+        found = search(problem, PointLimits.of(limits), objective)
+        sol = solve_density(MemoryModel(problem), limits) if objective == "density" else found.solution(0)
+    if sol.micro_batches != problem.layout.micro_batches:
+        problem = problem.with_layout(micro_batches=sol.micro_batches)
+    return problem, sol, found
 
 
 def _rows(pv: PhaseValues, scope: str) -> list[PhaseRow]:
@@ -80,12 +105,16 @@ def _hardware_info(problem: Problem) -> HardwareInfo:
 
 
 def _inputs(problem: Problem) -> Inputs:
+    """The run options as resolved, and the batch limits as the user gave them."""
     run, ex = problem.run, problem.execution
+    given = {**ex.limits.__dict__, "micro_batches": None}
+    if ex.request is not None:
+        given = {**ex.request.limits.__dict__, "micro_batches": ex.request.micro_batches}
     return Inputs(
         memory_model=problem.memory_model, seq_len=run.seq_len, recompute=run.recompute, attention=run.attention,
         causal=run.causal, loss=run.loss, accounting=run.accounting, optimizer=run.optimizer,
-        bytes_per_element=run.bytes_per_element, **ex.limits.__dict__, gradient_bytes=run.gradient_bytes,
-        routing_imbalance=run.routing_imbalance, defaults=ex.default_reasons,
+        bytes_per_element=run.bytes_per_element, **given, gradient_bytes=run.gradient_bytes,
+        routing_imbalance=run.routing_imbalance, objective=ex.objective, defaults=ex.default_reasons,
     )
 
 
@@ -103,16 +132,37 @@ def _parallel_info(problem: Problem) -> ParallelInfo:
     )
 
 
-def _plan_info(problem: Problem, sol: Solution, fits: bool) -> PlanInfo:
+def _plan_info(problem: Problem, sol: Solution, fits: bool, found: Search) -> PlanInfo:
     g, b, lay, seq = sol.tiles, sol.tile_batch, problem.layout, problem.run.seq_len
     return PlanInfo(
         tiles=g, tile_batch=b, global_batch=g * b, tokens_per_step=g * b * seq, devices=lay.devices,
         cluster_tokens_per_step=lay.data_parallel * lay.micro_batches * g * b * seq,
-        tokens_per_expert=tokens_per_expert(problem.model, seq, g * b, lay.expert_parallel,
-                                            lay.expert_tensor_parallel / (lay.tensor_parallel * lay.context_parallel)),
+        tokens_per_expert=_tokens_per_expert(problem, g * b),
         fits=fits, binding_constraint=sol.binding_constraint, tile_constraint=sol.tile_constraint,
-        explanation=sol.explanation, memory_evaluations=sol.evaluations,
+        explanation=sol.explanation, memory_evaluations=sol.evaluations, objective=problem.execution.objective,
+        micro_batches=lay.micro_batches, step_batch=lay.data_parallel * lay.micro_batches * g * b,
+        alternative=_alternative(problem, sol, found),
     )
+
+
+def _tokens_per_expert(problem: Problem, n: int) -> float:
+    lay = problem.layout
+    return tokens_per_expert(problem.model, problem.run.seq_len, n, lay.expert_parallel,
+                             lay.expert_tensor_parallel / (lay.tensor_parallel * lay.context_parallel))
+
+
+def _alternative(problem: Problem, sol: Solution, found: Search) -> Optional[AlternativePlan]:
+    """The other objective's plan, when it differs from this one."""
+    other = next(o for o in ("throughput", "density") if o != problem.execution.objective)
+    alt = found.solution(0, other)
+    if not alt.fits or (alt.tiles, alt.tile_batch, alt.micro_batches) == (sol.tiles, sol.tile_batch, sol.micro_batches):
+        return None
+    lay, seq, n = problem.layout, problem.run.seq_len, alt.tiles * alt.tile_batch
+    return AlternativePlan(
+        objective=other, tiles=alt.tiles, tile_batch=alt.tile_batch, micro_batches=alt.micro_batches,
+        global_batch=n, step_batch=lay.data_parallel * alt.micro_batches * n,
+        tokens_per_expert=_tokens_per_expert(problem, n),
+        tokens_per_s=alt.tokens_per_s or 0.0)
 
 
 def representative_kind(ev: Evaluation) -> tuple[LayerKind, PhaseValues]:
@@ -120,7 +170,7 @@ def representative_kind(ev: Evaluation) -> tuple[LayerKind, PhaseValues]:
     return max(ev.layers, key=lambda kp: kp[0].count)
 
 
-def build_report(problem: Problem, mem: MemoryModel, sol: Solution) -> PlanReport:
+def build_report(problem: Problem, mem: MemoryModel, sol: Solution, found: Search) -> PlanReport:
     ev = problem.evaluate(sol.tiles, sol.tile_batch)
     breakdown = mem.breakdown(sol.tiles, sol.tile_batch)
     kind, pv = representative_kind(ev)
@@ -132,7 +182,7 @@ def build_report(problem: Problem, mem: MemoryModel, sol: Solution) -> PlanRepor
     fwd, bwd, rec = step("flops_fwd"), step("flops_bwd"), step("flops_recompute")
     report = PlanReport(
         model=_model_info(problem, mem), hardware=_hardware_info(problem), inputs=_inputs(problem),
-        parallelism=_parallel_info(problem), plan=_plan_info(problem, sol, sol.fits and breakdown.fits),
+        parallelism=_parallel_info(problem), plan=_plan_info(problem, sol, sol.fits and breakdown.fits, found),
         memory_bytes={"total": breakdown.total, "capacity": breakdown.capacity, "usable_capacity": breakdown.usable,
                       **breakdown.components},
         offchip_bytes=breakdown.offchip,
@@ -151,7 +201,7 @@ def build_report(problem: Problem, mem: MemoryModel, sol: Solution) -> PlanRepor
     )
     best_time = None
     if report.plan.fits:
-        summary = summarize(problem, mem, sol)
+        summary = summarize(problem, mem, sol, found)
         report.throughput = _throughput(problem, summary)
         best_time = summary.best_time
         per_layer, phase_time, repeats = best_time.kind_phase_time_s, best_time.phase_time_s, best_time.phase_repeats
@@ -210,14 +260,27 @@ def dense_problem(problem: Problem) -> Problem:
     return dense.with_layout(expert_parallel=1)
 
 
-def summarize(problem: Problem, mem: MemoryModel, best: Solution) -> ThroughputSummary:
-    free = problem.execution.limits.free()
-    g1 = solve(mem, replace(free, tiles=1))
+def summarize(problem: Problem, mem: MemoryModel, best: Solution, found: Search) -> ThroughputSummary:
+    """The plan's step time, the best G = 1 plan's and the dense model's best plan's, under the
+    plan's objective. Density: G = 1 and the dense plan free of the user's shape (the design card's
+    comparison); throughput: G = 1 under the user's limits (so the BTA gain is never below 1)."""
+    limits, objective = problem.execution.limits, problem.execution.objective
+    free = limits.free()
     dense = dense_problem(problem)
-    dense_sol = solve(MemoryModel(dense), free)
+    if objective == "density":
+        g1 = solve_density(mem, replace(free, tiles=1))
+        dense_sol = solve_density(MemoryModel(dense), free)
+    else:
+        if limits.tiles is None and limits.tile_batch is None:
+            g1 = found.solution(0, "g1")
+        else:
+            g1 = search(problem, PointLimits.of(replace(limits, tiles=1, tile_batch=None)), objective).solution(0)
+        dense_sol = search(dense, PointLimits.of(free), objective).solution(0)
+    profiling.count("step-time passes", 1 + g1.fits + dense_sol.fits)
     best_t = step_time(problem, best.tiles, best.tile_batch)
-    g1_t = step_time(problem, 1, g1.tile_batch) if g1.fits else None
-    dense_t = step_time(dense, dense_sol.tiles, dense_sol.tile_batch) if dense_sol.fits else None
+    g1_t = step_time(problem, 1, g1.tile_batch, micro_batches=g1.micro_batches) if g1.fits else None
+    dense_t = step_time(dense, dense_sol.tiles, dense_sol.tile_batch, micro_batches=dense_sol.micro_batches) \
+        if dense_sol.fits else None
     return ThroughputSummary(best, g1, dense_sol, best_t, g1_t, dense_t)
 
 
@@ -240,7 +303,7 @@ def _throughput(problem: Problem, s: ThroughputSummary) -> Throughput:
         phase_share=shares, dominant_phase=max(shares, key=lambda k: shares[k]),
         communication_s={k: float(v) for k, v in bt.communication_s.items()},
         critical_stage=int(bt.details.get("critical_stage", 0)),
-        routing_sensitivity=routing_sensitivity(problem, s.best),
+        routing_sensitivity=routing_sensitivity(problem, s.best.tiles, s.best.tile_batch),
     )
 
 
@@ -248,14 +311,15 @@ def _throughput(problem: Problem, s: ThroughputSummary) -> Throughput:
 SENSITIVITY_STEP = 1.25
 
 
-def routing_sensitivity(problem: Problem, best: Solution) -> Optional[float]:
-    """tokens/s with the routing imbalance raised 25% over tokens/s as planned (MoE with EP > 1 only):
-    below 0.95 the plan is sensitive to routing imbalance (the output says so)."""
+def routing_sensitivity(problem: Problem, tiles: Any, tile_batch: Any, micro_batches: Any = None) -> Any:
+    """tokens/s with the routing imbalance raised 25% over tokens/s as planned (MoE with EP > 1 only;
+    ints, or arrays of shapes): below 0.95 the plan is sensitive to routing imbalance (the output says so)."""
     if not problem.model.is_moe or problem.layout.expert_parallel == 1 or problem.hardware.family != "gpu":
         return None
     busier = problem.with_run(routing_imbalance=problem.run.routing_imbalance * SENSITIVITY_STEP)
-    base = step_time(problem, best.tiles, best.tile_batch)
-    worse = step_time(busier, best.tiles, best.tile_batch)
-    return float(worse.tokens_per_s / base.tokens_per_s)
+    base = step_time(problem, tiles, tile_batch, micro_batches=micro_batches)
+    worse = step_time(busier, tiles, tile_batch, micro_batches=micro_batches)
+    ratio = worse.tokens_per_s / base.tokens_per_s
+    return ratio if isinstance(ratio, np.ndarray) else float(ratio)
 
 

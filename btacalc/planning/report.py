@@ -93,7 +93,8 @@ class Inputs(BaseModel):
     accounting: str
     optimizer: str
     bytes_per_element: int
-    global_batch: Optional[int] = None
+    global_batch: Optional[int] = Field(None, description="N as given: sequences per optimizer step over all "
+                                        "data-parallel ranks")
     tiles: Optional[int] = None
     tile_batch: Optional[int] = None
     max_global_batch: Optional[int] = None
@@ -101,13 +102,32 @@ class Inputs(BaseModel):
     micro_batch: Optional[int] = Field(None, description="G·b fixed: sequences per micro-batch per data-parallel rank")
     gradient_bytes: int = Field(2, description="bytes per gradient element (4: fp32 main gradients)")
     routing_imbalance: float = Field(1.0, description="the busiest expert's routed tokens over the mean")
+    micro_batches: Optional[int] = Field(None, description="M as given (--grad-accum); None: chosen by the solver")
+    objective: str = Field("density", description="what the solver maximised: throughput (tokens/s) or density "
+                           "(the largest G*b that fits)")
     defaults: dict[str, str] = Field(default_factory=dict, description="inputs left at their default, and why")
+
+
+class AlternativePlan(BaseModel):
+    """The plan the other objective picks, when it differs."""
+
+    objective: str
+    tiles: int
+    tile_batch: int
+    micro_batches: int
+    global_batch: int = Field(description="G*b")
+    step_batch: int = Field(description="N = DP*M*G*b")
+    tokens_per_expert: float
+    tokens_per_s: float = Field(description="predicted, all devices")
 
 
 class PlanInfo(BaseModel):
     tiles: int = Field(description="G: attention tiles")
     tile_batch: int = Field(description="b: sequences per attention tile")
-    global_batch: int = Field(description="G*b: sequences the router and experts see per step, per device")
+    global_batch: int = Field(description="G*b: sequences one data-parallel rank's router and experts see per "
+                              "micro-batch (the BTA paper's B~)")
+    micro_batches: int = Field(1, description="M: micro-batches per optimizer step (gradient accumulation)")
+    step_batch: int = Field(0, description="N = DP*M*G*b: sequences per optimizer step over all data-parallel ranks")
     tokens_per_step: int = Field(description="G*b*s, per device")
     devices: int = 1
     cluster_tokens_per_step: int = Field(0, description="DP*M*G*b*s: tokens per optimizer step over all devices")
@@ -115,9 +135,11 @@ class PlanInfo(BaseModel):
                                      "routing (G*b*s for dense)")
     fits: bool
     binding_constraint: str = Field(description="what stops a larger G*b: memory, max_global_batch, global_batch, tiles, ...")
-    tile_constraint: str = Field(description="what stops a larger tile b at that G*b")
+    tile_constraint: str = Field(description="what stops a larger tile b (density: at that G*b; throughput: at that G)")
     explanation: str
-    memory_evaluations: int
+    memory_evaluations: int = Field(description="batch shapes whose memory the solver evaluated")
+    objective: str = Field("density", description="throughput: the fastest fitting shape; density: the largest G*b")
+    alternative: Optional[AlternativePlan] = Field(None, description="the other objective's plan, when it differs")
 
 
 class FlopsPerStep(BaseModel):

@@ -46,7 +46,7 @@ def _best(problem: Problem) -> Optional[tuple[Solution, StepTime]]:
     sol = solve(MemoryModel(problem), problem.execution.limits)
     if not sol.fits or not MemoryModel(problem).offchip_fits:
         return None
-    return sol, step_time(problem, sol.tiles, sol.tile_batch)
+    return sol, step_time(problem, sol.tiles, sol.tile_batch, micro_batches=sol.micro_batches)
 
 
 def scaling_rows(problem: Problem) -> list[ScalingRow]:
@@ -71,8 +71,8 @@ def scaling_rows(problem: Problem) -> list[ScalingRow]:
         tps = float(t.tokens_per_s)
         one = tps if n == 1 else one
         stream, boundary, _ = _shares(t)
-        rows.append(ScalingRow(systems=n, per_system_batch=p.layout.micro_batches * sol.tiles * sol.tile_batch,
-                               micro_batches=p.layout.micro_batches, tokens_per_s=tps, tokens_per_s_per_system=tps / n,
+        rows.append(ScalingRow(systems=n, per_system_batch=sol.micro_batches * sol.tiles * sol.tile_batch,
+                               micro_batches=sol.micro_batches, tokens_per_s=tps, tokens_per_s_per_system=tps / n,
                                efficiency=tps / (n * one) if one else float("nan"), stream_bound_share=stream,
                                step_boundary_share=boundary, limited_by=_limited_by(t)))
     return rows

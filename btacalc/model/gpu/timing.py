@@ -58,16 +58,18 @@ class _Stage:
         return sum(self.terms.values())
 
 
-def gpu_step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Evaluation] = None) -> StepTime:
-    """Step time, tokens/s and MFU of a GPU problem at `tiles` x `tile_batch` sequences per micro-batch
-    per data-parallel rank (ints, or arrays over layouts)."""
+def gpu_step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Evaluation] = None,
+                  micro_batches: Any = None) -> StepTime:
+    """Step time, tokens/s and MFU of a GPU problem at `micro_batches` (default the layout's) micro-batches
+    of `tiles` x `tile_batch` sequences per data-parallel rank (ints, or arrays over layouts or shapes)."""
     ev = ev if ev is not None else problem.evaluate(tiles, tile_batch)
     kinds = [(kind, part) for (kind, _), part in zip(ev.layers, layer_parts(problem, ev))]
     first, last = outside_parts(problem, ev)
     lay = problem.layout
-    pipe = PipelineStages(problem.model.num_layers, lay.pipeline_parallel, lay.virtual_pipeline, lay.micro_batches)
+    m = lay.micro_batches if micro_batches is None else micro_batches
+    pipe = PipelineStages(problem.model.num_layers, lay.pipeline_parallel, lay.virtual_pipeline, m)
     count = largest(lay.pipeline_parallel)
-    stages = [_stage(problem, pipe, j, kinds, (first, last), tiles) for j in range(count)]
+    stages = [_stage(problem, pipe, j, kinds, (first, last), tiles, m) for j in range(count)]
     worst, crit = stages[0], 0
     for j, st in enumerate(stages[1:], start=1):
         slower = st.micro_batch_s > worst.micro_batch_s
@@ -77,17 +79,19 @@ def gpu_step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Ev
     sync = stages[0].sync
     for st in stages[1:]:
         sync = maximum(sync, st.sync)
-    m = lay.micro_batches
     bubble = worst.micro_batch_s * pipe.bubble_micro_batches
     step = worst.micro_batch_s * m + bubble + sync
     seqs = lay.data_parallel * m * tiles * tile_batch
     peak = problem.hardware.chip.peak_flops_per_s.value
     flops = _model_flops(problem, tiles, tile_batch) * lay.data_parallel * m
-    phase_time, repeats = _phase_report(problem, pipe, crit, kinds, (first, last), m) if not is_array(step) else ({}, {})
+    # the per-phase report needs the critical stage: known for one shape, or for arrays of shapes of one
+    # single-stage layout (not for arrays of layouts, where it differs from layout to layout)
+    known = not is_array(step) or (not is_array(lay.pipeline_parallel) and lay.pipeline_parallel == 1)
+    phase_time, repeats = _phase_report(problem, pipe, crit, kinds, (first, last), m) if known else ({}, {})
     phase_time.update({k: v * m for k, v in worst.terms.items() if k not in ("compute", "tiling")})
     phase_time.update(pipeline_bubble=bubble, gradient_sync=sync)
     comm = {k: v * m for k, v in worst.raw.items()}
-    comm.update(stages[crit].sync_raw if not is_array(step) else {})
+    comm.update(stages[crit].sync_raw if known else {})
     details = {"critical_stage": crit, "micro_batch_s": worst.micro_batch_s, "terms": worst.terms,
                "bubble_s": bubble, "sync_s": sync}
     return StepTime(step, seqs * problem.run.seq_len / step, flops / (step * lay.devices * peak), phase_time,
@@ -104,7 +108,7 @@ def _pick(cond: Any, a: _Stage, b: _Stage) -> _Stage:
 
 
 def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any, Part]],
-           ends: tuple[Part, Part], tiles: Any) -> _Stage:
+           ends: tuple[Part, Part], tiles: Any, micro_batches: Any) -> _Stage:
     lay, model = problem.layout, problem.model
     exists = pipe.exists(j)
     is_first, is_last = j == 0, where(exists, j == lay.pipeline_parallel - 1, False)
@@ -138,7 +142,7 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
     gather = where(o.param_gather, maximum(0.0, dp.gather_per_step - (compute - backward)), dp.gather_per_step)
     terms = {k: where(exists, v, 0.0) for k, v in terms.items()}
     sync_raw = {"gradient_reduce": dp.reduce_per_step, "param_gather": dp.gather_per_step,
-                "zero_per_micro_batch": dp.per_micro_batch * lay.micro_batches}
+                "zero_per_micro_batch": dp.per_micro_batch * micro_batches}
     return _Stage(terms, raw, where(exists, reduce + gather, 0.0), sync_raw, compute - backward, backward)
 
 

@@ -2,7 +2,8 @@
 
 `--global-batch N` on a wafer profile is the batch of one optimizer step over all systems (Model Zoo's
 `batch_size`): each of the D systems takes N / D sequences (`num_csx`) and runs them as M micro-batches
-of n = N / (D M) sequences (`micro_batch_size`), tiled as G attention tiles of b (n = G b). The weight
+of n = N / (D M) sequences (`micro_batch_size`), tiled as G attention tiles of b (n = G b); the solver chooses M, G and b
+(the fastest fitting split, model/solver.py) unless `--grad-accum` fixes M. The weight
 stream runs once per micro-batch, the gradient reduction and MemoryX's optimizer step once per step.
 
 Divisibility, as Model Zoo checks it in releases 2.0.3 to 2.2.0 (modelzoo/common/pytorch/input_utils.py,
@@ -15,13 +16,8 @@ is no longer exactly N; btacalc keeps the strict rule, which every release accep
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Optional
-
 from ...errors import BtacalcError
-from ..memory import MemoryModel
 from ..problem import Problem
-from ..solver import divisors
 
 RULE = ("Cerebras Model Zoo R_2.0.3-2.2.0: batch_size % num_csx == 0 and (batch_size / num_csx) % "
         "micro_batch_size == 0 (later releases round up instead)")
@@ -43,38 +39,18 @@ def micro_batch_size(global_batch: int, systems: int, micro_batches: int) -> int
     return per // micro_batches
 
 
-def fewest_micro_batches(mem: MemoryModel, per_system: int) -> Optional[int]:
-    """The fewest micro-batches M (M dividing the per-system batch) whose micro-batch fits on the wafer
-    as n tiles of one sequence (the least memory n sequences can take); None when not even M = N/D fits.
-
-    LEAD / ISSUE 14: a stand-in for the solver's choice of M, G and b (solver.py). Fewest micro-batches
-    is what maximises throughput here because the weight stream repeats per micro-batch."""
-    for m in divisors(per_system):
-        if mem.fits(per_system // m, 1):
-            return m
-    return None
-
-
-def split_global_batch(problem: Problem) -> Problem:
-    """On a wafer with `--global-batch N`: the problem with M micro-batches per step (given, or the
-    fewest that fit) and the solver's batch set to the micro-batch n = N / (D M). Other problems are
-    returned unchanged (a GPU's --global-batch still means G*b per device until issue 14)."""
+def check_wafer_batch(problem: Problem) -> None:
+    """On a wafer with `--global-batch N`: N must divide over the systems and, with `--grad-accum M`, the
+    per-system batch over M (the strict rule). Without M the solver chooses it among the divisors of
+    N / D (model/solver.py), so every choice satisfies the rule."""
     ex = problem.execution
     n_global = ex.limits.global_batch
     if problem.hardware.family != "wse" or n_global is None:
-        return problem
-    systems = problem.layout.devices
-    given = ex.request.micro_batches if ex.request is not None else None
-    if given is None:
-        per = per_system_batch(n_global, systems)
-        chosen = fewest_micro_batches(MemoryModel(problem), per)
-        given = per if chosen is None else chosen  # nothing fits: report the smallest micro-batch, unfit
-        reason = (f"the fewest micro-batches whose micro-batch fits: {per} sequences per system in {given} "
-                  f"micro-batch(es) of {per // given} (placeholder for the issue-14 solver)")
-        ex = replace(ex, defaults=ex.defaults + (("micro_batches", reason),))
-    n = micro_batch_size(n_global, systems, given)
-    ex = replace(ex, layout=replace(ex.layout, micro_batches=given), limits=replace(ex.limits, global_batch=n))
-    return Problem(problem.model, problem.hardware, ex)
+        return
+    if ex.limits.micro_batches is None:
+        per_system_batch(n_global, problem.layout.devices)
+    else:
+        micro_batch_size(n_global, problem.layout.devices, ex.limits.micro_batches)
 
 
 def check_cluster_memory_model(problem: Problem) -> None:

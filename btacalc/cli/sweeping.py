@@ -1,0 +1,108 @@
+"""The outputs of `btacalc sweep`, fed block by block as the points are solved: JSON on stdout or in
+a file, CSV, a plot, and otherwise a table (rich for small grids, streamed plain text for large ones).
+
+The targets were checked before the sweep started (`options.outputs`). Streamed outputs go to their
+temporary files (`output.files.Streams`) and are renamed into place, with the plot, only when the sweep
+succeeds; a failed sweep leaves nothing behind. Invalid points are reported on stderr: one line each,
+or a summary line when many."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from ..errors import BtacalcError
+from ..planning.sweep import Grid, SweepBlock, SweepPoint, SweepResult
+from .console import err, print_stdout, write_stdout
+
+# Up to this many points the table is a rich table (built at the end); above, plain text streamed.
+TABLE_POINTS = 500
+# Up to this many invalid points are listed one per line; above, one summary line.
+LISTED_INVALID = 10
+# The outputs written as the blocks come (the plot is drawn at the end).
+STREAMED = ("--output", "--json", "--csv")
+
+
+class SweepOutputs:
+    """Every output the user asked for, as one context: `block` per solved block, `finish` at the end."""
+
+    def __init__(self, outs: Any, grid: Grid, model: str, hardware: str, fixed_active: bool,
+                 plot_path: Optional[str]):
+        self.outs, self.grid, self.plot_path = outs, grid, plot_path
+        self.model, self.hardware, self.fixed_active = model, hardware, fixed_active
+        self.streams: Any = None
+        self.sinks: list[Any] = []
+        self.table: Optional[list[SweepPoint]] = None
+        self.plot: Any = None
+        self.invalid: list[str] = []
+        self.invalid_count = 0
+
+    def __enter__(self) -> "SweepOutputs":
+        from ..output.sweepstream import CsvStream, JsonStream, PlotPoints, TextTable
+
+        if self.plot_path:
+            from ..output.plots import pyplot
+
+            pyplot(self.plot_path)  # a missing matplotlib is refused before any work
+            self.plot = PlotPoints()
+            self.sinks.append(self.plot)
+        self.streams = self.outs.streams(STREAMED, write_stdout)
+        for flag, write in self.streams.writers.items():
+            if flag == "--csv":
+                self.sinks.append(CsvStream(write, list(self.grid.names)))
+            else:
+                self.sinks.append(JsonStream(write, self.model, self.hardware, self.fixed_active))
+        if not self.outs.stdout_taken:
+            if self.grid.size <= TABLE_POINTS:
+                self.table = []
+            else:
+                title = f"Sweep: {self.model} on {self.hardware}" + (" (k·f fixed)" if self.fixed_active else "")
+                self.sinks.append(TextTable(write_stdout, list(self.grid.names), title))
+        return self
+
+    def block(self, block: SweepBlock) -> None:
+        for sink in self.sinks:
+            sink.block(block)
+        if self.table is not None:
+            self.table += [SweepPoint.model_validate(p) for p in block.points()]
+        for params, error in zip(block.param_rows(), block.errors):
+            if error is not None:
+                self.invalid_count += 1
+                if len(self.invalid) <= LISTED_INVALID:
+                    self.invalid.append(f"{', '.join(f'{k}={v}' for k, v in params.items())}: {error}")
+
+    def finish(self) -> None:
+        """Close the streams, report invalid points, draw the plot, then put every file in place and
+        print a small table."""
+        for sink in self.sinks:
+            sink.close()
+        self._report_invalid()
+        payloads: dict[str, Any] = {}
+        if self.plot is not None:
+            from ..output.plots import sweep_plot_points
+
+            payloads["--plot"] = sweep_plot_points(self.plot.points, self.model, self.hardware, self.fixed_active,
+                                                   self.plot_path or "")
+        table = None
+        if self.table is not None:
+            from ..output.tables import sweep_renderable
+
+            result = SweepResult(model=self.model, hardware=self.hardware, fixed_active=self.fixed_active,
+                                 points=self.table)
+            table = lambda: print_stdout(sweep_renderable(result))  # noqa: E731
+        streams, self.streams = self.streams, None
+        self.outs.commit(payloads, stdout=write_stdout, finish=table, streamed=streams)
+
+    def _report_invalid(self) -> None:
+        say = lambda text: err.print(f"btacalc: {text}", highlight=False, markup=False, soft_wrap=True)  # noqa: E731
+        if self.invalid_count and self.invalid_count <= LISTED_INVALID:
+            for line in self.invalid:
+                say(f"invalid point {line}")
+        elif self.invalid_count:
+            say(f"{self.invalid_count:,} of {self.grid.size:,} points are invalid; the first: {self.invalid[0]}")
+        if self.invalid_count == self.grid.size:
+            raise BtacalcError(f"none of the {self.grid.size:,} points of the sweep is valid")
+
+    def __exit__(self, *exc: Any) -> Optional[bool]:
+        if self.streams is not None:  # the sweep failed: nothing is left behind
+            self.streams.discard()
+        return None

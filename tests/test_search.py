@@ -1,0 +1,174 @@
+"""The candidate search: the throughput objective against brute force over every fitting shape, the
+vectorised search over many points against one point at a time, the density objective against the
+design card's search, and the BTA gain never below 1."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from btacalc.config.execution import BatchLimits, Layout
+from btacalc.config.presets import load_preset
+from btacalc.model.memory import MemoryModel
+from btacalc.model.solver import TIE_TOLERANCE, PointLimits, search, solve, solve_density
+from btacalc.model.timing import step_time
+from support import resolved
+
+# Small random problems: a wafer, or a few GPUs, with the BTA paper's model changed a little.
+problems = st.builds(
+    lambda hw, experts, top_k, seq, recompute, attention: (hw, experts, top_k, seq, recompute, attention),
+    st.sampled_from(["wse2", "wse3", "b200:8", "a100-80gb:16"]),
+    st.sampled_from([8, 16, 32, 64, 128]),
+    st.sampled_from([1, 2, 4, 8]),
+    st.sampled_from([1024, 2048, 4096, 8192]),
+    st.sampled_from(["full", "selective"]),
+    st.sampled_from(["eager", "flash"]),
+)
+
+
+def make(spec):
+    hw, experts, top_k, seq, recompute, attention = spec
+    model = load_preset("qwen3-30b-a3b").with_overrides(experts=experts, top_k=min(top_k, experts))
+    name, _, devices = hw.partition(":")
+    layout = Layout(devices=int(devices), expert_parallel=8, zero_stage=1, devices_per_node=8) if devices else Layout()
+    return resolved(model, name, layout=layout, seq_len=seq, recompute=recompute, attention=attention)
+
+
+def fitting_shapes(problem, limit=1500, cap_n=None, cap_b=None):
+    """Every (G, b) that fits within the caps on G*b and b, by brute force (None if there are more
+    than `limit`)."""
+    mem = MemoryModel(problem)
+    if not mem.fits(1, 1):
+        return []
+    densest = solve_density(mem, BatchLimits())
+    n_max = densest.tiles * densest.tile_batch
+    if n_max * (1 + np.log(n_max)) > limit:
+        return None
+    return [(g, b) for b in range(1, n_max + 1) for g in range(1, n_max // b + 1)
+            if (cap_n is None or g * b <= cap_n) and (cap_b is None or b <= cap_b) and mem.fits(g, b)]
+
+
+def fastest(problem, shapes):
+    """The throughput objective's rule applied to every shape: most tokens/s (ties within the
+    tolerance), then the largest G*b, then the fewest tiles."""
+    tps = {s: float(step_time(problem, *s).tokens_per_s) for s in shapes}
+    top = max(tps.values())
+    tied = [s for s in shapes if tps[s] >= top * (1 - TIE_TOLERANCE)]
+    return max(tied, key=lambda s: (s[0] * s[1], -s[0])), tps
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(spec=problems, cap_n=st.sampled_from([None, 6, 40]), cap_b=st.sampled_from([None, 1, 3]))
+def test_fastest_shape_equals_brute_force(spec, cap_n, cap_b):
+    problem = make(spec)
+    shapes = fitting_shapes(problem, cap_n=cap_n, cap_b=cap_b)
+    if shapes is None:
+        return  # too many shapes to enumerate here
+    dp = problem.layout.data_parallel
+    limits = BatchLimits(max_global_batch=cap_n and cap_n * dp, max_tile_batch=cap_b)
+    found = search(problem, PointLimits.of(limits), "throughput")
+    sol = found.solution(0)
+    if not shapes:
+        assert not sol.fits
+        return
+    want, tps = fastest(problem, shapes)
+    assert (sol.tiles, sol.tile_batch) == want
+    # the best untiled shape is the largest b at G = 1, and the plan is never slower
+    g1 = found.solution(0, "g1")
+    assert g1.tiles == 1 and g1.tile_batch == max(b for g, b in shapes if g == 1)
+    assert sol.tokens_per_s >= g1.tokens_per_s
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(spec=problems, cap_n=st.sampled_from([None, 6, 40]), cap_b=st.sampled_from([None, 1, 3]))
+def test_density_choice_equals_the_design_card_search(spec, cap_n, cap_b):
+    problem = make(spec)
+    limits = BatchLimits(max_global_batch=cap_n and cap_n * problem.layout.data_parallel, max_tile_batch=cap_b)
+    found = search(problem, PointLimits.of(limits), "density")
+    want = solve_density(MemoryModel(problem), limits)
+    got = found.solution(0)
+    assert got.fits == want.fits
+    if want.fits:
+        assert (got.tiles, got.tile_batch) == (want.tiles, want.tile_batch)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(spec=problems, seqs=st.lists(st.sampled_from([256, 512, 1024, 2048, 3072, 4096, 8192, 16384, 32768]),
+                                    min_size=1, max_size=6),
+       cap_b=st.sampled_from([0, 2, 5]), cap_n=st.sampled_from([0, 8, 40]))
+def test_vectorised_points_equal_one_point_at_a_time(spec, seqs, cap_b, cap_n):
+    """Points with different sequence lengths and caps solved together give each point's answer."""
+    problem = make(spec)
+    seq = np.array(seqs)
+    cap_n_arr = np.full(seq.size, cap_n * problem.layout.data_parallel)
+    limits = PointLimits(*(np.zeros(seq.size, np.int64) for _ in range(3)), cap_n_arr, np.full(seq.size, cap_b),
+                         np.zeros(seq.size, np.int64))
+    together = search(problem.with_run(seq_len=seq), limits, "throughput")
+    for i, s in enumerate(seqs):
+        alone = search(problem.with_run(seq_len=s), PointLimits.of(BatchLimits(
+            max_global_batch=cap_n * problem.layout.data_parallel or None, max_tile_batch=cap_b or None)), "throughput")
+        for which in ("throughput", "density", "g1"):
+            a, b = together.solution(i, which), alone.solution(0, which)
+            assert (a.fits, a.tiles, a.tile_batch, a.micro_batches) == (b.fits, b.tiles, b.tile_batch, b.micro_batches)
+            if a.fits:
+                assert a.tokens_per_s == pytest.approx(b.tokens_per_s, rel=1e-12)
+
+
+def test_global_batch_candidates_are_every_factorisation():
+    """N fixed: M*G*b = N/DP over every factorisation that fits; the fastest wins."""
+    problem = make(("b200:8", 128, 8, 4096, "full", "flash"))
+    n = 96
+    found = search(problem, PointLimits.of(BatchLimits(global_batch=n)), "throughput")
+    per_rank = n // 8
+    mem = MemoryModel(problem)
+    triples = [(m, g, b) for m, g, b in itertools.product(range(1, per_rank + 1), repeat=3)
+               if m * g * b == per_rank and mem.fits(g, b)]
+    assert sorted(zip(found.cand.micro_batches, found.cand.tiles, found.cand.tile_batch)) == sorted(triples)
+    tps = {t: float(step_time(problem, t[1], t[2], micro_batches=t[0]).tokens_per_s) for t in triples}
+    sol = found.solution(0)
+    assert tps[(sol.micro_batches, sol.tiles, sol.tile_batch)] == pytest.approx(max(tps.values()), rel=1e-9)
+    assert sol.micro_batches * sol.tiles * sol.tile_batch * 8 == n and sol.binding_constraint == "global_batch"
+
+
+def test_density_with_global_batch_takes_the_fewest_micro_batches():
+    # 24 sequences do not fit the wafer at once (64 experts, no overlap: the golden case); 2 x 12 do
+    problem = resolved(load_preset("qwen3-30b-a3b").with_overrides(experts=64), "wse3", overlap_streaming=False)
+    mem = MemoryModel(problem)
+    assert not mem.fits(24, 1) and mem.fits(12, 1)
+    sol = solve_density(mem, BatchLimits(global_batch=24))
+    assert sol.fits and sol.micro_batches == 2 and sol.tiles * sol.tile_batch == 12
+    fixed = solve_density(mem, BatchLimits(global_batch=24, micro_batches=1))
+    assert not fixed.fits and fixed.micro_batches == 1
+
+
+@pytest.mark.parametrize("experts", [8, 16, 32, 64, 128])
+def test_bta_gain_is_never_below_one(experts):
+    """At 8 experts on WSE-3 the densest shape (23 tiles of 1) is slower than the best untiled batch
+    (7 sequences: few experts, so tokens per expert matter less than the tile overhead); the default
+    objective picks a shape at least as fast as G = 1 and as the densest at every expert count."""
+    problem = resolved(load_preset("qwen3-30b-a3b").with_overrides(experts=experts), "wse3")
+    found = search(problem, PointLimits.of(BatchLimits()), "throughput")
+    best, dense, g1 = (found.solution(0, w) for w in ("throughput", "density", "g1"))
+    assert g1.tokens_per_s <= best.tokens_per_s and dense.tokens_per_s <= best.tokens_per_s
+    if experts == 8:
+        assert dense.tokens_per_s < g1.tokens_per_s
+
+
+def test_solve_follows_the_problems_objective():
+    problem = resolved(load_preset("qwen3-30b-a3b").with_overrides(experts=16), "wse3")
+    mem = MemoryModel(problem)
+    assert solve(mem, BatchLimits()).objective == "throughput"
+    assert solve(mem, BatchLimits(), "density").tiles == 23
+
+
+def test_fixed_tiles_or_tile_batch():
+    problem = resolved(load_preset("qwen3-30b-a3b"), "wse3")
+    mem = MemoryModel(problem)
+    for limits in (BatchLimits(tiles=4), BatchLimits(tile_batch=2), BatchLimits(tiles=4, tile_batch=2)):
+        got = search(problem, PointLimits.of(limits), "density").solution(0)
+        want = solve_density(mem, limits)
+        assert (got.tiles, got.tile_batch, got.fits) == (want.tiles, want.tile_batch, want.fits)

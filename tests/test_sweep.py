@@ -1,0 +1,180 @@
+"""The vectorised sweep: each point equals what `plan` answers for it, output streams in grid order,
+grids above the limit are refused before any work, invalid points are reported."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import btacalc.cli.progress as progress_module
+from btacalc.config.execution import BatchLimits, ExecutionRequest
+from btacalc.config.hardware import resolve_hardware
+from btacalc.config.presets import load_preset
+from btacalc.planning import sweep as sweep_module
+from btacalc.planning.plan import make_plan
+from btacalc.planning.sweep import Grid, SweepPoint, run_sweep
+
+
+def _close(a, b, path=""):
+    """Values equal, floats to 1e-12 (the golden tolerance)."""
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), path
+        for k in a:
+            _close(a[k], b[k], f"{path}/{k}")
+    elif isinstance(a, float) or isinstance(b, float):
+        assert a == pytest.approx(b, rel=1e-12), path
+    else:
+        assert a == b, (path, a, b)
+
+
+grids = st.fixed_dictionaries({
+    "seq": st.lists(st.sampled_from([512, 1024, 2048, 4096, 8192, 32768]), min_size=1, max_size=3, unique=True),
+    "experts": st.lists(st.sampled_from([4, 8, 16, 64]), min_size=1, max_size=2, unique=True),
+}, optional={"top-k": st.lists(st.sampled_from([1, 2, 8]), min_size=1, max_size=2, unique=True),
+             "max-tile-batch": st.lists(st.sampled_from([1, 3]), min_size=1, max_size=2, unique=True),
+             "global-batch": st.lists(st.sampled_from([8, 24]), min_size=1, max_size=2, unique=True)})
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(grid=grids, hw=st.sampled_from(["wse2", "wse3", "b200"]), objective=st.sampled_from(["throughput", "density"]))
+def test_every_point_is_what_plan_answers(grid, hw, objective):
+    """The vectorised sweep (points grouped, sequence lengths and limits as arrays) against one
+    `make_plan` per point: same plan and throughput fields (the density objective's explanation and
+    constraint texts come from the search, so only its numbers are compared)."""
+    model, profile = load_preset("qwen3-30b-a3b"), resolve_hardware(hw)
+    devices = 8 if hw == "b200" else 1
+    request = ExecutionRequest(devices=devices, objective=objective)
+    result = run_sweep(model, profile, request, grid)
+    assert len(result.points) == math.prod(len(v) for v in grid.values())
+    for point in result.points:
+        p = point.params
+        limits = BatchLimits(global_batch=p.get("global-batch"), max_tile_batch=p.get("max-tile-batch"))
+        try:
+            spec = model.with_overrides(experts=p["experts"], top_k=p.get("top-k"))
+            want = make_plan(spec, profile, request.with_changes(seq_len=p["seq"], limits=limits))
+        except Exception as exc:  # the sweep must have kept the point with this error
+            assert point.error == str(exc)
+            continue
+        assert point.error is None
+        got_plan, want_plan = point.plan.model_dump(), want.plan.model_dump()
+        if objective == "density":
+            for field in ("binding_constraint", "tile_constraint", "explanation", "memory_evaluations"):
+                got_plan.pop(field), want_plan.pop(field)
+        _close(got_plan, want_plan)
+        assert (point.throughput is None) == (want.throughput is None)
+        if point.throughput is not None:
+            _close(point.throughput.model_dump(), want.throughput.model_dump())
+
+
+def test_grid_is_indexed_without_being_built():
+    grid = Grid.of({"seq": range(1, 10**9 + 1), "experts": [8, 16]})
+    assert grid.size == 2 * 10**9
+    cols = grid.columns(grid.digits(10**9 - 1, 10**9 + 1))
+    assert cols["seq"].tolist() == [500_000_000, 500_000_001] and cols["experts"].tolist() == [16, 8]
+    with pytest.raises(Exception, match="more than the limit of 1,000,000"):
+        grid.check()
+
+
+def test_blocks_stream_in_grid_order(monkeypatch):
+    monkeypatch.setattr(sweep_module, "BLOCK_POINTS", 3)
+    model, hw = load_preset("qwen3-30b-a3b"), resolve_hardware("wse3")
+    grid = Grid.of({"experts": [16, 64], "seq": [1024, 2048, 4096, 8192]})
+    blocks = list(sweep_module.iter_sweep(model, hw, ExecutionRequest(), grid))
+    assert [len(b) for b in blocks] == [3, 3, 2]
+    rows = [r for b in blocks for r in b.param_rows()]
+    assert rows == [{"experts": e, "seq": s} for e in (16, 64) for s in (1024, 2048, 4096, 8192)]
+    whole = run_sweep(model, hw, ExecutionRequest(), {"experts": [16, 64], "seq": [1024, 2048, 4096, 8192]})
+    streamed = [SweepPoint.model_validate(p) for b in blocks for p in b.points()]
+    assert [p.model_dump() for p in streamed] == [p.model_dump() for p in whole.points]
+
+
+def test_cli_json_and_csv_stream_the_same_points(cli, tmp_path):
+    csv_path, json_path = tmp_path / "s.csv", tmp_path / "s.json"
+    code, out, err = cli("sweep", "--hw", "wse3", "--vary", "experts=16:64:x2", "--vary", "seq=1024,4096", "--json",
+                         "--csv", str(csv_path), "--output", str(json_path))
+    assert code == 0 and not err
+    doc = json.loads(out)
+    assert doc == json.loads(json_path.read_text())
+    assert {"model", "hardware", "fixed_active", "points"} == set(doc) and len(doc["points"]) == 6
+    rows = list(csv.DictReader(io.StringIO(csv_path.read_text())))
+    assert [(int(r["experts"]), int(r["seq"])) for r in rows] == [(p["params"]["experts"], p["params"]["seq"])
+                                                                  for p in doc["points"]]
+    assert [int(r["tiles"]) for r in rows] == [p["plan"]["tiles"] for p in doc["points"]]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary file left
+
+
+def test_large_grid_streams_a_text_table(cli):
+    code, out, err = cli("sweep", "--hw", "wse3", "--vary", "seq=128:65536:128", "--vary", "experts=8,128")
+    lines = out.splitlines()
+    assert code == 0 and len(lines) == 2 + 1024
+    assert lines[1].split()[:4] == ["seq", "experts", "G", "b"]
+    assert lines[-1].split()[-1] == "fit"  # 65536 tokens: not one sequence fits ("does not fit")
+
+
+def test_huge_grid_is_refused_before_any_work(cli, monkeypatch):
+    def no_work(*args, **kwargs):
+        raise AssertionError("the sweep started")
+
+    monkeypatch.setattr(sweep_module, "_Solver", no_work)
+    code, out, err = cli("sweep", "--hw", "wse3", "--vary", "seq=1:1000000000:1")
+    assert code == 2 and not out and len(err.strip().splitlines()) == 1
+    assert "1,000,000,000 points" in err and "--max-points" in err
+    code, _, err = cli("sweep", "--hw", "wse3", "--vary", "seq=1:2000:1", "--max-points", "1000")
+    assert code == 2 and "2,000 points" in err
+
+
+def test_invalid_points_are_reported(cli, tmp_path):
+    code, out, err = cli("sweep", "--hw", "wse3", "--vary", "experts=4,16", "--vary", "top-k=8", "--json")
+    assert code == 0
+    assert err.strip().splitlines() == [
+        "btacalc: invalid point experts=4, top-k=8: overrides: top_k (8) is larger than the number of experts (4)"]
+    points = json.loads(out)["points"]
+    assert points[0]["error"] and points[0]["plan"]["binding_constraint"] == "invalid" and not points[1]["error"]
+
+
+def test_many_invalid_points_get_one_summary_line(cli):
+    code, _, err = cli("sweep", "--hw", "wse3", "--vary", "experts=1:40:1", "--vary", "top-k=32", "--json")
+    assert code == 0
+    assert err.strip().splitlines() == [
+        "btacalc: 31 of 40 points are invalid; the first: experts=1, top-k=32: overrides: top_k (32) is larger "
+        "than the number of experts (1)"]
+
+
+def test_no_valid_point_exits_2_and_writes_nothing(cli, tmp_path):
+    csv_path = tmp_path / "s.csv"
+    code, _, err = cli("sweep", "--hw", "wse3", "--vary", "experts=2,4", "--vary", "top-k=8", "--csv", str(csv_path))
+    assert code == 2 and err.strip().splitlines()[-1] == "btacalc: error: none of the 2 points of the sweep is valid"
+    assert not list(tmp_path.iterdir())
+
+
+def test_slow_sweep_shows_progress_unless_quiet(cli, monkeypatch):
+    monkeypatch.setattr(progress_module.progress.__wrapped__, "__defaults__", (False, 0.0, 0.0))
+    code, _, err = cli("sweep", "--hw", "wse3", "--vary", "experts=16,32", "--json")
+    assert code == 0 and "btacalc: solving: 2 of 2 (100%)" in err
+    code, _, err = cli("sweep", "--hw", "wse3", "--vary", "experts=16,32", "--json", "--quiet")
+    assert code == 0 and not err
+
+
+def test_blocks_are_not_kept(monkeypatch):
+    """Memory stays bounded: a block solved and written is freed, also when points are invalid (an
+    error kept with its traceback would keep the frames that solved the block)."""
+    import gc
+    import weakref
+
+    monkeypatch.setattr(sweep_module, "BLOCK_POINTS", 4)
+    grid = Grid.of({"seq": [1024, 2048, 4096, 8192], "experts": [4, 16], "top-k": [8]})
+    blocks = sweep_module.iter_sweep(load_preset("qwen3-30b-a3b"), resolve_hardware("wse3"), ExecutionRequest(), grid)
+    first = next(blocks)
+    assert first.errors[0] and not first.errors[1]
+    column = weakref.ref(first.columns["tiles"])
+    del first
+    for _ in blocks:
+        pass
+    gc.collect()
+    assert column() is None
