@@ -81,11 +81,9 @@ COMMANDS: dict[str, list[str]] = {
 }
 
 # The plan cases again under `--objective density`, the rule every plan followed before the default
-# became the fastest shape: their goldens began as copies of the plan goldens taken then, so they
-# show that the density objective reproduces those plans exactly. Then --global-batch fixed G*b with
-# one micro-batch; N = DP*M*G*b now lets the solver choose M, so the same question adds --grad-accum 1.
-COMMANDS.update({f"{name}-density": [*args, "--objective", "density", *(["--grad-accum", "1"] if "--global-batch" in args
-                                                                          else [])]
+# became the fastest shape (issue 14): with a global batch, the fewest micro-batches whose G*b fits,
+# then the largest G*b and the largest tile, as the wafer split did before (issue 12).
+COMMANDS.update({f"{name}-density": [*args, "--objective", "density"]
                  for name, args in list(COMMANDS.items()) if name.startswith("plan-")})
 
 # Compiled per-phase values: every model x every selection x three batch shapes (s, b, G).
