@@ -106,6 +106,7 @@ BUFFERS = Range(1, 1e3, "count", integer=True)
 FRACTION = Range(0, 1, "", open_low=True)
 TILE_OVERHEAD = Range(0, 1, "s")  # seconds per tile per layer; 0 = no overhead
 LATENCY = Range(0, 1, "s")  # a link or tree-level latency: at most a second
+GEMM_WIDTH = Range(0, 1e5, "elements")  # the half-efficiency width of a GEMM; 0 = efficiency independent of size
 FANOUT = Range(2, 1e3, "count", integer=True)  # a tree node serves at least two children
 MESH_PES = Range(1, 1e5, "count", integer=True)  # PEs along one side of a wafer's mesh (WSE-3: 1,172)
 CLOCK = Range(1e6, 1e11, "Hz")  # 1 MHz to 100 GHz
@@ -204,6 +205,10 @@ class Calibration(_Section):
     tile_overhead_s: Annotated[Optional[Number], TILE_OVERHEAD] = Field(
         None, description="fixed cost per attention tile per layer per step (BTA tiling overhead); profiles with "
         "a [mesh] derive it from the mesh instead")
+    gemm_half_width: Annotated[Optional[Number], GEMM_WIDTH] = Field(
+        None, description="matmul efficiency grows with the GEMMs' width: at a hidden size per tensor-parallel rank "
+        "n = h/t it is compute_efficiency x n / (n + gemm_half_width) (tile and wave quantization; "
+        "model/steptime.py); None: independent of size")
 
 
 class Defaults(_Section):

@@ -94,7 +94,7 @@ def fit_family(spec: FamilySpec, runs: Optional[list[MeasuredRun]] = None) -> Op
         raise BtacalcError(f"family {spec.name}: {len(spec.factors)} factors need at least as many fit runs "
                            f"(have {len(fit_runs)})")
     ids = [r.id for r in fit_runs]
-    before = {f: getattr(profiles[spec.profiles[0]].calibration, f).value for f in spec.factors}
+    before = {f: _value(getattr(profiles[spec.profiles[0]].calibration, f)) for f in spec.factors}
 
     def hardware_for(values: dict[str, float]) -> Callable[[str], HardwareProfile]:
         trial = {name: with_factors(profiles[name], values, ids, spec.source) for name in spec.profiles}
@@ -109,11 +109,16 @@ def fit_family(spec: FamilySpec, runs: Optional[list[MeasuredRun]] = None) -> Op
         lows.append(max(rng.low, 1e-3) if rng else 1e-3)
         highs.append(rng.high if rng else 1e3)
     x0 = [min(max(before[f], lo), hi) for f, lo, hi in zip(spec.factors, lows, highs)]
-    solution = least_squares(residuals, x0, bounds=(lows, highs), xtol=1e-10, ftol=1e-12)
+    solution = least_squares(residuals, x0, bounds=(lows, highs), xtol=1e-10, ftol=1e-12, x_scale="jac")
     fitted = {f: float(round(v, 4)) for f, v in zip(spec.factors, solution.x)}
     return FamilyFit(family=spec.name, source=spec.source, factors=fitted, before=before, runs=ids, profiles=spec.profiles, skipped=skipped,
                      errors_before={k: math.expm1(v) for k, v in _log_errors(fit_runs, hardware_for(before)).items()},
                      errors_after={k: math.expm1(v) for k, v in _log_errors(fit_runs, hardware_for(fitted)).items()})
+
+
+def _value(number: Optional[Number]) -> float:
+    """A factor's shipped value; a factor the profile does not have yet starts at 1."""
+    return number.value if number is not None else 1.0
 
 
 def calibrate_all() -> list[FamilyFit]:
