@@ -153,3 +153,17 @@ def test_predict_uses_the_run_batch():
     report = make_plan(resolve_model("qwen3-30b-a3b"), resolve_hardware("b200"), request)
     p = report.parallelism
     assert p.data_parallel * p.micro_batches * report.plan.tiles * report.plan.tile_batch == 32  # N = DP x M x G x b
+
+
+def test_readme_accuracy_block_is_current():
+    """The README's measured-runs tables are what tools/accuracy.py writes from the library today
+    (regenerate with `python tools/accuracy.py` when a number moves)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "tools" / "accuracy.py"
+    spec = importlib.util.spec_from_file_location("accuracy_tool", path)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    readme = tool.README.read_text(encoding="utf-8")
+    assert f"{tool.BEGIN}\n{tool.markdown()}\n{tool.END}" in readme

@@ -1,0 +1,98 @@
+"""Regenerate the README's "time model against measured runs" tables and docs/accuracy.png from the
+shipped measured runs, in one command:
+
+    python tools/accuracy.py            # rewrite README.md between the accuracy markers, draw the plot
+    python tools/accuracy.py --check    # exit 1 if README.md is not what this would write (CI-friendly)
+
+Everything comes from the library (`validate_measured`, the profiles' calibration sections); nothing is
+typed by hand. The plot needs matplotlib (`pip install '.[plot]'`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+from btacalc.config.hardware import builtin_profiles
+from btacalc.output.plots import measured_plot
+from btacalc.planning.calibration import load_families
+from btacalc.planning.measured import load_runs, validate_measured
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+PLOT = ROOT / "docs" / "accuracy.png"
+BEGIN, END = "<!-- accuracy:begin (tools/accuracy.py) -->", "<!-- accuracy:end -->"
+LAYOUT = (("tp", "TP"), ("pp", "PP"), ("vp", "VP"), ("cp", "CP"), ("ep", "EP"))
+
+
+def _layout(run) -> str:
+    parts = [f"{label}{getattr(run, key)}" for key, label in LAYOUT if getattr(run, key) not in (None, 1)]
+    if run.fsdp:
+        parts.append("FSDP")
+    return " ".join(parts) or "DP only"
+
+
+def _pct(x) -> str:
+    return "—" if x is None else f"{100 * x:+.1f}%"
+
+
+def _abs_pct(x) -> str:
+    return "—" if x is None else f"{100 * x:.1f}%"
+
+
+def markdown() -> str:
+    report = validate_measured()
+    runs = {r.id: r for r in load_runs()}
+    lines = ["| run | role | model | devices | layout | predicted tok/s/device | measured | error |",
+             "|---|---|---|---|---|---:|---:|---:|"]
+    for r in report.runs:
+        run = runs[r.id]
+        pred = r.predicted.tokens_per_s_per_device
+        meas = r.measured.tokens_per_s_per_device
+        lines.append(f"| {r.id} | {r.role} | {r.model} | {r.devices} x {r.hw} | {_layout(run)} | "
+                     f"{'—' if pred is None else f'{pred:,.0f}'} | {'—' if meas is None else f'{meas:,.0f}'} | "
+                     f"{_pct(r.error)}{' (known gap)' if r.known_gap else ''} |")
+    lines += ["", "| role | family | runs | mean \\|error\\| | median | max | not expressible |",
+              "|---|---|---:|---:|---:|---:|---|"]
+    for s in report.summary:
+        lines.append(f"| {s.role} | {s.family} | {s.n} | {_abs_pct(s.mean_abs_error)} | {_abs_pct(s.median_abs_error)} | "
+                     f"{_abs_pct(s.max_abs_error)} | {'; '.join(s.not_expressible) or 'none'} |")
+    lines += ["", "Fitted factors (`btacalc validate --calibrate`, least squares on log error over the `fit` runs "
+              "only; written into the profiles' `[calibration]` sections):", ""]
+    profiles = builtin_profiles()
+    for family in load_families():
+        cal = profiles[family.profiles[0]].calibration
+        for factor in family.factors:
+            number = getattr(cal, factor)
+            lines.append(f"- {family.name} (`{', '.join(family.profiles)}`): `{factor}` = {number.value:g}, "
+                         f"{number.kind}, fitted to {', '.join(number.fitted_to) or 'nothing'}")
+    b = report.bands
+    lines += ["", f"Gate (`btacalc validate`, in CI): every check run within ±{100 * b.per_run_abs_error:.0f}% "
+              f"unless a documented known gap, each family's check-run mean |error| within "
+              f"±{100 * b.family_mean_abs_error:.0f}%: **{'pass' if report.gate.ok else 'FAIL'}**."]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="only check that README.md is current")
+    args = parser.parse_args()
+    text = README.read_text(encoding="utf-8")
+    pattern = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END), re.S)
+    if not pattern.search(text):
+        print(f"README.md has no {BEGIN} ... {END} block", file=sys.stderr)
+        return 2
+    new = pattern.sub(lambda _: f"{BEGIN}\n{markdown()}\n{END}", text)
+    if args.check:
+        return 0 if new == text else 1
+    README.write_text(new, encoding="utf-8")
+    PLOT.parent.mkdir(exist_ok=True)
+    PLOT.write_bytes(measured_plot(validate_measured(), str(PLOT)))
+    print(f"wrote {README.relative_to(ROOT)} and {PLOT.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
