@@ -167,3 +167,5 @@ def test_readme_accuracy_block_is_current():
     spec.loader.exec_module(tool)
     readme = tool.README.read_text(encoding="utf-8")
     assert f"{tool.BEGIN}\n{tool.markdown()}\n{tool.END}" in readme
+    assert f"{tool.POINTS_BEGIN}\n{tool.points_markdown()}\n{tool.POINTS_END}" in readme
+    assert f"{tool.WHATIF_BEGIN}\n{tool.whatif_markdown()}\n{tool.WHATIF_END}" in readme

@@ -1,5 +1,5 @@
-"""Regenerate the README's "time model against measured runs" tables and docs/accuracy.png from the
-shipped measured runs, in one command:
+"""Regenerate the README's "time model against measured runs" tables, its published-points table and
+docs/accuracy.png from the library, in one command:
 
     python tools/accuracy.py            # rewrite README.md between the accuracy markers, draw the plot
     python tools/accuracy.py --check    # exit 1 if README.md is not what this would write (CI-friendly)
@@ -19,11 +19,14 @@ from btacalc.config.hardware import builtin_profiles
 from btacalc.output.plots import measured_plot
 from btacalc.planning.calibration import load_families
 from btacalc.planning.measured import load_runs, validate_measured
+from btacalc.planning.validate import load_points, summary_line, validate
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 PLOT = ROOT / "docs" / "accuracy.png"
 BEGIN, END = "<!-- accuracy:begin (tools/accuracy.py) -->", "<!-- accuracy:end -->"
+POINTS_BEGIN, POINTS_END = "<!-- points:begin (tools/accuracy.py) -->", "<!-- points:end -->"
+WHATIF_BEGIN, WHATIF_END = "<!-- whatif:begin (tools/accuracy.py) -->", "<!-- whatif:end -->"
 LAYOUT = (("tp", "TP"), ("pp", "PP"), ("vp", "VP"), ("cp", "CP"), ("ep", "EP"))
 
 
@@ -75,16 +78,46 @@ def markdown() -> str:
     return "\n".join(lines)
 
 
+def _num(x) -> str:
+    if x is None:
+        return "—"
+    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.3g}"
+
+
+def points_markdown() -> str:
+    """The published points (BTA curves, Korthikanti, parameter counts) against btacalc."""
+    lines = ["| point | claim | published | btacalc | tolerance | status |", "|---|---|---:|---:|---:|---|"]
+    for p in validate():
+        lines.append(f"| {p.id} | {p.claim} | {_num(p.published)} | {_num(p.model)} | ±{_num(p.tolerance)} | "
+                     f"{p.status} |")
+    return "\n".join(lines)
+
+
+def whatif_markdown(point_id: str = "topk-1-bta") -> str:
+    """What `whatif` says it would take to reach a known-gap point's tolerance edge."""
+    spec = next(p for p in load_points() if p.id == point_id)
+    result = next(p for p in validate() if p.id == point_id)
+    lines = [f"`{point_id}` needs {spec.metric} ≥ {spec.published - spec.tolerance:g} (btacalc today: "
+             f"{_num(result.model)}); each change alone, the batch shape re-solved at every trial value:", ""]
+    for r, q in zip(result.what_it_takes, spec.whatif):
+        lines.append(f"- {summary_line(r, q.grad_accum)}")
+    return "\n".join(lines)
+
+
+def _replace(text: str, begin: str, end: str, body: str) -> str:
+    pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
+    if not pattern.search(text):
+        raise SystemExit(f"README.md has no {begin} ... {end} block")
+    return pattern.sub(lambda _: f"{begin}\n{body}\n{end}", text)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="only check that README.md is current")
     args = parser.parse_args()
     text = README.read_text(encoding="utf-8")
-    pattern = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END), re.S)
-    if not pattern.search(text):
-        print(f"README.md has no {BEGIN} ... {END} block", file=sys.stderr)
-        return 2
-    new = pattern.sub(lambda _: f"{BEGIN}\n{markdown()}\n{END}", text)
+    new = _replace(_replace(text, BEGIN, END, markdown()), POINTS_BEGIN, POINTS_END, points_markdown())
+    new = _replace(new, WHATIF_BEGIN, WHATIF_END, whatif_markdown())
     if args.check:
         return 0 if new == text else 1
     README.write_text(new, encoding="utf-8")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Mutation testing of the modelling core (btacalc/model/*) with mutmut: every mutant must make some
-# test fail. Usage: tools/mutation.sh [extra mutmut args]. Takes a few minutes on 2 cores.
+# test fail. Usage: tools/mutation.sh [extra mutmut args]. Takes about an hour on 2 cores (about 5,000 mutants).
 #
 # mutmut runs the tests in-process against a copy of the package under mutants/, so btacalc must NOT
 # be installed in the interpreter it uses (an installed/editable btacalc would shadow the mutants).
@@ -8,11 +8,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=${MUTATION_VENV:-$(mktemp -d)/venv}
-if [ ! -x "$venv/bin/mutmut" ]; then
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install -q "mutmut>=3.3" pytest pytest-benchmark hypothesis \
-    $(python3 -c 'import tomllib; print(" ".join(tomllib.load(open("pyproject.toml","rb"))["project"]["dependencies"]))')
-fi
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+# every run: the dependencies may have grown since the venv was made (a no-op when they are there)
+reqs=$(mktemp)
+python3 -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml","rb"))["project"]["dependencies"]))' > "$reqs"
+"$venv/bin/pip" install -q "mutmut>=3.3" pytest pytest-benchmark hypothesis jsonschema matplotlib pyyaml -r "$reqs"
 rm -rf mutants && mkdir mutants  # exists before python starts, so PYTHONPATH keeps it
 PYTHONPATH="$PWD/mutants" "$venv/bin/mutmut" run --max-children "${MUTATION_JOBS:-2}" "$@" >/dev/null 2>&1 || true
 "$venv/bin/mutmut" results --all true 2>/dev/null | python3 tools/mutation_score.py
