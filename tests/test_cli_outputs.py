@@ -60,6 +60,7 @@ def test_csv_to_stdout_with_json_to_a_file(cli, tmp_path):
 
 
 def test_several_outputs_are_written_together(cli, tmp_path):
+    pytest.importorskip("matplotlib")
     code, _, err = cli("compare", "--hw", "wse3", "--csv", str(tmp_path / "c.csv"), "--output", str(tmp_path / "c.json"),
                        "--plot", str(tmp_path / "c.svg"))
     assert code == 0, err
@@ -69,6 +70,7 @@ def test_several_outputs_are_written_together(cli, tmp_path):
 
 def test_a_plot_that_cannot_be_drawn_writes_no_other_output(cli, tmp_path):
     """The plot fails after the work (nothing fits): the CSV and JSON asked for with it are not written."""
+    pytest.importorskip("matplotlib")
     (tmp_path / "c.csv").write_text("old")
     code, out, err = cli("compare", "--hw", "wse3", "--seq", "4000000", "--csv", str(tmp_path / "c.csv"),
                          "--output", str(tmp_path / "c.json"), "--plot", str(tmp_path / "c.png"))
