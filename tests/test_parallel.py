@@ -335,3 +335,22 @@ def test_sweep_over_device_counts(cli):
     assert [p["plan"]["devices"] for p in pts] == [8, 16, 32]
     tput = [p["throughput"]["tokens_per_s"] for p in pts]
     assert tput == sorted(tput)
+
+
+@pytest.mark.parametrize("ranks, zero, factor", [(1, 0, 0), (1, 3, 0), (2, 0, 2 * 1 / 2), (2, 3, 3 * 1 / 2),
+                                                  (8, 1, 2 * 7 / 8), (8, 3, 3 * 7 / 8)])
+def test_gradient_sync_volume_per_rank(ranks, zero, factor):
+    """Ring all-reduce sends 2(n-1)/n of the buffer; ZeRO-3 reduce-scatters the gradients and all-gathers
+    the weights twice (forward and backward): (1 + 2)(n-1)/n; one rank sends nothing."""
+    assert gradient_sync_bytes(1000.0, ranks, zero) == pytest.approx(factor * 1000.0)
+
+
+def test_gradient_buckets_split_experts_over_ep():
+    """Non-expert gradients over all DP ranks; the device's E/EP share of the expert gradients over the
+    N/EP expert-data-parallel ranks."""
+    from btacalc.model.params import ParamCounts
+    from btacalc.model.state import gradient_buckets
+
+    counts = ParamCounts(total=1000, active=100, non_embedding=900, per_layer=1, largest_block=1, expert=800)
+    layout = Layout(devices=16, expert_parallel=4)
+    assert gradient_buckets(counts, layout) == [(200, 16), (800 / 4, 16 // 4)]

@@ -99,3 +99,27 @@ def test_fixed_active_keeps_k_times_f():
 def test_resolve_model_reads_a_folder(tmp_path, data_dir):
     (tmp_path / "config.json").write_text((data_dir / "mixtral-8x7b.config.json").read_text())
     assert resolve_model(str(tmp_path)).num_experts == 8
+
+
+def test_published_checks_read_each_convention_at_its_edge():
+    """within_0.5%: |computed - published| <= 0.005 published, the edge included; head_only: the active
+    count without the gathered input embedding; rounded / truncated: to the publisher's last digit."""
+    from btacalc.config.model import PublishedParams
+    from btacalc.model.params import ParamCounts, published_checks
+
+    counts = ParamCounts(total=1_005_000_000, active=200_000_000, non_embedding=900_000_000, per_layer=1,
+                         largest_block=1, gathered=50_000_000)
+    model = load_preset("qwen3-30b-a3b")
+
+    def check(**pub):
+        spec = model.model_copy(update={"published_params": PublishedParams(**pub)})
+        return {c.quantity: c.matches for c in published_checks(spec, counts)}
+
+    assert check(total=1e9) == {"total": True}  # exactly 0.5% off: inside
+    assert check(total=0.999e9) == {"total": False}  # 0.6% off
+    assert check(active=150e6, active_counts="head_only") == {"active": True}  # 200M - 50M gathered
+    assert check(active=150e6) == {"active": False}  # embedding_and_head: 200M against 150M
+    assert check(active=200e6) == {"active": True}
+    assert check(total=1.0e9, total_convention="truncated") == {"total": True}  # 1.005 B -> "1 B"
+    assert check(total=1.0e9, total_convention="rounded", total_precision=1e8) == {"total": True}  # 10.05 -> 10
+    assert check(total=1.1e9, total_convention="rounded", total_precision=1e8) == {"total": False}

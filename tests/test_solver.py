@@ -162,3 +162,82 @@ def test_bad_limits(limits, message):
 def test_divisors():
     assert divisors(36) == [1, 2, 3, 4, 6, 9, 12, 18, 36]
     assert divisors(1) == [1] and divisors(13) == [1, 13]
+
+
+def _reason_fixed_tiles(mem, g, cap_n, cap_b):
+    """Reference for --tiles G: the largest b that fits within the caps, and what stops b + 1."""
+    hi = min([c for c in (cap_b, cap_n // g if cap_n else None) if c is not None], default=10**6)
+    fitting = [b for b in range(1, hi + 1) if mem.total(g, b) <= mem.usable]
+    if not fitting:
+        return None
+    b = max(fitting)
+    if mem.total(g, b + 1) > mem.usable:
+        return b, "memory"
+    if cap_b is not None and b + 1 > cap_b and (cap_n is None or cap_b <= cap_n // g):
+        return b, "max_tile_batch"
+    return b, "max_global_batch"
+
+
+@pytest.mark.parametrize("A, Q, C, cap", [(1, 10, 5, 100), (3, 7, 11, 173), (1, 1, 0, 1000), (2, 0, 1, 90)])
+@pytest.mark.parametrize("g", [1, 3, 4])
+@pytest.mark.parametrize("cap_n, cap_b", [(None, None), (24, None), (None, 5), (24, 5), (12, 10), (2, None)])
+def test_fixed_tiles_binding_constraint_as_derived(A, Q, C, cap, g, cap_n, cap_b):
+    mem = Affine(A, Q, C, cap)
+    sol = solve(mem, BatchLimits(tiles=g, max_global_batch=cap_n, max_tile_batch=cap_b))
+    want = _reason_fixed_tiles(mem, g, cap_n, cap_b)
+    if want is None:
+        assert not sol.fits and (sol.tiles, sol.tile_batch) == (g, 1) and sol.binding_constraint == "memory"
+        return
+    assert sol.fits and (sol.tiles, sol.tile_batch, sol.binding_constraint) == (g, *want)
+    assert sol.tile_constraint == "tiles" and f"b = {want[0]}" in sol.explanation and want[1] in sol.explanation
+
+
+@pytest.mark.parametrize("A, Q, C, cap", [(1, 10, 5, 100), (3, 7, 11, 173), (1, 1, 0, 1000), (2, 0, 1, 90)])
+@pytest.mark.parametrize("b", [1, 2, 5])
+@pytest.mark.parametrize("cap_n", [None, 24, 7, 1])
+def test_fixed_tile_batch_binding_constraint_as_derived(A, Q, C, cap, b, cap_n):
+    """--tile-batch b: the most tiles G that fit within the cap on G*b; memory or the cap stops G + 1."""
+    mem = Affine(A, Q, C, cap)
+    sol = solve(mem, BatchLimits(tile_batch=b, max_global_batch=cap_n))
+    hi = cap_n // b if cap_n else 10**6
+    fitting = [g for g in range(1, hi + 1) if mem.total(g, b) <= mem.usable]
+    if not fitting:
+        assert not sol.fits and (sol.tiles, sol.tile_batch) == (1, b) and sol.binding_constraint == "memory"
+        assert "does not fit" in sol.explanation or "do not fit" in sol.explanation
+        return
+    g = max(fitting)
+    reason = "memory" if mem.total(g + 1, b) > mem.usable else "max_global_batch"
+    assert sol.fits and (sol.tiles, sol.tile_batch, sol.binding_constraint, sol.tile_constraint) == (g, b, reason,
+                                                                                                    "tile_batch")
+    assert f"G = {g}" in sol.explanation and reason in sol.explanation
+
+
+def test_fixed_shape_text_says_whether_it_fits():
+    mem = Affine(1, 10, 5, 100)
+    ok = solve(mem, BatchLimits(tiles=2, tile_batch=3))
+    assert ok.fits and ok.explanation == "--tiles and --tile-batch fix the shape: G = 2, b = 3 fits"
+    bad = solve(mem, BatchLimits(tiles=20, tile_batch=20))
+    assert not bad.fits and bad.explanation == "--tiles and --tile-batch fix the shape: G = 20, b = 20 does not fit"
+
+
+def test_fixed_global_batch_that_does_not_fit_says_so():
+    mem = Affine(1, 10, 5, 100)
+    sol = solve(mem, BatchLimits(global_batch=200, micro_batches=1))  # 200 + 10 + 5 > 100 even as 200 tiles of 1
+    assert not sol.fits and (sol.tiles, sol.tile_batch) == (200, 1)
+    assert (sol.binding_constraint, sol.tile_constraint) == ("memory", "memory") and sol.evaluations >= 1
+    assert sol.explanation == "global batch 200 does not fit even as 200 tiles of 1 sequence"
+
+
+def test_fixed_global_batch_under_a_tile_cap():
+    # N = 60, memory allows b = 8 (60 + 10b + 5 <= 150 -> b <= 8.5) but the cap is 4: b = 4, G = 15
+    sol = solve(Affine(1, 10, 5, 150), BatchLimits(global_batch=60, max_tile_batch=4, micro_batches=1))
+    assert (sol.tiles, sol.tile_batch, sol.tile_constraint) == (15, 4, "max_tile_batch")
+    assert isinstance(sol.tiles, int) and isinstance(sol.tile_batch, int)
+
+
+def test_free_cap_that_memory_also_reaches_is_memory():
+    # A = 1, C = 0, capacity 48: memory stops at n = 48 exactly where --max-global-batch 48 does;
+    # one more sequence would not fit, so memory is what binds
+    assert solve(Affine(1, 0, 0, 48), BatchLimits(max_global_batch=48)).binding_constraint == "memory"
+    assert solve(Affine(1, 0, 0, 49), BatchLimits(max_global_batch=48)).binding_constraint == "max_global_batch"
+    assert solve(Affine(1, 0, 0, 47), BatchLimits(max_global_batch=48)).binding_constraint == "memory"

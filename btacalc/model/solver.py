@@ -1,15 +1,19 @@
-"""Choose the batch shape: G tiles of b sequences.
+"""Choose the batch shape: M micro-batches of G tiles of b sequences per data-parallel rank
+(N = DP x M x G x b).
 
-Objective (DESIGN notes): maximise expert compute density T_e = G*b*s*k/E, i.e. the global batch
-n = G*b, within the usable memory; then prefer the largest tile b (fewest tiles, least tiling
-overhead). Memory is non-decreasing in n and, for fixed n, in b (attention's transient working set
-scales with b; everything stored scales with n), so:
+Two objectives (`config.execution.OBJECTIVES`):
 
-1. n* = the largest n with M(n tiles of 1 sequence) <= capacity: exponential + binary search;
-2. b* = the largest divisor b of n* with M(n*/b tiles of b) <= capacity: binary search over the
-   sorted divisors.
-
-That is O(log n + d(n)) memory evaluations, never a blind enumeration of (G, b).
+- throughput (default, `search`): the fitting shape with the highest predicted tokens/s; ties go to more
+  tokens per expert, then fewer tiles. With N free the candidates are the corners of the memory limit
+  (the shapes where neither G nor b can grow: memory never falls as either grows, and with one fixed
+  the step time's parts are maxima of affine functions of the other with non-negative intercepts, so
+  tokens/s never falls as it grows); with N fixed, every factorisation M x G x b = N / DP. All of it is
+  vectorised over the candidates of many points (plan: one point; sweep: thousands).
+- density (`solve_density`): the design card's rule, the largest G*b that fits (expert density
+  T_e = G*b*s*k/E), then the largest tile b. Memory is non-decreasing in n = G*b and, for fixed n, in b,
+  so an exponential + binary search finds n* (as tiles of one sequence) and a binary search over the
+  sorted divisors of n* the largest tile: O(log n + d(n)) memory evaluations. With N fixed and M free,
+  the fewest micro-batches whose G*b fits.
 """
 
 from __future__ import annotations
@@ -144,7 +148,7 @@ def _fixed_global(fits: _Probe, n: int, cap_b: Optional[int]) -> Solution:
     b = opts[idx]
     tile_c = _tile_reason(idx, opts, n, cap_b)
     return Solution(n // b, b, True, "global_batch", tile_c,
-                    f"--global-batch {n} is fixed; the largest tile that fits is b = {b} (G = {n // b}); "
+                    f"--global-batch fixes G*b = {n} per micro-batch; the largest tile that fits is b = {b} (G = {n // b}); "
                     f"tile limited by {tile_c}", fits.count)
 
 
