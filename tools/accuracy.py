@@ -31,6 +31,8 @@ LAYOUT = (("tp", "TP"), ("pp", "PP"), ("vp", "VP"), ("cp", "CP"), ("ep", "EP"))
 
 
 def _layout(run) -> str:
+    """The layout as run: the run's fields with its recipe applied (e.g. the VP the benchmark loads)."""
+    run = run.with_recipe()
     parts = [f"{label}{getattr(run, key)}" for key, label in LAYOUT if getattr(run, key) not in (None, 1)]
     if run.fsdp:
         parts.append("FSDP")
