@@ -1,4 +1,6 @@
-"""Summarise `mutmut results --all true` (stdin): killed / total per module, and the survivors."""
+"""Summarise `mutmut results --all true` (stdin): per module, the mutants detected (killed by a test,
+or timed out: a mutant that makes a test loop forever is caught too) over those checked, and the
+survivors. Mutants not checked yet (an interrupted run) are counted apart, never as detected."""
 
 from __future__ import annotations
 
@@ -14,11 +16,24 @@ for name, status in rows:
     by_module[module][status] += 1
     if status == "survived":
         survivors.append(name)
-total = sum(sum(c.values()) for c in by_module.values())
-killed = sum(c["killed"] for c in by_module.values())
+
+
+def detected(c: collections.Counter) -> int:
+    return c["killed"] + c["timeout"]
+
+
+def checked(c: collections.Counter) -> int:
+    return sum(c.values()) - c["not checked"]
+
+
 for module, c in sorted(by_module.items()):
-    n = sum(c.values())
-    print(f"{module:45s} {c['killed']:4d}/{n:<4d} killed  {dict(c)}")
-print(f"{'total':45s} {killed:4d}/{total:<4d} = {100 * killed / max(total, 1):.1f}% killed")
+    n = checked(c)
+    score = f"{100 * detected(c) / n:5.1f}%" if n else "    -"
+    print(f"{module:45s} {detected(c):4d}/{n:<4d} detected {score}  {dict(c)}")
+total = sum(checked(c) for c in by_module.values())
+found = sum(detected(c) for c in by_module.values())
+unchecked = sum(c["not checked"] for c in by_module.values())
+print(f"{'total':45s} {found:4d}/{total:<4d} = {100 * found / max(total, 1):.1f}% detected"
+      + (f" ({unchecked} mutants not checked)" if unchecked else ""))
 if survivors:
     print("survivors:", *survivors, sep="\n  ")
