@@ -90,8 +90,10 @@ class CompiledSelection:
         if missing:
             raise ValueError(f"values missing for symbols {missing}")
         profiling.count("model evaluations")
-        return Coefficients(self, self._coefficients(*(values[n] for n in MODEL_ARGS),
-                                                     *(_reciprocal(values[n]) for n in RECIPROCAL_SYMBOLS)))
+        args = [values[n] for n in MODEL_ARGS] + [_reciprocal(values[n]) for n in RECIPROCAL_SYMBOLS]
+        # the coefficients are arrays exactly when some input is (the generated code is arithmetic)
+        scalar = not any(isinstance(a, np.ndarray) for a in args)
+        return Coefficients(self, self._coefficients(*args), scalar)
 
     def evaluate(self, values: dict[str, Any]) -> "PhaseValues":
         """Every per-phase quantity at `values` (symbol name -> int or numpy array)."""
@@ -113,10 +115,11 @@ def _reciprocal(v: Any) -> Any:
 class Coefficients:
     """c0, c_b, c_G, c_Gb of every row at one set of symbol values (ints, or arrays of points)."""
 
-    def __init__(self, compiled: CompiledSelection, flat: tuple[Any, ...]):
+    def __init__(self, compiled: CompiledSelection, flat: tuple[Any, ...], scalar: Optional[bool] = None):
         self.compiled = compiled
         self.flat = flat
-        self.scalar = not any(isinstance(c, np.ndarray) for c in flat)  # one point: Python numbers
+        # one point: Python numbers (given by the caller when it knows, else found by looking)
+        self.scalar = scalar if scalar is not None else not any(isinstance(c, np.ndarray) for c in flat)
         self._sums: dict[tuple[str, str], tuple[int, tuple[Any, ...]]] = {}
         self._stacked: dict[str, tuple[int, np.ndarray]] = {}
 

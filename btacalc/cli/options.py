@@ -133,7 +133,7 @@ ObjectiveOpt = typer.Option(None, "--objective", help=help_text("What the solver
                             "throughput]."))
 JsonOpt = typer.Option(False, "--json", help="Print the result as JSON on stdout.")
 OutputOpt = typer.Option(None, "--output", "-o", help="Write the JSON to this file (atomically; - for standard output).")
-QuietOpt = typer.Option(False, "--quiet", help="No progress report on stderr.")
+QuietOpt = typer.Option(False, "--quiet", "-q", help="No progress report on stderr.")
 
 
 def layout_fields(tp: Optional[int], sp: Optional[bool], pp: Optional[int], vp: Optional[int], cp: Optional[int],

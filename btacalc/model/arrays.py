@@ -9,7 +9,10 @@ import numpy as np
 
 
 def is_array(*values: Any) -> bool:
-    return any(isinstance(v, np.ndarray) for v in values)
+    for v in values:  # a plain loop: this runs per phase and quantity, a generator costs twice as much
+        if isinstance(v, np.ndarray):
+            return True
+    return False
 
 
 def where(cond: Any, a: Any, b: Any) -> Any:

@@ -73,25 +73,29 @@ def _rates(problem: Problem) -> _Rates:
     )
 
 
-def layer_parts(problem: Problem, ev: Evaluation) -> list[Part]:
-    """One decoder layer of each layer kind (in `ev.layers` order)."""
+def layer_parts(problem: Problem, ev: Evaluation, memory_only: bool = False) -> list[Part]:
+    """One decoder layer of each layer kind (in `ev.layers` order); with `memory_only`, only the bytes
+    and parameters (what the memory model needs: the solver asks for many shapes)."""
     r = _rates(problem)
-    return [_part(pv, [p for p in pv.phases if p.scope == "layer"], r) for _, pv in ev.layers]
+    return [_part(pv, [p for p in pv.phases if p.scope == "layer"], r, memory_only) for _, pv in ev.layers]
 
 
-def outside_parts(problem: Problem, ev: Evaluation) -> tuple[Part, Part]:
+def outside_parts(problem: Problem, ev: Evaluation, memory_only: bool = False) -> tuple[Part, Part]:
     """(first stage's, last stage's) parts outside the layers."""
     r = _rates(problem)
     phases = [p for p in ev.outside.phases if p.scope == "model"]
-    return (_part(ev.outside, [p for p in phases if p.pipeline_stage == "first"], r),
-            _part(ev.outside, [p for p in phases if p.pipeline_stage == "last"], r))
+    return (_part(ev.outside, [p for p in phases if p.pipeline_stage == "first"], r, memory_only),
+            _part(ev.outside, [p for p in phases if p.pipeline_stage == "last"], r, memory_only))
 
 
-def _part(pv: PhaseValues, phases: list[Phase], r: _Rates) -> Part:
+def _part(pv: PhaseValues, phases: list[Phase], r: _Rates, memory_only: bool = False) -> Part:
     part, core = Part(), [0, 0, 0]  # fused FlashAttention core: FLOPs, traffic, backward FLOPs
     for phase in phases:
         v = lambda q: pv.value(phase.name, q)  # noqa: E731
         load = r.imbalance if phase.routed_load else 1.0
+        if memory_only:
+            _memory(part, phase, v, load)
+            continue
         flops = (v("flops_fwd") + v("flops_bwd") + v("flops_recompute")) * load
         traffic = _traffic(phase, v, r, load)
         if phase.core and r.flash:
@@ -105,7 +109,7 @@ def _part(pv: PhaseValues, phases: list[Phase], r: _Rates) -> Part:
         part.core_s = part.core_s + (t if phase.core else 0.0)
         _memory(part, phase, v, load)
         _volumes(part, v, r, load)
-    if r.flash:
+    if r.flash and not memory_only:
         _fused_core(part, pv, phases, core, r)
     return part
 

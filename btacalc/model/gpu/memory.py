@@ -62,8 +62,8 @@ class GpuMemory:
     def stage_rows(self, tiles: Any, tile_batch: Any, seq_len: Any = None) -> list[StageMemory]:
         """Every stage (arrays: up to the largest PP, stages beyond a layout's PP zeroed)."""
         ev = self.problem.evaluate(tiles, tile_batch, seq_len)
-        kinds = [(kind, part) for (kind, _), part in zip(ev.layers, layer_parts(self.problem, ev))]
-        first, last = outside_parts(self.problem, ev)
+        kinds = [(kind, part) for (kind, _), part in zip(ev.layers, layer_parts(self.problem, ev, memory_only=True))]
+        first, last = outside_parts(self.problem, ev, memory_only=True)
         pp = self.problem.layout.pipeline_parallel
         count = largest(pp)
         return [self._stage(j, kinds, first, last) for j in range(count)]
