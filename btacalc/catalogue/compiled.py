@@ -226,11 +226,14 @@ class PhaseValues:
         self.tiles, self.tile_batch = tiles, tile_batch
         self.n = tiles * tile_batch
         self._values: dict[int, Any] = {}
+        self._phase_rows: dict[str, dict[str, Any]] = {}
+        self._complete = False  # every row computed (one shape of ints)
         if isinstance(tiles, int) and isinstance(tile_batch, int) and coefficients.scalar:
             # one shape: every row at once, in plain (exact) integer arithmetic
             f, g, b, n = coefficients.flat, tiles, tile_batch, self.n
             self._values = dict(enumerate(f[i] + f[i + 1] * b + f[i + 2] * g + f[i + 3] * n
                                           for i in range(0, len(f), 4)))
+            self._complete = True
 
     @property
     def phases(self) -> list[Phase]:
@@ -242,6 +245,21 @@ class PhaseValues:
         except KeyError:
             self._values[r] = value = affine(*self.coefficients.row(r), self.tiles, self.tile_batch, self.n)
             return value
+
+    def of(self, phase: str) -> dict[str, Any]:
+        """Every row quantity of `phase` (quantity -> value), for code that reads many of one phase:
+        computed once per phase (all at once for one shape, on first use of each for arrays)."""
+        try:
+            return self._phase_rows[phase]
+        except KeyError:
+            pass
+        base = self.compiled.row[(phase, ROW_QUANTITIES[0])]
+        if self._complete:
+            row: dict[str, Any] = {q: self._values[base + j] for j, q in enumerate(ROW_QUANTITIES)}
+        else:
+            row = _LazyRow(self, base)
+        self._phase_rows[phase] = row
+        return row
 
     def value(self, phase: str, quantity: str) -> Any:
         try:
@@ -279,6 +297,21 @@ class PhaseValues:
     def argmax(self, quantity: str) -> str:
         names = self.phase_names()
         return max(names, key=lambda n: self.value(n, quantity))
+
+
+_QUANTITY_INDEX = {q: j for j, q in enumerate(ROW_QUANTITIES)}
+
+
+class _LazyRow(dict[str, Any]):
+    """`PhaseValues.of` for arrays of shapes: a quantity's row is evaluated when first read."""
+
+    def __init__(self, values: PhaseValues, base: int):
+        super().__init__()
+        self._source, self._base = values, base
+
+    def __missing__(self, quantity: str) -> Any:
+        self[quantity] = value = self._source._row(self._base + _QUANTITY_INDEX[quantity])
+        return value
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -121,7 +121,8 @@ class MemoryModel:
         acts = self.activations(self.problem.evaluate(tiles, tile_batch, seq_len))
         return sum(acts.values()) + sum(self.fixed.values())
 
-    def fits(self, tiles: int, tile_batch: int) -> bool:
+    def fits(self, tiles: Any, tile_batch: Any) -> Any:
+        """Whether shape(s) (G, b) fit: a bool, or an array of them for arrays of shapes."""
         return np.logical_and(self.offchip_fits, self.total(tiles, tile_batch) <= self.usable)
 
     @property

@@ -280,7 +280,7 @@ class PointMemory:
     def fits(self, point: np.ndarray, tiles: np.ndarray, tile_batch: np.ndarray) -> np.ndarray:
         if not point.size:
             return np.zeros(0, dtype=bool)
-        fit = self._memory(point).fits(tiles.astype(float), tile_batch.astype(float))  # type: ignore[arg-type]
+        fit = self._memory(point).fits(tiles.astype(float), tile_batch.astype(float))
         return np.broadcast_to(np.asarray(fit, dtype=bool), point.shape)
 
     def total(self, point: np.ndarray, tiles: np.ndarray, tile_batch: np.ndarray) -> np.ndarray:
