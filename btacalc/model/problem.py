@@ -206,6 +206,10 @@ class Problem:
         return Problem(self.model, self.hardware, execution, symbols=self.symbols, counts=self.counts)
 
     def with_layout(self, **changes: Any) -> "Problem":
+        """The problem under another layout; itself (evaluations shared) when nothing changes."""
+        if all(type(getattr(self.layout, k)) is type(v) is int and getattr(self.layout, k) == v
+               for k, v in changes.items()):
+            return self
         return Problem(self.model, self.hardware, replace(self.execution, layout=replace(self.layout, **changes)),
                        symbols=self.symbols, counts=self.counts)
 

@@ -65,7 +65,7 @@ def _phase_times(problem: Problem, ev: Evaluation) -> _PhaseTimes:
     ep = problem.layout.expert_parallel
     out = _PhaseTimes({}, 0, 0, 0)
     for kind, n, pv, phase in ev.kind_items():
-        v = lambda q: pv.value(phase.name, q)  # noqa: E731
+        v = pv.of(phase.name).__getitem__
         flops = v("flops_fwd") + v("flops_bwd") + v("flops_recompute")
         out.model_flops = out.model_flops + n * (v("flops_fwd") + v("flops_bwd"))
         moved = v("bytes_moved")

@@ -91,7 +91,7 @@ def outside_parts(problem: Problem, ev: Evaluation, memory_only: bool = False) -
 def _part(pv: PhaseValues, phases: list[Phase], r: _Rates, memory_only: bool = False) -> Part:
     part, core = Part(), [0, 0, 0]  # fused FlashAttention core: FLOPs, traffic, backward FLOPs
     for phase in phases:
-        v = lambda q: pv.value(phase.name, q)  # noqa: E731
+        v = pv.of(phase.name).__getitem__
         load = r.imbalance if phase.routed_load else 1.0
         if memory_only:
             _memory(part, phase, v, load)
