@@ -241,3 +241,37 @@ def test_free_cap_that_memory_also_reaches_is_memory():
     assert solve(Affine(1, 0, 0, 48), BatchLimits(max_global_batch=48)).binding_constraint == "memory"
     assert solve(Affine(1, 0, 0, 49), BatchLimits(max_global_batch=48)).binding_constraint == "max_global_batch"
     assert solve(Affine(1, 0, 0, 47), BatchLimits(max_global_batch=48)).binding_constraint == "memory"
+
+
+def test_fixed_global_batch_and_tiles_is_one_shape():
+    # N = 60 with G = 6 leaves b = 10: 60 + 10*10 + 5 = 165 <= 170 fits, and <= 160 does not
+    sol = solve(Affine(1, 10, 5, 170), BatchLimits(global_batch=60, tiles=6, micro_batches=1))
+    assert (sol.tiles, sol.tile_batch, sol.fits) == (6, 10, True)
+    assert (sol.binding_constraint, sol.tile_constraint) == ("global_batch", "tiles")
+    assert sol.explanation == "--global-batch with --tiles/--tile-batch fixes the shape: G = 6, b = 10 fits"
+    bad = solve(Affine(1, 10, 5, 160), BatchLimits(global_batch=60, tiles=6, micro_batches=1))
+    assert (bad.tiles, bad.tile_batch, bad.fits) == (6, 10, False) and bad.explanation.endswith("does not fit")
+
+
+def test_fixed_global_batch_and_tile_batch_is_one_shape():
+    # N = 60 with b = 4 leaves G = 15: 60 + 40 + 5 = 105
+    sol = solve(Affine(1, 10, 5, 105), BatchLimits(global_batch=60, tile_batch=4, micro_batches=1))
+    assert (sol.tiles, sol.tile_batch, sol.fits, sol.tile_constraint) == (15, 4, True, "tile_batch")
+    assert sol.evaluations == 1
+
+
+def test_fixed_global_batch_with_free_micro_batches_takes_the_fewest_that_fit():
+    # N = 60, M free: the fewest M dividing 60 whose 60/M sequences fit as tiles of one sequence.
+    # A = 1, capacity 25: M = 1 (60), 2 (30) do not fit; M = 3 (20) does. Q = 0: one tile of 20.
+    sol = solve(Affine(1, 0, 0, 25), BatchLimits(global_batch=60))
+    assert (sol.micro_batches, sol.tiles * sol.tile_batch, sol.fits) == (3, 20, True)
+    assert (sol.tiles, sol.tile_batch) == (1, 20)
+    # with tiles fixed, G*b is a multiple of 2: the fewest M whose 60/M (one of 60/d, d | 30) fits
+    fixed = solve(Affine(1, 0, 0, 25), BatchLimits(global_batch=60, tiles=2))
+    assert (fixed.micro_batches, fixed.tiles, fixed.tile_batch) == (3, 2, 10)
+
+
+def test_fixed_global_batch_that_never_fits_takes_the_most_micro_batches():
+    # nothing fits (C = 500 > capacity): M = N, one sequence per micro-batch, reported as not fitting
+    sol = solve(Affine(1, 0, 500, 100), BatchLimits(global_batch=12))
+    assert (sol.micro_batches, sol.tiles, sol.tile_batch, sol.fits) == (12, 1, 1, False)
