@@ -210,5 +210,7 @@ def test_plan_profile_counts_the_evaluations(cli):
     counts, times = err.strip().splitlines()
     assert counts.startswith("btacalc profile: model evaluations 4 ")
     assert "candidate searches 2" in counts  # the plan (both objectives and G = 1) and the dense model
+    # one step-time pass per candidate search, then the plan's, G = 1's and the dense model's own
+    assert "density searches 0" in counts and "step-time passes 5" in counts
     for stage in ("start-up", "imports", "resolve", "solve", "report", "output", "total"):
         assert stage in times

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from btacalc.model.divisors import TRIAL_LIMIT, divisors, factorise
+from btacalc.model.divisors import TRIAL_LIMIT, divisors, factorise, splits
 
 
 def _by_trial_division(n: int) -> list[int]:
@@ -63,3 +63,15 @@ def test_a_batch_with_too_many_splits_is_one_line(cli):
     n = 2**9 * 3**5 * 5**3 * 7**2 * 11**2 * 13 * 17 * 19 * 23 * 29  # about 2.6e17, 1.0e8 splits M x G x b
     code, out, err = cli("plan", "--hw", "a100-80gb", "--global-batch", str(n))
     assert code == 2 and "ways into M x G x b" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("n", [1, 2, 12, 36, 97, 360, 1024, 30030])
+def test_splits_counts_ordered_triples(n):
+    # M*G*b = n: count by brute force over M and G (b = n / (M G)); C(e + 2, 2) per prime power p^e
+    brute = sum(1 for m in range(1, n + 1) if n % m == 0 for g in range(1, n // m + 1) if (n // m) % g == 0)
+    assert splits(n) == brute
+
+
+def test_splits_of_a_prime_power_is_a_binomial():
+    assert splits(2**70) == 72 * 71 // 2  # C(72, 2)
+    assert splits(12) == 6 * 3  # 2^2 * 3: C(4, 2) x C(3, 2)

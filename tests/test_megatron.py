@@ -419,3 +419,20 @@ def test_compare_with_searched_gpu_layouts(cli):
     rows = {r["hardware"]: r for r in json.loads(out)["rows"]}
     assert rows["wse3"]["layout"] == "" and rows["h100"]["layout"].startswith("TP")
     assert rows["h100"]["fits"] and rows["h100"]["devices"] == 16
+
+
+def test_the_slowest_pipeline_stage_sets_the_step_even_when_it_is_not_the_last():
+    # GPT-3 175B over PP 7: 96 + 2 = 98 = 7 x 14, so the embedding and the loss count as one layer each
+    # (Megatron's account-for-embedding/loss split): stages hold 13, 14, 14, 14, 14, 14, 13 layers. One
+    # layer outweighs the LM head (12h^2 > 2hV per token: 1.8e9 > 1.26e9 FLOP), so a middle stage (14
+    # layers) is the critical path, and its compute is 14 layers' compute.
+    from btacalc.model.gpu.costs import layer_parts
+
+    p = _gpu(GPT3, run=RunOptions(seq_len=2048, attention="flash", recompute="none"), devices=7, pipeline_parallel=7,
+             micro_batches=7)
+    assert [PipelineStages(96, 7, 1, 7).layers(j) for j in range(7)] == [13, 14, 14, 14, 14, 14, 13]
+    st = gpu_step_time(p, 1, 1)
+    assert 0 < st.details["critical_stage"] < 6
+    one_layer = layer_parts(p, p.evaluate(1, 1))[0].compute_s
+    assert st.details["terms"]["compute"] == pytest.approx(14 * one_layer, rel=1e-12)
+    assert st.details["micro_batch_s"] == pytest.approx(sum(st.details["terms"].values()), rel=1e-12)

@@ -123,3 +123,7 @@ def test_published_checks_read_each_convention_at_its_edge():
     assert check(total=1.0e9, total_convention="truncated") == {"total": True}  # 1.005 B -> "1 B"
     assert check(total=1.0e9, total_convention="rounded", total_precision=1e8) == {"total": True}  # 10.05 -> 10
     assert check(total=1.1e9, total_convention="rounded", total_precision=1e8) == {"total": False}
+    # the count reported beside the published figure is btacalc's own, under the same convention
+    spec = model.model_copy(update={"published_params": PublishedParams(active=2e8, total=1e9)})
+    assert {c.quantity: c.computed for c in published_checks(spec, counts)} == {"total": 1_005_000_000,
+                                                                                 "active": 200_000_000}

@@ -163,6 +163,7 @@ def test_solve_follows_the_problems_objective():
     mem = MemoryModel(problem)
     assert solve(mem, BatchLimits()).objective == "throughput"
     assert solve(mem, BatchLimits(), "density").tiles == 23
+    assert solve(mem, BatchLimits(), "density") == solve_density(mem, BatchLimits())  # the design card's search
 
 
 def test_fixed_tiles_or_tile_batch():
@@ -172,3 +173,26 @@ def test_fixed_tiles_or_tile_batch():
         got = search(problem, PointLimits.of(limits), "density").solution(0)
         want = solve_density(mem, limits)
         assert (got.tiles, got.tile_batch, got.fits) == (want.tiles, want.tile_batch, want.fits)
+
+
+def test_points_of_a_problem_reuse_its_coefficients():
+    """A sweep's sub-problem (some of its points) takes the formulas' coefficients gathered from the
+    parent's: no new model evaluation, and each point's values are those of its own problem."""
+    import numpy as np
+
+    from btacalc.config.execution import RunOptions
+    from btacalc.config.hardware import resolve_hardware
+    from btacalc.config.presets import resolve_model
+    from btacalc.model.problem import Problem, make_problem
+
+    model, hw = resolve_model("qwen3-30b-a3b"), resolve_hardware("wse3")
+    base = make_problem(model, hw, RunOptions(seq_len=4096))
+    # experts vary per point, the sequence length does not (a 0-d value is kept whole)
+    varied = Problem(model, hw, base.execution, symbols={"E": np.array([32, 64, 128])})
+    varied.coefficients()
+    sub = varied.at_points(np.array([2, 0]))
+    params = sub.evaluate(1, 1).layers_total("params")  # the routed experts' weights grow with E
+    assert sub.evaluations[0] == 0  # gathered, not evaluated again
+    one = make_problem(model.with_overrides(experts=128), hw, RunOptions(seq_len=4096)).evaluate(1, 1)
+    assert list(params) == [one.layers_total("params"), base.with_model(model.with_overrides(experts=32)).evaluate(
+        1, 1).layers_total("params")]

@@ -16,7 +16,7 @@ from support import resolved
 from types import SimpleNamespace
 
 from btacalc.config.execution import BatchLimits, Layout
-from btacalc.model.solver import divisors, solve_density as solve
+from btacalc.model.solver import Solution, divisors, solve_density as solve
 
 
 class Affine:
@@ -275,3 +275,87 @@ def test_fixed_global_batch_that_never_fits_takes_the_most_micro_batches():
     # nothing fits (C = 500 > capacity): M = N, one sequence per micro-batch, reported as not fitting
     sol = solve(Affine(1, 0, 500, 100), BatchLimits(global_batch=12))
     assert (sol.micro_batches, sol.tiles, sol.tile_batch, sol.fits) == (12, 1, 1, False)
+
+
+# --- every answer of the density solver, whole (shape, verdict, both constraints, text and probes) ----
+
+def _exact(sol, g, b, fits, bind, tile, text, probes, m=1):
+    assert sol == Solution(g, b, fits, bind, tile, text, probes, m, "density"), sol
+
+
+@pytest.mark.parametrize("limits, want", [
+    # nothing fits: one probe, of the smallest shape the limits allow
+    (BatchLimits(), (1, 1, False, "memory", "memory", "not even one sequence fits", 1)),
+    (BatchLimits(tiles=4), (4, 1, False, "memory", "memory", "4 tiles of 1 sequence do not fit", 1)),
+    (BatchLimits(tile_batch=3), (1, 3, False, "memory", "memory", "one tile of 3 sequences does not fit", 1)),
+    (BatchLimits(tiles=2, tile_batch=3),
+     (2, 3, False, "tiles", "tile_batch", "--tiles and --tile-batch fix the shape: G = 2, b = 3 does not fit", 1)),
+    # a cap below the fixed size: no probe at all
+    (BatchLimits(tiles=4, max_global_batch=3), (4, 1, False, "memory", "memory", "4 tiles of 1 sequence do not fit", 0)),
+    (BatchLimits(tile_batch=4, max_global_batch=3),
+     (1, 4, False, "memory", "memory", "one tile of 4 sequences does not fit", 0)),
+])
+def test_density_answers_when_nothing_fits(limits, want):
+    _exact(solve(Affine(1, 10, 500, 100), limits), *want)
+
+
+def test_density_at_a_cap_equal_to_the_fixed_size():
+    # --tiles 4 with --max-global-batch 4: b = 1 is the only tile allowed, and it fits (4 + 10 + 5 <= 100)
+    _exact(solve(Affine(1, 10, 5, 100), BatchLimits(tiles=4, max_global_batch=4)), 4, 1, True, "max_global_batch",
+           "tiles", "--tiles 4 is fixed; the largest tile that fits is b = 1; limited by max_global_batch", 2)
+    # --tile-batch 3 with --max-global-batch 5: G = 1 (3 sequences) fits, G = 2 would exceed the cap
+    _exact(solve(Affine(1, 10, 5, 100), BatchLimits(tile_batch=3, max_global_batch=5)), 1, 3, True, "max_global_batch",
+           "tile_batch", "--tile-batch 3 is fixed; the most tiles that fit is G = 1; limited by max_global_batch", 2)
+
+
+def test_density_with_one_tile_the_only_fit():
+    # --tile-batch 5: one tile (5 + 50 + 40 = 95) fits, two (10 + 50 + 40) do not; two probes: the one
+    # tile, then the exponential search's first step (G = 2)
+    _exact(solve(Affine(1, 10, 40, 95), BatchLimits(tile_batch=5)), 1, 5, True, "memory", "tile_batch",
+           "--tile-batch 5 is fixed; the most tiles that fit is G = 1; limited by memory", 2)
+
+
+def test_density_caps_that_do_not_divide_stay_whole():
+    # --tiles 4 under --max-global-batch 25: b <= 25 // 4 = 6 (not 6.25); memory allows b = 7 (4b + 10b + 5 <= 105)
+    sol = solve(Affine(1, 10, 5, 105), BatchLimits(tiles=4, max_global_batch=25))
+    assert (sol.tiles, sol.tile_batch, sol.binding_constraint) == (4, 6, "max_global_batch")
+    assert isinstance(sol.tile_batch, int) and "b = 6;" in sol.explanation
+    # --tile-batch 4 under --max-global-batch 30: G <= 7 (not 7.5); memory allows more (4G + 40 + 5 <= 100: G = 13)
+    sol = solve(Affine(1, 10, 5, 100), BatchLimits(tile_batch=4, max_global_batch=30))
+    assert (sol.tiles, sol.binding_constraint) == (7, "max_global_batch") and isinstance(sol.tiles, int)
+
+
+def test_both_caps_name_the_one_that_binds():
+    # --tiles 2, --max-tile-batch 5, --max-global-batch 12: b <= min(5, 6) = 5; memory allows b = 8:
+    # the tile cap binds (5 <= 12 // 2)
+    sol = solve(Affine(1, 1, 0, 1000), BatchLimits(tiles=2, max_global_batch=12, max_tile_batch=5))
+    assert (sol.tile_batch, sol.binding_constraint) == (5, "max_tile_batch")
+    # --max-tile-batch 7 with --max-global-batch 12: b <= min(7, 6) = 6: the global cap binds
+    sol = solve(Affine(1, 1, 0, 1000), BatchLimits(tiles=2, max_global_batch=12, max_tile_batch=7))
+    assert (sol.tile_batch, sol.binding_constraint) == (6, "max_global_batch")
+    # --max-tile-batch 6 = 12 // 2: both allow b = 6; the tile cap is named
+    sol = solve(Affine(1, 1, 0, 1000), BatchLimits(tiles=2, max_global_batch=12, max_tile_batch=6))
+    assert (sol.tile_batch, sol.binding_constraint) == (6, "max_tile_batch")
+
+
+def test_free_density_text_names_the_binding_cap():
+    sol = solve(Affine(1, 1, 0, 1000), BatchLimits(max_global_batch=48))
+    assert "within --max-global-batch 48" in sol.explanation
+    sol = solve(Affine(1, 10, 5, 100), BatchLimits())
+    assert "within usable memory" in sol.explanation
+
+
+def test_density_search_is_counted():
+    from btacalc import profiling
+
+    profiling.reset()
+    solve(Affine(1, 10, 5, 100), BatchLimits())
+    assert profiling.counts["density searches"] == 1
+
+
+def test_the_search_stops_at_its_limit():
+    from btacalc.model.solver import _SEARCH_LIMIT, _largest_true
+
+    # an always-true predicate: the exponential search walks to the limit and no further
+    assert _largest_true(lambda x: True, 1, None) == _SEARCH_LIMIT == 2**40
+    assert _largest_true(lambda x: x <= 1000, 1, None) == 1000

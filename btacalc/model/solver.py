@@ -146,7 +146,7 @@ def _fixed_global(fits: _Probe, n: int, cap_b: Optional[int]) -> Solution:
                         f"global batch {n} does not fit even as {n} tiles of 1 sequence", fits.count)
     idx = _largest_true(lambda i: fits(n // opts[i], opts[i]), 0, len(opts) - 1)
     b = opts[idx]
-    tile_c = _tile_reason(idx, opts, n, cap_b)
+    tile_c = _tile_reason(idx, opts, n)
     return Solution(n // b, b, True, "global_batch", tile_c,
                     f"--global-batch fixes G*b = {n} per micro-batch; the largest tile that fits is b = {b} (G = {n // b}); "
                     f"tile limited by {tile_c}", fits.count)
@@ -184,14 +184,14 @@ def _free(fits: _Probe, cap_n: Optional[int], cap_b: Optional[int]) -> Solution:
     opts = [b for b in divisors(n) if cap_b is None or b <= cap_b]
     idx = _largest_true(lambda i: fits(n // opts[i], opts[i]), 0, len(opts) - 1)
     b = opts[idx]
-    tile_c = _tile_reason(idx, opts, n, cap_b)
+    tile_c = _tile_reason(idx, opts, n)
     what = "usable memory" if bind == "memory" else f"--max-global-batch {cap_n}"
     return Solution(n // b, b, True, bind, tile_c,
                     f"G*b = {n} is the largest global batch within {what}; b = {b} is the largest tile "
                     f"dividing it that fits (limited by {tile_c})", fits.count)
 
 
-def _tile_reason(idx: int, opts: list[int], n: int, cap_b: Optional[int]) -> str:
+def _tile_reason(idx: int, opts: list[int], n: int) -> str:
     if opts[idx] == n:
         return "none"  # one tile: attention fits untiled
     if idx == len(opts) - 1:  # every allowed divisor fits: the tile cap binds

@@ -43,19 +43,32 @@ TERMS = ("compute", "tp_comm", "cp_comm", "all_to_all", "pp_p2p", "zero_per_micr
 
 
 @dataclass
-class _Stage:
-    """One stage's per-micro-batch time split into its terms, and its per-step synchronisation."""
+class _Slowest:
+    """A stage's per-micro-batch terms and raw communication (before overlap); as the running choice over
+    stages, the slowest so far, elementwise over layouts: the step's critical path."""
 
     terms: dict[str, Any]
-    raw: dict[str, Any]  # communication before overlap, per micro-batch
-    sync: Any  # exposed data-parallel synchronisation, per step
-    sync_raw: dict[str, Any]
-    forward_s: Any
-    backward_s: Any
+    raw: dict[str, Any]
 
     @property
     def micro_batch_s(self) -> Any:
         return sum(self.terms.values())
+
+    def pick(self, slower: Any, st: "_Slowest") -> "_Slowest":
+        """`st` where it is `slower`, else this one."""
+        if not is_array(slower):
+            return _Slowest(st.terms, st.raw) if slower else self
+        return _Slowest({k: where(slower, st.terms[k], self.terms[k]) for k in st.terms},
+                        {k: where(slower, st.raw[k], self.raw[k]) for k in st.raw})
+
+
+@dataclass
+class _Stage(_Slowest):
+    """One stage's per-micro-batch time split into its terms, and its per-step synchronisation (the
+    step's is the maximum over stages)."""
+
+    sync: Any  # exposed data-parallel synchronisation, per step
+    sync_raw: dict[str, Any]
 
 
 def gpu_step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Evaluation] = None,
@@ -70,12 +83,13 @@ def gpu_step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Ev
     pipe = PipelineStages(problem.model.num_layers, lay.pipeline_parallel, lay.virtual_pipeline, m)
     count = largest(lay.pipeline_parallel)
     stages = [_stage(problem, pipe, j, kinds, (first, last), tiles, m) for j in range(count)]
-    worst, crit = stages[0], 0
+    worst: _Slowest = stages[0]
+    crit = 0
     for j, st in enumerate(stages[1:], start=1):
         slower = st.micro_batch_s > worst.micro_batch_s
         if not is_array(slower) and slower:
             crit = j
-        worst = _pick(slower, st, worst)
+        worst = worst.pick(slower, st)
     sync = stages[0].sync
     for st in stages[1:]:
         sync = maximum(sync, st.sync)
@@ -98,13 +112,6 @@ def gpu_step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Ev
                     worst.terms["tiling"] * m, 0.0, comm, repeats, details)
 
 
-def _pick(cond: Any, a: _Stage, b: _Stage) -> _Stage:
-    """Elementwise choice between two stages' times (a where cond, else b)."""
-    if not is_array(cond):
-        return a if cond else b
-    return _Stage({k: where(cond, a.terms[k], b.terms[k]) for k in a.terms},
-                  {k: where(cond, a.raw[k], b.raw[k]) for k in a.raw}, where(cond, a.sync, b.sync), a.sync_raw,
-                  where(cond, a.forward_s, b.forward_s), where(cond, a.backward_s, b.backward_s))
 
 
 def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any, Part]],
@@ -143,7 +150,7 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
     terms = {k: where(exists, v, 0.0) for k, v in terms.items()}
     sync_raw = {"gradient_reduce": dp.reduce_per_step, "param_gather": dp.gather_per_step,
                 "zero_per_micro_batch": dp.per_micro_batch * micro_batches}
-    return _Stage(terms, raw, where(exists, reduce + gather, 0.0), sync_raw, compute - backward, backward)
+    return _Stage(terms, raw, where(exists, reduce + gather, 0.0), sync_raw)
 
 
 def _layer_terms(problem: Problem, kinds: list[tuple[Any, Part]], layers: Any) -> dict[str, Any]:
