@@ -194,6 +194,17 @@ for args, fragment in [
 ]:
     case("values", "plan", *args, fragment=fragment)
 case("values", "sweep", "--vary", "experts=16", "--fixed-active", fragment="needs --vary top-k")
+for bad in ("inf", "1e400", "17"):  # Qwen3-30B-A3B: E/k = 128/8 = 16 at most
+    case("values", "plan", "--hw", "a100-80gb", "--routing-imbalance", bad, fragment="E/k = 16")
+for bad in ("nan", "0.5"):
+    case("values", "plan", "--hw", "a100-80gb", "--routing-imbalance", bad, fragment="--routing-imbalance")
+for cmd in (["plan", "--hw", "h100"], ["compare", "--hw", "wse3,b200", "--systems"]):
+    case("values", *cmd, *(["--devices"] if cmd[0] == "plan" else []), str(2**64), fragment="beyond 2^20")
+case("values", "plan", "--hw", "h100", "--devices", str(2**20 + 1), fragment="beyond 2^20")
+B200_PROFILE = (data_dir("hardware_profiles") / "b200.toml").read_text()
+case("values", "whatif", "--hw", "{tmp}/no-overhead.toml", "--target", "tokens_per_s=1e9", "--solve-for",
+     "tile_overhead_s", fragment="needs a positive one",
+     files={"no-overhead.toml": re.sub(r"(\[calibration\.tile_overhead_s\]\nvalue = )[^\n]*", r"\g<1>0", B200_PROFILE)})
 case("values", "compare", "--hw", "a100-80gb", "--memory-model", "weight_streaming", fragment="wafer-scale")
 case("values", "compare", "--hw", "a100-80gb", "--devices", "8", "--ep", "3", fragment="does not divide")
 case("values", "measure", "--batch", "3", "--tiles", "2", fragment="must divide --batch")
@@ -254,12 +265,16 @@ for spec, fragment in [("experts=", "gives no values"), ("experts=a,b", "not an 
                        ("=16", "unknown parameter"), ("seq=1.5", "not an integer")]:
     case("ranges", "sweep", "--vary", spec, fragment=fragment)
 case("ranges", "sweep", "--vary", "experts=16", "--vary", "experts=32", fragment="given twice")
+for spec in (f"seq={2**63}", f"experts={2**64}", f"devices={2**64}", f"global-batch=4,{2**63}", f"experts=1:{10**40}:1"):
+    case("ranges", "sweep", "--vary", spec, fragment="beyond 2^62")
+case("ranges", "crossover", "--hw", "wse3", "--hidden", str(2**70), fragment="beyond 2^62")
+case("ranges", "crossover", "--hw", "wse3", "--hidden", str(2**40), fragment="at most 65,536")
 for spec, fragment in [("8,x", "not an integer"), ("0", "positive"), ("8:4:2", "stop is below start"), (",", "no values"),
-                       ("1:1000000:1", "more than 64"), ("1:9999999999999999999999:1", "more than 64")]:
+                       ("1:1000000:1", "more than 64"), ("1:9999999999999999999999:1", "beyond 2^62"), ("1:100000:1", "more than 64")]:
     case("ranges", "compare", "--hw", "b200", "--devices", spec, fragment=fragment)
 for spec, fragment in [("100", "multiple of 256"), ("256,300", "multiple of 256"), ("0", "positive"),
                        ("256:128:256", "stop is below start"), ("a", "not an integer"), ("256:1000000:256", "more than 1,024"),
-                       ("256:10000000000000000000000:256", "more than 1,024"), ("256:1024", "start:stop:step")]:
+                       ("256:10000000000000000000000:256", "beyond 2^62"), ("256:524288:256", "more than 1,024"), ("65792", "at most 65,536"), ("256:1024", "start:stop:step")]:
     case("ranges", "crossover", "--hw", "wse3", "--hidden", spec, fragment=fragment)
 
 # --- bounds: work that would not end, shapes torch would refuse ----------------------------------

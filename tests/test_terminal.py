@@ -190,3 +190,29 @@ def test_json_stays_json_under_ascii(monkeypatch):
     with pytest.raises(SystemExit):
         main(["plan", "--json"])
     assert json.loads(stream.text())["plan"]["tokens_per_expert"] > 0
+
+
+MARKUP_NAME = "[/bold]x[red]"  # rich would read this as markup (a closing tag without an opening one)
+
+
+@pytest.mark.parametrize("args", [
+    ["plan", "--hw", "wse3", "--name", MARKUP_NAME],
+    ["plan", "--hw", "wse3", "--name", MARKUP_NAME, "--sensitivity", "10"],
+    ["compare", "--hw", "wse3,{profile}", "--name", MARKUP_NAME],
+    ["sweep", "--hw", "wse3", "--name", MARKUP_NAME, "--vary", "experts=16,32"],
+    ["crossover", "--hw", "{profile}", "--hidden", "512"],
+    ["plan", "--hw", "{profile}", "--devices", "8", "--search"],
+    ["hw", "show", "{profile}"],
+    ["hw", "check", "{profile}"],
+])
+def test_names_are_printed_as_given_never_read_as_markup(cli, tmp_path, args):
+    """A model named by --name or a file, or a profile's name and display name, is text: printed as it
+    is, whatever brackets it holds."""
+    text = (Path(__file__).parents[1] / "hardware_profiles" / "b200.toml").read_text()
+    text = re.sub(r'^name = .*$', f'name = "{MARKUP_NAME}"', text, count=1, flags=re.M)
+    text = re.sub(r'^display_name = .*$', f'display_name = "{MARKUP_NAME} B200"', text, count=1, flags=re.M)
+    profile = tmp_path / "odd.toml"
+    profile.write_text(text)
+    code, out, err = cli(*(a.replace("{profile}", str(profile)) for a in args))
+    assert code in (0, 1) and not err.startswith("btacalc: internal error"), err
+    assert MARKUP_NAME in out

@@ -286,3 +286,39 @@ def test_validate_says_what_the_flat_top_k_1_curve_would_take():
     assert not answers[(both, None)].reached  # MemoryX's optimizer step binds at one micro-batch per step
     assert not answers[(both, 16)].reached  # ... and still at 16 with the efficiency fitted on LLaMA-7B
     assert answers[(both + ",memory.memoryx_update_bandwidth_bytes_per_s", None)].ratio > 4
+
+
+def test_micro_batch_size_is_a_whole_count():
+    from btacalc.model.wafer.batching import micro_batch_size
+
+    n = micro_batch_size(120, 2, 3)  # 120 sequences over 2 systems in 3 micro-batches: 20 each
+    assert n == 20 and type(n) is int
+
+
+def test_sensitivity_moves_counts_to_whole_numbers_and_reports_refused_values():
+    # 8 GPUs per node moved by 10% is 7.2 / 8.8: a count moves to the nearest whole number instead (7, 9);
+    # a fraction moved above 1 (compute efficiency 0.59 + 99%) is not a profile: the row says so
+    from btacalc.planning.sensitivity import sensitivity
+
+    b200 = resolve_hardware("b200")
+    req = ExecutionRequest(devices=16)
+    rows = {r.parameter: r for r in sensitivity(QWEN, b200, req, percent=10)}
+    per_node = rows["system.devices_per_node"]
+    assert per_node.tokens_per_s_minus is not None and per_node.tokens_per_s_plus is not None
+    base = rows["chip.peak_flops_per_s"]
+    assert base.elasticity_plus is not None
+    wide = {r.parameter: r for r in sensitivity(QWEN, b200, req, percent=99)}
+    eff = wide["calibration.compute_efficiency"]
+    assert eff.tokens_per_s_plus is None and eff.elasticity_plus is None
+    assert eff.shape_plus.startswith("not applicable") and "in (0, 1]" in eff.shape_plus
+
+
+def test_whatif_stops_at_the_edge_of_a_numbers_range(cli):
+    # compute efficiency cannot pass 1: the grid points above it are not profiles, and an unreachable
+    # target is reported as such (exit 1), not as a crash
+    code, out, err = cli("whatif", "--hw", "wse2", "--target", "tokens_per_s=1e12", "--solve-for",
+                         "compute_efficiency", "--json")
+    assert code == 1, err
+    r = json.loads(out)
+    assert not r["reached"] and "does not reach" in r["note"]
+    assert any(s["binding_constraint"].startswith("not a valid profile") for s in r["trace"])

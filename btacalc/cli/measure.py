@@ -39,6 +39,7 @@ def measure(
     except ImportError:
         raise BtacalcError("btacalc measure needs PyTorch: pip install 'btacalc[measure]'") from None
     from ..config.presets import resolve_model
+    from rich.markup import escape
     from rich.table import Table
 
     from ..output.fit import fit
@@ -60,7 +61,7 @@ def measure(
     if as_json:
         write_stdout(result.model_dump_json(indent=2) + "\n")
         return 0
-    t = Table(title=f"{spec.name}: one {result.layer_kind} layer, {batch} x {seq} tokens, G = {tiles}, {attention.value} attention, "
+    t = Table(title=f"{escape(spec.name)}: one {result.layer_kind} layer, {batch} x {seq} tokens, G = {tiles}, {attention.value} attention, "
               f"{'FakeTensorMode' if not real else 'real CPU tensors'} (bytes kept for backward)", title_justify="left")
     for c in ("phase", "ideal", "pytorch", "measured", "pytorch/measured", "fwd FLOP formula", "fwd FLOP measured"):
         t.add_column(c, justify="left" if c == "phase" else "right")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
+from ..config.execution import MAX_SEQUENCES
 from ..errors import BtacalcError
 from ..planning.sweep import VARIABLES
 
@@ -23,6 +24,8 @@ def parse_values(spec: str, flag: str = "--vary", limit: Optional[int] = None) -
             raise BtacalcError(f"{flag} value {text.strip()!r} is not an integer") from None
         if v < 1:
             raise BtacalcError(f"{flag} value {v} must be positive")
+        if v > MAX_SEQUENCES:  # every varied quantity is a count or a size within 64-bit integers
+            raise BtacalcError(f"{flag} value {v} is beyond 2^62")
         return v
 
     if ":" in spec:

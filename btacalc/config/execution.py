@@ -173,6 +173,12 @@ class Layout:
         for name, v in sizes:
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise BtacalcError(f"{{{name}}} must be a positive integer, got {v!r}")
+            limit = MAX_SEQUENCES if name == "micro_batches" else MAX_DEVICES
+            if v > limit:
+                raise BtacalcError(f"{{{name}}} {v} is beyond {_LIMIT_TEXT[limit]}")
+        if self.data_parallel * self.micro_batches > MAX_SEQUENCES:
+            raise BtacalcError(f"{{micro_batches}} {self.micro_batches} on {self.data_parallel} data-parallel ranks is "
+                               f"more than {_LIMIT_TEXT[MAX_SEQUENCES]} per step")
         if self.zero_stage not in (0, 1, 2, 3):
             raise BtacalcError(f"{{zero_stage}} must be 0, 1, 2 or 3, got {self.zero_stage!r}")
         if profile.family == "wse" and (self.expert_parallel > 1 or self.zero_stage or self.parallel
@@ -255,6 +261,11 @@ def pipeline_split(num_layers: int, pp: int, vp: int) -> Literal["even", "embedd
 # the vectorised solver's 64-bit integers (btacalc.model.solver) and its factorisation
 # (btacalc.model.divisors) well under a second.
 MAX_SEQUENCES = 1 << 62
+# No training cluster comes near 2^20 devices (the largest reported hold about 10^5 GPUs); the bound
+# keeps products of parallel sizes and batches within 64-bit integers.
+MAX_DEVICES = 1 << 20
+_LIMIT_TEXT = {MAX_SEQUENCES: "2^62 sequences, more than any training batch",
+               MAX_DEVICES: "2^20 = 1,048,576 devices, more than any training cluster"}
 
 
 @dataclass(frozen=True)
@@ -284,7 +295,7 @@ class BatchLimits:
             if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
                 raise BtacalcError(f"{{{name}}} must be a positive integer, got {v!r}")
             if v is not None and v > MAX_SEQUENCES:
-                raise BtacalcError(f"{{{name}}} {v} is beyond 2^62 sequences, more than any training batch")
+                raise BtacalcError(f"{{{name}}} {v} is beyond {_LIMIT_TEXT[MAX_SEQUENCES]}")
         n = self.global_batch
         if n is not None:
             self._check_divisible(n, data_parallel, ranks or f"the {data_parallel} data-parallel ranks")
@@ -424,7 +435,7 @@ def resolve_execution(request: ExecutionRequest, model: "ModelSpec", profile: "H
         routing_imbalance=request.routing_imbalance,
         multi_token_prediction=_mtp(request, model, chosen.reasons),
     )
-    _check_run(run)
+    _check_run(run, model)
     layout = _resolve_layout(request, model, profile, chosen)
     limits = _resolve_batch(request, layout, chosen)
     layout = replace(layout, micro_batches=limits.micro_batches or 1)  # the solver may choose M: plan.py
@@ -447,12 +458,14 @@ def _mtp(request: ExecutionRequest, model: "ModelSpec", reasons: dict[str, str])
     return request.multi_token_prediction
 
 
-def _check_run(run: RunOptions) -> None:
+def _check_run(run: RunOptions, model: "ModelSpec") -> None:
     if run.gradient_bytes not in (2, 4):
         raise BtacalcError(f"{{gradient_bytes}} must be 2 (the 16-bit parameter dtype) or 4 (fp32), got {run.gradient_bytes!r}")
-    if not run.routing_imbalance >= 1.0:
-        raise BtacalcError(f"{{routing_imbalance}} is the busiest expert's tokens over the mean: at least 1.0, got "
-                           f"{run.routing_imbalance!r}")
+    # the busiest expert receives at most every token once: T tokens against the mean T·k/E, so R <= E/k
+    most = model.num_experts / model.top_k if model.is_moe else 1.0
+    if not 1.0 <= run.routing_imbalance <= most:
+        raise BtacalcError(f"{{routing_imbalance}} is the busiest expert's tokens over the mean: from 1.0 to E/k = "
+                           f"{most:g} (every token on one expert), got {run.routing_imbalance!r}")
 
 
 def _resolve_layout(request: ExecutionRequest, model: "ModelSpec", profile: "HardwareProfile",

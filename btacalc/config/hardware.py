@@ -332,12 +332,25 @@ class HardwareProfile(BaseModel):
 
     def with_number(self, key: str, value: float, note: str) -> "HardwareProfile":
         """The profile with the number at `key` ('section.field') replaced by `value` (kind estimate,
-        `note` saying why: a what-if or a sensitivity trial). The datasheet file is untouched."""
+        `note` saying why: a what-if or a sensitivity trial). The datasheet file is untouched.
+
+        A value outside the field's range (a count that is not whole, a fraction above 1, a zero
+        bandwidth) is a BtacalcError naming the field, the value and the rule. The rules between
+        numbers (cores x per-core SRAM against the total, ...) are not applied: a trial moves one
+        number on purpose."""
         section, field = key.split(".", 1)
         old = self.numbers()[key]
-        new = Number(value=value, kind="estimate", source=old.source, note=note)
+        rng = self.number_range(key)
+        if rng is not None and not rng.admits(value):
+            raise BtacalcError(f"{self.name}: {key}.value = {value:.6g}: {rng.rule()}")
+        new = Number(value=float(value), kind="estimate", source=old.source, note=note)
         part = getattr(self, section).model_copy(update={field: new})
         return self.model_copy(update={section: part})
+
+    def number_range(self, key: str) -> Optional[Range]:
+        """The `Range` of the number at `key` ('section.field')."""
+        section, field = key.split(".", 1)
+        return number_range(type(getattr(self, section)), field)
 
 
 def _model_at(loc: tuple[Any, ...]) -> Optional[type[BaseModel]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich import box
 from rich.console import Group
 from rich.table import Table
+from rich.markup import escape
 
 from ..planning.compare import CompareResult
 from ..planning.crossover import CrossoverPoint, CrossoverResult
@@ -17,7 +18,7 @@ def _num(v, fmt: str = ",.0f") -> str:
 
 
 def compare_renderable(r: CompareResult) -> Fit:
-    t = Table(title=f"{r.model} ({params(r.params_total)} parameters), s = {r.seq_len}: one row per device set",
+    t = Table(title=f"{escape(r.model)} ({params(r.params_total)} parameters), s = {r.seq_len}: one row per device set",
               title_justify="left", caption_justify="left")
     t.box = box.SIMPLE_HEAD
     t.padding = (0, 1)
@@ -33,7 +34,7 @@ def compare_renderable(r: CompareResult) -> Fit:
             setup = f"{row.layout or f'EP {row.expert_parallel}'}, ZeRO-{row.zero_stage}\n{rc}"
         else:
             setup = f"{row.memory_model.replace('weight_streaming', 'streamed')}\n{rc}"
-        t.add_row(f"{row.hardware} x{row.devices}" if row.devices > 1 else row.hardware, setup,
+        t.add_row(escape(f"{row.hardware} x{row.devices}" if row.devices > 1 else row.hardware), setup,
                   f"{row.tiles} x {row.tile_batch}" if row.fits else "[red]no fit[/]", _num(row.tokens_per_expert),
                   _num(row.tokens_per_s),
                   "-" if row.mfu is None else f"{100 * row.mfu:.1f}%", _num(row.relative_to_dense, ".2f"),
@@ -41,7 +42,7 @@ def compare_renderable(r: CompareResult) -> Fit:
                   row.dominant_phase or "-",
                   f"{row.memory_total_bytes / 1e9:.1f}/{row.usable_memory_bytes / 1e9:.1f}")
         if row.note:
-            notes.append(f"{row.hardware} x{row.devices}: {row.note}")
+            notes.append(escape(f"{row.hardware} x{row.devices}: {row.note}"))
     t.caption = ("G x b: per device; rc: recomputation; vs dense: the dense model with the same active parameters on the "
                  "same devices; BTA: tokens/s at the solver's G over G = 1;\ntok/s/kW: over system power; GB/device: "
                  "used/usable, GB = 1e9 bytes" + ("\n" + "\n".join(notes) if notes else ""))
@@ -54,7 +55,7 @@ def crossover_renderable(r: CrossoverResult) -> Group:
     t.add_column("model")
     t.add_column("params", justify="right")
     for hw in hws:
-        t.add_column(hw, justify="right")
+        t.add_column(escape(hw), justify="right")
     t.add_column("best per kW")
     by_model: dict[str, dict[str, CrossoverPoint]] = {}
     for p in r.points:
@@ -67,13 +68,13 @@ def crossover_renderable(r: CrossoverResult) -> Group:
                 row.append(f"{p.regime.replace('weight_streaming', 'streamed')}\n{p.row.tokens_per_s_per_kw:,.0f}")
             else:
                 row.append("[red]does not fit[/]")
-        row.append(r.best_per_kw.get(model, "-"))
+        row.append(escape(r.best_per_kw.get(model, "-")))
         t.add_row(*row)
     b = Table(title="Regime boundaries (between the family members on either side)", title_justify="left")
     for c in ("device", "from", "to", "between"):
         b.add_column(c)
     for x in r.boundaries:
-        b.add_row(x.hardware, x.from_regime, x.to_regime, f"{params(x.below_params)} and {params(x.above_params)}")
+        b.add_row(escape(x.hardware), x.from_regime, x.to_regime, f"{params(x.below_params)} and {params(x.above_params)}")
     parts = [t, b]
     if r.gpu_equivalents:
         pairs = list(dict.fromkeys(k for v in r.gpu_equivalents.values() for k in v))
@@ -81,7 +82,7 @@ def crossover_renderable(r: CrossoverResult) -> Group:
                   title_justify="left")
         e.add_column("model")
         for pair in pairs:
-            e.add_column(pair, justify="right")
+            e.add_column(escape(pair), justify="right")
         for model, vals in r.gpu_equivalents.items():
             e.add_row(model, *(f"{vals[pair]:,.1f}" if pair in vals else "-" for pair in pairs))
         parts.append(e)

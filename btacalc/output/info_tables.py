@@ -33,14 +33,14 @@ def hw_list_table(profiles: dict[str, HardwareProfile]) -> Fit:
         t.add_column(c, overflow="fold" if c in ("device", "estimates") else "ellipsis")
     for n, p in profiles.items():
         est = ", ".join(k.split(".", 1)[1] for k, v in p.numbers().items() if v.kind != "published")
-        t.add_row(n, p.display_name, p.defaults.memory_model, gb(p.memory_capacity_bytes),
+        t.add_row(escape(n), escape(p.display_name), p.defaults.memory_model, gb(p.memory_capacity_bytes),
                   si(p.memory.offchip_bandwidth_bytes_per_s.value, "B/s"), si(p.chip.peak_flops_per_s.value, "FLOP/s"),
                   est)
     return fit(t)
 
 
 def hw_show_table(p: HardwareProfile) -> Fit:
-    t = Table(title=f"{p.display_name} ({p.name}) — {p.defaults.memory_model} (GB = 1e9 bytes)", title_justify="left",
+    t = Table(title=f"{escape(p.display_name)} ({escape(p.name)}) — {p.defaults.memory_model} (GB = 1e9 bytes)", title_justify="left",
               show_lines=True)
     for c in ("field", "value", "kind", "note / source"):
         t.add_column(c, overflow="fold" if c == "note / source" else "ellipsis", justify="right" if c == "value" else "left")
@@ -75,7 +75,7 @@ def models_list_table(specs: list[ModelSpec], summaries: list[dict[str, Any]]) -
             _published_cell(m, "non_embedding") + " non-emb."
         head_only = s.published_params is not None and s.published_params.active_counts == "head_only"
         active = m["params_active"] - (m["params_gathered"] if head_only else 0)
-        t.add_row(s.name, f"{m['params_total'] / 1e9:,.3f}", pub_total, f"{active / 1e9:,.3f}" + (" †" if head_only else ""),
+        t.add_row(escape(s.name), f"{m['params_total'] / 1e9:,.3f}", pub_total, f"{active / 1e9:,.3f}" + (" †" if head_only else ""),
                   _published_cell(m, "active"), kinds, str(s.hidden_size), f"{s.num_heads}/{s.num_kv_heads}",
                   f"{s.num_experts}/{s.top_k}" + (" +shared" if s.shared_expert_size else "") if s.is_moe else "dense",
                   attention)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Group, RenderableType
 from rich.panel import Panel
 from rich.table import Table
+from rich.markup import escape
 
 from ..planning.search import SearchResult
 from .tables import plan_renderable
@@ -16,7 +17,7 @@ SHORT = {"compute": "compute", "tp_comm": "TP", "cp_comm": "CP", "all_to_all": "
 
 def search_renderable(result: SearchResult) -> Group:
     parts: list[RenderableType] = []
-    head = (f"{result.model} on {result.devices} x {result.hardware}: {result.candidates:,} layouts evaluated, "
+    head = (f"{escape(result.model)} on {result.devices} x {escape(result.hardware)}: {result.candidates:,} layouts evaluated, "
             f"{result.fitting:,} fit; global batch {result.global_batch:,} sequences of {result.seq_len:,} tokens "
             f"({result.elapsed_s:.2f} s)")
     parts.append(Panel("\n".join([head] + [f"• {w}" for w in result.why]), title="Layout search",

@@ -10,6 +10,7 @@ from typing import Iterable
 from rich.console import Group, RenderableType
 from rich.panel import Panel
 from rich.table import Table
+from rich.markup import escape
 from rich.text import Text
 
 from ..planning.plan import SENSITIVITY_STEP
@@ -95,7 +96,7 @@ def _throughput_table(r: PlanReport) -> Table:
 
 
 def sweep_renderable(result) -> Fit:
-    t = Table(title=f"Sweep: {result.model} on {result.hardware}" + (" (k·f fixed)" if result.fixed_active else ""),
+    t = Table(title=f"Sweep: {escape(result.model)} on {escape(result.hardware)}" + (" (k·f fixed)" if result.fixed_active else ""),
               title_justify="left")
     names = list(result.points[0].params) if result.points else []
     for n in names:
@@ -124,10 +125,10 @@ def _header(r: PlanReport) -> Table:
     m, hw, i = r.model, r.hardware, r.inputs
     arch = (f"h={m.hidden_size} L={m.num_layers} a={m.num_heads} a_kv={m.num_kv_heads} d_h={m.head_dim} "
             f"V={m.vocab_size} f={m.ffn_size}" + (f" E={m.num_experts} k={m.top_k}" if m.num_experts else " (dense)"))
-    t.add_row("model", f"{m.name}  [dim]{arch}[/dim]")
+    t.add_row("model", f"{escape(m.name)}  [dim]{arch}[/dim]")
     t.add_row("parameters", f"total {params(m.params_total)}, active {params(m.params_active)}, "
                             f"non-embedding {params(m.params_non_embedding)}")
-    t.add_row("hardware", f"{hw.display_name} ({hw.name}): {i.memory_model.replace('_', ' ')}, "
+    t.add_row("hardware", f"{escape(hw.display_name)} ({escape(hw.name)}): {i.memory_model.replace('_', ' ')}, "
                           f"capacity {gb(hw.memory_capacity_bytes)}, usable {gb(hw.usable_memory_bytes)}")
     par = r.parallelism
     if par.devices > 1 and r.wafer is not None:

@@ -41,7 +41,7 @@ def measured_table(report: MeasuredReport) -> Group:
     for r in report.runs:
         pred, meas = r.predicted.tokens_per_s_per_device, r.measured.tokens_per_s_per_device
         note = r.reason if not r.expressible else (f"known gap: {r.known_gap}" if r.known_gap else "")
-        t.add_row(r.id, r.role, r.family, "-" if pred is None else f"{pred:,.0f}", "-" if meas is None else f"{meas:,.0f}",
+        t.add_row(escape(r.id), r.role, r.family, "-" if pred is None else f"{pred:,.0f}", "-" if meas is None else f"{meas:,.0f}",
                   _pct(r.error), escape(note))
     s = Table(title=f"Summary per role and device family (bands: ±{report.bands.per_run_abs_error:.0%} per check run, "
               f"±{report.bands.family_mean_abs_error:.0%} family mean)", title_justify="left")

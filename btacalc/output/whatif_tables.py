@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.console import Group
 from rich.table import Table
+from rich.markup import escape
 from rich.text import Text
 
 from ..planning.whatif import WhatIfResult
@@ -17,7 +18,7 @@ def whatif_renderable(r: WhatIfResult) -> Group:
     head = Table.grid(padding=(0, 2))
     head.add_column(style="bold")
     head.add_column()
-    head.add_row("question", f"{r.target_metric} >= {r.target_value:g} for {r.model} on {r.hardware}: what "
+    head.add_row("question", f"{r.target_metric} >= {r.target_value:g} for {escape(r.model)} on {escape(r.hardware)}: what "
                              f"{r.solve_for} would it take?")
     today = "-" if r.today_metric is None else f"{r.today_metric:.4g}"
     head.add_row("today", f"{r.solve_for} = {_fmt(r.today_value)} gives {r.target_metric} = {today}")

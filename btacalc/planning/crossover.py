@@ -34,6 +34,9 @@ DEFAULT_HIDDEN = tuple(range(256, 7168 + 1, 256))
 # At most this many family members per run: each is a full comparison (about 0.1 s per device), so
 # 1,024 members on four devices take minutes; the default scan has 28.
 MAX_HIDDEN_SIZES = 1024
+# The widest member: 2.5x the widest published dense model (GPT-1T, h = 25,600: Narayanan et al. 2021);
+# the family then has 1,536 layers and about 75 T parameters.
+MAX_HIDDEN = 65536
 
 
 def check_family(family: str, hidden_sizes: Sequence[int]) -> None:
@@ -49,6 +52,9 @@ def check_family(family: str, hidden_sizes: Sequence[int]) -> None:
         if isinstance(hidden, bool) or not isinstance(hidden, int) or hidden < 256 or hidden % 256:
             raise BtacalcError(f"{{hidden}} {hidden}: the qwen3-moe family needs a multiple of 256 "
                                "(a = h/64 divisible by a_kv = 4)")
+        if hidden > MAX_HIDDEN:
+            raise BtacalcError(f"{{hidden}} {hidden}: at most {MAX_HIDDEN:,} (2.5x the widest published model, "
+                               "GPT-1T's 25,600)")
 
 
 def family_model(family: str, hidden: int) -> ModelSpec:

@@ -5,13 +5,13 @@ plan solved again (its shape may change), and the elasticity of tokens/s,
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Union
 
 from ..config.execution import ExecutionRequest
 from ..config.hardware import HardwareProfile
 from ..config.model import ModelSpec
 from ..errors import BtacalcError
-from .metrics import plan_metrics
+from .metrics import PlanMetrics, plan_metrics
 from .report import SensitivityRow
 
 
@@ -29,15 +29,39 @@ def sensitivity(model: ModelSpec, hardware: HardwareProfile, request: ExecutionR
     base = plan_metrics(model, hardware, request).values["tokens_per_s"]
     rows = []
     for key, number in hardware.numbers().items():
-        trials = []
-        for sign in (-1, 1):
-            trial = hardware.with_number(key, number.value * (1 + sign * step), note=f"sensitivity trial {sign * percent:+g}%")
-            trials.append(plan_metrics(model, trial, request))
-        lo, hi = trials
+        (lo, lo_step), (hi, hi_step) = (_trial(model, hardware, request, key, sign * step) for sign in (-1, 1))
         rows.append(SensitivityRow(
             parameter=key, value=number.value, kind=number.kind,
-            tokens_per_s_minus=lo.values["tokens_per_s"], tokens_per_s_plus=hi.values["tokens_per_s"],
-            elasticity_minus=_elasticity(lo.values["tokens_per_s"], base, -step),
-            elasticity_plus=_elasticity(hi.values["tokens_per_s"], base, step),
-            shape_minus=lo.shape, shape_plus=hi.shape))
+            tokens_per_s_minus=_tokens(lo), tokens_per_s_plus=_tokens(hi),
+            elasticity_minus=_elasticity(_tokens(lo), base, lo_step),
+            elasticity_plus=_elasticity(_tokens(hi), base, hi_step),
+            shape_minus=_shape(lo), shape_plus=_shape(hi)))
     return rows
+
+
+def _trial(model: ModelSpec, hardware: HardwareProfile, request: ExecutionRequest, key: str,
+           step: float) -> tuple[Union[PlanMetrics, str], float]:
+    """The plan with the number at `key` moved by `step` (relative), and the step actually taken: a
+    count (cores, buffers, devices per node) moves to the nearest whole number, at least by one. A value
+    the profile's rules refuse (a fraction above 1, a count below 1) gives the rule instead of a plan."""
+    value = hardware.numbers()[key].value
+    moved = value * (1 + step)
+    rng = hardware.number_range(key)
+    if rng is not None and rng.integer:
+        moved = float(round(moved))
+        if moved == value:
+            moved = value + (1 if step > 0 else -1)
+    actual = moved / value - 1 if value else step
+    try:
+        trial = hardware.with_number(key, moved, note=f"sensitivity trial {100 * actual:+.4g}%")
+    except BtacalcError as exc:
+        return f"not applicable: {exc}", actual
+    return plan_metrics(model, trial, request), actual
+
+
+def _tokens(trial: Union[PlanMetrics, str]) -> Optional[float]:
+    return trial.values["tokens_per_s"] if isinstance(trial, PlanMetrics) else None
+
+
+def _shape(trial: Union[PlanMetrics, str]) -> str:
+    return trial.shape if isinstance(trial, PlanMetrics) else trial

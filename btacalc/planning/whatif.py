@@ -96,11 +96,19 @@ def _evaluator(model: ModelSpec, hw: HardwareProfile, request: ExecutionRequest,
     keys = [hw.number_key(k.strip()) for k in solve_for.split(",")]
     numbers = hw.numbers()
     today = numbers[keys[0]].value
+    for k in keys:
+        if not numbers[k].value > 0:
+            raise BtacalcError(f"{{solve_for}} {k} is {numbers[k].value:g} in {hw.name}: whatif scales today's value, "
+                               "so it needs a positive one")
 
     def hardware_at(x: float) -> PlanMetrics:
         trial = hw
-        for k in keys:  # several numbers move together, by the same factor
-            trial = trial.with_number(k, numbers[k].value * x / today, note=f"whatif trial: {keys[0]} x {x / today:.4g}")
+        try:
+            for k in keys:  # several numbers move together, by the same factor
+                trial = trial.with_number(k, numbers[k].value * x / today,
+                                          note=f"whatif trial: {keys[0]} x {x / today:.4g}")
+        except BtacalcError as exc:  # outside a number's range, or against a rule between numbers
+            return PlanMetrics(False, 0, 0, 0, f"not a valid profile ({exc})", dict.fromkeys(METRICS))
         return plan_metrics(model, trial, request)
 
     return ",".join(keys), today, False, hardware_at
