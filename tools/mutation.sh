@@ -12,7 +12,7 @@ venv=${MUTATION_VENV:-$(mktemp -d)/venv}
 # every run: the dependencies may have grown since the venv was made (a no-op when they are there)
 reqs=$(mktemp)
 python3 -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml","rb"))["project"]["dependencies"]))' > "$reqs"
-"$venv/bin/pip" install -q "mutmut>=3.3" pytest pytest-benchmark hypothesis jsonschema matplotlib pyyaml -r "$reqs"
+"$venv/bin/pip" install -q "mutmut>=3.8" mypy pytest pytest-benchmark hypothesis jsonschema matplotlib pyyaml -r "$reqs"
 rm -rf mutants && mkdir mutants  # exists before python starts, so PYTHONPATH keeps it
 PYTHONPATH="$PWD/mutants" "$venv/bin/mutmut" run --max-children "${MUTATION_JOBS:-2}" "$@" >/dev/null 2>&1 || true
 "$venv/bin/mutmut" results --all true 2>/dev/null | python3 tools/mutation_score.py
