@@ -13,6 +13,7 @@ Paths are temporary: `{tmp}` is the case's folder; devices are FIFOs or symlinks
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections import Counter
@@ -21,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from btacalc.paths import data_dir
+from btacalc.paths import data_dir, package_data
 
 GPU_PROFILE = (data_dir("hardware_profiles") / "a100-80gb.toml").read_text()
 WSE_PROFILE = (data_dir("hardware_profiles") / "wse3.toml").read_text()
@@ -58,6 +59,9 @@ BAD_PROFILES = [
     ("efficiency-zero", _profile(GPU_PROFILE, EFFICIENCY, "[calibration.compute_efficiency]\nvalue = 0\n"), "in (0, 1]"),
     ("efficiency-negative", _profile(GPU_PROFILE, EFFICIENCY, "[calibration.compute_efficiency]\nvalue = -0.5\n"), "compute_efficiency"),
     ("efficiency-nan", _profile(GPU_PROFILE, EFFICIENCY, "[calibration.compute_efficiency]\nvalue = nan\n"), "compute_efficiency"),
+    ("cores-almost-whole", _profile(GPU_PROFILE, "value = 108\n", "value = 108.0000001\n"), "= 108.0000001: must be a whole"),
+    ("shared-memory-byte", re.sub(r"(\[chip\.shared_memory_bytes_per_core\]\nvalue = )[^\n]*", r"\g<1>1", GPU_PROFILE),
+     "shared_memory_bytes_per_core.value = 1: must be a finite number in [1024"),
     ("usable-fraction-above-1", _profile(GPU_PROFILE, "value = 0.9\n", "value = 1.5\n"), "usable_memory_fraction"),
     ("usable-fraction-zero", _profile(GPU_PROFILE, "value = 0.9\n", "value = 0\n"), "usable_memory_fraction"),
     ("devices-per-node-half", _profile(GPU_PROFILE, "value = 8\n", "value = 0.5\n"), "devices_per_node.value = 0.5"),
@@ -292,8 +296,40 @@ case("bounds", "crossover", "--hw", "wse3", "--hidden", "256:262400:256", fragme
 case("files", "plan", "--model", "{tmp}/empty-folder", fragment="not found", files={"empty-folder/readme": "x"})
 case("files", "models", "show", "{tmp}/nothing.json", fragment="not found")
 case("files", "plan", "--hw", "{tmp}/folder.toml", fragment="is a folder", files={"folder.toml/x": "x"})
-case("files", "hw", "show", "{tmp}/fifo.toml", fragment="not found", files={"fifo.toml": ("fifo",)})
+case("files", "hw", "show", "{tmp}/fifo.toml", fragment="not a regular file", files={"fifo.toml": ("fifo",)})
 case("files", "plan", "--hw", "{tmp}/link.toml", fragment="not found", files={"link.toml": ("symlink", "gone.toml")})
+case("files", "plan", "--hw", "", fragment="give a profile name")
+case("files", "validate", "--measured", "{tmp}/runs.json", fragment="not a regular file", files={"runs.json": ("fifo",)})
+case("files", "validate", "--measured", "{tmp}/missing.json", fragment="not found")
+
+# --- measured-run files: malformed, too deep, not JSON numbers, loose types ---------------------------
+SHIPPED_RUNS = json.loads(package_data("measured_runs.json").read_text())
+
+
+def _runs_with(**change: Any) -> str:
+    run = dict(SHIPPED_RUNS["runs"][0])
+    run.update(change)
+    return json.dumps({"runs": [run]})
+
+
+for name, text, fragment in [
+    ("deep", '{"runs": ' + "[" * 100000 + "]" * 100000 + "}", "nested too deeply"),
+    ("long-int", '{"runs": [], "x": ' + "9" * 5000 + "}", "not valid JSON"),
+    ("infinity", _runs_with(measured={"tokens_per_s_per_device": float("inf")}).replace("inf", "Infinity"),
+     "Infinity is not a JSON number"),
+    ("bool-devices", _runs_with(devices=True), "field devices"),
+    ("string-devices", _runs_with(devices="8"), "field devices"),
+    ("float-seq", _runs_with(seq=2048.0), "field seq"),
+    ("tiny-measure", _runs_with(measured={"tokens_per_s_per_device": 0}), "tokens_per_s_per_device"),
+    ("not-an-object", "[1, 2]", "must be a JSON object"),
+    ("no-runs", '{"run": []}', "must be a JSON object"),
+]:
+    case("files", "validate", "--measured", "{tmp}/" + name + ".json", fragment=fragment,
+         files={name + ".json": text}, outputs=False)
+case("values", "validate", "--calibrate", "--json", fragment="--calibrate fits on the shipped measured runs")
+case("values", "compare", "--hw", "wse3,wse3", fragment="given twice")
+case("outputs", "sweep", "--vary", "experts=16", "--csv", "{tmp}/hl2", "--output", "{tmp}/hl1", fragment="both write to",
+     files={"hl1": "old", "hl2": ("hardlink", "hl1")}, outputs=False)
 
 
 def _make(folder: Path, files: dict[str, Any]) -> None:
@@ -304,6 +340,8 @@ def _make(folder: Path, files: dict[str, Any]) -> None:
             path.symlink_to(content[1])
         elif isinstance(content, tuple) and content[0] == "fifo":
             os.mkfifo(path)
+        elif isinstance(content, tuple) and content[0] == "hardlink":
+            os.link(folder / content[1], path)
         elif isinstance(content, bytes):
             path.write_bytes(content)
         else:

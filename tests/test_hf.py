@@ -11,6 +11,7 @@ from btacalc.config.execution import RunOptions
 from btacalc.config.hardware import resolve_hardware
 from btacalc.config.hf import MAX_DEPTH, json_depth, load_hf_config
 from btacalc.config.presets import load_preset, resolve_model
+from btacalc.errors import BtacalcError
 from btacalc.model.params import param_counts
 from btacalc.model.problem import make_problem
 
@@ -87,6 +88,8 @@ LLAMA = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_
     ({"num_key_value_heads": 3}, "must divide num_attention_heads"),
     ({"num_key_value_heads": False}, "'num_key_value_heads' must be an integer"),
     ({"vocab_size": 2**41}, "out of range"),
+    ({"num_hidden_layers": 2**40}, "num_layers"),  # within 2**40, beyond any model: 10,000 layers at most
+    ({"num_hidden_layers": 10_001}, "less than or equal to 10000"),
     ({"model_type": ["llama"]}, "'model_type' must be a string"),
     ({"model_type": {"a": 1}}, "'model_type' must be a string"),
     ({"model_type": None, "architectures": 3}, "'architectures' must be a list of strings"),
@@ -132,3 +135,19 @@ def test_gpt_oss_layer_types_become_a_window_pattern(tmp_path, data_dir):
         spec = load_hf_config(path)
         assert (spec.sliding_window, spec.full_attention_interval) == expected
         assert len(spec.window_positions()) == types.count("sliding_attention")
+
+
+def test_a_long_layer_types_list_is_read_in_one_pass(tmp_path, data_dir):
+    """10,000 layers, every 3rd full: the pattern is found from the first full layer (not by trying every
+    interval); an irregular 10,000-layer list is refused as quickly."""
+    raw = json.loads((data_dir / "gpt-oss-120b.config.json").read_text())
+    layers = 9999
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**raw, "num_hidden_layers": layers,
+                                "layer_types": ["sliding_attention", "sliding_attention", "full_attention"] * (layers // 3)}))
+    spec = load_hf_config(path)
+    assert (spec.full_attention_interval, len(spec.window_positions())) == (3, 2 * layers // 3)
+    irregular = ["full_attention"] * 2 + ["sliding_attention"] * (layers - 2)
+    path.write_text(json.dumps({**raw, "num_hidden_layers": layers, "layer_types": irregular}))
+    with pytest.raises(BtacalcError, match="layer_types pattern"):
+        load_hf_config(path)

@@ -178,3 +178,15 @@ def test_blocks_are_not_kept(monkeypatch):
         pass
     gc.collect()
     assert column() is None
+
+
+def test_a_sweep_with_no_valid_point_writes_nothing_on_stdout(cli):
+    """Every point invalid: each is named on stderr, the last line is the error, exit 2, and the
+    streamed JSON or CSV never reaches standard output (it is held until a point is valid)."""
+    for fmt in (["--json"], ["--csv", "-"]):
+        code, out, err = cli("sweep", "-q", "--vary", "top-k=200,300", *fmt)
+        lines = err.strip().splitlines()
+        assert code == 2 and out == "" and lines[-1] == "btacalc: error: none of the 2 points of the sweep is valid"
+        assert all(line.startswith("btacalc: invalid point top-k=") for line in lines[:-1]) and len(lines) == 3
+    code, out, err = cli("sweep", "-q", "--vary", "top-k=200,8", "--json")  # one valid point: both are written
+    assert code == 0 and len(json.loads(out)["points"]) == 2 and "invalid point top-k=200" in err

@@ -105,7 +105,12 @@ def test_plan_tables_keep_every_name_and_number_whole(report, width):
 @pytest.mark.parametrize("width", [40, 80])
 @pytest.mark.parametrize("command", [["compare", "--hw", "wse3,b200"], ["crossover", "--hw", "wse3,b200", "--hidden",
                                                                          "256,2048"],
-                                     ["hw", "show", "b200"], ["hw", "list"], ["models", "list"], ["validate"]])
+                                     ["hw", "show", "b200"], ["hw", "list"], ["models", "list"], ["validate"],
+                                     ["plan", "--hw", "h100", "--devices", "64", "--search"],
+                                     ["whatif", "--hw", "wse3", "--target", "tokens_per_s=50000", "--solve-for",
+                                      "sram_bytes"],
+                                     ["plan", "--hw", "wse2", "--devices", "4", "--global-batch", "96",
+                                      "--sensitivity", "10"]])
 def test_every_table_fits_the_terminal_without_cutting(monkeypatch, capsys, width, command):
     from btacalc.cli import console, main
 
@@ -216,3 +221,24 @@ def test_names_are_printed_as_given_never_read_as_markup(cli, tmp_path, args):
     code, out, err = cli(*(a.replace("{profile}", str(profile)) for a in args))
     assert code in (0, 1) and not err.startswith("btacalc: internal error"), err
     assert MARKUP_NAME in out
+
+
+@pytest.mark.parametrize("columns, width", [("\u00b2", 132), ("\u0663\u0660", 132), ("10", 40), ("99999999", 1000)])
+def test_odd_columns_settings_are_read_as_numbers_or_ignored(monkeypatch, columns, width):
+    """COLUMNS that Python calls digits but that are not ASCII numbers is ignored (as if unset: 132 when
+    piped); narrower than 40 is laid out at 40; wider than 1,000 at 1,000."""
+    from btacalc.cli import console
+
+    monkeypatch.setenv("COLUMNS", columns)
+    console.sanitize_environment()
+    assert console._width() == width
+
+
+def test_a_closed_standard_output_is_a_one_line_error(tmp_path):
+    """`btacalc plan >&-`: Python starts with no sys.stdout; writing the plan fails as writing to a closed
+    descriptor does, in one line, exit 2, and nothing else is written."""
+    res = subprocess.run([sys.executable, "-m", "btacalc", "plan", "--json", "--output", str(tmp_path / "p.json")],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, close_fds=True,
+                         preexec_fn=lambda: os.close(1))
+    assert res.returncode == 2 and res.stderr.count("\n") == 1 and "standard output is closed" in res.stderr
+    assert not list(tmp_path.iterdir())

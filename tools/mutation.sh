@@ -14,5 +14,5 @@ reqs=$(mktemp)
 python3 -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml","rb"))["project"]["dependencies"]))' > "$reqs"
 "$venv/bin/pip" install -q "mutmut>=3.8" mypy pytest pytest-benchmark hypothesis jsonschema matplotlib pyyaml -r "$reqs"
 rm -rf mutants && mkdir mutants  # exists before python starts, so PYTHONPATH keeps it
-PYTHONPATH="$PWD/mutants" "$venv/bin/mutmut" run --max-children "${MUTATION_JOBS:-2}" "$@" >/dev/null 2>&1 || true
+PATH="$venv/bin:$PATH" PYTHONPATH="$PWD/mutants" "$venv/bin/mutmut" run --max-children "${MUTATION_JOBS:-2}" "$@" >/dev/null 2>&1 || true
 "$venv/bin/mutmut" results --all true 2>/dev/null | python3 tools/mutation_score.py

@@ -21,7 +21,7 @@ import typer
 from .. import __version__
 from ..errors import BtacalcError, DataError
 from . import cluster, info, measure, plan, validate, whatif
-from .console import ascii_fallback, err, guarded_stdout, out, silence_stdout
+from .console import ascii_fallback, err, guarded_stdout, open_streams, out, sanitize_environment, silence_stdout
 from .options import FLAGS, flag
 
 try:  # typer >= 0.20 vendors click; older typer uses the click package
@@ -84,6 +84,8 @@ def _run(argv: Optional[list[str]]) -> int:
 def main(argv: Optional[list[str]] = None) -> None:
     """Console-script entry: user errors become one line on stderr and exit code 2 (see the module
     docstring for every exit code). No traceback reaches the user."""
+    open_streams()
+    sanitize_environment()
     ascii_fallback(sys.stdout)
     ascii_fallback(sys.stderr)
     out.quiet = err.quiet = False  # a closed pipe silenced an earlier command in this process (tests)

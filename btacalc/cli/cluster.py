@@ -35,7 +35,13 @@ def _profiles(hw: str) -> list[Any]:
     names = [h.strip() for h in hw.split(",") if h.strip()]
     if not names:
         raise BtacalcError("{hardware}: give a comma-separated list of profiles, e.g. wse3,b200")
-    return [resolve_hardware(n) for n in names]
+    profiles = [resolve_hardware(n) for n in names]
+    seen = [p.name for p in profiles]
+    twice = sorted({n for n in seen if seen.count(n) > 1})
+    if twice:  # two rows with one name could not be told apart
+        raise BtacalcError(f"{{hardware}}: profile {', '.join(twice)} given twice (a profile's name must be unique "
+                           "in one comparison)")
+    return profiles
 
 
 def compare(

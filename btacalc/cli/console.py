@@ -22,13 +22,60 @@ from typing import Any, Union
 from ..errors import BtacalcError
 
 _PIPED_WIDTH = 132
+# A terminal this wide is beyond any screen; wider settings are taken as this (a table is laid out
+# character by character: COLUMNS=99999999 would not finish).
+MAX_WIDTH = 1000
+
+
+MIN_WIDTH = 40  # narrower consoles are laid out at 40 columns (the terminal wraps, nothing is cut)
 
 
 def _width() -> Any:
     if sys.stdout.isatty():
-        return None
+        return max(MIN_WIDTH, os.get_terminal_size(sys.stdout.fileno()).columns)
     columns = os.environ.get("COLUMNS", "")
-    return int(columns) if columns.isdigit() and int(columns) >= 20 else _PIPED_WIDTH
+    return max(MIN_WIDTH, int(columns)) if columns.isdigit() else _PIPED_WIDTH
+
+
+def sanitize_environment() -> None:
+    """COLUMNS and LINES as rich and btacalc read them: an ASCII whole number (else dropped, as if
+    unset: '²' is a digit to Python but not a number), at most MAX_WIDTH."""
+    for name in ("COLUMNS", "LINES"):
+        value = os.environ.get(name)
+        if value is None:
+            continue
+        if not (value.isascii() and value.isdigit()):
+            del os.environ[name]
+        elif int(value) > MAX_WIDTH:
+            os.environ[name] = str(MAX_WIDTH)
+
+
+class ClosedStream:
+    """Standard output or error closed before btacalc started (`>&-`): writing to it is an error
+    (reported as one line, exit 2, for stdout), as writing to a closed file descriptor is."""
+
+    encoding = "utf-8"
+    errors = "strict"
+
+    def write(self, data: Any) -> int:
+        raise OSError(9, "standard output is closed (Bad file descriptor)")
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        raise OSError(9, "Bad file descriptor")
+
+
+def open_streams() -> None:
+    """Closed standard streams become `ClosedStream`s (Python leaves them None)."""
+    if sys.stdout is None:
+        sys.stdout = ClosedStream()  # a file-like stand-in for the closed stream
+    if sys.stderr is None:
+        sys.stderr = open(os.devnull, "w")  # nowhere to report to: the exit code still tells
 
 
 # What an ASCII stream shows instead of the Unicode characters btacalc prints (anything else: "?").

@@ -20,6 +20,34 @@ TABLE_POINTS = 500
 LISTED_INVALID = 10
 # The outputs written as the blocks come (the plot is drawn at the end).
 STREAMED = ("--output", "--json", "--csv")
+# Standard output is held back until a valid point is solved (a sweep with none writes nothing and
+# exits 2); a run of invalid points longer than this is written anyway, to keep memory bounded.
+HELD_BYTES = 1 << 22
+
+
+class HeldStdout:
+    """Standard output for a streamed sweep: buffered until `release` (the first valid point)."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.size = 0
+        self.released = False
+
+    def __call__(self, text: str) -> None:
+        if self.released:
+            write_stdout(text)
+            return
+        self.parts.append(text)
+        self.size += len(text)
+        if self.size > HELD_BYTES:
+            self.release()
+
+    def release(self) -> None:
+        if not self.released:
+            self.released = True
+            held, self.parts = "".join(self.parts), []
+            if held:
+                write_stdout(held)
 
 
 class SweepOutputs:
@@ -30,6 +58,7 @@ class SweepOutputs:
         self.outs, self.grid, self.plot_path = outs, grid, plot_path
         self.model, self.hardware, self.fixed_active = model, hardware, fixed_active
         self.streams: Any = None
+        self.stdout = HeldStdout()
         self.sinks: list[Any] = []
         self.table: Optional[list[SweepPoint]] = None
         self.plot: Any = None
@@ -45,7 +74,8 @@ class SweepOutputs:
             pyplot(self.plot_path)  # a missing matplotlib is refused before any work
             self.plot = PlotPoints()
             self.sinks.append(self.plot)
-        self.streams = self.outs.streams(STREAMED, write_stdout)
+        self.stdout = HeldStdout()
+        self.streams = self.outs.streams(STREAMED, self.stdout)
         for flag, write in self.streams.writers.items():
             if flag == "--csv":
                 self.sinks.append(CsvStream(write, list(self.grid.names)))
@@ -56,10 +86,12 @@ class SweepOutputs:
                 self.table = []
             else:
                 title = f"Sweep: {self.model} on {self.hardware}" + (" (k·f fixed)" if self.fixed_active else "")
-                self.sinks.append(TextTable(write_stdout, list(self.grid.names), title))
+                self.sinks.append(TextTable(self.stdout, list(self.grid.names), title))
         return self
 
     def block(self, block: SweepBlock) -> None:
+        if any(e is None for e in block.errors):
+            self.stdout.release()
         for sink in self.sinks:
             sink.block(block)
         if self.table is not None:
@@ -76,6 +108,7 @@ class SweepOutputs:
         for sink in self.sinks:
             sink.close()
         self._report_invalid()
+        self.stdout.release()
         payloads: dict[str, Any] = {}
         if self.plot is not None:
             from ..output.plots import sweep_plot_points

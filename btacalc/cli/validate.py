@@ -9,6 +9,7 @@ from typing import Any, Optional
 
 import typer
 
+from ..errors import BtacalcError
 from .options import OutputOpt, help_text, outputs, write_outputs
 
 EXAMPLES = ("Examples:\n\n"
@@ -39,6 +40,11 @@ def validate(
     from ..planning.validate import validate as run_validation
 
     if calibrate:
+        given = [f for f, v in (("--measured", measured), ("--json", as_json), ("--output", output), ("--plot", plot_path))
+                 if v]
+        if given:
+            raise BtacalcError(f"--calibrate fits on the shipped measured runs and rewrites the profiles; it takes "
+                               f"no {', '.join(given)}")
         return _calibrate()
     outs = outputs(output, as_json, plot_path=plot_path)
     points = run_validation()

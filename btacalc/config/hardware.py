@@ -94,9 +94,19 @@ class Range:
         return (self.low < v if self.open_low else self.low <= v) and v <= self.high
 
 
+def shown(v: float) -> str:
+    """A number as an error shows it: short (1e+09), unless that hides why it breaks a rule (a count of
+    108.0000001 is not 108)."""
+    short = f"{v:.6g}"
+    return short if not math.isfinite(v) or float(short) == v else repr(v)
+
+
 # Capacities up to 1e18 B (1 EB: beyond any device, and within the 64-bit integers of vectorised sweeps);
 # rates at least 1 per second, so that no time is infinite.
 BYTES = Range(1, 1e18, "B")
+# On-chip memory of one core or SM: at least 1 KB (the smallest real one, a WSE core, has 48 KB; a
+# fused attention kernel blocks into it, so less than a few hundred bytes leaves no block at all).
+CORE_BYTES = Range(1024, 1e18, "B")
 BANDWIDTH = Range(1, 1e18, "B/s")  # 1 EB/s; the largest real one, WSE-3 SRAM, is 2.1e16
 FLOPS = Range(1, 1e21, "FLOP/s")  # 1 ZFLOP/s: 60,000 x the WSE-3 estimate
 POWER = Range(1, 1e7, "W")  # 10 MW per device
@@ -132,7 +142,7 @@ class _Section(BaseModel):
     def _in_range(cls, v: Any, info: ValidationInfo) -> Any:
         rng = number_range(cls, info.field_name or "")
         if isinstance(v, Number) and rng is not None and not rng.admits(v.value):
-            raise ValueError(f"value = {v.value:.6g}: {rng.rule()}")
+            raise ValueError(f"value = {shown(v.value)}: {rng.rule()}")
         return v
 
 
@@ -142,8 +152,8 @@ class Chip(_Section):
     peak_fp8_flops_per_s: Annotated[Optional[Number], FLOPS] = Field(
         None, description="dense FP8 peak (for reference: btacalc models 16-bit training)")
     sram_bytes: Annotated[Number, BYTES] = Field(description="all on-chip SRAM (a GPU's L2 and L1/shared)")
-    sram_bytes_per_core: Annotated[Number, BYTES]
-    shared_memory_bytes_per_core: Annotated[Optional[Number], BYTES] = Field(
+    sram_bytes_per_core: Annotated[Number, CORE_BYTES]
+    shared_memory_bytes_per_core: Annotated[Optional[Number], CORE_BYTES] = Field(
         None, description="GPU: the most shared memory one thread block may use on an SM, the SRAM a fused "
         "attention kernel tiles into (Dao et al. 2022's M); defaults to sram_bytes_per_core")
     sram_bandwidth_bytes_per_s: Annotated[Optional[Number], BANDWIDTH] = None
@@ -342,7 +352,7 @@ class HardwareProfile(BaseModel):
         old = self.numbers()[key]
         rng = self.number_range(key)
         if rng is not None and not rng.admits(value):
-            raise BtacalcError(f"{self.name}: {key}.value = {value:.6g}: {rng.rule()}")
+            raise BtacalcError(f"{self.name}: {key}.value = {shown(value)}: {rng.rule()}")
         new = Number(value=float(value), kind="estimate", source=old.source, note=note)
         part = getattr(self, section).model_copy(update={field: new})
         return self.model_copy(update={section: part})
@@ -424,7 +434,11 @@ def resolve_hardware(name_or_path: str) -> HardwareProfile:
     if "/" not in name_or_path and (data_dir("hardware_profiles") / f"{name_or_path}.toml").is_file():
         return _builtin_profile(name_or_path)  # one file read, not every profile
     profiles = builtin_profiles()
+    if not name_or_path.strip():
+        raise BtacalcError("{hardware}: give a profile name or the path of a profile .toml")
     path = Path(name_or_path)
+    if path.exists() and not path.is_dir() and not path.is_file():
+        raise BtacalcError(f"{{hardware}}: {name_or_path!r} is not a regular file (a profile is a .toml file)")
     if path.is_dir():
         raise BtacalcError(f"{{hardware}}: {name_or_path!r} is a folder, not a profile .toml")
     if path.is_file():

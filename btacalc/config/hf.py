@@ -228,9 +228,9 @@ def _layer_pattern(c: _Config, layers: int) -> int:
     if len(types) != layers or not all(t in ("sliding_attention", "full_attention") for t in types):
         raise c.error(f"field 'layer_types' must list 'sliding_attention' or 'full_attention' for each of the {layers} layers")
     full = [i for i, t in enumerate(types) if t == "full_attention"]
-    for n in [0] + list(range(1, layers + 1)):
-        if full == [i for i in range(layers) if n and (i + 1) % n == 0]:
-            return n
+    n = full[0] + 1 if full else 0  # every n-th layer full: the first full layer is layer n - 1
+    if full == [i for i in range(layers) if n and (i + 1) % n == 0]:
+        return n
     raise c.unsupported("a layer_types pattern other than every n-th layer full")
 
 

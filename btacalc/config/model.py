@@ -64,6 +64,11 @@ class MultiHeadLatentAttention(BaseModel):
     v_head_dim: int = Field(gt=0, description="d_v")
 
 
+# Ten times the deepest transformer trained (DeepNet, 1,000 layers: Wang et al. 2022, arXiv 2203.00555);
+# the layer stack is grouped layer by layer, so the bound also bounds the work.
+MAX_LAYERS = 10_000
+
+
 class ModelSpec(BaseModel):
     """A decoder-only transformer, dense or Mixture-of-Experts, possibly mixing layer kinds (dense and MoE
     layers, sliding-window and full attention)."""
@@ -73,7 +78,7 @@ class ModelSpec(BaseModel):
     name: str
     source: str = Field(description="where the architecture numbers come from (URL)")
     hidden_size: int = Field(gt=0, description="h")
-    num_layers: int = Field(gt=0, description="L")
+    num_layers: int = Field(gt=0, le=MAX_LAYERS, description="L")
     num_heads: int = Field(gt=0, description="a")
     num_kv_heads: int = Field(gt=0, description="a_kv")
     head_dim: int = Field(gt=0, description="d_h (query/key head dimension)")

@@ -18,6 +18,7 @@ Targets are checked when `Outputs` is built, before a command starts its work, a
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
 import shutil
@@ -106,11 +107,21 @@ def target(flag: str, given: PathLike) -> Target:
     return Target(flag, text, "file", real)
 
 
+def _identity(path: str) -> Any:
+    """What makes two paths the same file: its device and inode when it exists (hard links too),
+    else the resolved path."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return os.path.normcase(path)
+    return ("inode", st.st_dev, st.st_ino)
+
+
 def _new_temp(t: Target) -> tuple[int, str]:
     """A new temporary file beside the target: (descriptor, path)."""
     folder, name = os.path.split(t.path)
-    try:
-        return tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
+    try:  # the name is shortened so that the temporary one stays within the file-name limit (255)
+        return tempfile.mkstemp(prefix=f".{name[:200]}.", suffix=".tmp", dir=folder)
     except OSError as exc:
         raise t.fail(f"cannot create a file in {folder}: {exc.strerror or exc}") from None
 
@@ -150,7 +161,7 @@ def _backup(path: str) -> Optional[str]:
         return None
     folder, name = os.path.split(path)
     while True:
-        backup = os.path.join(folder, f".{name}.{secrets.token_hex(6)}.bak")
+        backup = os.path.join(folder, f".{name[:200]}.{secrets.token_hex(6)}.bak")
         try:
             os.link(path, backup)
             return backup
@@ -174,6 +185,16 @@ def _write_stream(t: Target, data: bytes) -> None:
         fh.write(data)
 
 
+def _guarded_write(t: Target, write: Callable[[str], object]) -> Callable[[str], object]:
+    """`write`, with a failure (a full disk, a closed FIFO) reported as one error naming the flag."""
+    def guarded(text: str) -> object:
+        try:
+            return write(text)
+        except OSError as exc:
+            raise t.fail(f"cannot write: {exc.strerror or exc}") from None
+    return guarded
+
+
 def _bytes(data: Payload) -> bytes:
     return data.encode("utf-8") if isinstance(data, str) else data
 
@@ -186,7 +207,7 @@ class Streams:
     def __init__(self, outs: "Outputs", flags: tuple[str, ...], stdout: Callable[[str], None]):
         self.staged: dict[str, str] = {}
         self.writers: dict[str, Callable[[str], object]] = {}
-        self._handles: list[Any] = []
+        self._handles: list[tuple[Target, Any]] = []
         try:
             for flag in flags:
                 t = outs.targets.get(flag)
@@ -202,26 +223,33 @@ class Streams:
                 else:
                     self.writers[flag] = stdout
                     continue
-                self._handles.append(fh)
-                self.writers[flag] = fh.write
+                self._handles.append((t, fh))
+                self.writers[flag] = _guarded_write(t, fh.write)
         except BaseException:
             self.discard()
             raise
 
     def close(self) -> None:
-        """Flush and close every file (to disk for the staged ones)."""
-        for fh in self._handles:
-            if not fh.closed:
+        """Flush and close every file (to disk for the staged ones). A file that cannot be written (a
+        full disk) removes every staged file and is one error naming its flag."""
+        for t, fh in self._handles:
+            if fh.closed:
+                continue
+            try:
                 fh.flush()
                 try:
                     os.fsync(fh.fileno())
-                except OSError:  # a stream (pipe, device) cannot be synced
-                    pass
+                except OSError as exc:  # a stream (pipe, device) cannot be synced; a full disk can fail here
+                    if exc.errno not in (errno.EINVAL, errno.EROFS, errno.ENOTSUP):
+                        raise
                 fh.close()
+            except OSError as exc:
+                self.discard()
+                raise t.fail(f"cannot write: {exc.strerror or exc}") from None
 
     def discard(self) -> None:
         """Close everything and remove the staged files (the command failed)."""
-        for fh in self._handles:
+        for _, fh in self._handles:
             try:
                 fh.close()
             except OSError:
@@ -241,9 +269,9 @@ class Outputs:
 
     def __init__(self, paths: Mapping[str, Optional[PathLike]]):
         self.targets = {flag: target(flag, p) for flag, p in paths.items() if p is not None}
-        seen: dict[str, str] = {}
+        seen: dict[Any, str] = {}
         for flag, t in self.targets.items():
-            key = t.path if t.kind != "file" else os.path.normcase(t.path)
+            key = t.path if t.kind != "file" else _identity(t.path)
             if key in seen:
                 what = "standard output" if t.kind == "stdout" else t.path
                 raise BtacalcError(f"{seen[key]} and {flag} both write to {what}; give each its own file")

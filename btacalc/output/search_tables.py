@@ -8,6 +8,7 @@ from rich.table import Table
 from rich.markup import escape
 
 from ..planning.search import SearchResult
+from .fit import Fit, fit
 from .tables import plan_renderable
 
 SHORT = {"compute": "compute", "tp_comm": "TP", "cp_comm": "CP", "all_to_all": "a2a", "pp_p2p": "p2p",
@@ -29,11 +30,11 @@ def search_renderable(result: SearchResult) -> Group:
     return Group(*parts)
 
 
-def _ranking(result: SearchResult) -> Table:
+def _ranking(result: SearchResult) -> Fit:
     t = Table(title="Fastest layouts that fit", title_justify="left")
     for c in ("#", "layout", "tok/s/GPU", "step", "MFU", "GB/GPU", "where the step goes (s)"):
         t.add_column(c, justify="left" if c in ("#", "layout", "where the step goes (s)") else "right",
-                     no_wrap=c != "where the step goes (s)")
+                     overflow="fold" if c == "where the step goes (s)" else "ellipsis")
     rows = list(result.ranking)
     if result.fastest_not_fitting is not None:
         rows.append(result.fastest_not_fitting)
@@ -42,4 +43,4 @@ def _ranking(result: SearchResult) -> Table:
         t.add_row(str(i + 1) if r.fits else "no fit", r.label(), f"{r.tokens_per_s_per_device:,.0f}",
                   f"{r.step_time_s:.2f} s", f"{100 * r.mfu:.1f}%", f"{r.memory_bytes / 1e9:.1f}",
                   ", ".join(f"{SHORT.get(k, k)} {v:.2f}" for v, k in terms))
-    return t
+    return fit(t)

@@ -178,7 +178,7 @@ def _plan_table(r: PlanReport) -> Panel:
     status = Text("fits", style="bold green") if p.fits else Text("DOES NOT FIT", style="bold red")
     t = Table.grid(padding=(0, 2))
     t.add_column(style="bold")
-    t.add_column()
+    t.add_column(overflow="fold")  # a long formula or number wraps at narrow widths, never ends in "…"
     t.add_row("tiles G", str(p.tiles))
     t.add_row("tile batch b", str(p.tile_batch))
     par = r.parallelism
@@ -225,12 +225,12 @@ def _memory_table(r: PlanReport) -> Table:
     t.add_column("bytes", justify="right")
     t.add_column("of usable", justify="right")
     t.add_column("what", overflow="fold")
+    share = lambda v: f"{100 * v / mb['usable_capacity']:.1f}%" if mb["usable_capacity"] else "-"  # noqa: E731
     for key, note in _COMPONENT_NOTES.items():
         if key in mb:
             extra = f" (peak: {_largest_phase(r)})" if key == "working_set" else ""
-            t.add_row(key, gb(mb[key]), f"{100 * mb[key] / mb['usable_capacity']:.1f}%", note + extra)
-    t.add_row("[bold]total[/bold]", f"[bold]{gb(mb['total'])}[/bold]",
-              f"[bold]{100 * mb['total'] / mb['usable_capacity']:.1f}%[/bold]",
+            t.add_row(key, gb(mb[key]), share(mb[key]), note + extra)
+    t.add_row("[bold]total[/bold]", f"[bold]{gb(mb['total'])}[/bold]", f"[bold]{share(mb['total'])}[/bold]",
               f"capacity {gb(mb['capacity'])}, usable {gb(mb['usable_capacity'])}")
     if r.offchip_bytes:
         off = r.offchip_bytes

@@ -7,6 +7,7 @@ from rich.console import Group
 from rich.table import Table
 
 from ..planning.report import PlanReport, WaferInfo
+from .fit import fit
 
 
 def wafer_renderable(w: WaferInfo) -> Group:
@@ -36,12 +37,13 @@ def wafer_renderable(w: WaferInfo) -> Group:
     if w.scaling:
         s = Table(title=f"Scaling over systems: {w.scaling_note}", title_justify="left")
         for c in ("systems", "batch/system", "M", "tokens/s", "per system", "efficiency", "stream-bound", "limited by"):
-            s.add_column(c, justify="left" if c == "limited by" else "right")
+            s.add_column(c, justify="left" if c == "limited by" else "right",
+                         overflow="fold" if c == "limited by" else "ellipsis")
         for row in w.scaling:
             s.add_row(str(row.systems), str(row.per_system_batch), str(row.micro_batches), f"{row.tokens_per_s:,.0f}",
                       f"{row.tokens_per_s_per_system:,.0f}", f"{row.efficiency:.1%}", f"{row.stream_bound_share:.0%}",
                       row.limited_by)
-        parts.append(s)
+        parts.append(fit(s))  # inside a panel: split like the other tables, never cut
     return Group(*parts)
 
 
@@ -49,7 +51,8 @@ def sensitivity_table(r: PlanReport) -> Table:
     t = Table(title="Sensitivity: tokens/s when one hardware number moves (elasticity = relative change of "
                     "tokens/s per relative change of the number)", title_justify="left")
     for c in ("number", "value", "kind", "tokens/s -", "tokens/s +", "elasticity -", "elasticity +", "G x b x M -/+"):
-        t.add_column(c, justify="left" if c in ("number", "kind", "G x b x M -/+") else "right")
+        t.add_column(c, justify="left" if c in ("number", "kind", "G x b x M -/+") else "right",
+                     overflow="fold" if c == "G x b x M -/+" else "ellipsis")
     fmt = lambda v: "-" if v is None else f"{v:+.3f}"  # noqa: E731
     num = lambda v: "-" if v is None else f"{v:,.0f}"  # noqa: E731
     for row in sorted(r.sensitivity or [], key=lambda x: -max(abs(x.elasticity_minus or 0), abs(x.elasticity_plus or 0))):

@@ -8,6 +8,7 @@ from rich.markup import escape
 from rich.text import Text
 
 from ..planning.whatif import WhatIfResult
+from .fit import fit
 
 
 def _fmt(v: float) -> str:
@@ -30,8 +31,9 @@ def whatif_renderable(r: WhatIfResult) -> Group:
     head.add_row("along the way", " -> ".join(r.binds_along_the_way) or "-")
     t = Table(title="Trace (grid points between today's value and the answer)", title_justify="left")
     for c in ("value", "x today", r.target_metric, "G x b x M", "dominant phase", "stream-bound", "batch limited by"):
-        t.add_column(c, justify="left" if c in ("dominant phase", "batch limited by", "G x b x M") else "right")
+        t.add_column(c, justify="left" if c in ("dominant phase", "batch limited by", "G x b x M") else "right",
+                     overflow="fold" if c == "batch limited by" else "ellipsis")
     for s in r.trace:
         t.add_row(_fmt(s.value), f"{s.ratio:.3g}", "-" if s.metric is None else f"{s.metric:.4g}", s.shape,
                   s.dominant_phase, f"{s.stream_bound_share:.0%}", s.binding_constraint)
-    return Group(head, t)
+    return Group(head, fit(t))

@@ -38,13 +38,13 @@ BANDS_FILE = "validation_bands.toml"
 
 
 class Measured(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    tokens_per_s_per_device: Optional[float] = Field(None, gt=0)
-    step_time_s: Optional[float] = Field(None, gt=0)
+    model_config = ConfigDict(extra="forbid", strict=True)
+    tokens_per_s_per_device: Optional[float] = Field(None, gt=0, allow_inf_nan=False)
+    step_time_s: Optional[float] = Field(None, gt=0, allow_inf_nan=False)
 
 
 class Overlaps(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     grad_reduce: Optional[bool] = None
     param_gather: Optional[bool] = None
     tp_comm: Optional[bool] = None
@@ -55,7 +55,7 @@ class Recipe(BaseModel):
     """Settings of the run's own configuration that the run's fields leave null or state differently,
     each read from the file `source` names (btacalc's extension of the run format)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     source: str = Field(min_length=10)
     attention: Optional[Literal["eager", "flash"]] = None
     recompute: Optional[Union[str, list[str]]] = None
@@ -67,9 +67,10 @@ class Recipe(BaseModel):
 
 
 class MeasuredRun(BaseModel):
-    """One measured training run with its layout (fields as in the run file; null = not stated / 1)."""
+    """One measured training run with its layout (fields as in the run file; null = not stated / 1).
+    Strict types: a count is a JSON integer (not true, "8" or 8.0), a measurement a finite number."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
 
     id: str
     source: str
@@ -136,16 +137,32 @@ class FamilySummary(BaseModel):
     not_expressible: list[str] = Field(default_factory=list, description="run id: reason")
 
 
+# A run file is a few kilobytes per run; this is thousands of runs.
+MAX_RUN_FILE_BYTES = 16 << 20
+
+
+def _no_constant(name: str) -> None:
+    """JSON has no Infinity or NaN (Python's json module reads them unless told not to)."""
+    raise ValueError(f"{name} is not a JSON number")
+
+
 def load_runs(path: Optional[Path] = None) -> list[MeasuredRun]:
     """The runs of `path` (default: the shipped measured set)."""
     origin = str(path) if path else f"btacalc/data/{SHIPPED_RUNS}"
+    source = path or package_data(SHIPPED_RUNS)
+    if path is not None and not path.exists():
+        raise BtacalcError(f"{{measured}}: {origin} not found")
+    if path is not None and not path.is_file():  # a FIFO would block, /dev/zero never end
+        raise BtacalcError(f"{{measured}}: {origin} is not a regular file")
     try:
-        text = (path or package_data(SHIPPED_RUNS)).read_text(encoding="utf-8")
-        raw = json.loads(text)
+        if source.stat().st_size > MAX_RUN_FILE_BYTES:
+            raise OSError(f"larger than {MAX_RUN_FILE_BYTES // 2**20} MiB")
+        raw = json.loads(source.read_text(encoding="utf-8"), parse_constant=_no_constant)
     except OSError as exc:
         raise BtacalcError(f"{{measured}}: cannot read {origin}: {exc.strerror or exc}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise BtacalcError(f"{{measured}}: {origin} is not valid JSON: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, bad UTF-8, a 5,000-digit number
+        why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc).splitlines()[0]
+        raise BtacalcError(f"{{measured}}: {origin} is not valid JSON: {why}") from None
     if not isinstance(raw, dict) or not isinstance(raw.get("runs"), list):
         raise BtacalcError(f"{{measured}}: {origin} must be a JSON object with a list under 'runs'")
     runs = []

@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field
 
 from ..config.execution import ExecutionRequest
 from ..config.hardware import HardwareProfile
-from ..config.model import ModelSpec
+from ..config.model import MAX_LAYERS, ModelSpec
 from ..errors import BtacalcError
 from .metrics import METRICS, PlanMetrics, plan_metrics
 
@@ -127,7 +127,7 @@ def _reached(pm: PlanMetrics, metric: str, target: float) -> bool:
 
 def _grid(today: float, integer: bool) -> list[float]:
     lo = 1.0 if integer else today / RANGE_FACTOR
-    hi = today * RANGE_FACTOR
+    hi = min(today * RANGE_FACTOR, MAX_LAYERS) if integer else today * RANGE_FACTOR  # model values: layers
     pts = [lo * (hi / lo) ** (i / (GRID_POINTS - 1)) for i in range(GRID_POINTS)]
     if integer:
         pts = [float(v) for v in sorted({max(1, round(p)) for p in pts} | {int(today)})]
