@@ -75,3 +75,9 @@ def test_splits_counts_ordered_triples(n):
 def test_splits_of_a_prime_power_is_a_binomial():
     assert splits(2**70) == 72 * 71 // 2  # C(72, 2)
     assert splits(12) == 6 * 3  # 2^2 * 3: C(4, 2) x C(3, 2)
+
+
+@pytest.mark.parametrize("bad", [0, -3])
+def test_factorise_refuses_what_is_not_a_positive_integer(bad):
+    with pytest.raises(ValueError, match=f"factorise needs a positive integer, got {bad}"):
+        factorise(bad)

@@ -436,3 +436,135 @@ def test_the_slowest_pipeline_stage_sets_the_step_even_when_it_is_not_the_last()
     one_layer = layer_parts(p, p.evaluate(1, 1))[0].compute_s
     assert st.details["terms"]["compute"] == pytest.approx(14 * one_layer, rel=1e-12)
     assert st.details["micro_batch_s"] == pytest.approx(sum(st.details["terms"].values()), rel=1e-12)
+
+
+# --- collectives, written as the arithmetic of the module docstring ---------------------------------
+
+def _h100_links():
+    hw = resolve_hardware("h100")
+    return hw.system.scaleup_bandwidth_bytes_per_s.value, hw.system.scaleout_bandwidth_bytes_per_s.value
+
+
+def test_all_to_all_on_two_gpus_is_one_nvlink_peer():
+    # EP 2 inside one node: each rank sends half of its routed copies to its one peer, over NVLink
+    from btacalc.model.gpu.collectives import all_to_all_time
+
+    up, _ = _h100_links()
+    p = _gpu(devices=2, expert_parallel=2)
+    assert all_to_all_time(p, 1e9) == pytest.approx(1e9 * (1 - 1 / 2) / up)
+
+
+def test_all_to_all_with_etp_filling_the_node_crosses_the_nic():
+    # ETP 8 fills a DGX: the EP 2 peer is in the other node, so the whole exchange goes through the NIC,
+    # then the 8-way ETP all-gather of the received copies runs inside the node (7 sends over NVLink)
+    from btacalc.model.gpu.collectives import all_to_all_time
+
+    up, out = _h100_links()
+    p = _gpu(devices=16, expert_parallel=2, expert_tensor_parallel=8, tensor_parallel=8, sequence_parallel=True)
+    assert all_to_all_time(p, 1e9) == pytest.approx(1e9 * (1 / 2) / out + 1e9 * 7 / up)
+
+
+def test_all_to_all_inside_the_node_when_the_nic_is_faster():
+    # EP 16 over two nodes: 7 of 15 peers inside the domain, 8 outside, sent at once; with a NIC faster
+    # than NVLink (a what-if) the in-domain share is the longer one
+    from btacalc.model.gpu.collectives import all_to_all_time
+
+    hw = resolve_hardware("h100")
+    fast = hw.with_number("system.scaleout_bandwidth_bytes_per_s", 1e13, note="test: a NIC faster than NVLink")
+    up = hw.system.scaleup_bandwidth_bytes_per_s.value
+    p = make_problem(QWEN, fast, RunOptions(attention="flash", recompute="none"),
+                     Layout(devices=16, expert_parallel=16, devices_per_node=8))
+    sent = 1e9 * 15 / 16
+    assert all_to_all_time(p, 1e9) == pytest.approx(max(sent * 7 / 15 / up, sent * 8 / 15 / 1e13))
+
+
+def test_pipeline_sends_inside_one_node_use_nvlink_else_one_nic():
+    from btacalc.model.gpu.collectives import pipeline_p2p_time
+
+    up, out = _h100_links()
+    one_node = _gpu(GPT3, devices=8, pipeline_parallel=8, micro_batches=8)  # exactly one node: NVLink
+    assert pipeline_p2p_time(one_node, 1e6) == pytest.approx(2 * 1e6 / up)  # activation forward, gradient back
+    two_nodes = _gpu(GPT3, devices=16, pipeline_parallel=16, micro_batches=16, virtual_pipeline=2)
+    assert pipeline_p2p_time(two_nodes, 1e6) == pytest.approx(2 * 2 * 1e6 / out)  # one NIC, twice per chunk
+
+
+def test_zero0_all_reduces_the_gradients_once_per_step():
+    # plain data parallelism over 8 GPUs of one node: an all-reduce moves 2 (n - 1)/n of the gradient
+    # bytes per rank over NVLink; nothing is gathered, nothing per micro-batch
+    from btacalc.model.gpu.collectives import data_parallel_times
+
+    up, _ = _h100_links()
+    p = _gpu(GPT3, devices=8, zero_stage=0)
+    dp = data_parallel_times(p, 1_000_000, 0, {"gradients": 4, "weights": 2})
+    assert dp.reduce_per_step == pytest.approx(2 * 7 / 8 * 4e6 / up)
+    assert dp.gather_per_step == 0 and dp.per_micro_batch == 0
+    three = data_parallel_times(_gpu(GPT3, devices=8, zero_stage=3), 1_000_000, 0, {"gradients": 4, "weights": 2})
+    # ZeRO-3: the weights gathered twice (forward and backward) and the gradients reduce-scattered, per micro-batch
+    assert three.per_micro_batch == pytest.approx(7 / 8 * (2 * 2e6 + 4e6) / up) and three.reduce_per_step == 0
+
+
+def test_recomputation_repeats_the_tensor_and_context_parallel_exchanges():
+    # full recomputation re-runs each layer's forward: with SP, one more all-gather per input and one
+    # more reduce-scatter per output; the CP ring runs once more too
+    run = lambda rc: RunOptions(seq_len=2048, attention="flash", recompute=rc)  # noqa: E731
+    tp = dict(devices=8, tensor_parallel=8, sequence_parallel=True, micro_batches=1)
+    none = gpu_step_time(_gpu(GPT3, run=run("none"), **tp), 1, 1).communication_s["tp_comm"]
+    full = gpu_step_time(_gpu(GPT3, run=run("full"), **tp), 1, 1).communication_s["tp_comm"]
+    # per layer and exchange point: SP moves in 3 units (gather, reduce-scatter, regather for dW) and out 2;
+    # recomputation adds 1 to each: (3 + 1) + (2 + 1) = 7 of 5
+    assert full / none == pytest.approx(7 / 5, rel=0.02)
+    cp = dict(devices=2, context_parallel=2, micro_batches=1)
+    none = gpu_step_time(_gpu(GPT3, run=run("none"), **cp), 1, 1).communication_s["cp_comm"]
+    full = gpu_step_time(_gpu(GPT3, run=run("full"), **cp), 1, 1).communication_s["cp_comm"]
+    from btacalc.catalogue.constants import constants
+
+    k = constants().passes.cp_backward_exchange_factor
+    assert full / none == pytest.approx((1 + k + 1) / (1 + k))
+
+
+def test_backward_time_is_each_phases_share_of_its_flops():
+    """A part's backward time: each phase's roofline time times its backward share of FLOPs (2/3 for a
+    phase without matmul FLOPs: forward once, backward twice); under FlashAttention the fused core's time
+    split by the core's backward FLOPs."""
+    from btacalc.model.gpu.costs import layer_parts
+
+    for attention in ("eager", "flash"):
+        p = _gpu(GPT3, run=RunOptions(seq_len=2048, attention=attention, recompute="none"), devices=8,
+                 tensor_parallel=8, sequence_parallel=True, micro_batches=1)
+        ev = p.evaluate(1, 1)
+        part = layer_parts(p, ev)[0]
+        pv = ev.layers[0][1]
+        expected, core = 0.0, [0, 0]
+        for phase in (ph for ph in pv.phases if ph.scope == "layer"):
+            q = pv.of(phase.name)
+            total = q["flops_fwd"] + q["flops_bwd"] + q["flops_recompute"]
+            if phase.core and attention == "flash":
+                core = [core[0] + total, core[1] + q["flops_bwd"]]
+                continue
+            expected += part.phase_s[phase.name] * (q["flops_bwd"] / total if total else 2 / 3)
+        core_s = sum(t for name, t in part.phase_s.items() if pv.compiled.phases[[x.name for x in pv.phases].index(name)].core)
+        if attention == "flash":
+            expected += core_s * core[1] / core[0]
+        assert part.backward_s == pytest.approx(expected, rel=1e-12)
+        assert part.compute_s == pytest.approx(sum(part.phase_s.values()), rel=1e-12)
+
+
+def test_routed_phases_read_only_the_devices_share_of_the_experts():
+    """HBM traffic of a routed phase over forward, re-run and backward: the activations scale with the
+    busiest rank's load R, the experts' weights (beta x params per pass, backward_traffic_factor passes
+    backward) are read once per pass but only the device's 1/(EP x ETP) of them."""
+    from types import SimpleNamespace
+
+    from btacalc.catalogue.constants import constants
+    from btacalc.model.gpu.costs import _Rates, _traffic
+
+    k = constants().passes.backward_traffic_factor
+    values = {"bytes_moved": 1000.0, "bytes_moved_bwd": 2500.0, "params": 100.0, "reruns": 1}
+    rates = _Rates(peak=1.0, hbm=1.0, imbalance=1.5, expert_shards=8, flash=True, sequence_parallel=False, beta=2)
+    routed = _traffic(SimpleNamespace(routed_load=True), values.__getitem__, rates, 1.5)
+    w = 2 * 100.0
+    fwd = (1000 - w) * 1.5 + w / 8
+    bwd = (2500 - k * w) * 1.5 + k * w / 8
+    assert routed == pytest.approx(fwd * (1 + 1) + bwd)
+    dense = _traffic(SimpleNamespace(routed_load=False), values.__getitem__, rates, 1.0)
+    assert dense == pytest.approx(1000 * 2 + 2500)

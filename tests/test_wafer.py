@@ -87,6 +87,13 @@ def test_tree_latency_and_stream_bandwidth():
     assert stream_bandwidth(WSE2) == 150e9
     slow = WSE2.with_number("memory.memoryx_bandwidth_bytes_per_s", 100e9, note="test: a slower MemoryX")
     assert stream_bandwidth(slow) == 100e9
+    from btacalc.model.wafer.cluster import levels, stream_limit
+
+    assert (stream_limit(WSE2), stream_limit(slow)) == ("system_io", "memoryx")
+    # a profile without SwarmX's fan-out has no tree: one system, no levels, only MemoryX's own latency
+    bare = WSE2.model_copy(update={"system": WSE2.system.model_copy(update={"swarmx_fanout": None})})
+    assert levels(make_problem(QWEN, bare, RunOptions())) == 0
+    assert levels(make_problem(QWEN, WSE2, RunOptions())) == 0 and tree_levels(16, 4) == 2
 
 
 def test_step_boundary_by_hand():
