@@ -193,6 +193,8 @@ for args, fragment in [
     (["--hw", "a100-80gb", "--devices", "6", "--ep", "6"], "does not divide the 128 experts"),
     (["--hw", "a100-80gb", "--model", "gpt3-175b", "--devices", "8", "--ep", "2"], "need an MoE model"),
     (["--hw", "a100-80gb", "--global-batch", BIG], "beyond 2^62"),
+    (["--hw", "wse3", "--global-batch", "16", "--grad-accum", "1", "--tiles", "2", "--max-tile-batch", "4"],
+     "leaves tiles of b = 8, more than --max-tile-batch 4"),
     (["--hw", "a100-80gb", "--tiles", BIG], "beyond 2^62"),
     (["--hw", "a100-80gb", "--max-global-batch", BIG], "beyond 2^62"),
 ]:

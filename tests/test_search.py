@@ -196,3 +196,21 @@ def test_points_of_a_problem_reuse_its_coefficients():
     one = make_problem(model.with_overrides(experts=128), hw, RunOptions(seq_len=4096)).evaluate(1, 1)
     assert list(params) == [one.layers_total("params"), base.with_model(model.with_overrides(experts=32)).evaluate(
         1, 1).layers_total("params")]
+
+
+def test_a_point_without_a_fitting_shape_has_no_tokens_per_s():
+    """Per point of a vectorised search: fits, G, b, M and tokens/s; a point where nothing fits keeps the
+    smallest shape and NaN tokens/s (never a number that could be read as a prediction)."""
+    import math
+
+    import numpy as np
+
+    from btacalc.config.execution import RunOptions
+    from btacalc.config.hardware import resolve_hardware
+    from btacalc.model.problem import make_problem
+
+    problem = make_problem(load_preset("qwen3-30b-a3b"), resolve_hardware("wse3"),
+                           RunOptions(seq_len=np.array([4096, 1 << 20]), memory_model="weight_streaming"))
+    fits, g, b, m, tps = search(problem, PointLimits.of(BatchLimits(), 2), "throughput").shapes_of()
+    assert list(fits) == [True, False] and (g[1], b[1], m[1]) == (1, 1, 1)
+    assert tps[0] > 0 and math.isnan(tps[1])

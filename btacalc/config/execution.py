@@ -321,6 +321,11 @@ class BatchLimits:
             shown = " x ".join(f"{{{name}}} {v}" for name, v in fixed)
             raise BtacalcError(f"{shown} = {product} does not divide {what}" if per_rank % product
                                else f"{shown} = {product} differs from {what}")
+        names = {name for name, _ in fixed}
+        if names == {"micro_batches", "tiles"} and self.max_tile_batch is not None \
+                and per_rank // product > self.max_tile_batch:  # b = N / (DP M G) is then fixed too
+            raise BtacalcError(f"{what} in {{micro_batches}} {self.micro_batches} x {{tiles}} {self.tiles} leaves "
+                               f"tiles of b = {per_rank // product}, more than {{max_tile_batch}} {self.max_tile_batch}")
 
     def free(self) -> "BatchLimits":
         """The same caps and gradient accumulation with the shape left to the solver (for the dense
