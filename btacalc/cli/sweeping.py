@@ -74,7 +74,6 @@ class SweepOutputs:
             pyplot(self.plot_path)  # a missing matplotlib is refused before any work
             self.plot = PlotPoints()
             self.sinks.append(self.plot)
-        self.stdout = HeldStdout()
         self.streams = self.outs.streams(STREAMED, self.stdout)
         for flag, write in self.streams.writers.items():
             if flag == "--csv":
