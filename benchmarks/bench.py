@@ -134,9 +134,13 @@ def main() -> None:
     rows: list[tuple[str, str, str]] = []
 
     python = wall([sys.executable, "-c", "pass"], rep)
+    # the floor under any btacalc command: importing the libraries the design card requires
+    stack = wall([sys.executable, "-c", "import typer, numpy, pydantic; from pydantic import BaseModel"], rep)
     help_s = wall([*BTACALC, "--help"], rep)
     plan_s = wall([*BTACALC, "plan", "--json"], rep)
     rows += [("`python -c pass`", f"{python * 1e3:.0f} ms", "1.0x"),
+             ("`import typer, numpy, pydantic` (the required stack, before btacalc runs a line)",
+              f"{stack * 1e3:.0f} ms", f"{stack / python:.1f}x python"),
              ("`btacalc --help`", f"{help_s * 1e3:.0f} ms", f"{help_s / python:.1f}x python"),
              ("`btacalc plan --json` (cold, median of %d)" % rep, f"{plan_s * 1e3:.0f} ms",
               f"{plan_s / python:.1f}x python, {plan_s / help_s:.2f}x --help")]
