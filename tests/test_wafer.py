@@ -18,7 +18,6 @@ from btacalc.model.communication import exchanges
 from btacalc.model.memory import MemoryModel
 from btacalc.model.problem import make_problem
 from btacalc.model.timing import step_time
-from btacalc.model.wafer.batching import micro_batch_size
 from btacalc.model.wafer.cluster import step_boundary, stream_bandwidth, tree_latency_s, tree_levels, update_bytes
 from btacalc.model.wafer.mesh import MeshGeometry, dispatch_s
 from btacalc.planning.plan import make_plan
@@ -54,6 +53,20 @@ def test_dispatch_is_the_contention_of_a_random_permutation_over_the_bisection()
     energy = (volume / 4) * (X + Y) / 3 / (2 * (X * (Y - 1) + Y * (X - 1))) + 288 * (X + Y)
     assert contention > energy  # the bisection binds
     assert dispatch_s(WSE2.mesh, ev) == pytest.approx((contention + 288 * 5) / F)
+
+
+def test_permutation_energy_binds_on_a_small_mesh_and_each_hop_costs_its_latency():
+    """Below about 3 x 3 PEs the energy term E/N + L exceeds the contention C (on a wafer C binds: above).
+    A 2 x 2 mesh has 8 directed links (4 neighbour pairs, both ways); here a hop takes 3 cycles."""
+    g = MeshGeometry(x=2, y=2, clock_hz=1e9, hop_cycles=3, ramp_cycles=2, link_bytes_per_cycle=4)
+    cells = [(i, j) for i in range(2) for j in range(2)]
+    links = sum(abs(a[0] - b[0]) + abs(a[1] - b[1]) == 1 for a in cells for b in cells)
+    volume, count = 9600, 2
+    contention = volume / (4 * 4 * 2)  # 300 cycles
+    energy = (volume / 4) * (2 + 2) / 3 / links  # 400 cycles
+    distance = (2 + 2) * 3  # X + Y hops, 3 cycles each
+    assert links == 8 and energy > contention
+    assert g.permutation_s(volume, count) == pytest.approx((energy + count * distance + count * (2 * 2 + 1)) / 1e9)
 
 
 def test_dense_models_pay_no_dispatch_and_every_wafer_pays_the_tile_steps():
@@ -138,11 +151,38 @@ def test_wafer_cluster_rejects_gpu_layouts_and_resident_state(cli):
 # --- the batch split ---------------------------------------------------------------------------------
 
 def test_divisibility_follows_model_zoo_2_0_3():
-    assert micro_batch_size(120, 2, 2) == 30
-    with pytest.raises(BtacalcError, match="does not divide over"):
-        micro_batch_size(99, 2, 1)
-    with pytest.raises(BtacalcError, match="does not divide the 60 sequences"):
-        micro_batch_size(120, 2, 7)
+    """N % D == 0 and (N / D) % M == 0, checked once when the execution is resolved."""
+    model = load_hf_config(LLAMA)
+
+    def plan(n, systems, m=None):
+        return make_plan(model, WSE2, ExecutionRequest(seq_len=2048, devices=systems, micro_batches=m,
+                                                       limits=BatchLimits(global_batch=n)))
+
+    assert plan(120, 2, 2).wafer.micro_batch_size == 120 // 2 // 2
+    with pytest.raises(BtacalcError, match="99 does not divide over .* 2 wafer systems"):
+        plan(99, 2)
+    with pytest.raises(BtacalcError, match=r"\(60 per rank\) is not divisible by .* 7"):
+        plan(120, 2, 7)
+
+
+def test_several_wafer_systems_refuse_a_resident_model():
+    with pytest.raises(BtacalcError, match="resident keeps the model on one wafer: .* MemoryX through SwarmX "
+                                           r"\(weight_streaming\)"):
+        make_plan(QWEN, WSE2, ExecutionRequest(devices=2, memory_model="resident"))
+
+
+def test_a_resident_wafer_plan_shows_its_state_unsharded():
+    """GPT-2 small fits whole on a CS-3 (memory_model auto: resident): one copy of 16-bit weights and
+    gradients and 12 bytes of Adam state (fp32 master, m, v) per parameter, divisor 1."""
+    h, vocab, positions, layers = 768, 50257, 1024, 12
+    per_layer = (h * 3 * h + 3 * h) + (h * h + h) + (h * 4 * h + 4 * h) + (4 * h * h + h) + 2 * 2 * h  # qkv, o, fc, proj, 2 LN
+    params = layers * per_layer + vocab * h + positions * h + 2 * h  # tied LM head, final LN
+    r = make_plan(load_preset("gpt2-small"), resolve_hardware("wse3"), ExecutionRequest())
+    assert r.inputs.memory_model == "resident"
+    rows = {row.component: row for row in r.state_sharding}
+    assert {c: (row.params, row.bytes_per_param, row.divisor) for c, row in rows.items()} == {
+        "weights": (params, 2, 1), "gradients": (params, 2, 1), "optimizer": (params, 12, 1)}
+    assert (r.memory_bytes["weights"], r.memory_bytes["optimizer_state"]) == (2 * params, 12 * params)
 
 
 def test_llama_7b_measured_run_fits_with_micro_batches_chosen():
@@ -296,10 +336,11 @@ def test_validate_says_what_the_flat_top_k_1_curve_would_take():
 
 
 def test_micro_batch_size_is_a_whole_count():
-    from btacalc.model.wafer.batching import micro_batch_size
-
-    n = micro_batch_size(120, 2, 3)  # 120 sequences over 2 systems in 3 micro-batches: 20 each
-    assert n == 20 and type(n) is int
+    # 120 sequences over 2 systems in 3 micro-batches: 20 each, in JSON as an integer
+    r = make_plan(load_hf_config(LLAMA), WSE2, ExecutionRequest(seq_len=2048, devices=2, micro_batches=3,
+                                                                limits=BatchLimits(global_batch=120)))
+    assert json.loads(r.model_dump_json())["wafer"]["micro_batch_size"] == 20
+    assert type(r.wafer.micro_batch_size) is int
 
 
 def test_sensitivity_moves_counts_to_whole_numbers_and_reports_refused_values():

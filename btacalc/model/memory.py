@@ -137,9 +137,8 @@ class MemoryModel:
         if self.gpu is not None:
             rows = tuple(self.gpu.stage_rows(tiles, tile_batch))
             worst = max(rows, key=lambda row: row.total)
-            comps = {k: int(v) for k, v in worst.components.items() if v or k in ("weights", "gradients", "optimizer_state",
-                                                                                    "stored_activations", "recompute_buffer",
-                                                                                    "working_set")}
+            # every component is shown, zero or not, but the gathered weights, which only ZeRO-3/FSDP has
+            comps = {k: int(v) for k, v in worst.components.items() if v or k != "gathered_weights"}
             return MemoryBreakdown(comps, self.capacity, self.usable, ev.argmax("transient"), {}, worst.state_parts, rows)
         comps = {k: int(v) for k, v in self.activations(ev).items()}
         comps.update(self.fixed)

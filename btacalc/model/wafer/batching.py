@@ -11,7 +11,8 @@ Divisibility, as Model Zoo checks it in releases 2.0.3 to 2.2.0 (modelzoo/common
 `batch_size % num_csx == 0` and `(batch_size // num_csx) % micro_batch_size == 0`. From 2.3.0 on the
 checks are gone and the runtime rounds the per-system batch up to ceil(N / D) and the micro-batch to a
 supported value (training-docs.cerebras.ai rel-2.5.0, microbatching tutorials), so the batch trained
-is no longer exactly N; btacalc keeps the strict rule, which every release accepts.
+is no longer exactly N; btacalc keeps the strict rule, which every release accepts. The rule is checked
+once, with the other batch rules, when the execution is resolved (`config/execution.py`, `BatchLimits.validate`).
 """
 
 from __future__ import annotations
@@ -21,36 +22,6 @@ from ..problem import Problem
 
 RULE = ("Cerebras Model Zoo R_2.0.3-2.2.0: batch_size % num_csx == 0 and (batch_size / num_csx) % "
         "micro_batch_size == 0 (later releases round up instead)")
-
-
-def per_system_batch(global_batch: int, systems: int) -> int:
-    if global_batch % systems:
-        raise BtacalcError(f"{{global_batch}} {global_batch} does not divide over {{devices}} {systems} wafer "
-                           f"systems ({RULE})")
-    return global_batch // systems
-
-
-def micro_batch_size(global_batch: int, systems: int, micro_batches: int) -> int:
-    """n = N / (D M), checked against the strict rule."""
-    per = per_system_batch(global_batch, systems)
-    if per % micro_batches:
-        raise BtacalcError(f"{{micro_batches}} {micro_batches} does not divide the {per} sequences per system "
-                           f"({{global_batch}} {global_batch} / {{devices}} {systems}; {RULE})")
-    return per // micro_batches
-
-
-def check_wafer_batch(problem: Problem) -> None:
-    """On a wafer with `--global-batch N`: N must divide over the systems and, with `--grad-accum M`, the
-    per-system batch over M (the strict rule). Without M the solver chooses it among the divisors of
-    N / D (model/solver.py), so every choice satisfies the rule."""
-    ex = problem.execution
-    n_global = ex.limits.global_batch
-    if problem.hardware.family != "wse" or n_global is None:
-        return
-    if ex.limits.micro_batches is None:
-        per_system_batch(n_global, problem.layout.devices)
-    else:
-        micro_batch_size(n_global, problem.layout.devices, ex.limits.micro_batches)
 
 
 def check_cluster_memory_model(problem: Problem) -> None:

@@ -32,7 +32,7 @@ the long side: X links each way) and a wavelet travels (X + Y)/3 hops on average
 
     C = V / (4 w X)        E/N = (V / w)(X + Y)/3 / (2 (X (Y - 1) + Y (X - 1)))
 
-per exchange plus L = X + Y and one dependent step. V is the catalogue's `a2a_bytes` (the same volume
+per exchange plus L = (X + Y) t_hop cycles and one dependent step. V is the catalogue's `a2a_bytes` (the same volume
 a GPU sends in its all-to-all), forward, backward and recomputed (`communication.exchanges`).
 """
 
@@ -87,7 +87,7 @@ class MeshGeometry:
         contention = volume / (4 * w * self.x)
         links = 2 * (self.x * (self.y - 1) + self.y * (self.x - 1))
         energy = (volume / w) * (self.x + self.y) / 3 / links
-        cycles = np.maximum(contention, energy + count * self.distance_hops) + count * (2 * self.ramp_cycles + 1)
+        cycles = np.maximum(contention, energy + count * self.distance_hops * self.hop_cycles) + count * (2 * self.ramp_cycles + 1)
         return cycles / self.clock_hz
 
 
