@@ -438,6 +438,20 @@ def test_the_slowest_pipeline_stage_sets_the_step_even_when_it_is_not_the_last()
     assert st.details["micro_batch_s"] == pytest.approx(sum(st.details["terms"].values()), rel=1e-12)
 
 
+def test_shapes_as_arrays_give_each_shapes_answer_on_a_middle_critical_stage():
+    # the same PP 7 split with TP 2: the critical stage (14 layers) sends more TP traffic than the first
+    # (13), so its raw communication, not the first stage's, must come out for every shape of the array
+    p = _gpu(GPT3, run=RunOptions(seq_len=2048, attention="flash", recompute="none"), devices=14, tensor_parallel=2,
+             pipeline_parallel=7, micro_batches=7)
+    arrays = gpu_step_time(p, np.array([1, 1]), np.array([1, 2]))
+    for i, b in enumerate((1, 2)):
+        one = gpu_step_time(p, 1, b)
+        assert 0 < one.details["critical_stage"] < 6
+        assert arrays.step_time_s[i] == pytest.approx(one.step_time_s, rel=1e-12)
+        for k, v in arrays.communication_s.items():
+            assert v[i] == pytest.approx(one.communication_s[k], rel=1e-12), k
+
+
 # --- collectives, written as the arithmetic of the module docstring ---------------------------------
 
 def _h100_links():

@@ -36,7 +36,6 @@ class MemoryBreakdown:
     components: dict[str, int]  # bytes, on the capacity the plan must fit (SRAM or HBM)
     capacity: int
     usable: int
-    largest_phase: str  # phase whose transient bytes set the working set
     offchip: dict[str, int]  # weight streaming: state held off-chip
     state_parts: tuple[StatePart, ...] = ()  # resident: how weights/gradients/optimizer are sharded
     stages: tuple[StageMemory, ...] = ()  # GPU: every pipeline stage (components are the worst one's)
@@ -133,16 +132,15 @@ class MemoryModel:
         return sum(v for k, v in self.offchip.items() if k != "capacity") <= self.offchip["capacity"]
 
     def breakdown(self, tiles: int, tile_batch: int) -> MemoryBreakdown:
-        ev = self.problem.evaluate(tiles, tile_batch)
         if self.gpu is not None:
             rows = tuple(self.gpu.stage_rows(tiles, tile_batch))
             worst = max(rows, key=lambda row: row.total)
             # every component is shown, zero or not, but the gathered weights, which only ZeRO-3/FSDP has
             comps = {k: int(v) for k, v in worst.components.items() if v or k != "gathered_weights"}
-            return MemoryBreakdown(comps, self.capacity, self.usable, ev.argmax("transient"), {}, worst.state_parts, rows)
-        comps = {k: int(v) for k, v in self.activations(ev).items()}
+            return MemoryBreakdown(comps, self.capacity, self.usable, {}, worst.state_parts, rows)
+        comps = {k: int(v) for k, v in self.activations(self.problem.evaluate(tiles, tile_batch)).items()}
         comps.update(self.fixed)
-        return MemoryBreakdown(comps, self.capacity, self.usable, ev.argmax("transient"), self.offchip,
+        return MemoryBreakdown(comps, self.capacity, self.usable, self.offchip,
                                self.state_parts)
 
 

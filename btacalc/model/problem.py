@@ -83,10 +83,6 @@ class Evaluation:
         """The largest single-phase value of `quantity`, inside or outside the layers."""
         return _maximum([pv.max(quantity) for _, pv in self.layers] + [self.outside.max(quantity)])
 
-    def argmax(self, quantity: str) -> str:
-        best = max(((pv.value(p.name, quantity), p.name) for _, pv, p in self.items()), key=lambda t: t[0])
-        return best[1]
-
 
 def _maximum(values: list[Any]) -> Any:
     if any(isinstance(v, np.ndarray) for v in values):
