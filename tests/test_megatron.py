@@ -254,6 +254,45 @@ def test_tensor_parallel_exchanges_per_layer():
     assert sp.communication_s["tp_comm"] == pytest.approx(expected * 10 / 8, rel=0.02)
 
 
+def test_tp_comm_overlap_hides_each_layers_exchange_behind_its_own_compute():
+    # --tp-comm-overlap: per layer max(0, t_TP - t_compute) stays exposed; the embedding's and the head's
+    # exchanges (4 of the 96 x 8 + 4 above) are not overlapped. Without it the whole exchange is exposed.
+    from btacalc.config.execution import Overlaps
+    from btacalc.model.gpu.collectives import tensor_parallel_time
+    from btacalc.model.gpu.costs import layer_parts
+
+    run = RunOptions(seq_len=2048, attention="eager", recompute="none")
+    plain = _gpu(GPT3, run=run, devices=8, tensor_parallel=8, micro_batches=1)
+    hidden = _gpu(GPT3, run=run, devices=8, tensor_parallel=8, micro_batches=1, overlap=Overlaps(tp_comm=True))
+    part = layer_parts(hidden, hidden.evaluate(1, 1))[0]
+    tp_layer = tensor_parallel_time(hidden, part.tp_bytes)
+    s, h = 2048, 12288
+    assert tp_layer == pytest.approx(8 * 7 / 8 * s * h * 2 / 450e9)
+    outside = 4 * 7 / 8 * s * h * 2 / 450e9
+    st = gpu_step_time(hidden, 1, 1)
+    assert st.communication_s["tp_comm"] == pytest.approx(96 * tp_layer + outside)  # the raw volume is unchanged
+    assert st.details["terms"]["tp_comm"] == pytest.approx(96 * max(0.0, tp_layer - part.compute_s) + outside)
+    assert gpu_step_time(plain, 1, 1).details["terms"]["tp_comm"] == pytest.approx(96 * tp_layer + outside)
+
+
+def test_overlapped_gradient_reduce_hides_behind_the_whole_backward_pass():
+    # --overlap-grad-reduce: the step's exposed sync is the reduction minus the backward pass it hides
+    # behind, all of it: 32 layers and the embedding's and LM head's backward (Llama-3-8B, DP 16 over two
+    # nodes, s = 512, where the reduction outlasts the backward)
+    from btacalc.config.execution import Overlaps
+    from btacalc.model.gpu.costs import layer_parts, outside_parts
+
+    p = _gpu(resolve_model("llama-3-8b"), run=RunOptions(seq_len=512, attention="flash", recompute="none"),
+             devices=16, micro_batches=1, overlap=Overlaps(grad_reduce=True))
+    ev = p.evaluate(1, 1)
+    first, last = outside_parts(p, ev)
+    backward = 32 * layer_parts(p, ev)[0].backward_s + first.backward_s + last.backward_s
+    st = gpu_step_time(p, 1, 1)
+    reduce = st.communication_s["gradient_reduce"]
+    assert reduce > backward and last.backward_s > 0
+    assert st.details["sync_s"] == pytest.approx(reduce - backward, rel=1e-12)
+
+
 def test_rings_across_domains_use_one_nic_per_member():
     from btacalc.model.gpu.collectives import ring_time
 

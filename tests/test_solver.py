@@ -212,6 +212,19 @@ def test_fixed_tile_batch_binding_constraint_as_derived(A, Q, C, cap, b, cap_n):
     assert f"G = {g}" in sol.explanation and reason in sol.explanation
 
 
+@pytest.mark.parametrize("A, Q, C, cap", [(1, 10, 5, 100), (3, 7, 11, 173), (1, 1, 0, 1000)])
+@pytest.mark.parametrize("b", [1, 2])
+def test_a_global_cap_at_the_memory_limit_is_memory_binding(A, Q, C, cap, b):
+    """--tile-batch b with the cap on G*b exactly at memory's largest G: G + 1 would not fit, so memory
+    binds; one tile lower, the cap does (G + 1 would fit)."""
+    mem = Affine(A, Q, C, cap)
+    most = max(g for g in range(1, 10**4) if mem.total(g, b) <= mem.usable)
+    at = solve(mem, BatchLimits(tile_batch=b, max_global_batch=most * b))
+    assert (at.tiles, at.binding_constraint) == (most, "memory")
+    below = solve(mem, BatchLimits(tile_batch=b, max_global_batch=(most - 1) * b))
+    assert (below.tiles, below.binding_constraint) == (most - 1, "max_global_batch")
+
+
 def test_fixed_shape_text_says_whether_it_fits():
     mem = Affine(1, 10, 5, 100)
     ok = solve(mem, BatchLimits(tiles=2, tile_batch=3))

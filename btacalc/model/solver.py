@@ -159,7 +159,7 @@ def _fixed_tiles(fits: _Probe, g: int, cap_n: Optional[int], cap_b: Optional[int
     if (hi is not None and hi < 1) or not fits(g, 1):
         return Solution(g, 1, False, "memory", "memory", f"{g} tiles of 1 sequence do not fit", fits.count)
     b = _largest_true(lambda x: fits(g, x), 1, hi)
-    bind = _cap_reason(b, hi, cap_n, cap_b, g, fits, lambda x: (g, x + 1))
+    bind = _cap_reason(b, hi, cap_b, fits, lambda x: (g, x + 1))
     return Solution(g, b, True, bind, "tiles",
                     f"--tiles {g} is fixed; the largest tile that fits is b = {b}; limited by {bind}", fits.count)
 
@@ -169,7 +169,7 @@ def _fixed_tile_batch(fits: _Probe, b: int, cap_n: Optional[int]) -> Solution:
     if (hi is not None and hi < 1) or not fits(1, b):
         return Solution(1, b, False, "memory", "memory", f"one tile of {b} sequences does not fit", fits.count)
     g = _largest_true(lambda x: fits(x, b), 1, hi)
-    bind = _cap_reason(g, hi, cap_n, None, b, fits, lambda x: (x + 1, b))
+    bind = _cap_reason(g, hi, None, fits, lambda x: (x + 1, b))
     return Solution(g, b, True, bind, "tile_batch",
                     f"--tile-batch {b} is fixed; the most tiles that fit is G = {g}; limited by {bind}", fits.count)
 
@@ -199,15 +199,14 @@ def _tile_reason(idx: int, opts: list[int], n: int) -> str:
     return "memory"
 
 
-def _cap_reason(x: int, hi: Optional[int], cap_n: Optional[int], cap_b: Optional[int], other: int,
-                fits: Callable[[int, int], bool], nxt: Callable[[int], tuple[int, int]]) -> str:
-    if hi is not None and x == hi:
-        if not fits(*nxt(x)):
-            return "memory"
-        if cap_b is not None and x == cap_b and (cap_n is None or cap_b <= cap_n // other):
-            return "max_tile_batch"
-        return "max_global_batch"
-    return "memory"
+def _cap_reason(x: int, hi: Optional[int], cap_b: Optional[int], fits: Callable[[int, int], bool],
+                nxt: Callable[[int], tuple[int, int]]) -> str:
+    """What stopped a search at x, the largest fitting value up to hi: memory, unless x is the cap and one
+    more would still fit. At x == hi == cap_b the tile cap binds (hi = min(cap_n // other, cap_b), so
+    the global cap allows it too)."""
+    if hi is None or x < hi or not fits(*nxt(x)):
+        return "memory"
+    return "max_tile_batch" if cap_b is not None and x == cap_b else "max_global_batch"
 
 
 def _fixed_text(ok: bool, g: int, b: int, why: str) -> str:
