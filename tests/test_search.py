@@ -134,6 +134,21 @@ def test_global_batch_candidates_are_every_factorisation():
     assert sol.micro_batches * sol.tiles * sol.tile_batch * 8 == n and sol.binding_constraint == "global_batch"
 
 
+@pytest.mark.parametrize("fixed", [{"micro_batches": 2}, {"tiles": 3}, {"tile_batch": 2}, {"tiles": 2, "tile_batch": 3},
+                                   {"micro_batches": 1, "tiles": 4}, {"max_tile_batch": 2}])
+def test_global_batch_candidates_honour_the_fixed_values(fixed):
+    """N fixed and some of M, G, b fixed too (or b capped): the factorisations of N/DP that keep them."""
+    problem = make(("b200:8", 128, 8, 4096, "full", "flash"))
+    found = search(problem, PointLimits.of(BatchLimits(global_batch=96, **fixed)), "throughput")
+    mem = MemoryModel(problem)
+    position = {"micro_batches": 0, "tiles": 1, "tile_batch": 2}
+    triples = [t for t in itertools.product(range(1, 13), repeat=3) if t[0] * t[1] * t[2] == 96 // 8
+               and mem.fits(t[1], t[2]) and t[2] <= fixed.get("max_tile_batch", 12)
+               and all(t[position[k]] == v for k, v in fixed.items() if k in position)]
+    assert triples
+    assert sorted(zip(found.cand.micro_batches, found.cand.tiles, found.cand.tile_batch)) == sorted(triples)
+
+
 def test_density_with_global_batch_takes_the_fewest_micro_batches():
     # 24 sequences do not fit the wafer at once (64 experts, no overlap: the golden case); 2 x 12 do
     problem = resolved(load_preset("qwen3-30b-a3b").with_overrides(experts=64), "wse3", overlap_streaming=False)
@@ -143,6 +158,8 @@ def test_density_with_global_batch_takes_the_fewest_micro_batches():
     assert sol.fits and sol.micro_batches == 2 and sol.tiles * sol.tile_batch == 12
     fixed = solve_density(mem, BatchLimits(global_batch=24, micro_batches=1))
     assert not fixed.fits and fixed.micro_batches == 1
+    shape = solve_density(mem, BatchLimits(global_batch=24, tiles=2, tile_batch=3))  # G and b fix M = 24 / 6
+    assert (shape.micro_batches, shape.tiles, shape.tile_batch, shape.fits) == (4, 2, 3, True)
 
 
 @pytest.mark.parametrize("experts", [8, 16, 32, 64, 128])
