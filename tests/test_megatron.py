@@ -7,6 +7,7 @@ Megatron-Core's schedules and sharding), with published numbers where a source g
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import sys
@@ -248,6 +249,10 @@ def test_tensor_parallel_exchanges_per_layer():
     s, h = 2048, 12288
     expected = (96 * 8 + 4) * 7 / 8 * s * h * 2 / 450e9  # 96 layers; the embedding's output and the head's input
     assert st.communication_s["tp_comm"] == pytest.approx(expected)
+    # full recomputation re-runs the forward: the two forward all-reduces (g) again, 96 x (8 + 4) + 4
+    rerun = gpu_step_time(_gpu(GPT3, run=RunOptions(seq_len=2048, attention="eager", recompute="full"), devices=8,
+                               tensor_parallel=8, micro_batches=1), 1, 1)
+    assert rerun.communication_s["tp_comm"] == pytest.approx((96 * 12 + 4) * 7 / 8 * s * h * 2 / 450e9)
     # with SP the reduce-scatter/all-gather pairs move the same volume, plus the input gathered again for dW
     sp = gpu_step_time(_gpu(GPT3, run=RunOptions(seq_len=2048, attention="eager", recompute="none"), devices=8,
                             tensor_parallel=8, sequence_parallel=True, micro_batches=1), 1, 1)
@@ -581,8 +586,8 @@ def test_backward_time_is_each_phases_share_of_its_flops():
     split by the core's backward FLOPs."""
     from btacalc.model.gpu.costs import layer_parts
 
-    for attention in ("eager", "flash"):
-        p = _gpu(GPT3, run=RunOptions(seq_len=2048, attention=attention, recompute="none"), devices=8,
+    for attention, recompute in itertools.product(("eager", "flash"), ("none", "full")):  # full: share 2/(1+2+1)
+        p = _gpu(GPT3, run=RunOptions(seq_len=2048, attention=attention, recompute=recompute), devices=8,
                  tensor_parallel=8, sequence_parallel=True, micro_batches=1)
         ev = p.evaluate(1, 1)
         part = layer_parts(p, ev)[0]
