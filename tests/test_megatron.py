@@ -480,6 +480,10 @@ def test_the_slowest_pipeline_stage_sets_the_step_even_when_it_is_not_the_last()
     one_layer = layer_parts(p, p.evaluate(1, 1))[0].compute_s
     assert st.details["terms"]["compute"] == pytest.approx(14 * one_layer, rel=1e-12)
     assert st.details["micro_batch_s"] == pytest.approx(sum(st.details["terms"].values()), rel=1e-12)
+    # per step, the critical stage runs each of its 14 layers' phases once per micro-batch (7), and
+    # neither the embedding (first stage) nor the LM head and loss (last stage)
+    assert st.phase_repeats["mlp"] == 14 * 7
+    assert all(st.phase_repeats[name] == 0 for name in ("embedding", "final_norm", "lm_head", "loss"))
 
 
 def test_shapes_as_arrays_give_each_shapes_answer_on_a_middle_critical_stage():
