@@ -26,7 +26,6 @@ import numpy as np
 
 from ..config.execution import Layout
 from .arrays import ceil_div, where
-from .params import ParamCounts
 from .problem import Problem
 
 COMPONENTS = ("weights", "gradients", "optimizer")
@@ -90,11 +89,3 @@ def gathered_units_bytes(rates: dict[str, int], layer_params: Any, layout: Layou
     fsdp = 2 * (rates["weights"] + rates["gradients"]) * layer_params
     sharded = (layout.zero_stage >= 3) & (layout.devices > 1)
     return where(sharded, where(layout.fsdp, fsdp, zero3), 0)
-
-
-def gradient_buckets(counts: ParamCounts, layout: Layout) -> list[tuple[float, int]]:
-    """(parameters whose gradients one device synchronises, ranks it synchronises them over) per bucket:
-    the non-expert gradients over all N data-parallel ranks, the device's E/EP share of the expert
-    gradients over the N/EP expert-data-parallel ranks."""
-    return [(counts.non_expert, layout.data_parallel),
-            (counts.expert / layout.expert_parallel, layout.expert_data_parallel)]

@@ -14,14 +14,13 @@ backward = 2 x forward, and recomputation when the phase's activations were drop
     t_phase   = max(t_compute, t_memory) combined with t_stream by max (overlap) or sum (no overlap)
 
 A per-tile overhead is added G times per step: derived from the mesh on a wafer profile with a
-`[mesh]` (model/wafer/mesh.py), else the profile's `calibration.tile_overhead_s` per layer. With expert
-parallelism the all-to-all (communication.py) follows the experts, hidden behind their compute only
-with `overlap_all_to_all`. On a wafer, the on-wafer dispatch/combine and the start of each
-micro-batch's weight stream are added per micro-batch, and the step boundary of a wafer cluster
-(gradients out, MemoryX's optimizer step, SwarmX latency: model/wafer/cluster.py) once per step.
-Step time is the sum over phases (times M micro-batches with gradient accumulation, the gradient
-synchronisation once, overlapping the last backward pass); tokens/s = N*M*G*b*s / step time;
-MFU = model FLOPs / (step time x peak).
+`[mesh]` (model/wafer/mesh.py), else the profile's `calibration.tile_overhead_s` per layer. On a
+wafer, the on-wafer dispatch/combine and the start of each micro-batch's weight stream are added per
+micro-batch, and the step boundary of a wafer cluster (gradients out, MemoryX's optimizer step, SwarmX
+latency: model/wafer/cluster.py) once per step. Step time is the sum over phases times M
+micro-batches, plus the step boundary; tokens/s = N*M*G*b*s / step time; MFU = model FLOPs / (step
+time x peak). GPU problems (Megatron layouts: tensor, pipeline, context, expert and data
+parallelism with their collectives) go to model/gpu/timing.py.
 All functions work on ints and on numpy arrays (vectorised sweeps).
 """
 
@@ -33,10 +32,9 @@ from typing import Any, Optional
 import numpy as np
 
 from ..catalogue.constants import constants
-from .communication import communication_time, recomputed
+from .communication import recomputed
 from .gpu.timing import gpu_step_time
 from .steptime import StepTime, compute_efficiency, tile_overhead_s
-from .params import param_counts
 from .problem import Evaluation, Problem
 from .wafer.cluster import stream_bandwidth
 from .wafer.costs import tiles_overhead_s, wafer_costs
@@ -47,7 +45,6 @@ class _PhaseTimes:
     phase_time: dict[str, Any]
     stream_bound: Any
     model_flops: Any
-    backward_compute: Any
     backward_time: Any = 0  # the backward pass (with recomputation and its weight stream), for overlaps
     per_layer: dict[tuple[str, str], Any] = field(default_factory=dict)  # (kind, phase) -> one layer's time
 
@@ -62,23 +59,13 @@ def _phase_times(problem: Problem, ev: Evaluation) -> _PhaseTimes:
     act_bw = sram_bw.value if hw.family == "wse" and sram_bw else hw.memory.offchip_bandwidth_bytes_per_s.value
     link_bw = stream_bandwidth(hw)
     beta = problem.run.bytes_per_element
-    ep = problem.layout.expert_parallel
-    out = _PhaseTimes({}, 0, 0, 0)
+    out = _PhaseTimes({}, 0, 0)
     for kind, n, pv, phase in ev.kind_items():
         v = pv.of(phase.name).__getitem__
         flops = v("flops_fwd") + v("flops_bwd") + v("flops_recompute")
         out.model_flops = out.model_flops + n * (v("flops_fwd") + v("flops_bwd"))
-        moved = v("bytes_moved")
-        if phase.param_bucket == "routed" and ep > 1:
-            # a device holds E/EP experts: only their weights are read (tokens routed to it are counted
-            # by the catalogue already: uniform routing gives each device T*k token-expert pairs)
-            moved = moved - beta * v("params") * (1 - 1 / ep)
-        moved_bwd = v("bytes_moved_bwd")
-        if phase.param_bucket == "routed" and ep > 1:
-            moved_bwd = moved_bwd - passes.backward_traffic_factor * beta * v("params") * (1 - 1 / ep)
-        traffic = moved * (1 + recomputed(pv, phase.name)) + moved_bwd
+        traffic = v("bytes_moved") * (1 + recomputed(pv, phase.name)) + v("bytes_moved_bwd")
         t_cmp = np.maximum(flops / peak, traffic / act_bw)
-        out.backward_compute = out.backward_compute + n * v("flops_bwd") / peak
         t_bwd = t_cmp * (flops - v("flops_fwd")) / np.maximum(flops, 1)  # the backward share of the phase
         if streaming:
             weight_bytes = 0 if phase.stream_unit == "none" else beta * v("params")
@@ -106,32 +93,17 @@ def step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Evalua
     times = _phase_times(problem, ev)
     phase_time = times.phase_time
     tokens = tiles * tile_batch * run.seq_len
-    comm = communication_time(problem, ev, param_counts(problem))
-    if "all_to_all" in comm:
-        a2a = comm["all_to_all"]
-        # overlapped: hidden behind the routed experts' own compute (chunked dispatch), only the excess shows
-        experts = sum(phase_time[p.name] for _, _, p in ev.items() if p.param_bucket == "routed")
-        phase_time["all_to_all"] = np.maximum(0.0, a2a - experts) if layout.overlap_all_to_all else a2a
-    wafer = None
-    if problem.hardware.family == "wse":
-        wafer = wafer_costs(problem, ev, times.backward_time, sum(phase_time.values()))
-    if wafer is not None:
-        phase_time.update(wafer.per_micro_batch)
-        comm = {**comm, **wafer.communication}
+    wafer = wafer_costs(problem, ev, times.backward_time, sum(phase_time.values()))
+    phase_time.update(wafer.per_micro_batch)
     # gradient accumulation: M micro-batches of G*b sequences per optimizer step; everything above
-    # runs M times, the gradients are synchronised once
+    # runs M times, the step boundary once
     m = layout.micro_batches if micro_batches is None else micro_batches
     phase_time = {k: m * v for k, v in phase_time.items()}
     stream_bound = m * times.stream_bound
-    if "gradient_sync" in comm:
-        # data-parallel gradient reduction overlaps the backward pass of the last micro-batch
-        # (bucketed, as in PyTorch DDP and Megatron-LM); only what exceeds it shows
-        phase_time["gradient_sync"] = np.maximum(0.0, comm["gradient_sync"] - times.backward_compute)
-    if wafer is not None:
-        phase_time.update(wafer.per_step)
+    phase_time.update(wafer.per_step)
     tiling = m * tiles_overhead_s(problem, ev, tiles, model.num_layers * tile_overhead_s(problem))
     total = sum(phase_time.values()) + tiling
     peak = problem.hardware.chip.peak_flops_per_s.value
     per_layer = {key: m * t for key, t in times.per_layer.items()}
     return StepTime(total, layout.devices * m * tokens / total, m * times.model_flops / (total * peak),
-                    phase_time, tiling, stream_bound / total, comm, kind_phase_time_s=per_layer)
+                    phase_time, tiling, stream_bound / total, wafer.communication, kind_phase_time_s=per_layer)
