@@ -120,6 +120,16 @@ def test_step_boundary_by_hand():
     assert sb.exposed_s == pytest.approx(expected)
 
 
+def test_a_profile_without_a_memoryx_update_bandwidth_has_no_update_time():
+    # the optimizer step is timed only when the profile gives MemoryX's update bandwidth
+    hw = WSE2.model_copy(update={"memory": WSE2.memory.model_copy(update={"memoryx_update_bandwidth_bytes_per_s": None})})
+    p = make_problem(QWEN, hw, RunOptions(memory_model="weight_streaming"))
+    params = 30_532_122_624
+    sb = step_boundary(p, params, backward_s=0.0, micro_batch_s=1.0)
+    assert sb.optimizer_update_s == 0.0
+    assert sb.exposed_s == pytest.approx(2 * params / 150e9 + 2 * 10e-6)  # the gradients out, unhidden
+
+
 def test_several_systems_scale_the_tokens_and_keep_the_per_system_step():
     one = make_plan(QWEN, WSE2, ExecutionRequest(devices=1, limits=BatchLimits(global_batch=16)))
     four = make_plan(QWEN, WSE2, ExecutionRequest(devices=4, limits=BatchLimits(global_batch=64)))
