@@ -25,6 +25,7 @@ from btacalc.config.presets import resolve_model
 from btacalc.model.gpu.memory import GpuMemory
 from btacalc.model.gpu.stages import PipelineStages
 from btacalc.model.gpu.timing import gpu_step_time
+from btacalc.model.memory import MemoryModel
 from btacalc.model.problem import Problem, make_problem
 from btacalc.planning.plan import make_plan
 
@@ -298,6 +299,26 @@ def test_overlapped_gradient_reduce_hides_behind_the_whole_backward_pass():
     assert st.details["sync_s"] == pytest.approx(reduce - backward, rel=1e-12)
 
 
+def test_context_parallel_exchange_hides_behind_the_attention_core():
+    # ring attention: each layer's K/V exchange runs behind its attention core (the fused FlashAttention
+    # phases); only what outlasts the core shows, per layer
+    from btacalc.model.gpu.collectives import context_parallel_time
+    from btacalc.model.gpu.costs import layer_parts
+
+    p = _gpu(GPT3, run=RunOptions(seq_len=8192, attention="flash", recompute="none"), devices=16, tensor_parallel=8,
+             context_parallel=2, micro_batches=1)
+    ev = p.evaluate(1, 1)
+    part, pv = layer_parts(p, ev)[0], ev.layers[0][1]
+    core_phases = {ph.name for ph in pv.phases if ph.core}
+    core = sum(t for name, t in part.phase_s.items() if name in core_phases)
+    assert part.core_s == pytest.approx(core, rel=1e-12) and 0 < core < part.compute_s
+    cp = context_parallel_time(p, part.cp_bytes)
+    assert cp > 0
+    st = gpu_step_time(p, 1, 1)
+    assert st.details["terms"]["cp_comm"] == pytest.approx(96 * max(0.0, cp - core), rel=1e-12)
+    assert st.communication_s["cp_comm"] == pytest.approx(96 * cp, rel=1e-12)
+
+
 def test_rings_across_domains_use_one_nic_per_member():
     from btacalc.model.gpu.collectives import ring_time
 
@@ -500,6 +521,45 @@ def test_shapes_as_arrays_give_each_shapes_answer_on_a_middle_critical_stage():
             assert v[i] == pytest.approx(one.communication_s[k], rel=1e-12), k
 
 
+def test_zero3_and_fsdp_hold_one_or_two_gathered_layers():
+    """ZeRO-3 gathers one layer's 16-bit weights at a time; FSDP double-buffers the unsharded weights and
+    their (fp32) gradients: 2 x (2 + 4) bytes per parameter. One Qwen3-30B-A3B layer on a rank of TP 1,
+    EP 4, ETP 2: attention q (2048 x 4096), k and v (2048 x 512), o (4096 x 2048), the two q/k norms (128)
+    and the two layer norms (2048), the router (2048 x 128); its share of the 128 experts' three
+    2048 x 768 matrices is 1/(EP x ETP)."""
+    dense = 2048 * 4096 * 2 + 2048 * 512 * 2 + 2 * 128 + 2 * 2048 + 2048 * 128
+    routed = 128 * 3 * 2048 * 768
+
+    def gathered(devices, **layout):
+        run = RunOptions(seq_len=4096, attention="flash", recompute="full", memory_model="resident", gradient_bytes=4)
+        return MemoryModel(_gpu(QWEN, run=run, devices=devices, **layout)).breakdown(1, 1).components.get("gathered_weights")
+
+    assert gathered(16, expert_parallel=4, expert_tensor_parallel=2, zero_stage=3) == 2 * (dense + routed // 8)
+    assert gathered(16, expert_parallel=4, expert_tensor_parallel=2, zero_stage=3, fsdp=True) == \
+        2 * (2 + 4) * (dense + routed // 8)
+    assert gathered(2, expert_parallel=2, zero_stage=3) == 2 * (dense + routed // 2)
+    assert gathered(16, expert_parallel=4, expert_tensor_parallel=2, zero_stage=1) is None  # nothing gathered
+    assert gathered(1, zero_stage=3) is None  # one device holds every weight already
+
+
+def test_layouts_as_arrays_give_each_layouts_step_and_memory():
+    """The layout search scores many layouts in one pass: PP 1, 2 and 4 side by side (stages beyond a
+    layout's own PP do not exist for it) give each layout's own step time and memory."""
+    from btacalc.planning.search import _stack
+
+    model, hw = resolve_model("llama-3-8b"), resolve_hardware("h100")
+    run = RunOptions(seq_len=4096, attention="flash", recompute="full", memory_model="resident")
+    layouts = [Layout(devices=8, pipeline_parallel=pp, micro_batches=8, devices_per_node=8, sequence_parallel=True)
+               for pp in (1, 2, 4)]
+    stacked = make_problem(model, hw, run, _stack(layouts))
+    steps, memory = gpu_step_time(stacked, 1, 1).step_time_s, MemoryModel(stacked).total(1, 1)
+    for i, layout in enumerate(layouts):
+        one = make_problem(model, hw, run, layout)
+        assert steps[i] == pytest.approx(gpu_step_time(one, 1, 1).step_time_s, rel=1e-12)
+        assert memory[i] == pytest.approx(MemoryModel(one).total(1, 1), rel=1e-12)
+    assert steps[0] > steps[1] > steps[2]  # the smaller stages are faster per micro-batch; no phantom stage
+
+
 # --- collectives, written as the arithmetic of the module docstring ---------------------------------
 
 def _h100_links():
@@ -609,6 +669,18 @@ def test_backward_time_is_each_phases_share_of_its_flops():
             expected += core_s * core[1] / core[0]
         assert part.backward_s == pytest.approx(expected, rel=1e-12)
         assert part.compute_s == pytest.approx(sum(part.phase_s.values()), rel=1e-12)
+
+
+def test_experts_shard_over_ep_times_etp_and_imbalance_needs_expert_parallelism():
+    # a rank holds 1/(EP x ETP) of the experts; the busiest rank's extra load R exists only when the
+    # experts are spread (EP > 1): without EP every rank holds every expert and takes its own tokens
+    from btacalc.model.gpu.costs import _rates
+
+    run = RunOptions(seq_len=4096, attention="flash", recompute="none", routing_imbalance=1.5)
+    spread = _rates(_gpu(QWEN, run=run, devices=16, expert_parallel=4, expert_tensor_parallel=2))
+    assert (spread.expert_shards, spread.imbalance) == (8, 1.5)
+    assert _rates(_gpu(QWEN, run=run, devices=2, expert_parallel=2)).imbalance == 1.5
+    assert _rates(_gpu(QWEN, run=run, devices=2, expert_parallel=1)).imbalance == 1.0
 
 
 def test_routed_phases_read_only_the_devices_share_of_the_experts():

@@ -107,6 +107,10 @@ def test_tree_latency_and_stream_bandwidth():
     bare = WSE2.model_copy(update={"system": WSE2.system.model_copy(update={"swarmx_fanout": None})})
     assert levels(make_problem(QWEN, bare, RunOptions())) == 0
     assert levels(make_problem(QWEN, WSE2, RunOptions())) == 0 and tree_levels(16, 4) == 2
+    assert tree_latency_s(bare, 16) == pytest.approx(10e-6)  # no tree: MemoryX's latency only
+    # without MemoryX's own latency only the tree's levels count
+    direct = WSE2.model_copy(update={"system": WSE2.system.model_copy(update={"memoryx_latency_s": None})})
+    assert tree_latency_s(direct, 16) == pytest.approx(2 * 5e-6) and tree_latency_s(direct, 1) == 0.0
 
 
 def test_step_boundary_by_hand():

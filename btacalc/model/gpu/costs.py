@@ -108,7 +108,7 @@ def _part(pv: PhaseValues, phases: list[Phase], r: _Rates, memory_only: bool = F
         part.backward_s = part.backward_s + t * _backward_share(v)
         part.core_s = part.core_s + (t if phase.core else 0.0)
         _memory(part, phase, v, load)
-        _volumes(part, v, r, load)
+        _volumes(part, v, r)
     if r.flash and not memory_only:
         _fused_core(part, pv, phases, core, r)
     return part
@@ -154,7 +154,7 @@ def _memory(part: Part, phase: Phase, v: Any, load: Any) -> None:
         part.dense_params = part.dense_params + v("params")
 
 
-def _volumes(part: Part, v: Any, r: _Rates, load: Any) -> None:
+def _volumes(part: Part, v: Any, r: _Rates) -> None:
     """Communication volumes of one micro-batch (see the module docstring); collective factors are
     named constants: an all-reduce counts all_reduce (2) units, a reduce-scatter or all-gather one."""
     p, c = constants().passes, constants().collectives
