@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
+
 import pytest
 
 from btacalc.errors import BtacalcError
@@ -372,3 +374,44 @@ def test_the_search_stops_at_its_limit():
     # an always-true predicate: the exponential search walks to the limit and no further
     assert _largest_true(lambda x: True, 1, None) == _SEARCH_LIMIT == 2**40
     assert _largest_true(lambda x: x <= 1000, 1, None) == 1000
+
+
+class _CurvedMemory:
+    """Many points' memory in bytes at n = G*b sequences: c + a n + q n^3 (q > 0: a working set that
+    grows faster than linearly, so the solver's secant steps overshoot and bisection must finish)."""
+
+    def __init__(self, c, a, q, usable):
+        self.c, self.a, self.q, self.usable = np.asarray(c), np.asarray(a), np.asarray(q), usable
+
+    def total(self, point, tiles, tile_batch):
+        n = np.asarray(tiles, dtype=float) * tile_batch
+        return self.c[point] + self.a[point] * n + self.q[point] * n ** 3
+
+    def fits(self, point, tiles, tile_batch):
+        return self.total(point, tiles, tile_batch) <= self.usable
+
+
+def _largest_by_bisection(fits, limit):
+    """The largest x in [1, limit] with fits(x), fits(1) given and fits monotone: plain bisection."""
+    lo, hi = 1, limit + 1
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
+
+
+def test_the_vectorised_search_finds_the_largest_fitting_x_on_curved_memory():
+    from btacalc.model.solver import _Slots, largest_fitting
+
+    rng = np.random.default_rng(7)
+    k = 300
+    mem = _CurvedMemory(rng.integers(0, 1000, k), rng.integers(1, 50, k), rng.choice([0.0, 1e-6, 1e-3, 1.0, 5.0], k),
+                        usable=10**6)
+    fixed = rng.integers(1, 4, k)
+    along_tiles = rng.random(k) < 0.5
+    hi = np.where(rng.random(k) < 0.3, rng.integers(1, 500, k), -1)  # a cap on x, or none (-1)
+    got = largest_fitting(mem, _Slots(np.arange(k), fixed, along_tiles), hi)
+    for i in range(k):
+        def fits(x, i=i):
+            return bool(mem.fits(i, x, fixed[i]))  # n = x * fixed either way round
+        assert got[i] == _largest_by_bisection(fits, int(hi[i]) if hi[i] >= 0 else 10**7), i
