@@ -149,6 +149,23 @@ def test_global_batch_candidates_honour_the_fixed_values(fixed):
     assert sorted(zip(found.cand.micro_batches, found.cand.tiles, found.cand.tile_batch)) == sorted(triples)
 
 
+def test_caps_on_the_global_batch_at_their_edges():
+    """8 data-parallel ranks: --max-global-batch N caps G*b at N // 8 per rank."""
+    problem = make(("b200:8", 128, 8, 4096, "full", "flash"))
+    assert problem.layout.data_parallel == 8
+
+    def solved(**limits):
+        return search(problem, PointLimits.of(BatchLimits(**limits)), "throughput").solution(0)
+
+    assert not solved(max_global_batch=4).fits  # under one sequence per rank: nothing is within the cap
+    at_cap = solved(max_global_batch=16, tiles=2, tile_batch=1)  # G*b = 2 = 16 // 8: exactly at the cap
+    assert at_cap.fits and (at_cap.tiles, at_cap.tile_batch) == (2, 1)
+    one = solved(max_global_batch=24, tile_batch=1)  # b = 1: G up to 3
+    tps = {g: float(step_time(problem, g, 1).tokens_per_s) for g in (1, 2, 3) if MemoryModel(problem).fits(g, 1)}
+    top = max(tps.values())
+    assert one.tile_batch == 1 and one.tiles == max(g for g, t in tps.items() if t >= top * (1 - TIE_TOLERANCE))
+
+
 def test_density_with_global_batch_takes_the_fewest_micro_batches():
     # 24 sequences do not fit the wafer at once (64 experts, no overlap: the golden case); 2 x 12 do
     problem = resolved(load_preset("qwen3-30b-a3b").with_overrides(experts=64), "wse3", overlap_streaming=False)
