@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Mutation testing of the modelling core (btacalc/model/*) with mutmut: every mutant must make some
-# test fail. Usage: tools/mutation.sh [extra mutmut args]. Takes about an hour on 2 cores (about 5,000 mutants).
+# test fail. Usage: tools/mutation.sh [extra mutmut args]. Takes about 3 hours on 2 cores (5,351 mutants); an interrupted run resumes by calling `mutmut run` again (this script starts afresh).
 #
 # mutmut runs the tests in-process against a copy of the package under mutants/, so btacalc must NOT
 # be installed in the interpreter it uses (an installed/editable btacalc would shadow the mutants).
