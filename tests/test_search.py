@@ -162,7 +162,9 @@ def test_caps_on_the_global_batch_at_their_edges():
     assert at_cap.fits and (at_cap.tiles, at_cap.tile_batch) == (2, 1)
     assert not solved(max_global_batch=16, tiles=1, tile_batch=3).fits  # G*b = 3 is above the cap of 2
     # G = 1 fixed: b within both caps, the tile cap (2) or the global one (24 // 8 = 3, or 8 // 8 = 1)
-    assert solved(max_global_batch=24, max_tile_batch=2, tiles=1).tile_batch <= 2
+    by_b = {b: float(step_time(problem, 1, b).tokens_per_s) for b in (1, 2) if MemoryModel(problem).fits(1, b)}
+    fastest_b = max(b for b, t in by_b.items() if t >= max(by_b.values()) * (1 - TIE_TOLERANCE))
+    assert solved(max_global_batch=24, max_tile_batch=2, tiles=1).tile_batch == fastest_b
     assert solved(max_global_batch=8, max_tile_batch=2, tiles=1).tile_batch == 1
     one = solved(max_global_batch=24, tile_batch=1)  # b = 1: G up to 3
     tps = {g: float(step_time(problem, g, 1).tokens_per_s) for g in (1, 2, 3) if MemoryModel(problem).fits(g, 1)}

@@ -268,6 +268,12 @@ _LIMIT_TEXT = {MAX_SEQUENCES: "2^62 sequences, more than any training batch",
                MAX_DEVICES: "2^20 = 1,048,576 devices, more than any training cluster"}
 
 
+# How Cerebras splits a wafer cluster's global batch (model/wafer/batching.py has the sources); checked
+# with the other batch rules in BatchLimits.validate and shown in the plan's wafer section.
+WAFER_BATCH_RULE = ("Cerebras Model Zoo R_2.0.3-2.2.0: batch_size % num_csx == 0 and (batch_size / num_csx) % "
+                    "micro_batch_size == 0 (later releases round up instead)")
+
+
 @dataclass(frozen=True)
 class BatchLimits:
     """User constraints on the batch shape; None means free.
@@ -445,7 +451,7 @@ def resolve_execution(request: ExecutionRequest, model: "ModelSpec", profile: "H
     limits = _resolve_batch(request, layout, chosen)
     layout = replace(layout, micro_batches=limits.micro_batches or 1)  # the solver may choose M: plan.py
     layout.validate(model, profile, run.seq_len)
-    wafers = f"{{devices}} {layout.devices} wafer systems (Cerebras Model Zoo: batch_size % num_csx == 0)"
+    wafers = f"{{devices}} {layout.devices} wafer systems ({WAFER_BATCH_RULE})"
     limits.validate(layout.data_parallel, wafers if profile.family == "wse" else "")
     objective = chosen.pick("objective", request.objective, OBJECTIVES[0], REASONS["objective"])
     if objective not in OBJECTIVES:

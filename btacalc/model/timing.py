@@ -56,7 +56,7 @@ def _phase_times(problem: Problem, ev: Evaluation) -> _PhaseTimes:
     peak = hw.chip.peak_flops_per_s.value * compute_efficiency(problem)
     streaming = problem.memory_model == "weight_streaming"
     sram_bw = hw.chip.sram_bandwidth_bytes_per_s
-    act_bw = sram_bw.value if hw.family == "wse" and sram_bw else hw.memory.offchip_bandwidth_bytes_per_s.value
+    act_bw = sram_bw.value if sram_bw else hw.memory.offchip_bandwidth_bytes_per_s.value  # wafer SRAM
     link_bw = stream_bandwidth(hw)
     beta = problem.run.bytes_per_element
     out = _PhaseTimes({}, 0, 0)

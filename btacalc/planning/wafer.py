@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from typing import Optional
 
+from ..config.execution import WAFER_BATCH_RULE
 from ..errors import BtacalcError
 from ..model.memory import MemoryModel
 from ..model.problem import Problem
 from ..model.solver import Solution, solve
 from ..model.timing import StepTime, step_time
-from ..model.wafer.batching import RULE
 from ..model.wafer.cluster import levels, stream_bandwidth, stream_limit, tree_latency_s
 from ..model.wafer.costs import tiles_overhead_s
 from .report import ScalingRow, WaferInfo
@@ -103,7 +103,7 @@ def wafer_info(problem: Problem, mem: MemoryModel, sol: Solution, best: Optional
     per_tile = hw.calibration.tile_overhead_s.value * problem.model.num_layers if hw.calibration.tile_overhead_s else 0.0
     return WaferInfo(
         systems=lay.devices, global_batch=lay.devices * lay.micro_batches * n,
-        per_system_batch=lay.micro_batches * n, micro_batches=lay.micro_batches, micro_batch_size=n, batch_rule=RULE,
+        per_system_batch=lay.micro_batches * n, micro_batches=lay.micro_batches, micro_batch_size=n, batch_rule=WAFER_BATCH_RULE,
         tokens_per_s=float(best.tokens_per_s) if best is not None else None,
         tokens_per_s_per_system=float(best.tokens_per_s) / lay.devices if best is not None else None,
         stream_bandwidth_bytes_per_s=stream_bandwidth(hw), stream_limited_by=stream_limit(hw),

@@ -20,9 +20,6 @@ from __future__ import annotations
 from ...errors import BtacalcError
 from ..problem import Problem
 
-RULE = ("Cerebras Model Zoo R_2.0.3-2.2.0: batch_size % num_csx == 0 and (batch_size / num_csx) % "
-        "micro_batch_size == 0 (later releases round up instead)")
-
 
 def check_cluster_memory_model(problem: Problem) -> None:
     """Several wafer systems train only with weights streamed from MemoryX through SwarmX."""
