@@ -131,6 +131,9 @@ OverlapP2pOpt = typer.Option(None, "--overlap-p2p/--no-overlap-p2p", help=help_t
 ObjectiveOpt = typer.Option(None, "--objective", help=help_text("What the solver maximises: throughput (predicted "
                             "tokens/s) or density (the largest G·b that fits, then the largest tile) [default: "
                             "throughput]."))
+TokensPerStepOpt = typer.Option(None, "--tokens-per-step", min=1, help=help_text("GPU plans that fix no batch "
+                                "size: tokens per optimizer step, rounded up to whole sequences per data-parallel "
+                                "rank [default: 4,194,304 (4M), Llama 3 405B's initial batch]."))
 JsonOpt = typer.Option(False, "--json", help="Print the result as JSON on stdout.")
 OutputOpt = typer.Option(None, "--output", "-o", help="Write the JSON to this file (atomically; - for standard output).")
 QuietOpt = typer.Option(False, "--quiet", "-q", help="No progress report on stderr.")

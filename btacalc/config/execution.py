@@ -36,6 +36,11 @@ DEFAULT_SEQ_LEN_SOURCE = "Qwen3 technical report (arXiv 2505.09388) §3.2: stage
 
 MEGATRON = "Megatron-LM @ d98e8a64 (2026-08-22)"
 
+# Tokens per optimizer step when a GPU plan fixes none of the batch's sizes: 4M (2^22), Llama 3 405B's
+# initial batch (Dubey et al. 2024, arXiv 2407.21783 §3.4.1: 4M tokens of 4,096); GPT-3 175B used 3.2M
+# (Brown et al. 2020, Table 2.1). One default for plan, sweep, compare and --search (planning/search.py).
+DEFAULT_TOKENS_PER_STEP = 1 << 22
+
 # What the batch-shape solver maximises (btacalc.model.solver): predicted tokens/s, or the largest
 # G*b that fits (tokens per expert; the rule of the BTA design card).
 OBJECTIVES = ("throughput", "density")
@@ -63,6 +68,9 @@ REASONS = {
     "tp_comm_overlap": f"off: Megatron-Core's default ({MEGATRON} model_parallel_config.py tp_comm_overlap = False)",
     "overlap_p2p": (f"on with interleaving only: Megatron-LM's default ({MEGATRON} arguments.py: "
                     "overlap_p2p_comm is switched off without a virtual pipeline)"),
+    "global_batch_gpu": ("{tokens} tokens per optimizer step (4M: Llama 3 405B's initial batch, arXiv 2407.21783 "
+                         "§3.4.1; GPT-3 used 3.2M), rounded up to whole sequences per data-parallel rank; "
+                         "--tokens-per-step changes it, --global-batch fixes it"),
     "micro_batch_pipeline": ("1 sequence per micro-batch under pipeline parallelism (M = N / DP), as Megatron's "
                              "published pipeline recipes; give --micro-batch or --grad-accum to change it"),
     "multi_token_prediction": ("off: the main model only, as Hugging Face transformers trains DeepSeek-V3 (it does not "
@@ -384,6 +392,8 @@ class ExecutionRequest:
     overlaps: OverlapRequest = field(default_factory=OverlapRequest)
     multi_token_prediction: Optional[bool] = None
     objective: Optional[str] = None
+    # GPU plans that fix no batch size: the global batch in tokens (None: DEFAULT_TOKENS_PER_STEP)
+    tokens_per_step: Optional[int] = None
 
     def with_changes(self, **changes: Any) -> "ExecutionRequest":
         return replace(self, **changes)
@@ -448,7 +458,7 @@ def resolve_execution(request: ExecutionRequest, model: "ModelSpec", profile: "H
     )
     _check_run(run, model)
     layout = _resolve_layout(request, model, profile, chosen)
-    limits = _resolve_batch(request, layout, chosen)
+    limits = _resolve_batch(request, layout, chosen, run.seq_len if gpu else None)
     layout = replace(layout, micro_batches=limits.micro_batches or 1)  # the solver may choose M: plan.py
     layout.validate(model, profile, run.seq_len)
     wafers = f"{{devices}} {layout.devices} wafer systems ({WAFER_BATCH_RULE})"
@@ -550,14 +560,41 @@ def _resolve_overlaps(request: ExecutionRequest, chosen: _Defaults, several: boo
                     p2p=pick("overlap_p2p", o.p2p, interleaved))
 
 
-def _resolve_batch(request: ExecutionRequest, layout: Layout, chosen: _Defaults) -> BatchLimits:
+def default_global_batch(request: ExecutionRequest, seq_len: int, data_parallel: int) -> Optional[int]:
+    """The global batch of a GPU plan that fixes none of the batch's sizes (global batch, gradient
+    accumulation, tiles, tile batch, caps): `tokens_per_step` (default 2^22) in whole sequences, rounded up
+    to a multiple of DP x the micro-batch (when --micro-batch is given) so every rank runs whole
+    micro-batches. None when the user fixed a size (their numbers then decide)."""
+    lim = request.limits
+    if any(v is not None for v in (lim.global_batch, lim.tiles, lim.tile_batch, lim.max_global_batch,
+                                   lim.max_tile_batch, request.micro_batches)):
+        return None
+    tokens = DEFAULT_TOKENS_PER_STEP if request.tokens_per_step is None else request.tokens_per_step
+    if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 1 or tokens > MAX_SEQUENCES:
+        raise BtacalcError(f"{{tokens_per_step}} must be a positive integer up to {MAX_SEQUENCES}, got {tokens!r}")
+    unit = data_parallel * (lim.micro_batch or 1)
+    return max(-(-tokens // (seq_len * unit)), 1) * unit
+
+
+def _resolve_batch(request: ExecutionRequest, layout: Layout, chosen: _Defaults,
+                   gpu_seq_len: Optional[int] = None) -> BatchLimits:
     """The solver's limits, N = DP·M·G·b (see BatchLimits): --micro-batch fixes G·b, so with --global-batch
     M = N / (DP·micro batch) and without it N = DP·M·micro batch. A global batch alone leaves M to the
     solver, except under pipeline parallelism (memory and the schedule depend on M), where the
-    micro-batch is 1 sequence as in Megatron's published recipes."""
+    micro-batch is 1 sequence as in Megatron's published recipes. A GPU plan (`gpu_seq_len` given) that
+    fixes no batch size gets `default_global_batch`; a wafer's batch is the BTA solver's answer."""
     limits, m = request.limits, request.micro_batches
-    n, mb = limits.global_batch, limits.micro_batch
     dp = max(layout.data_parallel, 1)
+    if gpu_seq_len is not None:
+        default = default_global_batch(request, gpu_seq_len, dp)
+        if default is not None:
+            tokens = DEFAULT_TOKENS_PER_STEP if request.tokens_per_step is None else request.tokens_per_step
+            limits = replace(limits, global_batch=chosen.pick(
+                "global_batch", None, default, REASONS["global_batch_gpu"].replace("{tokens}", f"{tokens:,}")))
+    elif request.tokens_per_step is not None:
+        raise BtacalcError("{tokens_per_step} sets a GPU plan's default global batch; on a wafer the batch is "
+                           "the solver's answer (give --global-batch to fix it)")
+    n, mb = limits.global_batch, limits.micro_batch
     if mb is None and n is not None and m is None and layout.pipeline_parallel > 1:
         mb = chosen.pick("micro_batch", None, 1, REASONS["micro_batch_pipeline"])
     if mb is None:

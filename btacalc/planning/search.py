@@ -24,7 +24,8 @@ from typing import Any, Iterator, Optional
 import numpy as np
 from pydantic import BaseModel, Field
 
-from ..config.execution import BatchLimits, Execution, ExecutionRequest, Layout, resolve_execution
+from ..config.execution import (DEFAULT_TOKENS_PER_STEP, BatchLimits, Execution, ExecutionRequest, Layout,
+                                resolve_execution)
 from ..config.hardware import HardwareProfile
 from ..config.model import ModelSpec
 from ..errors import BtacalcError
@@ -35,9 +36,6 @@ from .plan import make_plan
 from .report import PlanReport
 
 SCHEMA_VERSION = 1
-# Tokens per optimizer step when no --global-batch is given: 4M, Llama 3 405B's initial batch (Dubey et al.
-# 2024, arXiv 2407.21783 §3.4.1: 4M tokens of 4,096); GPT-3 175B used 3.2M (Brown et al. 2020, Table 2.1).
-DEFAULT_TOKENS_PER_STEP = 1 << 22
 SIZES = {"tensor_parallel": (1, 2, 4, 8), "pipeline_parallel": (1, 2, 4, 8, 16, 32),
          "virtual_pipeline": (1, 2, 3, 4, 6, 8, 12), "context_parallel": (1, 2, 4, 8), "micro_batch": (1, 2, 4, 8)}
 RECOMPUTE_CHOICES = ("none", "selective", "full")
@@ -104,7 +102,8 @@ def search_layouts(model: ModelSpec, hardware: HardwareProfile, request: Executi
     start = time.perf_counter()
     base = resolve_execution(request.with_changes(limits=replace(request.limits, global_batch=None, micro_batch=None),
                                                   micro_batches=None), model, hardware)
-    n = request.limits.global_batch or max(DEFAULT_TOKENS_PER_STEP // base.run.seq_len, 1)
+    tokens = request.tokens_per_step or DEFAULT_TOKENS_PER_STEP
+    n = request.limits.global_batch or max(tokens // base.run.seq_len, 1)
     candidates = list(_candidates(model, hardware, request, base, n))
     if not candidates:
         raise BtacalcError(f"{{search}}: no layout of {request.devices} devices satisfies the layout rules for "
