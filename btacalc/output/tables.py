@@ -210,10 +210,16 @@ _COMPONENT_NOTES = {
     "weight_buffers": "streamed weights buffered on-chip",
     "gradient_buffers": "outgoing gradients buffered on-chip",
     "weights": "16-bit weights",
-    "gradients": "gradients (fp32 main gradients: 4 B/param)",
+    "gradients": "gradients ({gradient_note})",
     "optimizer_state": "fp32 master weights + Adam moments",
     "gathered_weights": "ZeRO-3 / FSDP: gathered layer weights",
 }
+
+
+def _gradient_note(r: PlanReport) -> str:
+    """The gradients' label from the run's own bytes per gradient element (--grad-bytes)."""
+    n = r.inputs.gradient_bytes
+    return {4: "fp32 main gradients: 4 B/param", 2: "16-bit gradients: 2 B/param"}.get(n, f"{n} B/param")
 
 
 def _memory_table(r: PlanReport) -> Table:
@@ -229,7 +235,7 @@ def _memory_table(r: PlanReport) -> Table:
     for key, note in _COMPONENT_NOTES.items():
         if key in mb:
             extra = f" (peak: {_largest_phase(r)})" if key == "working_set" else ""
-            t.add_row(key, gb(mb[key]), share(mb[key]), note + extra)
+            t.add_row(key, gb(mb[key]), share(mb[key]), note.replace("{gradient_note}", _gradient_note(r)) + extra)
     t.add_row("[bold]total[/bold]", f"[bold]{gb(mb['total'])}[/bold]", f"[bold]{share(mb['total'])}[/bold]",
               f"capacity {gb(mb['capacity'])}, usable {gb(mb['usable_capacity'])}")
     if r.offchip_bytes:
