@@ -318,3 +318,16 @@ def test_tp_split_is_per_term_data():
     for phase in load_catalogue():
         for term in phase.terms:
             assert phase.tp_class(term) in TP_CLASSES, (phase.name, term.expr)
+
+
+def test_selective_under_flash_reruns_the_fused_core_forward_as_megatron_does():
+    # Megatron-Core checkpoints the attention core under core_attn whatever its kernel (Megatron-LM @ d98e8a64
+    # attention.py:392-395): with FlashAttention the backward re-runs the core's forward once on top of
+    # the kernel's own recomputation of S (Dao et al. 2022 Alg. 4), and the logsumexp is no longer kept.
+    flash = {**GPT, "attention": "flash", "dropout": False}
+    none = layer_sum(flash, "none", "flops_recompute")
+    selective = layer_sum(flash, "selective", "flops_recompute")
+    core_fwd = 4 * b * s**2 * h  # QK^T and P.V forward, MHA: 2 x 2bs^2h
+    assert is_zero((selective - none).subs(GPT_SUBS) - core_fwd)
+    dropped = layer_sum(flash, "none", "stored") - layer_sum(flash, "selective", "stored")
+    assert is_zero(dropped.subs(GPT_SUBS) - 4 * a * s * b)  # the fp32 row logsumexp, a·s per sequence
