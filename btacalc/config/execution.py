@@ -572,8 +572,13 @@ def default_global_batch(request: ExecutionRequest, seq_len: int, data_parallel:
     tokens = DEFAULT_TOKENS_PER_STEP if request.tokens_per_step is None else request.tokens_per_step
     if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 1 or tokens > MAX_SEQUENCES:
         raise BtacalcError(f"{{tokens_per_step}} must be a positive integer up to {MAX_SEQUENCES}, got {tokens!r}")
-    unit = data_parallel * (lim.micro_batch or 1)
-    return max(-(-tokens // (seq_len * unit)), 1) * unit
+    return whole_sequences(tokens, seq_len, data_parallel * (lim.micro_batch or 1))
+
+
+def whole_sequences(tokens: Any, seq_len: Any, unit: Any) -> Any:
+    """ceil(tokens / s) sequences rounded up to a multiple of `unit` (ints or arrays): ceil(ceil(t/s)/u)·u,
+    which equals ceil(t/(s·u))·u and never forms the product s·u (no overflow)."""
+    return -(-(-(-tokens // seq_len)) // unit) * unit
 
 
 def _resolve_batch(request: ExecutionRequest, layout: Layout, chosen: _Defaults,

@@ -68,20 +68,25 @@ def plan_renderable(r: PlanReport) -> Group:
 def _throughput_table(r: PlanReport) -> Table:
     th = r.throughput
     t = Table(title="Throughput (roofline per phase; see README for the time model)", title_justify="left")
-    for c in ("", "tokens/s", "step time", "vs dense", "MFU", "tokens/s/kW"):
-        t.add_column(c, justify="right" if c else "left")
     assert th is not None
+    for c in ("", "tokens/s", "step time", "vs dense", "MFU", "tokens/s/kW"):
+        if c != "vs dense" or r.model.num_experts > 0:
+            t.add_column(c, justify="right" if c else "left")
+    vs_dense = [f"{th.relative_to_dense:.2f}" if th.relative_to_dense is not None else "-"] \
+        if r.model.num_experts > 0 else []
     t.add_row(f"plan G={r.plan.tiles}, b={r.plan.tile_batch}", f"{th.tokens_per_s:,.0f}", f"{th.step_time_s:.3f} s",
-              f"{th.relative_to_dense:.2f}" if th.relative_to_dense is not None else "-", f"{100 * th.mfu:.1f}%",
-              f"{th.tokens_per_s_per_kw:,.0f}")
-    if th.tokens_per_s_g1 is not None:
+              *vs_dense, f"{100 * th.mfu:.1f}%", f"{th.tokens_per_s_per_kw:,.0f}")
+    moe = r.model.num_experts > 0  # G = 1 and the dense equivalent compare expert layers; a dense model has none
+    if moe and th.tokens_per_s_g1 is not None:
         t.add_row(f"G=1, b={th.tile_batch_g1}", f"{th.tokens_per_s_g1:,.0f}", f"{th.step_time_s_g1:.3f} s",
                   f"{th.relative_to_dense_g1:.2f}" if th.relative_to_dense_g1 is not None else "-", "")
-    if th.dense_tokens_per_s is not None:
+    if moe and th.dense_tokens_per_s is not None:
         t.add_row(f"dense equivalent, G·b={th.dense_global_batch}", f"{th.dense_tokens_per_s:,.0f}", "", "1.00", "")
     top = sorted(th.phase_share.items(), key=lambda kv: -kv[1])[:4]
-    t.caption = (f"compute efficiency {th.compute_efficiency:.3f}, streaming {'overlapped' if th.overlap_streaming else 'not overlapped'}, "
-                 f"stream-bound {100 * th.stream_bound_share:.0f}% of the step; largest shares: "
+    streamed = r.hardware.memory_model == "weight_streaming"  # the weight stream exists only there
+    stream = (f"streaming {'overlapped' if th.overlap_streaming else 'not overlapped'}, stream-bound "
+              f"{100 * th.stream_bound_share:.0f}% of the step; " if streamed else "")
+    t.caption = (f"compute efficiency {th.compute_efficiency:.3f}, {stream}largest shares: "
                  + ", ".join(f"{k} {100 * v:.0f}%" for k, v in top))
     if th.communication_s:
         t.caption += "; communication before overlap: " + ", ".join(f"{k} {v:.3f} s" for k, v in th.communication_s.items()

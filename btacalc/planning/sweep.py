@@ -21,7 +21,8 @@ from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Union
 import numpy as np
 from pydantic import BaseModel
 
-from ..config.execution import BatchLimits, Execution, ExecutionRequest, resolve_execution
+from ..config.execution import (DEFAULT_TOKENS_PER_STEP, BatchLimits, Execution, ExecutionRequest, resolve_execution,
+                                whole_sequences)
 from ..config.hardware import HardwareProfile
 from ..config.model import ModelSpec
 from ..errors import BtacalcError
@@ -264,7 +265,9 @@ class _Solver:
         """Points of one structure: sequence lengths, limits and the numbers E, k, f are arrays."""
         seq = np.asarray(params.get("seq", np.full(rows.size, self.request.seq_len or execution.run.seq_len)),
                          dtype=np.int64)
-        limits, valid = _point_limits(self.request.limits, params, execution.layout.data_parallel, rows, out)
+        default_n = self.default_global_batch(seq, execution.layout.data_parallel)
+        limits, valid = _point_limits(self.request.limits, params, execution.layout.data_parallel, rows, out,
+                                      default_n)
         base = self.points_problem(models, execution).with_run(seq_len=seq)
         if base.model.max_position_embeddings is None:  # parameters depend on s: one sequence length at a time
             parts = [np.flatnonzero(valid & (seq == s)) for s in np.unique(seq[valid])]
@@ -273,6 +276,14 @@ class _Solver:
         for part in parts:
             for chunk in np.array_split(part, -(-part.size // SEARCH_POINTS)) if part.size else []:
                 self.solve(base.at_points(chunk), models.take(chunk), _take(limits, chunk), rows[chunk], out)
+
+    def default_global_batch(self, seq: np.ndarray, data_parallel: int) -> Optional[np.ndarray]:
+        """Per point, the GPU default global batch `plan` takes (config.execution.default_global_batch):
+        None on a wafer; applied by `_point_limits` to the points that fix no batch size."""
+        if self.hw.family != "gpu":
+            return None
+        tokens = self.request.tokens_per_step or DEFAULT_TOKENS_PER_STEP
+        return whole_sequences(np.int64(tokens), seq, np.int64(data_parallel))
 
     def points_problem(self, models: "_Models", execution: Execution) -> Problem:
         """One problem for points whose models differ only in the numbers of some symbols."""
@@ -374,14 +385,18 @@ class _Models:
 
 
 def _point_limits(base: BatchLimits, params: dict[str, np.ndarray], data_parallel: int, rows: np.ndarray,
-                  out: _Columns) -> tuple[PointLimits, np.ndarray]:
+                  out: _Columns, default_n: Optional[np.ndarray] = None) -> tuple[PointLimits, np.ndarray]:
     """The batch limits of each point (the request's, with the grid's values), validated per distinct
-    combination; invalid points are recorded and left out."""
+    combination; invalid points are recorded and left out. `default_n` (GPU): the global batch of the
+    points that fix no batch size, as `plan` resolves it."""
     names = list(PointLimits.__dataclass_fields__)
     cols = {n: np.full(rows.size, getattr(base, n) or 0, dtype=np.int64) for n in names}
     for flag, name in LIMIT_PARAMS.items():
         if flag in params:
             cols[name] = params[flag].astype(np.int64)
+    if default_n is not None:
+        free = ~np.any(np.stack([cols[n] for n in names]) > 0, axis=0)
+        cols["global_batch"] = np.where(free, default_n, cols["global_batch"])
     table = np.stack([cols[n] for n in names], axis=1)
     combos, inverse = np.unique(table, axis=0, return_inverse=True)
     valid = np.ones(rows.size, dtype=bool)
