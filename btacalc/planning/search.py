@@ -141,7 +141,8 @@ def _candidates(model: ModelSpec, hardware: HardwareProfile, request: ExecutionR
                              micro_batches=n // (dp * mb),
                              overlap=replace(base.layout.overlap, p2p=base.layout.overlap.p2p or vp > 1))
             try:
-                layout.validate(model, hardware, base.run.seq_len)
+                layout.validate(model, hardware, base.run.seq_len,
+                                model.mtp_layers if base.run.multi_token_prediction else 0)
             except BtacalcError:
                 continue
             for policy in policies:
