@@ -3,7 +3,9 @@ and the recomputation policy, on a given number of GPUs and global batch.
 
 Candidates are every combination of the free dimensions (a dimension the request gives is fixed) that
 passes the same rules as a plan (`Layout.validate`: divisibility, heads, experts, the pipeline split,
-interleaving needing M a multiple of PP, ...). They are evaluated vectorised: one numpy evaluation of
+interleaving needing M a multiple of PP, ...). Where PP·VP does not divide the layers, a candidate takes
+the plan's uneven split (Megatron's account-for flags, first/last stage layers or a layout string:
+`btacalc.config.pipeline`), or the user's split options. They are evaluated vectorised: one numpy evaluation of
 the catalogue, the per-stage memory and the step-time model per recomputation policy, over every
 layout at once (t, t_e, b/CP, PP, VP, EP ... are arrays; `btacalc.model.gpu` branches on none of
 them). The fastest fitting layout is then planned exactly (`make_plan`), so the winner's numbers are a
