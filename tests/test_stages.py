@@ -317,3 +317,22 @@ def test_search_considers_uneven_splits():
     assert result.candidates > 0 and result.best is not None
     assert result.best.parallelism.pipeline_split == "first_last"
     assert result.best.parallelism.stage_layers == [8, 8, 8, 5]
+
+
+def test_search_with_a_layout_string_takes_its_pp_and_vp():
+    # the layout's 8 chunks fix PP·VP = 8 (Megatron: VP = chunks / PP); with PP free, the search tries
+    # PP 1, 2, 4, 8 at VP 8, 4, 2, 1 and keeps the ones the layout fits (PP 1 cannot take a split)
+    from btacalc.config.execution import ExecutionRequest
+    from btacalc.config.model import validate_model
+    from btacalc.planning.search import search_layouts
+
+    data = resolve_model("llama-3-8b").model_dump()
+    data.update(name="llama-29", num_layers=29, published_params=None)
+    model = validate_model(data, origin="test")
+    layout = "Et*4|(t*4|)*6t*1L"
+    request = ExecutionRequest(devices=8, tensor_parallel=1, context_parallel=1, seq_len=2048,
+                               stage_split=StageSplit(pipeline_layout=layout))
+    result = search_layouts(model, resolve_hardware("h100"), request)
+    best = result.best.parallelism
+    assert best.pipeline_split == "layout" and best.pipeline_layout == layout
+    assert best.pipeline_parallel * best.virtual_pipeline == 8

@@ -14,7 +14,8 @@ placed by Megatron's rules):
                            activations x the first stage's micro-batches in flight + the head's of one
                            micro-batch (last)
     recompute buffer,      the largest of the kinds the stage holds
-    working set
+    working set, ZeRO-3 /
+    FSDP gather buffer
 """
 
 from __future__ import annotations
@@ -88,8 +89,10 @@ class GpuMemory:
         held = st.held_kinds(j)
         stored = sum(n * p.stored for n, (_, p) in zip(held, kinds)) \
             + (st.embedding_in_flight() * first.stored if is_first else 0) + where(is_last, last.stored, 0)
-        largest = max(kinds, key=lambda kp: kp[0].count)[1]
-        layer_params = largest.dense_params + ratio(largest.routed_params, lay.expert_parallel * lay.expert_tensor_parallel)
+        # ZeRO-3 / FSDP gather one layer at a time: the largest layer the stage holds
+        layer_params = _max(where(n > 0, p.dense_params + ratio(p.routed_params, lay.expert_parallel
+                                                                 * lay.expert_tensor_parallel), 0)
+                            for n, (_, p) in zip(counts, kinds))
         components = {
             "weights": _sum(parts, "weights"), "gradients": _sum(parts, "gradients"),
             "optimizer_state": _sum(parts, "optimizer"),
