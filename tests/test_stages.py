@@ -336,3 +336,9 @@ def test_search_with_a_layout_string_takes_its_pp_and_vp():
     best = result.best.parallelism
     assert best.pipeline_split == "layout" and best.pipeline_layout == layout
     assert best.pipeline_parallel * best.virtual_pipeline == 8
+
+
+def test_more_stages_than_layers_is_a_one_line_error(cli):
+    # 64 stages for 61 layers + the embedding + the loss (63 units): a stage would hold nothing
+    code, out, err = cli("plan", "--model", "deepseek-v3", "--hw", "h100", "--devices", "512", "--ep", "8", "--pp", "64")
+    assert code == 2 and out == "" and err.count("\n") == 1 and "would leave a stage empty" in err, err

@@ -32,12 +32,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ...config.pipeline import Placement, StageSplit, place
 from ..arrays import is_array, largest, minimum, where
+
+if TYPE_CHECKING:
+    from ..problem import Problem
 
 
 def ratio(a: Any, b: Any) -> Any:
@@ -64,7 +67,7 @@ class PipelineStages:
     mtp_kind: int = -1
 
     @classmethod
-    def of(cls, problem: Any, micro_batches: Any = None) -> "PipelineStages":
+    def of(cls, problem: "Problem", micro_batches: Any = None) -> "PipelineStages":
         """The stages of a problem's model and layout (its M unless `micro_batches` is given)."""
         lay, model = problem.layout, problem.model
         mtp = model.mtp_layers if problem.run.multi_token_prediction else 0
