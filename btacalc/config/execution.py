@@ -23,8 +23,8 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, Optional
 
 from ..errors import BtacalcError
-from .pipeline import Placement, StageSplit, parse_layout, place
 from ..vocabulary import parse_recompute
+from .pipeline import Placement, StageSplit, parse_layout, place
 
 if TYPE_CHECKING:
     from .hardware import HardwareProfile
@@ -252,13 +252,6 @@ class Layout:
             raise BtacalcError(f"{{micro_batches}} {self.micro_batches}: the interleaved schedule needs a multiple of "
                                f"{{pipeline_parallel}} {pp} micro-batches (Megatron-Core schedules.py: microbatch "
                                "groups of PP)")
-
-
-def pipeline_split(num_layers: int, pp: int, vp: int, split: StageSplit = StageSplit(), mtp_layers: int = 0) -> str:
-    """How the layers divide over the pp·vp model chunks (`btacalc.config.pipeline`): `even` (Megatron's
-    default), `embedding_loss` / `embedding` / `loss` (the account-for flags), `first_last` (uneven first /
-    last stage) or `layout` (a layout string); an error when Megatron would refuse it."""
-    return place(num_layers, pp, vp, split, mtp_layers).method
 
 
 def pipeline_reason(placement: Placement, num_layers: int) -> str:

@@ -37,7 +37,7 @@ from .collectives import (all_to_all_time, context_parallel_time, data_parallel_
                           tensor_parallel_time)
 from .costs import Part, layer_parts, outside_parts
 from .memory import stage_params
-from .stages import PipelineStages, ratio
+from .stages import PipelineStages
 
 TERMS = ("compute", "tp_comm", "cp_comm", "all_to_all", "pp_p2p", "zero_per_micro_batch", "tiling")
 
