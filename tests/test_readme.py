@@ -66,9 +66,24 @@ def _console_cases() -> list[tuple[str, list[str]]]:
     return cases
 
 
+def _bash_cases() -> list[tuple[str, bool]]:
+    """(command, may not fit) for every `btacalc ...` line of the ```bash blocks (a trailing `# ...`
+    comment saying "exit 1" allows a plan that does not fit)."""
+    out = []
+    for lang, _, body in _blocks():
+        if lang != "bash":
+            continue
+        for line in body:
+            if line.startswith("btacalc "):
+                cmd, _, comment = line.partition("  #")
+                out.append((cmd.strip(), "exit 1" in comment))
+    return out
+
+
 def _inline_cases() -> list[tuple[str, bool]]:
-    """(command, may not fit) for every inline `btacalc ...` outside fenced blocks."""
-    out, fenced = [], False
+    """(command, may not fit) for every inline `btacalc ...` outside fenced blocks, and the `btacalc` lines
+    of the ```bash blocks."""
+    out, fenced = _bash_cases(), False
     for line in _lines():
         if line.startswith("```"):
             fenced = not fenced
@@ -92,6 +107,7 @@ def clone_dir(tmp_path, monkeypatch):
     for name in DATA:
         if (ROOT / name).exists():
             (tmp_path / name).symlink_to(ROOT / name)
+    (tmp_path / "docs").mkdir()  # examples draw their plots there; the repository's pictures stay as they are
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("COLUMNS", "200")
     return tmp_path

@@ -111,6 +111,17 @@ SpOpt = typer.Option(None, "--sequence-parallel/--no-sequence-parallel", help=he
                      "[default: on when --tp > 1]."))
 PpOpt = typer.Option(None, "--pp", min=1, help="Pipeline-parallel size (--pipeline-model-parallel-size).")
 VpOpt = typer.Option(None, "--vp", min=1, help="Interleaved model chunks per pipeline stage (virtual pipeline).")
+FirstStageOpt = typer.Option(None, "--first-stage-layers", min=1, help="Decoder layers on the first pipeline stage "
+                             "(Megatron's --decoder-first-pipeline-num-layers); the middle stages share the rest.")
+LastStageOpt = typer.Option(None, "--last-stage-layers", min=1, help="Decoder layers on the last pipeline stage "
+                            "(Megatron's --decoder-last-pipeline-num-layers).")
+PipelineLayoutOpt = typer.Option(None, "--pipeline-layout", help=help_text(
+    "Megatron's --pipeline-model-parallel-layout: model chunks split by |, E embedding, t decoder layer, m MTP layer, "
+    "L loss, x*n and (...)*n repeat, e.g. 'Et*3|(tt|)*29,m|L'; VP = chunks / PP."))
+AccountEmbeddingOpt = typer.Option(False, "--account-for-embedding-in-pipeline-split", help="Count the embedding as "
+                                   "one layer of the first model chunk (Megatron's flag of the same name).")
+AccountLossOpt = typer.Option(False, "--account-for-loss-in-pipeline-split", help="Count the loss as one layer of the "
+                              "last model chunk (Megatron's flag of the same name).")
 CpOpt = typer.Option(None, "--cp", min=1, help="Context-parallel size (ring attention over sequence chunks).")
 EtpOpt = typer.Option(None, "--etp", min=1, help=help_text("Expert tensor-parallel size [default: --tp, as Megatron-Core]."))
 FsdpOpt = typer.Option(False, "--fsdp", help="Fully sharded data parallel (ZeRO-3 state; weights gathered every "
@@ -137,6 +148,14 @@ TokensPerStepOpt = typer.Option(None, "--tokens-per-step", min=1, help=help_text
 JsonOpt = typer.Option(False, "--json", help="Print the result as JSON on stdout.")
 OutputOpt = typer.Option(None, "--output", "-o", help="Write the JSON to this file (atomically; - for standard output).")
 QuietOpt = typer.Option(False, "--quiet", "-q", help="No progress report on stderr.")
+
+
+def stage_split_field(first: Optional[int], last: Optional[int], layout: Optional[str], embedding: bool,
+                      loss: bool) -> dict[str, Any]:
+    """The ExecutionRequest field of the pipeline split options (btacalc.config.pipeline)."""
+    from ..config.pipeline import StageSplit
+
+    return {"stage_split": StageSplit(first, last, layout, embedding, loss)}
 
 
 def layout_fields(tp: Optional[int], sp: Optional[bool], pp: Optional[int], vp: Optional[int], cp: Optional[int],

@@ -19,6 +19,8 @@ from .options import (Accounting, AccountingOpt, Attention, AttentionOpt, Causal
                       ObjectiveOpt, OutputOpt, TokensPerStepOpt, OverlapA2aOpt, OverlapGradOpt, OverlapOpt, OverlapP2pOpt,
                       OverlapParamOpt, PpOpt, QuietOpt, RecomputeOpt, RoutingOpt, SeqOpt, SpOpt, TileBatchOpt,
                       TilesOpt, TopKOpt, TpOpt, TpOverlapOpt, VpOpt, ZeroOpt, help_text, layout_fields, outputs, value,
+                      AccountEmbeddingOpt, AccountLossOpt, FirstStageOpt, LastStageOpt, PipelineLayoutOpt,
+                      stage_split_field,
                       write_outputs)
 from .progress import progress
 
@@ -79,6 +81,11 @@ def plan(
     pp: Optional[int] = PpOpt,
     vp: Optional[int] = VpOpt,
     cp: Optional[int] = CpOpt,
+    first_stage_layers: Optional[int] = FirstStageOpt,
+    last_stage_layers: Optional[int] = LastStageOpt,
+    pipeline_layout: Optional[str] = PipelineLayoutOpt,
+    account_for_embedding_in_pipeline_split: bool = AccountEmbeddingOpt,
+    account_for_loss_in_pipeline_split: bool = AccountLossOpt,
     etp: Optional[int] = EtpOpt,
     fsdp: bool = FsdpOpt,
     grad_bytes: Optional[int] = GradBytesOpt,
@@ -135,7 +142,9 @@ def plan(
         tokens_per_step=tokens_per_step,
         limits=BatchLimits(global_batch, tiles, tile_batch, max_global_batch, max_tile_batch, micro_batch=micro_batch),
         **layout_fields(tp, sequence_parallel, pp, vp, cp, etp, fsdp, grad_bytes, routing_imbalance,
-                        (overlap_grad_reduce, overlap_param_gather, tp_comm_overlap, overlap_p2p)))
+                        (overlap_grad_reduce, overlap_param_gather, tp_comm_overlap, overlap_p2p)),
+        **stage_split_field(first_stage_layers, last_stage_layers, pipeline_layout,
+                            account_for_embedding_in_pipeline_split, account_for_loss_in_pipeline_split))
     _check_emit(value(emit), search, profile)
     if search:
         return _search(spec, profile, request, outs, value(emit))

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal, Optional
 
 from ..errors import BtacalcError
 from ..vocabulary import parse_recompute
+from .pipeline import Placement, StageSplit, parse_layout, place
 
 if TYPE_CHECKING:
     from .hardware import HardwareProfile
@@ -143,6 +144,7 @@ class Layout:
     expert_tensor_parallel: int = 1
     fsdp: bool = False  # fully sharded data parallel (ZeRO-3 state; gathers per micro-batch)
     overlap: Overlaps = Overlaps()
+    stage_split: StageSplit = StageSplit()  # the user's pipeline split options (config/pipeline.py)
 
     @property
     def overlap_all_to_all(self) -> bool:
@@ -166,13 +168,18 @@ class Layout:
     def expert_data_parallel(self) -> int:
         return self.devices // (self.expert_tensor_parallel * self.expert_parallel * self.pipeline_parallel)
 
+    def placement(self, num_layers: int, mtp_layers: int = 0) -> Placement:
+        """Which layers each stage and virtual chunk holds (Megatron's rules: config/pipeline.py)."""
+        return place(num_layers, self.pipeline_parallel, self.virtual_pipeline, self.stage_split, mtp_layers)
+
     @property
     def parallel(self) -> bool:
         """Model parallelism beyond data and expert parallelism (TP, PP or CP)."""
         return self.model_parallel > 1
 
-    def validate(self, model: "ModelSpec", profile: "HardwareProfile", seq_len: int) -> None:
-        """Every rule a layout must satisfy, each a one-line error naming it."""
+    def validate(self, model: "ModelSpec", profile: "HardwareProfile", seq_len: int, mtp_layers: int = 0) -> None:
+        """Every rule a layout must satisfy, each a one-line error naming it (`mtp_layers`: the MTP layers the
+        run trains, which a pipeline layout string must place)."""
         sizes = (("devices", self.devices), ("expert_parallel", self.expert_parallel),
                  ("micro_batches", self.micro_batches), ("devices_per_node", self.devices_per_node),
                  ("tensor_parallel", self.tensor_parallel), ("pipeline_parallel", self.pipeline_parallel),
@@ -199,7 +206,7 @@ class Layout:
             raise BtacalcError(f"{profile.name} has no {links} in its profile: {{devices}} needs them")
         self._validate_grids()
         self._validate_model(model, seq_len)
-        self._validate_pipeline(model.num_layers)
+        self._validate_pipeline(model.num_layers, mtp_layers)
 
     def _validate_grids(self) -> None:
         tp, pp, cp = self.tensor_parallel, self.pipeline_parallel, self.context_parallel
@@ -241,28 +248,36 @@ class Layout:
             raise BtacalcError(f"{{context_parallel}} {cp}: the sequence {seq_len} must be a multiple of 2·CP = "
                                f"{2 * cp} (load-balanced causal chunks; Megatron-LM arguments.py)")
 
-    def _validate_pipeline(self, num_layers: int) -> None:
+    def _validate_pipeline(self, num_layers: int, mtp_layers: int) -> None:
         pp, vp = self.pipeline_parallel, self.virtual_pipeline
         if vp > 1 and pp == 1:
             raise BtacalcError("{virtual_pipeline} > 1 needs {pipeline_parallel} > 1 (Megatron-Core parallel_state.py)")
-        pipeline_split(num_layers, pp, vp)
+        if self.stage_split.given and pp == 1:
+            raise BtacalcError("{first_stage_layers}/{last_stage_layers}/{pipeline_layout}/the account-for flags split "
+                               "the layers over pipeline stages: they need {pipeline_parallel} > 1")
+        self.placement(num_layers, mtp_layers)
         if vp > 1 and self.micro_batches % pp:
             raise BtacalcError(f"{{micro_batches}} {self.micro_batches}: the interleaved schedule needs a multiple of "
                                f"{{pipeline_parallel}} {pp} micro-batches (Megatron-Core schedules.py: microbatch "
                                "groups of PP)")
 
 
-def pipeline_split(num_layers: int, pp: int, vp: int) -> Literal["even", "embedding_loss"]:
-    """How the layers divide over the pp·vp model chunks: `even` (L a multiple of pp·vp) or
-    `embedding_loss` (L + 2 a multiple: the embedding and the loss count as one layer each, Megatron's
-    --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split); else an error."""
-    chunks = pp * vp
-    if num_layers % chunks == 0:
-        return "even"
-    if (num_layers + 2) % chunks == 0 and num_layers + 2 >= 2 * chunks:
-        return "embedding_loss"
-    raise BtacalcError(f"{{pipeline_parallel}} {pp} x {{virtual_pipeline}} {vp} = {chunks} model chunks divide neither "
-                       f"the {num_layers} layers nor {num_layers} + 2 (embedding and loss counted as layers)")
+def pipeline_reason(placement: Placement, num_layers: int) -> str:
+    """Why btacalc picked this split when the user gave none (shown with the plan's defaults)."""
+    chunks = placement.pp * placement.vp
+    why = f"{chunks} model chunks do not divide the {num_layers} layers (Megatron's even split)"
+    if placement.method == "embedding_loss":
+        return (f"--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split: {why}, but "
+                f"{num_layers} + 2 do")
+    sp = placement.split
+    if placement.method == "first_last":
+        flags = " ".join(f for f in (f"--decoder-first-pipeline-num-layers {sp.first_stage_layers}"
+                                     if sp.first_stage_layers is not None else "",
+                                     f"--decoder-last-pipeline-num-layers {sp.last_stage_layers}"
+                                     if sp.last_stage_layers is not None else "") if f)
+        return f"{flags}: {why}; the smallest even share for the middle stages, the last stage lighter"
+    return (f"--pipeline-model-parallel-layout {sp.pipeline_layout}: {why}, nor (by VP) the first/last form; the "
+            "layers spread as evenly as whole layers allow, the embedding and the loss one layer each")
 
 
 # No training batch comes near 2^62 sequences (about 4.6e18); the bound keeps every batch size within
@@ -394,6 +409,7 @@ class ExecutionRequest:
     objective: Optional[str] = None
     # GPU plans that fix no batch size: the global batch in tokens (None: DEFAULT_TOKENS_PER_STEP)
     tokens_per_step: Optional[int] = None
+    stage_split: StageSplit = field(default_factory=StageSplit)  # first/last stage layers, layout, account-for
 
     def with_changes(self, **changes: Any) -> "ExecutionRequest":
         return replace(self, **changes)
@@ -460,7 +476,12 @@ def resolve_execution(request: ExecutionRequest, model: "ModelSpec", profile: "H
     layout = _resolve_layout(request, model, profile, chosen)
     limits = _resolve_batch(request, layout, chosen, run.seq_len if gpu else None)
     layout = replace(layout, micro_batches=limits.micro_batches or 1)  # the solver may choose M: plan.py
-    layout.validate(model, profile, run.seq_len)
+    mtp_layers = model.mtp_layers if run.multi_token_prediction else 0
+    layout.validate(model, profile, run.seq_len, mtp_layers)
+    if not layout.stage_split.given and layout.pipeline_parallel > 1:
+        placed = layout.placement(model.num_layers, mtp_layers)
+        if placed.method != "even":
+            chosen.reasons["pipeline_split"] = pipeline_reason(placed, model.num_layers)
     wafers = f"{{devices}} {layout.devices} wafer systems ({WAFER_BATCH_RULE})"
     limits.validate(layout.data_parallel, wafers if profile.family == "wse" else "")
     objective = chosen.pick("objective", request.objective, OBJECTIVES[0], REASONS["objective"])
@@ -512,7 +533,7 @@ def _resolve_layout(request: ExecutionRequest, model: "ModelSpec", profile: "Har
     return Layout(devices=devices, expert_parallel=ep, zero_stage=zero, devices_per_node=node,
                   tensor_parallel=tp, sequence_parallel=sp, pipeline_parallel=pp,
                   virtual_pipeline=sizes["virtual_pipeline"], context_parallel=sizes["context_parallel"],
-                  expert_tensor_parallel=etp, fsdp=request.fsdp,
+                  expert_tensor_parallel=etp, fsdp=request.fsdp, stage_split=request.stage_split,
                   overlap=_resolve_overlaps(request, chosen, devices > 1, sizes["virtual_pipeline"] > 1))
 
 
@@ -526,6 +547,11 @@ def _model_parallel_sizes(request: ExecutionRequest, chosen: _Defaults) -> dict[
         if given is None and request.devices > 1:
             chosen.reasons[name] = f"1: {what} unless given (--search chooses it)"
         sizes[name] = 1 if given is None else given
+    layout = request.stage_split.pipeline_layout
+    if layout is not None and request.virtual_pipeline is None:  # Megatron: VP = the layout's chunks / PP
+        chunks = len(parse_layout(layout))
+        sizes["virtual_pipeline"] = max(chunks // sizes["pipeline_parallel"], 1)
+        chosen.reasons.pop("virtual_pipeline", None)
     return sizes
 
 

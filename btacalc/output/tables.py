@@ -159,7 +159,11 @@ def _layout_text(r: PlanReport) -> str:
                                           f"{par.expert_data_parallel}" if r.model.num_experts else ""))
     shard = "FSDP" if par.fsdp else f"ZeRO-{par.zero_stage}"
     on = [k for k, v in par.overlaps.items() if v]
-    return (f"{par.devices} devices ({par.devices_per_node} per NVLink domain): {sizes}; {shard}; "
+    split = "" if par.pipeline_split == "even" else (
+        f"; {par.pipeline_split} split, decoder layers per stage {par.stage_layers}"
+        + (f" (layout {par.pipeline_layout})" if par.pipeline_layout else "")
+        + (" [dim](default)[/dim]" if "pipeline_split" in r.inputs.defaults else ""))
+    return (f"{par.devices} devices ({par.devices_per_node} per NVLink domain): {sizes}{split}; {shard}; "
             f"M = {par.micro_batches} micro-batches; overlapped: {', '.join(on) or 'none'}")
 
 

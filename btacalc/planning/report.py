@@ -57,8 +57,13 @@ class ParallelInfo(BaseModel):
     expert_tensor_parallel: int = Field(1, description="ETP (--expert-tensor-parallel-size)")
     data_parallel: int = Field(1, description="DP = devices/(TP·PP·CP)")
     fsdp: bool = Field(False, description="fully sharded data parallel (ZeRO-3 state, gathers every micro-batch)")
-    pipeline_split: str = Field("even", description="even, or embedding_loss (the embedding and the loss count as "
-                                "one layer each in the split)")
+    pipeline_split: str = Field("even", description="even (Megatron's default), embedding_loss / embedding / loss "
+                                "(the account-for flags: the embedding and/or the loss count as one layer), "
+                                "first_last (uneven first/last stage) or layout (a layout string)")
+    stage_layers: list[int] = Field(default_factory=list, description="decoder layers on each pipeline stage")
+    first_stage_layers: Optional[int] = Field(None, description="--decoder-first-pipeline-num-layers")
+    last_stage_layers: Optional[int] = Field(None, description="--decoder-last-pipeline-num-layers")
+    pipeline_layout: Optional[str] = Field(None, description="--pipeline-model-parallel-layout")
     overlaps: dict[str, bool] = Field(default_factory=dict, description="communication hidden behind compute, by "
                                       "Megatron-Core option")
 

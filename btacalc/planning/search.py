@@ -3,7 +3,9 @@ and the recomputation policy, on a given number of GPUs and global batch.
 
 Candidates are every combination of the free dimensions (a dimension the request gives is fixed) that
 passes the same rules as a plan (`Layout.validate`: divisibility, heads, experts, the pipeline split,
-interleaving needing M a multiple of PP, ...). They are evaluated vectorised: one numpy evaluation of
+interleaving needing M a multiple of PP, ...). Where PP·VP does not divide the layers, a candidate takes
+the plan's uneven split (Megatron's account-for flags, first/last stage layers or a layout string:
+`btacalc.config.pipeline`), or the user's split options. They are evaluated vectorised: one numpy evaluation of
 the catalogue, the per-stage memory and the step-time model per recomputation policy, over every
 layout at once (t, t_e, b/CP, PP, VP, EP ... are arrays; `btacalc.model.gpu` branches on none of
 them). The fastest fitting layout is then planned exactly (`make_plan`), so the winner's numbers are a
@@ -28,6 +30,7 @@ from ..config.execution import (DEFAULT_TOKENS_PER_STEP, BatchLimits, Execution,
                                 resolve_execution)
 from ..config.hardware import HardwareProfile
 from ..config.model import ModelSpec
+from ..config.pipeline import StageSplit, parse_layout
 from ..errors import BtacalcError
 from ..model.gpu.memory import GpuMemory
 from ..model.gpu.timing import gpu_step_time
@@ -100,8 +103,9 @@ def search_layouts(model: ModelSpec, hardware: HardwareProfile, request: Executi
     if hardware.family != "gpu" or request.devices < 1:
         raise BtacalcError("{search} chooses GPU layouts: give a GPU profile and --devices")
     start = time.perf_counter()
+    # the split options apply per candidate (their PP and VP); the base resolves the rest
     base = resolve_execution(request.with_changes(limits=replace(request.limits, global_batch=None, micro_batch=None),
-                                                  micro_batches=None), model, hardware)
+                                                  micro_batches=None, stage_split=StageSplit()), model, hardware)
     tokens = request.tokens_per_step or DEFAULT_TOKENS_PER_STEP
     n = request.limits.global_batch or max(tokens // base.run.seq_len, 1)
     candidates = list(_candidates(model, hardware, request, base, n))
@@ -115,6 +119,15 @@ def _choices(given: Optional[int], name: str) -> tuple[int, ...]:
     return (given,) if given is not None else SIZES[name]
 
 
+def _vp_choices(request: ExecutionRequest) -> tuple[int, ...]:
+    """VP sizes to try; a layout string fixes VP = its chunks / PP (Megatron), so those of the PP choices."""
+    layout = request.stage_split.pipeline_layout
+    if request.virtual_pipeline is not None or layout is None:
+        return _choices(request.virtual_pipeline, "virtual_pipeline")
+    chunks = len(parse_layout(layout))
+    return tuple(sorted({chunks // p for p in _choices(request.pipeline_parallel, "pipeline_parallel") if chunks % p == 0}))
+
+
 def _candidates(model: ModelSpec, hardware: HardwareProfile, request: ExecutionRequest, base: Execution,
                 n: int) -> Iterator[_Candidate]:
     devices = request.devices
@@ -125,7 +138,7 @@ def _candidates(model: ModelSpec, hardware: HardwareProfile, request: ExecutionR
         if model.is_moe else (1,)
     for tp, pp, vp, cp, mb in itertools.product(
             _choices(request.tensor_parallel, "tensor_parallel"), _choices(request.pipeline_parallel, "pipeline_parallel"),
-            _choices(request.virtual_pipeline, "virtual_pipeline"), _choices(request.context_parallel, "context_parallel"),
+            _vp_choices(request), _choices(request.context_parallel, "context_parallel"),
             _choices(request.limits.micro_batch, "micro_batch")):
         if devices % (tp * pp * cp) or tp > base.layout.devices_per_node:
             continue
@@ -137,10 +150,11 @@ def _candidates(model: ModelSpec, hardware: HardwareProfile, request: ExecutionR
         for ep, etp in itertools.product(eps, etps):
             layout = replace(base.layout, tensor_parallel=tp, sequence_parallel=tp > 1, pipeline_parallel=pp,
                              virtual_pipeline=vp, context_parallel=cp, expert_parallel=ep, expert_tensor_parallel=etp,
-                             micro_batches=n // (dp * mb),
+                             micro_batches=n // (dp * mb), stage_split=request.stage_split,
                              overlap=replace(base.layout.overlap, p2p=base.layout.overlap.p2p or vp > 1))
             try:
-                layout.validate(model, hardware, base.run.seq_len)
+                layout.validate(model, hardware, base.run.seq_len,
+                                model.mtp_layers if base.run.multi_token_prediction else 0)
             except BtacalcError:
                 continue
             for policy in policies:
