@@ -8,7 +8,7 @@ from typing import Any, Optional
 import typer
 
 from ..errors import BtacalcError
-from .options import (Attention, AttentionOpt, GpusPerNodeOpt, GradAccumOpt, Match, MemoryModelChoice, MemoryModelOpt,
+from .options import (Attention, AttentionOpt, Fp8ParamGatherOpt, GpusPerNodeOpt, Precision, PrecisionOpt, GradAccumOpt, Match, MemoryModelChoice, MemoryModelOpt,
                       ModelOpt, MtpOpt, NameOpt, OutputOpt, OverlapA2aOpt, OverlapOpt, QuietOpt, RecomputeOpt, SeqOpt,
                       emit_result, help_text, outputs, value)
 from .progress import progress
@@ -71,6 +71,8 @@ def compare(
     memory_model: Optional[MemoryModelChoice] = MemoryModelOpt,
     overlap: bool = OverlapOpt,
     mtp: Optional[bool] = MtpOpt,
+    precision: Optional[Precision] = PrecisionOpt,
+    fp8_param_gather: bool = Fp8ParamGatherOpt,
     as_json: bool = typer.Option(False, "--json", help="Print {rows: [...]} as JSON on stdout."),
     output: Optional[Path] = OutputOpt,
     csv_path: Optional[Path] = typer.Option(None, "--csv", help="Write one CSV row per device set."),
@@ -100,6 +102,7 @@ def compare(
                                memory_model=value(memory_model), overlap_streaming=overlap, expert_parallel=ep,
                                zero_stage=zero, devices_per_node=gpus_per_node, overlap_all_to_all=overlap_a2a,
                                micro_batches=grad_accum, multi_token_prediction=mtp,
+                               precision=value(precision), fp8_param_gather=fp8_param_gather,
                                limits=BatchLimits(global_batch=global_batch))
     with progress(row_count(profiles, counts), "comparing", quiet) as advance:
         result = run_compare(spec, profiles, counts, request, systems, value(match), global_batch, progress=advance,

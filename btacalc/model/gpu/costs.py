@@ -30,7 +30,7 @@ from ...catalogue.terms import Phase
 from ..problem import Evaluation, Problem
 from ..steptime import compute_efficiency
 from ..arrays import maximum, where
-from .precision import CastRates, cast_rates
+from .precision import CastRates, cast_rates, phase_cast_s
 
 
 @dataclass
@@ -141,14 +141,10 @@ def _peak(phase: Phase, r: _Rates) -> Any:
 
 
 def _cast(part: Part, phase: Phase, v: Any, r: _Rates, load: Any) -> Any:
-    """Seconds of the phase's cast kernels per micro-batch (`precision.py`): its activations and output
-    gradients (x the routed load), and its weights once per optimizer step (a routed phase casts only
-    the device's experts)."""
+    """Seconds of the phase's cast kernels per micro-batch (`precision.phase_cast_s`), kept for the report."""
     if r.cast is None or not phase.low_precision:
         return 0.0
-    weights = v("params") / (r.expert_shards if phase.param_bucket == "routed" else 1)
-    elements = v("cast_elements") * load + weights * r.cast.weight_casts_per_micro_batch
-    t = elements * r.cast.bytes_per_cast / r.hbm
+    t = phase_cast_s(r.cast, r.hbm, phase, v, load, r.expert_shards)
     part.cast_s[phase.name] = t
     return t
 

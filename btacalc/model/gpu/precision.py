@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from ...config.precision import SIXTEEN_BIT_BYTES, Recipe
+from ...catalogue.terms import Phase
 from ..problem import Problem
 from ..steptime import compute_efficiency
 
@@ -72,6 +73,24 @@ def cast_rates(problem: Problem) -> Optional[CastRates]:
                      bytes_per_cast=cast_bytes_per_element(recipe, copies),
                      cache_bytes_per_param=copies * recipe.bytes_per_element,
                      weight_casts_per_micro_batch=1 / problem.layout.micro_batches)
+
+
+def phase_cast_s(rates: CastRates, hbm: float, phase: Phase, v: Any, load: Any, expert_shards: Any) -> Any:
+    """Seconds of a low-precision phase's cast kernels per micro-batch: its activations and output
+    gradients (`cast_elements` x the routed load) and its weights once per optimizer step (params / M; a
+    routed phase casts only the device's 1/(EP·ETP) of the experts), each moving `bytes_per_cast` at HBM
+    bandwidth. `v` reads the phase's per-device values."""
+    weights = v("params") / (expert_shards if phase.param_bucket == "routed" else 1)
+    elements = v("cast_elements") * load + weights * rates.weight_casts_per_micro_batch
+    return elements * rates.bytes_per_cast / hbm
+
+
+def phase_precision(problem: Problem, phase: Phase) -> str:
+    """The precision a phase's GEMMs run in: the recipe for low-precision phases, else the 16-bit dtype."""
+    run = problem.run
+    if run.recipe.low and phase.low_precision:
+        return run.precision
+    return "fp16" if run.precision == "fp16" else "bf16"
 
 
 def weight_cache_bytes(problem: Problem, low_precision_params: Any) -> Any:
