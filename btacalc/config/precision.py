@@ -55,6 +55,7 @@ class Recipe(BaseModel):
     min_compute_capability: float = Field(ge=0)
     megatron: tuple[str, ...]
     param_gather_flag: str
+    bridge_param_gather: bool  # Megatron-Bridge's recipe keeps the parameters in the low precision (precision.toml)
     source: str = Field(min_length=3)
     note: str = ""
 

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..config.execution import BatchLimits, ExecutionRequest, OverlapRequest
 from ..config.hardware import HardwareProfile, resolve_hardware
+from ..config.precision import recipe as precision_recipe
 from ..config.presets import resolve_model
 from ..errors import BtacalcError, first_validation_error
 from ..paths import package_data
@@ -218,8 +219,11 @@ def express(run: MeasuredRun, family: str = "gpu") -> tuple[Optional[ExecutionRe
         o = recipe.overlaps
         changes.update(overlaps=OverlapRequest(grad_reduce=o.grad_reduce, param_gather=o.param_gather, tp_comm=o.tp_comm),
                        overlap_all_to_all=o.all_to_all, attention=recipe.attention, gradient_bytes=recipe.grad_bytes)
+    # the published low-precision runs use Megatron-Bridge's mixed-precision recipes (btacalc/data/precision.toml
+    # bridge_param_gather: FP8 parameters and their all-gather where the recipe turns them on)
     return ExecutionRequest(seq_len=run.seq, recompute=recompute, devices=run.devices, limits=limits,
-                            precision=run.precision, **changes), ""
+                            precision=run.precision, fp8_param_gather=precision_recipe(run.precision).bridge_param_gather,
+                            **changes), ""
 
 
 def predict(run: MeasuredRun, hardware: Callable[[str], HardwareProfile] = resolve_hardware) -> RunResult:
