@@ -168,3 +168,16 @@ def test_plan_mxfp8_shows_phase_precision_casts_and_caches(cli):
     assert report["memory_bytes"]["low_precision_weights"] > 0
     code, out, _ = cli("plan", "-m", "llama-3-8b", "--hw", "gb200", "--devices", "8", "--precision", "mxfp8")
     assert "precision" in out and "low_precision_weights" in out and "MXFP8BlockScaling" in out
+
+
+@pytest.mark.parametrize("precision, flags", [
+    # Megatron-LM @ d98e8a64 transformer_config.py:587-679 (--fp8-format, --fp8-recipe, --fp4-format, --fp4-recipe)
+    ("mxfp8", ["--bf16", "--fp8-format e4m3", "--fp8-recipe mxfp8", "--fp8-param-gather"]),
+    ("nvfp4", ["--bf16", "--fp4-format e2m1", "--fp4-recipe nvfp4", "--fp4-param-gather"]),
+])
+def test_emit_megatron_precision_flags(cli, precision, flags):
+    code, out, _ = cli("plan", "-m", "llama-3-8b", "--hw", "gb200", "--devices", "8", "--precision", precision,
+                       "--fp8-param-gather", "--emit", "megatron")
+    lines = [line.strip(" \\") for line in out.splitlines()]
+    start = lines.index("# Megatron-LM (pretrain_gpt.py):") + 1
+    assert lines[start:start + len(flags)] == flags

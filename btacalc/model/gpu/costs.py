@@ -64,7 +64,7 @@ class _Rates:
     flash: bool
     sequence_parallel: bool
     beta: int
-    cast: Optional[CastRates]  # the low-precision recipe's rates (None: 16-bit training)
+    cast: Optional[CastRates] = None  # the low-precision recipe's rates (None: 16-bit training)
 
 
 def _rates(problem: Problem) -> _Rates:
