@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from ..catalogue.compiled import PhaseValues
 from ..catalogue.terms import phase_by_name
 from ..model.gpu.precision import cast_rates, phase_cast_s, phase_precision
 from ..model.problem import Evaluation, Problem
@@ -13,7 +14,7 @@ def mark_precision(problem: Problem, ev: Evaluation, report: PlanReport) -> None
     """Set `precision` and `cast_time_s` (one layer, per step: M micro-batches) on the report's phase rows."""
     kinds = {kind.name: pv for kind, pv in ev.layers}
     main = max(ev.layers, key=lambda kp: kp[0].count)[1]
-    tables: list[tuple[list[PhaseRow], object]] = [(report.phases, main), (report.outside_layers, ev.outside)]
+    tables: list[tuple[list[PhaseRow], PhaseValues]] = [(report.phases, main), (report.outside_layers, ev.outside)]
     tables += [(rows.phases, kinds[rows.name]) for rows in report.layer_kinds]
     rates, lay = cast_rates(problem), problem.layout
     load = problem.run.routing_imbalance if lay.expert_parallel > 1 else 1.0
