@@ -181,3 +181,19 @@ def test_emit_megatron_precision_flags(cli, precision, flags):
     lines = [line.strip(" \\") for line in out.splitlines()]
     start = lines.index("# Megatron-LM (pretrain_gpt.py):") + 1
     assert lines[start:start + len(flags)] == flags
+
+
+def test_sweep_varies_precision(cli, tmp_path):
+    csv = tmp_path / "p.csv"
+    code, _, err = cli("sweep", "-m", "llama-3-8b", "--hw", "gb200", "--devices", "8", "--vary",
+                       "precision=bf16,mxfp8,nvfp4", "--csv", str(csv), "--quiet")
+    assert code == 0, err
+    rows = [line.split(",") for line in csv.read_text().splitlines()]
+    head = rows[0]
+    tps = {r[head.index("precision")]: float(r[head.index("tokens_per_s")]) for r in rows[1:]}
+    assert list(tps) == ["bf16", "mxfp8", "nvfp4"] and tps["bf16"] < tps["mxfp8"] < tps["nvfp4"]
+    # each point is the plan of that precision
+    code, out, _ = cli("plan", "-m", "llama-3-8b", "--hw", "gb200", "--devices", "8", "--precision", "nvfp4", "--json")
+    assert json.loads(out)["throughput"]["tokens_per_s"] == pytest.approx(tps["nvfp4"])
+    code, _, err = cli("sweep", "-m", "llama-3-8b", "--hw", "gb200", "--vary", "precision=bf16,fp7")
+    assert code == 2 and "fp7" in err and err.count("\n") == 1

@@ -223,7 +223,7 @@ def sweep(
     hw: str = HwOpt,
     vary: list[str] = typer.Option(..., "--vary", help="NAME=VALUES: a,b,c or start:stop:step or start:stop:xF. "
                                    "Names: experts, top-k, expert-ffn, seq, global-batch, tiles, tile-batch, "
-                                   "max-global-batch, max-tile-batch, devices, grad-accum."),
+                                   "max-global-batch, max-tile-batch, devices, grad-accum, precision (names: bf16,mxfp8,nvfp4)."),
     fixed_active: bool = FixedActiveOpt,
     seq: Optional[int] = SeqOpt,
     recompute: Optional[str] = RecomputeOpt,
