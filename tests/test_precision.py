@@ -197,3 +197,16 @@ def test_sweep_varies_precision(cli, tmp_path):
     assert json.loads(out)["throughput"]["tokens_per_s"] == pytest.approx(tps["nvfp4"])
     code, _, err = cli("sweep", "-m", "llama-3-8b", "--hw", "gb200", "--vary", "precision=bf16,fp7")
     assert code == 2 and "fp7" in err and err.count("\n") == 1
+
+
+def test_compare_varies_precision(cli):
+    code, out, err = cli("compare", "-m", "llama-3-8b", "--hw", "h100,gb200", "--devices", "8", "--precision",
+                         "bf16,nvfp4", "--json", "--quiet")
+    assert code == 0, err
+    result = json.loads(out)
+    rows = {(r["hardware"], r["precision"]): r["tokens_per_s"] for r in result["rows"]}
+    assert set(rows) == {("h100", "bf16"), ("gb200", "bf16"), ("gb200", "nvfp4")}
+    assert rows[("gb200", "nvfp4")] > rows[("gb200", "bf16")]
+    assert len(result["skipped"]) == 1 and result["skipped"][0].startswith("h100 nvfp4: ")
+    code, _, err = cli("compare", "-m", "llama-3-8b", "--hw", "h100", "--devices", "8", "--precision", "nvfp4")
+    assert code == 2 and err.count("\n") == 1
