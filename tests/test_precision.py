@@ -210,3 +210,13 @@ def test_compare_varies_precision(cli):
     assert len(result["skipped"]) == 1 and result["skipped"][0].startswith("h100 nvfp4: ")
     code, _, err = cli("compare", "-m", "llama-3-8b", "--hw", "h100", "--devices", "8", "--precision", "nvfp4")
     assert code == 2 and err.count("\n") == 1
+
+
+def test_sensitivity_moves_the_dtype_peak_not_the_architecture(cli):
+    code, out, _ = cli("plan", "-m", "llama-3-8b", "--hw", "gb200", "--devices", "8", "--precision", "mxfp8",
+                       "--sensitivity", "10", "--json")
+    rows = {r["parameter"]: r for r in json.loads(out)["sensitivity"]}
+    assert "chip.compute_capability" not in rows
+    # the linear layers run at the FP8 peak: it moves tokens/s; the unused FP4 peak does not
+    assert rows["chip.peak_fp8_flops_per_s"]["elasticity_plus"] > 0.1
+    assert rows["chip.peak_fp4_flops_per_s"]["elasticity_plus"] == 0
