@@ -145,7 +145,7 @@ def compare(model: ModelSpec, profiles: Sequence[HardwareProfile], devices: Opti
     params_total = 0
     seq = 0
     skipped: list[str] = []
-    chosen = list(precisions) or [request.precision]
+    chosen: list[Optional[str]] = list(precisions) or [request.precision]
     for profile, precision in [(p, x) for p in profiles for x in chosen]:
         if profile.family == "wse" and precision != chosen[0]:
             continue  # one wafer row: the precision list is for the GPU rows
