@@ -220,3 +220,12 @@ def test_sensitivity_moves_the_dtype_peak_not_the_architecture(cli):
     # the linear layers run at the FP8 peak: it moves tokens/s; the unused FP4 peak does not
     assert rows["chip.peak_fp8_flops_per_s"]["elasticity_plus"] > 0.1
     assert rows["chip.peak_fp4_flops_per_s"]["elasticity_plus"] == 0
+
+
+def test_weight_cache_sharded_like_the_weights_under_fsdp():
+    # ZeRO-3 / FSDP over 8 ranks: each keeps 1/8 of the quantised copies (the gathered unit's are transient)
+    kw = dict(recompute="none", attention="flash", seq_len=S, precision="mxfp8")
+    p = resolved(load_preset("llama-3-8b"), "gb200", Layout(devices=8, zero_stage=3, fsdp=True), **kw)
+    linear = 32 * (H * (A + 2 * A_KV) * D_H + A * D_H * H + 3 * H * F)
+    cache = GpuMemory(p).stage_rows(1, 1)[0].components["low_precision_weights"]
+    assert cache == pytest.approx(linear / 8 * 2 * (1 + 1 / 32), rel=1e-6)
