@@ -11,6 +11,7 @@ import typer
 from rich.markup import escape
 
 from ..config.execution import OBJECTIVES
+from ..config.precision import DEFAULT_PRECISION, recipes
 from ..vocabulary import FEATURES, RECOMPUTE_MODULES
 
 # Library parameter name -> the flag a user types (names not listed map to --name-with-dashes).
@@ -30,6 +31,7 @@ FLAGS = {
     "context_parallel": "--cp",
     "expert_tensor_parallel": "--etp",
     "gradient_bytes": "--grad-bytes",
+    "fp8_param_gather": "--fp8-param-gather",
 }
 
 
@@ -55,6 +57,7 @@ MemoryModelChoice = _choices("MemoryModelChoice", ("auto", "weight_streaming", "
 Emit = _choices("Emit", ("cerebras", "megatron"))
 Match = _choices("Match", ("power", "devices"))
 Objective = _choices("Objective", OBJECTIVES)
+Precision = _choices("Precision", tuple(recipes()))
 
 
 def value(choice: Optional[Enum]) -> Optional[str]:
@@ -145,6 +148,13 @@ ObjectiveOpt = typer.Option(None, "--objective", help=help_text("What the solver
 TokensPerStepOpt = typer.Option(None, "--tokens-per-step", min=1, help=help_text("GPU plans that fix no batch "
                                 "size: tokens per optimizer step, rounded up to whole sequences per data-parallel "
                                 "rank [default: 4,194,304 (4M), Llama 3 405B's initial batch]."))
+PrecisionOpt = typer.Option(None, "--precision", help=help_text(
+    "Training precision, as TransformerEngine / Megatron-LM name the recipes: bf16, fp16, fp8 (delayed scaling), "
+    "fp8-current (per-tensor current scaling), fp8-blockwise (128x128 weights, 1x128 activations), mxfp8 (32-element "
+    f"blocks, E8M0 scales), nvfp4 (16-element blocks, E4M3 scales) [default: {DEFAULT_PRECISION}]."))
+Fp8ParamGatherOpt = typer.Option(False, "--fp8-param-gather", help="Keep the parameters in the low precision and "
+                                 "all-gather them so (Megatron --fp8-param-gather; --fp4-param-gather under nvfp4): "
+                                 "halves the parameter all-gather and drops the 16-bit weight copy.")
 JsonOpt = typer.Option(False, "--json", help="Print the result as JSON on stdout.")
 OutputOpt = typer.Option(None, "--output", "-o", help="Write the JSON to this file (atomically; - for standard output).")
 QuietOpt = typer.Option(False, "--quiet", "-q", help="No progress report on stderr.")

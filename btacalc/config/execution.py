@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, Optional
 
 from ..errors import BtacalcError
+from .precision import DEFAULT_PRECISION, Recipe, check_precision, recipe
 from ..vocabulary import parse_recompute
 from .pipeline import Placement, StageSplit, parse_layout, place
 
@@ -74,6 +75,8 @@ REASONS = {
                          "--tokens-per-step changes it, --global-batch fixes it"),
     "micro_batch_pipeline": ("1 sequence per micro-batch under pipeline parallelism (M = N / DP), as Megatron's "
                              "published pipeline recipes; give --micro-batch or --grad-accum to change it"),
+    "precision": ("bf16: Megatron-LM's --bf16 mixed precision; low-precision recipes (--precision fp8, fp8-current, "
+                  "fp8-blockwise, mxfp8, nvfp4) are TransformerEngine's (btacalc/data/precision.toml)"),
     "multi_token_prediction": ("off: the main model only, as Hugging Face transformers trains DeepSeek-V3 (it does not "
                                "build the MTP module) and as the published parameter counts are given"),
 }
@@ -100,6 +103,23 @@ class RunOptions:
     routing_imbalance: float = 1.0  # busiest expert's routed tokens over the mean (1 = balanced)
     # train the model's multi-token-prediction modules too (DeepSeek-V3 MTP; a model without any ignores it)
     multi_token_prediction: bool = False
+    # the training precision (btacalc/data/precision.toml): the linear layers' GEMM dtype and its casts
+    precision: str = DEFAULT_PRECISION
+    # Megatron --fp8-param-gather / --fp4-param-gather: parameters kept and all-gathered in the low precision
+    low_precision_param_gather: bool = False
+
+    @property
+    def saved_input_bytes(self) -> float:
+        """Bytes per element of a linear layer's saved input (the catalogue's beta_s): the quantised copy
+        TransformerEngine saves for wgrad under a low-precision recipe (TE linear.py saves the quantised
+        input, not the 16-bit one), else the 16-bit element."""
+        r = self.recipe
+        return r.bytes_per_element if r.low else self.bytes_per_element
+
+    @property
+    def recipe(self) -> Recipe:
+        """The resolved precision's recipe (TransformerEngine class, Megatron flags, cast costs)."""
+        return recipe(self.precision)
 
     def features(self) -> dict[str, Any]:
         """The run options the formula catalogue's `when` clauses test."""
@@ -410,6 +430,8 @@ class ExecutionRequest:
     # GPU plans that fix no batch size: the global batch in tokens (None: DEFAULT_TOKENS_PER_STEP)
     tokens_per_step: Optional[int] = None
     stage_split: StageSplit = field(default_factory=StageSplit)  # first/last stage layers, layout, account-for
+    precision: Optional[str] = None  # None: bf16 (REASONS)
+    fp8_param_gather: bool = False  # Megatron --fp8-param-gather (--fp4-param-gather under nvfp4)
 
     def with_changes(self, **changes: Any) -> "ExecutionRequest":
         return replace(self, **changes)
@@ -471,7 +493,11 @@ def resolve_execution(request: ExecutionRequest, model: "ModelSpec", profile: "H
                                    REASONS["gradient_bytes_gpu" if gpu else "gradient_bytes_wse"]),
         routing_imbalance=request.routing_imbalance,
         multi_token_prediction=_mtp(request, model, chosen.reasons),
+        precision=(chosen.pick("precision", request.precision, DEFAULT_PRECISION, REASONS["precision"]) if gpu
+                   else request.precision or DEFAULT_PRECISION),
+        low_precision_param_gather=request.fp8_param_gather,
     )
+    check_precision(run.precision, profile, run.low_precision_param_gather)
     _check_run(run, model)
     layout = _resolve_layout(request, model, profile, chosen)
     limits = _resolve_batch(request, layout, chosen, run.seq_len if gpu else None)

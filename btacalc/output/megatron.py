@@ -8,6 +8,7 @@ ConfigContainer fields its recipes set (model.*, train.*, ddp.*, optimizer.*, co
 
 from __future__ import annotations
 
+from ..config.precision import recipe
 from ..planning.report import ParallelInfo, PlanReport
 from ..vocabulary import SELECTIVE_MODULES
 
@@ -21,8 +22,17 @@ def megatron_arguments(r: PlanReport) -> str:
     _overlaps(r, lm, bridge)
     head = [f"# btacalc plan: {r.model.name} on {r.parallelism.devices} x {r.hardware.name}"
             + ("" if r.plan.fits else " (DOES NOT FIT)")] + [f"# {n}" for n in notes]
-    return "\n".join(head + ["# Megatron-LM (pretrain_gpt.py):", " \\\n  ".join(["--bf16"] + lm),
+    return "\n".join(head + ["# Megatron-LM (pretrain_gpt.py):", " \\\n  ".join(_precision(r) + lm),
                              "# Megatron-Bridge (ConfigContainer overrides):", "\n".join(bridge)])
+
+
+def _precision(r: PlanReport) -> list[str]:
+    """The 16-bit dtype flag, then the low-precision recipe's flags as Megatron-LM spells them
+    (btacalc/data/precision.toml: --fp8-format/--fp8-recipe, --fp4-format/--fp4-recipe) and its parameter
+    gather flag when the plan keeps the parameters in FP8/FP4."""
+    rec = recipe(r.inputs.precision)
+    flags = (["--bf16"] if rec.low else []) + list(rec.megatron)
+    return flags + ([rec.param_gather_flag] if r.inputs.fp8_param_gather else [])
 
 
 def _layout(r: PlanReport) -> tuple[list[str], list[str], list[str]]:

@@ -222,6 +222,8 @@ _COMPONENT_NOTES = {
     "gradients": "gradients ({gradient_note})",
     "optimizer_state": "fp32 master weights + Adam moments",
     "gathered_weights": "ZeRO-3 / FSDP: gathered layer weights",
+    "low_precision_weights": "FP8/FP4 weight copies TransformerEngine caches (rowwise and columnwise), less the 16-bit "
+                             "copy --fp8-param-gather drops",
 }
 
 
@@ -279,11 +281,21 @@ def _phase_table(rows: Iterable[PhaseRow], r: PlanReport, title: str) -> Table:
     for col, just in (("phase", "left"), ("batch", "left"), ("fwd FLOP", "right"), ("bwd FLOP", "right"),
                       ("stored", "right"), ("transient", "right"), ("bytes moved", "right"), ("FLOP/byte", "right")):
         t.add_column(col, justify=just)  # type: ignore[arg-type]  # "left"/"right" literals from the table spec
+    low = r.inputs.te_recipe != ""  # a low-precision recipe: each phase's dtype and its cast kernels
+    if low:
+        t.add_column("precision")
+        t.add_column("cast / step", justify="right")
     for p in rows:
-        t.add_row(p.name, "b" if p.batch == "tile" else "G·b", si(p.flops_forward, "FLOP") if p.flops_forward else "-",
-                  si(p.flops_backward, "FLOP") if p.flops_backward else "-", si(p.stored_activation_bytes, "B"),
-                  si(p.transient_bytes, "B"), si(p.bytes_moved, "B"),
-                  f"{p.arithmetic_intensity:,.1f}" if p.arithmetic_intensity else "-")
+        cells = [p.name, "b" if p.batch == "tile" else "G·b", si(p.flops_forward, "FLOP") if p.flops_forward else "-",
+                 si(p.flops_backward, "FLOP") if p.flops_backward else "-", si(p.stored_activation_bytes, "B"),
+                 si(p.transient_bytes, "B"), si(p.bytes_moved, "B"),
+                 f"{p.arithmetic_intensity:,.1f}" if p.arithmetic_intensity else "-"]
+        if low:
+            cells += [p.precision, f"{1e3 * p.cast_time_s:.3f} ms" if p.cast_time_s else "-"]
+        t.add_row(*cells)
+    if low:
+        t.caption = (f"{r.inputs.precision} ({r.inputs.te_recipe}): the linear layers' GEMMs at the low-precision peak; "
+                     "cast / step: their quantise kernels (HBM-bound), per layer per step, inside the phase's time")
     return t
 
 

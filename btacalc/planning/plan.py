@@ -26,6 +26,7 @@ from ..model.solver import PointLimits, Search, Solution, search, solve_density
 from ..model.timing import StepTime, compute_efficiency, step_time
 from .report import (AlternativePlan, FlopsPerStep, HardwareInfo, Inputs, LayerKindRows, ModelInfo, ParallelInfo,
                      PhaseRow, PlanInfo, PlanReport, StageRow, StateRow, Throughput)
+from .precision import mark_precision
 from .resolve import resolve_problem
 from .suggest import suggestions
 from .wafer import wafer_info
@@ -115,6 +116,7 @@ def _inputs(problem: Problem) -> Inputs:
         causal=run.causal, loss=run.loss, accounting=run.accounting, optimizer=run.optimizer,
         bytes_per_element=run.bytes_per_element, **given, gradient_bytes=run.gradient_bytes,
         routing_imbalance=run.routing_imbalance, objective=ex.objective, defaults=ex.default_reasons,
+        precision=run.precision, te_recipe=run.recipe.te_recipe, fp8_param_gather=run.low_precision_param_gather,
     )
 
 
@@ -209,6 +211,8 @@ def build_report(problem: Problem, mem: MemoryModel, sol: Solution, found: Searc
         layer_kinds=[LayerKindRows(name=k.name, count=k.count, phases=_rows(kpv, "layer"))
                      for k, kpv in ev.layers] if len(ev.layers) > 1 else [],
     )
+    if problem.hardware.family == "gpu":
+        mark_precision(problem, ev, report)
     best_time = None
     if report.plan.fits:
         summary = summarize(problem, mem, sol, found)

@@ -107,6 +107,9 @@ class Inputs(BaseModel):
     micro_batch: Optional[int] = Field(None, description="G·b fixed: sequences per micro-batch per data-parallel rank")
     gradient_bytes: int = Field(2, description="bytes per gradient element (4: fp32 main gradients)")
     routing_imbalance: float = Field(1.0, description="the busiest expert's routed tokens over the mean")
+    precision: str = Field("bf16", description="training precision (btacalc/data/precision.toml)")
+    te_recipe: str = Field("", description="the TransformerEngine recipe class of the precision ('' for 16-bit)")
+    fp8_param_gather: bool = Field(False, description="parameters kept and all-gathered in the low precision")
     micro_batches: Optional[int] = Field(None, description="M as given (--grad-accum); None: chosen by the solver")
     objective: str = Field("density", description="what the solver maximised: throughput (tokens/s) or density "
                            "(the largest G*b that fits)")
@@ -171,6 +174,10 @@ class PhaseRow(BaseModel):
     bytes_moved: int
     arithmetic_intensity: float = Field(description="flops_forward / bytes_moved, FLOP/byte")
     time_s: float = Field(0.0, description="modelled time of this phase per step (one layer for layer phases)")
+    precision: str = Field("bf16", description="the dtype the phase's GEMMs run in (--precision for the linear "
+                           "layers, 16-bit for the rest)")
+    cast_time_s: float = Field(0.0, description="low precision: the phase's quantise/cast kernels per step (one "
+                               "layer), included in time_s")
 
 
 class LayerKindRows(BaseModel):

@@ -25,6 +25,7 @@ from ..config.execution import (DEFAULT_TOKENS_PER_STEP, BatchLimits, Execution,
                                 whole_sequences)
 from ..config.hardware import HardwareProfile
 from ..config.model import ModelSpec
+from ..config.precision import recipes
 from ..errors import BtacalcError
 from ..model.memory import auto_resident
 from ..model.params import ParamCounts, param_counts
@@ -39,7 +40,11 @@ RUN_PARAMS = {"seq": "seq_len"}
 LIMIT_PARAMS = {"global-batch": "global_batch", "tiles": "tiles", "tile-batch": "tile_batch",
                 "max-global-batch": "max_global_batch", "max-tile-batch": "max_tile_batch", "grad-accum": "micro_batches"}
 LAYOUT_PARAMS = {"devices": "devices"}
-VARIABLES = {**MODEL_PARAMS, **RUN_PARAMS, **LIMIT_PARAMS, **LAYOUT_PARAMS}
+# Named choices: the grid holds the index into the choices (`--vary precision=bf16,mxfp8,nvfp4`); the points
+# report the names. Each choice is an ExecutionRequest field: its points are solved as separate groups.
+CHOICE_PARAMS: dict[str, tuple[str, tuple[str, ...]]] = {"precision": ("precision", tuple(recipes()))}
+VARIABLES = {**MODEL_PARAMS, **RUN_PARAMS, **LIMIT_PARAMS, **LAYOUT_PARAMS,
+             **{n: field for n, (field, _) in CHOICE_PARAMS.items()}}
 
 # A grid above this many points is refused unless the caller raises the limit (--max-points): a
 # million points take about a minute and their CSV about 300 MB.
@@ -51,7 +56,7 @@ SEARCH_POINTS = 1 << 13
 
 
 class SweepPoint(BaseModel):
-    params: dict[str, int]
+    params: dict[str, Union[int, str]]
     plan: PlanInfo
     throughput: Optional[Throughput]
     error: Optional[str] = None
@@ -125,7 +130,7 @@ class SweepBlock:
     def __len__(self) -> int:
         return len(self.errors)
 
-    def param_rows(self) -> list[dict[str, int]]:
+    def param_rows(self) -> list[dict[str, Any]]:
         names = list(self.params)
         return [dict(zip(names, row)) for row in zip(*(self.params[n].tolist() for n in names))]
 
@@ -157,7 +162,15 @@ def iter_sweep(model: ModelSpec, hw: HardwareProfile, request: ExecutionRequest,
     solver = _Solver(model, hw, request, fixed_active)
     for start in range(0, grid.size, BLOCK_POINTS):
         stop = min(start + BLOCK_POINTS, grid.size)
-        yield solver.block(start, grid.columns(grid.digits(start, stop)))
+        yield _named(solver.block(start, grid.columns(grid.digits(start, stop))))
+
+
+def _named(block: SweepBlock) -> SweepBlock:
+    """The block with each choice parameter's indices replaced by the choices' names."""
+    for name, (_, choices) in CHOICE_PARAMS.items():
+        if name in block.params:
+            block.params[name] = np.array([choices[i] for i in block.params[name].tolist()], dtype=object)
+    return block
 
 
 def run_sweep(model: ModelSpec, hw: HardwareProfile, request: ExecutionRequest, grid: Mapping[str, Sequence[int]],
@@ -221,7 +234,8 @@ class _Solver:
         if overrides not in self.setups:
             try:
                 model = {MODEL_PARAMS[n]: v for n, v in overrides if n in MODEL_PARAMS}
-                layout = {LAYOUT_PARAMS[n]: v for n, v in overrides if n in LAYOUT_PARAMS}
+                layout: dict[str, Any] = {LAYOUT_PARAMS[n]: v for n, v in overrides if n in LAYOUT_PARAMS}
+                layout.update({CHOICE_PARAMS[n][0]: CHOICE_PARAMS[n][1][v] for n, v in overrides if n in CHOICE_PARAMS})
                 spec = self.model.with_overrides(**model, fixed_active=self.fixed_active) \
                     if (model or self.fixed_active) else self.model
                 execution = resolve_execution(self.request.with_changes(**layout, limits=BatchLimits()), spec, self.hw)
@@ -239,7 +253,7 @@ class _Solver:
     def block(self, start: int, params: dict[str, np.ndarray]) -> SweepBlock:
         """Group the block's points by structure (model shape and layout): one vectorised search each."""
         out = _Columns(next(iter(params.values())).size)
-        names = [n for n in params if n in MODEL_PARAMS or n in LAYOUT_PARAMS]
+        names = [n for n in params if n in MODEL_PARAMS or n in LAYOUT_PARAMS or n in CHOICE_PARAMS]
         combos = np.stack([params[n] for n in names], axis=1) if names else np.zeros((out.size, 0), np.int64)
         unique, inverse = np.unique(combos, axis=0, return_inverse=True)
         inverse = inverse.reshape(-1)
@@ -355,7 +369,8 @@ class _Solver:
         dense models of different expert counts are the same model)."""
         seq = np.asarray(dense.run.seq_len)
         about = (numbers, dense.layout, dense.run.memory_model, dense.run.recompute, dense.run.attention,
-                 tuple(sorted(dense.run.features().items())), dense.run.overlap_streaming, dense.execution.objective)
+                 tuple(sorted(dense.run.features().items())), dense.run.overlap_streaming, dense.execution.objective,
+                 dense.run.precision, dense.run.low_precision_param_gather)
         base_key = (self.dense_ids.setdefault(about, len(self.dense_ids)),)  # hashed once, not per point
         keys = [base_key + k for k in zip(seq.tolist(), limits.max_global_batch.tolist(), limits.micro_batches.tolist())]
         missing = [i for i, k in enumerate(keys) if k not in self.dense]

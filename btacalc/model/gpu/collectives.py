@@ -32,6 +32,7 @@ from typing import Any
 from ...catalogue.constants import constants
 from ..arrays import maximum, minimum, where
 from ..problem import Problem
+from .precision import param_gather_factor
 
 
 def _bandwidths(problem: Problem) -> tuple[float, float]:
@@ -111,7 +112,8 @@ def data_parallel_times(problem: Problem, dense: Any, expert: Any, rates: dict[s
 
     def times(params: Any, size: Any, stride: Any) -> tuple[Any, Any, Any]:
         share = ring_share(size) * params
-        g_bytes, w_bytes = rates["gradients"] * share, rates["weights"] * share
+        # --fp8-param-gather: the weights all-gathered in FP8 / FP4 (precision.param_gather_factor)
+        g_bytes, w_bytes = rates["gradients"] * share, rates["weights"] * share * param_gather_factor(problem)
         reduce_step = where(zero == 0, c.all_reduce * g_bytes, where(zero == 1, c.reduce_scatter * g_bytes, 0))
         gather_step = where((zero == 1) | (zero == 2), c.all_gather * w_bytes, 0)
         per_mb = where(zero == 2, c.reduce_scatter * g_bytes,

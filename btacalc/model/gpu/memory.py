@@ -31,10 +31,11 @@ from ..arrays import is_array, largest, maximum, where
 from ..problem import Problem
 from ..state import StatePart, bytes_per_param, gathered_units_bytes, sharded_state
 from .costs import Part, layer_parts, outside_parts
+from .precision import weight_cache_bytes
 from .stages import PipelineStages, ratio
 
 COMPONENTS = ("weights", "gradients", "optimizer_state", "gathered_weights", "stored_activations",
-              "recompute_buffer", "working_set")
+              "recompute_buffer", "working_set", "low_precision_weights")
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,8 @@ class GpuMemory:
             "recompute_buffer": _whole(_max(where(n > 0, p.recompute, 0) for n, (_, p) in zip(counts, kinds))),
             "working_set": _whole(maximum(_max(where(n > 0, p.transient, 0) for n, (_, p) in zip(counts, kinds)),
                                           maximum(first.transient if is_first else 0, where(is_last, last.transient, 0)))),
+            "low_precision_weights": _whole(weight_cache_bytes(self.problem, _low_precision_params(self.problem, layers,
+                                                                                                  kinds))),
         }
         components = {k: where(exists, v, 0) for k, v in components.items()}
         return StageMemory(j, layers, where(exists, st.in_flight(j), 0), components, tuple(parts))
@@ -121,6 +124,19 @@ def stage_params(problem: Problem, counts: list[Any], kinds: list[tuple[LayerKin
         + where(is_last, last.dense_params + where(lay.pipeline_parallel > 1, tied, 0), 0)
     expert = ratio(sum(n * p.routed_params for p, n in share), lay.expert_parallel * lay.expert_tensor_parallel)
     return dense, expert
+
+
+def _low_precision_params(problem: Problem, layers: Any, kinds: list[tuple[LayerKind, Part]]) -> Any:
+    """Parameters per device of the stage's low-precision (TransformerEngine linear) phases: the dense
+    ones and the device's 1/(EP·ETP) of the routed experts; under ZeRO-3 / FSDP the quantised copies are
+    sharded as the weights are (DP·CP ranks, EDP for the experts: the gathered unit's copy is transient)."""
+    lay, model = problem.layout, problem.model
+    share = [(part, ratio(layers * kind.count, model.num_layers)) for kind, part in kinds]
+    sharded = lay.zero_stage >= 3
+    dense = ratio(sum(n * p.low_precision_params for p, n in share), where(sharded, lay.sharding_ranks, 1))
+    routed = ratio(sum(n * p.low_precision_routed for p, n in share),
+                   lay.expert_parallel * lay.expert_tensor_parallel * where(sharded, lay.expert_data_parallel, 1))
+    return dense + routed
 
 
 def _sum(parts: tuple[StatePart, ...] | list[StatePart], component: str) -> Any:
