@@ -2,8 +2,10 @@
 one model, predict that model's runs, and repeat for every model (issue 24).
 
 The fit is `validate --calibrate`'s (least squares on log error, calibration.py), on every wafer run of
-the other models whatever its role in the shipped set, so each fold sees the most data it can; a model
-whose runs leave fewer runs than the family has factors is skipped with the reason. The result is data
+the other models whatever its role in the shipped set, so each fold sees the most data it can, except
+the runs with a documented known gap (a mechanism btacalc lacks: fitting factors to them would bend the
+factors towards a miss they cannot explain); those are still predicted in their own fold. A fold that
+leaves fewer runs than the family has factors is skipped with the reason. The result is data
 (`LooReport`); `btacalc validate --wafer-loo` prints it, and a GPU cross-validation can reuse
 `leave_one_out` with its own family spec.
 """
@@ -53,7 +55,7 @@ def _hardware(spec: FamilySpec, factors: dict[str, float], runs: list[str], sour
 
 
 def _fold(spec: FamilySpec, mine: list[MeasuredRun], model: str) -> LooFold:
-    train = [r.model_copy(update={"role": "fit"}) for r in mine if r.model != model]
+    train = [r.model_copy(update={"role": "fit"}) for r in mine if r.model != model and not r.known_gap]
     held = [r for r in mine if r.model == model]
     if len(train) < len(spec.factors):
         return LooFold(held_out=model, skipped=f"{len(train)} runs left for {len(spec.factors)} factors")

@@ -82,7 +82,7 @@ def kernel_runs(ev: Evaluation) -> Any:
     passes = constants().passes
     runs: Any = 0
     for n, pv, phase in ev.items():
-        if phase.batch != "tile":
+        if not (phase.scope == "layer" and phase.batch == "tile"):
             runs = runs + n * (1 + passes.backward_matmul_factor + passes.recompute_passes * recomputed(pv, phase.name))
     return runs
 
