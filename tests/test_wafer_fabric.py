@@ -105,3 +105,9 @@ def test_leave_one_out_never_fits_on_the_model_it_predicts():
     # one factor fitted on the two others: the fold without llama-7b fits gpt-j and bert-large only
     (no_llama,) = [f for f in report.folds if f.held_out == "llama-7b"]
     assert sorted(no_llama.fit_runs) == ["bert-large-wse2-1-401", "gpt-j-6b-wse2-2-399"]
+
+
+def test_wafer_loo_takes_no_other_run_file_or_output(cli):
+    code, out, err = cli("validate", "--wafer-loo", "--plot", "x.png")
+    assert code == 2 and "--wafer-loo" in err and "--plot" in err and not out
+    assert len(err.strip().splitlines()) == 1
