@@ -26,7 +26,7 @@ def test_shipped_wafer_factor_is_the_fit_on_the_fit_runs():
         shipped = builtin_profiles()[name].calibration.compute_efficiency
         assert shipped.kind == "calibrated" and shipped.fitted_to == fit.runs
         assert shipped.value == pytest.approx(fit.factors["compute_efficiency"], abs=2e-4)
-    # one factor, one fit run: the fit reproduces the run (log error ~ 0)
+    # two factors (efficiency, fabric width overhead), two fit runs: the fit reproduces both (log error ~ 0)
     assert all(abs(e) < 1e-3 for e in fit.errors_after.values())
 
 
@@ -66,7 +66,8 @@ def test_written_profiles_stay_valid_and_record_the_runs(tmp_path):
 
 
 def test_a_family_needs_as_many_fit_runs_as_factors():
-    spec = FamilySpec(name="wse", profiles=["wse2", "wse3"], factors=["compute_efficiency", "usable_memory_fraction"],
+    spec = FamilySpec(name="wse", profiles=["wse2", "wse3"], factors=["compute_efficiency", "fabric_vector_overhead",
+                                                                      "usable_memory_fraction"],
                       source="https://example.org")
     with pytest.raises(Exception, match="need at least as many fit runs"):
         fit_family(spec)

@@ -16,7 +16,8 @@ EXAMPLES = ("Examples:\n\n"
             "  btacalc validate\n\n"
             "  btacalc validate --measured ../shared/reference/measured-runs.json --json\n\n"
             "  btacalc validate --plot accuracy.png\n\n"
-            "  btacalc validate --calibrate")
+            "  btacalc validate --calibrate\n\n"
+            "  btacalc validate --wafer-loo")
 
 
 def validate(
@@ -29,6 +30,8 @@ def validate(
     calibrate: bool = typer.Option(False, "--calibrate", help="Fit each device family's efficiency factors on the "
                                    "measured runs marked role=fit (least squares on log error) and write them into the "
                                    "profiles' calibration sections."),
+    wafer_loo: bool = typer.Option(False, "--wafer-loo", help="Leave-one-out over model sizes on the wafer runs: fit "
+                                   "the wafer factors without each model's runs and predict them (about a minute)."),
 ) -> int:
     """Compute every published point (BTA curves, Korthikanti, parameter counts) against its tolerance,
     and predict every measured training run (error = predicted / measured - 1), per role and device family.
@@ -46,6 +49,11 @@ def validate(
             raise BtacalcError(f"--calibrate fits on the shipped measured runs and rewrites the profiles; it takes "
                                f"no {', '.join(given)}")
         return _calibrate()
+    if wafer_loo:
+        given = [f for f, v in (("--measured", measured), ("--output", output), ("--plot", plot_path)) if v]
+        if given:
+            raise BtacalcError(f"--wafer-loo refits on the shipped measured runs; it takes no {', '.join(given)}")
+        return _wafer_loo(as_json)
     outs = outputs(output, as_json, plot_path=plot_path)
     points = run_validation()
     report = validate_measured(measured)
@@ -80,6 +88,28 @@ def _calibrate() -> int:
                          f"{', '.join(p.name for p in paths)}\n")
         for run, reason in fit.skipped.items():
             sys.stdout.write(f"{fit.family}: fit run {run} not used: {reason}\n")
+    return 0
+
+
+def _wafer_loo(as_json: bool) -> int:
+    from ..planning.wafer_loo import leave_one_out
+
+    report = leave_one_out("wse")
+    if as_json:
+        sys.stdout.write(report.model_dump_json(indent=2) + "\n")
+        return 0
+    for fold in report.folds:
+        if fold.skipped:
+            sys.stdout.write(f"without {fold.held_out}: skipped ({fold.skipped})\n")
+            continue
+        factors = ", ".join(f"{k} {v:.4g}" for k, v in fold.factors.items())
+        preds = "; ".join(f"{p.id} {'n/a' if p.error is None else f'{100 * p.error:+.1f}%'}"
+                          f" (shipped {'n/a' if p.error_shipped is None else f'{100 * p.error_shipped:+.1f}%'})"
+                          for p in fold.predictions)
+        sys.stdout.write(f"without {fold.held_out}: {factors}; {preds}\n")
+    if report.mean_abs_error is not None:
+        sys.stdout.write(f"{report.family}: leave-one-out mean |error| {100 * report.mean_abs_error:.1f}%, "
+                         f"max {100 * (report.max_abs_error or 0):.1f}%\n")
     return 0
 
 

@@ -117,6 +117,7 @@ FRACTION = Range(0, 1, "", open_low=True)
 TILE_OVERHEAD = Range(0, 1, "s")  # seconds per tile per layer; 0 = no overhead
 LATENCY = Range(0, 1, "s")  # a link or tree-level latency: at most a second
 GEMM_WIDTH = Range(0, 1e5, "elements")  # the half-efficiency width of a GEMM; 0 = efficiency independent of size
+VECTOR_OVERHEAD = Range(0, 1e3, "elements")  # a PE's fixed cost per vector instruction, in SIMD-lane elements
 FANOUT = Range(2, 1e3, "count", integer=True)  # a tree node serves at least two children
 MESH_PES = Range(1, 1e5, "count", integer=True)  # PEs along one side of a wafer's mesh (WSE-3: 1,172)
 CLOCK = Range(1e6, 1e11, "Hz")
@@ -226,6 +227,10 @@ class Calibration(_Section):
         None, description="matmul efficiency grows with the GEMMs' width: at a hidden size per tensor-parallel rank "
         "n = h/t it is compute_efficiency x n / (n + gemm_half_width) (tile and wave quantization; "
         "model/steptime.py); None: independent of size")
+    fabric_vector_overhead: Annotated[Optional[Number], VECTOR_OVERHEAD] = Field(
+        None, description="wafer: a PE's fixed cost per vector instruction in elements of its SIMD lanes (c x w); a "
+        "matmul of width n = h spread over the fabric's X columns reaches n / (n + this x X) of compute_efficiency "
+        "(model/wafer/fabric.py); None: independent of width")
 
 
 class Defaults(_Section):

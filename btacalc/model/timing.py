@@ -13,6 +13,9 @@ backward = 2 x forward, and recomputation when the phase's activations were drop
                 weights cross whether or not tokens reach it (DESIGN notes).
     t_phase   = max(t_compute, t_memory) combined with t_stream by max (overlap) or sum (no overlap)
 
+On a wafer the matmuls also run at the fabric's width utilisation u(n) = n / (n + k X), n = h for a
+phase that multiplies by weights and d_h for the attention core (no weights), and every
+kernel run pays a fixed cost once per micro-batch (model/wafer/fabric.py).
 A per-tile overhead is added G times per step: derived from the mesh on a wafer profile with a
 `[mesh]` (model/wafer/mesh.py), else the profile's `calibration.tile_overhead_s` per layer. On a
 wafer, the on-wafer dispatch/combine and the start of each micro-batch's weight stream are added per
@@ -38,6 +41,7 @@ from .steptime import StepTime, compute_efficiency, tile_overhead_s
 from .problem import Evaluation, Problem
 from .wafer.cluster import stream_bandwidth
 from .wafer.costs import tiles_overhead_s, wafer_costs
+from .wafer.fabric import phase_utilisation
 
 
 @dataclass
@@ -65,7 +69,7 @@ def _phase_times(problem: Problem, ev: Evaluation) -> _PhaseTimes:
         flops = v("flops_fwd") + v("flops_bwd") + v("flops_recompute")
         out.model_flops = out.model_flops + n * (v("flops_fwd") + v("flops_bwd"))
         traffic = v("bytes_moved") * (1 + recomputed(pv, phase.name)) + v("bytes_moved_bwd")
-        t_cmp = np.maximum(flops / peak, traffic / act_bw)
+        t_cmp = np.maximum(flops / (peak * phase_utilisation(problem, v("params"))), traffic / act_bw)
         t_bwd = t_cmp * (flops - v("flops_fwd")) / np.maximum(flops, 1)  # the backward share of the phase
         if streaming:
             weight_bytes = 0 if phase.stream_unit == "none" else beta * v("params")

@@ -64,6 +64,8 @@ class Recipe(BaseModel):
     vp: Optional[int] = Field(None, ge=1)
     zero: Optional[int] = Field(None, ge=0, le=3)
     grad_bytes: Optional[Literal[2, 4]] = None
+    memory_model: Optional[Literal["weight_streaming", "resident"]] = Field(
+        None, description="wafer: how the run kept its weights (Cerebras appliance runs stream them)")
     overlaps: Overlaps = Overlaps()
 
 
@@ -219,6 +221,8 @@ def express(run: MeasuredRun, family: str = "gpu") -> tuple[Optional[ExecutionRe
         o = recipe.overlaps
         changes.update(overlaps=OverlapRequest(grad_reduce=o.grad_reduce, param_gather=o.param_gather, tp_comm=o.tp_comm),
                        overlap_all_to_all=o.all_to_all, attention=recipe.attention, gradient_bytes=recipe.grad_bytes)
+        if recipe.memory_model is not None:
+            changes["memory_model"] = recipe.memory_model
     # the published low-precision runs use Megatron-Bridge's mixed-precision recipes (btacalc/data/precision.toml
     # bridge_param_gather: FP8 parameters and their all-gather where the recipe turns them on)
     return ExecutionRequest(seq_len=run.seq, recompute=recompute, devices=run.devices, limits=limits,

@@ -10,6 +10,7 @@ from typing import Any
 from ..params import param_counts
 from ..problem import Evaluation, Problem
 from .cluster import micro_batch_latency_s, step_boundary
+from .fabric import kernel_fixed_s
 from .mesh import dispatch_s, tile_overhead_s
 
 
@@ -28,9 +29,12 @@ def tiles_overhead_s(problem: Problem, ev: Evaluation, tiles: Any, per_tile_with
 
 
 def wafer_costs(problem: Problem, ev: Evaluation, backward_s: Any, micro_batch_s: Any) -> WaferCosts:
-    """Mesh dispatch (MoE models) and, when weights stream, the cluster's latency and step boundary."""
+    """Mesh dispatch (MoE models), the fixed cost of the micro-batch's kernel runs (fabric.py) and, when
+    weights stream, the cluster's latency and step boundary."""
     out = WaferCosts()
     mesh = problem.hardware.mesh
+    if mesh is not None:
+        out.per_micro_batch["kernel_fixed"] = kernel_fixed_s(mesh, ev)
     if mesh is not None and problem.model.is_moe:
         out.per_micro_batch["mesh_dispatch"] = out.communication["mesh_dispatch"] = dispatch_s(mesh, ev)
     if problem.memory_model == "weight_streaming":
