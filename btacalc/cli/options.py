@@ -52,7 +52,7 @@ Attention = _choices("Attention", FEATURES["attention"])
 Loss = _choices("Loss", FEATURES["loss"])
 Accounting = _choices("Accounting", FEATURES["accounting"])
 MemoryModelChoice = _choices("MemoryModelChoice", ("auto", "weight_streaming", "resident"))
-Emit = _choices("Emit", ("cerebras", "megatron"))
+Emit = _choices("Emit", ("cerebras", "modelzoo", "megatron", "bridge"))
 Match = _choices("Match", ("power", "devices"))
 Objective = _choices("Objective", OBJECTIVES)
 

@@ -448,6 +448,8 @@ def resolve_execution(request: ExecutionRequest, model: "ModelSpec", profile: "H
     )
     _check_run(run, model)
     layout = _resolve_layout(request, model, profile, chosen)
+    if profile.family == "gpu":
+        layout = _runnable_overlaps(layout, recompute, chosen)
     limits = _resolve_batch(request, layout, chosen)
     layout = replace(layout, micro_batches=limits.micro_batches or 1)  # the solver may choose M: plan.py
     layout.validate(model, profile, run.seq_len)
@@ -457,6 +459,20 @@ def resolve_execution(request: ExecutionRequest, model: "ModelSpec", profile: "H
     if objective not in OBJECTIVES:
         raise BtacalcError(f"{{objective}} must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
     return Execution(run, layout, limits, objective, tuple(chosen.reasons.items()), request)
+
+
+def _runnable_overlaps(layout: Layout, recompute: str, chosen: _Defaults) -> Layout:
+    """The nearest plan Megatron runs: without the all-to-all overlap where Megatron-Core refuses it
+    (btacalc.config.megatron_rules.a2a_refusal); the reason is kept with the defaults."""
+    from .megatron_rules import a2a_refusal
+
+    if not layout.overlap.all_to_all:
+        return layout
+    why = a2a_refusal(recompute, layout.pipeline_parallel, layout.virtual_pipeline, layout.expert_parallel)
+    if why is None:
+        return layout
+    chosen.reasons["overlap_all_to_all"] = why
+    return replace(layout, overlap=replace(layout.overlap, all_to_all=False))
 
 
 def _mtp(request: ExecutionRequest, model: "ModelSpec", reasons: dict[str, str]) -> bool:

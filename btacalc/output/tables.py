@@ -60,6 +60,8 @@ def plan_renderable(r: PlanReport) -> Group:
         parts.append(Panel(wafer_renderable(r.wafer), title="Wafer systems (Cerebras)", border_style="blue"))
     if r.sensitivity:
         parts.append(sensitivity_table(r))
+    if r.imported is not None:
+        parts.append(_imported_panel(r))
     if r.suggestions:
         parts.append(Panel("\n".join(f"• {s}" for s in r.suggestions), title="What would fit", border_style="yellow"))
     return Group(*fit_all(parts))
@@ -154,8 +156,10 @@ def _layout_text(r: PlanReport) -> str:
                                           f"{par.expert_data_parallel}" if r.model.num_experts else ""))
     shard = "FSDP" if par.fsdp else f"ZeRO-{par.zero_stage}"
     on = [k for k, v in par.overlaps.items() if v]
+    dropped = r.inputs.defaults.get("overlap_all_to_all")
     return (f"{par.devices} devices ({par.devices_per_node} per NVLink domain): {sizes}; {shard}; "
-            f"M = {par.micro_batches} micro-batches; overlapped: {', '.join(on) or 'none'}")
+            f"M = {par.micro_batches} micro-batches; overlapped: {', '.join(on) or 'none'}"
+            + (f"; all-to-all overlap dropped: {dropped}" if dropped else ""))
 
 
 def _stages_table(r: PlanReport) -> Table:
@@ -283,3 +287,16 @@ def _flops_table(r: PlanReport) -> Table:
     t.add_column("elementwise (apart)", justify="right")
     t.add_row(*(si(x, "FLOP") for x in (f.forward, f.backward, f.total, f.recompute, f.hardware_total, f.elementwise)))
     return t
+
+
+def _imported_panel(r: PlanReport) -> Panel:
+    """--from-megatron / --from-bridge: every flag btacalc left out, with its reason, and the notes."""
+    imp = r.imported
+    assert imp is not None  # the caller checked
+    by_reason: dict[str, list[str]] = {}
+    for row in imp.ignored:
+        by_reason.setdefault(row.reason, []).append(row.flag)
+    lines = [f"• ignored {' '.join(escape(f) for f in flags)}: {escape(reason)}" for reason, flags in by_reason.items()]
+    lines += [f"• {escape(n)}" for n in imp.notes]
+    return Panel("\n".join(lines) or "every flag is modelled", title=f"Read from {escape(imp.source)}",
+                 border_style="cyan")
