@@ -140,7 +140,7 @@ def plan(
         text = json.dumps(PlanReport.model_json_schema(), indent=2) + "\n"
         write_outputs(outs, {"--output": text, "--json": text}, None)
         return 0
-    imported = _imported_run(ctx, from_megatron, from_bridge, devices if _given(ctx, "devices") else None)
+    imported = _imported_run(ctx, from_megatron, from_bridge, devices if _given(ctx, "devices") else None, model)
     with profiling.stage("resolve"):
         spec = imported.model if imported else resolve_model(model, name).with_overrides(experts, top_k, expert_ffn,
                                                                                           fixed_active)
@@ -202,24 +202,28 @@ def _given(ctx: typer.Context, name: str) -> bool:
     return bool(given_on_command_line(ctx, (name,)))
 
 
-def _imported_run(ctx: typer.Context, megatron: Optional[Path], bridge: Optional[Path], devices: Optional[int]) -> Any:
+def _imported_run(ctx: typer.Context, megatron: Optional[Path], bridge: Optional[Path], devices: Optional[int],
+                  model_name: str) -> Any:
     """The model and run of --from-megatron / --from-bridge (None without them); other plan options are refused:
     the file is the run."""
     if megatron is None and bridge is None:
         return None
     if megatron is not None and bridge is not None:
         raise BtacalcError("{from_megatron} and {from_bridge}: give one run")
-    others = [p.name for p in ctx.command.params if p.name and p.name not in IMPORT_KEEPS]
+    keeps = IMPORT_KEEPS + (("model",) if bridge is not None else ())  # Bridge recipes take the model from HF
+    others = [p.name for p in ctx.command.params if p.name and p.name not in keeps]
     given = given_on_command_line(ctx, tuple(others))
     if given:
         raise BtacalcError(f"{{{given[0]}}} with {{{'from_megatron' if megatron else 'from_bridge'}}}: the file "
                            "gives the run (only --hw, --devices and how to solve and print may be added)")
     from ..config.megatron_run import import_bridge, import_megatron
+    from ..config.presets import resolve_model
 
     if megatron is not None:
         return import_megatron(read_text(megatron, "{from_megatron}"), str(megatron), devices)
     assert bridge is not None  # one of the two, checked above
-    return import_bridge(read_text(bridge, "{from_bridge}"), str(bridge), devices)
+    base = resolve_model(model_name) if _given(ctx, "model") else None
+    return import_bridge(read_text(bridge, "{from_bridge}"), str(bridge), devices, base)
 
 
 def _check_emit(emit: Optional[str], search: bool, profile: Any) -> None:

@@ -50,7 +50,7 @@ def read_text(path: Path, what: str) -> str:
 
 
 def run_file_options(ctx: Context, path: Path) -> dict[str, Any]:
-    """The run file's values, converted and checked by each plan option's own type (one-line errors)."""
+    """The run file's values, checked by each plan option's own type and range (one-line errors)."""
     try:
         data = tomllib.loads(read_text(path, "{config}"))
     except tomllib.TOMLDecodeError as exc:
@@ -68,11 +68,21 @@ def run_file_options(ctx: Context, path: Path) -> dict[str, Any]:
         if flag != isinstance(value, bool):
             need = "a switch: true or false" if flag else "a value, not true/false"
             raise BtacalcError(f"{{config}} {str(path)!r}: {key} is {need}, got {value!r}")
+        raw = value if flag else str(value)
         try:
-            out[name] = param.type.convert(value if flag else str(value), param, ctx)
+            _coerce(param, raw, ctx)
         except click_exc.BadParameter as exc:
             raise BtacalcError(f"{{config}} {str(path)!r}: {key}: {exc.format_message()}") from None
+        out[name] = raw  # the option converts it again, as a value typed on the command line
     return out
+
+
+def _coerce(param: Parameter, value: Any, ctx: Context) -> Any:
+    """The option's own conversion and range check (typer's runtime parameter; click's type otherwise)."""
+    runtime = getattr(param, "get_runtime_param", None)
+    if runtime is not None:
+        return runtime().coerce(value, param=param, ctx=ctx)
+    return param.type.convert(value, param, ctx)
 
 
 def config_callback(ctx: Context, param: Parameter, value: Optional[Path]) -> Optional[Path]:

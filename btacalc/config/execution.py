@@ -462,13 +462,17 @@ def resolve_execution(request: ExecutionRequest, model: "ModelSpec", profile: "H
 
 
 def _runnable_overlaps(layout: Layout, recompute: str, chosen: _Defaults) -> Layout:
-    """The nearest plan Megatron runs: without the all-to-all overlap where Megatron-Core refuses it
-    (btacalc.config.megatron_rules.a2a_refusal); the reason is kept with the defaults."""
-    from .megatron_rules import a2a_refusal
+    """The nearest plan Megatron runs: without the all-to-all overlap where Megatron-Core refuses it, with p2p
+    overlap where the interleaved schedule needs it (btacalc.config.megatron_rules); the reason is kept with
+    the defaults."""
+    from .megatron_rules import a2a_refusal, p2p_refusal
 
-    if not layout.overlap.all_to_all:
-        return layout
-    why = a2a_refusal(recompute, layout.pipeline_parallel, layout.virtual_pipeline, layout.expert_parallel)
+    pp, vp = layout.pipeline_parallel, layout.virtual_pipeline
+    why = p2p_refusal(pp, vp, layout.overlap.p2p)
+    if why is not None:
+        chosen.reasons["overlap_p2p"] = why
+        layout = replace(layout, overlap=replace(layout.overlap, p2p=True))
+    why = a2a_refusal(recompute, pp, vp, layout.expert_parallel) if layout.overlap.all_to_all else None
     if why is None:
         return layout
     chosen.reasons["overlap_all_to_all"] = why

@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from ..errors import BtacalcError
 from ..vocabulary import SELECTIVE_MODULES
 from .megatron_launch import flags_by_dest, list_expression, megatron_flags, pattern
+
+if TYPE_CHECKING:
+    from .model import ModelSpec
 
 BRIDGE_PIN = "NVIDIA-NeMo/Megatron-Bridge@067f987df03b8355b03192d88d70f1709fedf51a"
 
@@ -432,7 +435,7 @@ def _dec_mtp(get: Get) -> Fields:
     return {"model.mtp_layers": n, "run.mtp": n > 0}
 
 
-ROWS: tuple[Row, ...] = (
+MODEL_ROWS: tuple[Row, ...] = (
     same("model.num_layers", "num_layers"),
     same("model.hidden_size", "hidden_size"),
     Row("heads", _enc_heads, _dec_heads),
@@ -452,6 +455,8 @@ ROWS: tuple[Row, ...] = (
     Row("biases", _enc_bias, _dec_bias),
     Row("dropout", _enc_dropout, _dec_dropout),
     Row("mtp", _enc_mtp, _dec_mtp),
+)
+RUN_ROWS: tuple[Row, ...] = (
     same("layout.tensor_parallel", "tensor_model_parallel_size"),
     Row("sequence parallel", _enc_sp, _dec_sp),
     Row("pipeline", _enc_pipeline, _dec_pipeline),
@@ -470,6 +475,34 @@ ROWS: tuple[Row, ...] = (
     switch("overlap.tp_comm", "tp_comm_overlap"),
     switch("overlap.all_to_all", "overlap_moe_expert_parallel_comm"),
 )
+ROWS = MODEL_ROWS + RUN_ROWS
+
+
+def model_fields(spec: "ModelSpec") -> Fields:
+    """The architecture fields of a ModelSpec (the `model.*` fields the MODEL_ROWS read)."""
+    moe = spec.is_moe
+    dense = spec.dense_positions() if moe else set()
+    window = spec.window_positions()
+    return {
+        "model.num_layers": spec.num_layers, "model.hidden_size": spec.hidden_size,
+        "model.num_heads": spec.num_heads, "model.num_kv_heads": spec.num_kv_heads, "model.head_dim": spec.head_dim,
+        "model.vocab_size": spec.vocab_size,
+        "model.dense_ffn": (spec.dense_ffn_size or spec.ffn_size) if moe else spec.ffn_size,
+        "model.moe_ffn": spec.ffn_size if moe else None, "model.num_experts": spec.num_experts,
+        "model.top_k": spec.top_k, "model.router": spec.router, "model.expert_bias": spec.expert_bias,
+        "model.shared_expert_size": spec.shared_expert_size, "model.shared_expert_gate": spec.shared_expert_gate,
+        "model.moe_pattern": [0 if i in dense else 1 for i in range(spec.num_layers)] if dense else None,
+        "model.mla": spec.mla.model_dump() if spec.mla else None,
+        "model.sliding_window": spec.sliding_window,
+        "model.window_pattern": ([1 if i in window else 0 for i in range(spec.num_layers)]
+                                 if spec.sliding_window else None),
+        "model.norm": spec.norm, "model.mlp": spec.mlp, "model.position_embedding": spec.position_embedding,
+        "model.qk_norm_head": spec.qk_norm == "head", "model.tied_embeddings": spec.tied_embeddings,
+        "model.softmax_fp32": spec.softmax_fp32, "model.attention_sinks": spec.attention_sinks,
+        "model.linear_bias": spec.linear_bias, "model.mlp_bias": spec.mlp_bias, "model.qkv_bias": spec.qkv_bias,
+        "model.dropout": spec.dropout, "model.max_position_embeddings": spec.max_position_embeddings,
+        "model.mtp_layers": spec.mtp_layers,
+    }
 
 
 def encode(fields: Fields, rows: tuple[Row, ...] = ROWS) -> Args:

@@ -173,3 +173,12 @@ def a2a_refusal(recompute: str, pp: int, vp: int, ep: int) -> str | None:
             return (f"Megatron-Core refuses overlap_moe_expert_parallel_comm with {what} ({MEGATRON_LM_SHORT} "
                     f"{by_name[name].source}): planned without it")
     return None
+
+
+def p2p_refusal(pp: int, vp: int, p2p: bool) -> str | None:
+    """Why Megatron refuses the interleaved schedule without p2p overlap on two stages (None: it runs)."""
+    if vp > 1 and pp <= 2 and not p2p:
+        rule = next(r for r in RULES if r.name == "interleave-pp")
+        return (f"Megatron-LM refuses the interleaved schedule on {pp} stages without p2p overlap ({MEGATRON_LM_SHORT} "
+                f"{rule.source}-1006): planned with it")
+    return None

@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 from ..errors import BtacalcError
 from .execution import BatchLimits, ExecutionRequest, OverlapRequest, pipeline_split
-from .megatron_codec import Fields, decode, from_bridge
+from .megatron_codec import MODEL_ROWS, Fields, bridge_key, decode, encode, from_bridge, model_fields
 from .megatron_launch import Launch, read_launch
 from .model import ModelSpec, validate_model
 
@@ -83,8 +83,11 @@ def import_megatron(text: str, source: str, devices: Optional[int] = None) -> Im
     return _imported(launch, devices)
 
 
-def import_bridge(text: str, source: str, devices: Optional[int] = None) -> ImportedRun:
-    """Plan inputs of a Megatron-Bridge recipe's overrides: a YAML mapping (nested sections or dotted keys)."""
+def import_bridge(text: str, source: str, devices: Optional[int] = None,
+                  base: Optional[ModelSpec] = None) -> ImportedRun:
+    """Plan inputs of a Megatron-Bridge recipe's overrides: a YAML mapping (nested sections or dotted keys).
+    Bridge recipes take the architecture from Hugging Face (AutoBridge): without model.num_layers in the
+    overrides, the architecture is `base`'s (the plan's --model)."""
     import yaml
 
     try:
@@ -96,8 +99,14 @@ def import_bridge(text: str, source: str, devices: Optional[int] = None) -> Impo
     flat: dict[str, Any] = {}
     _flatten(data, "", flat)
     args, unread = from_bridge(flat)
-    launch = Launch(args=args, given_as={d: d for d in args}, source=source)
-    run = _imported(launch, devices)
+    given_as = {d: bridge_key(d) or d for d in args}
+    if "num_layers" not in args:
+        if base is None:
+            raise BtacalcError(f"{source}: the overrides give no architecture (model.num_layers ...): add {{model}}")
+        seq = int(args.get("seq_length") or base.max_position_embeddings or 4096)
+        args = {**encode({**model_fields(base), "run.seq_len": seq}, MODEL_ROWS), **args}
+    launch = Launch(args=args, given_as=given_as, source=source)
+    run = _imported(launch, devices, base.name if base is not None and "num_layers" not in flat else None)
     extra = tuple((key, ignore_reason(key.split(".")[-1])) for key in unread)
     return ImportedRun(run.model, run.request, source, run.ignored + extra, run.notes)
 
@@ -111,13 +120,14 @@ def _flatten(data: dict[str, Any], prefix: str, out: dict[str, Any]) -> None:
             out[name] = value
 
 
-def _imported(launch: Launch, devices: Optional[int]) -> ImportedRun:
+def _imported(launch: Launch, devices: Optional[int], name: Optional[str] = None) -> ImportedRun:
     fields, read = decode(launch.args)
     notes: list[str] = []
     devices = _devices(launch, devices)
-    spec = model_from_fields(fields, launch.source, notes)
+    spec = model_from_fields(fields, launch.source, notes, name)
     request = request_from_fields(fields, spec, devices, launch.devices_per_node, notes)
-    ignored = tuple((launch.given_as[d], ignore_reason(d)) for d in launch.args if d not in read)
+    ignored = tuple((launch.given_as.get(d, d), ignore_reason(d)) for d in launch.args if d not in read
+                    and d in launch.given_as)
     if fields.get("run.dispatcher_note"):
         notes.append(fields["run.dispatcher_note"])
     return ImportedRun(spec, request, launch.source, ignored, tuple(notes), tuple(launch.env.items()))
@@ -132,7 +142,7 @@ def _devices(launch: Launch, devices: Optional[int]) -> int:
     return chosen
 
 
-def model_from_fields(f: Fields, source: str, notes: list[str]) -> ModelSpec:
+def model_from_fields(f: Fields, source: str, notes: list[str], name: Optional[str] = None) -> ModelSpec:
     """The ModelSpec of decoded Megatron fields; a missing vocabulary comes from the preset of the same shape."""
     moe = bool(f["model.num_experts"])
     pattern = f.get("model.moe_pattern")
@@ -159,8 +169,9 @@ def model_from_fields(f: Fields, source: str, notes: list[str]) -> ModelSpec:
                     first_dense_layers=first, dense_layer_indices=tuple(i for i in dense if i >= first))
         if dense:
             data["dense_ffn_size"] = f["model.dense_ffn"]
-    if data["vocab_size"] is None:
-        _vocab_from_preset(data, notes, source)
+    _from_preset(data, notes, source)
+    if name is not None:
+        data["name"] = name
     return validate_model(data, origin=source)
 
 
@@ -176,19 +187,22 @@ def _full_interval(items: Optional[list[int]]) -> int:
 _SHAPE = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_size", "num_experts", "top_k")
 
 
-def _vocab_from_preset(data: dict[str, Any], notes: list[str], source: str) -> None:
+def _from_preset(data: dict[str, Any], notes: list[str], source: str) -> None:
+    """Name the model after the preset of its shape; a missing vocabulary is that preset's."""
     from .presets import load_preset, preset_names
 
     for name in preset_names():
         preset = load_preset(name)
-        if all(getattr(preset, k) == data[k] for k in _SHAPE):
-            data["vocab_size"] = preset.vocab_size
+        if all(getattr(preset, k) == data[k] for k in _SHAPE) and data["vocab_size"] in (None, preset.vocab_size):
             data["name"] = f"{name} (from {Path(source).name})"
-            notes.append(f"no --vocab-size: the vocabulary {preset.vocab_size:,} of preset {name}, whose shape this is "
-                         "(the tokenizer file is not read)")
+            if data["vocab_size"] is None:
+                data["vocab_size"] = preset.vocab_size
+                notes.append(f"no --vocab-size: the vocabulary {preset.vocab_size:,} of preset {name}, whose shape this "
+                             "is (the tokenizer file is not read)")
             return
-    raise BtacalcError(f"{source}: no --vocab-size and no preset of this shape: add --vocab-size V "
-                       "(the tokenizer's vocabulary)")
+    if data["vocab_size"] is None:
+        raise BtacalcError(f"{source}: no --vocab-size and no preset of this shape: add --vocab-size V "
+                           "(the tokenizer's vocabulary)")
 
 
 def request_from_fields(f: Fields, spec: ModelSpec, devices: int, per_node: Optional[int],

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..config.megatron_codec import BRIDGE_PIN, encode, render_flags, to_bridge
+from ..config.megatron_codec import BRIDGE_PIN, encode, model_fields, render_flags, to_bridge
 from ..config.megatron_launch import MEGATRON_LM_PIN
 from ..config.megatron_rules import describe, violations
 from ..config.model import ModelSpec
@@ -27,27 +27,8 @@ _UNSAID = (("parallel_block", "GPT-J's parallel attention and MLP block"),
 def run_fields(r: PlanReport, spec: ModelSpec) -> dict[str, Any]:
     """btacalc's resolved run as the flat fields of megatron_codec (model, layout, batch, run, overlaps)."""
     par, moe = r.parallelism, spec.is_moe
-    dense = spec.dense_positions() if moe else set()
-    window = spec.window_positions()
     fields: dict[str, Any] = {
-        "model.num_layers": spec.num_layers, "model.hidden_size": spec.hidden_size,
-        "model.num_heads": spec.num_heads, "model.num_kv_heads": spec.num_kv_heads, "model.head_dim": spec.head_dim,
-        "model.vocab_size": spec.vocab_size,
-        "model.dense_ffn": (spec.dense_ffn_size or spec.ffn_size) if moe else spec.ffn_size,
-        "model.moe_ffn": spec.ffn_size if moe else None, "model.num_experts": spec.num_experts,
-        "model.top_k": spec.top_k, "model.router": spec.router, "model.expert_bias": spec.expert_bias,
-        "model.shared_expert_size": spec.shared_expert_size, "model.shared_expert_gate": spec.shared_expert_gate,
-        "model.moe_pattern": [0 if i in dense else 1 for i in range(spec.num_layers)] if dense else None,
-        "model.mla": spec.mla.model_dump() if spec.mla else None,
-        "model.sliding_window": spec.sliding_window,
-        "model.window_pattern": ([1 if i in window else 0 for i in range(spec.num_layers)]
-                                 if spec.sliding_window else None),
-        "model.norm": spec.norm, "model.mlp": spec.mlp, "model.position_embedding": spec.position_embedding,
-        "model.qk_norm_head": spec.qk_norm == "head", "model.tied_embeddings": spec.tied_embeddings,
-        "model.softmax_fp32": spec.softmax_fp32, "model.attention_sinks": spec.attention_sinks,
-        "model.linear_bias": spec.linear_bias, "model.mlp_bias": spec.mlp_bias, "model.qkv_bias": spec.qkv_bias,
-        "model.dropout": spec.dropout, "model.max_position_embeddings": spec.max_position_embeddings,
-        "model.mtp_layers": spec.mtp_layers, "run.mtp": "mtp" in {k.name for k in r.layer_kinds},
+        **model_fields(spec), "run.mtp": "mtp" in {k.name for k in r.layer_kinds},
         "layout.tensor_parallel": par.tensor_parallel, "layout.sequence_parallel": par.sequence_parallel,
         "layout.pipeline_parallel": par.pipeline_parallel, "layout.virtual_pipeline": par.virtual_pipeline,
         "layout.pipeline_split": par.pipeline_split, "layout.context_parallel": par.context_parallel,

@@ -156,10 +156,11 @@ def _layout_text(r: PlanReport) -> str:
                                           f"{par.expert_data_parallel}" if r.model.num_experts else ""))
     shard = "FSDP" if par.fsdp else f"ZeRO-{par.zero_stage}"
     on = [k for k, v in par.overlaps.items() if v]
-    dropped = r.inputs.defaults.get("overlap_all_to_all")
+    changed = [r.inputs.defaults[k] for k in ("overlap_all_to_all", "overlap_p2p")
+               if "Megatron" in r.inputs.defaults.get(k, "")]
     return (f"{par.devices} devices ({par.devices_per_node} per NVLink domain): {sizes}; {shard}; "
             f"M = {par.micro_batches} micro-batches; overlapped: {', '.join(on) or 'none'}"
-            + (f"; all-to-all overlap dropped: {dropped}" if dropped else ""))
+            + "".join(f"; {c}" for c in changed))
 
 
 def _stages_table(r: PlanReport) -> Table:
