@@ -19,7 +19,7 @@ try:  # typer >= 0.20 vendors click (as app.py)
     from typer._click.core import Context, Parameter, ParameterSource
 except ImportError:  # pragma: no cover
     from click import exceptions as click_exc  # type: ignore[no-redef]
-    from click.core import Context, Parameter, ParameterSource  # type: ignore[no-redef,attr-defined]
+    from click.core import Context, Parameter, ParameterSource  # type: ignore[assignment]
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -82,7 +82,7 @@ def _coerce(param: Parameter, value: Any, ctx: Context) -> Any:
     runtime = getattr(param, "get_runtime_param", None)
     if runtime is not None:
         return runtime().coerce(value, param=param, ctx=ctx)
-    return param.type.convert(value, param, ctx)
+    return param.type.convert(value, param, ctx)  # type: ignore[attr-defined]  # click's Parameter has it
 
 
 def config_callback(ctx: Context, param: Parameter, value: Optional[Path]) -> Optional[Path]:

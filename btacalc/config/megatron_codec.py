@@ -165,11 +165,10 @@ def _dec_mla(get: Get) -> Fields:
         for dest in ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"):
             get(dest)  # read: without MLA Megatron ignores them
         return {"model.mla": None}
-    mla = {"q_lora_rank": _int(get("q_lora_rank"), "q_lora_rank") or 0,
-           "kv_lora_rank": _int(get("kv_lora_rank"), "kv_lora_rank"),
-           "qk_nope_head_dim": _int(get("qk_head_dim"), "qk_head_dim"),
-           "qk_rope_head_dim": _int(get("qk_pos_emb_head_dim"), "qk_pos_emb_head_dim"),
-           "v_head_dim": _int(get("v_head_dim"), "v_head_dim")}
+    mla = {"q_lora_rank": _int(get("q_lora_rank"), "q_lora_rank") or 0}
+    for key, dest in (("kv_lora_rank", "kv_lora_rank"), ("qk_nope_head_dim", "qk_head_dim"),
+                      ("qk_rope_head_dim", "qk_pos_emb_head_dim"), ("v_head_dim", "v_head_dim")):
+        mla[key] = _int(get(dest), dest) or 0  # Megatron's defaults are numbers (32, 128, 64, 128)
     return {"model.mla": mla, "model.head_dim": mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"]}
 
 
