@@ -434,6 +434,66 @@ def _dec_mtp(get: Get) -> Fields:
     return {"model.mtp_layers": n, "run.mtp": n > 0}
 
 
+# btacalc's precisions (the precision work's --precision) as Megatron's FP8/FP4 settings, the way Megatron-Bridge's
+# mixed-precision recipes set them (BRIDGE_PIN src/megatron/bridge/training/mixed_precision.py:217-414: delayed
+# hybrid, current-scaling tensorwise hybrid, subchannel blockwise hybrid, mxfp8 e4m3, nvfp4 e2m1);
+# Megatron-Core's recipe names at MEGATRON_LM_PIN megatron/core/enums.py Fp8Recipe.
+PRECISIONS: dict[str, dict[str, str]] = {
+    "bf16": {},
+    "fp8": {"fp8": "hybrid", "fp8_recipe": "delayed"},
+    "fp8-current": {"fp8": "hybrid", "fp8_recipe": "tensorwise"},
+    "fp8-blockwise": {"fp8": "hybrid", "fp8_recipe": "blockwise"},
+    "mxfp8": {"fp8": "e4m3", "fp8_recipe": "mxfp8"},
+    "nvfp4": {"fp4": "e2m1", "fp4_recipe": "nvfp4"},
+}
+
+
+def _enc_low_precision(f: Fields) -> Args:
+    """Guarded: a run without the `run.precision` field (before the precision work merges) is bf16."""
+    return dict(PRECISIONS[f.get("run.precision") or "bf16"])
+
+
+def _dec_low_precision(get: Get) -> Fields:
+    fp8, fp4 = get("fp8"), get("fp4")
+    if fp8 is None and fp4 is None:
+        return {"run.precision": "bf16"}
+    given = {"fp8": fp8, "fp8_recipe": get("fp8_recipe")} if fp8 is not None else \
+        {"fp4": fp4, "fp4_recipe": get("fp4_recipe")}
+    name = next((k for k, v in PRECISIONS.items() if v and all(str(given.get(d)) == x for d, x in v.items())), None)
+    if name is None:
+        raise BtacalcError(f"low precision {given}: btacalc models {', '.join(PRECISIONS)} "
+                           "(Megatron-Bridge's recipes)")
+    return {"run.precision": name}
+
+
+def _enc_stages(f: Fields) -> Args:
+    """Guarded: uneven first/last pipeline stages and explicit layouts (the stages work's fields)."""
+    out: Args = {}
+    if f.get("layout.first_stage_layers") is not None:
+        out["decoder_first_pipeline_num_layers"] = f["layout.first_stage_layers"]
+    if f.get("layout.last_stage_layers") is not None:
+        out["decoder_last_pipeline_num_layers"] = f["layout.last_stage_layers"]
+    if f.get("layout.pipeline_layout") is not None:
+        out["pipeline_model_parallel_layout"] = f["layout.pipeline_layout"]
+    return out
+
+
+def _dec_stages(get: Get) -> Fields:
+    return {"layout.first_stage_layers": _int(get("decoder_first_pipeline_num_layers"), "first"),
+            "layout.last_stage_layers": _int(get("decoder_last_pipeline_num_layers"), "last"),
+            "layout.pipeline_layout": get("pipeline_model_parallel_layout")}
+
+
+# Fields some rows read that btacalc's ExecutionRequest may not have yet (other work adds them): the flags
+# that set them, for the "not modelled" list when the request has no such field.
+GUARDED_FIELDS: dict[str, tuple[str, ...]] = {
+    "run.precision": ("fp8", "fp8_recipe", "fp4", "fp4_recipe"),
+    "layout.first_stage_layers": ("decoder_first_pipeline_num_layers",),
+    "layout.last_stage_layers": ("decoder_last_pipeline_num_layers",),
+    "layout.pipeline_layout": ("pipeline_model_parallel_layout",),
+}
+
+
 MODEL_ROWS: tuple[Row, ...] = (
     same("model.num_layers", "num_layers"),
     same("model.hidden_size", "hidden_size"),
@@ -459,6 +519,7 @@ RUN_ROWS: tuple[Row, ...] = (
     same("layout.tensor_parallel", "tensor_model_parallel_size"),
     Row("sequence parallel", _enc_sp, _dec_sp),
     Row("pipeline", _enc_pipeline, _dec_pipeline),
+    Row("uneven stages", _enc_stages, _dec_stages),
     same("layout.context_parallel", "context_parallel_size"),
     same("layout.expert_parallel", "expert_model_parallel_size"),
     same("layout.expert_tensor_parallel", "expert_tensor_parallel_size"),
@@ -468,6 +529,7 @@ RUN_ROWS: tuple[Row, ...] = (
     Row("recompute", _enc_recompute, _dec_recompute),
     Row("attention", _enc_attention, _dec_attention),
     Row("precision", _enc_precision, _dec_precision),
+    Row("low precision", _enc_low_precision, _dec_low_precision),
     Row("dispatcher", _enc_dispatcher, _dec_dispatcher),
     switch("overlap.grad_reduce", "overlap_grad_reduce"),
     switch("overlap.param_gather", "overlap_param_gather"),

@@ -102,6 +102,8 @@ def read_launch(text: str, source: str = "-") -> Launch:
             continue
         if words[0].startswith("--") or words[0].startswith("-"):
             plain += words
+    if command is not None and plain:
+        raise BtacalcError(f"{source}: flags after the launch command ({plain[0]} ...): join them to it with \\")
     tokens = command if command is not None else plain
     args = _split_launcher(tokens, launch)
     _parse_args(args, launch)

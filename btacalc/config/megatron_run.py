@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 from ..errors import BtacalcError
 from .execution import BatchLimits, ExecutionRequest, OverlapRequest, pipeline_split
-from .megatron_codec import MODEL_ROWS, Fields, bridge_key, decode, encode, from_bridge, model_fields
+from .megatron_codec import GUARDED_FIELDS, MODEL_ROWS, Fields, bridge_key, decode, encode, from_bridge, model_fields
 from .megatron_launch import Launch, read_launch
 from .model import ModelSpec, validate_model
 
@@ -126,11 +126,35 @@ def _imported(launch: Launch, devices: Optional[int], name: Optional[str] = None
     devices = _devices(launch, devices)
     spec = model_from_fields(fields, launch.source, notes, name)
     request = request_from_fields(fields, spec, devices, launch.devices_per_node, notes)
-    ignored = tuple((launch.given_as.get(d, d), ignore_reason(d)) for d in launch.args if d not in read
-                    and d in launch.given_as)
+    unsupported = _unsupported(fields, request)
+    ignored = tuple((launch.given_as.get(d, d), unsupported.get(d) or ignore_reason(d)) for d in launch.args
+                    if (d not in read or d in unsupported) and d in launch.given_as)
     if fields.get("run.dispatcher_note"):
         notes.append(fields["run.dispatcher_note"])
     return ImportedRun(spec, request, launch.source, ignored, tuple(notes), tuple(launch.env.items()))
+
+
+def _unsupported(fields: Fields, request: ExecutionRequest) -> dict[str, str]:
+    """Destinations whose field this build's ExecutionRequest cannot carry yet (GUARDED_FIELDS): listed as
+    ignored with the reason, never dropped silently. A field at its neutral value (bf16, even stages) needs
+    nothing."""
+    out: dict[str, str] = {}
+    for field_name, dests in GUARDED_FIELDS.items():
+        value = fields.get(field_name)
+        if value in (None, "bf16") or hasattr(request, field_name.split(".", 1)[1]):
+            continue
+        reason = GUARDED_REASONS[field_name]
+        out.update({d: reason for d in dests})
+    return out
+
+
+GUARDED_REASONS = {
+    "run.precision": "low precision: btacalc plans bf16 weights and activations (FP8 recipes are the precision "
+                     "work's --precision)",
+    "layout.first_stage_layers": "uneven pipeline stages: btacalc splits the layers by its own rule",
+    "layout.last_stage_layers": "uneven pipeline stages: btacalc splits the layers by its own rule",
+    "layout.pipeline_layout": "an explicit pipeline layout: btacalc splits the layers by its own rule",
+}
 
 
 def _devices(launch: Launch, devices: Optional[int]) -> int:
@@ -226,4 +250,14 @@ def request_from_fields(f: Fields, spec: ModelSpec, devices: int, per_node: Opti
         gradient_bytes=f["run.gradient_bytes"],
         overlaps=OverlapRequest(grad_reduce=f["overlap.grad_reduce"], param_gather=f["overlap.param_gather"],
                                 tp_comm=f["overlap.tp_comm"], p2p=f["overlap.p2p"]),
-        multi_token_prediction=bool(f.get("run.mtp")) if spec.mtp_layers else None)
+        multi_token_prediction=bool(f.get("run.mtp")) if spec.mtp_layers else None,
+        **_guarded_request_fields(f))
+
+
+def _guarded_request_fields(f: Fields) -> dict[str, Any]:
+    """The GUARDED_FIELDS this build's ExecutionRequest has (after the precision and stages work merge)."""
+    from dataclasses import fields as dataclass_fields
+
+    names = {x.name for x in dataclass_fields(ExecutionRequest)}
+    return {key.split(".", 1)[1]: f[key] for key in GUARDED_FIELDS
+            if key.split(".", 1)[1] in names and f.get(key) is not None}
