@@ -462,3 +462,36 @@ def test_fields_this_build_cannot_plan_are_listed_not_dropped():
 def test_flags_after_the_launch_command_are_an_error():
     with pytest.raises(Exception, match="after the launch command"):
         read_launch("torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 2\n--hidden-size 8\n", "x")
+
+
+def test_a_measured_run_may_be_given_as_megatron_arguments():
+    """validate --measured: the same run as layout fields and as Megatron arguments predicts the same."""
+    from btacalc.planning.measured import MeasuredRun, predict
+
+    fields = {"id": "r", "source": "test", "model": "llama-3-8b", "hw": "h100", "devices": 16, "precision": "bf16",
+              "seq": 8192, "global_batch": 128, "micro_batch": 1, "tp": 2, "zero": 1, "sequence_parallel": True,
+              "recompute": "selective", "measured": {"tokens_per_s_per_device": 1000.0}, "role": "check",
+              "recipe": {"source": "this test's launch below", "attention": "flash", "grad_bytes": 4,
+                         "overlaps": {"grad_reduce": False, "param_gather": False, "tp_comm": False}}}
+    launch = SCRIPT.replace("${SLURM_NNODES:-2}", "2").replace("$((16*8))", "128").replace(" --lr 3e-4", "")
+    launch = launch.replace("--bf16", "--bf16 --use-distributed-optimizer --recompute-granularity selective "
+                                      "--attention-backend flash")
+    as_fields = predict(MeasuredRun.model_validate(fields))
+    as_args = predict(MeasuredRun.model_validate({**{k: v for k, v in fields.items() if k not in
+                                                     ("tp", "zero", "sequence_parallel", "recompute", "recipe",
+                                                      "micro_batch")}, "megatron_args": launch}))
+    assert as_fields.expressible and as_args.expressible, (as_fields.reason, as_args.reason)
+    assert as_args.predicted.tokens_per_s_per_device == pytest.approx(as_fields.predicted.tokens_per_s_per_device,
+                                                                      rel=1e-12)
+
+
+def test_megatron_arguments_of_another_model_are_not_predicted():
+    from btacalc.planning.measured import MeasuredRun, predict
+
+    launch = SCRIPT.replace("${SLURM_NNODES:-2}", "2").replace("$((16*8))", "128").replace("--num-layers 32",
+                                                                                            "--num-layers 16")
+    run = {"id": "r", "source": "test", "model": "llama-3-8b", "hw": "h100", "devices": 16, "precision": "bf16",
+           "seq": 8192, "global_batch": 128, "measured": {"tokens_per_s_per_device": 1000.0}, "role": "check",
+           "megatron_args": launch}
+    result = predict(MeasuredRun.model_validate(run))
+    assert not result.expressible and "num_layers" in result.reason
