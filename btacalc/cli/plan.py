@@ -37,6 +37,10 @@ PLAN_EXAMPLES = ("Examples:\n\n"
                  "--micro-batch 1 --seq 2048\n\n"
                  "  btacalc plan --hw h100 --devices 256 --search\n\n"
                  "  btacalc plan --hw h100 --devices 64 --tp 2 --pp 4 --emit megatron\n\n"
+                 "  btacalc plan --hw h100 --from-megatron train_llama3_8b.sh\n\n"
+                 "  btacalc plan --hw h100 --devices 64 --tp 2 --pp 4 --emit megatron | btacalc plan --hw h100 "
+                 "--from-megatron -\n\n"
+                 "  btacalc plan --config run.toml\n\n"
                  "  btacalc plan --hw wse3 --objective density --profile")
 SWEEP_EXAMPLES = ("Examples:\n\n"
                   "  btacalc sweep --model qwen3-30b-a3b --hw wse2 --vary experts=16,32,64,128\n\n"
@@ -49,7 +53,7 @@ SWEEP_EXAMPLES = ("Examples:\n\n"
 
 # What --from-megatron / --from-bridge leave to the command line: the hardware, the device count (when the
 # launch has no torchrun prefix), how the plan is solved and printed. Every other plan option is in the file.
-IMPORT_KEEPS = ("hw", "devices", "gpus_per_node", "objective", "search", "as_json", "output", "schema",
+IMPORT_KEEPS = ("hw", "devices", "gpus_per_node", "objective", "as_json", "output", "schema",
                 "sensitivity", "emit", "profile_run", "name", "config", "from_megatron", "from_bridge",
                 "accounting", "causal", "loss", "routing_imbalance", "max_global_batch", "max_tile_batch")
 

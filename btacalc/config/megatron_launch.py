@@ -185,11 +185,12 @@ def _split_launcher(words: list[str], launch: Launch) -> list[str]:
     if script is None:
         return words
     head, sizes = words[:script], {}
-    for i, w in enumerate(head):
-        assigned = _ASSIGN.match(w)
-        if assigned and i == 0 or (assigned and all(_ASSIGN.match(x) for x in head[:i])):
-            launch.env[assigned.group(1)] = assigned.group(3)
-            continue
+    leading = 0
+    while leading < len(head) and _ASSIGN.match(head[leading]):  # NAME=value before the launcher: environment
+        name, _, value = head[leading].partition("=")
+        launch.env[name] = value
+        leading += 1
+    for i, w in enumerate(head[leading:], start=leading):
         key, _, inline = w.partition("=")
         if key in _LAUNCHERS:
             value = inline or (head[i + 1] if i + 1 < len(head) else "")
@@ -244,10 +245,9 @@ def _store(launch: Launch, flag: Flag, value: Any) -> None:
 
 
 def pattern(value: Any, num_layers: int) -> list[int]:
-    """Megatron's layer pattern (--moe-layer-freq, --window-attn-skip-freq): an integer N or a Python list
-    expression such as "([0]*3+[1]*58)" (arguments.py moe_freq_type); the integer form is expanded as
-    Megatron-Core does (1 where i % N == 0: megatron/core/transformer/moe/moe_utils.py get_moe_layer_pattern
-    is not used here; see megatron_codec for the integer meaning per flag)."""
+    """Megatron's layer pattern (--moe-layer-freq, --window-attn-skip-freq; arguments.py moe_freq_type): an
+    integer N, returned as [N] for the caller to expand by its flag's meaning, or a Python list expression
+    such as "([0]*3+[1]*58)", evaluated (integers, lists, + and * only) to num_layers entries of 0 or 1."""
     if isinstance(value, int):
         return [value]
     text = str(value).strip()
