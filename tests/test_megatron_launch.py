@@ -496,3 +496,15 @@ def test_megatron_arguments_of_another_model_are_not_predicted():
            "megatron_args": launch}
     result = predict(MeasuredRun.model_validate(run))
     assert not result.expressible and "num_layers" in result.reason
+
+
+def test_bridge_names_each_precision_by_its_mixed_precision_recipe():
+    """Megatron-Bridge sets FP8/FP4 through named recipes (mixed_precision.py at 067f987d): each btacalc
+    precision maps to the recipe whose fp8/fp8_recipe (or fp4/fp4_recipe) Megatron flags it stands for."""
+    from btacalc.config.megatron_codec import BRIDGE_PRECISION, PRECISIONS, from_bridge, to_bridge
+
+    assert set(BRIDGE_PRECISION) == set(PRECISIONS)
+    for name, dests in PRECISIONS.items():
+        bridge = to_bridge({"bf16": True, **dests})
+        assert bridge == {"mixed_precision": BRIDGE_PRECISION[name]}
+        assert from_bridge(bridge)[0] == {"bf16": True, **dests}

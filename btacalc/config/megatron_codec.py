@@ -638,12 +638,24 @@ BRIDGE_KEYS: dict[str, tuple[str, Callable[[Any], Any], Callable[[Any], Any]]] =
     "overlap_moe_expert_parallel_comm": ("comm_overlap.overlap_moe_expert_parallel_comm", lambda v: v, lambda v: v),
     "num_virtual_stages_per_pipeline_rank": ("model.virtual_pipeline_model_parallel_size", lambda v: v, lambda v: v),
     "window_size": ("model.window_size", lambda v: v, lambda v: v),
+    "decoder_first_pipeline_num_layers": ("model.num_layers_in_first_pipeline_stage", lambda v: v, lambda v: v),
+    "decoder_last_pipeline_num_layers": ("model.num_layers_in_last_pipeline_stage", lambda v: v, lambda v: v),
     "bf16": ("mixed_precision", lambda v: "bf16_mixed" if v else None, lambda v: str(v).startswith("bf16")),
     "num_attention_heads": ("model.num_attention_heads", lambda v: v, lambda v: v),
     "attention_dropout": ("model.attention_dropout", lambda v: v, lambda v: v),
 }
 # Not Bridge config keys: data and tokenizer are Bridge's dataset/tokenizer configs, not the model's.
-BRIDGE_SKIP = {"mock_data", "tokenizer_type", "group_query_attention"}
+# max_position_embeddings: GPTModelProvider sizes positions by seq_length (no such field in gpt_provider.py).
+# fp8/fp4: Bridge names the whole precision recipe (BRIDGE_PRECISION).
+BRIDGE_SKIP = {"mock_data", "tokenizer_type", "group_query_attention", "max_position_embeddings",
+               "fp8", "fp8_recipe", "fp4", "fp4_recipe"}
+# btacalc precision -> Megatron-Bridge's mixed-precision recipe (src/megatron/bridge/training/mixed_precision.py:
+# bf16_mixed 185, ..._fp8_delayed_scaling 217, ..._mxfp8 255, ..._fp8_current_scaling 285,
+# ..._fp8_subchannel_scaling 373, ..._nvfp4 405).
+BRIDGE_PRECISION = {"bf16": "bf16_mixed", "fp8": "bf16_with_fp8_delayed_scaling_mixed",
+                    "fp8-current": "bf16_with_fp8_current_scaling_mixed",
+                    "fp8-blockwise": "bf16_with_fp8_subchannel_scaling_mixed", "mxfp8": "bf16_with_mxfp8_mixed",
+                    "nvfp4": "bf16_with_nvfp4_mixed"}
 
 
 def bridge_key(dest: str) -> Optional[str]:
@@ -665,6 +677,10 @@ def to_bridge(args: Args) -> dict[str, Any]:
         out[key] = convert(value)
     if "model.num_query_groups" not in out and "num_attention_heads" in args:
         out["model.num_query_groups"] = args["num_attention_heads"]
+    if "mixed_precision" in out:
+        name = next(k for k, v in PRECISIONS.items() if all(args.get(d) == x for d, x in v.items())
+                    and (v or ("fp8" not in args and "fp4" not in args)))
+        out["mixed_precision"] = BRIDGE_PRECISION[name]
     return out
 
 
@@ -682,6 +698,12 @@ def from_bridge(overrides: Mapping[str, Any]) -> tuple[Args, list[str]]:
             args[key[6:]] = value
         else:
             unread.append(key)
+    recipe = overrides.get("mixed_precision")
+    if isinstance(recipe, str):
+        name = next((k for k, v in BRIDGE_PRECISION.items() if v == recipe), None)
+        if name is None:
+            raise BtacalcError(f"mixed_precision {recipe!r}: btacalc reads {', '.join(BRIDGE_PRECISION.values())}")
+        args.update(PRECISIONS[name])
     if "num_query_groups" in args and args.get("num_query_groups") != args.get("num_attention_heads"):
         args["group_query_attention"] = True
     return args, unread
