@@ -277,6 +277,30 @@ def test_published_launches_give_their_layouts(cli):
     assert not fp8.request.sequence_parallel  # TP 1: Megatron turns it off (arguments.py:1433)
 
 
+BRIDGE_RECIPES = {"qwen3-30b-a3b-8gpu-h100-bridge": ("qwen3-30b-a3b", 8), "llama3-70b-32gpu-h100-bridge": ("llama-3-70b", 32)}
+
+
+@pytest.mark.parametrize("stem", BRIDGE_RECIPES)
+def test_bridge_recipes_read_with_every_ignored_key_explained(cli, stem):
+    model, devices = BRIDGE_RECIPES[stem]
+    path = DATA / f"{stem}.yaml"
+    assert "Source: NVIDIA-NeMo/Megatron-Bridge@067f987d" in path.read_text()
+    run = import_bridge(path.read_text(), str(path), devices, resolve_model(model))
+    assert [f for f, reason in run.ignored if reason == NOT_MODELLED] == []
+    code, out, err = cli("plan", "--hw", "h100", "--model", model, "--devices", str(devices), "--from-bridge",
+                         str(path), "--json")
+    assert code in (0, 1), err
+
+
+def test_llama3_70b_bridge_recipe_layout():
+    """llama3_70b_pretrain_32gpu_h100_bf16_config: TP 4, PP 4, VP 5, CP 2, SP; batch 512 x 1; TP overlap."""
+    path = DATA / "llama3-70b-32gpu-h100-bridge.yaml"
+    req = import_bridge(path.read_text(), str(path), 32, resolve_model("llama-3-70b")).request
+    assert (req.tensor_parallel, req.pipeline_parallel, req.virtual_pipeline, req.context_parallel) == (4, 4, 5, 2)
+    assert req.sequence_parallel and req.overlaps.tp_comm and req.recompute == "none"
+    assert (req.limits.global_batch, req.limits.micro_batch, req.seq_len) == (512, 1, 8192)
+
+
 def test_bridge_recipe_reads_with_the_model_from_hugging_face(cli):
     path = DATA / "qwen3-30b-a3b-8gpu-h100-bridge.yaml"
     run = import_bridge(path.read_text(), str(path), 8, resolve_model("qwen3-30b-a3b"))

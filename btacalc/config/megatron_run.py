@@ -47,11 +47,18 @@ IGNORED: tuple[tuple[str, str], ...] = (
      r"moe_token_drop_policy|moe_expert_capacity_factor|moe_pad_expert_input_to_capacity|moe_router_fusion)",
      "router losses and scaling: routing balance is btacalc's --routing-imbalance, dropless routing is modelled"),
     (r"(manual_gc.*|empty_unused_memory_level|calculate_per_token_loss|distributed_timeout_minutes|"
-     r"distributed_backend|use_cpu_initialization|check_for_nan_in_loss_and_grad|log_throughput)",
+     r"distributed_backend|use_cpu_initialization|check_for_nan_in_loss_and_grad|check_for_nan_in_grad|"
+     r"log_throughput|average_in_collective)",
      "runtime housekeeping: no effect on the modelled memory or time"),
     (r"(fp8.*|fp4.*|first_last_layers_bf16|num_layers_at_(start|end)_in_bf16)",
      "low precision: btacalc plans bf16 weights and activations (FP8 recipes are the precision work's --precision)"),
     (r"make_vocab_size_divisible_by", "vocabulary padding: btacalc counts --vocab-size as given"),
+    (r"(cuda_graph_.*|enable_cuda_graph|external_cuda_graph)",
+     "CUDA graphs: kernel-launch capture; btacalc models neither launch overhead nor the graphs' static buffers"),
+    (r"(fine_grained_activation_offloading|offload_modules|cpu_offloading.*)",
+     "activation offloading: not modelled (btacalc keeps activations on the device)"),
+    (r"(use_precision_aware_optimizer|main_grads_dtype|main_params_dtype|exp_avg_dtype|exp_avg_sq_dtype)",
+     "optimizer state precision: btacalc models Megatron's default fp32 master weights and Adam moments"),
     (r"(tp_comm_overlap_.*|tp_comm_.*_(ag|rs|dgrad|wgrad).*|tp_comm_bulk_.*)",
      "tensor-parallel overlap tuning: btacalc models --tp-comm-overlap on or off"),
     (r"(attention_dropout|hidden_dropout)", "read as the model's dropout (on when either is above 0)"),
@@ -107,8 +114,25 @@ def import_bridge(text: str, source: str, devices: Optional[int] = None,
         args = {**encode({**model_fields(base), "run.seq_len": seq}, MODEL_ROWS), **args}
     launch = Launch(args=args, given_as=given_as, source=source)
     run = _imported(launch, devices, base.name if base is not None and "num_layers" not in flat else None)
-    extra = tuple((key, ignore_reason(key.split(".")[-1])) for key in unread)
+    extra = tuple((key, _bridge_reason(key)) for key in unread)
     return ImportedRun(run.model, run.request, source, run.ignored + extra, run.notes)
+
+
+# Bridge ConfigContainer sections outside the model and the step (src/megatron/bridge/training/config.py).
+_BRIDGE_SECTIONS = {
+    "dataset": "data loading and tokenizer: outside the training step",
+    "tokenizer": "data loading and tokenizer: outside the training step",
+    "validation": "logging, evaluation and checkpointing: outside the modelled step",
+    "logger": "logging, evaluation and checkpointing: outside the modelled step",
+    "checkpoint": "logging, evaluation and checkpointing: outside the modelled step",
+    "profiling": "logging, evaluation and checkpointing: outside the modelled step",
+    "scheduler": "optimiser hyper-parameter or initialisation: no effect on memory or step time",
+}
+
+
+def _bridge_reason(key: str) -> str:
+    section, _, leaf = key.partition(".")
+    return _BRIDGE_SECTIONS.get(section) or ignore_reason(leaf.split(".")[-1] or section)
 
 
 def _flatten(data: dict[str, Any], prefix: str, out: dict[str, Any]) -> None:
