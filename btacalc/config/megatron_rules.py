@@ -124,6 +124,8 @@ RULES: tuple[Rule, ...] = (
          "--global-batch-size must be a multiple of --micro-batch-size x data parallel"),
     Rule("selective-no-method", f"{ARGS}:1426", lambda a, e: a.get("recompute_granularity") == "selective",
          lambda a, e: a.get("recompute_method") is None, "selective recomputation takes no --recompute-method"),
+    Rule("fp8-or-fp4", f"{ARGS}:1101", lambda a, e: a.get("fp8") is not None,
+         lambda a, e: a.get("fp4") is None, "--fp8-format and --fp4-format cannot be used together"),
     Rule("a2a-vp", f"{TC}:3007", lambda a, e: _a2a(a, e) and _i(a, "pipeline_model_parallel_size") > 1,
          lambda a, e: _vp(a) > 1 or a.get("num_virtual_stages_per_pipeline_rank") is not None,
          "--overlap-moe-expert-parallel-comm with pipeline parallelism needs a virtual pipeline"),
