@@ -107,13 +107,15 @@ def switch(field: str, dest: str, invert: bool = False) -> Row:
     return Row(field, enc, dec)
 
 
-def choice(field: str, dest: str, mapping: Mapping[Any, Any]) -> Row:
-    """A field whose values are Megatron's choices under other names."""
+def choice(field: str, dest: str, mapping: Mapping[Any, Any], say_default: bool = True) -> Row:
+    """A field whose values are Megatron's choices under other names (`say_default` False: Megatron's default
+    is left unsaid)."""
     back = {str(v).lower(): k for k, v in mapping.items()}
 
     def enc(f: Fields) -> Args:
         v = f.get(field)
-        return {} if v is None else {dest: mapping[v]}
+        quiet = v is not None and not say_default and mapping[v] == megatron_default(dest)
+        return {} if v is None or quiet else {dest: mapping[v]}
 
     def dec(get: Get) -> Fields:
         v = get(dest)
@@ -510,7 +512,7 @@ MODEL_ROWS: tuple[Row, ...] = (
     switch("model.qk_norm_head", "qk_layernorm"),
     switch("model.tied_embeddings", "untie_embeddings_and_output_weights", invert=True),
     switch("model.softmax_fp32", "attention_softmax_in_fp32"),
-    choice("model.attention_sinks", "softmax_type", {False: "vanilla", True: "learnable"}),
+    choice("model.attention_sinks", "softmax_type", {False: "vanilla", True: "learnable"}, say_default=False),
     Row("biases", _enc_bias, _dec_bias),
     Row("dropout", _enc_dropout, _dec_dropout),
     Row("mtp", _enc_mtp, _dec_mtp),
