@@ -533,3 +533,37 @@ def test_bridge_names_each_precision_by_its_mixed_precision_recipe():
         bridge = to_bridge({"bf16": True, **dests})
         assert bridge == {"mixed_precision": BRIDGE_PRECISION[name]}
         assert from_bridge(bridge)[0] == {"bf16": True, **dests}
+
+
+def test_sampled_layouts_all_emit_runnable_launches():
+    """Beyond the 22 plans: 60 layouts drawn (fixed seed) from TP x PP x VP x CP x EP x ZeRO/FSDP x recompute x
+    overlaps x gradient precision; every one btacalc accepts emits a launch that meets every rule."""
+    import itertools
+    import random
+
+    from btacalc.config.execution import BatchLimits, ExecutionRequest, OverlapRequest
+    from btacalc.config.hardware import resolve_hardware
+    from btacalc.errors import BtacalcError
+    from btacalc.output.megatron import megatron_run
+    from btacalc.planning.plan import make_plan
+
+    spec, hw = resolve_model("qwen3-30b-a3b"), resolve_hardware("h100")
+    grid = list(itertools.product((1, 2, 4), (1, 2, 4), (1, 2, 3), (1, 2), (4, 8), (0, 1, 2, 3),
+                                  ("none", "selective", "full", "core_attn,moe"), (False, True), (False, True),
+                                  (False, True), (2, 4)))
+    checked = 0
+    for tp, pp, vp, cp, ep, zero, rc, a2a, tp_overlap, p2p, grad in random.Random(23).sample(grid, 60):
+        request = ExecutionRequest(
+            devices=64, tensor_parallel=tp, pipeline_parallel=pp, virtual_pipeline=vp, context_parallel=cp,
+            expert_parallel=ep, zero_stage=zero, fsdp=zero == 3, recompute=rc, overlap_all_to_all=a2a,
+            gradient_bytes=grad, limits=BatchLimits(global_batch=512, micro_batch=1),
+            overlaps=OverlapRequest(tp_comm=tp_overlap and tp > 1, p2p=p2p, grad_reduce=True, param_gather=zero > 0))
+        try:
+            report = make_plan(spec, hw, request)
+        except BtacalcError:
+            continue  # a layout btacalc refuses (e.g. VP without PP) emits nothing
+        args, env, notes = megatron_run(report, spec)
+        assert not [n for n in notes if "WOULD REFUSE" in n], (request, notes)
+        assert violations(dict(args, world=64), env) == []
+        checked += 1
+    assert checked >= 20, checked
