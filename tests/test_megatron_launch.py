@@ -365,6 +365,9 @@ def test_a_launch_script_with_variables_arrays_and_continuations():
     ("--num-layers", "--num-layers needs a value"),
     ("--bf16=1", "is a switch"),
     ("--num-layers 2 stray", "is not a Megatron-LM flag"),
+    ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 64 --max-position-embeddings 64 "
+     "--micro-batch-size 1 --bf16 --overlap-param-gather --overlap-grad-reduce",
+     "Megatron-LM would refuse this launch: --overlap-param-gather needs the distributed optimizer"),
 ])
 def test_bad_launches_are_one_line_errors(cli, monkeypatch, text, message):
     monkeypatch.setattr(sys, "stdin", io.StringIO(text))

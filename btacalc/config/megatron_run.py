@@ -17,6 +17,7 @@ from ..errors import BtacalcError
 from .execution import BatchLimits, ExecutionRequest, OverlapRequest, pipeline_split
 from .megatron_codec import GUARDED_FIELDS, MODEL_ROWS, Fields, bridge_key, decode, encode, from_bridge, model_fields
 from .megatron_launch import Launch, read_launch
+from .megatron_rules import describe, violations
 from .model import ModelSpec, validate_model
 
 # Why a Megatron destination is not part of the plan (regular expressions over argparse destinations).
@@ -112,6 +113,8 @@ def import_bridge(text: str, source: str, devices: Optional[int] = None,
             raise BtacalcError(f"{source}: the overrides give no architecture (model.num_layers ...): add {{model}}")
         seq = int(args.get("seq_length") or base.max_position_embeddings or 4096)
         args = {**encode({**model_fields(base), "run.seq_len": seq}, MODEL_ROWS), **args}
+    if "max_position_embeddings" not in args and "seq_length" in args:  # GPTModelProvider: positions = seq_length
+        args["max_position_embeddings"] = args["seq_length"]
     launch = Launch(args=args, given_as=given_as, source=source)
     run = _imported(launch, devices, base.name if base is not None and "num_layers" not in flat else None)
     extra = tuple((key, _bridge_reason(key)) for key in unread)
@@ -144,10 +147,17 @@ def _flatten(data: dict[str, Any], prefix: str, out: dict[str, Any]) -> None:
             out[name] = value
 
 
+# Rules about the launch environment: a file of arguments does not show the environment it runs in.
+ENVIRONMENT_RULES = ("fsdp-connections", "tp-cp-connections")
+
+
 def _imported(launch: Launch, devices: Optional[int], name: Optional[str] = None) -> ImportedRun:
+    devices = _devices(launch, devices)
+    refused = [r for r in violations(dict(launch.args, world=devices), launch.env) if r.name not in ENVIRONMENT_RULES]
+    if refused:
+        raise BtacalcError(f"{launch.source}: Megatron-LM would refuse this launch: {describe(refused[0])}")
     fields, read = decode(launch.args)
     notes: list[str] = []
-    devices = _devices(launch, devices)
     spec = model_from_fields(fields, launch.source, notes, name)
     request = request_from_fields(fields, spec, devices, launch.devices_per_node, notes)
     unsupported = _unsupported(fields, request)
