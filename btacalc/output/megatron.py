@@ -42,6 +42,11 @@ def run_fields(r: PlanReport, spec: ModelSpec) -> dict[str, Any]:
     }
     for key in ("grad_reduce", "param_gather", "tp_comm", "all_to_all", "p2p"):
         fields[f"overlap.{key}"] = bool(par.overlaps.get(key))
+    # Guarded: fields other work adds to the report (the precision and the uneven pipeline stages); absent in
+    # this build, their rows emit nothing (bf16, btacalc's own split).
+    fields["run.precision"] = getattr(r.inputs, "precision", None)
+    for key in ("first_stage_layers", "last_stage_layers", "pipeline_layout"):
+        fields[f"layout.{key}"] = getattr(par, key, None)
     if fields["overlap.all_to_all"] and not (moe and par.expert_parallel > 1):
         fields["overlap.all_to_all"] = False  # nothing to overlap without EP (btacalc times none)
     return fields
