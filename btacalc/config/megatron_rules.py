@@ -63,8 +63,8 @@ def _dp(a: A) -> int:
 
 
 def _model_parallel_needs_one_connection(a: A, e: dict[str, str]) -> bool:
-    """arguments.py:1453-1479 (the assertion at 1477): with TP or CP > 1 before Blackwell, Megatron asserts CUDA_DEVICE_MAX_CONNECTIONS=1
-    unless Megatron-FSDP (which wants it unset) or the EP all-to-all overlap (a warning) is on. btacalc does
+    """arguments.py:1453-1479 (the assertion at 1477): with TP or CP > 1 before Blackwell, Megatron asserts
+    CUDA_DEVICE_MAX_CONNECTIONS=1 unless Megatron-FSDP (which wants it unset) or the EP all-to-all overlap (a warning) is on. btacalc does
     not know the GPU's compute capability from the run, so it holds every GPU to the Hopper rule (harmless
     on Blackwell, where the assertion does not run)."""
     return ((_i(a, "tensor_model_parallel_size") > 1 or _i(a, "context_parallel_size") > 1)
