@@ -175,10 +175,13 @@ def _dec_mla(get: Get) -> Fields:
 
 
 def _enc_ffn(f: Fields) -> Args:
+    """Experts as grouped GEMMs (--moe-grouped-gemm): one kernel over the local experts, as btacalc counts them,
+    and what the moe_act recompute module needs (transformer_config.py:1964). Reading a launch, the flag is a
+    kernel choice (listed as ignored)."""
     out: Args = {"ffn_hidden_size": f["model.dense_ffn"]}
     if f.get("model.num_experts"):
         out.update(num_experts=f["model.num_experts"], moe_router_topk=f["model.top_k"],
-                   moe_ffn_hidden_size=f["model.moe_ffn"])
+                   moe_ffn_hidden_size=f["model.moe_ffn"], moe_grouped_gemm=True)
         if f.get("model.moe_pattern") is not None:
             out["moe_layer_freq"] = list_expression(f["model.moe_pattern"])
         if f.get("model.shared_expert_size"):

@@ -124,6 +124,8 @@ RULES: tuple[Rule, ...] = (
          "--global-batch-size must be a multiple of --micro-batch-size x data parallel"),
     Rule("selective-no-method", f"{ARGS}:1426", lambda a, e: a.get("recompute_granularity") == "selective",
          lambda a, e: a.get("recompute_method") is None, "selective recomputation takes no --recompute-method"),
+    Rule("moe-act-grouped-gemm", f"{TC}:1964", lambda a, e: "moe_act" in (a.get("recompute_modules") or ()),
+         lambda a, e: bool(a.get("moe_grouped_gemm")), "the moe_act recompute module needs --moe-grouped-gemm"),
     Rule("fp8-or-fp4", f"{ARGS}:1101", lambda a, e: a.get("fp8") is not None,
          lambda a, e: a.get("fp4") is None, "--fp8-format and --fp4-format cannot be used together"),
     Rule("a2a-vp", f"{TC}:3007", lambda a, e: _a2a(a, e) and _i(a, "pipeline_model_parallel_size") > 1,
