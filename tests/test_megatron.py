@@ -172,7 +172,7 @@ def test_a_bridge_table_row_is_typeable(cli):
     (("--devices", "64", "--fsdp", "--zero", "1"), "it is ZeRO-3"),
     (("--devices", "64", "--grad-bytes", "3"), "must be 2"),
     (("--devices", "64", "--recompute", "core_attn,attention"), "recompute"),
-    (("--devices", "64", "--emit", "deepspeed"), "'deepspeed' is not one of 'cerebras', 'megatron'"),
+    (("--devices", "64", "--emit", "deepspeed"), "'deepspeed' is not one of 'cerebras', 'modelzoo', 'megatron', 'bridge'"),
 ])
 def test_layout_rules_are_one_line_errors(cli, args, text):
     code, out, err = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "h100", *args)
@@ -471,10 +471,14 @@ def test_emit_megatron_round_trips_the_layout(cli):
     for text in ("--tensor-model-parallel-size 4", "--pipeline-model-parallel-size 8",
                  "--num-virtual-stages-per-pipeline-rank 6", "--sequence-parallel", "--micro-batch-size 1",
                  "--global-batch-size 256", "--use-distributed-optimizer", "--grad-reduce-in-bf16",
-                 "--overlap-grad-reduce", "--overlap-param-gather", "train.global_batch_size=256",
-                 "model.virtual_pipeline_model_parallel_size=6"):
+                 "--overlap-grad-reduce", "--overlap-param-gather"):
         assert text in flags, text
     assert "--recompute-granularity" not in flags
+    code, out, err = cli(*args, "--emit", "bridge")
+    assert code == 0, err
+    for text in ("train.global_batch_size=256", "model.virtual_pipeline_model_parallel_size=6",
+                 "ddp.grad_reduce_in_fp32=False"):
+        assert text in out.split(), text
 
 
 def test_compare_with_searched_gpu_layouts(cli):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -24,6 +25,7 @@ from .options import (Accounting, AccountingOpt, Attention, AttentionOpt, Causal
                       stage_split_field,
                       write_outputs)
 from .progress import progress
+from .runfile import config_callback, given_on_command_line, read_text
 
 PLAN_EXAMPLES = ("Examples:\n\n"
                  "  btacalc plan --model qwen3-30b-a3b --hw wse3\n\n"
@@ -38,6 +40,10 @@ PLAN_EXAMPLES = ("Examples:\n\n"
                  "--micro-batch 1 --seq 2048\n\n"
                  "  btacalc plan --hw h100 --devices 256 --search\n\n"
                  "  btacalc plan --hw h100 --devices 64 --tp 2 --pp 4 --emit megatron\n\n"
+                 "  btacalc plan --hw h100 --from-megatron train_llama3_8b.sh\n\n"
+                 "  btacalc plan --hw h100 --devices 64 --tp 2 --pp 4 --emit megatron | btacalc plan --hw h100 "
+                 "--from-megatron -\n\n"
+                 "  btacalc plan --config run.toml\n\n"
                  "  btacalc plan --hw wse3 --objective density --profile")
 SWEEP_EXAMPLES = ("Examples:\n\n"
                   "  btacalc sweep --model qwen3-30b-a3b --hw wse2 --vary experts=16,32,64,128\n\n"
@@ -48,7 +54,15 @@ SWEEP_EXAMPLES = ("Examples:\n\n"
                   "--csv grid.csv --quiet")
 
 
+# What --from-megatron / --from-bridge leave to the command line: the hardware, the device count (when the
+# launch has no torchrun prefix), how the plan is solved and printed. Every other plan option is in the file.
+IMPORT_KEEPS = ("hw", "devices", "gpus_per_node", "objective", "as_json", "output", "schema",
+                "sensitivity", "emit", "profile_run", "name", "config", "from_megatron", "from_bridge",
+                "accounting", "causal", "loss", "routing_imbalance", "max_global_batch", "max_tile_batch")
+
+
 def plan(
+    ctx: typer.Context,
     model: str = ModelOpt,
     name: Optional[str] = NameOpt,
     hw: str = HwOpt,
@@ -108,10 +122,18 @@ def plan(
     sensitivity: Optional[float] = typer.Option(None, "--sensitivity", min=0.0, max=100.0, help="Also move every "
                                                 "hardware number by -PCT% and +PCT% alone and show tokens/s (e.g. 10)."),
     emit: Optional[Emit] = typer.Option(None, "--emit", help="Print a ready configuration instead of the plan: "
-                                        "cerebras = the Model Zoo YAML fragment (wafer profiles); megatron = the "
-                                        "Megatron-LM / Megatron-Bridge arguments (GPU profiles)."),
+                                        "cerebras or modelzoo = the Model Zoo YAML (wafer profiles); megatron = the "
+                                        "Megatron-LM launch; bridge = Megatron-Bridge overrides (GPU profiles)."),
     profile_run: bool = typer.Option(False, "--profile", help="Print on stderr how many times the model was evaluated "
                                      "and where the time went."),
+    from_megatron: Optional[Path] = typer.Option(None, "--from-megatron", help="Plan the run of a Megatron-LM launch "
+                                                 "script or file of arguments (- for standard input); flags btacalc "
+                                                 "does not model are listed as ignored."),
+    from_bridge: Optional[Path] = typer.Option(None, "--from-bridge", help="Plan the run of a Megatron-Bridge recipe's "
+                                               "YAML overrides (model:, train:, ddp:, comm_overlap:)."),
+    config: Optional[Path] = typer.Option(None, "--config", is_eager=True, callback=config_callback,
+                                          help="Read plan options from a TOML run file (keys: the option names, e.g. "
+                                          "global-batch = 256); the command line wins."),
 ) -> int:
     """Choose G and b for a model on a device; show parameters, memory, FLOPs and phases.
 
@@ -125,7 +147,7 @@ def plan(
         from ..config.hardware import resolve_hardware
         from ..config.presets import resolve_model
         from ..planning.plan import make_plan
-        from ..planning.report import PlanReport
+        from ..planning.report import PlanReport, imported_info
 
     # --emit and --schema print on stdout (and write --output); the plan JSON only with --json
     outs = outputs(output, as_json or emit is not None or (schema and output is None))
@@ -133,10 +155,16 @@ def plan(
         text = json.dumps(PlanReport.model_json_schema(), indent=2) + "\n"
         write_outputs(outs, {"--output": text, "--json": text}, None)
         return 0
+    imported = _imported_run(ctx, from_megatron, from_bridge, devices if _given(ctx, "devices") else None, model)
     with profiling.stage("resolve"):
-        spec = resolve_model(model, name).with_overrides(experts, top_k, expert_ffn, fixed_active)
+        spec = imported.model if imported else resolve_model(model, name).with_overrides(experts, top_k, expert_ffn,
+                                                                                          fixed_active)
         profile = resolve_hardware(hw)
-    request = ExecutionRequest(
+    request = imported.request.with_changes(
+        devices_per_node=gpus_per_node or imported.request.devices_per_node, objective=value(objective),
+        accounting=accounting.value, causal=causal, loss=value(loss), routing_imbalance=routing_imbalance,
+        limits=replace(imported.request.limits, max_global_batch=max_global_batch, max_tile_batch=max_tile_batch),
+    ) if imported else ExecutionRequest(
         seq_len=seq, recompute=recompute, attention=value(attention), causal=causal, loss=value(loss),
         accounting=accounting.value, memory_model=value(memory_model), overlap_streaming=overlap,
         multi_token_prediction=mtp,
@@ -153,8 +181,10 @@ def plan(
     if search:
         return _search(spec, profile, request, outs, value(emit))
     report = make_plan(spec, profile, request)
+    if imported is not None:
+        report.imported = imported_info(imported)
     if emit is not None:
-        text = _emitted(report, value(emit))
+        text = _emitted(report, value(emit), spec)
         write_outputs(outs, {"--output": text, "--json": text}, None)
         return 0 if report.plan.fits else 1
     if sensitivity is not None:
@@ -187,25 +217,54 @@ def _print_profile() -> None:
         err.print(f"btacalc profile: {line}", highlight=False, markup=False, soft_wrap=True)
 
 
+def _given(ctx: typer.Context, name: str) -> bool:
+    return bool(given_on_command_line(ctx, (name,)))
+
+
+def _imported_run(ctx: typer.Context, megatron: Optional[Path], bridge: Optional[Path], devices: Optional[int],
+                  model_name: str) -> Any:
+    """The model and run of --from-megatron / --from-bridge (None without them); other plan options are refused:
+    the file is the run."""
+    if megatron is None and bridge is None:
+        return None
+    if megatron is not None and bridge is not None:
+        raise BtacalcError("{from_megatron} and {from_bridge}: give one run")
+    keeps = IMPORT_KEEPS + (("model",) if bridge is not None else ())  # Bridge recipes take the model from HF
+    others = [p.name for p in ctx.command.params if p.name and p.name not in keeps]
+    given = given_on_command_line(ctx, tuple(others))
+    if given:
+        raise BtacalcError(f"{{{given[0]}}} with {{{'from_megatron' if megatron else 'from_bridge'}}}: the file "
+                           "gives the run (only --hw, --devices and how to solve and print may be added)")
+    from ..config.megatron_run import import_bridge, import_megatron
+    from ..config.presets import resolve_model
+
+    if megatron is not None:
+        return import_megatron(read_text(megatron, "{from_megatron}"), str(megatron), devices)
+    assert bridge is not None  # one of the two, checked above
+    base = resolve_model(model_name) if _given(ctx, "model") else None
+    return import_bridge(read_text(bridge, "{from_bridge}"), str(bridge), devices, base)
+
+
 def _check_emit(emit: Optional[str], search: bool, profile: Any) -> None:
-    """--emit megatron and --search choose and print GPU layouts; --emit cerebras a wafer configuration."""
+    """--emit megatron/bridge and --search choose and print GPU layouts; --emit cerebras/modelzoo a wafer
+    configuration."""
     gpu = profile.family == "gpu"
-    if (emit == "megatron" or search) and not gpu:
-        what = "{emit} megatron" if emit == "megatron" else "{search}"
+    if (emit in ("megatron", "bridge") or search) and not gpu:
+        what = f"{{emit}} {emit}" if emit in ("megatron", "bridge") else "{search}"
         raise BtacalcError(f"{what} chooses and prints GPU layouts: {profile.name} is a wafer-scale profile")
-    if emit == "cerebras" and gpu:
-        raise BtacalcError(f"{{emit}} cerebras prints a Cerebras Model Zoo configuration and needs a wafer-scale profile: "
+    if emit in ("cerebras", "modelzoo") and gpu:
+        raise BtacalcError(f"{{emit}} {emit} prints a Cerebras Model Zoo configuration and needs a wafer-scale profile: "
                             f"{profile.name} is a GPU")
 
 
-def _emitted(report: Any, emit: Optional[str]) -> str:
-    if emit == "megatron":
-        from ..output.megatron import megatron_arguments
+def _emitted(report: Any, emit: Optional[str], spec: Any) -> str:
+    if emit in ("megatron", "bridge"):
+        from ..output.megatron import bridge_overrides, megatron_arguments
 
-        return megatron_arguments(report).rstrip("\n") + "\n"
+        return (megatron_arguments if emit == "megatron" else bridge_overrides)(report, spec)
     from ..output.cerebras import cerebras_yaml
 
-    return cerebras_yaml(report)
+    return cerebras_yaml(report, spec)
 
 
 def _search(spec: Any, profile: Any, request: Any, outs: Any, emit: Optional[str]) -> int:
@@ -214,7 +273,7 @@ def _search(spec: Any, profile: Any, request: Any, outs: Any, emit: Optional[str
     result = search_layouts(spec, profile, request)
     ok = result.best is not None and result.best.plan.fits
     if emit is not None and result.best is not None:
-        text = _emitted(result.best, emit)
+        text = _emitted(result.best, emit, spec)
         write_outputs(outs, {"--output": text, "--json": text}, None)
         return 0 if ok else 1
     text = result.model_dump_json(indent=2) + "\n"

@@ -500,6 +500,8 @@ def resolve_execution(request: ExecutionRequest, model: "ModelSpec", profile: "H
     check_precision(run.precision, profile, run.low_precision_param_gather)
     _check_run(run, model)
     layout = _resolve_layout(request, model, profile, chosen)
+    if profile.family == "gpu":
+        layout = _runnable_overlaps(layout, recompute, chosen)
     limits = _resolve_batch(request, layout, chosen, run.seq_len if gpu else None)
     layout = replace(layout, micro_batches=limits.micro_batches or 1)  # the solver may choose M: plan.py
     mtp_layers = model.mtp_layers if run.multi_token_prediction else 0
@@ -514,6 +516,24 @@ def resolve_execution(request: ExecutionRequest, model: "ModelSpec", profile: "H
     if objective not in OBJECTIVES:
         raise BtacalcError(f"{{objective}} must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
     return Execution(run, layout, limits, objective, tuple(chosen.reasons.items()), request)
+
+
+def _runnable_overlaps(layout: Layout, recompute: str, chosen: _Defaults) -> Layout:
+    """The nearest plan Megatron runs: without the all-to-all overlap where Megatron-Core refuses it, with p2p
+    overlap where the interleaved schedule needs it (btacalc.config.megatron_rules); the reason is kept with
+    the defaults."""
+    from .megatron_rules import a2a_refusal, p2p_refusal
+
+    pp, vp = layout.pipeline_parallel, layout.virtual_pipeline
+    why = p2p_refusal(pp, vp, layout.overlap.p2p)
+    if why is not None:
+        chosen.reasons["overlap_p2p"] = why
+        layout = replace(layout, overlap=replace(layout.overlap, p2p=True))
+    why = a2a_refusal(recompute, pp, vp, layout.expert_parallel) if layout.overlap.all_to_all else None
+    if why is None:
+        return layout
+    chosen.reasons["overlap_all_to_all"] = why
+    return replace(layout, overlap=replace(layout.overlap, all_to_all=False))
 
 
 def _mtp(request: ExecutionRequest, model: "ModelSpec", reasons: dict[str, str]) -> bool:

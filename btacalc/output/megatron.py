@@ -1,135 +1,123 @@
-"""`--emit megatron`: the Megatron-LM command-line arguments and Megatron-Bridge config overrides of a
-plan's layout, batch, recomputation, sharding, precision and overlaps, for pasting.
+"""`--emit megatron` and `--emit bridge`: a plan as a complete Megatron-LM launch (environment, torchrun,
+pretrain_gpt.py and every flag: architecture, layout, batch, precision, recomputation, dispatcher and
+overlaps) or as Megatron-Bridge ConfigContainer overrides.
 
-Flag names are Megatron-LM's (megatron/training/arguments.py and the TransformerConfig /
-ModelParallelConfig / DistributedDataParallelConfig fields it exposes, @ d98e8a64); Bridge keys are the
-ConfigContainer fields its recipes set (model.*, train.*, ddp.*, optimizer.*, comm_overlap.*).
+The plan becomes btacalc's run fields (`run_fields`), the fields Megatron destinations through the table of
+btacalc.config.megatron_codec (flag names at MEGATRON_LM_PIN, Bridge keys at BRIDGE_PIN), and every
+emitted run is checked against Megatron's own validation rules (btacalc.config.megatron_rules): a rule it
+breaks is a bug, reported in the output rather than hidden.
 """
 
 from __future__ import annotations
 
-from ..config.precision import recipe
-from ..planning.report import ParallelInfo, PlanReport
-from ..vocabulary import SELECTIVE_MODULES
+from typing import Any
+
+from ..config.megatron_codec import BRIDGE_PIN, encode, model_fields, render_flags, to_bridge
+from ..config.megatron_launch import MEGATRON_LM_PIN
+from ..config.megatron_rules import describe, violations
+from ..config.model import ModelSpec
+from ..planning.report import PlanReport
+
+# What `--emit megatron` cannot say in Megatron's flags (the model features Megatron-Core has no flag for).
+_UNSAID = (("parallel_block", "GPT-J's parallel attention and MLP block"),
+           ("router_bias", "a bias on the router linear"),
+           ("lm_head_bias", "a bias on the LM head"))
 
 
-def megatron_arguments(r: PlanReport) -> str:
-    """Megatron-LM flags and Megatron-Bridge overrides of the plan, with a comment line per caveat."""
-    lm, bridge, notes = _layout(r)
-    _batch(r, lm, bridge, notes)
-    _recompute(r.inputs.recompute, lm, bridge)
-    _sharding(r, lm, bridge)
-    _overlaps(r, lm, bridge)
-    head = [f"# btacalc plan: {r.model.name} on {r.parallelism.devices} x {r.hardware.name}"
-            + ("" if r.plan.fits else " (DOES NOT FIT)")] + [f"# {n}" for n in notes]
-    return "\n".join(head + ["# Megatron-LM (pretrain_gpt.py):", " \\\n  ".join(_precision(r) + lm),
-                             "# Megatron-Bridge (ConfigContainer overrides):", "\n".join(bridge)])
+def run_fields(r: PlanReport, spec: ModelSpec) -> dict[str, Any]:
+    """btacalc's resolved run as the flat fields of megatron_codec (model, layout, batch, run, overlaps)."""
+    par, moe = r.parallelism, spec.is_moe
+    fields: dict[str, Any] = {
+        **model_fields(spec), "run.mtp": "mtp" in {k.name for k in r.layer_kinds},
+        "layout.tensor_parallel": par.tensor_parallel, "layout.sequence_parallel": par.sequence_parallel,
+        "layout.pipeline_parallel": par.pipeline_parallel, "layout.virtual_pipeline": par.virtual_pipeline,
+        "layout.pipeline_split": par.pipeline_split, "layout.context_parallel": par.context_parallel,
+        "layout.expert_parallel": par.expert_parallel if moe else None,
+        "layout.expert_tensor_parallel": par.expert_tensor_parallel if moe else None,
+        "layout.zero_stage": par.zero_stage,
+        "batch.micro_batch": r.plan.global_batch,
+        "batch.global_batch": par.data_parallel * par.micro_batches * r.plan.global_batch,
+        "run.seq_len": r.inputs.seq_len, "run.recompute": r.inputs.recompute, "run.attention": r.inputs.attention,
+        "run.gradient_bytes": r.inputs.gradient_bytes,
+    }
+    for key in ("grad_reduce", "param_gather", "tp_comm", "all_to_all", "p2p"):
+        fields[f"overlap.{key}"] = bool(par.overlaps.get(key))
+    fields["run.precision"] = r.inputs.precision
+    for key in ("first_stage_layers", "last_stage_layers", "pipeline_layout"):
+        fields[f"layout.{key}"] = getattr(par, key)
+    if fields["overlap.all_to_all"] and not (moe and par.expert_parallel > 1):
+        fields["overlap.all_to_all"] = False  # nothing to overlap without EP (btacalc times none)
+    return fields
 
 
-def _precision(r: PlanReport) -> list[str]:
-    """The 16-bit dtype flag, then the low-precision recipe's flags as Megatron-LM spells them
-    (btacalc/data/precision.toml: --fp8-format/--fp8-recipe, --fp4-format/--fp4-recipe) and its parameter
-    gather flag when the plan keeps the parameters in FP8/FP4."""
-    rec = recipe(r.inputs.precision)
-    flags = (["--bf16"] if rec.low else []) + list(rec.megatron)
-    return flags + ([rec.param_gather_flag] if r.inputs.fp8_param_gather else [])
+def megatron_run(r: PlanReport, spec: ModelSpec) -> tuple[dict[str, Any], dict[str, str], list[str]]:
+    """Megatron destinations, the environment they need and the notes of a plan."""
+    fields = run_fields(r, spec)
+    args = encode(fields)
+    env = _environment(args)
+    notes = _notes(r, spec, args)
+    checked = dict(args, world=r.parallelism.devices)
+    notes += [f"MEGATRON WOULD REFUSE THIS: {describe(rule)}" for rule in violations(checked, env)]
+    return args, env, notes
 
 
-def _layout(r: PlanReport) -> tuple[list[str], list[str], list[str]]:
-    par, notes = r.parallelism, list[str]()
-    lm = [f"--tensor-model-parallel-size {par.tensor_parallel}", f"--pipeline-model-parallel-size {par.pipeline_parallel}",
-          f"--context-parallel-size {par.context_parallel}"]
-    bridge = [f"model.tensor_model_parallel_size={par.tensor_parallel}",
-              f"model.pipeline_model_parallel_size={par.pipeline_parallel}",
-              f"model.context_parallel_size={par.context_parallel}",
-              f"model.sequence_parallel={par.sequence_parallel}"]
-    if par.sequence_parallel:
-        lm.append("--sequence-parallel")
-    if par.virtual_pipeline > 1 and par.pipeline_layout is None:  # a layout sets VP (Megatron refuses both)
-        lm.append(f"--num-virtual-stages-per-pipeline-rank {par.virtual_pipeline}")
-    bridge.append(f"model.virtual_pipeline_model_parallel_size={par.virtual_pipeline if par.virtual_pipeline > 1 else None}")
-    _split(par, lm, bridge)
-    if r.model.num_experts:
-        lm += [f"--expert-model-parallel-size {par.expert_parallel}",
-               f"--expert-tensor-parallel-size {par.expert_tensor_parallel}"]
-        bridge += [f"model.expert_model_parallel_size={par.expert_parallel}",
-                   f"model.expert_tensor_parallel_size={par.expert_tensor_parallel}"]
-    kernel = "flash" if r.inputs.attention == "flash" else "unfused"
-    lm.append(f"--attention-backend {kernel}")
-    bridge.append(f"model.attention_backend={kernel}")
-    return lm, bridge, notes
+def _environment(args: dict[str, Any]) -> dict[str, str]:
+    """CUDA_DEVICE_MAX_CONNECTIONS=1 where Megatron asserts it (tensor or context parallelism before Blackwell,
+    arguments.py:1477); never with Megatron-FSDP, which asserts it is not 1 (arguments.py:1166)."""
+    tp, cp = args.get("tensor_model_parallel_size", 1), args.get("context_parallel_size", 1)
+    if (tp > 1 or cp > 1) and not args.get("use_megatron_fsdp") and not args.get("overlap_moe_expert_parallel_comm"):
+        return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    return {}
 
 
-def _split(par: ParallelInfo, lm: list[str], bridge: list[str]) -> None:
-    """The pipeline split's own flags (btacalc.config.pipeline: Megatron's names)."""
-    if par.pipeline_split in ("embedding_loss", "embedding"):
-        lm.append("--account-for-embedding-in-pipeline-split")
-        bridge.append("model.account_for_embedding_in_pipeline_split=True")
-    if par.pipeline_split in ("embedding_loss", "loss"):
-        lm.append("--account-for-loss-in-pipeline-split")
-        bridge.append("model.account_for_loss_in_pipeline_split=True")
-    for value, flag, key in ((par.first_stage_layers, "--decoder-first-pipeline-num-layers", "num_layers_in_first_pipeline_stage"),
-                             (par.last_stage_layers, "--decoder-last-pipeline-num-layers", "num_layers_in_last_pipeline_stage")):
-        if value is not None:
-            lm.append(f"{flag} {value}")
-            bridge.append(f"model.{key}={value}")
-    if par.pipeline_layout is not None:
-        lm.append(f"--pipeline-model-parallel-layout '{par.pipeline_layout}'")
-        bridge.append(f"model.pipeline_model_parallel_layout='{par.pipeline_layout}'")
-
-
-def _batch(r: PlanReport, lm: list[str], bridge: list[str], notes: list[str]) -> None:
-    p, par = r.plan, r.parallelism
-    micro = p.global_batch
-    total = par.data_parallel * par.micro_batches * micro
-    lm += [f"--seq-length {r.inputs.seq_len}", f"--micro-batch-size {micro}", f"--global-batch-size {total}"]
-    bridge += [f"model.seq_length={r.inputs.seq_len}", f"train.micro_batch_size={micro}",
-               f"train.global_batch_size={total}"]
+def _notes(r: PlanReport, spec: ModelSpec, args: dict[str, Any]) -> list[str]:
+    notes = [f"flags: {MEGATRON_LM_PIN} megatron/training/arguments.py; rules: btacalc/config/megatron_rules.py"]
+    p = r.plan
     if p.tiles > 1:
         notes.append(f"the plan tiles attention into G = {p.tiles} tiles of b = {p.tile_batch} (BTA); Megatron runs the "
-                     f"micro-batch of {micro} untiled")
+                     f"micro-batch of {p.global_batch} untiled")
+    notes.append("--mock-data and NullTokenizer make the command runnable as is: give your --data-path and tokenizer "
+                 "(Megatron pads the vocabulary to a multiple of --make-vocab-size-divisible-by 128 x TP)")
+    if (spec.max_position_embeddings or 0) < r.inputs.seq_len:
+        notes.append(f"--max-position-embeddings raised to --seq-length {r.inputs.seq_len} (arguments.py:1354)")
+    if args.get("overlap_moe_expert_parallel_comm") and args.get("tensor_model_parallel_size", 1) > 1:
+        notes.append("Megatron warns that the EP all-to-all overlap wants CUDA_DEVICE_MAX_CONNECTIONS > 1 while TP wants "
+                     "1 (arguments.py:1466): left unset")
+    if spec.qk_norm == "full":
+        notes.append("Megatron's --qk-layernorm normalises per head; the model normalises the full q and k")
+    notes += [f"no Megatron flag for {what}: leave the model's code to provide it" for key, what in _UNSAID
+              if getattr(spec, key)]
+    if (spec.linear_bias, spec.mlp_bias) not in ((True, True), (False, False)):
+        notes.append("Megatron's --disable-bias-linear removes every linear bias; the model has some")
+    if spec.router_renormalize is False:
+        notes.append("the router does not renormalise its top-k weights: Megatron has no flag for that")
+    return notes
 
 
-def _recompute(policy: str, lm: list[str], bridge: list[str]) -> None:
-    if policy == "none":
-        bridge.append("model.recompute_granularity=None")
-        return
-    if policy == "full":
-        lm += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
-        bridge += ["model.recompute_granularity=full", "model.recompute_method=uniform", "model.recompute_num_layers=1"]
-        return
-    modules = list(SELECTIVE_MODULES) if policy == "selective" else policy.split(",")
-    lm += ["--recompute-granularity selective", "--recompute-modules " + " ".join(modules)]
-    bridge += ["model.recompute_granularity=selective", f"model.recompute_modules={modules}"]
+def megatron_arguments(r: PlanReport, spec: ModelSpec) -> str:
+    """The launch: comments, environment, torchrun and pretrain_gpt.py with one flag per line."""
+    args, env, notes = megatron_run(r, spec)
+    par = r.parallelism
+    per_node = min(par.devices_per_node, par.devices)
+    nodes = max(par.devices // per_node, 1)
+    head = [f"# btacalc plan: {r.model.name} on {par.devices} x {r.hardware.name}"
+            + ("" if r.plan.fits else " (DOES NOT FIT)")] + [f"# {n}" for n in notes]
+    launcher = f"torchrun --nproc_per_node {per_node} --nnodes {nodes} pretrain_gpt.py"
+    lines = [*(f"export {k}={v}" for k, v in env.items()), " \\\n    ".join([launcher, *render_flags(args)])]
+    return "\n".join(head + lines) + "\n"
 
 
-def _sharding(r: PlanReport, lm: list[str], bridge: list[str]) -> None:
-    zero = r.parallelism.zero_stage
-    if zero == 1:
-        lm.append("--use-distributed-optimizer")
-        bridge += ["ddp.use_distributed_optimizer=True", "optimizer.use_distributed_optimizer=True"]
-    elif zero >= 2:
-        strategy = "optim_grads" if zero == 2 else "optim_grads_params"
-        lm += ["--use-megatron-fsdp", f"--data-parallel-sharding-strategy {strategy}"]
-        bridge += ["ddp.use_megatron_fsdp=True", f"ddp.data_parallel_sharding_strategy={strategy}"]
-    fp32 = r.inputs.gradient_bytes == 4
-    if not fp32:
-        lm.append("--grad-reduce-in-bf16")
-    bridge.append(f"ddp.grad_reduce_in_fp32={fp32}")
+def bridge_overrides(r: PlanReport, spec: ModelSpec) -> str:
+    """The same run as Megatron-Bridge ConfigContainer overrides, one `key=value` per line (Hydra style)."""
+    args, env, notes = megatron_run(r, spec)
+    head = [f"# btacalc plan: {r.model.name} on {r.parallelism.devices} x {r.hardware.name}",
+            f"# keys: {BRIDGE_PIN} (src/megatron/bridge/training/config.py, comm_overlap.py, models/gpt_provider.py)",
+            *(f"# {n}" for n in notes[1:]), *(f"# environment: {k}={v}" for k, v in env.items())]
+    body = [f"{key}={_bridge_value(value)}" for key, value in to_bridge(args).items()]
+    return "\n".join(head + body) + "\n"
 
 
-def _overlaps(r: PlanReport, lm: list[str], bridge: list[str]) -> None:
-    o, par = r.parallelism.overlaps, r.parallelism
-    flags = (("grad_reduce", "--overlap-grad-reduce", "ddp.overlap_grad_reduce"),
-             ("param_gather", "--overlap-param-gather", "ddp.overlap_param_gather"),
-             ("tp_comm", "--tp-comm-overlap", "comm_overlap.tp_comm_overlap"),
-             ("all_to_all", "--overlap-moe-expert-parallel-comm", "comm_overlap.overlap_moe_expert_parallel_comm"))
-    for key, flag, field in flags:
-        if o.get(key) and (key != "all_to_all" or par.expert_parallel > 1):
-            lm.append(flag)
-            bridge.append(f"{field}=True")
-    if o.get("all_to_all") and par.expert_parallel > 1:
-        lm.append("--moe-token-dispatcher-type alltoall")
-        bridge.append("model.moe_token_dispatcher_type=alltoall")
-    if par.virtual_pipeline > 1 and not o.get("p2p", True):
-        lm.append("--no-overlap-p2p-communication")
+def _bridge_value(value: Any) -> str:
+    if isinstance(value, tuple):
+        return "[" + ",".join(map(str, value)) + "]"
+    return str(value)

@@ -60,6 +60,8 @@ def plan_renderable(r: PlanReport) -> Group:
         parts.append(Panel(wafer_renderable(r.wafer), title="Wafer systems (Cerebras)", border_style="blue"))
     if r.sensitivity:
         parts.append(sensitivity_table(r))
+    if r.imported is not None:
+        parts.append(_imported_panel(r))
     if r.suggestions:
         parts.append(Panel("\n".join(f"• {s}" for s in r.suggestions), title="What would fit", border_style="yellow"))
     return Group(*fit_all(parts))
@@ -163,8 +165,11 @@ def _layout_text(r: PlanReport) -> str:
         f"; {par.pipeline_split} split, decoder layers per stage {par.stage_layers}"
         + (f" (layout {par.pipeline_layout})" if par.pipeline_layout else "")
         + (" [dim](default)[/dim]" if "pipeline_split" in r.inputs.defaults else ""))
+    changed = [r.inputs.defaults[k] for k in ("overlap_all_to_all", "overlap_p2p")
+               if "Megatron" in r.inputs.defaults.get(k, "")]
     return (f"{par.devices} devices ({par.devices_per_node} per NVLink domain): {sizes}{split}; {shard}; "
-            f"M = {par.micro_batches} micro-batches; overlapped: {', '.join(on) or 'none'}")
+            f"M = {par.micro_batches} micro-batches; overlapped: {', '.join(on) or 'none'}"
+            + "".join(f"; {c}" for c in changed))
 
 
 def _stages_table(r: PlanReport) -> Table:
@@ -310,3 +315,16 @@ def _flops_table(r: PlanReport) -> Table:
     t.add_column("elementwise (apart)", justify="right")
     t.add_row(*(si(x, "FLOP") for x in (f.forward, f.backward, f.total, f.recompute, f.hardware_total, f.elementwise)))
     return t
+
+
+def _imported_panel(r: PlanReport) -> Panel:
+    """--from-megatron / --from-bridge: every flag btacalc left out, with its reason, and the notes."""
+    imp = r.imported
+    assert imp is not None  # the caller checked
+    by_reason: dict[str, list[str]] = {}
+    for row in imp.ignored:
+        by_reason.setdefault(row.reason, []).append(row.flag)
+    lines = [f"• ignored {' '.join(escape(f) for f in flags)}: {escape(reason)}" for reason, flags in by_reason.items()]
+    lines += [f"• {escape(n)}" for n in imp.notes]
+    return Panel("\n".join(lines) or "every flag is modelled", title=f"Read from {escape(imp.source)}",
+                 border_style="cyan")

@@ -24,6 +24,14 @@ from typing import Any
 from ..errors import BtacalcError
 from .report import PlanReport
 
+# Keys only Cerebras' documentation names (not defined in Model Zoo's source at Release_2.10.0): the YAML says so.
+DOCS_ONLY = {
+    "ws_opt_enable_bta": "in Cerebras' docs only, not in Model Zoo's source: https://training-docs.cerebras.ai/"
+                         "rel-2.9.0/model-zoo/components/trainer-components/batch-tiling-attention",
+    "ws_opt_bta_max_tile": "in Cerebras' docs only, not in Model Zoo's source: https://training-docs.cerebras.ai/"
+                           "rel-2.9.0/model-zoo/components/trainer-components/batch-tiling-attention",
+}
+
 SOURCES = (
     "https://training-docs.cerebras.ai/rel-2.9.0/model-zoo/components/trainer-components/batch-tiling-attention",
     "https://training-docs.cerebras.ai/rel-2.5.0/model-zoo/tutorials/microbatching-beginner",

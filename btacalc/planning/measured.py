@@ -100,6 +100,8 @@ class MeasuredRun(BaseModel):
     role: Literal["fit", "check"]
     known_gap: str = Field("", description="btacalc is known to miss this run: the mechanism it lacks")
     recipe: Optional[Recipe] = None
+    megatron_args: Optional[str] = Field(None, description="the run as its Megatron-LM launch or arguments (read as "
+                                         "plan --from-megatron reads them) instead of the layout fields")
 
     def with_recipe(self) -> "MeasuredRun":
         """The run with its recipe's corrections applied to the layout fields."""
@@ -209,6 +211,8 @@ def express(run: MeasuredRun, family: str = "gpu") -> tuple[Optional[ExecutionRe
     The global batch is the batch per optimizer step over all data-parallel ranks (Megatron) or all
     systems (Cerebras); a given micro-batch fixes G*b and gradient accumulation follows (M = N / (DP
     micro-batch)); without one, the micro-batching is chosen (on wafers, as the compiler would)."""
+    if run.megatron_args is not None:
+        return _express_megatron(run)
     recipe = run.recipe
     run = run.with_recipe()
     changes: dict[str, Any] = {target: getattr(run, name) for name, target in LAYOUT_FIELDS.items()
@@ -228,6 +232,27 @@ def express(run: MeasuredRun, family: str = "gpu") -> tuple[Optional[ExecutionRe
     return ExecutionRequest(seq_len=run.seq, recompute=recompute, devices=run.devices, limits=limits,
                             precision=run.precision, fp8_param_gather=precision_recipe(run.precision).bridge_param_gather,
                             **changes), ""
+
+
+def _express_megatron(run: MeasuredRun) -> tuple[Optional[ExecutionRequest], str]:
+    """A run given as Megatron-LM arguments: its request as --from-megatron reads it; the run's own seq and
+    global batch must agree with the arguments (they label the run in the report)."""
+    from ..config.megatron_run import import_megatron
+
+    assert run.megatron_args is not None  # the caller checked
+    imported = import_megatron(run.megatron_args, f"run {run.id}", run.devices)
+    req = imported.request
+    if (req.seq_len, req.limits.global_batch) != (run.seq, run.global_batch):
+        raise BtacalcError(f"{{measured}}: run {run.id}: megatron_args give seq {req.seq_len} and global batch "
+                           f"{req.limits.global_batch}, the run's fields {run.seq} and {run.global_batch}")
+    model, shape = resolve_model(run.model), ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_size",
+                                               "num_experts", "top_k", "vocab_size")
+    differ = [k for k in shape if getattr(model, k) != getattr(imported.model, k)]
+    if differ:
+        return None, f"megatron_args describe another model than {run.model} ({', '.join(differ)} differ)"
+    if dict(imported.ignored).get("--fp8-format") or run.precision == "fp8":
+        return None, "fp8 training is not modelled (16-bit peaks only)"
+    return req, ""
 
 
 def predict(run: MeasuredRun, hardware: Callable[[str], HardwareProfile] = resolve_hardware) -> RunResult:

@@ -267,6 +267,26 @@ class SensitivityRow(BaseModel):
     shape_plus: str
 
 
+class IgnoredFlag(BaseModel):
+    flag: str
+    reason: str
+
+
+class ImportedInfo(BaseModel):
+    """A plan read from a Megatron-LM launch or a Megatron-Bridge recipe: what was left out and why."""
+
+    source: str
+    ignored: list[IgnoredFlag] = Field(default_factory=list, description="flags or keys btacalc does not model")
+    notes: list[str] = Field(default_factory=list)
+    environment: dict[str, str] = Field(default_factory=dict, description="variables the launch exports")
+
+
+def imported_info(run: Any) -> ImportedInfo:
+    """The report section of a btacalc.config.megatron_run.ImportedRun."""
+    return ImportedInfo(source=run.source, ignored=[IgnoredFlag(flag=f, reason=r) for f, r in run.ignored],
+                        notes=list(run.notes), environment=dict(run.env))
+
+
 class PlanReport(BaseModel):
     schema_version: int = SCHEMA_VERSION
     model: ModelInfo
@@ -293,13 +313,15 @@ class PlanReport(BaseModel):
                                        "mesh-derived costs, scaling over systems")
     sensitivity: Optional[list[SensitivityRow]] = Field(None, description="with --sensitivity: tokens/s when each "
                                                         "hardware number moves by -x% and +x%")
+    imported: Optional[ImportedInfo] = Field(None, description="with --from-megatron / --from-bridge: the flags "
+                                             "btacalc does not model, and notes")
 
     @model_serializer(mode="wrap")
     def _omit_absent_sections(self, handler: SerializerFunctionWrapHandler) -> Any:
         """Sections that apply to some plans only appear when present: `wafer` (wafer plans),
         `sensitivity` (with --sensitivity), `layer_kinds` (models with more than one layer kind)."""
         data = handler(self)
-        for key in ("wafer", "sensitivity", "layer_kinds"):
+        for key in ("wafer", "sensitivity", "layer_kinds", "imported"):
             if not data.get(key):
                 data.pop(key, None)
         return data

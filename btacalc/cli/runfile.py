@@ -1,0 +1,97 @@
+"""`plan --config run.toml` (every plan option as data) and `plan --from-megatron/--from-bridge FILE` (a
+Megatron-LM launch or a Megatron-Bridge recipe as the run).
+
+A run file is TOML: one key per `plan` option, named as the option (`global-batch`, `overlap-grad-reduce`)
+or as its parameter (`global_batch`); each value goes through the option's own type and range, so a run
+file accepts exactly what the command line accepts; the command line wins over the file.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+from ..errors import BtacalcError
+
+try:  # typer >= 0.20 vendors click (as app.py)
+    from typer._click import exceptions as click_exc
+    from typer._click.core import Context, Parameter, ParameterSource
+except ImportError:  # pragma: no cover
+    from click import exceptions as click_exc  # type: ignore[no-redef]
+    from click.core import Context, Parameter, ParameterSource  # type: ignore[assignment]
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+MAX_RUN_FILE_BYTES = 1 << 20  # a run description is a few hundred bytes; 1 MiB bounds what is read
+# Options a run file cannot hold: the run file itself, and what prints instead of planning.
+NOT_IN_RUN_FILE = ("config", "schema")
+
+
+def read_text(path: Path, what: str) -> str:
+    """A launch, recipe or run file (`-`: standard input), at most MAX_RUN_FILE_BYTES."""
+    if str(path) == "-":
+        text = sys.stdin.read(MAX_RUN_FILE_BYTES + 1)
+    else:
+        if not path.is_file():
+            raise BtacalcError(f"{what} {str(path)!r}: not a readable file")
+        with path.open("rb") as fh:
+            raw = fh.read(MAX_RUN_FILE_BYTES + 1)
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise BtacalcError(f"{what} {str(path)!r}: not UTF-8 text") from None
+    if len(text) > MAX_RUN_FILE_BYTES:
+        raise BtacalcError(f"{what} {str(path)!r}: larger than 1 MiB")
+    return text
+
+
+def run_file_options(ctx: Context, path: Path) -> dict[str, Any]:
+    """The run file's values, checked by each plan option's own type and range (one-line errors)."""
+    try:
+        data = tomllib.loads(read_text(path, "{config}"))
+    except tomllib.TOMLDecodeError as exc:
+        raise BtacalcError(f"{{config}} {str(path)!r}: not TOML: {exc}") from None
+    params = {p.name: p for p in ctx.command.params if p.name and p.name not in NOT_IN_RUN_FILE}
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = key.replace("-", "_")
+        param = params.get(name)
+        if param is None:
+            raise BtacalcError(f"{{config}} {str(path)!r}: unknown option {key!r} (plan options: see btacalc plan --help)")
+        if isinstance(value, (dict, list)):
+            raise BtacalcError(f"{{config}} {str(path)!r}: {key} must be a single value, got {type(value).__name__}")
+        flag = bool(getattr(param, "is_flag", False))
+        if flag != isinstance(value, bool):
+            need = "a switch: true or false" if flag else "a value, not true/false"
+            raise BtacalcError(f"{{config}} {str(path)!r}: {key} is {need}, got {value!r}")
+        raw = value if flag else str(value)
+        try:
+            _coerce(param, raw, ctx)
+        except click_exc.BadParameter as exc:
+            raise BtacalcError(f"{{config}} {str(path)!r}: {key}: {exc.format_message()}") from None
+        out[name] = raw  # the option converts it again, as a value typed on the command line
+    return out
+
+
+def _coerce(param: Parameter, value: Any, ctx: Context) -> Any:
+    """The option's own conversion and range check (typer's runtime parameter; click's type otherwise)."""
+    runtime = getattr(param, "get_runtime_param", None)
+    if runtime is not None:
+        return runtime().coerce(value, param=param, ctx=ctx)
+    return param.type.convert(value, param, ctx)  # type: ignore[attr-defined]  # click's Parameter has it
+
+
+def config_callback(ctx: Context, param: Parameter, value: Optional[Path]) -> Optional[Path]:
+    """Eager: the run file's values become the defaults of the options the command line does not give."""
+    if value is not None:
+        ctx.default_map = {**(ctx.default_map or {}), **run_file_options(ctx, value)}
+    return value
+
+
+def given_on_command_line(ctx: Context, names: tuple[str, ...]) -> list[str]:
+    """Which of these parameters the user set (command line or run file), not left at their defaults."""
+    return [n for n in names if ctx.get_parameter_source(n) in (ParameterSource.COMMANDLINE, ParameterSource.DEFAULT_MAP)]

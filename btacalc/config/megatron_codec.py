@@ -1,0 +1,706 @@
+"""btacalc's resolved run <-> Megatron-LM arguments <-> Megatron-Bridge config keys, as one table.
+
+A run is a flat dict of *fields* (`model.hidden_size`, `layout.tensor_parallel`, `batch.micro_batch`, ...:
+what btacalc resolved). Each row of `ROWS` turns some fields into Megatron argparse destinations
+(`encode`) and back (`decode`); `render_flags` writes destinations as Megatron-LM flags (names from
+btacalc/data/megatron_flags.tsv, MEGATRON_LM_PIN) and `BRIDGE_KEYS` names the same destinations as
+Megatron-Bridge's ConfigContainer keys (BRIDGE_PIN). A new execution field is one new row: e.g.
+`Same("layout.first_stage_layers", "decoder_first_pipeline_num_layers")`.
+
+A destination absent from a launch takes Megatron's own default (the parser's, from the flags table):
+a script without --untie-embeddings-and-output-weights trains tied embeddings, one without
+--hidden-dropout trains with dropout 0.1, as Megatron would.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
+
+from ..errors import BtacalcError
+from ..vocabulary import SELECTIVE_MODULES
+from .megatron_launch import flags_by_dest, list_expression, megatron_flags, pattern
+
+if TYPE_CHECKING:
+    from .model import ModelSpec
+
+BRIDGE_PIN = "NVIDIA-NeMo/Megatron-Bridge@067f987df03b8355b03192d88d70f1709fedf51a"
+
+Fields = dict[str, Any]
+Args = dict[str, Any]
+
+
+def megatron_default(dest: str) -> Any:
+    """The parser's default of a destination (None when it is not a literal)."""
+    flags = flags_by_dest().get(dest)
+    if not flags:
+        return None
+    try:
+        return ast.literal_eval(flags[0].default)
+    except (ValueError, SyntaxError):
+        return None
+
+
+class Get:
+    """Reads destinations with Megatron's defaults, remembering which ones were read."""
+
+    def __init__(self, args: Args):
+        self.args, self.read = args, set[str]()
+
+    def __call__(self, dest: str) -> Any:
+        self.read.add(dest)
+        return self.args[dest] if dest in self.args else megatron_default(dest)
+
+    def given(self, dest: str) -> bool:
+        self.read.add(dest)
+        return dest in self.args
+
+
+def _int(v: Any, dest: str) -> Optional[int]:
+    if v is None:
+        return None
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        raise BtacalcError(f"Megatron {dest} {v!r} is not an integer") from None
+
+
+def _bool(v: Any) -> bool:
+    if isinstance(v, str):
+        return v.strip().lower() in ("1", "true", "yes")
+    return bool(v)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One concept: the fields it covers, the destinations it writes, and both directions."""
+
+    name: str
+    encode: Callable[[Fields], Args]
+    decode: Callable[[Get], Fields]
+
+
+def same(field: str, dest: str, kind: Callable[[Any], Any] = int, skip: Any = None) -> Row:
+    """A field that is one destination, value for value (omitted when it equals `skip`)."""
+    def enc(f: Fields) -> Args:
+        v = f.get(field)
+        return {} if v is None or v == skip else {dest: v}
+
+    def dec(get: Get) -> Fields:
+        v = get(dest)
+        return {field: None if v is None else (_int(v, dest) if kind is int else kind(v))}
+
+    return Row(field, enc, dec)
+
+
+def switch(field: str, dest: str, invert: bool = False) -> Row:
+    """A boolean field that is a Megatron switch (inverted: the switch means the opposite)."""
+    def enc(f: Fields) -> Args:
+        v = f.get(field)
+        return {} if v is None else {dest: (not v) if invert else bool(v)}
+
+    def dec(get: Get) -> Fields:
+        v = _bool(get(dest))
+        return {field: (not v) if invert else v}
+
+    return Row(field, enc, dec)
+
+
+def choice(field: str, dest: str, mapping: Mapping[Any, Any], say_default: bool = True) -> Row:
+    """A field whose values are Megatron's choices under other names (`say_default` False: Megatron's default
+    is left unsaid)."""
+    back = {str(v).lower(): k for k, v in mapping.items()}
+
+    def enc(f: Fields) -> Args:
+        v = f.get(field)
+        quiet = v is not None and not say_default and mapping[v] == megatron_default(dest)
+        return {} if v is None or quiet else {dest: mapping[v]}
+
+    def dec(get: Get) -> Fields:
+        v = get(dest)
+        key = str(v).lower() if v is not None else None
+        if key not in back:
+            raise BtacalcError(f"Megatron {dest} {v!r}: btacalc models {', '.join(map(str, mapping.values()))}")
+        return {field: back[key]}
+
+    return Row(field, enc, dec)
+
+
+# --- the rows that are not one destination each -------------------------------------------------------
+
+def _enc_heads(f: Fields) -> Args:
+    a, kv = f["model.num_heads"], f["model.num_kv_heads"]
+    out: Args = {"num_attention_heads": a}
+    if kv != a:
+        out.update(group_query_attention=True, num_query_groups=kv)
+    if f.get("model.mla") is None and f["model.head_dim"] != f["model.hidden_size"] // a:
+        out["kv_channels"] = f["model.head_dim"]
+    return out
+
+
+def _dec_heads(get: Get) -> Fields:
+    a = _int(get("num_attention_heads"), "num_attention_heads")
+    h = _int(get("hidden_size"), "hidden_size")
+    if a is None or h is None:
+        raise BtacalcError("the launch gives no --num-attention-heads or --hidden-size: btacalc needs the model")
+    gqa = _bool(get("group_query_attention"))
+    kv = _int(get("num_query_groups"), "num_query_groups") if gqa else None
+    kv_channels = _int(get("kv_channels"), "kv_channels")
+    return {"model.num_heads": a, "model.num_kv_heads": kv or a, "model.head_dim": kv_channels or h // a}
+
+
+def _enc_mla(f: Fields) -> Args:
+    mla = f.get("model.mla")
+    if mla is None:
+        return {}
+    out: Args = {"multi_latent_attention": True, "kv_lora_rank": mla["kv_lora_rank"],
+                 "qk_head_dim": mla["qk_nope_head_dim"], "qk_pos_emb_head_dim": mla["qk_rope_head_dim"],
+                 "v_head_dim": mla["v_head_dim"]}
+    if mla["q_lora_rank"]:
+        out["q_lora_rank"] = mla["q_lora_rank"]
+    return out
+
+
+def _dec_mla(get: Get) -> Fields:
+    if not _bool(get("multi_latent_attention")):
+        for dest in ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"):
+            get(dest)  # read: without MLA Megatron ignores them
+        return {"model.mla": None}
+    mla = {"q_lora_rank": _int(get("q_lora_rank"), "q_lora_rank") or 0}
+    for key, dest in (("kv_lora_rank", "kv_lora_rank"), ("qk_nope_head_dim", "qk_head_dim"),
+                      ("qk_rope_head_dim", "qk_pos_emb_head_dim"), ("v_head_dim", "v_head_dim")):
+        mla[key] = _int(get(dest), dest) or 0  # Megatron's defaults are numbers (32, 128, 64, 128)
+    return {"model.mla": mla, "model.head_dim": mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"]}
+
+
+def _enc_ffn(f: Fields) -> Args:
+    """Experts as grouped GEMMs (--moe-grouped-gemm): one kernel over the local experts, as btacalc counts them,
+    and what the moe_act recompute module needs (transformer_config.py:1964). Reading a launch, the flag is a
+    kernel choice (listed as ignored)."""
+    out: Args = {"ffn_hidden_size": f["model.dense_ffn"]}
+    if f.get("model.num_experts"):
+        out.update(num_experts=f["model.num_experts"], moe_router_topk=f["model.top_k"],
+                   moe_ffn_hidden_size=f["model.moe_ffn"], moe_grouped_gemm=True)
+        if f.get("model.moe_pattern") is not None:
+            out["moe_layer_freq"] = list_expression(f["model.moe_pattern"])
+        if f.get("model.shared_expert_size"):
+            out["moe_shared_expert_intermediate_size"] = f["model.shared_expert_size"]
+    return out
+
+
+def _dec_ffn(get: Get) -> Fields:
+    h = _int(get("hidden_size"), "hidden_size") or 0
+    dense = _int(get("ffn_hidden_size"), "ffn_hidden_size") or 4 * h  # TransformerConfig: None -> 4h
+    experts = _int(get("num_experts"), "num_experts") or 0
+    out: Fields = {"model.dense_ffn": dense, "model.num_experts": experts, "model.moe_pattern": None}
+    if not experts:
+        for dest in ("moe_router_topk", "moe_ffn_hidden_size", "moe_layer_freq", "moe_shared_expert_intermediate_size"):
+            get(dest)
+        out.update({"model.top_k": 0, "model.moe_ffn": None, "model.shared_expert_size": 0})
+        return out
+    layers = _int(get("num_layers"), "num_layers") or 0
+    freq = get("moe_layer_freq")
+    items = pattern(freq, layers)
+    if len(items) == 1:  # integer N: Megatron-Core makes layer i an MoE layer when i % N == 0
+        items = [1 if i % items[0] == 0 else 0 for i in range(layers)]
+    out.update({"model.top_k": _int(get("moe_router_topk"), "moe_router_topk"),
+                "model.moe_ffn": _int(get("moe_ffn_hidden_size"), "moe_ffn_hidden_size") or dense,
+                "model.shared_expert_size": _int(get("moe_shared_expert_intermediate_size"), "shared") or 0,
+                "model.moe_pattern": None if all(items) else items})
+    return out
+
+
+def _enc_window(f: Fields) -> Args:
+    w = f.get("model.sliding_window")
+    if not w:
+        return {}
+    out: Args = {"window_size": f"({w},0)"}
+    if f.get("model.window_pattern") is not None and not all(f["model.window_pattern"]):
+        out["window_attn_skip_freq"] = list_expression(f["model.window_pattern"])
+    return out
+
+
+def _dec_window(get: Get) -> Fields:
+    size, skip = get("window_size"), get("window_attn_skip_freq")
+    if size is None:
+        return {"model.sliding_window": 0, "model.window_pattern": None}
+    left = ast.literal_eval(str(size)) if isinstance(size, str) else size
+    left = left[0] if isinstance(left, (tuple, list)) else left
+    layers = _int(get("num_layers"), "num_layers") or 0
+    items = None if skip is None else pattern(skip, layers)
+    if items is not None and len(items) == 1:  # an integer N: (N-1) windowed layers, then one full (arguments.py help)
+        n = items[0]
+        items = [0 if (i + 1) % n == 0 else 1 for i in range(layers)]
+    return {"model.sliding_window": int(left), "model.window_pattern": items}
+
+
+def _enc_router(f: Fields) -> Args:
+    if not f.get("model.num_experts"):
+        return {}
+    router = f.get("model.router", "softmax")
+    out: Args = {}
+    if router == "sigmoid":
+        out["moe_router_score_function"] = "sigmoid"
+    elif router == "softmax":
+        out["moe_router_pre_softmax"] = True
+    if f.get("model.expert_bias"):
+        out["moe_router_enable_expert_bias"] = True
+    if f.get("model.shared_expert_gate"):
+        out["moe_shared_expert_gate"] = True
+    return out
+
+
+def _dec_router(get: Get) -> Fields:
+    score, pre = str(get("moe_router_score_function")), _bool(get("moe_router_pre_softmax"))
+    router = "sigmoid" if score == "sigmoid" else ("softmax" if pre else "topk_softmax")
+    return {"model.router": router, "model.expert_bias": _bool(get("moe_router_enable_expert_bias")),
+            "model.shared_expert_gate": _bool(get("moe_shared_expert_gate"))}
+
+
+def _enc_bias(f: Fields) -> Args:
+    if f.get("model.linear_bias") or f.get("model.mlp_bias"):
+        return {}
+    return {"add_bias_linear": False, **({"add_qkv_bias": True} if f.get("model.qkv_bias") else {})}
+
+
+def _dec_bias(get: Get) -> Fields:
+    linear = _bool(get("add_bias_linear"))
+    qkv = linear or _bool(get("add_qkv_bias"))
+    return {"model.linear_bias": linear, "model.mlp_bias": linear, "model.qkv_bias": qkv}
+
+
+def _enc_dropout(f: Fields) -> Args:
+    p = 0.1 if f.get("model.dropout") else 0.0
+    return {"attention_dropout": p, "hidden_dropout": p}
+
+
+def _dec_dropout(get: Get) -> Fields:
+    return {"model.dropout": float(get("attention_dropout") or 0) > 0 or float(get("hidden_dropout") or 0) > 0}
+
+
+def _enc_positions(f: Fields) -> Args:
+    seq = f["run.seq_len"]
+    given = f.get("model.max_position_embeddings") or seq
+    return {"max_position_embeddings": max(given, seq), "seq_length": seq}
+
+
+def _dec_positions(get: Get) -> Fields:
+    seq = _int(get("seq_length"), "seq_length")
+    if seq is None:
+        raise BtacalcError("the launch gives no --seq-length")
+    return {"run.seq_len": seq, "model.max_position_embeddings": _int(get("max_position_embeddings"), "mpe")}
+
+
+def _enc_vocab(f: Fields) -> Args:
+    return {"vocab_size": f["model.vocab_size"], "tokenizer_type": "NullTokenizer", "mock_data": True}
+
+
+def _dec_vocab(get: Get) -> Fields:
+    get("tokenizer_type")
+    get("mock_data")
+    return {"model.vocab_size": _int(get("vocab_size"), "vocab_size")}
+
+
+def _enc_recompute(f: Fields) -> Args:
+    policy = f["run.recompute"]
+    if policy == "none":
+        return {}
+    if policy == "full":
+        return {"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1}
+    modules = list(SELECTIVE_MODULES) if policy == "selective" else policy.split(",")
+    return {"recompute_granularity": "selective", "recompute_modules": modules}
+
+
+def _dec_recompute(get: Get) -> Fields:
+    granularity = get("recompute_granularity")
+    if _bool(get("recompute_activations")):  # arguments.py: --recompute-activations means selective
+        granularity = granularity or "selective"
+    method, layers, modules = get("recompute_method"), get("recompute_num_layers"), get("recompute_modules")
+    if granularity is None:
+        return {"run.recompute": "none"}
+    if granularity == "full":
+        if method not in ("uniform", None) or _int(layers, "recompute_num_layers") not in (1, None):
+            raise BtacalcError(f"--recompute-method {method} --recompute-num-layers {layers}: btacalc models full "
+                               "recomputation of every layer (uniform, 1 layer per checkpoint)")
+        return {"run.recompute": "full"}
+    if granularity != "selective":
+        raise BtacalcError(f"--recompute-granularity {granularity!r}: Megatron takes full or selective")
+    chosen = list(modules) if modules else list(SELECTIVE_MODULES)
+    return {"run.recompute": ",".join(sorted(chosen)) if sorted(chosen) != list(SELECTIVE_MODULES) else "selective"}
+
+
+def _enc_sharding(f: Fields) -> Args:
+    zero = f.get("layout.zero_stage", 0)
+    if zero == 1:
+        return {"use_distributed_optimizer": True}
+    if zero >= 2:
+        return {"use_megatron_fsdp": True, "ckpt_format": "fsdp_dtensor",
+                "data_parallel_sharding_strategy": "optim_grads" if zero == 2 else "optim_grads_params"}
+    return {}
+
+
+def _dec_sharding(get: Get) -> Fields:
+    get("ckpt_format")
+    if _bool(get("use_megatron_fsdp")):
+        strategy = get("data_parallel_sharding_strategy")
+        stages = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
+        if strategy not in stages:
+            raise BtacalcError(f"--data-parallel-sharding-strategy {strategy!r}: not one of {', '.join(stages)}")
+        get("use_distributed_optimizer")  # Megatron-FSDP v1 turns it on itself (arguments.py:1127-1135)
+        return {"layout.zero_stage": stages[strategy], "layout.fsdp": stages[strategy] == 3}
+    get("data_parallel_sharding_strategy")
+    return {"layout.zero_stage": 1 if _bool(get("use_distributed_optimizer")) else 0, "layout.fsdp": False}
+
+
+def _enc_precision(f: Fields) -> Args:
+    out: Args = {"bf16": True}
+    if f.get("run.gradient_bytes") == 2:
+        out["grad_reduce_in_bf16"] = True
+    return out
+
+
+def _dec_precision(get: Get) -> Fields:
+    if not (_bool(get("bf16")) or _bool(get("fp16"))):
+        raise BtacalcError("the launch trains in fp32 (no --bf16 or --fp16): btacalc models 16-bit training")
+    return {"run.gradient_bytes": 2 if _bool(get("grad_reduce_in_bf16")) else 4}
+
+
+def _enc_pipeline(f: Fields) -> Args:
+    out: Args = {"pipeline_model_parallel_size": f["layout.pipeline_parallel"]}
+    vp = f.get("layout.virtual_pipeline", 1)
+    if vp > 1:
+        out["num_virtual_stages_per_pipeline_rank"] = vp
+        if not f.get("overlap.p2p", True):
+            out["overlap_p2p_comm"] = False
+    split = f.get("layout.pipeline_split")  # btacalc.config.pipeline Placement.method
+    if split in ("embedding_loss", "embedding"):
+        out["account_for_embedding_in_pipeline_split"] = True
+    if split in ("embedding_loss", "loss"):
+        out["account_for_loss_in_pipeline_split"] = True
+    return out
+
+
+def _dec_pipeline(get: Get) -> Fields:
+    pp = _int(get("pipeline_model_parallel_size"), "pipeline_model_parallel_size") or 1
+    vp = _int(get("num_virtual_stages_per_pipeline_rank"), "num_virtual_stages_per_pipeline_rank")
+    per_stage = _int(get("num_layers_per_virtual_pipeline_stage"), "num_layers_per_virtual_pipeline_stage")
+    if per_stage:  # arguments.py: VP = (L / PP) / layers per virtual stage
+        layers = _int(get("num_layers"), "num_layers") or 0
+        vp = layers // pp // per_stage
+    embedding, loss = (_bool(get("account_for_embedding_in_pipeline_split")),
+                       _bool(get("account_for_loss_in_pipeline_split")))
+    vp = vp or 1
+    split = {(True, True): "embedding_loss", (True, False): "embedding", (False, True): "loss"}.get((embedding, loss),
+                                                                                                  "even")
+    return {"layout.pipeline_parallel": pp, "layout.virtual_pipeline": vp,
+            "layout.pipeline_split": split,
+            "overlap.p2p": _bool(get("overlap_p2p_comm")) and vp > 1}
+
+
+def _enc_sp(f: Fields) -> Args:
+    return {"sequence_parallel": True} if f.get("layout.sequence_parallel") else {}
+
+
+def _dec_sp(get: Get) -> Fields:
+    """Megatron switches sequence parallelism off with TP = 1 (arguments.py:1430-1431)."""
+    tp = _int(get("tensor_model_parallel_size"), "tensor_model_parallel_size") or 1
+    return {"layout.sequence_parallel": _bool(get("sequence_parallel")) and tp > 1}
+
+
+def _enc_dispatcher(f: Fields) -> Args:
+    """btacalc times an all-to-all for EP > 1 (model/gpu/timing.py), so Megatron must dispatch with one:
+    its default is allgather (arguments.py: --moe-token-dispatcher-type default)."""
+    if f.get("model.num_experts") and f.get("layout.expert_parallel", 1) > 1:
+        return {"moe_token_dispatcher_type": "alltoall"}
+    return {}
+
+
+def _dec_dispatcher(get: Get) -> Fields:
+    kind = get("moe_token_dispatcher_type")
+    if get.given("moe_token_dispatcher_type") and kind not in ("alltoall", "flex"):
+        return {"run.dispatcher_note": f"--moe-token-dispatcher-type {kind}: btacalc times an all-to-all"}
+    return {}
+
+
+def _enc_attention(f: Fields) -> Args:
+    return {"attention_backend": "flash" if f["run.attention"] == "flash" else "unfused"}
+
+
+def _dec_attention(get: Get) -> Fields:
+    backend = str(get("attention_backend")).split(".")[-1].split(":")[0].strip("<> ")
+    return {"run.attention": "eager" if backend in ("unfused", "local") else "flash"}
+
+
+def _enc_mtp(f: Fields) -> Args:
+    return {"mtp_num_layers": f["model.mtp_layers"]} if f.get("run.mtp") and f.get("model.mtp_layers") else {}
+
+
+def _dec_mtp(get: Get) -> Fields:
+    n = _int(get("mtp_num_layers"), "mtp_num_layers") or 0
+    return {"model.mtp_layers": n, "run.mtp": n > 0}
+
+
+# btacalc's precisions (the precision work's --precision) as Megatron's FP8/FP4 settings, the way Megatron-Bridge's
+# mixed-precision recipes set them (BRIDGE_PIN src/megatron/bridge/training/mixed_precision.py:217-414: delayed
+# hybrid, current-scaling tensorwise hybrid, subchannel blockwise hybrid, mxfp8 e4m3, nvfp4 e2m1);
+# Megatron-Core's recipe names at MEGATRON_LM_PIN megatron/core/enums.py Fp8Recipe.
+PRECISIONS: dict[str, dict[str, str]] = {
+    "bf16": {},
+    "fp8": {"fp8": "hybrid", "fp8_recipe": "delayed"},
+    "fp8-current": {"fp8": "hybrid", "fp8_recipe": "tensorwise"},
+    "fp8-blockwise": {"fp8": "hybrid", "fp8_recipe": "blockwise"},
+    "mxfp8": {"fp8": "e4m3", "fp8_recipe": "mxfp8"},
+    "nvfp4": {"fp4": "e2m1", "fp4_recipe": "nvfp4"},
+}
+
+
+def _enc_low_precision(f: Fields) -> Args:
+    """The low-precision recipe's Megatron settings (bf16 sets none)."""
+    return dict(PRECISIONS[f.get("run.precision") or "bf16"])
+
+
+def _dec_low_precision(get: Get) -> Fields:
+    fp8, fp4 = get("fp8"), get("fp4")
+    if fp8 is None and fp4 is None:
+        return {"run.precision": "bf16"}
+    given = {"fp8": fp8, "fp8_recipe": get("fp8_recipe")} if fp8 is not None else \
+        {"fp4": fp4, "fp4_recipe": get("fp4_recipe")}
+    name = next((k for k, v in PRECISIONS.items() if v and all(str(given.get(d)) == x for d, x in v.items())), None)
+    if name is None:
+        raise BtacalcError(f"low precision {given}: btacalc models {', '.join(PRECISIONS)} "
+                           "(Megatron-Bridge's recipes)")
+    return {"run.precision": name}
+
+
+def _enc_stages(f: Fields) -> Args:
+    """Uneven first/last pipeline stages and explicit layouts (btacalc.config.pipeline.StageSplit)."""
+    out: Args = {}
+    if f.get("layout.first_stage_layers") is not None:
+        out["decoder_first_pipeline_num_layers"] = f["layout.first_stage_layers"]
+    if f.get("layout.last_stage_layers") is not None:
+        out["decoder_last_pipeline_num_layers"] = f["layout.last_stage_layers"]
+    if f.get("layout.pipeline_layout") is not None:
+        out["pipeline_model_parallel_layout"] = f["layout.pipeline_layout"]
+    return out
+
+
+def _dec_stages(get: Get) -> Fields:
+    return {"layout.first_stage_layers": _int(get("decoder_first_pipeline_num_layers"), "first"),
+            "layout.last_stage_layers": _int(get("decoder_last_pipeline_num_layers"), "last"),
+            "layout.pipeline_layout": get("pipeline_model_parallel_layout")}
+
+
+MODEL_ROWS: tuple[Row, ...] = (
+    same("model.num_layers", "num_layers"),
+    same("model.hidden_size", "hidden_size"),
+    Row("heads", _enc_heads, _dec_heads),
+    Row("mla", _enc_mla, _dec_mla),
+    Row("ffn and experts", _enc_ffn, _dec_ffn),
+    Row("router", _enc_router, _dec_router),
+    Row("window", _enc_window, _dec_window),
+    Row("vocabulary", _enc_vocab, _dec_vocab),
+    Row("positions", _enc_positions, _dec_positions),
+    choice("model.norm", "normalization", {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm"}),
+    choice("model.mlp", "swiglu", {"swiglu": True, "gelu": False}),
+    choice("model.position_embedding", "position_embedding_type", {"rope": "rope", "learned": "learned_absolute"}),
+    switch("model.qk_norm_head", "qk_layernorm"),
+    switch("model.tied_embeddings", "untie_embeddings_and_output_weights", invert=True),
+    switch("model.softmax_fp32", "attention_softmax_in_fp32"),
+    choice("model.attention_sinks", "softmax_type", {False: "vanilla", True: "learnable"}, say_default=False),
+    Row("biases", _enc_bias, _dec_bias),
+    Row("dropout", _enc_dropout, _dec_dropout),
+    Row("mtp", _enc_mtp, _dec_mtp),
+)
+RUN_ROWS: tuple[Row, ...] = (
+    same("layout.tensor_parallel", "tensor_model_parallel_size"),
+    Row("sequence parallel", _enc_sp, _dec_sp),
+    Row("pipeline", _enc_pipeline, _dec_pipeline),
+    Row("uneven stages", _enc_stages, _dec_stages),
+    same("layout.context_parallel", "context_parallel_size"),
+    same("layout.expert_parallel", "expert_model_parallel_size"),
+    same("layout.expert_tensor_parallel", "expert_tensor_parallel_size"),
+    Row("sharding", _enc_sharding, _dec_sharding),
+    same("batch.micro_batch", "micro_batch_size"),
+    same("batch.global_batch", "global_batch_size"),
+    Row("recompute", _enc_recompute, _dec_recompute),
+    Row("attention", _enc_attention, _dec_attention),
+    Row("precision", _enc_precision, _dec_precision),
+    Row("low precision", _enc_low_precision, _dec_low_precision),
+    Row("dispatcher", _enc_dispatcher, _dec_dispatcher),
+    switch("overlap.grad_reduce", "overlap_grad_reduce"),
+    switch("overlap.param_gather", "overlap_param_gather"),
+    switch("overlap.tp_comm", "tp_comm_overlap"),
+    switch("overlap.all_to_all", "overlap_moe_expert_parallel_comm"),
+)
+ROWS = MODEL_ROWS + RUN_ROWS
+
+
+def model_fields(spec: "ModelSpec") -> Fields:
+    """The architecture fields of a ModelSpec (the `model.*` fields the MODEL_ROWS read)."""
+    moe = spec.is_moe
+    dense = spec.dense_positions() if moe else set()
+    window = spec.window_positions()
+    return {
+        "model.num_layers": spec.num_layers, "model.hidden_size": spec.hidden_size,
+        "model.num_heads": spec.num_heads, "model.num_kv_heads": spec.num_kv_heads, "model.head_dim": spec.head_dim,
+        "model.vocab_size": spec.vocab_size,
+        "model.dense_ffn": (spec.dense_ffn_size or spec.ffn_size) if moe else spec.ffn_size,
+        "model.moe_ffn": spec.ffn_size if moe else None, "model.num_experts": spec.num_experts,
+        "model.top_k": spec.top_k, "model.router": spec.router, "model.expert_bias": spec.expert_bias,
+        "model.shared_expert_size": spec.shared_expert_size, "model.shared_expert_gate": spec.shared_expert_gate,
+        "model.moe_pattern": [0 if i in dense else 1 for i in range(spec.num_layers)] if dense else None,
+        "model.mla": spec.mla.model_dump() if spec.mla else None,
+        "model.sliding_window": spec.sliding_window,
+        "model.window_pattern": ([1 if i in window else 0 for i in range(spec.num_layers)]
+                                 if spec.sliding_window else None),
+        "model.norm": spec.norm, "model.mlp": spec.mlp, "model.position_embedding": spec.position_embedding,
+        "model.qk_norm_head": spec.qk_norm == "head", "model.tied_embeddings": spec.tied_embeddings,
+        "model.softmax_fp32": spec.softmax_fp32, "model.attention_sinks": spec.attention_sinks,
+        "model.linear_bias": spec.linear_bias, "model.mlp_bias": spec.mlp_bias, "model.qkv_bias": spec.qkv_bias,
+        "model.dropout": spec.dropout, "model.max_position_embeddings": spec.max_position_embeddings,
+        "model.mtp_layers": spec.mtp_layers,
+    }
+
+
+def encode(fields: Fields, rows: tuple[Row, ...] = ROWS) -> Args:
+    """Megatron destinations of a run (see module docstring)."""
+    out: Args = {}
+    for row in rows:
+        out.update(row.encode(fields))
+    return out
+
+
+def decode(args: Args, rows: tuple[Row, ...] = ROWS) -> tuple[Fields, set[str]]:
+    """The fields of a Megatron run and the destinations the rows read."""
+    get, fields = Get(args), Fields()
+    for row in rows:
+        fields.update(row.decode(get))
+    return fields, get.read
+
+
+# Megatron-LM flag to use for a destination several flags share (the rest are aliases).
+_PREFERRED = {"num_experts": "--num-experts"}
+
+
+def render_flags(args: Args) -> list[str]:
+    """Destinations as Megatron-LM flags, one "--flag [value ...]" string each; a switch at its default is left out."""
+    out = []
+    for dest, value in args.items():
+        flags = flags_by_dest().get(dest)
+        if not flags:
+            raise KeyError(f"no Megatron-LM flag sets {dest}")  # a bug in ROWS, caught by the tests
+        if isinstance(value, bool) and all(f.arity == "0" for f in flags):
+            flag = next((f for f in flags if f.store_false != value), None)
+            if flag is not None:
+                out.append(flag.flag)
+            continue
+        flag = next((f for f in flags if f.flag == _PREFERRED.get(dest)), None) or \
+            next(f for f in flags if f.arity != "0")
+        if isinstance(value, list):
+            out.append(" ".join([flag.flag, *map(str, value)]))
+        else:
+            out.append(f"{flag.flag} {_shell(value)}")
+    return out
+
+
+def _shell(value: Any) -> str:
+    text = str(value)
+    return f"'{text}'" if any(c in text for c in "()[]* ") else text
+
+
+# Megatron-Bridge ConfigContainer keys of the destinations, at BRIDGE_PIN: model.* are TransformerConfig /
+# GPTModelProvider fields (src/megatron/bridge/models/gpt_provider.py), train.* TrainingConfig, ddp.*
+# DistributedDataParallelConfig, checkpoint.* CheckpointConfig (src/megatron/bridge/training/config.py),
+# comm_overlap.* CommOverlapConfig (src/megatron/bridge/training/comm_overlap.py:377-397). A destination with
+# a different name or sense in Bridge carries its converters (to Bridge, from Bridge).
+def _neg(v: Any) -> Any:
+    return not _bool(v)
+
+
+BRIDGE_KEYS: dict[str, tuple[str, Callable[[Any], Any], Callable[[Any], Any]]] = {
+    "num_experts": ("model.num_moe_experts", lambda v: v, lambda v: v),
+    "swiglu": ("model.gated_linear_unit", lambda v: v, lambda v: v),
+    "untie_embeddings_and_output_weights": ("model.share_embeddings_and_output_weights", _neg, _neg),
+    "micro_batch_size": ("train.micro_batch_size", lambda v: v, lambda v: v),
+    "global_batch_size": ("train.global_batch_size", lambda v: v, lambda v: v),
+    "use_distributed_optimizer": ("ddp.use_distributed_optimizer", lambda v: v, lambda v: v),
+    "use_megatron_fsdp": ("ddp.use_megatron_fsdp", lambda v: v, lambda v: v),
+    "data_parallel_sharding_strategy": ("ddp.data_parallel_sharding_strategy", lambda v: v, lambda v: v),
+    "overlap_grad_reduce": ("ddp.overlap_grad_reduce", lambda v: v, lambda v: v),
+    "overlap_param_gather": ("ddp.overlap_param_gather", lambda v: v, lambda v: v),
+    "grad_reduce_in_bf16": ("ddp.grad_reduce_in_fp32", _neg, _neg),
+    "ckpt_format": ("checkpoint.ckpt_format", lambda v: v, lambda v: v),
+    "tp_comm_overlap": ("comm_overlap.tp_comm_overlap", lambda v: v, lambda v: v),
+    "overlap_moe_expert_parallel_comm": ("comm_overlap.overlap_moe_expert_parallel_comm", lambda v: v, lambda v: v),
+    "num_virtual_stages_per_pipeline_rank": ("model.virtual_pipeline_model_parallel_size", lambda v: v, lambda v: v),
+    "window_size": ("model.window_size", lambda v: v, lambda v: v),
+    "decoder_first_pipeline_num_layers": ("model.num_layers_in_first_pipeline_stage", lambda v: v, lambda v: v),
+    "decoder_last_pipeline_num_layers": ("model.num_layers_in_last_pipeline_stage", lambda v: v, lambda v: v),
+    "bf16": ("mixed_precision", lambda v: "bf16_mixed" if v else None, lambda v: str(v).startswith("bf16")),
+    "num_attention_heads": ("model.num_attention_heads", lambda v: v, lambda v: v),
+    "attention_dropout": ("model.attention_dropout", lambda v: v, lambda v: v),
+}
+# Not Bridge config keys: data and tokenizer are Bridge's dataset/tokenizer configs, not the model's.
+# max_position_embeddings: GPTModelProvider sizes positions by seq_length (no such field in gpt_provider.py).
+# fp8/fp4: Bridge names the whole precision recipe (BRIDGE_PRECISION).
+BRIDGE_SKIP = {"mock_data", "tokenizer_type", "group_query_attention", "max_position_embeddings",
+               "fp8", "fp8_recipe", "fp4", "fp4_recipe"}
+# btacalc precision -> Megatron-Bridge's mixed-precision recipe (src/megatron/bridge/training/mixed_precision.py:
+# bf16_mixed 185, ..._fp8_delayed_scaling 217, ..._mxfp8 255, ..._fp8_current_scaling 285,
+# ..._fp8_subchannel_scaling 373, ..._nvfp4 405).
+BRIDGE_PRECISION = {"bf16": "bf16_mixed", "fp8": "bf16_with_fp8_delayed_scaling_mixed",
+                    "fp8-current": "bf16_with_fp8_current_scaling_mixed",
+                    "fp8-blockwise": "bf16_with_fp8_subchannel_scaling_mixed", "mxfp8": "bf16_with_mxfp8_mixed",
+                    "nvfp4": "bf16_with_nvfp4_mixed"}
+
+
+def bridge_key(dest: str) -> Optional[str]:
+    if dest in BRIDGE_SKIP:
+        return None
+    return BRIDGE_KEYS[dest][0] if dest in BRIDGE_KEYS else f"model.{dest}"
+
+
+def to_bridge(args: Args) -> dict[str, Any]:
+    """Bridge overrides (dotted key -> value) of Megatron destinations."""
+    out: dict[str, Any] = {}
+    for dest, value in args.items():
+        key = bridge_key(dest)
+        if key is None:
+            continue
+        convert = BRIDGE_KEYS[dest][1] if dest in BRIDGE_KEYS else (lambda v: v)
+        if dest == "window_size" and isinstance(value, str):
+            value = tuple(ast.literal_eval(value))
+        out[key] = convert(value)
+    if "model.num_query_groups" not in out and "num_attention_heads" in args:
+        out["model.num_query_groups"] = args["num_attention_heads"]
+    if "mixed_precision" in out:
+        name = next(k for k, v in PRECISIONS.items() if all(args.get(d) == x for d, x in v.items())
+                    and (v or ("fp8" not in args and "fp4" not in args)))
+        out["mixed_precision"] = BRIDGE_PRECISION[name]
+    return out
+
+
+def from_bridge(overrides: Mapping[str, Any]) -> tuple[Args, list[str]]:
+    """Megatron destinations of Bridge overrides, and the keys no row reads (to be listed as ignored)."""
+    back = {key: (dest, conv[2]) for dest, conv in BRIDGE_KEYS.items() for key in (conv[0],)}
+    known = {f.dest for f in megatron_flags().values()}
+    args: Args = {}
+    unread = []
+    for key, value in overrides.items():
+        if key in back:
+            dest, convert = back[key]
+            args[dest] = convert(value)
+        elif key.startswith("model.") and key[6:] in known:
+            args[key[6:]] = value
+        else:
+            unread.append(key)
+    recipe = overrides.get("mixed_precision")
+    if isinstance(recipe, str):
+        name = next((k for k, v in BRIDGE_PRECISION.items() if v == recipe), None)
+        if name is None:
+            raise BtacalcError(f"mixed_precision {recipe!r}: btacalc reads {', '.join(BRIDGE_PRECISION.values())}")
+        args.update(PRECISIONS[name])
+    if "num_query_groups" in args and args.get("num_query_groups") != args.get("num_attention_heads"):
+        args["group_query_attention"] = True
+    return args, unread

@@ -1,0 +1,274 @@
+"""Megatron-LM launch text -> Megatron arguments: a launch script (variables, bash arrays, line
+continuations, `export NAME=...`, `torchrun ... pretrain_gpt.py` prefixes) or a plain file of arguments,
+read with `shlex`; then the arguments checked against Megatron-LM's own parser.
+
+Megatron's flags, their argparse destinations and arities are data (btacalc/data/megatron_flags.tsv),
+read from the parser `megatron/training/arguments.py` builds at the pinned commit (MEGATRON_LM_PIN):
+an unknown flag, a value where a switch stands, or one flag given twice with two values is a
+one-line error (exit 2), never a guess.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import shlex
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Optional
+
+from ..errors import BtacalcError
+from ..paths import package_data
+
+MEGATRON_LM_PIN = "NVIDIA/Megatron-LM@d98e8a64ddf34856e74b24714e3bedb2f5a39553"
+MEGATRON_LM_SHORT = "Megatron-LM@d98e8a64"
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One Megatron-LM option: its argparse destination, arity (0 switch, 1 value, + or * list) and default."""
+
+    flag: str
+    dest: str
+    arity: str
+    default: str
+
+    @property
+    def store_false(self) -> bool:
+        """A switch that turns its destination off (--disable-bias-linear sets add_bias_linear False)."""
+        return self.arity == "0" and self.default == "True"
+
+
+@lru_cache(maxsize=1)
+def megatron_flags() -> dict[str, Flag]:
+    """Every option string of Megatron-LM's parser at the pinned commit."""
+    flags: dict[str, Flag] = {}
+    for line in package_data("megatron_flags.tsv").read_text().splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        name, dest, arity, default = line.split("\t")
+        flags[name] = Flag(name, dest, arity, default)
+    return flags
+
+
+@lru_cache(maxsize=1)
+def flags_by_dest() -> dict[str, list[Flag]]:
+    out: dict[str, list[Flag]] = {}
+    for f in megatron_flags().values():
+        out.setdefault(f.dest, []).append(f)
+    return out
+
+
+@dataclass
+class Launch:
+    """What a launch text says: Megatron's arguments (dest -> value, in order), the flag each came from,
+    the environment it sets and the devices its launcher starts."""
+
+    args: dict[str, Any] = field(default_factory=dict)
+    given_as: dict[str, str] = field(default_factory=dict)  # dest -> the flag the text used
+    env: dict[str, str] = field(default_factory=dict)
+    devices: Optional[int] = None
+    devices_per_node: Optional[int] = None
+    source: str = ""
+
+
+_ASSIGN = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)(\+?)=(.*)$", re.S)
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(\[@\]|\[\*\])?(?::?-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+_ARITH = re.compile(r"\$\(\(([^()]*(?:\([^()]*\)[^()]*)*)\)\)")
+_LAUNCHERS = {"--nproc_per_node": "per_node", "--nproc-per-node": "per_node", "--nnodes": "nodes"}
+
+
+def read_launch(text: str, source: str = "-") -> Launch:
+    """The Megatron arguments of a launch script or of a file of arguments (see module docstring)."""
+    text = re.sub(r"\\\r?\n", " ", text)
+    variables: dict[str, str] = {}
+    launch = Launch(source=source)
+    command: Optional[list[str]] = None
+    plain: list[str] = []
+    for statement in _statements(text):
+        expanded = _expand(statement, variables)
+        try:
+            words = shlex.split(expanded, comments=True)
+        except ValueError as exc:
+            raise BtacalcError(f"{source}: cannot read the line {statement.strip()[:60]!r}: {exc}") from None
+        if not words:
+            continue
+        if command is None and _is_command(words):
+            command = words
+            continue
+        assigned = _ASSIGN.match(expanded.strip())
+        if assigned and (assigned.group(3).startswith("(") or len(words) == 1 or words[0] == "export"):
+            _assign(assigned, variables, launch)
+            continue
+        if words[0].startswith("--") or words[0].startswith("-"):
+            plain += words
+    if command is not None and plain:
+        raise BtacalcError(f"{source}: flags after the launch command ({plain[0]} ...): join them to it with \\")
+    tokens = command if command is not None else plain
+    args = _split_launcher(tokens, launch)
+    _parse_args(args, launch)
+    return launch
+
+
+def _statements(text: str) -> list[str]:
+    """Lines, with a bash array `NAME=( ... )` spanning several lines kept as one statement."""
+    out: list[str] = []
+    pending = ""
+    for line in text.splitlines():
+        stripped = re.sub(r"(^|\s)#.*$", "", line)
+        if pending:
+            pending += " " + stripped
+            if ")" in stripped:
+                out.append(pending)
+                pending = ""
+            continue
+        if re.match(r"^\s*(?:export\s+)?[A-Za-z_][A-Za-z0-9_]*\+?=\($", stripped.strip()) or (
+                re.match(r"^\s*[A-Za-z_][A-Za-z0-9_]*\+?=\(", stripped) and ")" not in stripped):
+            pending = stripped
+            continue
+        out.append(line)
+    if pending:
+        out.append(pending)
+    return out
+
+
+def _expand(text: str, variables: dict[str, str]) -> str:
+    def var(m: "re.Match[str]") -> str:
+        name = m.group(1) or m.group(4)
+        if name in variables:
+            return variables[name]
+        return m.group(3) if m.group(3) is not None else m.group(0)
+
+    text = _VAR.sub(var, text)
+
+    def arith(m: "re.Match[str]") -> str:
+        expr = m.group(1)
+        if re.fullmatch(r"[\d\s+*/()-]+", expr):
+            return str(int(_safe_eval(expr)))
+        return m.group(0)
+
+    return _ARITH.sub(arith, text)
+
+
+def _safe_eval(expr: str) -> Any:
+    """An integer arithmetic or list expression (bash $((...)), Megatron's "([0]*3+[1]*58)" patterns)."""
+    tree = ast.parse(expr.strip(), mode="eval")
+    allowed = (ast.Expression, ast.BinOp, ast.Add, ast.Mult, ast.Sub, ast.FloorDiv, ast.Div, ast.Constant,
+               ast.List, ast.Tuple, ast.UnaryOp, ast.USub, ast.Load)
+    for node in ast.walk(tree):
+        if not isinstance(node, allowed) or (isinstance(node, ast.Constant) and not isinstance(node.value, int)):
+            raise ValueError(expr)
+    return eval(compile(tree, "<megatron>", "eval"), {"__builtins__": {}}, {})  # noqa: S307 - checked above
+
+
+def _is_command(words: list[str]) -> bool:
+    return any(w.endswith(".py") for w in words)
+
+
+def _assign(m: "re.Match[str]", variables: dict[str, str], launch: Launch) -> None:
+    name, append, value = m.group(1), m.group(2), m.group(3).strip()
+    if value.startswith("(") and value.endswith(")"):
+        value = " ".join(shlex.split(value[1:-1], comments=True))
+    else:
+        parts = shlex.split(value, comments=True) if value else [""]
+        value = parts[0] if parts else ""
+    variables[name] = (variables.get(name, "") + " " + value).strip() if append else value
+    if m.group(0).lstrip().startswith("export") or name.isupper() and name.startswith(("CUDA_", "NCCL_", "NVTE_",
+                                                                                         "TORCH_", "PYTORCH_")):
+        launch.env[name] = variables[name]
+
+
+def _split_launcher(words: list[str], launch: Launch) -> list[str]:
+    """Leading NAME=value words are environment; `torchrun --nproc_per_node N --nnodes M ... script.py` gives
+    the devices; what follows the script are Megatron's arguments."""
+    script = next((i for i, w in enumerate(words) if w.endswith(".py")), None)
+    if script is None:
+        return words
+    head, sizes = words[:script], {}
+    leading = 0
+    while leading < len(head) and _ASSIGN.match(head[leading]):  # NAME=value before the launcher: environment
+        name, _, value = head[leading].partition("=")
+        launch.env[name] = value
+        leading += 1
+    for i, w in enumerate(head[leading:], start=leading):
+        key, _, inline = w.partition("=")
+        if key in _LAUNCHERS:
+            value = inline or (head[i + 1] if i + 1 < len(head) else "")
+            try:
+                sizes[_LAUNCHERS[key]] = int(value)
+            except ValueError:
+                raise BtacalcError(f"{launch.source}: {key} {value!r} is not a number of processes") from None
+    if "per_node" in sizes:
+        launch.devices_per_node = sizes["per_node"]
+        launch.devices = sizes["per_node"] * sizes.get("nodes", 1)
+    return words[script + 1:]
+
+
+def _parse_args(words: list[str], launch: Launch) -> None:
+    known, i = megatron_flags(), 0
+    while i < len(words):
+        word = words[i]
+        name, eq, inline = word.partition("=")
+        if not name.startswith("--"):
+            raise BtacalcError(f"{launch.source}: {word!r} is not a Megatron-LM flag (a value without its flag?)")
+        flag = known.get(name)
+        if flag is None:
+            raise BtacalcError(f"{launch.source}: unknown Megatron-LM flag {name} (not in arguments.py at "
+                               f"{MEGATRON_LM_SHORT})")
+        i += 1
+        if flag.arity == "0":
+            if eq:
+                raise BtacalcError(f"{launch.source}: {name} is a switch and takes no value")
+            value: Any = not flag.store_false
+        elif flag.arity == "1":
+            if eq:
+                value = inline
+            elif i < len(words) and not words[i].startswith("--"):
+                value, i = words[i], i + 1
+            else:
+                raise BtacalcError(f"{launch.source}: {name} needs a value")
+        else:
+            items = [inline] if eq else []
+            while i < len(words) and not words[i].startswith("--"):
+                items.append(words[i])
+                i += 1
+            value = items
+        _store(launch, flag, value)
+
+
+def _store(launch: Launch, flag: Flag, value: Any) -> None:
+    if flag.dest in launch.args and launch.args[flag.dest] != value:
+        raise BtacalcError(f"{launch.source}: contradictory flags: {launch.given_as[flag.dest]} and {flag.flag} set "
+                           f"{flag.dest} to {launch.args[flag.dest]!r} and {value!r}")
+    launch.args[flag.dest] = value
+    launch.given_as[flag.dest] = flag.flag
+
+
+def pattern(value: Any, num_layers: int) -> list[int]:
+    """Megatron's layer pattern (--moe-layer-freq, --window-attn-skip-freq; arguments.py moe_freq_type): an
+    integer N, returned as [N] for the caller to expand by its flag's meaning, or a Python list expression
+    such as "([0]*3+[1]*58)", evaluated (integers, lists, + and * only) to num_layers entries of 0 or 1."""
+    if isinstance(value, int):
+        return [value]
+    text = str(value).strip()
+    try:
+        result = _safe_eval(text)
+    except (ValueError, SyntaxError):
+        raise BtacalcError(f"layer pattern {text!r} is not an integer or a list expression like ([0]*3+[1]*58)") from None
+    if isinstance(result, int):
+        return [result]
+    items = list(result)
+    if len(items) != num_layers or any(x not in (0, 1) for x in items):
+        raise BtacalcError(f"layer pattern {text!r} must give {num_layers} entries of 0 or 1")
+    return items
+
+
+def list_expression(items: list[int]) -> str:
+    """The shortest run-length list expression Megatron's moe_freq_type reads: "([0]*3+[1]*58)"."""
+    runs: list[tuple[int, int]] = []
+    for x in items:
+        if runs and runs[-1][0] == x:
+            runs[-1] = (x, runs[-1][1] + 1)
+        else:
+            runs.append((x, 1))
+    return "(" + "+".join(f"[{x}]*{n}" for x, n in runs) + ")"

@@ -1,0 +1,188 @@
+"""The rules of Megatron-LM's argument validation that btacalc's emitted runs depend on, as data.
+
+Each rule names the file and line it follows at MEGATRON_LM_PIN (megatron/training/arguments.py
+`validate_args`, megatron/core/transformer/transformer_config.py `TransformerConfig.__post_init__`,
+megatron/core/num_microbatches_calculator.py, megatron/core/transformer/moe/moe_layer.py) and checks
+Megatron argparse destinations (`args`, Megatron's defaults filled in) and the environment (`env`).
+`violations` lists the rules a run breaks; `PLAN_FIXES` are the rules a plan can meet by dropping an
+option (the plan says so; `runnable_overlaps`).
+
+Layouts are read after Megatron's own derivations: data parallel = world / (TP·PP·CP) (`world` in args).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .megatron_launch import MEGATRON_LM_SHORT
+
+ARGS = "megatron/training/arguments.py"
+TC = "megatron/core/transformer/transformer_config.py"
+MICRO = "megatron/core/num_microbatches_calculator.py"
+MOE_LAYER = "megatron/core/transformer/moe/moe_layer.py"
+
+A = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """When `applies`, Megatron requires `holds`; else it stops with `message`."""
+
+    name: str
+    source: str  # file:line at MEGATRON_LM_PIN
+    applies: Callable[[A, dict[str, str]], bool]
+    holds: Callable[[A, dict[str, str]], bool]
+    message: str
+
+    def broken(self, args: A, env: dict[str, str]) -> bool:
+        return self.applies(args, env) and not self.holds(args, env)
+
+
+def _a2a(a: A, e: dict[str, str]) -> bool:
+    return bool(a.get("overlap_moe_expert_parallel_comm"))
+
+
+def _i(a: A, key: str, default: int = 1) -> int:
+    v = a.get(key)
+    return default if v is None else int(v)
+
+
+def _layers_for_split(a: A) -> int:
+    return (_i(a, "num_layers", 0) + bool(a.get("account_for_embedding_in_pipeline_split"))
+            + bool(a.get("account_for_loss_in_pipeline_split")))
+
+
+def _vp(a: A) -> int:
+    return _i(a, "num_virtual_stages_per_pipeline_rank")
+
+
+def _dp(a: A) -> int:
+    return _i(a, "world") // (_i(a, "tensor_model_parallel_size") * _i(a, "pipeline_model_parallel_size")
+                              * _i(a, "context_parallel_size"))
+
+
+def _model_parallel_needs_one_connection(a: A, e: dict[str, str]) -> bool:
+    """arguments.py:1453-1479 (the assertion at 1477): with TP or CP > 1 before Blackwell, Megatron asserts
+    CUDA_DEVICE_MAX_CONNECTIONS=1 unless Megatron-FSDP (which wants it unset) or the EP all-to-all overlap (a warning) is on. btacalc does
+    not know the GPU's compute capability from the run, so it holds every GPU to the Hopper rule (harmless
+    on Blackwell, where the assertion does not run)."""
+    return ((_i(a, "tensor_model_parallel_size") > 1 or _i(a, "context_parallel_size") > 1)
+            and not a.get("use_megatron_fsdp") and not _a2a(a, e))
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("fsdp-ckpt-format", f"{ARGS}:1169", lambda a, e: bool(a.get("use_megatron_fsdp")),
+         lambda a, e: a.get("ckpt_format") == "fsdp_dtensor",
+         "Megatron-FSDP requires --ckpt-format fsdp_dtensor"),
+    Rule("fsdp-connections", f"{ARGS}:1166", lambda a, e: bool(a.get("use_megatron_fsdp")),
+         lambda a, e: e.get("CUDA_DEVICE_MAX_CONNECTIONS") != "1",
+         "Megatron-FSDP requires CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset"),
+    Rule("fsdp-dtensor-needs-fsdp", f"{ARGS}:1676", lambda a, e: a.get("ckpt_format") == "fsdp_dtensor",
+         lambda a, e: bool(a.get("use_megatron_fsdp")), "--ckpt-format fsdp_dtensor needs --use-megatron-fsdp"),
+    Rule("tp-cp-connections", f"{ARGS}:1477", _model_parallel_needs_one_connection,
+         lambda a, e: e.get("CUDA_DEVICE_MAX_CONNECTIONS") == "1",
+         "tensor or context parallelism needs CUDA_DEVICE_MAX_CONNECTIONS=1 (Hopper and before)"),
+    Rule("param-gather-sharded", f"{ARGS}:1025", lambda a, e: bool(a.get("overlap_param_gather")),
+         lambda a, e: bool(a.get("use_distributed_optimizer") or a.get("use_megatron_fsdp")),
+         "--overlap-param-gather needs the distributed optimizer or Megatron-FSDP"),
+    Rule("param-gather-grad-reduce", f"{ARGS}:1028", lambda a, e: bool(a.get("overlap_param_gather")),
+         lambda a, e: bool(a.get("overlap_grad_reduce")), "--overlap-param-gather needs --overlap-grad-reduce"),
+    Rule("tp-overlap-sp", f"{ARGS}:1442", lambda a, e: bool(a.get("tp_comm_overlap")),
+         lambda a, e: bool(a.get("sequence_parallel")), "--tp-comm-overlap needs --sequence-parallel"),
+    Rule("cp-sequence", f"{ARGS}:1336", lambda a, e: _i(a, "context_parallel_size") > 1,
+         lambda a, e: _i(a, "seq_length", 0) % (2 * _i(a, "context_parallel_size")) == 0,
+         "--seq-length must be a multiple of 2 x --context-parallel-size"),
+    Rule("positions", f"{ARGS}:1354", lambda a, e: a.get("seq_length") is not None,
+         lambda a, e: _i(a, "max_position_embeddings", 0) >= _i(a, "seq_length", 0),
+         "--max-position-embeddings must be at least --seq-length"),
+    Rule("even-pipeline", f"{ARGS}:997", lambda a, e: _vp(a) == 1 and a.get("decoder_first_pipeline_num_layers") is None
+         and a.get("decoder_last_pipeline_num_layers") is None,
+         lambda a, e: _layers_for_split(a) % _i(a, "pipeline_model_parallel_size") == 0,
+         "the layers (+1 per account-for flag) must divide over --pipeline-model-parallel-size"),
+    Rule("virtual-pipeline", f"{TC}:2406", lambda a, e: _vp(a) > 1,
+         lambda a, e: _layers_for_split(a) % (_i(a, "pipeline_model_parallel_size") * _vp(a)) == 0,
+         "the layers per pipeline rank must divide by --num-virtual-stages-per-pipeline-rank"),
+    Rule("interleave-pp", f"{ARGS}:1002", lambda a, e: _vp(a) > 1,
+         lambda a, e: _i(a, "pipeline_model_parallel_size") > (1 if a.get("overlap_p2p_comm", True) else 2),
+         "the interleaved schedule needs --pipeline-model-parallel-size > 1 (> 2 without p2p overlap)"),
+    Rule("heads-tp", f"{TC}:1446", lambda a, e: True,
+         lambda a, e: _i(a, "num_attention_heads") % _i(a, "tensor_model_parallel_size") == 0,
+         "--num-attention-heads must be a multiple of --tensor-model-parallel-size"),
+    Rule("groups-tp", f"{TC}:1462", lambda a, e: bool(a.get("group_query_attention")),
+         lambda a, e: (_i(a, "num_query_groups") % _i(a, "tensor_model_parallel_size") == 0
+                       or _i(a, "tensor_model_parallel_size") % _i(a, "num_query_groups") == 0),
+         "--num-query-groups must be a multiple or a divisor of --tensor-model-parallel-size"),
+    Rule("experts-ep", f"{ARGS}:1657", lambda a, e: _i(a, "expert_model_parallel_size") > 1,
+         lambda a, e: _i(a, "num_experts", 0) % _i(a, "expert_model_parallel_size") == 0,
+         "--num-experts must be a multiple of --expert-model-parallel-size"),
+    Rule("moe-tp-sp", f"{MOE_LAYER}:636", lambda a, e: bool(a.get("num_experts")) and
+         _i(a, "tensor_model_parallel_size") > 1, lambda a, e: bool(a.get("sequence_parallel")),
+         "MoE with tensor parallelism needs --sequence-parallel in training"),
+    Rule("batch-divides", f"{MICRO}:381", lambda a, e: a.get("global_batch_size") is not None,
+         lambda a, e: _i(a, "global_batch_size") % (_i(a, "micro_batch_size") * _dp(a)) == 0,
+         "--global-batch-size must be a multiple of --micro-batch-size x data parallel"),
+    Rule("selective-no-method", f"{ARGS}:1426", lambda a, e: a.get("recompute_granularity") == "selective",
+         lambda a, e: a.get("recompute_method") is None, "selective recomputation takes no --recompute-method"),
+    Rule("moe-act-grouped-gemm", f"{TC}:1964", lambda a, e: "moe_act" in (a.get("recompute_modules") or ()),
+         lambda a, e: bool(a.get("moe_grouped_gemm")), "the moe_act recompute module needs --moe-grouped-gemm"),
+    Rule("fp8-or-fp4", f"{ARGS}:1101", lambda a, e: a.get("fp8") is not None,
+         lambda a, e: a.get("fp4") is None, "--fp8-format and --fp4-format cannot be used together"),
+    Rule("a2a-vp", f"{TC}:3007", lambda a, e: _a2a(a, e) and _i(a, "pipeline_model_parallel_size") > 1,
+         lambda a, e: _vp(a) > 1 or a.get("num_virtual_stages_per_pipeline_rank") is not None,
+         "--overlap-moe-expert-parallel-comm with pipeline parallelism needs a virtual pipeline"),
+    Rule("a2a-ep", f"{TC}:3014", _a2a, lambda a, e: _i(a, "expert_model_parallel_size") > 1,
+         "--overlap-moe-expert-parallel-comm needs expert parallelism"),
+    Rule("a2a-dispatcher", f"{TC}:3016", _a2a, lambda a, e: a.get("moe_token_dispatcher_type") in ("alltoall", "flex"),
+         "--overlap-moe-expert-parallel-comm needs the alltoall or flex dispatcher"),
+    Rule("a2a-full-recompute", f"{TC}:3022", _a2a, lambda a, e: a.get("recompute_granularity") != "full",
+         "--overlap-moe-expert-parallel-comm is refused with full recomputation"),
+    Rule("a2a-recompute-method", f"{TC}:3025", _a2a, lambda a, e: a.get("recompute_method") is None,
+         "--overlap-moe-expert-parallel-comm takes no --recompute-method"),
+    Rule("a2a-recompute-layers", f"{TC}:3028", _a2a, lambda a, e: a.get("recompute_num_layers") is None,
+         "--overlap-moe-expert-parallel-comm takes no --recompute-num-layers"),
+    Rule("a2a-moe-module", f"{TC}:3031", _a2a, lambda a, e: "moe" not in (a.get("recompute_modules") or ()),
+         "--overlap-moe-expert-parallel-comm is refused with the moe recompute module"),
+    Rule("a2a-16-bit", f"{TC}:3036", _a2a, lambda a, e: bool(a.get("bf16") or a.get("fp16")),
+         "--overlap-moe-expert-parallel-comm needs --bf16 or --fp16"),
+    Rule("a2a-mtp", f"{TC}:3042", _a2a, lambda a, e: _i(a, "mtp_num_layers", 0) <= 1,
+         "--overlap-moe-expert-parallel-comm allows at most one MTP layer"),
+)
+
+
+def violations(args: A, env: dict[str, str]) -> list[Rule]:
+    """The rules a run breaks."""
+    return [r for r in RULES if r.broken(args, env)]
+
+
+def describe(rule: Rule) -> str:
+    return f"{rule.message} ({MEGATRON_LM_SHORT} {rule.source})"
+
+
+# Plans btacalc can model but Megatron refuses, and the nearest runnable plan: drop the all-to-all overlap
+# (its Megatron-Core conditions: TC:3007-3031; without EP btacalc times no all-to-all, so the option is moot and the
+# emitter leaves it out). (condition on the resolved recompute policy, pipeline, VP, EP)
+A2A_REFUSALS: tuple[tuple[str, str, Callable[[str, int, int, int], bool]], ...] = (
+    ("a2a-full-recompute", "full recomputation", lambda rc, pp, vp, ep: rc == "full"),
+    ("a2a-moe-module", "the moe recompute module", lambda rc, pp, vp, ep: "moe" in rc.split(",")),
+    ("a2a-vp", "pipeline parallelism without a virtual pipeline", lambda rc, pp, vp, ep: pp > 1 and vp == 1),
+)
+
+
+def a2a_refusal(recompute: str, pp: int, vp: int, ep: int) -> str | None:
+    """Why Megatron-Core refuses --overlap-moe-expert-parallel-comm for this run (None: it runs)."""
+    by_name = {r.name: r for r in RULES}
+    for name, what, refused in A2A_REFUSALS:
+        if refused(recompute, pp, vp, ep):
+            return (f"Megatron-Core refuses overlap_moe_expert_parallel_comm with {what} ({MEGATRON_LM_SHORT} "
+                    f"{by_name[name].source}): planned without it")
+    return None
+
+
+def p2p_refusal(pp: int, vp: int, p2p: bool) -> str | None:
+    """Why Megatron refuses the interleaved schedule without p2p overlap on two stages (None: it runs)."""
+    if vp > 1 and pp <= 2 and not p2p:
+        rule = next(r for r in RULES if r.name == "interleave-pp")
+        return (f"Megatron-LM refuses the interleaved schedule on {pp} stages without p2p overlap ({MEGATRON_LM_SHORT} "
+                f"{rule.source}-1006): planned with it")
+    return None

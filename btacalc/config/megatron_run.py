@@ -1,0 +1,276 @@
+"""A Megatron-LM launch or a Megatron-Bridge recipe's overrides -> the model and the run btacalc plans.
+
+`import_megatron` reads a launch script or file of arguments (megatron_launch), `import_bridge` a recipe's
+YAML overrides; both decode Megatron destinations through the table of megatron_codec into a `ModelSpec`
+and an `ExecutionRequest` that plan exactly that run. Every flag no row reads is listed with the reason
+btacalc leaves it out (`IGNORED`); a flag with no reason there is reported as "not modelled".
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from ..errors import BtacalcError
+from .execution import BatchLimits, ExecutionRequest, OverlapRequest
+from .pipeline import StageSplit
+from .megatron_codec import MODEL_ROWS, Fields, bridge_key, decode, encode, from_bridge, model_fields
+from .megatron_launch import Launch, read_launch
+from .megatron_rules import describe, violations
+from .model import ModelSpec, validate_model
+
+# Why a Megatron destination is not part of the plan (regular expressions over argparse destinations).
+IGNORED: tuple[tuple[str, str], ...] = (
+    (r"(lr|min_lr|lr_.*|decoupled_.*|weight_decay.*|(start|end)_weight_decay|adam_.*|sgd_.*|clip_grad|"
+     r"init_method_std|init_model_with_meta_device|.*loss_scale.*|hysteresis|seed)",
+     "optimiser hyper-parameter or initialisation: no effect on memory or step time"),
+    (r"(train_iters|train_samples|exit_.*|step_batch_size_schedule|rampup_batch_size)",
+     "run length or batch ramp-up: btacalc plans one step at the final --global-batch-size"),
+    (r"(data_path|split|data_cache_path|num_workers|vocab_file|merge_file|tokenizer_model|tiktoken_.*|"
+     r"mmap_bin_files|create_attention_mask_in_dataloader|dataloader_type|.*_data_path|reset_.*|eod_mask_loss)",
+     "data loading and tokenizer files: outside the training step"),
+    (r"(log_.*|save.*|load.*|eval_.*|tensorboard_.*|wandb_.*|no_load_.*|finetune|use_dist_ckpt|async_save|"
+     r"ckpt_.*|dist_ckpt_.*|timing_log_.*|logging_level|profile.*)",
+     "logging, evaluation and checkpointing: outside the modelled step"),
+    (r"(deprecated_use_mcore_models|use_legacy_models)", "Megatron-Core models are the models btacalc counts"),
+    (r"(nccl_ub|fsdp_double_buffer|fsdp_manual_registration)",
+     "Megatron-FSDP buffer registration: btacalc's FSDP gathers one layer's weights at a time, in the same bytes"),
+    (r"(masked_softmax_fusion|bias_.*_fusion|cross_entropy_loss_fusion|cross_entropy_fusion_impl|"
+     r"gradient_accumulation_fusion|apply_rope_fusion|moe_grouped_gemm|moe_permute_fusion|persist_layer_norm|"
+     r"transformer_impl|use_flash_attn)",
+     "kernel choice: the same FLOPs and stored tensors (btacalc's device efficiency covers kernels)"),
+    (r"(rotary_.*|add_position_embedding|layernorm_zero_centered_gamma|norm_epsilon|"
+     r"apply_residual_connection_post_layernorm)",
+     "numerics of the same shapes (RoPE base and fraction, LayerNorm variants): no change to memory or FLOPs"),
+    (r"(moe_router_load_balancing_type|moe_aux_loss_coeff|moe_z_loss_coeff|moe_router_topk_scaling_factor|"
+     r"moe_router_bias_update_rate|moe_router_dtype|moe_router_num_groups|moe_router_group_topk|"
+     r"moe_token_drop_policy|moe_expert_capacity_factor|moe_pad_expert_input_to_capacity|moe_router_fusion)",
+     "router losses and scaling: routing balance is btacalc's --routing-imbalance, dropless routing is modelled"),
+    (r"(manual_gc.*|empty_unused_memory_level|calculate_per_token_loss|distributed_timeout_minutes|"
+     r"distributed_backend|use_cpu_initialization|check_for_nan_in_loss_and_grad|check_for_nan_in_grad|"
+     r"log_throughput|average_in_collective)",
+     "runtime housekeeping: no effect on the modelled memory or time"),
+    (r"(fp8.*|fp4.*|first_last_layers_bf16|num_layers_at_(start|end)_in_bf16)",
+     "low precision: btacalc plans bf16 weights and activations (FP8 recipes are the precision work's --precision)"),
+    (r"make_vocab_size_divisible_by", "vocabulary padding: btacalc counts --vocab-size as given"),
+    (r"(cuda_graph_.*|enable_cuda_graph|external_cuda_graph)",
+     "CUDA graphs: kernel-launch capture; btacalc models neither launch overhead nor the graphs' static buffers"),
+    (r"(fine_grained_activation_offloading|offload_modules|cpu_offloading.*)",
+     "activation offloading: not modelled (btacalc keeps activations on the device)"),
+    (r"(use_precision_aware_optimizer|main_grads_dtype|main_params_dtype|exp_avg_dtype|exp_avg_sq_dtype)",
+     "optimizer state precision: btacalc models Megatron's default fp32 master weights and Adam moments"),
+    (r"(tp_comm_overlap_.*|tp_comm_.*_(ag|rs|dgrad|wgrad).*|tp_comm_bulk_.*)",
+     "tensor-parallel overlap tuning: btacalc models --tp-comm-overlap on or off"),
+    (r"(attention_dropout|hidden_dropout)", "read as the model's dropout (on when either is above 0)"),
+)
+
+NOT_MODELLED = "not modelled by btacalc"
+
+
+def ignore_reason(dest: str) -> str:
+    return next((reason for pattern, reason in IGNORED if re.fullmatch(pattern, dest)), NOT_MODELLED)
+
+
+@dataclass(frozen=True)
+class ImportedRun:
+    """The model and the request of a Megatron run, with what btacalc left out and why."""
+
+    model: ModelSpec
+    request: ExecutionRequest
+    source: str
+    ignored: tuple[tuple[str, str], ...] = ()  # (flag as given, reason)
+    notes: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+
+
+def import_megatron(text: str, source: str, devices: Optional[int] = None) -> ImportedRun:
+    """Plan inputs of a Megatron-LM launch script or file of arguments. `devices`: when the text has no
+    torchrun prefix (else the two must agree)."""
+    launch = read_launch(text, source)
+    return _imported(launch, devices)
+
+
+def import_bridge(text: str, source: str, devices: Optional[int] = None,
+                  base: Optional[ModelSpec] = None) -> ImportedRun:
+    """Plan inputs of a Megatron-Bridge recipe's overrides: a YAML mapping (nested sections or dotted keys).
+    Bridge recipes take the architecture from Hugging Face (AutoBridge): without model.num_layers in the
+    overrides, the architecture is `base`'s (the plan's --model)."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise BtacalcError(f"{source}: not YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise BtacalcError(f"{source}: a Bridge recipe's overrides are a YAML mapping (model:, train:, ddp:, ...)")
+    flat: dict[str, Any] = {}
+    _flatten(data, "", flat)
+    args, unread = from_bridge(flat)
+    given_as = {d: bridge_key(d) or d for d in args}
+    if "num_layers" not in args:
+        if base is None:
+            raise BtacalcError(f"{source}: the overrides give no architecture (model.num_layers ...): add {{model}}")
+        seq = int(args.get("seq_length") or base.max_position_embeddings or 4096)
+        args = {**encode({**model_fields(base), "run.seq_len": seq}, MODEL_ROWS), **args}
+    if "max_position_embeddings" not in args and "seq_length" in args:  # GPTModelProvider: positions = seq_length
+        args["max_position_embeddings"] = args["seq_length"]
+    launch = Launch(args=args, given_as=given_as, source=source)
+    run = _imported(launch, devices, base.name if base is not None and "num_layers" not in flat else None)
+    extra = tuple((key, _bridge_reason(key)) for key in unread)
+    return ImportedRun(run.model, run.request, source, run.ignored + extra, run.notes)
+
+
+# Bridge ConfigContainer sections outside the model and the step (src/megatron/bridge/training/config.py).
+_BRIDGE_SECTIONS = {
+    "dataset": "data loading and tokenizer: outside the training step",
+    "tokenizer": "data loading and tokenizer: outside the training step",
+    "validation": "logging, evaluation and checkpointing: outside the modelled step",
+    "logger": "logging, evaluation and checkpointing: outside the modelled step",
+    "checkpoint": "logging, evaluation and checkpointing: outside the modelled step",
+    "profiling": "logging, evaluation and checkpointing: outside the modelled step",
+    "scheduler": "optimiser hyper-parameter or initialisation: no effect on memory or step time",
+}
+
+
+def _bridge_reason(key: str) -> str:
+    section, _, leaf = key.partition(".")
+    return _BRIDGE_SECTIONS.get(section) or ignore_reason(leaf.split(".")[-1] or section)
+
+
+def _flatten(data: dict[str, Any], prefix: str, out: dict[str, Any]) -> None:
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            _flatten(value, name + ".", out)
+        else:
+            out[name] = value
+
+
+# Rules about the launch environment: a file of arguments does not show the environment it runs in.
+ENVIRONMENT_RULES = ("fsdp-connections", "tp-cp-connections")
+
+
+def _imported(launch: Launch, devices: Optional[int], name: Optional[str] = None) -> ImportedRun:
+    devices = _devices(launch, devices)
+    refused = [r for r in violations(dict(launch.args, world=devices), launch.env) if r.name not in ENVIRONMENT_RULES]
+    if refused:
+        raise BtacalcError(f"{launch.source}: Megatron-LM would refuse this launch: {describe(refused[0])}")
+    fields, read = decode(launch.args)
+    notes: list[str] = []
+    spec = model_from_fields(fields, launch.source, notes, name)
+    request = request_from_fields(fields, spec, devices, launch.devices_per_node, notes)
+    ignored = tuple((launch.given_as.get(d, d), ignore_reason(d)) for d in launch.args
+                    if d not in read and d in launch.given_as)
+    if fields.get("run.dispatcher_note"):
+        notes.append(fields["run.dispatcher_note"])
+    return ImportedRun(spec, request, launch.source, ignored, tuple(notes), tuple(launch.env.items()))
+
+
+def _devices(launch: Launch, devices: Optional[int]) -> int:
+    if launch.devices is not None and devices is not None and devices != launch.devices:
+        raise BtacalcError(f"{{devices}} {devices} contradicts the launch's torchrun ({launch.devices} processes)")
+    chosen = devices if devices is not None else launch.devices
+    if chosen is None:
+        raise BtacalcError(f"{launch.source}: no torchrun --nproc_per_node/--nnodes: give {{devices}}")
+    return chosen
+
+
+def model_from_fields(f: Fields, source: str, notes: list[str], name: Optional[str] = None) -> ModelSpec:
+    """The ModelSpec of decoded Megatron fields; a missing vocabulary comes from the preset of the same shape."""
+    moe = bool(f["model.num_experts"])
+    pattern = f.get("model.moe_pattern")
+    dense = [i for i, x in enumerate(pattern) if not x] if pattern is not None else []
+    first = next((i for i, x in enumerate(pattern) if x), 0) if pattern is not None else 0
+    data: dict[str, Any] = {
+        "name": f"megatron:{Path(source).name}", "source": f"{source} (Megatron-LM arguments)",
+        "hidden_size": f["model.hidden_size"], "num_layers": f["model.num_layers"],
+        "num_heads": f["model.num_heads"], "num_kv_heads": f["model.num_kv_heads"], "head_dim": f["model.head_dim"],
+        "vocab_size": f["model.vocab_size"], "ffn_size": f["model.moe_ffn"] if moe else f["model.dense_ffn"],
+        "num_experts": f["model.num_experts"], "top_k": f["model.top_k"] if moe else 0,
+        "norm": f["model.norm"], "mlp": f["model.mlp"], "position_embedding": f["model.position_embedding"],
+        "qk_norm": "head" if f["model.qk_norm_head"] else "none", "dropout": f["model.dropout"],
+        "qkv_bias": f["model.qkv_bias"], "linear_bias": f["model.linear_bias"], "mlp_bias": f["model.mlp_bias"],
+        "tied_embeddings": f["model.tied_embeddings"], "softmax_fp32": f["model.softmax_fp32"],
+        "max_position_embeddings": f["model.max_position_embeddings"], "mla": f["model.mla"],
+        "sliding_window": f["model.sliding_window"],
+        "full_attention_interval": _full_interval(f.get("model.window_pattern")),
+        "attention_sinks": f["model.attention_sinks"], "mtp_layers": f["model.mtp_layers"],
+    }
+    if moe:
+        data.update(router=f["model.router"], expert_bias=f["model.expert_bias"],
+                    shared_expert_size=f["model.shared_expert_size"], shared_expert_gate=f["model.shared_expert_gate"],
+                    first_dense_layers=first, dense_layer_indices=tuple(i for i in dense if i >= first))
+        if dense:
+            data["dense_ffn_size"] = f["model.dense_ffn"]
+    _from_preset(data, notes, source)
+    if name is not None:
+        data["name"] = name
+    return validate_model(data, origin=source)
+
+
+def _full_interval(items: Optional[list[int]]) -> int:
+    if items is None:
+        return 0
+    for n in range(2, len(items) + 1):
+        if items == [0 if (i + 1) % n == 0 else 1 for i in range(len(items))]:
+            return n
+    raise BtacalcError(f"--window-attn-skip-freq {items}: btacalc models one full-attention layer every N layers")
+
+
+_SHAPE = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_size", "num_experts", "top_k")
+
+
+def _from_preset(data: dict[str, Any], notes: list[str], source: str) -> None:
+    """Name the model after the preset of its shape; a missing vocabulary is that preset's."""
+    from .presets import load_preset, preset_names
+
+    for name in preset_names():
+        preset = load_preset(name)
+        if all(getattr(preset, k) == data[k] for k in _SHAPE) and data["vocab_size"] in (None, preset.vocab_size):
+            data["name"] = f"{name} (from {Path(source).name})"
+            if data["vocab_size"] is None:
+                data["vocab_size"] = preset.vocab_size
+                notes.append(f"no --vocab-size: the vocabulary {preset.vocab_size:,} of preset {name}, whose shape this "
+                             "is (the tokenizer file is not read)")
+            return
+    if data["vocab_size"] is None:
+        raise BtacalcError(f"{source}: no --vocab-size and no preset of this shape: add --vocab-size V "
+                           "(the tokenizer's vocabulary)")
+
+
+def request_from_fields(f: Fields, spec: ModelSpec, devices: int, per_node: Optional[int],
+                        notes: list[str]) -> ExecutionRequest:
+    """The ExecutionRequest of decoded Megatron fields (every size explicit: Megatron's defaults, not btacalc's)."""
+    pp, vp = f["layout.pipeline_parallel"], f["layout.virtual_pipeline"]
+    micro, global_batch = f.get("batch.micro_batch"), f.get("batch.global_batch")
+    return ExecutionRequest(
+        seq_len=f["run.seq_len"], recompute=f["run.recompute"], attention=f["run.attention"],
+        devices=devices, devices_per_node=per_node, expert_parallel=f["layout.expert_parallel"],
+        zero_stage=f["layout.zero_stage"], fsdp=f["layout.fsdp"],
+        overlap_all_to_all=bool(f.get("overlap.all_to_all")),
+        limits=BatchLimits(global_batch=global_batch, micro_batch=micro or 1),
+        tensor_parallel=f["layout.tensor_parallel"], sequence_parallel=f["layout.sequence_parallel"],
+        pipeline_parallel=pp, virtual_pipeline=vp, context_parallel=f["layout.context_parallel"],
+        expert_tensor_parallel=f.get("layout.expert_tensor_parallel"),
+        gradient_bytes=f["run.gradient_bytes"],
+        overlaps=OverlapRequest(grad_reduce=f["overlap.grad_reduce"], param_gather=f["overlap.param_gather"],
+                                tp_comm=f["overlap.tp_comm"], p2p=f["overlap.p2p"]),
+        multi_token_prediction=bool(f.get("run.mtp")) if spec.mtp_layers else None,
+        **_guarded_request_fields(f))
+
+
+def _guarded_request_fields(f: Fields) -> dict[str, Any]:
+    """The precision and the pipeline split as the launch gives them (first/last stage layers, a layout
+    string, the account-for flags: btacalc.config.pipeline.StageSplit, placed exactly as Megatron places them)."""
+    split = f.get("layout.pipeline_split", "even")
+    stage_split = StageSplit(first_stage_layers=f.get("layout.first_stage_layers"),
+                             last_stage_layers=f.get("layout.last_stage_layers"),
+                             pipeline_layout=f.get("layout.pipeline_layout"),
+                             account_for_embedding=split in ("embedding_loss", "embedding"),
+                             account_for_loss=split in ("embedding_loss", "loss"))
+    out: dict[str, Any] = {"stage_split": stage_split}
+    if f.get("run.precision") is not None:
+        out["precision"] = f["run.precision"]
+    return out

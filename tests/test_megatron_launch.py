@@ -1,0 +1,573 @@
+"""Megatron-LM launches out and in: `plan --emit megatron|bridge`, `plan --from-megatron|--from-bridge`,
+Megatron's validation rules (btacalc/config/megatron_rules.py, each citing Megatron-LM @ d98e8a64), and
+`plan --config run.toml`.
+
+What is expected comes from Megatron-LM's own rules and from the published launches in
+tests/data/megatron (each file names its source), not from btacalc's output.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from btacalc.config.megatron_codec import ROWS, bridge_key, decode, encode, render_flags
+from btacalc.config.megatron_launch import megatron_flags, read_launch
+from btacalc.config.megatron_rules import RULES, violations
+from btacalc.config.megatron_run import NOT_MODELLED, import_bridge, import_megatron
+from btacalc.config.presets import resolve_model
+
+DATA = Path(__file__).parent / "data" / "megatron"
+
+# 22 plans over layouts (TP, SP, PP, VP, CP, EP, ETP), recomputation, overlaps, ZeRO/FSDP, gradient precision,
+# models (dense, MoE, MLA, dense-first MoE, uneven pipeline split) and GPUs. None is a held-back layout.
+PLANS = {
+    "qwen-tp2-pp4-vp4-ep8-a2a": ("--model qwen3-30b-a3b --hw h100 --devices 64 --tp 2 --pp 4 --vp 4 --ep 8 "
+                                 "--global-batch 1024 --overlap-a2a"),
+    "qwen-ep8-zero2": "--model qwen3-30b-a3b --hw h100 --devices 64 --ep 8 --zero 2 --global-batch 512 --micro-batch 1",
+    "qwen-ep8-fsdp": "--model qwen3-30b-a3b --hw h100 --devices 64 --ep 8 --fsdp --global-batch 512 --micro-batch 1",
+    "qwen-pp2-a2a-no-vp": "--model qwen3-30b-a3b --hw h100 --devices 64 --pp 2 --ep 8 --overlap-a2a --global-batch 256",
+    "qwen-a2a-full": ("--model qwen3-30b-a3b --hw h100 --devices 64 --ep 8 --overlap-a2a --recompute full "
+                      "--global-batch 512 --micro-batch 1"),
+    "qwen-tp2-etp1-overlaps": ("--model qwen3-30b-a3b --hw h100 --devices 64 --tp 2 --ep 8 --etp 1 --tp-comm-overlap "
+                               "--overlap-grad-reduce --overlap-param-gather --global-batch 512 --micro-batch 2"),
+    "qwen-cp2-modules": ("--model qwen3-30b-a3b --hw h100 --devices 32 --cp 2 --ep 8 --seq 8192 --global-batch 64 "
+                         "--micro-batch 1 --recompute core_attn,moe_act"),
+    "llama8b-tp2-none": "--model llama-3-8b --hw h100 --devices 8 --tp 2 --global-batch 128 --micro-batch 1 --recompute none",
+    "llama8b-pp2-vp2-no-p2p": ("--model llama-3-8b --hw h100 --devices 16 --pp 2 --vp 2 --no-overlap-p2p "
+                               "--global-batch 256 --micro-batch 1"),
+    "llama70b-tp8-pp4-full-bf16grads": ("--model llama-3-70b --hw h100 --devices 64 --tp 8 --pp 4 --global-batch 512 "
+                                        "--micro-batch 1 --recompute full --grad-bytes 2"),
+    "gpt3-tp4-pp8-vp6": ("--model gpt3-175b --hw h100 --devices 128 --tp 4 --pp 8 --vp 6 --seq 2048 --global-batch 256 "
+                         "--micro-batch 1 --recompute none --grad-bytes 2 --overlap-grad-reduce --overlap-param-gather"),
+    "gpt3-tp8-pp8": "--model gpt3-175b --hw h100 --devices 64 --tp 8 --pp 8 --seq 2048 --global-batch 64 --micro-batch 1",
+    "mixtral-pp4-ep8": "--model mixtral-8x7b --hw h100 --devices 32 --pp 4 --ep 8 --global-batch 256 --micro-batch 1",
+    "mixtral-tp2-ep8-zero0": "--model mixtral-8x7b --hw h100 --devices 64 --tp 2 --ep 8 --zero 0 --global-batch 512",
+    "deepseek-fsdp-mtp": ("--model deepseek-v3 --hw b200 --devices 256 --ep 64 --fsdp --recompute full --mtp "
+                          "--global-batch 256 --micro-batch 1"),
+    "olmoe-ep8": "--model olmoe-1b-7b --hw h100 --devices 8 --ep 8 --global-batch 64 --micro-batch 2",
+    "qwen235-pp4-vp2-ep16": ("--model qwen3-235b-a22b --hw h100 --devices 128 --pp 4 --vp 2 --ep 16 --global-batch 512 "
+                             "--micro-batch 1 --recompute full"),
+    "llama405-tp8-pp8": ("--model llama-3.1-405b --hw b200 --devices 512 --tp 8 --pp 8 --global-batch 512 "
+                         "--micro-batch 1 --recompute full"),
+    "mixtral22-tp2-pp2-vp2-a2a": ("--model mixtral-8x22b --hw h100 --devices 64 --tp 2 --pp 2 --vp 2 --ep 8 "
+                                  "--overlap-a2a --global-batch 256 --micro-batch 1"),
+    "llama8b-cp2-fsdp": ("--model llama-3-8b --hw b200 --devices 16 --cp 2 --fsdp --seq 8192 --global-batch 64 "
+                         "--micro-batch 1"),
+    "qwen-a100-zero0-bf16": ("--model qwen3-30b-a3b --hw a100-80gb --devices 64 --ep 8 --zero 0 --grad-bytes 2 "
+                             "--global-batch 256 --micro-batch 1 --recompute full"),
+    "qwen-search": "--model qwen3-30b-a3b --hw h100 --devices 16 --search --global-batch 256",
+}
+# Plans whose model has a feature Megatron has no flag for: the emitted launch says so, and reading it back
+# plans the nearest model Megatron builds (OLMoE normalises the full q and k, Megatron per head).
+NOT_EXPRESSIBLE = {"olmoe-ep8": "normalises per head"}
+
+
+def _emit(cli, args: str, kind: str = "megatron") -> str:
+    code, out, err = cli("plan", *args.split(), "--emit", kind)
+    assert code in (0, 1), err
+    return out
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.replace("\\\n", " ").split())
+
+
+def _checked(text: str, devices: int) -> tuple[dict, dict]:
+    launch = read_launch(text, "emitted")
+    assert launch.devices == devices
+    return dict(launch.args, world=launch.devices), launch.env
+
+
+def _plan_json(cli, *args: str, stdin: str | None = None, monkeypatch=None) -> dict:
+    if stdin is not None:
+        monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+    code, out, err = cli("plan", *args, "--json")
+    assert code in (0, 1), err
+    data = json.loads(out)
+    return data["best"] if "best" in data else data
+
+
+def _same_plan(a: dict, b: dict) -> None:
+    for key in ("tiles", "tile_batch", "micro_batches", "step_batch", "fits"):
+        assert a["plan"][key] == b["plan"][key], key
+    assert a["memory_bytes"] == b["memory_bytes"]
+    assert a["flops_per_step"] == b["flops_per_step"]
+    assert a["parallelism"] == b["parallelism"]
+    assert (a["throughput"] is None) == (b["throughput"] is None)  # a plan that does not fit has no step time
+    if a["throughput"] is not None:
+        assert a["throughput"]["step_time_s"] == pytest.approx(b["throughput"]["step_time_s"], rel=1e-12)
+    for key in ("params_total", "params_active", "hidden_size", "num_layers", "vocab_size", "ffn_size", "num_experts"):
+        assert a["model"][key] == b["model"][key], key
+
+
+@pytest.mark.parametrize("name", PLANS)
+def test_emitted_launch_passes_megatrons_rules_and_plans_back_the_same(cli, monkeypatch, name):
+    """Every emitted command meets every encoded Megatron rule (none is reported refused), and reading it back
+    with --from-megatron plans the same run: layout, batch split, memory, FLOPs and step time."""
+    args = PLANS[name]
+    text = _emit(cli, args)
+    devices = int(re.search(r"--devices (\d+)", args).group(1))
+    margs, env = _checked(text, devices)
+    assert [r.name for r in violations(margs, env)] == []
+    assert "MEGATRON WOULD REFUSE" not in text
+    hw = re.search(r"--hw (\S+)", args).group(1)
+    original = _plan_json(cli, *args.split())
+    back = _plan_json(cli, "--hw", hw, "--from-megatron", "-", stdin=text, monkeypatch=monkeypatch)
+    if name in NOT_EXPRESSIBLE:
+        assert NOT_EXPRESSIBLE[name] in text
+        assert back["model"]["params_total"] != original["model"]["params_total"]
+        return
+    assert original["plan"]["tiles"] == 1  # Megatron runs a micro-batch untiled: a tiled plan would not round-trip
+    _same_plan(original, back)
+
+
+def test_the_three_refused_combinations_now_run(cli):
+    """Issue 23's three plans Megatron refused: --zero 2|3 emits --ckpt-format fsdp_dtensor (arguments.py:1169)
+    and no CUDA_DEVICE_MAX_CONNECTIONS=1 (1166); the all-to-all overlap with full recomputation (TC:3022) or
+    with PP > 1 and no VP (TC:3007) is dropped from the plan with the reason."""
+    for zero in ("2", "3"):  # with TP 2, which alone would need CUDA_DEVICE_MAX_CONNECTIONS=1
+        text = _emit(cli, f"--model qwen3-30b-a3b --hw h100 --devices 64 --tp 2 --ep 8 --zero {zero} "
+                          "--global-batch 512")
+        assert "--use-megatron-fsdp" in text and "--ckpt-format fsdp_dtensor" in text
+        assert "export CUDA_DEVICE_MAX_CONNECTIONS" not in text
+        strategy = "optim_grads" if zero == "2" else "optim_grads_params"
+        assert f"--data-parallel-sharding-strategy {strategy}" in text
+    for extra, why in (("--recompute full", "full recomputation"),
+                       ("--pp 2", "pipeline parallelism without a virtual pipeline")):
+        base = f"--model qwen3-30b-a3b --hw h100 --devices 64 --ep 8 --overlap-a2a --global-batch 512 {extra}"
+        code, out, err = cli("plan", *base.split(), "--json")
+        r = json.loads(out)
+        assert r["parallelism"]["overlaps"]["all_to_all"] is False
+        assert why in r["inputs"]["defaults"]["overlap_all_to_all"]
+        text = _emit(cli, base)
+        assert "--overlap-moe-expert-parallel-comm" not in text
+        code, out, err = cli("plan", *base.split())
+        assert why in " ".join(out.split())  # the table says so too
+
+
+def test_dispatcher_and_environment_follow_what_btacalc_times(cli):
+    """EP > 1 without the overlap still dispatches with an all-to-all (Megatron's default is allgather,
+    arguments.py); GPT-3 with TP on H100 exports CUDA_DEVICE_MAX_CONNECTIONS=1 (arguments.py:1477)."""
+    text = _emit(cli, "--model qwen3-30b-a3b --hw h100 --devices 64 --ep 8 --global-batch 512")
+    assert "--moe-token-dispatcher-type alltoall" in text
+    text = _emit(cli, "--model gpt3-175b --hw h100 --devices 64 --tp 8 --pp 8 --seq 2048 --global-batch 64")
+    assert text.count("export CUDA_DEVICE_MAX_CONNECTIONS=1") == 1
+    text = _emit(cli, "--model llama-3-8b --hw h100 --devices 8 --global-batch 64")
+    assert "CUDA_DEVICE_MAX_CONNECTIONS" not in text
+
+
+def test_architecture_flags_say_the_model(cli):
+    """DeepSeek-V3 (HF config: 61 layers, first_k_dense_replace 3, MLA ranks 1536/512, rope 64, nope 128, v 128,
+    256 experts top-8 of width 2048, one shared expert of 2048, sigmoid router, one MTP module)."""
+    text = _emit(cli, "--model deepseek-v3 --hw b200 --devices 256 --ep 64 --fsdp --recompute full --mtp "
+                      "--global-batch 256 --micro-batch 1")
+    flat = _flat(text)
+    for flag in ("--num-layers 61", "--hidden-size 7168", "--num-attention-heads 128", "--multi-latent-attention",
+                 "--q-lora-rank 1536", "--kv-lora-rank 512", "--qk-head-dim 128", "--qk-pos-emb-head-dim 64",
+                 "--v-head-dim 128", "--num-experts 256", "--moe-router-topk 8", "--moe-ffn-hidden-size 2048",
+                 "--moe-shared-expert-intermediate-size 2048", "--moe-layer-freq '([0]*3+[1]*58)'",
+                 "--ffn-hidden-size 18432", "--moe-router-score-function sigmoid",
+                 "--mtp-num-layers 1", "--normalization RMSNorm", "--swiglu", "--position-embedding-type rope"):
+        assert flag in flat, flag
+    # GQA: Llama 3 8B has 8 key/value groups of its 32 heads; no --kv-channels when d_h = h / a
+    flat = _flat(_emit(cli, "--model llama-3-8b --hw h100 --devices 8 --global-batch 64"))
+    assert "--group-query-attention --num-query-groups 8" in flat and "--kv-channels" not in flat
+
+
+# --- each rule, broken on purpose ----------------------------------------------------------------------------
+
+BASE = {"num_layers": 48, "hidden_size": 2048, "num_attention_heads": 32, "seq_length": 4096,
+        "max_position_embeddings": 4096, "micro_batch_size": 1, "global_batch_size": 64, "world": 64,
+        "tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 1, "context_parallel_size": 1,
+        "num_experts": 128, "expert_model_parallel_size": 8, "moe_token_dispatcher_type": "alltoall", "bf16": True}
+BROKEN = {
+    "fsdp-ckpt-format": ({"use_megatron_fsdp": True}, {}),
+    "fsdp-connections": ({"use_megatron_fsdp": True, "ckpt_format": "fsdp_dtensor"}, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}),
+    "fsdp-dtensor-needs-fsdp": ({"ckpt_format": "fsdp_dtensor"}, {}),
+    "tp-cp-connections": ({"tensor_model_parallel_size": 2, "sequence_parallel": True}, {}),
+    "param-gather-sharded": ({"overlap_param_gather": True, "overlap_grad_reduce": True}, {}),
+    "param-gather-grad-reduce": ({"overlap_param_gather": True, "use_distributed_optimizer": True}, {}),
+    "tp-overlap-sp": ({"tp_comm_overlap": True}, {}),
+    "cp-sequence": ({"context_parallel_size": 4, "seq_length": 4100, "max_position_embeddings": 4100},
+                    {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}),
+    "positions": ({"max_position_embeddings": 2048}, {}),
+    "even-pipeline": ({"pipeline_model_parallel_size": 5, "world": 40}, {}),
+    "virtual-pipeline": ({"pipeline_model_parallel_size": 4, "num_virtual_stages_per_pipeline_rank": 5}, {}),
+    "interleave-pp": ({"pipeline_model_parallel_size": 2, "num_virtual_stages_per_pipeline_rank": 2,
+                       "overlap_p2p_comm": False}, {}),
+    "heads-tp": ({"tensor_model_parallel_size": 3, "world": 48, "sequence_parallel": True},
+                 {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}),
+    "groups-tp": ({"group_query_attention": True, "num_query_groups": 6, "tensor_model_parallel_size": 4,
+                   "sequence_parallel": True}, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}),
+    "experts-ep": ({"expert_model_parallel_size": 3}, {}),
+    "moe-tp-sp": ({"tensor_model_parallel_size": 2}, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}),
+    "batch-divides": ({"global_batch_size": 100}, {}),
+    "selective-no-method": ({"recompute_granularity": "selective", "recompute_method": "uniform"}, {}),
+    "fp8-or-fp4": ({"fp8": "hybrid", "fp4": "e2m1"}, {}),
+    "moe-act-grouped-gemm": ({"recompute_granularity": "selective", "recompute_modules": ["moe_act"]}, {}),
+    "a2a-vp": ({"overlap_moe_expert_parallel_comm": True, "pipeline_model_parallel_size": 2}, {}),
+    "a2a-ep": ({"overlap_moe_expert_parallel_comm": True, "expert_model_parallel_size": 1}, {}),
+    "a2a-dispatcher": ({"overlap_moe_expert_parallel_comm": True, "moe_token_dispatcher_type": "allgather"}, {}),
+    "a2a-full-recompute": ({"overlap_moe_expert_parallel_comm": True, "recompute_granularity": "full"}, {}),
+    "a2a-recompute-method": ({"overlap_moe_expert_parallel_comm": True, "recompute_method": "block"}, {}),
+    "a2a-recompute-layers": ({"overlap_moe_expert_parallel_comm": True, "recompute_num_layers": 2}, {}),
+    "a2a-moe-module": ({"overlap_moe_expert_parallel_comm": True, "recompute_granularity": "selective",
+                        "recompute_modules": ["moe"]}, {}),
+    "a2a-16-bit": ({"overlap_moe_expert_parallel_comm": True, "bf16": False}, {}),
+    "a2a-mtp": ({"overlap_moe_expert_parallel_comm": True, "mtp_num_layers": 2}, {}),
+}
+
+
+def test_every_rule_cites_a_line_and_is_tested():
+    files = ("megatron/training/arguments.py", "megatron/core/transformer/transformer_config.py",
+             "megatron/core/num_microbatches_calculator.py", "megatron/core/transformer/moe/moe_layer.py")
+    for rule in RULES:
+        path, line = rule.source.rsplit(":", 1)
+        assert path in files and int(line) > 0, rule
+    assert sorted(BROKEN) == sorted(r.name for r in RULES)
+    assert violations(BASE, {}) == []
+
+
+@pytest.mark.parametrize("name", BROKEN)
+def test_a_broken_rule_is_reported_alone(name):
+    """Each mutation of a valid run breaks exactly the rule it targets (so each rule is live and specific)."""
+    change, env = BROKEN[name]
+    assert [r.name for r in violations({**BASE, **change}, env)] == [name]
+
+
+# --- reading launches ----------------------------------------------------------------------------------------
+
+RECIPES = sorted(DATA.glob("*.args"))
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=[p.stem for p in RECIPES])
+def test_published_launches_read_with_every_ignored_flag_explained(cli, path):
+    text = path.read_text()
+    assert "Source: NVIDIA/Megatron-LM@d98e8a64" in text
+    run = import_megatron(text, str(path))
+    assert [f for f, reason in run.ignored if reason == NOT_MODELLED] == []
+    launch = read_launch(text)
+    assert [r.name for r in violations(dict(launch.args, world=run.request.devices), launch.env)] == []
+    code, out, err = cli("plan", "--hw", "h100", "--from-megatron", str(path), "--json")
+    assert code in (0, 1), err
+    r = json.loads(out)
+    assert r["imported"]["ignored"]  # every launch sets optimiser or logging flags btacalc leaves out
+
+
+def test_published_launches_give_their_layouts(cli):
+    """The numbers each script sets (see the files' sources)."""
+    expect = {  # file: (devices, TP, PP, EP, ZeRO, micro-batch, global batch, vocabulary)
+        "gpt3-175b": (128, 8, 16, 1, 0, 1, 1536, 51200),
+        "llama3-8b-h100-fp8": (8, 1, 1, 1, 1, 1, 128, 128256),
+        "llama3-8b-fsdp-h100-fp8": (8, 1, 1, 1, 3, 1, 128, 128256),
+        "mixtral-8x7b": (32, 1, 4, 8, 1, 1, 256, 32000),
+    }
+    for stem, (devices, tp, pp, ep, zero, micro, gbs, vocab) in expect.items():
+        run = import_megatron((DATA / f"{stem}.args").read_text(), stem)
+        req = run.request
+        assert (req.devices, req.tensor_parallel, req.pipeline_parallel, req.expert_parallel, req.zero_stage) == \
+            (devices, tp, pp, ep, zero), stem
+        assert (req.limits.micro_batch, req.limits.global_batch, run.model.vocab_size) == (micro, gbs, vocab), stem
+    fp8 = import_megatron((DATA / "llama3-8b-h100-fp8.args").read_text(), "x")
+    assert fp8.request.gradient_bytes == 2 and fp8.request.overlaps.param_gather is True  # --grad-reduce-in-bf16
+    assert not fp8.request.sequence_parallel  # TP 1: Megatron turns it off (arguments.py:1433)
+
+
+BRIDGE_RECIPES = {"qwen3-30b-a3b-8gpu-h100-bridge": ("qwen3-30b-a3b", 8), "llama3-70b-32gpu-h100-bridge": ("llama-3-70b", 32)}
+
+
+@pytest.mark.parametrize("stem", BRIDGE_RECIPES)
+def test_bridge_recipes_read_with_every_ignored_key_explained(cli, stem):
+    model, devices = BRIDGE_RECIPES[stem]
+    path = DATA / f"{stem}.yaml"
+    assert "Source: NVIDIA-NeMo/Megatron-Bridge@067f987d" in path.read_text()
+    run = import_bridge(path.read_text(), str(path), devices, resolve_model(model))
+    assert [f for f, reason in run.ignored if reason == NOT_MODELLED] == []
+    code, out, err = cli("plan", "--hw", "h100", "--model", model, "--devices", str(devices), "--from-bridge",
+                         str(path), "--json")
+    assert code in (0, 1), err
+
+
+def test_llama3_70b_bridge_recipe_layout():
+    """llama3_70b_pretrain_32gpu_h100_bf16_config: TP 4, PP 4, VP 5, CP 2, SP; batch 512 x 1; TP overlap."""
+    path = DATA / "llama3-70b-32gpu-h100-bridge.yaml"
+    req = import_bridge(path.read_text(), str(path), 32, resolve_model("llama-3-70b")).request
+    assert (req.tensor_parallel, req.pipeline_parallel, req.virtual_pipeline, req.context_parallel) == (4, 4, 5, 2)
+    assert req.sequence_parallel and req.overlaps.tp_comm and req.recompute == "none"
+    assert (req.limits.global_batch, req.limits.micro_batch, req.seq_len) == (512, 1, 8192)
+
+
+def test_bridge_recipe_reads_with_the_model_from_hugging_face(cli):
+    path = DATA / "qwen3-30b-a3b-8gpu-h100-bridge.yaml"
+    run = import_bridge(path.read_text(), str(path), 8, resolve_model("qwen3-30b-a3b"))
+    req = run.request
+    assert (req.tensor_parallel, req.pipeline_parallel, req.expert_parallel, req.expert_tensor_parallel) == (4, 2, 4, 1)
+    assert (req.recompute, req.gradient_bytes, req.zero_stage) == ("full", 4, 1)
+    assert (req.limits.micro_batch, req.limits.global_batch) == (2, 32)
+    assert [f for f, reason in run.ignored if reason == NOT_MODELLED] == []
+    code, out, err = cli("plan", "--hw", "h100", "--model", "qwen3-30b-a3b", "--devices", "8", "--from-bridge",
+                         str(path), "--json")
+    assert code in (0, 1), err and json.loads(out)["parallelism"]["micro_batches"] == 32 // 2
+
+
+def test_emit_bridge_reads_back(cli):
+    args = "--model mixtral-8x7b --hw h100 --devices 32 --pp 4 --ep 8 --global-batch 256 --micro-batch 1"
+    text = _emit(cli, args, "bridge")
+    data: dict = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            data[key] = value
+    assert data["model.num_moe_experts"] == "8" and data["model.pipeline_model_parallel_size"] == "4"
+    assert data["ddp.use_distributed_optimizer"] == "True" and data["mixed_precision"] == "bf16_mixed"
+    yaml_text = "\n".join(f"{k}: {v}" for k, v in data.items())
+    run = import_bridge(yaml_text, "r.yaml", 32)
+    assert run.model.num_experts == 8 and run.request.pipeline_parallel == 4 and run.request.expert_parallel == 8
+
+
+SCRIPT = """#!/bin/bash
+# a launch as people write them
+export CUDA_DEVICE_MAX_CONNECTIONS=1
+GPUS_PER_NODE=8
+NNODES=${SLURM_NNODES:-2}
+TP=2
+MODEL_ARGS=(
+    --num-layers 32 --hidden-size 4096   # Llama 3 8B
+    --ffn-hidden-size 14336 --num-attention-heads 32
+    --group-query-attention --num-query-groups 8
+)
+MODEL_ARGS+=(--swiglu --normalization RMSNorm --position-embedding-type rope --untie-embeddings-and-output-weights)
+NCCL_DEBUG=WARN torchrun --nproc_per_node $GPUS_PER_NODE --nnodes $NNODES pretrain_gpt.py \\
+    ${MODEL_ARGS[@]} --disable-bias-linear --attention-dropout 0.0 --hidden-dropout 0.0 \\
+    --tensor-model-parallel-size $TP --sequence-parallel --seq-length 8192 --max-position-embeddings 8192 \\
+    --micro-batch-size 1 --global-batch-size $((16*8)) --bf16 --vocab-size 128256 --lr 3e-4
+"""
+
+
+def test_a_launch_script_with_variables_arrays_and_continuations():
+    launch = read_launch(SCRIPT, "run.sh")
+    assert launch.devices == 16 and launch.devices_per_node == 8
+    assert launch.env == {"CUDA_DEVICE_MAX_CONNECTIONS": "1", "NCCL_DEBUG": "WARN"}
+    assert launch.args["num_layers"] == "32" and launch.args["global_batch_size"] == "128"
+    run = import_megatron(SCRIPT, "run.sh")
+    assert run.model.name.startswith("llama-3-8b") and run.request.tensor_parallel == 2
+    assert [f for f, _ in run.ignored] == ["--lr"]
+
+
+@pytest.mark.parametrize("text, message", [
+    ("--num-layers 2 --frobnicate 3", "unknown Megatron-LM flag --frobnicate"),
+    ("--tensor-model-parallel-size 2 --tensor-model-parallel-size 4", "contradictory flags"),
+    ("--num-layers", "--num-layers needs a value"),
+    ("--bf16=1", "is a switch"),
+    ("--num-layers 2 stray", "is not a Megatron-LM flag"),
+    ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 64 --max-position-embeddings 64 "
+     "--micro-batch-size 1 --bf16 --overlap-param-gather --overlap-grad-reduce",
+     "Megatron-LM would refuse this launch: --overlap-param-gather needs the distributed optimizer"),
+])
+def test_bad_launches_are_one_line_errors(cli, monkeypatch, text, message):
+    monkeypatch.setattr(sys, "stdin", io.StringIO(text))
+    code, out, err = cli("plan", "--hw", "h100", "--devices", "8", "--from-megatron", "-")
+    assert code == 2 and out == "" and message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_from_megatron_refuses_plan_options_the_file_gives(cli):
+    code, out, err = cli("plan", "--hw", "h100", "--tp", "2", "--from-megatron", str(RECIPES[0]))
+    assert code == 2 and "--tp with --from-megatron" in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_table_maps_every_destination_to_a_megatron_flag_and_a_bridge_key():
+    """Every destination a row writes is a Megatron-LM flag at the pin, and renders and reads back."""
+    spec = resolve_model("deepseek-v3")
+    from btacalc.config.megatron_codec import model_fields
+
+    fields = {**model_fields(spec), "run.seq_len": 4096, "run.mtp": True, "layout.tensor_parallel": 2,
+              "layout.sequence_parallel": True, "layout.pipeline_parallel": 4, "layout.virtual_pipeline": 2,
+              "layout.pipeline_split": "even", "layout.context_parallel": 1, "layout.expert_parallel": 8,
+              "layout.expert_tensor_parallel": 1, "layout.zero_stage": 3, "batch.micro_batch": 1,
+              "batch.global_batch": 64, "run.recompute": "core_attn,mlp", "run.attention": "flash",
+              "run.gradient_bytes": 2, "overlap.grad_reduce": True, "overlap.param_gather": True,
+              "overlap.tp_comm": True, "overlap.all_to_all": True, "overlap.p2p": True,
+              "run.precision": "mxfp8", "layout.first_stage_layers": 13, "layout.last_stage_layers": 16}
+    args = encode(fields)
+    dests = {f.dest for f in megatron_flags().values()}
+    assert set(args) <= dests
+    assert all(bridge_key(d) is None or "." in bridge_key(d) or d == "bf16" for d in args)
+    text = " ".join(render_flags(args))
+    again = read_launch(text, "x").args
+    back, _ = decode(again)
+    for key, value in fields.items():
+        if key in back:
+            assert back[key] == value, key
+    assert len(ROWS) >= 30
+
+
+# --- run files ---------------------------------------------------------------------------------------------
+
+
+def _plan_params():
+    import typer
+
+    from btacalc.cli.app import app
+    from btacalc.cli.runfile import NOT_IN_RUN_FILE
+
+    command = typer.main.get_command(app).commands["plan"]
+    return command, [p for p in command.params if p.name not in NOT_IN_RUN_FILE]
+
+
+SAMPLES = {"model": "llama-3-8b", "hw": "h100", "name": "mine", "emit": "megatron", "output": "plan.json",
+           "recompute": "full", "attention": "flash", "loss": "stored", "accounting": "pytorch",
+           "memory_model": "resident", "objective": "density", "routing_imbalance": 1.5, "sensitivity": 10.0,
+           "from_megatron": "run.sh", "from_bridge": "recipe.yaml", "grad_bytes": 2, "zero": 1}
+
+
+def test_a_run_file_covers_every_plan_option(tmp_path):
+    """Every option of `plan` (introspected from the command) is accepted from a run file, converted by the
+    option's own type."""
+    from btacalc.cli.runfile import run_file_options
+
+    command, params = _plan_params()
+    lines = []
+    for p in params:
+        flag = bool(getattr(p, "is_flag", False))
+        value = SAMPLES.get(p.name, True if flag else 2)
+        lines.append(f"{p.name.replace('_', '-')} = {json.dumps(value)}")
+    path = tmp_path / "run.toml"
+    path.write_text("\n".join(lines) + "\n")
+    from btacalc.cli.runfile import Context
+
+    got = run_file_options(Context(command), path)
+    assert sorted(got) == sorted(p.name for p in params)
+
+
+def test_a_run_file_plans_as_its_flags(cli, tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_text('model = "qwen3-30b-a3b"\nhw = "h100"\ndevices = 64\ntp = 2\nep = 8\nglobal-batch = 512\n'
+                    'micro-batch = 1\noverlap-grad-reduce = true\n')
+    code, out, err = cli("plan", "--config", str(path), "--json")
+    flags = _plan_json(cli, *"--model qwen3-30b-a3b --hw h100 --devices 64 --tp 2 --ep 8 --global-batch 512 "
+                            "--micro-batch 1 --overlap-grad-reduce".split())
+    assert code in (0, 1), err
+    _same_plan(json.loads(out), flags)
+    code, out, err = cli("plan", "--config", str(path), "--ep", "4", "--json")  # the command line wins
+    assert json.loads(out)["parallelism"]["expert_parallel"] == 4
+
+
+@pytest.mark.parametrize("body, message", [
+    ("tpp = 2\n", "unknown option 'tpp'"),
+    ("tp = 0\n", "tp:"),
+    ("tp = 1.5\n", "tp:"),
+    ("overlap-grad-reduce = 1\n", "is a switch"),
+    ("tp = true\n", "not true/false"),
+    ("tp = [2]\n", "single value"),
+    ("tp = \n", "not TOML"),
+])
+def test_bad_run_files_are_one_line_errors(cli, tmp_path, body, message):
+    path = tmp_path / "run.toml"
+    path.write_text(body)
+    code, out, err = cli("plan", "--config", str(path))
+    assert code == 2 and out == "" and message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_fields_this_build_cannot_plan_are_listed_not_dropped():
+    """FP8 and uneven first/last stages are read (rows of the table) but, until btacalc's request carries them,
+    listed as ignored with the reason: the plan is bf16 with btacalc's own split, and says so."""
+    text = (DATA / "llama3-8b-h100-fp8.args").read_text()
+    run = import_megatron(text.rstrip("\n") + " --decoder-first-pipeline-num-layers 16\n", "x")
+    reasons = dict(run.ignored)
+    assert "low precision" in reasons["--fp8-format"] and "low precision" in reasons["--fp8-amax-history-len"]
+    assert "uneven pipeline stages" in reasons["--decoder-first-pipeline-num-layers"]
+    from btacalc.config.megatron_codec import PRECISIONS, Get, _dec_low_precision
+
+    for name, dests in PRECISIONS.items():  # each precision renders as flags and reads back as itself
+        args = read_launch(" ".join(render_flags(dict(dests))), "x").args
+        assert _dec_low_precision(Get(args)) == {"run.precision": name}
+
+
+def test_flags_after_the_launch_command_are_an_error():
+    with pytest.raises(Exception, match="after the launch command"):
+        read_launch("torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 2\n--hidden-size 8\n", "x")
+
+
+def test_a_measured_run_may_be_given_as_megatron_arguments():
+    """validate --measured: the same run as layout fields and as Megatron arguments predicts the same."""
+    from btacalc.planning.measured import MeasuredRun, predict
+
+    fields = {"id": "r", "source": "test", "model": "llama-3-8b", "hw": "h100", "devices": 16, "precision": "bf16",
+              "seq": 8192, "global_batch": 128, "micro_batch": 1, "tp": 2, "zero": 1, "sequence_parallel": True,
+              "recompute": "selective", "measured": {"tokens_per_s_per_device": 1000.0}, "role": "check",
+              "recipe": {"source": "this test's launch below", "attention": "flash", "grad_bytes": 4,
+                         "overlaps": {"grad_reduce": False, "param_gather": False, "tp_comm": False}}}
+    launch = SCRIPT.replace("${SLURM_NNODES:-2}", "2").replace("$((16*8))", "128").replace(" --lr 3e-4", "")
+    launch = launch.replace("--bf16", "--bf16 --use-distributed-optimizer --recompute-granularity selective "
+                                      "--attention-backend flash")
+    as_fields = predict(MeasuredRun.model_validate(fields))
+    as_args = predict(MeasuredRun.model_validate({**{k: v for k, v in fields.items() if k not in
+                                                     ("tp", "zero", "sequence_parallel", "recompute", "recipe",
+                                                      "micro_batch")}, "megatron_args": launch}))
+    assert as_fields.expressible and as_args.expressible, (as_fields.reason, as_args.reason)
+    assert as_args.predicted.tokens_per_s_per_device == pytest.approx(as_fields.predicted.tokens_per_s_per_device,
+                                                                      rel=1e-12)
+
+
+def test_megatron_arguments_of_another_model_are_not_predicted():
+    from btacalc.planning.measured import MeasuredRun, predict
+
+    launch = SCRIPT.replace("${SLURM_NNODES:-2}", "2").replace("$((16*8))", "128").replace("--num-layers 32",
+                                                                                            "--num-layers 16")
+    run = {"id": "r", "source": "test", "model": "llama-3-8b", "hw": "h100", "devices": 16, "precision": "bf16",
+           "seq": 8192, "global_batch": 128, "measured": {"tokens_per_s_per_device": 1000.0}, "role": "check",
+           "megatron_args": launch}
+    result = predict(MeasuredRun.model_validate(run))
+    assert not result.expressible and "num_layers" in result.reason
+
+
+def test_bridge_names_each_precision_by_its_mixed_precision_recipe():
+    """Megatron-Bridge sets FP8/FP4 through named recipes (mixed_precision.py at 067f987d): each btacalc
+    precision maps to the recipe whose fp8/fp8_recipe (or fp4/fp4_recipe) Megatron flags it stands for."""
+    from btacalc.config.megatron_codec import BRIDGE_PRECISION, PRECISIONS, from_bridge, to_bridge
+
+    assert set(BRIDGE_PRECISION) == set(PRECISIONS)
+    for name, dests in PRECISIONS.items():
+        bridge = to_bridge({"bf16": True, **dests})
+        assert bridge == {"mixed_precision": BRIDGE_PRECISION[name]}
+        assert from_bridge(bridge)[0] == {"bf16": True, **dests}
+
+
+def test_sampled_layouts_all_emit_runnable_launches():
+    """Beyond the 22 plans: 60 layouts drawn (fixed seed) from TP x PP x VP x CP x EP x ZeRO/FSDP x recompute x
+    overlaps x gradient precision; every one btacalc accepts emits a launch that meets every rule."""
+    import itertools
+    import random
+
+    from btacalc.config.execution import BatchLimits, ExecutionRequest, OverlapRequest
+    from btacalc.config.hardware import resolve_hardware
+    from btacalc.errors import BtacalcError
+    from btacalc.output.megatron import megatron_run
+    from btacalc.planning.plan import make_plan
+
+    spec, hw = resolve_model("qwen3-30b-a3b"), resolve_hardware("h100")
+    grid = list(itertools.product((1, 2, 4), (1, 2, 4), (1, 2, 3), (1, 2), (4, 8), (0, 1, 2, 3),
+                                  ("none", "selective", "full", "core_attn,moe"), (False, True), (False, True),
+                                  (False, True), (2, 4)))
+    checked = 0
+    for tp, pp, vp, cp, ep, zero, rc, a2a, tp_overlap, p2p, grad in random.Random(23).sample(grid, 60):
+        request = ExecutionRequest(
+            devices=64, tensor_parallel=tp, pipeline_parallel=pp, virtual_pipeline=vp, context_parallel=cp,
+            expert_parallel=ep, zero_stage=zero, fsdp=zero == 3, recompute=rc, overlap_all_to_all=a2a,
+            gradient_bytes=grad, limits=BatchLimits(global_batch=512, micro_batch=1),
+            overlaps=OverlapRequest(tp_comm=tp_overlap and tp > 1, p2p=p2p, grad_reduce=True, param_gather=zero > 0))
+        try:
+            report = make_plan(spec, hw, request)
+        except BtacalcError:
+            continue  # a layout btacalc refuses (e.g. VP without PP) emits nothing
+        args, env, notes = megatron_run(report, spec)
+        assert not [n for n in notes if "WOULD REFUSE" in n], (request, notes)
+        assert violations(dict(args, world=64), env) == []
+        checked += 1
+    assert checked >= 20, checked
