@@ -423,7 +423,8 @@ def _plan_params():
 SAMPLES = {"model": "llama-3-8b", "hw": "h100", "name": "mine", "emit": "megatron", "output": "plan.json",
            "recompute": "full", "attention": "flash", "loss": "stored", "accounting": "pytorch",
            "memory_model": "resident", "objective": "density", "routing_imbalance": 1.5, "sensitivity": 10.0,
-           "from_megatron": "run.sh", "from_bridge": "recipe.yaml", "grad_bytes": 2, "zero": 1}
+           "from_megatron": "run.sh", "from_bridge": "recipe.yaml", "grad_bytes": 2, "zero": 1,
+           "precision": "mxfp8", "pipeline_layout": "Et|tL"}
 
 
 def test_a_run_file_covers_every_plan_option(tmp_path):
@@ -474,14 +475,17 @@ def test_bad_run_files_are_one_line_errors(cli, tmp_path, body, message):
     assert code == 2 and out == "" and message in err and len(err.strip().splitlines()) == 1, err
 
 
-def test_fields_this_build_cannot_plan_are_listed_not_dropped():
-    """FP8 and uneven first/last stages are read (rows of the table) but, until btacalc's request carries them,
-    listed as ignored with the reason: the plan is bf16 with btacalc's own split, and says so."""
+def test_precision_and_uneven_stages_are_read_and_planned():
+    """FP8 (with its parameter gather) and uneven first/last stages in a launch are planned as given, not listed
+    as ignored; the recipe details btacalc does not model (the amax history) are listed with the reason."""
     text = (DATA / "llama3-8b-h100-fp8.args").read_text()
-    run = import_megatron(text.rstrip("\n") + " --decoder-first-pipeline-num-layers 16\n", "x")
+    run = import_megatron(text.rstrip("\n") + " --pipeline-model-parallel-size 2 --decoder-first-pipeline-num-layers 15\n",
+                          "x")
+    assert run.request.precision == "fp8" and run.request.fp8_param_gather  # --fp8-format hybrid, recipe delayed
+    assert run.request.stage_split.first_stage_layers == 15
     reasons = dict(run.ignored)
-    assert "low precision" in reasons["--fp8-format"] and "low precision" in reasons["--fp8-amax-history-len"]
-    assert "uneven pipeline stages" in reasons["--decoder-first-pipeline-num-layers"]
+    assert "--fp8-format" not in reasons and "--decoder-first-pipeline-num-layers" not in reasons
+    assert "amax history" in reasons["--fp8-amax-history-len"]
     from btacalc.config.megatron_codec import PRECISIONS, Get, _dec_low_precision
 
     for name, dests in PRECISIONS.items():  # each precision renders as flags and reads back as itself

@@ -179,8 +179,7 @@ def test_emit_megatron_precision_flags(cli, precision, flags):
     code, out, _ = cli("plan", "-m", "llama-3-8b", "--hw", "gb200", "--devices", "8", "--precision", precision,
                        "--fp8-param-gather", "--emit", "megatron")
     lines = [line.strip(" \\") for line in out.splitlines()]
-    start = lines.index("# Megatron-LM (pretrain_gpt.py):") + 1
-    assert lines[start:start + len(flags)] == flags
+    assert all(flag in lines for flag in flags), (flags, lines)
 
 
 def test_sweep_varies_precision(cli, tmp_path):

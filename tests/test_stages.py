@@ -272,6 +272,9 @@ def test_published_kimi_k2_first_last_plans_and_emits(cli):
                          "--micro-batch", "1", "--emit", "megatron")
     assert code in (0, 1), err
     assert "--decoder-first-pipeline-num-layers 3" in out and "--decoder-last-pipeline-num-layers 2" in out
+    code, out, err = cli("plan", "--model", "kimi-k2", "--hw", "h100", "--devices", "2048", "--ep", "32", "--pp", "16",
+                         "--first-stage-layers", "3", "--last-stage-layers", "2", "--global-batch", "4096",
+                         "--micro-batch", "1", "--emit", "bridge")
     assert "model.num_layers_in_last_pipeline_stage=2" in out
 
 
@@ -282,7 +285,9 @@ def test_layout_string_sets_vp_and_is_emitted(cli):
                          "--emit", "megatron")
     assert code in (0, 1), err
     assert f"--pipeline-model-parallel-layout '{layout}'" in out
-    assert "--num-virtual-stages-per-pipeline-rank" not in out  # Megatron refuses it beside a layout
+    flags = [line.strip(" \\").split()[0] for line in out.splitlines() if line.strip().startswith("--")]
+    assert "--num-virtual-stages-per-pipeline-rank" not in flags  # Megatron refuses it beside a layout
+    assert "WOULD REFUSE" not in out
 
 
 @pytest.mark.parametrize("args, text", [

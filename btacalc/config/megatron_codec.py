@@ -369,7 +369,7 @@ def _dec_precision(get: Get) -> Fields:
 def _enc_pipeline(f: Fields) -> Args:
     out: Args = {"pipeline_model_parallel_size": f["layout.pipeline_parallel"]}
     vp = f.get("layout.virtual_pipeline", 1)
-    if vp > 1:
+    if vp > 1 and f.get("layout.pipeline_layout") is None:  # a layout sets VP: Megatron refuses both
         out["num_virtual_stages_per_pipeline_rank"] = vp
         if not f.get("overlap.p2p", True):
             out["overlap_p2p_comm"] = False
@@ -473,6 +473,18 @@ def _dec_low_precision(get: Get) -> Fields:
     return {"run.precision": name}
 
 
+def _enc_param_gather(f: Fields) -> Args:
+    """--fp8-param-gather (--fp4-param-gather under nvfp4): the parameters kept and all-gathered in the low
+    precision (btacalc/data/precision.toml param_gather_flag)."""
+    if not f.get("run.fp8_param_gather"):
+        return {}
+    return {"fp4_param_gather" if f.get("run.precision") == "nvfp4" else "fp8_param_gather": True}
+
+
+def _dec_param_gather(get: Get) -> Fields:
+    return {"run.fp8_param_gather": _bool(get("fp8_param_gather")) or _bool(get("fp4_param_gather"))}
+
+
 def _enc_stages(f: Fields) -> Args:
     """Uneven first/last pipeline stages and explicit layouts (btacalc.config.pipeline.StageSplit)."""
     out: Args = {}
@@ -527,6 +539,7 @@ RUN_ROWS: tuple[Row, ...] = (
     Row("attention", _enc_attention, _dec_attention),
     Row("precision", _enc_precision, _dec_precision),
     Row("low precision", _enc_low_precision, _dec_low_precision),
+    Row("low-precision parameter gather", _enc_param_gather, _dec_param_gather),
     Row("dispatcher", _enc_dispatcher, _dec_dispatcher),
     switch("overlap.grad_reduce", "overlap_grad_reduce"),
     switch("overlap.param_gather", "overlap_param_gather"),

@@ -97,10 +97,11 @@ RULES: tuple[Rule, ...] = (
          lambda a, e: _i(a, "max_position_embeddings", 0) >= _i(a, "seq_length", 0),
          "--max-position-embeddings must be at least --seq-length"),
     Rule("even-pipeline", f"{ARGS}:997", lambda a, e: _vp(a) == 1 and a.get("decoder_first_pipeline_num_layers") is None
-         and a.get("decoder_last_pipeline_num_layers") is None,
+         and a.get("decoder_last_pipeline_num_layers") is None and a.get("pipeline_model_parallel_layout") is None,
          lambda a, e: _layers_for_split(a) % _i(a, "pipeline_model_parallel_size") == 0,
          "the layers (+1 per account-for flag) must divide over --pipeline-model-parallel-size"),
-    Rule("virtual-pipeline", f"{TC}:2406", lambda a, e: _vp(a) > 1,
+    Rule("virtual-pipeline", f"{TC}:2406", lambda a, e: _vp(a) > 1 and a.get("pipeline_model_parallel_layout") is None
+         and a.get("decoder_first_pipeline_num_layers") is None and a.get("decoder_last_pipeline_num_layers") is None,
          lambda a, e: _layers_for_split(a) % (_i(a, "pipeline_model_parallel_size") * _vp(a)) == 0,
          "the layers per pipeline rank must divide by --num-virtual-stages-per-pipeline-rank"),
     Rule("interleave-pp", f"{ARGS}:1002", lambda a, e: _vp(a) > 1,

@@ -53,7 +53,9 @@ IGNORED: tuple[tuple[str, str], ...] = (
      r"log_throughput|average_in_collective)",
      "runtime housekeeping: no effect on the modelled memory or time"),
     (r"(fp8.*|fp4.*|first_last_layers_bf16|num_layers_at_(start|end)_in_bf16)",
-     "low precision: btacalc plans bf16 weights and activations (FP8 recipes are the precision work's --precision)"),
+     "low-precision details btacalc does not model: the amax history (a few KB per module) and its reduction, "
+     "FP8 margins, and keeping the first/last layers in BF16 (--precision plans every linear layer in the recipe; "
+     "btacalc/data/precision.toml)"),
     (r"make_vocab_size_divisible_by", "vocabulary padding: btacalc counts --vocab-size as given"),
     (r"(cuda_graph_.*|enable_cuda_graph|external_cuda_graph)",
      "CUDA graphs: kernel-launch capture; btacalc models neither launch overhead nor the graphs' static buffers"),
@@ -273,4 +275,5 @@ def _guarded_request_fields(f: Fields) -> dict[str, Any]:
     out: dict[str, Any] = {"stage_split": stage_split}
     if f.get("run.precision") is not None:
         out["precision"] = f["run.precision"]
+    out["fp8_param_gather"] = bool(f.get("run.fp8_param_gather"))
     return out

@@ -43,6 +43,7 @@ def run_fields(r: PlanReport, spec: ModelSpec) -> dict[str, Any]:
     for key in ("grad_reduce", "param_gather", "tp_comm", "all_to_all", "p2p"):
         fields[f"overlap.{key}"] = bool(par.overlaps.get(key))
     fields["run.precision"] = r.inputs.precision
+    fields["run.fp8_param_gather"] = r.inputs.fp8_param_gather
     for key in ("first_stage_layers", "last_stage_layers", "pipeline_layout"):
         fields[f"layout.{key}"] = getattr(par, key)
     if fields["overlap.all_to_all"] and not (moe and par.expert_parallel > 1):

@@ -11,7 +11,8 @@ from .report import PhaseRow, PlanReport
 
 
 def mark_precision(problem: Problem, ev: Evaluation, report: PlanReport) -> None:
-    """Set `precision` and `cast_time_s` (one layer, per step: M micro-batches) on the report's phase rows."""
+    """Set `precision` and `cast_time_s` on the report's phase rows: one layer, on the basis of the row's
+    `time_s` (one micro-batch; the weights' once-per-step cast counted as 1/M of it)."""
     kinds = {kind.name: pv for kind, pv in ev.layers}
     main = max(ev.layers, key=lambda kp: kp[0].count)[1]
     tables: list[tuple[list[PhaseRow], PhaseValues]] = [(report.phases, main), (report.outside_layers, ev.outside)]
@@ -27,4 +28,4 @@ def mark_precision(problem: Problem, ev: Evaluation, report: PlanReport) -> None
                 v = lambda q, name=row.name, values=pv: values.value(name, q)  # noqa: E731
                 per_micro_batch = phase_cast_s(rates, hbm, phase, v, load if phase.routed_load else 1.0,
                                                lay.expert_parallel * lay.expert_tensor_parallel)
-                row.cast_time_s = float(per_micro_batch * lay.micro_batches)
+                row.cast_time_s = float(per_micro_batch)

@@ -176,8 +176,9 @@ class PhaseRow(BaseModel):
     time_s: float = Field(0.0, description="modelled time of this phase per step (one layer for layer phases)")
     precision: str = Field("bf16", description="the dtype the phase's GEMMs run in (--precision for the linear "
                            "layers, 16-bit for the rest)")
-    cast_time_s: float = Field(0.0, description="low precision: the phase's quantise/cast kernels per step (one "
-                               "layer), included in time_s")
+    cast_time_s: float = Field(0.0, description="low precision: the phase's quantise/cast kernels on time_s's "
+                               "basis (one layer, one micro-batch; the weights' once-per-step cast as 1/M), "
+                               "included in time_s")
 
 
 class LayerKindRows(BaseModel):
