@@ -151,6 +151,21 @@ class FlopsPerStep(BaseModel):
     elementwise: int = Field(description="approximate non-matmul work, not in the totals")
 
 
+class GemmShape(BaseModel):
+    """One matmul of a phase on the GPU, per device (model/gpu/gemm.py)."""
+
+    name: str = Field(description="the weight it multiplies (catalogue `gemm` entry)")
+    m: float = Field(description="rows of the output: tokens (per expert for a grouped GEMM, x EP x routing imbalance)")
+    n: float = Field(description="columns of the output")
+    k: float = Field(description="the contracted dimension")
+    groups: float = Field(description="GEMMs in one launch: a device's experts for a grouped GEMM, else 1")
+    launches: float = Field(description="launches per forward pass")
+    efficiency: float = Field(description="forward: achieved share of the datasheet peak (compute_efficiency x tile and "
+                              "wave quantisation, or the memory floor)")
+    backward_efficiency: float = Field(description="the data- and weight-gradient GEMMs together")
+    binding: str = Field(description="compute, waves (quantisation costs > 5%) or memory (the HBM floor)")
+
+
 class PhaseRow(BaseModel):
     name: str
     group: str
@@ -166,6 +181,7 @@ class PhaseRow(BaseModel):
     bytes_moved: int
     arithmetic_intensity: float = Field(description="flops_forward / bytes_moved, FLOP/byte")
     time_s: float = Field(0.0, description="modelled time of this phase per step (one layer for layer phases)")
+    gemms: list[GemmShape] = Field(default_factory=list, description="GPU: the phase's matmuls on the critical stage")
 
 
 class LayerKindRows(BaseModel):

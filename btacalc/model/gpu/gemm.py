@@ -1,0 +1,94 @@
+"""Time of one GEMM C (m x n) = A (m x k) @ B (k x n) on a GPU, from its shape.
+
+The output is cut into tiles of tm x tn elements; each thread block (CTA) computes one tile, and the
+tiles run in waves of one per SM (NVIDIA, Matrix Multiplication Background User's Guide, §2.1 "GPU
+implementation", §3.1 "Tile quantization", §3.2 "Wave quantization",
+https://docs.nvidia.com/deeplearning/performance/dl-performance-matrix-multiplication/index.html).
+Two quantisation losses follow from the shape alone:
+
+    tiles       = ceil(m/tm) · ceil(n/tn)
+    tile share  = m·n / (tiles · tm · tn)                       (partial edge tiles compute padding)
+    wave share  = (tiles / SMs) / ceil(tiles / SMs)              (the last wave leaves SMs idle)
+
+A library chooses its tile among a few configurations (cuBLAS's heuristics, CUTLASS's tile shapes):
+the best of the device's candidate tiles is taken. The compute time is then 2·m·n·k / (peak ·
+tile share · wave share), with `peak` the achieved dense peak of the dtype (the datasheet peak times
+the family's calibrated `compute_efficiency`: what a large, perfectly quantised GEMM reaches in training).
+
+A GEMM also moves its operands and result through HBM at least once (the guide's §2 "Math and memory
+bounds"; arithmetic intensity 2mnk / ((mk + kn + mn)·bytes)):
+
+    memory floor = (m·k + k·n + m·n) · bytes / HBM bandwidth
+
+which binds at small m (a few tokens per expert, the guide's Table 1 "linear layer with batch 1").
+The GEMM takes the larger of the two; its efficiency is the ideal time 2mnk/peak over that.
+
+A grouped kernel (`groups` > 1: MoE experts in one launch, TransformerEngine / CUTLASS grouped GEMM,
+DeepGEMM's contiguous layout) schedules the tiles of all groups over the SMs together: the wave share
+is taken over groups x tiles, the tile share per group, the memory floor over every group's operands.
+
+Every argument may be a numpy array (arrays of layouts or shapes); the peak is an input, so another
+dtype's peak (FP8, FP4) drops in without changing the shape model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+BINDINGS = ("compute", "waves", "memory")  # what limits a GEMM; `waves`: tile and wave quantisation cost > 5%
+QUANTISATION_NOTABLE = 0.95  # below this tile x wave share a GEMM is reported as bound by `waves`
+
+
+@dataclass(frozen=True)
+class GemmDevice:
+    """What the shape model needs of a device: the dtype's achieved peak, HBM bandwidth, SMs, tiles."""
+
+    peak_flops_per_s: float  # achieved dense peak of the GEMM's dtype (datasheet x compute_efficiency)
+    hbm_bytes_per_s: float
+    sms: int
+    tiles: tuple[tuple[int, int], ...]  # candidate output tiles (tm, tn) the library chooses among
+
+
+@dataclass(frozen=True)
+class GemmTime:
+    """One GEMM (or grouped GEMM): time, efficiency against `peak_flops_per_s` and what binds it."""
+
+    time_s: Any
+    efficiency: Any  # ideal time 2mnk·groups/peak over time_s (1 = a perfectly quantised, compute-bound GEMM)
+    quantisation: Any  # best tile share x wave share
+    memory_bound: Any  # True where the memory floor exceeds the quantised compute time
+
+    def binding(self) -> Any:
+        """'memory', 'waves' or 'compute' (scalars: a str; arrays: an array of str)."""
+        out = np.where(self.memory_bound, "memory", np.where(self.quantisation < QUANTISATION_NOTABLE, "waves",
+                                                             "compute"))
+        return str(out) if np.ndim(out) == 0 else out
+
+
+def quantisation(m: Any, n: Any, sms: int, tile: tuple[int, int], groups: Any = 1) -> Any:
+    """Tile share x wave share of an m x n output cut into `tile`s, `groups` GEMMs in one launch."""
+    tm, tn = tile
+    per_group = np.ceil(np.asarray(m, dtype=float) / tm) * np.ceil(np.asarray(n, dtype=float) / tn)
+    tile_share = np.asarray(m, dtype=float) * n / (per_group * tm * tn)
+    waves = per_group * groups / sms
+    wave_share = waves / np.ceil(waves)
+    return tile_share * wave_share
+
+
+def gemm_time(m: Any, n: Any, k: Any, bytes_per_element: Any, device: GemmDevice, groups: Any = 1) -> GemmTime:
+    """Time of `groups` GEMMs (m x k) @ (k x n) run as one launch (see the module docstring)."""
+    m, n, k = (np.maximum(np.asarray(x, dtype=float), 1.0) for x in (m, n, k))
+    q = np.maximum.reduce([np.broadcast_to(quantisation(m, n, device.sms, t, groups), np.broadcast(m, n, groups).shape)
+                           for t in device.tiles]) if len(device.tiles) > 1 else \
+        quantisation(m, n, device.sms, device.tiles[0], groups)
+    ideal = 2 * m * n * k * groups / device.peak_flops_per_s
+    compute = ideal / q
+    memory = (m * k + k * n + m * n) * groups * bytes_per_element / device.hbm_bytes_per_s
+    time = np.maximum(compute, memory)
+    scalar = all(np.ndim(x) == 0 for x in (time, q))
+    as_out = (lambda x: float(x)) if scalar else (lambda x: x)  # noqa: E731
+    return GemmTime(as_out(time), as_out(ideal / time), as_out(q),
+                    bool(memory > compute) if scalar else memory > compute)

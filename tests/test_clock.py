@@ -1,0 +1,173 @@
+"""The GPU clock's mechanisms, each tested as its derivation: GEMM tile and wave quantisation and the
+memory floor (model/gpu/gemm.py), grouped expert GEMM shapes, the causal FlashAttention block share
+(model/gpu/costs.py), the optimizer update, gradient norm and launch overhead (model/gpu/fixed.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from btacalc.config.execution import Layout, RunOptions
+from btacalc.config.hardware import resolve_hardware
+from btacalc.config.presets import load_preset
+from btacalc.model.gpu.gemm import GemmDevice, gemm_time, quantisation
+from btacalc.model.problem import make_problem
+
+PEAK = 1e15  # FLOP/s, a round achieved peak for the hand arithmetic
+HBM = 3e12  # B/s
+FAST = 1e15  # B/s: a bandwidth at which the quantisation tests' GEMMs stay compute-bound (ridge 1 FLOP/B)
+
+
+def test_a_gemm_needing_1_02_waves_runs_at_half_speed():
+    """100 SMs, 128 x 128 tiles: m = 102 x 128, n = 128 gives 102 tiles = 1.02 waves; the second wave holds
+    2 tiles, so the GEMM takes 2 waves for 1.02 waves of work: efficiency 1.02 / 2 = 0.51 (NVIDIA Matrix
+    Multiplication Background guide §3.2). At FAST bandwidth the GEMM stays compute-bound."""
+    dev = GemmDevice(PEAK, FAST, 100, ((128, 128),))
+    m, n, k = 102 * 128, 128, 65536
+    t = gemm_time(m, n, k, 2, dev)
+    ideal = 2 * m * n * k / PEAK
+    assert t.efficiency == pytest.approx(0.51)
+    assert t.time_s == pytest.approx(ideal / 0.51)
+    assert t.binding() == "waves"
+    # one tile fewer: exactly one wave, no loss
+    assert gemm_time(101 * 128 - 128, n, k, 2, dev).efficiency == pytest.approx(1.0)
+
+
+def test_partial_tiles_compute_padding():
+    """m = 129 with 128-row tiles: two tile rows, of which the second computes 1 useful row in 128:
+    tile share 129 / 256 (guide §3.1); one tile column of n = 128 and 2 tiles on 100 SMs: the wave share
+    is 0.02 / 1."""
+    assert quantisation(129, 128, 100, (128, 128)) == pytest.approx(129 / 256 * 0.02)
+
+
+def test_the_library_picks_the_best_candidate_tile():
+    """An output of 128 x 256 on 1 SM: the 128 x 256 tile covers it exactly (share 1), 256 x 128 pads half
+    of it (0.5), 128 x 128 needs two full tiles on one SM (share 1): the best is 1."""
+    dev = GemmDevice(PEAK, FAST, 1, ((256, 128), (128, 256), (128, 128)))
+    assert gemm_time(128, 256, 65536, 2, dev).quantisation == pytest.approx(1.0)
+    only_wide = GemmDevice(PEAK, FAST, 1, ((256, 128),))
+    assert gemm_time(128, 256, 65536, 2, only_wide).quantisation == pytest.approx(0.5)
+
+
+def test_small_m_is_bound_by_the_memory_floor():
+    """m = 16 tokens, n = k = 8192, 2-byte elements: the operands and result cross HBM once,
+    (16·8192 + 8192·8192 + 16·8192)·2 bytes / 3 TB/s, against 2·16·8192² FLOPs at 1 PFLOP/s."""
+    dev = GemmDevice(PEAK, HBM, 132, ((128, 128),))
+    m, n, k = 16, 8192, 8192
+    floor = (m * k + k * n + m * n) * 2 / HBM
+    t = gemm_time(m, n, k, 2, dev)
+    assert t.time_s == pytest.approx(floor)
+    assert t.efficiency == pytest.approx(2 * m * n * k / PEAK / floor)
+    assert t.binding() == "memory"
+
+
+def test_a_grouped_gemm_shares_its_waves_over_the_groups():
+    """4 experts of 25 tiles each on 100 SMs in one launch: 100 tiles, exactly one wave (each alone would
+    be 0.25 of a wave)."""
+    dev = GemmDevice(PEAK, FAST, 100, ((128, 128),))
+    m, n, k = 5 * 128, 5 * 128, 65536
+    assert gemm_time(m, n, k, 2, dev, groups=4).efficiency == pytest.approx(1.0)
+    assert gemm_time(m, n, k, 2, dev).efficiency == pytest.approx(0.25)
+
+
+def test_gemm_time_takes_arrays_of_shapes():
+    dev = GemmDevice(PEAK, FAST, 100, ((128, 128),))
+    t = gemm_time(np.array([102 * 128, 100 * 128]), 128, 65536, 2, dev)
+    assert t.efficiency == pytest.approx([0.51, 1.0])
+
+
+def test_causal_block_share_on_a_small_grid():
+    """nb = ceil(s/128) blocks per side; the causal kernel runs the nb(nb+1)/2 on or below the diagonal:
+    s = 512 gives nb = 4 and 10 of 16 blocks; s = 130 gives nb = 2 and 3 of 4; s = 4096: 528 of 1024."""
+    from btacalc.model.gpu.costs import causal_block_fraction
+
+    assert causal_block_fraction(512) == pytest.approx(10 / 16)
+    assert causal_block_fraction(130) == pytest.approx(3 / 4)
+    assert causal_block_fraction(4096) == pytest.approx(528 / 1024)
+
+
+def _problem(model="llama-3-8b", hw="h100", run=None, **layout):
+    run = run or RunOptions(seq_len=4096, attention="flash", gradient_bytes=4)
+    return make_problem(load_preset(model), resolve_hardware(hw), run, Layout(**layout))
+
+
+def test_the_attention_core_runs_the_causal_blocks_in_time_not_in_the_flop_count():
+    """Under FlashAttention the core's time FLOPs are the counted ones x 528/1024 at s = 4096 (full s²
+    counted); counting causally (--causal, s(s+1)/2 entries) the factor restores the blocks:
+    (528/1024) / ((s + 1)/(2s)). Eager attention computes every score: factor 1."""
+    from btacalc.model.gpu.costs import _core_time_factor
+
+    s = 4096
+    sym = {"s": s, "w": s}
+    assert _core_time_factor(_problem(devices=8), sym) == pytest.approx(528 / 1024)
+    causal = _problem(run=RunOptions(seq_len=s, attention="flash", causal=True), devices=8)
+    assert _core_time_factor(causal, sym) == pytest.approx((528 / 1024) / ((s + 1) / (2 * s)))
+    eager = _problem(run=RunOptions(seq_len=s, attention="eager"), devices=8)
+    assert _core_time_factor(eager, sym) == 1.0
+
+
+def test_expert_gemms_run_per_expert_over_its_tokens():
+    """Qwen3-30B-A3B (E = 128, k = 8, f = 768, h = 2048) on EP 8, one sequence of 4096 per rank: each
+    expert receives k·T·EP/E = 8·4096·8/128 = 2,048 tokens; a rank holds E/EP = 16 experts in one grouped
+    launch; gate and up are one 2f = 1,536-wide GEMM, down contracts f = 768."""
+    from btacalc.model.gpu.costs import layer_parts
+
+    p = _problem("qwen3-30b-a3b", devices=8, expert_parallel=8)
+    rows = {g.name: g for g in layer_parts(p, p.evaluate(1, 1))[0].gemms["experts"]}
+    up, down = rows["W_gate_up"], rows["W_down"]
+    assert (up.m, up.n, up.k, up.groups) == (pytest.approx(2048), pytest.approx(1536), pytest.approx(2048), 16)
+    assert (down.m, down.n, down.k) == (pytest.approx(2048), pytest.approx(2048), pytest.approx(768))
+
+
+def test_tensor_parallelism_narrows_the_column_parallel_gemms():
+    """Llama-3-8B (a = 32, a_kv = 8, d_h = 128, h = 4096) under TP 4: W_qkv is s·b x (32 + 16)·128/4 x h."""
+    from btacalc.model.gpu.costs import layer_parts
+
+    p = _problem(devices=8, tensor_parallel=4, sequence_parallel=True)
+    (qkv,) = layer_parts(p, p.evaluate(1, 1))[0].gemms["qkv_proj"]
+    assert (qkv.m, qkv.n, qkv.k) == (pytest.approx(4096), pytest.approx(48 * 128 / 4), pytest.approx(4096))
+
+
+def test_adam_moves_30_bytes_per_local_parameter():
+    """Megatron's distributed optimizer with fp32 main gradients: read the gradient (4 B) and the fp32
+    master weight and two moments (12 B), write the three back (12 B) and the 16-bit weight (2 B): 30 B per
+    parameter of the local shard. 8e9 parameters over DP = 8 (ZeRO-1) on an H100 (3.35 TB/s): 1e9 x 30 B."""
+    from btacalc.model.gpu.fixed import fixed_costs, optimizer_bytes_per_param
+    from btacalc.model.state import bytes_per_param
+
+    p = _problem(devices=8, zero_stage=1)
+    rates = bytes_per_param(p)
+    assert rates == {"weights": 2, "gradients": 4, "optimizer": 12}
+    assert optimizer_bytes_per_param(rates) == 4 + 2 * 12 + 2 == 30
+    hbm = 3.35e12
+    fixed = fixed_costs(p, 8e9, 0, rates)
+    assert fixed.optimizer_s == pytest.approx(1e9 * 30 / hbm)
+    # the norm reads the 4-byte gradients once, then all-reduces one fp32 over the 8 ranks of one node
+    nvlink = 4.5e11
+    assert fixed.grad_norm_s == pytest.approx(1e9 * 4 / hbm + 2 * 7 / 8 * 4 / nvlink)
+    # without the distributed optimizer every rank updates all of its parameters
+    whole = fixed_costs(_problem(devices=8, zero_stage=0), 8e9, 0, rates)
+    assert whole.optimizer_s == pytest.approx(8e9 * 30 / hbm)
+
+
+def test_launches_show_only_beyond_the_gpu_time():
+    """1,000 kernels at 4 us take 4 ms of CPU time: a 1 ms micro-batch waits 3 ms, a 5 ms one none."""
+    from btacalc.model.gpu.fixed import launch_time
+
+    p = _problem(devices=8)
+    assert p.hardware.kernels.launch_overhead_s.value == 4e-6
+    assert launch_time(p, 1000, 1e-3) == pytest.approx(3e-3)
+    assert launch_time(p, 1000, 5e-3) == 0.0
+
+
+def test_the_step_carries_the_fixed_costs_as_rows():
+    """The optimizer update and the gradient norm are rows of the step's breakdown and part of the step
+    (with the per-tile overhead, reported apart)."""
+    from btacalc.model.gpu.timing import gpu_step_time
+
+    p = _problem(devices=8, zero_stage=1, micro_batches=4)
+    st = gpu_step_time(p, 1, 1)
+    assert st.phase_time_s["optimizer_step"] > 0 and st.phase_time_s["grad_norm"] > 0
+    assert "launch" in st.phase_time_s
+    rows = sum(v for k, v in st.phase_time_s.items())
+    assert rows + st.tiling_overhead_s == pytest.approx(st.step_time_s, rel=1e-9)
