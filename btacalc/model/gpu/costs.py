@@ -25,7 +25,7 @@ tensor-parallel split, the batch by context parallelism). On top of that:
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any, Optional
 
@@ -153,8 +153,8 @@ def _kind_rates(problem: Problem, r: _Rates, kind: Any, pv: PhaseValues) -> _Rat
     """`r` with the layer kind's symbol values (for its GEMM shapes and its attention core)."""
     shape = {**problem.shape_values(pv.tiles, 1), "b": pv.tile_batch}
     symbols = {k: (float(v) if isinstance(v, Fraction) else v) for k, v in kind_values(problem.model, kind, shape).items()}
-    return _Rates(**{**r.__dict__, "symbols": symbols, "features": pv.compiled.selection.feature_dict,
-                     "core_time_factor": _core_time_factor(problem, symbols)})
+    return replace(r, symbols=symbols, features=pv.compiled.selection.feature_dict,
+                   core_time_factor=_core_time_factor(problem, symbols))
 
 
 def layer_parts(problem: Problem, ev: Evaluation, memory_only: bool = False) -> list[Part]:
