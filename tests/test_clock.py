@@ -171,3 +171,85 @@ def test_the_step_carries_the_fixed_costs_as_rows():
     assert "launch" in st.phase_time_s
     rows = sum(v for k, v in st.phase_time_s.items())
     assert rows + st.tiling_overhead_s == pytest.approx(st.step_time_s, rel=1e-9)
+
+
+# --- measured ceilings per generation and the per-wave time (model/gpu/gemm.py) ---------------------------
+
+MAMF = {  # stas00/ml-engineering@744d01e1 compute/accelerator/README.md lines 351-358: BF16 matmul TFLOP/s, best shape
+    "a100-80gb": (271.2e12, (1024, 10240, 5120)),
+    "h100": (794.5e12, (2048, 2048, 13312)),
+    "b200": (1745.0e12, (1792, 16128, 3072)),
+    "gb200": (1822.0e12, (4096, 9728, 2048)),
+}
+
+
+def _profile_device(hw: str) -> GemmDevice:
+    """A profile's GEMM device at datasheet x measured ceiling (compute_efficiency left out: microbenchmark)."""
+    p = resolve_hardware(hw)
+    assert p.kernels is not None
+    return GemmDevice(p.chip.peak_flops_per_s.value * p.kernels.gemm_ceiling_fraction.value,
+                      p.memory.offchip_bandwidth_bytes_per_s.value, int(p.chip.cores.value), p.kernels.gemm_tiles,
+                      p.kernels.gemm_wave_overhead_s.value)
+
+
+@pytest.mark.parametrize("hw", sorted(MAMF))
+def test_each_generations_ceiling_reproduces_its_published_large_gemm_rate(hw):
+    """The profile's ceiling is derived so that its best-shape GEMM, through the shape model, runs at the
+    published Maximum Achievable Matmul FLOPS. By hand for the A100: 1024x10240x5120 on 108 SMs is 320
+    tiles of 128x256, 3 waves for 2.963 of work; 312 TFLOP/s x 0.880 x 2.963/3 = 271.2 TFLOP/s."""
+    measured, (m, n, k) = MAMF[hw]
+    achieved = 2 * m * n * k / gemm_time(m, n, k, 2, _profile_device(hw)).time_s
+    assert achieved == pytest.approx(measured, rel=0.005)
+    if hw == "a100-80gb":
+        assert 312e12 * 0.880 * (320 / 108) / 3 == pytest.approx(measured, rel=0.002)
+
+
+def test_generations_differ_by_measurement_not_only_by_sms():
+    """The ceilings are the measured ones: A100 0.880 > H100 0.843 > B200 0.781 > GB200 0.769 of the
+    datasheet peak (stas00's table: 86.9%, 80.3%, 77.6%, 1822/2450 = 74.4% before quantisation)."""
+    ceil = {hw: resolve_hardware(hw).kernels.gemm_ceiling_fraction.value for hw in ("a100-80gb", "h100", "h200",
+                                                                                      "b200", "gb200")}
+    assert ceil["a100-80gb"] > ceil["h100"] == ceil["h200"] > ceil["b200"] > ceil["gb200"]
+
+
+def test_each_wave_pays_the_fixed_time():
+    """1 SM, 128 x 128 tiles, m = 256, n = 128: two tiles, two waves; time = 2mnk / peak + 2 x o."""
+    o = 2.5e-6
+    dev = GemmDevice(PEAK, FAST, 1, ((128, 128),), o)
+    m, n, k = 256, 128, 4096
+    assert gemm_time(m, n, k, 2, dev).time_s == pytest.approx(2 * m * n * k / PEAK + 2 * o)
+
+
+H800_FP8 = 1979e12  # FLOP/s, dense FP8 (the H100 SXM datasheet; H800 has the same SMs and clocks)
+
+
+@pytest.mark.parametrize("groups,m,n,k,tflops,tol", [
+    # DeepGEMM README @55ab91f7, "Normal GEMMs for dense models", m = 4096 rows
+    (1, 4096, 2112, 7168, 1009, 0.05), (1, 4096, 24576, 1536, 1125, 0.05), (1, 4096, 32768, 512, 751, 0.05),
+    (1, 4096, 7168, 16384, 1426, 0.05), (1, 4096, 4096, 7168, 1265, 0.05), (1, 4096, 7168, 2048, 1168, 0.05),
+    # "Grouped GEMMs for MoE models (contiguous layout)": experts x rows per expert
+    (4, 8192, 4096, 7168, 1346, 0.04), (4, 8192, 7168, 2048, 1214, 0.04),
+    (8, 4096, 4096, 7168, 1346, 0.04), (8, 4096, 7168, 2048, 1214, 0.04),
+])
+def test_deepgemm_dense_and_grouped_rates_from_ceiling_and_wave_overhead(groups, m, n, k, tflops, tol):
+    """Two numbers, 0.727 of the FP8 peak and 2.5 µs per wave (the H100 profile's `gemm_wave_overhead_s`),
+    give DeepGEMM's dense H800 table within 5% (the k = 512 row runs at half the k = 16384 row's rate: a
+    wave of 128x256 tiles at k = 512 computes for 2·128·256·512 / (1979e12·0.727/132) = 2.4 µs and
+    waits 2.5 µs) and its grouped contiguous table within 4%: grouped expert GEMMs with thousands of rows
+    per expert run at the dense ceiling, no separate grouped factor."""
+    h100 = resolve_hardware("h100")
+    assert h100.kernels is not None
+    dev = GemmDevice(H800_FP8 * 0.727, 3.35e12, 132, h100.kernels.gemm_tiles, h100.kernels.gemm_wave_overhead_s.value)
+    t = gemm_time(m, n, k, 1, dev, groups=groups)
+    assert 2 * m * n * k * groups / t.time_s / 1e12 == pytest.approx(tflops, rel=tol)
+
+
+def test_matmul_phases_run_at_datasheet_x_ceiling_x_compute_efficiency():
+    from btacalc.model.gpu.costs import _rates
+
+    p = _problem(tensor_parallel=8, devices=8)
+    hw = p.hardware
+    assert hw.kernels is not None and hw.calibration.compute_efficiency is not None
+    r = _rates(p)
+    assert r.peak_share == pytest.approx(hw.kernels.gemm_ceiling_fraction.value * hw.calibration.compute_efficiency.value)
+    assert r.peak == pytest.approx(989e12 * r.peak_share)

@@ -226,6 +226,11 @@ class Kernels(_Section):
         description="short side of it: the candidate tiles are long x short, short x long and short x short")
     launch_overhead_s: Annotated[Number, LATENCY] = Field(
         description="CPU-side cost of launching one kernel, paid per kernel where kernels are too short to hide it")
+    gemm_ceiling_fraction: Annotated[Number, FRACTION] = Field(
+        description="share of the datasheet dense peak a large, perfectly quantised BF16 GEMM reaches in a "
+        "microbenchmark of this generation (the measured ceiling; model/gpu/gemm.py)")
+    gemm_wave_overhead_s: Annotated[Number, LATENCY] = Field(
+        description="fixed time per wave of GEMM output tiles that does not shrink with k (pipeline fill, epilogue)")
 
     @property
     def gemm_tiles(self) -> tuple[tuple[int, int], ...]:

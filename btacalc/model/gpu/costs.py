@@ -91,7 +91,7 @@ class _Rates:
     flash: bool
     sequence_parallel: bool
     beta: int
-    peak_share: float = 1.0  # peak over the datasheet peak (compute_efficiency)
+    peak_share: float = 1.0  # peak over the datasheet peak (GEMM ceiling x compute_efficiency)
     device: Optional[GemmDevice] = None  # None: a profile without [kernels] (every matmul at `peak`)
     expert_parallel: Any = 1
     core_time_factor: Any = 1.0  # FLOPs the attention kernel runs per FLOP counted (causal block skipping)
@@ -101,7 +101,7 @@ class _Rates:
 
 def _rates(problem: Problem) -> _Rates:
     hw, lay = problem.hardware, problem.layout
-    share = compute_efficiency(problem)
+    share = matmul_ceiling(problem) * compute_efficiency(problem)
     peak = hw.chip.peak_flops_per_s.value * share
     return _Rates(
         peak=peak,
@@ -117,6 +117,14 @@ def _rates(problem: Problem) -> _Rates:
     )
 
 
+def matmul_ceiling(problem: Problem) -> float:
+    """The generation's measured large-GEMM share of the datasheet peak (`kernels.gemm_ceiling_fraction`),
+    1 for a profile without a [kernels] section. Every matmul phase runs at datasheet x this x the family's
+    fitted `compute_efficiency` before its shape's quantisation (model/gpu/gemm.py)."""
+    kernels = problem.hardware.kernels
+    return kernels.gemm_ceiling_fraction.value if kernels is not None else 1.0
+
+
 def gemm_device(problem: Problem, peak_flops_per_s: float) -> Optional[GemmDevice]:
     """The GEMM shape model's view of the problem's device at an achieved peak (the dtype's datasheet peak x
     compute_efficiency), or None for a profile without a [kernels] section."""
@@ -124,7 +132,7 @@ def gemm_device(problem: Problem, peak_flops_per_s: float) -> Optional[GemmDevic
     if hw.kernels is None:
         return None
     return GemmDevice(peak_flops_per_s, hw.memory.offchip_bandwidth_bytes_per_s.value, int(hw.chip.cores.value),
-                      hw.kernels.gemm_tiles)
+                      hw.kernels.gemm_tiles, hw.kernels.gemm_wave_overhead_s.value)
 
 
 def causal_block_fraction(s: Any, block: int = CAUSAL_BLOCK) -> Any:

@@ -10,10 +10,23 @@ Two quantisation losses follow from the shape alone:
     tile share  = m·n / (tiles · tm · tn)                       (partial edge tiles compute padding)
     wave share  = (tiles / SMs) / ceil(tiles / SMs)              (the last wave leaves SMs idle)
 
+Each wave also pays a fixed time `o` that does not shrink with k (filling the operand pipeline before
+the first MMA, writing the tile out after the last): per candidate tile,
+
+    compute = 2·m·n·k / (peak · tile share · wave share) + ceil(tiles / SMs) · o
+
 A library chooses its tile among a few configurations (cuBLAS's heuristics, CUTLASS's tile shapes):
-the best of the device's candidate tiles is taken. The compute time is then 2·m·n·k / (peak ·
-tile share · wave share), with `peak` the achieved dense peak of the dtype (the datasheet peak times
-the family's calibrated `compute_efficiency`: what a large, perfectly quantised GEMM reaches in training).
+the fastest of the device's candidate tiles is taken. `peak` is the achieved dense peak of the dtype:
+the datasheet peak x the generation's measured large-GEMM ceiling (a profile's
+`kernels.gemm_ceiling_fraction`) x the family's calibrated `compute_efficiency`.
+
+The per-wave time is derived from DeepGEMM's table of dense FP8 GEMMs on H800 (132 SMs; README
+@55ab91f7, "Normal GEMMs for dense models", m = 4096): at n x k = 32768 x 512, 24576 x 1536, 7168 x
+2048, 4096 x 7168, 7168 x 16384 the achieved rates 751, 1125, 1168, 1265, 1426 TFLOP/s fall with k
+as the fixed cost per wave predicts; least squares on log error over those rows gives o ≈ 2.5 µs with a
+ceiling of 0.73 of 1,979 TFLOP/s (every row within 5%), and the same two numbers predict the
+contiguous grouped table (4 and 8 experts of 8,192 and 4,096 rows) within 3%
+(tests/test_clock.py::test_deepgemm_dense_and_grouped_rates_from_ceiling_and_wave_overhead).
 
 A GEMM also moves its operands and result through HBM at least once (the guide's §2 "Math and memory
 bounds"; arithmetic intensity 2mnk / ((mk + kn + mn)·bytes)):
@@ -46,10 +59,11 @@ QUANTISATION_NOTABLE = 0.95  # below this tile x wave share a GEMM is reported a
 class GemmDevice:
     """What the shape model needs of a device: the dtype's achieved peak, HBM bandwidth, SMs, tiles."""
 
-    peak_flops_per_s: float  # achieved dense peak of the GEMM's dtype (datasheet x compute_efficiency)
+    peak_flops_per_s: float  # achieved dense peak of the GEMM's dtype (datasheet x ceiling x compute_efficiency)
     hbm_bytes_per_s: float
     sms: int
     tiles: tuple[tuple[int, int], ...]  # candidate output tiles (tm, tn) the library chooses among
+    wave_overhead_s: float = 0.0  # fixed time per wave of tiles (pipeline fill and epilogue)
 
 
 @dataclass(frozen=True)
@@ -58,7 +72,7 @@ class GemmTime:
 
     time_s: Any
     efficiency: Any  # ideal time 2mnk·groups/peak over time_s (1 = a perfectly quantised, compute-bound GEMM)
-    quantisation: Any  # best tile share x wave share
+    quantisation: Any  # compute-side share of the chosen tile: tile share x wave share, after the per-wave time
     memory_bound: Any  # True where the memory floor exceeds the quantised compute time
 
     def binding(self) -> Any:
@@ -78,14 +92,22 @@ def quantisation(m: Any, n: Any, sms: int, tile: tuple[int, int], groups: Any = 
     return tile_share * wave_share
 
 
+def _compute_time(m: Any, n: Any, k: Any, device: GemmDevice, tile: tuple[int, int], groups: Any) -> Any:
+    """Quantised compute time with `tile`: ideal / (tile share x wave share) + ceil(waves) x overhead."""
+    tm, tn = tile
+    waves = np.ceil(np.ceil(m / tm) * np.ceil(n / tn) * groups / device.sms)
+    ideal = 2 * m * n * k * groups / device.peak_flops_per_s
+    return ideal / quantisation(m, n, device.sms, tile, groups) + waves * device.wave_overhead_s
+
+
 def gemm_time(m: Any, n: Any, k: Any, bytes_per_element: Any, device: GemmDevice, groups: Any = 1) -> GemmTime:
     """Time of `groups` GEMMs (m x k) @ (k x n) run as one launch (see the module docstring)."""
     m, n, k = (np.maximum(np.asarray(x, dtype=float), 1.0) for x in (m, n, k))
-    q = np.maximum.reduce([np.broadcast_to(quantisation(m, n, device.sms, t, groups), np.broadcast(m, n, groups).shape)
-                           for t in device.tiles]) if len(device.tiles) > 1 else \
-        quantisation(m, n, device.sms, device.tiles[0], groups)
+    shape = np.broadcast(m, n, k, groups).shape
+    compute = np.minimum.reduce([np.broadcast_to(_compute_time(m, n, k, device, t, groups), shape)
+                                 for t in device.tiles])
     ideal = 2 * m * n * k * groups / device.peak_flops_per_s
-    compute = ideal / q
+    q = ideal / compute
     memory = (m * k + k * n + m * n) * groups * bytes_per_element / device.hbm_bytes_per_s
     time = np.maximum(compute, memory)
     scalar = all(np.ndim(x) == 0 for x in (time, q))
