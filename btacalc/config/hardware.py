@@ -117,6 +117,7 @@ FRACTION = Range(0, 1, "", open_low=True)
 TILE_OVERHEAD = Range(0, 1, "s")  # seconds per tile per layer; 0 = no overhead
 LATENCY = Range(0, 1, "s")  # a link or tree-level latency: at most a second
 GEMM_TILE = Range(16, 1024, "elements", integer=True)  # one side of a GEMM's output tile (CTA tile)
+OVERLAP = Range(1, 100, "")  # exponent of a smooth roofline: 1 = compute and memory add, large = the larger one
 FANOUT = Range(2, 1e3, "count", integer=True)  # a tree node serves at least two children
 MESH_PES = Range(1, 1e5, "count", integer=True)  # PEs along one side of a wafer's mesh (WSE-3: 1,172)
 CLOCK = Range(1e6, 1e11, "Hz")  # 1 MHz to 100 GHz
@@ -231,6 +232,9 @@ class Kernels(_Section):
         "microbenchmark of this generation (the measured ceiling; model/gpu/gemm.py)")
     gemm_wave_overhead_s: Annotated[Number, LATENCY] = Field(
         description="fixed time per wave of GEMM output tiles that does not shrink with k (pipeline fill, epilogue)")
+    gemm_overlap_exponent: Annotated[Number, OVERLAP] = Field(
+        description="p of the smooth roofline (compute^p + memory^p)^(1/p): how imperfectly a GEMM overlaps its "
+        "HBM traffic with its math where both are near binding (few tokens per expert)")
 
     @property
     def gemm_tiles(self) -> tuple[tuple[int, int], ...]:

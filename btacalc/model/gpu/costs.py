@@ -132,7 +132,8 @@ def gemm_device(problem: Problem, peak_flops_per_s: float) -> Optional[GemmDevic
     if hw.kernels is None:
         return None
     return GemmDevice(peak_flops_per_s, hw.memory.offchip_bandwidth_bytes_per_s.value, int(hw.chip.cores.value),
-                      hw.kernels.gemm_tiles, hw.kernels.gemm_wave_overhead_s.value)
+                      hw.kernels.gemm_tiles, hw.kernels.gemm_wave_overhead_s.value,
+                      hw.kernels.gemm_overlap_exponent.value)
 
 
 def causal_block_fraction(s: Any, block: int = CAUSAL_BLOCK) -> Any:

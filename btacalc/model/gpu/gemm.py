@@ -23,10 +23,15 @@ the datasheet peak x the generation's measured large-GEMM ceiling (a profile's
 The per-wave time is derived from DeepGEMM's table of dense FP8 GEMMs on H800 (132 SMs; README
 @55ab91f7, "Normal GEMMs for dense models", m = 4096): at n x k = 32768 x 512, 24576 x 1536, 7168 x
 2048, 4096 x 7168, 7168 x 16384 the achieved rates 751, 1125, 1168, 1265, 1426 TFLOP/s fall with k
-as the fixed cost per wave predicts; least squares on log error over those rows gives o ≈ 2.5 µs with a
-ceiling of 0.73 of 1,979 TFLOP/s (every row within 5%), and the same two numbers predict the
-contiguous grouped table (4 and 8 experts of 8,192 and 4,096 rows) within 3%
-(tests/test_clock.py::test_deepgemm_dense_and_grouped_rates_from_ceiling_and_wave_overhead).
+as the fixed cost per wave predicts. The grouped tables of the same README give the rate as a function
+of rows (tokens) per expert: the contiguous layout (4 and 8 experts of 8,192 and 4,096 rows) runs at the
+dense rate, the masked layout (1, 2, 4 experts of 1,024, 512, 256 rows) falls to 932 and 815 TFLOP/s
+at 256 rows, where the weights' HBM traffic nears the math time. Least squares on log error over the
+16 rows (dense m = 4096, contiguous, masked; grid search) gives a ceiling of 0.73 of 1,979 TFLOP/s,
+o = 1.5 µs and p = 1.6, every row within 9% (with p → ∞, i.e. max(), the 256-row rows come out 25-41%
+too fast) (tests/test_clock.py::test_deepgemm_dense_and_grouped_rates). A grouped expert GEMM's
+efficiency as a function of its tokens per expert therefore follows from its shape: no separate
+grouped-kernel factor.
 
 A GEMM also moves its operands and result through HBM at least once (the guide's §2 "Math and memory
 bounds"; arithmetic intensity 2mnk / ((mk + kn + mn)·bytes)):
@@ -34,7 +39,12 @@ bounds"; arithmetic intensity 2mnk / ((mk + kn + mn)·bytes)):
     memory floor = (m·k + k·n + m·n) · bytes / HBM bandwidth
 
 which binds at small m (a few tokens per expert, the guide's Table 1 "linear layer with batch 1").
-The GEMM takes the larger of the two; its efficiency is the ideal time 2mnk/peak over that.
+Where both are near binding the kernel does not hide one under the other completely; the GEMM takes
+the smooth roofline
+
+    t = (compute^p + memory^p)^(1/p)        (p → ∞: the larger of the two; p = 1: their sum)
+
+with p a profile's `kernels.gemm_overlap_exponent`. Its efficiency is the ideal time 2mnk/peak over t.
 
 A grouped kernel (`groups` > 1: MoE experts in one launch, TransformerEngine / CUTLASS grouped GEMM,
 DeepGEMM's contiguous layout) schedules the tiles of all groups over the SMs together: the wave share
@@ -64,6 +74,7 @@ class GemmDevice:
     sms: int
     tiles: tuple[tuple[int, int], ...]  # candidate output tiles (tm, tn) the library chooses among
     wave_overhead_s: float = 0.0  # fixed time per wave of tiles (pipeline fill and epilogue)
+    overlap_exponent: float = float("inf")  # p of the smooth roofline; inf: max(compute, memory)
 
 
 @dataclass(frozen=True)
@@ -100,6 +111,14 @@ def _compute_time(m: Any, n: Any, k: Any, device: GemmDevice, tile: tuple[int, i
     return ideal / quantisation(m, n, device.sms, tile, groups) + waves * device.wave_overhead_s
 
 
+def _roofline(compute: Any, memory: Any, p: float) -> Any:
+    """(compute^p + memory^p)^(1/p), scaled by the larger term so that no power overflows; max() at p = inf."""
+    top = np.maximum(compute, memory)
+    if np.isinf(p):
+        return top
+    return top * ((compute / top) ** p + (memory / top) ** p) ** (1 / p)
+
+
 def gemm_time(m: Any, n: Any, k: Any, bytes_per_element: Any, device: GemmDevice, groups: Any = 1) -> GemmTime:
     """Time of `groups` GEMMs (m x k) @ (k x n) run as one launch (see the module docstring)."""
     m, n, k = (np.maximum(np.asarray(x, dtype=float), 1.0) for x in (m, n, k))
@@ -109,7 +128,7 @@ def gemm_time(m: Any, n: Any, k: Any, bytes_per_element: Any, device: GemmDevice
     ideal = 2 * m * n * k * groups / device.peak_flops_per_s
     q = ideal / compute
     memory = (m * k + k * n + m * n) * groups * bytes_per_element / device.hbm_bytes_per_s
-    time = np.maximum(compute, memory)
+    time = _roofline(compute, memory, device.overlap_exponent)
     scalar = all(np.ndim(x) == 0 for x in (time, q))
     as_out = (lambda x: float(x)) if scalar else (lambda x: x)  # noqa: E731
     return GemmTime(as_out(time), as_out(ideal / time), as_out(q),
