@@ -73,27 +73,3 @@ def test_a_family_needs_as_many_fit_runs_as_factors():
         fit_family(spec)
 
 
-def test_gemm_width_scales_the_matmul_efficiency():
-    """eff(n) = eff_max x n / (n + n_half), n = h / t: the half-efficiency width halves it at n = n_half,
-    and tensor parallelism narrows the GEMMs (arrays of layouts take it elementwise)."""
-    import numpy as np
-
-    from btacalc.config.execution import Layout, RunOptions
-    from btacalc.config.hardware import Number, resolve_hardware
-    from btacalc.model.problem import make_problem
-    from btacalc.model.steptime import compute_efficiency
-    from btacalc.config.presets import load_preset
-    from support import with_calibration
-
-    def number(v):
-        return Number(value=v, kind="estimate", source="https://example.org", note="test: a chosen value")
-
-    hw = with_calibration(resolve_hardware("h100"), compute_efficiency=number(0.6), gemm_half_width=number(512))
-    model = load_preset("qwen3-30b-a3b")  # h = 2048
-    eff = lambda t: compute_efficiency(make_problem(model, hw, RunOptions(), Layout(devices=8, tensor_parallel=t)))  # noqa: E731
-    assert eff(1) == pytest.approx(0.6 * 2048 / (2048 + 512))
-    assert eff(4) == pytest.approx(0.6 * 512 / (512 + 512)) == pytest.approx(0.3)
-    arr = eff(np.array([1, 4]))
-    assert arr == pytest.approx([eff(1), eff(4)])
-    plain = with_calibration(resolve_hardware("h100"), compute_efficiency=number(0.6), gemm_half_width=number(0))
-    assert compute_efficiency(make_problem(model, plain)) == 0.6  # 0: independent of size

@@ -28,8 +28,8 @@ def _number(v: float) -> Number:
 
 
 def _h100_flat():
-    """H100 with compute efficiency 0.5 and no GEMM-width effect."""
-    return with_calibration(resolve_hardware("h100"), compute_efficiency=_number(EFF), gemm_half_width=_number(0))
+    """H100 with compute efficiency 0.5 and no GEMM-shape effect (no [kernels]: every matmul at the peak x 0.5)."""
+    return with_calibration(resolve_hardware("h100"), compute_efficiency=_number(EFF)).model_copy(update={"kernels": None})
 
 
 def test_block_scale_bytes():
@@ -121,7 +121,7 @@ def test_rates_come_from_the_profile_peaks():
     kw = dict(recompute="none", attention="flash", seq_len=S)
     for hw, name, peak in (("gb200", "nvfp4", 1e16), ("gb200", "mxfp8", 4.9e15), ("b300", "nvfp4", 1.35e16),
                            ("gb300", "nvfp4", 1.5e16)):
-        flat = with_calibration(resolve_hardware(hw), compute_efficiency=_number(EFF), gemm_half_width=_number(0))
+        flat = with_calibration(resolve_hardware(hw), compute_efficiency=_number(EFF)).model_copy(update={"kernels": None})
         rates = cast_rates(resolved(load_preset("llama-3-8b"), flat, **kw, precision=name))
         assert rates is not None and rates.peak == pytest.approx(peak * EFF)
     assert cast_rates(resolved(load_preset("llama-3-8b"), "h100", **kw)) is None  # bf16: nothing cast

@@ -146,6 +146,38 @@ class Term(BaseModel):
         return matches(self.when, features)
 
 
+class Gemm(BaseModel):
+    """One matmul of a phase as the GPU runs it, per device: C (m x n) = A (m x k) @ B (k x n), `count`
+    times per forward pass (after the tensor-, sequence- and context-parallel split of the phase's terms).
+    `grouped`: one GEMM per routed expert, all of a device's experts in one grouped launch; m and count are
+    then written for one expert-parallel rank (EP = 1) and the time model takes m x EP tokens (each expert
+    receives from the EP ranks) and count / EP experts (model/gpu/costs.py)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
+
+    name: str = Field(min_length=1)
+    m: str
+    n: str
+    k: str
+    count: str = "1"
+    grouped: bool = False
+    source: str = Field(min_length=3)
+    when: When = {}
+
+    @field_validator("m", "n", "k", "count")
+    @classmethod
+    def _check_expr(cls, v: str) -> str:
+        return check_expression(v)
+
+    @field_validator("when")
+    @classmethod
+    def _check(cls, v: When) -> When:
+        return _check_when(v)
+
+    def applies(self, features: dict[str, Any]) -> bool:
+        return matches(self.when, features)
+
+
 class Phase(BaseModel):
     """A phase of a decoder layer (scope 'layer'), a part outside the layers (scope 'model') or the
     per-parameter training state (scope 'state')."""
@@ -184,6 +216,8 @@ class Phase(BaseModel):
         "first", description="parts outside the layers (scope model): the pipeline stage holding them (the "
         "embedding on the first, the final norm, LM head and loss on the last)")
     term: list[Term] = []
+    gemm: list[Gemm] = Field(default_factory=list, description="the phase's matmuls as (m, n, k) per device: "
+                             "what the GPU time model quantises into tiles and waves")
 
     @field_validator("when")
     @classmethod

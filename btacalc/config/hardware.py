@@ -116,8 +116,9 @@ BUFFERS = Range(1, 1e3, "count", integer=True)
 FRACTION = Range(0, 1, "", open_low=True)
 TILE_OVERHEAD = Range(0, 1, "s")  # seconds per tile per layer; 0 = no overhead
 LATENCY = Range(0, 1, "s")  # a link or tree-level latency: at most a second
-GEMM_WIDTH = Range(0, 1e5, "elements")  # the half-efficiency width of a GEMM; 0 = efficiency independent of size
 VECTOR_OVERHEAD = Range(0, 1e3, "elements")  # a PE's fixed cost per vector instruction, in SIMD-lane elements
+GEMM_TILE = Range(16, 1024, "elements", integer=True)  # one side of a GEMM's output tile (CTA tile)
+OVERLAP = Range(1, 100, "")  # exponent of a smooth roofline: 1 = compute and memory add, large = the larger one
 FANOUT = Range(2, 1e3, "count", integer=True)  # a tree node serves at least two children
 MESH_PES = Range(1, 1e5, "count", integer=True)  # PEs along one side of a wafer's mesh (WSE-3: 1,172)
 CLOCK = Range(1e6, 1e11, "Hz")
@@ -223,14 +224,35 @@ class Calibration(_Section):
     tile_overhead_s: Annotated[Optional[Number], TILE_OVERHEAD] = Field(
         None, description="fixed cost per attention tile per layer per step (BTA tiling overhead); profiles with "
         "a [mesh] derive it from the mesh instead")
-    gemm_half_width: Annotated[Optional[Number], GEMM_WIDTH] = Field(
-        None, description="matmul efficiency grows with the GEMMs' width: at a hidden size per tensor-parallel rank "
-        "n = h/t it is compute_efficiency x n / (n + gemm_half_width) (tile and wave quantization; "
-        "model/steptime.py); None: independent of size")
     fabric_vector_overhead: Annotated[Optional[Number], VECTOR_OVERHEAD] = Field(
         None, description="wafer: a PE's fixed cost per vector instruction in elements of its SIMD lanes (c x w); a "
         "matmul of width n = h spread over the fabric's X columns reaches n / (n + this x X) of compute_efficiency "
         "(model/wafer/fabric.py); None: independent of width")
+
+
+class Kernels(_Section):
+    """GPU kernels as the time model sees them (model/gpu/gemm.py, model/gpu/fixed.py)."""
+
+    gemm_tile_long_elements: Annotated[Number, GEMM_TILE] = Field(
+        description="long side of the largest GEMM output tile (CTA tile) the libraries use")
+    gemm_tile_short_elements: Annotated[Number, GEMM_TILE] = Field(
+        description="short side of it: the candidate tiles are long x short, short x long and short x short")
+    launch_overhead_s: Annotated[Number, LATENCY] = Field(
+        description="CPU-side cost of launching one kernel, paid per kernel where kernels are too short to hide it")
+    gemm_ceiling_fraction: Annotated[Number, FRACTION] = Field(
+        description="share of the datasheet dense peak a large, perfectly quantised BF16 GEMM reaches in a "
+        "microbenchmark of this generation (the measured ceiling; model/gpu/gemm.py)")
+    gemm_wave_overhead_s: Annotated[Number, LATENCY] = Field(
+        description="fixed time per wave of GEMM output tiles that does not shrink with k (pipeline fill, epilogue)")
+    gemm_overlap_exponent: Annotated[Number, OVERLAP] = Field(
+        description="p of the smooth roofline (compute^p + memory^p)^(1/p): how imperfectly a GEMM overlaps its "
+        "HBM traffic with its math where both are near binding (few tokens per expert)")
+
+    @property
+    def gemm_tiles(self) -> tuple[tuple[int, int], ...]:
+        """Candidate output tiles (tm, tn) a library chooses among (model/gpu/gemm.py)."""
+        long, short = int(self.gemm_tile_long_elements.value), int(self.gemm_tile_short_elements.value)
+        return ((long, short), (short, long), (short, short))
 
 
 class Defaults(_Section):
@@ -247,7 +269,7 @@ class Defaults(_Section):
         return parse_recompute(v)
 
 
-SECTIONS = ("chip", "memory", "system", "mesh", "calibration")
+SECTIONS = ("chip", "memory", "system", "mesh", "kernels", "calibration")
 
 
 class HardwareProfile(BaseModel):
@@ -263,6 +285,7 @@ class HardwareProfile(BaseModel):
     memory: Memory
     system: System = System()
     mesh: Optional[Mesh] = None
+    kernels: Optional[Kernels] = None
     calibration: Calibration
 
     @model_validator(mode="after")

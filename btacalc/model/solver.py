@@ -7,7 +7,10 @@ Two objectives (`config.execution.OBJECTIVES`):
   tokens per expert, then fewer tiles. With N free the candidates are the corners of the memory limit
   (the shapes where neither G nor b can grow: memory never falls as either grows, and with one fixed
   the step time's parts are maxima of affine functions of the other with non-negative intercepts, so
-  tokens/s never falls as it grows); with N fixed, every factorisation M x G x b = N / DP. All of it is
+  tokens/s never falls as it grows; on GPUs the GEMMs' wave quantisation, model/gpu/gemm.py, makes a
+  matmul's time a step function of its rows, so tokens/s may dip by a share of a partial wave: the
+  corner is then within that share of the best, e.g. 2.6e-5 on B200); with N fixed, every
+  factorisation M x G x b = N / DP. All of it is
   vectorised over the candidates of many points (plan: one point; sweep: thousands).
 - density (`solve_density`): the design card's rule, the largest G*b that fits (expert density
   T_e = G*b*s*k/E), then the largest tile b. Memory is non-decreasing in n = G*b and, for fixed n, in b,

@@ -6,8 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-import numpy as np
-
 from .problem import Problem
 
 
@@ -27,19 +25,12 @@ class StepTime:
     kind_phase_time_s: dict[tuple[str, str], Any] = field(default_factory=dict)  # (layer kind, phase): one layer
 
 
-def compute_efficiency(problem: Problem) -> Any:
-    """Achieved share of peak on matmul phases: the profile's calibration (else 1, pure roofline),
-    scaled by n / (n + n_half) where the profile gives the half-efficiency width n_half of its GEMMs and
-    n = h / t is the hidden size one tensor-parallel rank multiplies (narrow GEMMs leave tensor cores
-    idle in partial tiles and waves: Korthikanti et al. 2022 Table 5 measure 41.5% MFU at h = 6,144 and
-    51.4% at h = 12,288, both on 8-way TP). A float, or an array over arrays of layouts."""
+def compute_efficiency(problem: Problem) -> float:
+    """Achieved share of the datasheet peak on matmul phases: the profile's calibration (else 1, pure
+    roofline). On GPUs it is what a large, perfectly quantised GEMM reaches; the shape of each GEMM
+    (tiles, waves, the memory floor) is modelled on top of it (`gpu/gemm.py`)."""
     cal = problem.hardware.calibration
-    eff = cal.compute_efficiency.value if cal.compute_efficiency else 1.0
-    if not cal.gemm_half_width or not cal.gemm_half_width.value:
-        return eff
-    n = problem.model.hidden_size / problem.layout.tensor_parallel
-    scaled = eff * n / (n + cal.gemm_half_width.value)
-    return float(scaled) if np.ndim(scaled) == 0 else scaled
+    return cal.compute_efficiency.value if cal.compute_efficiency else 1.0
 
 
 def tile_overhead_s(problem: Problem) -> float:

@@ -24,7 +24,7 @@ from ..model.memory import MemoryModel
 from ..model.problem import Evaluation, Problem
 from ..model.solver import PointLimits, Search, Solution, search, solve_density
 from ..model.timing import StepTime, compute_efficiency, step_time
-from .report import (AlternativePlan, FlopsPerStep, HardwareInfo, Inputs, LayerKindRows, ModelInfo, ParallelInfo,
+from .report import (AlternativePlan, FlopsPerStep, GemmShape, HardwareInfo, Inputs, LayerKindRows, ModelInfo, ParallelInfo,
                      PhaseRow, PlanInfo, PlanReport, StageRow, StateRow, Throughput)
 from .precision import mark_precision
 from .resolve import resolve_problem
@@ -228,19 +228,30 @@ def build_report(problem: Problem, mem: MemoryModel, sol: Solution, found: Searc
             n = repeats.get(phase, 0) if repeats is not None else count
             return float(phase_time.get(phase, 0.0)) / n if n else 0.0
 
+        gemms = {key: [_gemm_shape(g) for g in rows] for key, rows in best_time.details.get("gemms", {}).items()}
         for row in report.phases:
             row.time_s = one_layer(kind.name, kind.count, row.name)
+            row.gemms = gemms.get((kind.name, row.name), [])
         for kind_rows in report.layer_kinds:
             for row in kind_rows.phases:
                 row.time_s = one_layer(kind_rows.name, kind_rows.count, row.name)
+                row.gemms = gemms.get((kind_rows.name, row.name), [])
         for row in report.outside_layers:
             n = repeats.get(row.name, 0) if repeats is not None else 1
             row.time_s = float(phase_time.get(row.name, 0.0)) / n if n else 0.0
+            row.gemms = gemms.get(("", row.name), [])
     else:
         report.suggestions = suggestions(problem, mem)
     if problem.hardware.family == "wse":
         report.wafer = wafer_info(problem, mem, sol, best_time)
     return report
+
+
+def _gemm_shape(row: Any) -> GemmShape:
+    """A GEMM of the time model (model/gpu/costs.GemmRow, one plan: scalars) as the report's row."""
+    return GemmShape(name=row.name, m=float(row.m), n=float(row.n), k=float(row.k), groups=float(row.groups),
+                     launches=float(row.launches), efficiency=float(row.efficiency),
+                     backward_efficiency=float(row.backward_efficiency), binding=str(row.binding))
 
 
 @dataclass(frozen=True)

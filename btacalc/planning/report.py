@@ -159,6 +159,21 @@ class FlopsPerStep(BaseModel):
     elementwise: int = Field(description="approximate non-matmul work, not in the totals")
 
 
+class GemmShape(BaseModel):
+    """One matmul of a phase on the GPU, per device (model/gpu/gemm.py)."""
+
+    name: str = Field(description="the weight it multiplies (catalogue `gemm` entry)")
+    m: float = Field(description="rows of the output: tokens (per expert for a grouped GEMM, x EP x routing imbalance)")
+    n: float = Field(description="columns of the output")
+    k: float = Field(description="the contracted dimension")
+    groups: float = Field(description="GEMMs in one launch: a device's experts for a grouped GEMM, else 1")
+    launches: float = Field(description="launches per forward pass")
+    efficiency: float = Field(description="forward: achieved share of the datasheet peak (compute_efficiency x tile and "
+                              "wave quantisation, or the memory floor)")
+    backward_efficiency: float = Field(description="the data- and weight-gradient GEMMs together")
+    binding: str = Field(description="compute, waves (quantisation costs > 5%) or memory (the HBM floor)")
+
+
 class PhaseRow(BaseModel):
     name: str
     group: str
@@ -179,6 +194,7 @@ class PhaseRow(BaseModel):
     cast_time_s: float = Field(0.0, description="low precision: the phase's quantise/cast kernels on time_s's "
                                "basis (one layer, one micro-batch; the weights' once-per-step cast as 1/M), "
                                "included in time_s")
+    gemms: list[GemmShape] = Field(default_factory=list, description="GPU: the phase's matmuls on the critical stage")
 
 
 class LayerKindRows(BaseModel):

@@ -5,8 +5,13 @@ Every value comes from the catalogue evaluated per device (`Problem.evaluate`: t
 tensor-parallel split, the batch by context parallelism). On top of that:
 
 - time per phase: the roofline max(FLOPs / (peak x efficiency), HBM traffic / bandwidth) over the
-  forward, backward and re-run passes; the phases of the attention core share one roofline under
-  FlashAttention (one fused kernel, Dao et al. 2022);
+  forward, backward and re-run passes, where a phase with matmuls (the catalogue's `gemm` entries,
+  (m, n, k) per device) runs each of them at its own shape's efficiency (`gemm.py`: tiles, waves over
+  the SMs, the memory floor); the backward pass runs each forward GEMM (m, n, k) as its data gradient
+  (m, k, n) and weight gradient (k, n, m); a grouped expert GEMM takes m x EP x R tokens per expert
+  (R the routing imbalance) and E/EP experts in one launch;
+- the phases of the attention core share one roofline under FlashAttention (one fused kernel, Dao et
+  al. 2022), whose causal mask skips the key blocks above the diagonal (`causal_block_fraction`);
 - the routed experts: a device holds E/(EP·ETP) of the experts' weights and reads only those; the
   busiest expert-parallel rank receives `routing_imbalance` times the mean routed tokens (R, 1 =
   balanced), which stretches the routed phases' FLOPs, activation traffic, stored and transient bytes
@@ -21,16 +26,27 @@ tensor-parallel split, the batch by context parallelism). On top of that:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import functools
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
 from typing import Any, Optional
+
+import numpy as np
 
 from ...catalogue.compiled import PhaseValues
 from ...catalogue.constants import constants
-from ...catalogue.terms import Phase
-from ..problem import Evaluation, Problem
+from ...catalogue.terms import Gemm, Phase
+from ..problem import Evaluation, Problem, kind_values
 from ..steptime import compute_efficiency
 from ..arrays import maximum, where
 from .precision import CastRates, cast_rates, phase_cast_s
+from .gemm import GemmDevice, gemm_time
+
+# FlashAttention-2's thread blocks cover B_r = B_c = 128 queries and keys for head dimensions up to 128
+# (Dao 2023, arXiv 2307.08691, §3.1 and §4.1 "block sizes {64, 128} x {64, 128}"; flash-attention
+# csrc/flash_attn/src/flash_fwd_launch_template.h, run_mha_fwd_hdim128: kBlockM = 128): the causal mask
+# leaves whole blocks above the diagonal, which the kernel skips (§3.1.1 "causal masking").
+CAUSAL_BLOCK = 128
 
 
 @dataclass
@@ -53,11 +69,28 @@ class Part:
     cast_s: dict[str, Any] = field(default_factory=dict)  # low precision: each phase's cast kernels (in phase_s)
     low_precision_params: Any = 0  # dense weights of low-precision phases (quantised copies cached)
     low_precision_routed: Any = 0  # routed experts' weights of low-precision phases (all E)
+    gemms: dict[str, list["GemmRow"]] = field(default_factory=dict)  # per phase, its matmuls (report)
+    kernels: Any = 0  # kernel launches, forward + backward + re-run (model/gpu/fixed.py)
+
+
+@dataclass(frozen=True)
+class GemmRow:
+    """One matmul of a phase as the report shows it: its forward shape and how fast it runs."""
+
+    name: str
+    m: Any
+    n: Any
+    k: Any
+    groups: Any  # GEMMs in one launch (a device's experts), else 1
+    launches: Any  # launches per forward pass
+    efficiency: Any  # forward: share of the datasheet peak (compute_efficiency x quantisation, or the memory floor)
+    backward_efficiency: Any  # data and weight gradients together
+    binding: Any  # compute / waves / memory (forward)
 
 
 @dataclass(frozen=True)
 class _Rates:
-    peak: float  # achieved matmul FLOP/s
+    peak: float  # achieved matmul FLOP/s of a large, perfectly quantised GEMM
     hbm: float  # HBM bytes/s
     imbalance: Any  # R on the busiest expert-parallel rank (1 without expert parallelism)
     expert_shards: Any  # EP·ETP
@@ -65,32 +98,103 @@ class _Rates:
     sequence_parallel: bool
     beta: int
     cast: Optional[CastRates] = None  # the low-precision recipe's rates (None: 16-bit training)
+    peak_share: float = 1.0  # peak over the datasheet peak (GEMM ceiling x compute_efficiency)
+    device: Optional[GemmDevice] = None  # None: a profile without [kernels] (every matmul at `peak`)
+    expert_parallel: Any = 1
+    core_time_factor: Any = 1.0  # FLOPs the attention kernel runs per FLOP counted (causal block skipping)
+    symbols: dict[str, Any] = field(default_factory=dict)  # the layer kind's symbol values (GEMM shapes)
+    features: dict[str, Any] = field(default_factory=dict)
+    low_peak: float = 0.0  # achieved FLOP/s of the low-precision GEMMs: dtype datasheet x ceiling x efficiency
+    low_device: Optional[GemmDevice] = None  # the low-precision GEMMs' device view (their dtype's peak)
+    low_beta: float = 1.0  # bytes per element of the low-precision GEMM operands
 
 
 def _rates(problem: Problem) -> _Rates:
     hw, lay = problem.hardware, problem.layout
+    ceiling = matmul_ceiling(problem)
+    share = ceiling * compute_efficiency(problem)
+    peak = hw.chip.peak_flops_per_s.value * share
+    cast = cast_rates(problem)  # the low-precision dtype's peak x compute_efficiency (x the same ceiling below)
     return _Rates(
-        peak=hw.chip.peak_flops_per_s.value * compute_efficiency(problem),
+        peak=peak,
+        peak_share=share,
         hbm=hw.memory.offchip_bandwidth_bytes_per_s.value,
         imbalance=where(lay.expert_parallel > 1, problem.run.routing_imbalance, 1.0),
         expert_shards=lay.expert_parallel * lay.expert_tensor_parallel,
         flash=problem.run.attention == "flash",
         sequence_parallel=lay.sequence_parallel,
         beta=problem.run.bytes_per_element,
-        cast=cast_rates(problem),
+        cast=cast,
+        device=gemm_device(problem, peak),
+        expert_parallel=lay.expert_parallel,
+        low_peak=cast.peak * ceiling if cast is not None else 0.0,
+        low_device=gemm_device(problem, cast.peak * ceiling) if cast is not None else None,
+        low_beta=cast.recipe.bytes_per_element if cast is not None else 1.0,
     )
+
+
+def matmul_ceiling(problem: Problem) -> float:
+    """The generation's measured large-GEMM share of the datasheet peak (`kernels.gemm_ceiling_fraction`),
+    1 for a profile without a [kernels] section. Every matmul phase runs at datasheet x this x the family's
+    fitted `compute_efficiency` before its shape's quantisation (model/gpu/gemm.py)."""
+    kernels = problem.hardware.kernels
+    return kernels.gemm_ceiling_fraction.value if kernels is not None else 1.0
+
+
+def gemm_device(problem: Problem, peak_flops_per_s: float) -> Optional[GemmDevice]:
+    """The GEMM shape model's view of the problem's device at an achieved peak (the dtype's datasheet peak x
+    compute_efficiency), or None for a profile without a [kernels] section."""
+    hw = problem.hardware
+    if hw.kernels is None:
+        return None
+    return GemmDevice(peak_flops_per_s, hw.memory.offchip_bandwidth_bytes_per_s.value, int(hw.chip.cores.value),
+                      hw.kernels.gemm_tiles, hw.kernels.gemm_wave_overhead_s.value,
+                      hw.kernels.gemm_overlap_exponent.value)
+
+
+def causal_block_fraction(s: Any, block: int = CAUSAL_BLOCK) -> Any:
+    """Share of the s x s score blocks a causal FlashAttention kernel runs: with nb = ceil(s/B) blocks per
+    side (B_r = B_c = B), the nb(nb+1)/2 blocks on and below the diagonal of nb^2 (Dao 2023, arXiv
+    2307.08691, §3.1.1: blocks whose column indices all exceed their row indices are skipped, about half)."""
+    nb = np.ceil(np.asarray(s, dtype=float) / block)
+    out = nb * (nb + 1) / (2 * nb * nb)
+    return float(out) if np.ndim(out) == 0 else out
+
+
+def _core_time_factor(problem: Problem, symbols: dict[str, Any]) -> Any:
+    """Kernel FLOPs per counted FLOP of the attention core under FlashAttention with a causal mask (every
+    decoder layer btacalc models is causal). The count is full s x w (the papers' convention) or, with
+    --causal, the unmasked (2sw - w^2 + w)/2; a window (w < s) runs its band's blocks, the counted s x w."""
+    if problem.run.attention != "flash":
+        return 1.0  # eager attention computes the whole score matrix and masks it
+    s, w = (np.asarray(symbols[x], dtype=float) for x in ("s", "w"))
+    counted = (2 * s * w - w * w + w) / (2 * s * w) if problem.run.causal else 1.0
+    runs = np.where(w < s, 1.0, causal_block_fraction(s))
+    out = runs / counted
+    return float(out) if np.ndim(out) == 0 else out
+
+
+def _kind_rates(problem: Problem, r: _Rates, kind: Any, pv: PhaseValues) -> _Rates:
+    """`r` with the layer kind's symbol values (for its GEMM shapes and its attention core)."""
+    shape = {**problem.shape_values(pv.tiles, 1), "b": pv.tile_batch}
+    symbols = {k: (float(v) if isinstance(v, Fraction) else v) for k, v in kind_values(problem.model, kind, shape).items()}
+    return replace(r, symbols=symbols, features=pv.compiled.selection.feature_dict,
+                   core_time_factor=_core_time_factor(problem, symbols))
 
 
 def layer_parts(problem: Problem, ev: Evaluation, memory_only: bool = False) -> list[Part]:
     """One decoder layer of each layer kind (in `ev.layers` order); with `memory_only`, only the bytes
     and parameters (what the memory model needs: the solver asks for many shapes)."""
     r = _rates(problem)
-    return [_part(pv, [p for p in pv.phases if p.scope == "layer"], r, memory_only) for _, pv in ev.layers]
+    return [_part(pv, [p for p in pv.phases if p.scope == "layer"],
+                  r if memory_only else _kind_rates(problem, r, kind, pv), memory_only) for kind, pv in ev.layers]
 
 
 def outside_parts(problem: Problem, ev: Evaluation, memory_only: bool = False) -> tuple[Part, Part]:
     """(first stage's, last stage's) parts outside the layers."""
     r = _rates(problem)
+    if not memory_only:
+        r = _kind_rates(problem, r, ev.layers[0][0], ev.outside)
     phases = [p for p in ev.outside.phases if p.scope == "model"]
     return (_part(ev.outside, [p for p in phases if p.pipeline_stage == "first"], r, memory_only),
             _part(ev.outside, [p for p in phases if p.pipeline_stage == "last"], r, memory_only))
@@ -106,11 +210,13 @@ def _part(pv: PhaseValues, phases: list[Phase], r: _Rates, memory_only: bool = F
             continue
         flops = (v("flops_fwd") + v("flops_bwd") + v("flops_recompute")) * load
         traffic = _traffic(phase, v, r, load)
+        part.kernels = part.kernels + _launches(phase, v, r)
         if phase.core and r.flash:
-            core = [core[0] + flops, core[1] + traffic, core[2] + v("flops_bwd") * load]
+            run = r.core_time_factor
+            core = [core[0] + flops * run, core[1] + traffic, core[2] + v("flops_bwd") * load * run]
             t = 0.0
         else:
-            t = maximum(flops / _peak(phase, r), traffic / r.hbm) + _cast(part, phase, v, r, load)
+            t = maximum(_matmul_time(part, phase, v, r, load), traffic / r.hbm) + _cast(part, phase, v, r, load)
         part.phase_s[phase.name] = t
         part.compute_s = part.compute_s + t
         part.backward_s = part.backward_s + t * _backward_share(v)
@@ -122,10 +228,85 @@ def _part(pv: PhaseValues, phases: list[Phase], r: _Rates, memory_only: bool = F
     return part
 
 
+def _matmul_time(part: Part, phase: Phase, v: Any, r: _Rates, load: Any) -> Any:
+    """The phase's FLOPs at its GEMMs' efficiencies: forward and re-run at the forward shapes', backward
+    at the data- and weight-gradient shapes' (FLOP-weighted); at `peak` for a phase without GEMMs. A
+    low-precision phase runs at its dtype's peak, with its operands' bytes (`_peak`, `_dtype`)."""
+    fwd = (v("flops_fwd") + v("flops_recompute")) * load
+    bwd = v("flops_bwd") * load
+    peak, device, beta = _dtype(phase, r)
+    gemms = [g for g in phase.gemm if g.applies(r.features)] if device is not None else []
+    if not gemms:
+        return (fwd + bwd) / peak
+    rows = [_gemm_row(g, r, load, device, beta) for g in gemms]
+    part.gemms[phase.name] = [row for row, _ in rows]
+    ideal = sum(i for _, (i, _, _) in rows)
+    t_fwd = sum(tf for _, (_, tf, _) in rows)
+    t_bwd = sum(tb for _, (_, _, tb) in rows)
+    return fwd / peak * (t_fwd / ideal) + bwd / peak * (t_bwd / (2 * ideal))
+
+
+def _dtype(phase: Phase, r: _Rates) -> tuple[Any, Optional[GemmDevice], float]:
+    """(achieved peak, GEMM device, operand bytes) of the phase's GEMMs: the low-precision recipe's for a
+    `low_precision` phase (the same ceiling x compute_efficiency on the dtype's datasheet peak), else 16-bit."""
+    if r.cast is not None and phase.low_precision:
+        return r.low_peak, r.low_device, r.low_beta
+    return r.peak, r.device, r.beta
+
+
+def _gemm_row(g: Gemm, r: _Rates, load: Any, dev: Optional[GemmDevice] = None,
+              beta: Optional[float] = None) -> tuple[GemmRow, tuple[Any, Any, Any]]:
+    """One GEMM of a phase: its report row and (ideal forward time, forward time, backward time) per pass."""
+    dev = dev if dev is not None else r.device
+    beta = beta if beta is not None else r.beta
+    m, n, k, count = (_evaluate(e, r.symbols) for e in (g.m, g.n, g.k, g.count))
+    if g.grouped:
+        m, groups, launches = m * r.expert_parallel * load, count / r.expert_parallel, 1
+    else:
+        groups, launches = 1, count
+    assert dev is not None  # _matmul_time only asks with a device
+    fwd = gemm_time(m, n, k, beta, dev, groups)
+    dgrad, wgrad = gemm_time(m, k, n, beta, dev, groups), gemm_time(k, n, m, beta, dev, groups)
+    ideal = 2 * np.asarray(m, dtype=float) * n * k * groups / dev.peak_flops_per_s
+    eff = r.peak_share
+    bwd_time = dgrad.time_s + wgrad.time_s
+    row = GemmRow(g.name, m, n, k, groups, launches, fwd.efficiency * eff, 2 * ideal / bwd_time * eff, fwd.binding())
+    return row, (launches * ideal, launches * fwd.time_s, launches * bwd_time)
+
+
+@functools.lru_cache(maxsize=None)
+def _code(expr: str) -> Any:
+    return compile(expr, "<gemm shape>", "eval")
+
+
+_FUNCTIONS = {"ceiling": np.ceil, "__builtins__": {}}
+
+
+def _evaluate(expr: str, symbols: dict[str, Any]) -> Any:
+    """A catalogue GEMM expression (checked arithmetic over the notation: `terms.check_expression`) at the
+    symbol values (ints, floats or arrays of layouts)."""
+    return eval(_code(expr), _FUNCTIONS, symbols)  # noqa: S307  # arithmetic only, checked when read
+
+
+def _launches(phase: Phase, v: Any, r: _Rates) -> Any:
+    """Kernel launches of a phase per micro-batch, an estimate (model/gpu/fixed.py): each GEMM once forward
+    (a grouped one once) and twice backward; another phase with work once each way; the fused attention
+    core is counted once for all its phases (`_fused_core`); a re-run repeats the forward."""
+    if phase.core and r.flash:
+        return 0
+    gemms = [g for g in phase.gemm if g.applies(r.features)]
+    if gemms:
+        fwd = sum((1 if g.grouped else _evaluate(g.count, r.symbols)) for g in gemms)
+        return fwd * (1 + v("reruns")) + 2 * fwd
+    work = where((v("bytes_moved") + v("flops_fwd")) > 0, 1, 0)
+    return work * (2 + v("reruns"))
+
+
 def _fused_core(part: Part, pv: PhaseValues, phases: list[Phase], core: list[Any], r: _Rates) -> None:
     """The FlashAttention kernel: one roofline over the core phases, shared out by their FLOPs."""
     fused = maximum(core[0] / r.peak, core[1] / r.hbm)
     part.compute_s, part.core_s = part.compute_s + fused, part.core_s + fused
+    part.kernels = part.kernels + where(core[0] > 0, 2, 0)  # the fused forward and backward kernels
     safe = where(core[0] > 0, core[0], 1)
     part.backward_s = part.backward_s + fused * where(core[0] > 0, core[2] / safe, 0)
     for phase in phases:
@@ -133,11 +314,6 @@ def _fused_core(part: Part, pv: PhaseValues, phases: list[Phase], core: list[Any
             flops = pv.value(phase.name, "flops_fwd") + pv.value(phase.name, "flops_bwd") \
                 + pv.value(phase.name, "flops_recompute")
             part.phase_s[phase.name] = fused * where(core[0] > 0, flops / safe, 0)
-
-
-def _peak(phase: Phase, r: _Rates) -> Any:
-    """Achieved FLOP/s of the phase's GEMMs: the recipe's dtype for low-precision phases, else 16-bit."""
-    return r.cast.peak if r.cast is not None and phase.low_precision else r.peak
 
 
 def _cast(part: Part, phase: Phase, v: Any, r: _Rates, load: Any) -> Any:

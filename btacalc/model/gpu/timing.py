@@ -9,6 +9,9 @@ Per micro-batch, stage j takes (per device; `costs.py` for the roofline of each 
 and the optimizer step takes
 
     step = max_j t_j x (M + (PP - 1)/VP) + max_j (exposed data-parallel synchronisation)
+           + max_j (optimizer update + gradient norm of stage j's local shard)
+
+with t_j also holding the exposed kernel-launch time of a micro-batch (`fixed.py`).
 
 (1F1B / interleaved pipeline: M micro-batches plus the bubble, Narayanan et al. 2021 §2.2). Overlap
 rules are the layout's named options (Megatron-Core's names; defaults in config/execution.py REASONS):
@@ -36,10 +39,11 @@ from ..steptime import StepTime, tile_overhead_s
 from .collectives import (all_to_all_time, context_parallel_time, data_parallel_times, pipeline_p2p_time,
                           tensor_parallel_time)
 from .costs import Part, layer_parts, outside_parts
+from .fixed import FixedCosts, fixed_costs, launch_time
 from .memory import stage_params
 from .stages import PipelineStages
 
-TERMS = ("compute", "tp_comm", "cp_comm", "all_to_all", "pp_p2p", "zero_per_micro_batch", "tiling")
+TERMS = ("compute", "tp_comm", "cp_comm", "all_to_all", "pp_p2p", "zero_per_micro_batch", "tiling", "launch")
 
 
 @dataclass
@@ -69,6 +73,7 @@ class _Stage(_Slowest):
 
     sync: Any  # exposed data-parallel synchronisation, per step
     sync_raw: dict[str, Any]
+    fixed: FixedCosts  # optimizer update and gradient norm, per step
 
 
 def gpu_step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Evaluation] = None,
@@ -90,11 +95,13 @@ def gpu_step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Ev
         if not is_array(slower) and slower:
             crit = j
         worst = worst.pick(slower, st)
-    sync = stages[0].sync
+    sync, optimizer, norm = stages[0].sync, stages[0].fixed.optimizer_s, stages[0].fixed.grad_norm_s
     for st in stages[1:]:
         sync = maximum(sync, st.sync)
+        slower = st.fixed.total_s > optimizer + norm
+        optimizer, norm = where(slower, st.fixed.optimizer_s, optimizer), where(slower, st.fixed.grad_norm_s, norm)
     bubble = worst.micro_batch_s * pipe.bubble_micro_batches
-    step = worst.micro_batch_s * m + bubble + sync
+    step = worst.micro_batch_s * m + bubble + sync + optimizer + norm
     seqs = lay.data_parallel * m * tiles * tile_batch
     peak = problem.hardware.chip.peak_flops_per_s.value
     flops = _model_flops(problem, tiles, tile_batch) * lay.data_parallel * m
@@ -103,11 +110,11 @@ def gpu_step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Ev
     known = not is_array(step) or (not is_array(lay.pipeline_parallel) and lay.pipeline_parallel == 1)
     phase_time, repeats = _phase_report(problem, pipe, crit, kinds, (first, last), m) if known else ({}, {})
     phase_time.update({k: v * m for k, v in worst.terms.items() if k not in ("compute", "tiling")})
-    phase_time.update(pipeline_bubble=bubble, gradient_sync=sync)
+    phase_time.update(pipeline_bubble=bubble, gradient_sync=sync, optimizer_step=optimizer, grad_norm=norm)
     comm = {k: v * m for k, v in worst.raw.items()}
     comm.update(stages[crit].sync_raw if known else {})
-    details = {"critical_stage": crit, "micro_batch_s": worst.micro_batch_s, "terms": worst.terms,
-               "bubble_s": bubble, "sync_s": sync}
+    details = {"gemms": _gemm_report(kinds, (first, last)) if known else {}, "critical_stage": crit, "micro_batch_s": worst.micro_batch_s, "terms": worst.terms,
+               "bubble_s": bubble, "sync_s": sync, "optimizer_s": optimizer, "grad_norm_s": norm}
     return StepTime(step, seqs * problem.run.seq_len / step, flops / (step * lay.devices * peak), phase_time,
                     worst.terms["tiling"] * m, 0.0, comm, repeats, details)
 
@@ -123,7 +130,7 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
     layers = sum(counts)
     stage = Part()
     for n, (_, part) in zip(counts, kinds):
-        for name in ("compute_s", "backward_s", "core_s", "tp_bytes", "cp_bytes", "a2a_bytes"):
+        for name in ("compute_s", "backward_s", "core_s", "tp_bytes", "cp_bytes", "a2a_bytes", "kernels"):
             setattr(stage, name, getattr(stage, name) + n * getattr(part, name))
     layer_terms = _layer_terms(problem, kinds, counts)
     first, last = ends
@@ -145,12 +152,16 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
              "all_to_all": layer_terms["all_to_all"],
              "pp_p2p": where(o.p2p, maximum(0.0, p2p - compute), p2p), "zero_per_micro_batch": per_mb,
              "tiling": layers * tiles * tile_overhead_s(problem)}
+    kernels = stage.kernels + sum(where(on, p.kernels, 0) for p, on in outside)
+    terms["launch"] = launch_time(problem, kernels, sum(terms.values()))
     reduce = where(o.grad_reduce, maximum(0.0, dp.reduce_per_step - backward), dp.reduce_per_step)
     gather = where(o.param_gather, maximum(0.0, dp.gather_per_step - (compute - backward)), dp.gather_per_step)
     terms = {k: where(exists, v, 0.0) for k, v in terms.items()}
     sync_raw = {"gradient_reduce": dp.reduce_per_step, "param_gather": dp.gather_per_step,
                 "zero_per_micro_batch": dp.per_micro_batch * micro_batches}
-    return _Stage(terms, raw, where(exists, reduce + gather, 0.0), sync_raw)
+    fixed = fixed_costs(problem, dense, expert, bytes_per_param(problem))
+    fixed = FixedCosts(where(exists, fixed.optimizer_s, 0.0), where(exists, fixed.grad_norm_s, 0.0))
+    return _Stage(terms, raw, where(exists, reduce + gather, 0.0), sync_raw, fixed)
 
 
 def _layer_terms(problem: Problem, kinds: list[tuple[Any, Part]], counts: list[Any]) -> dict[str, Any]:
@@ -169,6 +180,13 @@ def _layer_terms(problem: Problem, kinds: list[tuple[Any, Part]], counts: list[A
                    "tp_raw": tp, "cp_raw": cp, "a2a_raw": a2a}
         for k, v in exposed.items():
             out[k] = out[k] + n * v
+    return out
+
+
+def _gemm_report(kinds: list[tuple[Any, Part]], ends: tuple[Part, Part]) -> dict[tuple[str, str], Any]:
+    """(layer kind name, phase) -> the phase's GEMM rows; ("", phase) outside the layers."""
+    out = {(kind.name, name): rows for kind, part in kinds for name, rows in part.gemms.items()}
+    out.update({("", name): rows for part in ends for name, rows in part.gemms.items()})
     return out
 
 

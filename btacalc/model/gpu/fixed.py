@@ -1,0 +1,98 @@
+"""Costs a GPU pays once per optimizer step, whatever the batch: the optimizer update and the gradient
+norm, and the CPU's kernel launches when the kernels are too short to hide them.
+
+**Optimizer update** (bandwidth-bound: a few FLOPs per byte). Megatron's distributed optimizer
+(megatron/core/optimizer/distrib_optimizer.py; --use-distributed-optimizer, `zero_stage >= 1` here)
+keeps, per parameter of the rank's shard, the fp32 main (master) weight and Adam's two fp32 moments
+(the catalogue's `optimizer` state, 12 B) and reads the main gradient (`gradients`: 4 B in fp32, 2 with
+--grad-bytes 2). Adam (Kingma & Ba 2015, Alg. 1; apex/TE FusedAdam, one pass) reads the gradient and the
+three fp32 tensors and writes the three back, then the updated weight is copied into the 16-bit model
+weight (`weights`, 2 B):
+
+    bytes per local parameter = gradients + 2 x optimizer + weights = 4 + 24 + 2 = 30 B
+                                (reads 16 B: gradient, master, m, v; writes 14 B: master, m, v, 16-bit weight)
+    t_optimizer = local parameters x 30 B / HBM bandwidth
+
+Local parameters: the stage's per-device parameters (after TP, PP, EP, ETP), divided by the ZeRO shard
+group when the optimizer state is sharded (DP·CP for the dense part, EDP for the experts), else whole.
+
+**Gradient norm and clipping** (Megatron clip_grad_norm_fp32, megatron/core/optimizer/clip_grads.py):
+one read of the local main gradients (the same shard) for the squared norm, then an all-reduce of one
+fp32 scalar over every rank (through the ring helper of `collectives.py`, which carries whatever
+per-call latency it models); the scaling by the clip coefficient is applied only when the norm exceeds
+the threshold, and is not counted:
+
+    t_grad_norm = local parameters x gradients B / HBM bandwidth + all-reduce(4 B over all ranks)
+
+**Kernel launches.** The CPU issues kernels one after another, a few microseconds each (the profile's
+`kernels.launch_overhead_s`, an estimate: the CUDA C++ Best Practices Guide discusses kernel launch
+overhead; CUDA graphs remove most of it); the GPU queue hides them while the kernels run longer. A stage's
+micro-batch therefore takes at least kernels x launch time, and what exceeds its GPU time shows:
+
+    t_launch = max(0, kernels x launch_overhead_s - GPU time of the micro-batch)
+
+Kernels per phase (an estimate, not a trace): a matmul phase launches each GEMM once forward (a grouped
+expert GEMM once) and twice backward (data and weight gradient), other phases one kernel forward and
+one backward, the FlashAttention core one each; a re-run repeats the forward.
+
+The MoE router, permute (dispatch) and unpermute (combine) kernels are phases of the catalogue with
+their own HBM traffic (formulas/moe.toml), so their bandwidth-bound time is already in the layer's
+rooflines (rows `router`, `dispatch`, `combine` of the breakdown).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ...catalogue.constants import constants
+from ..arrays import maximum, where
+from ..problem import Problem
+from .collectives import ring_share, ring_time
+
+GRAD_NORM_BYTES = 4  # one fp32 partial sum of squares per rank (clip_grads.py: total_norm as a float tensor)
+
+
+@dataclass(frozen=True)
+class FixedCosts:
+    """Per-step fixed costs of one pipeline stage (seconds)."""
+
+    optimizer_s: Any
+    grad_norm_s: Any
+
+    @property
+    def total_s(self) -> Any:
+        return self.optimizer_s + self.grad_norm_s
+
+
+def optimizer_bytes_per_param(rates: dict[str, int]) -> int:
+    """HBM bytes the Adam update moves per local parameter (module docstring): gradient read, fp32 state
+    read and written, 16-bit weight written."""
+    return rates["gradients"] + 2 * rates["optimizer"] + rates["weights"]
+
+
+def local_params(problem: Problem, dense: Any, expert: Any) -> Any:
+    """Parameters whose optimizer state this device holds: its model-parallel shard, divided by the ZeRO
+    shard group (DP·CP dense, EDP experts) when the optimizer state is sharded (ZeRO >= 1)."""
+    lay = problem.layout
+    sharded = lay.zero_stage >= 1
+    return dense / where(sharded, lay.sharding_ranks, 1) + expert / where(sharded, lay.expert_data_parallel, 1)
+
+
+def fixed_costs(problem: Problem, dense: Any, expert: Any, rates: dict[str, int]) -> FixedCosts:
+    """Optimizer update and gradient norm of a stage holding `dense` + `expert` parameters per device."""
+    hbm = problem.hardware.memory.offchip_bandwidth_bytes_per_s.value
+    params = local_params(problem, dense, expert)
+    optimizer = params * optimizer_bytes_per_param(rates) / hbm
+    n = problem.layout.devices
+    scalar = constants().collectives.all_reduce * ring_share(n) * GRAD_NORM_BYTES
+    norm = params * rates["gradients"] / hbm + ring_time(problem, scalar, n, 1)
+    return FixedCosts(optimizer, norm)
+
+
+def launch_time(problem: Problem, kernels: Any, gpu_time_s: Any) -> Any:
+    """Exposed CPU launch time of a micro-batch on a stage (module docstring); 0 without [kernels]."""
+    k = problem.hardware.kernels
+    if k is None:
+        return 0.0
+    return maximum(0.0, kernels * k.launch_overhead_s.value - gpu_time_s)

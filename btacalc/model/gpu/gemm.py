@@ -1,0 +1,135 @@
+"""Time of one GEMM C (m x n) = A (m x k) @ B (k x n) on a GPU, from its shape.
+
+The output is cut into tiles of tm x tn elements; each thread block (CTA) computes one tile, and the
+tiles run in waves of one per SM (NVIDIA, Matrix Multiplication Background User's Guide, §2.1 "GPU
+implementation", §3.1 "Tile quantization", §3.2 "Wave quantization",
+https://docs.nvidia.com/deeplearning/performance/dl-performance-matrix-multiplication/index.html).
+Two quantisation losses follow from the shape alone:
+
+    tiles       = ceil(m/tm) · ceil(n/tn)
+    tile share  = m·n / (tiles · tm · tn)                       (partial edge tiles compute padding)
+    wave share  = (tiles / SMs) / ceil(tiles / SMs)              (the last wave leaves SMs idle)
+
+Each wave also pays a fixed time `o` that does not shrink with k (filling the operand pipeline before
+the first MMA, writing the tile out after the last): per candidate tile,
+
+    compute = 2·m·n·k / (peak · tile share · wave share) + ceil(tiles / SMs) · o
+
+A library chooses its tile among a few configurations (cuBLAS's heuristics, CUTLASS's tile shapes):
+the fastest of the device's candidate tiles is taken. `peak` is the achieved dense peak of the dtype:
+the datasheet peak x the generation's measured large-GEMM ceiling (a profile's
+`kernels.gemm_ceiling_fraction`) x the family's calibrated `compute_efficiency`.
+
+The per-wave time is derived from DeepGEMM's table of dense FP8 GEMMs on H800 (132 SMs; README
+@55ab91f7, "Normal GEMMs for dense models", m = 4096): at n x k = 32768 x 512, 24576 x 1536, 7168 x
+2048, 4096 x 7168, 7168 x 16384 the achieved rates 751, 1125, 1168, 1265, 1426 TFLOP/s fall with k
+as the fixed cost per wave predicts. The grouped tables of the same README give the rate as a function
+of rows (tokens) per expert: the contiguous layout (4 and 8 experts of 8,192 and 4,096 rows) runs at the
+dense rate, the masked layout (1, 2, 4 experts of 1,024, 512, 256 rows) falls to 932 and 815 TFLOP/s
+at 256 rows, where the weights' HBM traffic nears the math time. Least squares on log error over the
+16 rows (dense m = 4096, contiguous, masked; grid search) gives a ceiling of 0.73 of 1,979 TFLOP/s,
+o = 1.5 µs and p = 1.6, every row within 9% (with p → ∞, i.e. max(), the 256-row rows come out 25-41%
+too fast) (tests/test_clock.py::test_deepgemm_dense_and_grouped_rates). A grouped expert GEMM's
+efficiency as a function of its tokens per expert therefore follows from its shape: no separate
+grouped-kernel factor.
+
+A GEMM also moves its operands and result through HBM at least once (the guide's §2 "Math and memory
+bounds"; arithmetic intensity 2mnk / ((mk + kn + mn)·bytes)):
+
+    memory floor = (m·k + k·n + m·n) · bytes / HBM bandwidth
+
+which binds at small m (a few tokens per expert, the guide's Table 1 "linear layer with batch 1").
+Where both are near binding the kernel does not hide one under the other completely; the GEMM takes
+the smooth roofline
+
+    t = (compute^p + memory^p)^(1/p)        (p → ∞: the larger of the two; p = 1: their sum)
+
+with p a profile's `kernels.gemm_overlap_exponent`. Its efficiency is the ideal time 2mnk/peak over t.
+
+A grouped kernel (`groups` > 1: MoE experts in one launch, TransformerEngine / CUTLASS grouped GEMM,
+DeepGEMM's contiguous layout) schedules the tiles of all groups over the SMs together: the wave share
+is taken over groups x tiles, the tile share per group, the memory floor over every group's operands.
+
+Every argument may be a numpy array (arrays of layouts or shapes); the peak is an input, so another
+dtype's peak (FP8, FP4) drops in without changing the shape model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+BINDINGS = ("compute", "waves", "memory")  # what limits a GEMM; `waves`: tile and wave quantisation cost > 5%
+QUANTISATION_NOTABLE = 0.95  # below this tile x wave share a GEMM is reported as bound by `waves`
+
+
+@dataclass(frozen=True)
+class GemmDevice:
+    """What the shape model needs of a device: the dtype's achieved peak, HBM bandwidth, SMs, tiles."""
+
+    peak_flops_per_s: float  # achieved dense peak of the GEMM's dtype (datasheet x ceiling x compute_efficiency)
+    hbm_bytes_per_s: float
+    sms: int
+    tiles: tuple[tuple[int, int], ...]  # candidate output tiles (tm, tn) the library chooses among
+    wave_overhead_s: float = 0.0  # fixed time per wave of tiles (pipeline fill and epilogue)
+    overlap_exponent: float = float("inf")  # p of the smooth roofline; inf: max(compute, memory)
+
+
+@dataclass(frozen=True)
+class GemmTime:
+    """One GEMM (or grouped GEMM): time, efficiency against `peak_flops_per_s` and what binds it."""
+
+    time_s: Any
+    efficiency: Any  # ideal time 2mnk·groups/peak over time_s (1 = a perfectly quantised, compute-bound GEMM)
+    quantisation: Any  # compute-side share of the chosen tile: tile share x wave share, after the per-wave time
+    memory_bound: Any  # True where the memory floor exceeds the quantised compute time
+
+    def binding(self) -> Any:
+        """'memory', 'waves' or 'compute' (scalars: a str; arrays: an array of str)."""
+        out = np.where(self.memory_bound, "memory", np.where(self.quantisation < QUANTISATION_NOTABLE, "waves",
+                                                             "compute"))
+        return str(out) if np.ndim(out) == 0 else out
+
+
+def quantisation(m: Any, n: Any, sms: int, tile: tuple[int, int], groups: Any = 1) -> Any:
+    """Tile share x wave share of an m x n output cut into `tile`s, `groups` GEMMs in one launch."""
+    tm, tn = tile
+    per_group = np.ceil(np.asarray(m, dtype=float) / tm) * np.ceil(np.asarray(n, dtype=float) / tn)
+    tile_share = np.asarray(m, dtype=float) * n / (per_group * tm * tn)
+    waves = per_group * groups / sms
+    wave_share = waves / np.ceil(waves)
+    return tile_share * wave_share
+
+
+def _compute_time(m: Any, n: Any, k: Any, device: GemmDevice, tile: tuple[int, int], groups: Any) -> Any:
+    """Quantised compute time with `tile`: ideal / (tile share x wave share) + ceil(waves) x overhead."""
+    tm, tn = tile
+    waves = np.ceil(np.ceil(m / tm) * np.ceil(n / tn) * groups / device.sms)
+    ideal = 2 * m * n * k * groups / device.peak_flops_per_s
+    return ideal / quantisation(m, n, device.sms, tile, groups) + waves * device.wave_overhead_s
+
+
+def _roofline(compute: Any, memory: Any, p: float) -> Any:
+    """(compute^p + memory^p)^(1/p), scaled by the larger term so that no power overflows; max() at p = inf."""
+    top = np.maximum(compute, memory)
+    if np.isinf(p):
+        return top
+    return top * ((compute / top) ** p + (memory / top) ** p) ** (1 / p)
+
+
+def gemm_time(m: Any, n: Any, k: Any, bytes_per_element: Any, device: GemmDevice, groups: Any = 1) -> GemmTime:
+    """Time of `groups` GEMMs (m x k) @ (k x n) run as one launch (see the module docstring)."""
+    m, n, k = (np.maximum(np.asarray(x, dtype=float), 1.0) for x in (m, n, k))
+    shape = np.broadcast(m, n, k, groups).shape
+    compute = np.minimum.reduce([np.broadcast_to(_compute_time(m, n, k, device, t, groups), shape)
+                                 for t in device.tiles])
+    ideal = 2 * m * n * k * groups / device.peak_flops_per_s
+    q = ideal / compute
+    memory = (m * k + k * n + m * n) * groups * bytes_per_element / device.hbm_bytes_per_s
+    time = _roofline(compute, memory, device.overlap_exponent)
+    scalar = all(np.ndim(x) == 0 for x in (time, q))
+    as_out = (lambda x: float(x)) if scalar else (lambda x: x)  # noqa: E731
+    return GemmTime(as_out(time), as_out(ideal / time), as_out(q),
+                    bool(memory > compute) if scalar else memory > compute)

@@ -1,0 +1,279 @@
+"""The GPU clock's mechanisms, each tested as its derivation: GEMM tile and wave quantisation and the
+memory floor (model/gpu/gemm.py), grouped expert GEMM shapes, the causal FlashAttention block share
+(model/gpu/costs.py), the optimizer update, gradient norm and launch overhead (model/gpu/fixed.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from btacalc.config.execution import Layout, RunOptions
+from btacalc.config.hardware import resolve_hardware
+from btacalc.config.presets import load_preset
+from btacalc.model.gpu.gemm import GemmDevice, gemm_time, quantisation
+from btacalc.model.problem import make_problem
+
+PEAK = 1e15  # FLOP/s, a round achieved peak for the hand arithmetic
+HBM = 3e12  # B/s
+FAST = 1e15  # B/s: a bandwidth at which the quantisation tests' GEMMs stay compute-bound (ridge 1 FLOP/B)
+
+
+def test_a_gemm_needing_1_02_waves_runs_at_half_speed():
+    """100 SMs, 128 x 128 tiles: m = 102 x 128, n = 128 gives 102 tiles = 1.02 waves; the second wave holds
+    2 tiles, so the GEMM takes 2 waves for 1.02 waves of work: efficiency 1.02 / 2 = 0.51 (NVIDIA Matrix
+    Multiplication Background guide §3.2). At FAST bandwidth the GEMM stays compute-bound."""
+    dev = GemmDevice(PEAK, FAST, 100, ((128, 128),))
+    m, n, k = 102 * 128, 128, 65536
+    t = gemm_time(m, n, k, 2, dev)
+    ideal = 2 * m * n * k / PEAK
+    assert t.efficiency == pytest.approx(0.51)
+    assert t.time_s == pytest.approx(ideal / 0.51)
+    assert t.binding() == "waves"
+    # one tile fewer: exactly one wave, no loss
+    assert gemm_time(101 * 128 - 128, n, k, 2, dev).efficiency == pytest.approx(1.0)
+
+
+def test_partial_tiles_compute_padding():
+    """m = 129 with 128-row tiles: two tile rows, of which the second computes 1 useful row in 128:
+    tile share 129 / 256 (guide §3.1); one tile column of n = 128 and 2 tiles on 100 SMs: the wave share
+    is 0.02 / 1."""
+    assert quantisation(129, 128, 100, (128, 128)) == pytest.approx(129 / 256 * 0.02)
+
+
+def test_the_library_picks_the_best_candidate_tile():
+    """An output of 128 x 256 on 1 SM: the 128 x 256 tile covers it exactly (share 1), 256 x 128 pads half
+    of it (0.5), 128 x 128 needs two full tiles on one SM (share 1): the best is 1."""
+    dev = GemmDevice(PEAK, FAST, 1, ((256, 128), (128, 256), (128, 128)))
+    assert gemm_time(128, 256, 65536, 2, dev).quantisation == pytest.approx(1.0)
+    only_wide = GemmDevice(PEAK, FAST, 1, ((256, 128),))
+    assert gemm_time(128, 256, 65536, 2, only_wide).quantisation == pytest.approx(0.5)
+
+
+def test_small_m_is_bound_by_the_memory_floor():
+    """m = 16 tokens, n = k = 8192, 2-byte elements: the operands and result cross HBM once,
+    (16·8192 + 8192·8192 + 16·8192)·2 bytes / 3 TB/s, against 2·16·8192² FLOPs at 1 PFLOP/s."""
+    dev = GemmDevice(PEAK, HBM, 132, ((128, 128),))
+    m, n, k = 16, 8192, 8192
+    floor = (m * k + k * n + m * n) * 2 / HBM
+    t = gemm_time(m, n, k, 2, dev)
+    assert t.time_s == pytest.approx(floor)
+    assert t.efficiency == pytest.approx(2 * m * n * k / PEAK / floor)
+    assert t.binding() == "memory"
+
+
+def test_a_grouped_gemm_shares_its_waves_over_the_groups():
+    """4 experts of 25 tiles each on 100 SMs in one launch: 100 tiles, exactly one wave (each alone would
+    be 0.25 of a wave)."""
+    dev = GemmDevice(PEAK, FAST, 100, ((128, 128),))
+    m, n, k = 5 * 128, 5 * 128, 65536
+    assert gemm_time(m, n, k, 2, dev, groups=4).efficiency == pytest.approx(1.0)
+    assert gemm_time(m, n, k, 2, dev).efficiency == pytest.approx(0.25)
+
+
+def test_gemm_time_takes_arrays_of_shapes():
+    dev = GemmDevice(PEAK, FAST, 100, ((128, 128),))
+    t = gemm_time(np.array([102 * 128, 100 * 128]), 128, 65536, 2, dev)
+    assert t.efficiency == pytest.approx([0.51, 1.0])
+
+
+def test_causal_block_share_on_a_small_grid():
+    """nb = ceil(s/128) blocks per side; the causal kernel runs the nb(nb+1)/2 on or below the diagonal:
+    s = 512 gives nb = 4 and 10 of 16 blocks; s = 130 gives nb = 2 and 3 of 4; s = 4096: 528 of 1024."""
+    from btacalc.model.gpu.costs import causal_block_fraction
+
+    assert causal_block_fraction(512) == pytest.approx(10 / 16)
+    assert causal_block_fraction(130) == pytest.approx(3 / 4)
+    assert causal_block_fraction(4096) == pytest.approx(528 / 1024)
+
+
+def _problem(model="llama-3-8b", hw="h100", run=None, **layout):
+    run = run or RunOptions(seq_len=4096, attention="flash", gradient_bytes=4)
+    return make_problem(load_preset(model), resolve_hardware(hw), run, Layout(**layout))
+
+
+def test_the_attention_core_runs_the_causal_blocks_in_time_not_in_the_flop_count():
+    """Under FlashAttention the core's time FLOPs are the counted ones x 528/1024 at s = 4096 (full s²
+    counted); counting causally (--causal, s(s+1)/2 entries) the factor restores the blocks:
+    (528/1024) / ((s + 1)/(2s)). Eager attention computes every score: factor 1."""
+    from btacalc.model.gpu.costs import _core_time_factor
+
+    s = 4096
+    sym = {"s": s, "w": s}
+    assert _core_time_factor(_problem(devices=8), sym) == pytest.approx(528 / 1024)
+    causal = _problem(run=RunOptions(seq_len=s, attention="flash", causal=True), devices=8)
+    assert _core_time_factor(causal, sym) == pytest.approx((528 / 1024) / ((s + 1) / (2 * s)))
+    eager = _problem(run=RunOptions(seq_len=s, attention="eager"), devices=8)
+    assert _core_time_factor(eager, sym) == 1.0
+
+
+def test_expert_gemms_run_per_expert_over_its_tokens():
+    """Qwen3-30B-A3B (E = 128, k = 8, f = 768, h = 2048) on EP 8, one sequence of 4096 per rank: each
+    expert receives k·T·EP/E = 8·4096·8/128 = 2,048 tokens; a rank holds E/EP = 16 experts in one grouped
+    launch; gate and up are one 2f = 1,536-wide GEMM, down contracts f = 768."""
+    from btacalc.model.gpu.costs import layer_parts
+
+    p = _problem("qwen3-30b-a3b", devices=8, expert_parallel=8)
+    rows = {g.name: g for g in layer_parts(p, p.evaluate(1, 1))[0].gemms["experts"]}
+    up, down = rows["W_gate_up"], rows["W_down"]
+    assert (up.m, up.n, up.k, up.groups) == (pytest.approx(2048), pytest.approx(1536), pytest.approx(2048), 16)
+    assert (down.m, down.n, down.k) == (pytest.approx(2048), pytest.approx(2048), pytest.approx(768))
+
+
+def test_tensor_parallelism_narrows_the_column_parallel_gemms():
+    """Llama-3-8B (a = 32, a_kv = 8, d_h = 128, h = 4096) under TP 4: W_qkv is s·b x (32 + 16)·128/4 x h."""
+    from btacalc.model.gpu.costs import layer_parts
+
+    p = _problem(devices=8, tensor_parallel=4, sequence_parallel=True)
+    (qkv,) = layer_parts(p, p.evaluate(1, 1))[0].gemms["qkv_proj"]
+    assert (qkv.m, qkv.n, qkv.k) == (pytest.approx(4096), pytest.approx(48 * 128 / 4), pytest.approx(4096))
+
+
+def test_adam_moves_30_bytes_per_local_parameter():
+    """Megatron's distributed optimizer with fp32 main gradients: read the gradient (4 B) and the fp32
+    master weight and two moments (12 B), write the three back (12 B) and the 16-bit weight (2 B): 30 B per
+    parameter of the local shard. 8e9 parameters over DP = 8 (ZeRO-1) on an H100 (3.35 TB/s): 1e9 x 30 B."""
+    from btacalc.model.gpu.fixed import fixed_costs, optimizer_bytes_per_param
+    from btacalc.model.state import bytes_per_param
+
+    p = _problem(devices=8, zero_stage=1)
+    rates = bytes_per_param(p)
+    assert rates == {"weights": 2, "gradients": 4, "optimizer": 12}
+    assert optimizer_bytes_per_param(rates) == 4 + 2 * 12 + 2 == 30
+    hbm = 3.35e12
+    fixed = fixed_costs(p, 8e9, 0, rates)
+    assert fixed.optimizer_s == pytest.approx(1e9 * 30 / hbm)
+    # the norm reads the 4-byte gradients once, then all-reduces one fp32 over the 8 ranks of one node
+    nvlink = 4.5e11
+    assert fixed.grad_norm_s == pytest.approx(1e9 * 4 / hbm + 2 * 7 / 8 * 4 / nvlink)
+    # without the distributed optimizer every rank updates all of its parameters
+    whole = fixed_costs(_problem(devices=8, zero_stage=0), 8e9, 0, rates)
+    assert whole.optimizer_s == pytest.approx(8e9 * 30 / hbm)
+
+
+def test_launches_show_only_beyond_the_gpu_time():
+    """1,000 kernels at 4 us take 4 ms of CPU time: a 1 ms micro-batch waits 3 ms, a 5 ms one none."""
+    from btacalc.model.gpu.fixed import launch_time
+
+    p = _problem(devices=8)
+    assert p.hardware.kernels.launch_overhead_s.value == 4e-6
+    assert launch_time(p, 1000, 1e-3) == pytest.approx(3e-3)
+    assert launch_time(p, 1000, 5e-3) == 0.0
+
+
+def test_the_step_carries_the_fixed_costs_as_rows():
+    """The optimizer update and the gradient norm are rows of the step's breakdown and part of the step
+    (with the per-tile overhead, reported apart)."""
+    from btacalc.model.gpu.timing import gpu_step_time
+
+    p = _problem(devices=8, zero_stage=1, micro_batches=4)
+    st = gpu_step_time(p, 1, 1)
+    assert st.phase_time_s["optimizer_step"] > 0 and st.phase_time_s["grad_norm"] > 0
+    assert "launch" in st.phase_time_s
+    rows = sum(v for k, v in st.phase_time_s.items())
+    assert rows + st.tiling_overhead_s == pytest.approx(st.step_time_s, rel=1e-9)
+
+
+# --- measured ceilings per generation and the per-wave time (model/gpu/gemm.py) ---------------------------
+
+MAMF = {  # stas00/ml-engineering@744d01e1 compute/accelerator/README.md lines 351-358: BF16 matmul TFLOP/s, best shape
+    "a100-40gb": (271.2e12, (1024, 10240, 5120)),
+    "a100-80gb": (271.2e12, (1024, 10240, 5120)),
+    "h100": (794.5e12, (2048, 2048, 13312)),
+    "h200": (794.5e12, (2048, 2048, 13312)),  # the table: "H200 is the same"
+    "b200": (1745.0e12, (1792, 16128, 3072)),
+    "gb200": (1822.0e12, (4096, 9728, 2048)),
+}
+
+
+def _profile_device(hw: str) -> GemmDevice:
+    """A profile's GEMM device at datasheet x measured ceiling (compute_efficiency left out: microbenchmark)."""
+    p = resolve_hardware(hw)
+    assert p.kernels is not None
+    return GemmDevice(p.chip.peak_flops_per_s.value * p.kernels.gemm_ceiling_fraction.value,
+                      p.memory.offchip_bandwidth_bytes_per_s.value, int(p.chip.cores.value), p.kernels.gemm_tiles,
+                      p.kernels.gemm_wave_overhead_s.value, p.kernels.gemm_overlap_exponent.value)
+
+
+@pytest.mark.parametrize("hw", sorted(MAMF))
+def test_each_generations_ceiling_reproduces_its_published_large_gemm_rate(hw):
+    """The profile's ceiling is derived so that its best-shape GEMM, through the shape model, runs at the
+    published Maximum Achievable Matmul FLOPS. By hand for the A100 80GB: 1024x10240x5120 on 108 SMs is
+    320 tiles of 128x256, 3 waves for 2.963 of work: compute 2mnk / (312e12 x 0.914) x 3/2.963; the
+    operands (1024·5120 + 5120·10240 + 1024·10240)·2 B through 2.039 TB/s; the smooth roofline
+    (c^1.6 + m^1.6)^(1/1.6) of the two is 2mnk / 271.2 TFLOP/s."""
+    measured, (m, n, k) = MAMF[hw]
+    achieved = 2 * m * n * k / gemm_time(m, n, k, 2, _profile_device(hw)).time_s
+    assert achieved == pytest.approx(measured, rel=0.005)
+    if hw == "a100-80gb":
+        c = 2 * m * n * k / (312e12 * 0.914) * 3 / (320 / 108)
+        mem = (m * k + k * n + m * n) * 2 / 2.039e12
+        assert 2 * m * n * k / (c ** 1.6 + mem ** 1.6) ** (1 / 1.6) == pytest.approx(measured, rel=0.002)
+
+
+def test_generations_differ_by_measurement_not_only_by_sms():
+    """The ceilings follow the measured order: A100 (86.9%) > H100 (80.3%) > B200 (77.6%) > GB200 (1822/2450
+    = 74.4%) of the datasheet peak in stas00's table, before quantisation and the memory term."""
+    ceil = {hw: resolve_hardware(hw).kernels.gemm_ceiling_fraction.value for hw in ("a100-80gb", "h100", "h200",
+                                                                                      "b200", "gb200")}
+    assert ceil["a100-80gb"] > ceil["h100"] > ceil["b200"] > ceil["gb200"]
+    assert ceil["h200"] < ceil["h100"]  # the same measured rate with a faster HBM leaves less to the math
+
+
+def test_each_wave_pays_the_fixed_time():
+    """1 SM, 128 x 128 tiles, m = 256, n = 128: two tiles, two waves; time = 2mnk / peak + 2 x o."""
+    o = 2.5e-6
+    dev = GemmDevice(PEAK, FAST, 1, ((128, 128),), o)
+    m, n, k = 256, 128, 4096
+    assert gemm_time(m, n, k, 2, dev).time_s == pytest.approx(2 * m * n * k / PEAK + 2 * o)
+
+
+H800_FP8 = 1979e12  # FLOP/s, dense FP8 (the H100 SXM datasheet; H800 has the same SMs and clocks)
+
+
+@pytest.mark.parametrize("groups,m,n,k,tflops", [
+    # DeepGEMM README @55ab91f7, "Normal GEMMs for dense models", m = 4096 rows
+    (1, 4096, 2112, 7168, 1009), (1, 4096, 24576, 1536, 1125), (1, 4096, 32768, 512, 751),
+    (1, 4096, 7168, 16384, 1426), (1, 4096, 4096, 7168, 1265), (1, 4096, 7168, 2048, 1168),
+    # "Grouped GEMMs for MoE models (contiguous layout)": experts x rows per expert
+    (4, 8192, 4096, 7168, 1346), (4, 8192, 7168, 2048, 1214), (8, 4096, 4096, 7168, 1346), (8, 4096, 7168, 2048, 1214),
+    # "(masked layout)": 1, 2, 4 experts of 1024, 512, 256 rows
+    (1, 1024, 4096, 7168, 1233), (1, 1024, 7168, 2048, 925), (2, 512, 4096, 7168, 1040), (2, 512, 7168, 2048, 916),
+    (4, 256, 4096, 7168, 932), (4, 256, 7168, 2048, 815),
+])
+def test_deepgemm_dense_and_grouped_rates(groups, m, n, k, tflops):
+    """Three numbers, 0.73 of the FP8 peak, the H100 profile's 1.5 µs per wave and roofline exponent 1.6,
+    give every row of DeepGEMM's H800 tables within 9%: the k = 512 dense row at half the k = 16384 row's
+    rate (a wave of 128x256 tiles at k = 512 computes for 2·128·256·512 / (1979e12·0.73/132) = 2.3 µs and
+    waits 1.5 µs), grouped experts with thousands of rows at the dense rate, and 256 rows per expert
+    down to 0.47 of the peak as the weights' traffic nears the math. FP8 operands (1 byte) and BF16
+    results (2 bytes): the traffic (mk + kn + 2mn) bytes, passed as its mean bytes per element."""
+    h100 = resolve_hardware("h100")
+    assert h100.kernels is not None
+    dev = GemmDevice(H800_FP8 * 0.73, 3.35e12, 132, h100.kernels.gemm_tiles, h100.kernels.gemm_wave_overhead_s.value,
+                     h100.kernels.gemm_overlap_exponent.value)
+    bytes_per_element = (m * k + k * n + 2 * m * n) / (m * k + k * n + m * n)
+    t = gemm_time(m, n, k, bytes_per_element, dev, groups=groups)
+    assert 2 * m * n * k * groups / t.time_s / 1e12 == pytest.approx(tflops, rel=0.09)
+
+
+def test_the_smooth_roofline_by_hand():
+    """p = 2, compute 3 µs and memory 4 µs give 5 µs (the 3-4-5 triangle); p = inf gives max = 4 µs.
+    1 SM, one 128 x 128 tile, k chosen for 3 µs of compute at PEAK; HBM set for 4 µs of traffic."""
+    m = n = 128
+    k = int(3e-6 * PEAK / (2 * m * n))
+    traffic = (m * k + k * n + m * n) * 2
+    dev = GemmDevice(PEAK, traffic / 4e-6, 1, ((128, 128),), 0.0, 2.0)
+    compute = 2 * m * n * k / PEAK
+    assert gemm_time(m, n, k, 2, dev).time_s == pytest.approx((compute ** 2 + 4e-6 ** 2) ** 0.5)
+    assert gemm_time(m, n, k, 2, GemmDevice(PEAK, traffic / 4e-6, 1, ((128, 128),))).time_s == pytest.approx(4e-6)
+
+
+def test_matmul_phases_run_at_datasheet_x_ceiling_x_compute_efficiency():
+    from btacalc.model.gpu.costs import _rates
+
+    p = _problem(tensor_parallel=8, devices=8)
+    hw = p.hardware
+    assert hw.kernels is not None and hw.calibration.compute_efficiency is not None
+    r = _rates(p)
+    assert r.peak_share == pytest.approx(hw.kernels.gemm_ceiling_fraction.value * hw.calibration.compute_efficiency.value)
+    assert r.peak == pytest.approx(989e12 * r.peak_share)
