@@ -27,7 +27,7 @@ from ..model.timing import StepTime, compute_efficiency, step_time
 from .report import (AlternativePlan, FlopsPerStep, HardwareInfo, Inputs, LayerKindRows, ModelInfo, ParallelInfo,
                      PhaseRow, PlanInfo, PlanReport, StageRow, StateRow, Throughput)
 from .resolve import resolve_problem
-from .suggest import suggestions
+from .suggest import suggestions, verdict
 from .wafer import wafer_info
 
 
@@ -171,6 +171,8 @@ def representative_kind(ev: Evaluation) -> tuple[LayerKind, PhaseValues]:
 
 
 def build_report(problem: Problem, mem: MemoryModel, sol: Solution, found: Search) -> PlanReport:
+    if not (sol.fits and mem.fits(sol.tiles, sol.tile_batch)):
+        sol = verdict(problem, mem, sol)  # one cause named: memory, a fixed size or a cap
     ev = problem.evaluate(sol.tiles, sol.tile_batch)
     breakdown = mem.breakdown(sol.tiles, sol.tile_batch)
     kind, pv = representative_kind(ev)

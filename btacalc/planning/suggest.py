@@ -1,46 +1,166 @@
-"""What would fit when a plan does not: off-wafer capacity, weight streaming, more devices,
-recomputation, FlashAttention, a shorter sequence, a different batch shape. Suggestions are written
-as the command-line flags a user would type."""
+"""A plan that does not fit: the one constraint that binds, and what would fit.
+
+The verdict names one cause, checked in this order (the first that holds binds):
+
+- **memory**: not even one sequence per device fits (or the state exceeds the off-wafer store);
+- **a fixed size**: one sequence fits, but the shape the user fixed (``--micro-batch``, ``--tiles``,
+  ``--tile-batch``, or ``--global-batch`` with ``--grad-accum``) does not;
+- **a cap**: ``--max-global-batch`` is below one sequence per data-parallel rank (N = DP·M·G·b with
+  G·b ≥ 1), so no shape is allowed at all;
+- otherwise memory at the smallest allowed shape.
+
+Every suggestion is a change of the request that is *run* (resolved and solved exactly as `plan`
+does) and shown only when that plan fits; a suggestion that repeats what was given, or whose
+resolution is refused (a layout that does not divide another device count), is left out. Suggestions
+never raise. They are written as the command-line flags a user would type.
+"""
 
 from __future__ import annotations
 
-from ..config.execution import ExecutionRequest
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Optional
+
+from ..config.execution import BatchLimits, ExecutionRequest
+from ..errors import BtacalcError
 from ..model.memory import MemoryModel
 from ..model.problem import Problem
-from ..model.solver import solve
+from ..model.solver import Solution
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One suggestion: the flags a user would type, and the request change they make."""
+
+    flags: str
+    change: Callable[[ExecutionRequest], ExecutionRequest]
+
+
+def _request(problem: Problem) -> ExecutionRequest:
+    return problem.execution.request or ExecutionRequest()
+
+
+def run_trial(problem: Problem, change: Callable[[ExecutionRequest], ExecutionRequest]) -> Optional[Solution]:
+    """The solved shape of `problem` with its request changed, when that plan fits; None when it does
+    not fit or the changed request is refused (never raises a user error)."""
+    from .plan import solve_problem
+    from .resolve import resolve_problem
+
+    try:
+        alt = resolve_problem(problem.model, problem.hardware, change(_request(problem)))
+        _, sol, _ = solve_problem(alt)
+    except (BtacalcError, ArithmeticError):
+        return None
+    return sol if sol.fits and MemoryModel(alt).fits(sol.tiles, sol.tile_batch) else None
+
+
+def _shape(sol: Solution) -> str:
+    m = f", M = {sol.micro_batches}" if sol.micro_batches > 1 else ""
+    return f"G = {sol.tiles}, b = {sol.tile_batch}{m}"
+
+
+def _fixed_size(limits: BatchLimits, data_parallel: int) -> Optional[tuple[str, str]]:
+    """(constraint, text) of the batch size the user fixed, if any: G·b per micro-batch, G or b."""
+    if limits.global_batch is not None and limits.micro_batches is not None:
+        per = limits.global_batch // (data_parallel * limits.micro_batches)
+        return "micro_batch", f"the fixed micro-batch G*b = {per} per data-parallel rank"
+    if limits.tiles is not None:
+        return "tiles", f"the fixed --tiles {limits.tiles}"
+    if limits.tile_batch is not None:
+        return "tile_batch", f"the fixed --tile-batch {limits.tile_batch}"
+    return None
+
+
+def _cap(limits: BatchLimits, data_parallel: int) -> Optional[str]:
+    least = data_parallel * (limits.micro_batches or 1)
+    if limits.max_global_batch is not None and limits.max_global_batch < least:
+        return (f"--max-global-batch {limits.max_global_batch} is below the smallest step batch, one sequence "
+                f"per data-parallel rank: DP {data_parallel} x M {limits.micro_batches or 1} = {least} sequences")
+    return None
+
+
+def verdict(problem: Problem, mem: MemoryModel, sol: Solution) -> Solution:
+    """`sol` (a shape that does not fit) with the one constraint that binds and why."""
+    limits, dp = problem.execution.limits, problem.layout.data_parallel
+    usable = f"{mem.usable / 1e9:.2f} GB usable"
+    if not mem.offchip_fits:
+        return replace(sol, binding_constraint="memory", tile_constraint="memory",
+                       explanation="the training state exceeds the off-wafer store")
+    if not mem.fits(1, 1):
+        return replace(sol, binding_constraint="memory", tile_constraint="memory",
+                       explanation=f"not even one sequence fits: {mem.total(1, 1) / 1e9:.2f} GB of {usable}")
+    fixed = _fixed_size(limits, dp)
+    if fixed is not None:
+        name, text = fixed
+        if name == "micro_batch" and limits.tiles is None and limits.tile_batch is None:
+            # the fixed G*b shown as tiles of one sequence (the least memory for a given G*b)
+            sol = replace(sol, tiles=limits.global_batch // (dp * (limits.micro_batches or 1)), tile_batch=1)
+        return replace(sol, binding_constraint=name, tile_constraint=name,
+                       explanation=f"{text} does not fit ({mem.total(sol.tiles, sol.tile_batch) / 1e9:.2f} GB of "
+                                   f"{usable}); one sequence does")
+    cap = _cap(limits, dp)
+    if cap is not None:
+        return replace(sol, binding_constraint="max_global_batch", tile_constraint="max_global_batch",
+                       explanation=cap)
+    return replace(sol, binding_constraint="memory", tile_constraint="memory",
+                   explanation=f"no allowed shape fits in {usable}")
 
 
 def suggestions(problem: Problem, mem: MemoryModel) -> list[str]:
-    limits = problem.execution.limits
-    fixed = sum(mem.fixed.values())
+    """What would fit, each verified by solving it; never raises."""
+    try:
+        return _suggestions(problem, mem)
+    except (BtacalcError, ArithmeticError):  # a suggestion is advice: it never replaces the answer
+        return []
+
+
+def _suggestions(problem: Problem, mem: MemoryModel) -> list[str]:
     if not mem.offchip_fits:
         state = sum(v for k, v in mem.offchip.items() if k != "capacity")
         return [f"weights, gradients and optimizer state ({state / 1e12:.2f} TB) exceed the off-wafer store "
                 f"({mem.offchip['capacity'] / 1e12:.2f} TB in the profile): a larger MemoryX configuration is needed"]
+    fixed = sum(mem.fixed.values())
     if fixed > mem.usable:
         return _state_too_large(problem, mem, fixed)
-    out: list[str] = []
-    run = problem.run
-    trials = []
-    if run.recompute != "full":
-        trials.append(("--recompute full", {"recompute": "full"}))
-    if run.attention != "flash":
-        trials.append(("--attention flash", {"attention": "flash"}))
-    for flag, change in trials:
-        alt = MemoryModel(problem.with_run(**change))
-        if alt.fits(1, 1):
-            sol = solve(alt, limits.free())
-            out.append(f"{flag} fits G = {sol.tiles}, b = {sol.tile_batch} (G*b = {sol.tiles * sol.tile_batch})")
+    out = [text for text in (_verified(problem, trial) for trial in _trials(problem, mem)) if text]
     if problem.hardware.family == "gpu" and problem.layout.devices > 1:
         out.append(f"--search finds the fastest Megatron layout that fits on --devices {problem.layout.devices}, if any "
                    "(tensor, pipeline, context parallelism, recomputation)")
-    longest = _longest_sequence(mem, run.seq_len)
-    if longest is not None:
-        out.append(f"--seq {longest} is the longest sequence that fits one sequence (G = b = 1)")
-    if limits.global_batch is not None and mem.fits(limits.global_batch, 1):
-        out.append(f"--global-batch {limits.global_batch} fits as {limits.global_batch} tiles of 1 sequence "
-                   "(drop --tiles/--tile-batch)")
     return out
+
+
+def _verified(problem: Problem, trial: Trial) -> Optional[str]:
+    sol = run_trial(problem, trial.change)
+    return None if sol is None else f"{trial.flags} fits {_shape(sol)} (G*b = {sol.tiles * sol.tile_batch})"
+
+
+def _with_limits(**changes: Any) -> Callable[[ExecutionRequest], ExecutionRequest]:
+    return lambda r: r.with_changes(limits=replace(r.limits, **changes))
+
+
+def _trials(problem: Problem, mem: MemoryModel) -> list[Trial]:
+    """Candidate changes, each different from what was given (a trial repeating the request is no advice)."""
+    run, limits, request = problem.run, problem.execution.limits, _request(problem)
+    trials: list[Trial] = []
+    if request.limits.max_global_batch is not None:
+        trials.append(Trial(f"dropping --max-global-batch {request.limits.max_global_batch}",
+                            _with_limits(max_global_batch=None)))
+    fixed = [(flag, name) for flag, name in (("--micro-batch", "micro_batch"), ("--tiles", "tiles"),
+                                             ("--tile-batch", "tile_batch"))
+             if getattr(request.limits, name) is not None]
+    for flag, name in fixed:
+        trials.append(Trial(f"{flag} 1" if getattr(request.limits, name) != 1 else f"dropping {flag}",
+                            _with_limits(**{name: 1 if getattr(request.limits, name) != 1 else None})))
+    if run.recompute != "full":
+        trials.append(Trial("--recompute full", lambda r: r.with_changes(recompute="full")))
+    if run.attention != "flash":
+        trials.append(Trial("--attention flash", lambda r: r.with_changes(attention="flash")))
+    longest = _longest_sequence(mem, run.seq_len)
+    if longest is not None and longest < run.seq_len:
+        trials.append(Trial(f"--seq {longest} (the longest sequence of which one fits)",
+                            lambda r: r.with_changes(seq_len=longest)))
+    if limits.global_batch is not None and (request.limits.tiles is not None or request.limits.tile_batch is not None):
+        trials.append(Trial("dropping --tiles/--tile-batch", _with_limits(tiles=None, tile_batch=None)))
+    return trials
 
 
 def _state_too_large(problem: Problem, mem: MemoryModel, fixed: int) -> list[str]:
@@ -49,24 +169,22 @@ def _state_too_large(problem: Problem, mem: MemoryModel, fixed: int) -> list[str
     out = [f"weights, gradients and optimizer state take {fixed / 1e9:.1f} GB per device of "
            f"{mem.usable / 1e9:.1f} GB usable"]
     if problem.hardware.family == "wse":
-        streamed = MemoryModel(problem.with_run(memory_model="weight_streaming"))
-        if streamed.fits(1, 1):
-            sol = solve(streamed, problem.execution.limits.free())
-            out.append(f"--memory-model weight_streaming (or auto) fits G = {sol.tiles}, b = {sol.tile_batch}: "
-                       "weights and optimizer state off-wafer in MemoryX")
+        text = _verified(problem, Trial("--memory-model weight_streaming",
+                                        lambda r: r.with_changes(memory_model="weight_streaming")))
+        if text:
+            out.append(text + ": weights and optimizer state off-wafer in MemoryX")
     if problem.hardware.multi_device and problem.hardware.family == "gpu":  # wafer systems never shard the state
         from .cluster import min_devices
 
-        request = problem.execution.request or ExecutionRequest()
         zero = max(problem.layout.zero_stage, 1)
         fit = min_devices(problem.model, problem.hardware,
-                          request.with_changes(zero_stage=zero, recompute=problem.run.recompute), escalate=True)
-        if fit is not None:
+                          _request(problem).with_changes(zero_stage=zero, recompute=problem.run.recompute), escalate=True)
+        if fit is not None and fit.layout.devices != problem.layout.devices:
             lay = fit.layout
             extra = " --recompute full" if fit.run.recompute != problem.run.recompute else ""
             out.append(f"--devices {lay.devices} --ep {lay.expert_parallel} --zero {lay.zero_stage}{extra} fits one "
                        f"sequence per device (smallest power-of-two device count; EP = gcd(N, E))")
-        if problem.hardware.family == "gpu" and problem.layout.devices > 1:
+        if problem.layout.devices > 1:
             out.append(f"--search finds the fastest Megatron layout that fits on --devices {problem.layout.devices}, if any "
                        "(pipeline and tensor parallelism split the state further)")
     return out
@@ -84,5 +202,3 @@ def _longest_sequence(mem: MemoryModel, seq_len: int) -> int | None:
         else:
             hi = mid - 1
     return lo
-
-
