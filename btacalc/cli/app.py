@@ -20,6 +20,7 @@ import typer
 
 from .. import __version__
 from ..errors import BtacalcError, DataError
+from ..paths import forget_inputs
 from . import cluster, info, measure, plan, validate, whatif
 from .console import ascii_fallback, err, guarded_stdout, open_streams, out, sanitize_environment, silence_stdout
 from .options import FLAGS, flag
@@ -85,6 +86,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     """Console-script entry: user errors become one line on stderr and exit code 2 (see the module
     docstring for every exit code). No traceback reaches the user."""
     open_streams()
+    forget_inputs()
     sanitize_environment()
     ascii_fallback(sys.stdout)
     ascii_fallback(sys.stderr)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Optional
 
 import typer
@@ -72,8 +71,8 @@ def compare(
     overlap: bool = OverlapOpt,
     mtp: Optional[bool] = MtpOpt,
     as_json: bool = typer.Option(False, "--json", help="Print {rows: [...]} as JSON on stdout."),
-    output: Optional[Path] = OutputOpt,
-    csv_path: Optional[Path] = typer.Option(None, "--csv", help="Write one CSV row per device set."),
+    output: Optional[str] = OutputOpt,
+    csv_path: Optional[str] = typer.Option(None, "--csv", help="Write one CSV row per device set."),
     plot_path: Optional[str] = typer.Option(None, "--plot", help="Bar chart of tokens/s and tokens/s per kW (.png/.svg)."),
     quiet: bool = QuietOpt,
 ) -> int:
@@ -88,7 +87,7 @@ def compare(
     from ..planning.compare import row_count
     from .parsing import parse_values
 
-    outs = outputs(output, as_json, csv_path, plot_path)
+    outs = outputs(output, as_json, csv_path, plot_path, inputs={"--model": model, "--hw": hw})
     spec = resolve_model(model, name)
     profiles = _profiles(hw)
     counts = None if devices.strip() == "auto" else parse_values(devices, "--devices", limit=MAX_DEVICE_COUNTS)
@@ -116,8 +115,8 @@ def crossover(
     search: bool = typer.Option(False, "--search", help="GPU points: the fastest Megatron layout that fits on the "
                                 "smallest fitting power-of-two device count."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
-    output: Optional[Path] = OutputOpt,
-    csv_path: Optional[Path] = typer.Option(None, "--csv", help="Write one CSV row per (model, device)."),
+    output: Optional[str] = OutputOpt,
+    csv_path: Optional[str] = typer.Option(None, "--csv", help="Write one CSV row per (model, device)."),
     plot_path: Optional[str] = typer.Option(None, "--plot", help="tokens/s per kW vs parameters (.png/.svg)."),
     quiet: bool = QuietOpt,
 ) -> int:
@@ -130,7 +129,7 @@ def crossover(
     from ..planning.crossover import crossover as run_crossover
     from .parsing import parse_values
 
-    outs = outputs(output, as_json, csv_path, plot_path)
+    outs = outputs(output, as_json, csv_path, plot_path, inputs={"--hw": hw})
     profiles = _profiles(hw)
     sizes = parse_values(hidden, "--hidden", limit=MAX_HIDDEN_SIZES)
     check_family(family, sizes)

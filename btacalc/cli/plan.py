@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 from typing import Any, Optional
 
 import typer
@@ -91,7 +90,7 @@ def plan(
     search: bool = typer.Option(False, "--search", help="Search the fastest layout that fits (TP, PP, VP, CP, EP, "
                                 "ETP, micro-batch, recompute) on --devices GPUs; the given values fix that dimension."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON on stdout."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the plan JSON to this file (atomically; "
+    output: Optional[str] = typer.Option(None, "--output", "-o", help="Write the plan JSON to this file (atomically; "
                                           "- for standard output)."),
     schema: bool = typer.Option(False, "--schema", help="Print the JSON schema of the plan and exit."),
     sensitivity: Optional[float] = typer.Option(None, "--sensitivity", min=0.0, max=100.0, help="Also move every "
@@ -117,7 +116,7 @@ def plan(
         from ..planning.report import PlanReport
 
     # --emit and --schema print on stdout (and write --output); the plan JSON only with --json
-    outs = outputs(output, as_json or emit is not None or (schema and output is None))
+    outs = outputs(output, as_json or emit is not None or (schema and output is None), inputs={"--model": model, "--hw": hw})
     if schema:
         text = json.dumps(PlanReport.model_json_schema(), indent=2) + "\n"
         write_outputs(outs, {"--output": text, "--json": text}, None)
@@ -240,8 +239,8 @@ def sweep(
                                              "points (grids above 1,000,000 are refused without it, before any work)."),
     quiet: bool = QuietOpt,
     as_json: bool = typer.Option(False, "--json", help="Print {points: [...]} as JSON on stdout (streamed)."),
-    output: Optional[Path] = OutputOpt,
-    csv_path: Optional[Path] = typer.Option(None, "--csv", help="Write one CSV row per point to this file."),
+    output: Optional[str] = OutputOpt,
+    csv_path: Optional[str] = typer.Option(None, "--csv", help="Write one CSV row per point to this file."),
     plot_path: Optional[str] = typer.Option(None, "--plot", help=help_text("Draw relative throughput to FILE.png or "
                                                                            ".svg (needs btacalc[plot]).")),
 ) -> int:
@@ -259,7 +258,7 @@ def sweep(
 
     grid = Grid.of(parse_vary(vary))
     grid.check(max_points)
-    outs = outputs(output, as_json, csv_path, plot_path)
+    outs = outputs(output, as_json, csv_path, plot_path, inputs={"--model": model, "--hw": hw})
     spec, profile = resolve_model(model, name), resolve_hardware(hw)
     if fixed_active and "top-k" not in grid.names:
         raise BtacalcError("{fixed_active} needs --vary top-k=...")

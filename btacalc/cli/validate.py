@@ -23,7 +23,7 @@ def validate(
     measured: Optional[Path] = typer.Option(None, "--measured", help=help_text(
         'Measured runs file ({"runs": [...]}) [default: the shipped set, btacalc/data/measured_runs.json].')),
     as_json: bool = typer.Option(False, "--json", help="Print {points, measured} as JSON."),
-    output: Optional[Path] = OutputOpt,
+    output: Optional[str] = OutputOpt,
     plot_path: Optional[str] = typer.Option(None, "--plot", help=help_text("Predicted vs measured tokens/s, log-log, "
                                             "with the ±10% and ±25% bands (.png/.svg).")),
     calibrate: bool = typer.Option(False, "--calibrate", help="Fit each device family's efficiency factors on the "
@@ -46,7 +46,7 @@ def validate(
             raise BtacalcError(f"--calibrate fits on the shipped measured runs and rewrites the profiles; it takes "
                                f"no {', '.join(given)}")
         return _calibrate()
-    outs = outputs(output, as_json, plot_path=plot_path)
+    outs = outputs(output, as_json, plot_path=plot_path, inputs={"--measured": str(measured) if measured else None})
     points = run_validation()
     report = validate_measured(measured)
     text = json.dumps({"points": [r.model_dump() | {"status": r.status} for r in points],

@@ -28,7 +28,7 @@ from typing import Annotated, Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from ..errors import BtacalcError, DataError
-from ..paths import data_dir
+from ..paths import data_dir, read_input
 from ..vocabulary import parse_recompute
 
 if sys.version_info >= (3, 11):
@@ -442,10 +442,10 @@ def resolve_hardware(name_or_path: str) -> HardwareProfile:
     if path.is_dir():
         raise BtacalcError(f"{{hardware}}: {name_or_path!r} is a folder, not a profile .toml")
     if path.is_file():
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise BtacalcError(f"{path}: cannot read: {exc}") from None
+        try:  # type and size checked before the read (paths.read_input)
+            text = read_input(path)
+        except OSError as exc:
+            raise BtacalcError(f"{path}: cannot read: {exc.strerror or exc}") from None
         return parse_profile(text, origin=str(path))
     if path.suffix or "/" in name_or_path:
         raise BtacalcError(f"{{hardware}}: hardware profile file {name_or_path!r} not found")

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Literal, Mapping, Optional, Union
 
 from ..errors import BtacalcError
+from ..paths import inputs_read
 
 PathLike = Union[str, "os.PathLike[str]"]
 Payload = Union[str, bytes]
@@ -82,6 +83,8 @@ def target(flag: str, given: PathLike) -> Target:
     if not text or "\0" in text:
         raise BtacalcError(f"{flag} {text!r}: not a file name")
     where = Target(flag, text, "file", text)
+    if os.path.basename(text.rstrip("/") if text.endswith("/.") else text) in ("", ".", ".."):
+        raise where.fail("is a folder name (it ends in a slash); give a file name")
     try:
         st: Optional[os.stat_result] = os.stat(text)
     except FileNotFoundError:
@@ -267,8 +270,10 @@ class Outputs:
 
     `paths` maps a flag to its path (None: not asked for; "-": standard output)."""
 
-    def __init__(self, paths: Mapping[str, Optional[PathLike]]):
+    def __init__(self, paths: Mapping[str, Optional[PathLike]], inputs: Mapping[str, PathLike] = {}):
         self.targets = {flag: target(flag, p) for flag, p in paths.items() if p is not None}
+        self.inputs = {flag: os.fspath(p) for flag, p in inputs.items()}
+        self.check_inputs()
         seen: dict[Any, str] = {}
         for flag, t in self.targets.items():
             key = t.path if t.kind != "file" else _identity(t.path)
@@ -276,6 +281,26 @@ class Outputs:
                 what = "standard output" if t.kind == "stdout" else t.path
                 raise BtacalcError(f"{seen[key]} and {flag} both write to {what}; give each its own file")
             seen[key] = flag
+
+    def check_inputs(self) -> None:
+        """No output file may be a file this command reads: the inputs declared (`--model`, `--hw`,
+        `--measured`) and every file read so far (`paths.read_input`), compared by device and inode, so
+        a symbolic or hard link to an input is the input."""
+        read = inputs_read()
+        for flag, given in self.inputs.items():
+            try:
+                st = os.stat(given)
+            except OSError:
+                continue
+            read.setdefault((st.st_dev, st.st_ino), f"{flag} {given}")
+        for t in self.targets.values():
+            try:
+                st = os.stat(t.path)
+            except OSError:
+                continue
+            source = read.get((st.st_dev, st.st_ino))
+            if source is not None:
+                raise t.fail(f"is an input of this command ({source}); btacalc never writes over what it reads")
 
     @property
     def stdout_taken(self) -> bool:
@@ -300,6 +325,7 @@ class Outputs:
         if missing:
             raise ValueError(f"no payload for {sorted(missing)}")
         targets = {flag: target(t.flag, t.given) for flag, t in self.targets.items()}  # again: it may have changed
+        self.check_inputs()  # and against the files read during the work (a model file a run names)
         temps: list[str] = list(prestaged.values())
         done: list[tuple[str, Optional[str]]] = []  # (replaced path, backup)
         current = next(iter(targets.values()), None)

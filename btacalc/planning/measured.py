@@ -25,7 +25,7 @@ from ..config.execution import BatchLimits, ExecutionRequest, OverlapRequest
 from ..config.hardware import HardwareProfile, resolve_hardware
 from ..config.presets import resolve_model
 from ..errors import BtacalcError, first_validation_error
-from ..paths import package_data
+from ..paths import package_data, read_input
 from .plan import make_plan
 
 if sys.version_info >= (3, 11):
@@ -155,9 +155,7 @@ def load_runs(path: Optional[Path] = None) -> list[MeasuredRun]:
     if path is not None and not path.is_file():  # a FIFO would block, /dev/zero never end
         raise BtacalcError(f"{{measured}}: {origin} is not a regular file")
     try:
-        if source.stat().st_size > MAX_RUN_FILE_BYTES:
-            raise OSError(f"larger than {MAX_RUN_FILE_BYTES // 2**20} MiB")
-        raw = json.loads(source.read_text(encoding="utf-8"), parse_constant=_no_constant)
+        raw = json.loads(read_input(source, MAX_RUN_FILE_BYTES), parse_constant=_no_constant)  # capped before the read
     except OSError as exc:
         raise BtacalcError(f"{{measured}}: cannot read {origin}: {exc.strerror or exc}") from None
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, bad UTF-8, a 5,000-digit number
