@@ -24,6 +24,7 @@ from ..paths import forget_inputs
 from . import cluster, info, measure, plan, validate, whatif
 from .console import ascii_fallback, err, guarded_stdout, open_streams, out, sanitize_environment, silence_stdout
 from .options import FLAGS, flag
+from .signals import Stopped, handled
 
 try:  # typer >= 0.20 vendors click; older typer uses the click package
     from typer._click import exceptions as click_exc
@@ -92,7 +93,10 @@ def main(argv: Optional[list[str]] = None) -> None:
     ascii_fallback(sys.stderr)
     out.quiet = err.quiet = False  # a closed pipe silenced an earlier command in this process (tests)
     try:
-        code = _run(argv)
+        with handled():
+            code = _run(argv)
+    except Stopped as exc:  # SIGTERM, SIGHUP, SIGINT, SIGPIPE: files already cleaned on the way out
+        _say(f"btacalc: stopped by {exc.name}; nothing written", exc.exit_code)
     except click_exc.UsageError as exc:
         # click wraps a converter's ValueError as "Value error, ...": the reason alone reads better
         _say(f"btacalc: error: {exc.format_message().replace('Value error, ', '')}", 2)

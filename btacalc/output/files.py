@@ -107,7 +107,21 @@ def target(flag: str, given: PathLike) -> Target:
         raise where.fail(f"folder {folder} does not exist")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise where.fail(f"folder {folder} is not writable")
+    if st is not None and _sticky_and_foreign(folder, st):
+        raise where.fail(f"belongs to another user in the shared folder {folder} (sticky: only its owner may "
+                         "replace it)")
     return Target(flag, text, "file", real)
+
+
+def _sticky_and_foreign(folder: str, st: os.stat_result) -> bool:
+    """Whether renaming over the file is refused: a sticky folder (a shared /tmp) lets only the file's or
+    the folder's owner (or root) replace or remove it."""
+    me = os.geteuid()
+    try:
+        dst = os.stat(folder)
+    except OSError:
+        return False
+    return bool(dst.st_mode & stat.S_ISVTX) and me != 0 and me not in (st.st_uid, dst.st_uid)
 
 
 def _identity(path: str) -> Any:
