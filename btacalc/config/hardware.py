@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from ..errors import BtacalcError, DataError
 from ..paths import data_dir, read_input
 from ..vocabulary import parse_recompute
+from .text import CleanText
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -243,8 +244,8 @@ class HardwareProfile(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str
-    display_name: str
+    name: CleanText
+    display_name: CleanText
     family: Literal["wse", "gpu"]
     defaults: Defaults
     chip: Chip

@@ -27,6 +27,7 @@ from ..config.presets import resolve_model
 from ..errors import BtacalcError, first_validation_error
 from ..paths import package_data, read_input
 from .plan import make_plan
+from ..config.text import CleanText
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -72,7 +73,7 @@ class MeasuredRun(BaseModel):
 
     model_config = ConfigDict(extra="allow", strict=True)
 
-    id: str
+    id: CleanText
     source: str
     model: str
     hw: str
@@ -112,7 +113,7 @@ class RunPrediction(BaseModel):
 
 
 class RunResult(BaseModel):
-    id: str
+    id: CleanText
     role: str
     family: str = Field(description="device family the run's errors are summarised and calibrated by")
     model: str
