@@ -13,6 +13,8 @@ passing.
 
 from __future__ import annotations
 
+from collections import Counter
+
 import json
 import statistics
 import sys
@@ -171,8 +173,8 @@ def load_runs(path: Optional[Path] = None) -> list[MeasuredRun]:
         except ValidationError as exc:
             label = item.get("id", f"#{i}") if isinstance(item, dict) else f"#{i}"
             raise BtacalcError(f"{{measured}}: {origin} run {label}: {first_validation_error(exc)}") from None
-    ids = [r.id for r in runs]
-    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    counts = Counter(r.id for r in runs)  # one pass: a list's count() per id would be quadratic
+    dupes = sorted(i for i, c in counts.items() if c > 1)
     if dupes:
         raise BtacalcError(f"{{measured}}: {origin}: run ids given twice: {', '.join(dupes)}")
     return runs

@@ -43,6 +43,11 @@ VARIABLES = {**MODEL_PARAMS, **RUN_PARAMS, **LIMIT_PARAMS, **LAYOUT_PARAMS}
 # A grid above this many points is refused unless the caller raises the limit (--max-points): a
 # million points take about a minute and their CSV about 300 MB.
 MAX_POINTS = 1_000_000
+# Points with a sequence length or a model size (h, d_h, E, V, ...) above this are solved one at a
+# time with Python integers, as `plan` solves them: the vectorised search holds products such as
+# s*s*b*heads*bytes in int64 (2^63), which sizes up to 2^24 (16.8M tokens, beyond any published training
+# context; 2^24 > the largest vocabulary, 256k) keep exact with b, heads and bytes up to 2^14.
+EXACT_SIZE = 1 << 24
 # Points solved (and written) at a time.
 BLOCK_POINTS = 1 << 14
 # Points searched together (the search evaluates their shapes in chunks of solver.CHUNK_SHAPES).
@@ -270,9 +275,28 @@ class _Solver:
             parts = [np.flatnonzero(valid & (seq == s)) for s in np.unique(seq[valid])]
         else:
             parts = [np.flatnonzero(valid)]
+        # int64 products of such sizes can wrap: those points are solved one at a time in Python integers
+        big_model = np.array([max(spec.symbol_values().values()) > EXACT_SIZE for spec in models.specs])
+        big = (seq > EXACT_SIZE) | big_model[models.index]
         for part in parts:
+            exact, part = part[big[part]], part[~big[part]]
             for chunk in np.array_split(part, -(-part.size // SEARCH_POINTS)) if part.size else []:
                 self.solve(base.at_points(chunk), models.take(chunk), _take(limits, chunk), rows[chunk], out)
+            for i in exact.tolist():
+                self.solve_exact(models.take(np.array([i])), execution, int(seq[i]), _take(limits, np.array([i])),
+                                 rows[[i]], out)
+
+    def solve_exact(self, models: "_Models", execution: Execution, seq: int, limits: PointLimits, rows: np.ndarray,
+                    out: _Columns) -> None:
+        """One point whose sizes exceed EXACT_SIZE: its sizes as Python integers (a 1-point object array),
+        so no product wraps; a size beyond even that is one error for the point."""
+        spec = models.specs[int(models.index[0])]
+        problem = Problem(spec, self.hw, execution).with_run(seq_len=np.array([seq], dtype=object))
+        try:
+            with np.errstate(all="raise"):
+                self.solve(problem, _Models([spec], np.zeros(1, dtype=np.int64)), limits, rows, out)
+        except (OverflowError, ArithmeticError) as exc:
+            out.fail(rows, f"sizes beyond exact arithmetic ({exc})")
 
     def points_problem(self, models: "_Models", execution: Execution) -> Problem:
         """One problem for points whose models differ only in the numbers of some symbols."""
@@ -280,10 +304,12 @@ class _Solver:
         if len(models.specs) == 1:
             return Problem(first, self.hw, execution)
         values = [spec.symbol_values() for spec in models.specs]
-        symbols = {name: np.array([v[name] for v in values], dtype=np.int64)[models.index] for name in values[0]
+        # sizes beyond EXACT_SIZE (solved one point at a time) must not wrap here either: Python integers
+        dtype = object if any(max(v.values()) > EXACT_SIZE for v in values) else np.int64
+        symbols = {name: np.array([v[name] for v in values], dtype=dtype)[models.index] for name in values[0]
                    if any(v[name] != values[0][name] for v in values)}
         counts = [self.param_counts(spec, execution) for spec in models.specs]
-        stacked = ParamCounts(*(np.array([getattr(c, f) for c in counts], dtype=np.int64)[models.index]
+        stacked = ParamCounts(*(np.array([getattr(c, f) for c in counts], dtype=dtype)[models.index]
                                 for f in ParamCounts.__dataclass_fields__))  # counts per point: arrays
         return Problem(first, self.hw, execution, symbols=symbols, counts=stacked)
 
