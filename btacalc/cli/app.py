@@ -65,6 +65,14 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 app = build_app()
 
 
+def _cwd_exists() -> bool:
+    try:
+        os.getcwd()
+        return True
+    except OSError:
+        return False
+
+
 def _say(text: str, code: int) -> None:
     try:
         err.print(" ".join(text.split()), highlight=False, markup=False, soft_wrap=True)
@@ -110,8 +118,13 @@ def main(argv: Optional[list[str]] = None) -> None:
         silence_stdout()
         sys.exit(0)
     except OSError as exc:  # reading or writing a file the library did not name
+        if exc.filename is None and not _cwd_exists():
+            _say("btacalc: error: the working folder no longer exists (it was deleted); cd to another folder", 2)
         where = f" {exc.filename}" if exc.filename else ""
         _say(f"btacalc: error: cannot read or write{where}: {exc.strerror or exc}", 2)
+    except (ArithmeticError, RuntimeWarning) as exc:  # overflow, or numpy's warnings under PYTHONWARNINGS=error
+        _say(f"btacalc: error: the inputs take a number beyond the arithmetic's range ({type(exc).__name__}: "
+             f"{str(exc).splitlines()[0] if str(exc) else 'overflow'}); use sizes and rates within the documented ranges", 2)
     except MemoryError:
         _say("btacalc: error: out of memory: the inputs ask for more than this machine has", 2)
     except Exception as exc:  # a bug: one line, exit 3 (BTACALC_DEBUG=1 shows the traceback)

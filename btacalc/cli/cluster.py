@@ -9,7 +9,7 @@ import typer
 from ..errors import BtacalcError
 from .options import (Attention, AttentionOpt, GpusPerNodeOpt, GradAccumOpt, Match, MemoryModelChoice, MemoryModelOpt,
                       ModelOpt, MtpOpt, NameOpt, OutputOpt, OverlapA2aOpt, OverlapOpt, QuietOpt, RecomputeOpt, SeqOpt,
-                      emit_result, help_text, outputs, value)
+                      check_bounds, emit_result, help_text, outputs, value)
 from .progress import progress
 
 # `compare --devices`: at most this many GPU counts per run (each is a full plan per GPU profile).
@@ -87,6 +87,7 @@ def compare(
     from ..planning.compare import row_count
     from .parsing import parse_values
 
+    check_bounds({"--systems": systems})
     outs = outputs(output, as_json, csv_path, plot_path, inputs={"--model": model, "--hw": hw})
     spec = resolve_model(model, name)
     profiles = _profiles(hw)

@@ -10,6 +10,7 @@ import typer
 from rich.markup import escape
 
 from ..config.execution import OBJECTIVES
+from ..errors import BtacalcError
 from ..vocabulary import FEATURES, RECOMPUTE_MODULES
 
 # Library parameter name -> the flag a user types (names not listed map to --name-with-dashes).
@@ -161,6 +162,17 @@ def outputs(output: Optional[str] = None, as_json: bool = False, csv_path: Optio
         check_plot_path(plot_path)
     return Outputs({"--plot": plot_path, "--csv": csv_path, "--output": output, "--json": STDOUT if as_json else None},
                    inputs=input_files(inputs or {}))
+
+
+def check_bounds(values: dict[str, Optional[int]]) -> None:
+    """Counts the library folds into others (--micro-batch into the global batch, --systems into the
+    device count) are checked under their own flag first, so an error names what the user typed."""
+    from ..config.execution import _LIMIT_TEXT, MAX_DEVICES, MAX_SEQUENCES
+
+    bounds = {"--micro-batch": MAX_SEQUENCES, "--grad-accum": MAX_SEQUENCES, "--systems": MAX_DEVICES}
+    for flag, v in values.items():
+        if v is not None and v > bounds[flag]:
+            raise BtacalcError(f"{flag} {v} is beyond {_LIMIT_TEXT[bounds[flag]]}")
 
 
 def input_files(given: dict[str, Optional[str]]) -> dict[str, str]:

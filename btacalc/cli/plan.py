@@ -17,7 +17,8 @@ from .options import (Accounting, AccountingOpt, Attention, AttentionOpt, Causal
                       MemoryModelChoice, MemoryModelOpt, MicroBatchOpt, ModelOpt, MtpOpt, NameOpt, Objective,
                       ObjectiveOpt, OutputOpt, OverlapA2aOpt, OverlapGradOpt, OverlapOpt, OverlapP2pOpt,
                       OverlapParamOpt, PpOpt, QuietOpt, RecomputeOpt, RoutingOpt, SeqOpt, SpOpt, TileBatchOpt,
-                      TilesOpt, TopKOpt, TpOpt, TpOverlapOpt, VpOpt, ZeroOpt, help_text, layout_fields, outputs, value,
+                      TilesOpt, TopKOpt, TpOpt, TpOverlapOpt, VpOpt, ZeroOpt, check_bounds, help_text, layout_fields, outputs,
+                      value,
                       write_outputs)
 from .progress import progress
 
@@ -115,6 +116,7 @@ def plan(
         from ..planning.plan import make_plan
         from ..planning.report import PlanReport
 
+    check_bounds({"--micro-batch": micro_batch, "--grad-accum": grad_accum})
     # --emit and --schema print on stdout (and write --output); the plan JSON only with --json
     outs = outputs(output, as_json or emit is not None or (schema and output is None), inputs={"--model": model, "--hw": hw})
     if schema:

@@ -114,7 +114,11 @@ POWER = Range(1, 1e7, "W")  # 10 MW per device
 CORES = Range(1, 1e9, "count", integer=True)
 DEVICES = Range(1, 1e6, "count", integer=True)
 BUFFERS = Range(1, 1e3, "count", integer=True)
-FRACTION = Range(0, 1, "", open_low=True)
+# Efficiencies and usable fractions: at least 1e-6, so that every time (work / (rate x fraction)) and
+# every product of a few fractions stays a finite, normal float64 (a 1e-300 efficiency made step times
+# overflow to inf and printed nan); a millionth of a device's peak is below any measured efficiency
+# (the lowest calibrated one is above 0.1).
+FRACTION = Range(1e-6, 1, "")
 TILE_OVERHEAD = Range(0, 1, "s")  # seconds per tile per layer; 0 = no overhead
 LATENCY = Range(0, 1, "s")  # a link or tree-level latency: at most a second
 GEMM_WIDTH = Range(0, 1e5, "elements")  # the half-efficiency width of a GEMM; 0 = efficiency independent of size
@@ -275,7 +279,7 @@ class HardwareProfile(BaseModel):
         if system.system_power_w is not None and system.system_power_w.value < chip.power_w.value:
             raise ValueError(f"system.system_power_w.value = {system.system_power_w.value:g} W is below chip.power_w "
                              f"{chip.power_w.value:g} W: the system power per device includes the device")
-        # usable <= capacity: calibration.usable_memory_fraction is in (0, 1] (its Range)
+        # usable <= capacity: calibration.usable_memory_fraction is in [1e-6, 1] (its Range)
         return self
 
     @property

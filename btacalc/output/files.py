@@ -85,6 +85,8 @@ def target(flag: str, given: PathLike) -> Target:
     where = Target(flag, text, "file", text)
     if os.path.basename(text.rstrip("/") if text.endswith("/.") else text) in ("", ".", ".."):
         raise where.fail("is a folder name (it ends in a slash); give a file name")
+    if not os.path.isabs(text) and not working_folder_exists():
+        raise where.fail("the working folder no longer exists (it was deleted); give an absolute path")
     try:
         st: Optional[os.stat_result] = os.stat(text)
     except FileNotFoundError:
@@ -122,6 +124,15 @@ def _sticky_and_foreign(folder: str, st: os.stat_result) -> bool:
     except OSError:
         return False
     return bool(dst.st_mode & stat.S_ISVTX) and me != 0 and me not in (st.st_uid, dst.st_uid)
+
+
+def working_folder_exists() -> bool:
+    """Whether the current folder still exists (a shell may sit in a folder deleted under it)."""
+    try:
+        os.getcwd()
+        return True
+    except FileNotFoundError:
+        return False
 
 
 def _identity(path: str) -> Any:
