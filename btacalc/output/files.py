@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import errno
 import os
+import contextlib
 import secrets
 import shutil
+import signal
 import stat
 import tempfile
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Mapping, Optional, Union
+from typing import Any, Callable, Iterator, Literal, Mapping, Optional, Union
 
 from ..errors import BtacalcError
 from ..paths import inputs_read
@@ -47,6 +49,25 @@ class Target:
 
     def fail(self, why: str) -> BtacalcError:
         return BtacalcError(f"{self.flag} {self.given}: {why}")
+
+
+_STOPPING = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP", "SIGPIPE") if hasattr(signal, n))
+
+
+@contextlib.contextmanager
+def held() -> Iterator[None]:
+    """Signals that stop a command are held (blocked, then delivered) while a temporary file is created
+    and recorded, or while files are renamed or restored: a stop between creating a file and noting it
+    would leave it behind, one in the middle of the renames would leave half the outputs replaced."""
+    try:
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPPING)
+    except (AttributeError, ValueError, OSError):  # no pthread_sigmask here
+        old = None
+    try:
+        yield
+    finally:
+        if old is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def _umask() -> int:
@@ -242,8 +263,9 @@ class Streams:
                 if t is None:
                     continue
                 if t.kind == "file":
-                    fd, tmp = _new_temp(t)
-                    self.staged[flag] = tmp
+                    with held():
+                        fd, tmp = _new_temp(t)
+                        self.staged[flag] = tmp
                     fh = os.fdopen(fd, "w", encoding="utf-8")
                 elif t.kind == "stream":
                     fh = os.fdopen(os.open(t.path, os.O_WRONLY | os.O_APPEND | getattr(os, "O_NOCTTY", 0)), "w",
@@ -277,6 +299,10 @@ class Streams:
 
     def discard(self) -> None:
         """Close everything and remove the staged files (the command failed)."""
+        with held():
+            self._discard()
+
+    def _discard(self) -> None:
         for _, fh in self._handles:
             try:
                 fh.close()
@@ -359,16 +385,17 @@ class Outputs:
             for flag, t in targets.items():
                 current = t
                 if t.kind == "file":
-                    if flag in prestaged:
-                        tmp = prestaged[flag]
-                        _adopt_mode(t, tmp)
-                    else:
-                        tmp = _stage(t, _bytes(payloads[flag]))
-                        temps.append(tmp)
-                    backup = _backup(t.path)
-                    if backup:
-                        temps.append(backup)
-                    staged.append((t, tmp, backup))
+                    with held():
+                        if flag in prestaged:
+                            tmp = prestaged[flag]
+                            _adopt_mode(t, tmp)
+                        else:
+                            tmp = _stage(t, _bytes(payloads[flag]))
+                            temps.append(tmp)
+                        backup = _backup(t.path)
+                        if backup:
+                            temps.append(backup)
+                        staged.append((t, tmp, backup))
             for flag, t in targets.items():
                 current = t
                 if flag in done_flags:
@@ -380,21 +407,24 @@ class Outputs:
             current = None
             if finish is not None:
                 finish()
-            for t, tmp, backup in staged:
-                current = t
-                os.replace(tmp, t.path)
-                done.append((t.path, backup))
+            with held():
+                for t, tmp, backup in staged:
+                    current = t
+                    os.replace(tmp, t.path)
+                    done.append((t.path, backup))
         except BaseException as exc:
-            self._undo(done)
+            with held():
+                self._undo(done)
             if isinstance(exc, OSError) and current is not None:
                 raise current.fail(f"cannot write: {exc.strerror or exc}") from None
             raise
         finally:
-            for path in temps:
-                try:
-                    os.unlink(path)
-                except FileNotFoundError:
-                    pass
+            with held():
+                for path in temps:
+                    try:
+                        os.unlink(path)
+                    except FileNotFoundError:
+                        pass
 
     @staticmethod
     def _undo(done: list[tuple[str, Optional[str]]]) -> None:

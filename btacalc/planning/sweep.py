@@ -48,6 +48,9 @@ MAX_POINTS = 1_000_000
 # s*s*b*heads*bytes in int64 (2^63), which sizes up to 2^24 (16.8M tokens, beyond any published training
 # context; 2^24 > the largest vocabulary, 256k) keep exact with b, heads and bytes up to 2^14.
 EXACT_SIZE = 1 << 24
+# Memo entries kept across blocks (see `_Solver.forget`): a block's worth, so the memos stay about as
+# large as one block's arrays.
+MEMO_ENTRIES = 1 << 14
 # Points solved (and written) at a time.
 BLOCK_POINTS = 1 << 14
 # Points searched together (the search evaluates their shapes in chunks of solver.CHUNK_SHAPES).
@@ -240,8 +243,18 @@ class _Solver:
             raise BtacalcError(found)
         return found
 
+    def forget(self) -> None:
+        """Drop the memos (setups, parameter counts, dense references) once they hold more than
+        MEMO_ENTRIES: a sweep over 10^6 distinct expert counts would otherwise keep a model, an
+        execution and its counts for each (gigabytes). They are rebuilt as needed; ids are only
+        compared within one block, so clearing all of them together between blocks is safe."""
+        if max(len(self.setups), len(self.counts), len(self.dense)) > MEMO_ENTRIES:
+            for memo in (self.setups, self.structures, self.counts, self.dense, self.dense_ids):
+                memo.clear()
+
     def block(self, start: int, params: dict[str, np.ndarray]) -> SweepBlock:
         """Group the block's points by structure (model shape and layout): one vectorised search each."""
+        self.forget()
         out = _Columns(next(iter(params.values())).size)
         names = [n for n in params if n in MODEL_PARAMS or n in LAYOUT_PARAMS]
         combos = np.stack([params[n] for n in names], axis=1) if names else np.zeros((out.size, 0), np.int64)
