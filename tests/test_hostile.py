@@ -342,7 +342,10 @@ def test_clean_text_of_any_bytes_is_printable_and_serialisable(raw):
 # exact: sizes that would wrap int64 agree with plan; searches are bounded; run checks linear
 
 def _sweep_point(cli, *args: str) -> dict[str, Any]:
+    """The sweep's one point; a point the sweep refuses comes back as {"error": ...}."""
     code, out, err = cli("sweep", *args, "--json", "-q")
+    if code == 2 and "invalid point" in err:
+        return {"error": err}
     assert code == 0, err
     (point,) = json.loads(out)["points"]
     return point
@@ -392,9 +395,9 @@ def test_the_layout_search_over_2_to_62_experts_is_bounded(cli):
 
 @counted("exact", 1)
 def test_the_duplicate_run_id_check_is_linear(cli, tmp_path):
-    """20,000 runs with one duplicate: the check answers at once (the quadratic check took minutes)."""
+    """8,000 runs with one duplicate: the check answers at once (the quadratic check took minutes)."""
     run = json.loads(RUNS)["runs"][0]
-    runs = [dict(run, id=f"r{i}") for i in range(20_000)] + [dict(run, id="r7")]
+    runs = [dict(run, id=f"r{i}") for i in range(8_000)] + [dict(run, id="r7")]  # 10 MB, under the cap
     (tmp_path / "runs.json").write_text(json.dumps({"runs": runs}))
     start = time.monotonic()
     code, out, err = cli("validate", "--measured", str(tmp_path / "runs.json"))
@@ -673,7 +676,9 @@ def test_every_suggested_change_fits_when_run(cli):
     """Each suggestion of the form '<flags> fits ...' is run as written and fits."""
     base = ["--hw", "b200", "--devices", "8", "--micro-batch", "64", "--global-batch", "512"]
     _, doc = _verdict(cli, *base)
-    runnable = [s.split(" fits ")[0] for s in doc["suggestions"] if " fits " in s and s.startswith("--")]
+    import re
+
+    runnable = [m.group(1) for s in doc["suggestions"] if (m := re.match(r"((?:--[a-z-]+ \S+ ?)+) fits ", s))]
     assert runnable
     for flags in runnable:
         parts = flags.split()

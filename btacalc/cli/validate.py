@@ -47,8 +47,8 @@ def validate(
                                f"no {', '.join(given)}")
         return _calibrate()
     outs = outputs(output, as_json, plot_path=plot_path, inputs={"--measured": str(measured) if measured else None})
+    report = validate_measured(measured)  # first: a bad run file is refused before the published points run
     points = run_validation()
-    report = validate_measured(measured)
     text = json.dumps({"points": [r.model_dump() | {"status": r.status} for r in points],
                        "measured": report.model_dump()}, indent=2) + "\n"
     payloads: dict[str, Any] = {"--output": text, "--json": text}

@@ -41,6 +41,8 @@ def resolve_model(name_or_path: str, name: Optional[str] = None) -> ModelSpec:
             path = path / "config.json"
         if path.is_file():
             return load_hf_config(path, name)
+        if path.exists():  # a FIFO, a device, a socket: never read (it could block or never end)
+            raise BtacalcError(f"{{model}}: {str(path)!r} is not a regular file (a model is a config.json)")
         if path.suffix == ".json" or "/" in name_or_path:
             raise BtacalcError(f"{{model}}: model file {name_or_path!r} not found")
         spec = load_preset(name_or_path)
