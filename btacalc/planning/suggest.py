@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional
 
-from ..config.execution import BatchLimits, ExecutionRequest
+from ..config.execution import ExecutionRequest
 from ..errors import BtacalcError
 from ..model.memory import MemoryModel
 from ..model.problem import Problem
@@ -58,51 +58,46 @@ def _shape(sol: Solution) -> str:
     return f"G = {sol.tiles}, b = {sol.tile_batch}{m}"
 
 
-def _fixed_size(limits: BatchLimits, data_parallel: int) -> Optional[tuple[str, str]]:
-    """(constraint, text) of the batch size the user fixed, if any: G·b per micro-batch, G or b."""
-    if limits.global_batch is not None and limits.micro_batches is not None:
-        per = limits.global_batch // (data_parallel * limits.micro_batches)
-        return "micro_batch", f"the fixed micro-batch G*b = {per} per data-parallel rank"
-    if limits.tiles is not None:
-        return "tiles", f"the fixed --tiles {limits.tiles}"
-    if limits.tile_batch is not None:
-        return "tile_batch", f"the fixed --tile-batch {limits.tile_batch}"
-    return None
+@dataclass(frozen=True)
+class NoFit:
+    """Why a point has no fitting shape: the binding constraint, the sentence, and the G*b to show
+    (the fixed micro-batch, when that is what binds; else None: the search's fallback shape)."""
+
+    constraint: str
+    explanation: str
+    shown_batch: Optional[int] = None
 
 
-def _cap(limits: BatchLimits, data_parallel: int) -> Optional[str]:
-    least = data_parallel * (limits.micro_batches or 1)
-    if limits.max_global_batch is not None and limits.max_global_batch < least:
-        return (f"--max-global-batch {limits.max_global_batch} is below the smallest step batch, one sequence "
-                f"per data-parallel rank: DP {data_parallel} x M {limits.micro_batches or 1} = {least} sequences")
-    return None
+def no_fit(one_fits: bool, limits: Any, data_parallel: int) -> NoFit:
+    """The one constraint that binds for a point without a fitting shape. `limits` has the fields of
+    BatchLimits (None or 0: not given), so `plan` (a BatchLimits) and `sweep` (one point's values)
+    share this rule and its words."""
+    given = lambda name: int(getattr(limits, name) or 0)  # noqa: E731
+    if not one_fits:
+        return NoFit("memory", "not even one sequence fits")
+    m = given("micro_batches")
+    if given("global_batch") and m:
+        per = given("global_batch") // (data_parallel * m)
+        return NoFit("micro_batch", f"the fixed micro-batch G*b = {per} per data-parallel rank does not fit; "
+                                    "one sequence does", per if not (given("tiles") or given("tile_batch")) else None)
+    if given("tiles"):
+        return NoFit("tiles", f"the fixed --tiles {given('tiles')} does not fit; one sequence does")
+    if given("tile_batch"):
+        return NoFit("tile_batch", f"the fixed --tile-batch {given('tile_batch')} does not fit; one sequence does")
+    least = data_parallel * (m or 1)
+    if given("max_global_batch") and given("max_global_batch") < least:
+        return NoFit("max_global_batch", f"--max-global-batch {given('max_global_batch')} is below the smallest "
+                                         f"step batch, one sequence per data-parallel rank: DP {data_parallel} x M "
+                                         f"{m or 1} = {least} sequences")
+    return NoFit("memory", "no shape the limits allow fits")
 
 
 def verdict(problem: Problem, mem: MemoryModel, sol: Solution) -> Solution:
-    """`sol` (a shape that does not fit) with the one constraint that binds and why."""
-    limits, dp = problem.execution.limits, problem.layout.data_parallel
-    usable = f"{mem.usable / 1e9:.2f} GB usable"
-    if not mem.offchip_fits:
-        return replace(sol, binding_constraint="memory", tile_constraint="memory",
-                       explanation="the training state exceeds the off-wafer store")
-    if not mem.fits(1, 1):
-        return replace(sol, binding_constraint="memory", tile_constraint="memory",
-                       explanation=f"not even one sequence fits: {mem.total(1, 1) / 1e9:.2f} GB of {usable}")
-    fixed = _fixed_size(limits, dp)
-    if fixed is not None:
-        name, text = fixed
-        if name == "micro_batch" and limits.tiles is None and limits.tile_batch is None:
-            # the fixed G*b shown as tiles of one sequence (the least memory for a given G*b)
-            sol = replace(sol, tiles=limits.global_batch // (dp * (limits.micro_batches or 1)), tile_batch=1)
-        return replace(sol, binding_constraint=name, tile_constraint=name,
-                       explanation=f"{text} does not fit ({mem.total(sol.tiles, sol.tile_batch) / 1e9:.2f} GB of "
-                                   f"{usable}); one sequence does")
-    cap = _cap(limits, dp)
-    if cap is not None:
-        return replace(sol, binding_constraint="max_global_batch", tile_constraint="max_global_batch",
-                       explanation=cap)
-    return replace(sol, binding_constraint="memory", tile_constraint="memory",
-                   explanation=f"no allowed shape fits in {usable}")
+    """`sol` (a shape that does not fit) with the one constraint that binds and why (`no_fit`)."""
+    why = no_fit(bool(mem.offchip_fits and mem.fits(1, 1)), problem.execution.limits, problem.layout.data_parallel)
+    if why.shown_batch is not None:  # the fixed G*b shown as tiles of one sequence (the least memory for it)
+        sol = replace(sol, tiles=why.shown_batch, tile_batch=1)
+    return replace(sol, binding_constraint=why.constraint, tile_constraint=why.constraint, explanation=why.explanation)
 
 
 def suggestions(problem: Problem, mem: MemoryModel) -> list[str]:

@@ -15,6 +15,7 @@ agree) are kept with their error.
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Union
 
@@ -28,9 +29,10 @@ from ..errors import BtacalcError
 from ..model.memory import auto_resident
 from ..model.params import ParamCounts, param_counts
 from ..model.problem import Problem
-from ..model.solver import PointLimits, Search, search
+from ..model.solver import PointLimits, PointMemory, Search, search
 from ..model.timing import StepTime, compute_efficiency, step_time
 from .plan import dense_problem, routing_sensitivity
+from .suggest import no_fit
 from .report import PlanInfo, Throughput
 
 MODEL_PARAMS = {"experts": "experts", "top-k": "top_k", "expert-ffn": "expert_ffn"}
@@ -360,6 +362,7 @@ class _Solver:
         g1_index = found.chosen["g1"] if untiled is None else g1.best
         free = replace(limits, micro_batches=np.where(limits.micro_batches > 0, limits.micro_batches, m))
         record(problem, found, g1, g1_index, self.dense_references(problem, models, free), rows, out)
+        no_fit_verdicts(problem, found, limits, rows, out)
 
     def dense_references(self, problem: Problem, models: "_Models",
                          limits: PointLimits) -> tuple[np.ndarray, np.ndarray]:
@@ -460,6 +463,33 @@ def record(problem: Problem, found: Search, g1: Search, g1_index: np.ndarray,
     put("explanation", [found.explain(i) for i in range(points)])
     put("alternative", _alternatives(problem, found, seq))
     _throughput(problem, found, g1, g1_index, dense, rows, out)
+
+
+def no_fit_verdicts(problem: Problem, found: Search, limits: PointLimits, rows: np.ndarray, out: _Columns) -> None:
+    """Points without a fitting shape get `plan`'s verdict (`suggest.no_fit`: memory, a fixed size or a
+    cap) and, when a fixed micro-batch binds, `plan`'s shape (that G*b as tiles of one sequence)."""
+    idx = np.flatnonzero(~found.shapes_of()[0])
+    if not idx.size:
+        return
+    ones = np.ones(idx.size, dtype=np.int64)
+    one_fits = PointMemory(problem, rows.size).fits(idx, ones, ones)
+    names = list(PointLimits.__dataclass_fields__)
+    seq = np.broadcast_to(np.asarray(problem.run.seq_len), (rows.size,))
+    lay = problem.layout
+    for j, i in enumerate(idx.tolist()):
+        point = SimpleNamespace(**{n: int(getattr(limits, n)[i]) for n in names})
+        why = no_fit(bool(one_fits[j]), point, lay.data_parallel)
+        row = rows[[i]]
+        for name in ("binding_constraint", "tile_constraint"):
+            out.put(row, name, [why.constraint])
+        out.put(row, "explanation", [why.explanation])
+        if why.shown_batch is not None:
+            n, m = why.shown_batch, int(found.fallback[2][i])
+            for name, value in (("tiles", n), ("tile_batch", 1), ("global_batch", n), ("step_batch", lay.data_parallel * m * n),
+                                ("tokens_per_step", n * int(seq[i])), ("cluster_tokens_per_step", lay.devices * m * n * int(seq[i]))):
+                out.put(row, name, np.array([value]))
+            out.put(row, "tokens_per_expert", _tokens_per_expert(problem.at_points(np.array([i])), np.array([int(seq[i])]),
+                                                                 np.array([n])))
 
 
 def _tokens_per_expert(problem: Problem, seq: np.ndarray, n: np.ndarray) -> np.ndarray:
