@@ -225,7 +225,7 @@ def build_report(problem: Problem, mem: MemoryModel, sol: Solution, found: Searc
             n = repeats.get(row.name, 0) if repeats is not None else 1
             row.time_s = float(phase_time.get(row.name, 0.0)) / n if n else 0.0
     else:
-        report.suggestions = suggestions(problem, mem)
+        report.suggestions = suggestions(problem, mem, solve_problem)
     if problem.hardware.family == "wse":
         report.wafer = wafer_info(problem, mem, sol, best_time)
     return report

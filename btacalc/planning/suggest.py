@@ -39,15 +39,17 @@ def _request(problem: Problem) -> ExecutionRequest:
     return problem.execution.request or ExecutionRequest()
 
 
-def run_trial(problem: Problem, change: Callable[[ExecutionRequest], ExecutionRequest]) -> Optional[Solution]:
+Solver = Callable[[Problem], tuple[Problem, Solution, Any]]  # `plan.solve_problem` (passed in: plan imports this)
+
+
+def run_trial(problem: Problem, change: Callable[[ExecutionRequest], ExecutionRequest], solve: Solver) -> Optional[Solution]:
     """The solved shape of `problem` with its request changed, when that plan fits; None when it does
     not fit or the changed request is refused (never raises a user error)."""
-    from .plan import solve_problem
     from .resolve import resolve_problem
 
     try:
         alt = resolve_problem(problem.model, problem.hardware, change(_request(problem)))
-        _, sol, _ = solve_problem(alt)
+        _, sol, _ = solve(alt)
     except (BtacalcError, ArithmeticError):
         return None
     return sol if sol.fits and MemoryModel(alt).fits(sol.tiles, sol.tile_batch) else None
@@ -100,31 +102,31 @@ def verdict(problem: Problem, mem: MemoryModel, sol: Solution) -> Solution:
     return replace(sol, binding_constraint=why.constraint, tile_constraint=why.constraint, explanation=why.explanation)
 
 
-def suggestions(problem: Problem, mem: MemoryModel) -> list[str]:
-    """What would fit, each verified by solving it; never raises."""
+def suggestions(problem: Problem, mem: MemoryModel, solve: Solver) -> list[str]:
+    """What would fit, each verified by solving it with `solve` (as `plan` does); never raises."""
     try:
-        return _suggestions(problem, mem)
+        return _suggestions(problem, mem, solve)
     except (BtacalcError, ArithmeticError):  # a suggestion is advice: it never replaces the answer
         return []
 
 
-def _suggestions(problem: Problem, mem: MemoryModel) -> list[str]:
+def _suggestions(problem: Problem, mem: MemoryModel, solve: Solver) -> list[str]:
     if not mem.offchip_fits:
         state = sum(v for k, v in mem.offchip.items() if k != "capacity")
         return [f"weights, gradients and optimizer state ({state / 1e12:.2f} TB) exceed the off-wafer store "
                 f"({mem.offchip['capacity'] / 1e12:.2f} TB in the profile): a larger MemoryX configuration is needed"]
     fixed = sum(mem.fixed.values())
     if fixed > mem.usable:
-        return _state_too_large(problem, mem, fixed)
-    out = [text for text in (_verified(problem, trial) for trial in _trials(problem, mem)) if text]
+        return _state_too_large(problem, mem, fixed, solve)
+    out = [text for text in (_verified(problem, trial, solve) for trial in _trials(problem, mem)) if text]
     if problem.hardware.family == "gpu" and problem.layout.devices > 1:
         out.append(f"--search finds the fastest Megatron layout that fits on --devices {problem.layout.devices}, if any "
                    "(tensor, pipeline, context parallelism, recomputation)")
     return out
 
 
-def _verified(problem: Problem, trial: Trial) -> Optional[str]:
-    sol = run_trial(problem, trial.change)
+def _verified(problem: Problem, trial: Trial, solve: Solver) -> Optional[str]:
+    sol = run_trial(problem, trial.change, solve)
     return None if sol is None else f"{trial.flags} fits {_shape(sol)} (G*b = {sol.tiles * sol.tile_batch})"
 
 
@@ -158,14 +160,14 @@ def _trials(problem: Problem, mem: MemoryModel) -> list[Trial]:
     return trials
 
 
-def _state_too_large(problem: Problem, mem: MemoryModel, fixed: int) -> list[str]:
+def _state_too_large(problem: Problem, mem: MemoryModel, fixed: int, solve: Solver) -> list[str]:
     if mem.streaming:
         return [f"streamed weight and gradient buffers alone take {fixed / 1e9:.1f} GB of {mem.usable / 1e9:.1f} GB usable"]
     out = [f"weights, gradients and optimizer state take {fixed / 1e9:.1f} GB per device of "
            f"{mem.usable / 1e9:.1f} GB usable"]
     if problem.hardware.family == "wse":
         text = _verified(problem, Trial("--memory-model weight_streaming",
-                                        lambda r: r.with_changes(memory_model="weight_streaming")))
+                                        lambda r: r.with_changes(memory_model="weight_streaming")), solve)
         if text:
             out.append(text + ": weights and optimizer state off-wafer in MemoryX")
     if problem.hardware.multi_device and problem.hardware.family == "gpu":  # wafer systems never shard the state
