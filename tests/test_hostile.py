@@ -30,7 +30,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

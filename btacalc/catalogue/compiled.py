@@ -29,7 +29,6 @@ import hashlib
 import marshal
 import types
 from fractions import Fraction
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import numpy as np
