@@ -456,7 +456,7 @@ def test_numpy_warnings_as_errors_are_one_line_or_none(tmp_path):
     assert proc.returncode in (0, 1, 2) and "Traceback" not in proc.stderr and len(proc.stderr.splitlines()) <= 1
 
 
-@settings(max_examples=12, deadline=None, derandomize=True, database=None,
+@settings(max_examples=8, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(eff=st.floats(1e-6, 1.0), bw=st.floats(1.0, 1e18), seq=st.sampled_from([1, 2, 1024, 4096, 2**20]),
        devices=st.sampled_from([1, 8, 1 << 12]))
@@ -500,7 +500,7 @@ def test_sweep_and_plan_agree_at_the_edges(cli, hw, name, value):
     _same(cli, hw, name, value)
 
 
-@settings(max_examples=10, deadline=None, derandomize=True, database=None,
+@settings(max_examples=6, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(hw=st.sampled_from(["wse2", "wse3", "h100"]),
        point=st.one_of(st.tuples(st.just("seq"), st.integers(1, 2**62)),
