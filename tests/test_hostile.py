@@ -343,7 +343,7 @@ def test_clean_text_of_any_bytes_is_printable_and_serialisable(raw):
 def _sweep_point(cli, *args: str) -> dict[str, Any]:
     """The sweep's one point; a point the sweep refuses comes back as {"error": ...}."""
     code, out, err = cli("sweep", *args, "--json", "-q")
-    if code == 2 and "invalid point" in err:
+    if code == 2 and "points of the sweep is valid" in err:
         return {"error": err}
     assert code == 0, err
     (point,) = json.loads(out)["points"]

@@ -137,14 +137,14 @@ class SweepOutputs:
         self.streams = None  # committed: its staged files are in place or, on failure, removed
 
     def _report_invalid(self) -> None:
+        if self.invalid_count == self.grid.size:  # bad input: one line, as every error (the first reason in it)
+            raise BtacalcError(f"none of the {self.grid.size:,} points of the sweep is valid; the first: {self.invalid[0]}")
         say = lambda text: err.print(f"btacalc: {text}", highlight=False, markup=False, soft_wrap=True)  # noqa: E731
         if self.invalid_count and self.invalid_count <= LISTED_INVALID:
             for line in self.invalid:
                 say(f"invalid point {line}")
         elif self.invalid_count:
             say(f"{self.invalid_count:,} of {self.grid.size:,} points are invalid; the first: {self.invalid[0]}")
-        if self.invalid_count == self.grid.size:
-            raise BtacalcError(f"none of the {self.grid.size:,} points of the sweep is valid")
 
     def __exit__(self, *exc: Any) -> Optional[bool]:
         if self.streams is not None:  # the sweep failed: nothing is left behind
