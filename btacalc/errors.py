@@ -45,3 +45,33 @@ def first_validation_error(exc: Any) -> str:
     loc = ".".join(str(x) for x in err["loc"])
     msg = err["msg"].removeprefix("Value error, ")
     return f"field {loc}: {msg}" if loc else msg
+
+
+# ---------------------------------------------------------------------------------------------------
+# The one sanitiser of user-supplied text (names, folders, ids, paths) on its way to a terminal, JSON
+# or a file name.
+
+# Bidirectional overrides and isolates: invisible, they reorder what a terminal shows ("Trojan source",
+# CVE-2021-42574).
+_BIDI = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def clean_text(text: str, keep: str = "") -> str:
+    """`text` safe to print, serialise or use in a file name: control characters (C0 incl. ESC, DEL,
+    C1) and bidirectional overrides removed (those in `keep`, e.g. a newline, stay); lone surrogates
+    (undecodable bytes of a file name, as os.fsdecode gives them) written as the escape of their byte
+    (\\xff) or code point (\\udc00). Everything else, letters of any script included, is kept."""
+    if text.isprintable():  # the usual case: nothing to do (False for Cc, Cf, Cs, Zl, Zp, ...)
+        return text
+    out = []
+    for ch in text:
+        o = ord(ch)
+        if 0xD800 <= o <= 0xDFFF:
+            out.append(f"\\x{o - 0xDC00:02x}" if 0xDC80 <= o <= 0xDCFF else f"\\u{o:04x}")
+        elif ch in keep:
+            out.append(ch)
+        elif o < 0x20 or 0x7F <= o <= 0x9F or ch in _BIDI or ch in "\u2028\u2029":
+            continue
+        else:
+            out.append(ch)
+    return "".join(out)

@@ -7,6 +7,9 @@ see pyproject.toml); in a source checkout they are the top-level ``formulas/`` a
 
 from __future__ import annotations
 
+import errno
+import os
+import stat
 from pathlib import Path
 
 _PKG = Path(__file__).resolve().parent
@@ -27,3 +30,66 @@ def presets_dir() -> Path:
 def package_data(name: str) -> Path:
     """A data file that ships inside the package (btacalc/data/NAME)."""
     return _PKG / "data" / name
+
+
+# ---------------------------------------------------------------------------------------------------
+# Input files: read with a size cap checked before the read, and remembered for the command's outputs
+
+# The largest input file btacalc reads (a config.json, a profile .toml, a run file): 16 MiB. The
+# largest shipped file is a few hundred kilobytes; a config.json is a few kilobytes.
+MAX_INPUT_BYTES = 16 << 20
+
+_READ: dict[tuple[int, int], str] = {}  # (device, inode) -> the path as given, of every input read
+
+
+def forget_inputs() -> None:
+    """Start a new command: no input read yet (tests run many commands in one process)."""
+    _READ.clear()
+
+
+def note_input(path: "os.PathLike[str] | str") -> None:
+    """Remember `path` (through its symbolic links) as read by this command: no output may replace it."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return
+    _READ[(st.st_dev, st.st_ino)] = os.fspath(path)
+
+
+def inputs_read() -> dict[tuple[int, int], str]:
+    """The (device, inode) -> path of every input this command has read so far."""
+    return dict(_READ)
+
+
+def read_input(path: "os.PathLike[str] | str", limit: int = MAX_INPUT_BYTES) -> str:
+    """The UTF-8 text of a user's input file. Its type and size are checked on the open file before
+    any byte is read (a FIFO or a device never blocks, a 1 GiB file is never read); a refusal is an
+    OSError whose `strerror` says why (callers put it in their one-line error)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", os.fspath(path))
+        if st.st_size > limit:
+            raise OSError(errno.EFBIG, f"larger than {limit >> 20} MiB ({st.st_size:,} bytes)", os.fspath(path))
+        data = os.read(fd, limit + 1) if st.st_size == 0 else _read_all(fd, limit)
+    finally:
+        os.close(fd)
+    if len(data) > limit:  # grew since the stat
+        raise OSError(errno.EFBIG, f"larger than {limit >> 20} MiB", os.fspath(path))
+    _READ[(st.st_dev, st.st_ino)] = os.fspath(path)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise OSError(errno.EILSEQ, f"not UTF-8 text (byte {exc.start})", os.fspath(path)) from None
+
+
+def _read_all(fd: int, limit: int) -> bytes:
+    chunks, size = [], 0
+    while size <= limit:
+        chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)

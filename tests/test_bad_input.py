@@ -56,7 +56,7 @@ BAD_PROFILES = [
     ("peak-inf", _profile(GPU_PROFILE, "value = 3.12e14", "value = inf"), "peak_flops_per_s.value = inf"),
     ("peak-absurd", _profile(GPU_PROFILE, "value = 3.12e14", "value = 1e300"), "FLOP/s"),
     ("efficiency-1e9", _profile(GPU_PROFILE, EFFICIENCY, "[calibration.compute_efficiency]\nvalue = 1e9\n"), "compute_efficiency.value = 1e+09"),
-    ("efficiency-zero", _profile(GPU_PROFILE, EFFICIENCY, "[calibration.compute_efficiency]\nvalue = 0\n"), "in (0, 1]"),
+    ("efficiency-zero", _profile(GPU_PROFILE, EFFICIENCY, "[calibration.compute_efficiency]\nvalue = 0\n"), "in [1e-06, 1]"),
     ("efficiency-negative", _profile(GPU_PROFILE, EFFICIENCY, "[calibration.compute_efficiency]\nvalue = -0.5\n"), "compute_efficiency"),
     ("efficiency-nan", _profile(GPU_PROFILE, EFFICIENCY, "[calibration.compute_efficiency]\nvalue = nan\n"), "compute_efficiency"),
     ("cores-almost-whole", _profile(GPU_PROFILE, "value = 108\n", "value = 108.0000001\n"), "= 108.0000001: must be a whole"),

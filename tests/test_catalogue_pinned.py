@@ -97,7 +97,8 @@ def test_doubling_a_term_moves_a_golden(seed, monkeypatch):
         problem_mod.kind_selections.cache_clear()
         params_mod._param_counts.cache_clear()
 
-    monkeypatch.setattr(compiled_mod, "cache_dir", lambda: None)  # generate from the doubled term, not the disk cache
+    monkeypatch.setattr(compiled_mod, "read_entry", lambda name: None)  # generate from the doubled term, not the disk cache
+    monkeypatch.setattr(compiled_mod, "write_entry", lambda name, payload: None)
     original = term.sym
     try:
         term._sym = 2 * original

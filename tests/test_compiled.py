@@ -102,23 +102,30 @@ def test_cache_follows_xdg_cache_home_and_is_reused(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     sel = _selection()
     load_module(sel)
-    files = list((tmp_path / "btacalc" / "compiled").rglob("*.py"))
+    files = list((tmp_path / "btacalc" / "compiled").rglob("*.code"))
     assert len(files) == 1 and files[0].parent.name == cache.fingerprint()
     assert not [p for p in files[0].parent.iterdir() if p.name.startswith(".")]  # no temporary file left
-    files[0].write_text(files[0].read_text() + "\nMARK = 1\n")
-    assert getattr(load_module(sel), "MARK", None) == 1  # read from the cache, not regenerated
+    monkeypatch.setattr(compiled, "generate_source", lambda s: pytest.fail("regenerated instead of read"))
+    assert load_module(sel).SELECTION == compiled._selection_key(sel)  # read from the cache, not regenerated
 
 
 def test_damaged_or_foreign_cache_file_is_regenerated(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     sel = _selection()
     load_module(sel)
-    path = next((tmp_path / "btacalc").rglob("*.py"))
-    path.write_text("this is not python(")
-    module = load_module(sel)
-    assert module.SELECTION == compiled._selection_key(sel) and path.read_text() == generate_source(sel)
-    path.write_text("SELECTION = 'another selection'\n")
-    assert load_module(sel).SELECTION == compiled._selection_key(sel)
+    path = next((tmp_path / "btacalc").rglob("*.code"))
+    good = path.read_bytes()
+    path.write_bytes(b"this is not code(")
+    assert load_module(sel).SELECTION == compiled._selection_key(sel) and path.read_bytes() == good
+    # another program's code with the right header but no valid tag is never run
+    import marshal
+
+    marker = tmp_path / "ran"
+    evil = marshal.dumps(compile(f"open({str(marker)!r}, 'w').close()\nSELECTION = {compiled._selection_key(sel)!r}",
+                                 "x", "exec"))
+    path.write_bytes(good[:len(cache._MAGIC) + 32] + evil)
+    assert load_module(sel).SELECTION == compiled._selection_key(sel) and not marker.exists()
+    assert path.read_bytes() == good
 
 
 def test_unwritable_cache_falls_back_to_memory(tmp_path, monkeypatch):

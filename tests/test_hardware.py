@@ -100,7 +100,7 @@ def test_an_error_names_file_field_value_and_rule():
     with pytest.raises(BtacalcError) as exc:
         text = re.sub(r"(\[calibration\.compute_efficiency\]\nvalue = )[^\n]*", r"\g<1>1e9", _profile_text())
         parse_profile(text, "mine.toml")
-    assert str(exc.value) == "mine.toml: calibration.compute_efficiency.value = 1e+09: must be a finite number in (0, 1]"
+    assert str(exc.value) == "mine.toml: calibration.compute_efficiency.value = 1e+09: must be a finite number in [1e-06, 1]"
 
 
 def test_every_number_has_a_range_with_a_unit():

@@ -166,7 +166,9 @@ def test_many_invalid_points_get_one_summary_line(cli):
 def test_no_valid_point_exits_2_and_writes_nothing(cli, tmp_path):
     csv_path = tmp_path / "s.csv"
     code, _, err = cli("sweep", "--hw", "wse3", "--vary", "experts=2,4", "--vary", "top-k=8", "--csv", str(csv_path))
-    assert code == 2 and err.strip().splitlines()[-1] == "btacalc: error: none of the 2 points of the sweep is valid"
+    assert code == 2 and err.strip().splitlines() == [
+        "btacalc: error: none of the 2 points of the sweep is valid; the first: experts=2, top-k=8: overrides: top_k (8) "
+        "is larger than the number of experts (2)"]
     assert not list(tmp_path.iterdir())
 
 
@@ -198,12 +200,12 @@ def test_blocks_are_not_kept(monkeypatch):
 
 
 def test_a_sweep_with_no_valid_point_writes_nothing_on_stdout(cli):
-    """Every point invalid: each is named on stderr, the last line is the error, exit 2, and the
-    streamed JSON or CSV never reaches standard output (it is held until a point is valid)."""
+    """Every point invalid: one line names the first and its reason, exit 2, and the streamed JSON or
+    CSV never reaches standard output (it is held until a point is valid)."""
     for fmt in (["--json"], ["--csv", "-"]):
         code, out, err = cli("sweep", "-q", "--vary", "top-k=200,300", *fmt)
         lines = err.strip().splitlines()
-        assert code == 2 and out == "" and lines[-1] == "btacalc: error: none of the 2 points of the sweep is valid"
-        assert all(line.startswith("btacalc: invalid point top-k=") for line in lines[:-1]) and len(lines) == 3
+        assert code == 2 and out == "" and len(lines) == 1
+        assert lines[0].startswith("btacalc: error: none of the 2 points of the sweep is valid; the first: top-k=200: ")
     code, out, err = cli("sweep", "-q", "--vary", "top-k=200,8", "--json")  # one valid point: both are written
     assert code == 0 and len(json.loads(out)["points"]) == 2 and "invalid point top-k=200" in err

@@ -26,10 +26,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import importlib.util
+import marshal
 import types
 from fractions import Fraction
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import numpy as np
@@ -37,7 +36,7 @@ import numpy as np
 from .. import profiling
 from ..errors import DataError
 from ..vocabulary import ARG_ORDER, QUANTITIES, RECIPROCAL_SYMBOLS
-from .cache import cache_dir, fingerprint, write_atomic
+from .cache import fingerprint, read_entry, write_entry
 from .selection import Selection
 from .terms import Phase
 
@@ -319,37 +318,26 @@ class _LazyRow(dict[str, Any]):
 
 
 def load_module(selection: Selection) -> types.ModuleType:
-    """The generated module of `selection`: from the cache when it is there and matches, else
-    generated (with sympy), written to the cache atomically when possible, and compiled."""
+    """The generated module of `selection`: its compiled code from the cache when it is there and
+    verified (`cache.read_entry`: tagged with this user's key), else generated (with sympy), compiled,
+    and written to the cache when possible. Cached code is never imported from a file Python would
+    also read bytecode for (`__pycache__` could be replaced by anyone who can write there)."""
     key = _selection_key(selection)
     name = "sel_" + hashlib.sha256(key.encode()).hexdigest()[:20]
-    folder = cache_dir()
-    path = folder / f"{name}.py" if folder is not None else None
-    if path is not None:
-        module = _import_file(path, name)
-        if module is not None and getattr(module, "SELECTION", None) == key:
-            return module
-    source = generate_source(selection)
-    if path is not None:
-        write_atomic(path, source.encode("utf-8"))
     module = types.ModuleType(f"btacalc.catalogue.generated.{name}")
-    exec(compile(source, f"<btacalc generated {name}>", "exec"), module.__dict__)
+    cached = read_entry(f"{name}.code")
+    if cached is not None:
+        try:
+            exec(marshal.loads(cached), module.__dict__)
+            if module.__dict__.get("SELECTION") == key:
+                return module
+        except Exception:  # verified but unusable: regenerated
+            pass
+        module = types.ModuleType(f"btacalc.catalogue.generated.{name}")
+    code = compile(generate_source(selection), f"<btacalc generated {name}>", "exec")
+    write_entry(f"{name}.code", marshal.dumps(code))
+    exec(code, module.__dict__)
     return module
-
-
-def _import_file(path: Path, name: str) -> Optional[types.ModuleType]:
-    """Import a cached module (Python keeps its bytecode beside it); None when missing or unreadable."""
-    if not path.is_file():
-        return None
-    try:
-        spec = importlib.util.spec_from_file_location(f"btacalc.catalogue.generated.{name}", path)
-        if spec is None or spec.loader is None:
-            return None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    except Exception:  # a damaged cache file is regenerated, never trusted
-        return None
 
 
 def _coefficients_of(expr: "sp.Expr", where: str) -> list["sp.Expr"]:

@@ -20,9 +20,11 @@ import typer
 
 from .. import __version__
 from ..errors import BtacalcError, DataError
+from ..paths import forget_inputs
 from . import cluster, info, measure, plan, validate, whatif
 from .console import ascii_fallback, err, guarded_stdout, open_streams, out, sanitize_environment, silence_stdout
 from .options import FLAGS, flag
+from .signals import Stopped, handled
 
 try:  # typer >= 0.20 vendors click; older typer uses the click package
     from typer._click import exceptions as click_exc
@@ -63,6 +65,14 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 app = build_app()
 
 
+def _cwd_exists() -> bool:
+    try:
+        os.getcwd()
+        return True
+    except OSError:
+        return False
+
+
 def _say(text: str, code: int) -> None:
     try:
         err.print(" ".join(text.split()), highlight=False, markup=False, soft_wrap=True)
@@ -85,12 +95,16 @@ def main(argv: Optional[list[str]] = None) -> None:
     """Console-script entry: user errors become one line on stderr and exit code 2 (see the module
     docstring for every exit code). No traceback reaches the user."""
     open_streams()
+    forget_inputs()
     sanitize_environment()
     ascii_fallback(sys.stdout)
     ascii_fallback(sys.stderr)
     out.quiet = err.quiet = False  # a closed pipe silenced an earlier command in this process (tests)
     try:
-        code = _run(argv)
+        with handled():
+            code = _run(argv)
+    except Stopped as exc:  # SIGTERM, SIGHUP, SIGINT, SIGPIPE: files already cleaned on the way out
+        _say(f"btacalc: stopped by {exc.name}; nothing written", exc.exit_code)
     except click_exc.UsageError as exc:
         # click wraps a converter's ValueError as "Value error, ...": the reason alone reads better
         _say(f"btacalc: error: {exc.format_message().replace('Value error, ', '')}", 2)
@@ -104,8 +118,13 @@ def main(argv: Optional[list[str]] = None) -> None:
         silence_stdout()
         sys.exit(0)
     except OSError as exc:  # reading or writing a file the library did not name
+        if exc.filename is None and not _cwd_exists():
+            _say("btacalc: error: the working folder no longer exists (it was deleted); cd to another folder", 2)
         where = f" {exc.filename}" if exc.filename else ""
         _say(f"btacalc: error: cannot read or write{where}: {exc.strerror or exc}", 2)
+    except (ArithmeticError, RuntimeWarning) as exc:  # overflow, or numpy's warnings under PYTHONWARNINGS=error
+        _say(f"btacalc: error: the inputs take a number beyond the arithmetic's range ({type(exc).__name__}: "
+             f"{str(exc).splitlines()[0] if str(exc) else 'overflow'}); use sizes and rates within the documented ranges", 2)
     except MemoryError:
         _say("btacalc: error: out of memory: the inputs ask for more than this machine has", 2)
     except Exception as exc:  # a bug: one line, exit 3 (BTACALC_DEBUG=1 shows the traceback)

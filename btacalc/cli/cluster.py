@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Optional
 
 import typer
@@ -10,7 +9,7 @@ import typer
 from ..errors import BtacalcError
 from .options import (Attention, AttentionOpt, Fp8ParamGatherOpt, GpusPerNodeOpt, GradAccumOpt, Match, MemoryModelChoice, MemoryModelOpt,
                       ModelOpt, MtpOpt, NameOpt, OutputOpt, OverlapA2aOpt, OverlapOpt, QuietOpt, RecomputeOpt, SeqOpt,
-                      emit_result, help_text, outputs, value)
+                      check_bounds, emit_result, help_text, outputs, value)
 from .progress import progress
 
 # `compare --devices`: at most this many GPU counts per run (each is a full plan per GPU profile).
@@ -88,8 +87,8 @@ def compare(
         "fp8-current, fp8-blockwise, mxfp8, nvfp4; e.g. bf16,mxfp8,nvfp4) [default: bf16].")),
     fp8_param_gather: bool = Fp8ParamGatherOpt,
     as_json: bool = typer.Option(False, "--json", help="Print {rows: [...]} as JSON on stdout."),
-    output: Optional[Path] = OutputOpt,
-    csv_path: Optional[Path] = typer.Option(None, "--csv", help="Write one CSV row per device set."),
+    output: Optional[str] = OutputOpt,
+    csv_path: Optional[str] = typer.Option(None, "--csv", help="Write one CSV row per device set."),
     plot_path: Optional[str] = typer.Option(None, "--plot", help="Bar chart of tokens/s and tokens/s per kW (.png/.svg)."),
     quiet: bool = QuietOpt,
 ) -> int:
@@ -104,7 +103,8 @@ def compare(
     from ..planning.compare import row_count
     from .parsing import parse_values
 
-    outs = outputs(output, as_json, csv_path, plot_path)
+    check_bounds({"--systems": systems})
+    outs = outputs(output, as_json, csv_path, plot_path, inputs={"--model": model, "--hw": hw})
     spec = resolve_model(model, name)
     profiles = _profiles(hw)
     counts = None if devices.strip() == "auto" else parse_values(devices, "--devices", limit=MAX_DEVICE_COUNTS)
@@ -134,8 +134,8 @@ def crossover(
     search: bool = typer.Option(False, "--search", help="GPU points: the fastest Megatron layout that fits on the "
                                 "smallest fitting power-of-two device count."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
-    output: Optional[Path] = OutputOpt,
-    csv_path: Optional[Path] = typer.Option(None, "--csv", help="Write one CSV row per (model, device)."),
+    output: Optional[str] = OutputOpt,
+    csv_path: Optional[str] = typer.Option(None, "--csv", help="Write one CSV row per (model, device)."),
     plot_path: Optional[str] = typer.Option(None, "--plot", help="tokens/s per kW vs parameters (.png/.svg)."),
     quiet: bool = QuietOpt,
 ) -> int:
@@ -148,7 +148,7 @@ def crossover(
     from ..planning.crossover import crossover as run_crossover
     from .parsing import parse_values
 
-    outs = outputs(output, as_json, csv_path, plot_path)
+    outs = outputs(output, as_json, csv_path, plot_path, inputs={"--hw": hw})
     profiles = _profiles(hw)
     sizes = parse_values(hidden, "--hidden", limit=MAX_HIDDEN_SIZES)
     check_family(family, sizes)

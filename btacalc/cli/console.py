@@ -19,7 +19,7 @@ import sys
 from typing import Any, Union
 
 
-from ..errors import BtacalcError
+from ..errors import BtacalcError, clean_text
 
 _PIPED_WIDTH = 132
 # A terminal this wide is beyond any screen; wider settings are taken as this (a table is laid out
@@ -120,6 +120,7 @@ def _console_class() -> Any:
         def render_str(self, text: str, **kwargs: Any) -> Any:
             """On a stream that cannot encode Unicode, stand-ins replace characters before rich lays
             the text out (so '±' -> '+/-' widens its cell instead of pushing the border)."""
+            text = clean_text(text, keep="\n\t")  # no escape sequence or lone surrogate reaches a stream
             if not text.isascii() and not _encodable(self.encoding):
                 text = to_ascii(text)
             return super().render_str(text, **kwargs)

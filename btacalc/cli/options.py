@@ -4,7 +4,6 @@ library's `ExecutionRequest`. Library errors name parameters; `FLAGS` maps them 
 from __future__ import annotations
 
 from enum import Enum
-from pathlib import Path
 from typing import Any, Callable, Optional
 
 import typer
@@ -12,6 +11,7 @@ from rich.markup import escape
 
 from ..config.execution import OBJECTIVES
 from ..config.precision import DEFAULT_PRECISION, recipes
+from ..errors import BtacalcError
 from ..vocabulary import FEATURES, RECOMPUTE_MODULES
 
 # Library parameter name -> the flag a user types (names not listed map to --name-with-dashes).
@@ -181,16 +181,43 @@ def layout_fields(tp: Optional[int], sp: Optional[bool], pp: Optional[int], vp: 
             "overlaps": OverlapRequest(grad_reduce=grad, param_gather=param, tp_comm=tp_comm, p2p=p2p)}
 
 
-def outputs(output: Optional[Path] = None, as_json: bool = False, csv_path: Optional[Path] = None,
-            plot_path: Optional[str] = None) -> Any:
-    """The command's output targets, checked before any work starts (`btacalc.output.files`)."""
+def outputs(output: Optional[str] = None, as_json: bool = False, csv_path: Optional[str] = None,
+            plot_path: Optional[str] = None, inputs: Optional[dict[str, Optional[str]]] = None) -> Any:
+    """The command's output targets, checked before any work starts (`btacalc.output.files`): none may
+    be one of `inputs` (flag -> the value given: a path, a folder holding config.json, or a comma list;
+    preset and profile names that are not files are ignored)."""
     from ..output.files import STDOUT, Outputs
 
     if plot_path is not None:
         from ..output.plots import check_plot_path
 
         check_plot_path(plot_path)
-    return Outputs({"--plot": plot_path, "--csv": csv_path, "--output": output, "--json": STDOUT if as_json else None})
+    return Outputs({"--plot": plot_path, "--csv": csv_path, "--output": output, "--json": STDOUT if as_json else None},
+                   inputs=input_files(inputs or {}))
+
+
+def check_bounds(values: dict[str, Optional[int]]) -> None:
+    """Counts the library folds into others (--micro-batch into the global batch, --systems into the
+    device count) are checked under their own flag first, so an error names what the user typed."""
+    from ..config.execution import _LIMIT_TEXT, MAX_DEVICES, MAX_SEQUENCES
+
+    bounds = {"--micro-batch": MAX_SEQUENCES, "--grad-accum": MAX_SEQUENCES, "--systems": MAX_DEVICES}
+    for flag, v in values.items():
+        if v is not None and v > bounds[flag]:
+            raise BtacalcError(f"{flag} {v} is beyond {_LIMIT_TEXT[bounds[flag]]}")
+
+
+def input_files(given: dict[str, Optional[str]]) -> dict[str, str]:
+    """The files behind input options: each comma-separated value that is a file, or a folder's config.json."""
+    import os
+
+    files: dict[str, str] = {}
+    for flag, value in given.items():
+        for i, part in enumerate(str(value).split(",") if value else []):
+            path = os.path.join(part, "config.json") if os.path.isdir(part) else part
+            if os.path.isfile(path):
+                files[f"{flag}#{i}" if i else flag] = path
+    return files
 
 
 def write_outputs(outs: Any, payloads: dict[str, Any], table: Optional[Callable[[], Any]]) -> None:
@@ -202,7 +229,7 @@ def write_outputs(outs: Any, payloads: dict[str, Any], table: Optional[Callable[
     outs.commit(payloads, stdout=write_stdout, finish=finish)
 
 
-def emit_result(result: Any, as_json: bool, output: Optional[Path], csv_path: Optional[Path],
+def emit_result(result: Any, as_json: bool, output: Optional[str], csv_path: Optional[str],
                 to_csv: Callable[[Any], str], plot_path: Optional[str], plot: Callable[[Any, str], bytes],
                 renderable: Callable[[Any], Any], outs: Any = None) -> None:
     """The outputs of a table command: plot, CSV and JSON files, JSON on stdout, else the rich table.

@@ -20,8 +20,8 @@ from .options import (Accounting, AccountingOpt, Attention, AttentionOpt, Causal
                       MemoryModelChoice, MemoryModelOpt, MicroBatchOpt, ModelOpt, MtpOpt, NameOpt, Objective,
                       ObjectiveOpt, OutputOpt, TokensPerStepOpt, OverlapA2aOpt, OverlapGradOpt, OverlapOpt, OverlapP2pOpt,
                       OverlapParamOpt, PpOpt, QuietOpt, RecomputeOpt, RoutingOpt, SeqOpt, SpOpt, TileBatchOpt,
-                      TilesOpt, TopKOpt, TpOpt, TpOverlapOpt, VpOpt, ZeroOpt, help_text, layout_fields, outputs, value,
-                      AccountEmbeddingOpt, AccountLossOpt, FirstStageOpt, LastStageOpt, PipelineLayoutOpt,
+                      TilesOpt, TopKOpt, TpOpt, TpOverlapOpt, VpOpt, ZeroOpt, check_bounds, help_text, layout_fields, outputs,
+                      value, AccountEmbeddingOpt, AccountLossOpt, FirstStageOpt, LastStageOpt, PipelineLayoutOpt,
                       stage_split_field,
                       write_outputs)
 from .progress import progress
@@ -116,7 +116,7 @@ def plan(
     search: bool = typer.Option(False, "--search", help="Search the fastest layout that fits (TP, PP, VP, CP, EP, "
                                 "ETP, micro-batch, recompute) on --devices GPUs; the given values fix that dimension."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON on stdout."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the plan JSON to this file (atomically; "
+    output: Optional[str] = typer.Option(None, "--output", "-o", help="Write the plan JSON to this file (atomically; "
                                           "- for standard output)."),
     schema: bool = typer.Option(False, "--schema", help="Print the JSON schema of the plan and exit."),
     sensitivity: Optional[float] = typer.Option(None, "--sensitivity", min=0.0, max=100.0, help="Also move every "
@@ -149,8 +149,9 @@ def plan(
         from ..planning.plan import make_plan
         from ..planning.report import PlanReport, imported_info
 
+    check_bounds({"--micro-batch": micro_batch, "--grad-accum": grad_accum})
     # --emit and --schema print on stdout (and write --output); the plan JSON only with --json
-    outs = outputs(output, as_json or emit is not None or (schema and output is None))
+    outs = outputs(output, as_json or emit is not None or (schema and output is None), inputs={"--model": model, "--hw": hw})
     if schema:
         text = json.dumps(PlanReport.model_json_schema(), indent=2) + "\n"
         write_outputs(outs, {"--output": text, "--json": text}, None)
@@ -317,8 +318,8 @@ def sweep(
                                              "points (grids above 1,000,000 are refused without it, before any work)."),
     quiet: bool = QuietOpt,
     as_json: bool = typer.Option(False, "--json", help="Print {points: [...]} as JSON on stdout (streamed)."),
-    output: Optional[Path] = OutputOpt,
-    csv_path: Optional[Path] = typer.Option(None, "--csv", help="Write one CSV row per point to this file."),
+    output: Optional[str] = OutputOpt,
+    csv_path: Optional[str] = typer.Option(None, "--csv", help="Write one CSV row per point to this file."),
     plot_path: Optional[str] = typer.Option(None, "--plot", help=help_text("Draw relative throughput to FILE.png or "
                                                                            ".svg (needs btacalc[plot]).")),
 ) -> int:
@@ -336,7 +337,7 @@ def sweep(
 
     grid = Grid.of(parse_vary(vary))
     grid.check(max_points)
-    outs = outputs(output, as_json, csv_path, plot_path)
+    outs = outputs(output, as_json, csv_path, plot_path, inputs={"--model": model, "--hw": hw})
     spec, profile = resolve_model(model, name), resolve_hardware(hw)
     if fixed_active and "top-k" not in grid.names:
         raise BtacalcError("{fixed_active} needs --vary top-k=...")

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..errors import BtacalcError
+from ..paths import read_input
 
 try:  # typer >= 0.20 vendors click (as app.py)
     from typer._click import exceptions as click_exc
@@ -32,21 +33,20 @@ NOT_IN_RUN_FILE = ("config", "schema")
 
 
 def read_text(path: Path, what: str) -> str:
-    """A launch, recipe or run file (`-`: standard input), at most MAX_RUN_FILE_BYTES."""
+    """A launch, recipe or run file (`-`: standard input), at most MAX_RUN_FILE_BYTES, read through the
+    input registry (btacalc.paths.read_input: type and size checked before any byte is read, and no output
+    of this command may replace it)."""
     if str(path) == "-":
         text = sys.stdin.read(MAX_RUN_FILE_BYTES + 1)
-    else:
-        if not path.is_file():
-            raise BtacalcError(f"{what} {str(path)!r}: not a readable file")
-        with path.open("rb") as fh:
-            raw = fh.read(MAX_RUN_FILE_BYTES + 1)
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise BtacalcError(f"{what} {str(path)!r}: not UTF-8 text") from None
-    if len(text) > MAX_RUN_FILE_BYTES:
-        raise BtacalcError(f"{what} {str(path)!r}: larger than 1 MiB")
-    return text
+        if len(text) > MAX_RUN_FILE_BYTES:
+            raise BtacalcError(f"{what} {str(path)!r}: larger than 1 MiB")
+        return text
+    try:
+        return read_input(path, MAX_RUN_FILE_BYTES)
+    except FileNotFoundError:
+        raise BtacalcError(f"{what} {str(path)!r}: not a readable file") from None
+    except OSError as exc:
+        raise BtacalcError(f"{what} {str(path)!r}: {exc.strerror or exc}") from None
 
 
 def run_file_options(ctx: Context, path: Path) -> dict[str, Any]:

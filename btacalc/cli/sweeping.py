@@ -66,7 +66,7 @@ class SweepOutputs:
         self.invalid_count = 0
 
     def __enter__(self) -> "SweepOutputs":
-        from ..output.sweepstream import CsvStream, FileSummary, JsonStream, PlotPoints, TextTable
+        from ..output.sweepstream import PlotPoints
 
         if self.plot_path:
             from ..output.plots import pyplot
@@ -74,7 +74,20 @@ class SweepOutputs:
             pyplot(self.plot_path)  # a missing matplotlib is refused before any work
             self.plot = PlotPoints()
             self.sinks.append(self.plot)
-        self.streams = self.outs.streams(STREAMED, self.stdout)
+        from ..output.files import held
+
+        with held():  # a stop between creating the staged files and noting them here would orphan them
+            self.streams = self.outs.streams(STREAMED, self.stdout)
+        try:
+            self._sinks()
+        except BaseException:  # `with` calls __exit__ only after __enter__ returned
+            self.__exit__()
+            raise
+        return self
+
+    def _sinks(self) -> None:
+        from ..output.sweepstream import CsvStream, FileSummary, JsonStream, TextTable
+
         for flag, write in self.streams.writers.items():
             if flag == "--csv":
                 self.sinks.append(CsvStream(write, list(self.grid.names)))
@@ -90,7 +103,6 @@ class SweepOutputs:
             else:
                 title = f"Sweep: {self.model} on {self.hardware}" + (" (k·f fixed)" if self.fixed_active else "")
                 self.sinks.append(TextTable(self.stdout, list(self.grid.names), title))
-        return self
 
     def _file_targets(self) -> list[str]:
         """The files this sweep writes (--csv, --output, --plot), as the user named them."""
@@ -129,18 +141,18 @@ class SweepOutputs:
             result = SweepResult(model=self.model, hardware=self.hardware, fixed_active=self.fixed_active,
                                  points=self.table)
             table = lambda: print_stdout(sweep_renderable(result))  # noqa: E731
-        streams, self.streams = self.streams, None
-        self.outs.commit(payloads, stdout=write_stdout, finish=table, streamed=streams)
+        self.outs.commit(payloads, stdout=write_stdout, finish=table, streamed=self.streams)
+        self.streams = None  # committed: its staged files are in place or, on failure, removed
 
     def _report_invalid(self) -> None:
+        if self.invalid_count == self.grid.size:  # bad input: one line, as every error (the first reason in it)
+            raise BtacalcError(f"none of the {self.grid.size:,} points of the sweep is valid; the first: {self.invalid[0]}")
         say = lambda text: err.print(f"btacalc: {text}", highlight=False, markup=False, soft_wrap=True)  # noqa: E731
         if self.invalid_count and self.invalid_count <= LISTED_INVALID:
             for line in self.invalid:
                 say(f"invalid point {line}")
         elif self.invalid_count:
             say(f"{self.invalid_count:,} of {self.grid.size:,} points are invalid; the first: {self.invalid[0]}")
-        if self.invalid_count == self.grid.size:
-            raise BtacalcError(f"none of the {self.grid.size:,} points of the sweep is valid")
 
     def __exit__(self, *exc: Any) -> Optional[bool]:
         if self.streams is not None:  # the sweep failed: nothing is left behind

@@ -24,7 +24,7 @@ def validate(
     measured: Optional[Path] = typer.Option(None, "--measured", help=help_text(
         'Measured runs file ({"runs": [...]}) [default: the shipped set, btacalc/data/measured_runs.json].')),
     as_json: bool = typer.Option(False, "--json", help="Print {points, measured} as JSON."),
-    output: Optional[Path] = OutputOpt,
+    output: Optional[str] = OutputOpt,
     plot_path: Optional[str] = typer.Option(None, "--plot", help=help_text("Predicted vs measured tokens/s, log-log, "
                                             "with the ±10% and ±25% bands (.png/.svg).")),
     calibrate: bool = typer.Option(False, "--calibrate", help="Fit each device family's efficiency factors on the "
@@ -54,9 +54,9 @@ def validate(
         if given:
             raise BtacalcError(f"--wafer-loo refits on the shipped measured runs; it takes no {', '.join(given)}")
         return _wafer_loo(as_json)
-    outs = outputs(output, as_json, plot_path=plot_path)
+    outs = outputs(output, as_json, plot_path=plot_path, inputs={"--measured": str(measured) if measured else None})
+    report = validate_measured(measured)  # first: a bad run file is refused before the published points run
     points = run_validation()
-    report = validate_measured(measured)
     text = json.dumps({"points": [r.model_dump() | {"status": r.status} for r in points],
                        "measured": report.model_dump()}, indent=2) + "\n"
     payloads: dict[str, Any] = {"--output": text, "--json": text}

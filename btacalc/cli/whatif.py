@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Optional
 
 import typer
@@ -55,7 +54,7 @@ def whatif(
     overlap_a2a: bool = OverlapA2aOpt,
     grad_accum: Optional[int] = GradAccumOpt,
     as_json: bool = typer.Option(False, "--json", help="Print the answer as JSON on stdout."),
-    output: Optional[Path] = OutputOpt,
+    output: Optional[str] = OutputOpt,
 ) -> int:
     """What would it take: the value of one hardware number (or of the model's depth) at which the plan
     reaches a target, its ratio to today's value, and what binds along the way. Takes the model, hardware
@@ -75,7 +74,7 @@ def whatif(
         devices=devices, expert_parallel=ep, zero_stage=zero, devices_per_node=gpus_per_node,
         overlap_all_to_all=overlap_a2a, micro_batches=grad_accum,
         limits=BatchLimits(global_batch, tiles, tile_batch, max_global_batch, max_tile_batch))
-    outs = outputs(output, as_json)
+    outs = outputs(output, as_json, inputs={"--model": model, "--hw": hw})
     result = run_whatif(spec, resolve_hardware(hw), request, target, solve_for)
     text = result.model_dump_json(indent=2) + "\n"
 

@@ -28,8 +28,9 @@ from typing import Annotated, Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from ..errors import BtacalcError, DataError
-from ..paths import data_dir
+from ..paths import data_dir, read_input
 from ..vocabulary import parse_recompute
+from .text import CleanText
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -113,7 +114,11 @@ POWER = Range(1, 1e7, "W")  # 10 MW per device
 CORES = Range(1, 1e9, "count", integer=True)
 DEVICES = Range(1, 1e6, "count", integer=True)
 BUFFERS = Range(1, 1e3, "count", integer=True)
-FRACTION = Range(0, 1, "", open_low=True)
+# Efficiencies and usable fractions: at least 1e-6, so that every time (work / (rate x fraction)) and
+# every product of a few fractions stays a finite, normal float64 (a 1e-300 efficiency made step times
+# overflow to inf and printed nan); a millionth of a device's peak is below any measured efficiency
+# (the lowest calibrated one is above 0.1).
+FRACTION = Range(1e-6, 1, "")
 TILE_OVERHEAD = Range(0, 1, "s")  # seconds per tile per layer; 0 = no overhead
 LATENCY = Range(0, 1, "s")  # a link or tree-level latency: at most a second
 VECTOR_OVERHEAD = Range(0, 1e3, "elements")  # a PE's fixed cost per vector instruction, in SIMD-lane elements
@@ -277,8 +282,8 @@ class HardwareProfile(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str
-    display_name: str
+    name: CleanText
+    display_name: CleanText
     family: Literal["wse", "gpu"]
     defaults: Defaults
     chip: Chip
@@ -309,7 +314,7 @@ class HardwareProfile(BaseModel):
         if system.system_power_w is not None and system.system_power_w.value < chip.power_w.value:
             raise ValueError(f"system.system_power_w.value = {system.system_power_w.value:g} W is below chip.power_w "
                              f"{chip.power_w.value:g} W: the system power per device includes the device")
-        # usable <= capacity: calibration.usable_memory_fraction is in (0, 1] (its Range)
+        # usable <= capacity: calibration.usable_memory_fraction is in [1e-6, 1] (its Range)
         return self
 
     @property
@@ -477,10 +482,10 @@ def resolve_hardware(name_or_path: str) -> HardwareProfile:
     if path.is_dir():
         raise BtacalcError(f"{{hardware}}: {name_or_path!r} is a folder, not a profile .toml")
     if path.is_file():
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise BtacalcError(f"{path}: cannot read: {exc}") from None
+        try:  # type and size checked before the read (paths.read_input)
+            text = read_input(path)
+        except OSError as exc:
+            raise BtacalcError(f"{path}: cannot read: {exc.strerror or exc}") from None
         return parse_profile(text, origin=str(path))
     if path.suffix or "/" in name_or_path:
         raise BtacalcError(f"{{hardware}}: hardware profile file {name_or_path!r} not found")

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from ..paths import read_input
 from ..errors import BtacalcError
 from .model import ModelSpec, validate_model
 
@@ -322,10 +323,10 @@ def model_name(path: Path) -> str:
 
 def load_hf_config(path: Path, name: Optional[str] = None) -> ModelSpec:
     """Read a Hugging Face transformers config.json (see `_HF_FAMILIES` for the supported model_type)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BtacalcError(f"{path}: cannot read: {exc}") from None
+    try:  # type and size checked before the read (paths.read_input)
+        text = read_input(path)
+    except OSError as exc:
+        raise BtacalcError(f"{path}: cannot read: {exc.strerror or exc}") from None
     if json_depth(text) > MAX_DEPTH:
         raise BtacalcError(f"{path}: JSON nested deeper than {MAX_DEPTH} levels")
     try:

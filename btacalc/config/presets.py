@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from ..errors import BtacalcError
+from ..errors import BtacalcError, clean_text
 from ..paths import presets_dir
 from .hf import load_hf_config
 from .model import ModelSpec, validate_model
@@ -41,7 +41,9 @@ def resolve_model(name_or_path: str, name: Optional[str] = None) -> ModelSpec:
             path = path / "config.json"
         if path.is_file():
             return load_hf_config(path, name)
+        if path.exists():  # a FIFO, a device, a socket: never read (it could block or never end)
+            raise BtacalcError(f"{{model}}: {str(path)!r} is not a regular file (a model is a config.json)")
         if path.suffix == ".json" or "/" in name_or_path:
             raise BtacalcError(f"{{model}}: model file {name_or_path!r} not found")
         spec = load_preset(name_or_path)
-    return spec if name is None else spec.model_copy(update={"name": name})
+    return spec if name is None else spec.model_copy(update={"name": clean_text(name)})

@@ -20,14 +20,17 @@ from __future__ import annotations
 
 import errno
 import os
+import contextlib
 import secrets
 import shutil
+import signal
 import stat
 import tempfile
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Mapping, Optional, Union
+from typing import Any, Callable, Iterator, Literal, Mapping, Optional, Union
 
 from ..errors import BtacalcError
+from ..paths import inputs_read
 
 PathLike = Union[str, "os.PathLike[str]"]
 Payload = Union[str, bytes]
@@ -46,6 +49,25 @@ class Target:
 
     def fail(self, why: str) -> BtacalcError:
         return BtacalcError(f"{self.flag} {self.given}: {why}")
+
+
+_STOPPING = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP", "SIGPIPE") if hasattr(signal, n))
+
+
+@contextlib.contextmanager
+def held() -> Iterator[None]:
+    """Signals that stop a command are held (blocked, then delivered) while a temporary file is created
+    and recorded, or while files are renamed or restored: a stop between creating a file and noting it
+    would leave it behind, one in the middle of the renames would leave half the outputs replaced."""
+    try:
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPPING)
+    except (AttributeError, ValueError, OSError):  # no pthread_sigmask here
+        old = None
+    try:
+        yield
+    finally:
+        if old is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def _umask() -> int:
@@ -82,6 +104,10 @@ def target(flag: str, given: PathLike) -> Target:
     if not text or "\0" in text:
         raise BtacalcError(f"{flag} {text!r}: not a file name")
     where = Target(flag, text, "file", text)
+    if os.path.basename(text.rstrip("/") if text.endswith("/.") else text) in ("", ".", ".."):
+        raise where.fail("is a folder name (it ends in a slash); give a file name")
+    if not os.path.isabs(text) and not working_folder_exists():
+        raise where.fail("the working folder no longer exists (it was deleted); give an absolute path")
     try:
         st: Optional[os.stat_result] = os.stat(text)
     except FileNotFoundError:
@@ -104,7 +130,30 @@ def target(flag: str, given: PathLike) -> Target:
         raise where.fail(f"folder {folder} does not exist")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise where.fail(f"folder {folder} is not writable")
+    if st is not None and _sticky_and_foreign(folder, st):
+        raise where.fail(f"belongs to another user in the shared folder {folder} (sticky: only its owner may "
+                         "replace it)")
     return Target(flag, text, "file", real)
+
+
+def _sticky_and_foreign(folder: str, st: os.stat_result) -> bool:
+    """Whether renaming over the file is refused: a sticky folder (a shared /tmp) lets only the file's or
+    the folder's owner (or root) replace or remove it."""
+    me = os.geteuid()
+    try:
+        dst = os.stat(folder)
+    except OSError:
+        return False
+    return bool(dst.st_mode & stat.S_ISVTX) and me != 0 and me not in (st.st_uid, dst.st_uid)
+
+
+def working_folder_exists() -> bool:
+    """Whether the current folder still exists (a shell may sit in a folder deleted under it)."""
+    try:
+        os.getcwd()
+        return True
+    except FileNotFoundError:
+        return False
 
 
 def _identity(path: str) -> Any:
@@ -214,8 +263,9 @@ class Streams:
                 if t is None:
                     continue
                 if t.kind == "file":
-                    fd, tmp = _new_temp(t)
-                    self.staged[flag] = tmp
+                    with held():
+                        fd, tmp = _new_temp(t)
+                        self.staged[flag] = tmp
                     fh = os.fdopen(fd, "w", encoding="utf-8")
                 elif t.kind == "stream":
                     fh = os.fdopen(os.open(t.path, os.O_WRONLY | os.O_APPEND | getattr(os, "O_NOCTTY", 0)), "w",
@@ -249,6 +299,10 @@ class Streams:
 
     def discard(self) -> None:
         """Close everything and remove the staged files (the command failed)."""
+        with held():
+            self._discard()
+
+    def _discard(self) -> None:
         for _, fh in self._handles:
             try:
                 fh.close()
@@ -267,8 +321,10 @@ class Outputs:
 
     `paths` maps a flag to its path (None: not asked for; "-": standard output)."""
 
-    def __init__(self, paths: Mapping[str, Optional[PathLike]]):
+    def __init__(self, paths: Mapping[str, Optional[PathLike]], inputs: Mapping[str, PathLike] = {}):
         self.targets = {flag: target(flag, p) for flag, p in paths.items() if p is not None}
+        self.inputs = {flag: os.fspath(p) for flag, p in inputs.items()}
+        self.check_inputs()
         seen: dict[Any, str] = {}
         for flag, t in self.targets.items():
             key = t.path if t.kind != "file" else _identity(t.path)
@@ -276,6 +332,26 @@ class Outputs:
                 what = "standard output" if t.kind == "stdout" else t.path
                 raise BtacalcError(f"{seen[key]} and {flag} both write to {what}; give each its own file")
             seen[key] = flag
+
+    def check_inputs(self) -> None:
+        """No output file may be a file this command reads: the inputs declared (`--model`, `--hw`,
+        `--measured`) and every file read so far (`paths.read_input`), compared by device and inode, so
+        a symbolic or hard link to an input is the input."""
+        read = inputs_read()
+        for flag, given in self.inputs.items():
+            try:
+                st = os.stat(given)
+            except OSError:
+                continue
+            read.setdefault((st.st_dev, st.st_ino), f"{flag} {given}")
+        for t in self.targets.values():
+            try:
+                st = os.stat(t.path)
+            except OSError:
+                continue
+            source = read.get((st.st_dev, st.st_ino))
+            if source is not None:
+                raise t.fail(f"is an input of this command ({source}); btacalc never writes over what it reads")
 
     @property
     def stdout_taken(self) -> bool:
@@ -300,6 +376,7 @@ class Outputs:
         if missing:
             raise ValueError(f"no payload for {sorted(missing)}")
         targets = {flag: target(t.flag, t.given) for flag, t in self.targets.items()}  # again: it may have changed
+        self.check_inputs()  # and against the files read during the work (a model file a run names)
         temps: list[str] = list(prestaged.values())
         done: list[tuple[str, Optional[str]]] = []  # (replaced path, backup)
         current = next(iter(targets.values()), None)
@@ -308,16 +385,17 @@ class Outputs:
             for flag, t in targets.items():
                 current = t
                 if t.kind == "file":
-                    if flag in prestaged:
-                        tmp = prestaged[flag]
-                        _adopt_mode(t, tmp)
-                    else:
-                        tmp = _stage(t, _bytes(payloads[flag]))
-                        temps.append(tmp)
-                    backup = _backup(t.path)
-                    if backup:
-                        temps.append(backup)
-                    staged.append((t, tmp, backup))
+                    with held():
+                        if flag in prestaged:
+                            tmp = prestaged[flag]
+                            _adopt_mode(t, tmp)
+                        else:
+                            tmp = _stage(t, _bytes(payloads[flag]))
+                            temps.append(tmp)
+                        backup = _backup(t.path)
+                        if backup:
+                            temps.append(backup)
+                        staged.append((t, tmp, backup))
             for flag, t in targets.items():
                 current = t
                 if flag in done_flags:
@@ -329,21 +407,24 @@ class Outputs:
             current = None
             if finish is not None:
                 finish()
-            for t, tmp, backup in staged:
-                current = t
-                os.replace(tmp, t.path)
-                done.append((t.path, backup))
+            with held():
+                for t, tmp, backup in staged:
+                    current = t
+                    os.replace(tmp, t.path)
+                    done.append((t.path, backup))
         except BaseException as exc:
-            self._undo(done)
+            with held():
+                self._undo(done)
             if isinstance(exc, OSError) and current is not None:
                 raise current.fail(f"cannot write: {exc.strerror or exc}") from None
             raise
         finally:
-            for path in temps:
-                try:
-                    os.unlink(path)
-                except FileNotFoundError:
-                    pass
+            with held():
+                for path in temps:
+                    try:
+                        os.unlink(path)
+                    except FileNotFoundError:
+                        pass
 
     @staticmethod
     def _undo(done: list[tuple[str, Optional[str]]]) -> None:

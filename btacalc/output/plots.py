@@ -23,6 +23,11 @@ def check_plot_path(path: str) -> None:
 def pyplot(path: str) -> Any:
     """matplotlib.pyplot with the Agg backend, after checking the output file name."""
     check_plot_path(path)
+    # matplotlib's own log lines (e.g. "created a temporary cache directory" when HOME is not writable)
+    # are not btacalc's: the plot is drawn either way, and stderr keeps one line per problem
+    import logging
+
+    logging.getLogger("matplotlib").setLevel(logging.CRITICAL)
     try:
         import matplotlib
 

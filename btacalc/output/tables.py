@@ -189,7 +189,10 @@ def _stages_table(r: PlanReport) -> Table:
 
 def _plan_table(r: PlanReport) -> Panel:
     p = r.plan
-    status = Text("fits", style="bold green") if p.fits else Text("DOES NOT FIT", style="bold red")
+    in_memory = r.memory_bytes["total"] <= r.memory_bytes["usable_capacity"]
+    status = (Text("fits", style="bold green") if in_memory and p.fits else
+              Text("fits in memory; the plan does not (see why)", style="bold yellow") if in_memory else
+              Text("DOES NOT FIT", style="bold red"))
     t = Table.grid(padding=(0, 2))
     t.add_column(style="bold")
     t.add_column(overflow="fold")  # a long formula or number wraps at narrow widths, never ends in "…"

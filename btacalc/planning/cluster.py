@@ -42,9 +42,9 @@ def min_devices(model: ModelSpec, hardware: HardwareProfile, request: ExecutionR
             continue
         for variant in variants:
             zero = variant.zero_stage if d > 1 else 0
-            try:
+            try:  # a layout (TP x PP x CP, ETP x EP x PP) that does not divide this count: not a candidate
                 execution = resolve_execution(variant.with_changes(devices=d, zero_stage=zero), model, hardware)
-            except BtacalcError:  # the layout's grid (e.g. ETP·EP·PP) does not divide this count: not a candidate
+            except BtacalcError:
                 continue
             problem = resolve_memory_model(Problem(model, hardware, execution))
             if MemoryModel(problem).fits(1, 1):

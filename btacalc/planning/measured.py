@@ -13,6 +13,8 @@ passing.
 
 from __future__ import annotations
 
+from collections import Counter
+
 import json
 import statistics
 import sys
@@ -26,8 +28,9 @@ from ..config.hardware import HardwareProfile, resolve_hardware
 from ..config.precision import recipe as precision_recipe
 from ..config.presets import resolve_model
 from ..errors import BtacalcError, first_validation_error
-from ..paths import package_data
+from ..paths import package_data, read_input
 from .plan import make_plan
+from ..config.text import CleanText
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -75,7 +78,7 @@ class MeasuredRun(BaseModel):
 
     model_config = ConfigDict(extra="allow", strict=True)
 
-    id: str
+    id: CleanText
     source: str
     model: str
     hw: str
@@ -119,7 +122,7 @@ class RunPrediction(BaseModel):
 
 
 class RunResult(BaseModel):
-    id: str
+    id: CleanText
     role: str
     family: str = Field(description="device family the run's errors are summarised and calibrated by")
     model: str
@@ -162,9 +165,7 @@ def load_runs(path: Optional[Path] = None) -> list[MeasuredRun]:
     if path is not None and not path.is_file():  # a FIFO would block, /dev/zero never end
         raise BtacalcError(f"{{measured}}: {origin} is not a regular file")
     try:
-        if source.stat().st_size > MAX_RUN_FILE_BYTES:
-            raise OSError(f"larger than {MAX_RUN_FILE_BYTES // 2**20} MiB")
-        raw = json.loads(source.read_text(encoding="utf-8"), parse_constant=_no_constant)
+        raw = json.loads(read_input(source, MAX_RUN_FILE_BYTES), parse_constant=_no_constant)  # capped before the read
     except OSError as exc:
         raise BtacalcError(f"{{measured}}: cannot read {origin}: {exc.strerror or exc}") from None
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, bad UTF-8, a 5,000-digit number
@@ -179,8 +180,8 @@ def load_runs(path: Optional[Path] = None) -> list[MeasuredRun]:
         except ValidationError as exc:
             label = item.get("id", f"#{i}") if isinstance(item, dict) else f"#{i}"
             raise BtacalcError(f"{{measured}}: {origin} run {label}: {first_validation_error(exc)}") from None
-    ids = [r.id for r in runs]
-    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    counts = Counter(r.id for r in runs)  # one pass: a list's count() per id would be quadratic
+    dupes = sorted(i for i, c in counts.items() if c > 1)
     if dupes:
         raise BtacalcError(f"{{measured}}: {origin}: run ids given twice: {', '.join(dupes)}")
     return runs

@@ -28,7 +28,7 @@ from .report import (AlternativePlan, FlopsPerStep, GemmShape, HardwareInfo, Inp
                      PhaseRow, PlanInfo, PlanReport, StageRow, StateRow, Throughput)
 from .precision import mark_precision
 from .resolve import resolve_problem
-from .suggest import suggestions
+from .suggest import suggestions, verdict
 from .wafer import wafer_info
 
 
@@ -183,6 +183,8 @@ def representative_kind(ev: Evaluation) -> tuple[LayerKind, PhaseValues]:
 
 
 def build_report(problem: Problem, mem: MemoryModel, sol: Solution, found: Search) -> PlanReport:
+    if not (sol.fits and mem.fits(sol.tiles, sol.tile_batch)):
+        sol = verdict(problem, mem, sol)  # one cause named: memory, a fixed size or a cap
     ev = problem.evaluate(sol.tiles, sol.tile_batch)
     breakdown = mem.breakdown(sol.tiles, sol.tile_batch)
     kind, pv = representative_kind(ev)
@@ -241,7 +243,7 @@ def build_report(problem: Problem, mem: MemoryModel, sol: Solution, found: Searc
             row.time_s = float(phase_time.get(row.name, 0.0)) / n if n else 0.0
             row.gemms = gemms.get(("", row.name), [])
     else:
-        report.suggestions = suggestions(problem, mem)
+        report.suggestions = suggestions(problem, mem, solve_problem)
     if problem.hardware.family == "wse":
         report.wafer = wafer_info(problem, mem, sol, best_time)
     return report

@@ -19,6 +19,7 @@ the global batch come from the request (the global batch defaults to 4M tokens p
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from dataclasses import dataclass, replace
 from typing import Any, Iterator, Optional
@@ -34,6 +35,7 @@ from ..config.pipeline import StageSplit, parse_layout
 from ..errors import BtacalcError
 from ..model.gpu.memory import GpuMemory
 from ..model.gpu.timing import gpu_step_time
+from ..model.divisors import divisors
 from ..model.problem import Problem
 from .plan import make_plan
 from .report import PlanReport
@@ -134,8 +136,7 @@ def _candidates(model: ModelSpec, hardware: HardwareProfile, request: ExecutionR
     policies = (request.recompute,) if request.recompute else \
         RECOMPUTE_CHOICES + (MOE_RECOMPUTE_CHOICES if model.is_moe else ())
     eps = (request.expert_parallel,) if request.expert_parallel else \
-        tuple(e for e in range(1, max(model.num_experts, 1) + 1) if model.num_experts % e == 0 and devices % e == 0) \
-        if model.is_moe else (1,)
+        tuple(divisors(math.gcd(model.num_experts, devices))) if model.is_moe else (1,)  # bounded by the devices
     for tp, pp, vp, cp, mb in itertools.product(
             _choices(request.tensor_parallel, "tensor_parallel"), _choices(request.pipeline_parallel, "pipeline_parallel"),
             _vp_choices(request), _choices(request.context_parallel, "context_parallel"),

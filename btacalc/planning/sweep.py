@@ -15,6 +15,7 @@ agree) are kept with their error.
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Union
 
@@ -30,9 +31,10 @@ from ..errors import BtacalcError
 from ..model.memory import auto_resident
 from ..model.params import ParamCounts, param_counts
 from ..model.problem import Problem
-from ..model.solver import PointLimits, Search, search
+from ..model.solver import PointLimits, PointMemory, Search, search
 from ..model.timing import StepTime, compute_efficiency, step_time
 from .plan import dense_problem, routing_sensitivity
+from .suggest import no_fit
 from .report import PlanInfo, Throughput
 
 MODEL_PARAMS = {"experts": "experts", "top-k": "top_k", "expert-ffn": "expert_ffn"}
@@ -49,6 +51,14 @@ VARIABLES = {**MODEL_PARAMS, **RUN_PARAMS, **LIMIT_PARAMS, **LAYOUT_PARAMS,
 # A grid above this many points is refused unless the caller raises the limit (--max-points): a
 # million points take about a minute and their CSV about 300 MB.
 MAX_POINTS = 1_000_000
+# Points with a sequence length or a model size (h, d_h, E, V, ...) above this are solved one at a
+# time with Python integers, as `plan` solves them: the vectorised search holds products such as
+# s*s*b*heads*bytes in int64 (2^63), which sizes up to 2^24 (16.8M tokens, beyond any published training
+# context; 2^24 > the largest vocabulary, 256k) keep exact with b, heads and bytes up to 2^14.
+EXACT_SIZE = 1 << 24
+# Memo entries kept across blocks (see `_Solver.forget`): a block's worth, so the memos stay about as
+# large as one block's arrays.
+MEMO_ENTRIES = 1 << 14
 # Points solved (and written) at a time.
 BLOCK_POINTS = 1 << 14
 # Points searched together (the search evaluates their shapes in chunks of solver.CHUNK_SHAPES).
@@ -250,8 +260,18 @@ class _Solver:
             raise BtacalcError(found)
         return found
 
+    def forget(self) -> None:
+        """Drop the memos (setups, parameter counts, dense references) once they hold more than
+        MEMO_ENTRIES: a sweep over 10^6 distinct expert counts would otherwise keep a model, an
+        execution and its counts for each (gigabytes). They are rebuilt as needed; ids are only
+        compared within one block, so clearing all of them together between blocks is safe."""
+        if max(len(self.setups), len(self.counts), len(self.dense)) > MEMO_ENTRIES:
+            for memo in (self.setups, self.structures, self.counts, self.dense, self.dense_ids):
+                memo.clear()
+
     def block(self, start: int, params: dict[str, np.ndarray]) -> SweepBlock:
         """Group the block's points by structure (model shape and layout): one vectorised search each."""
+        self.forget()
         out = _Columns(next(iter(params.values())).size)
         names = [n for n in params if n in MODEL_PARAMS or n in LAYOUT_PARAMS or n in CHOICE_PARAMS]
         combos = np.stack([params[n] for n in names], axis=1) if names else np.zeros((out.size, 0), np.int64)
@@ -287,9 +307,28 @@ class _Solver:
             parts = [np.flatnonzero(valid & (seq == s)) for s in np.unique(seq[valid])]
         else:
             parts = [np.flatnonzero(valid)]
+        # int64 products of such sizes can wrap: those points are solved one at a time in Python integers
+        big_model = np.array([max(spec.symbol_values().values()) > EXACT_SIZE for spec in models.specs])
+        big = (seq > EXACT_SIZE) | big_model[models.index]
         for part in parts:
+            exact, part = part[big[part]], part[~big[part]]
             for chunk in np.array_split(part, -(-part.size // SEARCH_POINTS)) if part.size else []:
                 self.solve(base.at_points(chunk), models.take(chunk), _take(limits, chunk), rows[chunk], out)
+            for i in exact.tolist():
+                self.solve_exact(models.take(np.array([i])), execution, int(seq[i]), _take(limits, np.array([i])),
+                                 rows[[i]], out)
+
+    def solve_exact(self, models: "_Models", execution: Execution, seq: int, limits: PointLimits, rows: np.ndarray,
+                    out: _Columns) -> None:
+        """One point whose sizes exceed EXACT_SIZE: its sizes as Python integers (a 1-point object array),
+        so no product wraps; a size beyond even that is one error for the point."""
+        spec = models.specs[int(models.index[0])]
+        problem = Problem(spec, self.hw, execution).with_run(seq_len=np.array([seq], dtype=object))
+        try:
+            with np.errstate(all="raise"):
+                self.solve(problem, _Models([spec], np.zeros(1, dtype=np.int64)), limits, rows, out)
+        except (OverflowError, ArithmeticError) as exc:
+            out.fail(rows, f"sizes beyond exact arithmetic ({exc})")
 
     def default_global_batch(self, seq: np.ndarray, data_parallel: int) -> Optional[np.ndarray]:
         """Per point, the GPU default global batch `plan` takes (config.execution.default_global_batch):
@@ -305,10 +344,12 @@ class _Solver:
         if len(models.specs) == 1:
             return Problem(first, self.hw, execution)
         values = [spec.symbol_values() for spec in models.specs]
-        symbols = {name: np.array([v[name] for v in values], dtype=np.int64)[models.index] for name in values[0]
+        # sizes beyond EXACT_SIZE (solved one point at a time) must not wrap here either: Python integers
+        dtype = object if any(max(v.values()) > EXACT_SIZE for v in values) else np.int64
+        symbols = {name: np.array([v[name] for v in values], dtype=dtype)[models.index] for name in values[0]
                    if any(v[name] != values[0][name] for v in values)}
         counts = [self.param_counts(spec, execution) for spec in models.specs]
-        stacked = ParamCounts(*(np.array([getattr(c, f) for c in counts], dtype=np.int64)[models.index]
+        stacked = ParamCounts(*(np.array([getattr(c, f) for c in counts], dtype=dtype)[models.index]
                                 for f in ParamCounts.__dataclass_fields__))  # counts per point: arrays
         return Problem(first, self.hw, execution, symbols=symbols, counts=stacked)
 
@@ -346,6 +387,7 @@ class _Solver:
         g1_index = found.chosen["g1"] if untiled is None else g1.best
         free = replace(limits, micro_batches=np.where(limits.micro_batches > 0, limits.micro_batches, m))
         record(problem, found, g1, g1_index, self.dense_references(problem, models, free), rows, out)
+        no_fit_verdicts(problem, found, limits, rows, out)
 
     def dense_references(self, problem: Problem, models: "_Models",
                          limits: PointLimits) -> tuple[np.ndarray, np.ndarray]:
@@ -451,6 +493,33 @@ def record(problem: Problem, found: Search, g1: Search, g1_index: np.ndarray,
     put("explanation", [found.explain(i) for i in range(points)])
     put("alternative", _alternatives(problem, found, seq))
     _throughput(problem, found, g1, g1_index, dense, rows, out)
+
+
+def no_fit_verdicts(problem: Problem, found: Search, limits: PointLimits, rows: np.ndarray, out: _Columns) -> None:
+    """Points without a fitting shape get `plan`'s verdict (`suggest.no_fit`: memory, a fixed size or a
+    cap) and, when a fixed micro-batch binds, `plan`'s shape (that G*b as tiles of one sequence)."""
+    idx = np.flatnonzero(~found.shapes_of()[0])
+    if not idx.size:
+        return
+    ones = np.ones(idx.size, dtype=np.int64)
+    one_fits = PointMemory(problem, rows.size).fits(idx, ones, ones)
+    names = list(PointLimits.__dataclass_fields__)
+    seq = np.broadcast_to(np.asarray(problem.run.seq_len), (rows.size,))
+    lay = problem.layout
+    for j, i in enumerate(idx.tolist()):
+        point = SimpleNamespace(**{n: int(getattr(limits, n)[i]) for n in names})
+        why = no_fit(bool(one_fits[j]), point, lay.data_parallel)
+        row = rows[[i]]
+        for name in ("binding_constraint", "tile_constraint"):
+            out.put(row, name, [why.constraint])
+        out.put(row, "explanation", [why.explanation])
+        if why.shown_batch is not None:
+            n, m = why.shown_batch, int(found.fallback[2][i])
+            for name, value in (("tiles", n), ("tile_batch", 1), ("global_batch", n), ("step_batch", lay.data_parallel * m * n),
+                                ("tokens_per_step", n * int(seq[i])), ("cluster_tokens_per_step", lay.devices * m * n * int(seq[i]))):
+                out.put(row, name, np.array([value]))
+            out.put(row, "tokens_per_expert", _tokens_per_expert(problem.at_points(np.array([i])), np.array([int(seq[i])]),
+                                                                 np.array([n])))
 
 
 def _tokens_per_expert(problem: Problem, seq: np.ndarray, n: np.ndarray) -> np.ndarray:

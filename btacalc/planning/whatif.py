@@ -75,8 +75,8 @@ def parse_target(text: str) -> tuple[str, float]:
         target = float(value)
     except ValueError:
         raise BtacalcError(f"{{target}} {text!r}: {value!r} is not a number") from None
-    if not target > 0:
-        raise BtacalcError(f"{{target}} {text!r}: the target must be positive")
+    if not (target > 0 and math.isfinite(target)):  # nan, inf and 1e400 (inf) are no target
+        raise BtacalcError(f"{{target}} {text!r}: the target must be a finite positive number")
     return name, target
 
 
