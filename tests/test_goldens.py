@@ -103,6 +103,7 @@ SELECTIONS = [
     dict(recompute="none", attention="flash", accounting="ideal"),
     dict(recompute="none", attention="eager", accounting="pytorch"),
     dict(recompute="full", attention="flash", accounting="pytorch", loss="stored", causal=True),
+    dict(recompute="selective", attention="flash", accounting="ideal", loss="vocab_parallel"),
 ]
 
 
