@@ -111,6 +111,8 @@ SELECTIONS = [
 EXTRA_SELECTIONS = {
     "deepseek-v3": [dict(recompute="none", attention="eager", accounting="pytorch", multi_token_prediction=True),
                     dict(recompute="full", attention="flash", accounting="ideal", loss="stored",
+                         multi_token_prediction=True),
+                    dict(recompute="selective", attention="flash", accounting="ideal", loss="vocab_parallel",
                          multi_token_prediction=True)],
 }
 
