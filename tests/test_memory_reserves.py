@@ -117,10 +117,10 @@ def test_measured_memory_error_by_hand(tmp_path):
 
 def test_every_shipped_memory_run_fits_and_meets_the_gate():
     """Issue 20's gate on the shipped memory check runs: each within ±5%, the family mean within ±2%
-    (what this branch reaches: mean 1.0%, max 2.2%)."""
+    (what this branch reaches: mean 1.2%, max 2.6%)."""
     report = validate_measured()
     memory = [r for r in report.runs if r.measured.peak_alloc_gib or r.measured.peak_reserved_gib]
-    assert len(memory) >= 6 and all(r.expressible for r in memory), [r.reason for r in memory]
+    assert len(memory) >= 7 and all(r.expressible for r in memory), [r.reason for r in memory]
     errors = [abs(r.memory_error) for r in memory if r.role == "check"]  # type: ignore[arg-type]
     assert len(errors) == len(memory) and max(errors) <= 0.05 and sum(errors) / len(errors) <= 0.02
     assert report.gate.ok, report.gate.failures

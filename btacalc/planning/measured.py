@@ -93,6 +93,8 @@ class Recipe(BaseModel):
     moe_token_dispatcher_type: Optional[Literal["allgather", "alltoall", "flex"]] = Field(
         None, description="--moe-token-dispatcher-type (default allgather); btacalc models the all-to-all "
         "exchange (alltoall, and flex's DeepEP all-to-all)")
+    mtp_num_layers: Optional[int] = Field(None, ge=0, description="--mtp-num-layers: the model's multi-token-"
+                                          "prediction modules train too when > 0 (default: none)")
     causal: Optional[bool] = Field(None, description="the attention kernel skips the masked half of the s^2 scores "
                                    "(a causal FlashAttention kernel); default: btacalc counts the full scores")
     overlaps: Overlaps = Overlaps()
@@ -277,6 +279,8 @@ def express(run: MeasuredRun, family: str = "gpu") -> tuple[Optional[ExecutionRe
                        overlap_all_to_all=o.all_to_all, attention=recipe.attention, gradient_bytes=recipe.gradient_bytes())
         if recipe.causal is not None:
             changes["causal"] = recipe.causal
+        if recipe.mtp_num_layers is not None:
+            changes["multi_token_prediction"] = recipe.mtp_num_layers > 0
         if recipe.cross_entropy_loss_fusion is not None and family == "gpu":
             changes["loss"] = "vocab_parallel"  # fused or not, the same buffers (Recipe.cross_entropy_loss_fusion)
     return ExecutionRequest(seq_len=run.seq, recompute=recompute, devices=run.devices, limits=limits, **changes), ""
