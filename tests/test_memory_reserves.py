@@ -125,3 +125,23 @@ def test_every_shipped_memory_run_fits_and_meets_the_gate():
     assert len(errors) == len(memory) and max(errors) <= 0.05 and sum(errors) / len(errors) <= 0.02
     assert report.gate.ok, report.gate.failures
     assert {r.id for r in load_runs() if r.measured.peak_alloc_gib} == {r.id for r in memory}
+
+
+def test_a_gpu_run_that_does_not_say_takes_megatrons_defaults_and_lists_them(tmp_path):
+    """No recompute field and no recipe: Megatron recomputes nothing (no --recompute-granularity); its
+    loss is the vocab-parallel cross-entropy (btacalc's GPU default); validate names both."""
+    from btacalc.planning.measured import MeasuredRun, express
+
+    run = {"id": "silent", "source": "test", "model": "gpt-7b-megatron-ci", "hw": "h100", "devices": 8,
+           "precision": "bf16", "seq": 8192, "global_batch": 8, "micro_batch": 2, "tp": 4, "role": "check",
+           "measured": {"peak_alloc_gib": 60.0}}
+    request, _ = express(MeasuredRun.model_validate(run))
+    assert request is not None and request.recompute == "none"
+    path = tmp_path / "runs.json"
+    path.write_text(json.dumps({"runs": [run]}))
+    (result,) = validate_measured(path).runs
+    assert result.defaulted["recompute"].startswith("none: Megatron-LM's default")
+    assert result.defaulted["loss"].startswith("vocab_parallel: Megatron-Core's cross-entropy")
+    stated = {**run, "recompute": "full"}
+    request, _ = express(MeasuredRun.model_validate(stated))
+    assert request is not None and request.recompute == "full"

@@ -28,7 +28,7 @@ from typing import Any, Callable, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..config.execution import BatchLimits, ExecutionRequest, OverlapRequest
+from ..config.execution import MEGATRON, BatchLimits, ExecutionRequest, OverlapRequest
 from ..config.hardware import HardwareProfile, resolve_hardware
 from ..config.presets import resolve_model
 from ..errors import BtacalcError, first_validation_error
@@ -255,6 +255,22 @@ LAYOUT_FIELDS: dict[str, str] = {
 }
 
 
+# What Megatron-LM does when a GPU run file leaves a setting out, where btacalc's plan default (chosen for
+# planning, with its own reason) differs: field -> (value, reason). `validate` lists each one it applies.
+MEGATRON_RUN_DEFAULTS: dict[str, tuple[Any, str]] = {
+    "recompute": ("none", f"none: Megatron-LM's default without --recompute-granularity / --recompute-modules "
+                          f"({MEGATRON} megatron/training/arguments.py; TransformerConfig.recompute_granularity None)"),
+}
+
+
+def run_defaults(run: MeasuredRun, family: str) -> dict[str, tuple[Any, str]]:
+    """The Megatron defaults a GPU run takes because neither the run nor its recipe states them."""
+    if family != "gpu":
+        return {}
+    stated = run.with_recipe()
+    return {k: v for k, v in MEGATRON_RUN_DEFAULTS.items() if getattr(stated, k) is None}
+
+
 def express(run: MeasuredRun, family: str = "gpu") -> tuple[Optional[ExecutionRequest], str]:
     """The request that reproduces `run`, or None and the reason it cannot be expressed yet.
 
@@ -272,6 +288,8 @@ def express(run: MeasuredRun, family: str = "gpu") -> tuple[Optional[ExecutionRe
     if changes.get("fsdp") is False:
         changes.pop("fsdp")
     recompute = ",".join(run.recompute) if isinstance(run.recompute, list) else run.recompute
+    if recompute is None and "recompute" in run_defaults(run, family):
+        recompute = MEGATRON_RUN_DEFAULTS["recompute"][0]
     limits = BatchLimits(global_batch=run.global_batch, micro_batch=run.micro_batch)
     if recipe is not None:
         o = recipe.overlaps
@@ -306,7 +324,8 @@ def predict(run: MeasuredRun, hardware: Callable[[str], HardwareProfile] = resol
         return RunResult(**base, family=family, expressible=False, reason=str(exc))
     memory = _memory_prediction(profile, report, run.measured.peak_rank)
     memory_error = _memory_error(memory, run.measured)
-    th, defaulted = report.throughput, dict(report.inputs.defaults)
+    th = report.throughput
+    defaulted = {**report.inputs.defaults, **{k: why for k, (_, why) in run_defaults(run, family).items()}}
     if not report.plan.fits or th is None:
         return RunResult(**base, family=family, expressible=False, predicted=memory, memory_error=memory_error,
                          defaulted=defaulted,
