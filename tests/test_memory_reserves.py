@@ -145,3 +145,20 @@ def test_a_gpu_run_that_does_not_say_takes_megatrons_defaults_and_lists_them(tmp
     stated = {**run, "recompute": "full"}
     request, _ = express(MeasuredRun.model_validate(stated))
     assert request is not None and request.recompute == "full"
+
+
+@pytest.mark.parametrize("measured, fragment", [
+    ({"peak_alloc_gib": -3}, "measured.peak_alloc_gib"),
+    ({"peak_reserved_gib": "80 GiB"}, "measured.peak_reserved_gib"),
+    ({"peak_alloc_gib": 50.0, "peak_rank": "first"}, "measured.peak_rank"),
+])
+def test_bad_memory_measurements_are_one_line_errors(tmp_path, measured, fragment):
+    from btacalc.errors import BtacalcError
+
+    run = {"id": "bad", "source": "x", "model": "llama-3-8b", "hw": "h100", "devices": 8, "precision": "bf16",
+           "seq": 4096, "global_batch": 8, "role": "check", "measured": measured}
+    path = tmp_path / "runs.json"
+    path.write_text(json.dumps({"runs": [run]}))
+    with pytest.raises(BtacalcError, match=fragment) as info:
+        load_runs(path)
+    assert "\n" not in str(info.value)
