@@ -162,3 +162,10 @@ def test_bad_memory_measurements_are_one_line_errors(tmp_path, measured, fragmen
     with pytest.raises(BtacalcError, match=fragment) as info:
         load_runs(path)
     assert "\n" not in str(info.value)
+
+
+def test_an_moe_run_that_does_not_name_its_dispatcher_says_what_btacalc_assumed():
+    runs = {r.id: r for r in validate_measured().runs}
+    assert runs["qwen3-30b-a3b-h100-16-388"].defaulted["moe_token_dispatcher_type"].startswith("alltoall: ")
+    assert "moe_token_dispatcher_type" not in runs["deepseek-proxy-megatron-ci-h100-8-tp2-pp2-vp4-ep4-dev"].defaulted
+    assert "moe_token_dispatcher_type" not in runs["gpt-7b-megatron-ci-h100-8-tp4-dev"].defaulted  # dense

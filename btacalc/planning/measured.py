@@ -72,8 +72,9 @@ class Overlaps(BaseModel):
 class Recipe(BaseModel):
     """Settings of the run's own configuration that the run's fields leave null or state differently,
     each read from the file `source` names (btacalc's extension of the run format). Fields named after
-    Megatron-LM's flags mean what the flag means; a field left out takes Megatron's default, and
-    `validate` lists every default a run's plan took (`RunResult.defaulted`)."""
+    Megatron-LM's flags mean what the flag means; a field left out takes the plan's default, or
+    Megatron's where it differs (`MEGATRON_RUN_DEFAULTS`), and `validate` lists every default a run
+    took with its reason (`RunResult.defaulted`)."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
     source: str = Field(min_length=10)
@@ -91,8 +92,8 @@ class Recipe(BaseModel):
     cross_entropy_fusion_impl: Optional[Literal["native", "te"]] = Field(
         None, description="--cross-entropy-fusion-impl (default native); te's kernel is not modelled")
     moe_token_dispatcher_type: Optional[Literal["allgather", "alltoall", "flex"]] = Field(
-        None, description="--moe-token-dispatcher-type (default allgather); btacalc models the all-to-all "
-        "exchange (alltoall, and flex's DeepEP all-to-all)")
+        None, description="--moe-token-dispatcher-type; btacalc models the all-to-all exchange (alltoall, and "
+        "flex's DeepEP all-to-all); an MoE run that leaves it out is planned so and says it (DISPATCHER_DEFAULT)")
     mtp_num_layers: Optional[int] = Field(None, ge=0, description="--mtp-num-layers: the model's multi-token-"
                                           "prediction modules train too when > 0 (default: none)")
     causal: Optional[bool] = Field(None, description="the attention kernel skips the masked half of the s^2 scores "
@@ -258,9 +259,17 @@ LAYOUT_FIELDS: dict[str, str] = {
 # What Megatron-LM does when a GPU run file leaves a setting out, where btacalc's plan default (chosen for
 # planning, with its own reason) differs: field -> (value, reason). `validate` lists each one it applies.
 MEGATRON_RUN_DEFAULTS: dict[str, tuple[Any, str]] = {
-    "recompute": ("none", f"none: Megatron-LM's default without --recompute-granularity / --recompute-modules "
-                          f"({MEGATRON} megatron/training/arguments.py; TransformerConfig.recompute_granularity None)"),
+    "recompute": ("none", "none: Megatron-LM's default without --recompute-granularity / --recompute-modules "
+                          f"({MEGATRON} megatron/core/transformer/transformer_config.py L532: "
+                          "recompute_granularity None)"),
 }
+
+
+# An MoE run that does not name its dispatcher: what btacalc assumes, said in the run's defaults.
+DISPATCHER_DEFAULT = ("alltoall: btacalc models the expert-parallel all-to-all exchange; Megatron-LM's own default "
+                      f"--moe-token-dispatcher-type is allgather ({MEGATRON} "
+                      "megatron/core/transformer/transformer_config.py L891), which btacalc does not model: state "
+                      "the dispatcher in the recipe")
 
 
 def run_defaults(run: MeasuredRun, family: str) -> dict[str, tuple[Any, str]]:
@@ -326,6 +335,8 @@ def predict(run: MeasuredRun, hardware: Callable[[str], HardwareProfile] = resol
     memory_error = _memory_error(memory, run.measured)
     th = report.throughput
     defaulted = {**report.inputs.defaults, **{k: why for k, (_, why) in run_defaults(run, family).items()}}
+    if model.is_moe and family == "gpu" and (run.recipe is None or run.recipe.moe_token_dispatcher_type is None):
+        defaulted["moe_token_dispatcher_type"] = DISPATCHER_DEFAULT
     if not report.plan.fits or th is None:
         return RunResult(**base, family=family, expressible=False, predicted=memory, memory_error=memory_error,
                          defaulted=defaulted,
