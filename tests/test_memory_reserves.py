@@ -169,3 +169,14 @@ def test_an_moe_run_that_does_not_name_its_dispatcher_says_what_btacalc_assumed(
     assert runs["qwen3-30b-a3b-h100-16-388"].defaulted["moe_token_dispatcher_type"].startswith("alltoall: ")
     assert "moe_token_dispatcher_type" not in runs["deepseek-proxy-megatron-ci-h100-8-tp2-pp2-vp4-ep4-dev"].defaulted
     assert "moe_token_dispatcher_type" not in runs["gpt-7b-megatron-ci-h100-8-tp4-dev"].defaulted  # dense
+
+
+@pytest.mark.parametrize("cp", [1, 4])
+def test_a_fused_loss_chunk_is_one_sequence_of_this_ranks_tokens(cp):
+    """--loss fused materialises one sequence's logits at a time; a CP rank holds s/CP of its tokens:
+    4 x (131,072 / CP) x 128,256 bytes of fp32 logits (62.6 GiB at CP 1, 15.7 GiB at CP 4)."""
+    report = make_plan(resolve_model("llama-3-8b"), resolve_hardware("h100"), ExecutionRequest(
+        seq_len=131_072, devices=8, context_parallel=cp, recompute="full", loss="fused",
+        limits=BatchLimits(global_batch=8 // cp, micro_batch=1)))
+    lm_head = next(row for row in report.outside_layers if row.name == "lm_head")
+    assert lm_head.transient_bytes == 4 * (131_072 // cp) * 128_256

@@ -149,7 +149,7 @@ class Problem:
         vocab = {"V": padded_vocab(self.model.vocab_size, lay.tensor_parallel)} if self.hardware.family == "gpu" else {}
         return {**self.symbols, "s": self.run.seq_len if seq_len is None else seq_len, "b": self.rank_share(tile_batch),
                 "G": tiles, "beta": self.run.bytes_per_element, "P": 0, "t": lay.tensor_parallel,
-                "t_e": lay.expert_tensor_parallel,
+                "t_e": lay.expert_tensor_parallel, "c": lay.context_parallel,
                 "M_sram": self.hardware.attention_sram_bytes_per_core // self.run.bytes_per_element, **vocab}
 
     def rank_share(self, tile_batch: Any) -> Any:
