@@ -85,7 +85,7 @@ FEATURES: dict[str, tuple[Any, ...]] = {
     # run options
     "attention": ("eager", "flash"),
     "causal": (True, False),
-    "loss": ("stored", "fused"),
+    "loss": ("stored", "fused", "vocab_parallel"),
     "accounting": ("ideal", "pytorch"),
     "optimizer": ("adam", "sgd"),
     # sequence parallelism (Korthikanti et al. 2022 §4.2.2): the tensors of `tp = "sequence"` terms are
@@ -177,11 +177,13 @@ NOTATION: dict[str, tuple[str, str]] = {
     "P": ("number of parameters (training-state formulas only)", "params"),
     "t": ("tensor-parallel size (Korthikanti's t; 1 without tensor parallelism)", "tensor_parallel"),
     "t_e": ("expert tensor-parallel size (Megatron's ETP; 1 without it)", "expert_tensor_parallel"),
+    "c": ("context-parallel size (Megatron's CP; 1 without it): a rank holds s/c of each sequence's tokens (the "
+          "batch-linear terms see it through b, the per-sequence chunk of a fused loss through c)", "context_parallel"),
     "M_sram": ("on-chip SRAM per streaming multiprocessor, in elements, that a fused attention kernel tiles "
                "into (Dao et al. 2022's M)", "sram_elements_per_core"),
 }
 # Symbols the compiled functions take as their reciprocal (so that dividing by 1 stays an exact integer).
-RECIPROCAL_SYMBOLS = ("t", "t_e")
+RECIPROCAL_SYMBOLS = ("t", "t_e", "c")
 # The order in which compiled numeric functions take their arguments.
 ARG_ORDER: tuple[str, ...] = tuple(NOTATION)
 DESCRIPTIONS: dict[str, str] = {name: desc for name, (desc, _) in NOTATION.items()}

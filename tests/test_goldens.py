@@ -103,6 +103,7 @@ SELECTIONS = [
     dict(recompute="none", attention="flash", accounting="ideal"),
     dict(recompute="none", attention="eager", accounting="pytorch"),
     dict(recompute="full", attention="flash", accounting="pytorch", loss="stored", causal=True),
+    dict(recompute="selective", attention="flash", accounting="ideal", loss="vocab_parallel"),
 ]
 
 
@@ -110,6 +111,8 @@ SELECTIONS = [
 EXTRA_SELECTIONS = {
     "deepseek-v3": [dict(recompute="none", attention="eager", accounting="pytorch", multi_token_prediction=True),
                     dict(recompute="full", attention="flash", accounting="ideal", loss="stored",
+                         multi_token_prediction=True),
+                    dict(recompute="selective", attention="flash", accounting="ideal", loss="vocab_parallel",
                          multi_token_prediction=True)],
 }
 

@@ -40,7 +40,7 @@ def test_unpublished_wse_peaks_are_marked_estimates():
 
 def test_capacity_follows_memory_model():
     assert resolve_hardware("wse3").memory_capacity_bytes == 44_000_000_000  # SRAM
-    assert resolve_hardware("a100-80gb").memory_capacity_bytes == 80_000_000_000  # HBM
+    assert resolve_hardware("a100-80gb").memory_capacity_bytes == 81_920 * 2**20  # HBM, as the driver reports it
 
 
 def _profile_text(**override):
@@ -61,8 +61,8 @@ def test_user_profile_file_loads(tmp_path):
 @pytest.mark.parametrize(
     "old, new, fragment",
     [
-        ("value = 8e10", 'value = "lots"', "memory.offchip_memory_bytes.value"),
-        ("value = 8e10", "value = -1", "memory.offchip_memory_bytes.value"),
+        ("value = 85899345920", 'value = "lots"', "memory.offchip_memory_bytes.value"),
+        ("value = 85899345920", "value = -1", "memory.offchip_memory_bytes.value"),
         ('source = "https://glennklockwood.com/garden/processors/A100"\nnote = "SXM TDP"',
          'source = "my notes"\nnote = "SXM TDP"', "power_w.source"),
         ('kind = "published"\nsource = "https://glennklockwood.com/garden/processors/A100"\nnote = "SXM TDP"',
@@ -122,4 +122,4 @@ def test_hw_check_a_user_file(cli, tmp_path):
     p = tmp_path / "mine.toml"
     p.write_text(_profile_text(**{'name = "a100-80gb"': 'name = "mine"'}))
     code, out, err = cli("hw", "check", str(p))
-    assert code == 0 and err == "" and out.startswith(f"{p}: valid profile mine") and "80 GB" in out
+    assert code == 0 and err == "" and out.startswith(f"{p}: valid profile mine") and "85.8993 GB" in out

@@ -567,8 +567,9 @@ def test_layouts_as_arrays_give_each_layouts_step_and_memory():
 def test_a_tied_embedding_is_held_again_by_the_last_stage():
     # GPT-2 small over PP 2: 6 layers each (12 h^2 + 13 h parameters); the first stage adds the token and
     # position embeddings, the last the final norm and, because the LM head is tied to the token
-    # embedding on another stage, its own copy of it (Megatron keeps both in sync by an all-reduce)
-    h, vocab, positions = 768, 50257, 1024
+    # embedding on another stage, its own copy of it (Megatron keeps both in sync by an all-reduce); both
+    # tables are the vocabulary Megatron pads to a multiple of 128 x TP: 50,257 -> 393 x 128 = 50,304
+    h, vocab, positions = 768, 50304, 1024
     layer = 12 * h * h + 13 * h
     run = RunOptions(seq_len=1024, attention="flash", recompute="none", memory_model="resident")
     stages = MemoryModel(_gpu(resolve_model("gpt2-small"), run=run, devices=2, pipeline_parallel=2,

@@ -75,14 +75,16 @@ def _scaled(profile: HardwareProfile, factors: dict[str, float]) -> HardwareProf
 SCALABLE = ["chip.peak_flops_per_s", "memory.offchip_memory_bytes", "memory.offchip_bandwidth_bytes_per_s",
             "system.scaleup_bandwidth_bytes_per_s", "system.scaleout_bandwidth_bytes_per_s",
             "calibration.tile_overhead_s", "system.system_power_w"]
-FRACTIONS = ["calibration.usable_memory_fraction", "calibration.compute_efficiency"]
+FRACTIONS = ["calibration.usable_memory_fraction", "calibration.compute_efficiency",
+             "reserves.allocator_fragmentation_fraction"]
 
 
 @st.composite
 def profiles(draw) -> HardwareProfile:
     base = draw(st.sampled_from(sorted(builtin_profiles().items())))[1]
     factors = draw(st.dictionaries(st.sampled_from(SCALABLE), st.floats(0.05, 20), max_size=3))
-    for key in draw(st.lists(st.sampled_from(FRACTIONS), max_size=2, unique=True)):
+    own = [k for k in FRACTIONS if k in base.numbers()]  # a GPU names reserves, a wafer a usable fraction
+    for key in draw(st.lists(st.sampled_from(own), max_size=2, unique=True)):
         factors[key] = draw(st.floats(0.05, 1.0)) / base.numbers()[key].value
     prof = _scaled(base, factors)
     assume(prof is not None)

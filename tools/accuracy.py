@@ -50,20 +50,26 @@ def _abs_pct(x) -> str:
 def markdown() -> str:
     report = validate_measured()
     runs = {r.id: r for r in load_runs()}
-    lines = ["| run | role | model | devices | layout | predicted tok/s/device | measured | error |",
-             "|---|---|---|---|---|---:|---:|---:|"]
+    lines = ["| run | role | model | devices | layout | predicted tok/s/device | measured | error | predicted peak "
+             "GiB | measured | memory error |",
+             "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in report.runs:
         run = runs[r.id]
         pred = r.predicted.tokens_per_s_per_device
         meas = r.measured.tokens_per_s_per_device
+        mem_pred, mem_meas = r.predicted.peak_alloc_gib, r.measured.peak_alloc_gib
         lines.append(f"| {r.id} | {r.role} | {r.model} | {r.devices} x {r.hw} | {_layout(run)} | "
                      f"{'—' if pred is None else f'{pred:,.0f}'} | {'—' if meas is None else f'{meas:,.0f}'} | "
-                     f"{_pct(r.error)}{' (known gap)' if r.known_gap else ''} |")
-    lines += ["", "| role | family | runs | mean \\|error\\| | median | max | not expressible |",
-              "|---|---|---:|---:|---:|---:|---|"]
+                     f"{_pct(r.error)}{' (known gap)' if r.known_gap else ''} | "
+                     f"{'—' if mem_meas is None or mem_pred is None else f'{mem_pred:.2f}'} | "
+                     f"{'—' if mem_meas is None else f'{mem_meas:.2f}'} | {_pct(r.memory_error)} |")
+    lines += ["", "| role | family | runs | mean \\|error\\| | median | max | memory runs | mean \\|memory error\\| | "
+              "max | not expressible |",
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for s in report.summary:
         lines.append(f"| {s.role} | {s.family} | {s.n} | {_abs_pct(s.mean_abs_error)} | {_abs_pct(s.median_abs_error)} | "
-                     f"{_abs_pct(s.max_abs_error)} | {'; '.join(s.not_expressible) or 'none'} |")
+                     f"{_abs_pct(s.max_abs_error)} | {s.memory_n} | {_abs_pct(s.memory_mean_abs_error)} | "
+                     f"{_abs_pct(s.memory_max_abs_error)} | {'; '.join(s.not_expressible) or 'none'} |")
     lines += ["", "Fitted factors (`btacalc validate --calibrate`, least squares on log error over the `fit` runs "
               "only; written into the profiles' `[calibration]` sections):", ""]
     profiles = builtin_profiles()
@@ -76,7 +82,9 @@ def markdown() -> str:
     b = report.bands
     lines += ["", f"Gate (`btacalc validate`, in CI): every check run within ±{100 * b.per_run_abs_error:.0f}% "
               f"unless a documented known gap, each family's check-run mean |error| within "
-              f"±{100 * b.family_mean_abs_error:.0f}%: **{'pass' if report.gate.ok else 'FAIL'}**."]
+              f"±{100 * b.family_mean_abs_error:.0f}%; peak memory of every check run within "
+              f"±{100 * b.memory_per_run_abs_error:.0f}%, each family's mean within "
+              f"±{100 * b.memory_family_mean_abs_error:.0f}%: **{'pass' if report.gate.ok else 'FAIL'}**."]
     return "\n".join(lines)
 
 

@@ -50,10 +50,19 @@ class Collectives(BaseModel):
     all_gather_source: str = Field(min_length=10)
 
 
+class Megatron(BaseModel):
+    """Megatron-LM conventions GPU plans follow."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    make_vocab_size_divisible_by: int = Field(ge=1)
+    make_vocab_size_divisible_by_source: str = Field(min_length=10)
+
+
 class Constants(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     passes: Passes
     collectives: Collectives
+    megatron: Megatron
 
 
 @functools.lru_cache(maxsize=1)

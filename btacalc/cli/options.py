@@ -77,7 +77,9 @@ RecomputeOpt = typer.Option(None, "--recompute", help=help_text(RECOMPUTE_HELP +
 AttentionOpt = typer.Option(None, "--attention", help=help_text("eager (materialised s² scores) or flash [default: per device]."))
 CausalOpt = typer.Option(False, "--causal/--full-scores", help="Count only the causal half of the s² matmuls.")
 LossOpt = typer.Option(None, "--loss", help=help_text("fused: logits one sequence at a time; stored: Korthikanti's "
-                                                  "4sbv fp32 logits [default: fused]."))
+                                                  "4sbv fp32 logits; vocab_parallel: Megatron's cross-entropy (bf16 "
+                                                  "logits and their fp32 softmax per micro-batch) [default: "
+                                                  "vocab_parallel on GPUs, fused on wafers]."))
 AccountingOpt = typer.Option(Accounting.ideal, "--accounting", help="ideal (Korthikanti-style) or pytorch (what a "
                              "PyTorch layer keeps, measured: README).")
 GlobalBatchOpt = typer.Option(None, "--global-batch", min=1, help="Sequences per optimizer step over all data-parallel "

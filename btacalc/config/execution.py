@@ -51,6 +51,10 @@ REASONS = {
     "objective": "throughput: the fitting batch shape with the highest predicted tokens/s (ties: more tokens per "
                  "expert, then fewer tiles)",
     "loss": "fused linear cross-entropy: logits materialised one sequence at a time",
+    "loss_gpu": (f"vocab_parallel: Megatron-Core's cross-entropy ({MEGATRON} megatron/core/tensor_parallel/"
+                 "cross_entropy.py L25, L181): the output layer's bf16 logits of a micro-batch, their fp32 copy "
+                 "turned in place into the softmax kept for backward (also with --cross-entropy-loss-fusion, "
+                 "fusions/fused_cross_entropy.py L119); no chunked linear cross-entropy"),
     "memory_model": ("auto: the whole training state resident on the device when it fits with one sequence, "
                      "else weights streamed (wafer)"),
     "zero_stage": "1: optimizer state sharded over data-parallel ranks (Megatron-LM distributed optimizer)",
@@ -91,7 +95,7 @@ class RunOptions:
     recompute: str = "full"
     attention: Literal["eager", "flash"] = "eager"
     causal: bool = False
-    loss: Literal["stored", "fused"] = "fused"
+    loss: Literal["stored", "fused", "vocab_parallel"] = "fused"
     accounting: Literal["ideal", "pytorch"] = "ideal"
     optimizer: Literal["adam", "sgd"] = "adam"
     bytes_per_element: int = 2
@@ -485,7 +489,7 @@ def resolve_execution(request: ExecutionRequest, model: "ModelSpec", profile: "H
         recompute=recompute,
         attention=chosen.pick("attention", request.attention, d.attention, f"{profile.name} default: {d.note}"),
         causal=request.causal,
-        loss=chosen.pick("loss", request.loss, "fused", REASONS["loss"]),
+        loss=chosen.pick("loss", request.loss, "vocab_parallel" if gpu else "fused", REASONS["loss_gpu" if gpu else "loss"]),
         accounting=request.accounting,  # type: ignore[arg-type]  # validated by the CLI choices / catalogue
         memory_model=chosen.pick("memory_model", request.memory_model, "auto", REASONS["memory_model"]),
         overlap_streaming=request.overlap_streaming,

@@ -10,8 +10,11 @@ A profile has five sections, kept apart on purpose (cf. Calculon's system/applic
 - ``mesh`` (wafers only): the on-wafer fabric, a 2D mesh of processing elements (grid, clock, hop
   latency, link width), from which `btacalc.model.wafer.mesh` derives the per-tile overhead and the
   cost of routing tokens to experts spread over the mesh;
-- ``calibration``: named correction factors (compute efficiency, usable memory fraction, per-tile
-  overhead), each an estimate with its reasoning or a calibrated value with what it was fitted to;
+- ``reserves`` (GPUs only): what the framework keeps off the capacity the driver reports, by name
+  (the CUDA context, the communicators' buffers, the libraries' workspaces, the caching allocator's
+  fragmentation), each with its source or a stated estimate (`Reserves`);
+- ``calibration``: named correction factors (compute efficiency, usable memory fraction of a wafer,
+  per-tile overhead), each an estimate with its reasoning or a calibrated value with what it was fitted to;
 - ``defaults``: run-policy defaults (memory model, attention kernel, recomputation) with their reason.
 """
 
@@ -119,6 +122,7 @@ BUFFERS = Range(1, 1e3, "count", integer=True)
 # overflow to inf and printed nan); a millionth of a device's peak is below any measured efficiency
 # (the lowest calibrated one is above 0.1).
 FRACTION = Range(1e-6, 1, "")
+SHARE = Range(0, 1, "")  # a share that may be zero
 TILE_OVERHEAD = Range(0, 1, "s")  # seconds per tile per layer; 0 = no overhead
 LATENCY = Range(0, 1, "s")  # a link or tree-level latency: at most a second
 VECTOR_OVERHEAD = Range(0, 1e3, "elements")  # a PE's fixed cost per vector instruction, in SIMD-lane elements
@@ -222,8 +226,57 @@ class Mesh(_Section):
                                                                 "(one wavelet)")
 
 
+class Reserves(_Section):
+    """What a GPU training process keeps off the capacity the driver reports (`memory.offchip_memory_bytes`,
+    nvidia-smi's total), by name. PyTorch's caching allocator counts two numbers
+    (https://pytorch.org/docs/stable/notes/cuda.html#memory-management): *allocated* bytes held by live
+    tensors (`torch.cuda.max_memory_allocated` at the peak) and *reserved* bytes it holds from the driver
+    (`max_memory_reserved`), allocated plus the unused remainder of its cached blocks. Outside the
+    allocator the driver also holds the CUDA context and the communicators' buffers. So a plan fits when
+
+        reserved + cuda_context + communicator_buffers <= capacity,
+        reserved = allocated x (1 + allocator_fragmentation),
+        allocated = btacalc's tensors + library_workspace,
+
+    and the tensors btacalc counts may use (`usable`)
+        floor((capacity - cuda_context - communicator_buffers) / (1 + allocator_fragmentation)) - library_workspace.
+    """
+
+    cuda_context_bytes: Annotated[Number, BYTES] = Field(
+        description="the CUDA context and the kernel images loaded into it (CUDA, cuBLAS, cuDNN, NCCL, "
+        "TransformerEngine), outside PyTorch's allocator")
+    communicator_buffers_bytes: Annotated[Number, BYTES] = Field(
+        description="NCCL's (and other communicators') staging buffers for every process group, allocated by "
+        "the library outside PyTorch's allocator")
+    library_workspace_bytes: Annotated[Number, BYTES] = Field(
+        description="cuBLAS/cuBLASLt, cuDNN and TransformerEngine workspaces, allocated through PyTorch's "
+        "allocator: they count in max_memory_allocated")
+    allocator_fragmentation_fraction: Annotated[Number, SHARE] = Field(
+        description="reserved / allocated - 1 at the peak: the caching allocator's unused remainder of its blocks")
+
+    def usable_bytes(self, capacity: int) -> int:
+        """The bytes btacalc's tensors may be allocated (see the class docstring)."""
+        outside = self.cuda_context_bytes.value + self.communicator_buffers_bytes.value
+        return int((capacity - outside) // (1 + self.allocator_fragmentation_fraction.value)
+                   - self.library_workspace_bytes.value)
+
+    def allocated_bytes(self, tensors: int) -> int:
+        """torch's allocated bytes at the peak: btacalc's tensors plus the libraries' workspaces."""
+        return int(tensors + self.library_workspace_bytes.value)
+
+    def reserved_bytes(self, tensors: int) -> int:
+        """torch's reserved bytes at the peak: allocated x (1 + fragmentation), rounded up."""
+        return math.ceil(self.allocated_bytes(tensors) * (1 + self.allocator_fragmentation_fraction.value))
+
+    def device_bytes(self, tensors: int) -> int:
+        """What the device holds for the process (nvidia-smi's used): reserved + context + communicators."""
+        return int(self.reserved_bytes(tensors) + self.cuda_context_bytes.value + self.communicator_buffers_bytes.value)
+
+
 class Calibration(_Section):
-    usable_memory_fraction: Annotated[Number, FRACTION] = Field(description="share of the capacity tensors may use")
+    usable_memory_fraction: Annotated[Optional[Number], FRACTION] = Field(
+        None, description="wafers: share of the capacity tensors may use (GPUs name their reserves instead: "
+        "`reserves`)")
     compute_efficiency: Annotated[Optional[Number], FRACTION] = Field(
         None, description="achieved share of peak FLOP/s on matmul phases (estimate or calibrated)")
     tile_overhead_s: Annotated[Optional[Number], TILE_OVERHEAD] = Field(
@@ -274,7 +327,7 @@ class Defaults(_Section):
         return parse_recompute(v)
 
 
-SECTIONS = ("chip", "memory", "system", "mesh", "kernels", "calibration")
+SECTIONS = ("chip", "memory", "system", "mesh", "kernels", "reserves", "calibration")
 
 
 class HardwareProfile(BaseModel):
@@ -291,6 +344,7 @@ class HardwareProfile(BaseModel):
     system: System = System()
     mesh: Optional[Mesh] = None
     kernels: Optional[Kernels] = None
+    reserves: Optional[Reserves] = None
     calibration: Calibration
 
     @model_validator(mode="after")
@@ -314,8 +368,22 @@ class HardwareProfile(BaseModel):
         if system.system_power_w is not None and system.system_power_w.value < chip.power_w.value:
             raise ValueError(f"system.system_power_w.value = {system.system_power_w.value:g} W is below chip.power_w "
                              f"{chip.power_w.value:g} W: the system power per device includes the device")
-        # usable <= capacity: calibration.usable_memory_fraction is in [1e-6, 1] (its Range)
+        self._memory_reserves()
         return self
+
+    def _memory_reserves(self) -> None:
+        """A GPU names its reserves; a wafer gives a usable fraction (in (0, 1]: usable <= capacity)."""
+        fraction, reserves = self.calibration.usable_memory_fraction, self.reserves
+        if self.family == "gpu":
+            if reserves is None or fraction is not None:
+                raise ValueError("a gpu profile names its memory reserves in [reserves] (cuda_context_bytes, "
+                                 "communicator_buffers_bytes, library_workspace_bytes, "
+                                 "allocator_fragmentation_fraction) instead of calibration.usable_memory_fraction")
+            if reserves.usable_bytes(self.memory_capacity_bytes) <= 0:
+                raise ValueError(f"the reserves leave no memory of memory.offchip_memory_bytes "
+                                 f"{self.memory_capacity_bytes:.6g} B for tensors")
+        elif fraction is None or reserves is not None:
+            raise ValueError("a wse profile gives calibration.usable_memory_fraction (and no [reserves])")
 
     @property
     def attention_sram_bytes_per_core(self) -> int:
@@ -345,7 +413,13 @@ class HardwareProfile(BaseModel):
 
     @property
     def usable_capacity_bytes(self) -> int:
-        return int(self.memory_capacity_bytes * self.calibration.usable_memory_fraction.value)
+        """The bytes the tensors btacalc counts may use: on a GPU the capacity less its named reserves
+        (`Reserves.usable_bytes`), on a wafer the capacity x its usable fraction."""
+        if self.reserves is not None:
+            return self.reserves.usable_bytes(self.memory_capacity_bytes)
+        fraction = self.calibration.usable_memory_fraction
+        assert fraction is not None  # _memory_reserves: a profile without reserves has a fraction
+        return int(self.memory_capacity_bytes * fraction.value)
 
     @classmethod
     def range_of(cls, key: str) -> Optional[Range]:

@@ -20,6 +20,7 @@ import numpy as np
 
 from .. import profiling
 from ..catalogue.compiled import Coefficients, CompiledSelection, PhaseValues, compile_selection
+from ..catalogue.constants import constants
 from ..catalogue.selection import Selection
 from ..catalogue.terms import Phase
 from ..config.execution import Execution, Layout, RunOptions
@@ -34,6 +35,14 @@ def kind_selections(model: ModelSpec, run_features: tuple[tuple[str, Any], ...],
     base = {**model.features(), **dict(run_features)}
     return tuple((kind, compile_selection(Selection.make({**base, **dict(kind.features)}, recompute)))
                  for kind in model.layer_kinds(multi_token_prediction))
+
+
+def padded_vocab(vocab_size: int, tensor_parallel: Any) -> Any:
+    """The vocabulary Megatron-LM trains with: V rounded up to a multiple of 128·TP
+    (--make-vocab-size-divisible-by, `formulas/constants.toml` [megatron]); the embedding table, the
+    output layer and the logits are that wide. An int, or an array over layouts' TP sizes."""
+    multiple = constants().megatron.make_vocab_size_divisible_by * tensor_parallel
+    return -(-vocab_size // multiple) * multiple
 
 
 def kind_values(model: ModelSpec, kind: LayerKind, shape: dict[str, Any]) -> dict[str, Any]:
@@ -134,12 +143,14 @@ class Problem:
         return self.compiled.selection
 
     def shape_values(self, tiles: Any, tile_batch: Any, seq_len: Any = None) -> dict[str, Any]:
-        """Symbol values of one device's share of a batch shape (b as `rank_share`)."""
+        """Symbol values of one device's share of a batch shape (b as `rank_share`; on a GPU the
+        vocabulary as Megatron pads it, `padded_vocab`)."""
         lay = self.layout
+        vocab = {"V": padded_vocab(self.model.vocab_size, lay.tensor_parallel)} if self.hardware.family == "gpu" else {}
         return {**self.symbols, "s": self.run.seq_len if seq_len is None else seq_len, "b": self.rank_share(tile_batch),
-                "G": tiles, "beta": self.run.bytes_per_element, "beta_s": self.run.saved_input_bytes, "P": 0, "t": lay.tensor_parallel,
-                "t_e": lay.expert_tensor_parallel,
-                "M_sram": self.hardware.attention_sram_bytes_per_core // self.run.bytes_per_element}
+                "G": tiles, "beta": self.run.bytes_per_element, "beta_s": self.run.saved_input_bytes, "P": 0,
+                "t": lay.tensor_parallel, "t_e": lay.expert_tensor_parallel, "c": lay.context_parallel,
+                "M_sram": self.hardware.attention_sram_bytes_per_core // self.run.bytes_per_element, **vocab}
 
     def rank_share(self, tile_batch: Any) -> Any:
         """The sequences of a tile one device holds. Context parallelism gives each of its CP ranks 1/CP of

@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.text import Text
 
 from ..planning.plan import SENSITIVITY_STEP
-from ..planning.report import PhaseRow, PlanReport
+from ..planning.report import DeviceMemory, PhaseRow, PlanReport
 from .fit import Fit, fit, fit_all
 from .wafer_tables import sensitivity_table, wafer_renderable
 
@@ -257,12 +257,22 @@ def _memory_table(r: PlanReport) -> Table:
             t.add_row(key, gb(mb[key]), share(mb[key]), note.replace("{gradient_note}", _gradient_note(r)) + extra)
     t.add_row("[bold]total[/bold]", f"[bold]{gb(mb['total'])}[/bold]", f"[bold]{share(mb['total'])}[/bold]",
               f"capacity {gb(mb['capacity'])}, usable {gb(mb['usable_capacity'])}")
+    if r.device_memory is not None:
+        t.caption = _device_caption(r.device_memory)
     if r.offchip_bytes:
         off = r.offchip_bytes
         state = off["weights"] + off["gradients"] + off["optimizer"]
         t.caption = (f"off-wafer (MemoryX): weights {gb(off['weights'])}, gradients {gb(off['gradients'])}, "
                      f"optimizer {gb(off['optimizer'])} = {gb(state)} of {off['capacity'] / 1e9:,.0f} GB")
     return t
+
+
+def _device_caption(d: DeviceMemory) -> str:
+    """A GPU's total as PyTorch and the driver count it (config/hardware.py Reserves)."""
+    return (f"allocated {gb(d.allocated_bytes)} (total + {gb(d.library_workspace_bytes)} library workspaces; torch "
+            f"max_memory_allocated), reserved {gb(d.reserved_bytes)} (x {1 + d.allocator_fragmentation_fraction:g} "
+            f"allocator fragmentation), + CUDA context {gb(d.cuda_context_bytes)} + communicator buffers "
+            f"{gb(d.communicator_buffers_bytes)} = {gb(d.device_bytes)} of the {gb(d.capacity_bytes)} the driver reports")
 
 
 def _sharding_table(r: PlanReport) -> Table:

@@ -8,7 +8,7 @@ from rich.console import Group
 from rich.markup import escape
 from rich.table import Table
 
-from ..planning.measured import MeasuredReport
+from ..planning.measured import MeasuredReport, RunResult
 from ..planning.validate import PointResult
 from .fit import fit
 
@@ -33,24 +33,40 @@ def _pct(v: Any) -> str:
     return "-" if v is None else f"{100 * v:+.1f}%"
 
 
+def _memory_pair(r: RunResult) -> tuple[str, str]:
+    """(predicted, measured) peak memory in GiB: allocated when the run gives it, else reserved ("res")."""
+    m, p = r.measured, r.predicted
+    if m.peak_alloc_gib is not None:
+        return ("-" if p.peak_alloc_gib is None else f"{p.peak_alloc_gib:.1f}"), f"{m.peak_alloc_gib:.1f}"
+    if m.peak_reserved_gib is not None:
+        return ("-" if p.peak_reserved_gib is None else f"{p.peak_reserved_gib:.1f} res"), f"{m.peak_reserved_gib:.1f} res"
+    return "-", "-"
+
+
 def measured_table(report: MeasuredReport) -> Group:
-    t = Table(title="Measured training runs vs btacalc (tokens/s per device)", title_justify="left")
-    for c in ("run", "role", "family", "predicted", "measured", "error", "note"):
-        t.add_column(c, justify="right" if c in ("predicted", "measured", "error") else "left",
+    t = Table(title="Measured training runs vs btacalc (tokens/s per device; peak memory per device, GiB = 2^30 B)",
+              title_justify="left")
+    for c in ("run", "role", "family", "predicted", "measured", "error", "mem pred", "mem meas", "mem error", "note"):
+        t.add_column(c, justify="left" if c in ("run", "role", "family", "note") else "right",
                      overflow="fold" if c == "note" else "ellipsis")
     for r in report.runs:
         pred, meas = r.predicted.tokens_per_s_per_device, r.measured.tokens_per_s_per_device
         note = r.reason if not r.expressible else (f"known gap: {r.known_gap}" if r.known_gap else "")
+        if r.defaulted:
+            note = "; ".join(x for x in (note, "defaults: " + ", ".join(sorted(r.defaulted))) if x)
+        mem_pred, mem_meas = _memory_pair(r)
         t.add_row(escape(r.id), r.role, r.family, "-" if pred is None else f"{pred:,.0f}", "-" if meas is None else f"{meas:,.0f}",
-                  _pct(r.error), escape(note))
-    s = Table(title=f"Summary per role and device family (bands: ±{report.bands.per_run_abs_error:.0%} per check run, "
-              f"±{report.bands.family_mean_abs_error:.0%} family mean)", title_justify="left")
-    for c in ("role", "family", "n", "mean |error|", "median", "max", "not expressible"):
-        s.add_column(c, justify="right" if c in ("n", "mean |error|", "median", "max", "not expressible") else "left")
+                  _pct(r.error), mem_pred, mem_meas, _pct(r.memory_error), escape(note))
+    b = report.bands
+    s = Table(title=f"Summary per role and device family (bands: ±{b.per_run_abs_error:.0%} per check run, "
+              f"±{b.family_mean_abs_error:.0%} family mean; memory ±{b.memory_per_run_abs_error:.0%} per check run, "
+              f"±{b.memory_family_mean_abs_error:.0%} family mean)", title_justify="left")
+    for c in ("role", "family", "n", "mean |error|", "median", "max", "mem n", "mem mean", "mem max", "not expressible"):
+        s.add_column(c, justify="left" if c in ("role", "family") else "right")
     for f in report.summary:
         fmt = lambda v: "-" if v is None else f"{100 * v:.1f}%"  # noqa: E731
         s.add_row(f.role, f.family, str(f.n), fmt(f.mean_abs_error), fmt(f.median_abs_error), fmt(f.max_abs_error),
-                  str(len(f.not_expressible)))
+                  str(f.memory_n), fmt(f.memory_mean_abs_error), fmt(f.memory_max_abs_error), str(len(f.not_expressible)))
     verdict = ("[green]within the documented bands[/]" if report.gate.ok else
                "[bold red]outside the bands:[/] " + escape("; ".join(report.gate.failures)))
     return Group(fit(t), fit(s), verdict)

@@ -5,6 +5,13 @@ sources). Each run is expressed as an `ExecutionRequest` on the run's model and 
 with the run's batch, and its predicted tokens/s per device (and step time) set against the measured
 ones: error = predicted / measured - 1.
 
+A run may also give its peak memory per device (`measured.peak_alloc_gib`: torch
+`max_memory_allocated`; `measured.peak_reserved_gib`: `max_memory_reserved`; GiB = 2^30 B): the
+run's plan predicts both (the worst pipeline stage's allocated and reserved bytes, config/hardware.py
+`Reserves`) and the memory error (predicted / measured - 1, allocated when given, else reserved) is
+shown beside the time error and gated by its own bands. A memory-only run (no tokens/s, no step time)
+has a memory error only; a run whose plan does not fit still has its memory predicted.
+
 Runs marked `role: fit` may be used by `validate --calibrate` to fit a device family's named
 efficiency factors; every `role: check` run is a prediction. A run btacalc cannot express yet (a
 layout it does not model, an unknown model or device) is listed with the reason, never counted as
@@ -23,14 +30,15 @@ from typing import Any, Callable, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..config.execution import BatchLimits, ExecutionRequest, OverlapRequest
+from ..config.execution import MEGATRON, BatchLimits, ExecutionRequest, OverlapRequest
 from ..config.hardware import HardwareProfile, resolve_hardware
 from ..config.precision import recipe as precision_recipe
 from ..config.presets import resolve_model
 from ..errors import BtacalcError, first_validation_error
-from ..paths import package_data, read_input
-from .plan import make_plan
 from ..config.text import CleanText
+from ..paths import package_data, read_input
+from .plan import device_memory, make_plan
+from .report import PlanReport
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -41,10 +49,20 @@ SHIPPED_RUNS = "measured_runs.json"
 BANDS_FILE = "validation_bands.toml"
 
 
+GIB = 2**30  # bytes per GiB: run files give memory in GiB as torch reports it
+
+
 class Measured(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     tokens_per_s_per_device: Optional[float] = Field(None, gt=0, allow_inf_nan=False)
     step_time_s: Optional[float] = Field(None, gt=0, allow_inf_nan=False)
+    peak_alloc_gib: Optional[float] = Field(None, gt=0, allow_inf_nan=False, description="per device, GiB = 2^30 B: "
+                                            "torch.cuda.max_memory_allocated (the most loaded rank)")
+    peak_reserved_gib: Optional[float] = Field(None, gt=0, allow_inf_nan=False, description="per device, GiB: "
+                                               "torch.cuda.max_memory_reserved (the most loaded rank)")
+    peak_rank: Literal["max", "last"] = Field("max", description="whose peak: the most loaded rank (max), or the "
+                                              "last rank, whose pipeline stage is the last (Megatron-LM logs memory "
+                                              "to TensorBoard from rank world_size - 1: training/global_vars.py L241)")
 
 
 class Overlaps(BaseModel):
@@ -57,7 +75,10 @@ class Overlaps(BaseModel):
 
 class Recipe(BaseModel):
     """Settings of the run's own configuration that the run's fields leave null or state differently,
-    each read from the file `source` names (btacalc's extension of the run format)."""
+    each read from the file `source` names (btacalc's extension of the run format). Fields named after
+    Megatron-LM's flags mean what the flag means; a field left out takes the plan's default, or
+    Megatron's where it differs (`MEGATRON_RUN_DEFAULTS`), and `validate` lists every default a run
+    took with its reason (`RunResult.defaulted`)."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
     source: str = Field(min_length=10)
@@ -69,7 +90,35 @@ class Recipe(BaseModel):
     grad_bytes: Optional[Literal[2, 4]] = None
     memory_model: Optional[Literal["weight_streaming", "resident"]] = Field(
         None, description="wafer: how the run kept its weights (Cerebras appliance runs stream them)")
+    grad_reduce_in_bf16: Optional[bool] = Field(None, description="--grad-reduce-in-bf16: 16-bit main gradients "
+                                                "(default off: fp32 main gradients, grad_bytes 4)")
+    cross_entropy_loss_fusion: Optional[bool] = Field(None, description="--cross-entropy-loss-fusion (default off); "
+                                                      "either way Megatron's vocab-parallel cross-entropy keeps the "
+                                                      "fp32 softmax of a micro-batch's logits")
+    cross_entropy_fusion_impl: Optional[Literal["native", "te"]] = Field(
+        None, description="--cross-entropy-fusion-impl (default native); te's kernel is not modelled")
+    moe_token_dispatcher_type: Optional[Literal["allgather", "alltoall", "flex"]] = Field(
+        None, description="--moe-token-dispatcher-type; btacalc models the all-to-all exchange (alltoall, and "
+        "flex's DeepEP all-to-all); an MoE run that leaves it out is planned so and says it (DISPATCHER_DEFAULT)")
+    mtp_num_layers: Optional[int] = Field(None, ge=0, description="--mtp-num-layers: the model's multi-token-"
+                                          "prediction modules train too when > 0 (default: none)")
+    causal: Optional[bool] = Field(None, description="the attention kernel skips the masked half of the s^2 scores "
+                                   "(a causal FlashAttention kernel); default: btacalc counts the full scores")
     overlaps: Overlaps = Overlaps()
+
+    def unmodelled(self) -> str:
+        """Why btacalc cannot express this recipe, or "" when it can."""
+        if self.cross_entropy_loss_fusion and self.cross_entropy_fusion_impl == "te":
+            return "--cross-entropy-fusion-impl te (TransformerEngine's fused cross-entropy) is not modelled"
+        if self.moe_token_dispatcher_type == "allgather":
+            return "--moe-token-dispatcher-type allgather is not modelled (btacalc models the all-to-all dispatcher)"
+        return ""
+
+    def gradient_bytes(self) -> Optional[int]:
+        """Bytes per main-gradient element the recipe states (grad_bytes, or --grad-reduce-in-bf16)."""
+        if self.grad_reduce_in_bf16 is not None:
+            return 2 if self.grad_reduce_in_bf16 else 4
+        return self.grad_bytes
 
 
 class MeasuredRun(BaseModel):
@@ -119,6 +168,8 @@ class MeasuredRun(BaseModel):
 class RunPrediction(BaseModel):
     tokens_per_s_per_device: Optional[float] = None
     step_time_s: Optional[float] = None
+    peak_alloc_gib: Optional[float] = None
+    peak_reserved_gib: Optional[float] = None
 
 
 class RunResult(BaseModel):
@@ -133,7 +184,11 @@ class RunResult(BaseModel):
     predicted: RunPrediction = RunPrediction()
     measured: Measured
     error: Optional[float] = Field(None, description="predicted / measured - 1 (tokens/s per device, else step time)")
+    memory_error: Optional[float] = Field(None, description="predicted / measured - 1 (peak allocated memory, else "
+                                          "peak reserved)")
     known_gap: str = ""
+    defaulted: dict[str, str] = Field(default_factory=dict, description="what the run's plan took by default "
+                                      "because neither the run nor its recipe states it, and why")
     carried: dict[str, Any] = Field(default_factory=dict, description="other keys of the run, carried through")
 
 
@@ -145,6 +200,9 @@ class FamilySummary(BaseModel):
     median_abs_error: Optional[float]
     max_abs_error: Optional[float]
     not_expressible: list[str] = Field(default_factory=list, description="run id: reason")
+    memory_n: int = 0
+    memory_mean_abs_error: Optional[float] = None
+    memory_max_abs_error: Optional[float] = None
 
 
 # A run file is a few kilobytes per run; this is thousands of runs.
@@ -206,6 +264,30 @@ LAYOUT_FIELDS: dict[str, str] = {
 }
 
 
+# What Megatron-LM does when a GPU run file leaves a setting out, where btacalc's plan default (chosen for
+# planning, with its own reason) differs: field -> (value, reason). `validate` lists each one it applies.
+MEGATRON_RUN_DEFAULTS: dict[str, tuple[Any, str]] = {
+    "recompute": ("none", "none: Megatron-LM's default without --recompute-granularity / --recompute-modules "
+                          f"({MEGATRON} megatron/core/transformer/transformer_config.py L532: "
+                          "recompute_granularity None)"),
+}
+
+
+# An MoE run that does not name its dispatcher: what btacalc assumes, said in the run's defaults.
+DISPATCHER_DEFAULT = ("alltoall: btacalc models the expert-parallel all-to-all exchange; Megatron-LM's own default "
+                      f"--moe-token-dispatcher-type is allgather ({MEGATRON} "
+                      "megatron/core/transformer/transformer_config.py L891), which btacalc does not model: state "
+                      "the dispatcher in the recipe")
+
+
+def run_defaults(run: MeasuredRun, family: str) -> dict[str, tuple[Any, str]]:
+    """The Megatron defaults a GPU run takes because neither the run nor its recipe states them."""
+    if family != "gpu":
+        return {}
+    stated = run.with_recipe()
+    return {k: v for k, v in MEGATRON_RUN_DEFAULTS.items() if getattr(stated, k) is None}
+
+
 def express(run: MeasuredRun, family: str = "gpu") -> tuple[Optional[ExecutionRequest], str]:
     """The request that reproduces `run`, or None and the reason it cannot be expressed yet.
 
@@ -216,16 +298,26 @@ def express(run: MeasuredRun, family: str = "gpu") -> tuple[Optional[ExecutionRe
         return _express_megatron(run)
     recipe = run.recipe
     run = run.with_recipe()
+    if recipe is not None and recipe.unmodelled():
+        return None, recipe.unmodelled()
     changes: dict[str, Any] = {target: getattr(run, name) for name, target in LAYOUT_FIELDS.items()
                                if getattr(run, name) is not None}
     if changes.get("fsdp") is False:
         changes.pop("fsdp")
     recompute = ",".join(run.recompute) if isinstance(run.recompute, list) else run.recompute
+    if recompute is None and "recompute" in run_defaults(run, family):
+        recompute = MEGATRON_RUN_DEFAULTS["recompute"][0]
     limits = BatchLimits(global_batch=run.global_batch, micro_batch=run.micro_batch)
     if recipe is not None:
         o = recipe.overlaps
         changes.update(overlaps=OverlapRequest(grad_reduce=o.grad_reduce, param_gather=o.param_gather, tp_comm=o.tp_comm),
-                       overlap_all_to_all=o.all_to_all, attention=recipe.attention, gradient_bytes=recipe.grad_bytes)
+                       overlap_all_to_all=o.all_to_all, attention=recipe.attention, gradient_bytes=recipe.gradient_bytes())
+        if recipe.causal is not None:
+            changes["causal"] = recipe.causal
+        if recipe.mtp_num_layers is not None:
+            changes["multi_token_prediction"] = recipe.mtp_num_layers > 0
+        if recipe.cross_entropy_loss_fusion is not None and family == "gpu":
+            changes["loss"] = "vocab_parallel"  # fused or not, the same buffers (Recipe.cross_entropy_loss_fusion)
         if recipe.memory_model is not None:
             changes["memory_model"] = recipe.memory_model
     # the published low-precision runs use Megatron-Bridge's mixed-precision recipes (btacalc/data/precision.toml
@@ -233,6 +325,7 @@ def express(run: MeasuredRun, family: str = "gpu") -> tuple[Optional[ExecutionRe
     return ExecutionRequest(seq_len=run.seq, recompute=recompute, devices=run.devices, limits=limits,
                             precision=run.precision, fp8_param_gather=precision_recipe(run.precision).bridge_param_gather,
                             **changes), ""
+
 
 
 def _express_megatron(run: MeasuredRun) -> tuple[Optional[ExecutionRequest], str]:
@@ -251,8 +344,6 @@ def _express_megatron(run: MeasuredRun) -> tuple[Optional[ExecutionRequest], str
     differ = [k for k in shape if getattr(model, k) != getattr(imported.model, k)]
     if differ:
         return None, f"megatron_args describe another model than {run.model} ({', '.join(differ)} differ)"
-    if dict(imported.ignored).get("--fp8-format") or run.precision == "fp8":
-        return None, "fp8 training is not modelled (16-bit peaks only)"
     return req, ""
 
 
@@ -274,12 +365,39 @@ def predict(run: MeasuredRun, hardware: Callable[[str], HardwareProfile] = resol
         report = make_plan(model, profile, request)
     except BtacalcError as exc:
         return RunResult(**base, family=family, expressible=False, reason=str(exc))
+    memory = _memory_prediction(profile, report, run.measured.peak_rank)
+    memory_error = _memory_error(memory, run.measured)
     th = report.throughput
+    defaulted = {**report.inputs.defaults, **{k: why for k, (_, why) in run_defaults(run, family).items()}}
+    if model.is_moe and family == "gpu" and (run.recipe is None or run.recipe.moe_token_dispatcher_type is None):
+        defaulted["moe_token_dispatcher_type"] = DISPATCHER_DEFAULT
     if not report.plan.fits or th is None:
-        return RunResult(**base, family=family, expressible=False,
+        return RunResult(**base, family=family, expressible=False, predicted=memory, memory_error=memory_error,
+                         defaulted=defaulted,
                          reason="btacalc says this layout does not fit: " + ("; ".join(report.suggestions) or "memory"))
-    pred = RunPrediction(tokens_per_s_per_device=th.tokens_per_s / run.devices, step_time_s=th.step_time_s)
-    return RunResult(**base, family=family, expressible=True, predicted=pred, error=_error(pred, run.measured))
+    pred = memory.model_copy(update=dict(tokens_per_s_per_device=th.tokens_per_s / run.devices,
+                                         step_time_s=th.step_time_s))
+    return RunResult(**base, family=family, expressible=True, predicted=pred, error=_error(pred, run.measured),
+                     memory_error=memory_error, defaulted=defaulted)
+
+
+def _memory_prediction(profile: HardwareProfile, report: PlanReport, rank: str) -> RunPrediction:
+    """The allocated and reserved bytes in GiB of the worst pipeline stage, or of the last when the run
+    measured the last rank (a GPU plan; a wafer's none)."""
+    tensors = report.memory_stages[-1].total if rank == "last" and report.memory_stages else report.memory_bytes["total"]
+    device = device_memory(profile, tensors)
+    if device is None:
+        return RunPrediction()
+    return RunPrediction(peak_alloc_gib=device.allocated_bytes / GIB, peak_reserved_gib=device.reserved_bytes / GIB)
+
+
+def _memory_error(pred: RunPrediction, measured: Measured) -> Optional[float]:
+    """predicted / measured - 1 of the peak allocated memory when the run gives it, else of the reserved."""
+    if measured.peak_alloc_gib and pred.peak_alloc_gib:
+        return pred.peak_alloc_gib / measured.peak_alloc_gib - 1
+    if measured.peak_reserved_gib and pred.peak_reserved_gib:
+        return pred.peak_reserved_gib / measured.peak_reserved_gib - 1
+    return None
 
 
 def _error(pred: RunPrediction, measured: Measured) -> Optional[float]:
@@ -296,12 +414,15 @@ def summarize(results: list[RunResult]) -> list[FamilySummary]:
         for family in sorted({r.family for r in results if r.role == role}):
             mine = [r for r in results if r.role == role and r.family == family]
             errs = [abs(r.error) for r in mine if r.error is not None]
+            mem = [abs(r.memory_error) for r in mine if r.memory_error is not None]
             out.append(FamilySummary(
                 role=role, family=family, n=len(errs),
                 mean_abs_error=statistics.fmean(errs) if errs else None,
                 median_abs_error=statistics.median(errs) if errs else None,
                 max_abs_error=max(errs) if errs else None,
                 not_expressible=[f"{r.id}: {r.reason}" for r in mine if not r.expressible],
+                memory_n=len(mem), memory_mean_abs_error=statistics.fmean(mem) if mem else None,
+                memory_max_abs_error=max(mem) if mem else None,
             ))
     return out
 
@@ -312,6 +433,8 @@ class Bands(BaseModel):
     model_config = ConfigDict(extra="forbid")
     per_run_abs_error: float = Field(gt=0)
     family_mean_abs_error: float = Field(gt=0)
+    memory_per_run_abs_error: float = Field(gt=0, description="peak memory of a check run")
+    memory_family_mean_abs_error: float = Field(gt=0, description="mean peak-memory error of a family's check runs")
     note: str = ""
 
 
@@ -345,7 +468,24 @@ def gate(results: list[RunResult], summaries: list[FamilySummary], bands: Bands)
         mean = statistics.fmean(errs) if errs else 0.0
         if mean > bands.family_mean_abs_error:
             failures.append(f"{s.family}: mean |error| of check runs {mean:.1%} outside ±{bands.family_mean_abs_error:.0%}")
+    failures += memory_gate(results, bands)
     return GateVerdict(ok=not failures, failures=failures)
+
+
+def memory_gate(results: list[RunResult], bands: Bands) -> list[str]:
+    """Check runs whose peak memory leaves its per-run band fail, and a family whose mean memory error
+    leaves its band fails (known gaps are for time; memory has none)."""
+    failures = []
+    checks = [r for r in results if r.role == "check" and r.memory_error is not None]
+    for r in checks:
+        if abs(r.memory_error) > bands.memory_per_run_abs_error:  # type: ignore[arg-type]  # filtered above
+            failures.append(f"{r.id}: memory error {r.memory_error:+.1%} outside ±{bands.memory_per_run_abs_error:.0%}")
+    for family in sorted({r.family for r in checks}):
+        mean = statistics.fmean(abs(r.memory_error) for r in checks if r.family == family)  # type: ignore[arg-type]
+        if mean > bands.memory_family_mean_abs_error:
+            failures.append(f"{family}: mean |memory error| of check runs {mean:.1%} outside "
+                            f"±{bands.memory_family_mean_abs_error:.0%}")
+    return failures
 
 
 class MeasuredReport(BaseModel):

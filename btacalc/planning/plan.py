@@ -24,8 +24,8 @@ from ..model.memory import MemoryModel
 from ..model.problem import Evaluation, Problem
 from ..model.solver import PointLimits, Search, Solution, search, solve_density
 from ..model.timing import StepTime, compute_efficiency, step_time
-from .report import (AlternativePlan, FlopsPerStep, GemmShape, HardwareInfo, Inputs, LayerKindRows, ModelInfo, ParallelInfo,
-                     PhaseRow, PlanInfo, PlanReport, StageRow, StateRow, Throughput)
+from .report import (AlternativePlan, DeviceMemory, FlopsPerStep, GemmShape, HardwareInfo, Inputs, LayerKindRows,
+                     ModelInfo, ParallelInfo, PhaseRow, PlanInfo, PlanReport, StageRow, StateRow, Throughput)
 from .precision import mark_precision
 from .resolve import resolve_problem
 from .suggest import suggestions, verdict
@@ -82,6 +82,20 @@ def tokens_per_expert(model: ModelSpec, seq_len: int, global_batch: int, expert_
     ETP/(TP·CP): the EP x ETP ranks of an expert group each hold 1/(TP·CP) of a micro-batch's tokens."""
     tokens = global_batch * seq_len
     return expert_parallel * shards * tokens * model.top_k / model.num_experts if model.is_moe else float(tokens)
+
+
+def device_memory(hw: HardwareProfile, tensors: int) -> Optional[DeviceMemory]:
+    """A GPU's allocated and reserved bytes for `tensors` bytes of btacalc's tensors (None on a wafer)."""
+    res = hw.reserves
+    if res is None:
+        return None
+    return DeviceMemory(
+        allocated_bytes=res.allocated_bytes(tensors), reserved_bytes=res.reserved_bytes(tensors),
+        device_bytes=res.device_bytes(tensors), capacity_bytes=hw.memory_capacity_bytes,
+        cuda_context_bytes=int(res.cuda_context_bytes.value),
+        communicator_buffers_bytes=int(res.communicator_buffers_bytes.value),
+        library_workspace_bytes=int(res.library_workspace_bytes.value),
+        allocator_fragmentation_fraction=res.allocator_fragmentation_fraction.value)
 
 
 def _model_info(problem: Problem, mem: MemoryModel) -> ModelInfo:
@@ -200,6 +214,7 @@ def build_report(problem: Problem, mem: MemoryModel, sol: Solution, found: Searc
         memory_bytes={"total": breakdown.total, "capacity": breakdown.capacity, "usable_capacity": breakdown.usable,
                       **breakdown.components},
         offchip_bytes=breakdown.offchip,
+        device_memory=device_memory(problem.hardware, breakdown.total),
         state_sharding=[StateRow(component=s.component, part=s.part, params=int(s.params),
                                  bytes_per_param=s.bytes_per_param, divisor=int(s.divisor), bytes_per_device=int(s.bytes),
                                  formula=s.formula) for s in breakdown.state_parts if s.params],

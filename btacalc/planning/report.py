@@ -304,6 +304,22 @@ def imported_info(run: Any) -> ImportedInfo:
                         notes=list(run.notes), environment=dict(run.env))
 
 
+class DeviceMemory(BaseModel):
+    """GPU: the worst stage's memory as PyTorch and the driver count it (config/hardware.py `Reserves`)."""
+
+    allocated_bytes: int = Field(description="btacalc's tensors + library workspaces: compare with "
+                                 "torch.cuda.max_memory_allocated")
+    reserved_bytes: int = Field(description="allocated x (1 + allocator fragmentation): compare with "
+                                "torch.cuda.max_memory_reserved")
+    device_bytes: int = Field(description="reserved + CUDA context + communicator buffers: what nvidia-smi shows "
+                              "used; the plan fits when it is at most capacity_bytes")
+    capacity_bytes: int = Field(description="the capacity the driver reports")
+    cuda_context_bytes: int
+    communicator_buffers_bytes: int
+    library_workspace_bytes: int
+    allocator_fragmentation_fraction: float
+
+
 class PlanReport(BaseModel):
     schema_version: int = SCHEMA_VERSION
     model: ModelInfo
@@ -313,6 +329,8 @@ class PlanReport(BaseModel):
     plan: PlanInfo
     memory_bytes: dict[str, int] = Field(description="total, capacity, usable_capacity and one key per component")
     offchip_bytes: dict[str, int] = Field(description="weight streaming: state held off-wafer (MemoryX)")
+    device_memory: Optional[DeviceMemory] = Field(None, description="GPU: allocated and reserved bytes and the "
+                                                  "named reserves of the worst stage")
     state_sharding: list[StateRow] = Field(default_factory=list, description="resident: weights, gradients and "
                                            "optimizer state per device (the worst pipeline stage), by part and divisor")
     memory_stages: list[StageRow] = Field(default_factory=list, description="GPU: memory per device of every "

@@ -28,7 +28,7 @@ import numpy as np
 
 from ...config.model import LayerKind
 from ..arrays import is_array, largest, maximum, where
-from ..problem import Problem
+from ..problem import Problem, padded_vocab
 from ..state import StatePart, bytes_per_param, gathered_units_bytes, sharded_state
 from .costs import Part, layer_parts, outside_parts
 from .precision import weight_cache_bytes
@@ -119,7 +119,8 @@ def stage_params(problem: Problem, counts: list[Any], kinds: list[tuple[LayerKin
     lay, model = problem.layout, problem.model
     first, is_last, last = ends
     share = [(part, n) for n, (_, part) in zip(counts, kinds)]
-    tied = ratio(model.vocab_size * model.hidden_size, lay.tensor_parallel) if model.tied_embeddings else 0
+    vocab = padded_vocab(model.vocab_size, lay.tensor_parallel)  # as the first stage's embedding (problem.py)
+    tied = ratio(vocab * model.hidden_size, lay.tensor_parallel) if model.tied_embeddings else 0
     dense = sum(n * p.dense_params for p, n in share) + (first.dense_params if first is not None else 0) \
         + where(is_last, last.dense_params + where(lay.pipeline_parallel > 1, tied, 0), 0)
     expert = ratio(sum(n * p.routed_params for p, n in share), lay.expert_parallel * lay.expert_tensor_parallel)
