@@ -16,7 +16,7 @@ from .options import (Accounting, AccountingOpt, Attention, AttentionOpt, Causal
                       EtpOpt, ExpertFfnOpt, ExpertsOpt, FixedActiveOpt, FsdpOpt, GlobalBatchOpt, GpusPerNodeOpt,
                       GradAccumOpt, GradBytesOpt, HwOpt, Loss, LossOpt, MaxGlobalBatchOpt, MaxTileBatchOpt,
                       MemoryModelChoice, MemoryModelOpt, MicroBatchOpt, ModelOpt, MtpOpt, NameOpt, Objective,
-                      ObjectiveOpt, OutputOpt, OverlapA2aOpt, OverlapGradOpt, OverlapOpt, OverlapP2pOpt,
+                      ObjectiveOpt, OutputOpt, OverlapA2aOpt, DeepEpOpt, OverlapGradOpt, OverlapOpt, OverlapP2pOpt,
                       OverlapParamOpt, PpOpt, QuietOpt, RecomputeOpt, RoutingOpt, SeqOpt, SpOpt, TileBatchOpt,
                       TilesOpt, TopKOpt, TpOpt, TpOverlapOpt, VpOpt, ZeroOpt, help_text, layout_fields, outputs, value,
                       write_outputs)
@@ -72,6 +72,7 @@ def plan(
     zero: Optional[int] = ZeroOpt,
     gpus_per_node: Optional[int] = GpusPerNodeOpt,
     overlap_a2a: bool = OverlapA2aOpt,
+    deepep: bool = DeepEpOpt,
     grad_accum: Optional[int] = GradAccumOpt,
     mtp: Optional[bool] = MtpOpt,
     tp: Optional[int] = TpOpt,
@@ -130,7 +131,7 @@ def plan(
         accounting=accounting.value, memory_model=value(memory_model), overlap_streaming=overlap,
         multi_token_prediction=mtp,
         devices=devices, expert_parallel=ep, zero_stage=zero, devices_per_node=gpus_per_node,
-        overlap_all_to_all=overlap_a2a, micro_batches=grad_accum, objective=value(objective),
+        overlap_all_to_all=overlap_a2a, deepep=deepep, micro_batches=grad_accum, objective=value(objective),
         limits=BatchLimits(global_batch, tiles, tile_batch, max_global_batch, max_tile_batch, micro_batch=micro_batch),
         **layout_fields(tp, sequence_parallel, pp, vp, cp, etp, fsdp, grad_bytes, routing_imbalance,
                         (overlap_grad_reduce, overlap_param_gather, tp_comm_overlap, overlap_p2p)))

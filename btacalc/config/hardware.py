@@ -10,6 +10,8 @@ A profile has five sections, kept apart on purpose (cf. Calculon's system/applic
 - ``mesh`` (wafers only): the on-wafer fabric, a 2D mesh of processing elements (grid, clock, hop
   latency, link width), from which `btacalc.model.wafer.mesh` derives the per-tile overhead and the
   cost of routing tokens to experts spread over the mesh;
+- ``collectives`` (GPUs, optional): how NCCL runs on the links, a bus efficiency and a per-call latency
+  for the scale-up and the scale-out link, each from published nccl-tests results;
 - ``calibration``: named correction factors (compute efficiency, usable memory fraction, per-tile
   overhead), each an estimate with its reasoning or a calibrated value with what it was fitted to;
 - ``defaults``: run-policy defaults (memory model, attention kernel, recomputation) with their reason.
@@ -221,6 +223,27 @@ class Calibration(_Section):
         "model/steptime.py); None: independent of size")
 
 
+class Collectives(_Section):
+    """How NCCL runs collectives on the profile's links (GPU clusters): one call over a link class costs
+
+        t = latency_s + bus bytes / (link bandwidth x bus_efficiency)
+
+    (the alpha-beta model; bus bytes as NCCL-tests PERFORMANCE.md defines them). The achieved bus
+    bandwidth at a message of x bus bytes is then bus_efficiency x x / (x + half_size) of the link, with
+    half_size = latency_s x link bandwidth x bus_efficiency: the size at which half of the large-message
+    rate is reached (`model/gpu/collectives.py`). Without this section collectives run at the link's
+    line rate with no per-call latency."""
+
+    scaleup_bus_efficiency: Annotated[Number, FRACTION] = Field(
+        description="NCCL bus bandwidth of large ring collectives inside the NVLink domain over its line rate")
+    scaleup_latency_s: Annotated[Number, LATENCY] = Field(
+        description="time of one small collective inside the NVLink domain (nccl-tests, few bytes)")
+    scaleout_bus_efficiency: Annotated[Number, FRACTION] = Field(
+        description="NCCL bus bandwidth of large collectives across domains over the NIC's line rate")
+    scaleout_latency_s: Annotated[Number, LATENCY] = Field(
+        description="time of one small collective that crosses domains (nccl-tests, few bytes, two or more nodes)")
+
+
 class Defaults(_Section):
     memory_model: Literal["weight_streaming", "resident"] = Field(
         description="weight_streaming: weights and optimizer off-chip, activations in on-chip SRAM (Cerebras);"
@@ -235,7 +258,7 @@ class Defaults(_Section):
         return parse_recompute(v)
 
 
-SECTIONS = ("chip", "memory", "system", "mesh", "calibration")
+SECTIONS = ("chip", "memory", "system", "mesh", "collectives", "calibration")
 
 
 class HardwareProfile(BaseModel):
@@ -251,6 +274,7 @@ class HardwareProfile(BaseModel):
     memory: Memory
     system: System = System()
     mesh: Optional[Mesh] = None
+    collectives: Optional[Collectives] = None
     calibration: Calibration
 
     @model_validator(mode="after")
@@ -259,6 +283,8 @@ class HardwareProfile(BaseModel):
             raise ValueError("weight_streaming profiles need system.weight_buffer_units")
         if self.mesh is not None and self.family != "wse":
             raise ValueError("a [mesh] section describes a wafer-scale fabric: family must be 'wse'")
+        if self.collectives is not None and self.family != "gpu":
+            raise ValueError("a [collectives] section describes NCCL on GPU links: family must be 'gpu'")
         if self.family == "wse" and self.defaults.memory_model != "weight_streaming":
             raise ValueError("wse profiles declare defaults.memory_model = 'weight_streaming' (resident is a run option)")
         chip, system = self.chip, self.system

@@ -63,6 +63,7 @@ class Recipe(BaseModel):
     vp: Optional[int] = Field(None, ge=1)
     zero: Optional[int] = Field(None, ge=0, le=3)
     grad_bytes: Optional[Literal[2, 4]] = None
+    deepep: bool = Field(False, description="the run dispatches MoE tokens with DeepEP (Megatron flex dispatcher)")
     overlaps: Overlaps = Overlaps()
 
 
@@ -77,7 +78,7 @@ class MeasuredRun(BaseModel):
     model: str
     hw: str
     devices: int = Field(ge=1)
-    precision: Literal["bf16", "fp16", "fp8"]
+    precision: Literal["bf16", "fp16", "fp8", "fp8-current", "fp8-blockwise", "mxfp8", "nvfp4"]
     seq: int = Field(ge=1)
     global_batch: int = Field(ge=1)
     micro_batch: Optional[int] = Field(None, ge=1)
@@ -206,8 +207,8 @@ def express(run: MeasuredRun, family: str = "gpu") -> tuple[Optional[ExecutionRe
     micro-batch)); without one, the micro-batching is chosen (on wafers, as the compiler would)."""
     recipe = run.recipe
     run = run.with_recipe()
-    if run.precision == "fp8":
-        return None, "fp8 training is not modelled (16-bit peaks only)"
+    if run.precision not in ("bf16", "fp16"):
+        return None, f"{run.precision} training is not modelled (16-bit peaks only)"
     changes: dict[str, Any] = {target: getattr(run, name) for name, target in LAYOUT_FIELDS.items()
                                if getattr(run, name) is not None}
     if changes.get("fsdp") is False:
@@ -217,7 +218,8 @@ def express(run: MeasuredRun, family: str = "gpu") -> tuple[Optional[ExecutionRe
     if recipe is not None:
         o = recipe.overlaps
         changes.update(overlaps=OverlapRequest(grad_reduce=o.grad_reduce, param_gather=o.param_gather, tp_comm=o.tp_comm),
-                       overlap_all_to_all=o.all_to_all, attention=recipe.attention, gradient_bytes=recipe.grad_bytes)
+                       overlap_all_to_all=o.all_to_all, attention=recipe.attention, gradient_bytes=recipe.grad_bytes,
+                       deepep=recipe.deepep)
     return ExecutionRequest(seq_len=run.seq, recompute=recompute, devices=run.devices, limits=limits, **changes), ""
 
 
