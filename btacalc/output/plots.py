@@ -185,8 +185,9 @@ def crossval_plot(cv: CrossValidation, path: str) -> bytes:
     fig, ax = plt.subplots(figsize=(6.6, 5.6))
     pts = [(f.held_out, r) for f in cv.folds for r in f.runs
            if r.predicted_tokens_per_s_per_device and r.measured_tokens_per_s_per_device]
-    values = [v for _, r in pts for v in (r.predicted_tokens_per_s_per_device, r.measured_tokens_per_s_per_device)]
-    lo, hi = (min(values) / 2, max(values) * 2) if values else (1e2, 1e5)  # type: ignore[type-var]
+    values = [float(v or 0.0) for _, r in pts for v in (r.predicted_tokens_per_s_per_device,
+                                                         r.measured_tokens_per_s_per_device)]
+    lo, hi = (min(values) / 2, max(values) * 2) if values else (1e2, 1e5)
     xs = [lo, hi]
     ax.plot(xs, xs, color="black", lw=0.8)
     for band, style in ((0.10, ":"), (0.30, "--")):

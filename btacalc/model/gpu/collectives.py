@@ -196,10 +196,16 @@ def pipeline_p2p_time(problem: Problem, volume: Any) -> Any:
     """Sends between pipeline neighbours of one micro-batch: forward activation and backward gradient,
     once per model chunk (VP times with interleaving), each a call."""
     lay = problem.layout
-    sends = where(lay.pipeline_parallel > 1, 2 * lay.virtual_pipeline, 0)
-    # point to point: one NIC unless the neighbour shares the domain (the whole job in one domain)
-    return ring_time(problem, volume * sends, where(lay.devices <= lay.devices_per_node, 1, 2),
-                     lay.devices_per_node, sends)
+    if lay.devices == 1:
+        return 0.0
+    up, out = links(problem)
+    pp = lay.pipeline_parallel
+    sends = where(pp > 1, 2 * lay.virtual_pipeline, 0)
+    # point to point: the pipeline group is PP ranks at stride devices/PP; the slowest hop crosses domains
+    # (through one NIC) unless the whole group shares one
+    inside = local_members(pp, maximum(lay.devices // pp, 1), lay.devices, lay.devices_per_node) >= pp
+    link_rate = where(inside, up.bus_bytes_per_s, out.bus_bytes_per_s)
+    return where(pp > 1, sends * where(inside, up.latency_s, out.latency_s) + volume * sends / link_rate, 0.0)
 
 
 def gradient_buckets(problem: Problem, params: Any) -> Any:
