@@ -2,8 +2,8 @@
 cross-validation (btacalc/planning/crossval.py), each test written as its derivation.
 
 The H100 numbers below are the profile's sources, restated: NVLink 450 GB/s per direction at a bus
-efficiency of 360/450 (nccl-tests issue 326), 12.5 us per call inside a node (DeepEP issue 303, 8 Hopper
-GPUs); the NIC 50 GB/s at 47/50 (nccl-tests issue 290), 46.5 us per call across nodes (nccl issue 1244).
+efficiency of 360/450 (nccl-tests issue 326), 13.0 us per call inside a node (NVIDIA's DGX H100
+nccl-tests sample, dgxc-benchmarking nccl/README.md); the NIC 50 GB/s at 47/50 (nccl-tests issue 290), 46.5 us per call across nodes (nccl issue 1244).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from btacalc.planning.measured import MeasuredRun
 
 NVLINK_H100, NIC = 450e9, 50e9
 NVLINK_EFF, NIC_EFF = 360 / 450, 0.94
-NVLINK_ALPHA, NIC_ALPHA = 12.5e-6, 46.5e-6
+NVLINK_ALPHA, NIC_ALPHA = 13.0e-6, 46.5e-6
 QWEN = resolve_model("qwen3-30b-a3b")
 
 
@@ -55,12 +55,12 @@ def test_latency_times_calls_plus_bytes_at_the_bus_rate():
 
 
 def test_efficiency_at_a_message_size_from_the_curve():
-    # busbw(x) = B e x / (x + h), h = alpha B e = 12.5e-6 x 360e9 = 4.5 MB: half of 0.8 at 4.5 MB,
-    # 0.8 x 36 / 40.5 at 36 MB
+    # busbw(x) = B e x / (x + h), h = alpha B e = 13e-6 x 360e9 = 4.68 MB: half of 0.8 at 4.68 MB,
+    # 0.8 x 36 / 40.68 at 36 MB
     up, _ = links(_problem(devices=8))
     assert up.half_size_bytes == pytest.approx(NVLINK_ALPHA * NVLINK_H100 * NVLINK_EFF)
-    assert efficiency_at(up, 4.5e6) == pytest.approx(0.4)
-    assert efficiency_at(up, 36e6) == pytest.approx(0.8 * 36 / 40.5)
+    assert efficiency_at(up, 4.68e6) == pytest.approx(0.4)
+    assert efficiency_at(up, 36e6) == pytest.approx(0.8 * 36 / 40.68)
     # the curve is the alpha-beta time read as a bandwidth: x / (B x eff(x)) = alpha + x / (B e)
     x = 36e6
     assert x / (NVLINK_H100 * efficiency_at(up, x)) == pytest.approx(NVLINK_ALPHA + x / (NVLINK_H100 * NVLINK_EFF))
@@ -113,7 +113,7 @@ def test_deepep_sends_a_token_once_per_remote_domain():
 
 
 def test_plan_json_lists_each_collective(cli):
-    # TP 8 inside one DGX H100: the tensor-parallel row is a ring on NVLink at 12.5 us per call, and its
+    # TP 8 inside one DGX H100: the tensor-parallel row is a ring on NVLink at 13 us per call, and its
     # efficiency is the curve's at the bytes per call
     code, out, err = cli("plan", "--model", "llama-3-8b", "--hw", "h100", "--devices", "8", "--tp", "8", "--seq", "4096",
                          "--global-batch", "8", "--micro-batch", "1", "--json")
