@@ -128,9 +128,9 @@ def test_plan_json_lists_each_collective(cli):
     assert tp["time_s"] == pytest.approx(tp["calls"] * NVLINK_ALPHA + x * tp["calls"] / (NVLINK_H100 * NVLINK_EFF))
 
 
-def _run(run_id: str, model: str, role: str, measured: float) -> MeasuredRun:
+def _run(run_id: str, model: str, role: str, measured: float, known_gap: str = "") -> MeasuredRun:
     return MeasuredRun.model_validate(dict(id=run_id, source="synthetic test run", model=model, hw="x", devices=8,
-                                           precision="bf16", seq=1, global_batch=1, role=role,
+                                           precision="bf16", seq=1, global_batch=1, role=role, known_gap=known_gap,
                                            measured={"tokens_per_s_per_device": measured}))
 
 
@@ -175,13 +175,15 @@ def test_cross_validation_by_hand():
 
 def test_cross_validation_falls_back_to_all_runs_when_the_family_holds_every_fit_run():
     # every fit run is in family a: holding a out, the factor is fitted on b's check runs (4 / 1), and
-    # the fold says so
-    runs = [_run("a1", "a", "fit", 2.0), _run("b1", "b", "check", 4.0)]
-    cv = cross_validate(runs, *_synthetic({"a1": 1.0, "b1": 1.0}))
+    # the fold says so; b2, a known gap (a mechanism btacalc lacks), is predicted but never fitted to
+    runs = [_run("a1", "a", "fit", 2.0), _run("b1", "b", "check", 4.0), _run("b2", "b", "check", 100.0, "a gap")]
+    cv = cross_validate(runs, *_synthetic({"a1": 1.0, "b1": 1.0, "b2": 1.0}))
     folds = {f.held_out: f for f in cv.folds}
     assert folds["a"].basis["d"].startswith("all runs of other families")
     assert folds["a"].runs[0].error == pytest.approx(4.0 / 2.0 - 1)
+    assert folds["a"].fit_runs["d"] == ["b1"]
     assert folds["b"].basis["d"] == "fit runs of other families" and folds["b"].runs[0].error == pytest.approx(-0.5)
+    assert folds["b"].runs[1].error == pytest.approx(2.0 / 100.0 - 1)
 
 
 def test_scale_groups():
