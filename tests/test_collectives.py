@@ -217,3 +217,21 @@ def test_bad_collectives_section_is_one_line():
         'note = "a wafer has no NCCL"\n')
     with pytest.raises(BtacalcError, match="collectives"):
         parse_profile(wafer, "wse3.toml")
+
+
+def test_plan_json_lists_the_data_parallel_collectives(cli):
+    # Llama-3-8B on 8 GPUs of one DGX H100, DP 8 with the distributed optimizer (ZeRO-1) and fp32 main
+    # gradients: one reduce-scatter of 7/8 x 4 bytes x P per rank and one all-gather of 7/8 x 2 bytes x P
+    # (no --overlap-grad-reduce: one bucket), on NVLink
+    code, out, err = cli("plan", "--model", "llama-3-8b", "--hw", "h100", "--devices", "8", "--seq", "2048",
+                         "--global-batch", "8", "--micro-batch", "1", "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    params = report["model"]["params_total"]
+    rows = {r["name"]: r for r in report["throughput"]["collectives"]}
+    reduce, gather = rows["gradient_reduce_dense"], rows["param_gather_dense"]
+    assert (reduce["ranks"], reduce["link"], reduce["calls"]) == (8, "nvlink", 1.0)
+    assert reduce["message_bytes"] == pytest.approx(7 / 8 * 4 * params)
+    assert gather["message_bytes"] == pytest.approx(7 / 8 * 2 * params)
+    assert reduce["time_s"] == pytest.approx(NVLINK_ALPHA + 7 / 8 * 4 * params / (NVLINK_H100 * NVLINK_EFF))
+    assert report["throughput"]["communication_s"]["gradient_reduce"] == pytest.approx(reduce["time_s"])

@@ -224,28 +224,44 @@ class DataParallelTimes:
     per_micro_batch: Any  # ZeRO-2 reduce-scatter, ZeRO-3 / FSDP gathers and reduce-scatter
 
 
+def data_parallel_traffic(problem: Problem, params: Any, size: Any, rates: dict[str, int]) -> dict[str, tuple[Any, Any]]:
+    """(bus bytes per rank, calls) of the data-parallel collectives over a group of `size` ranks holding
+    `params` parameters per device (module docstring): "reduce_per_step" (ZeRO-0 all-reduce, ZeRO-1
+    reduce-scatter of the gradients), "gather_per_step" (ZeRO-1/2 all-gather of the updated weights),
+    "per_micro_batch" (ZeRO-2 reduce-scatter; ZeRO-3 / FSDP two weight all-gathers and a reduce-scatter)."""
+    c, zero = constants().collectives, problem.layout.zero_stage
+    share = ring_share(size) * params
+    g_bytes, w_bytes = rates["gradients"] * share, rates["weights"] * share
+    buckets = where(params > 0, gradient_buckets(problem, params), 0)
+    return {
+        "reduce_per_step": (where(zero == 0, c.all_reduce * g_bytes, where(zero == 1, c.reduce_scatter * g_bytes, 0)),
+                            where(zero <= 1, buckets, 0)),
+        "gather_per_step": (where((zero == 1) | (zero == 2), c.all_gather * w_bytes, 0),
+                            where((zero == 1) | (zero == 2), buckets, 0)),
+        "per_micro_batch": (where(zero == 2, c.reduce_scatter * g_bytes,
+                                  where(zero >= 3, 2 * c.all_gather * w_bytes + c.reduce_scatter * g_bytes, 0)),
+                            where(zero >= 2, buckets * where(zero >= 3, 3, 1), 0)),
+    }
+
+
+def data_parallel_groups(problem: Problem) -> dict[str, tuple[Any, Any]]:
+    """(ranks, stride) of the dense part's DP·CP group (stride TP) and the experts' EDP group (stride
+    ETP·EP)."""
+    lay = problem.layout
+    return {"dense": (lay.sharding_ranks, lay.tensor_parallel),
+            "expert": (lay.expert_data_parallel, lay.expert_tensor_parallel * lay.expert_parallel)}
+
+
 def data_parallel_times(problem: Problem, dense: Any, expert: Any, rates: dict[str, int]) -> DataParallelTimes:
     """Synchronisation of a stage holding `dense` non-expert and `expert` parameters per device
-    (before ZeRO sharding) over DP·CP and EDP ranks (see the module docstring)."""
-    lay, c = problem.layout, constants().collectives
-    zero = lay.zero_stage
-
-    def times(params: Any, size: Any, stride: Any) -> tuple[Any, Any, Any]:
-        share = ring_share(size) * params
-        g_bytes, w_bytes = rates["gradients"] * share, rates["weights"] * share
-        reduce_step = where(zero == 0, c.all_reduce * g_bytes, where(zero == 1, c.reduce_scatter * g_bytes, 0))
-        gather_step = where((zero == 1) | (zero == 2), c.all_gather * w_bytes, 0)
-        per_mb = where(zero == 2, c.reduce_scatter * g_bytes,
-                       where(zero >= 3, 2 * c.all_gather * w_bytes + c.reduce_scatter * g_bytes, 0))
-        buckets = where(params > 0, gradient_buckets(problem, params), 0)
-        return (ring_time(problem, reduce_step, size, stride, where(zero <= 1, buckets, 0)),
-                ring_time(problem, gather_step, size, stride, where((zero == 1) | (zero == 2), buckets, 0)),
-                ring_time(problem, per_mb, size, stride, where(zero >= 2, buckets * where(zero >= 3, 3, 1), 0)))
-
-    # the dense part over the DP·CP group (stride TP), the experts over EDP (stride ETP·EP): one after the other
-    d = times(dense, lay.sharding_ranks, lay.tensor_parallel)
-    e = times(expert, lay.expert_data_parallel, lay.expert_tensor_parallel * lay.expert_parallel)
-    return DataParallelTimes(d[0] + e[0], d[1] + e[1], d[2] + e[2])
+    (before ZeRO sharding) over DP·CP and EDP ranks (see the module docstring): the dense part, then
+    the experts, one after the other."""
+    total = dict.fromkeys(("reduce_per_step", "gather_per_step", "per_micro_batch"), 0.0)
+    for part, params in (("dense", dense), ("expert", expert)):
+        size, stride = data_parallel_groups(problem)[part]
+        for key, (bus, calls) in data_parallel_traffic(problem, params, size, rates).items():
+            total[key] = total[key] + ring_time(problem, bus, size, stride, calls)
+    return DataParallelTimes(total["reduce_per_step"], total["gather_per_step"], total["per_micro_batch"])
 
 
 @dataclass(frozen=True)

@@ -33,8 +33,9 @@ from ..arrays import is_array, largest, maximum, where
 from ..problem import Evaluation, Problem
 from ..state import bytes_per_param
 from ..steptime import StepTime, tile_overhead_s
-from .collectives import (CollectiveRow, all_to_all_time, context_parallel_time, data_parallel_times, describe,
-                          pipeline_p2p_time, ring_share, tensor_parallel_time)
+from .collectives import (CollectiveRow, all_to_all_time, context_parallel_time, data_parallel_groups,
+                          data_parallel_times, data_parallel_traffic, describe, pipeline_p2p_time, ring_share,
+                          ring_time, tensor_parallel_time)
 from .costs import Part, layer_parts, outside_parts
 from .memory import stage_params
 from .stages import PipelineStages, ratio
@@ -109,7 +110,9 @@ def gpu_step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Ev
     details = {"critical_stage": crit, "micro_batch_s": worst.micro_batch_s, "terms": worst.terms,
                "bubble_s": bubble, "sync_s": sync}
     if not is_array(step) and lay.devices > 1:
-        details["collectives"] = _collective_rows(problem, kinds, pipe.layers(crit), m)
+        ends = (first if crit == 0 else None, crit == lay.pipeline_parallel - 1, last)
+        details["collectives"] = (_collective_rows(problem, kinds, pipe.layers(crit), m)
+                                  + _data_parallel_rows(problem, stage_params(problem, pipe.layers(crit), kinds, ends), m))
     return StepTime(step, seqs * problem.run.seq_len / step, flops / (step * lay.devices * peak), phase_time,
                     worst.terms["tiling"] * m, 0.0, comm, repeats, details)
 
@@ -202,8 +205,25 @@ def _collective_rows(problem: Problem, kinds: list[tuple[Any, Part]], layers: An
                              "deepep" if lay.deepep else "all-to-all"))
     if lay.pipeline_parallel > 1:
         sends = 2 * lay.virtual_pipeline * m
-        rows.append(describe(problem, "pipeline_p2p", (2, lay.devices_per_node), (kinds[0][1].pp_bytes * sends, sends),
+        group = (lay.pipeline_parallel, max(lay.devices // lay.pipeline_parallel, 1))
+        rows.append(describe(problem, "pipeline_p2p", group, (kinds[0][1].pp_bytes * sends, sends),
                              m * pipeline_p2p_time(problem, kinds[0][1].pp_bytes), "p2p"))
+    return rows
+
+
+def _data_parallel_rows(problem: Problem, params: tuple[Any, Any], m: Any) -> list[CollectiveRow]:
+    """The critical stage's data-parallel collectives per step (collectives.data_parallel_traffic)."""
+    rows = []
+    kinds = {"reduce_per_step": "gradient_reduce", "gather_per_step": "param_gather", "per_micro_batch": "zero_per_micro_batch"}
+    for part, held in zip(("dense", "expert"), params):
+        size, stride = data_parallel_groups(problem)[part]
+        if size <= 1 or not held:
+            continue
+        for key, (bus, calls) in data_parallel_traffic(problem, held, size, bytes_per_param(problem)).items():
+            times = m if key == "per_micro_batch" else 1
+            if calls:
+                rows.append(describe(problem, f"{kinds[key]}_{part}", (size, stride), (bus * times, calls * times),
+                                     times * ring_time(problem, bus, size, stride, calls)))
     return rows
 
 
