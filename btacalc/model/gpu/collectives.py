@@ -59,7 +59,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...catalogue.constants import constants
-from ..arrays import ceil_div, largest, maximum, minimum, where
+from ..arrays import ceil_div, is_array, largest, maximum, minimum, where
 from ..problem import Problem
 
 # Megatron-Core's default gradient bucket: max(4e7, 1e6 x DP) parameters (distributed_data_parallel.py:134)
@@ -118,6 +118,8 @@ def local_members(size: Any, stride: Any, devices: Any, domain: int) -> Any:
     rank (see the module docstring): `size` when every block of L = size·stride ranks lies in one
     domain. Block j starts at r = j·L mod D; r repeats with a period of at most D blocks."""
     length = size * stride
+    if not is_array(length) and domain % length == 0:  # blocks tile the domains: no block is cut
+        return size
     worst = minimum(length, domain)
     blocks = maximum(devices // length, 1)
     for j in range(min(largest(blocks), domain)):
