@@ -235,3 +235,9 @@ def test_plan_json_lists_the_data_parallel_collectives(cli):
     assert gather["message_bytes"] == pytest.approx(7 / 8 * 2 * params)
     assert reduce["time_s"] == pytest.approx(NVLINK_ALPHA + 7 / 8 * 4 * params / (NVLINK_H100 * NVLINK_EFF))
     assert report["throughput"]["communication_s"]["gradient_reduce"] == pytest.approx(reduce["time_s"])
+
+
+@pytest.mark.parametrize("args", [("--cross-validate", "--measured", "x.json"), ("--cross-validate", "--calibrate")])
+def test_cross_validate_refuses_options_it_would_ignore(cli, args):
+    code, _, err = cli("validate", *args)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "--" in err

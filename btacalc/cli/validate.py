@@ -45,8 +45,8 @@ def validate(
     from ..planning.validate import validate as run_validation
 
     if calibrate:
-        given = [f for f, v in (("--measured", measured), ("--json", as_json), ("--output", output), ("--plot", plot_path))
-                 if v]
+        given = [f for f, v in (("--measured", measured), ("--json", as_json), ("--output", output), ("--plot", plot_path),
+                                ("--cross-validate", cross_validate)) if v]
         if given:
             raise BtacalcError(f"--calibrate fits on the shipped measured runs and rewrites the profiles; it takes "
                                f"no {', '.join(given)}")
