@@ -241,3 +241,25 @@ def test_plan_json_lists_the_data_parallel_collectives(cli):
 def test_cross_validate_refuses_options_it_would_ignore(cli, args):
     code, _, err = cli("validate", *args)
     assert code == 2 and len(err.strip().splitlines()) == 1 and "--" in err
+
+
+def test_cross_validation_of_shipped_runs_reproduces_the_calibration_when_the_fit_runs_stay():
+    # Llama 3 held out: the GPU factors are fitted on the same three fit runs `validate --calibrate`
+    # used (all GPT-3 family), so the fold's factors are the profile's and its errors are validate's.
+    # GPT-3 held out: it holds every GPU fit run, so the fold fits on the Llama 3 runs, says so, and
+    # never on a GPT-3 run.
+    from btacalc.planning.crossval import validate_cross
+    from btacalc.planning.measured import load_runs, predict
+
+    keep = {"gpt-22b-a100-80gb-8-379", "gpt-22b-a100-80gb-8-380", "gpt3-175b-h100-128-304",
+            "llama-3-70b-h100-64-303", "llama-3-8b-h100-8-bf16-dgxc"}
+    runs = [r for r in load_runs() if r.id in keep]
+    cv = validate_cross(runs)
+    folds = {f.held_out: f for f in cv.folds}
+    h100 = resolve_hardware("h100").calibration
+    shipped = {"compute_efficiency": h100.compute_efficiency.value, "gemm_half_width": h100.gemm_half_width.value}
+    assert folds["llama-3"].fits["gpu"] == pytest.approx(shipped, rel=1e-3)
+    for r in folds["llama-3"].runs:
+        assert r.error == pytest.approx(predict(next(x for x in runs if x.id == r.id)).error, abs=2e-3)
+    assert folds["gpt3"].basis["gpu"].startswith("all runs of other families")
+    assert sorted(folds["gpt3"].fit_runs["gpu"]) == ["llama-3-70b-h100-64-303", "llama-3-8b-h100-8-bf16-dgxc"]
