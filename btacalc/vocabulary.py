@@ -118,6 +118,7 @@ BASE_QUANTITIES = (
     "cp_bytes",
     "pp_bytes",
     "bytes_moved_bwd",
+    "cast_elements",
     "state",
 )
 # Quantities btacalc derives from the base ones (catalogue.selection.Selection.expression).
@@ -140,6 +141,7 @@ QUANTITY_UNITS = {
     "cp_bytes": "bytes",
     "pp_bytes": "bytes",
     "bytes_moved_bwd": "bytes",
+    "cast_elements": "elements",
     "recompute_bytes": "bytes",
     "reruns": "passes",
     "arithmetic_intensity": "FLOP/byte",
@@ -169,6 +171,9 @@ NOTATION: dict[str, tuple[str, str]] = {
     "w": ("keys each query attends to in a sliding-window layer: min(window, s); full-attention layers use s",
           "sliding_window"),
     "beta": ("bytes per activation and weight element (2 for bf16/fp16)", "bytes_per_element"),
+    "beta_s": ("bytes per element of a linear layer's saved input: beta in 16-bit training; under a low-precision "
+               "recipe the quantised copy TransformerEngine saves for wgrad, with its block scales (FP8 1, MXFP8 "
+               "1 + 1/32, NVFP4 0.5 + 1/16)", "saved_input_bytes"),
     "P": ("number of parameters (training-state formulas only)", "params"),
     "t": ("tensor-parallel size (Korthikanti's t; 1 without tensor parallelism)", "tensor_parallel"),
     "t_e": ("expert tensor-parallel size (Megatron's ETP; 1 without it)", "expert_tensor_parallel"),

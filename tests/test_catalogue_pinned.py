@@ -56,7 +56,7 @@ def pinned_terms() -> frozenset[int]:
             for s, b, g in SHAPES:
                 problem = make_problem(model, resolve_hardware("wse3"), RunOptions(seq_len=s, **sel))  # type: ignore[arg-type]
                 for kind, compiled in problem.kinds:
-                    values = {**model.symbol_values(), **dict(kind.symbols), "s": s, "b": b, "G": g, "beta": 2, "P": 1}
+                    values = {**model.symbol_values(), **dict(kind.symbols), "s": s, "b": b, "G": g, "beta": 2, "beta_s": 2, "P": 1}
                     selection = compiled.selection
                     f = selection.feature_dict
                     for phase in selection.phases():

@@ -214,3 +214,47 @@ def test_plan_profile_counts_the_evaluations(cli):
     assert "density searches 0" in counts and "step-time passes 5" in counts
     for stage in ("start-up", "imports", "resolve", "solve", "report", "output", "total"):
         assert stage in times
+
+
+@pytest.mark.parametrize("seq,devices,micro,expected", [
+    # 2^22 tokens / 4096 = 1024 sequences, a multiple of DP 8 already
+    (4096, 8, None, 1024),
+    # 2^22 / 3000 = 1398.1 sequences: rounded up to whole sequences per rank, DP 8: 8 x ceil(174.76) = 1400
+    (3000, 8, None, 1400),
+    # with --micro-batch 2: a multiple of DP x 2 = 16: 16 x ceil(4194304 / (3000 x 16)) = 16 x 88 = 1408
+    (3000, 8, 2, 1408),
+])
+def test_gpu_default_global_batch_is_4m_tokens(cli, seq, devices, micro, expected):
+    args = ["plan", "--model", "qwen3-30b-a3b", "--hw", "b200", "--devices", str(devices), "--seq", str(seq), "--json"]
+    code, out, _ = cli(*args, *(["--micro-batch", str(micro)] if micro else []))
+    r = json.loads(out)
+    p = r["plan"]
+    assert code == 0 and p["step_batch"] == expected
+    assert "4,194,304 tokens" in r["inputs"]["defaults"]["global_batch"]
+    assert r["parallelism"]["data_parallel"] * p["micro_batches"] * p["global_batch"] == expected
+
+
+def test_tokens_per_step_changes_the_default_and_a_wafer_refuses_it(cli):
+    code, out, _ = cli("plan", "--hw", "b200", "--devices", "8", "--tokens-per-step", "65536", "--json")
+    assert json.loads(out)["plan"]["step_batch"] == 16  # 65,536 / 4,096
+    code, _, err = cli("plan", "--hw", "wse3", "--tokens-per-step", "65536")
+    assert code == 2 and "wafer" in err
+
+
+def test_gradient_label_follows_grad_bytes(cli):
+    _, out4, _ = cli("plan", "--hw", "b200", "--devices", "8")
+    _, out2, _ = cli("plan", "--hw", "b200", "--devices", "8", "--grad-bytes", "2")
+    assert "fp32 main gradients: 4 B/param" in out4
+    assert "2 B/param" in out2 and "4 B/param" not in out2
+
+
+@pytest.mark.parametrize("value,text", [
+    (4e10, "40,000,000,000"),  # never 4e+10
+    (999_999, "1,000,000"),  # four significant digits, carried over a power of ten
+    (1234.5, "1,234"),
+    (12.3456, "12.35"),
+])
+def test_whatif_numbers_are_never_in_e_notation(value, text):
+    from btacalc.output.whatif_tables import _fmt
+
+    assert _fmt(value) == text

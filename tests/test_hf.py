@@ -151,3 +151,16 @@ def test_a_long_layer_types_list_is_read_in_one_pass(tmp_path, data_dir):
     path.write_text(json.dumps({**raw, "num_hidden_layers": layers, "layer_types": irregular}))
     with pytest.raises(BtacalcError, match="layer_types pattern"):
         load_hf_config(path)
+
+
+def test_an_unknown_model_type_is_never_replaced_by_its_architectures(tmp_path, cli):
+    """A model_type btacalc does not know is an error even when `architectures` names a known class: a
+    silent fallback could plan a different model."""
+    import json
+
+    cfg = tmp_path / "m"
+    cfg.mkdir()
+    (cfg / "config.json").write_text(json.dumps({"model_type": "my_qwen", "architectures": ["Qwen3MoeForCausalLM"]}))
+    code, out, err = cli("plan", "--model", str(cfg), "--hw", "wse3")
+    assert code == 2 and "unsupported model_type 'my_qwen'" in err and "qwen3_moe" in err
+    assert len(err.strip().splitlines()) == 1

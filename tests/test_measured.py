@@ -65,12 +65,14 @@ def test_every_layout_field_reaches_the_request(change, field, value):
     assert why == "" and getattr(request, field) == value
 
 
-@pytest.mark.parametrize("change, reason", [
-    ({"precision": "fp8"}, "fp8"),
+@pytest.mark.parametrize("precision, param_gather", [
+    # Megatron-Bridge's mixed-precision recipes (training/mixed_precision.py): fp8_param_gather on for delayed,
+    # current scaling and MXFP8, off for blockwise (subchannel) and not set for NVFP4
+    ("fp8", True), ("fp8-current", True), ("fp8-blockwise", False), ("mxfp8", True), ("nvfp4", False), ("bf16", False),
 ])
-def test_runs_not_yet_expressible_say_why(change, reason):
-    request, why = express(MeasuredRun.model_validate({**RUN, **change}))
-    assert request is None and reason in why
+def test_low_precision_runs_are_expressed_with_their_recipe(precision, param_gather):
+    request, why = express(MeasuredRun.model_validate({**RUN, "precision": precision}))
+    assert why == "" and request.precision == precision and request.fp8_param_gather is param_gather
 
 
 def test_a_batch_that_does_not_divide_is_a_listed_reason(tmp_path):

@@ -161,7 +161,7 @@ def test_a_bridge_table_row_is_typeable(cli):
     (("--devices", "64", "--tp", "3"), "does not divide --devices"),
     (("--devices", "48", "--tp", "3"), "does not divide the 32 query and 4 key/value heads"),
     (("--devices", "64", "--pp", "5"), "does not divide --devices"),
-    (("--devices", "56", "--pp", "7"), "divide neither the 48 layers"),
+    (("--devices", "56", "--pp", "7", "--first-stage-layers", "49"), "exceed the model's 48 layers"),
     (("--devices", "64", "--vp", "2"), "--vp > 1 needs --pp > 1"),
     (("--devices", "64", "--pp", "2", "--vp", "2", "--grad-accum", "3"), "multiple of --pp 2 micro-batches"),
     (("--devices", "64", "--cp", "3", "--seq", "4096"), "does not divide --devices"),

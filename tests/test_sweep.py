@@ -116,9 +116,26 @@ def test_cli_json_and_csv_stream_the_same_points(cli, tmp_path):
 def test_large_grid_streams_a_text_table(cli):
     code, out, err = cli("sweep", "--hw", "wse3", "--vary", "seq=128:65536:128", "--vary", "experts=8,128")
     lines = out.splitlines()
-    assert code == 0 and len(lines) == 2 + 1024
+    # title, header, the first TextTable.ROWS = 1,000 points, then one line counting the other 24
+    assert code == 0 and len(lines) == 2 + 1000 + 1
     assert lines[1].split()[:4] == ["seq", "experts", "G", "b"]
-    assert lines[-1].split()[-1] == "fit"  # 65536 tokens: not one sequence fits ("does not fit")
+    assert lines[-1] == "... 24 more points not shown: --csv, --json or --output write every point"
+
+
+def test_a_sweep_to_files_prints_a_summary(cli, tmp_path):
+    """Files get the data, the terminal a summary: the count, the fitting count, the 5 fastest, the file."""
+    import csv as csvmod
+
+    path = tmp_path / "s.csv"
+    code, out, _ = cli("sweep", "--hw", "wse3", "--vary", "seq=128:65536:128", "--vary", "experts=8,128", "--csv",
+                       str(path), "--quiet")
+    rows = list(csvmod.DictReader(path.open()))
+    lines = out.splitlines()
+    fitting = [r for r in rows if r["tokens_per_s"] not in ("", "nan")]
+    assert code == 0 and len(rows) == 1024 and len(lines) == 1 + 5
+    assert lines[0].endswith(f"1,024 points, {len(fitting):,} fit; written to {path} (--csv)")
+    best = sorted(fitting, key=lambda r: -float(r["tokens_per_s"]))[:5]
+    assert [f"{float(r['tokens_per_s']):,.0f}" for r in best] == [ln.split()[0] for ln in lines[1:]]
 
 
 def test_huge_grid_is_refused_before_any_work(cli, monkeypatch):

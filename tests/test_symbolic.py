@@ -28,7 +28,7 @@ QWEN3_MOE = {**GPT, "norm": "rmsnorm", "mlp": "swiglu", "moe": True, "dropout": 
              "linear_bias": False, "mlp_bias": False, "qk_norm": "head", "position_embedding": "rope", "tied_embeddings": False,
              "softmax_fp32": True, "loss": "fused"}
 # MHA, f = 4h, 16-bit, one tile, no tensor parallelism (t = 1: Korthikanti eq. 1)
-GPT_SUBS = {a_kv: a, d_h: h / a, SYMBOLS["d_v"]: h / a, f: 4 * h, beta: 2, G: 1, t: 1}
+GPT_SUBS = {a_kv: a, d_h: h / a, SYMBOLS["d_v"]: h / a, f: 4 * h, beta: 2, SYMBOLS["beta_s"]: 2, G: 1, t: 1}
 
 
 def layer_sum(features: dict, recompute: str, quantity: str) -> sp.Expr:
@@ -245,10 +245,10 @@ def test_shared_expert_is_a_swiglu_mlp_on_every_token():
     for q in ("params", "flops_fwd"):
         assert is_zero(sel.expression(shared, q) - ref.expression(mlp, q).subs(f, f_s)), q
     # the dense MLP also keeps its input, which the MoE layer's router already keeps
-    assert is_zero(sel.expression(shared, "stored") - (ref.expression(mlp, "stored") - beta * s * G * b * h).subs(f, f_s))
+    assert is_zero(sel.expression(shared, "stored") - (ref.expression(mlp, "stored") - SYMBOLS["beta_s"] * s * G * b * h).subs(f, f_s))
 # --- tensor and sequence parallelism: Korthikanti et al. 2022 §4.2 ---------------------------------
 
-GPT_TP_SUBS = {a_kv: a, d_h: h / a, SYMBOLS["d_v"]: h / a, f: 4 * h, beta: 2, G: 1}  # t stays a symbol
+GPT_TP_SUBS = {a_kv: a, d_h: h / a, SYMBOLS["d_v"]: h / a, f: 4 * h, beta: 2, SYMBOLS["beta_s"]: 2, G: 1}  # t stays a symbol
 
 
 def _gpt(sequence_parallel: bool) -> dict:
@@ -303,11 +303,12 @@ def test_moe_recompute_contains_moe_act():
     moe = dict(QWEN3_MOE, sequence_parallel=False, main_grads="param")
     one_rank = {t: 1, SYMBOLS["t_e"]: 1}
     none = layer_sum(moe, "none", "stored").subs(one_rank)
-    # moe_act drops SiLU(gate)*up, the down-projection input (beta k s G b f)
-    assert is_zero((none - layer_sum(moe, "moe_act", "stored").subs(one_rank)) - beta * k * s * G * b * f)
+    # moe_act drops SiLU(gate)*up, the down-projection input (beta_s k s G b f: the saved linear input)
+    assert is_zero((none - layer_sum(moe, "moe_act", "stored").subs(one_rank)) - SYMBOLS["beta_s"] * k * s * G * b * f)
     # moe recomputes the whole MoE layer (moe_act inside it): router probabilities and top-k (fp32 + int64),
     # the gathered copies, the expert intermediates and the expert outputs; its input (the norm output) stays
-    dropped = 4 * s * G * b * E + 12 * s * G * b * k + 2 * beta * k * s * G * b * h + 3 * beta * k * s * G * b * f
+    dropped = (4 * s * G * b * E + 12 * s * G * b * k + 2 * beta * k * s * G * b * h + 2 * beta * k * s * G * b * f
+               + SYMBOLS["beta_s"] * k * s * G * b * f)
     assert is_zero((none - layer_sum(moe, "moe", "stored").subs(one_rank)) - dropped)
     assert is_zero(layer_sum(moe, "moe,moe_act", "stored") - layer_sum(moe, "moe", "stored"))
 
@@ -318,3 +319,16 @@ def test_tp_split_is_per_term_data():
     for phase in load_catalogue():
         for term in phase.terms:
             assert phase.tp_class(term) in TP_CLASSES, (phase.name, term.expr)
+
+
+def test_selective_under_flash_reruns_the_fused_core_forward_as_megatron_does():
+    # Megatron-Core checkpoints the attention core under core_attn whatever its kernel (Megatron-LM @ d98e8a64
+    # attention.py:392-395): with FlashAttention the backward re-runs the core's forward once on top of
+    # the kernel's own recomputation of S (Dao et al. 2022 Alg. 4), and the logsumexp is no longer kept.
+    flash = {**GPT, "attention": "flash", "dropout": False}
+    none = layer_sum(flash, "none", "flops_recompute")
+    selective = layer_sum(flash, "selective", "flops_recompute")
+    core_fwd = 4 * b * s**2 * h  # QK^T and P.V forward, MHA: 2 x 2bs^2h
+    assert is_zero((selective - none).subs(GPT_SUBS) - core_fwd)
+    dropped = layer_sum(flash, "none", "stored") - layer_sum(flash, "selective", "stored")
+    assert is_zero(dropped.subs(GPT_SUBS) - 4 * a * s * b)  # the fp32 row logsumexp, a·s per sequence

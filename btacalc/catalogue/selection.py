@@ -138,8 +138,10 @@ class Selection:
 
         Full: every layer phase (Korthikanti 2022 §5, Chen et al. 2016). A module list: the phases whose
         `recompute_module` it recomputes, when it drops a tensor of that module (selective with eager
-        attention re-runs the attention core, Korthikanti §5; with FlashAttention the kernel already
-        recomputes the core, so core_attn drops nothing and re-runs nothing).
+        attention re-runs the attention core, Korthikanti §5; with FlashAttention Megatron-Core still
+        checkpoints the fused core under core_attn (Megatron-LM @ d98e8a64 attention.py:392-395,
+        `_checkpointed_attention_forward`), dropping its logsumexp and re-running its forward: the cost
+        the emitted `--recompute-granularity selective` makes Megatron pay).
         """
         if phase.scope != "layer":
             return False

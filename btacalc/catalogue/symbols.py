@@ -10,5 +10,5 @@ import sympy as sp
 from ..vocabulary import NOTATION
 
 SYMBOLS: dict[str, sp.Symbol] = {
-    name: sp.Symbol(name, positive=True, integer=(name != "beta")) for name in NOTATION
+    name: sp.Symbol(name, positive=True, integer=(name not in ("beta", "beta_s"))) for name in NOTATION
 }

@@ -176,6 +176,10 @@ class Phase(BaseModel):
         "(when the policy drops a tensor of that module)")
     routed_load: bool = Field(False, description="the phase works on the routed token copies a device receives: "
                               "the busiest expert-parallel rank holds --routing-imbalance times the mean")
+    low_precision: bool = Field(False, description="the phase's matmuls are TransformerEngine linear layers (te.Linear, "
+                                "GroupedLinear): under a low-precision recipe their forward, dgrad and wgrad GEMMs run "
+                                "in it and its cast_elements are quantised; other phases (attention core, router, norms, "
+                                "embedding, LM head) stay in 16 bits (btacalc.config.precision)")
     pipeline_stage: Literal["first", "last"] = Field(
         "first", description="parts outside the layers (scope model): the pipeline stage holding them (the "
         "embedding on the first, the final norm, LM head and loss on the last)")

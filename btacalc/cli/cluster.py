@@ -8,7 +8,7 @@ from typing import Any, Optional
 import typer
 
 from ..errors import BtacalcError
-from .options import (Attention, AttentionOpt, GpusPerNodeOpt, GradAccumOpt, Match, MemoryModelChoice, MemoryModelOpt,
+from .options import (Attention, AttentionOpt, Fp8ParamGatherOpt, GpusPerNodeOpt, GradAccumOpt, Match, MemoryModelChoice, MemoryModelOpt,
                       ModelOpt, MtpOpt, NameOpt, OutputOpt, OverlapA2aOpt, OverlapOpt, QuietOpt, RecomputeOpt, SeqOpt,
                       emit_result, help_text, outputs, value)
 from .progress import progress
@@ -44,6 +44,18 @@ def _profiles(hw: str) -> list[Any]:
     return profiles
 
 
+def _precisions(text: Optional[str]) -> list[str]:
+    """`--precision bf16,mxfp8`: the names, each checked (unknown: one-line error)."""
+    from ..config.precision import recipe
+
+    names = [x.strip() for x in (text or "").split(",") if x.strip()]
+    if text is not None and not names:
+        raise BtacalcError("{precision}: give one or more precisions, e.g. bf16,mxfp8")
+    for name in names:
+        recipe(name)
+    return list(dict.fromkeys(names))
+
+
 def compare(
     model: str = ModelOpt,
     name: Optional[str] = NameOpt,
@@ -71,6 +83,10 @@ def compare(
     memory_model: Optional[MemoryModelChoice] = MemoryModelOpt,
     overlap: bool = OverlapOpt,
     mtp: Optional[bool] = MtpOpt,
+    precision: Optional[str] = typer.Option(None, "--precision", help=help_text(
+        "Training precision(s), comma-separated: a row per precision for each GPU profile (bf16, fp16, fp8, "
+        "fp8-current, fp8-blockwise, mxfp8, nvfp4; e.g. bf16,mxfp8,nvfp4) [default: bf16].")),
+    fp8_param_gather: bool = Fp8ParamGatherOpt,
     as_json: bool = typer.Option(False, "--json", help="Print {rows: [...]} as JSON on stdout."),
     output: Optional[Path] = OutputOpt,
     csv_path: Optional[Path] = typer.Option(None, "--csv", help="Write one CSV row per device set."),
@@ -100,10 +116,12 @@ def compare(
                                memory_model=value(memory_model), overlap_streaming=overlap, expert_parallel=ep,
                                zero_stage=zero, devices_per_node=gpus_per_node, overlap_all_to_all=overlap_a2a,
                                micro_batches=grad_accum, multi_token_prediction=mtp,
+                               fp8_param_gather=fp8_param_gather,
                                limits=BatchLimits(global_batch=global_batch))
-    with progress(row_count(profiles, counts), "comparing", quiet) as advance:
+    precisions = _precisions(precision)
+    with progress(row_count(profiles, counts, len(precisions) or 1), "comparing", quiet) as advance:
         result = run_compare(spec, profiles, counts, request, systems, value(match), global_batch, progress=advance,
-                             search=search)
+                             search=search, precisions=precisions)
     emit_result(result, as_json, output, csv_path, compare_csv, plot_path, compare_plot, compare_renderable, outs)
     return 0
 

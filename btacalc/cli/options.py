@@ -11,6 +11,7 @@ import typer
 from rich.markup import escape
 
 from ..config.execution import OBJECTIVES
+from ..config.precision import DEFAULT_PRECISION, recipes
 from ..vocabulary import FEATURES, RECOMPUTE_MODULES
 
 # Library parameter name -> the flag a user types (names not listed map to --name-with-dashes).
@@ -30,6 +31,7 @@ FLAGS = {
     "context_parallel": "--cp",
     "expert_tensor_parallel": "--etp",
     "gradient_bytes": "--grad-bytes",
+    "fp8_param_gather": "--fp8-param-gather",
 }
 
 
@@ -55,6 +57,7 @@ MemoryModelChoice = _choices("MemoryModelChoice", ("auto", "weight_streaming", "
 Emit = _choices("Emit", ("cerebras", "megatron"))
 Match = _choices("Match", ("power", "devices"))
 Objective = _choices("Objective", OBJECTIVES)
+Precision = _choices("Precision", tuple(recipes()))
 
 
 def value(choice: Optional[Enum]) -> Optional[str]:
@@ -114,6 +117,17 @@ SpOpt = typer.Option(None, "--sequence-parallel/--no-sequence-parallel", help=he
                      "[default: on when --tp > 1]."))
 PpOpt = typer.Option(None, "--pp", min=1, help="Pipeline-parallel size (--pipeline-model-parallel-size).")
 VpOpt = typer.Option(None, "--vp", min=1, help="Interleaved model chunks per pipeline stage (virtual pipeline).")
+FirstStageOpt = typer.Option(None, "--first-stage-layers", min=1, help="Decoder layers on the first pipeline stage "
+                             "(Megatron's --decoder-first-pipeline-num-layers); the middle stages share the rest.")
+LastStageOpt = typer.Option(None, "--last-stage-layers", min=1, help="Decoder layers on the last pipeline stage "
+                            "(Megatron's --decoder-last-pipeline-num-layers).")
+PipelineLayoutOpt = typer.Option(None, "--pipeline-layout", help=help_text(
+    "Megatron's --pipeline-model-parallel-layout: model chunks split by |, E embedding, t decoder layer, m MTP layer, "
+    "L loss, x*n and (...)*n repeat, e.g. 'Et*3|(tt|)*29,m|L'; VP = chunks / PP."))
+AccountEmbeddingOpt = typer.Option(False, "--account-for-embedding-in-pipeline-split", help="Count the embedding as "
+                                   "one layer of the first model chunk (Megatron's flag of the same name).")
+AccountLossOpt = typer.Option(False, "--account-for-loss-in-pipeline-split", help="Count the loss as one layer of the "
+                              "last model chunk (Megatron's flag of the same name).")
 CpOpt = typer.Option(None, "--cp", min=1, help="Context-parallel size (ring attention over sequence chunks).")
 EtpOpt = typer.Option(None, "--etp", min=1, help=help_text("Expert tensor-parallel size [default: --tp, as Megatron-Core]."))
 FsdpOpt = typer.Option(False, "--fsdp", help="Fully sharded data parallel (ZeRO-3 state; weights gathered every "
@@ -134,9 +148,27 @@ OverlapP2pOpt = typer.Option(None, "--overlap-p2p/--no-overlap-p2p", help=help_t
 ObjectiveOpt = typer.Option(None, "--objective", help=help_text("What the solver maximises: throughput (predicted "
                             "tokens/s) or density (the largest G·b that fits, then the largest tile) [default: "
                             "throughput]."))
+TokensPerStepOpt = typer.Option(None, "--tokens-per-step", min=1, help=help_text("GPU plans that fix no batch "
+                                "size: tokens per optimizer step, rounded up to whole sequences per data-parallel "
+                                "rank [default: 4,194,304 (4M), Llama 3 405B's initial batch]."))
+PrecisionOpt = typer.Option(None, "--precision", help=help_text(
+    "Training precision, as TransformerEngine / Megatron-LM name the recipes: bf16, fp16, fp8 (delayed scaling), "
+    "fp8-current (per-tensor current scaling), fp8-blockwise (128x128 weights, 1x128 activations), mxfp8 (32-element "
+    f"blocks, E8M0 scales), nvfp4 (16-element blocks, E4M3 scales) [default: {DEFAULT_PRECISION}]."))
+Fp8ParamGatherOpt = typer.Option(False, "--fp8-param-gather", help="Keep the parameters in the low precision and "
+                                 "all-gather them so (Megatron --fp8-param-gather; --fp4-param-gather under nvfp4): "
+                                 "halves the parameter all-gather and drops the 16-bit weight copy.")
 JsonOpt = typer.Option(False, "--json", help="Print the result as JSON on stdout.")
 OutputOpt = typer.Option(None, "--output", "-o", help="Write the JSON to this file (atomically; - for standard output).")
 QuietOpt = typer.Option(False, "--quiet", "-q", help="No progress report on stderr.")
+
+
+def stage_split_field(first: Optional[int], last: Optional[int], layout: Optional[str], embedding: bool,
+                      loss: bool) -> dict[str, Any]:
+    """The ExecutionRequest field of the pipeline split options (btacalc.config.pipeline)."""
+    from ..config.pipeline import StageSplit
+
+    return {"stage_split": StageSplit(first, last, layout, embedding, loss)}
 
 
 def layout_fields(tp: Optional[int], sp: Optional[bool], pp: Optional[int], vp: Optional[int], cp: Optional[int],

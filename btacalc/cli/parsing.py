@@ -6,7 +6,7 @@ from typing import Optional, Sequence
 
 from ..config.execution import MAX_SEQUENCES
 from ..errors import BtacalcError
-from ..planning.sweep import VARIABLES
+from ..planning.sweep import CHOICE_PARAMS, VARIABLES
 
 
 def parse_values(spec: str, flag: str = "--vary", limit: Optional[int] = None) -> Sequence[int]:
@@ -55,6 +55,16 @@ def parse_values(spec: str, flag: str = "--vary", limit: Optional[int] = None) -
     return values
 
 
+def _choice_indices(name: str, spec: str) -> list[int]:
+    """`--vary precision=bf16,mxfp8`: the indices of the named choices (the grid holds integers)."""
+    choices = CHOICE_PARAMS[name][1]
+    names = [x.strip() for x in spec.split(",") if x.strip()]
+    unknown = [n for n in names if n not in choices]
+    if not names or unknown:
+        raise BtacalcError(f"--vary {name}: {unknown[0] if unknown else spec!r} is not one of {', '.join(choices)}")
+    return [choices.index(n) for n in names]
+
+
 def parse_vary(items: list[str]) -> dict[str, Sequence[int]]:
     grid: dict[str, Sequence[int]] = {}
     for item in items:
@@ -66,7 +76,7 @@ def parse_vary(items: list[str]) -> dict[str, Sequence[int]]:
             raise BtacalcError(f"--vary: unknown parameter {name!r} (known: {', '.join(VARIABLES)})")
         if name in grid:
             raise BtacalcError(f"--vary: {name!r} given twice")
-        grid[name] = parse_values(spec)
+        grid[name] = _choice_indices(name, spec) if name in CHOICE_PARAMS else parse_values(spec)
     if not grid:
         raise BtacalcError("give at least one --vary NAME=VALUES")
     return grid

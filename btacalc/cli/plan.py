@@ -13,12 +13,15 @@ from .. import profiling
 from ..errors import BtacalcError
 from .console import err
 from .options import (Accounting, AccountingOpt, Attention, AttentionOpt, CausalOpt, CpOpt, DevicesOpt, Emit, EpOpt,
-                      EtpOpt, ExpertFfnOpt, ExpertsOpt, FixedActiveOpt, FsdpOpt, GlobalBatchOpt, GpusPerNodeOpt,
+                      EtpOpt, ExpertFfnOpt, ExpertsOpt, FixedActiveOpt, Fp8ParamGatherOpt, FsdpOpt, GlobalBatchOpt,
+                      GpusPerNodeOpt, Precision, PrecisionOpt,
                       GradAccumOpt, GradBytesOpt, HwOpt, Loss, LossOpt, MaxGlobalBatchOpt, MaxTileBatchOpt,
                       MemoryModelChoice, MemoryModelOpt, MicroBatchOpt, ModelOpt, MtpOpt, NameOpt, Objective,
-                      ObjectiveOpt, OutputOpt, OverlapA2aOpt, DeepEpOpt, OverlapGradOpt, OverlapOpt, OverlapP2pOpt,
+                      ObjectiveOpt, OutputOpt, TokensPerStepOpt, OverlapA2aOpt, DeepEpOpt, OverlapGradOpt, OverlapOpt, OverlapP2pOpt,
                       OverlapParamOpt, PpOpt, QuietOpt, RecomputeOpt, RoutingOpt, SeqOpt, SpOpt, TileBatchOpt,
                       TilesOpt, TopKOpt, TpOpt, TpOverlapOpt, VpOpt, ZeroOpt, help_text, layout_fields, outputs, value,
+                      AccountEmbeddingOpt, AccountLossOpt, FirstStageOpt, LastStageOpt, PipelineLayoutOpt,
+                      stage_split_field,
                       write_outputs)
 from .progress import progress
 
@@ -80,6 +83,11 @@ def plan(
     pp: Optional[int] = PpOpt,
     vp: Optional[int] = VpOpt,
     cp: Optional[int] = CpOpt,
+    first_stage_layers: Optional[int] = FirstStageOpt,
+    last_stage_layers: Optional[int] = LastStageOpt,
+    pipeline_layout: Optional[str] = PipelineLayoutOpt,
+    account_for_embedding_in_pipeline_split: bool = AccountEmbeddingOpt,
+    account_for_loss_in_pipeline_split: bool = AccountLossOpt,
     etp: Optional[int] = EtpOpt,
     fsdp: bool = FsdpOpt,
     grad_bytes: Optional[int] = GradBytesOpt,
@@ -89,6 +97,9 @@ def plan(
     tp_comm_overlap: Optional[bool] = TpOverlapOpt,
     overlap_p2p: Optional[bool] = OverlapP2pOpt,
     objective: Optional[Objective] = ObjectiveOpt,
+    tokens_per_step: Optional[int] = TokensPerStepOpt,
+    precision: Optional[Precision] = PrecisionOpt,
+    fp8_param_gather: bool = Fp8ParamGatherOpt,
     search: bool = typer.Option(False, "--search", help="Search the fastest layout that fits (TP, PP, VP, CP, EP, "
                                 "ETP, micro-batch, recompute) on --devices GPUs; the given values fix that dimension."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON on stdout."),
@@ -132,9 +143,13 @@ def plan(
         multi_token_prediction=mtp,
         devices=devices, expert_parallel=ep, zero_stage=zero, devices_per_node=gpus_per_node,
         overlap_all_to_all=overlap_a2a, deepep=deepep, micro_batches=grad_accum, objective=value(objective),
+        tokens_per_step=tokens_per_step,
+        precision=value(precision), fp8_param_gather=fp8_param_gather,
         limits=BatchLimits(global_batch, tiles, tile_batch, max_global_batch, max_tile_batch, micro_batch=micro_batch),
         **layout_fields(tp, sequence_parallel, pp, vp, cp, etp, fsdp, grad_bytes, routing_imbalance,
-                        (overlap_grad_reduce, overlap_param_gather, tp_comm_overlap, overlap_p2p)))
+                        (overlap_grad_reduce, overlap_param_gather, tp_comm_overlap, overlap_p2p)),
+        **stage_split_field(first_stage_layers, last_stage_layers, pipeline_layout,
+                            account_for_embedding_in_pipeline_split, account_for_loss_in_pipeline_split))
     _check_emit(value(emit), search, profile)
     if search:
         return _search(spec, profile, request, outs, value(emit))
@@ -220,7 +235,7 @@ def sweep(
     hw: str = HwOpt,
     vary: list[str] = typer.Option(..., "--vary", help="NAME=VALUES: a,b,c or start:stop:step or start:stop:xF. "
                                    "Names: experts, top-k, expert-ffn, seq, global-batch, tiles, tile-batch, "
-                                   "max-global-batch, max-tile-batch, devices, grad-accum."),
+                                   "max-global-batch, max-tile-batch, devices, grad-accum, precision (names: bf16,mxfp8,nvfp4)."),
     fixed_active: bool = FixedActiveOpt,
     seq: Optional[int] = SeqOpt,
     recompute: Optional[str] = RecomputeOpt,
@@ -237,6 +252,9 @@ def sweep(
     grad_accum: Optional[int] = GradAccumOpt,
     mtp: Optional[bool] = MtpOpt,
     objective: Optional[Objective] = ObjectiveOpt,
+    tokens_per_step: Optional[int] = TokensPerStepOpt,
+    precision: Optional[Precision] = PrecisionOpt,
+    fp8_param_gather: bool = Fp8ParamGatherOpt,
     max_points: Optional[int] = typer.Option(None, "--max-points", min=1, help="Allow a grid of up to this many "
                                              "points (grids above 1,000,000 are refused without it, before any work)."),
     quiet: bool = QuietOpt,
@@ -268,7 +286,8 @@ def sweep(
         seq_len=seq, recompute=recompute, attention=value(attention), causal=causal, loss=value(loss),
         accounting=accounting.value, overlap_streaming=overlap, devices=devices, expert_parallel=ep,
         zero_stage=zero, devices_per_node=gpus_per_node, overlap_all_to_all=overlap_a2a, micro_batches=grad_accum,
-        multi_token_prediction=mtp, objective=value(objective))
+        multi_token_prediction=mtp, objective=value(objective), tokens_per_step=tokens_per_step,
+        precision=value(precision), fp8_param_gather=fp8_param_gather)
     with SweepOutputs(outs, grid, spec.name, profile.name, fixed_active, plot_path) as sink:
         with progress(grid.size, "solving", quiet) as advance:
             for block in iter_sweep(spec, profile, request, grid, fixed_active, max_points):

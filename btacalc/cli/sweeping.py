@@ -66,7 +66,7 @@ class SweepOutputs:
         self.invalid_count = 0
 
     def __enter__(self) -> "SweepOutputs":
-        from ..output.sweepstream import CsvStream, JsonStream, PlotPoints, TextTable
+        from ..output.sweepstream import CsvStream, FileSummary, JsonStream, PlotPoints, TextTable
 
         if self.plot_path:
             from ..output.plots import pyplot
@@ -80,13 +80,21 @@ class SweepOutputs:
                 self.sinks.append(CsvStream(write, list(self.grid.names)))
             else:
                 self.sinks.append(JsonStream(write, self.model, self.hardware, self.fixed_active))
-        if not self.outs.stdout_taken:
+        files = self._file_targets()
+        if not self.outs.stdout_taken and files:
+            title = f"Sweep: {self.model} on {self.hardware}" + (" (k·f fixed)" if self.fixed_active else "")
+            self.sinks.append(FileSummary(self.stdout, title, files))
+        elif not self.outs.stdout_taken:
             if self.grid.size <= TABLE_POINTS:
                 self.table = []
             else:
                 title = f"Sweep: {self.model} on {self.hardware}" + (" (k·f fixed)" if self.fixed_active else "")
                 self.sinks.append(TextTable(self.stdout, list(self.grid.names), title))
         return self
+
+    def _file_targets(self) -> list[str]:
+        """The files this sweep writes (--csv, --output, --plot), as the user named them."""
+        return [f"{t.path} ({flag})" for flag, t in self.outs.targets.items() if t.kind == "file"]
 
     def block(self, block: SweepBlock) -> None:
         if any(e is None for e in block.errors):

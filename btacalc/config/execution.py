@@ -23,7 +23,9 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, Optional
 
 from ..errors import BtacalcError
+from .precision import DEFAULT_PRECISION, Recipe, check_precision, recipe
 from ..vocabulary import parse_recompute
+from .pipeline import Placement, StageSplit, parse_layout, place
 
 if TYPE_CHECKING:
     from .hardware import HardwareProfile
@@ -35,6 +37,11 @@ DEFAULT_SEQ_LEN = 4096
 DEFAULT_SEQ_LEN_SOURCE = "Qwen3 technical report (arXiv 2505.09388) §3.2: stages S1-S2 at 4,096 tokens"
 
 MEGATRON = "Megatron-LM @ d98e8a64 (2026-08-22)"
+
+# Tokens per optimizer step when a GPU plan fixes none of the batch's sizes: 4M (2^22), Llama 3 405B's
+# initial batch (Dubey et al. 2024, arXiv 2407.21783 §3.4.1: 4M tokens of 4,096); GPT-3 175B used 3.2M
+# (Brown et al. 2020, Table 2.1). One default for plan, sweep, compare and --search (planning/search.py).
+DEFAULT_TOKENS_PER_STEP = 1 << 22
 
 # What the batch-shape solver maximises (btacalc.model.solver): predicted tokens/s, or the largest
 # G*b that fits (tokens per expert; the rule of the BTA design card).
@@ -63,8 +70,13 @@ REASONS = {
     "tp_comm_overlap": f"off: Megatron-Core's default ({MEGATRON} model_parallel_config.py tp_comm_overlap = False)",
     "overlap_p2p": (f"on with interleaving only: Megatron-LM's default ({MEGATRON} arguments.py: "
                     "overlap_p2p_comm is switched off without a virtual pipeline)"),
+    "global_batch_gpu": ("{tokens} tokens per optimizer step (4M: Llama 3 405B's initial batch, arXiv 2407.21783 "
+                         "§3.4.1; GPT-3 used 3.2M), rounded up to whole sequences per data-parallel rank; "
+                         "--tokens-per-step changes it, --global-batch fixes it"),
     "micro_batch_pipeline": ("1 sequence per micro-batch under pipeline parallelism (M = N / DP), as Megatron's "
                              "published pipeline recipes; give --micro-batch or --grad-accum to change it"),
+    "precision": ("bf16: Megatron-LM's --bf16 mixed precision; low-precision recipes (--precision fp8, fp8-current, "
+                  "fp8-blockwise, mxfp8, nvfp4) are TransformerEngine's (btacalc/data/precision.toml)"),
     "multi_token_prediction": ("off: the main model only, as Hugging Face transformers trains DeepSeek-V3 (it does not "
                                "build the MTP module) and as the published parameter counts are given"),
 }
@@ -91,6 +103,23 @@ class RunOptions:
     routing_imbalance: float = 1.0  # busiest expert's routed tokens over the mean (1 = balanced)
     # train the model's multi-token-prediction modules too (DeepSeek-V3 MTP; a model without any ignores it)
     multi_token_prediction: bool = False
+    # the training precision (btacalc/data/precision.toml): the linear layers' GEMM dtype and its casts
+    precision: str = DEFAULT_PRECISION
+    # Megatron --fp8-param-gather / --fp4-param-gather: parameters kept and all-gathered in the low precision
+    low_precision_param_gather: bool = False
+
+    @property
+    def saved_input_bytes(self) -> float:
+        """Bytes per element of a linear layer's saved input (the catalogue's beta_s): the quantised copy
+        TransformerEngine saves for wgrad under a low-precision recipe (TE linear.py saves the quantised
+        input, not the 16-bit one), else the 16-bit element."""
+        r = self.recipe
+        return r.bytes_per_element if r.low else self.bytes_per_element
+
+    @property
+    def recipe(self) -> Recipe:
+        """The resolved precision's recipe (TransformerEngine class, Megatron flags, cast costs)."""
+        return recipe(self.precision)
 
     def features(self) -> dict[str, Any]:
         """The run options the formula catalogue's `when` clauses test."""
@@ -138,6 +167,7 @@ class Layout:
     # DeepEP dispatch (Megatron --moe-token-dispatcher-type flex --moe-enable-deepep): a token crosses to
     # another NVLink domain once per domain, not once per expert there; off: the alltoall dispatcher
     deepep: bool = False
+    stage_split: StageSplit = StageSplit()  # the user's pipeline split options (config/pipeline.py)
 
     @property
     def overlap_all_to_all(self) -> bool:
@@ -161,13 +191,18 @@ class Layout:
     def expert_data_parallel(self) -> int:
         return self.devices // (self.expert_tensor_parallel * self.expert_parallel * self.pipeline_parallel)
 
+    def placement(self, num_layers: int, mtp_layers: int = 0) -> Placement:
+        """Which layers each stage and virtual chunk holds (Megatron's rules: config/pipeline.py)."""
+        return place(num_layers, self.pipeline_parallel, self.virtual_pipeline, self.stage_split, mtp_layers)
+
     @property
     def parallel(self) -> bool:
         """Model parallelism beyond data and expert parallelism (TP, PP or CP)."""
         return self.model_parallel > 1
 
-    def validate(self, model: "ModelSpec", profile: "HardwareProfile", seq_len: int) -> None:
-        """Every rule a layout must satisfy, each a one-line error naming it."""
+    def validate(self, model: "ModelSpec", profile: "HardwareProfile", seq_len: int, mtp_layers: int = 0) -> None:
+        """Every rule a layout must satisfy, each a one-line error naming it (`mtp_layers`: the MTP layers the
+        run trains, which a pipeline layout string must place)."""
         sizes = (("devices", self.devices), ("expert_parallel", self.expert_parallel),
                  ("micro_batches", self.micro_batches), ("devices_per_node", self.devices_per_node),
                  ("tensor_parallel", self.tensor_parallel), ("pipeline_parallel", self.pipeline_parallel),
@@ -194,7 +229,7 @@ class Layout:
             raise BtacalcError(f"{profile.name} has no {links} in its profile: {{devices}} needs them")
         self._validate_grids()
         self._validate_model(model, seq_len)
-        self._validate_pipeline(model.num_layers)
+        self._validate_pipeline(model.num_layers, mtp_layers)
 
     def _validate_grids(self) -> None:
         tp, pp, cp = self.tensor_parallel, self.pipeline_parallel, self.context_parallel
@@ -236,28 +271,36 @@ class Layout:
             raise BtacalcError(f"{{context_parallel}} {cp}: the sequence {seq_len} must be a multiple of 2·CP = "
                                f"{2 * cp} (load-balanced causal chunks; Megatron-LM arguments.py)")
 
-    def _validate_pipeline(self, num_layers: int) -> None:
+    def _validate_pipeline(self, num_layers: int, mtp_layers: int) -> None:
         pp, vp = self.pipeline_parallel, self.virtual_pipeline
         if vp > 1 and pp == 1:
             raise BtacalcError("{virtual_pipeline} > 1 needs {pipeline_parallel} > 1 (Megatron-Core parallel_state.py)")
-        pipeline_split(num_layers, pp, vp)
+        if self.stage_split.given and pp == 1:
+            raise BtacalcError("{first_stage_layers}/{last_stage_layers}/{pipeline_layout}/the account-for flags split "
+                               "the layers over pipeline stages: they need {pipeline_parallel} > 1")
+        self.placement(num_layers, mtp_layers)
         if vp > 1 and self.micro_batches % pp:
             raise BtacalcError(f"{{micro_batches}} {self.micro_batches}: the interleaved schedule needs a multiple of "
                                f"{{pipeline_parallel}} {pp} micro-batches (Megatron-Core schedules.py: microbatch "
                                "groups of PP)")
 
 
-def pipeline_split(num_layers: int, pp: int, vp: int) -> Literal["even", "embedding_loss"]:
-    """How the layers divide over the pp·vp model chunks: `even` (L a multiple of pp·vp) or
-    `embedding_loss` (L + 2 a multiple: the embedding and the loss count as one layer each, Megatron's
-    --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split); else an error."""
-    chunks = pp * vp
-    if num_layers % chunks == 0:
-        return "even"
-    if (num_layers + 2) % chunks == 0 and num_layers + 2 >= 2 * chunks:
-        return "embedding_loss"
-    raise BtacalcError(f"{{pipeline_parallel}} {pp} x {{virtual_pipeline}} {vp} = {chunks} model chunks divide neither "
-                       f"the {num_layers} layers nor {num_layers} + 2 (embedding and loss counted as layers)")
+def pipeline_reason(placement: Placement, num_layers: int) -> str:
+    """Why btacalc picked this split when the user gave none (shown with the plan's defaults)."""
+    chunks = placement.pp * placement.vp
+    why = f"{chunks} model chunks do not divide the {num_layers} layers (Megatron's even split)"
+    if placement.method == "embedding_loss":
+        return (f"--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split: {why}, but "
+                f"{num_layers} + 2 do")
+    sp = placement.split
+    if placement.method == "first_last":
+        flags = " ".join(f for f in (f"--decoder-first-pipeline-num-layers {sp.first_stage_layers}"
+                                     if sp.first_stage_layers is not None else "",
+                                     f"--decoder-last-pipeline-num-layers {sp.last_stage_layers}"
+                                     if sp.last_stage_layers is not None else "") if f)
+        return f"{flags}: {why}; the smallest even share for the middle stages, the last stage lighter"
+    return (f"--pipeline-model-parallel-layout {sp.pipeline_layout}: {why}, nor (by VP) the first/last form; the "
+            "layers spread as evenly as whole layers allow, the embedding and the loss one layer each")
 
 
 # No training batch comes near 2^62 sequences (about 4.6e18); the bound keeps every batch size within
@@ -388,6 +431,11 @@ class ExecutionRequest:
     overlaps: OverlapRequest = field(default_factory=OverlapRequest)
     multi_token_prediction: Optional[bool] = None
     objective: Optional[str] = None
+    # GPU plans that fix no batch size: the global batch in tokens (None: DEFAULT_TOKENS_PER_STEP)
+    tokens_per_step: Optional[int] = None
+    stage_split: StageSplit = field(default_factory=StageSplit)  # first/last stage layers, layout, account-for
+    precision: Optional[str] = None  # None: bf16 (REASONS)
+    fp8_param_gather: bool = False  # Megatron --fp8-param-gather (--fp4-param-gather under nvfp4)
 
     def with_changes(self, **changes: Any) -> "ExecutionRequest":
         return replace(self, **changes)
@@ -449,12 +497,21 @@ def resolve_execution(request: ExecutionRequest, model: "ModelSpec", profile: "H
                                    REASONS["gradient_bytes_gpu" if gpu else "gradient_bytes_wse"]),
         routing_imbalance=request.routing_imbalance,
         multi_token_prediction=_mtp(request, model, chosen.reasons),
+        precision=(chosen.pick("precision", request.precision, DEFAULT_PRECISION, REASONS["precision"]) if gpu
+                   else request.precision or DEFAULT_PRECISION),
+        low_precision_param_gather=request.fp8_param_gather,
     )
+    check_precision(run.precision, profile, run.low_precision_param_gather)
     _check_run(run, model)
     layout = _resolve_layout(request, model, profile, chosen)
-    limits = _resolve_batch(request, layout, chosen)
+    limits = _resolve_batch(request, layout, chosen, run.seq_len if gpu else None)
     layout = replace(layout, micro_batches=limits.micro_batches or 1)  # the solver may choose M: plan.py
-    layout.validate(model, profile, run.seq_len)
+    mtp_layers = model.mtp_layers if run.multi_token_prediction else 0
+    layout.validate(model, profile, run.seq_len, mtp_layers)
+    if not layout.stage_split.given and layout.pipeline_parallel > 1:
+        placed = layout.placement(model.num_layers, mtp_layers)
+        if placed.method != "even":
+            chosen.reasons["pipeline_split"] = pipeline_reason(placed, model.num_layers)
     wafers = f"{{devices}} {layout.devices} wafer systems ({WAFER_BATCH_RULE})"
     limits.validate(layout.data_parallel, wafers if profile.family == "wse" else "")
     objective = chosen.pick("objective", request.objective, OBJECTIVES[0], REASONS["objective"])
@@ -506,7 +563,8 @@ def _resolve_layout(request: ExecutionRequest, model: "ModelSpec", profile: "Har
     return Layout(devices=devices, expert_parallel=ep, zero_stage=zero, devices_per_node=node,
                   tensor_parallel=tp, sequence_parallel=sp, pipeline_parallel=pp,
                   virtual_pipeline=sizes["virtual_pipeline"], context_parallel=sizes["context_parallel"],
-                  expert_tensor_parallel=etp, fsdp=request.fsdp, deepep=request.deepep,
+                  expert_tensor_parallel=etp, fsdp=request.fsdp, stage_split=request.stage_split,
+                  deepep=request.deepep,
                   overlap=_resolve_overlaps(request, chosen, devices > 1, sizes["virtual_pipeline"] > 1))
 
 
@@ -520,6 +578,11 @@ def _model_parallel_sizes(request: ExecutionRequest, chosen: _Defaults) -> dict[
         if given is None and request.devices > 1:
             chosen.reasons[name] = f"1: {what} unless given (--search chooses it)"
         sizes[name] = 1 if given is None else given
+    layout = request.stage_split.pipeline_layout
+    if layout is not None and request.virtual_pipeline is None:  # Megatron: VP = the layout's chunks / PP
+        chunks = len(parse_layout(layout))
+        sizes["virtual_pipeline"] = max(chunks // sizes["pipeline_parallel"], 1)
+        chosen.reasons.pop("virtual_pipeline", None)
     return sizes
 
 
@@ -554,14 +617,46 @@ def _resolve_overlaps(request: ExecutionRequest, chosen: _Defaults, several: boo
                     p2p=pick("overlap_p2p", o.p2p, interleaved))
 
 
-def _resolve_batch(request: ExecutionRequest, layout: Layout, chosen: _Defaults) -> BatchLimits:
+def default_global_batch(request: ExecutionRequest, seq_len: int, data_parallel: int) -> Optional[int]:
+    """The global batch of a GPU plan that fixes none of the batch's sizes (global batch, gradient
+    accumulation, tiles, tile batch, caps): `tokens_per_step` (default 2^22) in whole sequences, rounded up
+    to a multiple of DP x the micro-batch (when --micro-batch is given) so every rank runs whole
+    micro-batches. None when the user fixed a size (their numbers then decide)."""
+    lim = request.limits
+    if any(v is not None for v in (lim.global_batch, lim.tiles, lim.tile_batch, lim.max_global_batch,
+                                   lim.max_tile_batch, request.micro_batches)):
+        return None
+    tokens = DEFAULT_TOKENS_PER_STEP if request.tokens_per_step is None else request.tokens_per_step
+    if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 1 or tokens > MAX_SEQUENCES:
+        raise BtacalcError(f"{{tokens_per_step}} must be a positive integer up to {MAX_SEQUENCES}, got {tokens!r}")
+    return whole_sequences(tokens, seq_len, data_parallel * (lim.micro_batch or 1))
+
+
+def whole_sequences(tokens: Any, seq_len: Any, unit: Any) -> Any:
+    """ceil(tokens / s) sequences rounded up to a multiple of `unit` (ints or arrays): ceil(ceil(t/s)/u)·u,
+    which equals ceil(t/(s·u))·u and never forms the product s·u (no overflow)."""
+    return -(-(-(-tokens // seq_len)) // unit) * unit
+
+
+def _resolve_batch(request: ExecutionRequest, layout: Layout, chosen: _Defaults,
+                   gpu_seq_len: Optional[int] = None) -> BatchLimits:
     """The solver's limits, N = DP·M·G·b (see BatchLimits): --micro-batch fixes G·b, so with --global-batch
     M = N / (DP·micro batch) and without it N = DP·M·micro batch. A global batch alone leaves M to the
     solver, except under pipeline parallelism (memory and the schedule depend on M), where the
-    micro-batch is 1 sequence as in Megatron's published recipes."""
+    micro-batch is 1 sequence as in Megatron's published recipes. A GPU plan (`gpu_seq_len` given) that
+    fixes no batch size gets `default_global_batch`; a wafer's batch is the BTA solver's answer."""
     limits, m = request.limits, request.micro_batches
-    n, mb = limits.global_batch, limits.micro_batch
     dp = max(layout.data_parallel, 1)
+    if gpu_seq_len is not None:
+        default = default_global_batch(request, gpu_seq_len, dp)
+        if default is not None:
+            tokens = DEFAULT_TOKENS_PER_STEP if request.tokens_per_step is None else request.tokens_per_step
+            limits = replace(limits, global_batch=chosen.pick(
+                "global_batch", None, default, REASONS["global_batch_gpu"].replace("{tokens}", f"{tokens:,}")))
+    elif request.tokens_per_step is not None:
+        raise BtacalcError("{tokens_per_step} sets a GPU plan's default global batch; on a wafer the batch is "
+                           "the solver's answer (give --global-batch to fix it)")
+    n, mb = limits.global_batch, limits.micro_batch
     if mb is None and n is not None and m is None and layout.pipeline_parallel > 1:
         mb = chosen.pick("micro_batch", None, 1, REASONS["micro_batch_pipeline"])
     if mb is None:

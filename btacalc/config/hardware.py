@@ -121,7 +121,8 @@ LATENCY = Range(0, 1, "s")  # a link or tree-level latency: at most a second
 GEMM_WIDTH = Range(0, 1e5, "elements")  # the half-efficiency width of a GEMM; 0 = efficiency independent of size
 FANOUT = Range(2, 1e3, "count", integer=True)  # a tree node serves at least two children
 MESH_PES = Range(1, 1e5, "count", integer=True)  # PEs along one side of a wafer's mesh (WSE-3: 1,172)
-CLOCK = Range(1e6, 1e11, "Hz")  # 1 MHz to 100 GHz
+CLOCK = Range(1e6, 1e11, "Hz")
+CAPABILITY = Range(1, 100, "")  # CUDA compute capability major.minor (8.0 A100 ... 10.3 B300)  # 1 MHz to 100 GHz
 CYCLES = Range(0, 1e6, "cycles")
 LINK_BYTES = Range(1, 1e6, "B/cycle")
 
@@ -152,7 +153,13 @@ class Chip(_Section):
     cores: Annotated[Number, CORES] = Field(description="cores (wafer) or streaming multiprocessors (GPU)")
     peak_flops_per_s: Annotated[Number, FLOPS] = Field(description="dense 16-bit peak")
     peak_fp8_flops_per_s: Annotated[Optional[Number], FLOPS] = Field(
-        None, description="dense FP8 peak (for reference: btacalc models 16-bit training)")
+        None, description="dense FP8 peak: the linear layers' GEMMs under --precision fp8, fp8-current, "
+        "fp8-blockwise and mxfp8 (btacalc/data/precision.toml)")
+    peak_fp4_flops_per_s: Annotated[Optional[Number], FLOPS] = Field(
+        None, description="dense FP4 peak: the linear layers' GEMMs under --precision nvfp4")
+    compute_capability: Annotated[Optional[Number], CAPABILITY] = Field(
+        None, description="GPU: CUDA compute capability (9.0 Hopper, 10.0 Blackwell): which low-precision recipes "
+        "run and whether FP8 GEMMs need transposed operands (TransformerEngine, below 10.0)")
     sram_bytes: Annotated[Number, BYTES] = Field(description="all on-chip SRAM (a GPU's L2 and L1/shared)")
     sram_bytes_per_core: Annotated[Number, CORE_BYTES]
     shared_memory_bytes_per_core: Annotated[Optional[Number], CORE_BYTES] = Field(

@@ -346,8 +346,13 @@ def _model_type(raw: dict[str, Any], origin: str) -> str:
     archs = raw.get("architectures")
     if archs is not None and not (isinstance(archs, list) and all(isinstance(a, str) for a in archs)):
         raise BtacalcError(f"{origin}: field 'architectures' must be a list of strings")
-    if mtype not in _HF_FAMILIES:
-        mtype = next((_ARCH_TO_TYPE[a] for a in archs or [] if a in _ARCH_TO_TYPE), mtype)
+    by_arch = next((_ARCH_TO_TYPE[a] for a in archs or [] if a in _ARCH_TO_TYPE), None)
+    if mtype is not None and mtype not in _HF_FAMILIES and by_arch is not None:
+        # never a silent fallback: a model_type btacalc does not know may be a different model
+        raise BtacalcError(f"{origin}: unsupported model_type {mtype!r}; its architectures name a {by_arch!r} model: "
+                           f"set model_type to {by_arch!r} if it is one")
+    if mtype is None:
+        mtype = by_arch
     if mtype not in _HF_FAMILIES:
         label = raw.get("model_type") or (archs or ["(none given)"])[0]
         raise BtacalcError(

@@ -243,10 +243,8 @@ class ModelSpec(BaseModel):
         """The decoder stack as groups of identical layers, in order of first appearance: MoE or dense FFN
         (dense layers of an MoE model have width dense_ffn_size), sliding-window or full attention; with
         `multi_token_prediction`, the model's MTP modules as one more kind."""
-        dense, window = self.dense_positions(), self.window_positions()
         groups: dict[tuple[bool, bool], int] = {}
-        for i in range(self.num_layers):
-            key = (i not in dense, i in window)
+        for key in self._layer_keys():
             groups[key] = groups.get(key, 0) + 1
         kinds = [self._kind(moe_position, windowed, count, single=len(groups) == 1)
                  for (moe_position, windowed), count in groups.items()]
@@ -254,6 +252,18 @@ class ModelSpec(BaseModel):
             mtp = self._kind(True, False, self.mtp_layers, single=False)
             kinds.append(LayerKind("mtp", self.mtp_layers, mtp.features + (("mtp_module", True),), mtp.symbols))
         return tuple(kinds)
+
+    def layer_kind_indices(self) -> tuple[int, ...]:
+        """For each decoder layer by index, the index of its kind in `layer_kinds()` (pipeline stages hold
+        real layers: btacalc.config.pipeline)."""
+        keys = self._layer_keys()
+        order = list(dict.fromkeys(keys))
+        return tuple(order.index(k) for k in keys)
+
+    def _layer_keys(self) -> list[tuple[bool, bool]]:
+        """Per decoder layer: (an MoE position, a sliding-window layer), the key of its kind."""
+        dense, window = self.dense_positions(), self.window_positions()
+        return [(i not in dense, i in window) for i in range(self.num_layers)]
 
     def _kind(self, moe_position: bool, windowed: bool, count: int, single: bool) -> LayerKind:
         features: dict[str, Any] = {"moe": self.is_moe and moe_position, "sliding_window": windowed}

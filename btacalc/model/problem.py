@@ -137,7 +137,7 @@ class Problem:
         """Symbol values of one device's share of a batch shape (b as `rank_share`)."""
         lay = self.layout
         return {**self.symbols, "s": self.run.seq_len if seq_len is None else seq_len, "b": self.rank_share(tile_batch),
-                "G": tiles, "beta": self.run.bytes_per_element, "P": 0, "t": lay.tensor_parallel,
+                "G": tiles, "beta": self.run.bytes_per_element, "beta_s": self.run.saved_input_bytes, "P": 0, "t": lay.tensor_parallel,
                 "t_e": lay.expert_tensor_parallel,
                 "M_sram": self.hardware.attention_sram_bytes_per_core // self.run.bytes_per_element}
 

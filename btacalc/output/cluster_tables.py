@@ -29,7 +29,7 @@ def compare_renderable(r: CompareResult) -> Fit:
                      overflow="fold" if c == "setup" else "ellipsis", min_width=13 if c == "setup" else None)
     notes = []
     for row in r.rows:
-        rc = f"{row.recompute} rc"
+        rc = f"{row.recompute} rc" + ("" if row.precision == "bf16" else f", {row.precision}")
         if row.devices > 1:
             setup = f"{row.layout or f'EP {row.expert_parallel}'}, ZeRO-{row.zero_stage}\n{rc}"
         else:
@@ -45,7 +45,8 @@ def compare_renderable(r: CompareResult) -> Fit:
             notes.append(escape(f"{row.hardware} x{row.devices}: {row.note}"))
     t.caption = ("G x b: per device; rc: recomputation; vs dense: the dense model with the same active parameters on the "
                  "same devices; BTA: tokens/s at the solver's G over G = 1;\ntok/s/kW: over system power; GB/device: "
-                 "used/usable, GB = 1e9 bytes" + ("\n" + "\n".join(notes) if notes else ""))
+                 "used/usable, GB = 1e9 bytes" + ("\n" + "\n".join(notes) if notes else "")
+                 + ("\nnot run: " + "; ".join(escape(s) for s in r.skipped) if r.skipped else ""))
     return fit(t)
 
 

@@ -8,7 +8,8 @@ ConfigContainer fields its recipes set (model.*, train.*, ddp.*, optimizer.*, co
 
 from __future__ import annotations
 
-from ..planning.report import PlanReport
+from ..config.precision import recipe
+from ..planning.report import ParallelInfo, PlanReport
 from ..vocabulary import SELECTIVE_MODULES
 
 
@@ -21,8 +22,17 @@ def megatron_arguments(r: PlanReport) -> str:
     _overlaps(r, lm, bridge)
     head = [f"# btacalc plan: {r.model.name} on {r.parallelism.devices} x {r.hardware.name}"
             + ("" if r.plan.fits else " (DOES NOT FIT)")] + [f"# {n}" for n in notes]
-    return "\n".join(head + ["# Megatron-LM (pretrain_gpt.py):", " \\\n  ".join(["--bf16"] + lm),
+    return "\n".join(head + ["# Megatron-LM (pretrain_gpt.py):", " \\\n  ".join(_precision(r) + lm),
                              "# Megatron-Bridge (ConfigContainer overrides):", "\n".join(bridge)])
+
+
+def _precision(r: PlanReport) -> list[str]:
+    """The 16-bit dtype flag, then the low-precision recipe's flags as Megatron-LM spells them
+    (btacalc/data/precision.toml: --fp8-format/--fp8-recipe, --fp4-format/--fp4-recipe) and its parameter
+    gather flag when the plan keeps the parameters in FP8/FP4."""
+    rec = recipe(r.inputs.precision)
+    flags = (["--bf16"] if rec.low else []) + list(rec.megatron)
+    return flags + ([rec.param_gather_flag] if r.inputs.fp8_param_gather else [])
 
 
 def _layout(r: PlanReport) -> tuple[list[str], list[str], list[str]]:
@@ -35,12 +45,10 @@ def _layout(r: PlanReport) -> tuple[list[str], list[str], list[str]]:
               f"model.sequence_parallel={par.sequence_parallel}"]
     if par.sequence_parallel:
         lm.append("--sequence-parallel")
-    if par.virtual_pipeline > 1:
+    if par.virtual_pipeline > 1 and par.pipeline_layout is None:  # a layout sets VP (Megatron refuses both)
         lm.append(f"--num-virtual-stages-per-pipeline-rank {par.virtual_pipeline}")
     bridge.append(f"model.virtual_pipeline_model_parallel_size={par.virtual_pipeline if par.virtual_pipeline > 1 else None}")
-    if par.pipeline_split == "embedding_loss":
-        lm += ["--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"]
-        bridge += ["model.account_for_embedding_in_pipeline_split=True", "model.account_for_loss_in_pipeline_split=True"]
+    _split(par, lm, bridge)
     if r.model.num_experts:
         lm += [f"--expert-model-parallel-size {par.expert_parallel}",
                f"--expert-tensor-parallel-size {par.expert_tensor_parallel}"]
@@ -50,6 +58,24 @@ def _layout(r: PlanReport) -> tuple[list[str], list[str], list[str]]:
     lm.append(f"--attention-backend {kernel}")
     bridge.append(f"model.attention_backend={kernel}")
     return lm, bridge, notes
+
+
+def _split(par: ParallelInfo, lm: list[str], bridge: list[str]) -> None:
+    """The pipeline split's own flags (btacalc.config.pipeline: Megatron's names)."""
+    if par.pipeline_split in ("embedding_loss", "embedding"):
+        lm.append("--account-for-embedding-in-pipeline-split")
+        bridge.append("model.account_for_embedding_in_pipeline_split=True")
+    if par.pipeline_split in ("embedding_loss", "loss"):
+        lm.append("--account-for-loss-in-pipeline-split")
+        bridge.append("model.account_for_loss_in_pipeline_split=True")
+    for value, flag, key in ((par.first_stage_layers, "--decoder-first-pipeline-num-layers", "num_layers_in_first_pipeline_stage"),
+                             (par.last_stage_layers, "--decoder-last-pipeline-num-layers", "num_layers_in_last_pipeline_stage")):
+        if value is not None:
+            lm.append(f"{flag} {value}")
+            bridge.append(f"model.{key}={value}")
+    if par.pipeline_layout is not None:
+        lm.append(f"--pipeline-model-parallel-layout '{par.pipeline_layout}'")
+        bridge.append(f"model.pipeline_model_parallel_layout='{par.pipeline_layout}'")
 
 
 def _batch(r: PlanReport, lm: list[str], bridge: list[str], notes: list[str]) -> None:

@@ -5,7 +5,7 @@ outputs (`btacalc.output.files`)."""
 from __future__ import annotations
 
 import io
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from ..errors import BtacalcError
 from ..planning.compare import CompareResult
@@ -111,7 +111,7 @@ def sweep_plot(result: SweepResult, path: str) -> bytes:
     return sweep_plot_points(points, result.model, result.hardware, result.fixed_active, path)
 
 
-PlotPoint = tuple[dict[str, int], Optional[float], Optional[float]]  # params, vs dense, G = 1 vs dense
+PlotPoint = tuple[dict[str, Union[int, str]], Optional[float], Optional[float]]  # params, vs dense, G = 1 vs dense
 
 
 def sweep_plot_points(points: list[PlotPoint], model: str, hardware: str, fixed_active: bool, path: str) -> bytes:
@@ -119,8 +119,10 @@ def sweep_plot_points(points: list[PlotPoint], model: str, hardware: str, fixed_
     plt = pyplot(path)
     if not points:
         raise BtacalcError("--plot: no point of the sweep fits, nothing to draw")
-    x_name = list(points[0][0])[0]
-    others = [n for n in points[0][0] if n != x_name]
+    names = list(points[0][0])
+    numeric = [n for n in names if isinstance(points[0][0][n], int)]  # a named choice (precision) labels lines
+    x_name = numeric[0] if numeric else names[0]
+    others = [n for n in names if n != x_name]
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     groups: dict[tuple, list[PlotPoint]] = {}
     for p in points:
@@ -131,7 +133,8 @@ def sweep_plot_points(points: list[PlotPoint], model: str, hardware: str, fixed_
         ax.plot(xs, [p[1] for p in ps], "o-", label=f"BTA (solver G) {label}".strip())
         ax.plot(xs, [p[2] for p in ps], "s--", label=f"G = 1 {label}".strip())
     ax.axhline(1.0, color="grey", lw=0.8)
-    ax.set_xscale("log", base=2)
+    if numeric:
+        ax.set_xscale("log", base=2)
     ax.set_xlabel(x_name + (" (k*f fixed)" if fixed_active else ""))
     ax.set_ylabel("throughput relative to dense (same active params)")
     ax.set_ylim(0, 1.1)

@@ -53,8 +53,12 @@ _TEXT_COLUMNS = (("G", 6), ("b", 6), ("M", 4), ("T_e", 12), ("tokens/s", 14), ("
 class TextTable:
     """One line per point, columns aligned; for grids too large to hold in a rich table."""
 
+    # Rows shown on a terminal at most; the rest are counted in one closing line (files get every row).
+    ROWS = 1000
+
     def __init__(self, write: Write, names: list[str], title: str):
         self.write = write
+        self.shown = self.left_out = 0
         self.widths = [max(len(n), 8) for n in names] + [w for _, w in _TEXT_COLUMNS]
         header = names + [c for c, _ in _TEXT_COLUMNS]
         write(title + "\n" + self._line(header) + "\n")
@@ -81,10 +85,47 @@ class TextTable:
                           str(c["tile_batch_g1"][i] or "-"), fmt(c["relative_to_dense_g1"][i]),
                           f"{tps / g1:.2f}x" if g1 else "-"]
             lines.append(" ".join(cell.rjust(w) for cell, w in zip(cells, widths)).rstrip())
-        self.write("\n".join(lines) + "\n")
+        room = max(self.ROWS - self.shown, 0)
+        self.left_out += max(len(lines) - room, 0)
+        lines = lines[:room]
+        self.shown += len(lines)
+        if lines:
+            self.write("\n".join(lines) + "\n")
 
     def close(self) -> None:
-        pass
+        if self.left_out:
+            self.write(f"... {self.left_out:,} more points not shown: --csv, --json or --output write every point\n")
+
+
+class FileSummary:
+    """What the terminal gets when a sweep's data goes to files (--csv, --output, --plot): the count of
+    points, how many fit, the `BEST` fastest and where the data went (issue: files get data, the terminal
+    a summary). Keeps only the best points, so memory stays bounded."""
+
+    BEST = 5
+
+    def __init__(self, write: Write, title: str, targets: list[str]):
+        self.write, self.title, self.targets = write, title, targets
+        self.points = self.fitting = 0
+        self.best: list[tuple[float, str]] = []
+
+    def block(self, block: SweepBlock) -> None:
+        names = list(block.params)
+        params = [block.params[n].tolist() for n in names]
+        tps = block.columns["tokens_per_s"].tolist()
+        self.points += len(tps)
+        for i, v in enumerate(tps):
+            if v is None or v != v:  # not fitting or invalid
+                continue
+            self.fitting += 1
+            if len(self.best) < self.BEST or v > self.best[-1][0]:
+                label = ", ".join(f"{n}={p[i]}" for n, p in zip(names, params))
+                self.best = sorted(self.best + [(v, label)], key=lambda t: -t[0])[:self.BEST]
+
+    def close(self) -> None:
+        lines = [f"{self.title}: {self.points:,} points, {self.fitting:,} fit; written to {', '.join(self.targets)}"]
+        lines += [f"  {tps:>14,.0f} tokens/s  {label}" for tps, label in self.best]
+        self.write("\n".join(lines) + "\n")
 
 
 class PlotPoints:

@@ -68,20 +68,25 @@ def plan_renderable(r: PlanReport) -> Group:
 def _throughput_table(r: PlanReport) -> Table:
     th = r.throughput
     t = Table(title="Throughput (roofline per phase; see README for the time model)", title_justify="left")
-    for c in ("", "tokens/s", "step time", "vs dense", "MFU", "tokens/s/kW"):
-        t.add_column(c, justify="right" if c else "left")
     assert th is not None
+    for c in ("", "tokens/s", "step time", "vs dense", "MFU", "tokens/s/kW"):
+        if c != "vs dense" or r.model.num_experts > 0:
+            t.add_column(c, justify="right" if c else "left")
+    vs_dense = [f"{th.relative_to_dense:.2f}" if th.relative_to_dense is not None else "-"] \
+        if r.model.num_experts > 0 else []
     t.add_row(f"plan G={r.plan.tiles}, b={r.plan.tile_batch}", f"{th.tokens_per_s:,.0f}", f"{th.step_time_s:.3f} s",
-              f"{th.relative_to_dense:.2f}" if th.relative_to_dense is not None else "-", f"{100 * th.mfu:.1f}%",
-              f"{th.tokens_per_s_per_kw:,.0f}")
-    if th.tokens_per_s_g1 is not None:
+              *vs_dense, f"{100 * th.mfu:.1f}%", f"{th.tokens_per_s_per_kw:,.0f}")
+    moe = r.model.num_experts > 0  # G = 1 and the dense equivalent compare expert layers; a dense model has none
+    if moe and th.tokens_per_s_g1 is not None:
         t.add_row(f"G=1, b={th.tile_batch_g1}", f"{th.tokens_per_s_g1:,.0f}", f"{th.step_time_s_g1:.3f} s",
                   f"{th.relative_to_dense_g1:.2f}" if th.relative_to_dense_g1 is not None else "-", "")
-    if th.dense_tokens_per_s is not None:
+    if moe and th.dense_tokens_per_s is not None:
         t.add_row(f"dense equivalent, G·b={th.dense_global_batch}", f"{th.dense_tokens_per_s:,.0f}", "", "1.00", "")
     top = sorted(th.phase_share.items(), key=lambda kv: -kv[1])[:4]
-    t.caption = (f"compute efficiency {th.compute_efficiency:.3f}, streaming {'overlapped' if th.overlap_streaming else 'not overlapped'}, "
-                 f"stream-bound {100 * th.stream_bound_share:.0f}% of the step; largest shares: "
+    streamed = r.hardware.memory_model == "weight_streaming"  # the weight stream exists only there
+    stream = (f"streaming {'overlapped' if th.overlap_streaming else 'not overlapped'}, stream-bound "
+              f"{100 * th.stream_bound_share:.0f}% of the step; " if streamed else "")
+    t.caption = (f"compute efficiency {th.compute_efficiency:.3f}, {stream}largest shares: "
                  + ", ".join(f"{k} {100 * v:.0f}%" for k, v in top))
     if th.communication_s:
         t.caption += "; communication before overlap: " + ", ".join(f"{k} {v:.3f} s" for k, v in th.communication_s.items()
@@ -154,7 +159,11 @@ def _layout_text(r: PlanReport) -> str:
                                           f"{par.expert_data_parallel}" if r.model.num_experts else ""))
     shard = "FSDP" if par.fsdp else f"ZeRO-{par.zero_stage}"
     on = [k for k, v in par.overlaps.items() if v]
-    return (f"{par.devices} devices ({par.devices_per_node} per NVLink domain): {sizes}; {shard}; "
+    split = "" if par.pipeline_split == "even" else (
+        f"; {par.pipeline_split} split, decoder layers per stage {par.stage_layers}"
+        + (f" (layout {par.pipeline_layout})" if par.pipeline_layout else "")
+        + (" [dim](default)[/dim]" if "pipeline_split" in r.inputs.defaults else ""))
+    return (f"{par.devices} devices ({par.devices_per_node} per NVLink domain): {sizes}{split}; {shard}; "
             f"M = {par.micro_batches} micro-batches; overlapped: {', '.join(on) or 'none'}")
 
 
@@ -210,10 +219,18 @@ _COMPONENT_NOTES = {
     "weight_buffers": "streamed weights buffered on-chip",
     "gradient_buffers": "outgoing gradients buffered on-chip",
     "weights": "16-bit weights",
-    "gradients": "gradients (fp32 main gradients: 4 B/param)",
+    "gradients": "gradients ({gradient_note})",
     "optimizer_state": "fp32 master weights + Adam moments",
     "gathered_weights": "ZeRO-3 / FSDP: gathered layer weights",
+    "low_precision_weights": "FP8/FP4 weight copies TransformerEngine caches (rowwise and columnwise), less the 16-bit "
+                             "copy --fp8-param-gather drops",
 }
+
+
+def _gradient_note(r: PlanReport) -> str:
+    """The gradients' label from the run's own bytes per gradient element (--grad-bytes)."""
+    n = r.inputs.gradient_bytes
+    return {4: "fp32 main gradients: 4 B/param", 2: "16-bit gradients: 2 B/param"}.get(n, f"{n} B/param")
 
 
 def _memory_table(r: PlanReport) -> Table:
@@ -229,7 +246,7 @@ def _memory_table(r: PlanReport) -> Table:
     for key, note in _COMPONENT_NOTES.items():
         if key in mb:
             extra = f" (peak: {_largest_phase(r)})" if key == "working_set" else ""
-            t.add_row(key, gb(mb[key]), share(mb[key]), note + extra)
+            t.add_row(key, gb(mb[key]), share(mb[key]), note.replace("{gradient_note}", _gradient_note(r)) + extra)
     t.add_row("[bold]total[/bold]", f"[bold]{gb(mb['total'])}[/bold]", f"[bold]{share(mb['total'])}[/bold]",
               f"capacity {gb(mb['capacity'])}, usable {gb(mb['usable_capacity'])}")
     if r.offchip_bytes:
@@ -264,11 +281,21 @@ def _phase_table(rows: Iterable[PhaseRow], r: PlanReport, title: str) -> Table:
     for col, just in (("phase", "left"), ("batch", "left"), ("fwd FLOP", "right"), ("bwd FLOP", "right"),
                       ("stored", "right"), ("transient", "right"), ("bytes moved", "right"), ("FLOP/byte", "right")):
         t.add_column(col, justify=just)  # type: ignore[arg-type]  # "left"/"right" literals from the table spec
+    low = r.inputs.te_recipe != ""  # a low-precision recipe: each phase's dtype and its cast kernels
+    if low:
+        t.add_column("precision")
+        t.add_column("cast / step", justify="right")
     for p in rows:
-        t.add_row(p.name, "b" if p.batch == "tile" else "G·b", si(p.flops_forward, "FLOP") if p.flops_forward else "-",
-                  si(p.flops_backward, "FLOP") if p.flops_backward else "-", si(p.stored_activation_bytes, "B"),
-                  si(p.transient_bytes, "B"), si(p.bytes_moved, "B"),
-                  f"{p.arithmetic_intensity:,.1f}" if p.arithmetic_intensity else "-")
+        cells = [p.name, "b" if p.batch == "tile" else "G·b", si(p.flops_forward, "FLOP") if p.flops_forward else "-",
+                 si(p.flops_backward, "FLOP") if p.flops_backward else "-", si(p.stored_activation_bytes, "B"),
+                 si(p.transient_bytes, "B"), si(p.bytes_moved, "B"),
+                 f"{p.arithmetic_intensity:,.1f}" if p.arithmetic_intensity else "-"]
+        if low:
+            cells += [p.precision, f"{1e3 * p.cast_time_s:.3f} ms" if p.cast_time_s else "-"]
+        t.add_row(*cells)
+    if low:
+        t.caption = (f"{r.inputs.precision} ({r.inputs.te_recipe}): the linear layers' GEMMs at the low-precision peak; "
+                     "cast / step: their quantise kernels (HBM-bound), per layer per step, inside the phase's time")
     return t
 
 

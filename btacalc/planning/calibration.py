@@ -84,7 +84,10 @@ def _log_errors(runs: list[MeasuredRun], hardware: Callable[[str], HardwareProfi
 
 def fit_family(spec: FamilySpec, runs: Optional[list[MeasuredRun]] = None) -> Optional[FamilyFit]:
     """Least-squares fit of the family's factors on its fit runs (None when it has none)."""
-    from scipy.optimize import least_squares
+    try:
+        from scipy.optimize import least_squares
+    except ImportError:
+        raise BtacalcError("validate --calibrate needs scipy: pip install 'btacalc[calibrate]'") from None
 
     profiles = builtin_profiles()
     candidates = [r for r in (runs if runs is not None else load_runs()) if r.role == "fit" and r.hw in spec.profiles]

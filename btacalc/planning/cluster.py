@@ -7,6 +7,7 @@ from typing import Optional
 from ..config.execution import BatchLimits, ExecutionRequest, resolve_execution
 from ..config.hardware import HardwareProfile
 from ..config.model import ModelSpec
+from ..errors import BtacalcError
 from ..model.memory import MemoryModel, resolve_memory_model
 from ..model.problem import Problem
 
@@ -41,7 +42,10 @@ def min_devices(model: ModelSpec, hardware: HardwareProfile, request: ExecutionR
             continue
         for variant in variants:
             zero = variant.zero_stage if d > 1 else 0
-            execution = resolve_execution(variant.with_changes(devices=d, zero_stage=zero), model, hardware)
+            try:
+                execution = resolve_execution(variant.with_changes(devices=d, zero_stage=zero), model, hardware)
+            except BtacalcError:  # the layout's grid (e.g. ETP·EP·PP) does not divide this count: not a candidate
+                continue
             problem = resolve_memory_model(Problem(model, hardware, execution))
             if MemoryModel(problem).fits(1, 1):
                 return problem

@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 from ..config.execution import ExecutionRequest
 from ..config.hardware import HardwareProfile
 from ..config.model import ModelSpec
+from ..config.precision import check_precision
 from ..errors import BtacalcError
 from .cluster import MAX_DEVICES, min_devices
 from .plan import make_plan, plan_problem
@@ -36,6 +37,7 @@ class CompareRow(BaseModel):
     memory_model: str
     recompute: str
     attention: str
+    precision: str = Field("bf16", description="training precision of the row (--precision)")
     fits: bool
     tiles: Optional[int] = Field(None, description="G per device")
     tile_batch: Optional[int] = Field(None, description="b per device")
@@ -61,6 +63,8 @@ class CompareResult(BaseModel):
     params_total: int
     seq_len: int
     rows: list[CompareRow]
+    skipped: list[str] = Field(default_factory=list, description="device and precision pairs that cannot run, and why "
+                               "(a wafer or a GPU without the dtype's peak)")
 
 
 def layout_label(report: PlanReport) -> str:
@@ -82,7 +86,8 @@ def _row(report: PlanReport, profile: HardwareProfile) -> CompareRow:
         expert_parallel=par.expert_parallel, zero_stage=par.zero_stage, micro_batches=par.micro_batches,
         layout=layout_label(report),
         memory_model=report.inputs.memory_model,
-        recompute=report.inputs.recompute, attention=report.inputs.attention, fits=fits,
+        recompute=report.inputs.recompute, attention=report.inputs.attention, precision=report.inputs.precision,
+        fits=fits,
         tiles=plan.tiles if fits else None, tile_batch=plan.tile_batch if fits else None,
         tokens_per_expert=plan.tokens_per_expert if fits else None,
         step_time_s=th.step_time_s if th else None, tokens_per_s=th.tokens_per_s if th else None,
@@ -112,20 +117,22 @@ def matched_gpu_count(wafer: HardwareProfile, systems: int, gpu: HardwareProfile
     return nodes * node, f"matched to {systems} x {wafer.name} by power ({wafer_kw:,.0f} kW; whole {node}-device nodes)"
 
 
-def row_count(profiles: Sequence[HardwareProfile], devices: Optional[Sequence[int]] = None) -> int:
-    """How many rows `compare` returns: one per wafer, one per GPU profile and device count."""
-    return sum(1 if p.family == "wse" or not devices else len(devices) for p in profiles)
+def row_count(profiles: Sequence[HardwareProfile], devices: Optional[Sequence[int]] = None, precisions: int = 1) -> int:
+    """How many rows `compare` returns (at most): one per wafer, one per GPU profile, device count and precision."""
+    return sum(1 if p.family == "wse" else (len(devices) if devices else 1) * precisions for p in profiles)
 
 
 def compare(model: ModelSpec, profiles: Sequence[HardwareProfile], devices: Optional[Sequence[int]] = None,
             request: ExecutionRequest = ExecutionRequest(), systems: int = 1, match: Optional[str] = None,
             wafer_global_batch: Optional[int] = None, progress: Optional[Callable[[int], None]] = None,
-            search: bool = False) -> CompareResult:
+            search: bool = False, precisions: Sequence[str] = ()) -> CompareResult:
     """One row per wafer profile (`systems` CS systems each), and per (GPU profile, device count).
     `devices=None`: the smallest power-of-two GPU count that fits, or with `match` the count matched to
     the first wafer row (`power`: similar system power; `devices`: as many GPUs as wafer systems).
     `wafer_global_batch`: the wafer rows' sequences per step over all systems. With `search`, each GPU
-    row is the fastest layout that fits on its devices (`search.search_layouts`).
+    row is the fastest layout that fits on its devices (`search.search_layouts`). `precisions`: a row per
+    precision for each GPU profile and count (wafers train in 16 bits: one row); a pair a device cannot run
+    is listed in `skipped` with the reason (default: the request's precision alone).
     Every other choice comes from `request`; what it leaves unset defaults per device (recompute,
     attention) and per device count (EP, ZeRO). `progress(n)`, if given, is called as rows are done."""
     if not profiles:
@@ -137,12 +144,22 @@ def compare(model: ModelSpec, profiles: Sequence[HardwareProfile], devices: Opti
     rows: list[CompareRow] = []
     params_total = 0
     seq = 0
-    for profile in profiles:
+    skipped: list[str] = []
+    chosen: list[Optional[str]] = list(precisions) or [request.precision]
+    for profile, precision in [(p, x) for p in profiles for x in chosen]:
+        if profile.family == "wse" and precision != chosen[0]:
+            continue  # one wafer row: the precision list is for the GPU rows
+        if precision is not None:
+            try:
+                check_precision(precision, profile, request.fp8_param_gather)
+            except BtacalcError as exc:
+                skipped.append(f"{profile.name} {precision}: {exc}")
+                continue
         matched = matched_gpu_count(wafers[0], systems, profile, match) if match and profile.family == "gpu" else None
         counts: Sequence[Optional[int]] = ([systems] if profile.family == "wse" else [matched[0]] if matched
                                            else (list(devices) if devices else [None]))
         # a wafer row is D systems in strict data parallel: the GPU layout choices (EP, ZeRO) do not apply to it
-        base = request
+        base = request.with_changes(precision=precision)
         if profile.family == "wse":
             base = request.with_changes(expert_parallel=None, zero_stage=None,
                                         limits=replace(request.limits, global_batch=wafer_global_batch))
@@ -168,7 +185,9 @@ def compare(model: ModelSpec, profiles: Sequence[HardwareProfile], devices: Opti
             rows.append(row)
             if progress:
                 progress(1)
-    return CompareResult(model=model.name, params_total=params_total, seq_len=seq, rows=rows)
+    if not rows and skipped:
+        raise BtacalcError(f"{{precision}}: no device can run it ({'; '.join(skipped)})")
+    return CompareResult(model=model.name, params_total=params_total, seq_len=seq, rows=rows, skipped=skipped)
 
 
 def _searched(model: ModelSpec, profile: HardwareProfile, request: ExecutionRequest) -> PlanReport:

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..config.execution import BatchLimits, ExecutionRequest, OverlapRequest
 from ..config.hardware import HardwareProfile, resolve_hardware
+from ..config.precision import recipe as precision_recipe
 from ..config.presets import resolve_model
 from ..errors import BtacalcError, first_validation_error
 from ..paths import package_data
@@ -78,6 +79,8 @@ class MeasuredRun(BaseModel):
     model: str
     hw: str
     devices: int = Field(ge=1)
+    # btacalc's --precision names (btacalc/data/precision.toml): fp8 = delayed scaling, fp8-current = per-tensor
+    # current scaling, fp8-blockwise, mxfp8, nvfp4
     precision: Literal["bf16", "fp16", "fp8", "fp8-current", "fp8-blockwise", "mxfp8", "nvfp4"]
     seq: int = Field(ge=1)
     global_batch: int = Field(ge=1)
@@ -207,8 +210,6 @@ def express(run: MeasuredRun, family: str = "gpu") -> tuple[Optional[ExecutionRe
     micro-batch)); without one, the micro-batching is chosen (on wafers, as the compiler would)."""
     recipe = run.recipe
     run = run.with_recipe()
-    if run.precision not in ("bf16", "fp16"):
-        return None, f"{run.precision} training is not modelled (16-bit peaks only)"
     changes: dict[str, Any] = {target: getattr(run, name) for name, target in LAYOUT_FIELDS.items()
                                if getattr(run, name) is not None}
     if changes.get("fsdp") is False:
@@ -220,7 +221,11 @@ def express(run: MeasuredRun, family: str = "gpu") -> tuple[Optional[ExecutionRe
         changes.update(overlaps=OverlapRequest(grad_reduce=o.grad_reduce, param_gather=o.param_gather, tp_comm=o.tp_comm),
                        overlap_all_to_all=o.all_to_all, attention=recipe.attention, gradient_bytes=recipe.grad_bytes,
                        deepep=recipe.deepep)
-    return ExecutionRequest(seq_len=run.seq, recompute=recompute, devices=run.devices, limits=limits, **changes), ""
+    # the published low-precision runs use Megatron-Bridge's mixed-precision recipes (btacalc/data/precision.toml
+    # bridge_param_gather: FP8 parameters and their all-gather where the recipe turns them on)
+    return ExecutionRequest(seq_len=run.seq, recompute=recompute, devices=run.devices, limits=limits,
+                            precision=run.precision, fp8_param_gather=precision_recipe(run.precision).bridge_param_gather,
+                            **changes), ""
 
 
 def predict(run: MeasuredRun, hardware: Callable[[str], HardwareProfile] = resolve_hardware) -> RunResult:

@@ -17,7 +17,7 @@ import numpy as np
 from .. import profiling
 from ..catalogue.compiled import PhaseValues
 from ..config.model import LayerKind
-from ..config.execution import ExecutionRequest, pipeline_split
+from ..config.execution import ExecutionRequest
 from ..config.hardware import HardwareProfile
 from ..config.model import ModelSpec
 from ..model.memory import MemoryModel
@@ -26,6 +26,7 @@ from ..model.solver import PointLimits, Search, Solution, search, solve_density
 from ..model.timing import StepTime, compute_efficiency, step_time
 from .report import (AlternativePlan, FlopsPerStep, HardwareInfo, Inputs, LayerKindRows, ModelInfo, ParallelInfo,
                      PhaseRow, PlanInfo, PlanReport, StageRow, StateRow, Throughput)
+from .precision import mark_precision
 from .resolve import resolve_problem
 from .suggest import suggestions
 from .wafer import wafer_info
@@ -115,6 +116,7 @@ def _inputs(problem: Problem) -> Inputs:
         causal=run.causal, loss=run.loss, accounting=run.accounting, optimizer=run.optimizer,
         bytes_per_element=run.bytes_per_element, **given, gradient_bytes=run.gradient_bytes,
         routing_imbalance=run.routing_imbalance, objective=ex.objective, defaults=ex.default_reasons,
+        precision=run.precision, te_recipe=run.recipe.te_recipe, fp8_param_gather=run.low_precision_param_gather,
     )
 
 
@@ -127,9 +129,19 @@ def _parallel_info(problem: Problem) -> ParallelInfo:
         sequence_parallel=lay.sequence_parallel, pipeline_parallel=lay.pipeline_parallel,
         virtual_pipeline=lay.virtual_pipeline, context_parallel=lay.context_parallel,
         expert_tensor_parallel=lay.expert_tensor_parallel, data_parallel=lay.data_parallel, fsdp=lay.fsdp,
-        pipeline_split=pipeline_split(problem.model.num_layers, lay.pipeline_parallel, lay.virtual_pipeline),
+        **_stages_info(problem),
         overlaps={k: bool(v) for k, v in asdict(lay.overlap).items()},
     )
+
+
+def _stages_info(problem: Problem) -> dict[str, Any]:
+    """The pipeline split as Megatron builds it (config/pipeline.py) and the options that build it."""
+    model = problem.model
+    placed = problem.layout.placement(model.num_layers, model.mtp_layers if problem.run.multi_token_prediction else 0)
+    split = placed.split
+    return {"pipeline_split": placed.method, "stage_layers": [len(placed.stage_layers(p)) for p in range(placed.pp)],
+            "first_stage_layers": split.first_stage_layers, "last_stage_layers": split.last_stage_layers,
+            "pipeline_layout": split.pipeline_layout}
 
 
 def _plan_info(problem: Problem, sol: Solution, fits: bool, found: Search) -> PlanInfo:
@@ -199,6 +211,8 @@ def build_report(problem: Problem, mem: MemoryModel, sol: Solution, found: Searc
         layer_kinds=[LayerKindRows(name=k.name, count=k.count, phases=_rows(kpv, "layer"))
                      for k, kpv in ev.layers] if len(ev.layers) > 1 else [],
     )
+    if problem.hardware.family == "gpu":
+        mark_precision(problem, ev, report)
     best_time = None
     if report.plan.fits:
         summary = summarize(problem, mem, sol, found)

@@ -57,8 +57,13 @@ class ParallelInfo(BaseModel):
     expert_tensor_parallel: int = Field(1, description="ETP (--expert-tensor-parallel-size)")
     data_parallel: int = Field(1, description="DP = devices/(TP·PP·CP)")
     fsdp: bool = Field(False, description="fully sharded data parallel (ZeRO-3 state, gathers every micro-batch)")
-    pipeline_split: str = Field("even", description="even, or embedding_loss (the embedding and the loss count as "
-                                "one layer each in the split)")
+    pipeline_split: str = Field("even", description="even (Megatron's default), embedding_loss / embedding / loss "
+                                "(the account-for flags: the embedding and/or the loss count as one layer), "
+                                "first_last (uneven first/last stage) or layout (a layout string)")
+    stage_layers: list[int] = Field(default_factory=list, description="decoder layers on each pipeline stage")
+    first_stage_layers: Optional[int] = Field(None, description="--decoder-first-pipeline-num-layers")
+    last_stage_layers: Optional[int] = Field(None, description="--decoder-last-pipeline-num-layers")
+    pipeline_layout: Optional[str] = Field(None, description="--pipeline-model-parallel-layout")
     overlaps: dict[str, bool] = Field(default_factory=dict, description="communication hidden behind compute, by "
                                       "Megatron-Core option")
 
@@ -102,6 +107,9 @@ class Inputs(BaseModel):
     micro_batch: Optional[int] = Field(None, description="G·b fixed: sequences per micro-batch per data-parallel rank")
     gradient_bytes: int = Field(2, description="bytes per gradient element (4: fp32 main gradients)")
     routing_imbalance: float = Field(1.0, description="the busiest expert's routed tokens over the mean")
+    precision: str = Field("bf16", description="training precision (btacalc/data/precision.toml)")
+    te_recipe: str = Field("", description="the TransformerEngine recipe class of the precision ('' for 16-bit)")
+    fp8_param_gather: bool = Field(False, description="parameters kept and all-gathered in the low precision")
     micro_batches: Optional[int] = Field(None, description="M as given (--grad-accum); None: chosen by the solver")
     objective: str = Field("density", description="what the solver maximised: throughput (tokens/s) or density "
                            "(the largest G*b that fits)")
@@ -166,6 +174,10 @@ class PhaseRow(BaseModel):
     bytes_moved: int
     arithmetic_intensity: float = Field(description="flops_forward / bytes_moved, FLOP/byte")
     time_s: float = Field(0.0, description="modelled time of this phase per step (one layer for layer phases)")
+    precision: str = Field("bf16", description="the dtype the phase's GEMMs run in (--precision for the linear "
+                           "layers, 16-bit for the rest)")
+    cast_time_s: float = Field(0.0, description="low precision: the phase's quantise/cast kernels per step (one "
+                               "layer), included in time_s")
 
 
 class LayerKindRows(BaseModel):

@@ -3,7 +3,9 @@ and the recomputation policy, on a given number of GPUs and global batch.
 
 Candidates are every combination of the free dimensions (a dimension the request gives is fixed) that
 passes the same rules as a plan (`Layout.validate`: divisibility, heads, experts, the pipeline split,
-interleaving needing M a multiple of PP, ...). They are evaluated vectorised: one numpy evaluation of
+interleaving needing M a multiple of PP, ...). Where PP·VP does not divide the layers, a candidate takes
+the plan's uneven split (Megatron's account-for flags, first/last stage layers or a layout string:
+`btacalc.config.pipeline`), or the user's split options. They are evaluated vectorised: one numpy evaluation of
 the catalogue, the per-stage memory and the step-time model per recomputation policy, over every
 layout at once (t, t_e, b/CP, PP, VP, EP ... are arrays; `btacalc.model.gpu` branches on none of
 them). The fastest fitting layout is then planned exactly (`make_plan`), so the winner's numbers are a
@@ -24,9 +26,11 @@ from typing import Any, Iterator, Optional
 import numpy as np
 from pydantic import BaseModel, Field
 
-from ..config.execution import BatchLimits, Execution, ExecutionRequest, Layout, resolve_execution
+from ..config.execution import (DEFAULT_TOKENS_PER_STEP, BatchLimits, Execution, ExecutionRequest, Layout,
+                                resolve_execution)
 from ..config.hardware import HardwareProfile
 from ..config.model import ModelSpec
+from ..config.pipeline import StageSplit, parse_layout
 from ..errors import BtacalcError
 from ..model.gpu.memory import GpuMemory
 from ..model.gpu.timing import gpu_step_time
@@ -35,9 +39,6 @@ from .plan import make_plan
 from .report import PlanReport
 
 SCHEMA_VERSION = 1
-# Tokens per optimizer step when no --global-batch is given: 4M, Llama 3 405B's initial batch (Dubey et al.
-# 2024, arXiv 2407.21783 §3.4.1: 4M tokens of 4,096); GPT-3 175B used 3.2M (Brown et al. 2020, Table 2.1).
-DEFAULT_TOKENS_PER_STEP = 1 << 22
 SIZES = {"tensor_parallel": (1, 2, 4, 8), "pipeline_parallel": (1, 2, 4, 8, 16, 32),
          "virtual_pipeline": (1, 2, 3, 4, 6, 8, 12), "context_parallel": (1, 2, 4, 8), "micro_batch": (1, 2, 4, 8)}
 RECOMPUTE_CHOICES = ("none", "selective", "full")
@@ -102,9 +103,11 @@ def search_layouts(model: ModelSpec, hardware: HardwareProfile, request: Executi
     if hardware.family != "gpu" or request.devices < 1:
         raise BtacalcError("{search} chooses GPU layouts: give a GPU profile and --devices")
     start = time.perf_counter()
+    # the split options apply per candidate (their PP and VP); the base resolves the rest
     base = resolve_execution(request.with_changes(limits=replace(request.limits, global_batch=None, micro_batch=None),
-                                                  micro_batches=None), model, hardware)
-    n = request.limits.global_batch or max(DEFAULT_TOKENS_PER_STEP // base.run.seq_len, 1)
+                                                  micro_batches=None, stage_split=StageSplit()), model, hardware)
+    tokens = request.tokens_per_step or DEFAULT_TOKENS_PER_STEP
+    n = request.limits.global_batch or max(tokens // base.run.seq_len, 1)
     candidates = list(_candidates(model, hardware, request, base, n))
     if not candidates:
         raise BtacalcError(f"{{search}}: no layout of {request.devices} devices satisfies the layout rules for "
@@ -114,6 +117,15 @@ def search_layouts(model: ModelSpec, hardware: HardwareProfile, request: Executi
 
 def _choices(given: Optional[int], name: str) -> tuple[int, ...]:
     return (given,) if given is not None else SIZES[name]
+
+
+def _vp_choices(request: ExecutionRequest) -> tuple[int, ...]:
+    """VP sizes to try; a layout string fixes VP = its chunks / PP (Megatron), so those of the PP choices."""
+    layout = request.stage_split.pipeline_layout
+    if request.virtual_pipeline is not None or layout is None:
+        return _choices(request.virtual_pipeline, "virtual_pipeline")
+    chunks = len(parse_layout(layout))
+    return tuple(sorted({chunks // p for p in _choices(request.pipeline_parallel, "pipeline_parallel") if chunks % p == 0}))
 
 
 def _candidates(model: ModelSpec, hardware: HardwareProfile, request: ExecutionRequest, base: Execution,
@@ -126,7 +138,7 @@ def _candidates(model: ModelSpec, hardware: HardwareProfile, request: ExecutionR
         if model.is_moe else (1,)
     for tp, pp, vp, cp, mb in itertools.product(
             _choices(request.tensor_parallel, "tensor_parallel"), _choices(request.pipeline_parallel, "pipeline_parallel"),
-            _choices(request.virtual_pipeline, "virtual_pipeline"), _choices(request.context_parallel, "context_parallel"),
+            _vp_choices(request), _choices(request.context_parallel, "context_parallel"),
             _choices(request.limits.micro_batch, "micro_batch")):
         if devices % (tp * pp * cp) or tp > base.layout.devices_per_node:
             continue
@@ -138,10 +150,11 @@ def _candidates(model: ModelSpec, hardware: HardwareProfile, request: ExecutionR
         for ep, etp in itertools.product(eps, etps):
             layout = replace(base.layout, tensor_parallel=tp, sequence_parallel=tp > 1, pipeline_parallel=pp,
                              virtual_pipeline=vp, context_parallel=cp, expert_parallel=ep, expert_tensor_parallel=etp,
-                             micro_batches=n // (dp * mb),
+                             micro_batches=n // (dp * mb), stage_split=request.stage_split,
                              overlap=replace(base.layout.overlap, p2p=base.layout.overlap.p2p or vp > 1))
             try:
-                layout.validate(model, hardware, base.run.seq_len)
+                layout.validate(model, hardware, base.run.seq_len,
+                                model.mtp_layers if base.run.multi_token_prediction else 0)
             except BtacalcError:
                 continue
             for policy in policies:

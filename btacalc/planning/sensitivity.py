@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Optional, Union
 
 from ..config.execution import ExecutionRequest
-from ..config.hardware import HardwareProfile
+from ..config.hardware import CAPABILITY, HardwareProfile
 from ..config.model import ModelSpec
 from ..errors import BtacalcError
 from .metrics import PlanMetrics, plan_metrics
@@ -29,6 +29,8 @@ def sensitivity(model: ModelSpec, hardware: HardwareProfile, request: ExecutionR
     base = plan_metrics(model, hardware, request).values["tokens_per_s"]
     rows = []
     for key, number in hardware.numbers().items():
+        if hardware.number_range(key) == CAPABILITY:  # an architecture's identity, not a rate to move
+            continue
         (lo, lo_step), (hi, hi_step) = (_trial(model, hardware, request, key, sign * step) for sign in (-1, 1))
         rows.append(SensitivityRow(
             parameter=key, value=number.value, kind=number.kind,

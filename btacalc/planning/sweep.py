@@ -21,9 +21,11 @@ from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Union
 import numpy as np
 from pydantic import BaseModel
 
-from ..config.execution import BatchLimits, Execution, ExecutionRequest, resolve_execution
+from ..config.execution import (DEFAULT_TOKENS_PER_STEP, BatchLimits, Execution, ExecutionRequest, resolve_execution,
+                                whole_sequences)
 from ..config.hardware import HardwareProfile
 from ..config.model import ModelSpec
+from ..config.precision import recipes
 from ..errors import BtacalcError
 from ..model.memory import auto_resident
 from ..model.params import ParamCounts, param_counts
@@ -38,7 +40,11 @@ RUN_PARAMS = {"seq": "seq_len"}
 LIMIT_PARAMS = {"global-batch": "global_batch", "tiles": "tiles", "tile-batch": "tile_batch",
                 "max-global-batch": "max_global_batch", "max-tile-batch": "max_tile_batch", "grad-accum": "micro_batches"}
 LAYOUT_PARAMS = {"devices": "devices"}
-VARIABLES = {**MODEL_PARAMS, **RUN_PARAMS, **LIMIT_PARAMS, **LAYOUT_PARAMS}
+# Named choices: the grid holds the index into the choices (`--vary precision=bf16,mxfp8,nvfp4`); the points
+# report the names. Each choice is an ExecutionRequest field: its points are solved as separate groups.
+CHOICE_PARAMS: dict[str, tuple[str, tuple[str, ...]]] = {"precision": ("precision", tuple(recipes()))}
+VARIABLES = {**MODEL_PARAMS, **RUN_PARAMS, **LIMIT_PARAMS, **LAYOUT_PARAMS,
+             **{n: field for n, (field, _) in CHOICE_PARAMS.items()}}
 
 # A grid above this many points is refused unless the caller raises the limit (--max-points): a
 # million points take about a minute and their CSV about 300 MB.
@@ -50,7 +56,7 @@ SEARCH_POINTS = 1 << 13
 
 
 class SweepPoint(BaseModel):
-    params: dict[str, int]
+    params: dict[str, Union[int, str]]
     plan: PlanInfo
     throughput: Optional[Throughput]
     error: Optional[str] = None
@@ -124,7 +130,7 @@ class SweepBlock:
     def __len__(self) -> int:
         return len(self.errors)
 
-    def param_rows(self) -> list[dict[str, int]]:
+    def param_rows(self) -> list[dict[str, Any]]:
         names = list(self.params)
         return [dict(zip(names, row)) for row in zip(*(self.params[n].tolist() for n in names))]
 
@@ -156,7 +162,15 @@ def iter_sweep(model: ModelSpec, hw: HardwareProfile, request: ExecutionRequest,
     solver = _Solver(model, hw, request, fixed_active)
     for start in range(0, grid.size, BLOCK_POINTS):
         stop = min(start + BLOCK_POINTS, grid.size)
-        yield solver.block(start, grid.columns(grid.digits(start, stop)))
+        yield _named(solver.block(start, grid.columns(grid.digits(start, stop))))
+
+
+def _named(block: SweepBlock) -> SweepBlock:
+    """The block with each choice parameter's indices replaced by the choices' names."""
+    for name, (_, choices) in CHOICE_PARAMS.items():
+        if name in block.params:
+            block.params[name] = np.array([choices[i] for i in block.params[name].tolist()], dtype=object)
+    return block
 
 
 def run_sweep(model: ModelSpec, hw: HardwareProfile, request: ExecutionRequest, grid: Mapping[str, Sequence[int]],
@@ -220,7 +234,8 @@ class _Solver:
         if overrides not in self.setups:
             try:
                 model = {MODEL_PARAMS[n]: v for n, v in overrides if n in MODEL_PARAMS}
-                layout = {LAYOUT_PARAMS[n]: v for n, v in overrides if n in LAYOUT_PARAMS}
+                layout: dict[str, Any] = {LAYOUT_PARAMS[n]: v for n, v in overrides if n in LAYOUT_PARAMS}
+                layout.update({CHOICE_PARAMS[n][0]: CHOICE_PARAMS[n][1][v] for n, v in overrides if n in CHOICE_PARAMS})
                 spec = self.model.with_overrides(**model, fixed_active=self.fixed_active) \
                     if (model or self.fixed_active) else self.model
                 execution = resolve_execution(self.request.with_changes(**layout, limits=BatchLimits()), spec, self.hw)
@@ -238,7 +253,7 @@ class _Solver:
     def block(self, start: int, params: dict[str, np.ndarray]) -> SweepBlock:
         """Group the block's points by structure (model shape and layout): one vectorised search each."""
         out = _Columns(next(iter(params.values())).size)
-        names = [n for n in params if n in MODEL_PARAMS or n in LAYOUT_PARAMS]
+        names = [n for n in params if n in MODEL_PARAMS or n in LAYOUT_PARAMS or n in CHOICE_PARAMS]
         combos = np.stack([params[n] for n in names], axis=1) if names else np.zeros((out.size, 0), np.int64)
         unique, inverse = np.unique(combos, axis=0, return_inverse=True)
         inverse = inverse.reshape(-1)
@@ -264,7 +279,9 @@ class _Solver:
         """Points of one structure: sequence lengths, limits and the numbers E, k, f are arrays."""
         seq = np.asarray(params.get("seq", np.full(rows.size, self.request.seq_len or execution.run.seq_len)),
                          dtype=np.int64)
-        limits, valid = _point_limits(self.request.limits, params, execution.layout.data_parallel, rows, out)
+        default_n = self.default_global_batch(seq, execution.layout.data_parallel)
+        limits, valid = _point_limits(self.request.limits, params, execution.layout.data_parallel, rows, out,
+                                      default_n)
         base = self.points_problem(models, execution).with_run(seq_len=seq)
         if base.model.max_position_embeddings is None:  # parameters depend on s: one sequence length at a time
             parts = [np.flatnonzero(valid & (seq == s)) for s in np.unique(seq[valid])]
@@ -273,6 +290,14 @@ class _Solver:
         for part in parts:
             for chunk in np.array_split(part, -(-part.size // SEARCH_POINTS)) if part.size else []:
                 self.solve(base.at_points(chunk), models.take(chunk), _take(limits, chunk), rows[chunk], out)
+
+    def default_global_batch(self, seq: np.ndarray, data_parallel: int) -> Optional[np.ndarray]:
+        """Per point, the GPU default global batch `plan` takes (config.execution.default_global_batch):
+        None on a wafer; applied by `_point_limits` to the points that fix no batch size."""
+        if self.hw.family != "gpu":
+            return None
+        tokens = self.request.tokens_per_step or DEFAULT_TOKENS_PER_STEP
+        return whole_sequences(np.int64(tokens), seq, np.int64(data_parallel))
 
     def points_problem(self, models: "_Models", execution: Execution) -> Problem:
         """One problem for points whose models differ only in the numbers of some symbols."""
@@ -344,7 +369,8 @@ class _Solver:
         dense models of different expert counts are the same model)."""
         seq = np.asarray(dense.run.seq_len)
         about = (numbers, dense.layout, dense.run.memory_model, dense.run.recompute, dense.run.attention,
-                 tuple(sorted(dense.run.features().items())), dense.run.overlap_streaming, dense.execution.objective)
+                 tuple(sorted(dense.run.features().items())), dense.run.overlap_streaming, dense.execution.objective,
+                 dense.run.precision, dense.run.low_precision_param_gather)
         base_key = (self.dense_ids.setdefault(about, len(self.dense_ids)),)  # hashed once, not per point
         keys = [base_key + k for k in zip(seq.tolist(), limits.max_global_batch.tolist(), limits.micro_batches.tolist())]
         missing = [i for i, k in enumerate(keys) if k not in self.dense]
@@ -374,14 +400,18 @@ class _Models:
 
 
 def _point_limits(base: BatchLimits, params: dict[str, np.ndarray], data_parallel: int, rows: np.ndarray,
-                  out: _Columns) -> tuple[PointLimits, np.ndarray]:
+                  out: _Columns, default_n: Optional[np.ndarray] = None) -> tuple[PointLimits, np.ndarray]:
     """The batch limits of each point (the request's, with the grid's values), validated per distinct
-    combination; invalid points are recorded and left out."""
+    combination; invalid points are recorded and left out. `default_n` (GPU): the global batch of the
+    points that fix no batch size, as `plan` resolves it."""
     names = list(PointLimits.__dataclass_fields__)
     cols = {n: np.full(rows.size, getattr(base, n) or 0, dtype=np.int64) for n in names}
     for flag, name in LIMIT_PARAMS.items():
         if flag in params:
             cols[name] = params[flag].astype(np.int64)
+    if default_n is not None:
+        free = ~np.any(np.stack([cols[n] for n in names]) > 0, axis=0)
+        cols["global_batch"] = np.where(free, default_n, cols["global_batch"])
     table = np.stack([cols[n] for n in names], axis=1)
     combos, inverse = np.unique(table, axis=0, return_inverse=True)
     valid = np.ones(rows.size, dtype=bool)

@@ -61,6 +61,8 @@ from typing import Any
 from ...catalogue.constants import constants
 from ..arrays import ceil_div, is_array, largest, maximum, minimum, where
 from ..problem import Problem
+from .precision import param_gather_factor
+from .precision import param_gather_factor
 
 # Megatron-Core's default gradient bucket: max(4e7, 1e6 x DP) parameters (distributed_data_parallel.py:134)
 BUCKET_PARAMS = 40_000_000
@@ -233,7 +235,8 @@ def data_parallel_traffic(problem: Problem, params: Any, size: Any, rates: dict[
     "per_micro_batch" (ZeRO-2 reduce-scatter; ZeRO-3 / FSDP two weight all-gathers and a reduce-scatter)."""
     c, zero = constants().collectives, problem.layout.zero_stage
     share = ring_share(size) * params
-    g_bytes, w_bytes = rates["gradients"] * share, rates["weights"] * share
+    # --fp8-param-gather: the weights all-gathered in FP8 / FP4 (precision.param_gather_factor)
+    g_bytes, w_bytes = rates["gradients"] * share, rates["weights"] * share * param_gather_factor(problem)
     buckets = where(params > 0, gradient_buckets(problem, params), 0)
     return {
         "reduce_per_step": (where(zero == 0, c.all_reduce * g_bytes, where(zero == 1, c.reduce_scatter * g_bytes, 0)),

@@ -12,6 +12,8 @@ tensor-parallel split, the batch by context parallelism). On top of that:
   balanced), which stretches the routed phases' FLOPs, activation traffic, stored and transient bytes
   and the all-to-all (with EP = 1 every expert is local and the total does not change: R acts only
   with EP > 1);
+- low-precision training (`precision.py`): a `low_precision` phase's GEMMs at the recipe's dtype peak,
+  plus its cast kernels' HBM traffic;
 - communication volumes before the collective factor and link (`collectives.py`): tensor-parallel
   boundary exchanges, the context-parallel K/V ring, the expert-parallel all-to-all, the pipeline
   boundary activation.
@@ -20,7 +22,7 @@ tensor-parallel split, the batch by context parallelism). On top of that:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 from ...catalogue.compiled import PhaseValues
 from ...catalogue.constants import constants
@@ -28,6 +30,7 @@ from ...catalogue.terms import Phase
 from ..problem import Evaluation, Problem
 from ..steptime import compute_efficiency
 from ..arrays import maximum, where
+from .precision import CastRates, cast_rates, phase_cast_s
 
 
 @dataclass
@@ -50,6 +53,9 @@ class Part:
     cp_calls: Any = 0  # context-parallel ring exchanges (each CP - 1 sends)
     a2a_calls: Any = 0  # expert-parallel all-to-alls (dispatch, combine, their backward and re-runs)
     phase_s: dict[str, Any] = field(default_factory=dict)  # roofline time per phase (report)
+    cast_s: dict[str, Any] = field(default_factory=dict)  # low precision: each phase's cast kernels (in phase_s)
+    low_precision_params: Any = 0  # dense weights of low-precision phases (quantised copies cached)
+    low_precision_routed: Any = 0  # routed experts' weights of low-precision phases (all E)
 
 
 @dataclass(frozen=True)
@@ -61,6 +67,7 @@ class _Rates:
     flash: bool
     sequence_parallel: bool
     beta: int
+    cast: Optional[CastRates] = None  # the low-precision recipe's rates (None: 16-bit training)
 
 
 def _rates(problem: Problem) -> _Rates:
@@ -73,6 +80,7 @@ def _rates(problem: Problem) -> _Rates:
         flash=problem.run.attention == "flash",
         sequence_parallel=lay.sequence_parallel,
         beta=problem.run.bytes_per_element,
+        cast=cast_rates(problem),
     )
 
 
@@ -105,7 +113,7 @@ def _part(pv: PhaseValues, phases: list[Phase], r: _Rates, memory_only: bool = F
             core = [core[0] + flops, core[1] + traffic, core[2] + v("flops_bwd") * load]
             t = 0.0
         else:
-            t = maximum(flops / r.peak, traffic / r.hbm)
+            t = maximum(flops / _peak(phase, r), traffic / r.hbm) + _cast(part, phase, v, r, load)
         part.phase_s[phase.name] = t
         part.compute_s = part.compute_s + t
         part.backward_s = part.backward_s + t * _backward_share(v)
@@ -128,6 +136,20 @@ def _fused_core(part: Part, pv: PhaseValues, phases: list[Phase], core: list[Any
             flops = pv.value(phase.name, "flops_fwd") + pv.value(phase.name, "flops_bwd") \
                 + pv.value(phase.name, "flops_recompute")
             part.phase_s[phase.name] = fused * where(core[0] > 0, flops / safe, 0)
+
+
+def _peak(phase: Phase, r: _Rates) -> Any:
+    """Achieved FLOP/s of the phase's GEMMs: the recipe's dtype for low-precision phases, else 16-bit."""
+    return r.cast.peak if r.cast is not None and phase.low_precision else r.peak
+
+
+def _cast(part: Part, phase: Phase, v: Any, r: _Rates, load: Any) -> Any:
+    """Seconds of the phase's cast kernels per micro-batch (`precision.phase_cast_s`), kept for the report."""
+    if r.cast is None or not phase.low_precision:
+        return 0.0
+    t = phase_cast_s(r.cast, r.hbm, phase, v, load, r.expert_shards)
+    part.cast_s[phase.name] = t
+    return t
 
 
 def _backward_share(v: Any) -> Any:
@@ -153,8 +175,12 @@ def _memory(part: Part, phase: Phase, v: Any, load: Any) -> None:
     part.transient = maximum(part.transient, v("transient") * load)
     if phase.param_bucket == "routed":
         part.routed_params = part.routed_params + v("params")
+        if phase.low_precision:
+            part.low_precision_routed = part.low_precision_routed + v("params")
     else:
         part.dense_params = part.dense_params + v("params")
+        if phase.low_precision:
+            part.low_precision_params = part.low_precision_params + v("params")
 
 
 def _volumes(part: Part, v: Any, r: _Rates) -> None:

@@ -3,15 +3,19 @@ shards it, `state.py`), the activations of the micro-batches it holds in flight 
 layer's recomputed activations, the largest phase's working set, and ZeRO-3 / FSDP gather buffers.
 The plan must fit the worst stage.
 
-Stage j holds, per device:
-    non-expert parameters  layers_j x one layer's (TP-split) + embedding (first) + head (last; with tied
-                           embeddings and PP > 1 the last stage keeps its own copy of the word
-                           embeddings, Megatron-Core's shared embedding: V·h/t)
-    expert parameters      layers_j x one layer's routed experts / (EP·ETP)
-    stored activations     held layer-micro-batches x one layer's (per micro-batch, per device: TP/SP
-                           and CP divided, Korthikanti eq. 2-4) + embedding activations x the first
-                           stage's micro-batches in flight + the head's of one micro-batch (last)
-With layer kinds of different shapes, each stage holds them in proportion to their counts.
+Stage j holds, per device, summed over the layers it really holds (`stages.py`: n_jk layers of kind k,
+placed by Megatron's rules):
+    non-expert parameters  sum_k n_jk x one kind-k layer's (TP-split) + embedding (first) + head (last;
+                           with tied embeddings and PP > 1 the last stage keeps its own copy of the
+                           word embeddings, Megatron-Core's shared embedding: V·h/t)
+    expert parameters      sum_k n_jk x one kind-k layer's routed experts / (EP·ETP)
+    stored activations     sum_k held kind-k layer-micro-batches x one kind-k layer's (per micro-batch,
+                           per device: TP/SP and CP divided, Korthikanti eq. 2-4) + embedding
+                           activations x the first stage's micro-batches in flight + the head's of one
+                           micro-batch (last)
+    recompute buffer,      the largest of the kinds the stage holds
+    working set, ZeRO-3 /
+    FSDP gather buffer
 """
 
 from __future__ import annotations
@@ -27,10 +31,11 @@ from ..arrays import is_array, largest, maximum, where
 from ..problem import Problem
 from ..state import StatePart, bytes_per_param, gathered_units_bytes, sharded_state
 from .costs import Part, layer_parts, outside_parts
+from .precision import weight_cache_bytes
 from .stages import PipelineStages, ratio
 
 COMPONENTS = ("weights", "gradients", "optimizer_state", "gathered_weights", "stored_activations",
-              "recompute_buffer", "working_set")
+              "recompute_buffer", "working_set", "low_precision_weights")
 
 
 @dataclass(frozen=True)
@@ -55,8 +60,7 @@ class GpuMemory:
     def __init__(self, problem: Problem):
         self.problem = problem
         lay = problem.layout
-        self.stages = PipelineStages(problem.model.num_layers, lay.pipeline_parallel, lay.virtual_pipeline,
-                                     lay.micro_batches)
+        self.stages = PipelineStages.of(problem)
         self.rates = bytes_per_param(problem)
 
     def stage_rows(self, tiles: Any, tile_batch: Any, seq_len: Any = None) -> list[StageMemory]:
@@ -76,44 +80,63 @@ class GpuMemory:
         return worst
 
     def _stage(self, j: int, kinds: list[tuple[LayerKind, Part]], first: Part, last: Part) -> StageMemory:
-        lay, model, st = self.problem.layout, self.problem.model, self.stages
+        lay, st = self.problem.layout, self.stages
         exists = st.exists(j)
         is_first, is_last = j == 0, where(exists, j == lay.pipeline_parallel - 1, False)
-        layers = where(exists, st.layers(j), 0)
-        dense, expert = stage_params(self.problem, layers, kinds, (first if is_first else None, is_last, last))
+        counts = st.kind_counts(j)
+        layers = sum(counts)
+        dense, expert = stage_params(self.problem, counts, kinds, (first if is_first else None, is_last, last))
         parts = sharded_state(self.rates, _whole(dense), _whole(expert), lay)
-        held = where(exists, st.held_layers(j), 0)
-        stored = sum(ratio(held * kind.count, model.num_layers) * p.stored for kind, p in kinds) \
+        held = st.held_kinds(j)
+        stored = sum(n * p.stored for n, (_, p) in zip(held, kinds)) \
             + (st.embedding_in_flight() * first.stored if is_first else 0) + where(is_last, last.stored, 0)
-        largest = max(kinds, key=lambda kp: kp[0].count)[1]
-        layer_params = largest.dense_params + ratio(largest.routed_params, lay.expert_parallel * lay.expert_tensor_parallel)
+        # ZeRO-3 / FSDP gather one layer at a time: the largest layer the stage holds
+        layer_params = _max(where(n > 0, p.dense_params + ratio(p.routed_params, lay.expert_parallel
+                                                                 * lay.expert_tensor_parallel), 0)
+                            for n, (_, p) in zip(counts, kinds))
         components = {
             "weights": _sum(parts, "weights"), "gradients": _sum(parts, "gradients"),
             "optimizer_state": _sum(parts, "optimizer"),
             "gathered_weights": where(layers > 0, gathered_units_bytes(self.rates, _whole(layer_params), lay), 0),
             "stored_activations": _whole(stored),
-            "recompute_buffer": where(layers > 0, _whole(_max(p.recompute for _, p in kinds)), 0),
-            "working_set": _whole(maximum(where(layers > 0, _max(p.transient for _, p in kinds), 0),
+            "recompute_buffer": _whole(_max(where(n > 0, p.recompute, 0) for n, (_, p) in zip(counts, kinds))),
+            "working_set": _whole(maximum(_max(where(n > 0, p.transient, 0) for n, (_, p) in zip(counts, kinds)),
                                           maximum(first.transient if is_first else 0, where(is_last, last.transient, 0)))),
+            "low_precision_weights": _whole(weight_cache_bytes(self.problem, _low_precision_params(self.problem, layers,
+                                                                                                  kinds))),
         }
         components = {k: where(exists, v, 0) for k, v in components.items()}
         return StageMemory(j, layers, where(exists, st.in_flight(j), 0), components, tuple(parts))
 
 
-def stage_params(problem: Problem, layers: Any, kinds: list[tuple[LayerKind, Part]],
+def stage_params(problem: Problem, counts: list[Any], kinds: list[tuple[LayerKind, Part]],
                  ends: tuple[Part | None, Any, Part]) -> tuple[Any, Any]:
-    """(non-expert, expert) parameters per device of a stage with `layers` decoder layers; `ends` =
-    (the first stage's outside part if this is the first stage, whether it is the last, the last
-    stage's outside part). With tied embeddings and PP > 1 the last stage keeps its own copy of the word
-    embeddings (Megatron-Core share_embeddings_and_output_weights: V·h/t, gradients all-reduced)."""
+    """(non-expert, expert) parameters per device of a stage holding counts[k] layers of kind k (its real
+    layers: `PipelineStages.kind_counts`); `ends` = (the first stage's outside part if this is the first
+    stage, whether it is the last, the last stage's outside part). With tied embeddings and PP > 1 the
+    last stage keeps its own copy of the word embeddings (Megatron-Core share_embeddings_and_output_weights:
+    V·h/t, gradients all-reduced)."""
     lay, model = problem.layout, problem.model
     first, is_last, last = ends
-    share = [(part, ratio(layers * kind.count, model.num_layers)) for kind, part in kinds]
+    share = [(part, n) for n, (_, part) in zip(counts, kinds)]
     tied = ratio(model.vocab_size * model.hidden_size, lay.tensor_parallel) if model.tied_embeddings else 0
     dense = sum(n * p.dense_params for p, n in share) + (first.dense_params if first is not None else 0) \
         + where(is_last, last.dense_params + where(lay.pipeline_parallel > 1, tied, 0), 0)
     expert = ratio(sum(n * p.routed_params for p, n in share), lay.expert_parallel * lay.expert_tensor_parallel)
     return dense, expert
+
+
+def _low_precision_params(problem: Problem, layers: Any, kinds: list[tuple[LayerKind, Part]]) -> Any:
+    """Parameters per device of the stage's low-precision (TransformerEngine linear) phases: the dense
+    ones and the device's 1/(EP·ETP) of the routed experts; under ZeRO-3 / FSDP the quantised copies are
+    sharded as the weights are (DP·CP ranks, EDP for the experts: the gathered unit's copy is transient)."""
+    lay, model = problem.layout, problem.model
+    share = [(part, ratio(layers * kind.count, model.num_layers)) for kind, part in kinds]
+    sharded = lay.zero_stage >= 3
+    dense = ratio(sum(n * p.low_precision_params for p, n in share), where(sharded, lay.sharding_ranks, 1))
+    routed = ratio(sum(n * p.low_precision_routed for p, n in share),
+                   lay.expert_parallel * lay.expert_tensor_parallel * where(sharded, lay.expert_data_parallel, 1))
+    return dense + routed
 
 
 def _sum(parts: tuple[StatePart, ...] | list[StatePart], component: str) -> Any:

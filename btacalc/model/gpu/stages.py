@@ -1,33 +1,46 @@
 """Pipeline stages: which layers each stage holds and how many micro-batches' activations it keeps.
 
-Layers (Megatron-Core): the L layers split into PP·VP model chunks; stage j holds chunks j, j + PP, ...
-(interleaving, Narayanan et al. 2021 §2.2). When PP·VP does not divide L but divides L + 2, the
-embedding and the loss count as one layer each (Megatron-LM --account-for-embedding-in-pipeline-split
---account-for-loss-in-pipeline-split): the first and the last chunk hold one layer fewer
-(`btacalc.config.execution.pipeline_split` checks that one of the two holds).
+Layers: each stage and virtual chunk holds its real layers by index, placed by Megatron-LM's rules
+(`btacalc.config.pipeline`: the even split, the account-for flags, uneven first/last stages, layout
+strings; model chunk i is virtual chunk i // PP of stage i % PP, Narayanan et al. 2021 §2.2). A stage's
+layers of each kind (dense or MoE FFN, windowed or full attention, MTP) are counted from those indices,
+so a mixed stack's dense layers sit where the model has them (DeepSeek-V3's first three on stage 0).
+Memory and time sum over these counts (`memory.py`, `timing.py`).
 
 In flight (activations kept for backward at a stage's peak), Megatron-Core schedules.py:
 - 1F1B (VP = 1): stage j runs PP - j - 1 warm-up forward passes before its first backward, so it holds
   min(PP - j, M) micro-batches (the first stage PP: Korthikanti et al. 2022 §4.2.3);
 - interleaved (VP > 1, micro-batch groups of PP): stage j runs 2(PP - j - 1) + (VP - 1)·PP warm-up
-  forwards of one model chunk each, so it holds min(2(PP - j - 1) + (VP - 1)·PP + 1, M·VP) chunk
-  passes of L/(PP·VP) layers; for the first stage that is PP·(1 + (PP - 1)/(PP·VP)) micro-batches of
-  its L/PP layers, Korthikanti's interleaving factor.
-The embedding counts the first stage's in-flight micro-batches (as Megatron's
-theoretical_memory_usage.py does); the head and loss of the last stage one (its last chunk's backward
-follows its forward directly).
+  forwards of one model chunk each, so it holds K_j = min(2(PP - j - 1) + (VP - 1)·PP + 1, M·VP) chunk
+  passes. The forwards visit the chunks in groups of PP micro-batches (chunk 0 for micro-batches 0..PP-1,
+  then chunk 1, ...; schedules.py get_model_chunk_id), so pass k runs virtual chunk (k // PP) mod VP and
+  chunk v holds n_v = (K // (PP·VP))·PP + clip(K mod (PP·VP) - v·PP, 0, PP) of them. The held layer
+  activations are sum over v of n_v x the layers of chunk v; with equal chunks that is K_j x the stage's
+  layers / VP, Korthikanti's interleaving factor 1 + (PP - 1)/(PP·VP) for the first stage.
+The embedding counts the first stage's in-flight passes / VP (as Megatron's theoretical_memory_usage.py
+does); the head and loss of the last stage one (its last chunk's backward follows its forward directly).
 
 Bubble (Narayanan et al. 2021 §2.2): (PP - 1)/VP times one micro-batch's time on a stage, on top of
 the M micro-batches: (PP - 1)/(M·VP) of the ideal time.
+
+Layouts may be arrays (the layout search): the placement is computed once per distinct (PP, VP) and the
+per-stage counts gathered into arrays.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..arrays import is_array, minimum, where
+import numpy as np
+
+from ...config.pipeline import Placement, StageSplit, place
+from ..arrays import is_array, largest, minimum, where
+
+if TYPE_CHECKING:
+    from ..problem import Problem
 
 
 def ratio(a: Any, b: Any) -> Any:
@@ -39,29 +52,79 @@ def ratio(a: Any, b: Any) -> Any:
 
 @dataclass(frozen=True)
 class PipelineStages:
-    """The stages of one pipeline: `pp`, `vp`, `micro_batches` may be ints or arrays (one per layout)."""
+    """The stages of one pipeline: `pp`, `vp`, `micro_batches` may be ints or arrays (one per layout).
+
+    `kind_of_layer` gives each decoder layer's kind index (`ModelSpec.layer_kind_indices`; empty: one
+    kind); `mtp_layers` MTP layers are trained, of kind `mtp_kind`."""
 
     num_layers: int
     pp: Any
     vp: Any
     micro_batches: Any
+    split: StageSplit = field(default_factory=StageSplit)
+    kind_of_layer: tuple[int, ...] = ()
+    mtp_layers: int = 0
+    mtp_kind: int = -1
+
+    @classmethod
+    def of(cls, problem: "Problem", micro_batches: Any = None) -> "PipelineStages":
+        """The stages of a problem's model and layout (its M unless `micro_batches` is given)."""
+        lay, model = problem.layout, problem.model
+        mtp = model.mtp_layers if problem.run.multi_token_prediction else 0
+        kinds = model.layer_kind_indices()
+        return cls(model.num_layers, lay.pipeline_parallel, lay.virtual_pipeline,
+                   lay.micro_batches if micro_batches is None else micro_batches, lay.stage_split, kinds, mtp,
+                   max(kinds) + 1 if mtp else -1)
 
     @property
-    def extra(self) -> Any:
-        """1 when the embedding and the loss count as one layer each in the split, else 0."""
-        return where(self.num_layers % (self.pp * self.vp) == 0, 0, 1)
+    def kinds(self) -> int:
+        return max(max(self.kind_of_layer, default=0), self.mtp_kind) + 1
 
-    @property
-    def layers_per_chunk(self) -> Any:
-        return (self.num_layers + 2 * self.extra) // (self.pp * self.vp)
+    def placement(self, pp: int, vp: int) -> Placement:
+        return place(self.num_layers, pp, vp, self.split, self.mtp_layers)
+
+    @cached_property
+    def _table(self) -> tuple[np.ndarray, Any]:
+        """Layers of each kind per (distinct layout, stage, virtual chunk), and each layout's row."""
+        if is_array(self.pp, self.vp):
+            pp, vp = np.broadcast_arrays(np.asarray(self.pp), np.asarray(self.vp))
+            pairs, inverse = np.unique(np.stack([pp.ravel(), vp.ravel()], axis=1), axis=0, return_inverse=True)
+            rows: Any = inverse.reshape(pp.shape)
+        else:
+            pairs, rows = np.array([[int(self.pp), int(self.vp)]]), 0
+        table = np.zeros((len(pairs), int(pairs[:, 0].max()), int(pairs[:, 1].max()), self.kinds), dtype=np.int64)
+        for row, (p, v) in enumerate(pairs):
+            pl = self.placement(int(p), int(v))
+            for i, c in enumerate(pl.chunks):
+                cell = table[row, i % pl.pp, i // pl.pp]
+                for layer in c.layers:
+                    cell[self.kind_of_layer[layer] if self.kind_of_layer else 0] += 1
+                if c.mtp:
+                    cell[self.mtp_kind] += c.mtp
+        return table, rows
 
     def exists(self, j: int) -> Any:
         return j < self.pp
 
+    def chunk_kinds(self, j: int, v: int) -> list[Any]:
+        """Layers of each kind in virtual chunk v of stage j (0 where the stage or chunk does not exist)."""
+        table, rows = self._table
+        if j >= table.shape[1] or v >= table.shape[2]:
+            return [0] * self.kinds
+        cell = table[rows, j, v]  # (kinds,) for one layout, (layouts..., kinds) for arrays
+        return [int(cell[k]) for k in range(self.kinds)] if not is_array(self.pp, self.vp) \
+            else [cell[..., k] for k in range(self.kinds)]
+
+    def kind_counts(self, j: int) -> list[Any]:
+        """Layers of each kind on stage j."""
+        out: list[Any] = [0] * self.kinds
+        for v in range(largest(self.vp)):
+            out = [a + b for a, b in zip(out, self.chunk_kinds(j, v))]
+        return out
+
     def layers(self, j: int) -> Any:
-        """Decoder layers on stage j."""
-        lost = where(j == 0, self.extra, 0) + where(j == self.pp - 1, self.extra, 0)
-        return self.layers_per_chunk * self.vp - lost
+        """Decoder (and MTP) layers on stage j."""
+        return sum(self.kind_counts(j))
 
     def in_flight(self, j: int) -> Any:
         """Model-chunk passes whose activations stage j holds at its peak (see the module docstring)."""
@@ -69,9 +132,26 @@ class PipelineStages:
         interleaved = minimum(2 * (self.pp - j - 1) + (self.vp - 1) * self.pp + 1, self.micro_batches * self.vp)
         return where(self.vp == 1, plain, interleaved)
 
+    def chunk_passes(self, j: int, v: int) -> Any:
+        """n_v: of stage j's in-flight passes, those of virtual chunk v (module docstring)."""
+        k, group = self.in_flight(j), self.pp * self.vp
+        full = (k // group) * self.pp
+        partial = np.clip(k % group - v * self.pp, 0, self.pp) if is_array(k, self.pp) \
+            else min(max(k % group - v * self.pp, 0), self.pp)
+        return where(v < self.vp, full + partial, 0)
+
+    def held_kinds(self, j: int) -> list[Any]:
+        """Layer activations of each kind stage j holds, in layer-micro-batches: sum over its chunks of
+        the chunk's in-flight passes x its layers of that kind."""
+        out: list[Any] = [0] * self.kinds
+        for v in range(largest(self.vp)):
+            passes = self.chunk_passes(j, v)
+            out = [a + passes * b for a, b in zip(out, self.chunk_kinds(j, v))]
+        return out
+
     def held_layers(self, j: int) -> Any:
-        """Layer activations stage j holds, in layer-micro-batches: in_flight x its layers / VP."""
-        return ratio(self.in_flight(j) * self.layers(j), self.vp)
+        """Layer activations stage j holds, in layer-micro-batches."""
+        return sum(self.held_kinds(j))
 
     def embedding_in_flight(self) -> Any:
         """Micro-batches of embedding activations the first stage holds (in_flight / VP)."""

@@ -2,7 +2,7 @@
 
 Per micro-batch, stage j takes (per device; `costs.py` for the roofline of each phase)
 
-    t_j = sum over its layers of (compute + exposed TP + exposed CP + exposed EP all-to-all)
+    t_j = sum over its real layers (stages.py: Megatron's placement, by kind) of (compute + exposed TP + exposed CP + exposed EP all-to-all)
           + its parts outside the layers + exposed pipeline sends + exposed per-micro-batch ZeRO-2/3
           traffic + G x layers x the per-tile overhead
 
@@ -38,7 +38,7 @@ from .collectives import (CollectiveRow, all_to_all_time, context_parallel_time,
                           ring_time, tensor_parallel_time)
 from .costs import Part, layer_parts, outside_parts
 from .memory import stage_params
-from .stages import PipelineStages, ratio
+from .stages import PipelineStages
 
 TERMS = ("compute", "tp_comm", "cp_comm", "all_to_all", "pp_p2p", "zero_per_micro_batch", "tiling")
 
@@ -81,7 +81,7 @@ def gpu_step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Ev
     first, last = outside_parts(problem, ev)
     lay = problem.layout
     m = lay.micro_batches if micro_batches is None else micro_batches
-    pipe = PipelineStages(problem.model.num_layers, lay.pipeline_parallel, lay.virtual_pipeline, m)
+    pipe = PipelineStages.of(problem, m)
     count = largest(lay.pipeline_parallel)
     stages = [_stage(problem, pipe, j, kinds, (first, last), tiles, m) for j in range(count)]
     worst: _Slowest = stages[0]
@@ -111,8 +111,9 @@ def gpu_step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Ev
                "bubble_s": bubble, "sync_s": sync}
     if not is_array(step) and lay.devices > 1:
         ends = (first if crit == 0 else None, crit == lay.pipeline_parallel - 1, last)
-        details["collectives"] = (_collective_rows(problem, kinds, pipe.layers(crit), m)
-                                  + _data_parallel_rows(problem, stage_params(problem, pipe.layers(crit), kinds, ends), m))
+        counts = pipe.kind_counts(crit)
+        details["collectives"] = (_collective_rows(problem, kinds, counts, m)
+                                  + _data_parallel_rows(problem, stage_params(problem, counts, kinds, ends), m))
     return StepTime(step, seqs * problem.run.seq_len / step, flops / (step * lay.devices * peak), phase_time,
                     worst.terms["tiling"] * m, 0.0, comm, repeats, details)
 
@@ -121,17 +122,17 @@ def gpu_step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Ev
 
 def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any, Part]],
            ends: tuple[Part, Part], tiles: Any, micro_batches: Any) -> _Stage:
-    lay, model = problem.layout, problem.model
+    lay = problem.layout
     exists = pipe.exists(j)
     is_first, is_last = j == 0, where(exists, j == lay.pipeline_parallel - 1, False)
-    layers = where(exists, pipe.layers(j), 0)
+    counts = pipe.kind_counts(j)  # the stage's real layers of each kind (stages.py)
+    layers = sum(counts)
     stage = Part()
-    for kind, part in kinds:
-        n = ratio(layers * kind.count, model.num_layers)
+    for n, (_, part) in zip(counts, kinds):
         for name in ("compute_s", "backward_s", "core_s", "tp_bytes", "cp_bytes", "a2a_bytes", "tp_calls",
                      "cp_calls", "a2a_calls"):
             setattr(stage, name, getattr(stage, name) + n * getattr(part, name))
-    layer_terms = _layer_terms(problem, kinds, layers)
+    layer_terms = _layer_terms(problem, kinds, counts)
     first, last = ends
     outside = [(first, is_first), (last, is_last)]
     compute = layer_terms.pop("compute") + sum(where(on, p.compute_s, 0) for p, on in outside)
@@ -141,7 +142,7 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
            "all_to_all": layer_terms.pop("a2a_raw")}
     p2p = where(exists, pipeline_p2p_time(problem, kinds[0][1].pp_bytes), 0)
     raw["pp_p2p"] = p2p
-    dense, expert = stage_params(problem, layers, kinds, (first if is_first else None, is_last, last))
+    dense, expert = stage_params(problem, counts, kinds, (first if is_first else None, is_last, last))
     dp = data_parallel_times(problem, dense, expert, bytes_per_param(problem))
     o = lay.overlap
     sharded = lay.zero_stage >= 3
@@ -159,12 +160,12 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
     return _Stage(terms, raw, where(exists, reduce + gather, 0.0), sync_raw)
 
 
-def _layer_terms(problem: Problem, kinds: list[tuple[Any, Part]], layers: Any) -> dict[str, Any]:
-    """Compute and exposed per-layer communication of the stage's layers, one micro-batch."""
-    o, model = problem.layout.overlap, problem.model
+def _layer_terms(problem: Problem, kinds: list[tuple[Any, Part]], counts: list[Any]) -> dict[str, Any]:
+    """Compute and exposed per-layer communication of the stage's layers (counts[k] of kind k), one
+    micro-batch."""
+    o = problem.layout.overlap
     out = dict.fromkeys(("compute", "tp_comm", "cp_comm", "all_to_all", "tp_raw", "cp_raw", "a2a_raw"), 0.0)
-    for kind, part in kinds:
-        n = ratio(layers * kind.count, model.num_layers)
+    for n, (_, part) in zip(counts, kinds):
         tp = tensor_parallel_time(problem, part.tp_bytes, part.tp_calls)
         cp = context_parallel_time(problem, part.cp_bytes, part.cp_calls)
         a2a = all_to_all_time(problem, part.a2a_bytes, part.a2a_calls)
@@ -178,14 +179,15 @@ def _layer_terms(problem: Problem, kinds: list[tuple[Any, Part]], layers: Any) -
     return out
 
 
-def _collective_rows(problem: Problem, kinds: list[tuple[Any, Part]], layers: Any, m: Any) -> list[CollectiveRow]:
-    """The critical stage's layer collectives and pipeline sends per step: bus bytes, calls, link, the
-    efficiency at the message size and the latency per call (collectives.describe)."""
-    lay, model = problem.layout, problem.model
+def _collective_rows(problem: Problem, kinds: list[tuple[Any, Part]], counts: list[Any], m: Any) -> list[CollectiveRow]:
+    """The critical stage's layer collectives (counts[k] layers of kind k) and pipeline sends per step:
+    bus bytes, calls, link, the efficiency at the message size and the latency per call
+    (collectives.describe)."""
+    lay = problem.layout
     tot = dict.fromkeys(("tp_bytes", "tp_calls", "cp_bytes", "cp_calls", "a2a_bytes", "a2a_calls"), 0.0)
     times = dict.fromkeys(("tp", "cp", "a2a"), 0.0)
-    for kind, part in kinds:
-        n = ratio(layers * kind.count, model.num_layers) * m
+    for count, (_, part) in zip(counts, kinds):
+        n = count * m
         for key in tot:
             tot[key] += n * getattr(part, key)
         times["tp"] += n * tensor_parallel_time(problem, part.tp_bytes, part.tp_calls)
@@ -237,11 +239,9 @@ def _model_flops(problem: Problem, tiles: Any, tile_batch: Any) -> Any:
 def _phase_report(problem: Problem, pipe: PipelineStages, crit: int, kinds: list[tuple[Any, Part]],
                   ends: tuple[Part, Part], m: int) -> tuple[dict[str, Any], dict[str, Any]]:
     """Per-phase time per step on the critical stage, and how often each phase runs there per step."""
-    layers = pipe.layers(crit)
     times: dict[str, Any] = {}
     repeats: dict[str, Any] = {}
-    for kind, part in kinds:
-        n = ratio(layers * kind.count, problem.model.num_layers)
+    for n, (_, part) in zip(pipe.kind_counts(crit), kinds):
         for name, t in part.phase_s.items():
             times[name] = times.get(name, 0) + n * t * m
             repeats[name] = repeats.get(name, 0) + n * m

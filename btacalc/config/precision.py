@@ -1,0 +1,115 @@
+"""Training precisions (``--precision``): the recipes of btacalc/data/precision.toml as validated data,
+and the checks that a recipe can run on a device.
+
+A recipe says which dense peak the linear layers' GEMMs run at (the catalogue's ``low_precision``
+phases: TransformerEngine ``te.Linear`` / ``GroupedLinear``; every other phase stays 16-bit) and what
+quantising their operands costs. The arithmetic lives in `btacalc.model.gpu.precision`; this module
+only holds the data:
+
+- bytes written per quantised element and copy: ``element_bytes + scale_bytes / block_elements``
+  (MXFP8: 1 + 1/32 B; NVFP4: 0.5 + 1/16 B; per-tensor scaling: ``element_bytes``, one FP32 scale per
+  tensor being negligible);
+- copies written: 2 where dgrad/wgrad need a columnwise operand TE cannot read from the rowwise one
+  (block scales always; per-tensor scales below compute capability 10.0, whose FP8 GEMMs are TN-only),
+  else 1;
+- ``amax_passes`` extra reads of the 16-bit tensor before the cast (current scaling, NVFP4).
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..errors import BtacalcError, DataError
+from ..paths import package_data
+
+if TYPE_CHECKING:
+    from .hardware import HardwareProfile
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+PRECISION_FILE = "precision.toml"
+DEFAULT_PRECISION = "bf16"
+SIXTEEN_BIT_BYTES = 2  # the 16-bit tensors a cast kernel reads (bf16 / fp16)
+
+
+class Recipe(BaseModel):
+    """One training precision, with its TransformerEngine recipe and Megatron flags (see precision.toml)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    te_recipe: str
+    gemm_peak: Literal["bf16", "fp8", "fp4"]
+    element_bytes: float = Field(gt=0, le=2)
+    block_elements: int = Field(ge=0)
+    scale_bytes: float = Field(ge=0)
+    columnwise: Literal["none", "transpose_below_cc10", "always"]
+    amax_passes: int = Field(ge=0)
+    min_compute_capability: float = Field(ge=0)
+    megatron: tuple[str, ...]
+    param_gather_flag: str
+    bridge_param_gather: bool  # Megatron-Bridge's recipe keeps the parameters in the low precision (precision.toml)
+    source: str = Field(min_length=3)
+    note: str = ""
+
+    @property
+    def low(self) -> bool:
+        """The linear layers run below 16 bits (anything quantised at all)."""
+        return self.gemm_peak != "bf16"
+
+    @property
+    def bytes_per_element(self) -> float:
+        """Bytes one quantised element occupies with its share of the block scale."""
+        share = self.scale_bytes / self.block_elements if self.block_elements else 0.0
+        return self.element_bytes + share
+
+    def copies(self, compute_capability: float) -> int:
+        """Quantised copies of a tensor that both a rowwise and a columnwise GEMM operand read."""
+        if self.columnwise == "always":
+            return 2
+        if self.columnwise == "transpose_below_cc10":
+            return 2 if compute_capability < 10.0 else 1
+        return 0
+
+
+@functools.lru_cache(maxsize=1)
+def recipes() -> dict[str, Recipe]:
+    raw = tomllib.loads(package_data(PRECISION_FILE).read_text(encoding="utf-8"))
+    try:
+        return {name: Recipe(name=name, **table) for name, table in raw["recipe"].items()}
+    except Exception as exc:  # a broken shipped file is a bug, not the user's input
+        raise DataError(f"btacalc/data/{PRECISION_FILE}: {exc}") from exc
+
+
+def recipe(name: str) -> Recipe:
+    table = recipes()
+    if name not in table:
+        raise BtacalcError(f"{{precision}} must be one of {', '.join(table)}, got {name!r}")
+    return table[name]
+
+
+def check_precision(name: str, profile: "HardwareProfile", param_gather: bool) -> Recipe:
+    """The recipe `name`, after checking `profile` has its peak and architecture (one-line errors)."""
+    r = recipe(name)
+    chip = profile.chip
+    if r.low and profile.family != "gpu":
+        raise BtacalcError(f"{{precision}} {name}: {profile.name} is a wafer-scale profile (16-bit training only)")
+    peak = {"fp8": chip.peak_fp8_flops_per_s, "fp4": chip.peak_fp4_flops_per_s}.get(r.gemm_peak)
+    if r.low and peak is None:
+        raise BtacalcError(f"{{precision}} {name} runs its GEMMs at the {r.gemm_peak.upper()} peak, which "
+                           f"{profile.name} does not have (chip.peak_{r.gemm_peak}_flops_per_s)")
+    cc = chip.compute_capability.value if chip.compute_capability else 0.0
+    if r.low and cc < r.min_compute_capability:
+        raise BtacalcError(f"{{precision}} {name} needs compute capability {r.min_compute_capability:g} or later; "
+                           f"{profile.name} has {cc:g}")
+    if param_gather and not r.param_gather_flag:
+        raise BtacalcError(f"{{fp8_param_gather}} keeps the parameters in FP8/FP4 and needs a low {{precision}} "
+                           f"(fp8, fp8-current, fp8-blockwise, mxfp8, nvfp4), got {name}")
+    return r

@@ -1,0 +1,111 @@
+"""Low-precision training on GPUs: the GEMM rate of the linear layers and the cost of their casts.
+
+Under a low-precision recipe (btacalc/data/precision.toml, `btacalc.config.precision`) a phase the
+catalogue marks ``low_precision`` (TransformerEngine ``te.Linear`` / ``GroupedLinear``: the QKV, output,
+MLP, expert and shared-expert projections) runs its forward, dgrad and wgrad GEMMs at the chip's
+peak for the recipe's dtype (FP8 or FP4) times the same compute efficiency as 16-bit GEMMs; every
+other phase (attention core, router, norms, softmax, embedding, LM head) stays 16-bit, as Megatron-LM
+builds them (MLM @ d98e8a64 megatron/core/transformer/transformer_config.py:640-656: FP8 attention
+and BF16 first/last layers are off by default; the router and output layer are not TE modules).
+
+Quantisation is a separate, bandwidth-bound kernel over every operand, once per use
+(TE @ d0067d0 transformer_engine/pytorch/module/linear.py). Per element of a tensor of 16-bit values:
+
+    cast bytes = 2·(1 + amax_passes)            (read the 16-bit tensor; again for the amax first)
+               + copies · (q + scale / block)   (write the quantised copies with their scales)
+
+with q the element bytes (FP8 1, FP4 0.5), one scale of `scale` bytes per `block` elements (MXFP8:
+1 B E8M0 per 32; NVFP4: 1 B E4M3 per 16, plus an FP32 per tensor, negligible), `copies` = 2 where
+dgrad/wgrad read a columnwise copy (block scales always; per-tensor FP8 below compute capability
+10.0, whose FP8 GEMMs are TN-only: TE utils.py:658), else 1; `amax_passes` = 1 for current scaling
+and NVFP4 (their amax kernel reads the tensor before the cast: TE quantizer.cpp:1009, 2630-2645).
+NVFP4's 16x16 random Hadamard transform and stochastic rounding run inside that amax and cast kernels
+(no further HBM pass).
+
+The activations cast per micro-batch are the phase's ``cast_elements`` (each GEMM's input in the
+forward pass, its output gradient in the backward pass); the weights are cast once per optimizer
+step (Megatron passes TE ``is_first_microbatch``, so the quantised weights are cached over the
+micro-batches: MLM transformer_engine.py:1338), i.e. params / M per micro-batch. A phase then takes
+
+    t = max(FLOPs / (peak_dtype · efficiency), traffic / HBM) + cast bytes / HBM
+
+and the device keeps `copies` quantised weight copies beside its 16-bit weights (TE's weight cache);
+with --fp8-param-gather the first copy *is* the parameter and the 16-bit copy goes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from ...config.precision import SIXTEEN_BIT_BYTES, Recipe
+from ...catalogue.terms import Phase
+from ..problem import Problem
+from ..steptime import compute_efficiency
+
+
+@dataclass(frozen=True)
+class CastRates:
+    """Per-problem constants of a low-precision recipe on one device."""
+
+    recipe: Recipe
+    peak: Any  # achieved FLOP/s of the low-precision GEMMs (the dtype's peak x compute efficiency)
+    bytes_per_cast: float  # HBM bytes per element cast (read + amax passes + written copies)
+    cache_bytes_per_param: float  # quantised weight copies kept per parameter (with their scales)
+    weight_casts_per_micro_batch: Any  # 1 / M: the weights are cast once per optimizer step
+
+
+def cast_bytes_per_element(recipe: Recipe, copies: int) -> float:
+    """HBM bytes one element's cast moves: read 2 B (and again per amax pass), write each copy."""
+    return SIXTEEN_BIT_BYTES * (1 + recipe.amax_passes) + copies * recipe.bytes_per_element
+
+
+def cast_rates(problem: Problem) -> Optional[CastRates]:
+    """The recipe's rates on `problem`'s device, or None for 16-bit training."""
+    recipe = problem.run.recipe
+    if not recipe.low:
+        return None
+    chip = problem.hardware.chip
+    peak = {"fp8": chip.peak_fp8_flops_per_s, "fp4": chip.peak_fp4_flops_per_s}[recipe.gemm_peak]
+    assert peak is not None  # checked when the execution was resolved (config.precision.check_precision)
+    copies = recipe.copies(chip.compute_capability.value if chip.compute_capability else 0.0)
+    return CastRates(recipe=recipe, peak=peak.value * compute_efficiency(problem),
+                     bytes_per_cast=cast_bytes_per_element(recipe, copies),
+                     cache_bytes_per_param=copies * recipe.bytes_per_element,
+                     weight_casts_per_micro_batch=1 / problem.layout.micro_batches)
+
+
+def phase_cast_s(rates: CastRates, hbm: float, phase: Phase, v: Any, load: Any, expert_shards: Any) -> Any:
+    """Seconds of a low-precision phase's cast kernels per micro-batch: its activations and output
+    gradients (`cast_elements` x the routed load) and its weights once per optimizer step (params / M; a
+    routed phase casts only the device's 1/(EP·ETP) of the experts), each moving `bytes_per_cast` at HBM
+    bandwidth. `v` reads the phase's per-device values."""
+    weights = v("params") / (expert_shards if phase.param_bucket == "routed" else 1)
+    elements = v("cast_elements") * load + weights * rates.weight_casts_per_micro_batch
+    return elements * rates.bytes_per_cast / hbm
+
+
+def phase_precision(problem: Problem, phase: Phase) -> str:
+    """The precision a phase's GEMMs run in: the recipe for low-precision phases, else the 16-bit dtype."""
+    run = problem.run
+    if run.recipe.low and phase.low_precision:
+        return run.precision
+    return "fp16" if run.precision == "fp16" else "bf16"
+
+
+def weight_cache_bytes(problem: Problem, low_precision_params: Any) -> Any:
+    """Bytes of the quantised weight copies a device keeps for `low_precision_params` parameters; with
+    --fp8-param-gather the first copy replaces the 16-bit weight (negative share: 2 B per parameter
+    fewer in the weights)."""
+    rates = cast_rates(problem)
+    if rates is None:
+        return 0
+    saved = SIXTEEN_BIT_BYTES if problem.run.low_precision_param_gather else 0
+    return low_precision_params * (rates.cache_bytes_per_param - saved)
+
+
+def param_gather_factor(problem: Problem) -> float:
+    """The distributed optimizer's parameter all-gather moves q / 2 of its 16-bit volume with
+    --fp8-param-gather (Megatron all-gathers the FP8 / FP4 parameters: arguments.py --fp8-param-gather)."""
+    r = problem.run.recipe
+    return r.bytes_per_element / SIXTEEN_BIT_BYTES if problem.run.low_precision_param_gather and r.low else 1.0

@@ -1,0 +1,30 @@
+"""The plan's precision columns: each phase's GEMM dtype and its cast kernels' time per step
+(`btacalc.model.gpu.precision` holds the arithmetic)."""
+
+from __future__ import annotations
+
+from ..catalogue.compiled import PhaseValues
+from ..catalogue.terms import phase_by_name
+from ..model.gpu.precision import cast_rates, phase_cast_s, phase_precision
+from ..model.problem import Evaluation, Problem
+from .report import PhaseRow, PlanReport
+
+
+def mark_precision(problem: Problem, ev: Evaluation, report: PlanReport) -> None:
+    """Set `precision` and `cast_time_s` (one layer, per step: M micro-batches) on the report's phase rows."""
+    kinds = {kind.name: pv for kind, pv in ev.layers}
+    main = max(ev.layers, key=lambda kp: kp[0].count)[1]
+    tables: list[tuple[list[PhaseRow], PhaseValues]] = [(report.phases, main), (report.outside_layers, ev.outside)]
+    tables += [(rows.phases, kinds[rows.name]) for rows in report.layer_kinds]
+    rates, lay = cast_rates(problem), problem.layout
+    load = problem.run.routing_imbalance if lay.expert_parallel > 1 else 1.0
+    hbm = problem.hardware.memory.offchip_bandwidth_bytes_per_s.value
+    for rows, pv in tables:
+        for row in rows:
+            phase = phase_by_name(row.name)
+            row.precision = phase_precision(problem, phase)
+            if rates is not None and phase.low_precision:
+                v = lambda q, name=row.name, values=pv: values.value(name, q)  # noqa: E731
+                per_micro_batch = phase_cast_s(rates, hbm, phase, v, load if phase.routed_load else 1.0,
+                                               lay.expert_parallel * lay.expert_tensor_parallel)
+                row.cast_time_s = float(per_micro_batch * lay.micro_batches)

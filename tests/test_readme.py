@@ -1,0 +1,164 @@
+"""The README, executed: every `btacalc` command it shows runs, and every output it quotes is what the
+command prints today.
+
+- A ```console block holds `$ btacalc ...` lines, each followed by an excerpt of its output. The command
+  runs (in-process, from a scratch folder that sees the repository's data as a clone does) and every
+  excerpt line must appear in its output, in order (runs of spaces are compared as one; a line `...`
+  skips any number of lines). A quoted number that drifts fails here.
+- Every `btacalc ...` command written inline (the command table, the prose) runs too: it must not be
+  refused as bad input (exit 2) or crash; exit 1 (a plan that does not fit) is allowed only when the
+  README says so next to it ("does not fit").
+- ```bash blocks hold the install and test commands; `../shared/checks/fresh-install.sh` runs those
+  on a fresh machine, so here they are only checked to name the commands `.ci/run` runs.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+FENCE = re.compile(r"^```(\w*)\s*$")
+INLINE = re.compile(r"`(btacalc [^`]+)`")
+# Paths an example may read, as a clone has them (linked into the scratch folder the commands run in).
+DATA = ("btacalc", "tests", "formulas", "hardware_profiles", "examples")
+
+
+def _lines() -> list[str]:
+    return README.read_text(encoding="utf-8").splitlines()
+
+
+def _blocks() -> list[tuple[str, int, list[str]]]:
+    """(language, first line number, lines) of every fenced block."""
+    out, lang, start, body = [], None, 0, []
+    for i, line in enumerate(_lines(), 1):
+        m = FENCE.match(line)
+        if m and lang is None:
+            lang, start, body = m.group(1) or "text", i, []
+        elif line.strip() == "```" and lang is not None:
+            out.append((lang, start, body))
+            lang = None
+        elif lang is not None:
+            body.append(line)
+    return out
+
+
+def _console_cases() -> list[tuple[str, list[str]]]:
+    """(command, expected output lines) for every `$ ` line of the console blocks."""
+    cases: list[tuple[str, list[str]]] = []
+    for lang, _, body in _blocks():
+        if lang != "console":
+            continue
+        command: str | None = None
+        for line in body:
+            if line.startswith("$ "):
+                command = line[2:].strip()
+                cases.append((command, []))
+            elif command is not None and cases[-1][1] is not None and command.endswith("\\"):
+                command = command[:-1] + " " + line.strip()
+                cases[-1] = (command, [])
+            elif command is not None:
+                cases[-1][1].append(line)
+    return cases
+
+
+def _bash_cases() -> list[tuple[str, bool]]:
+    """(command, may not fit) for every `btacalc ...` line of the ```bash blocks (a trailing `# ...`
+    comment saying "exit 1" allows a plan that does not fit)."""
+    out = []
+    for lang, _, body in _blocks():
+        if lang != "bash":
+            continue
+        for line in body:
+            if line.startswith("btacalc "):
+                cmd, _, comment = line.partition("  #")
+                out.append((cmd.strip(), "exit 1" in comment))
+    return out
+
+
+def _inline_cases() -> list[tuple[str, bool]]:
+    """(command, may not fit) for every inline `btacalc ...` outside fenced blocks, and the `btacalc` lines
+    of the ```bash blocks."""
+    out, fenced = _bash_cases(), False
+    for line in _lines():
+        if line.startswith("```"):
+            fenced = not fenced
+            continue
+        if fenced:
+            continue
+        for cmd in INLINE.findall(line):
+            if any(ch in cmd for ch in "|<>") or "..." in cmd:
+                continue  # a pattern (<name>, ...) or a pipeline: the console blocks run the real ones
+            out.append((cmd, "does not fit" in line))
+    return sorted(set(out))
+
+
+def _squash(line: str) -> str:
+    return " ".join(line.split())
+
+
+@pytest.fixture
+def clone_dir(tmp_path, monkeypatch):
+    """A scratch folder that sees the repository's data folders as a clone does."""
+    for name in DATA:
+        if (ROOT / name).exists():
+            (tmp_path / name).symlink_to(ROOT / name)
+    (tmp_path / "docs").mkdir()  # examples draw their plots there; the repository's pictures stay as they are
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLUMNS", "200")
+    return tmp_path
+
+
+def _run(cli, command: str) -> tuple[int, str, str]:
+    args = shlex.split(command)
+    assert args[0] == "btacalc", command
+    return cli(*args[1:])
+
+
+def _examples_tool():
+    """tools/readme_examples.py, which writes the console blocks: the test runs commands as it does."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("readme_examples", ROOT / "tools" / "readme_examples.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("command,expected", _console_cases(), ids=lambda v: v if isinstance(v, str) else "")
+def test_console_block_output_is_current(clone_dir, command, expected):
+    got = [_squash(line) for line in _examples_tool().run(command, clone_dir)]
+    pos = 0
+    for want in expected:
+        if want.strip() in ("...", ""):
+            continue
+        w = _squash(want)
+        while pos < len(got) and w not in got[pos]:
+            pos += 1
+        assert pos < len(got), f"{command}: README line not in today's output: {want.strip()!r}"
+        pos += 1
+
+
+@pytest.mark.parametrize("command,may_not_fit", _inline_cases(), ids=lambda v: v if isinstance(v, str) else "")
+def test_inline_command_runs(cli, clone_dir, command, may_not_fit):
+    code, out, err = _run(cli, command)
+    allowed = (0, 1) if may_not_fit else (0,)
+    assert code in allowed, f"{command}: exit {code}: {err.strip()[:300]}"
+
+
+def test_readme_has_console_examples():
+    """The executed examples exist (a README without them would pass the tests above vacuously)."""
+    assert len(_console_cases()) >= 5
+    assert len(_inline_cases()) >= 20
+
+
+def test_readme_test_command_is_what_ci_runs():
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    bash = [line for lang, _, body in _blocks() if lang == "bash" for line in body]
+    tests = [line[line.index("python -m pytest"):].strip() for line in bash if "python -m pytest" in line]
+    assert tests, "the README shows no test command"
+    assert any(t in ci for t in tests), "the README's test command is not the one .ci/run runs"
