@@ -234,8 +234,14 @@ def test_measured_runs_are_expressible_and_fit(run):
 
 # --- collectives, routing, context parallelism ----------------------------------------------------
 
+def _line_rate(hardware):
+    """The profile without its [collectives] section: links at their line rate, no per-call latency (the
+    volume and placement arithmetic alone; NCCL's efficiency and latency: tests/test_collectives.py)."""
+    return hardware.model_copy(update={"collectives": None})
+
+
 def _gpu(model=QWEN, hw="h100", run=None, **layout) -> Problem:
-    hardware = resolve_hardware(hw)
+    hardware = _line_rate(resolve_hardware(hw))
     fields = dict(devices_per_node=int(hardware.system.devices_per_node.value))
     fields.update(layout)
     return make_problem(model, hardware, run or RunOptions(attention="flash", recompute="none"), Layout(**fields))
@@ -612,7 +618,7 @@ def test_all_to_all_inside_the_node_when_the_nic_is_faster():
     hw = resolve_hardware("h100")
     fast = hw.with_number("system.scaleout_bandwidth_bytes_per_s", 1e13, note="test: a NIC faster than NVLink")
     up = hw.system.scaleup_bandwidth_bytes_per_s.value
-    p = make_problem(QWEN, fast, RunOptions(attention="flash", recompute="none"),
+    p = make_problem(QWEN, _line_rate(fast), RunOptions(attention="flash", recompute="none"),
                      Layout(devices=16, expert_parallel=16, devices_per_node=8))
     sent = 1e9 * 15 / 16
     assert all_to_all_time(p, 1e9) == pytest.approx(max(sent * 7 / 15 / up, sent * 8 / 15 / 1e13))

@@ -69,7 +69,11 @@ def test_every_point_is_what_plan_answers(grid, hw, objective):
         _close(got_plan, want_plan)
         assert (point.throughput is None) == (want.throughput is None)
         if point.throughput is not None:
-            _close(point.throughput.model_dump(), want.throughput.model_dump())
+            # a sweep point lists no per-collective rows (plan --json does); their times are in communication_s
+            got_th, want_th = point.throughput.model_dump(), want.throughput.model_dump()
+            assert got_th.pop("collectives") == []
+            want_th.pop("collectives")
+            _close(got_th, want_th)
 
 
 def test_grid_is_indexed_without_being_built():

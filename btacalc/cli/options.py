@@ -105,6 +105,9 @@ ZeroOpt = typer.Option(None, "--zero", min=0, max=3, help=help_text("ZeRO stage 
 GpusPerNodeOpt = typer.Option(None, "--gpus-per-node", min=1, help=help_text("Devices per NVLink domain [default: the profile's]."))
 OverlapA2aOpt = typer.Option(False, "--overlap-a2a/--no-overlap-a2a", help="Hide the all-to-all behind expert compute "
                              "(chunked) or not.")
+DeepEpOpt = typer.Option(False, "--deepep/--no-deepep", help=help_text(
+    "MoE dispatch with DeepEP (Megatron --moe-token-dispatcher-type flex): a token crosses to each other NVLink "
+    "domain once, not once per expert there [default: off, the alltoall dispatcher]."))
 GradAccumOpt = typer.Option(None, "--grad-accum", min=1, help=help_text(
     "Gradient accumulation: M micro-batches of G·b per optimizer step (the gradient sync runs once per step) "
     "[default: with --global-batch, chosen by the solver (N / (DP x micro batch) with --micro-batch; N / DP with "

@@ -17,7 +17,9 @@ EXAMPLES = ("Examples:\n\n"
             "  btacalc validate --measured ../shared/reference/measured-runs.json --json\n\n"
             "  btacalc validate --plot accuracy.png\n\n"
             "  btacalc validate --calibrate\n\n"
-            "  btacalc validate --wafer-loo")
+            "  btacalc validate --wafer-loo\n\n"
+            "  btacalc validate --cross-validate --json\n\n"
+            "  btacalc validate --cross-validate --plot crossval.png")
 
 
 def validate(
@@ -32,6 +34,9 @@ def validate(
                                    "profiles' calibration sections."),
     wafer_loo: bool = typer.Option(False, "--wafer-loo", help="Leave-one-out over model sizes on the wafer runs: fit "
                                    "the wafer factors without each model's runs and predict them (about a minute)."),
+    cross_validate: bool = typer.Option(False, "--cross-validate", help="Leave one model family out: fit the "
+                                        "factors without each family's runs and predict that family; per-run errors, "
+                                        "mean and max, grouped by hardware, dense/MoE and scale (--json, --plot)."),
 ) -> int:
     """Compute every published point (BTA curves, Korthikanti, parameter counts) against its tolerance,
     and predict every measured training run (error = predicted / measured - 1), per role and device family.
@@ -43,12 +48,16 @@ def validate(
     from ..planning.validate import validate as run_validation
 
     if calibrate:
-        given = [f for f, v in (("--measured", measured), ("--json", as_json), ("--output", output), ("--plot", plot_path))
-                 if v]
+        given = [f for f, v in (("--measured", measured), ("--json", as_json), ("--output", output), ("--plot", plot_path),
+                                ("--cross-validate", cross_validate)) if v]
         if given:
             raise BtacalcError(f"--calibrate fits on the shipped measured runs and rewrites the profiles; it takes "
                                f"no {', '.join(given)}")
         return _calibrate()
+    if cross_validate:
+        if measured:
+            raise BtacalcError("--cross-validate refits on the shipped measured runs; it takes no --measured")
+        return _cross_validate(output, as_json, plot_path)
     if wafer_loo:
         given = [f for f, v in (("--measured", measured), ("--output", output), ("--plot", plot_path)) if v]
         if given:
@@ -74,6 +83,27 @@ def validate(
 
     write_outputs(outs, payloads, tables)
     return 0 if all(r.ok_for_ci for r in points) and report.gate.ok else 1
+
+
+def _cross_validate(output: Optional[Path], as_json: bool, plot_path: Optional[str]) -> int:
+    from ..planning.crossval import validate_cross
+
+    outs = outputs(output, as_json, plot_path=plot_path)
+    cv = validate_cross()
+    text = json.dumps(cv.model_dump(), indent=2) + "\n"
+    payloads: dict[str, Any] = {"--output": text, "--json": text}
+    if plot_path:
+        from ..output.plots import crossval_plot
+
+        payloads["--plot"] = crossval_plot(cv, plot_path)
+
+    def tables() -> Any:
+        from ..output.validation_tables import crossval_tables
+
+        return crossval_tables(cv)
+
+    write_outputs(outs, payloads, tables)
+    return 0
 
 
 def _calibrate() -> int:

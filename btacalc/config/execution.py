@@ -168,6 +168,9 @@ class Layout:
     expert_tensor_parallel: int = 1
     fsdp: bool = False  # fully sharded data parallel (ZeRO-3 state; gathers per micro-batch)
     overlap: Overlaps = Overlaps()
+    # DeepEP dispatch (Megatron --moe-token-dispatcher-type flex --moe-enable-deepep): a token crosses to
+    # another NVLink domain once per domain, not once per expert there; off: the alltoall dispatcher
+    deepep: bool = False
     stage_split: StageSplit = StageSplit()  # the user's pipeline split options (config/pipeline.py)
 
     @property
@@ -426,6 +429,7 @@ class ExecutionRequest:
     context_parallel: Optional[int] = None
     expert_tensor_parallel: Optional[int] = None
     fsdp: bool = False
+    deepep: bool = False  # DeepEP node-deduplicated dispatch (Layout.deepep); default the alltoall dispatcher
     gradient_bytes: Optional[int] = None
     routing_imbalance: float = 1.0
     overlaps: OverlapRequest = field(default_factory=OverlapRequest)
@@ -584,6 +588,7 @@ def _resolve_layout(request: ExecutionRequest, model: "ModelSpec", profile: "Har
                   tensor_parallel=tp, sequence_parallel=sp, pipeline_parallel=pp,
                   virtual_pipeline=sizes["virtual_pipeline"], context_parallel=sizes["context_parallel"],
                   expert_tensor_parallel=etp, fsdp=request.fsdp, stage_split=request.stage_split,
+                  deepep=request.deepep,
                   overlap=_resolve_overlaps(request, chosen, devices > 1, sizes["virtual_pipeline"] > 1))
 
 

@@ -13,6 +13,8 @@ A profile has five sections, kept apart on purpose (cf. Calculon's system/applic
 - ``reserves`` (GPUs only): what the framework keeps off the capacity the driver reports, by name
   (the CUDA context, the communicators' buffers, the libraries' workspaces, the caching allocator's
   fragmentation), each with its source or a stated estimate (`Reserves`);
+- ``collectives`` (GPUs, optional): how NCCL runs on the links, a bus efficiency and a per-call latency
+  for the scale-up and the scale-out link, each from published nccl-tests results;
 - ``calibration``: named correction factors (compute efficiency, usable memory fraction of a wafer,
   per-tile overhead), each an estimate with its reasoning or a calibrated value with what it was fitted to;
 - ``defaults``: run-policy defaults (memory model, attention kernel, recomputation) with their reason.
@@ -313,6 +315,27 @@ class Kernels(_Section):
         return ((long, short), (short, long), (short, short))
 
 
+class Collectives(_Section):
+    """How NCCL runs collectives on the profile's links (GPU clusters): one call over a link class costs
+
+        t = latency_s + bus bytes / (link bandwidth x bus_efficiency)
+
+    (the alpha-beta model; bus bytes as NCCL-tests PERFORMANCE.md defines them). The achieved bus
+    bandwidth at a message of x bus bytes is then bus_efficiency x x / (x + half_size) of the link, with
+    half_size = latency_s x link bandwidth x bus_efficiency: the size at which half of the large-message
+    rate is reached (`model/gpu/collectives.py`). Without this section collectives run at the link's
+    line rate with no per-call latency."""
+
+    scaleup_bus_efficiency: Annotated[Number, FRACTION] = Field(
+        description="NCCL bus bandwidth of large ring collectives inside the NVLink domain over its line rate")
+    scaleup_latency_s: Annotated[Number, LATENCY] = Field(
+        description="time of one small collective inside the NVLink domain (nccl-tests, few bytes)")
+    scaleout_bus_efficiency: Annotated[Number, FRACTION] = Field(
+        description="NCCL bus bandwidth of large collectives across domains over the NIC's line rate")
+    scaleout_latency_s: Annotated[Number, LATENCY] = Field(
+        description="time of one small collective that crosses domains (nccl-tests, few bytes, two or more nodes)")
+
+
 class Defaults(_Section):
     memory_model: Literal["weight_streaming", "resident"] = Field(
         description="weight_streaming: weights and optimizer off-chip, activations in on-chip SRAM (Cerebras);"
@@ -327,7 +350,7 @@ class Defaults(_Section):
         return parse_recompute(v)
 
 
-SECTIONS = ("chip", "memory", "system", "mesh", "kernels", "reserves", "calibration")
+SECTIONS = ("chip", "memory", "system", "mesh", "kernels", "collectives", "reserves", "calibration")
 
 
 class HardwareProfile(BaseModel):
@@ -345,6 +368,7 @@ class HardwareProfile(BaseModel):
     mesh: Optional[Mesh] = None
     kernels: Optional[Kernels] = None
     reserves: Optional[Reserves] = None
+    collectives: Optional[Collectives] = None
     calibration: Calibration
 
     @model_validator(mode="after")
@@ -353,6 +377,8 @@ class HardwareProfile(BaseModel):
             raise ValueError("weight_streaming profiles need system.weight_buffer_units")
         if self.mesh is not None and self.family != "wse":
             raise ValueError("a [mesh] section describes a wafer-scale fabric: family must be 'wse'")
+        if self.collectives is not None and self.family != "gpu":
+            raise ValueError("a [collectives] section describes NCCL on GPU links: family must be 'gpu'")
         if self.family == "wse" and self.defaults.memory_model != "weight_streaming":
             raise ValueError("wse profiles declare defaults.memory_model = 'weight_streaming' (resident is a run option)")
         chip, system = self.chip, self.system

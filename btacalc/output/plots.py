@@ -10,6 +10,7 @@ from typing import Any, Optional, Union
 from ..errors import BtacalcError
 from ..planning.compare import CompareResult
 from ..planning.crossover import CrossoverResult
+from ..planning.crossval import CrossValidation
 from ..planning.measured import MeasuredReport
 from ..planning.sweep import SweepPoint, SweepResult
 
@@ -181,5 +182,40 @@ def measured_plot(report: MeasuredReport, path: str) -> bytes:
     ax.set_title("btacalc vs measured training runs" + (f"\n({len(missing)} runs not expressible)" if missing else ""),
                  fontsize=10)
     ax.legend(fontsize=8)
+    fig.tight_layout()
+    return save(fig, path)
+
+
+def crossval_plot(cv: CrossValidation, path: str) -> bytes:
+    """Leave-one-model-family-out: predicted against measured tokens/s per device, log-log, one colour per
+    fold (the held-out family), with the ±10% and ±30% bands; the overall mean and max |error| in the title."""
+    plt = pyplot(path)
+    fig, ax = plt.subplots(figsize=(6.6, 5.6))
+    pts = [(f.held_out, r) for f in cv.folds for r in f.runs
+           if r.predicted_tokens_per_s_per_device and r.measured_tokens_per_s_per_device]
+    values = [float(v or 0.0) for _, r in pts for v in (r.predicted_tokens_per_s_per_device,
+                                                         r.measured_tokens_per_s_per_device)]
+    lo, hi = (min(values) / 2, max(values) * 2) if values else (1e2, 1e5)
+    xs = [lo, hi]
+    ax.plot(xs, xs, color="black", lw=0.8)
+    for band, style in ((0.10, ":"), (0.30, "--")):
+        ax.plot(xs, [x * (1 + band) for x in xs], style, color="grey", lw=0.7, label=f"±{band:.0%}")
+        ax.plot(xs, [x * (1 - band) for x in xs], style, color="grey", lw=0.7)
+    for i, family in enumerate(sorted({f for f, _ in pts})):
+        mine = [r for f, r in pts if f == family]
+        ax.scatter([r.measured_tokens_per_s_per_device for r in mine], [r.predicted_tokens_per_s_per_device for r in mine],
+                   marker="os^Dv<>p*h"[i % 10], label=f"{family} held out ({len(mine)})")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    ax.set_xlabel("measured tokens/s per device")
+    ax.set_ylabel("predicted, factors fitted without the run's family")
+    o = cv.overall
+    title = "btacalc leave-one-model-family-out"
+    if o.mean_abs_error is not None and o.max_abs_error is not None:
+        title += f"\n{o.n} runs: mean |error| {o.mean_abs_error:.1%}, max {o.max_abs_error:.1%}"
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=7)
     fig.tight_layout()
     return save(fig, path)

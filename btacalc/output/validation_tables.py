@@ -8,6 +8,7 @@ from rich.console import Group
 from rich.markup import escape
 from rich.table import Table
 
+from ..planning.crossval import CrossValidation
 from ..planning.measured import MeasuredReport, RunResult
 from ..planning.validate import PointResult
 from .fit import fit
@@ -70,3 +71,33 @@ def measured_table(report: MeasuredReport) -> Group:
     verdict = ("[green]within the documented bands[/]" if report.gate.ok else
                "[bold red]outside the bands:[/] " + escape("; ".join(report.gate.failures)))
     return Group(fit(t), fit(s), verdict)
+
+
+def crossval_tables(cv: CrossValidation) -> Group:
+    """Leave-one-model-family-out: each fold's fit and per-run errors, then the errors grouped."""
+    t = Table(title="Leave one model family out (tokens/s per device; factors fitted without the run's family)",
+              title_justify="left")
+    for c in ("held out", "run", "hw", "devices", "predicted", "measured", "error", "fitted on"):
+        t.add_column(c, justify="right" if c in ("devices", "predicted", "measured", "error") else "left",
+                     overflow="fold" if c == "fitted on" else "ellipsis")
+    for f in cv.folds:
+        basis = "; ".join(f"{d}: {b}" + (" " + ", ".join(f"{k} {v:.4g}" for k, v in f.fits.get(d, {}).items()))
+                          for d, b in f.basis.items())
+        for r in f.runs:
+            if r.error is None:
+                continue
+            t.add_row(f.held_out, escape(r.id), r.hw, str(r.devices), f"{r.predicted_tokens_per_s_per_device:,.0f}",
+                      f"{r.measured_tokens_per_s_per_device:,.0f}", _pct(r.error), escape(basis))
+            basis = ""
+    s = Table(title="Errors grouped", title_justify="left")
+    for c in ("group", "value", "n", "mean |error|", "max |error|", "mean (signed)"):
+        s.add_column(c, justify="left" if c in ("group", "value") else "right")
+    fmt = lambda v: "-" if v is None else f"{100 * v:+.1f}%"  # noqa: E731
+    pct = lambda v: "-" if v is None else f"{100 * v:.1f}%"  # noqa: E731
+    groups = [("all", {"runs": cv.overall}), ("hardware", cv.by_hardware), ("kind", cv.by_kind),
+              ("scale", cv.by_scale), ("model family", cv.by_model_family)]
+    for name, rows in groups:
+        for value, e in rows.items():
+            s.add_row(name, value, str(e.n), pct(e.mean_abs_error), pct(e.max_abs_error), fmt(e.mean_error))
+    missing = f"{len(cv.not_expressible)} runs not expressible (low precision or unknown), not counted"
+    return Group(fit(t), fit(s), missing)

@@ -104,6 +104,7 @@ class Recipe(BaseModel):
                                           "prediction modules train too when > 0 (default: none)")
     causal: Optional[bool] = Field(None, description="the attention kernel skips the masked half of the s^2 scores "
                                    "(a causal FlashAttention kernel); default: btacalc counts the full scores")
+    deepep: bool = Field(False, description="the run dispatches MoE tokens with DeepEP (Megatron flex dispatcher)")
     overlaps: Overlaps = Overlaps()
 
     def unmodelled(self) -> str:
@@ -311,7 +312,8 @@ def express(run: MeasuredRun, family: str = "gpu") -> tuple[Optional[ExecutionRe
     if recipe is not None:
         o = recipe.overlaps
         changes.update(overlaps=OverlapRequest(grad_reduce=o.grad_reduce, param_gather=o.param_gather, tp_comm=o.tp_comm),
-                       overlap_all_to_all=o.all_to_all, attention=recipe.attention, gradient_bytes=recipe.gradient_bytes())
+                       overlap_all_to_all=o.all_to_all, attention=recipe.attention, gradient_bytes=recipe.gradient_bytes(),
+                       deepep=recipe.deepep)
         if recipe.causal is not None:
             changes["causal"] = recipe.causal
         if recipe.mtp_num_layers is not None:

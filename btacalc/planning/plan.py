@@ -344,6 +344,7 @@ def _throughput(problem: Problem, s: ThroughputSummary) -> Throughput:
         overlap_streaming=problem.run.overlap_streaming, compute_efficiency=compute_efficiency(problem),
         phase_share=shares, dominant_phase=max(shares, key=lambda k: shares[k]),
         communication_s={k: float(v) for k, v in bt.communication_s.items()},
+        collectives=[asdict(row) for row in bt.details.get("collectives", [])],
         critical_stage=int(bt.details.get("critical_stage", 0)),
         routing_sensitivity=routing_sensitivity(problem, s.best.tiles, s.best.tile_batch),
     )

@@ -123,7 +123,7 @@ class Grid:
 
 # Flat per-point columns of a block: PlanInfo fields, then Throughput fields.
 PLAN_FIELDS = tuple(PlanInfo.model_fields)
-THROUGHPUT_FIELDS = tuple(f for f in Throughput.model_fields if f not in ("phase_share", "communication_s"))
+THROUGHPUT_FIELDS = tuple(f for f in Throughput.model_fields if f not in ("phase_share", "communication_s", "collectives"))
 
 
 @dataclass

@@ -1,23 +1,52 @@
-"""Collective communication of a Megatron layout: the bytes a rank sends, the link they cross, the time.
+"""Collective communication of a Megatron layout: the bytes a rank sends, the link they cross, the time
+NCCL takes.
 
-Placement (Megatron-Core parallel_state.py, default rank order tp-cp-ep-dp-pp; the expert grid orders
-ETP, EP, EDP, PP): a tensor-parallel group is t adjacent ranks, a context-parallel group strides TP, a
-data-parallel group strides TP·CP (the expert one ETP·EP), the pipeline is outermost. A group spans
+**Placement** (Megatron-Core parallel_state.py, default rank order tp-cp-ep-dp-pp; the expert grid
+orders ETP, EP, EDP, PP): a group of n ranks at stride s is laid out in blocks of L = n·s consecutive
+ranks (TP: stride 1; CP: stride TP; ETP: 1; EP: ETP; DP: TP·CP; the distributed optimizer's DP·CP
+shard group: TP; EDP: ETP·EP), and the job fills NVLink domains of D ranks in order (the profile's
+devices_per_node, or --gpus-per-node: 8 in a DGX/HGX node, 72 in a GB200 NVL72 rack). Block j starts
+at rank j·L; where a domain boundary cuts it, the rank in the smaller piece shares its domain with
+only floor(piece / s) members of its group, and that rank sets the pace (`local_members`). A 64-rank
+EP group of a 64-GPU job sits in one 72-GPU domain and runs on NVLink; the second block of a 128-GPU
+job (ranks 64-127) is cut at rank 72, leaving 8 of its members in the first domain.
 
-    TP: t ranks at stride 1    CP: stride TP    ETP: stride 1    EP: stride ETP
-    DP: stride TP·CP    DP·CP (the distributed optimizer's / FSDP's shard group): stride TP    EDP: stride ETP·EP
+**Time of one collective** (the alpha-beta model; NCCL-tests doc/PERFORMANCE.md, "bus bandwidth"):
 
-and stays on the scale-up link (NVLink: the profile's devices_per_node, 8 in a DGX/HGX node, 72 in a
-GB200 NVL72 rack) when size x stride fits one domain. Otherwise its ring crosses domains: NCCL runs one
-ring per NIC rail, so a domain holding k = D/stride members of the group drives k NICs at once and the
-ring moves min(NVLink, k x NIC) bytes/s per rank (one NIC's worth when every member sits in its own
-domain). A ring collective sends factor·(n - 1)/n of the buffer from each rank (all-reduce 2,
-reduce-scatter and all-gather 1: formulas/constants.toml, NCCL-tests PERFORMANCE.md "bus bandwidth").
-An all-to-all sends each of its EP - 1 peers its share at once: the peers in the domain over NVLink, the
-others through the rank's own NIC, concurrently. Pipeline neighbours are devices/PP apart: on NVLink
-only when the job fits one domain, else through one NIC.
+    t = calls x alpha + bus bytes / (B x e)
 
-Data-parallel synchronisation per optimizer step (Megatron-Core distributed data parallel; ZeRO,
+A ring collective over a buffer of S bytes puts factor·(n - 1)/n·S on each rank's link (all-reduce 2,
+reduce-scatter and all-gather 1: formulas/constants.toml [collectives]). B is the link's line rate and
+e the share NCCL reaches on large messages; alpha the time of one small call; both per link class
+from published nccl-tests results (the profile's [collectives] section, each number with its
+source). The achieved bus bandwidth at x bus bytes per call is then
+
+    busbw(x) = B·e·x / (x + h),   h = alpha·B·e  (half of B·e at x = h)
+
+the efficiency-by-size curve of the profile (`efficiency_at`). Inside one domain the link is NVLink
+(scale-up); a ring that crosses domains runs one ring per NIC rail, so a domain holding k members
+drives k NICs and the ring moves min(B_up·e_up, k·B_out·e_out) bytes/s per rank, paying the network's
+alpha per call. Without a [collectives] section e = 1 and alpha = 0 (line rate).
+
+**All-to-all** (expert dispatch and combine): each rank sends its EP - 1 peers their share at once, the
+k - 1 peers in its domain over NVLink and the others through its NIC, concurrently. With DeepEP
+(Megatron --moe-token-dispatcher-type flex, DeepEP README "normal kernels": NVLink and RDMA forwarding;
+DeepSeek-V3 report arXiv 2412.19437 §3.2.2) a token crosses to each remote domain once, however many
+of its top-k experts live there, and is forwarded to them over NVLink: the cross-domain bytes shrink by
+
+    dedup = E[distinct remote domains hit] / E[remote experts hit]
+          = (m - 1)·(1 - P0) / (k·(m - 1)/m),   P0 = prod_{i<k} (E - E/m - i)/(E - i)
+
+for k of E experts drawn uniformly without replacement over m = EP / (local members) domains (P0: a
+given domain receives none of the k), and the forwarded copies add to the NVLink bytes.
+
+**Calls** per step: each tensor-parallel, context-parallel and all-to-all exchange of a layer per
+micro-batch (counted by `costs.py` with the volumes), each pipeline send, and the data-parallel
+buckets: Megatron-Core reduces gradients in buckets of max(4e7, 1e6·DP) parameters when
+--overlap-grad-reduce is on, else in one (Megatron-LM @ d98e8a64
+megatron/core/distributed/distributed_data_parallel.py:131-137).
+
+**Data-parallel synchronisation** per optimizer step (Megatron-Core distributed data parallel; ZeRO,
 Rajbhandari et al. 2020 §7): ZeRO-0 all-reduces the gradients; the distributed optimizer (ZeRO-1)
 reduce-scatters them once and all-gathers the updated 16-bit weights; ZeRO-2 reduce-scatters every
 micro-batch; ZeRO-3 / FSDP all-gather each layer's weights before its forward and again before its
@@ -30,27 +59,55 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...catalogue.constants import constants
-from ..arrays import maximum, minimum, where
+from ..arrays import ceil_div, is_array, largest, maximum, minimum, where
 from ..problem import Problem
 from .precision import param_gather_factor
+from .precision import param_gather_factor
+
+# Megatron-Core's default gradient bucket: max(4e7, 1e6 x DP) parameters (distributed_data_parallel.py:134)
+BUCKET_PARAMS = 40_000_000
+BUCKET_PARAMS_PER_DP_RANK = 1_000_000
 
 
-def _bandwidths(problem: Problem) -> tuple[float, float]:
-    system = problem.hardware.system
+@dataclass(frozen=True)
+class Link:
+    """One link class as NCCL uses it: line rate per device per direction, the share of it large
+    collectives reach (bus efficiency) and the time of one small call."""
+
+    bandwidth_bytes_per_s: float
+    bus_efficiency: float
+    latency_s: float
+
+    @property
+    def bus_bytes_per_s(self) -> float:
+        return self.bandwidth_bytes_per_s * self.bus_efficiency
+
+    @property
+    def half_size_bytes(self) -> float:
+        """h = alpha x B x e: the bus bytes per call at which half of B x e is reached."""
+        return self.latency_s * self.bus_bytes_per_s
+
+
+def links(problem: Problem) -> tuple[Link, Link]:
+    """(scale-up NVLink, scale-out NIC) links of the problem's profile."""
+    system, c = problem.hardware.system, problem.hardware.collectives
     up = system.scaleup_bandwidth_bytes_per_s.value  # type: ignore[union-attr]  # validated (multi_device)
     out = system.scaleout_bandwidth_bytes_per_s.value  # type: ignore[union-attr]  # validated (multi_device)
-    return up, out
+    if c is None:
+        return Link(up, 1.0, 0.0), Link(out, 1.0, 0.0)
+    return (Link(up, c.scaleup_bus_efficiency.value, c.scaleup_latency_s.value),
+            Link(out, c.scaleout_bus_efficiency.value, c.scaleout_latency_s.value))
 
 
-def ring_time(problem: Problem, bytes_per_rank: Any, size: Any, stride: Any) -> Any:
-    """Time to send `bytes_per_rank` (already x factor x (n-1)/n) around a ring of `size` ranks at
-    `stride` (see the module docstring)."""
-    if problem.layout.devices == 1:
-        return 0.0
-    up, out = _bandwidths(problem)
-    node = problem.layout.devices_per_node
-    rails = maximum(node // stride, 1)
-    return bytes_per_rank / where(size * stride <= node, up, minimum(up, rails * out))
+def efficiency_at(link: Link, bus_bytes_per_call: Any) -> Any:
+    """Achieved bus bandwidth over the line rate at `bus_bytes_per_call`: e·x / (x + h)."""
+    return link.bus_efficiency * bus_bytes_per_call / (bus_bytes_per_call + link.half_size_bytes)
+
+
+def ring_factor(kind: str, n: Any) -> Any:
+    """Bus bytes per buffer byte of a ring collective on n ranks: all-reduce 2(n-1)/n, reduce-scatter and
+    all-gather (n-1)/n (NCCL-tests PERFORMANCE.md)."""
+    return getattr(constants().collectives, kind) * ring_share(n)
 
 
 def ring_share(n: Any) -> Any:
@@ -58,41 +115,108 @@ def ring_share(n: Any) -> Any:
     return (n - 1) / n
 
 
-def tensor_parallel_time(problem: Problem, volume: Any) -> Any:
-    """Tensor-parallel exchanges of `volume` collective units (costs.Part.tp_bytes)."""
-    t = problem.layout.tensor_parallel
-    return ring_time(problem, volume * ring_share(t), t, 1)
+def local_members(size: Any, stride: Any, devices: Any, domain: int) -> Any:
+    """Members of a group (`size` ranks at `stride`) that share the NVLink domain of its worst-placed
+    rank (see the module docstring): `size` when every block of L = size·stride ranks lies in one
+    domain. Block j starts at r = j·L mod D; r repeats with a period of at most D blocks."""
+    length = size * stride
+    if not is_array(length) and domain % length == 0:  # blocks tile the domains: no block is cut
+        return size
+    worst = minimum(length, domain)
+    blocks = maximum(devices // length, 1)
+    for j in range(min(largest(blocks), domain)):
+        r = (j * length) % domain
+        first = where(r > 0, domain - r, domain)
+        end = (r + length) % domain
+        piece = minimum(minimum(first, where(end > 0, end, domain)), length)
+        worst = where(j < blocks, minimum(worst, piece), worst)
+    return minimum(size, maximum(worst // stride, 1))
 
 
-def context_parallel_time(problem: Problem, volume: Any) -> Any:
-    """The K/V ring: CP - 1 sends of `volume` per pass to the next rank (point-to-point)."""
-    lay = problem.layout
-    return ring_time(problem, volume * (lay.context_parallel - 1), lay.context_parallel, lay.tensor_parallel)
-
-
-def all_to_all_time(problem: Problem, volume: Any) -> Any:
-    """Expert-parallel dispatch + combine of `volume` bytes (all passes, before the 1/EP kept locally),
-    plus the expert-tensor-parallel all-gather / reduce-scatter of the received copies."""
+def ring_time(problem: Problem, bytes_per_rank: Any, size: Any, stride: Any, calls: Any = 1) -> Any:
+    """Time of `calls` ring collectives moving `bytes_per_rank` bus bytes in all (already x factor x
+    (n-1)/n) over a group of `size` ranks at `stride` (see the module docstring); 0 for one rank."""
     lay = problem.layout
     if lay.devices == 1:
         return 0.0
-    up, out = _bandwidths(problem)
-    ep, etp, node = lay.expert_parallel, lay.expert_tensor_parallel, lay.devices_per_node
+    up, out = links(problem)
+    k = local_members(size, stride, lay.devices, lay.devices_per_node)
+    inside = k >= size
+    rate = where(inside, up.bus_bytes_per_s, minimum(up.bus_bytes_per_s, k * out.bus_bytes_per_s))
+    alpha = where(inside, up.latency_s, out.latency_s)
+    return where(size > 1, calls * alpha + bytes_per_rank / rate, 0.0)
+
+
+def tensor_parallel_time(problem: Problem, volume: Any, calls: Any = 0) -> Any:
+    """Tensor-parallel exchanges of `volume` collective units (costs.Part.tp_bytes) in `calls` calls."""
+    t = problem.layout.tensor_parallel
+    return ring_time(problem, volume * ring_share(t), t, 1, calls)
+
+
+def context_parallel_time(problem: Problem, volume: Any, calls: Any = 0) -> Any:
+    """The K/V ring: CP - 1 sends of `volume` per pass to the next rank (point-to-point), each of the
+    `calls` exchanges in CP - 1 steps."""
+    lay = problem.layout
+    steps = lay.context_parallel - 1
+    return ring_time(problem, volume * steps, lay.context_parallel, lay.tensor_parallel, calls * steps)
+
+
+def deepep_dedup(problem: Problem, domains: Any) -> Any:
+    """Share of the cross-domain expert traffic DeepEP still sends (see the module docstring): distinct
+    remote domains over remote experts a token's top-k reaches, experts spread evenly over `domains`."""
+    model = problem.model
+    e, k = float(model.num_experts), int(model.top_k)
+    m = maximum(domains, 1)
+    none = 1.0
+    for i in range(k):
+        none = none * maximum(e - e / m - i, 0.0) / (e - i)
+    remote_copies = k * (m - 1) / m
+    return where(m > 1, (m - 1) * (1 - none) / where(m > 1, remote_copies, 1.0), 1.0)
+
+
+def all_to_all_time(problem: Problem, volume: Any, calls: Any = 0) -> Any:
+    """Expert-parallel dispatch + combine of `volume` bytes (all passes, before the 1/EP kept locally)
+    in `calls` all-to-alls, plus the expert-tensor-parallel all-gather / reduce-scatter of the received
+    copies."""
+    lay = problem.layout
+    if lay.devices == 1:
+        return 0.0
+    up, out = links(problem)
+    ep, etp = lay.expert_parallel, lay.expert_tensor_parallel
     sent = volume * ring_share(ep)
-    peers_in_domain = maximum(minimum(ep, node // etp), 1) - 1
-    intra = where(ep > 1, peers_in_domain / where(ep > 1, ep - 1, 1), 1.0)
-    a2a = maximum(sent * intra / up, sent * (1 - intra) / out)
-    gather = ring_time(problem, volume * (etp - 1), etp, 1)  # each rank sends its received copies to t_e - 1 peers
+    k = local_members(ep, etp, lay.devices, lay.devices_per_node)
+    intra = where(ep > 1, (k - 1) / where(ep > 1, ep - 1, 1), 1.0)
+    dedup = deepep_dedup(problem, ep / k) if lay.deepep else 1.0
+    cross = sent * (1 - intra)
+    forwarded = cross if lay.deepep else 0.0  # DeepEP forwards what arrives over RDMA to its experts on NVLink
+    alpha = where(k >= ep, up.latency_s, out.latency_s)
+    a2a = maximum((sent * intra + forwarded) / up.bus_bytes_per_s, cross * dedup / out.bus_bytes_per_s)
+    a2a = where(ep > 1, calls * alpha + a2a, 0.0)
+    gather = ring_time(problem, volume * (etp - 1), etp, 1, calls)  # received copies to t_e - 1 peers
     return a2a + gather
 
 
 def pipeline_p2p_time(problem: Problem, volume: Any) -> Any:
     """Sends between pipeline neighbours of one micro-batch: forward activation and backward gradient,
-    once per model chunk (VP times with interleaving)."""
+    once per model chunk (VP times with interleaving), each a call."""
     lay = problem.layout
-    sends = where(lay.pipeline_parallel > 1, 2 * lay.virtual_pipeline, 0)
-    # point to point: one NIC unless the neighbour shares the domain (the whole job in one domain)
-    return ring_time(problem, volume * sends, where(lay.devices <= lay.devices_per_node, 1, 2), lay.devices_per_node)
+    if lay.devices == 1:
+        return 0.0
+    up, out = links(problem)
+    pp = lay.pipeline_parallel
+    sends = where(pp > 1, 2 * lay.virtual_pipeline, 0)
+    # point to point: the pipeline group is PP ranks at stride devices/PP; the slowest hop crosses domains
+    # (through one NIC) unless the whole group shares one
+    inside = local_members(pp, maximum(lay.devices // pp, 1), lay.devices, lay.devices_per_node) >= pp
+    link_rate = where(inside, up.bus_bytes_per_s, out.bus_bytes_per_s)
+    return where(pp > 1, sends * where(inside, up.latency_s, out.latency_s) + volume * sends / link_rate, 0.0)
+
+
+def gradient_buckets(problem: Problem, params: Any) -> Any:
+    """Data-parallel collectives per optimizer step for `params` parameters (module docstring)."""
+    lay = problem.layout
+    bucket = maximum(BUCKET_PARAMS, BUCKET_PARAMS_PER_DP_RANK * lay.data_parallel)
+    return where(lay.overlap.grad_reduce, maximum(ceil_div(params, bucket), 1), 1)
 
 
 @dataclass(frozen=True)
@@ -104,24 +228,74 @@ class DataParallelTimes:
     per_micro_batch: Any  # ZeRO-2 reduce-scatter, ZeRO-3 / FSDP gathers and reduce-scatter
 
 
+def data_parallel_traffic(problem: Problem, params: Any, size: Any, rates: dict[str, int]) -> dict[str, tuple[Any, Any]]:
+    """(bus bytes per rank, calls) of the data-parallel collectives over a group of `size` ranks holding
+    `params` parameters per device (module docstring): "reduce_per_step" (ZeRO-0 all-reduce, ZeRO-1
+    reduce-scatter of the gradients), "gather_per_step" (ZeRO-1/2 all-gather of the updated weights),
+    "per_micro_batch" (ZeRO-2 reduce-scatter; ZeRO-3 / FSDP two weight all-gathers and a reduce-scatter)."""
+    c, zero = constants().collectives, problem.layout.zero_stage
+    share = ring_share(size) * params
+    # --fp8-param-gather: the weights all-gathered in FP8 / FP4 (precision.param_gather_factor)
+    g_bytes, w_bytes = rates["gradients"] * share, rates["weights"] * share * param_gather_factor(problem)
+    buckets = where(params > 0, gradient_buckets(problem, params), 0)
+    return {
+        "reduce_per_step": (where(zero == 0, c.all_reduce * g_bytes, where(zero == 1, c.reduce_scatter * g_bytes, 0)),
+                            where(zero <= 1, buckets, 0)),
+        "gather_per_step": (where((zero == 1) | (zero == 2), c.all_gather * w_bytes, 0),
+                            where((zero == 1) | (zero == 2), buckets, 0)),
+        "per_micro_batch": (where(zero == 2, c.reduce_scatter * g_bytes,
+                                  where(zero >= 3, 2 * c.all_gather * w_bytes + c.reduce_scatter * g_bytes, 0)),
+                            where(zero >= 2, buckets * where(zero >= 3, 3, 1), 0)),
+    }
+
+
+def data_parallel_groups(problem: Problem) -> dict[str, tuple[Any, Any]]:
+    """(ranks, stride) of the dense part's DP·CP group (stride TP) and the experts' EDP group (stride
+    ETP·EP)."""
+    lay = problem.layout
+    return {"dense": (lay.sharding_ranks, lay.tensor_parallel),
+            "expert": (lay.expert_data_parallel, lay.expert_tensor_parallel * lay.expert_parallel)}
+
+
 def data_parallel_times(problem: Problem, dense: Any, expert: Any, rates: dict[str, int]) -> DataParallelTimes:
     """Synchronisation of a stage holding `dense` non-expert and `expert` parameters per device
-    (before ZeRO sharding) over DP·CP and EDP ranks (see the module docstring)."""
-    lay, c = problem.layout, constants().collectives
-    zero = lay.zero_stage
+    (before ZeRO sharding) over DP·CP and EDP ranks (see the module docstring): the dense part, then
+    the experts, one after the other."""
+    total = dict.fromkeys(("reduce_per_step", "gather_per_step", "per_micro_batch"), 0.0)
+    for part, params in (("dense", dense), ("expert", expert)):
+        size, stride = data_parallel_groups(problem)[part]
+        for key, (bus, calls) in data_parallel_traffic(problem, params, size, rates).items():
+            total[key] = total[key] + ring_time(problem, bus, size, stride, calls)
+    return DataParallelTimes(total["reduce_per_step"], total["gather_per_step"], total["per_micro_batch"])
 
-    def times(params: Any, size: Any, stride: Any) -> tuple[Any, Any, Any]:
-        share = ring_share(size) * params
-        # --fp8-param-gather: the weights all-gathered in FP8 / FP4 (precision.param_gather_factor)
-        g_bytes, w_bytes = rates["gradients"] * share, rates["weights"] * share * param_gather_factor(problem)
-        reduce_step = where(zero == 0, c.all_reduce * g_bytes, where(zero == 1, c.reduce_scatter * g_bytes, 0))
-        gather_step = where((zero == 1) | (zero == 2), c.all_gather * w_bytes, 0)
-        per_mb = where(zero == 2, c.reduce_scatter * g_bytes,
-                       where(zero >= 3, 2 * c.all_gather * w_bytes + c.reduce_scatter * g_bytes, 0))
-        return (ring_time(problem, reduce_step, size, stride), ring_time(problem, gather_step, size, stride),
-                ring_time(problem, per_mb, size, stride))
 
-    # the dense part over the DP·CP group (stride TP), the experts over EDP (stride ETP·EP): one after the other
-    d = times(dense, lay.sharding_ranks, lay.tensor_parallel)
-    e = times(expert, lay.expert_data_parallel, lay.expert_tensor_parallel * lay.expert_parallel)
-    return DataParallelTimes(d[0] + e[0], d[1] + e[1], d[2] + e[2])
+@dataclass(frozen=True)
+class CollectiveRow:
+    """One collective of the plan, per step on the critical stage (for `plan --json`)."""
+
+    name: str
+    ranks: int
+    algorithm: str
+    link: str  # nvlink or network
+    calls: float
+    message_bytes: float  # bus bytes of one call
+    efficiency: float  # achieved bus bandwidth over the line rate at that size
+    latency_s: float  # per call
+    time_s: float
+
+
+def describe(problem: Problem, name: str, group: tuple[int, int], traffic: tuple[Any, Any], time_s: Any,
+             algorithm: str = "ring") -> CollectiveRow:
+    """The row of one collective on a `group` of (ranks, stride): `traffic` = (bus bytes, calls) per step
+    and its time."""
+    lay = problem.layout
+    size, stride = group
+    bus_bytes, calls = traffic
+    up, out = links(problem)
+    inside = local_members(size, stride, lay.devices, lay.devices_per_node) >= size
+    link = up if inside else out
+    per_call = float(bus_bytes / calls) if calls else 0.0
+    return CollectiveRow(name=name, ranks=int(size), algorithm=algorithm, link="nvlink" if inside else "network",
+                         calls=float(calls), message_bytes=per_call,
+                         efficiency=float(efficiency_at(link, per_call)) if per_call else 0.0,
+                         latency_s=link.latency_s, time_s=float(time_s))

@@ -65,6 +65,9 @@ class Part:
     cp_bytes: Any = 0  # K/V ring volume per exchange step (x (CP - 1): collectives.py)
     a2a_bytes: Any = 0  # expert-parallel dispatch + combine, all passes (x (1 - 1/EP): collectives.py)
     pp_bytes: Any = 0  # stage-boundary activation of one micro-batch, one direction
+    tp_calls: Any = 0  # tensor-parallel collective calls (each pays the link's latency: collectives.py)
+    cp_calls: Any = 0  # context-parallel ring exchanges (each CP - 1 sends)
+    a2a_calls: Any = 0  # expert-parallel all-to-alls (dispatch, combine, their backward and re-runs)
     phase_s: dict[str, Any] = field(default_factory=dict)  # roofline time per phase (report)
     cast_s: dict[str, Any] = field(default_factory=dict)  # low precision: each phase's cast kernels (in phase_s)
     low_precision_params: Any = 0  # dense weights of low-precision phases (quantised copies cached)
@@ -371,4 +374,12 @@ def _volumes(part: Part, v: Any, r: _Rates) -> None:
     part.tp_bytes = part.tp_bytes + tp_in * v("tp_in_bytes") + tp_out * v("tp_out_bytes")
     part.cp_bytes = part.cp_bytes + v("cp_bytes") * (1 + p.cp_backward_exchange_factor + reruns)
     part.a2a_bytes = part.a2a_bytes + v("a2a_bytes") * (1 + p.backward_exchange_factor + reruns) * r.imbalance
+    # calls: one per exchange counted above (an all-reduce is one call of two units)
+    if r.sequence_parallel:
+        in_calls, out_calls = 2 + p.sp_backward_regather + reruns, 2 + reruns
+    else:
+        in_calls, out_calls = 1, 1 + reruns
+    part.tp_calls = part.tp_calls + where(v("tp_in_bytes") > 0, in_calls, 0) + where(v("tp_out_bytes") > 0, out_calls, 0)
+    part.cp_calls = part.cp_calls + where(v("cp_bytes") > 0, 2 + reruns, 0)
+    part.a2a_calls = part.a2a_calls + where(v("a2a_bytes") > 0, 1 + p.backward_exchange_factor + reruns, 0)
     part.pp_bytes = part.pp_bytes + v("pp_bytes")

@@ -36,8 +36,9 @@ from ..arrays import is_array, largest, maximum, where
 from ..problem import Evaluation, Problem
 from ..state import bytes_per_param
 from ..steptime import StepTime, tile_overhead_s
-from .collectives import (all_to_all_time, context_parallel_time, data_parallel_times, pipeline_p2p_time,
-                          tensor_parallel_time)
+from .collectives import (CollectiveRow, all_to_all_time, context_parallel_time, data_parallel_groups,
+                          data_parallel_times, data_parallel_traffic, describe, pipeline_p2p_time, ring_share,
+                          ring_time, tensor_parallel_time)
 from .costs import Part, layer_parts, outside_parts
 from .fixed import FixedCosts, fixed_costs, launch_time
 from .memory import stage_params
@@ -115,6 +116,11 @@ def gpu_step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Ev
     comm.update(stages[crit].sync_raw if known else {})
     details = {"gemms": _gemm_report(kinds, (first, last)) if known else {}, "critical_stage": crit, "micro_batch_s": worst.micro_batch_s, "terms": worst.terms,
                "bubble_s": bubble, "sync_s": sync, "optimizer_s": optimizer, "grad_norm_s": norm}
+    if not is_array(step) and lay.devices > 1:
+        ends = (first if crit == 0 else None, crit == lay.pipeline_parallel - 1, last)
+        counts = pipe.kind_counts(crit)
+        details["collectives"] = (_collective_rows(problem, kinds, counts, m)
+                                  + _data_parallel_rows(problem, stage_params(problem, counts, kinds, ends), m))
     return StepTime(step, seqs * problem.run.seq_len / step, flops / (step * lay.devices * peak), phase_time,
                     worst.terms["tiling"] * m, 0.0, comm, repeats, details)
 
@@ -130,14 +136,15 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
     layers = sum(counts)
     stage = Part()
     for n, (_, part) in zip(counts, kinds):
-        for name in ("compute_s", "backward_s", "core_s", "tp_bytes", "cp_bytes", "a2a_bytes", "kernels"):
+        for name in ("compute_s", "backward_s", "core_s", "tp_bytes", "cp_bytes", "a2a_bytes", "kernels", "tp_calls",
+                     "cp_calls", "a2a_calls"):
             setattr(stage, name, getattr(stage, name) + n * getattr(part, name))
     layer_terms = _layer_terms(problem, kinds, counts)
     first, last = ends
     outside = [(first, is_first), (last, is_last)]
     compute = layer_terms.pop("compute") + sum(where(on, p.compute_s, 0) for p, on in outside)
     backward = stage.backward_s + sum(where(on, p.backward_s, 0) for p, on in outside)
-    tp_outside = sum(where(on, tensor_parallel_time(problem, p.tp_bytes), 0) for p, on in outside)
+    tp_outside = sum(where(on, tensor_parallel_time(problem, p.tp_bytes, p.tp_calls), 0) for p, on in outside)
     raw = {"tp_comm": layer_terms.pop("tp_raw") + tp_outside, "cp_comm": layer_terms.pop("cp_raw"),
            "all_to_all": layer_terms.pop("a2a_raw")}
     p2p = where(exists, pipeline_p2p_time(problem, kinds[0][1].pp_bytes), 0)
@@ -170,9 +177,9 @@ def _layer_terms(problem: Problem, kinds: list[tuple[Any, Part]], counts: list[A
     o = problem.layout.overlap
     out = dict.fromkeys(("compute", "tp_comm", "cp_comm", "all_to_all", "tp_raw", "cp_raw", "a2a_raw"), 0.0)
     for n, (_, part) in zip(counts, kinds):
-        tp = tensor_parallel_time(problem, part.tp_bytes)
-        cp = context_parallel_time(problem, part.cp_bytes)
-        a2a = all_to_all_time(problem, part.a2a_bytes)
+        tp = tensor_parallel_time(problem, part.tp_bytes, part.tp_calls)
+        cp = context_parallel_time(problem, part.cp_bytes, part.cp_calls)
+        a2a = all_to_all_time(problem, part.a2a_bytes, part.a2a_calls)
         exposed = {"compute": part.compute_s,
                    "tp_comm": where(o.tp_comm, maximum(0.0, tp - part.compute_s), tp),
                    "cp_comm": maximum(0.0, cp - part.core_s),
@@ -188,6 +195,56 @@ def _gemm_report(kinds: list[tuple[Any, Part]], ends: tuple[Part, Part]) -> dict
     out = {(kind.name, name): rows for kind, part in kinds for name, rows in part.gemms.items()}
     out.update({("", name): rows for part in ends for name, rows in part.gemms.items()})
     return out
+
+
+def _collective_rows(problem: Problem, kinds: list[tuple[Any, Part]], counts: list[Any], m: Any) -> list[CollectiveRow]:
+    """The critical stage's layer collectives (counts[k] layers of kind k) and pipeline sends per step:
+    bus bytes, calls, link, the efficiency at the message size and the latency per call
+    (collectives.describe)."""
+    lay = problem.layout
+    tot = dict.fromkeys(("tp_bytes", "tp_calls", "cp_bytes", "cp_calls", "a2a_bytes", "a2a_calls"), 0.0)
+    times = dict.fromkeys(("tp", "cp", "a2a"), 0.0)
+    for count, (_, part) in zip(counts, kinds):
+        n = count * m
+        for key in tot:
+            tot[key] += n * getattr(part, key)
+        times["tp"] += n * tensor_parallel_time(problem, part.tp_bytes, part.tp_calls)
+        times["cp"] += n * context_parallel_time(problem, part.cp_bytes, part.cp_calls)
+        times["a2a"] += n * all_to_all_time(problem, part.a2a_bytes, part.a2a_calls)
+    t, cp, ep = lay.tensor_parallel, lay.context_parallel, lay.expert_parallel
+    rows = []
+    if t > 1:
+        rows.append(describe(problem, "tensor_parallel", (t, 1), (tot["tp_bytes"] * ring_share(t), tot["tp_calls"]),
+                             times["tp"]))
+    if cp > 1:
+        rows.append(describe(problem, "context_parallel", (cp, t), (tot["cp_bytes"] * (cp - 1),
+                             tot["cp_calls"] * (cp - 1)), times["cp"], "p2p ring"))
+    if ep > 1 and tot["a2a_calls"]:
+        rows.append(describe(problem, "expert_all_to_all", (ep, lay.expert_tensor_parallel),
+                             (tot["a2a_bytes"] * ring_share(ep), tot["a2a_calls"]), times["a2a"],
+                             "deepep" if lay.deepep else "all-to-all"))
+    if lay.pipeline_parallel > 1:
+        sends = 2 * lay.virtual_pipeline * m
+        group = (lay.pipeline_parallel, max(lay.devices // lay.pipeline_parallel, 1))
+        rows.append(describe(problem, "pipeline_p2p", group, (kinds[0][1].pp_bytes * sends, sends),
+                             m * pipeline_p2p_time(problem, kinds[0][1].pp_bytes), "p2p"))
+    return rows
+
+
+def _data_parallel_rows(problem: Problem, params: tuple[Any, Any], m: Any) -> list[CollectiveRow]:
+    """The critical stage's data-parallel collectives per step (collectives.data_parallel_traffic)."""
+    rows = []
+    kinds = {"reduce_per_step": "gradient_reduce", "gather_per_step": "param_gather", "per_micro_batch": "zero_per_micro_batch"}
+    for part, held in zip(("dense", "expert"), params):
+        size, stride = data_parallel_groups(problem)[part]
+        if size <= 1 or not held:
+            continue
+        for key, (bus, calls) in data_parallel_traffic(problem, held, size, bytes_per_param(problem)).items():
+            times = m if key == "per_micro_batch" else 1
+            if calls:
+                rows.append(describe(problem, f"{kinds[key]}_{part}", (size, stride), (bus * times, calls * times),
+                                     times * ring_time(problem, bus, size, stride, calls)))
+    return rows
 
 
 def _model_flops(problem: Problem, tiles: Any, tile_batch: Any) -> Any:

@@ -1,0 +1,266 @@
+"""Collectives as NCCL runs them (btacalc/model/gpu/collectives.py) and leave-one-model-family-out
+cross-validation (btacalc/planning/crossval.py), each test written as its derivation.
+
+The H100 numbers below are the profile's sources, restated: NVLink 450 GB/s per direction at a bus
+efficiency of 360/450 (nccl-tests issue 326), 13.0 us per call inside a node (NVIDIA's DGX H100
+nccl-tests sample, dgxc-benchmarking nccl/README.md); the NIC 50 GB/s at 47/50 (nccl-tests issue 290), 46.5 us per call across nodes (nccl issue 1244).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from btacalc.config.execution import Layout, RunOptions
+from btacalc.config.hardware import resolve_hardware
+from btacalc.config.presets import resolve_model
+from btacalc.errors import BtacalcError
+from btacalc.model.gpu.collectives import (all_to_all_time, deepep_dedup, efficiency_at, links, local_members,
+                                           ring_factor, ring_time)
+from btacalc.model.problem import make_problem
+from btacalc.planning.crossval import Setting, cross_validate, scale_group
+from btacalc.planning.measured import MeasuredRun
+
+NVLINK_H100, NIC = 450e9, 50e9
+NVLINK_EFF, NIC_EFF = 360 / 450, 0.94
+NVLINK_ALPHA, NIC_ALPHA = 13.0e-6, 46.5e-6
+QWEN = resolve_model("qwen3-30b-a3b")
+
+
+def _problem(hw: str = "h100", model=QWEN, **layout):
+    hardware = resolve_hardware(hw)
+    fields = dict(devices_per_node=int(hardware.system.devices_per_node.value))
+    fields.update(layout)
+    return make_problem(model, hardware, RunOptions(attention="flash", recompute="none"), Layout(**fields))
+
+
+def test_ring_bus_factors_on_eight_ranks():
+    # NCCL-tests PERFORMANCE.md: all-reduce moves 2(n-1)/n of the buffer per rank, all-gather and
+    # reduce-scatter (n-1)/n; on n = 8: 14/8 and 7/8
+    assert ring_factor("all_reduce", 8) == pytest.approx(2 * 7 / 8)
+    assert ring_factor("all_gather", 8) == pytest.approx(7 / 8)
+    assert ring_factor("reduce_scatter", 8) == pytest.approx(7 / 8)
+    assert ring_factor("all_reduce", 1) == 0
+
+
+def test_latency_times_calls_plus_bytes_at_the_bus_rate():
+    # one TP 8 group inside a DGX H100: 10 calls moving 1 GB of bus bytes in all
+    p = _problem(devices=8)
+    assert ring_time(p, 1e9, 8, 1, 10) == pytest.approx(10 * NVLINK_ALPHA + 1e9 / (NVLINK_H100 * NVLINK_EFF))
+    # the calls alone: 100 empty calls cost 100 alphas; one rank moves nothing and pays nothing
+    assert ring_time(p, 0.0, 8, 1, 100) == pytest.approx(100 * NVLINK_ALPHA)
+    assert ring_time(p, 1e9, 1, 1, 100) == 0
+
+
+def test_efficiency_at_a_message_size_from_the_curve():
+    # busbw(x) = B e x / (x + h), h = alpha B e = 13e-6 x 360e9 = 4.68 MB: half of 0.8 at 4.68 MB,
+    # 0.8 x 36 / 40.68 at 36 MB
+    up, _ = links(_problem(devices=8))
+    assert up.half_size_bytes == pytest.approx(NVLINK_ALPHA * NVLINK_H100 * NVLINK_EFF)
+    assert efficiency_at(up, 4.68e6) == pytest.approx(0.4)
+    assert efficiency_at(up, 36e6) == pytest.approx(0.8 * 36 / 40.68)
+    # the curve is the alpha-beta time read as a bandwidth: x / (B x eff(x)) = alpha + x / (B e)
+    x = 36e6
+    assert x / (NVLINK_H100 * efficiency_at(up, x)) == pytest.approx(NVLINK_ALPHA + x / (NVLINK_H100 * NVLINK_EFF))
+
+
+def test_measured_bus_bandwidth_on_nvlink_is_within_the_published_range():
+    # issue 21: NCCL reaches about 0.6-0.8 of NVLink's peak on 8-GPU nodes, tens of us per call
+    for hw in ("a100-80gb", "h100", "h200", "b200", "gb200"):
+        up, out = links(_problem(hw, devices=8))
+        assert 0.6 <= up.bus_efficiency <= 0.81 and 5e-6 <= up.latency_s <= 1e-4
+        assert out.latency_s >= up.latency_s
+
+
+def test_ep64_inside_one_nvl72_domain_stays_on_nvlink():
+    # 64 GPUs of one GB200 NVL72 rack: the EP 64 group (stride ETP = 1) is ranks 0-63 of domain 0-71
+    assert local_members(64, 1, 64, 72) == 64
+    # 128 GPUs: the second group, ranks 64-127, is cut at rank 72: 8 of its members in the first domain,
+    # 56 in the second; the rank among the 8 sets the pace
+    assert local_members(64, 1, 128, 72) == 8
+    # size alone (64 <= 72) would have kept both on NVLink; a DGX of 8 cuts every 64-rank group in 8
+    assert local_members(64, 1, 64, 8) == 8 and local_members(8, 8, 64, 8) == 1
+
+
+def test_all_to_all_inside_and_across_nvl72_domains():
+    gb = resolve_hardware("gb200")
+    up, out = 900e9 * gb.collectives.scaleup_bus_efficiency.value, 50e9 * gb.collectives.scaleout_bus_efficiency.value
+    alpha_up, alpha_out = gb.collectives.scaleup_latency_s.value, gb.collectives.scaleout_latency_s.value
+    one = _problem("gb200", devices=64, expert_parallel=64)
+    sent = 1e9 * 63 / 64  # a rank keeps the 1/64 routed to itself
+    assert all_to_all_time(one, 1e9, 4) == pytest.approx(4 * alpha_up + sent / up)
+    two = _problem("gb200", devices=128, expert_parallel=64)
+    # 7 of 63 peers share the slowest rank's domain, 56 are reached through its NIC, concurrently
+    assert all_to_all_time(two, 1e9, 4) == pytest.approx(4 * alpha_out + max(sent * 7 / 63 / up, sent * 56 / 63 / out))
+
+
+def test_deepep_sends_a_token_once_per_remote_domain():
+    # Qwen3-30B-A3B (E = 128, k = 8) with EP 16 over two DGX H100: m = 2 domains, 64 experts each.
+    # P(no expert of the other domain among the 8) = C(64, 8) / C(128, 8); expected remote copies 8 x 1/2
+    p = _problem(devices=16, expert_parallel=16, deepep=True)
+    none = math.comb(64, 8) / math.comb(128, 8)
+    assert deepep_dedup(p, 2) == pytest.approx((1 - none) / 4)
+    assert deepep_dedup(p, 1) == 1.0
+    # the NIC share shrinks by that factor; what arrives is forwarded to its experts over NVLink
+    plain = _problem(devices=16, expert_parallel=16)
+    sent = 1e9 * 15 / 16
+    up, nic = NVLINK_H100 * NVLINK_EFF, NIC * NIC_EFF
+    assert all_to_all_time(plain, 1e9) == pytest.approx(max(sent * 7 / 15 / up, sent * 8 / 15 / nic))
+    expected = max((sent * 7 / 15 + sent * 8 / 15) / up, sent * 8 / 15 * (1 - none) / 4 / nic)
+    assert all_to_all_time(p, 1e9) == pytest.approx(expected)
+
+
+def test_plan_json_lists_each_collective(cli):
+    # TP 8 inside one DGX H100: the tensor-parallel row is a ring on NVLink at 13 us per call, and its
+    # efficiency is the curve's at the bytes per call
+    code, out, err = cli("plan", "--model", "llama-3-8b", "--hw", "h100", "--devices", "8", "--tp", "8", "--seq", "4096",
+                         "--global-batch", "8", "--micro-batch", "1", "--json")
+    assert code == 0, err
+    rows = {r["name"]: r for r in json.loads(out)["throughput"]["collectives"]}
+    tp = rows["tensor_parallel"]
+    assert (tp["algorithm"], tp["link"], tp["ranks"]) == ("ring", "nvlink", 8)
+    assert tp["latency_s"] == pytest.approx(NVLINK_ALPHA)
+    h = NVLINK_ALPHA * NVLINK_H100 * NVLINK_EFF
+    x = tp["message_bytes"]
+    assert tp["efficiency"] == pytest.approx(NVLINK_EFF * x / (x + h))
+    assert tp["time_s"] == pytest.approx(tp["calls"] * NVLINK_ALPHA + x * tp["calls"] / (NVLINK_H100 * NVLINK_EFF))
+
+
+def _run(run_id: str, model: str, role: str, measured: float, known_gap: str = "") -> MeasuredRun:
+    return MeasuredRun.model_validate(dict(id=run_id, source="synthetic test run", model=model, hw="x", devices=8,
+                                           precision="bf16", seq=1, global_batch=1, role=role, known_gap=known_gap,
+                                           measured={"tokens_per_s_per_device": measured}))
+
+
+def _synthetic(speeds: dict[str, float]):
+    """A one-factor model: predicted = f x speed; the least-squares fit on log error is
+    log f = mean(log(measured / speed)) over the fit runs."""
+    from btacalc.planning.crossval import CrossRun
+
+    def fit(device, chosen):
+        return {"f": math.exp(sum(math.log(r.measured.tokens_per_s_per_device / speeds[r.id]) for r in chosen)
+                              / len(chosen))}
+
+    def predict_run(run, factors):
+        pred = factors["d"]["f"] * speeds[run.id]
+        meas = run.measured.tokens_per_s_per_device
+        return CrossRun(id=run.id, model_family=run.model[0], hw=run.hw, moe=run.model.endswith("moe"),
+                        devices=run.devices, scale=scale_group(run.devices), predicted_tokens_per_s_per_device=pred,
+                        measured_tokens_per_s_per_device=meas, error=pred / meas - 1)
+
+    setting = Setting(family_of=lambda r: r.model[0], device_family_of=lambda r: "d", usable=lambda r: True)
+    return setting, fit, predict_run
+
+
+def test_cross_validation_by_hand():
+    # family a: two fit runs measured at 2x their speed; family b: a fit run at 4x and a check run at 2x
+    runs = [_run("a1", "a", "fit", 2.0), _run("a2", "a", "fit", 2.0), _run("b1", "b-moe", "fit", 4.0),
+            _run("b2", "b-moe", "check", 4.0)]
+    speeds = {"a1": 1.0, "a2": 1.0, "b1": 1.0, "b2": 2.0}
+    cv = cross_validate(runs, *_synthetic(speeds))
+    # holding a out fits f = 4 on b1: a predicted 4 against 2, +100% each; holding b out fits f = 2 on
+    # a1, a2: b1 2 against 4 (-50%), b2 4 against 4 (0)
+    errors = {r.id: r.error for f in cv.folds for r in f.runs}
+    assert errors == pytest.approx({"a1": 1.0, "a2": 1.0, "b1": -0.5, "b2": 0.0})
+    assert cv.overall.n == 4 and cv.overall.mean_abs_error == pytest.approx((1 + 1 + 0.5 + 0) / 4)
+    assert cv.overall.max_abs_error == pytest.approx(1.0)
+    assert cv.by_kind["dense"].mean_abs_error == pytest.approx(1.0)
+    assert cv.by_kind["moe"].mean_abs_error == pytest.approx(0.25)
+    assert cv.by_kind["moe"].mean_error == pytest.approx(-0.25)
+    folds = {f.held_out: f for f in cv.folds}
+    assert folds["a"].fits["d"]["f"] == pytest.approx(4.0) and folds["a"].fit_runs["d"] == ["b1"]
+
+
+def test_cross_validation_falls_back_to_all_runs_when_the_family_holds_every_fit_run():
+    # every fit run is in family a: holding a out, the factor is fitted on b's check runs (4 / 1), and
+    # the fold says so; b2, a known gap (a mechanism btacalc lacks), is predicted but never fitted to
+    runs = [_run("a1", "a", "fit", 2.0), _run("b1", "b", "check", 4.0), _run("b2", "b", "check", 100.0, "a gap")]
+    cv = cross_validate(runs, *_synthetic({"a1": 1.0, "b1": 1.0, "b2": 1.0}))
+    folds = {f.held_out: f for f in cv.folds}
+    assert folds["a"].basis["d"].startswith("all runs of other families")
+    assert folds["a"].runs[0].error == pytest.approx(4.0 / 2.0 - 1)
+    assert folds["a"].fit_runs["d"] == ["b1"]
+    assert folds["b"].basis["d"] == "fit runs of other families" and folds["b"].runs[0].error == pytest.approx(-0.5)
+    assert folds["b"].runs[1].error == pytest.approx(2.0 / 100.0 - 1)
+
+
+def test_scale_groups():
+    assert [scale_group(n) for n in (1, 8, 9, 72, 73, 256, 257)] == ["1-8", "1-8", "9-72", "9-72", "73-256",
+                                                                      "73-256", ">256"]
+
+
+def test_a_low_precision_run_the_device_cannot_run_is_not_expressible_rather_than_a_crash():
+    # MXFP8 needs Blackwell (compute capability 10): an H100 row is listed with the reason, never counted
+    from btacalc.planning.measured import predict
+
+    run = MeasuredRun.model_validate(dict(id="x", source="synthetic test run", model="llama-3-8b", hw="h100",
+                                          devices=8, precision="mxfp8", seq=8192, global_batch=128, role="check",
+                                          measured={"tokens_per_s_per_device": 1000.0}))
+    res = predict(run)
+    assert not res.expressible and "mxfp8" in res.reason and res.error is None
+
+
+def test_bad_collectives_section_is_one_line():
+    from btacalc.config.hardware import parse_profile
+    from btacalc.paths import data_dir
+
+    # the shipped h100 profile with an efficiency above 1; a wafer profile with a [collectives] section
+    path = data_dir("hardware_profiles") / "h100.toml"
+    bad = path.read_text(encoding="utf-8").replace("[collectives.scaleup_bus_efficiency]\nvalue = 0.8",
+                                                    "[collectives.scaleup_bus_efficiency]\nvalue = 1.5")
+    assert bad != path.read_text(encoding="utf-8")
+    with pytest.raises(BtacalcError, match=r"collectives\.scaleup_bus_efficiency\.value = 1\.5"):
+        parse_profile(bad, "h100.toml")
+    wafer = (path.parent / "wse3.toml").read_text(encoding="utf-8") + (
+        '\n[collectives.scaleup_bus_efficiency]\nvalue = 0.8\nkind = "estimate"\nsource = "https://x.org"\n'
+        'note = "a wafer has no NCCL"\n')
+    with pytest.raises(BtacalcError, match="collectives"):
+        parse_profile(wafer, "wse3.toml")
+
+
+def test_plan_json_lists_the_data_parallel_collectives(cli):
+    # Llama-3-8B on 8 GPUs of one DGX H100, DP 8 with the distributed optimizer (ZeRO-1) and fp32 main
+    # gradients: one reduce-scatter of 7/8 x 4 bytes x P per rank and one all-gather of 7/8 x 2 bytes x P
+    # (no --overlap-grad-reduce: one bucket), on NVLink
+    code, out, err = cli("plan", "--model", "llama-3-8b", "--hw", "h100", "--devices", "8", "--seq", "2048",
+                         "--global-batch", "8", "--micro-batch", "1", "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    params = report["model"]["params_total"]
+    rows = {r["name"]: r for r in report["throughput"]["collectives"]}
+    reduce, gather = rows["gradient_reduce_dense"], rows["param_gather_dense"]
+    assert (reduce["ranks"], reduce["link"], reduce["calls"]) == (8, "nvlink", 1.0)
+    assert reduce["message_bytes"] == pytest.approx(7 / 8 * 4 * params)
+    assert gather["message_bytes"] == pytest.approx(7 / 8 * 2 * params)
+    assert reduce["time_s"] == pytest.approx(NVLINK_ALPHA + 7 / 8 * 4 * params / (NVLINK_H100 * NVLINK_EFF))
+    assert report["throughput"]["communication_s"]["gradient_reduce"] == pytest.approx(reduce["time_s"])
+
+
+@pytest.mark.parametrize("args", [("--cross-validate", "--measured", "x.json"), ("--cross-validate", "--calibrate")])
+def test_cross_validate_refuses_options_it_would_ignore(cli, args):
+    code, _, err = cli("validate", *args)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "--" in err
+
+
+def test_cross_validation_of_shipped_runs_reproduces_the_calibration_when_the_fit_runs_stay():
+    # Llama 3 held out: the GPU factors are fitted on the same three fit runs `validate --calibrate`
+    # used (all GPT-3 family), so the fold's factors are the profile's and its errors are validate's.
+    # GPT-3 held out: it holds every GPU fit run, so the fold fits on the Llama 3 runs, says so, and
+    # never on a GPT-3 run.
+    from btacalc.planning.crossval import validate_cross
+    from btacalc.planning.measured import load_runs, predict
+
+    keep = {"gpt-22b-a100-80gb-8-379", "gpt-22b-a100-80gb-8-380", "gpt3-175b-h100-128-304",
+            "llama-3-70b-h100-64-303", "llama-3-8b-h100-8-bf16-dgxc"}
+    runs = [r for r in load_runs() if r.id in keep]
+    cv = validate_cross(runs)
+    folds = {f.held_out: f for f in cv.folds}
+    h100 = resolve_hardware("h100").calibration
+    shipped = {"compute_efficiency": h100.compute_efficiency.value, "gemm_half_width": h100.gemm_half_width.value}
+    assert folds["llama-3"].fits["gpu"] == pytest.approx(shipped, rel=1e-3)
+    for r in folds["llama-3"].runs:
+        assert r.error == pytest.approx(predict(next(x for x in runs if x.id == r.id)).error, abs=2e-3)
+    assert folds["gpt3"].basis["gpu"].startswith("all runs of other families")
+    assert sorted(folds["gpt3"].fit_runs["gpu"]) == ["llama-3-70b-h100-64-303", "llama-3-8b-h100-8-bf16-dgxc"]
