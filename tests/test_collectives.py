@@ -258,7 +258,7 @@ def test_cross_validation_of_shipped_runs_reproduces_the_calibration_when_the_fi
     cv = validate_cross(runs)
     folds = {f.held_out: f for f in cv.folds}
     h100 = resolve_hardware("h100").calibration
-    shipped = {"compute_efficiency": h100.compute_efficiency.value, "gemm_half_width": h100.gemm_half_width.value}
+    shipped = {"compute_efficiency": h100.compute_efficiency.value}
     assert folds["llama-3"].fits["gpu"] == pytest.approx(shipped, rel=1e-3)
     for r in folds["llama-3"].runs:
         assert r.error == pytest.approx(predict(next(x for x in runs if x.id == r.id)).error, abs=2e-3)

@@ -85,7 +85,7 @@ def validate(
     return 0 if all(r.ok_for_ci for r in points) and report.gate.ok else 1
 
 
-def _cross_validate(output: Optional[Path], as_json: bool, plot_path: Optional[str]) -> int:
+def _cross_validate(output: Optional[str], as_json: bool, plot_path: Optional[str]) -> int:
     from ..planning.crossval import validate_cross
 
     outs = outputs(output, as_json, plot_path=plot_path)

@@ -31,7 +31,7 @@ def whatif_renderable(r: WhatIfResult) -> Group:
     head.add_row("today", f"{r.solve_for} = {_fmt(r.today_value)} gives {r.target_metric} = {today}")
     if r.reached and r.value is not None and r.ratio is not None and r.answer is not None:
         head.add_row("answer", Text(f"{_fmt(r.value)} ({r.ratio:.3g}x today's value) gives {r.target_metric} = "
-                                    f"{_fmt(r.answer.metric)} at G x b x M = {r.answer.shape}", style="bold green"))
+                                    f"{'-' if r.answer.metric is None else _fmt(r.answer.metric)} at G x b x M = {r.answer.shape}", style="bold green"))
     else:
         head.add_row("answer", Text(f"not reached: {r.note}", style="bold red"))
     head.add_row("along the way", " -> ".join(r.binds_along_the_way) or "-")

@@ -319,7 +319,7 @@ def express(run: MeasuredRun, family: str = "gpu") -> tuple[Optional[ExecutionRe
         if recipe.mtp_num_layers is not None:
             changes["multi_token_prediction"] = recipe.mtp_num_layers > 0
         if recipe.cross_entropy_loss_fusion is not None and family == "gpu":
-            changes["loss"] = "vocab_parallel"  # fused or not, the same buffers (Recipe.cross_entropy_loss_fusion)
+            changes.update(loss="vocab_parallel")  # fused or not, the same buffers (Recipe.cross_entropy_loss_fusion)
         if recipe.memory_model is not None:
             changes["memory_model"] = recipe.memory_model
     # the published low-precision runs use Megatron-Bridge's mixed-precision recipes (btacalc/data/precision.toml

@@ -39,7 +39,7 @@ from ...catalogue.terms import Gemm, Phase
 from ..problem import Evaluation, Problem, kind_values
 from ..steptime import compute_efficiency
 from ..arrays import maximum, where
-from .precision import CastRates, cast_rates, phase_cast_s
+from .precision import CastRates, cast_rates, phase_cast_s, phase_weight_cast_s
 from .gemm import GemmDevice, gemm_time
 
 # FlashAttention-2's thread blocks cover B_r = B_c = 128 queries and keys for head dimensions up to 128
@@ -70,6 +70,7 @@ class Part:
     a2a_calls: Any = 0  # expert-parallel all-to-alls (dispatch, combine, their backward and re-runs)
     phase_s: dict[str, Any] = field(default_factory=dict)  # roofline time per phase (report)
     cast_s: dict[str, Any] = field(default_factory=dict)  # low precision: each phase's cast kernels (in phase_s)
+    weight_cast_s: Any = 0.0  # low precision: casting the weights, once per optimizer step (not per micro-batch)
     low_precision_params: Any = 0  # dense weights of low-precision phases (quantised copies cached)
     low_precision_routed: Any = 0  # routed experts' weights of low-precision phases (all E)
     gemms: dict[str, list["GemmRow"]] = field(default_factory=dict)  # per phase, its matmuls (report)
@@ -288,7 +289,8 @@ _FUNCTIONS = {"ceiling": np.ceil, "__builtins__": {}}
 def _evaluate(expr: str, symbols: dict[str, Any]) -> Any:
     """A catalogue GEMM expression (checked arithmetic over the notation: `terms.check_expression`) at the
     symbol values (ints, floats or arrays of layouts)."""
-    return eval(_code(expr), _FUNCTIONS, symbols)  # noqa: S307  # arithmetic only, checked when read
+    with np.errstate(divide="ignore", invalid="ignore"):  # an empty shape (no expert on a device) is 0/0
+        return eval(_code(expr), _FUNCTIONS, symbols)  # noqa: S307  # arithmetic only, checked when read
 
 
 def _launches(phase: Phase, v: Any, r: _Rates) -> Any:
@@ -320,11 +322,15 @@ def _fused_core(part: Part, pv: PhaseValues, phases: list[Phase], core: list[Any
 
 
 def _cast(part: Part, phase: Phase, v: Any, r: _Rates, load: Any) -> Any:
-    """Seconds of the phase's cast kernels per micro-batch (`precision.phase_cast_s`), kept for the report."""
+    """Seconds of the phase's activation and gradient casts per micro-batch (`precision.phase_cast_s`); the
+    weights' cast, once per step, goes to `part.weight_cast_s` (the step adds it once, whatever M); the
+    report's row carries both on its micro-batch basis."""
     if r.cast is None or not phase.low_precision:
         return 0.0
-    t = phase_cast_s(r.cast, r.hbm, phase, v, load, r.expert_shards)
-    part.cast_s[phase.name] = t
+    t = phase_cast_s(r.cast, r.hbm, phase, v, load, r.expert_shards, weights=False)
+    once = phase_weight_cast_s(r.cast, r.hbm, phase, v, r.expert_shards)
+    part.weight_cast_s = part.weight_cast_s + once
+    part.cast_s[phase.name] = t + once * r.cast.weight_casts_per_micro_batch
     return t
 
 

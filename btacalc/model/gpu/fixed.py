@@ -59,10 +59,11 @@ class FixedCosts:
 
     optimizer_s: Any
     grad_norm_s: Any
+    weight_cast_s: Any = 0.0  # low precision: the quantised weight copies, cast once per step (precision.py)
 
     @property
     def total_s(self) -> Any:
-        return self.optimizer_s + self.grad_norm_s
+        return self.optimizer_s + self.grad_norm_s + self.weight_cast_s
 
 
 def optimizer_bytes_per_param(rates: dict[str, int]) -> int:

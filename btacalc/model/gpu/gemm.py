@@ -120,7 +120,18 @@ def _roofline(compute: Any, memory: Any, p: float) -> Any:
 
 
 def gemm_time(m: Any, n: Any, k: Any, bytes_per_element: Any, device: GemmDevice, groups: Any = 1) -> GemmTime:
-    """Time of `groups` GEMMs (m x k) @ (k x n) run as one launch (see the module docstring)."""
+    """Time of `groups` GEMMs (m x k) @ (k x n) run as one launch (see the module docstring). No group (a
+    device holding no expert) takes no time; the arithmetic never warns (shares of an empty launch are 1)."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        out = _gemm_time(m, n, k, bytes_per_element, device, np.asarray(groups, dtype=float))
+    def clean(v: Any, empty: float) -> Any:  # an empty launch: 0/0
+        return np.nan_to_num(v, nan=empty) if np.ndim(v) else (empty if v != v else v)
+
+    return GemmTime(clean(out.time_s, 0.0), clean(out.efficiency, 1.0), clean(out.quantisation, 1.0),
+                    out.memory_bound)
+
+
+def _gemm_time(m: Any, n: Any, k: Any, bytes_per_element: Any, device: GemmDevice, groups: Any) -> GemmTime:
     m, n, k = (np.maximum(np.asarray(x, dtype=float), 1.0) for x in (m, n, k))
     shape = np.broadcast(m, n, k, groups).shape
     compute = np.minimum.reduce([np.broadcast_to(_compute_time(m, n, k, device, t, groups), shape)

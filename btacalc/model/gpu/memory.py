@@ -121,10 +121,18 @@ def stage_params(problem: Problem, counts: list[Any], kinds: list[tuple[LayerKin
     share = [(part, n) for n, (_, part) in zip(counts, kinds)]
     vocab = padded_vocab(model.vocab_size, lay.tensor_parallel)  # as the first stage's embedding (problem.py)
     tied = ratio(vocab * model.hidden_size, lay.tensor_parallel) if model.tied_embeddings else 0
-    dense = sum(n * p.dense_params for p, n in share) + (first.dense_params if first is not None else 0) \
+    dense = sum(_times(n, p.dense_params) for p, n in share) + (first.dense_params if first is not None else 0) \
         + where(is_last, last.dense_params + where(lay.pipeline_parallel > 1, tied, 0), 0)
-    expert = ratio(sum(n * p.routed_params for p, n in share), lay.expert_parallel * lay.expert_tensor_parallel)
+    expert = ratio(sum(_times(n, p.routed_params) for p, n in share), lay.expert_parallel * lay.expert_tensor_parallel)
     return dense, expert
+
+
+def _times(n: Any, params: Any) -> Any:
+    """n x params where n may be an int64 array (layers per stage over layouts) and params a Python int
+    beyond int64 (a model of 2^62 experts): then in float64, finite and to 16 digits, never wrapped."""
+    if is_array(n) and isinstance(params, int) and abs(params) >= 2 ** 53:
+        return n.astype(float) * float(params)
+    return n * params
 
 
 def _low_precision_params(problem: Problem, layers: Any, kinds: list[tuple[LayerKind, Part]]) -> Any:

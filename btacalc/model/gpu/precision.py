@@ -75,14 +75,23 @@ def cast_rates(problem: Problem) -> Optional[CastRates]:
                      weight_casts_per_micro_batch=1 / problem.layout.micro_batches)
 
 
-def phase_cast_s(rates: CastRates, hbm: float, phase: Phase, v: Any, load: Any, expert_shards: Any) -> Any:
+def phase_cast_s(rates: CastRates, hbm: float, phase: Phase, v: Any, load: Any, expert_shards: Any,
+                 weights: bool = True) -> Any:
     """Seconds of a low-precision phase's cast kernels per micro-batch: its activations and output
-    gradients (`cast_elements` x the routed load) and its weights once per optimizer step (params / M; a
-    routed phase casts only the device's 1/(EP·ETP) of the experts), each moving `bytes_per_cast` at HBM
-    bandwidth. `v` reads the phase's per-device values."""
+    gradients (`cast_elements` x the routed load) and, with `weights`, its weights' once-per-step cast as
+    1/M of it (`phase_weight_cast_s` x weight_casts_per_micro_batch), each element moving `bytes_per_cast`
+    at HBM bandwidth. `v` reads the phase's per-device values."""
+    t = v("cast_elements") * load * rates.bytes_per_cast / hbm
+    return t + phase_weight_cast_s(rates, hbm, phase, v, expert_shards) * rates.weight_casts_per_micro_batch \
+        if weights else t
+
+
+def phase_weight_cast_s(rates: CastRates, hbm: float, phase: Phase, v: Any, expert_shards: Any) -> Any:
+    """Seconds of casting the phase's weights, once per optimizer step (TE caches the quantised weights for
+    the step's micro-batches: MLM transformer_engine.py:1338); a routed phase casts only the device's
+    1/(EP·ETP) of the experts. The step time adds it once (timing.py: per-step fixed costs)."""
     weights = v("params") / (expert_shards if phase.param_bucket == "routed" else 1)
-    elements = v("cast_elements") * load + weights * rates.weight_casts_per_micro_batch
-    return elements * rates.bytes_per_cast / hbm
+    return weights * rates.bytes_per_cast / hbm
 
 
 def phase_precision(problem: Problem, phase: Phase) -> str:

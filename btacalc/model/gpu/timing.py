@@ -97,12 +97,14 @@ def gpu_step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Ev
             crit = j
         worst = worst.pick(slower, st)
     sync, optimizer, norm = stages[0].sync, stages[0].fixed.optimizer_s, stages[0].fixed.grad_norm_s
+    casts = stages[0].fixed.weight_cast_s
     for st in stages[1:]:
         sync = maximum(sync, st.sync)
-        slower = st.fixed.total_s > optimizer + norm
+        slower = st.fixed.total_s > optimizer + norm + casts
         optimizer, norm = where(slower, st.fixed.optimizer_s, optimizer), where(slower, st.fixed.grad_norm_s, norm)
+        casts = where(slower, st.fixed.weight_cast_s, casts)
     bubble = worst.micro_batch_s * pipe.bubble_micro_batches
-    step = worst.micro_batch_s * m + bubble + sync + optimizer + norm
+    step = worst.micro_batch_s * m + bubble + sync + optimizer + norm + casts
     seqs = lay.data_parallel * m * tiles * tile_batch
     peak = problem.hardware.chip.peak_flops_per_s.value
     flops = _model_flops(problem, tiles, tile_batch) * lay.data_parallel * m
@@ -112,6 +114,8 @@ def gpu_step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Ev
     phase_time, repeats = _phase_report(problem, pipe, crit, kinds, (first, last), m) if known else ({}, {})
     phase_time.update({k: v * m for k, v in worst.terms.items() if k not in ("compute", "tiling")})
     phase_time.update(pipeline_bubble=bubble, gradient_sync=sync, optimizer_step=optimizer, grad_norm=norm)
+    if problem.run.recipe.low:
+        phase_time.update(weight_casts=casts)
     comm = {k: v * m for k, v in worst.raw.items()}
     comm.update(stages[crit].sync_raw if known else {})
     details = {"gemms": _gemm_report(kinds, (first, last)) if known else {}, "critical_stage": crit, "micro_batch_s": worst.micro_batch_s, "terms": worst.terms,
@@ -137,7 +141,7 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
     stage = Part()
     for n, (_, part) in zip(counts, kinds):
         for name in ("compute_s", "backward_s", "core_s", "tp_bytes", "cp_bytes", "a2a_bytes", "kernels", "tp_calls",
-                     "cp_calls", "a2a_calls"):
+                     "cp_calls", "a2a_calls", "weight_cast_s"):
             setattr(stage, name, getattr(stage, name) + n * getattr(part, name))
     layer_terms = _layer_terms(problem, kinds, counts)
     first, last = ends
@@ -167,7 +171,9 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
     sync_raw = {"gradient_reduce": dp.reduce_per_step, "param_gather": dp.gather_per_step,
                 "zero_per_micro_batch": dp.per_micro_batch * micro_batches}
     fixed = fixed_costs(problem, dense, expert, bytes_per_param(problem))
-    fixed = FixedCosts(where(exists, fixed.optimizer_s, 0.0), where(exists, fixed.grad_norm_s, 0.0))
+    casts = stage.weight_cast_s + sum(where(on, p.weight_cast_s, 0) for p, on in ((ends[0], is_first), (ends[1], is_last)))
+    fixed = FixedCosts(where(exists, fixed.optimizer_s, 0.0), where(exists, fixed.grad_norm_s, 0.0),
+                       where(exists, casts, 0.0))
     return _Stage(terms, raw, where(exists, reduce + gather, 0.0), sync_raw, fixed)
 
 
