@@ -166,7 +166,7 @@ def _layout_text(r: PlanReport) -> str:
         + (f" (layout {par.pipeline_layout})" if par.pipeline_layout else "")
         + (" [dim](default)[/dim]" if "pipeline_split" in r.inputs.defaults else ""))
     changed = [r.inputs.defaults[k] for k in ("overlap_all_to_all", "overlap_p2p")
-               if "Megatron" in r.inputs.defaults.get(k, "")]
+               if " refuses " in r.inputs.defaults.get(k, "")]  # megatron_rules' refusals, not the plain defaults
     return (f"{par.devices} devices ({par.devices_per_node} per NVLink domain): {sizes}{split}; {shard}; "
             f"M = {par.micro_batches} micro-batches; overlapped: {', '.join(on) or 'none'}"
             + "".join(f"; {c}" for c in changed))
