@@ -241,7 +241,8 @@ def test_tokens_per_step_changes_the_default_and_a_wafer_refuses_it(cli):
     assert code == 2 and "wafer" in err
 
 
-def test_gradient_label_follows_grad_bytes(cli):
+def test_gradient_label_follows_grad_bytes(cli, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")  # the labels on one line
     _, out4, _ = cli("plan", "--hw", "b200", "--devices", "8")
     _, out2, _ = cli("plan", "--hw", "b200", "--devices", "8", "--grad-bytes", "2")
     assert "fp32 main gradients: 4 B/param" in out4
