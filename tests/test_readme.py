@@ -153,6 +153,8 @@ SLOW = (("crossover", "--search"), ("--cross-validate",))
 def test_inline_command_runs(cli, clone_dir, command, may_not_fit):
     if any(all(word in command.split() for word in slow) for slow in SLOW):
         pytest.skip("minutes long: run by benchmarks/ and tools/accuracy.py (SLOW)")
+    if "--plot" in command.split():
+        pytest.importorskip("matplotlib", reason="--plot needs the plot extra (pip install '.[plot]')")
     code, out, err = _run(cli, command)
     allowed = (0, 1) if may_not_fit else (0,)
     assert code in allowed, f"{command}: exit {code}: {err.strip()[:300]}"
