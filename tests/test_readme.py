@@ -155,6 +155,10 @@ def test_inline_command_runs(cli, clone_dir, command, may_not_fit):
         pytest.skip("minutes long: run by benchmarks/ and tools/accuracy.py (SLOW)")
     if "--plot" in command.split():
         pytest.importorskip("matplotlib", reason="--plot needs the plot extra (pip install '.[plot]')")
+    if command.split()[1] == "measure":
+        pytest.importorskip("torch", reason="btacalc measure needs the measure extra (pip install '.[measure]')")
+    if "--calibrate" in command.split():
+        pytest.importorskip("scipy", reason="--calibrate needs the calibrate extra (pip install '.[calibrate]')")
     code, out, err = _run(cli, command)
     allowed = (0, 1) if may_not_fit else (0,)
     assert code in allowed, f"{command}: exit {code}: {err.strip()[:300]}"
