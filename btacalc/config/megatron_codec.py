@@ -631,28 +631,35 @@ def _neg(v: Any) -> Any:
     return not _bool(v)
 
 
+def _as_is(v: Any) -> Any:
+    return v
+
+
+# A Bridge key that holds Megatron's value unchanged: (to Bridge, from Bridge).
+_AS_IS: tuple[Callable[[Any], Any], Callable[[Any], Any]] = (_as_is, _as_is)
+
 BRIDGE_KEYS: dict[str, tuple[str, Callable[[Any], Any], Callable[[Any], Any]]] = {
-    "num_experts": ("model.num_moe_experts", lambda v: v, lambda v: v),
-    "swiglu": ("model.gated_linear_unit", lambda v: v, lambda v: v),
+    "num_experts": ("model.num_moe_experts", *_AS_IS),
+    "swiglu": ("model.gated_linear_unit", *_AS_IS),
     "untie_embeddings_and_output_weights": ("model.share_embeddings_and_output_weights", _neg, _neg),
-    "micro_batch_size": ("train.micro_batch_size", lambda v: v, lambda v: v),
-    "global_batch_size": ("train.global_batch_size", lambda v: v, lambda v: v),
-    "use_distributed_optimizer": ("ddp.use_distributed_optimizer", lambda v: v, lambda v: v),
-    "use_megatron_fsdp": ("ddp.use_megatron_fsdp", lambda v: v, lambda v: v),
-    "data_parallel_sharding_strategy": ("ddp.data_parallel_sharding_strategy", lambda v: v, lambda v: v),
-    "overlap_grad_reduce": ("ddp.overlap_grad_reduce", lambda v: v, lambda v: v),
-    "overlap_param_gather": ("ddp.overlap_param_gather", lambda v: v, lambda v: v),
+    "micro_batch_size": ("train.micro_batch_size", *_AS_IS),
+    "global_batch_size": ("train.global_batch_size", *_AS_IS),
+    "use_distributed_optimizer": ("ddp.use_distributed_optimizer", *_AS_IS),
+    "use_megatron_fsdp": ("ddp.use_megatron_fsdp", *_AS_IS),
+    "data_parallel_sharding_strategy": ("ddp.data_parallel_sharding_strategy", *_AS_IS),
+    "overlap_grad_reduce": ("ddp.overlap_grad_reduce", *_AS_IS),
+    "overlap_param_gather": ("ddp.overlap_param_gather", *_AS_IS),
     "grad_reduce_in_bf16": ("ddp.grad_reduce_in_fp32", _neg, _neg),
-    "ckpt_format": ("checkpoint.ckpt_format", lambda v: v, lambda v: v),
-    "tp_comm_overlap": ("comm_overlap.tp_comm_overlap", lambda v: v, lambda v: v),
-    "overlap_moe_expert_parallel_comm": ("comm_overlap.overlap_moe_expert_parallel_comm", lambda v: v, lambda v: v),
-    "num_virtual_stages_per_pipeline_rank": ("model.virtual_pipeline_model_parallel_size", lambda v: v, lambda v: v),
-    "window_size": ("model.window_size", lambda v: v, lambda v: v),
-    "decoder_first_pipeline_num_layers": ("model.num_layers_in_first_pipeline_stage", lambda v: v, lambda v: v),
-    "decoder_last_pipeline_num_layers": ("model.num_layers_in_last_pipeline_stage", lambda v: v, lambda v: v),
+    "ckpt_format": ("checkpoint.ckpt_format", *_AS_IS),
+    "tp_comm_overlap": ("comm_overlap.tp_comm_overlap", *_AS_IS),
+    "overlap_moe_expert_parallel_comm": ("comm_overlap.overlap_moe_expert_parallel_comm", *_AS_IS),
+    "num_virtual_stages_per_pipeline_rank": ("model.virtual_pipeline_model_parallel_size", *_AS_IS),
+    "window_size": ("model.window_size", *_AS_IS),
+    "decoder_first_pipeline_num_layers": ("model.num_layers_in_first_pipeline_stage", *_AS_IS),
+    "decoder_last_pipeline_num_layers": ("model.num_layers_in_last_pipeline_stage", *_AS_IS),
     "bf16": ("mixed_precision", lambda v: "bf16_mixed" if v else None, lambda v: str(v).startswith("bf16")),
-    "num_attention_heads": ("model.num_attention_heads", lambda v: v, lambda v: v),
-    "attention_dropout": ("model.attention_dropout", lambda v: v, lambda v: v),
+    "num_attention_heads": ("model.num_attention_heads", *_AS_IS),
+    "attention_dropout": ("model.attention_dropout", *_AS_IS),
 }
 # Not Bridge config keys: data and tokenizer are Bridge's dataset/tokenizer configs, not the model's.
 # max_position_embeddings: GPTModelProvider sizes positions by seq_length (no such field in gpt_provider.py).

@@ -395,18 +395,21 @@ def _memory_prediction(profile: HardwareProfile, report: PlanReport, rank: str) 
 
 def _memory_error(pred: RunPrediction, measured: Measured) -> Optional[float]:
     """predicted / measured - 1 of the peak allocated memory when the run gives it, else of the reserved."""
-    if measured.peak_alloc_gib and pred.peak_alloc_gib:
-        return pred.peak_alloc_gib / measured.peak_alloc_gib - 1
-    if measured.peak_reserved_gib and pred.peak_reserved_gib:
-        return pred.peak_reserved_gib / measured.peak_reserved_gib - 1
-    return None
+    return _first_error(((pred.peak_alloc_gib, measured.peak_alloc_gib),
+                         (pred.peak_reserved_gib, measured.peak_reserved_gib)))
 
 
 def _error(pred: RunPrediction, measured: Measured) -> Optional[float]:
-    if measured.tokens_per_s_per_device and pred.tokens_per_s_per_device:
-        return pred.tokens_per_s_per_device / measured.tokens_per_s_per_device - 1
-    if measured.step_time_s and pred.step_time_s:
-        return pred.step_time_s / measured.step_time_s - 1
+    """predicted / measured - 1 of the tokens/s per device when the run gives it, else of the step time."""
+    return _first_error(((pred.tokens_per_s_per_device, measured.tokens_per_s_per_device),
+                         (pred.step_time_s, measured.step_time_s)))
+
+
+def _first_error(pairs: tuple[tuple[Optional[float], Optional[float]], ...]) -> Optional[float]:
+    """predicted / measured - 1 of the first (predicted, measured) pair where both are given."""
+    for predicted, value in pairs:
+        if value and predicted:
+            return predicted / value - 1
     return None
 
 
