@@ -16,6 +16,7 @@ from btacalc.model.problem import make_problem
 PEAK = 1e15  # FLOP/s, a round achieved peak for the hand arithmetic
 HBM = 3e12  # B/s
 FAST = 1e15  # B/s: a bandwidth at which the quantisation tests' GEMMs stay compute-bound (ridge 1 FLOP/B)
+NO_RERUN = RunOptions(seq_len=4096, attention="flash", gradient_bytes=4, recompute="none")  # each pass once
 
 
 def test_a_gemm_needing_1_02_waves_runs_at_half_speed():
@@ -162,6 +163,58 @@ def test_launches_show_only_beyond_the_gpu_time():
     assert p.hardware.kernels.launch_overhead_s.value == 4e-6
     assert launch_time(p, 1000, 1e-3) == pytest.approx(3e-3)
     assert launch_time(p, 1000, 5e-3) == 0.0
+
+
+def test_an_expert_gemm_costs_the_host_what_te_pr_3134_measured():
+    """TransformerEngine PR 3134's SM100 table: 8 experts x 128 tokens (N = K = 2048) through the
+    multi-stream cuBLASLt loop take 0.267 ms, the same math in one CUTLASS launch 0.069 ms: the loop sets
+    the time, 0.267 ms / 8 per expert GEMM; Hopper takes the same host cost over."""
+    per_expert = 0.267e-3 / 8
+    assert per_expert > 0.069e-3 / 8  # not the math: a single launch does all of it in a quarter of the time
+    for hw in ("b200", "gb200", "h100"):
+        k = resolve_hardware(hw).kernels
+        assert k.expert_gemm_host_s.value == pytest.approx(per_expert, rel=2e-3)
+        assert k.expert_gemm_host_s.value > 8 * k.launch_overhead_s.value  # far above a bare launch
+
+
+def test_a_grouped_gemm_is_issued_once_per_local_expert_and_pass():
+    """Qwen3-30B-A3B at EP 8: a rank holds E/EP = 128/8 = 16 experts; its two grouped GEMMs (gate/up and
+    down) each run 16 cuBLASLt GEMMs forward, 16 for the data gradient and 16 for the weight gradient: 2 x 16
+    x 3 = 96 per layer and micro-batch. At 33.4 us each that is 3.2 ms of host time (plus the other kernels
+    at 4 us), and the stage's micro-batch shows what exceeds its GPU time. At EP 16 the count halves."""
+    from btacalc.model.gpu.costs import layer_parts
+    from btacalc.model.gpu.fixed import host_time, launch_time
+
+    p = _problem("qwen3-30b-a3b", hw="b200", run=NO_RERUN, devices=8, expert_parallel=8)
+    (part,) = layer_parts(p, p.evaluate(1, 1))
+    assert part.expert_gemms == pytest.approx(2 * (128 / 8) * 3) == 96
+    # the dense GEMMs (q/k/v, output projection, router) stay plain launches, 3 passes each
+    assert part.kernels >= 3 * 3
+    assert host_time(p, part.kernels, part.expert_gemms) == pytest.approx(part.kernels * 4e-6 + 96 * 3.34e-5)
+    assert launch_time(p, 0, 2e-3, 96) == pytest.approx(96 * 3.34e-5 - 2e-3)
+    assert launch_time(p, 0, 4e-3, 96) == 0.0
+    p16 = _problem("qwen3-30b-a3b", hw="b200", run=NO_RERUN, devices=16, expert_parallel=16)
+    assert layer_parts(p16, p16.evaluate(1, 1))[0].expert_gemms == pytest.approx(48)
+
+
+def test_a_host_bound_moe_micro_batch_takes_its_host_time():
+    """Qwen3-30B-A3B on 8 B200 at EP 8, one sequence of 4,096 per micro-batch: the micro-batch's terms add
+    up to the larger of its GPU time and its host time (48 layers of 96 expert GEMMs and their kernels, plus
+    the parts outside the layers)."""
+    from btacalc.model.gpu.costs import layer_parts, outside_parts
+    from btacalc.model.gpu.fixed import host_time
+    from btacalc.model.gpu.timing import gpu_step_time
+
+    p = _problem("qwen3-30b-a3b", hw="b200", run=NO_RERUN, devices=8, expert_parallel=8, micro_batches=4)
+    ev = p.evaluate(1, 1)
+    (part,), (first, last) = layer_parts(p, ev), outside_parts(p, ev)
+    layers = p.model.num_layers
+    host = host_time(p, layers * part.kernels + first.kernels + last.kernels, layers * part.expert_gemms)
+    st = gpu_step_time(p, 1, 1, ev)
+    terms = st.details["terms"]
+    gpu = sum(v for k, v in terms.items() if k != "launch")
+    assert terms["launch"] == pytest.approx(max(0.0, host - gpu))
+    assert st.details["micro_batch_s"] == pytest.approx(max(host, gpu))
 
 
 def test_the_step_carries_the_fixed_costs_as_rows():

@@ -299,6 +299,10 @@ class Kernels(_Section):
         description="short side of it: the candidate tiles are long x short, short x long and short x short")
     launch_overhead_s: Annotated[Number, LATENCY] = Field(
         description="CPU-side cost of launching one kernel, paid per kernel where kernels are too short to hide it")
+    expert_gemm_host_s: Annotated[Optional[Number], LATENCY] = Field(
+        None, description="CPU-side cost of one expert's GEMM in a grouped expert GEMM that the library issues as "
+        "a loop of per-expert cuBLASLt calls (TransformerEngine's multi-stream grouped GEMM; model/gpu/fixed.py); "
+        "None: one kernel launch (launch_overhead_s) per expert")
     gemm_ceiling_fraction: Annotated[Number, FRACTION] = Field(
         description="share of the datasheet dense peak a large, perfectly quantised BF16 GEMM reaches in a "
         "microbenchmark of this generation (the measured ceiling; model/gpu/gemm.py)")

@@ -75,6 +75,7 @@ class Part:
     low_precision_routed: Any = 0  # routed experts' weights of low-precision phases (all E)
     gemms: dict[str, list["GemmRow"]] = field(default_factory=dict)  # per phase, its matmuls (report)
     kernels: Any = 0  # kernel launches, forward + backward + re-run (model/gpu/fixed.py)
+    expert_gemms: Any = 0  # per-expert GEMMs of grouped expert GEMMs, all passes (issued one by one: fixed.py)
 
 
 @dataclass(frozen=True)
@@ -214,7 +215,8 @@ def _part(pv: PhaseValues, phases: list[Phase], r: _Rates, memory_only: bool = F
             continue
         flops = (v("flops_fwd") + v("flops_bwd") + v("flops_recompute")) * load
         traffic = _traffic(phase, v, r, load)
-        part.kernels = part.kernels + _launches(phase, v, r)
+        kernels, expert_gemms = _launches(phase, v, r)
+        part.kernels, part.expert_gemms = part.kernels + kernels, part.expert_gemms + expert_gemms
         if phase.core and r.flash:
             run = r.core_time_factor
             core = [core[0] + flops * run, core[1] + traffic, core[2] + v("flops_bwd") * load * run]
@@ -293,18 +295,22 @@ def _evaluate(expr: str, symbols: dict[str, Any]) -> Any:
         return eval(_code(expr), _FUNCTIONS, symbols)  # noqa: S307  # arithmetic only, checked when read
 
 
-def _launches(phase: Phase, v: Any, r: _Rates) -> Any:
-    """Kernel launches of a phase per micro-batch, an estimate (model/gpu/fixed.py): each GEMM once forward
-    (a grouped one once) and twice backward; another phase with work once each way; the fused attention
-    core is counted once for all its phases (`_fused_core`); a re-run repeats the forward."""
+def _launches(phase: Phase, v: Any, r: _Rates) -> tuple[Any, Any]:
+    """(kernel launches, per-expert GEMMs) of a phase per micro-batch, an estimate (model/gpu/fixed.py): each
+    dense GEMM once forward and twice backward; a grouped expert GEMM as one GEMM per local expert (E/EP, the
+    host loop of TransformerEngine's multi-stream grouped GEMM) in each of those passes; another phase with
+    work one kernel each way; the fused attention core is counted once for all its phases (`_fused_core`);
+    a re-run repeats the forward."""
     if phase.core and r.flash:
-        return 0
+        return 0, 0
     gemms = [g for g in phase.gemm if g.applies(r.features)]
+    passes = 1 + v("reruns") + 2
     if gemms:
-        fwd = sum((1 if g.grouped else _evaluate(g.count, r.symbols)) for g in gemms)
-        return fwd * (1 + v("reruns")) + 2 * fwd
+        dense = sum(_evaluate(g.count, r.symbols) for g in gemms if not g.grouped)
+        experts = sum(_evaluate(g.count, r.symbols) / r.expert_parallel for g in gemms if g.grouped)
+        return dense * passes, experts * passes
     work = where((v("bytes_moved") + v("flops_fwd")) > 0, 1, 0)
-    return work * (2 + v("reruns"))
+    return work * (2 + v("reruns")), 0
 
 
 def _fused_core(part: Part, pv: PhaseValues, phases: list[Phase], core: list[Any], r: _Rates) -> None:

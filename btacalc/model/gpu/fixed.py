@@ -1,5 +1,5 @@
 """Costs a GPU pays once per optimizer step, whatever the batch: the optimizer update and the gradient
-norm, and the CPU's kernel launches when the kernels are too short to hide them.
+norm; and per micro-batch the CPU's kernel launches when the kernels are too short to hide them.
 
 **Optimizer update** (bandwidth-bound: a few FLOPs per byte). Megatron's distributed optimizer
 (megatron/core/optimizer/distrib_optimizer.py; --use-distributed-optimizer, `zero_stage >= 1` here)
@@ -24,16 +24,37 @@ the threshold, and is not counted:
 
     t_grad_norm = local parameters x gradients B / HBM bandwidth + all-reduce(4 B over all ranks)
 
-**Kernel launches.** The CPU issues kernels one after another, a few microseconds each (the profile's
-`kernels.launch_overhead_s`, an estimate: the CUDA C++ Best Practices Guide discusses kernel launch
-overhead; CUDA graphs remove most of it); the GPU queue hides them while the kernels run longer. A stage's
-micro-batch therefore takes at least kernels x launch time, and what exceeds its GPU time shows:
+**Kernel launches (host issue time).** The CPU issues kernels one after another, a few microseconds each
+(the profile's `kernels.launch_overhead_s`, an estimate: the CUDA C++ Best Practices Guide discusses kernel
+launch overhead; CUDA graphs remove most of it); the GPU queue hides them while the kernels run longer. A
+stage's micro-batch therefore takes at least its host issue time, and what exceeds its GPU time shows:
 
-    t_launch = max(0, kernels x launch_overhead_s - GPU time of the micro-batch)
+    t_host   = kernels x launch_overhead_s + expert GEMMs x expert_gemm_host_s
+    t_launch = max(0, t_host - GPU time of the micro-batch)
 
-Kernels per phase (an estimate, not a trace): a matmul phase launches each GEMM once forward (a grouped
-expert GEMM once) and twice backward (data and weight gradient), other phases one kernel forward and
-one backward, the FlashAttention core one each; a re-run repeats the forward.
+Kernels per phase (an estimate, not a trace): a dense matmul phase launches each GEMM once forward and
+twice backward (data and weight gradient), other phases one kernel forward and one backward, the
+FlashAttention core one each; a re-run repeats the forward.
+
+**Grouped expert GEMMs are a loop on the host.** TransformerEngine's GroupedLinear (Megatron's
+`--moe-grouped-gemm` with the TE backend) runs a grouped GEMM as one cuBLASLt GEMM per local expert,
+spread over 4 compute streams (TransformerEngine @ d0067d0d transformer_engine/common/gemm/
+cublaslt_gemm.cu, nvte_multi_stream_cublas_gemm: `for i < num_gemms: cublas_gemm(..., compute_stream(i %
+num_streams))`; TE issue 1386: the multi-stream loop is kept over cuBLAS/CUTLASS grouped kernels). Each
+expert GEMM pays the host path of one cuBLASLt call (descriptors, heuristic, launch, stream events), far
+more than a bare launch. Its cost is taken from TransformerEngine PR 3134's SM100 benchmark
+(benchmarks/linear/benchmark_grouped_linear.py, "pure" rows: operands prepared, GEMMs only): 8 experts x
+128 tokens, N = K = 2,048 take 0.267 ms through the multi-stream path and 0.069 ms as one CUTLASS
+launch, so the loop, not the math, sets the time:
+
+    expert_gemm_host_s = 0.267 ms / 8 experts = 33.4 us        (the profile's `kernels.expert_gemm_host_s`)
+
+A grouped GEMM over G local experts (E/EP) then costs G x 33.4 us of host time per pass: forward once,
+backward twice (data and weight gradient), a re-run once more. Qwen3-30B-A3B at EP 8 (16 local experts,
+two grouped GEMMs per layer): 16 x 2 x 3 = 96 expert GEMMs, 3.2 ms of host time per layer and micro-batch,
+more than its 2.7 ms of GPU work on a B200 at 4,096 tokens: the step is host-bound (Megatron's MoE README,
+"CPU Overhead Bottleneck": gaps between kernels; the fixes it lists are CUDA graphs and a larger
+micro-batch). A profile without `expert_gemm_host_s` counts each expert GEMM as one plain launch.
 
 The MoE router, permute (dispatch) and unpermute (combine) kernels are phases of the catalogue with
 their own HBM traffic (formulas/moe.toml), so their bandwidth-bound time is already in the layer's
@@ -91,9 +112,18 @@ def fixed_costs(problem: Problem, dense: Any, expert: Any, rates: dict[str, int]
     return FixedCosts(optimizer, norm)
 
 
-def launch_time(problem: Problem, kernels: Any, gpu_time_s: Any) -> Any:
-    """Exposed CPU launch time of a micro-batch on a stage (module docstring); 0 without [kernels]."""
+def host_time(problem: Problem, kernels: Any, expert_gemms: Any = 0) -> Any:
+    """CPU time to issue a micro-batch's kernels and per-expert GEMMs on a stage (module docstring); 0
+    without [kernels]."""
     k = problem.hardware.kernels
     if k is None:
         return 0.0
-    return maximum(0.0, kernels * k.launch_overhead_s.value - gpu_time_s)
+    per_expert = k.expert_gemm_host_s if k.expert_gemm_host_s is not None else k.launch_overhead_s
+    return kernels * k.launch_overhead_s.value + expert_gemms * per_expert.value
+
+
+def launch_time(problem: Problem, kernels: Any, gpu_time_s: Any, expert_gemms: Any = 0) -> Any:
+    """Exposed host issue time of a micro-batch on a stage: what of `host_time` its GPU time does not hide."""
+    if problem.hardware.kernels is None:
+        return 0.0
+    return maximum(0.0, host_time(problem, kernels, expert_gemms) - gpu_time_s)

@@ -141,7 +141,7 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
     stage = Part()
     for n, (_, part) in zip(counts, kinds):
         for name in ("compute_s", "backward_s", "core_s", "tp_bytes", "cp_bytes", "a2a_bytes", "kernels", "tp_calls",
-                     "cp_calls", "a2a_calls", "weight_cast_s"):
+                     "cp_calls", "a2a_calls", "weight_cast_s", "expert_gemms"):
             setattr(stage, name, getattr(stage, name) + n * getattr(part, name))
     layer_terms = _layer_terms(problem, kinds, counts)
     first, last = ends
@@ -164,7 +164,8 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
              "pp_p2p": where(o.p2p, maximum(0.0, p2p - compute), p2p), "zero_per_micro_batch": per_mb,
              "tiling": layers * tiles * tile_overhead_s(problem)}
     kernels = stage.kernels + sum(where(on, p.kernels, 0) for p, on in outside)
-    terms["launch"] = launch_time(problem, kernels, sum(terms.values()))
+    expert_gemms = stage.expert_gemms + sum(where(on, p.expert_gemms, 0) for p, on in outside)
+    terms["launch"] = launch_time(problem, kernels, sum(terms.values()), expert_gemms)
     reduce = where(o.grad_reduce, maximum(0.0, dp.reduce_per_step - backward), dp.reduce_per_step)
     gather = where(o.param_gather, maximum(0.0, dp.gather_per_step - (compute - backward)), dp.gather_per_step)
     terms = {k: where(exists, v, 0.0) for k, v in terms.items()}
