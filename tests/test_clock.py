@@ -213,6 +213,7 @@ def test_a_host_bound_moe_micro_batch_takes_its_host_time():
     st = gpu_step_time(p, 1, 1, ev)
     terms = st.details["terms"]
     gpu = sum(v for k, v in terms.items() if k != "launch")
+    assert st.details["host_s"] == pytest.approx(host)
     assert terms["launch"] == pytest.approx(max(0.0, host - gpu))
     assert st.details["micro_batch_s"] == pytest.approx(max(host, gpu))
 

@@ -40,7 +40,7 @@ from .collectives import (CollectiveRow, all_to_all_time, context_parallel_time,
                           data_parallel_times, data_parallel_traffic, describe, pipeline_p2p_time, ring_share,
                           ring_time, tensor_parallel_time)
 from .costs import Part, layer_parts, outside_parts
-from .fixed import FixedCosts, fixed_costs, launch_time
+from .fixed import FixedCosts, fixed_costs, host_time, launch_time
 from .memory import stage_params
 from .stages import PipelineStages
 
@@ -75,6 +75,7 @@ class _Stage(_Slowest):
     sync: Any  # exposed data-parallel synchronisation, per step
     sync_raw: dict[str, Any]
     fixed: FixedCosts  # optimizer update and gradient norm, per step
+    host_s: Any = 0.0  # CPU time to issue one micro-batch's kernels (fixed.host_time); `launch` is its excess
 
 
 def gpu_step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Evaluation] = None,
@@ -119,7 +120,8 @@ def gpu_step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Ev
     comm = {k: v * m for k, v in worst.raw.items()}
     comm.update(stages[crit].sync_raw if known else {})
     details = {"gemms": _gemm_report(kinds, (first, last)) if known else {}, "critical_stage": crit, "micro_batch_s": worst.micro_batch_s, "terms": worst.terms,
-               "bubble_s": bubble, "sync_s": sync, "optimizer_s": optimizer, "grad_norm_s": norm}
+               "bubble_s": bubble, "sync_s": sync, "optimizer_s": optimizer, "grad_norm_s": norm,
+               "host_s": stages[crit].host_s}
     if not is_array(step) and lay.devices > 1:
         ends = (first if crit == 0 else None, crit == lay.pipeline_parallel - 1, last)
         counts = pipe.kind_counts(crit)
@@ -166,6 +168,7 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
     kernels = stage.kernels + sum(where(on, p.kernels, 0) for p, on in outside)
     expert_gemms = stage.expert_gemms + sum(where(on, p.expert_gemms, 0) for p, on in outside)
     terms["launch"] = launch_time(problem, kernels, sum(terms.values()), expert_gemms)
+    host = where(exists, host_time(problem, kernels, expert_gemms), 0.0)
     reduce = where(o.grad_reduce, maximum(0.0, dp.reduce_per_step - backward), dp.reduce_per_step)
     gather = where(o.param_gather, maximum(0.0, dp.gather_per_step - (compute - backward)), dp.gather_per_step)
     terms = {k: where(exists, v, 0.0) for k, v in terms.items()}
@@ -175,7 +178,7 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
     casts = stage.weight_cast_s + sum(where(on, p.weight_cast_s, 0) for p, on in ((ends[0], is_first), (ends[1], is_last)))
     fixed = FixedCosts(where(exists, fixed.optimizer_s, 0.0), where(exists, fixed.grad_norm_s, 0.0),
                        where(exists, casts, 0.0))
-    return _Stage(terms, raw, where(exists, reduce + gather, 0.0), sync_raw, fixed)
+    return _Stage(terms, raw, where(exists, reduce + gather, 0.0), sync_raw, fixed, host)
 
 
 def _layer_terms(problem: Problem, kinds: list[tuple[Any, Part]], counts: list[Any]) -> dict[str, Any]:
