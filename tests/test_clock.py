@@ -205,7 +205,8 @@ def test_a_host_bound_moe_micro_batch_takes_its_host_time():
     from btacalc.model.gpu.fixed import host_time
     from btacalc.model.gpu.timing import gpu_step_time
 
-    p = _problem("qwen3-30b-a3b", hw="b200", run=NO_RERUN, devices=8, expert_parallel=8, micro_batches=4)
+    p = _problem("qwen3-30b-a3b", hw="b200", run=NO_RERUN, devices=8, expert_parallel=8, micro_batches=4,
+                 devices_per_node=8)  # one NVLink node: the all-to-all is short and the host binds
     ev = p.evaluate(1, 1)
     (part,), (first, last) = layer_parts(p, ev), outside_parts(p, ev)
     layers = p.model.num_layers
@@ -214,6 +215,8 @@ def test_a_host_bound_moe_micro_batch_takes_its_host_time():
     terms = st.details["terms"]
     gpu = sum(v for k, v in terms.items() if k != "launch")
     assert st.details["host_s"] == pytest.approx(host)
+    assert host > gpu  # host-bound: 48 x 96 expert GEMMs x 33.4 us = 154 ms of host time alone
+    assert host > layers * 96 * 3.34e-5
     assert terms["launch"] == pytest.approx(max(0.0, host - gpu))
     assert st.details["micro_batch_s"] == pytest.approx(max(host, gpu))
 
