@@ -39,10 +39,10 @@ FlashAttention core one each; a re-run repeats the forward.
 **Grouped expert GEMMs are a loop on the host.** TransformerEngine's GroupedLinear (Megatron's
 `--moe-grouped-gemm` with the TE backend) runs a grouped GEMM as one cuBLASLt GEMM per local expert,
 spread over 4 compute streams (TransformerEngine @ d0067d0d transformer_engine/common/gemm/
-cublaslt_gemm.cu, nvte_multi_stream_cublas_gemm: `for i < num_gemms: cublas_gemm(..., compute_stream(i %
-num_streams))`; TE issue 1386: the multi-stream loop is kept over cuBLAS/CUTLASS grouped kernels). Each
-expert GEMM pays the host path of one cuBLASLt call (descriptors, heuristic, launch, stream events), far
-more than a bare launch. Its cost is taken from TransformerEngine PR 3134's SM100 benchmark
+cublaslt_gemm.cu L970-1023, multi_stream_cublas_gemm: one GEMM call per expert, each on compute stream
+i mod streams; TE issue 1386: the multi-stream loop is kept over cuBLAS/CUTLASS grouped kernels). Each
+expert GEMM pays the host path of one cuBLASLt call (descriptors, the algorithm heuristic queried on every
+call at L766, the launch, stream events), far more than a bare launch. Its cost is taken from TransformerEngine PR 3134's SM100 benchmark
 (benchmarks/linear/benchmark_grouped_linear.py, "pure" rows: operands prepared, GEMMs only): 8 experts x
 128 tokens, N = K = 2,048 take 0.267 ms through the multi-stream path and 0.069 ms as one CUTLASS
 launch, so the loop, not the math, sets the time:
