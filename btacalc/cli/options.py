@@ -32,6 +32,7 @@ FLAGS = {
     "expert_tensor_parallel": "--etp",
     "gradient_bytes": "--grad-bytes",
     "fp8_param_gather": "--fp8-param-gather",
+    "cpu_offload_layers": "--cpu-offloading-num-layers",
 }
 
 
@@ -160,6 +161,9 @@ PrecisionOpt = typer.Option(None, "--precision", help=help_text(
 Fp8ParamGatherOpt = typer.Option(False, "--fp8-param-gather", help="Keep the parameters in the low precision and "
                                  "all-gather them so (Megatron --fp8-param-gather; --fp4-param-gather under nvfp4): "
                                  "halves the parameter all-gather and drops the 16-bit weight copy.")
+CpuOffloadOpt = typer.Option(0, "--cpu-offloading-num-layers", help="Offload the activations of the first N decoder "
+                             "layers to host memory until their backward (Megatron --cpu-offloading "
+                             "--cpu-offloading-num-layers N; needs PP 1 and no recomputation) [default: 0, none].")
 JsonOpt = typer.Option(False, "--json", help="Print the result as JSON on stdout.")
 OutputOpt = typer.Option(None, "--output", "-o", help="Write the JSON to this file (atomically; - for standard output).")
 QuietOpt = typer.Option(False, "--quiet", "-q", help="No progress report on stderr.")

@@ -111,6 +111,9 @@ class RunOptions:
     precision: str = DEFAULT_PRECISION
     # Megatron --fp8-param-gather / --fp4-param-gather: parameters kept and all-gathered in the low precision
     low_precision_param_gather: bool = False
+    # Megatron --cpu-offloading --cpu-offloading-num-layers N: the activations of the first N decoder layers
+    # wait for their backward in host memory (ACTIVATION_OFFLOAD; 0: none)
+    cpu_offload_layers: int = 0
 
     @property
     def saved_input_bytes(self) -> float:
@@ -440,6 +443,7 @@ class ExecutionRequest:
     stage_split: StageSplit = field(default_factory=StageSplit)  # first/last stage layers, layout, account-for
     precision: Optional[str] = None  # None: bf16 (REASONS)
     fp8_param_gather: bool = False  # Megatron --fp8-param-gather (--fp4-param-gather under nvfp4)
+    cpu_offload_layers: int = 0  # Megatron --cpu-offloading-num-layers (RunOptions.cpu_offload_layers)
 
     def with_changes(self, **changes: Any) -> "ExecutionRequest":
         return replace(self, **changes)
@@ -504,10 +508,12 @@ def resolve_execution(request: ExecutionRequest, model: "ModelSpec", profile: "H
         precision=(chosen.pick("precision", request.precision, DEFAULT_PRECISION, REASONS["precision"]) if gpu
                    else request.precision or DEFAULT_PRECISION),
         low_precision_param_gather=request.fp8_param_gather,
+        cpu_offload_layers=request.cpu_offload_layers,
     )
     check_precision(run.precision, profile, run.low_precision_param_gather)
     _check_run(run, model)
     layout = _resolve_layout(request, model, profile, chosen)
+    check_activation_offload(run, model, layout, gpu)
     if profile.family == "gpu":
         layout = _runnable_overlaps(layout, recompute, chosen)
     limits = _resolve_batch(request, layout, chosen, run.seq_len if gpu else None)
@@ -552,6 +558,35 @@ def _mtp(request: ExecutionRequest, model: "ModelSpec", reasons: dict[str, str])
     if request.multi_token_prediction and not model.mtp_layers:
         raise BtacalcError(f"{{multi_token_prediction}}: model {model.name!r} has no multi-token-prediction module")
     return request.multi_token_prediction
+
+
+# Activation offloading as Megatron-Core builds it: TransformerBlock wraps each decoder layer's forward in
+# TransformerEngine's CPU-offload context (Megatron-LM @ d98e8a64 megatron/core/transformer/transformer_block.py
+# L302-316: get_cpu_offload_context(cpu_offloading, cpu_offloading_num_layers, num_layers, ...)), which copies the
+# tensors the first N layers save for backward to pinned host memory and brings them back for their backward, so
+# that the device holds (num_layers - N) layers' activations (TE @ d0067d0 transformer_engine/pytorch/
+# cpu_offload.py L748-751). Megatron-Core refuses N outside [0, num_layers), pipeline parallelism and
+# recomputation with it (transformer_config.py L1884-1899).
+ACTIVATION_OFFLOAD = ("Megatron-LM @ d98e8a64 megatron/core/transformer/transformer_block.py L302-316; TE @ d0067d0 "
+                      "transformer_engine/pytorch/cpu_offload.py L748-751")
+
+
+def check_activation_offload(run: RunOptions, model: "ModelSpec", layout: "Layout", gpu: bool) -> None:
+    """Megatron-Core's rules for --cpu-offloading-num-layers (ACTIVATION_OFFLOAD), each a one-line error."""
+    n = run.cpu_offload_layers
+    if n == 0:
+        return
+    if not gpu:
+        raise BtacalcError("{cpu_offload_layers}: activation offloading is a Megatron (GPU) option")
+    if not 0 < n < model.num_layers:
+        raise BtacalcError(f"{{cpu_offload_layers}} must be from 0 to {model.num_layers - 1} (Megatron offloads fewer "
+                           f"layers than the model's {model.num_layers}), got {n}")
+    if layout.pipeline_parallel != 1:
+        raise BtacalcError(f"{{cpu_offload_layers}} {n} needs {{pipeline_parallel}} 1: Megatron-Core does not offload "
+                           f"activations under pipeline parallelism, got {layout.pipeline_parallel}")
+    if run.recompute != "none":
+        raise BtacalcError(f"{{cpu_offload_layers}} {n} needs {{recompute}} none: Megatron-Core does not offload "
+                           f"activations with recomputation, got {run.recompute}")
 
 
 def _check_run(run: RunOptions, model: "ModelSpec") -> None:
