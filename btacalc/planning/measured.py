@@ -114,6 +114,9 @@ class Recipe(BaseModel):
     cpu_offloading_num_layers: Optional[int] = Field(None, ge=0, description="--cpu-offloading "
                                                      "--cpu-offloading-num-layers: activations of the first N decoder "
                                                      "layers kept in host memory (config.execution.ACTIVATION_OFFLOAD)")
+    exp_avg_dtype: Optional[Literal["fp32", "bf16"]] = Field(None, description="--use-precision-aware-optimizer "
+                                                             "--exp-avg-dtype / --exp-avg-sq-dtype: Adam's moments "
+                                                             "(default fp32)")
     overlaps: Overlaps = Overlaps()
 
     def unmodelled(self) -> str:
@@ -331,6 +334,8 @@ def express(run: MeasuredRun, family: str = "gpu") -> tuple[Optional[ExecutionRe
             changes.update(loss="vocab_parallel")  # fused or not, the same buffers (Recipe.cross_entropy_loss_fusion)
         if recipe.memory_model is not None:
             changes["memory_model"] = recipe.memory_model
+        if recipe.exp_avg_dtype is not None:
+            changes["moment_bytes"] = 2 if recipe.exp_avg_dtype == "bf16" else 4
         if recipe.cpu_offloading_num_layers:
             changes["cpu_offload_layers"] = recipe.cpu_offloading_num_layers
         if recipe.pipeline_layout is not None or recipe.account_for_embedding or recipe.account_for_loss:
