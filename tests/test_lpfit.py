@@ -138,3 +138,26 @@ def test_recipe_corrections_reach_the_request():
     assert req is not None and req.stage_split.pipeline_layout == "Et*4|(t*4|)*14tmL" and req.moment_bytes == 2
     req, _ = express(runs["llama-3-70b-gb200-64-fp8-current-234"])
     assert req is not None and req.cpu_offload_layers == 40 and req.gradient_bytes == 2
+
+
+def test_optimizer_moments_bad_input(cli):
+    code, out, err = cli("plan", "-m", "llama-3-8b", "--hw", "gb200", "--optimizer-moments", "fp16")
+    assert code == 2 and out == "" and err.count("\n") == 1 and "--optimizer-moments" in err
+
+
+def test_megatron_launch_round_trip_of_offload_and_moments(cli, tmp_path):
+    # --emit megatron writes --cpu-offloading-num-layers and the precision-aware optimizer's bf16 moments;
+    # --from-megatron reads them back; one moment in bf16 and the other in fp32 is refused (exit 2)
+    import json
+
+    code, launch, _ = cli("plan", "-m", "llama-3-8b", "--hw", "gb200", "--devices", "8", "--recompute", "none",
+                          "--cpu-offloading-num-layers", "8", "--optimizer-moments", "bf16", "--emit", "megatron")
+    assert code in (0, 1) and "--cpu-offloading-num-layers 8" in launch and "--exp-avg-sq-dtype bf16" in launch
+    path = tmp_path / "launch.sh"
+    path.write_text(launch, encoding="utf-8")
+    code, out, _ = cli("plan", "--from-megatron", str(path), "--hw", "gb200", "--json")
+    inputs = json.loads(out)["inputs"]
+    assert (inputs["cpu_offload_layers"], inputs["moment_bytes"]) == (8, 2)
+    path.write_text(launch.replace("--exp-avg-sq-dtype bf16", "--exp-avg-sq-dtype fp32"), encoding="utf-8")
+    code, out, err = cli("plan", "--from-megatron", str(path), "--hw", "gb200")
+    assert code == 2 and err.count("\n") == 1 and "--exp-avg-dtype" in err
