@@ -161,3 +161,11 @@ def test_megatron_launch_round_trip_of_offload_and_moments(cli, tmp_path):
     path.write_text(launch.replace("--exp-avg-sq-dtype bf16", "--exp-avg-sq-dtype fp32"), encoding="utf-8")
     code, out, err = cli("plan", "--from-megatron", str(path), "--hw", "gb200")
     assert code == 2 and err.count("\n") == 1 and "--exp-avg-dtype" in err
+
+
+def test_plan_states_offload_and_moments(cli):
+    code, out, _ = cli("plan", "-m", "qwen3-30b-a3b", "--hw", "gb200", "--devices", "8", "--ep", "8", "--recompute",
+                       "none", "--optimizer-moments", "bf16", "--cpu-offloading-num-layers", "8")
+    assert code == 0
+    text = " ".join(out.split())  # the inputs line wraps at the terminal width
+    assert "adam (bf16 moments)" in text and "the first 8 layers' activations in host memory" in text

@@ -162,9 +162,9 @@ PrecisionOpt = typer.Option(None, "--precision", help=help_text(
 Fp8ParamGatherOpt = typer.Option(False, "--fp8-param-gather", help="Keep the parameters in the low precision and "
                                  "all-gather them so (Megatron --fp8-param-gather; --fp4-param-gather under nvfp4): "
                                  "halves the parameter all-gather and drops the 16-bit weight copy.")
-CpuOffloadOpt = typer.Option(0, "--cpu-offloading-num-layers", help="Offload the activations of the first N decoder "
-                             "layers to host memory until their backward (Megatron --cpu-offloading "
-                             "--cpu-offloading-num-layers N; needs PP 1 and no recomputation) [default: 0, none].")
+CpuOffloadOpt = typer.Option(0, "--cpu-offloading-num-layers", help=help_text(
+    "Offload the activations of the first N decoder layers to host memory until their backward (Megatron "
+    "--cpu-offloading-num-layers N; needs PP 1 and no recomputation) [default: 0, none]."))
 MOMENT_BYTES = {"fp32": 4, "bf16": 2}  # --optimizer-moments -> bytes per Adam moment (RunOptions.moment_bytes)
 Moments = _choices("Moments", tuple(MOMENT_BYTES))
 MomentsOpt = typer.Option(None, "--optimizer-moments", help=help_text("Adam's two moments in fp32 or bf16 (Megatron "
