@@ -93,6 +93,13 @@ FEATURES: dict[str, tuple[Any, ...]] = {
     "sequence_parallel": (True, False),
     # gradient buffer: fp32 main gradients (Megatron-LM's default with --bf16) or the parameter dtype
     "main_grads": ("fp32", "param"),
+    # Adam's two moments: fp32 (Megatron-LM's default) or bf16 (--use-precision-aware-optimizer with
+    # --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16)
+    "moments": ("fp32", "bf16"),
+    # where an MoE layer multiplies each routed copy by its routing weight: in the combine after the experts
+    # (the weighted sum keeps the expert outputs for the weights' gradient), or inside the experts' activation
+    # (Megatron-Core: the weighted SwiGLU keeps its input and the weights, the combine keeps nothing)
+    "routing_weights": ("combine", "experts"),
 }
 
 # How tensor parallelism (Shoeybi et al. 2019; Korthikanti et al. 2022 §4.2) splits the tensor or matmul a

@@ -45,11 +45,19 @@ def _golden_has(case: str, *keys: str) -> bool:
     return bool(data)
 
 
+def _golden_input(case: str, key: str) -> Any:
+    """A plan golden's resolved input `key` (None when the case is not a plan)."""
+    data: Any = json.loads(_golden_name(case).read_text(encoding="utf-8"))["output"]
+    return data.get("inputs", {}).get(key) if isinstance(data, dict) else None
+
+
 @functools.lru_cache(maxsize=1)
 def pinned_terms() -> frozenset[int]:
     """ids of the terms that some golden pins (see module docstring)."""
     pinned: set[int] = set()
     state_pinned = any(_golden_has(c, "memory_bytes", "optimizer_state") for c in COMMANDS)
+    bf16_moments = any(_golden_has(c, "memory_bytes", "optimizer_state") and _golden_input(c, "moment_bytes") == 2
+                       for c in COMMANDS)
     for name in MODELS:
         model = golden_model(name)
         for sel in golden_selections(name):
@@ -61,9 +69,11 @@ def pinned_terms() -> frozenset[int]:
                     f = selection.feature_dict
                     for phase in selection.phases():
                         # state terms: as the plan goldens run them, on wafers (16-bit gradients) and
-                        # GPUs (fp32 main gradients, Megatron's default)
+                        # GPUs (fp32 main gradients, Megatron's default; bf16 Adam moments where a plan
+                        # golden asks for them)
                         applicable = [t for t in phase.terms if t.applies(f) or (
-                            t.q == "state" and t.applies({**f, "main_grads": "fp32"}))]
+                            t.q == "state" and (t.applies({**f, "main_grads": "fp32"})
+                                                or (bf16_moments and t.applies({**f, "moments": "bf16"}))))]
                         chosen = {id(t) for q in PINNED_BY_VALUES for t in selection.terms(phase, q)}
                         for t in applicable:
                             by_values = id(t) in chosen or (t.q == "stored" and phase.scope == "layer"

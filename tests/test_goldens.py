@@ -60,6 +60,11 @@ COMMANDS: dict[str, list[str]] = {
                                "--pp", "4", "--vp", "2", "--cp", "2", "--ep", "8", "--etp", "1", "--global-batch",
                                "512", "--micro-batch", "2", "--recompute", "core_attn,moe_act", "--routing-imbalance",
                                "1.2", "--json"],
+    # a low-precision run as Megatron-Bridge's recipes set it up: activation offloading, bf16 Adam moments
+    "plan-gb200-qwen3-mxfp8-offload": ["plan", "--model", "qwen3-30b-a3b", "--hw", "gb200", "--devices", "8", "--ep",
+                                       "8", "--precision", "mxfp8", "--fp8-param-gather", "--optimizer-moments",
+                                       "bf16", "--cpu-offloading-num-layers", "8", "--recompute", "none",
+                                       "--grad-bytes", "2", "--json"],
     "search-h100-qwen3": ["plan", "--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16", "--global-batch",
                           "256", "--search", "--json"],
     "compare-default": ["compare", "--model", "qwen3-30b-a3b", "--json"],
@@ -103,7 +108,8 @@ SELECTIONS = [
     dict(recompute="none", attention="flash", accounting="ideal"),
     dict(recompute="none", attention="eager", accounting="pytorch"),
     dict(recompute="full", attention="flash", accounting="pytorch", loss="stored", causal=True),
-    dict(recompute="selective", attention="flash", accounting="ideal", loss="vocab_parallel"),
+    # as Megatron-Core runs on GPUs: its cross-entropy, and the MoE routing weights applied inside the experts
+    dict(recompute="selective", attention="flash", accounting="ideal", loss="vocab_parallel", routing_weights="experts"),
 ]
 
 

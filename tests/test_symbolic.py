@@ -23,7 +23,8 @@ GPT = {"norm": "layernorm", "mlp": "gelu", "moe": False, "dropout": True, "qkv_b
        "mlp_bias": True, "lm_head_bias": False, "parallel_block": False, "mla": False, "q_lora": False,
        "sliding_window": False, "attention_sinks": False, "router": "softmax", "router_renormalize": True,
        "router_bias": False, "expert_bias": False, "shared_experts": False, "shared_expert_gate": False,
-       "mtp_module": False, "sequence_parallel": False, "main_grads": "param"}
+       "mtp_module": False, "sequence_parallel": False, "main_grads": "param", "moments": "fp32",
+       "routing_weights": "combine"}
 QWEN3_MOE = {**GPT, "norm": "rmsnorm", "mlp": "swiglu", "moe": True, "dropout": False, "qkv_bias": False,
              "linear_bias": False, "mlp_bias": False, "qk_norm": "head", "position_embedding": "rope", "tied_embeddings": False,
              "softmax_fp32": True, "loss": "fused"}
@@ -124,17 +125,24 @@ def test_6PD_for_the_weight_matmuls():
 
 
 def test_mixed_precision_adam_is_16_bytes_per_param():
-    expr = state_expression({"optimizer": "adam", "main_grads": "param"}).subs(beta, 2)
+    expr = state_expression({"optimizer": "adam", "main_grads": "param", "moments": "fp32"}).subs(beta, 2)
     assert sp.simplify(expr - 16 * P) == 0
-    sgd = state_expression({"optimizer": "sgd", "main_grads": "param"}).subs(beta, 2)
+    sgd = state_expression({"optimizer": "sgd", "main_grads": "param", "moments": "fp32"}).subs(beta, 2)
     assert sp.simplify(sgd - 12 * P) == 0  # 2 + 2 + 8 (fp32 copy + momentum), Transformer Math 101
 
 
 def test_megatron_bf16_with_fp32_main_grads_is_18_bytes_per_param():
     # Megatron-LM docs/user-guide/features/dist_optimizer.md: bf16 params with fp32 grads, no distributed
     # optimizer: 2 (bf16 weight) + 4 (fp32 main grad) + 4 (fp32 main param) + 4 + 4 (Adam m, v) = 18
-    expr = state_expression({"optimizer": "adam", "main_grads": "fp32"}).subs(beta, 2)
+    expr = state_expression({"optimizer": "adam", "main_grads": "fp32", "moments": "fp32"}).subs(beta, 2)
     assert sp.simplify(expr - 18 * P) == 0
+
+
+def test_precision_aware_optimizer_with_bf16_moments_is_12_bytes_per_param():
+    # Megatron's precision-aware optimizer as DeepSeek-V3's Megatron-Bridge recipe sets it: bf16 weights (2),
+    # bf16 main gradients (2), fp32 master weights (4), bf16 Adam m and v (2 + 2) = 12
+    expr = state_expression({"optimizer": "adam", "main_grads": "param", "moments": "bf16"}).subs(beta, 2)
+    assert sp.simplify(expr - 12 * P) == 0
 
 
 def test_flash_removes_the_s2_terms():
@@ -306,9 +314,10 @@ def test_moe_recompute_contains_moe_act():
     # moe_act drops SiLU(gate)*up, the down-projection input (beta_s k s G b f: the saved linear input)
     assert is_zero((none - layer_sum(moe, "moe_act", "stored").subs(one_rank)) - SYMBOLS["beta_s"] * k * s * G * b * f)
     # moe recomputes the whole MoE layer (moe_act inside it): router probabilities and top-k (fp32 + int64),
-    # the gathered copies, the expert intermediates and the expert outputs; its input (the norm output) stays
-    dropped = (4 * s * G * b * E + 12 * s * G * b * k + 2 * beta * k * s * G * b * h + 2 * beta * k * s * G * b * f
-               + SYMBOLS["beta_s"] * k * s * G * b * f)
+    # the gathered copies (the experts' saved fc1 input: beta_s), the expert intermediates and the expert outputs
+    # (kept when the routing weights apply after the experts: beta); its input (the norm output) stays
+    dropped = (4 * s * G * b * E + 12 * s * G * b * k + SYMBOLS["beta_s"] * k * s * G * b * h + beta * k * s * G * b * h
+               + 2 * beta * k * s * G * b * f + SYMBOLS["beta_s"] * k * s * G * b * f)
     assert is_zero((none - layer_sum(moe, "moe", "stored").subs(one_rank)) - dropped)
     assert is_zero(layer_sum(moe, "moe,moe_act", "stored") - layer_sum(moe, "moe", "stored"))
 

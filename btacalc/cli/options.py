@@ -32,6 +32,8 @@ FLAGS = {
     "expert_tensor_parallel": "--etp",
     "gradient_bytes": "--grad-bytes",
     "fp8_param_gather": "--fp8-param-gather",
+    "cpu_offload_layers": "--cpu-offloading-num-layers",
+    "moment_bytes": "--optimizer-moments",
 }
 
 
@@ -160,6 +162,14 @@ PrecisionOpt = typer.Option(None, "--precision", help=help_text(
 Fp8ParamGatherOpt = typer.Option(False, "--fp8-param-gather", help="Keep the parameters in the low precision and "
                                  "all-gather them so (Megatron --fp8-param-gather; --fp4-param-gather under nvfp4): "
                                  "halves the parameter all-gather and drops the 16-bit weight copy.")
+CpuOffloadOpt = typer.Option(0, "--cpu-offloading-num-layers", help=help_text(
+    "Offload the activations of the first N decoder layers to host memory until their backward (Megatron "
+    "--cpu-offloading-num-layers N; needs PP 1 and no recomputation) [default: 0, none]."))
+MOMENT_BYTES = {"fp32": 4, "bf16": 2}  # --optimizer-moments -> bytes per Adam moment (RunOptions.moment_bytes)
+Moments = _choices("Moments", tuple(MOMENT_BYTES))
+MomentsOpt = typer.Option(None, "--optimizer-moments", help=help_text("Adam's two moments in fp32 or bf16 (Megatron "
+                          "--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16; the fp32 "
+                          "master weights stay) [default: fp32]."))
 JsonOpt = typer.Option(False, "--json", help="Print the result as JSON on stdout.")
 OutputOpt = typer.Option(None, "--output", "-o", help="Write the JSON to this file (atomically; - for standard output).")
 QuietOpt = typer.Option(False, "--quiet", "-q", help="No progress report on stderr.")

@@ -14,7 +14,7 @@ from .. import profiling
 from ..errors import BtacalcError
 from .console import err
 from .options import (Accounting, AccountingOpt, Attention, AttentionOpt, CausalOpt, CpOpt, DevicesOpt, Emit, EpOpt,
-                      EtpOpt, ExpertFfnOpt, ExpertsOpt, FixedActiveOpt, Fp8ParamGatherOpt, FsdpOpt, GlobalBatchOpt,
+                      EtpOpt, ExpertFfnOpt, ExpertsOpt, FixedActiveOpt, Fp8ParamGatherOpt, CpuOffloadOpt, MOMENT_BYTES, Moments, MomentsOpt, FsdpOpt, GlobalBatchOpt,
                       GpusPerNodeOpt, Precision, PrecisionOpt,
                       GradAccumOpt, GradBytesOpt, HwOpt, Loss, LossOpt, MaxGlobalBatchOpt, MaxTileBatchOpt,
                       MemoryModelChoice, MemoryModelOpt, MicroBatchOpt, ModelOpt, MtpOpt, NameOpt, Objective,
@@ -114,6 +114,8 @@ def plan(
     tokens_per_step: Optional[int] = TokensPerStepOpt,
     precision: Optional[Precision] = PrecisionOpt,
     fp8_param_gather: bool = Fp8ParamGatherOpt,
+    cpu_offloading_num_layers: int = CpuOffloadOpt,
+    optimizer_moments: Optional[Moments] = MomentsOpt,
     search: bool = typer.Option(False, "--search", help="Search the fastest layout that fits (TP, PP, VP, CP, EP, "
                                 "ETP, micro-batch, recompute) on --devices GPUs; the given values fix that dimension."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON on stdout."),
@@ -173,7 +175,8 @@ def plan(
         devices=devices, expert_parallel=ep, zero_stage=zero, devices_per_node=gpus_per_node,
         overlap_all_to_all=overlap_a2a, deepep=deepep, micro_batches=grad_accum, objective=value(objective),
         tokens_per_step=tokens_per_step,
-        precision=value(precision), fp8_param_gather=fp8_param_gather,
+        precision=value(precision), fp8_param_gather=fp8_param_gather, cpu_offload_layers=cpu_offloading_num_layers,
+        moment_bytes=None if optimizer_moments is None else MOMENT_BYTES[optimizer_moments.value],
         limits=BatchLimits(global_batch, tiles, tile_batch, max_global_batch, max_tile_batch, micro_batch=micro_batch),
         **layout_fields(tp, sequence_parallel, pp, vp, cp, etp, fsdp, grad_bytes, routing_imbalance,
                         (overlap_grad_reduce, overlap_param_gather, tp_comm_overlap, overlap_p2p)),

@@ -81,6 +81,13 @@ REASONS = {
                              "published pipeline recipes; give --micro-batch or --grad-accum to change it"),
     "precision": ("bf16: Megatron-LM's --bf16 mixed precision; low-precision recipes (--precision fp8, fp8-current, "
                   "fp8-blockwise, mxfp8, nvfp4) are TransformerEngine's (btacalc/data/precision.toml)"),
+    "routing_weights_gpu": (f"experts: Megatron-Core multiplies each routed copy by its routing weight inside the "
+                            f"experts' activation ({MEGATRON} megatron/core/transformer/moe/experts.py L943-1023: "
+                            "weighted_bias_swiglu_impl keeps its input and the weights) and combines the expert "
+                            "outputs without them (moe/token_dispatcher.py L891-899, L1459-1466: unpermute without "
+                            "probs keeps only its index map), so no expert output waits for the weights' gradient"),
+    "routing_weights_wse": ("combine: the routing weights scale the expert outputs in the weighted sum after the "
+                            "experts, which keeps the outputs for the weights' gradient (formulas/moe.toml combine)"),
     "multi_token_prediction": ("off: the main model only, as Hugging Face transformers trains DeepSeek-V3 (it does not "
                                "build the MTP module) and as the published parameter counts are given"),
 }
@@ -111,6 +118,14 @@ class RunOptions:
     precision: str = DEFAULT_PRECISION
     # Megatron --fp8-param-gather / --fp4-param-gather: parameters kept and all-gathered in the low precision
     low_precision_param_gather: bool = False
+    # Megatron --cpu-offloading --cpu-offloading-num-layers N: the activations of the first N decoder layers
+    # wait for their backward in host memory (ACTIVATION_OFFLOAD; 0: none)
+    cpu_offload_layers: int = 0
+    # bytes of each of Adam's two moments: 4 (fp32, Megatron's default) or 2 (--use-precision-aware-optimizer
+    # --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16)
+    moment_bytes: int = 4
+    # where an MoE layer applies its routing weights (vocabulary "routing_weights"; REASONS)
+    routing_weights: Literal["combine", "experts"] = "combine"
 
     @property
     def saved_input_bytes(self) -> float:
@@ -134,6 +149,8 @@ class RunOptions:
             "accounting": self.accounting,
             "optimizer": self.optimizer,
             "main_grads": "fp32" if self.gradient_bytes == 4 else "param",
+            "moments": "bf16" if self.moment_bytes == 2 else "fp32",
+            "routing_weights": self.routing_weights,
         }
 
 
@@ -440,6 +457,8 @@ class ExecutionRequest:
     stage_split: StageSplit = field(default_factory=StageSplit)  # first/last stage layers, layout, account-for
     precision: Optional[str] = None  # None: bf16 (REASONS)
     fp8_param_gather: bool = False  # Megatron --fp8-param-gather (--fp4-param-gather under nvfp4)
+    cpu_offload_layers: int = 0  # Megatron --cpu-offloading-num-layers (RunOptions.cpu_offload_layers)
+    moment_bytes: Optional[int] = None  # None: 4 (fp32 Adam moments); 2: bf16 (RunOptions.moment_bytes)
 
     def with_changes(self, **changes: Any) -> "ExecutionRequest":
         return replace(self, **changes)
@@ -504,10 +523,14 @@ def resolve_execution(request: ExecutionRequest, model: "ModelSpec", profile: "H
         precision=(chosen.pick("precision", request.precision, DEFAULT_PRECISION, REASONS["precision"]) if gpu
                    else request.precision or DEFAULT_PRECISION),
         low_precision_param_gather=request.fp8_param_gather,
+        cpu_offload_layers=request.cpu_offload_layers,
+        moment_bytes=4 if request.moment_bytes is None else request.moment_bytes,
+        routing_weights=_routing_weights(model, gpu, chosen),
     )
     check_precision(run.precision, profile, run.low_precision_param_gather)
     _check_run(run, model)
     layout = _resolve_layout(request, model, profile, chosen)
+    check_activation_offload(run, model, layout, gpu)
     if profile.family == "gpu":
         layout = _runnable_overlaps(layout, recompute, chosen)
     limits = _resolve_batch(request, layout, chosen, run.seq_len if gpu else None)
@@ -544,6 +567,15 @@ def _runnable_overlaps(layout: Layout, recompute: str, chosen: _Defaults) -> Lay
     return replace(layout, overlap=replace(layout.overlap, all_to_all=False))
 
 
+def _routing_weights(model: "ModelSpec", gpu: bool, chosen: _Defaults) -> Literal["combine", "experts"]:
+    """Where an MoE layer applies its routing weights: as Megatron-Core does on GPUs, after the experts on a
+    wafer (REASONS; a dense model has none to apply, so no reason is recorded)."""
+    where_: Literal["combine", "experts"] = "experts" if gpu else "combine"
+    if model.is_moe:
+        chosen.reasons["routing_weights"] = REASONS["routing_weights_gpu" if gpu else "routing_weights_wse"]
+    return where_
+
+
 def _mtp(request: ExecutionRequest, model: "ModelSpec", reasons: dict[str, str]) -> bool:
     if request.multi_token_prediction is None:
         if model.mtp_layers:
@@ -554,9 +586,42 @@ def _mtp(request: ExecutionRequest, model: "ModelSpec", reasons: dict[str, str])
     return request.multi_token_prediction
 
 
+# Activation offloading as Megatron-Core builds it: TransformerBlock wraps each decoder layer's forward in
+# TransformerEngine's CPU-offload context (Megatron-LM @ d98e8a64 megatron/core/transformer/transformer_block.py
+# L302-316: get_cpu_offload_context(cpu_offloading, cpu_offloading_num_layers, num_layers, ...)), which copies the
+# tensors the first N layers save for backward to pinned host memory and brings them back for their backward, so
+# that the device holds (num_layers - N) layers' activations (TE @ d0067d0 transformer_engine/pytorch/
+# cpu_offload.py L748-751). Megatron-Core refuses N outside [0, num_layers), pipeline parallelism and
+# recomputation with it (transformer_config.py L1884-1899).
+ACTIVATION_OFFLOAD = ("Megatron-LM @ d98e8a64 megatron/core/transformer/transformer_block.py L302-316; TE @ d0067d0 "
+                      "transformer_engine/pytorch/cpu_offload.py L748-751")
+
+
+def check_activation_offload(run: RunOptions, model: "ModelSpec", layout: "Layout", gpu: bool) -> None:
+    """Megatron-Core's rules for --cpu-offloading-num-layers (ACTIVATION_OFFLOAD), each a one-line error."""
+    n = run.cpu_offload_layers
+    if n == 0:
+        return
+    if not gpu:
+        raise BtacalcError("{cpu_offload_layers}: activation offloading is a Megatron (GPU) option")
+    if not 0 < n < model.num_layers:
+        raise BtacalcError(f"{{cpu_offload_layers}} must be from 0 to {model.num_layers - 1} (Megatron offloads fewer "
+                           f"layers than the model's {model.num_layers}), got {n}")
+    if layout.pipeline_parallel != 1:
+        raise BtacalcError(f"{{cpu_offload_layers}} {n} needs {{pipeline_parallel}} 1: Megatron-Core does not offload "
+                           f"activations under pipeline parallelism, got {layout.pipeline_parallel}")
+    if run.recompute != "none":
+        raise BtacalcError(f"{{cpu_offload_layers}} {n} needs {{recompute}} none: Megatron-Core does not offload "
+                           f"activations with recomputation, got {run.recompute}")
+
+
 def _check_run(run: RunOptions, model: "ModelSpec") -> None:
     if run.gradient_bytes not in (2, 4):
         raise BtacalcError(f"{{gradient_bytes}} must be 2 (the 16-bit parameter dtype) or 4 (fp32), got {run.gradient_bytes!r}")
+    if run.moment_bytes not in (2, 4):
+        raise BtacalcError(f"{{moment_bytes}} must be 2 (bf16 Adam moments) or 4 (fp32), got {run.moment_bytes!r}")
+    if run.moment_bytes == 2 and run.optimizer != "adam":
+        raise BtacalcError(f"{{moment_bytes}} 2 sets Adam's moments to bf16; the optimizer is {run.optimizer}")
     # the busiest expert receives at most every token once: T tokens against the mean T·k/E, so R <= E/k
     most = model.num_experts / model.top_k if model.is_moe else 1.0
     if not 1.0 <= run.routing_imbalance <= most:

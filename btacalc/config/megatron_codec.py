@@ -485,6 +485,39 @@ def _dec_param_gather(get: Get) -> Fields:
     return {"run.fp8_param_gather": _bool(get("fp8_param_gather")) or _bool(get("fp4_param_gather"))}
 
 
+def _enc_offload(f: Fields) -> Args:
+    """--cpu-offloading-num-layers N: the first N layers' activations in host memory (Megatron-LM turns
+    cpu_offloading on when N > 0: arguments.py L1950-1951; config.execution.ACTIVATION_OFFLOAD)."""
+    n = f.get("run.cpu_offload_layers", 0)
+    return {"cpu_offloading_num_layers": n} if n else {}
+
+
+def _dec_offload(get: Get) -> Fields:
+    return {"run.cpu_offload_layers": _int(get("cpu_offloading_num_layers"), "cpu_offloading_num_layers") or 0}
+
+
+# Bytes of an Adam moment for --exp-avg-dtype / --exp-avg-sq-dtype (Megatron-LM optimizer_config.py L203-206)
+MOMENT_BYTES = {"fp32": 4, "bf16": 2}
+
+
+def _enc_moments(f: Fields) -> Args:
+    """--use-precision-aware-optimizer with bf16 Adam moments (the fp32 master weights stay)."""
+    if f.get("run.moment_bytes", 4) != 2:
+        return {}
+    return {"use_precision_aware_optimizer": True, "exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16"}
+
+
+def _dec_moments(get: Get) -> Fields:
+    aware = _bool(get("use_precision_aware_optimizer"))
+    dtypes = {str(get("exp_avg_dtype") or "fp32"), str(get("exp_avg_sq_dtype") or "fp32")}
+    if not aware or dtypes == {"fp32"}:
+        return {"run.moment_bytes": 4}
+    if len(dtypes) > 1 or not dtypes <= set(MOMENT_BYTES):
+        raise BtacalcError(f"--exp-avg-dtype / --exp-avg-sq-dtype {' / '.join(sorted(dtypes))}: btacalc models both "
+                           "Adam moments in fp32 or both in bf16")
+    return {"run.moment_bytes": MOMENT_BYTES[dtypes.pop()]}
+
+
 def _enc_stages(f: Fields) -> Args:
     """Uneven first/last pipeline stages and explicit layouts (btacalc.config.pipeline.StageSplit)."""
     out: Args = {}
@@ -540,6 +573,8 @@ RUN_ROWS: tuple[Row, ...] = (
     Row("precision", _enc_precision, _dec_precision),
     Row("low precision", _enc_low_precision, _dec_low_precision),
     Row("low-precision parameter gather", _enc_param_gather, _dec_param_gather),
+    Row("activation offloading", _enc_offload, _dec_offload),
+    Row("optimizer moments", _enc_moments, _dec_moments),
     Row("dispatcher", _enc_dispatcher, _dec_dispatcher),
     switch("overlap.grad_reduce", "overlap_grad_reduce"),
     switch("overlap.param_gather", "overlap_param_gather"),
@@ -660,6 +695,9 @@ BRIDGE_KEYS: dict[str, tuple[str, Callable[[Any], Any], Callable[[Any], Any]]] =
     "bf16": ("mixed_precision", lambda v: "bf16_mixed" if v else None, lambda v: str(v).startswith("bf16")),
     "num_attention_heads": ("model.num_attention_heads", *_AS_IS),
     "attention_dropout": ("model.attention_dropout", *_AS_IS),
+    "use_precision_aware_optimizer": ("optimizer.use_precision_aware_optimizer", *_AS_IS),
+    "exp_avg_dtype": ("optimizer.exp_avg_dtype", *_AS_IS),
+    "exp_avg_sq_dtype": ("optimizer.exp_avg_sq_dtype", *_AS_IS),
 }
 # Not Bridge config keys: data and tokenizer are Bridge's dataset/tokenizer configs, not the model's.
 # max_position_embeddings: GPTModelProvider sizes positions by seq_length (no such field in gpt_provider.py).

@@ -59,10 +59,12 @@ IGNORED: tuple[tuple[str, str], ...] = (
     (r"make_vocab_size_divisible_by", "vocabulary padding: btacalc counts --vocab-size as given"),
     (r"(cuda_graph_.*|enable_cuda_graph|external_cuda_graph)",
      "CUDA graphs: kernel-launch capture; btacalc models neither launch overhead nor the graphs' static buffers"),
-    (r"(fine_grained_activation_offloading|offload_modules|cpu_offloading.*)",
-     "activation offloading: not modelled (btacalc keeps activations on the device)"),
-    (r"(use_precision_aware_optimizer|main_grads_dtype|main_params_dtype|exp_avg_dtype|exp_avg_sq_dtype)",
-     "optimizer state precision: btacalc models Megatron's default fp32 master weights and Adam moments"),
+    (r"(fine_grained_activation_offloading|offload_modules|cpu_offloading_.*)",
+     "activation offloading beyond --cpu-offloading-num-layers (module-wise offloading, weights, double "
+     "buffering): not modelled (btacalc keeps those activations on the device)"),
+    (r"(main_grads_dtype|main_params_dtype)",
+     "optimizer state precision: btacalc models fp32 master weights; the main gradients follow "
+     "--grad-reduce-in-bf16"),
     (r"(tp_comm_overlap_.*|tp_comm_.*_(ag|rs|dgrad|wgrad).*|tp_comm_bulk_.*)",
      "tensor-parallel overlap tuning: btacalc models --tp-comm-overlap on or off"),
     (r"(attention_dropout|hidden_dropout)", "read as the model's dropout (on when either is above 0)"),
@@ -276,4 +278,6 @@ def _guarded_request_fields(f: Fields) -> dict[str, Any]:
     if f.get("run.precision") is not None:
         out["precision"] = f["run.precision"]
     out["fp8_param_gather"] = bool(f.get("run.fp8_param_gather"))
+    out["cpu_offload_layers"] = f.get("run.cpu_offload_layers", 0)
+    out["moment_bytes"] = f.get("run.moment_bytes", 4)
     return out

@@ -44,6 +44,8 @@ def run_fields(r: PlanReport, spec: ModelSpec) -> dict[str, Any]:
         fields[f"overlap.{key}"] = bool(par.overlaps.get(key))
     fields["run.precision"] = r.inputs.precision
     fields["run.fp8_param_gather"] = r.inputs.fp8_param_gather
+    fields["run.cpu_offload_layers"] = r.inputs.cpu_offload_layers
+    fields["run.moment_bytes"] = r.inputs.moment_bytes
     for key in ("first_stage_layers", "last_stage_layers", "pipeline_layout"):
         fields[f"layout.{key}"] = getattr(par, key)
     if fields["overlap.all_to_all"] and not (moe and par.expert_parallel > 1):

@@ -146,7 +146,10 @@ def _header(r: PlanReport) -> Table:
     t.add_row("inputs", f"seq {i.seq_len}{marks('seq_len')}, recompute {i.recompute}{marks('recompute')}, "
                         f"attention {i.attention}{marks('attention')}, loss {i.loss}{marks('loss')}, "
                         f"{'causal' if i.causal else 'full s²'} attention FLOPs, {i.accounting} accounting, "
-                        f"{i.optimizer}, {i.bytes_per_element}-byte elements"
+                        f"{i.optimizer}{' (bf16 moments)' if i.moment_bytes == 2 else ''}, "
+                        f"{i.bytes_per_element}-byte elements"
+                        + (f", the first {i.cpu_offload_layers} layers' activations in host memory"
+                           if i.cpu_offload_layers else "")
                         + (", multi-token prediction off" + marks("multi_token_prediction")
                            if "multi_token_prediction" in i.defaults else "")
                         + (", multi-token prediction on" if any(k.name == "mtp" for k in r.layer_kinds) else ""))

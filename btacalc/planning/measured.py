@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..config.execution import MEGATRON, BatchLimits, ExecutionRequest, OverlapRequest
 from ..config.hardware import HardwareProfile, resolve_hardware
+from ..config.pipeline import StageSplit
 from ..config.precision import recipe as precision_recipe
 from ..config.presets import resolve_model
 from ..errors import BtacalcError, first_validation_error
@@ -105,6 +106,17 @@ class Recipe(BaseModel):
     causal: Optional[bool] = Field(None, description="the attention kernel skips the masked half of the s^2 scores "
                                    "(a causal FlashAttention kernel); default: btacalc counts the full scores")
     deepep: bool = Field(False, description="the run dispatches MoE tokens with DeepEP (Megatron flex dispatcher)")
+    micro_batch: Optional[int] = Field(None, ge=1, description="--micro-batch-size where the recipe and the published "
+                                       "row's other columns (GA = GBS / (DP x MBS)) say otherwise than its MBS column")
+    pipeline_layout: Optional[str] = Field(None, description="--pipeline-model-parallel-layout (Megatron's string)")
+    account_for_embedding: bool = Field(False, description="--account-for-embedding-in-pipeline-split")
+    account_for_loss: bool = Field(False, description="--account-for-loss-in-pipeline-split")
+    cpu_offloading_num_layers: Optional[int] = Field(None, ge=0, description="--cpu-offloading "
+                                                     "--cpu-offloading-num-layers: activations of the first N decoder "
+                                                     "layers kept in host memory (config.execution.ACTIVATION_OFFLOAD)")
+    exp_avg_dtype: Optional[Literal["fp32", "bf16"]] = Field(None, description="--use-precision-aware-optimizer "
+                                                             "--exp-avg-dtype / --exp-avg-sq-dtype: Adam's moments "
+                                                             "(default fp32)")
     overlaps: Overlaps = Overlaps()
 
     def unmodelled(self) -> str:
@@ -162,7 +174,7 @@ class MeasuredRun(BaseModel):
             return self
         r = self.recipe
         changes = {k: v for k, v in (("vp", r.vp), ("sequence_parallel", r.sequence_parallel), ("zero", r.zero),
-                                     ("recompute", r.recompute)) if v is not None}
+                                     ("recompute", r.recompute), ("micro_batch", r.micro_batch)) if v is not None}
         return self.model_copy(update=changes)
 
 
@@ -322,6 +334,14 @@ def express(run: MeasuredRun, family: str = "gpu") -> tuple[Optional[ExecutionRe
             changes.update(loss="vocab_parallel")  # fused or not, the same buffers (Recipe.cross_entropy_loss_fusion)
         if recipe.memory_model is not None:
             changes["memory_model"] = recipe.memory_model
+        if recipe.exp_avg_dtype is not None:
+            changes["moment_bytes"] = 2 if recipe.exp_avg_dtype == "bf16" else 4
+        if recipe.cpu_offloading_num_layers:
+            changes["cpu_offload_layers"] = recipe.cpu_offloading_num_layers
+        if recipe.pipeline_layout is not None or recipe.account_for_embedding or recipe.account_for_loss:
+            changes["stage_split"] = StageSplit(pipeline_layout=recipe.pipeline_layout,
+                                                account_for_embedding=recipe.account_for_embedding,
+                                                account_for_loss=recipe.account_for_loss)
     # the published low-precision runs use Megatron-Bridge's mixed-precision recipes (btacalc/data/precision.toml
     # bridge_param_gather: FP8 parameters and their all-gather where the recipe turns them on)
     return ExecutionRequest(seq_len=run.seq, recompute=recompute, devices=run.devices, limits=limits,

@@ -110,6 +110,11 @@ class Inputs(BaseModel):
     precision: str = Field("bf16", description="training precision (btacalc/data/precision.toml)")
     te_recipe: str = Field("", description="the TransformerEngine recipe class of the precision ('' for 16-bit)")
     fp8_param_gather: bool = Field(False, description="parameters kept and all-gathered in the low precision")
+    cpu_offload_layers: int = Field(0, description="decoder layers whose activations wait in host memory "
+                                    "(--cpu-offloading-num-layers)")
+    moment_bytes: int = Field(4, description="bytes of each Adam moment (2: bf16, the precision-aware optimizer)")
+    routing_weights: str = Field("combine", description="where an MoE layer applies its routing weights: combine "
+                                 "(after the experts) or experts (inside their activation, Megatron-Core)")
     micro_batches: Optional[int] = Field(None, description="M as given (--grad-accum); None: chosen by the solver")
     objective: str = Field("density", description="what the solver maximised: throughput (tokens/s) or density "
                            "(the largest G*b that fits)")

@@ -10,7 +10,8 @@ placed by Megatron's rules):
                            word embeddings, Megatron-Core's shared embedding: V·h/t)
     expert parameters      sum_k n_jk x one kind-k layer's routed experts / (EP·ETP)
     stored activations     sum_k held kind-k layer-micro-batches x one kind-k layer's (per micro-batch,
-                           per device: TP/SP and CP divided, Korthikanti eq. 2-4) + embedding
+                           per device: TP/SP and CP divided, Korthikanti eq. 2-4; less the first N
+                           layers' with --cpu-offloading-num-layers N, which wait in host memory) + embedding
                            activations x the first stage's micro-batches in flight + the head's of one
                            micro-batch (last)
     recompute buffer,      the largest of the kinds the stage holds
@@ -87,7 +88,7 @@ class GpuMemory:
         layers = sum(counts)
         dense, expert = stage_params(self.problem, counts, kinds, (first if is_first else None, is_last, last))
         parts = sharded_state(self.rates, _whole(dense), _whole(expert), lay)
-        held = st.held_kinds(j)
+        held = self._on_device(st.held_kinds(j))
         stored = sum(n * p.stored for n, (_, p) in zip(held, kinds)) \
             + (st.embedding_in_flight() * first.stored if is_first else 0) + where(is_last, last.stored, 0)
         # ZeRO-3 / FSDP gather one layer at a time: the largest layer the stage holds
@@ -107,6 +108,17 @@ class GpuMemory:
         }
         components = {k: where(exists, v, 0) for k, v in components.items()}
         return StageMemory(j, layers, where(exists, st.in_flight(j), 0), components, tuple(parts))
+
+
+    def _on_device(self, held: list[Any]) -> list[Any]:
+        """The held layer-micro-batches of each kind that stay on the device: with --cpu-offloading-num-layers
+        N (PP 1, one micro-batch in flight) the first N decoder layers' activations wait in host memory, so
+        the device keeps (num_layers - N) layers' (TE cpu_offload.py L748-751: execution.ACTIVATION_OFFLOAD)."""
+        n = self.problem.run.cpu_offload_layers
+        if not n:
+            return held
+        single = self.problem.layout.pipeline_parallel == 1  # a layout search's PP > 1 candidates keep them all
+        return [where(single, h - off, h) for h, off in zip(held, self.stages.leading_kinds(n))]
 
 
 def stage_params(problem: Problem, counts: list[Any], kinds: list[tuple[LayerKind, Part]],

@@ -149,6 +149,14 @@ class PipelineStages:
             out = [a + passes * b for a, b in zip(out, self.chunk_kinds(j, v))]
         return out
 
+    def leading_kinds(self, n: int) -> list[int]:
+        """Layers of each kind among the model's first `n` decoder layers (what Megatron's activation
+        offloading takes to host memory: execution.ACTIVATION_OFFLOAD)."""
+        out = [0] * self.kinds
+        for layer in range(min(n, self.num_layers)):
+            out[self.kind_of_layer[layer] if self.kind_of_layer else 0] += 1
+        return out
+
     def held_layers(self, j: int) -> Any:
         """Layer activations stage j holds, in layer-micro-batches."""
         return sum(self.held_kinds(j))
