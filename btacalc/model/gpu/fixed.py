@@ -112,18 +112,20 @@ def fixed_costs(problem: Problem, dense: Any, expert: Any, rates: dict[str, int]
     return FixedCosts(optimizer, norm)
 
 
-def host_time(problem: Problem, kernels: Any, expert_gemms: Any = 0) -> Any:
-    """CPU time to issue a micro-batch's kernels and per-expert GEMMs on a stage (module docstring); 0
-    without [kernels]."""
+def host_time(problem: Problem, kernels: Any, expert_gemms: Any = 0, module_calls: Any = 0) -> Any:
+    """CPU time to issue a micro-batch's kernels, per-expert GEMMs and layer-module calls on a stage (module
+    docstring); 0 without [kernels]; a profile without `module_host_s` does not count the module calls."""
     k = problem.hardware.kernels
     if k is None:
         return 0.0
     per_expert = k.expert_gemm_host_s if k.expert_gemm_host_s is not None else k.launch_overhead_s
-    return kernels * k.launch_overhead_s.value + expert_gemms * per_expert.value
+    per_module = k.module_host_s.value if k.module_host_s is not None else 0.0
+    return kernels * k.launch_overhead_s.value + expert_gemms * per_expert.value + module_calls * per_module
 
 
-def launch_time(problem: Problem, kernels: Any, gpu_time_s: Any, expert_gemms: Any = 0) -> Any:
+def launch_time(problem: Problem, kernels: Any, gpu_time_s: Any, expert_gemms: Any = 0,
+                module_calls: Any = 0) -> Any:
     """Exposed host issue time of a micro-batch on a stage: what of `host_time` its GPU time does not hide."""
     if problem.hardware.kernels is None:
         return 0.0
-    return maximum(0.0, host_time(problem, kernels, expert_gemms) - gpu_time_s)
+    return maximum(0.0, host_time(problem, kernels, expert_gemms, module_calls) - gpu_time_s)
