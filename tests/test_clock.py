@@ -197,6 +197,40 @@ def test_a_grouped_gemm_is_issued_once_per_local_expert_and_pass():
     assert layer_parts(p16, p16.evaluate(1, 1))[0].expert_gemms == pytest.approx(48)
 
 
+def test_a_module_call_costs_the_host_what_te_pr_1191_measured():
+    """TransformerEngine PR 1191: Megatron-core's TEColumnParallelLinear takes 115 us of CPU time per forward
+    pass (BF16, TP 1; 140 us before the PR, 140 / 1.22 = 115); its forward launches one GEMM, already counted
+    at the 4 us launch overhead, so a module call adds 115 - 4 = 111 us on every GPU profile."""
+    assert 140e-6 / 1.22 == pytest.approx(115e-6, rel=5e-3)
+    for hw in ("a100-80gb", "h100", "h200", "b200", "gb200"):
+        k = resolve_hardware(hw).kernels
+        assert k.module_host_s.value == pytest.approx(115e-6 - k.launch_overhead_s.value)
+        assert k.module_host_s.value == pytest.approx(111e-6)
+
+
+def test_a_moe_layer_calls_its_modules_once_per_pass():
+    """Qwen3-30B-A3B under Megatron's TE layer spec (Megatron-LM @ d98e8a64 megatron/core/models/gpt/
+    gpt_layer_specs.py L139-159; experts.py L183-240): linear_qkv, linear_proj and the experts' grouped
+    linear_fc1 and linear_fc2 are linear modules, each called forward and once backward (2 passes without a
+    re-run), and the DotProductAttention module forward and backward: 4 x 2 + 2 = 10 calls per layer and
+    micro-batch. The router's h x E gating GEMM is a functional call inside the router, not a module. At
+    111 us each: 1.11 ms of host time per layer on top of the kernels (4 us) and the 96 expert GEMMs (33.4 us).
+    A full re-run repeats each linear module's forward: 4 x 3 + 2 = 14."""
+    from btacalc.model.gpu.costs import layer_parts
+    from btacalc.model.gpu.fixed import host_time
+
+    p = _problem("qwen3-30b-a3b", hw="b200", run=NO_RERUN, devices=8, expert_parallel=8)
+    (part,) = layer_parts(p, p.evaluate(1, 1))
+    assert part.module_calls == pytest.approx(4 * 2 + 2) == 10
+    expected = part.kernels * 4e-6 + 96 * 3.34e-5 + 10 * 111e-6
+    assert host_time(p, part.kernels, part.expert_gemms, part.module_calls) == pytest.approx(expected)
+    full = _problem("qwen3-30b-a3b", hw="b200", devices=8, expert_parallel=8,
+                    run=RunOptions(seq_len=4096, attention="flash", gradient_bytes=4, recompute="full"))
+    assert layer_parts(full, full.evaluate(1, 1))[0].module_calls == pytest.approx(4 * 3 + 2)
+    dense = _problem("llama-3-8b", hw="h100", run=NO_RERUN, devices=8)  # q/k/v, o, gate/up, down + attention
+    assert layer_parts(dense, dense.evaluate(1, 1))[0].module_calls == pytest.approx(4 * 2 + 2)
+
+
 def test_a_host_bound_moe_micro_batch_takes_its_host_time():
     """Qwen3-30B-A3B on 8 B200 at EP 8, one sequence of 4,096 per micro-batch: the micro-batch's terms add
     up to the larger of its GPU time and its host time (48 layers of 96 expert GEMMs and their kernels, plus
@@ -210,7 +244,8 @@ def test_a_host_bound_moe_micro_batch_takes_its_host_time():
     ev = p.evaluate(1, 1)
     (part,), (first, last) = layer_parts(p, ev), outside_parts(p, ev)
     layers = p.model.num_layers
-    host = host_time(p, layers * part.kernels + first.kernels + last.kernels, layers * part.expert_gemms)
+    host = host_time(p, layers * part.kernels + first.kernels + last.kernels, layers * part.expert_gemms,
+                     layers * part.module_calls + first.module_calls + last.module_calls)
     st = gpu_step_time(p, 1, 1, ev)
     terms = st.details["terms"]
     gpu = sum(v for k, v in terms.items() if k != "launch")

@@ -161,6 +161,9 @@ class Gemm(BaseModel):
     k: str
     count: str = "1"
     grouped: bool = False
+    module: bool = Field(True, description="issued by a layer module (a Megatron/TransformerEngine linear or "
+                         "grouped linear), whose call costs the host its Python time once per pass (model/gpu/"
+                         "fixed.py); false: a bare functional matmul inside another module")
     source: str = Field(min_length=3)
     when: When = {}
 

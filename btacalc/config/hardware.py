@@ -303,6 +303,10 @@ class Kernels(_Section):
         None, description="CPU-side cost of one expert's GEMM in a grouped expert GEMM that the library issues as "
         "a loop of per-expert cuBLASLt calls (TransformerEngine's multi-stream grouped GEMM; model/gpu/fixed.py); "
         "None: one kernel launch (launch_overhead_s) per expert")
+    module_host_s: Annotated[Optional[Number], LATENCY] = Field(
+        None, description="CPU-side cost of one call of a framework layer module (a Megatron/TransformerEngine "
+        "linear, grouped linear or attention module) per pass, beyond the launches of its own kernels "
+        "(model/gpu/fixed.py); None: not counted")
     gemm_ceiling_fraction: Annotated[Number, FRACTION] = Field(
         description="share of the datasheet dense peak a large, perfectly quantised BF16 GEMM reaches in a "
         "microbenchmark of this generation (the measured ceiling; model/gpu/gemm.py)")

@@ -76,6 +76,7 @@ class Part:
     gemms: dict[str, list["GemmRow"]] = field(default_factory=dict)  # per phase, its matmuls (report)
     kernels: Any = 0  # kernel launches, forward + backward + re-run (model/gpu/fixed.py)
     expert_gemms: Any = 0  # per-expert GEMMs of grouped expert GEMMs, all passes (issued one by one: fixed.py)
+    module_calls: Any = 0  # layer-module calls (linear, grouped linear, attention), all passes (fixed.py)
 
 
 @dataclass(frozen=True)
@@ -217,6 +218,7 @@ def _part(pv: PhaseValues, phases: list[Phase], r: _Rates, memory_only: bool = F
         traffic = _traffic(phase, v, r, load)
         kernels, expert_gemms = _launches(phase, v, r)
         part.kernels, part.expert_gemms = part.kernels + kernels, part.expert_gemms + expert_gemms
+        part.module_calls = part.module_calls + _module_calls(phase, v, r)
         if phase.core and r.flash:
             run = r.core_time_factor
             core = [core[0] + flops * run, core[1] + traffic, core[2] + v("flops_bwd") * load * run]
@@ -313,11 +315,24 @@ def _launches(phase: Phase, v: Any, r: _Rates) -> tuple[Any, Any]:
     return work * (2 + v("reruns")), 0
 
 
+def _module_calls(phase: Phase, v: Any, r: _Rates) -> Any:
+    """Layer-module calls of a phase per micro-batch (model/gpu/fixed.py): each GEMM a module issues (the
+    catalogue's `module` GEMMs: a Megatron/TransformerEngine linear or grouped linear, whatever its `count` of
+    matmuls inside) is one module call forward, one backward (autograd runs the module's backward function
+    once for its data and weight gradients) and one per re-run; the attention core's module is counted with
+    the fused kernel (`_fused_core`)."""
+    if phase.core and r.flash:
+        return 0
+    modules = sum(1 for g in phase.gemm if g.module and g.applies(r.features))
+    return modules * (1 + v("reruns") + 1)
+
+
 def _fused_core(part: Part, pv: PhaseValues, phases: list[Phase], core: list[Any], r: _Rates) -> None:
     """The FlashAttention kernel: one roofline over the core phases, shared out by their FLOPs."""
     fused = maximum(core[0] / r.peak, core[1] / r.hbm)
     part.compute_s, part.core_s = part.compute_s + fused, part.core_s + fused
     part.kernels = part.kernels + where(core[0] > 0, 2, 0)  # the fused forward and backward kernels
+    part.module_calls = part.module_calls + where(core[0] > 0, 2, 0)  # its attention module, forward and backward
     safe = where(core[0] > 0, core[0], 1)
     part.backward_s = part.backward_s + fused * where(core[0] > 0, core[2] / safe, 0)
     for phase in phases:

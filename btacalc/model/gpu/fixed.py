@@ -29,7 +29,7 @@ the threshold, and is not counted:
 launch overhead; CUDA graphs remove most of it); the GPU queue hides them while the kernels run longer. A
 stage's micro-batch therefore takes at least its host issue time, and what exceeds its GPU time shows:
 
-    t_host   = kernels x launch_overhead_s + expert GEMMs x expert_gemm_host_s
+    t_host   = kernels x launch_overhead_s + expert GEMMs x expert_gemm_host_s + module calls x module_host_s
     t_launch = max(0, t_host - GPU time of the micro-batch)
 
 Kernels per phase (an estimate, not a trace): a dense matmul phase launches each GEMM once forward and
@@ -55,6 +55,35 @@ two grouped GEMMs per layer): 16 x 2 x 3 = 96 expert GEMMs, 3.2 ms of host time 
 more than its 2.7 ms of GPU work on a B200 at 4,096 tokens: the step is host-bound (Megatron's MoE README,
 "CPU Overhead Bottleneck": gaps between kernels; the fixes it lists are CUDA graphs and a larger
 micro-batch). A profile without `expert_gemm_host_s` counts each expert GEMM as one plain launch.
+
+**Layer modules are Python on the host.** Each linear module of Megatron's TransformerEngine layer spec
+(Megatron-LM @ d98e8a64 megatron/core/models/gpt/gpt_layer_specs.py L139-159: linear_qkv, linear_proj;
+experts.py L183-240: the grouped linear_fc1 and linear_fc2; the dense MLP's fc1 and fc2) and its attention
+module (core_attention, TEDotProductAttention) spends CPU time in Python per call beyond its kernels' launches
+(argument checks, quantizer and workspace set-up, autograd bookkeeping). TransformerEngine PR 1191
+(2024-09-18) measured Megatron-core's TEColumnParallelLinear at 140 us per forward pass (BF16, TP 1) and
+115 us after it; that forward launches one GEMM, already counted at launch_overhead_s:
+
+    module_host_s = 115 us - 4 us = 111 us                       (the profile's `kernels.module_host_s`)
+
+A module is called once forward, once backward (autograd runs its backward function once for the data and
+weight gradients; taken at the forward's cost, an estimate) and once per re-run. The catalogue marks which
+GEMMs a module issues (`Gemm.module`; the router's gating GEMM is a functional call inside the router,
+router.py L111). Qwen3-30B-A3B: 4 linear modules x 2 passes + the attention module forward and backward =
+10 calls, 1.11 ms per layer and micro-batch. Norm modules (q/k norms, the MoE layer's pre-MLP norm) are not
+counted: no published per-call time. Later TransformerEngine releases cut the per-call time further (TE
+issue 2126, 2026-01-03: a BF16 te.Linear costs about what torch.nn.Linear does, 13.48 us per forward on an
+x86 host in TE issue 2053), so for 2026 containers 111 us is an upper bound of the module's own share.
+
+**The dispatcher's device-to-host sync is not a term.** With EP > 1 and dropless routing, Megatron's
+all-to-all dispatcher waits once per layer forward for the split sizes before the dispatch all-to-all
+(Megatron-LM @ d98e8a64 megatron/core/transformer/moe/token_dispatcher.py L586-596 `before_ep_alltoall`,
+L956-958 `d2h_event.synchronize()`; the backward reuses the host's copy). After it the host cannot run ahead
+of the GPU into the next layer, so a layer's forward takes between max(h, g) and h + g of its host and GPU
+times: max(h, g) plus about one kernel when either side binds the whole layer (host-bound: the GPU finishes
+just after the host's last launch; GPU-bound: the host's first launch after the sync is the only gap). It
+costs time only where one part of a layer is host-bound and another GPU-bound, which the per-micro-batch
+max(host, GPU) here cannot resolve; no published measurement of that split was found.
 
 The MoE router, permute (dispatch) and unpermute (combine) kernels are phases of the catalogue with
 their own HBM traffic (formulas/moe.toml), so their bandwidth-bound time is already in the layer's
@@ -112,18 +141,20 @@ def fixed_costs(problem: Problem, dense: Any, expert: Any, rates: dict[str, int]
     return FixedCosts(optimizer, norm)
 
 
-def host_time(problem: Problem, kernels: Any, expert_gemms: Any = 0) -> Any:
-    """CPU time to issue a micro-batch's kernels and per-expert GEMMs on a stage (module docstring); 0
-    without [kernels]."""
+def host_time(problem: Problem, kernels: Any, expert_gemms: Any = 0, module_calls: Any = 0) -> Any:
+    """CPU time to issue a micro-batch's kernels, per-expert GEMMs and layer-module calls on a stage (module
+    docstring); 0 without [kernels]; a profile without `module_host_s` does not count the module calls."""
     k = problem.hardware.kernels
     if k is None:
         return 0.0
     per_expert = k.expert_gemm_host_s if k.expert_gemm_host_s is not None else k.launch_overhead_s
-    return kernels * k.launch_overhead_s.value + expert_gemms * per_expert.value
+    per_module = k.module_host_s.value if k.module_host_s is not None else 0.0
+    return kernels * k.launch_overhead_s.value + expert_gemms * per_expert.value + module_calls * per_module
 
 
-def launch_time(problem: Problem, kernels: Any, gpu_time_s: Any, expert_gemms: Any = 0) -> Any:
+def launch_time(problem: Problem, kernels: Any, gpu_time_s: Any, expert_gemms: Any = 0,
+                module_calls: Any = 0) -> Any:
     """Exposed host issue time of a micro-batch on a stage: what of `host_time` its GPU time does not hide."""
     if problem.hardware.kernels is None:
         return 0.0
-    return maximum(0.0, host_time(problem, kernels, expert_gemms) - gpu_time_s)
+    return maximum(0.0, host_time(problem, kernels, expert_gemms, module_calls) - gpu_time_s)

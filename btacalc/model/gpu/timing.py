@@ -143,7 +143,7 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
     stage = Part()
     for n, (_, part) in zip(counts, kinds):
         for name in ("compute_s", "backward_s", "core_s", "tp_bytes", "cp_bytes", "a2a_bytes", "kernels", "tp_calls",
-                     "cp_calls", "a2a_calls", "weight_cast_s", "expert_gemms"):
+                     "cp_calls", "a2a_calls", "weight_cast_s", "expert_gemms", "module_calls"):
             setattr(stage, name, getattr(stage, name) + n * getattr(part, name))
     layer_terms = _layer_terms(problem, kinds, counts)
     first, last = ends
@@ -167,8 +167,9 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
              "tiling": layers * tiles * tile_overhead_s(problem)}
     kernels = stage.kernels + sum(where(on, p.kernels, 0) for p, on in outside)
     expert_gemms = stage.expert_gemms + sum(where(on, p.expert_gemms, 0) for p, on in outside)
-    terms["launch"] = launch_time(problem, kernels, sum(terms.values()), expert_gemms)
-    host = where(exists, host_time(problem, kernels, expert_gemms), 0.0)
+    modules = stage.module_calls + sum(where(on, p.module_calls, 0) for p, on in outside)
+    terms["launch"] = launch_time(problem, kernels, sum(terms.values()), expert_gemms, modules)
+    host = where(exists, host_time(problem, kernels, expert_gemms, modules), 0.0)
     reduce = where(o.grad_reduce, maximum(0.0, dp.reduce_per_step - backward), dp.reduce_per_step)
     gather = where(o.param_gather, maximum(0.0, dp.gather_per_step - (compute - backward)), dp.gather_per_step)
     terms = {k: where(exists, v, 0.0) for k, v in terms.items()}
