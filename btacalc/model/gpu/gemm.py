@@ -56,6 +56,7 @@ dtype's peak (FP8, FP4) drops in without changing the shape model.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -121,7 +122,22 @@ def _roofline(compute: Any, memory: Any, p: float) -> Any:
 
 def gemm_time(m: Any, n: Any, k: Any, bytes_per_element: Any, device: GemmDevice, groups: Any = 1) -> GemmTime:
     """Time of `groups` GEMMs (m x k) @ (k x n) run as one launch (see the module docstring). No group (a
-    device holding no expert) takes no time; the arithmetic never warns (shares of an empty launch are 1)."""
+    device holding no expert) takes no time; the arithmetic never warns (shares of an empty launch are 1).
+    One shape (all scalars) is answered from a cache keyed on the shape and the device (`_one_gemm`): a
+    plan, a search and a sweep ask for the same few shapes many times."""
+    args = (m, n, k, bytes_per_element, groups)
+    if all(isinstance(x, (int, float)) or (isinstance(x, np.generic) and x.ndim == 0) for x in args):
+        return _one_gemm(float(m), float(n), float(k), float(bytes_per_element), device, float(groups))
+    return _gemm_times(m, n, k, bytes_per_element, device, groups)
+
+
+@functools.lru_cache(maxsize=8192)
+def _one_gemm(m: float, n: float, k: float, bytes_per_element: float, device: GemmDevice, groups: float) -> GemmTime:
+    """One shape's `_gemm_times` (the same arithmetic on float64 scalars, so the same bits), cached."""
+    return _gemm_times(m, n, k, bytes_per_element, device, groups)
+
+
+def _gemm_times(m: Any, n: Any, k: Any, bytes_per_element: Any, device: GemmDevice, groups: Any) -> GemmTime:
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         out = _gemm_time(m, n, k, bytes_per_element, device, np.asarray(groups, dtype=float))
     def clean(v: Any, empty: float) -> Any:  # an empty launch: 0/0

@@ -1,0 +1,34 @@
+"""Speed work that must not move a number: the cached one-shape GEMM path gives the same bits as the
+array path it stands in for."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from btacalc.model.gpu.gemm import GemmDevice, _one_gemm, gemm_time
+
+# An H800-like device (132 SMs, the shape model's DeepGEMM fit: o = 1.5 us, p = 1.6; gemm.py docstring).
+DEVICE = GemmDevice(0.73 * 1979e12, 3.35e12, 132, ((128, 128), (128, 256), (256, 128)), 1.5e-6, 1.6)
+SHAPES = [(4096, 7168, 2048, 1, 1), (1, 4096, 4096, 2, 1), (256, 7168, 2048, 1, 4), (0, 4096, 4096, 2, 0),
+          (8191, 129, 65, 2, 3)]
+
+
+@pytest.mark.parametrize("m,n,k,beta,groups", SHAPES)
+def test_one_shape_equals_array_path(m: int, n: int, k: int, beta: int, groups: int) -> None:
+    one = gemm_time(m, n, k, beta, DEVICE, groups)
+    arr = gemm_time(np.array([m, m]), n, k, beta, DEVICE, np.array([groups, groups]))
+    for field in ("time_s", "efficiency", "quantisation", "memory_bound"):
+        assert getattr(one, field) == getattr(arr, field)[0], field
+    assert one.binding() == arr.binding()[0]
+
+
+def test_one_shape_is_cached_and_scalar() -> None:
+    _one_gemm.cache_clear()
+    first = gemm_time(4096, 7168, 2048, 1, DEVICE)
+    again = gemm_time(np.int64(4096), 7168.0, 2048, 1.0, DEVICE, 1)
+    assert again is first and _one_gemm.cache_info().hits == 1
+    assert isinstance(first.time_s, float) and isinstance(first.memory_bound, bool)
+    # the arithmetic itself, once: ideal 2mnk/peak over the quantised, per-wave, smooth-roofline time
+    ideal = 2 * 4096 * 7168 * 2048 / DEVICE.peak_flops_per_s
+    assert first.efficiency == pytest.approx(ideal / first.time_s)
