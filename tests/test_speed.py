@@ -32,3 +32,18 @@ def test_one_shape_is_cached_and_scalar() -> None:
     # the arithmetic itself, once: ideal 2mnk/peak over the quantised, per-wave, smooth-roofline time
     ideal = 2 * 4096 * 7168 * 2048 / DEVICE.peak_flops_per_s
     assert first.efficiency == pytest.approx(ideal / first.time_s)
+
+
+def test_local_members_over_arrays_equals_each_layout() -> None:
+    """The distinct-groups walk over arrays gives each layout's own answer (the scalar walk)."""
+    from btacalc.model.gpu.collectives import local_members
+
+    rng = np.random.default_rng(25)
+    size = rng.choice([1, 2, 3, 4, 6, 8, 16, 32], 500)
+    stride = rng.choice([1, 2, 3, 4, 8], 500)
+    for devices, domain in ((256, 8), (np.array(rng.choice([8, 24, 64, 96, 256], 500)), 8), (72, 72), (96, 4)):
+        out = local_members(size, stride, devices, domain)
+        each = [local_members(int(a), int(b), int(devices if np.ndim(devices) == 0 else devices[i]), domain)
+                for i, (a, b) in enumerate(zip(size, stride))]
+        assert out.shape == size.shape and out.dtype == size.dtype
+        assert out.tolist() == each
