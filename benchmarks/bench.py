@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 ENV["PYTHONPATH"] = str(ROOT)
 BTACALC = [sys.executable, "-m", "btacalc"]
+SEARCH = ["plan", "--hw", "h100", "--devices", "256", "--search", "--json"]
 SWEEP_16K = ["sweep", "--hw", "wse3", "--vary", "seq=128:65536:128", "--vary", "experts=8:256:8"]
 # Solved sweeps of 1e3 .. 1e6 points (CSV output): sequence lengths, then expert counts and top-k.
 SWEEPS = {
@@ -90,6 +91,7 @@ def config_seconds(repeat: int) -> dict[str, float]:
     from btacalc.config.execution import BatchLimits, ExecutionRequest, resolve_execution
     from btacalc.config.hardware import resolve_hardware
     from btacalc.config.model import validate_model
+    from btacalc.model.gpu.gemm import _one_gemm
     from btacalc.model.memory import MemoryModel, resolve_memory_model
     from btacalc.model.problem import Problem
     from btacalc.model.solver import PointLimits, search
@@ -113,8 +115,13 @@ def config_seconds(repeat: int) -> dict[str, float]:
     def plan() -> None:
         make_plan(model, hw, request)
 
+    def evaluate_uncached() -> None:  # the same, every GEMM shape computed again (no shape seen before)
+        _one_gemm.cache_clear()
+        evaluate()
+
     out = {}
-    for name, fn in (("evaluate", evaluate), ("solve", solve), ("plan", plan)):
+    for name, fn in (("evaluate", evaluate), ("evaluate_uncached", evaluate_uncached), ("solve", solve),
+                     ("plan", plan)):
         fn()
         times = []
         for _ in range(repeat if name != "plan" else max(repeat // 10, 5)):
@@ -131,6 +138,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="fewer repetitions, no 1e6-point sweep")
     args = ap.parse_args()
     rep = 3 if args.quick else 5
+    load_start = os.getloadavg()[0]
     rows: list[tuple[str, str, str]] = []
 
     python = wall([sys.executable, "-c", "pass"], rep)
@@ -148,6 +156,9 @@ def main() -> None:
         peer_cli = wall([args.peer_python, *PEER_CLI], rep)
         rows.append(("llm-analysis CLI, one training step", f"{peer_cli * 1e3:.0f} ms",
                      f"{peer_cli / plan_s:.1f}x btacalc plan"))
+    search_s = wall([*BTACALC, *SEARCH], 1 if args.quick else 3)
+    rows.append(("`plan --search` (h100 x 256, qwen3-30b-a3b: 59,200 layouts)", f"{search_s:.2f} s",
+                 f"{59_200 / search_s:,.0f} layouts/s"))
     sweep_s = wall([*BTACALC, *SWEEP_16K], rep)
     rows.append(("`sweep` 16,384 points (wse3, seq x experts, table)", f"{sweep_s:.2f} s",
                  f"{sweep_s / plan_s:.2f}x one plan"))
@@ -161,6 +172,7 @@ def main() -> None:
                          f"{points / seconds:,.0f} points/s, peak RSS {rss:.0f} MB"))
     per = config_seconds(300 if args.quick else 1000)
     rows += [("one configuration, memory + step time (API, warm)", f"{per['evaluate'] * 1e3:.3f} ms", ""),
+             ("the same, GEMM shape cache cleared before each call", f"{per['evaluate_uncached'] * 1e3:.3f} ms", ""),
              ("one configuration solved: fastest shape + memory (API, warm)", f"{per['solve'] * 1e3:.3f} ms", ""),
              ("one full plan report, G = 1 and dense included (API, warm)", f"{per['plan'] * 1e3:.2f} ms", "")]
     if args.peer_python:
@@ -169,7 +181,7 @@ def main() -> None:
         rows.append(("llm-analysis, one configuration (API, warm)", f"{peer * 1e3:.3f} ms",
                      f"btacalc evaluate {per['evaluate'] / peer:.2f}x, solve {per['solve'] / peer:.2f}x"))
     load = os.getloadavg()[0]
-    print(f"| measured ({os.cpu_count()} cores, load {load:.1f}) | time | ratio |")
+    print(f"| measured ({os.cpu_count()} cores, load {load_start:.1f} at start, {load:.1f} at end) | time | ratio |")
     print("| --- | ---: | --- |")
     for what, t, ratio in rows:
         print(f"| {what} | {t} | {ratio} |")
