@@ -47,3 +47,18 @@ def test_local_members_over_arrays_equals_each_layout() -> None:
                 for i, (a, b) in enumerate(zip(size, stride))]
         assert out.shape == size.shape and out.dtype == size.dtype
         assert out.tolist() == each
+
+
+def test_tiles_at_once_equal_the_fastest_tile_one_by_one() -> None:
+    """All candidate tiles along one axis: each shape's compute time is the least of its per-tile times
+    (ideal / (tile share x wave share) + waves x o, gemm.py's docstring), tile by tile, to the bit."""
+    from btacalc.model.gpu.gemm import _compute_time
+
+    rng = np.random.default_rng(7)
+    m = rng.integers(1, 20000, 300).astype(float)
+    n, k = rng.integers(1, 9000, 300).astype(float), rng.integers(1, 9000, 300).astype(float)
+    groups = rng.integers(1, 9, 300).astype(float)
+    out = gemm_time(m, n, k, 2, DEVICE, groups)
+    fastest = np.minimum.reduce([_compute_time(m, n, k, DEVICE, t, groups) for t in DEVICE.tiles])
+    ideal = 2 * m * n * k * groups / DEVICE.peak_flops_per_s
+    assert np.array_equal(out.quantisation, ideal / fastest)

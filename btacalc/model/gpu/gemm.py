@@ -94,7 +94,7 @@ class GemmTime:
         return str(out) if np.ndim(out) == 0 else out
 
 
-def quantisation(m: Any, n: Any, sms: int, tile: tuple[int, int], groups: Any = 1) -> Any:
+def quantisation(m: Any, n: Any, sms: int, tile: tuple[Any, Any], groups: Any = 1) -> Any:
     """Tile share x wave share of an m x n output cut into `tile`s, `groups` GEMMs in one launch."""
     tm, tn = tile
     per_group = np.ceil(np.asarray(m, dtype=float) / tm) * np.ceil(np.asarray(n, dtype=float) / tn)
@@ -104,7 +104,7 @@ def quantisation(m: Any, n: Any, sms: int, tile: tuple[int, int], groups: Any = 
     return tile_share * wave_share
 
 
-def _compute_time(m: Any, n: Any, k: Any, device: GemmDevice, tile: tuple[int, int], groups: Any) -> Any:
+def _compute_time(m: Any, n: Any, k: Any, device: GemmDevice, tile: tuple[Any, Any], groups: Any) -> Any:
     """Quantised compute time with `tile`: ideal / (tile share x wave share) + ceil(waves) x overhead."""
     tm, tn = tile
     waves = np.ceil(np.ceil(m / tm) * np.ceil(n / tn) * groups / device.sms)
@@ -150,8 +150,10 @@ def _gemm_times(m: Any, n: Any, k: Any, bytes_per_element: Any, device: GemmDevi
 def _gemm_time(m: Any, n: Any, k: Any, bytes_per_element: Any, device: GemmDevice, groups: Any) -> GemmTime:
     m, n, k = (np.maximum(np.asarray(x, dtype=float), 1.0) for x in (m, n, k))
     shape = np.broadcast(m, n, k, groups).shape
-    compute = np.minimum.reduce([np.broadcast_to(_compute_time(m, n, k, device, t, groups), shape)
-                                 for t in device.tiles])
+    # every candidate tile at once along a leading axis (the same arithmetic per tile), the fastest taken
+    tiles = np.asarray(device.tiles, dtype=float).reshape((len(device.tiles), 2) + (1,) * len(shape))
+    per_tile = _compute_time(m, n, k, device, (tiles[:, 0], tiles[:, 1]), groups)
+    compute = np.min(np.broadcast_to(per_tile, (len(device.tiles),) + shape), axis=0)
     ideal = 2 * m * n * k * groups / device.peak_flops_per_s
     q = ideal / compute
     memory = (m * k + k * n + m * n) * groups * bytes_per_element / device.hbm_bytes_per_s
