@@ -51,6 +51,8 @@ SLOW = (
     r"test_collectives\.py::test_cross_validation_of_shipped_runs",  # leave-one-out over the shipped runs
     r"test_memory_reserves\.py::(test_every_shipped_memory_run_fits_and_meets_the_gate"
     r"|test_an_moe_run_that_does_not_name_its_dispatcher)",  # every shipped memory run
+    r"test_catalogue_pinned\.py::test_doubling_a_term_moves_a_golden",  # every golden, once per mutated term
+    r"test_wafer\.py::test_validate_says_what_the_flat_top_k_1_curve_would_take",  # whole validation
 )
 
 
