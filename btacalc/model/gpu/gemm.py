@@ -89,6 +89,8 @@ class GemmTime:
 
     def binding(self) -> Any:
         """'memory', 'waves' or 'compute' (scalars: a str; arrays: an array of str)."""
+        if isinstance(self.memory_bound, bool):  # one shape: the same rule without numpy's string arrays
+            return "memory" if self.memory_bound else "waves" if self.quantisation < QUANTISATION_NOTABLE else "compute"
         out = np.where(self.memory_bound, "memory", np.where(self.quantisation < QUANTISATION_NOTABLE, "waves",
                                                              "compute"))
         return str(out) if np.ndim(out) == 0 else out
