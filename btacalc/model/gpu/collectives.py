@@ -129,11 +129,13 @@ def local_members(size: Any, stride: Any, devices: Any, domain: int) -> Any:
     once per distinct (size, stride, devices) and is spread back: the same integers per element."""
     if is_array(size, stride):  # (a scalar group over arrays of device counts: the walk as it is)
         size, stride, devices = np.broadcast_arrays(size, stride, devices)
-        if size.dtype.kind in "iu" and 0 < size.size and max(int(np.max(x)) for x in (size, stride, devices)) < _KEY:
+        ints = all(x.dtype.kind in "iu" for x in (size, stride, devices))
+        if ints and 0 < size.size and max(int(np.max(x)) for x in (size, stride, devices)) < _KEY:
             key = (size.astype(np.int64) * _KEY + stride) * _KEY + devices  # one int64 per (size, stride, devices)
             distinct, back = np.unique(key.reshape(-1), return_inverse=True)
             pick = (distinct // _KEY // _KEY, distinct // _KEY % _KEY, distinct % _KEY)
-            return _local_members(*pick, domain)[back.reshape(-1)].reshape(size.shape).astype(size.dtype)
+            out = _local_members(*pick, domain)[back.reshape(-1)].reshape(size.shape)
+            return out.astype(np.result_type(size, stride, devices))  # the dtype the walk itself gives
     return _local_members(size, stride, devices, domain)
 
 
