@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -25,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 ENV["PYTHONPATH"] = str(ROOT)
 BTACALC = [sys.executable, "-m", "btacalc"]
+SEARCH = ["plan", "--hw", "h100", "--devices", "256", "--search", "--json"]
 SWEEP_16K = ["sweep", "--hw", "wse3", "--vary", "seq=128:65536:128", "--vary", "experts=8:256:8"]
 # Solved sweeps of 1e3 .. 1e6 points (CSV output): sequence lengths, then expert counts and top-k.
 SWEEPS = {
@@ -54,7 +56,7 @@ def one():
 one()
 ts = []
 for _ in range(N):
-    t = time.perf_counter(); one(); ts.append(time.perf_counter() - t)
+    t = time.process_time(); one(); ts.append(time.process_time() - t)
 print(statistics.median(ts))
 """
 PEER_CLI = ["-m", "llm_analysis.analysis", "train", "--model_name", "NousResearch_Llama-2-7b-hf", "--gpu_name",
@@ -62,15 +64,27 @@ PEER_CLI = ["-m", "llm_analysis.analysis", "train", "--model_name", "NousResearc
             "--activation_recomputation", "2", "--ds_zero", "3", "--flops_efficiency", "0.5", "--log_level", "ERROR"]
 
 
+CPU: dict[str, float] = {}  # command -> median CPU seconds (user + system) of its process, from `wall`
+
+
 def wall(cmd: list[str], repeat: int) -> float:
-    """Median wall time of `cmd` over `repeat` runs (after one untimed run)."""
+    """Median wall time of `cmd` over `repeat` runs (after one untimed run); the median CPU time of the
+    process goes to CPU[" ".join(cmd)] (on a shared machine wall time counts other jobs' turns)."""
     subprocess.run(cmd, env=ENV, capture_output=True, check=False, cwd=ROOT)
-    times = []
+    times, cpus = [], []
     for _ in range(repeat):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
         subprocess.run(cmd, env=ENV, capture_output=True, check=False, cwd=ROOT)
         times.append(time.perf_counter() - start)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    CPU[" ".join(cmd)] = statistics.median(cpus)
     return statistics.median(times)
+
+
+def _ms(seconds: float, cmd: list[str]) -> str:
+    return f"{seconds * 1e3:.0f} ms (CPU {CPU[' '.join(cmd)] * 1e3:.0f} ms)"
 
 
 def peak_rss_mb(cmd: list[str]) -> tuple[float, float]:
@@ -86,10 +100,12 @@ def peak_rss_mb(cmd: list[str]) -> tuple[float, float]:
 
 def config_seconds(repeat: int) -> dict[str, float]:
     """Warm, in process: one configuration's memory and step time (fixed shape), one solved shape
-    (the candidate search), and a full plan report; median seconds per call."""
+    (the candidate search), and a full plan report; median CPU seconds per call (the process's own CPU
+    time: on a machine shared with other jobs, wall time counts the turns other processes take)."""
     from btacalc.config.execution import BatchLimits, ExecutionRequest, resolve_execution
     from btacalc.config.hardware import resolve_hardware
     from btacalc.config.model import validate_model
+    from btacalc.model.gpu.gemm import _one_gemm
     from btacalc.model.memory import MemoryModel, resolve_memory_model
     from btacalc.model.problem import Problem
     from btacalc.model.solver import PointLimits, search
@@ -113,41 +129,47 @@ def config_seconds(repeat: int) -> dict[str, float]:
     def plan() -> None:
         make_plan(model, hw, request)
 
+    def evaluate_uncached() -> None:  # the same, every GEMM shape computed again (no shape seen before)
+        _one_gemm.cache_clear()
+        evaluate()
+
     out = {}
-    for name, fn in (("evaluate", evaluate), ("solve", solve), ("plan", plan)):
+    for name, fn in (("evaluate", evaluate), ("evaluate_uncached", evaluate_uncached), ("solve", solve),
+                     ("plan", plan)):
         fn()
         times = []
         for _ in range(repeat if name != "plan" else max(repeat // 10, 5)):
-            start = time.perf_counter()
+            start = time.process_time()
             fn()
-            times.append(time.perf_counter() - start)
+            times.append(time.process_time() - start)
         out[name] = statistics.median(times)
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--peer-python", help="a Python with llm-analysis installed")
-    ap.add_argument("--quick", action="store_true", help="fewer repetitions, no 1e6-point sweep")
-    args = ap.parse_args()
-    rep = 3 if args.quick else 5
+def cli_rows(args: argparse.Namespace, rep: int) -> list[tuple[str, str, str]]:
+    """The commands as a user runs them: wall time of each process (start-up included)."""
     rows: list[tuple[str, str, str]] = []
-
     python = wall([sys.executable, "-c", "pass"], rep)
     # the floor under any btacalc command: importing the libraries the design card requires
     stack = wall([sys.executable, "-c", "import typer, numpy, pydantic; from pydantic import BaseModel"], rep)
     help_s = wall([*BTACALC, "--help"], rep)
     plan_s = wall([*BTACALC, "plan", "--json"], rep)
-    rows += [("`python -c pass`", f"{python * 1e3:.0f} ms", "1.0x"),
+    rows += [("`python -c pass`", _ms(python, [sys.executable, "-c", "pass"]), "1.0x"),
              ("`import typer, numpy, pydantic` (the required stack, before btacalc runs a line)",
-              f"{stack * 1e3:.0f} ms", f"{stack / python:.1f}x python"),
-             ("`btacalc --help`", f"{help_s * 1e3:.0f} ms", f"{help_s / python:.1f}x python"),
-             ("`btacalc plan --json` (cold, median of %d)" % rep, f"{plan_s * 1e3:.0f} ms",
+              _ms(stack, [sys.executable, "-c", "import typer, numpy, pydantic; from pydantic import BaseModel"]),
+              f"{stack / python:.1f}x python"),
+             ("`btacalc --help`", _ms(help_s, [*BTACALC, "--help"]), f"{help_s / python:.1f}x python"),
+             ("`btacalc plan --json` (cold, median of %d)" % rep, _ms(plan_s, [*BTACALC, "plan", "--json"]),
               f"{plan_s / python:.1f}x python, {plan_s / help_s:.2f}x --help")]
     if args.peer_python:
         peer_cli = wall([args.peer_python, *PEER_CLI], rep)
-        rows.append(("llm-analysis CLI, one training step", f"{peer_cli * 1e3:.0f} ms",
-                     f"{peer_cli / plan_s:.1f}x btacalc plan"))
+        rows.append(("llm-analysis CLI, one training step", _ms(peer_cli, [args.peer_python, *PEER_CLI]),
+                     f"{peer_cli / plan_s:.1f}x btacalc plan wall, "
+                     f"{CPU[' '.join([args.peer_python, *PEER_CLI])] / CPU[' '.join([*BTACALC, 'plan', '--json'])]:.1f}x CPU"))
+    search_s = wall([*BTACALC, *SEARCH], 1 if args.quick else 3)
+    rows.append(("`plan --search` (h100 x 256, qwen3-30b-a3b: 59,200 layouts)",
+                 f"{search_s:.2f} s (CPU {CPU[' '.join([*BTACALC, *SEARCH])]:.2f} s)",
+                 f"{59_200 / search_s:,.0f} layouts/s"))
     sweep_s = wall([*BTACALC, *SWEEP_16K], rep)
     rows.append(("`sweep` 16,384 points (wse3, seq x experts, table)", f"{sweep_s:.2f} s",
                  f"{sweep_s / plan_s:.2f}x one plan"))
@@ -159,17 +181,33 @@ def main() -> None:
             seconds, rss = peak_rss_mb(cmd)
             rows.append((f"`sweep` {points:,} points to CSV", f"{seconds:.2f} s",
                          f"{points / seconds:,.0f} points/s, peak RSS {rss:.0f} MB"))
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--peer-python", help="a Python with llm-analysis installed")
+    ap.add_argument("--quick", action="store_true", help="fewer repetitions, no 1e6-point sweep")
+    ap.add_argument("--api-only", action="store_true", help="only the in-process rows (and llm-analysis')")
+    args = ap.parse_args()
+    rep = 3 if args.quick else 5
+    load_start = os.getloadavg()[0]
+    rows: list[tuple[str, str, str]] = []
+
+    if not args.api_only:
+        rows += cli_rows(args, rep)
     per = config_seconds(300 if args.quick else 1000)
-    rows += [("one configuration, memory + step time (API, warm)", f"{per['evaluate'] * 1e3:.3f} ms", ""),
-             ("one configuration solved: fastest shape + memory (API, warm)", f"{per['solve'] * 1e3:.3f} ms", ""),
-             ("one full plan report, G = 1 and dense included (API, warm)", f"{per['plan'] * 1e3:.2f} ms", "")]
+    rows += [("one configuration, memory + step time (API, warm, CPU time)", f"{per['evaluate'] * 1e3:.3f} ms", ""),
+             ("the same, GEMM shape cache cleared before each call", f"{per['evaluate_uncached'] * 1e3:.3f} ms", ""),
+             ("one configuration solved: fastest shape + memory (API, warm, CPU time)", f"{per['solve'] * 1e3:.3f} ms", ""),
+             ("one full plan report, G = 1 and dense included (API, warm, CPU time)", f"{per['plan'] * 1e3:.2f} ms", "")]
     if args.peer_python:
         peer = float(subprocess.run([args.peer_python, "-c", PEER_CONFIG.replace("N)", "1000)")], capture_output=True,
                                     text=True, check=True).stdout.strip().splitlines()[-1])
-        rows.append(("llm-analysis, one configuration (API, warm)", f"{peer * 1e3:.3f} ms",
+        rows.append(("llm-analysis, one configuration (API, warm, CPU time)", f"{peer * 1e3:.3f} ms",
                      f"btacalc evaluate {per['evaluate'] / peer:.2f}x, solve {per['solve'] / peer:.2f}x"))
     load = os.getloadavg()[0]
-    print(f"| measured ({os.cpu_count()} cores, load {load:.1f}) | time | ratio |")
+    print(f"| measured ({os.cpu_count()} cores, load {load_start:.1f} at start, {load:.1f} at end) | time | ratio |")
     print("| --- | ---: | --- |")
     for what, t, ratio in rows:
         print(f"| {what} | {t} | {ratio} |")

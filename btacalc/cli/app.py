@@ -22,6 +22,7 @@ from .. import __version__
 from ..errors import BtacalcError, DataError
 from ..paths import forget_inputs
 from . import cluster, info, measure, plan, validate, whatif
+from .helpwidth import keep_whole
 from .console import ascii_fallback, err, guarded_stdout, open_streams, out, sanitize_environment, silence_stdout
 from .options import FLAGS, flag
 from .signals import Stopped, handled
@@ -83,7 +84,7 @@ def _say(text: str, code: int) -> None:
 
 def _run(argv: Optional[list[str]]) -> int:
     try:
-        rv = typer.main.get_command(app).main(args=argv, prog_name="btacalc", standalone_mode=False)
+        rv = keep_whole(typer.main.get_command(app)).main(args=argv, prog_name="btacalc", standalone_mode=False)
     except click_exc.NoArgsIsHelpError as exc:  # `btacalc` alone: help, as usual
         guarded_stdout(lambda: out.print(exc.ctx.get_help() if exc.ctx else ""))
         return 0

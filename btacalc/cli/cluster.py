@@ -11,6 +11,7 @@ from .options import (Attention, AttentionOpt, Fp8ParamGatherOpt, GpusPerNodeOpt
                       ModelOpt, MtpOpt, NameOpt, OutputOpt, OverlapA2aOpt, OverlapOpt, QuietOpt, RecomputeOpt, SeqOpt,
                       check_bounds, emit_result, help_text, outputs, value)
 from .progress import progress
+from .completion import complete_hardware_list
 
 # `compare --devices`: at most this many GPU counts per run (each is a full plan per GPU profile).
 MAX_DEVICE_COUNTS = 64
@@ -58,7 +59,8 @@ def _precisions(text: Optional[str]) -> list[str]:
 def compare(
     model: str = ModelOpt,
     name: Optional[str] = NameOpt,
-    hw: str = typer.Option(HW_LIST_DEFAULT, "--hw", help="Comma-separated hardware profiles."),
+    hw: str = typer.Option(HW_LIST_DEFAULT, "--hw", help="Comma-separated hardware profiles.",
+                            autocompletion=complete_hardware_list),
     devices: str = typer.Option("auto", "--devices", "-n", help="GPU counts, e.g. 8,64; auto: the smallest power of "
                                 "two that fits (trying ZeRO-3 and full recomputation), or the --match count."),
     systems: int = typer.Option(1, "--systems", min=1, help="Wafer systems per wafer row (CS-2/CS-3 in data parallel)."),
@@ -127,7 +129,8 @@ def compare(
 
 
 def crossover(
-    hw: str = typer.Option(HW_LIST_DEFAULT, "--hw", help="Comma-separated hardware profiles."),
+    hw: str = typer.Option(HW_LIST_DEFAULT, "--hw", help="Comma-separated hardware profiles.",
+                            autocompletion=complete_hardware_list),
     family: str = typer.Option("qwen3-moe", "--family", help="Model family to scale (qwen3-moe)."),
     hidden: str = typer.Option("256:7168:256", "--hidden", help="Hidden sizes: a,b,c or start:stop:step (multiples of 256)."),
     seq: Optional[int] = SeqOpt,

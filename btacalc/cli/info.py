@@ -10,6 +10,7 @@ import typer
 
 from ..errors import BtacalcError
 from .console import out
+from .completion import complete_hardware, complete_model
 from ..errors import BtacalcError
 from .options import RECOMPUTE_HELP, Accounting, AccountingOpt, Attention, CausalOpt, Loss, LossOpt, help_text, value
 
@@ -24,7 +25,8 @@ def formulas(
     quantity: Optional[str] = typer.Option(None, "--quantity", "-q", help="Only this quantity (params, flops_fwd, "
                                            "stored, ...)."),
     latex: bool = typer.Option(False, "--latex", help="Print LaTeX instead of plain text."),
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="Sum the terms that apply to this model (else list "
+    model: Optional[str] = typer.Option(None, "--model", "-m", autocompletion=complete_model,
+                                        help="Sum the terms that apply to this model (else list "
                                         "every term)."),
     recompute: str = typer.Option("none", "--recompute", help=help_text(RECOMPUTE_HELP + ", with --model.")),
     attention: Attention = typer.Option(Attention.eager, "--attention", help="Attention kernel, with --model."),
@@ -79,7 +81,8 @@ def _profile(name: str) -> Any:
         raise BtacalcError(exc.render({"hardware": "profile"})) from None
 
 
-def hw_show(name: str = typer.Argument(..., help="Profile name or path to a profile .toml."),
+def hw_show(name: str = typer.Argument(..., help="Profile name or path to a profile .toml.",
+                                       autocompletion=complete_hardware),
             as_json: bool = typer.Option(False, "--json", help="Print the profile as JSON.")) -> int:
     """Show one hardware profile: every number with its kind and source."""
     from ..output.info_tables import hw_show_table
@@ -140,7 +143,8 @@ def models_list(as_json: bool = typer.Option(False, "--json", help="Print the pr
     return 0
 
 
-def models_show(name: str = typer.Argument(..., help="Preset name or path to a Hugging Face config.json."),
+def models_show(name: str = typer.Argument(..., help="Preset name or path to a Hugging Face config.json.",
+                                           autocompletion=complete_model),
                 model_name: Optional[str] = typer.Option(None, "--name", help="Name the model (default: the preset "
                                                          "name, the file's stem, or the folder of a config.json)."),
                 as_json: bool = typer.Option(False, "--json", help="Print the model as JSON.")) -> int:

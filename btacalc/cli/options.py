@@ -13,6 +13,7 @@ from ..config.execution import OBJECTIVES
 from ..config.precision import DEFAULT_PRECISION, recipes
 from ..errors import BtacalcError
 from ..vocabulary import FEATURES, RECOMPUTE_MODULES
+from .completion import complete_hardware, complete_model
 
 # Library parameter name -> the flag a user types (names not listed map to --name-with-dashes).
 FLAGS = {
@@ -66,12 +67,14 @@ def value(choice: Optional[Enum]) -> Optional[str]:
     return None if choice is None else choice.value
 
 
-ModelOpt = typer.Option("qwen3-30b-a3b", "--model", "-m", help="Preset name or path to a Hugging Face config.json.")
+ModelOpt = typer.Option("qwen3-30b-a3b", "--model", "-m", help="Preset name or path to a Hugging Face config.json.",
+                         autocompletion=complete_model)
 NameOpt = typer.Option(None, "--name", help=help_text("Name the model in the output [default: the preset name, the file's "
                                                     "stem, or the folder of a config.json]."))
 MtpOpt = typer.Option(None, "--mtp/--no-mtp", help=help_text("Also train the model's multi-token-prediction modules "
                       "(DeepSeek-V3) [default: off, as Hugging Face transformers trains it and as its 671B is counted]."))
-HwOpt = typer.Option("wse3", "--hw", help="Hardware profile name (btacalc hw list) or path to a profile .toml.")
+HwOpt = typer.Option("wse3", "--hw", help="Hardware profile name (btacalc hw list) or path to a profile .toml.",
+                      autocompletion=complete_hardware)
 SeqOpt = typer.Option(None, "--seq", min=1, help=help_text("Sequence length s [default: 4096, Qwen3 pre-training]."))
 RECOMPUTE_HELP = ("Activation recomputation: none, selective, full, or Megatron recompute modules, comma-separated ("
                   + ", ".join(RECOMPUTE_MODULES) + ")")

@@ -58,6 +58,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from ...catalogue.constants import constants
 from ..arrays import ceil_div, is_array, largest, maximum, minimum, where
 from ..problem import Problem
@@ -115,10 +117,29 @@ def ring_share(n: Any) -> Any:
     return (n - 1) / n
 
 
+_KEY = 1 << 21  # above the largest device count (2^20, config/execution.py): three fit one int64
+
+
 def local_members(size: Any, stride: Any, devices: Any, domain: int) -> Any:
     """Members of a group (`size` ranks at `stride`) that share the NVLink domain of its worst-placed
     rank (see the module docstring): `size` when every block of L = size·stride ranks lies in one
-    domain. Block j starts at r = j·L mod D; r repeats with a period of at most D blocks."""
+    domain. Block j starts at r = j·L mod D; r repeats with a period of at most D blocks.
+
+    Over arrays of layouts (a search: thousands of layouts, a handful of distinct groups) the walk runs
+    once per distinct (size, stride, devices) and is spread back: the same integers per element."""
+    if is_array(size, stride):  # (a scalar group over arrays of device counts: the walk as it is)
+        size, stride, devices = np.broadcast_arrays(size, stride, devices)
+        ints = all(x.dtype.kind in "iu" for x in (size, stride, devices))
+        if ints and 0 < size.size and max(int(np.max(x)) for x in (size, stride, devices)) < _KEY:
+            key = (size.astype(np.int64) * _KEY + stride) * _KEY + devices  # one int64 per (size, stride, devices)
+            distinct, back = np.unique(key.reshape(-1), return_inverse=True)
+            pick = (distinct // _KEY // _KEY, distinct // _KEY % _KEY, distinct % _KEY)
+            out = _local_members(*pick, domain)[back.reshape(-1)].reshape(size.shape)
+            return out.astype(np.result_type(size, stride, devices))  # the dtype the walk itself gives
+    return _local_members(size, stride, devices, domain)
+
+
+def _local_members(size: Any, stride: Any, devices: Any, domain: int) -> Any:
     length = size * stride
     if not is_array(length) and domain % length == 0:  # blocks tile the domains: no block is cut
         return size

@@ -56,6 +56,7 @@ dtype's peak (FP8, FP4) drops in without changing the shape model.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,12 +89,14 @@ class GemmTime:
 
     def binding(self) -> Any:
         """'memory', 'waves' or 'compute' (scalars: a str; arrays: an array of str)."""
+        if isinstance(self.memory_bound, bool):  # one shape: the same rule without numpy's string arrays
+            return "memory" if self.memory_bound else "waves" if self.quantisation < QUANTISATION_NOTABLE else "compute"
         out = np.where(self.memory_bound, "memory", np.where(self.quantisation < QUANTISATION_NOTABLE, "waves",
                                                              "compute"))
         return str(out) if np.ndim(out) == 0 else out
 
 
-def quantisation(m: Any, n: Any, sms: int, tile: tuple[int, int], groups: Any = 1) -> Any:
+def quantisation(m: Any, n: Any, sms: int, tile: tuple[Any, Any], groups: Any = 1) -> Any:
     """Tile share x wave share of an m x n output cut into `tile`s, `groups` GEMMs in one launch."""
     tm, tn = tile
     per_group = np.ceil(np.asarray(m, dtype=float) / tm) * np.ceil(np.asarray(n, dtype=float) / tn)
@@ -103,7 +106,7 @@ def quantisation(m: Any, n: Any, sms: int, tile: tuple[int, int], groups: Any = 
     return tile_share * wave_share
 
 
-def _compute_time(m: Any, n: Any, k: Any, device: GemmDevice, tile: tuple[int, int], groups: Any) -> Any:
+def _compute_time(m: Any, n: Any, k: Any, device: GemmDevice, tile: tuple[Any, Any], groups: Any) -> Any:
     """Quantised compute time with `tile`: ideal / (tile share x wave share) + ceil(waves) x overhead."""
     tm, tn = tile
     waves = np.ceil(np.ceil(m / tm) * np.ceil(n / tn) * groups / device.sms)
@@ -121,7 +124,22 @@ def _roofline(compute: Any, memory: Any, p: float) -> Any:
 
 def gemm_time(m: Any, n: Any, k: Any, bytes_per_element: Any, device: GemmDevice, groups: Any = 1) -> GemmTime:
     """Time of `groups` GEMMs (m x k) @ (k x n) run as one launch (see the module docstring). No group (a
-    device holding no expert) takes no time; the arithmetic never warns (shares of an empty launch are 1)."""
+    device holding no expert) takes no time; the arithmetic never warns (shares of an empty launch are 1).
+    One shape (all scalars) is answered from a cache keyed on the shape and the device (`_one_gemm`): a
+    plan, a search and a sweep ask for the same few shapes many times."""
+    args = (m, n, k, bytes_per_element, groups)
+    if all(isinstance(x, (int, float)) or (isinstance(x, np.generic) and x.ndim == 0) for x in args):
+        return _one_gemm(float(m), float(n), float(k), float(bytes_per_element), device, float(groups))
+    return _gemm_times(m, n, k, bytes_per_element, device, groups)
+
+
+@functools.lru_cache(maxsize=8192)
+def _one_gemm(m: float, n: float, k: float, bytes_per_element: float, device: GemmDevice, groups: float) -> GemmTime:
+    """One shape's `_gemm_times` (the same arithmetic on float64 scalars, so the same bits), cached."""
+    return _gemm_times(m, n, k, bytes_per_element, device, groups)
+
+
+def _gemm_times(m: Any, n: Any, k: Any, bytes_per_element: Any, device: GemmDevice, groups: Any) -> GemmTime:
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         out = _gemm_time(m, n, k, bytes_per_element, device, np.asarray(groups, dtype=float))
     def clean(v: Any, empty: float) -> Any:  # an empty launch: 0/0
@@ -134,8 +152,10 @@ def gemm_time(m: Any, n: Any, k: Any, bytes_per_element: Any, device: GemmDevice
 def _gemm_time(m: Any, n: Any, k: Any, bytes_per_element: Any, device: GemmDevice, groups: Any) -> GemmTime:
     m, n, k = (np.maximum(np.asarray(x, dtype=float), 1.0) for x in (m, n, k))
     shape = np.broadcast(m, n, k, groups).shape
-    compute = np.minimum.reduce([np.broadcast_to(_compute_time(m, n, k, device, t, groups), shape)
-                                 for t in device.tiles])
+    # every candidate tile at once along a leading axis (the same arithmetic per tile), the fastest taken
+    tiles = np.asarray(device.tiles, dtype=float).reshape((len(device.tiles), 2) + (1,) * len(shape))
+    per_tile = _compute_time(m, n, k, device, (tiles[:, 0], tiles[:, 1]), groups)
+    compute = np.min(np.broadcast_to(per_tile, (len(device.tiles),) + shape), axis=0)
     ideal = 2 * m * n * k * groups / device.peak_flops_per_s
     q = ideal / compute
     memory = (m * k + k * n + m * n) * groups * bytes_per_element / device.hbm_bytes_per_s
