@@ -441,7 +441,10 @@ def _enc_loss(f: Fields) -> Args:
 
 def _dec_loss(get: Get) -> Fields:
     """Unfused and native both keep the fp32 softmax of the logits (btacalc's vocab_parallel); te fuses in place."""
-    te = _bool(get("cross_entropy_loss_fusion")) and str(get("cross_entropy_fusion_impl")) == "te"
+    impl = str(get("cross_entropy_fusion_impl"))
+    if impl not in ("native", "te"):
+        raise BtacalcError(f"Megatron cross_entropy_fusion_impl {impl!r}: Megatron-LM's choices are native and te")
+    te = _bool(get("cross_entropy_loss_fusion")) and impl == "te"
     return {"run.loss": "te_fused" if te else "vocab_parallel"}
 
 
