@@ -85,7 +85,7 @@ FEATURES: dict[str, tuple[Any, ...]] = {
     # run options
     "attention": ("eager", "flash"),
     "causal": (True, False),
-    "loss": ("stored", "fused", "vocab_parallel"),
+    "loss": ("stored", "fused", "vocab_parallel", "te_fused"),
     "accounting": ("ideal", "pytorch"),
     "optimizer": ("adam", "sgd"),
     # sequence parallelism (Korthikanti et al. 2022 §4.2.2): the tensors of `tp = "sequence"` terms are

@@ -119,6 +119,8 @@ EXTRA_SELECTIONS = {
                     dict(recompute="full", attention="flash", accounting="ideal", loss="stored",
                          multi_token_prediction=True),
                     dict(recompute="selective", attention="flash", accounting="ideal", loss="vocab_parallel",
+                         multi_token_prediction=True),
+                    dict(recompute="selective", attention="flash", accounting="ideal", loss="te_fused",
                          multi_token_prediction=True)],
 }
 

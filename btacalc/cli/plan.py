@@ -166,8 +166,8 @@ def plan(
         profile = resolve_hardware(hw)
     request = imported.request.with_changes(
         devices_per_node=gpus_per_node or imported.request.devices_per_node, objective=value(objective),
-        accounting=accounting.value, causal=causal, loss=value(loss), routing_imbalance=routing_imbalance,
-        limits=replace(imported.request.limits, max_global_batch=max_global_batch, max_tile_batch=max_tile_batch),
+        accounting=accounting.value, causal=causal, loss=value(loss) or imported.request.loss,
+        routing_imbalance=routing_imbalance, limits=replace(imported.request.limits, max_global_batch=max_global_batch, max_tile_batch=max_tile_batch),
     ) if imported else ExecutionRequest(
         seq_len=seq, recompute=recompute, attention=value(attention), causal=causal, loss=value(loss),
         accounting=accounting.value, memory_model=value(memory_model), overlap_streaming=overlap,

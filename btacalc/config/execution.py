@@ -102,7 +102,7 @@ class RunOptions:
     recompute: str = "full"
     attention: Literal["eager", "flash"] = "eager"
     causal: bool = False
-    loss: Literal["stored", "fused", "vocab_parallel"] = "fused"
+    loss: Literal["stored", "fused", "vocab_parallel", "te_fused"] = "fused"
     accounting: Literal["ideal", "pytorch"] = "ideal"
     optimizer: Literal["adam", "sgd"] = "adam"
     bytes_per_element: int = 2

@@ -432,6 +432,22 @@ def _dec_attention(get: Get) -> Fields:
     return {"run.attention": "eager" if backend in ("unfused", "local") else "flash"}
 
 
+def _enc_loss(f: Fields) -> Args:
+    """TransformerEngine's fused cross-entropy (loss te_fused) is Megatron's --cross-entropy-loss-fusion with
+    --cross-entropy-fusion-impl te (language_module.py L173-L194); the vocab-parallel cross-entropy is its default."""
+    return {"cross_entropy_loss_fusion": True, "cross_entropy_fusion_impl": "te"} if f.get("run.loss") == "te_fused" \
+        else {}
+
+
+def _dec_loss(get: Get) -> Fields:
+    """Unfused and native both keep the fp32 softmax of the logits (btacalc's vocab_parallel); te fuses in place."""
+    impl = str(get("cross_entropy_fusion_impl"))
+    if impl not in ("native", "te"):
+        raise BtacalcError(f"Megatron cross_entropy_fusion_impl {impl!r}: Megatron-LM's choices are native and te")
+    te = _bool(get("cross_entropy_loss_fusion")) and impl == "te"
+    return {"run.loss": "te_fused" if te else "vocab_parallel"}
+
+
 def _enc_mtp(f: Fields) -> Args:
     return {"mtp_num_layers": f["model.mtp_layers"]} if f.get("run.mtp") and f.get("model.mtp_layers") else {}
 
@@ -570,6 +586,7 @@ RUN_ROWS: tuple[Row, ...] = (
     same("batch.global_batch", "global_batch_size"),
     Row("recompute", _enc_recompute, _dec_recompute),
     Row("attention", _enc_attention, _dec_attention),
+    Row("cross-entropy", _enc_loss, _dec_loss),
     Row("precision", _enc_precision, _dec_precision),
     Row("low precision", _enc_low_precision, _dec_low_precision),
     Row("low-precision parameter gather", _enc_param_gather, _dec_param_gather),

@@ -37,7 +37,7 @@ IGNORED: tuple[tuple[str, str], ...] = (
     (r"(deprecated_use_mcore_models|use_legacy_models)", "Megatron-Core models are the models btacalc counts"),
     (r"(nccl_ub|fsdp_double_buffer|fsdp_manual_registration)",
      "Megatron-FSDP buffer registration: btacalc's FSDP gathers one layer's weights at a time, in the same bytes"),
-    (r"(masked_softmax_fusion|bias_.*_fusion|cross_entropy_loss_fusion|cross_entropy_fusion_impl|"
+    (r"(masked_softmax_fusion|bias_.*_fusion|"
      r"gradient_accumulation_fusion|apply_rope_fusion|moe_grouped_gemm|moe_permute_fusion|persist_layer_norm|"
      r"transformer_impl|use_flash_attn)",
      "kernel choice: the same FLOPs and stored tensors (btacalc's device efficiency covers kernels)"),
@@ -261,7 +261,7 @@ def request_from_fields(f: Fields, spec: ModelSpec, devices: int, per_node: Opti
         gradient_bytes=f["run.gradient_bytes"],
         overlaps=OverlapRequest(grad_reduce=f["overlap.grad_reduce"], param_gather=f["overlap.param_gather"],
                                 tp_comm=f["overlap.tp_comm"], p2p=f["overlap.p2p"]),
-        multi_token_prediction=bool(f.get("run.mtp")) if spec.mtp_layers else None,
+        multi_token_prediction=bool(f.get("run.mtp")) if spec.mtp_layers else None, loss=f.get("run.loss"),
         **_guarded_request_fields(f))
 
 

@@ -38,7 +38,7 @@ def run_fields(r: PlanReport, spec: ModelSpec) -> dict[str, Any]:
         "batch.micro_batch": r.plan.global_batch,
         "batch.global_batch": par.data_parallel * par.micro_batches * r.plan.global_batch,
         "run.seq_len": r.inputs.seq_len, "run.recompute": r.inputs.recompute, "run.attention": r.inputs.attention,
-        "run.gradient_bytes": r.inputs.gradient_bytes,
+        "run.gradient_bytes": r.inputs.gradient_bytes, "run.loss": r.inputs.loss,
     }
     for key in ("grad_reduce", "param_gather", "tp_comm", "all_to_all", "p2p"):
         fields[f"overlap.{key}"] = bool(par.overlaps.get(key))
@@ -86,6 +86,10 @@ def _notes(r: PlanReport, spec: ModelSpec, args: dict[str, Any]) -> list[str]:
     if args.get("overlap_moe_expert_parallel_comm") and args.get("tensor_model_parallel_size", 1) > 1:
         notes.append("Megatron warns that the EP all-to-all overlap wants CUDA_DEVICE_MAX_CONNECTIONS > 1 while TP wants "
                      "1 (arguments.py:1466): left unset")
+    if args.get("cross_entropy_fusion_impl") == "te":
+        notes.append("--cross-entropy-fusion-impl te: Megatron-LM refuses it since 168cb15 (2026-06-03, arguments.py:1697, "
+                     "'stability issues'); it runs on earlier Megatron-LM, with TransformerEngine 2.2-2.17 (the "
+                     "in-place kernel btacalc models)")
     if spec.qk_norm == "full":
         notes.append("Megatron's --qk-layernorm normalises per head; the model normalises the full q and k")
     notes += [f"no Megatron flag for {what}: leave the model's code to provide it" for key, what in _UNSAID

@@ -94,10 +94,11 @@ class Recipe(BaseModel):
     grad_reduce_in_bf16: Optional[bool] = Field(None, description="--grad-reduce-in-bf16: 16-bit main gradients "
                                                 "(default off: fp32 main gradients, grad_bytes 4)")
     cross_entropy_loss_fusion: Optional[bool] = Field(None, description="--cross-entropy-loss-fusion (default off); "
-                                                      "either way Megatron's vocab-parallel cross-entropy keeps the "
-                                                      "fp32 softmax of a micro-batch's logits")
+                                                      "unfused or native, Megatron's vocab-parallel cross-entropy keeps "
+                                                      "the fp32 softmax of a micro-batch's logits")
     cross_entropy_fusion_impl: Optional[Literal["native", "te"]] = Field(
-        None, description="--cross-entropy-fusion-impl (default native); te's kernel is not modelled")
+        None, description="--cross-entropy-fusion-impl (default native); te with the fusion on: TransformerEngine's "
+        "fused cross-entropy, the 16-bit logits turned into their gradient in place (loss te_fused)")
     moe_token_dispatcher_type: Optional[Literal["allgather", "alltoall", "flex"]] = Field(
         None, description="--moe-token-dispatcher-type; btacalc models the all-to-all exchange (alltoall, and "
         "flex's DeepEP all-to-all); an MoE run that leaves it out is planned so and says it (DISPATCHER_DEFAULT)")
@@ -121,11 +122,15 @@ class Recipe(BaseModel):
 
     def unmodelled(self) -> str:
         """Why btacalc cannot express this recipe, or "" when it can."""
-        if self.cross_entropy_loss_fusion and self.cross_entropy_fusion_impl == "te":
-            return "--cross-entropy-fusion-impl te (TransformerEngine's fused cross-entropy) is not modelled"
         if self.moe_token_dispatcher_type == "allgather":
             return "--moe-token-dispatcher-type allgather is not modelled (btacalc models the all-to-all dispatcher)"
         return ""
+
+    def loss(self) -> str:
+        """The catalogue's loss variant of the recipe's cross-entropy flags: TransformerEngine's fused kernel with
+        --cross-entropy-loss-fusion --cross-entropy-fusion-impl te, else Megatron's vocab-parallel cross-entropy
+        (unfused and native keep the same buffers)."""
+        return "te_fused" if self.cross_entropy_loss_fusion and self.cross_entropy_fusion_impl == "te" else "vocab_parallel"
 
     def gradient_bytes(self) -> Optional[int]:
         """Bytes per main-gradient element the recipe states (grad_bytes, or --grad-reduce-in-bf16)."""
@@ -331,7 +336,7 @@ def express(run: MeasuredRun, family: str = "gpu") -> tuple[Optional[ExecutionRe
         if recipe.mtp_num_layers is not None:
             changes["multi_token_prediction"] = recipe.mtp_num_layers > 0
         if recipe.cross_entropy_loss_fusion is not None and family == "gpu":
-            changes.update(loss="vocab_parallel")  # fused or not, the same buffers (Recipe.cross_entropy_loss_fusion)
+            changes.update(loss=recipe.loss())
         if recipe.memory_model is not None:
             changes["memory_model"] = recipe.memory_model
         if recipe.exp_avg_dtype is not None:
