@@ -42,6 +42,8 @@ from .problem import Evaluation, Problem
 from .wafer.cluster import stream_bandwidth
 from .wafer.costs import tiles_overhead_s, wafer_costs
 from .wafer.fabric import phase_utilisation
+from .wafer.offload import exposed_offload_s
+from .memory import MemoryModel
 
 
 @dataclass
@@ -50,6 +52,7 @@ class _PhaseTimes:
     stream_bound: Any
     model_flops: Any
     backward_time: Any = 0  # the backward pass (with recomputation and its weight stream), for overlaps
+    stream_time: Any = 0  # the weight stream's link time over the micro-batch (weight streaming)
     per_layer: dict[tuple[str, str], Any] = field(default_factory=dict)  # (kind, phase) -> one layer's time
 
 
@@ -76,6 +79,7 @@ def _phase_times(problem: Problem, ev: Evaluation) -> _PhaseTimes:
             t_str = passes.weight_stream_passes * weight_bytes / link_bw
             t = np.maximum(t_cmp, t_str) if problem.run.overlap_streaming else t_cmp + t_str
             out.stream_bound = out.stream_bound + n * np.where(t_str > t_cmp, t, 0.0)
+            out.stream_time = out.stream_time + n * t_str
             t_str_bwd = t_str * (passes.weight_stream_passes - 1) / passes.weight_stream_passes
             t_bwd = np.maximum(t_bwd, t_str_bwd) if problem.run.overlap_streaming else t_bwd + t_str_bwd
         else:
@@ -98,6 +102,10 @@ def step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Evalua
     phase_time = times.phase_time
     tokens = tiles * tile_batch * run.seq_len
     wafer = wafer_costs(problem, ev, times.backward_time, sum(phase_time.values()))
+    if problem.memory_model == "weight_streaming":  # stored activations held off the wafer (wafer/offload.py)
+        offloaded = MemoryModel(problem).activation_split(ev).offloaded
+        wafer.per_micro_batch["activation_offload"] = exposed_offload_s(
+            problem, offloaded, sum(phase_time.values()), times.stream_time)
     phase_time.update(wafer.per_micro_batch)
     # gradient accumulation: M micro-batches of G*b sequences per optimizer step; everything above
     # runs M times, the step boundary once
