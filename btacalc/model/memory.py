@@ -3,7 +3,8 @@
 Weight streaming (Cerebras; DESIGN notes): weights and optimizer state live off-wafer (MemoryX)
 and stream in one unit at a time; gradients stream out. On-wafer SRAM holds the activations kept
 for backward of all L layers for G*b sequences, the working set of the largest phase, and buffers
-for the streamed weights and outgoing gradients.
+for the streamed weights and outgoing gradients; on a profile with an offload path the kept
+activations that do not fit go to the activation servers (wafer/offload.py, Cerebras R2.0+).
 
 Resident (a small model kept whole on a wafer): device memory holds the training state (weights,
 gradients, optimizer, `state.py`), plus the stored activations and working set of its G*b sequences.

@@ -18,8 +18,9 @@ phase that multiplies by weights and d_h for the attention core (no weights), an
 kernel run pays a fixed cost once per micro-batch (model/wafer/fabric.py).
 A per-tile overhead is added G times per step: derived from the mesh on a wafer profile with a
 `[mesh]` (model/wafer/mesh.py), else the profile's `calibration.tile_overhead_s` per layer. On a
-wafer, the on-wafer dispatch/combine and the start of each micro-batch's weight stream are added per
-micro-batch, and the step boundary of a wafer cluster (gradients out, MemoryX's optimizer step, SwarmX
+wafer, the on-wafer dispatch/combine, the start of each micro-batch's weight stream, the fitted fixed
+cost of a micro-batch (wafer/costs.py) and the offloaded activations' traffic the link cannot hide
+(wafer/offload.py) are added per micro-batch, and the step boundary of a wafer cluster (gradients out, MemoryX's optimizer step, SwarmX
 latency: model/wafer/cluster.py) once per step. Step time is the sum over phases times M
 micro-batches, plus the step boundary; tokens/s = N*M*G*b*s / step time; MFU = model FLOPs / (step
 time x peak). GPU problems (Megatron layouts: tensor, pipeline, context, expert and data
