@@ -68,9 +68,18 @@ def split_activations(problem: Problem, stored: Any, recompute: Any, one_layer: 
     Works on ints and numpy arrays."""
     if offload_bandwidth(problem) is None:
         return ActivationSplit(stored, recompute, 0)
-    kept = np.minimum(stored + recompute, np.maximum(usable - other_bytes, KEPT_LAYERS * one_layer))
-    stored_kept = np.minimum(stored, kept)
+    kept = _min(stored + recompute, _max(usable - other_bytes, KEPT_LAYERS * one_layer))
+    stored_kept = _min(stored, kept)
     return ActivationSplit(stored_kept, kept - stored_kept, stored + recompute - kept)
+
+
+def _min(a: Any, b: Any) -> Any:
+    """Elementwise minimum; Python's on scalars (exact on ints of any size, where numpy would overflow)."""
+    return np.minimum(a, b) if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) else min(a, b)
+
+
+def _max(a: Any, b: Any) -> Any:
+    return np.maximum(a, b) if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) else max(a, b)
 
 
 def exposed_offload_s(problem: Problem, offloaded: Any, micro_batch_s: Any, stream_s: Any) -> Any:
