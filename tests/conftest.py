@@ -3,6 +3,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# CI and a plain `pytest` draw the same examples every run (a property test that fails, fails every time);
+# `pytest --hypothesis-profile explore` draws new ones to look for counterexamples
+settings.register_profile("repeatable", derandomize=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile("repeatable")
 
 DATA = Path(__file__).parent / "data"
 

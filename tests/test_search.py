@@ -40,8 +40,10 @@ def make(spec):
 
 # tokens/s may dip between the solver's memory corners by a share of a partial wave of GEMM tiles, now
 # with the per-wave time and the smooth roofline on top (model/gpu/gemm.py): 1.07e-3 found on
-# b200:8, seq 2048, full recompute, G·b ≤ 40; the corner stays within 2e-3 of the brute-force best
-QUANTISATION_DIP = 2e-3
+# b200:8, seq 2048, full recompute, G·b ≤ 40, and 2.77e-3 on a100-80gb:16, 32 experts, top-k 1, s 1024,
+# selective recomputation, FlashAttention; the corner stays within 3e-3 of the brute-force best. An observed
+# bound, not a derived one: the suite runs hypothesis derandomized (tests/conftest.py) so CI is repeatable
+QUANTISATION_DIP = 3e-3
 
 
 def fitting_shapes(problem, limit=1500, cap_n=None, cap_b=None):

@@ -19,7 +19,7 @@ layer's weights with n = h features; the attention core (QK^T and P V) multiplie
 activations, its a heads side by side, with n = a d_h (= h with as many KV as query heads; what the code
 uses). Heads one after another (n = d_h: ESM-2 35M 24, LLaMA-7B 128) was tried with the two factors
 refitted: ESM-2 35M goes from +282% to +62% but DiT-2B from +50% to +105% and GPT-J 6B from +6.5% to +25%
-(docs/readme-parts/wafer2.md), so the data do not choose it. `fabric_vector_overhead` is k = c w (elements),
+(docs/wafer-rounds.md), so the data do not choose it. `fabric_vector_overhead` is k = c w (elements),
 so the half-efficiency width is n_half = k X. What the data fix is k (fitted with compute_efficiency
 on the `fit` runs); the fabric's X comes from the profile's `[mesh]`, so a wafer with more columns
 needs a wider model to fill it. By hand, WSE-2 (X = 750) with k = 1: n_half = 750 and a GPT-2-small
