@@ -175,3 +175,15 @@ def test_plan_states_offload_and_moments(cli):
     assert code == 0
     text = " ".join(out.split())  # the inputs line wraps at the terminal width
     assert "adam (bf16 moments)" in text and "the first 8 layers' activations in host memory" in text
+
+
+def test_bridge_overrides_turn_cpu_offloading_on_with_the_layer_count():
+    # Bridge's TransformerConfig needs cpu_offloading = True beside the count (its performance helpers set both);
+    # reading the overrides back gives Megatron's one flag, with nothing listed as ignored
+    from btacalc.config.megatron_codec import from_bridge, to_bridge
+
+    out = to_bridge({"cpu_offloading_num_layers": 40})
+    assert out["model.cpu_offloading_num_layers"] == 40 and out["model.cpu_offloading"] is True
+    args, unread = from_bridge(out)
+    assert args == {"cpu_offloading_num_layers": 40} and unread == []
+    assert "model.cpu_offloading" not in to_bridge({"tensor_model_parallel_size": 2})

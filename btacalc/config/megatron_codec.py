@@ -749,6 +749,11 @@ def to_bridge(args: Args) -> dict[str, Any]:
         out[key] = convert(value)
     if "model.num_query_groups" not in out and "num_attention_heads" in args:
         out["model.num_query_groups"] = args["num_attention_heads"]
+    if out.get("model.cpu_offloading_num_layers"):
+        # Megatron-LM derives cpu_offloading from the layer count (arguments.py L1950-1951); a Bridge
+        # TransformerConfig does not, so the recipes set both (Megatron-Bridge @ 7af9601c
+        # scripts/performance/utils/helpers.py set_recompute_overrides L163-179: cpu_offloading = True)
+        out["model.cpu_offloading"] = True
     if "mixed_precision" in out:
         name = next(k for k, v in PRECISIONS.items() if all(args.get(d) == x for d, x in v.items())
                     and (v or ("fp8" not in args and "fp4" not in args)))
@@ -763,6 +768,8 @@ def from_bridge(overrides: Mapping[str, Any]) -> tuple[Args, list[str]]:
     args: Args = {}
     unread = []
     for key, value in overrides.items():
+        if key == "model.cpu_offloading":
+            continue  # implied by model.cpu_offloading_num_layers, as Megatron-LM derives it (to_bridge)
         if key in back:
             dest, convert = back[key]
             args[dest] = convert(value)
