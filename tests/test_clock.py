@@ -157,12 +157,13 @@ def test_adam_moves_30_bytes_per_local_parameter():
 
 def test_launches_show_only_beyond_the_gpu_time():
     """1,000 kernels at 4 us take 4 ms of CPU time: a 1 ms micro-batch waits 3 ms, a 5 ms one none."""
-    from btacalc.model.gpu.fixed import launch_time
+    from btacalc.model.gpu.fixed import host_time, launch_time
 
     p = _problem(devices=8)
     assert p.hardware.kernels.launch_overhead_s.value == 4e-6
-    assert launch_time(p, 1000, 1e-3) == pytest.approx(3e-3)
-    assert launch_time(p, 1000, 5e-3) == 0.0
+    assert host_time(p, 1000) == pytest.approx(1000 * 4e-6)
+    assert launch_time(host_time(p, 1000), 1e-3) == pytest.approx(3e-3)
+    assert launch_time(host_time(p, 1000), 5e-3) == 0.0
 
 
 def test_an_expert_gemm_costs_the_host_what_te_pr_3134_measured():
@@ -191,8 +192,8 @@ def test_a_grouped_gemm_is_issued_once_per_local_expert_and_pass():
     # the dense GEMMs (q/k/v, output projection, router) stay plain launches, 3 passes each
     assert part.kernels >= 3 * 3
     assert host_time(p, part.kernels, part.expert_gemms) == pytest.approx(part.kernels * 4e-6 + 96 * 3.34e-5)
-    assert launch_time(p, 0, 2e-3, 96) == pytest.approx(96 * 3.34e-5 - 2e-3)
-    assert launch_time(p, 0, 4e-3, 96) == 0.0
+    assert launch_time(host_time(p, 0, 96), 2e-3) == pytest.approx(96 * 3.34e-5 - 2e-3)
+    assert launch_time(host_time(p, 0, 96), 4e-3) == 0.0
     p16 = _problem("qwen3-30b-a3b", hw="b200", run=NO_RERUN, devices=16, expert_parallel=16)
     assert layer_parts(p16, p16.evaluate(1, 1))[0].expert_gemms == pytest.approx(48)
 

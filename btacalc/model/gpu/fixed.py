@@ -152,9 +152,7 @@ def host_time(problem: Problem, kernels: Any, expert_gemms: Any = 0, module_call
     return kernels * k.launch_overhead_s.value + expert_gemms * per_expert.value + module_calls * per_module
 
 
-def launch_time(problem: Problem, kernels: Any, gpu_time_s: Any, expert_gemms: Any = 0,
-                module_calls: Any = 0) -> Any:
-    """Exposed host issue time of a micro-batch on a stage: what of `host_time` its GPU time does not hide."""
-    if problem.hardware.kernels is None:
-        return 0.0
-    return maximum(0.0, host_time(problem, kernels, expert_gemms, module_calls) - gpu_time_s)
+def launch_time(host_s: Any, gpu_time_s: Any) -> Any:
+    """Exposed host issue time of a micro-batch on a stage: what of its `host_time` its GPU time does not
+    hide (0 where the profile has no [kernels]: its host time is 0)."""
+    return maximum(0.0, host_s - gpu_time_s)

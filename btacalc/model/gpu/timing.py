@@ -165,11 +165,11 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
              "all_to_all": layer_terms["all_to_all"],
              "pp_p2p": where(o.p2p, maximum(0.0, p2p - compute), p2p), "zero_per_micro_batch": per_mb,
              "tiling": layers * tiles * tile_overhead_s(problem)}
-    kernels = stage.kernels + sum(where(on, p.kernels, 0) for p, on in outside)
-    expert_gemms = stage.expert_gemms + sum(where(on, p.expert_gemms, 0) for p, on in outside)
-    modules = stage.module_calls + sum(where(on, p.module_calls, 0) for p, on in outside)
-    terms["launch"] = launch_time(problem, kernels, sum(terms.values()), expert_gemms, modules)
-    host = where(exists, host_time(problem, kernels, expert_gemms, modules), 0.0)
+    issued = [getattr(stage, n) + sum(where(on, getattr(p, n), 0) for p, on in outside)
+              for n in ("kernels", "expert_gemms", "module_calls")]
+    host = host_time(problem, *issued)
+    terms["launch"] = launch_time(host, sum(terms.values()))
+    host = where(exists, host, 0.0)
     reduce = where(o.grad_reduce, maximum(0.0, dp.reduce_per_step - backward), dp.reduce_per_step)
     gather = where(o.param_gather, maximum(0.0, dp.gather_per_step - (compute - backward)), dp.gather_per_step)
     terms = {k: where(exists, v, 0.0) for k, v in terms.items()}
