@@ -27,6 +27,16 @@ def presets_dir() -> Path:
     return _PKG / "data" / "presets"
 
 
+def preset_names() -> list[str]:
+    """Built-in model presets (btacalc/data/presets/*.toml), sorted: the names `--model` takes."""
+    return sorted(p.stem for p in presets_dir().glob("*.toml"))
+
+
+def profile_names() -> list[str]:
+    """Built-in hardware profiles (hardware_profiles/*.toml), sorted: the names `--hw` takes."""
+    return sorted(p.stem for p in data_dir("hardware_profiles").glob("*.toml"))
+
+
 def package_data(name: str) -> Path:
     """A data file that ships inside the package (btacalc/data/NAME)."""
     return _PKG / "data" / name

@@ -5,25 +5,15 @@ installs the completion script."""
 
 from __future__ import annotations
 
-from ..paths import data_dir, presets_dir
-
-
-def model_names() -> list[str]:
-    """Built-in model presets (btacalc/data/presets/*.toml), sorted."""
-    return sorted(p.stem for p in presets_dir().glob("*.toml"))
-
-
-def hardware_names() -> list[str]:
-    """Built-in hardware profiles (hardware_profiles/*.toml), sorted."""
-    return sorted(p.stem for p in data_dir("hardware_profiles").glob("*.toml"))
+from ..paths import preset_names, profile_names  # the file names only: completion imports no model code
 
 
 def complete_model(incomplete: str) -> list[str]:
-    return [n for n in model_names() if n.startswith(incomplete)]
+    return [n for n in preset_names() if n.startswith(incomplete)]
 
 
 def complete_hardware(incomplete: str) -> list[str]:
-    return [n for n in hardware_names() if n.startswith(incomplete)]
+    return [n for n in profile_names() if n.startswith(incomplete)]
 
 
 def complete_hardware_list(incomplete: str) -> list[str]:
@@ -31,4 +21,4 @@ def complete_hardware_list(incomplete: str) -> list[str]:
     head, _, last = incomplete.rpartition(",")
     given = set(head.split(",")) if head else set()
     prefix = head + "," if head else ""
-    return [prefix + n for n in hardware_names() if n.startswith(last) and n not in given]
+    return [prefix + n for n in profile_names() if n.startswith(last) and n not in given]

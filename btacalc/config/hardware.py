@@ -33,7 +33,7 @@ from typing import Annotated, Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from ..errors import BtacalcError, DataError
-from ..paths import data_dir, read_input
+from ..paths import data_dir, profile_names, read_input
 from ..vocabulary import parse_recompute
 from .text import CleanText
 
@@ -562,7 +562,7 @@ def parse_profile(text: str, origin: str) -> HardwareProfile:
 
 @functools.lru_cache(maxsize=1)
 def builtin_profiles() -> dict[str, HardwareProfile]:
-    return {path.stem: _builtin_profile(path.stem) for path in sorted(data_dir("hardware_profiles").glob("*.toml"))}
+    return {name: _builtin_profile(name) for name in profile_names()}
 
 
 @functools.lru_cache(maxsize=None)

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import BtacalcError, clean_text
-from ..paths import presets_dir
+from ..paths import preset_names, presets_dir
 from .hf import load_hf_config
 from .model import ModelSpec, validate_model
 
@@ -15,10 +15,6 @@ if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
-
-
-def preset_names() -> list[str]:
-    return sorted(p.stem for p in presets_dir().glob("*.toml"))
 
 
 def load_preset(name: str) -> ModelSpec:
