@@ -310,6 +310,10 @@ class Kernels(_Section):
     gemm_ceiling_fraction: Annotated[Number, FRACTION] = Field(
         description="share of the datasheet dense peak a large, perfectly quantised BF16 GEMM reaches in a "
         "microbenchmark of this generation (the measured ceiling; model/gpu/gemm.py)")
+    fp8_gemm_ceiling_fraction: Annotated[Optional[Number], FRACTION] = Field(
+        None, description="share of the datasheet dense FP8 peak a large, perfectly quantised FP8 GEMM (per-tensor "
+        "scales, torch._scaled_mm / cuBLASLt) reaches in a microbenchmark of this generation; the FP8 recipes' "
+        "linear-layer GEMMs run at it (model/gpu/costs.py); None: at gemm_ceiling_fraction, the BF16 one")
     gemm_wave_overhead_s: Annotated[Number, LATENCY] = Field(
         description="fixed time per wave of GEMM output tiles that does not shrink with k (pipeline fill, epilogue)")
     gemm_overlap_exponent: Annotated[Number, OVERLAP] = Field(

@@ -110,7 +110,8 @@ class _Rates:
     core_time_factor: Any = 1.0  # FLOPs the attention kernel runs per FLOP counted (causal block skipping)
     symbols: dict[str, Any] = field(default_factory=dict)  # the layer kind's symbol values (GEMM shapes)
     features: dict[str, Any] = field(default_factory=dict)
-    low_peak: float = 0.0  # achieved FLOP/s of the low-precision GEMMs: dtype datasheet x ceiling x efficiency
+    low_peak: float = 0.0  # achieved FLOP/s of the low-precision GEMMs: dtype datasheet x dtype ceiling x efficiency
+    low_share: float = 1.0  # low_peak over the dtype's datasheet peak (its GEMM ceiling x compute_efficiency)
     low_device: Optional[GemmDevice] = None  # the low-precision GEMMs' device view (their dtype's peak)
     low_beta: float = 1.0  # bytes per element of the low-precision GEMM operands
 
@@ -120,7 +121,8 @@ def _rates(problem: Problem) -> _Rates:
     ceiling = matmul_ceiling(problem)
     share = ceiling * compute_efficiency(problem)
     peak = hw.chip.peak_flops_per_s.value * share
-    cast = cast_rates(problem)  # the low-precision dtype's peak x compute_efficiency (x the same ceiling below)
+    cast = cast_rates(problem)  # the low-precision dtype's peak x compute_efficiency (x its dtype's ceiling below)
+    low_ceiling = matmul_ceiling(problem, cast.recipe.gemm_peak) if cast is not None else ceiling
     return _Rates(
         peak=peak,
         peak_share=share,
@@ -133,18 +135,27 @@ def _rates(problem: Problem) -> _Rates:
         cast=cast,
         device=gemm_device(problem, peak),
         expert_parallel=lay.expert_parallel,
-        low_peak=cast.peak * ceiling if cast is not None else 0.0,
-        low_device=gemm_device(problem, cast.peak * ceiling) if cast is not None else None,
+        low_peak=cast.peak * low_ceiling if cast is not None else 0.0,
+        low_share=low_ceiling * compute_efficiency(problem),
+        low_device=gemm_device(problem, cast.peak * low_ceiling) if cast is not None else None,
         low_beta=cast.recipe.bytes_per_element if cast is not None else 1.0,
     )
 
 
-def matmul_ceiling(problem: Problem) -> float:
-    """The generation's measured large-GEMM share of the datasheet peak (`kernels.gemm_ceiling_fraction`),
-    1 for a profile without a [kernels] section. Every matmul phase runs at datasheet x this x the family's
-    fitted `compute_efficiency` before its shape's quantisation (model/gpu/gemm.py)."""
+def matmul_ceiling(problem: Problem, dtype: str = "bf16") -> float:
+    """The generation's measured large-GEMM share of the datasheet peak of `dtype`'s GEMMs (a recipe's
+    `gemm_peak`: bf16, fp8 or fp4), 1 for a profile without a [kernels] section. Every matmul phase runs at
+    datasheet x this x the family's fitted `compute_efficiency` before its shape's quantisation
+    (model/gpu/gemm.py). The BF16 ceiling is `kernels.gemm_ceiling_fraction`; FP8 GEMMs take
+    `kernels.fp8_gemm_ceiling_fraction` where the profile has a published FP8 microbenchmark (the same
+    Maximum Achievable Matmul FLOPS table, torch._scaled_mm with per-tensor scales), else the BF16 one;
+    FP4 GEMMs the BF16 one (no published FP4 microbenchmark)."""
     kernels = problem.hardware.kernels
-    return kernels.gemm_ceiling_fraction.value if kernels is not None else 1.0
+    if kernels is None:
+        return 1.0
+    if dtype == "fp8" and kernels.fp8_gemm_ceiling_fraction is not None:
+        return kernels.fp8_gemm_ceiling_fraction.value
+    return kernels.gemm_ceiling_fraction.value
 
 
 def gemm_device(problem: Problem, peak_flops_per_s: float) -> Optional[GemmDevice]:
@@ -242,11 +253,11 @@ def _matmul_time(part: Part, phase: Phase, v: Any, r: _Rates, load: Any) -> Any:
     low-precision phase runs at its dtype's peak, with its operands' bytes (`_peak`, `_dtype`)."""
     fwd = (v("flops_fwd") + v("flops_recompute")) * load
     bwd = v("flops_bwd") * load
-    peak, device, beta = _dtype(phase, r)
+    peak, device, beta, share = _dtype(phase, r)
     gemms = [g for g in phase.gemm if g.applies(r.features)] if device is not None else []
     if not gemms:
         return (fwd + bwd) / peak
-    rows = [_gemm_row(g, r, load, device, beta) for g in gemms]
+    rows = [_gemm_row(g, r, load, device, beta, share) for g in gemms]
     part.gemms[phase.name] = [row for row, _ in rows]
     ideal = sum(i for _, (i, _, _) in rows)
     t_fwd = sum(tf for _, (_, tf, _) in rows)
@@ -254,17 +265,19 @@ def _matmul_time(part: Part, phase: Phase, v: Any, r: _Rates, load: Any) -> Any:
     return fwd / peak * (t_fwd / ideal) + bwd / peak * (t_bwd / (2 * ideal))
 
 
-def _dtype(phase: Phase, r: _Rates) -> tuple[Any, Optional[GemmDevice], float]:
-    """(achieved peak, GEMM device, operand bytes) of the phase's GEMMs: the low-precision recipe's for a
-    `low_precision` phase (the same ceiling x compute_efficiency on the dtype's datasheet peak), else 16-bit."""
+def _dtype(phase: Phase, r: _Rates) -> tuple[Any, Optional[GemmDevice], float, float]:
+    """(achieved peak, GEMM device, operand bytes, share of the datasheet peak) of the phase's GEMMs: the
+    low-precision recipe's for a `low_precision` phase (its dtype's ceiling x compute_efficiency on the dtype's
+    datasheet peak), else 16-bit."""
     if r.cast is not None and phase.low_precision:
-        return r.low_peak, r.low_device, r.low_beta
-    return r.peak, r.device, r.beta
+        return r.low_peak, r.low_device, r.low_beta, r.low_share
+    return r.peak, r.device, r.beta, r.peak_share
 
 
 def _gemm_row(g: Gemm, r: _Rates, load: Any, dev: Optional[GemmDevice] = None,
-              beta: Optional[float] = None) -> tuple[GemmRow, tuple[Any, Any, Any]]:
-    """One GEMM of a phase: its report row and (ideal forward time, forward time, backward time) per pass."""
+              beta: Optional[float] = None, share: Optional[float] = None) -> tuple[GemmRow, tuple[Any, Any, Any]]:
+    """One GEMM of a phase: its report row (efficiencies as shares of the dtype's datasheet peak) and (ideal
+    forward time, forward time, backward time) per pass."""
     dev = dev if dev is not None else r.device
     beta = beta if beta is not None else r.beta
     m, n, k, count = (_evaluate(e, r.symbols) for e in (g.m, g.n, g.k, g.count))
@@ -276,7 +289,7 @@ def _gemm_row(g: Gemm, r: _Rates, load: Any, dev: Optional[GemmDevice] = None,
     fwd = gemm_time(m, n, k, beta, dev, groups)
     dgrad, wgrad = gemm_time(m, k, n, beta, dev, groups), gemm_time(k, n, m, beta, dev, groups)
     ideal = 2 * np.asarray(m, dtype=float) * n * k * groups / dev.peak_flops_per_s
-    eff = r.peak_share
+    eff = share if share is not None else r.peak_share
     bwd_time = dgrad.time_s + wgrad.time_s
     row = GemmRow(g.name, m, n, k, groups, launches, fwd.efficiency * eff, 2 * ideal / bwd_time * eff, fwd.binding())
     return row, (launches * ideal, launches * fwd.time_s, launches * bwd_time)
