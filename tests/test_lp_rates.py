@@ -6,6 +6,7 @@ runs were predicted too slow"), each as its derivation.
    per-tensor scales), derived through btacalc's GEMM shape model as the BF16 ceiling is (tests/test_clock.py).
 2. The TP-comm overlap of the low-precision rows' own performance configs (Megatron-Bridge recipes:
    CommOverlapConfig(tp_comm_overlap=True), switched off for NVFP4), recorded in each row's recipe.
+3. TransformerEngine's quantised sequence-parallel all-gathers (the reduce-scatters stay 16-bit).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 
 import pytest
 
+from btacalc.config.execution import Layout
 from btacalc.config.hardware import resolve_hardware
 from btacalc.config.presets import load_preset
 from btacalc.model.gpu.costs import _rates, layer_parts
@@ -108,3 +110,19 @@ def test_low_precision_rows_overlap_tp_comm_as_their_config_does(run_id):
     recipe = run["recipe"]
     assert recipe["overlaps"]["tp_comm"] is (run["precision"] != "nvfp4")
     assert "tp_comm_overlap" in recipe["source"] and "overlaps (lp2, issue 22)" in recipe["source"]
+
+
+@pytest.mark.parametrize("precision, hw, q", [("bf16", "h100", 2), ("fp8", "h100", 1), ("mxfp8", "gb200", 1 + 1 / 32),
+                                               ("nvfp4", "gb200", 0.5 + 1 / 16)])
+def test_sequence_parallel_all_gathers_move_quantised_bytes(precision, hw, q):
+    """Llama 3 8B, one layer, TP 4 with sequence parallelism, one 4,096-token sequence. Each of the four TP
+    boundaries carries X = s·h·2 B at 16 bits: the QKV and MLP inputs (all-gather forward, again for wgrad,
+    reduce-scatter of the input gradient backward: 3 X each) and the attention-output and MLP outputs
+    (reduce-scatter forward, all-gather of the output gradient backward: 2 X each), 10 X in all. TE quantises
+    before it all-gathers, so each all-gather moves q/2 of X (FP8 1 B, MXFP8 1 + 1/32 B, NVFP4 0.5 + 1/16 B per
+    element); the reduce-scatters stay 16-bit: 2·(2·q/2 + 1) X + 2·(1 + q/2) X."""
+    p = resolved(load_preset("llama-3-8b"), hw, Layout(tensor_parallel=4, sequence_parallel=True, devices=4),
+                 recompute="none", attention="flash", seq_len=4096, precision=precision)
+    x = 4096 * 4096 * 2
+    a = q / 2
+    assert layer_parts(p, p.evaluate(1, 1))[0].tp_bytes == pytest.approx((2 * (2 * a + 1) + 2 * (1 + a)) * x)

@@ -17,8 +17,9 @@ tensor-parallel split, the batch by context parallelism). On top of that:
   balanced), which stretches the routed phases' FLOPs, activation traffic, stored and transient bytes
   and the all-to-all (with EP = 1 every expert is local and the total does not change: R acts only
   with EP > 1);
-- low-precision training (`precision.py`): a `low_precision` phase's GEMMs at the recipe's dtype peak,
-  plus its cast kernels' HBM traffic;
+- low-precision training (`precision.py`): a `low_precision` phase's GEMMs at the recipe's dtype peak x
+  that dtype's GEMM ceiling (`matmul_ceiling`), plus its cast kernels' HBM traffic, and its
+  sequence-parallel all-gathers in the quantised bytes;
 - communication volumes before the collective factor and link (`collectives.py`): tensor-parallel
   boundary exchanges, the context-parallel K/V ring, the expert-parallel all-to-all, the pipeline
   boundary activation.
@@ -39,7 +40,7 @@ from ...catalogue.terms import Gemm, Phase
 from ..problem import Evaluation, Problem, kind_values
 from ..steptime import compute_efficiency
 from ..arrays import maximum, where
-from .precision import CastRates, cast_rates, phase_cast_s, phase_weight_cast_s
+from .precision import CastRates, cast_rates, gather_share, phase_cast_s, phase_weight_cast_s
 from .gemm import GemmDevice, gemm_time
 
 # FlashAttention-2's thread blocks cover B_r = B_c = 128 queries and keys for head dimensions up to 128
@@ -241,7 +242,7 @@ def _part(pv: PhaseValues, phases: list[Phase], r: _Rates, memory_only: bool = F
         part.backward_s = part.backward_s + t * _backward_share(v)
         part.core_s = part.core_s + (t if phase.core else 0.0)
         _memory(part, phase, v, load)
-        _volumes(part, v, r)
+        _volumes(part, phase, v, r)
     if r.flash and not memory_only:
         _fused_core(part, pv, phases, core, r)
     return part
@@ -399,15 +400,19 @@ def _memory(part: Part, phase: Phase, v: Any, load: Any) -> None:
             part.low_precision_params = part.low_precision_params + v("params")
 
 
-def _volumes(part: Part, v: Any, r: _Rates) -> None:
+def _volumes(part: Part, phase: Phase, v: Any, r: _Rates) -> None:
     """Communication volumes of one micro-batch (see the module docstring); collective factors are
-    named constants: an all-reduce counts all_reduce (2) units, a reduce-scatter or all-gather one."""
+    named constants: an all-reduce counts all_reduce (2) units, a reduce-scatter or all-gather one. Under a
+    low-precision recipe a low-precision phase's sequence-parallel all-gathers move its quantised bytes
+    (`precision.gather_share`): the reduce-scatters stay 16-bit."""
     p, c = constants().passes, constants().collectives
     reruns = v("reruns")
     if r.sequence_parallel:
+        ag = gather_share(r.cast, phase, r.beta)
         # in: all-gather forward, reduce-scatter backward, the input gathered again for dW, re-run gather
-        tp_in = c.all_gather + c.reduce_scatter + p.sp_backward_regather * c.all_gather + reruns * c.all_gather
-        tp_out = c.reduce_scatter + c.all_gather + reruns * c.reduce_scatter
+        tp_in = (c.all_gather + p.sp_backward_regather * c.all_gather + reruns * c.all_gather) * ag + c.reduce_scatter
+        # out: reduce-scatter forward (and re-run), the output gradient all-gathered backward
+        tp_out = c.reduce_scatter + c.all_gather * ag + reruns * c.reduce_scatter
     else:  # Shoeybi et al. 2019: f (identity forward, all-reduce backward) and g (all-reduce forward)
         tp_in = c.all_reduce
         tp_out = c.all_reduce * (1 + reruns)

@@ -3,7 +3,8 @@
 Under a low-precision recipe (btacalc/data/precision.toml, `btacalc.config.precision`) a phase the
 catalogue marks ``low_precision`` (TransformerEngine ``te.Linear`` / ``GroupedLinear``: the QKV, output,
 MLP, expert and shared-expert projections) runs its forward, dgrad and wgrad GEMMs at the chip's
-peak for the recipe's dtype (FP8 or FP4) times the same compute efficiency as 16-bit GEMMs; every
+peak for the recipe's dtype (FP8 or FP4) times that dtype's measured GEMM ceiling (costs.matmul_ceiling:
+the profile's FP8 one where published, else the BF16 one) and the same compute efficiency; every
 other phase (attention core, router, norms, softmax, embedding, LM head) stays 16-bit, as Megatron-LM
 builds them (MLM @ d98e8a64 megatron/core/transformer/transformer_config.py:640-656: FP8 attention
 and BF16 first/last layers are off by default; the router and output layer are not TE modules).
@@ -29,7 +30,10 @@ micro-batches: MLM transformer_engine.py:1338), i.e. params / M per micro-batch.
 
     t = max(FLOPs / (peak_dtype · efficiency), traffic / HBM) + cast bytes / HBM
 
-and the device keeps `copies` quantised weight copies beside its 16-bit weights (TE's weight cache);
+With sequence parallelism TE quantises before it all-gathers, so a low-precision phase's TP all-gathers
+move q + scale/block bytes per element and its reduce-scatters 2 (`gather_share`).
+
+The device keeps `copies` quantised weight copies beside its 16-bit weights (TE's weight cache);
 with --fp8-param-gather the first copy *is* the parameter and the 16-bit copy goes.
 """
 
@@ -92,6 +96,19 @@ def phase_weight_cast_s(rates: CastRates, hbm: float, phase: Phase, v: Any, expe
     1/(EP·ETP) of the experts. The step time adds it once (timing.py: per-step fixed costs)."""
     weights = v("params") / (expert_shards if phase.param_bucket == "routed" else 1)
     return weights * rates.bytes_per_cast / hbm
+
+
+def gather_share(rates: Optional[CastRates], phase: Phase, sixteen_bit_bytes: float) -> float:
+    """Bytes a sequence-parallel all-gather of a low-precision phase moves per 16-bit byte: TransformerEngine
+    quantises before it gathers, so the column-parallel input (forward, and again for wgrad) and the
+    row-parallel output gradient (backward) cross the TP group as q + scale/block bytes per element, not 2
+    (TE @ d0067d0 pytorch/module/layernorm_linear.py:293-312 and linear.py:993-997 gather_along_first_dim(...,
+    quantizer=...); module/base.py:1719-1751 grad_output_preprocess; pytorch/distributed.py:1668-1790 gathers
+    FP8, MXFP8 and NVFP4 data). The reduce-scatters (forward output, backward input gradient) stay 16-bit.
+    1 for 16-bit training and for phases that are not TE linears."""
+    if rates is None or not phase.low_precision:
+        return 1.0
+    return rates.recipe.bytes_per_element / sixteen_bit_bytes
 
 
 def phase_precision(problem: Problem, phase: Phase) -> str:
