@@ -109,7 +109,7 @@ def test_low_precision_rows_overlap_tp_comm_as_their_config_does(run_id):
     assert run["tp"] > 1 and run["precision"] != "bf16"
     recipe = run["recipe"]
     assert recipe["overlaps"]["tp_comm"] is (run["precision"] != "nvfp4")
-    assert "tp_comm_overlap" in recipe["source"] and "overlaps (lp2, issue 22)" in recipe["source"]
+    assert "tp_comm_overlap" in recipe["source"] and "overlaps (issue 22)" in recipe["source"]
 
 
 @pytest.mark.parametrize("precision, hw, q", [("bf16", "h100", 2), ("fp8", "h100", 1), ("mxfp8", "gb200", 1 + 1 / 32),
