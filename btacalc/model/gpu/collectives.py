@@ -43,7 +43,8 @@ given domain receives none of the k), and the forwarded copies add to the NVLink
 DeepEP (and HybridEP) also send a token to each *rank* once, not once per expert there: the layout
 kernel gives every token a destination-rank mask (`is_token_in_rank`) and the receiver permutes the
 copy to its local experts (Megatron-LM @ 1e057005 megatron/core/transformer/moe/fused_a2a.py L72-106,
-`get_dispatch_layout` then `dispatch(..., is_token_in_rank=...)`; HybridEP `dispatch_with_permute`).
+`get_dispatch_layout` then `dispatch(..., is_token_in_rank=...)`; HybridEP: the same file @ d98e8a64
+L419-433, `dispatch_with_permute` receives per rank and permutes to `num_of_experts_per_rank` there).
 The NVLink bytes (to the peers in the domain and the forwarded copies) therefore shrink by the same
 expression over m = EP ranks, E/EP experts each:
 
