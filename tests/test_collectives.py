@@ -112,6 +112,36 @@ def test_deepep_sends_a_token_once_per_remote_domain():
     assert all_to_all_time(p, 1e9) == pytest.approx(expected)
 
 
+def test_deepep_sends_a_token_once_per_rank_inside_a_node():
+    # Qwen3-235B-A22B (E = 128, top-8) at EP 8 on one DGX H100 (ETP 1: the EP group is 8 consecutive ranks,
+    # Megatron's expert RankGenerator(tp=ETP, ep=EP, ...) in order tp-cp-ep-dp-pp): 16 experts per rank.
+    # DeepEP's layout gives each token a destination-rank mask (is_token_in_rank), so a rank receives one
+    # copy however many of its 16 experts the token chose. P(a given rank gets none of the 8) =
+    # C(112, 8) / C(128, 8); expected distinct remote ranks 7 (1 - P) against 7 x 8/8 remote expert copies.
+    qwen235 = resolve_model("qwen3-235b-a22b")
+    p = _problem(model=qwen235, devices=8, expert_parallel=8, deepep=True)
+    none = math.comb(112, 8) / math.comb(128, 8)
+    assert deepep_dedup(p, 8) == pytest.approx(7 * (1 - none) / (8 * 7 / 8))
+    assert deepep_dedup(p, 8) == pytest.approx(0.6674, abs=1e-4)
+    sent, up = 1e9 * 7 / 8, NVLINK_H100 * NVLINK_EFF
+    assert all_to_all_time(p, 1e9, 4) == pytest.approx(4 * NVLINK_ALPHA + sent * (1 - none) / up)
+    # Megatron's alltoall dispatcher permutes to tokens x top-k rows first: a copy per expert
+    plain = _problem(model=qwen235, devices=8, expert_parallel=8)
+    assert all_to_all_time(plain, 1e9, 4) == pytest.approx(4 * NVLINK_ALPHA + sent / up)
+
+
+def test_nvlink_all_to_all_rate_matches_deepeps_published_intranode_rate():
+    # DeepEP README (docs/legacy.md, "Normal kernels"): EP 8 on H800 dispatches at 153 GB/s and combines at
+    # 158 GB/s of the received (per-rank) bytes; H800's NVLink is 8 links x 25 GB/s = 200 GB/s per direction
+    # (H100 SXM: 18 links, 450 GB/s). The share of line rate DeepEP reaches is the NVLink bus efficiency
+    # the H100 profile takes from nccl-tests, within 5%.
+    h800_line = 200e9
+    for published in (153e9, 158e9):
+        assert published / h800_line == pytest.approx(NVLINK_EFF, rel=0.05)
+    up, _ = links(_problem(devices=8))
+    assert up.bus_bytes_per_s == pytest.approx(NVLINK_H100 * NVLINK_EFF)
+
+
 def test_plan_json_lists_each_collective(cli):
     # TP 8 inside one DGX H100: the tensor-parallel row is a ring on NVLink at 13 us per call, and its
     # efficiency is the curve's at the bytes per call

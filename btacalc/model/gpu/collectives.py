@@ -40,6 +40,23 @@ of its top-k experts live there, and is forwarded to them over NVLink: the cross
 for k of E experts drawn uniformly without replacement over m = EP / (local members) domains (P0: a
 given domain receives none of the k), and the forwarded copies add to the NVLink bytes.
 
+DeepEP (and HybridEP) also send a token to each *rank* once, not once per expert there: the layout
+kernel gives every token a destination-rank mask (`is_token_in_rank`) and the receiver permutes the
+copy to its local experts (Megatron-LM @ 1e057005 megatron/core/transformer/moe/fused_a2a.py L72-106,
+`get_dispatch_layout` then `dispatch(..., is_token_in_rank=...)`; HybridEP: the same file @ d98e8a64
+L419-433, `dispatch_with_permute` receives per rank and permutes to `num_of_experts_per_rank` there).
+The NVLink bytes (to the peers in the domain and the forwarded copies) therefore shrink by the same
+expression over m = EP ranks, E/EP experts each:
+
+    rank dedup = EP·(1 - P0) / k,   P0 = prod_{i<k} (E - E/EP - i)/(E - i)
+
+0.667 for Qwen3-235B-A22B at EP 8 (16 experts per rank, top-8: P0 = C(112, 8)/C(128, 8) = 0.333).
+The volume DeepEP's README measures its NVLink rate on is this deduplicated one (the received `recv_x`
+per rank: 153 GB/s dispatch, 158 GB/s combine on 8 H800 of ~160 GB/s usable NVLink, docs/legacy.md
+"Normal kernels"), 0.77 of H800's 200 GB/s per direction, the profile's NVLink bus efficiency of 0.80.
+Megatron's alltoall dispatcher copies a token once per expert (`permute` to tokens x top-k rows before
+its all-to-all) and keeps the per-expert volume.
+
 **Calls** per step: each tensor-parallel, context-parallel and all-to-all exchange of a layer per
 micro-batch (counted by `costs.py` with the volumes), each pipeline send, and the data-parallel
 buckets: Megatron-Core reduces gradients in buckets of max(4e7, 1e6·DP) parameters when
@@ -183,8 +200,9 @@ def context_parallel_time(problem: Problem, volume: Any, calls: Any = 0) -> Any:
 
 
 def deepep_dedup(problem: Problem, domains: Any) -> Any:
-    """Share of the cross-domain expert traffic DeepEP still sends (see the module docstring): distinct
-    remote domains over remote experts a token's top-k reaches, experts spread evenly over `domains`."""
+    """Share of the expert traffic DeepEP still sends (see the module docstring): distinct remote groups
+    over remote experts a token's top-k reaches, experts spread evenly over `domains` groups (NVLink
+    domains for the cross-domain bytes, EP ranks for the per-rank copies)."""
     model = problem.model
     e, k = float(model.num_experts), int(model.top_k)
     m = maximum(domains, 1)
@@ -208,10 +226,11 @@ def all_to_all_time(problem: Problem, volume: Any, calls: Any = 0) -> Any:
     k = local_members(ep, etp, lay.devices, lay.devices_per_node)
     intra = where(ep > 1, (k - 1) / where(ep > 1, ep - 1, 1), 1.0)
     dedup = deepep_dedup(problem, ep / k) if lay.deepep else 1.0
+    per_rank = deepep_dedup(problem, ep) if lay.deepep else 1.0  # one copy per destination rank (docstring)
     cross = sent * (1 - intra)
     forwarded = cross if lay.deepep else 0.0  # DeepEP forwards what arrives over RDMA to its experts on NVLink
     alpha = where(k >= ep, up.latency_s, out.latency_s)
-    a2a = maximum((sent * intra + forwarded) / up.bus_bytes_per_s, cross * dedup / out.bus_bytes_per_s)
+    a2a = maximum((sent * intra + forwarded) * per_rank / up.bus_bytes_per_s, cross * dedup / out.bus_bytes_per_s)
     a2a = where(ep > 1, calls * alpha + a2a, 0.0)
     gather = ring_time(problem, volume * (etp - 1), etp, 1, calls)  # received copies to t_e - 1 peers
     return a2a + gather
