@@ -17,8 +17,8 @@ from btacalc.config.execution import Layout, RunOptions
 from btacalc.config.hardware import resolve_hardware
 from btacalc.config.presets import resolve_model
 from btacalc.errors import BtacalcError
-from btacalc.model.gpu.collectives import (all_to_all_time, deepep_dedup, efficiency_at, links, local_members,
-                                           ring_factor, ring_time)
+from btacalc.model.gpu.collectives import (all_to_all_time, all_to_all_wire_bytes, deepep_dedup, efficiency_at,
+                                           links, local_members, ring_factor, ring_time)
 from btacalc.model.problem import make_problem
 from btacalc.planning.crossval import Setting, cross_validate, scale_group
 from btacalc.planning.measured import MeasuredRun
@@ -294,3 +294,15 @@ def test_cross_validation_of_shipped_runs_reproduces_the_calibration_when_the_fi
         assert r.error == pytest.approx(predict(next(x for x in runs if x.id == r.id)).error, abs=2e-3)
     assert folds["gpt3"].basis["gpu"].startswith("all runs of other families")
     assert sorted(folds["gpt3"].fit_runs["gpu"]) == ["llama-3-70b-h100-64-303", "llama-3-8b-h100-8-bf16-dgxc"]
+
+
+def test_all_to_all_row_reports_the_bytes_deepep_sends():
+    # plan --json's expert_all_to_all row: what one rank sends, (EP - 1)/EP of the volume, shrunk by
+    # DeepEP's per-rank deduplication inside a DGX H100 (Qwen3-235B-A22B, EP 8: 7 (1 - P) distinct remote
+    # ranks against 7 remote expert copies, P = C(112, 8) / C(128, 8)); the plain dispatcher sends them all
+    qwen235 = resolve_model("qwen3-235b-a22b")
+    none = math.comb(112, 8) / math.comb(128, 8)
+    deepep = _problem(model=qwen235, devices=8, expert_parallel=8, deepep=True)
+    plain = _problem(model=qwen235, devices=8, expert_parallel=8)
+    assert all_to_all_wire_bytes(plain, 1e9) == pytest.approx(1e9 * 7 / 8)
+    assert all_to_all_wire_bytes(deepep, 1e9) == pytest.approx(1e9 * 7 / 8 * (1 - none))

@@ -222,18 +222,40 @@ def all_to_all_time(problem: Problem, volume: Any, calls: Any = 0) -> Any:
         return 0.0
     up, out = links(problem)
     ep, etp = lay.expert_parallel, lay.expert_tensor_parallel
-    sent = volume * ring_share(ep)
     k = local_members(ep, etp, lay.devices, lay.devices_per_node)
-    intra = where(ep > 1, (k - 1) / where(ep > 1, ep - 1, 1), 1.0)
-    dedup = deepep_dedup(problem, ep / k) if lay.deepep else 1.0
-    per_rank = deepep_dedup(problem, ep) if lay.deepep else 1.0  # one copy per destination rank (docstring)
-    cross = sent * (1 - intra)
-    forwarded = cross if lay.deepep else 0.0  # DeepEP forwards what arrives over RDMA to its experts on NVLink
+    inside, across, forwarded = _all_to_all_bytes(problem, volume)
     alpha = where(k >= ep, up.latency_s, out.latency_s)
-    a2a = maximum((sent * intra + forwarded) * per_rank / up.bus_bytes_per_s, cross * dedup / out.bus_bytes_per_s)
+    a2a = maximum((inside + forwarded) / up.bus_bytes_per_s, across / out.bus_bytes_per_s)
     a2a = where(ep > 1, calls * alpha + a2a, 0.0)
     gather = ring_time(problem, volume * (etp - 1), etp, 1, calls)  # received copies to t_e - 1 peers
     return a2a + gather
+
+
+def all_to_all_wire_bytes(problem: Problem, volume: Any) -> Any:
+    """Bytes one rank sends to its EP peers for an expert all-to-all of `volume` bytes (what the
+    `plan --json` row reports): its (EP - 1)/EP share, after DeepEP's deduplication when the run uses it
+    (per destination rank inside a domain, per domain across it; the forwarding hop inside the receiving
+    domain is not counted again)."""
+    if problem.layout.devices == 1:
+        return 0.0
+    inside, across, _ = _all_to_all_bytes(problem, volume)
+    return inside + across
+
+
+def _all_to_all_bytes(problem: Problem, volume: Any) -> tuple[Any, Any, Any]:
+    """(sent inside the NVLink domain, sent across domains, forwarded on NVLink) for one rank's share of an
+    all-to-all of `volume` bytes; DeepEP deduplicates per destination rank inside a domain and per domain
+    across it, and forwards what arrives over RDMA to the experts' ranks (module docstring)."""
+    lay = problem.layout
+    ep, etp = lay.expert_parallel, lay.expert_tensor_parallel
+    sent = volume * ring_share(ep)
+    k = local_members(ep, etp, lay.devices, lay.devices_per_node)
+    intra = where(ep > 1, (k - 1) / where(ep > 1, ep - 1, 1), 1.0)
+    cross = sent * (1 - intra)
+    if not lay.deepep:
+        return sent * intra, cross, 0.0
+    per_rank = deepep_dedup(problem, ep)  # one copy per destination rank (docstring)
+    return sent * intra * per_rank, cross * deepep_dedup(problem, ep / k), cross * per_rank
 
 
 def pipeline_p2p_time(problem: Problem, volume: Any) -> Any:

@@ -36,9 +36,9 @@ from ..arrays import is_array, largest, maximum, where
 from ..problem import Evaluation, Problem
 from ..state import bytes_per_param
 from ..steptime import StepTime, tile_overhead_s
-from .collectives import (CollectiveRow, all_to_all_time, context_parallel_time, data_parallel_groups,
-                          data_parallel_times, data_parallel_traffic, describe, pipeline_p2p_time, ring_share,
-                          ring_time, tensor_parallel_time)
+from .collectives import (CollectiveRow, all_to_all_time, all_to_all_wire_bytes, context_parallel_time,
+                          data_parallel_groups, data_parallel_times, data_parallel_traffic, describe,
+                          pipeline_p2p_time, ring_share, ring_time, tensor_parallel_time)
 from .costs import Part, layer_parts, outside_parts
 from .fixed import FixedCosts, fixed_costs, host_time, launch_time
 from .memory import stage_params
@@ -232,7 +232,7 @@ def _collective_rows(problem: Problem, kinds: list[tuple[Any, Part]], counts: li
                              tot["cp_calls"] * (cp - 1)), times["cp"], "p2p ring"))
     if ep > 1 and tot["a2a_calls"]:
         rows.append(describe(problem, "expert_all_to_all", (ep, lay.expert_tensor_parallel),
-                             (tot["a2a_bytes"] * ring_share(ep), tot["a2a_calls"]), times["a2a"],
+                             (all_to_all_wire_bytes(problem, tot["a2a_bytes"]), tot["a2a_calls"]), times["a2a"],
                              "deepep" if lay.deepep else "all-to-all"))
     if lay.pipeline_parallel > 1:
         sends = 2 * lay.virtual_pipeline * m
