@@ -80,6 +80,11 @@ RECOMPUTE_HELP = ("Activation recomputation: none, selective, full, or Megatron 
                   + ", ".join(RECOMPUTE_MODULES) + ")")
 RecomputeOpt = typer.Option(None, "--recompute", help=help_text(RECOMPUTE_HELP + " [default: per device]."))
 AttentionOpt = typer.Option(None, "--attention", help=help_text("eager (materialised s² scores) or flash [default: per device]."))
+AttentionKernelOpt = typer.Option(None, "--attention-kernel", help=help_text(
+    "The fused attention kernel: default (the attention core at the device's large-GEMM rate, as cuDNN / "
+    "TransformerEngine run it) or triton-flash (llm-foundry's attn_impl triton: on Hopper at half of "
+    "FlashAttention-2's published 35% of the peak on the causal blocks it runs); btacalc/data/attention_kernels.toml "
+    "[default: default]."))
 CausalOpt = typer.Option(False, "--causal/--full-scores", help="Count only the causal half of the s² matmuls.")
 LossOpt = typer.Option(None, "--loss", help=help_text("fused: logits one sequence at a time; stored: Korthikanti's "
                                                   "4sbv fp32 logits; vocab_parallel: Megatron's cross-entropy (bf16 "

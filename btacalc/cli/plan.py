@@ -13,7 +13,7 @@ import typer
 from .. import profiling
 from ..errors import BtacalcError
 from .console import err
-from .options import (Accounting, AccountingOpt, Attention, AttentionOpt, CausalOpt, CpOpt, DevicesOpt, Emit, EpOpt,
+from .options import (Accounting, AccountingOpt, Attention, AttentionKernelOpt, AttentionOpt, CausalOpt, CpOpt, DevicesOpt, Emit, EpOpt,
                       EtpOpt, ExpertFfnOpt, ExpertsOpt, FixedActiveOpt, Fp8ParamGatherOpt, CpuOffloadOpt, MOMENT_BYTES, Moments, MomentsOpt, FsdpOpt, GlobalBatchOpt,
                       GpusPerNodeOpt, Precision, PrecisionOpt,
                       GradAccumOpt, GradBytesOpt, HwOpt, Loss, LossOpt, MaxGlobalBatchOpt, MaxTileBatchOpt,
@@ -79,6 +79,7 @@ def plan(
     fixed_active: bool = FixedActiveOpt,
     recompute: Optional[str] = RecomputeOpt,
     attention: Optional[Attention] = AttentionOpt,
+    attention_kernel: Optional[str] = AttentionKernelOpt,
     causal: bool = CausalOpt,
     loss: Optional[Loss] = LossOpt,
     accounting: Accounting = AccountingOpt,
@@ -170,6 +171,7 @@ def plan(
         routing_imbalance=routing_imbalance, limits=replace(imported.request.limits, max_global_batch=max_global_batch, max_tile_batch=max_tile_batch),
     ) if imported else ExecutionRequest(
         seq_len=seq, recompute=recompute, attention=value(attention), causal=causal, loss=value(loss),
+        attention_kernel=attention_kernel,
         accounting=accounting.value, memory_model=value(memory_model), overlap_streaming=overlap,
         multi_token_prediction=mtp,
         devices=devices, expert_parallel=ep, zero_stage=zero, devices_per_node=gpus_per_node,

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal, Optional
 
 from ..errors import BtacalcError
 from .precision import DEFAULT_PRECISION, Recipe, check_precision, recipe
+from .attention_kernels import DEFAULT_ATTENTION_KERNEL, attention_kernel
 from ..vocabulary import parse_recompute
 from .pipeline import Placement, StageSplit, parse_layout, place
 
@@ -102,6 +103,8 @@ class RunOptions:
     recompute: str = "full"
     attention: Literal["eager", "flash"] = "eager"
     causal: bool = False
+    # the fused attention kernel (btacalc/data/attention_kernels.toml): its FLOP rate where it is not the GEMM rate
+    attention_kernel: str = DEFAULT_ATTENTION_KERNEL
     loss: Literal["stored", "fused", "vocab_parallel", "te_fused"] = "fused"
     accounting: Literal["ideal", "pytorch"] = "ideal"
     optimizer: Literal["adam", "sgd"] = "adam"
@@ -425,6 +428,7 @@ class ExecutionRequest:
     recompute: Optional[str] = None
     attention: Optional[str] = None
     causal: bool = False
+    attention_kernel: Optional[str] = None  # None: DEFAULT_ATTENTION_KERNEL (the large-GEMM rate)
     loss: Optional[str] = None
     accounting: str = "ideal"
     memory_model: Optional[str] = None
@@ -512,6 +516,7 @@ def resolve_execution(request: ExecutionRequest, model: "ModelSpec", profile: "H
         recompute=recompute,
         attention=chosen.pick("attention", request.attention, d.attention, f"{profile.name} default: {d.note}"),
         causal=request.causal,
+        attention_kernel=attention_kernel(request.attention_kernel or DEFAULT_ATTENTION_KERNEL).name,
         loss=chosen.pick("loss", request.loss, "vocab_parallel" if gpu else "fused", REASONS["loss_gpu" if gpu else "loss"]),
         accounting=request.accounting,  # type: ignore[arg-type]  # validated by the CLI choices / catalogue
         memory_model=chosen.pick("memory_model", request.memory_model, "auto", REASONS["memory_model"]),

@@ -84,6 +84,9 @@ class Recipe(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     source: str = Field(min_length=10)
     attention: Optional[Literal["eager", "flash"]] = None
+    attention_kernel: Optional[str] = Field(None, description="the fused attention kernel the run used "
+                                            "(btacalc/data/attention_kernels.toml, e.g. triton-flash: llm-foundry's "
+                                            "attn_impl triton); default: the large-GEMM rate")
     recompute: Optional[Union[str, list[str]]] = None
     sequence_parallel: Optional[bool] = None
     vp: Optional[int] = Field(None, ge=1)
@@ -333,6 +336,8 @@ def express(run: MeasuredRun, family: str = "gpu") -> tuple[Optional[ExecutionRe
                        deepep=recipe.deepep)
         if recipe.causal is not None:
             changes["causal"] = recipe.causal
+        if recipe.attention_kernel is not None:
+            changes["attention_kernel"] = recipe.attention_kernel
         if recipe.mtp_num_layers is not None:
             changes["multi_token_prediction"] = recipe.mtp_num_layers > 0
         if recipe.cross_entropy_loss_fusion is not None and family == "gpu":

@@ -127,7 +127,7 @@ def _inputs(problem: Problem) -> Inputs:
         given = {**ex.request.limits.__dict__, "micro_batches": ex.request.micro_batches}
     return Inputs(
         memory_model=problem.memory_model, seq_len=run.seq_len, recompute=run.recompute, attention=run.attention,
-        causal=run.causal, loss=run.loss, accounting=run.accounting, optimizer=run.optimizer,
+        causal=run.causal, attention_kernel=run.attention_kernel, loss=run.loss, accounting=run.accounting, optimizer=run.optimizer,
         bytes_per_element=run.bytes_per_element, **given, gradient_bytes=run.gradient_bytes,
         routing_imbalance=run.routing_imbalance, objective=ex.objective, defaults=ex.default_reasons,
         precision=run.precision, te_recipe=run.recipe.te_recipe, fp8_param_gather=run.low_precision_param_gather,

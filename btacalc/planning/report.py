@@ -94,6 +94,8 @@ class Inputs(BaseModel):
     recompute: str
     attention: str
     causal: bool
+    attention_kernel: str = Field("default", description="the fused attention kernel whose FLOP rate the attention "
+                                  "core runs at (btacalc/data/attention_kernels.toml; default: the large-GEMM rate)")
     loss: str
     accounting: str
     optimizer: str

@@ -11,7 +11,9 @@ tensor-parallel split, the batch by context parallelism). On top of that:
   (m, k, n) and weight gradient (k, n, m); a grouped expert GEMM takes m x EP x R tokens per expert
   (R the routing imbalance) and E/EP experts in one launch;
 - the phases of the attention core share one roofline under FlashAttention (one fused kernel, Dao et
-  al. 2022), whose causal mask skips the key blocks above the diagonal (`causal_block_fraction`);
+  al. 2022), whose causal mask skips the key blocks above the diagonal (`causal_block_fraction`), at
+  the run's attention kernel's rate (`attention_core_peak`: the large-GEMM rate unless
+  btacalc/data/attention_kernels.toml gives the kernel another on this architecture);
 - the routed experts: a device holds E/(EP·ETP) of the experts' weights and reads only those; the
   busiest expert-parallel rank receives `routing_imbalance` times the mean routed tokens (R, 1 =
   balanced), which stretches the routed phases' FLOPs, activation traffic, stored and transient bytes
@@ -37,6 +39,7 @@ import numpy as np
 from ...catalogue.compiled import PhaseValues
 from ...catalogue.constants import constants
 from ...catalogue.terms import Gemm, Phase
+from ...config.attention_kernels import attention_kernel
 from ..problem import Evaluation, Problem, kind_values
 from ..steptime import compute_efficiency
 from ..arrays import maximum, where
@@ -115,6 +118,7 @@ class _Rates:
     low_share: float = 1.0  # low_peak over the dtype's datasheet peak (its GEMM ceiling x compute_efficiency)
     low_device: Optional[GemmDevice] = None  # the low-precision GEMMs' device view (their dtype's peak)
     low_beta: float = 1.0  # bytes per element of the low-precision GEMM operands
+    attention_peak: float = 0.0  # FLOP/s of the fused attention core (`attention_core_peak`)
 
 
 def _rates(problem: Problem) -> _Rates:
@@ -140,7 +144,19 @@ def _rates(problem: Problem) -> _Rates:
         low_share=low_ceiling * compute_efficiency(problem),
         low_device=gemm_device(problem, cast.peak * low_ceiling) if cast is not None else None,
         low_beta=cast.recipe.bytes_per_element if cast is not None else 1.0,
+        attention_peak=attention_core_peak(problem, peak),
     )
+
+
+def attention_core_peak(problem: Problem, gemm_peak: float) -> float:
+    """FLOP/s of the fused attention core: datasheet 16-bit peak x the run's attention kernel's
+    `fraction_of_peak` on this compute capability (btacalc/data/attention_kernels.toml; e.g. llm-foundry's
+    Triton FlashAttention on Hopper, 0.35: FlashAttention-2's utilization on H100, Shah et al. 2024 arXiv
+    2407.08608), else `gemm_peak`, the large-GEMM rate (datasheet x ceiling x compute_efficiency)."""
+    chip = problem.hardware.chip
+    cc = chip.compute_capability.value if chip.compute_capability else None
+    share = attention_kernel(problem.run.attention_kernel).fraction_of_peak(cc)
+    return gemm_peak if share is None else chip.peak_flops_per_s.value * share
 
 
 def matmul_ceiling(problem: Problem, dtype: str = "bf16") -> float:
@@ -342,8 +358,9 @@ def _module_calls(phase: Phase, v: Any, r: _Rates) -> Any:
 
 
 def _fused_core(part: Part, pv: PhaseValues, phases: list[Phase], core: list[Any], r: _Rates) -> None:
-    """The FlashAttention kernel: one roofline over the core phases, shared out by their FLOPs."""
-    fused = maximum(core[0] / r.peak, core[1] / r.hbm)
+    """The FlashAttention kernel: one roofline over the core phases at the attention kernel's rate
+    (`attention_core_peak`), shared out by their FLOPs."""
+    fused = maximum(core[0] / r.attention_peak, core[1] / r.hbm)
     part.compute_s, part.core_s = part.compute_s + fused, part.core_s + fused
     part.kernels = part.kernels + where(core[0] > 0, 2, 0)  # the fused forward and backward kernels
     part.module_calls = part.module_calls + where(core[0] > 0, 2, 0)  # its attention module, forward and backward
