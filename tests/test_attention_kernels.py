@@ -37,37 +37,11 @@ def test_triton_flash_on_h100_runs_the_core_at_half_of_flashattention_2_on_its_c
     square are the forward Q K^T and P V (2 x 2bs²h), the backward's four matmuls (8bs²h) and its
     recomputation of Q K^T (2bs²h), 14bs²h. It runs the nb(nb+1)/2 = 136 of nb² = 256 blocks of 128 x 128 on
     or below the diagonal (flash_attn_triton.py L129, L302) at half of FlashAttention-2's 35% of the H100
-    peak (FlashAttention-2 ~2x the FlashAttention of the Triton kernel's era): t = 14bs²h x 136/256 /
-    (0.35/2 x 989 TFLOP/s), to within the 6% by which 136/256 exceeds the one half that btacalc's full-square
-    timing at 0.35 assumes."""
+    peak (FlashAttention-2 ~2x the FlashAttention of the Triton kernel's era):
+    t = 14bs²h x 136/256 / (0.35/2 x 989 TFLOP/s)."""
     b, s, h = 6, 2048, 4096
     derived = 14 * b * s * s * h * (136 / 256) / (FA2_ON_H100 / 2 * H100_BF16_PEAK)
-    assert _core_s("mpt-7b", "h100", "triton-flash") == pytest.approx(derived, rel=0.07)
-    # what the code computes exactly: the whole square at 0.35 of the peak (see the pairing test below)
-    assert _core_s("mpt-7b", "h100", "triton-flash") == pytest.approx(
-        14 * b * s * s * h / (FA2_ON_H100 * H100_BF16_PEAK), rel=1e-9)
-
-
-def test_the_triton_rate_is_paired_with_full_square_timing():
-    """The 0.35 in attention_kernels.toml is the Triton kernel's 0.175 on the causal blocks it runs, stated
-    on the whole s x s square because btacalc times a full-attention layer's core on the whole square
-    (`_core_time_factor` reads the model's window symbol, 1 without a window). When the block share is
-    applied to full-attention layers this fails: the entry must then become 0.175."""
-    from btacalc.model.gpu import costs
-
-    seen = []
-    original = costs._core_time_factor
-
-    def spy(problem, symbols):
-        seen.append(original(problem, symbols))
-        return seen[-1]
-
-    costs._core_time_factor = spy
-    try:
-        _core_s("mpt-7b", "h100", "triton-flash")
-    finally:
-        costs._core_time_factor = original
-    assert seen == [1.0], "causal block skipping now applies to full-attention layers: set triton-flash's rate to 0.175"
+    assert _core_s("mpt-7b", "h100", "triton-flash") == pytest.approx(derived, rel=1e-9)
 
 
 def test_the_default_kernel_runs_the_core_at_the_large_gemm_rate():

@@ -100,11 +100,25 @@ def test_the_attention_core_runs_the_causal_blocks_in_time_not_in_the_flop_count
 
     s = 4096
     sym = {"s": s, "w": s}
-    assert _core_time_factor(_problem(devices=8), sym) == pytest.approx(528 / 1024)
+    assert _core_time_factor(_problem(devices=8), sym, False) == pytest.approx(528 / 1024)
     causal = _problem(run=RunOptions(seq_len=s, attention="flash", causal=True), devices=8)
-    assert _core_time_factor(causal, sym) == pytest.approx((528 / 1024) / ((s + 1) / (2 * s)))
+    assert _core_time_factor(causal, sym, False) == pytest.approx((528 / 1024) / ((s + 1) / (2 * s)))
     eager = _problem(run=RunOptions(seq_len=s, attention="eager"), devices=8)
-    assert _core_time_factor(eager, sym) == 1.0
+    assert _core_time_factor(eager, sym, False) == 1.0
+    # a sliding-window layer of 1,024 keys runs its band, the counted s x w: factor 1
+    assert _core_time_factor(_problem(devices=8), {"s": s, "w": 1024}, True) == 1.0
+
+
+def test_a_full_attention_layer_without_a_window_runs_the_causal_blocks():
+    """Regression: a model without a sliding window carries the window symbol w = 1 (ModelSpec.symbol_values),
+    which the catalogue replaces by s in full-attention layers; the clock must read w = s there too, so
+    Llama-3-8B's layer at s = 4096 runs 528 of 1,024 score blocks (its core time factor), not all of them."""
+    from btacalc.model.gpu.costs import _kind_rates, _rates
+
+    p = _problem(devices=8)
+    ev = p.evaluate(1, 1)
+    kind, pv = ev.layers[0]
+    assert _kind_rates(p, _rates(p), kind, pv).core_time_factor == pytest.approx(528 / 1024)
 
 
 def test_expert_gemms_run_per_expert_over_its_tokens():

@@ -7,11 +7,12 @@ fused core's time (btacalc/model/gpu/costs.py, `_fused_core`) is the roofline
 
 with R = datasheet 16-bit peak x `fraction_of_peak` where the kernel has a rate for the device's compute
 capability, else R = the large-GEMM rate (datasheet x GEMM ceiling x compute_efficiency), which is what
-`default` always uses. Example: llm-foundry's Triton FlashAttention on an H100 runs at 0.35 x 989 TFLOP/s
-= 346 TFLOP/s on the s x s square btacalc times for a full-attention layer, where the default core runs at
-0.900 x 0.6661 x 989 = 593 TFLOP/s. The 0.35 is derived in the data file: FlashAttention-2's published 35%
-of the H100 peak (Shah et al. 2024, arXiv 2407.08608), halved for this FlashAttention-1-era kernel (Dao
-2023, arXiv 2307.08691: FlashAttention-2 is about 2x faster), on the causal half of the blocks it runs.
+`default` always uses. Both apply to the FLOPs the kernel runs: the score blocks on and below the causal
+diagonal (costs.causal_block_fraction). Example: llm-foundry's Triton FlashAttention on an H100 runs at
+0.175 x 989 TFLOP/s = 173 TFLOP/s, where the default core runs at 0.900 x 0.6661 x 989 = 593 TFLOP/s. The
+0.175 is derived in the data file: FlashAttention-2's published 35% of the H100 peak (Shah et al. 2024,
+arXiv 2407.08608), halved for this FlashAttention-1-era kernel (Dao 2023, arXiv 2307.08691:
+FlashAttention-2 is about 2x faster).
 """
 
 from __future__ import annotations

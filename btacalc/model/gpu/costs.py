@@ -151,8 +151,8 @@ def _rates(problem: Problem) -> _Rates:
 def attention_core_peak(problem: Problem, gemm_peak: float) -> float:
     """FLOP/s of the fused attention core: datasheet 16-bit peak x the run's attention kernel's
     `fraction_of_peak` on this compute capability (btacalc/data/attention_kernels.toml; e.g. llm-foundry's
-    Triton FlashAttention on Hopper, 0.35: FlashAttention-2's utilization on H100, Shah et al. 2024 arXiv
-    2407.08608), else `gemm_peak`, the large-GEMM rate (datasheet x ceiling x compute_efficiency)."""
+    Triton FlashAttention on Hopper, 0.175: half of FlashAttention-2's 35% utilization on H100, Shah et al. 2024
+    arXiv 2407.08608, on the causal blocks it runs), else `gemm_peak`, the large-GEMM rate (datasheet x ceiling x compute_efficiency)."""
     chip = problem.hardware.chip
     cc = chip.compute_capability.value if chip.compute_capability else None
     share = attention_kernel(problem.run.attention_kernel).fraction_of_peak(cc)
@@ -195,13 +195,16 @@ def causal_block_fraction(s: Any, block: int = CAUSAL_BLOCK) -> Any:
     return float(out) if np.ndim(out) == 0 else out
 
 
-def _core_time_factor(problem: Problem, symbols: dict[str, Any]) -> Any:
+def _core_time_factor(problem: Problem, symbols: dict[str, Any], windowed: bool) -> Any:
     """Kernel FLOPs per counted FLOP of the attention core under FlashAttention with a causal mask (every
     decoder layer btacalc models is causal). The count is full s x w (the papers' convention) or, with
-    --causal, the unmasked (2sw - w^2 + w)/2; a window (w < s) runs its band's blocks, the counted s x w."""
+    --causal, the unmasked (2sw - w^2 + w)/2; a window (w < s) runs its band's blocks, the counted s x w.
+    A full-attention layer (`windowed` false) has w = s, as the catalogue reads it (Selection.term_expression):
+    the model's window symbol is only the window of its sliding-window layers."""
     if problem.run.attention != "flash":
         return 1.0  # eager attention computes the whole score matrix and masks it
-    s, w = (np.asarray(symbols[x], dtype=float) for x in ("s", "w"))
+    s = np.asarray(symbols["s"], dtype=float)
+    w = np.asarray(symbols["w"], dtype=float) if windowed else s
     counted = (2 * s * w - w * w + w) / (2 * s * w) if problem.run.causal else 1.0
     runs = np.where(w < s, 1.0, causal_block_fraction(s))
     out = runs / counted
@@ -212,8 +215,9 @@ def _kind_rates(problem: Problem, r: _Rates, kind: Any, pv: PhaseValues) -> _Rat
     """`r` with the layer kind's symbol values (for its GEMM shapes and its attention core)."""
     shape = {**problem.shape_values(pv.tiles, 1), "b": pv.tile_batch}
     symbols = {k: (float(v) if isinstance(v, Fraction) else v) for k, v in kind_values(problem.model, kind, shape).items()}
-    return replace(r, symbols=symbols, features=pv.compiled.selection.feature_dict,
-                   core_time_factor=_core_time_factor(problem, symbols))
+    features = pv.compiled.selection.feature_dict
+    return replace(r, symbols=symbols, features=features,
+                   core_time_factor=_core_time_factor(problem, symbols, bool(features["sliding_window"])))
 
 
 def layer_parts(problem: Problem, ev: Evaluation, memory_only: bool = False) -> list[Part]:
