@@ -30,7 +30,7 @@ from .gpu.memory import GpuMemory, StageMemory
 from .params import ParamCounts, param_counts
 from .problem import Evaluation, Problem
 from .state import StatePart, bytes_per_param, sharded_state, state_bytes
-from .wafer.offload import ActivationSplit, split_activations
+from .wafer.offload import ActivationSplit, offload_bandwidth, split_activations
 
 
 @dataclass(frozen=True)
@@ -125,6 +125,20 @@ class MemoryModel:
             "recompute_buffer": split.recompute_on_wafer,
             "working_set": ev.max("transient"),
         }
+
+    @property
+    def offloads(self) -> bool:
+        """Whether activations may leave the wafer (weight streaming on a profile with an offload path)."""
+        return self.streaming and offload_bandwidth(self.problem) is not None
+
+    def total_kept(self, tiles: Any, tile_batch: Any) -> Any:
+        """Total bytes if every activation stayed on the wafer (no offload): at or below the usable
+        memory exactly where a shape fits without offloading (wafer/offload.py: S_off = 0 iff
+        S + W <= usable or S <= KEPT_LAYERS layers, the latter only fitting when S + W does too).
+        Non-decreasing in G and b, like the memory without an offload path."""
+        ev = self.problem.evaluate(tiles, tile_batch)
+        return (ev.layers_total("stored") + ev.outside_total("stored") + ev.largest_layer("recompute_bytes")
+                + ev.max("transient") + sum(self.fixed.values()))
 
     def total(self, tiles: Any, tile_batch: Any, seq_len: Any = None) -> Any:
         """Total bytes on the capacity (GPU: the worst pipeline stage); works on ints (exact) and numpy arrays."""

@@ -285,8 +285,10 @@ class PointMemory:
         fit = self._memory(point).fits(tiles.astype(float), tile_batch.astype(float))
         return np.broadcast_to(np.asarray(fit, dtype=bool), point.shape)
 
-    def total(self, point: np.ndarray, tiles: np.ndarray, tile_batch: np.ndarray) -> np.ndarray:
-        total = self._memory(point).total(tiles.astype(float), tile_batch.astype(float))
+    def total(self, point: np.ndarray, tiles: np.ndarray, tile_batch: np.ndarray, kept: bool = False) -> np.ndarray:
+        """Bytes on the wafer of each shape; `kept`: as if no activation left it (MemoryModel.total_kept)."""
+        mem = self._memory(point)
+        total = (mem.total_kept if kept else mem.total)(tiles.astype(float), tile_batch.astype(float))
         return np.broadcast_to(np.asarray(total, dtype=float), point.shape)
 
 
@@ -317,16 +319,18 @@ def _chunks(size: int) -> list[slice]:
     return [slice(i, min(i + CHUNK_SHAPES, size)) for i in range(0, size, CHUNK_SHAPES)]
 
 
-def largest_fitting(memory: PointMemory, slots: _Slots, hi: np.ndarray) -> np.ndarray:
+def largest_fitting(memory: PointMemory, slots: _Slots, hi: np.ndarray, kept: bool = False) -> np.ndarray:
     """`_largest_fitting` over chunks of at most CHUNK_SHAPES slots."""
     if slots.point.size <= CHUNK_SHAPES:
-        return _largest_fitting(memory, slots, hi)
-    return np.concatenate([_largest_fitting(memory, _Slots(slots.point[c], slots.fixed[c], slots.along_tiles[c]), hi[c])
+        return _largest_fitting(memory, slots, hi, kept)
+    return np.concatenate([_largest_fitting(memory, _Slots(slots.point[c], slots.fixed[c], slots.along_tiles[c]),
+                                            hi[c], kept)
                            for c in _chunks(slots.point.size)])
 
 
-def _largest_fitting(memory: PointMemory, slots: _Slots, hi: np.ndarray) -> np.ndarray:
-    """Per slot, the largest x in [1, hi] (hi < 0: up to 2^40) whose shape fits, given x = 1 fits.
+def _largest_fitting(memory: PointMemory, slots: _Slots, hi: np.ndarray, kept: bool = False) -> np.ndarray:
+    """Per slot, the largest x in [1, hi] (hi < 0: up to 2^40) whose shape fits, given x = 1 fits
+    (`kept`: fits with every activation on the wafer, MemoryModel.total_kept).
 
     Each step evaluates the memory at x and x + 1: x fitting and x + 1 not settles the slot; else the
     line through the two predicts the limit. Memory never falls as x grows (what makes the answer
@@ -344,7 +348,7 @@ def _largest_fitting(memory: PointMemory, slots: _Slots, hi: np.ndarray) -> np.n
             return ok
         xa = x[act]
         sel, xs = np.concatenate([act, act]), np.concatenate([xa, xa + 1])
-        t = memory.total(*slots.shape(xs, sel))
+        t = memory.total(*slots.shape(xs, sel), kept=kept)
         _record(t <= memory.usable, sel, xs, ok, bad, open_ended)
         t0, slope = t[:act.size], t[act.size:] - t[:act.size]
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -356,7 +360,7 @@ def _largest_fitting(memory: PointMemory, slots: _Slots, hi: np.ndarray) -> np.n
         if not act.size:
             return ok
         mid = np.where(open_ended[act], np.minimum(2 * ok[act], _SEARCH_LIMIT), (ok[act] + bad[act]) // 2)
-        _record(memory.fits(*slots.shape(mid, act)), act, mid, ok, bad, open_ended)
+        _record(memory.total(*slots.shape(mid, act), kept=kept) <= memory.usable, act, mid, ok, bad, open_ended)
 
 
 def _record(fit: np.ndarray, sel: np.ndarray, xs: np.ndarray, ok: np.ndarray, bad: np.ndarray,
@@ -402,8 +406,10 @@ def corner_candidates(memory: PointMemory, limits: PointLimits, m: np.ndarray) -
         fixed = np.where(along, b_fix[p], g_fix[p])
         hi = np.where(along, np.where(cap_n[p] >= 0, cap_n[p] // np.maximum(fixed, 1), -1),
                       _min_cap(cap_b[p], np.where(cap_n[p] >= 0, cap_n[p] // np.maximum(fixed, 1), -1)))
-        x = largest_fitting(memory, _Slots(p, fixed, along), hi)
-        return Candidates(p, np.where(along, x, fixed), np.where(along, fixed, x), m[p])
+        slots = _Slots(p, fixed, along)
+        x = largest_fitting(memory, slots, hi)
+        return Candidates.join([Candidates(p, np.where(along, x, fixed), np.where(along, fixed, x), m[p]),
+                                offload_band(memory, slots, x, np.zeros(p.size, np.int64), m)])
     # the extent of the staircase: n1 = the most tiles of one sequence, b1 = the largest single tile
     k = p.size
     ext = largest_fitting(memory, _Slots(np.concatenate([p, p]), np.ones(2 * k, np.int64),
@@ -420,10 +426,49 @@ def corner_candidates(memory: PointMemory, limits: PointLimits, m: np.ndarray) -
     hi = np.concatenate([np.minimum(b1[row_a], n1[row_a] // np.maximum(tiles_side[1], 1)),
                          n1[row_b] // np.maximum(tile_side[1], 1)])
     x = largest_fitting(memory, slots, hi)
-    return Candidates(np.concatenate([p, p, slots.point]),
-                      np.concatenate([n1, np.ones(k, np.int64), np.where(slots.along_tiles, x, slots.fixed)]),
-                      np.concatenate([np.ones(k, np.int64), b1, np.where(slots.along_tiles, slots.fixed, x)]),
-                      m[np.concatenate([p, p, slots.point])])
+    corners = Candidates(np.concatenate([p, p, slots.point]),
+                         np.concatenate([n1, np.ones(k, np.int64), np.where(slots.along_tiles, x, slots.fixed)]),
+                         np.concatenate([np.ones(k, np.int64), b1, np.where(slots.along_tiles, slots.fixed, x)]),
+                         m[np.concatenate([p, p, slots.point])])
+    # every slot, the two extents first (G along b = 1, b along G = 1); a slot that searches G (b >= 1
+    # fixed) needs no G <= r in its band: those shapes lie on the slots G = 1..r
+    every = _Slots(np.concatenate([p, p, slots.point]), np.ones(2 * k + slots.point.size, np.int64),
+                   np.concatenate([np.ones(k, bool), np.zeros(k, bool), slots.along_tiles]))
+    every.fixed[2 * k:] = slots.fixed
+    along = every.along_tiles
+    r_of = np.concatenate([r, r, r[np.searchsorted(p, slots.point)]])
+    return Candidates.join([corners, offload_band(memory, every, np.concatenate([n1, b1, x]),
+                                                  np.where(along, r_of, 0), m)])
+
+
+def offload_band(memory: PointMemory, slots: _Slots, largest: np.ndarray, covered: np.ndarray,
+                 m: np.ndarray) -> Candidates:
+    """The shapes of each slot where activations leave the wafer (wafer/offload.py), which the corners
+    alone do not cover: per slot, x_0, the largest x whose shape fits with every activation on the
+    wafer (a binary search: that predicate is the old memory limit, monotone in x), and every x in
+    (max(x_0, covered), largest] (largest: the slot's memory corner; covered: x up to it lie on other
+    slots). Up to x_0 the step's parts are as without offload, so tokens/s never falls as x grows and
+    x_0 stands for them; beyond it the offloaded bytes' exposed traffic,
+        t_offload = max(0, 2 S_off / r_act - (t_micro_batch - t_stream)),
+    grows with x once the link cannot hide it and tokens/s may fall (a brute-force search found 3 x 2
+    beat the corner 5 x 1 by 7% on wse2), so the band is listed whole: exact, and small on a wafer
+    (S_off > 0 only between the SRAM holding all checkpoints and holding KEPT_LAYERS of them)."""
+    if not slots.point.size or not memory.mem.offloads:
+        return Candidates(*(np.zeros(0, np.int64),) * 4)
+    starts = memory.total(*slots.shape(np.ones(slots.point.size, np.int64), np.arange(slots.point.size)),
+                          kept=True) <= memory.usable
+    x0 = np.zeros(slots.point.size, np.int64)
+    on = np.flatnonzero(starts)
+    x0[on] = largest_fitting(memory, _Slots(slots.point[on], slots.fixed[on], slots.along_tiles[on]),
+                             largest[on], kept=True)
+    lo = np.maximum(x0, covered)
+    counts = np.maximum(largest - lo, 0)
+    owner = np.repeat(np.arange(slots.point.size), counts)
+    x = np.arange(owner.size, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts) + 1 + lo[owner]
+    keep0 = np.flatnonzero((x0 >= 1) & (x0 < largest))  # x_0 itself (the corner is already a candidate)
+    owner, x = np.concatenate([owner, keep0]), np.concatenate([x, x0[keep0]])
+    along, fixed, point = slots.along_tiles[owner], slots.fixed[owner], slots.point[owner]
+    return Candidates(point, np.where(along, x, fixed), np.where(along, fixed, x), m[point])
 
 
 def _ladder(points: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
