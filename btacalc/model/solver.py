@@ -9,7 +9,11 @@ Two objectives (`config.execution.OBJECTIVES`):
   the step time's parts are maxima of affine functions of the other with non-negative intercepts, so
   tokens/s never falls as it grows; on GPUs the GEMMs' wave quantisation, model/gpu/gemm.py, makes a
   matmul's time a step function of its rows, so tokens/s may dip by a share of a partial wave: the
-  corner is then within that share of the best, e.g. 2.6e-5 on B200); with N fixed, every
+  corner is then within that share of the best, e.g. 2.6e-5 on B200). On a wafer that offloads
+  activations (model/wafer/offload.py) the offload's exposed traffic can make tokens/s fall as G or b
+  grows, but only where activations leave the wafer: per slot of the staircase the candidates add the
+  largest shape that keeps every activation on the wafer and every shape from there to the corner
+  (`offload_band`); with N fixed, every
   factorisation M x G x b = N / DP. All of it is
   vectorised over the candidates of many points (plan: one point; sweep: thousands).
 - density (`solve_density`): the design card's rule, the largest G*b that fits (expert density
