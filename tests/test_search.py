@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from btacalc.config.execution import BatchLimits, Layout
 from btacalc.config.presets import load_preset
+from btacalc.model import solver
 from btacalc.model.memory import MemoryModel
 from btacalc.model.solver import TIE_TOLERANCE, PointLimits, search, solve, solve_density
 from btacalc.model.timing import step_time
@@ -97,14 +98,18 @@ def test_fastest_shape_equals_brute_force(spec, cap_n, cap_b):
     assert sol.tokens_per_s >= g1.tokens_per_s
 
 
+@pytest.mark.parametrize("narrowed", [False, True])
 @pytest.mark.parametrize("attention", ["eager", "flash"])
 @pytest.mark.parametrize("cap_n, cap_b", [(None, None), (None, 3), (40, None), (40, 3), (6, None)])
-def test_fastest_shape_where_the_offload_stops_being_hidden(attention, cap_n, cap_b):
+def test_fastest_shape_where_the_offload_stops_being_hidden(attention, cap_n, cap_b, narrowed, monkeypatch):
     """The case the property test found once the wafer offloads activations (wse2, 8 experts, top_k 1,
     s = 2,048, selective): tokens/s falls beyond the shape where the offload's traffic stops being hidden,
     so the memory corners alone chose 24 x 5 at 27,727 tokens/s (eager, uncapped; 13 x 3 at 29,108 with
     G*b <= 40) where 3 x 2 runs at 51,250. Every fitting shape is enumerated and timed here; the solver
-    must find the best."""
+    must find the best, timing the offload band whole or (`narrowed`) narrowing every slot's band to
+    BAND_SAMPLES shapes around its peak first (solver.offload_band)."""
+    if narrowed:
+        monkeypatch.setattr(solver, "BAND_SCAN_SHAPES", 0)
     problem = make(("wse2", 8, 1, 2048, "selective", attention))
     assert MemoryModel(problem).offloads
     shapes = fitting_shapes(problem, limit=10_000, cap_n=cap_n, cap_b=cap_b)

@@ -445,18 +445,30 @@ def corner_candidates(memory: PointMemory, limits: PointLimits, m: np.ndarray) -
                                                   np.where(along, r_of, 0), m)])
 
 
+# The offload band's shapes a search times in one pass before narrowing the widest slots, and the
+# samples per slot in a narrowing round (model/solver.offload_band)
+BAND_SCAN_SHAPES = 2048
+BAND_SAMPLES = 16
+
+
 def offload_band(memory: PointMemory, slots: _Slots, largest: np.ndarray, covered: np.ndarray,
                  m: np.ndarray) -> Candidates:
     """The shapes of each slot where activations leave the wafer (wafer/offload.py), which the corners
-    alone do not cover: per slot, x_0, the largest x whose shape fits with every activation on the
-    wafer (a binary search: that predicate is the old memory limit, monotone in x), and every x in
-    (max(x_0, covered), largest] (largest: the slot's memory corner; covered: x up to it lie on other
-    slots). Up to x_0 the step's parts are as without offload, so tokens/s never falls as x grows and
-    x_0 stands for them; beyond it the offloaded bytes' exposed traffic,
-        t_offload = max(0, 2 S_off / r_act - (t_micro_batch - t_stream)),
-    grows with x once the link cannot hide it and tokens/s may fall (a brute-force search found 3 x 2
-    beat the corner 5 x 1 by 7% on wse2), so the band is listed whole: exact, and small on a wafer
-    (S_off > 0 only between the SRAM holding all checkpoints and holding KEPT_LAYERS of them)."""
+    alone do not cover. Per slot, x_0 is the largest x whose shape fits with every activation on the
+    wafer (a binary search: that predicate is the memory limit without offload, monotone in x); up to
+    x_0 the step's parts are as without offload, so tokens/s never falls as x grows and x_0 stands for
+    them. Beyond it, up to the slot's memory corner `largest` (x up to `covered` lie on other slots),
+    the offloaded bytes S_off = max(0, S + W - usable) leave and come back, and the micro-batch takes
+        T = C + max(P, t_stream + 2 S_off / r_act)
+    (P: the phases, C: the per-micro-batch costs; offload.py's t_offload = max(0, 2 S_off / r_act -
+    (P - t_stream)) added to P + C): once the link cannot hide the traffic, tokens/s falls as x grows
+    (a brute-force search found 3 x 2 beat the corners by 7% or more on wse2). Both branches of T are
+    convex in x (P and C are maxima of affine functions, memory S + W is convex and piecewise linear,
+    t_stream does not depend on x), so T is, and tokens/s = x k / (M T + B) is quasi-concave in x:
+    it rises, may stay flat, then falls. The band is timed whole when it holds at most
+    BAND_SCAN_SHAPES shapes (exact without that argument); wider slots are first narrowed, each
+    round timing BAND_SAMPLES evenly spaced x and keeping the two intervals around the fastest (the
+    largest x among equals), which holds the peak of a quasi-concave function."""
     if not slots.point.size or not memory.mem.offloads:
         return Candidates(*(np.zeros(0, np.int64),) * 4)
     starts = memory.total(*slots.shape(np.ones(slots.point.size, np.int64), np.arange(slots.point.size)),
@@ -465,14 +477,50 @@ def offload_band(memory: PointMemory, slots: _Slots, largest: np.ndarray, covere
     on = np.flatnonzero(starts)
     x0[on] = largest_fitting(memory, _Slots(slots.point[on], slots.fixed[on], slots.along_tiles[on]),
                              largest[on], kept=True)
-    lo = np.maximum(x0, covered)
-    counts = np.maximum(largest - lo, 0)
+    first, last = _narrow(memory, slots, np.maximum(x0, covered) + 1, largest.astype(np.int64), m)
+    counts = np.maximum(last - first + 1, 0)
     owner = np.repeat(np.arange(slots.point.size), counts)
-    x = np.arange(owner.size, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts) + 1 + lo[owner]
+    x = np.arange(owner.size, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts) + first[owner]
     keep0 = np.flatnonzero((x0 >= 1) & (x0 < largest))  # x_0 itself (the corner is already a candidate)
     owner, x = np.concatenate([owner, keep0]), np.concatenate([x, x0[keep0]])
+    return _slot_candidates(slots, owner, x, m)
+
+
+def _slot_candidates(slots: _Slots, owner: np.ndarray, x: np.ndarray, m: np.ndarray) -> Candidates:
+    """The shapes at x on slots `owner`."""
     along, fixed, point = slots.along_tiles[owner], slots.fixed[owner], slots.point[owner]
     return Candidates(point, np.where(along, x, fixed), np.where(along, fixed, x), m[point])
+
+
+def _narrow(memory: PointMemory, slots: _Slots, first: np.ndarray, last: np.ndarray,
+            m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Shrink each slot's interval [first, last] (tokens/s quasi-concave in x on it) around its fastest
+    x until the intervals hold at most BAND_SCAN_SHAPES shapes together (offload_band)."""
+    first, last = first.copy(), last.copy()
+    k = BAND_SAMPLES
+    while np.maximum(last - first + 1, 0).sum() > BAND_SCAN_SHAPES:
+        wide = np.flatnonzero(last - first + 1 > k)
+        if not wide.size:
+            break
+        span = (last - first)[wide]
+        xs = first[wide, None] + (np.arange(k)[None, :] * span[:, None]) // (k - 1)  # (wide, k), ends included
+        owner = np.repeat(wide, k)
+        tps = _timed(memory, _slot_candidates(slots, owner, xs.reshape(-1), m))[0].reshape(-1, k)
+        best = k - 1 - np.argmax(tps[:, ::-1] >= tps.max(axis=1, keepdims=True), axis=1)  # the largest x among equals
+        rows = np.arange(wide.size)
+        first[wide], last[wide] = xs[rows, np.maximum(best - 1, 0)], xs[rows, np.minimum(best + 1, k - 1)]
+    return first, last
+
+
+def _timed(memory: PointMemory, cand: Candidates) -> tuple[np.ndarray, np.ndarray]:
+    """Tokens/s and step time of each candidate, in chunks of at most CHUNK_SHAPES shapes."""
+    tps, step = np.zeros(cand.point.size), np.zeros(cand.point.size)
+    for c in _chunks(cand.point.size):
+        profiling.count("step-time passes")
+        st = step_time(memory.at(cand.point[c]), cand.tiles[c].astype(float), cand.tile_batch[c].astype(float),
+                       micro_batches=cand.micro_batches[c].astype(float))
+        tps[c], step[c] = st.tokens_per_s, st.step_time_s
+    return tps, step
 
 
 def _ladder(points: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -613,12 +661,7 @@ def search(problem: Problem, limits: PointLimits, objective: str = "throughput")
         cand = factor_candidates(memory, limits)
     else:
         cand = corner_candidates(memory, limits, m)
-    tps, step = np.zeros(cand.point.size), np.zeros(cand.point.size)
-    for c in _chunks(cand.point.size):
-        profiling.count("step-time passes")
-        st = step_time(memory.at(cand.point[c]), cand.tiles[c].astype(float), cand.tile_batch[c].astype(float),
-                       micro_batches=cand.micro_batches[c].astype(float))
-        tps[c], step[c] = st.tokens_per_s, st.step_time_s
+    tps, step = _timed(memory, cand)
     chosen = {o: pick(cand, tps, points, o) for o in OBJECTIVES}
     untiled = np.flatnonzero(cand.tiles == 1)
     g1 = pick(cand.where(untiled), tps[untiled], points, objective)
