@@ -9,11 +9,13 @@ import pytest
 
 from btacalc.config.execution import RunOptions
 from btacalc.config.hardware import resolve_hardware
+from btacalc.config.presets import load_preset
 from btacalc.config.hf import load_hf_config
 from btacalc.model.memory import MemoryModel
 from btacalc.model.problem import make_problem
 from btacalc.model.timing import step_time
 from btacalc.model.wafer.offload import KEPT_LAYERS, exposed_offload_s
+from support import resolved
 
 LLAMA = load_hf_config(Path(__file__).parent / "data" / "llama-7b.config.json")
 WSE2 = resolve_hardware("wse2")
@@ -103,3 +105,39 @@ def test_gpt_j_under_r19_reads_as_its_release_without_offload():
                                                              "activation_offload_bandwidth_bytes_per_s")).error
     assert sram_only < with_offload and abs(sram_only) < 0.25
     assert f"+{100 * sram_only:.1f}%" in run.known_gap and f"+{100 * with_offload:.1f}%" in run.known_gap
+
+
+def test_memory_kept_on_the_wafer_is_the_total_plus_what_leaves():
+    """MemoryModel.total_kept, the solver's predicate for "nothing offloaded", is the memory as if every
+    activation stayed: the total on the wafer plus the offloaded bytes (checkpoints + recomputed = kept +
+    offloaded). LLaMA-7B's micro-batch of 99 (3 tiles of 33) offloads, so the two differ by exactly that; without the
+    profile's offload path nothing leaves and they agree."""
+    p = _llama()
+    mem = MemoryModel(p)
+    offloaded = mem.breakdown(3, 33).offloaded_activations
+    assert offloaded > 0 and mem.offloads
+    assert mem.total_kept(3, 33) == pytest.approx(mem.total(3, 33) + offloaded, rel=1e-12)
+    assert mem.total(3, 33) <= mem.usable < mem.total_kept(3, 33)
+    plain = MemoryModel(_llama(_without(WSE2, "memory", "activation_offload_bandwidth_bytes_per_s")))
+    assert not plain.offloads and plain.total_kept(3, 33) == plain.total(3, 33)
+
+
+def test_tokens_per_s_rises_then_falls_along_a_slot_when_the_offload_is_exposed():
+    """What the solver's narrowing rests on (solver.offload_band): along G with b fixed, tokens/s is
+    quasi-concave, T = C + max(P, t_stream + 2 S_off / r_act) being convex in G. The case the solver's
+    property test found (Qwen3-30B-A3B with 8 experts, top_k 1, s = 2,048, selective recomputation, on one
+    CS-2), b = 1: tokens/s rises while the offload is hidden, falls once it is exposed, and never rises
+    again."""
+    p = resolved(load_preset("qwen3-30b-a3b").with_overrides(experts=8, top_k=1), "wse2", seq_len=2048,
+                 recompute="selective")
+    mem = MemoryModel(p)
+    g_max = 1
+    while mem.fits(g_max + 1, 1):
+        g_max += 1
+    times = [step_time(p, g, 1) for g in range(1, g_max + 1)]
+    tps = [float(t.tokens_per_s) for t in times]
+    peak = max(range(len(tps)), key=tps.__getitem__)
+    assert 0 < peak < len(tps) - 1  # an interior peak: neither corner
+    assert all(tps[i] < tps[i + 1] for i in range(peak)) and all(tps[i] >= tps[i + 1] for i in range(peak, len(tps) - 1))
+    exposed = [float(t.phase_time_s.get("activation_offload", 0.0)) for t in times]
+    assert exposed[peak - 1] == 0 and exposed[-1] > 0
