@@ -9,8 +9,8 @@ import pytest
 
 from btacalc.config.execution import RunOptions
 from btacalc.config.hardware import resolve_hardware
-from btacalc.config.presets import load_preset
 from btacalc.config.hf import load_hf_config
+from btacalc.config.presets import load_preset
 from btacalc.model.memory import MemoryModel
 from btacalc.model.problem import make_problem
 from btacalc.model.timing import step_time
