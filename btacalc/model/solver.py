@@ -465,7 +465,7 @@ def offload_band(memory: PointMemory, slots: _Slots, largest: np.ndarray, covere
     (a brute-force search found 3 x 2 beat the corners by 7% or more on wse2). Both branches of T are
     convex in x (P and C are maxima of affine functions, memory S + W is convex and piecewise linear,
     t_stream does not depend on x), so T is, and tokens/s = x k / (M T + B) is quasi-concave in x:
-    it rises, may stay flat, then falls. The band is timed whole when it holds at most
+    it rises, may stay flat, then falls. A point's band is timed whole when it holds at most
     BAND_SCAN_SHAPES shapes (exact without that argument); wider slots are first narrowed, each
     round timing BAND_SAMPLES evenly spaced x and keeping the two intervals around the fastest (the
     largest x among equals), which holds the peak of a quasi-concave function."""
@@ -495,11 +495,15 @@ def _slot_candidates(slots: _Slots, owner: np.ndarray, x: np.ndarray, m: np.ndar
 def _narrow(memory: PointMemory, slots: _Slots, first: np.ndarray, last: np.ndarray,
             m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Shrink each slot's interval [first, last] (tokens/s quasi-concave in x on it) around its fastest
-    x until the intervals hold at most BAND_SCAN_SHAPES shapes together (offload_band)."""
+    x until each point's intervals hold at most BAND_SCAN_SHAPES shapes together (offload_band); per
+    point, so a point of a sweep gets the candidates a plan of it gets."""
     first, last = first.copy(), last.copy()
     k = BAND_SAMPLES
-    while np.maximum(last - first + 1, 0).sum() > BAND_SCAN_SHAPES:
-        wide = np.flatnonzero(last - first + 1 > k)
+    points = int(slots.point.max()) + 1 if slots.point.size else 0
+    while True:
+        width = np.maximum(last - first + 1, 0)
+        crowded = np.bincount(slots.point, weights=width, minlength=points) > BAND_SCAN_SHAPES
+        wide = np.flatnonzero(crowded[slots.point] & (width > k))
         if not wide.size:
             break
         span = (last - first)[wide]
