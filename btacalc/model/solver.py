@@ -599,7 +599,7 @@ class Search:
     cand: Candidates  # fitting candidates only
     step_time_s: np.ndarray
     tokens_per_s: np.ndarray
-    chosen: dict[str, np.ndarray]  # "throughput", "density", "g1" (the objective's best with G = 1)
+    chosen: dict[str, np.ndarray]  # "throughput", "density", "g1" (G = 1: the objective's best; with N free the largest b)
     objective: str
     shapes: np.ndarray  # memory evaluations (shapes) per point
     binding: list[str]
@@ -668,7 +668,9 @@ def search(problem: Problem, limits: PointLimits, objective: str = "throughput")
     tps, step = _timed(memory, cand)
     chosen = {o: pick(cand, tps, points, o) for o in OBJECTIVES}
     untiled = np.flatnonzero(cand.tiles == 1)
-    g1 = pick(cand.where(untiled), tps[untiled], points, objective)
+    # G = 1 with N free is the untiled batch memory allows, the largest b (the only untiled corner; the
+    # offload band's smaller untiled shapes are not the baseline, though one may run faster)
+    g1 = pick(cand.where(untiled), tps[untiled], points, objective if limits.given("global_batch") else "density")
     chosen["g1"] = np.where(g1 >= 0, untiled[np.maximum(g1, 0)] if untiled.size else -1, -1)
     binding, tile = _constraints(memory, limits, cand, chosen[objective])
     return Search(cand, step, tps, chosen, objective, memory.shapes, binding, tile,
