@@ -109,7 +109,7 @@ def test_stdout_on_a_full_disk_is_one_line_exit_2(monkeypatch, capsys, tmp_path,
     assert list(tmp_path.iterdir()) == []  # the file asked for with it is not left behind
 
 
-@pytest.mark.parametrize("args, code", [(["plan"], 0), (["plan", "--recompute", "none"], 1), (["hw", "list"], 0),
+@pytest.mark.parametrize("args, code", [(["plan"], 0), (["plan", "--memory-model", "resident"], 1), (["hw", "list"], 0),
                                         (["plan", "--json"], 0)])
 def test_a_closed_pipe_ends_quietly_with_the_commands_own_code(monkeypatch, capsys, args, code):
     from btacalc.cli import main

@@ -27,7 +27,8 @@ def test_streaming_bound_by_hand():
     # every weight but the embedding table crosses in forward and again in backward (gradients leave
     # over the full-duplex link meanwhile): 2 * 2 bytes * P_streamed / 150 GB/s, plus the mesh-derived
     # tile overhead and dispatch, the kernel runs' mesh steps (tests/test_wafer_fabric.py), the stream's start
-    # latency and the step boundary (tests/test_wafer.py).
+    # latency and the step boundary (tests/test_wafer.py), the fitted fixed cost of the micro-batch and any
+    # offload traffic the idle link cannot hide (tests/test_wafer_offload.py).
     hw = resolve_hardware("wse2")
     fast = with_calibration(hw, compute_efficiency=Number(value=1e6, kind="estimate", source="https://example.org",
                                                           note="test: compute made negligible"))
@@ -37,7 +38,9 @@ def test_streaming_bound_by_hand():
     streamed = pc.total - 151936 * 2048  # minus the embedding table
     t = step_time(p, 4, 2)
     link = 2 * 2 * streamed / 150e9
-    extra = ("mesh_dispatch", "kernel_fixed", "stream_latency", "step_boundary")
+    extra = ("mesh_dispatch", "kernel_fixed", "stream_latency", "step_boundary", "micro_batch_fixed",
+             "activation_offload")
+    assert t.phase_time_s["micro_batch_fixed"] == hw.calibration.micro_batch_fixed_s.value  # one micro-batch
     overhead = t.tiling_overhead_s + sum(t.phase_time_s[k] for k in extra)
     # 4 tiles x 48 layers x 8 tile phases x 4 passes (full recomputation re-runs the whole layer from its
     # input, input norm included: Korthikanti 2022 §5) x one mesh step (X + Y + 2 T_R + 1 cycles)
@@ -65,14 +68,15 @@ def test_bta_stays_near_dense_over_experts(experts):
     assert s.relative_to_dense >= s.relative_to_dense_g1 - 0.05  # tiling overhead may cost a little at low E
 
 
-def test_bta_at_128_experts_is_the_documented_gap():
-    """With the wafer efficiency fitted on the measured dense run, BTA recovers about 0.78 of dense at 128
-    experts (published: about 1.0): validate lists the point as a known gap with its mechanism."""
+def test_bta_at_128_experts_reaches_the_published_point():
+    """With checkpoints held off the wafer (wafer/offload.py) the BTA batch grows until attention's working
+    set binds, enough sequences to hide the 128 experts' weight stream: BTA recovers at least 0.85 of dense
+    (published about 1.0, tolerance 0.15) where G = 1 stays far below, and validate lists no known gap."""
     from btacalc.planning.validate import load_points
 
     s = summary(load_preset("qwen3-30b-a3b").with_overrides(experts=128))
-    assert s.relative_to_dense < 0.85 and s.relative_to_dense > 2 * s.relative_to_dense_g1
-    assert next(p for p in load_points() if p.id == "experts-128-bta").known_gap
+    assert s.relative_to_dense >= 0.85 and s.relative_to_dense > 1.5 * s.relative_to_dense_g1
+    assert not next(p for p in load_points() if p.id == "experts-128-bta").known_gap
 
 
 def test_mfu_and_overlap_bounds():

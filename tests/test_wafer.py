@@ -148,11 +148,13 @@ def test_strong_scaling_stops_being_linear_when_the_batch_per_system_cannot_hide
     r = make_plan(QWEN, WSE2, ExecutionRequest(devices=64, limits=BatchLimits(global_batch=256)))
     w = r.wafer
     assert [row.systems for row in w.scaling] == [1, 2, 4, 8, 16, 32, 64]
-    assert w.linear_until == 16  # 16 sequences per system still fit as one micro-batch of 16 ...
-    row32 = w.scaling[5]
-    assert row32.per_system_batch == 8 and row32.efficiency < 0.95  # ... 8 do not hide the stream
-    assert row32.limited_by.startswith("weight stream")
-    assert row32.stream_bound_share > w.scaling[4].stream_bound_share
+    # one system runs all 256 as one micro-batch (their checkpoints held off the wafer, wafer/offload.py),
+    # paying the micro-batch's fixed cost once: 64 sequences per system still hide the stream ...
+    assert w.linear_until == 4
+    row8 = w.scaling[3]
+    assert row8.per_system_batch == 32 and row8.efficiency < 0.95  # ... 32 do not
+    assert row8.limited_by.startswith("weight stream")
+    assert row8.stream_bound_share > w.scaling[2].stream_bound_share
 
 
 def test_wafer_cluster_rejects_gpu_layouts_and_resident_state(cli):
@@ -200,25 +202,31 @@ def test_a_resident_wafer_plan_shows_its_state_unsharded():
 
 
 def test_llama_7b_measured_run_fits_with_micro_batches_chosen():
-    """ALCF's LLaMA-7B run (1 x CS-2, batch 99, s = 2048, measured-runs.json): 99 sequences do not fit at
-    once under full recomputation (36 do as tiles of one), so the solver splits the step into M
-    micro-batches, M dividing 99. Density takes the fewest that fit (3 of 33, tiled); throughput weighs
-    the extra weight streams of more micro-batches against the tile overhead and takes 9 of 11, which
-    fit untiled (G = 1)."""
+    """ALCF's LLaMA-7B run (1 x CS-2, batch 99, s = 2048, measured-runs.json): its compile log reads "Compile
+    will proceed at original per-box batch size 99". The checkpoints of 99 sequences under full
+    recomputation, 32 x 2048 x 99 x 4096 x 2 B = 53 GB, exceed the SRAM; held off the wafer (R2.0 dynamic
+    memory offload, wafer/offload.py) they fit as one micro-batch of 3 tiles of 33; 99 untiled do not
+    (eager attention's working set). Without offload the SRAM alone cannot hold them (the split of
+    before: micro-batches of 33 at most). Density and throughput both take one micro-batch of 99."""
     model = load_hf_config(LLAMA)
     mem = MemoryModel(streaming(model, seq_len=2048))
-    assert not mem.fits(99, 1) and mem.fits(33, 1) and mem.fits(1, 11) and not mem.fits(1, 33)
+    assert mem.fits(3, 33) and mem.fits(99, 1) and not mem.fits(1, 99)
+    assert 32 * 2048 * 99 * 4096 * 2 > mem.usable  # the checkpoints alone exceed the usable SRAM
+    no_offload = WSE2.model_copy(update={"memory": WSE2.memory.model_copy(
+        update={"activation_offload_bandwidth_bytes_per_s": None})})
+    sram_only = MemoryModel(streaming(model, hw=no_offload, seq_len=2048))
+    assert not sram_only.fits(99, 1) and not sram_only.fits(3, 33) and sram_only.fits(33, 1)
     dense = make_plan(model, WSE2, ExecutionRequest(seq_len=2048, limits=BatchLimits(global_batch=99),
                                                     objective="density"))
-    assert (dense.wafer.global_batch, dense.wafer.micro_batches, dense.wafer.micro_batch_size) == (99, 3, 33)
+    assert (dense.wafer.global_batch, dense.wafer.micro_batches, dense.wafer.micro_batch_size) == (99, 1, 99)
     assert dense.plan.tiles > 1
     r = make_plan(model, WSE2, ExecutionRequest(seq_len=2048, limits=BatchLimits(global_batch=99)))
     assert r.plan.fits and r.throughput is not None
-    assert (r.wafer.global_batch, r.wafer.micro_batches, r.wafer.micro_batch_size, r.plan.tiles) == (99, 9, 11, 1)
-    assert r.throughput.tokens_per_s > dense.throughput.tokens_per_s
+    assert (r.wafer.global_batch, r.wafer.micro_batches, r.wafer.micro_batch_size, r.plan.tiles) == (99, 1, 99, 3)
+    assert r.throughput.tokens_per_s == dense.throughput.tokens_per_s  # the same shape
     fixed = make_plan(model, WSE2, ExecutionRequest(seq_len=2048, micro_batches=3,
                                                     limits=BatchLimits(global_batch=99)))
-    assert fixed.wafer.micro_batch_size == 33 and fixed.plan.tiles > 1  # --grad-accum fixes M
+    assert fixed.wafer.micro_batches == 3 and fixed.wafer.micro_batch_size == 33  # --grad-accum fixes M
 
 
 def test_two_systems_split_the_global_batch():
@@ -328,25 +336,27 @@ def test_sensitivity_of_a_compute_bound_dense_plan():
     eff = rows["calibration.compute_efficiency"]
     # compute-bound: tokens/s is nearly proportional to the efficiency (the step's fixed terms dilute it)
     assert 0.9 < eff.elasticity_plus <= 1.0 and 0.9 < eff.elasticity_minus <= 1.0
-    assert abs(rows["mesh.hop_latency_cycles"].elasticity_plus) < 0.01
+    # the mesh's hop latency enters through the per-tile overhead only (11 tiles x 32 layers per micro-batch):
+    # about 1% of the step
+    assert abs(rows["mesh.hop_latency_cycles"].elasticity_plus) < 0.02
     assert rows["chip.power_w"].elasticity_plus == 0  # power moves tokens/kW, not tokens/s
 
 
 def test_validate_says_what_the_flat_top_k_1_curve_would_take():
     """README's answer: the top_k = 1 BTA point is out of reach by the link alone (MemoryX then feeds the
-    stream), by link + MemoryX serving (its optimizer step then binds) or by fewer layers, and needs
-    several times today's SRAM, or link + MemoryX serving and update bandwidth together."""
+    stream) or by fewer layers. Since checkpoints offload (wafer/offload.py) a larger batch fits and the
+    stream hides behind more work, so link + MemoryX serving together (with or without 16 micro-batches),
+    the three bandwidths together, or more SRAM reach it at a modest factor (each between 1x and 2x)."""
     from btacalc.planning.validate import load_points, what_it_takes
 
     point = next(p for p in load_points() if p.id == "topk-1-bta")
     answers = {(r.solve_for, q.grad_accum): r for r, q in zip(what_it_takes(point), point.whatif)}
     assert not answers[("memory.offchip_bandwidth_bytes_per_s", None)].reached
     assert not answers[("layers", None)].reached
-    assert answers[("chip.sram_bytes", None)].ratio > 4
     both = "memory.offchip_bandwidth_bytes_per_s,memory.memoryx_bandwidth_bytes_per_s"
-    assert not answers[(both, None)].reached  # MemoryX's optimizer step binds at one micro-batch per step
-    assert not answers[(both, 16)].reached  # ... and still at 16 with the efficiency fitted on LLaMA-7B
-    assert answers[(both + ",memory.memoryx_update_bandwidth_bytes_per_s", None)].ratio > 4
+    for key in (("chip.sram_bytes", None), (both, None), (both, 16),
+                (both + ",memory.memoryx_update_bandwidth_bytes_per_s", None)):
+        assert answers[key].reached and 1 < answers[key].ratio < 2
 
 
 def test_micro_batch_size_is_a_whole_count():

@@ -29,25 +29,33 @@ def test_bert_pair_rates_are_the_logs_arithmetic():
     assert BERT_2048.micro_batch is None  # not in the part of the log shown: the solver picks it
 
 
-def test_bert_pair_step_line_is_the_known_gap_it_states():
-    """t_step = t_0 + B t_seq through the two runs: t_seq = 84.9 us per sequence, t_0 = 0.131 s per step,
-    the numbers the runs' known gap quotes."""
+def test_bert_pair_step_line_is_what_the_fixed_cost_starts_from():
+    """t_step = t_0 + B t_seq through the two runs: t_seq = 84.9 us per sequence, t_0 = 0.131 s per step
+    (one micro-batch each), the numbers the runs' notes quote; the pair are fit runs for the micro-batch's
+    fixed cost, which starts from this t_0 (the profiles' estimate before the fit)."""
     t512, t2048 = LOOP_512_S / STEPS, LOOP_2048_S / STEPS
     t_seq = (t2048 - t512) / (2048 - 512)
     t0 = t512 - 512 * t_seq
     assert t_seq == pytest.approx(84.9e-6, abs=0.05e-6) and t0 == pytest.approx(0.131, abs=5e-4)
     assert t0 / t512 == pytest.approx(0.75, abs=0.01)  # three quarters of the step at 512
     for run in (BERT_512, BERT_2048):
-        assert run.role == "check" and "t_seq = 84.9 us" in run.known_gap and "t_0 = 0.131 s" in run.known_gap
+        assert run.role == "fit" and not run.known_gap
+    assert "= 84.9 us" in BERT_2048.notes and "= 0.1311 s" in BERT_2048.notes
 
 
-def test_btacalc_predicts_bert_flat_in_the_batch_as_the_gap_says():
-    """The mechanism the pair shows is not in btacalc: its BERT-large step is proportional to the batch
-    (sequences/s within 2% from 512 to 2048) where the measured rate grows 2.29x. When a per-step
-    cost is modelled, this fails and the known gap must go."""
+def test_btacalc_predicts_bert_rate_growing_with_the_batch():
+    """With the micro-batch's fixed cost t_0 (fitted) btacalc's step is t_0 + B t_seq as the pair's: both run
+    as one micro-batch, so the predicted rate ratio is (t_0 + 512 t_seq) 2048 / ((t_0 + 2048 t_seq) 512)
+    with btacalc's own t_0 and t_seq, taken from the two predicted steps."""
+    from btacalc.config.hardware import resolve_hardware
+
     p512, p2048 = predict(BERT_512), predict(BERT_2048)
     rate = {r.id: r.predicted.tokens_per_s_per_device / 128 for r in (p512, p2048)}
-    assert rate[BERT_2048.id] / rate[BERT_512.id] == pytest.approx(1.0, abs=0.02)
+    t512, t2048 = 512 / rate[BERT_512.id], 2048 / rate[BERT_2048.id]
+    t0 = resolve_hardware("wse2").calibration.micro_batch_fixed_s.value
+    t_seq = (t512 - t0) / 512  # what btacalc's 512 step leaves per sequence
+    assert t2048 == pytest.approx(t0 + 2048 * t_seq, rel=0.02)  # the same line through the 2,048 step
+    assert 1.5 < rate[BERT_2048.id] / rate[BERT_512.id] < 2.29  # grows, less than measured (t_seq too high)
     measured = BERT_2048.measured.tokens_per_s_per_device / BERT_512.measured.tokens_per_s_per_device
     assert measured == pytest.approx(2.29, abs=0.01)
 

@@ -189,6 +189,10 @@ class Memory(_Section):
         "gradients (the stream runs at the smaller of this and the system I/O)")
     memoryx_update_bandwidth_bytes_per_s: Annotated[Optional[Number], BANDWIDTH] = Field(
         None, description="wafer: memory bandwidth MemoryX's optimizer step reads and writes the training state at")
+    activation_offload_bandwidth_bytes_per_s: Annotated[Optional[Number], BANDWIDTH] = Field(
+        None, description="wafer, weight streaming: rate at which stored activations that do not fit the SRAM leave "
+        "for the cluster's activation servers and come back for backward (Cerebras R2.0+ dynamic memory offload; "
+        "absent: no offload)")
 
 
 class System(_Section):
@@ -288,6 +292,9 @@ class Calibration(_Section):
         None, description="wafer: a PE's fixed cost per vector instruction in elements of its SIMD lanes (c x w); a "
         "matmul of width n = h spread over the fabric's X columns reaches n / (n + this x X) of compute_efficiency "
         "(model/wafer/fabric.py); None: independent of width")
+    micro_batch_fixed_s: Annotated[Optional[Number], LATENCY] = Field(
+        None, description="wafer: seconds every micro-batch pays whatever its size (the t_0 of t_0 + B t_seq that one "
+        "model at several batches shows; model/wafer/costs.py); None: no such cost")
 
 
 class Kernels(_Section):

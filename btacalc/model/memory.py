@@ -3,7 +3,8 @@
 Weight streaming (Cerebras; DESIGN notes): weights and optimizer state live off-wafer (MemoryX)
 and stream in one unit at a time; gradients stream out. On-wafer SRAM holds the activations kept
 for backward of all L layers for G*b sequences, the working set of the largest phase, and buffers
-for the streamed weights and outgoing gradients.
+for the streamed weights and outgoing gradients; on a profile with an offload path the kept
+activations that do not fit go to the activation servers (wafer/offload.py, Cerebras R2.0+).
 
 Resident (a small model kept whole on a wafer): device memory holds the training state (weights,
 gradients, optimizer, `state.py`), plus the stored activations and working set of its G*b sequences.
@@ -29,6 +30,7 @@ from .gpu.memory import GpuMemory, StageMemory
 from .params import ParamCounts, param_counts
 from .problem import Evaluation, Problem
 from .state import StatePart, bytes_per_param, sharded_state, state_bytes
+from .wafer.offload import ActivationSplit, offload_bandwidth, split_activations
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,7 @@ class MemoryBreakdown:
     offchip: dict[str, int]  # weight streaming: state held off-chip
     state_parts: tuple[StatePart, ...] = ()  # resident: how weights/gradients/optimizer are sharded
     stages: tuple[StageMemory, ...] = ()  # GPU: every pipeline stage (components are the worst one's)
+    offloaded_activations: int = 0  # wafer: stored activations held off the wafer (wafer/offload.py), bytes
 
     @property
     def total(self) -> int:
@@ -104,14 +107,38 @@ class MemoryModel:
         cap = int(self.problem.hardware.memory.offchip_memory_bytes.value)
         return {**state_bytes(self.problem, self.params.total), "capacity": cap}
 
+    def activation_split(self, ev: Evaluation) -> ActivationSplit:
+        """Checkpoints (all layers) and one layer's recomputed activations, kept in SRAM or held off the
+        wafer (wafer/offload.py: weight streaming on a profile that offloads; otherwise all kept)."""
+        other = ev.max("transient") + sum(self.fixed.values())
+        stored = ev.layers_total("stored") + ev.outside_total("stored")
+        return split_activations(self.problem, stored, ev.largest_layer("recompute_bytes"),
+                                 ev.largest_layer("stored"), other, self.usable)
+
     def activations(self, ev: Evaluation) -> dict[str, Any]:
-        """Activation components: stored for backward (all layers), one layer's recomputed
-        activations (live during its backward; the largest layer's), and the largest phase's working set."""
+        """Activation components: stored for backward (all layers), one layer's recomputed activations
+        (live during its backward; the largest layer's), each the part kept on the wafer when weights
+        stream and activations offload, and the largest phase's working set."""
+        split = self.activation_split(ev)
         return {
-            "stored_activations": ev.layers_total("stored") + ev.outside_total("stored"),
-            "recompute_buffer": ev.largest_layer("recompute_bytes"),
+            "stored_activations": split.stored_on_wafer,
+            "recompute_buffer": split.recompute_on_wafer,
             "working_set": ev.max("transient"),
         }
+
+    @property
+    def offloads(self) -> bool:
+        """Whether activations may leave the wafer (weight streaming on a profile with an offload path)."""
+        return self.streaming and offload_bandwidth(self.problem) is not None
+
+    def total_kept(self, tiles: Any, tile_batch: Any) -> Any:
+        """Total bytes if every activation stayed on the wafer (no offload): at or below the usable
+        memory exactly where a shape fits without offloading (wafer/offload.py: S_off = 0 iff
+        S + W <= usable or S <= KEPT_LAYERS layers, the latter only fitting when S + W does too).
+        Non-decreasing in G and b, like the memory without an offload path."""
+        ev = self.problem.evaluate(tiles, tile_batch)
+        return (ev.layers_total("stored") + ev.outside_total("stored") + ev.largest_layer("recompute_bytes")
+                + ev.max("transient") + sum(self.fixed.values()))
 
     def total(self, tiles: Any, tile_batch: Any, seq_len: Any = None) -> Any:
         """Total bytes on the capacity (GPU: the worst pipeline stage); works on ints (exact) and numpy arrays."""
@@ -138,10 +165,11 @@ class MemoryModel:
             # every component is shown, zero or not, but the gathered weights, which only ZeRO-3/FSDP has
             comps = {k: int(v) for k, v in worst.components.items() if v or k != "gathered_weights"}
             return MemoryBreakdown(comps, self.capacity, self.usable, {}, worst.state_parts, rows)
-        comps = {k: int(v) for k, v in self.activations(self.problem.evaluate(tiles, tile_batch)).items()}
+        ev = self.problem.evaluate(tiles, tile_batch)
+        comps = {k: int(v) for k, v in self.activations(ev).items()}
         comps.update(self.fixed)
         return MemoryBreakdown(comps, self.capacity, self.usable, self.offchip,
-                               self.state_parts)
+                               self.state_parts, offloaded_activations=int(self.activation_split(ev).offloaded))
 
 
 def resolve_memory_model(problem: Problem) -> Problem:

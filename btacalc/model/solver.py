@@ -9,7 +9,11 @@ Two objectives (`config.execution.OBJECTIVES`):
   the step time's parts are maxima of affine functions of the other with non-negative intercepts, so
   tokens/s never falls as it grows; on GPUs the GEMMs' wave quantisation, model/gpu/gemm.py, makes a
   matmul's time a step function of its rows, so tokens/s may dip by a share of a partial wave: the
-  corner is then within that share of the best, e.g. 2.6e-5 on B200); with N fixed, every
+  corner is then within that share of the best, e.g. 2.6e-5 on B200). On a wafer that offloads
+  activations (model/wafer/offload.py) the offload's exposed traffic can make tokens/s fall as G or b
+  grows, but only where activations leave the wafer: per slot of the staircase the candidates add the
+  largest shape that keeps every activation on the wafer and every shape from there to the corner
+  (`offload_band`); with N fixed, every
   factorisation M x G x b = N / DP. All of it is
   vectorised over the candidates of many points (plan: one point; sweep: thousands).
 - density (`solve_density`): the design card's rule, the largest G*b that fits (expert density
@@ -285,8 +289,10 @@ class PointMemory:
         fit = self._memory(point).fits(tiles.astype(float), tile_batch.astype(float))
         return np.broadcast_to(np.asarray(fit, dtype=bool), point.shape)
 
-    def total(self, point: np.ndarray, tiles: np.ndarray, tile_batch: np.ndarray) -> np.ndarray:
-        total = self._memory(point).total(tiles.astype(float), tile_batch.astype(float))
+    def total(self, point: np.ndarray, tiles: np.ndarray, tile_batch: np.ndarray, kept: bool = False) -> np.ndarray:
+        """Bytes on the wafer of each shape; `kept`: as if no activation left it (MemoryModel.total_kept)."""
+        mem = self._memory(point)
+        total = (mem.total_kept if kept else mem.total)(tiles.astype(float), tile_batch.astype(float))
         return np.broadcast_to(np.asarray(total, dtype=float), point.shape)
 
 
@@ -317,16 +323,18 @@ def _chunks(size: int) -> list[slice]:
     return [slice(i, min(i + CHUNK_SHAPES, size)) for i in range(0, size, CHUNK_SHAPES)]
 
 
-def largest_fitting(memory: PointMemory, slots: _Slots, hi: np.ndarray) -> np.ndarray:
+def largest_fitting(memory: PointMemory, slots: _Slots, hi: np.ndarray, kept: bool = False) -> np.ndarray:
     """`_largest_fitting` over chunks of at most CHUNK_SHAPES slots."""
     if slots.point.size <= CHUNK_SHAPES:
-        return _largest_fitting(memory, slots, hi)
-    return np.concatenate([_largest_fitting(memory, _Slots(slots.point[c], slots.fixed[c], slots.along_tiles[c]), hi[c])
+        return _largest_fitting(memory, slots, hi, kept)
+    return np.concatenate([_largest_fitting(memory, _Slots(slots.point[c], slots.fixed[c], slots.along_tiles[c]),
+                                            hi[c], kept)
                            for c in _chunks(slots.point.size)])
 
 
-def _largest_fitting(memory: PointMemory, slots: _Slots, hi: np.ndarray) -> np.ndarray:
-    """Per slot, the largest x in [1, hi] (hi < 0: up to 2^40) whose shape fits, given x = 1 fits.
+def _largest_fitting(memory: PointMemory, slots: _Slots, hi: np.ndarray, kept: bool = False) -> np.ndarray:
+    """Per slot, the largest x in [1, hi] (hi < 0: up to 2^40) whose shape fits, given x = 1 fits
+    (`kept`: fits with every activation on the wafer, MemoryModel.total_kept).
 
     Each step evaluates the memory at x and x + 1: x fitting and x + 1 not settles the slot; else the
     line through the two predicts the limit. Memory never falls as x grows (what makes the answer
@@ -344,7 +352,7 @@ def _largest_fitting(memory: PointMemory, slots: _Slots, hi: np.ndarray) -> np.n
             return ok
         xa = x[act]
         sel, xs = np.concatenate([act, act]), np.concatenate([xa, xa + 1])
-        t = memory.total(*slots.shape(xs, sel))
+        t = memory.total(*slots.shape(xs, sel), kept=kept)
         _record(t <= memory.usable, sel, xs, ok, bad, open_ended)
         t0, slope = t[:act.size], t[act.size:] - t[:act.size]
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -356,7 +364,7 @@ def _largest_fitting(memory: PointMemory, slots: _Slots, hi: np.ndarray) -> np.n
         if not act.size:
             return ok
         mid = np.where(open_ended[act], np.minimum(2 * ok[act], _SEARCH_LIMIT), (ok[act] + bad[act]) // 2)
-        _record(memory.fits(*slots.shape(mid, act)), act, mid, ok, bad, open_ended)
+        _record(memory.total(*slots.shape(mid, act), kept=kept) <= memory.usable, act, mid, ok, bad, open_ended)
 
 
 def _record(fit: np.ndarray, sel: np.ndarray, xs: np.ndarray, ok: np.ndarray, bad: np.ndarray,
@@ -402,8 +410,10 @@ def corner_candidates(memory: PointMemory, limits: PointLimits, m: np.ndarray) -
         fixed = np.where(along, b_fix[p], g_fix[p])
         hi = np.where(along, np.where(cap_n[p] >= 0, cap_n[p] // np.maximum(fixed, 1), -1),
                       _min_cap(cap_b[p], np.where(cap_n[p] >= 0, cap_n[p] // np.maximum(fixed, 1), -1)))
-        x = largest_fitting(memory, _Slots(p, fixed, along), hi)
-        return Candidates(p, np.where(along, x, fixed), np.where(along, fixed, x), m[p])
+        slots = _Slots(p, fixed, along)
+        x = largest_fitting(memory, slots, hi)
+        return Candidates.join([Candidates(p, np.where(along, x, fixed), np.where(along, fixed, x), m[p]),
+                                offload_band(memory, slots, x, np.zeros(p.size, np.int64), m)])
     # the extent of the staircase: n1 = the most tiles of one sequence, b1 = the largest single tile
     k = p.size
     ext = largest_fitting(memory, _Slots(np.concatenate([p, p]), np.ones(2 * k, np.int64),
@@ -420,10 +430,101 @@ def corner_candidates(memory: PointMemory, limits: PointLimits, m: np.ndarray) -
     hi = np.concatenate([np.minimum(b1[row_a], n1[row_a] // np.maximum(tiles_side[1], 1)),
                          n1[row_b] // np.maximum(tile_side[1], 1)])
     x = largest_fitting(memory, slots, hi)
-    return Candidates(np.concatenate([p, p, slots.point]),
-                      np.concatenate([n1, np.ones(k, np.int64), np.where(slots.along_tiles, x, slots.fixed)]),
-                      np.concatenate([np.ones(k, np.int64), b1, np.where(slots.along_tiles, slots.fixed, x)]),
-                      m[np.concatenate([p, p, slots.point])])
+    corners = Candidates(np.concatenate([p, p, slots.point]),
+                         np.concatenate([n1, np.ones(k, np.int64), np.where(slots.along_tiles, x, slots.fixed)]),
+                         np.concatenate([np.ones(k, np.int64), b1, np.where(slots.along_tiles, slots.fixed, x)]),
+                         m[np.concatenate([p, p, slots.point])])
+    # every slot, the two extents first (G along b = 1, b along G = 1); a slot that searches G (b >= 1
+    # fixed) needs no G <= r in its band: those shapes lie on the slots G = 1..r
+    every = _Slots(np.concatenate([p, p, slots.point]), np.ones(2 * k + slots.point.size, np.int64),
+                   np.concatenate([np.ones(k, bool), np.zeros(k, bool), slots.along_tiles]))
+    every.fixed[2 * k:] = slots.fixed
+    along = every.along_tiles
+    r_of = np.concatenate([r, r, r[np.searchsorted(p, slots.point)]])
+    return Candidates.join([corners, offload_band(memory, every, np.concatenate([n1, b1, x]),
+                                                  np.where(along, r_of, 0), m)])
+
+
+# The offload band's shapes a search times in one pass before narrowing the widest slots, and the
+# samples per slot in a narrowing round (model/solver.offload_band)
+BAND_SCAN_SHAPES = 2048
+BAND_SAMPLES = 16
+
+
+def offload_band(memory: PointMemory, slots: _Slots, largest: np.ndarray, covered: np.ndarray,
+                 m: np.ndarray) -> Candidates:
+    """The shapes of each slot where activations leave the wafer (wafer/offload.py), which the corners
+    alone do not cover. Per slot, x_0 is the largest x whose shape fits with every activation on the
+    wafer (a binary search: that predicate is the memory limit without offload, monotone in x); up to
+    x_0 the step's parts are as without offload, so tokens/s never falls as x grows and x_0 stands for
+    them. Beyond it, up to the slot's memory corner `largest` (x up to `covered` lie on other slots),
+    the offloaded bytes S_off = max(0, S + W - usable) leave and come back, and the micro-batch takes
+        T = C + max(P, t_stream + 2 S_off / r_act)
+    (P: the phases, C: the per-micro-batch costs; offload.py's t_offload = max(0, 2 S_off / r_act -
+    (P - t_stream)) added to P + C): once the link cannot hide the traffic, tokens/s falls as x grows
+    (a brute-force search found 3 x 2 beat the corners by 7% or more on wse2). Both branches of T are
+    convex in x (P and C are maxima of affine functions, memory S + W is convex and piecewise linear,
+    t_stream does not depend on x), so T is, and tokens/s = x k / (M T + B) is quasi-concave in x:
+    it rises, may stay flat, then falls. A point's band is timed whole when it holds at most
+    BAND_SCAN_SHAPES shapes (exact without that argument); wider slots are first narrowed, each
+    round timing BAND_SAMPLES evenly spaced x and keeping the two intervals around the fastest (the
+    largest x among equals), which holds the peak of a quasi-concave function."""
+    if not slots.point.size or not memory.mem.offloads:
+        return Candidates(*(np.zeros(0, np.int64),) * 4)
+    starts = memory.total(*slots.shape(np.ones(slots.point.size, np.int64), np.arange(slots.point.size)),
+                          kept=True) <= memory.usable
+    x0 = np.zeros(slots.point.size, np.int64)
+    on = np.flatnonzero(starts)
+    x0[on] = largest_fitting(memory, _Slots(slots.point[on], slots.fixed[on], slots.along_tiles[on]),
+                             largest[on], kept=True)
+    first, last = _narrow(memory, slots, np.maximum(x0, covered) + 1, largest.astype(np.int64), m)
+    counts = np.maximum(last - first + 1, 0)
+    owner = np.repeat(np.arange(slots.point.size), counts)
+    x = np.arange(owner.size, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts) + first[owner]
+    keep0 = np.flatnonzero((x0 >= 1) & (x0 < largest))  # x_0 itself (the corner is already a candidate)
+    owner, x = np.concatenate([owner, keep0]), np.concatenate([x, x0[keep0]])
+    return _slot_candidates(slots, owner, x, m)
+
+
+def _slot_candidates(slots: _Slots, owner: np.ndarray, x: np.ndarray, m: np.ndarray) -> Candidates:
+    """The shapes at x on slots `owner`."""
+    along, fixed, point = slots.along_tiles[owner], slots.fixed[owner], slots.point[owner]
+    return Candidates(point, np.where(along, x, fixed), np.where(along, fixed, x), m[point])
+
+
+def _narrow(memory: PointMemory, slots: _Slots, first: np.ndarray, last: np.ndarray,
+            m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Shrink each slot's interval [first, last] (tokens/s quasi-concave in x on it) around its fastest
+    x until each point's intervals hold at most BAND_SCAN_SHAPES shapes together (offload_band); per
+    point, so a point of a sweep gets the candidates a plan of it gets."""
+    first, last = first.copy(), last.copy()
+    k = BAND_SAMPLES
+    points = int(slots.point.max()) + 1 if slots.point.size else 0
+    while True:
+        width = np.maximum(last - first + 1, 0)
+        crowded = np.bincount(slots.point, weights=width, minlength=points) > BAND_SCAN_SHAPES
+        wide = np.flatnonzero(crowded[slots.point] & (width > k))
+        if not wide.size:
+            break
+        span = (last - first)[wide]
+        xs = first[wide, None] + (np.arange(k)[None, :] * span[:, None]) // (k - 1)  # (wide, k), ends included
+        owner = np.repeat(wide, k)
+        tps = _timed(memory, _slot_candidates(slots, owner, xs.reshape(-1), m))[0].reshape(-1, k)
+        best = k - 1 - np.argmax(tps[:, ::-1] >= tps.max(axis=1, keepdims=True), axis=1)  # the largest x among equals
+        rows = np.arange(wide.size)
+        first[wide], last[wide] = xs[rows, np.maximum(best - 1, 0)], xs[rows, np.minimum(best + 1, k - 1)]
+    return first, last
+
+
+def _timed(memory: PointMemory, cand: Candidates) -> tuple[np.ndarray, np.ndarray]:
+    """Tokens/s and step time of each candidate, in chunks of at most CHUNK_SHAPES shapes."""
+    tps, step = np.zeros(cand.point.size), np.zeros(cand.point.size)
+    for c in _chunks(cand.point.size):
+        profiling.count("step-time passes")
+        st = step_time(memory.at(cand.point[c]), cand.tiles[c].astype(float), cand.tile_batch[c].astype(float),
+                       micro_batches=cand.micro_batches[c].astype(float))
+        tps[c], step[c] = st.tokens_per_s, st.step_time_s
+    return tps, step
 
 
 def _ladder(points: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -498,7 +599,7 @@ class Search:
     cand: Candidates  # fitting candidates only
     step_time_s: np.ndarray
     tokens_per_s: np.ndarray
-    chosen: dict[str, np.ndarray]  # "throughput", "density", "g1" (the objective's best with G = 1)
+    chosen: dict[str, np.ndarray]  # "throughput", "density", "g1" (G = 1: the objective's best; with N free the largest b)
     objective: str
     shapes: np.ndarray  # memory evaluations (shapes) per point
     binding: list[str]
@@ -564,15 +665,12 @@ def search(problem: Problem, limits: PointLimits, objective: str = "throughput")
         cand = factor_candidates(memory, limits)
     else:
         cand = corner_candidates(memory, limits, m)
-    tps, step = np.zeros(cand.point.size), np.zeros(cand.point.size)
-    for c in _chunks(cand.point.size):
-        profiling.count("step-time passes")
-        st = step_time(memory.at(cand.point[c]), cand.tiles[c].astype(float), cand.tile_batch[c].astype(float),
-                       micro_batches=cand.micro_batches[c].astype(float))
-        tps[c], step[c] = st.tokens_per_s, st.step_time_s
+    tps, step = _timed(memory, cand)
     chosen = {o: pick(cand, tps, points, o) for o in OBJECTIVES}
     untiled = np.flatnonzero(cand.tiles == 1)
-    g1 = pick(cand.where(untiled), tps[untiled], points, objective)
+    # G = 1 with N free is the untiled batch memory allows, the largest b (the only untiled corner; the
+    # offload band's smaller untiled shapes are not the baseline, though one may run faster)
+    g1 = pick(cand.where(untiled), tps[untiled], points, objective if limits.given("global_batch") else "density")
     chosen["g1"] = np.where(g1 >= 0, untiled[np.maximum(g1, 0)] if untiled.size else -1, -1)
     binding, tile = _constraints(memory, limits, cand, chosen[objective])
     return Search(cand, step, tps, chosen, objective, memory.shapes, binding, tile,

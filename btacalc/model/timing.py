@@ -18,8 +18,9 @@ phase that multiplies by weights and d_h for the attention core (no weights), an
 kernel run pays a fixed cost once per micro-batch (model/wafer/fabric.py).
 A per-tile overhead is added G times per step: derived from the mesh on a wafer profile with a
 `[mesh]` (model/wafer/mesh.py), else the profile's `calibration.tile_overhead_s` per layer. On a
-wafer, the on-wafer dispatch/combine and the start of each micro-batch's weight stream are added per
-micro-batch, and the step boundary of a wafer cluster (gradients out, MemoryX's optimizer step, SwarmX
+wafer, the on-wafer dispatch/combine, the start of each micro-batch's weight stream, the fitted fixed
+cost of a micro-batch (wafer/costs.py) and the offloaded activations' traffic the link cannot hide
+(wafer/offload.py) are added per micro-batch, and the step boundary of a wafer cluster (gradients out, MemoryX's optimizer step, SwarmX
 latency: model/wafer/cluster.py) once per step. Step time is the sum over phases times M
 micro-batches, plus the step boundary; tokens/s = N*M*G*b*s / step time; MFU = model FLOPs / (step
 time x peak). GPU problems (Megatron layouts: tensor, pipeline, context, expert and data
@@ -42,6 +43,8 @@ from .problem import Evaluation, Problem
 from .wafer.cluster import stream_bandwidth
 from .wafer.costs import tiles_overhead_s, wafer_costs
 from .wafer.fabric import phase_utilisation
+from .wafer.offload import exposed_offload_s
+from .memory import MemoryModel
 
 
 @dataclass
@@ -50,6 +53,7 @@ class _PhaseTimes:
     stream_bound: Any
     model_flops: Any
     backward_time: Any = 0  # the backward pass (with recomputation and its weight stream), for overlaps
+    stream_time: Any = 0  # the weight stream's link time over the micro-batch (weight streaming)
     per_layer: dict[tuple[str, str], Any] = field(default_factory=dict)  # (kind, phase) -> one layer's time
 
 
@@ -76,6 +80,7 @@ def _phase_times(problem: Problem, ev: Evaluation) -> _PhaseTimes:
             t_str = passes.weight_stream_passes * weight_bytes / link_bw
             t = np.maximum(t_cmp, t_str) if problem.run.overlap_streaming else t_cmp + t_str
             out.stream_bound = out.stream_bound + n * np.where(t_str > t_cmp, t, 0.0)
+            out.stream_time = out.stream_time + n * t_str
             t_str_bwd = t_str * (passes.weight_stream_passes - 1) / passes.weight_stream_passes
             t_bwd = np.maximum(t_bwd, t_str_bwd) if problem.run.overlap_streaming else t_bwd + t_str_bwd
         else:
@@ -98,6 +103,10 @@ def step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Evalua
     phase_time = times.phase_time
     tokens = tiles * tile_batch * run.seq_len
     wafer = wafer_costs(problem, ev, times.backward_time, sum(phase_time.values()))
+    if problem.memory_model == "weight_streaming":  # stored activations held off the wafer (wafer/offload.py)
+        offloaded = MemoryModel(problem).activation_split(ev).offloaded
+        wafer.per_micro_batch["activation_offload"] = exposed_offload_s(
+            problem, offloaded, sum(phase_time.values()), times.stream_time)
     phase_time.update(wafer.per_micro_batch)
     # gradient accumulation: M micro-batches of G*b sequences per optimizer step; everything above
     # runs M times, the step boundary once

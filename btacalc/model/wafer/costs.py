@@ -1,6 +1,19 @@
 """The wafer-specific terms of a step (the hooks timing.py calls): the per-tile overhead from the mesh,
-the on-wafer dispatch/combine and the wafer cluster's stream latency (per micro-batch), and the step
-boundary (once per optimizer step). See mesh.py and cluster.py for the derivations."""
+the on-wafer dispatch/combine, the wafer cluster's stream latency and the micro-batch's fixed cost (per
+micro-batch), and the step boundary (once per optimizer step). See mesh.py and cluster.py for the
+derivations.
+
+The micro-batch's fixed cost t_0 (`calibration.micro_batch_fixed_s`, fitted). One model, one cluster,
+one month, only the batch changed (BERT-large on one CS-2 at 512 and 2,048, each run by the compiler as
+one micro-batch of the whole batch: "No benefit from gradient accumulation expected", measured_runs.json
+bert-large-wse2-1-406/-407): a step is t_0 + B t_seq, so two batches give
+    t_0 = (B_2 t_1 - B_1 t_2) / (B_2 - B_1) = (2048 x 0.17459 - 512 x 0.30503) / 1536 = 0.131 s,
+75% of the step at 512. What it is Cerebras does not publish (the mechanisms btacalc derives, the
+kernels' mesh steps, the stream's start, the step boundary, give BERT-large a few milliseconds); that it
+is paid per micro-batch rather than per optimizer step is what ESM-2 35M's CS-2 run shows (32
+micro-batches of 64 in a 3.51 s step, where btacalc without it predicted 0.92 s). It is fitted with the
+family's other factors on the fit runs (btacalc/data/calibration.toml), never set from this arithmetic.
+"""
 
 from __future__ import annotations
 
@@ -35,6 +48,9 @@ def wafer_costs(problem: Problem, ev: Evaluation, backward_s: Any, micro_batch_s
     mesh = problem.hardware.mesh
     if mesh is not None:
         out.per_micro_batch["kernel_fixed"] = kernel_fixed_s(mesh, ev)
+    fixed = problem.hardware.calibration.micro_batch_fixed_s
+    if fixed is not None:
+        out.per_micro_batch["micro_batch_fixed"] = fixed.value
     if mesh is not None and problem.model.is_moe:
         out.per_micro_batch["mesh_dispatch"] = out.communication["mesh_dispatch"] = dispatch_s(mesh, ev)
     if problem.memory_model == "weight_streaming":

@@ -21,7 +21,8 @@ uses). Heads one after another (n = d_h: ESM-2 35M 24, LLaMA-7B 128) was tried w
 refitted: ESM-2 35M goes from +282% to +62% but DiT-2B from +50% to +105% and GPT-J 6B from +6.5% to +25%
 (docs/wafer-rounds.md), so the data do not choose it. `fabric_vector_overhead` is k = c w (elements),
 so the half-efficiency width is n_half = k X. What the data fix is k (fitted with compute_efficiency
-on the `fit` runs); the fabric's X comes from the profile's `[mesh]`, so a wafer with more columns
+and the micro-batch's fixed cost on the `fit` runs; since that cost separates BERT-large's batch effect,
+the fit puts k at its lower bound, 1e-3: docs/wafer-rounds.md); the fabric's X comes from the profile's `[mesh]`, so a wafer with more columns
 needs a wider model to fill it. By hand, WSE-2 (X = 750) with k = 1: n_half = 750 and a GPT-2-small
 width h = 768 reaches 768 / 1518 = 50.6% of the efficiency a very wide matmul reaches, h = 4096 84.5%.
 
