@@ -1,0 +1,196 @@
+"""Count the PyTorch (aten) operators Megatron-LM's MoE router and all-to-all token dispatcher issue per layer.
+
+The host cost of eager PyTorch is paid per operator (Python binding, dispatcher, autograd bookkeeping, then the
+kernel launch), so the number of operators a module issues is what sets its host time (docs/host-time.md). That
+number does not depend on the GPU: it is fixed by the code path. This tool runs Megatron-LM's own `TopKRouter` and
+`MoEAlltoAllTokenDispatcher` (from a Megatron-LM checkout given on the command line, e.g. `git archive 554ce493
+megatron/core`) on CPU tensors in one process and counts every aten call under a `TorchDispatchMode`, forward and
+backward, per stage of the MoE layer:
+
+    router       TopKRouter.forward: gating linear, softmax top-k, aux-loss scores and the aux-loss autograd hook
+    preprocess   token counts per expert (dispatcher.preprocess, inside dispatch_preprocess)
+    permute      dispatch_preprocess's permute, dispatch_postprocess's sort by local expert
+    combine      combine_preprocess's unsort, combine_postprocess's unpermute
+
+CPU-only substitutions (they do not change what operators are called): torch.cuda.current_device returns "cpu";
+CUDA streams and events are inert (the device-to-host copy of the split sizes is a no-op copy on CPU); Megatron's
+router_gating_linear reads a module-level `te_general_gemm` that is undefined without TransformerEngine and is set
+to None (the torch path). The layout is one process: EP 1, so the all-to-alls are identities (Megatron's
+all_to_all returns its input on a group of one) and the EP > 1 preprocess branch (split sizes, an all-gather of the
+counts) is not taken; permute and unpermute run unfused (`moe_permute_fusion = False`, TransformerEngine's fused
+permute is not available on CPU). Both are stated with the counts.
+
+Usage: python tools/moe_host_ops.py /path/to/megatron-checkout [--experts 128 --topk 8 --tokens 64]
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import types
+from collections import Counter
+from typing import Any, Callable
+
+
+# aten operators that only make a new view or alias of a tensor (no kernel on the GPU): they pay the
+# dispatcher but launch nothing.
+VIEW_OPS = frozenset({"view", "_unsafe_view", "reshape", "slice", "select", "expand", "t", "transpose", "permute",
+                      "squeeze", "unsqueeze", "detach", "alias", "as_strided", "split", "split_with_sizes",
+                      "unbind", "lift_fresh", "narrow", "flatten", "unflatten", "view_as", "_reshape_alias"})
+
+
+def split_views(ops: Counter[str]) -> tuple[int, int]:
+    """(kernel-launching calls, view calls) of a count by operator name."""
+    views = sum(n for name, n in ops.items() if name in VIEW_OPS)
+    return sum(ops.values()) - views, views
+
+
+class _Count:
+    """Counts aten calls by name inside a TorchDispatchMode."""
+
+    def __init__(self) -> None:
+        import torch
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        counter = self
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func: Any, types_: Any, args: Any = (), kwargs: Any = None) -> Any:
+                counter.ops[str(func.overloadpacket.__name__)] += 1
+                return func(*args, **(kwargs or {}))
+
+        self.ops: Counter[str] = Counter()
+        self.mode = Mode()
+        self.torch = torch
+
+    def __enter__(self) -> "_Count":
+        self.mode.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.mode.__exit__(*exc)
+
+
+def _cpu_stand_ins(torch: Any) -> None:
+    """Make Megatron's CUDA-only calls inert on a CPU build (see the module docstring)."""
+
+    class _Stream:
+        def wait_stream(self, _s: Any) -> None:
+            return None
+
+        def record_event(self) -> Any:
+            return types.SimpleNamespace(synchronize=lambda: None)
+
+    torch.cuda.current_device = lambda: "cpu"
+    torch.cuda.current_stream = lambda *a, **k: _Stream()
+    torch.cuda.Stream = lambda *a, **k: _Stream()
+    torch.cuda.stream = lambda _s: contextlib.nullcontext()
+
+
+def _build(megatron: str, experts: int, topk: int, hidden: int) -> tuple[Any, Any]:
+    sys.path.insert(0, megatron)
+    import torch
+    import torch.distributed as dist
+
+    _cpu_stand_ins(torch)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ.get("MASTER_PORT", "29533"),
+                      RANK="0", WORLD_SIZE="1")
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    from megatron.core import parallel_state
+    parallel_state.initialize_model_parallel()
+    import megatron.core.transformer.moe.moe_utils as moe_utils
+    from megatron.core.transformer.moe.moe_layer import get_default_pg_collection
+    from megatron.core.transformer.moe.router import TopKRouter
+    from megatron.core.transformer.moe.token_dispatcher import MoEAlltoAllTokenDispatcher
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    if not hasattr(moe_utils, "te_general_gemm"):
+        moe_utils.te_general_gemm = None
+    cfg = TransformerConfig(num_layers=1, hidden_size=hidden, num_attention_heads=4, num_moe_experts=experts,
+                            moe_router_topk=topk, moe_aux_loss_coeff=1e-3, moe_router_load_balancing_type="aux_loss",
+                            moe_token_dispatcher_type="alltoall", moe_ffn_hidden_size=hidden,
+                            use_cpu_initialization=True, add_bias_linear=False, moe_permute_fusion=False)
+    pg = get_default_pg_collection()
+    router = TopKRouter(cfg, pg_collection=pg)
+    dispatcher = MoEAlltoAllTokenDispatcher(num_local_experts=experts, local_expert_indices=list(range(experts)),
+                                            config=cfg, pg_collection=pg)
+    return router, dispatcher
+
+
+def _forward(router: Any, dispatcher: Any, x: Any, stage: Callable[[str], Any]) -> Any:
+    """One MoE layer's router and dispatcher forward, each stage counted separately (the experts are a
+    stand-in: the probabilities applied to the tokens, not counted)."""
+    with stage("router"):
+        probs, routing_map = router(x)
+    d = dispatcher
+    with stage("preprocess"):
+        d.hidden_shape = x.shape
+        d.probs, d.routing_map = probs, routing_map
+        d.tokens_per_expert = d.preprocess(routing_map)
+    with stage("permute"):
+        tokens, pprobs = _permute_only(d, x, routing_map, probs)
+        tokens, pprobs = d.token_dispatch(tokens, pprobs)
+        tokens, _, pprobs = d.dispatch_postprocess(tokens, pprobs)
+    out = tokens * pprobs.unsqueeze(-1).to(tokens.dtype)  # stand-in for the experts (not counted)
+    with stage("combine"):
+        out = d.combine_preprocess(out)
+        out = d.token_combine(out)
+        out = d.combine_postprocess(out)
+    return out
+
+
+def _permute_only(d: Any, x: Any, routing_map: Any, probs: Any) -> tuple[Any, Any]:
+    """dispatch_preprocess without its preprocess call (counted on its own)."""
+    from megatron.core.transformer.moe.moe_utils import permute
+
+    hidden = x.view(-1, d.hidden_shape[-1])
+    d.hidden_shape_before_permute = hidden.shape
+    d.tokens_per_expert = d._maybe_dtoh_and_synchronize("before_permutation_1", d.tokens_per_expert)
+    tokens, pprobs, d.reversed_local_input_permutation_mapping, _, _ = permute(
+        hidden, routing_map, probs=probs, num_out_tokens=d.num_out_tokens, fused=False, drop_and_pad=False)
+    return tokens, pprobs
+
+
+def count(megatron: str, experts: int = 128, topk: int = 8, tokens: int = 64, hidden: int = 64) -> dict[str, Any]:
+    """Forward aten calls per stage, and the backward's aten calls of the whole chain and of the router alone."""
+    router, dispatcher = _build(megatron, experts, topk, hidden)
+    import torch
+
+    forward: dict[str, tuple[int, int]] = {}
+
+    @contextlib.contextmanager
+    def stage(name: str) -> Any:
+        with _Count() as c:
+            yield
+        forward[name] = split_views(c.ops)
+
+    def backward_ops(loss_of: Callable[[Any, Any], Any]) -> Counter[str]:
+        x = torch.randn(tokens, 1, hidden, requires_grad=True)
+        loss = loss_of(x, stage)
+        with _Count() as c:
+            loss.backward()
+        return c.ops
+
+    whole = backward_ops(lambda x, st: _forward(router, dispatcher, x, st).sum())
+    router_only = backward_ops(lambda x, st: router(x)[0].sum())
+    return {"forward": forward, "backward_total": split_views(whole),
+            "backward_router": split_views(router_only), "backward_ops": dict(whole)}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("megatron", help="path holding megatron/core (a Megatron-LM checkout)")
+    p.add_argument("--experts", type=int, default=128)
+    p.add_argument("--topk", type=int, default=8)
+    p.add_argument("--tokens", type=int, default=64)
+    a = p.parse_args()
+    r = count(a.megatron, a.experts, a.topk, a.tokens)
+    print("aten calls as (kernel-launching, view-only)")
+    print("forward per stage:", r["forward"])
+    print("backward: whole chain", r["backward_total"], "router alone", r["backward_router"])
+    print("backward by op:", dict(sorted(r["backward_ops"].items(), key=lambda kv: -kv[1])))
+
+
+if __name__ == "__main__":
+    main()
