@@ -20,7 +20,14 @@ all_to_all returns its input on a group of one) and the EP > 1 preprocess branch
 counts) is not taken; permute and unpermute run unfused (`moe_permute_fusion = False`, TransformerEngine's fused
 permute is not available on CPU). Both are stated with the counts.
 
-Usage: python tools/moe_host_ops.py /path/to/megatron-checkout [--experts 128 --topk 8 --tokens 64]
+With `--layer` it builds a whole Megatron MoE transformer layer from Megatron's local (non-TransformerEngine) spec
+(`get_gpt_layer_local_spec`: torch RMSNorm, unfused rotary embedding, SequentialMLP looping over the local experts
+in Python, the core attention replaced by one torch SDPA call standing in for TransformerEngine's fused kernel) and
+counts its aten calls forward per module and backward in total: the count an all-eager, all-unfused layer issues,
+an upper bound of what the TransformerEngine path (fused norms, rope and permute; one grouped linear module) issues
+outside its modules.
+
+Usage: python tools/moe_host_ops.py /path/to/megatron-checkout [--experts 128 --topk 8 --tokens 64] [--layer]
 """
 from __future__ import annotations
 
@@ -178,13 +185,94 @@ def count(megatron: str, experts: int = 128, topk: int = 8, tokens: int = 64, hi
             "backward_router": split_views(router_only), "backward_ops": dict(whole)}
 
 
+_LAYER_MODULES = ("input_layernorm", "self_attention", "self_attention.linear_qkv", "self_attention.q_layernorm",
+                  "self_attention.k_layernorm", "self_attention.core_attention", "self_attention.linear_proj",
+                  "pre_mlp_layernorm", "mlp", "mlp.router", "mlp.experts")
+
+
+def _local_layer(experts: int, topk: int, hidden: int) -> Any:
+    """A Qwen3-like MoE layer (GQA, QK RMSNorm, SwiGLU experts, aux loss) from Megatron's local spec."""
+    import torch
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.transformer.spec_utils import build_module
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    cfg = TransformerConfig(num_layers=1, hidden_size=hidden, num_attention_heads=4, num_query_groups=2,
+                            kv_channels=hidden // 4, num_moe_experts=experts, moe_router_topk=topk,
+                            moe_aux_loss_coeff=1e-3, moe_router_load_balancing_type="aux_loss",
+                            moe_token_dispatcher_type="alltoall", moe_ffn_hidden_size=hidden // 2,
+                            ffn_hidden_size=hidden // 2, use_cpu_initialization=True, add_bias_linear=False,
+                            moe_permute_fusion=False, gated_linear_unit=True,
+                            activation_func=torch.nn.functional.silu, normalization="RMSNorm", qk_layernorm=True,
+                            hidden_dropout=0.0, attention_dropout=0.0, moe_grouped_gemm=False)
+    spec = get_gpt_layer_local_spec(num_experts=experts, moe_grouped_gemm=False, qk_layernorm=True,
+                                    normalization="RMSNorm")
+    layer = build_module(spec, config=cfg, layer_number=1)
+
+    class FusedCore(torch.nn.Module):
+        """Stand-in for TransformerEngine's fused attention: one SDPA call on [s, b, heads, dim] tensors."""
+
+        def forward(self, q: Any, k: Any, v: Any, _mask: Any, **_kw: Any) -> Any:
+            rep = q.shape[2] // k.shape[2]
+            q, k, v = (t.permute(1, 2, 0, 3) for t in (q, k.repeat_interleave(rep, 2), v.repeat_interleave(rep, 2)))
+            o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return o.permute(2, 0, 1, 3).reshape(o.shape[2], o.shape[0], -1)
+
+    layer.self_attention.core_attention = FusedCore()
+    return layer
+
+
+def count_layer(megatron: str, experts: int = 16, topk: int = 8, tokens: int = 256,
+                hidden: int = 64) -> dict[str, Any]:
+    """Forward aten calls per module of a whole local-spec MoE layer (a module's own calls, its children's
+    apart; 'layer' is the transformer layer's own: residual adds and the like) and the backward's total."""
+    _build(megatron, experts, topk, hidden)  # process group, parallel state and CPU stand-ins
+    import torch
+    from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
+
+    layer = _local_layer(experts, topk, hidden)
+    where = ["layer"]
+    for name in _LAYER_MODULES:
+        module = layer.get_submodule(name)
+        module.register_forward_pre_hook(lambda _m, _i, n=name: where.append(n))
+        module.register_forward_hook(lambda _m, _i, _o: where.pop() and None)  # a hook's result replaces the output
+    rope = RotaryEmbedding(kv_channels=hidden // 4, rotary_percent=1.0)(tokens)
+    mask = torch.triu(torch.ones(tokens, tokens), 1).bool()[None, None]
+    forward: dict[str, Counter[str]] = {}
+    for _ in range(2):  # the second pass is counted: lazily built buffers exist by then
+        forward = {}
+        x = torch.randn(tokens, 1, hidden, requires_grad=True)
+        import torch.utils._python_dispatch as pd
+
+        class Mode(pd.TorchDispatchMode):
+            def __torch_dispatch__(self, func: Any, types_: Any, args: Any = (), kwargs: Any = None) -> Any:
+                forward.setdefault(where[-1], Counter())[str(func.overloadpacket.__name__)] += 1
+                return func(*args, **(kwargs or {}))
+
+        with Mode():
+            out = layer(x, attention_mask=mask, rotary_pos_emb=rope)
+        out = out[0] if isinstance(out, tuple) else out
+        with _Count() as back:
+            out.sum().backward()
+    total: Counter[str] = sum(forward.values(), Counter())
+    return {"forward": {k: split_views(v) for k, v in forward.items()}, "forward_total": split_views(total),
+            "backward_total": split_views(back.ops)}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("megatron", help="path holding megatron/core (a Megatron-LM checkout)")
     p.add_argument("--experts", type=int, default=128)
     p.add_argument("--topk", type=int, default=8)
     p.add_argument("--tokens", type=int, default=64)
+    p.add_argument("--layer", action="store_true", help="count a whole local-spec MoE layer")
     a = p.parse_args()
+    if a.layer:
+        lr = count_layer(a.megatron, a.experts, a.topk, a.tokens)
+        print("aten calls as (kernel-launching, view-only)")
+        print("forward per module:", lr["forward"])
+        print("forward total", lr["forward_total"], "backward total", lr["backward_total"])
+        return
     r = count(a.megatron, a.experts, a.topk, a.tokens)
     print("aten calls as (kernel-launching, view-only)")
     print("forward per stage:", r["forward"])
