@@ -232,6 +232,38 @@ def test_a_moe_layer_calls_its_modules_once_per_pass():
     assert layer_parts(dense, dense.evaluate(1, 1))[0].module_calls == pytest.approx(4 * 2 + 2)
 
 
+def test_an_eager_op_costs_the_host_what_pytorch_issue_122029_measured():
+    """PyTorch issue 122029 (2024-03-29, a 1x H100 machine): benchmarks/dynamo/microbenchmarks/overheads.py runs
+    `x + 1` eagerly at 3.8 us with requires_grad (2.9 us without): the unit of the layers' eager glue on every
+    GPU profile; it is not a launch (a CPU tensor), which stays launch_overhead_s."""
+    for hw in ("a100-80gb", "h100", "h200", "b200", "gb200"):
+        k = resolve_hardware(hw).kernels
+        assert k.eager_op_host_s.value == pytest.approx(3.8e-6)
+        assert k.eager_op_host_s.value < k.launch_overhead_s.value
+
+
+def test_a_layer_pays_its_eager_glue_in_reference_ops():
+    """The glue measured by tools/moe_host_ops.py --wall in reference-op equivalents: a dense GQA/SwiGLU layer
+    161 forward + 155 backward (catalogue qkv_proj), an MoE layer 195 + 140 more (dispatch, router graphed).
+    Qwen3-30B-A3B without a re-run: 161 + 155 + 195 + 140 = 651 reference ops, x 3.8 us = 2.47 ms per layer and
+    micro-batch, added to the kernels (4 us), 96 expert GEMMs (33.4 us) and 10 module calls (111 us). A full
+    re-run repeats the forward glue: 651 + 161 + 195 = 1,007. A dense Llama layer: 316, 1.2 ms."""
+    from btacalc.model.gpu.costs import layer_parts
+    from btacalc.model.gpu.fixed import host_time
+
+    p = _problem("qwen3-30b-a3b", hw="b200", run=NO_RERUN, devices=8, expert_parallel=8)
+    (part,) = layer_parts(p, p.evaluate(1, 1))
+    assert part.glue_ops == pytest.approx(161 + 155 + 195 + 140) == 651
+    expected = part.kernels * 4e-6 + 96 * 3.34e-5 + 10 * 111e-6 + 651 * 3.8e-6
+    assert host_time(p, part.kernels, part.expert_gemms, part.module_calls, part.glue_ops) == pytest.approx(expected)
+    assert 651 * 3.8e-6 == pytest.approx(2.47e-3, rel=2e-3)
+    full = _problem("qwen3-30b-a3b", hw="b200", devices=8, expert_parallel=8,
+                    run=RunOptions(seq_len=4096, attention="flash", gradient_bytes=4, recompute="full"))
+    assert layer_parts(full, full.evaluate(1, 1))[0].glue_ops == pytest.approx(651 + 161 + 195)
+    dense = _problem("llama-3-8b", hw="h100", run=NO_RERUN, devices=8)
+    assert layer_parts(dense, dense.evaluate(1, 1))[0].glue_ops == pytest.approx(161 + 155)
+
+
 def test_a_host_bound_moe_micro_batch_takes_its_host_time():
     """Qwen3-30B-A3B on 8 B200 at EP 8, one sequence of 4,096 per micro-batch: the micro-batch's terms add
     up to the larger of its GPU time and its host time (48 layers of 96 expert GEMMs and their kernels, plus
@@ -246,7 +278,8 @@ def test_a_host_bound_moe_micro_batch_takes_its_host_time():
     (part,), (first, last) = layer_parts(p, ev), outside_parts(p, ev)
     layers = p.model.num_layers
     host = host_time(p, layers * part.kernels + first.kernels + last.kernels, layers * part.expert_gemms,
-                     layers * part.module_calls + first.module_calls + last.module_calls)
+                     layers * part.module_calls + first.module_calls + last.module_calls,
+                     layers * part.glue_ops + first.glue_ops + last.glue_ops)
     st = gpu_step_time(p, 1, 1, ev)
     terms = st.details["terms"]
     gpu = sum(v for k, v in terms.items() if k != "launch")

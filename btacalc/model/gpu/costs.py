@@ -77,6 +77,7 @@ class Part:
     kernels: Any = 0  # kernel launches, forward + backward + re-run (model/gpu/fixed.py)
     expert_gemms: Any = 0  # per-expert GEMMs of grouped expert GEMMs, all passes (issued one by one: fixed.py)
     module_calls: Any = 0  # layer-module calls (linear, grouped linear, attention), all passes (fixed.py)
+    glue_ops: Any = 0  # the layer's eager glue outside its modules, reference-op equivalents, all passes (fixed.py)
 
 
 @dataclass(frozen=True)
@@ -219,6 +220,7 @@ def _part(pv: PhaseValues, phases: list[Phase], r: _Rates, memory_only: bool = F
         kernels, expert_gemms = _launches(phase, v, r)
         part.kernels, part.expert_gemms = part.kernels + kernels, part.expert_gemms + expert_gemms
         part.module_calls = part.module_calls + _module_calls(phase, v, r)
+        part.glue_ops = part.glue_ops + _glue_ops(phase, v)
         if phase.core and r.flash:
             run = r.core_time_factor
             core = [core[0] + flops * run, core[1] + traffic, core[2] + v("flops_bwd") * load * run]
@@ -325,6 +327,13 @@ def _module_calls(phase: Phase, v: Any, r: _Rates) -> Any:
         return 0
     modules = sum(1 for g in phase.gemm if g.module and g.applies(r.features))
     return modules * (1 + v("reruns") + 1)
+
+
+def _glue_ops(phase: Phase, v: Any) -> Any:
+    """The eager glue a phase stands for (model/gpu/fixed.py), in reference-op equivalents per micro-batch: its
+    forward once and once per re-run, its backward once."""
+    g = phase.host_glue
+    return 0 if g is None else g.forward_ops * (1 + v("reruns")) + g.backward_ops
 
 
 def _fused_core(part: Part, pv: PhaseValues, phases: list[Phase], core: list[Any], r: _Rates) -> None:

@@ -30,6 +30,7 @@ launch overhead; CUDA graphs remove most of it); the GPU queue hides them while 
 stage's micro-batch therefore takes at least its host issue time, and what exceeds its GPU time shows:
 
     t_host   = kernels x launch_overhead_s + expert GEMMs x expert_gemm_host_s + module calls x module_host_s
+               + glue ops x eager_op_host_s
     t_launch = max(0, t_host - GPU time of the micro-batch)
 
 Kernels per phase (an estimate, not a trace): a dense matmul phase launches each GEMM once forward and
@@ -75,6 +76,27 @@ counted: no published per-call time. Later TransformerEngine releases cut the pe
 issue 2126, 2026-01-03: a BF16 te.Linear costs about what torch.nn.Linear does, 13.48 us per forward on an
 x86 host in TE issue 2053), so for 2026 containers 111 us is an upper bound of the module's own share.
 
+**The layer's eager glue is Python on the host too.** Between its modules a Megatron layer runs its own
+Python and eager PyTorch operators: TransformerLayer, attention and MoE layer logic, the q/k/v split and the rotary
+embedding, the residual adds, the dispatcher's permutation and bookkeeping. A published per-operator cost times
+the operators counted does not cover it: the aten calls are countable (tools/moe_host_ops.py on Megatron-LM @
+554ce493: the router and all-to-all dispatcher issue 61 forward, 431 backward per layer at 128 experts), but
+timing the same code shows the Python between them costs more than they do (a local-spec layer's forward: 346 aten
+calls, the time of about 1,300 reference operators). So the glue is measured whole, on a CPU, in units of one
+reference eager operator timed in the same process (tools/moe_host_ops.py --wall: a Megatron local-spec layer with
+tiny tensors, its modules, norms and experts replaced by one-op stand-ins because they are counted above; CPU time
+of the thread), and turned into time with that operator's published cost on an H100 host:
+
+    eager_op_host_s = 3.8 us   (PyTorch issue 122029, tfiala 2024-03-29: benchmarks/dynamo/microbenchmarks/
+                                overheads.py, `x + 1` eager with requires_grad on a 1x H100 machine)
+    glue of a dense (GQA, SwiGLU) layer          = 161 forward + 155 backward reference ops  (catalogue: qkv_proj)
+    glue an MoE layer adds, router CUDA-graphed  = 195 forward + 140 backward reference ops  (catalogue: dispatch)
+
+(the numbers, their spread over repeated timings and what they leave out are in docs/host-time.md). Qwen3-30B-A3B:
+651 x 3.8 us = 2.47 ms per layer and micro-batch; the forward share repeats with a re-run. The router's own glue
+is not counted: the measured recipes capture it in a CUDA graph (`cuda_graph_scope` moe_router, moe_preprocess),
+which btacalc does not read yet; MLA layers (no qkv_proj phase) carry no glue: not measured.
+
 **The dispatcher's device-to-host sync is not a term.** With EP > 1 and dropless routing, Megatron's
 all-to-all dispatcher waits once per layer forward for the split sizes before the dispatch all-to-all
 (Megatron-LM @ d98e8a64 megatron/core/transformer/moe/token_dispatcher.py L586-596 `before_ep_alltoall`,
@@ -82,8 +104,11 @@ L956-958 `d2h_event.synchronize()`; the backward reuses the host's copy). After 
 of the GPU into the next layer, so a layer's forward takes between max(h, g) and h + g of its host and GPU
 times: max(h, g) plus about one kernel when either side binds the whole layer (host-bound: the GPU finishes
 just after the host's last launch; GPU-bound: the host's first launch after the sync is the only gap). It
-costs time only where one part of a layer is host-bound and another GPU-bound, which the per-micro-batch
-max(host, GPU) here cannot resolve; no published measurement of that split was found.
+costs time only where one part of a layer is host-bound and another GPU-bound. Summed over a micro-batch: the
+sync cuts each layer's forward off from the next, the backward has no sync, so a micro-batch takes
+max(H_f, G_f) + max(H_b, G_b) (forward and backward host and GPU totals) instead of max(H, G). The two differ only
+where the forward and the backward are bound by different sides; for every Qwen3-30B-A3B run of the measured set
+both are bound by the same side (docs/host-time.md), so it is not a term.
 
 The MoE router, permute (dispatch) and unpermute (combine) kernels are phases of the catalogue with
 their own HBM traffic (formulas/moe.toml), so their bandwidth-bound time is already in the layer's
@@ -141,15 +166,18 @@ def fixed_costs(problem: Problem, dense: Any, expert: Any, rates: dict[str, int]
     return FixedCosts(optimizer, norm)
 
 
-def host_time(problem: Problem, kernels: Any, expert_gemms: Any = 0, module_calls: Any = 0) -> Any:
-    """CPU time to issue a micro-batch's kernels, per-expert GEMMs and layer-module calls on a stage (module
-    docstring); 0 without [kernels]; a profile without `module_host_s` does not count the module calls."""
+def host_time(problem: Problem, kernels: Any, expert_gemms: Any = 0, module_calls: Any = 0, glue_ops: Any = 0) -> Any:
+    """CPU time to issue a micro-batch's kernels, per-expert GEMMs, layer-module calls and the layers' eager glue
+    (reference-op equivalents) on a stage (module docstring); 0 without [kernels]; a profile without
+    `module_host_s` or `eager_op_host_s` does not count the module calls or the glue."""
     k = problem.hardware.kernels
     if k is None:
         return 0.0
     per_expert = k.expert_gemm_host_s if k.expert_gemm_host_s is not None else k.launch_overhead_s
     per_module = k.module_host_s.value if k.module_host_s is not None else 0.0
-    return kernels * k.launch_overhead_s.value + expert_gemms * per_expert.value + module_calls * per_module
+    per_op = k.eager_op_host_s.value if k.eager_op_host_s is not None else 0.0
+    return (kernels * k.launch_overhead_s.value + expert_gemms * per_expert.value + module_calls * per_module
+            + glue_ops * per_op)
 
 
 def launch_time(host_s: Any, gpu_time_s: Any) -> Any:

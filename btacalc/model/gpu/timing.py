@@ -143,7 +143,8 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
     stage = Part()
     for n, (_, part) in zip(counts, kinds):
         for name in ("compute_s", "backward_s", "core_s", "tp_bytes", "cp_bytes", "a2a_bytes", "kernels", "tp_calls",
-                     "cp_calls", "a2a_calls", "weight_cast_s", "expert_gemms", "module_calls"):
+                     "cp_calls", "a2a_calls", "weight_cast_s", "expert_gemms", "module_calls",
+                     "glue_ops"):
             setattr(stage, name, getattr(stage, name) + n * getattr(part, name))
     layer_terms = _layer_terms(problem, kinds, counts)
     first, last = ends
@@ -166,7 +167,7 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
              "pp_p2p": where(o.p2p, maximum(0.0, p2p - compute), p2p), "zero_per_micro_batch": per_mb,
              "tiling": layers * tiles * tile_overhead_s(problem)}
     issued = [getattr(stage, n) + sum(where(on, getattr(p, n), 0) for p, on in outside)
-              for n in ("kernels", "expert_gemms", "module_calls")]
+              for n in ("kernels", "expert_gemms", "module_calls", "glue_ops")]
     host = host_time(problem, *issued)
     terms["launch"] = launch_time(host, sum(terms.values()))
     host = where(exists, host, 0.0)
