@@ -27,7 +27,19 @@ counts its aten calls forward per module and backward in total: the count an all
 an upper bound of what the TransformerEngine path (fused norms, rope and permute; one grouped linear module) issues
 outside its modules.
 
-Usage: python tools/moe_host_ops.py /path/to/megatron-checkout [--experts 128 --topk 8 --tokens 64] [--layer]
+With `--wall` it times, on this CPU, the host time of that layer's forward and backward with tiny tensors (compute
+negligible) once as built and once with the parts btacalc counts elsewhere replaced by one-op stand-ins: the linear
+modules and the core attention (TransformerEngine modules, `kernels.module_host_s`), the experts (TransformerEngine's
+grouped linear, `kernels.expert_gemm_host_s`), the norms (TENorm: one fused kernel) and, with `--graphed-router`,
+the router (a CUDA-graphed scope `moe_router` in the measured recipes). What is left is the layer's eager glue:
+Megatron's TransformerLayer, attention and MoE layer Python, the rotary embedding, the dispatcher's permutation,
+the residual adds. Each time is divided by the time of the reference eager op of PyTorch's
+benchmarks/dynamo/microbenchmarks/overheads.py (`x + 1` on a one-element tensor with requires_grad, timed in the
+same process): the glue in reference-op equivalents, which the host-time model multiplies by that op's published
+time on an H100 host (docs/host-time.md). `--dense` times a dense (SwiGLU MLP) layer instead.
+
+Usage: python tools/moe_host_ops.py /path/to/megatron-checkout [--experts 128 --topk 8 --tokens 64]
+       [--layer | --wall [--dense] [--graphed-router]]
 """
 from __future__ import annotations
 
@@ -35,9 +47,10 @@ import argparse
 import contextlib
 import os
 import sys
+import time
 import types
 from collections import Counter
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 
 # aten operators that only make a new view or alias of a tensor (no kernel on the GPU): they pay the
@@ -190,17 +203,18 @@ _LAYER_MODULES = ("input_layernorm", "self_attention", "self_attention.linear_qk
                   "pre_mlp_layernorm", "mlp", "mlp.router", "mlp.experts")
 
 
-def _local_layer(experts: int, topk: int, hidden: int) -> Any:
-    """A Qwen3-like MoE layer (GQA, QK RMSNorm, SwiGLU experts, aux loss) from Megatron's local spec."""
+def _local_layer(experts: Optional[int], topk: int, hidden: int) -> Any:
+    """A Qwen3-like MoE layer (GQA, QK RMSNorm, SwiGLU experts, aux loss) from Megatron's local spec; a dense
+    SwiGLU layer when experts is None."""
     import torch
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.transformer.spec_utils import build_module
     from megatron.core.transformer.transformer_config import TransformerConfig
 
     cfg = TransformerConfig(num_layers=1, hidden_size=hidden, num_attention_heads=4, num_query_groups=2,
-                            kv_channels=hidden // 4, num_moe_experts=experts, moe_router_topk=topk,
+                            kv_channels=hidden // 4, num_moe_experts=experts, moe_router_topk=topk if experts else 2,
                             moe_aux_loss_coeff=1e-3, moe_router_load_balancing_type="aux_loss",
-                            moe_token_dispatcher_type="alltoall", moe_ffn_hidden_size=hidden // 2,
+                            moe_token_dispatcher_type="alltoall", moe_ffn_hidden_size=hidden // 2 if experts else None,
                             ffn_hidden_size=hidden // 2, use_cpu_initialization=True, add_bias_linear=False,
                             moe_permute_fusion=False, gated_linear_unit=True,
                             activation_func=torch.nn.functional.silu, normalization="RMSNorm", qk_layernorm=True,
@@ -259,6 +273,105 @@ def count_layer(megatron: str, experts: int = 16, topk: int = 8, tokens: int = 2
             "backward_total": split_views(back.ops)}
 
 
+def _stand_ins(layer: Any, hidden: int, graphed_router: bool) -> None:
+    """Replace what btacalc counts elsewhere by one-op modules (see the module docstring)."""
+    import torch
+
+    class OneMatmul(torch.nn.Module):
+        def __init__(self, n_in: int, n_out: int) -> None:
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(n_out, n_in))
+
+        def forward(self, x: Any) -> Any:
+            return torch.nn.functional.linear(x, self.w), None
+
+    class GroupedExperts(OneMatmul):
+        def forward(self, h: Any, _tokens_per_expert: Any, probs: Any) -> Any:  # type: ignore[override]
+            return torch.nn.functional.linear(h, self.w) * probs.unsqueeze(-1), None
+
+    class FusedNorm(torch.nn.Module):
+        def __init__(self, n: int) -> None:
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.ones(n))
+
+        def forward(self, x: Any) -> Any:
+            return x * self.w
+
+    class GraphedRouter(torch.nn.Module):
+        """The router's outputs replayed: its forward and backward are one graph launch each."""
+
+        def __init__(self, router: Any, x: Any) -> None:
+            super().__init__()
+            with torch.no_grad():
+                self.probs, self.map = router(x)
+
+        def forward(self, x: Any, *_a: Any, **_k: Any) -> Any:
+            return self.probs + 0 * x.view(-1, x.shape[-1])[:, :1], self.map
+
+    sa = layer.self_attention
+    sa.linear_qkv = OneMatmul(hidden, sa.linear_qkv.weight.shape[0])
+    sa.linear_proj = OneMatmul(sa.linear_proj.weight.shape[1], hidden)
+    for name in ("input_layernorm", "pre_mlp_layernorm"):
+        setattr(layer, name, FusedNorm(hidden))
+    for name in ("q_layernorm", "k_layernorm"):
+        if getattr(sa, name, None) is not None:
+            setattr(sa, name, FusedNorm(getattr(sa, name).weight.shape[0]))
+    if hasattr(layer.mlp, "experts"):
+        layer.mlp.experts = GroupedExperts(hidden, hidden)
+        if graphed_router:
+            layer.mlp.router = GraphedRouter(layer.mlp.router, torch.randn(_WALL_TOKENS, hidden))
+    else:
+        layer.mlp.linear_fc1 = OneMatmul(hidden, layer.mlp.linear_fc1.weight.shape[0])
+        layer.mlp.linear_fc2 = OneMatmul(layer.mlp.linear_fc2.weight.shape[1], hidden)
+
+
+_WALL_TOKENS = 16  # tiny tensors: the CPU's arithmetic is negligible next to the host overhead
+
+
+def time_layer(megatron: str, experts: Optional[int], topk: int = 8, hidden: int = 64, glue_only: bool = True,
+               graphed_router: bool = False, repeat: int = 9) -> dict[str, float]:
+    """Host time of one layer's forward and forward + backward, and in reference-op equivalents (each the
+    minimum over `repeat` interleaved timings: the least disturbed by other work on the machine)."""
+    import timeit
+
+    _build(megatron, experts or 2, topk, hidden)
+    import torch
+    from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
+
+    torch.set_num_threads(1)
+    layer = _local_layer(experts, topk, hidden)
+    if glue_only:
+        _stand_ins(layer, hidden, graphed_router)
+    s = _WALL_TOKENS
+    rope = RotaryEmbedding(kv_channels=hidden // 4, rotary_percent=1.0)(s)
+    mask = torch.triu(torch.ones(s, s), 1).bool()[None, None]
+    x = torch.randn(s, 1, hidden, requires_grad=True)
+    one = torch.randn(1, requires_grad=True)
+
+    def forward() -> Any:
+        out = layer(x, attention_mask=mask, rotary_pos_emb=rope)
+        return out[0] if isinstance(out, tuple) else out
+
+    def step() -> None:
+        forward().sum().backward()
+
+    for _ in range(5):
+        step()
+    times: dict[str, list[float]] = {"reference_op": [], "forward": [], "forward_backward": []}
+    def cpu(fn: Callable[[], Any], number: int) -> float:
+        """CPU time of this thread per call (time.thread_time: other processes on the machine do not count)."""
+        return min(timeit.Timer(fn, timer=time.thread_time).repeat(number=number, repeat=3)) / number
+
+    for _ in range(repeat):  # interleaved, so that a change of the machine's state shows in all three
+        times["reference_op"].append(cpu(lambda: one + 1, 2000))
+        times["forward"].append(cpu(forward, 20))
+        times["forward_backward"].append(cpu(step, 20))
+    best = {k: min(v) for k, v in times.items()}
+    return {**{f"{k}_us": v * 1e6 for k, v in best.items()},
+            "forward": best["forward"] / best["reference_op"],
+            "forward_backward": best["forward_backward"] / best["reference_op"]}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("megatron", help="path holding megatron/core (a Megatron-LM checkout)")
@@ -266,7 +379,17 @@ def main() -> None:
     p.add_argument("--topk", type=int, default=8)
     p.add_argument("--tokens", type=int, default=64)
     p.add_argument("--layer", action="store_true", help="count a whole local-spec MoE layer")
+    p.add_argument("--wall", action="store_true", help="time the layer's eager glue in reference-op equivalents")
+    p.add_argument("--dense", action="store_true", help="with --wall: a dense layer")
+    p.add_argument("--graphed-router", action="store_true", help="with --wall: the router replayed (CUDA graph)")
+    p.add_argument("--whole", action="store_true", help="with --wall: time the whole layer, no stand-ins")
     a = p.parse_args()
+    if a.wall:
+        w = time_layer(a.megatron, None if a.dense else a.experts, a.topk, glue_only=not a.whole,
+                       graphed_router=a.graphed_router)
+        print("host time (us) and in reference-op equivalents (x + 1, requires_grad):",
+              {k: round(v, 1) for k, v in w.items()})
+        return
     if a.layer:
         lr = count_layer(a.megatron, a.experts, a.topk, a.tokens)
         print("aten calls as (kernel-launching, view-only)")
