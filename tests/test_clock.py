@@ -264,6 +264,45 @@ def test_a_layer_pays_its_eager_glue_in_reference_ops():
     assert layer_parts(dense, dense.evaluate(1, 1))[0].glue_ops == pytest.approx(161 + 155)
 
 
+def test_the_dispatchers_sync_splits_a_micro_batch_into_forward_and_backward():
+    """A dropless MoE layer waits for its token counts on the host once per forward (token_dispatcher.py
+    `d2h_event.synchronize()`), so forward and backward each take the larger of their host and GPU times:
+    host 3 + 2 ms, GPU 2 + 4 ms takes max(3, 2) + max(2, 4) = 7 ms, 1 ms beyond the GPU's 6, where without the
+    sync max(5, 6) = 6 hides the host entirely."""
+    from btacalc.model.gpu.fixed import gpu_forward_share, launch_time, launch_time_synced
+
+    assert launch_time_synced(3e-3, 5e-3, 2e-3, 6e-3) == pytest.approx((max(3, 2) + max(2, 4) - 6) * 1e-3) \
+        == pytest.approx(1e-3)
+    assert launch_time(5e-3, 6e-3) == 0.0
+    # the GPU's forward: compute less the backward compute, plus half of the rest (each collective's twin)
+    assert gpu_forward_share(9e-3, 6e-3, 11e-3) == pytest.approx(3e-3 + 1e-3)
+
+
+def test_a_moe_layer_issues_a_third_of_its_gemms_and_half_its_modules_forward():
+    """Qwen3-30B-A3B at EP 8, no re-run: forward alone issues 2 x 16 = 32 expert GEMMs (of 96), 5 module calls
+    (linear_qkv, linear_proj, fc1, fc2, attention; of 10) and 161 + 195 = 356 reference ops of glue (of 651); the
+    stage's launch row is then max(0, H_f - G_f) + max(0, H_b - G_b); a dense stage keeps max(0, H - G)."""
+    from btacalc.model.gpu.costs import layer_parts
+    from btacalc.model.gpu.fixed import gpu_forward_share, host_time, launch_time_synced
+    from btacalc.model.gpu.timing import gpu_step_time
+
+    p = _problem("qwen3-30b-a3b", hw="b200", run=NO_RERUN, devices=8, expert_parallel=8, micro_batches=4,
+                 devices_per_node=8)
+    (part,) = layer_parts(p, p.evaluate(1, 1))
+    assert (part.expert_gemms_fwd, part.module_calls_fwd, part.glue_ops_fwd) == pytest.approx((32, 5, 356))
+    assert part.kernels / 3 < part.kernels_fwd < part.kernels / 2  # GEMM phases 1 of 3 passes, the others 1 of 2
+    st = gpu_step_time(p, 1, 1, p.evaluate(1, 1))
+    terms = st.details["terms"]
+    gpu = sum(v for k, v in terms.items() if k != "launch")
+    assert terms["launch"] >= max(0.0, st.details["host_s"] - gpu) - 1e-12  # never less than without the sync
+    dense = _problem("llama-3-8b", hw="h100", run=NO_RERUN, devices=8)
+    dt = gpu_step_time(dense, 1, 1, dense.evaluate(1, 1)).details
+    gpu_d = sum(v for k, v in dt["terms"].items() if k != "launch")
+    assert dt["terms"]["launch"] == pytest.approx(max(0.0, dt["host_s"] - gpu_d))
+    assert launch_time_synced(host_time(p, part.kernels_fwd, 32, 5, 356), host_time(
+        p, part.kernels, 96, 10, 651), gpu_forward_share(1.0, 0.5, 1.0), 1.0) == 0.0  # a GPU-bound layer hides both
+
+
 def test_a_host_bound_moe_micro_batch_takes_its_host_time():
     """Qwen3-30B-A3B on 8 B200 at EP 8, one sequence of 4,096 per micro-batch: the micro-batch's terms add
     up to the larger of its GPU time and its host time (48 layers of 96 expert GEMMs and their kernels, plus

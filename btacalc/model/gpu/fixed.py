@@ -97,18 +97,21 @@ of the thread), and turned into time with that operator's published cost on an H
 is not counted: the measured recipes capture it in a CUDA graph (`cuda_graph_scope` moe_router, moe_preprocess),
 which btacalc does not read yet; MLA layers (no qkv_proj phase) carry no glue: not measured.
 
-**The dispatcher's device-to-host sync is not a term.** With EP > 1 and dropless routing, Megatron's
-all-to-all dispatcher waits once per layer forward for the split sizes before the dispatch all-to-all
-(Megatron-LM @ d98e8a64 megatron/core/transformer/moe/token_dispatcher.py L586-596 `before_ep_alltoall`,
-L956-958 `d2h_event.synchronize()`; the backward reuses the host's copy). After it the host cannot run ahead
-of the GPU into the next layer, so a layer's forward takes between max(h, g) and h + g of its host and GPU
-times: max(h, g) plus about one kernel when either side binds the whole layer (host-bound: the GPU finishes
-just after the host's last launch; GPU-bound: the host's first launch after the sync is the only gap). It
-costs time only where one part of a layer is host-bound and another GPU-bound. Summed over a micro-batch: the
-sync cuts each layer's forward off from the next, the backward has no sync, so a micro-batch takes
-max(H_f, G_f) + max(H_b, G_b) (forward and backward host and GPU totals) instead of max(H, G). The two differ only
-where the forward and the backward are bound by different sides; for every Qwen3-30B-A3B run of the measured set
-both are bound by the same side (docs/host-time.md), so it is not a term.
+**The dispatcher's device-to-host sync splits the micro-batch.** A dropless MoE layer waits once per forward for
+its token counts on the host (Megatron-LM @ d98e8a64 megatron/core/transformer/moe/token_dispatcher.py L586-596
+`before_ep_alltoall` with EP or TP > 1, `before_finish` otherwise: TransformerEngine's grouped linear takes the
+per-expert split sizes as a Python list; L956-958 `d2h_event.synchronize()`; the backward reuses the host's copy).
+After it the GPU queue is empty and the host cannot run ahead into the next layer: a layer's forward takes
+max(h, g) of its host and GPU times (plus about one kernel), and the backward, without a sync, overlaps as a whole.
+Summed over the identical layers of a stage, a micro-batch with MoE layers takes
+
+    max(H_f, G_f) + max(H_b, G_b)          instead of max(H, G)
+    H_f = host_time of the first forward pass's kernels, expert GEMMs, module calls and glue (costs.py *_fwd)
+    G_f = (compute - backward compute) + (GPU time - compute) / 2        (`gpu_forward_share`)
+
+so the launch row is max(0, H_f - G_f) + max(0, H_b - G_b). It differs from max(0, H - G) only where the forward
+and the backward are bound by different sides: the forward carries half of the module calls and more than half
+of the glue but a third of the GEMM work, so a run near balance turns host-bound in the forward first.
 
 The MoE router, permute (dispatch) and unpermute (combine) kernels are phases of the catalogue with
 their own HBM traffic (formulas/moe.toml), so their bandwidth-bound time is already in the layer's
@@ -178,6 +181,21 @@ def host_time(problem: Problem, kernels: Any, expert_gemms: Any = 0, module_call
     per_op = k.eager_op_host_s.value if k.eager_op_host_s is not None else 0.0
     return (kernels * k.launch_overhead_s.value + expert_gemms * per_expert.value + module_calls * per_module
             + glue_ops * per_op)
+
+
+def gpu_forward_share(compute_s: Any, backward_s: Any, gpu_time_s: Any) -> Any:
+    """The forward pass's part of a micro-batch's GPU time: its compute less the backward's (a re-run counts
+    with the forward here, an approximation), plus half of the rest (communication and the other per-micro-batch
+    terms: each forward collective has its backward twin)."""
+    return (compute_s - backward_s) + (gpu_time_s - compute_s) / 2
+
+
+def launch_time_synced(host_forward_s: Any, host_s: Any, gpu_forward_s: Any, gpu_time_s: Any) -> Any:
+    """Exposed host time of a micro-batch whose MoE layers wait for the dispatcher's device-to-host copy once
+    per layer forward (module docstring): forward and backward each take the larger of their host and GPU
+    times, max(H_f, G_f) + max(H_b, G_b), so each shows its own excess."""
+    return maximum(0.0, host_forward_s - gpu_forward_s) + maximum(0.0, (host_s - host_forward_s)
+                                                               - (gpu_time_s - gpu_forward_s))
 
 
 def launch_time(host_s: Any, gpu_time_s: Any) -> Any:
