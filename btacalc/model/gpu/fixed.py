@@ -95,7 +95,8 @@ of the thread), and turned into time with that operator's published cost on an H
 (the numbers, their spread over repeated timings and what they leave out are in docs/host-time.md). Qwen3-30B-A3B:
 651 x 3.8 us = 2.47 ms per layer and micro-batch; the forward share repeats with a re-run. The router's own glue
 is not counted: the measured recipes capture it in a CUDA graph (`cuda_graph_scope` moe_router, moe_preprocess),
-which btacalc does not read yet; MLA layers (no qkv_proj phase) carry no glue: not measured.
+which btacalc does not read yet; MLA layers (no qkv_proj phase) carry only the MoE extra:
+their attention's glue is not measured.
 
 **The dispatcher's device-to-host sync splits the micro-batch.** A dropless MoE layer waits once per forward for
 its token counts on the host (Megatron-LM @ d98e8a64 megatron/core/transformer/moe/token_dispatcher.py L586-596
