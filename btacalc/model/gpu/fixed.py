@@ -31,7 +31,7 @@ stage's micro-batch therefore takes at least its host issue time, and what excee
 
     t_host   = kernels x launch_overhead_s + expert GEMMs x expert_gemm_host_s + module calls x module_host_s
                + glue ops x eager_op_host_s
-    t_launch = max(0, t_host - GPU time of the micro-batch)
+    t_launch = max(0, t_host - GPU time of the micro-batch)   (a stage with MoE layers: split by pass, below)
 
 Kernels per phase (an estimate, not a trace): a dense matmul phase launches each GEMM once forward and
 twice backward (data and weight gradient), other phases one kernel forward and one backward, the
@@ -82,7 +82,7 @@ embedding, the residual adds, the dispatcher's permutation and bookkeeping. A pu
 the operators counted does not cover it: the aten calls are countable (tools/moe_host_ops.py on Megatron-LM @
 554ce493: the router and all-to-all dispatcher issue 61 forward, 431 backward per layer at 128 experts), but
 timing the same code shows the Python between them costs more than they do (a local-spec layer's forward: 346 aten
-calls, the time of about 1,300 reference operators). So the glue is measured whole, on a CPU, in units of one
+calls, the time of 1,200-1,430 reference operators in two runs). So the glue is measured whole, on a CPU, in units of one
 reference eager operator timed in the same process (tools/moe_host_ops.py --wall: a Megatron local-spec layer with
 tiny tensors, its modules, norms and experts replaced by one-op stand-ins because they are counted above; CPU time
 of the thread), and turned into time with that operator's published cost on an H100 host:
