@@ -246,6 +246,77 @@ def test_a_moe_layer_calls_its_modules_once_per_pass():
     assert layer_parts(dense, dense.evaluate(1, 1))[0].module_calls == pytest.approx(4 * 2 + 2)
 
 
+def test_an_eager_op_costs_the_host_what_pytorch_issue_122029_measured():
+    """PyTorch issue 122029 (2024-03-29, a 1x H100 machine): benchmarks/dynamo/microbenchmarks/overheads.py runs
+    `x + 1` eagerly at 3.8 us with requires_grad (2.9 us without): the unit of the layers' eager glue on every
+    GPU profile; it is not a launch (a CPU tensor), which stays launch_overhead_s."""
+    for hw in ("a100-80gb", "h100", "h200", "b200", "gb200"):
+        k = resolve_hardware(hw).kernels
+        assert k.eager_op_host_s.value == pytest.approx(3.8e-6)
+        assert k.eager_op_host_s.value < k.launch_overhead_s.value
+
+
+def test_a_layer_pays_its_eager_glue_in_reference_ops():
+    """The glue measured by tools/moe_host_ops.py --wall in reference-op equivalents: a dense GQA/SwiGLU layer
+    161 forward + 155 backward (catalogue qkv_proj), an MoE layer 195 + 140 more (dispatch, router graphed).
+    Qwen3-30B-A3B without a re-run: 161 + 155 + 195 + 140 = 651 reference ops, x 3.8 us = 2.47 ms per layer and
+    micro-batch, added to the kernels (4 us), 96 expert GEMMs (33.4 us) and 10 module calls (111 us). A full
+    re-run repeats the forward glue: 651 + 161 + 195 = 1,007. A dense Llama layer: 316, 1.2 ms."""
+    from btacalc.model.gpu.costs import layer_parts
+    from btacalc.model.gpu.fixed import host_time
+
+    p = _problem("qwen3-30b-a3b", hw="b200", run=NO_RERUN, devices=8, expert_parallel=8)
+    (part,) = layer_parts(p, p.evaluate(1, 1))
+    assert part.glue_ops == pytest.approx(161 + 155 + 195 + 140) == 651
+    expected = part.kernels * 4e-6 + 96 * 3.34e-5 + 10 * 111e-6 + 651 * 3.8e-6
+    assert host_time(p, part.kernels, part.expert_gemms, part.module_calls, part.glue_ops) == pytest.approx(expected)
+    assert 651 * 3.8e-6 == pytest.approx(2.47e-3, rel=2e-3)
+    full = _problem("qwen3-30b-a3b", hw="b200", devices=8, expert_parallel=8,
+                    run=RunOptions(seq_len=4096, attention="flash", gradient_bytes=4, recompute="full"))
+    assert layer_parts(full, full.evaluate(1, 1))[0].glue_ops == pytest.approx(651 + 161 + 195)
+    dense = _problem("llama-3-8b", hw="h100", run=NO_RERUN, devices=8)
+    assert layer_parts(dense, dense.evaluate(1, 1))[0].glue_ops == pytest.approx(161 + 155)
+
+
+def test_the_dispatchers_sync_splits_a_micro_batch_into_forward_and_backward():
+    """A dropless MoE layer waits for its token counts on the host once per forward (token_dispatcher.py
+    `d2h_event.synchronize()`), so forward and backward each take the larger of their host and GPU times:
+    host 3 + 2 ms, GPU 2 + 4 ms takes max(3, 2) + max(2, 4) = 7 ms, 1 ms beyond the GPU's 6, where without the
+    sync max(5, 6) = 6 hides the host entirely."""
+    from btacalc.model.gpu.fixed import gpu_forward_share, launch_time, launch_time_synced
+
+    assert launch_time_synced(3e-3, 5e-3, 2e-3, 6e-3) == pytest.approx((max(3, 2) + max(2, 4) - 6) * 1e-3) \
+        == pytest.approx(1e-3)
+    assert launch_time(5e-3, 6e-3) == 0.0
+    # the GPU's forward: compute less the backward compute, plus half of the rest (each collective's twin)
+    assert gpu_forward_share(9e-3, 6e-3, 11e-3) == pytest.approx(3e-3 + 1e-3)
+
+
+def test_a_moe_layer_issues_a_third_of_its_gemms_and_half_its_modules_forward():
+    """Qwen3-30B-A3B at EP 8, no re-run: forward alone issues 2 x 16 = 32 expert GEMMs (of 96), 5 module calls
+    (linear_qkv, linear_proj, fc1, fc2, attention; of 10) and 161 + 195 = 356 reference ops of glue (of 651); the
+    stage's launch row is then max(0, H_f - G_f) + max(0, H_b - G_b); a dense stage keeps max(0, H - G)."""
+    from btacalc.model.gpu.costs import layer_parts
+    from btacalc.model.gpu.fixed import gpu_forward_share, host_time, launch_time_synced
+    from btacalc.model.gpu.timing import gpu_step_time
+
+    p = _problem("qwen3-30b-a3b", hw="b200", run=NO_RERUN, devices=8, expert_parallel=8, micro_batches=4,
+                 devices_per_node=8)
+    (part,) = layer_parts(p, p.evaluate(1, 1))
+    assert (part.expert_gemms_fwd, part.module_calls_fwd, part.glue_ops_fwd) == pytest.approx((32, 5, 356))
+    assert part.kernels / 3 < part.kernels_fwd < part.kernels / 2  # GEMM phases 1 of 3 passes, the others 1 of 2
+    st = gpu_step_time(p, 1, 1, p.evaluate(1, 1))
+    terms = st.details["terms"]
+    gpu = sum(v for k, v in terms.items() if k != "launch")
+    assert terms["launch"] >= max(0.0, st.details["host_s"] - gpu) - 1e-12  # never less than without the sync
+    dense = _problem("llama-3-8b", hw="h100", run=NO_RERUN, devices=8)
+    dt = gpu_step_time(dense, 1, 1, dense.evaluate(1, 1)).details
+    gpu_d = sum(v for k, v in dt["terms"].items() if k != "launch")
+    assert dt["terms"]["launch"] == pytest.approx(max(0.0, dt["host_s"] - gpu_d))
+    assert launch_time_synced(host_time(p, part.kernels_fwd, 32, 5, 356), host_time(
+        p, part.kernels, 96, 10, 651), gpu_forward_share(1.0, 0.5, 1.0), 1.0) == 0.0  # a GPU-bound layer hides both
+
+
 def test_a_host_bound_moe_micro_batch_takes_its_host_time():
     """Qwen3-30B-A3B on 8 B200 at EP 8, one sequence of 4,096 per micro-batch: the micro-batch's terms add
     up to the larger of its GPU time and its host time (48 layers of 96 expert GEMMs and their kernels, plus
@@ -260,7 +331,8 @@ def test_a_host_bound_moe_micro_batch_takes_its_host_time():
     (part,), (first, last) = layer_parts(p, ev), outside_parts(p, ev)
     layers = p.model.num_layers
     host = host_time(p, layers * part.kernels + first.kernels + last.kernels, layers * part.expert_gemms,
-                     layers * part.module_calls + first.module_calls + last.module_calls)
+                     layers * part.module_calls + first.module_calls + last.module_calls,
+                     layers * part.glue_ops + first.glue_ops + last.glue_ops)
     st = gpu_step_time(p, 1, 1, ev)
     terms = st.details["terms"]
     gpu = sum(v for k, v in terms.items() if k != "launch")

@@ -181,6 +181,18 @@ class Gemm(BaseModel):
         return matches(self.when, features)
 
 
+class HostGlue(BaseModel):
+    """The host time of a layer's eager glue that a phase stands for: the framework's Python and PyTorch operators
+    outside the layer's modules (model/gpu/fixed.py), in reference-op equivalents: multiples of one eager
+    operator's host time (the profile's `kernels.eager_op_host_s`), per micro-batch."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    forward_ops: float = Field(ge=0, description="forward pass (repeated by a re-run)")
+    backward_ops: float = Field(ge=0, description="backward pass")
+    source: str = Field(min_length=3)
+
+
 class Phase(BaseModel):
     """A phase of a decoder layer (scope 'layer'), a part outside the layers (scope 'model') or the
     per-parameter training state (scope 'state')."""
@@ -218,6 +230,8 @@ class Phase(BaseModel):
     pipeline_stage: Literal["first", "last"] = Field(
         "first", description="parts outside the layers (scope model): the pipeline stage holding them (the "
         "embedding on the first, the final norm, LM head and loss on the last)")
+    host_glue: Optional[HostGlue] = Field(None, description="the layer's eager glue on the host this phase stands "
+                                          "for (GPU host time, model/gpu/fixed.py)")
     term: list[Term] = []
     gemm: list[Gemm] = Field(default_factory=list, description="the phase's matmuls as (m, n, k) per device: "
                              "what the GPU time model quantises into tiles and waves")

@@ -314,6 +314,10 @@ class Kernels(_Section):
         None, description="CPU-side cost of one call of a framework layer module (a Megatron/TransformerEngine "
         "linear, grouped linear or attention module) per pass, beyond the launches of its own kernels "
         "(model/gpu/fixed.py); None: not counted")
+    eager_op_host_s: Annotated[Optional[Number], LATENCY] = Field(
+        None, description="CPU-side cost of one eager PyTorch operator called from Python with autograd recording, "
+        "the unit in which the catalogue writes a layer's eager glue outside its modules (Phase.host_glue; "
+        "model/gpu/fixed.py); None: not counted")
     gemm_ceiling_fraction: Annotated[Number, FRACTION] = Field(
         description="share of the datasheet dense peak a large, perfectly quantised BF16 GEMM reaches in a "
         "microbenchmark of this generation (the measured ceiling; model/gpu/gemm.py)")

@@ -81,6 +81,12 @@ class Part:
     kernels: Any = 0  # kernel launches, forward + backward + re-run (model/gpu/fixed.py)
     expert_gemms: Any = 0  # per-expert GEMMs of grouped expert GEMMs, all passes (issued one by one: fixed.py)
     module_calls: Any = 0  # layer-module calls (linear, grouped linear, attention), all passes (fixed.py)
+    glue_ops: Any = 0  # the layer's eager glue outside its modules, reference-op equivalents, all passes (fixed.py)
+    # the same four counts for the first forward pass alone (the dispatcher's sync splits the host time by pass)
+    kernels_fwd: Any = 0
+    expert_gemms_fwd: Any = 0
+    module_calls_fwd: Any = 0
+    glue_ops_fwd: Any = 0
 
 
 @dataclass(frozen=True)
@@ -249,8 +255,11 @@ def _part(pv: PhaseValues, phases: list[Phase], r: _Rates, memory_only: bool = F
         flops = (v("flops_fwd") + v("flops_bwd") + v("flops_recompute")) * load
         traffic = _traffic(phase, v, r, load)
         kernels, expert_gemms = _launches(phase, v, r)
+        modules = _module_calls(phase, v, r)
         part.kernels, part.expert_gemms = part.kernels + kernels, part.expert_gemms + expert_gemms
-        part.module_calls = part.module_calls + _module_calls(phase, v, r)
+        part.module_calls = part.module_calls + modules
+        part.glue_ops = part.glue_ops + _glue_ops(phase, v)
+        _forward_issued(part, phase, v, r, (kernels, expert_gemms, modules))
         if phase.core and r.flash:
             run = r.core_time_factor
             core = [core[0] + flops * run, core[1] + traffic, core[2] + v("flops_bwd") * load * run]
@@ -361,6 +370,26 @@ def _module_calls(phase: Phase, v: Any, r: _Rates) -> Any:
     return modules * (1 + v("reruns") + 1)
 
 
+def _glue_ops(phase: Phase, v: Any) -> Any:
+    """The eager glue a phase stands for (model/gpu/fixed.py), in reference-op equivalents per micro-batch: its
+    forward once and once per re-run, its backward once."""
+    g = phase.host_glue
+    return 0 if g is None else g.forward_ops * (1 + v("reruns")) + g.backward_ops
+
+
+def _forward_issued(part: Part, phase: Phase, v: Any, r: _Rates, issued: tuple[Any, Any, Any]) -> None:
+    """The first forward pass's share of what a phase issues (the passes as `_launches`, `_module_calls` and
+    `_glue_ops` count them: a GEMM phase's kernels and expert GEMMs in 3 + re-runs passes, another phase's kernel
+    in 2 + re-runs, a module in 2 + re-runs; re-runs belong to the backward, where they run)."""
+    kernels, expert_gemms, modules = issued
+    reruns = v("reruns")
+    passes = 3 + reruns if any(g.applies(r.features) for g in phase.gemm) else 2 + reruns
+    part.kernels_fwd = part.kernels_fwd + kernels / passes
+    part.expert_gemms_fwd = part.expert_gemms_fwd + expert_gemms / (3 + reruns)
+    part.module_calls_fwd = part.module_calls_fwd + modules / (2 + reruns)
+    part.glue_ops_fwd = part.glue_ops_fwd + (0 if phase.host_glue is None else phase.host_glue.forward_ops)
+
+
 def _fused_core(part: Part, pv: PhaseValues, phases: list[Phase], core: list[Any], r: _Rates) -> None:
     """The FlashAttention kernel: one roofline over the core phases at the attention kernel's rate
     (`attention_core_peak`), shared out by their FLOPs."""
@@ -368,6 +397,8 @@ def _fused_core(part: Part, pv: PhaseValues, phases: list[Phase], core: list[Any
     part.compute_s, part.core_s = part.compute_s + fused, part.core_s + fused
     part.kernels = part.kernels + where(core[0] > 0, 2, 0)  # the fused forward and backward kernels
     part.module_calls = part.module_calls + where(core[0] > 0, 2, 0)  # its attention module, forward and backward
+    part.kernels_fwd = part.kernels_fwd + where(core[0] > 0, 1, 0)
+    part.module_calls_fwd = part.module_calls_fwd + where(core[0] > 0, 1, 0)
     safe = where(core[0] > 0, core[0], 1)
     part.backward_s = part.backward_s + fused * where(core[0] > 0, core[2] / safe, 0)
     for phase in phases:

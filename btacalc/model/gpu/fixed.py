@@ -30,7 +30,8 @@ launch overhead; CUDA graphs remove most of it); the GPU queue hides them while 
 stage's micro-batch therefore takes at least its host issue time, and what exceeds its GPU time shows:
 
     t_host   = kernels x launch_overhead_s + expert GEMMs x expert_gemm_host_s + module calls x module_host_s
-    t_launch = max(0, t_host - GPU time of the micro-batch)
+               + glue ops x eager_op_host_s
+    t_launch = max(0, t_host - GPU time of the micro-batch)   (a stage with MoE layers: split by pass, below)
 
 Kernels per phase (an estimate, not a trace): a dense matmul phase launches each GEMM once forward and
 twice backward (data and weight gradient), other phases one kernel forward and one backward, the
@@ -75,15 +76,43 @@ counted: no published per-call time. Later TransformerEngine releases cut the pe
 issue 2126, 2026-01-03: a BF16 te.Linear costs about what torch.nn.Linear does, 13.48 us per forward on an
 x86 host in TE issue 2053), so for 2026 containers 111 us is an upper bound of the module's own share.
 
-**The dispatcher's device-to-host sync is not a term.** With EP > 1 and dropless routing, Megatron's
-all-to-all dispatcher waits once per layer forward for the split sizes before the dispatch all-to-all
-(Megatron-LM @ d98e8a64 megatron/core/transformer/moe/token_dispatcher.py L586-596 `before_ep_alltoall`,
-L956-958 `d2h_event.synchronize()`; the backward reuses the host's copy). After it the host cannot run ahead
-of the GPU into the next layer, so a layer's forward takes between max(h, g) and h + g of its host and GPU
-times: max(h, g) plus about one kernel when either side binds the whole layer (host-bound: the GPU finishes
-just after the host's last launch; GPU-bound: the host's first launch after the sync is the only gap). It
-costs time only where one part of a layer is host-bound and another GPU-bound, which the per-micro-batch
-max(host, GPU) here cannot resolve; no published measurement of that split was found.
+**The layer's eager glue is Python on the host too.** Between its modules a Megatron layer runs its own
+Python and eager PyTorch operators: TransformerLayer, attention and MoE layer logic, the q/k/v split and the rotary
+embedding, the residual adds, the dispatcher's permutation and bookkeeping. A published per-operator cost times
+the operators counted does not cover it: the aten calls are countable (tools/moe_host_ops.py on Megatron-LM @
+554ce493: the router and all-to-all dispatcher issue 61 forward, 431 backward per layer at 128 experts), but
+timing the same code shows the Python between them costs more than they do (a local-spec layer's forward: 346 aten
+calls, the time of 1,200-1,430 reference operators in two runs). So the glue is measured whole, on a CPU, in units of one
+reference eager operator timed in the same process (tools/moe_host_ops.py --wall: a Megatron local-spec layer with
+tiny tensors, its modules, norms and experts replaced by one-op stand-ins because they are counted above; CPU time
+of the thread), and turned into time with that operator's published cost on an H100 host:
+
+    eager_op_host_s = 3.8 us   (PyTorch issue 122029, tfiala 2024-03-29: benchmarks/dynamo/microbenchmarks/
+                                overheads.py, `x + 1` eager with requires_grad on a 1x H100 machine)
+    glue of a dense (GQA, SwiGLU) layer          = 161 forward + 155 backward reference ops  (catalogue: qkv_proj)
+    glue an MoE layer adds, router CUDA-graphed  = 195 forward + 140 backward reference ops  (catalogue: dispatch)
+
+(the numbers, their spread over repeated timings and what they leave out are in docs/host-time.md). Qwen3-30B-A3B:
+651 x 3.8 us = 2.47 ms per layer and micro-batch; the forward share repeats with a re-run. The router's own glue
+is not counted: the measured recipes capture it in a CUDA graph (`cuda_graph_scope` moe_router, moe_preprocess),
+which btacalc does not read yet; MLA layers (no qkv_proj phase) carry only the MoE extra:
+their attention's glue is not measured.
+
+**The dispatcher's device-to-host sync splits the micro-batch.** A dropless MoE layer waits once per forward for
+its token counts on the host (Megatron-LM @ d98e8a64 megatron/core/transformer/moe/token_dispatcher.py L586-596
+`before_ep_alltoall` with EP or TP > 1, `before_finish` otherwise: TransformerEngine's grouped linear takes the
+per-expert split sizes as a Python list; L956-958 `d2h_event.synchronize()`; the backward reuses the host's copy).
+After it the GPU queue is empty and the host cannot run ahead into the next layer: a layer's forward takes
+max(h, g) of its host and GPU times (plus about one kernel), and the backward, without a sync, overlaps as a whole.
+Summed over the identical layers of a stage, a micro-batch with MoE layers takes
+
+    max(H_f, G_f) + max(H_b, G_b)          instead of max(H, G)
+    H_f = host_time of the first forward pass's kernels, expert GEMMs, module calls and glue (costs.py *_fwd)
+    G_f = (compute - backward compute) + (GPU time - compute) / 2        (`gpu_forward_share`)
+
+so the launch row is max(0, H_f - G_f) + max(0, H_b - G_b). It differs from max(0, H - G) only where the forward
+and the backward are bound by different sides: the forward carries half of the module calls and more than half
+of the glue but a third of the GEMM work, so a run near balance turns host-bound in the forward first.
 
 The MoE router, permute (dispatch) and unpermute (combine) kernels are phases of the catalogue with
 their own HBM traffic (formulas/moe.toml), so their bandwidth-bound time is already in the layer's
@@ -141,15 +170,33 @@ def fixed_costs(problem: Problem, dense: Any, expert: Any, rates: dict[str, int]
     return FixedCosts(optimizer, norm)
 
 
-def host_time(problem: Problem, kernels: Any, expert_gemms: Any = 0, module_calls: Any = 0) -> Any:
-    """CPU time to issue a micro-batch's kernels, per-expert GEMMs and layer-module calls on a stage (module
-    docstring); 0 without [kernels]; a profile without `module_host_s` does not count the module calls."""
+def host_time(problem: Problem, kernels: Any, expert_gemms: Any = 0, module_calls: Any = 0, glue_ops: Any = 0) -> Any:
+    """CPU time to issue a micro-batch's kernels, per-expert GEMMs, layer-module calls and the layers' eager glue
+    (reference-op equivalents) on a stage (module docstring); 0 without [kernels]; a profile without
+    `module_host_s` or `eager_op_host_s` does not count the module calls or the glue."""
     k = problem.hardware.kernels
     if k is None:
         return 0.0
     per_expert = k.expert_gemm_host_s if k.expert_gemm_host_s is not None else k.launch_overhead_s
     per_module = k.module_host_s.value if k.module_host_s is not None else 0.0
-    return kernels * k.launch_overhead_s.value + expert_gemms * per_expert.value + module_calls * per_module
+    per_op = k.eager_op_host_s.value if k.eager_op_host_s is not None else 0.0
+    return (kernels * k.launch_overhead_s.value + expert_gemms * per_expert.value + module_calls * per_module
+            + glue_ops * per_op)
+
+
+def gpu_forward_share(compute_s: Any, backward_s: Any, gpu_time_s: Any) -> Any:
+    """The forward pass's part of a micro-batch's GPU time: its compute less the backward's (a re-run counts
+    with the forward here, an approximation), plus half of the rest (communication and the other per-micro-batch
+    terms: each forward collective has its backward twin)."""
+    return (compute_s - backward_s) + (gpu_time_s - compute_s) / 2
+
+
+def launch_time_synced(host_forward_s: Any, host_s: Any, gpu_forward_s: Any, gpu_time_s: Any) -> Any:
+    """Exposed host time of a micro-batch whose MoE layers wait for the dispatcher's device-to-host copy once
+    per layer forward (module docstring): forward and backward each take the larger of their host and GPU
+    times, max(H_f, G_f) + max(H_b, G_b), so each shows its own excess."""
+    return maximum(0.0, host_forward_s - gpu_forward_s) + maximum(0.0, (host_s - host_forward_s)
+                                                               - (gpu_time_s - gpu_forward_s))
 
 
 def launch_time(host_s: Any, gpu_time_s: Any) -> Any:

@@ -40,7 +40,7 @@ from .collectives import (CollectiveRow, all_to_all_time, all_to_all_wire_bytes,
                           data_parallel_groups, data_parallel_times, data_parallel_traffic, describe,
                           pipeline_p2p_time, ring_share, ring_time, tensor_parallel_time)
 from .costs import Part, layer_parts, outside_parts
-from .fixed import FixedCosts, fixed_costs, host_time, launch_time
+from .fixed import FixedCosts, fixed_costs, gpu_forward_share, host_time, launch_time, launch_time_synced
 from .memory import stage_params
 from .stages import PipelineStages
 
@@ -143,7 +143,8 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
     stage = Part()
     for n, (_, part) in zip(counts, kinds):
         for name in ("compute_s", "backward_s", "core_s", "tp_bytes", "cp_bytes", "a2a_bytes", "kernels", "tp_calls",
-                     "cp_calls", "a2a_calls", "weight_cast_s", "expert_gemms", "module_calls"):
+                     "cp_calls", "a2a_calls", "weight_cast_s", "expert_gemms", "module_calls",
+                     "glue_ops", "kernels_fwd", "expert_gemms_fwd", "module_calls_fwd", "glue_ops_fwd"):
             setattr(stage, name, getattr(stage, name) + n * getattr(part, name))
     layer_terms = _layer_terms(problem, kinds, counts)
     first, last = ends
@@ -165,10 +166,14 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
              "all_to_all": layer_terms["all_to_all"],
              "pp_p2p": where(o.p2p, maximum(0.0, p2p - compute), p2p), "zero_per_micro_batch": per_mb,
              "tiling": layers * tiles * tile_overhead_s(problem)}
-    issued = [getattr(stage, n) + sum(where(on, getattr(p, n), 0) for p, on in outside)
-              for n in ("kernels", "expert_gemms", "module_calls")]
+    names = ("kernels", "expert_gemms", "module_calls", "glue_ops")
+    issued = [getattr(stage, n) + sum(where(on, getattr(p, n), 0) for p, on in outside) for n in names]
+    forward = [getattr(stage, n + "_fwd") + sum(where(on, getattr(p, n + "_fwd"), 0) for p, on in outside)
+               for n in names]
     host = host_time(problem, *issued)
-    terms["launch"] = launch_time(host, sum(terms.values()))
+    gpu = sum(terms.values())
+    synced = launch_time_synced(host_time(problem, *forward), host, gpu_forward_share(compute, backward, gpu), gpu)
+    terms["launch"] = where(stage.expert_gemms > 0, synced, launch_time(host, gpu))
     host = where(exists, host, 0.0)
     reduce = where(o.grad_reduce, maximum(0.0, dp.reduce_per_step - backward), dp.reduce_per_step)
     gather = where(o.param_gather, maximum(0.0, dp.gather_per_step - (compute - backward)), dp.gather_per_step)
