@@ -405,7 +405,8 @@ def _fused_core(part: Part, pv: PhaseValues, phases: list[Phase], core: list[Any
         if phase.core:
             flops = pv.value(phase.name, "flops_fwd") + pv.value(phase.name, "flops_bwd") \
                 + pv.value(phase.name, "flops_recompute")
-            part.phase_s[phase.name] = fused * where(core[0] > 0, flops / safe, 0)
+            # core[0] holds the FLOPs the kernel runs (counted x the causal block share): the shares sum to 1
+            part.phase_s[phase.name] = fused * where(core[0] > 0, flops * r.core_time_factor / safe, 0)
 
 
 def _cast(part: Part, phase: Phase, v: Any, r: _Rates, load: Any) -> Any:
