@@ -27,7 +27,8 @@ tensor-parallel split, the batch by context parallelism). On top of that:
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field, replace
+import math
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Optional
 
@@ -116,6 +117,15 @@ class _Rates:
 
 
 def _rates(problem: Problem) -> _Rates:
+    """The device's rates under the problem's layout and run: the same for every batch shape, so computed
+    once per problem (kept in its cache, which only problems of the same layout and formulas share)."""
+    rates = problem._cache.get("gpu rates")
+    if rates is None:
+        rates = problem._cache["gpu rates"] = _device_rates(problem)
+    return rates
+
+
+def _device_rates(problem: Problem) -> _Rates:
     hw, lay = problem.hardware, problem.layout
     ceiling = matmul_ceiling(problem)
     share = ceiling * compute_efficiency(problem)
@@ -173,6 +183,8 @@ def _core_time_factor(problem: Problem, symbols: dict[str, Any]) -> Any:
     --causal, the unmasked (2sw - w^2 + w)/2; a window (w < s) runs its band's blocks, the counted s x w."""
     if problem.run.attention != "flash":
         return 1.0  # eager attention computes the whole score matrix and masks it
+    if type(symbols["s"]) in _NUMBERS and type(symbols["w"]) in _NUMBERS:
+        return _one_core_time_factor(float(symbols["s"]), float(symbols["w"]), problem.run.causal)
     s, w = (np.asarray(symbols[x], dtype=float) for x in ("s", "w"))
     counted = (2 * s * w - w * w + w) / (2 * s * w) if problem.run.causal else 1.0
     runs = np.where(w < s, 1.0, causal_block_fraction(s))
@@ -180,12 +192,29 @@ def _core_time_factor(problem: Problem, symbols: dict[str, Any]) -> Any:
     return float(out) if np.ndim(out) == 0 else out
 
 
+_NUMBERS = (int, float)
+
+
+def _one_core_time_factor(s: float, w: float, causal: bool) -> float:
+    """`_core_time_factor` of one sequence length in Python floats: the same IEEE operations in the same
+    order as the array path (float64 either way), so the same bits."""
+    counted = (2 * s * w - w * w + w) / (2 * s * w) if causal else 1.0
+    if w < s:
+        runs = 1.0
+    else:
+        nb = float(math.ceil(s / CAUSAL_BLOCK))
+        runs = nb * (nb + 1) / (2 * nb * nb)
+    return runs / counted
+
+
 def _kind_rates(problem: Problem, r: _Rates, kind: Any, pv: PhaseValues) -> _Rates:
     """`r` with the layer kind's symbol values (for its GEMM shapes and its attention core)."""
     shape = {**problem.shape_values(pv.tiles, 1), "b": pv.tile_batch}
     symbols = {k: (float(v) if isinstance(v, Fraction) else v) for k, v in kind_values(problem.model, kind, shape).items()}
-    return replace(r, symbols=symbols, features=pv.compiled.selection.feature_dict,
-                   core_time_factor=_core_time_factor(problem, symbols))
+    kind = object.__new__(_Rates)  # dataclasses.replace without re-running __init__ (frozen: set via __dict__)
+    kind.__dict__.update(r.__dict__, symbols=symbols, features=pv.compiled.selection.feature_dict,
+                         core_time_factor=_core_time_factor(problem, symbols))
+    return kind
 
 
 def layer_parts(problem: Problem, ev: Evaluation, memory_only: bool = False) -> list[Part]:
@@ -267,7 +296,8 @@ def _gemm_row(g: Gemm, r: _Rates, load: Any, dev: Optional[GemmDevice] = None,
     """One GEMM of a phase: its report row and (ideal forward time, forward time, backward time) per pass."""
     dev = dev if dev is not None else r.device
     beta = beta if beta is not None else r.beta
-    m, n, k, count = (_evaluate(e, r.symbols) for e in (g.m, g.n, g.k, g.count))
+    with np.errstate(divide="ignore", invalid="ignore"):  # an empty shape (no expert on a device) is 0/0
+        m, n, k, count = (_evaluate(e, r.symbols) for e in (g.m, g.n, g.k, g.count))
     if g.grouped:
         m, groups, launches = m * r.expert_parallel * load, count / r.expert_parallel, 1
     else:
@@ -292,9 +322,9 @@ _FUNCTIONS = {"ceiling": np.ceil, "__builtins__": {}}
 
 def _evaluate(expr: str, symbols: dict[str, Any]) -> Any:
     """A catalogue GEMM expression (checked arithmetic over the notation: `terms.check_expression`) at the
-    symbol values (ints, floats or arrays of layouts)."""
-    with np.errstate(divide="ignore", invalid="ignore"):  # an empty shape (no expert on a device) is 0/0
-        return eval(_code(expr), _FUNCTIONS, symbols)  # noqa: S307  # arithmetic only, checked when read
+    symbol values (ints, floats or arrays of layouts). Callers hold np.errstate(divide="ignore",
+    invalid="ignore"): an empty shape (no expert on a device) is 0/0."""
+    return eval(_code(expr), _FUNCTIONS, symbols)  # noqa: S307  # arithmetic only, checked when read
 
 
 def _launches(phase: Phase, v: Any, r: _Rates) -> tuple[Any, Any]:
@@ -308,8 +338,9 @@ def _launches(phase: Phase, v: Any, r: _Rates) -> tuple[Any, Any]:
     gemms = [g for g in phase.gemm if g.applies(r.features)]
     passes = 1 + v("reruns") + 2
     if gemms:
-        dense = sum(_evaluate(g.count, r.symbols) for g in gemms if not g.grouped)
-        experts = sum(_evaluate(g.count, r.symbols) / r.expert_parallel for g in gemms if g.grouped)
+        with np.errstate(divide="ignore", invalid="ignore"):  # as `_evaluate` asks
+            dense = sum(_evaluate(g.count, r.symbols) for g in gemms if not g.grouped)
+            experts = sum(_evaluate(g.count, r.symbols) / r.expert_parallel for g in gemms if g.grouped)
         return dense * passes, experts * passes
     work = where((v("bytes_moved") + v("flops_fwd")) > 0, 1, 0)
     return work * (2 + v("reruns")), 0
