@@ -122,6 +122,7 @@ class Coefficients:
         self.scalar = scalar if scalar is not None else not any(isinstance(c, np.ndarray) for c in flat)
         self._sums: dict[tuple[str, str], tuple[int, tuple[Any, ...]]] = {}
         self._stacked: dict[str, tuple[int, np.ndarray]] = {}
+        self.derived: dict[Any, Any] = {}  # what callers compute once from these coefficients (model/gpu/costs.py)
 
     def at(self, tiles: Any, tile_batch: Any) -> "PhaseValues":
         return PhaseValues(self, tiles, tile_batch)
@@ -265,6 +266,19 @@ class PhaseValues:
     @property
     def phases(self) -> list[Phase]:
         return self.compiled.phases
+
+    @cached_property
+    def integer_bounds(self) -> Optional[tuple[int, int, int]]:
+        """(largest G, largest b, largest G*b) as ints when the shapes are arrays of non-negative integers
+        with G*b below 2^53 (float64 then holds every integer a sum of coefficient x shape terms below 2^53
+        reaches, exactly), else None."""
+        if not isinstance(self.n, np.ndarray) or not self.n.size:
+            return None
+        shapes = [np.asarray(x, dtype=float) for x in (self.tiles, self.tile_batch)]
+        if any(x.min() < 0 or (x % 1).any() for x in shapes):
+            return None
+        top = float(np.max(self.n))
+        return (int(shapes[0].max()), int(shapes[1].max()), int(top)) if top < 2.0 ** 53 else None
 
     def _row(self, r: int) -> Any:
         try:

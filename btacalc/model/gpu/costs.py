@@ -34,7 +34,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from ...catalogue.compiled import PhaseValues
+from ...catalogue.compiled import PhaseValues, affine
 from ...catalogue.constants import constants
 from ...catalogue.terms import Gemm, Phase
 from ..problem import Evaluation, Problem, kind_values
@@ -236,6 +236,10 @@ def outside_parts(problem: Problem, ev: Evaluation, memory_only: bool = False) -
 
 
 def _part(pv: PhaseValues, phases: list[Phase], r: _Rates, memory_only: bool = False) -> Part:
+    if memory_only:
+        summed = _memory_of_shapes(pv, phases, r)
+        if summed is not None:
+            return summed
     part, core = Part(), [0, 0, 0]  # fused FlashAttention core: FLOPs, traffic, backward FLOPs
     for phase in phases:
         v = pv.of(phase.name).__getitem__
@@ -263,6 +267,89 @@ def _part(pv: PhaseValues, phases: list[Phase], r: _Rates, memory_only: bool = F
     if r.flash and not memory_only:
         _fused_core(part, pv, phases, core, r)
     return part
+
+
+_EXACT = float(2 ** 53)  # below this every integer is a float64: sums of integers are exact in any order
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class _MemoryRows:
+    """A part's memory rows summed once per layout (`_memory_of_shapes`): (mask, c0, c_b, c_G, c_Gb) of the
+    stored and recomputed bytes, the working-set rows stacked (4, rows) for their maximum, the parameters."""
+
+    routed: bool  # a phase works on the routed tokens (its load is R)
+    stored: tuple[int, tuple[int, ...]]
+    recompute: tuple[int, tuple[int, ...]]
+    transient: np.ndarray
+    params: tuple[int, int, int, int]  # dense, routed (all E), low-precision dense, low-precision routed
+    bound: tuple[int, int, int, int]  # every row above summed: (c0, c_b, c_G, c_Gb) of a bound on any term or sum
+
+    def exact(self, bounds: tuple[int, int, int]) -> bool:
+        """Every value and partial sum below 2^53 at shapes up to `bounds` (G, b, G*b): the coefficients
+        are non-negative, so the sum of all rows at the largest shapes bounds them all."""
+        c0, c_b, c_g, c_n = self.bound
+        g, b, n = bounds
+        return c0 + c_b * b + c_g * g + c_n * n < _EXACT
+
+
+def _memory_rows(pv: PhaseValues, phases: list[Phase]) -> Optional[_MemoryRows]:
+    """The memory rows of `phases` summed, or None where summing first could differ from `_memory`'s running
+    sums: a coefficient that is not a non-negative int below 2^53, parameters that depend on the shape, a
+    working set that does not (its running maximum would be a scalar), no phase."""
+    coefs, rows = pv.coefficients, pv.compiled.row
+    sums = {q: [0, [0, 0, 0, 0]] for q in ("stored", "recompute_bytes")}
+    transient, params = [], [0, 0, 0, 0]
+    for phase in phases:
+        for q in ("stored", "recompute_bytes", "transient", "params"):
+            mask, c = coefs.row(rows[(phase.name, q)])
+            if any(type(x) is not int or x < 0 or x >= _EXACT for x in c):
+                return None
+            if q == "params":
+                if mask & 14:
+                    return None
+                routed = phase.param_bucket == "routed"
+                params[1 if routed else 0] += c[0] if mask & 1 else 0
+                if phase.low_precision:
+                    params[3 if routed else 2] += c[0] if mask & 1 else 0
+            elif q == "transient":
+                transient.append(c)
+            else:
+                sums[q][0] |= mask
+                sums[q][1] = [a + x for a, x in zip(sums[q][1], c)]
+    if not phases or not any(c[1] or c[2] or c[3] for c in transient):
+        return None
+    stack = np.array(transient, dtype=float).T  # (4, rows)
+    every = [sum(c[i] for c in [*transient, *(c for _, c in sums.values())]) for i in range(4)]
+    return _MemoryRows(any(p.routed_load for p in phases), *((m, tuple(c)) for m, c in sums.values()), stack,
+                       (params[0], params[1], params[2], params[3]), (every[0], every[1], every[2], every[3]))
+
+
+def _memory_of_shapes(pv: PhaseValues, phases: list[Phase], r: _Rates) -> Optional[Part]:
+    """The memory-only `Part` of arrays of batch shapes of one layout (the solver's probes), from the phases'
+    rows summed once per layout instead of phase by phase: the same values wherever every term is an
+    integer below 2^53 (then float64 sums are exact in any order), which is checked (`PhaseValues.
+    integer_bounds`, `_MemoryRows.exact`); else None (the phase by phase sums of `_part`)."""
+    tiles, tile_batch, n = pv.tiles, pv.tile_batch, pv.n
+    if not isinstance(n, np.ndarray) or not pv.coefficients.scalar:
+        return None
+    key = ("memory rows", tuple(p.name for p in phases))
+    summed = pv.coefficients.derived.get(key, _MISSING)
+    if summed is _MISSING:
+        summed = pv.coefficients.derived[key] = _memory_rows(pv, phases)
+    if summed is None or (summed.routed and not (type(r.imbalance) is float and r.imbalance == 1.0)):
+        return None
+    bounds = pv.integer_bounds
+    if bounds is None or not summed.exact(bounds):
+        return None
+    # each phase's bytes times its load 1.0: arrays, or a float where no phase's bytes depend on the shape
+    stored, recompute = (affine(m, c, tiles, tile_batch, n) if m & 14 else float(c[0] if m & 1 else 0)
+                         for m, c in (summed.stored, summed.recompute))
+    t = summed.transient.reshape(summed.transient.shape + (1,) * n.ndim)
+    transient = np.max(t[0] + t[1] * tile_batch + t[2] * tiles + t[3] * n, axis=0)
+    dense, routed, low_dense, low_routed = summed.params
+    return Part(stored=stored, recompute=recompute, transient=np.maximum(0, transient), dense_params=dense,
+                routed_params=routed, low_precision_params=low_dense, low_precision_routed=low_routed)
 
 
 def _matmul_time(part: Part, phase: Phase, v: Any, r: _Rates, load: Any) -> Any:

@@ -142,8 +142,10 @@ def _one_gemm(m: float, n: float, k: float, bytes_per_element: float, device: Ge
 def _gemm_times(m: Any, n: Any, k: Any, bytes_per_element: Any, device: GemmDevice, groups: Any) -> GemmTime:
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         out = _gemm_time(m, n, k, bytes_per_element, device, np.asarray(groups, dtype=float))
-    def clean(v: Any, empty: float) -> Any:  # an empty launch: 0/0
-        return np.nan_to_num(v, nan=empty) if np.ndim(v) else (empty if v != v else v)
+    def clean(v: Any, empty: float) -> Any:  # an empty launch: 0/0 (all finite, the usual case: as it is)
+        if not np.ndim(v):
+            return empty if v != v else v
+        return v if np.isfinite(v).all() else np.nan_to_num(v, nan=empty)
 
     return GemmTime(clean(out.time_s, 0.0), clean(out.efficiency, 1.0), clean(out.quantisation, 1.0),
                     out.memory_bound)
