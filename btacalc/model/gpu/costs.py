@@ -298,8 +298,10 @@ def _memory_rows(pv: PhaseValues, phases: list[Phase]) -> Optional[_MemoryRows]:
     sums: a coefficient that is not a non-negative int below 2^53, parameters that depend on the shape, a
     working set that does not (its running maximum would be a scalar), no phase."""
     coefs, rows = pv.coefficients, pv.compiled.row
-    sums = {q: [0, [0, 0, 0, 0]] for q in ("stored", "recompute_bytes")}
-    transient, params = [], [0, 0, 0, 0]
+    masks = {"stored": 0, "recompute_bytes": 0}
+    sums: dict[str, list[int]] = {"stored": [0, 0, 0, 0], "recompute_bytes": [0, 0, 0, 0]}
+    transient: list[tuple[int, ...]] = []
+    params = [0, 0, 0, 0]
     for phase in phases:
         for q in ("stored", "recompute_bytes", "transient", "params"):
             mask, c = coefs.row(rows[(phase.name, q)])
@@ -313,16 +315,19 @@ def _memory_rows(pv: PhaseValues, phases: list[Phase]) -> Optional[_MemoryRows]:
                 if phase.low_precision:
                     params[3 if routed else 2] += c[0] if mask & 1 else 0
             elif q == "transient":
-                transient.append(c)
+                transient.append(tuple(c))
             else:
-                sums[q][0] |= mask
-                sums[q][1] = [a + x for a, x in zip(sums[q][1], c)]
+                masks[q] |= mask
+                sums[q] = [a + x for a, x in zip(sums[q], c)]
     if not phases or not any(c[1] or c[2] or c[3] for c in transient):
         return None
-    stack = np.array(transient, dtype=float).T  # (4, rows)
-    every = [sum(c[i] for c in [*transient, *(c for _, c in sums.values())]) for i in range(4)]
-    return _MemoryRows(any(p.routed_load for p in phases), *((m, tuple(c)) for m, c in sums.values()), stack,
-                       (params[0], params[1], params[2], params[3]), (every[0], every[1], every[2], every[3]))
+    every = [sum(c[i] for c in [*transient, *sums.values()]) for i in range(4)]
+    return _MemoryRows(routed=any(p.routed_load for p in phases),
+                       stored=(masks["stored"], tuple(sums["stored"])),
+                       recompute=(masks["recompute_bytes"], tuple(sums["recompute_bytes"])),
+                       transient=np.array(transient, dtype=float).T,  # (4, rows)
+                       params=(params[0], params[1], params[2], params[3]),
+                       bound=(every[0], every[1], every[2], every[3]))
 
 
 def _memory_of_shapes(pv: PhaseValues, phases: list[Phase], r: _Rates) -> Optional[Part]:
