@@ -36,6 +36,7 @@ import numpy as np
 
 from ...catalogue.compiled import PhaseValues, affine
 from ...catalogue.constants import constants
+from ...catalogue.selection import Selection
 from ...catalogue.terms import Gemm, Phase
 from ..problem import Evaluation, Problem, kind_values
 from ..steptime import compute_efficiency
@@ -111,6 +112,7 @@ class _Rates:
     core_time_factor: Any = 1.0  # FLOPs the attention kernel runs per FLOP counted (causal block skipping)
     symbols: dict[str, Any] = field(default_factory=dict)  # the layer kind's symbol values (GEMM shapes)
     features: dict[str, Any] = field(default_factory=dict)
+    gemms: dict[str, tuple[Gemm, ...]] = field(default_factory=dict)  # per phase, its GEMMs under `features`
     low_peak: float = 0.0  # achieved FLOP/s of the low-precision GEMMs: dtype datasheet x ceiling x efficiency
     low_device: Optional[GemmDevice] = None  # the low-precision GEMMs' device view (their dtype's peak)
     low_beta: float = 1.0  # bytes per element of the low-precision GEMM operands
@@ -212,9 +214,26 @@ def _kind_rates(problem: Problem, r: _Rates, kind: Any, pv: PhaseValues) -> _Rat
     shape = {**problem.shape_values(pv.tiles, 1), "b": pv.tile_batch}
     symbols = {k: (float(v) if isinstance(v, Fraction) else v) for k, v in kind_values(problem.model, kind, shape).items()}
     kind = object.__new__(_Rates)  # dataclasses.replace without re-running __init__ (frozen: set via __dict__)
-    kind.__dict__.update(r.__dict__, symbols=symbols, features=pv.compiled.selection.feature_dict,
+    features, gemms = _selection_gemms(pv.compiled.selection)
+    kind.__dict__.update(r.__dict__, symbols=symbols, features=features, gemms=gemms,
                          core_time_factor=_core_time_factor(problem, symbols))
     return kind
+
+
+@functools.lru_cache(maxsize=256)
+def _selection_gemms(selection: Selection) -> tuple[dict[str, Any], dict[str, tuple[Gemm, ...]]]:
+    """A selection's features and, filled in per phase on first use (`_phase_gemms`), the phase's GEMMs that
+    apply under them: the same for every layout and shape of that selection."""
+    return selection.feature_dict, {}
+
+
+def _phase_gemms(phase: Phase, r: _Rates) -> tuple[Gemm, ...]:
+    """The phase's GEMMs that apply under the layer kind's features."""
+    try:
+        return r.gemms[phase.name]
+    except KeyError:
+        gemms = r.gemms[phase.name] = tuple(g for g in phase.gemm if g.applies(r.features))
+        return gemms
 
 
 def layer_parts(problem: Problem, ev: Evaluation, memory_only: bool = False) -> list[Part]:
@@ -364,7 +383,7 @@ def _matmul_time(part: Part, phase: Phase, v: Any, r: _Rates, load: Any) -> Any:
     fwd = (v("flops_fwd") + v("flops_recompute")) * load
     bwd = v("flops_bwd") * load
     peak, device, beta = _dtype(phase, r)
-    gemms = [g for g in phase.gemm if g.applies(r.features)] if device is not None else []
+    gemms = _phase_gemms(phase, r) if device is not None else ()
     if not gemms:
         return (fwd + bwd) / peak
     rows = [_gemm_row(g, r, load, device, beta) for g in gemms]
@@ -427,7 +446,7 @@ def _launches(phase: Phase, v: Any, r: _Rates) -> tuple[Any, Any]:
     a re-run repeats the forward."""
     if phase.core and r.flash:
         return 0, 0
-    gemms = [g for g in phase.gemm if g.applies(r.features)]
+    gemms = _phase_gemms(phase, r)
     passes = 1 + v("reruns") + 2
     if gemms:
         with np.errstate(divide="ignore", invalid="ignore"):  # as `_evaluate` asks
@@ -446,7 +465,7 @@ def _module_calls(phase: Phase, v: Any, r: _Rates) -> Any:
     the fused kernel (`_fused_core`)."""
     if phase.core and r.flash:
         return 0
-    modules = sum(1 for g in phase.gemm if g.module and g.applies(r.features))
+    modules = sum(1 for g in _phase_gemms(phase, r) if g.module)
     return modules * (1 + v("reruns") + 1)
 
 
