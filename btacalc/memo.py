@@ -17,6 +17,7 @@ _SCALARS = frozenset({int, float, str, bool, type(None), Fraction})
 _UNCACHEABLE = object()
 
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _types(value: Any) -> Any:
@@ -50,6 +51,22 @@ def plain_key(value: Any) -> Optional[Hashable]:
     return None if types is _UNCACHEABLE else (value, types)
 
 
+_CACHES: list[Any] = []  # every Memo and every `remembered` function: what `clear_caches` empties
+
+
+def remembered(cached: F) -> F:
+    """Register a functools.lru_cache'd function of per-layout invariants with `clear_caches`."""
+    _CACHES.append(cached)
+    return cached
+
+
+def clear_caches() -> None:
+    """Empty every registered cache: the next evaluation computes every layout invariant afresh (the
+    benchmark's first evaluation of a layout, and the tests that compare warm answers with fresh ones)."""
+    for cache in _CACHES:
+        (cache.cache_clear if hasattr(cache, "cache_clear") else cache.clear)()
+
+
 class Memo(Generic[T]):
     """A bounded cache of a pure function's results. `get(key, objects, compute)`: `key` hashable (values),
     `objects` compared by identity (unhashable configuration such as a hardware profile); at `size`
@@ -58,6 +75,7 @@ class Memo(Generic[T]):
     def __init__(self, size: int = 256):
         self.size = size
         self._entries: dict[Any, tuple[tuple[Any, ...], T]] = {}
+        _CACHES.append(self)
 
     def get(self, key: Optional[Hashable], objects: tuple[Any, ...], compute: Callable[[], T]) -> T:
         if key is None:

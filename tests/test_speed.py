@@ -68,16 +68,10 @@ def test_tiles_at_once_equal_the_fastest_tile_one_by_one() -> None:
 
 def _clear_layout_caches() -> None:
     """Every cache the speed work added or leans on, emptied: the next evaluation is computed afresh."""
-    from btacalc.config import execution
-    from btacalc.model import problem
-    from btacalc.model.gpu import stages
+    from btacalc.memo import clear_caches
 
-    for memo in (execution._RESOLVED, execution._RESOLVED_OBJECTS, problem._COEFFICIENTS):
-        memo.clear()
-    stages._one_layout_cells.cache_clear()
-    stages._kind_indices.cache_clear()
-    problem.kind_selections.cache_clear()
-    _one_gemm.cache_clear()
+    clear_caches()
+    assert _one_gemm.cache_info().currsize == 0  # the registry holds the lru caches too
 
 
 def _evaluate(model, hw, request):  # the benchmark's evaluation: memory and step time of one shape, API

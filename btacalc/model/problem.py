@@ -19,7 +19,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from .. import profiling
-from ..memo import Memo, plain_key
+from ..memo import Memo, plain_key, remembered
 from ..catalogue.compiled import Coefficients, CompiledSelection, PhaseValues, compile_selection
 from ..catalogue.constants import constants
 from ..catalogue.selection import Selection
@@ -34,6 +34,7 @@ from ..config.model import LayerKind, ModelSpec
 _COEFFICIENTS: Memo[tuple[Coefficients, ...]] = Memo()
 
 
+@remembered
 @functools.lru_cache(maxsize=256)
 def kind_selections(model: ModelSpec, run_features: tuple[tuple[str, Any], ...], recompute: str,
                     multi_token_prediction: bool = False) -> tuple[tuple[LayerKind, CompiledSelection], ...]:

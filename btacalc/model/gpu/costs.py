@@ -43,6 +43,7 @@ from ..steptime import compute_efficiency
 from ..arrays import maximum, where
 from .precision import CastRates, cast_rates, phase_cast_s, phase_weight_cast_s
 from .gemm import GemmDevice, gemm_time
+from ...memo import remembered
 
 # FlashAttention-2's thread blocks cover B_r = B_c = 128 queries and keys for head dimensions up to 128
 # (Dao 2023, arXiv 2307.08691, §3.1 and §4.1 "block sizes {64, 128} x {64, 128}"; flash-attention
@@ -220,6 +221,7 @@ def _kind_rates(problem: Problem, r: _Rates, kind: Any, pv: PhaseValues) -> _Rat
     return kind
 
 
+@remembered
 @functools.lru_cache(maxsize=256)
 def _selection_gemms(selection: Selection) -> tuple[dict[str, Any], dict[str, tuple[Gemm, ...]]]:
     """A selection's features and, filled in per phase on first use (`_phase_gemms`), the phase's GEMMs that

@@ -62,6 +62,8 @@ from typing import Any
 
 import numpy as np
 
+from ...memo import remembered
+
 BINDINGS = ("compute", "waves", "memory")  # what limits a GEMM; `waves`: tile and wave quantisation cost > 5%
 QUANTISATION_NOTABLE = 0.95  # below this tile x wave share a GEMM is reported as bound by `waves`
 
@@ -133,6 +135,7 @@ def gemm_time(m: Any, n: Any, k: Any, bytes_per_element: Any, device: GemmDevice
     return _gemm_times(m, n, k, bytes_per_element, device, groups)
 
 
+@remembered
 @functools.lru_cache(maxsize=8192)
 def _one_gemm(m: float, n: float, k: float, bytes_per_element: float, device: GemmDevice, groups: float) -> GemmTime:
     """One shape's `_gemm_times` (the same arithmetic on float64 scalars, so the same bits), cached."""

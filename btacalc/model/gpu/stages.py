@@ -39,6 +39,7 @@ import numpy as np
 
 from ...config.pipeline import Placement, StageSplit, place
 from ..arrays import is_array, largest, minimum, where
+from ...memo import remembered
 
 if TYPE_CHECKING:
     from ...config.model import ModelSpec
@@ -185,6 +186,7 @@ class PipelineStages:
         return ratio(self.pp - 1, self.vp)
 
 
+@remembered
 @functools.lru_cache(maxsize=256)
 def _one_layout_cells(num_layers: int, pp: int, vp: int, split: StageSplit, kind_of_layer: tuple[int, ...],
                       mtp_layers: int, mtp_kind: int) -> tuple[tuple[tuple[int, ...], ...], ...]:
@@ -194,6 +196,7 @@ def _one_layout_cells(num_layers: int, pp: int, vp: int, split: StageSplit, kind
     return tuple(tuple(tuple(int(x) for x in cell) for cell in stage) for stage in table[0])
 
 
+@remembered
 @functools.lru_cache(maxsize=64)
 def _kind_indices(model: "ModelSpec") -> tuple[int, ...]:
     """`model.layer_kind_indices()`, once per model (frozen)."""
