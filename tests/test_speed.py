@@ -130,8 +130,8 @@ def test_memo_keys_tell_equal_values_of_other_types_apart() -> None:
 
 
 def test_memory_of_shapes_summed_once_equals_phase_by_phase() -> None:
-    """The solver's memory probes (arrays of shapes) from each part's rows summed once per layout give the
-    phase-by-phase sums bit for bit, types included; where they could not (a fraction of a sequence per
+    """Memory from each part's rows summed once per layout (the solver's arrays of shapes, and one shape of
+    ints) gives the phase-by-phase sums bit for bit, types included; where they could not (a fraction of a sequence per
     context-parallel rank, a routing imbalance) the phase-by-phase path answers."""
     import btacalc.model.gpu.costs as costs
     from btacalc.config.execution import ExecutionRequest
@@ -147,7 +147,8 @@ def test_memory_of_shapes_summed_once_equals_phase_by_phase() -> None:
              ("qwen3-30b-a3b", "h100", dict(devices=16, expert_parallel=8, context_parallel=2, routing_imbalance=1.3))]
     tiles, tile_batch = np.array([1.0, 2, 3, 7, 64, 1]), np.array([1.0, 1, 2, 3, 1, 40])
     summed = costs._memory_of_shapes
-    used = []
+    used: list = []  # the arrays' answers (None: phase by phase)
+    one: list = []  # one shape's
     try:
         for name, hw, ask in cases:
             problem = resolve_problem(load_preset(name), resolve_hardware(hw), ExecutionRequest(seq_len=4096, **ask))
@@ -160,9 +161,18 @@ def test_memory_of_shapes_summed_once_equals_phase_by_phase() -> None:
                 for k in a.components:
                     assert type(a.components[k]) is type(b.components[k]), (name, k)
                     assert np.array_equal(a.components[k], b.components[k]), (name, k)
+            for g, b in ((1, 1), (3, 2), (1, 7)):  # one shape of ints: each part's fields, values and types
+                ev = problem.evaluate(g, b)
+                costs._memory_of_shapes = lambda *a: one.append(summed(*a)) or one[-1]  # type: ignore[assignment]
+                fast_parts = [*costs.layer_parts(problem, ev, True), *costs.outside_parts(problem, ev, True)]
+                costs._memory_of_shapes = lambda *a: None  # type: ignore[assignment]
+                slow_parts = [*costs.layer_parts(problem, ev, True), *costs.outside_parts(problem, ev, True)]
+                for fp, sp in zip(fast_parts, slow_parts, strict=True):
+                    assert [(type(v), v) for v in vars(fp).values()] == [(type(v), v) for v in vars(sp).values()]
     finally:
         costs._memory_of_shapes = summed  # type: ignore[assignment]
     assert any(u is not None for u in used) and any(u is None for u in used)
+    assert any(u is not None for u in one) and any(u is None for u in one)
 
 
 def test_integer_rows_of_one_shape_equal_every_term() -> None:

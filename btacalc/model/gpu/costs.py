@@ -303,6 +303,7 @@ class _MemoryRows:
     stored: tuple[int, tuple[int, ...]]
     recompute: tuple[int, tuple[int, ...]]
     transient: np.ndarray
+    transient_rows: tuple[tuple[int, ...], ...]  # the same rows as ints (one shape of ints)
     params: tuple[int, int, int, int]  # dense, routed (all E), low-precision dense, low-precision routed
     bound: tuple[int, int, int, int]  # every row above summed: (c0, c_b, c_G, c_Gb) of a bound on any term or sum
 
@@ -347,6 +348,7 @@ def _memory_rows(pv: PhaseValues, phases: list[Phase]) -> Optional[_MemoryRows]:
                        stored=(masks["stored"], tuple(sums["stored"])),
                        recompute=(masks["recompute_bytes"], tuple(sums["recompute_bytes"])),
                        transient=np.array(transient, dtype=float).T,  # (4, rows)
+                       transient_rows=tuple(transient),
                        params=(params[0], params[1], params[2], params[3]),
                        bound=(every[0], every[1], every[2], every[3]))
 
@@ -357,7 +359,8 @@ def _memory_of_shapes(pv: PhaseValues, phases: list[Phase], r: _Rates) -> Option
     integer below 2^53 (then float64 sums are exact in any order), which is checked (`PhaseValues.
     integer_bounds`, `_MemoryRows.exact`); else None (the phase by phase sums of `_part`)."""
     tiles, tile_batch, n = pv.tiles, pv.tile_batch, pv.n
-    if not isinstance(n, np.ndarray) or not pv.coefficients.scalar:
+    one = type(tiles) is int and type(tile_batch) is int and tiles >= 0 and tile_batch >= 0
+    if not (one or isinstance(n, np.ndarray)) or not pv.coefficients.scalar:
         return None
     key = ("memory rows", tuple(p.name for p in phases))
     summed = pv.coefficients.derived.get(key, _MISSING)
@@ -365,16 +368,30 @@ def _memory_of_shapes(pv: PhaseValues, phases: list[Phase], r: _Rates) -> Option
         summed = pv.coefficients.derived[key] = _memory_rows(pv, phases)
     if summed is None or (summed.routed and not (type(r.imbalance) is float and r.imbalance == 1.0)):
         return None
-    bounds = pv.integer_bounds
+    bounds = (tiles, tile_batch, n) if one else pv.integer_bounds
     if bounds is None or not summed.exact(bounds):
         return None
+    dense, routed, low_dense, low_routed = summed.params
+    if one:
+        return _memory_of_one_shape(summed, tiles, tile_batch, n)
     # each phase's bytes times its load 1.0: arrays, or a float where no phase's bytes depend on the shape
     stored, recompute = (affine(m, c, tiles, tile_batch, n) if m & 14 else float(c[0] if m & 1 else 0)
                          for m, c in (summed.stored, summed.recompute))
     t = summed.transient.reshape(summed.transient.shape + (1,) * n.ndim)
     transient = np.max(t[0] + t[1] * tile_batch + t[2] * tiles + t[3] * n, axis=0)
-    dense, routed, low_dense, low_routed = summed.params
     return Part(stored=stored, recompute=recompute, transient=np.maximum(0, transient), dense_params=dense,
+                routed_params=routed, low_precision_params=low_dense, low_precision_routed=low_routed)
+
+
+def _memory_of_one_shape(summed: _MemoryRows, tiles: int, tile_batch: int, n: int) -> Part:
+    """`_memory_of_shapes` at one shape of ints, with `_memory`'s types: each phase's bytes times its load
+    1.0 summed (a float), the working set's running maximum from the int 0 (a float once a phase's is
+    positive, else that int 0)."""
+    stored, recompute = (float(sum(x * y for x, y in zip(c, (1, tile_batch, tiles, n)))) for _, c in
+                         (summed.stored, summed.recompute))
+    top = max(c0 + c_b * tile_batch + c_g * tiles + c_n * n for c0, c_b, c_g, c_n in summed.transient_rows)
+    dense, routed, low_dense, low_routed = summed.params
+    return Part(stored=stored, recompute=recompute, transient=float(top) if top > 0 else 0, dense_params=dense,
                 routed_params=routed, low_precision_params=low_dense, low_precision_routed=low_routed)
 
 
