@@ -62,3 +62,134 @@ def test_tiles_at_once_equal_the_fastest_tile_one_by_one() -> None:
     fastest = np.minimum.reduce([_compute_time(m, n, k, DEVICE, t, groups) for t in DEVICE.tiles])
     ideal = 2 * m * n * k * groups / DEVICE.peak_flops_per_s
     assert np.array_equal(out.quantisation, ideal / fastest)
+
+
+# --- per-layout invariants remembered across problems (btacalc/memo.py): never a stale answer ---
+
+def _clear_layout_caches() -> None:
+    """Every cache the speed work added or leans on, emptied: the next evaluation is computed afresh."""
+    from btacalc.memo import clear_caches
+
+    clear_caches()
+    assert _one_gemm.cache_info().currsize == 0  # the registry holds the lru caches too
+
+
+def _evaluate(model, hw, request):  # the benchmark's evaluation: memory and step time of one shape, API
+    from btacalc.config.execution import resolve_execution
+    from btacalc.model.memory import MemoryModel, resolve_memory_model
+    from btacalc.model.problem import Problem
+    from btacalc.model.timing import step_time
+
+    problem = resolve_memory_model(Problem(model, hw, resolve_execution(request, model, hw)))
+    st = step_time(problem, 2, 1)
+    return (MemoryModel(problem).total(2, 1), st.step_time_s, st.tokens_per_s, st.mfu, st.phase_time_s, st.communication_s,
+            st.details["micro_batch_s"], st.details["terms"])
+
+
+def test_layouts_alternated_give_fresh_answers() -> None:
+    """Layouts of one model, two models on one layout, two sequence lengths, asked in turn with every cache warm, give
+    exactly what each gives computed afresh (caches emptied before it): the memo keys tell them apart."""
+    from btacalc.config.execution import ExecutionRequest
+    from btacalc.config.hardware import resolve_hardware
+    from btacalc.config.presets import load_preset
+
+    hw = resolve_hardware("h100")
+    moe, dense = load_preset("qwen3-30b-a3b"), load_preset("llama-3-8b")
+    asks = [(moe, ExecutionRequest(devices=16, expert_parallel=8, seq_len=4096)),
+            (moe, ExecutionRequest(devices=16, expert_parallel=4, tensor_parallel=2, seq_len=4096)),
+            (dense, ExecutionRequest(devices=16, tensor_parallel=2, seq_len=4096)),
+            (moe, ExecutionRequest(devices=16, expert_parallel=8, seq_len=2048)),  # only s differs from the first
+            (moe, ExecutionRequest(devices=16, expert_parallel=8, seq_len=2048, recompute="full"))]
+    fresh = []
+    for model, request in asks:
+        _clear_layout_caches()
+        fresh.append(_evaluate(model, hw, request))
+    assert len({repr(f[:3]) for f in fresh}) == len(asks)  # different answers to tell apart
+    for _ in range(2):
+        for (model, request), expected in zip(asks, fresh):
+            assert _evaluate(model, hw, request) == expected
+            # an equal request built anew (the value key, not the object) gives the same too
+            assert _evaluate(model, hw, ExecutionRequest(**request.__dict__)) == expected
+
+
+def test_memo_keys_tell_equal_values_of_other_types_apart() -> None:
+    """4, 4.0, True and int64(4) are equal and hash alike; the keys differ (or refuse: numpy), and so
+    a request of numpy numbers is never answered from one of ints."""
+    from btacalc.config.execution import ExecutionRequest
+    from btacalc.memo import Memo, plain_key
+
+    keys = [plain_key(ExecutionRequest(seq_len=v)) for v in (4096, 4096.0)]
+    assert keys[0] != keys[1] and None not in keys
+    assert plain_key(ExecutionRequest(seq_len=np.int64(4096))) is None
+    assert plain_key((1, True)) != plain_key((1, 1))
+    calls = []
+    memo: Memo[int] = Memo(size=2)
+    for key in ("a", "b", "a", None, None, "c", "a"):
+        memo.get(key, (), lambda: calls.append(key) or len(calls))
+    assert calls == ["a", "b", None, None, "c", "a"]  # None never cached; full at 2 entries: starts again
+
+
+def test_memory_of_shapes_summed_once_equals_phase_by_phase() -> None:
+    """Memory from each part's rows summed once per layout (the solver's arrays of shapes, and one shape of
+    ints) gives the phase-by-phase sums bit for bit, types included; where they could not (a fraction of a sequence per
+    context-parallel rank, a routing imbalance) the phase-by-phase path answers."""
+    import btacalc.model.gpu.costs as costs
+    from btacalc.config.execution import ExecutionRequest
+    from btacalc.config.hardware import resolve_hardware
+    from btacalc.config.presets import load_preset
+    from btacalc.model.gpu.memory import GpuMemory
+    from btacalc.planning.resolve import resolve_problem
+
+    cases = [("qwen3-30b-a3b", "h100", dict(devices=16, expert_parallel=8)),
+             ("deepseek-v3", "h100", dict(devices=512, expert_parallel=32, pipeline_parallel=16)),
+             ("mixtral-8x7b", "h100", dict(devices=8, expert_parallel=8, precision="fp8")),
+             ("llama-3-8b", "a100-80gb", dict(devices=8, zero_stage=3, recompute="full")),
+             ("qwen3-30b-a3b", "h100", dict(devices=16, expert_parallel=8, context_parallel=2, routing_imbalance=1.3))]
+    tiles, tile_batch = np.array([1.0, 2, 3, 7, 64, 1]), np.array([1.0, 1, 2, 3, 1, 40])
+    summed = costs._memory_of_shapes
+    used: list = []  # the arrays' answers (None: phase by phase)
+    one: list = []  # one shape's
+    try:
+        for name, hw, ask in cases:
+            problem = resolve_problem(load_preset(name), resolve_hardware(hw), ExecutionRequest(seq_len=4096, **ask))
+            costs._memory_of_shapes = lambda *a: used.append(summed(*a)) or used[-1]  # type: ignore[assignment]
+            fast = GpuMemory(problem).stage_rows(tiles, tile_batch)
+            costs._memory_of_shapes = lambda *a: None  # type: ignore[assignment]
+            slow = GpuMemory(problem).stage_rows(tiles, tile_batch)
+            for a, b in zip(fast, slow, strict=True):
+                assert a.components.keys() == b.components.keys()
+                for k in a.components:
+                    assert type(a.components[k]) is type(b.components[k]), (name, k)
+                    assert np.array_equal(a.components[k], b.components[k]), (name, k)
+            for g, b in ((1, 1), (3, 2), (1, 7)):  # one shape of ints: each part's fields, values and types
+                ev = problem.evaluate(g, b)
+                costs._memory_of_shapes = lambda *a: one.append(summed(*a)) or one[-1]  # type: ignore[assignment]
+                fast_parts = [*costs.layer_parts(problem, ev, True), *costs.outside_parts(problem, ev, True)]
+                costs._memory_of_shapes = lambda *a: None  # type: ignore[assignment]
+                slow_parts = [*costs.layer_parts(problem, ev, True), *costs.outside_parts(problem, ev, True)]
+                for fp, sp in zip(fast_parts, slow_parts, strict=True):
+                    assert [(type(v), v) for v in vars(fp).values()] == [(type(v), v) for v in vars(sp).values()]
+    finally:
+        costs._memory_of_shapes = summed  # type: ignore[assignment]
+    assert any(u is not None for u in used) and any(u is None for u in used)
+    assert any(u is not None for u in one) and any(u is None for u in one)
+
+
+def test_integer_rows_of_one_shape_equal_every_term() -> None:
+    """One shape of ints: the rows with only a constant are that constant, the others c0 + c_b*b + c_G*G +
+    c_Gb*G*b; a Fraction share of a sequence (context parallelism) takes every term, as before."""
+    from fractions import Fraction
+
+    from btacalc.config.execution import ExecutionRequest
+    from btacalc.config.hardware import resolve_hardware
+    from btacalc.config.presets import load_preset
+    from btacalc.planning.resolve import resolve_problem
+
+    problem = resolve_problem(load_preset("qwen3-30b-a3b"), resolve_hardware("h100"),
+                              ExecutionRequest(devices=16, expert_parallel=8, seq_len=4096))
+    coefs = problem.coefficients()[0]
+    f = coefs.flat
+    for g, b in ((1, 1), (3, 5), (2, Fraction(1, 2))):
+        every = {r: f[i] + f[i + 1] * b + f[i + 2] * g + f[i + 3] * g * b for r, i in enumerate(range(0, len(f), 4))}
+        rows = coefs.rows_at(g, b, g * b)
+        assert rows == every and [type(v) for v in rows.values()] == [type(v) for v in every.values()]

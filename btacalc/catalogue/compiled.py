@@ -29,6 +29,7 @@ import hashlib
 import marshal
 import types
 from fractions import Fraction
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import numpy as np
@@ -121,9 +122,39 @@ class Coefficients:
         self.scalar = scalar if scalar is not None else not any(isinstance(c, np.ndarray) for c in flat)
         self._sums: dict[tuple[str, str], tuple[int, tuple[Any, ...]]] = {}
         self._stacked: dict[str, tuple[int, np.ndarray]] = {}
+        self.derived: dict[Any, Any] = {}  # what callers compute once from these coefficients (model/gpu/costs.py)
 
     def at(self, tiles: Any, tile_batch: Any) -> "PhaseValues":
         return PhaseValues(self, tiles, tile_batch)
+
+    def rows_at(self, tiles: Any, tile_batch: Any, n: Any) -> dict[int, Any]:
+        """Every row at one shape of Python numbers (row -> c0 + c_b*b + c_G*G + c_Gb*G*b). With ints
+        throughout, the rows whose only coefficient is c0 are c0 (the zero terms add int zeros) and only
+        the others are computed; otherwise every term, as written."""
+        f = self.flat
+        if type(tiles) is int and type(tile_batch) is int and self._integer_rows is not None:
+            constant, varying = self._integer_rows
+            values = constant.copy()
+            for r, c0, c_b, c_g, c_n in varying:
+                values[r] = c0 + c_b * tile_batch + c_g * tiles + c_n * n
+            return values
+        return dict(enumerate(f[i] + f[i + 1] * tile_batch + f[i + 2] * tiles + f[i + 3] * n
+                              for i in range(0, len(f), 4)))
+
+    @cached_property
+    def _integer_rows(self) -> Optional[tuple[dict[int, int], list[tuple[int, int, int, int, int]]]]:
+        """(constant rows, the other rows with their coefficients) when every coefficient is an int,
+        else None."""
+        f = self.flat
+        if not self.scalar or any(type(c) is not int for c in f):
+            return None
+        constant: dict[int, int] = {}
+        varying = []
+        for r, i in enumerate(range(0, len(f), 4)):
+            constant[r] = f[i]  # in row order; a varying row's value replaces it
+            if f[i + 1] or f[i + 2] or f[i + 3]:
+                varying.append((r, f[i], f[i + 1], f[i + 2], f[i + 3]))
+        return constant, varying
 
     def take(self, index: np.ndarray) -> "Coefficients":
         """The coefficients of points `index` (these hold arrays of points): gathered row by row on
@@ -229,14 +260,25 @@ class PhaseValues:
         self._complete = False  # every row computed (one shape of ints)
         if isinstance(tiles, int) and isinstance(tile_batch, int) and coefficients.scalar:
             # one shape: every row at once, in plain (exact) integer arithmetic
-            f, g, b, n = coefficients.flat, tiles, tile_batch, self.n
-            self._values = dict(enumerate(f[i] + f[i + 1] * b + f[i + 2] * g + f[i + 3] * n
-                                          for i in range(0, len(f), 4)))
+            self._values = coefficients.rows_at(tiles, tile_batch, self.n)
             self._complete = True
 
     @property
     def phases(self) -> list[Phase]:
         return self.compiled.phases
+
+    @cached_property
+    def integer_bounds(self) -> Optional[tuple[int, int, int]]:
+        """(largest G, largest b, largest G*b) as ints when the shapes are arrays of non-negative integers
+        with G*b below 2^53 (float64 then holds every integer a sum of coefficient x shape terms below 2^53
+        reaches, exactly), else None."""
+        if not isinstance(self.n, np.ndarray) or not self.n.size:
+            return None
+        shapes = [np.asarray(x, dtype=float) for x in (self.tiles, self.tile_batch)]
+        if any(x.min() < 0 or (x % 1).any() for x in shapes):
+            return None
+        top = float(np.max(self.n))
+        return (int(shapes[0].max()), int(shapes[1].max()), int(top)) if top < 2.0 ** 53 else None
 
     def _row(self, r: int) -> Any:
         try:

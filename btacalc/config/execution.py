@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, Optional
 
 from ..errors import BtacalcError
+from ..memo import Memo, plain_key
 from .precision import DEFAULT_PRECISION, Recipe, check_precision, recipe
 from .attention_kernels import DEFAULT_ATTENTION_KERNEL, attention_kernel
 from ..vocabulary import parse_recompute
@@ -502,8 +503,19 @@ class _Defaults:
         return default
 
 
+_RESOLVED: Memo[Execution] = Memo()  # by the request's value (and the model and profile objects)
+_RESOLVED_OBJECTS: Memo[Execution] = Memo()  # by the three objects: the same request asked again
+
+
 def resolve_execution(request: ExecutionRequest, model: "ModelSpec", profile: "HardwareProfile") -> Execution:
-    """Fill every default of `request` for `model` on `profile`, validate, and record the reasons."""
+    """Fill every default of `request` for `model` on `profile`, validate, and record the reasons. A pure
+    function of its arguments (frozen), remembered per request of plain values (`btacalc.memo`: a request
+    holding numpy numbers is resolved again) and the model and profile objects; errors are not remembered."""
+    return _RESOLVED_OBJECTS.get((), (request, model, profile), lambda: _RESOLVED.get(
+        plain_key(request), (model, profile), lambda: _resolve(request, model, profile)))
+
+
+def _resolve(request: ExecutionRequest, model: "ModelSpec", profile: "HardwareProfile") -> Execution:
     d, chosen = profile.defaults, _Defaults()
     try:
         recompute = parse_recompute(chosen.pick("recompute", request.recompute, d.recompute,

@@ -19,6 +19,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from .. import profiling
+from ..memo import Memo, plain_key, remembered
 from ..catalogue.compiled import Coefficients, CompiledSelection, PhaseValues, compile_selection
 from ..catalogue.constants import constants
 from ..catalogue.selection import Selection
@@ -28,6 +29,12 @@ from ..config.hardware import HardwareProfile
 from ..config.model import LayerKind, ModelSpec
 
 
+# Formula coefficients per model and per symbol values at G = b = 1: a layout's invariant, the same for
+# every batch shape and for every Problem of that model, run and layout (`Problem.coefficients`).
+_COEFFICIENTS: Memo[tuple[Coefficients, ...]] = Memo()
+
+
+@remembered
 @functools.lru_cache(maxsize=256)
 def kind_selections(model: ModelSpec, run_features: tuple[tuple[str, Any], ...], recompute: str,
                     multi_token_prediction: bool = False) -> tuple[tuple[LayerKind, CompiledSelection], ...]:
@@ -168,12 +175,25 @@ class Problem:
         key = ("coefficients", "run" if seq_len is None else seq_len if isinstance(seq_len, int) else None)
         if key[1] is not None and key in self._cache:
             return self._cache[key]
-        self.evaluations[0] += 1
         shape = self.shape_values(1, 1, seq_len)
-        coefs = tuple(compiled.coefficients(kind_values(self.model, kind, shape)) for kind, compiled in self.kinds)
+        coefs = _COEFFICIENTS.get(self._coefficients_key(shape), (self.model,), lambda: self._coefficients(shape))
         if key[1] is not None:
             self._cache[key] = coefs
         return coefs
+
+    def _coefficients(self, shape: dict[str, Any]) -> tuple[Coefficients, ...]:
+        self.evaluations[0] += 1
+        return tuple(compiled.coefficients(kind_values(self.model, kind, shape)) for kind, compiled in self.kinds)
+
+    def _coefficients_key(self, shape: dict[str, Any]) -> Any:
+        """What the coefficients are a function of besides the model: the layer kinds' selections (run
+        features, recompute, MTP) and the symbol values at G = b = 1, each with its type (`btacalc.memo`);
+        None (not remembered) for points of arrays."""
+        if self.symbols or self.counts is not None:
+            return None
+        features = {**self.run.features(), "sequence_parallel": self.layout.sequence_parallel}
+        return plain_key((tuple(sorted(features.items())), self.run.recompute, self.run.multi_token_prediction,
+                          tuple(shape.items())))
 
     def evaluate(self, tiles: Any, tile_batch: Any, seq_len: Any = None) -> Evaluation:
         """Every per-phase quantity at G = `tiles`, b = `tile_batch` (ints: exact, memoised; or arrays)."""

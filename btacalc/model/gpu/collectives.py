@@ -108,7 +108,14 @@ class Link:
 
 
 def links(problem: Problem) -> tuple[Link, Link]:
-    """(scale-up NVLink, scale-out NIC) links of the problem's profile."""
+    """(scale-up NVLink, scale-out NIC) links of the problem's profile (once per problem)."""
+    pair = problem._cache.get("links")
+    if pair is None:
+        pair = problem._cache["links"] = _links(problem)
+    return pair
+
+
+def _links(problem: Problem) -> tuple[Link, Link]:
     system, c = problem.hardware.system, problem.hardware.collectives
     up = system.scaleup_bandwidth_bytes_per_s.value  # type: ignore[union-attr]  # validated (multi_device)
     out = system.scaleout_bandwidth_bytes_per_s.value  # type: ignore[union-attr]  # validated (multi_device)
@@ -174,15 +181,29 @@ def _local_members(size: Any, stride: Any, devices: Any, domain: int) -> Any:
 def ring_time(problem: Problem, bytes_per_rank: Any, size: Any, stride: Any, calls: Any = 1) -> Any:
     """Time of `calls` ring collectives moving `bytes_per_rank` bus bytes in all (already x factor x
     (n-1)/n) over a group of `size` ranks at `stride` (see the module docstring); 0 for one rank."""
-    lay = problem.layout
-    if lay.devices == 1:
+    if problem.layout.devices == 1:
         return 0.0
+    if type(size) is int and type(stride) is int:  # one group: its link, once per problem
+        key = ("ring link", size, stride)
+        link = problem._cache.get(key)
+        if link is None:
+            link = problem._cache[key] = _ring_link(problem, size, stride)
+    else:
+        link = _ring_link(problem, size, stride)
+    rate, alpha = link
+    return where(size > 1, calls * alpha + bytes_per_rank / rate, 0.0)
+
+
+def _ring_link(problem: Problem, size: Any, stride: Any) -> tuple[Any, Any]:
+    """(bus bytes/s, latency per call) of a group of `size` ranks at `stride`: NVLink when the group's
+    worst-placed rank has all its members in its domain, else the scale-out NICs of its local members."""
+    lay = problem.layout
     up, out = links(problem)
     k = local_members(size, stride, lay.devices, lay.devices_per_node)
     inside = k >= size
     rate = where(inside, up.bus_bytes_per_s, minimum(up.bus_bytes_per_s, k * out.bus_bytes_per_s))
     alpha = where(inside, up.latency_s, out.latency_s)
-    return where(size > 1, calls * alpha + bytes_per_rank / rate, 0.0)
+    return rate, alpha
 
 
 def tensor_parallel_time(problem: Problem, volume: Any, calls: Any = 0) -> Any:

@@ -30,14 +30,16 @@ tensor-parallel split, the batch by context parallelism). On top of that:
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field, replace
+import math
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Optional
 
 import numpy as np
 
-from ...catalogue.compiled import PhaseValues
+from ...catalogue.compiled import PhaseValues, affine
 from ...catalogue.constants import constants
+from ...catalogue.selection import Selection
 from ...catalogue.terms import Gemm, Phase
 from ...config.attention_kernels import attention_kernel
 from ..problem import Evaluation, Problem, kind_values
@@ -45,6 +47,7 @@ from ..steptime import compute_efficiency
 from ..arrays import maximum, where
 from .precision import CastRates, cast_rates, gather_share, phase_cast_s, phase_weight_cast_s
 from .gemm import GemmDevice, gemm_time
+from ...memo import remembered
 
 # FlashAttention-2's thread blocks cover B_r = B_c = 128 queries and keys for head dimensions up to 128
 # (Dao 2023, arXiv 2307.08691, §3.1 and §4.1 "block sizes {64, 128} x {64, 128}"; flash-attention
@@ -120,6 +123,7 @@ class _Rates:
     core_time_factor: Any = 1.0  # FLOPs the attention kernel runs per FLOP counted (causal block skipping)
     symbols: dict[str, Any] = field(default_factory=dict)  # the layer kind's symbol values (GEMM shapes)
     features: dict[str, Any] = field(default_factory=dict)
+    gemms: dict[str, tuple[Gemm, ...]] = field(default_factory=dict)  # per phase, its GEMMs under `features`
     low_peak: float = 0.0  # achieved FLOP/s of the low-precision GEMMs: dtype datasheet x dtype ceiling x efficiency
     low_share: float = 1.0  # low_peak over the dtype's datasheet peak (its GEMM ceiling x compute_efficiency)
     low_device: Optional[GemmDevice] = None  # the low-precision GEMMs' device view (their dtype's peak)
@@ -128,6 +132,15 @@ class _Rates:
 
 
 def _rates(problem: Problem) -> _Rates:
+    """The device's rates under the problem's layout and run: the same for every batch shape, so computed
+    once per problem (kept in its cache, which only problems of the same layout and formulas share)."""
+    rates = problem._cache.get("gpu rates")
+    if rates is None:
+        rates = problem._cache["gpu rates"] = _device_rates(problem)
+    return rates
+
+
+def _device_rates(problem: Problem) -> _Rates:
     hw, lay = problem.hardware, problem.layout
     ceiling = matmul_ceiling(problem)
     share = ceiling * compute_efficiency(problem)
@@ -209,6 +222,9 @@ def _core_time_factor(problem: Problem, symbols: dict[str, Any], windowed: bool)
     the model's window symbol is only the window of its sliding-window layers."""
     if problem.run.attention != "flash":
         return 1.0  # eager attention computes the whole score matrix and masks it
+    if type(symbols["s"]) in _NUMBERS and type(symbols["w"]) in _NUMBERS:
+        s1 = float(symbols["s"])
+        return _one_core_time_factor(s1, float(symbols["w"]) if windowed else s1, problem.run.causal)
     s = np.asarray(symbols["s"], dtype=float)
     w = np.asarray(symbols["w"], dtype=float) if windowed else s
     counted = (2 * s * w - w * w + w) / (2 * s * w) if problem.run.causal else 1.0
@@ -217,13 +233,47 @@ def _core_time_factor(problem: Problem, symbols: dict[str, Any], windowed: bool)
     return float(out) if np.ndim(out) == 0 else out
 
 
+_NUMBERS = (int, float)
+
+
+def _one_core_time_factor(s: float, w: float, causal: bool) -> float:
+    """`_core_time_factor` of one sequence length in Python floats: the same IEEE operations in the same
+    order as the array path (float64 either way), so the same bits."""
+    counted = (2 * s * w - w * w + w) / (2 * s * w) if causal else 1.0
+    if w < s:
+        runs = 1.0
+    else:
+        nb = float(math.ceil(s / CAUSAL_BLOCK))
+        runs = nb * (nb + 1) / (2 * nb * nb)
+    return runs / counted
+
+
 def _kind_rates(problem: Problem, r: _Rates, kind: Any, pv: PhaseValues) -> _Rates:
     """`r` with the layer kind's symbol values (for its GEMM shapes and its attention core)."""
     shape = {**problem.shape_values(pv.tiles, 1), "b": pv.tile_batch}
     symbols = {k: (float(v) if isinstance(v, Fraction) else v) for k, v in kind_values(problem.model, kind, shape).items()}
-    features = pv.compiled.selection.feature_dict
-    return replace(r, symbols=symbols, features=features,
-                   core_time_factor=_core_time_factor(problem, symbols, bool(features["sliding_window"])))
+    kind = object.__new__(_Rates)  # dataclasses.replace without re-running __init__ (frozen: set via __dict__)
+    features, gemms = _selection_gemms(pv.compiled.selection)
+    kind.__dict__.update(r.__dict__, symbols=symbols, features=features, gemms=gemms,
+                         core_time_factor=_core_time_factor(problem, symbols, bool(features["sliding_window"])))
+    return kind
+
+
+@remembered
+@functools.lru_cache(maxsize=256)
+def _selection_gemms(selection: Selection) -> tuple[dict[str, Any], dict[str, tuple[Gemm, ...]]]:
+    """A selection's features and, filled in per phase on first use (`_phase_gemms`), the phase's GEMMs that
+    apply under them: the same for every layout and shape of that selection."""
+    return selection.feature_dict, {}
+
+
+def _phase_gemms(phase: Phase, r: _Rates) -> tuple[Gemm, ...]:
+    """The phase's GEMMs that apply under the layer kind's features."""
+    try:
+        return r.gemms[phase.name]
+    except KeyError:
+        gemms = r.gemms[phase.name] = tuple(g for g in phase.gemm if g.applies(r.features))
+        return gemms
 
 
 def layer_parts(problem: Problem, ev: Evaluation, memory_only: bool = False) -> list[Part]:
@@ -245,6 +295,10 @@ def outside_parts(problem: Problem, ev: Evaluation, memory_only: bool = False) -
 
 
 def _part(pv: PhaseValues, phases: list[Phase], r: _Rates, memory_only: bool = False) -> Part:
+    if memory_only:
+        summed = _memory_of_shapes(pv, phases, r)
+        if summed is not None:
+            return summed
     part, core = Part(), [0, 0, 0]  # fused FlashAttention core: FLOPs, traffic, backward FLOPs
     for phase in phases:
         v = pv.of(phase.name).__getitem__
@@ -277,6 +331,111 @@ def _part(pv: PhaseValues, phases: list[Phase], r: _Rates, memory_only: bool = F
     return part
 
 
+_EXACT = float(2 ** 53)  # below this every integer is a float64: sums of integers are exact in any order
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class _MemoryRows:
+    """A part's memory rows summed once per layout (`_memory_of_shapes`): (mask, c0, c_b, c_G, c_Gb) of the
+    stored and recomputed bytes, the working-set rows stacked (4, rows) for their maximum, the parameters."""
+
+    routed: bool  # a phase works on the routed tokens (its load is R)
+    stored: tuple[int, tuple[int, ...]]
+    recompute: tuple[int, tuple[int, ...]]
+    transient: np.ndarray
+    transient_rows: tuple[tuple[int, ...], ...]  # the same rows as ints (one shape of ints)
+    params: tuple[int, int, int, int]  # dense, routed (all E), low-precision dense, low-precision routed
+    bound: tuple[int, int, int, int]  # every row above summed: (c0, c_b, c_G, c_Gb) of a bound on any term or sum
+
+    def exact(self, bounds: tuple[int, int, int]) -> bool:
+        """Every value and partial sum below 2^53 at shapes up to `bounds` (G, b, G*b): the coefficients
+        are non-negative, so the sum of all rows at the largest shapes bounds them all."""
+        c0, c_b, c_g, c_n = self.bound
+        g, b, n = bounds
+        return c0 + c_b * b + c_g * g + c_n * n < _EXACT
+
+
+def _memory_rows(pv: PhaseValues, phases: list[Phase]) -> Optional[_MemoryRows]:
+    """The memory rows of `phases` summed, or None where summing first could differ from `_memory`'s running
+    sums: a coefficient that is not a non-negative int below 2^53, parameters that depend on the shape, a
+    working set that does not (its running maximum would be a scalar), no phase."""
+    coefs, rows = pv.coefficients, pv.compiled.row
+    masks = {"stored": 0, "recompute_bytes": 0}
+    sums: dict[str, list[int]] = {"stored": [0, 0, 0, 0], "recompute_bytes": [0, 0, 0, 0]}
+    transient: list[tuple[int, ...]] = []
+    params = [0, 0, 0, 0]
+    for phase in phases:
+        for q in ("stored", "recompute_bytes", "transient", "params"):
+            mask, c = coefs.row(rows[(phase.name, q)])
+            if any(type(x) is not int or x < 0 or x >= _EXACT for x in c):
+                return None
+            if q == "params":
+                if mask & 14:
+                    return None
+                routed = phase.param_bucket == "routed"
+                params[1 if routed else 0] += c[0] if mask & 1 else 0
+                if phase.low_precision:
+                    params[3 if routed else 2] += c[0] if mask & 1 else 0
+            elif q == "transient":
+                transient.append(tuple(c))
+            else:
+                masks[q] |= mask
+                sums[q] = [a + x for a, x in zip(sums[q], c)]
+    if not phases or not any(c[1] or c[2] or c[3] for c in transient):
+        return None
+    every = [sum(c[i] for c in [*transient, *sums.values()]) for i in range(4)]
+    return _MemoryRows(routed=any(p.routed_load for p in phases),
+                       stored=(masks["stored"], tuple(sums["stored"])),
+                       recompute=(masks["recompute_bytes"], tuple(sums["recompute_bytes"])),
+                       transient=np.array(transient, dtype=float).T,  # (4, rows)
+                       transient_rows=tuple(transient),
+                       params=(params[0], params[1], params[2], params[3]),
+                       bound=(every[0], every[1], every[2], every[3]))
+
+
+def _memory_of_shapes(pv: PhaseValues, phases: list[Phase], r: _Rates) -> Optional[Part]:
+    """The memory-only `Part` of arrays of batch shapes of one layout (the solver's probes), from the phases'
+    rows summed once per layout instead of phase by phase: the same values wherever every term is an
+    integer below 2^53 (then float64 sums are exact in any order), which is checked (`PhaseValues.
+    integer_bounds`, `_MemoryRows.exact`); else None (the phase by phase sums of `_part`)."""
+    tiles, tile_batch, n = pv.tiles, pv.tile_batch, pv.n
+    one = type(tiles) is int and type(tile_batch) is int and tiles >= 0 and tile_batch >= 0
+    if not (one or isinstance(n, np.ndarray)) or not pv.coefficients.scalar:
+        return None
+    key = ("memory rows", tuple(p.name for p in phases))
+    summed = pv.coefficients.derived.get(key, _MISSING)
+    if summed is _MISSING:
+        summed = pv.coefficients.derived[key] = _memory_rows(pv, phases)
+    if summed is None or (summed.routed and not (type(r.imbalance) is float and r.imbalance == 1.0)):
+        return None
+    bounds = (tiles, tile_batch, n) if one else pv.integer_bounds
+    if bounds is None or not summed.exact(bounds):
+        return None
+    dense, routed, low_dense, low_routed = summed.params
+    if one:
+        return _memory_of_one_shape(summed, tiles, tile_batch, n)
+    # each phase's bytes times its load 1.0: arrays, or a float where no phase's bytes depend on the shape
+    stored, recompute = (affine(m, c, tiles, tile_batch, n) if m & 14 else float(c[0] if m & 1 else 0)
+                         for m, c in (summed.stored, summed.recompute))
+    t = summed.transient.reshape(summed.transient.shape + (1,) * n.ndim)
+    transient = np.max(t[0] + t[1] * tile_batch + t[2] * tiles + t[3] * n, axis=0)
+    return Part(stored=stored, recompute=recompute, transient=np.maximum(0, transient), dense_params=dense,
+                routed_params=routed, low_precision_params=low_dense, low_precision_routed=low_routed)
+
+
+def _memory_of_one_shape(summed: _MemoryRows, tiles: int, tile_batch: int, n: int) -> Part:
+    """`_memory_of_shapes` at one shape of ints, with `_memory`'s types: each phase's bytes times its load
+    1.0 summed (a float), the working set's running maximum from the int 0 (a float once a phase's is
+    positive, else that int 0)."""
+    stored, recompute = (float(sum(x * y for x, y in zip(c, (1, tile_batch, tiles, n)))) for _, c in
+                         (summed.stored, summed.recompute))
+    top = max(c0 + c_b * tile_batch + c_g * tiles + c_n * n for c0, c_b, c_g, c_n in summed.transient_rows)
+    dense, routed, low_dense, low_routed = summed.params
+    return Part(stored=stored, recompute=recompute, transient=float(top) if top > 0 else 0, dense_params=dense,
+                routed_params=routed, low_precision_params=low_dense, low_precision_routed=low_routed)
+
+
 def _matmul_time(part: Part, phase: Phase, v: Any, r: _Rates, load: Any) -> Any:
     """The phase's FLOPs at its GEMMs' efficiencies: forward and re-run at the forward shapes', backward
     at the data- and weight-gradient shapes' (FLOP-weighted); at `peak` for a phase without GEMMs. A
@@ -284,7 +443,7 @@ def _matmul_time(part: Part, phase: Phase, v: Any, r: _Rates, load: Any) -> Any:
     fwd = (v("flops_fwd") + v("flops_recompute")) * load
     bwd = v("flops_bwd") * load
     peak, device, beta, share = _dtype(phase, r)
-    gemms = [g for g in phase.gemm if g.applies(r.features)] if device is not None else []
+    gemms = _phase_gemms(phase, r) if device is not None else ()
     if not gemms:
         return (fwd + bwd) / peak
     rows = [_gemm_row(g, r, load, device, beta, share) for g in gemms]
@@ -310,7 +469,8 @@ def _gemm_row(g: Gemm, r: _Rates, load: Any, dev: Optional[GemmDevice] = None,
     forward time, forward time, backward time) per pass."""
     dev = dev if dev is not None else r.device
     beta = beta if beta is not None else r.beta
-    m, n, k, count = (_evaluate(e, r.symbols) for e in (g.m, g.n, g.k, g.count))
+    with np.errstate(divide="ignore", invalid="ignore"):  # an empty shape (no expert on a device) is 0/0
+        m, n, k, count = (_evaluate(e, r.symbols) for e in (g.m, g.n, g.k, g.count))
     if g.grouped:
         m, groups, launches = m * r.expert_parallel * load, count / r.expert_parallel, 1
     else:
@@ -335,9 +495,9 @@ _FUNCTIONS = {"ceiling": np.ceil, "__builtins__": {}}
 
 def _evaluate(expr: str, symbols: dict[str, Any]) -> Any:
     """A catalogue GEMM expression (checked arithmetic over the notation: `terms.check_expression`) at the
-    symbol values (ints, floats or arrays of layouts)."""
-    with np.errstate(divide="ignore", invalid="ignore"):  # an empty shape (no expert on a device) is 0/0
-        return eval(_code(expr), _FUNCTIONS, symbols)  # noqa: S307  # arithmetic only, checked when read
+    symbol values (ints, floats or arrays of layouts). Callers hold np.errstate(divide="ignore",
+    invalid="ignore"): an empty shape (no expert on a device) is 0/0."""
+    return eval(_code(expr), _FUNCTIONS, symbols)  # noqa: S307  # arithmetic only, checked when read
 
 
 def _launches(phase: Phase, v: Any, r: _Rates) -> tuple[Any, Any]:
@@ -348,11 +508,12 @@ def _launches(phase: Phase, v: Any, r: _Rates) -> tuple[Any, Any]:
     a re-run repeats the forward."""
     if phase.core and r.flash:
         return 0, 0
-    gemms = [g for g in phase.gemm if g.applies(r.features)]
+    gemms = _phase_gemms(phase, r)
     passes = 1 + v("reruns") + 2
     if gemms:
-        dense = sum(_evaluate(g.count, r.symbols) for g in gemms if not g.grouped)
-        experts = sum(_evaluate(g.count, r.symbols) / r.expert_parallel for g in gemms if g.grouped)
+        with np.errstate(divide="ignore", invalid="ignore"):  # as `_evaluate` asks
+            dense = sum(_evaluate(g.count, r.symbols) for g in gemms if not g.grouped)
+            experts = sum(_evaluate(g.count, r.symbols) / r.expert_parallel for g in gemms if g.grouped)
         return dense * passes, experts * passes
     work = where((v("bytes_moved") + v("flops_fwd")) > 0, 1, 0)
     return work * (2 + v("reruns")), 0
@@ -366,7 +527,7 @@ def _module_calls(phase: Phase, v: Any, r: _Rates) -> Any:
     the fused kernel (`_fused_core`)."""
     if phase.core and r.flash:
         return 0
-    modules = sum(1 for g in phase.gemm if g.module and g.applies(r.features))
+    modules = sum(1 for g in _phase_gemms(phase, r) if g.module)
     return modules * (1 + v("reruns") + 1)
 
 

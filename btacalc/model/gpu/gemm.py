@@ -62,6 +62,8 @@ from typing import Any
 
 import numpy as np
 
+from ...memo import remembered
+
 BINDINGS = ("compute", "waves", "memory")  # what limits a GEMM; `waves`: tile and wave quantisation cost > 5%
 QUANTISATION_NOTABLE = 0.95  # below this tile x wave share a GEMM is reported as bound by `waves`
 
@@ -133,6 +135,7 @@ def gemm_time(m: Any, n: Any, k: Any, bytes_per_element: Any, device: GemmDevice
     return _gemm_times(m, n, k, bytes_per_element, device, groups)
 
 
+@remembered
 @functools.lru_cache(maxsize=8192)
 def _one_gemm(m: float, n: float, k: float, bytes_per_element: float, device: GemmDevice, groups: float) -> GemmTime:
     """One shape's `_gemm_times` (the same arithmetic on float64 scalars, so the same bits), cached."""
@@ -142,8 +145,10 @@ def _one_gemm(m: float, n: float, k: float, bytes_per_element: float, device: Ge
 def _gemm_times(m: Any, n: Any, k: Any, bytes_per_element: Any, device: GemmDevice, groups: Any) -> GemmTime:
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         out = _gemm_time(m, n, k, bytes_per_element, device, np.asarray(groups, dtype=float))
-    def clean(v: Any, empty: float) -> Any:  # an empty launch: 0/0
-        return np.nan_to_num(v, nan=empty) if np.ndim(v) else (empty if v != v else v)
+    def clean(v: Any, empty: float) -> Any:  # an empty launch: 0/0 (all finite, the usual case: as it is)
+        if not np.ndim(v):
+            return empty if v != v else v
+        return v if np.isfinite(v).all() else np.nan_to_num(v, nan=empty)
 
     return GemmTime(clean(out.time_s, 0.0), clean(out.efficiency, 1.0), clean(out.quantisation, 1.0),
                     out.memory_bound)

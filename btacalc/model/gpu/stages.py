@@ -29,17 +29,20 @@ per-stage counts gathered into arrays.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from functools import cached_property
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
 from ...config.pipeline import Placement, StageSplit, place
 from ..arrays import is_array, largest, minimum, where
+from ...memo import remembered
 
 if TYPE_CHECKING:
+    from ...config.model import ModelSpec
     from ..problem import Problem
 
 
@@ -71,7 +74,7 @@ class PipelineStages:
         """The stages of a problem's model and layout (its M unless `micro_batches` is given)."""
         lay, model = problem.layout, problem.model
         mtp = model.mtp_layers if problem.run.multi_token_prediction else 0
-        kinds = model.layer_kind_indices()
+        kinds = _kind_indices(model)
         return cls(model.num_layers, lay.pipeline_parallel, lay.virtual_pipeline,
                    lay.micro_batches if micro_batches is None else micro_batches, lay.stage_split, kinds, mtp,
                    max(kinds) + 1 if mtp else -1)
@@ -106,8 +109,20 @@ class PipelineStages:
     def exists(self, j: int) -> Any:
         return j < self.pp
 
+    @cached_property
+    def _cells(self) -> Optional[tuple[tuple[tuple[int, ...], ...], ...]]:
+        """One layout (ints): `_table` as Python ints per stage and virtual chunk, placed once per model
+        and layout (`_one_layout_cells`); None for arrays of layouts."""
+        if is_array(self.pp, self.vp):
+            return None
+        return _one_layout_cells(self.num_layers, int(self.pp), int(self.vp), self.split, self.kind_of_layer,
+                                 self.mtp_layers, self.mtp_kind)
+
     def chunk_kinds(self, j: int, v: int) -> list[Any]:
         """Layers of each kind in virtual chunk v of stage j (0 where the stage or chunk does not exist)."""
+        cells = self._cells
+        if cells is not None:
+            return list(cells[j][v]) if j < len(cells) and v < len(cells[j]) else [0] * self.kinds
         table, rows = self._table
         if j >= table.shape[1] or v >= table.shape[2]:
             return [0] * self.kinds
@@ -169,3 +184,20 @@ class PipelineStages:
     def bubble_micro_batches(self) -> Any:
         """The pipeline bubble in units of one micro-batch's time on a stage: (PP - 1) / VP."""
         return ratio(self.pp - 1, self.vp)
+
+
+@remembered
+@functools.lru_cache(maxsize=256)
+def _one_layout_cells(num_layers: int, pp: int, vp: int, split: StageSplit, kind_of_layer: tuple[int, ...],
+                      mtp_layers: int, mtp_kind: int) -> tuple[tuple[tuple[int, ...], ...], ...]:
+    """Layers of each kind per (stage, virtual chunk) of one layout: its `_table` row as Python ints (the
+    placement is the same whatever the micro-batches, so every evaluation of the layout shares it)."""
+    table, _ = PipelineStages(num_layers, pp, vp, 1, split, kind_of_layer, mtp_layers, mtp_kind)._table
+    return tuple(tuple(tuple(int(x) for x in cell) for cell in stage) for stage in table[0])
+
+
+@remembered
+@functools.lru_cache(maxsize=64)
+def _kind_indices(model: "ModelSpec") -> tuple[int, ...]:
+    """`model.layer_kind_indices()`, once per model (frozen)."""
+    return model.layer_kind_indices()

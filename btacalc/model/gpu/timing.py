@@ -265,7 +265,10 @@ def _data_parallel_rows(problem: Problem, params: tuple[Any, Any], m: Any) -> li
 
 def _model_flops(problem: Problem, tiles: Any, tile_batch: Any) -> Any:
     """Model FLOPs (forward + backward) of one micro-batch of the whole model (no parallel split)."""
-    flat = problem.with_layout(tensor_parallel=1, context_parallel=1, expert_tensor_parallel=1)
+    flat = problem._cache.get("unsplit")  # the same problem for every batch shape: its evaluations kept
+    if flat is None:
+        flat = problem._cache["unsplit"] = problem.with_layout(tensor_parallel=1, context_parallel=1,
+                                                               expert_tensor_parallel=1)
     ev = flat.evaluate(tiles, tile_batch)
     return sum(ev.layers_total(q) + ev.outside_total(q) for q in ("flops_fwd", "flops_bwd"))
 
