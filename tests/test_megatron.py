@@ -373,19 +373,23 @@ def _flash_core(hw: str, s: int, head_dim: int = 128) -> tuple[float, float]:
     p = make_problem(model, profile, RunOptions(seq_len=s, attention="flash", recompute="none"))
     pv = p.evaluate(1, 1).layers[0][1]
     core = [ph.name for ph in pv.phases if ph.core]
-    flops = sum(pv.value(n, q) for n in core for q in ("flops_fwd", "flops_bwd", "flops_recompute"))
+    blocks = -(-s // 128)  # the kernel runs the nb(nb + 1)/2 of nb² score blocks on or below the diagonal
+    flops = sum(pv.value(n, q) for n in core for q in ("flops_fwd", "flops_bwd", "flops_recompute")) \
+        * (blocks + 1) / (2 * blocks)
     traffic = sum(pv.value(n, "bytes_moved") + pv.value(n, "bytes_moved_bwd") for n in core)
     hardware = p.hardware
     return (flops / (hardware.chip.peak_flops_per_s.value * hardware.calibration.compute_efficiency.value),
             traffic / hardware.memory.offchip_bandwidth_bytes_per_s.value)
 
 
-def dao_traffic(s: int, d: int, a: int, m_bytes: int, beta: int = 2) -> int:
-    """Algorithm 1 + Algorithm 4 HBM bytes, per sequence: B_c = ceil(M / 4d) keys per block."""
+def dao_traffic(s: int, d: int, a: int, m_bytes: int, beta: int = 2) -> float:
+    """Algorithm 1 + Algorithm 4 HBM bytes, per sequence: B_c = ceil(M / 4d) keys per block, and a causal
+    kernel skipping the fully masked blocks: query block j of T visits j + 1 key blocks, (T + 1)/2 on average."""
     b_c = -(-(m_bytes // beta) // (4 * d))
     t_c = -(-s // b_c)
-    fwd = beta * (2 * s * d + 3 * s * d * t_c) + 16 * s * t_c
-    bwd = beta * (4 * s * d + 5 * s * d * t_c) + 8 * s * t_c
+    passes = sum(j + 1 for j in range(t_c)) / t_c
+    fwd = beta * (2 * s * d + 3 * s * d * passes) + 16 * s * passes
+    bwd = beta * (4 * s * d + 5 * s * d * passes) + 8 * s * passes
     return a * (fwd + bwd)
 
 
@@ -395,22 +399,34 @@ def test_flash_attention_traffic_follows_dao_algorithms():
         p = make_problem(model, resolve_hardware(hw), RunOptions(seq_len=4096, attention="flash"))
         pv = p.evaluate(1, 1).layers[0][1]
         moved = sum(pv.value(ph.name, q) for ph in pv.phases if ph.core for q in ("bytes_moved", "bytes_moved_bwd"))
-        assert moved == dao_traffic(4096, 128, 32, resolve_hardware(hw).attention_sram_bytes_per_core)
+        assert moved == pytest.approx(dao_traffic(4096, 128, 32, resolve_hardware(hw).attention_sram_bytes_per_core),
+                                      rel=1e-12)
 
 
 def test_flash_attention_crossover_from_memory_to_compute_bound():
-    # 14 a s^2 d FLOP (forward 4, backward 8, the recomputed S 2) against Theta(s^2 d^2 / M) bytes with
-    # T_c = ceil(s / B_c) passes: (14 s d) / (beta (6 d + 8 d T_c) + 24 T_c) FLOP per byte, which grows with s
-    # towards 14 B_c / (8 beta) + ... . H100 (B_c = 228 at d = 128, ridge 0.5 x 989 / 3.35 = 148 FLOP/B):
-    # memory-bound up to s = 512, compute-bound from s = 1024 (README)
+    # The kernel runs 14 a s^2 d FLOP (forward 4, backward 8, the recomputed S 2) x nb(nb + 1)/(2 nb^2) of
+    # its 128 x 128 blocks, and moves Theta(s^2 d^2 / M) bytes with (T_c + 1)/2 key-block passes per query
+    # block (`dao_traffic`). Both halve with the causal mask, so the intensity still grows with s. H100
+    # (B_c = 228 at d = 128, ridge 0.5 x 989 / 3.35 = 148 FLOP/B): memory-bound up to s = 1,024,
+    # compute-bound from 2,048, where the arithmetic below puts it too
     seqs = (256, 512, 1024, 2048, 4096, 8192, 16384)
+
+    def bound_by_memory(hw: str, s: int, d: int = 128) -> bool:
+        prof = resolve_hardware(hw)
+        nb = -(-s // 128)
+        flops = 14 * (4096 // d) * s * s * d * (nb + 1) / (2 * nb)
+        return dao_traffic(s, d, 4096 // d, prof.attention_sram_bytes_per_core) / \
+            prof.memory.offchip_bandwidth_bytes_per_s.value > flops / (prof.chip.peak_flops_per_s.value * 0.5)
+
     h100 = {s: _flash_core("h100", s) for s in seqs}
-    assert [s for s, (c, m) in h100.items() if m > c] == [256, 512]
-    # A100: its ridge (0.5 x 312 / 2.039 = 77 FLOP/B) is lower: compute-bound from the shortest sequences
-    assert all(c >= m for c, m in (_flash_core("a100-80gb", s) for s in seqs))
-    # a large head dimension halves B_c = ceil(M/(4d)): at d = 256 the limit 14 x 114 / 16 = 100 FLOP/B stays
-    # below the H100's ridge, so the kernel is memory-bound at every length
+    assert [s for s, (c, m) in h100.items() if m > c] == [256, 512, 1024]
+    assert [s for s in seqs if bound_by_memory("h100", s)] == [256, 512, 1024]
+    # A100: its ridge (0.5 x 312 / 2.039 = 77 FLOP/B) is lower: compute-bound from s = 512
+    assert [s for s in seqs if (lambda c, m: m > c)(*_flash_core("a100-80gb", s))] == [256]
+    assert [s for s in seqs if bound_by_memory("a100-80gb", s)] == [256]
+    # a large head dimension halves B_c = ceil(M/(4d)): at d = 256 the kernel is memory-bound at every length
     assert all(m > c for c, m in (_flash_core("h100", s, head_dim=256) for s in seqs))
+    assert all(bound_by_memory("h100", s, 256) for s in seqs)
 
 
 # --- vectorised = exact -------------------------------------------------------------------------------

@@ -214,6 +214,22 @@ def test_a_window_as_long_as_the_sequence_is_full_attention(accounting, attentio
         assert is_zero(layer_sum(window, "none", "stored").subs(w, s) - layer_sum(full, "none", "stored"))
 
 
+def test_a_window_kernel_visits_its_band_of_key_blocks():
+    """A sliding window of w keys: query block j of T visits min(j + 1, W + 1) key blocks (W = ceil(w/B_c)),
+    counted block by block here against the catalogue's closed form (W + 1)(1 - W/(2T))."""
+    sel = Selection.make({**QWEN3_MOE, "sliding_window": True, "attention": "flash"}, "none")
+    scores = next(p for p in sel.phases("layer") if p.name == "attn_scores")
+    expr = sel.expression(scores, "bytes_moved")
+    for s_, w_, m in ((4096, 1024, 228 * 1024), (4096, 4096, 228 * 1024), (8192, 128, 164 * 1024), (300, 299, 4096)):
+        b_c = -(-(m // 2) // (4 * 128))
+        t, big_w = -(-s_ // b_c), -(-w_ // b_c)
+        passes = sum(min(j + 1, big_w + 1) for j in range(t)) / t
+        values = {SYMBOLS["s"]: s_, SYMBOLS["w"]: w_, SYMBOLS["M_sram"]: m // 2, SYMBOLS["d_h"]: 128,
+                  SYMBOLS["G"]: 1, SYMBOLS["b"]: 1, SYMBOLS["a"]: 1, SYMBOLS["t"]: 1, SYMBOLS["beta"]: 2}
+        expected = 2 * (2 * s_ * 128 + 3 * s_ * 128 * passes) + 16 * s_ * passes
+        assert float(expr.subs(values)) == pytest.approx(expected, rel=1e-12), (s_, w_, m)
+
+
 def test_window_scores_are_s_times_w():
     window = {**QWEN3_MOE, "sliding_window": True}
     sel = Selection.make(window, "none")
