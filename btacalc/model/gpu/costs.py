@@ -392,8 +392,8 @@ def _fused_core(part: Part, pv: PhaseValues, phases: list[Phase], core: list[Any
     part.backward_s = part.backward_s + fused * where(core[0] > 0, core[2] / safe, 0)
     for phase in phases:
         if phase.core:
-            flops = pv.value(phase.name, "flops_fwd") + pv.value(phase.name, "flops_bwd") \
-                + pv.value(phase.name, "flops_recompute")
+            flops = (pv.value(phase.name, "flops_fwd") + pv.value(phase.name, "flops_bwd")
+                     + pv.value(phase.name, "flops_recompute")) * r.core_time_factor  # as core[0] counts them
             part.phase_s[phase.name] = fused * where(core[0] > 0, flops / safe, 0)
 
 
