@@ -363,7 +363,8 @@ def test_plan_says_when_it_is_sensitive_to_routing(cli):
 
 def _flash_core(hw: str, s: int, head_dim: int = 128) -> tuple[float, float]:
     """(compute time, HBM time) of the fused attention core of one Llama-3-8B layer (d = 128 unless
-    given), b = 1, over the forward and backward passes."""
+    given), b = 1, over the forward and backward passes: the counted (full-square) FLOPs x the share of
+    128-blocks the causal kernel runs, nb(nb+1)/(2 nb²)."""
     model = resolve_model(str(DATA / "llama-3-8b.config.json"))
     if head_dim != 128:
         model = validate_model({**model.model_dump(), "head_dim": head_dim, "num_heads": 4096 // head_dim,
@@ -373,19 +374,22 @@ def _flash_core(hw: str, s: int, head_dim: int = 128) -> tuple[float, float]:
     p = make_problem(model, profile, RunOptions(seq_len=s, attention="flash", recompute="none"))
     pv = p.evaluate(1, 1).layers[0][1]
     core = [ph.name for ph in pv.phases if ph.core]
-    flops = sum(pv.value(n, q) for n in core for q in ("flops_fwd", "flops_bwd", "flops_recompute"))
+    nb = -(-s // 128)
+    flops = sum(pv.value(n, q) for n in core for q in ("flops_fwd", "flops_bwd", "flops_recompute")) \
+        * (nb + 1) / (2 * nb)
     traffic = sum(pv.value(n, "bytes_moved") + pv.value(n, "bytes_moved_bwd") for n in core)
     hardware = p.hardware
     return (flops / (hardware.chip.peak_flops_per_s.value * hardware.calibration.compute_efficiency.value),
             traffic / hardware.memory.offchip_bandwidth_bytes_per_s.value)
 
 
-def dao_traffic(s: int, d: int, a: int, m_bytes: int, beta: int = 2) -> int:
-    """Algorithm 1 + Algorithm 4 HBM bytes, per sequence: B_c = ceil(M / 4d) keys per block."""
+def dao_traffic(s: int, d: int, a: int, m_bytes: int, beta: int = 2) -> float:
+    """Algorithm 1 + Algorithm 4 HBM bytes, per sequence: B_c = ceil(M / 4d) keys per block; under the causal
+    mask the kernel skips the key blocks above the diagonal, (T_c + 1)/2 passes per query on average (§3.3)."""
     b_c = -(-(m_bytes // beta) // (4 * d))
-    t_c = -(-s // b_c)
-    fwd = beta * (2 * s * d + 3 * s * d * t_c) + 16 * s * t_c
-    bwd = beta * (4 * s * d + 5 * s * d * t_c) + 8 * s * t_c
+    passes = (-(-s // b_c) + 1) / 2
+    fwd = beta * (2 * s * d + 3 * s * d * passes) + 16 * s * passes
+    bwd = beta * (4 * s * d + 5 * s * d * passes) + 8 * s * passes
     return a * (fwd + bwd)
 
 
@@ -395,21 +399,23 @@ def test_flash_attention_traffic_follows_dao_algorithms():
         p = make_problem(model, resolve_hardware(hw), RunOptions(seq_len=4096, attention="flash"))
         pv = p.evaluate(1, 1).layers[0][1]
         moved = sum(pv.value(ph.name, q) for ph in pv.phases if ph.core for q in ("bytes_moved", "bytes_moved_bwd"))
-        assert moved == dao_traffic(4096, 128, 32, resolve_hardware(hw).attention_sram_bytes_per_core)
+        assert moved == pytest.approx(dao_traffic(4096, 128, 32, resolve_hardware(hw).attention_sram_bytes_per_core),
+                                      rel=1e-12)
 
 
 def test_flash_attention_crossover_from_memory_to_compute_bound():
-    # 14 a s^2 d FLOP (forward 4, backward 8, the recomputed S 2) against Theta(s^2 d^2 / M) bytes with
-    # T_c = ceil(s / B_c) passes: (14 s d) / (beta (6 d + 8 d T_c) + 24 T_c) FLOP per byte, which grows with s
-    # towards 14 B_c / (8 beta) + ... . H100 (B_c = 228 at d = 128, ridge 0.5 x 989 / 3.35 = 148 FLOP/B):
-    # memory-bound up to s = 512, compute-bound from s = 1024 (README)
+    # Under the causal mask the kernel runs 14 a s^2 d f FLOP (forward 4, backward 8, the recomputed S 2; f =
+    # nb(nb+1)/(2nb^2) of the 128-blocks) against Theta(s^2 d^2 / M) bytes with p = (T_c + 1)/2 key-block
+    # passes, T_c = ceil(s / B_c): 14 s d f / (beta (6 d + 8 d p) + 24 p) FLOP per byte, growing with s towards
+    # 7 B_c / (8 beta) + ... . H100 (B_c = 227 at d = 128, ridge 0.5 x 989 / 3.35 = 148 FLOP/B): 133 FLOP/B at
+    # s = 1024, 151 at 2048: memory-bound up to s = 1024, compute-bound from 2048
     seqs = (256, 512, 1024, 2048, 4096, 8192, 16384)
     h100 = {s: _flash_core("h100", s) for s in seqs}
-    assert [s for s, (c, m) in h100.items() if m > c] == [256, 512]
-    # A100: its ridge (0.5 x 312 / 2.039 = 77 FLOP/B) is lower: compute-bound from the shortest sequences
-    assert all(c >= m for c, m in (_flash_core("a100-80gb", s) for s in seqs))
-    # a large head dimension halves B_c = ceil(M/(4d)): at d = 256 the limit 14 x 114 / 16 = 100 FLOP/B stays
-    # below the H100's ridge, so the kernel is memory-bound at every length
+    assert [s for s, (c, m) in h100.items() if m > c] == [256, 512, 1024]
+    # A100: its ridge (0.5 x 312 / 2.039 = 77 FLOP/B) is lower: 74 FLOP/B at s = 256 (B_c = 192), 101 at 512
+    assert [s for s, (c, m) in ((s, _flash_core("a100-80gb", s)) for s in seqs) if m > c] == [256]
+    # a large head dimension halves B_c = ceil(M/(4d)): at d = 256 the limit 7 x 114 / 16 + ... ~ 98 FLOP/B
+    # stays below the H100's ridge, so the kernel is memory-bound at every length
     assert all(m > c for c, m in (_flash_core("h100", s, head_dim=256) for s in seqs))
 
 
