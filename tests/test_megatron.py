@@ -363,7 +363,8 @@ def test_plan_says_when_it_is_sensitive_to_routing(cli):
 
 def _flash_core(hw: str, s: int, head_dim: int = 128) -> tuple[float, float]:
     """(compute time, HBM time) of the fused attention core of one Llama-3-8B layer (d = 128 unless
-    given), b = 1, over the forward and backward passes."""
+    given), b = 1, over the forward and backward passes: the counted (full-square) FLOPs x the share of
+    128-blocks the causal kernel runs, nb(nb+1)/(2 nb²)."""
     model = resolve_model(str(DATA / "llama-3-8b.config.json"))
     if head_dim != 128:
         model = validate_model({**model.model_dump(), "head_dim": head_dim, "num_heads": 4096 // head_dim,

@@ -1,18 +1,18 @@
 """Fused attention kernels (``--attention-kernel``): btacalc/data/attention_kernels.toml as validated data.
 
 A kernel named here may run the attention core at another FLOP rate than the device's large GEMMs. The
-fused core's time (btacalc/model/gpu/costs.py, `_fused_core`) is the roofline
+fused core's time (btacalc/model/gpu/costs.py, `_fused_core`) is
 
-    t_core = max(kernel FLOPs / R, HBM traffic / bandwidth)
+    t_core = kernel FLOPs / R                                    with a rate for the compute capability
+    t_core = max(kernel FLOPs / R_gemm, HBM traffic / bandwidth)  without one
 
-with R = datasheet 16-bit peak x `fraction_of_peak` where the kernel has a rate for the device's compute
-capability, else R = the large-GEMM rate (datasheet x GEMM ceiling x compute_efficiency), which is what
-`default` always uses. Both apply to the FLOPs the kernel runs: the score blocks on and below the causal
-diagonal (costs.causal_block_fraction). Example: llm-foundry's Triton FlashAttention on an H100 runs at
-0.175 x 989 TFLOP/s = 173 TFLOP/s, where the default core runs at 0.900 x 0.6661 x 989 = 593 TFLOP/s. The
-0.175 is derived in the data file: FlashAttention-2's published 35% of the H100 peak (Shah et al. 2024,
-arXiv 2407.08608), halved for this FlashAttention-1-era kernel (Dao 2023, arXiv 2307.08691:
-FlashAttention-2 is about 2x faster).
+with R = datasheet 16-bit peak x `fraction_of_peak` (a kernel benchmark, FLOPs over wall time: neither the
+fitted compute_efficiency nor FlashAttention's IO-count traffic bound applies on top of it), and R_gemm the
+large-GEMM rate (datasheet x GEMM ceiling x compute_efficiency). Both apply to the FLOPs the kernel runs: the
+score blocks on and below the causal diagonal (costs.causal_block_fraction). Example: `default` (cuDNN fused
+attention) on an H100 runs at 0.467 x 989 = 461.5 TFLOP/s (FlashAttention-3 paper, Shah et al. 2024, arXiv
+2407.08608, Figures 5 and 6, cuDNN at head dim 128, s = 4k, derived in the data file); llm-foundry's Triton
+FlashAttention at 0.175 x 989 = 173 TFLOP/s (half of FlashAttention-2's published 35% of the H100 peak).
 """
 
 from __future__ import annotations

@@ -129,6 +129,7 @@ class _Rates:
     low_device: Optional[GemmDevice] = None  # the low-precision GEMMs' device view (their dtype's peak)
     low_beta: float = 1.0  # bytes per element of the low-precision GEMM operands
     attention_peak: float = 0.0  # FLOP/s of the fused attention core (`attention_core_peak`)
+    attention_wall_rate: bool = False  # the kernel's measured wall-clock rate: no separate HBM-traffic bound
 
 
 def _rates(problem: Problem) -> _Rates:
@@ -164,18 +165,27 @@ def _device_rates(problem: Problem) -> _Rates:
         low_device=gemm_device(problem, cast.peak * low_ceiling) if cast is not None else None,
         low_beta=cast.recipe.bytes_per_element if cast is not None else 1.0,
         attention_peak=attention_core_peak(problem, peak),
+        attention_wall_rate=attention_kernel_share(problem) is not None,
     )
+
+
+def attention_kernel_share(problem: Problem) -> Optional[float]:
+    """The run's attention kernel's published (or derived) rate on this compute capability as a share of the
+    dense 16-bit datasheet peak (btacalc/data/attention_kernels.toml), or None where the file has none."""
+    chip = problem.hardware.chip
+    cc = chip.compute_capability.value if chip.compute_capability else None
+    return attention_kernel(problem.run.attention_kernel).fraction_of_peak(cc)
 
 
 def attention_core_peak(problem: Problem, gemm_peak: float) -> float:
     """FLOP/s of the fused attention core: datasheet 16-bit peak x the run's attention kernel's
-    `fraction_of_peak` on this compute capability (btacalc/data/attention_kernels.toml; e.g. llm-foundry's
-    Triton FlashAttention on Hopper, 0.175: half of FlashAttention-2's 35% utilization on H100, Shah et al. 2024
-    arXiv 2407.08608, on the causal blocks it runs), else `gemm_peak`, the large-GEMM rate (datasheet x ceiling x compute_efficiency)."""
-    chip = problem.hardware.chip
-    cc = chip.compute_capability.value if chip.compute_capability else None
-    share = attention_kernel(problem.run.attention_kernel).fraction_of_peak(cc)
-    return gemm_peak if share is None else chip.peak_flops_per_s.value * share
+    `fraction_of_peak` on this compute capability (btacalc/data/attention_kernels.toml), else `gemm_peak`,
+    the large-GEMM rate (datasheet x ceiling x compute_efficiency). The file's rates are kernel benchmarks
+    (FLOPs of the blocks run per second of wall time), so the fitted compute_efficiency does not multiply
+    them: e.g. cuDNN fused attention on H100 (`default`, 0.467: FlashAttention-3 paper, Shah et al. 2024,
+    arXiv 2407.08608, Figures 5 and 6) or llm-foundry's Triton FlashAttention on Hopper (0.175)."""
+    share = attention_kernel_share(problem)
+    return gemm_peak if share is None else problem.hardware.chip.peak_flops_per_s.value * share
 
 
 def matmul_ceiling(problem: Problem, dtype: str = "bf16") -> float:
@@ -552,9 +562,19 @@ def _forward_issued(part: Part, phase: Phase, v: Any, r: _Rates, issued: tuple[A
 
 
 def _fused_core(part: Part, pv: PhaseValues, phases: list[Phase], core: list[Any], r: _Rates) -> None:
-    """The FlashAttention kernel: one roofline over the core phases at the attention kernel's rate
-    (`attention_core_peak`), shared out by their FLOPs."""
-    fused = maximum(core[0] / r.attention_peak, core[1] / r.hbm)
+    """The FlashAttention kernel, one time over the core phases, shared out by their FLOPs:
+
+        t = F_kernel / R                              where the kernel has a benchmarked rate R
+        t = max(F_kernel / R_gemm, Q_IO / B_HBM)      otherwise (the large-GEMM rate's roofline)
+
+    F_kernel is the FLOPs of the blocks the kernel runs (`_core_time_factor`), Q_IO FlashAttention's
+    IO-count traffic (Dao et al. 2022, Theorem 2; formulas/attention.toml). A benchmarked rate is FLOPs over
+    measured wall time, so it already holds the kernel's memory behaviour, and the IO count (blocks of
+    B_c = M/(4d) keys, no L2 reuse of K and V across CTAs) is contradicted by those benchmarks: on H100 at
+    d = 128, s = 4096 (B_c = 227) it allows the causal forward 129.5 FLOP/B x 3.35 TB/s = 434 TFLOP/s on the
+    blocks run, under cuDNN's measured 534 (tests/test_attention_kernels.py), so it is not applied on top."""
+    bound = core[1] / r.hbm if not r.attention_wall_rate else 0.0
+    fused = maximum(core[0] / r.attention_peak, bound)
     part.compute_s, part.core_s = part.compute_s + fused, part.core_s + fused
     part.kernels = part.kernels + where(core[0] > 0, 2, 0)  # the fused forward and backward kernels
     part.module_calls = part.module_calls + where(core[0] > 0, 2, 0)  # its attention module, forward and backward
