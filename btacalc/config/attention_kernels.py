@@ -18,18 +18,11 @@ FlashAttention at 0.175 x 989 = 173 TFLOP/s (half of FlashAttention-2's publishe
 from __future__ import annotations
 
 import functools
-import sys
 from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import BtacalcError, DataError
-from ..paths import package_data
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from .named_tables import load_named_tables, pick
 
 KERNELS_FILE = "attention_kernels.toml"
 DEFAULT_ATTENTION_KERNEL = "default"
@@ -70,16 +63,9 @@ class AttentionKernel(BaseModel):
 
 @functools.lru_cache(maxsize=1)
 def attention_kernels() -> dict[str, AttentionKernel]:
-    raw = tomllib.loads(package_data(KERNELS_FILE).read_text(encoding="utf-8"))
-    try:
-        return {name: AttentionKernel(name=name, **table) for name, table in raw["kernel"].items()}
-    except Exception as exc:  # a broken shipped file is a bug, not the user's input
-        raise DataError(f"btacalc/data/{KERNELS_FILE}: {exc}") from exc
+    return load_named_tables(KERNELS_FILE, "kernel", AttentionKernel)
 
 
 def attention_kernel(name: str) -> AttentionKernel:
     """The kernel `name`; a one-line error naming the known kernels otherwise."""
-    table = attention_kernels()
-    if name not in table:
-        raise BtacalcError(f"{{attention_kernel}} must be one of {', '.join(table)}, got {name!r}")
-    return table[name]
+    return pick(attention_kernels(), name, "attention_kernel")

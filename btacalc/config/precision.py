@@ -18,21 +18,16 @@ only holds the data:
 from __future__ import annotations
 
 import functools
-import sys
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import BtacalcError, DataError
-from ..paths import package_data
+from ..errors import BtacalcError
+from .named_tables import load_named_tables, pick
 
 if TYPE_CHECKING:
     from .hardware import HardwareProfile
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 PRECISION_FILE = "precision.toml"
 DEFAULT_PRECISION = "bf16"
@@ -81,18 +76,11 @@ class Recipe(BaseModel):
 
 @functools.lru_cache(maxsize=1)
 def recipes() -> dict[str, Recipe]:
-    raw = tomllib.loads(package_data(PRECISION_FILE).read_text(encoding="utf-8"))
-    try:
-        return {name: Recipe(name=name, **table) for name, table in raw["recipe"].items()}
-    except Exception as exc:  # a broken shipped file is a bug, not the user's input
-        raise DataError(f"btacalc/data/{PRECISION_FILE}: {exc}") from exc
+    return load_named_tables(PRECISION_FILE, "recipe", Recipe)
 
 
 def recipe(name: str) -> Recipe:
-    table = recipes()
-    if name not in table:
-        raise BtacalcError(f"{{precision}} must be one of {', '.join(table)}, got {name!r}")
-    return table[name]
+    return pick(recipes(), name, "precision")
 
 
 def check_precision(name: str, profile: "HardwareProfile", param_gather: bool) -> Recipe:
