@@ -460,3 +460,20 @@ def test_matmul_phases_run_at_datasheet_x_ceiling_x_compute_efficiency():
     r = _rates(p)
     assert r.peak_share == pytest.approx(hw.kernels.gemm_ceiling_fraction.value * hw.calibration.compute_efficiency.value)
     assert r.peak == pytest.approx(989e12 * r.peak_share)
+
+
+def test_the_scalar_and_array_paths_of_the_core_time_factor_agree():
+    """`_core_time_factor` answers one sequence length in Python floats (`_one_core_time_factor`, the hot path)
+    and arrays of them with numpy: the same IEEE operations, so the same bits, for full and windowed layers,
+    counted full or causal, and a length that is not a multiple of the 128-key block."""
+    import numpy as np
+
+    from btacalc.model.gpu.costs import _core_time_factor
+
+    seqs, windows = [130, 512, 4096, 8191], [1, 100, 4096, 8191]
+    for causal in (False, True):
+        p = _problem(run=RunOptions(seq_len=4096, attention="flash", causal=causal), devices=8)
+        for windowed in (False, True):
+            arrays = _core_time_factor(p, {"s": np.array(seqs), "w": np.array(windows)}, windowed)
+            scalars = [_core_time_factor(p, {"s": s, "w": w}, windowed) for s, w in zip(seqs, windows)]
+            assert list(arrays) == scalars
