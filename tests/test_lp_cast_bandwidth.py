@@ -74,3 +74,24 @@ def test_bf16_plans_have_no_cast_and_do_not_move():
     p = resolved(load_preset("llama-3-8b"), "b200", recompute="none", attention="flash", seq_len=S)
     assert cast_rates(p) is None
     assert not layer_parts(p, p.evaluate(1, 1))[0].cast_s
+
+
+# torchao PR 2427 (pytorch/ao, 2025-06-23), benchmarks/float8/bench_matmul.py --recipe nvfp4 on "NVIDIA B200":
+# M = K = N, TFLOP/s of torch.bfloat16 and of the NVFP4 GEMM (torch._scaled_mm, cuBLASLt block scales)
+NVFP4_VS_BF16 = {6144: (1.45e15, 5.50e15), 8192: (1.42e15, 5.37e15)}
+B200_BF16, B200_FP4 = 2.25e15, 9e15  # the peaks the benchmark prints (the profile's own)
+
+
+@pytest.mark.parametrize("hw", ["b200", "gb200"])
+def test_nvfp4_ceiling_is_the_bf16_ceiling_times_the_published_ratio(hw):
+    """At 6144^3 and 8192^3 (compute-bound at both precisions) NVFP4 reaches 0.611 and 0.597 of the FP4 peak where
+    BF16 reaches 0.644 and 0.631 of its own: 0.948 and 0.945, mean 0.9468. The FP4 ceiling is the profile's BF16
+    ceiling times that ratio: B200 0.823 x 0.9468 = 0.779; GB200 (the same die) 0.805 x 0.9468 = 0.762."""
+    ratios = [(fp4 / B200_FP4) / (bf16 / B200_BF16) for bf16, fp4 in NVFP4_VS_BF16.values()]
+    assert ratios[0] == pytest.approx(ratios[1], abs=5e-3)  # the two shapes agree
+    ratio = sum(ratios) / len(ratios)
+    k = resolve_hardware(hw).kernels
+    assert k.fp4_gemm_ceiling_fraction.value == pytest.approx(k.gemm_ceiling_fraction.value * ratio, abs=6e-4)
+    # below the BF16 ceiling and of the order of the FP8 one (the MAMF table: FP8 0.954 of BF16 on the B200)
+    assert k.fp4_gemm_ceiling_fraction.value < k.gemm_ceiling_fraction.value
+    assert resolve_hardware("h100").kernels.fp4_gemm_ceiling_fraction is None  # H100 has no FP4 peak at all

@@ -325,6 +325,10 @@ class Kernels(_Section):
         None, description="share of the datasheet dense FP8 peak a large, perfectly quantised FP8 GEMM (per-tensor "
         "scales, torch._scaled_mm / cuBLASLt) reaches in a microbenchmark of this generation; the FP8 recipes' "
         "linear-layer GEMMs run at it (model/gpu/costs.py); None: at gemm_ceiling_fraction, the BF16 one")
+    fp4_gemm_ceiling_fraction: Annotated[Optional[Number], FRACTION] = Field(
+        None, description="share of the datasheet dense FP4 peak a large NVFP4 GEMM (block scales, cuBLASLt) reaches "
+        "in a microbenchmark of this generation; the NVFP4 recipe's linear-layer GEMMs run at it "
+        "(model/gpu/costs.py); None: at gemm_ceiling_fraction, the BF16 one")
     cast_bandwidth_fraction: Annotated[Optional[Number], FRACTION] = Field(
         None, description="share of the HBM bandwidth TransformerEngine's quantise kernel reaches when it writes one "
         "quantised copy (rowwise) of a 16-bit tensor, measured with its bytes read and written; the "
