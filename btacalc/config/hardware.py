@@ -325,6 +325,18 @@ class Kernels(_Section):
         None, description="share of the datasheet dense FP8 peak a large, perfectly quantised FP8 GEMM (per-tensor "
         "scales, torch._scaled_mm / cuBLASLt) reaches in a microbenchmark of this generation; the FP8 recipes' "
         "linear-layer GEMMs run at it (model/gpu/costs.py); None: at gemm_ceiling_fraction, the BF16 one")
+    fp4_gemm_ceiling_fraction: Annotated[Optional[Number], FRACTION] = Field(
+        None, description="share of the datasheet dense FP4 peak a large NVFP4 GEMM (block scales, cuBLASLt) reaches "
+        "in a microbenchmark of this generation; the NVFP4 recipe's linear-layer GEMMs run at it "
+        "(model/gpu/costs.py); None: at gemm_ceiling_fraction, the BF16 one")
+    cast_bandwidth_fraction: Annotated[Optional[Number], FRACTION] = Field(
+        None, description="share of the HBM bandwidth TransformerEngine's quantise kernel reaches when it writes one "
+        "quantised copy (rowwise) of a 16-bit tensor, measured with its bytes read and written; the "
+        "low-precision recipes' single-copy casts and amax passes move their bytes at it (model/gpu/precision.py); "
+        "None: at the full HBM bandwidth")
+    cast_two_copy_bandwidth_fraction: Annotated[Optional[Number], FRACTION] = Field(
+        None, description="the same for the kernel that writes both the rowwise and the columnwise copy in one pass "
+        "(block-scaled recipes, and per-tensor FP8 where the GEMMs are TN-only); None: cast_bandwidth_fraction")
     gemm_wave_overhead_s: Annotated[Number, LATENCY] = Field(
         description="fixed time per wave of GEMM output tiles that does not shrink with k (pipeline fill, epilogue)")
     gemm_overlap_exponent: Annotated[Number, OVERLAP] = Field(

@@ -195,12 +195,15 @@ def matmul_ceiling(problem: Problem, dtype: str = "bf16") -> float:
     (model/gpu/gemm.py). The BF16 ceiling is `kernels.gemm_ceiling_fraction`; FP8 GEMMs take
     `kernels.fp8_gemm_ceiling_fraction` where the profile has a published FP8 microbenchmark (the same
     Maximum Achievable Matmul FLOPS table, torch._scaled_mm with per-tensor scales), else the BF16 one;
-    FP4 GEMMs the BF16 one (no published FP4 microbenchmark)."""
+    FP4 GEMMs `kernels.fp4_gemm_ceiling_fraction` where the profile has one (Blackwell: the BF16 ceiling x the
+    NVFP4/BF16 ratio of a published cuBLAS benchmark at the same shapes), else the BF16 one."""
     kernels = problem.hardware.kernels
     if kernels is None:
         return 1.0
     if dtype == "fp8" and kernels.fp8_gemm_ceiling_fraction is not None:
         return kernels.fp8_gemm_ceiling_fraction.value
+    if dtype == "fp4" and kernels.fp4_gemm_ceiling_fraction is not None:
+        return kernels.fp4_gemm_ceiling_fraction.value
     return kernels.gemm_ceiling_fraction.value
 
 

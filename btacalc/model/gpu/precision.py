@@ -35,6 +35,17 @@ move q + scale/block bytes per element and its reduce-scatters 2 (`gather_share`
 
 The device keeps `copies` quantised weight copies beside its 16-bit weights (TE's weight cache);
 with --fp8-param-gather the first copy *is* the parameter and the 16-bit copy goes.
+
+The cast kernels do not stream at the datasheet HBM bandwidth. A profile may give the share TE's quantise
+kernel measures (`kernels.cast_bandwidth_fraction` f1 for one rowwise copy, `cast_two_copy_bandwidth_fraction`
+f2 for the rowwise + columnwise kernel); a cast then takes
+
+    t = elements · [2·amax_passes / f1 + (2 + copies·(q + scale/block)) / f_copies] / HBM
+
+(the amax pass is a read-only kernel over the same tensor, taken at f1). B200: TE's MXFP8 cast of a BF16
+8192x8192 tensor measured 34.84 us rowwise and 52.34 us both ways (ROCm/TransformerEngine PR 598, "CAST_ONLY",
+B200 column), i.e. 2^26·3.03125 B / 34.84 us = 5.84 TB/s = 0.730 of 8 TB/s and 2^26·4.0625 B / 52.34 us =
+5.21 TB/s = 0.651 (tests/test_lp_cast_bandwidth.py derives both). Without the fields, f = 1.
 """
 
 from __future__ import annotations
@@ -42,6 +53,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from ...config.hardware import Kernels
 from ...config.precision import SIXTEEN_BIT_BYTES, Recipe
 from ...catalogue.terms import Phase
 from ..problem import Problem
@@ -55,6 +67,7 @@ class CastRates:
     recipe: Recipe
     peak: Any  # achieved FLOP/s of the low-precision GEMMs (the dtype's peak x compute efficiency)
     bytes_per_cast: float  # HBM bytes per element cast (read + amax passes + written copies)
+    full_bandwidth_bytes_per_cast: float  # bytes_per_cast, each kernel's over its share of HBM bandwidth (t = this / HBM)
     cache_bytes_per_param: float  # quantised weight copies kept per parameter (with their scales)
     weight_casts_per_micro_batch: Any  # 1 / M: the weights are cast once per optimizer step
 
@@ -62,6 +75,23 @@ class CastRates:
 def cast_bytes_per_element(recipe: Recipe, copies: int) -> float:
     """HBM bytes one element's cast moves: read 2 B (and again per amax pass), write each copy."""
     return SIXTEEN_BIT_BYTES * (1 + recipe.amax_passes) + copies * recipe.bytes_per_element
+
+
+def cast_bandwidth_shares(kernels: Optional[Kernels], copies: int) -> tuple[float, float]:
+    """(f1, f_copies): the share of HBM bandwidth of the amax pass / single-copy cast and of the recipe's cast
+    kernel with `copies` outputs, from the profile's measured quantise kernels; 1 where it gives none."""
+    one = kernels.cast_bandwidth_fraction if kernels is not None else None
+    two = kernels.cast_two_copy_bandwidth_fraction if kernels is not None else None
+    f1 = one.value if one is not None else 1.0
+    return f1, ((two.value if two is not None else f1) if copies == 2 else f1)
+
+
+def full_bandwidth_bytes(recipe: Recipe, copies: int, shares: tuple[float, float]) -> float:
+    """The bytes a cast of one element would move at the full HBM bandwidth in the time it takes:
+    2·amax_passes / f1 + (2 + copies·(q + scale/block)) / f_copies."""
+    f1, fc = shares
+    amax = SIXTEEN_BIT_BYTES * recipe.amax_passes
+    return amax / f1 + (cast_bytes_per_element(recipe, copies) - amax) / fc
 
 
 def cast_rates(problem: Problem) -> Optional[CastRates]:
@@ -75,6 +105,8 @@ def cast_rates(problem: Problem) -> Optional[CastRates]:
     copies = recipe.copies(chip.compute_capability.value if chip.compute_capability else 0.0)
     return CastRates(recipe=recipe, peak=peak.value * compute_efficiency(problem),
                      bytes_per_cast=cast_bytes_per_element(recipe, copies),
+                     full_bandwidth_bytes_per_cast=full_bandwidth_bytes(
+                         recipe, copies, cast_bandwidth_shares(problem.hardware.kernels, copies)),
                      cache_bytes_per_param=copies * recipe.bytes_per_element,
                      weight_casts_per_micro_batch=1 / problem.layout.micro_batches)
 
@@ -84,8 +116,8 @@ def phase_cast_s(rates: CastRates, hbm: float, phase: Phase, v: Any, load: Any, 
     """Seconds of a low-precision phase's cast kernels per micro-batch: its activations and output
     gradients (`cast_elements` x the routed load) and, with `weights`, its weights' once-per-step cast as
     1/M of it (`phase_weight_cast_s` x weight_casts_per_micro_batch), each element moving `bytes_per_cast`
-    at HBM bandwidth. `v` reads the phase's per-device values."""
-    t = v("cast_elements") * load * rates.bytes_per_cast / hbm
+    at the cast kernel's share of HBM bandwidth (`full_bandwidth_bytes_per_cast`). `v` reads the phase's per-device values."""
+    t = v("cast_elements") * load * rates.full_bandwidth_bytes_per_cast / hbm
     return t + phase_weight_cast_s(rates, hbm, phase, v, expert_shards) * rates.weight_casts_per_micro_batch \
         if weights else t
 
@@ -95,7 +127,7 @@ def phase_weight_cast_s(rates: CastRates, hbm: float, phase: Phase, v: Any, expe
     the step's micro-batches: MLM transformer_engine.py:1338); a routed phase casts only the device's
     1/(EP·ETP) of the experts. The step time adds it once (timing.py: per-step fixed costs)."""
     weights = v("params") / (expert_shards if phase.param_bucket == "routed" else 1)
-    return weights * rates.bytes_per_cast / hbm
+    return weights * rates.full_bandwidth_bytes_per_cast / hbm
 
 
 def gather_share(rates: Optional[CastRates], phase: Phase, sixteen_bit_bytes: float) -> float:
