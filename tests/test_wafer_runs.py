@@ -66,3 +66,54 @@ def test_gpt_j_on_one_cs2_is_the_logs_arithmetic():
     assert run.global_batch == batch == 66 and run.devices == 1 and run.role == "check"
     assert run.measured.step_time_s == pytest.approx(66 / 19.80, abs=1e-4)  # Rate 19.80 samples/s
     assert run.measured.tokens_per_s_per_device == pytest.approx(19.80 * 2048, abs=1)
+
+
+def _clock_s(h: int, m: int, s: float) -> float:
+    return h * 3600 + m * 60 + s
+
+
+def test_dit_on_cs3_rate_is_the_device_rate_through_the_checkpoint():
+    """dit-2b-wse3-1-405's log (argonne-lcf/user-guides @ 2f884f51): Step=100 at 21:45:21.917, Step=200 at
+    21:47:35.271, Step=400 at 21:52:02.497, a 3-minute checkpoint save after step 200 and ~6,000 images/s logged
+    for steps 220-340. Steps 200 -> 400 take as long per step as 100 -> 200, so those lines are the host catching
+    up with a device that ran through the save, not a faster device (or a restart)."""
+    run = RUNS["dit-2b-wse3-1-405"]
+    s100, s200, s400 = _clock_s(21, 45, 21.917), _clock_s(21, 47, 35.271), _clock_s(21, 52, 2.497)
+    early, late = (s200 - s100) / 100, (s400 - s200) / 200
+    assert late == pytest.approx(early, rel=0.005)
+    assert run.measured.step_time_s == pytest.approx(early, abs=1e-4)
+    assert run.measured.tokens_per_s_per_device == pytest.approx(1168 / early * 256, abs=1)
+
+
+def test_dit_runs_are_one_micro_batch_as_their_release_configs_pin():
+    """Model Zoo's DiT-2B config sets csx.performance.micro_batch_size to the whole batch (1,100 at R_2.4.0,
+    1,168 at R_2.10.0): the rows say so, and btacalc left free chooses the same single micro-batch, so the
+    DiT gap is not the compiler's micro-batch."""
+    for rid, batch in (("dit-2b-wse2-1-403", 1100), ("dit-2b-wse3-1-405", 1168)):
+        run = RUNS[rid]
+        assert run.global_batch == run.micro_batch == batch
+        pinned, free = predict(run), predict(run.model_copy(update={"micro_batch": None}))
+        assert free.predicted.step_time_s == pytest.approx(pinned.predicted.step_time_s, rel=1e-12)
+
+
+def test_dit_gap_scales_with_compute_not_a_fixed_time():
+    """What btacalc misses on DiT-2B is in proportion to its compute on both generations (0.50 and 0.53 of
+    btacalc's per-FLOP rate), not one time shared by the two (host, input, MemoryX would be): the arithmetic the
+    runs' known gap quotes, from btacalc's own step parts."""
+    from btacalc.planning.measured import express
+    from btacalc.planning.plan import make_plan
+    from btacalc.config.hardware import resolve_hardware
+    from btacalc.config.presets import resolve_model
+
+    missing, eta = {}, {}
+    for rid in ("dit-2b-wse2-1-403", "dit-2b-wse3-1-405"):
+        run = RUNS[rid]
+        request, _ = express(run, "wafer")
+        t = make_plan(resolve_model(run.model), resolve_hardware(run.hw), request).throughput
+        fixed = t.step_time_s * sum(t.phase_share.get(k, 0.0) for k in ("micro_batch_fixed", "step_boundary", "kernel_fixed"))
+        compute = t.step_time_s - fixed
+        missing[rid] = run.measured.step_time_s - t.step_time_s
+        eta[rid] = compute / (run.measured.step_time_s - fixed)
+    assert missing["dit-2b-wse2-1-403"] / missing["dit-2b-wse3-1-405"] > 2  # not one shared time
+    assert eta["dit-2b-wse2-1-403"] == pytest.approx(0.50, abs=0.01)
+    assert eta["dit-2b-wse3-1-405"] == pytest.approx(0.53, abs=0.01)

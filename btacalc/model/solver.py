@@ -14,7 +14,10 @@ Two objectives (`config.execution.OBJECTIVES`):
   grows, but only where activations leave the wafer: per slot of the staircase the candidates add the
   largest shape that keeps every activation on the wafer and every shape from there to the corner
   (`offload_band`); with N fixed, every
-  factorisation M x G x b = N / DP. All of it is
+  factorisation M x G x b = N / DP. The untiled baseline that BTA's gain is measured against (G = 1) is
+  the same objective applied to the G = 1 candidates: the fastest untiled shape, not the largest b that
+  fits (with activations offloaded a smaller untiled batch can be faster; the comparison is with the best
+  the hardware does without tiling, as the dense reference is the dense model's fastest shape). All of it is
   vectorised over the candidates of many points (plan: one point; sweep: thousands).
 - density (`solve_density`): the design card's rule, the largest G*b that fits (expert density
   T_e = G*b*s*k/E), then the largest tile b. Memory is non-decreasing in n = G*b and, for fixed n, in b,
@@ -599,7 +602,7 @@ class Search:
     cand: Candidates  # fitting candidates only
     step_time_s: np.ndarray
     tokens_per_s: np.ndarray
-    chosen: dict[str, np.ndarray]  # "throughput", "density", "g1" (G = 1: the objective's best; with N free the largest b)
+    chosen: dict[str, np.ndarray]  # "throughput", "density", "g1" (G = 1: the objective's best untiled shape)
     objective: str
     shapes: np.ndarray  # memory evaluations (shapes) per point
     binding: list[str]
@@ -668,9 +671,10 @@ def search(problem: Problem, limits: PointLimits, objective: str = "throughput")
     tps, step = _timed(memory, cand)
     chosen = {o: pick(cand, tps, points, o) for o in OBJECTIVES}
     untiled = np.flatnonzero(cand.tiles == 1)
-    # G = 1 with N free is the untiled batch memory allows, the largest b (the only untiled corner; the
-    # offload band's smaller untiled shapes are not the baseline, though one may run faster)
-    g1 = pick(cand.where(untiled), tps[untiled], points, objective if limits.given("global_batch") else "density")
+    # G = 1 is the objective's choice among the untiled candidates, as with N fixed or G given (plan.summarize,
+    # sweep): under throughput the fastest untiled shape, which with activations offloaded can be a smaller b
+    # than the largest that fits (the slot G = 1's offload band is among the candidates)
+    g1 = pick(cand.where(untiled), tps[untiled], points, objective)
     chosen["g1"] = np.where(g1 >= 0, untiled[np.maximum(g1, 0)] if untiled.size else -1, -1)
     binding, tile = _constraints(memory, limits, cand, chosen[objective])
     return Search(cand, step, tps, chosen, objective, memory.shapes, binding, tile,

@@ -274,7 +274,7 @@ def _gemm_shape(row: Any) -> GemmShape:
 
 @dataclass(frozen=True)
 class ThroughputSummary:
-    """Step times of the plan, of G = 1 (the largest untiled batch that fits) and of the dense model
+    """Step times of the plan, of G = 1 (the objective's best untiled batch) and of the dense model
     with the same active parameters at its own best plan."""
 
     best: Solution

@@ -216,7 +216,8 @@ class Throughput(BaseModel):
     tokens_per_s_per_kw: float = Field(0.0, description="tokens/s over the system power of the devices (profile system_power_w, else power_w)")
     mfu: float = Field(description="model FLOPs / (step time x peak)")
     relative_to_dense: Optional[float] = Field(description="tokens/s over the dense model (same active params) at its best plan")
-    tokens_per_s_g1: Optional[float] = Field(description="tokens/s at G = 1 (largest untiled batch that fits)")
+    tokens_per_s_g1: Optional[float] = Field(description="tokens/s at G = 1 (the objective's best untiled batch: "
+                                             "under throughput the fastest, under density the largest)")
     relative_to_dense_g1: Optional[float]
     step_time_s_g1: Optional[float]
     tile_batch_g1: Optional[int]
