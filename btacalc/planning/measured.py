@@ -36,6 +36,7 @@ from ..config.pipeline import StageSplit
 from ..config.precision import recipe as precision_recipe
 from ..config.presets import resolve_model
 from ..errors import BtacalcError, first_validation_error
+from ..model.routing_balance import forced_balance_imbalance
 from ..config.text import CleanText
 from ..paths import package_data, read_input
 from .plan import device_memory, make_plan
@@ -175,6 +176,10 @@ class MeasuredRun(BaseModel):
     recipe: Optional[Recipe] = None
     megatron_args: Optional[str] = Field(None, description="the run as its Megatron-LM launch or arguments (read as "
                                          "plan --from-megatron reads them) instead of the layout fields")
+    router_force_load_balancing: bool = Field(False, description="--moe-router-force-load-balancing: the benchmark "
+                                              "drew each token's experts at random (balanced in expectation); the "
+                                              "plan's routing imbalance is the busiest expert-parallel rank's expected "
+                                              "load under that routing (model/routing_balance.py)")
 
     def with_recipe(self) -> "MeasuredRun":
         """The run with its recipe's corrections applied to the layout fields."""
@@ -352,12 +357,29 @@ def express(run: MeasuredRun, family: str = "gpu") -> tuple[Optional[ExecutionRe
             changes["stage_split"] = StageSplit(pipeline_layout=recipe.pipeline_layout,
                                                 account_for_embedding=recipe.account_for_embedding,
                                                 account_for_loss=recipe.account_for_loss)
+    if run.router_force_load_balancing:
+        imbalance, why = forced_balance_of(run)
+        if imbalance is None:
+            return None, why
+        changes["routing_imbalance"] = imbalance
     # the published low-precision runs use Megatron-Bridge's mixed-precision recipes (btacalc/data/precision.toml
     # bridge_param_gather: FP8 parameters and their all-gather where the recipe turns them on)
     return ExecutionRequest(seq_len=run.seq, recompute=recompute, devices=run.devices, limits=limits,
                             precision=run.precision, fp8_param_gather=precision_recipe(run.precision).bridge_param_gather,
                             **changes), ""
 
+
+def forced_balance_of(run: MeasuredRun) -> tuple[Optional[float], str]:
+    """The routing imbalance of a force-balanced run (its recipe applied): the busiest of its EP ranks' expected
+    routed tokens over the mean when the micro-batch's tokens of the whole expert-parallel group, EP x b x s /
+    (TP x CP) (each rank dispatches its sequence-parallel shard; Megatron requires sequence parallelism for MoE
+    with TP > 1), pick their experts at random; or None and why not."""
+    model = resolve_model(run.model)
+    if not model.is_moe or run.micro_batch is None:
+        return None, "router_force_load_balancing needs an MoE model and the run's micro-batch"
+    ep, tp, cp = run.ep or 1, run.tp or 1, run.cp or 1
+    tokens = ep * run.micro_batch * run.seq // (tp * cp)
+    return forced_balance_imbalance(tokens, model.num_experts, model.top_k, ep), ""
 
 
 def _express_megatron(run: MeasuredRun) -> tuple[Optional[ExecutionRequest], str]:
