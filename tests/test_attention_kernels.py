@@ -5,6 +5,7 @@ sources rather than read back from the data file."""
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,7 @@ from btacalc.config.execution import Layout, RunOptions
 from btacalc.config.hardware import resolve_hardware
 from btacalc.config.presets import load_preset
 from btacalc.errors import BtacalcError
-from btacalc.model.gpu.costs import layer_parts
+from btacalc.model.gpu.costs import attention_core_peak, layer_parts
 from btacalc.model.problem import make_problem
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -103,13 +104,44 @@ def test_the_default_kernel_on_blackwell_is_cudnn_at_its_benchmarked_rate():
     assert resolve_hardware("gb200").chip.peak_flops_per_s.value == GB200_BF16_PEAK
 
 
+# the same file's other rows (median times, ms): s -> (forward, backward); L18, L10
+CUDNN_GB200_MS = {2048: (0.067, 0.209), 4096: (CUDNN_GB200_FWD_MS_4K, CUDNN_GB200_BWD_MS_4K), 8192: (0.704, 2.150)}
+
+
+def _cudnn_gb200_share(s: int) -> float:
+    """The combined rate at sequence s (64 heads of 128, causal blocks of 128 run) over GB200's peak."""
+    nb = s // 128
+    kernel_flops = 4 * 64 * s * s * 128 * (nb * (nb + 1) / 2) / (nb * nb) * (1 + BWD_PER_FWD)
+    return kernel_flops / (sum(CUDNN_GB200_MS[s]) * 1e-3) / GB200_BF16_PEAK
+
+
+def test_the_blackwell_share_follows_the_benchmark_over_sequence_lengths():
+    """2k: 3.5 x 73.01 GFLOP / 0.276 ms = 925.9 TFLOP/s = 0.378; 8k: 3.5 x 1116.7 GFLOP / 2.854 ms = 1369.5 =
+    0.559 of 2450. Between the points the share is linear in log2(s): at 6k 0.486 + (0.559 - 0.486) x
+    log2(1.5); outside them the end point's; under context parallelism each kernel call spans s / CP."""
+    kernel = attention_kernel("default")
+    assert _cudnn_gb200_share(2048) == pytest.approx(0.3779, abs=5e-4)
+    assert _cudnn_gb200_share(8192) == pytest.approx(0.5590, abs=5e-4)
+    for s in (2048, 4096, 8192):
+        assert kernel.fraction_of_peak(10.0, s) == pytest.approx(_cudnn_gb200_share(s), abs=5e-4)
+    six_k = _cudnn_gb200_share(4096) + (_cudnn_gb200_share(8192) - _cudnn_gb200_share(4096)) * math.log2(1.5)
+    assert kernel.fraction_of_peak(10.0, 6144) == pytest.approx(six_k, abs=1e-3)
+    assert kernel.fraction_of_peak(10.0, 512) == kernel.fraction_of_peak(10.0, 2048)
+    assert kernel.fraction_of_peak(9.0, 8192) == kernel.fraction_of_peak(9.0, 2048)  # Hopper: one rate
+
+
 def test_the_default_core_on_b200_is_kernel_flops_over_the_cudnn_rate_alone():
-    """MPT-7B, one sequence of 8192 on a B200: 14 s^2 h x 65/128 blocks at 0.486 x 2250 TFLOP/s; neither the
-    fitted compute_efficiency nor the IO-count bound applies to a benchmarked rate."""
+    """MPT-7B, one sequence of 8192 on a B200: 14 s^2 h x 65/128 blocks at cuDNN's 8k share (0.559) x 2250
+    TFLOP/s; neither the fitted compute_efficiency nor the IO-count bound applies to a benchmarked rate. With
+    context parallelism 2 each kernel call spans 4096 tokens: the 4k share (0.486)."""
     s, h = 8192, 4096
-    share = attention_kernel("default").fraction_of_peak(10.0)
-    derived = 14 * s * s * h * (65 / 128) / (share * 2250e12)  # B200 dense BF16 2,250 TFLOP/s (HGX B200 datasheet)
-    assert _core_s("mpt-7b", "b200", "default", seq=s, batch=1) == pytest.approx(derived, rel=1e-9)
+    b200_peak = 2250e12  # B200 dense BF16 2,250 TFLOP/s (HGX B200 datasheet; hardware_profiles/b200.toml)
+    derived = 14 * s * s * h * (65 / 128) / (_cudnn_gb200_share(8192) * b200_peak)
+    assert _core_s("mpt-7b", "b200", "default", seq=s, batch=1) == pytest.approx(derived, rel=2e-3)
+    run = RunOptions(seq_len=s, attention="flash", gradient_bytes=4, recompute="none")
+    problem = make_problem(load_preset("mpt-7b"), resolve_hardware("b200"), run,
+                           Layout(devices=8, context_parallel=2, zero_stage=3, fsdp=True))
+    assert attention_core_peak(problem, 1.0) == pytest.approx(_cudnn_gb200_share(4096) * b200_peak, rel=2e-3)
 
 
 def test_the_default_core_on_h100_is_kernel_flops_over_the_cudnn_rate_alone():
