@@ -5,6 +5,7 @@ sources rather than read back from the data file."""
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,7 @@ from btacalc.config.execution import Layout, RunOptions
 from btacalc.config.hardware import resolve_hardware
 from btacalc.config.presets import load_preset
 from btacalc.errors import BtacalcError
-from btacalc.model.gpu.costs import layer_parts
+from btacalc.model.gpu.costs import attention_core_peak, layer_parts
 from btacalc.model.problem import make_problem
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,6 +72,78 @@ def test_the_default_kernel_on_hopper_is_cudnn_at_its_published_rate():
         assert attention_kernel("default").fraction_of_peak(cc) == pytest.approx(_cudnn_hopper_share(), abs=5e-4)
 
 
+# cuDNN 9.18.1 fused attention on a GB200 through cudnn-frontend (TransformerEngine's path), BF16, causal (top-left),
+# b = 1, s = 4096, 64 query heads of 128 (github.com/NVIDIA/cudnn-frontend @ 9072c4e7
+# benchmark/sdpa_benchmark_training/results/gb200_918_only_cudnn/llama3.1_20260126_110503.csv L14: median times)
+CUDNN_GB200_FWD_MS_4K = 0.212
+CUDNN_GB200_BWD_MS_4K = 0.622
+CUDNN_GB200_FWD_TFLOPS_4K = 1297.0  # the same row's rates, on its unmasked-element count s(s+1)/2
+CUDNN_GB200_BWD_TFLOPS_4K = 1105.0
+GB200_BF16_PEAK = 2450e12  # FLOP/s, NVIDIA dgxc-benchmarking README (dense BF16, the MFU reference)
+
+
+def _cudnn_blackwell_share() -> float:
+    """Forward + backward FLOPs of the blocks the kernel runs over the two measured times, over GB200's peak."""
+    s, heads, d, nb = 4096, 64, 128, 4096 // 128
+    fwd_flops = 4 * heads * s * s * d * (nb * (nb + 1) / 2) / (nb * nb)  # Q K^T and P V on the blocks run
+    kernel_flops = fwd_flops * (1 + BWD_PER_FWD)
+    return kernel_flops / ((CUDNN_GB200_FWD_MS_4K + CUDNN_GB200_BWD_MS_4K) * 1e-3) / GB200_BF16_PEAK
+
+
+def test_the_default_kernel_on_blackwell_is_cudnn_at_its_benchmarked_rate():
+    """4 x 64 x 4096^2 x 128 x 33/64 = 283.5 GFLOP forward on the blocks run, x 3.5 with the backward = 992.1
+    GFLOP in 0.212 + 0.622 ms: 1189.6 TFLOP/s = 0.486 of 2450. The row's own TFLOP/s columns (half-square
+    count, 2.5 x forward for the backward) give the same within their rounding: 3.5 / (1/1297 + 2.5/1105)
+    x 33/32 = 1189.9. B200 (the same compute capability 10.0) takes the same share of its own peak."""
+    assert _cudnn_blackwell_share() == pytest.approx(0.4856, abs=5e-4)
+    from_rates = (1 + BWD_PER_FWD) / (1 / CUDNN_GB200_FWD_TFLOPS_4K + BWD_PER_FWD / CUDNN_GB200_BWD_TFLOPS_4K)
+    assert from_rates * 1e12 * 33 / 32 / GB200_BF16_PEAK == pytest.approx(_cudnn_blackwell_share(), rel=2e-3)
+    for hw in ("b200", "gb200"):
+        cc = resolve_hardware(hw).chip.compute_capability.value
+        assert attention_kernel("default").fraction_of_peak(cc) == pytest.approx(_cudnn_blackwell_share(), abs=5e-4)
+    assert resolve_hardware("gb200").chip.peak_flops_per_s.value == GB200_BF16_PEAK
+
+
+# the same file's other rows (median times, ms): s -> (forward, backward); L18, L10
+CUDNN_GB200_MS = {2048: (0.067, 0.209), 4096: (CUDNN_GB200_FWD_MS_4K, CUDNN_GB200_BWD_MS_4K), 8192: (0.704, 2.150)}
+
+
+def _cudnn_gb200_share(s: int) -> float:
+    """The combined rate at sequence s (64 heads of 128, causal blocks of 128 run) over GB200's peak."""
+    nb = s // 128
+    kernel_flops = 4 * 64 * s * s * 128 * (nb * (nb + 1) / 2) / (nb * nb) * (1 + BWD_PER_FWD)
+    return kernel_flops / (sum(CUDNN_GB200_MS[s]) * 1e-3) / GB200_BF16_PEAK
+
+
+def test_the_blackwell_share_follows_the_benchmark_over_sequence_lengths():
+    """2k: 3.5 x 73.01 GFLOP / 0.276 ms = 925.9 TFLOP/s = 0.378; 8k: 3.5 x 1116.7 GFLOP / 2.854 ms = 1369.5 =
+    0.559 of 2450. Between the points the share is linear in log2(s): at 6k 0.486 + (0.559 - 0.486) x
+    log2(1.5); outside them the end point's; under context parallelism each kernel call spans s / CP."""
+    kernel = attention_kernel("default")
+    assert _cudnn_gb200_share(2048) == pytest.approx(0.3779, abs=5e-4)
+    assert _cudnn_gb200_share(8192) == pytest.approx(0.5590, abs=5e-4)
+    for s in (2048, 4096, 8192):
+        assert kernel.fraction_of_peak(10.0, s) == pytest.approx(_cudnn_gb200_share(s), abs=5e-4)
+    six_k = _cudnn_gb200_share(4096) + (_cudnn_gb200_share(8192) - _cudnn_gb200_share(4096)) * math.log2(1.5)
+    assert kernel.fraction_of_peak(10.0, 6144) == pytest.approx(six_k, abs=1e-3)
+    assert kernel.fraction_of_peak(10.0, 512) == kernel.fraction_of_peak(10.0, 2048)
+    assert kernel.fraction_of_peak(9.0, 8192) == kernel.fraction_of_peak(9.0, 2048)  # Hopper: one rate
+
+
+def test_the_default_core_on_b200_is_kernel_flops_over_the_cudnn_rate_alone():
+    """MPT-7B, one sequence of 8192 on a B200: 14 s^2 h x 65/128 blocks at cuDNN's 8k share (0.559) x 2250
+    TFLOP/s; neither the fitted compute_efficiency nor the IO-count bound applies to a benchmarked rate. With
+    context parallelism 2 each kernel call spans 4096 tokens: the 4k share (0.486)."""
+    s, h = 8192, 4096
+    b200_peak = 2250e12  # B200 dense BF16 2,250 TFLOP/s (HGX B200 datasheet; hardware_profiles/b200.toml)
+    derived = 14 * s * s * h * (65 / 128) / (_cudnn_gb200_share(8192) * b200_peak)
+    assert _core_s("mpt-7b", "b200", "default", seq=s, batch=1) == pytest.approx(derived, rel=2e-3)
+    run = RunOptions(seq_len=s, attention="flash", gradient_bytes=4, recompute="none")
+    problem = make_problem(load_preset("mpt-7b"), resolve_hardware("b200"), run,
+                           Layout(devices=8, context_parallel=2, zero_stage=3, fsdp=True))
+    assert attention_core_peak(problem, 1.0) == pytest.approx(_cudnn_gb200_share(4096) * b200_peak, rel=2e-3)
+
+
 def test_the_default_core_on_h100_is_kernel_flops_over_the_cudnn_rate_alone():
     """MPT-7B (h = 4096 = 32 heads of 128), one sequence of 8192: the kernel runs 14 s² h FLOPs on the whole
     square (forward 4, backward 8, recomputed Q K^T 2) x 65/128 blocks on or below the diagonal (nb = 64), at
@@ -114,24 +187,26 @@ def test_the_io_count_bound_is_below_the_measured_cudnn_forward_so_it_is_not_app
                                                                                   rel=1e-9)
 
 
-def test_without_a_published_rate_the_default_core_keeps_the_gemm_roofline():
-    """B200 (compute capability 10.0) has no cuDNN benchmark in the data file: the core runs at datasheet x GEMM
-    ceiling x compute_efficiency, and FlashAttention's IO count still bounds it (s = 512, b = 64: traffic-bound)."""
-    hw = resolve_hardware("b200")
-    assert attention_kernel("default").fraction_of_peak(hw.chip.compute_capability.value) is None
+@pytest.mark.parametrize("hw,kernel", [("a100-80gb", "default"), ("b200", "triton-flash")])
+def test_without_a_published_rate_the_core_keeps_the_gemm_roofline(hw, kernel):
+    """A100 (compute capability 8.0) has no cuDNN benchmark in the data file, nor has the Triton kernel one on
+    B200 (10.0): the core runs at datasheet x GEMM ceiling x compute_efficiency, and FlashAttention's IO count
+    still bounds it (s = 512, b = 64)."""
+    device = resolve_hardware(hw)
+    assert attention_kernel(kernel).fraction_of_peak(device.chip.compute_capability.value) is None
     s, b, h = 512, 64, 4096
-    rate = hw.chip.peak_flops_per_s.value * hw.kernels.gemm_ceiling_fraction.value * hw.calibration.compute_efficiency.value
+    rate = (device.chip.peak_flops_per_s.value * device.kernels.gemm_ceiling_fraction.value
+            * device.calibration.compute_efficiency.value)
     flops = 14 * b * s * s * h * (5 / 8)
-    fwd_bytes, bwd_bytes = _io_count_bytes_per_token_head(int(hw.attention_sram_bytes_per_core), s)
-    traffic_s = b * s * (h // 128) * (fwd_bytes + bwd_bytes) / hw.memory.offchip_bandwidth_bytes_per_s.value
-    assert _core_s("mpt-7b", "b200", "default", seq=s, batch=b) == pytest.approx(max(flops / rate, traffic_s), rel=1e-9)
+    fwd_bytes, bwd_bytes = _io_count_bytes_per_token_head(int(device.attention_sram_bytes_per_core), s)
+    traffic_s = b * s * (h // 128) * (fwd_bytes + bwd_bytes) / device.memory.offchip_bandwidth_bytes_per_s.value
+    assert _core_s("mpt-7b", hw, kernel, seq=s, batch=b) == pytest.approx(max(flops / rate, traffic_s), rel=1e-9)
 
 
-@pytest.mark.parametrize("hw", ["a100-80gb", "b200"])
-def test_triton_flash_without_a_published_rate_keeps_the_gemm_rate(hw):
-    """Ampere (the kernel's own architecture, compute capability 8.0) and Blackwell (10.0) have no rate in
-    the data file: the core's time is the default kernel's exactly."""
-    assert _core_s("mpt-7b", hw, "triton-flash") == _core_s("mpt-7b", hw, "default")
+def test_triton_flash_on_ampere_keeps_the_default_kernels_gemm_rate():
+    """Ampere (the kernel's own architecture, compute capability 8.0) has no rate for either kernel in the data
+    file: the core's time is the default kernel's exactly."""
+    assert _core_s("mpt-7b", "a100-80gb", "triton-flash") == _core_s("mpt-7b", "a100-80gb", "default")
 
 
 def test_the_hopper_rate_covers_h100_and_h200_and_carries_its_source():
@@ -141,7 +216,8 @@ def test_the_hopper_rate_covers_h100_and_h200_and_carries_its_source():
         assert kernel.fraction_of_peak(cc) == pytest.approx(FA2_ON_H100 / 2)
     for k in attention_kernels().values():
         for rate in k.rate:
-            assert "arXiv" in rate.source and rate.kind in ("published", "derived", "estimate")
+            assert ("arXiv" in rate.source or "github.com" in rate.source) and len(rate.note) > 100
+            assert rate.kind in ("published", "derived", "estimate")
     assert attention_kernel("default").fraction_of_peak(8.0) is None  # Ampere: the GEMM rate
 
 

@@ -18,9 +18,12 @@ FlashAttention at 0.175 x 989 = 173 TFLOP/s (half of FlashAttention-2's publishe
 from __future__ import annotations
 
 import functools
-from typing import Literal, Optional
+import math
+from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+import numpy as np
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .named_tables import load_named_tables, pick
 
@@ -28,20 +31,51 @@ KERNELS_FILE = "attention_kernels.toml"
 DEFAULT_ATTENTION_KERNEL = "default"
 
 
+class SeqLenShare(BaseModel):
+    """The kernel's share of the peak measured at one sequence length (tokens per kernel call)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    seq_len_tokens: int = Field(gt=0)
+    fraction_of_peak: float = Field(gt=0, le=1)
+
+
 class KernelRate(BaseModel):
-    """The kernel's FLOP rate on a range of architectures, as a share of the dense 16-bit datasheet peak."""
+    """The kernel's FLOP rate on a range of architectures, as a share of the dense 16-bit datasheet peak:
+    `fraction_of_peak`, or, where `by_seq_len` lists the same benchmark at several sequence lengths (one of
+    them `fraction_of_peak`'s), the share interpolated at the kernel's sequence length."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     min_compute_capability: float = Field(ge=0)
     max_compute_capability: float = Field(ge=0)
     fraction_of_peak: float = Field(gt=0, le=1)
+    by_seq_len: tuple[SeqLenShare, ...] = ()
     kind: Literal["published", "derived", "estimate", "calibrated"]
     source: str = Field(min_length=10)
     note: str = ""
 
+    @model_validator(mode="after")
+    def _points_ordered_and_hold_the_reference(self) -> "KernelRate":
+        lengths = [p.seq_len_tokens for p in self.by_seq_len]
+        if lengths != sorted(set(lengths)):
+            raise ValueError("by_seq_len must list increasing, distinct seq_len_tokens")
+        if self.by_seq_len and self.fraction_of_peak not in [p.fraction_of_peak for p in self.by_seq_len]:
+            raise ValueError("fraction_of_peak must be one of the by_seq_len points (the benchmark's reference)")
+        return self
+
     def covers(self, compute_capability: float) -> bool:
         return self.min_compute_capability <= compute_capability <= self.max_compute_capability
+
+    def share_at(self, seq_len: Any = None) -> Any:
+        """The share at a kernel call of `seq_len` tokens (a number or an array of them): linear in
+        log2(seq_len) between the two nearest `by_seq_len` points, the end point's outside them (np.interp);
+        `fraction_of_peak` without points or length."""
+        points = self.by_seq_len
+        if not points or seq_len is None:
+            return self.fraction_of_peak
+        return np.interp(np.log2(seq_len), [math.log2(p.seq_len_tokens) for p in points],
+                         [p.fraction_of_peak for p in points])
 
 
 class AttentionKernel(BaseModel):
@@ -54,11 +88,12 @@ class AttentionKernel(BaseModel):
     source: str = Field(min_length=10)
     rate: tuple[KernelRate, ...] = ()
 
-    def fraction_of_peak(self, compute_capability: Optional[float]) -> Optional[float]:
-        """The kernel's share of the datasheet peak on this architecture, or None (the large-GEMM rate)."""
+    def fraction_of_peak(self, compute_capability: Optional[float], seq_len: Any = None) -> Any:
+        """The kernel's share of the datasheet peak on this architecture at a kernel call of `seq_len` tokens
+        (`KernelRate.share_at`; None: the rate's reference value), or None (the large-GEMM rate)."""
         if compute_capability is None:
             return None
-        return next((r.fraction_of_peak for r in self.rate if r.covers(compute_capability)), None)
+        return next((r.share_at(seq_len) for r in self.rate if r.covers(compute_capability)), None)
 
 
 @functools.lru_cache(maxsize=1)

@@ -169,12 +169,15 @@ def _device_rates(problem: Problem) -> _Rates:
     )
 
 
-def attention_kernel_share(problem: Problem) -> Optional[float]:
+def attention_kernel_share(problem: Problem) -> Any:
     """The run's attention kernel's published (or derived) rate on this compute capability as a share of the
-    dense 16-bit datasheet peak (btacalc/data/attention_kernels.toml), or None where the file has none."""
+    dense 16-bit datasheet peak (btacalc/data/attention_kernels.toml), or None where the file has none. Where
+    the file gives the rate per sequence length, it is taken at the tokens one kernel call spans: the run's
+    sequence over the context-parallel ranks (each rank's ring-attention steps run its s / CP queries)."""
     chip = problem.hardware.chip
     cc = chip.compute_capability.value if chip.compute_capability else None
-    return attention_kernel(problem.run.attention_kernel).fraction_of_peak(cc)
+    kernel_seq = np.maximum(1, np.floor_divide(problem.run.seq_len, problem.layout.context_parallel))
+    return attention_kernel(problem.run.attention_kernel).fraction_of_peak(cc, kernel_seq)
 
 
 def attention_core_peak(problem: Problem, gemm_peak: float) -> float:
