@@ -260,8 +260,30 @@ def test_gradient_label_follows_grad_bytes(cli):
     (999_999, "1,000,000"),  # four significant digits, carried over a power of ten
     (1234.5, "1,234"),
     (12.3456, "12.35"),
+    (1e-5, "0.00001"),
+    (0.5, "0.5"),
 ])
 def test_whatif_numbers_are_never_in_e_notation(value, text):
     from btacalc.output.whatif_tables import _fmt
 
     assert _fmt(value) == text
+
+
+@pytest.mark.parametrize("value,text", [(1000.0, "1,000"), (999.6, "1,000"), (0.631, "0.631"), (0.001, "0.001")])
+def test_whatif_ratios_are_never_in_e_notation(value, text):
+    """The trace's `x today` column at three digits: the grid's end, 1000x today's value, was `1e+03`."""
+    from btacalc.planning.whatif import readable
+
+    assert readable(value, 3) == text
+
+
+def test_an_unreached_whatif_prints_no_e_notation(cli, monkeypatch):
+    """The whole screen of a target that is not reached (grid 1/1000x..1000x today, its note and trace): issue 25
+    found `4e+10` in whatif's output."""
+    import re
+
+    monkeypatch.setenv("COLUMNS", "200")
+    code, out, _ = cli("whatif", "--target", "tokens_per_s=200000", "--solve-for", "offchip_bandwidth_bytes_per_s")
+    assert code == 1 and "not reached" in out
+    assert not re.search(r"\d[eE][+-]?\d", out), [ln for ln in out.splitlines() if re.search(r"\d[eE][+-]?\d", ln)]
+    assert "1,000 " in out  # the grid's last ratio, written out

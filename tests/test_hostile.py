@@ -649,6 +649,21 @@ def test_a_cap_below_one_sequence_per_rank_is_the_verdict_not_memory(cli):
 
 
 @counted("verdict", 1)
+def test_max_global_batch_caps_what_its_help_says(cli, monkeypatch):
+    """Issue 25: `--help` said the cap is on G·b while the plan caps N = DP·M·G·b. With 8 data-parallel
+    ranks a cap of 16 sequences leaves M·G·b <= 16 / 8 = 2 per rank; the help names N."""
+    monkeypatch.setenv("COLUMNS", "200")
+    _, out, _ = cli("plan", "--help")
+    line = " ".join(out[out.index("--max-global-batch"):].split("\n  --")[0].split())
+    assert "N = DP·M·G·b" in line and "Cap G·b" not in line, line
+    code, doc = _verdict(cli, "--hw", "b200", "--devices", "8", "--max-global-batch", "16")
+    plan = doc["plan"]
+    assert code == 0 and plan["step_batch"] <= 16
+    assert plan["step_batch"] == doc["parallelism"]["data_parallel"] * plan["micro_batches"] * plan["global_batch"]
+    assert plan["micro_batches"] * plan["global_batch"] <= 16 // 8
+
+
+@counted("verdict", 1)
 def test_a_fixed_micro_batch_that_does_not_fit_is_named_as_fixed(cli):
     code, doc = _verdict(cli, "--hw", "b200", "--devices", "8", "--micro-batch", "64", "--global-batch", "512")
     plan = doc["plan"]

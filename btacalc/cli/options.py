@@ -100,7 +100,8 @@ GlobalBatchOpt = typer.Option(None, "--global-batch", min=1, help="Sequences per
                               "wafer systems it is split into micro-batches that fit.")
 TilesOpt = typer.Option(None, "--tiles", min=1, help="Fix the number of attention tiles G.")
 TileBatchOpt = typer.Option(None, "--tile-batch", min=1, help="Fix the tile batch b.")
-MaxGlobalBatchOpt = typer.Option(None, "--max-global-batch", min=1, help="Cap G·b (convergence).")
+MaxGlobalBatchOpt = typer.Option(None, "--max-global-batch", min=1, help="Cap the sequences per optimizer step "
+                                 "N = DP·M·G·b (convergence); one device: G·b.")
 MaxTileBatchOpt = typer.Option(None, "--max-tile-batch", min=1, help="Cap the tile batch b (like the vendor's tile cap).")
 ExpertsOpt = typer.Option(None, "--experts", min=1, help="Override the number of experts E.")
 TopKOpt = typer.Option(None, "--top-k", min=1, help="Override experts per token k.")
