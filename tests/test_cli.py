@@ -16,6 +16,20 @@ def test_plan_default_table(cli):
         assert text in out
 
 
+@pytest.mark.parametrize("hw", [["--hw", "wse3"], ["--hw", "h100", "--devices", "8"]], ids=["wafer", "gpu"])
+def test_a_dense_plan_leaves_out_what_only_experts_have(cli, monkeypatch, hw):
+    """Issue 25: sections that do not apply are left out. A dense model has no experts, so no tokens per
+    expert T_e (in the plan or the other objective's line) and no expert sharding in the state caption;
+    the same command on an MoE model shows them."""
+    monkeypatch.setenv("COLUMNS", "200")
+    _, dense, _ = cli("plan", "--model", "llama-3-8b", *hw)
+    _, moe, _ = cli("plan", "--model", "qwen3-30b-a3b", *hw)
+    for text in ("tokens per expert", "T_e", "experts over EP", "(expert) ranks"):
+        assert text not in dense, text
+    assert "tokens per expert" in moe and "T_e" in moe
+    assert ("experts over EP" in moe) == ("--devices" in hw)  # the state table is a GPU plan's
+
+
 def test_plan_json_keys(cli):
     code, out, _ = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "wse3", "--json")
     assert code == 0
