@@ -178,3 +178,31 @@ def test_readme_test_command_is_what_ci_runs():
     tests = [line[line.index("python -m pytest"):].strip() for line in bash if "python -m pytest" in line]
     assert tests, "the README shows no test command"
     assert any(t in ci for t in tests), "the README's test command is not the one .ci/run runs"
+
+
+def _defaults_row(flag: str) -> str:
+    """The README's "Defaults and why" row of `flag` (its default and why columns)."""
+    rows = [line for line in _lines() if line.startswith(f"| `{flag}`")]
+    assert len(rows) == 1, (flag, rows)
+    return rows[0]
+
+
+@pytest.mark.parametrize("hw,family", [(["--hw", "wse3"], "WSE"), (["--hw", "h100", "--devices", "8"], "GPU")])
+def test_readme_defaults_are_the_tools(cli, hw, family):
+    """Issue 25: the README said selective recomputation is the GPU (Megatron) default while plans ran with
+    none, and `--grad-accum` "else 1" while a GPU plan without a batch takes 4M tokens in M micro-batches.
+    Each row must name what `plan --json` reports as its default on that family."""
+    import json
+
+    from btacalc.config.execution import DEFAULT_TOKENS_PER_STEP
+
+    code, out, _ = cli("plan", *hw, "--json")
+    inputs = json.loads(out)["inputs"]
+    assert code in (0, 1) and {"recompute", "loss"} <= set(inputs["defaults"])
+    assert f"{inputs['recompute']} on {family}" in _defaults_row("--recompute")
+    assert f"{inputs['loss']} on {family}" in _defaults_row("--loss")
+    assert "selective is Megatron-LM's default" not in _defaults_row("--recompute").lower()
+    row = _defaults_row("--tokens-per-step")
+    assert f"{DEFAULT_TOKENS_PER_STEP:,}" in row and "--global-batch" in row
+    if family == "GPU":
+        assert f"{DEFAULT_TOKENS_PER_STEP:,}" in inputs["defaults"]["global_batch"]
