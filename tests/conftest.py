@@ -60,6 +60,7 @@ SLOW = (
     r"|test_an_moe_run_that_does_not_name_its_dispatcher)",  # every shipped memory run
     r"test_catalogue_pinned\.py::test_doubling_a_term_moves_a_golden",  # every golden, once per mutated term
     r"test_wafer\.py::test_validate_says_what_the_flat_top_k_1_curve_would_take",  # whole validation
+    r"test_sweep\.py::test_a_sweep_of_100000_points_to_csv_prints_at_most_30_lines",  # 100,000 points
 )
 
 

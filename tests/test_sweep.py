@@ -213,3 +213,17 @@ def test_a_sweep_with_no_valid_point_writes_nothing_on_stdout(cli):
         assert lines[0].startswith("btacalc: error: none of the 2 points of the sweep is valid; the first: top-k=200: ")
     code, out, err = cli("sweep", "-q", "--vary", "top-k=200,8", "--json")  # one valid point: both are written
     assert code == 0 and len(json.loads(out)["points"]) == 2 and "invalid point top-k=200" in err
+
+
+def test_a_sweep_of_100000_points_to_csv_prints_at_most_30_lines(cli, tmp_path):
+    """Issue 25's acceptance: `sweep --csv F` of 100,000 points prints at most 30 lines (it printed the whole
+    table: 98,338 lines for 98,336 points). 1,000 tile counts x 100 tile batches = 100,000 points; the file
+    gets every one (and the header), the terminal a summary. slow (conftest.SLOW): about 10 s."""
+    path = tmp_path / "grid.csv"
+    code, out, err = cli("sweep", "--hw", "wse3", "--vary", "tiles=1:1000:1", "--vary", "tile-batch=1:100:1",
+                         "--csv", str(path))
+    assert code == 0
+    assert len(out.splitlines()) + len(err.splitlines()) <= 30, (out, err)
+    with path.open() as f:
+        assert sum(1 for _ in f) == 1 + 1000 * 100
+    assert "100,000 points" in out.splitlines()[0] and str(path) in out.splitlines()[0]
