@@ -250,6 +250,29 @@ def test_gpu_default_global_batch_is_4m_tokens(cli, seq, devices, micro, expecte
     assert r["parallelism"]["data_parallel"] * p["micro_batches"] * p["global_batch"] == expected
 
 
+def test_one_default_global_batch_for_plan_sweep_compare_and_search(cli):
+    """Issue 25: `plan` without --global-batch ran one micro-batch per rank while --search assumed 4M tokens,
+    so a devices sweep scaled by gradient sync. Every command now takes DEFAULT_TOKENS_PER_STEP in whole
+    sequences: 2^22 / 4,096 = 1,024 sequences per step, on 8 and on 16 B200s alike."""
+    from btacalc.config.execution import DEFAULT_TOKENS_PER_STEP
+
+    expected = DEFAULT_TOKENS_PER_STEP // 4096
+    base = ["--model", "qwen3-30b-a3b", "--hw", "b200", "--seq", "4096", "--ep", "8", "--json"]
+    _, out, _ = cli("plan", *base, "--devices", "8")
+    plan = json.loads(out)
+    assert plan["plan"]["step_batch"] == expected
+    _, out, _ = cli("sweep", *base, "--vary", "devices=8,16")
+    points = json.loads(out)["points"]
+    assert [p["plan"]["step_batch"] for p in points] == [expected, expected]
+    _, out, _ = cli("compare", *base, "--devices", "8")
+    row = json.loads(out)["rows"][0]
+    assert (row["micro_batches"], row["tiles"] * row["tile_batch"]) == (plan["plan"]["micro_batches"],
+                                                                        plan["plan"]["global_batch"])
+    assert 8 * row["micro_batches"] * row["tiles"] * row["tile_batch"] == expected
+    _, out, _ = cli("plan", *base, "--devices", "8", "--search")
+    assert json.loads(out)["global_batch"] == expected
+
+
 def test_tokens_per_step_changes_the_default_and_a_wafer_refuses_it(cli):
     code, out, _ = cli("plan", "--hw", "b200", "--devices", "8", "--tokens-per-step", "65536", "--json")
     assert json.loads(out)["plan"]["step_batch"] == 16  # 65,536 / 4,096
