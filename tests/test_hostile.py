@@ -707,6 +707,18 @@ def test_every_suggested_change_fits_when_run(cli):
 
 
 @counted("verdict", 1)
+def test_a_wafer_plan_under_a_cap_that_one_sequence_meets_fits(cli):
+    """Issue 25's wse2 case of the contradiction: `plan --hw wse2 --max-global-batch 4` said it does not fit
+    and offered the given length. One wafer is DP 1, M 1, so the cap is G·b <= 4, which fits: exit 0, the
+    cap binds, no 'not even one sequence', no suggestions."""
+    code, doc = _verdict(cli, "--hw", "wse2", "--max-global-batch", "4")
+    plan = doc["plan"]
+    assert code == 0 and plan["fits"] and plan["binding_constraint"] == "max_global_batch"
+    assert plan["tiles"] * plan["tile_batch"] <= 4 and plan["step_batch"] <= 4
+    assert "not even one sequence" not in plan["explanation"] and not doc["suggestions"]
+
+
+@counted("verdict", 1)
 def test_a_wafer_plan_at_its_cap_does_not_suggest_the_given_length(cli):
     code, doc = _verdict(cli, "--hw", "wse2", "--max-global-batch", "4", "--tiles", "8")
     assert not any(f"--seq {doc['inputs']['seq_len'] if 'seq_len' in doc['inputs'] else 4096} " in s
