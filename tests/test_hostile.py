@@ -706,6 +706,53 @@ def test_every_suggested_change_fits_when_run(cli):
         assert code == 0 and again["plan"]["fits"], flags
 
 
+_SUGGESTION = r"((?:dropping )?(?:--[a-z-]+ \S+ ?)+) (?:\([^)]*\) )?fits G = (\d+), b = (\d+)(?:, M = (\d+))?"
+
+
+def _apply(base: list[str], change: str) -> list[str]:
+    """The command line a suggestion describes: `--flag v` set (replaced or added), `dropping --flag v` removed."""
+    args, parts = list(base), change.split()
+    if parts[0] == "dropping":
+        i = args.index(parts[1])
+        return args[:i] + args[i + 2:]
+    for flag, value in zip(parts[::2], parts[1::2]):
+        if flag in args:
+            args[args.index(flag) + 1] = value
+        else:
+            args += [flag, value]
+    return args
+
+
+@pytest.mark.parametrize("base", cases("verdict", [
+    ["--hw", "wse3", "--seq", "65536"],
+    ["--hw", "h100", "--devices", "8"],
+    ["--hw", "b200", "--devices", "8", "--tiles", "64"],
+    ["--hw", "b200", "--devices", "8", "--max-global-batch", "4"],
+]), ids=lambda a: " ".join(a))
+def test_each_suggestion_run_as_written_gives_the_shape_it_names(cli, base):
+    """Issue 25 (Build 1): suggestions are verified by running them. Each '<flags> fits G = g, b = b[, M = m]'
+    of a plan that does not fit, run as written, fits with that G, b (and M); none repeats a value the
+    command already gave."""
+    import re
+
+    code, doc = _verdict(cli, *base)
+    assert code == 1
+    found = [m for s in doc["suggestions"] if (m := re.match(_SUGGESTION, s))]
+    assert found, doc["suggestions"]
+    given = {(f, v) for f, v in zip(base, base[1:]) if f.startswith("--")}
+    for m in found:
+        change = m.group(1).strip()
+        if not change.startswith("dropping"):
+            parts = change.split()
+            assert not set(zip(parts[::2], parts[1::2])) & given, change
+        code, again = _verdict(cli, *_apply(base, change))
+        plan = again["plan"]
+        assert code == 0 and plan["fits"], change
+        assert (plan["tiles"], plan["tile_batch"]) == (int(m.group(2)), int(m.group(3))), change
+        if m.group(4):
+            assert plan["micro_batches"] == int(m.group(4)), change
+
+
 @counted("verdict", 1)
 def test_a_wafer_plan_under_a_cap_that_one_sequence_meets_fits(cli):
     """Issue 25's wse2 case of the contradiction: `plan --hw wse2 --max-global-batch 4` said it does not fit
