@@ -206,3 +206,20 @@ def test_readme_defaults_are_the_tools(cli, hw, family):
     assert f"{DEFAULT_TOKENS_PER_STEP:,}" in row and "--global-batch" in row
     if family == "GPU":
         assert f"{DEFAULT_TOKENS_PER_STEP:,}" in inputs["defaults"]["global_batch"]
+
+
+def test_example_paths_are_inside_a_clone():
+    """Issue 25: `validate --measured ../shared/...` failed from a clone. Every file an example command reads
+    (an argument naming an existing-looking path: a `/`, or a .json/.toml name) lies inside the repository,
+    and those the examples read (not write) exist in it."""
+    writes = {"--output", "--csv", "--plot", "--emit-file", "-o"}
+    read = []
+    for command, _ in _inline_cases():
+        words = shlex.split(command)
+        for flag, word in zip(words, words[1:]):
+            if flag in writes or word.startswith("-") or not ("/" in word or word.endswith((".json", ".toml"))):
+                continue
+            assert not word.startswith(("/", "..", "~")), (command, word)
+            assert (ROOT / word).exists(), (command, word)
+            read.append(word)
+    assert "btacalc/data/measured_runs.json" in read  # the run file validate's example reads
