@@ -223,3 +223,20 @@ def test_example_paths_are_inside_a_clone():
             assert (ROOT / word).exists(), (command, word)
             read.append(word)
     assert "btacalc/data/measured_runs.json" in read  # the run file validate's example reads
+
+
+def test_quick_start_parameter_counts_are_the_plans(cli):
+    """The quick start's prose quotes the parameter counts (`30.53 B total, ... 3.353 B active`): each equals
+    `plan --json`'s count in billions at the precision it is printed with."""
+    import json
+
+    text = " ".join(line.strip() for line in _lines())
+    start = text.index("- **parameters**")
+    quoted = re.findall(r"([\d.]+) B (total|non-embedding|active)", text[start:start + 400])
+    assert {kind for _, kind in quoted} == {"total", "non-embedding", "active"}, quoted
+    _, out, _ = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "wse3", "--json")
+    model = json.loads(out)["model"]
+    key = {"total": "params_total", "non-embedding": "params_non_embedding", "active": "params_active"}
+    for number, kind in quoted:
+        decimals = len(number.split(".")[1]) if "." in number else 0
+        assert number == f"{model[key[kind]] / 1e9:.{decimals}f}", (kind, number, model[key[kind]])
