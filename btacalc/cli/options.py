@@ -251,7 +251,16 @@ def write_outputs(outs: Any, payloads: dict[str, Any], table: Optional[Callable[
     output is taken."""
     from .console import print_stdout, write_stdout
 
-    finish = None if outs.stdout_taken or table is None else (lambda: print_stdout(table()))
+    finish: Optional[Callable[[], None]] = None
+    if table is not None and not outs.stdout_taken:
+        render = table
+
+        def finish() -> None:
+            print_stdout(render())
+            files = [f"{t.path} ({flag})" for flag, t in outs.targets.items() if t.kind == "file"]
+            if files:  # issue 25: the terminal says where the data went
+                write_stdout(f"written to {', '.join(files)}\n")
+
     outs.commit(payloads, stdout=write_stdout, finish=finish)
 
 
