@@ -240,3 +240,15 @@ def test_quick_start_parameter_counts_are_the_plans(cli):
     for number, kind in quoted:
         decimals = len(number.split(".")[1]) if "." in number else 0
         assert number == f"{model[key[kind]] / 1e9:.{decimals}f}", (kind, number, model[key[kind]])
+
+
+def test_readme_hostile_case_count_is_the_tests():
+    """The README quotes how many hostile-input cases `test_hostile.py` holds; the number is its CLASSES count."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("hostile_counts", ROOT / "tests" / "test_hostile.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    text = " ".join(line.strip() for line in _lines())
+    (quoted,) = re.findall(r"\(`test_hostile\.py`, ([\d,]+) cases", text)
+    assert int(quoted.replace(",", "")) == sum(module.CLASSES.values())
