@@ -252,3 +252,28 @@ def test_readme_hostile_case_count_is_the_tests():
     text = " ".join(line.strip() for line in _lines())
     (quoted,) = re.findall(r"\(`test_hostile\.py`, ([\d,]+) cases", text)
     assert int(quoted.replace(",", "")) == sum(module.CLASSES.values())
+
+
+def test_the_verdict_quotes_are_what_plan_prints(cli, monkeypatch):
+    """The "A plan that does not fit" bullet quotes what three plans print (it quoted "89.17 GB of 72.00 GB
+    usable", which no command printed): each quoted phrase after a `plan ...` command is in that command's
+    output (a line of the table at 200 columns, or the JSON's explanation and suggestions)."""
+    import json
+
+    monkeypatch.setenv("COLUMNS", "200")
+    text = " ".join(line.strip() for line in _lines())
+    start = text.index("- **A plan that does not fit**")
+    bullet = text[start:text.index(" - **", start + 1)]
+    parts = re.split(r"`(plan [^`]+)`", bullet)
+    checked = 0
+    for command, after in zip(parts[1::2], parts[2::2]):
+        args = shlex.split(command)[1:]
+        _, table, _ = cli("plan", *args)
+        _, out, _ = cli("plan", *args, "--json")
+        doc = json.loads(out)
+        said = [_squash(line.strip("│ ")) for line in table.splitlines()]
+        said += [_squash(doc["plan"]["explanation"]), *map(_squash, doc["suggestions"])]
+        for quote in re.findall(r'"([^"]+)"', after):
+            assert any(_squash(quote) in line for line in said), (command, quote)
+            checked += 1
+    assert checked >= 5
