@@ -227,3 +227,23 @@ def test_a_sweep_of_100000_points_to_csv_prints_at_most_30_lines(cli, tmp_path):
     with path.open() as f:
         assert sum(1 for _ in f) == 1 + 1000 * 100
     assert "100,000 points" in out.splitlines()[0] and str(path) in out.splitlines()[0]
+
+
+def test_a_streamed_table_on_a_terminal_is_cut_to_its_height(cli, monkeypatch):
+    """Issue 25 (Build 4): a table longer than the terminal is cut with a count. On a 30-line terminal a
+    1,024-point sweep shows 30 - 4 (title, header, count, prompt) = 26 rows and counts the other 998; a
+    pipe still gets TextTable.ROWS rows (test_large_grid_streams_a_text_table)."""
+    import os
+    import sys
+
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True, raising=False)
+    monkeypatch.setattr(sys.stdout, "fileno", lambda: 1, raising=False)
+    monkeypatch.setattr(os, "get_terminal_size", lambda fd=1: os.terminal_size((120, 30)))
+    from btacalc.cli import sweeping
+
+    assert sweeping.terminal_rows() == 30 - sweeping.TERMINAL_FRAME_LINES
+    monkeypatch.setattr(sweeping, "terminal_rows", lambda: 26)
+    code, out, _ = cli("sweep", "--hw", "wse3", "--vary", "seq=128:65536:128", "--vary", "experts=8,128")
+    lines = out.splitlines()
+    assert code == 0 and len(lines) == 2 + 26 + 1
+    assert lines[-1] == f"... {1024 - 26:,} more points not shown: --csv, --json or --output write every point"
