@@ -16,6 +16,20 @@ def test_plan_default_table(cli):
         assert text in out
 
 
+@pytest.mark.parametrize("hw", [["--hw", "wse3"], ["--hw", "h100", "--devices", "8"]], ids=["wafer", "gpu"])
+def test_a_dense_plan_leaves_out_what_only_experts_have(cli, monkeypatch, hw):
+    """Issue 25: sections that do not apply are left out. A dense model has no experts, so no tokens per
+    expert T_e (in the plan or the other objective's line) and no expert sharding in the state caption;
+    the same command on an MoE model shows them."""
+    monkeypatch.setenv("COLUMNS", "200")
+    _, dense, _ = cli("plan", "--model", "llama-3-8b", *hw)
+    _, moe, _ = cli("plan", "--model", "qwen3-30b-a3b", *hw)
+    for text in ("tokens per expert", "T_e", "experts over EP", "(expert) ranks"):
+        assert text not in dense, text
+    assert "tokens per expert" in moe and "T_e" in moe
+    assert ("experts over EP" in moe) == ("--devices" in hw)  # the state table is a GPU plan's
+
+
 def test_plan_json_keys(cli):
     code, out, _ = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "wse3", "--json")
     assert code == 0
@@ -236,6 +250,29 @@ def test_gpu_default_global_batch_is_4m_tokens(cli, seq, devices, micro, expecte
     assert r["parallelism"]["data_parallel"] * p["micro_batches"] * p["global_batch"] == expected
 
 
+def test_one_default_global_batch_for_plan_sweep_compare_and_search(cli):
+    """Issue 25: `plan` without --global-batch ran one micro-batch per rank while --search assumed 4M tokens,
+    so a devices sweep scaled by gradient sync. Every command now takes DEFAULT_TOKENS_PER_STEP in whole
+    sequences: 2^22 / 4,096 = 1,024 sequences per step, on 8 and on 16 B200s alike."""
+    from btacalc.config.execution import DEFAULT_TOKENS_PER_STEP
+
+    expected = DEFAULT_TOKENS_PER_STEP // 4096
+    base = ["--model", "qwen3-30b-a3b", "--hw", "b200", "--seq", "4096", "--ep", "8", "--json"]
+    _, out, _ = cli("plan", *base, "--devices", "8")
+    plan = json.loads(out)
+    assert plan["plan"]["step_batch"] == expected
+    _, out, _ = cli("sweep", *base, "--vary", "devices=8,16")
+    points = json.loads(out)["points"]
+    assert [p["plan"]["step_batch"] for p in points] == [expected, expected]
+    _, out, _ = cli("compare", *base, "--devices", "8")
+    row = json.loads(out)["rows"][0]
+    assert (row["micro_batches"], row["tiles"] * row["tile_batch"]) == (plan["plan"]["micro_batches"],
+                                                                        plan["plan"]["global_batch"])
+    assert 8 * row["micro_batches"] * row["tiles"] * row["tile_batch"] == expected
+    _, out, _ = cli("plan", *base, "--devices", "8", "--search")
+    assert json.loads(out)["global_batch"] == expected
+
+
 def test_tokens_per_step_changes_the_default_and_a_wafer_refuses_it(cli):
     code, out, _ = cli("plan", "--hw", "b200", "--devices", "8", "--tokens-per-step", "65536", "--json")
     assert json.loads(out)["plan"]["step_batch"] == 16  # 65,536 / 4,096
@@ -260,8 +297,30 @@ def test_gradient_label_follows_grad_bytes(cli):
     (999_999, "1,000,000"),  # four significant digits, carried over a power of ten
     (1234.5, "1,234"),
     (12.3456, "12.35"),
+    (1e-5, "0.00001"),
+    (0.5, "0.5"),
 ])
 def test_whatif_numbers_are_never_in_e_notation(value, text):
     from btacalc.output.whatif_tables import _fmt
 
     assert _fmt(value) == text
+
+
+@pytest.mark.parametrize("value,text", [(1000.0, "1,000"), (999.6, "1,000"), (0.631, "0.631"), (0.001, "0.001")])
+def test_whatif_ratios_are_never_in_e_notation(value, text):
+    """The trace's `x today` column at three digits: the grid's end, 1000x today's value, was `1e+03`."""
+    from btacalc.planning.whatif import readable
+
+    assert readable(value, 3) == text
+
+
+def test_an_unreached_whatif_prints_no_e_notation(cli, monkeypatch):
+    """The whole screen of a target that is not reached (grid 1/1000x..1000x today, its note and trace): issue 25
+    found `4e+10` in whatif's output."""
+    import re
+
+    monkeypatch.setenv("COLUMNS", "200")
+    code, out, _ = cli("whatif", "--target", "tokens_per_s=200000", "--solve-for", "offchip_bandwidth_bytes_per_s")
+    assert code == 1 and "not reached" in out
+    assert not re.search(r"\d[eE][+-]?\d", out), [ln for ln in out.splitlines() if re.search(r"\d[eE][+-]?\d", ln)]
+    assert "1,000 " in out  # the grid's last ratio, written out

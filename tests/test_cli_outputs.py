@@ -131,3 +131,19 @@ def test_a_real_closed_pipe():
     proc.stdout.close()  # like `| head` that has already exited
     err = proc.stderr.read().decode()
     assert proc.wait(60) == 0 and err == ""
+
+
+@pytest.mark.parametrize("args,flag", [
+    (["compare", "--hw", "wse3,b200"], "--csv"),
+    (["compare", "--hw", "wse3"], "--output"),
+    (["plan", "--hw", "wse3"], "--output"),
+])
+def test_the_terminal_says_where_the_file_went(cli, tmp_path, args, flag):
+    """Issue 25 (Build 4): with data going to a file the terminal says where, as sweep's summary does; the
+    table stays (a few rows), the file has the data."""
+    path = tmp_path / ("f.csv" if flag == "--csv" else "f.json")
+    code, out, _ = cli(*args, flag, str(path))
+    assert code == 0 and path.stat().st_size > 0
+    assert out.splitlines()[-1] == f"written to {path} ({flag})"
+    code, out, _ = cli(*args)
+    assert code == 0 and "written to" not in out

@@ -649,6 +649,21 @@ def test_a_cap_below_one_sequence_per_rank_is_the_verdict_not_memory(cli):
 
 
 @counted("verdict", 1)
+def test_max_global_batch_caps_what_its_help_says(cli, monkeypatch):
+    """Issue 25: `--help` said the cap is on G·b while the plan caps N = DP·M·G·b. With 8 data-parallel
+    ranks a cap of 16 sequences leaves M·G·b <= 16 / 8 = 2 per rank; the help names N."""
+    monkeypatch.setenv("COLUMNS", "200")
+    _, out, _ = cli("plan", "--help")
+    line = " ".join(out[out.index("--max-global-batch"):].split("\n  --")[0].split())
+    assert "N = DP·M·G·b" in line and "Cap G·b" not in line, line
+    code, doc = _verdict(cli, "--hw", "b200", "--devices", "8", "--max-global-batch", "16")
+    plan = doc["plan"]
+    assert code == 0 and plan["step_batch"] <= 16
+    assert plan["step_batch"] == doc["parallelism"]["data_parallel"] * plan["micro_batches"] * plan["global_batch"]
+    assert plan["micro_batches"] * plan["global_batch"] <= 16 // 8
+
+
+@counted("verdict", 1)
 def test_a_fixed_micro_batch_that_does_not_fit_is_named_as_fixed(cli):
     code, doc = _verdict(cli, "--hw", "b200", "--devices", "8", "--micro-batch", "64", "--global-batch", "512")
     plan = doc["plan"]
@@ -689,6 +704,65 @@ def test_every_suggested_change_fits_when_run(cli):
                 args += [flag, value]
         code, again = _verdict(cli, *args)
         assert code == 0 and again["plan"]["fits"], flags
+
+
+_SUGGESTION = r"((?:dropping )?(?:--[a-z-]+ \S+ ?)+) (?:\([^)]*\) )?fits G = (\d+), b = (\d+)(?:, M = (\d+))?"
+
+
+def _apply(base: list[str], change: str) -> list[str]:
+    """The command line a suggestion describes: `--flag v` set (replaced or added), `dropping --flag v` removed."""
+    args, parts = list(base), change.split()
+    if parts[0] == "dropping":
+        i = args.index(parts[1])
+        return args[:i] + args[i + 2:]
+    for flag, value in zip(parts[::2], parts[1::2]):
+        if flag in args:
+            args[args.index(flag) + 1] = value
+        else:
+            args += [flag, value]
+    return args
+
+
+@pytest.mark.parametrize("base", cases("verdict", [
+    ["--hw", "wse3", "--seq", "65536"],
+    ["--hw", "h100", "--devices", "8"],
+    ["--hw", "b200", "--devices", "8", "--tiles", "64"],
+    ["--hw", "b200", "--devices", "8", "--max-global-batch", "4"],
+]), ids=lambda a: " ".join(a))
+def test_each_suggestion_run_as_written_gives_the_shape_it_names(cli, base):
+    """Issue 25 (Build 1): suggestions are verified by running them. Each '<flags> fits G = g, b = b[, M = m]'
+    of a plan that does not fit, run as written, fits with that G, b (and M); none repeats a value the
+    command already gave."""
+    import re
+
+    code, doc = _verdict(cli, *base)
+    assert code == 1
+    found = [m for s in doc["suggestions"] if (m := re.match(_SUGGESTION, s))]
+    assert found, doc["suggestions"]
+    given = {(f, v) for f, v in zip(base, base[1:]) if f.startswith("--")}
+    for m in found:
+        change = m.group(1).strip()
+        if not change.startswith("dropping"):
+            parts = change.split()
+            assert not set(zip(parts[::2], parts[1::2])) & given, change
+        code, again = _verdict(cli, *_apply(base, change))
+        plan = again["plan"]
+        assert code == 0 and plan["fits"], change
+        assert (plan["tiles"], plan["tile_batch"]) == (int(m.group(2)), int(m.group(3))), change
+        if m.group(4):
+            assert plan["micro_batches"] == int(m.group(4)), change
+
+
+@counted("verdict", 1)
+def test_a_wafer_plan_under_a_cap_that_one_sequence_meets_fits(cli):
+    """Issue 25's wse2 case of the contradiction: `plan --hw wse2 --max-global-batch 4` said it does not fit
+    and offered the given length. One wafer is DP 1, M 1, so the cap is G·b <= 4, which fits: exit 0, the
+    cap binds, no 'not even one sequence', no suggestions."""
+    code, doc = _verdict(cli, "--hw", "wse2", "--max-global-batch", "4")
+    plan = doc["plan"]
+    assert code == 0 and plan["fits"] and plan["binding_constraint"] == "max_global_batch"
+    assert plan["tiles"] * plan["tile_batch"] <= 4 and plan["step_batch"] <= 4
+    assert "not even one sequence" not in plan["explanation"] and not doc["suggestions"]
 
 
 @counted("verdict", 1)

@@ -178,3 +178,102 @@ def test_readme_test_command_is_what_ci_runs():
     tests = [line[line.index("python -m pytest"):].strip() for line in bash if "python -m pytest" in line]
     assert tests, "the README shows no test command"
     assert any(t in ci for t in tests), "the README's test command is not the one .ci/run runs"
+
+
+def _defaults_row(flag: str) -> str:
+    """The README's "Defaults and why" row of `flag` (its default and why columns)."""
+    rows = [line for line in _lines() if line.startswith(f"| `{flag}`")]
+    assert len(rows) == 1, (flag, rows)
+    return rows[0]
+
+
+@pytest.mark.parametrize("hw,family", [(["--hw", "wse3"], "WSE"), (["--hw", "h100", "--devices", "8"], "GPU")])
+def test_readme_defaults_are_the_tools(cli, hw, family):
+    """Issue 25: the README said selective recomputation is the GPU (Megatron) default while plans ran with
+    none, and `--grad-accum` "else 1" while a GPU plan without a batch takes 4M tokens in M micro-batches.
+    Each row must name what `plan --json` reports as its default on that family."""
+    import json
+
+    from btacalc.config.execution import DEFAULT_TOKENS_PER_STEP
+
+    code, out, _ = cli("plan", *hw, "--json")
+    inputs = json.loads(out)["inputs"]
+    assert code in (0, 1) and {"recompute", "loss"} <= set(inputs["defaults"])
+    assert f"{inputs['recompute']} on {family}" in _defaults_row("--recompute")
+    assert f"{inputs['loss']} on {family}" in _defaults_row("--loss")
+    assert "selective is Megatron-LM's default" not in _defaults_row("--recompute").lower()
+    row = _defaults_row("--tokens-per-step")
+    assert f"{DEFAULT_TOKENS_PER_STEP:,}" in row and "--global-batch" in row
+    if family == "GPU":
+        assert f"{DEFAULT_TOKENS_PER_STEP:,}" in inputs["defaults"]["global_batch"]
+
+
+def test_example_paths_are_inside_a_clone():
+    """Issue 25: `validate --measured ../shared/...` failed from a clone. Every file an example command reads
+    (an argument naming an existing-looking path: a `/`, or a .json/.toml name) lies inside the repository,
+    and those the examples read (not write) exist in it."""
+    writes = {"--output", "--csv", "--plot", "--emit-file", "-o"}
+    read = []
+    for command, _ in _inline_cases():
+        words = shlex.split(command)
+        for flag, word in zip(words, words[1:]):
+            if flag in writes or word.startswith("-") or not ("/" in word or word.endswith((".json", ".toml"))):
+                continue
+            assert not word.startswith(("/", "..", "~")), (command, word)
+            assert (ROOT / word).exists(), (command, word)
+            read.append(word)
+    assert "btacalc/data/measured_runs.json" in read  # the run file validate's example reads
+
+
+def test_quick_start_parameter_counts_are_the_plans(cli):
+    """The quick start's prose quotes the parameter counts (`30.53 B total, ... 3.353 B active`): each equals
+    `plan --json`'s count in billions at the precision it is printed with."""
+    import json
+
+    text = " ".join(line.strip() for line in _lines())
+    start = text.index("- **parameters**")
+    quoted = re.findall(r"([\d.]+) B (total|non-embedding|active)", text[start:start + 400])
+    assert {kind for _, kind in quoted} == {"total", "non-embedding", "active"}, quoted
+    _, out, _ = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "wse3", "--json")
+    model = json.loads(out)["model"]
+    key = {"total": "params_total", "non-embedding": "params_non_embedding", "active": "params_active"}
+    for number, kind in quoted:
+        decimals = len(number.split(".")[1]) if "." in number else 0
+        assert number == f"{model[key[kind]] / 1e9:.{decimals}f}", (kind, number, model[key[kind]])
+
+
+def test_readme_hostile_case_count_is_the_tests():
+    """The README quotes how many hostile-input cases `test_hostile.py` holds; the number is its CLASSES count."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("hostile_counts", ROOT / "tests" / "test_hostile.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    text = " ".join(line.strip() for line in _lines())
+    (quoted,) = re.findall(r"\(`test_hostile\.py`, ([\d,]+) cases", text)
+    assert int(quoted.replace(",", "")) == sum(module.CLASSES.values())
+
+
+def test_the_verdict_quotes_are_what_plan_prints(cli, monkeypatch):
+    """The "A plan that does not fit" bullet quotes what three plans print (it quoted "89.17 GB of 72.00 GB
+    usable", which no command printed): each quoted phrase after a `plan ...` command is in that command's
+    output (a line of the table at 200 columns, or the JSON's explanation and suggestions)."""
+    import json
+
+    monkeypatch.setenv("COLUMNS", "200")
+    text = " ".join(line.strip() for line in _lines())
+    start = text.index("- **A plan that does not fit**")
+    bullet = text[start:text.index(" - **", start + 1)]
+    parts = re.split(r"`(plan [^`]+)`", bullet)
+    checked = 0
+    for command, after in zip(parts[1::2], parts[2::2]):
+        args = shlex.split(command)[1:]
+        _, table, _ = cli("plan", *args)
+        _, out, _ = cli("plan", *args, "--json")
+        doc = json.loads(out)
+        said = [_squash(line.strip("│ ")) for line in table.splitlines()]
+        said += [_squash(doc["plan"]["explanation"]), *map(_squash, doc["suggestions"])]
+        for quote in re.findall(r'"([^"]+)"', after):
+            assert any(_squash(quote) in line for line in said), (command, quote)
+            checked += 1
+    assert checked >= 5

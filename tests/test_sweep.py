@@ -213,3 +213,37 @@ def test_a_sweep_with_no_valid_point_writes_nothing_on_stdout(cli):
         assert lines[0].startswith("btacalc: error: none of the 2 points of the sweep is valid; the first: top-k=200: ")
     code, out, err = cli("sweep", "-q", "--vary", "top-k=200,8", "--json")  # one valid point: both are written
     assert code == 0 and len(json.loads(out)["points"]) == 2 and "invalid point top-k=200" in err
+
+
+def test_a_sweep_of_100000_points_to_csv_prints_at_most_30_lines(cli, tmp_path):
+    """Issue 25's acceptance: `sweep --csv F` of 100,000 points prints at most 30 lines (it printed the whole
+    table: 98,338 lines for 98,336 points). 1,000 tile counts x 100 tile batches = 100,000 points; the file
+    gets every one (and the header), the terminal a summary. slow (conftest.SLOW): about 10 s."""
+    path = tmp_path / "grid.csv"
+    code, out, err = cli("sweep", "--hw", "wse3", "--vary", "tiles=1:1000:1", "--vary", "tile-batch=1:100:1",
+                         "--csv", str(path))
+    assert code == 0
+    assert len(out.splitlines()) + len(err.splitlines()) <= 30, (out, err)
+    with path.open() as f:
+        assert sum(1 for _ in f) == 1 + 1000 * 100
+    assert "100,000 points" in out.splitlines()[0] and str(path) in out.splitlines()[0]
+
+
+def test_a_streamed_table_on_a_terminal_is_cut_to_its_height(cli, monkeypatch):
+    """Issue 25 (Build 4): a table longer than the terminal is cut with a count. On a 30-line terminal a
+    1,024-point sweep shows 30 - 4 (title, header, count, prompt) = 26 rows and counts the other 998; a
+    pipe still gets TextTable.ROWS rows (test_large_grid_streams_a_text_table)."""
+    import os
+    import sys
+
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True, raising=False)
+    monkeypatch.setattr(sys.stdout, "fileno", lambda: 1, raising=False)
+    monkeypatch.setattr(os, "get_terminal_size", lambda fd=1: os.terminal_size((120, 30)))
+    from btacalc.cli import sweeping
+
+    assert sweeping.terminal_rows() == 30 - sweeping.TERMINAL_FRAME_LINES
+    monkeypatch.setattr(sweeping, "terminal_rows", lambda: 26)
+    code, out, _ = cli("sweep", "--hw", "wse3", "--vary", "seq=128:65536:128", "--vary", "experts=8,128")
+    lines = out.splitlines()
+    assert code == 0 and len(lines) == 2 + 26 + 1
+    assert lines[-1] == f"... {1024 - 26:,} more points not shown: --csv, --json or --output write every point"

@@ -100,7 +100,8 @@ GlobalBatchOpt = typer.Option(None, "--global-batch", min=1, help="Sequences per
                               "wafer systems it is split into micro-batches that fit.")
 TilesOpt = typer.Option(None, "--tiles", min=1, help="Fix the number of attention tiles G.")
 TileBatchOpt = typer.Option(None, "--tile-batch", min=1, help="Fix the tile batch b.")
-MaxGlobalBatchOpt = typer.Option(None, "--max-global-batch", min=1, help="Cap G·b (convergence).")
+MaxGlobalBatchOpt = typer.Option(None, "--max-global-batch", min=1, help="Cap the sequences per optimizer step "
+                                 "N = DP·M·G·b (convergence); one device: G·b.")
 MaxTileBatchOpt = typer.Option(None, "--max-tile-batch", min=1, help="Cap the tile batch b (like the vendor's tile cap).")
 ExpertsOpt = typer.Option(None, "--experts", min=1, help="Override the number of experts E.")
 TopKOpt = typer.Option(None, "--top-k", min=1, help="Override experts per token k.")
@@ -250,7 +251,16 @@ def write_outputs(outs: Any, payloads: dict[str, Any], table: Optional[Callable[
     output is taken."""
     from .console import print_stdout, write_stdout
 
-    finish = None if outs.stdout_taken or table is None else (lambda: print_stdout(table()))
+    finish: Optional[Callable[[], None]] = None
+    if table is not None and not outs.stdout_taken:
+        render = table
+
+        def finish() -> None:
+            print_stdout(render())
+            files = [f"{t.path} ({flag})" for flag, t in outs.targets.items() if t.kind == "file"]
+            if files:  # issue 25: the terminal says where the data went
+                write_stdout(f"written to {', '.join(files)}\n")
+
     outs.commit(payloads, stdout=write_stdout, finish=finish)
 
 

@@ -25,6 +25,27 @@ STREAMED = ("--output", "--json", "--csv")
 HELD_BYTES = 1 << 22
 
 
+# Lines a streamed table leaves on a terminal's screen besides its rows: the title, the header, the
+# closing count and the shell's prompt.
+TERMINAL_FRAME_LINES = 4
+
+
+def terminal_rows() -> Optional[int]:
+    """On a terminal, the rows of a streamed table that fit its height (at least 10): the rest are counted
+    in one closing line, so the answer stays on screen (issue 25: a table longer than the terminal is cut
+    with a count). None when standard output is a pipe or a file (TextTable.ROWS then)."""
+    import os
+    import sys
+
+    if not sys.stdout.isatty():
+        return None
+    try:
+        lines = os.get_terminal_size(sys.stdout.fileno()).lines
+    except OSError:
+        return None
+    return max(lines - TERMINAL_FRAME_LINES, 10)
+
+
 class HeldStdout:
     """Standard output for a streamed sweep: buffered until `release` (the first valid point)."""
 
@@ -102,7 +123,7 @@ class SweepOutputs:
                 self.table = []
             else:
                 title = f"Sweep: {self.model} on {self.hardware}" + (" (k·f fixed)" if self.fixed_active else "")
-                self.sinks.append(TextTable(self.stdout, list(self.grid.names), title))
+                self.sinks.append(TextTable(self.stdout, list(self.grid.names), title, terminal_rows()))
 
     def _file_targets(self) -> list[str]:
         """The files this sweep writes (--csv, --output, --plot), as the user named them."""

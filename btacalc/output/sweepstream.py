@@ -5,7 +5,7 @@ grids too large for a rich one, and the three numbers per point a plot needs."""
 from __future__ import annotations
 
 import json
-from typing import Callable
+from typing import Callable, Optional
 
 from ..planning.sweep import SweepBlock
 from .csvfiles import SWEEP_COLUMNS, sweep_csv_header, sweep_csv_rows
@@ -53,11 +53,13 @@ _TEXT_COLUMNS = (("G", 6), ("b", 6), ("M", 4), ("T_e", 12), ("tokens/s", 14), ("
 class TextTable:
     """One line per point, columns aligned; for grids too large to hold in a rich table."""
 
-    # Rows shown on a terminal at most; the rest are counted in one closing line (files get every row).
+    # Rows shown at most (a terminal: its height, `terminal_rows`); the rest are counted in one closing
+    # line (files get every row).
     ROWS = 1000
 
-    def __init__(self, write: Write, names: list[str], title: str):
+    def __init__(self, write: Write, names: list[str], title: str, rows: Optional[int] = None):
         self.write = write
+        self.rows = self.ROWS if rows is None else rows
         self.shown = self.left_out = 0
         self.widths = [max(len(n), 8) for n in names] + [w for _, w in _TEXT_COLUMNS]
         header = names + [c for c, _ in _TEXT_COLUMNS]
@@ -85,7 +87,7 @@ class TextTable:
                           str(c["tile_batch_g1"][i] or "-"), fmt(c["relative_to_dense_g1"][i]),
                           f"{tps / g1:.2f}x" if g1 else "-"]
             lines.append(" ".join(cell.rjust(w) for cell, w in zip(cells, widths)).rstrip())
-        room = max(self.ROWS - self.shown, 0)
+        room = max(self.rows - self.shown, 0)
         self.left_out += max(len(lines) - room, 0)
         lines = lines[:room]
         self.shown += len(lines)

@@ -208,7 +208,9 @@ def _plan_table(r: PlanReport) -> Panel:
         t.add_row("global batch G·b", f"{p.global_batch}  ({p.tokens_per_step:,} tokens per step)")
     shards = par.expert_tensor_parallel / (par.tensor_parallel * par.context_parallel)
     te = ("G·b·s·k/E" if par.expert_parallel == 1 else "EP·G·b·s·k/E" if shards == 1 else "EP·ETP/(TP·CP)·G·b·s·k/E")
-    t.add_row("tokens per expert", f"{p.tokens_per_expert:,.0f}  (T_e = {te}, uniform routing)")
+    moe = bool(r.model.num_experts)  # a dense model has no experts: no T_e (issue 25: rows that do not apply)
+    if moe:
+        t.add_row("tokens per expert", f"{p.tokens_per_expert:,.0f}  (T_e = {te}, uniform routing)")
     if p.devices > 1 or p.micro_batches > 1:
         t.add_row("step batch N", f"DP {par.data_parallel} x M {p.micro_batches} x {p.global_batch} = {p.step_batch} "
                                   f"sequences, {p.cluster_tokens_per_step:,} tokens per optimizer step")
@@ -218,7 +220,7 @@ def _plan_table(r: PlanReport) -> Panel:
     if p.alternative is not None:
         a = p.alternative
         t.add_row(f"{a.objective} plan", f"G = {a.tiles}, b = {a.tile_batch}" + (f", M = {a.micro_batches}" if a.micro_batches > 1 else "")
-                  + f": {a.tokens_per_s:,.0f} tokens/s, T_e {a.tokens_per_expert:,.0f}")
+                  + f": {a.tokens_per_s:,.0f} tokens/s" + (f", T_e {a.tokens_per_expert:,.0f}" if moe else ""))
     t.add_row("memory", Text.assemble(status, f"  {gb(r.memory_bytes['total'])} of {gb(r.memory_bytes['usable_capacity'])} usable"))
     return Panel(t, title="Plan", border_style="green" if p.fits else "red")
 
@@ -285,6 +287,10 @@ def _sharding_table(r: PlanReport) -> Table:
     for s in r.state_sharding:
         t.add_row(s.component, s.part.replace("_", "-"), f"{s.params:,}", str(s.bytes_per_param), str(s.divisor), gb(s.bytes_per_device))
     par = r.parallelism
+    if not r.model.num_experts:
+        t.caption = (f"params: this device's shard (TP {par.tensor_parallel}, its pipeline stage); divisor: "
+                     f"ZeRO-{par.zero_stage} shards over DP·CP = {par.data_parallel * par.context_parallel} ranks")
+        return t
     t.caption = (f"params: this device's shard (TP {par.tensor_parallel}, its pipeline stage, experts over EP "
                  f"{par.expert_parallel} x ETP {par.expert_tensor_parallel}); divisor: ZeRO-{par.zero_stage} shards over "
                  f"DP·CP = {par.data_parallel * par.context_parallel} (non-expert) or EDP = {par.expert_data_parallel} "

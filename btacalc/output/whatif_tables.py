@@ -2,23 +2,13 @@
 
 from __future__ import annotations
 
-import math
-
 from rich.console import Group
 from rich.table import Table
 from rich.markup import escape
 from rich.text import Text
 
-from ..planning.whatif import WhatIfResult
+from ..planning.whatif import WhatIfResult, readable as _fmt
 from .fit import fit
-
-
-def _fmt(v: float) -> str:
-    """Four significant digits, never in e-notation: 4e10 is written 40,000,000,000."""
-    if not math.isfinite(v) or abs(v) < 1000:
-        return f"{v:.4g}"
-    digits = math.floor(math.log10(abs(v))) + 1
-    return f"{round(v, 4 - digits):,.0f}"
 
 
 def whatif_renderable(r: WhatIfResult) -> Group:
@@ -30,7 +20,7 @@ def whatif_renderable(r: WhatIfResult) -> Group:
     today = "-" if r.today_metric is None else _fmt(r.today_metric)
     head.add_row("today", f"{r.solve_for} = {_fmt(r.today_value)} gives {r.target_metric} = {today}")
     if r.reached and r.value is not None and r.ratio is not None and r.answer is not None:
-        head.add_row("answer", Text(f"{_fmt(r.value)} ({r.ratio:.3g}x today's value) gives {r.target_metric} = "
+        head.add_row("answer", Text(f"{_fmt(r.value)} ({_fmt(r.ratio, 3)}x today's value) gives {r.target_metric} = "
                                     f"{'-' if r.answer.metric is None else _fmt(r.answer.metric)} at G x b x M = {r.answer.shape}", style="bold green"))
     else:
         head.add_row("answer", Text(f"not reached: {r.note}", style="bold red"))
@@ -40,6 +30,6 @@ def whatif_renderable(r: WhatIfResult) -> Group:
         t.add_column(c, justify="left" if c in ("dominant phase", "batch limited by", "G x b x M") else "right",
                      overflow="fold" if c == "batch limited by" else "ellipsis")
     for s in r.trace:
-        t.add_row(_fmt(s.value), f"{s.ratio:.3g}", "-" if s.metric is None else _fmt(s.metric), s.shape,
+        t.add_row(_fmt(s.value), _fmt(s.ratio, 3), "-" if s.metric is None else _fmt(s.metric), s.shape,
                   s.dominant_phase, f"{s.stream_bound_share:.0%}", s.binding_constraint)
     return Group(head, fit(t))

@@ -34,6 +34,19 @@ GRID_POINTS = 31  # geometric grid over the range (every 10^(6/30) = 1.58x)
 REL_TOL = 1e-3
 
 
+def readable(v: float, digits: int = 4) -> str:
+    """`digits` significant digits, never in e-notation: 4e10 is written 40,000,000,000, a ratio of 1000
+    at 3 digits 1,000 (not 1e+03), 1e-5 0.00001."""
+    if not math.isfinite(v) or v == 0:
+        return f"{v:g}"
+    rounded = float(f"{v:.{digits}g}")  # rounding first carries 999.95 over to 1,000
+    if abs(rounded) >= 1000:
+        return f"{rounded:,.0f}"
+    decimals = max(digits - 1 - math.floor(math.log10(abs(rounded))), 0)
+    text = f"{rounded:.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
 class WhatIfStep(BaseModel):
     value: float
     ratio: float = Field(description="value / today's value")
@@ -98,7 +111,7 @@ def _evaluator(model: ModelSpec, hw: HardwareProfile, request: ExecutionRequest,
     today = numbers[keys[0]].value
     for k in keys:
         if not numbers[k].value > 0:
-            raise BtacalcError(f"{{solve_for}} {k} is {numbers[k].value:g} in {hw.name}: whatif scales today's value, "
+            raise BtacalcError(f"{{solve_for}} {k} is {readable(numbers[k].value)} in {hw.name}: whatif scales today's value, "
                                "so it needs a positive one")
 
     def hardware_at(x: float) -> PlanMetrics:
@@ -106,7 +119,7 @@ def _evaluator(model: ModelSpec, hw: HardwareProfile, request: ExecutionRequest,
         try:
             for k in keys:  # several numbers move together, by the same factor
                 trial = trial.with_number(k, numbers[k].value * x / today,
-                                          note=f"whatif trial: {keys[0]} x {x / today:.4g}")
+                                          note=f"whatif trial: {keys[0]} x {readable(x / today)}")
         except BtacalcError as exc:  # outside a number's range, or against a rule between numbers
             return PlanMetrics(False, 0, 0, 0, f"not a valid profile ({exc})", dict.fromkeys(METRICS))
         return plan_metrics(model, trial, request)
@@ -169,8 +182,9 @@ def whatif(model: ModelSpec, hw: HardwareProfile, request: ExecutionRequest, tar
     hit = next((i for i in order if _reached(point(grid[i]), metric, goal)), None)
     if hit is None:
         best = max(grid, key=lambda x: points[x].values[metric] or 0.0)
-        result.note = (f"{metric} does not reach {goal:g} anywhere from {grid[0]:.4g} to {grid[-1]:.4g} "
-                       f"(best {points[best].values[metric]} at {best:.4g}, {best / today:.3g}x today)")
+        result.note = (f"{metric} does not reach {readable(goal)} anywhere from {readable(grid[0])} to "
+                       f"{readable(grid[-1])} (best {_metric_text(points[best].values[metric])} at {readable(best)}, "
+                       f"{readable(best / today, 3)}x today)")
         result.trace = [_step(x, today, metric, points[x]) for x in grid]
         result.binds_along_the_way = _regimes(result.trace)
         return result
@@ -185,6 +199,10 @@ def whatif(model: ModelSpec, hw: HardwareProfile, request: ExecutionRequest, tar
     result.reached, result.value, result.ratio, result.answer = True, value, value / today, answer
     result.trace, result.binds_along_the_way = trace, _regimes(trace + [answer])
     return result
+
+
+def _metric_text(v: Optional[float]) -> str:
+    return "-" if v is None else readable(v)
 
 
 def _regimes(steps: list[WhatIfStep]) -> list[str]:
