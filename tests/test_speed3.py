@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rich.markup import escape
@@ -31,3 +33,32 @@ def test_help_text_escapes_the_shipped_help_as_rich() -> None:
     assert any("\\[" in text for text in raw)  # the help does carry escaped "[default: ...]" tags
     for text in ["[default: 1]", "a \\[b]", "x\\", "x\\\\", "[/]", "[#fff]", "[@click]", "[ab[cd]", "[Z]", "[a"]:
         assert help_text(text) == escape(text), text
+
+
+def test_one_command_app_builds_the_same_command_as_the_whole_app() -> None:
+    """`btacalc plan ...` builds only `plan`; every command so built equals the whole app's (options, types,
+    defaults, help), and anything but a command name first takes the whole app."""
+    import typer.main
+
+    from btacalc.cli import app as cli
+
+    whole = typer.main.get_command(cli.app)
+    names = list(whole.commands)  # type: ignore[attr-defined]
+    singles = [n for n in names if not hasattr(whole.commands[n], "commands")]  # type: ignore[attr-defined]
+    assert "plan" in singles and "hw" in names and "hw" not in singles
+    for name in singles:
+        narrowed = typer.main.get_command(cli._invoked([name, "--json"]))
+        assert list(narrowed.commands) == [name]  # type: ignore[attr-defined]
+        built, full = narrowed.commands[name], whole.commands[name]  # type: ignore[attr-defined]
+        assert built.name == full.name and _params(built) == _params(full)
+    for argv in ([], ["--help"], ["--version"], ["hw", "list"], ["plann"], ["--json", "plan"]):
+        assert cli._invoked(argv) is cli.app
+
+
+def _params(command: object) -> list[dict[str, object]]:
+    """Every attribute of every option but the callbacks typer wraps anew on each build (compared by name)."""
+    rows = []
+    for param in command.params:  # type: ignore[attr-defined]
+        row = {k: (getattr(v, "__name__", None) if callable(v) else re.sub(r" at 0x[0-9a-f]+", "", repr(v))) for k, v in vars(param).items()}
+        rows.append(row)
+    return rows
