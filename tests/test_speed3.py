@@ -138,3 +138,34 @@ def test_gemm_passes_at_once_equal_each_pass_alone() -> None:
                 assert np.array_equal(a.binding(), b.binding())
     one = gemm_passes(4096, 14336, 4096, 2, device, 1)  # one shape: the cached scalars
     assert one[1] is gemm_time(4096, 4096, 14336, 2, device, 1)
+
+
+def test_stage_state_kept_per_problem_equals_a_fresh_problem() -> None:
+    """The per-stage training state, gather buffer and low-precision copies kept per problem (shape-free)
+    give every stage's components exactly as a fresh problem computes them without keeping any, shapes alternated (ints,
+    arrays, ints again), types included; and they are kept (the second shape reads them)."""
+    from btacalc.model.gpu.memory import GpuMemory
+
+    shapes = [(1, 1), (np.array([1.0, 2, 5]), np.array([3.0, 1, 2])), (3, 2), (1, 7), (np.array([4.0]), np.array([4.0]))]
+    for name, hw, ask in [case for case in _LAYOUTS if case[1] != "wse3"] + [
+            ("mixtral-8x7b", "h100", dict(devices=64, expert_parallel=8, pipeline_parallel=4, zero_stage=3,
+                                          precision="fp8", fp8_param_gather=True))]:
+        kept = _problem(name, hw, ask)
+        for g, b in shapes:
+            warm = GpuMemory(kept).stage_rows(g, b)  # type: ignore[arg-type]
+            fresh_problem = _problem(name, hw, ask)
+            object.__setattr__(fresh_problem, "_cache", _Forgetful())  # nothing kept: every stage computed
+            fresh = GpuMemory(fresh_problem).stage_rows(g, b)  # type: ignore[arg-type]
+            for a, f in zip(warm, fresh, strict=True):
+                assert a.state_parts == f.state_parts and a.components.keys() == f.components.keys()
+                for k in a.components:
+                    assert type(a.components[k]) is type(f.components[k]), (name, k)
+                    assert np.array_equal(a.components[k], f.components[k]), (name, k)
+        assert any(isinstance(k, tuple) and k[:1] == ("gpu stage state",) for k in kept._cache), name  # type: ignore[attr-defined]
+
+
+class _Forgetful(dict):  # type: ignore[type-arg]
+    """A problem's cache that keeps nothing."""
+
+    def __setitem__(self, key: object, value: object) -> None:
+        pass
