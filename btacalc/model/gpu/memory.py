@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -115,14 +115,14 @@ class GpuMemory:
         values = [*counts, last.dense_params, 0 if first is None else first.dense_params]
         for _, p in kinds:
             values += (p.dense_params, p.routed_params, p.low_precision_params, p.low_precision_routed)
-        key = ("gpu stage state", j, first is not None, tuple(values))
+        key: Optional[tuple[Any, ...]] = ("gpu stage state", j, first is not None, tuple(values))
         for v in values:  # a plain loop: one evaluation runs this per stage
             if type(v) is not int:
                 key = None
                 break
         cache = self.problem._cache
         if key is not None and key in cache:
-            return cache[key]  # type: ignore[no-any-return]
+            return cache[key]
         lay = self.problem.layout
         layers = sum(counts)
         dense, expert = stage_params(self.problem, counts, kinds, ends)
