@@ -149,9 +149,15 @@ def gemm_passes(m: Any, n: Any, k: Any, bytes_per_element: Any, device: GemmDevi
         return (gemm_time(m, n, k, bytes_per_element, device, groups),
                 gemm_time(m, k, n, bytes_per_element, device, groups),
                 gemm_time(k, n, m, bytes_per_element, device, groups))
-    m, n, k, groups = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (m, n, k, groups)))
-    both = _gemm_times(np.stack([m, m, k]), np.stack([n, k, n]), np.stack([k, n, m]), bytes_per_element, device,
-                       np.stack([groups] * 3))
+    shape = (3,) + np.broadcast(m, n, k, groups).shape
+
+    def stacked(first: Any, second: Any, third: Any) -> np.ndarray:  # float64, as _gemm_time reads each
+        out = np.empty(shape)
+        out[0], out[1], out[2] = first, second, third
+        return out
+
+    both = _gemm_times(stacked(m, m, k), stacked(n, k, n), stacked(k, n, m), bytes_per_element, device,
+                       stacked(groups, groups, groups))
     return tuple(GemmTime(both.time_s[i], both.efficiency[i], both.quantisation[i], both.memory_bound[i])
                  for i in range(3))  # type: ignore[return-value]
 
