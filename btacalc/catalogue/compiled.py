@@ -156,6 +156,19 @@ class Coefficients:
                 varying.append((r, f[i], f[i + 1], f[i + 2], f[i + 3]))
         return constant, varying
 
+    @cached_property
+    def varying_columns(self) -> Optional[tuple[list[int], np.ndarray]]:
+        """(the rows with a coefficient of b, G or G*b, their c0, c_b, c_G, c_Gb as a (4, rows, 1) float
+        array) when every coefficient is an int below 2^53 in size (float64 holds each exactly, so each
+        term is the float64 product `affine` forms), else None. `PhaseValues` evaluates these rows for
+        an array of shapes in four operations instead of four per row."""
+        if self._integer_rows is None or any(abs(c) >= 2 ** 53 for c in self.flat):
+            return None
+        varying = self._integer_rows[1]
+        rows = [r for r, *_ in varying]
+        columns = np.array([[row[i] for row in varying] for i in range(1, 5)], dtype=float).reshape(4, len(rows), 1)
+        return rows, columns
+
     def take(self, index: np.ndarray) -> "Coefficients":
         """The coefficients of points `index` (these hold arrays of points): gathered row by row on
         first use, sums included, rather than computed again."""
@@ -284,8 +297,38 @@ class PhaseValues:
         try:
             return self._values[r]
         except KeyError:
+            if self._columns_pending and self._all_varying_rows():
+                return self._row(r)
             self._values[r] = value = affine(*self.coefficients.row(r), self.tiles, self.tile_batch, self.n)
             return value
+
+    @cached_property
+    def _columns_pending(self) -> bool:
+        """Whether `_all_varying_rows` may answer (asked once: it answers on the first row read)."""
+        return isinstance(self.n, np.ndarray)
+
+    def _all_varying_rows(self) -> bool:
+        """Every row with a shape term at once, for a small 1-D array of shapes of positive finite floats
+        and int coefficients below 2^53 (`Coefficients.varying_columns`): ((c0 + c_b*b) + c_G*G) + c_Gb*G*b
+        as `affine` adds them, a missing term adding c*x = +0.0, which leaves every sum as it is since
+        every term and partial sum of positive shapes is non-zero or +0.0. Rows without a shape term
+        stay Python ints (`affine`). False (nothing computed) when the shapes do not qualify."""
+        self._columns_pending = False
+        stack = self.coefficients.varying_columns
+        g, b, n = self.tiles, self.tile_batch, self.n
+        if stack is None or not all(isinstance(x, np.ndarray) and x.dtype == np.float64 and x.ndim == 1
+                                    and x.shape == n.shape for x in (g, b, n)):
+            return False
+        rows, (c0, c_b, c_g, c_n) = stack
+        if len(rows) * n.size > _STACKED_ELEMENTS or not (np.isfinite(n).all() and (g > 0).all() and (b > 0).all()):
+            return False
+        values = c0 + c_b * b + c_g * g + c_n * n
+        every = self.coefficients._integer_rows[0].copy()  # type: ignore[index]  # the constants, as `affine` gives them
+        every.update(zip(rows, values))
+        every.update(self._values)  # rows already read keep their objects
+        self._values = every
+        self._complete = True
+        return True
 
     def of(self, phase: str) -> dict[str, Any]:
         """Every row quantity of `phase` (quantity -> value), for code that reads many of one phase:
@@ -295,7 +338,7 @@ class PhaseValues:
         except KeyError:
             pass
         base = self.compiled.row[(phase, ROW_QUANTITIES[0])]
-        if self._complete:
+        if self._complete or (self._columns_pending and self._all_varying_rows()):
             row: dict[str, Any] = {q: self._values[base + j] for j, q in enumerate(ROW_QUANTITIES)}
         else:
             row = _LazyRow(self, base)

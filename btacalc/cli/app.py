@@ -12,6 +12,7 @@ point); 2 bad input, or an output that cannot be written (one line on stderr, no
 
 from __future__ import annotations
 
+import copy
 import os
 import sys
 from typing import Optional
@@ -82,9 +83,29 @@ def _say(text: str, code: int) -> None:
     sys.exit(code)
 
 
+def _invoked(argv: Optional[list[str]]) -> typer.Typer:
+    """The app to build for this command line: `app` itself, or, when the first argument names one of its
+    commands (`plan`, `sweep`, ...), a copy holding that command alone. typer builds every registered
+    command's options (their signatures and types) before it parses anything, about 20 ms of a cold
+    `plan --json`; click then runs only the command named, so the copy answers the same. Help, completion,
+    root options and groups (`hw list`) take the whole app."""
+    args = sys.argv[1:] if argv is None else argv
+    if not args or any(key.endswith("_COMPLETE") for key in os.environ):
+        return app
+    only = [info for info in app.registered_commands
+            if (info.name or typer.main.get_command_name(info.callback.__name__)) == args[0]]  # type: ignore[union-attr]
+    if len(only) != 1:
+        return app
+    narrowed = copy.copy(app)
+    narrowed.registered_commands = only
+    narrowed.registered_groups = []
+    return narrowed
+
+
 def _run(argv: Optional[list[str]]) -> int:
     try:
-        rv = keep_whole(typer.main.get_command(app)).main(args=argv, prog_name="btacalc", standalone_mode=False)
+        rv = keep_whole(typer.main.get_command(_invoked(argv))).main(args=argv, prog_name="btacalc",
+                                                                    standalone_mode=False)
     except click_exc.NoArgsIsHelpError as exc:  # `btacalc` alone: help, as usual
         guarded_stdout(lambda: out.print(exc.ctx.get_help() if exc.ctx else ""))
         return 0

@@ -46,7 +46,7 @@ from ..problem import Evaluation, Problem, kind_values
 from ..steptime import compute_efficiency
 from ..arrays import maximum, where
 from .precision import CastRates, cast_rates, gather_share, phase_cast_s, phase_weight_cast_s
-from .gemm import GemmDevice, gemm_time
+from .gemm import GemmDevice, gemm_passes
 from ...memo import remembered
 
 # FlashAttention-2's thread blocks cover B_r = B_c = 128 queries and keys for head dimensions up to 128
@@ -492,8 +492,7 @@ def _gemm_row(g: Gemm, r: _Rates, load: Any, dev: Optional[GemmDevice] = None,
     else:
         groups, launches = 1, count
     assert dev is not None  # _matmul_time only asks with a device
-    fwd = gemm_time(m, n, k, beta, dev, groups)
-    dgrad, wgrad = gemm_time(m, k, n, beta, dev, groups), gemm_time(k, n, m, beta, dev, groups)
+    fwd, dgrad, wgrad = gemm_passes(m, n, k, beta, dev, groups)
     ideal = 2 * np.asarray(m, dtype=float) * n * k * groups / dev.peak_flops_per_s
     eff = share if share is not None else r.peak_share
     bwd_time = dgrad.time_s + wgrad.time_s

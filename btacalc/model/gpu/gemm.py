@@ -135,6 +135,33 @@ def gemm_time(m: Any, n: Any, k: Any, bytes_per_element: Any, device: GemmDevice
     return _gemm_times(m, n, k, bytes_per_element, device, groups)
 
 
+def gemm_passes(m: Any, n: Any, k: Any, bytes_per_element: Any, device: GemmDevice,
+                groups: Any = 1) -> tuple[GemmTime, GemmTime, GemmTime]:
+    """The forward (m x k) @ (k x n), data-gradient (m x n) @ (n x k) and weight-gradient (k x m) @ (m x n)
+    GEMMs of one layer GEMM: `gemm_time` at (m, n, k), (m, k, n) and (k, n, m). Arrays of shapes take one
+    pass over the three stacked along a leading axis (every step of `_gemm_time` is elementwise over the
+    shapes, the tile minimum along its own axis, so each element gets the same bits as alone); one shape
+    asks the cache three times."""
+    for x in (m, n, k, bytes_per_element, groups):  # a plain loop: one evaluation runs this per GEMM
+        if isinstance(x, np.ndarray) and x.ndim:
+            break
+    else:
+        return (gemm_time(m, n, k, bytes_per_element, device, groups),
+                gemm_time(m, k, n, bytes_per_element, device, groups),
+                gemm_time(k, n, m, bytes_per_element, device, groups))
+    shape = (3,) + np.broadcast(m, n, k, groups).shape
+
+    def stacked(first: Any, second: Any, third: Any) -> np.ndarray:  # float64, as _gemm_time reads each
+        out = np.empty(shape)
+        out[0], out[1], out[2] = first, second, third
+        return out
+
+    both = _gemm_times(stacked(m, m, k), stacked(n, k, n), stacked(k, n, m), bytes_per_element, device,
+                       stacked(groups, groups, groups))
+    return tuple(GemmTime(both.time_s[i], both.efficiency[i], both.quantisation[i], both.memory_bound[i])
+                 for i in range(3))  # type: ignore[return-value]
+
+
 @remembered
 @functools.lru_cache(maxsize=8192)
 def _one_gemm(m: float, n: float, k: float, bytes_per_element: float, device: GemmDevice, groups: float) -> GemmTime:

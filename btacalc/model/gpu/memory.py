@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -86,29 +86,56 @@ class GpuMemory:
         is_first, is_last = j == 0, where(exists, j == lay.pipeline_parallel - 1, False)
         counts = st.kind_counts(j)
         layers = sum(counts)
-        dense, expert = stage_params(self.problem, counts, kinds, (first if is_first else None, is_last, last))
-        parts = sharded_state(self.rates, _whole(dense), _whole(expert), lay)
+        parts, gathered, low_precision = self._state(j, counts, kinds, (first if is_first else None, is_last, last))
         held = self._on_device(st.held_kinds(j))
         stored = sum(n * p.stored for n, (_, p) in zip(held, kinds)) \
             + (st.embedding_in_flight() * first.stored if is_first else 0) + where(is_last, last.stored, 0)
-        # ZeRO-3 / FSDP gather one layer at a time: the largest layer the stage holds
-        layer_params = _max(where(n > 0, p.dense_params + ratio(p.routed_params, lay.expert_parallel
-                                                                 * lay.expert_tensor_parallel), 0)
-                            for n, (_, p) in zip(counts, kinds))
         components = {
             "weights": _sum(parts, "weights"), "gradients": _sum(parts, "gradients"),
             "optimizer_state": _sum(parts, "optimizer"),
-            "gathered_weights": where(layers > 0, gathered_units_bytes(self.rates, _whole(layer_params), lay), 0),
+            "gathered_weights": gathered,
             "stored_activations": _whole(stored),
             "recompute_buffer": _whole(_max(where(n > 0, p.recompute, 0) for n, (_, p) in zip(counts, kinds))),
             "working_set": _whole(maximum(_max(where(n > 0, p.transient, 0) for n, (_, p) in zip(counts, kinds)),
                                           maximum(first.transient if is_first else 0, where(is_last, last.transient, 0)))),
-            "low_precision_weights": _whole(weight_cache_bytes(self.problem, _low_precision_params(self.problem, layers,
-                                                                                                  kinds))),
+            "low_precision_weights": low_precision,
         }
         components = {k: where(exists, v, 0) for k, v in components.items()}
         return StageMemory(j, layers, where(exists, st.in_flight(j), 0), components, tuple(parts))
 
+
+    def _state(self, j: int, counts: list[Any], kinds: list[tuple[LayerKind, Part]],
+               ends: tuple[Part | None, Any, Part]) -> tuple[tuple[StatePart, ...], Any, Any]:
+        """Stage j's training state, ZeRO-3 / FSDP gather buffer and low-precision weight copies: functions
+        of the layout and of the parameters of the parts it holds, not of the batch shape. A search
+        probes the memory of many shapes of one layout, so when the layer counts and the parameters are
+        Python ints (not arrays of layouts, not floats that would equal an int and compute otherwise) they
+        are kept per problem, keyed on those values."""
+        first, _, last = ends
+        values = [*counts, last.dense_params, 0 if first is None else first.dense_params]
+        for _, p in kinds:
+            values += (p.dense_params, p.routed_params, p.low_precision_params, p.low_precision_routed)
+        key: Optional[tuple[Any, ...]] = ("gpu stage state", j, first is not None, tuple(values))
+        for v in values:  # a plain loop: one evaluation runs this per stage
+            if type(v) is not int:
+                key = None
+                break
+        cache = self.problem._cache
+        if key is not None and key in cache:
+            return cache[key]
+        lay = self.problem.layout
+        layers = sum(counts)
+        dense, expert = stage_params(self.problem, counts, kinds, ends)
+        parts = tuple(sharded_state(self.rates, _whole(dense), _whole(expert), lay))
+        # ZeRO-3 / FSDP gather one layer at a time: the largest layer the stage holds
+        layer_params = _max(where(n > 0, p.dense_params + ratio(p.routed_params, lay.expert_parallel
+                                                                 * lay.expert_tensor_parallel), 0)
+                            for n, (_, p) in zip(counts, kinds))
+        gathered = where(layers > 0, gathered_units_bytes(self.rates, _whole(layer_params), lay), 0)
+        low_precision = _whole(weight_cache_bytes(self.problem, _low_precision_params(self.problem, layers, kinds)))
+        if key is not None:
+            cache[key] = (parts, gathered, low_precision)
+        return parts, gathered, low_precision
 
     def _on_device(self, held: list[Any]) -> list[Any]:
         """The held layer-micro-batches of each kind that stay on the device: with --cpu-offloading-num-layers
