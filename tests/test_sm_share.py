@@ -14,6 +14,7 @@ from btacalc.model.gpu.sm_share import sm_share_loss
 from btacalc.model.gpu.stages import PipelineStages
 from btacalc.model.gpu.timing import gpu_step_time
 from btacalc.model.problem import make_problem
+from btacalc.planning.measured import express, load_runs
 
 # Megatron-LM @ d98e8a64 megatron/core/transformer/moe/token_dispatcher.py L1287-1291: DeepEP's
 # Buffer.num_sms is 20 when moe_flex_dispatcher_num_sms is unset (HybridEP takes DeepEP's default,
@@ -67,3 +68,21 @@ def test_step_carries_the_loss_of_every_layer_and_micro_batch():
     # without the overlap nothing runs beside compute; the exchange is exposed instead
     plain = gpu_step_time(_problem(deepep=True), 1, 1)
     assert plain.details["terms"]["a2a_sm_share"] == 0.0
+
+
+def test_the_layouts_dispatcher_sms_replace_the_default():
+    # Megatron-Bridge @ 067f987d recipes/qwen/h100/qwen3_moe.py L205-209: the 16-GPU H100 Qwen3-30B-A3B
+    # recipe gives HybridEP 32 SMs: 32 of 132 run the exchange, the compute beside it keeps 100
+    p = _problem(deepep=True, dispatcher_sms=32, overlap=Overlaps(all_to_all=True))
+    assert sm_share_loss(p, 0.3, 1.0) == pytest.approx(0.3 * 32 / H100_SMS)
+    runs = {r.id: r for r in load_runs()}
+    request, _ = express(runs["qwen3-30b-a3b-h100-16-389"])
+    assert request is not None and request.dispatcher_sms == 32 and request.deepep
+
+
+def test_dispatcher_sms_without_deepep_or_beyond_the_chip_is_refused(cli):
+    base = ("plan", "--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16", "--ep", "16", "--seq", "4096",
+            "--global-batch", "1024", "--micro-batch", "1", "--overlap-a2a")
+    for extra in (("--dispatcher-sms", "32"), ("--deepep", "--dispatcher-sms", "132")):
+        code, _, err = cli(*base, *extra)
+        assert code == 2 and "--dispatcher-sms" in err and len(err.strip().splitlines()) == 1

@@ -17,8 +17,8 @@ Reserved SMs (named data, with their sources):
   20 when it is unset (Megatron-LM @ d98e8a64 megatron/core/transformer/moe/token_dispatcher.py
   L1287-1291; transformer_config.py L964-975: HybridEP takes DeepEP's default when unset). Megatron-Bridge
   recipes override it per model (e.g. @ 067f987d src/megatron/bridge/recipes/qwen/h100/qwen3_moe.py L69
-  `moe_hybridep_num_sms = 16`, L209 = 32; perf_recipes/gpt_oss/common.py L32 = 32); a run's own count is
-  not a layout option here, so the default holds for every plan.
+  `moe_hybridep_num_sms = 16`, L209 = 32; perf_recipes/gpt_oss/common.py L32 = 32): the layout's
+  `dispatcher_sms` (`--dispatcher-sms`, a measured run's recipe), else the default.
 - NCCL's all-to-all (the alltoall dispatcher): one CTA per NCCL channel; its channel count depends on the
   topology search and is not modelled (no loss counted).
 
@@ -43,7 +43,10 @@ FLEX_DISPATCHER_SMS = 20
 def reserved_sms(problem: Problem) -> int:
     """SMs the overlapped expert all-to-all's kernels hold: the flex dispatcher's with DeepEP / HybridEP,
     none counted for NCCL's all-to-all (module docstring)."""
-    return FLEX_DISPATCHER_SMS if problem.layout.deepep else 0
+    lay = problem.layout
+    if not lay.deepep:
+        return 0
+    return FLEX_DISPATCHER_SMS if lay.dispatcher_sms is None else lay.dispatcher_sms
 
 
 def sm_share_loss(problem: Problem, comm_s: Any, compute_s: Any) -> Any:
