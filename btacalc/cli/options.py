@@ -131,6 +131,9 @@ OverlapA2aOpt = typer.Option(False, "--overlap-a2a/--no-overlap-a2a", help="Hide
 DeepEpOpt = typer.Option(False, "--deepep/--no-deepep", help=help_text(
     "MoE dispatch with DeepEP (Megatron --moe-token-dispatcher-type flex): a token crosses to each other NVLink "
     "domain once, not once per expert there [default: off, the alltoall dispatcher]."))
+DispatcherSmsOpt = typer.Option(None, "--dispatcher-sms", help=help_text(
+    "With --deepep: SMs DeepEP / HybridEP's dispatch and combine kernels hold (Megatron "
+    "moe_flex_dispatcher_num_sms); an overlapped all-to-all takes them from compute [default: 20, Megatron-Core's]."))
 GradAccumOpt = typer.Option(None, "--grad-accum", min=1, help=help_text(
     "Gradient accumulation: M micro-batches of G·b per optimizer step (the gradient sync runs once per step) "
     "[default: with --global-batch, chosen by the solver (N / (DP x micro batch) with --micro-batch; N / DP with "

@@ -192,6 +192,9 @@ class Layout:
     # DeepEP dispatch (Megatron --moe-token-dispatcher-type flex --moe-enable-deepep): a token crosses to
     # another NVLink domain once per domain, not once per expert there; off: the alltoall dispatcher
     deepep: bool = False
+    # SMs DeepEP / HybridEP's kernels hold (Megatron moe_flex_dispatcher_num_sms); None: Megatron-Core's
+    # default (model/gpu/sm_share.py FLEX_DISPATCHER_SMS)
+    dispatcher_sms: Optional[int] = None
     stage_split: StageSplit = StageSplit()  # the user's pipeline split options (config/pipeline.py)
 
     @property
@@ -253,6 +256,7 @@ class Layout:
             links = "SwarmX numbers (system.swarmx_*)" if profile.family == "wse" else "scale-up/scale-out bandwidth"
             raise BtacalcError(f"{profile.name} has no {links} in its profile: {{devices}} needs them")
         self._validate_grids()
+        self._validate_dispatcher(profile)
         self._validate_model(model, seq_len)
         self._validate_pipeline(model.num_layers, mtp_layers)
 
@@ -270,6 +274,16 @@ class Layout:
         if self.fsdp and self.zero_stage != 3:
             raise BtacalcError(f"{{fsdp}} shards weights, gradients and optimizer state: it is ZeRO-3, not "
                                f"{{zero_stage}} {self.zero_stage}")
+
+    def _validate_dispatcher(self, profile: "HardwareProfile") -> None:
+        if self.dispatcher_sms is None:
+            return
+        if not self.deepep:
+            raise BtacalcError("{dispatcher_sms} sets DeepEP / HybridEP's SMs: it needs {deepep}")
+        sms = int(profile.chip.cores.value)
+        if not 1 <= self.dispatcher_sms < sms:
+            raise BtacalcError(f"{{dispatcher_sms}} {self.dispatcher_sms} must leave compute SMs: 1 to {sms - 1} "
+                               f"on {profile.name}")
 
     def _validate_model(self, model: "ModelSpec", seq_len: int) -> None:
         tp, etp, ep = self.tensor_parallel, self.expert_tensor_parallel, self.expert_parallel
@@ -452,6 +466,7 @@ class ExecutionRequest:
     expert_tensor_parallel: Optional[int] = None
     fsdp: bool = False
     deepep: bool = False  # DeepEP node-deduplicated dispatch (Layout.deepep); default the alltoall dispatcher
+    dispatcher_sms: Optional[int] = None  # Layout.dispatcher_sms
     gradient_bytes: Optional[int] = None
     routing_imbalance: float = 1.0
     overlaps: OverlapRequest = field(default_factory=OverlapRequest)
@@ -670,7 +685,7 @@ def _resolve_layout(request: ExecutionRequest, model: "ModelSpec", profile: "Har
                   tensor_parallel=tp, sequence_parallel=sp, pipeline_parallel=pp,
                   virtual_pipeline=sizes["virtual_pipeline"], context_parallel=sizes["context_parallel"],
                   expert_tensor_parallel=etp, fsdp=request.fsdp, stage_split=request.stage_split,
-                  deepep=request.deepep,
+                  deepep=request.deepep, dispatcher_sms=request.dispatcher_sms,
                   overlap=_resolve_overlaps(request, chosen, devices > 1, sizes["virtual_pipeline"] > 1))
 
 

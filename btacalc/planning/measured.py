@@ -111,6 +111,9 @@ class Recipe(BaseModel):
     causal: Optional[bool] = Field(None, description="the attention kernel skips the masked half of the s^2 scores "
                                    "(a causal FlashAttention kernel); default: btacalc counts the full scores")
     deepep: bool = Field(False, description="the run dispatches MoE tokens with DeepEP (Megatron flex dispatcher)")
+    dispatcher_sms: Optional[int] = Field(None, ge=1, description="moe_flex_dispatcher_num_sms (or the deprecated "
+                                          "moe_deepep_num_sms / moe_hybridep_num_sms): SMs DeepEP / HybridEP's "
+                                          "kernels hold (default: Megatron-Core's 20)")
     micro_batch: Optional[int] = Field(None, ge=1, description="--micro-batch-size where the recipe and the published "
                                        "row's other columns (GA = GBS / (DP x MBS)) say otherwise than its MBS column")
     pipeline_layout: Optional[str] = Field(None, description="--pipeline-model-parallel-layout (Megatron's string)")
@@ -338,7 +341,7 @@ def express(run: MeasuredRun, family: str = "gpu") -> tuple[Optional[ExecutionRe
         o = recipe.overlaps
         changes.update(overlaps=OverlapRequest(grad_reduce=o.grad_reduce, param_gather=o.param_gather, tp_comm=o.tp_comm),
                        overlap_all_to_all=o.all_to_all, attention=recipe.attention, gradient_bytes=recipe.gradient_bytes(),
-                       deepep=recipe.deepep)
+                       deepep=recipe.deepep, dispatcher_sms=recipe.dispatcher_sms)
         if recipe.causal is not None:
             changes["causal"] = recipe.causal
         if recipe.attention_kernel is not None:

@@ -19,7 +19,9 @@ rules are the layout's named options (Megatron-Core's names; defaults in config/
 - context-parallel K/V ring (cp_comm_type p2p, Megatron's default): asynchronous sends behind the
   attention core, only the excess shows;
 - expert-parallel all-to-all (+ ETP gather): exposed, or with --overlap-a2a
-  (overlap_moe_expert_parallel_comm: another micro-batch's compute hides it) what exceeds the layer;
+  (overlap_moe_expert_parallel_comm: another micro-batch's compute hides it) what exceeds the layer,
+  plus the compute its DeepEP / HybridEP kernels' SMs take from the layer while hidden
+  (`a2a_sm_share` = min(a2a, compute) x reserved SMs / SMs, sm_share.py);
 - pipeline sends: exposed, or with --overlap-p2p behind the stage's compute;
 - data-parallel gradient reduction / weight all-gather: exposed, or with --overlap-grad-reduce /
   --overlap-param-gather behind the last micro-batch's backward / the first one's forward; ZeRO-3 and
@@ -42,9 +44,10 @@ from .collectives import (CollectiveRow, all_to_all_time, all_to_all_wire_bytes,
 from .costs import Part, layer_parts, outside_parts
 from .fixed import FixedCosts, fixed_costs, gpu_forward_share, host_time, launch_time, launch_time_synced
 from .memory import stage_params
+from .sm_share import sm_share_loss
 from .stages import PipelineStages
 
-TERMS = ("compute", "tp_comm", "cp_comm", "all_to_all", "pp_p2p", "zero_per_micro_batch", "tiling", "launch")
+TERMS = ("compute", "tp_comm", "cp_comm", "all_to_all", "a2a_sm_share", "pp_p2p", "zero_per_micro_batch", "tiling", "launch")
 
 
 @dataclass
@@ -163,7 +166,7 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
     per_mb = where(sharded | o.grad_reduce, maximum(0.0, dp.per_micro_batch - where(sharded, compute, backward)),
                    dp.per_micro_batch)
     terms = {"compute": compute, "tp_comm": layer_terms["tp_comm"] + tp_outside, "cp_comm": layer_terms["cp_comm"],
-             "all_to_all": layer_terms["all_to_all"],
+             "all_to_all": layer_terms["all_to_all"], "a2a_sm_share": layer_terms["a2a_sm_share"],
              "pp_p2p": where(o.p2p, maximum(0.0, p2p - compute), p2p), "zero_per_micro_batch": per_mb,
              "tiling": layers * tiles * tile_overhead_s(problem)}
     names = ("kernels", "expert_gemms", "module_calls", "glue_ops")
@@ -191,7 +194,8 @@ def _layer_terms(problem: Problem, kinds: list[tuple[Any, Part]], counts: list[A
     """Compute and exposed per-layer communication of the stage's layers (counts[k] of kind k), one
     micro-batch."""
     o = problem.layout.overlap
-    out = dict.fromkeys(("compute", "tp_comm", "cp_comm", "all_to_all", "tp_raw", "cp_raw", "a2a_raw"), 0.0)
+    out = dict.fromkeys(("compute", "tp_comm", "cp_comm", "all_to_all", "a2a_sm_share", "tp_raw", "cp_raw",
+                         "a2a_raw"), 0.0)
     for n, (_, part) in zip(counts, kinds):
         tp = tensor_parallel_time(problem, part.tp_bytes, part.tp_calls)
         cp = context_parallel_time(problem, part.cp_bytes, part.cp_calls)
@@ -200,6 +204,7 @@ def _layer_terms(problem: Problem, kinds: list[tuple[Any, Part]], counts: list[A
                    "tp_comm": where(o.tp_comm, maximum(0.0, tp - part.compute_s), tp),
                    "cp_comm": maximum(0.0, cp - part.core_s),
                    "all_to_all": where(o.all_to_all, maximum(0.0, a2a - part.compute_s), a2a),
+                   "a2a_sm_share": where(o.all_to_all, sm_share_loss(problem, a2a, part.compute_s), 0.0),
                    "tp_raw": tp, "cp_raw": cp, "a2a_raw": a2a}
         for k, v in exposed.items():
             out[k] = out[k] + n * v
