@@ -62,6 +62,8 @@ PLANS = {
     "qwen-a100-zero0-bf16": ("--model qwen3-30b-a3b --hw a100-80gb --devices 64 --ep 8 --zero 0 --grad-bytes 2 "
                              "--global-batch 256 --micro-batch 1 --recompute full"),
     "qwen-search": "--model qwen3-30b-a3b --hw h100 --devices 16 --search --global-batch 256",
+    "qwen-deepep-sms": ("--model qwen3-30b-a3b --hw h100 --devices 16 --ep 16 --global-batch 1024 --micro-batch 1 "
+                        "--overlap-a2a --deepep --dispatcher-sms 32"),
 }
 # Plans whose model has a feature Megatron has no flag for: the emitted launch says so, and reading it back
 # plans the nearest model Megatron builds (OLMoE normalises the full q and k, Megatron per head).
@@ -160,6 +162,34 @@ def test_dispatcher_and_environment_follow_what_btacalc_times(cli):
     assert text.count("export CUDA_DEVICE_MAX_CONNECTIONS=1") == 1
     text = _emit(cli, "--model llama-3-8b --hw h100 --devices 8 --global-batch 64")
     assert "CUDA_DEVICE_MAX_CONNECTIONS" not in text
+
+
+def test_deepep_is_emitted_as_megatrons_flex_dispatcher(cli):
+    """--deepep is Megatron's flex dispatcher with the deepep backend (transformer_config.py L891-900;
+    --moe-enable-deepep is deprecated for it, L1743-1753) and --dispatcher-sms its --moe-flex-dispatcher-num-sms
+    (L964); without --dispatcher-sms Megatron-Core's own default holds, so no SM flag is written. Reading the
+    deprecated spellings back gives the same run."""
+    text = _emit(cli, "--model qwen3-30b-a3b --hw h100 --devices 16 --ep 16 --global-batch 1024 --micro-batch 1 "
+                      "--deepep --dispatcher-sms 32")
+    flags = " ".join(text.split())
+    for flag in ("--moe-token-dispatcher-type flex", "--moe-flex-dispatcher-backend deepep",
+                 "--moe-flex-dispatcher-num-sms 32"):
+        assert flag in flags, flag
+    assert "--moe-enable-deepep" not in flags and "alltoall" not in flags
+    text = _emit(cli, "--model qwen3-30b-a3b --hw h100 --devices 16 --ep 16 --global-batch 1024 --micro-batch 1 "
+                      "--deepep")
+    assert "--moe-flex-dispatcher-backend deepep" in text and "num-sms" not in text
+    from btacalc.config.megatron_codec import ROWS, decode
+
+    row = tuple(r for r in ROWS if r.name == "dispatcher")
+    fields, _ = decode({"moe_token_dispatcher_type": "flex", "moe_enable_deepep": True, "moe_deepep_num_sms": 24},
+                       row)
+    assert fields["layout.deepep"] is True and fields["layout.dispatcher_sms"] == 24
+    fields, _ = decode({"moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "hybridep",
+                        "moe_hybridep_num_sms": 16}, row)
+    assert fields["layout.deepep"] is True and fields["layout.dispatcher_sms"] == 16
+    fields, _ = decode({"moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "ncclep"}, row)
+    assert "layout.deepep" not in fields and "ncclep" in fields["run.dispatcher_note"]
 
 
 def test_architecture_flags_say_the_model(cli):

@@ -410,17 +410,35 @@ def _dec_sp(get: Get) -> Fields:
 
 def _enc_dispatcher(f: Fields) -> Args:
     """btacalc times an all-to-all for EP > 1 (model/gpu/timing.py), so Megatron must dispatch with one:
-    its default is allgather (arguments.py: --moe-token-dispatcher-type default)."""
-    if f.get("model.num_experts") and f.get("layout.expert_parallel", 1) > 1:
+    its default is allgather (arguments.py: --moe-token-dispatcher-type default). DeepEP (`layout.deepep`) is
+    the flex dispatcher with its deepep backend (transformer_config.py L891-900: moe_enable_deepep is deprecated
+    for --moe-flex-dispatcher-backend deepep, L1743-1753) and its SMs --moe-flex-dispatcher-num-sms (L964)."""
+    if not (f.get("model.num_experts") and f.get("layout.expert_parallel", 1) > 1):
+        return {}
+    if not f.get("layout.deepep"):
         return {"moe_token_dispatcher_type": "alltoall"}
-    return {}
+    out: Args = {"moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "deepep"}
+    if f.get("layout.dispatcher_sms") is not None:
+        out["moe_flex_dispatcher_num_sms"] = f["layout.dispatcher_sms"]
+    return out
 
 
 def _dec_dispatcher(get: Get) -> Fields:
+    """The flex dispatcher with the deepep or hybridep backend (or the deprecated --moe-enable-deepep) sends one
+    copy of a token per destination rank, which btacalc's DeepEP dispatch times; its SMs come from
+    --moe-flex-dispatcher-num-sms or the deprecated --moe-deepep-num-sms / --moe-hybridep-num-sms
+    (transformer_config.py L964-975, routed to it in __post_init__)."""
     kind = get("moe_token_dispatcher_type")
     if get.given("moe_token_dispatcher_type") and kind not in ("alltoall", "flex"):
         return {"run.dispatcher_note": f"--moe-token-dispatcher-type {kind}: btacalc times an all-to-all"}
-    return {}
+    if kind != "flex":
+        return {}
+    backend = "deepep" if _bool(get("moe_enable_deepep")) else get("moe_flex_dispatcher_backend")
+    if backend not in ("deepep", "hybridep"):
+        return {"run.dispatcher_note": f"--moe-flex-dispatcher-backend {backend}: btacalc times an all-to-all"}
+    sms = next((_int(get(d), d) for d in ("moe_flex_dispatcher_num_sms", "moe_deepep_num_sms", "moe_hybridep_num_sms")
+                if get(d) is not None), None)
+    return {"layout.deepep": True, "layout.dispatcher_sms": sms}
 
 
 def _enc_attention(f: Fields) -> Args:

@@ -49,6 +49,10 @@ class ParallelInfo(BaseModel):
     micro_batches: int = Field(1, description="M: micro-batches (gradient accumulation steps) per optimizer step")
     devices_per_node: int = Field(description="devices in one scale-up (NVLink) domain")
     overlap_all_to_all: bool
+    deepep: bool = Field(False, description="MoE tokens dispatched by DeepEP/HybridEP, one copy per destination rank "
+                         "(Megatron's flex dispatcher)")
+    dispatcher_sms: Optional[int] = Field(None, description="SMs DeepEP/HybridEP hold while it runs (None: "
+                                          "Megatron-Core's default, 20)")
     tensor_parallel: int = Field(1, description="TP (Megatron --tensor-model-parallel-size)")
     sequence_parallel: bool = Field(False, description="sequence parallelism with TP (Korthikanti et al. 2022)")
     pipeline_parallel: int = Field(1, description="PP (--pipeline-model-parallel-size)")
