@@ -247,3 +247,17 @@ def test_a_streamed_table_on_a_terminal_is_cut_to_its_height(cli, monkeypatch):
     lines = out.splitlines()
     assert code == 0 and len(lines) == 2 + 26 + 1
     assert lines[-1] == f"... {1024 - 26:,} more points not shown: --csv, --json or --output write every point"
+
+
+def test_shapes_in_small_chunks_give_the_same_points(monkeypatch):
+    """solver.CHUNK_SHAPES only bounds the memory of a pass (issue 25 item 6: the sweep's peak RSS): the
+    same grid searched with a handful of shapes a pass answers point for point what one pass answers."""
+    import btacalc.model.solver as solver
+
+    model, hw = load_preset("qwen3-30b-a3b"), resolve_hardware("wse3")
+    grid = {"experts": [8, 16, 64], "seq": [1024, 4096, 16384, 65536]}
+    monkeypatch.setattr(solver, "CHUNK_SHAPES", 1 << 20)
+    whole = run_sweep(model, hw, ExecutionRequest(), grid)
+    monkeypatch.setattr(solver, "CHUNK_SHAPES", 5)
+    chunked = run_sweep(model, hw, ExecutionRequest(), grid)
+    assert [p.model_dump() for p in chunked.points] == [p.model_dump() for p in whole.points]
