@@ -261,3 +261,15 @@ def test_shapes_in_small_chunks_give_the_same_points(monkeypatch):
     monkeypatch.setattr(solver, "CHUNK_SHAPES", 5)
     chunked = run_sweep(model, hw, ExecutionRequest(), grid)
     assert [p.model_dump() for p in chunked.points] == [p.model_dump() for p in whole.points]
+
+
+def test_points_searched_a_few_at_a_time_give_the_same_points(monkeypatch):
+    """sweep.SEARCH_POINTS only bounds the arrays of one search (issue 25 item 6): a grid of several
+    models searched 2 points at a time answers point for point what one search of all of them answers."""
+    model, hw = load_preset("qwen3-30b-a3b"), resolve_hardware("wse3")
+    grid = {"experts": [8, 16, 64], "seq": [1024, 4096, 16384]}
+    monkeypatch.setattr(sweep_module, "SEARCH_POINTS", 1 << 20)
+    whole = run_sweep(model, hw, ExecutionRequest(), grid)
+    monkeypatch.setattr(sweep_module, "SEARCH_POINTS", 2)
+    split = run_sweep(model, hw, ExecutionRequest(), grid)
+    assert [p.model_dump() for p in split.points] == [p.model_dump() for p in whole.points]
