@@ -247,3 +247,29 @@ def test_a_streamed_table_on_a_terminal_is_cut_to_its_height(cli, monkeypatch):
     lines = out.splitlines()
     assert code == 0 and len(lines) == 2 + 26 + 1
     assert lines[-1] == f"... {1024 - 26:,} more points not shown: --csv, --json or --output write every point"
+
+
+def test_shapes_in_small_chunks_give_the_same_points(monkeypatch):
+    """solver.CHUNK_SHAPES only bounds the memory of a pass (issue 25 item 6: the sweep's peak RSS): the
+    same grid searched with a handful of shapes a pass answers point for point what one pass answers."""
+    import btacalc.model.solver as solver
+
+    model, hw = load_preset("qwen3-30b-a3b"), resolve_hardware("wse3")
+    grid = {"experts": [8, 16, 64], "seq": [1024, 4096, 16384, 65536]}
+    monkeypatch.setattr(solver, "CHUNK_SHAPES", 1 << 20)
+    whole = run_sweep(model, hw, ExecutionRequest(), grid)
+    monkeypatch.setattr(solver, "CHUNK_SHAPES", 5)
+    chunked = run_sweep(model, hw, ExecutionRequest(), grid)
+    assert [p.model_dump() for p in chunked.points] == [p.model_dump() for p in whole.points]
+
+
+def test_points_searched_a_few_at_a_time_give_the_same_points(monkeypatch):
+    """sweep.SEARCH_POINTS only bounds the arrays of one search (issue 25 item 6): a grid of several
+    models searched 2 points at a time answers point for point what one search of all of them answers."""
+    model, hw = load_preset("qwen3-30b-a3b"), resolve_hardware("wse3")
+    grid = {"experts": [8, 16, 64], "seq": [1024, 4096, 16384]}
+    monkeypatch.setattr(sweep_module, "SEARCH_POINTS", 1 << 20)
+    whole = run_sweep(model, hw, ExecutionRequest(), grid)
+    monkeypatch.setattr(sweep_module, "SEARCH_POINTS", 2)
+    split = run_sweep(model, hw, ExecutionRequest(), grid)
+    assert [p.model_dump() for p in split.points] == [p.model_dump() for p in whole.points]

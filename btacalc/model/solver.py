@@ -317,9 +317,10 @@ class _Slots:
 _SECANT_STEPS = 6
 
 
-# Shapes evaluated together: bounds the memory of one pass (each shape holds a few hundred bytes of
-# per-phase values while it is evaluated).
-CHUNK_SHAPES = 1 << 15
+# Shapes evaluated together: bounds the memory of one pass. Since the wafer offload band (469cf81) a
+# shape holds about 12 KB of per-phase values while it is evaluated (a 10,000-point wse3 sweep peaked at
+# 497 MB with 2^15 shapes a pass, 254 MB with 2^13, the same CPU time; docs/speed.md, "speed4").
+CHUNK_SHAPES = 1 << 13
 
 
 def _chunks(size: int) -> list[slice]:

@@ -61,8 +61,10 @@ EXACT_SIZE = 1 << 24
 MEMO_ENTRIES = 1 << 14
 # Points solved (and written) at a time.
 BLOCK_POINTS = 1 << 14
-# Points searched together (the search evaluates their shapes in chunks of solver.CHUNK_SHAPES).
-SEARCH_POINTS = 1 << 13
+# Points searched together (the search evaluates their shapes in chunks of solver.CHUNK_SHAPES). Its
+# per-point arrays scale with this: a 100,000-point wse3 sweep peaked at 1,046 MB with 2^13 points,
+# 489 MB with 2^10, the CSV identical and no more CPU (docs/speed.md, "speed4").
+SEARCH_POINTS = 1 << 10
 
 
 class SweepPoint(BaseModel):
