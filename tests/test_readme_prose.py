@@ -1,0 +1,89 @@
+"""Issue 25 (Build 2): numbers the README's prose quotes (outside console blocks and generated
+fragments) that are btacalc's own output, each checked against the command or library call that
+produces it, at the precision the README prints it with. The audit of every quoted number (generated,
+checked here or in test_readme.py, a cited published constant, a limit in the code, or a measurement)
+is in docs/story.md."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def _prose() -> str:
+    """The README outside fenced blocks, lines joined by spaces (a sentence may wrap)."""
+    kept, fenced = [], False
+    for line in README.read_text(encoding="utf-8").splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced:
+            kept.append(line.strip())
+    return " ".join(kept)
+
+
+def _quote(pattern: str) -> re.Match:
+    match = re.search(pattern, _prose())
+    assert match, f"the README no longer says {pattern!r}: update this test with the prose"
+    return match
+
+
+def _plan(cli, *args: str) -> dict:
+    code, out, err = cli("plan", *args, "--json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_wafer_scaling_sentence_is_the_plans(cli):
+    """"(Qwen3-30B-A3B at N = 256 on wse2: linear to L systems, P% at D)": `plan --global-batch 256
+    --devices D` reports scaling linear (>= 95%) up to L systems and efficiency P% at D."""
+    m = _quote(r"Qwen3-30B-A3B at N = (\d+) on (\w+): linear to (\d+) systems, (\d+)% at (\d+)\)")
+    n, hw, linear, percent, devices = m.groups()
+    wafer = _plan(cli, "--hw", hw, "--global-batch", n, "--devices", devices)["wafer"]
+    assert wafer["linear_until"] == int(linear)
+    at = {row["systems"]: row["efficiency"] for row in wafer["scaling"]}
+    assert f"{100 * at[int(devices)]:.0f}" == percent
+
+
+def test_mesh_step_is_the_profiles_geometry():
+    """"one mesh step (X + Y)·t_hop + 2 T_R + 1 cycles = 1.59 µs on the 750 × 994 WSE-2 rectangle at
+    1.1 GHz": the arithmetic over wse2's [mesh] numbers."""
+    from btacalc.config.hardware import builtin_profiles
+
+    m = _quote(r"2 T_R \+ 1 cycles = ([\d.]+) µs on the (\d+) × (\d+) WSE-2 rectangle at ([\d.]+) GHz")
+    step_us, x, y, ghz = m.groups()
+    mesh = builtin_profiles()["wse2"].mesh
+    assert (int(x), int(y)) == (mesh.width_pes.value, mesh.height_pes.value)
+    assert f"{mesh.clock_hz.value / 1e9:.1f}" == ghz
+    cycles = (mesh.width_pes.value + mesh.height_pes.value) * mesh.hop_latency_cycles.value \
+        + 2 * mesh.ramp_latency_cycles.value + 1
+    assert f"{cycles / mesh.clock_hz.value * 1e6:.2f}" == step_us
+
+
+def test_mesh_costs_per_layer_and_per_step_are_the_plans(cli):
+    """"(51 µs per Qwen3 layer)": wse2's tile overhead per step, per tile and per layer; "59 ms per step
+    for Qwen3-30B-A3B at G·b = 20": the mesh dispatch + combine of a plan with G·b = 20 (G = 5, b = 4:
+    G·b = 20 as one tile does not fit)."""
+    per_layer_us = _quote(r"\((\d+) µs per Qwen3 layer\)").group(1)
+    dispatch_ms, gb = _quote(r"(\d+) ms per step for Qwen3-30B-A3B at G·b = (\d+)").groups()
+    assert int(gb) == 5 * 4
+    report = _plan(cli, "--hw", "wse2", "--tiles", "5", "--tile-batch", "4")
+    per_tile = report["wafer"]["tile_overhead_s"]  # per tile per step ("2.442 ms per tile per step")
+    assert report["throughput"]["tiling_overhead_s"] == pytest.approx(per_tile * report["plan"]["tiles"])
+    assert f"{per_tile / report['model']['num_layers'] * 1e6:.0f}" == per_layer_us
+    assert f"{report['wafer']['mesh_dispatch_s'] * 1e3:.0f}" == dispatch_ms
+
+
+def test_search_layout_count_is_what_search_prints(cli):
+    """"Qwen3-235B-A22B on 256 GB200s, global batch 8192, s = 4096: 46,672 layouts" (the search
+    benchmark's case): the count `plan --search` prints for it ("N layouts evaluated")."""
+    devices, batch, seq, count = _quote(r"Qwen3-235B-A22B on (\d+) GB200s, global batch (\d+), s = (\d+): "
+                                        r"([\d,]+) layouts").groups()
+    code, out, err = cli("plan", "--model", "qwen3-235b-a22b", "--hw", "gb200", "--devices", devices,
+                         "--global-batch", batch, "--seq", seq, "--search")
+    assert code == 0, err
+    assert f"{count} layouts evaluated" in out
