@@ -87,3 +87,55 @@ def test_search_layout_count_is_what_search_prints(cli):
                          "--global-batch", batch, "--seq", seq, "--search")
     assert code == 0, err
     assert f"{count} layouts evaluated" in out
+
+
+def _groups() -> dict[str, list[str]]:
+    """The README's generated table of GPU check runs by kind: group name -> its cells."""
+    text = README.read_text(encoding="utf-8")
+    body = text.split("<!-- groups:begin (tools/accuracy.py) -->\n", 1)[1].split("\n<!-- groups:end -->", 1)[0]
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in body.splitlines()[2:]]
+    return {row[0]: [c.rstrip("%") for c in row[1:]] for row in rows}
+
+
+# Each sentence under the accuracy tables that quotes the groups table: its pattern, the group, and which
+# cells (runs, mean, median, max, runs without a known gap, their mean, their max) its numbers are.
+PROSE_GROUPS = [
+    (r"(\d+) dense GPU check runs \([^)]*\): mean \|error\| ([\d.]+)%, median ([\d.]+)%;", "dense", (0, 1, 2)),
+    (r"the (\d+) BF16 ones ([\d.]+)% \(median ([\d.]+)%\)", "dense, BF16", (0, 1, 2)),
+    (r"(\d+) low-precision dense runs, mean ([\d.]+)%", "dense, low precision", (0, 1)),
+    (r"Low-precision check runs: (\d+), mean ([\d.]+)% \((\d+) without a known gap: ([\d.]+)%, max ([\d.]+)%\)",
+     "low precision (dense and MoE)", (0, 1, 4, 5, 6)),
+    (r"(\d+) MoE check runs, mean \|error\| ([\d.]+)% \((\d+) without a known gap: ([\d.]+)%, max ([\d.]+)%\)",
+     "MoE", (0, 1, 4, 5, 6)),
+]
+
+
+@pytest.mark.parametrize("pattern, group, cells", PROSE_GROUPS, ids=[g for _, g, _ in PROSE_GROUPS])
+def test_accuracy_prose_quotes_the_generated_groups(pattern, group, cells):
+    """The prose under the accuracy tables quotes the generated table of check runs by kind (which
+    `test_groups_fragment_is_current` checks against `validate`): each number is its cell."""
+    quoted = _quote(pattern).groups()
+    row = _groups()[group]
+    assert list(quoted) == [row[i] for i in cells], (group, quoted, row)
+
+
+@pytest.mark.slow
+def test_groups_fragment_is_current():
+    """The README's table of GPU check runs by kind is what tools/accuracy.py writes from `validate`
+    today (regenerate with `python tools/accuracy.py` when a number moves; then the prose tests above
+    name each sentence to update)."""
+    import importlib.util
+
+    path = README.parent / "tools" / "accuracy.py"
+    spec = importlib.util.spec_from_file_location("accuracy_tool", path)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    assert f"{tool.GROUPS_BEGIN}\n{tool.groups_markdown()}\n{tool.GROUPS_END}" in README.read_text(encoding="utf-8")
+
+
+def test_groups_are_what_their_names_say():
+    """The groups' counts add up as their names say: dense = dense BF16 + dense low precision, and low
+    precision (dense and MoE) holds the dense low-precision runs."""
+    g = _groups()
+    assert int(g["dense"][0]) == int(g["dense, BF16"][0]) + int(g["dense, low precision"][0])
+    assert int(g["low precision (dense and MoE)"][0]) >= int(g["dense, low precision"][0])
