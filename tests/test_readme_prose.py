@@ -7,6 +7,7 @@ is in docs/story.md."""
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -78,15 +79,47 @@ def test_mesh_costs_per_layer_and_per_step_are_the_plans(cli):
     assert f"{report['wafer']['mesh_dispatch_s'] * 1e3:.0f}" == dispatch_ms
 
 
-def test_search_layout_count_is_what_search_prints(cli):
-    """"Qwen3-235B-A22B on 256 GB200s, global batch 8192, s = 4096: 46,672 layouts" (the search
-    benchmark's case): the count `plan --search` prints for it ("N layouts evaluated")."""
-    devices, batch, seq, count = _quote(r"Qwen3-235B-A22B on (\d+) GB200s, global batch (\d+), s = (\d+): "
-                                        r"([\d,]+) layouts").groups()
-    code, out, err = cli("plan", "--model", "qwen3-235b-a22b", "--hw", "gb200", "--devices", devices,
-                         "--global-batch", batch, "--seq", seq, "--search")
-    assert code == 0, err
-    assert f"{count} layouts evaluated" in out
+@pytest.fixture(scope="module")
+def gb200_search() -> str:
+    """`plan --search` for the search benchmark's case (benchmarks/search_bench.py), as text."""
+    import subprocess
+    import sys
+
+    devices, batch, seq = _quote(r"Qwen3-235B-A22B on (\d+) GB200s, global batch (\d+), s = (\d+): ").groups()
+    done = subprocess.run([sys.executable, "-m", "btacalc", "plan", "--model", "qwen3-235b-a22b", "--hw", "gb200",
+                           "--devices", devices, "--global-batch", batch, "--seq", seq, "--search"],
+                          capture_output=True, text=True, cwd=README.parent, env={**os.environ, "COLUMNS": "200"})
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.mark.slow
+def test_search_layout_count_is_what_search_prints(gb200_search):
+    """"Qwen3-235B-A22B on 256 GB200s, global batch 8192, s = 4096: N layouts" and the benchmark list's
+    "N layouts evaluated": the count `plan --search` prints for that case."""
+    count = _quote(r"Qwen3-235B-A22B on \d+ GB200s, global batch \d+, s = \d+: ([\d,]+) layouts").group(1)
+    again = _quote(r"global batch 8192, s = 4096\): ([\d,]+) layouts evaluated").group(1)
+    assert count == again and f"{count} layouts evaluated" in gb200_search
+
+
+@pytest.mark.slow
+def test_search_winner_is_what_search_prints(gb200_search):
+    """"the winner: TP1 PP8 VP12 EP8, 5,509 tokens/s per GPU": the first row of the search's ranking."""
+    layout, tps = _quote(r"the winner: ((?:[A-Z]+\d+ ?)+), ([\d,]+) tokens/s per GPU\)").groups()
+    first = next(line for line in gb200_search.splitlines() if re.match(r"\W*1\s", line))
+    cells = [c.strip() for c in re.split(r"[│|]", first) if c.strip()]
+    assert cells[1].startswith(layout.strip() + " DP") and cells[2] == tps, cells
+
+
+def test_measured_run_count_is_the_files():
+    """"`btacalc/data/measured_runs.json`, N runs (... M with measured peak memory": the shipped file."""
+    from btacalc.planning.measured import load_runs
+
+    runs = load_runs()
+    count = _quote(r"`btacalc/data/measured_runs\.json`, ([\d,]+) runs").group(1)
+    memory = _quote(r"(\d+) with measured peak memory").group(1)
+    assert int(count.replace(",", "")) == len(runs)
+    assert int(memory) == sum(r.measured.peak_alloc_gib is not None for r in runs)
 
 
 def _groups() -> dict[str, list[str]]:
