@@ -172,3 +172,14 @@ def test_groups_are_what_their_names_say():
     g = _groups()
     assert int(g["dense"][0]) == int(g["dense, BF16"][0]) + int(g["dense, low precision"][0])
     assert int(g["low precision (dense and MoE)"][0]) >= int(g["dense, low precision"][0])
+
+
+def test_peak_memory_prose_is_the_accuracy_summary():
+    """"Peak memory predicts within M% on the N runs ... mean A%": the generated accuracy summary's GPU
+    check row (memory runs, mean and max |memory error|), which test_measured checks against validate."""
+    top, n, mean = _quote(r"Peak memory predicts within ([\d.]+)%\*\* on the (\d+) runs with measured "
+                          r"`max_memory_allocated` \([^)]*\), mean ([\d.]+)%").groups()
+    text = README.read_text(encoding="utf-8")
+    row = next(line for line in text.splitlines() if line.startswith("| check | gpu |"))
+    cells = [c.strip().rstrip("%") for c in row.strip("|").split("|")]
+    assert (cells[6], cells[7], cells[8]) == (n, mean, top), cells
