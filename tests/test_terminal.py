@@ -294,11 +294,12 @@ def test_a_table_that_fits_the_terminal_is_not_cut(cli, monkeypatch):
     assert code == 0 and [s.rstrip() for s in shown.splitlines()] == [p.rstrip() for p in piped.splitlines()]
 
 
-def test_every_long_table_of_validate_is_cut_on_a_terminal(cli, monkeypatch):
-    """validate prints several tables and prose: on a terminal no table runs past the screen; a pipe gets
-    its 1,000-odd lines."""
-    code, piped = _run_on(cli, monkeypatch, ["validate"], None)
-    code2, shown = _run_on(cli, monkeypatch, ["validate"], 20)
+@pytest.mark.parametrize("args", [["validate"], ["formulas"]], ids=" ".join)
+def test_every_long_table_of_a_listing_is_cut_on_a_terminal(cli, monkeypatch, args):
+    """validate (several tables and prose) and formulas (a table per phase): on a terminal no table runs
+    past the screen, each cut one counting what it left out; a pipe gets every line (1,000 and more)."""
+    code, piped = _run_on(cli, monkeypatch, args, None)
+    code2, shown = _run_on(cli, monkeypatch, args, 20)
     notes = [line for line in shown.splitlines() if "more lines not shown" in line]
     assert code == code2 and "more lines not shown" not in piped and notes
     left = sum(int(re.search(r"\.\.\. ([\d,]+) more", n).group(1).replace(",", "")) for n in notes)
