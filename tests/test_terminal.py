@@ -242,3 +242,96 @@ def test_a_closed_standard_output_is_a_one_line_error(tmp_path):
                          preexec_fn=lambda: os.close(1))
     assert res.returncode == 2 and res.stderr.count("\n") == 1 and "standard output is closed" in res.stderr
     assert not list(tmp_path.iterdir())
+
+
+# Issue 25 (Build 4): a table longer than the terminal is cut with a count of what was left out; a pipe
+# gets everything. Each command below prints one table (taller than 20 lines) and nothing else.
+LONG_TABLES = [["hw", "list"], ["models", "list"], ["sweep", "--hw", "wse3", "--vary", "seq=256:65536:256"],
+               ["compare", "--hw", "b200,h100", "--devices", "8,16,32,64,128,256,512,1024"]]
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _run_on(cli, monkeypatch, args, lines):
+    """(exit code, stdout without colour codes) with standard output a terminal of 132 x `lines`, or a
+    pipe (`lines` None), the console made afresh for it."""
+    from btacalc.cli import console
+
+    monkeypatch.setenv("COLUMNS", "132")
+    monkeypatch.setattr(console.out, "_console", None)
+    with monkeypatch.context() as m:
+        if lines is not None:
+            m.setattr(sys.stdout, "isatty", lambda: True, raising=False)
+            m.setattr(sys.stdout, "fileno", lambda: 1, raising=False)
+            m.setattr(os, "get_terminal_size", lambda fd=1: os.terminal_size((132, lines)))
+        code, out, _ = cli(*args)
+        monkeypatch.setattr(console.out, "_console", None)
+    return code, _ANSI.sub("", out)
+
+
+@pytest.mark.parametrize("args", LONG_TABLES, ids=" ".join)
+def test_a_table_taller_than_the_terminal_is_cut_with_a_count(cli, monkeypatch, args):
+    """On a 20-line terminal the table takes 20 - CUT_FRAME_LINES (the count and the prompt) = 18 lines:
+    its first 17 lines as a pipe gets them, then one line counting the other (pipe lines - 17); a pipe
+    gets every line (and no count)."""
+    from btacalc.output.fit import CUT_FRAME_LINES, CUT_NOTE
+
+    code, piped = _run_on(cli, monkeypatch, args, None)
+    full = piped.rstrip("\n").split("\n")
+    assert code == 0 and len(full) > 20 and "more lines not shown" not in piped
+    code, shown = _run_on(cli, monkeypatch, args, 20)
+    lines = shown.rstrip("\n").split("\n")
+    room = 20 - CUT_FRAME_LINES
+    assert code == 0 and len(lines) == room
+    assert [line.rstrip() for line in lines[:-1]] == [line.rstrip() for line in full[:room - 1]]
+    assert lines[-1] == CUT_NOTE.format(left=len(full) - (room - 1))
+
+
+def test_a_table_that_fits_the_terminal_is_not_cut(cli, monkeypatch):
+    """A terminal taller than the table shows it whole, as a pipe does."""
+    args = ["compare", "--hw", "b200,h100", "--devices", "8,16,32,64,128,256,512,1024"]
+    code, piped = _run_on(cli, monkeypatch, args, None)
+    code, shown = _run_on(cli, monkeypatch, args, len(piped.splitlines()) + 5)
+    assert code == 0 and [s.rstrip() for s in shown.splitlines()] == [p.rstrip() for p in piped.splitlines()]
+
+
+@pytest.mark.parametrize("args", [["validate"], ["formulas"]], ids=" ".join)
+def test_every_long_table_of_a_listing_is_cut_on_a_terminal(cli, monkeypatch, args):
+    """validate (several tables and prose) and formulas (a table per phase): on a terminal no table runs
+    past the screen, each cut one counting what it left out; a pipe gets every line (1,000 and more)."""
+    code, piped = _run_on(cli, monkeypatch, args, None)
+    code2, shown = _run_on(cli, monkeypatch, args, 20)
+    notes = [line for line in shown.splitlines() if "more lines not shown" in line]
+    assert code == code2 and "more lines not shown" not in piped and notes
+    left = sum(int(re.search(r"\.\.\. ([\d,]+) more", n).group(1).replace(",", "")) for n in notes)
+    assert len(shown.splitlines()) - len(notes) + left == len(piped.splitlines())
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="needs a pseudo-terminal")
+def test_a_real_terminal_gets_a_cut_table():
+    """The same through a pseudo-terminal of 20 lines (a real isatty and terminal size): `hw list` ends
+    with the count."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 20, 132, 0, 0))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("COLUMNS", None), env.pop("LINES", None)
+    proc = subprocess.Popen([sys.executable, "-m", "btacalc", "hw", "list"], stdout=follower, stderr=subprocess.PIPE,
+                            env=env, cwd=ROOT)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the terminal closed (Linux: EIO)
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    assert proc.wait(timeout=60) == 0
+    lines = _ANSI.sub("", b"".join(chunks).decode()).replace("\r", "").rstrip("\n").split("\n")
+    assert len(lines) == 18 and "more lines not shown: pipe the output" in lines[-1]

@@ -37,6 +37,18 @@ def _width() -> Any:
     return max(MIN_WIDTH, int(columns)) if columns.isdigit() else _PIPED_WIDTH
 
 
+def terminal_lines() -> Any:
+    """The height of the terminal standard output is, in lines; None when it is a pipe or a file (which
+    get every line). Shared by every table (`btacalc.output.fit.Fit` cuts one taller than this) and the
+    streamed sweep table (issue 25: a table longer than the terminal is cut with a count)."""
+    if not sys.stdout.isatty():
+        return None
+    try:
+        return os.get_terminal_size(sys.stdout.fileno()).lines
+    except (OSError, ValueError):
+        return None
+
+
 def sanitize_environment() -> None:
     """COLUMNS and LINES as rich and btacalc read them: an ASCII whole number (else dropped, as if
     unset: '²' is a digit to Python but not a number), at most MAX_WIDTH."""
@@ -117,6 +129,12 @@ def _console_class() -> Any:
     from rich.console import Console
 
     class BtacalcConsole(Console):
+        @property
+        def screen_lines(self) -> Any:
+            """The terminal's height when this console writes to a terminal (`terminal_lines`), else
+            None; asked on every print, so a redirected stream is never cut."""
+            return None if self.stderr else terminal_lines()
+
         def render_str(self, text: str, **kwargs: Any) -> Any:
             """On a stream that cannot encode Unicode, stand-ins replace characters before rich lays
             the text out (so '±' -> '+/-' widens its cell instead of pushing the border)."""

@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 from ..errors import BtacalcError
 from ..planning.sweep import Grid, SweepBlock, SweepPoint, SweepResult
-from .console import err, print_stdout, write_stdout
+from .console import err, print_stdout, terminal_lines, write_stdout
 
 # Up to this many points the table is a rich table (built at the end); above, plain text streamed.
 TABLE_POINTS = 500
@@ -34,16 +34,8 @@ def terminal_rows() -> Optional[int]:
     """On a terminal, the rows of a streamed table that fit its height (at least 10): the rest are counted
     in one closing line, so the answer stays on screen (issue 25: a table longer than the terminal is cut
     with a count). None when standard output is a pipe or a file (TextTable.ROWS then)."""
-    import os
-    import sys
-
-    if not sys.stdout.isatty():
-        return None
-    try:
-        lines = os.get_terminal_size(sys.stdout.fileno()).lines
-    except OSError:
-        return None
-    return max(lines - TERMINAL_FRAME_LINES, 10)
+    lines = terminal_lines()
+    return None if lines is None else max(lines - TERMINAL_FRAME_LINES, 10)
 
 
 class HeldStdout:

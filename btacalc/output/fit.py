@@ -5,6 +5,11 @@ to `attn_s…` or `1.2…`.
 Columns made with ``overflow="fold"`` are prose (notes, sources): they may wrap at spaces and fold
 long words. Every other column is kept whole (``no_wrap``). Below the width where even the naming
 column and one more fit, each row becomes a short list of `header: value` lines.
+
+On a terminal, a table taller than the screen is cut to the screen's height less `CUT_FRAME_LINES`
+(at least `CUT_MIN_LINES`), and one closing line counts the lines left out and says how to get them
+all (issue 25, Build 4). The console says whether it writes to a terminal and how tall it is
+(`screen_lines`, None for a pipe or a file, which get every line: btacalc.cli.console).
 """
 
 from __future__ import annotations
@@ -12,12 +17,17 @@ from __future__ import annotations
 import copy
 from typing import Iterable, Iterator
 
-from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.measure import Measurement
+from rich.segment import Segment
 from rich.table import Column, Table
 from rich.text import Text
 
 PROSE_MIN = 12  # a prose column may wrap down to this many characters
+# Lines of a terminal a cut table leaves free: its closing count and the shell's prompt.
+CUT_FRAME_LINES = 2
+CUT_MIN_LINES = 10  # a cut table shows at least this many lines, however short the terminal
+CUT_NOTE = "... {left:,} more lines not shown: pipe the output (| less) or use --json to get all of it"
 
 
 def _is_prose(column: Column) -> bool:
@@ -104,6 +114,14 @@ class Fit:
                 column.no_wrap = True
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        pieces = list(self._pieces(console, options))
+        screen = getattr(console, "screen_lines", None)
+        if screen is None:
+            yield from pieces
+            return
+        yield from _cut(console, options, pieces, max(screen - CUT_FRAME_LINES, CUT_MIN_LINES))
+
+    def _pieces(self, console: Console, options: ConsoleOptions) -> Iterator[RenderableType]:
         table = self.table
         if not table.columns or _needed(console, options, table, table.columns) <= options.max_width:
             yield table
@@ -114,6 +132,20 @@ class Fit:
             return
         for i, group in enumerate(groups):
             yield _subtable(table, group, first=i == 0, last=i == len(groups) - 1)
+
+
+def _cut(console: Console, options: ConsoleOptions, pieces: list[RenderableType], room: int) -> RenderResult:
+    """`pieces` whole if they take at most `room` lines, else their first `room - 1` lines and a count
+    of the rest (`CUT_NOTE`), `room` lines in all."""
+    lines = console.render_lines(Group(*pieces), options, pad=False)
+    if len(lines) <= room:
+        yield from pieces
+        return
+    shown = room - 1
+    for line in lines[:shown]:
+        yield from line
+        yield Segment.line()
+    yield Text(CUT_NOTE.format(left=len(lines) - shown))
 
 
 def fit(table: Table) -> Fit:

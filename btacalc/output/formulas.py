@@ -8,6 +8,8 @@ from rich.console import Group
 from rich.markup import escape
 from rich.table import Table
 
+from .fit import fit_all
+
 
 def formula_renderable(listing: dict[str, Any]) -> Group:
     parts: list[Any] = []
@@ -37,4 +39,4 @@ def formula_renderable(listing: dict[str, Any]) -> Group:
     if sel is not None:
         parts.insert(0, "Selection: " + ", ".join(f"{k}={v}" for k, v in sel.items()) +
                      "\nPer training step of G·b sequences; backward = 2 × forward matmul FLOPs (Korthikanti 2022 App. A).")
-    return Group(*parts)
+    return Group(*fit_all(parts))  # on a terminal, a phase's table taller than it is cut (Fit)

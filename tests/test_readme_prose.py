@@ -1,0 +1,185 @@
+"""Issue 25 (Build 2): numbers the README's prose quotes (outside console blocks and generated
+fragments) that are btacalc's own output, each checked against the command or library call that
+produces it, at the precision the README prints it with. The audit of every quoted number (generated,
+checked here or in test_readme.py, a cited published constant, a limit in the code, or a measurement)
+is in docs/story.md."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def _prose() -> str:
+    """The README outside fenced blocks, lines joined by spaces (a sentence may wrap)."""
+    kept, fenced = [], False
+    for line in README.read_text(encoding="utf-8").splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced:
+            kept.append(line.strip())
+    return " ".join(kept)
+
+
+def _quote(pattern: str) -> re.Match:
+    match = re.search(pattern, _prose())
+    assert match, f"the README no longer says {pattern!r}: update this test with the prose"
+    return match
+
+
+def _plan(cli, *args: str) -> dict:
+    code, out, err = cli("plan", *args, "--json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_wafer_scaling_sentence_is_the_plans(cli):
+    """"(Qwen3-30B-A3B at N = 256 on wse2: linear to L systems, P% at D)": `plan --global-batch 256
+    --devices D` reports scaling linear (>= 95%) up to L systems and efficiency P% at D."""
+    m = _quote(r"Qwen3-30B-A3B at N = (\d+) on (\w+): linear to (\d+) systems, (\d+)% at (\d+)\)")
+    n, hw, linear, percent, devices = m.groups()
+    wafer = _plan(cli, "--hw", hw, "--global-batch", n, "--devices", devices)["wafer"]
+    assert wafer["linear_until"] == int(linear)
+    at = {row["systems"]: row["efficiency"] for row in wafer["scaling"]}
+    assert f"{100 * at[int(devices)]:.0f}" == percent
+
+
+def test_mesh_step_is_the_profiles_geometry():
+    """"one mesh step (X + Y)·t_hop + 2 T_R + 1 cycles = 1.59 µs on the 750 × 994 WSE-2 rectangle at
+    1.1 GHz": the arithmetic over wse2's [mesh] numbers."""
+    from btacalc.config.hardware import builtin_profiles
+
+    m = _quote(r"2 T_R \+ 1 cycles = ([\d.]+) µs on the (\d+) × (\d+) WSE-2 rectangle at ([\d.]+) GHz")
+    step_us, x, y, ghz = m.groups()
+    mesh = builtin_profiles()["wse2"].mesh
+    assert (int(x), int(y)) == (mesh.width_pes.value, mesh.height_pes.value)
+    assert f"{mesh.clock_hz.value / 1e9:.1f}" == ghz
+    cycles = (mesh.width_pes.value + mesh.height_pes.value) * mesh.hop_latency_cycles.value \
+        + 2 * mesh.ramp_latency_cycles.value + 1
+    assert f"{cycles / mesh.clock_hz.value * 1e6:.2f}" == step_us
+
+
+def test_mesh_costs_per_layer_and_per_step_are_the_plans(cli):
+    """"(51 µs per Qwen3 layer)": wse2's tile overhead per step, per tile and per layer; "59 ms per step
+    for Qwen3-30B-A3B at G·b = 20": the mesh dispatch + combine of a plan with G·b = 20 (G = 5, b = 4:
+    G·b = 20 as one tile does not fit)."""
+    per_layer_us = _quote(r"\((\d+) µs per Qwen3 layer\)").group(1)
+    dispatch_ms, gb = _quote(r"(\d+) ms per step for Qwen3-30B-A3B at G·b = (\d+)").groups()
+    assert int(gb) == 5 * 4
+    report = _plan(cli, "--hw", "wse2", "--tiles", "5", "--tile-batch", "4")
+    per_tile = report["wafer"]["tile_overhead_s"]  # per tile per step ("2.442 ms per tile per step")
+    assert report["throughput"]["tiling_overhead_s"] == pytest.approx(per_tile * report["plan"]["tiles"])
+    assert f"{per_tile / report['model']['num_layers'] * 1e6:.0f}" == per_layer_us
+    assert f"{report['wafer']['mesh_dispatch_s'] * 1e3:.0f}" == dispatch_ms
+
+
+@pytest.fixture(scope="module")
+def gb200_search() -> str:
+    """`plan --search` for the search benchmark's case (benchmarks/search_bench.py), as text."""
+    import subprocess
+    import sys
+
+    devices, batch, seq = _quote(r"Qwen3-235B-A22B on (\d+) GB200s, global batch (\d+), s = (\d+): ").groups()
+    done = subprocess.run([sys.executable, "-m", "btacalc", "plan", "--model", "qwen3-235b-a22b", "--hw", "gb200",
+                           "--devices", devices, "--global-batch", batch, "--seq", seq, "--search"],
+                          capture_output=True, text=True, cwd=README.parent, env={**os.environ, "COLUMNS": "200"})
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.mark.slow
+def test_search_layout_count_is_what_search_prints(gb200_search):
+    """"Qwen3-235B-A22B on 256 GB200s, global batch 8192, s = 4096: N layouts" and the benchmark list's
+    "N layouts evaluated": the count `plan --search` prints for that case."""
+    count = _quote(r"Qwen3-235B-A22B on \d+ GB200s, global batch \d+, s = \d+: ([\d,]+) layouts").group(1)
+    again = _quote(r"global batch 8192, s = 4096\): ([\d,]+) layouts evaluated").group(1)
+    assert count == again and f"{count} layouts evaluated" in gb200_search
+
+
+@pytest.mark.slow
+def test_search_winner_is_what_search_prints(gb200_search):
+    """"the winner: TP1 PP8 VP12 EP8, 5,509 tokens/s per GPU": the first row of the search's ranking."""
+    layout, tps = _quote(r"the winner: ((?:[A-Z]+\d+ ?)+), ([\d,]+) tokens/s per GPU\)").groups()
+    first = next(line for line in gb200_search.splitlines() if re.match(r"\W*1\s", line))
+    cells = [c.strip() for c in re.split(r"[│|]", first) if c.strip()]
+    assert cells[1].startswith(layout.strip() + " DP") and cells[2] == tps, cells
+
+
+def test_measured_run_count_is_the_files():
+    """"`btacalc/data/measured_runs.json`, N runs (... M with measured peak memory": the shipped file."""
+    from btacalc.planning.measured import load_runs
+
+    runs = load_runs()
+    count = _quote(r"`btacalc/data/measured_runs\.json`, ([\d,]+) runs").group(1)
+    memory = _quote(r"(\d+) with measured peak memory").group(1)
+    assert int(count.replace(",", "")) == len(runs)
+    assert int(memory) == sum(r.measured.peak_alloc_gib is not None for r in runs)
+
+
+def _groups() -> dict[str, list[str]]:
+    """The README's generated table of GPU check runs by kind: group name -> its cells."""
+    text = README.read_text(encoding="utf-8")
+    body = text.split("<!-- groups:begin (tools/accuracy.py) -->\n", 1)[1].split("\n<!-- groups:end -->", 1)[0]
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in body.splitlines()[2:]]
+    return {row[0]: [c.rstrip("%") for c in row[1:]] for row in rows}
+
+
+# Each sentence under the accuracy tables that quotes the groups table: its pattern, the group, and which
+# cells (runs, mean, median, max, runs without a known gap, their mean, their max) its numbers are.
+PROSE_GROUPS = [
+    (r"(\d+) dense GPU check runs \([^)]*\): mean \|error\| ([\d.]+)%, median ([\d.]+)%;", "dense", (0, 1, 2)),
+    (r"the (\d+) BF16 ones ([\d.]+)% \(median ([\d.]+)%\)", "dense, BF16", (0, 1, 2)),
+    (r"(\d+) low-precision dense runs, mean ([\d.]+)%", "dense, low precision", (0, 1)),
+    (r"Low-precision check runs: (\d+), mean ([\d.]+)% \((\d+) without a known gap: ([\d.]+)%, max ([\d.]+)%\)",
+     "low precision (dense and MoE)", (0, 1, 4, 5, 6)),
+    (r"(\d+) MoE check runs, mean \|error\| ([\d.]+)% \((\d+) without a known gap: ([\d.]+)%, max ([\d.]+)%\)",
+     "MoE", (0, 1, 4, 5, 6)),
+]
+
+
+@pytest.mark.parametrize("pattern, group, cells", PROSE_GROUPS, ids=[g for _, g, _ in PROSE_GROUPS])
+def test_accuracy_prose_quotes_the_generated_groups(pattern, group, cells):
+    """The prose under the accuracy tables quotes the generated table of check runs by kind (which
+    `test_groups_fragment_is_current` checks against `validate`): each number is its cell."""
+    quoted = _quote(pattern).groups()
+    row = _groups()[group]
+    assert list(quoted) == [row[i] for i in cells], (group, quoted, row)
+
+
+@pytest.mark.slow
+def test_groups_fragment_is_current():
+    """The README's table of GPU check runs by kind is what tools/accuracy.py writes from `validate`
+    today (regenerate with `python tools/accuracy.py` when a number moves; then the prose tests above
+    name each sentence to update)."""
+    import importlib.util
+
+    path = README.parent / "tools" / "accuracy.py"
+    spec = importlib.util.spec_from_file_location("accuracy_tool", path)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    assert f"{tool.GROUPS_BEGIN}\n{tool.groups_markdown()}\n{tool.GROUPS_END}" in README.read_text(encoding="utf-8")
+
+
+def test_groups_are_what_their_names_say():
+    """The groups' counts add up as their names say: dense = dense BF16 + dense low precision, and low
+    precision (dense and MoE) holds the dense low-precision runs."""
+    g = _groups()
+    assert int(g["dense"][0]) == int(g["dense, BF16"][0]) + int(g["dense, low precision"][0])
+    assert int(g["low precision (dense and MoE)"][0]) >= int(g["dense, low precision"][0])
+
+
+def test_peak_memory_prose_is_the_accuracy_summary():
+    """"Peak memory predicts within M% on the N runs ... mean A%": the generated accuracy summary's GPU
+    check row (memory runs, mean and max |memory error|), which test_measured checks against validate."""
+    top, n, mean = _quote(r"Peak memory predicts within ([\d.]+)%\*\* on the (\d+) runs with measured "
+                          r"`max_memory_allocated` \([^)]*\), mean ([\d.]+)%").groups()
+    text = README.read_text(encoding="utf-8")
+    row = next(line for line in text.splitlines() if line.startswith("| check | gpu |"))
+    cells = [c.strip().rstrip("%") for c in row.strip("|").split("|")]
+    assert (cells[6], cells[7], cells[8]) == (n, mean, top), cells
