@@ -40,6 +40,7 @@ from ..model.routing_balance import forced_balance_imbalance
 from ..config.text import CleanText
 from ..paths import package_data, read_input
 from .plan import device_memory, make_plan
+from .precision_pairs import PairBands, PairReport, precision_pairs
 from .report import PlanReport
 
 if sys.version_info >= (3, 11):
@@ -176,6 +177,8 @@ class MeasuredRun(BaseModel):
     measured: Measured
     role: Literal["fit", "check"]
     known_gap: str = Field("", description="btacalc is known to miss this run: the mechanism it lacks")
+    release: Optional[str] = Field(None, description="the container or harness version that measured the run; "
+                                   "runs of one publication and release form same-source precision pairs")
     recipe: Optional[Recipe] = None
     megatron_args: Optional[str] = Field(None, description="the run as its Megatron-LM launch or arguments (read as "
                                          "plan --from-megatron reads them) instead of the layout fields")
@@ -495,6 +498,7 @@ class Bands(BaseModel):
     family_mean_abs_error: float = Field(gt=0)
     memory_per_run_abs_error: float = Field(gt=0, description="peak memory of a check run")
     memory_family_mean_abs_error: float = Field(gt=0, description="mean peak-memory error of a family's check runs")
+    precision_pairs: PairBands = Field(description="a pair's speed-up ratio error (planning/precision_pairs.py)")
     note: str = ""
 
 
@@ -552,11 +556,17 @@ class MeasuredReport(BaseModel):
     runs: list[RunResult]
     summary: list[FamilySummary]
     bands: Bands
+    pairs: PairReport
     gate: GateVerdict
 
 
 def validate_measured(path: Optional[Path] = None) -> MeasuredReport:
-    results = [predict(run) for run in load_runs(path)]
+    """Every run predicted, summarised per role and family, its precision pairs found, all gated by the bands."""
+    runs = load_runs(path)
+    results = [predict(run) for run in runs]
     summary = summarize(results)
     bands = load_bands()
-    return MeasuredReport(runs=results, summary=summary, bands=bands, gate=gate(results, summary, bands))
+    pairs = precision_pairs(runs, results, bands.precision_pairs)
+    verdict = gate(results, summary, bands)
+    verdict = GateVerdict(ok=verdict.ok and not pairs.failures, failures=verdict.failures + pairs.failures)
+    return MeasuredReport(runs=results, summary=summary, bands=bands, pairs=pairs, gate=verdict)
