@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from btacalc.planning.measured import (Measured, MeasuredRun, RunPrediction, RunResult, load_bands, load_runs,
-                                       predict)
-from btacalc.planning.precision_pairs import PairBands, PairGap, find_pairs, pair_gate, precision_pairs
+from btacalc.planning.measured import Measured, MeasuredRun, load_bands, load_runs, predict
+from btacalc.planning.precision_pairs import PairBands, PairGap, PairInput, find_pairs, pair_gate, precision_pairs
 
 BASE = {
     "id": "a", "source": "https://example.org/table ; repo x", "model": "llama-3-8b", "hw": "b200", "devices": 8,
@@ -16,14 +15,13 @@ BASE = {
 BANDS = PairBands(ratio_abs_error=0.10, source="issue 22 acceptance (test)")
 
 
-def _run(**changes: object) -> MeasuredRun:
-    return MeasuredRun.model_validate({**BASE, **changes})
+def _run(predicted: float | None = None, **changes: object) -> PairInput:
+    """A run of BASE with `changes`, as pairing sees it, predicted at `predicted` tokens/s per device."""
+    return MeasuredRun.model_validate({**BASE, **changes}).pair_input(predicted)
 
 
-def _result(run: MeasuredRun, predicted: float) -> RunResult:
-    return RunResult(id=run.id, role=run.role, family="gpu", model=run.model, hw=run.hw, devices=run.devices,
-                     expressible=True, predicted=RunPrediction(tokens_per_s_per_device=predicted),
-                     measured=run.measured, error=predicted / run.measured.tokens_per_s_per_device - 1)  # type: ignore[operator]
+def _ids(pairs: list[tuple[PairInput, PairInput]]) -> list[tuple[str, str]]:
+    return [(n.id, w.id) for n, w in pairs]
 
 
 def test_vuiseng9_nvfp4_over_bf16_is_the_readme_ratio_and_the_two_predictions_ratio():
@@ -32,7 +30,8 @@ def test_vuiseng9_nvfp4_over_bf16_is_the_readme_ratio_and_the_two_predictions_ra
     ids = {f"llama-3-8b-b200-8-{p}-nemo2509-vuiseng9" for p in ("bf16", "fp8", "mxfp8", "nvfp4")}
     runs = [r for r in load_runs() if r.id in ids]
     results = [predict(r) for r in runs]
-    report = precision_pairs(runs, results, load_bands().precision_pairs)
+    inputs = [r.pair_input(x.predicted.tokens_per_s_per_device) for r, x in zip(runs, results)]
+    report = precision_pairs(inputs, load_bands().precision_pairs)
     assert len(report.pairs) == 6  # 4 precisions of one layout: C(4, 2) pairs, 3 over BF16 and 3 LP/LP
     by = {(p.narrow_precision, p.wide_precision): p for p in report.pairs}
     assert sorted(by) == sorted([("fp8", "bf16"), ("mxfp8", "bf16"), ("nvfp4", "bf16"), ("mxfp8", "fp8"),
@@ -52,10 +51,10 @@ def test_vuiseng9_nvfp4_over_bf16_is_the_readme_ratio_and_the_two_predictions_ra
 
 def test_pairs_form_on_equal_layout_and_differing_precision():
     bf16, fp8 = _run(id="bf16"), _run(id="fp8", precision="fp8", measured={"tokens_per_s_per_device": 1500.0})
-    assert [(n.id, w.id) for n, w in find_pairs([bf16, fp8])] == [("fp8", "bf16")]
+    assert _ids(find_pairs([bf16, fp8])) == [("fp8", "bf16")]
     # unstated = 1 (vp, tp, cp) and unstated ETP = TP: the same layout
     same = _run(id="fp8b", precision="fp8", vp=1, cp=None, etp=1, tp=None)
-    assert [(n.id, w.id) for n, w in find_pairs([bf16, same])] == [("fp8b", "bf16")]
+    assert _ids(find_pairs([bf16, same])) == [("fp8b", "bf16")]
 
 
 @pytest.mark.parametrize("field, value", [
@@ -85,31 +84,35 @@ def test_same_precision_and_16_bit_pairs_are_not_pairs_and_the_narrower_is_the_n
 
 def test_ratio_error_status_and_cross_source():
     """bf16 1000 and fp8 1500 tok/s measured (1.5x); predicted 1000 and 1800 (1.8x): error 1.8 / 1.5 - 1 = +20%."""
-    bf16, fp8 = _run(id="bf16"), _run(id="fp8", precision="fp8", measured={"tokens_per_s_per_device": 1500.0})
-    (p,) = precision_pairs([bf16, fp8], [_result(bf16, 1000.0), _result(fp8, 1800.0)], BANDS).pairs
+    bf16, fp8 = _run(1000.0, id="bf16"), _run(1800.0, id="fp8", precision="fp8", measured={"tokens_per_s_per_device": 1500.0})
+    (p,) = precision_pairs([bf16, fp8], BANDS).pairs
     assert p.measured_ratio == pytest.approx(1.5) and p.predicted_ratio == pytest.approx(1.8)
     assert p.error == pytest.approx(0.2) and p.status == "MISS" and not p.cross_source and p.kind == "bf16"
-    other = _run(id="fp8", precision="fp8", measured={"tokens_per_s_per_device": 1500.0}, release="r2")
-    report = precision_pairs([bf16, other], [_result(bf16, 1000.0), _result(other, 1800.0)], BANDS)
+    other = _run(1800.0, id="fp8", precision="fp8", measured={"tokens_per_s_per_device": 1500.0}, release="r2")
+    report = precision_pairs([bf16, other], BANDS)
     assert report.pairs[0].cross_source and report.pairs[0].status == "miss (cross-source)" and report.failures == []
-    elsewhere = _run(id="fp8", precision="fp8", source="github.com/someone/bench README.md @ abc", release="r1")
-    assert precision_pairs([bf16, elsewhere], [_result(bf16, 1.0), _result(elsewhere, 1.0)], BANDS).pairs[0].cross_source
-    (q,) = precision_pairs([bf16, fp8], [_result(bf16, 1000.0), _result(fp8, 1560.0)], BANDS).pairs
+    elsewhere = _run(1.0, id="fp8", precision="fp8", source="github.com/someone/bench README.md @ abc", release="r1")
+    assert precision_pairs([bf16, elsewhere], BANDS).pairs[0].cross_source
+    assert not precision_pairs([bf16, _run(1.0, id="x", precision="fp8", source="http://example.org/table")],
+                               BANDS).pairs[0].cross_source  # the publication, whatever its scheme and detail
+    fp8_close = _run(1560.0, id="fp8", precision="fp8", measured={"tokens_per_s_per_device": 1500.0})
+    (q,) = precision_pairs([bf16, fp8_close], BANDS).pairs
     assert q.error == pytest.approx(1.56 / 1.5 - 1) and q.status == "pass"  # +4%
 
 
 def test_gate_a_miss_needs_a_stated_gap_and_a_gap_must_still_miss():
-    bf16, fp8 = _run(id="bf16"), _run(id="fp8", precision="fp8", measured={"tokens_per_s_per_device": 1500.0})
-    missing = [_result(bf16, 1000.0), _result(fp8, 1800.0)]
-    assert len(precision_pairs([bf16, fp8], missing, BANDS).failures) == 1
+    bf16 = _run(1000.0, id="bf16")
+    fp8, fp8_healed = (_run(p, id="fp8", precision="fp8", measured={"tokens_per_s_per_device": 1500.0})
+                       for p in (1800.0, 1500.0))
+    assert len(precision_pairs([bf16, fp8], BANDS).failures) == 1
     gap = PairGap(hw=["b200"], precisions=["fp8"], with_precisions=["bf16"], reason="the low-precision path, suspected")
     gapped = BANDS.model_copy(update={"known_gap": [gap]})
-    report = precision_pairs([bf16, fp8], missing, gapped)
+    report = precision_pairs([bf16, fp8], gapped)
     assert report.failures == [] and report.pairs[0].status == "KNOWN GAP"
-    healed = precision_pairs([bf16, fp8], [_result(bf16, 1000.0), _result(fp8, 1500.0)], gapped)
+    healed = precision_pairs([bf16, fp8_healed], gapped)
     assert healed.pairs[0].status == "pass" and len(healed.failures) == 1  # the gap's statement must go
     other_hw = gapped.model_copy(update={"known_gap": [gap.model_copy(update={"hw": ["gb200"]})]})
-    assert len(precision_pairs([bf16, fp8], missing, other_hw).failures) == 1  # a gap covers only its hardware
+    assert len(precision_pairs([bf16, fp8], other_hw).failures) == 1  # a gap covers only its hardware
     assert pair_gate([], gapped) == []  # no pair in the runs: the gap is not judged
 
 
@@ -117,3 +120,8 @@ def test_runs_without_a_measured_throughput_are_not_paired():
     memory_only = _run(id="fp8", precision="fp8", measured={"peak_alloc_gib": 50.0})
     assert find_pairs([_run(id="bf16"), memory_only]) == []
     assert Measured(peak_alloc_gib=50.0).tokens_per_s_per_device is None
+
+
+def test_a_run_btacalc_cannot_predict_gives_a_pair_without_a_predicted_ratio():
+    (p,) = precision_pairs([_run(1000.0, id="bf16"), _run(None, id="fp8", precision="fp8")], BANDS).pairs
+    assert p.predicted_ratio is None and p.status == "not predicted" and not p.gated

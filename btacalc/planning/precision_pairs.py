@@ -7,7 +7,7 @@ particular to the low-precision path (casts, scaling, the low-precision GEMM rat
 
 A pair is found from the data, never listed by hand: two measured runs whose layout key is equal and whose
 precisions differ, at least one of them below 16 bits (btacalc/data/precision.toml `gemm_peak`). The layout
-key is the run after its recipe's corrections (`MeasuredRun.with_recipe`):
+key (measured.py `MeasuredRun.pair_input`) is the run after its recipe's corrections:
 
     (model, hw, devices, TP, PP, VP, CP, EP, ETP, micro batch, global batch, seq)
 
@@ -21,8 +21,8 @@ for btacalc's prediction of each run alike:
     predicted ratio r_p = tok/s(narrow) / tok/s(wide)            (btacalc's plans of the two runs)
     error           e   = r_p / r_m - 1, within the band when |e| <= ratio_abs_error (validation_bands.toml)
 
-Kinds: "bf16" pairs have a BF16 run (the acceptance's speed-up over BF16); "lp" pairs two low-precision runs
-(e.g. MXFP8 / FP8 on one layout), reported separately.
+Kinds: "bf16" pairs set a low-precision run against a 16-bit one (BF16, the acceptance's speed-up over BF16;
+FP16 alike); "lp" pairs two low-precision runs (e.g. MXFP8 / FP8 on one layout), reported separately.
 
 Two runs are one source when the first word of their `source` (the publication: a URL or repository) and
 their `release` (the container or harness version that measured them) are equal. A cross-source pair mixes
@@ -38,17 +38,29 @@ from __future__ import annotations
 
 from collections import defaultdict
 from itertools import combinations
-from typing import TYPE_CHECKING, Literal, Optional
+from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from ..config.precision import recipe as precision_recipe
 from ..config.precision import recipes as precision_recipes
 
-if TYPE_CHECKING:  # measured.py holds the bands and imports this module
-    from .measured import MeasuredRun, RunResult
-
 LayoutKey = tuple[object, ...]
+
+
+class PairInput(BaseModel):
+    """What pairing needs of one measured run and its prediction (built by measured.py `MeasuredRun.pair_input`)."""
+
+    model_config = ConfigDict(frozen=True)
+    id: str
+    model: str
+    hw: str
+    devices: int
+    precision: str
+    layout: LayoutKey = Field(description="the layout key of the module docstring")
+    source: tuple[str, Optional[str]] = Field(description="(publication, release)")
+    measured_tokens_per_s: Optional[float] = Field(description="per device, measured")
+    predicted_tokens_per_s: Optional[float] = Field(description="per device, btacalc's plan of the run")
 
 
 class PairGap(BaseModel):
@@ -70,25 +82,10 @@ class PairBands(BaseModel):
     known_gap: list[PairGap] = Field(default_factory=list)
 
 
-def layout_key(run: MeasuredRun) -> LayoutKey:
-    """The fields two runs must share to form a pair (module docstring), after the recipe's corrections."""
-    r = run.with_recipe()
-    tp = r.tp or 1
-    return (r.model, r.hw, r.devices, tp, r.pp or 1, r.vp or 1, r.cp or 1, r.ep or 1, r.etp or tp,
-            r.micro_batch, r.global_batch, r.seq)
-
-
-def source_of(run: MeasuredRun) -> tuple[str, Optional[str]]:
-    """The publication (first word of `source`, without its scheme) and the release that measured the run."""
-    words = run.source.split()
-    first = words[0].removeprefix("https://").removeprefix("http://").rstrip(";,") if words else ""
-    return first, run.release
-
-
 class PrecisionPair(BaseModel):
     """Two measured runs of one layout in two precisions: measured and predicted speed-up of the narrower."""
 
-    kind: Literal["bf16", "lp"] = Field(description="bf16: a BF16 run against a low-precision one; lp: two "
+    kind: Literal["bf16", "lp"] = Field(description="bf16: a low-precision run against a 16-bit one; lp: two "
                                         "low-precision runs")
     narrow: str = Field(description="run id of the narrower precision (the ratio's numerator)")
     wide: str = Field(description="run id of the wider precision (the denominator)")
@@ -148,14 +145,14 @@ def _gap_for(hw: str, narrow: str, wide: str, gaps: list[PairGap]) -> Optional[P
     return next((g for g in gaps if hw in g.hw and narrow in g.precisions and wide in g.with_precisions), None)
 
 
-def find_pairs(runs: list[MeasuredRun]) -> list[tuple[MeasuredRun, MeasuredRun]]:
+def find_pairs(runs: list[PairInput]) -> list[tuple[PairInput, PairInput]]:
     """(narrow, wide) run pairs of equal layout key and different precision, at least one below 16 bits, with a
     measured tokens/s each; in the runs' order."""
     order = _order()
-    groups: dict[LayoutKey, list[MeasuredRun]] = defaultdict(list)
+    groups: dict[LayoutKey, list[PairInput]] = defaultdict(list)
     for run in runs:
-        if run.measured.tokens_per_s_per_device:
-            groups[layout_key(run)].append(run)
+        if run.measured_tokens_per_s:
+            groups[run.layout].append(run)
     out = []
     for members in groups.values():
         for a, b in combinations(members, 2):
@@ -168,15 +165,15 @@ def find_pairs(runs: list[MeasuredRun]) -> list[tuple[MeasuredRun, MeasuredRun]]
     return out
 
 
-def _pair(narrow: MeasuredRun, wide: MeasuredRun, results: dict[str, RunResult], bands: PairBands) -> PrecisionPair:
-    measured = narrow.measured.tokens_per_s_per_device / wide.measured.tokens_per_s_per_device  # type: ignore[operator]
-    pn, pw = (results[r.id].predicted.tokens_per_s_per_device if r.id in results else None for r in (narrow, wide))
+def _pair(narrow: PairInput, wide: PairInput, bands: PairBands) -> PrecisionPair:
+    measured = narrow.measured_tokens_per_s / wide.measured_tokens_per_s  # type: ignore[operator]  # find_pairs: both
+    pn, pw = narrow.predicted_tokens_per_s, wide.predicted_tokens_per_s
     predicted = pn / pw if pn and pw else None
     gap = _gap_for(narrow.hw, narrow.precision, wide.precision, bands.known_gap)
     return PrecisionPair(
         kind="lp" if precision_recipe(wide.precision).low else "bf16", narrow=narrow.id, wide=wide.id,
         narrow_precision=narrow.precision, wide_precision=wide.precision, model=narrow.model, hw=narrow.hw,
-        devices=narrow.devices, cross_source=source_of(narrow) != source_of(wide), measured_ratio=measured,
+        devices=narrow.devices, cross_source=narrow.source != wide.source, measured_ratio=measured,
         predicted_ratio=predicted, error=None if predicted is None else predicted / measured - 1,
         tolerance=bands.ratio_abs_error, known_gap=gap.reason if gap else "")
 
@@ -194,10 +191,9 @@ def pair_gate(pairs: list[PrecisionPair], bands: PairBands) -> list[str]:
     return failures
 
 
-def precision_pairs(runs: list[MeasuredRun], results: list[RunResult], bands: PairBands) -> PairReport:
-    """Every precision pair of `runs`, with `results` (their predictions) giving the predicted ratio."""
-    by_id = {r.id: r for r in results}
-    pairs = [_pair(n, w, by_id, bands) for n, w in find_pairs(runs)]
+def precision_pairs(runs: list[PairInput], bands: PairBands) -> PairReport:
+    """Every precision pair of `runs` (each with its prediction), its ratio error and the pair gate's failures."""
+    pairs = [_pair(n, w, bands) for n, w in find_pairs(runs)]
     pairs.sort(key=lambda p: (p.kind, p.cross_source, p.model, p.hw, p.devices, p.narrow_precision, p.wide_precision))
     return PairReport(pairs=pairs, tolerance=bands.ratio_abs_error, tolerance_source=bands.source,
                       failures=pair_gate(pairs, bands))
