@@ -12,6 +12,7 @@ from btacalc.errors import BtacalcError
 from btacalc.planning.measured import (Bands, Measured, MeasuredRun, RunPrediction, RunResult, express, gate,
                                        load_runs, predict, summarize, validate_measured)
 from btacalc.planning.plan import make_plan
+from btacalc.planning.precision_pairs import PairBands
 
 RUN = {
     "id": "qwen-b200-16", "source": "https://example.org/run", "model": "qwen3-30b-a3b", "hw": "b200", "devices": 16,
@@ -121,7 +122,8 @@ def test_summary_statistics_per_role_and_family():
 
 
 BANDS = Bands(per_run_abs_error=0.25, family_mean_abs_error=0.15, memory_per_run_abs_error=0.05,
-              memory_family_mean_abs_error=0.02)
+              memory_family_mean_abs_error=0.02,
+              precision_pairs=PairBands(ratio_abs_error=0.10, source="issue 22 acceptance (test)"))
 
 
 def test_gate_per_run_band_known_gaps_and_family_mean():

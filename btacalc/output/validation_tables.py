@@ -10,6 +10,7 @@ from rich.table import Table
 
 from ..planning.crossval import CrossValidation
 from ..planning.measured import MeasuredReport, RunResult
+from ..planning.precision_pairs import PairReport
 from ..planning.validate import PointResult
 from .fit import fit
 
@@ -70,7 +71,29 @@ def measured_table(report: MeasuredReport) -> Group:
                   str(f.memory_n), fmt(f.memory_mean_abs_error), fmt(f.memory_max_abs_error), str(len(f.not_expressible)))
     verdict = ("[green]within the documented bands[/]" if report.gate.ok else
                "[bold red]outside the bands:[/] " + escape("; ".join(report.gate.failures)))
-    return Group(fit(t), fit(s), verdict)
+    return Group(fit(t), fit(s), pairs_table(report.pairs), verdict)
+
+
+def pairs_table(report: PairReport) -> Group:
+    """Precision pairs, speed-up over BF16 first, then low-precision against low-precision; the known gaps below."""
+    style = {"pass": "green", "KNOWN GAP": "yellow", "MISS": "bold red", "miss (cross-source)": "yellow",
+             "not predicted": "dim"}
+    parts: list[Any] = []
+    for kind, title in (("bf16", "speed-up over BF16"), ("lp", "low precision against low precision")):
+        t = Table(title=f"Precision pairs, {title}: same model, hardware, devices and layout (ratio = tokens/s of "
+                  f"the first / the second; tolerance ±{report.tolerance:.0%}: {escape(report.tolerance_source)})",
+                  title_justify="left")
+        for c in ("pair", "runs", "source", "measured", "predicted", "error", "tolerance", "status"):
+            t.add_column(c, justify="right" if c in ("measured", "predicted", "error", "tolerance") else "left",
+                         overflow="fold" if c == "runs" else "ellipsis")
+        for p in (p for p in report.pairs if p.kind == kind):
+            t.add_row(escape(p.name), escape(f"{p.narrow} / {p.wide}"), "cross-source" if p.cross_source else "same",
+                      f"{p.measured_ratio:.3f}", "-" if p.predicted_ratio is None else f"{p.predicted_ratio:.3f}",
+                      _pct(p.error), f"±{p.tolerance:.0%}", f"[{style[p.status]}]{p.status}[/]")
+        parts.append(fit(t))
+    gaps = {p.known_gap for p in report.pairs if p.known_gap and p.status == "KNOWN GAP"}
+    parts += [f"[yellow]precision-pair known gap: {escape(g)}[/yellow]" for g in sorted(gaps)]
+    return Group(*parts)
 
 
 def crossval_tables(cv: CrossValidation) -> Group:

@@ -40,6 +40,7 @@ from ..model.routing_balance import forced_balance_imbalance
 from ..config.text import CleanText
 from ..paths import package_data, read_input
 from .plan import device_memory, make_plan
+from .precision_pairs import PairBands, PairInput, PairReport, precision_pairs
 from .report import PlanReport
 
 if sys.version_info >= (3, 11):
@@ -176,6 +177,8 @@ class MeasuredRun(BaseModel):
     measured: Measured
     role: Literal["fit", "check"]
     known_gap: str = Field("", description="btacalc is known to miss this run: the mechanism it lacks")
+    release: Optional[str] = Field(None, description="the container or harness version that measured the run; "
+                                   "runs of one publication and release form same-source precision pairs")
     recipe: Optional[Recipe] = None
     megatron_args: Optional[str] = Field(None, description="the run as its Megatron-LM launch or arguments (read as "
                                          "plan --from-megatron reads them) instead of the layout fields")
@@ -192,6 +195,23 @@ class MeasuredRun(BaseModel):
         changes = {k: v for k, v in (("vp", r.vp), ("sequence_parallel", r.sequence_parallel), ("zero", r.zero),
                                      ("recompute", r.recompute), ("micro_batch", r.micro_batch)) if v is not None}
         return self.model_copy(update=changes)
+
+    def pair_input(self, predicted_tokens_per_s: Optional[float]) -> PairInput:
+        """The run as precision pairing sees it (planning/precision_pairs.py): its layout key after the recipe's
+        corrections, (model, hw, devices, TP, PP, VP, CP, EP, ETP, micro batch, global batch, seq), an unstated
+        TP/PP/VP/CP/EP read as 1 and an unstated ETP as TP (Megatron-LM's --expert-tensor-parallel-size default,
+        megatron/training/arguments.py @ d98e8a64); its source, the first word of `source` without its scheme
+        (the publication) with its `release`."""
+        r = self.with_recipe()
+        tp = r.tp or 1
+        layout = (r.model, r.hw, r.devices, tp, r.pp or 1, r.vp or 1, r.cp or 1, r.ep or 1, r.etp or tp,
+                  r.micro_batch, r.global_batch, r.seq)
+        words = self.source.split()
+        publication = words[0].removeprefix("https://").removeprefix("http://").rstrip(";,") if words else ""
+        return PairInput(id=self.id, model=self.model, hw=self.hw, devices=self.devices, precision=self.precision,
+                         layout=layout, source=(publication, self.release),
+                         measured_tokens_per_s=self.measured.tokens_per_s_per_device,
+                         predicted_tokens_per_s=predicted_tokens_per_s)
 
 
 class RunPrediction(BaseModel):
@@ -495,6 +515,7 @@ class Bands(BaseModel):
     family_mean_abs_error: float = Field(gt=0)
     memory_per_run_abs_error: float = Field(gt=0, description="peak memory of a check run")
     memory_family_mean_abs_error: float = Field(gt=0, description="mean peak-memory error of a family's check runs")
+    precision_pairs: PairBands = Field(description="a pair's speed-up ratio error (planning/precision_pairs.py)")
     note: str = ""
 
 
@@ -552,11 +573,18 @@ class MeasuredReport(BaseModel):
     runs: list[RunResult]
     summary: list[FamilySummary]
     bands: Bands
+    pairs: PairReport
     gate: GateVerdict
 
 
 def validate_measured(path: Optional[Path] = None) -> MeasuredReport:
-    results = [predict(run) for run in load_runs(path)]
+    """Every run predicted, summarised per role and family, its precision pairs found, all gated by the bands."""
+    runs = load_runs(path)
+    results = [predict(run) for run in runs]
     summary = summarize(results)
     bands = load_bands()
-    return MeasuredReport(runs=results, summary=summary, bands=bands, gate=gate(results, summary, bands))
+    pairs = precision_pairs([run.pair_input(res.predicted.tokens_per_s_per_device) for run, res in zip(runs, results)],
+                            bands.precision_pairs)
+    verdict = gate(results, summary, bands)
+    verdict = GateVerdict(ok=verdict.ok and not pairs.failures, failures=verdict.failures + pairs.failures)
+    return MeasuredReport(runs=results, summary=summary, bands=bands, pairs=pairs, gate=verdict)
