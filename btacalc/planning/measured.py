@@ -126,12 +126,18 @@ class Recipe(BaseModel):
     exp_avg_dtype: Optional[Literal["fp32", "bf16"]] = Field(None, description="--use-precision-aware-optimizer "
                                                              "--exp-avg-dtype / --exp-avg-sq-dtype: Adam's moments "
                                                              "(default fp32)")
+    deterministic_mode: bool = Field(False, description="--deterministic-mode (Megatron-LM megatron/training/"
+                                     "determinism.py: NCCL_ALGO Ring, TransformerEngine's deterministic attention "
+                                     "backward, torch.use_deterministic_algorithms); not modelled")
     overlaps: Overlaps = Overlaps()
 
     def unmodelled(self) -> str:
         """Why btacalc cannot express this recipe, or "" when it can."""
         if self.moe_token_dispatcher_type == "allgather":
             return "--moe-token-dispatcher-type allgather is not modelled (btacalc models the all-to-all dispatcher)"
+        if self.deterministic_mode:
+            return ("--deterministic-mode is not modelled (NCCL Ring only, TransformerEngine's deterministic attention "
+                    "backward, deterministic PyTorch kernels: btacalc times the default, faster kernels)")
         return ""
 
     def loss(self) -> str:
