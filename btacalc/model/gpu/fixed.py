@@ -161,7 +161,7 @@ def local_params(problem: Problem, dense: Any, expert: Any) -> Any:
 
 def fixed_costs(problem: Problem, dense: Any, expert: Any, rates: dict[str, int]) -> FixedCosts:
     """Optimizer update and gradient norm of a stage holding `dense` + `expert` parameters per device."""
-    hbm = problem.hardware.memory.offchip_bandwidth_bytes_per_s.value
+    hbm = problem.hardware.memory.streaming_bandwidth_bytes_per_s()  # elementwise kernels: B_HBM x f_stream
     params = local_params(problem, dense, expert)
     optimizer = params * optimizer_bytes_per_param(rates) / hbm
     n = problem.layout.devices
