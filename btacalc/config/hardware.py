@@ -193,6 +193,18 @@ class Memory(_Section):
         None, description="wafer, weight streaming: rate at which stored activations that do not fit the SRAM leave "
         "for the cluster's activation servers and come back for backward (Cerebras R2.0+ dynamic memory offload; "
         "absent: no offload)")
+    achievable_bandwidth_fraction: Annotated[Optional[Number], FRACTION] = Field(
+        None, description="GPU: share of offchip_bandwidth_bytes_per_s a streaming (elementwise) kernel reaches on "
+        "large tensors (STREAM-like copy/triad benchmarks); the memory-bound phases, optimizer step and gradient "
+        "norm move their bytes at it (absent: 1, the datasheet rate)")
+
+    def streaming_bandwidth_bytes_per_s(self) -> float:
+        """Bandwidth a memory-bound (elementwise) phase moves its bytes at: B_stream = B_HBM x f_stream, with
+        f_stream = `achievable_bandwidth_fraction` (a published STREAM-like benchmark over the datasheet rate),
+        1 where the profile has none. The one place the share is applied (model/gpu/costs.py, fixed.py); the
+        cast kernels keep their own measured shares of the datasheet rate (`kernels.cast_bandwidth_fraction`)."""
+        share = self.achievable_bandwidth_fraction.value if self.achievable_bandwidth_fraction is not None else 1.0
+        return self.offchip_bandwidth_bytes_per_s.value * share
 
 
 class System(_Section):

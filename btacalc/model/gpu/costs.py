@@ -4,7 +4,8 @@ layer kind, the parts of the first stage (embedding) and of the last (final norm
 Every value comes from the catalogue evaluated per device (`Problem.evaluate`: terms divided by the
 tensor-parallel split, the batch by context parallelism). On top of that:
 
-- time per phase: the roofline max(FLOPs / (peak x efficiency), HBM traffic / bandwidth) over the
+- time per phase: the roofline max(FLOPs / (peak x efficiency), HBM traffic / (bandwidth x the streaming
+  kernels' achieved share, `Memory.streaming_bandwidth_bytes_per_s`)) over the
   forward, backward and re-run passes, where a phase with matmuls (the catalogue's `gemm` entries,
   (m, n, k) per device) runs each of them at its own shape's efficiency (`gemm.py`: tiles, waves over
   the SMs, the memory floor); the backward pass runs each forward GEMM (m, n, k) as its data gradient
@@ -130,6 +131,7 @@ class _Rates:
     low_beta: float = 1.0  # bytes per element of the low-precision GEMM operands
     attention_peak: float = 0.0  # FLOP/s of the fused attention core (`attention_core_peak`)
     attention_wall_rate: bool = False  # the kernel's measured wall-clock rate: no separate HBM-traffic bound
+    stream_hbm: float = 0.0  # B/s a memory-bound phase moves its traffic at: HBM x achievable_bandwidth_fraction
 
 
 def _rates(problem: Problem) -> _Rates:
@@ -166,6 +168,7 @@ def _device_rates(problem: Problem) -> _Rates:
         low_beta=cast.recipe.bytes_per_element if cast is not None else 1.0,
         attention_peak=attention_core_peak(problem, peak),
         attention_wall_rate=attention_kernel_share(problem) is not None,
+        stream_hbm=hw.memory.streaming_bandwidth_bytes_per_s(),
     )
 
 
@@ -335,7 +338,7 @@ def _part(pv: PhaseValues, phases: list[Phase], r: _Rates, memory_only: bool = F
             core = [core[0] + flops * run, core[1] + traffic, core[2] + v("flops_bwd") * load * run]
             t = 0.0
         else:
-            t = maximum(_matmul_time(part, phase, v, r, load), traffic / r.hbm) + _cast(part, phase, v, r, load)
+            t = maximum(_matmul_time(part, phase, v, r, load), traffic / r.stream_hbm) + _cast(part, phase, v, r, load)
         part.phase_s[phase.name] = t
         part.compute_s = part.compute_s + t
         part.backward_s = part.backward_s + t * _backward_share(v)
@@ -578,7 +581,7 @@ def _fused_core(part: Part, pv: PhaseValues, phases: list[Phase], core: list[Any
     B_c = M/(4d) keys, no L2 reuse of K and V across CTAs) is contradicted by those benchmarks: on H100 at
     d = 128, s = 4096 (B_c = 227) it allows the causal forward 129.5 FLOP/B x 3.35 TB/s = 434 TFLOP/s on the
     blocks run, under cuDNN's measured 534 (tests/test_attention_kernels.py), so it is not applied on top."""
-    bound = core[1] / r.hbm if not r.attention_wall_rate else 0.0
+    bound = core[1] / r.stream_hbm if not r.attention_wall_rate else 0.0
     fused = maximum(core[0] / r.attention_peak, bound)
     part.compute_s, part.core_s = part.compute_s + fused, part.core_s + fused
     part.kernels = part.kernels + where(core[0] > 0, 2, 0)  # the fused forward and backward kernels

@@ -11,7 +11,7 @@ weight (`weights`, 2 B):
 
     bytes per local parameter = gradients + 2 x optimizer + weights = 4 + 24 + 2 = 30 B
                                 (reads 16 B: gradient, master, m, v; writes 14 B: master, m, v, 16-bit weight)
-    t_optimizer = local parameters x 30 B / HBM bandwidth
+    t_optimizer = local parameters x 30 B / (HBM bandwidth x f_stream)  (f_stream: memory.achievable_bandwidth_fraction)
 
 Local parameters: the stage's per-device parameters (after TP, PP, EP, ETP), divided by the ZeRO shard
 group when the optimizer state is sharded (DP·CP for the dense part, EDP for the experts), else whole.
@@ -22,7 +22,7 @@ fp32 scalar over every rank (through the ring helper of `collectives.py`, which 
 per-call latency it models); the scaling by the clip coefficient is applied only when the norm exceeds
 the threshold, and is not counted:
 
-    t_grad_norm = local parameters x gradients B / HBM bandwidth + all-reduce(4 B over all ranks)
+    t_grad_norm = local parameters x gradients B / (HBM bandwidth x f_stream) + all-reduce(4 B over all ranks)
 
 **Kernel launches (host issue time).** The CPU issues kernels one after another, a few microseconds each
 (the profile's `kernels.launch_overhead_s`, an estimate: the CUDA C++ Best Practices Guide discusses kernel
@@ -161,7 +161,7 @@ def local_params(problem: Problem, dense: Any, expert: Any) -> Any:
 
 def fixed_costs(problem: Problem, dense: Any, expert: Any, rates: dict[str, int]) -> FixedCosts:
     """Optimizer update and gradient norm of a stage holding `dense` + `expert` parameters per device."""
-    hbm = problem.hardware.memory.offchip_bandwidth_bytes_per_s.value
+    hbm = problem.hardware.memory.streaming_bandwidth_bytes_per_s()  # elementwise kernels: B_HBM x f_stream
     params = local_params(problem, dense, expert)
     optimizer = params * optimizer_bytes_per_param(rates) / hbm
     n = problem.layout.devices
