@@ -477,3 +477,37 @@ def test_the_scalar_and_array_paths_of_the_core_time_factor_agree():
             arrays = _core_time_factor(p, {"s": np.array(seqs), "w": np.array(windows)}, windowed)
             scalars = [_core_time_factor(p, {"s": s, "w": w}, windowed) for s, w in zip(seqs, windows)]
             assert list(arrays) == scalars
+
+
+def test_a_low_precision_grouped_linear_launches_its_quantisation_per_expert():
+    """TransformerEngine v2.6-v2.13's GroupedLinear quantises its input forward and its output gradient backward
+    with one tex.split_quantize each, which calls every local expert's quantizer in a C++ loop
+    (TE @ v2.9 transformer_engine/pytorch/csrc/extensions/cast.cpp L103-150: a fused kernel only for delayed
+    scaling; quantizer.cpp: MXFP8 one nvte_quantize_v2 per expert L1091-1101, current scaling amax + scale + cast
+    L497-535). Qwen3-30B-A3B at EP 8 (16 local experts, linear_fc1 and linear_fc2) without a re-run:
+    MXFP8 16 x 2 grouped linears x 2 passes x 1 = 64 launches more than BF16, 0.256 ms at 4 us; FP8 current
+    scaling 3 kernels each, 192; delayed scaling 0 (one fused kernel per call); a full re-run quantises the
+    input once more (3 passes). The first forward issues G x 2 x k of them."""
+    from btacalc.model.gpu.costs import layer_parts
+
+    def part(precision, recompute="none", hw="b200"):
+        run = RunOptions(seq_len=4096, attention="flash", gradient_bytes=4, recompute=recompute, precision=precision)
+        p = _problem("qwen3-30b-a3b", hw=hw, run=run, devices=8, expert_parallel=8)
+        return layer_parts(p, p.evaluate(1, 1))[0]
+
+    bf16 = part("bf16")
+    local_experts, grouped_linears = 128 // 8, 2
+    mx = part("mxfp8")
+    assert mx.kernels - bf16.kernels == pytest.approx(local_experts * grouped_linears * 2 * 1) == 64
+    assert mx.kernels_fwd - bf16.kernels_fwd == pytest.approx(local_experts * grouped_linears * 1)
+    assert (mx.kernels - bf16.kernels) * resolve_hardware("b200").kernels.launch_overhead_s.value == \
+        pytest.approx(64 * 4e-6)
+    assert part("fp8-current", hw="h100").kernels - part("bf16", hw="h100").kernels == pytest.approx(16 * 2 * 2 * 3)
+    assert part("fp8", hw="h100").kernels == pytest.approx(part("bf16", hw="h100").kernels)
+    full = part("mxfp8", "full").kernels - part("bf16", "full").kernels
+    assert full == pytest.approx(local_experts * grouped_linears * 3)
+    dense = _problem("llama-3-8b", hw="b200", devices=8,
+                     run=RunOptions(seq_len=4096, attention="flash", gradient_bytes=4, precision="mxfp8"))
+    dense16 = _problem("llama-3-8b", hw="b200", devices=8, run=RunOptions(seq_len=4096, attention="flash",
+                                                                         gradient_bytes=4))
+    assert layer_parts(dense, dense.evaluate(1, 1))[0].kernels == layer_parts(dense16, dense16.evaluate(1, 1))[0].kernels

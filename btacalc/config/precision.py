@@ -51,6 +51,7 @@ class Recipe(BaseModel):
     megatron: tuple[str, ...]
     param_gather_flag: str
     bridge_param_gather: bool  # Megatron-Bridge's recipe keeps the parameters in the low precision (precision.toml)
+    grouped_quantize_kernels_per_expert: int = Field(ge=0)  # TE GroupedLinear's per-expert quantise launches
     source: str = Field(min_length=3)
     note: str = ""
 

@@ -57,6 +57,17 @@ more than its 2.7 ms of GPU work on a B200 at 4,096 tokens: the step is host-bou
 "CPU Overhead Bottleneck": gaps between kernels; the fixes it lists are CUDA graphs and a larger
 micro-batch). A profile without `expert_gemm_host_s` counts each expert GEMM as one plain launch.
 
+**Low precision quantises a grouped operand per expert.** TransformerEngine v2.6-v2.13 (the NeMo 25.x-26.0x
+containers) quantise a GroupedLinear's input forward and its output gradient backward with one `tex.split_quantize`
+call each (TE @ v2.9 70f53666 transformer_engine/pytorch/module/grouped_linear.py L126-127, L314-327), which runs
+each local expert's quantizer in a C++ loop unless the recipe has a fused multi-tensor kernel (csrc/extensions/
+cast.cpp L103-150: only delayed-scaling FP8 does). Per expert the quantizer launches k kernels (quantizer.cpp:
+MXFP8 and FP8 block scaling 1, FP8 current scaling 3: amax, scale, cast; NVFP4 grouped from TE v2.11: 0), each
+taken at launch_overhead_s (no Python runs per expert; no published per-call host time was found):
+
+    quantise kernels per grouped GEMM = G x k x (2 + re-runs)       (k: precision.toml grouped_quantize_kernels_per_expert)
+    Qwen3-30B-A3B MXFP8 at EP 8: 16 x 2 grouped linears x 2 passes x 1 = 64 launches, 0.26 ms per layer and micro-batch
+
 **Layer modules are Python on the host.** Each linear module of Megatron's TransformerEngine layer spec
 (Megatron-LM @ d98e8a64 megatron/core/models/gpt/gpt_layer_specs.py L139-159: linear_qkv, linear_proj;
 experts.py L183-240: the grouped linear_fc1 and linear_fc2; the dense MLP's fc1 and fc2) and its attention
