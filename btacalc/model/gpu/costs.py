@@ -333,7 +333,7 @@ def _part(pv: PhaseValues, phases: list[Phase], r: _Rates, memory_only: bool = F
         part.module_calls = part.module_calls + modules
         part.glue_ops = part.glue_ops + _glue_ops(phase, v)
         _forward_issued(part, phase, v, r, (kernels, expert_gemms, modules))
-        _expert_quantize(part, phase, v, r)
+        _expert_quantize(part, phase, v, r, expert_gemms)
         if phase.core and r.flash:
             run = r.core_time_factor
             core = [core[0] + flops * run, core[1] + traffic, core[2] + v("flops_bwd") * load * run]
@@ -538,22 +538,19 @@ def _launches(phase: Phase, v: Any, r: _Rates) -> tuple[Any, Any]:
     return work * (2 + v("reruns")), 0
 
 
-def _expert_quantize(part: Part, phase: Phase, v: Any, r: _Rates) -> None:
+def _expert_quantize(part: Part, phase: Phase, v: Any, r: _Rates, expert_gemms: Any) -> None:
     """Kernel launches of the per-expert quantisation in a low-precision phase's grouped expert GEMMs
     (model/gpu/fixed.py): TransformerEngine's GroupedLinear quantises its input forward and its output gradient
     backward with one `tex.split_quantize` call each, which launches the recipe's
     `grouped_quantize_kernels_per_expert` per local expert (E/EP) in a C++ loop (precision.toml); a re-run
-    quantises the input again. Per grouped GEMM: G x k x (2 + re-runs), the first forward G x k."""
-    if r.cast is None or not phase.low_precision or (phase.core and r.flash):
+    quantises the input again. Per grouped GEMM: G x k x (2 + re-runs), the first forward G x k. `expert_gemms`
+    is `_launches`' count of per-expert GEMMs, G per grouped GEMM in each of its 3 + re-runs passes."""
+    per_expert = r.cast.recipe.grouped_quantize_kernels_per_expert if r.cast is not None else 0
+    if not per_expert or not phase.low_precision:
         return
-    per_expert = r.cast.recipe.grouped_quantize_kernels_per_expert
-    grouped = [g for g in _phase_gemms(phase, r) if g.grouped]
-    if not per_expert or not grouped:
-        return
-    with np.errstate(divide="ignore", invalid="ignore"):  # as `_evaluate` asks
-        experts = sum(_evaluate(g.count, r.symbols) / r.expert_parallel for g in grouped)
-    forward = experts * per_expert
-    part.kernels = part.kernels + forward * (2 + v("reruns"))
+    reruns = v("reruns")
+    forward = expert_gemms / (3 + reruns) * per_expert
+    part.kernels = part.kernels + forward * (2 + reruns)
     part.kernels_fwd = part.kernels_fwd + forward
 
 

@@ -66,8 +66,9 @@ class CastRates:
 
     recipe: Recipe
     peak: Any  # achieved FLOP/s of the low-precision GEMMs (the dtype's peak x compute efficiency)
-    bytes_per_cast: float  # HBM bytes per element cast (read + amax passes + written copies)
-    full_bandwidth_bytes_per_cast: float  # bytes_per_cast, each kernel's over its share of HBM bandwidth (t = this / HBM)
+    # HBM bytes per element cast (read + amax passes + written copies: `cast_bytes_per_element`), each kernel's
+    # over its share of HBM bandwidth (`full_bandwidth_bytes`): a cast of e elements takes e x this / HBM
+    full_bandwidth_bytes_per_cast: float
     cache_bytes_per_param: float  # quantised weight copies kept per parameter (with their scales)
     weight_casts_per_micro_batch: Any  # 1 / M: the weights are cast once per optimizer step
 
@@ -104,7 +105,6 @@ def cast_rates(problem: Problem) -> Optional[CastRates]:
     assert peak is not None  # checked when the execution was resolved (config.precision.check_precision)
     copies = recipe.copies(chip.compute_capability.value if chip.compute_capability else 0.0)
     return CastRates(recipe=recipe, peak=peak.value * compute_efficiency(problem),
-                     bytes_per_cast=cast_bytes_per_element(recipe, copies),
                      full_bandwidth_bytes_per_cast=full_bandwidth_bytes(
                          recipe, copies, cast_bandwidth_shares(problem.hardware.kernels, copies)),
                      cache_bytes_per_param=copies * recipe.bytes_per_element,
@@ -115,8 +115,9 @@ def phase_cast_s(rates: CastRates, hbm: float, phase: Phase, v: Any, load: Any, 
                  weights: bool = True) -> Any:
     """Seconds of a low-precision phase's cast kernels per micro-batch: its activations and output
     gradients (`cast_elements` x the routed load) and, with `weights`, its weights' once-per-step cast as
-    1/M of it (`phase_weight_cast_s` x weight_casts_per_micro_batch), each element moving `bytes_per_cast`
-    at the cast kernel's share of HBM bandwidth (`full_bandwidth_bytes_per_cast`). `v` reads the phase's per-device values."""
+    1/M of it (`phase_weight_cast_s` x weight_casts_per_micro_batch), each element moving its cast bytes
+    at the cast kernel's share of HBM bandwidth (`full_bandwidth_bytes_per_cast`). `v` reads the phase's
+    per-device values."""
     t = v("cast_elements") * load * rates.full_bandwidth_bytes_per_cast / hbm
     return t + phase_weight_cast_s(rates, hbm, phase, v, expert_shards) * rates.weight_casts_per_micro_batch \
         if weights else t
