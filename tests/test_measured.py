@@ -30,7 +30,7 @@ def _write(tmp_path, runs):
 
 def test_shipped_runs_load_and_every_run_is_reported():
     runs = load_runs()
-    assert len([r for r in runs if r.hw.startswith("wse")]) == 10 and len(runs) >= 80
+    assert len([r for r in runs if r.hw.startswith("wse")]) == 12 and len(runs) >= 80
     assert {r.role for r in runs} == {"fit", "check"}
     report = validate_measured()
     assert [r.id for r in report.runs] == [r.id for r in runs]  # none silently skipped

@@ -77,4 +77,4 @@ def test_validate_cli(cli):
     r = json.loads(out)
     assert code == 0 and {p["status"] for p in r["points"]} <= {"pass", "KNOWN GAP"}
     assert r["measured"]["gate"]["ok"] and len(r["measured"]["runs"]) >= 77
-    assert len([x for x in r["measured"]["runs"] if x["family"] == "wse"]) == 10
+    assert len([x for x in r["measured"]["runs"] if x["family"] == "wse"]) == 12
