@@ -55,3 +55,23 @@ def test_the_runs_are_planned_on_the_h200_with_their_layout(run_id):
     result = predict(run)
     assert result.expressible and result.error is not None
     assert result.predicted.tokens_per_s_per_device > 0
+
+
+def test_the_recipe_tokenizer_vocabulary_is_the_model_the_run_trained():
+    """Both NeMo 1.0 configs train with Megatron's GPT2BPETokenizer (50,257 tokens: Hugging Face
+    openai-community/gpt2 config.json vocab_size), not the model's own vocabulary; Megatron pads it to a multiple
+    of make_vocab_size_divisible_by 128 x TP: ceil(50,257 / 128) x 128 = 393 x 128 = 50,304 at TP 1 (Mixtral) and
+    ceil(50,257 / 256) x 256 = 197 x 256 = 50,432 at TP 2 (Llama)."""
+    from btacalc.model.problem import padded_vocab
+
+    runs = _runs()
+    assert padded_vocab(50_257, 1) == 393 * 128 == 50_304
+    assert padded_vocab(50_257, 2) == 197 * 256 == 50_432
+    for run_id, preset_vocab in (("mixtral-8x7b-h200-256-bf16-gpurecipes-a3u", 32_000),
+                                 ("llama-3-70b-h200-256-fp8-gpurecipes-a3u", 128_256)):
+        run = runs[run_id]
+        assert run.model_spec().vocab_size == 50_257
+        as_preset = run.model_copy(update={"recipe": run.recipe.model_copy(update={"tokenizer_vocab_size": None})})
+        assert as_preset.model_spec().vocab_size == preset_vocab
+        faster = predict(run).predicted.tokens_per_s_per_device > predict(as_preset).predicted.tokens_per_s_per_device
+        assert faster == (50_257 < preset_vocab)  # a smaller output layer is a faster step, a larger one slower
