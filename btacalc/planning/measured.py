@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..config.execution import MEGATRON, BatchLimits, ExecutionRequest, OverlapRequest
 from ..config.hardware import HardwareProfile, resolve_hardware
+from ..config.model import ModelSpec, validate_model
 from ..config.pipeline import StageSplit
 from ..config.precision import recipe as precision_recipe
 from ..config.presets import resolve_model
@@ -126,6 +127,10 @@ class Recipe(BaseModel):
     exp_avg_dtype: Optional[Literal["fp32", "bf16"]] = Field(None, description="--use-precision-aware-optimizer "
                                                              "--exp-avg-dtype / --exp-avg-sq-dtype: Adam's moments "
                                                              "(default fp32)")
+    tokenizer_vocab_size: Optional[int] = Field(None, ge=1, description="the vocabulary of the tokenizer the run "
+                                                "trained with where it is not the model's (NeMo 1.0 recipes that train "
+                                                "with the GPT-2 BPE tokenizer: 50,257); btacalc pads it as Megatron "
+                                                "does, to a multiple of 128 x TP (model/problem.py padded_vocab)")
     deterministic_mode: bool = Field(False, description="--deterministic-mode (Megatron-LM megatron/training/"
                                      "determinism.py: NCCL_ALGO Ring, TransformerEngine's deterministic attention "
                                      "backward, torch.use_deterministic_algorithms); not modelled")
@@ -192,6 +197,16 @@ class MeasuredRun(BaseModel):
                                               "drew each token's experts at random (balanced in expectation); the "
                                               "plan's routing imbalance is the busiest expert-parallel rank's expected "
                                               "load under that routing (model/routing_balance.py)")
+
+    def model_spec(self) -> ModelSpec:
+        """The run's model as it trained: the preset, with the vocabulary of the tokenizer the recipe states."""
+        model = resolve_model(self.model)
+        vocab = self.recipe.tokenizer_vocab_size if self.recipe is not None else None
+        if vocab is None or vocab == model.vocab_size:
+            return model
+        data = model.model_dump()
+        data.update(name=f"{model.name} (tokenizer vocab {vocab})", vocab_size=vocab, published_params=None)
+        return validate_model(data, origin=f"run {self.id}")
 
     def with_recipe(self) -> "MeasuredRun":
         """The run with its recipe's corrections applied to the layout fields."""
@@ -438,7 +453,7 @@ def predict(run: MeasuredRun, hardware: Callable[[str], HardwareProfile] = resol
     try:
         profile = hardware(run.hw)
         family = device_family(profile)
-        model = resolve_model(run.model)
+        model = run.model_spec()
     except BtacalcError as exc:
         return RunResult(**base, family="unknown", expressible=False, reason=str(exc))
     request, reason = express(run, family)
