@@ -102,12 +102,12 @@ def test_every_hybridep_recipe_states_deepep():
 def test_the_25_11_recipes_with_moe_a2a_overlap_state_the_overlap():
     """Megatron-Bridge v0.2.0 (NeMo 25.11) sets moe_a2a_overlap=True in the Qwen3 H100 FP8-CS and B200 FP8 base
     configs (scripts/performance/configs/qwen3/workload_base_configs.py), which helpers.py L182-186 turn into
-    overlap_moe_expert_parallel_comm: the rows of those recipes state the overlap, and planning it hides the
+    overlap_moe_expert_parallel_comm (v0.4.1, NeMo 26.04.01, likewise for the H100 FP8-CS 235B config): the rows of those recipes state the overlap, and planning it hides the
     exchange (-254: an EP 32 all-to-all over the NIC, larger than the layer's compute) so the prediction is
     faster than with the exchange exposed."""
     runs = _runs()
     for rid in ("qwen3-30b-a3b-h100-16-fp8-current-253", "qwen3-235b-a22b-b200-64-mxfp8-248",
-                "qwen3-235b-a22b-h100-256-fp8-current-254"):
+                "qwen3-235b-a22b-h100-256-fp8-current-254", "qwen3-235b-a22b-h100-256-fp8-95"):
         assert runs[rid].recipe is not None and runs[rid].recipe.overlaps.all_to_all, rid
         assert "moe_a2a_overlap=True" in runs[rid].recipe.source
     run = runs["qwen3-235b-a22b-h100-256-fp8-current-254"]
