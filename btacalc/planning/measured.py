@@ -134,6 +134,9 @@ class Recipe(BaseModel):
     deterministic_mode: bool = Field(False, description="--deterministic-mode (Megatron-LM megatron/training/"
                                      "determinism.py: NCCL_ALGO Ring, TransformerEngine's deterministic attention "
                                      "backward, torch.use_deterministic_algorithms); not modelled")
+    fp8_dot_product_attention: bool = Field(False, description="Megatron-Bridge's mixed_precision."
+                                            "fp8_dot_product_attention (TransformerEngine's FP8 fused attention: "
+                                            "the attention core's GEMMs in FP8); not modelled")
     overlaps: Overlaps = Overlaps()
 
     def unmodelled(self) -> str:
@@ -143,6 +146,9 @@ class Recipe(BaseModel):
         if self.deterministic_mode:
             return ("--deterministic-mode is not modelled (NCCL Ring only, TransformerEngine's deterministic attention "
                     "backward, deterministic PyTorch kernels: btacalc times the default, faster kernels)")
+        if self.fp8_dot_product_attention:
+            return ("fp8_dot_product_attention is not modelled (TransformerEngine's FP8 fused attention: btacalc "
+                    "times the attention core at its 16-bit kernel's rate)")
         return ""
 
     def loss(self) -> str:
