@@ -339,7 +339,8 @@ def _part(pv: PhaseValues, phases: list[Phase], r: _Rates, memory_only: bool = F
             core = [core[0] + flops * run, core[1] + traffic, core[2] + v("flops_bwd") * load * run]
             t = 0.0
         else:
-            t = maximum(_matmul_time(part, phase, v, r, load), traffic / r.stream_hbm) + _cast(part, phase, v, r, load)
+            t = maximum(_matmul_time(part, phase, v, r, load), traffic / r.stream_hbm) + _cast(part, phase, v, r, load) \
+                + _elementwise_s(v, r, load)
         part.phase_s[phase.name] = t
         part.compute_s = part.compute_s + t
         part.backward_s = part.backward_s + t * _backward_share(v)
@@ -626,6 +627,19 @@ def _cast(part: Part, phase: Phase, v: Any, r: _Rates, load: Any) -> Any:
     part.weight_cast_s = part.weight_cast_s + once
     part.cast_s[phase.name] = t + once * r.cast.weight_casts_per_micro_batch
     return t
+
+
+def _elementwise_s(v: Any, r: _Rates, load: Any) -> Any:
+    """Seconds of the phase's separately launched elementwise kernels per micro-batch (the catalogue's
+    `elementwise_bytes`, forward and each re-run, and `elementwise_bytes_bwd`): the activation between two
+    linears, the residual adds. Each is its own memory-bound kernel, so its bytes at the streaming bandwidth
+    add to the phase instead of hiding under its GEMMs' `max`:
+
+        t = (E_fwd x (1 + re-runs) + E_bwd) x load / B_stream
+
+    (Megatron-LM @ d98e8a64 mlp.py L275-317, fused_bias_swiglu.py, fused_bias_dropout.py: jit-fused kernels
+    between TransformerEngine modules, which cannot take them in; docs/precision.md "lp6")."""
+    return (v("elementwise_bytes") * (1 + v("reruns")) + v("elementwise_bytes_bwd")) * load / r.stream_hbm
 
 
 def _backward_share(v: Any) -> Any:
