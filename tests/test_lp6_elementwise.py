@@ -132,3 +132,40 @@ def test_tensor_parallelism_splits_the_activation_and_sequence_parallelism_the_a
     assert sp.value("mlp", "elementwise_bytes") == pytest.approx(3 * BETA * S * F / 4)
     assert sp.value("input_norm", "elementwise_bytes") == pytest.approx(3 * BETA * S * H / 4)
     assert no_sp.value("input_norm", "elementwise_bytes") == pytest.approx(3 * BETA * S * H)
+
+
+# flashinfer PR 2256 (B200, cuDNN backend, 128 batched 512x512x4096 GEMMs): bmm_mxfp8 and bmm_fp8 TFLOP/s
+MXFP8_TFLOPS, FP8_TFLOPS = 2347.650, 2369.049
+
+
+@pytest.mark.parametrize("hw", ["b200", "gb200"])
+def test_the_mxfp8_ceiling_is_the_fp8_one_times_the_published_mxfp8_to_fp8_ratio(hw):
+    """2347.650 / 2369.049 = 0.991 of the per-tensor FP8 rate at the same shape: B200 0.785 x 0.991 = 0.778,
+    GB200 0.794 x 0.991 = 0.787; the MXFP8 recipe's GEMMs run at it, the per-tensor FP8 recipes at the FP8 one."""
+    from btacalc.config.hardware import resolve_hardware
+    from btacalc.model.gpu.costs import matmul_ceiling
+    from btacalc.model.gpu.precision import cast_rates
+    k = resolve_hardware(hw).kernels
+    ratio = MXFP8_TFLOPS / FP8_TFLOPS
+    assert ratio == pytest.approx(0.991, abs=5e-4)
+    assert k.mxfp8_gemm_ceiling_fraction.value == pytest.approx(k.fp8_gemm_ceiling_fraction.value * ratio, abs=5e-4)
+    mx = resolved(load_preset("llama-3-8b"), hw, recompute="none", attention="flash", seq_len=S, precision="mxfp8")
+    cs = resolved(load_preset("llama-3-8b"), hw, recompute="none", attention="flash", seq_len=S, precision="fp8-current")
+    assert matmul_ceiling(mx, cast_rates(mx).recipe.ceiling_kernel) == k.mxfp8_gemm_ceiling_fraction.value
+    assert costs._rates(mx).low_share / costs._rates(cs).low_share == pytest.approx(
+        k.mxfp8_gemm_ceiling_fraction.value / k.fp8_gemm_ceiling_fraction.value)
+
+
+def test_without_an_mxfp8_measurement_mxfp8_takes_the_fp8_ceiling():
+    """A profile with an FP8 ceiling and no MXFP8 one runs MXFP8 at the FP8 ceiling (the B200 with its MXFP8 field
+    taken out: 0.785); one with neither (B300) at the BF16 one."""
+    from btacalc.config.hardware import resolve_hardware
+    from btacalc.model.gpu.costs import matmul_ceiling
+    b200 = resolve_hardware("b200")
+    bare = b200.model_copy(update={"kernels": b200.kernels.model_copy(update={"mxfp8_gemm_ceiling_fraction": None})})
+    p = resolved(load_preset("llama-3-8b"), bare, recompute="none", attention="flash", seq_len=S, precision="mxfp8")
+    assert matmul_ceiling(p, "mxfp8") == pytest.approx(0.785)
+    b300 = resolve_hardware("b300")
+    assert b300.kernels.mxfp8_gemm_ceiling_fraction is None and b300.kernels.fp8_gemm_ceiling_fraction is None
+    q = resolved(load_preset("llama-3-8b"), b300, recompute="none", attention="flash", seq_len=S, precision="mxfp8")
+    assert matmul_ceiling(q, "mxfp8") == b300.kernels.gemm_ceiling_fraction.value
