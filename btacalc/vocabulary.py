@@ -126,6 +126,8 @@ BASE_QUANTITIES = (
     "pp_bytes",
     "bytes_moved_bwd",
     "cast_elements",
+    "elementwise_bytes",
+    "elementwise_bytes_bwd",
     "state",
 )
 # Quantities btacalc derives from the base ones (catalogue.selection.Selection.expression).
@@ -149,6 +151,8 @@ QUANTITY_UNITS = {
     "pp_bytes": "bytes",
     "bytes_moved_bwd": "bytes",
     "cast_elements": "elements",
+    "elementwise_bytes": "bytes",
+    "elementwise_bytes_bwd": "bytes",
     "recompute_bytes": "bytes",
     "reruns": "passes",
     "arithmetic_intensity": "FLOP/byte",

@@ -51,14 +51,17 @@ def test_the_share_is_the_published_streaming_benchmark(profile, share, kind):
 
 def test_a_norm_phase_streams_its_bytes_at_hbm_times_the_share():
     """Llama 3 8B on a B200, one 4,096-token sequence: the pre-attention RMSNorm has no GEMM, so its time is
-    its HBM bytes (forward + backward, the catalogue's counts) over 8 TB/s x 0.840 = 6.72 TB/s."""
+    its HBM bytes (forward + backward, the catalogue's counts, and the residual add's) over 8 TB/s x 0.840 = 6.72 TB/s."""
     p = resolved(load_preset("llama-3-8b"), "b200", recompute="none", attention="flash", seq_len=4096)
     ev = p.evaluate(1, 1)
     pv = ev.layers[0][1]
     moved = pv.value("input_norm", "bytes_moved") + pv.value("input_norm", "bytes_moved_bwd")
-    assert layer_parts(p, ev)[0].phase_s["input_norm"] == pytest.approx(moved / B200_ADD_BPS, rel=1e-9)
+    # the residual add before it, its own kernel (lp6, tests/test_lp6_elementwise.py): 3 x 2 B forward and backward
+    added = pv.value("input_norm", "elementwise_bytes") + pv.value("input_norm", "elementwise_bytes_bwd")
+    assert layer_parts(p, ev)[0].phase_s["input_norm"] == pytest.approx((moved + added) / B200_ADD_BPS, rel=1e-9)
     # the catalogue's count: 12 B per token x hidden element over the forward and backward passes
     assert moved / (4096 * 4096) == pytest.approx(12, rel=1e-3)
+    assert added / (4096 * 4096) == pytest.approx(12, rel=1e-9)
 
 
 def test_the_cast_kernels_keep_their_own_share_of_the_datasheet():

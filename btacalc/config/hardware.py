@@ -337,6 +337,10 @@ class Kernels(_Section):
         None, description="share of the datasheet dense FP8 peak a large, perfectly quantised FP8 GEMM (per-tensor "
         "scales, torch._scaled_mm / cuBLASLt) reaches in a microbenchmark of this generation; the FP8 recipes' "
         "linear-layer GEMMs run at it (model/gpu/costs.py); None: at gemm_ceiling_fraction, the BF16 one")
+    mxfp8_gemm_ceiling_fraction: Annotated[Optional[Number], FRACTION] = Field(
+        None, description="share of the datasheet dense FP8 peak a large MXFP8 GEMM (32-element E8M0 block scales, "
+        "cuBLASLt/cuDNN) reaches in a microbenchmark of this generation; the MXFP8 recipe's linear-layer GEMMs run at "
+        "it (model/gpu/costs.py); None: at fp8_gemm_ceiling_fraction (else the BF16 one)")
     fp4_gemm_ceiling_fraction: Annotated[Optional[Number], FRACTION] = Field(
         None, description="share of the datasheet dense FP4 peak a large NVFP4 GEMM (block scales, cuBLASLt) reaches "
         "in a microbenchmark of this generation; the NVFP4 recipe's linear-layer GEMMs run at it "

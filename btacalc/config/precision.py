@@ -18,7 +18,7 @@ only holds the data:
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -42,6 +42,8 @@ class Recipe(BaseModel):
     name: str
     te_recipe: str
     gemm_peak: Literal["bf16", "fp8", "fp4"]
+    # the GEMM kernel whose measured ceiling applies (precision.toml `gemm_ceiling`); None: the gemm_peak dtype's
+    gemm_ceiling: Optional[Literal["mxfp8"]] = None
     element_bytes: float = Field(gt=0, le=2)
     block_elements: int = Field(ge=0)
     scale_bytes: float = Field(ge=0)
@@ -59,6 +61,13 @@ class Recipe(BaseModel):
     def low(self) -> bool:
         """The linear layers run below 16 bits (anything quantised at all)."""
         return self.gemm_peak != "bf16"
+
+    @property
+    def ceiling_kernel(self) -> str:
+        """The key of the measured GEMM ceiling the recipe's linear-layer GEMMs run at (model/gpu/costs.py
+        `matmul_ceiling`): its own kernel's where precision.toml names one (MXFP8's block-scaled GEMM), else its
+        peak's dtype."""
+        return self.gemm_ceiling or self.gemm_peak
 
     @property
     def bytes_per_element(self) -> float:

@@ -149,7 +149,7 @@ def _device_rates(problem: Problem) -> _Rates:
     share = ceiling * compute_efficiency(problem)
     peak = hw.chip.peak_flops_per_s.value * share
     cast = cast_rates(problem)  # the low-precision dtype's peak x compute_efficiency (x its dtype's ceiling below)
-    low_ceiling = matmul_ceiling(problem, cast.recipe.gemm_peak) if cast is not None else ceiling
+    low_ceiling = matmul_ceiling(problem, cast.recipe.ceiling_kernel) if cast is not None else ceiling
     return _Rates(
         peak=peak,
         peak_share=share,
@@ -196,17 +196,21 @@ def attention_core_peak(problem: Problem, gemm_peak: float) -> float:
 
 def matmul_ceiling(problem: Problem, dtype: str = "bf16") -> float:
     """The generation's measured large-GEMM share of the datasheet peak of `dtype`'s GEMMs (a recipe's
-    `gemm_peak`: bf16, fp8 or fp4), 1 for a profile without a [kernels] section. Every matmul phase runs at
+    `ceiling_kernel`: bf16, fp8, mxfp8 or fp4), 1 for a profile without a [kernels] section. Every matmul phase runs at
     datasheet x this x the family's fitted `compute_efficiency` before its shape's quantisation
     (model/gpu/gemm.py). The BF16 ceiling is `kernels.gemm_ceiling_fraction`; FP8 GEMMs take
     `kernels.fp8_gemm_ceiling_fraction` where the profile has a published FP8 microbenchmark (the same
     Maximum Achievable Matmul FLOPS table, torch._scaled_mm with per-tensor scales), else the BF16 one;
+    MXFP8's block-scaled GEMMs (`dtype` "mxfp8", precision.toml `gemm_ceiling`) `kernels.mxfp8_gemm_ceiling_fraction`
+    where the profile has one (the FP8 ceiling x a published MXFP8/FP8 ratio at the same shape), else the FP8 one;
     FP4 GEMMs `kernels.fp4_gemm_ceiling_fraction` where the profile has one (Blackwell: the BF16 ceiling x the
     NVFP4/BF16 ratio of a published cuBLAS benchmark at the same shapes), else the BF16 one."""
     kernels = problem.hardware.kernels
     if kernels is None:
         return 1.0
-    if dtype == "fp8" and kernels.fp8_gemm_ceiling_fraction is not None:
+    if dtype == "mxfp8" and kernels.mxfp8_gemm_ceiling_fraction is not None:
+        return kernels.mxfp8_gemm_ceiling_fraction.value
+    if dtype in ("fp8", "mxfp8") and kernels.fp8_gemm_ceiling_fraction is not None:
         return kernels.fp8_gemm_ceiling_fraction.value
     if dtype == "fp4" and kernels.fp4_gemm_ceiling_fraction is not None:
         return kernels.fp4_gemm_ceiling_fraction.value
@@ -339,7 +343,8 @@ def _part(pv: PhaseValues, phases: list[Phase], r: _Rates, memory_only: bool = F
             core = [core[0] + flops * run, core[1] + traffic, core[2] + v("flops_bwd") * load * run]
             t = 0.0
         else:
-            t = maximum(_matmul_time(part, phase, v, r, load), traffic / r.stream_hbm) + _cast(part, phase, v, r, load)
+            t = maximum(_matmul_time(part, phase, v, r, load), traffic / r.stream_hbm) + _cast(part, phase, v, r, load) \
+                + _elementwise_s(v, r, load)
         part.phase_s[phase.name] = t
         part.compute_s = part.compute_s + t
         part.backward_s = part.backward_s + t * _backward_share(v)
@@ -626,6 +631,19 @@ def _cast(part: Part, phase: Phase, v: Any, r: _Rates, load: Any) -> Any:
     part.weight_cast_s = part.weight_cast_s + once
     part.cast_s[phase.name] = t + once * r.cast.weight_casts_per_micro_batch
     return t
+
+
+def _elementwise_s(v: Any, r: _Rates, load: Any) -> Any:
+    """Seconds of the phase's separately launched elementwise kernels per micro-batch (the catalogue's
+    `elementwise_bytes`, forward and each re-run, and `elementwise_bytes_bwd`): the activation between two
+    linears, the residual adds. Each is its own memory-bound kernel, so its bytes at the streaming bandwidth
+    add to the phase instead of hiding under its GEMMs' `max`:
+
+        t = (E_fwd x (1 + re-runs) + E_bwd) x load / B_stream
+
+    (Megatron-LM @ d98e8a64 mlp.py L275-317, fused_bias_swiglu.py, fused_bias_dropout.py: jit-fused kernels
+    between TransformerEngine modules, which cannot take them in; docs/precision.md "lp6")."""
+    return (v("elementwise_bytes") * (1 + v("reruns")) + v("elementwise_bytes_bwd")) * load / r.stream_hbm
 
 
 def _backward_share(v: Any) -> Any:
