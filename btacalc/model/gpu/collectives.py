@@ -109,9 +109,9 @@ class Link:
 
 def links(problem: Problem) -> tuple[Link, Link]:
     """(scale-up NVLink, scale-out NIC) links of the problem's profile (once per problem)."""
-    pair = problem._cache.get("links")
+    pair = problem.layout_cache.get("links")
     if pair is None:
-        pair = problem._cache["links"] = _links(problem)
+        pair = problem.layout_cache["links"] = _links(problem)
     return pair
 
 
@@ -185,9 +185,9 @@ def ring_time(problem: Problem, bytes_per_rank: Any, size: Any, stride: Any, cal
         return 0.0
     if type(size) is int and type(stride) is int:  # one group: its link, once per problem
         key = ("ring link", size, stride)
-        link = problem._cache.get(key)
+        link = problem.layout_cache.get(key)
         if link is None:
-            link = problem._cache[key] = _ring_link(problem, size, stride)
+            link = problem.layout_cache[key] = _ring_link(problem, size, stride)
     else:
         link = _ring_link(problem, size, stride)
     rate, alpha = link

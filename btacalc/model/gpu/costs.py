@@ -137,9 +137,9 @@ class _Rates:
 def _rates(problem: Problem) -> _Rates:
     """The device's rates under the problem's layout and run: the same for every batch shape, so computed
     once per problem (kept in its cache, which only problems of the same layout and formulas share)."""
-    rates = problem._cache.get("gpu rates")
+    rates = problem.layout_cache.get("gpu rates")
     if rates is None:
-        rates = problem._cache["gpu rates"] = _device_rates(problem)
+        rates = problem.layout_cache["gpu rates"] = _device_rates(problem)
     return rates
 
 

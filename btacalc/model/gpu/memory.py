@@ -120,7 +120,7 @@ class GpuMemory:
             if type(v) is not int:
                 key = None
                 break
-        cache = self.problem._cache
+        cache = self.problem.layout_cache
         if key is not None and key in cache:
             return cache[key]
         lay = self.problem.layout

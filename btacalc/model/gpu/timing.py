@@ -272,10 +272,22 @@ def _model_flops(problem: Problem, tiles: Any, tile_batch: Any) -> Any:
     """Model FLOPs (forward + backward) of one micro-batch of the whole model (no parallel split)."""
     flat = problem._cache.get("unsplit")  # the same problem for every batch shape: its evaluations kept
     if flat is None:
-        flat = problem._cache["unsplit"] = problem.with_layout(tensor_parallel=1, context_parallel=1,
-                                                               expert_tensor_parallel=1)
+        flat = problem._cache["unsplit"] = _unsplit(problem)
     ev = flat.evaluate(tiles, tile_batch)
     return sum(ev.layers_total(q) + ev.outside_total(q) for q in ("flops_fwd", "flops_bwd"))
+
+
+def _unsplit(problem: Problem) -> Problem:
+    """The problem without the tensor, context and expert-tensor split (whose FLOPs are the model's). Its
+    execution is kept per layout, so that unsplit problems of one layout share their layout cache; the
+    problem itself (and the shapes it evaluates) is this problem's own."""
+    execution = problem.layout_cache.get("unsplit execution")
+    if execution is None:
+        execution = problem.layout_cache["unsplit execution"] = problem.with_layout(
+            tensor_parallel=1, context_parallel=1, expert_tensor_parallel=1).execution
+    if execution is problem.execution:
+        return problem
+    return Problem(problem.model, problem.hardware, execution, symbols=problem.symbols, counts=problem.counts)
 
 
 def _phase_report(problem: Problem, pipe: PipelineStages, crit: int, kinds: list[tuple[Any, Part]],
