@@ -71,7 +71,18 @@ class PipelineStages:
 
     @classmethod
     def of(cls, problem: "Problem", micro_batches: Any = None) -> "PipelineStages":
-        """The stages of a problem's model and layout (its M unless `micro_batches` is given)."""
+        """The stages of a problem's model and layout (its M unless `micro_batches` is given); kept per
+        layout for one M of a plain int (with the placement it computes on first use)."""
+        if micro_batches is None or type(micro_batches) is int:
+            key = ("pipeline stages", micro_batches)
+            stages = problem.layout_cache.get(key)
+            if stages is None:
+                stages = problem.layout_cache[key] = cls._of(problem, micro_batches)
+            return stages
+        return cls._of(problem, micro_batches)
+
+    @classmethod
+    def _of(cls, problem: "Problem", micro_batches: Any) -> "PipelineStages":
         lay, model = problem.layout, problem.model
         mtp = model.mtp_layers if problem.run.multi_token_prediction else 0
         kinds = _kind_indices(model)
@@ -131,7 +142,18 @@ class PipelineStages:
             else [cell[..., k] for k in range(self.kinds)]
 
     def kind_counts(self, j: int) -> list[Any]:
-        """Layers of each kind on stage j."""
+        """Layers of each kind on stage j (for one layout, summed once per stage: `_stage_counts`)."""
+        if self._cells is not None:
+            counts = self._stage_counts
+            return list(counts[j]) if j < len(counts) else [0] * self.kinds
+        return self._kind_counts(j)
+
+    @cached_property
+    def _stage_counts(self) -> tuple[tuple[int, ...], ...]:
+        """`_kind_counts` of every stage of one layout (Python ints)."""
+        return tuple(tuple(self._kind_counts(j)) for j in range(len(self._cells or ())))
+
+    def _kind_counts(self, j: int) -> list[Any]:
         out: list[Any] = [0] * self.kinds
         for v in range(largest(self.vp)):
             out = [a + b for a, b in zip(out, self.chunk_kinds(j, v))]

@@ -34,6 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from ...memo import plain_key
 from ..arrays import is_array, largest, maximum, where
 from ..problem import Evaluation, Problem
 from ..state import bytes_per_param
@@ -136,6 +137,12 @@ def gpu_step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Ev
 
 
 
+# the per-micro-batch fields of a layer's `Part` a stage sums over its layers
+_STAGE_SUMS = ("compute_s", "backward_s", "core_s", "tp_bytes", "cp_bytes", "a2a_bytes", "kernels", "tp_calls",
+               "cp_calls", "a2a_calls", "weight_cast_s", "expert_gemms", "module_calls",
+               "glue_ops", "kernels_fwd", "expert_gemms_fwd", "module_calls_fwd", "glue_ops_fwd")
+
+
 def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any, Part]],
            ends: tuple[Part, Part], tiles: Any, micro_batches: Any) -> _Stage:
     lay = problem.layout
@@ -144,11 +151,11 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
     counts = pipe.kind_counts(j)  # the stage's real layers of each kind (stages.py)
     layers = sum(counts)
     stage = Part()
+    summed = stage.__dict__  # the fields read and written directly: this runs per stage and layer kind
     for n, (_, part) in zip(counts, kinds):
-        for name in ("compute_s", "backward_s", "core_s", "tp_bytes", "cp_bytes", "a2a_bytes", "kernels", "tp_calls",
-                     "cp_calls", "a2a_calls", "weight_cast_s", "expert_gemms", "module_calls",
-                     "glue_ops", "kernels_fwd", "expert_gemms_fwd", "module_calls_fwd", "glue_ops_fwd"):
-            setattr(stage, name, getattr(stage, name) + n * getattr(part, name))
+        fields = part.__dict__
+        for name in _STAGE_SUMS:
+            summed[name] = summed[name] + n * fields[name]
     layer_terms = _layer_terms(problem, kinds, counts)
     first, last = ends
     outside = [(first, is_first), (last, is_last)]
@@ -253,7 +260,18 @@ def _collective_rows(problem: Problem, kinds: list[tuple[Any, Part]], counts: li
 
 
 def _data_parallel_rows(problem: Problem, params: tuple[Any, Any], m: Any) -> list[CollectiveRow]:
-    """The critical stage's data-parallel collectives per step (collectives.data_parallel_traffic)."""
+    """The critical stage's data-parallel collectives per step (collectives.data_parallel_traffic): functions
+    of the layout, the stage's parameters and M, kept per layout when those are plain numbers."""
+    key = plain_key((params, m))
+    if key is None:
+        return _data_parallel_rows_of(problem, params, m)
+    rows = problem.layout_cache.get(("data parallel rows", key))
+    if rows is None:
+        rows = problem.layout_cache[("data parallel rows", key)] = _data_parallel_rows_of(problem, params, m)
+    return list(rows)
+
+
+def _data_parallel_rows_of(problem: Problem, params: tuple[Any, Any], m: Any) -> list[CollectiveRow]:
     rows = []
     kinds = {"reduce_per_step": "gradient_reduce", "gather_per_step": "param_gather", "per_micro_batch": "zero_per_micro_batch"}
     for part, held in zip(("dense", "expert"), params):
