@@ -77,3 +77,88 @@ def test_a_layout_seen_before_answers_as_a_fresh_one() -> None:
                 warm = _answer(_problem(name, hw, ask), g, b)
                 for x, y in zip(warm, fresh[i, g, b], strict=True):
                     assert type(x) is type(y) and x == y, (name, g, b)
+
+
+_GRID = [(g, b) for g in (1, 2, 3, 8) for b in (1, 2, 4, 5)]
+
+
+def _fields(part: object) -> dict:
+    """Every number of a `Part`, the per-phase dicts flattened."""
+    out = {}
+    for k, v in vars(part).items():
+        if isinstance(v, dict):
+            out.update({(k, name): x for name, x in v.items() if k != "gemms"})
+        else:
+            out[k] = v
+    return out
+
+
+def test_one_shape_equals_the_array_path_on_a_grid() -> None:
+    """The one-shape fast paths (`_kind_rates` from its per-layout template, GEMM shapes without numpy's
+    error state, the communication calls, the backward share, the fused attention core, one shape's memory
+    rows, `gemm_passes` from the cache) give, shape by shape, exactly the numbers the array path gives for
+    the same shapes together: every field of every part (layer kinds, first and last stage, time and
+    memory-only), the step, its terms and phases, and the memory, over seven layouts and 16 shapes."""
+    from btacalc.model.gpu.costs import layer_parts, outside_parts
+    from btacalc.model.memory import MemoryModel
+    from btacalc.model.timing import step_time
+
+    tiles = np.array([g for g, _ in _GRID], dtype=float)
+    batch = np.array([b for _, b in _GRID], dtype=float)
+    for name, hw, ask in _LAYOUTS:
+        problem = _problem(name, hw, ask)
+        memory = MemoryModel(problem)  # type: ignore[arg-type]
+        together = step_time(problem, tiles, batch)  # type: ignore[arg-type]
+        total = memory.total(tiles, batch)
+        gpu = problem.hardware.family == "gpu"  # type: ignore[attr-defined]
+        if gpu:
+            ev = problem.evaluate(tiles, batch)  # type: ignore[attr-defined]
+            parts = {only: [*layer_parts(problem, ev, only), *outside_parts(problem, ev, only)]  # type: ignore[arg-type]
+                     for only in (False, True)}
+        for i, (g, b) in enumerate(_GRID):
+            one = step_time(problem, g, b)  # type: ignore[arg-type]
+            assert float(memory.total(g, b)) == float(total[i]), (name, g, b)
+            for field in ("step_time_s", "tokens_per_s", "mfu", "tiling_overhead_s"):
+                assert float(getattr(one, field)) == float(np.broadcast_to(getattr(together, field), tiles.shape)[i])
+            for table in ("phase_time_s", "communication_s"):
+                mine, theirs = getattr(one, table), getattr(together, table)
+                # (arrays of shapes of a pipelined layout report no per-phase rows: the critical stage may differ)
+                assert set(theirs) <= set(mine) and len(theirs) > 3, (name, table)
+                for k in theirs:
+                    assert float(mine[k]) == float(np.broadcast_to(theirs[k], tiles.shape)[i]), (name, g, b, k)
+            if not gpu:
+                continue
+            ev1 = problem.evaluate(g, b)  # type: ignore[attr-defined]
+            for only in (False, True):
+                ones = [*layer_parts(problem, ev1, only), *outside_parts(problem, ev1, only)]  # type: ignore[arg-type]
+                for a, arrays in zip(ones, parts[only], strict=True):
+                    fa, fb = _fields(a), _fields(arrays)
+                    assert fa.keys() == fb.keys(), name
+                    for k in fa:
+                        assert float(fa[k]) == float(np.broadcast_to(fb[k], tiles.shape)[i]), (name, g, b, only, k)
+
+
+def test_gemm_shapes_without_the_error_state_equal_those_under_it() -> None:
+    """`_evaluate_all` at Python numbers (no np.errstate) gives the values and types of the expressions
+    evaluated under the error state, for every GEMM of every phase of the layouts' layer kinds."""
+    from dataclasses import replace
+
+    from btacalc.model.gpu.costs import _evaluate_all, _kind_rates, _rates
+
+    checked = 0
+    for name, hw, ask in _LAYOUTS[:-1]:
+        problem = _problem(name, hw, ask)
+        for g, b in ((1, 1), (3, 5)):
+            ev = problem.evaluate(g, b)  # type: ignore[attr-defined]
+            for kind, pv in ev.layers:
+                r = _kind_rates(problem, _rates(problem), kind, pv)  # type: ignore[arg-type]
+                assert r.python_symbols
+                guarded = replace(r, python_symbols=False)
+                for phase in pv.phases:
+                    for gemm in phase.gemm:
+                        exprs = (gemm.m, gemm.n, gemm.k, gemm.count)
+                        fast, python = _evaluate_all(exprs, r)
+                        slow, _ = _evaluate_all(exprs, guarded)
+                        assert python and [type(x) for x in fast] == [type(x) for x in slow] and fast == slow
+                        checked += 1
+    assert checked > 50

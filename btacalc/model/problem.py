@@ -140,11 +140,12 @@ class Problem:
                               lambda: {} if plain_key(self.execution) is not None else None)
         return self._cache if shared is None else shared
 
-    @property
+    # cached (the problem is frozen): read dozens of times per evaluation
+    @cached_property
     def run(self) -> RunOptions:
         return self.execution.run
 
-    @property
+    @cached_property
     def layout(self) -> Layout:
         return self.execution.layout
 
