@@ -359,12 +359,12 @@ def _part(pv: PhaseValues, phases: list[Phase], r: _Rates, memory_only: bool = F
             return summed
     part, core = Part(), [0, 0, 0]  # fused FlashAttention core: FLOPs, traffic, backward FLOPs
     for phase in phases:
-        v = pv.of(phase.name).__getitem__
+        v = pv.of(phase.name)  # quantity -> value (read by subscript: one shape reads ~20 per phase)
         load = r.imbalance if phase.routed_load else 1.0
         if memory_only:
             _memory(part, phase, v, load)
             continue
-        flops = (v("flops_fwd") + v("flops_bwd") + v("flops_recompute")) * load
+        flops = (v["flops_fwd"] + v["flops_bwd"] + v["flops_recompute"]) * load
         traffic = _traffic(phase, v, r, load)
         kernels, expert_gemms = _launches(phase, v, r)
         modules = _module_calls(phase, v, r)
@@ -375,7 +375,7 @@ def _part(pv: PhaseValues, phases: list[Phase], r: _Rates, memory_only: bool = F
         _expert_quantize(part, phase, v, r, expert_gemms)
         if phase.core and r.flash:
             run = r.core_time_factor
-            core = [core[0] + flops * run, core[1] + traffic, core[2] + v("flops_bwd") * load * run]
+            core = [core[0] + flops * run, core[1] + traffic, core[2] + v["flops_bwd"] * load * run]
             t = 0.0
         else:
             t = maximum(_matmul_time(part, phase, v, r, load), traffic / r.stream_hbm) + _cast(part, phase, v, r, load)
@@ -497,21 +497,23 @@ def _memory_of_one_shape(summed: _MemoryRows, tiles: int, tile_batch: int, n: in
                 routed_params=routed, low_precision_params=low_dense, low_precision_routed=low_routed)
 
 
-def _matmul_time(part: Part, phase: Phase, v: Any, r: _Rates, load: Any) -> Any:
+def _matmul_time(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, load: Any) -> Any:
     """The phase's FLOPs at its GEMMs' efficiencies: forward and re-run at the forward shapes', backward
     at the data- and weight-gradient shapes' (FLOP-weighted); at `peak` for a phase without GEMMs. A
     low-precision phase runs at its dtype's peak, with its operands' bytes (`_peak`, `_dtype`)."""
-    fwd = (v("flops_fwd") + v("flops_recompute")) * load
-    bwd = v("flops_bwd") * load
+    fwd = (v["flops_fwd"] + v["flops_recompute"]) * load
+    bwd = v["flops_bwd"] * load
     peak, device, beta, share = _dtype(phase, r)
     gemms = _phase_gemms(phase, r) if device is not None else ()
     if not gemms:
         return (fwd + bwd) / peak
     rows = [_gemm_row(g, r, load, device, beta, share) for g in gemms]
     part.gemms[phase.name] = [row for row, _ in rows]
-    ideal = sum(i for _, (i, _, _) in rows)
-    t_fwd = sum(tf for _, (_, tf, _) in rows)
-    t_bwd = sum(tb for _, (_, _, tb) in rows)
+    ideal: Any = 0  # each summed from 0 in the GEMMs' order
+    t_fwd: Any = 0
+    t_bwd: Any = 0
+    for _, (i, tf, tb) in rows:
+        ideal, t_fwd, t_bwd = ideal + i, t_fwd + tf, t_bwd + tb
     return fwd / peak * (t_fwd / ideal) + bwd / peak * (t_bwd / (2 * ideal))
 
 
@@ -583,7 +585,7 @@ def _evaluate(expr: str, symbols: dict[str, Any]) -> Any:
     return eval(_code(expr), _FUNCTIONS, symbols)  # noqa: S307  # arithmetic only, checked when read
 
 
-def _launches(phase: Phase, v: Any, r: _Rates) -> tuple[Any, Any]:
+def _launches(phase: Phase, v: dict[str, Any], r: _Rates) -> tuple[Any, Any]:
     """(kernel launches, per-expert GEMMs) of a phase per micro-batch, an estimate (model/gpu/fixed.py): each
     dense GEMM once forward and twice backward; a grouped expert GEMM as one GEMM per local expert (E/EP, the
     host loop of TransformerEngine's multi-stream grouped GEMM) in each of those passes; another phase with
@@ -592,7 +594,7 @@ def _launches(phase: Phase, v: Any, r: _Rates) -> tuple[Any, Any]:
     if phase.core and r.flash:
         return 0, 0
     gemms = _phase_gemms(phase, r)
-    passes = 1 + v("reruns") + 2
+    passes = 1 + v["reruns"] + 2
     if gemms:
         counts, python = _evaluate_all(tuple([g.count for g in gemms]), r)
         # as `_evaluate_all`: Python numbers (EP an int, `python_symbols`) leave numpy out
@@ -600,11 +602,11 @@ def _launches(phase: Phase, v: Any, r: _Rates) -> tuple[Any, Any]:
             dense = sum(c for g, c in zip(gemms, counts) if not g.grouped)
             experts = sum(c / r.expert_parallel for g, c in zip(gemms, counts) if g.grouped)
         return dense * passes, experts * passes
-    work = where((v("bytes_moved") + v("flops_fwd")) > 0, 1, 0)
-    return work * (2 + v("reruns")), 0
+    work = where((v["bytes_moved"] + v["flops_fwd"]) > 0, 1, 0)
+    return work * (2 + v["reruns"]), 0
 
 
-def _expert_quantize(part: Part, phase: Phase, v: Any, r: _Rates, expert_gemms: Any) -> None:
+def _expert_quantize(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, expert_gemms: Any) -> None:
     """Kernel launches of the per-expert quantisation in a low-precision phase's grouped expert GEMMs
     (model/gpu/fixed.py): TransformerEngine's GroupedLinear quantises its input forward and its output gradient
     backward with one `tex.split_quantize` call each, which launches the recipe's
@@ -614,13 +616,13 @@ def _expert_quantize(part: Part, phase: Phase, v: Any, r: _Rates, expert_gemms: 
     per_expert = r.cast.recipe.grouped_quantize_kernels_per_expert if r.cast is not None else 0
     if not per_expert or not phase.low_precision:
         return
-    reruns = v("reruns")
+    reruns = v["reruns"]
     forward = expert_gemms / (3 + reruns) * per_expert
     part.kernels = part.kernels + forward * (2 + reruns)
     part.kernels_fwd = part.kernels_fwd + forward
 
 
-def _module_calls(phase: Phase, v: Any, r: _Rates) -> Any:
+def _module_calls(phase: Phase, v: dict[str, Any], r: _Rates) -> Any:
     """Layer-module calls of a phase per micro-batch (model/gpu/fixed.py): each GEMM a module issues (the
     catalogue's `module` GEMMs: a Megatron/TransformerEngine linear or grouped linear, whatever its `count` of
     matmuls inside) is one module call forward, one backward (autograd runs the module's backward function
@@ -629,22 +631,22 @@ def _module_calls(phase: Phase, v: Any, r: _Rates) -> Any:
     if phase.core and r.flash:
         return 0
     modules = len([g for g in _phase_gemms(phase, r) if g.module])
-    return modules * (1 + v("reruns") + 1)
+    return modules * (1 + v["reruns"] + 1)
 
 
-def _glue_ops(phase: Phase, v: Any) -> Any:
+def _glue_ops(phase: Phase, v: dict[str, Any]) -> Any:
     """The eager glue a phase stands for (model/gpu/fixed.py), in reference-op equivalents per micro-batch: its
     forward once and once per re-run, its backward once."""
     g = phase.host_glue
-    return 0 if g is None else g.forward_ops * (1 + v("reruns")) + g.backward_ops
+    return 0 if g is None else g.forward_ops * (1 + v["reruns"]) + g.backward_ops
 
 
-def _forward_issued(part: Part, phase: Phase, v: Any, r: _Rates, issued: tuple[Any, Any, Any]) -> None:
+def _forward_issued(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, issued: tuple[Any, Any, Any]) -> None:
     """The first forward pass's share of what a phase issues (the passes as `_launches`, `_module_calls` and
     `_glue_ops` count them: a GEMM phase's kernels and expert GEMMs in 3 + re-runs passes, another phase's kernel
     in 2 + re-runs, a module in 2 + re-runs; re-runs belong to the backward, where they run)."""
     kernels, expert_gemms, modules = issued
-    reruns = v("reruns")
+    reruns = v["reruns"]
     passes = 3 + reruns if _phase_gemms(phase, r) else 2 + reruns  # (the GEMMs that apply under the features)
     part.kernels_fwd = part.kernels_fwd + kernels / passes
     part.expert_gemms_fwd = part.expert_gemms_fwd + expert_gemms / (3 + reruns)
@@ -683,61 +685,61 @@ def _fused_core(part: Part, pv: PhaseValues, phases: list[Phase], core: list[Any
             part.phase_s[phase.name] = fused * where(ran, flops * r.core_time_factor / safe, 0)
 
 
-def _cast(part: Part, phase: Phase, v: Any, r: _Rates, load: Any) -> Any:
+def _cast(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, load: Any) -> Any:
     """Seconds of the phase's activation and gradient casts per micro-batch (`precision.phase_cast_s`); the
     weights' cast, once per step, goes to `part.weight_cast_s` (the step adds it once, whatever M); the
     report's row carries both on its micro-batch basis."""
     if r.cast is None or not phase.low_precision:
         return 0.0
-    t = phase_cast_s(r.cast, r.hbm, phase, v, load, r.expert_shards, weights=False)
-    once = phase_weight_cast_s(r.cast, r.hbm, phase, v, r.expert_shards)
+    t = phase_cast_s(r.cast, r.hbm, phase, v.__getitem__, load, r.expert_shards, weights=False)
+    once = phase_weight_cast_s(r.cast, r.hbm, phase, v.__getitem__, r.expert_shards)
     part.weight_cast_s = part.weight_cast_s + once
     part.cast_s[phase.name] = t + once * r.cast.weight_casts_per_micro_batch
     return t
 
 
-def _backward_share(v: Any) -> Any:
-    bwd = v("flops_bwd")
-    total = v("flops_fwd") + bwd + v("flops_recompute")
+def _backward_share(v: dict[str, Any]) -> Any:
+    bwd = v["flops_bwd"]
+    total = v["flops_fwd"] + bwd + v["flops_recompute"]
     if not isinstance(total, np.ndarray):  # one shape: the value `where` picks, without computing the other
         return bwd / total if total > 0 else 2 / 3
     return where(total > 0, bwd / where(total > 0, total, 1), 2 / 3)
 
 
-def _traffic(phase: Phase, v: Any, r: _Rates, load: Any) -> Any:
+def _traffic(phase: Phase, v: dict[str, Any], r: _Rates, load: Any) -> Any:
     """HBM bytes over the forward, re-run and backward passes; a routed phase reads only the device's
     share of the experts' weights, and its activation traffic scales with the routed load."""
-    fwd, bwd = v("bytes_moved"), v("bytes_moved_bwd")
+    fwd, bwd = v["bytes_moved"], v["bytes_moved_bwd"]
     if phase.routed_load:
-        w = r.beta * v("params")  # the experts' weights read per forward pass
+        w = r.beta * v["params"]  # the experts' weights read per forward pass
         k = constants().passes.backward_traffic_factor
         fwd = (fwd - w) * load + w / r.expert_shards
         bwd = (bwd - k * w) * load + k * w / r.expert_shards
-    return fwd * (1 + v("reruns")) + bwd
+    return fwd * (1 + v["reruns"]) + bwd
 
 
-def _memory(part: Part, phase: Phase, v: Any, load: Any) -> None:
-    part.stored = part.stored + v("stored") * load
-    part.recompute = part.recompute + v("recompute_bytes") * load
-    part.transient = maximum(part.transient, v("transient") * load)
+def _memory(part: Part, phase: Phase, v: dict[str, Any], load: Any) -> None:
+    part.stored = part.stored + v["stored"] * load
+    part.recompute = part.recompute + v["recompute_bytes"] * load
+    part.transient = maximum(part.transient, v["transient"] * load)
     if phase.param_bucket == "routed":
-        part.routed_params = part.routed_params + v("params")
+        part.routed_params = part.routed_params + v["params"]
         if phase.low_precision:
-            part.low_precision_routed = part.low_precision_routed + v("params")
+            part.low_precision_routed = part.low_precision_routed + v["params"]
     else:
-        part.dense_params = part.dense_params + v("params")
+        part.dense_params = part.dense_params + v["params"]
         if phase.low_precision:
-            part.low_precision_params = part.low_precision_params + v("params")
+            part.low_precision_params = part.low_precision_params + v["params"]
 
 
-def _volumes(part: Part, phase: Phase, v: Any, r: _Rates) -> None:
+def _volumes(part: Part, phase: Phase, v: dict[str, Any], r: _Rates) -> None:
     """Communication volumes of one micro-batch (see the module docstring); collective factors are
     named constants: an all-reduce counts all_reduce (2) units, a reduce-scatter or all-gather one. Under a
     low-precision recipe a low-precision phase's sequence-parallel all-gathers move its quantised bytes
     (`precision.gather_share`): the reduce-scatters stay 16-bit. The factors' terms before the re-runs are
     the phase's under the layout (`_volume_factors`), added as written here."""
     f = _volume_factors(phase, r)
-    reruns = v("reruns")
+    reruns = v["reruns"]
     if f.sequence_parallel:
         # in: all-gather forward, reduce-scatter backward, the input gathered again for dW, re-run gather
         tp_in = (f.tp_in_gathers + reruns * f.all_gather) * f.gather_share + f.reduce_scatter
@@ -748,7 +750,7 @@ def _volumes(part: Part, phase: Phase, v: Any, r: _Rates) -> None:
         tp_in = f.all_reduce
         tp_out = f.all_reduce * (1 + reruns)
         in_calls, out_calls = 1, 1 + reruns
-    tp_in_bytes, tp_out_bytes, cp_bytes, a2a_bytes = v("tp_in_bytes"), v("tp_out_bytes"), v("cp_bytes"), v("a2a_bytes")
+    tp_in_bytes, tp_out_bytes, cp_bytes, a2a_bytes = v["tp_in_bytes"], v["tp_out_bytes"], v["cp_bytes"], v["a2a_bytes"]
     part.tp_bytes = part.tp_bytes + tp_in * tp_in_bytes + tp_out * tp_out_bytes
     part.cp_bytes = part.cp_bytes + cp_bytes * (f.cp_head + reruns)
     part.a2a_bytes = part.a2a_bytes + a2a_bytes * (f.a2a_head + reruns) * r.imbalance
@@ -761,7 +763,7 @@ def _volumes(part: Part, phase: Phase, v: Any, r: _Rates) -> None:
         part.tp_calls = part.tp_calls + (in_calls if tp_in_bytes > 0 else 0) + (out_calls if tp_out_bytes > 0 else 0)
         part.cp_calls = part.cp_calls + (2 + reruns if cp_bytes > 0 else 0)
         part.a2a_calls = part.a2a_calls + (f.a2a_head + reruns if a2a_bytes > 0 else 0)
-    part.pp_bytes = part.pp_bytes + v("pp_bytes")
+    part.pp_bytes = part.pp_bytes + v["pp_bytes"]
 
 
 @dataclass(frozen=True)

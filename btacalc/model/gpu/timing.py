@@ -159,8 +159,8 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
     layer_terms = _layer_terms(problem, kinds, counts)
     first, last = ends
     outside = [(first, is_first), (last, is_last)]
-    compute = layer_terms.pop("compute") + sum(where(on, p.compute_s, 0) for p, on in outside)
-    backward = stage.backward_s + sum(where(on, p.backward_s, 0) for p, on in outside)
+    compute = layer_terms.pop("compute") + _on_ends(outside, "compute_s")
+    backward = stage.backward_s + _on_ends(outside, "backward_s")
     tp_outside = sum(where(on, tensor_parallel_time(problem, p.tp_bytes, p.tp_calls), 0) for p, on in outside)
     raw = {"tp_comm": layer_terms.pop("tp_raw") + tp_outside, "cp_comm": layer_terms.pop("cp_raw"),
            "all_to_all": layer_terms.pop("a2a_raw")}
@@ -177,9 +177,8 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
              "pp_p2p": where(o.p2p, maximum(0.0, p2p - compute), p2p), "zero_per_micro_batch": per_mb,
              "tiling": layers * tiles * tile_overhead_s(problem)}
     names = ("kernels", "expert_gemms", "module_calls", "glue_ops")
-    issued = [getattr(stage, n) + sum(where(on, getattr(p, n), 0) for p, on in outside) for n in names]
-    forward = [getattr(stage, n + "_fwd") + sum(where(on, getattr(p, n + "_fwd"), 0) for p, on in outside)
-               for n in names]
+    issued = [getattr(stage, n) + _on_ends(outside, n) for n in names]
+    forward = [getattr(stage, n + "_fwd") + _on_ends(outside, n + "_fwd") for n in names]
     host = host_time(problem, *issued)
     gpu = sum(terms.values())
     synced = launch_time_synced(host_time(problem, *forward), host, gpu_forward_share(compute, backward, gpu), gpu)
@@ -191,10 +190,19 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
     sync_raw = {"gradient_reduce": dp.reduce_per_step, "param_gather": dp.gather_per_step,
                 "zero_per_micro_batch": dp.per_micro_batch * micro_batches}
     fixed = fixed_costs(problem, dense, expert, bytes_per_param(problem))
-    casts = stage.weight_cast_s + sum(where(on, p.weight_cast_s, 0) for p, on in ((ends[0], is_first), (ends[1], is_last)))
+    casts = stage.weight_cast_s + _on_ends(outside, "weight_cast_s")
     fixed = FixedCosts(where(exists, fixed.optimizer_s, 0.0), where(exists, fixed.grad_norm_s, 0.0),
                        where(exists, casts, 0.0))
     return _Stage(terms, raw, where(exists, reduce + gather, 0.0), sync_raw, fixed, host)
+
+
+def _on_ends(outside: list[tuple[Part, Any]], name: str) -> Any:
+    """Field `name` of the parts outside the layers (first stage's, last stage's) where the stage holds
+    them, else 0, summed from 0 in that order."""
+    total: Any = 0
+    for part, on in outside:
+        total = total + where(on, getattr(part, name), 0)
+    return total
 
 
 def _layer_terms(problem: Problem, kinds: list[tuple[Any, Part]], counts: list[Any]) -> dict[str, Any]:
