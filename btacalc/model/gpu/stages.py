@@ -163,8 +163,22 @@ class PipelineStages:
         """Decoder (and MTP) layers on stage j."""
         return sum(self.kind_counts(j))
 
+    @cached_property
+    def _kept(self) -> Optional[dict[tuple[str, int], Any]]:
+        """Per-stage values of one layout of Python ints (pp, vp, M), computed once per stage (the stages
+        of a layout are kept per layout: `PipelineStages.of`); None for arrays of layouts or of M."""
+        return {} if self._cells is not None and type(self.micro_batches) is int else None
+
     def in_flight(self, j: int) -> Any:
         """Model-chunk passes whose activations stage j holds at its peak (see the module docstring)."""
+        kept = self._kept
+        if kept is None:
+            return self._in_flight(j)
+        if ("in flight", j) not in kept:
+            kept["in flight", j] = self._in_flight(j)
+        return kept["in flight", j]
+
+    def _in_flight(self, j: int) -> Any:
         plain = minimum(self.pp - j, self.micro_batches)
         interleaved = minimum(2 * (self.pp - j - 1) + (self.vp - 1) * self.pp + 1, self.micro_batches * self.vp)
         return where(self.vp == 1, plain, interleaved)
@@ -180,6 +194,14 @@ class PipelineStages:
     def held_kinds(self, j: int) -> list[Any]:
         """Layer activations of each kind stage j holds, in layer-micro-batches: sum over its chunks of
         the chunk's in-flight passes x its layers of that kind."""
+        kept = self._kept
+        if kept is None:
+            return self._held_kinds(j)
+        if ("held", j) not in kept:
+            kept["held", j] = tuple(self._held_kinds(j))
+        return list(kept["held", j])
+
+    def _held_kinds(self, j: int) -> list[Any]:
         out: list[Any] = [0] * self.kinds
         for v in range(largest(self.vp)):
             passes = self.chunk_passes(j, v)
