@@ -1,6 +1,6 @@
 """Deterministic bisect metrics for any checkout of btacalc (issue 25 item 6).
 
-    python benchmarks/regression_metric.py calls [TREE]          # function calls in one warm solve
+    python benchmarks/regression_metric.py calls [TREE]          # function calls in one warm solve and evaluation
     python benchmarks/regression_metric.py cpu [TREE] [REPEAT]    # min CPU ms (noisy; for context)
     python benchmarks/regression_metric.py rss [TREE] [POINTS]   # peak RSS of a sweep to CSV (MB)
 
@@ -8,8 +8,9 @@ TREE defaults to this checkout; it may be an old commit checked out elsewhere (`
 --detach /tmp/bis-X <commit>`). `calls` loads TREE's own benchmarks/bench.py and runs its
 `config_seconds(1)`, counting with a profile hook every Python function call ('call') and every
 built-in call ('c_call') made while the benchmark's `solve()` runs (Llama-2-7B, 8 x A100, ZeRO-3, full
-recomputation, s = 4096: the "one configuration solved" row). Counts are printed for each solve run;
-the last is warm. Time varies with the machine's load; these counts do not. `rss` runs TREE's CLI on
+recomputation, s = 4096: the "one configuration solved" row), and the same for its `evaluate()` (the
+"one configuration, memory + step time" row). Counts are printed for each run: a solve's last is warm;
+an evaluation's second is warm (the next ones follow a GEMM cache or every cache emptied). Time varies with the machine's load; these counts do not. `rss` runs TREE's CLI on
 the sweep that TREE's bench.py lists for POINTS (default 10,000) in a child process and prints its peak
 RSS (ru_maxrss of the child). Both run TREE in a fresh interpreter with PYTHONPATH=TREE.
 """
@@ -33,7 +34,7 @@ spec.loader.exec_module(bench)
 counts, state = [], {"frame": None, "py": 0, "c": 0}
 def hook(frame, event, arg):
     if state["frame"] is None:
-        if event == "call" and frame.f_code.co_name == "solve" and frame.f_code.co_filename == sys.argv[1]:
+        if event == "call" and frame.f_code.co_name == sys.argv[2] and frame.f_code.co_filename == sys.argv[1]:
             state.update(frame=frame, py=0, c=0)
         return
     if event == "call":
@@ -70,10 +71,10 @@ def _env(tree: Path) -> dict[str, str]:
     return env
 
 
-def solve_calls(tree: Path) -> list[tuple[int, int]]:
-    """(Python calls, built-in calls) of each solve() the tree's own benchmark runs."""
+def solve_calls(tree: Path, closure: str = "solve") -> list[tuple[int, int]]:
+    """(Python calls, built-in calls) of each solve() (or `closure`()) the tree's own benchmark runs."""
     bench = str(tree / "benchmarks" / "bench.py")
-    out = subprocess.run([sys.executable, "-c", CALLS_CHILD, bench], env=_env(tree), cwd=tree,
+    out = subprocess.run([sys.executable, "-c", CALLS_CHILD, bench, closure], env=_env(tree), cwd=tree,
                          capture_output=True, text=True, check=True).stdout
     return [(int(a), int(b)) for a, b in (line.split() for line in out.splitlines() if line.strip())]
 
@@ -107,8 +108,9 @@ def main(argv: list[str]) -> None:
     what = argv[0] if argv else "calls"
     tree = Path(argv[1]).resolve() if len(argv) > 1 else HERE
     if what == "calls":
-        for py, c in solve_calls(tree):
-            print(f"solve: {py} Python calls, {c} built-in calls, {py + c} total")
+        for closure in ("solve", "evaluate"):
+            for py, c in solve_calls(tree, closure):
+                print(f"{closure}: {py} Python calls, {c} built-in calls, {py + c} total")
     elif what == "cpu":
         evaluate, solve = cpu_min_ms(tree, int(argv[2]) if len(argv) > 2 else 200)
         print(f"min CPU: evaluate {evaluate:.3f} ms, solve {solve:.3f} ms")

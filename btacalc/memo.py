@@ -80,9 +80,9 @@ class Memo(Generic[T]):
     def get(self, key: Optional[Hashable], objects: tuple[Any, ...], compute: Callable[[], T]) -> T:
         if key is None:
             return compute()
-        full = (key, tuple(id(o) for o in objects))
+        full = (key, tuple([id(o) for o in objects]))
         hit = self._entries.get(full)
-        if hit is not None and all(a is b for a, b in zip(hit[0], objects)):
+        if hit is not None and all([a is b for a, b in zip(hit[0], objects)]):
             return hit[1]
         value = compute()
         if len(self._entries) >= self.size:

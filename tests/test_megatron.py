@@ -736,10 +736,10 @@ def test_routed_phases_read_only_the_devices_share_of_the_experts():
     k = constants().passes.backward_traffic_factor
     values = {"bytes_moved": 1000.0, "bytes_moved_bwd": 2500.0, "params": 100.0, "reruns": 1}
     rates = _Rates(peak=1.0, hbm=1.0, imbalance=1.5, expert_shards=8, flash=True, sequence_parallel=False, beta=2)
-    routed = _traffic(SimpleNamespace(routed_load=True), values.__getitem__, rates, 1.5)
+    routed = _traffic(SimpleNamespace(routed_load=True), values, rates, 1.5)  # a phase's quantities, read by subscript
     w = 2 * 100.0
     fwd = (1000 - w) * 1.5 + w / 8
     bwd = (2500 - k * w) * 1.5 + k * w / 8
     assert routed == pytest.approx(fwd * (1 + 1) + bwd)
-    dense = _traffic(SimpleNamespace(routed_load=False), values.__getitem__, rates, 1.0)
+    dense = _traffic(SimpleNamespace(routed_load=False), values, rates, 1.0)
     assert dense == pytest.approx(1000 * 2 + 2500)

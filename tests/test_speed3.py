@@ -141,7 +141,7 @@ def test_gemm_passes_at_once_equal_each_pass_alone() -> None:
 
 
 def test_stage_state_kept_per_problem_equals_a_fresh_problem() -> None:
-    """The per-stage training state, gather buffer and low-precision copies kept per problem (shape-free)
+    """The per-stage training state, gather buffer and low-precision copies kept per layout (shape-free)
     give every stage's components exactly as a fresh problem computes them without keeping any, shapes alternated (ints,
     arrays, ints again), types included; and they are kept (the second shape reads them)."""
     from btacalc.model.gpu.memory import GpuMemory
@@ -155,13 +155,14 @@ def test_stage_state_kept_per_problem_equals_a_fresh_problem() -> None:
             warm = GpuMemory(kept).stage_rows(g, b)  # type: ignore[arg-type]
             fresh_problem = _problem(name, hw, ask)
             object.__setattr__(fresh_problem, "_cache", _Forgetful())  # nothing kept: every stage computed
+            object.__setattr__(fresh_problem, "layout_cache", _Forgetful())  # (nor shared with `kept`'s layout)
             fresh = GpuMemory(fresh_problem).stage_rows(g, b)  # type: ignore[arg-type]
             for a, f in zip(warm, fresh, strict=True):
                 assert a.state_parts == f.state_parts and a.components.keys() == f.components.keys()
                 for k in a.components:
                     assert type(a.components[k]) is type(f.components[k]), (name, k)
                     assert np.array_equal(a.components[k], f.components[k]), (name, k)
-        assert any(isinstance(k, tuple) and k[:1] == ("gpu stage state",) for k in kept._cache), name  # type: ignore[attr-defined]
+        assert any(isinstance(k, tuple) and k[:1] == ("gpu stage state",) for k in kept.layout_cache), name  # type: ignore[attr-defined]
 
 
 class _Forgetful(dict):  # type: ignore[type-arg]

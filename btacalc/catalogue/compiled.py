@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import marshal
+import operator
 import types
 from fractions import Fraction
 from functools import cached_property
@@ -339,7 +340,7 @@ class PhaseValues:
             pass
         base = self.compiled.row[(phase, ROW_QUANTITIES[0])]
         if self._complete or (self._columns_pending and self._all_varying_rows()):
-            row: dict[str, Any] = {q: self._values[base + j] for j, q in enumerate(ROW_QUANTITIES)}
+            row: dict[str, Any] = dict(zip(ROW_QUANTITIES, _phase_rows(base)(self._values)))
         else:
             row = _LazyRow(self, base)
         self._phase_rows[phase] = row
@@ -384,6 +385,12 @@ class PhaseValues:
 
 
 _QUANTITY_INDEX = {q: j for j, q in enumerate(ROW_QUANTITIES)}
+
+
+@functools.lru_cache(maxsize=None)
+def _phase_rows(base: int) -> Callable[[dict[int, Any]], tuple[Any, ...]]:
+    """Reads the rows base, base + 1, ... of one phase's quantities (in `ROW_QUANTITIES` order) at once."""
+    return operator.itemgetter(*range(base, base + len(ROW_QUANTITIES)))
 
 
 class _LazyRow(dict[str, Any]):

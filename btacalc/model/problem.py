@@ -14,7 +14,7 @@ import functools
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from functools import cached_property
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 import numpy as np
 
@@ -32,6 +32,11 @@ from ..config.model import LayerKind, ModelSpec
 # Formula coefficients per model and per symbol values at G = b = 1: a layout's invariant, the same for
 # every batch shape and for every Problem of that model, run and layout (`Problem.coefficients`).
 _COEFFICIENTS: Memo[tuple[Coefficients, ...]] = Memo()
+
+# Per-layout invariants (device rates, links, state rates, a stage's training state...) of every Problem of
+# the same model, profile and execution objects: `Problem.layout_cache`. The value is None for an execution
+# that is not plain data (arrays of layouts or points): those problems keep their own.
+_LAYOUTS: Memo[Optional[dict[Any, Any]]] = Memo()
 
 
 @remembered
@@ -121,11 +126,26 @@ class Problem:
     symbols: dict[str, Any] = field(default_factory=dict, compare=False, repr=False, hash=False)
     counts: Any = field(default=None, compare=False, repr=False, hash=False)
 
-    @property
+    @cached_property
+    def layout_cache(self) -> dict[Any, Any]:
+        """Where the invariants of this problem's layout are kept: functions of the model, the profile and the
+        execution only, never of a batch shape (`evaluate`'s shapes stay in the problem's own `_cache`). Shared
+        by every problem of the same three objects (the execution frozen and plain data, `btacalc.memo`;
+        a profile is keyed on its identity and kept referenced, as `resolve_execution` does), so a new
+        `Problem` of a layout seen before does not derive its rates, links and state again; otherwise (points
+        of a sweep, arrays of layouts) the problem's own `_cache`."""
+        if self.symbols or self.counts is not None:
+            return self._cache
+        shared = _LAYOUTS.get((), (self.model, self.hardware, self.execution),
+                              lambda: {} if plain_key(self.execution) is not None else None)
+        return self._cache if shared is None else shared
+
+    # cached (the problem is frozen): read dozens of times per evaluation
+    @cached_property
     def run(self) -> RunOptions:
         return self.execution.run
 
-    @property
+    @cached_property
     def layout(self) -> Layout:
         return self.execution.layout
 
@@ -173,12 +193,15 @@ class Problem:
         """Each layer kind's formula coefficients at `seq_len` (default the run's, which may be an
         array of points); memoised for the run's sequence length and for scalar ones."""
         key = ("coefficients", "run" if seq_len is None else seq_len if isinstance(seq_len, int) else None)
-        if key[1] is not None and key in self._cache:
-            return self._cache[key]
+        if key[1] is not None:
+            if key in self._cache:  # (`at_points` puts its gathered coefficients here)
+                return self._cache[key]
+            if key in self.layout_cache:
+                return self.layout_cache[key]
         shape = self.shape_values(1, 1, seq_len)
         coefs = _COEFFICIENTS.get(self._coefficients_key(shape), (self.model,), lambda: self._coefficients(shape))
         if key[1] is not None:
-            self._cache[key] = coefs
+            self.layout_cache[key] = coefs
         return coefs
 
     def _coefficients(self, shape: dict[str, Any]) -> tuple[Coefficients, ...]:
@@ -226,8 +249,12 @@ class Problem:
     def with_run(self, **changes: Any) -> "Problem":
         """The problem under other run options. Options the formulas do not read (the memory model,
         streaming overlap) keep this problem's evaluations: the values are the same."""
-        run = replace(self.run, **changes)
-        execution = replace(self.execution, run=run)
+        key = ("with run", plain_key(tuple(sorted(changes.items()))))
+        execution = self.layout_cache.get(key) if key[1] is not None else None
+        if execution is None:  # the same execution object each time: the new problem shares its layout cache
+            execution = replace(self.execution, run=replace(self.run, **changes))
+            if key[1] is not None:
+                self.layout_cache[key] = execution
         if set(changes) <= {"memory_model", "overlap_streaming"}:
             return Problem(self.model, self.hardware, execution, self._cache, self.evaluations, self.symbols, self.counts)
         return Problem(self.model, self.hardware, execution, symbols=self.symbols, counts=self.counts)

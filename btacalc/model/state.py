@@ -57,11 +57,11 @@ class StatePart:
 def bytes_per_param(problem: Problem) -> dict[str, int]:
     """Training-state bytes per parameter for each component, from the catalogue (once per problem; a
     copy each time)."""
-    rates = problem._cache.get("state rates")
+    rates = problem.layout_cache.get("state rates")
     if rates is None:
         beta = problem.run.bytes_per_element
         per_param = problem.compiled.state_rates
-        rates = problem._cache["state rates"] = {c: int(per_param[c](beta)) for c in COMPONENTS}
+        rates = problem.layout_cache["state rates"] = {c: int(per_param[c](beta)) for c in COMPONENTS}
     return dict(rates)
 
 

@@ -80,6 +80,7 @@ import numpy as np
 from ...catalogue.constants import constants
 from ..arrays import ceil_div, is_array, largest, maximum, minimum, where
 from ..problem import Problem
+from ...memo import plain_key
 from .precision import param_gather_factor
 from .precision import param_gather_factor
 
@@ -109,9 +110,9 @@ class Link:
 
 def links(problem: Problem) -> tuple[Link, Link]:
     """(scale-up NVLink, scale-out NIC) links of the problem's profile (once per problem)."""
-    pair = problem._cache.get("links")
+    pair = problem.layout_cache.get("links")
     if pair is None:
-        pair = problem._cache["links"] = _links(problem)
+        pair = problem.layout_cache["links"] = _links(problem)
     return pair
 
 
@@ -185,9 +186,9 @@ def ring_time(problem: Problem, bytes_per_rank: Any, size: Any, stride: Any, cal
         return 0.0
     if type(size) is int and type(stride) is int:  # one group: its link, once per problem
         key = ("ring link", size, stride)
-        link = problem._cache.get(key)
+        link = problem.layout_cache.get(key)
         if link is None:
-            link = problem._cache[key] = _ring_link(problem, size, stride)
+            link = problem.layout_cache[key] = _ring_link(problem, size, stride)
     else:
         link = _ring_link(problem, size, stride)
     rate, alpha = link
@@ -343,7 +344,19 @@ def data_parallel_groups(problem: Problem) -> dict[str, tuple[Any, Any]]:
 def data_parallel_times(problem: Problem, dense: Any, expert: Any, rates: dict[str, int]) -> DataParallelTimes:
     """Synchronisation of a stage holding `dense` non-expert and `expert` parameters per device
     (before ZeRO sharding) over DP·CP and EDP ranks (see the module docstring): the dense part, then
-    the experts, one after the other."""
+    the experts, one after the other. A function of the layout and of the two counts: kept per layout when
+    they are plain numbers (`btacalc.memo.plain_key`: ints and Fractions, not arrays of layouts)."""
+    key = plain_key((dense, expert, tuple(rates.items())))
+    if key is None:
+        return _data_parallel_times(problem, dense, expert, rates)
+    cache = problem.layout_cache
+    times = cache.get(("data parallel times", key))
+    if times is None:
+        times = cache[("data parallel times", key)] = _data_parallel_times(problem, dense, expert, rates)
+    return times
+
+
+def _data_parallel_times(problem: Problem, dense: Any, expert: Any, rates: dict[str, int]) -> DataParallelTimes:
     total = dict.fromkeys(("reduce_per_step", "gather_per_step", "per_micro_batch"), 0.0)
     for part, params in (("dense", dense), ("expert", expert)):
         size, stride = data_parallel_groups(problem)[part]

@@ -30,6 +30,7 @@ tensor-parallel split, the batch by context parallelism). On top of that:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from dataclasses import dataclass, field
@@ -45,7 +46,7 @@ from ...catalogue.terms import Gemm, Phase
 from ...config.attention_kernels import attention_kernel
 from ..problem import Evaluation, Problem, kind_values
 from ..steptime import compute_efficiency
-from ..arrays import maximum, where
+from ..arrays import is_array, maximum, where
 from .precision import CastRates, cast_rates, gather_share, phase_cast_s, phase_weight_cast_s
 from .gemm import GemmDevice, gemm_passes
 from ...memo import remembered
@@ -132,14 +133,19 @@ class _Rates:
     attention_peak: float = 0.0  # FLOP/s of the fused attention core (`attention_core_peak`)
     attention_wall_rate: bool = False  # the kernel's measured wall-clock rate: no separate HBM-traffic bound
     stream_hbm: float = 0.0  # B/s a memory-bound phase moves its traffic at: HBM x achievable_bandwidth_fraction
+    # every symbol a Python int or float and EP an int: GEMM shapes are then Python arithmetic (`_evaluate_all`)
+    python_symbols: bool = False
+    # what a phase's arithmetic needs that is the same for every shape under these rates (`_volume_factors`);
+    # a layer kind's rates have their own (`_kind_rates`), which every shape of the layout shares
+    plans: dict[Any, Any] = field(default_factory=dict)
 
 
 def _rates(problem: Problem) -> _Rates:
     """The device's rates under the problem's layout and run: the same for every batch shape, so computed
     once per problem (kept in its cache, which only problems of the same layout and formulas share)."""
-    rates = problem._cache.get("gpu rates")
+    rates = problem.layout_cache.get("gpu rates")
     if rates is None:
-        rates = problem._cache["gpu rates"] = _device_rates(problem)
+        rates = problem.layout_cache["gpu rates"] = _device_rates(problem)
     return rates
 
 
@@ -272,14 +278,47 @@ def _one_core_time_factor(s: float, w: float, causal: bool) -> float:
 
 
 def _kind_rates(problem: Problem, r: _Rates, kind: Any, pv: PhaseValues) -> _Rates:
-    """`r` with the layer kind's symbol values (for its GEMM shapes and its attention core)."""
-    shape = {**problem.shape_values(pv.tiles, 1), "b": pv.tile_batch}
+    """`r` with the layer kind's symbol values (for its GEMM shapes and its attention core). Only G and b
+    depend on the batch shape: the rest (every other symbol, the features, the attention core's factor,
+    which reads s and w) is kept per layout and kind (`_kind_template`) when no symbol is an array."""
+    template = _kind_template(problem, r, kind, pv)
+    if template is None:
+        return _kind_rates_of(problem, r, kind, pv, pv.tiles, pv.tile_batch)
+    out = object.__new__(_Rates)  # dataclasses.replace without re-running __init__ (frozen: set via __dict__)
+    out.__dict__.update(template.__dict__)
+    symbols = out.__dict__["symbols"] = template.symbols.copy()
+    for name, v in (("G", pv.tiles), ("b", pv.tile_batch)):
+        symbols[name] = float(v) if isinstance(v, Fraction) else v
+    out.__dict__["python_symbols"] = template.python_symbols and type(symbols["G"]) in _NUMBERS \
+        and type(symbols["b"]) in _NUMBERS
+    return out
+
+
+def _kind_template(problem: Problem, r: _Rates, kind: Any, pv: PhaseValues) -> Optional[_Rates]:
+    """`_kind_rates` at G = b = 1, kept per layout and kind, or None where a symbol other than G and b is an
+    array (points of a sweep: sequence lengths, expert counts) or `r` is not the layout's rates."""
+    if r is not _rates(problem):
+        return None
+    key = ("gpu kind rates", kind.name, id(pv.compiled))
+    cache = problem.layout_cache
+    hit = cache.get(key)
+    if hit is None or hit[0] is not pv.compiled:
+        template = _kind_rates_of(problem, r, kind, pv, 1, 1)
+        plain = not any(isinstance(v, np.ndarray) for v in template.symbols.values()) \
+            and type(template.core_time_factor) is float
+        hit = cache[key] = (pv.compiled, template if plain else None)
+    return hit[1]
+
+
+def _kind_rates_of(problem: Problem, r: _Rates, kind: Any, pv: PhaseValues, tiles: Any, tile_batch: Any) -> _Rates:
+    shape = {**problem.shape_values(tiles, 1), "b": tile_batch}
     symbols = {k: (float(v) if isinstance(v, Fraction) else v) for k, v in kind_values(problem.model, kind, shape).items()}
-    kind = object.__new__(_Rates)  # dataclasses.replace without re-running __init__ (frozen: set via __dict__)
+    out = object.__new__(_Rates)  # dataclasses.replace without re-running __init__ (frozen: set via __dict__)
     features, gemms = _selection_gemms(pv.compiled.selection)
-    kind.__dict__.update(r.__dict__, symbols=symbols, features=features, gemms=gemms,
-                         core_time_factor=_core_time_factor(problem, symbols, bool(features["sliding_window"])))
-    return kind
+    python = type(r.expert_parallel) is int and all(type(v) in _NUMBERS for v in symbols.values())
+    out.__dict__.update(r.__dict__, symbols=symbols, features=features, gemms=gemms, python_symbols=python, plans={},
+                        core_time_factor=_core_time_factor(problem, symbols, bool(features["sliding_window"])))
+    return out
 
 
 @remembered
@@ -324,12 +363,12 @@ def _part(pv: PhaseValues, phases: list[Phase], r: _Rates, memory_only: bool = F
             return summed
     part, core = Part(), [0, 0, 0]  # fused FlashAttention core: FLOPs, traffic, backward FLOPs
     for phase in phases:
-        v = pv.of(phase.name).__getitem__
+        v = pv.of(phase.name)  # quantity -> value (read by subscript: one shape reads ~20 per phase)
         load = r.imbalance if phase.routed_load else 1.0
         if memory_only:
             _memory(part, phase, v, load)
             continue
-        flops = (v("flops_fwd") + v("flops_bwd") + v("flops_recompute")) * load
+        flops = (v["flops_fwd"] + v["flops_bwd"] + v["flops_recompute"]) * load
         traffic = _traffic(phase, v, r, load)
         kernels, expert_gemms = _launches(phase, v, r)
         modules = _module_calls(phase, v, r)
@@ -340,7 +379,7 @@ def _part(pv: PhaseValues, phases: list[Phase], r: _Rates, memory_only: bool = F
         _expert_quantize(part, phase, v, r, expert_gemms)
         if phase.core and r.flash:
             run = r.core_time_factor
-            core = [core[0] + flops * run, core[1] + traffic, core[2] + v("flops_bwd") * load * run]
+            core = [core[0] + flops * run, core[1] + traffic, core[2] + v["flops_bwd"] * load * run]
             t = 0.0
         else:
             t = maximum(_matmul_time(part, phase, v, r, load), traffic / r.stream_hbm) + _cast(part, phase, v, r, load) \
@@ -428,7 +467,7 @@ def _memory_of_shapes(pv: PhaseValues, phases: list[Phase], r: _Rates) -> Option
     one = type(tiles) is int and type(tile_batch) is int and tiles >= 0 and tile_batch >= 0
     if not (one or isinstance(n, np.ndarray)) or not pv.coefficients.scalar:
         return None
-    key = ("memory rows", tuple(p.name for p in phases))
+    key = ("memory rows", tuple([p.name for p in phases]))
     summed = pv.coefficients.derived.get(key, _MISSING)
     if summed is _MISSING:
         summed = pv.coefficients.derived[key] = _memory_rows(pv, phases)
@@ -441,8 +480,8 @@ def _memory_of_shapes(pv: PhaseValues, phases: list[Phase], r: _Rates) -> Option
     if one:
         return _memory_of_one_shape(summed, tiles, tile_batch, n)
     # each phase's bytes times its load 1.0: arrays, or a float where no phase's bytes depend on the shape
-    stored, recompute = (affine(m, c, tiles, tile_batch, n) if m & 14 else float(c[0] if m & 1 else 0)
-                         for m, c in (summed.stored, summed.recompute))
+    stored, recompute = [affine(m, c, tiles, tile_batch, n) if m & 14 else float(c[0] if m & 1 else 0)
+                         for m, c in (summed.stored, summed.recompute)]
     t = summed.transient.reshape(summed.transient.shape + (1,) * n.ndim)
     transient = np.max(t[0] + t[1] * tile_batch + t[2] * tiles + t[3] * n, axis=0)
     return Part(stored=stored, recompute=recompute, transient=np.maximum(0, transient), dense_params=dense,
@@ -453,29 +492,33 @@ def _memory_of_one_shape(summed: _MemoryRows, tiles: int, tile_batch: int, n: in
     """`_memory_of_shapes` at one shape of ints, with `_memory`'s types: each phase's bytes times its load
     1.0 summed (a float), the working set's running maximum from the int 0 (a float once a phase's is
     positive, else that int 0)."""
-    stored, recompute = (float(sum(x * y for x, y in zip(c, (1, tile_batch, tiles, n)))) for _, c in
-                         (summed.stored, summed.recompute))
-    top = max(c0 + c_b * tile_batch + c_g * tiles + c_n * n for c0, c_b, c_g, c_n in summed.transient_rows)
+    # ints throughout (`_memory_rows`): exact in any order
+    (_, st), (_, rc) = summed.stored, summed.recompute
+    stored = float(st[0] + st[1] * tile_batch + st[2] * tiles + st[3] * n)
+    recompute = float(rc[0] + rc[1] * tile_batch + rc[2] * tiles + rc[3] * n)
+    top = max([c0 + c_b * tile_batch + c_g * tiles + c_n * n for c0, c_b, c_g, c_n in summed.transient_rows])
     dense, routed, low_dense, low_routed = summed.params
     return Part(stored=stored, recompute=recompute, transient=float(top) if top > 0 else 0, dense_params=dense,
                 routed_params=routed, low_precision_params=low_dense, low_precision_routed=low_routed)
 
 
-def _matmul_time(part: Part, phase: Phase, v: Any, r: _Rates, load: Any) -> Any:
+def _matmul_time(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, load: Any) -> Any:
     """The phase's FLOPs at its GEMMs' efficiencies: forward and re-run at the forward shapes', backward
     at the data- and weight-gradient shapes' (FLOP-weighted); at `peak` for a phase without GEMMs. A
     low-precision phase runs at its dtype's peak, with its operands' bytes (`_peak`, `_dtype`)."""
-    fwd = (v("flops_fwd") + v("flops_recompute")) * load
-    bwd = v("flops_bwd") * load
+    fwd = (v["flops_fwd"] + v["flops_recompute"]) * load
+    bwd = v["flops_bwd"] * load
     peak, device, beta, share = _dtype(phase, r)
     gemms = _phase_gemms(phase, r) if device is not None else ()
     if not gemms:
         return (fwd + bwd) / peak
     rows = [_gemm_row(g, r, load, device, beta, share) for g in gemms]
     part.gemms[phase.name] = [row for row, _ in rows]
-    ideal = sum(i for _, (i, _, _) in rows)
-    t_fwd = sum(tf for _, (_, tf, _) in rows)
-    t_bwd = sum(tb for _, (_, _, tb) in rows)
+    ideal: Any = 0  # each summed from 0 in the GEMMs' order
+    t_fwd: Any = 0
+    t_bwd: Any = 0
+    for _, (i, tf, tb) in rows:
+        ideal, t_fwd, t_bwd = ideal + i, t_fwd + tf, t_bwd + tb
     return fwd / peak * (t_fwd / ideal) + bwd / peak * (t_bwd / (2 * ideal))
 
 
@@ -494,8 +537,7 @@ def _gemm_row(g: Gemm, r: _Rates, load: Any, dev: Optional[GemmDevice] = None,
     forward time, forward time, backward time) per pass."""
     dev = dev if dev is not None else r.device
     beta = beta if beta is not None else r.beta
-    with np.errstate(divide="ignore", invalid="ignore"):  # an empty shape (no expert on a device) is 0/0
-        m, n, k, count = (_evaluate(e, r.symbols) for e in (g.m, g.n, g.k, g.count))
+    (m, n, k, count), _ = _evaluate_all((g.m, g.n, g.k, g.count), r)
     if g.grouped:
         m, groups, launches = m * r.expert_parallel * load, count / r.expert_parallel, 1
     else:
@@ -517,6 +559,30 @@ def _code(expr: str) -> Any:
 _FUNCTIONS = {"ceiling": np.ceil, "__builtins__": {}}
 
 
+@functools.lru_cache(maxsize=None)
+def _python_arithmetic(expr: str) -> bool:
+    """Whether the expression calls no function (`ceiling` is numpy's): at Python numbers it is then Python
+    arithmetic, which numpy's error state does not touch."""
+    return not set(_code(expr).co_names) & set(_FUNCTIONS)
+
+
+def _evaluate_all(exprs: tuple[str, ...], r: _Rates) -> tuple[tuple[Any, ...], bool]:
+    """(`_evaluate` of each expression at the rates' symbols, whether they are Python numbers), under
+    np.errstate(divide="ignore", invalid="ignore") (an empty shape, no expert on a device, is 0/0 over
+    arrays); without it where every symbol is a Python int or float (`_Rates.python_symbols`) and no
+    expression calls a function: there numpy computes nothing, so the state would change nothing (a Python
+    division by zero raises either way), and setting it is the costliest step of one shape's GEMM."""
+    symbols = r.symbols
+    if r.python_symbols:
+        for e in exprs:
+            if not _python_arithmetic(e):
+                break
+        else:
+            return tuple([eval(_code(e), _FUNCTIONS, symbols) for e in exprs]), True  # noqa: S307  # `_evaluate`
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return tuple([_evaluate(e, symbols) for e in exprs]), False
+
+
 def _evaluate(expr: str, symbols: dict[str, Any]) -> Any:
     """A catalogue GEMM expression (checked arithmetic over the notation: `terms.check_expression`) at the
     symbol values (ints, floats or arrays of layouts). Callers hold np.errstate(divide="ignore",
@@ -524,7 +590,7 @@ def _evaluate(expr: str, symbols: dict[str, Any]) -> Any:
     return eval(_code(expr), _FUNCTIONS, symbols)  # noqa: S307  # arithmetic only, checked when read
 
 
-def _launches(phase: Phase, v: Any, r: _Rates) -> tuple[Any, Any]:
+def _launches(phase: Phase, v: dict[str, Any], r: _Rates) -> tuple[Any, Any]:
     """(kernel launches, per-expert GEMMs) of a phase per micro-batch, an estimate (model/gpu/fixed.py): each
     dense GEMM once forward and twice backward; a grouped expert GEMM as one GEMM per local expert (E/EP, the
     host loop of TransformerEngine's multi-stream grouped GEMM) in each of those passes; another phase with
@@ -533,17 +599,19 @@ def _launches(phase: Phase, v: Any, r: _Rates) -> tuple[Any, Any]:
     if phase.core and r.flash:
         return 0, 0
     gemms = _phase_gemms(phase, r)
-    passes = 1 + v("reruns") + 2
+    passes = 1 + v["reruns"] + 2
     if gemms:
-        with np.errstate(divide="ignore", invalid="ignore"):  # as `_evaluate` asks
-            dense = sum(_evaluate(g.count, r.symbols) for g in gemms if not g.grouped)
-            experts = sum(_evaluate(g.count, r.symbols) / r.expert_parallel for g in gemms if g.grouped)
+        counts, python = _evaluate_all(tuple([g.count for g in gemms]), r)
+        # as `_evaluate_all`: Python numbers (EP an int, `python_symbols`) leave numpy out
+        with contextlib.nullcontext() if python else np.errstate(divide="ignore", invalid="ignore"):
+            dense = sum(c for g, c in zip(gemms, counts) if not g.grouped)
+            experts = sum(c / r.expert_parallel for g, c in zip(gemms, counts) if g.grouped)
         return dense * passes, experts * passes
-    work = where((v("bytes_moved") + v("flops_fwd")) > 0, 1, 0)
-    return work * (2 + v("reruns")), 0
+    work = where((v["bytes_moved"] + v["flops_fwd"]) > 0, 1, 0)
+    return work * (2 + v["reruns"]), 0
 
 
-def _expert_quantize(part: Part, phase: Phase, v: Any, r: _Rates, expert_gemms: Any) -> None:
+def _expert_quantize(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, expert_gemms: Any) -> None:
     """Kernel launches of the per-expert quantisation in a low-precision phase's grouped expert GEMMs
     (model/gpu/fixed.py): TransformerEngine's GroupedLinear quantises its input forward and its output gradient
     backward with one `tex.split_quantize` call each, which launches the recipe's
@@ -553,13 +621,13 @@ def _expert_quantize(part: Part, phase: Phase, v: Any, r: _Rates, expert_gemms: 
     per_expert = r.cast.recipe.grouped_quantize_kernels_per_expert if r.cast is not None else 0
     if not per_expert or not phase.low_precision:
         return
-    reruns = v("reruns")
+    reruns = v["reruns"]
     forward = expert_gemms / (3 + reruns) * per_expert
     part.kernels = part.kernels + forward * (2 + reruns)
     part.kernels_fwd = part.kernels_fwd + forward
 
 
-def _module_calls(phase: Phase, v: Any, r: _Rates) -> Any:
+def _module_calls(phase: Phase, v: dict[str, Any], r: _Rates) -> Any:
     """Layer-module calls of a phase per micro-batch (model/gpu/fixed.py): each GEMM a module issues (the
     catalogue's `module` GEMMs: a Megatron/TransformerEngine linear or grouped linear, whatever its `count` of
     matmuls inside) is one module call forward, one backward (autograd runs the module's backward function
@@ -567,24 +635,24 @@ def _module_calls(phase: Phase, v: Any, r: _Rates) -> Any:
     the fused kernel (`_fused_core`)."""
     if phase.core and r.flash:
         return 0
-    modules = sum(1 for g in _phase_gemms(phase, r) if g.module)
-    return modules * (1 + v("reruns") + 1)
+    modules = len([g for g in _phase_gemms(phase, r) if g.module])
+    return modules * (1 + v["reruns"] + 1)
 
 
-def _glue_ops(phase: Phase, v: Any) -> Any:
+def _glue_ops(phase: Phase, v: dict[str, Any]) -> Any:
     """The eager glue a phase stands for (model/gpu/fixed.py), in reference-op equivalents per micro-batch: its
     forward once and once per re-run, its backward once."""
     g = phase.host_glue
-    return 0 if g is None else g.forward_ops * (1 + v("reruns")) + g.backward_ops
+    return 0 if g is None else g.forward_ops * (1 + v["reruns"]) + g.backward_ops
 
 
-def _forward_issued(part: Part, phase: Phase, v: Any, r: _Rates, issued: tuple[Any, Any, Any]) -> None:
+def _forward_issued(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, issued: tuple[Any, Any, Any]) -> None:
     """The first forward pass's share of what a phase issues (the passes as `_launches`, `_module_calls` and
     `_glue_ops` count them: a GEMM phase's kernels and expert GEMMs in 3 + re-runs passes, another phase's kernel
     in 2 + re-runs, a module in 2 + re-runs; re-runs belong to the backward, where they run)."""
     kernels, expert_gemms, modules = issued
-    reruns = v("reruns")
-    passes = 3 + reruns if any(g.applies(r.features) for g in phase.gemm) else 2 + reruns
+    reruns = v["reruns"]
+    passes = 3 + reruns if _phase_gemms(phase, r) else 2 + reruns  # (the GEMMs that apply under the features)
     part.kernels_fwd = part.kernels_fwd + kernels / passes
     part.expert_gemms_fwd = part.expert_gemms_fwd + expert_gemms / (3 + reruns)
     part.module_calls_fwd = part.module_calls_fwd + modules / (2 + reruns)
@@ -606,34 +674,36 @@ def _fused_core(part: Part, pv: PhaseValues, phases: list[Phase], core: list[Any
     bound = core[1] / r.stream_hbm if not r.attention_wall_rate else 0.0
     fused = maximum(core[0] / r.attention_peak, bound)
     part.compute_s, part.core_s = part.compute_s + fused, part.core_s + fused
-    part.kernels = part.kernels + where(core[0] > 0, 2, 0)  # the fused forward and backward kernels
-    part.module_calls = part.module_calls + where(core[0] > 0, 2, 0)  # its attention module, forward and backward
-    part.kernels_fwd = part.kernels_fwd + where(core[0] > 0, 1, 0)
-    part.module_calls_fwd = part.module_calls_fwd + where(core[0] > 0, 1, 0)
-    safe = where(core[0] > 0, core[0], 1)
-    part.backward_s = part.backward_s + fused * where(core[0] > 0, core[2] / safe, 0)
+    ran = core[0] > 0
+    both, forward = where(ran, 2, 0), where(ran, 1, 0)
+    part.kernels = part.kernels + both  # the fused forward and backward kernels
+    part.module_calls = part.module_calls + both  # its attention module, forward and backward
+    part.kernels_fwd = part.kernels_fwd + forward
+    part.module_calls_fwd = part.module_calls_fwd + forward
+    safe = where(ran, core[0], 1)
+    part.backward_s = part.backward_s + fused * where(ran, core[2] / safe, 0)
     for phase in phases:
         if phase.core:
-            flops = pv.value(phase.name, "flops_fwd") + pv.value(phase.name, "flops_bwd") \
-                + pv.value(phase.name, "flops_recompute")
+            v = pv.of(phase.name)
+            flops = v["flops_fwd"] + v["flops_bwd"] + v["flops_recompute"]
             # core[0] holds the FLOPs the kernel runs (counted x the causal block share): the shares sum to 1
-            part.phase_s[phase.name] = fused * where(core[0] > 0, flops * r.core_time_factor / safe, 0)
+            part.phase_s[phase.name] = fused * where(ran, flops * r.core_time_factor / safe, 0)
 
 
-def _cast(part: Part, phase: Phase, v: Any, r: _Rates, load: Any) -> Any:
+def _cast(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, load: Any) -> Any:
     """Seconds of the phase's activation and gradient casts per micro-batch (`precision.phase_cast_s`); the
     weights' cast, once per step, goes to `part.weight_cast_s` (the step adds it once, whatever M); the
     report's row carries both on its micro-batch basis."""
     if r.cast is None or not phase.low_precision:
         return 0.0
-    t = phase_cast_s(r.cast, r.hbm, phase, v, load, r.expert_shards, weights=False)
-    once = phase_weight_cast_s(r.cast, r.hbm, phase, v, r.expert_shards)
+    t = phase_cast_s(r.cast, r.hbm, phase, v.__getitem__, load, r.expert_shards, weights=False)
+    once = phase_weight_cast_s(r.cast, r.hbm, phase, v.__getitem__, r.expert_shards)
     part.weight_cast_s = part.weight_cast_s + once
     part.cast_s[phase.name] = t + once * r.cast.weight_casts_per_micro_batch
     return t
 
 
-def _elementwise_s(v: Any, r: _Rates, load: Any) -> Any:
+def _elementwise_s(v: dict[str, Any], r: _Rates, load: Any) -> Any:
     """Seconds of the phase's separately launched elementwise kernels per micro-batch (the catalogue's
     `elementwise_bytes`, forward and each re-run, and `elementwise_bytes_bwd`): the activation between two
     linears, the residual adds. Each is its own memory-bound kernel, so its bytes at the streaming bandwidth
@@ -643,65 +713,106 @@ def _elementwise_s(v: Any, r: _Rates, load: Any) -> Any:
 
     (Megatron-LM @ d98e8a64 mlp.py L275-317, fused_bias_swiglu.py, fused_bias_dropout.py: jit-fused kernels
     between TransformerEngine modules, which cannot take them in; docs/precision.md "lp6")."""
-    return (v("elementwise_bytes") * (1 + v("reruns")) + v("elementwise_bytes_bwd")) * load / r.stream_hbm
+    return (v["elementwise_bytes"] * (1 + v["reruns"]) + v["elementwise_bytes_bwd"]) * load / r.stream_hbm
 
 
-def _backward_share(v: Any) -> Any:
-    total = v("flops_fwd") + v("flops_bwd") + v("flops_recompute")
-    return where(total > 0, v("flops_bwd") / where(total > 0, total, 1), 2 / 3)
+def _backward_share(v: dict[str, Any]) -> Any:
+    bwd = v["flops_bwd"]
+    total = v["flops_fwd"] + bwd + v["flops_recompute"]
+    if not isinstance(total, np.ndarray):  # one shape: the value `where` picks, without computing the other
+        return bwd / total if total > 0 else 2 / 3
+    return where(total > 0, bwd / where(total > 0, total, 1), 2 / 3)
 
 
-def _traffic(phase: Phase, v: Any, r: _Rates, load: Any) -> Any:
+def _traffic(phase: Phase, v: dict[str, Any], r: _Rates, load: Any) -> Any:
     """HBM bytes over the forward, re-run and backward passes; a routed phase reads only the device's
     share of the experts' weights, and its activation traffic scales with the routed load."""
-    fwd, bwd = v("bytes_moved"), v("bytes_moved_bwd")
+    fwd, bwd = v["bytes_moved"], v["bytes_moved_bwd"]
     if phase.routed_load:
-        w = r.beta * v("params")  # the experts' weights read per forward pass
+        w = r.beta * v["params"]  # the experts' weights read per forward pass
         k = constants().passes.backward_traffic_factor
         fwd = (fwd - w) * load + w / r.expert_shards
         bwd = (bwd - k * w) * load + k * w / r.expert_shards
-    return fwd * (1 + v("reruns")) + bwd
+    return fwd * (1 + v["reruns"]) + bwd
 
 
-def _memory(part: Part, phase: Phase, v: Any, load: Any) -> None:
-    part.stored = part.stored + v("stored") * load
-    part.recompute = part.recompute + v("recompute_bytes") * load
-    part.transient = maximum(part.transient, v("transient") * load)
+def _memory(part: Part, phase: Phase, v: dict[str, Any], load: Any) -> None:
+    part.stored = part.stored + v["stored"] * load
+    part.recompute = part.recompute + v["recompute_bytes"] * load
+    part.transient = maximum(part.transient, v["transient"] * load)
     if phase.param_bucket == "routed":
-        part.routed_params = part.routed_params + v("params")
+        part.routed_params = part.routed_params + v["params"]
         if phase.low_precision:
-            part.low_precision_routed = part.low_precision_routed + v("params")
+            part.low_precision_routed = part.low_precision_routed + v["params"]
     else:
-        part.dense_params = part.dense_params + v("params")
+        part.dense_params = part.dense_params + v["params"]
         if phase.low_precision:
-            part.low_precision_params = part.low_precision_params + v("params")
+            part.low_precision_params = part.low_precision_params + v["params"]
 
 
-def _volumes(part: Part, phase: Phase, v: Any, r: _Rates) -> None:
+def _volumes(part: Part, phase: Phase, v: dict[str, Any], r: _Rates) -> None:
     """Communication volumes of one micro-batch (see the module docstring); collective factors are
     named constants: an all-reduce counts all_reduce (2) units, a reduce-scatter or all-gather one. Under a
     low-precision recipe a low-precision phase's sequence-parallel all-gathers move its quantised bytes
-    (`precision.gather_share`): the reduce-scatters stay 16-bit."""
-    p, c = constants().passes, constants().collectives
-    reruns = v("reruns")
-    if r.sequence_parallel:
-        ag = gather_share(r.cast, phase, r.beta)
+    (`precision.gather_share`): the reduce-scatters stay 16-bit. The factors' terms before the re-runs are
+    the phase's under the layout (`_volume_factors`), added as written here."""
+    f = _volume_factors(phase, r)
+    reruns = v["reruns"]
+    if f.sequence_parallel:
         # in: all-gather forward, reduce-scatter backward, the input gathered again for dW, re-run gather
-        tp_in = (c.all_gather + p.sp_backward_regather * c.all_gather + reruns * c.all_gather) * ag + c.reduce_scatter
+        tp_in = (f.tp_in_gathers + reruns * f.all_gather) * f.gather_share + f.reduce_scatter
         # out: reduce-scatter forward (and re-run), the output gradient all-gathered backward
-        tp_out = c.reduce_scatter + c.all_gather * ag + reruns * c.reduce_scatter
+        tp_out = f.tp_out_head + reruns * f.reduce_scatter
+        in_calls, out_calls = f.in_calls_head + reruns, 2 + reruns
     else:  # Shoeybi et al. 2019: f (identity forward, all-reduce backward) and g (all-reduce forward)
-        tp_in = c.all_reduce
-        tp_out = c.all_reduce * (1 + reruns)
-    part.tp_bytes = part.tp_bytes + tp_in * v("tp_in_bytes") + tp_out * v("tp_out_bytes")
-    part.cp_bytes = part.cp_bytes + v("cp_bytes") * (1 + p.cp_backward_exchange_factor + reruns)
-    part.a2a_bytes = part.a2a_bytes + v("a2a_bytes") * (1 + p.backward_exchange_factor + reruns) * r.imbalance
-    # calls: one per exchange counted above (an all-reduce is one call of two units)
-    if r.sequence_parallel:
-        in_calls, out_calls = 2 + p.sp_backward_regather + reruns, 2 + reruns
-    else:
+        tp_in = f.all_reduce
+        tp_out = f.all_reduce * (1 + reruns)
         in_calls, out_calls = 1, 1 + reruns
-    part.tp_calls = part.tp_calls + where(v("tp_in_bytes") > 0, in_calls, 0) + where(v("tp_out_bytes") > 0, out_calls, 0)
-    part.cp_calls = part.cp_calls + where(v("cp_bytes") > 0, 2 + reruns, 0)
-    part.a2a_calls = part.a2a_calls + where(v("a2a_bytes") > 0, 1 + p.backward_exchange_factor + reruns, 0)
-    part.pp_bytes = part.pp_bytes + v("pp_bytes")
+    tp_in_bytes, tp_out_bytes, cp_bytes, a2a_bytes = v["tp_in_bytes"], v["tp_out_bytes"], v["cp_bytes"], v["a2a_bytes"]
+    part.tp_bytes = part.tp_bytes + tp_in * tp_in_bytes + tp_out * tp_out_bytes
+    part.cp_bytes = part.cp_bytes + cp_bytes * (f.cp_head + reruns)
+    part.a2a_bytes = part.a2a_bytes + a2a_bytes * (f.a2a_head + reruns) * r.imbalance
+    # calls: one per exchange counted above (an all-reduce is one call of two units)
+    if is_array(tp_in_bytes, tp_out_bytes, cp_bytes, a2a_bytes, reruns):
+        part.tp_calls = part.tp_calls + where(tp_in_bytes > 0, in_calls, 0) + where(tp_out_bytes > 0, out_calls, 0)
+        part.cp_calls = part.cp_calls + where(cp_bytes > 0, 2 + reruns, 0)
+        part.a2a_calls = part.a2a_calls + where(a2a_bytes > 0, f.a2a_head + reruns, 0)
+    else:  # one shape: `where`'s choice inline (the counts are Python numbers; `part` may hold arrays)
+        part.tp_calls = part.tp_calls + (in_calls if tp_in_bytes > 0 else 0) + (out_calls if tp_out_bytes > 0 else 0)
+        part.cp_calls = part.cp_calls + (2 + reruns if cp_bytes > 0 else 0)
+        part.a2a_calls = part.a2a_calls + (f.a2a_head + reruns if a2a_bytes > 0 else 0)
+    part.pp_bytes = part.pp_bytes + v["pp_bytes"]
+
+
+@dataclass(frozen=True)
+class _VolumeFactors:
+    """The shape-free terms of a phase's communication factors (`_volumes`), each the leading terms of its
+    sum as `_volumes` adds them left to right: the same operations in the same order."""
+
+    sequence_parallel: bool
+    gather_share: float  # `precision.gather_share`
+    all_gather: int
+    reduce_scatter: int
+    all_reduce: int
+    tp_in_gathers: int  # all_gather + sp_backward_regather x all_gather
+    tp_out_head: Any  # reduce_scatter + all_gather x gather_share
+    in_calls_head: int  # 2 + sp_backward_regather
+    cp_head: int  # 1 + cp_backward_exchange_factor
+    a2a_head: int  # 1 + backward_exchange_factor
+
+
+def _volume_factors(phase: Phase, r: _Rates) -> _VolumeFactors:
+    """`_VolumeFactors` of the phase under the rates, kept with the rates (`_Rates.plans`: per layout and kind)."""
+    hit = r.plans.get(("volumes", phase.name))
+    if hit is not None and hit[0] is phase:
+        return hit[1]
+    p, c = constants().passes, constants().collectives
+    ag = gather_share(r.cast, phase, r.beta)
+    factors = _VolumeFactors(
+        sequence_parallel=bool(r.sequence_parallel), gather_share=ag, all_gather=c.all_gather,
+        reduce_scatter=c.reduce_scatter, all_reduce=c.all_reduce,
+        tp_in_gathers=c.all_gather + p.sp_backward_regather * c.all_gather,
+        tp_out_head=c.reduce_scatter + c.all_gather * ag, in_calls_head=2 + p.sp_backward_regather,
+        cp_head=1 + p.cp_backward_exchange_factor, a2a_head=1 + p.backward_exchange_factor)
+    r.plans[("volumes", phase.name)] = (phase, factors)
+    return factors

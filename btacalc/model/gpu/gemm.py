@@ -129,10 +129,10 @@ def gemm_time(m: Any, n: Any, k: Any, bytes_per_element: Any, device: GemmDevice
     device holding no expert) takes no time; the arithmetic never warns (shares of an empty launch are 1).
     One shape (all scalars) is answered from a cache keyed on the shape and the device (`_one_gemm`): a
     plan, a search and a sweep ask for the same few shapes many times."""
-    args = (m, n, k, bytes_per_element, groups)
-    if all(isinstance(x, (int, float)) or (isinstance(x, np.generic) and x.ndim == 0) for x in args):
-        return _one_gemm(float(m), float(n), float(k), float(bytes_per_element), device, float(groups))
-    return _gemm_times(m, n, k, bytes_per_element, device, groups)
+    for x in (m, n, k, bytes_per_element, groups):  # a plain loop: one evaluation runs this per GEMM and pass
+        if not (isinstance(x, (int, float)) or (isinstance(x, np.generic) and x.ndim == 0)):
+            return _gemm_times(m, n, k, bytes_per_element, device, groups)
+    return _one_gemm(float(m), float(n), float(k), float(bytes_per_element), device, float(groups))
 
 
 def gemm_passes(m: Any, n: Any, k: Any, bytes_per_element: Any, device: GemmDevice,
@@ -142,10 +142,16 @@ def gemm_passes(m: Any, n: Any, k: Any, bytes_per_element: Any, device: GemmDevi
     pass over the three stacked along a leading axis (every step of `_gemm_time` is elementwise over the
     shapes, the tile minimum along its own axis, so each element gets the same bits as alone); one shape
     asks the cache three times."""
+    one = True  # every argument a Python or numpy scalar: `gemm_time`'s cache, the floats converted once
     for x in (m, n, k, bytes_per_element, groups):  # a plain loop: one evaluation runs this per GEMM
         if isinstance(x, np.ndarray) and x.ndim:
             break
+        one = one and (isinstance(x, (int, float)) or (isinstance(x, np.generic) and x.ndim == 0))
     else:
+        if one:
+            fm, fn, fk, fb, fg = float(m), float(n), float(k), float(bytes_per_element), float(groups)
+            return (_one_gemm(fm, fn, fk, fb, device, fg), _one_gemm(fm, fk, fn, fb, device, fg),
+                    _one_gemm(fk, fn, fm, fb, device, fg))
         return (gemm_time(m, n, k, bytes_per_element, device, groups),
                 gemm_time(m, k, n, bytes_per_element, device, groups),
                 gemm_time(k, n, m, bytes_per_element, device, groups))

@@ -120,7 +120,7 @@ class GpuMemory:
             if type(v) is not int:
                 key = None
                 break
-        cache = self.problem._cache
+        cache = self.problem.layout_cache
         if key is not None and key in cache:
             return cache[key]
         lay = self.problem.layout
@@ -188,7 +188,7 @@ def _low_precision_params(problem: Problem, layers: Any, kinds: list[tuple[Layer
 
 
 def _sum(parts: tuple[StatePart, ...] | list[StatePart], component: str) -> Any:
-    return sum((p.bytes for p in parts if p.component == component), start=0)
+    return sum([p.bytes for p in parts if p.component == component], start=0)
 
 
 def _max(values: Any) -> Any:

@@ -71,7 +71,18 @@ class PipelineStages:
 
     @classmethod
     def of(cls, problem: "Problem", micro_batches: Any = None) -> "PipelineStages":
-        """The stages of a problem's model and layout (its M unless `micro_batches` is given)."""
+        """The stages of a problem's model and layout (its M unless `micro_batches` is given); kept per
+        layout for one M of a plain int (with the placement it computes on first use)."""
+        if micro_batches is None or type(micro_batches) is int:
+            key = ("pipeline stages", micro_batches)
+            stages = problem.layout_cache.get(key)
+            if stages is None:
+                stages = problem.layout_cache[key] = cls._of(problem, micro_batches)
+            return stages
+        return cls._of(problem, micro_batches)
+
+    @classmethod
+    def _of(cls, problem: "Problem", micro_batches: Any) -> "PipelineStages":
         lay, model = problem.layout, problem.model
         mtp = model.mtp_layers if problem.run.multi_token_prediction else 0
         kinds = _kind_indices(model)
@@ -131,7 +142,18 @@ class PipelineStages:
             else [cell[..., k] for k in range(self.kinds)]
 
     def kind_counts(self, j: int) -> list[Any]:
-        """Layers of each kind on stage j."""
+        """Layers of each kind on stage j (for one layout, summed once per stage: `_stage_counts`)."""
+        if self._cells is not None:
+            counts = self._stage_counts
+            return list(counts[j]) if j < len(counts) else [0] * self.kinds
+        return self._kind_counts(j)
+
+    @cached_property
+    def _stage_counts(self) -> tuple[tuple[int, ...], ...]:
+        """`_kind_counts` of every stage of one layout (Python ints)."""
+        return tuple(tuple(self._kind_counts(j)) for j in range(len(self._cells or ())))
+
+    def _kind_counts(self, j: int) -> list[Any]:
         out: list[Any] = [0] * self.kinds
         for v in range(largest(self.vp)):
             out = [a + b for a, b in zip(out, self.chunk_kinds(j, v))]
@@ -141,8 +163,22 @@ class PipelineStages:
         """Decoder (and MTP) layers on stage j."""
         return sum(self.kind_counts(j))
 
+    @cached_property
+    def _kept(self) -> Optional[dict[tuple[str, int], Any]]:
+        """Per-stage values of one layout of Python ints (pp, vp, M), computed once per stage (the stages
+        of a layout are kept per layout: `PipelineStages.of`); None for arrays of layouts or of M."""
+        return {} if self._cells is not None and type(self.micro_batches) is int else None
+
     def in_flight(self, j: int) -> Any:
         """Model-chunk passes whose activations stage j holds at its peak (see the module docstring)."""
+        kept = self._kept
+        if kept is None:
+            return self._in_flight(j)
+        if ("in flight", j) not in kept:
+            kept["in flight", j] = self._in_flight(j)
+        return kept["in flight", j]
+
+    def _in_flight(self, j: int) -> Any:
         plain = minimum(self.pp - j, self.micro_batches)
         interleaved = minimum(2 * (self.pp - j - 1) + (self.vp - 1) * self.pp + 1, self.micro_batches * self.vp)
         return where(self.vp == 1, plain, interleaved)
@@ -158,6 +194,14 @@ class PipelineStages:
     def held_kinds(self, j: int) -> list[Any]:
         """Layer activations of each kind stage j holds, in layer-micro-batches: sum over its chunks of
         the chunk's in-flight passes x its layers of that kind."""
+        kept = self._kept
+        if kept is None:
+            return self._held_kinds(j)
+        if ("held", j) not in kept:
+            kept["held", j] = tuple(self._held_kinds(j))
+        return list(kept["held", j])
+
+    def _held_kinds(self, j: int) -> list[Any]:
         out: list[Any] = [0] * self.kinds
         for v in range(largest(self.vp)):
             passes = self.chunk_passes(j, v)

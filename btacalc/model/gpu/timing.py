@@ -34,6 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from ...memo import plain_key
 from ..arrays import is_array, largest, maximum, where
 from ..problem import Evaluation, Problem
 from ..state import bytes_per_param
@@ -136,6 +137,12 @@ def gpu_step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Ev
 
 
 
+# the per-micro-batch fields of a layer's `Part` a stage sums over its layers
+_STAGE_SUMS = ("compute_s", "backward_s", "core_s", "tp_bytes", "cp_bytes", "a2a_bytes", "kernels", "tp_calls",
+               "cp_calls", "a2a_calls", "weight_cast_s", "expert_gemms", "module_calls",
+               "glue_ops", "kernels_fwd", "expert_gemms_fwd", "module_calls_fwd", "glue_ops_fwd")
+
+
 def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any, Part]],
            ends: tuple[Part, Part], tiles: Any, micro_batches: Any) -> _Stage:
     lay = problem.layout
@@ -144,16 +151,16 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
     counts = pipe.kind_counts(j)  # the stage's real layers of each kind (stages.py)
     layers = sum(counts)
     stage = Part()
+    summed = stage.__dict__  # the fields read and written directly: this runs per stage and layer kind
     for n, (_, part) in zip(counts, kinds):
-        for name in ("compute_s", "backward_s", "core_s", "tp_bytes", "cp_bytes", "a2a_bytes", "kernels", "tp_calls",
-                     "cp_calls", "a2a_calls", "weight_cast_s", "expert_gemms", "module_calls",
-                     "glue_ops", "kernels_fwd", "expert_gemms_fwd", "module_calls_fwd", "glue_ops_fwd"):
-            setattr(stage, name, getattr(stage, name) + n * getattr(part, name))
+        fields = part.__dict__
+        for name in _STAGE_SUMS:
+            summed[name] = summed[name] + n * fields[name]
     layer_terms = _layer_terms(problem, kinds, counts)
     first, last = ends
     outside = [(first, is_first), (last, is_last)]
-    compute = layer_terms.pop("compute") + sum(where(on, p.compute_s, 0) for p, on in outside)
-    backward = stage.backward_s + sum(where(on, p.backward_s, 0) for p, on in outside)
+    compute = layer_terms.pop("compute") + _on_ends(outside, "compute_s")
+    backward = stage.backward_s + _on_ends(outside, "backward_s")
     tp_outside = sum(where(on, tensor_parallel_time(problem, p.tp_bytes, p.tp_calls), 0) for p, on in outside)
     raw = {"tp_comm": layer_terms.pop("tp_raw") + tp_outside, "cp_comm": layer_terms.pop("cp_raw"),
            "all_to_all": layer_terms.pop("a2a_raw")}
@@ -170,9 +177,8 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
              "pp_p2p": where(o.p2p, maximum(0.0, p2p - compute), p2p), "zero_per_micro_batch": per_mb,
              "tiling": layers * tiles * tile_overhead_s(problem)}
     names = ("kernels", "expert_gemms", "module_calls", "glue_ops")
-    issued = [getattr(stage, n) + sum(where(on, getattr(p, n), 0) for p, on in outside) for n in names]
-    forward = [getattr(stage, n + "_fwd") + sum(where(on, getattr(p, n + "_fwd"), 0) for p, on in outside)
-               for n in names]
+    issued = [getattr(stage, n) + _on_ends(outside, n) for n in names]
+    forward = [getattr(stage, n + "_fwd") + _on_ends(outside, n + "_fwd") for n in names]
     host = host_time(problem, *issued)
     gpu = sum(terms.values())
     synced = launch_time_synced(host_time(problem, *forward), host, gpu_forward_share(compute, backward, gpu), gpu)
@@ -184,10 +190,19 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
     sync_raw = {"gradient_reduce": dp.reduce_per_step, "param_gather": dp.gather_per_step,
                 "zero_per_micro_batch": dp.per_micro_batch * micro_batches}
     fixed = fixed_costs(problem, dense, expert, bytes_per_param(problem))
-    casts = stage.weight_cast_s + sum(where(on, p.weight_cast_s, 0) for p, on in ((ends[0], is_first), (ends[1], is_last)))
+    casts = stage.weight_cast_s + _on_ends(outside, "weight_cast_s")
     fixed = FixedCosts(where(exists, fixed.optimizer_s, 0.0), where(exists, fixed.grad_norm_s, 0.0),
                        where(exists, casts, 0.0))
     return _Stage(terms, raw, where(exists, reduce + gather, 0.0), sync_raw, fixed, host)
+
+
+def _on_ends(outside: list[tuple[Part, Any]], name: str) -> Any:
+    """Field `name` of the parts outside the layers (first stage's, last stage's) where the stage holds
+    them, else 0, summed from 0 in that order."""
+    total: Any = 0
+    for part, on in outside:
+        total = total + where(on, getattr(part, name), 0)
+    return total
 
 
 def _layer_terms(problem: Problem, kinds: list[tuple[Any, Part]], counts: list[Any]) -> dict[str, Any]:
@@ -253,7 +268,18 @@ def _collective_rows(problem: Problem, kinds: list[tuple[Any, Part]], counts: li
 
 
 def _data_parallel_rows(problem: Problem, params: tuple[Any, Any], m: Any) -> list[CollectiveRow]:
-    """The critical stage's data-parallel collectives per step (collectives.data_parallel_traffic)."""
+    """The critical stage's data-parallel collectives per step (collectives.data_parallel_traffic): functions
+    of the layout, the stage's parameters and M, kept per layout when those are plain numbers."""
+    key = plain_key((params, m))
+    if key is None:
+        return _data_parallel_rows_of(problem, params, m)
+    rows = problem.layout_cache.get(("data parallel rows", key))
+    if rows is None:
+        rows = problem.layout_cache[("data parallel rows", key)] = _data_parallel_rows_of(problem, params, m)
+    return list(rows)
+
+
+def _data_parallel_rows_of(problem: Problem, params: tuple[Any, Any], m: Any) -> list[CollectiveRow]:
     rows = []
     kinds = {"reduce_per_step": "gradient_reduce", "gather_per_step": "param_gather", "per_micro_batch": "zero_per_micro_batch"}
     for part, held in zip(("dense", "expert"), params):
@@ -272,10 +298,22 @@ def _model_flops(problem: Problem, tiles: Any, tile_batch: Any) -> Any:
     """Model FLOPs (forward + backward) of one micro-batch of the whole model (no parallel split)."""
     flat = problem._cache.get("unsplit")  # the same problem for every batch shape: its evaluations kept
     if flat is None:
-        flat = problem._cache["unsplit"] = problem.with_layout(tensor_parallel=1, context_parallel=1,
-                                                               expert_tensor_parallel=1)
+        flat = problem._cache["unsplit"] = _unsplit(problem)
     ev = flat.evaluate(tiles, tile_batch)
     return sum(ev.layers_total(q) + ev.outside_total(q) for q in ("flops_fwd", "flops_bwd"))
+
+
+def _unsplit(problem: Problem) -> Problem:
+    """The problem without the tensor, context and expert-tensor split (whose FLOPs are the model's). Its
+    execution is kept per layout, so that unsplit problems of one layout share their layout cache; the
+    problem itself (and the shapes it evaluates) is this problem's own."""
+    execution = problem.layout_cache.get("unsplit execution")
+    if execution is None:
+        execution = problem.layout_cache["unsplit execution"] = problem.with_layout(
+            tensor_parallel=1, context_parallel=1, expert_tensor_parallel=1).execution
+    if execution is problem.execution:
+        return problem
+    return Problem(problem.model, problem.hardware, execution, symbols=problem.symbols, counts=problem.counts)
 
 
 def _phase_report(problem: Problem, pipe: PipelineStages, crit: int, kinds: list[tuple[Any, Part]],
