@@ -43,16 +43,17 @@ def _mxfp8_b200_device():
 
 
 def test_grouped_mxfp8_gemms_run_at_torchaos_published_b200_rate():
-    """The forward and data-gradient grouped GEMMs (per expert m = 16,384 rows) within 3% of the published
-    times: btacalc is not faster than the published grouped kernel at these shapes, so no grouped-kernel
-    penalty follows from them. The rates by hand: 3.848e12 FLOP / 1671.2 us = 2,303 TFLOP/s."""
+    """The forward and data-gradient grouped GEMMs (per expert m = 16,384 rows) within 5% of the published
+    times: at these shapes btacalc is at most a few percent faster than the published grouped kernel (4% after
+    lp6's refit of compute_efficiency, 0.6743 -> 0.6992, on the dense fit runs), far from the 25-70% the MoE
+    rows miss by, so no grouped-kernel penalty follows from them. The rates by hand: 3.848e12 FLOP / 1671.2 us = 2,303 TFLOP/s."""
     dev, beta = _mxfp8_b200_device()
     rows = TOKENS // EXPERTS
     forward = gemm_time(rows, HIDDEN, DIM, beta, dev, groups=EXPERTS)
     dgrad = gemm_time(rows, DIM, HIDDEN, beta, dev, groups=EXPERTS)
     assert FLOPS / (TORCHAO_B200_US["forward"] * 1e-6) == pytest.approx(2.303e15, rel=1e-3)
-    assert forward.time_s == pytest.approx(TORCHAO_B200_US["forward"] * 1e-6, rel=0.03)
-    assert dgrad.time_s == pytest.approx(TORCHAO_B200_US["dgrad"] * 1e-6, rel=0.03)
+    assert forward.time_s == pytest.approx(TORCHAO_B200_US["forward"] * 1e-6, rel=0.05)
+    assert dgrad.time_s == pytest.approx(TORCHAO_B200_US["dgrad"] * 1e-6, rel=0.05)
 
 
 def test_torchaos_k_grouped_weight_gradient_is_slower_than_btacalcs_and_not_megatrons_kernel():
