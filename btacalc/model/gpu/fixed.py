@@ -202,12 +202,29 @@ def gpu_forward_share(compute_s: Any, backward_s: Any, gpu_time_s: Any) -> Any:
     return (compute_s - backward_s) + (gpu_time_s - compute_s) / 2
 
 
-def launch_time_synced(host_forward_s: Any, host_s: Any, gpu_forward_s: Any, gpu_time_s: Any) -> Any:
+@dataclass(frozen=True)
+class SyncSplit:
+    """A micro-batch's host and GPU times split by the dispatcher's sync (seconds): the whole micro-batch, its
+    first forward pass, and the part of that forward issued after the syncs (`Phase.after_dispatch_sync`)."""
+
+    host_s: Any
+    gpu_s: Any
+    host_forward_s: Any
+    gpu_forward_s: Any
+    host_post_s: Any = 0.0
+    gpu_post_s: Any = 0.0
+
+
+def launch_time_synced(t: SyncSplit) -> Any:
     """Exposed host time of a micro-batch whose MoE layers wait for the dispatcher's device-to-host copy once
-    per layer forward (module docstring): forward and backward each take the larger of their host and GPU
-    times, max(H_f, G_f) + max(H_b, G_b), so each shows its own excess."""
-    return maximum(0.0, host_forward_s - gpu_forward_s) + maximum(0.0, (host_s - host_forward_s)
-                                                               - (gpu_time_s - gpu_forward_s))
+    per layer forward (module docstring): the backward takes max(H_b, G_b); the forward, a chain of segments
+    from one sync to the next (the post-sync part of a layer, then the pre-sync part of the next), takes
+    max(H_f, G_f, H_post + G_pre) (the two-block flow shop: the pre-sync GPU work cannot start before its
+    kernels are issued, after the post-sync part's), so the launch row is
+
+        max(0, H_f - G_f, H_post - G_post) + max(0, H_b - G_b)."""
+    forward = maximum(maximum(0.0, t.host_forward_s - t.gpu_forward_s), t.host_post_s - t.gpu_post_s)
+    return forward + maximum(0.0, (t.host_s - t.host_forward_s) - (t.gpu_s - t.gpu_forward_s))
 
 
 def launch_time(host_s: Any, gpu_time_s: Any) -> Any:
