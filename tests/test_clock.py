@@ -549,3 +549,23 @@ def test_a_low_precision_grouped_linear_launches_its_quantisation_per_expert():
     dense16 = _problem("llama-3-8b", hw="b200", devices=8, run=RunOptions(seq_len=4096, attention="flash",
                                                                          gradient_bytes=4))
     assert layer_parts(dense, dense.evaluate(1, 1))[0].kernels == layer_parts(dense16, dense16.evaluate(1, 1))[0].kernels
+
+
+def test_a_dispatcher_without_a_forward_sync_would_let_the_host_run_ahead(monkeypatch):
+    """The all-to-all dispatcher, DeepEP and HybridEP (no token budget) each sync once per layer forward
+    (fixed.py DISPATCHER_SYNCS, with their sources); the launch row follows the sync split only where the
+    layout's dispatcher syncs: with no sync the micro-batch takes max(H, G) again."""
+    from btacalc.model.gpu import fixed
+    from btacalc.model.gpu.timing import gpu_step_time
+
+    run = RunOptions(seq_len=2048, attention="flash", gradient_bytes=4, recompute="none")
+    p = _problem("qwen3-30b-a3b", hw="h100", run=run, devices=16, expert_parallel=16, micro_batches=4,
+                 devices_per_node=8)  # near balance: its forward host-bound, its backward GPU-bound
+    syncs = fixed.dispatcher_syncs(p)
+    assert syncs.forward_per_layer == 1 and "token_dispatcher.py" in syncs.source
+    synced = gpu_step_time(p, 1, 1, p.evaluate(1, 1)).details
+    monkeypatch.setitem(fixed.DISPATCHER_SYNCS, "alltoall", fixed.DispatcherSyncs(0, "test: no sync"))
+    free = gpu_step_time(p, 1, 1, p.evaluate(1, 1)).details
+    gpu = sum(v for k, v in free["terms"].items() if k != "launch")
+    assert free["terms"]["launch"] == pytest.approx(max(0.0, free["host_s"] - gpu))
+    assert synced["terms"]["launch"] > free["terms"]["launch"]  # the sync exposes the forward's host excess

@@ -42,8 +42,8 @@ from .collectives import (CollectiveRow, all_to_all_time, all_to_all_wire_bytes,
                           data_parallel_groups, data_parallel_times, data_parallel_traffic, describe,
                           pipeline_p2p_time, ring_share, ring_time, tensor_parallel_time)
 from .costs import Part, layer_parts, outside_parts
-from .fixed import (FixedCosts, SyncSplit, fixed_costs, gpu_forward_share, host_time, launch_time,
-                    launch_time_synced)
+from .fixed import (FixedCosts, SyncSplit, dispatcher_syncs, fixed_costs, gpu_forward_share, host_time,
+                    launch_time, launch_time_synced)
 from .memory import stage_params
 from .sm_share import sm_share_loss
 from .stages import PipelineStages
@@ -182,7 +182,8 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
         host_time(problem, *(getattr(stage, n + "_post") for n in names)),
         # after the sync: the post-sync phases' forward compute and the forward half of the exchange
         stage.compute_post_s + (terms["all_to_all"] + terms["a2a_sm_share"]) / 2))
-    terms["launch"] = where(stage.expert_gemms > 0, synced, launch_time(host, gpu))
+    synced_layers = (stage.expert_gemms > 0) & (dispatcher_syncs(problem).forward_per_layer > 0)
+    terms["launch"] = where(synced_layers, synced, launch_time(host, gpu))
     host = where(exists, host, 0.0)
     reduce = where(o.grad_reduce, maximum(0.0, dp.reduce_per_step - backward), dp.reduce_per_step)
     gather = where(o.param_gather, maximum(0.0, dp.gather_per_step - (compute - backward)), dp.gather_per_step)
