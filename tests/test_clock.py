@@ -283,10 +283,10 @@ def test_the_dispatchers_sync_splits_a_micro_batch_into_forward_and_backward():
     `d2h_event.synchronize()`), so forward and backward each take the larger of their host and GPU times:
     host 3 + 2 ms, GPU 2 + 4 ms takes max(3, 2) + max(2, 4) = 7 ms, 1 ms beyond the GPU's 6, where without the
     sync max(5, 6) = 6 hides the host entirely."""
-    from btacalc.model.gpu.fixed import gpu_forward_share, launch_time, launch_time_synced
+    from btacalc.model.gpu.fixed import SyncSplit, gpu_forward_share, launch_time, launch_time_synced
 
-    assert launch_time_synced(3e-3, 5e-3, 2e-3, 6e-3) == pytest.approx((max(3, 2) + max(2, 4) - 6) * 1e-3) \
-        == pytest.approx(1e-3)
+    assert launch_time_synced(SyncSplit(5e-3, 6e-3, 3e-3, 2e-3)) == pytest.approx(
+        (max(3, 2) + max(2, 4) - 6) * 1e-3) == pytest.approx(1e-3)
     assert launch_time(5e-3, 6e-3) == 0.0
     # the GPU's forward: compute less the backward compute, plus half of the rest (each collective's twin)
     assert gpu_forward_share(9e-3, 6e-3, 11e-3) == pytest.approx(3e-3 + 1e-3)
@@ -297,7 +297,7 @@ def test_a_moe_layer_issues_a_third_of_its_gemms_and_half_its_modules_forward():
     (linear_qkv, linear_proj, fc1, fc2, attention; of 10) and 161 + 195 = 356 reference ops of glue (of 651); the
     stage's launch row is then max(0, H_f - G_f) + max(0, H_b - G_b); a dense stage keeps max(0, H - G)."""
     from btacalc.model.gpu.costs import layer_parts
-    from btacalc.model.gpu.fixed import gpu_forward_share, host_time, launch_time_synced
+    from btacalc.model.gpu.fixed import SyncSplit, gpu_forward_share, host_time, launch_time_synced
     from btacalc.model.gpu.timing import gpu_step_time
 
     p = _problem("qwen3-30b-a3b", hw="b200", run=NO_RERUN, devices=8, expert_parallel=8, micro_batches=4,
@@ -313,8 +313,46 @@ def test_a_moe_layer_issues_a_third_of_its_gemms_and_half_its_modules_forward():
     dt = gpu_step_time(dense, 1, 1, dense.evaluate(1, 1)).details
     gpu_d = sum(v for k, v in dt["terms"].items() if k != "launch")
     assert dt["terms"]["launch"] == pytest.approx(max(0.0, dt["host_s"] - gpu_d))
-    assert launch_time_synced(host_time(p, part.kernels_fwd, 32, 5, 356), host_time(
-        p, part.kernels, 96, 10, 651), gpu_forward_share(1.0, 0.5, 1.0), 1.0) == 0.0  # a GPU-bound layer hides both
+    assert launch_time_synced(SyncSplit(host_time(p, part.kernels, 96, 10, 651), 1.0, host_time(
+        p, part.kernels_fwd, 32, 5, 356), gpu_forward_share(1.0, 0.5, 1.0))) == 0.0  # a GPU-bound layer hides both
+
+
+def test_a_layer_split_at_the_dispatchers_sync_runs_as_a_two_block_flow_shop():
+    """Between two syncs the host issues the post-sync part of one layer (exchange, experts, combine), then the
+    pre-sync part of the next (attention, router, preprocess); the GPU, idle at the sync, cannot run a kernel
+    before it is issued. A layer's forward with host 2 ms / GPU 3 ms, split post (host 1.5, GPU 0.5) and pre
+    (host 0.5, GPU 2.5): the host issues the post block by 1.5 ms (the GPU done with it by then), the pre block's
+    2.5 ms of GPU work start at 1.5 ms: 4 ms, where max(2, 3) = 3 ms would hide the host. Swap the blocks' GPU
+    work (post 2.5, pre 0.5) and the GPU is busy from the start: max(2, 3) = 3 ms holds."""
+    from btacalc.model.gpu.fixed import SyncSplit, launch_time_synced
+
+    h_post, g_post, h_pre, g_pre = 1.5e-3, 0.5e-3, 0.5e-3, 2.5e-3
+    segment = max(h_post + h_pre, g_post + g_pre, h_post + g_pre)  # the two-block flow-shop makespan
+    assert segment == pytest.approx(4e-3)
+    t = SyncSplit(host_s=2e-3, gpu_s=3e-3, host_forward_s=2e-3, gpu_forward_s=3e-3, host_post_s=h_post,
+                  gpu_post_s=g_post)
+    assert launch_time_synced(t) == pytest.approx(segment - 3e-3) == pytest.approx(1e-3)
+    swapped = SyncSplit(2e-3, 3e-3, 2e-3, 3e-3, host_post_s=1.5e-3, gpu_post_s=2.5e-3)
+    assert launch_time_synced(swapped) == 0.0
+    # a backward with its own host excess adds it (no sync there): host 2 + 2 ms, GPU 3 + 1 ms
+    both = SyncSplit(4e-3, 4e-3, 2e-3, 3e-3, host_post_s=h_post, gpu_post_s=g_post)
+    assert launch_time_synced(both) == pytest.approx(1e-3 + (2 - 1) * 1e-3)
+
+
+def test_the_experts_and_combine_are_issued_after_the_sync():
+    """Qwen3-30B-A3B at EP 8, no re-run: the post-sync part of a layer's forward is the experts' 2 x 16 = 32
+    expert GEMMs and their 2 grouped-linear modules (fc1, fc2), not the attention's modules or the dispatch's
+    glue (counted before the sync: a lower bound of the post-sync host time); its forward compute is the experts'
+    and the combine's forward share, under the layer's forward compute."""
+    from btacalc.model.gpu.costs import layer_parts
+
+    p = _problem("qwen3-30b-a3b", hw="b200", run=NO_RERUN, devices=8, expert_parallel=8, micro_batches=4,
+                 devices_per_node=8)
+    (part,) = layer_parts(p, p.evaluate(1, 1))
+    assert (part.expert_gemms_post, part.module_calls_post, part.glue_ops_post) == pytest.approx((32, 2, 0))
+    assert 0 < part.kernels_post < part.kernels_fwd
+    post = sum(part.phase_s[n] for n in ("experts", "combine"))  # forward + backward of the post phases
+    assert post / 3 * 0.99 < part.compute_post_s < post / 2  # their forward: a third (GEMMs) to a half of it
 
 
 def test_a_host_bound_moe_micro_batch_takes_its_host_time():
@@ -511,3 +549,23 @@ def test_a_low_precision_grouped_linear_launches_its_quantisation_per_expert():
     dense16 = _problem("llama-3-8b", hw="b200", devices=8, run=RunOptions(seq_len=4096, attention="flash",
                                                                          gradient_bytes=4))
     assert layer_parts(dense, dense.evaluate(1, 1))[0].kernels == layer_parts(dense16, dense16.evaluate(1, 1))[0].kernels
+
+
+def test_a_dispatcher_without_a_forward_sync_would_let_the_host_run_ahead(monkeypatch):
+    """The all-to-all dispatcher, DeepEP and HybridEP (no token budget) each sync once per layer forward
+    (fixed.py DISPATCHER_SYNCS, with their sources); the launch row follows the sync split only where the
+    layout's dispatcher syncs: with no sync the micro-batch takes max(H, G) again."""
+    from btacalc.model.gpu import fixed
+    from btacalc.model.gpu.timing import gpu_step_time
+
+    run = RunOptions(seq_len=2048, attention="flash", gradient_bytes=4, recompute="none")
+    p = _problem("qwen3-30b-a3b", hw="h100", run=run, devices=16, expert_parallel=16, micro_batches=4,
+                 devices_per_node=8)  # near balance: its forward host-bound, its backward GPU-bound
+    syncs = fixed.dispatcher_syncs(p)
+    assert syncs.forward_per_layer == 1 and "token_dispatcher.py" in syncs.source
+    synced = gpu_step_time(p, 1, 1, p.evaluate(1, 1)).details
+    monkeypatch.setitem(fixed.DISPATCHER_SYNCS, "alltoall", fixed.DispatcherSyncs(0, "test: no sync"))
+    free = gpu_step_time(p, 1, 1, p.evaluate(1, 1)).details
+    gpu = sum(v for k, v in free["terms"].items() if k != "launch")
+    assert free["terms"]["launch"] == pytest.approx(max(0.0, free["host_s"] - gpu))
+    assert synced["terms"]["launch"] > free["terms"]["launch"]  # the sync exposes the forward's host excess

@@ -232,6 +232,9 @@ class Phase(BaseModel):
         "embedding on the first, the final norm, LM head and loss on the last)")
     host_glue: Optional[HostGlue] = Field(None, description="the layer's eager glue on the host this phase stands "
                                           "for (GPU host time, model/gpu/fixed.py)")
+    after_dispatch_sync: bool = Field(False, description="the phase runs after the MoE dispatcher's device-to-host "
+                                      "sync in the layer's forward (the exchange and what follows it): the host issues "
+                                      "it only once the GPU has drained the queue (GPU host time, model/gpu/fixed.py)")
     term: list[Term] = []
     gemm: list[Gemm] = Field(default_factory=list, description="the phase's matmuls as (m, n, k) per device: "
                              "what the GPU time model quantises into tiles and waves")

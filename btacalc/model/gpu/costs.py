@@ -92,6 +92,13 @@ class Part:
     expert_gemms_fwd: Any = 0
     module_calls_fwd: Any = 0
     glue_ops_fwd: Any = 0
+    # the first forward pass of the phases after the dispatcher's sync (`Phase.after_dispatch_sync`): the four
+    # counts and their forward compute (the sync's segment, fixed.py `launch_time_synced`)
+    kernels_post: Any = 0
+    expert_gemms_post: Any = 0
+    module_calls_post: Any = 0
+    glue_ops_post: Any = 0
+    compute_post_s: Any = 0.0
 
 
 @dataclass(frozen=True)
@@ -375,8 +382,11 @@ def _part(pv: PhaseValues, phases: list[Phase], r: _Rates, memory_only: bool = F
         part.kernels, part.expert_gemms = part.kernels + kernels, part.expert_gemms + expert_gemms
         part.module_calls = part.module_calls + modules
         part.glue_ops = part.glue_ops + _glue_ops(phase, v)
+        before = _forward_counts(part) if phase.after_dispatch_sync else None
         _forward_issued(part, phase, v, r, (kernels, expert_gemms, modules))
         _expert_quantize(part, phase, v, r, expert_gemms)
+        if before is not None:
+            _after_sync(part, before)
         if phase.core and r.flash:
             run = r.core_time_factor
             core = [core[0] + flops * run, core[1] + traffic, core[2] + v["flops_bwd"] * load * run]
@@ -387,6 +397,8 @@ def _part(pv: PhaseValues, phases: list[Phase], r: _Rates, memory_only: bool = F
         part.phase_s[phase.name] = t
         part.compute_s = part.compute_s + t
         part.backward_s = part.backward_s + t * _backward_share(v)
+        if phase.after_dispatch_sync:
+            part.compute_post_s = part.compute_post_s + t * (1 - _backward_share(v))
         part.core_s = part.core_s + (t if phase.core else 0.0)
         _memory(part, phase, v, load)
         _volumes(part, phase, v, r)
@@ -659,6 +671,20 @@ def _forward_issued(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, issu
     part.glue_ops_fwd = part.glue_ops_fwd + (0 if phase.host_glue is None else phase.host_glue.forward_ops)
 
 
+_FORWARD_COUNTS = ("kernels", "expert_gemms", "module_calls", "glue_ops")
+
+
+def _forward_counts(part: Part) -> tuple[Any, ...]:
+    return tuple(getattr(part, n + "_fwd") for n in _FORWARD_COUNTS)
+
+
+def _after_sync(part: Part, before: tuple[Any, ...]) -> None:
+    """Add what a phase after the dispatcher's sync issued in the first forward (the growth of the `*_fwd`
+    counts since `before`) to the `*_post` counts."""
+    for n, b in zip(_FORWARD_COUNTS, before):
+        setattr(part, n + "_post", getattr(part, n + "_post") + getattr(part, n + "_fwd") - b)
+
+
 def _fused_core(part: Part, pv: PhaseValues, phases: list[Phase], core: list[Any], r: _Rates) -> None:
     """The FlashAttention kernel, one time over the core phases, shared out by their FLOPs:
 
@@ -720,7 +746,7 @@ def _backward_share(v: dict[str, Any]) -> Any:
     bwd = v["flops_bwd"]
     total = v["flops_fwd"] + bwd + v["flops_recompute"]
     if not isinstance(total, np.ndarray):  # one shape: the value `where` picks, without computing the other
-        return bwd / total if total > 0 else 2 / 3
+        return float(bwd) / float(total) if total > 0 else 2 / 3  # float64 operands, as the array path divides
     return where(total > 0, bwd / where(total > 0, total, 1), 2 / 3)
 
 

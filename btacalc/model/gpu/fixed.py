@@ -125,6 +125,35 @@ so the launch row is max(0, H_f - G_f) + max(0, H_b - G_b). It differs from max(
 and the backward are bound by different sides: the forward carries half of the module calls and more than half
 of the glue but a third of the GEMM work, so a run near balance turns host-bound in the forward first.
 
+**Within the forward: a two-block flow shop per layer.** The sync sits before the exchange, so from one sync to the
+next the host issues the post-sync part of layer i (the exchange, the experts, the combine, the shared experts:
+`Phase.after_dispatch_sync`), then the pre-sync part of layer i+1 (norms, attention, router, the dispatcher's
+preprocess and first permutation), and waits. The GPU starts that segment idle and cannot run a kernel before the
+host issues it; with each block's kernels interleaved with their issue (each block alone takes max(h, g)), the
+segment takes the two-machine flow-shop makespan (Johnson 1954, two blocks in a fixed order):
+
+    t_segment = max(h_post + h_pre, g_post + g_pre, h_post + g_pre)
+
+(the last term: the pre-sync GPU work starts only once the post-sync block is issued). Summed over a stage's
+identical layers, the forward takes max(H_f, G_f, H_post + G_pre) and the launch row becomes
+
+    max(0, H_f - G_f, H_post - G_post) + max(0, H_b - G_b)
+    H_post: host_time of the post-sync phases' first forward (costs.py *_post; the dispatch phase's glue is
+            counted before the sync, so H_post is a lower bound)
+    G_post: their forward compute + half of the exposed exchange (its forward dispatch and combine)
+
+Syncs per layer, by dispatcher (dropless routing, `DISPATCHER_SYNCS`): one in the forward, none in the backward,
+for the all-to-all dispatcher (above), DeepEP (Megatron-LM @ d98e8a64 megatron/core/transformer/moe/fused_a2a.py
+L107-108: the CPU waits for the GPU's received counts, "not compatible with CUDA graph"; the backward reuses the
+handle) and HybridEP without a token budget (deepseek-ai/DeepEP @ 94a9f8f, branch hybrid-ep,
+csrc/hybrid_ep/executor/executor.cu L164-166: `cudaStreamSynchronize` in the metadata preprocessing, which
+deep_ep/hybrid_ep_buffer.py L358-378 runs only when the dispatch has no handle, i.e. forward; Megatron
+token_dispatcher.py L1111-1112). What avoids them btacalc has no field for: drop-and-pad
+(`moe_pad_expert_input_to_capacity`, token_dispatcher.py L517-536: the sizes are known on the host) or HybridEP's
+static budget (`moe_expert_rank_capacity_factor`, L1098-1112), which a full-iteration CUDA graph needs, since a
+graph cannot hold a host sync (experts.py L359-363); the one measured row with such a recipe (26.08, full-iteration
+graph) is refused for its FP8 attention (docs/clock.md 'moe7').
+
 The MoE router, permute (dispatch) and unpermute (combine) kernels are phases of the catalogue with
 their own HBM traffic (formulas/moe.toml), so their bandwidth-bound time is already in the layer's
 rooflines (rows `router`, `dispatch`, `combine` of the breakdown).
@@ -202,12 +231,52 @@ def gpu_forward_share(compute_s: Any, backward_s: Any, gpu_time_s: Any) -> Any:
     return (compute_s - backward_s) + (gpu_time_s - compute_s) / 2
 
 
-def launch_time_synced(host_forward_s: Any, host_s: Any, gpu_forward_s: Any, gpu_time_s: Any) -> Any:
+@dataclass(frozen=True)
+class DispatcherSyncs:
+    """Host-device syncs a dropless MoE layer's dispatcher makes in its forward (module docstring; none in the
+    backward for every dispatcher btacalc expresses)."""
+
+    forward_per_layer: int
+    source: str
+
+
+DISPATCHER_SYNCS = {
+    "alltoall": DispatcherSyncs(1, "Megatron-LM @ d98e8a64 megatron/core/transformer/moe/token_dispatcher.py "
+                                   "L586-605 (cuda_sync_point before_ep_alltoall, before_finish), L956-958"),
+    "flex": DispatcherSyncs(1, "DeepEP: Megatron-LM @ d98e8a64 megatron/core/transformer/moe/fused_a2a.py L107-108; "
+                               "HybridEP: deepseek-ai/DeepEP @ 94a9f8f csrc/hybrid_ep/executor/executor.cu L164-166"),
+}
+
+
+def dispatcher_syncs(problem: Problem) -> DispatcherSyncs:
+    """The syncs of the layout's dispatcher: DeepEP / HybridEP (Megatron's flex dispatcher) with `deepep`, else
+    the all-to-all dispatcher."""
+    return DISPATCHER_SYNCS["flex" if problem.layout.deepep else "alltoall"]
+
+
+@dataclass(frozen=True)
+class SyncSplit:
+    """A micro-batch's host and GPU times split by the dispatcher's sync (seconds): the whole micro-batch, its
+    first forward pass, and the part of that forward issued after the syncs (`Phase.after_dispatch_sync`)."""
+
+    host_s: Any
+    gpu_s: Any
+    host_forward_s: Any
+    gpu_forward_s: Any
+    host_post_s: Any = 0.0
+    gpu_post_s: Any = 0.0
+
+
+def launch_time_synced(t: SyncSplit) -> Any:
     """Exposed host time of a micro-batch whose MoE layers wait for the dispatcher's device-to-host copy once
-    per layer forward (module docstring): forward and backward each take the larger of their host and GPU
-    times, max(H_f, G_f) + max(H_b, G_b), so each shows its own excess."""
-    return maximum(0.0, host_forward_s - gpu_forward_s) + maximum(0.0, (host_s - host_forward_s)
-                                                               - (gpu_time_s - gpu_forward_s))
+    per layer forward (module docstring): the backward takes max(H_b, G_b); the forward, a chain of segments
+    from one sync to the next (the post-sync part of a layer, then the pre-sync part of the next), takes
+    max(H_f, G_f, H_post + G_pre) (the two-block flow shop: the pre-sync GPU work cannot start before its
+    kernels are issued, after the post-sync part's), so the launch row is
+
+        max(0, H_f - G_f, H_post - G_post) + max(0, H_b - G_b)."""
+    forward = maximum(maximum(0.0, t.host_forward_s - t.gpu_forward_s), t.host_post_s - t.gpu_post_s)
+    return forward + maximum(0.0, (t.host_s - t.host_forward_s) - (t.gpu_s - t.gpu_forward_s))
 
 
 def launch_time(host_s: Any, gpu_time_s: Any) -> Any:

@@ -43,7 +43,8 @@ from .collectives import (CollectiveRow, all_to_all_time, all_to_all_wire_bytes,
                           data_parallel_groups, data_parallel_times, data_parallel_traffic, describe,
                           pipeline_p2p_time, ring_share, ring_time, tensor_parallel_time)
 from .costs import Part, layer_parts, outside_parts
-from .fixed import FixedCosts, fixed_costs, gpu_forward_share, host_time, launch_time, launch_time_synced
+from .fixed import (FixedCosts, SyncSplit, dispatcher_syncs, fixed_costs, gpu_forward_share, host_time,
+                    launch_time, launch_time_synced)
 from .memory import stage_params
 from .sm_share import sm_share_loss
 from .stages import PipelineStages
@@ -140,7 +141,8 @@ def gpu_step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Ev
 # the per-micro-batch fields of a layer's `Part` a stage sums over its layers
 _STAGE_SUMS = ("compute_s", "backward_s", "core_s", "tp_bytes", "cp_bytes", "a2a_bytes", "kernels", "tp_calls",
                "cp_calls", "a2a_calls", "weight_cast_s", "expert_gemms", "module_calls",
-               "glue_ops", "kernels_fwd", "expert_gemms_fwd", "module_calls_fwd", "glue_ops_fwd")
+               "glue_ops", "kernels_fwd", "expert_gemms_fwd", "module_calls_fwd", "glue_ops_fwd",
+               "kernels_post", "expert_gemms_post", "module_calls_post", "glue_ops_post", "compute_post_s")
 
 
 def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any, Part]],
@@ -181,8 +183,13 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
     forward = [getattr(stage, n + "_fwd") + _on_ends(outside, n + "_fwd") for n in names]
     host = host_time(problem, *issued)
     gpu = sum(terms.values())
-    synced = launch_time_synced(host_time(problem, *forward), host, gpu_forward_share(compute, backward, gpu), gpu)
-    terms["launch"] = where(stage.expert_gemms > 0, synced, launch_time(host, gpu))
+    synced = launch_time_synced(SyncSplit(
+        host, gpu, host_time(problem, *forward), gpu_forward_share(compute, backward, gpu),
+        host_time(problem, *(getattr(stage, n + "_post") for n in names)),
+        # after the sync: the post-sync phases' forward compute and the forward half of the exchange
+        stage.compute_post_s + (terms["all_to_all"] + terms["a2a_sm_share"]) / 2))
+    synced_layers = (stage.expert_gemms > 0) & (dispatcher_syncs(problem).forward_per_layer > 0)
+    terms["launch"] = where(synced_layers, synced, launch_time(host, gpu))
     host = where(exists, host, 0.0)
     reduce = where(o.grad_reduce, maximum(0.0, dp.reduce_per_step - backward), dp.reduce_per_step)
     gather = where(o.param_gather, maximum(0.0, dp.gather_per_step - (compute - backward)), dp.gather_per_step)
