@@ -7,12 +7,20 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 SCHEMA_VERSION = 1
 
 
-class ModelInfo(BaseModel):
+class _Report(BaseModel):
+    """The report models' common configuration: each builds its validator and serializer when first
+    used, not when imported (pydantic's `defer_build`), so a command builds only the parts it fills
+    (a wafer plan no GPU stage rows; docs/speed.md, "cold5")."""
+
+    model_config = ConfigDict(defer_build=True)
+
+
+class ModelInfo(_Report):
     name: str
     source: str
     params_total: int
@@ -30,7 +38,7 @@ class ModelInfo(BaseModel):
     top_k: int
 
 
-class HardwareInfo(BaseModel):
+class HardwareInfo(_Report):
     name: str
     display_name: str
     memory_model: str
@@ -40,7 +48,7 @@ class HardwareInfo(BaseModel):
     offchip_bandwidth_bytes_per_s: float
 
 
-class ParallelInfo(BaseModel):
+class ParallelInfo(_Report):
     devices: int = Field(description="devices")
     expert_parallel: int = Field(description="EP: devices the experts are split over (E/EP experts each)")
     expert_data_parallel: int = Field(description="EDP = devices/(ETP·EP·PP): replicas of each expert shard")
@@ -72,7 +80,7 @@ class ParallelInfo(BaseModel):
                                       "Megatron-Core option")
 
 
-class StateRow(BaseModel):
+class StateRow(_Report):
     component: str = Field(description="weights, gradients or optimizer")
     part: str = Field(description="non_expert (data-parallel) or expert (expert-parallel)")
     params: int = Field(description="parameters of this part the device's model-parallel shard holds (after TP, "
@@ -84,7 +92,7 @@ class StateRow(BaseModel):
     formula: str
 
 
-class StageRow(BaseModel):
+class StageRow(_Report):
     stage: int = Field(description="pipeline stage (0 holds the embedding, the last the head and loss)")
     layers: int
     in_flight: int = Field(description="model-chunk passes whose activations the stage holds at its peak")
@@ -92,7 +100,7 @@ class StageRow(BaseModel):
     total: int
 
 
-class Inputs(BaseModel):
+class Inputs(_Report):
     memory_model: str = Field("", description="weight_streaming or resident, as used")
     seq_len: int
     recompute: str
@@ -127,7 +135,7 @@ class Inputs(BaseModel):
     defaults: dict[str, str] = Field(default_factory=dict, description="inputs left at their default, and why")
 
 
-class AlternativePlan(BaseModel):
+class AlternativePlan(_Report):
     """The plan the other objective picks, when it differs."""
 
     objective: str
@@ -140,7 +148,7 @@ class AlternativePlan(BaseModel):
     tokens_per_s: float = Field(description="predicted, all devices")
 
 
-class PlanInfo(BaseModel):
+class PlanInfo(_Report):
     tiles: int = Field(description="G: attention tiles")
     tile_batch: int = Field(description="b: sequences per attention tile")
     global_batch: int = Field(description="G*b: sequences one data-parallel rank's router and experts see per "
@@ -161,7 +169,7 @@ class PlanInfo(BaseModel):
     alternative: Optional[AlternativePlan] = Field(None, description="the other objective's plan, when it differs")
 
 
-class FlopsPerStep(BaseModel):
+class FlopsPerStep(_Report):
     forward: int
     backward: int
     total: int = Field(description="model FLOPs: forward + backward (Korthikanti's 72BLsh^2(...))")
@@ -170,7 +178,7 @@ class FlopsPerStep(BaseModel):
     elementwise: int = Field(description="approximate non-matmul work, not in the totals")
 
 
-class GemmShape(BaseModel):
+class GemmShape(_Report):
     """One matmul of a phase on the GPU, per device (model/gpu/gemm.py)."""
 
     name: str = Field(description="the weight it multiplies (catalogue `gemm` entry)")
@@ -185,7 +193,7 @@ class GemmShape(BaseModel):
     binding: str = Field(description="compute, waves (quantisation costs > 5%) or memory (the HBM floor)")
 
 
-class PhaseRow(BaseModel):
+class PhaseRow(_Report):
     name: str
     group: str
     batch: str = Field(description="tile: runs G times on b sequences; global: once on G*b")
@@ -208,13 +216,13 @@ class PhaseRow(BaseModel):
     gemms: list[GemmShape] = Field(default_factory=list, description="GPU: the phase's matmuls on the critical stage")
 
 
-class LayerKindRows(BaseModel):
+class LayerKindRows(_Report):
     name: str = Field(description="dense / moe, -sliding / -full, mtp")
     count: int = Field(description="layers of this kind")
     phases: list[PhaseRow] = Field(description="one layer of this kind, at the plan's G and b, per step")
 
 
-class Throughput(BaseModel):
+class Throughput(_Report):
     step_time_s: float
     tokens_per_s: float = Field(description="all devices")
     tokens_per_s_per_kw: float = Field(0.0, description="tokens/s over the system power of the devices (profile system_power_w, else power_w)")
@@ -243,7 +251,7 @@ class Throughput(BaseModel):
                                                  "imbalance over tokens/s as planned")
 
 
-class ScalingRow(BaseModel):
+class ScalingRow(_Report):
     systems: int
     per_system_batch: int = Field(description="sequences per system per optimizer step")
     micro_batches: int
@@ -256,7 +264,7 @@ class ScalingRow(BaseModel):
     limited_by: str
 
 
-class WaferInfo(BaseModel):
+class WaferInfo(_Report):
     """A wafer plan as Cerebras runs it: the systems, the batch split, SwarmX/MemoryX and the mesh-derived costs."""
 
     systems: int = Field(description="D: CS systems in strict data parallel (Model Zoo num_csx)")
@@ -286,7 +294,7 @@ class WaferInfo(BaseModel):
     scaling_note: str = ""
 
 
-class SensitivityRow(BaseModel):
+class SensitivityRow(_Report):
     parameter: str = Field(description="'section.field' of the hardware profile")
     value: float
     kind: str
@@ -299,12 +307,12 @@ class SensitivityRow(BaseModel):
     shape_plus: str
 
 
-class IgnoredFlag(BaseModel):
+class IgnoredFlag(_Report):
     flag: str
     reason: str
 
 
-class ImportedInfo(BaseModel):
+class ImportedInfo(_Report):
     """A plan read from a Megatron-LM launch or a Megatron-Bridge recipe: what was left out and why."""
 
     source: str
@@ -319,7 +327,7 @@ def imported_info(run: Any) -> ImportedInfo:
                         notes=list(run.notes), environment=dict(run.env))
 
 
-class DeviceMemory(BaseModel):
+class DeviceMemory(_Report):
     """GPU: the worst stage's memory as PyTorch and the driver count it (config/hardware.py `Reserves`)."""
 
     allocated_bytes: int = Field(description="btacalc's tensors + library workspaces: compare with "
@@ -335,7 +343,7 @@ class DeviceMemory(BaseModel):
     allocator_fragmentation_fraction: float
 
 
-class PlanReport(BaseModel):
+class PlanReport(_Report):
     schema_version: int = SCHEMA_VERSION
     model: ModelInfo
     hardware: HardwareInfo
