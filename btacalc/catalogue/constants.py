@@ -21,7 +21,7 @@ else:  # pragma: no cover
 
 
 class Passes(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
     backward_matmul_factor: int = Field(ge=1)
     backward_matmul_factor_source: str = Field(min_length=10)
     backward_traffic_factor: int = Field(ge=1)
@@ -41,7 +41,7 @@ class Passes(BaseModel):
 class Collectives(BaseModel):
     """Volume factors c of ring collectives: each rank sends c * (n - 1) / n of the buffer."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
     all_reduce: int = Field(ge=1)
     all_reduce_source: str = Field(min_length=10)
     reduce_scatter: int = Field(ge=1)
@@ -53,13 +53,13 @@ class Collectives(BaseModel):
 class Megatron(BaseModel):
     """Megatron-LM conventions GPU plans follow."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
     make_vocab_size_divisible_by: int = Field(ge=1)
     make_vocab_size_divisible_by_source: str = Field(min_length=10)
 
 
 class Constants(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
     passes: Passes
     collectives: Collectives
     megatron: Megatron

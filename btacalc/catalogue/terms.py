@@ -186,7 +186,7 @@ class HostGlue(BaseModel):
     outside the layer's modules (model/gpu/fixed.py), in reference-op equivalents: multiples of one eager
     operator's host time (the profile's `kernels.eager_op_host_s`), per micro-batch."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     forward_ops: float = Field(ge=0, description="forward pass (repeated by a re-run)")
     backward_ops: float = Field(ge=0, description="backward pass")

@@ -34,7 +34,7 @@ DEFAULT_ATTENTION_KERNEL = "default"
 class SeqLenShare(BaseModel):
     """The kernel's share of the peak measured at one sequence length (tokens per kernel call)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     seq_len_tokens: int = Field(gt=0)
     fraction_of_peak: float = Field(gt=0, le=1)
@@ -45,7 +45,7 @@ class KernelRate(BaseModel):
     `fraction_of_peak`, or, where `by_seq_len` lists the same benchmark at several sequence lengths (one of
     them `fraction_of_peak`'s), the share interpolated at the kernel's sequence length."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     min_compute_capability: float = Field(ge=0)
     max_compute_capability: float = Field(ge=0)
@@ -81,7 +81,7 @@ class KernelRate(BaseModel):
 class AttentionKernel(BaseModel):
     """One attention kernel and its rates per architecture (none: the large-GEMM rate everywhere)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str
     summary: str

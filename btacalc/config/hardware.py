@@ -51,7 +51,7 @@ class Number(BaseModel):
     `calibrated` (fitted; `fitted_to` names the points or runs it was fitted on).
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     value: float = Field(strict=True, description="a TOML number (not a string or a boolean); its range depends "
                          "on the field (`Range`)")
@@ -149,7 +149,7 @@ def number_range(section: type[BaseModel], field: str) -> Optional[Range]:
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     @field_validator("*")
     @classmethod
@@ -403,7 +403,7 @@ SECTIONS = ("chip", "memory", "system", "mesh", "kernels", "collectives", "reser
 class HardwareProfile(BaseModel):
     """A device. Field names carry units; every number is a `Number` with a source."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: CleanText
     display_name: CleanText

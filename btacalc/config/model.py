@@ -31,7 +31,7 @@ class PublishedParams(BaseModel):
     """Parameter counts as published by the model's authors, for validation, with the publisher's
     conventions written out: how the figure was rounded and what "active" counts."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
     total: Optional[float] = None
     active: Optional[float] = None
     non_embedding: Optional[float] = None
@@ -57,7 +57,7 @@ class MultiHeadLatentAttention(BaseModel):
     projections with RMSNorm, a decoupled RoPE key shared by all heads. Training materialises the
     up-projected keys and values (no weight absorption): attention runs on a heads of d_h = nope + rope."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
     q_lora_rank: int = Field(0, ge=0, description="r_q; 0: one q_proj h -> a d_h, no query compression")
     kv_lora_rank: int = Field(gt=0, description="r_kv")
     qk_nope_head_dim: int = Field(gt=0)
@@ -74,7 +74,7 @@ class ModelSpec(BaseModel):
     """A decoder-only transformer, dense or Mixture-of-Experts, possibly mixing layer kinds (dense and MoE
     layers, sliding-window and full attention)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: CleanText
     source: CleanText = Field(description="where the architecture numbers come from (URL)")

@@ -37,7 +37,7 @@ SIXTEEN_BIT_BYTES = 2  # the 16-bit tensors a cast kernel reads (bf16 / fp16)
 class Recipe(BaseModel):
     """One training precision, with its TransformerEngine recipe and Megatron flags (see precision.toml)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str
     te_recipe: str

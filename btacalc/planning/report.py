@@ -7,20 +7,12 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
 
 SCHEMA_VERSION = 1
 
 
-class _Report(BaseModel):
-    """The report models' common configuration: each builds its validator and serializer when first
-    used, not when imported (pydantic's `defer_build`), so a command builds only the parts it fills
-    (a wafer plan no GPU stage rows; docs/speed.md, "cold5")."""
-
-    model_config = ConfigDict(defer_build=True)
-
-
-class ModelInfo(_Report):
+class ModelInfo(BaseModel):
     name: str
     source: str
     params_total: int
@@ -38,7 +30,7 @@ class ModelInfo(_Report):
     top_k: int
 
 
-class HardwareInfo(_Report):
+class HardwareInfo(BaseModel):
     name: str
     display_name: str
     memory_model: str
@@ -48,7 +40,7 @@ class HardwareInfo(_Report):
     offchip_bandwidth_bytes_per_s: float
 
 
-class ParallelInfo(_Report):
+class ParallelInfo(BaseModel):
     devices: int = Field(description="devices")
     expert_parallel: int = Field(description="EP: devices the experts are split over (E/EP experts each)")
     expert_data_parallel: int = Field(description="EDP = devices/(ETP·EP·PP): replicas of each expert shard")
@@ -80,7 +72,7 @@ class ParallelInfo(_Report):
                                       "Megatron-Core option")
 
 
-class StateRow(_Report):
+class StateRow(BaseModel):
     component: str = Field(description="weights, gradients or optimizer")
     part: str = Field(description="non_expert (data-parallel) or expert (expert-parallel)")
     params: int = Field(description="parameters of this part the device's model-parallel shard holds (after TP, "
@@ -92,7 +84,7 @@ class StateRow(_Report):
     formula: str
 
 
-class StageRow(_Report):
+class StageRow(BaseModel):
     stage: int = Field(description="pipeline stage (0 holds the embedding, the last the head and loss)")
     layers: int
     in_flight: int = Field(description="model-chunk passes whose activations the stage holds at its peak")
@@ -100,7 +92,7 @@ class StageRow(_Report):
     total: int
 
 
-class Inputs(_Report):
+class Inputs(BaseModel):
     memory_model: str = Field("", description="weight_streaming or resident, as used")
     seq_len: int
     recompute: str
@@ -135,7 +127,7 @@ class Inputs(_Report):
     defaults: dict[str, str] = Field(default_factory=dict, description="inputs left at their default, and why")
 
 
-class AlternativePlan(_Report):
+class AlternativePlan(BaseModel):
     """The plan the other objective picks, when it differs."""
 
     objective: str
@@ -148,7 +140,7 @@ class AlternativePlan(_Report):
     tokens_per_s: float = Field(description="predicted, all devices")
 
 
-class PlanInfo(_Report):
+class PlanInfo(BaseModel):
     tiles: int = Field(description="G: attention tiles")
     tile_batch: int = Field(description="b: sequences per attention tile")
     global_batch: int = Field(description="G*b: sequences one data-parallel rank's router and experts see per "
@@ -169,7 +161,7 @@ class PlanInfo(_Report):
     alternative: Optional[AlternativePlan] = Field(None, description="the other objective's plan, when it differs")
 
 
-class FlopsPerStep(_Report):
+class FlopsPerStep(BaseModel):
     forward: int
     backward: int
     total: int = Field(description="model FLOPs: forward + backward (Korthikanti's 72BLsh^2(...))")
@@ -178,7 +170,7 @@ class FlopsPerStep(_Report):
     elementwise: int = Field(description="approximate non-matmul work, not in the totals")
 
 
-class GemmShape(_Report):
+class GemmShape(BaseModel):
     """One matmul of a phase on the GPU, per device (model/gpu/gemm.py)."""
 
     name: str = Field(description="the weight it multiplies (catalogue `gemm` entry)")
@@ -193,7 +185,7 @@ class GemmShape(_Report):
     binding: str = Field(description="compute, waves (quantisation costs > 5%) or memory (the HBM floor)")
 
 
-class PhaseRow(_Report):
+class PhaseRow(BaseModel):
     name: str
     group: str
     batch: str = Field(description="tile: runs G times on b sequences; global: once on G*b")
@@ -216,13 +208,13 @@ class PhaseRow(_Report):
     gemms: list[GemmShape] = Field(default_factory=list, description="GPU: the phase's matmuls on the critical stage")
 
 
-class LayerKindRows(_Report):
+class LayerKindRows(BaseModel):
     name: str = Field(description="dense / moe, -sliding / -full, mtp")
     count: int = Field(description="layers of this kind")
     phases: list[PhaseRow] = Field(description="one layer of this kind, at the plan's G and b, per step")
 
 
-class Throughput(_Report):
+class Throughput(BaseModel):
     step_time_s: float
     tokens_per_s: float = Field(description="all devices")
     tokens_per_s_per_kw: float = Field(0.0, description="tokens/s over the system power of the devices (profile system_power_w, else power_w)")
@@ -251,7 +243,7 @@ class Throughput(_Report):
                                                  "imbalance over tokens/s as planned")
 
 
-class ScalingRow(_Report):
+class ScalingRow(BaseModel):
     systems: int
     per_system_batch: int = Field(description="sequences per system per optimizer step")
     micro_batches: int
@@ -264,7 +256,7 @@ class ScalingRow(_Report):
     limited_by: str
 
 
-class WaferInfo(_Report):
+class WaferInfo(BaseModel):
     """A wafer plan as Cerebras runs it: the systems, the batch split, SwarmX/MemoryX and the mesh-derived costs."""
 
     systems: int = Field(description="D: CS systems in strict data parallel (Model Zoo num_csx)")
@@ -294,7 +286,7 @@ class WaferInfo(_Report):
     scaling_note: str = ""
 
 
-class SensitivityRow(_Report):
+class SensitivityRow(BaseModel):
     parameter: str = Field(description="'section.field' of the hardware profile")
     value: float
     kind: str
@@ -307,12 +299,12 @@ class SensitivityRow(_Report):
     shape_plus: str
 
 
-class IgnoredFlag(_Report):
+class IgnoredFlag(BaseModel):
     flag: str
     reason: str
 
 
-class ImportedInfo(_Report):
+class ImportedInfo(BaseModel):
     """A plan read from a Megatron-LM launch or a Megatron-Bridge recipe: what was left out and why."""
 
     source: str
@@ -327,7 +319,7 @@ def imported_info(run: Any) -> ImportedInfo:
                         notes=list(run.notes), environment=dict(run.env))
 
 
-class DeviceMemory(_Report):
+class DeviceMemory(BaseModel):
     """GPU: the worst stage's memory as PyTorch and the driver count it (config/hardware.py `Reserves`)."""
 
     allocated_bytes: int = Field(description="btacalc's tensors + library workspaces: compare with "
@@ -343,7 +335,7 @@ class DeviceMemory(_Report):
     allocator_fragmentation_fraction: float
 
 
-class PlanReport(_Report):
+class PlanReport(BaseModel):
     schema_version: int = SCHEMA_VERSION
     model: ModelInfo
     hardware: HardwareInfo
