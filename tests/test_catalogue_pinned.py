@@ -79,7 +79,8 @@ def pinned_terms() -> frozenset[int]:
                             by_values = id(t) in chosen or (t.q == "stored" and phase.scope == "layer"
                                                              and t.recompute != "checkpoint")  # dropped -> recompute_bytes
                             by_plans = t.q == "state" and state_pinned
-                            if (by_values or by_plans) and _nonzero(t, values):
+                            # a term already pinned needs no second case (the set is the same)
+                            if (by_values or by_plans) and id(t) not in pinned and _nonzero(t, values):
                                 pinned.add(id(t))
     return frozenset(pinned)
 
