@@ -1,4 +1,4 @@
-"""Compute lost to the SMs of an overlapped expert all-to-all (DeepEP / HybridEP, NCCL's send/recv all-to-all;
+"""Compute lost to the SMs of an overlapped expert all-to-all (DeepEP / HybridEP, NCCL's send/recv all-to-all),
 checked as its derivation from the cited SM counts."""
 
 from __future__ import annotations
