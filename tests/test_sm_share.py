@@ -1,4 +1,4 @@
-"""Compute lost to the SMs of an overlapped DeepEP / HybridEP all-to-all (btacalc/model/gpu/sm_share.py),
+"""Compute lost to the SMs of an overlapped expert all-to-all (DeepEP / HybridEP, NCCL's send/recv all-to-all),
 checked as its derivation from the cited SM counts."""
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from btacalc.planning.measured import express, load_runs
 DEEPEP_SMS = 20
 H100_SMS = 132  # Hopper architecture whitepaper: 132 SMs on the H100 SXM5
 B200_SMS = 148  # Chips and Cheese's B200 measurement (hardware_profiles/b200.toml)
+GB200_SMS = 148  # hardware_profiles/gb200.toml: the B200's die (estimate)
 QWEN = resolve_model("qwen3-30b-a3b")
 
 
@@ -42,10 +43,58 @@ def test_the_window_is_the_shorter_of_exchange_and_compute():
     assert sm_share_loss(b200, 0.3, 1.0) == pytest.approx(0.3 * DEEPEP_SMS / B200_SMS)
 
 
-def test_nccls_all_to_all_counts_no_loss():
-    # the alltoall dispatcher's NCCL channel count is not modelled: no loss, rather than a guessed one
+def _pow2_up(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+def _nccl_p2p_channels_in_a_node(links: int, link_gb_s: float, top_speed_gb_s: float) -> int:
+    """NCCL @ 5067397c, its default path written out: the ring search's channels at its top speed
+    (src/graph/search.cc L1057, L1063), duplicated (L1036-1047: bw >= 50 GB/s), doubled
+    (src/graph/connect.cc L460), capped at MAX_P2P_NCHANNELS = 64 and rounded up to a power of 2
+    (src/graph/paths.cc L957-958, L977-990)."""
+    search = int(links * link_gb_s // top_speed_gb_s)
+    return _pow2_up(min(2 * (2 * search), 64))
+
+
+def test_nccls_all_to_all_holds_one_cta_per_p2p_channel():
+    # H100: 18 NVLinks x 20.6 GB/s (src/graph/topo.h L22), search speeds from 60 GB/s: 6 channels -> 12
+    # -> 24 collective channels -> 32 p2p channels, as NCCL_DEBUG prints on an 8-H100 node (AWS p5.48xlarge,
+    # aws-samples/aws-do-eks @ 701c554a Container-Root/eks/deployment/nccl-test/README.md L82)
+    h100_ctas = _nccl_p2p_channels_in_a_node(18, 20.6, 60.0)
+    assert h100_ctas == 32
+    one_node = _problem(devices=8, expert_parallel=8, overlap=Overlaps(all_to_all=True))
+    assert sm_share_loss(one_node, 0.3, 1.0) == pytest.approx(0.3 * h100_ctas / H100_SMS)
+    # two nodes (EP 16 over 8-GPU nodes): "16 p2p channels, 2 p2p channels per peer" (README.md L95)
+    two_nodes = _problem(overlap=Overlaps(all_to_all=True))
+    assert sm_share_loss(two_nodes, 0.3, 1.0) == pytest.approx(0.3 * 16 / H100_SMS)
+    # the exchange longer than the compute: all the compute runs beside its CTAs
+    assert sm_share_loss(two_nodes, 3.0, 1.0) == pytest.approx(1.0 * 16 / H100_SMS)
+    # Blackwell: 18 x 40.1 GB/s (topo.h L24), speeds from 90 GB/s: 8 -> 16 -> 32 -> 32 p2p channels; an EP 32
+    # group inside a GB200 NVL72 domain runs on NVLink
+    b_ctas = _nccl_p2p_channels_in_a_node(18, 40.1, 90.0)
+    assert b_ctas == 32
+    gb200 = _problem("gb200", devices=32, expert_parallel=32, overlap=Overlaps(all_to_all=True))
+    assert sm_share_loss(gb200, 0.3, 1.0) == pytest.approx(0.3 * b_ctas / GB200_SMS)
+    # without expert parallelism there is no exchange and no CTA
+    assert sm_share_loss(_problem(devices=8, expert_parallel=1), 0.3, 1.0) == 0.0
+
+
+def test_an_exposed_nccl_exchange_takes_no_sms_an_overlapped_one_does():
+    # Qwen3-30B-A3B on 16 H100, EP 16 over two nodes, the alltoall dispatcher: each of the 48 MoE layers loses
+    # min(a2a, compute) x 16 / 132 per micro-batch with the exchange overlapped, nothing with it exposed
     p = _problem(overlap=Overlaps(all_to_all=True))
-    assert sm_share_loss(p, 0.3, 1.0) == 0.0
+    ev = p.evaluate(1, 1)
+    counts = PipelineStages.of(p, p.layout.micro_batches).kind_counts(0)
+    expected = 0.0
+    for n, part in zip(counts, layer_parts(p, ev)):
+        a2a = all_to_all_time(p, part.a2a_bytes, part.a2a_calls)
+        expected += n * min(a2a, part.compute_s) * 16 / H100_SMS
+    assert expected > 0
+    assert gpu_step_time(p, 1, 1, ev).details["terms"]["a2a_sm_share"] == pytest.approx(expected)
+    assert gpu_step_time(_problem(), 1, 1).details["terms"]["a2a_sm_share"] == 0.0
 
 
 def test_step_carries_the_loss_of_every_layer_and_micro_batch():

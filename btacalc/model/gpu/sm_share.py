@@ -19,8 +19,27 @@ Reserved SMs (named data, with their sources):
   recipes override it per model (e.g. @ 067f987d src/megatron/bridge/recipes/qwen/h100/qwen3_moe.py L69
   `moe_hybridep_num_sms = 16`, L209 = 32; perf_recipes/gpt_oss/common.py L32 = 32): the layout's
   `dispatcher_sms` (`--dispatcher-sms`, a measured run's recipe), else the default.
-- NCCL's all-to-all (the alltoall dispatcher): one CTA per NCCL channel; its channel count depends on the
-  topology search and is not modelled (no loss counted).
+- NCCL's all-to-all (Megatron's alltoall dispatcher, `deepep` off): one CTA per p2p channel the exchange
+  touches (`NCCL_ALLTOALL_CTAS`, below). The dropless dispatcher's uneven `all_to_all_single` is a group of
+  ncclSend / ncclRecv, one pair per peer (pytorch/pytorch @ 0033e774 torch/csrc/cuda/nccl.cpp
+  `all2all_single_unequal_split`). NCCL (NVIDIA/nccl @ 5067397c) launches one kernel per plan with one CTA
+  per channel in the plan's mask (src/enqueue.cc L1756-1758: grid = popcount(channelMask)). The p2p channel
+  count is p2pnChannels = pow2Up(min(nChannels, NCCL_MAX_P2P_NCHANNELS)) (src/graph/paths.cc L957-958,
+  L977-991; the default cap is MAXCHANNELS = 64, src/include/device.h L91), nChannels being the collective
+  channels of the topology search. Each peer gets between nChannelsMin and p2pnChannelsPerPeer channels,
+  nChannelsMin halved until nChannelsMin x nRanks <= p2pnChannels (src/enqueue.cc L1143-1146), and each
+  peer's round starts at a bit-reversed base (src/include/channel.h L21-32), so an all-to-all over all its
+  peers covers every p2p channel: the exchange holds p2pnChannels SMs. NVLS channels carry collectives only,
+  not send / recv.
+  Inside one NVLink domain on an 8-GPU H100 node, NCCL_DEBUG prints "24 coll channels, 16 nvls channels, 32
+  p2p channels, 32 p2p channels per peer" (AWS p5.48xlarge, aws-samples/aws-do-eks @ 701c554a
+  Container-Root/eks/deployment/nccl-test/README.md L77-82): 24 collective channels (6 search channels at
+  60 GB/s of the H100's 18 x 20.6 GB/s, duplicated, src/graph/search.cc L1036-1047, then doubled,
+  src/graph/connect.cc L460) rounded up to 32. Blackwell (18 x 40.1 GB/s, src/graph/topo.h L22-24; search
+  speeds from 90 GB/s, search.cc L1063) gives 8 x 90 -> 16 -> 32 by the same steps: 32, an estimate (no
+  published Blackwell log was found). Across nodes the same test on two p5 nodes prints "16 coll channels, 16
+  nvls channels, 16 p2p channels, 2 p2p channels per peer" (L90-95): 16 (estimate: the network channel count
+  depends on the NICs, src/graph/paths.cc L942-951).
 
 Not modelled here: TransformerEngine userbuffers TP overlap (its SM counts are per GEMM in each model's
 `ub_cfgs`, 1 for ring exchange through copy engines, 2-32 for bulk and pipelined methods: Megatron-Bridge
@@ -30,22 +49,62 @@ reduce-scatter / all-gather (NCCL channels), docs/clock.md.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from ..arrays import minimum
+from ..arrays import minimum, where
 from ..problem import Problem
+from .collectives import local_members
 
 # Megatron-Core's SM count for DeepEP / HybridEP dispatch and combine when moe_flex_dispatcher_num_sms is
 # unset (Megatron-LM @ d98e8a64 megatron/core/transformer/moe/token_dispatcher.py L1287-1291).
 FLEX_DISPATCHER_SMS = 20
 
 
-def reserved_sms(problem: Problem) -> int:
+
+@dataclass(frozen=True)
+class CtaCount:
+    """CTAs (one SM each) a communication kernel holds while it runs, with its provenance."""
+
+    value: int
+    kind: str  # published | derived | estimate
+    source: str
+    note: str
+
+
+_NCCL = "https://github.com/NVIDIA/nccl/blob/5067397c2676d5aed50042fc39e5c8ee96eb0027/"
+_P5_LOG = ("https://github.com/aws-samples/aws-do-eks/blob/701c554a6f00012781e83e5a2ea020fe6bb8cd46/"
+           "Container-Root/eks/deployment/nccl-test/README.md")
+
+# CTAs of NCCL's send/recv all-to-all (the alltoall dispatcher), by where the EP group's peers are
+# (module docstring): one CTA per p2p channel, every p2p channel touched by an all-to-all over all peers.
+NCCL_ALLTOALL_CTAS = {
+    "in_domain": CtaCount(
+        32, "estimate", f"{_P5_LOG} L77-82; {_NCCL}src/graph/paths.cc L977-991, src/enqueue.cc L1143-1146, L1756-1758",
+        "p2p channels of an 8-GPU H100 NVLink node (NCCL_DEBUG: 32 p2p channels); Blackwell derived as 32 by "
+        "the same search steps (src/graph/search.cc L1036-1063, src/graph/connect.cc L460), no published log"),
+    "across_domains": CtaCount(
+        16, "estimate", f"{_P5_LOG} L90-95; {_NCCL}src/graph/paths.cc L942-951, L993-1001",
+        "p2p channels of a two-node H100 job (NCCL_DEBUG: 16 p2p channels, 2 per peer); depends on the NICs"),
+}
+
+
+def nccl_alltoall_ctas(problem: Problem) -> Any:
+    """SMs NCCL's all-to-all over the EP group holds: the in-domain count when every EP peer shares the
+    worst-placed rank's NVLink domain, else the cross-domain count; none without expert parallelism."""
+    lay = problem.layout
+    k = local_members(lay.expert_parallel, lay.expert_tensor_parallel, lay.devices, lay.devices_per_node)
+    ctas = where(k >= lay.expert_parallel, NCCL_ALLTOALL_CTAS["in_domain"].value,
+                 NCCL_ALLTOALL_CTAS["across_domains"].value)
+    return where(lay.expert_parallel > 1, ctas, 0)
+
+
+def reserved_sms(problem: Problem) -> Any:
     """SMs the overlapped expert all-to-all's kernels hold: the flex dispatcher's with DeepEP / HybridEP,
-    none counted for NCCL's all-to-all (module docstring)."""
+    NCCL's p2p CTAs with the alltoall dispatcher (module docstring)."""
     lay = problem.layout
     if not lay.deepep:
-        return 0
+        return nccl_alltoall_ctas(problem)
     return FLEX_DISPATCHER_SMS if lay.dispatcher_sms is None else lay.dispatcher_sms
 
 
