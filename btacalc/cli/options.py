@@ -186,6 +186,9 @@ PrecisionOpt = typer.Option(None, "--precision", help=help_text(
 Fp8ParamGatherOpt = typer.Option(False, "--fp8-param-gather", help="Keep the parameters in the low precision and "
                                  "all-gather them so (Megatron --fp8-param-gather; --fp4-param-gather under nvfp4): "
                                  "halves the parameter all-gather and drops the 16-bit weight copy.")
+RhtCastFusionOpt = typer.Option(True, "--rht-cast-fusion/--no-rht-cast-fusion", help="NVFP4: cast an activation's "
+                                "rowwise and Hadamard-transformed columnwise copies in one kernel, as TransformerEngine "
+                                "2.14 and later do; --no-rht-cast-fusion: one kernel per copy (TE 2.8-2.13).")
 CpuOffloadOpt = typer.Option(0, "--cpu-offloading-num-layers", help=help_text(
     "Offload the activations of the first N decoder layers to host memory until their backward (Megatron "
     "--cpu-offloading-num-layers N; needs PP 1 and no recomputation) [default: 0, none]."))

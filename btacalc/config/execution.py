@@ -122,6 +122,9 @@ class RunOptions:
     precision: str = DEFAULT_PRECISION
     # Megatron --fp8-param-gather / --fp4-param-gather: parameters kept and all-gathered in the low precision
     low_precision_param_gather: bool = False
+    # NVFP4: TransformerEngine writes an activation's rowwise and random-Hadamard-transformed columnwise copies in one
+    # kernel (TE >= 2.14, the pinned TE); False: one kernel per copy (TE 2.8-2.13; precision.toml rht_cast_fusion_since_te)
+    rht_cast_fusion: bool = True
     # Megatron --cpu-offloading --cpu-offloading-num-layers N: the activations of the first N decoder layers
     # wait for their backward in host memory (ACTIVATION_OFFLOAD; 0: none)
     cpu_offload_layers: int = 0
@@ -477,6 +480,7 @@ class ExecutionRequest:
     stage_split: StageSplit = field(default_factory=StageSplit)  # first/last stage layers, layout, account-for
     precision: Optional[str] = None  # None: bf16 (REASONS)
     fp8_param_gather: bool = False  # Megatron --fp8-param-gather (--fp4-param-gather under nvfp4)
+    rht_cast_fusion: bool = True  # NVFP4's rowwise and RHT columnwise casts in one kernel (RunOptions.rht_cast_fusion)
     cpu_offload_layers: int = 0  # Megatron --cpu-offloading-num-layers (RunOptions.cpu_offload_layers)
     moment_bytes: Optional[int] = None  # None: 4 (fp32 Adam moments); 2: bf16 (RunOptions.moment_bytes)
 
@@ -555,6 +559,7 @@ def _resolve(request: ExecutionRequest, model: "ModelSpec", profile: "HardwarePr
         precision=(chosen.pick("precision", request.precision, DEFAULT_PRECISION, REASONS["precision"]) if gpu
                    else request.precision or DEFAULT_PRECISION),
         low_precision_param_gather=request.fp8_param_gather,
+        rht_cast_fusion=request.rht_cast_fusion,
         cpu_offload_layers=request.cpu_offload_layers,
         moment_bytes=4 if request.moment_bytes is None else request.moment_bytes,
         routing_weights=_routing_weights(model, gpu, chosen),

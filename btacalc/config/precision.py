@@ -12,7 +12,10 @@ only holds the data:
 - copies written: 2 where dgrad/wgrad need a columnwise operand TE cannot read from the rowwise one
   (block scales always; per-tensor scales below compute capability 10.0, whose FP8 GEMMs are TN-only),
   else 1;
-- ``amax_passes`` extra reads of the 16-bit tensor before the cast (current scaling, NVFP4).
+- ``amax_passes`` extra reads of the 16-bit tensor before the cast (current scaling, NVFP4);
+- ``rht_cast_fusion_since_te``: NVFP4 writes the columnwise copy of activations and gradients through a 16x16
+  random Hadamard transform; TransformerEngine from this version writes it in the same kernel as the rowwise copy,
+  older versions run one kernel per copy (each re-reading the 16-bit tensor). Empty: no Hadamard transform.
 """
 
 from __future__ import annotations
@@ -54,6 +57,10 @@ class Recipe(BaseModel):
     param_gather_flag: str
     bridge_param_gather: bool  # Megatron-Bridge's recipe keeps the parameters in the low precision (precision.toml)
     grouped_quantize_kernels_per_expert: int = Field(ge=0)  # TE GroupedLinear's per-expert quantise launches
+    # the TE version whose activation/gradient cast writes the rowwise and the Hadamard-transformed columnwise copy
+    # in one kernel (precision.toml); "": the recipe applies no Hadamard transform
+    rht_cast_fusion_since_te: str = ""
+    rht_cast_fusion_source: str = ""  # the TE code that says which versions fuse the two casts
     source: str = Field(min_length=3)
     note: str = ""
 
@@ -75,6 +82,20 @@ class Recipe(BaseModel):
         share = self.scale_bytes / self.block_elements if self.block_elements else 0.0
         return self.element_bytes + share
 
+    def activation_cast_kernels(self, copies: int, rht_cast_fusion: bool) -> int:
+        """Kernels that cast one activation or gradient tensor into its `copies` quantised copies (each reads the
+        16-bit tensor once): one, unless the recipe's columnwise copy goes through the Hadamard transform and the
+        TransformerEngine in use writes it in a kernel of its own (`rht_cast_fusion` False)."""
+        return copies if self.rht_cast_fusion_since_te and not rht_cast_fusion and copies > 1 else 1
+
+    def rht_cast_fused_in(self, te_version: str) -> bool:
+        """Whether TransformerEngine `te_version` (e.g. "2.8.0+7cde9a33", "2.14+71bbefb") casts the rowwise and
+        the Hadamard-transformed columnwise copy in one kernel (`rht_cast_fusion_since_te`); True for a recipe
+        without the transform."""
+        if not self.rht_cast_fusion_since_te:
+            return True
+        return te_version_tuple(te_version) >= te_version_tuple(self.rht_cast_fusion_since_te)
+
     def copies(self, compute_capability: float) -> int:
         """Quantised copies of a tensor that both a rowwise and a columnwise GEMM operand read."""
         if self.columnwise == "always":
@@ -82,6 +103,15 @@ class Recipe(BaseModel):
         if self.columnwise == "transpose_below_cc10":
             return 2 if compute_capability < 10.0 else 1
         return 0
+
+
+def te_version_tuple(version: str) -> tuple[int, ...]:
+    """The numeric release of a TransformerEngine version string: "2.8.0+7cde9a33" -> (2, 8, 0)."""
+    release = version.split("+")[0]
+    parts = release.split(".")
+    if not release or not all(part.isdigit() for part in parts):
+        raise BtacalcError(f"TransformerEngine version {version!r}: expected a release such as 2.8.0 or 2.14+71bbefb")
+    return tuple(int(part) for part in parts)
 
 
 @functools.lru_cache(maxsize=1)

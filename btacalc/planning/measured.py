@@ -137,6 +137,10 @@ class Recipe(BaseModel):
     fp8_dot_product_attention: bool = Field(False, description="Megatron-Bridge's mixed_precision."
                                             "fp8_dot_product_attention (TransformerEngine's FP8 fused attention: "
                                             "the attention core's GEMMs in FP8); not modelled")
+    transformer_engine: Optional[str] = Field(None, description="the TransformerEngine release the run used (e.g. "
+                                              "2.8.0+7cde9a33): under NVFP4 it decides whether an activation's two "
+                                              "casts are one kernel (precision.toml rht_cast_fusion_since_te); "
+                                              "default: the pinned TE's fused kernel")
     overlaps: Overlaps = Overlaps()
 
     def unmodelled(self) -> str:
@@ -401,6 +405,8 @@ def express(run: MeasuredRun, family: str = "gpu") -> tuple[Optional[ExecutionRe
             changes["memory_model"] = recipe.memory_model
         if recipe.exp_avg_dtype is not None:
             changes["moment_bytes"] = 2 if recipe.exp_avg_dtype == "bf16" else 4
+        if recipe.transformer_engine is not None:
+            changes["rht_cast_fusion"] = precision_recipe(run.precision).rht_cast_fused_in(recipe.transformer_engine)
         if recipe.cpu_offloading_num_layers:
             changes["cpu_offload_layers"] = recipe.cpu_offloading_num_layers
         if recipe.pipeline_layout is not None or recipe.account_for_embedding or recipe.account_for_loss:

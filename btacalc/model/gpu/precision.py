@@ -20,8 +20,13 @@ with q the element bytes (FP8 1, FP4 0.5), one scale of `scale` bytes per `block
 dgrad/wgrad read a columnwise copy (block scales always; per-tensor FP8 below compute capability
 10.0, whose FP8 GEMMs are TN-only: TE utils.py:658), else 1; `amax_passes` = 1 for current scaling
 and NVFP4 (their amax kernel reads the tensor before the cast: TE quantizer.cpp:1009, 2630-2645).
-NVFP4's 16x16 random Hadamard transform and stochastic rounding run inside that amax and cast kernels
-(no further HBM pass).
+NVFP4's 16x16 random Hadamard transform (RHT) and stochastic rounding run inside the amax and cast kernels
+(no HBM pass of their own: 2·16 FLOP per element on the tensor cores, 16 FLOP per byte read, far below a
+B200's 2.25e15 / 8e12 = 281 FLOP/B). Where the RHT'd columnwise copy of an activation or gradient is written
+(TE before v2.14, precision.toml `rht_cast_fusion_since_te`, plan option `rht_cast_fusion` False) is a kernel
+of its own, the cast of such a tensor is one kernel per copy, each reading the 16-bit tensor and writing one
+copy: 2·amax_passes + copies·(2 + q + scale/block) bytes, every kernel at the single-output share f1. Weights take
+no RHT and keep one kernel for both copies.
 
 The activations cast per micro-batch are the phase's ``cast_elements`` (each GEMM's input in the
 forward pass, its output gradient in the backward pass); the weights are cast once per optimizer
@@ -68,7 +73,8 @@ class CastRates:
     peak: Any  # achieved FLOP/s of the low-precision GEMMs (the dtype's peak x compute efficiency)
     # HBM bytes per element cast (read + amax passes + written copies: `cast_bytes_per_element`), each kernel's
     # over its share of HBM bandwidth (`full_bandwidth_bytes`): a cast of e elements takes e x this / HBM
-    full_bandwidth_bytes_per_cast: float
+    full_bandwidth_bytes_per_cast: float  # a weight's cast
+    activation_bytes_per_cast: float  # an activation's or gradient's (differs under NVFP4 without RHT cast fusion)
     cache_bytes_per_param: float  # quantised weight copies kept per parameter (with their scales)
     weight_casts_per_micro_batch: Any  # 1 / M: the weights are cast once per optimizer step
 
@@ -87,11 +93,14 @@ def cast_bandwidth_shares(kernels: Optional[Kernels], copies: int) -> tuple[floa
     return f1, ((two.value if two is not None else f1) if copies == 2 else f1)
 
 
-def full_bandwidth_bytes(recipe: Recipe, copies: int, shares: tuple[float, float]) -> float:
-    """The bytes a cast of one element would move at the full HBM bandwidth in the time it takes:
-    2·amax_passes / f1 + (2 + copies·(q + scale/block)) / f_copies."""
+def full_bandwidth_bytes(recipe: Recipe, copies: int, shares: tuple[float, float], kernels: int = 1) -> float:
+    """The bytes a cast of one element would move at the full HBM bandwidth in the time it takes. One kernel for
+    all copies: 2·amax_passes / f1 + (2 + copies·(q + scale/block)) / f_copies; one kernel per copy (`kernels` =
+    copies, `Recipe.activation_cast_kernels`): 2·amax_passes / f1 + copies·(2 + q + scale/block) / f1."""
     f1, fc = shares
     amax = SIXTEEN_BIT_BYTES * recipe.amax_passes
+    if kernels > 1:
+        return (amax + kernels * (SIXTEEN_BIT_BYTES + copies // kernels * recipe.bytes_per_element)) / f1
     return amax / f1 + (cast_bytes_per_element(recipe, copies) - amax) / fc
 
 
@@ -104,9 +113,11 @@ def cast_rates(problem: Problem) -> Optional[CastRates]:
     peak = {"fp8": chip.peak_fp8_flops_per_s, "fp4": chip.peak_fp4_flops_per_s}[recipe.gemm_peak]
     assert peak is not None  # checked when the execution was resolved (config.precision.check_precision)
     copies = recipe.copies(chip.compute_capability.value if chip.compute_capability else 0.0)
+    shares = cast_bandwidth_shares(problem.hardware.kernels, copies)
+    kernels = recipe.activation_cast_kernels(copies, problem.run.rht_cast_fusion)
     return CastRates(recipe=recipe, peak=peak.value * compute_efficiency(problem),
-                     full_bandwidth_bytes_per_cast=full_bandwidth_bytes(
-                         recipe, copies, cast_bandwidth_shares(problem.hardware.kernels, copies)),
+                     full_bandwidth_bytes_per_cast=full_bandwidth_bytes(recipe, copies, shares),
+                     activation_bytes_per_cast=full_bandwidth_bytes(recipe, copies, shares, kernels),
                      cache_bytes_per_param=copies * recipe.bytes_per_element,
                      weight_casts_per_micro_batch=1 / problem.layout.micro_batches)
 
@@ -116,9 +127,9 @@ def phase_cast_s(rates: CastRates, hbm: float, phase: Phase, v: Any, load: Any, 
     """Seconds of a low-precision phase's cast kernels per micro-batch: its activations and output
     gradients (`cast_elements` x the routed load) and, with `weights`, its weights' once-per-step cast as
     1/M of it (`phase_weight_cast_s` x weight_casts_per_micro_batch), each element moving its cast bytes
-    at the cast kernel's share of HBM bandwidth (`full_bandwidth_bytes_per_cast`). `v` reads the phase's
+    at the cast kernels' share of HBM bandwidth (`activation_bytes_per_cast`, weights `full_bandwidth_bytes_per_cast`). `v` reads the phase's
     per-device values."""
-    t = v("cast_elements") * load * rates.full_bandwidth_bytes_per_cast / hbm
+    t = v("cast_elements") * load * rates.activation_bytes_per_cast / hbm
     return t + phase_weight_cast_s(rates, hbm, phase, v, expert_shards) * rates.weight_casts_per_micro_batch \
         if weights else t
 
