@@ -15,6 +15,8 @@ copies 52.34 us for a BF16 8192 x 8192 tensor. Each expected value below is that
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from btacalc.config.precision import recipe, te_version_tuple
@@ -105,3 +107,18 @@ def test_the_transform_itself_is_memory_bound():
     chip = p.hardware.chip
     ridge = chip.peak_flops_per_s.value / p.hardware.memory.offchip_bandwidth_bytes_per_s.value
     assert 2 * 16 / 2 < ridge / 10
+
+
+def test_the_plan_report_states_which_nvfp4_cast_path_it_timed(cli):
+    """`--no-rht-cast-fusion` changes the plan, so the report's inputs say so (true by default, false when asked),
+    and the unfused path is the slower one: one more read of every activation and gradient cast."""
+    args = ("plan", "--model", "llama-3-8b", "--hw", "b200", "--devices", "8", "--precision", "nvfp4",
+            "--global-batch", "8", "--micro-batch", "1", "--json")
+    reports = {}
+    for flag in ((), ("--no-rht-cast-fusion",)):
+        code, out, err = cli(*args, *flag)
+        assert code == 0, err
+        reports[bool(flag)] = json.loads(out)
+    assert reports[False]["inputs"]["rht_cast_fusion"] is True
+    assert reports[True]["inputs"]["rht_cast_fusion"] is False
+    assert reports[True]["throughput"]["tokens_per_s"] < reports[False]["throughput"]["tokens_per_s"]
