@@ -671,17 +671,19 @@ def _forward_issued(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, issu
     part.glue_ops_fwd = part.glue_ops_fwd + (0 if phase.host_glue is None else phase.host_glue.forward_ops)
 
 
-_FORWARD_COUNTS = ("kernels", "expert_gemms", "module_calls", "glue_ops")
+# the host-issued counts of a `Part` (host_time's arguments), each also kept for the first forward (`*_fwd`) and
+# for the part of it issued after the dispatcher's sync (`*_post`)
+ISSUED_COUNTS = ("kernels", "expert_gemms", "module_calls", "glue_ops")
 
 
 def _forward_counts(part: Part) -> tuple[Any, ...]:
-    return tuple(getattr(part, n + "_fwd") for n in _FORWARD_COUNTS)
+    return tuple(getattr(part, n + "_fwd") for n in ISSUED_COUNTS)
 
 
 def _after_sync(part: Part, before: tuple[Any, ...]) -> None:
     """Add what a phase after the dispatcher's sync issued in the first forward (the growth of the `*_fwd`
     counts since `before`) to the `*_post` counts."""
-    for n, b in zip(_FORWARD_COUNTS, before):
+    for n, b in zip(ISSUED_COUNTS, before):
         setattr(part, n + "_post", getattr(part, n + "_post") + getattr(part, n + "_fwd") - b)
 
 

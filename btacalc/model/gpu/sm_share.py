@@ -61,7 +61,6 @@ from .collectives import local_members
 FLEX_DISPATCHER_SMS = 20
 
 
-
 @dataclass(frozen=True)
 class CtaCount:
     """CTAs (one SM each) a communication kernel holds while it runs, with its provenance."""

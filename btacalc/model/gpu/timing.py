@@ -42,7 +42,7 @@ from ..steptime import StepTime, tile_overhead_s
 from .collectives import (CollectiveRow, all_to_all_time, all_to_all_wire_bytes, context_parallel_time,
                           data_parallel_groups, data_parallel_times, data_parallel_traffic, describe,
                           pipeline_p2p_time, ring_share, ring_time, tensor_parallel_time)
-from .costs import Part, layer_parts, outside_parts
+from .costs import ISSUED_COUNTS, Part, layer_parts, outside_parts
 from .fixed import (FixedCosts, SyncSplit, dispatcher_syncs, fixed_costs, gpu_forward_share, host_time,
                     launch_time, launch_time_synced)
 from .memory import stage_params
@@ -139,10 +139,9 @@ def gpu_step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Ev
 
 
 # the per-micro-batch fields of a layer's `Part` a stage sums over its layers
-_STAGE_SUMS = ("compute_s", "backward_s", "core_s", "tp_bytes", "cp_bytes", "a2a_bytes", "kernels", "tp_calls",
-               "cp_calls", "a2a_calls", "weight_cast_s", "expert_gemms", "module_calls",
-               "glue_ops", "kernels_fwd", "expert_gemms_fwd", "module_calls_fwd", "glue_ops_fwd",
-               "kernels_post", "expert_gemms_post", "module_calls_post", "glue_ops_post", "compute_post_s")
+_STAGE_SUMS = ("compute_s", "backward_s", "core_s", "tp_bytes", "cp_bytes", "a2a_bytes", "tp_calls", "cp_calls",
+               "a2a_calls", "weight_cast_s", "compute_post_s") \
+    + tuple(n + when for when in ("", "_fwd", "_post") for n in ISSUED_COUNTS)
 
 
 def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any, Part]],
@@ -178,7 +177,7 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
              "all_to_all": layer_terms["all_to_all"], "a2a_sm_share": layer_terms["a2a_sm_share"],
              "pp_p2p": where(o.p2p, maximum(0.0, p2p - compute), p2p), "zero_per_micro_batch": per_mb,
              "tiling": layers * tiles * tile_overhead_s(problem)}
-    names = ("kernels", "expert_gemms", "module_calls", "glue_ops")
+    names = ISSUED_COUNTS
     issued = [getattr(stage, n) + _on_ends(outside, n) for n in names]
     forward = [getattr(stage, n + "_fwd") + _on_ends(outside, n + "_fwd") for n in names]
     host = host_time(problem, *issued)
