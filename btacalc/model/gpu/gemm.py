@@ -121,7 +121,12 @@ def _roofline(compute: Any, memory: Any, p: float) -> Any:
     top = np.maximum(compute, memory)
     if np.isinf(p):
         return top
-    return top * ((compute / top) ** p + (memory / top) ** p) ** (1 / p)
+    # The powers always run through numpy's array loop, even for one shape: on CPUs where numpy's power is
+    # vectorised (AVX-512 builds use SVML, not correctly rounded), a scalar's libm pow can differ from the
+    # array loop in the last bit, and one shape must give the bits the array of shapes gives.
+    shares = np.power(np.atleast_1d(compute / top), p) + np.power(np.atleast_1d(memory / top), p)
+    out = top * np.power(shares, 1 / p)
+    return out[0] if np.ndim(top) == 0 else out
 
 
 def gemm_time(m: Any, n: Any, k: Any, bytes_per_element: Any, device: GemmDevice, groups: Any = 1) -> GemmTime:
