@@ -122,11 +122,15 @@ def _compute_time(m: Any, n: Any, k: Any, device: GemmDevice, tile: tuple[Any, A
 
 
 def _roofline(compute: Any, memory: Any, p: float) -> Any:
-    """(compute^p + memory^p)^(1/p), scaled by the larger term so that no power overflows; max() at p = inf."""
+    """(compute^p + memory^p)^(1/p), scaled by the larger term so that no power overflows; max() at p = inf.
+    The powers run as numpy's ufunc on arrays (0-d for one shape): a numpy float64 scalar's ** is the C library's
+    pow, which differs from the ufunc's in the last bit for some values, and one shape must give the array
+    path's bits (tests/test_speed5.py)."""
     top = np.maximum(compute, memory)
     if np.isinf(p):
         return top
-    return top * ((compute / top) ** p + (memory / top) ** p) ** (1 / p)
+    c, m = np.asarray(compute / top), np.asarray(memory / top)
+    return top * np.power(np.power(c, p) + np.power(m, p), 1 / p)
 
 
 def gemm_time(m: Any, n: Any, k: Any, bytes_per_element: Any, device: GemmDevice, groups: Any = 1,
