@@ -29,6 +29,7 @@ from btacalc.planning.measured import load_runs, predict
 TOKENS, DIM, HIDDEN, EXPERTS = 131072, 7168, 2048, 8  # the README's DeepSeek-V3 shapes
 FLOPS = 2 * TOKENS * DIM * HIDDEN
 TORCHAO_B200_US = {"forward": 1671.2, "dgrad": 1683.4, "wgrad": 2103.3}
+OUT_BYTES = 2  # the benchmark's GEMMs write BF16 results (MXFP8 operands, out_dtype torch.bfloat16)
 
 
 def _mxfp8_b200_device():
@@ -45,12 +46,13 @@ def _mxfp8_b200_device():
 def test_grouped_mxfp8_gemms_run_at_torchaos_published_b200_rate():
     """The forward and data-gradient grouped GEMMs (per expert m = 16,384 rows) within 5% of the published
     times: at these shapes btacalc is at most a few percent faster than the published grouped kernel (4% after
-    lp6's refit of compute_efficiency, 0.6743 -> 0.6992, on the dense fit runs), far from the 25-70% the MoE
+    lp6's refit of compute_efficiency, 0.6743 -> 0.6992, on the dense fit runs; lp8's refit to 0.7034 is offset
+    by the BF16 results the kernels write, counted at 2 B per element since lp8), far from the 25-70% the MoE
     rows miss by, so no grouped-kernel penalty follows from them. The rates by hand: 3.848e12 FLOP / 1671.2 us = 2,303 TFLOP/s."""
     dev, beta = _mxfp8_b200_device()
     rows = TOKENS // EXPERTS
-    forward = gemm_time(rows, HIDDEN, DIM, beta, dev, groups=EXPERTS)
-    dgrad = gemm_time(rows, DIM, HIDDEN, beta, dev, groups=EXPERTS)
+    forward = gemm_time(rows, HIDDEN, DIM, beta, dev, groups=EXPERTS, output_bytes=OUT_BYTES)
+    dgrad = gemm_time(rows, DIM, HIDDEN, beta, dev, groups=EXPERTS, output_bytes=OUT_BYTES)
     assert FLOPS / (TORCHAO_B200_US["forward"] * 1e-6) == pytest.approx(2.303e15, rel=1e-3)
     assert forward.time_s == pytest.approx(TORCHAO_B200_US["forward"] * 1e-6, rel=0.05)
     assert dgrad.time_s == pytest.approx(TORCHAO_B200_US["dgrad"] * 1e-6, rel=0.05)
@@ -65,8 +67,8 @@ def test_torchaos_k_grouped_weight_gradient_is_slower_than_btacalcs_and_not_mega
     forward."""
     dev, beta = _mxfp8_b200_device()
     rows = TOKENS // EXPERTS
-    forward = gemm_time(rows, HIDDEN, DIM, beta, dev, groups=EXPERTS)
-    wgrad = gemm_time(HIDDEN, DIM, rows, beta, dev, groups=EXPERTS)
+    forward = gemm_time(rows, HIDDEN, DIM, beta, dev, groups=EXPERTS, output_bytes=OUT_BYTES)
+    wgrad = gemm_time(HIDDEN, DIM, rows, beta, dev, groups=EXPERTS, output_bytes=OUT_BYTES)
     assert 1.2 < TORCHAO_B200_US["wgrad"] / TORCHAO_B200_US["forward"] < 1.35
     assert wgrad.time_s == pytest.approx(forward.time_s, rel=0.03)
     assert TORCHAO_B200_US["wgrad"] * 1e-6 / wgrad.time_s > 1.2

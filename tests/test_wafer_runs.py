@@ -172,3 +172,54 @@ def test_gpt_j_on_two_cs2_of_r18_is_the_logs_arithmetic_and_carries_its_release(
     newer = RUNS["gpt-j-6b-wse2-2-399"]
     per_seq = (run.measured.step_time_s / 130) / (newer.measured.step_time_s / 120)
     assert per_seq == pytest.approx(1.28, abs=0.01)
+
+
+def _btacalc_step_parts(run):
+    """btacalc's step for a measured run and its part that is not a fixed cost (micro-batch, kernel, step
+    boundary), with the number of micro-batches per step."""
+    from btacalc.config.hardware import resolve_hardware
+    from btacalc.config.presets import resolve_model
+    from btacalc.planning.measured import express
+    from btacalc.planning.plan import make_plan
+
+    request, _ = express(run, "wafer")
+    plan = make_plan(resolve_model(run.model), resolve_hardware(run.hw), request)
+    t = plan.throughput
+    fixed = t.step_time_s * sum(t.phase_share.get(k, 0.0) for k in ("micro_batch_fixed", "step_boundary", "kernel_fixed"))
+    return t.step_time_s, t.step_time_s - fixed, plan
+
+
+def test_esm2_on_cs3_runs_the_micro_batch_of_the_same_config_on_cs2():
+    """wafer7: both ESM-2 rows run ALCF's one config file (cp .../ESM-2/params_esm2_t12_35M_UR50D_modified.yaml);
+    its CS-2 compile tried one micro-batch, 64, so the CS-3 row uses 64 too: 2,048 / 64 = 32 micro-batches per
+    step. At 64 the measured CS-3 step leaves (2.0848 s - btacalc's compute) / 32 = 0.060 s per micro-batch for
+    the fixed cost, 0.63 of the 0.0962 s fitted on CS-2 runs: the known gap's arithmetic."""
+    from btacalc.config.hardware import resolve_hardware
+
+    cs2, cs3 = RUNS["esm2-35m-wse2-1-402"], RUNS["esm2-35m-wse3-1-404"]
+    assert cs3.micro_batch == cs2.micro_batch == 64 and cs3.global_batch == cs2.global_batch == 2048
+    micro_batches = cs3.global_batch // cs3.micro_batch
+    assert micro_batches == 32
+    t0 = resolve_hardware("wse3").calibration.micro_batch_fixed_s.value
+    assert t0 == resolve_hardware("wse2").calibration.micro_batch_fixed_s.value  # one factor, both generations
+    step, compute, _ = _btacalc_step_parts(cs3)
+    assert compute == pytest.approx(0.16, abs=0.01)
+    assert step == pytest.approx(compute + micro_batches * t0, rel=0.01)  # the fixed cost dominates the step
+    left = (cs3.measured.step_time_s - compute) / micro_batches
+    assert left == pytest.approx(0.060, abs=0.001) and left / t0 == pytest.approx(0.63, abs=0.01)
+    assert cs3.measured.step_time_s / step - 1 == pytest.approx(-0.356, abs=0.002)  # error: rate over rate
+    assert "-35.6%" in cs3.known_gap and "0.63" in cs3.known_gap
+
+
+def test_gpt_j_r18_batch_is_65_per_system_as_its_release_reads_batch_size():
+    """Model Zoo Release_1.8.0's GPT-J config sets batch_size 65 and every R_1.8 input worker streams it (the
+    per-system batch; the effective-batch reading starts at Release_1.9.1): 65 x 2 systems x 500 steps = the log's
+    'Completed 65000 sample(s)'. Without gradient accumulation (R_1.8's default), each system runs one micro-batch
+    of 65, which is also the split btacalc picks left free."""
+    run = RUNS["gpt-j-6b-wse2-2-410"]
+    per_system = 65
+    assert per_system * run.devices * 500 == 65000 == run.global_batch * 500
+    assert run.micro_batch == per_system == run.global_batch // run.devices
+    pinned, free = predict(run), predict(run.model_copy(update={"micro_batch": None}))
+    assert free.predicted.step_time_s == pytest.approx(pinned.predicted.step_time_s, rel=1e-12)
+    assert "+47.2%" in run.known_gap

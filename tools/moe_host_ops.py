@@ -38,8 +38,11 @@ benchmarks/dynamo/microbenchmarks/overheads.py (`x + 1` on a one-element tensor 
 same process): the glue in reference-op equivalents, which the host-time model multiplies by that op's published
 time on an H100 host (docs/host-time.md). `--dense` times a dense (SwiGLU MLP) layer instead.
 
+With `--hooks` it times Megatron DDP's per-parameter backward post-hook (one call per parameter tensor and
+micro-batch) in the same reference-op equivalents (`time_grad_hooks`).
+
 Usage: python tools/moe_host_ops.py /path/to/megatron-checkout [--experts 128 --topk 8 --tokens 64]
-       [--layer | --wall [--dense] [--graphed-router]]
+       [--layer | --wall [--dense] [--graphed-router] | --hooks]
 """
 from __future__ import annotations
 
@@ -372,6 +375,64 @@ def time_layer(megatron: str, experts: Optional[int], topk: int = 8, hidden: int
             "forward_backward": best["forward_backward"] / best["reference_op"]}
 
 
+def time_grad_hooks(megatron: str, params: int = 64, repeat: int = 7) -> dict[str, float]:
+    """Host time of Megatron DDP's per-parameter backward post-hook (distributed_data_parallel.py
+    `_make_backward_post_hook`, registered on every parameter's grad accumulator), in reference-op equivalents.
+
+    `params` one-element parameters each enter a tiny graph; its backward is timed with and without Megatron's own
+    hook on each parameter's AccumulateGrad node, as DDP registers it. The hook runs as in a micro-batch that is not
+    the last of the step (the common case: `register_grad_ready` returns without starting a reduce) with the
+    gradient already accumulated into main_grad by TransformerEngine's fused wgrad GEMM
+    (`grad_added_to_main_grad`: no add kernel), so what is timed is the hook's Python. The difference over
+    `params` is the cost of one hook call; each timing is the minimum over `repeat` interleaved rounds."""
+    import timeit
+
+    sys.path.insert(0, megatron)
+    import torch
+    from megatron.core.distributed.distributed_data_parallel import DistributedDataParallel
+    from megatron.core.distributed.param_and_grad_buffer import _ParamAndGradBucketGroup
+
+    torch.set_num_threads(1)
+    ddp_config = types.SimpleNamespace(overlap_grad_reduce=True)
+
+    def build(hooked: bool) -> tuple[list[Any], list[Any]]:
+        ps = [torch.nn.Parameter(torch.ones(1)) for _ in range(params)]
+        accumulators = []
+        if hooked:
+            group = types.SimpleNamespace(is_last_microbatch=False, ddp_config=ddp_config)
+            group.register_grad_ready = types.MethodType(_ParamAndGradBucketGroup.register_grad_ready, group)
+            ddp = types.SimpleNamespace(param_to_bucket_group={q: group for q in ps}, ddp_config=ddp_config)
+            for q in ps:
+                setattr(q, "grad_added_to_main_grad", True)
+                grad_fn: Any = q.expand_as(q).grad_fn
+                acc: Any = grad_fn.next_functions[0][0]
+                acc.register_hook(DistributedDataParallel._make_backward_post_hook(ddp, q))
+                accumulators.append(acc)  # DDP keeps them (self.grad_accs), or the hooks would be dropped
+        return ps, accumulators
+
+    x, one = torch.ones(1), torch.ones(1, requires_grad=True)
+
+    def backward(ps: list[Any]) -> None:
+        torch.stack([x * q for q in ps]).sum().backward()
+        for q in ps:
+            q.grad = None
+
+    def cpu(fn: Callable[[], Any], number: int) -> float:
+        return min(timeit.Timer(fn, timer=time.thread_time).repeat(number=number, repeat=3)) / number
+
+    plain, _ = build(False)
+    hooked, _keep = build(True)
+    times: dict[str, list[float]] = {"reference_op": [], "plain": [], "hooked": []}
+    for _ in range(repeat):
+        times["reference_op"].append(cpu(lambda: one + 1, 2000))
+        times["plain"].append(cpu(lambda: backward(plain), 100))
+        times["hooked"].append(cpu(lambda: backward(hooked), 100))
+    best = {k: min(v) for k, v in times.items()}
+    per_hook = (best["hooked"] - best["plain"]) / params
+    return {"reference_op_us": best["reference_op"] * 1e6, "per_hook_us": per_hook * 1e6,
+            "per_hook_reference_ops": per_hook / best["reference_op"]}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("megatron", help="path holding megatron/core (a Megatron-LM checkout)")
@@ -383,7 +444,13 @@ def main() -> None:
     p.add_argument("--dense", action="store_true", help="with --wall: a dense layer")
     p.add_argument("--graphed-router", action="store_true", help="with --wall: the router replayed (CUDA graph)")
     p.add_argument("--whole", action="store_true", help="with --wall: time the whole layer, no stand-ins")
+    p.add_argument("--hooks", action="store_true", help="time DDP's per-parameter backward hook")
     a = p.parse_args()
+    if a.hooks:
+        h = time_grad_hooks(a.megatron)
+        print("DDP backward hook per parameter, host time (us) and in reference-op equivalents:",
+              {k: round(v, 2) for k, v in h.items()})
+        return
     if a.wall:
         w = time_layer(a.megatron, None if a.dense else a.experts, a.topk, glue_only=not a.whole,
                        graphed_router=a.graphed_router)

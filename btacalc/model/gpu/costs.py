@@ -138,6 +138,8 @@ class _Rates:
     low_share: float = 1.0  # low_peak over the dtype's datasheet peak (its GEMM ceiling x compute_efficiency)
     low_device: Optional[GemmDevice] = None  # the low-precision GEMMs' device view (their dtype's peak)
     low_beta: float = 1.0  # bytes per element of the low-precision GEMM operands
+    # HBM bytes per element of each pass's result (forward, data-gradient, weight-gradient): `gemm_output_bytes`
+    output_bytes: tuple[float, float, float] = (2.0, 2.0, 4.0)
     attention_peak: float = 0.0  # FLOP/s of the fused attention core (`attention_core_peak`)
     attention_wall_rate: bool = False  # the kernel's measured wall-clock rate: no separate HBM-traffic bound
     attention_cast: Optional[AttentionCastRates] = None  # --fp8-attention: the casts around the FP8 kernel
@@ -181,11 +183,27 @@ def _device_rates(problem: Problem) -> _Rates:
         low_share=low_ceiling * compute_efficiency(problem),
         low_device=gemm_device(problem, cast.peak * low_ceiling) if cast is not None else None,
         low_beta=cast.recipe.bytes_per_element if cast is not None else 1.0,
+        output_bytes=gemm_output_bytes(problem),
         attention_peak=attention_core_peak(problem, peak),
         attention_wall_rate=attention_kernel_share(problem) is not None,
         attention_cast=attention_cast_rates(problem),
         stream_hbm=hw.memory.streaming_bandwidth_bytes_per_s(),
     )
+
+
+def gemm_output_bytes(problem: Problem) -> tuple[float, float, float]:
+    """HBM bytes per element of the result of a layer GEMM's forward, data-gradient and weight-gradient passes.
+    The forward and data-gradient GEMMs write the 16-bit activation dtype, also from FP8 or FP4 operands
+    (TransformerEngine @ d0067d0 pytorch/module/linear.py: general_gemm(..., out_dtype=activation_dtype) for fprop
+    and dgrad; the output quantizer is off unless the next op takes a quantised input, which no modelled layer
+    does). The weight-gradient GEMM accumulates into the main gradient buffer (`gradient_bytes`, fp32 by default):
+    Megatron's gradient_accumulation_fusion is on by default (megatron_flags.tsv: --no-gradient-accumulation-fusion
+    turns it off) and TE then runs general_gemm(..., out=main_grad, out_dtype=main_grad.dtype, accumulate=True)
+    (linear.py L1227-1262 at d0067d0; v2.8 L823-844), which reads and writes the buffer: 2 x gradient_bytes. The first
+    micro-batch of a step only writes it (accumulate False with is_first_microbatch), not separated here (an
+    over-count of gradient_bytes / M per element)."""
+    out = float(problem.run.bytes_per_element)
+    return out, out, 2.0 * problem.run.gradient_bytes
 
 
 def attention_kernel_share(problem: Problem) -> Any:
@@ -570,7 +588,7 @@ def _gemm_row(g: Gemm, r: _Rates, load: Any, dev: Optional[GemmDevice] = None,
     else:
         groups, launches = 1, count
     assert dev is not None  # _matmul_time only asks with a device
-    fwd, dgrad, wgrad = gemm_passes(m, n, k, beta, dev, groups)
+    fwd, dgrad, wgrad = gemm_passes(m, n, k, beta, dev, groups, r.output_bytes)
     ideal = 2 * np.asarray(m, dtype=float) * n * k * groups / dev.peak_flops_per_s
     eff = share if share is not None else r.peak_share
     bwd_time = dgrad.time_s + wgrad.time_s

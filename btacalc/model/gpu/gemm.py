@@ -36,7 +36,12 @@ grouped-kernel factor.
 A GEMM also moves its operands and result through HBM at least once (the guide's §2 "Math and memory
 bounds"; arithmetic intensity 2mnk / ((mk + kn + mn)·bytes)):
 
-    memory floor = (m·k + k·n + m·n) · bytes / HBM bandwidth
+    memory floor = ((m·k + k·n) · bytes + m·n · output bytes) / HBM bandwidth
+
+The output bytes are the operands' unless the caller says otherwise (`output_bytes`): a microbenchmark writes its
+result in the operand dtype (the ceilings are derived so), while a training GEMM writes a 16-bit result from FP8 or
+FP4 operands and its weight-gradient GEMM accumulates into the main gradient (read and write: model/gpu/costs.py
+`gemm_output_bytes`).
 
 which binds at small m (a few tokens per expert, the guide's Table 1 "linear layer with batch 1").
 Where both are near binding the kernel does not hide one under the other completely; the GEMM takes
@@ -58,7 +63,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -117,31 +122,45 @@ def _compute_time(m: Any, n: Any, k: Any, device: GemmDevice, tile: tuple[Any, A
 
 
 def _roofline(compute: Any, memory: Any, p: float) -> Any:
-    """(compute^p + memory^p)^(1/p), scaled by the larger term so that no power overflows; max() at p = inf."""
+    """(compute^p + memory^p)^(1/p), scaled by the larger term so that no power overflows; max() at p = inf.
+    The powers run as numpy's ufunc on arrays (0-d for one shape): a numpy float64 scalar's ** is the C library's
+    pow, which differs from the ufunc's in the last bit for some values, and one shape must give the array
+    path's bits (tests/test_speed5.py)."""
     top = np.maximum(compute, memory)
     if np.isinf(p):
         return top
-    return top * ((compute / top) ** p + (memory / top) ** p) ** (1 / p)
+    # The powers always run through numpy's array loop, even for one shape: on CPUs where numpy's power is
+    # vectorised (AVX-512 builds use SVML, not correctly rounded), a scalar's libm pow can differ from the
+    # array loop in the last bit, and one shape must give the bits the array of shapes gives.
+    shares = np.power(np.atleast_1d(compute / top), p) + np.power(np.atleast_1d(memory / top), p)
+    out = top * np.power(shares, 1 / p)
+    return out[0] if np.ndim(top) == 0 else out
 
 
-def gemm_time(m: Any, n: Any, k: Any, bytes_per_element: Any, device: GemmDevice, groups: Any = 1) -> GemmTime:
+def gemm_time(m: Any, n: Any, k: Any, bytes_per_element: Any, device: GemmDevice, groups: Any = 1,
+              output_bytes: Any = None) -> GemmTime:
     """Time of `groups` GEMMs (m x k) @ (k x n) run as one launch (see the module docstring). No group (a
     device holding no expert) takes no time; the arithmetic never warns (shares of an empty launch are 1).
+    `output_bytes`: HBM bytes per element of the m x n result (None: the operands' `bytes_per_element`).
     One shape (all scalars) is answered from a cache keyed on the shape and the device (`_one_gemm`): a
     plan, a search and a sweep ask for the same few shapes many times."""
-    for x in (m, n, k, bytes_per_element, groups):  # a plain loop: one evaluation runs this per GEMM and pass
+    out = bytes_per_element if output_bytes is None else output_bytes
+    for x in (m, n, k, bytes_per_element, groups, out):  # a plain loop: one evaluation runs this per GEMM and pass
         if not (isinstance(x, (int, float)) or (isinstance(x, np.generic) and x.ndim == 0)):
-            return _gemm_times(m, n, k, bytes_per_element, device, groups)
-    return _one_gemm(float(m), float(n), float(k), float(bytes_per_element), device, float(groups))
+            return _gemm_times(m, n, k, bytes_per_element, device, groups, out)
+    return _one_gemm(float(m), float(n), float(k), float(bytes_per_element), device, float(groups), float(out))
 
 
 def gemm_passes(m: Any, n: Any, k: Any, bytes_per_element: Any, device: GemmDevice,
-                groups: Any = 1) -> tuple[GemmTime, GemmTime, GemmTime]:
+                groups: Any = 1, output_bytes: Optional[tuple[float, float, float]] = None
+                ) -> tuple[GemmTime, GemmTime, GemmTime]:
     """The forward (m x k) @ (k x n), data-gradient (m x n) @ (n x k) and weight-gradient (k x m) @ (m x n)
-    GEMMs of one layer GEMM: `gemm_time` at (m, n, k), (m, k, n) and (k, n, m). Arrays of shapes take one
+    GEMMs of one layer GEMM: `gemm_time` at (m, n, k), (m, k, n) and (k, n, m), their results written at
+    `output_bytes` (forward, data-gradient, weight-gradient; None: the operands' bytes). Arrays of shapes take one
     pass over the three stacked along a leading axis (every step of `_gemm_time` is elementwise over the
     shapes, the tile minimum along its own axis, so each element gets the same bits as alone); one shape
     asks the cache three times."""
+    of, od, ow = (bytes_per_element,) * 3 if output_bytes is None else output_bytes
     one = True  # every argument a Python or numpy scalar: `gemm_time`'s cache, the floats converted once
     for x in (m, n, k, bytes_per_element, groups):  # a plain loop: one evaluation runs this per GEMM
         if isinstance(x, np.ndarray) and x.ndim:
@@ -150,11 +169,11 @@ def gemm_passes(m: Any, n: Any, k: Any, bytes_per_element: Any, device: GemmDevi
     else:
         if one:
             fm, fn, fk, fb, fg = float(m), float(n), float(k), float(bytes_per_element), float(groups)
-            return (_one_gemm(fm, fn, fk, fb, device, fg), _one_gemm(fm, fk, fn, fb, device, fg),
-                    _one_gemm(fk, fn, fm, fb, device, fg))
-        return (gemm_time(m, n, k, bytes_per_element, device, groups),
-                gemm_time(m, k, n, bytes_per_element, device, groups),
-                gemm_time(k, n, m, bytes_per_element, device, groups))
+            return (_one_gemm(fm, fn, fk, fb, device, fg, float(of)), _one_gemm(fm, fk, fn, fb, device, fg, float(od)),
+                    _one_gemm(fk, fn, fm, fb, device, fg, float(ow)))
+        return (gemm_time(m, n, k, bytes_per_element, device, groups, of),
+                gemm_time(m, k, n, bytes_per_element, device, groups, od),
+                gemm_time(k, n, m, bytes_per_element, device, groups, ow))
     shape = (3,) + np.broadcast(m, n, k, groups).shape
 
     def stacked(first: Any, second: Any, third: Any) -> np.ndarray:  # float64, as _gemm_time reads each
@@ -163,21 +182,23 @@ def gemm_passes(m: Any, n: Any, k: Any, bytes_per_element: Any, device: GemmDevi
         return out
 
     both = _gemm_times(stacked(m, m, k), stacked(n, k, n), stacked(k, n, m), bytes_per_element, device,
-                       stacked(groups, groups, groups))
+                       stacked(groups, groups, groups), stacked(of, od, ow))
     return tuple(GemmTime(both.time_s[i], both.efficiency[i], both.quantisation[i], both.memory_bound[i])
                  for i in range(3))  # type: ignore[return-value]
 
 
 @remembered
 @functools.lru_cache(maxsize=8192)
-def _one_gemm(m: float, n: float, k: float, bytes_per_element: float, device: GemmDevice, groups: float) -> GemmTime:
+def _one_gemm(m: float, n: float, k: float, bytes_per_element: float, device: GemmDevice, groups: float,
+              output_bytes: float) -> GemmTime:
     """One shape's `_gemm_times` (the same arithmetic on float64 scalars, so the same bits), cached."""
-    return _gemm_times(m, n, k, bytes_per_element, device, groups)
+    return _gemm_times(m, n, k, bytes_per_element, device, groups, output_bytes)
 
 
-def _gemm_times(m: Any, n: Any, k: Any, bytes_per_element: Any, device: GemmDevice, groups: Any) -> GemmTime:
+def _gemm_times(m: Any, n: Any, k: Any, bytes_per_element: Any, device: GemmDevice, groups: Any,
+                output_bytes: Any) -> GemmTime:
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        out = _gemm_time(m, n, k, bytes_per_element, device, np.asarray(groups, dtype=float))
+        out = _gemm_time(m, n, k, bytes_per_element, device, np.asarray(groups, dtype=float), output_bytes)
     def clean(v: Any, empty: float) -> Any:  # an empty launch: 0/0 (all finite, the usual case: as it is)
         if not np.ndim(v):
             return empty if v != v else v
@@ -187,7 +208,8 @@ def _gemm_times(m: Any, n: Any, k: Any, bytes_per_element: Any, device: GemmDevi
                     out.memory_bound)
 
 
-def _gemm_time(m: Any, n: Any, k: Any, bytes_per_element: Any, device: GemmDevice, groups: Any) -> GemmTime:
+def _gemm_time(m: Any, n: Any, k: Any, bytes_per_element: Any, device: GemmDevice, groups: Any,
+               output_bytes: Any) -> GemmTime:
     m, n, k = (np.maximum(np.asarray(x, dtype=float), 1.0) for x in (m, n, k))
     shape = np.broadcast(m, n, k, groups).shape
     # every candidate tile at once along a leading axis (the same arithmetic per tile), the fastest taken
@@ -196,7 +218,7 @@ def _gemm_time(m: Any, n: Any, k: Any, bytes_per_element: Any, device: GemmDevic
     compute = np.min(np.broadcast_to(per_tile, (len(device.tiles),) + shape), axis=0)
     ideal = 2 * m * n * k * groups / device.peak_flops_per_s
     q = ideal / compute
-    memory = (m * k + k * n + m * n) * groups * bytes_per_element / device.hbm_bytes_per_s
+    memory = ((m * k + k * n) * bytes_per_element + m * n * output_bytes) * groups / device.hbm_bytes_per_s
     time = _roofline(compute, memory, device.overlap_exponent)
     scalar = all(np.ndim(x) == 0 for x in (time, q))
     as_out = (lambda x: float(x)) if scalar else (lambda x: x)  # noqa: E731
