@@ -205,3 +205,14 @@ def test_the_nemo_26_08_qwen3_row_is_expressed_with_fp8_attention():
     run = next(r for r in load_runs() if r.id == "qwen3-30b-a3b-gb200-8-mxfp8-7")
     request, why = express(run)
     assert why == "" and request is not None and request.fp8_attention and request.precision == "mxfp8"
+
+
+def test_compare_skips_the_precisions_without_fp8_attention():
+    """compare --precision bf16,mxfp8 --fp8-attention on a GB200: the BF16 row cannot run FP8 attention and is
+    listed under skipped with the reason; the MXFP8 row is planned."""
+    out = subprocess.run([sys.executable, "-m", "btacalc", "compare", "-m", "llama-3-8b", "--hw", "gb200", "--devices",
+                          "8", "--attention", "flash", "--precision", "bf16,mxfp8", "--fp8-attention", "--json"],
+                         capture_output=True, text=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": ""})
+    result = json.loads(out.stdout)
+    assert [(r["hardware"], r["precision"]) for r in result["rows"]] == [("gb200", "mxfp8")]
+    assert len(result["skipped"]) == 1 and result["skipped"][0].startswith("gb200 bf16:")
