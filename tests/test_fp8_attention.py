@@ -216,3 +216,14 @@ def test_compare_skips_the_precisions_without_fp8_attention():
     result = json.loads(out.stdout)
     assert [(r["hardware"], r["precision"]) for r in result["rows"]] == [("gb200", "mxfp8")]
     assert len(result["skipped"]) == 1 and result["skipped"][0].startswith("gb200 bf16:")
+
+
+def test_every_low_precision_check_run_is_expressible():
+    """Issue 22's acceptance, 'every low-precision check run expressible': FP8 attention was the last reason one
+    was refused (qwen3-30b-a3b-gb200-8-mxfp8-7)."""
+    from btacalc.planning.measured import express, load_runs
+
+    runs = [r for r in load_runs() if r.role == "check" and r.precision not in ("bf16", "fp16")]
+    assert len(runs) > 40
+    refused = [(r.id, why) for r in runs for request, why in [express(r)] if request is None]
+    assert refused == []
