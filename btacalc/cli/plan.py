@@ -14,7 +14,7 @@ from .. import profiling
 from ..errors import BtacalcError
 from .console import err
 from .options import (Accounting, AccountingOpt, Attention, AttentionKernelOpt, AttentionOpt, CausalOpt, CpOpt, DevicesOpt, Emit, EpOpt,
-                      EtpOpt, ExpertFfnOpt, ExpertsOpt, FixedActiveOpt, Fp8ParamGatherOpt, RhtCastFusionOpt, CpuOffloadOpt, MOMENT_BYTES, Moments, MomentsOpt, FsdpOpt, GlobalBatchOpt,
+                      EtpOpt, ExpertFfnOpt, ExpertsOpt, FixedActiveOpt, Fp8AttentionOpt, Fp8ParamGatherOpt, RhtCastFusionOpt, CpuOffloadOpt, MOMENT_BYTES, Moments, MomentsOpt, FsdpOpt, GlobalBatchOpt,
                       GpusPerNodeOpt, Precision, PrecisionOpt,
                       GradAccumOpt, GradBytesOpt, HwOpt, Loss, LossOpt, MaxGlobalBatchOpt, MaxTileBatchOpt,
                       MemoryModelChoice, MemoryModelOpt, MicroBatchOpt, ModelOpt, MtpOpt, NameOpt, Objective,
@@ -116,6 +116,7 @@ def plan(
     tokens_per_step: Optional[int] = TokensPerStepOpt,
     precision: Optional[Precision] = PrecisionOpt,
     fp8_param_gather: bool = Fp8ParamGatherOpt,
+    fp8_attention: bool = Fp8AttentionOpt,
     rht_cast_fusion: bool = RhtCastFusionOpt,
     cpu_offloading_num_layers: int = CpuOffloadOpt,
     optimizer_moments: Optional[Moments] = MomentsOpt,
@@ -171,6 +172,7 @@ def plan(
         devices_per_node=gpus_per_node or imported.request.devices_per_node, objective=value(objective),
         accounting=accounting.value, causal=causal, loss=value(loss) or imported.request.loss,
         routing_imbalance=routing_imbalance, limits=replace(imported.request.limits, max_global_batch=max_global_batch, max_tile_batch=max_tile_batch),
+        fp8_attention=fp8_attention or imported.request.fp8_attention,  # no Megatron flag sets it: a launch cannot
     ) if imported else ExecutionRequest(
         seq_len=seq, recompute=recompute, attention=value(attention), causal=causal, loss=value(loss),
         attention_kernel=attention_kernel,
@@ -180,7 +182,8 @@ def plan(
         overlap_all_to_all=overlap_a2a, deepep=deepep, dispatcher_sms=dispatcher_sms,
         micro_batches=grad_accum, objective=value(objective),
         tokens_per_step=tokens_per_step,
-        precision=value(precision), fp8_param_gather=fp8_param_gather, cpu_offload_layers=cpu_offloading_num_layers,
+        precision=value(precision), fp8_param_gather=fp8_param_gather, fp8_attention=fp8_attention,
+        cpu_offload_layers=cpu_offloading_num_layers,
         rht_cast_fusion=rht_cast_fusion, moment_bytes=None if optimizer_moments is None else MOMENT_BYTES[optimizer_moments.value],
         limits=BatchLimits(global_batch, tiles, tile_batch, max_global_batch, max_tile_batch, micro_batch=micro_batch),
         **layout_fields(tp, sequence_parallel, pp, vp, cp, etp, fsdp, grad_bytes, routing_imbalance,
@@ -323,6 +326,7 @@ def sweep(
     tokens_per_step: Optional[int] = TokensPerStepOpt,
     precision: Optional[Precision] = PrecisionOpt,
     fp8_param_gather: bool = Fp8ParamGatherOpt,
+    fp8_attention: bool = Fp8AttentionOpt,
     max_points: Optional[int] = typer.Option(None, "--max-points", min=1, help="Allow a grid of up to this many "
                                              "points (grids above 1,000,000 are refused without it, before any work)."),
     quiet: bool = QuietOpt,
@@ -355,7 +359,7 @@ def sweep(
         accounting=accounting.value, overlap_streaming=overlap, devices=devices, expert_parallel=ep,
         zero_stage=zero, devices_per_node=gpus_per_node, overlap_all_to_all=overlap_a2a, micro_batches=grad_accum,
         multi_token_prediction=mtp, objective=value(objective), tokens_per_step=tokens_per_step,
-        precision=value(precision), fp8_param_gather=fp8_param_gather)
+        precision=value(precision), fp8_param_gather=fp8_param_gather, fp8_attention=fp8_attention)
     with SweepOutputs(outs, grid, spec.name, profile.name, fixed_active, plot_path) as sink:
         with progress(grid.size, "solving", quiet) as advance:
             for block in iter_sweep(spec, profile, request, grid, fixed_active, max_points):

@@ -279,6 +279,7 @@ def _guarded_request_fields(f: Fields) -> dict[str, Any]:
     if f.get("run.precision") is not None:
         out["precision"] = f["run.precision"]
     out["fp8_param_gather"] = bool(f.get("run.fp8_param_gather"))
+    out["fp8_attention"] = bool(f.get("run.fp8_attention"))
     out["cpu_offload_layers"] = f.get("run.cpu_offload_layers", 0)
     out["moment_bytes"] = f.get("run.moment_bytes", 4)
     return out

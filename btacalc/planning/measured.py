@@ -135,8 +135,8 @@ class Recipe(BaseModel):
                                      "determinism.py: NCCL_ALGO Ring, TransformerEngine's deterministic attention "
                                      "backward, torch.use_deterministic_algorithms); not modelled")
     fp8_dot_product_attention: bool = Field(False, description="Megatron-Bridge's mixed_precision."
-                                            "fp8_dot_product_attention (TransformerEngine's FP8 fused attention: "
-                                            "the attention core's GEMMs in FP8); not modelled")
+                                            "fp8_dot_product_attention (TransformerEngine's FP8 fused attention, "
+                                            "fp8_dpa): planned with --fp8-attention")
     transformer_engine: Optional[str] = Field(None, description="the TransformerEngine release the run used (e.g. "
                                               "2.8.0+7cde9a33): under NVFP4 it decides whether an activation's two "
                                               "casts are one kernel (precision.toml rht_cast_fusion_since_te); "
@@ -150,9 +150,6 @@ class Recipe(BaseModel):
         if self.deterministic_mode:
             return ("--deterministic-mode is not modelled (NCCL Ring only, TransformerEngine's deterministic attention "
                     "backward, deterministic PyTorch kernels: btacalc times the default, faster kernels)")
-        if self.fp8_dot_product_attention:
-            return ("fp8_dot_product_attention is not modelled (TransformerEngine's FP8 fused attention: btacalc "
-                    "times the attention core at its 16-bit kernel's rate)")
         return ""
 
     def loss(self) -> str:
@@ -397,6 +394,8 @@ def express(run: MeasuredRun, family: str = "gpu") -> tuple[Optional[ExecutionRe
             changes["causal"] = recipe.causal
         if recipe.attention_kernel is not None:
             changes["attention_kernel"] = recipe.attention_kernel
+        if recipe.fp8_dot_product_attention:
+            changes["fp8_attention"] = True
         if recipe.mtp_num_layers is not None:
             changes["multi_token_prediction"] = recipe.mtp_num_layers > 0
         if recipe.cross_entropy_loss_fusion is not None and family == "gpu":

@@ -47,7 +47,8 @@ from ...config.attention_kernels import attention_kernel
 from ..problem import Evaluation, Problem, kind_values
 from ..steptime import compute_efficiency
 from ..arrays import is_array, maximum, where
-from .precision import CastRates, cast_rates, gather_share, phase_cast_s, phase_weight_cast_s
+from .precision import (AttentionCastRates, CastRates, attention_cast_rates, attention_cast_s, cast_rates, gather_share,
+                        phase_cast_s, phase_weight_cast_s)
 from .gemm import GemmDevice, gemm_passes
 from ...memo import remembered
 
@@ -141,6 +142,7 @@ class _Rates:
     output_bytes: tuple[float, float, float] = (2.0, 2.0, 4.0)
     attention_peak: float = 0.0  # FLOP/s of the fused attention core (`attention_core_peak`)
     attention_wall_rate: bool = False  # the kernel's measured wall-clock rate: no separate HBM-traffic bound
+    attention_cast: Optional[AttentionCastRates] = None  # --fp8-attention: the casts around the FP8 kernel
     stream_hbm: float = 0.0  # B/s a memory-bound phase moves its traffic at: HBM x achievable_bandwidth_fraction
     # every symbol a Python int or float and EP an int: GEMM shapes are then Python arithmetic (`_evaluate_all`)
     python_symbols: bool = False
@@ -184,6 +186,7 @@ def _device_rates(problem: Problem) -> _Rates:
         output_bytes=gemm_output_bytes(problem),
         attention_peak=attention_core_peak(problem, peak),
         attention_wall_rate=attention_kernel_share(problem) is not None,
+        attention_cast=attention_cast_rates(problem),
         stream_hbm=hw.memory.streaming_bandwidth_bytes_per_s(),
     )
 
@@ -211,7 +214,14 @@ def attention_kernel_share(problem: Problem) -> Any:
     chip = problem.hardware.chip
     cc = chip.compute_capability.value if chip.compute_capability else None
     kernel_seq = np.maximum(1, np.floor_divide(problem.run.seq_len, problem.layout.context_parallel))
-    return attention_kernel(problem.run.attention_kernel).fraction_of_peak(cc, kernel_seq)
+    return attention_kernel(problem.run.attention_kernel).fraction_of_peak(cc, kernel_seq, attention_dtype(problem))
+
+
+def attention_dtype(problem: Problem) -> str:
+    """The attention core's kernel: the 16-bit one, or under --fp8-attention the recipe's FP8 fused attention
+    (precision.toml fp8_attention_kernel: fp8 with per-tensor scales, mxfp8 with block scales)."""
+    run = problem.run
+    return run.recipe.fp8_attention_kernel if run.fp8_attention else "bf16"
 
 
 def attention_core_peak(problem: Problem, gemm_peak: float) -> float:
@@ -386,7 +396,8 @@ def _part(pv: PhaseValues, phases: list[Phase], r: _Rates, memory_only: bool = F
         summed = _memory_of_shapes(pv, phases, r)
         if summed is not None:
             return summed
-    part, core = Part(), [0, 0, 0]  # fused FlashAttention core: FLOPs, traffic, backward FLOPs
+    # fused FlashAttention core: FLOPs, traffic, backward FLOPs, FP8 attention's casts (first forward, backward)
+    part, core = Part(), [0, 0, 0, 0.0, 0.0]
     for phase in phases:
         v = pv.of(phase.name)  # quantity -> value (read by subscript: one shape reads ~20 per phase)
         load = r.imbalance if phase.routed_load else 1.0
@@ -407,7 +418,11 @@ def _part(pv: PhaseValues, phases: list[Phase], r: _Rates, memory_only: bool = F
             _after_sync(part, before)
         if phase.core and r.flash:
             run = r.core_time_factor
-            core = [core[0] + flops * run, core[1] + traffic, core[2] + v["flops_bwd"] * load * run]
+            core = [core[0] + flops * run, core[1] + traffic, core[2] + v["flops_bwd"] * load * run, core[3], core[4]]
+            if r.attention_cast is not None:
+                forward, backward = attention_cast_s(r.attention_cast, r.hbm, v.__getitem__)
+                core[3], core[4] = core[3] + forward, core[4] + backward
+                part.cast_s[phase.name] = forward + backward
             t = 0.0
         else:
             t = maximum(_matmul_time(part, phase, v, r, load), traffic / r.stream_hbm) + _cast(part, phase, v, r, load) \
@@ -711,6 +726,9 @@ def _fused_core(part: Part, pv: PhaseValues, phases: list[Phase], core: list[Any
         t = F_kernel / R                              where the kernel has a benchmarked rate R
         t = max(F_kernel / R_gemm, Q_IO / B_HBM)      otherwise (the large-GEMM rate's roofline)
 
+    plus, under --fp8-attention, the casts around the FP8 kernel (`precision.attention_cast_s`: Q, K, V and dO
+    quantised, O and dQ, dK, dV dequantized where the kernel writes them in FP8), bandwidth-bound kernels of
+    their own that add to the core's time and go to the phase whose terms count them.
     F_kernel is the FLOPs of the blocks the kernel runs (`_core_time_factor`), Q_IO FlashAttention's
     IO-count traffic (Dao et al. 2022, Theorem 2; formulas/attention.toml). A benchmarked rate is FLOPs over
     measured wall time, so it already holds the kernel's memory behaviour, and the IO count (blocks of
@@ -718,7 +736,9 @@ def _fused_core(part: Part, pv: PhaseValues, phases: list[Phase], core: list[Any
     d = 128, s = 4096 (B_c = 227) it allows the causal forward 129.5 FLOP/B x 3.35 TB/s = 434 TFLOP/s on the
     blocks run, under cuDNN's measured 534 (tests/test_attention_kernels.py), so it is not applied on top."""
     bound = core[1] / r.stream_hbm if not r.attention_wall_rate else 0.0
-    fused = maximum(core[0] / r.attention_peak, bound)
+    kernel = maximum(core[0] / r.attention_peak, bound)
+    casts = core[3] + core[4]
+    fused = kernel + casts
     part.compute_s, part.core_s = part.compute_s + fused, part.core_s + fused
     ran = core[0] > 0
     both, forward = where(ran, 2, 0), where(ran, 1, 0)
@@ -727,13 +747,14 @@ def _fused_core(part: Part, pv: PhaseValues, phases: list[Phase], core: list[Any
     part.kernels_fwd = part.kernels_fwd + forward
     part.module_calls_fwd = part.module_calls_fwd + forward
     safe = where(ran, core[0], 1)
-    part.backward_s = part.backward_s + fused * where(ran, core[2] / safe, 0)
+    part.backward_s = part.backward_s + kernel * where(ran, core[2] / safe, 0) + core[4]
     for phase in phases:
         if phase.core:
             v = pv.of(phase.name)
             flops = v["flops_fwd"] + v["flops_bwd"] + v["flops_recompute"]
             # core[0] holds the FLOPs the kernel runs (counted x the causal block share): the shares sum to 1
-            part.phase_s[phase.name] = fused * where(ran, flops * r.core_time_factor / safe, 0)
+            part.phase_s[phase.name] = kernel * where(ran, flops * r.core_time_factor / safe, 0) \
+                + part.cast_s.get(phase.name, 0.0)
 
 
 def _cast(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, load: Any) -> Any:
