@@ -369,8 +369,10 @@ DETERMINISTIC_UNMODELLED = (
     "d0067d0d transformer_engine/pytorch/attention/dot_product_attention/utils.py L1504-1567: cuDNN FusedAttention "
     "stays on sm90 and later, FlashAttention 2 >= 2.4.1 on sm80; no published cost of cuDNN's deterministic "
     "backward; FlashAttention 3's on an H100 at head dim 128, causal, 8,192 tokens is 1.21x its non-deterministic "
-    "backward, Dao-AILab/flash-attention PR 1893), torch.use_deterministic_algorithms (the vocab-parallel "
-    "cross-entropy's index_put: one sort of the micro-batch's token indices, microseconds) and "
+    "backward, Dao-AILab/flash-attention PR 1893), torch.use_deterministic_algorithms (the word embedding's "
+    "backward is PyTorch's sort-based kernel either way above 3,072 indices, pytorch/pytorch @ 1c94016e "
+    "aten/src/ATen/native/cuda/Embedding.cu embedding_dense_backward_cuda; the vocab-parallel cross-entropy's "
+    "index_put: one sort of the micro-batch's token indices, microseconds) and "
     "CUBLAS_WORKSPACE_CONFIG=:4096:8 (a smaller cuBLAS workspace)")
 
 LAYERNORM_SM_MARGIN_UNMODELLED = (
