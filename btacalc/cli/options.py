@@ -194,6 +194,10 @@ Fp8AttentionOpt = typer.Option(False, "--fp8-attention", help="Run the attention
 RhtCastFusionOpt = typer.Option(True, "--rht-cast-fusion/--no-rht-cast-fusion", help="NVFP4: cast an activation's "
                                 "rowwise and Hadamard-transformed columnwise copies in one kernel, as TransformerEngine "
                                 "2.14 and later do; --no-rht-cast-fusion: one kernel per copy (TE 2.8-2.13).")
+WgradFusionOpt = typer.Option(True, "--gradient-accumulation-fusion/--no-gradient-accumulation-fusion", help=(
+    "Accumulate each weight gradient into the fp32 main gradient inside its GEMM (Megatron's default); "
+    "--no-gradient-accumulation-fusion: the GEMM writes a 16-bit gradient and a separate kernel adds it, "
+    "per parameter and micro-batch (docs/clock.md)."))
 CpuOffloadOpt = typer.Option(0, "--cpu-offloading-num-layers", help=help_text(
     "Offload the activations of the first N decoder layers to host memory until their backward (Megatron "
     "--cpu-offloading-num-layers N; needs PP 1 and no recomputation) [default: 0, none]."))

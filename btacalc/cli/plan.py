@@ -14,7 +14,7 @@ from .. import profiling
 from ..errors import BtacalcError
 from .console import err
 from .options import (Accounting, AccountingOpt, Attention, AttentionKernelOpt, AttentionOpt, CausalOpt, CpOpt, DevicesOpt, Emit, EpOpt,
-                      EtpOpt, ExpertFfnOpt, ExpertsOpt, FixedActiveOpt, Fp8AttentionOpt, Fp8ParamGatherOpt, RhtCastFusionOpt, CpuOffloadOpt, MOMENT_BYTES, Moments, MomentsOpt, FsdpOpt, GlobalBatchOpt,
+                      EtpOpt, ExpertFfnOpt, ExpertsOpt, FixedActiveOpt, Fp8AttentionOpt, Fp8ParamGatherOpt, RhtCastFusionOpt, WgradFusionOpt, CpuOffloadOpt, MOMENT_BYTES, Moments, MomentsOpt, FsdpOpt, GlobalBatchOpt,
                       GpusPerNodeOpt, Precision, PrecisionOpt,
                       GradAccumOpt, GradBytesOpt, HwOpt, Loss, LossOpt, MaxGlobalBatchOpt, MaxTileBatchOpt,
                       MemoryModelChoice, MemoryModelOpt, MicroBatchOpt, ModelOpt, MtpOpt, NameOpt, Objective,
@@ -118,6 +118,7 @@ def plan(
     fp8_param_gather: bool = Fp8ParamGatherOpt,
     fp8_attention: bool = Fp8AttentionOpt,
     rht_cast_fusion: bool = RhtCastFusionOpt,
+    gradient_accumulation_fusion: bool = WgradFusionOpt,
     cpu_offloading_num_layers: int = CpuOffloadOpt,
     optimizer_moments: Optional[Moments] = MomentsOpt,
     search: bool = typer.Option(False, "--search", help="Search the fastest layout that fits (TP, PP, VP, CP, EP, "
@@ -184,7 +185,8 @@ def plan(
         tokens_per_step=tokens_per_step,
         precision=value(precision), fp8_param_gather=fp8_param_gather, fp8_attention=fp8_attention,
         cpu_offload_layers=cpu_offloading_num_layers,
-        rht_cast_fusion=rht_cast_fusion, moment_bytes=None if optimizer_moments is None else MOMENT_BYTES[optimizer_moments.value],
+        rht_cast_fusion=rht_cast_fusion, gradient_accumulation_fusion=gradient_accumulation_fusion,
+        moment_bytes=None if optimizer_moments is None else MOMENT_BYTES[optimizer_moments.value],
         limits=BatchLimits(global_batch, tiles, tile_batch, max_global_batch, max_tile_batch, micro_batch=micro_batch),
         **layout_fields(tp, sequence_parallel, pp, vp, cp, etp, fsdp, grad_bytes, routing_imbalance,
                         (overlap_grad_reduce, overlap_param_gather, tp_comm_overlap, overlap_p2p)),

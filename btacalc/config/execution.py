@@ -128,6 +128,10 @@ class RunOptions:
     # NVFP4: TransformerEngine writes an activation's rowwise and random-Hadamard-transformed columnwise copies in one
     # kernel (TE >= 2.14, the pinned TE); False: one kernel per copy (TE 2.8-2.13; precision.toml rht_cast_fusion_since_te)
     rht_cast_fusion: bool = True
+    # Megatron's gradient accumulation fusion (its default with TransformerEngine): each weight-gradient GEMM accumulates
+    # into the fp32 main gradient; False (--no-gradient-accumulation-fusion): the GEMM writes a 16-bit gradient that a
+    # separate kernel adds to the main gradient, once per parameter and micro-batch (gpu/fixed.py wgrad_accumulate_s)
+    gradient_accumulation_fusion: bool = True
     # Megatron --cpu-offloading --cpu-offloading-num-layers N: the activations of the first N decoder layers
     # wait for their backward in host memory (ACTIVATION_OFFLOAD; 0: none)
     cpu_offload_layers: int = 0
@@ -486,6 +490,7 @@ class ExecutionRequest:
     fp8_param_gather: bool = False  # Megatron --fp8-param-gather (--fp4-param-gather under nvfp4)
     fp8_attention: bool = False  # Megatron --fp8-dot-product-attention (RunOptions.fp8_attention)
     rht_cast_fusion: bool = True  # NVFP4's rowwise and RHT columnwise casts in one kernel (RunOptions.rht_cast_fusion)
+    gradient_accumulation_fusion: bool = True  # RunOptions.gradient_accumulation_fusion
     cpu_offload_layers: int = 0  # Megatron --cpu-offloading-num-layers (RunOptions.cpu_offload_layers)
     moment_bytes: Optional[int] = None  # None: 4 (fp32 Adam moments); 2: bf16 (RunOptions.moment_bytes)
 
@@ -566,6 +571,7 @@ def _resolve(request: ExecutionRequest, model: "ModelSpec", profile: "HardwarePr
         low_precision_param_gather=request.fp8_param_gather,
         fp8_attention=request.fp8_attention,
         rht_cast_fusion=request.rht_cast_fusion,
+        gradient_accumulation_fusion=request.gradient_accumulation_fusion,
         cpu_offload_layers=request.cpu_offload_layers,
         moment_bytes=4 if request.moment_bytes is None else request.moment_bytes,
         routing_weights=_routing_weights(model, gpu, chosen),

@@ -588,6 +588,16 @@ def _dec_stages(get: Get) -> Fields:
             "layout.pipeline_layout": get("pipeline_model_parallel_layout")}
 
 
+def _enc_wgrad_fusion(f: Fields) -> Args:
+    """--no-gradient-accumulation-fusion when the plan turns the fusion off; Megatron's default (on:
+    megatron_flags.tsv, the flag stores False) is left unsaid."""
+    return {"gradient_accumulation_fusion": False} if f.get("run.gradient_accumulation_fusion") is False else {}
+
+
+def _dec_wgrad_fusion(get: Get) -> Fields:
+    return {"run.gradient_accumulation_fusion": _bool(get("gradient_accumulation_fusion"))}
+
+
 MODEL_ROWS: tuple[Row, ...] = (
     same("model.num_layers", "num_layers"),
     same("model.hidden_size", "hidden_size"),
@@ -630,6 +640,7 @@ RUN_ROWS: tuple[Row, ...] = (
     Row("activation offloading", _enc_offload, _dec_offload),
     Row("optimizer moments", _enc_moments, _dec_moments),
     Row("dispatcher", _enc_dispatcher, _dec_dispatcher),
+    Row("gradient accumulation fusion", _enc_wgrad_fusion, _dec_wgrad_fusion),
     switch("overlap.grad_reduce", "overlap_grad_reduce"),
     switch("overlap.param_gather", "overlap_param_gather"),
     switch("overlap.tp_comm", "tp_comm_overlap"),

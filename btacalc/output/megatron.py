@@ -48,6 +48,7 @@ def run_fields(r: PlanReport, spec: ModelSpec) -> dict[str, Any]:
     fields["run.fp8_attention"] = r.inputs.fp8_attention
     fields["run.cpu_offload_layers"] = r.inputs.cpu_offload_layers
     fields["run.moment_bytes"] = r.inputs.moment_bytes
+    fields["run.gradient_accumulation_fusion"] = r.inputs.gradient_accumulation_fusion
     for key in ("first_stage_layers", "last_stage_layers", "pipeline_layout"):
         fields[f"layout.{key}"] = getattr(par, key)
     if fields["overlap.all_to_all"] and not (moe and par.expert_parallel > 1):

@@ -121,6 +121,9 @@ class Inputs(BaseModel):
     rht_cast_fusion: bool = Field(True, description="NVFP4: an activation's rowwise and Hadamard-transformed "
                                   "columnwise copies cast in one kernel (TransformerEngine 2.14 and later); false: one "
                                   "kernel per copy (--no-rht-cast-fusion)")
+    gradient_accumulation_fusion: bool = Field(True, description="weight-gradient GEMMs accumulate into the fp32 main "
+                                               "gradient (Megatron's default); false: a separate add per parameter "
+                                               "and micro-batch (--no-gradient-accumulation-fusion)")
     cpu_offload_layers: int = Field(0, description="decoder layers whose activations wait in host memory "
                                     "(--cpu-offloading-num-layers)")
     moment_bytes: int = Field(4, description="bytes of each Adam moment (2: bf16, the precision-aware optimizer)")

@@ -44,12 +44,13 @@ from .collectives import (CollectiveRow, all_to_all_time, all_to_all_wire_bytes,
                           pipeline_p2p_time, ring_share, ring_time, tensor_parallel_time)
 from .costs import ISSUED_COUNTS, Part, layer_parts, outside_parts
 from .fixed import (FixedCosts, SyncSplit, dispatcher_syncs, fixed_costs, gpu_forward_share, host_time,
-                    launch_time, launch_time_synced)
+                    launch_time, launch_time_synced, wgrad_accumulate_s)
 from .memory import stage_params
 from .sm_share import sm_share_loss
 from .stages import PipelineStages
 
-TERMS = ("compute", "tp_comm", "cp_comm", "all_to_all", "a2a_sm_share", "pp_p2p", "zero_per_micro_batch", "tiling", "launch")
+TERMS = ("compute", "tp_comm", "cp_comm", "all_to_all", "a2a_sm_share", "pp_p2p", "zero_per_micro_batch", "tiling",
+         "wgrad_accumulate", "launch")
 
 
 @dataclass
@@ -176,7 +177,8 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
     terms = {"compute": compute, "tp_comm": layer_terms["tp_comm"] + tp_outside, "cp_comm": layer_terms["cp_comm"],
              "all_to_all": layer_terms["all_to_all"], "a2a_sm_share": layer_terms["a2a_sm_share"],
              "pp_p2p": where(o.p2p, maximum(0.0, p2p - compute), p2p), "zero_per_micro_batch": per_mb,
-             "tiling": layers * tiles * tile_overhead_s(problem)}
+             "tiling": layers * tiles * tile_overhead_s(problem),
+             "wgrad_accumulate": wgrad_accumulate_s(problem, dense + expert, bytes_per_param(problem))}
     names = ISSUED_COUNTS
     issued = [getattr(stage, n) + _on_ends(outside, n) for n in names]
     forward = [getattr(stage, n + "_fwd") + _on_ends(outside, n + "_fwd") for n in names]
