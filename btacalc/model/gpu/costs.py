@@ -345,6 +345,29 @@ def _phase_gemms(phase: Phase, r: _Rates) -> tuple[Gemm, ...]:
         return gemms
 
 
+@dataclass(frozen=True)
+class _PhasePlan:
+    """What `_part` reads of a phase that is the same for every batch shape under one layer kind's rates (kept
+    in `_Rates.plans` with them, as `_volume_factors`): its GEMMs under the kind's features (`_phase_gemms`),
+    how many of them a layer module issues (`_module_calls`), whether it runs inside the fused attention
+    core, and its GEMMs' dtype (`_dtype`)."""
+
+    gemms: tuple[Gemm, ...]
+    modules: int
+    fused: bool  # phase.core under FlashAttention: timed and counted with the fused kernel (`_fused_core`)
+    dtype: tuple[Any, Optional[GemmDevice], float, float]
+
+
+def _phase_plan(phase: Phase, r: _Rates) -> _PhasePlan:
+    hit = r.plans.get(("phase", phase.name))
+    if hit is not None and hit[0] is phase:
+        return hit[1]
+    gemms = _phase_gemms(phase, r)
+    plan = _PhasePlan(gemms, len([g for g in gemms if g.module]), bool(phase.core and r.flash), _dtype(phase, r))
+    r.plans[("phase", phase.name)] = (phase, plan)
+    return plan
+
+
 def layer_parts(problem: Problem, ev: Evaluation, memory_only: bool = False) -> list[Part]:
     """One decoder layer of each layer kind (in `ev.layers` order); with `memory_only`, only the bytes
     and parameters (what the memory model needs: the solver asks for many shapes)."""
@@ -375,24 +398,25 @@ def _part(pv: PhaseValues, phases: list[Phase], r: _Rates, memory_only: bool = F
         if memory_only:
             _memory(part, phase, v, load)
             continue
+        plan = _phase_plan(phase, r)
         flops = (v["flops_fwd"] + v["flops_bwd"] + v["flops_recompute"]) * load
         traffic = _traffic(phase, v, r, load)
-        kernels, expert_gemms = _launches(phase, v, r)
-        modules = _module_calls(phase, v, r)
+        kernels, expert_gemms = _launches(phase, v, r, plan)
+        modules = _module_calls(phase, v, r, plan)
         part.kernels, part.expert_gemms = part.kernels + kernels, part.expert_gemms + expert_gemms
         part.module_calls = part.module_calls + modules
         part.glue_ops = part.glue_ops + _glue_ops(phase, v)
         before = _forward_counts(part) if phase.after_dispatch_sync else None
-        _forward_issued(part, phase, v, r, (kernels, expert_gemms, modules))
+        _forward_issued(part, phase, v, r, (kernels, expert_gemms, modules), plan)
         _expert_quantize(part, phase, v, r, expert_gemms)
         if before is not None:
             _after_sync(part, before)
-        if phase.core and r.flash:
+        if plan.fused:
             run = r.core_time_factor
             core = [core[0] + flops * run, core[1] + traffic, core[2] + v["flops_bwd"] * load * run]
             t = 0.0
         else:
-            t = maximum(_matmul_time(part, phase, v, r, load), traffic / r.stream_hbm) + _cast(part, phase, v, r, load) \
+            t = maximum(_matmul_time(part, phase, v, r, load, plan), traffic / r.stream_hbm) + _cast(part, phase, v, r, load) \
                 + _elementwise_s(v, r, load)
         part.phase_s[phase.name] = t
         part.compute_s = part.compute_s + t
@@ -514,14 +538,16 @@ def _memory_of_one_shape(summed: _MemoryRows, tiles: int, tile_batch: int, n: in
                 routed_params=routed, low_precision_params=low_dense, low_precision_routed=low_routed)
 
 
-def _matmul_time(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, load: Any) -> Any:
+def _matmul_time(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, load: Any,
+                 plan: Optional[_PhasePlan] = None) -> Any:
     """The phase's FLOPs at its GEMMs' efficiencies: forward and re-run at the forward shapes', backward
     at the data- and weight-gradient shapes' (FLOP-weighted); at `peak` for a phase without GEMMs. A
     low-precision phase runs at its dtype's peak, with its operands' bytes (`_peak`, `_dtype`)."""
     fwd = (v["flops_fwd"] + v["flops_recompute"]) * load
     bwd = v["flops_bwd"] * load
-    peak, device, beta, share = _dtype(phase, r)
-    gemms = _phase_gemms(phase, r) if device is not None else ()
+    plan = plan if plan is not None else _phase_plan(phase, r)
+    peak, device, beta, share = plan.dtype
+    gemms = plan.gemms if device is not None else ()
     if not gemms:
         return (fwd + bwd) / peak
     rows = [_gemm_row(g, r, load, device, beta, share) for g in gemms]
@@ -556,10 +582,16 @@ def _gemm_row(g: Gemm, r: _Rates, load: Any, dev: Optional[GemmDevice] = None,
         groups, launches = 1, count
     assert dev is not None  # _matmul_time only asks with a device
     fwd, dgrad, wgrad = gemm_passes(m, n, k, beta, dev, groups)
-    ideal = 2 * np.asarray(m, dtype=float) * n * k * groups / dev.peak_flops_per_s
+    if type(m) in _NUMBERS and type(n) in _NUMBERS and type(k) in _NUMBERS and type(groups) in _NUMBERS:
+        # one shape: the float64 operations the array expression below makes, in its order, on Python floats
+        ideal = np.float64(2 * float(m) * n * k * groups / dev.peak_flops_per_s)
+    else:
+        ideal = 2 * np.asarray(m, dtype=float) * n * k * groups / dev.peak_flops_per_s
     eff = share if share is not None else r.peak_share
     bwd_time = dgrad.time_s + wgrad.time_s
-    row = GemmRow(g.name, m, n, k, groups, launches, fwd.efficiency * eff, 2 * ideal / bwd_time * eff, fwd.binding())
+    row = object.__new__(GemmRow)  # the frozen dataclass's __init__ without its nine object.__setattr__ calls
+    row.__dict__.update(name=g.name, m=m, n=n, k=k, groups=groups, launches=launches, efficiency=fwd.efficiency * eff,
+                        backward_efficiency=2 * ideal / bwd_time * eff, binding=fwd.binding())
     return row, (launches * ideal, launches * fwd.time_s, launches * bwd_time)
 
 
@@ -590,9 +622,27 @@ def _evaluate_all(exprs: tuple[str, ...], r: _Rates) -> tuple[tuple[Any, ...], b
             if not _python_arithmetic(e):
                 break
         else:
-            return tuple([eval(_code(e), _FUNCTIONS, symbols) for e in exprs]), True  # noqa: S307  # `_evaluate`
+            return tuple([_shape_free_value(e, r) if _shape_free(e) else eval(_code(e), _FUNCTIONS, symbols)  # noqa: S307
+                          for e in exprs]), True  # (`_evaluate`)
     with np.errstate(divide="ignore", invalid="ignore"):
         return tuple([_evaluate(e, symbols) for e in exprs]), False
+
+
+@functools.lru_cache(maxsize=None)
+def _shape_free(expr: str) -> bool:
+    """Whether the expression reads neither G nor b: under one layer kind's rates its value is then the same
+    for every batch shape (`_kind_rates` changes only those two symbols)."""
+    return not {"G", "b"} & set(_code(expr).co_names)
+
+
+def _shape_free_value(expr: str, r: _Rates) -> Any:
+    """A `_shape_free` Python-arithmetic expression at the rates' symbols, evaluated once per layout and kind
+    (kept in `_Rates.plans`, which every shape of them shares)."""
+    try:
+        return r.plans[("expression", expr)]
+    except KeyError:
+        value = r.plans[("expression", expr)] = eval(_code(expr), _FUNCTIONS, r.symbols)  # noqa: S307  # `_evaluate`
+        return value
 
 
 def _evaluate(expr: str, symbols: dict[str, Any]) -> Any:
@@ -602,15 +652,16 @@ def _evaluate(expr: str, symbols: dict[str, Any]) -> Any:
     return eval(_code(expr), _FUNCTIONS, symbols)  # noqa: S307  # arithmetic only, checked when read
 
 
-def _launches(phase: Phase, v: dict[str, Any], r: _Rates) -> tuple[Any, Any]:
+def _launches(phase: Phase, v: dict[str, Any], r: _Rates, plan: Optional[_PhasePlan] = None) -> tuple[Any, Any]:
     """(kernel launches, per-expert GEMMs) of a phase per micro-batch, an estimate (model/gpu/fixed.py): each
     dense GEMM once forward and twice backward; a grouped expert GEMM as one GEMM per local expert (E/EP, the
     host loop of TransformerEngine's multi-stream grouped GEMM) in each of those passes; another phase with
     work one kernel each way; the fused attention core is counted once for all its phases (`_fused_core`);
     a re-run repeats the forward."""
-    if phase.core and r.flash:
+    plan = plan if plan is not None else _phase_plan(phase, r)
+    if plan.fused:
         return 0, 0
-    gemms = _phase_gemms(phase, r)
+    gemms = plan.gemms
     passes = 1 + v["reruns"] + 2
     if gemms:
         counts, python = _evaluate_all(tuple([g.count for g in gemms]), r)
@@ -639,16 +690,16 @@ def _expert_quantize(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, exp
     part.kernels_fwd = part.kernels_fwd + forward
 
 
-def _module_calls(phase: Phase, v: dict[str, Any], r: _Rates) -> Any:
+def _module_calls(phase: Phase, v: dict[str, Any], r: _Rates, plan: Optional[_PhasePlan] = None) -> Any:
     """Layer-module calls of a phase per micro-batch (model/gpu/fixed.py): each GEMM a module issues (the
     catalogue's `module` GEMMs: a Megatron/TransformerEngine linear or grouped linear, whatever its `count` of
     matmuls inside) is one module call forward, one backward (autograd runs the module's backward function
     once for its data and weight gradients) and one per re-run; the attention core's module is counted with
     the fused kernel (`_fused_core`)."""
-    if phase.core and r.flash:
+    plan = plan if plan is not None else _phase_plan(phase, r)
+    if plan.fused:
         return 0
-    modules = len([g for g in _phase_gemms(phase, r) if g.module])
-    return modules * (1 + v["reruns"] + 1)
+    return plan.modules * (1 + v["reruns"] + 1)
 
 
 def _glue_ops(phase: Phase, v: dict[str, Any]) -> Any:
@@ -658,13 +709,15 @@ def _glue_ops(phase: Phase, v: dict[str, Any]) -> Any:
     return 0 if g is None else g.forward_ops * (1 + v["reruns"]) + g.backward_ops
 
 
-def _forward_issued(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, issued: tuple[Any, Any, Any]) -> None:
+def _forward_issued(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, issued: tuple[Any, Any, Any],
+                    plan: Optional[_PhasePlan] = None) -> None:
     """The first forward pass's share of what a phase issues (the passes as `_launches`, `_module_calls` and
     `_glue_ops` count them: a GEMM phase's kernels and expert GEMMs in 3 + re-runs passes, another phase's kernel
     in 2 + re-runs, a module in 2 + re-runs; re-runs belong to the backward, where they run)."""
     kernels, expert_gemms, modules = issued
     reruns = v["reruns"]
-    passes = 3 + reruns if _phase_gemms(phase, r) else 2 + reruns  # (the GEMMs that apply under the features)
+    gemms = plan.gemms if plan is not None else _phase_gemms(phase, r)
+    passes = 3 + reruns if gemms else 2 + reruns  # (the GEMMs that apply under the features)
     part.kernels_fwd = part.kernels_fwd + kernels / passes
     part.expert_gemms_fwd = part.expert_gemms_fwd + expert_gemms / (3 + reruns)
     part.module_calls_fwd = part.module_calls_fwd + modules / (2 + reruns)
