@@ -526,7 +526,7 @@ def _timed(memory: PointMemory, cand: Candidates) -> tuple[np.ndarray, np.ndarra
     for c in _chunks(cand.point.size):
         profiling.count("step-time passes")
         st = step_time(memory.at(cand.point[c]), cand.tiles[c].astype(float), cand.tile_batch[c].astype(float),
-                       micro_batches=cand.micro_batches[c].astype(float))
+                       micro_batches=cand.micro_batches[c].astype(float), report=False)
         tps[c], step[c] = st.tokens_per_s, st.step_time_s
     return tps, step
 

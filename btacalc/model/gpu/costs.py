@@ -48,7 +48,7 @@ from ..problem import Evaluation, Problem, kind_values
 from ..steptime import compute_efficiency
 from ..arrays import is_array, maximum, where
 from .precision import CastRates, cast_rates, gather_share, phase_cast_s, phase_weight_cast_s
-from .gemm import GemmDevice, gemm_passes
+from .gemm import GemmDevice, gemm_passes, gemm_passes_of_many
 from ...memo import remembered
 
 # FlashAttention-2's thread blocks cover B_r = B_c = 128 queries and keys for head dimensions up to 128
@@ -368,30 +368,32 @@ def _phase_plan(phase: Phase, r: _Rates) -> _PhasePlan:
     return plan
 
 
-def layer_parts(problem: Problem, ev: Evaluation, memory_only: bool = False) -> list[Part]:
+def layer_parts(problem: Problem, ev: Evaluation, memory_only: bool = False, report: bool = True) -> list[Part]:
     """One decoder layer of each layer kind (in `ev.layers` order); with `memory_only`, only the bytes
-    and parameters (what the memory model needs: the solver asks for many shapes)."""
+    and parameters (what the memory model needs: the solver asks for many shapes); without `report`, no
+    per-GEMM report rows (`Part.gemms`: the solver's candidates need the times alone)."""
     r = _rates(problem)
     return [_part(pv, [p for p in pv.phases if p.scope == "layer"],
-                  r if memory_only else _kind_rates(problem, r, kind, pv), memory_only) for kind, pv in ev.layers]
+                  r if memory_only else _kind_rates(problem, r, kind, pv), memory_only, report) for kind, pv in ev.layers]
 
 
-def outside_parts(problem: Problem, ev: Evaluation, memory_only: bool = False) -> tuple[Part, Part]:
-    """(first stage's, last stage's) parts outside the layers."""
+def outside_parts(problem: Problem, ev: Evaluation, memory_only: bool = False, report: bool = True) -> tuple[Part, Part]:
+    """(first stage's, last stage's) parts outside the layers (`memory_only`, `report`: as `layer_parts`)."""
     r = _rates(problem)
     if not memory_only:
         r = _kind_rates(problem, r, ev.layers[0][0], ev.outside)
     phases = [p for p in ev.outside.phases if p.scope == "model"]
-    return (_part(ev.outside, [p for p in phases if p.pipeline_stage == "first"], r, memory_only),
-            _part(ev.outside, [p for p in phases if p.pipeline_stage == "last"], r, memory_only))
+    return (_part(ev.outside, [p for p in phases if p.pipeline_stage == "first"], r, memory_only, report),
+            _part(ev.outside, [p for p in phases if p.pipeline_stage == "last"], r, memory_only, report))
 
 
-def _part(pv: PhaseValues, phases: list[Phase], r: _Rates, memory_only: bool = False) -> Part:
+def _part(pv: PhaseValues, phases: list[Phase], r: _Rates, memory_only: bool = False, report: bool = True) -> Part:
     if memory_only:
         summed = _memory_of_shapes(pv, phases, r)
         if summed is not None:
             return summed
     part, core = Part(), [0, 0, 0]  # fused FlashAttention core: FLOPs, traffic, backward FLOPs
+    timed = {} if memory_only or r.python_symbols else _gemms_of_part(phases, r)
     for phase in phases:
         v = pv.of(phase.name)  # quantity -> value (read by subscript: one shape reads ~20 per phase)
         load = r.imbalance if phase.routed_load else 1.0
@@ -416,7 +418,7 @@ def _part(pv: PhaseValues, phases: list[Phase], r: _Rates, memory_only: bool = F
             core = [core[0] + flops * run, core[1] + traffic, core[2] + v["flops_bwd"] * load * run]
             t = 0.0
         else:
-            t = maximum(_matmul_time(part, phase, v, r, load, plan), traffic / r.stream_hbm) + _cast(part, phase, v, r, load) \
+            t = maximum(_matmul_time(part, phase, v, r, load, plan, timed, report), traffic / r.stream_hbm) + _cast(part, phase, v, r, load) \
                 + _elementwise_s(v, r, load)
         part.phase_s[phase.name] = t
         part.compute_s = part.compute_s + t
@@ -539,7 +541,7 @@ def _memory_of_one_shape(summed: _MemoryRows, tiles: int, tile_batch: int, n: in
 
 
 def _matmul_time(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, load: Any,
-                 plan: Optional[_PhasePlan] = None) -> Any:
+                 plan: Optional[_PhasePlan] = None, timed: Optional[dict[Any, Any]] = None, report: bool = True) -> Any:
     """The phase's FLOPs at its GEMMs' efficiencies: forward and re-run at the forward shapes', backward
     at the data- and weight-gradient shapes' (FLOP-weighted); at `peak` for a phase without GEMMs. A
     low-precision phase runs at its dtype's peak, with its operands' bytes (`_peak`, `_dtype`)."""
@@ -550,8 +552,10 @@ def _matmul_time(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, load: A
     gemms = plan.gemms if device is not None else ()
     if not gemms:
         return (fwd + bwd) / peak
-    rows = [_gemm_row(g, r, load, device, beta, share) for g in gemms]
-    part.gemms[phase.name] = [row for row, _ in rows]
+    rows = [_gemm_row(g, r, load, device, beta, share, timed.get((phase.name, i)) if timed else None, report)
+            for i, g in enumerate(gemms)]
+    if report:
+        part.gemms[phase.name] = [row for row, _ in rows]
     ideal: Any = 0  # each summed from 0 in the GEMMs' order
     t_fwd: Any = 0
     t_bwd: Any = 0
@@ -569,26 +573,58 @@ def _dtype(phase: Phase, r: _Rates) -> tuple[Any, Optional[GemmDevice], float, f
     return r.peak, r.device, r.beta, r.peak_share
 
 
-def _gemm_row(g: Gemm, r: _Rates, load: Any, dev: Optional[GemmDevice] = None,
-              beta: Optional[float] = None, share: Optional[float] = None) -> tuple[GemmRow, tuple[Any, Any, Any]]:
-    """One GEMM of a phase: its report row (efficiencies as shares of the dtype's datasheet peak) and (ideal
-    forward time, forward time, backward time) per pass."""
-    dev = dev if dev is not None else r.device
-    beta = beta if beta is not None else r.beta
+def _gemms_of_part(phases: list[Phase], r: _Rates) -> dict[tuple[str, int], Any]:
+    """(phase, GEMM index) -> (operands, passes) of every GEMM of the part's timed phases: the GEMMs of one
+    dtype timed together (`gemm.gemm_passes_of_many`: over arrays of shapes, one call instead of one per
+    GEMM), the same values `_gemm_row` would get one by one."""
+    groups: dict[tuple[int, Any], tuple[GemmDevice, list[tuple[tuple[str, int], tuple[Any, ...]]]]] = {}
+    for phase in phases:
+        plan = _phase_plan(phase, r)
+        _, device, beta, _ = plan.dtype
+        if plan.fused or device is None:
+            continue
+        load = r.imbalance if phase.routed_load else 1.0
+        rows = groups.setdefault((id(device), beta), (device, []))[1]
+        rows.extend(((phase.name, i), _gemm_operands(g, r, load)) for i, g in enumerate(plan.gemms))
+    out = {}
+    for (_, beta), (device, rows) in groups.items():
+        passes = gemm_passes_of_many([ops[:4] for _, ops in rows], beta, device)
+        out.update({key: (ops, timed) for (key, ops), timed in zip(rows, passes)})
+    return out
+
+
+def _gemm_operands(g: Gemm, r: _Rates, load: Any) -> tuple[Any, Any, Any, Any, Any]:
+    """(m, n, k, groups, launches per forward pass) of one GEMM of a phase (see the module docstring)."""
     (m, n, k, count), _ = _evaluate_all((g.m, g.n, g.k, g.count), r)
     if g.grouped:
-        m, groups, launches = m * r.expert_parallel * load, count / r.expert_parallel, 1
-    else:
-        groups, launches = 1, count
+        return m * r.expert_parallel * load, n, k, count / r.expert_parallel, 1
+    return m, n, k, 1, count
+
+
+def _gemm_row(g: Gemm, r: _Rates, load: Any, dev: Optional[GemmDevice] = None,
+              beta: Optional[float] = None, share: Optional[float] = None,
+              timed: Optional[tuple[Any, Any]] = None,
+              report: bool = True) -> tuple[Optional[GemmRow], tuple[Any, Any, Any]]:
+    """One GEMM of a phase: its report row (efficiencies as shares of the dtype's datasheet peak; None without
+    `report`) and (ideal forward time, forward time, backward time) per pass; `timed`: its operands and passes
+    already computed (`_gemms_of_part`)."""
+    dev = dev if dev is not None else r.device
+    beta = beta if beta is not None else r.beta
     assert dev is not None  # _matmul_time only asks with a device
-    fwd, dgrad, wgrad = gemm_passes(m, n, k, beta, dev, groups)
+    if timed is None:
+        m, n, k, groups, launches = _gemm_operands(g, r, load)
+        fwd, dgrad, wgrad = gemm_passes(m, n, k, beta, dev, groups)
+    else:
+        (m, n, k, groups, launches), (fwd, dgrad, wgrad) = timed
     if type(m) in _NUMBERS and type(n) in _NUMBERS and type(k) in _NUMBERS and type(groups) in _NUMBERS:
         # one shape: the float64 operations the array expression below makes, in its order, on Python floats
         ideal = np.float64(2 * float(m) * n * k * groups / dev.peak_flops_per_s)
     else:
         ideal = 2 * np.asarray(m, dtype=float) * n * k * groups / dev.peak_flops_per_s
-    eff = share if share is not None else r.peak_share
     bwd_time = dgrad.time_s + wgrad.time_s
+    if not report:
+        return None, (launches * ideal, launches * fwd.time_s, launches * bwd_time)
+    eff = share if share is not None else r.peak_share
     row = object.__new__(GemmRow)  # the frozen dataclass's __init__ without its nine object.__setattr__ calls
     row.__dict__.update(name=g.name, m=m, n=n, k=k, groups=groups, launches=launches, efficiency=fwd.efficiency * eff,
                         backward_efficiency=2 * ideal / bwd_time * eff, binding=fwd.binding())

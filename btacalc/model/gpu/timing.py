@@ -84,12 +84,14 @@ class _Stage(_Slowest):
 
 
 def gpu_step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Evaluation] = None,
-                  micro_batches: Any = None) -> StepTime:
+                  micro_batches: Any = None, report: bool = True) -> StepTime:
     """Step time, tokens/s and MFU of a GPU problem at `micro_batches` (default the layout's) micro-batches
-    of `tiles` x `tile_batch` sequences per data-parallel rank (ints, or arrays over layouts or shapes)."""
+    of `tiles` x `tile_batch` sequences per data-parallel rank (ints, or arrays over layouts or shapes).
+    Without `report`, the per-phase, per-GEMM and collective rows of the report are left empty (the
+    solver's candidates: the times alone, the same values)."""
     ev = ev if ev is not None else problem.evaluate(tiles, tile_batch)
-    kinds = [(kind, part) for (kind, _), part in zip(ev.layers, layer_parts(problem, ev))]
-    first, last = outside_parts(problem, ev)
+    kinds = [(kind, part) for (kind, _), part in zip(ev.layers, layer_parts(problem, ev, report=report))]
+    first, last = outside_parts(problem, ev, report=report)
     lay = problem.layout
     m = lay.micro_batches if micro_batches is None else micro_batches
     pipe = PipelineStages.of(problem, m)
@@ -116,7 +118,7 @@ def gpu_step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Ev
     flops = _model_flops(problem, tiles, tile_batch) * lay.data_parallel * m
     # the per-phase report needs the critical stage: known for one shape, or for arrays of shapes of one
     # single-stage layout (not for arrays of layouts, where it differs from layout to layout)
-    known = not is_array(step) or (not is_array(lay.pipeline_parallel) and lay.pipeline_parallel == 1)
+    known = report and (not is_array(step) or (not is_array(lay.pipeline_parallel) and lay.pipeline_parallel == 1))
     phase_time, repeats = _phase_report(problem, pipe, crit, kinds, (first, last), m) if known else ({}, {})
     phase_time.update({k: v * m for k, v in worst.terms.items() if k not in ("compute", "tiling")})
     phase_time.update(pipeline_bubble=bubble, gradient_sync=sync, optimizer_step=optimizer, grad_norm=norm)
@@ -127,7 +129,7 @@ def gpu_step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Ev
     details = {"gemms": _gemm_report(kinds, (first, last)) if known else {}, "critical_stage": crit, "micro_batch_s": worst.micro_batch_s, "terms": worst.terms,
                "bubble_s": bubble, "sync_s": sync, "optimizer_s": optimizer, "grad_norm_s": norm,
                "host_s": stages[crit].host_s}
-    if not is_array(step) and lay.devices > 1:
+    if report and not is_array(step) and lay.devices > 1:
         ends = (first if crit == 0 else None, crit == lay.pipeline_parallel - 1, last)
         counts = pipe.kind_counts(crit)
         details["collectives"] = (_collective_rows(problem, kinds, counts, m)
