@@ -272,10 +272,14 @@ class PhaseValues:
         self._values: dict[int, Any] = {}
         self._phase_rows: dict[str, dict[str, Any]] = {}
         self._complete = False  # every row computed (one shape of ints)
-        if isinstance(tiles, int) and isinstance(tile_batch, int) and coefficients.scalar:
-            # one shape: every row at once, in plain (exact) integer arithmetic
-            self._values = coefficients.rows_at(tiles, tile_batch, self.n)
-            self._complete = True
+        # one shape: every row at once, in plain (exact) integer arithmetic, on the first row read (`_one_shape`;
+        # a caller that reads only sums, `total`, such as the model FLOPs of the unsplit problem, needs none)
+        self._rows_pending = isinstance(tiles, int) and isinstance(tile_batch, int) and coefficients.scalar
+
+    def _one_shape(self) -> None:
+        """Every row of one shape of ints at once (`Coefficients.rows_at`)."""
+        self._values = self.coefficients.rows_at(self.tiles, self.tile_batch, self.n)
+        self._complete, self._rows_pending = True, False
 
     @property
     def phases(self) -> list[Phase]:
@@ -298,6 +302,9 @@ class PhaseValues:
         try:
             return self._values[r]
         except KeyError:
+            if self._rows_pending:
+                self._one_shape()
+                return self._values[r]
             if self._columns_pending and self._all_varying_rows():
                 return self._row(r)
             self._values[r] = value = affine(*self.coefficients.row(r), self.tiles, self.tile_batch, self.n)
@@ -339,6 +346,8 @@ class PhaseValues:
         except KeyError:
             pass
         base = self.compiled.row[(phase, ROW_QUANTITIES[0])]
+        if self._rows_pending:
+            self._one_shape()
         if self._complete or (self._columns_pending and self._all_varying_rows()):
             row: dict[str, Any] = dict(zip(ROW_QUANTITIES, _phase_rows(base)(self._values)))
         else:
