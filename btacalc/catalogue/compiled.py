@@ -293,10 +293,12 @@ class PhaseValues:
         if not isinstance(self.n, np.ndarray) or not self.n.size:
             return None
         shapes = [np.asarray(x, dtype=float) for x in (self.tiles, self.tile_batch)]
-        if any(x.min() < 0 or (x % 1).any() for x in shapes):
+        # min, max and any as their ufuncs' reductions (what the methods run, without their Python wrappers)
+        low, high = np.minimum.reduce, np.maximum.reduce
+        if any(low(x, axis=None) < 0 or np.logical_or.reduce(x % 1, axis=None) for x in shapes):
             return None
-        top = float(np.max(self.n))
-        return (int(shapes[0].max()), int(shapes[1].max()), int(top)) if top < 2.0 ** 53 else None
+        top = float(high(self.n, axis=None))
+        return (int(high(shapes[0], axis=None)), int(high(shapes[1], axis=None)), int(top)) if top < 2.0 ** 53 else None
 
     def _row(self, r: int) -> Any:
         try:
@@ -380,7 +382,7 @@ class PhaseValues:
             mask, stack = self.coefficients.stacked(quantity)  # a few shapes: all phases at once
             if stack.ndim == 2:  # one coefficient per row: a column of rows against the shapes
                 stack = stack.reshape(stack.shape + (1,) * np.ndim(self.n))
-            return np.max(affine(mask, tuple(stack), self.tiles, self.tile_batch, self.n), axis=0)
+            return np.maximum.reduce(affine(mask, tuple(stack), self.tiles, self.tile_batch, self.n), axis=0)  # np.max
         out: Any = 0  # a running maximum, one phase at a time (at most one array in memory)
         for r in rows:
             value = self._row(r)

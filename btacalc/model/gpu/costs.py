@@ -521,7 +521,8 @@ def _memory_of_shapes(pv: PhaseValues, phases: list[Phase], r: _Rates) -> Option
     stored, recompute = [affine(m, c, tiles, tile_batch, n) if m & 14 else float(c[0] if m & 1 else 0)
                          for m, c in (summed.stored, summed.recompute)]
     t = summed.transient.reshape(summed.transient.shape + (1,) * n.ndim)
-    transient = np.max(t[0] + t[1] * tile_batch + t[2] * tiles + t[3] * n, axis=0)
+    # np.max is this ufunc's reduce behind a Python wrapper (numpy/_core/fromnumeric.py `_wrapreduction`)
+    transient = np.maximum.reduce(t[0] + t[1] * tile_batch + t[2] * tiles + t[3] * n, axis=0)
     return Part(stored=stored, recompute=recompute, transient=np.maximum(0, transient), dense_params=dense,
                 routed_params=routed, low_precision_params=low_dense, low_precision_routed=low_routed)
 
