@@ -39,7 +39,7 @@ from ..arrays import is_array, largest, maximum, where
 from ..problem import Evaluation, Problem
 from ..state import bytes_per_param
 from ..steptime import StepTime, tile_overhead_s
-from .collectives import (CollectiveRow, all_to_all_time, all_to_all_wire_bytes, context_parallel_time,
+from .collectives import (CollectiveRow, DataParallelTimes, all_to_all_time, all_to_all_wire_bytes, context_parallel_time,
                           data_parallel_groups, data_parallel_times, data_parallel_traffic, describe,
                           pipeline_p2p_time, ring_share, ring_time, tensor_parallel_time)
 from .costs import ISSUED_COUNTS, Part, layer_parts, outside_parts
@@ -169,8 +169,7 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
            "all_to_all": layer_terms.pop("a2a_raw")}
     p2p = where(exists, pipeline_p2p_time(problem, kinds[0][1].pp_bytes), 0)
     raw["pp_p2p"] = p2p
-    dense, expert = stage_params(problem, counts, kinds, (first if is_first else None, is_last, last))
-    dp = data_parallel_times(problem, dense, expert, bytes_per_param(problem))
+    dense, expert, dp, fixed = _stage_state(problem, j, counts, kinds, (first if is_first else None, is_last, last))
     o = lay.overlap
     sharded = lay.zero_stage >= 3
     per_mb = where(sharded | o.grad_reduce, maximum(0.0, dp.per_micro_batch - where(sharded, compute, backward)),
@@ -197,11 +196,37 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
     terms = {k: where(exists, v, 0.0) for k, v in terms.items()}
     sync_raw = {"gradient_reduce": dp.reduce_per_step, "param_gather": dp.gather_per_step,
                 "zero_per_micro_batch": dp.per_micro_batch * micro_batches}
-    fixed = fixed_costs(problem, dense, expert, bytes_per_param(problem))
     casts = stage.weight_cast_s + _on_ends(outside, "weight_cast_s")
     fixed = FixedCosts(where(exists, fixed.optimizer_s, 0.0), where(exists, fixed.grad_norm_s, 0.0),
                        where(exists, casts, 0.0))
     return _Stage(terms, raw, where(exists, reduce + gather, 0.0), sync_raw, fixed, host)
+
+
+def _stage_state(problem: Problem, j: int, counts: list[Any], kinds: list[tuple[Any, Part]],
+                 ends: tuple[Optional[Part], Any, Part]) -> tuple[Any, Any, DataParallelTimes, FixedCosts]:
+    """Stage j's (non-expert, expert) parameters per device (`memory.stage_params`), its data-parallel
+    synchronisation and its optimizer and gradient-norm times: functions of the layout and of the parameters
+    of the parts it holds, not of the batch shape, so kept per layout when the layer counts and parameters
+    are Python ints (keyed on them and on j, which fixes whether the stage is the first or the last), as
+    the stage's training state is (`GpuMemory._state`)."""
+    first, _, last = ends
+    values = [*counts, last.dense_params, 0 if first is None else first.dense_params]
+    for _, p in kinds:
+        values += (p.dense_params, p.routed_params)
+    key: Any = ("gpu stage times", j, first is not None, tuple(values))
+    for v in values:  # a plain loop: one evaluation runs this per stage
+        if type(v) is not int:
+            key = None
+            break
+    cache = problem.layout_cache
+    if key is not None and key in cache:
+        return cache[key]
+    dense, expert = stage_params(problem, counts, kinds, ends)
+    rates = bytes_per_param(problem)
+    out = (dense, expert, data_parallel_times(problem, dense, expert, rates), fixed_costs(problem, dense, expert, rates))
+    if key is not None:
+        cache[key] = out
+    return out
 
 
 def _on_ends(outside: list[tuple[Part, Any]], name: str) -> Any:
