@@ -33,7 +33,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from fractions import Fraction
 from typing import Any, Optional
 
@@ -99,6 +99,23 @@ class Part:
     module_calls_post: Any = 0
     glue_ops_post: Any = 0
     compute_post_s: Any = 0.0
+
+
+# Part's fields in order with their defaults (None for the three dicts, which `new_part` makes fresh)
+_PART_DEFAULTS = {f.name: (f.default if f.default is not MISSING else None) for f in fields(Part)}
+_PART_DICTS = tuple(f.name for f in fields(Part) if f.default is MISSING)
+
+
+def new_part(**values: Any) -> Part:
+    """`Part(**values)` without the generated __init__'s 33 assignments (a part is made per stage and part of
+    every evaluation): the same fields, in the same order, the same defaults, fresh dicts."""
+    part = object.__new__(Part)
+    state = part.__dict__
+    state.update(_PART_DEFAULTS)
+    for name in _PART_DICTS:
+        state[name] = {}
+    state.update(values)
+    return part
 
 
 @dataclass(frozen=True)
@@ -392,7 +409,7 @@ def _part(pv: PhaseValues, phases: list[Phase], r: _Rates, memory_only: bool = F
         summed = _memory_of_shapes(pv, phases, r)
         if summed is not None:
             return summed
-    part, core = Part(), [0, 0, 0]  # fused FlashAttention core: FLOPs, traffic, backward FLOPs
+    part, core = new_part(), [0, 0, 0]  # fused FlashAttention core: FLOPs, traffic, backward FLOPs
     timed = {} if memory_only or r.python_symbols else _gemms_of_part(phases, r)
     for phase in phases:
         v = pv.of(phase.name)  # quantity -> value (read by subscript: one shape reads ~20 per phase)
@@ -523,7 +540,7 @@ def _memory_of_shapes(pv: PhaseValues, phases: list[Phase], r: _Rates) -> Option
     t = summed.transient.reshape(summed.transient.shape + (1,) * n.ndim)
     # np.max is this ufunc's reduce behind a Python wrapper (numpy/_core/fromnumeric.py `_wrapreduction`)
     transient = np.maximum.reduce(t[0] + t[1] * tile_batch + t[2] * tiles + t[3] * n, axis=0)
-    return Part(stored=stored, recompute=recompute, transient=np.maximum(0, transient), dense_params=dense,
+    return new_part(stored=stored, recompute=recompute, transient=np.maximum(0, transient), dense_params=dense,
                 routed_params=routed, low_precision_params=low_dense, low_precision_routed=low_routed)
 
 
@@ -537,7 +554,7 @@ def _memory_of_one_shape(summed: _MemoryRows, tiles: int, tile_batch: int, n: in
     recompute = float(rc[0] + rc[1] * tile_batch + rc[2] * tiles + rc[3] * n)
     top = max([c0 + c_b * tile_batch + c_g * tiles + c_n * n for c0, c_b, c_g, c_n in summed.transient_rows])
     dense, routed, low_dense, low_routed = summed.params
-    return Part(stored=stored, recompute=recompute, transient=float(top) if top > 0 else 0, dense_params=dense,
+    return new_part(stored=stored, recompute=recompute, transient=float(top) if top > 0 else 0, dense_params=dense,
                 routed_params=routed, low_precision_params=low_dense, low_precision_routed=low_routed)
 
 

@@ -42,7 +42,7 @@ from ..steptime import StepTime, tile_overhead_s
 from .collectives import (CollectiveRow, DataParallelTimes, all_to_all_time, all_to_all_wire_bytes, context_parallel_time,
                           data_parallel_groups, data_parallel_times, data_parallel_traffic, describe,
                           pipeline_p2p_time, ring_share, ring_time, tensor_parallel_time)
-from .costs import ISSUED_COUNTS, Part, layer_parts, outside_parts
+from .costs import ISSUED_COUNTS, Part, layer_parts, new_part, outside_parts
 from .fixed import (FixedCosts, SyncSplit, dispatcher_syncs, fixed_costs, gpu_forward_share, host_time,
                     launch_time, launch_time_synced)
 from .memory import stage_params
@@ -153,7 +153,7 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
     is_first, is_last = j == 0, where(exists, j == lay.pipeline_parallel - 1, False)
     counts = pipe.kind_counts(j)  # the stage's real layers of each kind (stages.py)
     layers = sum(counts)
-    stage = Part()
+    stage = new_part()
     summed = stage.__dict__  # the fields read and written directly: this runs per stage and layer kind
     for n, (_, part) in zip(counts, kinds):
         fields = part.__dict__
