@@ -707,16 +707,30 @@ def _constraints(memory: PointMemory, limits: PointLimits, cand: Candidates,
     fits = memory.fits(np.concatenate([p, p]), np.concatenate([next_g, g]), np.concatenate([next_b, b + 1]))
     grows, wider = fits[:p.size], fits[p.size:]
     given = {n: limits.given(n) for n in ("global_batch", "tiles", "tile_batch")}
-    bind = np.select([np.full(p.size, given["global_batch"]), np.full(p.size, given["tiles"] and given["tile_batch"]),
-                      (cap_n >= 0) & (next_g * next_b > cap_n), grow_b & (cap_b >= 0) & (next_b > cap_b), grows],
-                     ["global_batch", "tiles", "max_global_batch", "max_tile_batch", "throughput"], "memory")
-    wide = np.select([g == 1, np.full(p.size, given["tile_batch"]), np.full(p.size, given["tiles"]),
-                      (cap_b >= 0) & (b + 1 > cap_b), wider],
-                     ["none", "tile_batch", "tiles", "max_tile_batch", "throughput"], "memory")
+    bind = _select([np.full(p.size, given["global_batch"]), np.full(p.size, given["tiles"] and given["tile_batch"]),
+                    (cap_n >= 0) & (next_g * next_b > cap_n), grow_b & (cap_b >= 0) & (next_b > cap_b), grows],
+                   ["global_batch", "tiles", "max_global_batch", "max_tile_batch", "throughput"], "memory")
+    wide = _select([g == 1, np.full(p.size, given["tile_batch"]), np.full(p.size, given["tiles"]),
+                    (cap_b >= 0) & (b + 1 > cap_b), wider],
+                   ["none", "tile_batch", "tiles", "max_tile_batch", "throughput"], "memory")
     for values, out in ((bind, binding), (wide, tile)):
-        for q, v in zip(p.tolist(), values.tolist()):
+        for q, v in zip(p.tolist(), values):
             out[q] = v
     return binding, tile
+
+
+# Up to this many points the constraints' names are chosen in Python (np.select over strings costs ~30 µs a call)
+_SELECT_IN_PYTHON = 64
+
+
+def _select(conditions: list[np.ndarray], choices: list[str], default: str) -> list[str]:
+    """`np.select(conditions, choices, default).tolist()`: per element, the choice of the first true condition,
+    else `default` (1-D conditions of one length)."""
+    size = conditions[0].size
+    if size > _SELECT_IN_PYTHON:
+        return np.select(conditions, choices, default).tolist()
+    flags = [np.broadcast_to(c, (size,)).tolist() for c in conditions]
+    return [next((choice for flag, choice in zip(flags, choices) if flag[i]), default) for i in range(size)]
 
 
 def solve(mem: MemoryModel, limits: BatchLimits, objective: Optional[str] = None) -> Solution:

@@ -34,6 +34,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
+import numpy as np
+
 from ...memo import plain_key
 from ..arrays import is_array, largest, maximum, where
 from ..problem import Evaluation, Problem
@@ -234,7 +236,11 @@ def _on_ends(outside: list[tuple[Part, Any]], name: str) -> Any:
     them, else 0, summed from 0 in that order."""
     total: Any = 0
     for part, on in outside:
-        total = total + where(on, getattr(part, name), 0)
+        value = getattr(part, name)
+        if isinstance(on, np.ndarray) or isinstance(value, np.ndarray):
+            total = total + where(on, value, 0)
+        else:  # `where`'s choice inline: this runs 11 times per stage
+            total = total + (value if on else 0)
     return total
 
 
