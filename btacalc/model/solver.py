@@ -290,13 +290,19 @@ class PointMemory:
         if not point.size:
             return np.zeros(0, dtype=bool)
         fit = self._memory(point).fits(tiles.astype(float), tile_batch.astype(float))
-        return np.broadcast_to(np.asarray(fit, dtype=bool), point.shape)
+        return _as_points(np.asarray(fit, dtype=bool), point.shape)
 
     def total(self, point: np.ndarray, tiles: np.ndarray, tile_batch: np.ndarray, kept: bool = False) -> np.ndarray:
         """Bytes on the wafer of each shape; `kept`: as if no activation left it (MemoryModel.total_kept)."""
         mem = self._memory(point)
         total = (mem.total_kept if kept else mem.total)(tiles.astype(float), tile_batch.astype(float))
-        return np.broadcast_to(np.asarray(total, dtype=float), point.shape)
+        return _as_points(np.asarray(total, dtype=float), point.shape)
+
+
+def _as_points(values: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """`values` over the probed shapes: itself when it has their shape already (every probe of a layout that
+    is not an array of points; np.broadcast_to's Python wrapper costs a few µs), else broadcast (read only)."""
+    return values if values.shape == shape else np.broadcast_to(values, shape)
 
 
 @dataclass

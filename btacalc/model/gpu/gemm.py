@@ -236,7 +236,8 @@ def _gemm_time(m: Any, n: Any, k: Any, bytes_per_element: Any, device: GemmDevic
     tiles = np.asarray(device.tiles, dtype=float).reshape((len(device.tiles), 2) + (1,) * len(shape))
     per_tile = _compute_time(m, n, k, device, (tiles[:, 0], tiles[:, 1]), groups)
     # (np.min's own reduction, without its Python wrapper: numpy/_core/fromnumeric.py `_wrapreduction`)
-    compute = np.minimum.reduce(np.broadcast_to(per_tile, (len(device.tiles),) + shape), axis=0)
+    every = (len(device.tiles),) + shape  # (a no-op when an operand already spans the shapes)
+    compute = np.minimum.reduce(per_tile if per_tile.shape == every else np.broadcast_to(per_tile, every), axis=0)
     ideal = 2 * m * n * k * groups / device.peak_flops_per_s
     q = ideal / compute
     memory = (m * k + k * n + m * n) * groups * bytes_per_element / device.hbm_bytes_per_s
