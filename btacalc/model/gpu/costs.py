@@ -390,8 +390,8 @@ def layer_parts(problem: Problem, ev: Evaluation, memory_only: bool = False, rep
     and parameters (what the memory model needs: the solver asks for many shapes); without `report`, no
     per-GEMM report rows (`Part.gemms`: the solver's candidates need the times alone)."""
     r = _rates(problem)
-    return [_part(pv, [p for p in pv.phases if p.scope == "layer"],
-                  r if memory_only else _kind_rates(problem, r, kind, pv), memory_only, report) for kind, pv in ev.layers]
+    return [_part(pv, *_part_phases(pv.compiled)["layer"], r if memory_only else _kind_rates(problem, r, kind, pv),
+                  memory_only, report) for kind, pv in ev.layers]
 
 
 def outside_parts(problem: Problem, ev: Evaluation, memory_only: bool = False, report: bool = True) -> tuple[Part, Part]:
@@ -399,14 +399,28 @@ def outside_parts(problem: Problem, ev: Evaluation, memory_only: bool = False, r
     r = _rates(problem)
     if not memory_only:
         r = _kind_rates(problem, r, ev.layers[0][0], ev.outside)
-    phases = [p for p in ev.outside.phases if p.scope == "model"]
-    return (_part(ev.outside, [p for p in phases if p.pipeline_stage == "first"], r, memory_only, report),
-            _part(ev.outside, [p for p in phases if p.pipeline_stage == "last"], r, memory_only, report))
+    parts = _part_phases(ev.outside.compiled)
+    return (_part(ev.outside, *parts["first"], r, memory_only, report),
+            _part(ev.outside, *parts["last"], r, memory_only, report))
 
 
-def _part(pv: PhaseValues, phases: list[Phase], r: _Rates, memory_only: bool = False, report: bool = True) -> Part:
+@remembered
+@functools.lru_cache(maxsize=256)
+def _part_phases(compiled: Any) -> dict[str, tuple[list[Phase], tuple[Any, ...]]]:
+    """A compiled selection's phases of each part (a decoder layer's; outside the layers, the first stage's and
+    the last stage's), each with the key of its summed memory rows (`_memory_of_shapes`): the same for every
+    layout and shape of the selection, so filtered once."""
+    model = [p for p in compiled.phases if p.scope == "model"]
+    scoped = {"layer": [p for p in compiled.phases if p.scope == "layer"],
+              "first": [p for p in model if p.pipeline_stage == "first"],
+              "last": [p for p in model if p.pipeline_stage == "last"]}
+    return {name: (phases, ("memory rows", tuple([p.name for p in phases]))) for name, phases in scoped.items()}
+
+
+def _part(pv: PhaseValues, phases: list[Phase], rows_key: Any, r: _Rates, memory_only: bool = False,
+          report: bool = True) -> Part:
     if memory_only:
-        summed = _memory_of_shapes(pv, phases, r)
+        summed = _memory_of_shapes(pv, phases, r, rows_key)
         if summed is not None:
             return summed
     part, core = new_part(), [0, 0, 0]  # fused FlashAttention core: FLOPs, traffic, backward FLOPs
@@ -513,16 +527,17 @@ def _memory_rows(pv: PhaseValues, phases: list[Phase]) -> Optional[_MemoryRows]:
                        bound=(every[0], every[1], every[2], every[3]))
 
 
-def _memory_of_shapes(pv: PhaseValues, phases: list[Phase], r: _Rates) -> Optional[Part]:
+def _memory_of_shapes(pv: PhaseValues, phases: list[Phase], r: _Rates, key: Any = None) -> Optional[Part]:
     """The memory-only `Part` of arrays of batch shapes of one layout (the solver's probes), from the phases'
     rows summed once per layout instead of phase by phase: the same values wherever every term is an
     integer below 2^53 (then float64 sums are exact in any order), which is checked (`PhaseValues.
-    integer_bounds`, `_MemoryRows.exact`); else None (the phase by phase sums of `_part`)."""
+    integer_bounds`, `_MemoryRows.exact`); else None (the phase by phase sums of `_part`). `key`: the phases'
+    (`_part_phases`), else made from their names."""
     tiles, tile_batch, n = pv.tiles, pv.tile_batch, pv.n
     one = type(tiles) is int and type(tile_batch) is int and tiles >= 0 and tile_batch >= 0
     if not (one or isinstance(n, np.ndarray)) or not pv.coefficients.scalar:
         return None
-    key = ("memory rows", tuple([p.name for p in phases]))
+    key = key if key is not None else ("memory rows", tuple([p.name for p in phases]))
     summed = pv.coefficients.derived.get(key, _MISSING)
     if summed is _MISSING:
         summed = pv.coefficients.derived[key] = _memory_rows(pv, phases)

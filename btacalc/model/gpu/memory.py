@@ -100,7 +100,7 @@ class GpuMemory:
                                           maximum(first.transient if is_first else 0, where(is_last, last.transient, 0)))),
             "low_precision_weights": low_precision,
         }
-        components = {k: where(exists, v, 0) for k, v in components.items()}
+        components = {k: _if_exists(exists, v) for k, v in components.items()}
         return StageMemory(j, layers, where(exists, st.in_flight(j), 0), components, tuple(parts))
 
 
@@ -185,6 +185,18 @@ def _low_precision_params(problem: Problem, layers: Any, kinds: list[tuple[Layer
     routed = ratio(sum(n * p.low_precision_routed for p, n in share),
                    lay.expert_parallel * lay.expert_tensor_parallel * where(sharded, lay.expert_data_parallel, 1))
     return dense + routed
+
+
+def _if_exists(exists: Any, v: Any) -> Any:
+    """`where(exists, v, 0)`: a stage that exists (the Python True of one layout) keeps `v` itself where
+    np.where(True, v, 0) would give an equal copy of the same dtype (a float64 or int64 array: numpy's
+    promotion with the Python int 0 keeps those) or `v` (a scalar); anything else asks `where`."""
+    if exists is True and (type(v) in (int, float) or (type(v) is np.ndarray and v.dtype in _KEPT_DTYPES)):
+        return v
+    return where(exists, v, 0)
+
+
+_KEPT_DTYPES = (np.dtype(np.float64), np.dtype(np.int64))
 
 
 def _sum(parts: tuple[StatePart, ...] | list[StatePart], component: str) -> Any:
