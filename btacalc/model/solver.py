@@ -735,7 +735,7 @@ def _select(conditions: list[np.ndarray], choices: list[str], default: str) -> l
     size = conditions[0].size
     if size > _SELECT_IN_PYTHON:
         return np.select(conditions, choices, default).tolist()
-    flags = [np.broadcast_to(c, (size,)).tolist() for c in conditions]
+    flags = [(c if np.shape(c) == (size,) else np.broadcast_to(c, (size,))).tolist() for c in conditions]
     return [next((choice for flag, choice in zip(flags, choices) if flag[i]), default) for i in range(size)]
 
 
