@@ -588,7 +588,7 @@ def _matmul_time(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, load: A
     rows = [_gemm_row(g, r, load, device, beta, share, timed.get((phase.name, i)) if timed else None, report)
             for i, g in enumerate(gemms)]
     if report:
-        part.gemms[phase.name] = [row for row, _ in rows]
+        part.gemms[phase.name] = [row for row, _ in rows if row is not None]  # (every row, with `report`)
     ideal: Any = 0  # each summed from 0 in the GEMMs' order
     t_fwd: Any = 0
     t_bwd: Any = 0

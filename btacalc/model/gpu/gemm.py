@@ -178,11 +178,12 @@ def gemm_passes_of_many(shapes: list[tuple[Any, Any, Any, Any]], bytes_per_eleme
     if isinstance(bytes_per_element, np.ndarray):
         return [gemm_passes(m, n, k, bytes_per_element, device, groups) for m, n, k, groups in shapes]
     out: list[Any] = [None] * len(shapes)
-    batch, shape = [], None
+    batch: list[int] = []
+    shape: tuple[int, ...] = ()
     for i, (m, n, k, groups) in enumerate(shapes):
         if _has_axes(m, n, k, bytes_per_element, groups):
             one = np.broadcast(m, n, k, groups).shape
-            if shape is None or one == shape:
+            if not batch or one == shape:
                 shape = one
                 batch.append(i)
                 continue
