@@ -370,6 +370,8 @@ class _PhasePlan:
     core, and its GEMMs' dtype (`_dtype`)."""
 
     gemms: tuple[Gemm, ...]
+    counts: tuple[str, ...]  # each GEMM's launches per forward pass (an expression)
+    grouped: tuple[bool, ...]  # each GEMM's `grouped`
     modules: int
     fused: bool  # phase.core under FlashAttention: timed and counted with the fused kernel (`_fused_core`)
     dtype: tuple[Any, Optional[GemmDevice], float, float]
@@ -380,7 +382,8 @@ def _phase_plan(phase: Phase, r: _Rates) -> _PhasePlan:
     if hit is not None and hit[0] is phase:
         return hit[1]
     gemms = _phase_gemms(phase, r)
-    plan = _PhasePlan(gemms, len([g for g in gemms if g.module]), bool(phase.core and r.flash), _dtype(phase, r))
+    plan = _PhasePlan(gemms, tuple([g.count for g in gemms]), tuple([g.grouped for g in gemms]),
+                      len([g for g in gemms if g.module]), bool(phase.core and r.flash), _dtype(phase, r))
     r.plans[("phase", phase.name)] = (phase, plan)
     return plan
 
@@ -730,14 +733,13 @@ def _launches(phase: Phase, v: dict[str, Any], r: _Rates, plan: Optional[_PhaseP
     plan = plan if plan is not None else _phase_plan(phase, r)
     if plan.fused:
         return 0, 0
-    gemms = plan.gemms
     passes = 1 + v["reruns"] + 2
-    if gemms:
-        counts, python = _evaluate_all(tuple([g.count for g in gemms]), r)
+    if plan.gemms:
+        counts, python = _evaluate_all(plan.counts, r)
         # as `_evaluate_all`: Python numbers (EP an int, `python_symbols`) leave numpy out
         with contextlib.nullcontext() if python else np.errstate(divide="ignore", invalid="ignore"):
-            dense = sum(c for g, c in zip(gemms, counts) if not g.grouped)
-            experts = sum(c / r.expert_parallel for g, c in zip(gemms, counts) if g.grouped)
+            dense = sum([c for c, grouped in zip(counts, plan.grouped) if not grouped])
+            experts = sum([c / r.expert_parallel for c, grouped in zip(counts, plan.grouped) if grouped])
         return dense * passes, experts * passes
     work = where((v["bytes_moved"] + v["flops_fwd"]) > 0, 1, 0)
     return work * (2 + v["reruns"]), 0

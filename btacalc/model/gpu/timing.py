@@ -135,7 +135,7 @@ def gpu_step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Ev
         ends = (first if crit == 0 else None, crit == lay.pipeline_parallel - 1, last)
         counts = pipe.kind_counts(crit)
         details["collectives"] = (_collective_rows(problem, kinds, counts, m)
-                                  + _data_parallel_rows(problem, stage_params(problem, counts, kinds, ends), m))
+                                  + _data_parallel_rows(problem, _stage_state(problem, crit, counts, kinds, ends)[:2], m))
     return StepTime(step, seqs * problem.run.seq_len / step, flops / (step * lay.devices * peak), phase_time,
                     worst.terms["tiling"] * m, 0.0, comm, repeats, details)
 
