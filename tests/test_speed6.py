@@ -94,8 +94,10 @@ def test_step_time_without_report_rows_has_the_same_times() -> None:
 
 
 def test_one_shape_computes_its_rows_on_the_first_read() -> None:
-    """One shape of ints computes every formula row on the first row read, the values `Coefficients.rows_at`
-    gives (value and type); sums alone (`total`, the model FLOPs) compute none."""
+    """One shape of ints computes its formula rows when first read, the values `Coefficients.rows_at` gives
+    (value and type); sums alone (`total`, the model FLOPs) compute none. Since round "speed7" a phase's rows
+    read through `of` are that phase's alone (`Coefficients.phase_template`); the first row read by number
+    computes every row."""
     from btacalc.catalogue.compiled import ROW_QUANTITIES
 
     problem = _problem("qwen3-30b-a3b", "h100", dict(devices=16, expert_parallel=8))
@@ -109,7 +111,10 @@ def test_one_shape_computes_its_rows_on_the_first_read() -> None:
             for q in ROW_QUANTITIES:
                 want = rows[values.compiled.row[(phase, q)]]
                 assert type(got[q]) is type(want) and got[q] == want, (phase, q)
-        assert not values._rows_pending
+        assert values._rows_pending and not values._values  # every phase read, no row by number yet
+        phase = values.phase_names()[0]
+        assert values.value(phase, "stored") == rows[values.compiled.row[(phase, "stored")]]
+        assert not values._rows_pending and values._values == rows
 
 
 def test_select_is_numpys_first_true_choice() -> None:

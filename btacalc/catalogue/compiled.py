@@ -124,6 +124,7 @@ class Coefficients:
         self._sums: dict[tuple[str, str], tuple[int, tuple[Any, ...]]] = {}
         self._stacked: dict[str, tuple[int, np.ndarray]] = {}
         self.derived: dict[Any, Any] = {}  # what callers compute once from these coefficients (model/gpu/costs.py)
+        self._templates: dict[int, Any] = {}  # `phase_template` per phase (its first row)
 
     def at(self, tiles: Any, tile_batch: Any) -> "PhaseValues":
         return PhaseValues(self, tiles, tile_batch)
@@ -141,6 +142,27 @@ class Coefficients:
             return values
         return dict(enumerate(f[i] + f[i + 1] * tile_batch + f[i + 2] * tiles + f[i + 3] * n
                               for i in range(0, len(f), 4)))
+
+    def phase_template(self, base: int) -> Optional[tuple[dict[str, int], tuple[tuple[str, int, int, int, int], ...]]]:
+        """One phase's rows (base, base + 1, ... in `ROW_QUANTITIES` order) split as `rows_at` splits every row
+        when every coefficient is an int (`_integer_rows`): (quantity -> c0 of every row, in that order; the
+        quantities with a shape term and their c0, c_b, c_G, c_Gb), else None. `PhaseValues.of` at one shape of
+        ints computes the phase's rows from it, the same int arithmetic as `rows_at` on the same terms, without
+        every other phase's rows (kept per coefficients and phase)."""
+        try:
+            return self._templates[base]
+        except KeyError:
+            pass
+        rows = self._integer_rows
+        template = None
+        if rows is not None:
+            constant, varying = rows
+            by_row = {r: (c0, c_b, c_g, c_n) for r, c0, c_b, c_g, c_n in varying}
+            quantities = list(enumerate(ROW_QUANTITIES, start=base))
+            template = ({q: constant[r] for r, q in quantities},
+                        tuple([(q, *by_row[r]) for r, q in quantities if r in by_row]))
+        self._templates[base] = template
+        return template
 
     @cached_property
     def _integer_rows(self) -> Optional[tuple[dict[int, int], list[tuple[int, int, int, int, int]]]]:
@@ -349,6 +371,16 @@ class PhaseValues:
             pass
         base = self.compiled.row[(phase, ROW_QUANTITIES[0])]
         if self._rows_pending:
+            tiles, tile_batch = self.tiles, self.tile_batch
+            template = self.coefficients.phase_template(base) if type(tiles) is int and type(tile_batch) is int else None
+            if template is not None:  # `rows_at`'s integer rows, this phase's alone (round "speed7")
+                constant, varying = template
+                row = constant.copy()
+                n = self.n
+                for q, c0, c_b, c_g, c_n in varying:
+                    row[q] = c0 + c_b * tile_batch + c_g * tiles + c_n * n
+                self._phase_rows[phase] = row
+                return row
             self._one_shape()
         if self._complete or (self._columns_pending and self._all_varying_rows()):
             row: dict[str, Any] = dict(zip(ROW_QUANTITIES, _phase_rows(base)(self._values)))

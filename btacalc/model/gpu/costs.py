@@ -394,7 +394,7 @@ def _phase_gemms(phase: Phase, r: _Rates) -> tuple[Gemm, ...]:
 class _PhasePlan:
     """What `_part` reads of a phase that is the same for every batch shape under one layer kind's rates (kept
     in `_Rates.plans` with them, as `_volume_factors`): its GEMMs under the kind's features (`_phase_gemms`),
-    how many of them a layer module issues (`_module_calls`), whether it runs inside the fused attention
+    how many of them a layer module issues (`_issue`), whether it runs inside the fused attention
     core, and its GEMMs' dtype (`_dtype`)."""
 
     gemms: tuple[Gemm, ...]
@@ -466,16 +466,7 @@ def _part(pv: PhaseValues, phases: list[Phase], rows_key: Any, r: _Rates, memory
         plan = _phase_plan(phase, r)
         flops = (v["flops_fwd"] + v["flops_bwd"] + v["flops_recompute"]) * load
         traffic = _traffic(phase, v, r, load)
-        kernels, expert_gemms = _launches(phase, v, r, plan)
-        modules = _module_calls(phase, v, r, plan)
-        part.kernels, part.expert_gemms = part.kernels + kernels, part.expert_gemms + expert_gemms
-        part.module_calls = part.module_calls + modules
-        part.glue_ops = part.glue_ops + _glue_ops(phase, v)
-        before = _forward_counts(part) if phase.after_dispatch_sync else None
-        _forward_issued(part, phase, v, r, (kernels, expert_gemms, modules), plan)
-        _expert_quantize(part, phase, v, r, expert_gemms)
-        if before is not None:
-            _after_sync(part, before)
+        _issue(part, phase, v, r, plan)
         if plan.fused:
             run = r.core_time_factor
             core = [core[0] + flops * run, core[1] + traffic, core[2] + v["flops_bwd"] * load * run, core[3], core[4]]
@@ -489,9 +480,10 @@ def _part(pv: PhaseValues, phases: list[Phase], rows_key: Any, r: _Rates, memory
                 + _elementwise_s(v, r, load)
         part.phase_s[phase.name] = t
         part.compute_s = part.compute_s + t
-        part.backward_s = part.backward_s + t * _backward_share(v)
+        share = _backward_share(v)  # (a pure function of the phase's values: the same value both times)
+        part.backward_s = part.backward_s + t * share
         if phase.after_dispatch_sync:
-            part.compute_post_s = part.compute_post_s + t * (1 - _backward_share(v))
+            part.compute_post_s = part.compute_post_s + t * (1 - share)
         part.core_s = part.core_s + (t if phase.core else 0.0)
         _memory(part, phase, v, load)
         _volumes(part, phase, v, r)
@@ -757,75 +749,65 @@ def _evaluate(expr: str, symbols: dict[str, Any]) -> Any:
     return eval(_code(expr), _FUNCTIONS, symbols)  # noqa: S307  # arithmetic only, checked when read
 
 
-def _launches(phase: Phase, v: dict[str, Any], r: _Rates, plan: Optional[_PhasePlan] = None) -> tuple[Any, Any]:
-    """(kernel launches, per-expert GEMMs) of a phase per micro-batch, an estimate (model/gpu/fixed.py): each
-    dense GEMM once forward and twice backward; a grouped expert GEMM as one GEMM per local expert (E/EP, the
-    host loop of TransformerEngine's multi-stream grouped GEMM) in each of those passes; another phase with
-    work one kernel each way; the fused attention core is counted once for all its phases (`_fused_core`);
-    a re-run repeats the forward."""
-    plan = plan if plan is not None else _phase_plan(phase, r)
-    if plan.fused:
-        return 0, 0
-    passes = 1 + v["reruns"] + 2
-    if plan.gemms:
-        counts, python = _evaluate_all(plan.counts, r)
-        # as `_evaluate_all`: Python numbers (EP an int, `python_symbols`) leave numpy out
-        with contextlib.nullcontext() if python else np.errstate(divide="ignore", invalid="ignore"):
-            dense = sum([c for c, grouped in zip(counts, plan.grouped) if not grouped])
-            experts = sum([c / r.expert_parallel for c, grouped in zip(counts, plan.grouped) if grouped])
-        return dense * passes, experts * passes
-    work = where((v["bytes_moved"] + v["flops_fwd"]) > 0, 1, 0)
-    return work * (2 + v["reruns"]), 0
+def _issue(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, plan: _PhasePlan) -> None:
+    """What a phase issues from the host per micro-batch (model/gpu/fixed.py, estimates), added to the part's
+    counts in this order (one function, not five: it runs per phase of every timed part; round "speed7"):
 
-
-def _expert_quantize(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, expert_gemms: Any) -> None:
-    """Kernel launches of the per-expert quantisation in a low-precision phase's grouped expert GEMMs
-    (model/gpu/fixed.py): TransformerEngine's GroupedLinear quantises its input forward and its output gradient
-    backward with one `tex.split_quantize` call each, which launches the recipe's
-    `grouped_quantize_kernels_per_expert` per local expert (E/EP) in a C++ loop (precision.toml); a re-run
-    quantises the input again. Per grouped GEMM: G x k x (2 + re-runs), the first forward G x k. `expert_gemms`
-    is `_launches`' count of per-expert GEMMs, G per grouped GEMM in each of its 3 + re-runs passes."""
-    per_expert = r.cast.recipe.grouped_quantize_kernels_per_expert if r.cast is not None else 0
-    if not per_expert or not phase.low_precision:
-        return
+    - kernel launches and per-expert GEMMs: each dense GEMM once forward and twice backward; a grouped expert
+      GEMM as one GEMM per local expert (E/EP, the host loop of TransformerEngine's multi-stream grouped GEMM)
+      in each of those passes; another phase with work one kernel each way; a re-run repeats the forward; the
+      fused attention core is counted once for all its phases (`_fused_core`);
+    - layer-module calls: each GEMM a module issues (the catalogue's `module` GEMMs: a Megatron/TransformerEngine
+      linear or grouped linear, whatever its `count` of matmuls inside) is one module call forward, one
+      backward (autograd runs the module's backward function once for its data and weight gradients) and one
+      per re-run; the attention core's module is counted with the fused kernel (`_fused_core`);
+    - the eager glue the phase stands for, in reference-op equivalents: its forward once and once per re-run,
+      its backward once;
+    - the first forward pass's share of each (`*_fwd`: a GEMM phase's kernels and expert GEMMs in 3 + re-runs
+      passes, another phase's kernel in 2 + re-runs, a module in 2 + re-runs; re-runs belong to the backward);
+    - the per-expert quantisation of a low-precision phase's grouped expert GEMMs: TransformerEngine's
+      GroupedLinear quantises its input forward and its output gradient backward with one `tex.split_quantize`
+      call each, which launches the recipe's `grouped_quantize_kernels_per_expert` per local expert (E/EP) in a
+      C++ loop (precision.toml); a re-run quantises the input again. Per grouped GEMM: G x k x (2 + re-runs),
+      the first forward G x k (G per grouped GEMM in each of its 3 + re-runs passes);
+    - after the dispatcher's sync (`Phase.after_dispatch_sync`), the growth of the `*_fwd` counts also goes to
+      the `*_post` counts (`_after_sync`)."""
     reruns = v["reruns"]
-    forward = expert_gemms / (3 + reruns) * per_expert
-    part.kernels = part.kernels + forward * (2 + reruns)
-    part.kernels_fwd = part.kernels_fwd + forward
-
-
-def _module_calls(phase: Phase, v: dict[str, Any], r: _Rates, plan: Optional[_PhasePlan] = None) -> Any:
-    """Layer-module calls of a phase per micro-batch (model/gpu/fixed.py): each GEMM a module issues (the
-    catalogue's `module` GEMMs: a Megatron/TransformerEngine linear or grouped linear, whatever its `count` of
-    matmuls inside) is one module call forward, one backward (autograd runs the module's backward function
-    once for its data and weight gradients) and one per re-run; the attention core's module is counted with
-    the fused kernel (`_fused_core`)."""
-    plan = plan if plan is not None else _phase_plan(phase, r)
     if plan.fused:
-        return 0
-    return plan.modules * (1 + v["reruns"] + 1)
-
-
-def _glue_ops(phase: Phase, v: dict[str, Any]) -> Any:
-    """The eager glue a phase stands for (model/gpu/fixed.py), in reference-op equivalents per micro-batch: its
-    forward once and once per re-run, its backward once."""
-    g = phase.host_glue
-    return 0 if g is None else g.forward_ops * (1 + v["reruns"]) + g.backward_ops
-
-
-def _forward_issued(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, issued: tuple[Any, Any, Any],
-                    plan: Optional[_PhasePlan] = None) -> None:
-    """The first forward pass's share of what a phase issues (the passes as `_launches`, `_module_calls` and
-    `_glue_ops` count them: a GEMM phase's kernels and expert GEMMs in 3 + re-runs passes, another phase's kernel
-    in 2 + re-runs, a module in 2 + re-runs; re-runs belong to the backward, where they run)."""
-    kernels, expert_gemms, modules = issued
-    reruns = v["reruns"]
-    gemms = plan.gemms if plan is not None else _phase_gemms(phase, r)
-    passes = 3 + reruns if gemms else 2 + reruns  # (the GEMMs that apply under the features)
+        kernels: Any = 0
+        expert_gemms: Any = 0
+        modules: Any = 0
+    else:
+        passes = 1 + reruns + 2
+        if plan.gemms:
+            counts, python = _evaluate_all(plan.counts, r)
+            # as `_evaluate_all`: Python numbers (EP an int, `python_symbols`) leave numpy out
+            with contextlib.nullcontext() if python else np.errstate(divide="ignore", invalid="ignore"):
+                dense = sum([c for c, grouped in zip(counts, plan.grouped) if not grouped])
+                experts = sum([c / r.expert_parallel for c, grouped in zip(counts, plan.grouped) if grouped])
+            kernels, expert_gemms = dense * passes, experts * passes
+        else:
+            work = where((v["bytes_moved"] + v["flops_fwd"]) > 0, 1, 0)
+            kernels, expert_gemms = work * (2 + reruns), 0
+        modules = plan.modules * (1 + reruns + 1)
+    glue = phase.host_glue
+    part.kernels, part.expert_gemms = part.kernels + kernels, part.expert_gemms + expert_gemms
+    part.module_calls = part.module_calls + modules
+    part.glue_ops = part.glue_ops + (0 if glue is None else glue.forward_ops * (1 + reruns) + glue.backward_ops)
+    before = _forward_counts(part) if phase.after_dispatch_sync else None
+    passes = 3 + reruns if plan.gemms else 2 + reruns  # (the GEMMs that apply under the features)
     part.kernels_fwd = part.kernels_fwd + kernels / passes
     part.expert_gemms_fwd = part.expert_gemms_fwd + expert_gemms / (3 + reruns)
     part.module_calls_fwd = part.module_calls_fwd + modules / (2 + reruns)
-    part.glue_ops_fwd = part.glue_ops_fwd + (0 if phase.host_glue is None else phase.host_glue.forward_ops)
+    part.glue_ops_fwd = part.glue_ops_fwd + (0 if glue is None else glue.forward_ops)
+    if r.cast is not None and phase.low_precision:
+        per_expert = r.cast.recipe.grouped_quantize_kernels_per_expert
+        if per_expert:
+            forward = expert_gemms / (3 + reruns) * per_expert
+            part.kernels = part.kernels + forward * (2 + reruns)
+            part.kernels_fwd = part.kernels_fwd + forward
+    if before is not None:
+        _after_sync(part, before)
 
 
 # the host-issued counts of a `Part` (host_time's arguments), each also kept for the first forward (`*_fwd`) and

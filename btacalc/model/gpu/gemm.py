@@ -84,6 +84,17 @@ class GemmDevice:
     wave_overhead_s: float = 0.0  # fixed time per wave of tiles (pipeline fill and epilogue)
     overlap_exponent: float = float("inf")  # p of the smooth roofline; inf: max(compute, memory)
 
+    def __hash__(self) -> int:
+        """The hash the frozen dataclass would generate (of its fields' tuple), computed once: `_one_gemm`'s
+        cache hashes its device on every call, 15 times per evaluation, and the tiles' nested tuple made that
+        the costliest part of a cache hit (round "speed7"). Equality stays the dataclass's (the fields)."""
+        try:
+            return self.__dict__["_hash"]  # type: ignore[no-any-return]
+        except KeyError:
+            value = self.__dict__["_hash"] = hash((self.peak_flops_per_s, self.hbm_bytes_per_s, self.sms, self.tiles,
+                                                   self.wave_overhead_s, self.overlap_exponent))
+            return value
+
 
 @dataclass(frozen=True)
 class GemmTime:
