@@ -352,7 +352,8 @@ class PhaseValues:
                                     and x.shape == n.shape for x in (g, b, n)):
             return False
         rows, (c0, c_b, c_g, c_n) = stack
-        if len(rows) * n.size > _STACKED_ELEMENTS or not (np.isfinite(n).all() and (g > 0).all() and (b > 0).all()):
+        all_of = np.logical_and.reduce  # (1-D: `ndarray.all` is this reduction behind a Python wrapper)
+        if len(rows) * n.size > _STACKED_ELEMENTS or not (all_of(np.isfinite(n)) and all_of(g > 0) and all_of(b > 0)):
             return False
         values = c0 + c_b * b + c_g * g + c_n * n
         every = self.coefficients._integer_rows[0].copy()  # type: ignore[index]  # the constants, as `affine` gives them

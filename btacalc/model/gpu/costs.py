@@ -163,6 +163,9 @@ class _Rates:
     stream_hbm: float = 0.0  # B/s a memory-bound phase moves its traffic at: HBM x achievable_bandwidth_fraction
     # every symbol a Python int or float and EP an int: GEMM shapes are then Python arithmetic (`_evaluate_all`)
     python_symbols: bool = False
+    # every symbol but G and b a Python int or float and EP an int (G and b may be arrays of shapes): an expression
+    # that reads neither is then Python arithmetic on the layout's values, the same at every shape (`_evaluate_all`)
+    python_layout: bool = False
     # what a phase's arithmetic needs that is the same for every shape under these rates (`_volume_factors`);
     # a layer kind's rates have their own (`_kind_rates`), which every shape of the layout shares
     plans: dict[Any, Any] = field(default_factory=dict)
@@ -343,6 +346,7 @@ def _kind_rates(problem: Problem, r: _Rates, kind: Any, pv: PhaseValues) -> _Rat
         symbols[name] = float(v) if isinstance(v, Fraction) else v
     out.__dict__["python_symbols"] = template.python_symbols and type(symbols["G"]) in _NUMBERS \
         and type(symbols["b"]) in _NUMBERS
+    out.__dict__["python_layout"] = template.python_symbols  # (the template's G = b = 1: Python ints)
     return out
 
 
@@ -367,8 +371,10 @@ def _kind_rates_of(problem: Problem, r: _Rates, kind: Any, pv: PhaseValues, tile
     symbols = {k: (float(v) if isinstance(v, Fraction) else v) for k, v in kind_values(problem.model, kind, shape).items()}
     out = object.__new__(_Rates)  # dataclasses.replace without re-running __init__ (frozen: set via __dict__)
     features, gemms = _selection_gemms(pv.compiled.selection)
-    python = type(r.expert_parallel) is int and all(type(v) in _NUMBERS for v in symbols.values())
-    out.__dict__.update(r.__dict__, symbols=symbols, features=features, gemms=gemms, python_symbols=python, plans={},
+    layout = type(r.expert_parallel) is int and all(type(v) in _NUMBERS for k, v in symbols.items() if k not in ("G", "b"))
+    python = layout and type(symbols["G"]) in _NUMBERS and type(symbols["b"]) in _NUMBERS
+    out.__dict__.update(r.__dict__, symbols=symbols, features=features, gemms=gemms, python_symbols=python,
+                        python_layout=layout, plans={},
                         core_time_factor=_core_time_factor(problem, symbols, bool(features["sliding_window"])))
     return out
 
@@ -506,6 +512,9 @@ class _MemoryRows:
     recompute: tuple[int, tuple[int, ...]]
     transient: np.ndarray
     transient_rows: tuple[tuple[int, ...], ...]  # the same rows as ints (one shape of ints)
+    # the one working-set row every other is at or below at every shape (each coefficient at least theirs), as
+    # floats; None where no row dominates all (`_memory_of_shapes` then takes the maximum over the stacked rows)
+    top: Optional[tuple[float, float, float, float]]
     params: tuple[int, int, int, int]  # dense, routed (all E), low-precision dense, low-precision routed
     bound: tuple[int, int, int, int]  # every row above summed: (c0, c_b, c_G, c_Gb) of a bound on any term or sum
 
@@ -551,8 +560,19 @@ def _memory_rows(pv: PhaseValues, phases: list[Phase]) -> Optional[_MemoryRows]:
                        recompute=(masks["recompute_bytes"], tuple(sums["recompute_bytes"])),
                        transient=np.array(transient, dtype=float).T,  # (4, rows)
                        transient_rows=tuple(transient),
+                       top=_dominant(transient),
                        params=(params[0], params[1], params[2], params[3]),
                        bound=(every[0], every[1], every[2], every[3]))
+
+
+def _dominant(rows: list[tuple[int, ...]]) -> Optional[tuple[float, float, float, float]]:
+    """The row (c0, c_b, c_G, c_Gb) whose every coefficient is at least every other row's, as floats, or None.
+    At non-negative shapes (which `_memory_of_shapes` requires) it is then the largest row at every shape; with
+    every term an integer below 2^53 each row is exact in float64, so it equals their maximum bit for bit."""
+    top = tuple(max(c[i] for c in rows) for i in range(4))
+    if top not in rows:
+        return None
+    return float(top[0]), float(top[1]), float(top[2]), float(top[3])
 
 
 def _memory_of_shapes(pv: PhaseValues, phases: list[Phase], r: _Rates, key: Any = None) -> Optional[Part]:
@@ -580,9 +600,13 @@ def _memory_of_shapes(pv: PhaseValues, phases: list[Phase], r: _Rates, key: Any 
     # each phase's bytes times its load 1.0: arrays, or a float where no phase's bytes depend on the shape
     stored, recompute = [affine(m, c, tiles, tile_batch, n) if m & 14 else float(c[0] if m & 1 else 0)
                          for m, c in (summed.stored, summed.recompute)]
-    t = summed.transient.reshape(summed.transient.shape + (1,) * n.ndim)
-    # np.max is this ufunc's reduce behind a Python wrapper (numpy/_core/fromnumeric.py `_wrapreduction`)
-    transient = np.maximum.reduce(t[0] + t[1] * tile_batch + t[2] * tiles + t[3] * n, axis=0)
+    if summed.top is not None:  # one row at or above all the others: it is their maximum (round "speed7")
+        c0, c_b, c_g, c_n = summed.top
+        transient = c0 + c_b * tile_batch + c_g * tiles + c_n * n
+    else:
+        t = summed.transient.reshape(summed.transient.shape + (1,) * n.ndim)
+        # np.max is this ufunc's reduce behind a Python wrapper (numpy/_core/fromnumeric.py `_wrapreduction`)
+        transient = np.maximum.reduce(t[0] + t[1] * tile_batch + t[2] * tiles + t[3] * n, axis=0)
     return new_part(stored=stored, recompute=recompute, transient=np.maximum(0, transient), dense_params=dense,
                 routed_params=routed, low_precision_params=low_dense, low_precision_routed=low_routed)
 
@@ -712,15 +736,25 @@ def _evaluate_all(exprs: tuple[str, ...], r: _Rates) -> tuple[tuple[Any, ...], b
     np.errstate(divide="ignore", invalid="ignore") (an empty shape, no expert on a device, is 0/0 over
     arrays); without it where every symbol is a Python int or float (`_Rates.python_symbols`) and no
     expression calls a function: there numpy computes nothing, so the state would change nothing (a Python
-    division by zero raises either way), and setting it is the costliest step of one shape's GEMM."""
+    division by zero raises either way), and setting it is the costliest step of one shape's GEMM. The same
+    holds where only G and b are arrays (`_Rates.python_layout`) and no expression reads them: their values
+    are then kept per layout and kind (`_shape_free_value`)."""
     symbols = r.symbols
-    if r.python_symbols:
+    if r.python_layout:
         for e in exprs:
             if not _python_arithmetic(e):
                 break
         else:
-            return tuple([_shape_free_value(e, r) if _shape_free(e) else eval(_code(e), _FUNCTIONS, symbols)  # noqa: S307
-                          for e in exprs]), True  # (`_evaluate`)
+            if r.python_symbols:
+                return tuple([_shape_free_value(e, r) if _shape_free(e) else eval(_code(e), _FUNCTIONS, symbols)  # noqa: S307
+                              for e in exprs]), True  # (`_evaluate`)
+            # G or b arrays of shapes (the solver's candidates), no expression reading them (most GEMM counts):
+            # each is the Python arithmetic it is at one shape, numpy computes nothing (round "speed7")
+            for e in exprs:
+                if not _shape_free(e):
+                    break
+            else:
+                return tuple([_shape_free_value(e, r) for e in exprs]), True
     with np.errstate(divide="ignore", invalid="ignore"):
         return tuple([_evaluate(e, symbols) for e in exprs]), False
 

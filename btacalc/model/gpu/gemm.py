@@ -259,7 +259,8 @@ def _gemm_times(m: Any, n: Any, k: Any, bytes_per_element: Any, device: GemmDevi
     def clean(v: Any, empty: float) -> Any:  # an empty launch: 0/0 (all finite, the usual case: as it is)
         if not np.ndim(v):
             return empty if v != v else v
-        return v if np.isfinite(v).all() else np.nan_to_num(v, nan=empty)
+        # (`ndarray.all` is this reduction behind a Python wrapper)
+        return v if np.logical_and.reduce(np.isfinite(v), axis=None) else np.nan_to_num(v, nan=empty)
 
     return GemmTime(clean(out.time_s, 0.0), clean(out.efficiency, 1.0), clean(out.quantisation, 1.0),
                     out.memory_bound)
