@@ -145,3 +145,13 @@ def test_scopes_are_emitted_for_megatron_and_read_back(cli, tmp_path):
     assert "layout.cuda_graph_scope" not in fields and "planned without CUDA graphs" in fields["run.cuda_graph_note"]
     fields, _ = decode({"cuda_graph_impl": "none"}, row)
     assert fields == {}
+
+
+def test_a_run_file_sets_the_scopes(cli, tmp_path):
+    """A TOML run file's `cuda-graph-scope` key is the plan option (comma-separated scopes)."""
+    run = tmp_path / "run.toml"
+    run.write_text('model = "qwen3-30b-a3b"\nhw = "b200"\ndevices = 8\nep = 8\nglobal-batch = 512\n'
+                   'micro-batch = 1\ncuda-graph-scope = "attn,moe_router,moe_preprocess"\n')
+    code, js, err = cli("plan", "--config", str(run), "--json")
+    assert code in (0, 1), err
+    assert json.loads(js)["parallelism"]["cuda_graph_scope"] == ["attn", "moe_router", "moe_preprocess"]
