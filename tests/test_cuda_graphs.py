@@ -155,3 +155,21 @@ def test_a_run_file_sets_the_scopes(cli, tmp_path):
     code, js, err = cli("plan", "--config", str(run), "--json")
     assert code in (0, 1), err
     assert json.loads(js)["parallelism"]["cuda_graph_scope"] == ["attn", "moe_router", "moe_preprocess"]
+
+
+def test_bridge_overrides_carry_the_scopes_both_ways(cli):
+    """--emit bridge writes model.cuda_graph_impl and model.cuda_graph_modules; a recipe's overrides with the
+    releases' field model.cuda_graph_scope (the perf configs' cuda_graph_scope=[...]) read back as the scopes."""
+    from btacalc.config.megatron_run import import_bridge
+
+    code, out, err = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "b200", "--devices", "8", "--ep", "8",
+                         "--global-batch", "512", "--micro-batch", "1", "--cuda-graph-scope", "moe_router,moe_preprocess",
+                         "--emit", "bridge")
+    assert code in (0, 1), err
+    data = dict(line.partition("=")[::2] for line in out.splitlines() if line and not line.startswith("#"))
+    assert data["model.cuda_graph_impl"] == "transformer_engine"
+    assert data["model.cuda_graph_modules"] == "['moe_router', 'moe_preprocess']"
+    for key in ("model.cuda_graph_modules", "model.cuda_graph_scope"):
+        text = "\n".join(f"{key if k == 'model.cuda_graph_modules' else k}: {v}" for k, v in data.items())
+        run = import_bridge(text, "r.yaml", 8)
+        assert run.request.cuda_graph_scope == ("moe_router", "moe_preprocess"), key

@@ -739,6 +739,9 @@ _AS_IS: tuple[Callable[[Any], Any], Callable[[Any], Any]] = (_as_is, _as_is)
 
 BRIDGE_KEYS: dict[str, tuple[str, Callable[[Any], Any], Callable[[Any], Any]]] = {
     "num_experts": ("model.num_moe_experts", *_AS_IS),
+    # the releases' TransformerConfig field (Megatron-LM @ d98e8a64 transformer_config.py L1129, deprecated for
+    # cuda_graph_modules L1090) that Megatron-Bridge's perf configs set (cuda_graph_scope=[...]): read back only
+    "cuda_graph_scope_deprecated": ("model.cuda_graph_scope", *_AS_IS),
     "swiglu": ("model.gated_linear_unit", *_AS_IS),
     "untie_embeddings_and_output_weights": ("model.share_embeddings_and_output_weights", _neg, _neg),
     "micro_batch_size": ("train.micro_batch_size", *_AS_IS),
