@@ -88,6 +88,8 @@ FEATURES: dict[str, tuple[Any, ...]] = {
     "loss": ("stored", "fused", "vocab_parallel", "te_fused"),
     "accounting": ("ideal", "pytorch"),
     "optimizer": ("adam", "sgd"),
+    # --fp8-attention: TransformerEngine's FP8 fused attention (fp8_dpa) quantises Q, K, V and dO around the kernel
+    "fp8_attention": (True, False),
     # sequence parallelism (Korthikanti et al. 2022 §4.2.2): the tensors of `tp = "sequence"` terms are
     # split over the tensor-parallel ranks too
     "sequence_parallel": (True, False),
@@ -126,6 +128,8 @@ BASE_QUANTITIES = (
     "pp_bytes",
     "bytes_moved_bwd",
     "cast_elements",
+    "attention_cast_elements",
+    "attention_cast_elements_bwd",
     "elementwise_bytes",
     "elementwise_bytes_bwd",
     "state",
@@ -151,6 +155,8 @@ QUANTITY_UNITS = {
     "pp_bytes": "bytes",
     "bytes_moved_bwd": "bytes",
     "cast_elements": "elements",
+    "attention_cast_elements": "elements",
+    "attention_cast_elements_bwd": "elements",
     "elementwise_bytes": "bytes",
     "elementwise_bytes_bwd": "bytes",
     "recompute_bytes": "bytes",

@@ -65,6 +65,11 @@ COMMANDS: dict[str, list[str]] = {
                                        "8", "--precision", "mxfp8", "--fp8-param-gather", "--optimizer-moments",
                                        "bf16", "--cpu-offloading-num-layers", "8", "--recompute", "none",
                                        "--grad-bytes", "2", "--json"],
+    # the 26.08 Qwen3 recipe's FP8 attention (--fp8-attention): cuDNN's MXFP8 kernel and its casts
+    "plan-gb200-qwen3-mxfp8-fp8-attention": ["plan", "--model", "qwen3-30b-a3b", "--hw", "gb200", "--devices", "8",
+                                             "--ep", "8", "--precision", "mxfp8", "--attention", "flash",
+                                             "--fp8-attention", "--recompute", "none", "--seq", "4096",
+                                             "--micro-batch", "4", "--global-batch", "512", "--json"],
     "search-h100-qwen3": ["plan", "--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16", "--global-batch",
                           "256", "--search", "--json"],
     "compare-default": ["compare", "--model", "qwen3-30b-a3b", "--json"],
@@ -115,6 +120,9 @@ SELECTIONS = [
 
 # Selections that apply to one model only (a run option the other models do not have).
 EXTRA_SELECTIONS = {
+    # --fp8-attention: the Q, K, V and dO casts around the FP8 fused attention (GQA: a_kv < a)
+    "qwen3-30b-a3b": [dict(recompute="selective", attention="flash", accounting="ideal", loss="vocab_parallel",
+                           fp8_attention=True)],
     "deepseek-v3": [dict(recompute="none", attention="eager", accounting="pytorch", multi_token_prediction=True),
                     dict(recompute="full", attention="flash", accounting="ideal", loss="stored",
                          multi_token_prediction=True),

@@ -78,19 +78,20 @@ def _runs():
     return {r.id: r for r in load_runs()}
 
 
-def test_a_run_with_fp8_attention_is_refused_with_that_reason():
+def test_a_run_with_fp8_attention_is_planned_with_it():
     """qwen3-30b-a3b-gb200-8-mxfp8-7 (NeMo 26.08) runs Megatron-Bridge's perf recipe that turns on
-    fp8_dot_product_attention (perf_recipes/qwen/common.py @ 51885cf1 L55): btacalc times the attention core at
-    its 16-bit kernel's rate, so the row is refused with that reason; without the flag the same row plans,
-    with the EP all-to-all overlapped and HybridEP's one copy per rank as its recipe states."""
+    fp8_dot_product_attention (perf_recipes/qwen/common.py @ 51885cf1 L55): since lp9 it plans with --fp8-attention
+    (cuDNN's MXFP8 attention rate and the casts around it, tests/test_fp8_attention.py) instead of being refused,
+    with the EP all-to-all overlapped and HybridEP's one copy per rank as its recipe states; clearing the flag
+    gives the 16-bit core, another prediction."""
     run = _runs()["qwen3-30b-a3b-gb200-8-mxfp8-7"]
     assert run.recipe is not None and run.recipe.fp8_dot_product_attention
     assert run.recipe.deepep and run.recipe.overlaps.all_to_all
-    refused = predict(run)
-    assert not refused.expressible
-    assert refused.reason.startswith("fp8_dot_product_attention is not modelled")
+    planned = predict(run)
+    assert planned.expressible and planned.reason == ""
     plain = run.model_copy(update={"recipe": run.recipe.model_copy(update={"fp8_dot_product_attention": False})})
-    assert predict(plain).expressible
+    cleared = predict(plain)
+    assert cleared.expressible and cleared.predicted.tokens_per_s_per_device != planned.predicted.tokens_per_s_per_device
 
 
 def test_every_hybridep_recipe_states_deepep():

@@ -272,10 +272,14 @@ class PhaseValues:
         self._values: dict[int, Any] = {}
         self._phase_rows: dict[str, dict[str, Any]] = {}
         self._complete = False  # every row computed (one shape of ints)
-        if isinstance(tiles, int) and isinstance(tile_batch, int) and coefficients.scalar:
-            # one shape: every row at once, in plain (exact) integer arithmetic
-            self._values = coefficients.rows_at(tiles, tile_batch, self.n)
-            self._complete = True
+        # one shape: every row at once, in plain (exact) integer arithmetic, on the first row read (`_one_shape`;
+        # a caller that reads only sums, `total`, such as the model FLOPs of the unsplit problem, needs none)
+        self._rows_pending = isinstance(tiles, int) and isinstance(tile_batch, int) and coefficients.scalar
+
+    def _one_shape(self) -> None:
+        """Every row of one shape of ints at once (`Coefficients.rows_at`)."""
+        self._values = self.coefficients.rows_at(self.tiles, self.tile_batch, self.n)
+        self._complete, self._rows_pending = True, False
 
     @property
     def phases(self) -> list[Phase]:
@@ -289,15 +293,20 @@ class PhaseValues:
         if not isinstance(self.n, np.ndarray) or not self.n.size:
             return None
         shapes = [np.asarray(x, dtype=float) for x in (self.tiles, self.tile_batch)]
-        if any(x.min() < 0 or (x % 1).any() for x in shapes):
+        # min, max and any as their ufuncs' reductions (what the methods run, without their Python wrappers)
+        low, high = np.minimum.reduce, np.maximum.reduce
+        if any(low(x, axis=None) < 0 or np.logical_or.reduce(x % 1, axis=None) for x in shapes):
             return None
-        top = float(np.max(self.n))
-        return (int(shapes[0].max()), int(shapes[1].max()), int(top)) if top < 2.0 ** 53 else None
+        top = float(high(self.n, axis=None))
+        return (int(high(shapes[0], axis=None)), int(high(shapes[1], axis=None)), int(top)) if top < 2.0 ** 53 else None
 
     def _row(self, r: int) -> Any:
         try:
             return self._values[r]
         except KeyError:
+            if self._rows_pending:
+                self._one_shape()
+                return self._values[r]
             if self._columns_pending and self._all_varying_rows():
                 return self._row(r)
             self._values[r] = value = affine(*self.coefficients.row(r), self.tiles, self.tile_batch, self.n)
@@ -339,6 +348,8 @@ class PhaseValues:
         except KeyError:
             pass
         base = self.compiled.row[(phase, ROW_QUANTITIES[0])]
+        if self._rows_pending:
+            self._one_shape()
         if self._complete or (self._columns_pending and self._all_varying_rows()):
             row: dict[str, Any] = dict(zip(ROW_QUANTITIES, _phase_rows(base)(self._values)))
         else:
@@ -371,7 +382,7 @@ class PhaseValues:
             mask, stack = self.coefficients.stacked(quantity)  # a few shapes: all phases at once
             if stack.ndim == 2:  # one coefficient per row: a column of rows against the shapes
                 stack = stack.reshape(stack.shape + (1,) * np.ndim(self.n))
-            return np.max(affine(mask, tuple(stack), self.tiles, self.tile_batch, self.n), axis=0)
+            return np.maximum.reduce(affine(mask, tuple(stack), self.tiles, self.tile_batch, self.n), axis=0)  # np.max
         out: Any = 0  # a running maximum, one phase at a time (at most one array in memory)
         for r in rows:
             value = self._row(r)

@@ -33,6 +33,7 @@ FLAGS = {
     "expert_tensor_parallel": "--etp",
     "gradient_bytes": "--grad-bytes",
     "fp8_param_gather": "--fp8-param-gather",
+    "fp8_attention": "--fp8-attention",
     "cpu_offload_layers": "--cpu-offloading-num-layers",
     "moment_bytes": "--optimizer-moments",
 }
@@ -191,9 +192,17 @@ PrecisionOpt = typer.Option(None, "--precision", help=help_text(
 Fp8ParamGatherOpt = typer.Option(False, "--fp8-param-gather", help="Keep the parameters in the low precision and "
                                  "all-gather them so (Megatron --fp8-param-gather; --fp4-param-gather under nvfp4): "
                                  "halves the parameter all-gather and drops the 16-bit weight copy.")
+Fp8AttentionOpt = typer.Option(False, "--fp8-attention", help="Run the attention core in TransformerEngine's FP8 "
+                               "fused attention (Megatron TransformerConfig.fp8_dot_product_attention, TE fp8_dpa): cuDNN's "
+                               "FP8 kernel at its benchmarked rate, plus the casts of Q, K, V and dO; needs --precision "
+                               "fp8, fp8-current (Blackwell) or mxfp8 and --attention flash.")
 RhtCastFusionOpt = typer.Option(True, "--rht-cast-fusion/--no-rht-cast-fusion", help="NVFP4: cast an activation's "
                                 "rowwise and Hadamard-transformed columnwise copies in one kernel, as TransformerEngine "
                                 "2.14 and later do; --no-rht-cast-fusion: one kernel per copy (TE 2.8-2.13).")
+WgradFusionOpt = typer.Option(True, "--gradient-accumulation-fusion/--no-gradient-accumulation-fusion", help=(
+    "Accumulate each weight gradient into the fp32 main gradient inside its GEMM (Megatron's default); "
+    "--no-gradient-accumulation-fusion: the GEMM writes a 16-bit gradient and a separate kernel adds it, "
+    "per parameter and micro-batch (docs/clock.md)."))
 CpuOffloadOpt = typer.Option(0, "--cpu-offloading-num-layers", help=help_text(
     "Offload the activations of the first N decoder layers to host memory until their backward (Megatron "
     "--cpu-offloading-num-layers N; needs PP 1 and no recomputation) [default: 0, none]."))

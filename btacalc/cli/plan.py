@@ -14,7 +14,7 @@ from .. import profiling
 from ..errors import BtacalcError
 from .console import err
 from .options import (Accounting, AccountingOpt, Attention, AttentionKernelOpt, AttentionOpt, CausalOpt, CpOpt, DevicesOpt, Emit, EpOpt,
-                      EtpOpt, ExpertFfnOpt, ExpertsOpt, FixedActiveOpt, Fp8ParamGatherOpt, RhtCastFusionOpt, CpuOffloadOpt, MOMENT_BYTES, Moments, MomentsOpt, FsdpOpt, GlobalBatchOpt,
+                      EtpOpt, ExpertFfnOpt, ExpertsOpt, FixedActiveOpt, Fp8AttentionOpt, Fp8ParamGatherOpt, RhtCastFusionOpt, WgradFusionOpt, CpuOffloadOpt, MOMENT_BYTES, Moments, MomentsOpt, FsdpOpt, GlobalBatchOpt,
                       GpusPerNodeOpt, Precision, PrecisionOpt,
                       GradAccumOpt, GradBytesOpt, HwOpt, Loss, LossOpt, MaxGlobalBatchOpt, MaxTileBatchOpt,
                       MemoryModelChoice, MemoryModelOpt, MicroBatchOpt, ModelOpt, MtpOpt, NameOpt, Objective,
@@ -117,7 +117,9 @@ def plan(
     tokens_per_step: Optional[int] = TokensPerStepOpt,
     precision: Optional[Precision] = PrecisionOpt,
     fp8_param_gather: bool = Fp8ParamGatherOpt,
+    fp8_attention: bool = Fp8AttentionOpt,
     rht_cast_fusion: bool = RhtCastFusionOpt,
+    gradient_accumulation_fusion: bool = WgradFusionOpt,
     cpu_offloading_num_layers: int = CpuOffloadOpt,
     optimizer_moments: Optional[Moments] = MomentsOpt,
     search: bool = typer.Option(False, "--search", help="Search the fastest layout that fits (TP, PP, VP, CP, EP, "
@@ -173,6 +175,7 @@ def plan(
         accounting=accounting.value, causal=causal, loss=value(loss) or imported.request.loss,
         routing_imbalance=routing_imbalance, limits=replace(imported.request.limits, max_global_batch=max_global_batch, max_tile_batch=max_tile_batch),
         cuda_graph_scope=_scopes(cuda_graph_scope, imported.request.cuda_graph_scope),
+        fp8_attention=fp8_attention or imported.request.fp8_attention,  # no Megatron flag sets it: a launch cannot
     ) if imported else ExecutionRequest(
         seq_len=seq, recompute=recompute, attention=value(attention), causal=causal, loss=value(loss),
         attention_kernel=attention_kernel,
@@ -183,8 +186,10 @@ def plan(
         cuda_graph_scope=_scopes(cuda_graph_scope, ()),
         micro_batches=grad_accum, objective=value(objective),
         tokens_per_step=tokens_per_step,
-        precision=value(precision), fp8_param_gather=fp8_param_gather, cpu_offload_layers=cpu_offloading_num_layers,
-        rht_cast_fusion=rht_cast_fusion, moment_bytes=None if optimizer_moments is None else MOMENT_BYTES[optimizer_moments.value],
+        precision=value(precision), fp8_param_gather=fp8_param_gather, fp8_attention=fp8_attention,
+        cpu_offload_layers=cpu_offloading_num_layers,
+        rht_cast_fusion=rht_cast_fusion, gradient_accumulation_fusion=gradient_accumulation_fusion,
+        moment_bytes=None if optimizer_moments is None else MOMENT_BYTES[optimizer_moments.value],
         limits=BatchLimits(global_batch, tiles, tile_batch, max_global_batch, max_tile_batch, micro_batch=micro_batch),
         **layout_fields(tp, sequence_parallel, pp, vp, cp, etp, fsdp, grad_bytes, routing_imbalance,
                         (overlap_grad_reduce, overlap_param_gather, tp_comm_overlap, overlap_p2p)),
@@ -326,6 +331,7 @@ def sweep(
     tokens_per_step: Optional[int] = TokensPerStepOpt,
     precision: Optional[Precision] = PrecisionOpt,
     fp8_param_gather: bool = Fp8ParamGatherOpt,
+    fp8_attention: bool = Fp8AttentionOpt,
     max_points: Optional[int] = typer.Option(None, "--max-points", min=1, help="Allow a grid of up to this many "
                                              "points (grids above 1,000,000 are refused without it, before any work)."),
     quiet: bool = QuietOpt,
@@ -358,7 +364,7 @@ def sweep(
         accounting=accounting.value, overlap_streaming=overlap, devices=devices, expert_parallel=ep,
         zero_stage=zero, devices_per_node=gpus_per_node, overlap_all_to_all=overlap_a2a, micro_batches=grad_accum,
         multi_token_prediction=mtp, objective=value(objective), tokens_per_step=tokens_per_step,
-        precision=value(precision), fp8_param_gather=fp8_param_gather)
+        precision=value(precision), fp8_param_gather=fp8_param_gather, fp8_attention=fp8_attention)
     with SweepOutputs(outs, grid, spec.name, profile.name, fixed_active, plot_path) as sink:
         with progress(grid.size, "solving", quiet) as advance:
             for block in iter_sweep(spec, profile, request, grid, fixed_active, max_points):

@@ -6,7 +6,8 @@ fused core's time (btacalc/model/gpu/costs.py, `_fused_core`) is
     t_core = kernel FLOPs / R                                    with a rate for the compute capability
     t_core = max(kernel FLOPs / R_gemm, HBM traffic / bandwidth)  without one
 
-with R = datasheet 16-bit peak x `fraction_of_peak` (a kernel benchmark, FLOPs over wall time: neither the
+with R = datasheet 16-bit peak x `fraction_of_peak` (of the rate for the kernel's operand dtype: the 16-bit kernel,
+or under --fp8-attention cuDNN's FP8 kernel with per-tensor or MXFP8 scales, whose share is also of the 16-bit peak) (a kernel benchmark, FLOPs over wall time: neither the
 fitted compute_efficiency nor FlashAttention's IO-count traffic bound applies on top of it), and R_gemm the
 large-GEMM rate (datasheet x GEMM ceiling x compute_efficiency). Both apply to the FLOPs the kernel runs: the
 score blocks on and below the causal diagonal (costs.causal_block_fraction). Example: `default` (cuDNN fused
@@ -49,6 +50,9 @@ class KernelRate(BaseModel):
 
     min_compute_capability: float = Field(ge=0)
     max_compute_capability: float = Field(ge=0)
+    # the operands' dtype: the 16-bit kernel (bf16, also fp16), or the FP8 kernel --fp8-attention runs with per-tensor
+    # (fp8) or MXFP8 block (mxfp8) scales (precision.toml fp8_attention_kernel); its share is still of the 16-bit peak
+    dtype: Literal["bf16", "fp8", "mxfp8"] = "bf16"
     fraction_of_peak: float = Field(gt=0, le=1)
     by_seq_len: tuple[SeqLenShare, ...] = ()
     kind: Literal["published", "derived", "estimate", "calibrated"]
@@ -64,8 +68,8 @@ class KernelRate(BaseModel):
             raise ValueError("fraction_of_peak must be one of the by_seq_len points (the benchmark's reference)")
         return self
 
-    def covers(self, compute_capability: float) -> bool:
-        return self.min_compute_capability <= compute_capability <= self.max_compute_capability
+    def covers(self, compute_capability: float, dtype: str = "bf16") -> bool:
+        return self.dtype == dtype and self.min_compute_capability <= compute_capability <= self.max_compute_capability
 
     def share_at(self, seq_len: Any = None) -> Any:
         """The share at a kernel call of `seq_len` tokens (a number or an array of them): linear in
@@ -88,12 +92,14 @@ class AttentionKernel(BaseModel):
     source: str = Field(min_length=10)
     rate: tuple[KernelRate, ...] = ()
 
-    def fraction_of_peak(self, compute_capability: Optional[float], seq_len: Any = None) -> Any:
-        """The kernel's share of the datasheet peak on this architecture at a kernel call of `seq_len` tokens
-        (`KernelRate.share_at`; None: the rate's reference value), or None (the large-GEMM rate)."""
+    def fraction_of_peak(self, compute_capability: Optional[float], seq_len: Any = None, dtype: str = "bf16") -> Any:
+        """The kernel's share of the 16-bit datasheet peak on this architecture at a kernel call of `seq_len`
+        tokens (`KernelRate.share_at`; None: the rate's reference value) with `dtype` operands (bf16, or the FP8
+        kernels fp8 / mxfp8), or None (16-bit: the large-GEMM rate; FP8: no published rate, refused when the
+        run is resolved)."""
         if compute_capability is None:
             return None
-        return next((r.share_at(seq_len) for r in self.rate if r.covers(compute_capability)), None)
+        return next((r.share_at(seq_len) for r in self.rate if r.covers(compute_capability, dtype)), None)
 
 
 @functools.lru_cache(maxsize=1)

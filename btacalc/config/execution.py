@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal, Optional
 
 from ..errors import BtacalcError
 from ..memo import Memo, plain_key
-from .precision import DEFAULT_PRECISION, Recipe, check_precision, recipe
+from .precision import DEFAULT_PRECISION, Recipe, check_fp8_attention, check_precision, recipe
 from .attention_kernels import DEFAULT_ATTENTION_KERNEL, attention_kernel
 from .cuda_graphs import check_scopes
 from ..vocabulary import parse_recompute
@@ -123,9 +123,16 @@ class RunOptions:
     precision: str = DEFAULT_PRECISION
     # Megatron --fp8-param-gather / --fp4-param-gather: parameters kept and all-gathered in the low precision
     low_precision_param_gather: bool = False
+    # Megatron --fp8-dot-product-attention (TE fp8_dpa): the fused attention core in FP8 (precision.toml
+    # fp8_attention_kernel; its rate in attention_kernels.toml, its casts in model/gpu/costs.py)
+    fp8_attention: bool = False
     # NVFP4: TransformerEngine writes an activation's rowwise and random-Hadamard-transformed columnwise copies in one
     # kernel (TE >= 2.14, the pinned TE); False: one kernel per copy (TE 2.8-2.13; precision.toml rht_cast_fusion_since_te)
     rht_cast_fusion: bool = True
+    # Megatron's gradient accumulation fusion (its default with TransformerEngine): each weight-gradient GEMM accumulates
+    # into the fp32 main gradient; False (--no-gradient-accumulation-fusion): the GEMM writes a 16-bit gradient that a
+    # separate kernel adds to the main gradient, once per parameter and micro-batch (gpu/fixed.py wgrad_accumulate_s)
+    gradient_accumulation_fusion: bool = True
     # Megatron --cpu-offloading --cpu-offloading-num-layers N: the activations of the first N decoder layers
     # wait for their backward in host memory (ACTIVATION_OFFLOAD; 0: none)
     cpu_offload_layers: int = 0
@@ -159,6 +166,7 @@ class RunOptions:
             "main_grads": "fp32" if self.gradient_bytes == 4 else "param",
             "moments": "bf16" if self.moment_bytes == 2 else "fp32",
             "routing_weights": self.routing_weights,
+            "fp8_attention": self.fp8_attention,
         }
 
 
@@ -488,7 +496,9 @@ class ExecutionRequest:
     stage_split: StageSplit = field(default_factory=StageSplit)  # first/last stage layers, layout, account-for
     precision: Optional[str] = None  # None: bf16 (REASONS)
     fp8_param_gather: bool = False  # Megatron --fp8-param-gather (--fp4-param-gather under nvfp4)
+    fp8_attention: bool = False  # Megatron --fp8-dot-product-attention (RunOptions.fp8_attention)
     rht_cast_fusion: bool = True  # NVFP4's rowwise and RHT columnwise casts in one kernel (RunOptions.rht_cast_fusion)
+    gradient_accumulation_fusion: bool = True  # RunOptions.gradient_accumulation_fusion
     cpu_offload_layers: int = 0  # Megatron --cpu-offloading-num-layers (RunOptions.cpu_offload_layers)
     moment_bytes: Optional[int] = None  # None: 4 (fp32 Adam moments); 2: bf16 (RunOptions.moment_bytes)
 
@@ -567,12 +577,16 @@ def _resolve(request: ExecutionRequest, model: "ModelSpec", profile: "HardwarePr
         precision=(chosen.pick("precision", request.precision, DEFAULT_PRECISION, REASONS["precision"]) if gpu
                    else request.precision or DEFAULT_PRECISION),
         low_precision_param_gather=request.fp8_param_gather,
+        fp8_attention=request.fp8_attention,
         rht_cast_fusion=request.rht_cast_fusion,
+        gradient_accumulation_fusion=request.gradient_accumulation_fusion,
         cpu_offload_layers=request.cpu_offload_layers,
         moment_bytes=4 if request.moment_bytes is None else request.moment_bytes,
         routing_weights=_routing_weights(model, gpu, chosen),
     )
     check_precision(run.precision, profile, run.low_precision_param_gather)
+    if run.fp8_attention:
+        _check_fp8_attention(run, profile)
     _check_run(run, model)
     layout = _resolve_layout(request, model, profile, chosen)
     check_activation_offload(run, model, layout, gpu)
@@ -610,6 +624,17 @@ def _runnable_overlaps(layout: Layout, recompute: str, chosen: _Defaults) -> Lay
         return layout
     chosen.reasons["overlap_all_to_all"] = why
     return replace(layout, overlap=replace(layout.overlap, all_to_all=False))
+
+
+def _check_fp8_attention(run: RunOptions, profile: "HardwareProfile") -> None:
+    """--fp8-attention needs a recipe with FP8 fused attention on this architecture (config.precision) and a rate
+    of the run's attention kernel for that FP8 kernel (attention_kernels.toml: no published rate, no plan)."""
+    r = check_fp8_attention(run.precision, profile, run.attention)
+    chip = profile.chip
+    cc = chip.compute_capability.value if chip.compute_capability else None
+    if attention_kernel(run.attention_kernel).fraction_of_peak(cc, None, r.fp8_attention_kernel) is None:
+        raise BtacalcError(f"{{fp8_attention}}: no published rate of the {{attention_kernel}} {run.attention_kernel}'s "
+                           f"{r.fp8_attention_kernel} kernel on {profile.name} (btacalc/data/attention_kernels.toml)")
 
 
 def _routing_weights(model: "ModelSpec", gpu: bool, chosen: _Defaults) -> Literal["combine", "experts"]:

@@ -470,7 +470,12 @@ def _dec_cuda_graphs(get: Get) -> Fields:
 
 
 def _enc_attention(f: Fields) -> Args:
-    return {"attention_backend": "flash" if f["run.attention"] == "flash" else "unfused"}
+    """FlashAttention-style fused attention as --attention-backend flash, or fused (cuDNN, TransformerEngine's
+    FusedAttention) under FP8 attention: TE runs FP8 attention only there (TE @ d0067d0 common/recipe/__init__.py
+    L222-227), and Megatron's flash backend turns it off (language_module.py L134-135 NVTE_FUSED_ATTN=0)."""
+    if f["run.attention"] != "flash":
+        return {"attention_backend": "unfused"}
+    return {"attention_backend": "fused" if f.get("run.fp8_attention") else "flash"}
 
 
 def _dec_attention(get: Get) -> Fields:
@@ -547,6 +552,19 @@ def _dec_param_gather(get: Get) -> Fields:
     return {"run.fp8_param_gather": _bool(get("fp8_param_gather")) or _bool(get("fp4_param_gather"))}
 
 
+def _enc_fp8_attention(f: Fields) -> Args:
+    """FP8 attention sets TransformerConfig.fp8_dot_product_attention (Megatron-LM @ d98e8a64 transformer_config.py
+    L640, passed to TransformerEngine's recipe as fp8_dpa: transformer_engine.py L3350, fp8_utils.py L779/L787,
+    fp4_utils.py L225), which has no command-line flag (arguments.py L2332-2334, 'no CLI argument exists for
+    these'): no destination; the launch's notes and the Bridge overrides say it (output/megatron.py)."""
+    return {}
+
+
+def _dec_fp8_attention(get: Get) -> Fields:
+    """Read from Megatron-Bridge's mixed_precision.fp8_dot_product_attention (`from_bridge`; no flag sets it)."""
+    return {"run.fp8_attention": _bool(get(FP8_ATTENTION_DEST))}
+
+
 def _enc_offload(f: Fields) -> Args:
     """--cpu-offloading-num-layers N: the first N layers' activations in host memory (Megatron-LM turns
     cpu_offloading on when N > 0: arguments.py L1950-1951; config.execution.ACTIVATION_OFFLOAD)."""
@@ -598,6 +616,16 @@ def _dec_stages(get: Get) -> Fields:
             "layout.pipeline_layout": get("pipeline_model_parallel_layout")}
 
 
+def _enc_wgrad_fusion(f: Fields) -> Args:
+    """--no-gradient-accumulation-fusion when the plan turns the fusion off; Megatron's default (on:
+    megatron_flags.tsv, the flag stores False) is left unsaid."""
+    return {"gradient_accumulation_fusion": False} if f.get("run.gradient_accumulation_fusion") is False else {}
+
+
+def _dec_wgrad_fusion(get: Get) -> Fields:
+    return {"run.gradient_accumulation_fusion": _bool(get("gradient_accumulation_fusion"))}
+
+
 MODEL_ROWS: tuple[Row, ...] = (
     same("model.num_layers", "num_layers"),
     same("model.hidden_size", "hidden_size"),
@@ -636,10 +664,12 @@ RUN_ROWS: tuple[Row, ...] = (
     Row("precision", _enc_precision, _dec_precision),
     Row("low precision", _enc_low_precision, _dec_low_precision),
     Row("low-precision parameter gather", _enc_param_gather, _dec_param_gather),
+    Row("FP8 attention", _enc_fp8_attention, _dec_fp8_attention),
     Row("activation offloading", _enc_offload, _dec_offload),
     Row("optimizer moments", _enc_moments, _dec_moments),
     Row("dispatcher", _enc_dispatcher, _dec_dispatcher),
     Row("cuda graphs", _enc_cuda_graphs, _dec_cuda_graphs),
+    Row("gradient accumulation fusion", _enc_wgrad_fusion, _dec_wgrad_fusion),
     switch("overlap.grad_reduce", "overlap_grad_reduce"),
     switch("overlap.param_gather", "overlap_param_gather"),
     switch("overlap.tp_comm", "tp_comm_overlap"),
@@ -780,6 +810,12 @@ BRIDGE_PRECISION = {"bf16": "bf16_mixed", "fp8": "bf16_with_fp8_delayed_scaling_
                     "nvfp4": "bf16_with_nvfp4_mixed"}
 
 
+# TransformerConfig.fp8_dot_product_attention: set by Megatron-Bridge's mixed-precision config (Megatron-Bridge @
+# 067f987d src/megatron/bridge/training/mixed_precision.py L58; perf_recipes/qwen/common.py L55 @ 51885cf1), no flag
+FP8_ATTENTION_DEST = "fp8_dot_product_attention"
+FP8_ATTENTION_BRIDGE_KEY = "mixed_precision.fp8_dot_product_attention"
+
+
 def bridge_key(dest: str) -> Optional[str]:
     if dest in BRIDGE_SKIP:
         return None
@@ -820,7 +856,9 @@ def from_bridge(overrides: Mapping[str, Any]) -> tuple[Args, list[str]]:
     for key, value in overrides.items():
         if key == "model.cpu_offloading":
             continue  # implied by model.cpu_offloading_num_layers, as Megatron-LM derives it (to_bridge)
-        if key in back:
+        if key == FP8_ATTENTION_BRIDGE_KEY:
+            args[FP8_ATTENTION_DEST] = value
+        elif key in back:
             dest, convert = back[key]
             args[dest] = convert(value)
         elif key.startswith("model.") and key[6:] in known:

@@ -38,7 +38,7 @@ IGNORED: tuple[tuple[str, str], ...] = (
     (r"(nccl_ub|fsdp_double_buffer|fsdp_manual_registration)",
      "Megatron-FSDP buffer registration: btacalc's FSDP gathers one layer's weights at a time, in the same bytes"),
     (r"(masked_softmax_fusion|bias_.*_fusion|"
-     r"gradient_accumulation_fusion|apply_rope_fusion|moe_grouped_gemm|moe_permute_fusion|persist_layer_norm|"
+     r"apply_rope_fusion|moe_grouped_gemm|moe_permute_fusion|persist_layer_norm|"
      r"transformer_impl|use_flash_attn)",
      "kernel choice: the same FLOPs and stored tensors (btacalc's device efficiency covers kernels)"),
     (r"(rotary_.*|add_position_embedding|layernorm_zero_centered_gamma|norm_epsilon|"
@@ -282,6 +282,8 @@ def _guarded_request_fields(f: Fields) -> dict[str, Any]:
     if f.get("run.precision") is not None:
         out["precision"] = f["run.precision"]
     out["fp8_param_gather"] = bool(f.get("run.fp8_param_gather"))
+    out["fp8_attention"] = bool(f.get("run.fp8_attention"))
     out["cpu_offload_layers"] = f.get("run.cpu_offload_layers", 0)
     out["moment_bytes"] = f.get("run.moment_bytes", 4)
+    out["gradient_accumulation_fusion"] = f.get("run.gradient_accumulation_fusion", True)
     return out

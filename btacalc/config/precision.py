@@ -61,6 +61,14 @@ class Recipe(BaseModel):
     # in one kernel (precision.toml); "": the recipe applies no Hadamard transform
     rht_cast_fusion_since_te: str = ""
     rht_cast_fusion_source: str = ""  # the TE code that says which versions fuse the two casts
+    # --fp8-attention (precision.toml): the cuDNN FP8 attention kernel TE runs under the recipe ("": none, refused),
+    # the oldest architecture it runs on, the quantised copies of Q, K, V and dO, and whether O and dQ, dK, dV come
+    # out in FP8 (TE then dequantizes them)
+    fp8_attention_kernel: Literal["", "fp8", "mxfp8"] = ""
+    fp8_attention_min_compute_capability: float = Field(0.0, ge=0)
+    fp8_attention_copies: int = Field(0, ge=0, le=2)
+    fp8_attention_fp8_outputs: bool = False
+    fp8_attention_source: str = ""
     source: str = Field(min_length=3)
     note: str = ""
 
@@ -140,4 +148,25 @@ def check_precision(name: str, profile: "HardwareProfile", param_gather: bool) -
     if param_gather and not r.param_gather_flag:
         raise BtacalcError(f"{{fp8_param_gather}} keeps the parameters in FP8/FP4 and needs a low {{precision}} "
                            f"(fp8, fp8-current, fp8-blockwise, mxfp8, nvfp4), got {name}")
+    return r
+
+
+def check_fp8_attention(name: str, profile: "HardwareProfile", attention: str) -> Recipe:
+    """The recipe `name` after checking that TransformerEngine runs FP8 fused attention under it on `profile`
+    (precision.toml fp8_attention_*) with FlashAttention-style fused attention (FP8 DPA runs only in TE's
+    FusedAttention backend: TE @ d0067d0 common/recipe/__init__.py L222-227); one-line errors."""
+    r = recipe(name)
+    if not r.fp8_attention_kernel:
+        able = ", ".join(n for n, x in recipes().items() if x.fp8_attention_kernel)
+        raise BtacalcError(f"{{fp8_attention}} runs the attention core in FP8 and needs a {{precision}} whose "
+                           f"TransformerEngine recipe has FP8 fused attention ({able}), got {name}")
+    chip = profile.chip
+    cc = chip.compute_capability.value if chip.compute_capability else 0.0
+    if cc < r.fp8_attention_min_compute_capability:
+        raise BtacalcError(f"{{fp8_attention}} under {name}: TransformerEngine's FP8 fused attention with this recipe "
+                           f"needs compute capability {r.fp8_attention_min_compute_capability:g} or later; "
+                           f"{profile.name} has {cc:g}")
+    if attention != "flash":
+        raise BtacalcError("{fp8_attention} runs TransformerEngine's fused attention kernel: it needs "
+                           "{attention} flash")
     return r

@@ -290,13 +290,19 @@ class PointMemory:
         if not point.size:
             return np.zeros(0, dtype=bool)
         fit = self._memory(point).fits(tiles.astype(float), tile_batch.astype(float))
-        return np.broadcast_to(np.asarray(fit, dtype=bool), point.shape)
+        return _as_points(np.asarray(fit, dtype=bool), point.shape)
 
     def total(self, point: np.ndarray, tiles: np.ndarray, tile_batch: np.ndarray, kept: bool = False) -> np.ndarray:
         """Bytes on the wafer of each shape; `kept`: as if no activation left it (MemoryModel.total_kept)."""
         mem = self._memory(point)
         total = (mem.total_kept if kept else mem.total)(tiles.astype(float), tile_batch.astype(float))
-        return np.broadcast_to(np.asarray(total, dtype=float), point.shape)
+        return _as_points(np.asarray(total, dtype=float), point.shape)
+
+
+def _as_points(values: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """`values` over the probed shapes: itself when it has their shape already (every probe of a layout that
+    is not an array of points; np.broadcast_to's Python wrapper costs a few µs), else broadcast (read only)."""
+    return values if values.shape == shape else np.broadcast_to(values, shape)
 
 
 @dataclass
@@ -526,7 +532,7 @@ def _timed(memory: PointMemory, cand: Candidates) -> tuple[np.ndarray, np.ndarra
     for c in _chunks(cand.point.size):
         profiling.count("step-time passes")
         st = step_time(memory.at(cand.point[c]), cand.tiles[c].astype(float), cand.tile_batch[c].astype(float),
-                       micro_batches=cand.micro_batches[c].astype(float))
+                       micro_batches=cand.micro_batches[c].astype(float), report=False)
         tps[c], step[c] = st.tokens_per_s, st.step_time_s
     return tps, step
 
@@ -707,16 +713,30 @@ def _constraints(memory: PointMemory, limits: PointLimits, cand: Candidates,
     fits = memory.fits(np.concatenate([p, p]), np.concatenate([next_g, g]), np.concatenate([next_b, b + 1]))
     grows, wider = fits[:p.size], fits[p.size:]
     given = {n: limits.given(n) for n in ("global_batch", "tiles", "tile_batch")}
-    bind = np.select([np.full(p.size, given["global_batch"]), np.full(p.size, given["tiles"] and given["tile_batch"]),
-                      (cap_n >= 0) & (next_g * next_b > cap_n), grow_b & (cap_b >= 0) & (next_b > cap_b), grows],
-                     ["global_batch", "tiles", "max_global_batch", "max_tile_batch", "throughput"], "memory")
-    wide = np.select([g == 1, np.full(p.size, given["tile_batch"]), np.full(p.size, given["tiles"]),
-                      (cap_b >= 0) & (b + 1 > cap_b), wider],
-                     ["none", "tile_batch", "tiles", "max_tile_batch", "throughput"], "memory")
+    bind = _select([np.full(p.size, given["global_batch"]), np.full(p.size, given["tiles"] and given["tile_batch"]),
+                    (cap_n >= 0) & (next_g * next_b > cap_n), grow_b & (cap_b >= 0) & (next_b > cap_b), grows],
+                   ["global_batch", "tiles", "max_global_batch", "max_tile_batch", "throughput"], "memory")
+    wide = _select([g == 1, np.full(p.size, given["tile_batch"]), np.full(p.size, given["tiles"]),
+                    (cap_b >= 0) & (b + 1 > cap_b), wider],
+                   ["none", "tile_batch", "tiles", "max_tile_batch", "throughput"], "memory")
     for values, out in ((bind, binding), (wide, tile)):
-        for q, v in zip(p.tolist(), values.tolist()):
+        for q, v in zip(p.tolist(), values):
             out[q] = v
     return binding, tile
+
+
+# Up to this many points the constraints' names are chosen in Python (np.select over strings costs ~30 µs a call)
+_SELECT_IN_PYTHON = 64
+
+
+def _select(conditions: list[np.ndarray], choices: list[str], default: str) -> list[str]:
+    """`np.select(conditions, choices, default).tolist()`: per element, the choice of the first true condition,
+    else `default` (1-D conditions of one length)."""
+    size = conditions[0].size
+    if size > _SELECT_IN_PYTHON:
+        return np.select(conditions, choices, default).tolist()
+    flags = [(c if np.shape(c) == (size,) else np.broadcast_to(c, (size,))).tolist() for c in conditions]
+    return [next((choice for flag, choice in zip(flags, choices) if flag[i]), default) for i in range(size)]
 
 
 def solve(mem: MemoryModel, limits: BatchLimits, objective: Optional[str] = None) -> Solution:

@@ -92,11 +92,12 @@ def _phase_times(problem: Problem, ev: Evaluation) -> _PhaseTimes:
 
 
 def step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Evaluation] = None,
-              micro_batches: Any = None) -> StepTime:
+              micro_batches: Any = None, report: bool = True) -> StepTime:
     """Step time of `micro_batches` (default the layout's) micro-batches of `tiles` tiles of
-    `tile_batch` sequences on every device (ints or arrays)."""
+    `tile_batch` sequences on every device (ints or arrays). `report` false: a GPU problem's per-phase,
+    per-GEMM and collective rows may be left out (`gpu_step_time`); the times are the same."""
     if problem.hardware.family == "gpu":  # Megatron layouts: btacalc.model.gpu.timing
-        return gpu_step_time(problem, tiles, tile_batch, ev, micro_batches)
+        return gpu_step_time(problem, tiles, tile_batch, ev, micro_batches, report)
     run, model, layout = problem.run, problem.model, problem.layout
     ev = ev if ev is not None else problem.evaluate(tiles, tile_batch)
     times = _phase_times(problem, ev)

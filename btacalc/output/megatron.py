@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..config.megatron_codec import BRIDGE_PIN, encode, model_fields, render_flags, to_bridge
+from ..config.megatron_codec import BRIDGE_PIN, FP8_ATTENTION_BRIDGE_KEY, encode, model_fields, render_flags, to_bridge
 from ..config.megatron_launch import MEGATRON_LM_PIN
 from ..config.megatron_rules import describe, violations
 from ..config.model import ModelSpec
@@ -46,8 +46,10 @@ def run_fields(r: PlanReport, spec: ModelSpec) -> dict[str, Any]:
         fields[f"overlap.{key}"] = bool(par.overlaps.get(key))
     fields["run.precision"] = r.inputs.precision
     fields["run.fp8_param_gather"] = r.inputs.fp8_param_gather
+    fields["run.fp8_attention"] = r.inputs.fp8_attention
     fields["run.cpu_offload_layers"] = r.inputs.cpu_offload_layers
     fields["run.moment_bytes"] = r.inputs.moment_bytes
+    fields["run.gradient_accumulation_fusion"] = r.inputs.gradient_accumulation_fusion
     for key in ("first_stage_layers", "last_stage_layers", "pipeline_layout"):
         fields[f"layout.{key}"] = getattr(par, key)
     if fields["overlap.all_to_all"] and not (moe and par.expert_parallel > 1):
@@ -100,6 +102,10 @@ def _notes(r: PlanReport, spec: ModelSpec, args: dict[str, Any]) -> list[str]:
         notes.append("Megatron's --disable-bias-linear removes every linear bias; the model has some")
     if spec.router_renormalize is False:
         notes.append("the router does not renormalise its top-k weights: Megatron has no flag for that")
+    if r.inputs.fp8_attention:
+        notes.append("FP8 attention: set TransformerConfig.fp8_dot_product_attention = True (TransformerEngine's "
+                     "fp8_dpa); Megatron-LM has no flag for it (arguments.py:2332-2334), Megatron-Bridge sets "
+                     f"{FP8_ATTENTION_BRIDGE_KEY}")
     return notes
 
 
@@ -123,6 +129,8 @@ def bridge_overrides(r: PlanReport, spec: ModelSpec) -> str:
             f"# keys: {BRIDGE_PIN} (src/megatron/bridge/training/config.py, comm_overlap.py, models/gpt_provider.py)",
             *(f"# {n}" for n in notes[1:]), *(f"# environment: {k}={v}" for k, v in env.items())]
     body = [f"{key}={_bridge_value(value)}" for key, value in to_bridge(args).items()]
+    if r.inputs.fp8_attention:
+        body.append(f"{FP8_ATTENTION_BRIDGE_KEY}=True")
     return "\n".join(head + body) + "\n"
 
 

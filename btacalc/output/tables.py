@@ -144,7 +144,9 @@ def _header(r: PlanReport) -> Table:
         t.add_row("parallelism", _layout_text(r))
     marks = lambda key: " [dim](default)[/dim]" if key in i.defaults else ""  # noqa: E731
     t.add_row("inputs", f"seq {i.seq_len}{marks('seq_len')}, recompute {i.recompute}{marks('recompute')}, "
-                        f"attention {i.attention}{marks('attention')}, loss {i.loss}{marks('loss')}, "
+                        f"attention {i.attention}{marks('attention')}"
+                        + (" in FP8 (--fp8-attention)" if i.fp8_attention else "")
+                        + f", loss {i.loss}{marks('loss')}, "
                         f"{'causal' if i.causal else 'full s²'} attention FLOPs, {i.accounting} accounting, "
                         f"{i.optimizer}{' (bf16 moments)' if i.moment_bytes == 2 else ''}, "
                         f"{i.bytes_per_element}-byte elements"

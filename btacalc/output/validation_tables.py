@@ -56,6 +56,8 @@ def measured_table(report: MeasuredReport) -> Group:
         note = r.reason if not r.expressible else (f"known gap: {r.known_gap}" if r.known_gap else "")
         if r.defaulted:
             note = "; ".join(x for x in (note, "defaults: " + ", ".join(sorted(r.defaulted))) if x)
+        if r.not_timed:
+            note = "; ".join(x for x in (note, "not timed: " + ", ".join(sorted(r.not_timed))) if x)
         mem_pred, mem_meas = _memory_pair(r)
         t.add_row(escape(r.id), r.role, r.family, "-" if pred is None else f"{pred:,.0f}", "-" if meas is None else f"{meas:,.0f}",
                   _pct(r.error), mem_pred, mem_meas, _pct(r.memory_error), escape(note))

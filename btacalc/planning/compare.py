@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 from ..config.execution import ExecutionRequest
 from ..config.hardware import HardwareProfile
 from ..config.model import ModelSpec
-from ..config.precision import check_precision
+from ..config.precision import check_fp8_attention, check_precision
 from ..errors import BtacalcError
 from .cluster import MAX_DEVICES, min_devices
 from .plan import make_plan, plan_problem
@@ -152,6 +152,8 @@ def compare(model: ModelSpec, profiles: Sequence[HardwareProfile], devices: Opti
         if precision is not None:
             try:
                 check_precision(precision, profile, request.fp8_param_gather)
+                if request.fp8_attention:
+                    check_fp8_attention(precision, profile, request.attention or profile.defaults.attention)
             except BtacalcError as exc:
                 skipped.append(f"{profile.name} {precision}: {exc}")
                 continue

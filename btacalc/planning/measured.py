@@ -134,12 +134,19 @@ class Recipe(BaseModel):
                                                 "trained with where it is not the model's (NeMo 1.0 recipes that train "
                                                 "with the GPT-2 BPE tokenizer: 50,257); btacalc pads it as Megatron "
                                                 "does, to a multiple of 128 x TP (model/problem.py padded_vocab)")
-    deterministic_mode: bool = Field(False, description="--deterministic-mode (Megatron-LM megatron/training/"
-                                     "determinism.py: NCCL_ALGO Ring, TransformerEngine's deterministic attention "
-                                     "backward, torch.use_deterministic_algorithms); not modelled")
+    deterministic_mode: bool = Field(False, description="--deterministic-mode (Megatron-LM @ d98e8a64 megatron/"
+                                     "training/determinism.py: NCCL_ALGO Ring, NVTE_ALLOW_NONDETERMINISTIC_ALGO 0, "
+                                     "CUBLAS_WORKSPACE_CONFIG, torch.use_deterministic_algorithms): expressed with the "
+                                     "parts btacalc does not time stated in the run's notes (DETERMINISTIC_UNMODELLED)")
+    gradient_accumulation_fusion: Optional[bool] = Field(None, description="false: --no-gradient-accumulation-fusion "
+                                                         "(a separate main-gradient add per parameter and micro-batch, "
+                                                         "gpu/fixed.py); default: Megatron's fused accumulation")
+    layernorm_sm_margin: Optional[int] = Field(None, ge=0, description="NVTE_FWD_LAYERNORM_SM_MARGIN / "
+                                               "NVTE_BWD_LAYERNORM_SM_MARGIN: SMs TransformerEngine's LayerNorm kernels "
+                                               "leave free; not timed (LAYERNORM_SM_MARGIN_UNMODELLED)")
     fp8_dot_product_attention: bool = Field(False, description="Megatron-Bridge's mixed_precision."
-                                            "fp8_dot_product_attention (TransformerEngine's FP8 fused attention: "
-                                            "the attention core's GEMMs in FP8); not modelled")
+                                            "fp8_dot_product_attention (TransformerEngine's FP8 fused attention, "
+                                            "fp8_dpa): planned with --fp8-attention")
     transformer_engine: Optional[str] = Field(None, description="the TransformerEngine release the run used (e.g. "
                                               "2.8.0+7cde9a33): under NVFP4 it decides whether an activation's two "
                                               "casts are one kernel (precision.toml rht_cast_fusion_since_te); "
@@ -150,12 +157,6 @@ class Recipe(BaseModel):
         """Why btacalc cannot express this recipe, or "" when it can."""
         if self.moe_token_dispatcher_type == "allgather":
             return "--moe-token-dispatcher-type allgather is not modelled (btacalc models the all-to-all dispatcher)"
-        if self.deterministic_mode:
-            return ("--deterministic-mode is not modelled (NCCL Ring only, TransformerEngine's deterministic attention "
-                    "backward, deterministic PyTorch kernels: btacalc times the default, faster kernels)")
-        if self.fp8_dot_product_attention:
-            return ("fp8_dot_product_attention is not modelled (TransformerEngine's FP8 fused attention: btacalc "
-                    "times the attention core at its 16-bit kernel's rate)")
         return ""
 
     def loss(self) -> str:
@@ -272,6 +273,8 @@ class RunResult(BaseModel):
     known_gap: str = ""
     defaulted: dict[str, str] = Field(default_factory=dict, description="what the run's plan took by default "
                                       "because neither the run nor its recipe states it, and why")
+    not_timed: dict[str, str] = Field(default_factory=dict, description="what the run's recipe sets that btacalc "
+                                      "expresses but does not time (recipe field -> what and why)")
     carried: dict[str, Any] = Field(default_factory=dict, description="other keys of the run, carried through")
 
 
@@ -356,6 +359,29 @@ MEGATRON_RUN_DEFAULTS: dict[str, tuple[Any, str]] = {
 }
 
 
+# What a --deterministic-mode run does that btacalc does not time (Megatron-LM @ d98e8a64 megatron/training/
+# determinism.py L25-31 sets the environment, L158 torch.use_deterministic_algorithms(True)); said in the run's notes.
+# NCCL_ALGO=Ring is how btacalc times every collective already (gpu/collectives.py: ring bus factors), so it costs
+# nothing here. Its --no-gradient-accumulation-fusion is a recipe field of its own (gradient_accumulation_fusion).
+DETERMINISTIC_UNMODELLED = (
+    "--deterministic-mode: NCCL_ALGO=Ring is timed (btacalc's collectives are rings); not timed: "
+    "NVTE_ALLOW_NONDETERMINISTIC_ALGO=0, TransformerEngine's deterministic attention backward (TransformerEngine @ "
+    "d0067d0d transformer_engine/pytorch/attention/dot_product_attention/utils.py L1504-1567: cuDNN FusedAttention "
+    "stays on sm90 and later, FlashAttention 2 >= 2.4.1 on sm80; no published cost of cuDNN's deterministic "
+    "backward; FlashAttention 3's on an H100 at head dim 128, causal, 8,192 tokens is 1.21x its non-deterministic "
+    "backward, Dao-AILab/flash-attention PR 1893), torch.use_deterministic_algorithms (the word embedding's "
+    "backward is PyTorch's sort-based kernel either way above 3,072 indices, pytorch/pytorch @ 1c94016e "
+    "aten/src/ATen/native/cuda/Embedding.cu embedding_dense_backward_cuda; the vocab-parallel cross-entropy's "
+    "index_put: one sort of the micro-batch's token indices, microseconds) and "
+    "CUBLAS_WORKSPACE_CONFIG=:4096:8 (a smaller cuBLAS workspace)")
+
+LAYERNORM_SM_MARGIN_UNMODELLED = (
+    "NVTE_FWD/BWD_LAYERNORM_SM_MARGIN {n}: TransformerEngine launches its LayerNorm kernels on SMs - {n} SMs "
+    "(TransformerEngine @ d0067d0d transformer_engine/pytorch/csrc/extensions/normalization.cpp L41, L54, L178), "
+    "leaving them to overlapped communication; not timed: the norms are bandwidth-bound, so they slow by at most "
+    "SMs / (SMs - {n}) (docs/runs.md)")
+
+
 # An MoE run that does not name its dispatcher: what btacalc assumes, said in the run's defaults.
 DISPATCHER_DEFAULT = ("alltoall: btacalc models the expert-parallel all-to-all exchange; Megatron-LM's own default "
                       f"--moe-token-dispatcher-type is allgather ({MEGATRON} "
@@ -401,6 +427,8 @@ def express(run: MeasuredRun, family: str = "gpu") -> tuple[Optional[ExecutionRe
             changes["causal"] = recipe.causal
         if recipe.attention_kernel is not None:
             changes["attention_kernel"] = recipe.attention_kernel
+        if recipe.fp8_dot_product_attention:
+            changes["fp8_attention"] = True
         if recipe.mtp_num_layers is not None:
             changes["multi_token_prediction"] = recipe.mtp_num_layers > 0
         if recipe.cross_entropy_loss_fusion is not None and family == "gpu":
@@ -411,6 +439,8 @@ def express(run: MeasuredRun, family: str = "gpu") -> tuple[Optional[ExecutionRe
             changes["moment_bytes"] = 2 if recipe.exp_avg_dtype == "bf16" else 4
         if recipe.transformer_engine is not None:
             changes["rht_cast_fusion"] = precision_recipe(run.precision).rht_cast_fused_in(recipe.transformer_engine)
+        if recipe.gradient_accumulation_fusion is not None:
+            changes["gradient_accumulation_fusion"] = recipe.gradient_accumulation_fusion
         if recipe.cpu_offloading_num_layers:
             changes["cpu_offload_layers"] = recipe.cpu_offloading_num_layers
         if recipe.pipeline_layout is not None or recipe.account_for_embedding or recipe.account_for_loss:
@@ -461,6 +491,20 @@ def _express_megatron(run: MeasuredRun) -> tuple[Optional[ExecutionRequest], str
     return req, ""
 
 
+def recipe_unmodelled_notes(run: MeasuredRun) -> dict[str, str]:
+    """What a run's recipe asks for that btacalc expresses but does not time, keyed by the recipe field (`validate`
+    lists the keys in the run's note, the texts in its JSON)."""
+    r = run.recipe
+    if r is None:
+        return {}
+    notes = {}
+    if r.deterministic_mode:
+        notes["deterministic_mode"] = DETERMINISTIC_UNMODELLED
+    if r.layernorm_sm_margin:
+        notes["layernorm_sm_margin"] = LAYERNORM_SM_MARGIN_UNMODELLED.format(n=r.layernorm_sm_margin)
+    return notes
+
+
 def predict(run: MeasuredRun, hardware: Callable[[str], HardwareProfile] = resolve_hardware) -> RunResult:
     """`run` predicted; `hardware` resolves the run's device (calibration passes trial profiles)."""
     carried = {k: v for k, v in (run.model_extra or {}).items()}
@@ -492,7 +536,7 @@ def predict(run: MeasuredRun, hardware: Callable[[str], HardwareProfile] = resol
     pred = memory.model_copy(update=dict(tokens_per_s_per_device=th.tokens_per_s / run.devices,
                                          step_time_s=th.step_time_s))
     return RunResult(**base, family=family, expressible=True, predicted=pred, error=_error(pred, run.measured),
-                     memory_error=memory_error, defaulted=defaulted)
+                     memory_error=memory_error, defaulted=defaulted, not_timed=recipe_unmodelled_notes(run))
 
 
 def _memory_prediction(profile: HardwareProfile, report: PlanReport, rank: str) -> RunPrediction:

@@ -131,7 +131,8 @@ def _inputs(problem: Problem) -> Inputs:
         bytes_per_element=run.bytes_per_element, **given, gradient_bytes=run.gradient_bytes,
         routing_imbalance=run.routing_imbalance, objective=ex.objective, defaults=ex.default_reasons,
         precision=run.precision, te_recipe=run.recipe.te_recipe, fp8_param_gather=run.low_precision_param_gather,
-        rht_cast_fusion=run.rht_cast_fusion,
+        fp8_attention=run.fp8_attention,
+        rht_cast_fusion=run.rht_cast_fusion, gradient_accumulation_fusion=run.gradient_accumulation_fusion,
         cpu_offload_layers=run.cpu_offload_layers, moment_bytes=run.moment_bytes, routing_weights=run.routing_weights,
     )
 

@@ -118,9 +118,14 @@ class Inputs(BaseModel):
     precision: str = Field("bf16", description="training precision (btacalc/data/precision.toml)")
     te_recipe: str = Field("", description="the TransformerEngine recipe class of the precision ('' for 16-bit)")
     fp8_param_gather: bool = Field(False, description="parameters kept and all-gathered in the low precision")
+    fp8_attention: bool = Field(False, description="the attention core in TransformerEngine's FP8 fused attention "
+                                "(--fp8-attention; Megatron --fp8-dot-product-attention)")
     rht_cast_fusion: bool = Field(True, description="NVFP4: an activation's rowwise and Hadamard-transformed "
                                   "columnwise copies cast in one kernel (TransformerEngine 2.14 and later); false: one "
                                   "kernel per copy (--no-rht-cast-fusion)")
+    gradient_accumulation_fusion: bool = Field(True, description="weight-gradient GEMMs accumulate into the fp32 main "
+                                               "gradient (Megatron's default); false: a separate add per parameter "
+                                               "and micro-batch (--no-gradient-accumulation-fusion)")
     cpu_offload_layers: int = Field(0, description="decoder layers whose activations wait in host memory "
                                     "(--cpu-offloading-num-layers)")
     moment_bytes: int = Field(4, description="bytes of each Adam moment (2: bf16, the precision-aware optimizer)")

@@ -242,15 +242,45 @@ def all_to_all_time(problem: Problem, volume: Any, calls: Any = 0) -> Any:
     lay = problem.layout
     if lay.devices == 1:
         return 0.0
-    up, out = links(problem)
-    ep, etp = lay.expert_parallel, lay.expert_tensor_parallel
-    k = local_members(ep, etp, lay.devices, lay.devices_per_node)
+    f = _all_to_all_layout(problem)
+    etp = lay.expert_tensor_parallel
     inside, across, forwarded = _all_to_all_bytes(problem, volume)
-    alpha = where(k >= ep, up.latency_s, out.latency_s)
-    a2a = maximum((inside + forwarded) / up.bus_bytes_per_s, across / out.bus_bytes_per_s)
-    a2a = where(ep > 1, calls * alpha + a2a, 0.0)
+    a2a = maximum((inside + forwarded) / f.up_rate, across / f.out_rate)
+    a2a = where(f.ep > 1, calls * f.alpha + a2a, 0.0)
     gather = ring_time(problem, volume * (etp - 1), etp, 1, calls)  # received copies to t_e - 1 peers
     return a2a + gather
+
+
+@dataclass(frozen=True)
+class _AllToAllLayout:
+    """What an expert all-to-all's time takes from the layout alone (`all_to_all_time`, `_all_to_all_bytes`),
+    computed once per layout (kept in `Problem.layout_cache`): the same values each call computed."""
+
+    ep: Any
+    up_rate: float  # scale-up bus bytes/s
+    out_rate: float  # scale-out bus bytes/s
+    alpha: Any  # latency per call: NVLink when the EP group's worst-placed rank has every member in its domain
+    share: Any  # ring_share(EP): the bytes leaving a rank
+    intra: Any  # the share of those sent inside the NVLink domain
+    per_rank: Any  # DeepEP: deduplication per destination rank (1.0 without DeepEP)
+    per_domain: Any  # DeepEP: deduplication per destination domain (1.0 without DeepEP)
+
+
+def _all_to_all_layout(problem: Problem) -> _AllToAllLayout:
+    f = problem.layout_cache.get("all-to-all layout")
+    if f is None:
+        lay = problem.layout
+        up, out = links(problem)
+        ep, etp = lay.expert_parallel, lay.expert_tensor_parallel
+        k = local_members(ep, etp, lay.devices, lay.devices_per_node)
+        deepep = bool(lay.deepep)
+        f = problem.layout_cache["all-to-all layout"] = _AllToAllLayout(
+            ep=ep, up_rate=up.bus_bytes_per_s, out_rate=out.bus_bytes_per_s,
+            alpha=where(k >= ep, up.latency_s, out.latency_s), share=ring_share(ep),
+            intra=where(ep > 1, (k - 1) / where(ep > 1, ep - 1, 1), 1.0),
+            per_rank=deepep_dedup(problem, ep) if deepep else 1.0,
+            per_domain=deepep_dedup(problem, ep / k) if deepep else 1.0)
+    return f
 
 
 def all_to_all_wire_bytes(problem: Problem, volume: Any) -> Any:
@@ -268,16 +298,13 @@ def _all_to_all_bytes(problem: Problem, volume: Any) -> tuple[Any, Any, Any]:
     """(sent inside the NVLink domain, sent across domains, forwarded on NVLink) for one rank's share of an
     all-to-all of `volume` bytes; DeepEP deduplicates per destination rank inside a domain and per domain
     across it, and forwards what arrives over RDMA to the experts' ranks (module docstring)."""
-    lay = problem.layout
-    ep, etp = lay.expert_parallel, lay.expert_tensor_parallel
-    sent = volume * ring_share(ep)
-    k = local_members(ep, etp, lay.devices, lay.devices_per_node)
-    intra = where(ep > 1, (k - 1) / where(ep > 1, ep - 1, 1), 1.0)
-    cross = sent * (1 - intra)
-    if not lay.deepep:
-        return sent * intra, cross, 0.0
-    per_rank = deepep_dedup(problem, ep)  # one copy per destination rank (docstring)
-    return sent * intra * per_rank, cross * deepep_dedup(problem, ep / k), cross * per_rank
+    f = _all_to_all_layout(problem)  # the layout's factors, once per layout
+    sent = volume * f.share
+    cross = sent * (1 - f.intra)
+    if not problem.layout.deepep:
+        return sent * f.intra, cross, 0.0
+    # one copy per destination rank (docstring), one per destination domain across domains
+    return sent * f.intra * f.per_rank, cross * f.per_domain, cross * f.per_rank
 
 
 def pipeline_p2p_time(problem: Problem, volume: Any) -> Any:
@@ -286,14 +313,18 @@ def pipeline_p2p_time(problem: Problem, volume: Any) -> Any:
     lay = problem.layout
     if lay.devices == 1:
         return 0.0
-    up, out = links(problem)
-    pp = lay.pipeline_parallel
-    sends = where(pp > 1, 2 * lay.virtual_pipeline, 0)
-    # point to point: the pipeline group is PP ranks at stride devices/PP; the slowest hop crosses domains
-    # (through one NIC) unless the whole group shares one
-    inside = local_members(pp, maximum(lay.devices // pp, 1), lay.devices, lay.devices_per_node) >= pp
-    link_rate = where(inside, up.bus_bytes_per_s, out.bus_bytes_per_s)
-    return where(pp > 1, sends * where(inside, up.latency_s, out.latency_s) + volume * sends / link_rate, 0.0)
+    hit = problem.layout_cache.get("pipeline link")  # the layout's part, once per layout
+    if hit is None:
+        up, out = links(problem)
+        pp = lay.pipeline_parallel
+        sends = where(pp > 1, 2 * lay.virtual_pipeline, 0)
+        # point to point: the pipeline group is PP ranks at stride devices/PP; the slowest hop crosses domains
+        # (through one NIC) unless the whole group shares one
+        inside = local_members(pp, maximum(lay.devices // pp, 1), lay.devices, lay.devices_per_node) >= pp
+        link_rate = where(inside, up.bus_bytes_per_s, out.bus_bytes_per_s)
+        hit = problem.layout_cache["pipeline link"] = (pp > 1, sends, where(inside, up.latency_s, out.latency_s), link_rate)
+    piped, sends, alpha, link_rate = hit
+    return where(piped, sends * alpha + volume * sends / link_rate, 0.0)
 
 
 def gradient_buckets(problem: Problem, params: Any) -> Any:

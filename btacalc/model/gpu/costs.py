@@ -33,7 +33,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from fractions import Fraction
 from typing import Any, Optional
 
@@ -48,8 +48,9 @@ from ...config.cuda_graphs import captured_counts
 from ..problem import Evaluation, Problem, kind_values
 from ..steptime import compute_efficiency
 from ..arrays import is_array, maximum, where
-from .precision import CastRates, cast_rates, gather_share, phase_cast_s, phase_weight_cast_s
-from .gemm import GemmDevice, gemm_passes
+from .precision import (AttentionCastRates, CastRates, attention_cast_rates, attention_cast_s, cast_rates, gather_share,
+                        phase_cast_s, phase_weight_cast_s)
+from .gemm import GemmDevice, gemm_passes, gemm_passes_of_many
 from ...memo import remembered
 
 # FlashAttention-2's thread blocks cover B_r = B_c = 128 queries and keys for head dimensions up to 128
@@ -102,6 +103,23 @@ class Part:
     compute_post_s: Any = 0.0
 
 
+# Part's fields in order with their defaults (None for the three dicts, which `new_part` makes fresh)
+_PART_DEFAULTS = {f.name: (f.default if f.default is not MISSING else None) for f in fields(Part)}
+_PART_DICTS = tuple(f.name for f in fields(Part) if f.default is MISSING)
+
+
+def new_part(**values: Any) -> Part:
+    """`Part(**values)` without the generated __init__'s 33 assignments (a part is made per stage and part of
+    every evaluation): the same fields, in the same order, the same defaults, fresh dicts."""
+    part = object.__new__(Part)
+    state = part.__dict__
+    state.update(_PART_DEFAULTS)
+    for name in _PART_DICTS:
+        state[name] = {}
+    state.update(values)
+    return part
+
+
 @dataclass(frozen=True)
 class GemmRow:
     """One matmul of a phase as the report shows it: its forward shape and how fast it runs."""
@@ -142,6 +160,7 @@ class _Rates:
     output_bytes: tuple[float, float, float] = (2.0, 2.0, 4.0)
     attention_peak: float = 0.0  # FLOP/s of the fused attention core (`attention_core_peak`)
     attention_wall_rate: bool = False  # the kernel's measured wall-clock rate: no separate HBM-traffic bound
+    attention_cast: Optional[AttentionCastRates] = None  # --fp8-attention: the casts around the FP8 kernel
     stream_hbm: float = 0.0  # B/s a memory-bound phase moves its traffic at: HBM x achievable_bandwidth_fraction
     # every symbol a Python int or float and EP an int: GEMM shapes are then Python arithmetic (`_evaluate_all`)
     python_symbols: bool = False
@@ -186,6 +205,7 @@ def _device_rates(problem: Problem) -> _Rates:
         output_bytes=gemm_output_bytes(problem),
         attention_peak=attention_core_peak(problem, peak),
         attention_wall_rate=attention_kernel_share(problem) is not None,
+        attention_cast=attention_cast_rates(problem),
         stream_hbm=hw.memory.streaming_bandwidth_bytes_per_s(),
         cuda_graph_scope=lay.cuda_graph_scope,
     )
@@ -214,7 +234,14 @@ def attention_kernel_share(problem: Problem) -> Any:
     chip = problem.hardware.chip
     cc = chip.compute_capability.value if chip.compute_capability else None
     kernel_seq = np.maximum(1, np.floor_divide(problem.run.seq_len, problem.layout.context_parallel))
-    return attention_kernel(problem.run.attention_kernel).fraction_of_peak(cc, kernel_seq)
+    return attention_kernel(problem.run.attention_kernel).fraction_of_peak(cc, kernel_seq, attention_dtype(problem))
+
+
+def attention_dtype(problem: Problem) -> str:
+    """The attention core's kernel: the 16-bit one, or under --fp8-attention the recipe's FP8 fused attention
+    (precision.toml fp8_attention_kernel: fp8 with per-tensor scales, mxfp8 with block scales)."""
+    run = problem.run
+    return run.recipe.fp8_attention_kernel if run.fp8_attention else "bf16"
 
 
 def attention_core_peak(problem: Problem, gemm_peak: float) -> float:
@@ -366,30 +393,73 @@ def _phase_gemms(phase: Phase, r: _Rates) -> tuple[Gemm, ...]:
         return gemms
 
 
-def layer_parts(problem: Problem, ev: Evaluation, memory_only: bool = False) -> list[Part]:
+@dataclass(frozen=True)
+class _PhasePlan:
+    """What `_part` reads of a phase that is the same for every batch shape under one layer kind's rates (kept
+    in `_Rates.plans` with them, as `_volume_factors`): its GEMMs under the kind's features (`_phase_gemms`),
+    how many of them a layer module issues (`_module_calls`), whether it runs inside the fused attention
+    core, and its GEMMs' dtype (`_dtype`)."""
+
+    gemms: tuple[Gemm, ...]
+    counts: tuple[str, ...]  # each GEMM's launches per forward pass (an expression)
+    grouped: tuple[bool, ...]  # each GEMM's `grouped`
+    modules: int
+    fused: bool  # phase.core under FlashAttention: timed and counted with the fused kernel (`_fused_core`)
+    dtype: tuple[Any, Optional[GemmDevice], float, float]
+
+
+def _phase_plan(phase: Phase, r: _Rates) -> _PhasePlan:
+    hit = r.plans.get(("phase", phase.name))
+    if hit is not None and hit[0] is phase:
+        return hit[1]
+    gemms = _phase_gemms(phase, r)
+    plan = _PhasePlan(gemms, tuple([g.count for g in gemms]), tuple([g.grouped for g in gemms]),
+                      len([g for g in gemms if g.module]), bool(phase.core and r.flash), _dtype(phase, r))
+    r.plans[("phase", phase.name)] = (phase, plan)
+    return plan
+
+
+def layer_parts(problem: Problem, ev: Evaluation, memory_only: bool = False, report: bool = True) -> list[Part]:
     """One decoder layer of each layer kind (in `ev.layers` order); with `memory_only`, only the bytes
-    and parameters (what the memory model needs: the solver asks for many shapes)."""
+    and parameters (what the memory model needs: the solver asks for many shapes); without `report`, no
+    per-GEMM report rows (`Part.gemms`: the solver's candidates need the times alone)."""
     r = _rates(problem)
-    return [_part(pv, [p for p in pv.phases if p.scope == "layer"],
-                  r if memory_only else _kind_rates(problem, r, kind, pv), memory_only) for kind, pv in ev.layers]
+    return [_part(pv, *_part_phases(pv.compiled)["layer"], r if memory_only else _kind_rates(problem, r, kind, pv),
+                  memory_only, report) for kind, pv in ev.layers]
 
 
-def outside_parts(problem: Problem, ev: Evaluation, memory_only: bool = False) -> tuple[Part, Part]:
-    """(first stage's, last stage's) parts outside the layers."""
+def outside_parts(problem: Problem, ev: Evaluation, memory_only: bool = False, report: bool = True) -> tuple[Part, Part]:
+    """(first stage's, last stage's) parts outside the layers (`memory_only`, `report`: as `layer_parts`)."""
     r = _rates(problem)
     if not memory_only:
         r = _kind_rates(problem, r, ev.layers[0][0], ev.outside)
-    phases = [p for p in ev.outside.phases if p.scope == "model"]
-    return (_part(ev.outside, [p for p in phases if p.pipeline_stage == "first"], r, memory_only),
-            _part(ev.outside, [p for p in phases if p.pipeline_stage == "last"], r, memory_only))
+    parts = _part_phases(ev.outside.compiled)
+    return (_part(ev.outside, *parts["first"], r, memory_only, report),
+            _part(ev.outside, *parts["last"], r, memory_only, report))
 
 
-def _part(pv: PhaseValues, phases: list[Phase], r: _Rates, memory_only: bool = False) -> Part:
+@remembered
+@functools.lru_cache(maxsize=256)
+def _part_phases(compiled: Any) -> dict[str, tuple[list[Phase], tuple[Any, ...]]]:
+    """A compiled selection's phases of each part (a decoder layer's; outside the layers, the first stage's and
+    the last stage's), each with the key of its summed memory rows (`_memory_of_shapes`): the same for every
+    layout and shape of the selection, so filtered once."""
+    model = [p for p in compiled.phases if p.scope == "model"]
+    scoped = {"layer": [p for p in compiled.phases if p.scope == "layer"],
+              "first": [p for p in model if p.pipeline_stage == "first"],
+              "last": [p for p in model if p.pipeline_stage == "last"]}
+    return {name: (phases, ("memory rows", tuple([p.name for p in phases]))) for name, phases in scoped.items()}
+
+
+def _part(pv: PhaseValues, phases: list[Phase], rows_key: Any, r: _Rates, memory_only: bool = False,
+          report: bool = True) -> Part:
     if memory_only:
-        summed = _memory_of_shapes(pv, phases, r)
+        summed = _memory_of_shapes(pv, phases, r, rows_key)
         if summed is not None:
             return summed
-    part, core = Part(), [0, 0, 0]  # fused FlashAttention core: FLOPs, traffic, backward FLOPs
+    # fused FlashAttention core: FLOPs, traffic, backward FLOPs, FP8 attention's casts (first forward, backward)
+    part, core = new_part(), [0, 0, 0, 0.0, 0.0]
+    timed = {} if memory_only or r.python_symbols else _gemms_of_part(phases, r)
     graphed = _graphed(phases, r) if not memory_only else {}
     for phase in phases:
         v = pv.of(phase.name)  # quantity -> value (read by subscript: one shape reads ~20 per phase)
@@ -397,26 +467,31 @@ def _part(pv: PhaseValues, phases: list[Phase], r: _Rates, memory_only: bool = F
         if memory_only:
             _memory(part, phase, v, load)
             continue
+        plan = _phase_plan(phase, r)
         flops = (v["flops_fwd"] + v["flops_bwd"] + v["flops_recompute"]) * load
         traffic = _traffic(phase, v, r, load)
         eager = _eager(graphed.get(phase.name, frozenset()))
-        kernels, expert_gemms = (c * e for c, e in zip(_launches(phase, v, r), (eager[0], eager[1])))
-        modules = _module_calls(phase, v, r) * eager[2]
+        kernels, expert_gemms = (c * e for c, e in zip(_launches(phase, v, r, plan), (eager[0], eager[1])))
+        modules = _module_calls(phase, v, r, plan) * eager[2]
         part.kernels, part.expert_gemms = part.kernels + kernels, part.expert_gemms + expert_gemms
         part.module_calls = part.module_calls + modules
         part.glue_ops = part.glue_ops + _glue_ops(phase, v) * eager[3]
         before = _forward_counts(part) if phase.after_dispatch_sync else None
-        _forward_issued(part, phase, v, r, (kernels, expert_gemms, modules), eager[3])
+        _forward_issued(part, phase, v, r, (kernels, expert_gemms, modules), plan, eager[3])
         if eager[0]:
             _expert_quantize(part, phase, v, r, expert_gemms)
         if before is not None:
             _after_sync(part, before)
-        if phase.core and r.flash:
+        if plan.fused:
             run = r.core_time_factor
-            core = [core[0] + flops * run, core[1] + traffic, core[2] + v["flops_bwd"] * load * run]
+            core = [core[0] + flops * run, core[1] + traffic, core[2] + v["flops_bwd"] * load * run, core[3], core[4]]
+            if r.attention_cast is not None:
+                forward, backward = attention_cast_s(r.attention_cast, r.hbm, v.__getitem__)
+                core[3], core[4] = core[3] + forward, core[4] + backward
+                part.cast_s[phase.name] = forward + backward
             t = 0.0
         else:
-            t = maximum(_matmul_time(part, phase, v, r, load), traffic / r.stream_hbm) + _cast(part, phase, v, r, load) \
+            t = maximum(_matmul_time(part, phase, v, r, load, plan, timed, report), traffic / r.stream_hbm) + _cast(part, phase, v, r, load) \
                 + _elementwise_s(v, r, load)
         part.phase_s[phase.name] = t
         part.compute_s = part.compute_s + t
@@ -521,16 +596,17 @@ def _memory_rows(pv: PhaseValues, phases: list[Phase]) -> Optional[_MemoryRows]:
                        bound=(every[0], every[1], every[2], every[3]))
 
 
-def _memory_of_shapes(pv: PhaseValues, phases: list[Phase], r: _Rates) -> Optional[Part]:
+def _memory_of_shapes(pv: PhaseValues, phases: list[Phase], r: _Rates, key: Any = None) -> Optional[Part]:
     """The memory-only `Part` of arrays of batch shapes of one layout (the solver's probes), from the phases'
     rows summed once per layout instead of phase by phase: the same values wherever every term is an
     integer below 2^53 (then float64 sums are exact in any order), which is checked (`PhaseValues.
-    integer_bounds`, `_MemoryRows.exact`); else None (the phase by phase sums of `_part`)."""
+    integer_bounds`, `_MemoryRows.exact`); else None (the phase by phase sums of `_part`). `key`: the phases'
+    (`_part_phases`), else made from their names."""
     tiles, tile_batch, n = pv.tiles, pv.tile_batch, pv.n
     one = type(tiles) is int and type(tile_batch) is int and tiles >= 0 and tile_batch >= 0
     if not (one or isinstance(n, np.ndarray)) or not pv.coefficients.scalar:
         return None
-    key = ("memory rows", tuple([p.name for p in phases]))
+    key = key if key is not None else ("memory rows", tuple([p.name for p in phases]))
     summed = pv.coefficients.derived.get(key, _MISSING)
     if summed is _MISSING:
         summed = pv.coefficients.derived[key] = _memory_rows(pv, phases)
@@ -546,8 +622,9 @@ def _memory_of_shapes(pv: PhaseValues, phases: list[Phase], r: _Rates) -> Option
     stored, recompute = [affine(m, c, tiles, tile_batch, n) if m & 14 else float(c[0] if m & 1 else 0)
                          for m, c in (summed.stored, summed.recompute)]
     t = summed.transient.reshape(summed.transient.shape + (1,) * n.ndim)
-    transient = np.max(t[0] + t[1] * tile_batch + t[2] * tiles + t[3] * n, axis=0)
-    return Part(stored=stored, recompute=recompute, transient=np.maximum(0, transient), dense_params=dense,
+    # np.max is this ufunc's reduce behind a Python wrapper (numpy/_core/fromnumeric.py `_wrapreduction`)
+    transient = np.maximum.reduce(t[0] + t[1] * tile_batch + t[2] * tiles + t[3] * n, axis=0)
+    return new_part(stored=stored, recompute=recompute, transient=np.maximum(0, transient), dense_params=dense,
                 routed_params=routed, low_precision_params=low_dense, low_precision_routed=low_routed)
 
 
@@ -561,22 +638,26 @@ def _memory_of_one_shape(summed: _MemoryRows, tiles: int, tile_batch: int, n: in
     recompute = float(rc[0] + rc[1] * tile_batch + rc[2] * tiles + rc[3] * n)
     top = max([c0 + c_b * tile_batch + c_g * tiles + c_n * n for c0, c_b, c_g, c_n in summed.transient_rows])
     dense, routed, low_dense, low_routed = summed.params
-    return Part(stored=stored, recompute=recompute, transient=float(top) if top > 0 else 0, dense_params=dense,
+    return new_part(stored=stored, recompute=recompute, transient=float(top) if top > 0 else 0, dense_params=dense,
                 routed_params=routed, low_precision_params=low_dense, low_precision_routed=low_routed)
 
 
-def _matmul_time(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, load: Any) -> Any:
+def _matmul_time(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, load: Any,
+                 plan: Optional[_PhasePlan] = None, timed: Optional[dict[Any, Any]] = None, report: bool = True) -> Any:
     """The phase's FLOPs at its GEMMs' efficiencies: forward and re-run at the forward shapes', backward
     at the data- and weight-gradient shapes' (FLOP-weighted); at `peak` for a phase without GEMMs. A
     low-precision phase runs at its dtype's peak, with its operands' bytes (`_peak`, `_dtype`)."""
     fwd = (v["flops_fwd"] + v["flops_recompute"]) * load
     bwd = v["flops_bwd"] * load
-    peak, device, beta, share = _dtype(phase, r)
-    gemms = _phase_gemms(phase, r) if device is not None else ()
+    plan = plan if plan is not None else _phase_plan(phase, r)
+    peak, device, beta, share = plan.dtype
+    gemms = plan.gemms if device is not None else ()
     if not gemms:
         return (fwd + bwd) / peak
-    rows = [_gemm_row(g, r, load, device, beta, share) for g in gemms]
-    part.gemms[phase.name] = [row for row, _ in rows]
+    rows = [_gemm_row(g, r, load, device, beta, share, timed.get((phase.name, i)) if timed else None, report)
+            for i, g in enumerate(gemms)]
+    if report:
+        part.gemms[phase.name] = [row for row, _ in rows if row is not None]  # (every row, with `report`)
     ideal: Any = 0  # each summed from 0 in the GEMMs' order
     t_fwd: Any = 0
     t_bwd: Any = 0
@@ -594,23 +675,61 @@ def _dtype(phase: Phase, r: _Rates) -> tuple[Any, Optional[GemmDevice], float, f
     return r.peak, r.device, r.beta, r.peak_share
 
 
-def _gemm_row(g: Gemm, r: _Rates, load: Any, dev: Optional[GemmDevice] = None,
-              beta: Optional[float] = None, share: Optional[float] = None) -> tuple[GemmRow, tuple[Any, Any, Any]]:
-    """One GEMM of a phase: its report row (efficiencies as shares of the dtype's datasheet peak) and (ideal
-    forward time, forward time, backward time) per pass."""
-    dev = dev if dev is not None else r.device
-    beta = beta if beta is not None else r.beta
+def _gemms_of_part(phases: list[Phase], r: _Rates) -> dict[tuple[str, int], Any]:
+    """(phase, GEMM index) -> (operands, passes) of every GEMM of the part's timed phases: the GEMMs of one
+    dtype timed together (`gemm.gemm_passes_of_many`: over arrays of shapes, one call instead of one per
+    GEMM), the same values `_gemm_row` would get one by one."""
+    groups: dict[tuple[int, Any], tuple[GemmDevice, list[tuple[tuple[str, int], tuple[Any, ...]]]]] = {}
+    for phase in phases:
+        plan = _phase_plan(phase, r)
+        _, device, beta, _ = plan.dtype
+        if plan.fused or device is None:
+            continue
+        load = r.imbalance if phase.routed_load else 1.0
+        rows = groups.setdefault((id(device), beta), (device, []))[1]
+        rows.extend(((phase.name, i), _gemm_operands(g, r, load)) for i, g in enumerate(plan.gemms))
+    out = {}
+    for (_, beta), (device, rows) in groups.items():
+        passes = gemm_passes_of_many([ops[:4] for _, ops in rows], beta, device, r.output_bytes)
+        out.update({key: (ops, timed) for (key, ops), timed in zip(rows, passes)})
+    return out
+
+
+def _gemm_operands(g: Gemm, r: _Rates, load: Any) -> tuple[Any, Any, Any, Any, Any]:
+    """(m, n, k, groups, launches per forward pass) of one GEMM of a phase (see the module docstring)."""
     (m, n, k, count), _ = _evaluate_all((g.m, g.n, g.k, g.count), r)
     if g.grouped:
-        m, groups, launches = m * r.expert_parallel * load, count / r.expert_parallel, 1
-    else:
-        groups, launches = 1, count
+        return m * r.expert_parallel * load, n, k, count / r.expert_parallel, 1
+    return m, n, k, 1, count
+
+
+def _gemm_row(g: Gemm, r: _Rates, load: Any, dev: Optional[GemmDevice] = None,
+              beta: Optional[float] = None, share: Optional[float] = None,
+              timed: Optional[tuple[Any, Any]] = None,
+              report: bool = True) -> tuple[Optional[GemmRow], tuple[Any, Any, Any]]:
+    """One GEMM of a phase: its report row (efficiencies as shares of the dtype's datasheet peak; None without
+    `report`) and (ideal forward time, forward time, backward time) per pass; `timed`: its operands and passes
+    already computed (`_gemms_of_part`)."""
+    dev = dev if dev is not None else r.device
+    beta = beta if beta is not None else r.beta
     assert dev is not None  # _matmul_time only asks with a device
-    fwd, dgrad, wgrad = gemm_passes(m, n, k, beta, dev, groups, r.output_bytes)
-    ideal = 2 * np.asarray(m, dtype=float) * n * k * groups / dev.peak_flops_per_s
-    eff = share if share is not None else r.peak_share
+    if timed is None:
+        m, n, k, groups, launches = _gemm_operands(g, r, load)
+        fwd, dgrad, wgrad = gemm_passes(m, n, k, beta, dev, groups, r.output_bytes)
+    else:
+        (m, n, k, groups, launches), (fwd, dgrad, wgrad) = timed
+    if type(m) in _NUMBERS and type(n) in _NUMBERS and type(k) in _NUMBERS and type(groups) in _NUMBERS:
+        # one shape: the float64 operations the array expression below makes, in its order, on Python floats
+        ideal = np.float64(2 * float(m) * n * k * groups / dev.peak_flops_per_s)
+    else:
+        ideal = 2 * np.asarray(m, dtype=float) * n * k * groups / dev.peak_flops_per_s
     bwd_time = dgrad.time_s + wgrad.time_s
-    row = GemmRow(g.name, m, n, k, groups, launches, fwd.efficiency * eff, 2 * ideal / bwd_time * eff, fwd.binding())
+    if not report:
+        return None, (launches * ideal, launches * fwd.time_s, launches * bwd_time)
+    eff = share if share is not None else r.peak_share
+    row = object.__new__(GemmRow)  # the frozen dataclass's __init__ without its nine object.__setattr__ calls
+    row.__dict__.update(name=g.name, m=m, n=n, k=k, groups=groups, launches=launches, efficiency=fwd.efficiency * eff,
+                        backward_efficiency=2 * ideal / bwd_time * eff, binding=fwd.binding())
     return row, (launches * ideal, launches * fwd.time_s, launches * bwd_time)
 
 
@@ -641,9 +760,27 @@ def _evaluate_all(exprs: tuple[str, ...], r: _Rates) -> tuple[tuple[Any, ...], b
             if not _python_arithmetic(e):
                 break
         else:
-            return tuple([eval(_code(e), _FUNCTIONS, symbols) for e in exprs]), True  # noqa: S307  # `_evaluate`
+            return tuple([_shape_free_value(e, r) if _shape_free(e) else eval(_code(e), _FUNCTIONS, symbols)  # noqa: S307
+                          for e in exprs]), True  # (`_evaluate`)
     with np.errstate(divide="ignore", invalid="ignore"):
         return tuple([_evaluate(e, symbols) for e in exprs]), False
+
+
+@functools.lru_cache(maxsize=None)
+def _shape_free(expr: str) -> bool:
+    """Whether the expression reads neither G nor b: under one layer kind's rates its value is then the same
+    for every batch shape (`_kind_rates` changes only those two symbols)."""
+    return not {"G", "b"} & set(_code(expr).co_names)
+
+
+def _shape_free_value(expr: str, r: _Rates) -> Any:
+    """A `_shape_free` Python-arithmetic expression at the rates' symbols, evaluated once per layout and kind
+    (kept in `_Rates.plans`, which every shape of them shares)."""
+    try:
+        return r.plans[("expression", expr)]
+    except KeyError:
+        value = r.plans[("expression", expr)] = eval(_code(expr), _FUNCTIONS, r.symbols)  # noqa: S307  # `_evaluate`
+        return value
 
 
 def _evaluate(expr: str, symbols: dict[str, Any]) -> Any:
@@ -653,22 +790,22 @@ def _evaluate(expr: str, symbols: dict[str, Any]) -> Any:
     return eval(_code(expr), _FUNCTIONS, symbols)  # noqa: S307  # arithmetic only, checked when read
 
 
-def _launches(phase: Phase, v: dict[str, Any], r: _Rates) -> tuple[Any, Any]:
+def _launches(phase: Phase, v: dict[str, Any], r: _Rates, plan: Optional[_PhasePlan] = None) -> tuple[Any, Any]:
     """(kernel launches, per-expert GEMMs) of a phase per micro-batch, an estimate (model/gpu/fixed.py): each
     dense GEMM once forward and twice backward; a grouped expert GEMM as one GEMM per local expert (E/EP, the
     host loop of TransformerEngine's multi-stream grouped GEMM) in each of those passes; another phase with
     work one kernel each way; the fused attention core is counted once for all its phases (`_fused_core`);
     a re-run repeats the forward."""
-    if phase.core and r.flash:
+    plan = plan if plan is not None else _phase_plan(phase, r)
+    if plan.fused:
         return 0, 0
-    gemms = _phase_gemms(phase, r)
     passes = 1 + v["reruns"] + 2
-    if gemms:
-        counts, python = _evaluate_all(tuple([g.count for g in gemms]), r)
+    if plan.gemms:
+        counts, python = _evaluate_all(plan.counts, r)
         # as `_evaluate_all`: Python numbers (EP an int, `python_symbols`) leave numpy out
         with contextlib.nullcontext() if python else np.errstate(divide="ignore", invalid="ignore"):
-            dense = sum(c for g, c in zip(gemms, counts) if not g.grouped)
-            experts = sum(c / r.expert_parallel for g, c in zip(gemms, counts) if g.grouped)
+            dense = sum([c for c, grouped in zip(counts, plan.grouped) if not grouped])
+            experts = sum([c / r.expert_parallel for c, grouped in zip(counts, plan.grouped) if grouped])
         return dense * passes, experts * passes
     work = where((v["bytes_moved"] + v["flops_fwd"]) > 0, 1, 0)
     return work * (2 + v["reruns"]), 0
@@ -690,16 +827,16 @@ def _expert_quantize(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, exp
     part.kernels_fwd = part.kernels_fwd + forward
 
 
-def _module_calls(phase: Phase, v: dict[str, Any], r: _Rates) -> Any:
+def _module_calls(phase: Phase, v: dict[str, Any], r: _Rates, plan: Optional[_PhasePlan] = None) -> Any:
     """Layer-module calls of a phase per micro-batch (model/gpu/fixed.py): each GEMM a module issues (the
     catalogue's `module` GEMMs: a Megatron/TransformerEngine linear or grouped linear, whatever its `count` of
     matmuls inside) is one module call forward, one backward (autograd runs the module's backward function
     once for its data and weight gradients) and one per re-run; the attention core's module is counted with
     the fused kernel (`_fused_core`)."""
-    if phase.core and r.flash:
+    plan = plan if plan is not None else _phase_plan(phase, r)
+    if plan.fused:
         return 0
-    modules = len([g for g in _phase_gemms(phase, r) if g.module])
-    return modules * (1 + v["reruns"] + 1)
+    return plan.modules * (1 + v["reruns"] + 1)
 
 
 def _glue_ops(phase: Phase, v: dict[str, Any]) -> Any:
@@ -710,13 +847,14 @@ def _glue_ops(phase: Phase, v: dict[str, Any]) -> Any:
 
 
 def _forward_issued(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, issued: tuple[Any, Any, Any],
-                    glue_eager: int = 1) -> None:
+                    plan: Optional[_PhasePlan] = None, glue_eager: int = 1) -> None:
     """The first forward pass's share of what a phase issues (the passes as `_launches`, `_module_calls` and
     `_glue_ops` count them: a GEMM phase's kernels and expert GEMMs in 3 + re-runs passes, another phase's kernel
     in 2 + re-runs, a module in 2 + re-runs; re-runs belong to the backward, where they run)."""
     kernels, expert_gemms, modules = issued
     reruns = v["reruns"]
-    passes = 3 + reruns if _phase_gemms(phase, r) else 2 + reruns  # (the GEMMs that apply under the features)
+    gemms = plan.gemms if plan is not None else _phase_gemms(phase, r)
+    passes = 3 + reruns if gemms else 2 + reruns  # (the GEMMs that apply under the features)
     part.kernels_fwd = part.kernels_fwd + kernels / passes
     part.expert_gemms_fwd = part.expert_gemms_fwd + expert_gemms / (3 + reruns)
     part.module_calls_fwd = part.module_calls_fwd + modules / (2 + reruns)
@@ -746,6 +884,9 @@ def _fused_core(part: Part, pv: PhaseValues, phases: list[Phase], core: list[Any
         t = F_kernel / R                              where the kernel has a benchmarked rate R
         t = max(F_kernel / R_gemm, Q_IO / B_HBM)      otherwise (the large-GEMM rate's roofline)
 
+    plus, under --fp8-attention, the casts around the FP8 kernel (`precision.attention_cast_s`: Q, K, V and dO
+    quantised, O and dQ, dK, dV dequantized where the kernel writes them in FP8), bandwidth-bound kernels of
+    their own that add to the core's time and go to the phase whose terms count them.
     F_kernel is the FLOPs of the blocks the kernel runs (`_core_time_factor`), Q_IO FlashAttention's
     IO-count traffic (Dao et al. 2022, Theorem 2; formulas/attention.toml). A benchmarked rate is FLOPs over
     measured wall time, so it already holds the kernel's memory behaviour, and the IO count (blocks of
@@ -753,7 +894,9 @@ def _fused_core(part: Part, pv: PhaseValues, phases: list[Phase], core: list[Any
     d = 128, s = 4096 (B_c = 227) it allows the causal forward 129.5 FLOP/B x 3.35 TB/s = 434 TFLOP/s on the
     blocks run, under cuDNN's measured 534 (tests/test_attention_kernels.py), so it is not applied on top."""
     bound = core[1] / r.stream_hbm if not r.attention_wall_rate else 0.0
-    fused = maximum(core[0] / r.attention_peak, bound)
+    kernel = maximum(core[0] / r.attention_peak, bound)
+    casts = core[3] + core[4]
+    fused = kernel + casts
     part.compute_s, part.core_s = part.compute_s + fused, part.core_s + fused
     ran = core[0] > 0
     # its kernels and module calls, unless a CUDA graph replays them (`eager` False: scope attn)
@@ -763,13 +906,14 @@ def _fused_core(part: Part, pv: PhaseValues, phases: list[Phase], core: list[Any
     part.kernels_fwd = part.kernels_fwd + forward
     part.module_calls_fwd = part.module_calls_fwd + forward
     safe = where(ran, core[0], 1)
-    part.backward_s = part.backward_s + fused * where(ran, core[2] / safe, 0)
+    part.backward_s = part.backward_s + kernel * where(ran, core[2] / safe, 0) + core[4]
     for phase in phases:
         if phase.core:
             v = pv.of(phase.name)
             flops = v["flops_fwd"] + v["flops_bwd"] + v["flops_recompute"]
             # core[0] holds the FLOPs the kernel runs (counted x the causal block share): the shares sum to 1
-            part.phase_s[phase.name] = fused * where(ran, flops * r.core_time_factor / safe, 0)
+            part.phase_s[phase.name] = kernel * where(ran, flops * r.core_time_factor / safe, 0) \
+                + part.cast_s.get(phase.name, 0.0)
 
 
 def _cast(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, load: Any) -> Any:

@@ -1,5 +1,6 @@
 """Costs a GPU pays once per optimizer step, whatever the batch: the optimizer update and the gradient
-norm; and per micro-batch the CPU's kernel launches when the kernels are too short to hide them.
+norm; and per micro-batch the CPU's kernel launches when the kernels are too short to hide them, and the
+main-gradient add when the weight-gradient GEMMs do not accumulate themselves.
 
 **Optimizer update** (bandwidth-bound: a few FLOPs per byte). Megatron's distributed optimizer
 (megatron/core/optimizer/distrib_optimizer.py; --use-distributed-optimizer, `zero_stage >= 1` here)
@@ -169,6 +170,28 @@ L1031-1097). So for a layer with any captured phase
 no published cudaGraphLaunch host time was used). GPU time is unchanged. Qwen3-30B-A3B, attn: 14 launches, 6 module
 calls and the dense layer's 316 glue ops become 2 launches, 1.9 ms less host time per layer and micro-batch.
 
+**Weight-gradient accumulation without fusion** (per micro-batch). With Megatron's gradient accumulation fusion
+(its default with TransformerEngine) each weight-gradient GEMM accumulates straight into the fp32 main gradient:
+TE's wgrad GEMM gets `out=main_grad`, `out_dtype=main_grad.dtype`, `accumulate=True` (TransformerEngine @ d0067d0d
+transformer_engine/pytorch/module/linear.py L1231-1262; Megatron-LM @ d98e8a64 megatron/core/extensions/
+transformer_engine.py L1293, L1524 pass `fuse_wgrad_accumulation=config.gradient_accumulation_fusion`). The GEMM's
+epilogue reads and writes the main gradient inside a compute-bound kernel, which btacalc times by its FLOPs either
+way. With `--no-gradient-accumulation-fusion` the GEMM writes a new gradient in the activation dtype (`out=None`,
+`out_dtype=activation_dtype`, same lines) and Megatron's backward hook adds it to the main gradient,
+`param.main_grad.add_(param.grad.data)` (megatron/core/distributed/distributed_data_parallel.py L578, once per
+parameter and backward pass, i.e. per micro-batch): a separate elementwise kernel that reads the 16-bit gradient
+and the main gradient and writes the main gradient back, at the streaming bandwidth:
+
+    bytes per parameter and micro-batch = b + 2 g        (b: 16-bit gradient, 2 B; g: main gradient, 4 B fp32)
+                                        = 2 + 2 x 4 = 10 B
+    t_wgrad_accumulate = stage parameters per device x (b + 2 g) / (HBM bandwidth x f_stream)
+
+counted over every parameter of the stage (the device's model-parallel shard; the main-gradient buffer is whole
+on every data-parallel rank: the distributed optimizer shards only the optimizer state). The few parameters that
+take the hook's add even with fusion (norm weights, the word embedding: not TE linears) are counted only here,
+without fusion, an undercount of the fused default that btacalc keeps (the Megatron CI's 7B model at TP 4: its
+embedding's 131,584 x 4,096 / 4 = 0.13 B of the device's 1.7 B parameters, 0.46 ms per micro-batch on an H100).
+
 The MoE router, permute (dispatch) and unpermute (combine) kernels are phases of the catalogue with
 their own HBM traffic (formulas/moe.toml), so their bandwidth-bound time is already in the layer's
 rooflines (rows `router`, `dispatch`, `combine` of the breakdown).
@@ -223,6 +246,21 @@ def fixed_costs(problem: Problem, dense: Any, expert: Any, rates: dict[str, int]
     scalar = constants().collectives.all_reduce * ring_share(n) * GRAD_NORM_BYTES
     norm = params * rates["gradients"] / hbm + ring_time(problem, scalar, n, 1)
     return FixedCosts(optimizer, norm)
+
+
+def wgrad_accumulate_bytes_per_param(bytes_per_element: int, gradient_bytes: int) -> int:
+    """HBM bytes of the unfused weight-gradient add per parameter (module docstring): the 16-bit gradient read,
+    the main gradient read and written."""
+    return bytes_per_element + 2 * gradient_bytes
+
+
+def wgrad_accumulate_s(problem: Problem, params: Any, rates: dict[str, int]) -> Any:
+    """Per micro-batch: the separate main-gradient add of `params` parameters without gradient accumulation fusion
+    (module docstring), 0 with it."""
+    if problem.run.gradient_accumulation_fusion:
+        return 0.0
+    hbm = problem.hardware.memory.streaming_bandwidth_bytes_per_s()
+    return params * wgrad_accumulate_bytes_per_param(problem.run.bytes_per_element, rates["gradients"]) / hbm
 
 
 def host_time(problem: Problem, kernels: Any, expert_gemms: Any = 0, module_calls: Any = 0, glue_ops: Any = 0) -> Any:

@@ -187,6 +187,52 @@ def gemm_passes(m: Any, n: Any, k: Any, bytes_per_element: Any, device: GemmDevi
                  for i in range(3))  # type: ignore[return-value]
 
 
+def gemm_passes_of_many(shapes: list[tuple[Any, Any, Any, Any]], bytes_per_element: Any, device: GemmDevice,
+                        output_bytes: Optional[tuple[float, float, float]] = None
+                        ) -> list[tuple[GemmTime, GemmTime, GemmTime]]:
+    """`gemm_passes` of each (m, n, k, groups) in `shapes` on one device and operand size. The shapes that
+    `gemm_passes` takes over arrays (an operand an array of at least one dimension) and that broadcast to
+    one shape are timed in one `_gemm_times` call, their three passes each stacked along the leading axis
+    (every step is elementwise over that axis, as in `gemm_passes`: each element gets its own bits); the
+    others are asked one by one. A part's GEMMs over a search's candidate shapes: one call for several.
+    `output_bytes` as in `gemm_passes`."""
+    if isinstance(bytes_per_element, np.ndarray):
+        return [gemm_passes(m, n, k, bytes_per_element, device, groups, output_bytes) for m, n, k, groups in shapes]
+    out: list[Any] = [None] * len(shapes)
+    batch: list[int] = []
+    shape: tuple[int, ...] = ()
+    for i, (m, n, k, groups) in enumerate(shapes):
+        if _has_axes(m, n, k, bytes_per_element, groups):
+            one = np.broadcast(m, n, k, groups).shape
+            if not batch or one == shape:
+                shape = one
+                batch.append(i)
+                continue
+        out[i] = gemm_passes(m, n, k, bytes_per_element, device, groups, output_bytes)
+    if len(batch) < 2:
+        for i in batch:
+            out[i] = gemm_passes(*shapes[i][:3], bytes_per_element, device, shapes[i][3], output_bytes)
+        return out
+    of, od, ow = (bytes_per_element,) * 3 if output_bytes is None else output_bytes
+    stack = np.empty((5, 3 * len(batch)) + shape)  # m, n, k, groups, result bytes of each pass of each GEMM: float64
+    for j, i in enumerate(batch):
+        m, n, k, groups = shapes[i]
+        for axis, passes in enumerate(((m, m, k), (n, k, n), (k, n, m), (groups, groups, groups), (of, od, ow))):
+            stack[axis, 3 * j], stack[axis, 3 * j + 1], stack[axis, 3 * j + 2] = passes
+    both = _gemm_times(stack[0], stack[1], stack[2], bytes_per_element, device, stack[3], stack[4])
+    for j, i in enumerate(batch):
+        out[i] = tuple(GemmTime(both.time_s[p], both.efficiency[p], both.quantisation[p], both.memory_bound[p])
+                       for p in range(3 * j, 3 * j + 3))
+    return out
+
+
+def _has_axes(*values: Any) -> bool:
+    for x in values:
+        if isinstance(x, np.ndarray) and x.ndim:
+            return True
+    return False
+
+
 @remembered
 @functools.lru_cache(maxsize=8192)
 def _one_gemm(m: float, n: float, k: float, bytes_per_element: float, device: GemmDevice, groups: float,
@@ -215,7 +261,9 @@ def _gemm_time(m: Any, n: Any, k: Any, bytes_per_element: Any, device: GemmDevic
     # every candidate tile at once along a leading axis (the same arithmetic per tile), the fastest taken
     tiles = np.asarray(device.tiles, dtype=float).reshape((len(device.tiles), 2) + (1,) * len(shape))
     per_tile = _compute_time(m, n, k, device, (tiles[:, 0], tiles[:, 1]), groups)
-    compute = np.min(np.broadcast_to(per_tile, (len(device.tiles),) + shape), axis=0)
+    # (np.min's own reduction, without its Python wrapper: numpy/_core/fromnumeric.py `_wrapreduction`)
+    every = (len(device.tiles),) + shape  # (a no-op when an operand already spans the shapes)
+    compute = np.minimum.reduce(per_tile if per_tile.shape == every else np.broadcast_to(per_tile, every), axis=0)
     ideal = 2 * m * n * k * groups / device.peak_flops_per_s
     q = ideal / compute
     memory = ((m * k + k * n) * bytes_per_element + m * n * output_bytes) * groups / device.hbm_bytes_per_s

@@ -89,18 +89,18 @@ class GpuMemory:
         parts, gathered, low_precision = self._state(j, counts, kinds, (first if is_first else None, is_last, last))
         held = self._on_device(st.held_kinds(j))
         stored = sum(n * p.stored for n, (_, p) in zip(held, kinds)) \
-            + (st.embedding_in_flight() * first.stored if is_first else 0) + where(is_last, last.stored, 0)
+            + (st.embedding_in_flight() * first.stored if is_first else 0) + _or_zero(is_last, last.stored)
         components = {
             "weights": _sum(parts, "weights"), "gradients": _sum(parts, "gradients"),
             "optimizer_state": _sum(parts, "optimizer"),
             "gathered_weights": gathered,
             "stored_activations": _whole(stored),
-            "recompute_buffer": _whole(_max(where(n > 0, p.recompute, 0) for n, (_, p) in zip(counts, kinds))),
-            "working_set": _whole(maximum(_max(where(n > 0, p.transient, 0) for n, (_, p) in zip(counts, kinds)),
-                                          maximum(first.transient if is_first else 0, where(is_last, last.transient, 0)))),
+            "recompute_buffer": _whole(_max(_or_zero(n > 0, p.recompute) for n, (_, p) in zip(counts, kinds))),
+            "working_set": _whole(maximum(_max(_or_zero(n > 0, p.transient) for n, (_, p) in zip(counts, kinds)),
+                                          maximum(first.transient if is_first else 0, _or_zero(is_last, last.transient)))),
             "low_precision_weights": low_precision,
         }
-        components = {k: where(exists, v, 0) for k, v in components.items()}
+        components = {k: _or_zero(exists, v) for k, v in components.items()}
         return StageMemory(j, layers, where(exists, st.in_flight(j), 0), components, tuple(parts))
 
 
@@ -185,6 +185,19 @@ def _low_precision_params(problem: Problem, layers: Any, kinds: list[tuple[Layer
     routed = ratio(sum(n * p.low_precision_routed for p, n in share),
                    lay.expert_parallel * lay.expert_tensor_parallel * where(sharded, lay.expert_data_parallel, 1))
     return dense + routed
+
+
+def _or_zero(cond: Any, v: Any) -> Any:
+    """`where(cond, v, 0)`: where `cond` is the Python True (a stage that exists, a kind it holds, the last
+    stage, of one layout), `v` itself, where np.where(True, v, 0) would give an equal copy of the same dtype (a
+    float64 or int64 array: numpy's promotion with the Python int 0 keeps those) or `v` (a scalar); anything
+    else asks `where`."""
+    if cond is True and (type(v) in (int, float) or (type(v) is np.ndarray and v.dtype in _KEPT_DTYPES)):
+        return v
+    return where(cond, v, 0)
+
+
+_KEPT_DTYPES = (np.dtype(np.float64), np.dtype(np.int64))
 
 
 def _sum(parts: tuple[StatePart, ...] | list[StatePart], component: str) -> Any:

@@ -7,7 +7,9 @@ peak for the recipe's dtype (FP8 or FP4) times that dtype's measured GEMM ceilin
 the profile's FP8 one where published, else the BF16 one) and the same compute efficiency; every
 other phase (attention core, router, norms, softmax, embedding, LM head) stays 16-bit, as Megatron-LM
 builds them (MLM @ d98e8a64 megatron/core/transformer/transformer_config.py:640-656: FP8 attention
-and BF16 first/last layers are off by default; the router and output layer are not TE modules).
+and BF16 first/last layers are off by default; the router and output layer are not TE modules), except the
+attention core under --fp8-attention: cuDNN's FP8 kernel at its benchmarked rate (costs.attention_kernel_share)
+and the casts around it (`attention_cast_s`; docs/precision.md "FP8 attention").
 
 Quantisation is a separate, bandwidth-bound kernel over every operand, once per use
 (TE @ d0067d0 transformer_engine/pytorch/module/linear.py). Per element of a tensor of 16-bit values:
@@ -122,6 +124,49 @@ def cast_rates(problem: Problem) -> Optional[CastRates]:
                      weight_casts_per_micro_batch=1 / problem.layout.micro_batches)
 
 
+@dataclass(frozen=True)
+class AttentionCastRates:
+    """--fp8-attention: what quantising around TransformerEngine's FP8 fused attention costs per element, as bytes
+    at the full HBM bandwidth (`full_bandwidth_bytes`, the cast kernels' measured shares): `cast` for Q, K, V
+    (forward) and dO (backward), each quantised into precision.toml's `fp8_attention_copies`; `dequantize` for O
+    (forward) and dQ, dK, dV (backward) where the kernel writes them in FP8 (delayed scaling), 0 otherwise."""
+
+    cast_bytes: float
+    dequantize_bytes: float
+
+
+def attention_cast_rates(problem: Problem) -> Optional[AttentionCastRates]:
+    """The FP8 attention's cast costs on `problem`'s device, or None without --fp8-attention. Per element:
+
+        cast       = 2·amax_passes / f1 + (2 + copies·(q + scale/block)) / f_copies   (`full_bandwidth_bytes`)
+        dequantize = (q + 2) / f1                                                     (read FP8, write 16 bits)
+
+    with q + scale/block the recipe's quantised bytes (MXFP8 1 + 1/32, per-tensor FP8 1), copies 1 (per-tensor
+    scaling: rowwise only) or 2 (MXFP8: rowwise and columnwise), f1 / f_copies the profile's cast-kernel shares."""
+    run = problem.run
+    if not run.fp8_attention:
+        return None
+    recipe = run.recipe
+    copies = recipe.fp8_attention_copies
+    shares = cast_bandwidth_shares(problem.hardware.kernels, copies)
+    dequantize = (recipe.element_bytes + SIXTEEN_BIT_BYTES) / shares[0] if recipe.fp8_attention_fp8_outputs else 0.0
+    return AttentionCastRates(cast_bytes=full_bandwidth_bytes(recipe, copies, shares), dequantize_bytes=dequantize)
+
+
+def attention_cast_s(rates: AttentionCastRates, hbm: float, v: Any) -> tuple[Any, Any]:
+    """(first forward, backward) seconds of the casts around the FP8 fused attention per micro-batch, from a core
+    phase's `attention_cast_elements` E_qkv (Q, K, V) and `attention_cast_elements_bwd` E_o (O's elements, dO's):
+
+        forward  = (E_qkv · cast + E_o · dequantize) / HBM           (each forward pass; a re-run's in the backward)
+        backward = (E_o · cast + E_qkv · dequantize) / HBM + re-runs · forward
+
+    (TE @ d0067d0 attention/dot_product_attention/backends.py L1478, L1559, L1748-1753, L1915). `v` reads the
+    phase's per-device values."""
+    qkv, o = v("attention_cast_elements"), v("attention_cast_elements_bwd")
+    forward = (qkv * rates.cast_bytes + o * rates.dequantize_bytes) / hbm
+    return forward, (o * rates.cast_bytes + qkv * rates.dequantize_bytes) / hbm + v("reruns") * forward
+
+
 def phase_cast_s(rates: CastRates, hbm: float, phase: Phase, v: Any, load: Any, expert_shards: Any,
                  weights: bool = True) -> Any:
     """Seconds of a low-precision phase's cast kernels per micro-batch: its activations and output
@@ -156,10 +201,13 @@ def gather_share(rates: Optional[CastRates], phase: Phase, sixteen_bit_bytes: fl
 
 
 def phase_precision(problem: Problem, phase: Phase) -> str:
-    """The precision a phase's GEMMs run in: the recipe for low-precision phases, else the 16-bit dtype."""
+    """The precision a phase's GEMMs run in: the recipe for low-precision phases, the FP8 attention kernel's
+    (fp8 or mxfp8) for the attention core under --fp8-attention, else the 16-bit dtype."""
     run = problem.run
     if run.recipe.low and phase.low_precision:
         return run.precision
+    if run.fp8_attention and phase.core and run.attention == "flash":
+        return run.recipe.fp8_attention_kernel
     return "fp16" if run.precision == "fp16" else "bf16"
 
 

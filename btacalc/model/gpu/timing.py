@@ -34,22 +34,25 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
+import numpy as np
+
 from ...memo import plain_key
 from ..arrays import is_array, largest, maximum, where
 from ..problem import Evaluation, Problem
 from ..state import bytes_per_param
 from ..steptime import StepTime, tile_overhead_s
-from .collectives import (CollectiveRow, all_to_all_time, all_to_all_wire_bytes, context_parallel_time,
+from .collectives import (CollectiveRow, DataParallelTimes, all_to_all_time, all_to_all_wire_bytes, context_parallel_time,
                           data_parallel_groups, data_parallel_times, data_parallel_traffic, describe,
                           pipeline_p2p_time, ring_share, ring_time, tensor_parallel_time)
-from .costs import ISSUED_COUNTS, Part, layer_parts, outside_parts
+from .costs import ISSUED_COUNTS, Part, layer_parts, new_part, outside_parts
 from .fixed import (FixedCosts, SyncSplit, dispatcher_syncs, fixed_costs, gpu_forward_share, host_time,
-                    launch_time, launch_time_synced)
+                    launch_time, launch_time_synced, wgrad_accumulate_s)
 from .memory import stage_params
 from .sm_share import sm_share_loss
 from .stages import PipelineStages
 
-TERMS = ("compute", "tp_comm", "cp_comm", "all_to_all", "a2a_sm_share", "pp_p2p", "zero_per_micro_batch", "tiling", "launch")
+TERMS = ("compute", "tp_comm", "cp_comm", "all_to_all", "a2a_sm_share", "pp_p2p", "zero_per_micro_batch", "tiling",
+         "wgrad_accumulate", "launch")
 
 
 @dataclass
@@ -84,12 +87,14 @@ class _Stage(_Slowest):
 
 
 def gpu_step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Evaluation] = None,
-                  micro_batches: Any = None) -> StepTime:
+                  micro_batches: Any = None, report: bool = True) -> StepTime:
     """Step time, tokens/s and MFU of a GPU problem at `micro_batches` (default the layout's) micro-batches
-    of `tiles` x `tile_batch` sequences per data-parallel rank (ints, or arrays over layouts or shapes)."""
+    of `tiles` x `tile_batch` sequences per data-parallel rank (ints, or arrays over layouts or shapes).
+    Without `report`, the per-phase, per-GEMM and collective rows of the report are left empty (the
+    solver's candidates: the times alone, the same values)."""
     ev = ev if ev is not None else problem.evaluate(tiles, tile_batch)
-    kinds = [(kind, part) for (kind, _), part in zip(ev.layers, layer_parts(problem, ev))]
-    first, last = outside_parts(problem, ev)
+    kinds = [(kind, part) for (kind, _), part in zip(ev.layers, layer_parts(problem, ev, report=report))]
+    first, last = outside_parts(problem, ev, report=report)
     lay = problem.layout
     m = lay.micro_batches if micro_batches is None else micro_batches
     pipe = PipelineStages.of(problem, m)
@@ -116,7 +121,7 @@ def gpu_step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Ev
     flops = _model_flops(problem, tiles, tile_batch) * lay.data_parallel * m
     # the per-phase report needs the critical stage: known for one shape, or for arrays of shapes of one
     # single-stage layout (not for arrays of layouts, where it differs from layout to layout)
-    known = not is_array(step) or (not is_array(lay.pipeline_parallel) and lay.pipeline_parallel == 1)
+    known = report and (not is_array(step) or (not is_array(lay.pipeline_parallel) and lay.pipeline_parallel == 1))
     phase_time, repeats = _phase_report(problem, pipe, crit, kinds, (first, last), m) if known else ({}, {})
     phase_time.update({k: v * m for k, v in worst.terms.items() if k not in ("compute", "tiling")})
     phase_time.update(pipeline_bubble=bubble, gradient_sync=sync, optimizer_step=optimizer, grad_norm=norm)
@@ -127,11 +132,11 @@ def gpu_step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Ev
     details = {"gemms": _gemm_report(kinds, (first, last)) if known else {}, "critical_stage": crit, "micro_batch_s": worst.micro_batch_s, "terms": worst.terms,
                "bubble_s": bubble, "sync_s": sync, "optimizer_s": optimizer, "grad_norm_s": norm,
                "host_s": stages[crit].host_s}
-    if not is_array(step) and lay.devices > 1:
+    if report and not is_array(step) and lay.devices > 1:
         ends = (first if crit == 0 else None, crit == lay.pipeline_parallel - 1, last)
         counts = pipe.kind_counts(crit)
         details["collectives"] = (_collective_rows(problem, kinds, counts, m)
-                                  + _data_parallel_rows(problem, stage_params(problem, counts, kinds, ends), m))
+                                  + _data_parallel_rows(problem, _stage_state(problem, crit, counts, kinds, ends)[:2], m))
     return StepTime(step, seqs * problem.run.seq_len / step, flops / (step * lay.devices * peak), phase_time,
                     worst.terms["tiling"] * m, 0.0, comm, repeats, details)
 
@@ -151,7 +156,7 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
     is_first, is_last = j == 0, where(exists, j == lay.pipeline_parallel - 1, False)
     counts = pipe.kind_counts(j)  # the stage's real layers of each kind (stages.py)
     layers = sum(counts)
-    stage = Part()
+    stage = new_part()
     summed = stage.__dict__  # the fields read and written directly: this runs per stage and layer kind
     for n, (_, part) in zip(counts, kinds):
         fields = part.__dict__
@@ -167,8 +172,7 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
            "all_to_all": layer_terms.pop("a2a_raw")}
     p2p = where(exists, pipeline_p2p_time(problem, kinds[0][1].pp_bytes), 0)
     raw["pp_p2p"] = p2p
-    dense, expert = stage_params(problem, counts, kinds, (first if is_first else None, is_last, last))
-    dp = data_parallel_times(problem, dense, expert, bytes_per_param(problem))
+    dense, expert, dp, fixed = _stage_state(problem, j, counts, kinds, (first if is_first else None, is_last, last))
     o = lay.overlap
     sharded = lay.zero_stage >= 3
     per_mb = where(sharded | o.grad_reduce, maximum(0.0, dp.per_micro_batch - where(sharded, compute, backward)),
@@ -176,7 +180,8 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
     terms = {"compute": compute, "tp_comm": layer_terms["tp_comm"] + tp_outside, "cp_comm": layer_terms["cp_comm"],
              "all_to_all": layer_terms["all_to_all"], "a2a_sm_share": layer_terms["a2a_sm_share"],
              "pp_p2p": where(o.p2p, maximum(0.0, p2p - compute), p2p), "zero_per_micro_batch": per_mb,
-             "tiling": layers * tiles * tile_overhead_s(problem)}
+             "tiling": layers * tiles * tile_overhead_s(problem),
+             "wgrad_accumulate": wgrad_accumulate_s(problem, dense + expert, bytes_per_param(problem))}
     names = ISSUED_COUNTS
     issued = [getattr(stage, n) + _on_ends(outside, n) for n in names]
     forward = [getattr(stage, n + "_fwd") + _on_ends(outside, n + "_fwd") for n in names]
@@ -195,11 +200,37 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
     terms = {k: where(exists, v, 0.0) for k, v in terms.items()}
     sync_raw = {"gradient_reduce": dp.reduce_per_step, "param_gather": dp.gather_per_step,
                 "zero_per_micro_batch": dp.per_micro_batch * micro_batches}
-    fixed = fixed_costs(problem, dense, expert, bytes_per_param(problem))
     casts = stage.weight_cast_s + _on_ends(outside, "weight_cast_s")
     fixed = FixedCosts(where(exists, fixed.optimizer_s, 0.0), where(exists, fixed.grad_norm_s, 0.0),
                        where(exists, casts, 0.0))
     return _Stage(terms, raw, where(exists, reduce + gather, 0.0), sync_raw, fixed, host)
+
+
+def _stage_state(problem: Problem, j: int, counts: list[Any], kinds: list[tuple[Any, Part]],
+                 ends: tuple[Optional[Part], Any, Part]) -> tuple[Any, Any, DataParallelTimes, FixedCosts]:
+    """Stage j's (non-expert, expert) parameters per device (`memory.stage_params`), its data-parallel
+    synchronisation and its optimizer and gradient-norm times: functions of the layout and of the parameters
+    of the parts it holds, not of the batch shape, so kept per layout when the layer counts and parameters
+    are Python ints (keyed on them and on j, which fixes whether the stage is the first or the last), as
+    the stage's training state is (`GpuMemory._state`)."""
+    first, _, last = ends
+    values = [*counts, last.dense_params, 0 if first is None else first.dense_params]
+    for _, p in kinds:
+        values += (p.dense_params, p.routed_params)
+    key: Any = ("gpu stage times", j, first is not None, tuple(values))
+    for v in values:  # a plain loop: one evaluation runs this per stage
+        if type(v) is not int:
+            key = None
+            break
+    cache = problem.layout_cache
+    if key is not None and key in cache:
+        return cache[key]
+    dense, expert = stage_params(problem, counts, kinds, ends)
+    rates = bytes_per_param(problem)
+    out = (dense, expert, data_parallel_times(problem, dense, expert, rates), fixed_costs(problem, dense, expert, rates))
+    if key is not None:
+        cache[key] = out
+    return out
 
 
 def _on_ends(outside: list[tuple[Part, Any]], name: str) -> Any:
@@ -207,7 +238,11 @@ def _on_ends(outside: list[tuple[Part, Any]], name: str) -> Any:
     them, else 0, summed from 0 in that order."""
     total: Any = 0
     for part, on in outside:
-        total = total + where(on, getattr(part, name), 0)
+        value = getattr(part, name)
+        if isinstance(on, np.ndarray) or isinstance(value, np.ndarray):
+            total = total + where(on, value, 0)
+        else:  # `where`'s choice inline: this runs 11 times per stage
+            total = total + (value if on else 0)
     return total
 
 
