@@ -73,22 +73,30 @@ def test_a_phase_issues_what_its_rules_say() -> None:
     without GEMMs one kernel each way where it has work; the fused core nothing (`_fused_core` counts it);
     module calls 2 + re-runs per module GEMM; glue forward x (1 + re-runs) + backward; the first forward's
     share of each; FP8 grouped GEMMs' per-expert quantisation; after the dispatcher's sync the first forward
-    again in `*_post`. Layouts: dense (full recompute: re-runs), MoE with EP under FP8 and MXFP8 (per-expert
-    quantisation, re-runs), DeepEP with PP."""
-    from btacalc.model.gpu.costs import _issue, _kind_rates, _phase_plan, _rates, new_part
+    again in `*_post`; a count a CUDA graph replays is 0 (its quantisation too where the kernels are). Layouts:
+    dense (full recompute: re-runs), MoE with EP under FP8 and MXFP8 (per-expert quantisation, re-runs), DeepEP
+    with PP, MXFP8 MoE with CUDA-graph scopes attn, moe_router and moe_preprocess."""
+    from btacalc.model.gpu.costs import _eager, _graphed, _issue, _kind_rates, _phase_plan, _rates, new_part
 
     layouts = [("llama-3-8b", "a100-80gb", dict(devices=8, zero_stage=3, recompute="full", attention="flash")),
                ("mixtral-8x7b", "h100", dict(devices=8, expert_parallel=8, precision="fp8")),
                ("qwen3-30b-a3b", "b200", dict(devices=8, expert_parallel=8, precision="mxfp8", recompute="full")),
-               ("deepseek-v3", "h100", dict(devices=256, expert_parallel=64, pipeline_parallel=4, deepep=True))]
-    seen = {"grouped": 0, "quantised": 0, "post": 0, "no gemm": 0, "fused": 0}
+               ("deepseek-v3", "h100", dict(devices=256, expert_parallel=64, pipeline_parallel=4, deepep=True)),
+               ("qwen3-30b-a3b", "b200", dict(devices=8, expert_parallel=8, precision="mxfp8",
+                                              cuda_graph_scope=("attn", "moe_router", "moe_preprocess")))]
+    seen = {"grouped": 0, "quantised": 0, "post": 0, "no gemm": 0, "fused": 0, "graphed": 0}
     for name, hw, ask in layouts:
         problem = _problem(name, hw, ask)
         ev = problem.evaluate(2, 1)  # type: ignore[attr-defined]
         for kind, pv in ev.layers:
             r = _kind_rates(problem, _rates(problem), kind, pv)  # type: ignore[arg-type]
+            graphed = {}
+            for phases in ([p for p in pv.phases if p.scope == "layer"], [p for p in pv.phases if p.scope == "model"]):
+                graphed.update(_graphed(phases, r))  # the phases' captured counts (config/cuda_graphs.py)
             for phase in pv.phases:
                 v, plan = pv.of(phase.name), _phase_plan(phase, r)
+                eager = _eager(graphed.get(phase.name, frozenset()))  # 0 for a count the graph replays
+                seen["graphed"] += 0 in eager
                 reruns = v["reruns"]
                 gemms = [g for g in phase.gemm if g.applies(r.features)]
                 if plan.fused:
@@ -104,17 +112,19 @@ def test_a_phase_issues_what_its_rules_say() -> None:
                     kernels = (1 if v["bytes_moved"] + v["flops_fwd"] > 0 else 0) * (2 + reruns)
                     experts, modules = 0, 0
                     seen["no gemm"] += 1
+                kernels, experts, modules = kernels * eager[0], experts * eager[1], modules * eager[2]
                 glue = phase.host_glue
-                glue_ops = 0 if glue is None else glue.forward_ops * (1 + reruns) + glue.backward_ops
+                glue_ops = (0 if glue is None else glue.forward_ops * (1 + reruns) + glue.backward_ops) * eager[3]
                 fwd = {"kernels": kernels / ((3 if gemms else 2) + reruns), "expert_gemms": experts / (3 + reruns),
-                       "module_calls": modules / (2 + reruns), "glue_ops": 0 if glue is None else glue.forward_ops}
+                       "module_calls": modules / (2 + reruns),
+                       "glue_ops": 0 if glue is None else glue.forward_ops * eager[3]}
                 per_expert = r.cast.recipe.grouped_quantize_kernels_per_expert if r.cast is not None else 0
-                if per_expert and phase.low_precision and experts:
+                if per_expert and phase.low_precision and experts and eager[0]:
                     quantise = experts / (3 + reruns) * per_expert  # G x k per grouped GEMM, first forward
                     kernels, fwd["kernels"] = kernels + quantise * (2 + reruns), fwd["kernels"] + quantise
                     seen["quantised"] += 1
                 part = new_part()
-                _issue(part, phase, v, r, plan)
+                _issue(part, phase, v, r, plan, eager)
                 assert (part.kernels, part.expert_gemms, part.module_calls, part.glue_ops) == \
                     (kernels, experts, modules, glue_ops), (name, phase.name)
                 for n, want in fwd.items():

@@ -44,6 +44,7 @@ from ...catalogue.constants import constants
 from ...catalogue.selection import Selection
 from ...catalogue.terms import Gemm, Phase
 from ...config.attention_kernels import attention_kernel
+from ...config.cuda_graphs import captured_counts
 from ..problem import Evaluation, Problem, kind_values
 from ..steptime import compute_efficiency
 from ..arrays import is_array, maximum, where
@@ -169,6 +170,7 @@ class _Rates:
     # what a phase's arithmetic needs that is the same for every shape under these rates (`_volume_factors`);
     # a layer kind's rates have their own (`_kind_rates`), which every shape of the layout shares
     plans: dict[Any, Any] = field(default_factory=dict)
+    cuda_graph_scope: tuple[str, ...] = ()  # Layout.cuda_graph_scope (config/cuda_graphs.py)
 
 
 def _rates(problem: Problem) -> _Rates:
@@ -208,6 +210,7 @@ def _device_rates(problem: Problem) -> _Rates:
         attention_wall_rate=attention_kernel_share(problem) is not None,
         attention_cast=attention_cast_rates(problem),
         stream_hbm=hw.memory.streaming_bandwidth_bytes_per_s(),
+        cuda_graph_scope=lay.cuda_graph_scope,
     )
 
 
@@ -463,6 +466,7 @@ def _part(pv: PhaseValues, phases: list[Phase], rows_key: Any, r: _Rates, memory
     # fused FlashAttention core: FLOPs, traffic, backward FLOPs, FP8 attention's casts (first forward, backward)
     part, core = new_part(), [0, 0, 0, 0.0, 0.0]
     timed = {} if memory_only or r.python_symbols else _gemms_of_part(phases, r)
+    graphed = _graphed(phases, r) if not memory_only else {}
     for phase in phases:
         v = pv.of(phase.name)  # quantity -> value (read by subscript: one shape reads ~20 per phase)
         load = r.imbalance if phase.routed_load else 1.0
@@ -472,7 +476,8 @@ def _part(pv: PhaseValues, phases: list[Phase], rows_key: Any, r: _Rates, memory
         plan = _phase_plan(phase, r)
         flops = (v["flops_fwd"] + v["flops_bwd"] + v["flops_recompute"]) * load
         traffic = _traffic(phase, v, r, load)
-        _issue(part, phase, v, r, plan)
+        # 1 for each of `ISSUED_COUNTS` the host still issues, 0 for those a CUDA graph replays (`_eager`)
+        _issue(part, phase, v, r, plan, _eager(graphed[phase.name]) if phase.name in graphed else _ALL_EAGER)
         if plan.fused:
             run = r.core_time_factor
             core = [core[0] + flops * run, core[1] + traffic, core[2] + v["flops_bwd"] * load * run, core[3], core[4]]
@@ -494,8 +499,35 @@ def _part(pv: PhaseValues, phases: list[Phase], rows_key: Any, r: _Rates, memory
         _memory(part, phase, v, load)
         _volumes(part, phase, v, r)
     if r.flash and not memory_only:
-        _fused_core(part, pv, phases, core, r)
+        _fused_core(part, pv, phases, core, r,
+                    eager=not any("kernels" in graphed.get(p.name, ()) for p in phases if p.core))
+    if graphed:
+        _graph_launches(part, pv.of(next(p.name for p in phases if p.name in graphed)))
     return part
+
+
+def _graphed(phases: list[Phase], r: _Rates) -> dict[str, frozenset[str]]:
+    """Per phase of a layer, the host-issued counts (`ISSUED_COUNTS`) its CUDA-graph scopes capture
+    (config/cuda_graphs.py; a layer is an MoE layer when it has `moe`-group phases)."""
+    if not r.cuda_graph_scope:
+        return {}
+    return captured_counts(r.cuda_graph_scope, [p.name for p in phases], any(p.group == "moe" for p in phases))
+
+
+def _eager(captured: frozenset[str]) -> tuple[int, ...]:
+    """1 for each of `ISSUED_COUNTS` the host still issues for a phase, 0 for those its CUDA graph replays."""
+    return tuple(0 if n in captured else 1 for n in ISSUED_COUNTS)
+
+
+def _graph_launches(part: Part, v: dict[str, Any]) -> None:
+    """The launches of a layer's CUDA graph (model/gpu/fixed.py): Megatron's TransformerEngine implementation
+    captures one callable per layer, whatever its scopes (transformer_layer.py _te_cuda_graph_capture), replayed
+    by one forward and one backward graph (TransformerEngine graph.py Graphed.forward / backward); a re-run
+    replays the forward graph again. Each launch is taken at the profile's launch_overhead_s. The graph runs
+    before the dispatcher's sync (attention, router, preprocess), so its forward launch is not a `*_post` count."""
+    reruns = v["reruns"]
+    part.kernels = part.kernels + 2 + reruns
+    part.kernels_fwd = part.kernels_fwd + 1
 
 
 _EXACT = float(2 ** 53)  # below this every integer is a float64: sums of integers are exact in any order
@@ -783,7 +815,7 @@ def _evaluate(expr: str, symbols: dict[str, Any]) -> Any:
     return eval(_code(expr), _FUNCTIONS, symbols)  # noqa: S307  # arithmetic only, checked when read
 
 
-def _issue(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, plan: _PhasePlan) -> None:
+def _issue(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, plan: _PhasePlan, eager: tuple[int, ...]) -> None:
     """What a phase issues from the host per micro-batch (model/gpu/fixed.py, estimates), added to the part's
     counts in this order (one function, not five: it runs per phase of every timed part; round "speed7"):
 
@@ -805,7 +837,10 @@ def _issue(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, plan: _PhaseP
       C++ loop (precision.toml); a re-run quantises the input again. Per grouped GEMM: G x k x (2 + re-runs),
       the first forward G x k (G per grouped GEMM in each of its 3 + re-runs passes);
     - after the dispatcher's sync (`Phase.after_dispatch_sync`), the growth of the `*_fwd` counts also goes to
-      the `*_post` counts (`_after_sync`)."""
+      the `*_post` counts (`_after_sync`).
+
+    Each count is multiplied by `eager`'s entry for it (`_eager`: 0 where the phase's CUDA graph replays it), and
+    the quantisation kernels are launched only where the phase's kernels are eager."""
     reruns = v["reruns"]
     if plan.fused:
         kernels: Any = 0
@@ -824,17 +859,18 @@ def _issue(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, plan: _PhaseP
             work = where((v["bytes_moved"] + v["flops_fwd"]) > 0, 1, 0)
             kernels, expert_gemms = work * (2 + reruns), 0
         modules = plan.modules * (1 + reruns + 1)
+    kernels, expert_gemms, modules = kernels * eager[0], expert_gemms * eager[1], modules * eager[2]
     glue = phase.host_glue
     part.kernels, part.expert_gemms = part.kernels + kernels, part.expert_gemms + expert_gemms
     part.module_calls = part.module_calls + modules
-    part.glue_ops = part.glue_ops + (0 if glue is None else glue.forward_ops * (1 + reruns) + glue.backward_ops)
+    part.glue_ops = part.glue_ops + (0 if glue is None else glue.forward_ops * (1 + reruns) + glue.backward_ops) * eager[3]
     before = _forward_counts(part) if phase.after_dispatch_sync else None
     passes = 3 + reruns if plan.gemms else 2 + reruns  # (the GEMMs that apply under the features)
     part.kernels_fwd = part.kernels_fwd + kernels / passes
     part.expert_gemms_fwd = part.expert_gemms_fwd + expert_gemms / (3 + reruns)
     part.module_calls_fwd = part.module_calls_fwd + modules / (2 + reruns)
-    part.glue_ops_fwd = part.glue_ops_fwd + (0 if glue is None else glue.forward_ops)
-    if r.cast is not None and phase.low_precision:
+    part.glue_ops_fwd = part.glue_ops_fwd + (0 if glue is None else glue.forward_ops * eager[3])
+    if eager[0] and r.cast is not None and phase.low_precision:
         per_expert = r.cast.recipe.grouped_quantize_kernels_per_expert
         if per_expert:
             forward = expert_gemms / (3 + reruns) * per_expert
@@ -847,6 +883,7 @@ def _issue(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, plan: _PhaseP
 # the host-issued counts of a `Part` (host_time's arguments), each also kept for the first forward (`*_fwd`) and
 # for the part of it issued after the dispatcher's sync (`*_post`)
 ISSUED_COUNTS = ("kernels", "expert_gemms", "module_calls", "glue_ops")
+_ALL_EAGER = _eager(frozenset())  # a phase no CUDA graph captures: the host issues every count (`_issue`)
 
 
 def _forward_counts(part: Part) -> tuple[Any, ...]:
@@ -860,7 +897,8 @@ def _after_sync(part: Part, before: tuple[Any, ...]) -> None:
         setattr(part, n + "_post", getattr(part, n + "_post") + getattr(part, n + "_fwd") - b)
 
 
-def _fused_core(part: Part, pv: PhaseValues, phases: list[Phase], core: list[Any], r: _Rates) -> None:
+def _fused_core(part: Part, pv: PhaseValues, phases: list[Phase], core: list[Any], r: _Rates,
+                eager: bool = True) -> None:
     """The FlashAttention kernel, one time over the core phases, shared out by their FLOPs:
 
         t = F_kernel / R                              where the kernel has a benchmarked rate R
@@ -881,7 +919,8 @@ def _fused_core(part: Part, pv: PhaseValues, phases: list[Phase], core: list[Any
     fused = kernel + casts
     part.compute_s, part.core_s = part.compute_s + fused, part.core_s + fused
     ran = core[0] > 0
-    both, forward = where(ran, 2, 0), where(ran, 1, 0)
+    # its kernels and module calls, unless a CUDA graph replays them (`eager` False: scope attn)
+    both, forward = where(ran, 2, 0) * int(eager), where(ran, 1, 0) * int(eager)
     part.kernels = part.kernels + both  # the fused forward and backward kernels
     part.module_calls = part.module_calls + both  # its attention module, forward and backward
     part.kernels_fwd = part.kernels_fwd + forward
