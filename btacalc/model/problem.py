@@ -156,9 +156,19 @@ class Problem:
 
     @cached_property
     def kinds(self) -> tuple[tuple[LayerKind, CompiledSelection], ...]:
+        """Each layer kind with its compiled selection: a function of the model and the execution, so kept in
+        the shared layout cache (not in a problem's own cache, which `with_run` shares across executions)."""
+        shared = not (self.symbols or self.counts is not None)
+        if shared:
+            hit = self.layout_cache.get("kinds")
+            if hit is not None:
+                return hit  # type: ignore[no-any-return]
         features = {**self.run.features(), "sequence_parallel": self.layout.sequence_parallel}
-        return kind_selections(self.model, tuple(sorted(features.items())), self.run.recompute,
-                               self.run.multi_token_prediction)
+        kinds = kind_selections(self.model, tuple(sorted(features.items())), self.run.recompute,
+                                self.run.multi_token_prediction)
+        if shared and self.layout_cache is not self._cache:
+            self.layout_cache["kinds"] = kinds
+        return kinds
 
     @property
     def compiled(self) -> CompiledSelection:

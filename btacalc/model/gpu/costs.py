@@ -428,7 +428,8 @@ def _phase_plan(phase: Phase, r: _Rates) -> _PhasePlan:
 def layer_parts(problem: Problem, ev: Evaluation, memory_only: bool = False, report: bool = True) -> list[Part]:
     """One decoder layer of each layer kind (in `ev.layers` order); with `memory_only`, only the bytes
     and parameters (what the memory model needs: the solver asks for many shapes); without `report`, no
-    per-GEMM report rows (`Part.gemms`: the solver's candidates need the times alone)."""
+    per-GEMM report rows (`Part.gemms`: the solver's candidates need the times alone) and no memory bytes
+    (`Part.stored`, `recompute`, `transient` left at 0: the parameters alone, `_parameters`)."""
     r = _rates(problem)
     return [_part(pv, *_part_phases(pv.compiled)["layer"], r if memory_only else _kind_rates(problem, r, kind, pv),
                   memory_only, report) for kind, pv in ev.layers]
@@ -496,7 +497,10 @@ def _part(pv: PhaseValues, phases: list[Phase], rows_key: Any, r: _Rates, memory
         if phase.after_dispatch_sync:
             part.compute_post_s = part.compute_post_s + t * (1 - share)
         part.core_s = part.core_s + (t if phase.core else 0.0)
-        _memory(part, phase, v, load)
+        if report:
+            _memory(part, phase, v, load)
+        else:  # the solver's candidates (timing reads the parameters alone; `MemoryModel` its own parts)
+            _parameters(part, phase, v)
         _volumes(part, phase, v, r)
     if r.flash and not memory_only:
         _fused_core(part, pv, phases, core, r,
@@ -986,6 +990,19 @@ def _memory(part: Part, phase: Phase, v: dict[str, Any], load: Any) -> None:
     part.stored = part.stored + v["stored"] * load
     part.recompute = part.recompute + v["recompute_bytes"] * load
     part.transient = maximum(part.transient, v["transient"] * load)
+    if phase.param_bucket == "routed":
+        part.routed_params = part.routed_params + v["params"]
+        if phase.low_precision:
+            part.low_precision_routed = part.low_precision_routed + v["params"]
+    else:
+        part.dense_params = part.dense_params + v["params"]
+        if phase.low_precision:
+            part.low_precision_params = part.low_precision_params + v["params"]
+
+
+def _parameters(part: Part, phase: Phase, v: dict[str, Any]) -> None:
+    """`_memory`'s parameter counts alone (its bytes left at 0): a part timed without `report`, whose stored,
+    re-computed and working-set bytes nothing reads (the step time reads the parameters, `_stage_state`)."""
     if phase.param_bucket == "routed":
         part.routed_params = part.routed_params + v["params"]
         if phase.low_precision:
