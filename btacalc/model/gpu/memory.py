@@ -86,13 +86,13 @@ class GpuMemory:
         is_first, is_last = j == 0, where(exists, j == lay.pipeline_parallel - 1, False)
         counts = st.kind_counts(j)
         layers = sum(counts)
-        parts, gathered, low_precision = self._state(j, counts, kinds, (first if is_first else None, is_last, last))
+        parts, gathered, low_precision, (weights, gradients, optimizer) = self._state(
+            j, counts, kinds, (first if is_first else None, is_last, last))
         held = self._on_device(st.held_kinds(j))
         stored = sum(n * p.stored for n, (_, p) in zip(held, kinds)) \
             + (st.embedding_in_flight() * first.stored if is_first else 0) + _or_zero(is_last, last.stored)
         components = {
-            "weights": _sum(parts, "weights"), "gradients": _sum(parts, "gradients"),
-            "optimizer_state": _sum(parts, "optimizer"),
+            "weights": weights, "gradients": gradients, "optimizer_state": optimizer,
             "gathered_weights": gathered,
             "stored_activations": _whole(stored),
             "recompute_buffer": _whole(_max(_or_zero(n > 0, p.recompute) for n, (_, p) in zip(counts, kinds))),
@@ -105,8 +105,9 @@ class GpuMemory:
 
 
     def _state(self, j: int, counts: list[Any], kinds: list[tuple[LayerKind, Part]],
-               ends: tuple[Part | None, Any, Part]) -> tuple[tuple[StatePart, ...], Any, Any]:
-        """Stage j's training state, ZeRO-3 / FSDP gather buffer and low-precision weight copies: functions
+               ends: tuple[Part | None, Any, Part]) -> tuple[tuple[StatePart, ...], Any, Any, tuple[Any, Any, Any]]:
+        """Stage j's training state, ZeRO-3 / FSDP gather buffer and low-precision weight copies (and the state's
+        weights, gradients and optimizer state each summed over its parts, `_sum`): functions
         of the layout and of the parameters of the parts it holds, not of the batch shape. A search
         probes the memory of many shapes of one layout, so when the layer counts and the parameters are
         Python ints (not arrays of layouts, not floats that would equal an int and compute otherwise) they
@@ -133,9 +134,10 @@ class GpuMemory:
                             for n, (_, p) in zip(counts, kinds))
         gathered = where(layers > 0, gathered_units_bytes(self.rates, _whole(layer_params), lay), 0)
         low_precision = _whole(weight_cache_bytes(self.problem, _low_precision_params(self.problem, layers, kinds)))
+        sums = (_sum(parts, "weights"), _sum(parts, "gradients"), _sum(parts, "optimizer"))
         if key is not None:
-            cache[key] = (parts, gathered, low_precision)
-        return parts, gathered, low_precision
+            cache[key] = (parts, gathered, low_precision, sums)
+        return parts, gathered, low_precision, sums
 
     def _on_device(self, held: list[Any]) -> list[Any]:
         """The held layer-micro-batches of each kind that stay on the device: with --cpu-offloading-num-layers
