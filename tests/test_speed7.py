@@ -139,7 +139,8 @@ def test_shape_free_counts_over_arrays_of_shapes_are_the_evaluated_ones() -> Non
     """Over arrays of shapes, GEMM expressions that read neither G nor b are taken from the layout's values
     (`_Rates.python_layout`, `_shape_free_value`): each equals the expression evaluated at the shapes'
     symbols under numpy's error state (`_evaluate`), in value and type; expressions that read G or b, and
-    layouts whose other symbols are arrays (points of a sweep), are evaluated as before."""
+    layouts whose other symbols are arrays (points of a sweep), are evaluated as before. At one shape of
+    Python numbers a GEMM's four expressions are one eval of a tuple: each equals its own eval."""
     from btacalc.model.gpu.costs import _evaluate, _evaluate_all, _kind_rates, _rates, _shape_free
 
     g, b = np.array([1.0, 3, 5, 2]), np.array([2.0, 1, 1, 4])
@@ -161,6 +162,20 @@ def test_shape_free_counts_over_arrays_of_shapes_are_the_evaluated_ones() -> Non
                     counts, python = _evaluate_all((gemm.n, gemm.k, gemm.count), r)
                     free += python and _shape_free(gemm.count)
     assert free  # the shape-free path ran
+    one = 0
+    for name, hw, ask in _LAYOUTS:  # one shape: every GEMM's operands in one eval of a tuple (`_python_tuple`)
+        problem = _problem(name, hw, ask)
+        for kind, pv in problem.evaluate(3, 2).layers:  # type: ignore[attr-defined]
+            r = _kind_rates(problem, _rates(problem), kind, pv)  # type: ignore[arg-type]
+            for gemm in (gemm for phase in pv.phases for gemm in phase.gemm):
+                exprs = (gemm.m, gemm.n, gemm.k, gemm.count)
+                got, python = _evaluate_all(exprs, r)
+                want = [_evaluate(e, r.symbols) for e in exprs]
+                assert python == r.python_symbols and len(got) == 4
+                for x, y in zip(got, want, strict=True):
+                    assert type(x) is type(y) and x == y, (name, gemm.name)
+                one += python
+    assert one
 
 
 def test_the_dominant_working_set_row_is_the_maximum() -> None:

@@ -776,23 +776,30 @@ def _evaluate_all(exprs: tuple[str, ...], r: _Rates) -> tuple[tuple[Any, ...], b
     holds where only G and b are arrays (`_Rates.python_layout`) and no expression reads them: their values
     are then kept per layout and kind (`_shape_free_value`)."""
     symbols = r.symbols
-    if r.python_layout:
+    if r.python_symbols:
+        code = _python_tuple(exprs)
+        if code is not None:  # one eval of the expressions as a tuple: each sub-expression's own operations
+            return eval(code, _FUNCTIONS, symbols), True  # noqa: S307  # (`_evaluate`)
+    elif r.python_layout:
+        # G or b arrays of shapes (the solver's candidates), no expression reading them (most GEMM counts) and
+        # none calling a function: each is the Python arithmetic it is at one shape, numpy computes nothing
         for e in exprs:
-            if not _python_arithmetic(e):
+            if not (_python_arithmetic(e) and _shape_free(e)):
                 break
         else:
-            if r.python_symbols:
-                return tuple([_shape_free_value(e, r) if _shape_free(e) else eval(_code(e), _FUNCTIONS, symbols)  # noqa: S307
-                              for e in exprs]), True  # (`_evaluate`)
-            # G or b arrays of shapes (the solver's candidates), no expression reading them (most GEMM counts):
-            # each is the Python arithmetic it is at one shape, numpy computes nothing (round "speed7")
-            for e in exprs:
-                if not _shape_free(e):
-                    break
-            else:
-                return tuple([_shape_free_value(e, r) for e in exprs]), True
+            return tuple([_shape_free_value(e, r) for e in exprs]), True
     with np.errstate(divide="ignore", invalid="ignore"):
         return tuple([_evaluate(e, symbols) for e in exprs]), False
+
+
+@functools.lru_cache(maxsize=None)
+def _python_tuple(exprs: tuple[str, ...]) -> Any:
+    """The expressions compiled as one tuple display, each in its own parentheses (its operations, in its order,
+    on the same symbols: the values `eval` gives one by one), or None where one calls a function
+    (`_python_arithmetic`); round "speed7": one eval per GEMM's operands instead of four."""
+    if not all(_python_arithmetic(e) for e in exprs):
+        return None
+    return compile("(" + "".join(f"({e}), " for e in exprs) + ")", "<gemm shapes>", "eval")
 
 
 @functools.lru_cache(maxsize=None)
@@ -804,7 +811,7 @@ def _shape_free(expr: str) -> bool:
 
 def _shape_free_value(expr: str, r: _Rates) -> Any:
     """A `_shape_free` Python-arithmetic expression at the rates' symbols, evaluated once per layout and kind
-    (kept in `_Rates.plans`, which every shape of them shares)."""
+    (kept in `_Rates.plans`, which every shape of them shares): for arrays of shapes (`_evaluate_all`)."""
     try:
         return r.plans[("expression", expr)]
     except KeyError:
