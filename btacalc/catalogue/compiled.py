@@ -376,12 +376,12 @@ class PhaseValues:
             template = self.coefficients.phase_template(base) if type(tiles) is int and type(tile_batch) is int else None
             if template is not None:  # `rows_at`'s integer rows, this phase's alone (round "speed7")
                 constant, varying = template
-                row = constant.copy()
+                rows: dict[str, Any] = constant.copy()
                 n = self.n
                 for q, c0, c_b, c_g, c_n in varying:
-                    row[q] = c0 + c_b * tile_batch + c_g * tiles + c_n * n
-                self._phase_rows[phase] = row
-                return row
+                    rows[q] = c0 + c_b * tile_batch + c_g * tiles + c_n * n
+                self._phase_rows[phase] = rows
+                return rows
             self._one_shape()
         if self._complete or (self._columns_pending and self._all_varying_rows()):
             row: dict[str, Any] = dict(zip(ROW_QUANTITIES, _phase_rows(base)(self._values)))

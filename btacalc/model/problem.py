@@ -162,7 +162,7 @@ class Problem:
         if shared:
             hit = self.layout_cache.get("kinds")
             if hit is not None:
-                return hit  # type: ignore[no-any-return]
+                return hit
         features = {**self.run.features(), "sequence_parallel": self.layout.sequence_parallel}
         kinds = kind_selections(self.model, tuple(sorted(features.items())), self.run.recompute,
                                 self.run.multi_token_prediction)

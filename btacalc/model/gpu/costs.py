@@ -829,7 +829,6 @@ def _evaluate(expr: str, symbols: dict[str, Any]) -> Any:
 def _issue(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, plan: _PhasePlan, eager: tuple[int, ...]) -> None:
     """What a phase issues from the host per micro-batch (model/gpu/fixed.py, estimates), added to the part's
     counts in this order (one function, not five: it runs per phase of every timed part; round "speed7"):
-
     - kernel launches and per-expert GEMMs: each dense GEMM once forward and twice backward; a grouped expert
       GEMM as one GEMM per local expert (E/EP, the host loop of TransformerEngine's multi-stream grouped GEMM)
       in each of those passes; another phase with work one kernel each way; a re-run repeats the forward; the
@@ -849,14 +848,11 @@ def _issue(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, plan: _PhaseP
       the first forward G x k (G per grouped GEMM in each of its 3 + re-runs passes);
     - after the dispatcher's sync (`Phase.after_dispatch_sync`), the growth of the `*_fwd` counts also goes to
       the `*_post` counts (`_after_sync`).
-
-    Each count is multiplied by `eager`'s entry for it (`_eager`: 0 where the phase's CUDA graph replays it), and
-    the quantisation kernels are launched only where the phase's kernels are eager."""
+    Each count times `eager`'s entry for it (`_eager`: 0 where the phase's CUDA graph replays it); the
+    quantisation kernels only where the phase's kernels are eager."""
     reruns = v["reruns"]
     if plan.fused:
-        kernels: Any = 0
-        expert_gemms: Any = 0
-        modules: Any = 0
+        kernels, expert_gemms, modules = 0, 0, 0
     else:
         passes = 1 + reruns + 2
         if plan.gemms:

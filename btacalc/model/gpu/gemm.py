@@ -89,7 +89,7 @@ class GemmDevice:
         cache hashes its device on every call, 15 times per evaluation, and the tiles' nested tuple made that
         the costliest part of a cache hit (round "speed7"). Equality stays the dataclass's (the fields)."""
         try:
-            return self.__dict__["_hash"]  # type: ignore[no-any-return]
+            return self.__dict__["_hash"]
         except KeyError:
             value = self.__dict__["_hash"] = hash((self.peak_flops_per_s, self.hbm_bytes_per_s, self.sms, self.tiles,
                                                    self.wave_overhead_s, self.overlap_exponent))
