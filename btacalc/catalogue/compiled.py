@@ -156,13 +156,18 @@ class Coefficients:
         rows = self._integer_rows
         template = None
         if rows is not None:
-            constant, varying = rows
-            by_row = {r: (c0, c_b, c_g, c_n) for r, c0, c_b, c_g, c_n in varying}
+            constant, by_row = rows[0], self._varying_rows
             quantities = list(enumerate(ROW_QUANTITIES, start=base))
             template = ({q: constant[r] for r, q in quantities},
                         tuple([(q, *by_row[r]) for r, q in quantities if r in by_row]))
         self._templates[base] = template
         return template
+
+    @cached_property
+    def _varying_rows(self) -> dict[int, tuple[int, int, int, int]]:
+        """Row -> (c0, c_b, c_G, c_Gb) of the rows with a shape term (`_integer_rows`; all ints)."""
+        rows = self._integer_rows
+        return {} if rows is None else {r: (c0, c_b, c_g, c_n) for r, c0, c_b, c_g, c_n in rows[1]}
 
     @cached_property
     def _integer_rows(self) -> Optional[tuple[dict[int, int], list[tuple[int, int, int, int, int]]]]:
@@ -317,7 +322,13 @@ class PhaseValues:
         shapes = [np.asarray(x, dtype=float) for x in (self.tiles, self.tile_batch)]
         # min, max and any as their ufuncs' reductions (what the methods run, without their Python wrappers)
         low, high = np.minimum.reduce, np.maximum.reduce
-        if any(low(x, axis=None) < 0 or np.logical_or.reduce(x % 1, axis=None) for x in shapes):
+        g, b = shapes
+        # both at once where they are 1-D arrays (the solver's probes): one array, one test of each kind
+        both = np.concatenate(shapes) if g.ndim == 1 and b.ndim == 1 else None
+        if both is not None:
+            if low(both) < 0 or np.logical_or.reduce(both % 1):
+                return None
+        elif any(low(x, axis=None) < 0 or np.logical_or.reduce(x % 1, axis=None) for x in shapes):
             return None
         top = float(high(self.n, axis=None))
         return (int(high(shapes[0], axis=None)), int(high(shapes[1], axis=None)), int(top)) if top < 2.0 ** 53 else None

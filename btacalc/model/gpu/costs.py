@@ -974,7 +974,8 @@ def _backward_share(v: dict[str, Any]) -> Any:
     total = v["flops_fwd"] + bwd + v["flops_recompute"]
     if not isinstance(total, np.ndarray):  # one shape: the value `where` picks, without computing the other
         return float(bwd) / float(total) if total > 0 else 2 / 3  # float64 operands, as the array path divides
-    return where(total > 0, bwd / where(total > 0, total, 1), 2 / 3)
+    positive = total > 0  # (one comparison for both `where`s: the same mask)
+    return where(positive, bwd / where(positive, total, 1), 2 / 3)
 
 
 def _traffic(phase: Phase, v: dict[str, Any], r: _Rates, load: Any) -> Any:
