@@ -643,7 +643,8 @@ def _memory_of_shapes(pv: PhaseValues, phases: list[Phase], r: _Rates, key: Any 
         t = summed.transient.reshape(summed.transient.shape + (1,) * n.ndim)
         # np.max is this ufunc's reduce behind a Python wrapper (numpy/_core/fromnumeric.py `_wrapreduction`)
         transient = np.maximum.reduce(t[0] + t[1] * tile_batch + t[2] * tiles + t[3] * n, axis=0)
-    return new_part(stored=stored, recompute=recompute, transient=np.maximum(0, transient), dense_params=dense,
+    # (no np.maximum(0, ...): every coefficient and shape is non-negative, so every row is +0.0 or more already)
+    return new_part(stored=stored, recompute=recompute, transient=transient, dense_params=dense,
                 routed_params=routed, low_precision_params=low_dense, low_precision_routed=low_routed)
 
 
