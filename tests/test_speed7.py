@@ -181,8 +181,10 @@ def test_shape_free_counts_over_arrays_of_shapes_are_the_evaluated_ones() -> Non
 def test_the_dominant_working_set_row_is_the_maximum() -> None:
     """`_dominant`: a row whose every coefficient is at least every other row's is their maximum at every
     non-negative shape, bit for bit, as floats over arrays of integer shapes (the stacked maximum's values);
-    rows none of which dominates give None. The parts of real layouts: the solver's memory equals the
-    stacked maximum (a `_MemoryRows` without its dominant row)."""
+    rows none of which dominates give None. The parts of real layouts (a zero shape included): the solver's
+    memory from one product of the rows not dominated with the shapes (`_MemoryRows.matrix`) equals the dominant
+    row alone and the stacked rows as `affine` sums them (stored, re-computed and working-set bytes by repr,
+    type, dtype and sign bit)."""
     from btacalc.model.gpu import costs
 
     rng = np.random.default_rng(7)
@@ -197,8 +199,8 @@ def test_the_dominant_working_set_row_is_the_maximum() -> None:
         stacked = np.array(rows, dtype=float).T.reshape(4, len(rows), 1)
         want = np.maximum.reduce(stacked[0] + stacked[1] * b + stacked[2] * g + stacked[3] * (g * b), axis=0)
         assert np.array_equal(c0 + c_b * b + c_g * g + c_n * (g * b), want)
-    g, b = np.array([1.0, 3, 5, 2, 8]), np.array([2.0, 1, 1, 4, 1])
-    dominant = 0
+    g, b = np.array([1.0, 3, 5, 2, 8, 0]), np.array([2.0, 1, 1, 4, 1, 3])
+    dominant = products = 0
     for name, hw, ask in _LAYOUTS:
         problem = _problem(name, hw, ask)
         ev = problem.evaluate(g, b)  # type: ignore[attr-defined]
@@ -207,13 +209,20 @@ def test_the_dominant_working_set_row_is_the_maximum() -> None:
             for phases, key in costs._part_phases(pv.compiled).values():
                 got = costs._memory_of_shapes(pv, phases, r, key)
                 summed = pv.coefficients.derived.get(key)
-                if got is None or summed is None or summed.top is None:
+                if got is None or summed is None:
                     continue
-                dominant += 1
-                pv.coefficients.derived[key] = dataclasses.replace(summed, top=None)
-                try:
-                    want = costs._memory_of_shapes(pv, phases, r, key)
-                finally:
-                    pv.coefficients.derived[key] = summed
-                assert repr(got.transient) == repr(want.transient) and got.transient.dtype == want.transient.dtype  # type: ignore[union-attr]
-    assert dominant
+                dominant += summed.top is not None
+                products += summed.matrix is not None
+                paths = []  # the dominant row alone, then the stacked rows (no product with the shapes either)
+                for change in (dict(matrix=None), dict(matrix=None, top=None)):
+                    pv.coefficients.derived[key] = dataclasses.replace(summed, **change)
+                    try:
+                        paths.append(costs._memory_of_shapes(pv, phases, r, key))
+                    finally:
+                        pv.coefficients.derived[key] = summed
+                for want in paths:
+                    for field in ("stored", "recompute", "transient"):
+                        x, y = getattr(got, field), getattr(want, field)
+                        assert type(x) is type(y) and np.asarray(x).dtype == np.asarray(y).dtype, (name, field)
+                        assert repr(x) == repr(y) and np.array_equal(np.signbit(x), np.signbit(y)), (name, field)
+    assert dominant and products

@@ -534,6 +534,7 @@ def _graph_launches(part: Part, v: dict[str, Any]) -> None:
     part.kernels_fwd = part.kernels_fwd + 1
 
 
+_FLOAT64 = np.dtype(np.float64)
 _EXACT = float(2 ** 53)  # below this every integer is a float64: sums of integers are exact in any order
 _MISSING = object()
 
@@ -553,6 +554,10 @@ class _MemoryRows:
     top: Optional[tuple[float, float, float, float]]
     params: tuple[int, int, int, int]  # dense, routed (all E), low-precision dense, low-precision routed
     bound: tuple[int, int, int, int]  # every row above summed: (c0, c_b, c_G, c_Gb) of a bound on any term or sum
+    # (c_b, c_G, c_Gb) and c0 of the stored row, the re-computed row and the working-set rows no other row is at or
+    # above (each coefficient at least theirs), as floats: one product with the shapes (`_memory_of_shapes`)
+    matrix: Optional[np.ndarray] = None  # (rows, 3)
+    constant: Optional[np.ndarray] = None  # (rows, 1)
 
     def exact(self, bounds: tuple[int, int, int]) -> bool:
         """Every value and partial sum below 2^53 at shapes up to `bounds` (G, b, G*b): the coefficients
@@ -598,7 +603,20 @@ def _memory_rows(pv: PhaseValues, phases: list[Phase]) -> Optional[_MemoryRows]:
                        transient_rows=tuple(transient),
                        top=_dominant(transient),
                        params=(params[0], params[1], params[2], params[3]),
-                       bound=(every[0], every[1], every[2], every[3]))
+                       bound=(every[0], every[1], every[2], every[3]),
+                       **_row_matrix([tuple(sums["stored"]), tuple(sums["recompute_bytes"]), *_undominated(transient)]))
+
+
+def _undominated(rows: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+    """The rows (c0, c_b, c_G, c_Gb) no other row is at or above in every coefficient (the first of equal rows
+    kept): at non-negative shapes their maximum is the maximum of all."""
+    return [a for i, a in enumerate(rows)
+            if not any(j != i and all(x >= y for x, y in zip(b, a)) and (b != a or j < i) for j, b in enumerate(rows))]
+
+
+def _row_matrix(rows: list[tuple[int, ...]]) -> dict[str, np.ndarray]:
+    coefficients = np.array(rows, dtype=float)
+    return {"matrix": np.ascontiguousarray(coefficients[:, 1:]), "constant": coefficients[:, :1].copy()}
 
 
 def _dominant(rows: list[tuple[int, ...]]) -> Optional[tuple[float, float, float, float]]:
@@ -633,6 +651,18 @@ def _memory_of_shapes(pv: PhaseValues, phases: list[Phase], r: _Rates, key: Any 
     dense, routed, low_dense, low_routed = summed.params
     if one:
         return _memory_of_one_shape(summed, tiles, tile_batch, n)
+    if summed.matrix is not None and type(tiles) is np.ndarray and type(tile_batch) is np.ndarray \
+            and tiles.dtype == tile_batch.dtype == n.dtype == _FLOAT64 and tiles.ndim == 1 \
+            and tiles.shape == tile_batch.shape == n.shape:
+        # every row at once: each value an integer below 2^53 (checked above), so the product's sums are exact in
+        # whatever order BLAS adds them, and every term is +0.0 or more (round "speed7")
+        y = summed.matrix @ np.array((tile_batch, tiles, n))
+        y += summed.constant
+        (m_stored, c_stored), (m_re, c_re) = summed.stored, summed.recompute
+        return new_part(stored=y[0] if m_stored & 14 else float(c_stored[0] if m_stored & 1 else 0),
+                        recompute=y[1] if m_re & 14 else float(c_re[0] if m_re & 1 else 0),
+                        transient=y[2] if len(y) == 3 else np.maximum.reduce(y[2:], axis=0), dense_params=dense,
+                        routed_params=routed, low_precision_params=low_dense, low_precision_routed=low_routed)
     # each phase's bytes times its load 1.0: arrays, or a float where no phase's bytes depend on the shape
     stored, recompute = [affine(m, c, tiles, tile_batch, n) if m & 14 else float(c[0] if m & 1 else 0)
                          for m, c in (summed.stored, summed.recompute)]
