@@ -182,7 +182,7 @@ def test_the_dominant_working_set_row_is_the_maximum() -> None:
     """`_dominant`: a row whose every coefficient is at least every other row's is their maximum at every
     non-negative shape, bit for bit, as floats over arrays of integer shapes (the stacked maximum's values);
     rows none of which dominates give None. The parts of real layouts (a zero shape included): the solver's
-    memory from one product of the rows not dominated with the shapes (`_MemoryRows.matrix`) equals the dominant
+    memory from one product of the rows not dominated with the shapes (`costs._row_product`) equals the dominant
     row alone and the stacked rows as `affine` sums them (stored, re-computed and working-set bytes by repr,
     type, dtype and sign bit)."""
     from btacalc.model.gpu import costs
@@ -212,14 +212,17 @@ def test_the_dominant_working_set_row_is_the_maximum() -> None:
                 if got is None or summed is None:
                     continue
                 dominant += summed.top is not None
-                products += summed.matrix is not None
+                product = pv.coefficients.derived.get(("row product", key))
+                products += product is not None
                 paths = []  # the dominant row alone, then the stacked rows (no product with the shapes either)
-                for change in (dict(matrix=None), dict(matrix=None, top=None)):
+                pv.coefficients.derived[("row product", key)] = None
+                for change in (dict(), dict(top=None)):
                     pv.coefficients.derived[key] = dataclasses.replace(summed, **change)
                     try:
                         paths.append(costs._memory_of_shapes(pv, phases, r, key))
                     finally:
                         pv.coefficients.derived[key] = summed
+                pv.coefficients.derived[("row product", key)] = product
                 for want in paths:
                     for field in ("stored", "recompute", "transient"):
                         x, y = getattr(got, field), getattr(want, field)

@@ -554,10 +554,6 @@ class _MemoryRows:
     top: Optional[tuple[float, float, float, float]]
     params: tuple[int, int, int, int]  # dense, routed (all E), low-precision dense, low-precision routed
     bound: tuple[int, int, int, int]  # every row above summed: (c0, c_b, c_G, c_Gb) of a bound on any term or sum
-    # (c_b, c_G, c_Gb) and c0 of the stored row, the re-computed row and the working-set rows no other row is at or
-    # above (each coefficient at least theirs), as floats: one product with the shapes (`_memory_of_shapes`)
-    matrix: Optional[np.ndarray] = None  # (rows, 3)
-    constant: Optional[np.ndarray] = None  # (rows, 1)
 
     def exact(self, bounds: tuple[int, int, int]) -> bool:
         """Every value and partial sum below 2^53 at shapes up to `bounds` (G, b, G*b): the coefficients
@@ -603,8 +599,7 @@ def _memory_rows(pv: PhaseValues, phases: list[Phase]) -> Optional[_MemoryRows]:
                        transient_rows=tuple(transient),
                        top=_dominant(transient),
                        params=(params[0], params[1], params[2], params[3]),
-                       bound=(every[0], every[1], every[2], every[3]),
-                       **_row_matrix([tuple(sums["stored"]), tuple(sums["recompute_bytes"]), *_undominated(transient)]))
+                       bound=(every[0], every[1], every[2], every[3]))
 
 
 def _undominated(rows: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
@@ -614,9 +609,13 @@ def _undominated(rows: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
             if not any(j != i and all(x >= y for x, y in zip(b, a)) and (b != a or j < i) for j, b in enumerate(rows))]
 
 
-def _row_matrix(rows: list[tuple[int, ...]]) -> dict[str, np.ndarray]:
+def _row_product(summed: _MemoryRows) -> tuple[np.ndarray, np.ndarray]:
+    """(c_b, c_G, c_Gb) as a (rows, 3) float matrix and c0 as a (rows, 1) column of the stored row, the re-computed
+    row and the working-set rows no other is at or above (`_undominated`): one product with the shapes gives
+    them all (`_memory_of_shapes`; made on the first array of shapes, kept with the coefficients)."""
+    rows = [summed.stored[1], summed.recompute[1], *_undominated(list(summed.transient_rows))]
     coefficients = np.array(rows, dtype=float)
-    return {"matrix": np.ascontiguousarray(coefficients[:, 1:]), "constant": coefficients[:, :1].copy()}
+    return np.ascontiguousarray(coefficients[:, 1:]), coefficients[:, :1].copy()
 
 
 def _dominant(rows: list[tuple[int, ...]]) -> Optional[tuple[float, float, float, float]]:
@@ -651,13 +650,18 @@ def _memory_of_shapes(pv: PhaseValues, phases: list[Phase], r: _Rates, key: Any 
     dense, routed, low_dense, low_routed = summed.params
     if one:
         return _memory_of_one_shape(summed, tiles, tile_batch, n)
-    if summed.matrix is not None and type(tiles) is np.ndarray and type(tile_batch) is np.ndarray \
-            and tiles.dtype == tile_batch.dtype == n.dtype == _FLOAT64 and tiles.ndim == 1 \
-            and tiles.shape == tile_batch.shape == n.shape:
+    product = None
+    if type(tiles) is np.ndarray and type(tile_batch) is np.ndarray and tiles.dtype == tile_batch.dtype == n.dtype \
+            == _FLOAT64 and tiles.ndim == 1 and tiles.shape == tile_batch.shape == n.shape:
+        product = pv.coefficients.derived.get(("row product", key), _MISSING)
+        if product is _MISSING:
+            product = pv.coefficients.derived[("row product", key)] = _row_product(summed)
+    if product is not None:
         # every row at once: each value an integer below 2^53 (checked above), so the product's sums are exact in
         # whatever order BLAS adds them, and every term is +0.0 or more (round "speed7")
-        y = summed.matrix @ np.array((tile_batch, tiles, n))
-        y += summed.constant
+        matrix, constant = product
+        y = matrix @ np.array((tile_batch, tiles, n))
+        y += constant
         (m_stored, c_stored), (m_re, c_re) = summed.stored, summed.recompute
         return new_part(stored=y[0] if m_stored & 14 else float(c_stored[0] if m_stored & 1 else 0),
                         recompute=y[1] if m_re & 14 else float(c_re[0] if m_re & 1 else 0),
