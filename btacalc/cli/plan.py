@@ -58,7 +58,8 @@ SWEEP_EXAMPLES = ("Examples:\n\n"
 # launch has no torchrun prefix), how the plan is solved and printed. Every other plan option is in the file.
 IMPORT_KEEPS = ("hw", "devices", "gpus_per_node", "objective", "as_json", "output", "schema",
                 "sensitivity", "emit", "profile_run", "name", "config", "from_megatron", "from_bridge",
-                "accounting", "causal", "loss", "routing_imbalance", "max_global_batch", "max_tile_batch")
+                "accounting", "causal", "loss", "routing_imbalance", "max_global_batch", "max_tile_batch",
+                "fp8_attention")  # (no Megatron-LM flag sets FP8 attention: a launch cannot say it)
 
 
 def plan(
@@ -249,7 +250,7 @@ def _imported_run(ctx: typer.Context, megatron: Optional[Path], bridge: Optional
     given = given_on_command_line(ctx, tuple(others))
     if given:
         raise BtacalcError(f"{{{given[0]}}} with {{{'from_megatron' if megatron else 'from_bridge'}}}: the file "
-                           "gives the run (only --hw, --devices and how to solve and print may be added)")
+                           "gives the run (only --hw, --devices, --fp8-attention and how to solve and print may be added)")
     from ..config.megatron_run import import_bridge, import_megatron
     from ..config.presets import resolve_model
 
