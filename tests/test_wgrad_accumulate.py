@@ -102,3 +102,13 @@ def test_the_ci_rows_are_predicted_with_what_is_not_timed_stated(run):
     # the add is in the prediction: the same row with the fusion on is faster
     fused = run.model_copy(update={"recipe": r.model_copy(update={"gradient_accumulation_fusion": None})})
     assert predict(fused).predicted.tokens_per_s_per_device > result.predicted.tokens_per_s_per_device
+
+
+def test_a_wafer_refuses_the_option_in_one_line(cli):
+    """The unfused add is Megatron's DDP hook (distributed_data_parallel.py L578); a wafer run has no such kernel,
+    so --no-gradient-accumulation-fusion on a wafer profile is refused (as --cpu-offloading-num-layers is), not
+    accepted and shown in the plan's inputs while nothing reads it."""
+    code, out, err = cli("plan", "--model", "llama-3-8b", "--hw", "wse3", "--devices", "1", "--seq", "4096",
+                         "--no-gradient-accumulation-fusion")
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "--no-gradient-accumulation-fusion" in err and "GPU" in err

@@ -582,6 +582,9 @@ def _resolve(request: ExecutionRequest, model: "ModelSpec", profile: "HardwarePr
     _check_run(run, model)
     layout = _resolve_layout(request, model, profile, chosen)
     check_activation_offload(run, model, layout, gpu)
+    if not gpu and not run.gradient_accumulation_fusion:  # Megatron DDP's main-gradient add (gpu/fixed.py)
+        raise BtacalcError("{gradient_accumulation_fusion}: the separate main-gradient add is Megatron's (GPU) "
+                           "data-parallel hook; a wafer-scale run has none")
     if profile.family == "gpu":
         layout = _runnable_overlaps(layout, recompute, chosen)
     limits = _resolve_batch(request, layout, chosen, run.seq_len if gpu else None)
