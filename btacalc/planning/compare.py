@@ -153,7 +153,8 @@ def compare(model: ModelSpec, profiles: Sequence[HardwareProfile], devices: Opti
             try:
                 check_precision(precision, profile, request.fp8_param_gather)
                 if request.fp8_attention:
-                    check_fp8_attention(precision, profile, request.attention or profile.defaults.attention)
+                    check_fp8_attention(precision, profile, request.attention or profile.defaults.attention,
+                                        request.attention_kernel)
             except BtacalcError as exc:
                 skipped.append(f"{profile.name} {precision}: {exc}")
                 continue
