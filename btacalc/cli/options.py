@@ -136,6 +136,11 @@ DeepEpOpt = typer.Option(False, "--deepep/--no-deepep", help=help_text(
 DispatcherSmsOpt = typer.Option(None, "--dispatcher-sms", help=help_text(
     "With --deepep: SMs DeepEP / HybridEP's dispatch and combine kernels hold (Megatron "
     "moe_flex_dispatcher_num_sms); an overlapped all-to-all takes them from compute [default: 20, Megatron-Core's]."))
+CudaGraphScopeOpt = typer.Option(None, "--cuda-graph-scope", help=help_text(
+    "Megatron's per-layer CUDA graphs (--cuda-graph-impl transformer_engine), comma-separated scopes: attn, mlp, "
+    "moe_router, moe_preprocess (with moe_router); their kernels, module calls and eager glue replay from one "
+    "forward and one backward graph launch per layer and micro-batch, GPU time unchanged "
+    "(btacalc/data/cuda_graph_scopes.toml) [default: none]."))
 GradAccumOpt = typer.Option(None, "--grad-accum", min=1, help=help_text(
     "Gradient accumulation: M micro-batches of G·b per optimizer step (the gradient sync runs once per step) "
     "[default: with --global-batch, chosen by the solver (N / (DP x micro batch) with --micro-batch; N / DP with "

@@ -18,7 +18,7 @@ from .options import (Accounting, AccountingOpt, Attention, AttentionKernelOpt, 
                       GpusPerNodeOpt, Precision, PrecisionOpt,
                       GradAccumOpt, GradBytesOpt, HwOpt, Loss, LossOpt, MaxGlobalBatchOpt, MaxTileBatchOpt,
                       MemoryModelChoice, MemoryModelOpt, MicroBatchOpt, ModelOpt, MtpOpt, NameOpt, Objective,
-                      ObjectiveOpt, OutputOpt, TokensPerStepOpt, OverlapA2aOpt, DeepEpOpt, DispatcherSmsOpt, OverlapGradOpt, OverlapOpt, OverlapP2pOpt,
+                      ObjectiveOpt, OutputOpt, TokensPerStepOpt, OverlapA2aOpt, DeepEpOpt, DispatcherSmsOpt, CudaGraphScopeOpt, OverlapGradOpt, OverlapOpt, OverlapP2pOpt,
                       OverlapParamOpt, PpOpt, QuietOpt, RecomputeOpt, RoutingOpt, SeqOpt, SpOpt, TileBatchOpt,
                       TilesOpt, TopKOpt, TpOpt, TpOverlapOpt, VpOpt, ZeroOpt, check_bounds, help_text, layout_fields, outputs,
                       value, AccountEmbeddingOpt, AccountLossOpt, FirstStageOpt, LastStageOpt, PipelineLayoutOpt,
@@ -93,6 +93,7 @@ def plan(
     overlap_a2a: bool = OverlapA2aOpt,
     deepep: bool = DeepEpOpt,
     dispatcher_sms: Optional[int] = DispatcherSmsOpt,
+    cuda_graph_scope: Optional[str] = CudaGraphScopeOpt,
     grad_accum: Optional[int] = GradAccumOpt,
     mtp: Optional[bool] = MtpOpt,
     tp: Optional[int] = TpOpt,
@@ -174,6 +175,7 @@ def plan(
         devices_per_node=gpus_per_node or imported.request.devices_per_node, objective=value(objective),
         accounting=accounting.value, causal=causal, loss=value(loss) or imported.request.loss,
         routing_imbalance=routing_imbalance, limits=replace(imported.request.limits, max_global_batch=max_global_batch, max_tile_batch=max_tile_batch),
+        cuda_graph_scope=_scopes(cuda_graph_scope, imported.request.cuda_graph_scope),
         fp8_attention=fp8_attention or imported.request.fp8_attention,  # no Megatron flag sets it: a launch cannot
     ) if imported else ExecutionRequest(
         seq_len=seq, recompute=recompute, attention=value(attention), causal=causal, loss=value(loss),
@@ -182,6 +184,7 @@ def plan(
         multi_token_prediction=mtp,
         devices=devices, expert_parallel=ep, zero_stage=zero, devices_per_node=gpus_per_node,
         overlap_all_to_all=overlap_a2a, deepep=deepep, dispatcher_sms=dispatcher_sms,
+        cuda_graph_scope=_scopes(cuda_graph_scope, ()),
         micro_batches=grad_accum, objective=value(objective),
         tokens_per_step=tokens_per_step,
         precision=value(precision), fp8_param_gather=fp8_param_gather, fp8_attention=fp8_attention,
@@ -375,3 +378,11 @@ def sweep(
 def register(app: typer.Typer) -> None:
     app.command(epilog=PLAN_EXAMPLES)(plan)
     app.command(epilog=SWEEP_EXAMPLES)(sweep)
+
+
+def _scopes(text: Optional[str], default: tuple[str, ...]) -> tuple[str, ...]:
+    """--cuda-graph-scope's comma-separated scopes (checked with the layout: config/cuda_graphs.py); not given:
+    `default` (an imported run's)."""
+    if text is None:
+        return tuple(default)
+    return tuple(s.strip() for s in text.split(",") if s.strip())

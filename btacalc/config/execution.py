@@ -26,6 +26,7 @@ from ..errors import BtacalcError
 from ..memo import Memo, plain_key
 from .precision import DEFAULT_PRECISION, Recipe, check_fp8_attention, check_precision, recipe
 from .attention_kernels import DEFAULT_ATTENTION_KERNEL, attention_kernel
+from .cuda_graphs import check_scopes
 from ..vocabulary import parse_recompute
 from .pipeline import Placement, StageSplit, parse_layout, place
 
@@ -206,6 +207,9 @@ class Layout:
     # SMs DeepEP / HybridEP's kernels hold (Megatron moe_flex_dispatcher_num_sms); None: Megatron-Core's
     # default (model/gpu/sm_share.py FLEX_DISPATCHER_SMS)
     dispatcher_sms: Optional[int] = None
+    # Megatron's per-layer CUDA-graph scopes (--cuda-graph-impl transformer_engine --cuda-graph-scope): what they
+    # capture issues from one graph launch (config/cuda_graphs.py); empty: no CUDA graphs
+    cuda_graph_scope: tuple[str, ...] = ()
     stage_split: StageSplit = StageSplit()  # the user's pipeline split options (config/pipeline.py)
 
     @property
@@ -268,6 +272,9 @@ class Layout:
             raise BtacalcError(f"{profile.name} has no {links} in its profile: {{devices}} needs them")
         self._validate_grids()
         self._validate_dispatcher(profile)
+        check_scopes(self.cuda_graph_scope)
+        if self.cuda_graph_scope and profile.family != "gpu":
+            raise BtacalcError(f"{{cuda_graph_scope}} is Megatron's CUDA graphs on GPUs: {profile.name} is not a GPU")
         self._validate_model(model, seq_len)
         self._validate_pipeline(model.num_layers, mtp_layers)
 
@@ -478,6 +485,7 @@ class ExecutionRequest:
     fsdp: bool = False
     deepep: bool = False  # DeepEP node-deduplicated dispatch (Layout.deepep); default the alltoall dispatcher
     dispatcher_sms: Optional[int] = None  # Layout.dispatcher_sms
+    cuda_graph_scope: tuple[str, ...] = ()  # Layout.cuda_graph_scope
     gradient_bytes: Optional[int] = None
     routing_imbalance: float = 1.0
     overlaps: OverlapRequest = field(default_factory=OverlapRequest)
@@ -708,6 +716,7 @@ def _resolve_layout(request: ExecutionRequest, model: "ModelSpec", profile: "Har
                   virtual_pipeline=sizes["virtual_pipeline"], context_parallel=sizes["context_parallel"],
                   expert_tensor_parallel=etp, fsdp=request.fsdp, stage_split=request.stage_split,
                   deepep=request.deepep, dispatcher_sms=request.dispatcher_sms,
+                  cuda_graph_scope=tuple(request.cuda_graph_scope),
                   overlap=_resolve_overlaps(request, chosen, devices > 1, sizes["virtual_pipeline"] > 1))
 
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from ..errors import BtacalcError
 from ..vocabulary import SELECTIVE_MODULES
+from .cuda_graphs import GRAPH_IMPL
 from .megatron_launch import flags_by_dest, list_expression, megatron_flags, pattern
 
 if TYPE_CHECKING:
@@ -441,6 +442,33 @@ def _dec_dispatcher(get: Get) -> Fields:
     return {"layout.deepep": True, "layout.dispatcher_sms": sms}
 
 
+def _enc_cuda_graphs(f: Fields) -> Args:
+    """Per-layer CUDA graphs (config/cuda_graphs.py): the TransformerEngine implementation with the scopes.
+    Megatron-LM @ d98e8a64 (btacalc's flag table) names them --cuda-graph-modules (arguments.py L2050-2064;
+    --cuda-graph-scope, the name of the 25.x/26.0x releases (554ce493 L1529), is its hidden deprecated alias,
+    L2047-2049, moved to it in validate_args L633-641)."""
+    scope = f.get("layout.cuda_graph_scope") or ()
+    if not scope:
+        return {}
+    return {"cuda_graph_impl": GRAPH_IMPL, "cuda_graph_modules": list(scope)}
+
+
+def _dec_cuda_graphs(get: Get) -> Fields:
+    """--cuda-graph-impl transformer_engine with its scopes (--cuda-graph-modules or the deprecated
+    --cuda-graph-scope); a whole-layer graph (no scope, or "full") and the local / full-iteration graphs are
+    not expressed: planned without graphs, with a note."""
+    impl = get("cuda_graph_impl")
+    if impl in (None, "none"):
+        return {}
+    scope = get("cuda_graph_modules") or get("cuda_graph_scope_deprecated") or []
+    scope = [scope] if isinstance(scope, str) else [str(s) for s in scope]
+    if impl != GRAPH_IMPL or not scope or "full" in scope:
+        return {"run.cuda_graph_note": f"--cuda-graph-impl {impl} {' '.join(scope) or '(whole layer)'}: btacalc "
+                                       "models per-layer scopes only (attn, mlp, moe_router, moe_preprocess); "
+                                       "planned without CUDA graphs"}
+    return {"layout.cuda_graph_scope": tuple(scope)}
+
+
 def _enc_attention(f: Fields) -> Args:
     """FlashAttention-style fused attention as --attention-backend flash, or fused (cuDNN, TransformerEngine's
     FusedAttention) under FP8 attention: TE runs FP8 attention only there (TE @ d0067d0 common/recipe/__init__.py
@@ -640,6 +668,7 @@ RUN_ROWS: tuple[Row, ...] = (
     Row("activation offloading", _enc_offload, _dec_offload),
     Row("optimizer moments", _enc_moments, _dec_moments),
     Row("dispatcher", _enc_dispatcher, _dec_dispatcher),
+    Row("cuda graphs", _enc_cuda_graphs, _dec_cuda_graphs),
     Row("gradient accumulation fusion", _enc_wgrad_fusion, _dec_wgrad_fusion),
     switch("overlap.grad_reduce", "overlap_grad_reduce"),
     switch("overlap.param_gather", "overlap_param_gather"),
@@ -740,6 +769,9 @@ _AS_IS: tuple[Callable[[Any], Any], Callable[[Any], Any]] = (_as_is, _as_is)
 
 BRIDGE_KEYS: dict[str, tuple[str, Callable[[Any], Any], Callable[[Any], Any]]] = {
     "num_experts": ("model.num_moe_experts", *_AS_IS),
+    # the releases' TransformerConfig field (Megatron-LM @ d98e8a64 transformer_config.py L1129, deprecated for
+    # cuda_graph_modules L1090) that Megatron-Bridge's perf configs set (cuda_graph_scope=[...]): read back only
+    "cuda_graph_scope_deprecated": ("model.cuda_graph_scope", *_AS_IS),
     "swiglu": ("model.gated_linear_unit", *_AS_IS),
     "untie_embeddings_and_output_weights": ("model.share_embeddings_and_output_weights", _neg, _neg),
     "micro_batch_size": ("train.micro_batch_size", *_AS_IS),

@@ -58,7 +58,8 @@ IGNORED: tuple[tuple[str, str], ...] = (
      "btacalc/data/precision.toml)"),
     (r"make_vocab_size_divisible_by", "vocabulary padding: btacalc counts --vocab-size as given"),
     (r"(cuda_graph_.*|enable_cuda_graph|external_cuda_graph)",
-     "CUDA graphs: kernel-launch capture; btacalc models neither launch overhead nor the graphs' static buffers"),
+     "CUDA graphs beyond --cuda-graph-impl transformer_engine's per-layer scopes (read): warm-up steps, the "
+     "graphs' static buffers and the local implementation are not modelled"),
     (r"(fine_grained_activation_offloading|offload_modules|cpu_offloading_.*)",
      "activation offloading beyond --cpu-offloading-num-layers (module-wise offloading, weights, double "
      "buffering): not modelled (btacalc keeps those activations on the device)"),
@@ -169,6 +170,8 @@ def _imported(launch: Launch, devices: Optional[int], name: Optional[str] = None
                     if d not in read and d in launch.given_as)
     if fields.get("run.dispatcher_note"):
         notes.append(fields["run.dispatcher_note"])
+    if fields.get("run.cuda_graph_note"):
+        notes.append(fields["run.cuda_graph_note"])
     return ImportedRun(spec, request, launch.source, ignored, tuple(notes), tuple(launch.env.items()))
 
 
@@ -254,7 +257,7 @@ def request_from_fields(f: Fields, spec: ModelSpec, devices: int, per_node: Opti
         devices=devices, devices_per_node=per_node, expert_parallel=f["layout.expert_parallel"],
         zero_stage=f["layout.zero_stage"], fsdp=f["layout.fsdp"],
         overlap_all_to_all=bool(f.get("overlap.all_to_all")), deepep=bool(f.get("layout.deepep")),
-        dispatcher_sms=f.get("layout.dispatcher_sms"),
+        dispatcher_sms=f.get("layout.dispatcher_sms"), cuda_graph_scope=tuple(f.get("layout.cuda_graph_scope") or ()),
         limits=BatchLimits(global_batch=global_batch, micro_batch=micro or 1),
         tensor_parallel=f["layout.tensor_parallel"], sequence_parallel=f["layout.sequence_parallel"],
         pipeline_parallel=pp, virtual_pipeline=vp, context_parallel=f["layout.context_parallel"],

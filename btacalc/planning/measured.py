@@ -116,6 +116,9 @@ class Recipe(BaseModel):
     dispatcher_sms: Optional[int] = Field(None, ge=1, description="moe_flex_dispatcher_num_sms (or the deprecated "
                                           "moe_deepep_num_sms / moe_hybridep_num_sms): SMs DeepEP / HybridEP's "
                                           "kernels hold (default: Megatron-Core's 20)")
+    cuda_graph_scope: list[str] = Field(default_factory=list, description="--cuda-graph-scope with --cuda-graph-impl "
+                                        "transformer_engine: Megatron's per-layer CUDA-graph scopes "
+                                        "(btacalc/data/cuda_graph_scopes.toml); empty: no per-layer graphs")
     micro_batch: Optional[int] = Field(None, ge=1, description="--micro-batch-size where the recipe and the published "
                                        "row's other columns (GA = GBS / (DP x MBS)) say otherwise than its MBS column")
     pipeline_layout: Optional[str] = Field(None, description="--pipeline-model-parallel-layout (Megatron's string)")
@@ -418,7 +421,8 @@ def express(run: MeasuredRun, family: str = "gpu") -> tuple[Optional[ExecutionRe
         o = recipe.overlaps
         changes.update(overlaps=OverlapRequest(grad_reduce=o.grad_reduce, param_gather=o.param_gather, tp_comm=o.tp_comm),
                        overlap_all_to_all=o.all_to_all, attention=recipe.attention, gradient_bytes=recipe.gradient_bytes(),
-                       deepep=recipe.deepep, dispatcher_sms=recipe.dispatcher_sms)
+                       deepep=recipe.deepep, dispatcher_sms=recipe.dispatcher_sms,
+                       cuda_graph_scope=tuple(recipe.cuda_graph_scope))
         if recipe.causal is not None:
             changes["causal"] = recipe.causal
         if recipe.attention_kernel is not None:

@@ -53,6 +53,8 @@ class ParallelInfo(BaseModel):
                          "(Megatron's flex dispatcher)")
     dispatcher_sms: Optional[int] = Field(None, description="SMs DeepEP/HybridEP hold while it runs (None: "
                                           "Megatron-Core's default, 20)")
+    cuda_graph_scope: list[str] = Field(default_factory=list, description="Megatron's per-layer CUDA-graph scopes "
+                                        "(--cuda-graph-impl transformer_engine); empty: no CUDA graphs")
     tensor_parallel: int = Field(1, description="TP (Megatron --tensor-model-parallel-size)")
     sequence_parallel: bool = Field(False, description="sequence parallelism with TP (Korthikanti et al. 2022)")
     pipeline_parallel: int = Field(1, description="PP (--pipeline-model-parallel-size)")

@@ -44,6 +44,7 @@ from ...catalogue.constants import constants
 from ...catalogue.selection import Selection
 from ...catalogue.terms import Gemm, Phase
 from ...config.attention_kernels import attention_kernel
+from ...config.cuda_graphs import captured_counts
 from ..problem import Evaluation, Problem, kind_values
 from ..steptime import compute_efficiency
 from ..arrays import is_array, maximum, where
@@ -166,6 +167,7 @@ class _Rates:
     # what a phase's arithmetic needs that is the same for every shape under these rates (`_volume_factors`);
     # a layer kind's rates have their own (`_kind_rates`), which every shape of the layout shares
     plans: dict[Any, Any] = field(default_factory=dict)
+    cuda_graph_scope: tuple[str, ...] = ()  # Layout.cuda_graph_scope (config/cuda_graphs.py)
 
 
 def _rates(problem: Problem) -> _Rates:
@@ -205,6 +207,7 @@ def _device_rates(problem: Problem) -> _Rates:
         attention_wall_rate=attention_kernel_share(problem) is not None,
         attention_cast=attention_cast_rates(problem),
         stream_hbm=hw.memory.streaming_bandwidth_bytes_per_s(),
+        cuda_graph_scope=lay.cuda_graph_scope,
     )
 
 
@@ -460,6 +463,7 @@ def _part(pv: PhaseValues, phases: list[Phase], rows_key: Any, r: _Rates, memory
     # fused FlashAttention core: FLOPs, traffic, backward FLOPs, FP8 attention's casts (first forward, backward)
     part, core = new_part(), [0, 0, 0, 0.0, 0.0]
     timed = {} if memory_only or r.python_symbols else _gemms_of_part(phases, r)
+    graphed = _graphed(phases, r) if not memory_only else {}
     for phase in phases:
         v = pv.of(phase.name)  # quantity -> value (read by subscript: one shape reads ~20 per phase)
         load = r.imbalance if phase.routed_load else 1.0
@@ -469,14 +473,16 @@ def _part(pv: PhaseValues, phases: list[Phase], rows_key: Any, r: _Rates, memory
         plan = _phase_plan(phase, r)
         flops = (v["flops_fwd"] + v["flops_bwd"] + v["flops_recompute"]) * load
         traffic = _traffic(phase, v, r, load)
-        kernels, expert_gemms = _launches(phase, v, r, plan)
-        modules = _module_calls(phase, v, r, plan)
+        eager = _eager(graphed.get(phase.name, frozenset()))
+        kernels, expert_gemms = (c * e for c, e in zip(_launches(phase, v, r, plan), (eager[0], eager[1])))
+        modules = _module_calls(phase, v, r, plan) * eager[2]
         part.kernels, part.expert_gemms = part.kernels + kernels, part.expert_gemms + expert_gemms
         part.module_calls = part.module_calls + modules
-        part.glue_ops = part.glue_ops + _glue_ops(phase, v)
+        part.glue_ops = part.glue_ops + _glue_ops(phase, v) * eager[3]
         before = _forward_counts(part) if phase.after_dispatch_sync else None
-        _forward_issued(part, phase, v, r, (kernels, expert_gemms, modules), plan)
-        _expert_quantize(part, phase, v, r, expert_gemms)
+        _forward_issued(part, phase, v, r, (kernels, expert_gemms, modules), plan, eager[3])
+        if eager[0]:
+            _expert_quantize(part, phase, v, r, expert_gemms)
         if before is not None:
             _after_sync(part, before)
         if plan.fused:
@@ -499,8 +505,35 @@ def _part(pv: PhaseValues, phases: list[Phase], rows_key: Any, r: _Rates, memory
         _memory(part, phase, v, load)
         _volumes(part, phase, v, r)
     if r.flash and not memory_only:
-        _fused_core(part, pv, phases, core, r)
+        _fused_core(part, pv, phases, core, r,
+                    eager=not any("kernels" in graphed.get(p.name, ()) for p in phases if p.core))
+    if graphed:
+        _graph_launches(part, pv.of(next(p.name for p in phases if p.name in graphed)))
     return part
+
+
+def _graphed(phases: list[Phase], r: _Rates) -> dict[str, frozenset[str]]:
+    """Per phase of a layer, the host-issued counts (`ISSUED_COUNTS`) its CUDA-graph scopes capture
+    (config/cuda_graphs.py; a layer is an MoE layer when it has `moe`-group phases)."""
+    if not r.cuda_graph_scope:
+        return {}
+    return captured_counts(r.cuda_graph_scope, [p.name for p in phases], any(p.group == "moe" for p in phases))
+
+
+def _eager(captured: frozenset[str]) -> tuple[int, ...]:
+    """1 for each of `ISSUED_COUNTS` the host still issues for a phase, 0 for those its CUDA graph replays."""
+    return tuple(0 if n in captured else 1 for n in ISSUED_COUNTS)
+
+
+def _graph_launches(part: Part, v: dict[str, Any]) -> None:
+    """The launches of a layer's CUDA graph (model/gpu/fixed.py): Megatron's TransformerEngine implementation
+    captures one callable per layer, whatever its scopes (transformer_layer.py _te_cuda_graph_capture), replayed
+    by one forward and one backward graph (TransformerEngine graph.py Graphed.forward / backward); a re-run
+    replays the forward graph again. Each launch is taken at the profile's launch_overhead_s. The graph runs
+    before the dispatcher's sync (attention, router, preprocess), so its forward launch is not a `*_post` count."""
+    reruns = v["reruns"]
+    part.kernels = part.kernels + 2 + reruns
+    part.kernels_fwd = part.kernels_fwd + 1
 
 
 _EXACT = float(2 ** 53)  # below this every integer is a float64: sums of integers are exact in any order
@@ -817,7 +850,7 @@ def _glue_ops(phase: Phase, v: dict[str, Any]) -> Any:
 
 
 def _forward_issued(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, issued: tuple[Any, Any, Any],
-                    plan: Optional[_PhasePlan] = None) -> None:
+                    plan: Optional[_PhasePlan] = None, glue_eager: int = 1) -> None:
     """The first forward pass's share of what a phase issues (the passes as `_launches`, `_module_calls` and
     `_glue_ops` count them: a GEMM phase's kernels and expert GEMMs in 3 + re-runs passes, another phase's kernel
     in 2 + re-runs, a module in 2 + re-runs; re-runs belong to the backward, where they run)."""
@@ -828,7 +861,7 @@ def _forward_issued(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, issu
     part.kernels_fwd = part.kernels_fwd + kernels / passes
     part.expert_gemms_fwd = part.expert_gemms_fwd + expert_gemms / (3 + reruns)
     part.module_calls_fwd = part.module_calls_fwd + modules / (2 + reruns)
-    part.glue_ops_fwd = part.glue_ops_fwd + (0 if phase.host_glue is None else phase.host_glue.forward_ops)
+    part.glue_ops_fwd = part.glue_ops_fwd + (0 if phase.host_glue is None else phase.host_glue.forward_ops * glue_eager)
 
 
 # the host-issued counts of a `Part` (host_time's arguments), each also kept for the first forward (`*_fwd`) and
@@ -847,7 +880,8 @@ def _after_sync(part: Part, before: tuple[Any, ...]) -> None:
         setattr(part, n + "_post", getattr(part, n + "_post") + getattr(part, n + "_fwd") - b)
 
 
-def _fused_core(part: Part, pv: PhaseValues, phases: list[Phase], core: list[Any], r: _Rates) -> None:
+def _fused_core(part: Part, pv: PhaseValues, phases: list[Phase], core: list[Any], r: _Rates,
+                eager: bool = True) -> None:
     """The FlashAttention kernel, one time over the core phases, shared out by their FLOPs:
 
         t = F_kernel / R                              where the kernel has a benchmarked rate R
@@ -868,7 +902,8 @@ def _fused_core(part: Part, pv: PhaseValues, phases: list[Phase], core: list[Any
     fused = kernel + casts
     part.compute_s, part.core_s = part.compute_s + fused, part.core_s + fused
     ran = core[0] > 0
-    both, forward = where(ran, 2, 0), where(ran, 1, 0)
+    # its kernels and module calls, unless a CUDA graph replays them (`eager` False: scope attn)
+    both, forward = where(ran, 2, 0) * int(eager), where(ran, 1, 0) * int(eager)
     part.kernels = part.kernels + both  # the fused forward and backward kernels
     part.module_calls = part.module_calls + both  # its attention module, forward and backward
     part.kernels_fwd = part.kernels_fwd + forward

@@ -106,8 +106,8 @@ of the thread), and turned into time with that operator's published cost on an H
 
 (the numbers, their spread over repeated timings and what they leave out are in docs/host-time.md). Qwen3-30B-A3B:
 651 x 3.8 us = 2.47 ms per layer and micro-batch; the forward share repeats with a re-run. The router's own glue
-is not counted: the measured recipes capture it in a CUDA graph (`cuda_graph_scope` moe_router, moe_preprocess),
-which btacalc does not read yet; MLA layers (no qkv_proj phase) carry only the MoE extra:
+is not counted: the measured recipes capture it in a CUDA graph (`cuda_graph_scope` moe_router, moe_preprocess);
+MLA layers (no qkv_proj phase) carry only the MoE extra:
 their attention's glue is not measured.
 
 **The dispatcher's device-to-host sync splits the micro-batch.** A dropless MoE layer waits once per forward for
@@ -154,6 +154,21 @@ token_dispatcher.py L1111-1112). What avoids them btacalc has no field for: drop
 static budget (`moe_expert_rank_capacity_factor`, L1098-1112), which a full-iteration CUDA graph needs, since a
 graph cannot hold a host sync (experts.py L359-363); the one measured row with such a recipe (26.08, full-iteration
 graph) is refused for its FP8 attention (docs/clock.md 'moe7').
+
+**CUDA-graph scopes remove what they capture from the host.** Megatron's per-layer CUDA graphs
+(`--cuda-graph-impl transformer_engine --cuda-graph-scope attn mlp moe_router moe_preprocess`; Megatron-LM @ 554ce493
+megatron/training/arguments.py L1529-1542) capture whole parts of a layer; btacalc/data/cuda_graph_scopes.toml says
+which catalogue phases each scope captures and which of their host counts (kernels, module calls, glue) the graph
+takes over (config/cuda_graphs.py). TransformerEngine's implementation captures one callable per layer, whatever
+its scopes (transformer_layer.py L989-1024), and replays it from a torch.autograd.Function: one forward graph and
+one backward graph per layer and micro-batch (TransformerEngine @ d0067d0d transformer_engine/pytorch/graph.py
+L1031-1097). So for a layer with any captured phase
+
+    t_host = t_host(eager) - captured counts x their costs + (2 + re-runs) x launch_overhead_s
+
+(a graph launch is one host API call like a kernel launch, taken at the profile's launch_overhead_s, an estimate;
+no published cudaGraphLaunch host time was used). GPU time is unchanged. Qwen3-30B-A3B, attn: 14 launches, 6 module
+calls and the dense layer's 316 glue ops become 2 launches, 1.9 ms less host time per layer and micro-batch.
 
 **Weight-gradient accumulation without fusion** (per micro-batch). With Megatron's gradient accumulation fusion
 (its default with TransformerEngine) each weight-gradient GEMM accumulates straight into the fp32 main gradient:
