@@ -227,3 +227,38 @@ def test_every_low_precision_check_run_is_expressible():
     assert len(runs) > 40
     refused = [(r.id, why) for r in runs for request, why in [express(r)] if request is None]
     assert refused == []
+
+
+def test_an_emitted_launch_plans_back_with_fp8_attention_added(cli, monkeypatch):
+    """No Megatron-LM flag sets fp8_dot_product_attention (arguments.py L2332-2334), so the emitted launch says it in a
+    note and --from-megatron cannot read it: --fp8-attention may be added to the file's run, and the round trip then
+    plans the same step as the original."""
+    import io
+
+    base = ["plan", "--model", "llama-3-8b", "--hw", "gb200", "--devices", "8", "--seq", "4096", "--precision",
+            "mxfp8", "--attention", "flash", "--fp8-attention"]
+    code, launch, err = cli(*base, "--emit", "megatron")
+    assert code == 0, err
+    code, out, err = cli(*base, "--json")
+    original = json.loads(out)
+    monkeypatch.setattr(sys, "stdin", io.StringIO(launch))
+    code, out, err = cli("plan", "--hw", "gb200", "--from-megatron", "-", "--fp8-attention", "--json")
+    assert code == 0, err
+    back = json.loads(out)
+    assert back["inputs"]["fp8_attention"] is True
+    assert back["throughput"]["step_time_s"] == pytest.approx(original["throughput"]["step_time_s"], rel=1e-12)
+
+
+def test_compare_skips_a_gpu_without_an_fp8_attention_rate():
+    """compare --precision fp8 --fp8-attention over an H100 and a B300: the B300 (compute capability 10.3) runs the
+    recipe, but attention_kernels.toml has no rate of cuDNN's FP8 kernel there (the Blackwell entries cover 10.0
+    only), so its row is listed under skipped with the reason, as a recipe the GPU cannot run is, and the H100's is
+    planned, instead of the whole comparison ending in an error."""
+    out = subprocess.run([sys.executable, "-m", "btacalc", "compare", "-m", "llama-3-8b", "--hw", "h100,b300",
+                          "--devices", "8", "--attention", "flash", "--precision", "fp8", "--fp8-attention", "--json"],
+                         capture_output=True, text=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": ""})
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert [(r["hardware"], r["precision"]) for r in result["rows"]] == [("h100", "fp8")]
+    assert len(result["skipped"]) == 1 and result["skipped"][0].startswith("b300 fp8:")
+    assert "no published rate" in result["skipped"][0]

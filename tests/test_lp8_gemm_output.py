@@ -80,3 +80,16 @@ def test_outputs_are_16_bit_and_the_wgrad_accumulates_into_the_main_gradient(pre
     assert gemm_output_bytes(fp32) == (2.0, 2.0, 8.0)
     assert gemm_output_bytes(bf16) == (2.0, 2.0, 4.0)
     assert _rates(fp32).output_bytes == (2.0, 2.0, 8.0)
+
+
+@pytest.mark.parametrize("precision", ["bf16", "mxfp8"])
+def test_without_gradient_accumulation_fusion_the_wgrad_writes_the_activation_dtype(precision):
+    """--no-gradient-accumulation-fusion: TE's weight-gradient GEMM gets out=None, out_dtype=activation_dtype,
+    accumulate=False (TE @ d0067d0 pytorch/module/linear.py L1231-1262 with fuse_wgrad_accumulation off): it writes
+    a 16-bit gradient once (2 B) and neither reads nor writes the main gradient, which the separate add
+    (gpu/fixed.py wgrad_accumulate_s) moves instead; the forward and dgrad results stay 16-bit."""
+    b200 = resolve_hardware("b200")
+    kw = dict(recompute="none", attention="flash", seq_len=4096, precision=precision, gradient_bytes=4)
+    unfused = resolved(load_preset("llama-3-8b"), b200, **kw, gradient_accumulation_fusion=False)
+    assert gemm_output_bytes(unfused) == (2.0, 2.0, 2.0)
+    assert _rates(unfused).output_bytes == (2.0, 2.0, 2.0)

@@ -273,3 +273,30 @@ def test_points_searched_a_few_at_a_time_give_the_same_points(monkeypatch):
     monkeypatch.setattr(sweep_module, "SEARCH_POINTS", 2)
     split = run_sweep(model, hw, ExecutionRequest(), grid)
     assert [p.model_dump() for p in split.points] == [p.model_dump() for p in whole.points]
+
+
+def test_a_models_dense_equivalent_is_derived_once_per_sweep(monkeypatch):
+    """Each point's dense reference (the model with the same active parameters) is keyed on the dense
+    model's numbers; a block's group holds every model of the block while a search takes SEARCH_POINTS of
+    its points, so deriving the key of every model of the group per search cost models x searches per
+    block (docs/speed.md, "cold6"). Derived once per model now: 4 models (E x k), 12 points searched 2 at
+    a time make 4 derivations, and the points equal one search of all of them."""
+    from btacalc.config.model import ModelSpec
+
+    model, hw = load_preset("qwen3-30b-a3b"), resolve_hardware("wse3")
+    grid = {"seq": [1024, 4096, 16384], "experts": [8, 16], "top-k": [1, 2]}
+    monkeypatch.setattr(sweep_module, "SEARCH_POINTS", 1 << 20)
+    whole = run_sweep(model, hw, ExecutionRequest(), grid)
+    derived: list[tuple[int, int]] = []
+    original = ModelSpec.dense_equivalent
+
+    def counted(self: ModelSpec) -> ModelSpec:
+        if self.is_moe:  # a dense model's (the reference's own problem) is itself
+            derived.append((self.num_experts, self.top_k))
+        return original(self)
+
+    monkeypatch.setattr(ModelSpec, "dense_equivalent", counted)
+    monkeypatch.setattr(sweep_module, "SEARCH_POINTS", 2)
+    split = run_sweep(model, hw, ExecutionRequest(), grid)
+    assert sorted(derived) == [(8, 1), (8, 2), (16, 1), (16, 2)]
+    assert [p.model_dump() for p in split.points] == [p.model_dump() for p in whole.points]

@@ -102,3 +102,42 @@ def test_the_ci_rows_are_predicted_with_what_is_not_timed_stated(run):
     # the add is in the prediction: the same row with the fusion on is faster
     fused = run.model_copy(update={"recipe": r.model_copy(update={"gradient_accumulation_fusion": None})})
     assert predict(fused).predicted.tokens_per_s_per_device > result.predicted.tokens_per_s_per_device
+
+
+def test_a_wafer_refuses_the_option_in_one_line(cli):
+    """The unfused add is Megatron's DDP hook (distributed_data_parallel.py L578); a wafer run has no such kernel,
+    so --no-gradient-accumulation-fusion on a wafer profile is refused (as --cpu-offloading-num-layers is), not
+    accepted and shown in the plan's inputs while nothing reads it."""
+    code, out, err = cli("plan", "--model", "llama-3-8b", "--hw", "wse3", "--devices", "1", "--seq", "4096",
+                         "--no-gradient-accumulation-fusion")
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "--no-gradient-accumulation-fusion" in err and "GPU" in err
+
+
+def _json_of(cli, *args: str) -> dict:
+    import json
+
+    code, out, err = cli(*args, "--json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_sweep_and_compare_take_the_option_as_plan_does(cli):
+    """--no-gradient-accumulation-fusion reaches sweep's points and compare's GPU rows: each gives the step time
+    plan gives with the option (the add timed, as the tests above derive it), which is longer than without it;
+    compare's wafer row, which has no such add, is planned as without the option."""
+    common = ["-m", "llama-3-8b", "--devices", "8", "--recompute", "full", "--seq", "4096"]
+    plan = {f: _json_of(cli, "plan", "--hw", "h100", *common, *f)["throughput"]["step_time_s"]
+            for f in ((), ("--no-gradient-accumulation-fusion",))}
+    assert plan[("--no-gradient-accumulation-fusion",)] > plan[()]
+    swept = _json_of(cli, "sweep", "--hw", "h100", *common, "--vary", "global-batch=256", "--quiet",
+                     "--no-gradient-accumulation-fusion")
+    point = swept["points"][0]
+    unfused = _json_of(cli, "plan", "--hw", "h100", *common, "--global-batch", "256",
+                       "--no-gradient-accumulation-fusion")
+    assert point["throughput"]["step_time_s"] == pytest.approx(unfused["throughput"]["step_time_s"], rel=1e-12)
+    rows = _json_of(cli, "compare", "--hw", "h100,wse3", "-m", "llama-3-8b", "--devices", "8", "--recompute", "full",
+                    "--seq", "4096", "--quiet", "--no-gradient-accumulation-fusion")["rows"]
+    by_hw = {r["hardware"]: r for r in rows}
+    assert by_hw["h100"]["step_time_s"] == pytest.approx(plan[("--no-gradient-accumulation-fusion",)], rel=1e-12)
+    assert by_hw["wse3"]["fits"]

@@ -34,6 +34,7 @@ FLAGS = {
     "gradient_bytes": "--grad-bytes",
     "fp8_param_gather": "--fp8-param-gather",
     "fp8_attention": "--fp8-attention",
+    "gradient_accumulation_fusion": "--no-gradient-accumulation-fusion",
     "cpu_offload_layers": "--cpu-offloading-num-layers",
     "moment_bytes": "--optimizer-moments",
 }

@@ -58,7 +58,8 @@ SWEEP_EXAMPLES = ("Examples:\n\n"
 # launch has no torchrun prefix), how the plan is solved and printed. Every other plan option is in the file.
 IMPORT_KEEPS = ("hw", "devices", "gpus_per_node", "objective", "as_json", "output", "schema",
                 "sensitivity", "emit", "profile_run", "name", "config", "from_megatron", "from_bridge",
-                "accounting", "causal", "loss", "routing_imbalance", "max_global_batch", "max_tile_batch")
+                "accounting", "causal", "loss", "routing_imbalance", "max_global_batch", "max_tile_batch",
+                "fp8_attention")  # (no Megatron-LM flag sets FP8 attention: a launch cannot say it)
 
 
 def plan(
@@ -252,7 +253,7 @@ def _imported_run(ctx: typer.Context, megatron: Optional[Path], bridge: Optional
     given = given_on_command_line(ctx, tuple(others))
     if given:
         raise BtacalcError(f"{{{given[0]}}} with {{{'from_megatron' if megatron else 'from_bridge'}}}: the file "
-                           "gives the run (only --hw, --devices and how to solve and print may be added)")
+                           "gives the run (only --hw, --devices, --fp8-attention and how to solve and print may be added)")
     from ..config.megatron_run import import_bridge, import_megatron
     from ..config.presets import resolve_model
 
@@ -332,6 +333,7 @@ def sweep(
     precision: Optional[Precision] = PrecisionOpt,
     fp8_param_gather: bool = Fp8ParamGatherOpt,
     fp8_attention: bool = Fp8AttentionOpt,
+    gradient_accumulation_fusion: bool = WgradFusionOpt,
     max_points: Optional[int] = typer.Option(None, "--max-points", min=1, help="Allow a grid of up to this many "
                                              "points (grids above 1,000,000 are refused without it, before any work)."),
     quiet: bool = QuietOpt,
@@ -364,7 +366,8 @@ def sweep(
         accounting=accounting.value, overlap_streaming=overlap, devices=devices, expert_parallel=ep,
         zero_stage=zero, devices_per_node=gpus_per_node, overlap_all_to_all=overlap_a2a, micro_batches=grad_accum,
         multi_token_prediction=mtp, objective=value(objective), tokens_per_step=tokens_per_step,
-        precision=value(precision), fp8_param_gather=fp8_param_gather, fp8_attention=fp8_attention)
+        precision=value(precision), fp8_param_gather=fp8_param_gather, fp8_attention=fp8_attention,
+        gradient_accumulation_fusion=gradient_accumulation_fusion)
     with SweepOutputs(outs, grid, spec.name, profile.name, fixed_active, plot_path) as sink:
         with progress(grid.size, "solving", quiet) as advance:
             for block in iter_sweep(spec, profile, request, grid, fixed_active, max_points):

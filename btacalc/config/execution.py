@@ -586,10 +586,13 @@ def _resolve(request: ExecutionRequest, model: "ModelSpec", profile: "HardwarePr
     )
     check_precision(run.precision, profile, run.low_precision_param_gather)
     if run.fp8_attention:
-        _check_fp8_attention(run, profile)
+        check_fp8_attention(run.precision, profile, run.attention, run.attention_kernel)
     _check_run(run, model)
     layout = _resolve_layout(request, model, profile, chosen)
     check_activation_offload(run, model, layout, gpu)
+    if not gpu and not run.gradient_accumulation_fusion:  # Megatron DDP's main-gradient add (gpu/fixed.py)
+        raise BtacalcError("{gradient_accumulation_fusion}: the separate main-gradient add is Megatron's (GPU) "
+                           "data-parallel hook; a wafer-scale run has none")
     if profile.family == "gpu":
         layout = _runnable_overlaps(layout, recompute, chosen)
     limits = _resolve_batch(request, layout, chosen, run.seq_len if gpu else None)
@@ -624,17 +627,6 @@ def _runnable_overlaps(layout: Layout, recompute: str, chosen: _Defaults) -> Lay
         return layout
     chosen.reasons["overlap_all_to_all"] = why
     return replace(layout, overlap=replace(layout.overlap, all_to_all=False))
-
-
-def _check_fp8_attention(run: RunOptions, profile: "HardwareProfile") -> None:
-    """--fp8-attention needs a recipe with FP8 fused attention on this architecture (config.precision) and a rate
-    of the run's attention kernel for that FP8 kernel (attention_kernels.toml: no published rate, no plan)."""
-    r = check_fp8_attention(run.precision, profile, run.attention)
-    chip = profile.chip
-    cc = chip.compute_capability.value if chip.compute_capability else None
-    if attention_kernel(run.attention_kernel).fraction_of_peak(cc, None, r.fp8_attention_kernel) is None:
-        raise BtacalcError(f"{{fp8_attention}}: no published rate of the {{attention_kernel}} {run.attention_kernel}'s "
-                           f"{r.fp8_attention_kernel} kernel on {profile.name} (btacalc/data/attention_kernels.toml)")
 
 
 def _routing_weights(model: "ModelSpec", gpu: bool, chosen: _Defaults) -> Literal["combine", "experts"]:

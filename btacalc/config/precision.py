@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import BtacalcError
+from .attention_kernels import DEFAULT_ATTENTION_KERNEL, attention_kernel
 from .named_tables import load_named_tables, pick
 
 if TYPE_CHECKING:
@@ -151,10 +152,12 @@ def check_precision(name: str, profile: "HardwareProfile", param_gather: bool) -
     return r
 
 
-def check_fp8_attention(name: str, profile: "HardwareProfile", attention: str) -> Recipe:
+def check_fp8_attention(name: str, profile: "HardwareProfile", attention: str, kernel: Optional[str] = None) -> Recipe:
     """The recipe `name` after checking that TransformerEngine runs FP8 fused attention under it on `profile`
     (precision.toml fp8_attention_*) with FlashAttention-style fused attention (FP8 DPA runs only in TE's
-    FusedAttention backend: TE @ d0067d0 common/recipe/__init__.py L222-227); one-line errors."""
+    FusedAttention backend: TE @ d0067d0 common/recipe/__init__.py L222-227), and that the attention `kernel`
+    (None: the default) has a rate for that FP8 kernel there (attention_kernels.toml: no published rate, no plan);
+    one-line errors."""
     r = recipe(name)
     if not r.fp8_attention_kernel:
         able = ", ".join(n for n, x in recipes().items() if x.fp8_attention_kernel)
@@ -169,4 +172,9 @@ def check_fp8_attention(name: str, profile: "HardwareProfile", attention: str) -
     if attention != "flash":
         raise BtacalcError("{fp8_attention} runs TransformerEngine's fused attention kernel: it needs "
                            "{attention} flash")
+    rates = attention_kernel(kernel or DEFAULT_ATTENTION_KERNEL)
+    if rates.fraction_of_peak(chip.compute_capability.value if chip.compute_capability else None, None,
+                              r.fp8_attention_kernel) is None:
+        raise BtacalcError(f"{{fp8_attention}}: no published rate of the {{attention_kernel}} {rates.name}'s "
+                           f"{r.fp8_attention_kernel} kernel on {profile.name} (btacalc/data/attention_kernels.toml)")
     return r

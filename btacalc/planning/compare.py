@@ -153,17 +153,19 @@ def compare(model: ModelSpec, profiles: Sequence[HardwareProfile], devices: Opti
             try:
                 check_precision(precision, profile, request.fp8_param_gather)
                 if request.fp8_attention:
-                    check_fp8_attention(precision, profile, request.attention or profile.defaults.attention)
+                    check_fp8_attention(precision, profile, request.attention or profile.defaults.attention,
+                                        request.attention_kernel)
             except BtacalcError as exc:
                 skipped.append(f"{profile.name} {precision}: {exc}")
                 continue
         matched = matched_gpu_count(wafers[0], systems, profile, match) if match and profile.family == "gpu" else None
         counts: Sequence[Optional[int]] = ([systems] if profile.family == "wse" else [matched[0]] if matched
                                            else (list(devices) if devices else [None]))
-        # a wafer row is D systems in strict data parallel: the GPU layout choices (EP, ZeRO) do not apply to it
+        # a wafer row is D systems in strict data parallel: the GPU layout choices (EP, ZeRO) and Megatron's
+        # unfused main-gradient add do not apply to it
         base = request.with_changes(precision=precision)
         if profile.family == "wse":
-            base = request.with_changes(expert_parallel=None, zero_stage=None,
+            base = request.with_changes(expert_parallel=None, zero_stage=None, gradient_accumulation_fusion=True,
                                         limits=replace(request.limits, global_batch=wafer_global_batch))
         for n in counts:
             note = matched[1] if matched else ""

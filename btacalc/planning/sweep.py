@@ -239,6 +239,7 @@ class _Solver:
         self.counts: dict[tuple[Any, ...], ParamCounts] = {}
         self.dense: dict[tuple[Any, ...], tuple[float, int]] = {}
         self.dense_ids: dict[tuple[Any, ...], int] = {}
+        self.dense_models: dict[int, tuple[ModelSpec, ModelSpec, tuple[Any, ...]]] = {}
 
     def setup(self, overrides: tuple[tuple[str, int], ...]) -> tuple[ModelSpec, Execution, int]:
         """The model, the resolved execution and a structure id of one combination of model and layout
@@ -267,8 +268,8 @@ class _Solver:
         MEMO_ENTRIES: a sweep over 10^6 distinct expert counts would otherwise keep a model, an
         execution and its counts for each (gigabytes). They are rebuilt as needed; ids are only
         compared within one block, so clearing all of them together between blocks is safe."""
-        if max(len(self.setups), len(self.counts), len(self.dense)) > MEMO_ENTRIES:
-            for memo in (self.setups, self.structures, self.counts, self.dense, self.dense_ids):
+        if max(len(self.setups), len(self.counts), len(self.dense), len(self.dense_models)) > MEMO_ENTRIES:
+            for memo in (self.setups, self.structures, self.counts, self.dense, self.dense_ids, self.dense_models):
                 memo.clear()
 
     def block(self, start: int, params: dict[str, np.ndarray]) -> SweepBlock:
@@ -396,16 +397,28 @@ class _Solver:
         """Per point: tokens/s and G*b of its dense model's best plan (free shape, same caps and M)."""
         points = models.index.size
         tps, n = np.full(points, np.nan), np.zeros(points, dtype=np.int64)
-        dense_of = [spec.dense_equivalent() for spec in models.specs]
-        keys = [tuple(sorted(d.model_dump(exclude={"name", "source", "published_params"}).items())) for d in dense_of]
+        # the models these points have, in the group's order: a group holds every model of a block (up to
+        # BLOCK_POINTS), a search SEARCH_POINTS points, so deriving every model's dense equivalent per
+        # search cost O(models x searches) per block (docs/speed.md, "cold6")
+        used, of_used = np.unique(models.index, return_inverse=True)
+        dense_of, keys = zip(*[self.dense_model(models.specs[s]) for s in used.tolist()])
         key_id = {k: i for i, k in enumerate(dict.fromkeys(keys))}
-        of_point = np.array([key_id[k] for k in keys], dtype=np.int64)[models.index]
+        of_point = np.array([key_id[k] for k in keys], dtype=np.int64)[of_used.reshape(-1)]
         for key, i in key_id.items():
             idx = np.flatnonzero(of_point == i)
-            if idx.size:
-                dense = dense_problem(problem.at_points(idx).with_model(dense_of[keys.index(key)]))
-                tps[idx], n[idx] = self.dense_reference(dense, key, _take(limits, idx))
+            dense = dense_problem(problem.at_points(idx).with_model(dense_of[keys.index(key)]))
+            tps[idx], n[idx] = self.dense_reference(dense, key, _take(limits, idx))
         return tps, n
+
+    def dense_model(self, spec: ModelSpec) -> tuple[ModelSpec, tuple[Any, ...]]:
+        """`spec`'s dense equivalent and its numbers (the key of `dense_reference`), derived once per model
+        (a model's points are searched in several chunks: one per sequence length of a block)."""
+        found = self.dense_models.get(id(spec))
+        if found is None or found[0] is not spec:  # the spec is kept in the entry: its id is not reused
+            dense = spec.dense_equivalent()
+            found = (spec, dense, tuple(sorted(dense.model_dump(exclude={"name", "source", "published_params"}).items())))
+            self.dense_models[id(spec)] = found
+        return found[1], found[2]
 
     def dense_reference(self, dense: Problem, numbers: tuple[Any, ...],
                         limits: PointLimits) -> tuple[np.ndarray, np.ndarray]:

@@ -224,9 +224,12 @@ def gemm_output_bytes(problem: Problem) -> tuple[float, float, float]:
     turns it off) and TE then runs general_gemm(..., out=main_grad, out_dtype=main_grad.dtype, accumulate=True)
     (linear.py L1227-1262 at d0067d0; v2.8 L823-844), which reads and writes the buffer: 2 x gradient_bytes. The first
     micro-batch of a step only writes it (accumulate False with is_first_microbatch), not separated here (an
-    over-count of gradient_bytes / M per element)."""
-    out = float(problem.run.bytes_per_element)
-    return out, out, 2.0 * problem.run.gradient_bytes
+    over-count of gradient_bytes / M per element). Without the fusion the same lines give out=None,
+    out_dtype=activation_dtype, accumulate=False: the GEMM writes a 16-bit gradient once, and the main-gradient read
+    and write go to the separate add (gpu/fixed.py `wgrad_accumulate_s`)."""
+    run = problem.run
+    out = float(run.bytes_per_element)
+    return out, out, 2.0 * run.gradient_bytes if run.gradient_accumulation_fusion else out
 
 
 def attention_kernel_share(problem: Problem) -> Any:
