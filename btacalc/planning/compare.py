@@ -14,10 +14,9 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 
 from pydantic import BaseModel, Field
 
-from ..config.execution import ExecutionRequest
+from ..config.execution import ExecutionRequest, resolve_run
 from ..config.hardware import HardwareProfile
 from ..config.model import ModelSpec
-from ..config.precision import check_fp8_attention, check_precision
 from ..errors import BtacalcError
 from .cluster import MAX_DEVICES, min_devices
 from .plan import make_plan, plan_problem
@@ -104,6 +103,8 @@ def _row(report: PlanReport, profile: HardwareProfile) -> CompareRow:
 
 
 MATCHES = ("power", "devices")
+# the run options whose errors mean "this device cannot run this precision": such a row is skipped, not refused
+PRECISION_PARAMS = frozenset({"precision", "fp8_param_gather", "fp8_attention"})
 
 
 def matched_gpu_count(wafer: HardwareProfile, systems: int, gpu: HardwareProfile, match: str) -> tuple[int, str]:
@@ -149,24 +150,24 @@ def compare(model: ModelSpec, profiles: Sequence[HardwareProfile], devices: Opti
     for profile, precision in [(p, x) for p in profiles for x in chosen]:
         if profile.family == "wse" and precision != chosen[0]:
             continue  # one wafer row: the precision list is for the GPU rows
+        # a wafer row is D systems in strict data parallel: the GPU layout choices (EP, ZeRO) and Megatron's and
+        # TransformerEngine's GPU kernel options (the unfused main-gradient add, NVFP4's unfused casts) do not apply
+        base = request.with_changes(precision=precision)
+        if profile.family == "wse":
+            base = request.with_changes(expert_parallel=None, zero_stage=None, gradient_accumulation_fusion=True,
+                                        rht_cast_fusion=True,
+                                        limits=replace(request.limits, global_batch=wafer_global_batch))
         if precision is not None:
-            try:
-                check_precision(precision, profile, request.fp8_param_gather)
-                if request.fp8_attention:
-                    check_fp8_attention(precision, profile, request.attention or profile.defaults.attention,
-                                        request.attention_kernel)
+            try:  # the run options as each row's plan resolves them (its default attention, its precision checks)
+                resolve_run(base.with_changes(precision=precision), model, profile)
             except BtacalcError as exc:
+                if not PRECISION_PARAMS & set(exc.params):
+                    raise
                 skipped.append(f"{profile.name} {precision}: {exc}")
                 continue
         matched = matched_gpu_count(wafers[0], systems, profile, match) if match and profile.family == "gpu" else None
         counts: Sequence[Optional[int]] = ([systems] if profile.family == "wse" else [matched[0]] if matched
                                            else (list(devices) if devices else [None]))
-        # a wafer row is D systems in strict data parallel: the GPU layout choices (EP, ZeRO) and Megatron's
-        # unfused main-gradient add do not apply to it
-        base = request.with_changes(precision=precision)
-        if profile.family == "wse":
-            base = request.with_changes(expert_parallel=None, zero_stage=None, gradient_accumulation_fusion=True,
-                                        limits=replace(request.limits, global_batch=wafer_global_batch))
         for n in counts:
             note = matched[1] if matched else ""
             if n is None:

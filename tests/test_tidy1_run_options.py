@@ -1,0 +1,56 @@
+"""tidy1: run options that a profile cannot use are refused in one line, every command that plans takes the run
+options plan takes, and the plan header and compare rows show the non-default run options that change the numbers
+(from the report's `inputs`, the one place they are recorded)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+
+def _json_of(cli, *args: str) -> dict:
+    code, out, err = cli(*args, "--json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def _one_line_error(cli, *args: str) -> str:
+    code, out, err = cli(*args)
+    assert code == 2, (out, err)
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    return err
+
+
+@pytest.mark.parametrize("option", ["--deepep", "--no-rht-cast-fusion"])
+def test_a_wafer_plan_refuses_a_gpu_kernel_option(cli, option):
+    """DeepEP (a GPU expert-parallel dispatcher) and NVFP4's unfused casts (TransformerEngine kernels) have no
+    wafer counterpart: a wafer plan that was given one used to be planned as without it."""
+    err = _one_line_error(cli, "plan", "-m", "mixtral-8x7b", "--hw", "wse3", option)
+    assert option in err and "wafer" in err
+
+
+def test_a_wafer_sweep_refuses_the_unfused_casts_with_the_flag(cli):
+    err = _one_line_error(cli, "sweep", "-m", "llama-3-8b", "--hw", "wse3", "--vary", "seq=2048,4096", "--quiet",
+                          "--no-rht-cast-fusion")
+    assert "--no-rht-cast-fusion" in err
+
+
+NVFP4 = ["-m", "llama-3-8b", "--devices", "8", "--precision", "nvfp4", "--seq", "4096", "--recompute", "full"]
+
+
+def test_sweep_and_compare_take_no_rht_cast_fusion_as_plan_does(cli):
+    """--no-rht-cast-fusion reached plan only: a swept point and compare's GPU row now give the step time plan
+    gives with it (one more read of every cast activation: longer than the fused path), and compare's wafer row,
+    which has no TransformerEngine casts, is planned without it."""
+    plan = {f: _json_of(cli, "plan", "--hw", "b200", *NVFP4, "--global-batch", "64", *f)["throughput"]["step_time_s"]
+            for f in ((), ("--no-rht-cast-fusion",))}
+    assert plan[("--no-rht-cast-fusion",)] > plan[()]
+    point = _json_of(cli, "sweep", "--hw", "b200", *NVFP4, "--vary", "global-batch=64", "--quiet",
+                     "--no-rht-cast-fusion")["points"][0]
+    assert point["throughput"]["step_time_s"] == pytest.approx(plan[("--no-rht-cast-fusion",)], rel=1e-12)
+    rows = _json_of(cli, "compare", "--hw", "b200,wse3", *NVFP4[:4], "--precision", "bf16,nvfp4", *NVFP4[6:],
+                    "--global-batch", "64", "--quiet", "--no-rht-cast-fusion")["rows"]
+    by_row = {(r["hardware"], r["precision"]): r for r in rows}
+    assert by_row[("b200", "nvfp4")]["step_time_s"] == pytest.approx(plan[("--no-rht-cast-fusion",)], rel=1e-12)
+    assert ("wse3", "bf16") in by_row
