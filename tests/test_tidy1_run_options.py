@@ -33,7 +33,7 @@ def test_a_wafer_plan_refuses_a_gpu_kernel_option(cli, option):
 def test_a_wafer_sweep_refuses_the_unfused_casts_with_the_flag(cli):
     err = _one_line_error(cli, "sweep", "-m", "llama-3-8b", "--hw", "wse3", "--vary", "seq=2048,4096", "--quiet",
                           "--no-rht-cast-fusion")
-    assert "--no-rht-cast-fusion" in err
+    assert "--no-rht-cast-fusion" in err and "wafer-scale run has none" in err
 
 
 NVFP4 = ["-m", "llama-3-8b", "--devices", "8", "--precision", "nvfp4", "--seq", "4096", "--recompute", "full"]
@@ -54,3 +54,16 @@ def test_sweep_and_compare_take_no_rht_cast_fusion_as_plan_does(cli):
     by_row = {(r["hardware"], r["precision"]): r for r in rows}
     assert by_row[("b200", "nvfp4")]["step_time_s"] == pytest.approx(plan[("--no-rht-cast-fusion",)], rel=1e-12)
     assert ("wse3", "bf16") in by_row
+
+
+def test_a_swept_points_error_names_the_flags_the_user_typed(cli):
+    """A point the grid makes invalid (FP8 attention under BF16) is reported with the command line's flags, on
+    stderr and in the point's JSON error, not with the library's parameter names (fp8_attention, precision)."""
+    code, out, err = cli("sweep", "-m", "llama-3-8b", "--hw", "h100", "--devices", "8", "--fp8-attention",
+                         "--vary", "precision=bf16,fp8", "--quiet", "--json")
+    assert code == 0, err
+    bad = [p for p in json.loads(out)["points"] if p["error"]]
+    assert [p["params"]["precision"] for p in bad] == ["bf16"]
+    for text in (bad[0]["error"], err):
+        assert "--fp8-attention" in text and "--precision" in text
+        assert "fp8_attention" not in text
