@@ -67,3 +67,46 @@ def test_a_swept_points_error_names_the_flags_the_user_typed(cli):
     for text in (bad[0]["error"], err):
         assert "--fp8-attention" in text and "--precision" in text
         assert "fp8_attention" not in text
+
+
+OFF_DEFAULT = ("--no-rht-cast-fusion", "--no-gradient-accumulation-fusion", "--fp8-param-gather")
+
+
+def test_the_plan_header_shows_every_run_option_that_changes_the_numbers(cli):
+    """The header showed FP8 attention but not the unfused weight-gradient add nor NVFP4's unfused casts: each
+    option the report's inputs record away from its default is on the "run options" row, with its flag."""
+    args = ["plan", "--hw", "b200", *NVFP4, "--global-batch", "64", *OFF_DEFAULT]
+    code, out, err = cli(*args)
+    assert code == 0, err
+    text = " ".join(out.split())
+    for option in OFF_DEFAULT:
+        assert f"({option})" in text
+    code, out, err = cli("plan", "--hw", "b200", *NVFP4, "--global-batch", "64")
+    assert code == 0 and "run options" not in out
+
+
+def test_the_unfused_rht_casts_are_no_run_option_of_a_recipe_without_the_transform(cli):
+    """--no-rht-cast-fusion changes only a recipe that casts through the Hadamard transform (NVFP4): under BF16
+    the plan's numbers are those without it, so the header does not list it."""
+    plans = {f: _json_of(cli, "plan", "--hw", "b200", "-m", "llama-3-8b", "--devices", "8", "--global-batch", "64", *f)
+             for f in ((), ("--no-rht-cast-fusion",))}
+    assert plans[()]["throughput"]["step_time_s"] == plans[("--no-rht-cast-fusion",)]["throughput"]["step_time_s"]
+    code, out, err = cli("plan", "--hw", "b200", "-m", "llama-3-8b", "--devices", "8", "--global-batch", "64",
+                         "--no-rht-cast-fusion")
+    assert code == 0 and "run options" not in out
+
+
+def test_compare_rows_carry_their_run_options(cli):
+    """Each compare row lists, as flags, the run options its plan took away from their defaults (JSON, CSV and the
+    table's notes); the wafer row, planned without the GPU kernel options, lists none."""
+    args = ["compare", "--hw", "b200,wse3", *NVFP4[:4], "--precision", "bf16,nvfp4", *NVFP4[6:], "--global-batch",
+            "64", "--quiet", "--no-rht-cast-fusion", "--no-gradient-accumulation-fusion"]
+    rows = {(r["hardware"], r["precision"]): r["run_options"] for r in _json_of(cli, *args)["rows"]}
+    assert rows == {("b200", "bf16"): ["--no-gradient-accumulation-fusion"],
+                    ("b200", "nvfp4"): ["--no-rht-cast-fusion", "--no-gradient-accumulation-fusion"],
+                    ("wse3", "bf16"): []}
+    code, out, err = cli(*args)
+    assert code == 0, err
+    assert "b200 x8 nvfp4: run options --no-rht-cast-fusion --no-gradient-accumulation-fusion" in " ".join(out.split())
+    code, out, err = cli(*args, "--csv", "-")
+    assert code == 0 and ",--no-rht-cast-fusion --no-gradient-accumulation-fusion," in out

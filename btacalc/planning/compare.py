@@ -37,6 +37,8 @@ class CompareRow(BaseModel):
     recompute: str
     attention: str
     precision: str = Field("bf16", description="training precision of the row (--precision)")
+    run_options: list[str] = Field(default_factory=list, description="the run options set away from their defaults "
+                                   "that change the row's numbers, as flags (the plan's inputs.run_options)")
     fits: bool
     tiles: Optional[int] = Field(None, description="G per device")
     tile_batch: Optional[int] = Field(None, description="b per device")
@@ -86,6 +88,7 @@ def _row(report: PlanReport, profile: HardwareProfile) -> CompareRow:
         layout=layout_label(report),
         memory_model=report.inputs.memory_model,
         recompute=report.inputs.recompute, attention=report.inputs.attention, precision=report.inputs.precision,
+        run_options=[flag for _, flag in report.inputs.run_options()],
         fits=fits,
         tiles=plan.tiles if fits else None, tile_batch=plan.tile_batch if fits else None,
         tokens_per_expert=plan.tokens_per_expert if fits else None,
