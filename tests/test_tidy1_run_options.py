@@ -110,3 +110,27 @@ def test_compare_rows_carry_their_run_options(cli):
     assert "b200 x8 nvfp4: run options --no-rht-cast-fusion --no-gradient-accumulation-fusion" in " ".join(out.split())
     code, out, err = cli(*args, "--csv", "-")
     assert code == 0 and ",--no-rht-cast-fusion --no-gradient-accumulation-fusion," in out
+
+
+@pytest.mark.parametrize("hw", ["h100", "b200", "wse3"])
+def test_compare_checks_the_run_options_the_resolver_resolves(hw):
+    """compare worked out the default attention itself (request.attention or the profile's) to check FP8 attention
+    before planning a row; it now asks the resolver (resolve_run), whose run options are those of the row's plan."""
+    from btacalc.config.execution import ExecutionRequest, resolve_execution, resolve_run
+    from btacalc.config.hardware import resolve_hardware
+    from btacalc.config.presets import load_preset
+
+    model, profile, request = load_preset("llama-3-8b"), resolve_hardware(hw), ExecutionRequest(devices=8)
+    assert resolve_run(request, model, profile) == resolve_execution(request, model, profile).run
+
+
+def test_compare_skips_a_precision_with_the_plans_reason(cli):
+    """A (device, precision) pair the device cannot run is skipped with the reason plan refuses it with, in the
+    flags the user typed."""
+    code, out, err = cli("plan", "-m", "llama-3-8b", "--hw", "h100", "--devices", "8", "--fp8-attention")
+    assert code == 2 and "--fp8-attention" in err
+    plan_reason = err.strip().removeprefix("btacalc: error: ")
+    result = _json_of(cli, "compare", "-m", "llama-3-8b", "--hw", "h100", "--devices", "8", "--precision", "bf16,fp8",
+                      "--fp8-attention", "--quiet")
+    assert [r["precision"] for r in result["rows"]] == ["fp8"]
+    assert result["skipped"] == [f"h100 bf16: {plan_reason}"]

@@ -9,7 +9,7 @@ import typer
 from ..errors import BtacalcError
 from .options import (Attention, AttentionOpt, Fp8AttentionOpt, Fp8ParamGatherOpt, RhtCastFusionOpt, WgradFusionOpt, GpusPerNodeOpt, GradAccumOpt, Match, MemoryModelChoice, MemoryModelOpt,
                       ModelOpt, MtpOpt, NameOpt, OutputOpt, OverlapA2aOpt, OverlapOpt, QuietOpt, RecomputeOpt, SeqOpt,
-                      check_bounds, emit_result, help_text, outputs, value)
+                      check_bounds, emit_result, help_text, outputs, value, with_flags)
 from .progress import progress
 from .completion import complete_hardware_list
 
@@ -127,7 +127,7 @@ def compare(
     precisions = _precisions(precision)
     with progress(row_count(profiles, counts, len(precisions) or 1), "comparing", quiet) as advance:
         result = run_compare(spec, profiles, counts, request, systems, value(match), global_batch, progress=advance,
-                             search=search, precisions=precisions)
+                             search=search, precisions=precisions, say=with_flags)
     emit_result(result, as_json, output, csv_path, compare_csv, plot_path, compare_plot, compare_renderable, outs)
     return 0
 

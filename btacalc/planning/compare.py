@@ -129,14 +129,16 @@ def row_count(profiles: Sequence[HardwareProfile], devices: Optional[Sequence[in
 def compare(model: ModelSpec, profiles: Sequence[HardwareProfile], devices: Optional[Sequence[int]] = None,
             request: ExecutionRequest = ExecutionRequest(), systems: int = 1, match: Optional[str] = None,
             wafer_global_batch: Optional[int] = None, progress: Optional[Callable[[int], None]] = None,
-            search: bool = False, precisions: Sequence[str] = ()) -> CompareResult:
+            search: bool = False, precisions: Sequence[str] = (),
+            say: Callable[[BtacalcError], str] = str) -> CompareResult:
     """One row per wafer profile (`systems` CS systems each), and per (GPU profile, device count).
     `devices=None`: the smallest power-of-two GPU count that fits, or with `match` the count matched to
     the first wafer row (`power`: similar system power; `devices`: as many GPUs as wafer systems).
     `wafer_global_batch`: the wafer rows' sequences per step over all systems. With `search`, each GPU
     row is the fastest layout that fits on its devices (`search.search_layouts`). `precisions`: a row per
     precision for each GPU profile and count (wafers train in 16 bits: one row); a pair a device cannot run
-    is listed in `skipped` with the reason (default: the request's precision alone).
+    is listed in `skipped` with the reason, as `say` writes it (default: the request's precision alone; `say`
+    default: with the library's parameter names, the command line passes its flags).
     Every other choice comes from `request`; what it leaves unset defaults per device (recompute,
     attention) and per device count (EP, ZeRO). `progress(n)`, if given, is called as rows are done."""
     if not profiles:
@@ -166,7 +168,7 @@ def compare(model: ModelSpec, profiles: Sequence[HardwareProfile], devices: Opti
             except BtacalcError as exc:
                 if not PRECISION_PARAMS & set(exc.params):
                     raise
-                skipped.append(f"{profile.name} {precision}: {exc}")
+                skipped.append(f"{profile.name} {precision}: {say(exc)}")
                 continue
         matched = matched_gpu_count(wafers[0], systems, profile, match) if match and profile.family == "gpu" else None
         counts: Sequence[Optional[int]] = ([systems] if profile.family == "wse" else [matched[0]] if matched
