@@ -178,7 +178,8 @@ def test_plan_states_offload_and_moments(cli):
                        "none", "--optimizer-moments", "bf16", "--cpu-offloading-num-layers", "8")
     assert code == 0
     text = " ".join(out.split())  # the inputs line wraps at the terminal width
-    assert "adam (bf16 moments)" in text and "the first 8 layers' activations in host memory" in text
+    assert "bf16 Adam moments (--optimizer-moments bf16)" in text
+    assert "the first 8 layers' activations in host memory (--cpu-offloading-num-layers 8)" in text
 
 
 def test_bridge_overrides_turn_cpu_offloading_on_with_the_layer_count():

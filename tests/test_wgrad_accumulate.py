@@ -141,3 +141,18 @@ def test_sweep_and_compare_take_the_option_as_plan_does(cli):
     by_hw = {r["hardware"]: r for r in rows}
     assert by_hw["h100"]["step_time_s"] == pytest.approx(plan[("--no-gradient-accumulation-fusion",)], rel=1e-12)
     assert by_hw["wse3"]["fits"]
+
+
+def test_the_add_reads_the_main_gradient_bytes_the_wgrad_gemm_reads():
+    """The fused wgrad GEMM (gpu/costs.py) and the unfused add both take the main gradient's bytes from the run's
+    gradient_bytes: with 4-byte elements and --grad-bytes 2 the catalogue's gradient state rate is the element
+    (4 B), but the main gradient is 2 B: read the 4 B wgrad, read and write the 2 B main gradient, 4 + 2 + 2 = 8 B."""
+    from btacalc.model.state import bytes_per_param
+
+    run = RunOptions(seq_len=4096, attention="flash", gradient_bytes=2, bytes_per_element=4,
+                     gradient_accumulation_fusion=False)
+    p = make_problem(load_preset("llama-3-8b"), resolve_hardware("h100"), run, Layout(devices=8, tensor_parallel=4))
+    rates = bytes_per_param(p)
+    assert rates["gradients"] == 4  # main_grads = "param": beta*P (formulas/training_state.toml)
+    t = wgrad_accumulate_s(p, LAYER_PER_DEVICE_TP4, rates)
+    assert t == pytest.approx(LAYER_PER_DEVICE_TP4 * (4 + 2 + 2) / H100_STREAM)

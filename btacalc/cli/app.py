@@ -25,7 +25,7 @@ from ..paths import forget_inputs
 from . import cluster, info, measure, plan, validate, whatif
 from .helpwidth import keep_whole
 from .console import ascii_fallback, err, guarded_stdout, open_streams, out, sanitize_environment, silence_stdout
-from .options import FLAGS, flag
+from .options import FLAGS, flag, with_flags
 from .signals import Stopped, handled
 
 try:  # typer >= 0.20 vendors click; older typer uses the click package
@@ -133,7 +133,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     except (typer.Abort, KeyboardInterrupt):
         _say("btacalc: interrupted", 130)
     except BtacalcError as exc:
-        _say(f"btacalc: error: {exc.render({p: flag(p) for p in exc.params})}", 2)
+        _say(f"btacalc: error: {with_flags(exc)}", 2)
     except DataError as exc:  # a broken shipped file: a bug, but still no traceback
         _say(f"btacalc: internal data error (please report): {exc}", 3)
     except BrokenPipeError:

@@ -7,9 +7,9 @@ from typing import Any, Optional
 import typer
 
 from ..errors import BtacalcError
-from .options import (Attention, AttentionOpt, Fp8AttentionOpt, Fp8ParamGatherOpt, WgradFusionOpt, GpusPerNodeOpt, GradAccumOpt, Match, MemoryModelChoice, MemoryModelOpt,
+from .options import (Attention, AttentionOpt, Fp8AttentionOpt, Fp8ParamGatherOpt, RhtCastFusionOpt, WgradFusionOpt, GpusPerNodeOpt, GradAccumOpt, Match, MemoryModelChoice, MemoryModelOpt,
                       ModelOpt, MtpOpt, NameOpt, OutputOpt, OverlapA2aOpt, OverlapOpt, QuietOpt, RecomputeOpt, SeqOpt,
-                      check_bounds, emit_result, help_text, outputs, value)
+                      check_bounds, emit_result, help_text, outputs, value, with_flags)
 from .progress import progress
 from .completion import complete_hardware_list
 
@@ -89,6 +89,7 @@ def compare(
         "fp8-current, fp8-blockwise, mxfp8, nvfp4; e.g. bf16,mxfp8,nvfp4) [default: bf16].")),
     fp8_param_gather: bool = Fp8ParamGatherOpt,
     fp8_attention: bool = Fp8AttentionOpt,
+    rht_cast_fusion: bool = RhtCastFusionOpt,
     gradient_accumulation_fusion: bool = WgradFusionOpt,
     as_json: bool = typer.Option(False, "--json", help="Print {rows: [...]} as JSON on stdout."),
     output: Optional[str] = OutputOpt,
@@ -121,12 +122,12 @@ def compare(
                                zero_stage=zero, devices_per_node=gpus_per_node, overlap_all_to_all=overlap_a2a,
                                micro_batches=grad_accum, multi_token_prediction=mtp,
                                fp8_param_gather=fp8_param_gather, fp8_attention=fp8_attention,
-                               gradient_accumulation_fusion=gradient_accumulation_fusion,
+                               rht_cast_fusion=rht_cast_fusion, gradient_accumulation_fusion=gradient_accumulation_fusion,
                                limits=BatchLimits(global_batch=global_batch))
     precisions = _precisions(precision)
     with progress(row_count(profiles, counts, len(precisions) or 1), "comparing", quiet) as advance:
         result = run_compare(spec, profiles, counts, request, systems, value(match), global_batch, progress=advance,
-                             search=search, precisions=precisions)
+                             search=search, precisions=precisions, say=with_flags)
     emit_result(result, as_json, output, csv_path, compare_csv, plot_path, compare_plot, compare_renderable, outs)
     return 0
 

@@ -35,6 +35,7 @@ FLAGS = {
     "fp8_param_gather": "--fp8-param-gather",
     "fp8_attention": "--fp8-attention",
     "gradient_accumulation_fusion": "--no-gradient-accumulation-fusion",
+    "rht_cast_fusion": "--no-rht-cast-fusion",
     "cpu_offload_layers": "--cpu-offloading-num-layers",
     "moment_bytes": "--optimizer-moments",
 }
@@ -42,6 +43,11 @@ FLAGS = {
 
 def flag(param: str) -> str:
     return FLAGS.get(param, "--" + param.replace("_", "-"))
+
+
+def with_flags(exc: BtacalcError) -> str:
+    """A library error's message with the flags a user types in place of the parameters it names."""
+    return exc.render({p: flag(p) for p in exc.params})
 
 
 def help_text(text: str) -> str:

@@ -13,7 +13,7 @@ import typer
 from .. import profiling
 from ..errors import BtacalcError
 from .console import err
-from .options import (Accounting, AccountingOpt, Attention, AttentionKernelOpt, AttentionOpt, CausalOpt, CpOpt, DevicesOpt, Emit, EpOpt,
+from .options import (with_flags, Accounting, AccountingOpt, Attention, AttentionKernelOpt, AttentionOpt, CausalOpt, CpOpt, DevicesOpt, Emit, EpOpt,
                       EtpOpt, ExpertFfnOpt, ExpertsOpt, FixedActiveOpt, Fp8AttentionOpt, Fp8ParamGatherOpt, RhtCastFusionOpt, WgradFusionOpt, CpuOffloadOpt, MOMENT_BYTES, Moments, MomentsOpt, FsdpOpt, GlobalBatchOpt,
                       GpusPerNodeOpt, Precision, PrecisionOpt,
                       GradAccumOpt, GradBytesOpt, HwOpt, Loss, LossOpt, MaxGlobalBatchOpt, MaxTileBatchOpt,
@@ -333,6 +333,7 @@ def sweep(
     precision: Optional[Precision] = PrecisionOpt,
     fp8_param_gather: bool = Fp8ParamGatherOpt,
     fp8_attention: bool = Fp8AttentionOpt,
+    rht_cast_fusion: bool = RhtCastFusionOpt,
     gradient_accumulation_fusion: bool = WgradFusionOpt,
     max_points: Optional[int] = typer.Option(None, "--max-points", min=1, help="Allow a grid of up to this many "
                                              "points (grids above 1,000,000 are refused without it, before any work)."),
@@ -367,10 +368,10 @@ def sweep(
         zero_stage=zero, devices_per_node=gpus_per_node, overlap_all_to_all=overlap_a2a, micro_batches=grad_accum,
         multi_token_prediction=mtp, objective=value(objective), tokens_per_step=tokens_per_step,
         precision=value(precision), fp8_param_gather=fp8_param_gather, fp8_attention=fp8_attention,
-        gradient_accumulation_fusion=gradient_accumulation_fusion)
+        rht_cast_fusion=rht_cast_fusion, gradient_accumulation_fusion=gradient_accumulation_fusion)
     with SweepOutputs(outs, grid, spec.name, profile.name, fixed_active, plot_path) as sink:
         with progress(grid.size, "solving", quiet) as advance:
-            for block in iter_sweep(spec, profile, request, grid, fixed_active, max_points):
+            for block in iter_sweep(spec, profile, request, grid, fixed_active, max_points, with_flags):
                 sink.block(block)
                 advance(len(block))
         sink.finish()

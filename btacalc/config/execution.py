@@ -552,8 +552,16 @@ def resolve_execution(request: ExecutionRequest, model: "ModelSpec", profile: "H
         plain_key(request), (model, profile), lambda: _resolve(request, model, profile)))
 
 
-def _resolve(request: ExecutionRequest, model: "ModelSpec", profile: "HardwareProfile") -> Execution:
-    d, chosen = profile.defaults, _Defaults()
+def resolve_run(request: ExecutionRequest, model: "ModelSpec", profile: "HardwareProfile") -> RunOptions:
+    """The run options `resolve_execution` resolves for `request` (its defaults: attention, precision, ...), checked
+    as it checks them (precision and FP8 attention on `profile`), without the layout: for a caller that must know a
+    run option before it chooses the devices (planning/compare.py skips the precisions a device cannot run)."""
+    return _run_options(request, model, profile, _Defaults())
+
+
+def _run_options(request: ExecutionRequest, model: "ModelSpec", profile: "HardwareProfile",
+                 chosen: "_Defaults") -> RunOptions:
+    d = profile.defaults
     try:
         recompute = parse_recompute(chosen.pick("recompute", request.recompute, d.recompute,
                                                 f"{profile.name} default: {d.note}"))
@@ -588,11 +596,24 @@ def _resolve(request: ExecutionRequest, model: "ModelSpec", profile: "HardwarePr
     if run.fp8_attention:
         check_fp8_attention(run.precision, profile, run.attention, run.attention_kernel)
     _check_run(run, model)
+    return run
+
+
+def _resolve(request: ExecutionRequest, model: "ModelSpec", profile: "HardwareProfile") -> Execution:
+    chosen = _Defaults()
+    run = _run_options(request, model, profile, chosen)
+    gpu, recompute = profile.family == "gpu", run.recompute
     layout = _resolve_layout(request, model, profile, chosen)
     check_activation_offload(run, model, layout, gpu)
     if not gpu and not run.gradient_accumulation_fusion:  # Megatron DDP's main-gradient add (gpu/fixed.py)
         raise BtacalcError("{gradient_accumulation_fusion}: the separate main-gradient add is Megatron's (GPU) "
                            "data-parallel hook; a wafer-scale run has none")
+    if not gpu and not run.rht_cast_fusion:  # TransformerEngine's NVFP4 cast kernels (precision.toml)
+        raise BtacalcError("{rht_cast_fusion}: the rowwise and Hadamard-transformed casts are TransformerEngine's "
+                           "NVFP4 kernels (GPU); a wafer-scale run has none")
+    if not gpu and layout.deepep:  # a wafer run is strict data parallel: no expert-parallel dispatch to route
+        raise BtacalcError("{deepep} is a GPU MoE dispatcher between expert-parallel ranks; a wafer-scale run "
+                           "has no expert parallelism")
     if profile.family == "gpu":
         layout = _runnable_overlaps(layout, recompute, chosen)
     limits = _resolve_batch(request, layout, chosen, run.seq_len if gpu else None)

@@ -43,6 +43,8 @@ def compare_renderable(r: CompareResult) -> Fit:
                   f"{row.memory_total_bytes / 1e9:.1f}/{row.usable_memory_bytes / 1e9:.1f}")
         if row.note:
             notes.append(escape(f"{row.hardware} x{row.devices}: {row.note}"))
+        if row.run_options:  # the plan's inputs.run_options: as flags, too long for the setup cell
+            notes.append(escape(f"{row.hardware} x{row.devices} {row.precision}: run options {' '.join(row.run_options)}"))
     t.caption = ("G x b: per device; rc: recomputation; vs dense: the dense model with the same active parameters on the "
                  "same devices; BTA: tokens/s at the solver's G over G = 1;\ntok/s/kW: over system power; GB/device: "
                  "used/usable, GB = 1e9 bytes" + ("\n" + "\n".join(notes) if notes else "")

@@ -33,7 +33,7 @@ def csv_text(fields: list[str], records: Iterable[dict[str, Any]]) -> str:
 
 
 def compare_csv(result: CompareResult) -> str:
-    return csv_text(COMPARE_FIELDS, (r.model_dump() for r in result.rows))
+    return csv_text(COMPARE_FIELDS, ({**r.model_dump(), "run_options": " ".join(r.run_options)} for r in result.rows))
 
 
 def crossover_csv(result: CrossoverResult) -> str:

@@ -145,16 +145,15 @@ def _header(r: PlanReport) -> Table:
     marks = lambda key: " [dim](default)[/dim]" if key in i.defaults else ""  # noqa: E731
     t.add_row("inputs", f"seq {i.seq_len}{marks('seq_len')}, recompute {i.recompute}{marks('recompute')}, "
                         f"attention {i.attention}{marks('attention')}"
-                        + (" in FP8 (--fp8-attention)" if i.fp8_attention else "")
                         + f", loss {i.loss}{marks('loss')}, "
                         f"{'causal' if i.causal else 'full s²'} attention FLOPs, {i.accounting} accounting, "
-                        f"{i.optimizer}{' (bf16 moments)' if i.moment_bytes == 2 else ''}, "
-                        f"{i.bytes_per_element}-byte elements"
-                        + (f", the first {i.cpu_offload_layers} layers' activations in host memory"
-                           if i.cpu_offload_layers else "")
+                        f"{i.optimizer}, {i.bytes_per_element}-byte elements"
                         + (", multi-token prediction off" + marks("multi_token_prediction")
                            if "multi_token_prediction" in i.defaults else "")
                         + (", multi-token prediction on" if any(k.name == "mtp" for k in r.layer_kinds) else ""))
+    options = i.run_options()
+    if options:
+        t.add_row("run options", escape("; ".join(f"{what} ({flag})" for what, flag in options)))
     return t
 
 

@@ -14,10 +14,9 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 
 from pydantic import BaseModel, Field
 
-from ..config.execution import ExecutionRequest
+from ..config.execution import ExecutionRequest, resolve_run
 from ..config.hardware import HardwareProfile
 from ..config.model import ModelSpec
-from ..config.precision import check_fp8_attention, check_precision
 from ..errors import BtacalcError
 from .cluster import MAX_DEVICES, min_devices
 from .plan import make_plan, plan_problem
@@ -38,6 +37,8 @@ class CompareRow(BaseModel):
     recompute: str
     attention: str
     precision: str = Field("bf16", description="training precision of the row (--precision)")
+    run_options: list[str] = Field(default_factory=list, description="the run options set away from their defaults "
+                                   "that change the row's numbers, as flags (the plan's inputs.run_options)")
     fits: bool
     tiles: Optional[int] = Field(None, description="G per device")
     tile_batch: Optional[int] = Field(None, description="b per device")
@@ -87,6 +88,7 @@ def _row(report: PlanReport, profile: HardwareProfile) -> CompareRow:
         layout=layout_label(report),
         memory_model=report.inputs.memory_model,
         recompute=report.inputs.recompute, attention=report.inputs.attention, precision=report.inputs.precision,
+        run_options=[flag for _, flag in report.inputs.run_options()],
         fits=fits,
         tiles=plan.tiles if fits else None, tile_batch=plan.tile_batch if fits else None,
         tokens_per_expert=plan.tokens_per_expert if fits else None,
@@ -104,6 +106,8 @@ def _row(report: PlanReport, profile: HardwareProfile) -> CompareRow:
 
 
 MATCHES = ("power", "devices")
+# the run options whose errors mean "this device cannot run this precision": such a row is skipped, not refused
+PRECISION_PARAMS = frozenset({"precision", "fp8_param_gather", "fp8_attention"})
 
 
 def matched_gpu_count(wafer: HardwareProfile, systems: int, gpu: HardwareProfile, match: str) -> tuple[int, str]:
@@ -125,14 +129,16 @@ def row_count(profiles: Sequence[HardwareProfile], devices: Optional[Sequence[in
 def compare(model: ModelSpec, profiles: Sequence[HardwareProfile], devices: Optional[Sequence[int]] = None,
             request: ExecutionRequest = ExecutionRequest(), systems: int = 1, match: Optional[str] = None,
             wafer_global_batch: Optional[int] = None, progress: Optional[Callable[[int], None]] = None,
-            search: bool = False, precisions: Sequence[str] = ()) -> CompareResult:
+            search: bool = False, precisions: Sequence[str] = (),
+            say: Callable[[BtacalcError], str] = str) -> CompareResult:
     """One row per wafer profile (`systems` CS systems each), and per (GPU profile, device count).
     `devices=None`: the smallest power-of-two GPU count that fits, or with `match` the count matched to
     the first wafer row (`power`: similar system power; `devices`: as many GPUs as wafer systems).
     `wafer_global_batch`: the wafer rows' sequences per step over all systems. With `search`, each GPU
     row is the fastest layout that fits on its devices (`search.search_layouts`). `precisions`: a row per
     precision for each GPU profile and count (wafers train in 16 bits: one row); a pair a device cannot run
-    is listed in `skipped` with the reason (default: the request's precision alone).
+    is listed in `skipped` with the reason, as `say` writes it (default: the request's precision alone; `say`
+    default: with the library's parameter names, the command line passes its flags).
     Every other choice comes from `request`; what it leaves unset defaults per device (recompute,
     attention) and per device count (EP, ZeRO). `progress(n)`, if given, is called as rows are done."""
     if not profiles:
@@ -149,24 +155,24 @@ def compare(model: ModelSpec, profiles: Sequence[HardwareProfile], devices: Opti
     for profile, precision in [(p, x) for p in profiles for x in chosen]:
         if profile.family == "wse" and precision != chosen[0]:
             continue  # one wafer row: the precision list is for the GPU rows
+        # a wafer row is D systems in strict data parallel: the GPU layout choices (EP, ZeRO) and Megatron's and
+        # TransformerEngine's GPU kernel options (the unfused main-gradient add, NVFP4's unfused casts) do not apply
+        base = request.with_changes(precision=precision)
+        if profile.family == "wse":
+            base = request.with_changes(expert_parallel=None, zero_stage=None, gradient_accumulation_fusion=True,
+                                        rht_cast_fusion=True,
+                                        limits=replace(request.limits, global_batch=wafer_global_batch))
         if precision is not None:
-            try:
-                check_precision(precision, profile, request.fp8_param_gather)
-                if request.fp8_attention:
-                    check_fp8_attention(precision, profile, request.attention or profile.defaults.attention,
-                                        request.attention_kernel)
+            try:  # the run options as each row's plan resolves them (its default attention, its precision checks)
+                resolve_run(base.with_changes(precision=precision), model, profile)
             except BtacalcError as exc:
-                skipped.append(f"{profile.name} {precision}: {exc}")
+                if not PRECISION_PARAMS & set(exc.params):
+                    raise
+                skipped.append(f"{profile.name} {precision}: {say(exc)}")
                 continue
         matched = matched_gpu_count(wafers[0], systems, profile, match) if match and profile.family == "gpu" else None
         counts: Sequence[Optional[int]] = ([systems] if profile.family == "wse" else [matched[0]] if matched
                                            else (list(devices) if devices else [None]))
-        # a wafer row is D systems in strict data parallel: the GPU layout choices (EP, ZeRO) and Megatron's
-        # unfused main-gradient add do not apply to it
-        base = request.with_changes(precision=precision)
-        if profile.family == "wse":
-            base = request.with_changes(expert_parallel=None, zero_stage=None, gradient_accumulation_fusion=True,
-                                        limits=replace(request.limits, global_batch=wafer_global_batch))
         for n in counts:
             note = matched[1] if matched else ""
             if n is None:

@@ -136,6 +136,29 @@ class Inputs(BaseModel):
                            "(the largest G*b that fits)")
     defaults: dict[str, str] = Field(default_factory=dict, description="inputs left at their default, and why")
 
+    def run_options(self) -> list[tuple[str, str]]:
+        """The run options set away from their defaults that change the numbers, as (what it does, the flag that
+        sets it): the one list the plan header and compare's rows show. --no-rht-cast-fusion changes only a recipe
+        that casts through the Hadamard transform (precision.toml rht_cast_fusion_since_te)."""
+        from ..config.precision import recipe
+
+        out = []
+        if self.fp8_param_gather:
+            out.append(("parameters kept and gathered in the low precision", "--fp8-param-gather"))
+        if self.fp8_attention:
+            out.append(("attention core in FP8", "--fp8-attention"))
+        if not self.rht_cast_fusion and recipe(self.precision).rht_cast_fusion_since_te:
+            out.append((f"{self.precision} casts one kernel per copy", "--no-rht-cast-fusion"))
+        if not self.gradient_accumulation_fusion:
+            out.append(("weight gradients added to the main gradient by a separate kernel",
+                        "--no-gradient-accumulation-fusion"))
+        if self.cpu_offload_layers:
+            out.append((f"the first {self.cpu_offload_layers} layers' activations in host memory",
+                        f"--cpu-offloading-num-layers {self.cpu_offload_layers}"))
+        if self.moment_bytes == 2:
+            out.append(("bf16 Adam moments", "--optimizer-moments bf16"))
+        return out
+
 
 class AlternativePlan(BaseModel):
     """The plan the other objective picks, when it differs."""

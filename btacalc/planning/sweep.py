@@ -164,14 +164,16 @@ class SweepBlock:
 
 
 def iter_sweep(model: ModelSpec, hw: HardwareProfile, request: ExecutionRequest, grid: Grid,
-               fixed_active: bool = False, max_points: Optional[int] = None) -> Iterator[SweepBlock]:
+               fixed_active: bool = False, max_points: Optional[int] = None,
+               say: Callable[[BtacalcError], str] = str) -> Iterator[SweepBlock]:
     """Solve every point of `grid` (`request` with the point's values), block by block in grid order.
-    What `request` leaves unset defaults per point (e.g. EP = gcd(devices, E) when devices vary)."""
+    What `request` leaves unset defaults per point (e.g. EP = gcd(devices, E) when devices vary). `say` writes
+    an invalid point's error (default: with the library's parameter names; the command line passes its flags)."""
     grid.check(max_points)
     unknown = [n for n in grid.names if n not in VARIABLES]
     if unknown:
         raise BtacalcError(f"{{vary}}: unknown parameter {unknown[0]!r} (known: {', '.join(VARIABLES)})")
-    solver = _Solver(model, hw, request, fixed_active)
+    solver = _Solver(model, hw, request, fixed_active, say)
     for start in range(0, grid.size, BLOCK_POINTS):
         stop = min(start + BLOCK_POINTS, grid.size)
         yield _named(solver.block(start, grid.columns(grid.digits(start, stop))))
@@ -202,6 +204,7 @@ class _Columns:
     """Per-point results of a block, filled group by group."""
 
     size: int
+    say: Callable[[BtacalcError], str] = str  # an invalid point's error as its message (iter_sweep)
     cols: dict[str, np.ndarray] = field(default_factory=dict)
     times: list[Optional[tuple[dict[str, np.ndarray], dict[str, np.ndarray], int]]] = field(default_factory=list)
     errors: list[Optional[str]] = field(default_factory=list)
@@ -232,8 +235,9 @@ class _Solver:
     """Solves blocks of points; keeps what does not depend on the block (models, executions, parameter
     counts, dense references)."""
 
-    def __init__(self, model: ModelSpec, hw: HardwareProfile, request: ExecutionRequest, fixed_active: bool):
-        self.model, self.hw, self.request, self.fixed_active = model, hw, request, fixed_active
+    def __init__(self, model: ModelSpec, hw: HardwareProfile, request: ExecutionRequest, fixed_active: bool,
+                 say: Callable[[BtacalcError], str] = str):
+        self.model, self.hw, self.request, self.fixed_active, self.say = model, hw, request, fixed_active, say
         self.setups: dict[tuple[Any, ...], Union[tuple[ModelSpec, Execution, int], str]] = {}
         self.structures: dict[tuple[Any, ...], int] = {}
         self.counts: dict[tuple[Any, ...], ParamCounts] = {}
@@ -275,7 +279,7 @@ class _Solver:
     def block(self, start: int, params: dict[str, np.ndarray]) -> SweepBlock:
         """Group the block's points by structure (model shape and layout): one vectorised search each."""
         self.forget()
-        out = _Columns(next(iter(params.values())).size)
+        out = _Columns(next(iter(params.values())).size, self.say)
         names = [n for n in params if n in MODEL_PARAMS or n in LAYOUT_PARAMS or n in CHOICE_PARAMS]
         combos = np.stack([params[n] for n in names], axis=1) if names else np.zeros((out.size, 0), np.int64)
         unique, inverse = np.unique(combos, axis=0, return_inverse=True)
@@ -286,7 +290,7 @@ class _Solver:
                 setups.append(self.setup(tuple(zip(names, (int(v) for v in combo)))))
             except BtacalcError as exc:
                 setups.append(None)
-                out.fail(np.flatnonzero(inverse == i), str(exc))
+                out.fail(np.flatnonzero(inverse == i), out.say(exc))
         structure = np.array([-1 if st is None else st[2] for st in setups], dtype=np.int64)
         for sid in np.unique(structure[structure >= 0]):
             members = np.flatnonzero(structure == sid)  # the combinations of this structure
@@ -478,7 +482,7 @@ def _point_limits(base: BatchLimits, params: dict[str, np.ndarray], data_paralle
         except BtacalcError as exc:
             bad = np.flatnonzero(inverse.reshape(-1) == i)
             valid[bad] = False
-            out.fail(rows[bad], str(exc))
+            out.fail(rows[bad], out.say(exc))
     return PointLimits(**cols), valid
 
 

@@ -257,11 +257,13 @@ def wgrad_accumulate_bytes_per_param(bytes_per_element: int, gradient_bytes: int
 
 def wgrad_accumulate_s(problem: Problem, params: Any, rates: dict[str, int]) -> Any:
     """Per micro-batch: the separate main-gradient add of `params` parameters without gradient accumulation fusion
-    (module docstring), 0 with it."""
+    (module docstring), 0 with it. The main gradient's bytes are the run's `gradient_bytes`, the field the fused
+    path's wgrad GEMM reads in gpu/costs.py (the catalogue's state rate, `rates`, is the 16-bit element when the
+    main gradient is not fp32, which a run with other elements than 2 B would make differ); `rates` is unused."""
     if problem.run.gradient_accumulation_fusion:
         return 0.0
     hbm = problem.hardware.memory.streaming_bandwidth_bytes_per_s()
-    return params * wgrad_accumulate_bytes_per_param(problem.run.bytes_per_element, rates["gradients"]) / hbm
+    return params * wgrad_accumulate_bytes_per_param(problem.run.bytes_per_element, problem.run.gradient_bytes) / hbm
 
 
 def host_time(problem: Problem, kernels: Any, expert_gemms: Any = 0, module_calls: Any = 0, glue_ops: Any = 0) -> Any:
