@@ -134,7 +134,7 @@ def _groups() -> dict[str, list[str]]:
 # cells (runs, mean, median, max, runs without a known gap, their mean, their max) its numbers are.
 PROSE_GROUPS = [
     (r"(\d+) dense GPU check runs \([^)]*\): mean \|error\| ([\d.]+)%, median ([\d.]+)%;", "dense", (0, 1, 2)),
-    (r"the (\d+) BF16 ones ([\d.]+)% \(median ([\d.]+)%\)", "dense, BF16", (0, 1, 2)),
+    (r"the (\d+) 16-bit ones \(BF16, FP16\) ([\d.]+)% \(median ([\d.]+)%\)", "dense, 16-bit", (0, 1, 2)),
     (r"(\d+) low-precision dense runs, mean ([\d.]+)%", "dense, low precision", (0, 1)),
     (r"Low-precision check runs: (\d+), mean ([\d.]+)% \((\d+) without a known gap: ([\d.]+)%, max ([\d.]+)%\)",
      "low precision (dense and MoE)", (0, 1, 4, 5, 6)),
@@ -170,7 +170,7 @@ def test_groups_are_what_their_names_say():
     """The groups' counts add up as their names say: dense = dense BF16 + dense low precision, and low
     precision (dense and MoE) holds the dense low-precision runs."""
     g = _groups()
-    assert int(g["dense"][0]) == int(g["dense, BF16"][0]) + int(g["dense, low precision"][0])
+    assert int(g["dense"][0]) == int(g["dense, 16-bit"][0]) + int(g["dense, low precision"][0])
     assert int(g["low precision (dense and MoE)"][0]) >= int(g["dense, low precision"][0])
 
 

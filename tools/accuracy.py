@@ -101,9 +101,11 @@ def markdown() -> str:
 
 # The groups of GPU check runs the prose under the accuracy tables quotes ("63 dense GPU check runs ...
 # mean |error| 8.4%"): each a name and a test of (run, its model is MoE).
-GROUPS = (("dense", lambda run, moe: not moe), ("dense, BF16", lambda run, moe: not moe and run.precision == "bf16"),
-          ("dense, low precision", lambda run, moe: not moe and run.precision != "bf16"),
-          ("low precision (dense and MoE)", lambda run, moe: run.precision != "bf16"), ("MoE", lambda run, moe: moe))
+SIXTEEN_BIT = ("bf16", "fp16")  # 16-bit training; every other --precision quantises the linear layers (FP8/FP4)
+GROUPS = (("dense", lambda run, moe: not moe),
+          ("dense, 16-bit", lambda run, moe: not moe and run.precision in SIXTEEN_BIT),
+          ("dense, low precision", lambda run, moe: not moe and run.precision not in SIXTEEN_BIT),
+          ("low precision (dense and MoE)", lambda run, moe: run.precision not in SIXTEEN_BIT), ("MoE", lambda run, moe: moe))
 
 
 def _stats(errors: list[float]) -> tuple[str, str, str, str]:

@@ -124,5 +124,6 @@ def crossval_tables(cv: CrossValidation) -> Group:
     for name, rows in groups:
         for value, e in rows.items():
             s.add_row(name, value, str(e.n), pct(e.mean_abs_error), pct(e.max_abs_error), fmt(e.mean_error))
-    missing = f"{len(cv.not_expressible)} runs not expressible (low precision or unknown), not counted"
+    missing = (f"{len(cv.not_expressible)} runs have no time error to count (not expressible, or a measured memory "
+               f"only): {', '.join(entry.split(':', 1)[0] for entry in cv.not_expressible)}")
     return Group(fit(t), fit(s), missing)
