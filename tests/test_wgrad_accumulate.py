@@ -49,12 +49,11 @@ def test_one_layers_extra_bytes_at_tp4_on_an_h100():
     54,534,144 parameters: 545 MB of extra traffic per micro-batch, 0.187 ms at 3.35 TB/s x 0.870."""
     assert LAYER_PER_DEVICE_TP4 == 54_534_144
     p = _problem(False, devices=8, tensor_parallel=4)
-    t = wgrad_accumulate_s(p, LAYER_PER_DEVICE_TP4, {"weights": 2, "gradients": 4, "optimizer": 12})
+    t = wgrad_accumulate_s(p, LAYER_PER_DEVICE_TP4)
     assert t == pytest.approx(LAYER_PER_DEVICE_TP4 * 10 / H100_STREAM)
     assert t == pytest.approx(0.187e-3, rel=2e-3)
     # fused (Megatron's default): the GEMM accumulates, nothing separate to time
-    assert wgrad_accumulate_s(_problem(True, devices=8, tensor_parallel=4), LAYER_PER_DEVICE_TP4,
-                              {"weights": 2, "gradients": 4, "optimizer": 12}) == 0.0
+    assert wgrad_accumulate_s(_problem(True, devices=8, tensor_parallel=4), LAYER_PER_DEVICE_TP4) == 0.0
 
 
 @pytest.mark.parametrize("gradient_bytes", [4, 2])
@@ -154,5 +153,5 @@ def test_the_add_reads_the_main_gradient_bytes_the_wgrad_gemm_reads():
     p = make_problem(load_preset("llama-3-8b"), resolve_hardware("h100"), run, Layout(devices=8, tensor_parallel=4))
     rates = bytes_per_param(p)
     assert rates["gradients"] == 4  # main_grads = "param": beta*P (formulas/training_state.toml)
-    t = wgrad_accumulate_s(p, LAYER_PER_DEVICE_TP4, rates)
+    t = wgrad_accumulate_s(p, LAYER_PER_DEVICE_TP4)
     assert t == pytest.approx(LAYER_PER_DEVICE_TP4 * (4 + 2 + 2) / H100_STREAM)

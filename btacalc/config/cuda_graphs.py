@@ -18,7 +18,8 @@ from ..errors import BtacalcError
 from .named_tables import load_named_tables
 
 SCOPES_FILE = "cuda_graph_scopes.toml"
-ISSUED = ("kernels", "expert_gemms", "module_calls", "glue_ops")  # = model/gpu/costs.py ISSUED_COUNTS
+# the host-issued counts of a layer (model/gpu/costs.py ISSUED_COUNTS is this tuple), each of which a scope may take over
+ISSUED = ("kernels", "expert_gemms", "module_calls", "glue_ops")
 # Megatron-LM @ 554ce493 megatron/training/arguments.py L1540: scopes other than full_iteration need the
 # TransformerEngine implementation (the only per-layer one btacalc emits)
 GRAPH_IMPL = "transformer_engine"

@@ -599,21 +599,30 @@ def _run_options(request: ExecutionRequest, model: "ModelSpec", profile: "Hardwa
     return run
 
 
+# Run and layout options that only mean something on a GPU (Megatron's and TransformerEngine's kernels and
+# dispatchers): set on a wafer-scale profile, each is refused in one line instead of being ignored.
+_GPU_ONLY: tuple[tuple[Any, str], ...] = (
+    (lambda run, layout: not run.gradient_accumulation_fusion,  # Megatron DDP's main-gradient add (gpu/fixed.py)
+     "{gradient_accumulation_fusion}: the separate main-gradient add is Megatron's (GPU) data-parallel hook; a "
+     "wafer-scale run has none"),
+    (lambda run, layout: not run.rht_cast_fusion,  # TransformerEngine's NVFP4 cast kernels (precision.toml)
+     "{rht_cast_fusion}: the rowwise and Hadamard-transformed casts are TransformerEngine's NVFP4 kernels (GPU); a "
+     "wafer-scale run has none"),
+    (lambda run, layout: layout.deepep,  # a wafer run is strict data parallel: no expert-parallel dispatch to route
+     "{deepep} is a GPU MoE dispatcher between expert-parallel ranks; a wafer-scale run has no expert parallelism"),
+)
+
+
 def _resolve(request: ExecutionRequest, model: "ModelSpec", profile: "HardwareProfile") -> Execution:
     chosen = _Defaults()
     run = _run_options(request, model, profile, chosen)
     gpu, recompute = profile.family == "gpu", run.recompute
     layout = _resolve_layout(request, model, profile, chosen)
     check_activation_offload(run, model, layout, gpu)
-    if not gpu and not run.gradient_accumulation_fusion:  # Megatron DDP's main-gradient add (gpu/fixed.py)
-        raise BtacalcError("{gradient_accumulation_fusion}: the separate main-gradient add is Megatron's (GPU) "
-                           "data-parallel hook; a wafer-scale run has none")
-    if not gpu and not run.rht_cast_fusion:  # TransformerEngine's NVFP4 cast kernels (precision.toml)
-        raise BtacalcError("{rht_cast_fusion}: the rowwise and Hadamard-transformed casts are TransformerEngine's "
-                           "NVFP4 kernels (GPU); a wafer-scale run has none")
-    if not gpu and layout.deepep:  # a wafer run is strict data parallel: no expert-parallel dispatch to route
-        raise BtacalcError("{deepep} is a GPU MoE dispatcher between expert-parallel ranks; a wafer-scale run "
-                           "has no expert parallelism")
+    if not gpu:
+        for applies, message in _GPU_ONLY:
+            if applies(run, layout):
+                raise BtacalcError(message)
     if profile.family == "gpu":
         layout = _runnable_overlaps(layout, recompute, chosen)
     limits = _resolve_batch(request, layout, chosen, run.seq_len if gpu else None)

@@ -44,7 +44,7 @@ from ...catalogue.constants import constants
 from ...catalogue.selection import Selection
 from ...catalogue.terms import Gemm, Phase
 from ...config.attention_kernels import attention_kernel
-from ...config.cuda_graphs import captured_counts
+from ...config.cuda_graphs import ISSUED, captured_counts
 from ..problem import Evaluation, Problem, kind_values
 from ..steptime import compute_efficiency
 from ..arrays import is_array, maximum, where
@@ -927,7 +927,7 @@ def _issue(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, plan: _PhaseP
 
 # the host-issued counts of a `Part` (host_time's arguments), each also kept for the first forward (`*_fwd`) and
 # for the part of it issued after the dispatcher's sync (`*_post`)
-ISSUED_COUNTS = ("kernels", "expert_gemms", "module_calls", "glue_ops")
+ISSUED_COUNTS = ISSUED  # (config/cuda_graphs.py names them: its scopes take some over)
 _ALL_EAGER = _eager(frozenset())  # a phase no CUDA graph captures: the host issues every count (`_issue`)
 
 
@@ -1032,14 +1032,7 @@ def _memory(part: Part, phase: Phase, v: dict[str, Any], load: Any) -> None:
     part.stored = part.stored + v["stored"] * load
     part.recompute = part.recompute + v["recompute_bytes"] * load
     part.transient = maximum(part.transient, v["transient"] * load)
-    if phase.param_bucket == "routed":
-        part.routed_params = part.routed_params + v["params"]
-        if phase.low_precision:
-            part.low_precision_routed = part.low_precision_routed + v["params"]
-    else:
-        part.dense_params = part.dense_params + v["params"]
-        if phase.low_precision:
-            part.low_precision_params = part.low_precision_params + v["params"]
+    _parameters(part, phase, v)
 
 
 def _parameters(part: Part, phase: Phase, v: dict[str, Any]) -> None:

@@ -255,11 +255,11 @@ def wgrad_accumulate_bytes_per_param(bytes_per_element: int, gradient_bytes: int
     return bytes_per_element + 2 * gradient_bytes
 
 
-def wgrad_accumulate_s(problem: Problem, params: Any, rates: dict[str, int]) -> Any:
+def wgrad_accumulate_s(problem: Problem, params: Any) -> Any:
     """Per micro-batch: the separate main-gradient add of `params` parameters without gradient accumulation fusion
     (module docstring), 0 with it. The main gradient's bytes are the run's `gradient_bytes`, the field the fused
-    path's wgrad GEMM reads in gpu/costs.py (the catalogue's state rate, `rates`, is the 16-bit element when the
-    main gradient is not fp32, which a run with other elements than 2 B would make differ); `rates` is unused."""
+    path's wgrad GEMM reads in gpu/costs.py (not the catalogue's state rate `bytes_per_param()["gradients"]`, which
+    is the 16-bit element when the main gradient is not fp32 and differs for a run with other than 2-byte elements)."""
     if problem.run.gradient_accumulation_fusion:
         return 0.0
     hbm = problem.hardware.memory.streaming_bandwidth_bytes_per_s()

@@ -134,15 +134,13 @@ def _compute_time(m: Any, n: Any, k: Any, device: GemmDevice, tile: tuple[Any, A
 
 def _roofline(compute: Any, memory: Any, p: float) -> Any:
     """(compute^p + memory^p)^(1/p), scaled by the larger term so that no power overflows; max() at p = inf.
-    The powers run as numpy's ufunc on arrays (0-d for one shape): a numpy float64 scalar's ** is the C library's
-    pow, which differs from the ufunc's in the last bit for some values, and one shape must give the array
-    path's bits (tests/test_speed5.py)."""
+    The powers always run through numpy's ufunc loop on a 1-d array, one shape included: a float64 scalar's ** is
+    the C library's pow, and where numpy's power loop is vectorised (AVX-512 builds use SVML, not correctly
+    rounded) the two differ in the last bit for some values; one shape must give the bits an array of shapes
+    gives (tests/test_speed5.py)."""
     top = np.maximum(compute, memory)
     if np.isinf(p):
         return top
-    # The powers always run through numpy's array loop, even for one shape: on CPUs where numpy's power is
-    # vectorised (AVX-512 builds use SVML, not correctly rounded), a scalar's libm pow can differ from the
-    # array loop in the last bit, and one shape must give the bits the array of shapes gives.
     shares = np.power(np.atleast_1d(compute / top), p) + np.power(np.atleast_1d(memory / top), p)
     out = top * np.power(shares, 1 / p)
     return out[0] if np.ndim(top) == 0 else out

@@ -51,9 +51,6 @@ from .memory import stage_params
 from .sm_share import sm_share_loss
 from .stages import PipelineStages
 
-TERMS = ("compute", "tp_comm", "cp_comm", "all_to_all", "a2a_sm_share", "pp_p2p", "zero_per_micro_batch", "tiling",
-         "wgrad_accumulate", "launch")
-
 
 @dataclass
 class _Slowest:
@@ -181,7 +178,7 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
              "all_to_all": layer_terms["all_to_all"], "a2a_sm_share": layer_terms["a2a_sm_share"],
              "pp_p2p": where(o.p2p, maximum(0.0, p2p - compute), p2p), "zero_per_micro_batch": per_mb,
              "tiling": layers * tiles * tile_overhead_s(problem),
-             "wgrad_accumulate": wgrad_accumulate_s(problem, dense + expert, bytes_per_param(problem))}
+             "wgrad_accumulate": wgrad_accumulate_s(problem, dense + expert)}
     names = ISSUED_COUNTS
     issued = [getattr(stage, n) + _on_ends(outside, n) for n in names]
     forward = [getattr(stage, n + "_fwd") + _on_ends(outside, n + "_fwd") for n in names]
