@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field
 
 from ..config.execution import ExecutionRequest, resolve_run
 from ..config.hardware import HardwareProfile
+from ..config.precision import DEFAULT_PRECISION, recipe
 from ..config.model import ModelSpec
 from ..errors import BtacalcError
 from .cluster import MAX_DEVICES, min_devices
@@ -152,6 +153,10 @@ def compare(model: ModelSpec, profiles: Sequence[HardwareProfile], devices: Opti
     seq = 0
     skipped: list[str] = []
     chosen: list[Optional[str]] = list(precisions) or [request.precision]
+    # --no-rht-cast-fusion over several precisions: the rows whose recipe casts through the Hadamard transform take
+    # it, the others are planned without it; with no such recipe among them, each row refuses it (check_precision)
+    unfused_rows = set() if request.rht_cast_fusion or len(chosen) < 2 else \
+        {x for x in chosen if recipe(x or DEFAULT_PRECISION).rht_cast_fusion_since_te}
     for profile, precision in [(p, x) for p in profiles for x in chosen]:
         if profile.family == "wse" and precision != chosen[0]:
             continue  # one wafer row: the precision list is for the GPU rows
@@ -162,6 +167,11 @@ def compare(model: ModelSpec, profiles: Sequence[HardwareProfile], devices: Opti
             base = request.with_changes(expert_parallel=None, zero_stage=None, gradient_accumulation_fusion=True,
                                         rht_cast_fusion=True,
                                         limits=replace(request.limits, global_batch=wafer_global_batch))
+        else:  # options for some rows only: the rows they do not apply to are planned without them
+            if unfused_rows and precision not in unfused_rows:  # the row's run options show which rows took it
+                base = base.with_changes(rht_cast_fusion=True)
+            if wafers:  # --no-overlap is the wafer rows' weight streaming (a GPU plan refuses it)
+                base = base.with_changes(overlap_streaming=True)
         if precision is not None:
             try:  # the run options as each row's plan resolves them (its default attention, its precision checks)
                 resolve_run(base.with_changes(precision=precision), model, profile)
