@@ -12,7 +12,7 @@ import signal
 import sys
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads this spelling too)
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
 STARTING_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
 
@@ -28,13 +28,13 @@ def _stop(signum: int, frame: object) -> None:
 
 
 @contextlib.contextmanager
-def while_starting() -> Iterator[None]:
-    """Within the block, the signals `main` handles end the process quietly; the previous handlers come back
-    after (only in the main thread: elsewhere Python allows no handlers and nothing changes)."""
+def installed(handler: Callable[[int, object], None], signums: tuple[int, ...]) -> Iterator[None]:
+    """Within the block, `handler` handles `signums`; the previous handlers come back after. Only in the main
+    thread (elsewhere Python does not allow handlers: nothing changes)."""
     previous: dict[int, object] = {}
     try:
-        for signum in STARTING_SIGNALS:
-            previous[signum] = signal.signal(signum, _stop)
+        for signum in signums:
+            previous[signum] = signal.signal(signum, handler)
     except ValueError:  # not the main thread
         pass
     try:
@@ -42,3 +42,8 @@ def while_starting() -> Iterator[None]:
     finally:
         for signum, old in previous.items():
             signal.signal(signum, old)  # type: ignore[arg-type]  # what signal.signal returned
+
+
+def while_starting() -> contextlib.AbstractContextManager[None]:
+    """Within the block, the signals `main` handles end the process quietly (`_stop`)."""
+    return installed(_stop, STARTING_SIGNALS)
