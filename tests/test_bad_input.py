@@ -349,6 +349,11 @@ for flag in (["--recompute", "full"], ["--attention", "flash"], ["--sequence-par
     case("ignored", "formulas", *flag, fragment=f"{flag[0]} sets how the formulas of a model are summed")
 case("ignored", "measure", "--seq", "16", "--real-limit-gb", "2", fragment="--real-limit-gb bounds the memory")
 case("ignored", "validate", "--cross-validate", "--wafer-loo", fragment="two refits: give one")
+case("ignored", "compare", "-m", "llama-3-8b", "--hw", "h100", "--systems", "4", fragment="has no wafer-scale profile")
+case("ignored", "compare", "-m", "llama-3-8b", "--hw", "wse3", "--search", fragment="--hw has no GPU profile")
+case("ignored", "compare", "-m", "llama-3-8b", "--hw", "wse3", "--precision", "bf16,fp8",
+     fragment="a row per precision for each GPU profile")
+case("ignored", "crossover", "--hw", "wse3", "--hidden", "256", "--search", fragment="--hw has no GPU profile")
 
 # --- measured-run files: malformed, too deep, not JSON numbers, loose types ---------------------------
 SHIPPED_RUNS = json.loads(package_data("measured_runs.json").read_text())

@@ -127,6 +127,19 @@ def row_count(profiles: Sequence[HardwareProfile], devices: Optional[Sequence[in
     return sum(1 if p.family == "wse" else (len(devices) if devices else 1) * precisions for p in profiles)
 
 
+def _check_row_options(profiles: Sequence[HardwareProfile], wafers: list[HardwareProfile], systems: int, search: bool,
+                       precisions: Sequence[str]) -> None:
+    """The options for one kind of row need a row of that kind: with none, each would be ignored (one-line errors)."""
+    if systems != 1 and not wafers:
+        raise BtacalcError(f"{{systems}} {systems} sets the wafer rows' systems: {{hardware}} has no wafer-scale profile")
+    if len(wafers) == len(profiles):
+        if search:
+            raise BtacalcError("{search} chooses the GPU rows' layouts: {hardware} has no GPU profile")
+        if any(x != DEFAULT_PRECISION for x in precisions):
+            raise BtacalcError("{precision} makes a row per precision for each GPU profile (wafers train in 16 bits, "
+                               "one row): {hardware} has no GPU profile")
+
+
 def compare(model: ModelSpec, profiles: Sequence[HardwareProfile], devices: Optional[Sequence[int]] = None,
             request: ExecutionRequest = ExecutionRequest(), systems: int = 1, match: Optional[str] = None,
             wafer_global_batch: Optional[int] = None, progress: Optional[Callable[[int], None]] = None,
@@ -145,6 +158,7 @@ def compare(model: ModelSpec, profiles: Sequence[HardwareProfile], devices: Opti
     if not profiles:
         raise BtacalcError("{hardware}: give at least one hardware profile")
     wafers = [p for p in profiles if p.family == "wse"]
+    _check_row_options(profiles, wafers, systems, search, precisions)
     if match is not None and (match not in MATCHES or not wafers or devices):
         raise BtacalcError(f"{{match}} {match!r}: give power or devices, with a wafer profile in {{hardware}} and "
                            "without GPU {devices}")
