@@ -353,6 +353,8 @@ case("ignored", "compare", "-m", "llama-3-8b", "--hw", "h100", "--systems", "4",
 case("ignored", "compare", "-m", "llama-3-8b", "--hw", "wse3", "--search", fragment="--hw has no GPU profile")
 case("ignored", "compare", "-m", "llama-3-8b", "--hw", "wse3", "--precision", "bf16,fp8",
      fragment="a row per precision for each GPU profile")
+case("ignored", "sweep", "-m", "llama-3-8b", "--hw", "h100", "--vary", "global-batch=64,128", "--tokens-per-step",
+     "1000000", fragment="--vary global-batch fixes it at every point")
 case("ignored", "crossover", "--hw", "wse3", "--hidden", "256", "--search", fragment="--hw has no GPU profile")
 
 # --- measured-run files: malformed, too deep, not JSON numbers, loose types ---------------------------
