@@ -6,7 +6,8 @@ Cases are grouped in classes (CLASSES counts them; the suite checks there are at
 usage (flags the parser refuses), names (unknown models, profiles, phases, ...), values (inputs
 that contradict each other), profiles (hardware profile files with bad numbers, fields or
 structure), outputs (paths that cannot be written), ranges (list and range options), bounds (work
-that would not end or that torch would refuse), files (input paths that are not what they claim).
+that would not end or that torch would refuse), files (input paths that are not what they claim), ignored
+(an option that would change nothing under the other options, the model or the device).
 
 Paths are temporary: `{tmp}` is the case's folder; devices are FIFOs or symlinks, never /dev.
 """
@@ -311,6 +312,51 @@ case("files", "plan", "--hw", "", fragment="give a profile name")
 case("files", "validate", "--measured", "{tmp}/runs.json", fragment="not a regular file", files={"runs.json": ("fifo",)})
 case("files", "validate", "--measured", "{tmp}/missing.json", fragment="not found")
 
+# --- ignored: an option that would change nothing under the other options, model or device (tidy2) ----
+# Each used to be accepted and planned as without it; the fragment is the reason the refusal gives.
+GPU8 = ("--hw", "b200", "--devices", "8", "--global-batch", "64")
+for cmd in (["plan", "--hw", "b200"], ["sweep", "--hw", "b200", "--vary", "seq=2048,4096"], ["compare", "--hw", "b200"]):
+    case("ignored", *cmd, "-m", "llama-3-8b", "--no-rht-cast-fusion", "--precision", "bf16",
+         fragment="--no-rht-cast-fusion splits the Hadamard-transformed cast")
+    case("ignored", *cmd, "-m", "llama-3-8b", "--overlap-a2a", fragment="the model is dense")
+case("ignored", "plan", "-m", "llama-3-8b", *GPU8, "--precision", "mxfp8", "--no-rht-cast-fusion", fragment="got mxfp8")
+case("ignored", "plan", "-m", "llama-3-8b", *GPU8, "--deepep", fragment="the model is dense (no dispatch)")
+case("ignored", "plan", "-m", "qwen3-30b-a3b", "--hw", "b200", "--ep", "1", "--routing-imbalance", "2",
+     fragment="with --ep 1 one rank holds every expert")
+case("ignored", "plan", "-m", "qwen3-30b-a3b", "--hw", "wse3", "--routing-imbalance", "2",
+     fragment="--routing-imbalance loads the busiest expert-parallel rank")
+case("ignored", "plan", "-m", "llama-3-8b", *GPU8, "--no-overlap", fragment="a GPU plan keeps its weights resident")
+case("ignored", "whatif", "-m", "llama-3-8b", "--hw", "b200", "--no-overlap", "--target", "mfu=0.5", "--solve-for",
+     "chip.peak_flops_per_s", fragment="--no-overlap sets how wafer weight streaming")
+case("ignored", "compare", "-m", "llama-3-8b", "--hw", "b200", "--no-overlap", fragment="keeps its weights resident")
+case("ignored", "plan", "-m", "llama-3-8b", "--hw", "wse3", "--attention-kernel", "triton-flash",
+     fragment="a wafer-scale run has none")
+case("ignored", "plan", "-m", "llama-3-8b", *GPU8, "--tokens-per-step", "1000000",
+     fragment="--tokens-per-step sets the global batch of a GPU plan that fixes no batch size: --global-batch")
+case("ignored", "plan", "-m", "llama-3-8b", "--hw", "b200", "--devices", "8", "--grad-accum", "2",
+     "--tokens-per-step", "1000000", fragment="--grad-accum fixes it here")
+case("ignored", "plan", "-m", "llama-3-8b", *GPU8, "--search", "--tokens-per-step", "1000000",
+     fragment="--global-batch fixes it here")
+case("ignored", "plan", "-m", "llama-3-8b", *GPU8, "--cuda-graph-scope", "moe_router",
+     fragment="captures moe layers: model 'llama-3-8b' has none")
+case("ignored", "plan", "-m", "mixtral-8x7b", *GPU8, "--cuda-graph-scope", "attn,mlp",
+     fragment="captures dense layers: model 'mixtral-8x7b' has none")
+case("ignored", "plan", "-m", "qwen3-30b-a3b", "--fixed-active", fragment="--fixed-active keeps k*f constant")
+case("ignored", "whatif", "-m", "qwen3-30b-a3b", "--fixed-active", "--target", "mfu=0.5", "--solve-for",
+     "chip.peak_flops_per_s", fragment="give --top-k")
+for flag in (["--recompute", "full"], ["--attention", "flash"], ["--sequence-parallel"], ["--causal"],
+             ["--loss", "stored"], ["--accounting", "pytorch"]):
+    case("ignored", "formulas", *flag, fragment=f"{flag[0]} sets how the formulas of a model are summed")
+case("ignored", "measure", "--seq", "16", "--real-limit-gb", "2", fragment="--real-limit-gb bounds the memory")
+case("ignored", "validate", "--cross-validate", "--wafer-loo", fragment="two refits: give one")
+case("ignored", "compare", "-m", "llama-3-8b", "--hw", "h100", "--systems", "4", fragment="has no wafer-scale profile")
+case("ignored", "compare", "-m", "llama-3-8b", "--hw", "wse3", "--search", fragment="--hw has no GPU profile")
+case("ignored", "compare", "-m", "llama-3-8b", "--hw", "wse3", "--precision", "bf16,fp8",
+     fragment="a row per precision for each GPU profile")
+case("ignored", "sweep", "-m", "llama-3-8b", "--hw", "h100", "--vary", "global-batch=64,128", "--tokens-per-step",
+     "1000000", fragment="--vary global-batch fixes it at every point")
+case("ignored", "crossover", "--hw", "wse3", "--hidden", "256", "--search", fragment="--hw has no GPU profile")
+
 # --- measured-run files: malformed, too deep, not JSON numbers, loose types ---------------------------
 SHIPPED_RUNS = json.loads(package_data("measured_runs.json").read_text())
 
@@ -382,7 +428,7 @@ def _args(c: Case, folder: Path, data: Path) -> list[str]:
 def test_at_least_200_cases_across_every_command_and_class():
     counts = Counter(c.cls for c in CASES)
     assert len(CASES) >= 200, counts
-    assert set(counts) == {"usage", "names", "values", "profiles", "outputs", "ranges", "bounds", "files"}
+    assert set(counts) == {"usage", "names", "values", "profiles", "outputs", "ranges", "bounds", "files", "ignored"}
     commands = {c.args[0] + (" " + c.args[1] if c.args[0] in ("hw", "models") and len(c.args) > 1 else "")
                 for c in CASES}
     assert {"plan", "sweep", "compare", "crossover", "validate", "formulas", "hw list", "hw show", "hw check",

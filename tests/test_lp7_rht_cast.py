@@ -65,10 +65,19 @@ def test_one_llama_mlp_pays_the_extra_read_on_its_activations_only():
     assert expected == pytest.approx(58.3e-6, rel=5e-3)
 
 
-@pytest.mark.parametrize("precision", ["mxfp8", "fp8-current", "fp8"])
-def test_recipes_without_the_transform_do_not_move(precision):
-    """Only NVFP4 applies the RHT (precision.toml rht_cast_fusion_since_te); the option changes nothing else."""
-    assert cast_rates(_plan(False, precision)) == cast_rates(_plan(True, precision))
+@pytest.mark.parametrize("precision", ["mxfp8", "fp8-current", "fp8", "bf16"])
+def test_recipes_without_the_transform_refuse_the_option(precision):
+    """Only NVFP4 applies the RHT (precision.toml rht_cast_fusion_since_te): under any other recipe the unfused casts
+    would change nothing, so they are refused (one-line error naming the option and the precision), as
+    --fp8-param-gather is without a low precision; a run's TE release still reads as fused for such a recipe."""
+    from btacalc.config.execution import ExecutionRequest, resolve_run
+    from btacalc.config.hardware import resolve_hardware
+
+    request = ExecutionRequest(precision=precision, rht_cast_fusion=False)
+    with pytest.raises(BtacalcError) as exc:
+        resolve_run(request, load_preset("llama-3-8b"), resolve_hardware("b200"))
+    resolve_run(request.with_changes(precision="nvfp4"), load_preset("llama-3-8b"), resolve_hardware("b200"))
+    assert {"rht_cast_fusion", "precision"} <= set(exc.value.params) and precision in str(exc.value)
     assert recipe(precision).rht_cast_fused_in("2.8.0")
 
 

@@ -85,15 +85,17 @@ def test_the_plan_header_shows_every_run_option_that_changes_the_numbers(cli):
     assert code == 0 and "run options" not in out
 
 
-def test_the_unfused_rht_casts_are_no_run_option_of_a_recipe_without_the_transform(cli):
-    """--no-rht-cast-fusion changes only a recipe that casts through the Hadamard transform (NVFP4): under BF16
-    the plan's numbers are those without it, so the header does not list it."""
-    plans = {f: _json_of(cli, "plan", "--hw", "b200", "-m", "llama-3-8b", "--devices", "8", "--global-batch", "64", *f)
-             for f in ((), ("--no-rht-cast-fusion",))}
-    assert plans[()]["throughput"]["step_time_s"] == plans[("--no-rht-cast-fusion",)]["throughput"]["step_time_s"]
-    code, out, err = cli("plan", "--hw", "b200", "-m", "llama-3-8b", "--devices", "8", "--global-batch", "64",
-                         "--no-rht-cast-fusion")
-    assert code == 0 and "run options" not in out
+def test_the_unfused_rht_casts_are_refused_under_a_recipe_without_the_transform(cli):
+    """--no-rht-cast-fusion changes only a recipe that casts through the Hadamard transform (NVFP4): under BF16 it
+    was accepted and changed nothing (tidy2: an option parsed but ignored), now it is one line and exit 2, as
+    --fp8-param-gather is under BF16 (the same check, config/precision.check_precision, from precision.toml)."""
+    base = ("--hw", "b200", "-m", "llama-3-8b", "--devices", "8", "--global-batch", "64")
+    for command in (("plan", *base), ("sweep", *base[:6], "--vary", "global-batch=64", "--quiet"),
+                    ("compare", *base, "--quiet")):
+        err = _one_line_error(cli, *command, "--no-rht-cast-fusion")
+        assert "--no-rht-cast-fusion" in err and "nvfp4" in err and "bf16" in err
+    err_gather = _one_line_error(cli, "plan", *base, "--fp8-param-gather")
+    assert "--fp8-param-gather" in err_gather and "bf16" in err_gather
 
 
 def test_compare_rows_carry_their_run_options(cli):

@@ -1,9 +1,12 @@
 """The command line (typer). Entry point: `btacalc.cli.main`."""
 
-from .blas import load_numpy_with_one_blas_thread
+from .starting import while_starting  # first: only os, signal and sys
 
-load_numpy_with_one_blas_thread()  # before anything imports numpy: see btacalc/cli/blas.py
+with while_starting():  # Ctrl-C during the imports: one line and 128 + the signal, no traceback (starting.py)
+    from .blas import load_numpy_with_one_blas_thread
 
-from .app import main  # noqa: E402
+    load_numpy_with_one_blas_thread()  # before anything imports numpy: see btacalc/cli/blas.py
+
+    from .app import main
 
 __all__ = ["main"]

@@ -12,6 +12,7 @@ from ..errors import BtacalcError
 from .console import out
 from .completion import complete_hardware, complete_model
 from ..errors import BtacalcError
+from .runfile import given_on_command_line
 from .options import RECOMPUTE_HELP, Accounting, AccountingOpt, Attention, CausalOpt, Loss, LossOpt, help_text, value
 
 FORMULAS_EXAMPLES = ("Examples:\n\n"
@@ -20,7 +21,12 @@ FORMULAS_EXAMPLES = ("Examples:\n\n"
                      "  btacalc formulas --model qwen3-30b-a3b --phase experts --latex")
 
 
+# formulas' options that select the terms of one model's sum (ignored by the listing of every term)
+MODEL_ONLY = ("recompute", "attention", "sequence_parallel", "causal", "loss", "accounting")
+
+
 def formulas(
+    ctx: typer.Context,
     phase: Optional[str] = typer.Option(None, "--phase", "-p", help="Only this phase (e.g. attn_softmax, experts)."),
     quantity: Optional[str] = typer.Option(None, "--quantity", "-q", help="Only this quantity (params, flops_fwd, "
                                            "stored, ...)."),
@@ -42,6 +48,10 @@ def formulas(
     from ..planning.formulas import formula_listing
     from ..vocabulary import parse_recompute
 
+    given = given_on_command_line(ctx, MODEL_ONLY)
+    if given and model is None:
+        raise BtacalcError(f"--{given[0].replace('_', '-')} sets how the formulas of a model are summed: give --model "
+                           "(without it every term is listed, whatever the run)")
     try:
         policy = parse_recompute(recompute)
     except ValueError as exc:

@@ -10,6 +10,7 @@ from ..errors import BtacalcError
 from .console import print_stdout, write_stdout
 from .options import Attention, ModelOpt, QuietOpt, help_text
 from .progress import progress
+from .runfile import given_on_command_line
 
 EXAMPLES = ("Examples:\n\n"
             "  btacalc measure --model qwen3-30b-a3b --seq 1024\n\n"
@@ -18,6 +19,7 @@ EXAMPLES = ("Examples:\n\n"
 
 
 def measure(
+    ctx: typer.Context,
     model: str = ModelOpt,
     seq: int = typer.Option(1024, "--seq", min=1, help="Sequence length s."),
     batch: int = typer.Option(1, "--batch", min=1, help="Sequences in the layer's batch (G*b)."),
@@ -34,6 +36,8 @@ def measure(
 ) -> int:
     """Measure one reference PyTorch decoder layer (saved-for-backward bytes, FLOPs, largest
     intermediate) and compare it, phase by phase, with the formulas under ideal and pytorch accounting."""
+    if not real and given_on_command_line(ctx, ("real_limit_gb",)):
+        raise BtacalcError("--real-limit-gb bounds the memory of a --real run: FakeTensorMode allocates none")
     try:
         import torch  # noqa: F401
     except ImportError:

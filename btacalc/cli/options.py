@@ -38,6 +38,7 @@ FLAGS = {
     "rht_cast_fusion": "--no-rht-cast-fusion",
     "cpu_offload_layers": "--cpu-offloading-num-layers",
     "moment_bytes": "--optimizer-moments",
+    "overlap_streaming": "--no-overlap",
 }
 
 

@@ -306,6 +306,10 @@ def _search(spec: Any, profile: Any, request: Any, outs: Any, emit: Optional[str
     return 0 if ok else 1
 
 
+# the swept names that fix a point's batch size (config/execution.default_global_batch then gives none)
+SWEPT_BATCH_SIZES = ("global-batch", "tiles", "tile-batch", "max-global-batch", "max-tile-batch", "grad-accum")
+
+
 def sweep(
     model: str = ModelOpt,
     name: Optional[str] = NameOpt,
@@ -362,6 +366,10 @@ def sweep(
     spec, profile = resolve_model(model, name), resolve_hardware(hw)
     if fixed_active and "top-k" not in grid.names:
         raise BtacalcError("{fixed_active} needs --vary top-k=...")
+    fixing = [n for n in grid.names if n in SWEPT_BATCH_SIZES]
+    if tokens_per_step is not None and fixing:
+        raise BtacalcError(f"{{tokens_per_step}} sets the global batch of a point that fixes no batch size: --vary "
+                           f"{fixing[0]} fixes it at every point")
     request = ExecutionRequest(
         seq_len=seq, recompute=recompute, attention=value(attention), causal=causal, loss=value(loss),
         accounting=accounting.value, overlap_streaming=overlap, devices=devices, expert_parallel=ep,

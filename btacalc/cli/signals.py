@@ -17,7 +17,9 @@ from __future__ import annotations
 import select
 import contextlib
 import signal
-from typing import Any, Iterator
+from typing import Any
+
+from .starting import installed
 
 HANDLED = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGPIPE") if hasattr(signal, name))
 
@@ -57,19 +59,7 @@ def _handler(signum: int, frame: Any) -> None:
     raise Stopped(signum)
 
 
-@contextlib.contextmanager
-def handled() -> Iterator[None]:
+def handled() -> contextlib.AbstractContextManager[None]:
     """Within the block, the handled signals raise `Stopped`; the previous handlers come back after.
     Only in the main thread (elsewhere Python does not allow handlers: nothing changes)."""
-    previous: dict[int, Any] = {}
-    try:
-        for signum in HANDLED:
-            previous[signum] = signal.signal(signum, _handler)
-    except ValueError:  # not the main thread
-        pass
-    try:
-        yield
-    finally:
-        for signum, old in previous.items():
-            signal.signal(signum, old)
-
+    return installed(_handler, HANDLED)

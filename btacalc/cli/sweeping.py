@@ -89,11 +89,13 @@ class SweepOutputs:
             self.sinks.append(self.plot)
         from ..output.files import held
 
-        with held():  # a stop between creating the staged files and noting them here would orphan them
-            self.streams = self.outs.streams(STREAMED, self.stdout)
-        try:
+        try:  # `with` calls __exit__ only after __enter__ returned
+            with held():  # a stop between creating the staged files and noting them here would orphan them
+                self.streams = self.outs.streams(STREAMED, self.stdout)
+            # (a stop held above is delivered as held() unblocks it, still inside this try: tidy2 found the
+            # staged files orphaned when it came between the `with` and a try that began after it)
             self._sinks()
-        except BaseException:  # `with` calls __exit__ only after __enter__ returned
+        except BaseException:
             self.__exit__()
             raise
         return self

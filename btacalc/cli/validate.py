@@ -54,6 +54,8 @@ def validate(
             raise BtacalcError(f"--calibrate fits on the shipped measured runs and rewrites the profiles; it takes "
                                f"no {', '.join(given)}")
         return _calibrate()
+    if cross_validate and wafer_loo:
+        raise BtacalcError("--cross-validate and --wafer-loo are two refits: give one")
     if cross_validate:
         if measured:
             raise BtacalcError("--cross-validate refits on the shipped measured runs; it takes no --measured")

@@ -26,7 +26,7 @@ from ..errors import BtacalcError
 from ..memo import Memo, plain_key
 from .precision import DEFAULT_PRECISION, Recipe, check_fp8_attention, check_precision, recipe
 from .attention_kernels import DEFAULT_ATTENTION_KERNEL, attention_kernel
-from .cuda_graphs import check_scopes
+from .cuda_graphs import check_scopes, scopes
 from ..vocabulary import parse_recompute
 from .pipeline import Placement, StageSplit, parse_layout, place
 
@@ -320,6 +320,7 @@ class Layout:
                 raise BtacalcError(f"{{expert_tensor_parallel}} {etp} does not divide the expert width {model.ffn_size}")
         elif ep > 1 or etp > 1:
             raise BtacalcError("{expert_parallel}/{expert_tensor_parallel} need an MoE model (the model is dense)")
+        self._validate_scope_layers(model)
         if self.sequence_parallel and tp == 1:
             raise BtacalcError("{sequence_parallel} needs {tensor_parallel} > 1 (it splits the sequence over the "
                                "tensor-parallel ranks)")
@@ -327,6 +328,16 @@ class Layout:
         if cp > 1 and seq_len % (2 * cp):
             raise BtacalcError(f"{{context_parallel}} {cp}: the sequence {seq_len} must be a multiple of 2·CP = "
                                f"{2 * cp} (load-balanced causal chunks; Megatron-LM arguments.py)")
+
+    def _validate_scope_layers(self, model: "ModelSpec") -> None:
+        """A CUDA-graph scope for a kind of layer the model has none of (cuda_graph_scopes.toml `layer`) captures
+        nothing: refused, as an option with no effect."""
+        kinds = {"any"} | ({"moe"} if model.is_moe else set()) | ({"dense"} if not model.is_moe or
+                                                                   model.dense_positions() else set())
+        for name in self.cuda_graph_scope:
+            layer = scopes()[name].layer
+            if layer not in kinds:
+                raise BtacalcError(f"{{cuda_graph_scope}} {name} captures {layer} layers: model {model.name!r} has none")
 
     def _validate_pipeline(self, num_layers: int, mtp_layers: int) -> None:
         pp, vp = self.pipeline_parallel, self.virtual_pipeline
@@ -592,7 +603,7 @@ def _run_options(request: ExecutionRequest, model: "ModelSpec", profile: "Hardwa
         moment_bytes=4 if request.moment_bytes is None else request.moment_bytes,
         routing_weights=_routing_weights(model, gpu, chosen),
     )
-    check_precision(run.precision, profile, run.low_precision_param_gather)
+    check_precision(run.precision, profile, run.low_precision_param_gather, run.rht_cast_fusion)
     if run.fp8_attention:
         check_fp8_attention(run.precision, profile, run.attention, run.attention_kernel)
     _check_run(run, model)
@@ -608,8 +619,28 @@ _GPU_ONLY: tuple[tuple[Any, str], ...] = (
     (lambda run, layout: not run.rht_cast_fusion,  # TransformerEngine's NVFP4 cast kernels (precision.toml)
      "{rht_cast_fusion}: the rowwise and Hadamard-transformed casts are TransformerEngine's NVFP4 kernels (GPU); a "
      "wafer-scale run has none"),
+    (lambda run, layout: run.attention_kernel != DEFAULT_ATTENTION_KERNEL,  # attention_kernels.toml: GPU kernels
+     "{attention_kernel}: the fused attention kernels' rates are GPU kernels' (btacalc/data/attention_kernels.toml); "
+     "a wafer-scale run has none"),
     (lambda run, layout: layout.deepep,  # a wafer run is strict data parallel: no expert-parallel dispatch to route
      "{deepep} is a GPU MoE dispatcher between expert-parallel ranks; a wafer-scale run has no expert parallelism"),
+)
+
+
+# Options that change nothing for this model, layout or device: each refused in one line instead of being planned
+# as without it (a dense model has no all-to-all to dispatch or hide; one expert-parallel rank runs every routed
+# token however unbalanced the routing, model/gpu/costs.py; a GPU plan keeps its weights resident, so there is no
+# weight streaming to overlap, model/timing.py).
+_NO_EFFECT: tuple[tuple[Any, str], ...] = (
+    (lambda run, layout, model, gpu: layout.overlap.all_to_all and not model.is_moe,
+     "{overlap_all_to_all} hides the MoE all-to-all behind expert compute: the model is dense (no all-to-all)"),
+    (lambda run, layout, model, gpu: layout.deepep and not model.is_moe,
+     "{deepep} dispatches MoE tokens between expert-parallel ranks: the model is dense (no dispatch)"),
+    (lambda run, layout, model, gpu: model.is_moe and run.routing_imbalance != 1.0 and layout.expert_parallel == 1,
+     "{routing_imbalance} loads the busiest expert-parallel rank: with {expert_parallel} 1 one rank holds every "
+     "expert and runs every routed token whatever the balance"),
+    (lambda run, layout, model, gpu: gpu and not run.overlap_streaming,
+     "{overlap_streaming} sets how wafer weight streaming overlaps compute: a GPU plan keeps its weights resident"),
 )
 
 
@@ -623,6 +654,9 @@ def _resolve(request: ExecutionRequest, model: "ModelSpec", profile: "HardwarePr
         for applies, message in _GPU_ONLY:
             if applies(run, layout):
                 raise BtacalcError(message)
+    for applies_to, message in _NO_EFFECT:
+        if applies_to(run, layout, model, gpu):
+            raise BtacalcError(message)
     if profile.family == "gpu":
         layout = _runnable_overlaps(layout, recompute, chosen)
     limits = _resolve_batch(request, layout, chosen, run.seq_len if gpu else None)
@@ -814,6 +848,16 @@ def default_global_batch(request: ExecutionRequest, seq_len: int, data_parallel:
     return whole_sequences(tokens, seq_len, data_parallel * (lim.micro_batch or 1))
 
 
+def _fixed_batch_size(request: ExecutionRequest) -> str:
+    """The first batch size `request` fixes (the reason `default_global_batch` has none to give)."""
+    lim = request.limits
+    given = [name for name, v in (("global_batch", lim.global_batch), ("micro_batch", lim.micro_batch),
+                                  ("micro_batches", request.micro_batches), ("tiles", lim.tiles),
+                                  ("tile_batch", lim.tile_batch), ("max_global_batch", lim.max_global_batch),
+                                  ("max_tile_batch", lim.max_tile_batch)) if v is not None]
+    return given[0]
+
+
 def whole_sequences(tokens: Any, seq_len: Any, unit: Any) -> Any:
     """ceil(tokens / s) sequences rounded up to a multiple of `unit` (ints or arrays): ceil(ceil(t/s)/u)·u,
     which equals ceil(t/(s·u))·u and never forms the product s·u (no overflow)."""
@@ -831,6 +875,9 @@ def _resolve_batch(request: ExecutionRequest, layout: Layout, chosen: _Defaults,
     dp = max(layout.data_parallel, 1)
     if gpu_seq_len is not None:
         default = default_global_batch(request, gpu_seq_len, dp)
+        if default is None and request.tokens_per_step is not None:
+            raise BtacalcError(f"{{tokens_per_step}} sets the global batch of a GPU plan that fixes no batch size: "
+                               f"{{{_fixed_batch_size(request)}}} fixes it here")
         if default is not None:
             tokens = DEFAULT_TOKENS_PER_STEP if request.tokens_per_step is None else request.tokens_per_step
             limits = replace(limits, global_batch=chosen.pick(

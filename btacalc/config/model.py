@@ -316,6 +316,9 @@ class ModelSpec(BaseModel):
         for name, v in (("experts", experts), ("top_k", top_k), ("expert_ffn", expert_ffn)):
             if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
                 raise BtacalcError(f"{{{name}}} must be a positive integer, got {v!r}")
+        if fixed_active and top_k is None:
+            raise BtacalcError("{fixed_active} keeps k*f constant when {top_k} changes: give {top_k} (or the sweep's "
+                               "--vary top-k=...)")
         if fixed_active and expert_ffn is not None:
             raise BtacalcError("{fixed_active} and {expert_ffn} both set the expert width: give one")
         update: dict[str, Any] = {}

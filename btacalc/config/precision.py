@@ -132,8 +132,10 @@ def recipe(name: str) -> Recipe:
     return pick(recipes(), name, "precision")
 
 
-def check_precision(name: str, profile: "HardwareProfile", param_gather: bool) -> Recipe:
-    """The recipe `name`, after checking `profile` has its peak and architecture (one-line errors)."""
+def check_precision(name: str, profile: "HardwareProfile", param_gather: bool, rht_cast_fusion: bool = True) -> Recipe:
+    """The recipe `name`, after checking `profile` has its peak and architecture and that the recipe-dependent run
+    options asked for (`param_gather`; `rht_cast_fusion` False) are the recipe's (precision.toml
+    `param_gather_flag`, `rht_cast_fusion_since_te`): one-line errors."""
     r = recipe(name)
     chip = profile.chip
     if r.low and profile.family != "gpu":
@@ -149,6 +151,11 @@ def check_precision(name: str, profile: "HardwareProfile", param_gather: bool) -
     if param_gather and not r.param_gather_flag:
         raise BtacalcError(f"{{fp8_param_gather}} keeps the parameters in FP8/FP4 and needs a low {{precision}} "
                            f"(fp8, fp8-current, fp8-blockwise, mxfp8, nvfp4), got {name}")
+    # a wafer-scale profile refuses the option as a GPU kernel option (config/execution.py _GPU_ONLY)
+    if not rht_cast_fusion and not r.rht_cast_fusion_since_te and profile.family == "gpu":
+        able = ", ".join(n for n, x in recipes().items() if x.rht_cast_fusion_since_te)
+        raise BtacalcError(f"{{rht_cast_fusion}} splits the Hadamard-transformed cast of a {{precision}} that has one "
+                           f"({able}) into its own kernel, got {name}")
     return r
 
 

@@ -157,13 +157,7 @@ def measured_plot(report: MeasuredReport, path: str) -> bytes:
     pts = [(r, p, m) for r, p, m in pairs if p is not None and m is not None]
     fig, ax = plt.subplots(figsize=(6.4, 5.4))
     markers = {"gpu": "o", "wse": "s"}
-    values = [v for _, p, m in pts for v in (p, m)]
-    lo, hi = (min(values) / 2, max(values) * 2) if values else (1e2, 1e5)
-    xs = [lo, hi]
-    ax.plot(xs, xs, color="black", lw=0.8)
-    for band, style in ((0.10, ":"), (0.25, "--")):
-        ax.plot(xs, [x * (1 + band) for x in xs], style, color="grey", lw=0.7, label=f"±{band:.0%}")
-        ax.plot(xs, [x * (1 - band) for x in xs], style, color="grey", lw=0.7)
+    _parity_frame(ax, [v for _, p, m in pts for v in (p, m)], 0.25)
     for family in sorted({r.family for r, _, _ in pts}):
         for role, fill in (("fit", "none"), ("check", None)):
             mine = [(p, m) for r, p, m in pts if r.family == family and r.role == role]
@@ -172,11 +166,6 @@ def measured_plot(report: MeasuredReport, path: str) -> bytes:
             ax.scatter([m for _, m in mine], [p for p, _ in mine], marker=markers.get(family, "^"),
                        facecolors=fill, edgecolors="tab:blue" if family == "gpu" else "tab:red",
                        label=f"{family} ({role})")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlim(lo, hi)
-    ax.set_ylim(lo, hi)
-    ax.set_xlabel("measured tokens/s per device")
     ax.set_ylabel("btacalc predicted tokens/s per device")
     missing = [r.id for r in report.runs if not r.expressible]
     ax.set_title("btacalc vs measured training runs" + (f"\n({len(missing)} runs not expressible)" if missing else ""),
@@ -186,6 +175,22 @@ def measured_plot(report: MeasuredReport, path: str) -> bytes:
     return save(fig, path)
 
 
+def _parity_frame(ax: Any, values: list[float], outer_band: float) -> None:
+    """A predicted-against-measured tokens/s per device frame, log-log from half the smallest to twice the largest
+    of `values`: the y = x line and the ±10% and ±`outer_band` bands (labelled for the legend)."""
+    lo, hi = (min(values) / 2, max(values) * 2) if values else (1e2, 1e5)
+    xs = [lo, hi]
+    ax.plot(xs, xs, color="black", lw=0.8)
+    for band, style in ((0.10, ":"), (outer_band, "--")):
+        ax.plot(xs, [x * (1 + band) for x in xs], style, color="grey", lw=0.7, label=f"±{band:.0%}")
+        ax.plot(xs, [x * (1 - band) for x in xs], style, color="grey", lw=0.7)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    ax.set_xlabel("measured tokens/s per device")
+
+
 def crossval_plot(cv: CrossValidation, path: str) -> bytes:
     """Leave-one-model-family-out: predicted against measured tokens/s per device, log-log, one colour per
     fold (the held-out family), with the ±10% and ±30% bands; the overall mean and max |error| in the title."""
@@ -193,23 +198,12 @@ def crossval_plot(cv: CrossValidation, path: str) -> bytes:
     fig, ax = plt.subplots(figsize=(6.6, 5.6))
     pts = [(f.held_out, r) for f in cv.folds for r in f.runs
            if r.predicted_tokens_per_s_per_device and r.measured_tokens_per_s_per_device]
-    values = [float(v or 0.0) for _, r in pts for v in (r.predicted_tokens_per_s_per_device,
-                                                         r.measured_tokens_per_s_per_device)]
-    lo, hi = (min(values) / 2, max(values) * 2) if values else (1e2, 1e5)
-    xs = [lo, hi]
-    ax.plot(xs, xs, color="black", lw=0.8)
-    for band, style in ((0.10, ":"), (0.30, "--")):
-        ax.plot(xs, [x * (1 + band) for x in xs], style, color="grey", lw=0.7, label=f"±{band:.0%}")
-        ax.plot(xs, [x * (1 - band) for x in xs], style, color="grey", lw=0.7)
+    _parity_frame(ax, [float(v or 0.0) for _, r in pts for v in (r.predicted_tokens_per_s_per_device,
+                                                                 r.measured_tokens_per_s_per_device)], 0.30)
     for i, family in enumerate(sorted({f for f, _ in pts})):
         mine = [r for f, r in pts if f == family]
         ax.scatter([r.measured_tokens_per_s_per_device for r in mine], [r.predicted_tokens_per_s_per_device for r in mine],
                    marker="os^Dv<>p*h"[i % 10], label=f"{family} held out ({len(mine)})")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlim(lo, hi)
-    ax.set_ylim(lo, hi)
-    ax.set_xlabel("measured tokens/s per device")
     ax.set_ylabel("predicted, factors fitted without the run's family")
     o = cv.overall
     title = "btacalc leave-one-model-family-out"

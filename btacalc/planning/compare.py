@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field
 
 from ..config.execution import ExecutionRequest, resolve_run
 from ..config.hardware import HardwareProfile
+from ..config.precision import DEFAULT_PRECISION, recipe
 from ..config.model import ModelSpec
 from ..errors import BtacalcError
 from .cluster import MAX_DEVICES, min_devices
@@ -126,6 +127,19 @@ def row_count(profiles: Sequence[HardwareProfile], devices: Optional[Sequence[in
     return sum(1 if p.family == "wse" else (len(devices) if devices else 1) * precisions for p in profiles)
 
 
+def _check_row_options(profiles: Sequence[HardwareProfile], wafers: list[HardwareProfile], systems: int, search: bool,
+                       precisions: Sequence[str]) -> None:
+    """The options for one kind of row need a row of that kind: with none, each would be ignored (one-line errors)."""
+    if systems != 1 and not wafers:
+        raise BtacalcError(f"{{systems}} {systems} sets the wafer rows' systems: {{hardware}} has no wafer-scale profile")
+    if len(wafers) == len(profiles):
+        if search:
+            raise BtacalcError("{search} chooses the GPU rows' layouts: {hardware} has no GPU profile")
+        if any(x != DEFAULT_PRECISION for x in precisions):
+            raise BtacalcError("{precision} makes a row per precision for each GPU profile (wafers train in 16 bits, "
+                               "one row): {hardware} has no GPU profile")
+
+
 def compare(model: ModelSpec, profiles: Sequence[HardwareProfile], devices: Optional[Sequence[int]] = None,
             request: ExecutionRequest = ExecutionRequest(), systems: int = 1, match: Optional[str] = None,
             wafer_global_batch: Optional[int] = None, progress: Optional[Callable[[int], None]] = None,
@@ -144,6 +158,7 @@ def compare(model: ModelSpec, profiles: Sequence[HardwareProfile], devices: Opti
     if not profiles:
         raise BtacalcError("{hardware}: give at least one hardware profile")
     wafers = [p for p in profiles if p.family == "wse"]
+    _check_row_options(profiles, wafers, systems, search, precisions)
     if match is not None and (match not in MATCHES or not wafers or devices):
         raise BtacalcError(f"{{match}} {match!r}: give power or devices, with a wafer profile in {{hardware}} and "
                            "without GPU {devices}")
@@ -152,6 +167,10 @@ def compare(model: ModelSpec, profiles: Sequence[HardwareProfile], devices: Opti
     seq = 0
     skipped: list[str] = []
     chosen: list[Optional[str]] = list(precisions) or [request.precision]
+    # --no-rht-cast-fusion over several precisions: the rows whose recipe casts through the Hadamard transform take
+    # it, the others are planned without it; with no such recipe among them, each row refuses it (check_precision)
+    unfused_rows = set() if request.rht_cast_fusion or len(chosen) < 2 else \
+        {x for x in chosen if recipe(x or DEFAULT_PRECISION).rht_cast_fusion_since_te}
     for profile, precision in [(p, x) for p in profiles for x in chosen]:
         if profile.family == "wse" and precision != chosen[0]:
             continue  # one wafer row: the precision list is for the GPU rows
@@ -162,6 +181,11 @@ def compare(model: ModelSpec, profiles: Sequence[HardwareProfile], devices: Opti
             base = request.with_changes(expert_parallel=None, zero_stage=None, gradient_accumulation_fusion=True,
                                         rht_cast_fusion=True,
                                         limits=replace(request.limits, global_batch=wafer_global_batch))
+        else:  # options for some rows only: the rows they do not apply to are planned without them
+            if unfused_rows and precision not in unfused_rows:  # the row's run options show which rows took it
+                base = base.with_changes(rht_cast_fusion=True)
+            if wafers:  # --no-overlap is the wafer rows' weight streaming (a GPU plan refuses it)
+                base = base.with_changes(overlap_streaming=True)
         if precision is not None:
             try:  # the run options as each row's plan resolves them (its default attention, its precision checks)
                 resolve_run(base.with_changes(precision=precision), model, profile)

@@ -300,6 +300,9 @@ def _no_constant(name: str) -> None:
     raise ValueError(f"{name} is not a JSON number")
 
 
+RUNS_FILE_KEYS = frozenset({"about", "runs"})  # the top level of a runs file: a note about the set, and its runs
+
+
 def load_runs(path: Optional[Path] = None) -> list[MeasuredRun]:
     """The runs of `path` (default: the shipped measured set)."""
     origin = str(path) if path else f"btacalc/data/{SHIPPED_RUNS}"
@@ -317,6 +320,10 @@ def load_runs(path: Optional[Path] = None) -> list[MeasuredRun]:
         raise BtacalcError(f"{{measured}}: {origin} is not valid JSON: {why}") from None
     if not isinstance(raw, dict) or not isinstance(raw.get("runs"), list):
         raise BtacalcError(f"{{measured}}: {origin} must be a JSON object with a list under 'runs'")
+    unknown = sorted(set(raw) - RUNS_FILE_KEYS)
+    if unknown:  # a misspelt or misplaced key would otherwise be read as nothing
+        raise BtacalcError(f"{{measured}}: {origin}: unknown key {unknown[0]!r} (a runs file holds "
+                           f"{' and '.join(sorted(RUNS_FILE_KEYS))})")
     runs = []
     for i, item in enumerate(raw["runs"]):
         try:

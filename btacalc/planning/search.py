@@ -104,6 +104,9 @@ def search_layouts(model: ModelSpec, hardware: HardwareProfile, request: Executi
     """The fastest fitting layout (see the module docstring)."""
     if hardware.family != "gpu" or request.devices < 1:
         raise BtacalcError("{search} chooses GPU layouts: give a GPU profile and --devices")
+    if request.tokens_per_step is not None and request.limits.global_batch is not None:
+        raise BtacalcError("{tokens_per_step} sets the global batch of a search that fixes none: {global_batch} "
+                           "fixes it here")
     start = time.perf_counter()
     # the split options apply per candidate (their PP and VP); the base resolves the rest
     base = resolve_execution(request.with_changes(limits=replace(request.limits, global_batch=None, micro_batch=None),

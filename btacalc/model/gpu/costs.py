@@ -467,8 +467,7 @@ def _part(pv: PhaseValues, phases: list[Phase], rows_key: Any, r: _Rates, memory
         summed = _memory_of_shapes(pv, phases, r, rows_key)
         if summed is not None:
             return summed
-    # fused FlashAttention core: FLOPs, traffic, backward FLOPs, FP8 attention's casts (first forward, backward)
-    part, core = new_part(), [0, 0, 0, 0.0, 0.0]
+    part, core = new_part(), _FusedCore()
     timed = {} if memory_only or r.python_symbols else _gemms_of_part(phases, r)
     graphed = _graphed(phases, r) if not memory_only else {}
     for phase in phases:
@@ -484,10 +483,11 @@ def _part(pv: PhaseValues, phases: list[Phase], rows_key: Any, r: _Rates, memory
         _issue(part, phase, v, r, plan, _eager(graphed[phase.name]) if phase.name in graphed else _ALL_EAGER)
         if plan.fused:
             run = r.core_time_factor
-            core = [core[0] + flops * run, core[1] + traffic, core[2] + v["flops_bwd"] * load * run, core[3], core[4]]
+            core.flops, core.traffic_bytes = core.flops + flops * run, core.traffic_bytes + traffic
+            core.backward_flops = core.backward_flops + v["flops_bwd"] * load * run
             if r.attention_cast is not None:
                 forward, backward = attention_cast_s(r.attention_cast, r.hbm, v.__getitem__)
-                core[3], core[4] = core[3] + forward, core[4] + backward
+                core.cast_forward_s, core.cast_backward_s = core.cast_forward_s + forward, core.cast_backward_s + backward
                 part.cast_s[phase.name] = forward + backward
             t = 0.0
         else:
@@ -622,13 +622,15 @@ def _row_product(summed: _MemoryRows) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _dominant(rows: list[tuple[int, ...]]) -> Optional[tuple[float, float, float, float]]:
-    """The row (c0, c_b, c_G, c_Gb) whose every coefficient is at least every other row's, as floats, or None.
+    """The row (c0, c_b, c_G, c_Gb) at or above every other row in every coefficient, as floats, or None: the one
+    row `_undominated` keeps, when it keeps one (in a finite set a sole undominated row is above all the others).
     At non-negative shapes (which `_memory_of_shapes` requires) it is then the largest row at every shape; with
     every term an integer below 2^53 each row is exact in float64, so it equals their maximum bit for bit."""
-    top = tuple(max(c[i] for c in rows) for i in range(4))
-    if top not in rows:
+    top = _undominated(rows)
+    if len(top) != 1:
         return None
-    return float(top[0]), float(top[1]), float(top[2]), float(top[3])
+    c0, c_b, c_g, c_n = top[0]
+    return float(c0), float(c_b), float(c_g), float(c_n)
 
 
 def _memory_of_shapes(pv: PhaseValues, phases: list[Phase], r: _Rates, key: Any = None) -> Optional[Part]:
@@ -942,7 +944,19 @@ def _after_sync(part: Part, before: tuple[Any, ...]) -> None:
         setattr(part, n + "_post", getattr(part, n + "_post") + getattr(part, n + "_fwd") - b)
 
 
-def _fused_core(part: Part, pv: PhaseValues, phases: list[Phase], core: list[Any], r: _Rates,
+@dataclass(slots=True)
+class _FusedCore:
+    """A layer's core phases under FlashAttention, summed for the one fused kernel `_fused_core` times (scalars or
+    arrays of shapes; the ints stay ints until a phase adds to them)."""
+
+    flops: Any = 0  # FLOPs the kernel runs: counted forward, backward and re-run FLOPs x the causal block share
+    traffic_bytes: Any = 0  # FlashAttention's IO-count HBM traffic (formulas/attention.toml)
+    backward_flops: Any = 0  # the backward's share of `flops`
+    cast_forward_s: Any = 0.0  # --fp8-attention: the casts around the FP8 kernel in the first forward
+    cast_backward_s: Any = 0.0  # and in the backward
+
+
+def _fused_core(part: Part, pv: PhaseValues, phases: list[Phase], core: _FusedCore, r: _Rates,
                 eager: bool = True) -> None:
     """The FlashAttention kernel, one time over the core phases, shared out by their FLOPs:
 
@@ -958,25 +972,25 @@ def _fused_core(part: Part, pv: PhaseValues, phases: list[Phase], core: list[Any
     B_c = M/(4d) keys, no L2 reuse of K and V across CTAs) is contradicted by those benchmarks: on H100 at
     d = 128, s = 4096 (B_c = 227) it allows the causal forward 129.5 FLOP/B x 3.35 TB/s = 434 TFLOP/s on the
     blocks run, under cuDNN's measured 534 (tests/test_attention_kernels.py), so it is not applied on top."""
-    bound = core[1] / r.stream_hbm if not r.attention_wall_rate else 0.0
-    kernel = maximum(core[0] / r.attention_peak, bound)
-    casts = core[3] + core[4]
+    bound = core.traffic_bytes / r.stream_hbm if not r.attention_wall_rate else 0.0
+    kernel = maximum(core.flops / r.attention_peak, bound)
+    casts = core.cast_forward_s + core.cast_backward_s
     fused = kernel + casts
     part.compute_s, part.core_s = part.compute_s + fused, part.core_s + fused
-    ran = core[0] > 0
+    ran = core.flops > 0
     # its kernels and module calls, unless a CUDA graph replays them (`eager` False: scope attn)
     both, forward = where(ran, 2, 0) * int(eager), where(ran, 1, 0) * int(eager)
     part.kernels = part.kernels + both  # the fused forward and backward kernels
     part.module_calls = part.module_calls + both  # its attention module, forward and backward
     part.kernels_fwd = part.kernels_fwd + forward
     part.module_calls_fwd = part.module_calls_fwd + forward
-    safe = where(ran, core[0], 1)
-    part.backward_s = part.backward_s + kernel * where(ran, core[2] / safe, 0) + core[4]
+    safe = where(ran, core.flops, 1)
+    part.backward_s = part.backward_s + kernel * where(ran, core.backward_flops / safe, 0) + core.cast_backward_s
     for phase in phases:
         if phase.core:
             v = pv.of(phase.name)
             flops = v["flops_fwd"] + v["flops_bwd"] + v["flops_recompute"]
-            # core[0] holds the FLOPs the kernel runs (counted x the causal block share): the shares sum to 1
+            # core.flops holds the FLOPs the kernel runs (counted x the causal block share): the shares sum to 1
             part.phase_s[phase.name] = kernel * where(ran, flops * r.core_time_factor / safe, 0) \
                 + part.cast_s.get(phase.name, 0.0)
 
