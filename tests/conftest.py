@@ -33,6 +33,18 @@ def cli(capsys):
     return run
 
 
+@pytest.fixture(autouse=True)
+def _no_progress_lines(monkeypatch):
+    """A command that runs past the progress delay (2 s) prints a progress line on stderr; on a loaded
+    2-core machine ordinary commands can, and a test that expects a clean stderr would fail by timing.
+    Tests run with the delay at infinity; a test of the progress line sets its own (test_sweep)."""
+    import btacalc.cli.progress as progress_module
+
+    defaults = progress_module.progress.__wrapped__.__defaults__
+    monkeypatch.setattr(progress_module.progress.__wrapped__, "__defaults__",
+                        (defaults[0], float("inf"), defaults[2]))
+
+
 def pytest_addoption(parser):
     parser.addoption("--regen-goldens", action="store_true", default=False,
                      help="rewrite tests/goldens/*.json from the current code (say why in the commit)")
