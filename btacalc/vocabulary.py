@@ -198,6 +198,9 @@ NOTATION: dict[str, tuple[str, str]] = {
           "batch-linear terms see it through b, the per-sequence chunk of a fused loss through c)", "context_parallel"),
     "M_sram": ("on-chip SRAM per streaming multiprocessor, in elements, that a fused attention kernel tiles "
                "into (Dao et al. 2022's M)", "sram_elements_per_core"),
+    "x_s": ("chunk sorts by local expert per MoE dispatch and per combine: 1 where Megatron's alltoall dispatcher "
+            "re-sorts the received copies (expert parallelism with more than one local expert, no DeepEP / HybridEP, "
+            "whose kernels place tokens themselves), else 0", "expert_chunk_sorts"),
 }
 # Symbols the compiled functions take as their reciprocal (so that dividing by 1 stays an exact integer).
 RECIPROCAL_SYMBOLS = ("t", "t_e", "c")

@@ -123,14 +123,16 @@ def test_a_full_attention_layer_without_a_window_runs_the_causal_blocks():
 
 def test_expert_gemms_run_per_expert_over_its_tokens():
     """Qwen3-30B-A3B (E = 128, k = 8, f = 768, h = 2048) on EP 8, one sequence of 4096 per rank: each
-    expert receives k·T·EP/E = 8·4096·8/128 = 2,048 tokens; a rank holds E/EP = 16 experts in one grouped
-    launch; gate and up are one 2f = 1,536-wide GEMM, down contracts f = 768."""
+    expert receives k·T·EP/E = 8·4096·8/128 = 2,048 tokens; a rank holds E/EP = 16 experts, which
+    TransformerEngine runs four at a time on its four streams (4 rounds of 4: tests/test_moe11_multistream.py);
+    gate and up are one 2f = 1,536-wide GEMM, down contracts f = 768."""
     from btacalc.model.gpu.costs import layer_parts
 
     p = _problem("qwen3-30b-a3b", devices=8, expert_parallel=8)
     rows = {g.name: g for g in layer_parts(p, p.evaluate(1, 1))[0].gemms["experts"]}
     up, down = rows["W_gate_up"], rows["W_down"]
-    assert (up.m, up.n, up.k, up.groups) == (pytest.approx(2048), pytest.approx(1536), pytest.approx(2048), 16)
+    assert (up.m, up.n, up.k, up.groups, up.launches) == (pytest.approx(2048), pytest.approx(1536), pytest.approx(2048),
+                                                          4, 4)
     assert (down.m, down.n, down.k) == (pytest.approx(2048), pytest.approx(2048), pytest.approx(768))
 
 

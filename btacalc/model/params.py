@@ -51,7 +51,7 @@ def param_counts(problem: Problem) -> ParamCounts:
 
 @functools.lru_cache(maxsize=256)
 def _param_counts(model: ModelSpec, kinds: tuple[tuple[LayerKind, CompiledSelection], ...], seq: int) -> ParamCounts:
-    shape = {"s": seq, "b": 1, "G": 1, "beta": 2, "beta_s": 2, "P": 0, "t": 1, "t_e": 1, "c": 1, "M_sram": 1}
+    shape = {"s": seq, "b": 1, "G": 1, "beta": 2, "beta_s": 2, "P": 0, "t": 1, "t_e": 1, "c": 1, "M_sram": 1, "x_s": 0}
     ev = Evaluation([(kind, compiled.evaluate(kind_values(model, kind, shape))) for kind, compiled in kinds])
     total = int(ev.layers_total("params")) + int(ev.outside_total("params"))
     embedding = sum(int(pv.value(p.name, "params")) for n, pv, p in ev.items() if p.embedding)

@@ -187,7 +187,22 @@ class Problem:
         return {**self.symbols, "s": self.run.seq_len if seq_len is None else seq_len, "b": self.rank_share(tile_batch),
                 "G": tiles, "beta": self.run.bytes_per_element, "beta_s": self.run.saved_input_bytes, "P": 0,
                 "t": lay.tensor_parallel, "t_e": lay.expert_tensor_parallel, "c": lay.context_parallel,
-                "M_sram": self.hardware.attention_sram_bytes_per_core // self.run.bytes_per_element, **vocab}
+                "M_sram": self.hardware.attention_sram_bytes_per_core // self.run.bytes_per_element,
+                "x_s": self.expert_chunk_sorts(), **vocab}
+
+    def expert_chunk_sorts(self) -> Any:
+        """1 where Megatron's alltoall dispatcher sorts the copies it received by local expert after the dispatch
+        all-to-all and restores their order before the combine one (`sort_chunks_by_idxs` when
+        num_local_experts > 1 and the routing is dropless; Megatron-LM @ d98e8a64
+        megatron/core/transformer/moe/token_dispatcher.py L757-789 dispatch_postprocess, L803-823
+        combine_preprocess), else 0: one local expert needs no sort, and DeepEP / HybridEP (the flex dispatcher)
+        write each token to its expert's rows inside their own kernels (`deepep`)."""
+        lay = self.layout
+        experts = self.symbols.get("E", self.model.num_experts)
+        ep = lay.expert_parallel
+        if isinstance(ep, np.ndarray) or isinstance(experts, np.ndarray):
+            return np.where((np.asarray(ep) > 1) & (np.asarray(experts) > np.asarray(ep)) & (not lay.deepep), 1, 0)
+        return 1 if ep > 1 and experts > ep and not lay.deepep else 0
 
     def rank_share(self, tile_batch: Any) -> Any:
         """The sequences of a tile one device holds. Context parallelism gives each of its CP ranks 1/CP of

@@ -210,8 +210,8 @@ class GemmShape(BaseModel):
     m: float = Field(description="rows of the output: tokens (per expert for a grouped GEMM, x EP x routing imbalance)")
     n: float = Field(description="columns of the output")
     k: float = Field(description="the contracted dimension")
-    groups: float = Field(description="GEMMs in one launch: a device's experts for a grouped GEMM, else 1")
-    launches: float = Field(description="launches per forward pass")
+    groups: float = Field(description="GEMMs sharing the SMs' waves: for a grouped expert GEMM the local experts TransformerEngine runs at once (one per CUDA stream, at most 4), else 1")
+    launches: float = Field(description="launches per forward pass (a grouped expert GEMM: rounds of `groups` experts)")
     efficiency: float = Field(description="forward: achieved share of the datasheet peak (compute_efficiency x tile and "
                               "wave quantisation, or the memory floor)")
     backward_efficiency: float = Field(description="the data- and weight-gradient GEMMs together")

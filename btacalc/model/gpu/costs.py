@@ -10,7 +10,8 @@ tensor-parallel split, the batch by context parallelism). On top of that:
   (m, n, k) per device) runs each of them at its own shape's efficiency (`gemm.py`: tiles, waves over
   the SMs, the memory floor); the backward pass runs each forward GEMM (m, n, k) as its data gradient
   (m, k, n) and weight gradient (k, n, m); a grouped expert GEMM takes m x EP x R tokens per expert
-  (R the routing imbalance) and E/EP experts in one launch;
+  (R the routing imbalance) and runs as TransformerEngine's GroupedLinear issues it, one GEMM per local
+  expert over 4 CUDA streams (`_gemm_operands`: rounds of at most 4 experts sharing the waves);
 - the phases of the attention core share one roofline under FlashAttention (one fused kernel, Dao et
   al. 2022), whose causal mask skips the key blocks above the diagonal (`causal_block_fraction`), at
   the run's attention kernel's rate (`attention_core_peak`: the large-GEMM rate unless
@@ -47,7 +48,7 @@ from ...config.attention_kernels import attention_kernel
 from ...config.cuda_graphs import ISSUED, captured_counts
 from ..problem import Evaluation, Problem, kind_values
 from ..steptime import compute_efficiency
-from ..arrays import is_array, maximum, where
+from ..arrays import is_array, maximum, minimum, where
 from .precision import (AttentionCastRates, CastRates, attention_cast_rates, attention_cast_s, cast_rates, gather_share,
                         phase_cast_s, phase_weight_cast_s)
 from .gemm import GemmDevice, gemm_passes, gemm_passes_of_many
@@ -128,8 +129,8 @@ class GemmRow:
     m: Any
     n: Any
     k: Any
-    groups: Any  # GEMMs in one launch (a device's experts), else 1
-    launches: Any  # launches per forward pass
+    groups: Any  # GEMMs sharing the waves (a grouped expert GEMM: min(E/EP, 4) experts on TE's 4 streams), else 1
+    launches: Any  # launches per forward pass (a grouped expert GEMM: rounds of those, E/EP / groups)
     efficiency: Any  # forward: share of the datasheet peak (compute_efficiency x quantisation, or the memory floor)
     backward_efficiency: Any  # data and weight gradients together
     binding: Any  # compute / waves / memory (forward)
@@ -754,11 +755,30 @@ def _gemms_of_part(phases: list[Phase], r: _Rates) -> dict[tuple[str, int], Any]
     return out
 
 
+# TransformerEngine's multi-stream grouped GEMM issues expert i on compute stream i mod 4: `num_compute_streams = 4`
+# (TE @ v2.9 transformer_engine/common/util/multi_stream.cpp L53; the same constant from v2.2, where it is
+# `num_streams = 4` in common/include/transformer_engine/gemm.h L120, to v2.13).
+TE_GROUPED_GEMM_STREAMS = 4
+
+
 def _gemm_operands(g: Gemm, r: _Rates, load: Any) -> tuple[Any, Any, Any, Any, Any]:
-    """(m, n, k, groups, launches per forward pass) of one GEMM of a phase (see the module docstring)."""
+    """(m, n, k, groups, launches per forward pass) of one GEMM of a phase (see the module docstring).
+
+    A grouped expert GEMM (Megatron's `--moe-grouped-gemm`, TEGroupedMLP) runs in TransformerEngine's
+    GroupedLinear through `general_grouped_gemm`, which at every release the rows use (TE v2.2 to v2.13) reaches
+    `multi_stream_cublas_gemm`: one cuBLASLt GEMM per local expert, expert i on compute stream i mod 4
+    (TE @ v2.9 transformer_engine/common/gemm/cublaslt_gemm.cu L924-977; pytorch/csrc/extensions/gemm.cpp
+    L545-550; a CUTLASS grouped kernel only on sm90 with NVTE_USE_CUTLASS_GROUPED_GEMM=1 in BF16, L1006-1080).
+    So no more than 4 experts' GEMMs share the SMs at a time, and a stream's next expert starts when its last one
+    ends: the G = E/EP local experts run as G/4 rounds of min(G, 4) GEMMs whose tiles share the waves (the best
+    the four streams can do; a remainder round counts as its share of a full one). TE PR 2045's H100 benchmark of
+    this path lies between these rounds and the experts one after another (tests/test_moe11_multistream.py,
+    docs/clock.md "moe11")."""
     (m, n, k, count), _ = _evaluate_all((g.m, g.n, g.k, g.count), r)
     if g.grouped:
-        return m * r.expert_parallel * load, n, k, count / r.expert_parallel, 1
+        local = count / r.expert_parallel
+        concurrent = minimum(local, TE_GROUPED_GEMM_STREAMS)
+        return m * r.expert_parallel * load, n, k, concurrent, local / maximum(concurrent, 1)
     return m, n, k, 1, count
 
 
