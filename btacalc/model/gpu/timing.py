@@ -24,7 +24,9 @@ rules are the layout's named options (Megatron-Core's names; defaults in config/
   (`a2a_sm_share` = min(a2a, compute) x reserved SMs / SMs, sm_share.py);
 - pipeline sends: exposed, or with --overlap-p2p behind the stage's compute;
 - data-parallel gradient reduction / weight all-gather: exposed, or with --overlap-grad-reduce /
-  --overlap-param-gather behind the last micro-batch's backward / the first one's forward; ZeRO-3 and
+  --overlap-param-gather behind the last micro-batch's backward / the first one's forward (interleaved:
+  model chunk 0's share is exposed, the other chunks' behind the chunk backwards after / forwards before
+  them, as Megatron-Core schedules them: `_ChunkSync`); ZeRO-3 and
   FSDP prefetch their per-micro-batch gathers behind compute (Megatron-FSDP turns the overlaps on).
 tokens/s = DP·M·G·b·s / step; MFU = model FLOPs (the whole model, t = CP = 1) / (step x devices x peak).
 """
@@ -192,8 +194,9 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
     synced_layers = (stage.expert_gemms > 0) & (dispatcher_syncs(problem).forward_per_layer > 0)
     terms["launch"] = where(synced_layers, synced, launch_time(host, gpu))
     host = where(exists, host, 0.0)
-    reduce = where(o.grad_reduce, maximum(0.0, dp.reduce_per_step - backward), dp.reduce_per_step)
-    gather = where(o.param_gather, maximum(0.0, dp.gather_per_step - (compute - backward)), dp.gather_per_step)
+    chunks = _ChunkSync.of(problem, micro_batches, _first_chunk_share(lay, dense + expert, first.dense_params if is_first else 0))
+    reduce = where(o.grad_reduce, chunks.exposed_reduce(dp.reduce_per_step, backward), dp.reduce_per_step)
+    gather = where(o.param_gather, chunks.exposed_gather(dp.gather_per_step, compute - backward), dp.gather_per_step)
     terms = {k: where(exists, v, 0.0) for k, v in terms.items()}
     sync_raw = {"gradient_reduce": dp.reduce_per_step, "param_gather": dp.gather_per_step,
                 "zero_per_micro_batch": dp.per_micro_batch * micro_batches}
@@ -201,6 +204,63 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
     fixed = FixedCosts(where(exists, fixed.optimizer_s, 0.0), where(exists, fixed.grad_norm_s, 0.0),
                        where(exists, casts, 0.0))
     return _Stage(terms, raw, where(exists, reduce + gather, 0.0), sync_raw, fixed, host)
+
+
+@dataclass(frozen=True)
+class _ChunkSync:
+    """The exposed data-parallel gradient reduce-scatter and parameter all-gather of one stage under
+    --overlap-grad-reduce / --overlap-param-gather, as Megatron-Core schedules them (Megatron-LM @ d98e8a64).
+
+    VP = 1: the gradient buckets are reduced as the last micro-batch's backward fills them (schedules.py
+    L813-830 without a pipeline, L2431-2434 / L2456-2461 with one: the sync is enabled for the last backward),
+    and each parameter bucket's all-gather is prefetched behind the previous bucket's forward
+    (param_and_grad_buffer.py L562-573, align_param_gather is off without interleaving, arguments.py L1013):
+    exposed = max(0, traffic - one micro-batch's backward / forward), as before.
+
+    VP > 1 (interleaved, align_grad_reduce and align_param_gather on by default: common_config.py L80,
+    arguments.py L3152-3155, training.py L4356-4363): a chunk's reduce-scatter is launched whole once its
+    last micro-batch's backward is done (schedules.py L1438-1456), in backward order chunk VP-1 ... 0, and
+    after chunk k's launch only the last micro-batch group's backwards of chunks k-1 ... 0 remain
+    (L last micro-batches each, get_schedule_table L989-1016, groups of PP micro-batches,
+    model_parallel_config.py L567-568). With r_0 chunk 0's share, the queue drains
+    max_k (r_0 + k r - k L b/VP) after the last backward: max(r_0, R - (VP-1) L b / VP).
+    The all-gathers of chunks 0 and 1 are launched at the step's start, that of chunk v+1 when chunk v starts
+    its first forward (L1218-1221, L1334-1354); chunk 0's first layer waits for all of chunk 0's buckets
+    (they are dispatched last-layer first, distributed_data_parallel.py L369-379), and each later chunk
+    waits for what its gather exceeds one group of its predecessor's forwards (h = min(PP, M) f / VP):
+    a_0 + (VP-1) max(0, a - h). Chunks are taken as equal slices of the stage's layers, with the first
+    stage's embedding in chunk 0 (an estimate: the last stage's output layer is spread evenly)."""
+
+    virtual: Any  # VP
+    last_group: Any  # L: micro-batches in the schedule's last group
+    first_group: Any  # micro-batches in the first group, min(PP, M)
+    first_share: Any  # chunk 0's share of the stage's parameters (and so of its traffic)
+
+    @classmethod
+    def of(cls, problem: Problem, micro_batches: Any, first_share: Any) -> "_ChunkSync":
+        lay = problem.layout
+        group = lay.pipeline_parallel
+        last_group = micro_batches - group * ((micro_batches - 1) // group)
+        return cls(lay.virtual_pipeline, last_group, np.minimum(group, micro_batches) if is_array(micro_batches)
+                   or is_array(group) else min(group, micro_batches), first_share)
+
+    def exposed_reduce(self, traffic: Any, backward: Any) -> Any:
+        later = traffic - (self.virtual - 1) * self.last_group * backward / self.virtual
+        return where(self.virtual > 1, maximum(self.first_share * traffic, later), maximum(0.0, traffic - backward))
+
+    def exposed_gather(self, traffic: Any, forward: Any) -> Any:
+        first = self.first_share * traffic
+        later = (traffic - first) / maximum(self.virtual - 1, 1)
+        hidden = self.first_group * forward / self.virtual
+        interleaved = first + (self.virtual - 1) * maximum(0.0, later - hidden)
+        return where(self.virtual > 1, interleaved, maximum(0.0, traffic - forward))
+
+
+def _first_chunk_share(lay: Any, params: Any, embedding: Any) -> Any:
+    """Model chunk 0's share of a stage's `params` per device: 1/VP of its layers' and the first stage's
+    `embedding` whole (an estimate: equal layer slices)."""
+    layers = params - embedding
+    return where(params > 0, (layers / lay.virtual_pipeline + embedding) / maximum(params, 1), 1.0 / lay.virtual_pipeline)
 
 
 def _stage_state(problem: Problem, j: int, counts: list[Any], kinds: list[tuple[Any, Part]],
