@@ -87,7 +87,7 @@ def test_the_layer_gemms_are_the_shape_models():
     from btacalc.model.gpu.costs import _rates, gemm_output_bytes
     device = _rates(p).device
     wgrad_out = gemm_output_bytes(p)[2]  # the weight gradient's result bytes (accumulated into main_grad or not)
-    fwd, dgrad, wgrad = part.tp_gemms["qkv"]
+    fwd, dgrad, wgrad = (part.tp_gemms["qkv_" + x] for x in ("fprop", "dgrad", "wgrad"))
     assert fwd == pytest.approx(gemm_time(row.m, row.n, row.k, 2, device).time_s)
     assert dgrad == pytest.approx(gemm_time(row.m, row.k, row.n, 2, device).time_s)
     assert wgrad == pytest.approx(gemm_time(row.k, row.n, row.m, 2, device, output_bytes=wgrad_out).time_s)
@@ -102,8 +102,7 @@ def test_the_layer_cost_sums_the_ten_gemms_and_the_step_takes_the_larger():
     table = _by_name()
     expected = 0.0
     for name, (method, sms, margin) in TE_DEFAULT.items():
-        family, which = name.split("_")
-        g = part.tp_gemms[family][("fprop", "dgrad", "wgrad").index(which)]
+        g = part.tp_gemms[name]
         if method == "ring_exchange":
             expected += max(0.0, c + g / 8 - g)
         elif method == "pipeline":

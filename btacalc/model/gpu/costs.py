@@ -86,9 +86,9 @@ class Part:
     low_precision_params: Any = 0  # dense weights of low-precision phases (quantised copies cached)
     low_precision_routed: Any = 0  # routed experts' weights of low-precision phases (all E)
     gemms: dict[str, list["GemmRow"]] = field(default_factory=dict)  # per phase, its matmuls (report)
-    # TE GEMM family (config/tp_overlap.py: qkv, proj, fc1, fc2) -> its (forward, data-gradient, weight-gradient)
-    # GEMM seconds of one pass each, the dense GEMMs a userbuffers TP overlap hides collectives behind (tp_overlap.py)
-    tp_gemms: dict[str, tuple[Any, Any, Any]] = field(default_factory=dict)
+    # "<TE GEMM family>_<pass>" (config/tp_overlap.py: qkv, proj, fc1, fc2; fprop, dgrad, wgrad) -> seconds of that
+    # GEMM pass, once: the dense GEMMs a userbuffers TP overlap hides collectives behind (tp_overlap.py)
+    tp_gemms: dict[str, Any] = field(default_factory=dict)
     kernels: Any = 0  # kernel launches, forward + backward + re-run (model/gpu/fixed.py)
     expert_gemms: Any = 0  # per-expert GEMMs of grouped expert GEMMs, all passes (issued one by one: fixed.py)
     module_calls: Any = 0  # layer-module calls (linear, grouped linear, attention), all passes (fixed.py)
@@ -727,8 +727,8 @@ def _matmul_time(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, load: A
         ideal, t_fwd, t_bwd = ideal + i, t_fwd + tf, t_bwd + tb
         family = None if g.grouped else families.get(g.name)
         if family is not None:  # the dense TP GEMMs' passes (model/gpu/tp_overlap.py)
-            f, d, w = part.tp_gemms.get(family, (0.0, 0.0, 0.0))
-            part.tp_gemms[family] = (f + tf, d + td, w + tw)
+            for name, t in (("_fprop", tf), ("_dgrad", td), ("_wgrad", tw)):
+                part.tp_gemms[family + name] = part.tp_gemms.get(family + name, 0.0) + t
     return fwd / peak * (t_fwd / ideal) + bwd / peak * (t_bwd / (2 * ideal))
 
 

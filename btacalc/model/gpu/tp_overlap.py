@@ -35,9 +35,6 @@ from ..arrays import maximum, minimum, where
 from ..problem import Problem
 from .collectives import tensor_parallel_time
 
-_PASS = {"fprop": 0, "dgrad": 1, "wgrad": 2}
-
-
 def overlap_cost(o: UbOverlap, gemm_s: Any, comm_s: Any, sms: int, tp: Any) -> Any:
     """Seconds one overlapped GEMM pass of `gemm_s` adds to the layer while it hides a collective of `comm_s`
     (module docstring), on a device of `sms` SMs at tensor parallelism `tp`."""
@@ -51,7 +48,7 @@ def overlap_cost(o: UbOverlap, gemm_s: Any, comm_s: Any, sms: int, tp: Any) -> A
     return minimum(comm_s, gemm_s) * o.num_sm / sms + maximum(0.0, comm_s - gemm_s)
 
 
-def layer_overlap_s(problem: Problem, tp_gemms: dict[str, tuple[Any, Any, Any]], tp_bytes: Any, tp_calls: Any) -> Any:
+def layer_overlap_s(problem: Problem, tp_gemms: dict[str, Any], tp_bytes: Any, tp_calls: Any) -> Any:
     """The userbuffers overlap's cost over one layer's GEMM passes (`costs.Part.tp_gemms`) for one micro-batch:
     the sum of `overlap_cost` over the table's GEMMs the layer has; 0 without TP, without sequence parallelism
     (TE's userbuffers overlap runs on the sequence-parallel all-gathers and reduce-scatters) or without them."""
@@ -63,7 +60,7 @@ def layer_overlap_s(problem: Problem, tp_gemms: dict[str, tuple[Any, Any, Any]],
     sms = int(problem.hardware.chip.cores.value)
     total: Any = 0.0
     for o in ub_overlaps():
-        passes = tp_gemms.get(o.family)
-        if passes is not None:
-            total = total + overlap_cost(o, passes[_PASS[o.gemm_pass]], comm, sms, lay.tensor_parallel)
+        gemm_s = tp_gemms.get(f"{o.family}_{o.gemm_pass}")
+        if gemm_s is not None:
+            total = total + overlap_cost(o, gemm_s, comm, sms, lay.tensor_parallel)
     return where((lay.tensor_parallel > 1) & (tp_calls > 0), total, 0.0)
