@@ -46,6 +46,7 @@ from ...catalogue.selection import Selection
 from ...catalogue.terms import Gemm, Phase
 from ...config.attention_kernels import attention_kernel
 from ...config.cuda_graphs import ISSUED, captured_counts
+from ...config.tp_overlap import ub_families
 from ..problem import Evaluation, Problem, kind_values
 from ..steptime import compute_efficiency
 from ..arrays import is_array, maximum, minimum, where
@@ -86,6 +87,9 @@ class Part:
     low_precision_params: Any = 0  # dense weights of low-precision phases (quantised copies cached)
     low_precision_routed: Any = 0  # routed experts' weights of low-precision phases (all E)
     gemms: dict[str, list["GemmRow"]] = field(default_factory=dict)  # per phase, its matmuls (report)
+    # "<TE GEMM family>_<pass>" (config/tp_overlap.py: qkv, proj, fc1, fc2; fprop, dgrad, wgrad) -> seconds of that
+    # GEMM pass, once: the dense GEMMs a userbuffers TP overlap hides collectives behind (tp_overlap.py)
+    tp_gemms: dict[str, Any] = field(default_factory=dict)
     kernels: Any = 0  # kernel launches, forward + backward + re-run (model/gpu/fixed.py)
     expert_gemms: Any = 0  # per-expert GEMMs of grouped expert GEMMs, all passes (issued one by one: fixed.py)
     module_calls: Any = 0  # layer-module calls (linear, grouped linear, attention), all passes (fixed.py)
@@ -721,8 +725,13 @@ def _matmul_time(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, load: A
     ideal: Any = 0  # each summed from 0 in the GEMMs' order
     t_fwd: Any = 0
     t_bwd: Any = 0
-    for _, (i, tf, tb) in rows:
+    families = ub_families()
+    for g, (_, (i, tf, tb, td, tw)) in zip(gemms, rows):
         ideal, t_fwd, t_bwd = ideal + i, t_fwd + tf, t_bwd + tb
+        family = None if g.grouped else families.get(g.name)
+        if family is not None:  # the dense TP GEMMs' passes (model/gpu/tp_overlap.py)
+            for name, t in (("_fprop", tf), ("_dgrad", td), ("_wgrad", tw)):
+                part.tp_gemms[family + name] = part.tp_gemms.get(family + name, 0.0) + t
     return fwd / peak * (t_fwd / ideal) + bwd / peak * (t_bwd / (2 * ideal))
 
 
@@ -785,9 +794,10 @@ def _gemm_operands(g: Gemm, r: _Rates, load: Any) -> tuple[Any, Any, Any, Any, A
 def _gemm_row(g: Gemm, r: _Rates, load: Any, dev: Optional[GemmDevice] = None,
               beta: Optional[float] = None, share: Optional[float] = None,
               timed: Optional[tuple[Any, Any]] = None,
-              report: bool = True) -> tuple[Optional[GemmRow], tuple[Any, Any, Any]]:
+              report: bool = True) -> tuple[Optional[GemmRow], tuple[Any, Any, Any, Any, Any]]:
     """One GEMM of a phase: its report row (efficiencies as shares of the dtype's datasheet peak; None without
-    `report`) and (ideal forward time, forward time, backward time) per pass; `timed`: its operands and passes
+    `report`) and (ideal forward time, forward time, backward time, data-gradient time, weight-gradient time) per
+    pass; `timed`: its operands and passes
     already computed (`_gemms_of_part`)."""
     dev = dev if dev is not None else r.device
     beta = beta if beta is not None else r.beta
@@ -803,13 +813,15 @@ def _gemm_row(g: Gemm, r: _Rates, load: Any, dev: Optional[GemmDevice] = None,
     else:
         ideal = 2 * np.asarray(m, dtype=float) * n * k * groups / dev.peak_flops_per_s
     bwd_time = dgrad.time_s + wgrad.time_s
+    times = (launches * ideal, launches * fwd.time_s, launches * bwd_time, launches * dgrad.time_s,
+             launches * wgrad.time_s)
     if not report:
-        return None, (launches * ideal, launches * fwd.time_s, launches * bwd_time)
+        return None, times
     eff = share if share is not None else r.peak_share
     row = object.__new__(GemmRow)  # the frozen dataclass's __init__ without its nine object.__setattr__ calls
     row.__dict__.update(name=g.name, m=m, n=n, k=k, groups=groups, launches=launches, efficiency=fwd.efficiency * eff,
                         backward_efficiency=2 * ideal / bwd_time * eff, binding=fwd.binding())
-    return row, (launches * ideal, launches * fwd.time_s, launches * bwd_time)
+    return row, times
 
 
 @functools.lru_cache(maxsize=None)

@@ -41,10 +41,9 @@ Reserved SMs (named data, with their sources):
   nvls channels, 16 p2p channels, 2 p2p channels per peer" (L90-95): 16 (estimate: the network channel count
   depends on the NICs, src/graph/paths.cc L942-951).
 
-Not modelled here: TransformerEngine userbuffers TP overlap (its SM counts are per GEMM in each model's
-`ub_cfgs`, 1 for ring exchange through copy engines, 2-32 for bulk and pipelined methods: Megatron-Bridge
-@ 067f987d src/megatron/bridge/training/comm_overlap.py L99-174) and the overlapped data-parallel
-reduce-scatter / all-gather (NCCL channels), docs/clock.md.
+Not modelled here: TransformerEngine userbuffers TP overlap (its SM margins, pipeline tails and bulk SM share,
+GEMM by GEMM: tp_overlap.py) and the overlapped data-parallel reduce-scatter / all-gather (NCCL channels),
+docs/clock.md.
 """
 
 from __future__ import annotations

@@ -15,7 +15,9 @@ with t_j also holding the exposed kernel-launch time of a micro-batch (`fixed.py
 
 (1F1B / interleaved pipeline: M micro-batches plus the bubble, Narayanan et al. 2021 §2.2). Overlap
 rules are the layout's named options (Megatron-Core's names; defaults in config/execution.py REASONS):
-- tensor-parallel collectives: exposed, or with --tp-comm-overlap only what exceeds the layer's GEMMs;
+- tensor-parallel collectives: exposed, or with --tp-comm-overlap the larger of what exceeds the layer's compute
+  and what TransformerEngine's userbuffers overlap costs GEMM by GEMM (tp_overlap.py: SM margins, pipeline tails,
+  ring-exchange excess, bulk SM share; with sequence parallelism);
 - context-parallel K/V ring (cp_comm_type p2p, Megatron's default): asynchronous sends behind the
   attention core, only the excess shows;
 - expert-parallel all-to-all (+ ETP gather): exposed, or with --overlap-a2a
@@ -51,6 +53,7 @@ from .fixed import (FixedCosts, SyncSplit, dispatcher_syncs, fixed_costs, gpu_fo
                     launch_time, launch_time_synced, wgrad_accumulate_s)
 from .memory import stage_params
 from .sm_share import sm_share_loss
+from .tp_overlap import layer_overlap_s
 from .stages import PipelineStages
 
 
@@ -314,7 +317,9 @@ def _layer_terms(problem: Problem, kinds: list[tuple[Any, Part]], counts: list[A
         cp = context_parallel_time(problem, part.cp_bytes, part.cp_calls)
         a2a = all_to_all_time(problem, part.a2a_bytes, part.a2a_calls)
         exposed = {"compute": part.compute_s,
-                   "tp_comm": where(o.tp_comm, maximum(0.0, tp - part.compute_s), tp),
+                   "tp_comm": where(o.tp_comm, maximum(maximum(0.0, tp - part.compute_s),
+                                                       layer_overlap_s(problem, part.tp_gemms, part.tp_bytes,
+                                                                       part.tp_calls)), tp),
                    "cp_comm": maximum(0.0, cp - part.core_s),
                    "all_to_all": where(o.all_to_all, maximum(0.0, a2a - part.compute_s), a2a),
                    "a2a_sm_share": where(o.all_to_all, sm_share_loss(problem, a2a, part.compute_s), 0.0),

@@ -1,0 +1,53 @@
+"""TransformerEngine userbuffers TP overlap per GEMM (btacalc/data/tp_overlap.toml) as validated data: which GEMM pass
+hides which tensor-parallel collective, by which method and on how many SMs (the cost: model/gpu/tp_overlap.py)."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..errors import DataError
+from ..paths import package_data
+from .named_tables import load_named_tables
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+TP_OVERLAP_FILE = "tp_overlap.toml"
+
+
+class UbOverlap(BaseModel):
+    """One overlapped GEMM of a transformer layer (TE's `ub_cfgs` entry)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    name: str
+    family: Literal["qkv", "proj", "fc1", "fc2"]
+    gemm_pass: Literal["fprop", "dgrad", "wgrad"] = Field(alias="pass")
+    method: Literal["ring_exchange", "pipeline", "bulk"]
+    num_sm: int = Field(ge=0)
+    num_splits: int = Field(ge=0)
+    set_sm_margin: bool
+    source: str = Field(min_length=10)
+
+
+@functools.lru_cache(maxsize=1)
+def ub_overlaps() -> tuple[UbOverlap, ...]:
+    """Every overlapped GEMM of the shipped table."""
+    out = tuple(load_named_tables(TP_OVERLAP_FILE, "overlaps", UbOverlap).values())
+    for o in out:
+        if o.method == "pipeline" and o.num_splits < 1:
+            raise DataError(f"btacalc/data/{TP_OVERLAP_FILE}: {o.name}: a pipeline overlap needs num_splits >= 1")
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def ub_families() -> dict[str, str]:
+    """Catalogue GEMM name -> TE GEMM family (qkv, proj, fc1, fc2)."""
+    raw = tomllib.loads(package_data(TP_OVERLAP_FILE).read_text(encoding="utf-8"))["families"]
+    return {k: v for k, v in raw.items() if k != "source"}

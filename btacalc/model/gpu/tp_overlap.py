@@ -1,0 +1,66 @@
+"""What TransformerEngine's userbuffers tensor-parallel overlap costs, GEMM by GEMM (--tp-comm-overlap).
+
+With sequence parallelism each TP collective of a layer is hidden behind one GEMM pass (btacalc/data/tp_overlap.toml:
+TransformerEngine's default table, TE @ bee4649c transformer_engine/pytorch/module/base.py L224-262). What each
+method does (TE @ bee4649c transformer_engine/common/comm_gemm_overlap/comm_gemm_overlap.cpp):
+
+- ring exchange (`split_overlap_ag`, L828-866): the GEMM runs as TP chunks of tokens/TP rows while the TP - 1 chunk
+  copies go round the ring on copy engines (no SMs); chunk i+1 waits only for its own data (L862) and the chunks
+  rotate over min(3, TP) compute streams (L851; base.py L47), so one chunk's last wave shares the SMs with the next
+  and the chunks run as one GEMM of G seconds. The copies start with the first chunk and the last chunk runs after
+  the last copy: the pass takes max(G, c + G/TP), exposing max(0, c + G/TP - G);
+- pipeline (`split_overlap_rs`, L405-530): with `set_sm_margin` the GEMM is launched on SMs - num_sm SMs for its
+  whole run (L84: `_math_sms`), in num_splits chunks, each reduce-scattered after it; the last chunk's collective
+  runs after the GEMM. An SM-bound GEMM then takes G x S / (S - s), and the pass exposes
+      G x s / (S - s) + c / splits + max(0, (c - G x S/(S - s)) x (splits - 1) / splits);
+- bulk (`bulk_overlap`, L251-306): one collective kernel on num_sm SMs beside one GEMM launched on all SMs
+  (`set_sm_margin` false): the SMs are shared while both run (the `sm_share.py` bound) and a collective longer than
+  the GEMM shows its excess: min(c, G) x s / S + max(0, c - G).
+
+G is the GEMM pass's time (gemm.py at its shape), c the time of the one collective it hides
+(`collectives.tensor_parallel_time` of the layer's mean collective: its TP bytes over its TP calls), S the device's
+SMs, s num_sm. The layer's exposed TP time is then the larger of this sum and the excess of all its collectives over
+all its compute (model/gpu/timing.py), so a layer whose traffic outlasts its GEMMs still shows it. Not modelled: the
+per-model tables (NeMo / Megatron-Bridge `ub_cfgs`), ring-exchange reduce-scatter's final reduce kernel, the chunks'
+per-step copy latency; the SM share of bulk overlaps is a bound (docs/clock.md "moe5": Bridge's profile puts the
+all-to-all's at about a quarter of it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...config.tp_overlap import UbOverlap, ub_overlaps
+from ..arrays import maximum, minimum, where
+from ..problem import Problem
+from .collectives import tensor_parallel_time
+
+def overlap_cost(o: UbOverlap, gemm_s: Any, comm_s: Any, sms: int, tp: Any) -> Any:
+    """Seconds one overlapped GEMM pass of `gemm_s` adds to the layer while it hides a collective of `comm_s`
+    (module docstring), on a device of `sms` SMs at tensor parallelism `tp`."""
+    if o.method == "ring_exchange":
+        margin = gemm_s * o.num_sm / (sms - o.num_sm) if o.set_sm_margin else 0.0
+        return margin + maximum(0.0, comm_s + gemm_s / tp - gemm_s)
+    if o.method == "pipeline":
+        slowed = gemm_s * sms / (sms - o.num_sm) if o.set_sm_margin else gemm_s
+        tail = maximum(0.0, comm_s - slowed) * (o.num_splits - 1) / o.num_splits
+        return slowed - gemm_s + comm_s / o.num_splits + tail
+    return minimum(comm_s, gemm_s) * o.num_sm / sms + maximum(0.0, comm_s - gemm_s)
+
+
+def layer_overlap_s(problem: Problem, tp_gemms: dict[str, Any], tp_bytes: Any, tp_calls: Any) -> Any:
+    """The userbuffers overlap's cost over one layer's GEMM passes (`costs.Part.tp_gemms`) for one micro-batch:
+    the sum of `overlap_cost` over the table's GEMMs the layer has; 0 without TP, without sequence parallelism
+    (TE's userbuffers overlap runs on the sequence-parallel all-gathers and reduce-scatters) or without them."""
+    lay = problem.layout
+    if not tp_gemms or not lay.sequence_parallel:
+        return 0.0
+    calls = where(tp_calls > 0, tp_calls, 1)
+    comm = tensor_parallel_time(problem, tp_bytes / calls, 1)
+    sms = int(problem.hardware.chip.cores.value)
+    total: Any = 0.0
+    for o in ub_overlaps():
+        gemm_s = tp_gemms.get(f"{o.family}_{o.gemm_pass}")
+        if gemm_s is not None:
+            total = total + overlap_cost(o, gemm_s, comm, sms, lay.tensor_parallel)
+    return where((lay.tensor_parallel > 1) & (tp_calls > 0), total, 0.0)
