@@ -306,10 +306,6 @@ def _search(spec: Any, profile: Any, request: Any, outs: Any, emit: Optional[str
     return 0 if ok else 1
 
 
-# the swept names that fix a point's batch size (config/execution.default_global_batch then gives none)
-SWEPT_BATCH_SIZES = ("global-batch", "tiles", "tile-batch", "max-global-batch", "max-tile-batch", "grad-accum")
-
-
 def sweep(
     model: str = ModelOpt,
     name: Optional[str] = NameOpt,
@@ -356,7 +352,7 @@ def sweep(
     from ..config.execution import ExecutionRequest
     from ..config.hardware import resolve_hardware
     from ..config.presets import resolve_model
-    from ..planning.sweep import Grid, iter_sweep
+    from ..planning.sweep import LIMIT_PARAMS, Grid, iter_sweep
     from .parsing import parse_vary
     from .sweeping import SweepOutputs
 
@@ -366,7 +362,7 @@ def sweep(
     spec, profile = resolve_model(model, name), resolve_hardware(hw)
     if fixed_active and "top-k" not in grid.names:
         raise BtacalcError("{fixed_active} needs --vary top-k=...")
-    fixing = [n for n in grid.names if n in SWEPT_BATCH_SIZES]
+    fixing = [n for n in grid.names if n in LIMIT_PARAMS]  # a batch size at every point: no default global batch
     if tokens_per_step is not None and fixing:
         raise BtacalcError(f"{{tokens_per_step}} sets the global batch of a point that fixes no batch size: --vary "
                            f"{fixing[0]} fixes it at every point")
