@@ -19,6 +19,7 @@ from typing import Any, Iterator, Optional
 import numpy as np
 
 from .. import profiling
+from .arrays import where
 from ..memo import Memo, plain_key, remembered
 from ..catalogue.compiled import Coefficients, CompiledSelection, PhaseValues, compile_selection
 from ..catalogue.constants import constants
@@ -200,9 +201,7 @@ class Problem:
         lay = self.layout
         experts = self.symbols.get("E", self.model.num_experts)
         ep = lay.expert_parallel
-        if isinstance(ep, np.ndarray) or isinstance(experts, np.ndarray):
-            return np.where((np.asarray(ep) > 1) & (np.asarray(experts) > np.asarray(ep)) & (not lay.deepep), 1, 0)
-        return 1 if ep > 1 and experts > ep and not lay.deepep else 0
+        return where((ep > 1) & (experts > ep) & (not lay.deepep), 1, 0)
 
     def rank_share(self, tile_batch: Any) -> Any:
         """The sequences of a tile one device holds. Context parallelism gives each of its CP ranks 1/CP of
