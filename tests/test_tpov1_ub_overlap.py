@@ -139,3 +139,21 @@ def test_no_cost_without_sequence_parallelism_or_the_overlap():
     assert t_off == pytest.approx(NEMOTRON.num_layers * tensor_parallel_time(off, part.tp_bytes, part.tp_calls)
                                   + _outside_tp(off, ev))
     assert t_on < t_off
+
+
+def test_every_catalogue_gemm_maps_to_a_family_of_the_table(tmp_path, monkeypatch):
+    """[families] maps the catalogue's dense GEMMs onto TE's four GEMM families, the same four the overlaps use; a
+    family the table does not know is a data error (one line), not a GEMM silently left out of the overlap."""
+    from btacalc.config import tp_overlap
+    from btacalc.errors import DataError
+
+    assert set(tp_overlap.ub_families().values()) == {o.family for o in ub_overlaps()} == {"qkv", "proj", "fc1", "fc2"}
+    bad = tmp_path / "tp_overlap.toml"
+    bad.write_text('[families]\nsource = "test"\nW_qkv = "qkvv"\n')
+    monkeypatch.setattr(tp_overlap, "package_data", lambda name: bad)
+    tp_overlap.ub_families.cache_clear()
+    try:
+        with pytest.raises(DataError, match="W_qkv = 'qkvv': not one of fc1, fc2, proj, qkv"):
+            tp_overlap.ub_families()
+    finally:
+        tp_overlap.ub_families.cache_clear()

@@ -193,8 +193,9 @@ class Problem:
 
     def expert_chunk_sorts(self) -> Any:
         """1 where Megatron's alltoall dispatcher sorts the copies it received by local expert after the dispatch
-        all-to-all and restores their order before the combine one (`sort_chunks_by_idxs` when
-        num_local_experts > 1 and the routing is dropless; Megatron-LM @ d98e8a64
+        all-to-all and restores their order before the combine one when num_local_experts > 1
+        (`sort_chunks_by_idxs`, or with drop-and-pad a transposed contiguous copy: one read and one write of
+        the copies either way, formulas/moe.toml; Megatron-LM @ d98e8a64
         megatron/core/transformer/moe/token_dispatcher.py L757-789 dispatch_postprocess, L803-823
         combine_preprocess), else 0: one local expert needs no sort, and DeepEP / HybridEP (the flex dispatcher)
         write each token to its expert's rows inside their own kernels (`deepep`)."""

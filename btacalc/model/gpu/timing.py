@@ -197,7 +197,8 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
     synced_layers = (stage.expert_gemms > 0) & (dispatcher_syncs(problem).forward_per_layer > 0)
     terms["launch"] = where(synced_layers, synced, launch_time(host, gpu))
     host = where(exists, host, 0.0)
-    chunks = _ChunkSync.of(problem, micro_batches, _first_chunk_share(lay, dense + expert, first.dense_params if is_first else 0))
+    chunks = _ChunkSync.of(problem, micro_batches,
+                           _first_chunk_share(lay, dense + expert, first.dense_params if is_first else 0))
     reduce = where(o.grad_reduce, chunks.exposed_reduce(dp.reduce_per_step, backward), dp.reduce_per_step)
     gather = where(o.param_gather, chunks.exposed_gather(dp.gather_per_step, compute - backward), dp.gather_per_step)
     terms = {k: where(exists, v, 0.0) for k, v in terms.items()}
