@@ -335,6 +335,9 @@ case("ignored", "plan", "-m", "llama-3-8b", *GPU8, "--tokens-per-step", "1000000
      fragment="--tokens-per-step sets the global batch of a GPU plan that fixes no batch size: --global-batch")
 case("ignored", "plan", "-m", "llama-3-8b", "--hw", "b200", "--devices", "8", "--grad-accum", "2",
      "--tokens-per-step", "1000000", fragment="--grad-accum fixes it here")
+# the micro-batch alone fixes no global batch (the default is rounded to it): the refusal names what does
+case("ignored", "plan", "-m", "llama-3-8b", "--hw", "b200", "--devices", "8", "--micro-batch", "2", "--grad-accum", "2",
+     "--tokens-per-step", "1000000", fragment="--grad-accum fixes it here")
 case("ignored", "plan", "-m", "llama-3-8b", *GPU8, "--search", "--tokens-per-step", "1000000",
      fragment="--global-batch fixes it here")
 case("ignored", "plan", "-m", "llama-3-8b", *GPU8, "--cuda-graph-scope", "moe_router",

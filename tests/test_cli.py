@@ -276,6 +276,10 @@ def test_one_default_global_batch_for_plan_sweep_compare_and_search(cli):
 def test_tokens_per_step_changes_the_default_and_a_wafer_refuses_it(cli):
     code, out, _ = cli("plan", "--hw", "b200", "--devices", "8", "--tokens-per-step", "65536", "--json")
     assert json.loads(out)["plan"]["step_batch"] == 16  # 65,536 / 4,096
+    # a micro-batch fixes no global batch: the 16 sequences are rounded up to a multiple of DP 8 x 3 = 24
+    code, out, _ = cli("plan", "--hw", "b200", "--devices", "8", "--micro-batch", "3", "--tokens-per-step", "65536",
+                       "--json")
+    assert code == 0 and json.loads(out)["plan"]["step_batch"] == 24
     code, _, err = cli("plan", "--hw", "wse3", "--tokens-per-step", "65536")
     assert code == 2 and "wafer" in err
 

@@ -30,6 +30,13 @@ TOKENS, DIM, HIDDEN, EXPERTS = 131072, 7168, 2048, 8  # the README's DeepSeek-V3
 FLOPS = 2 * TOKENS * DIM * HIDDEN
 TORCHAO_B200_US = {"forward": 1671.2, "dgrad": 1683.4, "wgrad": 2103.3}
 OUT_BYTES = 2  # the benchmark's GEMMs write BF16 results (MXFP8 operands, out_dtype torch.bfloat16)
+# What the test claims: btacalc's grouped MXFP8 GEMM time is within this share of the published kernel's. btacalc
+# runs it at compute_efficiency (the GPU factor fitted on the dense fit runs, so it moves with every refit: 0.6992
+# lp6, 0.7034 lp8, 0.7144 tpov1, 0.7128 after the round's joint refit) x tile and wave quantisation, and comes out
+# the faster by 5.2% (forward) and 4.5% (data gradient) at 0.7128. 6% leaves room for one refit of about 1% while
+# staying an order of magnitude under the 25-70% the MoE rows miss by, which is the point: no grouped-kernel
+# penalty follows from them. It was 5% until tpov1's refit put the forward at -5.4%.
+TORCHAO_BAND = 0.06
 
 
 def _mxfp8_b200_device():
@@ -44,21 +51,21 @@ def _mxfp8_b200_device():
 
 
 def test_grouped_mxfp8_gemms_run_at_torchaos_published_b200_rate():
-    """The forward and data-gradient grouped GEMMs (per expert m = 16,384 rows) within 5% of the published
-    times: at these shapes btacalc is at most a few percent faster than the published grouped kernel (4% after
-    lp6's refit of compute_efficiency, 0.6743 -> 0.6992, on the dense fit runs; lp8's refit to 0.7034 is offset
-    by the BF16 results the kernels write, counted at 2 B per element since lp8), far from the 25-70% the MoE
-    rows miss by, so no grouped-kernel penalty follows from them. tpov1's refit to 0.7144 (the TP-overlapped fit run
-    slowed by the userbuffers cost) puts btacalc 5.4% (forward) and 4.7% (data gradient) faster than the published
-    kernel: the band is 6% since then, still far from the MoE rows' misses.
+    """The forward and data-gradient grouped GEMMs (per expert m = 16,384 rows) within TORCHAO_BAND (6%) of the
+    published times, btacalc the faster: at these shapes it is a few percent faster than the published grouped
+    kernel (4% after lp6's refit of compute_efficiency, 0.6743 -> 0.6992, on the dense fit runs; lp8's refit to
+    0.7034 is offset by the BF16 results the kernels write, counted at 2 B per element since lp8; 5.4% / 4.7% after
+    tpov1's refit to 0.7144, 5.2% / 4.5% at the merged round's 0.7128), far from the 25-70% the MoE rows miss by,
+    so no grouped-kernel penalty follows from them.
     The rates by hand: 3.848e12 FLOP / 1671.2 us = 2,303 TFLOP/s."""
     dev, beta = _mxfp8_b200_device()
     rows = TOKENS // EXPERTS
     forward = gemm_time(rows, HIDDEN, DIM, beta, dev, groups=EXPERTS, output_bytes=OUT_BYTES)
     dgrad = gemm_time(rows, DIM, HIDDEN, beta, dev, groups=EXPERTS, output_bytes=OUT_BYTES)
     assert FLOPS / (TORCHAO_B200_US["forward"] * 1e-6) == pytest.approx(2.303e15, rel=1e-3)
-    assert forward.time_s == pytest.approx(TORCHAO_B200_US["forward"] * 1e-6, rel=0.06)
-    assert dgrad.time_s == pytest.approx(TORCHAO_B200_US["dgrad"] * 1e-6, rel=0.06)
+    for got, published_us in ((forward.time_s, TORCHAO_B200_US["forward"]), (dgrad.time_s, TORCHAO_B200_US["dgrad"])):
+        assert got == pytest.approx(published_us * 1e-6, rel=TORCHAO_BAND)
+        assert got < published_us * 1e-6  # the fitted factor makes btacalc the faster (the docstring's direction)
 
 
 def test_torchaos_k_grouped_weight_gradient_is_slower_than_btacalcs_and_not_megatrons_kernel():

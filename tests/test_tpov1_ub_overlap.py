@@ -87,7 +87,7 @@ def test_the_layer_gemms_are_the_shape_models():
     from btacalc.model.gpu.costs import _rates, gemm_output_bytes
     device = _rates(p).device
     wgrad_out = gemm_output_bytes(p)[2]  # the weight gradient's result bytes (accumulated into main_grad or not)
-    fwd, dgrad, wgrad = (part.tp_gemms["qkv_" + x] for x in ("fprop", "dgrad", "wgrad"))
+    fwd, dgrad, wgrad = (part.tp_gemm_s["qkv_" + x] for x in ("fprop", "dgrad", "wgrad"))
     assert fwd == pytest.approx(gemm_time(row.m, row.n, row.k, 2, device).time_s)
     assert dgrad == pytest.approx(gemm_time(row.m, row.k, row.n, 2, device).time_s)
     assert wgrad == pytest.approx(gemm_time(row.k, row.n, row.m, 2, device, output_bytes=wgrad_out).time_s)
@@ -102,7 +102,7 @@ def test_the_layer_cost_sums_the_ten_gemms_and_the_step_takes_the_larger():
     table = _by_name()
     expected = 0.0
     for name, (method, sms, margin) in TE_DEFAULT.items():
-        g = part.tp_gemms[name]
+        g = part.tp_gemm_s[name]
         if method == "ring_exchange":
             expected += max(0.0, c + g / 8 - g)
         elif method == "pipeline":
@@ -111,7 +111,7 @@ def test_the_layer_cost_sums_the_ten_gemms_and_the_step_takes_the_larger():
         else:
             expected += min(c, g) * sms / GB200_SMS + max(0.0, c - g)
         assert table[name].num_sm == sms
-    got = layer_overlap_s(p, part.tp_gemms, part.tp_bytes, part.tp_calls)
+    got = layer_overlap_s(p, part.tp_gemm_s, part.tp_bytes, part.tp_calls)
     assert got == pytest.approx(expected) and got > 0
     # the step: every layer exposes the larger of the collectives' excess over its compute and this cost, the
     # embedding's and head's collectives (outside the layers) stay exposed
@@ -130,7 +130,7 @@ def test_no_cost_without_sequence_parallelism_or_the_overlap():
     p = _problem(sequence_parallel=False)
     ev = p.evaluate(1, 1)
     part = layer_parts(p, ev)[0]
-    assert layer_overlap_s(p, part.tp_gemms, part.tp_bytes, part.tp_calls) == 0.0
+    assert layer_overlap_s(p, part.tp_gemm_s, part.tp_bytes, part.tp_calls) == 0.0
     on, off = _problem(), _problem(tp_comm=False)
     t_on = gpu_step_time(on, 1, 1).details["terms"]["tp_comm"]
     t_off = gpu_step_time(off, 1, 1).details["terms"]["tp_comm"]
@@ -139,3 +139,21 @@ def test_no_cost_without_sequence_parallelism_or_the_overlap():
     assert t_off == pytest.approx(NEMOTRON.num_layers * tensor_parallel_time(off, part.tp_bytes, part.tp_calls)
                                   + _outside_tp(off, ev))
     assert t_on < t_off
+
+
+def test_every_catalogue_gemm_maps_to_a_family_of_the_table(tmp_path, monkeypatch):
+    """[families] maps the catalogue's dense GEMMs onto TE's four GEMM families, the same four the overlaps use; a
+    family the table does not know is a data error (one line), not a GEMM silently left out of the overlap."""
+    from btacalc.config import tp_overlap
+    from btacalc.errors import DataError
+
+    assert set(tp_overlap.ub_families().values()) == {o.family for o in ub_overlaps()} == {"qkv", "proj", "fc1", "fc2"}
+    bad = tmp_path / "tp_overlap.toml"
+    bad.write_text('[families]\nsource = "test"\nW_qkv = "qkvv"\n')
+    monkeypatch.setattr(tp_overlap, "package_data", lambda name: bad)
+    tp_overlap.ub_families.cache_clear()
+    try:
+        with pytest.raises(DataError, match="W_qkv = 'qkvv': not one of fc1, fc2, proj, qkv"):
+            tp_overlap.ub_families()
+    finally:
+        tp_overlap.ub_families.cache_clear()

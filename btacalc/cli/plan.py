@@ -6,7 +6,7 @@ import json
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import typer
 
@@ -306,8 +306,16 @@ def _search(spec: Any, profile: Any, request: Any, outs: Any, emit: Optional[str
     return 0 if ok else 1
 
 
-# the swept names that fix a point's batch size (config/execution.default_global_batch then gives none)
-SWEPT_BATCH_SIZES = ("global-batch", "tiles", "tile-batch", "max-global-batch", "max-tile-batch", "grad-accum")
+def _check_swept_options(names: Sequence[str], fixed_active: bool, tokens_per_step: Optional[int]) -> None:
+    """The sweep's options that need, or are ignored by, what --vary sets (one-line errors)."""
+    from ..planning.sweep import LIMIT_PARAMS
+
+    if fixed_active and "top-k" not in names:
+        raise BtacalcError("{fixed_active} needs --vary top-k=...")
+    fixing = [n for n in names if n in LIMIT_PARAMS]  # a batch size at every point: no default global batch
+    if tokens_per_step is not None and fixing:
+        raise BtacalcError(f"{{tokens_per_step}} sets the global batch of a point that fixes no batch size: --vary "
+                           f"{fixing[0]} fixes it at every point")
 
 
 def sweep(
@@ -364,12 +372,7 @@ def sweep(
     grid.check(max_points)
     outs = outputs(output, as_json, csv_path, plot_path, inputs={"--model": model, "--hw": hw})
     spec, profile = resolve_model(model, name), resolve_hardware(hw)
-    if fixed_active and "top-k" not in grid.names:
-        raise BtacalcError("{fixed_active} needs --vary top-k=...")
-    fixing = [n for n in grid.names if n in SWEPT_BATCH_SIZES]
-    if tokens_per_step is not None and fixing:
-        raise BtacalcError(f"{{tokens_per_step}} sets the global batch of a point that fixes no batch size: --vary "
-                           f"{fixing[0]} fixes it at every point")
+    _check_swept_options(grid.names, fixed_active, tokens_per_step)
     request = ExecutionRequest(
         seq_len=seq, recompute=recompute, attention=value(attention), causal=causal, loss=value(loss),
         accounting=accounting.value, overlap_streaming=overlap, devices=devices, expert_parallel=ep,

@@ -839,8 +839,7 @@ def default_global_batch(request: ExecutionRequest, seq_len: int, data_parallel:
     to a multiple of DP x the micro-batch (when --micro-batch is given) so every rank runs whole
     micro-batches. None when the user fixed a size (their numbers then decide)."""
     lim = request.limits
-    if any(v is not None for v in (lim.global_batch, lim.tiles, lim.tile_batch, lim.max_global_batch,
-                                   lim.max_tile_batch, request.micro_batches)):
+    if _fixed_batch_sizes(request):
         return None
     tokens = DEFAULT_TOKENS_PER_STEP if request.tokens_per_step is None else request.tokens_per_step
     if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 1 or tokens > MAX_SEQUENCES:
@@ -848,14 +847,14 @@ def default_global_batch(request: ExecutionRequest, seq_len: int, data_parallel:
     return whole_sequences(tokens, seq_len, data_parallel * (lim.micro_batch or 1))
 
 
-def _fixed_batch_size(request: ExecutionRequest) -> str:
-    """The first batch size `request` fixes (the reason `default_global_batch` has none to give)."""
+def _fixed_batch_sizes(request: ExecutionRequest) -> list[str]:
+    """The batch sizes `request` fixes, by parameter name: with any, `default_global_batch` gives none. The
+    micro-batch alone fixes no global batch (the default is rounded to a multiple of it)."""
     lim = request.limits
-    given = [name for name, v in (("global_batch", lim.global_batch), ("micro_batch", lim.micro_batch),
-                                  ("micro_batches", request.micro_batches), ("tiles", lim.tiles),
-                                  ("tile_batch", lim.tile_batch), ("max_global_batch", lim.max_global_batch),
-                                  ("max_tile_batch", lim.max_tile_batch)) if v is not None]
-    return given[0]
+    return [name for name, v in (("global_batch", lim.global_batch), ("micro_batches", request.micro_batches),
+                                 ("tiles", lim.tiles), ("tile_batch", lim.tile_batch),
+                                 ("max_global_batch", lim.max_global_batch), ("max_tile_batch", lim.max_tile_batch))
+            if v is not None]
 
 
 def whole_sequences(tokens: Any, seq_len: Any, unit: Any) -> Any:
@@ -877,7 +876,7 @@ def _resolve_batch(request: ExecutionRequest, layout: Layout, chosen: _Defaults,
         default = default_global_batch(request, gpu_seq_len, dp)
         if default is None and request.tokens_per_step is not None:
             raise BtacalcError(f"{{tokens_per_step}} sets the global batch of a GPU plan that fixes no batch size: "
-                               f"{{{_fixed_batch_size(request)}}} fixes it here")
+                               f"{{{_fixed_batch_sizes(request)[0]}}} fixes it here")
         if default is not None:
             tokens = DEFAULT_TOKENS_PER_STEP if request.tokens_per_step is None else request.tokens_per_step
             limits = replace(limits, global_batch=chosen.pick(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import sys
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -19,6 +19,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 TP_OVERLAP_FILE = "tp_overlap.toml"
+UbFamily = Literal["qkv", "proj", "fc1", "fc2"]  # TE's GEMM families (initialize_ub's names)
 
 
 class UbOverlap(BaseModel):
@@ -27,7 +28,7 @@ class UbOverlap(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
     name: str
-    family: Literal["qkv", "proj", "fc1", "fc2"]
+    family: UbFamily
     gemm_pass: Literal["fprop", "dgrad", "wgrad"] = Field(alias="pass")
     method: Literal["ring_exchange", "pipeline", "bulk"]
     num_sm: int = Field(ge=0)
@@ -50,4 +51,10 @@ def ub_overlaps() -> tuple[UbOverlap, ...]:
 def ub_families() -> dict[str, str]:
     """Catalogue GEMM name -> TE GEMM family (qkv, proj, fc1, fc2)."""
     raw = tomllib.loads(package_data(TP_OVERLAP_FILE).read_text(encoding="utf-8"))["families"]
-    return {k: v for k, v in raw.items() if k != "source"}
+    families = {k: v for k, v in raw.items() if k != "source"}
+    known = set(get_args(UbFamily))
+    for gemm, family in families.items():
+        if family not in known:  # a misspelt family would silently leave the GEMM's passes out of the overlap
+            raise DataError(f"btacalc/data/{TP_OVERLAP_FILE}: [families] {gemm} = {family!r}: not one of "
+                            f"{', '.join(sorted(known))}")
+    return families

@@ -19,6 +19,7 @@ from typing import Any, Iterator, Optional
 import numpy as np
 
 from .. import profiling
+from .arrays import where
 from ..memo import Memo, plain_key, remembered
 from ..catalogue.compiled import Coefficients, CompiledSelection, PhaseValues, compile_selection
 from ..catalogue.constants import constants
@@ -192,17 +193,16 @@ class Problem:
 
     def expert_chunk_sorts(self) -> Any:
         """1 where Megatron's alltoall dispatcher sorts the copies it received by local expert after the dispatch
-        all-to-all and restores their order before the combine one (`sort_chunks_by_idxs` when
-        num_local_experts > 1 and the routing is dropless; Megatron-LM @ d98e8a64
+        all-to-all and restores their order before the combine one when num_local_experts > 1
+        (`sort_chunks_by_idxs`, or with drop-and-pad a transposed contiguous copy: one read and one write of
+        the copies either way, formulas/moe.toml; Megatron-LM @ d98e8a64
         megatron/core/transformer/moe/token_dispatcher.py L757-789 dispatch_postprocess, L803-823
         combine_preprocess), else 0: one local expert needs no sort, and DeepEP / HybridEP (the flex dispatcher)
         write each token to its expert's rows inside their own kernels (`deepep`)."""
         lay = self.layout
         experts = self.symbols.get("E", self.model.num_experts)
         ep = lay.expert_parallel
-        if isinstance(ep, np.ndarray) or isinstance(experts, np.ndarray):
-            return np.where((np.asarray(ep) > 1) & (np.asarray(experts) > np.asarray(ep)) & (not lay.deepep), 1, 0)
-        return 1 if ep > 1 and experts > ep and not lay.deepep else 0
+        return where((ep > 1) & (experts > ep) & (not lay.deepep), 1, 0)
 
     def rank_share(self, tile_batch: Any) -> Any:
         """The sequences of a tile one device holds. Context parallelism gives each of its CP ranks 1/CP of

@@ -174,18 +174,7 @@ def compare(model: ModelSpec, profiles: Sequence[HardwareProfile], devices: Opti
     for profile, precision in [(p, x) for p in profiles for x in chosen]:
         if profile.family == "wse" and precision != chosen[0]:
             continue  # one wafer row: the precision list is for the GPU rows
-        # a wafer row is D systems in strict data parallel: the GPU layout choices (EP, ZeRO) and Megatron's and
-        # TransformerEngine's GPU kernel options (the unfused main-gradient add, NVFP4's unfused casts) do not apply
-        base = request.with_changes(precision=precision)
-        if profile.family == "wse":
-            base = request.with_changes(expert_parallel=None, zero_stage=None, gradient_accumulation_fusion=True,
-                                        rht_cast_fusion=True,
-                                        limits=replace(request.limits, global_batch=wafer_global_batch))
-        else:  # options for some rows only: the rows they do not apply to are planned without them
-            if unfused_rows and precision not in unfused_rows:  # the row's run options show which rows took it
-                base = base.with_changes(rht_cast_fusion=True)
-            if wafers:  # --no-overlap is the wafer rows' weight streaming (a GPU plan refuses it)
-                base = base.with_changes(overlap_streaming=True)
+        base = _row_request(request, profile, precision, bool(wafers), unfused_rows, wafer_global_batch)
         if precision is not None:
             try:  # the run options as each row's plan resolves them (its default attention, its precision checks)
                 resolve_run(base.with_changes(precision=precision), model, profile)
@@ -198,20 +187,8 @@ def compare(model: ModelSpec, profiles: Sequence[HardwareProfile], devices: Opti
         counts: Sequence[Optional[int]] = ([systems] if profile.family == "wse" else [matched[0]] if matched
                                            else (list(devices) if devices else [None]))
         for n in counts:
-            note = matched[1] if matched else ""
-            if n is None:
-                fit = min_devices(model, profile, base, escalate=True)
-                if fit is None:
-                    report = make_plan(model, profile, base)
-                    note = f"no power-of-two count up to {MAX_DEVICES:,} devices fits, even with ZeRO-3 and full recomputation"
-                elif search and profile.family == "gpu":
-                    report = _searched(model, profile, base.with_changes(devices=fit.layout.devices))
-                else:
-                    report = plan_problem(fit)
-            elif search and profile.family == "gpu":
-                report = _searched(model, profile, base.with_changes(devices=n))
-            else:
-                report = make_plan(model, profile, base.with_changes(devices=n))
+            report, note = _row_plan(model, profile, base, n, search and profile.family == "gpu")
+            note = note or (matched[1] if matched else "")
             params_total, seq = report.model.params_total, report.inputs.seq_len
             row = _row(report, profile)
             if note:
@@ -222,6 +199,41 @@ def compare(model: ModelSpec, profiles: Sequence[HardwareProfile], devices: Opti
     if not rows and skipped:
         raise BtacalcError(f"{{precision}}: no device can run it ({'; '.join(skipped)})")
     return CompareResult(model=model.name, params_total=params_total, seq_len=seq, rows=rows, skipped=skipped)
+
+
+def _row_request(request: ExecutionRequest, profile: HardwareProfile, precision: Optional[str], with_wafers: bool,
+                 unfused_rows: set[Optional[str]], wafer_global_batch: Optional[int]) -> ExecutionRequest:
+    """The request one row is planned with. A wafer row is D systems in strict data parallel: the GPU layout
+    choices (EP, ZeRO) and Megatron's and TransformerEngine's GPU kernel options (the unfused main-gradient add,
+    NVFP4's unfused casts) do not apply. A GPU row drops the options for other rows only: --no-rht-cast-fusion
+    unless its precision is in `unfused_rows` (the row's run options show which rows took it), --no-overlap
+    beside wafer rows (the wafer rows' weight streaming; a GPU plan refuses it)."""
+    if profile.family == "wse":
+        return request.with_changes(expert_parallel=None, zero_stage=None, gradient_accumulation_fusion=True,
+                                    rht_cast_fusion=True,
+                                    limits=replace(request.limits, global_batch=wafer_global_batch))
+    base = request.with_changes(precision=precision)
+    if unfused_rows and precision not in unfused_rows:
+        base = base.with_changes(rht_cast_fusion=True)
+    if with_wafers:
+        base = base.with_changes(overlap_streaming=True)
+    return base
+
+
+def _row_plan(model: ModelSpec, profile: HardwareProfile, base: ExecutionRequest, devices: Optional[int],
+              search: bool) -> tuple[PlanReport, str]:
+    """One row's plan on `devices` (None: the smallest power-of-two count that fits), the searched layout with
+    `search`, and a note when no count fits."""
+    if devices is not None:
+        request = base.with_changes(devices=devices)
+        return (_searched(model, profile, request) if search else make_plan(model, profile, request)), ""
+    fit = min_devices(model, profile, base, escalate=True)
+    if fit is None:
+        return make_plan(model, profile, base), (f"no power-of-two count up to {MAX_DEVICES:,} devices fits, even "
+                                                 "with ZeRO-3 and full recomputation")
+    if search:
+        return _searched(model, profile, base.with_changes(devices=fit.layout.devices)), ""
+    return plan_problem(fit), ""
 
 
 def _searched(model: ModelSpec, profile: HardwareProfile, request: ExecutionRequest) -> PlanReport:

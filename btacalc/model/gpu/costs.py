@@ -89,7 +89,7 @@ class Part:
     gemms: dict[str, list["GemmRow"]] = field(default_factory=dict)  # per phase, its matmuls (report)
     # "<TE GEMM family>_<pass>" (config/tp_overlap.py: qkv, proj, fc1, fc2; fprop, dgrad, wgrad) -> seconds of that
     # GEMM pass, once: the dense GEMMs a userbuffers TP overlap hides collectives behind (tp_overlap.py)
-    tp_gemms: dict[str, Any] = field(default_factory=dict)
+    tp_gemm_s: dict[str, Any] = field(default_factory=dict)
     kernels: Any = 0  # kernel launches, forward + backward + re-run (model/gpu/fixed.py)
     expert_gemms: Any = 0  # per-expert GEMMs of grouped expert GEMMs, all passes (issued one by one: fixed.py)
     module_calls: Any = 0  # layer-module calls (linear, grouped linear, attention), all passes (fixed.py)
@@ -731,7 +731,7 @@ def _matmul_time(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, load: A
         family = None if g.grouped else families.get(g.name)
         if family is not None:  # the dense TP GEMMs' passes (model/gpu/tp_overlap.py)
             for name, t in (("_fprop", tf), ("_dgrad", td), ("_wgrad", tw)):
-                part.tp_gemms[family + name] = part.tp_gemms.get(family + name, 0.0) + t
+                part.tp_gemm_s[family + name] = part.tp_gemm_s.get(family + name, 0.0) + t
     return fwd / peak * (t_fwd / ideal) + bwd / peak * (t_bwd / (2 * ideal))
 
 

@@ -41,7 +41,7 @@ from typing import Any, Optional
 import numpy as np
 
 from ...memo import plain_key
-from ..arrays import is_array, largest, maximum, where
+from ..arrays import is_array, largest, maximum, minimum, where
 from ..problem import Evaluation, Problem
 from ..state import bytes_per_param
 from ..steptime import StepTime, tile_overhead_s
@@ -197,7 +197,8 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
     synced_layers = (stage.expert_gemms > 0) & (dispatcher_syncs(problem).forward_per_layer > 0)
     terms["launch"] = where(synced_layers, synced, launch_time(host, gpu))
     host = where(exists, host, 0.0)
-    chunks = _ChunkSync.of(problem, micro_batches, _first_chunk_share(lay, dense + expert, first.dense_params if is_first else 0))
+    chunks = _ChunkSync.of(problem, micro_batches,
+                           _first_chunk_share(lay, dense + expert, first.dense_params if is_first else 0))
     reduce = where(o.grad_reduce, chunks.exposed_reduce(dp.reduce_per_step, backward), dp.reduce_per_step)
     gather = where(o.param_gather, chunks.exposed_gather(dp.gather_per_step, compute - backward), dp.gather_per_step)
     terms = {k: where(exists, v, 0.0) for k, v in terms.items()}
@@ -244,8 +245,7 @@ class _ChunkSync:
         lay = problem.layout
         group = lay.pipeline_parallel
         last_group = micro_batches - group * ((micro_batches - 1) // group)
-        return cls(lay.virtual_pipeline, last_group, np.minimum(group, micro_batches) if is_array(micro_batches)
-                   or is_array(group) else min(group, micro_batches), first_share)
+        return cls(lay.virtual_pipeline, last_group, minimum(group, micro_batches), first_share)
 
     def exposed_reduce(self, traffic: Any, backward: Any) -> Any:
         later = traffic - (self.virtual - 1) * self.last_group * backward / self.virtual
@@ -318,7 +318,7 @@ def _layer_terms(problem: Problem, kinds: list[tuple[Any, Part]], counts: list[A
         a2a = all_to_all_time(problem, part.a2a_bytes, part.a2a_calls)
         exposed = {"compute": part.compute_s,
                    "tp_comm": where(o.tp_comm, maximum(maximum(0.0, tp - part.compute_s),
-                                                       layer_overlap_s(problem, part.tp_gemms, part.tp_bytes,
+                                                       layer_overlap_s(problem, part.tp_gemm_s, part.tp_bytes,
                                                                        part.tp_calls)), tp),
                    "cp_comm": maximum(0.0, cp - part.core_s),
                    "all_to_all": where(o.all_to_all, maximum(0.0, a2a - part.compute_s), a2a),

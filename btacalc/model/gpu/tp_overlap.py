@@ -35,6 +35,7 @@ from ..arrays import maximum, minimum, where
 from ..problem import Problem
 from .collectives import tensor_parallel_time
 
+
 def overlap_cost(o: UbOverlap, gemm_s: Any, comm_s: Any, sms: int, tp: Any) -> Any:
     """Seconds one overlapped GEMM pass of `gemm_s` adds to the layer while it hides a collective of `comm_s`
     (module docstring), on a device of `sms` SMs at tensor parallelism `tp`."""
@@ -48,19 +49,19 @@ def overlap_cost(o: UbOverlap, gemm_s: Any, comm_s: Any, sms: int, tp: Any) -> A
     return minimum(comm_s, gemm_s) * o.num_sm / sms + maximum(0.0, comm_s - gemm_s)
 
 
-def layer_overlap_s(problem: Problem, tp_gemms: dict[str, Any], tp_bytes: Any, tp_calls: Any) -> Any:
-    """The userbuffers overlap's cost over one layer's GEMM passes (`costs.Part.tp_gemms`) for one micro-batch:
+def layer_overlap_s(problem: Problem, tp_gemm_s: dict[str, Any], tp_bytes: Any, tp_calls: Any) -> Any:
+    """The userbuffers overlap's cost over one layer's GEMM passes (`costs.Part.tp_gemm_s`) for one micro-batch:
     the sum of `overlap_cost` over the table's GEMMs the layer has; 0 without TP, without sequence parallelism
     (TE's userbuffers overlap runs on the sequence-parallel all-gathers and reduce-scatters) or without them."""
     lay = problem.layout
-    if not tp_gemms or not lay.sequence_parallel:
+    if not tp_gemm_s or not lay.sequence_parallel:
         return 0.0
     calls = where(tp_calls > 0, tp_calls, 1)
     comm = tensor_parallel_time(problem, tp_bytes / calls, 1)
     sms = int(problem.hardware.chip.cores.value)
     total: Any = 0.0
     for o in ub_overlaps():
-        gemm_s = tp_gemms.get(f"{o.family}_{o.gemm_pass}")
+        gemm_s = tp_gemm_s.get(f"{o.family}_{o.gemm_pass}")
         if gemm_s is not None:
             total = total + overlap_cost(o, gemm_s, comm, sms, lay.tensor_parallel)
     return where((lay.tensor_parallel > 1) & (tp_calls > 0), total, 0.0)
