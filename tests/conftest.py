@@ -40,9 +40,7 @@ def _no_progress_lines(monkeypatch):
     Tests run with the delay at infinity; a test of the progress line sets its own (test_sweep)."""
     import btacalc.cli.progress as progress_module
 
-    defaults = progress_module.progress.__wrapped__.__defaults__
-    monkeypatch.setattr(progress_module.progress.__wrapped__, "__defaults__",
-                        (defaults[0], float("inf"), defaults[2]))
+    monkeypatch.setattr(progress_module, "DELAY_S", float("inf"))
 
 
 def pytest_addoption(parser):

@@ -177,7 +177,8 @@ def test_no_valid_point_exits_2_and_writes_nothing(cli, tmp_path):
 
 
 def test_slow_sweep_shows_progress_unless_quiet(cli, monkeypatch):
-    monkeypatch.setattr(progress_module.progress.__wrapped__, "__defaults__", (False, 0.0, 0.0))
+    monkeypatch.setattr(progress_module, "DELAY_S", 0.0)
+    monkeypatch.setattr(progress_module, "PIPED_INTERVAL_S", 0.0)
     code, _, err = cli("sweep", "--hw", "wse3", "--vary", "experts=16,32", "--json")
     assert code == 0 and "btacalc: solving: 2 of 2 (100%)" in err
     code, _, err = cli("sweep", "--hw", "wse3", "--vary", "experts=16,32", "--json", "--quiet")

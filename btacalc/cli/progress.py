@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Optional
 
 from .console import err
 
@@ -23,9 +23,12 @@ PIPED_INTERVAL_S = 10.0
 
 
 @contextlib.contextmanager
-def progress(total: int, label: str, quiet: bool = False, delay_s: float = DELAY_S,
-             interval_s: float = PIPED_INTERVAL_S) -> Iterator[Callable[[int], None]]:
-    """Yield `advance(n)`; report progress on stderr once the work has run `delay_s` seconds."""
+def progress(total: int, label: str, quiet: bool = False, delay_s: Optional[float] = None,
+             interval_s: Optional[float] = None) -> Iterator[Callable[[int], None]]:
+    """Yield `advance(n)`; report progress on stderr once the work has run `delay_s` seconds (the
+    module's DELAY_S and PIPED_INTERVAL_S, read at the call, when not given)."""
+    delay_s = DELAY_S if delay_s is None else delay_s
+    interval_s = PIPED_INTERVAL_S if interval_s is None else interval_s
     start = time.monotonic()
     done = 0
     last_line = start
