@@ -103,8 +103,9 @@ class TorchFsdp:
 
     - the persistent shard is the fp32 flat parameter itself (`_local_shard`, the optimizer's master copy);
       the 16-bit shard `_mp_shard` is made for the all-gather and freed right after it (torch v2.1.0
-      `torch/distributed/fsdp/flat_param.py`, FlatParameter docstring `_local_shard` / `_mp_shard`,
-      `FlatParamHandle.post_unshard` -> `_free_low_precision_sharded_param`): no 16-bit weight shard;
+      `torch/distributed/fsdp/flat_param.py`, `_flat_param.py` in later releases: FlatParameter docstring
+      `_local_shard` / `_mp_shard`, `FlatParamHandle.post_unshard` -> `_free_low_precision_sharded_param`):
+      no 16-bit weight shard;
     - the sharded gradient is kept in the flat parameter's dtype (fp32, `_saved_grad_shard`), whatever
       the reduce dtype;
     - at most two all-gathered 16-bit blocks are live (`_limiter_utils._FreeEventQueue`,
