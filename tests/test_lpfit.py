@@ -23,13 +23,7 @@ Q_H, Q_K = 2048, 8
 S = 4096  # one sequence of 4,096 tokens (G = 1, b = 1)
 
 # Runs of btacalc/data/measured_runs.json that cannot be expressed, each with the reason.
-EXCLUDED: dict[str, str] = {
-    "mpt-30b-a100-80gb-8-bf16-llmfoundry": (
-        "PyTorch FSDP (llm-foundry, FULL_SHARD) is planned as Megatron-FSDP, whose two double-buffered units "
-        "of 16-bit weights and fp32 gradients (model/state.py gathered_units_bytes) take 7.4 GB for MPT-30B "
-        "where FSDP1 prefetches 16-bit units; the plan is 2.5 GB over at the published micro-batch 3. "
-        "PyTorch FSDP's own buffers are not modelled"),
-}
+EXCLUDED: dict[str, str] = {}  # none since fsdp1 (PyTorch FSDP1: --fsdp-impl torch, model/state.py TorchFsdp)
 
 RUNS = load_runs()
 

@@ -14,7 +14,7 @@ from .. import profiling
 from ..errors import BtacalcError
 from .console import err
 from .options import (with_flags, Accounting, AccountingOpt, Attention, AttentionKernelOpt, AttentionOpt, CausalOpt, CpOpt, DevicesOpt, Emit, EpOpt,
-                      EtpOpt, ExpertFfnOpt, ExpertsOpt, FixedActiveOpt, Fp8AttentionOpt, Fp8ParamGatherOpt, RhtCastFusionOpt, WgradFusionOpt, CpuOffloadOpt, MOMENT_BYTES, Moments, MomentsOpt, FsdpOpt, GlobalBatchOpt,
+                      EtpOpt, ExpertFfnOpt, ExpertsOpt, FixedActiveOpt, Fp8AttentionOpt, Fp8ParamGatherOpt, RhtCastFusionOpt, WgradFusionOpt, CpuOffloadOpt, MOMENT_BYTES, Moments, MomentsOpt, FsdpOpt, FsdpImplOpt, GlobalBatchOpt,
                       GpusPerNodeOpt, Precision, PrecisionOpt,
                       GradAccumOpt, GradBytesOpt, HwOpt, Loss, LossOpt, MaxGlobalBatchOpt, MaxTileBatchOpt,
                       MemoryModelChoice, MemoryModelOpt, MicroBatchOpt, ModelOpt, MtpOpt, NameOpt, Objective,
@@ -108,6 +108,7 @@ def plan(
     account_for_loss_in_pipeline_split: bool = AccountLossOpt,
     etp: Optional[int] = EtpOpt,
     fsdp: bool = FsdpOpt,
+    fsdp_impl: Optional[str] = FsdpImplOpt,
     grad_bytes: Optional[int] = GradBytesOpt,
     routing_imbalance: float = RoutingOpt,
     overlap_grad_reduce: Optional[bool] = OverlapGradOpt,
@@ -177,9 +178,10 @@ def plan(
         routing_imbalance=routing_imbalance, limits=replace(imported.request.limits, max_global_batch=max_global_batch, max_tile_batch=max_tile_batch),
         cuda_graph_scope=_scopes(cuda_graph_scope, imported.request.cuda_graph_scope),
         fp8_attention=fp8_attention or imported.request.fp8_attention,  # no Megatron flag sets it: a launch cannot
+        fsdp_impl=fsdp_impl or imported.request.fsdp_impl,
     ) if imported else ExecutionRequest(
         seq_len=seq, recompute=recompute, attention=value(attention), causal=causal, loss=value(loss),
-        attention_kernel=attention_kernel,
+        attention_kernel=attention_kernel, fsdp_impl=fsdp_impl,
         accounting=accounting.value, memory_model=value(memory_model), overlap_streaming=overlap,
         multi_token_prediction=mtp,
         devices=devices, expert_parallel=ep, zero_stage=zero, devices_per_node=gpus_per_node,
@@ -197,6 +199,9 @@ def plan(
         **stage_split_field(first_stage_layers, last_stage_layers, pipeline_layout,
                             account_for_embedding_in_pipeline_split, account_for_loss_in_pipeline_split))
     _check_emit(value(emit), search, profile)
+    if value(emit) in ("megatron", "bridge") and request.fsdp_impl == "torch":
+        raise BtacalcError(f"{{emit}} {value(emit)} prints a Megatron launch: {{fsdp_impl}} torch plans PyTorch FSDP1, "
+                           "which Megatron does not run")
     if search:
         return _search(spec, profile, request, outs, value(emit))
     report = make_plan(spec, profile, request)

@@ -200,6 +200,9 @@ class Layout:
     context_parallel: int = 1
     expert_tensor_parallel: int = 1
     fsdp: bool = False  # fully sharded data parallel (ZeRO-3 state; gathers per micro-batch)
+    # whose FSDP: "megatron" (Megatron-FSDP's double-buffered units) or "torch" (PyTorch FSDP1 FULL_SHARD as
+    # Composer / llm-foundry configure it: btacalc.model.state.TorchFsdp)
+    fsdp_impl: str = "megatron"
     overlap: Overlaps = Overlaps()
     # DeepEP dispatch (Megatron --moe-token-dispatcher-type flex --moe-enable-deepep): a token crosses to
     # another NVLink domain once per domain, not once per expert there; off: the alltoall dispatcher
@@ -292,6 +295,17 @@ class Layout:
         if self.fsdp and self.zero_stage != 3:
             raise BtacalcError(f"{{fsdp}} shards weights, gradients and optimizer state: it is ZeRO-3, not "
                                f"{{zero_stage}} {self.zero_stage}")
+        self._validate_fsdp_impl()
+
+    def _validate_fsdp_impl(self) -> None:
+        if self.fsdp_impl not in FSDP_IMPLS:
+            raise BtacalcError(f"{{fsdp_impl}} must be one of {', '.join(FSDP_IMPLS)}, got {self.fsdp_impl!r}")
+        if self.fsdp_impl == "torch" and not self.fsdp:
+            raise BtacalcError("{fsdp_impl} torch names whose FSDP shards the model: it needs {fsdp}")
+        if self.fsdp_impl == "torch" and (self.model_parallel > 1 or self.expert_parallel > 1
+                                          or self.expert_tensor_parallel > 1):
+            raise BtacalcError("{fsdp_impl} torch is PyTorch FSDP1 over every rank as llm-foundry runs it: no "
+                               "{tensor_parallel}, {pipeline_parallel}, {context_parallel} or {expert_parallel}")
 
     def _validate_dispatcher(self, profile: "HardwareProfile") -> None:
         if self.dispatcher_sms is None:
@@ -378,6 +392,7 @@ MAX_SEQUENCES = 1 << 62
 # No training cluster comes near 2^20 devices (the largest reported hold about 10^5 GPUs); the bound
 # keeps products of parallel sizes and batches within 64-bit integers.
 MAX_DEVICES = 1 << 20
+FSDP_IMPLS = ("megatron", "torch")  # Layout.fsdp_impl
 _LIMIT_TEXT = {MAX_SEQUENCES: "2^62 sequences, more than any training batch",
                MAX_DEVICES: "2^20 = 1,048,576 devices, more than any training cluster"}
 
@@ -494,6 +509,7 @@ class ExecutionRequest:
     context_parallel: Optional[int] = None
     expert_tensor_parallel: Optional[int] = None
     fsdp: bool = False
+    fsdp_impl: Optional[str] = None  # Layout.fsdp_impl (None: megatron)
     deepep: bool = False  # DeepEP node-deduplicated dispatch (Layout.deepep); default the alltoall dispatcher
     dispatcher_sms: Optional[int] = None  # Layout.dispatcher_sms
     cuda_graph_scope: tuple[str, ...] = ()  # Layout.cuda_graph_scope
@@ -764,6 +780,8 @@ def _resolve_layout(request: ExecutionRequest, model: "ModelSpec", profile: "Har
         request = request.with_changes(expert_parallel=1 if request.expert_parallel is None else request.expert_parallel,
                                        zero_stage=0 if request.zero_stage is None else request.zero_stage)
     ep, etp = _expert_sizes(request, model, chosen, tp, pp)
+    if request.fsdp_impl is not None and not request.fsdp:
+        raise BtacalcError(f"{{fsdp_impl}} {request.fsdp_impl} names whose FSDP shards the model: it needs {{fsdp}}")
     zero = request.zero_stage
     if zero is None:
         zero = 3 if request.fsdp else (1 if devices > 1 else 0)
@@ -778,7 +796,8 @@ def _resolve_layout(request: ExecutionRequest, model: "ModelSpec", profile: "Har
     return Layout(devices=devices, expert_parallel=ep, zero_stage=zero, devices_per_node=node,
                   tensor_parallel=tp, sequence_parallel=sp, pipeline_parallel=pp,
                   virtual_pipeline=sizes["virtual_pipeline"], context_parallel=sizes["context_parallel"],
-                  expert_tensor_parallel=etp, fsdp=request.fsdp, stage_split=request.stage_split,
+                  expert_tensor_parallel=etp, fsdp=request.fsdp, fsdp_impl=request.fsdp_impl or "megatron",
+                  stage_split=request.stage_split,
                   deepep=request.deepep, dispatcher_sms=request.dispatcher_sms,
                   cuda_graph_scope=tuple(request.cuda_graph_scope),
                   overlap=_resolve_overlaps(request, chosen, devices > 1, sizes["virtual_pipeline"] > 1))

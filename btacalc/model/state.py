@@ -93,3 +93,59 @@ def gathered_units_bytes(rates: dict[str, int], layer_params: Any, layout: Layou
     fsdp = 2 * (rates["weights"] + rates["gradients"]) * layer_params
     sharded = (layout.zero_stage >= 3) & (layout.devices > 1)
     return where(sharded, where(layout.fsdp, fsdp, zero3), 0)
+
+
+@dataclass(frozen=True)
+class TorchFsdp:
+    """PyTorch FSDP1 (FULL_SHARD, limit_all_gathers, one FlatParameter per MPT block and one for the root
+    module) with Composer's `mixed_precision: DEFAULT`, as llm-foundry @ 5e85bd62d runs it (torch 2.1.0,
+    Composer 0.17.2: setup.py L50, L54). Its buffers differ from Megatron-FSDP's:
+
+    - the persistent shard is the fp32 flat parameter itself (`_local_shard`, the optimizer's master copy);
+      the 16-bit shard `_mp_shard` is made for the all-gather and freed right after it (torch v2.1.0
+      `torch/distributed/fsdp/flat_param.py`, `_flat_param.py` in later releases: FlatParameter docstring
+      `_local_shard` / `_mp_shard`, `FlatParamHandle.post_unshard` -> `_free_low_precision_sharded_param`):
+      no 16-bit weight shard;
+    - the sharded gradient is kept in the flat parameter's dtype (fp32, `_saved_grad_shard`), whatever
+      the reduce dtype;
+    - at most two all-gathered 16-bit blocks are live (`_limiter_utils._FreeEventQueue`,
+      `_max_num_inflight_all_gathers = 2`, used when `limit_all_gathers`, Composer's default);
+    - in a block's post-backward hook its unsharded gradient, computed in the 16-bit param dtype, is
+      copied to `reduce_dtype` before the reduce-scatter (`_runtime_utils._post_backward_hook`:
+      `flat_param.grad.data = flat_param.grad.to(handle._reduce_dtype)` when the dtypes differ; Composer
+      `mosaic_fsdp_utils.get_mixed_precision` L94-97: DEFAULT is param bf16, reduce fp32);
+    - the root unit (embedding, final norm, an untied head) is not resharded after the forward
+      (`_runtime_utils._post_forward_reshard`: `not state._is_root`), so its 16-bit parameters stay
+      gathered through the backward, and the head's 16-bit gradient waits for the embedding's (one
+      AccumulateGrad per flat parameter) until the end of the backward (an estimate from autograd's
+      accumulation: the head runs first in the backward, the embedding last).
+    """
+
+    param_bytes: int  # 16-bit param dtype
+    reduce_bytes: int  # reduce dtype: 4 under Composer's DEFAULT (fp32), 2 under PURE
+    shard_bytes: int = 4  # the fp32 sharded flat parameter's dtype (its gradient's too)
+
+    @classmethod
+    def of(cls, rates: dict[str, int]) -> "TorchFsdp":
+        """The run's 16-bit weights and its gradient bytes as FSDP's param and reduce dtypes."""
+        return cls(param_bytes=rates["weights"], reduce_bytes=rates["gradients"])
+
+    def state_rates(self, rates: dict[str, int]) -> dict[str, int]:
+        """Sharded bytes per parameter: no 16-bit weights, the fp32 gradient shard, the optimizer state as
+        the catalogue counts it (its fp32 master copy is the sharded flat parameter)."""
+        return {"weights": 0, "gradients": self.shard_bytes, "optimizer": rates["optimizer"]}
+
+    @property
+    def unit_bytes_per_param(self) -> int:
+        """Per parameter of the largest block: two gathered 16-bit blocks, one block's 16-bit unsharded
+        gradient and its copy in the reduce dtype (none when the reduce dtype is the param dtype)."""
+        cast = self.reduce_bytes if self.reduce_bytes != self.param_bytes else 0
+        return 2 * self.param_bytes + self.param_bytes + cast
+
+    @property
+    def root_bytes_per_param(self) -> int:
+        """Per parameter of the root unit: its gathered 16-bit parameters and 16-bit gradient."""
+        return 2 * self.param_bytes
+
+    def buffers_bytes(self, layer_params: Any, root_params: Any) -> Any:
+        return self.unit_bytes_per_param * layer_params + self.root_bytes_per_param * root_params

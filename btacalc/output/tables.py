@@ -163,7 +163,8 @@ def _layout_text(r: PlanReport) -> str:
              + (f" x VP {par.virtual_pipeline}" if par.virtual_pipeline > 1 else "") + f", CP {par.context_parallel}, "
              f"DP {par.data_parallel}" + (f", EP {par.expert_parallel}, ETP {par.expert_tensor_parallel}, EDP "
                                           f"{par.expert_data_parallel}" if r.model.num_experts else ""))
-    shard = "FSDP" if par.fsdp else f"ZeRO-{par.zero_stage}"
+    shard = (f"FSDP{' (PyTorch FSDP1)' if par.fsdp_impl == 'torch' else ''}" if par.fsdp
+             else f"ZeRO-{par.zero_stage}")
     on = [k for k, v in par.overlaps.items() if v]
     split = "" if par.pipeline_split == "even" else (
         f"; {par.pipeline_split} split, decoder layers per stage {par.stage_layers}"

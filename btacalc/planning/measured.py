@@ -91,6 +91,8 @@ class Recipe(BaseModel):
                                             "(btacalc/data/attention_kernels.toml, e.g. triton-flash: llm-foundry's "
                                             "attn_impl triton); default: the large-GEMM rate")
     recompute: Optional[Union[str, list[str]]] = None
+    fsdp_impl: Optional[Literal["megatron", "torch"]] = Field(None, description="whose FSDP the run used (torch: "
+                                                              "PyTorch FSDP1 as llm-foundry runs it); default megatron")
     sequence_parallel: Optional[bool] = None
     vp: Optional[int] = Field(None, ge=1)
     zero: Optional[int] = Field(None, ge=0, le=3)
@@ -434,6 +436,8 @@ def express(run: MeasuredRun, family: str = "gpu") -> tuple[Optional[ExecutionRe
             changes["causal"] = recipe.causal
         if recipe.attention_kernel is not None:
             changes["attention_kernel"] = recipe.attention_kernel
+        if recipe.fsdp_impl is not None:
+            changes["fsdp_impl"] = recipe.fsdp_impl
         if recipe.fp8_dot_product_attention:
             changes["fp8_attention"] = True
         if recipe.mtp_num_layers is not None:

@@ -147,7 +147,7 @@ def _parallel_info(problem: Problem) -> ParallelInfo:
         tensor_parallel=lay.tensor_parallel,
         sequence_parallel=lay.sequence_parallel, pipeline_parallel=lay.pipeline_parallel,
         virtual_pipeline=lay.virtual_pipeline, context_parallel=lay.context_parallel,
-        expert_tensor_parallel=lay.expert_tensor_parallel, data_parallel=lay.data_parallel, fsdp=lay.fsdp,
+        expert_tensor_parallel=lay.expert_tensor_parallel, data_parallel=lay.data_parallel, fsdp=lay.fsdp, fsdp_impl=lay.fsdp_impl,
         **_stages_info(problem),
         overlaps={k: bool(v) for k, v in asdict(lay.overlap).items()},
     )

@@ -30,7 +30,7 @@ import numpy as np
 from ...config.model import LayerKind
 from ..arrays import is_array, largest, maximum, where
 from ..problem import Problem, padded_vocab
-from ..state import StatePart, bytes_per_param, gathered_units_bytes, sharded_state
+from ..state import StatePart, TorchFsdp, bytes_per_param, gathered_units_bytes, sharded_state
 from .costs import Part, layer_parts, outside_parts
 from .precision import weight_cache_bytes
 from .stages import PipelineStages, ratio
@@ -127,12 +127,18 @@ class GpuMemory:
         lay = self.problem.layout
         layers = sum(counts)
         dense, expert = stage_params(self.problem, counts, kinds, ends)
-        parts = tuple(sharded_state(self.rates, _whole(dense), _whole(expert), lay))
+        torch_fsdp = TorchFsdp.of(self.rates) if lay.fsdp and lay.fsdp_impl == "torch" else None
+        rates = self.rates if torch_fsdp is None else torch_fsdp.state_rates(self.rates)
+        parts = tuple(sharded_state(rates, _whole(dense), _whole(expert), lay))
         # ZeRO-3 / FSDP gather one layer at a time: the largest layer the stage holds
         layer_params = _max(where(n > 0, p.dense_params + ratio(p.routed_params, lay.expert_parallel
                                                                  * lay.expert_tensor_parallel), 0)
                             for n, (_, p) in zip(counts, kinds))
-        gathered = where(layers > 0, gathered_units_bytes(self.rates, _whole(layer_params), lay), 0)
+        if torch_fsdp is None:
+            gathered = where(layers > 0, gathered_units_bytes(self.rates, _whole(layer_params), lay), 0)
+        else:  # one stage (validated): the root unit holds the parts outside the layers
+            root = (0 if first is None else first.dense_params) + last.dense_params
+            gathered = torch_fsdp.buffers_bytes(_whole(layer_params), _whole(root))
         low_precision = _whole(weight_cache_bytes(self.problem, _low_precision_params(self.problem, layers, kinds)))
         sums = (_sum(parts, "weights"), _sum(parts, "gradients"), _sum(parts, "optimizer"))
         if key is not None:
