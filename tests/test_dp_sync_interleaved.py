@@ -88,8 +88,11 @@ def test_pp4_vp12_only_the_last_chunk_reduce_scatter_shows():
     chunks = _ChunkSync(12, 4, 4, 1 / 12)
     assert chunks.exposed_reduce(0.36, b) == pytest.approx(0.03)
     assert chunks.exposed_gather(0.36, f) == pytest.approx(0.03 + 11 * (0.03 - 4 * f / 12))
-    # before: the whole stage's traffic less one micro-batch's backward / forward of the whole stage
-    assert max(0, 0.36 - b) + max(0, 0.36 - f) == pytest.approx(0.2185 + 0.2892, abs=1e-4)
+    # without interleaving (VP 1) the same traffic shows less one micro-batch's backward / forward of the whole
+    # stage: 0.36 - 0.1415 = 0.2185 s and 0.36 - 0.0708 = 0.2892 s, what the interleaved layout was charged before
+    flat = _ChunkSync(1, 4, 4, 1.0)
+    assert flat.exposed_reduce(0.36, b) == pytest.approx(0.2185, abs=1e-4)
+    assert flat.exposed_gather(0.36, f) == pytest.approx(0.2892, abs=1e-4)
 
 
 @pytest.mark.parametrize("traffic,step", [(0.36, 0.14), (0.05, 0.3)])

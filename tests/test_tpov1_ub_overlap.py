@@ -157,3 +157,14 @@ def test_every_catalogue_gemm_maps_to_a_family_of_the_table(tmp_path, monkeypatc
             tp_overlap.ub_families()
     finally:
         tp_overlap.ub_families.cache_clear()
+
+
+def test_every_overlap_method_has_a_cost():
+    """Each method the table may name (UbOverlap.method) has its cost function, and no other: a method added to
+    the schema without its cost would fail at plan time instead of here."""
+    from typing import get_args
+
+    from btacalc.config.tp_overlap import UbOverlap
+    from btacalc.model.gpu import tp_overlap
+
+    assert set(tp_overlap._COST) == set(get_args(UbOverlap.model_fields["method"].annotation))

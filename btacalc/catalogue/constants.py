@@ -58,11 +58,20 @@ class Megatron(BaseModel):
     make_vocab_size_divisible_by_source: str = Field(min_length=10)
 
 
+class TransformerEngine(BaseModel):
+    """TransformerEngine conventions GPU plans follow."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    grouped_gemm_streams: int = Field(ge=1)
+    grouped_gemm_streams_source: str = Field(min_length=10)
+
+
 class Constants(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     passes: Passes
     collectives: Collectives
     megatron: Megatron
+    transformer_engine: TransformerEngine
 
 
 @functools.lru_cache(maxsize=1)

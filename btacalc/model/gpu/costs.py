@@ -764,20 +764,14 @@ def _gemms_of_part(phases: list[Phase], r: _Rates) -> dict[tuple[str, int], Any]
     return out
 
 
-# TransformerEngine's multi-stream grouped GEMM issues expert i on compute stream i mod 4: `num_compute_streams = 4`
-# (TE @ v2.9 transformer_engine/common/util/multi_stream.cpp L53; the same constant from v2.2, where it is
-# `num_streams = 4` in common/include/transformer_engine/gemm.h L120, to v2.13).
-TE_GROUPED_GEMM_STREAMS = 4
-
-
 def _gemm_operands(g: Gemm, r: _Rates, load: Any) -> tuple[Any, Any, Any, Any, Any]:
     """(m, n, k, groups, launches per forward pass) of one GEMM of a phase (see the module docstring).
 
     A grouped expert GEMM (Megatron's `--moe-grouped-gemm`, TEGroupedMLP) runs in TransformerEngine's
     GroupedLinear through `general_grouped_gemm`, which at every release the rows use (TE v2.2 to v2.13) reaches
     `multi_stream_cublas_gemm`: one cuBLASLt GEMM per local expert, expert i on compute stream i mod 4
-    (TE @ v2.9 transformer_engine/common/gemm/cublaslt_gemm.cu L924-977; pytorch/csrc/extensions/gemm.cpp
-    L545-550; a CUTLASS grouped kernel only on sm90 with NVTE_USE_CUTLASS_GROUPED_GEMM=1 in BF16, L1006-1080).
+    (formulas/constants.toml `grouped_gemm_streams`; TE @ v2.9 transformer_engine/common/gemm/cublaslt_gemm.cu
+    L924-977; pytorch/csrc/extensions/gemm.cpp L545-550; a CUTLASS grouped kernel only on sm90 with NVTE_USE_CUTLASS_GROUPED_GEMM=1 in BF16, L1006-1080).
     So no more than 4 experts' GEMMs share the SMs at a time, and a stream's next expert starts when its last one
     ends: the G = E/EP local experts run as G/4 rounds of min(G, 4) GEMMs whose tiles share the waves (the best
     the four streams can do; a remainder round counts as its share of a full one). TE PR 2045's H100 benchmark of
@@ -786,7 +780,7 @@ def _gemm_operands(g: Gemm, r: _Rates, load: Any) -> tuple[Any, Any, Any, Any, A
     (m, n, k, count), _ = _evaluate_all((g.m, g.n, g.k, g.count), r)
     if g.grouped:
         local = count / r.expert_parallel
-        concurrent = minimum(local, TE_GROUPED_GEMM_STREAMS)
+        concurrent = minimum(local, constants().transformer_engine.grouped_gemm_streams)
         return m * r.expert_parallel * load, n, k, concurrent, local / maximum(concurrent, 1)
     return m, n, k, 1, count
 

@@ -36,17 +36,29 @@ from ..problem import Problem
 from .collectives import tensor_parallel_time
 
 
+def _ring_exchange(o: UbOverlap, gemm_s: Any, comm_s: Any, sms: int, tp: Any) -> Any:
+    margin = gemm_s * o.num_sm / (sms - o.num_sm) if o.set_sm_margin else 0.0
+    return margin + maximum(0.0, comm_s + gemm_s / tp - gemm_s)
+
+
+def _pipeline(o: UbOverlap, gemm_s: Any, comm_s: Any, sms: int, tp: Any) -> Any:
+    slowed = gemm_s * sms / (sms - o.num_sm) if o.set_sm_margin else gemm_s
+    tail = maximum(0.0, comm_s - slowed) * (o.num_splits - 1) / o.num_splits
+    return slowed - gemm_s + comm_s / o.num_splits + tail
+
+
+def _bulk(o: UbOverlap, gemm_s: Any, comm_s: Any, sms: int, tp: Any) -> Any:
+    return minimum(comm_s, gemm_s) * o.num_sm / sms + maximum(0.0, comm_s - gemm_s)
+
+
+# each method of tp_overlap.toml (UbOverlap.method) and its cost (the module docstring)
+_COST = {"ring_exchange": _ring_exchange, "pipeline": _pipeline, "bulk": _bulk}
+
+
 def overlap_cost(o: UbOverlap, gemm_s: Any, comm_s: Any, sms: int, tp: Any) -> Any:
     """Seconds one overlapped GEMM pass of `gemm_s` adds to the layer while it hides a collective of `comm_s`
     (module docstring), on a device of `sms` SMs at tensor parallelism `tp`."""
-    if o.method == "ring_exchange":
-        margin = gemm_s * o.num_sm / (sms - o.num_sm) if o.set_sm_margin else 0.0
-        return margin + maximum(0.0, comm_s + gemm_s / tp - gemm_s)
-    if o.method == "pipeline":
-        slowed = gemm_s * sms / (sms - o.num_sm) if o.set_sm_margin else gemm_s
-        tail = maximum(0.0, comm_s - slowed) * (o.num_splits - 1) / o.num_splits
-        return slowed - gemm_s + comm_s / o.num_splits + tail
-    return minimum(comm_s, gemm_s) * o.num_sm / sms + maximum(0.0, comm_s - gemm_s)
+    return _COST[o.method](o, gemm_s, comm_s, sms, tp)
 
 
 def layer_overlap_s(problem: Problem, tp_gemm_s: dict[str, Any], tp_bytes: Any, tp_calls: Any) -> Any:
