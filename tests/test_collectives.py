@@ -275,25 +275,38 @@ def test_cross_validate_refuses_options_it_would_ignore(cli, args):
 
 
 def test_cross_validation_of_shipped_runs_reproduces_the_calibration_when_the_fit_runs_stay():
-    # Llama 3 held out: the GPU factors are fitted on the same three fit runs `validate --calibrate`
-    # used (all GPT-3 family), so the fold's factors are the profile's and its errors are validate's.
-    # GPT-3 held out: it holds every GPU fit run, so the fold fits on the Llama 3 runs, says so, and
-    # never on a GPT-3 run.
+    # Each calibration family (calibration.toml: one per GPU architecture) is fitted in a fold on the fit runs of
+    # the other model families. Nemotron-4 held out: every fit run stays, so the fold's factors are the shipped
+    # profiles' and its error is validate's. Llama 3 held out: Ampere keeps both its GPT fit runs (its shipped
+    # factor), Hopper keeps only the GPT-3 175B run. GPT-3 held out: Ampere has nothing of another family left (the
+    # shipped factor stays, and the fold says so), Hopper fits on the two Llama 3 FP8 fit runs, never a GPT-3 run.
     from btacalc.planning.crossval import validate_cross
     from btacalc.planning.measured import load_runs, predict
 
-    keep = {"gpt-22b-a100-80gb-8-379", "gpt-22b-a100-80gb-8-380", "gpt3-175b-h100-128-304",
-            "llama-3-70b-h100-64-303", "llama-3-8b-h100-8-bf16-dgxc"}
+    ampere_fit = ["gpt-22b-a100-80gb-8-379", "gpt-22b-a100-80gb-8-380"]
+    llama_fit = ["llama-3-70b-h100-64-fp8-69", "llama-3-70b-h100-64-fp8-current-250"]
+    keep = {*ampere_fit, "gpt3-175b-h100-128-304", *llama_fit, "llama-3-70b-h100-64-303",
+            "nemotron4-15b-h100-16-gbs64-bf16-dgxc"}
     runs = [r for r in load_runs() if r.id in keep]
-    cv = validate_cross(runs)
-    folds = {f.held_out: f for f in cv.folds}
-    h100 = resolve_hardware("h100").calibration
-    shipped = {"compute_efficiency": h100.compute_efficiency.value}
-    assert folds["llama-3"].fits["gpu"] == pytest.approx(shipped, rel=1e-3)
-    for r in folds["llama-3"].runs:
-        assert r.error == pytest.approx(predict(next(x for x in runs if x.id == r.id)).error, abs=2e-3)
-    assert folds["gpt3"].basis["gpu"].startswith("all runs of other families")
-    assert sorted(folds["gpt3"].fit_runs["gpu"]) == ["llama-3-70b-h100-64-303", "llama-3-8b-h100-8-bf16-dgxc"]
+    assert len(runs) == len(keep)
+    folds = {f.held_out: f for f in validate_cross(runs).folds}
+
+    def shipped(profile: str) -> dict[str, float]:
+        return {"compute_efficiency": resolve_hardware(profile).calibration.compute_efficiency.value}
+
+    nemotron = folds["nemotron4"]
+    assert nemotron.fits["gpu-ampere"] == pytest.approx(shipped("a100-80gb"), rel=1e-3)
+    assert nemotron.fits["gpu-hopper"] == pytest.approx(shipped("h100"), rel=1e-3)
+    assert sorted(nemotron.fit_runs["gpu-hopper"]) == sorted(["gpt3-175b-h100-128-304", *llama_fit])
+    (row,) = nemotron.runs
+    assert row.error == pytest.approx(predict(next(x for x in runs if x.id == row.id)).error, abs=2e-3)
+
+    assert folds["llama-3"].fits["gpu-ampere"] == pytest.approx(shipped("a100-80gb"), rel=1e-3)
+    assert folds["llama-3"].fit_runs["gpu-hopper"] == ["gpt3-175b-h100-128-304"]
+
+    assert folds["gpt3"].basis["gpu-ampere"].startswith("shipped factors")
+    assert folds["gpt3"].basis["gpu-hopper"] == "fit runs of other families"
+    assert sorted(folds["gpt3"].fit_runs["gpu-hopper"]) == sorted(llama_fit)
 
 
 def test_all_to_all_row_reports_the_bytes_deepep_sends():

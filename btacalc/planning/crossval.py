@@ -179,7 +179,12 @@ def cross_validate(runs: list[MeasuredRun], setting: Setting, fit: FitFn, predic
 
 # -- btacalc's own runs: the fit and the prediction of `validate --calibrate` --------------------------
 
-def _device_family(run: MeasuredRun) -> str:
+def _device_family(run: MeasuredRun, specs: dict[str, FamilySpec]) -> str:
+    """The calibration family (calibration.toml [[family]]) whose profiles hold the run's hardware; a
+    profile outside every family is a family of its own kind (gpu / wse)."""
+    owner = next((name for name, spec in specs.items() if run.hw in spec.profiles), None)
+    if owner is not None:
+        return owner
     try:
         return resolve_hardware(run.hw).family
     except BtacalcError:
@@ -227,6 +232,6 @@ def validate_cross(runs: Optional[list[MeasuredRun]] = None) -> CrossValidation:
                         measured_tokens_per_s_per_device=run.measured.tokens_per_s_per_device,
                         error=res.error, reason=res.reason)
 
-    setting = Setting(family_of=lambda r: model_family(r.model, families), device_family_of=_device_family,
+    setting = Setting(family_of=lambda r: model_family(r.model, families), device_family_of=lambda r: _device_family(r, specs),
                       usable=lambda r: plain[r.id].error is not None)
     return cross_validate(runs, setting, fit, predict_run)
