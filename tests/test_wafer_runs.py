@@ -254,7 +254,8 @@ def test_dit_miss_shrinks_with_simd_work_not_with_link_or_latency():
     """wafer9: per image, the time btacalc misses on DiT-2B shrinks 2.41x from CS-2 to CS-3, more than the SIMD
     peak (2.107x) and far more than every other resource: so it is not a stream- or link-bound cost (adaLN's
     per-image GEMMs streamed, activation offload, input), which would shrink at most 1.3x, nor a latency per
-    kernel run (a tiny-m GEMM's fixed cost), which the WSE-3's longer mesh step makes slower. By magnitude it is
+    kernel run (a tiny-m GEMM's fixed cost), which the WSE-3's longer mesh step makes slower, unless the newer
+    release of the CS-3 row alone gained 1.85x (2.41 / 1.3) or 2.66x (2.41 / 0.906) on it. By magnitude it is
     not adaLN either: its weights over the link take 3% of the CS-2 miss, its elementwise work would have to run
     at under 1e-4 of the wafer's lane rate to fill it."""
     from btacalc.config.hardware import resolve_hardware
