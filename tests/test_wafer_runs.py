@@ -223,3 +223,85 @@ def test_gpt_j_r18_batch_is_65_per_system_as_its_release_reads_batch_size():
     pinned, free = predict(run), predict(run.model_copy(update={"micro_batch": None}))
     assert free.predicted.step_time_s == pytest.approx(pinned.predicted.step_time_s, rel=1e-12)
     assert "+47.2%" in run.known_gap
+
+
+# wafer9: which resource of the wafer the remaining misses scale with. The two generations differ by datasheet
+# numbers the profiles hold (hardware_profiles/wse2.toml, wse3.toml): SIMD peak 2.107x, cores 1.059x, usable PEs
+# 1.185x, clock 1.0x, mesh step (latency of one dependent step) 0.906x, weight-stream link 1.0x; Cerebras' cluster
+# page gives the CS-3's ingress/egress as 30% faster (https://training-docs.cerebras.ai/rel-2.10.0/concepts/
+# cerebras-wafer-scale-cluster), the largest link ratio any source gives.
+CEREBRAS_CS3_LINK_RATIO = 1.3
+
+
+def _generation_ratios():
+    from btacalc.config.hardware import resolve_hardware
+    from btacalc.model.wafer.mesh import MeshGeometry
+
+    cs2, cs3 = resolve_hardware("wse2"), resolve_hardware("wse3")
+    g2, g3 = MeshGeometry.of(cs2.mesh), MeshGeometry.of(cs3.mesh)
+    return {
+        "peak": cs3.chip.peak_flops_per_s.value / cs2.chip.peak_flops_per_s.value,
+        "cores": cs3.chip.cores.value / cs2.chip.cores.value,
+        "usable_pes": (g3.x * g3.y) / (g2.x * g2.y),
+        "clock": g3.clock_hz / g2.clock_hz,
+        "mesh_step": g2.step_s / g3.step_s,
+        "link": max(cs3.memory.offchip_bandwidth_bytes_per_s.value / cs2.memory.offchip_bandwidth_bytes_per_s.value,
+                    CEREBRAS_CS3_LINK_RATIO),
+    }
+
+
+def test_dit_miss_shrinks_with_simd_work_not_with_link_or_latency():
+    """wafer9: per image, the time btacalc misses on DiT-2B shrinks 2.41x from CS-2 to CS-3, more than the SIMD
+    peak (2.107x) and far more than every other resource: so it is not a stream- or link-bound cost (adaLN's
+    per-image GEMMs streamed, activation offload, input), which would shrink at most 1.3x, nor a latency per
+    kernel run (a tiny-m GEMM's fixed cost), which the WSE-3's longer mesh step makes slower, unless the newer
+    release of the CS-3 row alone gained 1.85x (2.41 / 1.3) or 2.66x (2.41 / 0.906) on it. By magnitude it is
+    not adaLN either: its weights over the link take 3% of the CS-2 miss, its elementwise work would have to run
+    at under 1e-4 of the wafer's lane rate to fill it."""
+    from btacalc.config.hardware import resolve_hardware
+    from btacalc.config.presets import resolve_model
+
+    miss = {}
+    for rid in ("dit-2b-wse2-1-403", "dit-2b-wse3-1-405"):
+        run = RUNS[rid]
+        step, _, _ = _btacalc_step_parts(run)
+        miss[rid] = (run.measured.step_time_s - step) / run.global_batch  # seconds per image
+    shrink = miss["dit-2b-wse2-1-403"] / miss["dit-2b-wse3-1-405"]
+    ratios = _generation_ratios()
+    assert shrink == pytest.approx(2.41, abs=0.01)
+    assert ratios["peak"] == pytest.approx(2.107, abs=0.001)
+    assert shrink > ratios["peak"] > 1.6 > max(v for k, v in ratios.items() if k != "peak")
+    assert ratios["mesh_step"] < 1  # a latency-bound cost would be slower on the CS-3
+
+    # adaLN-Zero (Model Zoo Release_2.4.0 layers/AdaLayerNorm.py, DiTDecoderLayer.py): per block shift and scale
+    # linears of two norms and two gates, Linear(h, h) with bias on the [B, h] context; the final norm adds two.
+    model, cs2 = resolve_model("dit-2b"), resolve_hardware("wse2")
+    h, layers, run = model.hidden_size, model.num_layers, RUNS["dit-2b-wse2-1-403"]
+    params = (6 * layers + 2) * (h * h + h)
+    streamed = 2 * params * (3 + 1)  # 2-byte weights in for forward, recomputation and backward; gradients out
+    stream_s = streamed / cs2.memory.offchip_bandwidth_bytes_per_s.value
+    missing_s = miss["dit-2b-wse2-1-403"] * run.global_batch
+    assert stream_s == pytest.approx(0.0407, abs=0.0005) and stream_s / missing_s < 0.035
+    # modulation (x (1 + scale) + shift, twice) and the two gates: 6 h elementwise operations per patch per block,
+    # in forward, recomputation and a backward of twice the work
+    ops = 6 * h * 4 * layers * run.global_batch * run.seq
+    lanes_per_s = cs2.chip.peak_flops_per_s.value / 2  # one FMA (2 FLOP) per lane per cycle
+    assert ops / missing_s / lanes_per_s < 1e-4
+
+
+def test_esm2_cs3_micro_batch_cost_shrinks_by_no_single_resource():
+    """wafer9: the same ALCF ESM-2 config on both generations leaves (measured - btacalc's compute) / 32 =
+    0.100 s per micro-batch on the CS-2 and 0.060 s on the CS-3: 1.66x, between every non-SIMD resource (at most
+    the 1.3x link) and the SIMD peak (2.107x). No datasheet ratio gives it; a mix of two would be a fitted
+    split, and the two runs are also 14 months and several releases apart (2024-08, R_2.6 in 2025-10)."""
+    left = {}
+    for rid in ("esm2-35m-wse2-1-402", "esm2-35m-wse3-1-404"):
+        run = RUNS[rid]
+        _, compute, _ = _btacalc_step_parts(run)
+        left[rid] = (run.measured.step_time_s - compute) / (run.global_batch // run.micro_batch)
+    assert left["esm2-35m-wse2-1-402"] == pytest.approx(0.100, abs=0.001)
+    assert left["esm2-35m-wse3-1-404"] == pytest.approx(0.060, abs=0.001)
+    shrink = left["esm2-35m-wse2-1-402"] / left["esm2-35m-wse3-1-404"]
+    ratios = _generation_ratios()
+    assert shrink == pytest.approx(1.66, abs=0.01)
+    assert max(v for k, v in ratios.items() if k != "peak") + 0.2 < shrink < ratios["peak"] - 0.2
