@@ -1,5 +1,5 @@
-"""llm-foundry's MPT throughput table (task runs8): the A100-40GB rows at 128 GPUs and the MPT-70B rows on A100 and
-H100, as published in github.com/mosaicml/llm-foundry scripts/train/benchmarking/README.md @ 5e85bd62d.
+"""llm-foundry's MPT throughput table (task runs8): the A100-40GB rows at 128 GPUs and every MPT-70B row (A100-40GB,
+A100-80GB, H100), as published in github.com/mosaicml/llm-foundry scripts/train/benchmarking/README.md @ 5e85bd62d.
 
 Each row's tokens/s per GPU and step time are derived here from the table's own columns (Throughput T/s over # GPUs;
 GlobalBatchSize x SeqLen over T/s), and the T/s is checked against the table's independent MFU column with the
@@ -46,9 +46,19 @@ TABLE = [
      29975214080),
     ("mpt-70b-a100-40gb-128-bf16-llmfoundry", "70b", 128, 48.91, 65.21, 4, 1, 512, 48194, 376, "PURE", True,
      64862437376),
+    ("mpt-70b-a100-40gb-64-bf16-llmfoundry", "70b", 64, 35.87, 47.82, 2, 1, 128, 17672, 276, "PURE", True,
+     64862437376),
     ("mpt-70b-a100-80gb-64-bf16-llmfoundry", "70b", 64, 53.33, 71.1, 8, 4, 2048, 26274, 410, "PURE", True,
      64862437376),
+    ("mpt-70b-a100-80gb-32-bf16-llmfoundry", "70b", 32, 48.56, 64.75, 2, 16, 1024, 11962, 373, "PURE", True,
+     64862437376),
+    ("mpt-70b-h100-32-bf16-llmfoundry", "70b", 32, 36.15, 48.2, 2, 16, 1024, 28242, 882, "DEFAULT", True,
+     64862437376),
     ("mpt-70b-h100-64-bf16-llmfoundry", "70b", 64, 42.57, 56.76, 8, 4, 2048, 66523, 1039, "DEFAULT", True,
+     64862437376),
+    ("mpt-70b-h100-128-bf16-llmfoundry", "70b", 128, 43.36, 57.81, 8, 1, 1024, 135490, 1058, "DEFAULT", True,
+     64862437376),
+    ("mpt-70b-h100-256-bf16-llmfoundry", "70b", 256, 42.42, 56.56, 8, 1, 2048, 265149, 1035, "DEFAULT", True,
      64862437376),
     ("mpt-70b-h100-512-bf16-llmfoundry", "70b", 512, 41.25, 55.0, 8, 1, 4096, 515636, 1007, "DEFAULT", True,
      64862437376),
