@@ -12,7 +12,8 @@ from btacalc.config.presets import load_preset
 from btacalc.model.params import param_counts, published_checks
 from btacalc.model.problem import make_problem
 
-RUN_PRESETS = ("mpt-1b", "mpt-3b", "mpt-7b", "mpt-13b", "mpt-30b", "nemotron4-15b", "nemotron4-340b", "bloom-176b")
+RUN_PRESETS = ("mpt-1b", "mpt-3b", "mpt-7b", "mpt-13b", "mpt-30b", "mpt-70b", "nemotron4-15b", "nemotron4-340b",
+               "bloom-176b")
 
 
 def _total(name: str) -> int:
