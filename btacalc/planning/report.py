@@ -266,7 +266,8 @@ class PhaseRow(BaseModel):
 
 
 class LayerKindRows(BaseModel):
-    name: str = Field(description="dense / moe, -sliding / -full, mtp")
+    name: str = Field(description="dense / moe, -sliding / -full, mtp; -bf16: the first/last layers kept out of the "
+                      "low-precision recipe (inputs.bf16_layers)")
     count: int = Field(description="layers of this kind")
     phases: list[PhaseRow] = Field(description="one layer of this kind, at the plan's G and b, per step")
 

@@ -191,8 +191,8 @@ def _low_precision_params(problem: Problem, counts: list[Any], kinds: list[tuple
     lay = problem.layout
     share = [(part, n) for n, (_, part) in zip(counts, kinds)]
     sharded = lay.zero_stage >= 3
-    dense = ratio(sum(n * p.low_precision_params for p, n in share), where(sharded, lay.sharding_ranks, 1))
-    routed = ratio(sum(n * p.low_precision_routed for p, n in share),
+    dense = ratio(sum(_times(n, p.low_precision_params) for p, n in share), where(sharded, lay.sharding_ranks, 1))
+    routed = ratio(sum(_times(n, p.low_precision_routed) for p, n in share),
                    lay.expert_parallel * lay.expert_tensor_parallel * where(sharded, lay.expert_data_parallel, 1))
     return dense + routed
 
