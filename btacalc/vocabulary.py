@@ -82,6 +82,9 @@ FEATURES: dict[str, tuple[Any, ...]] = {
     "shared_experts": (True, False),  # always-on SwiGLU experts beside the routed ones
     "shared_expert_gate": (True, False),  # Qwen2-MoE: sigmoid(x w) scales the shared expert's output
     "mtp_module": (True, False),  # this layer kind is a multi-token-prediction module (DeepSeek-V3)
+    # this layer kind is one of the first/last layers a low-precision recipe keeps in BF16 (Megatron-LM
+    # --first-last-layers-bf16): its linear layers run in 16 bits, unquantised (model/gpu/costs.py)
+    "bf16_layer": (True, False),
     # run options
     "attention": ("eager", "flash"),
     "causal": (True, False),

@@ -321,6 +321,22 @@ for cmd in (["plan", "--hw", "b200"], ["sweep", "--hw", "b200", "--vary", "seq=2
     case("ignored", *cmd, "-m", "llama-3-8b", "--overlap-a2a", fragment="the model is dense")
 case("ignored", "plan", "-m", "llama-3-8b", *GPU8, "--precision", "mxfp8", "--no-rht-cast-fusion", fragment="got mxfp8")
 case("ignored", "plan", "-m", "llama-3-8b", *GPU8, "--deepep", fragment="the model is dense (no dispatch)")
+# first/last layers in BF16 (bf16ends): only under a low-precision recipe Megatron runs them in, at most every layer
+case("ignored", "plan", "-m", "llama-3-8b", *GPU8, "--bf16-layers-at-start", "1",
+     fragment="need a low --precision (fp8-current, fp8-blockwise, mxfp8, nvfp4), got bf16")
+case("ignored", "plan", "-m", "llama-3-8b", *GPU8, "--precision", "fp16", "--bf16-layers-at-end", "2",
+     fragment="got fp16")
+case("ignored", "plan", "-m", "llama-3-8b", "--hw", "wse3", "--bf16-layers-at-start", "1", fragment="got bf16")
+case("values", "plan", "-m", "llama-3-8b", *GPU8, "--precision", "fp8", "--bf16-layers-at-start", "1",
+     fragment="refuses first/last layers in BF16 with delayed scaling")
+case("values", "plan", "-m", "llama-3-8b", *GPU8, "--precision", "fp8-current", "--bf16-layers-at-start", "20",
+     "--bf16-layers-at-end", "13", fragment="= 33 layers in BF16, more than the model's 32")
+case("values", "plan", "-m", "llama-3-8b", *GPU8, "--precision", "mxfp8", "--bf16-layers-at-start", "-1",
+     fragment="--bf16-layers-at-start counts decoder layers: a whole number from 0, got -1")
+case("values", "plan", "-m", "llama-3-8b", *GPU8, "--precision", "mxfp8", "--bf16-layers-at-end", "-3",
+     "--bf16-layers-at-start", "1", fragment="--bf16-layers-at-end counts decoder layers")
+case("usage", "plan", "-m", "llama-3-8b", *GPU8, "--precision", "mxfp8", "--bf16-layers-at-end", "one",
+     fragment="--bf16-layers-at-end")
 case("ignored", "plan", "-m", "qwen3-30b-a3b", "--hw", "b200", "--ep", "1", "--routing-imbalance", "2",
      fragment="with --ep 1 one rank holds every expert")
 case("ignored", "plan", "-m", "qwen3-30b-a3b", "--hw", "wse3", "--routing-imbalance", "2",

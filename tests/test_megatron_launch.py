@@ -569,8 +569,13 @@ def test_bridge_names_each_precision_by_its_mixed_precision_recipe():
     assert set(BRIDGE_PRECISION) == set(PRECISIONS)
     for name, dests in PRECISIONS.items():
         bridge = to_bridge({"bf16": True, **dests})
-        assert bridge == {"mixed_precision": BRIDGE_PRECISION[name]}
-        assert from_bridge(bridge)[0] == {"bf16": True, **dests}
+        # the current-scaling recipe keeps the first and last layer in BF16 unless told otherwise (L285-303): a
+        # plan of every layer in the recipe says so (bf16ends)
+        keeps = {"mixed_precision.first_last_layers_bf16": False} if name == "fp8-current" else {}
+        assert bridge == {"mixed_precision": BRIDGE_PRECISION[name], **keeps}
+        read = {"first_last_layers_bf16": False, "num_layers_at_start_in_bf16": 1, "num_layers_at_end_in_bf16": 1} \
+            if keeps else {}
+        assert from_bridge(bridge)[0] == {"bf16": True, **dests, **read}
 
 
 def test_sampled_layouts_all_emit_runnable_launches():

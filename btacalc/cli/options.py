@@ -219,6 +219,13 @@ WgradFusionOpt = typer.Option(True, "--gradient-accumulation-fusion/--no-gradien
 CpuOffloadOpt = typer.Option(0, "--cpu-offloading-num-layers", help=help_text(
     "Offload the activations of the first N decoder layers to host memory until their backward (Megatron "
     "--cpu-offloading-num-layers N; needs PP 1 and no recomputation) [default: 0, none]."))
+Bf16StartOpt = typer.Option(0, "--bf16-layers-at-start", help=help_text(
+    "Keep the first N decoder layers out of the low-precision recipe: their linear layers run in BF16, unquantised "
+    "(Megatron --first-last-layers-bf16 --num-layers-at-start-in-bf16 N; needs a --precision other than bf16, fp16 "
+    "and fp8) [default: 0]."))
+Bf16EndOpt = typer.Option(0, "--bf16-layers-at-end", help=help_text(
+    "Keep the last M decoder layers out of the low-precision recipe (Megatron --first-last-layers-bf16 "
+    "--num-layers-at-end-in-bf16 M) [default: 0]."))
 MOMENT_BYTES = {"fp32": 4, "bf16": 2}  # --optimizer-moments -> bytes per Adam moment (RunOptions.moment_bytes)
 Moments = _choices("Moments", tuple(MOMENT_BYTES))
 MomentsOpt = typer.Option(None, "--optimizer-moments", help=help_text("Adam's two moments in fp32 or bf16 (Megatron "

@@ -14,7 +14,7 @@ from .. import profiling
 from ..errors import BtacalcError
 from .console import err
 from .options import (with_flags, Accounting, AccountingOpt, Attention, AttentionKernelOpt, AttentionOpt, CausalOpt, CpOpt, DevicesOpt, Emit, EpOpt,
-                      EtpOpt, ExpertFfnOpt, ExpertsOpt, FixedActiveOpt, Fp8AttentionOpt, Fp8ParamGatherOpt, RhtCastFusionOpt, WgradFusionOpt, CpuOffloadOpt, MOMENT_BYTES, Moments, MomentsOpt, FsdpOpt, FsdpImplOpt, GlobalBatchOpt,
+                      EtpOpt, ExpertFfnOpt, ExpertsOpt, FixedActiveOpt, Fp8AttentionOpt, Fp8ParamGatherOpt, RhtCastFusionOpt, WgradFusionOpt, CpuOffloadOpt, Bf16StartOpt, Bf16EndOpt, MOMENT_BYTES, Moments, MomentsOpt, FsdpOpt, FsdpImplOpt, GlobalBatchOpt,
                       GpusPerNodeOpt, Precision, PrecisionOpt,
                       GradAccumOpt, GradBytesOpt, HwOpt, Loss, LossOpt, MaxGlobalBatchOpt, MaxTileBatchOpt,
                       MemoryModelChoice, MemoryModelOpt, MicroBatchOpt, ModelOpt, MtpOpt, NameOpt, Objective,
@@ -123,6 +123,8 @@ def plan(
     rht_cast_fusion: bool = RhtCastFusionOpt,
     gradient_accumulation_fusion: bool = WgradFusionOpt,
     cpu_offloading_num_layers: int = CpuOffloadOpt,
+    bf16_layers_at_start: int = Bf16StartOpt,
+    bf16_layers_at_end: int = Bf16EndOpt,
     optimizer_moments: Optional[Moments] = MomentsOpt,
     search: bool = typer.Option(False, "--search", help="Search the fastest layout that fits (TP, PP, VP, CP, EP, "
                                 "ETP, micro-batch, recompute) on --devices GPUs; the given values fix that dimension."),
@@ -191,6 +193,7 @@ def plan(
         tokens_per_step=tokens_per_step,
         precision=value(precision), fp8_param_gather=fp8_param_gather, fp8_attention=fp8_attention,
         cpu_offload_layers=cpu_offloading_num_layers,
+        bf16_layers_at_start=bf16_layers_at_start, bf16_layers_at_end=bf16_layers_at_end,
         rht_cast_fusion=rht_cast_fusion, gradient_accumulation_fusion=gradient_accumulation_fusion,
         moment_bytes=None if optimizer_moments is None else MOMENT_BYTES[optimizer_moments.value],
         limits=BatchLimits(global_batch, tiles, tile_batch, max_global_batch, max_tile_batch, micro_batch=micro_batch),

@@ -141,6 +141,10 @@ class RunOptions:
     moment_bytes: int = 4
     # where an MoE layer applies its routing weights (vocabulary "routing_weights"; REASONS)
     routing_weights: Literal["combine", "experts"] = "combine"
+    # Megatron --first-last-layers-bf16 --num-layers-at-start-in-bf16 N --num-layers-at-end-in-bf16 M: the first N and
+    # last M decoder layers run outside the low-precision recipe (`bf16_ends`; check_bf16_layers)
+    bf16_layers_at_start: int = 0
+    bf16_layers_at_end: int = 0
 
     @property
     def saved_input_bytes(self) -> float:
@@ -149,6 +153,11 @@ class RunOptions:
         input, not the 16-bit one), else the 16-bit element."""
         r = self.recipe
         return r.bytes_per_element if r.low else self.bytes_per_element
+
+    @property
+    def bf16_ends(self) -> tuple[int, int]:
+        """(first, last) decoder layers the low-precision recipe leaves in BF16 (ModelSpec.bf16_layer_positions)."""
+        return self.bf16_layers_at_start, self.bf16_layers_at_end
 
     @property
     def recipe(self) -> Recipe:
@@ -527,6 +536,8 @@ class ExecutionRequest:
     rht_cast_fusion: bool = True  # NVFP4's rowwise and RHT columnwise casts in one kernel (RunOptions.rht_cast_fusion)
     gradient_accumulation_fusion: bool = True  # RunOptions.gradient_accumulation_fusion
     cpu_offload_layers: int = 0  # Megatron --cpu-offloading-num-layers (RunOptions.cpu_offload_layers)
+    bf16_layers_at_start: int = 0  # Megatron --num-layers-at-start-in-bf16 (RunOptions.bf16_layers_at_start)
+    bf16_layers_at_end: int = 0  # Megatron --num-layers-at-end-in-bf16 (RunOptions.bf16_layers_at_end)
     moment_bytes: Optional[int] = None  # None: 4 (fp32 Adam moments); 2: bf16 (RunOptions.moment_bytes)
 
     def with_changes(self, **changes: Any) -> "ExecutionRequest":
@@ -616,12 +627,15 @@ def _run_options(request: ExecutionRequest, model: "ModelSpec", profile: "Hardwa
         rht_cast_fusion=request.rht_cast_fusion,
         gradient_accumulation_fusion=request.gradient_accumulation_fusion,
         cpu_offload_layers=request.cpu_offload_layers,
+        bf16_layers_at_start=request.bf16_layers_at_start,
+        bf16_layers_at_end=request.bf16_layers_at_end,
         moment_bytes=4 if request.moment_bytes is None else request.moment_bytes,
         routing_weights=_routing_weights(model, gpu, chosen),
     )
     check_precision(run.precision, profile, run.low_precision_param_gather, run.rht_cast_fusion)
     if run.fp8_attention:
         check_fp8_attention(run.precision, profile, run.attention, run.attention_kernel)
+    check_bf16_layers(run, model)
     _check_run(run, model)
     return run
 
@@ -755,6 +769,37 @@ def check_activation_offload(run: RunOptions, model: "ModelSpec", layout: "Layou
     if run.recompute != "none":
         raise BtacalcError(f"{{cpu_offload_layers}} {n} needs {{recompute}} none: Megatron-Core does not offload "
                            f"activations with recomputation, got {run.recompute}")
+
+
+# The first/last layers in BF16 as Megatron-Core builds them (Megatron-LM @ d98e8a64): each decoder layer's forward
+# runs in the recipe's fp8_autocast / FP4 context unless its global layer number is among the first
+# num_layers_at_start_in_bf16 or the last num_layers_at_end_in_bf16 (fp8_utils.py L711-727 is_first_last_bf16_layer,
+# L850-852 get_fp8_context; fp4_utils.py L247-263 get_fp4_context; transformer_block.py L352-364 builds the layer's
+# parameters under the same test, L684-714 runs it), for FP8 and FP4 recipes alike; delayed scaling is refused
+# (transformer_config.py L1528-1530: the per-layer context breaks its amax reduction).
+BF16_LAYERS_SOURCE = ("Megatron-LM @ d98e8a64 megatron/core/fp8_utils.py L711-727, L850-852; fp4_utils.py L247-263; "
+                      "transformer_block.py L352-364, L684-714; transformer_config.py L649-658, L1528-1556")
+
+
+def check_bf16_layers(run: RunOptions, model: "ModelSpec") -> None:
+    """Megatron's rules for keeping the first/last decoder layers in BF16 (BF16_LAYERS_SOURCE), one-line errors:
+    counts from 0, a low-precision recipe other than delayed scaling, no more layers than the model has."""
+    start, end = run.bf16_ends
+    if start == end == 0:
+        return
+    for name, n in (("bf16_layers_at_start", start), ("bf16_layers_at_end", end)):
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise BtacalcError(f"{{{name}}} counts decoder layers: a whole number from 0, got {n!r}")
+    r = run.recipe
+    if not r.low:
+        raise BtacalcError(f"{{bf16_layers_at_start}}/{{bf16_layers_at_end}} keep layers out of a low-precision recipe: "
+                           f"they need a low {{precision}} (fp8-current, fp8-blockwise, mxfp8, nvfp4), got {run.precision}")
+    if r.te_recipe == "DelayedScaling":
+        raise BtacalcError("{bf16_layers_at_start}/{bf16_layers_at_end}: Megatron-Core refuses first/last layers in BF16 "
+                           "with delayed scaling ({precision} fp8; transformer_config.py L1528-1530): use fp8-current")
+    if start + end > model.num_layers:
+        raise BtacalcError(f"{{bf16_layers_at_start}} {start} + {{bf16_layers_at_end}} {end} = {start + end} layers in "
+                           f"BF16, more than the model's {model.num_layers}")
 
 
 def _check_run(run: RunOptions, model: "ModelSpec") -> None:

@@ -576,6 +576,27 @@ def _dec_offload(get: Get) -> Fields:
     return {"run.cpu_offload_layers": _int(get("cpu_offloading_num_layers"), "cpu_offloading_num_layers") or 0}
 
 
+def _enc_bf16_ends(f: Fields) -> Args:
+    """--first-last-layers-bf16 --num-layers-at-start-in-bf16 N --num-layers-at-end-in-bf16 M: the first N and last M
+    decoder layers outside the low-precision recipe (config.execution.BF16_LAYERS_SOURCE); both counts written, as
+    Megatron's parser defaults each to 1 (megatron_flags.tsv)."""
+    start, end = f.get("run.bf16_layers_at_start", 0), f.get("run.bf16_layers_at_end", 0)
+    if not (start or end):
+        return {}
+    return {"first_last_layers_bf16": True, "num_layers_at_start_in_bf16": start, "num_layers_at_end_in_bf16": end}
+
+
+def _dec_bf16_ends(get: Get) -> Fields:
+    """The counts take effect only with --first-last-layers-bf16 and an FP8 or FP4 recipe (MLM @ d98e8a64 fp8_utils.py
+    L711-727 and L848-850, fp4_utils.py L247-263: without a recipe no layer enters a low-precision context)."""
+    on = _bool(get("first_last_layers_bf16"))
+    start = _int(get("num_layers_at_start_in_bf16"), "num_layers_at_start_in_bf16") or 0
+    end = _int(get("num_layers_at_end_in_bf16"), "num_layers_at_end_in_bf16") or 0
+    if not on or (get("fp8") is None and get("fp4") is None):
+        return {"run.bf16_layers_at_start": 0, "run.bf16_layers_at_end": 0}
+    return {"run.bf16_layers_at_start": start, "run.bf16_layers_at_end": end}
+
+
 # Bytes of an Adam moment for --exp-avg-dtype / --exp-avg-sq-dtype (Megatron-LM optimizer_config.py L203-206)
 MOMENT_BYTES = {"fp32": 4, "bf16": 2}
 
@@ -666,6 +687,7 @@ RUN_ROWS: tuple[Row, ...] = (
     Row("low-precision parameter gather", _enc_param_gather, _dec_param_gather),
     Row("FP8 attention", _enc_fp8_attention, _dec_fp8_attention),
     Row("activation offloading", _enc_offload, _dec_offload),
+    Row("first/last layers in BF16", _enc_bf16_ends, _dec_bf16_ends),
     Row("optimizer moments", _enc_moments, _dec_moments),
     Row("dispatcher", _enc_dispatcher, _dec_dispatcher),
     Row("cuda graphs", _enc_cuda_graphs, _dec_cuda_graphs),
@@ -795,6 +817,10 @@ BRIDGE_KEYS: dict[str, tuple[str, Callable[[Any], Any], Callable[[Any], Any]]] =
     "use_precision_aware_optimizer": ("optimizer.use_precision_aware_optimizer", *_AS_IS),
     "exp_avg_dtype": ("optimizer.exp_avg_dtype", *_AS_IS),
     "exp_avg_sq_dtype": ("optimizer.exp_avg_sq_dtype", *_AS_IS),
+    # MixedPrecisionConfig's fields, copied onto the model config (BRIDGE_PIN mixed_precision.py L53, L73-74, L138-164)
+    "first_last_layers_bf16": ("mixed_precision.first_last_layers_bf16", *_AS_IS),
+    "num_layers_at_start_in_bf16": ("mixed_precision.num_layers_at_start_in_bf16", *_AS_IS),
+    "num_layers_at_end_in_bf16": ("mixed_precision.num_layers_at_end_in_bf16", *_AS_IS),
 }
 # Not Bridge config keys: data and tokenizer are Bridge's dataset/tokenizer configs, not the model's.
 # max_position_embeddings: GPTModelProvider sizes positions by seq_length (no such field in gpt_provider.py).
@@ -808,6 +834,10 @@ BRIDGE_PRECISION = {"bf16": "bf16_mixed", "fp8": "bf16_with_fp8_delayed_scaling_
                     "fp8-current": "bf16_with_fp8_current_scaling_mixed",
                     "fp8-blockwise": "bf16_with_fp8_subchannel_scaling_mixed", "mxfp8": "bf16_with_mxfp8_mixed",
                     "nvfp4": "bf16_with_nvfp4_mixed"}
+# (start, end) layers a Bridge mixed-precision recipe keeps in BF16 unless the overrides say otherwise: the current-
+# scaling recipe sets first_last_layers_bf16 with 1 and 1 (BRIDGE_PIN mixed_precision.py L285-303); the others
+# leave MixedPrecisionConfig's False, 0, 0 (L53, L73-74)
+BRIDGE_BF16_ENDS = {"fp8-current": (1, 1)}
 
 
 # TransformerConfig.fp8_dot_product_attention: set by Megatron-Bridge's mixed-precision config (Megatron-Bridge @
@@ -844,7 +874,19 @@ def to_bridge(args: Args) -> dict[str, Any]:
         name = next(k for k, v in PRECISIONS.items() if all(args.get(d) == x for d, x in v.items())
                     and (v or ("fp8" not in args and "fp4" not in args)))
         out["mixed_precision"] = BRIDGE_PRECISION[name]
+        if name in BRIDGE_BF16_ENDS and "first_last_layers_bf16" not in args:
+            out["mixed_precision.first_last_layers_bf16"] = False  # the plan runs every layer in the recipe
     return out
+
+
+def _bridge_bf16_ends(args: Args, recipe_ends: tuple[int, int]) -> None:
+    """The first/last BF16 layers a Bridge run trains with: the overrides' fields over the mixed-precision recipe's
+    (`BRIDGE_BF16_ENDS`), whose counts, not Megatron-LM's parser defaults (1 each), stand where the overrides give none."""
+    if "first_last_layers_bf16" not in args and recipe_ends == (0, 0):
+        return
+    args.setdefault("first_last_layers_bf16", True)
+    args.setdefault("num_layers_at_start_in_bf16", recipe_ends[0])
+    args.setdefault("num_layers_at_end_in_bf16", recipe_ends[1])
 
 
 def from_bridge(overrides: Mapping[str, Any]) -> tuple[Args, list[str]]:
@@ -871,6 +913,7 @@ def from_bridge(overrides: Mapping[str, Any]) -> tuple[Args, list[str]]:
         if name is None:
             raise BtacalcError(f"mixed_precision {recipe!r}: btacalc reads {', '.join(BRIDGE_PRECISION.values())}")
         args.update(PRECISIONS[name])
+        _bridge_bf16_ends(args, BRIDGE_BF16_ENDS.get(name, (0, 0)))
     if "num_query_groups" in args and args.get("num_query_groups") != args.get("num_attention_heads"):
         args["group_query_attention"] = True
     return args, unread

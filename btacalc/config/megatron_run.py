@@ -52,10 +52,9 @@ IGNORED: tuple[tuple[str, str], ...] = (
      r"distributed_backend|use_cpu_initialization|check_for_nan_in_loss_and_grad|check_for_nan_in_grad|"
      r"log_throughput|average_in_collective)",
      "runtime housekeeping: no effect on the modelled memory or time"),
-    (r"(fp8.*|fp4.*|first_last_layers_bf16|num_layers_at_(start|end)_in_bf16)",
+    (r"(fp8.*|fp4.*)",
      "low-precision details btacalc does not model: the amax history (a few KB per module) and its reduction, "
-     "FP8 margins, and keeping the first/last layers in BF16 (--precision plans every linear layer in the recipe; "
-     "btacalc/data/precision.toml)"),
+     "FP8 margins (btacalc/data/precision.toml)"),
     (r"make_vocab_size_divisible_by", "vocabulary padding: btacalc counts --vocab-size as given"),
     (r"(cuda_graph_.*|enable_cuda_graph|external_cuda_graph)",
      "CUDA graphs beyond --cuda-graph-impl transformer_engine's per-layer scopes (read): warm-up steps, the "
@@ -284,6 +283,8 @@ def _guarded_request_fields(f: Fields) -> dict[str, Any]:
     out["fp8_param_gather"] = bool(f.get("run.fp8_param_gather"))
     out["fp8_attention"] = bool(f.get("run.fp8_attention"))
     out["cpu_offload_layers"] = f.get("run.cpu_offload_layers", 0)
+    out["bf16_layers_at_start"] = f.get("run.bf16_layers_at_start", 0)
+    out["bf16_layers_at_end"] = f.get("run.bf16_layers_at_end", 0)
     out["moment_bytes"] = f.get("run.moment_bytes", 4)
     out["gradient_accumulation_fusion"] = f.get("run.gradient_accumulation_fusion", True)
     return out

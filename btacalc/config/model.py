@@ -190,7 +190,7 @@ class ModelSpec(BaseModel):
 
     def features(self) -> dict[str, Any]:
         """The architecture features the formula catalogue's `when` clauses test (a layer kind overrides
-        the per-layer ones: moe, sliding_window, mtp_module)."""
+        the per-layer ones: moe, sliding_window, mtp_module, bf16_layer)."""
         return {
             "norm": self.norm,
             "mlp": self.mlp,
@@ -216,6 +216,7 @@ class ModelSpec(BaseModel):
             "shared_experts": self.shared_expert_size > 0,
             "shared_expert_gate": self.shared_expert_gate,
             "mtp_module": False,
+            "bf16_layer": False,
         }
 
     def symbol_values(self) -> dict[str, int]:
@@ -240,33 +241,45 @@ class ModelSpec(BaseModel):
             "w": max(self.sliding_window, 1),
         }
 
-    def layer_kinds(self, multi_token_prediction: bool = False) -> tuple[LayerKind, ...]:
+    def layer_kinds(self, multi_token_prediction: bool = False,
+                    bf16_ends: tuple[int, int] = (0, 0)) -> tuple[LayerKind, ...]:
         """The decoder stack as groups of identical layers, in order of first appearance: MoE or dense FFN
-        (dense layers of an MoE model have width dense_ffn_size), sliding-window or full attention; with
-        `multi_token_prediction`, the model's MTP modules as one more kind."""
-        groups: dict[tuple[bool, bool], int] = {}
-        for key in self._layer_keys():
-            groups[key] = groups.get(key, 0) + 1
-        kinds = [self._kind(moe_position, windowed, count, single=len(groups) == 1)
-                 for (moe_position, windowed), count in groups.items()]
+        (dense layers of an MoE model have width dense_ffn_size), sliding-window or full attention; the first and
+        last layers a low-precision recipe keeps in BF16 (`bf16_ends` = (at start, at end): `bf16_layer_positions`)
+        as kinds of their own, after the others (feature `bf16_layer`); with `multi_token_prediction`, the model's
+        MTP modules as one more kind."""
+        keys = self._layer_keys(bf16_ends)
+        groups = {key: keys.count(key) for key in _kind_order(keys)}
+        single = len({key[:2] for key in groups}) == 1
+        kinds = [self._kind(moe_position, windowed, count, single, bf16)
+                 for (moe_position, windowed, bf16), count in groups.items()]
         if multi_token_prediction and self.mtp_layers:
             mtp = self._kind(True, False, self.mtp_layers, single=False)
             kinds.append(LayerKind("mtp", self.mtp_layers, mtp.features + (("mtp_module", True),), mtp.symbols))
         return tuple(kinds)
 
-    def layer_kind_indices(self) -> tuple[int, ...]:
+    def layer_kind_indices(self, bf16_ends: tuple[int, int] = (0, 0)) -> tuple[int, ...]:
         """For each decoder layer by index, the index of its kind in `layer_kinds()` (pipeline stages hold
         real layers: btacalc.config.pipeline)."""
-        keys = self._layer_keys()
-        order = list(dict.fromkeys(keys))
+        keys = self._layer_keys(bf16_ends)
+        order = _kind_order(keys)
         return tuple(order.index(k) for k in keys)
 
-    def _layer_keys(self) -> list[tuple[bool, bool]]:
-        """Per decoder layer: (an MoE position, a sliding-window layer), the key of its kind."""
-        dense, window = self.dense_positions(), self.window_positions()
-        return [(i not in dense, i in window) for i in range(self.num_layers)]
+    def bf16_layer_positions(self, bf16_ends: tuple[int, int]) -> set[int]:
+        """0-based indices of the decoder layers a low-precision recipe keeps in BF16: the first `start` and the
+        last `end` of `bf16_ends` = (start, end), as Megatron-LM counts them, on global layer numbers whatever
+        the pipeline stage (MLM @ d98e8a64 megatron/core/fp8_utils.py L711-727 is_first_last_bf16_layer:
+        layer_no < num_layers_at_start_in_bf16 or layer_no >= num_layers - num_layers_at_end_in_bf16; MTP layers
+        ask with layer_no -1 and stay in the recipe, multi_token_prediction.py L1388-1389)."""
+        start, end = bf16_ends
+        return {i for i in range(self.num_layers) if i < start or i >= self.num_layers - end}
 
-    def _kind(self, moe_position: bool, windowed: bool, count: int, single: bool) -> LayerKind:
+    def _layer_keys(self, bf16_ends: tuple[int, int] = (0, 0)) -> list[tuple[bool, bool, bool]]:
+        """Per decoder layer: (an MoE position, a sliding-window layer, kept in BF16), the key of its kind."""
+        dense, window, bf16 = self.dense_positions(), self.window_positions(), self.bf16_layer_positions(bf16_ends)
+        return [(i not in dense, i in window, i in bf16) for i in range(self.num_layers)]
+
+    def _kind(self, moe_position: bool, windowed: bool, count: int, single: bool, bf16: bool = False) -> LayerKind:
         features: dict[str, Any] = {"moe": self.is_moe and moe_position, "sliding_window": windowed}
         symbols: dict[str, int] = {}
         if not moe_position and self.dense_ffn_size is not None:
@@ -277,6 +290,11 @@ class ModelSpec(BaseModel):
             # a dense-equivalent model keeps its MoE positions apart (their width is k*f): "ffn"
             name = ("moe" if features["moe"] else "ffn" if moe_position else "dense") + (
                 ("-sliding" if windowed else "-full") if self.sliding_window else "")
+        if bf16:
+            # the layer's TransformerEngine modules run outside the recipe's autocast, so its attention core too
+            # (--fp8-attention is TE's fp8_dpa, read from that recipe): MLM @ d98e8a64 fp8_utils.py L850-852
+            features.update(bf16_layer=True, fp8_attention=False)
+            name += "-bf16"
         return LayerKind(name, count, tuple(sorted(features.items())), tuple(sorted(symbols.items())))
 
     def dense_equivalent(self) -> "ModelSpec":
@@ -351,3 +369,9 @@ def validate_model(data: dict[str, Any], origin: str) -> ModelSpec:
         return ModelSpec.model_validate(data)
     except ValidationError as exc:
         raise BtacalcError(f"{origin}: {first_validation_error(exc)}") from None
+
+
+def _kind_order(keys: list[tuple[bool, bool, bool]]) -> list[tuple[bool, bool, bool]]:
+    """The distinct layer keys in order of first appearance, those of layers kept in BF16 after every other: the
+    first kind (which also evaluates the parts outside the layers) stays the one the model has without the option."""
+    return sorted(dict.fromkeys(keys), key=lambda key: key[2])

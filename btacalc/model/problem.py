@@ -43,11 +43,12 @@ _LAYOUTS: Memo[Optional[dict[Any, Any]]] = Memo()
 @remembered
 @functools.lru_cache(maxsize=256)
 def kind_selections(model: ModelSpec, run_features: tuple[tuple[str, Any], ...], recompute: str,
-                    multi_token_prediction: bool = False) -> tuple[tuple[LayerKind, CompiledSelection], ...]:
+                    multi_token_prediction: bool = False,
+                    bf16_ends: tuple[int, int] = (0, 0)) -> tuple[tuple[LayerKind, CompiledSelection], ...]:
     """Each layer kind of `model` with its compiled selection (model features, the kind's own, the run's)."""
     base = {**model.features(), **dict(run_features)}
     return tuple((kind, compile_selection(Selection.make({**base, **dict(kind.features)}, recompute)))
-                 for kind in model.layer_kinds(multi_token_prediction))
+                 for kind in model.layer_kinds(multi_token_prediction, bf16_ends))
 
 
 def padded_vocab(vocab_size: int, tensor_parallel: Any) -> Any:
@@ -62,6 +63,10 @@ def kind_values(model: ModelSpec, kind: LayerKind, shape: dict[str, Any]) -> dic
     """Symbol values for one layer kind: the model's, the kind's overrides, then the batch shape. A window
     longer than the sequence is the sequence (w = min(window, s): the formulas then read s^2)."""
     values = {**model.symbol_values(), **dict(kind.symbols), **shape}
+    if dict(kind.features).get("bf16_layer"):
+        # a layer kept out of the low-precision recipe saves its linears' 16-bit inputs, not quantised copies
+        # (RunOptions.saved_input_bytes is the recipe's; MLM @ d98e8a64 fp8_utils.py L850-852: no autocast)
+        values["beta_s"] = values["beta"]
     s, w = values["s"], values["w"]
     values["w"] = np.minimum(w, s) if isinstance(s, np.ndarray) else min(w, s)
     return values
@@ -166,7 +171,7 @@ class Problem:
                 return hit
         features = {**self.run.features(), "sequence_parallel": self.layout.sequence_parallel}
         kinds = kind_selections(self.model, tuple(sorted(features.items())), self.run.recompute,
-                                self.run.multi_token_prediction)
+                                self.run.multi_token_prediction, self.run.bf16_ends)
         if shared and self.layout_cache is not self._cache:
             self.layout_cache["kinds"] = kinds
         return kinds
@@ -241,7 +246,7 @@ class Problem:
             return None
         features = {**self.run.features(), "sequence_parallel": self.layout.sequence_parallel}
         return plain_key((tuple(sorted(features.items())), self.run.recompute, self.run.multi_token_prediction,
-                          tuple(shape.items())))
+                          self.run.bf16_ends, tuple(shape.items())))
 
     def evaluate(self, tiles: Any, tile_batch: Any, seq_len: Any = None) -> Evaluation:
         """Every per-phase quantity at G = `tiles`, b = `tile_batch` (ints: exact, memoised; or arrays)."""

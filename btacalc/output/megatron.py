@@ -48,6 +48,8 @@ def run_fields(r: PlanReport, spec: ModelSpec) -> dict[str, Any]:
     fields["run.fp8_param_gather"] = r.inputs.fp8_param_gather
     fields["run.fp8_attention"] = r.inputs.fp8_attention
     fields["run.cpu_offload_layers"] = r.inputs.cpu_offload_layers
+    fields["run.bf16_layers_at_start"] = r.inputs.bf16_layers_at_start
+    fields["run.bf16_layers_at_end"] = r.inputs.bf16_layers_at_end
     fields["run.moment_bytes"] = r.inputs.moment_bytes
     fields["run.gradient_accumulation_fusion"] = r.inputs.gradient_accumulation_fusion
     for key in ("first_stage_layers", "last_stage_layers", "pipeline_layout"):

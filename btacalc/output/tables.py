@@ -305,7 +305,18 @@ def _largest_phase(r: PlanReport) -> str:
     return max(rows, key=lambda x: x.transient_bytes).name
 
 
+def _kept_out(rows: Iterable[PhaseRow], r: PlanReport) -> bool:
+    """A layer's rows kept out of the low-precision recipe (--bf16-layers-at-start/-end): it has linear-layer phases,
+    none in the recipe's precision."""
+    from ..catalogue.terms import phase_by_name
+
+    rows = list(rows)
+    return any(phase_by_name(p.name).low_precision for p in rows) and all(p.precision != r.inputs.precision
+                                                                          for p in rows)
+
+
 def _phase_table(rows: Iterable[PhaseRow], r: PlanReport, title: str) -> Table:
+    rows = list(rows)
     t = Table(title=f"{title} (G={r.plan.tiles}, b={r.plan.tile_batch})", title_justify="left")
     for col, just in (("phase", "left"), ("batch", "left"), ("fwd FLOP", "right"), ("bwd FLOP", "right"),
                       ("stored", "right"), ("transient", "right"), ("bytes moved", "right"), ("FLOP/byte", "right")):
@@ -322,7 +333,10 @@ def _phase_table(rows: Iterable[PhaseRow], r: PlanReport, title: str) -> Table:
         if low:
             cells += [p.precision, f"{1e3 * p.cast_time_s:.3f} ms" if p.cast_time_s else "-"]
         t.add_row(*cells)
-    if low:
+    if low and _kept_out(rows, r):
+        t.caption = (f"kept out of {r.inputs.precision} (--bf16-layers-at-start/--bf16-layers-at-end: layers "
+                     f"{', '.join(map(str, r.inputs.bf16_layers))}): every GEMM in 16 bits, no casts")
+    elif low:
         t.caption = (f"{r.inputs.precision} ({r.inputs.te_recipe}): the linear layers' GEMMs at the low-precision peak; "
                      "cast / step: their quantise kernels (HBM-bound), per layer per step, inside the phase's time")
     return t

@@ -14,7 +14,8 @@ def mark_precision(problem: Problem, ev: Evaluation, report: PlanReport) -> None
     """Set `precision` and `cast_time_s` on the report's phase rows: one layer, on the basis of the row's
     `time_s` (one micro-batch; the weights' once-per-step cast counted as 1/M of it). Under --fp8-attention the
     attention core's rows show the FP8 kernel (fp8 / mxfp8) and the casts around it (on the phase whose terms
-    count them, attn_scores)."""
+    count them, attn_scores). A layer kind kept in BF16 (first/last layers, feature `bf16_layer`) shows 16 bits and
+    no casts."""
     kinds = {kind.name: pv for kind, pv in ev.layers}
     main = max(ev.layers, key=lambda kp: kp[0].count)[1]
     tables: list[tuple[list[PhaseRow], PhaseValues]] = [(report.phases, main), (report.outside_layers, ev.outside)]
@@ -24,9 +25,12 @@ def mark_precision(problem: Problem, ev: Evaluation, report: PlanReport) -> None
     load = problem.run.routing_imbalance if lay.expert_parallel > 1 else 1.0
     hbm = problem.hardware.memory.offchip_bandwidth_bytes_per_s.value
     for rows, pv in tables:
+        quantised = not pv.compiled.selection.feature_dict["bf16_layer"]  # (a layer kept in BF16: none of it)
         for row in rows:
             phase = phase_by_name(row.name)
-            row.precision = phase_precision(problem, phase)
+            row.precision = phase_precision(problem, phase, quantised)
+            if not quantised:
+                continue
             if rates is not None and phase.low_precision:
                 v = lambda q, name=row.name, values=pv: values.value(name, q)  # noqa: E731
                 per_micro_batch = phase_cast_s(rates, hbm, phase, v, load if phase.routed_load else 1.0,

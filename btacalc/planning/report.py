@@ -130,6 +130,13 @@ class Inputs(BaseModel):
                                                "and micro-batch (--no-gradient-accumulation-fusion)")
     cpu_offload_layers: int = Field(0, description="decoder layers whose activations wait in host memory "
                                     "(--cpu-offloading-num-layers)")
+    bf16_layers_at_start: int = Field(0, description="the first decoder layers kept out of the low-precision recipe "
+                                      "(--bf16-layers-at-start; Megatron --num-layers-at-start-in-bf16)")
+    bf16_layers_at_end: int = Field(0, description="the last decoder layers kept out of the low-precision recipe "
+                                    "(--bf16-layers-at-end; Megatron --num-layers-at-end-in-bf16)")
+    bf16_layers: list[int] = Field(default_factory=list, description="0-based indices of the decoder layers whose "
+                                   "linear layers run in BF16 under the low-precision recipe (the first and last kept "
+                                   "out of it); every other decoder layer runs in the recipe")
     moment_bytes: int = Field(4, description="bytes of each Adam moment (2: bf16, the precision-aware optimizer)")
     routing_weights: str = Field("combine", description="where an MoE layer applies its routing weights: combine "
                                  "(after the experts) or experts (inside their activation, Megatron-Core)")
@@ -157,9 +164,24 @@ class Inputs(BaseModel):
         if self.cpu_offload_layers:
             out.append((f"the first {self.cpu_offload_layers} layers' activations in host memory",
                         f"--cpu-offloading-num-layers {self.cpu_offload_layers}"))
+        if self.bf16_layers:
+            flags = " ".join(f"--bf16-layers-at-{end} {n}" for end, n in (("start", self.bf16_layers_at_start),
+                                                                          ("end", self.bf16_layers_at_end)) if n)
+            out.append((f"decoder layers {_layer_ranges(self.bf16_layers)} in BF16, outside {self.precision}", flags))
         if self.moment_bytes == 2:
             out.append(("bf16 Adam moments", "--optimizer-moments bf16"))
         return out
+
+
+def _layer_ranges(layers: list[int]) -> str:
+    """0-based layer indices as ranges: [0, 1, 2, 59] -> "0-2, 59"."""
+    runs: list[list[int]] = []
+    for i in layers:
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 class AlternativePlan(BaseModel):
@@ -244,7 +266,8 @@ class PhaseRow(BaseModel):
 
 
 class LayerKindRows(BaseModel):
-    name: str = Field(description="dense / moe, -sliding / -full, mtp")
+    name: str = Field(description="dense / moe, -sliding / -full, mtp; -bf16: the first/last layers kept out of the "
+                      "low-precision recipe (inputs.bf16_layers)")
     count: int = Field(description="layers of this kind")
     phases: list[PhaseRow] = Field(description="one layer of this kind, at the plan's G and b, per step")
 

@@ -237,15 +237,17 @@ def gemm_output_bytes(problem: Problem) -> tuple[float, float, float]:
     return out, out, 2.0 * run.gradient_bytes if run.gradient_accumulation_fusion else out
 
 
-def attention_kernel_share(problem: Problem) -> Any:
+def attention_kernel_share(problem: Problem, dtype: Optional[str] = None) -> Any:
     """The run's attention kernel's published (or derived) rate on this compute capability as a share of the
     dense 16-bit datasheet peak (btacalc/data/attention_kernels.toml), or None where the file has none. Where
     the file gives the rate per sequence length, it is taken at the tokens one kernel call spans: the run's
-    sequence over the context-parallel ranks (each rank's ring-attention steps run its s / CP queries)."""
+    sequence over the context-parallel ranks (each rank's ring-attention steps run its s / CP queries). `dtype`: the
+    kernel's dtype (None: the run's, `attention_dtype`)."""
     chip = problem.hardware.chip
     cc = chip.compute_capability.value if chip.compute_capability else None
     kernel_seq = np.maximum(1, np.floor_divide(problem.run.seq_len, problem.layout.context_parallel))
-    return attention_kernel(problem.run.attention_kernel).fraction_of_peak(cc, kernel_seq, attention_dtype(problem))
+    return attention_kernel(problem.run.attention_kernel).fraction_of_peak(cc, kernel_seq,
+                                                                           dtype or attention_dtype(problem))
 
 
 def attention_dtype(problem: Problem) -> str:
@@ -255,14 +257,14 @@ def attention_dtype(problem: Problem) -> str:
     return run.recipe.fp8_attention_kernel if run.fp8_attention else "bf16"
 
 
-def attention_core_peak(problem: Problem, gemm_peak: float) -> float:
+def attention_core_peak(problem: Problem, gemm_peak: float, dtype: Optional[str] = None) -> float:
     """FLOP/s of the fused attention core: datasheet 16-bit peak x the run's attention kernel's
     `fraction_of_peak` on this compute capability (btacalc/data/attention_kernels.toml), else `gemm_peak`,
     the large-GEMM rate (datasheet x ceiling x compute_efficiency). The file's rates are kernel benchmarks
     (FLOPs of the blocks run per second of wall time), so the fitted compute_efficiency does not multiply
     them: e.g. cuDNN fused attention on H100 (`default`, 0.467: FlashAttention-3 paper, Shah et al. 2024,
     arXiv 2407.08608, Figures 5 and 6) or llm-foundry's Triton FlashAttention on Hopper (0.175)."""
-    share = attention_kernel_share(problem)
+    share = attention_kernel_share(problem, dtype)
     return gemm_peak if share is None else problem.hardware.chip.peak_flops_per_s.value * share
 
 
@@ -387,7 +389,21 @@ def _kind_rates_of(problem: Problem, r: _Rates, kind: Any, pv: PhaseValues, tile
     out.__dict__.update(r.__dict__, symbols=symbols, features=features, gemms=gemms, python_symbols=python,
                         python_layout=layout, plans={},
                         core_time_factor=_core_time_factor(problem, symbols, bool(features["sliding_window"])))
+    if features["bf16_layer"]:
+        out.__dict__.update(_sixteen_bit_rates(problem, r))
     return out
+
+
+def _sixteen_bit_rates(problem: Problem, r: _Rates) -> dict[str, Any]:
+    """The rates a layer kept out of the low-precision recipe (feature `bf16_layer`) runs at: no recipe (its
+    `low_precision` phases' GEMMs at the 16-bit rate, no casts, 16-bit sequence-parallel gathers: `_dtype`, `_cast`,
+    `gather_share` read `cast` None) and, under --fp8-attention, the 16-bit attention kernel without its casts
+    (TE's fp8_dpa is the recipe's, and the layer runs outside the recipe's autocast: config/execution.py
+    BF16_LAYERS_SOURCE)."""
+    if not problem.run.fp8_attention:
+        return {"cast": None}
+    return {"cast": None, "attention_cast": None, "attention_peak": attention_core_peak(problem, r.peak, "bf16"),
+            "attention_wall_rate": attention_kernel_share(problem, "bf16") is not None}
 
 
 @remembered
@@ -473,13 +489,14 @@ def _part(pv: PhaseValues, phases: list[Phase], rows_key: Any, r: _Rates, memory
         if summed is not None:
             return summed
     part, core = new_part(), _FusedCore()
+    quantised = _quantised_kind(pv)
     timed = {} if memory_only or r.python_symbols else _gemms_of_part(phases, r)
     graphed = _graphed(phases, r) if not memory_only else {}
     for phase in phases:
         v = pv.of(phase.name)  # quantity -> value (read by subscript: one shape reads ~20 per phase)
         load = r.imbalance if phase.routed_load else 1.0
         if memory_only:
-            _memory(part, phase, v, load)
+            _memory(part, phase, v, load, quantised)
             continue
         plan = _phase_plan(phase, r)
         flops = (v["flops_fwd"] + v["flops_bwd"] + v["flops_recompute"]) * load
@@ -506,9 +523,9 @@ def _part(pv: PhaseValues, phases: list[Phase], rows_key: Any, r: _Rates, memory
             part.compute_post_s = part.compute_post_s + t * (1 - share)
         part.core_s = part.core_s + (t if phase.core else 0.0)
         if report:
-            _memory(part, phase, v, load)
+            _memory(part, phase, v, load, quantised)
         else:  # the solver's candidates (timing reads the parameters alone; `MemoryModel` its own parts)
-            _parameters(part, phase, v)
+            _parameters(part, phase, v, quantised)
         _volumes(part, phase, v, r)
     if r.flash and not memory_only:
         _fused_core(part, pv, phases, core, r,
@@ -580,6 +597,7 @@ def _memory_rows(pv: PhaseValues, phases: list[Phase]) -> Optional[_MemoryRows]:
     sums: dict[str, list[int]] = {"stored": [0, 0, 0, 0], "recompute_bytes": [0, 0, 0, 0]}
     transient: list[tuple[int, ...]] = []
     params = [0, 0, 0, 0]
+    quantised = _quantised_kind(pv)
     for phase in phases:
         for q in ("stored", "recompute_bytes", "transient", "params"):
             mask, c = coefs.row(rows[(phase.name, q)])
@@ -590,7 +608,7 @@ def _memory_rows(pv: PhaseValues, phases: list[Phase]) -> Optional[_MemoryRows]:
                     return None
                 routed = phase.param_bucket == "routed"
                 params[1 if routed else 0] += c[0] if mask & 1 else 0
-                if phase.low_precision:
+                if phase.low_precision and quantised:
                     params[3 if routed else 2] += c[0] if mask & 1 else 0
             elif q == "transient":
                 transient.append(tuple(c))
@@ -1068,24 +1086,34 @@ def _traffic(phase: Phase, v: dict[str, Any], r: _Rates, load: Any) -> Any:
     return fwd * (1 + v["reruns"]) + bwd
 
 
-def _memory(part: Part, phase: Phase, v: dict[str, Any], load: Any) -> None:
+def _memory(part: Part, phase: Phase, v: dict[str, Any], load: Any, quantised: bool = True) -> None:
     part.stored = part.stored + v["stored"] * load
     part.recompute = part.recompute + v["recompute_bytes"] * load
     part.transient = maximum(part.transient, v["transient"] * load)
-    _parameters(part, phase, v)
+    _parameters(part, phase, v, quantised)
 
 
-def _parameters(part: Part, phase: Phase, v: dict[str, Any]) -> None:
+def _parameters(part: Part, phase: Phase, v: dict[str, Any], quantised: bool = True) -> None:
     """`_memory`'s parameter counts alone (its bytes left at 0): a part timed without `report`, whose stored,
-    re-computed and working-set bytes nothing reads (the step time reads the parameters, `_stage_state`)."""
+    re-computed and working-set bytes nothing reads (the step time reads the parameters, `_stage_state`).
+    `quantised` False: a layer kept in BF16 (`_quantised_kind`), whose linears cache no low-precision weights."""
+    low = phase.low_precision and quantised
     if phase.param_bucket == "routed":
         part.routed_params = part.routed_params + v["params"]
-        if phase.low_precision:
+        if low:
             part.low_precision_routed = part.low_precision_routed + v["params"]
     else:
         part.dense_params = part.dense_params + v["params"]
-        if phase.low_precision:
+        if low:
             part.low_precision_params = part.low_precision_params + v["params"]
+
+
+def _quantised_kind(pv: PhaseValues) -> bool:
+    """Whether the layer kind of `pv` runs its `low_precision` phases in the recipe: not one of the first/last
+    layers kept in BF16 (feature `bf16_layer`: ModelSpec.bf16_layer_positions), which Megatron-Core builds and
+    runs outside the recipe's autocast, so TransformerEngine neither quantises nor caches their weights
+    (config/execution.py BF16_LAYERS_SOURCE)."""
+    return not pv.compiled.selection.feature_dict["bf16_layer"]
 
 
 def _volumes(part: Part, phase: Phase, v: dict[str, Any], r: _Rates) -> None:

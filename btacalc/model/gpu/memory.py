@@ -139,7 +139,7 @@ class GpuMemory:
         else:  # one stage (validated): the root unit holds the parts outside the layers
             root = (0 if first is None else first.dense_params) + last.dense_params
             gathered = torch_fsdp.buffers_bytes(_whole(layer_params), _whole(root))
-        low_precision = _whole(weight_cache_bytes(self.problem, _low_precision_params(self.problem, layers, kinds)))
+        low_precision = _whole(weight_cache_bytes(self.problem, _low_precision_params(self.problem, counts, kinds)))
         sums = (_sum(parts, "weights"), _sum(parts, "gradients"), _sum(parts, "optimizer"))
         if key is not None:
             cache[key] = (parts, gathered, low_precision, sums)
@@ -182,15 +182,17 @@ def _times(n: Any, params: Any) -> Any:
     return n * params
 
 
-def _low_precision_params(problem: Problem, layers: Any, kinds: list[tuple[LayerKind, Part]]) -> Any:
-    """Parameters per device of the stage's low-precision (TransformerEngine linear) phases: the dense
-    ones and the device's 1/(EP·ETP) of the routed experts; under ZeRO-3 / FSDP the quantised copies are
-    sharded as the weights are (DP·CP ranks, EDP for the experts: the gathered unit's copy is transient)."""
-    lay, model = problem.layout, problem.model
-    share = [(part, ratio(layers * kind.count, model.num_layers)) for kind, part in kinds]
+def _low_precision_params(problem: Problem, counts: list[Any], kinds: list[tuple[LayerKind, Part]]) -> Any:
+    """Parameters per device of the low-precision (TransformerEngine linear) phases of a stage holding counts[k]
+    layers of kind k (its real layers, `PipelineStages.kind_counts`, as `stage_params`: the first/last layers kept
+    in BF16 cache none): the dense ones and the device's 1/(EP·ETP) of the routed experts; under ZeRO-3 / FSDP the
+    quantised copies are sharded as the weights are (DP·CP ranks, EDP for the experts: the gathered unit's copy is
+    transient)."""
+    lay = problem.layout
+    share = [(part, n) for n, (_, part) in zip(counts, kinds)]
     sharded = lay.zero_stage >= 3
-    dense = ratio(sum(n * p.low_precision_params for p, n in share), where(sharded, lay.sharding_ranks, 1))
-    routed = ratio(sum(n * p.low_precision_routed for p, n in share),
+    dense = ratio(sum(_times(n, p.low_precision_params) for p, n in share), where(sharded, lay.sharding_ranks, 1))
+    routed = ratio(sum(_times(n, p.low_precision_routed) for p, n in share),
                    lay.expert_parallel * lay.expert_tensor_parallel * where(sharded, lay.expert_data_parallel, 1))
     return dense + routed
 

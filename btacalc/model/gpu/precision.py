@@ -200,13 +200,14 @@ def gather_share(rates: Optional[CastRates], phase: Phase, sixteen_bit_bytes: fl
     return rates.recipe.bytes_per_element / sixteen_bit_bytes
 
 
-def phase_precision(problem: Problem, phase: Phase) -> str:
+def phase_precision(problem: Problem, phase: Phase, quantised: bool = True) -> str:
     """The precision a phase's GEMMs run in: the recipe for low-precision phases, the FP8 attention kernel's
-    (fp8 or mxfp8) for the attention core under --fp8-attention, else the 16-bit dtype."""
+    (fp8 or mxfp8) for the attention core under --fp8-attention, else the 16-bit dtype; `quantised` False: a layer
+    kept out of the recipe (feature `bf16_layer`), all 16-bit."""
     run = problem.run
-    if run.recipe.low and phase.low_precision:
+    if run.recipe.low and phase.low_precision and quantised:
         return run.precision
-    if run.fp8_attention and phase.core and run.attention == "flash":
+    if run.fp8_attention and phase.core and run.attention == "flash" and quantised:
         return run.recipe.fp8_attention_kernel
     return "fp16" if run.precision == "fp16" else "bf16"
 
