@@ -93,6 +93,9 @@ FEATURES: dict[str, tuple[Any, ...]] = {
     "optimizer": ("adam", "sgd"),
     # --fp8-attention: TransformerEngine's FP8 fused attention (fp8_dpa) quantises Q, K, V and dO around the kernel
     "fp8_attention": (True, False),
+    # --checkpoint-early-stop: PyTorch's non-reentrant checkpoint (torch >= 2.1) ends a layer's re-run once it has
+    # rebuilt every saved tensor, so the GEMMs after the layer's last save are not re-run (selection.py)
+    "checkpoint_early_stop": (True, False),
     # sequence parallelism (Korthikanti et al. 2022 §4.2.2): the tensors of `tp = "sequence"` terms are
     # split over the tensor-parallel ranks too
     "sequence_parallel": (True, False),

@@ -116,8 +116,29 @@ class Selection:
             # catalogue gives the backward traffic (FlashAttention's backward kernel)
             return constants().passes.backward_traffic_factor * self.expression(phase, "bytes_moved")
         if quantity == "flops_recompute" and self.reruns(phase):
-            total += constants().passes.recompute_passes * self.expression(phase, "flops_fwd")
+            rerun = self.expression(phase, "flops_fwd") - self.skipped_by_early_stop(phase)
+            total += constants().passes.recompute_passes * rerun
         return total
+
+    def skipped_by_early_stop(self, phase: Phase) -> "sp.Expr":
+        """Forward FLOPs of the phase that a re-run stopping early never reaches: under full recomputation with
+        PyTorch's non-reentrant checkpoint (torch >= 2.1: early stop on by default, pytorch PR 96866; the re-run's
+        pack hook raises _StopRecomputationError once it has rebuilt as many saved tensors as the forward saved,
+        torch/utils/checkpoint.py `_recomputation_hook`), the GEMMs the layer runs after its last saved tensor
+        (`Gemm.after_last_save`: the MLP's second linear, whose input and weight autograd saves before the matmul
+        runs), 2mnk x count each. None without dropout only: a dropout after the MLP saves its mask last."""
+        import sympy as sp
+        from sympy.parsing.sympy_parser import parse_expr
+
+        from .symbols import SYMBOLS
+
+        f = self.feature_dict
+        if not f["checkpoint_early_stop"] or self.modules is not None or f["dropout"]:
+            return sp.Integer(0)
+        tail = [g for g in phase.gemm if g.after_last_save and g.applies(f)]
+        return sp.Add(*[2 * parse_expr(g.m, local_dict=SYMBOLS) * parse_expr(g.n, local_dict=SYMBOLS)
+                        * parse_expr(g.k, local_dict=SYMBOLS) * parse_expr(g.count, local_dict=SYMBOLS)
+                        for g in tail])
 
     def _recompute_bytes(self, phase: Phase) -> "sp.Expr":
         """Activations the policy dropped are rebuilt during this layer's backward pass and live

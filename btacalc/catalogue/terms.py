@@ -166,6 +166,9 @@ class Gemm(BaseModel):
                          "fixed.py); false: a bare functional matmul inside another module")
     source: str = Field(min_length=3)
     when: When = {}
+    after_last_save: bool = Field(False, description="the layer's forward runs this GEMM after it has saved every "
+                                  "tensor its backward reads: a re-run that stops once those are rebuilt (PyTorch's "
+                                  "non-reentrant checkpoint early stop, --checkpoint-early-stop) skips it")
 
     @field_validator("m", "n", "k", "count")
     @classmethod

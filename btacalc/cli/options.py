@@ -216,6 +216,10 @@ WgradFusionOpt = typer.Option(True, "--gradient-accumulation-fusion/--no-gradien
     "Accumulate each weight gradient into the fp32 main gradient inside its GEMM (Megatron's default); "
     "--no-gradient-accumulation-fusion: the GEMM writes a 16-bit gradient and a separate kernel adds it, "
     "per parameter and micro-batch (docs/clock.md)."))
+CheckpointEarlyStopOpt = typer.Option(False, "--checkpoint-early-stop", help=(
+    "With --recompute full: each layer's re-run stops once it has rebuilt every saved tensor, as PyTorch's "
+    "non-reentrant activation checkpoint does (torch >= 2.1, its default; llm-foundry's MPT), so the MLP's second "
+    "linear is not re-run (docs/runs.md \"mpt3\"); off: the whole layer re-runs (Megatron)."))
 CpuOffloadOpt = typer.Option(0, "--cpu-offloading-num-layers", help=help_text(
     "Offload the activations of the first N decoder layers to host memory until their backward (Megatron "
     "--cpu-offloading-num-layers N; needs PP 1 and no recomputation) [default: 0, none]."))

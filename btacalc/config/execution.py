@@ -133,6 +133,10 @@ class RunOptions:
     # into the fp32 main gradient; False (--no-gradient-accumulation-fusion): the GEMM writes a 16-bit gradient that a
     # separate kernel adds to the main gradient, once per parameter and micro-batch (gpu/fixed.py wgrad_accumulate_s)
     gradient_accumulation_fusion: bool = True
+    # PyTorch's non-reentrant activation checkpoint with early stop (torch >= 2.1, its default): a full re-run ends
+    # once every saved tensor is rebuilt, skipping the layer's GEMMs after its last save (catalogue/selection.py
+    # skipped_by_early_stop); False: the whole layer re-runs (Megatron's checkpoint, torch <= 2.0)
+    checkpoint_early_stop: bool = False
     # Megatron --cpu-offloading --cpu-offloading-num-layers N: the activations of the first N decoder layers
     # wait for their backward in host memory (ACTIVATION_OFFLOAD; 0: none)
     cpu_offload_layers: int = 0
@@ -176,6 +180,7 @@ class RunOptions:
             "moments": "bf16" if self.moment_bytes == 2 else "fp32",
             "routing_weights": self.routing_weights,
             "fp8_attention": self.fp8_attention,
+            "checkpoint_early_stop": self.checkpoint_early_stop,
         }
 
 
@@ -535,6 +540,7 @@ class ExecutionRequest:
     fp8_attention: bool = False  # Megatron --fp8-dot-product-attention (RunOptions.fp8_attention)
     rht_cast_fusion: bool = True  # NVFP4's rowwise and RHT columnwise casts in one kernel (RunOptions.rht_cast_fusion)
     gradient_accumulation_fusion: bool = True  # RunOptions.gradient_accumulation_fusion
+    checkpoint_early_stop: bool = False  # RunOptions.checkpoint_early_stop (--checkpoint-early-stop)
     cpu_offload_layers: int = 0  # Megatron --cpu-offloading-num-layers (RunOptions.cpu_offload_layers)
     bf16_layers_at_start: int = 0  # Megatron --num-layers-at-start-in-bf16 (RunOptions.bf16_layers_at_start)
     bf16_layers_at_end: int = 0  # Megatron --num-layers-at-end-in-bf16 (RunOptions.bf16_layers_at_end)
@@ -626,6 +632,7 @@ def _run_options(request: ExecutionRequest, model: "ModelSpec", profile: "Hardwa
         fp8_attention=request.fp8_attention,
         rht_cast_fusion=request.rht_cast_fusion,
         gradient_accumulation_fusion=request.gradient_accumulation_fusion,
+        checkpoint_early_stop=request.checkpoint_early_stop,
         cpu_offload_layers=request.cpu_offload_layers,
         bf16_layers_at_start=request.bf16_layers_at_start,
         bf16_layers_at_end=request.bf16_layers_at_end,
@@ -652,6 +659,9 @@ _GPU_ONLY: tuple[tuple[Any, str], ...] = (
     (lambda run, layout: run.attention_kernel != DEFAULT_ATTENTION_KERNEL,  # attention_kernels.toml: GPU kernels
      "{attention_kernel}: the fused attention kernels' rates are GPU kernels' (btacalc/data/attention_kernels.toml); "
      "a wafer-scale run has none"),
+    (lambda run, layout: run.checkpoint_early_stop,  # PyTorch's activation checkpoint (torch.utils.checkpoint)
+     "{checkpoint_early_stop}: the early-stopping re-run is PyTorch's activation checkpoint on a GPU; a wafer-scale "
+     "run's recomputation is the compiler's"),
     (lambda run, layout: layout.deepep,  # a wafer run is strict data parallel: no expert-parallel dispatch to route
      "{deepep} is a GPU MoE dispatcher between expert-parallel ranks; a wafer-scale run has no expert parallelism"),
 )
@@ -803,6 +813,9 @@ def check_bf16_layers(run: RunOptions, model: "ModelSpec") -> None:
 
 
 def _check_run(run: RunOptions, model: "ModelSpec") -> None:
+    if run.checkpoint_early_stop and run.recompute != "full":
+        raise BtacalcError(f"{{checkpoint_early_stop}} shortens a full re-run of each layer (PyTorch's activation "
+                           f"checkpoint); it needs {{recompute}} full, got {run.recompute}")
     if run.gradient_bytes not in (2, 4):
         raise BtacalcError(f"{{gradient_bytes}} must be 2 (the 16-bit parameter dtype) or 4 (fp32), got {run.gradient_bytes!r}")
     if run.moment_bytes not in (2, 4):

@@ -140,6 +140,9 @@ class Recipe(BaseModel):
                                      "training/determinism.py: NCCL_ALGO Ring, NVTE_ALLOW_NONDETERMINISTIC_ALGO 0, "
                                      "CUBLAS_WORKSPACE_CONFIG, torch.use_deterministic_algorithms): expressed with the "
                                      "parts btacalc does not time stated in the run's notes (DETERMINISTIC_UNMODELLED)")
+    checkpoint_early_stop: bool = Field(False, description="true: the run's full recompute is PyTorch's "
+                                        "non-reentrant activation checkpoint with early stop (torch >= 2.1), "
+                                        "--checkpoint-early-stop")
     gradient_accumulation_fusion: Optional[bool] = Field(None, description="false: --no-gradient-accumulation-fusion "
                                                          "(a separate main-gradient add per parameter and micro-batch, "
                                                          "gpu/fixed.py); default: Megatron's fused accumulation")
@@ -450,6 +453,8 @@ def express(run: MeasuredRun, family: str = "gpu") -> tuple[Optional[ExecutionRe
             changes["moment_bytes"] = 2 if recipe.exp_avg_dtype == "bf16" else 4
         if recipe.transformer_engine is not None:
             changes["rht_cast_fusion"] = precision_recipe(run.precision).rht_cast_fused_in(recipe.transformer_engine)
+        if recipe.checkpoint_early_stop:
+            changes["checkpoint_early_stop"] = True
         if recipe.gradient_accumulation_fusion is not None:
             changes["gradient_accumulation_fusion"] = recipe.gradient_accumulation_fusion
         if recipe.cpu_offloading_num_layers:

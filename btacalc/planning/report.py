@@ -128,6 +128,9 @@ class Inputs(BaseModel):
     gradient_accumulation_fusion: bool = Field(True, description="weight-gradient GEMMs accumulate into the fp32 main "
                                                "gradient (Megatron's default); false: a separate add per parameter "
                                                "and micro-batch (--no-gradient-accumulation-fusion)")
+    checkpoint_early_stop: bool = Field(False, description="full recompute as PyTorch's non-reentrant checkpoint "
+                                        "with early stop: the MLP's second linear is not re-run "
+                                        "(--checkpoint-early-stop)")
     cpu_offload_layers: int = Field(0, description="decoder layers whose activations wait in host memory "
                                     "(--cpu-offloading-num-layers)")
     bf16_layers_at_start: int = Field(0, description="the first decoder layers kept out of the low-precision recipe "
@@ -161,6 +164,8 @@ class Inputs(BaseModel):
         if not self.gradient_accumulation_fusion:
             out.append(("weight gradients added to the main gradient by a separate kernel",
                         "--no-gradient-accumulation-fusion"))
+        if self.checkpoint_early_stop:
+            out.append(("re-runs stop after the last saved tensor (PyTorch checkpoint)", "--checkpoint-early-stop"))
         if self.cpu_offload_layers:
             out.append((f"the first {self.cpu_offload_layers} layers' activations in host memory",
                         f"--cpu-offloading-num-layers {self.cpu_offload_layers}"))
