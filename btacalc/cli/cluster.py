@@ -31,8 +31,9 @@ CROSSOVER_EXAMPLES = ("Examples:\n\n"
 
 def _profiles(hw: str) -> list[Any]:
     from ..config.hardware import resolve_hardware
+    from .parsing import comma_entries
 
-    names = [h.strip() for h in hw.split(",") if h.strip()]
+    names = comma_entries(hw, "{hardware}", unique=False)
     if not names:
         raise BtacalcError("{hardware}: give a comma-separated list of profiles, e.g. wse3,b200")
     profiles = [resolve_hardware(n) for n in names]
@@ -47,13 +48,14 @@ def _profiles(hw: str) -> list[Any]:
 def _precisions(text: Optional[str]) -> list[str]:
     """`--precision bf16,mxfp8`: the names, each checked (unknown: one-line error)."""
     from ..config.precision import recipe
+    from .parsing import comma_entries
 
-    names = [x.strip() for x in (text or "").split(",") if x.strip()]
+    names = comma_entries(text or "", "{precision}")
     if text is not None and not names:
         raise BtacalcError("{precision}: give one or more precisions, e.g. bf16,mxfp8")
     for name in names:
         recipe(name)
-    return list(dict.fromkeys(names))
+    return names
 
 
 def compare(
