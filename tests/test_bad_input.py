@@ -388,6 +388,16 @@ for args, fragment in [(["--hw", "b200", "--devices", "8,8"], "gives 8 twice"),
                        (["--hw", "b200,,wse3"], "--hw 'b200,,wse3' has an empty entry")]:
     case("ranges", "compare", *args, fragment=fragment)
 case("ranges", "crossover", "--hw", "wse3", "--hidden", "256,256", fragment="gives 256 twice")
+for args, first in ((["--emit", "megatron", "--hw", "h100", "--devices", "8"], "--hw"), (["--hw", "nope"], "--hw"),
+                    (["--profile"], "--profile"), (["--sensitivity", "10"], "--sensitivity"),
+                    (["--config", "{tmp}/run.toml"], "--model")):
+    case("ignored", "plan", "--schema", *args, fragment=f"the same for every plan: {first} would change nothing",
+         files={"run.toml": 'model = "llama-3-8b"\n'})
+for solve in ("chip.peak_flops_per_s,chip.peak_flops_per_s", "peak_flops_per_s,chip.peak_flops_per_s"):
+    case("ignored", "whatif", "--hw", "h100", "--devices", "8", "--target", "mfu=0.5", "--solve-for", solve,
+         fragment="--solve-for names chip.peak_flops_per_s twice")
+for cmd in (["plan", "--hw", "wse3"], ["compare", "--hw", "wse3"]):
+    case("ignored", *cmd, "--memory-model", "resident", "--no-overlap", fragment="--memory-model resident streams no")
 case("ranges", "crossover", "--hw", "wse3,,b200", "--hidden", "256", fragment="has an empty entry")
 
 # --- measured-run files: malformed, too deep, not JSON numbers, loose types ---------------------------

@@ -164,6 +164,7 @@ def plan(
     # --emit and --schema print on stdout (and write --output); the plan JSON only with --json
     outs = outputs(output, as_json or emit is not None or (schema and output is None), inputs={"--model": model, "--hw": hw})
     if schema:
+        _schema_alone(ctx)
         text = json.dumps(PlanReport.model_json_schema(), indent=2) + "\n"
         write_outputs(outs, {"--output": text, "--json": text}, None)
         return 0
@@ -257,6 +258,17 @@ def _print_profile() -> None:
              ", ".join(f"{name} {1e3 * s:.1f} ms" for name, s in profiling.seconds.items()) + f"; total {1e3 * total:.1f} ms"]
     for line in lines:
         err.print(f"btacalc profile: {line}", highlight=False, markup=False, soft_wrap=True)
+
+
+def _schema_alone(ctx: typer.Context) -> None:
+    """--schema prints the plan's JSON schema, the same for every plan: another plan option (on the command line or
+    from --config) would be ignored, so it is refused; --output and --json say where the schema goes."""
+    others = {p.name: p for p in ctx.command.params if p.name and p.name not in ("schema", "output", "as_json")}
+    given = given_on_command_line(ctx, tuple(others))
+    if given:
+        opts = getattr(others[given[0]], "opts", None) or ["--" + given[0].replace("_", "-")]
+        raise BtacalcError(f"--schema prints the plan's JSON schema, the same for every plan: {opts[0]} would change "
+                           "nothing (--schema takes only --output and --json)")
 
 
 def _given(ctx: typer.Context, name: str) -> bool:

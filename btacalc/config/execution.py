@@ -657,6 +657,8 @@ _NO_EFFECT: tuple[tuple[Any, str], ...] = (
      "expert and runs every routed token whatever the balance"),
     (lambda run, layout, model, gpu: gpu and not run.overlap_streaming,
      "{overlap_streaming} sets how wafer weight streaming overlaps compute: a GPU plan keeps its weights resident"),
+    (lambda run, layout, model, gpu: not gpu and run.memory_model == "resident" and not run.overlap_streaming,
+     "{overlap_streaming} sets how wafer weight streaming overlaps compute: {memory_model} resident streams no weights"),
 )
 
 
