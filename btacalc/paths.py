@@ -71,6 +71,35 @@ def inputs_read() -> dict[tuple[int, int], str]:
     return dict(_READ)
 
 
+def own_files() -> dict[tuple[int, int], str]:
+    """The (device, inode) -> path of btacalc's own files: the package (its code and btacalc/data: presets,
+    measured runs, calibration), the shipped formulas and hardware profiles, and in a source checkout the
+    README the tests execute. Every command reads some of them by name (`--hw wse3` is
+    hardware_profiles/wse3.toml, `validate` reads btacalc/data/measured_runs.json), none of them through a
+    path the user gave, so `note_input` never sees them; an output onto one would break every later
+    command. About 200 files, listed in about a millisecond, only when an output target already exists."""
+    folders = [_PKG] + [d for d in (_PKG.parent / "formulas", _PKG.parent / "hardware_profiles")
+                        if d.is_dir() and d == _source_data(d.name)]
+    files = [os.path.join(root, name) for folder in folders for root, _, names in os.walk(folder) for name in names]
+    if len(folders) > 1:  # a source checkout
+        files.append(os.fspath(_PKG.parent / "README.md"))
+    out: dict[tuple[int, int], str] = {}
+    for path in files:
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        out.setdefault((st.st_dev, st.st_ino), path)
+    return out
+
+
+def _source_data(name: str) -> "Path | None":
+    try:
+        return data_dir(name)
+    except FileNotFoundError:
+        return None
+
+
 def read_input(path: "os.PathLike[str] | str", limit: int = MAX_INPUT_BYTES) -> str:
     """The UTF-8 text of a user's input file. Its type and size are checked on the open file before
     any byte is read (a FIFO or a device never blocks, a 1 GiB file is never read); a refusal is an

@@ -165,7 +165,7 @@ for cmd in (["plan"], ["sweep", "--vary", "experts=16"], ["compare"], ["measure"
 for cmd in (["plan"], ["sweep", "--vary", "experts=16"], ["compare"], ["crossover"]):
     case("names", *cmd, "--hw", "tpu-v9", fragment="unknown hardware")
     case("names", *cmd, "--hw", "missing/profile.toml", fragment="not found")
-case("names", "compare", "--hw", "wse3,,nope", fragment="unknown hardware")
+case("names", "compare", "--hw", "wse3,nope", fragment="unknown hardware")
 case("names", "compare", "--hw", ",", fragment="comma-separated")
 case("names", "crossover", "--hw", " ", fragment="comma-separated")
 case("names", "crossover", "--family", "llama", fragment="unknown model family")
@@ -376,6 +376,46 @@ case("ignored", "sweep", "-m", "llama-3-8b", "--hw", "h100", "--vary", "global-b
      "1000000", fragment="--vary global-batch fixes it at every point")
 case("ignored", "crossover", "--hw", "wse3", "--hidden", "256", "--search", fragment="--hw has no GPU profile")
 
+# --- review3: GPU layout options on a wafer-scale profile, lists with empty or repeated entries ------------------
+# Each was accepted and planned as without it (the option changed only its own echo in the JSON), or made the
+# same point / row twice, or read a value from an empty entry's neighbours.
+WAFER_GPU_ONLY = ["--overlap-grad-reduce", "--no-overlap-grad-reduce", "--overlap-param-gather", "--tp-comm-overlap",
+                  "--overlap-p2p", "--no-overlap-p2p", "--overlap-a2a"]
+for flag_ in WAFER_GPU_ONLY:
+    case("ignored", "plan", "--hw", "wse3", flag_, fragment="wse3 is a wafer-scale profile")
+for cmd in (["plan", "--hw", "wse2"], ["sweep", "--hw", "wse3", "--vary", "seq=1024,2048"],
+            ["whatif", "--hw", "wse3", "--target", "mfu=0.5", "--solve-for", "chip.peak_flops_per_s"]):
+    case("ignored", *cmd, "--gpus-per-node", "4", fragment="--gpus-per-node: GPU layout option")
+case("ignored", "sweep", "--hw", "wse3", "--vary", "seq=1024", "--overlap-a2a", fragment="--overlap-a2a: GPU layout")
+case("ignored", "plan", "--hw", "wse3", "--devices", "4", "--gpus-per-node", "2", "--tp-comm-overlap",
+     fragment="--gpus-per-node/--tp-comm-overlap: GPU layout options")
+for args, fragment in ((["--devices", "8"], "--devices sets"), (["--ep", "2", "--zero", "1"], "--ep/--zero set"),
+                       (["--gpus-per-node", "4"], "--gpus-per-node sets"), (["--overlap-a2a"], "--overlap-a2a sets")):
+    case("ignored", "compare", "--hw", "wse3,wse2", *args, fragment=f"{fragment} the GPU rows' layout")
+for spec, fragment in [("experts=16,,32", "has an empty entry"), ("experts=16,32,", "has an empty entry"),
+                       ("experts=16,16", "gives 16 twice"), ("experts=16,016", "gives 16 twice"),
+                       ("experts=\u0661\u0666", "is not an integer"), ("precision=bf16,bf16", "gives bf16 twice"),
+                       ("precision=bf16,,fp8", "has an empty entry")]:
+    case("ranges", "sweep", "--hw", "h100", "--devices", "8", "--vary", spec,
+         fragment=fragment)
+for args, fragment in [(["--hw", "b200", "--devices", "8,8"], "gives 8 twice"),
+                       (["--hw", "b200", "--precision", "fp8,fp8"], "gives fp8 twice"),
+                       (["--hw", "b200", "--precision", "bf16,,fp8"], "has an empty entry"),
+                       (["--hw", "b200,,wse3"], "--hw 'b200,,wse3' has an empty entry")]:
+    case("ranges", "compare", *args, fragment=fragment)
+case("ranges", "crossover", "--hw", "wse3", "--hidden", "256,256", fragment="gives 256 twice")
+for args, first in ((["--emit", "megatron", "--hw", "h100", "--devices", "8"], "--hw"), (["--hw", "nope"], "--hw"),
+                    (["--profile"], "--profile"), (["--sensitivity", "10"], "--sensitivity"),
+                    (["--config", "{tmp}/run.toml"], "--model")):
+    case("ignored", "plan", "--schema", *args, fragment=f"the same for every plan: {first} would change nothing",
+         files={"run.toml": 'model = "llama-3-8b"\n'})
+for solve in ("chip.peak_flops_per_s,chip.peak_flops_per_s", "peak_flops_per_s,chip.peak_flops_per_s"):
+    case("ignored", "whatif", "--hw", "h100", "--devices", "8", "--target", "mfu=0.5", "--solve-for", solve,
+         fragment="--solve-for names chip.peak_flops_per_s twice")
+for cmd in (["plan", "--hw", "wse3"], ["compare", "--hw", "wse3"]):
+    case("ignored", *cmd, "--memory-model", "resident", "--no-overlap", fragment="--memory-model resident streams no")
+case("ranges", "crossover", "--hw", "wse3,,b200", "--hidden", "256", fragment="has an empty entry")
+
 # --- measured-run files: malformed, too deep, not JSON numbers, loose types ---------------------------
 SHIPPED_RUNS = json.loads(package_data("measured_runs.json").read_text())
 
@@ -400,6 +440,9 @@ for name, text, fragment in [
 ]:
     case("files", "validate", "--measured", "{tmp}/" + name + ".json", fragment=fragment,
          files={name + ".json": text}, outputs=False)
+# review3: a config.json cut short read "Unterminated string starting at at line 1" (json's message ends in "at")
+case("files", "plan", "--model", "{tmp}/cut.json", fragment="not valid JSON: Unterminated string starting (line 1, "
+     "column 16)", files={"cut.json": '{"model_type": "lla'})
 case("values", "validate", "--calibrate", "--json", fragment="--calibrate fits on the shipped measured runs")
 case("values", "compare", "--hw", "wse3,wse3", fragment="given twice")
 case("outputs", "sweep", "--vary", "experts=16", "--csv", "{tmp}/hl2", "--output", "{tmp}/hl1", fragment="both write to",

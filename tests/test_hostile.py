@@ -798,6 +798,49 @@ def test_plan_never_writes_over_its_run_file(cli, tmp_path, flag, name, text, ex
     assert _tree(tmp_path) == before
 
 
+# review3: btacalc's own files are inputs too. `plan --hw wse3 --output hardware_profiles/wse3.toml` replaced the
+# shipped profile the command had just read by name (and every later command then stopped with "internal data
+# error"); the registry knew only files read through a path the user gave.
+PKG = ROOT / "btacalc"
+OWN = {"profile": data_dir("hardware_profiles") / "wse3.toml", "runs": package_data("measured_runs.json"),
+       "preset": PKG / "data" / "presets" / "qwen3-30b-a3b.toml", "formula": data_dir("formulas") / "attention.toml",
+       "code": PKG / "cli" / "app.py", "readme": ROOT / "README.md"}
+OWN_COMMANDS = {"profile": ["plan", "--hw", "wse3", "--output"], "runs": ["validate", "--output"],
+                "preset": ["sweep", "--vary", "seq=1024", "--csv"], "formula": ["compare", "--hw", "wse3", "--csv"],
+                "code": ["plan", "--json", "--output"], "readme": ["crossover", "--hw", "wse3", "--hidden", "256", "--csv"]}
+OWN_FILES = cases("registry", [(kind, spelling) for kind in OWN for spelling in ("path", "dotted", "symlink", "hardlink")])
+
+
+@pytest.mark.parametrize("kind, spelling", OWN_FILES, ids=[f"{k}-{s}" for k, s in OWN_FILES])
+def test_no_output_replaces_one_of_btacalcs_own_files(cli, tmp_path, kind, spelling):
+    own = OWN[kind]
+    if not own.is_file():  # an installed wheel has no README beside the package
+        pytest.skip(f"{own} is not shipped here")
+    given = {"path": own, "dotted": own.parent / ".." / own.parent.name / own.name,
+             "symlink": tmp_path / "link", "hardlink": tmp_path / "hard"}[spelling]
+    if spelling == "symlink":
+        given.symlink_to(own)
+    elif spelling == "hardlink":
+        os.link(own, given)
+    before, inode = own.read_bytes(), os.stat(own).st_ino
+    try:
+        code, out, err = cli(*OWN_COMMANDS[kind], str(given))
+        one_line_error(code, out, err, "is one of btacalc's own files")
+        assert own.read_bytes() == before and os.stat(own).st_ino == inode  # not replaced (a rename gives a new inode)
+    finally:  # were the guard ever lost, put the shipped file back for the rest of the suite
+        if own.read_bytes() != before:
+            own.write_bytes(before)
+
+
+@counted("registry", 1)
+def test_a_new_file_beside_the_shipped_data_is_still_written(cli, tmp_path):
+    """The guard is on btacalc's own files only: an output to a new name, or to a copy of a shipped file,
+    is written as any other."""
+    (tmp_path / "copy.toml").write_bytes(OWN["profile"].read_bytes())
+    code, out, err = cli("plan", "--hw", "wse3", "--output", str(tmp_path / "copy.toml"))
+    assert code == 0 and err == "" and json.loads((tmp_path / "copy.toml").read_text())["hardware"]["name"] == "wse3"
+
+
 @counted("signals", 1)
 def test_a_stop_delivered_as_the_sweep_notes_its_staged_files_leaves_none(cli, tmp_path, monkeypatch):
     """A stop held while a streaming sweep creates its staged files is delivered as `held` unblocks it; the sweep's

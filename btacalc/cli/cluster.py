@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import typer
 
@@ -31,8 +31,9 @@ CROSSOVER_EXAMPLES = ("Examples:\n\n"
 
 def _profiles(hw: str) -> list[Any]:
     from ..config.hardware import resolve_hardware
+    from .parsing import comma_entries
 
-    names = [h.strip() for h in hw.split(",") if h.strip()]
+    names = comma_entries(hw, "{hardware}", unique=False)
     if not names:
         raise BtacalcError("{hardware}: give a comma-separated list of profiles, e.g. wse3,b200")
     profiles = [resolve_hardware(n) for n in names]
@@ -47,13 +48,14 @@ def _profiles(hw: str) -> list[Any]:
 def _precisions(text: Optional[str]) -> list[str]:
     """`--precision bf16,mxfp8`: the names, each checked (unknown: one-line error)."""
     from ..config.precision import recipe
+    from .parsing import comma_entries
 
-    names = [x.strip() for x in (text or "").split(",") if x.strip()]
+    names = comma_entries(text or "", "{precision}")
     if text is not None and not names:
         raise BtacalcError("{precision}: give one or more precisions, e.g. bf16,mxfp8")
     for name in names:
         recipe(name)
-    return list(dict.fromkeys(names))
+    return names
 
 
 def compare(
@@ -101,22 +103,11 @@ def compare(
     MFU, vs dense, binding constraint, dominant phase, tokens/s per kW."""
     from ..config.execution import BatchLimits, ExecutionRequest
     from ..config.presets import resolve_model
-    from ..output.cluster_tables import compare_renderable
-    from ..output.csvfiles import compare_csv
-    from ..output.plots import compare_plot
-    from ..planning.compare import compare as run_compare
-    from ..planning.compare import row_count
-    from .parsing import parse_values
 
     check_bounds({"--systems": systems})
     outs = outputs(output, as_json, csv_path, plot_path, inputs={"--model": model, "--hw": hw})
-    spec = resolve_model(model, name)
-    profiles = _profiles(hw)
-    counts = None if devices.strip() == "auto" else parse_values(devices, "--devices", limit=MAX_DEVICE_COUNTS)
-    if memory_model == MemoryModelChoice.weight_streaming and any(p.family == "gpu" for p in profiles):
-        raise BtacalcError("{memory_model} weight_streaming is modelled for wafer-scale profiles only")
-    if match is not None and counts is not None:
-        raise BtacalcError("{match} sets the GPU counts: leave --devices at auto")
+    spec, profiles = resolve_model(model, name), _profiles(hw)
+    counts = _device_counts(devices, match, memory_model, profiles)
     request = ExecutionRequest(seq_len=seq, recompute=recompute, attention=value(attention),
                                memory_model=value(memory_model), overlap_streaming=overlap, expert_parallel=ep,
                                zero_stage=zero, devices_per_node=gpus_per_node, overlap_all_to_all=overlap_a2a,
@@ -124,12 +115,47 @@ def compare(
                                fp8_param_gather=fp8_param_gather, fp8_attention=fp8_attention,
                                rht_cast_fusion=rht_cast_fusion, gradient_accumulation_fusion=gradient_accumulation_fusion,
                                limits=BatchLimits(global_batch=global_batch))
+    result = _compared(spec, profiles, counts, request, (systems, value(match), global_batch), search, precision, quiet)
+    _emit_compared(result, as_json, output, csv_path, plot_path, outs)
+    return 0
+
+
+def _emit_compared(result: Any, as_json: bool, output: Optional[str], csv_path: Optional[str],
+                   plot_path: Optional[str], outs: Any) -> None:
+    """The rows as a table, JSON, CSV and a bar chart, written together."""
+    from ..output.cluster_tables import compare_renderable
+    from ..output.csvfiles import compare_csv
+    from ..output.plots import compare_plot
+
+    emit_result(result, as_json, output, csv_path, compare_csv, plot_path, compare_plot, compare_renderable, outs)
+
+
+def _device_counts(devices: str, match: Optional[Match], memory_model: Optional[MemoryModelChoice],
+                   profiles: list[Any]) -> Optional[Sequence[int]]:
+    """--devices as GPU counts (None: auto), checked against --match and --memory-model."""
+    from .parsing import parse_values
+
+    counts = None if devices.strip() == "auto" else parse_values(devices, "--devices", limit=MAX_DEVICE_COUNTS)
+    if memory_model == MemoryModelChoice.weight_streaming and any(p.family == "gpu" for p in profiles):
+        raise BtacalcError("{memory_model} weight_streaming is modelled for wafer-scale profiles only")
+    if match is not None and counts is not None:
+        raise BtacalcError("{match} sets the GPU counts: leave --devices at auto")
+    return counts
+
+
+def _compared(spec: Any, profiles: list[Any], counts: Optional[Sequence[int]], request: Any,
+              wafer_rows: tuple[int, Optional[str], Optional[int]], search: bool, precision: Optional[str],
+              quiet: bool) -> Any:
+    """Every row planned, with a progress report (`wafer_rows`: systems, --match, the wafer rows' global batch;
+    `precision`: --precision's comma-separated list)."""
+    from ..planning.compare import compare as run_compare
+    from ..planning.compare import row_count
+
+    systems, match, global_batch = wafer_rows
     precisions = _precisions(precision)
     with progress(row_count(profiles, counts, len(precisions) or 1), "comparing", quiet) as advance:
-        result = run_compare(spec, profiles, counts, request, systems, value(match), global_batch, progress=advance,
-                             search=search, precisions=precisions, say=with_flags)
-    emit_result(result, as_json, output, csv_path, compare_csv, plot_path, compare_plot, compare_renderable, outs)
-    return 0
+        return run_compare(spec, profiles, counts, request, systems, match, global_batch, progress=advance,
+                           search=search, precisions=precisions, say=with_flags)
 
 
 def crossover(

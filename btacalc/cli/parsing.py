@@ -9,6 +9,22 @@ from ..errors import BtacalcError
 from ..planning.sweep import CHOICE_PARAMS, VARIABLES
 
 
+def comma_entries(text: str, flag: str, unique: bool = True) -> list[str]:
+    """The stripped entries of a comma-separated option value; [] when it holds none (`,` or blanks: the
+    caller says what to give). An empty entry among others (`16,,32`, `16,32,`) and an entry given twice are
+    one-line errors: the first may hide a value that was meant, the second would make the same point, row or
+    curve twice (`unique=False`: the caller checks repeats itself, e.g. by the profile a name or path gives)."""
+    entries = [x.strip() for x in text.split(",")]
+    if not any(entries):
+        return []
+    if not all(entries):
+        raise BtacalcError(f"{flag} {text.strip()!r} has an empty entry (two commas in a row, or one at an end)")
+    twice = sorted({x for x in entries if entries.count(x) > 1}, key=entries.index) if unique else []
+    if twice:
+        raise BtacalcError(f"{flag} {text.strip()!r} gives {', '.join(twice)} twice")
+    return entries
+
+
 def parse_values(spec: str, flag: str = "--vary", limit: Optional[int] = None) -> Sequence[int]:
     """'a,b,c' or 'start:stop:step' (inclusive; a `range`, never built in memory) or 'start:stop:xF'
     (geometric, factor F); positive integers. `flag` names the option in error messages; `limit` caps
@@ -19,6 +35,8 @@ def parse_values(spec: str, flag: str = "--vary", limit: Optional[int] = None) -
 
     def num(text: str) -> int:
         try:
+            if not text.isascii():  # int() reads any script's digits ('١٦' is 16); the integer options do not
+                raise ValueError(text)
             v = int(text)
         except ValueError:
             raise BtacalcError(f"{flag} value {text.strip()!r} is not an integer") from None
@@ -48,9 +66,12 @@ def parse_values(spec: str, flag: str = "--vary", limit: Optional[int] = None) -
         step = num(parts[2])
         bounded((stop - start) // step + 1)
         return range(start, stop + 1, step)
-    values = [num(x) for x in spec.split(",") if x.strip()]
+    values = [num(x) for x in comma_entries(spec, flag)]
     if not values:
         raise BtacalcError(f"{flag} {spec!r} gives no values")
+    twice = sorted({v for v in values if values.count(v) > 1})  # one number spelt twice ('16,016')
+    if twice:
+        raise BtacalcError(f"{flag} {spec!r} gives {', '.join(map(str, twice))} twice")
     bounded(len(values))
     return values
 
@@ -58,7 +79,7 @@ def parse_values(spec: str, flag: str = "--vary", limit: Optional[int] = None) -
 def _choice_indices(name: str, spec: str) -> list[int]:
     """`--vary precision=bf16,mxfp8`: the indices of the named choices (the grid holds integers)."""
     choices = CHOICE_PARAMS[name][1]
-    names = [x.strip() for x in spec.split(",") if x.strip()]
+    names = comma_entries(spec, f"--vary {name}")
     unknown = [n for n in names if n not in choices]
     if not names or unknown:
         raise BtacalcError(f"--vary {name}: {unknown[0] if unknown else spec!r} is not one of {', '.join(choices)}")

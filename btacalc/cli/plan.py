@@ -167,6 +167,7 @@ def plan(
     # --emit and --schema print on stdout (and write --output); the plan JSON only with --json
     outs = outputs(output, as_json or emit is not None or (schema and output is None), inputs={"--model": model, "--hw": hw})
     if schema:
+        _schema_alone(ctx)
         text = json.dumps(PlanReport.model_json_schema(), indent=2) + "\n"
         write_outputs(outs, {"--output": text, "--json": text}, None)
         return 0
@@ -175,14 +176,9 @@ def plan(
         spec = imported.model if imported else resolve_model(model, name).with_overrides(experts, top_k, expert_ffn,
                                                                                           fixed_active)
         profile = resolve_hardware(hw)
-    request = imported.request.with_changes(
-        devices_per_node=gpus_per_node or imported.request.devices_per_node, objective=value(objective),
-        accounting=accounting.value, causal=causal, loss=value(loss) or imported.request.loss,
-        routing_imbalance=routing_imbalance, limits=replace(imported.request.limits, max_global_batch=max_global_batch, max_tile_batch=max_tile_batch),
-        cuda_graph_scope=_scopes(cuda_graph_scope, imported.request.cuda_graph_scope),
-        fp8_attention=fp8_attention or imported.request.fp8_attention,  # no Megatron flag sets it: a launch cannot
-        fsdp_impl=fsdp_impl or imported.request.fsdp_impl,
-    ) if imported else ExecutionRequest(
+    request = _imported_request(imported.request, gpus_per_node, value(objective), accounting.value, causal, value(loss),
+                                routing_imbalance, (max_global_batch, max_tile_batch), cuda_graph_scope, fp8_attention,
+                                fsdp_impl) if imported else ExecutionRequest(
         seq_len=seq, recompute=recompute, attention=value(attention), causal=causal, loss=value(loss),
         attention_kernel=attention_kernel, fsdp_impl=fsdp_impl,
         accounting=accounting.value, memory_model=value(memory_model), overlap_streaming=overlap,
@@ -219,10 +215,33 @@ def plan(
         text = _emitted(report, value(emit), spec)
         write_outputs(outs, {"--output": text, "--json": text}, None)
         return 0 if report.plan.fits else 1
+    return _reported(report, (spec, profile, request), sensitivity, outs, profile_run)
+
+
+def _imported_request(base: Any, gpus_per_node: Optional[int], objective: Optional[str], accounting: str, causal: bool,
+                      loss: Optional[str], routing_imbalance: float, caps: tuple[Optional[int], Optional[int]],
+                      cuda_graph_scope: Optional[str], fp8_attention: bool, fsdp_impl: Optional[str]) -> Any:
+    """An imported run's request (--from-megatron, --from-bridge) with the options the command line may add
+    (`caps`: --max-global-batch and --max-tile-batch)."""
+    max_global_batch, max_tile_batch = caps
+    return base.with_changes(
+        devices_per_node=gpus_per_node or base.devices_per_node, objective=objective,
+        accounting=accounting, causal=causal, loss=loss or base.loss,
+        routing_imbalance=routing_imbalance, limits=replace(base.limits, max_global_batch=max_global_batch, max_tile_batch=max_tile_batch),
+        cuda_graph_scope=_scopes(cuda_graph_scope, base.cuda_graph_scope),
+        fp8_attention=fp8_attention or base.fp8_attention,  # no Megatron flag sets it: a launch cannot
+        fsdp_impl=fsdp_impl or base.fsdp_impl,
+    )
+
+
+def _reported(report: Any, problem: tuple[Any, Any, Any], sensitivity: Optional[float], outs: Any,
+              profile_run: bool) -> int:
+    """The plan (with --sensitivity's moves) as JSON or tables, written together; --profile's report on stderr.
+    `problem`: the model, the profile and the request it was planned with."""
     if sensitivity is not None:
         from ..planning.sensitivity import sensitivity as run_sensitivity
 
-        report.sensitivity = run_sensitivity(spec, profile, request, sensitivity)
+        report.sensitivity = run_sensitivity(*problem, sensitivity)
     text = report.model_dump_json(indent=2) + "\n"
 
     def table() -> Any:
@@ -247,6 +266,17 @@ def _print_profile() -> None:
              ", ".join(f"{name} {1e3 * s:.1f} ms" for name, s in profiling.seconds.items()) + f"; total {1e3 * total:.1f} ms"]
     for line in lines:
         err.print(f"btacalc profile: {line}", highlight=False, markup=False, soft_wrap=True)
+
+
+def _schema_alone(ctx: typer.Context) -> None:
+    """--schema prints the plan's JSON schema, the same for every plan: another plan option (on the command line or
+    from --config) would be ignored, so it is refused; --output and --json say where the schema goes."""
+    others = {p.name: p for p in ctx.command.params if p.name and p.name not in ("schema", "output", "as_json")}
+    given = given_on_command_line(ctx, tuple(others))
+    if given:
+        opts = getattr(others[given[0]], "opts", None) or ["--" + given[0].replace("_", "-")]
+        raise BtacalcError(f"--schema prints the plan's JSON schema, the same for every plan: {opts[0]} would change "
+                           "nothing (--schema takes only --output and --json)")
 
 
 def _given(ctx: typer.Context, name: str) -> bool:
@@ -377,12 +407,8 @@ def sweep(
     from ..config.execution import ExecutionRequest
     from ..config.hardware import resolve_hardware
     from ..config.presets import resolve_model
-    from ..planning.sweep import Grid, iter_sweep
-    from .parsing import parse_vary
-    from .sweeping import SweepOutputs
 
-    grid = Grid.of(parse_vary(vary))
-    grid.check(max_points)
+    grid = _grid(vary, max_points)
     outs = outputs(output, as_json, csv_path, plot_path, inputs={"--model": model, "--hw": hw})
     spec, profile = resolve_model(model, name), resolve_hardware(hw)
     _check_swept_options(grid.names, fixed_active, tokens_per_step)
@@ -393,13 +419,32 @@ def sweep(
         multi_token_prediction=mtp, objective=value(objective), tokens_per_step=tokens_per_step,
         precision=value(precision), fp8_param_gather=fp8_param_gather, fp8_attention=fp8_attention,
         rht_cast_fusion=rht_cast_fusion, gradient_accumulation_fusion=gradient_accumulation_fusion)
+    _stream(outs, grid, spec, profile, request, fixed_active, max_points, plot_path, quiet)
+    return 0
+
+
+def _grid(vary: list[str], max_points: Optional[int]) -> Any:
+    """The sweep's grid, refused before any work when it holds more than --max-points (default 1,000,000)."""
+    from ..planning.sweep import Grid
+    from .parsing import parse_vary
+
+    grid = Grid.of(parse_vary(vary))
+    grid.check(max_points)
+    return grid
+
+
+def _stream(outs: Any, grid: Any, spec: Any, profile: Any, request: Any, fixed_active: bool, max_points: Optional[int],
+            plot_path: Optional[str], quiet: bool) -> None:
+    """Solve the grid block by block, each block written as it is solved (staged files committed at the end)."""
+    from ..planning.sweep import iter_sweep
+    from .sweeping import SweepOutputs
+
     with SweepOutputs(outs, grid, spec.name, profile.name, fixed_active, plot_path) as sink:
         with progress(grid.size, "solving", quiet) as advance:
             for block in iter_sweep(spec, profile, request, grid, fixed_active, max_points, with_flags):
                 sink.block(block)
                 advance(len(block))
         sink.finish()
-    return 0
 
 
 def register(app: typer.Typer) -> None:

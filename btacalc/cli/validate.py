@@ -44,9 +44,16 @@ def validate(
     Exit 0 when every point passes or is a documented known gap and the measured check runs stay in
     their documented bands; 1 otherwise; 2 on bad input.
     """
-    from ..planning.measured import validate_measured
-    from ..planning.validate import validate as run_validation
+    refit = _refit(measured, as_json, output, plot_path, calibrate, wafer_loo, cross_validate)
+    if refit is not None:
+        return refit
+    return _validate(measured, as_json, output, plot_path)
 
+
+def _refit(measured: Optional[Path], as_json: bool, output: Optional[str], plot_path: Optional[str], calibrate: bool,
+           wafer_loo: bool, cross_validate: bool) -> Optional[int]:
+    """The three refits (--calibrate, --cross-validate, --wafer-loo), each on the shipped runs with the
+    outputs it takes (others: one-line errors); None when none is asked for."""
     if calibrate:
         given = [f for f, v in (("--measured", measured), ("--json", as_json), ("--output", output), ("--plot", plot_path),
                                 ("--cross-validate", cross_validate)) if v]
@@ -65,6 +72,14 @@ def validate(
         if given:
             raise BtacalcError(f"--wafer-loo refits on the shipped measured runs; it takes no {', '.join(given)}")
         return _wafer_loo(as_json)
+    return None
+
+
+def _validate(measured: Optional[Path], as_json: bool, output: Optional[str], plot_path: Optional[str]) -> int:
+    """Every published point and measured run: tables, JSON and the accuracy plot, written together."""
+    from ..planning.measured import validate_measured
+    from ..planning.validate import validate as run_validation
+
     outs = outputs(output, as_json, plot_path=plot_path, inputs={"--measured": str(measured) if measured else None})
     report = validate_measured(measured)  # first: a bad run file is refused before the published points run
     points = run_validation()

@@ -75,7 +75,11 @@ def whatif(
         overlap_all_to_all=overlap_a2a, micro_batches=grad_accum,
         limits=BatchLimits(global_batch, tiles, tile_batch, max_global_batch, max_tile_batch))
     outs = outputs(output, as_json, inputs={"--model": model, "--hw": hw})
-    result = run_whatif(spec, resolve_hardware(hw), request, target, solve_for)
+    return _written(run_whatif(spec, resolve_hardware(hw), request, target, solve_for), outs)
+
+
+def _written(result: Any, outs: Any) -> int:
+    """The answer as JSON (--output, --json) or as a table; exit 0 when the target is reached, else 1."""
     text = result.model_dump_json(indent=2) + "\n"
 
     def table() -> Any:

@@ -681,11 +681,37 @@ _NO_EFFECT: tuple[tuple[Any, str], ...] = (
      "expert and runs every routed token whatever the balance"),
     (lambda run, layout, model, gpu: gpu and not run.overlap_streaming,
      "{overlap_streaming} sets how wafer weight streaming overlaps compute: a GPU plan keeps its weights resident"),
+    (lambda run, layout, model, gpu: not gpu and run.memory_model == "resident" and not run.overlap_streaming,
+     "{overlap_streaming} sets how wafer weight streaming overlaps compute: {memory_model} resident streams no weights"),
 )
+
+
+def _gpu_layout_options(request: ExecutionRequest) -> list[str]:
+    """The GPU layout options `request` sets: the NVLink domain and Megatron's communication overlaps (each
+    None unless given, on or off), the MoE all-to-all overlap (off unless given)."""
+    o = request.overlaps
+    given = [name for name, value in (("devices_per_node", request.devices_per_node),
+                                      ("overlap_grad_reduce", o.grad_reduce), ("overlap_param_gather", o.param_gather),
+                                      ("tp_comm_overlap", o.tp_comm), ("overlap_p2p", o.p2p)) if value is not None]
+    return given + (["overlap_all_to_all"] if request.overlap_all_to_all or o.all_to_all else [])
+
+
+def _check_wafer_request(request: ExecutionRequest, profile: "HardwareProfile") -> None:
+    """A wafer-scale run is strict data parallel (MemoryX holds the state, SwarmX broadcasts the weights and
+    reduces the gradients, model/wafer): it has no NVLink domain and none of Megatron's communication overlaps,
+    so each of those options would be ignored; refused in one line instead."""
+    given = _gpu_layout_options(request)
+    if given:
+        names = "/".join("{" + name + "}" for name in given)
+        raise BtacalcError(f"{names}: GPU layout option{'s' if len(given) > 1 else ''} (the NVLink domain, Megatron's "
+                           f"communication overlaps); {profile.name} is a wafer-scale profile, strict data parallel "
+                           "with no such choice")
 
 
 def _resolve(request: ExecutionRequest, model: "ModelSpec", profile: "HardwareProfile") -> Execution:
     chosen = _Defaults()
+    if profile.family != "gpu":
+        _check_wafer_request(request, profile)
     run = _run_options(request, model, profile, chosen)
     gpu, recompute = profile.family == "gpu", run.recompute
     layout = _resolve_layout(request, model, profile, chosen)

@@ -332,7 +332,7 @@ def load_hf_config(path: Path, name: Optional[str] = None) -> ModelSpec:
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise BtacalcError(f"{path}: not valid JSON: {exc.msg} at line {exc.lineno}") from None
+        raise BtacalcError(f"{path}: not valid JSON: {exc.msg.removesuffix(' at')} (line {exc.lineno}, column {exc.colno})") from None
     except (RecursionError, ValueError) as exc:  # ValueError: e.g. an integer too long to convert
         raise BtacalcError(f"{path}: not valid JSON: {str(exc).splitlines()[0]}") from None
     if not isinstance(raw, dict):

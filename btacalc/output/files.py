@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Literal, Mapping, Optional, Union
 
 from ..errors import BtacalcError
-from ..paths import inputs_read
+from ..paths import inputs_read, own_files
 
 PathLike = Union[str, "os.PathLike[str]"]
 Payload = Union[str, bytes]
@@ -344,6 +344,7 @@ class Outputs:
             except OSError:
                 continue
             read.setdefault((st.st_dev, st.st_ino), f"{flag} {given}")
+        own: Optional[dict[tuple[int, int], str]] = None
         for t in self.targets.values():
             try:
                 st = os.stat(t.path)
@@ -352,6 +353,12 @@ class Outputs:
             source = read.get((st.st_dev, st.st_ino))
             if source is not None:
                 raise t.fail(f"is an input of this command ({source}); btacalc never writes over what it reads")
+            if t.kind == "file":
+                own = own_files() if own is None else own
+                shipped = own.get((st.st_dev, st.st_ino))
+                if shipped is not None:
+                    raise t.fail(f"is one of btacalc's own files ({shipped}); btacalc never writes over its own "
+                                 "code or data")
 
     @property
     def stdout_taken(self) -> bool:

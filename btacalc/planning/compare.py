@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 
 from pydantic import BaseModel, Field
 
-from ..config.execution import ExecutionRequest, resolve_run
+from ..config.execution import ExecutionRequest, OverlapRequest, resolve_run
 from ..config.hardware import HardwareProfile
 from ..config.precision import DEFAULT_PRECISION, recipe
 from ..config.model import ModelSpec
@@ -128,7 +128,7 @@ def row_count(profiles: Sequence[HardwareProfile], devices: Optional[Sequence[in
 
 
 def _check_row_options(profiles: Sequence[HardwareProfile], wafers: list[HardwareProfile], systems: int, search: bool,
-                       precisions: Sequence[str]) -> None:
+                       precisions: Sequence[str], request: ExecutionRequest, devices: Optional[Sequence[int]]) -> None:
     """The options for one kind of row need a row of that kind: with none, each would be ignored (one-line errors)."""
     if systems != 1 and not wafers:
         raise BtacalcError(f"{{systems}} {systems} sets the wafer rows' systems: {{hardware}} has no wafer-scale profile")
@@ -138,6 +138,19 @@ def _check_row_options(profiles: Sequence[HardwareProfile], wafers: list[Hardwar
         if any(x != DEFAULT_PRECISION for x in precisions):
             raise BtacalcError("{precision} makes a row per precision for each GPU profile (wafers train in 16 bits, "
                                "one row): {hardware} has no GPU profile")
+        gpu_only = _gpu_row_options(request, devices)
+        if gpu_only:
+            raise BtacalcError(f"{'/'.join(gpu_only)} set{'s' if len(gpu_only) == 1 else ''} the GPU rows' layout (the "
+                               "wafer rows are strict data parallel): {hardware} has no GPU profile")
+
+
+def _gpu_row_options(request: ExecutionRequest, devices: Optional[Sequence[int]]) -> list[str]:
+    """The options given for GPU rows only (_row_request drops them from a wafer row's request)."""
+    given = [("{devices}", bool(devices)), ("{expert_parallel}", request.expert_parallel is not None),
+             ("{zero_stage}", request.zero_stage is not None),
+             ("{devices_per_node}", request.devices_per_node is not None),
+             ("{overlap_all_to_all}", request.overlap_all_to_all)]
+    return [name for name, set_ in given if set_]
 
 
 def compare(model: ModelSpec, profiles: Sequence[HardwareProfile], devices: Optional[Sequence[int]] = None,
@@ -158,7 +171,7 @@ def compare(model: ModelSpec, profiles: Sequence[HardwareProfile], devices: Opti
     if not profiles:
         raise BtacalcError("{hardware}: give at least one hardware profile")
     wafers = [p for p in profiles if p.family == "wse"]
-    _check_row_options(profiles, wafers, systems, search, precisions)
+    _check_row_options(profiles, wafers, systems, search, precisions, request, devices)
     if match is not None and (match not in MATCHES or not wafers or devices):
         raise BtacalcError(f"{{match}} {match!r}: give power or devices, with a wafer profile in {{hardware}} and "
                            "without GPU {devices}")
@@ -204,13 +217,14 @@ def compare(model: ModelSpec, profiles: Sequence[HardwareProfile], devices: Opti
 def _row_request(request: ExecutionRequest, profile: HardwareProfile, precision: Optional[str], with_wafers: bool,
                  unfused_rows: set[Optional[str]], wafer_global_batch: Optional[int]) -> ExecutionRequest:
     """The request one row is planned with. A wafer row is D systems in strict data parallel: the GPU layout
-    choices (EP, ZeRO) and Megatron's and TransformerEngine's GPU kernel options (the unfused main-gradient add,
+    choices (EP, ZeRO, the NVLink domain, the communication overlaps) and Megatron's and TransformerEngine's GPU kernel options (the unfused main-gradient add,
     NVFP4's unfused casts) do not apply. A GPU row drops the options for other rows only: --no-rht-cast-fusion
     unless its precision is in `unfused_rows` (the row's run options show which rows took it), --no-overlap
     beside wafer rows (the wafer rows' weight streaming; a GPU plan refuses it)."""
     if profile.family == "wse":
         return request.with_changes(expert_parallel=None, zero_stage=None, gradient_accumulation_fusion=True,
-                                    rht_cast_fusion=True,
+                                    rht_cast_fusion=True, devices_per_node=None, overlap_all_to_all=False,
+                                    overlaps=OverlapRequest(),
                                     limits=replace(request.limits, global_batch=wafer_global_batch))
     base = request.with_changes(precision=precision)
     if unfused_rows and precision not in unfused_rows:

@@ -107,6 +107,9 @@ def _evaluator(model: ModelSpec, hw: HardwareProfile, request: ExecutionRequest,
 
         return solve_for, float(getattr(model, field)), True, model_at
     keys = [hw.number_key(k.strip()) for k in solve_for.split(",")]
+    twice = sorted({k for k in keys if keys.count(k) > 1})
+    if twice:  # one number named twice (also as 'x' and 'chip.x'): the factor would apply to it once
+        raise BtacalcError(f"{{solve_for}} names {', '.join(twice)} twice")
     numbers = hw.numbers()
     today = numbers[keys[0]].value
     for k in keys:
