@@ -96,6 +96,13 @@ FEATURES: dict[str, tuple[Any, ...]] = {
     # --checkpoint-early-stop: PyTorch's non-reentrant checkpoint (torch >= 2.1) ends a layer's re-run once it has
     # rebuilt every saved tensor, so the GEMMs after the layer's last save are not re-run (selection.py)
     "checkpoint_early_stop": (True, False),
+    # --eager-kernels: the layer's element-wise work as eager PyTorch launches it in llm-foundry's MPT block (no
+    # TransformerEngine): bias gradients as separate reductions, the fused QKV output's gradient concatenated from
+    # dq, dk, dv, LayerNorm's weight gradients as a second pass (formulas/*.toml; docs/runs.md "mpt4")
+    "eager_kernels": (True, False),
+    # the fused attention kernel (btacalc/data/attention_kernels.toml; tests/test_mpt4_eager_kernels.py keeps the
+    # two lists equal): triton-flash's wrapper adds an fp32 dq buffer around its kernels
+    "attention_kernel": ("default", "triton-flash"),
     # sequence parallelism (Korthikanti et al. 2022 §4.2.2): the tensors of `tp = "sequence"` terms are
     # split over the tensor-parallel ranks too
     "sequence_parallel": (True, False),

@@ -123,6 +123,9 @@ EXTRA_SELECTIONS = {
     # --fp8-attention: the Q, K, V and dO casts around the FP8 fused attention (GQA: a_kv < a)
     "qwen3-30b-a3b": [dict(recompute="selective", attention="flash", accounting="ideal", loss="vocab_parallel",
                            fp8_attention=True)],
+    # --eager-kernels with Triton FlashAttention (llm-foundry's MPT block: LayerNorm, biases, GeLU; docs/runs.md mpt4)
+    "gpt2-small": [dict(recompute="none", attention="flash", accounting="ideal", eager_kernels=True,
+                        attention_kernel="triton-flash")],
     "deepseek-v3": [dict(recompute="none", attention="eager", accounting="pytorch", multi_token_prediction=True),
                     dict(recompute="full", attention="flash", accounting="ideal", loss="stored",
                          multi_token_prediction=True),

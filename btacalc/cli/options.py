@@ -220,6 +220,10 @@ CheckpointEarlyStopOpt = typer.Option(False, "--checkpoint-early-stop", help=(
     "With --recompute full: each layer's re-run stops once it has rebuilt every saved tensor, as PyTorch's "
     "non-reentrant activation checkpoint does (torch >= 2.1, its default; llm-foundry's MPT), so the MLP's second "
     "linear is not re-run (docs/runs.md \"mpt3\"); off: the whole layer re-runs (Megatron)."))
+EagerKernelsOpt = typer.Option(False, "--eager-kernels", help=(
+    "The layer's element-wise kernels as eager PyTorch launches them in llm-foundry's MPT block (no "
+    "TransformerEngine): bias gradients as separate reductions, the fused QKV gradient concatenated from dq, dk, dv, "
+    "LayerNorm's weight gradients as a second pass (docs/runs.md \"mpt4\"); off: Megatron/TE's fused kernels."))
 CpuOffloadOpt = typer.Option(0, "--cpu-offloading-num-layers", help=help_text(
     "Offload the activations of the first N decoder layers to host memory until their backward (Megatron "
     "--cpu-offloading-num-layers N; needs PP 1 and no recomputation) [default: 0, none]."))

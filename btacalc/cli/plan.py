@@ -14,7 +14,7 @@ from .. import profiling
 from ..errors import BtacalcError
 from .console import err
 from .options import (with_flags, Accounting, AccountingOpt, Attention, AttentionKernelOpt, AttentionOpt, CausalOpt, CpOpt, DevicesOpt, Emit, EpOpt,
-                      EtpOpt, ExpertFfnOpt, ExpertsOpt, FixedActiveOpt, Fp8AttentionOpt, Fp8ParamGatherOpt, RhtCastFusionOpt, WgradFusionOpt, CheckpointEarlyStopOpt, CpuOffloadOpt, Bf16StartOpt, Bf16EndOpt, MOMENT_BYTES, Moments, MomentsOpt, FsdpOpt, FsdpImplOpt, GlobalBatchOpt,
+                      EtpOpt, ExpertFfnOpt, ExpertsOpt, FixedActiveOpt, Fp8AttentionOpt, Fp8ParamGatherOpt, RhtCastFusionOpt, WgradFusionOpt, CheckpointEarlyStopOpt, EagerKernelsOpt, CpuOffloadOpt, Bf16StartOpt, Bf16EndOpt, MOMENT_BYTES, Moments, MomentsOpt, FsdpOpt, FsdpImplOpt, GlobalBatchOpt,
                       GpusPerNodeOpt, Precision, PrecisionOpt,
                       GradAccumOpt, GradBytesOpt, HwOpt, Loss, LossOpt, MaxGlobalBatchOpt, MaxTileBatchOpt,
                       MemoryModelChoice, MemoryModelOpt, MicroBatchOpt, ModelOpt, MtpOpt, NameOpt, Objective,
@@ -123,6 +123,7 @@ def plan(
     rht_cast_fusion: bool = RhtCastFusionOpt,
     gradient_accumulation_fusion: bool = WgradFusionOpt,
     checkpoint_early_stop: bool = CheckpointEarlyStopOpt,
+    eager_kernels: bool = EagerKernelsOpt,
     cpu_offloading_num_layers: int = CpuOffloadOpt,
     bf16_layers_at_start: int = Bf16StartOpt,
     bf16_layers_at_end: int = Bf16EndOpt,
@@ -192,7 +193,7 @@ def plan(
         cpu_offload_layers=cpu_offloading_num_layers,
         bf16_layers_at_start=bf16_layers_at_start, bf16_layers_at_end=bf16_layers_at_end,
         rht_cast_fusion=rht_cast_fusion, gradient_accumulation_fusion=gradient_accumulation_fusion,
-        checkpoint_early_stop=checkpoint_early_stop,
+        checkpoint_early_stop=checkpoint_early_stop, eager_kernels=eager_kernels,
         moment_bytes=None if optimizer_moments is None else MOMENT_BYTES[optimizer_moments.value],
         limits=BatchLimits(global_batch, tiles, tile_batch, max_global_batch, max_tile_batch, micro_batch=micro_batch),
         **layout_fields(tp, sequence_parallel, pp, vp, cp, etp, fsdp, grad_bytes, routing_imbalance,
@@ -206,6 +207,9 @@ def plan(
     if value(emit) in ("megatron", "bridge") and request.checkpoint_early_stop:
         raise BtacalcError(f"{{emit}} {value(emit)} prints a Megatron launch: {{checkpoint_early_stop}} is PyTorch's "
                            "non-reentrant checkpoint, and Megatron's recomputation re-runs the whole layer")
+    if value(emit) in ("megatron", "bridge") and request.eager_kernels:
+        raise BtacalcError(f"{{emit}} {value(emit)} prints a Megatron launch: {{eager_kernels}} plans eager PyTorch's "
+                           "kernels (llm-foundry's MPT block), which a Megatron launch does not run")
     if search:
         return _search(spec, profile, request, outs, value(emit))
     report = make_plan(spec, profile, request)

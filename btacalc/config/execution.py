@@ -137,6 +137,10 @@ class RunOptions:
     # once every saved tensor is rebuilt, skipping the layer's GEMMs after its last save (catalogue/selection.py
     # skipped_by_early_stop); False: the whole layer re-runs (Megatron's checkpoint, torch <= 2.0)
     checkpoint_early_stop: bool = False
+    # eager PyTorch's element-wise kernels as llm-foundry's MPT block launches them (no TransformerEngine): the
+    # catalogue's `eager_kernels` terms (bias-gradient reductions, the dQKV concatenation, LayerNorm's second
+    # backward pass); False: Megatron/TransformerEngine's fused kernels (docs/runs.md "mpt4")
+    eager_kernels: bool = False
     # Megatron --cpu-offloading --cpu-offloading-num-layers N: the activations of the first N decoder layers
     # wait for their backward in host memory (ACTIVATION_OFFLOAD; 0: none)
     cpu_offload_layers: int = 0
@@ -181,6 +185,8 @@ class RunOptions:
             "routing_weights": self.routing_weights,
             "fp8_attention": self.fp8_attention,
             "checkpoint_early_stop": self.checkpoint_early_stop,
+            "eager_kernels": self.eager_kernels,
+            "attention_kernel": self.attention_kernel,
         }
 
 
@@ -541,6 +547,7 @@ class ExecutionRequest:
     rht_cast_fusion: bool = True  # NVFP4's rowwise and RHT columnwise casts in one kernel (RunOptions.rht_cast_fusion)
     gradient_accumulation_fusion: bool = True  # RunOptions.gradient_accumulation_fusion
     checkpoint_early_stop: bool = False  # RunOptions.checkpoint_early_stop (--checkpoint-early-stop)
+    eager_kernels: bool = False  # RunOptions.eager_kernels (--eager-kernels)
     cpu_offload_layers: int = 0  # Megatron --cpu-offloading-num-layers (RunOptions.cpu_offload_layers)
     bf16_layers_at_start: int = 0  # Megatron --num-layers-at-start-in-bf16 (RunOptions.bf16_layers_at_start)
     bf16_layers_at_end: int = 0  # Megatron --num-layers-at-end-in-bf16 (RunOptions.bf16_layers_at_end)
@@ -633,6 +640,7 @@ def _run_options(request: ExecutionRequest, model: "ModelSpec", profile: "Hardwa
         rht_cast_fusion=request.rht_cast_fusion,
         gradient_accumulation_fusion=request.gradient_accumulation_fusion,
         checkpoint_early_stop=request.checkpoint_early_stop,
+        eager_kernels=request.eager_kernels,
         cpu_offload_layers=request.cpu_offload_layers,
         bf16_layers_at_start=request.bf16_layers_at_start,
         bf16_layers_at_end=request.bf16_layers_at_end,
@@ -662,6 +670,8 @@ _GPU_ONLY: tuple[tuple[Any, str], ...] = (
     (lambda run, layout: run.checkpoint_early_stop,  # PyTorch's activation checkpoint (torch.utils.checkpoint)
      "{checkpoint_early_stop}: the early-stopping re-run is PyTorch's activation checkpoint on a GPU; a wafer-scale "
      "run's recomputation is the compiler's"),
+    (lambda run, layout: run.eager_kernels,  # eager PyTorch's CUDA kernels (docs/runs.md "mpt4")
+     "{eager_kernels}: eager PyTorch's element-wise kernels are GPU kernels; a wafer-scale run's are the compiler's"),
     (lambda run, layout: layout.deepep,  # a wafer run is strict data parallel: no expert-parallel dispatch to route
      "{deepep} is a GPU MoE dispatcher between expert-parallel ranks; a wafer-scale run has no expert parallelism"),
 )

@@ -143,6 +143,8 @@ class Recipe(BaseModel):
     checkpoint_early_stop: bool = Field(False, description="true: the run's full recompute is PyTorch's "
                                         "non-reentrant activation checkpoint with early stop (torch >= 2.1), "
                                         "--checkpoint-early-stop")
+    eager_kernels: bool = Field(False, description="true: the run's layers are eager PyTorch modules (llm-foundry's "
+                                "MPT block, no TransformerEngine): --eager-kernels")
     gradient_accumulation_fusion: Optional[bool] = Field(None, description="false: --no-gradient-accumulation-fusion "
                                                          "(a separate main-gradient add per parameter and micro-batch, "
                                                          "gpu/fixed.py); default: Megatron's fused accumulation")
@@ -455,6 +457,8 @@ def express(run: MeasuredRun, family: str = "gpu") -> tuple[Optional[ExecutionRe
             changes["rht_cast_fusion"] = precision_recipe(run.precision).rht_cast_fused_in(recipe.transformer_engine)
         if recipe.checkpoint_early_stop:
             changes["checkpoint_early_stop"] = True
+        if recipe.eager_kernels:
+            changes["eager_kernels"] = True
         if recipe.gradient_accumulation_fusion is not None:
             changes["gradient_accumulation_fusion"] = recipe.gradient_accumulation_fusion
         if recipe.cpu_offloading_num_layers:

@@ -131,6 +131,8 @@ class Inputs(BaseModel):
     checkpoint_early_stop: bool = Field(False, description="full recompute as PyTorch's non-reentrant checkpoint "
                                         "with early stop: the MLP's second linear is not re-run "
                                         "(--checkpoint-early-stop)")
+    eager_kernels: bool = Field(False, description="element-wise kernels as eager PyTorch launches them "
+                                "(llm-foundry's MPT block; --eager-kernels)")
     cpu_offload_layers: int = Field(0, description="decoder layers whose activations wait in host memory "
                                     "(--cpu-offloading-num-layers)")
     bf16_layers_at_start: int = Field(0, description="the first decoder layers kept out of the low-precision recipe "
@@ -166,6 +168,8 @@ class Inputs(BaseModel):
                         "--no-gradient-accumulation-fusion"))
         if self.checkpoint_early_stop:
             out.append(("re-runs stop after the last saved tensor (PyTorch checkpoint)", "--checkpoint-early-stop"))
+        if self.eager_kernels:
+            out.append(("element-wise kernels of eager PyTorch (llm-foundry)", "--eager-kernels"))
         if self.cpu_offload_layers:
             out.append((f"the first {self.cpu_offload_layers} layers' activations in host memory",
                         f"--cpu-offloading-num-layers {self.cpu_offload_layers}"))
