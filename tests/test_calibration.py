@@ -135,3 +135,36 @@ def test_a_profile_without_fit_runs_of_its_own_says_whose_runs_fitted_it():
     b300 = builtin_profiles()["b300"].calibration.compute_efficiency.note
     assert b300.endswith("None of these runs is on b300: it takes its calibration family's factor as fitted on "
                          "gb200 runs")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_hw_show_names_the_calibration_family_of_a_builtin_profile(cli):
+    code, out, err = cli("hw", "show", "b300")
+    assert code == 0, err
+    (spec,) = [f for f in load_families() if "b300" in f.profiles]
+    assert spec.name == "gpu-blackwell"
+    assert f"calibration family gpu-blackwell ({', '.join(spec.profiles)};" in _one_line(out)
+
+
+def test_a_profile_file_is_in_no_family_and_a_missing_gpu_factor_reads_as_one(cli, tmp_path):
+    # a user's GPU profile file is in no calibration family: the numbers it writes apply; without a
+    # compute_efficiency model/steptime.py uses 1.0, which hw show/check now say instead of staying silent
+    import re
+
+    from btacalc.paths import data_dir
+
+    text = (data_dir("hardware_profiles") / "h100.toml").read_text()
+    copy = tmp_path / "h100-copy.toml"
+    copy.write_text(text)
+    bare = tmp_path / "mine.toml"
+    bare.write_text(re.sub(r"\[calibration\.compute_efficiency\]\n(?:(?!\[).*\n?)*", "", text))
+    for command in ("show", "check"):
+        code, out, err = cli("hw", command, str(copy))
+        assert code == 0, err
+        assert "in no calibration family" in _one_line(out) and "no calibration.compute_efficiency" not in _one_line(out)
+        code, out, err = cli("hw", command, str(bare))
+        assert code == 0, err
+        assert "no calibration.compute_efficiency, so GEMMs run at the kernels' measured ceiling" in _one_line(out)

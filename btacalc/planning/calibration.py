@@ -69,6 +69,24 @@ def load_families() -> list[FamilySpec]:
     return families
 
 
+def family_statement(profile: HardwareProfile, builtin: bool) -> str:
+    """What calibration applies to `profile`, for `hw show`/`hw check`: a built-in profile's family (whose factors
+    `validate --calibrate` refits and writes into it); a profile file is in no family, so its own
+    [calibration] numbers apply as written, and a GPU file without compute_efficiency runs at 1.0."""
+    if builtin:
+        spec = next((f for f in load_families() if profile.name in f.profiles), None)
+        if spec is not None:
+            return (f"calibration family {spec.name} ({', '.join(spec.profiles)}; btacalc/data/calibration.toml): "
+                    f"validate --calibrate refits its {', '.join(spec.factors)} on the family's role=fit runs and "
+                    "writes them into each of these profiles")
+    text = ("in no calibration family (a profile file, or a built-in profile calibration.toml does not list): its own "
+            "[calibration] numbers apply as written, and validate --calibrate never rewrites them")
+    if profile.family == "gpu" and profile.calibration.compute_efficiency is None:
+        text += ("; it gives no calibration.compute_efficiency, so GEMMs run at the kernels' measured ceiling with no "
+                 "training loss (factor 1.0): copy the one of its architecture's family (btacalc hw show h100)")
+    return text
+
+
 def with_factors(profile: HardwareProfile, factors: dict[str, float], runs: list[str], source: str,
                  fitted_on: tuple[str, ...] = ()) -> HardwareProfile:
     """`profile` with calibration factors set (kind calibrated, fitted on `runs`). `fitted_on`: the profiles
