@@ -337,6 +337,12 @@ case("values", "plan", "-m", "llama-3-8b", *GPU8, "--precision", "mxfp8", "--bf1
      "--bf16-layers-at-start", "1", fragment="--bf16-layers-at-end counts decoder layers")
 case("usage", "plan", "-m", "llama-3-8b", *GPU8, "--precision", "mxfp8", "--bf16-layers-at-end", "one",
      fragment="--bf16-layers-at-end")
+# review4: sweep takes the bf16ends and mpt3 options as plan does, and refuses what plan refuses
+SWEEP8 = ("sweep", "-m", "llama-3-8b", "--hw", "b200", "--devices", "8", "--vary", "global-batch=64")
+case("values", *SWEEP8, "--precision", "mxfp8", "--bf16-layers-at-start", "-1",
+     fragment="--bf16-layers-at-start counts decoder layers: a whole number from 0")
+case("ignored", *SWEEP8, "--bf16-layers-at-end", "1", fragment="need a low --precision")
+case("ignored", *SWEEP8, "--checkpoint-early-stop", fragment="it needs --recompute full, got none")
 case("ignored", "plan", "-m", "qwen3-30b-a3b", "--hw", "b200", "--ep", "1", "--routing-imbalance", "2",
      fragment="with --ep 1 one rank holds every expert")
 case("ignored", "plan", "-m", "qwen3-30b-a3b", "--hw", "wse3", "--routing-imbalance", "2",
