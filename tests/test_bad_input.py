@@ -337,6 +337,12 @@ case("values", "plan", "-m", "llama-3-8b", *GPU8, "--precision", "mxfp8", "--bf1
      "--bf16-layers-at-start", "1", fragment="--bf16-layers-at-end counts decoder layers")
 case("usage", "plan", "-m", "llama-3-8b", *GPU8, "--precision", "mxfp8", "--bf16-layers-at-end", "one",
      fragment="--bf16-layers-at-end")
+# review4: sweep takes the bf16ends and mpt3 options as plan does, and refuses what plan refuses
+SWEEP8 = ("sweep", "-m", "llama-3-8b", "--hw", "b200", "--devices", "8", "--vary", "global-batch=64")
+case("values", *SWEEP8, "--precision", "mxfp8", "--bf16-layers-at-start", "-1",
+     fragment="--bf16-layers-at-start counts decoder layers: a whole number from 0")
+case("ignored", *SWEEP8, "--bf16-layers-at-end", "1", fragment="need a low --precision")
+case("ignored", *SWEEP8, "--checkpoint-early-stop", fragment="it needs --recompute full, got none")
 case("ignored", "plan", "-m", "qwen3-30b-a3b", "--hw", "b200", "--ep", "1", "--routing-imbalance", "2",
      fragment="with --ep 1 one rank holds every expert")
 case("ignored", "plan", "-m", "qwen3-30b-a3b", "--hw", "wse3", "--routing-imbalance", "2",
@@ -392,6 +398,14 @@ case("ignored", "plan", "--hw", "wse3", "--devices", "4", "--gpus-per-node", "2"
 for args, fragment in ((["--devices", "8"], "--devices sets"), (["--ep", "2", "--zero", "1"], "--ep/--zero set"),
                        (["--gpus-per-node", "4"], "--gpus-per-node sets"), (["--overlap-a2a"], "--overlap-a2a sets")):
     case("ignored", "compare", "--hw", "wse3,wse2", *args, fragment=f"{fragment} the GPU rows' layout")
+# review4: GPU kernel and recipe options on a wafer-only compare were planned without (exit 0)
+for args, fragment in ((["--no-gradient-accumulation-fusion"], "--no-gradient-accumulation-fusion sets"),
+                       (["--no-rht-cast-fusion"], "--no-rht-cast-fusion sets"),
+                       (["--bf16-layers-at-start", "1"], "--bf16-layers-at-start sets"),
+                       (["--recompute", "full", "--checkpoint-early-stop"], "--checkpoint-early-stop sets")):
+    case("ignored", "compare", "--hw", "wse3", *args, fragment=f"{fragment} the GPU rows' layout or kernels")
+case("ignored", "compare", "-m", "llama-3-8b", "--hw", "b200", "--devices", "8", "--precision", "bf16,fp16",
+     "--bf16-layers-at-end", "1", fragment="no device can run it")
 for spec, fragment in [("experts=16,,32", "has an empty entry"), ("experts=16,32,", "has an empty entry"),
                        ("experts=16,16", "gives 16 twice"), ("experts=16,016", "gives 16 twice"),
                        ("experts=\u0661\u0666", "is not an integer"), ("precision=bf16,bf16", "gives bf16 twice"),

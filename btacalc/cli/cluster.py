@@ -7,7 +7,7 @@ from typing import Any, Optional, Sequence
 import typer
 
 from ..errors import BtacalcError
-from .options import (Attention, AttentionOpt, Fp8AttentionOpt, Fp8ParamGatherOpt, RhtCastFusionOpt, WgradFusionOpt, GpusPerNodeOpt, GradAccumOpt, Match, MemoryModelChoice, MemoryModelOpt,
+from .options import (Attention, AttentionOpt, Bf16EndOpt, Bf16StartOpt, CheckpointEarlyStopOpt, Fp8AttentionOpt, Fp8ParamGatherOpt, RhtCastFusionOpt, WgradFusionOpt, GpusPerNodeOpt, GradAccumOpt, Match, MemoryModelChoice, MemoryModelOpt,
                       ModelOpt, MtpOpt, NameOpt, OutputOpt, OverlapA2aOpt, OverlapOpt, QuietOpt, RecomputeOpt, SeqOpt,
                       check_bounds, emit_result, help_text, outputs, value, with_flags)
 from .progress import progress
@@ -93,6 +93,9 @@ def compare(
     fp8_attention: bool = Fp8AttentionOpt,
     rht_cast_fusion: bool = RhtCastFusionOpt,
     gradient_accumulation_fusion: bool = WgradFusionOpt,
+    bf16_layers_at_start: int = Bf16StartOpt,
+    bf16_layers_at_end: int = Bf16EndOpt,
+    checkpoint_early_stop: bool = CheckpointEarlyStopOpt,
     as_json: bool = typer.Option(False, "--json", help="Print {rows: [...]} as JSON on stdout."),
     output: Optional[str] = OutputOpt,
     csv_path: Optional[str] = typer.Option(None, "--csv", help="Write one CSV row per device set."),
@@ -114,7 +117,8 @@ def compare(
                                micro_batches=grad_accum, multi_token_prediction=mtp,
                                fp8_param_gather=fp8_param_gather, fp8_attention=fp8_attention,
                                rht_cast_fusion=rht_cast_fusion, gradient_accumulation_fusion=gradient_accumulation_fusion,
-                               limits=BatchLimits(global_batch=global_batch))
+                               bf16_layers_at_start=bf16_layers_at_start, bf16_layers_at_end=bf16_layers_at_end,
+                               checkpoint_early_stop=checkpoint_early_stop, limits=BatchLimits(global_batch=global_batch))
     result = _compared(spec, profiles, counts, request, (systems, value(match), global_batch), search, precision, quiet)
     _emit_compared(result, as_json, output, csv_path, plot_path, outs)
     return 0

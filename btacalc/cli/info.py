@@ -81,6 +81,15 @@ def hw_list(as_json: bool = typer.Option(False, "--json", help="Print the profil
     return 0
 
 
+def _calibration(name: str, profile: Any) -> str:
+    """Which calibration family applies to the profile `hw show|check` was given (by name or as a file)."""
+    from ..paths import data_dir
+    from ..planning.calibration import family_statement
+
+    builtin = "/" not in name and (data_dir("hardware_profiles") / f"{name}.toml").is_file()  # as resolve_hardware
+    return family_statement(profile, builtin)
+
+
 def _profile(name: str) -> Any:
     """A profile for `hw show|check`: errors name the argument, not --hw."""
     from ..config.hardware import resolve_hardware
@@ -101,7 +110,7 @@ def hw_show(name: str = typer.Argument(..., help="Profile name or path to a prof
     if as_json:
         sys.stdout.write(p.model_dump_json(indent=2) + "\n")
         return 0
-    out.print(hw_show_table(p))
+    out.print(hw_show_table(p, _calibration(name, p)))
     return 0
 
 
@@ -132,7 +141,7 @@ def hw_check(path: str = typer.Argument(..., help="Path to a profile .toml (or a
     counts = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
     out.print(f"{path}: valid profile {p.name} ({p.display_name}); {sum(kinds.values())} numbers: {counts}",
               highlight=False, markup=False, soft_wrap=True)
-    out.print(hw_show_table(p))
+    out.print(hw_show_table(p, _calibration(path, p)))
     return 0
 
 

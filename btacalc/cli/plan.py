@@ -394,6 +394,9 @@ def sweep(
     fp8_attention: bool = Fp8AttentionOpt,
     rht_cast_fusion: bool = RhtCastFusionOpt,
     gradient_accumulation_fusion: bool = WgradFusionOpt,
+    bf16_layers_at_start: int = Bf16StartOpt,
+    bf16_layers_at_end: int = Bf16EndOpt,
+    checkpoint_early_stop: bool = CheckpointEarlyStopOpt,
     max_points: Optional[int] = typer.Option(None, "--max-points", min=1, help="Allow a grid of up to this many "
                                              "points (grids above 1,000,000 are refused without it, before any work)."),
     quiet: bool = QuietOpt,
@@ -422,7 +425,9 @@ def sweep(
         zero_stage=zero, devices_per_node=gpus_per_node, overlap_all_to_all=overlap_a2a, micro_batches=grad_accum,
         multi_token_prediction=mtp, objective=value(objective), tokens_per_step=tokens_per_step,
         precision=value(precision), fp8_param_gather=fp8_param_gather, fp8_attention=fp8_attention,
-        rht_cast_fusion=rht_cast_fusion, gradient_accumulation_fusion=gradient_accumulation_fusion)
+        rht_cast_fusion=rht_cast_fusion, gradient_accumulation_fusion=gradient_accumulation_fusion,
+        bf16_layers_at_start=bf16_layers_at_start, bf16_layers_at_end=bf16_layers_at_end,
+        checkpoint_early_stop=checkpoint_early_stop)
     _stream(outs, grid, spec, profile, request, fixed_active, max_points, plot_path, quiet)
     return 0
 

@@ -29,9 +29,10 @@ def validate(
     output: Optional[str] = OutputOpt,
     plot_path: Optional[str] = typer.Option(None, "--plot", help=help_text("Predicted vs measured tokens/s, log-log, "
                                             "with the ±10% and ±25% bands (.png/.svg).")),
-    calibrate: bool = typer.Option(False, "--calibrate", help="Fit each device family's efficiency factors on the "
+    calibrate: bool = typer.Option(False, "--calibrate", help="Fit each calibration family's efficiency factors "
+                                   "(btacalc/data/calibration.toml: one per GPU architecture, and the wafers) on its "
                                    "measured runs marked role=fit (least squares on log error) and write them into the "
-                                   "profiles' calibration sections."),
+                                   "calibration sections of the family's built-in profiles."),
     wafer_loo: bool = typer.Option(False, "--wafer-loo", help="Leave-one-out over model sizes on the wafer runs: fit "
                                    "the wafer factors without each model's runs and predict them (about a minute)."),
     cross_validate: bool = typer.Option(False, "--cross-validate", help="Leave one model family out: fit the "

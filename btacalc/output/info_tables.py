@@ -39,7 +39,8 @@ def hw_list_table(profiles: dict[str, HardwareProfile]) -> Fit:
     return fit(t)
 
 
-def hw_show_table(p: HardwareProfile) -> Fit:
+def hw_show_table(p: HardwareProfile, calibration: str = "") -> Fit:
+    """Every number of `p` with its unit, kind and source; `calibration`: which calibration family applies."""
     t = Table(title=f"{escape(p.display_name)} ({escape(p.name)}) — {p.defaults.memory_model} (GB = 1e9 bytes)", title_justify="left",
               show_lines=True)
     for c in ("field", "value", "kind", "note / source"):
@@ -49,7 +50,8 @@ def hw_show_table(p: HardwareProfile) -> Fit:
         t.add_row(k, quantity(v.value, p.range_of(k)), v.kind,
                   escape(v.note + "\n" if v.note else "") + f"[dim]{escape(v.source)}[/dim]" + escape(fitted))
     d = p.defaults
-    t.caption = f"defaults: attention {d.attention}, recompute {d.recompute}. {d.note}"
+    t.caption = f"defaults: attention {d.attention}, recompute {d.recompute}. {d.note}" + (
+        f"\nCalibration: {escape(calibration)}." if calibration else "")
     return fit(t)
 
 

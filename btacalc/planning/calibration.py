@@ -47,6 +47,7 @@ class FamilyFit(BaseModel):
     factors: dict[str, float]
     before: dict[str, float] = Field(description="the shipped factors")
     runs: list[str] = Field(description="the fit runs used")
+    run_hardware: dict[str, str] = Field(default_factory=dict, description="fit run -> the profile it ran on")
     skipped: dict[str, str] = Field(default_factory=dict, description="fit runs btacalc cannot express yet, and why")
     errors_before: dict[str, float]
     errors_after: dict[str, float]
@@ -56,18 +57,47 @@ class FamilyFit(BaseModel):
 def load_families() -> list[FamilySpec]:
     raw = tomllib.loads(package_data("calibration.toml").read_text(encoding="utf-8"))
     families = [FamilySpec.model_validate(f) for f in raw["family"]]
+    owner: dict[str, str] = {}
     for f in families:
+        for name in f.profiles:
+            if name in owner:  # one profile, one factor: a second family would overwrite the first's fit
+                raise BtacalcError(f"calibration.toml: profile {name!r} is in two families ({owner[name]}, {f.name})")
+            owner[name] = f.name
         for factor in f.factors:
             if factor not in Calibration.model_fields:
                 raise BtacalcError(f"calibration.toml: family {f.name}: {factor!r} is not a calibration factor")
     return families
 
 
-def with_factors(profile: HardwareProfile, factors: dict[str, float], runs: list[str], source: str) -> HardwareProfile:
-    """`profile` with calibration factors set (kind calibrated, fitted on `runs`)."""
-    numbers = {name: Number(value=value, kind="calibrated", source=source, fitted_to=runs,
-                            note=f"fitted by btacalc validate --calibrate (least squares on log error) on the measured "
-                                 f"fit runs {', '.join(runs)}; every check run is a prediction")
+def family_statement(profile: HardwareProfile, builtin: bool) -> str:
+    """What calibration applies to `profile`, for `hw show`/`hw check`: a built-in profile's family (whose factors
+    `validate --calibrate` refits and writes into it); a profile file is in no family, so its own
+    [calibration] numbers apply as written, and a GPU file without compute_efficiency runs at 1.0."""
+    if builtin:
+        spec = next((f for f in load_families() if profile.name in f.profiles), None)
+        if spec is not None:
+            return (f"calibration family {spec.name} ({', '.join(spec.profiles)}; btacalc/data/calibration.toml): "
+                    f"validate --calibrate refits its {', '.join(spec.factors)} on the family's role=fit runs and "
+                    "writes them into each of these profiles")
+    text = ("in no calibration family (a profile file, or a built-in profile calibration.toml does not list): its own "
+            "[calibration] numbers apply as written, and validate --calibrate never rewrites them")
+    if profile.family == "gpu" and profile.calibration.compute_efficiency is None:
+        text += ("; it gives no calibration.compute_efficiency, so GEMMs run at the kernels' measured ceiling with no "
+                 "training loss (factor 1.0): copy the one of its architecture's family (btacalc hw show h100)")
+    return text
+
+
+def with_factors(profile: HardwareProfile, factors: dict[str, float], runs: list[str], source: str,
+                 fitted_on: tuple[str, ...] = ()) -> HardwareProfile:
+    """`profile` with calibration factors set (kind calibrated, fitted on `runs`). `fitted_on`: the profiles
+    the runs ran on; when it is given and `profile` is not among them, the note says the profile takes its
+    family's factor from other devices' runs."""
+    note = (f"fitted by btacalc validate --calibrate (least squares on log error) on the measured fit runs "
+            f"{', '.join(runs)}; every check run is a prediction")
+    if fitted_on and profile.name not in fitted_on:
+        note += (f". None of these runs is on {profile.name}: it takes its calibration family's factor as fitted on "
+                 f"{', '.join(fitted_on)} runs")
+    numbers = {name: Number(value=value, kind="calibrated", source=source, fitted_to=runs, note=note)
                for name, value in factors.items()}
     return profile.model_copy(update={"calibration": profile.calibration.model_copy(update=numbers)})
 
@@ -117,7 +147,8 @@ def fit_family(spec: FamilySpec, runs: Optional[list[MeasuredRun]] = None) -> Op
     x0 = [min(max(before[f], lo), hi) for f, lo, hi in zip(spec.factors, lows, highs)]
     solution = least_squares(residuals, x0, bounds=(lows, highs), xtol=1e-10, ftol=1e-12, x_scale="jac")
     fitted = {f: float(round(v, 4)) for f, v in zip(spec.factors, solution.x)}
-    return FamilyFit(family=spec.name, source=spec.source, factors=fitted, before=before, runs=ids, profiles=spec.profiles, skipped=skipped,
+    return FamilyFit(family=spec.name, source=spec.source, factors=fitted, before=before, runs=ids,
+                     run_hardware={r.id: r.hw for r in fit_runs}, profiles=spec.profiles, skipped=skipped,
                      errors_before={k: math.expm1(v) for k, v in _log_errors(fit_runs, hardware_for(before)).items()},
                      errors_after={k: math.expm1(v) for k, v in _log_errors(fit_runs, hardware_for(fitted)).items()})
 
@@ -163,7 +194,8 @@ def fitted_texts(fit: FamilyFit, folder: Optional[Path] = None) -> dict[Path, st
     for name in fit.profiles:
         path = folder / f"{name}.toml"
         text = path.read_text(encoding="utf-8")
-        profile = with_factors(builtin_profiles()[name], fit.factors, fit.runs, fit.source)
+        fitted_on = tuple(sorted(set(fit.run_hardware.values())))
+        profile = with_factors(builtin_profiles()[name], fit.factors, fit.runs, fit.source, fitted_on)
         for factor in fit.factors:
             block = _number_block(factor, getattr(profile.calibration, factor))
             header = re.compile(rf"^\[calibration\.{factor}\]\n(?:(?!\[).*\n?)*", re.M)

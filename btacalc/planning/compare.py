@@ -140,8 +140,8 @@ def _check_row_options(profiles: Sequence[HardwareProfile], wafers: list[Hardwar
                                "one row): {hardware} has no GPU profile")
         gpu_only = _gpu_row_options(request, devices)
         if gpu_only:
-            raise BtacalcError(f"{'/'.join(gpu_only)} set{'s' if len(gpu_only) == 1 else ''} the GPU rows' layout (the "
-                               "wafer rows are strict data parallel): {hardware} has no GPU profile")
+            raise BtacalcError(f"{'/'.join(gpu_only)} set{'s' if len(gpu_only) == 1 else ''} the GPU rows' layout or "
+                               "kernels (the wafer rows are strict data parallel): {hardware} has no GPU profile")
 
 
 def _gpu_row_options(request: ExecutionRequest, devices: Optional[Sequence[int]]) -> list[str]:
@@ -149,7 +149,12 @@ def _gpu_row_options(request: ExecutionRequest, devices: Optional[Sequence[int]]
     given = [("{devices}", bool(devices)), ("{expert_parallel}", request.expert_parallel is not None),
              ("{zero_stage}", request.zero_stage is not None),
              ("{devices_per_node}", request.devices_per_node is not None),
-             ("{overlap_all_to_all}", request.overlap_all_to_all)]
+             ("{overlap_all_to_all}", request.overlap_all_to_all),
+             ("{gradient_accumulation_fusion}", not request.gradient_accumulation_fusion),
+             ("{rht_cast_fusion}", not request.rht_cast_fusion),
+             ("{checkpoint_early_stop}", request.checkpoint_early_stop),
+             ("{bf16_layers_at_start}", request.bf16_layers_at_start != 0),
+             ("{bf16_layers_at_end}", request.bf16_layers_at_end != 0)]
     return [name for name, set_ in given if set_]
 
 
@@ -180,14 +185,11 @@ def compare(model: ModelSpec, profiles: Sequence[HardwareProfile], devices: Opti
     seq = 0
     skipped: list[str] = []
     chosen: list[Optional[str]] = list(precisions) or [request.precision]
-    # --no-rht-cast-fusion over several precisions: the rows whose recipe casts through the Hadamard transform take
-    # it, the others are planned without it; with no such recipe among them, each row refuses it (check_precision)
-    unfused_rows = set() if request.rht_cast_fusion or len(chosen) < 2 else \
-        {x for x in chosen if recipe(x or DEFAULT_PRECISION).rht_cast_fusion_since_te}
+    taking = _rows_taking(request, chosen)
     for profile, precision in [(p, x) for p in profiles for x in chosen]:
         if profile.family == "wse" and precision != chosen[0]:
             continue  # one wafer row: the precision list is for the GPU rows
-        base = _row_request(request, profile, precision, bool(wafers), unfused_rows, wafer_global_batch)
+        base = _row_request(request, profile, precision, bool(wafers), taking, wafer_global_batch)
         if precision is not None:
             try:  # the run options as each row's plan resolves them (its default attention, its precision checks)
                 resolve_run(base.with_changes(precision=precision), model, profile)
@@ -214,21 +216,43 @@ def compare(model: ModelSpec, profiles: Sequence[HardwareProfile], devices: Opti
     return CompareResult(model=model.name, params_total=params_total, seq_len=seq, rows=rows, skipped=skipped)
 
 
+def _rows_taking(request: ExecutionRequest,
+                 chosen: list[Optional[str]]) -> tuple[set[Optional[str]], set[Optional[str]]]:
+    """The precisions whose GPU rows take the recipe options over several precisions (empty: every row takes them,
+    and one that cannot refuses them). --no-rht-cast-fusion: the rows whose recipe casts through the Hadamard
+    transform (check_precision); --bf16-layers-at-start/-end: the low-precision rows, a 16-bit row having no recipe
+    to keep layers out of (check_bf16_layers)."""
+    if len(chosen) < 2:
+        return set(), set()
+    unfused = set() if request.rht_cast_fusion else \
+        {x for x in chosen if recipe(x or DEFAULT_PRECISION).rht_cast_fusion_since_te}
+    low = set() if not (request.bf16_layers_at_start or request.bf16_layers_at_end) else \
+        {x for x in chosen if recipe(x or DEFAULT_PRECISION).low}
+    return unfused, low
+
+
 def _row_request(request: ExecutionRequest, profile: HardwareProfile, precision: Optional[str], with_wafers: bool,
-                 unfused_rows: set[Optional[str]], wafer_global_batch: Optional[int]) -> ExecutionRequest:
+                 taking: tuple[set[Optional[str]], set[Optional[str]]],
+                 wafer_global_batch: Optional[int]) -> ExecutionRequest:
     """The request one row is planned with. A wafer row is D systems in strict data parallel: the GPU layout
     choices (EP, ZeRO, the NVLink domain, the communication overlaps) and Megatron's and TransformerEngine's GPU kernel options (the unfused main-gradient add,
-    NVFP4's unfused casts) do not apply. A GPU row drops the options for other rows only: --no-rht-cast-fusion
-    unless its precision is in `unfused_rows` (the row's run options show which rows took it), --no-overlap
-    beside wafer rows (the wafer rows' weight streaming; a GPU plan refuses it)."""
+    NVFP4's unfused casts, PyTorch's early-stopping re-run, the layers kept out of a low-precision recipe) do not
+    apply. A GPU row drops the options for other rows only: --no-rht-cast-fusion unless its precision is in the
+    first of `taking` (the row's run options show which rows took it), --bf16-layers-at-start/-end unless it is in
+    the second (the low precisions), --no-overlap beside wafer rows (the wafer rows' weight streaming; a GPU plan
+    refuses it)."""
     if profile.family == "wse":
         return request.with_changes(expert_parallel=None, zero_stage=None, gradient_accumulation_fusion=True,
                                     rht_cast_fusion=True, devices_per_node=None, overlap_all_to_all=False,
+                                    checkpoint_early_stop=False, bf16_layers_at_start=0, bf16_layers_at_end=0,
                                     overlaps=OverlapRequest(),
                                     limits=replace(request.limits, global_batch=wafer_global_batch))
+    unfused_rows, low_rows = taking
     base = request.with_changes(precision=precision)
     if unfused_rows and precision not in unfused_rows:
         base = base.with_changes(rht_cast_fusion=True)
+    if low_rows and precision not in low_rows:
+        base = base.with_changes(bf16_layers_at_start=0, bf16_layers_at_end=0)
     if with_wafers:
         base = base.with_changes(overlap_streaming=True)
     return base

@@ -12,8 +12,9 @@ run's plan predicts both (the worst pipeline stage's allocated and reserved byte
 shown beside the time error and gated by its own bands. A memory-only run (no tokens/s, no step time)
 has a memory error only; a run whose plan does not fit still has its memory predicted.
 
-Runs marked `role: fit` may be used by `validate --calibrate` to fit a device family's named
-efficiency factors; every `role: check` run is a prediction. A run btacalc cannot express yet (a
+Runs marked `role: fit` may be used by `validate --calibrate` to fit the named efficiency factors of
+the calibration family (btacalc/data/calibration.toml: one per GPU architecture, and the wafers) that
+holds their profile; every `role: check` run is a prediction. A run btacalc cannot express yet (a
 layout it does not model, an unknown model or device) is listed with the reason, never counted as
 passing.
 """
@@ -266,7 +267,8 @@ class RunPrediction(BaseModel):
 class RunResult(BaseModel):
     id: CleanText
     role: str
-    family: str = Field(description="device family the run's errors are summarised and calibrated by")
+    family: str = Field(description="device family (gpu / wse) the run's errors are summarised and gated by; the "
+                        "factors are calibrated per calibration family (calibration.toml: one per GPU architecture)")
     model: str
     hw: str
     devices: int
@@ -346,7 +348,8 @@ def load_runs(path: Optional[Path] = None) -> list[MeasuredRun]:
 
 
 def device_family(profile: HardwareProfile) -> str:
-    """Runs are summarised and calibrated per family: GPUs together, wafers together."""
+    """Runs are summarised and gated per device family, GPUs together and wafers together (the factors are
+    fitted per calibration family instead, planning/calibration.py: one per GPU architecture)."""
     return profile.family
 
 
