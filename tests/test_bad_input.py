@@ -337,6 +337,17 @@ case("values", "plan", "-m", "llama-3-8b", *GPU8, "--precision", "mxfp8", "--bf1
      "--bf16-layers-at-start", "1", fragment="--bf16-layers-at-end counts decoder layers")
 case("usage", "plan", "-m", "llama-3-8b", *GPU8, "--precision", "mxfp8", "--bf16-layers-at-end", "one",
      fragment="--bf16-layers-at-end")
+# PyTorch's checkpoint early stop (mpt3) needs a full recompute on a GPU and has no Megatron/Bridge flag; eager
+# PyTorch's element-wise kernels (mpt4) mean nothing on a wafer or in a Megatron launch
+MPT8 = ("-m", "mpt-7b", "--devices", "8", "--seq", "2048")
+for recompute in ("none", "selective"):
+    case("ignored", "plan", *MPT8, "--hw", "h100", "--recompute", recompute, "--checkpoint-early-stop",
+         fragment="needs --recompute full")
+case("ignored", "plan", *MPT8, "--hw", "h100", "--recompute", "full", "--checkpoint-early-stop", "--emit", "megatron",
+     fragment="Megatron")
+case("ignored", "plan", *MPT8, "--hw", "wse3", "--recompute", "full", "--checkpoint-early-stop", fragment="wafer-scale")
+case("ignored", "plan", *MPT8, "--hw", "h100", "--eager-kernels", "--emit", "megatron", fragment="Megatron")
+case("ignored", "plan", *MPT8, "--hw", "wse3", "--eager-kernels", fragment="wafer-scale")
 # review4: sweep takes the bf16ends and mpt3 options as plan does, and refuses what plan refuses
 SWEEP8 = ("sweep", "-m", "llama-3-8b", "--hw", "b200", "--devices", "8", "--vary", "global-batch=64")
 case("values", *SWEEP8, "--precision", "mxfp8", "--bf16-layers-at-start", "-1",

@@ -99,18 +99,6 @@ def test_the_block_count_gives_the_catalogues_bytes():
     assert {name for stage, name in table if stage == "forward"} == {"native_layer_norm", "addmm", "gelu", "add"}
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--hw", "h100", "--emit", "megatron"], "Megatron"),
-    (["--hw", "wse3"], "wafer-scale"),
-])
-def test_eager_kernels_where_they_mean_nothing_is_one_line_and_exit_2(extra, message):
-    args = [sys.executable, "-m", "btacalc", "plan", "--model", "mpt-7b", "--devices", "8", "--seq", "2048",
-            "--eager-kernels", *extra]
-    proc = subprocess.run(args, capture_output=True, text=True, cwd=ROOT, env=ENV)
-    assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.strip().count("\n") == 0 and message in proc.stderr and "--eager-kernels" in proc.stderr
-
-
 def test_the_llm_foundry_rows_and_only_they_run_eager_kernels():
     runs = json.loads(RUNS.read_text())["runs"]
     eager = {r["id"] for r in runs if (r.get("recipe") or {}).get("eager_kernels")}
