@@ -144,18 +144,18 @@ def _check_row_options(profiles: Sequence[HardwareProfile], wafers: list[Hardwar
                                "kernels (the wafer rows are strict data parallel): {hardware} has no GPU profile")
 
 
+# The request fields that set GPU rows only, at the value that leaves a row as without them: `_gpu_row_options`
+# names those given, and a wafer row's request (`_row_request`) takes these values.
+_GPU_ROW_NEUTRAL: dict[str, Any] = {
+    "expert_parallel": None, "zero_stage": None, "devices_per_node": None, "overlap_all_to_all": False,
+    "gradient_accumulation_fusion": True, "rht_cast_fusion": True, "checkpoint_early_stop": False,
+    "bf16_layers_at_start": 0, "bf16_layers_at_end": 0}
+
+
 def _gpu_row_options(request: ExecutionRequest, devices: Optional[Sequence[int]]) -> list[str]:
     """The options given for GPU rows only (_row_request drops them from a wafer row's request)."""
-    given = [("{devices}", bool(devices)), ("{expert_parallel}", request.expert_parallel is not None),
-             ("{zero_stage}", request.zero_stage is not None),
-             ("{devices_per_node}", request.devices_per_node is not None),
-             ("{overlap_all_to_all}", request.overlap_all_to_all),
-             ("{gradient_accumulation_fusion}", not request.gradient_accumulation_fusion),
-             ("{rht_cast_fusion}", not request.rht_cast_fusion),
-             ("{checkpoint_early_stop}", request.checkpoint_early_stop),
-             ("{bf16_layers_at_start}", request.bf16_layers_at_start != 0),
-             ("{bf16_layers_at_end}", request.bf16_layers_at_end != 0)]
-    return [name for name, set_ in given if set_]
+    return (["{devices}"] if devices else []) + [
+        "{" + name + "}" for name, neutral in _GPU_ROW_NEUTRAL.items() if getattr(request, name) != neutral]
 
 
 def compare(model: ModelSpec, profiles: Sequence[HardwareProfile], devices: Optional[Sequence[int]] = None,
@@ -242,10 +242,7 @@ def _row_request(request: ExecutionRequest, profile: HardwareProfile, precision:
     the second (the low precisions), --no-overlap beside wafer rows (the wafer rows' weight streaming; a GPU plan
     refuses it)."""
     if profile.family == "wse":
-        return request.with_changes(expert_parallel=None, zero_stage=None, gradient_accumulation_fusion=True,
-                                    rht_cast_fusion=True, devices_per_node=None, overlap_all_to_all=False,
-                                    checkpoint_early_stop=False, bf16_layers_at_start=0, bf16_layers_at_end=0,
-                                    overlaps=OverlapRequest(),
+        return request.with_changes(**_GPU_ROW_NEUTRAL, overlaps=OverlapRequest(),
                                     limits=replace(request.limits, global_batch=wafer_global_batch))
     unfused_rows, low_rows = taking
     base = request.with_changes(precision=precision)
