@@ -69,12 +69,19 @@ def load_families() -> list[FamilySpec]:
     return families
 
 
+def family_of(profile_name: str, families: Optional[list[FamilySpec]] = None) -> Optional[FamilySpec]:
+    """The calibration family whose profiles hold `profile_name` (load_families refuses a profile in two), or
+    None for a profile outside every family."""
+    return next((f for f in (families if families is not None else load_families()) if profile_name in f.profiles),
+                None)
+
+
 def family_statement(profile: HardwareProfile, builtin: bool) -> str:
     """What calibration applies to `profile`, for `hw show`/`hw check`: a built-in profile's family (whose factors
     `validate --calibrate` refits and writes into it); a profile file is in no family, so its own
     [calibration] numbers apply as written, and a GPU file without compute_efficiency runs at 1.0."""
     if builtin:
-        spec = next((f for f in load_families() if profile.name in f.profiles), None)
+        spec = family_of(profile.name)
         if spec is not None:
             return (f"calibration family {spec.name} ({', '.join(spec.profiles)}; btacalc/data/calibration.toml): "
                     f"validate --calibrate refits its {', '.join(spec.factors)} on the family's role=fit runs and "

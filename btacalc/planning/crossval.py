@@ -29,7 +29,7 @@ from ..config.hardware import HardwareProfile, builtin_profiles, resolve_hardwar
 from ..config.presets import resolve_model
 from ..errors import BtacalcError
 from ..paths import package_data
-from .calibration import FamilySpec, fit_family, load_families, with_factors
+from .calibration import FamilySpec, family_of, fit_family, load_families, with_factors
 from .measured import MeasuredRun, load_runs, predict
 
 if sys.version_info >= (3, 11):
@@ -182,9 +182,9 @@ def cross_validate(runs: list[MeasuredRun], setting: Setting, fit: FitFn, predic
 def _device_family(run: MeasuredRun, specs: dict[str, FamilySpec]) -> str:
     """The calibration family (calibration.toml [[family]]) whose profiles hold the run's hardware; a
     profile outside every family is a family of its own kind (gpu / wse)."""
-    owner = next((name for name, spec in specs.items() if run.hw in spec.profiles), None)
+    owner = family_of(run.hw, list(specs.values()))
     if owner is not None:
-        return owner
+        return owner.name
     try:
         return resolve_hardware(run.hw).family
     except BtacalcError:
