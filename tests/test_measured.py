@@ -140,6 +140,29 @@ def test_gate_per_run_band_known_gaps_and_family_mean():
     assert any("mean |error|" in f for f in gate(mean, summarize(mean), BANDS).failures)
 
 
+def _memory_result(id_, memory_error, memory_known_gap=""):
+    return RunResult(id=id_, role="check", family="gpu", model="m", hw="h", devices=1, expressible=True,
+                     predicted=RunPrediction(peak_alloc_gib=1.0), measured=Measured(peak_alloc_gib=1.0),
+                     memory_error=memory_error, memory_known_gap=memory_known_gap)
+
+
+def test_memory_gate_known_gaps_like_the_time_gate():
+    """A memory check run outside ±5% fails unless it states a memory known gap; a stated gap inside the band
+    fails (its note must go); the family's ±2% mean is over the other check runs (task logs9)."""
+    ok = [_memory_result("a", 0.01), _memory_result("b", -0.02)]
+    assert gate(ok, summarize(ok), BANDS).ok  # mean 1.5%
+    out = ok + [_memory_result("c", -0.088)]
+    failures = gate(out, summarize(out), BANDS).failures
+    assert any(f.startswith("c: memory error -8.8%") for f in failures)
+    assert any("mean |memory error|" in f for f in failures)  # (1 + 2 + 8.8) / 3 = 3.9% > 2%
+    gap = ok + [_memory_result("c", -0.088, memory_known_gap="persistent 0.7 GiB not counted")]
+    assert gate(gap, summarize(gap), BANDS).ok  # outside its band by a stated gap, and out of the mean
+    healed = ok + [_memory_result("c", 0.04, memory_known_gap="persistent 0.7 GiB not counted")]
+    assert any("memory known gap but now within" in f for f in gate(healed, summarize(healed), BANDS).failures)
+    time_gap = ok + [RunResult(**{**_memory_result("c", -0.088).model_dump(), "known_gap": "a time gap"})]
+    assert not gate(time_gap, summarize(time_gap), BANDS).ok  # a time known gap does not excuse memory
+
+
 def test_validate_measured_cli_json_and_file(cli, tmp_path):
     path = _write(tmp_path, [RUN])
     code, out, err = cli("validate", "--measured", str(path), "--json")

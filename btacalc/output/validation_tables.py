@@ -54,6 +54,8 @@ def measured_table(report: MeasuredReport) -> Group:
     for r in report.runs:
         pred, meas = r.predicted.tokens_per_s_per_device, r.measured.tokens_per_s_per_device
         note = r.reason if not r.expressible else (f"known gap: {r.known_gap}" if r.known_gap else "")
+        if r.memory_known_gap:
+            note = "; ".join(x for x in (note, f"memory known gap: {r.memory_known_gap}") if x)
         if r.defaulted:
             note = "; ".join(x for x in (note, "defaults: " + ", ".join(sorted(r.defaulted))) if x)
         if r.not_timed:

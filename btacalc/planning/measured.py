@@ -210,6 +210,9 @@ class MeasuredRun(BaseModel):
     measured: Measured
     role: Literal["fit", "check"]
     known_gap: str = Field("", description="btacalc is known to miss this run: the mechanism it lacks")
+    memory_known_gap: str = Field("", description="btacalc is known to miss this run's peak memory: what the "
+                                  "measurement shows that the prediction lacks (exempts the run from the memory "
+                                  "bands, as known_gap does from the time bands)")
     release: Optional[str] = Field(None, description="the container or harness version that measured the run; "
                                    "runs of one publication and release form same-source precision pairs")
     recipe: Optional[Recipe] = None
@@ -280,6 +283,7 @@ class RunResult(BaseModel):
     memory_error: Optional[float] = Field(None, description="predicted / measured - 1 (peak allocated memory, else "
                                           "peak reserved)")
     known_gap: str = ""
+    memory_known_gap: str = ""
     defaulted: dict[str, str] = Field(default_factory=dict, description="what the run's plan took by default "
                                       "because neither the run nor its recipe states it, and why")
     not_timed: dict[str, str] = Field(default_factory=dict, description="what the run's recipe sets that btacalc "
@@ -532,7 +536,7 @@ def predict(run: MeasuredRun, hardware: Callable[[str], HardwareProfile] = resol
     """`run` predicted; `hardware` resolves the run's device (calibration passes trial profiles)."""
     carried = {k: v for k, v in (run.model_extra or {}).items()}
     base = dict(id=run.id, role=run.role, model=run.model, hw=run.hw, devices=run.devices, measured=run.measured,
-                known_gap=run.known_gap, carried=carried)
+                known_gap=run.known_gap, memory_known_gap=run.memory_known_gap, carried=carried)
     try:
         profile = hardware(run.hw)
         family = device_family(profile)
@@ -658,13 +662,19 @@ def gate(results: list[RunResult], summaries: list[FamilySummary], bands: Bands)
 
 
 def memory_gate(results: list[RunResult], bands: Bands) -> list[str]:
-    """Check runs whose peak memory leaves its per-run band fail, and a family whose mean memory error
-    leaves its band fails (known gaps are for time; memory has none)."""
+    """Check runs whose peak memory leaves its per-run band fail unless they are memory known gaps (a memory
+    known gap inside the band fails too: its note must go); a family whose mean memory error over its other
+    check runs leaves its band fails."""
     failures = []
     checks = [r for r in results if r.role == "check" and r.memory_error is not None]
+    band = bands.memory_per_run_abs_error
     for r in checks:
-        if abs(r.memory_error) > bands.memory_per_run_abs_error:  # type: ignore[arg-type]  # filtered above
-            failures.append(f"{r.id}: memory error {r.memory_error:+.1%} outside ±{bands.memory_per_run_abs_error:.0%}")
+        inside = abs(r.memory_error) <= band  # type: ignore[arg-type]  # filtered above
+        if not inside and not r.memory_known_gap:
+            failures.append(f"{r.id}: memory error {r.memory_error:+.1%} outside ±{band:.0%}")
+        if inside and r.memory_known_gap:
+            failures.append(f"{r.id}: marked a memory known gap but now within ±{band:.0%}")
+    checks = [r for r in checks if not r.memory_known_gap]
     for family in sorted({r.family for r in checks}):
         mean = statistics.fmean(abs(r.memory_error) for r in checks if r.family == family)  # type: ignore[arg-type]
         if mean > bands.memory_family_mean_abs_error:
