@@ -117,12 +117,15 @@ def test_measured_memory_error_by_hand(tmp_path):
 
 def test_every_shipped_memory_run_fits_and_meets_the_gate():
     """Issue 20's gate on the shipped memory check runs: each within ±5%, the family mean within ±2%
-    (what this branch reaches: mean 1.2%, max 2.6%)."""
+    (what this branch reaches: mean 1.2%, max 2.6%), except the runs that state a memory known gap (task logs9:
+    one public log, outside by a persistent allocation btacalc does not count; docs/runs.md 'logs9')."""
     report = validate_measured()
     memory = [r for r in report.runs if r.measured.peak_alloc_gib or r.measured.peak_reserved_gib]
-    assert len(memory) >= 7 and all(r.expressible for r in memory), [r.reason for r in memory]
-    errors = [abs(r.memory_error) for r in memory if r.role == "check"]  # type: ignore[arg-type]
-    assert len(errors) == len(memory) and max(errors) <= 0.05 and sum(errors) / len(errors) <= 0.02
+    assert len(memory) >= 8 and all(r.expressible for r in memory), [r.reason for r in memory]
+    gaps = [r for r in memory if r.memory_known_gap]
+    assert len(gaps) <= 1 and all(abs(r.memory_error) > 0.05 for r in gaps)  # type: ignore[arg-type]
+    errors = [abs(r.memory_error) for r in memory if r.role == "check" and not r.memory_known_gap]  # type: ignore[arg-type]
+    assert len(errors) == len(memory) - len(gaps) >= 7 and max(errors) <= 0.05 and sum(errors) / len(errors) <= 0.02
     assert report.gate.ok, report.gate.failures
     assert {r.id for r in load_runs() if r.measured.peak_alloc_gib} == {r.id for r in memory}
 
