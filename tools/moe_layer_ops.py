@@ -57,7 +57,7 @@ VIEW_OPS = frozenset({"view", "_unsafe_view", "reshape", "slice", "select", "exp
                       "squeeze", "unsqueeze", "detach", "alias", "as_strided", "split", "split_with_sizes",
                       "unbind", "lift_fresh", "narrow", "flatten", "unflatten", "view_as", "_reshape_alias"})
 SYNCS: Counter[str] = Counter()  # host waits on the device and D2H copies, by kind (P2-P5, P7)
-COLLECTIVE_S: Counter[str] = Counter()  # thread CPU time inside gloo's collectives (P8)
+COLLECTIVE_S: defaultdict[str, float] = defaultdict(float)  # thread CPU time inside gloo's collectives (P8)
 
 
 def split_views(ops: dict[str, int]) -> tuple[int, int]:
@@ -173,7 +173,7 @@ class Stages:
     def __init__(self) -> None:
         self.stack = ["moe_layer"]
         self.clock = False
-        self.spent: Counter[str] = Counter()
+        self.spent: defaultdict[str, float] = defaultdict(float)
         self._mark = 0.0
 
     def _switch(self) -> None:
@@ -194,7 +194,7 @@ class Stages:
             self.stack.pop()
 
     def start(self) -> None:
-        self.clock, self.spent, self._mark = True, Counter(), time.thread_time()
+        self.clock, self.spent, self._mark = True, defaultdict(float), time.thread_time()
 
     def stop(self) -> dict[str, float]:
         self._switch()
@@ -329,16 +329,27 @@ def node_times(loss: Any) -> dict[str, float]:
     """Run loss.backward() with a pre-hook and a hook on every autograd node of its graph: each node's time from
     its pre-hook to its hook (its backward function, Python ones included), summed by node name; the engine's
     time between nodes is left out."""
-    spent: Counter[str] = Counter()
+    spent: defaultdict[str, float] = defaultdict(float)
     started: dict[Any, float] = {}
+
+    def begin(node: Any) -> Callable[..., None]:
+        def hook(*_g: Any) -> None:
+            started[node] = time.thread_time()
+        return hook
+
+    def end(node: Any) -> Callable[..., None]:
+        def hook(*_g: Any) -> None:
+            spent[node.name()] += time.thread_time() - started[node]
+        return hook
+
     seen, todo = set(), [loss.grad_fn]
     while todo:
         node = todo.pop()
         if node is None or node in seen:
             continue
         seen.add(node)
-        node.register_prehook(lambda g, n=node: started.__setitem__(n, time.thread_time()) and None)
-        node.register_hook(lambda gi, go, n=node: spent.update({n.name(): time.thread_time() - started[n]}) and None)
+        node.register_prehook(begin(node))
+        node.register_hook(end(node))
         todo.extend(nxt for nxt, _ in node.next_functions)
     loss.backward()
     return dict(spent)
