@@ -386,7 +386,7 @@ DETERMINISTIC_UNMODELLED = (
     "(attention_kernels.toml deterministic_backward: cuDNN on sm100, 1.152x the default backward, cudnn-frontend @ "
     "3929da2e GB200 benchmark); not timed: TransformerEngine's deterministic attention backward on sm90 (cuDNN's "
     "dP-workspace backward, cudnn-frontend scaled_dot_product_flash_attention.h L1482-1487) and sm80 (FlashAttention's "
-    "deterministic backward: TE @ 4329ff84 dot_product_attention/utils.py L1399-1458 drops cuDNN there), which have "
+    "deterministic backward: TE @ 4329ff84 dot_product_attention/utils.py L1399-1462 drops cuDNN there), which have "
     "no published cost against the default backward, torch.use_deterministic_algorithms (the word embedding's "
     "backward is PyTorch's sort-based kernel either way above 3,072 indices, pytorch/pytorch @ 1c94016e "
     "aten/src/ATen/native/cuda/Embedding.cu embedding_dense_backward_cuda; the vocab-parallel cross-entropy's "
