@@ -82,6 +82,24 @@ class KernelRate(BaseModel):
                          [p.fraction_of_peak for p in points])
 
 
+class DeterministicBackward(BaseModel):
+    """The kernel's deterministic backward (TransformerEngine under NVTE_ALLOW_NONDETERMINISTIC_ALGO=0) on a range of
+    architectures: its measured time over the non-deterministic backward's, same benchmark, shape and library."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    min_compute_capability: float = Field(ge=0)
+    max_compute_capability: float = Field(ge=0)
+    dtype: Literal["bf16", "fp8", "mxfp8"] = "bf16"
+    backward_time_ratio: float = Field(gt=0)
+    kind: Literal["published", "derived", "estimate", "calibrated"]
+    source: str = Field(min_length=10)
+    note: str = ""
+
+    def covers(self, compute_capability: float, dtype: str = "bf16") -> bool:
+        return self.dtype == dtype and self.min_compute_capability <= compute_capability <= self.max_compute_capability
+
+
 class AttentionKernel(BaseModel):
     """One attention kernel and its rates per architecture (none: the large-GEMM rate everywhere)."""
 
@@ -91,6 +109,7 @@ class AttentionKernel(BaseModel):
     summary: str
     source: str = Field(min_length=10)
     rate: tuple[KernelRate, ...] = ()
+    deterministic_backward: tuple[DeterministicBackward, ...] = ()
 
     def fraction_of_peak(self, compute_capability: Optional[float], seq_len: Any = None, dtype: str = "bf16") -> Any:
         """The kernel's share of the 16-bit datasheet peak on this architecture at a kernel call of `seq_len`
@@ -100,6 +119,15 @@ class AttentionKernel(BaseModel):
         if compute_capability is None:
             return None
         return next((r.share_at(seq_len) for r in self.rate if r.covers(compute_capability, dtype)), None)
+
+
+    def deterministic_backward_ratio(self, compute_capability: Optional[float], dtype: str = "bf16") -> Optional[float]:
+        """The deterministic backward's time over the non-deterministic one's on this architecture for `dtype`
+        operands, or None where none is published (the deterministic backward is then not timed)."""
+        if compute_capability is None:
+            return None
+        return next((d.backward_time_ratio for d in self.deterministic_backward
+                     if d.covers(compute_capability, dtype)), None)
 
 
 @functools.lru_cache(maxsize=1)

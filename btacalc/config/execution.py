@@ -133,6 +133,11 @@ class RunOptions:
     # into the fp32 main gradient; False (--no-gradient-accumulation-fusion): the GEMM writes a 16-bit gradient that a
     # separate kernel adds to the main gradient, once per parameter and micro-batch (gpu/fixed.py wgrad_accumulate_s)
     gradient_accumulation_fusion: bool = True
+    # TransformerEngine's deterministic attention backward (Megatron --deterministic-mode sets
+    # NVTE_ALLOW_NONDETERMINISTIC_ALGO=0): the fused core's backward at the kernel's published deterministic/
+    # non-deterministic time ratio on this architecture (attention_kernels.toml deterministic_backward), where one is
+    # published (else untimed, listed in the run's notes)
+    deterministic_attention: bool = False
     # PyTorch's non-reentrant activation checkpoint with early stop (torch >= 2.1, its default): a full re-run ends
     # once every saved tensor is rebuilt, skipping the layer's GEMMs after its last save (catalogue/selection.py
     # skipped_by_early_stop); False: the whole layer re-runs (Megatron's checkpoint, torch <= 2.0)
@@ -546,6 +551,7 @@ class ExecutionRequest:
     fp8_attention: bool = False  # Megatron --fp8-dot-product-attention (RunOptions.fp8_attention)
     rht_cast_fusion: bool = True  # NVFP4's rowwise and RHT columnwise casts in one kernel (RunOptions.rht_cast_fusion)
     gradient_accumulation_fusion: bool = True  # RunOptions.gradient_accumulation_fusion
+    deterministic_attention: bool = False  # RunOptions.deterministic_attention (a recipe's deterministic_mode)
     checkpoint_early_stop: bool = False  # RunOptions.checkpoint_early_stop (--checkpoint-early-stop)
     eager_kernels: bool = False  # RunOptions.eager_kernels (--eager-kernels)
     cpu_offload_layers: int = 0  # Megatron --cpu-offloading-num-layers (RunOptions.cpu_offload_layers)
@@ -639,6 +645,7 @@ def _run_options(request: ExecutionRequest, model: "ModelSpec", profile: "Hardwa
         fp8_attention=request.fp8_attention,
         rht_cast_fusion=request.rht_cast_fusion,
         gradient_accumulation_fusion=request.gradient_accumulation_fusion,
+        deterministic_attention=request.deterministic_attention,
         checkpoint_early_stop=request.checkpoint_early_stop,
         eager_kernels=request.eager_kernels,
         cpu_offload_layers=request.cpu_offload_layers,

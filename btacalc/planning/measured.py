@@ -385,12 +385,13 @@ MEGATRON_RUN_DEFAULTS: dict[str, tuple[Any, str]] = {
 # NCCL_ALGO=Ring is how btacalc times every collective already (gpu/collectives.py: ring bus factors), so it costs
 # nothing here. Its --no-gradient-accumulation-fusion is a recipe field of its own (gradient_accumulation_fusion).
 DETERMINISTIC_UNMODELLED = (
-    "--deterministic-mode: NCCL_ALGO=Ring is timed (btacalc's collectives are rings); not timed: "
-    "NVTE_ALLOW_NONDETERMINISTIC_ALGO=0, TransformerEngine's deterministic attention backward (TransformerEngine @ "
-    "d0067d0d transformer_engine/pytorch/attention/dot_product_attention/utils.py L1504-1567: cuDNN FusedAttention "
-    "stays on sm90 and later, FlashAttention 2 >= 2.4.1 on sm80; no published cost of cuDNN's deterministic "
-    "backward; FlashAttention 3's on an H100 at head dim 128, causal, 8,192 tokens is 1.21x its non-deterministic "
-    "backward, Dao-AILab/flash-attention PR 1893), torch.use_deterministic_algorithms (the word embedding's "
+    "--deterministic-mode: NCCL_ALGO=Ring is timed (btacalc's collectives are rings); "
+    "NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 is timed where the deterministic attention backward has a published cost "
+    "(attention_kernels.toml deterministic_backward: cuDNN on sm100, 1.152x the default backward, cudnn-frontend @ "
+    "3929da2e GB200 benchmark); not timed: TransformerEngine's deterministic attention backward on sm90 (cuDNN's "
+    "dP-workspace backward, cudnn-frontend scaled_dot_product_flash_attention.h L1482-1487) and sm80 (FlashAttention's "
+    "deterministic backward: TE @ 4329ff84 dot_product_attention/utils.py L1399-1462 drops cuDNN there), which have "
+    "no published cost against the default backward, torch.use_deterministic_algorithms (the word embedding's "
     "backward is PyTorch's sort-based kernel either way above 3,072 indices, pytorch/pytorch @ 1c94016e "
     "aten/src/ATen/native/cuda/Embedding.cu embedding_dense_backward_cuda; the vocab-parallel cross-entropy's "
     "index_put: one sort of the micro-batch's token indices, microseconds) and "
@@ -468,6 +469,8 @@ def express(run: MeasuredRun, family: str = "gpu") -> tuple[Optional[ExecutionRe
             changes["eager_kernels"] = True
         if recipe.gradient_accumulation_fusion is not None:
             changes["gradient_accumulation_fusion"] = recipe.gradient_accumulation_fusion
+        if recipe.deterministic_mode:
+            changes["deterministic_attention"] = True
         if recipe.cpu_offloading_num_layers:
             changes["cpu_offload_layers"] = recipe.cpu_offloading_num_layers
         if recipe.pipeline_layout is not None or recipe.account_for_embedding or recipe.account_for_loss:

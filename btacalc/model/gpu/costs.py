@@ -165,6 +165,7 @@ class _Rates:
     output_bytes: tuple[float, float, float] = (2.0, 2.0, 4.0)
     attention_peak: float = 0.0  # FLOP/s of the fused attention core (`attention_core_peak`)
     attention_wall_rate: bool = False  # the kernel's measured wall-clock rate: no separate HBM-traffic bound
+    attention_bwd_ratio: float = 1.0  # its backward's time over the default's (deterministic backward, `attention_bwd_ratio`)
     attention_cast: Optional[AttentionCastRates] = None  # --fp8-attention: the casts around the FP8 kernel
     stream_hbm: float = 0.0  # B/s a memory-bound phase moves its traffic at: HBM x achievable_bandwidth_fraction
     # every symbol a Python int or float and EP an int: GEMM shapes are then Python arithmetic (`_evaluate_all`)
@@ -213,6 +214,7 @@ def _device_rates(problem: Problem) -> _Rates:
         output_bytes=gemm_output_bytes(problem),
         attention_peak=attention_core_peak(problem, peak),
         attention_wall_rate=attention_kernel_share(problem) is not None,
+        attention_bwd_ratio=attention_bwd_ratio(problem),
         attention_cast=attention_cast_rates(problem),
         stream_hbm=hw.memory.streaming_bandwidth_bytes_per_s(),
         cuda_graph_scope=lay.cuda_graph_scope,
@@ -255,6 +257,21 @@ def attention_dtype(problem: Problem) -> str:
     (precision.toml fp8_attention_kernel: fp8 with per-tensor scales, mxfp8 with block scales)."""
     run = problem.run
     return run.recipe.fp8_attention_kernel if run.fp8_attention else "bf16"
+
+
+def attention_bwd_ratio(problem: Problem, dtype: Optional[str] = None) -> float:
+    """The fused core's backward time over its default backward's: under a deterministic attention backward
+    (RunOptions.deterministic_attention: Megatron --deterministic-mode, NVTE_ALLOW_NONDETERMINISTIC_ALGO=0) the
+    kernel's measured deterministic/default ratio on this compute capability (attention_kernels.toml
+    `deterministic_backward`, e.g. cuDNN on GB200 4.754 / 4.127 ms = 1.152), else 1 (the default backward, or a
+    deterministic one with no published time: not timed, said in the run's notes)."""
+    chip = problem.hardware.chip
+    cc = chip.compute_capability.value if chip.compute_capability else None
+    if not problem.run.deterministic_attention:
+        return 1.0
+    ratio = attention_kernel(problem.run.attention_kernel).deterministic_backward_ratio(
+        cc, dtype or attention_dtype(problem))
+    return 1.0 if ratio is None else ratio
 
 
 def attention_core_peak(problem: Problem, gemm_peak: float, dtype: Optional[str] = None) -> float:
@@ -403,7 +420,8 @@ def _sixteen_bit_rates(problem: Problem, r: _Rates) -> dict[str, Any]:
     if not problem.run.fp8_attention:
         return {"cast": None}
     return {"cast": None, "attention_cast": None, "attention_peak": attention_core_peak(problem, r.peak, "bf16"),
-            "attention_wall_rate": attention_kernel_share(problem, "bf16") is not None}
+            "attention_wall_rate": attention_kernel_share(problem, "bf16") is not None,
+            "attention_bwd_ratio": attention_bwd_ratio(problem, "bf16")}
 
 
 @remembered
@@ -507,6 +525,9 @@ def _part(pv: PhaseValues, phases: list[Phase], rows_key: Any, r: _Rates, memory
             run = r.core_time_factor
             core.flops, core.traffic_bytes = core.flops + flops * run, core.traffic_bytes + traffic
             core.backward_flops = core.backward_flops + v["flops_bwd"] * load * run
+            # the backward kernel also recomputes the scores: re-run FLOPs that are not a forward re-run
+            in_kernel = v["flops_recompute"] - v["reruns"] * v["flops_fwd"]
+            core.backward_kernel_flops = core.backward_kernel_flops + (v["flops_bwd"] + in_kernel) * load * run
             if r.attention_cast is not None:
                 forward, backward = attention_cast_s(r.attention_cast, r.hbm, v.__getitem__)
                 core.cast_forward_s, core.cast_backward_s = core.cast_forward_s + forward, core.cast_backward_s + backward
@@ -996,6 +1017,7 @@ class _FusedCore:
     flops: Any = 0  # FLOPs the kernel runs: counted forward, backward and re-run FLOPs x the causal block share
     traffic_bytes: Any = 0  # FlashAttention's IO-count HBM traffic (formulas/attention.toml)
     backward_flops: Any = 0  # the backward's share of `flops`
+    backward_kernel_flops: Any = 0  # the backward kernel's: `backward_flops` and its recomputation of the scores
     cast_forward_s: Any = 0.0  # --fp8-attention: the casts around the FP8 kernel in the first forward
     cast_backward_s: Any = 0.0  # and in the backward
 
@@ -1006,6 +1028,7 @@ def _fused_core(part: Part, pv: PhaseValues, phases: list[Phase], core: _FusedCo
 
         t = F_kernel / R                              where the kernel has a benchmarked rate R
         t = max(F_kernel / R_gemm, Q_IO / B_HBM)      otherwise (the large-GEMM rate's roofline)
+        t = t x (1 + F_bwd,kernel / F_kernel x (rho - 1))   under a deterministic backward of measured ratio rho
 
     plus, under --fp8-attention, the casts around the FP8 kernel (`precision.attention_cast_s`: Q, K, V and dO
     quantised, O and dQ, dK, dV dequantized where the kernel writes them in FP8), bandwidth-bound kernels of
@@ -1017,19 +1040,23 @@ def _fused_core(part: Part, pv: PhaseValues, phases: list[Phase], core: _FusedCo
     d = 128, s = 4096 (B_c = 227) it allows the causal forward 129.5 FLOP/B x 3.35 TB/s = 434 TFLOP/s on the
     blocks run, under cuDNN's measured 534 (tests/test_attention_kernels.py), so it is not applied on top."""
     bound = core.traffic_bytes / r.stream_hbm if not r.attention_wall_rate else 0.0
-    kernel = maximum(core.flops / r.attention_peak, bound)
+    ran = core.flops > 0
+    safe = where(ran, core.flops, 1)
+    default = maximum(core.flops / r.attention_peak, bound)
+    # a deterministic backward's extra time: (rho - 1) x the backward kernel's share of the default time
+    extra = default * where(ran, core.backward_kernel_flops / safe, 0) * (r.attention_bwd_ratio - 1)
+    kernel = default + extra
+    backward = default * where(ran, core.backward_flops / safe, 0) + extra
     casts = core.cast_forward_s + core.cast_backward_s
     fused = kernel + casts
     part.compute_s, part.core_s = part.compute_s + fused, part.core_s + fused
-    ran = core.flops > 0
     # its kernels and module calls, unless a CUDA graph replays them (`eager` False: scope attn)
     both, forward = where(ran, 2, 0) * int(eager), where(ran, 1, 0) * int(eager)
     part.kernels = part.kernels + both  # the fused forward and backward kernels
     part.module_calls = part.module_calls + both  # its attention module, forward and backward
     part.kernels_fwd = part.kernels_fwd + forward
     part.module_calls_fwd = part.module_calls_fwd + forward
-    safe = where(ran, core.flops, 1)
-    part.backward_s = part.backward_s + kernel * where(ran, core.backward_flops / safe, 0) + core.cast_backward_s
+    part.backward_s = part.backward_s + backward + core.cast_backward_s
     for phase in phases:
         if phase.core:
             v = pv.of(phase.name)
