@@ -221,8 +221,9 @@ class Layout:
     expert_tensor_parallel: int = 1
     fsdp: bool = False  # fully sharded data parallel (ZeRO-3 state; gathers per micro-batch)
     # whose FSDP: "megatron" (Megatron-FSDP's double-buffered units) or "torch" (PyTorch FSDP1 FULL_SHARD as
-    # Composer / llm-foundry configure it: btacalc.model.state.TorchFsdp)
-    fsdp_impl: str = "megatron"
+    # Composer / llm-foundry configure it: btacalc.model.state.TorchFsdp); None: none named (FSDP is then
+    # Megatron-FSDP, DEFAULT_FSDP_IMPL). A named one needs `fsdp` (_validate_fsdp_impl: the one rule)
+    fsdp_impl: Optional[str] = None
     overlap: Overlaps = Overlaps()
     # DeepEP dispatch (Megatron --moe-token-dispatcher-type flex --moe-enable-deepep): a token crosses to
     # another NVLink domain once per domain, not once per expert there; off: the alltoall dispatcher
@@ -318,10 +319,14 @@ class Layout:
         self._validate_fsdp_impl()
 
     def _validate_fsdp_impl(self) -> None:
+        """The rule for `fsdp_impl`, given as a request option or set on a layout: one of FSDP_IMPLS, and only
+        with `fsdp` (naming whose FSDP shards a model that FSDP does not shard would be ignored)."""
+        if self.fsdp_impl is None:
+            return
         if self.fsdp_impl not in FSDP_IMPLS:
             raise BtacalcError(f"{{fsdp_impl}} must be one of {', '.join(FSDP_IMPLS)}, got {self.fsdp_impl!r}")
-        if self.fsdp_impl == "torch" and not self.fsdp:
-            raise BtacalcError("{fsdp_impl} torch names whose FSDP shards the model: it needs {fsdp}")
+        if not self.fsdp:
+            raise BtacalcError(f"{{fsdp_impl}} {self.fsdp_impl} names whose FSDP shards the model: it needs {{fsdp}}")
         if self.fsdp_impl == "torch" and (self.model_parallel > 1 or self.expert_parallel > 1
                                           or self.expert_tensor_parallel > 1):
             raise BtacalcError("{fsdp_impl} torch is PyTorch FSDP1 over every rank as llm-foundry runs it: no "
@@ -413,6 +418,7 @@ MAX_SEQUENCES = 1 << 62
 # keeps products of parallel sizes and batches within 64-bit integers.
 MAX_DEVICES = 1 << 20
 FSDP_IMPLS = ("megatron", "torch")  # Layout.fsdp_impl
+DEFAULT_FSDP_IMPL = FSDP_IMPLS[0]  # FSDP with no implementation named: Megatron-FSDP
 _LIMIT_TEXT = {MAX_SEQUENCES: "2^62 sequences, more than any training batch",
                MAX_DEVICES: "2^20 = 1,048,576 devices, more than any training cluster"}
 
@@ -529,7 +535,7 @@ class ExecutionRequest:
     context_parallel: Optional[int] = None
     expert_tensor_parallel: Optional[int] = None
     fsdp: bool = False
-    fsdp_impl: Optional[str] = None  # Layout.fsdp_impl (None: megatron)
+    fsdp_impl: Optional[str] = None  # Layout.fsdp_impl (None: none named; checked there)
     deepep: bool = False  # DeepEP node-deduplicated dispatch (Layout.deepep); default the alltoall dispatcher
     dispatcher_sms: Optional[int] = None  # Layout.dispatcher_sms
     cuda_graph_scope: tuple[str, ...] = ()  # Layout.cuda_graph_scope
@@ -874,8 +880,6 @@ def _resolve_layout(request: ExecutionRequest, model: "ModelSpec", profile: "Har
         request = request.with_changes(expert_parallel=1 if request.expert_parallel is None else request.expert_parallel,
                                        zero_stage=0 if request.zero_stage is None else request.zero_stage)
     ep, etp = _expert_sizes(request, model, chosen, tp, pp)
-    if request.fsdp_impl is not None and not request.fsdp:
-        raise BtacalcError(f"{{fsdp_impl}} {request.fsdp_impl} names whose FSDP shards the model: it needs {{fsdp}}")
     zero = request.zero_stage
     if zero is None:
         zero = 3 if request.fsdp else (1 if devices > 1 else 0)
@@ -890,7 +894,7 @@ def _resolve_layout(request: ExecutionRequest, model: "ModelSpec", profile: "Har
     return Layout(devices=devices, expert_parallel=ep, zero_stage=zero, devices_per_node=node,
                   tensor_parallel=tp, sequence_parallel=sp, pipeline_parallel=pp,
                   virtual_pipeline=sizes["virtual_pipeline"], context_parallel=sizes["context_parallel"],
-                  expert_tensor_parallel=etp, fsdp=request.fsdp, fsdp_impl=request.fsdp_impl or "megatron",
+                  expert_tensor_parallel=etp, fsdp=request.fsdp, fsdp_impl=request.fsdp_impl,
                   stage_split=request.stage_split,
                   deepep=request.deepep, dispatcher_sms=request.dispatcher_sms,
                   cuda_graph_scope=tuple(request.cuda_graph_scope),
