@@ -702,21 +702,44 @@ _NO_EFFECT: tuple[tuple[Any, str], ...] = (
 )
 
 
-def _gpu_layout_options(request: ExecutionRequest) -> list[str]:
-    """The GPU layout options `request` sets: the NVLink domain and Megatron's communication overlaps (each
-    None unless given, on or off), the MoE all-to-all overlap (off unless given)."""
-    o = request.overlaps
-    given = [name for name, value in (("devices_per_node", request.devices_per_node),
-                                      ("overlap_grad_reduce", o.grad_reduce), ("overlap_param_gather", o.param_gather),
-                                      ("tp_comm_overlap", o.tp_comm), ("overlap_p2p", o.p2p)) if value is not None]
-    return given + (["overlap_all_to_all"] if request.overlap_all_to_all or o.all_to_all else [])
+# The request's GPU layout options (the NVLink domain, Megatron's communication overlaps, the MoE all-to-all
+# overlap): (the option's name, its request field, its value when not given), the one table of them.
+# `gpu_layout_options` names those a request gives (a wafer-scale plan refuses them: _check_wafer_request);
+# `without_gpu_layout` sets them back (planning/compare.py: a wafer row's request beside GPU rows).
+_GPU_LAYOUT: tuple[tuple[str, str, Any], ...] = (
+    ("devices_per_node", "devices_per_node", None),
+    ("overlap_grad_reduce", "overlaps.grad_reduce", None),
+    ("overlap_param_gather", "overlaps.param_gather", None),
+    ("tp_comm_overlap", "overlaps.tp_comm", None),
+    ("overlap_p2p", "overlaps.p2p", None),
+    ("overlap_all_to_all", "overlap_all_to_all", False),
+    ("overlap_all_to_all", "overlaps.all_to_all", False),
+)
+
+
+def _request_field(request: ExecutionRequest, path: str) -> Any:
+    head, _, tail = path.partition(".")
+    return getattr(getattr(request, head), tail) if tail else getattr(request, head)
+
+
+def gpu_layout_options(request: ExecutionRequest) -> list[str]:
+    """The GPU layout options `request` gives (_GPU_LAYOUT), each named once, in the table's order."""
+    given = [name for name, path, unset in _GPU_LAYOUT if _request_field(request, path) != unset]
+    return list(dict.fromkeys(given))
+
+
+def without_gpu_layout(request: ExecutionRequest) -> ExecutionRequest:
+    """`request` with every GPU layout option (_GPU_LAYOUT) as when not given."""
+    nested = {path.partition(".")[2]: unset for _, path, unset in _GPU_LAYOUT if "." in path}
+    top = {path: unset for _, path, unset in _GPU_LAYOUT if "." not in path}
+    return request.with_changes(overlaps=replace(request.overlaps, **nested), **top)
 
 
 def _check_wafer_request(request: ExecutionRequest, profile: "HardwareProfile") -> None:
     """A wafer-scale run is strict data parallel (MemoryX holds the state, SwarmX broadcasts the weights and
     reduces the gradients, model/wafer): it has no NVLink domain and none of Megatron's communication overlaps,
     so each of those options would be ignored; refused in one line instead."""
-    given = _gpu_layout_options(request)
+    given = gpu_layout_options(request)
     if given:
         names = "/".join("{" + name + "}" for name in given)
         raise BtacalcError(f"{names}: GPU layout option{'s' if len(given) > 1 else ''} (the NVLink domain, Megatron's "
