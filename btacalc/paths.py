@@ -111,7 +111,7 @@ def read_input(path: "os.PathLike[str] | str", limit: int = MAX_INPUT_BYTES) -> 
             raise OSError(errno.EINVAL, "not a regular file", os.fspath(path))
         if st.st_size > limit:
             raise OSError(errno.EFBIG, f"larger than {limit >> 20} MiB ({st.st_size:,} bytes)", os.fspath(path))
-        data = os.read(fd, limit + 1) if st.st_size == 0 else _read_all(fd, limit)
+        data = os.read(fd, limit + 1) if st.st_size == 0 else read_all(fd, limit)
     finally:
         os.close(fd)
     if len(data) > limit:  # grew since the stat
@@ -123,7 +123,9 @@ def read_input(path: "os.PathLike[str] | str", limit: int = MAX_INPUT_BYTES) -> 
         raise OSError(errno.EILSEQ, f"not UTF-8 text (byte {exc.start})", os.fspath(path)) from None
 
 
-def _read_all(fd: int, limit: int) -> bytes:
+def read_all(fd: int, limit: int) -> bytes:
+    """The bytes of the open file `fd` to its end, but at most `limit` + 1: more than `limit` says it is too large
+    (the one bounded read of an input file and of the private catalogue cache, catalogue/cache.py)."""
     chunks, size = [], 0
     while size <= limit:
         chunk = os.read(fd, min(1 << 20, limit + 1 - size))

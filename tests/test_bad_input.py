@@ -362,6 +362,12 @@ case("ignored", "plan", "-m", "llama-3-8b", *GPU8, "--no-overlap", fragment="a G
 case("ignored", "whatif", "-m", "llama-3-8b", "--hw", "b200", "--no-overlap", "--target", "mfu=0.5", "--solve-for",
      "chip.peak_flops_per_s", fragment="--no-overlap sets how wafer weight streaming")
 case("ignored", "compare", "-m", "llama-3-8b", "--hw", "b200", "--no-overlap", fragment="keeps its weights resident")
+# tidy6: whatif takes the recipe options plan, sweep and compare share, each checked as plan checks it
+WHATIF_B200 = ("whatif", "-m", "llama-3-8b", "--hw", "b200", "--target", "mfu=0.5", "--solve-for", "chip.peak_flops_per_s")
+case("ignored", *WHATIF_B200, "--recompute", "none", "--checkpoint-early-stop",
+     fragment="it needs --recompute full, got none")
+case("ignored", *WHATIF_B200, "--bf16-layers-at-start", "1", fragment="need a low --precision")
+case("values", *WHATIF_B200, "--precision", "int4", fragment="--precision")
 case("ignored", "plan", "-m", "llama-3-8b", "--hw", "wse3", "--attention-kernel", "triton-flash",
      fragment="a wafer-scale run has none")
 case("ignored", "plan", "-m", "llama-3-8b", *GPU8, "--tokens-per-step", "1000000",

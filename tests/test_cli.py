@@ -328,3 +328,40 @@ def test_an_unreached_whatif_prints_no_e_notation(cli, monkeypatch):
     assert code == 1 and "not reached" in out
     assert not re.search(r"\d[eE][+-]?\d", out), [ln for ln in out.splitlines() if re.search(r"\d[eE][+-]?\d", ln)]
     assert "1,000 " in out  # the grid's last ratio, written out
+
+
+@pytest.mark.parametrize("recipe", [("--precision", "mxfp8"), ("--precision", "mxfp8", "--fp8-param-gather"),
+                                    ("--recompute", "full", "--checkpoint-early-stop"), ("--no-gradient-accumulation-fusion",)])
+def test_whatif_starts_from_the_plan_of_the_same_recipe(cli, recipe):
+    """whatif takes the recipe options plan, sweep and compare share (tidy6): today's value of its metric is the
+    plan's own number for the same options (every trial is a plan), not the BF16 default's."""
+    run = ("-m", "llama-3-8b", "--hw", "b200", "--devices", "8", *recipe)
+    code, out, err = cli("plan", *run, "--json")
+    assert code == 0, err
+    planned = json.loads(out)["throughput"]["tokens_per_s"]
+    code, out, err = cli("whatif", *run, "--target", "tokens_per_s=1e9", "--solve-for", "chip.peak_flops_per_s", "--json")
+    assert code == 1, err  # 1e9 tokens/s is out of reach within 1000x today's compute
+    assert json.loads(out)["today_metric"] == pytest.approx(planned, rel=1e-12)
+    code, out, err = cli("plan", "-m", "llama-3-8b", "--hw", "b200", "--devices", "8", "--json")
+    assert json.loads(out)["throughput"]["tokens_per_s"] != pytest.approx(planned, rel=1e-6)  # the recipe tells
+
+
+def test_plan_sweep_compare_and_whatif_take_one_recipe_option_set():
+    """The recipe options are declared once (cli/options.py RecipeOptions, takes_recipe_options): each command that
+    plans takes every one of them, under the same flags."""
+    import dataclasses
+
+    import typer.main
+
+    from btacalc.cli.app import app
+    from btacalc.cli.options import RecipeOptions
+
+    commands = typer.main.get_command(app).commands  # type: ignore[attr-defined]
+    shared = {f.name for f in dataclasses.fields(RecipeOptions)}
+    flags = {}
+    for name in ("plan", "sweep", "compare", "whatif"):
+        params = {p.name: tuple(p.opts + p.secondary_opts) for p in commands[name].params}
+        assert shared <= set(params), (name, shared - set(params))
+        flags[name] = {n: params[n] for n in shared}
+    assert all(f == flags["plan"] for f in flags.values())
+    assert "--checkpoint-early-stop" in flags["whatif"]["checkpoint_early_stop"]

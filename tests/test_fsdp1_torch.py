@@ -100,3 +100,17 @@ def test_no_megatron_launch_for_a_pytorch_fsdp_plan(cli):
     code, out, err = cli("plan", "--model", "mpt-7b", "--hw", "h100", "--devices", "8", "--seq", "2048", "--fsdp",
                          "--fsdp-impl", "torch", "--emit", "megatron")
     assert code == 2 and out == "" and err.count("\n") == 1 and "Megatron does not run" in err, err
+
+
+@pytest.mark.parametrize("impl", ["megatron", "torch"])
+def test_the_layout_holds_the_one_rule_a_named_implementation_needs_fsdp(impl):
+    """Layout._validate_fsdp_impl is the rule the request path and a layout built in code both meet: naming
+    whose FSDP shards a model that FSDP does not shard is refused there, not only on the command line."""
+    from btacalc.config.execution import Layout
+    from btacalc.errors import BtacalcError
+
+    model, hw = resolve_model("mpt-7b"), resolve_hardware("h100")
+    Layout(devices=8, devices_per_node=8).validate(model, hw, 2048)  # no implementation named: no FSDP, valid
+    Layout(devices=8, devices_per_node=8, zero_stage=3, fsdp=True, fsdp_impl=impl).validate(model, hw, 2048)
+    with pytest.raises(BtacalcError, match="it needs fsdp$"):
+        Layout(devices=8, devices_per_node=8, fsdp_impl=impl).validate(model, hw, 2048)

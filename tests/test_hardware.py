@@ -118,6 +118,38 @@ def test_hw_show_prints_units(cli):
     assert "4.4e+10" not in out and "1.58e+16" not in out and "4.4e10" not in out  # the raw floats of before
 
 
+@pytest.mark.parametrize("name", ["h100", "a100-80gb", "wse3"])
+def test_hw_show_json_names_the_calibration_family_the_table_names(cli, name, monkeypatch):
+    """hw show's table names the profile's calibration family; --json carries it too (tidy6): the family of
+    btacalc/data/calibration.toml that lists the profile, read here from the file itself."""
+    import json
+    import tomllib
+
+    from btacalc.paths import package_data
+
+    listed = [f for f in tomllib.loads(package_data("calibration.toml").read_text(encoding="utf-8"))["family"]
+              if name in f["profiles"]]
+    assert len(listed) == 1
+    code, out, _ = cli("hw", "show", name, "--json")
+    assert code == 0
+    shown = json.loads(out)
+    assert shown["name"] == name and shown["calibration_family"]["name"] == listed[0]["name"]
+    assert shown["calibration_family"]["profiles"] == listed[0]["profiles"]
+    assert shown["calibration_family"]["factors"] == listed[0]["factors"]
+    monkeypatch.setenv("COLUMNS", "400")
+    code, table, _ = cli("hw", "show", name)
+    assert f"calibration family {listed[0]['name']} " in table
+
+
+def test_hw_show_json_of_a_profile_file_is_in_no_family(cli, tmp_path):
+    import json
+
+    p = tmp_path / "h100.toml"  # a built-in profile's name, as a file: its own calibration applies as written
+    p.write_text(_profile_text())
+    code, out, _ = cli("hw", "show", str(p), "--json")
+    assert code == 0 and "calibration_family" in json.loads(out) and json.loads(out)["calibration_family"] is None
+
+
 def test_hw_check_a_user_file(cli, tmp_path):
     p = tmp_path / "mine.toml"
     p.write_text(_profile_text(**{'name = "a100-80gb"': 'name = "mine"'}))

@@ -627,6 +627,21 @@ def test_a_deleted_working_folder_is_named(cli, tmp_path, monkeypatch):
         os.chdir(tmp_path)
 
 
+@pytest.mark.parametrize("raised, exists", [(FileNotFoundError(2, "No such file or directory"), False),
+                                            (PermissionError(13, "Permission denied"), True)])
+def test_the_one_working_folder_check(monkeypatch, raised, exists):
+    """output/files.py working_folder_exists is the check both an output path and the CLI's unnamed OSError use
+    (tidy6: cli/app.py had a twin catching every OSError): getcwd's ENOENT is a deleted folder; EACCES (an unreadable
+    parent, getcwd(3)) is a folder that exists."""
+    from btacalc.output import files
+
+    def getcwd() -> str:
+        raise raised
+
+    monkeypatch.setattr(files.os, "getcwd", getcwd)
+    assert files.working_folder_exists() is exists
+
+
 # ------------------------------------------------------------------------------------------------
 # verdict (issue 25): one binding constraint; suggestions verified, never repeated, never raising
 

@@ -18,7 +18,7 @@ from btacalc.config.hardware import resolve_hardware
 from btacalc.model.memory import MemoryModel, resolve_memory_model
 from btacalc.model.params import param_counts
 from btacalc.config.presets import resolve_model
-from btacalc.config.execution import ExecutionRequest, Layout
+from btacalc.config.execution import ExecutionRequest, Layout, OverlapRequest
 from btacalc.model.communication import exchanges
 from btacalc.planning.plan import make_plan
 from btacalc.config.execution import RunOptions
@@ -232,6 +232,26 @@ def test_expert_parallelism_across_nodes_costs_all_to_all():
     across = compare(QWEN, b200, devices=[16], request=ExecutionRequest(expert_parallel=16)).rows[0]
     assert across.dominant_phase == "all_to_all"
     assert across.tokens_per_s < inside.tokens_per_s
+
+
+@pytest.mark.parametrize("request_", [
+    ExecutionRequest(overlaps=OverlapRequest(grad_reduce=True)),  # Megatron's overlaps: GPU layout options
+    ExecutionRequest(overlaps=OverlapRequest(tp_comm=False)),
+    ExecutionRequest(devices_per_node=4),
+])
+def test_compare_of_wafers_alone_refuses_every_gpu_layout_option(request_):
+    """The GPU layout options are one table (config/execution.py _GPU_LAYOUT): a wafer plan refuses them, and so
+    does a compare with no GPU row to take them (a wafer row's request drops them: they would be ignored)."""
+    with pytest.raises(BtacalcError, match="has no GPU profile"):
+        compare(QWEN, [resolve_hardware("wse3")], request=request_)
+
+
+def test_a_wafer_row_beside_gpu_rows_drops_the_gpu_layout_options():
+    hws = [resolve_hardware(h) for h in ("wse3", "b200")]
+    given = ExecutionRequest(devices_per_node=8, overlaps=OverlapRequest(grad_reduce=True, p2p=True))
+    plain = compare(QWEN, hws, devices=[8], request=ExecutionRequest()).rows
+    rows = compare(QWEN, hws, devices=[8], request=given).rows
+    assert rows[0].hardware == "wse3" and rows[0].tokens_per_s == plain[0].tokens_per_s
 
 
 def test_crossover_monotone_regimes():

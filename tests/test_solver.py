@@ -369,11 +369,11 @@ def test_density_search_is_counted():
 
 
 def test_the_search_stops_at_its_limit():
-    from btacalc.model.solver import _SEARCH_LIMIT, _largest_true
+    from btacalc.model.solver import _SEARCH_LIMIT, largest_true
 
     # an always-true predicate: the exponential search walks to the limit and no further
-    assert _largest_true(lambda x: True, 1, None) == _SEARCH_LIMIT == 2**40
-    assert _largest_true(lambda x: x <= 1000, 1, None) == 1000
+    assert largest_true(lambda x: True, 1, None) == _SEARCH_LIMIT == 2**40
+    assert largest_true(lambda x: x <= 1000, 1, None) == 1000
 
 
 class _CurvedMemory:

@@ -36,7 +36,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Optional
 
-from ..paths import data_dir
+from ..paths import data_dir, read_all
 
 # The code whose changes alter what is derived from the catalogue (besides the catalogue files).
 _SOURCES = ("catalogue/cache.py", "catalogue/selection.py", "catalogue/terms.py", "catalogue/compiled.py",
@@ -95,14 +95,8 @@ def _read_private(path: Path, limit: int) -> Optional[bytes]:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_size > limit:
             return None
-        chunks, size = [], 0
-        while size <= limit:
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        return b"".join(chunks) if size <= limit else None
+        data = read_all(fd, limit)
+        return data if len(data) <= limit else None
     except OSError:
         return None
     finally:

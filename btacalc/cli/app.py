@@ -21,6 +21,7 @@ import typer
 
 from .. import __version__
 from ..errors import BtacalcError, DataError
+from ..output.files import working_folder_exists
 from ..paths import forget_inputs
 from . import cluster, info, measure, plan, validate, whatif
 from .helpwidth import keep_whole
@@ -65,14 +66,6 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 
 
 app = build_app()
-
-
-def _cwd_exists() -> bool:
-    try:
-        os.getcwd()
-        return True
-    except OSError:
-        return False
 
 
 def _say(text: str, code: int) -> None:
@@ -140,7 +133,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         silence_stdout()
         sys.exit(0)
     except OSError as exc:  # reading or writing a file the library did not name
-        if exc.filename is None and not _cwd_exists():
+        if exc.filename is None and not working_folder_exists():
             _say("btacalc: error: the working folder no longer exists (it was deleted); cd to another folder", 2)
         where = f" {exc.filename}" if exc.filename else ""
         _say(f"btacalc: error: cannot read or write{where}: {exc.strerror or exc}", 2)

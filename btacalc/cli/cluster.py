@@ -7,9 +7,9 @@ from typing import Any, Optional, Sequence
 import typer
 
 from ..errors import BtacalcError
-from .options import (Attention, AttentionOpt, Bf16EndOpt, Bf16StartOpt, CheckpointEarlyStopOpt, Fp8AttentionOpt, Fp8ParamGatherOpt, RhtCastFusionOpt, WgradFusionOpt, GpusPerNodeOpt, GradAccumOpt, Match, MemoryModelChoice, MemoryModelOpt,
-                      ModelOpt, MtpOpt, NameOpt, OutputOpt, OverlapA2aOpt, OverlapOpt, QuietOpt, RecomputeOpt, SeqOpt,
-                      check_bounds, emit_result, help_text, outputs, value, with_flags)
+from .options import (Attention, AttentionOpt, GpusPerNodeOpt, GradAccumOpt, Match, MemoryModelChoice, MemoryModelOpt,
+                      ModelOpt, NameOpt, OutputOpt, OverlapA2aOpt, OverlapOpt, QuietOpt, RecipeOptions, RecomputeOpt,
+                      SeqOpt, check_bounds, emit_result, help_text, outputs, takes_recipe_options, value, with_flags)
 from .progress import progress
 from .completion import complete_hardware_list
 
@@ -85,17 +85,10 @@ def compare(
     attention: Optional[Attention] = AttentionOpt,
     memory_model: Optional[MemoryModelChoice] = MemoryModelOpt,
     overlap: bool = OverlapOpt,
-    mtp: Optional[bool] = MtpOpt,
     precision: Optional[str] = typer.Option(None, "--precision", help=help_text(
         "Training precision(s), comma-separated: a row per precision for each GPU profile (bf16, fp16, fp8, "
         "fp8-current, fp8-blockwise, mxfp8, nvfp4; e.g. bf16,mxfp8,nvfp4) [default: bf16].")),
-    fp8_param_gather: bool = Fp8ParamGatherOpt,
-    fp8_attention: bool = Fp8AttentionOpt,
-    rht_cast_fusion: bool = RhtCastFusionOpt,
-    gradient_accumulation_fusion: bool = WgradFusionOpt,
-    bf16_layers_at_start: int = Bf16StartOpt,
-    bf16_layers_at_end: int = Bf16EndOpt,
-    checkpoint_early_stop: bool = CheckpointEarlyStopOpt,
+    recipe: RecipeOptions = RecipeOptions(),  # the shared recipe options (takes_recipe_options)
     as_json: bool = typer.Option(False, "--json", help="Print {rows: [...]} as JSON on stdout."),
     output: Optional[str] = OutputOpt,
     csv_path: Optional[str] = typer.Option(None, "--csv", help="Write one CSV row per device set."),
@@ -114,11 +107,8 @@ def compare(
     request = ExecutionRequest(seq_len=seq, recompute=recompute, attention=value(attention),
                                memory_model=value(memory_model), overlap_streaming=overlap, expert_parallel=ep,
                                zero_stage=zero, devices_per_node=gpus_per_node, overlap_all_to_all=overlap_a2a,
-                               micro_batches=grad_accum, multi_token_prediction=mtp,
-                               fp8_param_gather=fp8_param_gather, fp8_attention=fp8_attention,
-                               rht_cast_fusion=rht_cast_fusion, gradient_accumulation_fusion=gradient_accumulation_fusion,
-                               bf16_layers_at_start=bf16_layers_at_start, bf16_layers_at_end=bf16_layers_at_end,
-                               checkpoint_early_stop=checkpoint_early_stop, limits=BatchLimits(global_batch=global_batch))
+                               micro_batches=grad_accum, limits=BatchLimits(global_batch=global_batch),
+                               **recipe.request_fields())  # --precision's list makes rows: _compared
     result = _compared(spec, profiles, counts, request, (systems, value(match), global_batch), search, precision, quiet)
     _emit_compared(result, as_json, output, csv_path, plot_path, outs)
     return 0
@@ -196,5 +186,5 @@ def crossover(
 
 
 def register(app: typer.Typer) -> None:
-    app.command(epilog=COMPARE_EXAMPLES)(compare)
+    app.command(epilog=COMPARE_EXAMPLES)(takes_recipe_options(compare))
     app.command(epilog=CROSSOVER_EXAMPLES)(crossover)

@@ -81,13 +81,30 @@ def hw_list(as_json: bool = typer.Option(False, "--json", help="Print the profil
     return 0
 
 
+def _builtin(name: str) -> bool:
+    """Whether `hw show|check` was given a built-in profile's name (as resolve_hardware tells them), not a file."""
+    from ..paths import data_dir
+
+    return "/" not in name and (data_dir("hardware_profiles") / f"{name}.toml").is_file()
+
+
 def _calibration(name: str, profile: Any) -> str:
     """Which calibration family applies to the profile `hw show|check` was given (by name or as a file)."""
-    from ..paths import data_dir
     from ..planning.calibration import family_statement
 
-    builtin = "/" not in name and (data_dir("hardware_profiles") / f"{name}.toml").is_file()  # as resolve_hardware
-    return family_statement(profile, builtin)
+    return family_statement(profile, _builtin(name))
+
+
+def _profile_json(name: str, profile: Any) -> str:
+    """`hw show --json`: the profile, and the calibration family its table names (`calibration_family`: the family's
+    name, profiles, refitted factors and source from calibration.toml; null for a profile in none)."""
+    from pydantic_core import to_json
+
+    from ..planning.calibration import applying_family
+
+    spec = applying_family(profile, _builtin(name))
+    shown = {**profile.model_dump(), "calibration_family": spec.model_dump() if spec else None}
+    return to_json(shown, indent=2).decode() + "\n"  # written as model_dump_json writes the profile
 
 
 def _profile(name: str) -> Any:
@@ -108,7 +125,7 @@ def hw_show(name: str = typer.Argument(..., help="Profile name or path to a prof
 
     p = _profile(name)
     if as_json:
-        sys.stdout.write(p.model_dump_json(indent=2) + "\n")
+        sys.stdout.write(_profile_json(name, p))
         return 0
     out.print(hw_show_table(p, _calibration(name, p)))
     return 0

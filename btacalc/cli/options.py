@@ -3,7 +3,10 @@ library's `ExecutionRequest`. Library errors name parameters; `FLAGS` maps them 
 
 from __future__ import annotations
 
+import functools
+import inspect
 import re
+from dataclasses import asdict, dataclass
 from enum import Enum
 from typing import Any, Callable, Optional
 
@@ -242,6 +245,53 @@ MomentsOpt = typer.Option(None, "--optimizer-moments", help=help_text("Adam's tw
 JsonOpt = typer.Option(False, "--json", help="Print the result as JSON on stdout.")
 OutputOpt = typer.Option(None, "--output", "-o", help="Write the JSON to this file (atomically; - for standard output).")
 QuietOpt = typer.Option(False, "--quiet", "-q", help="No progress report on stderr.")
+
+
+@dataclass(frozen=True)
+class RecipeOptions:
+    """The recipe options plan, sweep, compare and whatif share (each command's --precision is its own: compare takes
+    a list of them), as the command line gave them; `takes_recipe_options` declares them once for every command."""
+
+    mtp: Optional[bool] = None
+    fp8_param_gather: bool = False
+    fp8_attention: bool = False
+    rht_cast_fusion: bool = True
+    gradient_accumulation_fusion: bool = True
+    bf16_layers_at_start: int = 0
+    bf16_layers_at_end: int = 0
+    checkpoint_early_stop: bool = False
+
+    def request_fields(self) -> dict[str, Any]:
+        """The ExecutionRequest fields these options set (--mtp is multi_token_prediction; the rest keep their name)."""
+        fields = asdict(self)
+        fields["multi_token_prediction"] = fields.pop("mtp")
+        return fields
+
+
+# RecipeOptions' fields as command-line options: (type, option), in the order --help lists them
+_RECIPE_OPTIONS: dict[str, tuple[Any, Any]] = {
+    "mtp": (Optional[bool], MtpOpt), "fp8_param_gather": (bool, Fp8ParamGatherOpt),
+    "fp8_attention": (bool, Fp8AttentionOpt), "rht_cast_fusion": (bool, RhtCastFusionOpt),
+    "gradient_accumulation_fusion": (bool, WgradFusionOpt), "bf16_layers_at_start": (int, Bf16StartOpt),
+    "bf16_layers_at_end": (int, Bf16EndOpt), "checkpoint_early_stop": (bool, CheckpointEarlyStopOpt)}
+
+
+def takes_recipe_options(command: Callable[..., int]) -> Callable[..., int]:
+    """`command` with the recipe options (RecipeOptions) as command-line options in place of its `recipe`
+    parameter, which receives them gathered: one declaration of the set for every command that takes it."""
+    own = inspect.signature(command, eval_str=True).parameters.values()
+    shared = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=option, annotation=kind)
+              for name, (kind, option) in _RECIPE_OPTIONS.items()]
+    params = [q for p in own for q in (shared if p.name == "recipe" else [p])]
+
+    @functools.wraps(command)
+    def with_recipe(**given: Any) -> int:
+        recipe = RecipeOptions(**{name: given.pop(name) for name in _RECIPE_OPTIONS})
+        return command(recipe=recipe, **given)
+
+    with_recipe.__signature__ = inspect.Signature(params, return_annotation=int)  # type: ignore[attr-defined]  # typer reads it
+    with_recipe.__annotations__ = {p.name: p.annotation for p in params} | {"return": int}
+    return with_recipe
 
 
 def stage_split_field(first: Optional[int], last: Optional[int], layout: Optional[str], embedding: bool,

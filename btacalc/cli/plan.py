@@ -14,15 +14,15 @@ from .. import profiling
 from ..errors import BtacalcError
 from .console import err
 from .options import (with_flags, Accounting, AccountingOpt, Attention, AttentionKernelOpt, AttentionOpt, CausalOpt, CpOpt, DevicesOpt, Emit, EpOpt,
-                      EtpOpt, ExpertFfnOpt, ExpertsOpt, FixedActiveOpt, Fp8AttentionOpt, Fp8ParamGatherOpt, RhtCastFusionOpt, WgradFusionOpt, CheckpointEarlyStopOpt, EagerKernelsOpt, CpuOffloadOpt, Bf16StartOpt, Bf16EndOpt, MOMENT_BYTES, Moments, MomentsOpt, FsdpOpt, FsdpImplOpt, GlobalBatchOpt,
+                      EtpOpt, ExpertFfnOpt, ExpertsOpt, FixedActiveOpt, EagerKernelsOpt, CpuOffloadOpt, MOMENT_BYTES, Moments, MomentsOpt, FsdpOpt, FsdpImplOpt, GlobalBatchOpt,
                       GpusPerNodeOpt, Precision, PrecisionOpt,
                       GradAccumOpt, GradBytesOpt, HwOpt, Loss, LossOpt, MaxGlobalBatchOpt, MaxTileBatchOpt,
-                      MemoryModelChoice, MemoryModelOpt, MicroBatchOpt, ModelOpt, MtpOpt, NameOpt, Objective,
+                      MemoryModelChoice, MemoryModelOpt, MicroBatchOpt, ModelOpt, NameOpt, Objective,
                       ObjectiveOpt, OutputOpt, TokensPerStepOpt, OverlapA2aOpt, DeepEpOpt, DispatcherSmsOpt, CudaGraphScopeOpt, OverlapGradOpt, OverlapOpt, OverlapP2pOpt,
                       OverlapParamOpt, PpOpt, QuietOpt, RecomputeOpt, RoutingOpt, SeqOpt, SpOpt, TileBatchOpt,
                       TilesOpt, TopKOpt, TpOpt, TpOverlapOpt, VpOpt, ZeroOpt, check_bounds, help_text, layout_fields, outputs,
                       value, AccountEmbeddingOpt, AccountLossOpt, FirstStageOpt, LastStageOpt, PipelineLayoutOpt,
-                      stage_split_field,
+                      stage_split_field, RecipeOptions, takes_recipe_options,
                       write_outputs)
 from .progress import progress
 from .runfile import config_callback, given_on_command_line, read_text
@@ -95,7 +95,6 @@ def plan(
     dispatcher_sms: Optional[int] = DispatcherSmsOpt,
     cuda_graph_scope: Optional[str] = CudaGraphScopeOpt,
     grad_accum: Optional[int] = GradAccumOpt,
-    mtp: Optional[bool] = MtpOpt,
     tp: Optional[int] = TpOpt,
     sequence_parallel: Optional[bool] = SpOpt,
     pp: Optional[int] = PpOpt,
@@ -118,15 +117,9 @@ def plan(
     objective: Optional[Objective] = ObjectiveOpt,
     tokens_per_step: Optional[int] = TokensPerStepOpt,
     precision: Optional[Precision] = PrecisionOpt,
-    fp8_param_gather: bool = Fp8ParamGatherOpt,
-    fp8_attention: bool = Fp8AttentionOpt,
-    rht_cast_fusion: bool = RhtCastFusionOpt,
-    gradient_accumulation_fusion: bool = WgradFusionOpt,
-    checkpoint_early_stop: bool = CheckpointEarlyStopOpt,
+    recipe: RecipeOptions = RecipeOptions(),  # the shared recipe options (takes_recipe_options)
     eager_kernels: bool = EagerKernelsOpt,
     cpu_offloading_num_layers: int = CpuOffloadOpt,
-    bf16_layers_at_start: int = Bf16StartOpt,
-    bf16_layers_at_end: int = Bf16EndOpt,
     optimizer_moments: Optional[Moments] = MomentsOpt,
     search: bool = typer.Option(False, "--search", help="Search the fastest layout that fits (TP, PP, VP, CP, EP, "
                                 "ETP, micro-batch, recompute) on --devices GPUs; the given values fix that dimension."),
@@ -178,22 +171,18 @@ def plan(
                                                                                           fixed_active)
         profile = resolve_hardware(hw)
     request = _imported_request(imported.request, gpus_per_node, value(objective), accounting.value, causal, value(loss),
-                                routing_imbalance, (max_global_batch, max_tile_batch), cuda_graph_scope, fp8_attention,
-                                fsdp_impl) if imported else ExecutionRequest(
+                                routing_imbalance, (max_global_batch, max_tile_batch), cuda_graph_scope,
+                                recipe.fp8_attention, fsdp_impl) if imported else ExecutionRequest(
         seq_len=seq, recompute=recompute, attention=value(attention), causal=causal, loss=value(loss),
         attention_kernel=attention_kernel, fsdp_impl=fsdp_impl,
         accounting=accounting.value, memory_model=value(memory_model), overlap_streaming=overlap,
-        multi_token_prediction=mtp,
         devices=devices, expert_parallel=ep, zero_stage=zero, devices_per_node=gpus_per_node,
         overlap_all_to_all=overlap_a2a, deepep=deepep, dispatcher_sms=dispatcher_sms,
         cuda_graph_scope=_scopes(cuda_graph_scope, ()),
         micro_batches=grad_accum, objective=value(objective),
         tokens_per_step=tokens_per_step,
-        precision=value(precision), fp8_param_gather=fp8_param_gather, fp8_attention=fp8_attention,
-        cpu_offload_layers=cpu_offloading_num_layers,
-        bf16_layers_at_start=bf16_layers_at_start, bf16_layers_at_end=bf16_layers_at_end,
-        rht_cast_fusion=rht_cast_fusion, gradient_accumulation_fusion=gradient_accumulation_fusion,
-        checkpoint_early_stop=checkpoint_early_stop, eager_kernels=eager_kernels,
+        precision=value(precision), cpu_offload_layers=cpu_offloading_num_layers, eager_kernels=eager_kernels,
+        **recipe.request_fields(),
         moment_bytes=None if optimizer_moments is None else MOMENT_BYTES[optimizer_moments.value],
         limits=BatchLimits(global_batch, tiles, tile_batch, max_global_batch, max_tile_batch, micro_batch=micro_batch),
         **layout_fields(tp, sequence_parallel, pp, vp, cp, etp, fsdp, grad_bytes, routing_imbalance,
@@ -386,17 +375,10 @@ def sweep(
     gpus_per_node: Optional[int] = GpusPerNodeOpt,
     overlap_a2a: bool = OverlapA2aOpt,
     grad_accum: Optional[int] = GradAccumOpt,
-    mtp: Optional[bool] = MtpOpt,
     objective: Optional[Objective] = ObjectiveOpt,
     tokens_per_step: Optional[int] = TokensPerStepOpt,
     precision: Optional[Precision] = PrecisionOpt,
-    fp8_param_gather: bool = Fp8ParamGatherOpt,
-    fp8_attention: bool = Fp8AttentionOpt,
-    rht_cast_fusion: bool = RhtCastFusionOpt,
-    gradient_accumulation_fusion: bool = WgradFusionOpt,
-    bf16_layers_at_start: int = Bf16StartOpt,
-    bf16_layers_at_end: int = Bf16EndOpt,
-    checkpoint_early_stop: bool = CheckpointEarlyStopOpt,
+    recipe: RecipeOptions = RecipeOptions(),  # the shared recipe options (takes_recipe_options)
     max_points: Optional[int] = typer.Option(None, "--max-points", min=1, help="Allow a grid of up to this many "
                                              "points (grids above 1,000,000 are refused without it, before any work)."),
     quiet: bool = QuietOpt,
@@ -423,11 +405,8 @@ def sweep(
         seq_len=seq, recompute=recompute, attention=value(attention), causal=causal, loss=value(loss),
         accounting=accounting.value, overlap_streaming=overlap, devices=devices, expert_parallel=ep,
         zero_stage=zero, devices_per_node=gpus_per_node, overlap_all_to_all=overlap_a2a, micro_batches=grad_accum,
-        multi_token_prediction=mtp, objective=value(objective), tokens_per_step=tokens_per_step,
-        precision=value(precision), fp8_param_gather=fp8_param_gather, fp8_attention=fp8_attention,
-        rht_cast_fusion=rht_cast_fusion, gradient_accumulation_fusion=gradient_accumulation_fusion,
-        bf16_layers_at_start=bf16_layers_at_start, bf16_layers_at_end=bf16_layers_at_end,
-        checkpoint_early_stop=checkpoint_early_stop)
+        objective=value(objective), tokens_per_step=tokens_per_step, precision=value(precision),
+        **recipe.request_fields())
     _stream(outs, grid, spec, profile, request, fixed_active, max_points, plot_path, quiet)
     return 0
 
@@ -457,8 +436,8 @@ def _stream(outs: Any, grid: Any, spec: Any, profile: Any, request: Any, fixed_a
 
 
 def register(app: typer.Typer) -> None:
-    app.command(epilog=PLAN_EXAMPLES)(plan)
-    app.command(epilog=SWEEP_EXAMPLES)(sweep)
+    app.command(epilog=PLAN_EXAMPLES)(takes_recipe_options(plan))
+    app.command(epilog=SWEEP_EXAMPLES)(takes_recipe_options(sweep))
 
 
 def _scopes(text: Optional[str], default: tuple[str, ...]) -> tuple[str, ...]:

@@ -9,9 +9,10 @@ import typer
 from .console import out
 from .options import (Accounting, AccountingOpt, Attention, AttentionOpt, CausalOpt, DevicesOpt, EpOpt, ExpertFfnOpt,
                       ExpertsOpt, FixedActiveOpt, GlobalBatchOpt, GpusPerNodeOpt, GradAccumOpt, HwOpt, Loss, LossOpt,
-                      MaxGlobalBatchOpt, MaxTileBatchOpt, MemoryModelChoice, MemoryModelOpt, ModelOpt, OutputOpt,
-                      OverlapA2aOpt, OverlapOpt, RecomputeOpt, SeqOpt, TileBatchOpt, TilesOpt, TopKOpt,
-                      ZeroOpt, outputs, value, write_outputs)
+                      MaxGlobalBatchOpt, MaxTileBatchOpt, MemoryModelChoice, MemoryModelOpt, ModelOpt, NameOpt,
+                      OutputOpt, OverlapA2aOpt, OverlapOpt, Precision, PrecisionOpt, RecipeOptions, RecomputeOpt,
+                      SeqOpt, TileBatchOpt, TilesOpt, TopKOpt, ZeroOpt, outputs, takes_recipe_options, value,
+                      write_outputs)
 
 EXAMPLES = ("Examples:\n\n"
             "  btacalc whatif --model qwen3-30b-a3b --hw wse2 --top-k 1 --fixed-active --target relative_to_dense=0.85 "
@@ -29,6 +30,7 @@ def whatif(
                                   "sram_bytes, chip.peak_flops_per_s; several, comma-separated, move together) or "
                                   "a model value (layers)."),
     model: str = ModelOpt,
+    name: Optional[str] = NameOpt,
     hw: str = HwOpt,
     seq: Optional[int] = SeqOpt,
     global_batch: Optional[int] = GlobalBatchOpt,
@@ -53,12 +55,14 @@ def whatif(
     gpus_per_node: Optional[int] = GpusPerNodeOpt,
     overlap_a2a: bool = OverlapA2aOpt,
     grad_accum: Optional[int] = GradAccumOpt,
+    precision: Optional[Precision] = PrecisionOpt,
+    recipe: RecipeOptions = RecipeOptions(),  # the shared recipe options (takes_recipe_options)
     as_json: bool = typer.Option(False, "--json", help="Print the answer as JSON on stdout."),
     output: Optional[str] = OutputOpt,
 ) -> int:
     """What would it take: the value of one hardware number (or of the model's depth) at which the plan
-    reaches a target, its ratio to today's value, and what binds along the way. Takes the model, hardware
-    and run options of `plan`.
+    reaches a target, its ratio to today's value, and what binds along the way. Every trial is a plan, solved as
+    `plan` solves it: the model, hardware, batch, layout and recipe options it takes mean here what they mean there.
 
     Exit 0 when the target is reached within 1/1000x..1000x of today's value, 1 when it is not, 2 on bad input.
     """
@@ -67,13 +71,14 @@ def whatif(
     from ..config.presets import resolve_model
     from ..planning.whatif import whatif as run_whatif
 
-    spec = resolve_model(model).with_overrides(experts, top_k, expert_ffn, fixed_active)
+    spec = resolve_model(model, name).with_overrides(experts, top_k, expert_ffn, fixed_active)
     request = ExecutionRequest(
         seq_len=seq, recompute=recompute, attention=value(attention), causal=causal, loss=value(loss),
         accounting=accounting.value, memory_model=value(memory_model), overlap_streaming=overlap,
         devices=devices, expert_parallel=ep, zero_stage=zero, devices_per_node=gpus_per_node,
-        overlap_all_to_all=overlap_a2a, micro_batches=grad_accum,
-        limits=BatchLimits(global_batch, tiles, tile_batch, max_global_batch, max_tile_batch))
+        overlap_all_to_all=overlap_a2a, micro_batches=grad_accum, precision=value(precision),
+        limits=BatchLimits(global_batch, tiles, tile_batch, max_global_batch, max_tile_batch),
+        **recipe.request_fields())
     outs = outputs(output, as_json, inputs={"--model": model, "--hw": hw})
     return _written(run_whatif(spec, resolve_hardware(hw), request, target, solve_for), outs)
 
@@ -92,4 +97,4 @@ def _written(result: Any, outs: Any) -> int:
 
 
 def register(app: typer.Typer) -> None:
-    app.command(epilog=EXAMPLES)(whatif)
+    app.command(epilog=EXAMPLES)(takes_recipe_options(whatif))

@@ -226,8 +226,9 @@ class Layout:
     expert_tensor_parallel: int = 1
     fsdp: bool = False  # fully sharded data parallel (ZeRO-3 state; gathers per micro-batch)
     # whose FSDP: "megatron" (Megatron-FSDP's double-buffered units) or "torch" (PyTorch FSDP1 FULL_SHARD as
-    # Composer / llm-foundry configure it: btacalc.model.state.TorchFsdp)
-    fsdp_impl: str = "megatron"
+    # Composer / llm-foundry configure it: btacalc.model.state.TorchFsdp); None: none named (FSDP is then
+    # Megatron-FSDP, DEFAULT_FSDP_IMPL). A named one needs `fsdp` (_validate_fsdp_impl: the one rule)
+    fsdp_impl: Optional[str] = None
     overlap: Overlaps = Overlaps()
     # DeepEP dispatch (Megatron --moe-token-dispatcher-type flex --moe-enable-deepep): a token crosses to
     # another NVLink domain once per domain, not once per expert there; off: the alltoall dispatcher
@@ -323,10 +324,14 @@ class Layout:
         self._validate_fsdp_impl()
 
     def _validate_fsdp_impl(self) -> None:
+        """The rule for `fsdp_impl`, given as a request option or set on a layout: one of FSDP_IMPLS, and only
+        with `fsdp` (naming whose FSDP shards a model that FSDP does not shard would be ignored)."""
+        if self.fsdp_impl is None:
+            return
         if self.fsdp_impl not in FSDP_IMPLS:
             raise BtacalcError(f"{{fsdp_impl}} must be one of {', '.join(FSDP_IMPLS)}, got {self.fsdp_impl!r}")
-        if self.fsdp_impl == "torch" and not self.fsdp:
-            raise BtacalcError("{fsdp_impl} torch names whose FSDP shards the model: it needs {fsdp}")
+        if not self.fsdp:
+            raise BtacalcError(f"{{fsdp_impl}} {self.fsdp_impl} names whose FSDP shards the model: it needs {{fsdp}}")
         if self.fsdp_impl == "torch" and (self.model_parallel > 1 or self.expert_parallel > 1
                                           or self.expert_tensor_parallel > 1):
             raise BtacalcError("{fsdp_impl} torch is PyTorch FSDP1 over every rank as llm-foundry runs it: no "
@@ -418,6 +423,7 @@ MAX_SEQUENCES = 1 << 62
 # keeps products of parallel sizes and batches within 64-bit integers.
 MAX_DEVICES = 1 << 20
 FSDP_IMPLS = ("megatron", "torch")  # Layout.fsdp_impl
+DEFAULT_FSDP_IMPL = FSDP_IMPLS[0]  # FSDP with no implementation named: Megatron-FSDP
 _LIMIT_TEXT = {MAX_SEQUENCES: "2^62 sequences, more than any training batch",
                MAX_DEVICES: "2^20 = 1,048,576 devices, more than any training cluster"}
 
@@ -534,7 +540,7 @@ class ExecutionRequest:
     context_parallel: Optional[int] = None
     expert_tensor_parallel: Optional[int] = None
     fsdp: bool = False
-    fsdp_impl: Optional[str] = None  # Layout.fsdp_impl (None: megatron)
+    fsdp_impl: Optional[str] = None  # Layout.fsdp_impl (None: none named; checked there)
     deepep: bool = False  # DeepEP node-deduplicated dispatch (Layout.deepep); default the alltoall dispatcher
     dispatcher_sms: Optional[int] = None  # Layout.dispatcher_sms
     cuda_graph_scope: tuple[str, ...] = ()  # Layout.cuda_graph_scope
@@ -703,21 +709,44 @@ _NO_EFFECT: tuple[tuple[Any, str], ...] = (
 )
 
 
-def _gpu_layout_options(request: ExecutionRequest) -> list[str]:
-    """The GPU layout options `request` sets: the NVLink domain and Megatron's communication overlaps (each
-    None unless given, on or off), the MoE all-to-all overlap (off unless given)."""
-    o = request.overlaps
-    given = [name for name, value in (("devices_per_node", request.devices_per_node),
-                                      ("overlap_grad_reduce", o.grad_reduce), ("overlap_param_gather", o.param_gather),
-                                      ("tp_comm_overlap", o.tp_comm), ("overlap_p2p", o.p2p)) if value is not None]
-    return given + (["overlap_all_to_all"] if request.overlap_all_to_all or o.all_to_all else [])
+# The request's GPU layout options (the NVLink domain, Megatron's communication overlaps, the MoE all-to-all
+# overlap): (the option's name, its request field, its value when not given), the one table of them.
+# `gpu_layout_options` names those a request gives (a wafer-scale plan refuses them: _check_wafer_request);
+# `without_gpu_layout` sets them back (planning/compare.py: a wafer row's request beside GPU rows).
+_GPU_LAYOUT: tuple[tuple[str, str, Any], ...] = (
+    ("devices_per_node", "devices_per_node", None),
+    ("overlap_grad_reduce", "overlaps.grad_reduce", None),
+    ("overlap_param_gather", "overlaps.param_gather", None),
+    ("tp_comm_overlap", "overlaps.tp_comm", None),
+    ("overlap_p2p", "overlaps.p2p", None),
+    ("overlap_all_to_all", "overlap_all_to_all", False),
+    ("overlap_all_to_all", "overlaps.all_to_all", False),
+)
+
+
+def _request_field(request: ExecutionRequest, path: str) -> Any:
+    head, _, tail = path.partition(".")
+    return getattr(getattr(request, head), tail) if tail else getattr(request, head)
+
+
+def gpu_layout_options(request: ExecutionRequest) -> list[str]:
+    """The GPU layout options `request` gives (_GPU_LAYOUT), each named once, in the table's order."""
+    given = [name for name, path, unset in _GPU_LAYOUT if _request_field(request, path) != unset]
+    return list(dict.fromkeys(given))
+
+
+def without_gpu_layout(request: ExecutionRequest) -> ExecutionRequest:
+    """`request` with every GPU layout option (_GPU_LAYOUT) as when not given."""
+    nested = {path.partition(".")[2]: unset for _, path, unset in _GPU_LAYOUT if "." in path}
+    top = {path: unset for _, path, unset in _GPU_LAYOUT if "." not in path}
+    return request.with_changes(overlaps=replace(request.overlaps, **nested), **top)
 
 
 def _check_wafer_request(request: ExecutionRequest, profile: "HardwareProfile") -> None:
     """A wafer-scale run is strict data parallel (MemoryX holds the state, SwarmX broadcasts the weights and
     reduces the gradients, model/wafer): it has no NVLink domain and none of Megatron's communication overlaps,
     so each of those options would be ignored; refused in one line instead."""
-    given = _gpu_layout_options(request)
+    given = gpu_layout_options(request)
     if given:
         names = "/".join("{" + name + "}" for name in given)
         raise BtacalcError(f"{names}: GPU layout option{'s' if len(given) > 1 else ''} (the NVLink domain, Megatron's "
@@ -881,8 +910,6 @@ def _resolve_layout(request: ExecutionRequest, model: "ModelSpec", profile: "Har
         request = request.with_changes(expert_parallel=1 if request.expert_parallel is None else request.expert_parallel,
                                        zero_stage=0 if request.zero_stage is None else request.zero_stage)
     ep, etp = _expert_sizes(request, model, chosen, tp, pp)
-    if request.fsdp_impl is not None and not request.fsdp:
-        raise BtacalcError(f"{{fsdp_impl}} {request.fsdp_impl} names whose FSDP shards the model: it needs {{fsdp}}")
     zero = request.zero_stage
     if zero is None:
         zero = 3 if request.fsdp else (1 if devices > 1 else 0)
@@ -897,7 +924,7 @@ def _resolve_layout(request: ExecutionRequest, model: "ModelSpec", profile: "Har
     return Layout(devices=devices, expert_parallel=ep, zero_stage=zero, devices_per_node=node,
                   tensor_parallel=tp, sequence_parallel=sp, pipeline_parallel=pp,
                   virtual_pipeline=sizes["virtual_pipeline"], context_parallel=sizes["context_parallel"],
-                  expert_tensor_parallel=etp, fsdp=request.fsdp, fsdp_impl=request.fsdp_impl or "megatron",
+                  expert_tensor_parallel=etp, fsdp=request.fsdp, fsdp_impl=request.fsdp_impl,
                   stage_split=request.stage_split,
                   deepep=request.deepep, dispatcher_sms=request.dispatcher_sms,
                   cuda_graph_scope=tuple(request.cuda_graph_scope),

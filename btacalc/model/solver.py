@@ -59,7 +59,7 @@ class Solution:
     tokens_per_s: Optional[float] = None  # predicted, when the search computed it
 
 
-def _largest_true(pred: Callable[[int], bool], lo: int, hi: Optional[int]) -> int:
+def largest_true(pred: Callable[[int], bool], lo: int, hi: Optional[int]) -> int:
     """Largest x in [lo, hi] with pred(x), given pred(lo) is True and pred is monotone (True then False)."""
     if hi is None:  # exponential search for a False upper bound
         step = max(lo, 1)
@@ -154,7 +154,7 @@ def _fixed_global(fits: _Probe, n: int, cap_b: Optional[int]) -> Solution:
     if not opts or not fits(n, 1):
         return Solution(n, 1, False, "memory", "memory",
                         f"global batch {n} does not fit even as {n} tiles of 1 sequence", fits.count)
-    idx = _largest_true(lambda i: fits(n // opts[i], opts[i]), 0, len(opts) - 1)
+    idx = largest_true(lambda i: fits(n // opts[i], opts[i]), 0, len(opts) - 1)
     b = opts[idx]
     tile_c = _tile_reason(idx, opts, n)
     return Solution(n // b, b, True, "global_batch", tile_c,
@@ -168,7 +168,7 @@ def _fixed_tiles(fits: _Probe, g: int, cap_n: Optional[int], cap_b: Optional[int
         hi = cap_b if hi is None else min(hi, cap_b)
     if (hi is not None and hi < 1) or not fits(g, 1):
         return Solution(g, 1, False, "memory", "memory", f"{g} tiles of 1 sequence do not fit", fits.count)
-    b = _largest_true(lambda x: fits(g, x), 1, hi)
+    b = largest_true(lambda x: fits(g, x), 1, hi)
     bind = _cap_reason(b, hi, cap_b, fits, lambda x: (g, x + 1))
     return Solution(g, b, True, bind, "tiles",
                     f"--tiles {g} is fixed; the largest tile that fits is b = {b}; limited by {bind}", fits.count)
@@ -178,7 +178,7 @@ def _fixed_tile_batch(fits: _Probe, b: int, cap_n: Optional[int]) -> Solution:
     hi = None if cap_n is None else cap_n // b
     if (hi is not None and hi < 1) or not fits(1, b):
         return Solution(1, b, False, "memory", "memory", f"one tile of {b} sequences does not fit", fits.count)
-    g = _largest_true(lambda x: fits(x, b), 1, hi)
+    g = largest_true(lambda x: fits(x, b), 1, hi)
     bind = _cap_reason(g, hi, None, fits, lambda x: (x + 1, b))
     return Solution(g, b, True, bind, "tile_batch",
                     f"--tile-batch {b} is fixed; the most tiles that fit is G = {g}; limited by {bind}", fits.count)
@@ -189,10 +189,10 @@ def _free(fits: _Probe, cap_n: Optional[int], cap_b: Optional[int]) -> Solution:
     tile b dividing n."""
     if not fits(1, 1):
         return Solution(1, 1, False, "memory", "memory", "not even one sequence fits", fits.count)
-    n = _largest_true(lambda x: fits(x, 1), 1, cap_n)
+    n = largest_true(lambda x: fits(x, 1), 1, cap_n)
     bind = "max_global_batch" if cap_n is not None and n == cap_n and fits(cap_n + 1, 1) else "memory"
     opts = [b for b in divisors(n) if cap_b is None or b <= cap_b]
-    idx = _largest_true(lambda i: fits(n // opts[i], opts[i]), 0, len(opts) - 1)
+    idx = largest_true(lambda i: fits(n // opts[i], opts[i]), 0, len(opts) - 1)
     b = opts[idx]
     tile_c = _tile_reason(idx, opts, n)
     what = "usable memory" if bind == "memory" else f"--max-global-batch {cap_n}"

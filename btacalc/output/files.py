@@ -148,12 +148,16 @@ def _sticky_and_foreign(folder: str, st: os.stat_result) -> bool:
 
 
 def working_folder_exists() -> bool:
-    """Whether the current folder still exists (a shell may sit in a folder deleted under it)."""
+    """Whether the current folder still exists (a shell may sit in a folder deleted under it): the one check, for
+    an output path (`target`) and for an unnamed OSError (cli/app.py). Another OSError of getcwd (EACCES: a parent
+    folder unreadable) is no deleted folder."""
     try:
         os.getcwd()
         return True
     except FileNotFoundError:
         return False
+    except OSError:
+        return True
 
 
 def _identity(path: str) -> Any:

@@ -76,16 +76,21 @@ def family_of(profile_name: str, families: Optional[list[FamilySpec]] = None) ->
                 None)
 
 
+def applying_family(profile: HardwareProfile, builtin: bool) -> Optional[FamilySpec]:
+    """The calibration family whose refitted factors `profile` carries: a built-in profile's (family_of); a profile
+    file (`builtin` False) is in none, whatever its name."""
+    return family_of(profile.name) if builtin else None
+
+
 def family_statement(profile: HardwareProfile, builtin: bool) -> str:
     """What calibration applies to `profile`, for `hw show`/`hw check`: a built-in profile's family (whose factors
     `validate --calibrate` refits and writes into it); a profile file is in no family, so its own
     [calibration] numbers apply as written, and a GPU file without compute_efficiency runs at 1.0."""
-    if builtin:
-        spec = family_of(profile.name)
-        if spec is not None:
-            return (f"calibration family {spec.name} ({', '.join(spec.profiles)}; btacalc/data/calibration.toml): "
-                    f"validate --calibrate refits its {', '.join(spec.factors)} on the family's role=fit runs and "
-                    "writes them into each of these profiles")
+    spec = applying_family(profile, builtin)
+    if spec is not None:
+        return (f"calibration family {spec.name} ({', '.join(spec.profiles)}; btacalc/data/calibration.toml): "
+                f"validate --calibrate refits its {', '.join(spec.factors)} on the family's role=fit runs and "
+                "writes them into each of these profiles")
     text = ("in no calibration family (a profile file, or a built-in profile calibration.toml does not list): its own "
             "[calibration] numbers apply as written, and validate --calibrate never rewrites them")
     if profile.family == "gpu" and profile.calibration.compute_efficiency is None:

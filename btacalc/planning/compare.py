@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 
 from pydantic import BaseModel, Field
 
-from ..config.execution import ExecutionRequest, OverlapRequest, resolve_run
+from ..config.execution import ExecutionRequest, gpu_layout_options, resolve_run, without_gpu_layout
 from ..config.hardware import HardwareProfile
 from ..config.precision import DEFAULT_PRECISION, recipe
 from ..config.model import ModelSpec
@@ -144,18 +144,20 @@ def _check_row_options(profiles: Sequence[HardwareProfile], wafers: list[Hardwar
                                "kernels (the wafer rows are strict data parallel): {hardware} has no GPU profile")
 
 
-# The request fields that set GPU rows only, at the value that leaves a row as without them: `_gpu_row_options`
-# names those given, and a wafer row's request (`_row_request`) takes these values.
+# The request fields that set GPU rows only beside the GPU layout options (config/execution.py _GPU_LAYOUT), at
+# the value that leaves a row as without them: `_gpu_row_options` names those given, and a wafer row's request
+# (`_row_request`) takes these values.
 _GPU_ROW_NEUTRAL: dict[str, Any] = {
-    "expert_parallel": None, "zero_stage": None, "devices_per_node": None, "overlap_all_to_all": False,
+    "expert_parallel": None, "zero_stage": None,
     "gradient_accumulation_fusion": True, "rht_cast_fusion": True, "checkpoint_early_stop": False,
     "bf16_layers_at_start": 0, "bf16_layers_at_end": 0}
 
 
 def _gpu_row_options(request: ExecutionRequest, devices: Optional[Sequence[int]]) -> list[str]:
     """The options given for GPU rows only (_row_request drops them from a wafer row's request)."""
-    return (["{devices}"] if devices else []) + [
-        "{" + name + "}" for name, neutral in _GPU_ROW_NEUTRAL.items() if getattr(request, name) != neutral]
+    names = gpu_layout_options(request) + [name for name, neutral in _GPU_ROW_NEUTRAL.items()
+                                           if getattr(request, name) != neutral]
+    return (["{devices}"] if devices else []) + ["{" + name + "}" for name in names]
 
 
 def compare(model: ModelSpec, profiles: Sequence[HardwareProfile], devices: Optional[Sequence[int]] = None,
@@ -242,8 +244,8 @@ def _row_request(request: ExecutionRequest, profile: HardwareProfile, precision:
     the second (the low precisions), --no-overlap beside wafer rows (the wafer rows' weight streaming; a GPU plan
     refuses it)."""
     if profile.family == "wse":
-        return request.with_changes(**_GPU_ROW_NEUTRAL, overlaps=OverlapRequest(),
-                                    limits=replace(request.limits, global_batch=wafer_global_batch))
+        return without_gpu_layout(request).with_changes(**_GPU_ROW_NEUTRAL,
+                                                        limits=replace(request.limits, global_batch=wafer_global_batch))
     unfused_rows, low_rows = taking
     base = request.with_changes(precision=precision)
     if unfused_rows and precision not in unfused_rows:

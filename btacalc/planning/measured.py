@@ -440,43 +440,7 @@ def express(run: MeasuredRun, family: str = "gpu") -> tuple[Optional[ExecutionRe
         recompute = MEGATRON_RUN_DEFAULTS["recompute"][0]
     limits = BatchLimits(global_batch=run.global_batch, micro_batch=run.micro_batch)
     if recipe is not None:
-        o = recipe.overlaps
-        changes.update(overlaps=OverlapRequest(grad_reduce=o.grad_reduce, param_gather=o.param_gather, tp_comm=o.tp_comm),
-                       overlap_all_to_all=o.all_to_all, attention=recipe.attention, gradient_bytes=recipe.gradient_bytes(),
-                       deepep=recipe.deepep, dispatcher_sms=recipe.dispatcher_sms,
-                       cuda_graph_scope=tuple(recipe.cuda_graph_scope))
-        if recipe.causal is not None:
-            changes["causal"] = recipe.causal
-        if recipe.attention_kernel is not None:
-            changes["attention_kernel"] = recipe.attention_kernel
-        if recipe.fsdp_impl is not None:
-            changes["fsdp_impl"] = recipe.fsdp_impl
-        if recipe.fp8_dot_product_attention:
-            changes["fp8_attention"] = True
-        if recipe.mtp_num_layers is not None:
-            changes["multi_token_prediction"] = recipe.mtp_num_layers > 0
-        if recipe.cross_entropy_loss_fusion is not None and family == "gpu":
-            changes.update(loss=recipe.loss())
-        if recipe.memory_model is not None:
-            changes["memory_model"] = recipe.memory_model
-        if recipe.exp_avg_dtype is not None:
-            changes["moment_bytes"] = 2 if recipe.exp_avg_dtype == "bf16" else 4
-        if recipe.transformer_engine is not None:
-            changes["rht_cast_fusion"] = precision_recipe(run.precision).rht_cast_fused_in(recipe.transformer_engine)
-        if recipe.checkpoint_early_stop:
-            changes["checkpoint_early_stop"] = True
-        if recipe.eager_kernels:
-            changes["eager_kernels"] = True
-        if recipe.gradient_accumulation_fusion is not None:
-            changes["gradient_accumulation_fusion"] = recipe.gradient_accumulation_fusion
-        if recipe.deterministic_mode:
-            changes["deterministic_attention"] = True
-        if recipe.cpu_offloading_num_layers:
-            changes["cpu_offload_layers"] = recipe.cpu_offloading_num_layers
-        if recipe.pipeline_layout is not None or recipe.account_for_embedding or recipe.account_for_loss:
-            changes["stage_split"] = StageSplit(pipeline_layout=recipe.pipeline_layout,
-                                                account_for_embedding=recipe.account_for_embedding,
-                                                account_for_loss=recipe.account_for_loss)
+        changes.update(_recipe_changes(recipe, run, family))
     if run.router_force_load_balancing:
         imbalance, why = forced_balance_of(run)
         if imbalance is None:
@@ -487,6 +451,41 @@ def express(run: MeasuredRun, family: str = "gpu") -> tuple[Optional[ExecutionRe
     return ExecutionRequest(seq_len=run.seq, recompute=recompute, devices=run.devices, limits=limits,
                             precision=run.precision, fp8_param_gather=precision_recipe(run.precision).bridge_param_gather,
                             **changes), ""
+
+
+# A recipe's fields that pass to the request as they are when the recipe sets them (recipe field: request field)
+_RECIPE_COPIED = {"causal": "causal", "attention_kernel": "attention_kernel", "fsdp_impl": "fsdp_impl",
+                  "memory_model": "memory_model", "gradient_accumulation_fusion": "gradient_accumulation_fusion"}
+# A recipe's switches that turn a request option on when on (recipe field: request field)
+_RECIPE_SWITCHES = {"fp8_dot_product_attention": "fp8_attention", "checkpoint_early_stop": "checkpoint_early_stop",
+                    "eager_kernels": "eager_kernels", "deterministic_mode": "deterministic_attention"}
+
+
+def _recipe_changes(recipe: Recipe, run: MeasuredRun, family: str) -> dict[str, Any]:
+    """The request options `recipe` sets for `run` (its recipe applied) on a `family` device."""
+    o = recipe.overlaps
+    changes: dict[str, Any] = dict(
+        overlaps=OverlapRequest(grad_reduce=o.grad_reduce, param_gather=o.param_gather, tp_comm=o.tp_comm),
+        overlap_all_to_all=o.all_to_all, attention=recipe.attention, gradient_bytes=recipe.gradient_bytes(),
+        deepep=recipe.deepep, dispatcher_sms=recipe.dispatcher_sms, cuda_graph_scope=tuple(recipe.cuda_graph_scope))
+    changes.update({target: getattr(recipe, name) for name, target in _RECIPE_COPIED.items()
+                    if getattr(recipe, name) is not None})
+    changes.update({target: True for name, target in _RECIPE_SWITCHES.items() if getattr(recipe, name)})
+    if recipe.mtp_num_layers is not None:
+        changes["multi_token_prediction"] = recipe.mtp_num_layers > 0
+    if recipe.cross_entropy_loss_fusion is not None and family == "gpu":
+        changes.update(loss=recipe.loss())
+    if recipe.exp_avg_dtype is not None:
+        changes["moment_bytes"] = 2 if recipe.exp_avg_dtype == "bf16" else 4
+    if recipe.transformer_engine is not None:
+        changes["rht_cast_fusion"] = precision_recipe(run.precision).rht_cast_fused_in(recipe.transformer_engine)
+    if recipe.cpu_offloading_num_layers:
+        changes["cpu_offload_layers"] = recipe.cpu_offloading_num_layers
+    if recipe.pipeline_layout is not None or recipe.account_for_embedding or recipe.account_for_loss:
+        changes["stage_split"] = StageSplit(pipeline_layout=recipe.pipeline_layout,
+                                            account_for_embedding=recipe.account_for_embedding,
+                                            account_for_loss=recipe.account_for_loss)
+    return changes
 
 
 def forced_balance_of(run: MeasuredRun) -> tuple[Optional[float], str]:

@@ -17,7 +17,7 @@ import numpy as np
 from .. import profiling
 from ..catalogue.compiled import PhaseValues
 from ..config.model import LayerKind
-from ..config.execution import ExecutionRequest
+from ..config.execution import DEFAULT_FSDP_IMPL, ExecutionRequest
 from ..config.hardware import HardwareProfile
 from ..config.model import ModelSpec
 from ..model.memory import MemoryModel
@@ -150,7 +150,8 @@ def _parallel_info(problem: Problem) -> ParallelInfo:
         tensor_parallel=lay.tensor_parallel,
         sequence_parallel=lay.sequence_parallel, pipeline_parallel=lay.pipeline_parallel,
         virtual_pipeline=lay.virtual_pipeline, context_parallel=lay.context_parallel,
-        expert_tensor_parallel=lay.expert_tensor_parallel, data_parallel=lay.data_parallel, fsdp=lay.fsdp, fsdp_impl=lay.fsdp_impl,
+        expert_tensor_parallel=lay.expert_tensor_parallel, data_parallel=lay.data_parallel, fsdp=lay.fsdp,
+        fsdp_impl=lay.fsdp_impl or DEFAULT_FSDP_IMPL,
         **_stages_info(problem),
         overlaps={k: bool(v) for k, v in asdict(lay.overlap).items()},
     )

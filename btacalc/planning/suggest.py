@@ -24,7 +24,7 @@ from ..config.execution import ExecutionRequest
 from ..errors import BtacalcError
 from ..model.memory import MemoryModel
 from ..model.problem import Problem
-from ..model.solver import Solution
+from ..model.solver import Solution, largest_true
 
 
 @dataclass(frozen=True)
@@ -191,11 +191,4 @@ def _longest_sequence(mem: MemoryModel, seq_len: int) -> int | None:
     """The longest sequence for which one sequence (G = b = 1) fits, by bisection; None if none does."""
     if mem.total(1, 1, seq_len=1) > mem.usable:
         return None
-    lo, hi = 1, seq_len
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if mem.total(1, 1, seq_len=mid) <= mem.usable:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
+    return largest_true(lambda s: bool(mem.total(1, 1, seq_len=s) <= mem.usable), 1, seq_len)

@@ -113,14 +113,7 @@ class GpuMemory:
         Python ints (not arrays of layouts, not floats that would equal an int and compute otherwise) they
         are kept per problem, keyed on those values."""
         first, _, last = ends
-        values = [*counts, last.dense_params, 0 if first is None else first.dense_params]
-        for _, p in kinds:
-            values += (p.dense_params, p.routed_params, p.low_precision_params, p.low_precision_routed)
-        key: Optional[tuple[Any, ...]] = ("gpu stage state", j, first is not None, tuple(values))
-        for v in values:  # a plain loop: one evaluation runs this per stage
-            if type(v) is not int:
-                key = None
-                break
+        key = stage_key("gpu stage state", j, counts, kinds, ends, _STATE_FIELDS)
         cache = self.problem.layout_cache
         if key is not None and key in cache:
             return cache[key]
@@ -154,6 +147,24 @@ class GpuMemory:
             return held
         single = self.problem.layout.pipeline_parallel == 1  # a layout search's PP > 1 candidates keep them all
         return [where(single, h - off, h) for h, off in zip(held, self.stages.leading_kinds(n))]
+
+
+_STATE_FIELDS = ("dense_params", "routed_params", "low_precision_params", "low_precision_routed")  # GpuMemory._state
+
+
+def stage_key(name: str, j: int, counts: list[Any], kinds: list[tuple[Any, Part]], ends: tuple[Part | None, Any, Part],
+              fields: tuple[str, ...]) -> Optional[tuple[Any, ...]]:
+    """The per-layout cache key (`problem.layout_cache`) of a value of stage j that depends only on its layer counts,
+    its ends' dense parameters and the `fields` of each kind's part (GpuMemory._state, timing._stage_state): None
+    when any of them is not a Python int (arrays of layouts, floats that would equal an int and compute otherwise)."""
+    first, _, last = ends
+    values = [*counts, last.dense_params, 0 if first is None else first.dense_params]
+    for _, p in kinds:
+        values += [getattr(p, f) for f in fields]
+    for v in values:  # a plain loop: one evaluation runs this per stage
+        if type(v) is not int:
+            return None
+    return (name, j, first is not None, tuple(values))
 
 
 def stage_params(problem: Problem, counts: list[Any], kinds: list[tuple[LayerKind, Part]],

@@ -51,7 +51,7 @@ from .collectives import (CollectiveRow, DataParallelTimes, all_to_all_time, all
 from .costs import ISSUED_COUNTS, Part, layer_parts, new_part, outside_parts
 from .fixed import (FixedCosts, SyncSplit, dispatcher_syncs, fixed_costs, gpu_forward_share, host_time,
                     launch_time, launch_time_synced, wgrad_accumulate_s)
-from .memory import stage_params
+from .memory import stage_key, stage_params
 from .sm_share import sm_share_loss
 from .tp_overlap import layer_overlap_s
 from .stages import PipelineStages
@@ -273,15 +273,7 @@ def _stage_state(problem: Problem, j: int, counts: list[Any], kinds: list[tuple[
     of the parts it holds, not of the batch shape, so kept per layout when the layer counts and parameters
     are Python ints (keyed on them and on j, which fixes whether the stage is the first or the last), as
     the stage's training state is (`GpuMemory._state`)."""
-    first, _, last = ends
-    values = [*counts, last.dense_params, 0 if first is None else first.dense_params]
-    for _, p in kinds:
-        values += (p.dense_params, p.routed_params)
-    key: Any = ("gpu stage times", j, first is not None, tuple(values))
-    for v in values:  # a plain loop: one evaluation runs this per stage
-        if type(v) is not int:
-            key = None
-            break
+    key = stage_key("gpu stage times", j, counts, kinds, ends, ("dense_params", "routed_params"))
     cache = problem.layout_cache
     if key is not None and key in cache:
         return cache[key]
