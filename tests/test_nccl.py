@@ -118,3 +118,20 @@ def test_plan_json_reports_nccls_choice_for_the_data_parallel_group(cli):
     # TP 4 inside the node: 3 NVLink steps, 8.4 + 3 x 3.4 = 18.6 us; the context-parallel ring keeps alpha
     assert rows["tensor_parallel"]["latency_s"] == pytest.approx((8.4 + 3 * 3.4) * US)
     assert rows["context_parallel"]["latency_s"] == pytest.approx(13.0e-6)
+
+
+def test_torch_fsdp_runs_three_collectives_per_block_and_two_for_the_root(cli):
+    # llm-foundry wraps each MPTBlock as an FSDP unit (llm-foundry @ 5e85bd62d modeling_mpt.py L675-676); MPT-7B has
+    # n_layers 32 (scripts/train/yamls/pretrain/mpt-7b.yaml L15). FULL_SHARD: a block gathers before its forward and
+    # again before its backward and reduce-scatters its gradient; the root (embedding, final norm) is not freed after
+    # its forward (torch fsdp _runtime_utils.py _post_forward_reshard): one gather and one reduce-scatter.
+    # 3 x 32 + 2 = 98 calls per micro-batch, GA 1.
+    code, out, err = cli("plan", "--model", "mpt-7b", "--hw", "h100", "--devices", "512", "--fsdp", "--fsdp-impl", "torch",
+                         "--seq", "2048", "--global-batch", "3072", "--micro-batch", "6", "--json")
+    assert code == 0, err
+    (row,) = [r for r in json.loads(out)["throughput"]["collectives"] if r["name"] == "zero_per_micro_batch_dense"]
+    assert row["calls"] == 3 * 32 + 2
+    # 512 ranks on 64 DGX nodes: 511 ring steps, 63 of them between nodes
+    assert (row["ranks"], row["steps"], row["link"]) == (512, 511, "network")
+    lat = {"LL128": 14.0 + 448 * 1.9 + 63 * 4.0, "Simple": 8.4 + 448 * 3.4 + 63 * 14.0}[row["protocol"]]
+    assert row["latency_s"] == pytest.approx(lat * US)

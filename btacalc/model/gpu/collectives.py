@@ -352,6 +352,20 @@ def gradient_buckets(problem: Problem, params: Any) -> Any:
     return where(lay.overlap.grad_reduce, maximum(ceil_div(params, bucket), 1), 1)
 
 
+def sharded_calls_per_micro_batch(problem: Problem, buckets: Any) -> Any:
+    """ZeRO-2 / ZeRO-3 collectives per micro-batch. PyTorch FSDP1 FULL_SHARD as llm-foundry wraps it runs them per
+    FSDP unit, each transformer block (llm-foundry @ 5e85bd62d llmfoundry/models/mpt/modeling_mpt.py L675-676
+    `fsdp_wrap_fn`: isinstance(module, MPTBlock)) plus the root: a block all-gathers before its forward, again
+    before its backward (FULL_SHARD frees it after the forward) and reduce-scatters its gradient; the root is not
+    freed after the forward (pytorch/pytorch@00ae0bc9 torch/distributed/fsdp/_runtime_utils.py
+    `_post_forward_reshard`, `_post_backward_hook`): 3 L + 2 calls. Otherwise (Megatron): one reduce-scatter per
+    gradient bucket with ZeRO-2, and two gathers and a reduce-scatter per bucket with ZeRO-3."""
+    lay = problem.layout
+    if lay.fsdp and lay.fsdp_impl == "torch":
+        return 3 * problem.model.num_layers + 2
+    return buckets * where(lay.zero_stage >= 3, 3, 1)
+
+
 @dataclass(frozen=True)
 class DataParallelTimes:
     """Data-parallel synchronisation of one stage, before overlap."""
@@ -378,7 +392,7 @@ def data_parallel_traffic(problem: Problem, params: Any, size: Any, rates: dict[
                             where((zero == 1) | (zero == 2), buckets, 0)),
         "per_micro_batch": (where(zero == 2, c.reduce_scatter * g_bytes,
                                   where(zero >= 3, 2 * c.all_gather * w_bytes + c.reduce_scatter * g_bytes, 0)),
-                            where(zero >= 2, buckets * where(zero >= 3, 3, 1), 0)),
+                            where(zero >= 2, sharded_calls_per_micro_batch(problem, buckets), 0)),
     }
 
 
