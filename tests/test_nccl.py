@@ -135,3 +135,14 @@ def test_torch_fsdp_runs_three_collectives_per_block_and_two_for_the_root(cli):
     assert (row["ranks"], row["steps"], row["link"]) == (512, 511, "network")
     lat = {"LL128": 14.0 + 448 * 1.9 + 63 * 4.0, "Simple": 8.4 + 448 * 3.4 + 63 * 14.0}[row["protocol"]]
     assert row["latency_s"] == pytest.approx(lat * US)
+
+
+def test_domains_a_ring_crosses():
+    from btacalc.model.gpu.collectives import domains_spanned
+
+    # DGX (8 GPUs a node): a DP group of 64 at stride 8 spans 64 nodes; 4 ranks at stride 4 span 2; TP 8 one
+    assert (domains_spanned(64, 8, 512, 8), domains_spanned(4, 4, 64, 8), domains_spanned(8, 1, 64, 8)) == (64, 2, 1)
+    # GB200 NVL72: 16 ranks at stride 8 = blocks of 128 ranks on 512 GPUs; block 1 starts at 128 mod 72 = 56, so
+    # it touches ceil((56 + 128) / 72) = 3 domains; block 0 ceil(128 / 72) = 2
+    assert domains_spanned(16, 8, 512, 72) == 3
+    assert domains_spanned(16, 8, 128, 72) == 2

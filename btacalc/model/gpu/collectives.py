@@ -207,14 +207,26 @@ def ring_time(problem: Problem, bytes_per_rank: Any, size: Any, stride: Any, cal
 def _ring_link(problem: Problem, size: Any, stride: Any) -> tuple[Any, Any, Any]:
     """(bus bytes/s, latency per call, NVLink domains spanned) of a group of `size` ranks at `stride`: NVLink
     when the group's worst-placed rank has all its members in its domain, else the scale-out NICs of its local
-    members; the domains are counted from that rank's members, ceil(size / local members)."""
+    members; the domains NCCL's ring crosses are those of the widest group (`domains_spanned`)."""
     lay = problem.layout
     up, out = links(problem)
     k = local_members(size, stride, lay.devices, lay.devices_per_node)
     inside = k >= size
     rate = where(inside, up.bus_bytes_per_s, minimum(up.bus_bytes_per_s, k * out.bus_bytes_per_s))
     alpha = where(inside, up.latency_s, out.latency_s)
-    return rate, alpha, where(inside, 1, ceil_div(size, maximum(k, 1)))
+    return rate, alpha, where(inside, 1, domains_spanned(size, stride, lay.devices, lay.devices_per_node))
+
+
+def domains_spanned(size: Any, stride: Any, devices: Any, domain: int) -> Any:
+    """NVLink domains (NCCL's nodes) the widest group spans: block j of L = size·stride ranks starts at
+    r = j·L mod D and touches ceil((r + L) / D) domains (at most `size`); r repeats within D blocks."""
+    length = size * stride
+    blocks = maximum(devices // length, 1)
+    widest = ceil_div(length, domain)
+    for j in range(min(largest(blocks), domain)):
+        r = (j * length) % domain
+        widest = where(j < blocks, maximum(widest, ceil_div(r + length, domain)), widest)
+    return minimum(widest, size)
 
 
 def tensor_parallel_kind(problem: Problem) -> Any:
