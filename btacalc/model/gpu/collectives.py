@@ -184,7 +184,7 @@ def ring_time(problem: Problem, bytes_per_rank: Any, size: Any, stride: Any, cal
     (n-1)/n) over a group of `size` ranks at `stride` (see the module docstring); 0 for one rank. `kind` is the
     collective's factor (formulas/constants.toml [collectives]: all-reduce 2, all-gather / reduce-scatter 1): each
     call then takes what NCCL's tuning model gives (`nccl.call_time_s`); without it (point-to-point rings) a call
-    costs the link's alpha."""
+    costs the link's alpha, as every call does on a profile without a [collectives] section (line rate, alpha 0)."""
     if problem.layout.devices == 1:
         return 0.0
     if type(size) is int and type(stride) is int:  # one group: its link, once per problem
@@ -195,7 +195,7 @@ def ring_time(problem: Problem, bytes_per_rank: Any, size: Any, stride: Any, cal
     else:
         link = _ring_link(problem, size, stride)
     rate, alpha, nodes = link
-    if kind is None:
+    if kind is None or problem.hardware.collectives is None:  # sends, or a profile at line rate (no NCCL data)
         return where(size > 1, calls * alpha + bytes_per_rank / rate, 0.0)
     many = calls > 0
     share = where(size > 1, kind * ring_share(where(size > 1, size, 2)), 1)
@@ -487,7 +487,7 @@ def describe(problem: Problem, name: str, group: tuple[int, int], traffic: tuple
                         calls=float(calls), message_bytes=per_call,
                         efficiency=float(efficiency_at(link, per_call)) if per_call else 0.0,
                         latency_s=link.latency_s, time_s=float(time_s))
-    if kind is None or not per_call:
+    if kind is None or not per_call or problem.hardware.collectives is None:
         return row
     rate, _, nodes = _ring_link(problem, size, stride)
     choice = nccl.choose(nccl.Group(size, nodes, kind, rate), per_call / (kind * ring_share(size)))
