@@ -28,6 +28,11 @@ the efficiency-by-size curve of the profile (`efficiency_at`). Inside one domain
 drives k NICs and the ring moves min(B_up·e_up, k·B_out·e_out) bytes/s per rank, paying the network's
 alpha per call. Without a [collectives] section e = 1 and alpha = 0 (line rate).
 
+Ring collectives (all-gather, reduce-scatter, all-reduce) no longer pay one alpha per call: a call takes what
+NCCL's tuning model gives for its group (`nccl.py`: ring latency growing with the steps in and between NVLink
+domains, LL / LL128 / Simple, tree for all-reduce, the Simple ring at B·e), with the profile's [collectives]
+section. Point-to-point sends and the all-to-all keep alpha.
+
 **All-to-all** (expert dispatch and combine): each rank sends its EP - 1 peers their share at once, the
 k - 1 peers in its domain over NVLink and the others through its NIC, concurrently. With DeepEP
 (Megatron --moe-token-dispatcher-type flex, DeepEP README "normal kernels": NVLink and RDMA forwarding;
