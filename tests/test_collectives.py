@@ -46,7 +46,8 @@ def test_ring_bus_factors_on_eight_ranks():
 
 
 def test_latency_times_calls_plus_bytes_at_the_bus_rate():
-    # one TP 8 group inside a DGX H100: 10 calls moving 1 GB of bus bytes in all
+    # a ring of 8 ranks inside a DGX H100 timed as point-to-point sends (no collective kind: the context-parallel
+    # K/V ring): 10 calls moving 1 GB of bus bytes in all, each call the profile's alpha
     p = _problem(devices=8)
     assert ring_time(p, 1e9, 8, 1, 10) == pytest.approx(10 * NVLINK_ALPHA + 1e9 / (NVLINK_H100 * NVLINK_EFF))
     # the calls alone: 100 empty calls cost 100 alphas; one rank moves nothing and pays nothing
@@ -143,19 +144,21 @@ def test_nvlink_all_to_all_rate_matches_deepeps_published_intranode_rate():
 
 
 def test_plan_json_lists_each_collective(cli):
-    # TP 8 inside one DGX H100: the tensor-parallel row is a ring on NVLink at 13 us per call, and its
-    # efficiency is the curve's at the bytes per call
+    # TP 8 inside one DGX H100: the tensor-parallel row (sequence parallel: all-gathers and reduce-scatters) is a
+    # ring on NVLink; since nccllat a call costs NCCL's Simple ring latency, 8.4 + 7 x 3.4 us (tuning.cc L151, L159,
+    # L412), and its efficiency is the large-message one scaled by the bandwidth share of the call's time
     code, out, err = cli("plan", "--model", "llama-3-8b", "--hw", "h100", "--devices", "8", "--tp", "8", "--seq", "4096",
                          "--global-batch", "8", "--micro-batch", "1", "--json")
     assert code == 0, err
     rows = {r["name"]: r for r in json.loads(out)["throughput"]["collectives"]}
     tp = rows["tensor_parallel"]
     assert (tp["algorithm"], tp["link"], tp["ranks"]) == ("ring", "nvlink", 8)
-    assert tp["latency_s"] == pytest.approx(NVLINK_ALPHA)
-    h = NVLINK_ALPHA * NVLINK_H100 * NVLINK_EFF
+    lat = (8.4 + 7 * 3.4) * 1e-6
+    assert (tp["latency_s"], tp["protocol"], tp["steps"]) == (pytest.approx(lat), "Simple", 7)
     x = tp["message_bytes"]
-    assert tp["efficiency"] == pytest.approx(NVLINK_EFF * x / (x + h))
-    assert tp["time_s"] == pytest.approx(tp["calls"] * NVLINK_ALPHA + x * tp["calls"] / (NVLINK_H100 * NVLINK_EFF))
+    per_call = lat + x / (NVLINK_H100 * NVLINK_EFF)
+    assert tp["efficiency"] == pytest.approx(NVLINK_EFF * x / (NVLINK_H100 * NVLINK_EFF) / per_call)
+    assert tp["time_s"] == pytest.approx(tp["calls"] * per_call)
 
 
 def _run(run_id: str, model: str, role: str, measured: float, known_gap: str = "") -> MeasuredRun:
@@ -264,7 +267,8 @@ def test_plan_json_lists_the_data_parallel_collectives(cli):
     assert (reduce["ranks"], reduce["link"], reduce["calls"]) == (8, "nvlink", 1.0)
     assert reduce["message_bytes"] == pytest.approx(7 / 8 * 4 * params)
     assert gather["message_bytes"] == pytest.approx(7 / 8 * 2 * params)
-    assert reduce["time_s"] == pytest.approx(NVLINK_ALPHA + 7 / 8 * 4 * params / (NVLINK_H100 * NVLINK_EFF))
+    # one Simple ring reduce-scatter: NCCL's latency 8.4 + 7 x 3.4 us (tuning.cc L151, L159, L412; docs/comm.md nccllat)
+    assert reduce["time_s"] == pytest.approx((8.4 + 7 * 3.4) * 1e-6 + 7 / 8 * 4 * params / (NVLINK_H100 * NVLINK_EFF))
     assert report["throughput"]["communication_s"]["gradient_reduce"] == pytest.approx(reduce["time_s"])
 
 

@@ -66,12 +66,48 @@ class TransformerEngine(BaseModel):
     grouped_gemm_streams_source: str = Field(min_length=10)
 
 
+class Nccl(BaseModel):
+    """NCCL's tuning model of one collective call (model/gpu/nccl.py): per-protocol lists in the order LL,
+    LL128, Simple; latencies in microseconds."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    version: str = Field(min_length=3)
+    version_source: str = Field(min_length=10)
+    ring_base_latency_us: tuple[float, float, float]
+    ring_base_latency_us_source: str = Field(min_length=10)
+    tree_base_latency_us: tuple[float, float, float]
+    tree_base_latency_us_source: str = Field(min_length=10)
+    nvlink_ring_latency_us: tuple[float, float, float]
+    nvlink_ring_latency_us_source: str = Field(min_length=10)
+    nvlink_tree_latency_us: tuple[float, float, float]
+    nvlink_tree_latency_us_source: str = Field(min_length=10)
+    net_ring_latency_us: tuple[float, float, float]
+    net_ring_latency_us_source: str = Field(min_length=10)
+    net_tree_latency_us: tuple[float, float, float]
+    net_tree_latency_us_source: str = Field(min_length=10)
+    net_overhead_us: tuple[float, float, float]
+    net_overhead_us_source: str = Field(min_length=10)
+    ring_bandwidth_share: tuple[float, float, float]
+    ring_bandwidth_share_source: str = Field(min_length=10)
+    tree_all_reduce_share: float = Field(gt=0, le=1)
+    tree_all_reduce_share_source: str = Field(min_length=10)
+    tree_protocol_share_one_node: tuple[float, float, float]
+    tree_protocol_share_one_node_source: str = Field(min_length=10)
+    tree_protocol_share_nodes: tuple[float, float, float]
+    tree_protocol_share_nodes_source: str = Field(min_length=10)
+    ring_all_reduce_plateau: float = Field(ge=1)
+    ring_all_reduce_plateau_source: str = Field(min_length=10)
+    tree_correction: tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]
+    tree_correction_source: str = Field(min_length=10)
+
+
 class Constants(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     passes: Passes
     collectives: Collectives
     megatron: Megatron
     transformer_engine: TransformerEngine
+    nccl: Nccl
 
 
 @functools.lru_cache(maxsize=1)

@@ -304,7 +304,8 @@ class Throughput(BaseModel):
                                               "time per step before overlap")
     collectives: list[dict[str, Any]] = Field(default_factory=list, description="multi-GPU: each collective of "
                                               "the critical stage per step: ranks, algorithm, link, calls, bus bytes "
-                                              "per call, efficiency at that size, latency per call, time")
+                                              "per call, efficiency at that size, latency per call, time; NCCL's "
+                                              "protocol and latency steps for ring / tree collectives")
     critical_stage: int = Field(0, description="GPU: the pipeline stage that sets the pace")
     routing_sensitivity: Optional[float] = Field(None, description="MoE with EP > 1: tokens/s at 1.25x the routing "
                                                  "imbalance over tokens/s as planned")

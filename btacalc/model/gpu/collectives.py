@@ -28,6 +28,11 @@ the efficiency-by-size curve of the profile (`efficiency_at`). Inside one domain
 drives k NICs and the ring moves min(B_up·e_up, k·B_out·e_out) bytes/s per rank, paying the network's
 alpha per call. Without a [collectives] section e = 1 and alpha = 0 (line rate).
 
+Ring collectives (all-gather, reduce-scatter, all-reduce) no longer pay one alpha per call: a call takes what
+NCCL's tuning model gives for its group (`nccl.py`: ring latency growing with the steps in and between NVLink
+domains, LL / LL128 / Simple, tree for all-reduce, the Simple ring at B·e), with the profile's [collectives]
+section. Point-to-point sends and the all-to-all keep alpha.
+
 **All-to-all** (expert dispatch and combine): each rank sends its EP - 1 peers their share at once, the
 k - 1 peers in its domain over NVLink and the others through its NIC, concurrently. With DeepEP
 (Megatron --moe-token-dispatcher-type flex, DeepEP README "normal kernels": NVLink and RDMA forwarding;
@@ -72,7 +77,7 @@ backward and reduce-scatter its gradients, every micro-batch (Megatron-LM megatr
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -81,7 +86,7 @@ from ...catalogue.constants import constants
 from ..arrays import ceil_div, is_array, largest, maximum, minimum, where
 from ..problem import Problem
 from ...memo import plain_key
-from .precision import param_gather_factor
+from . import nccl
 from .precision import param_gather_factor
 
 # Megatron-Core's default gradient bucket: max(4e7, 1e6 x DP) parameters (distributed_data_parallel.py:134)
@@ -179,9 +184,12 @@ def _local_members(size: Any, stride: Any, devices: Any, domain: int) -> Any:
     return minimum(size, maximum(worst // stride, 1))
 
 
-def ring_time(problem: Problem, bytes_per_rank: Any, size: Any, stride: Any, calls: Any = 1) -> Any:
+def ring_time(problem: Problem, bytes_per_rank: Any, size: Any, stride: Any, calls: Any = 1, kind: Any = None) -> Any:
     """Time of `calls` ring collectives moving `bytes_per_rank` bus bytes in all (already x factor x
-    (n-1)/n) over a group of `size` ranks at `stride` (see the module docstring); 0 for one rank."""
+    (n-1)/n) over a group of `size` ranks at `stride` (see the module docstring); 0 for one rank. `kind` is the
+    collective's factor (formulas/constants.toml [collectives]: all-reduce 2, all-gather / reduce-scatter 1): each
+    call then takes what NCCL's tuning model gives (`nccl.call_time_s`); without it (point-to-point rings) a call
+    costs the link's alpha, as every call does on a profile without a [collectives] section (line rate, alpha 0)."""
     if problem.layout.devices == 1:
         return 0.0
     if type(size) is int and type(stride) is int:  # one group: its link, once per problem
@@ -191,26 +199,52 @@ def ring_time(problem: Problem, bytes_per_rank: Any, size: Any, stride: Any, cal
             link = problem.layout_cache[key] = _ring_link(problem, size, stride)
     else:
         link = _ring_link(problem, size, stride)
-    rate, alpha = link
-    return where(size > 1, calls * alpha + bytes_per_rank / rate, 0.0)
+    rate, alpha, nodes = link
+    if kind is None or problem.hardware.collectives is None:  # sends, or a profile at line rate (no NCCL data)
+        return where(size > 1, calls * alpha + bytes_per_rank / rate, 0.0)
+    many = calls > 0
+    share = where(size > 1, kind * ring_share(where(size > 1, size, 2)), 1)
+    nbytes = bytes_per_rank / where(many, calls, 1) / share  # NCCL's nBytes: the buffer of one call
+    per_call = nccl.call_time_s(nccl.Group(size, nodes, kind, rate), nbytes)
+    return where(size > 1, where(many, calls * per_call, bytes_per_rank / rate), 0.0)
 
 
-def _ring_link(problem: Problem, size: Any, stride: Any) -> tuple[Any, Any]:
-    """(bus bytes/s, latency per call) of a group of `size` ranks at `stride`: NVLink when the group's
-    worst-placed rank has all its members in its domain, else the scale-out NICs of its local members."""
+def _ring_link(problem: Problem, size: Any, stride: Any) -> tuple[Any, Any, Any]:
+    """(bus bytes/s, latency per call, NVLink domains spanned) of a group of `size` ranks at `stride`: NVLink
+    when the group's worst-placed rank has all its members in its domain, else the scale-out NICs of its local
+    members; the domains NCCL's ring crosses are those of the widest group (`domains_spanned`)."""
     lay = problem.layout
     up, out = links(problem)
     k = local_members(size, stride, lay.devices, lay.devices_per_node)
     inside = k >= size
     rate = where(inside, up.bus_bytes_per_s, minimum(up.bus_bytes_per_s, k * out.bus_bytes_per_s))
     alpha = where(inside, up.latency_s, out.latency_s)
-    return rate, alpha
+    return rate, alpha, where(inside, 1, domains_spanned(size, stride, lay.devices, lay.devices_per_node))
+
+
+def domains_spanned(size: Any, stride: Any, devices: Any, domain: int) -> Any:
+    """NVLink domains (NCCL's nodes) the widest group spans: block j of L = size·stride ranks starts at
+    r = j·L mod D and touches ceil((r + L) / D) domains (at most `size`); r repeats within D blocks."""
+    length = size * stride
+    blocks = maximum(devices // length, 1)
+    widest = ceil_div(length, domain)
+    for j in range(min(largest(blocks), domain)):
+        r = (j * length) % domain
+        widest = where(j < blocks, maximum(widest, ceil_div(r + length, domain)), widest)
+    return minimum(widest, size)
+
+
+def tensor_parallel_kind(problem: Problem) -> Any:
+    """The factor of a tensor-parallel collective: all-gather / reduce-scatter with sequence parallelism, else
+    all-reduce (costs._volumes)."""
+    c = constants().collectives
+    return where(problem.layout.sequence_parallel, c.reduce_scatter, c.all_reduce)
 
 
 def tensor_parallel_time(problem: Problem, volume: Any, calls: Any = 0) -> Any:
     """Tensor-parallel exchanges of `volume` collective units (costs.Part.tp_bytes) in `calls` calls."""
     t = problem.layout.tensor_parallel
-    return ring_time(problem, volume * ring_share(t), t, 1, calls)
+    return ring_time(problem, volume * ring_share(t), t, 1, calls, tensor_parallel_kind(problem))
 
 
 def context_parallel_time(problem: Problem, volume: Any, calls: Any = 0) -> Any:
@@ -247,7 +281,8 @@ def all_to_all_time(problem: Problem, volume: Any, calls: Any = 0) -> Any:
     inside, across, forwarded = _all_to_all_bytes(problem, volume)
     a2a = maximum((inside + forwarded) / f.up_rate, across / f.out_rate)
     a2a = where(f.ep > 1, calls * f.alpha + a2a, 0.0)
-    gather = ring_time(problem, volume * (etp - 1), etp, 1, calls)  # received copies to t_e - 1 peers
+    gather = ring_time(problem, volume * (etp - 1), etp, 1, calls,  # received copies to t_e - 1 peers
+                       constants().collectives.all_gather)
     return a2a + gather
 
 
@@ -334,6 +369,20 @@ def gradient_buckets(problem: Problem, params: Any) -> Any:
     return where(lay.overlap.grad_reduce, maximum(ceil_div(params, bucket), 1), 1)
 
 
+def sharded_calls_per_micro_batch(problem: Problem, buckets: Any) -> Any:
+    """ZeRO-2 / ZeRO-3 collectives per micro-batch. PyTorch FSDP1 FULL_SHARD as llm-foundry wraps it runs them per
+    FSDP unit, each transformer block (llm-foundry @ 5e85bd62d llmfoundry/models/mpt/modeling_mpt.py L675-676
+    `fsdp_wrap_fn`: isinstance(module, MPTBlock)) plus the root: a block all-gathers before its forward, again
+    before its backward (FULL_SHARD frees it after the forward) and reduce-scatters its gradient; the root is not
+    freed after the forward (pytorch/pytorch@00ae0bc9 torch/distributed/fsdp/_runtime_utils.py
+    `_post_forward_reshard`, `_post_backward_hook`): 3 L + 2 calls. Otherwise (Megatron): one reduce-scatter per
+    gradient bucket with ZeRO-2, and two gathers and a reduce-scatter per bucket with ZeRO-3."""
+    lay = problem.layout
+    if lay.fsdp and lay.fsdp_impl == "torch":
+        return 3 * problem.model.num_layers + 2
+    return buckets * where(lay.zero_stage >= 3, 3, 1)
+
+
 @dataclass(frozen=True)
 class DataParallelTimes:
     """Data-parallel synchronisation of one stage, before overlap."""
@@ -360,8 +409,22 @@ def data_parallel_traffic(problem: Problem, params: Any, size: Any, rates: dict[
                             where((zero == 1) | (zero == 2), buckets, 0)),
         "per_micro_batch": (where(zero == 2, c.reduce_scatter * g_bytes,
                                   where(zero >= 3, 2 * c.all_gather * w_bytes + c.reduce_scatter * g_bytes, 0)),
-                            where(zero >= 2, buckets * where(zero >= 3, 3, 1), 0)),
+                            where(zero >= 2, sharded_calls_per_micro_batch(problem, buckets), 0)),
     }
+
+
+# the collective under each key of data_parallel_traffic: (with ZeRO-0, with ZeRO >= 1)
+_DP_KINDS = {"reduce_per_step": ("all_reduce", "reduce_scatter"), "gather_per_step": ("all_gather", "all_gather"),
+             "per_micro_batch": ("reduce_scatter", "reduce_scatter")}
+
+
+def data_parallel_kind(problem: Problem, key: str) -> Any:
+    """The factor of the data-parallel collectives under `key` (data_parallel_traffic): the gradients all-reduced
+    with ZeRO-0, every other one an all-gather or a reduce-scatter (ZeRO-3's two gathers and one reduce-scatter
+    all have factor 1)."""
+    c = constants().collectives
+    zero0, sharded = _DP_KINDS[key]
+    return where(problem.layout.zero_stage == 0, getattr(c, zero0), getattr(c, sharded))
 
 
 def data_parallel_groups(problem: Problem) -> dict[str, tuple[Any, Any]]:
@@ -392,7 +455,7 @@ def _data_parallel_times(problem: Problem, dense: Any, expert: Any, rates: dict[
     for part, params in (("dense", dense), ("expert", expert)):
         size, stride = data_parallel_groups(problem)[part]
         for key, (bus, calls) in data_parallel_traffic(problem, params, size, rates).items():
-            total[key] = total[key] + ring_time(problem, bus, size, stride, calls)
+            total[key] = total[key] + ring_time(problem, bus, size, stride, calls, data_parallel_kind(problem, key))
     return DataParallelTimes(total["reduce_per_step"], total["gather_per_step"], total["per_micro_batch"])
 
 
@@ -409,12 +472,15 @@ class CollectiveRow:
     efficiency: float  # achieved bus bandwidth over the line rate at that size
     latency_s: float  # per call
     time_s: float
+    protocol: str = ""  # NCCL's protocol for a ring / tree collective (LL, LL128, Simple; nccl.py)
+    steps: int = 0  # its latency steps (ring: kind x (n - 1); tree: 2 x (hops in and between nodes))
 
 
 def describe(problem: Problem, name: str, group: tuple[int, int], traffic: tuple[Any, Any], time_s: Any,
-             algorithm: str = "ring") -> CollectiveRow:
+             algorithm: str = "ring", kind: Any = None) -> CollectiveRow:
     """The row of one collective on a `group` of (ranks, stride): `traffic` = (bus bytes, calls) per step
-    and its time."""
+    and its time; `kind` (the collective's factor) for the collectives NCCL's tuning model times, whose
+    algorithm, protocol, steps and latency are NCCL's choice for one call (nccl.choose)."""
     lay = problem.layout
     size, stride = group
     bus_bytes, calls = traffic
@@ -422,7 +488,14 @@ def describe(problem: Problem, name: str, group: tuple[int, int], traffic: tuple
     inside = local_members(size, stride, lay.devices, lay.devices_per_node) >= size
     link = up if inside else out
     per_call = float(bus_bytes / calls) if calls else 0.0
-    return CollectiveRow(name=name, ranks=int(size), algorithm=algorithm, link="nvlink" if inside else "network",
-                         calls=float(calls), message_bytes=per_call,
-                         efficiency=float(efficiency_at(link, per_call)) if per_call else 0.0,
-                         latency_s=link.latency_s, time_s=float(time_s))
+    row = CollectiveRow(name=name, ranks=int(size), algorithm=algorithm, link="nvlink" if inside else "network",
+                        calls=float(calls), message_bytes=per_call,
+                        efficiency=float(efficiency_at(link, per_call)) if per_call else 0.0,
+                        latency_s=link.latency_s, time_s=float(time_s))
+    if kind is None or not per_call or problem.hardware.collectives is None:
+        return row
+    rate, _, nodes = _ring_link(problem, size, stride)
+    choice = nccl.choose(nccl.Group(size, nodes, kind, rate), per_call / (kind * ring_share(size)))
+    achieved = link.bus_efficiency * per_call / choice.time_s / rate  # the large-message e, scaled as the call runs
+    return replace(row, algorithm=choice.algorithm, protocol=choice.protocol, steps=choice.steps,
+                   latency_s=choice.latency_s, efficiency=achieved)

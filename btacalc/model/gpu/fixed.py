@@ -245,7 +245,7 @@ def fixed_costs(problem: Problem, dense: Any, expert: Any, rates: dict[str, int]
     optimizer = params * optimizer_bytes_per_param(rates) / hbm
     n = problem.layout.devices
     scalar = constants().collectives.all_reduce * ring_share(n) * GRAD_NORM_BYTES
-    norm = params * rates["gradients"] / hbm + ring_time(problem, scalar, n, 1)
+    norm = params * rates["gradients"] / hbm + ring_time(problem, scalar, n, 1, 1, constants().collectives.all_reduce)
     return FixedCosts(optimizer, norm)
 
 

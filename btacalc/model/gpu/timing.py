@@ -46,8 +46,8 @@ from ..problem import Evaluation, Problem
 from ..state import bytes_per_param
 from ..steptime import StepTime, tile_overhead_s
 from .collectives import (CollectiveRow, DataParallelTimes, all_to_all_time, all_to_all_wire_bytes, context_parallel_time,
-                          data_parallel_groups, data_parallel_times, data_parallel_traffic, describe,
-                          pipeline_p2p_time, ring_share, ring_time, tensor_parallel_time)
+                          data_parallel_groups, data_parallel_kind, data_parallel_times, data_parallel_traffic, describe,
+                          pipeline_p2p_time, ring_share, ring_time, tensor_parallel_kind, tensor_parallel_time)
 from .costs import ISSUED_COUNTS, Part, layer_parts, new_part, outside_parts
 from .fixed import (FixedCosts, SyncSplit, dispatcher_syncs, fixed_costs, gpu_forward_share, host_time,
                     launch_time, launch_time_synced, wgrad_accumulate_s)
@@ -346,7 +346,7 @@ def _collective_rows(problem: Problem, kinds: list[tuple[Any, Part]], counts: li
     rows = []
     if t > 1:
         rows.append(describe(problem, "tensor_parallel", (t, 1), (tot["tp_bytes"] * ring_share(t), tot["tp_calls"]),
-                             times["tp"]))
+                             times["tp"], kind=tensor_parallel_kind(problem)))
     if cp > 1:
         rows.append(describe(problem, "context_parallel", (cp, t), (tot["cp_bytes"] * (cp - 1),
                              tot["cp_calls"] * (cp - 1)), times["cp"], "p2p ring"))
@@ -384,8 +384,9 @@ def _data_parallel_rows_of(problem: Problem, params: tuple[Any, Any], m: Any) ->
         for key, (bus, calls) in data_parallel_traffic(problem, held, size, bytes_per_param(problem)).items():
             times = m if key == "per_micro_batch" else 1
             if calls:
+                kind = data_parallel_kind(problem, key)
                 rows.append(describe(problem, f"{kinds[key]}_{part}", (size, stride), (bus * times, calls * times),
-                                     times * ring_time(problem, bus, size, stride, calls)))
+                                     times * ring_time(problem, bus, size, stride, calls, kind), kind=kind))
     return rows
 
 
