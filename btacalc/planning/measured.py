@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..config.execution import MEGATRON, BatchLimits, ExecutionRequest, OverlapRequest
 from ..config.hardware import HardwareProfile, resolve_hardware
+from ..config.hf import unique_keys
 from ..config.model import ModelSpec, validate_model
 from ..config.pipeline import StageSplit
 from ..config.precision import recipe as precision_recipe
@@ -321,7 +322,8 @@ def load_runs(path: Optional[Path] = None) -> list[MeasuredRun]:
     if path is not None and not path.is_file():  # a FIFO would block, /dev/zero never end
         raise BtacalcError(f"{{measured}}: {origin} is not a regular file")
     try:
-        raw = json.loads(read_input(source, MAX_RUN_FILE_BYTES), parse_constant=_no_constant)  # capped before the read
+        raw = json.loads(read_input(source, MAX_RUN_FILE_BYTES), parse_constant=_no_constant,  # capped before the read
+                         object_pairs_hook=unique_keys)
     except OSError as exc:
         raise BtacalcError(f"{{measured}}: cannot read {origin}: {exc.strerror or exc}") from None
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, bad UTF-8, a 5,000-digit number
