@@ -24,6 +24,7 @@ from .options import (with_flags, Accounting, AccountingOpt, Attention, Attentio
                       value, AccountEmbeddingOpt, AccountLossOpt, FirstStageOpt, LastStageOpt, PipelineLayoutOpt,
                       stage_split_field,
                       write_outputs)
+from .parsing import comma_entries
 from .progress import progress
 from .runfile import config_callback, given_on_command_line, read_text
 
@@ -466,4 +467,7 @@ def _scopes(text: Optional[str], default: tuple[str, ...]) -> tuple[str, ...]:
     `default` (an imported run's)."""
     if text is None:
         return tuple(default)
-    return tuple(s.strip() for s in text.split(",") if s.strip())
+    scopes = comma_entries(text, "--cuda-graph-scope", unique=False)  # repeats: named by check_scopes
+    if not scopes:
+        raise BtacalcError(f"--cuda-graph-scope {text!r} names no scope (leave the option out for none)")
+    return tuple(scopes)
