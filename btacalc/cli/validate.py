@@ -14,7 +14,7 @@ from .options import OutputOpt, help_text, outputs, write_outputs
 
 EXAMPLES = ("Examples:\n\n"
             "  btacalc validate\n\n"
-            "  btacalc validate --measured ../shared/reference/measured-runs.json --json\n\n"
+            "  btacalc validate --measured btacalc/data/measured_runs.json --json\n\n"
             "  btacalc validate --plot accuracy.png\n\n"
             "  btacalc validate --calibrate\n\n"
             "  btacalc validate --wafer-loo\n\n"
