@@ -543,6 +543,14 @@ case("ranges", "plan", "-m", "llama-3-8b", "--hw", "h100", "--devices", "8", "--
 case("ranges", "plan", "-m", "llama-3-8b", "--hw", "h100", "--devices", "8", "--cuda-graph-scope", "attn,,mlp",
      fragment="has an empty entry")
 case("ranges", "plan", "--hw", "h100", "--devices", "8", "--attention-kernel", "", fragment="got ''")
+# a profile named "" (or only a control character, which the sanitiser removes) was planned and compared as a
+# row with no device name; a run id of blanks was reported as "run :"
+for field, value in (("name", '""'), ("name", '"\\u001b"'), ("display_name", '"  "')):
+    case("profiles", "compare", "--hw", "{tmp}/p.toml,wse3", fragment=f"{field} = ", files={"p.toml": _profile(
+        GPU_PROFILE, f'\n{field} = "' + ("a100-80gb" if field == "name" else "NVIDIA A100 SXM 80GB") + '"',
+        f"\n{field} = {value}")})
+case("files", "validate", "--measured", "{tmp}/runs.json", fragment="field id: must not be empty", outputs=False,
+     files={"runs.json": _runs_with(id=" ")})
 # compare's smallest GPU count escalated a given --recompute to full, so a misspelt one was never read
 case("values", "compare", "--hw", "h100", "--recompute", "bogus", fragment="recompute 'bogus': expected none")
 

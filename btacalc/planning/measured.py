@@ -40,7 +40,7 @@ from ..config.precision import recipe as precision_recipe
 from ..config.presets import resolve_model
 from ..errors import BtacalcError, first_validation_error
 from ..model.routing_balance import forced_balance_imbalance
-from ..config.text import CleanText
+from ..config.text import Name
 from ..paths import package_data, read_input
 from .plan import device_memory, make_plan
 from .precision_pairs import PairBands, PairInput, PairReport, precision_pairs
@@ -187,7 +187,7 @@ class MeasuredRun(BaseModel):
 
     model_config = ConfigDict(extra="allow", strict=True)
 
-    id: CleanText
+    id: Name
     source: str
     model: str
     hw: str
@@ -266,7 +266,7 @@ class RunPrediction(BaseModel):
 
 
 class RunResult(BaseModel):
-    id: CleanText
+    id: Name
     role: str
     family: str = Field(description="device family (gpu / wse) the run's errors are summarised and gated by; the "
                         "factors are calibrated per calibration family (calibration.toml: one per GPU architecture)")
