@@ -551,6 +551,14 @@ for field, value in (("name", '""'), ("name", '"\\u001b"'), ("display_name", '" 
         f"\n{field} = {value}")})
 case("files", "validate", "--measured", "{tmp}/runs.json", fragment="field id: must not be empty", outputs=False,
      files={"runs.json": _runs_with(id=" ")})
+# --emit and --search print no single plan: --sensitivity's moves and --json's JSON were dropped (exit 0)
+for args, fragment in ((["--hw", "h100", "--devices", "8", "--emit", "megatron", "--sensitivity", "10"], "--emit megatron "
+                        "prints a configuration instead"),
+                       (["--hw", "h100", "--devices", "8", "--search", "--sensitivity", "10"], "--search prints a ranking"),
+                       (["--hw", "wse3", "--emit", "cerebras", "--sensitivity", "10"], "--emit cerebras prints a config"),
+                       (["--hw", "h100", "--devices", "8", "--emit", "bridge", "--json"], "--json prints the plan as JSON; "
+                        "--emit bridge prints a configuration")):
+    case("ignored", "plan", *args, fragment=fragment, outputs=False)
 # compare's smallest GPU count escalated a given --recompute to full, so a misspelt one was never read
 case("values", "compare", "--hw", "h100", "--recompute", "bogus", fragment="recompute 'bogus': expected none")
 

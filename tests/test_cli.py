@@ -328,3 +328,12 @@ def test_an_unreached_whatif_prints_no_e_notation(cli, monkeypatch):
     assert code == 1 and "not reached" in out
     assert not re.search(r"\d[eE][+-]?\d", out), [ln for ln in out.splitlines() if re.search(r"\d[eE][+-]?\d", ln)]
     assert "1,000 " in out  # the grid's last ratio, written out
+
+
+@pytest.mark.parametrize("extra", [["--search"], ["--emit", "megatron"]])
+def test_a_search_or_an_emit_reports_its_profile_too(cli, extra):
+    """review5: --profile printed nothing with --search or --emit (the report was written only after a plain plan's
+    tables). Its two lines go to stderr whatever the plan prints."""
+    code, out, err = cli("plan", "--hw", "h100", "--devices", "8", "-m", "llama-3-8b", *extra, "--profile")
+    lines = [line for line in err.splitlines() if line.startswith("btacalc profile: ")]
+    assert len(lines) == 2 and "model evaluations" in lines[0] and out, err
