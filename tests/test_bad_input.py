@@ -559,6 +559,8 @@ for args, fragment in ((["--hw", "h100", "--devices", "8", "--emit", "megatron",
                        (["--hw", "h100", "--devices", "8", "--emit", "bridge", "--json"], "--json prints the plan as JSON; "
                         "--emit bridge prints a configuration")):
     case("ignored", "plan", *args, fragment=fragment, outputs=False)
+# --calibrate ran and rewrote the profiles; --wafer-loo beside it was dropped (exit 0)
+case("ignored", "validate", "--calibrate", "--wafer-loo", fragment="it takes no --wafer-loo", outputs=False)
 # compare's smallest GPU count escalated a given --recompute to full, so a misspelt one was never read
 case("values", "compare", "--hw", "h100", "--recompute", "bogus", fragment="recompute 'bogus': expected none")
 

@@ -57,7 +57,7 @@ def _refit(measured: Optional[Path], as_json: bool, output: Optional[str], plot_
     outputs it takes (others: one-line errors); None when none is asked for."""
     if calibrate:
         given = [f for f, v in (("--measured", measured), ("--json", as_json), ("--output", output), ("--plot", plot_path),
-                                ("--cross-validate", cross_validate)) if v]
+                                ("--cross-validate", cross_validate), ("--wafer-loo", wafer_loo)) if v]
         if given:
             raise BtacalcError(f"--calibrate fits on the shipped measured runs and rewrites the profiles; it takes "
                                f"no {', '.join(given)}")
