@@ -561,6 +561,10 @@ for args, fragment in ((["--hw", "h100", "--devices", "8", "--emit", "megatron",
     case("ignored", "plan", *args, fragment=fragment, outputs=False)
 # --calibrate ran and rewrote the profiles; --wafer-loo beside it was dropped (exit 0)
 case("ignored", "validate", "--calibrate", "--wafer-loo", fragment="it takes no --wafer-loo", outputs=False)
+# a run's other keys are carried through unread: one that is a near spelling of a field left the field unset
+for typo, fragment in (("micro_bach", "did you mean 'micro_batch'?"), ("Devices", "did you mean 'devices'?")):
+    case("files", "validate", "--measured", "{tmp}/runs.json", fragment=fragment, outputs=False,
+         files={"runs.json": _runs_with(**{typo: 4})})
 # compare's smallest GPU count escalated a given --recompute to full, so a misspelt one was never read
 case("values", "compare", "--hw", "h100", "--recompute", "bogus", fragment="recompute 'bogus': expected none")
 

@@ -23,13 +23,14 @@ from __future__ import annotations
 
 from collections import Counter
 
+import difflib
 import json
 import statistics
 import sys
 from pathlib import Path
 from typing import Any, Callable, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..config.execution import MEGATRON, BatchLimits, ExecutionRequest, OverlapRequest
 from ..config.hardware import HardwareProfile, resolve_hardware
@@ -220,6 +221,19 @@ class MeasuredRun(BaseModel):
                                               "drew each token's experts at random (balanced in expectation); the "
                                               "plan's routing imbalance is the busiest expert-parallel rank's expected "
                                               "load under that routing (model/routing_balance.py)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_misspelt_field(cls, data: Any) -> Any:
+        """Other keys of a run are carried through unread (confidence, notes, ...); one that is a near spelling of a
+        field (`micro_bach`, `Devices`) would leave that field unset and the run planned without it: refused
+        (review5)."""
+        for key in data if isinstance(data, dict) else ():
+            near = difflib.get_close_matches(str(key), [f for f in cls.model_fields if f != str(key)], n=1, cutoff=0.8)
+            if str(key) not in cls.model_fields and near:
+                raise ValueError(f"key {str(key)[:60]!r} is not a run field: did you mean {near[0]!r}? (keys that are "
+                                 "not near a field's name are carried through unread)")
+        return data
 
     def model_spec(self) -> ModelSpec:
         """The run's model as it trained: the preset, with the vocabulary of the tokenizer the recipe states."""
