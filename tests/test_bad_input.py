@@ -565,6 +565,10 @@ case("ignored", "validate", "--calibrate", "--wafer-loo", fragment="it takes no 
 for typo, fragment in (("micro_bach", "did you mean 'micro_batch'?"), ("Devices", "did you mean 'devices'?")):
     case("files", "validate", "--measured", "{tmp}/runs.json", fragment=fragment, outputs=False,
          files={"runs.json": _runs_with(**{typo: 4})})
+# a run's sizes beyond plan's bounds: a sequence of 2^70 was a bare OverflowError naming no run or field
+for field, value in (("seq", 2**70), ("devices", 2**64), ("tp", 2**21)):
+    case("files", "validate", "--measured", "{tmp}/runs.json", fragment=f"field {field}: Input should be less than",
+         outputs=False, files={"runs.json": _runs_with(**{field: value})})
 # compare's smallest GPU count escalated a given --recompute to full, so a misspelt one was never read
 case("values", "compare", "--hw", "h100", "--recompute", "bogus", fragment="recompute 'bogus': expected none")
 

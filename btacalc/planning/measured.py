@@ -32,7 +32,7 @@ from typing import Any, Callable, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from ..config.execution import MEGATRON, BatchLimits, ExecutionRequest, OverlapRequest
+from ..config.execution import MAX_DEVICES, MAX_SEQUENCES, MEGATRON, BatchLimits, ExecutionRequest, OverlapRequest
 from ..config.hardware import HardwareProfile, resolve_hardware
 from ..config.hf import unique_keys
 from ..config.model import ModelSpec, validate_model
@@ -97,7 +97,7 @@ class Recipe(BaseModel):
     fsdp_impl: Optional[Literal["megatron", "torch"]] = Field(None, description="whose FSDP the run used (torch: "
                                                               "PyTorch FSDP1 as llm-foundry runs it); default megatron")
     sequence_parallel: Optional[bool] = None
-    vp: Optional[int] = Field(None, ge=1)
+    vp: Optional[int] = Field(None, ge=1, le=MAX_DEVICES)
     zero: Optional[int] = Field(None, ge=0, le=3)
     grad_bytes: Optional[Literal[2, 4]] = None
     memory_model: Optional[Literal["weight_streaming", "resident"]] = Field(
@@ -192,19 +192,19 @@ class MeasuredRun(BaseModel):
     source: str
     model: str
     hw: str
-    devices: int = Field(ge=1)
+    devices: int = Field(ge=1, le=MAX_DEVICES)
     # btacalc's --precision names (btacalc/data/precision.toml): fp8 = delayed scaling, fp8-current = per-tensor
     # current scaling, fp8-blockwise, mxfp8, nvfp4
     precision: Literal["bf16", "fp16", "fp8", "fp8-current", "fp8-blockwise", "mxfp8", "nvfp4"]
-    seq: int = Field(ge=1)
-    global_batch: int = Field(ge=1)
-    micro_batch: Optional[int] = Field(None, ge=1)
-    tp: Optional[int] = Field(None, ge=1)
-    pp: Optional[int] = Field(None, ge=1)
-    vp: Optional[int] = Field(None, ge=1)
-    cp: Optional[int] = Field(None, ge=1)
-    ep: Optional[int] = Field(None, ge=1)
-    etp: Optional[int] = Field(None, ge=1)
+    seq: int = Field(ge=1, le=MAX_SEQUENCES)
+    global_batch: int = Field(ge=1, le=MAX_SEQUENCES)
+    micro_batch: Optional[int] = Field(None, ge=1, le=MAX_SEQUENCES)
+    tp: Optional[int] = Field(None, ge=1, le=MAX_DEVICES)
+    pp: Optional[int] = Field(None, ge=1, le=MAX_DEVICES)
+    vp: Optional[int] = Field(None, ge=1, le=MAX_DEVICES)
+    cp: Optional[int] = Field(None, ge=1, le=MAX_DEVICES)
+    ep: Optional[int] = Field(None, ge=1, le=MAX_DEVICES)
+    etp: Optional[int] = Field(None, ge=1, le=MAX_DEVICES)
     zero: Optional[int] = Field(None, ge=0, le=3)
     fsdp: Optional[bool] = None
     sequence_parallel: Optional[bool] = None
