@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections import Counter
 
 import difflib
+import functools
 import json
 import statistics
 import sys
@@ -229,9 +230,9 @@ class MeasuredRun(BaseModel):
         field (`micro_bach`, `Devices`) would leave that field unset and the run planned without it: refused
         (review5)."""
         for key in data if isinstance(data, dict) else ():
-            near = difflib.get_close_matches(str(key), [f for f in cls.model_fields if f != str(key)], n=1, cutoff=0.8)
-            if str(key) not in cls.model_fields and near:
-                raise ValueError(f"key {str(key)[:60]!r} is not a run field: did you mean {near[0]!r}? (keys that are "
+            near = None if key in cls.model_fields else _near_field(str(key), tuple(cls.model_fields))
+            if near:
+                raise ValueError(f"key {str(key)[:60]!r} is not a run field: did you mean {near!r}? (keys that are "
                                  "not near a field's name are carried through unread)")
         return data
 
@@ -270,6 +271,14 @@ class MeasuredRun(BaseModel):
                          layout=layout, source=(publication, self.release),
                          measured_tokens_per_s=self.measured.tokens_per_s_per_device,
                          predicted_tokens_per_s=predicted_tokens_per_s)
+
+
+@functools.lru_cache(maxsize=256)
+def _near_field(key: str, fields: tuple[str, ...]) -> Optional[str]:
+    """The field `key` is a near spelling of (difflib ratio >= 0.8), if any; one lookup per distinct key, so a file of
+    8,000 runs carrying the same notes keys costs a handful."""
+    near = difflib.get_close_matches(key, fields, n=1, cutoff=0.8)
+    return near[0] if near else None
 
 
 class RunPrediction(BaseModel):
