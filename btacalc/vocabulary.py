@@ -37,9 +37,15 @@ def parse_recompute(value: str) -> str:
     text = value.strip()
     if text in RECOMPUTE_POLICIES:
         return text
-    modules = sorted({m.strip() for m in text.split(",") if m.strip()})
+    given = [m.strip() for m in text.split(",")]
+    if len(given) > 1 and not all(given):  # `core_attn,,mlp` may hide a module that was meant
+        raise ValueError(f"recompute {value!r} has an empty entry (two commas in a row, or one at an end)")
+    twice = sorted({m for m in given if given.count(m) > 1})
+    if twice:
+        raise ValueError(f"recompute {value!r} names {', '.join(twice)} twice")
+    modules = sorted(given)
     unknown = [m for m in modules if m not in RECOMPUTE_MODULES]
-    if not modules or unknown:
+    if not all(modules) or unknown:
         raise ValueError(f"recompute {value!r}: expected none, selective, full or a comma-separated list of "
                          f"{', '.join(RECOMPUTE_MODULES)}")
     return "selective" if tuple(modules) == SELECTIVE_MODULES else ",".join(modules)

@@ -479,6 +479,105 @@ case("values", "compare", "--hw", "wse3,wse3", fragment="given twice")
 case("outputs", "sweep", "--vary", "experts=16", "--csv", "{tmp}/hl2", "--output", "{tmp}/hl1", fragment="both write to",
      files={"hl1": "old", "hl2": ("hardlink", "hl1")}, outputs=False)
 
+# --- review5: options given twice; Megatron launches and Bridge recipes with values their parsers refuse;
+# duplicate keys in JSON and YAML inputs; empty or repeated list entries; a compare that dropped --recompute.
+# Each was exit 0 (the first value dropped, a value guessed) or exit 3 (a traceback's last line) on main.
+for args, names in ((["plan", "--hw", "wse3", "--hw", "h100"], "--hw is given 2 times"),
+                    (["plan", "--overlap", "--no-overlap"], "--overlap/--no-overlap is given 2 times"),
+                    (["plan", "--json", "--json"], "--json is given 2 times"),
+                    (["plan", "-m", "llama-3-8b", "--model", "gpt3-175b"], "--model/-m is given 2 times"),
+                    (["compare", "--hw", "wse3", "--hw", "wse2"], "--hw is given 2 times"),
+                    (["formulas", "--phase", "experts", "--phase", "router"], "--phase/-p is given 2 times"),
+                    (["validate", "--measured", "{tmp}/a.json", "--measured", "{tmp}/b.json"], "--measured is given 2"),
+                    (["whatif", "--hw", "h100", "--target", "mfu=0.5", "--target", "mfu=0.6", "--solve-for",
+                      "chip.peak_flops_per_s"], "--target is given 2 times")):
+    case("usage", *args, fragment=names, outputs=False)
+case("usage", "plan", "--output", "{tmp}/a.json", "--output", "{tmp}/b.json", fragment="--output/-o is given 2 times",
+     outputs=False)
+case("usage", "sweep", "--vary", "experts=16", "--csv", "{tmp}/a.csv", "--csv", "{tmp}/b.csv",
+     fragment="--csv is given 2 times", outputs=False)
+MEGATRON_DATA = Path(__file__).parent / "data" / "megatron"
+LLAMA_LAUNCH = (MEGATRON_DATA / "llama3-8b-h100-fp8.args").read_text()
+MIXTRAL_LAUNCH = (MEGATRON_DATA / "mixtral-8x7b.args").read_text()
+for old, new, fragment in [
+    ("--num-layers 32", "--num-layers nan", "--num-layers (num_layers) takes an integer, got 'nan'"),
+    ("--num-layers 32", "--num-layers 1e308", "takes an integer, got '1e308'"),
+    ("--seq-length 8192", "--seq-length 8192.0", "--seq-length (seq_length) takes an integer, got '8192.0'"),
+    ("--micro-batch-size 1", "--micro-batch-size 1e3", "--micro-batch-size (micro_batch_size) takes an integer"),
+    ("--num-layers 32", "--num-layers 32 --window-size abc", "--window-size (window_size) takes an integer"),
+    ("--num-layers 32", "--num-layers 32 --window-size []", "takes a pair of integers, got '[]'"),
+    ("--num-layers 32", "--num-layers 32 --window-size (1.5,0)", "takes an integer, got '1.5'"),
+    ("--num-layers 32", "--num-layers 32 --window-size 128 --window-attn-skip-freq 0", "needs N >= 1"),
+    ("--attention-dropout 0.0", "--attention-dropout abc", "--attention-dropout (attention_dropout) takes a number"),
+    ("--num-layers 32", "--num-layers $((1/0))", "bash arithmetic $((1/0)): division by zero"),
+    # 1,000 factors: the parser's recursion (exit 3) before; bash's 64-bit integers bound the product
+    ("--num-layers 32", "--num-layers $((" + "*".join(["99999"] * 1000) + "))", "is not an integer or list"),
+    ("--num-layers 32", "--num-layers $((99999999999*99999999999))", "beyond bash's 64-bit integers"),
+    ("--nproc_per_node 8", "--nproc_per_node 0", "--nproc_per_node '0' is not a number of processes"),
+]:
+    assert old in LLAMA_LAUNCH, old
+    case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/launch.args", fragment=fragment,
+         files={"launch.args": LLAMA_LAUNCH.replace(old, new, 1)})
+# a layer pattern of 10^9 entries: 16 GB and 27 s of this machine before (its length is checked per operation now)
+case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/launch.args",
+     fragment="a list of more than 10,000 entries (a model's layers)",
+     files={"launch.args": MIXTRAL_LAUNCH.replace("--num-experts 8", "--num-experts 8 --moe-layer-freq ([0]*1000*1000*1000)")})
+BRIDGE = (MEGATRON_DATA / "qwen3-30b-a3b-8gpu-h100-bridge.yaml").read_text()
+for old, new, fragment in [
+    ("  seq_length: 4096", "  seq_length: 2024-01-01", "model.seq_length: date datetime.date(2024, 1, 1) is not an"),
+    ("  global_batch_size: 32", "  global_batch_size: .nan", "--global-batch-size (global_batch_size) takes an integer, got nan"),
+    ("  global_batch_size: 32", "  global_batch_size: 1e308", "takes an integer, got '1e308'"),
+    ("  global_batch_size: 32", "  global_batch_size: .inf", "takes an integer, got inf"),
+    ("  tensor_model_parallel_size: 4", "  tensor_model_parallel_size: [4]", "takes an integer, got [4]"),
+    ("  micro_batch_size: 2", "  micro_batch_size: 2\n  micro_batch_size: 1", "key 'micro_batch_size' is given twice"),
+    ("train:", "train.global_batch_size: 64\ntrain:", "train.global_batch_size is given twice"),
+    ("mixed_precision: bf16_mixed", "mixed_precision: bf16_mixed\na: &a {b: *a}", "holds itself"),
+]:
+    assert old in BRIDGE, old
+    case("files", "plan", "--hw", "h100", "-m", "qwen3-30b-a3b", "--devices", "8", "--from-bridge", "{tmp}/r.yaml",
+         fragment=fragment, files={"r.yaml": BRIDGE.replace(old, new, 1)})
+LLAMA_CONFIG = (Path(__file__).parent / "data" / "llama-3-8b.config.json").read_text()
+case("files", "plan", "--model", "{tmp}/config.json", fragment="key 'hidden_size' is given twice in one object",
+     files={"config.json": LLAMA_CONFIG.rstrip().removesuffix("}") + ', "hidden_size": 8}'})
+case("files", "validate", "--measured", "{tmp}/runs.json", fragment="key 'devices' is given twice", outputs=False,
+     files={"runs.json": _runs_with().replace('"devices": ', '"devices": 1, "devices": ', 1)})
+for spec, fragment in (("core_attn,core_attn", "names core_attn twice"), ("core_attn,,mlp", "has an empty entry"),
+                       ("mlp,", "has an empty entry")):
+    case("ranges", "plan", "--hw", "h100", "--devices", "8", "--recompute", spec, fragment=fragment)
+case("ranges", "plan", "-m", "llama-3-8b", "--hw", "h100", "--devices", "8", "--cuda-graph-scope", "",
+     fragment="names no scope")
+case("ranges", "plan", "-m", "llama-3-8b", "--hw", "h100", "--devices", "8", "--cuda-graph-scope", "attn,,mlp",
+     fragment="has an empty entry")
+case("ranges", "plan", "--hw", "h100", "--devices", "8", "--attention-kernel", "", fragment="got ''")
+# a profile named "" (or only a control character, which the sanitiser removes) was planned and compared as a
+# row with no device name; a run id of blanks was reported as "run :"
+for field, value in (("name", '""'), ("name", '"\\u001b"'), ("display_name", '"  "')):
+    case("profiles", "compare", "--hw", "{tmp}/p.toml,wse3", fragment=f"{field} = ", files={"p.toml": _profile(
+        GPU_PROFILE, f'\n{field} = "' + ("a100-80gb" if field == "name" else "NVIDIA A100 SXM 80GB") + '"',
+        f"\n{field} = {value}")})
+case("files", "validate", "--measured", "{tmp}/runs.json", fragment="field id: must not be empty", outputs=False,
+     files={"runs.json": _runs_with(id=" ")})
+# --emit and --search print no single plan: --sensitivity's moves and --json's JSON were dropped (exit 0)
+for args, fragment in ((["--hw", "h100", "--devices", "8", "--emit", "megatron", "--sensitivity", "10"], "--emit megatron "
+                        "prints a configuration instead"),
+                       (["--hw", "h100", "--devices", "8", "--search", "--sensitivity", "10"], "--search prints a ranking"),
+                       (["--hw", "wse3", "--emit", "cerebras", "--sensitivity", "10"], "--emit cerebras prints a config"),
+                       (["--hw", "h100", "--devices", "8", "--emit", "bridge", "--json"], "--json prints the plan as JSON; "
+                        "--emit bridge prints a configuration")):
+    case("ignored", "plan", *args, fragment=fragment, outputs=False)
+# --calibrate ran and rewrote the profiles; --wafer-loo beside it was dropped (exit 0)
+case("ignored", "validate", "--calibrate", "--wafer-loo", fragment="it takes no --wafer-loo", outputs=False)
+# a run's other keys are carried through unread: one that is a near spelling of a field left the field unset
+for typo, fragment in (("micro_bach", "did you mean 'micro_batch'?"), ("Devices", "did you mean 'devices'?")):
+    case("files", "validate", "--measured", "{tmp}/runs.json", fragment=fragment, outputs=False,
+         files={"runs.json": _runs_with(**{typo: 4})})
+# a run's sizes beyond plan's bounds: a sequence of 2^70 was a bare OverflowError naming no run or field
+for field, value in (("seq", 2**70), ("devices", 2**64), ("tp", 2**21)):
+    case("files", "validate", "--measured", "{tmp}/runs.json", fragment=f"field {field}: Input should be less than",
+         outputs=False, files={"runs.json": _runs_with(**{field: value})})
+# compare's smallest GPU count escalated a given --recompute to full, so a misspelt one was never read
+case("values", "compare", "--hw", "h100", "--recompute", "bogus", fragment="recompute 'bogus': expected none")
+
 
 def _make(folder: Path, files: dict[str, Any]) -> None:
     for name, content in files.items():

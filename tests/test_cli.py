@@ -365,3 +365,12 @@ def test_plan_sweep_compare_and_whatif_take_one_recipe_option_set():
         flags[name] = {n: params[n] for n in shared}
     assert all(f == flags["plan"] for f in flags.values())
     assert "--checkpoint-early-stop" in flags["whatif"]["checkpoint_early_stop"]
+
+
+@pytest.mark.parametrize("extra", [["--search"], ["--emit", "megatron"]])
+def test_a_search_or_an_emit_reports_its_profile_too(cli, extra):
+    """review5: --profile printed nothing with --search or --emit (the report was written only after a plain plan's
+    tables). Its two lines go to stderr whatever the plan prints."""
+    code, out, err = cli("plan", "--hw", "h100", "--devices", "8", "-m", "llama-3-8b", *extra, "--profile")
+    lines = [line for line in err.splitlines() if line.startswith("btacalc profile: ")]
+    assert len(lines) == 2 and "model evaluations" in lines[0] and out, err

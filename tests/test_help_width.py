@@ -61,3 +61,28 @@ def test_stacked_help_wraps_at_spaces_only():
         expected = names.split() + help_text.replace("\\[", "[").split()
         next(i for i in range(len(words)) if words[i:i + len(expected)] == expected)
     assert all(len(line) <= 40 or len(line.split()) == 1 for line in text.splitlines())
+
+
+@pytest.mark.parametrize("path,cmd", COMMANDS, ids=[" ".join(p) or "btacalc" for p, _ in COMMANDS])
+def test_each_option_states_its_default_once(path, cmd):
+    """review5: four options wrote "[default: 0]." in their help and typer added its own "[default: 0]" below it
+    (--cpu-offloading-num-layers, --bf16-layers-at-start/-end; --deepep's "[default: off ...]" and
+    "[default: no-deepep]"). An option's help as shown (its text and typer's default note) says it once."""
+    ctx = typer.main.get_command(app).make_context("btacalc", [], resilient_parsing=True)
+    for param in cmd.params:
+        record = param.get_help_record(ctx)
+        if record is not None:
+            assert record[1].count("[default:") <= 1, (param.name, record[1])
+
+
+def test_validates_example_run_file_is_in_a_clone():
+    """review5: `validate --help`'s example read `--measured ../shared/reference/measured-runs.json`, a path outside
+    a clone (the README had been corrected, the help had not): every --measured in its examples is a shipped file."""
+    from pathlib import Path
+
+    import btacalc.cli.validate as validate_cli
+
+    root = Path(__file__).resolve().parents[1]
+    source = Path(validate_cli.__file__).read_text()
+    paths = re.findall(r"--measured (\S+)", source)
+    assert paths and all((root / p).is_file() for p in paths), paths

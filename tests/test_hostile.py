@@ -923,3 +923,35 @@ def test_case_counts_per_class():
     assert set(CLASSES) >= {"registry", "signals", "caps", "sanitise", "exact", "finite", "agree", "cache", "naming",
                             "verdict"}, CLASSES
     assert sum(CLASSES.values()) >= 150, CLASSES
+
+
+# ------------------------------------------------------------------------------------------------
+# given (review5): what the user typed is what is planned, never replaced by a default lever
+
+@pytest.mark.parametrize("flag, value, key", cases("given", [("--recompute", "none", "recompute"),
+                                                             ("--recompute", "selective", "recompute"),
+                                                             ("--zero", "0", "zero_stage")]))
+def test_compare_keeps_a_given_memory_lever_when_it_picks_the_device_count(cli, flag, value, key):
+    """`compare` without --devices takes the smallest power-of-two GPU count that fits, pulling ZeRO-3 and full
+    recomputation on the way; it pulled them over the user's own --recompute and --zero too (qwen3-30b-a3b on H100:
+    `--recompute none` planned 8 GPUs with full recomputation). A lever the user gave stays as given."""
+    code, out, err = cli("compare", "--hw", "h100", flag, value, "--json")
+    assert code == 0, err
+    (row,) = json.loads(out)["rows"]
+    assert str(row[key]) == value and row["fits"], row
+
+
+@counted("given", 1)
+def test_an_option_given_twice_writes_neither_output(cli, tmp_path):
+    """`--output a --output b` wrote b alone and exit 0 (click keeps an option's last value): refused, nothing written."""
+    code, out, err = cli("plan", "--output", str(tmp_path / "a.json"), "--output", str(tmp_path / "b.json"))
+    one_line_error(code, out, err, "--output/-o is given 2 times")
+    assert list(tmp_path.iterdir()) == []
+
+
+@counted("given", 1)
+def test_a_list_option_may_repeat_and_a_sweep_still_runs(cli):
+    """`--vary` takes one parameter each time it is given: repeating it is its use, not a repeat."""
+    code, out, err = cli("sweep", "--hw", "wse3", "--vary", "experts=16,32", "--vary", "seq=1024", "--json")
+    assert code == 0, err
+    assert len(json.loads(out)["points"]) == 2

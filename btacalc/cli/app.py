@@ -25,6 +25,7 @@ from ..output.files import working_folder_exists
 from ..paths import forget_inputs
 from . import cluster, info, measure, plan, validate, whatif
 from .helpwidth import keep_whole
+from .repeats import once
 from .console import ascii_fallback, err, guarded_stdout, open_streams, out, sanitize_environment, silence_stdout
 from .options import FLAGS, flag, with_flags
 from .signals import Stopped, handled
@@ -97,8 +98,8 @@ def _invoked(argv: Optional[list[str]]) -> typer.Typer:
 
 def _run(argv: Optional[list[str]]) -> int:
     try:
-        rv = keep_whole(typer.main.get_command(_invoked(argv))).main(args=argv, prog_name="btacalc",
-                                                                    standalone_mode=False)
+        command = once(keep_whole(typer.main.get_command(_invoked(argv))))
+        rv = command.main(args=argv, prog_name="btacalc", standalone_mode=False)
     except click_exc.NoArgsIsHelpError as exc:  # `btacalc` alone: help, as usual
         guarded_stdout(lambda: out.print(exc.ctx.get_help() if exc.ctx else ""))
         return 0

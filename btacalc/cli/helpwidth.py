@@ -22,15 +22,16 @@ INDENT, HELP_INDENT = 2, 6
 def keep_whole(command: Any) -> Any:
     """`command` (a click command or group, typer's) and every subcommand get help that never cuts a
     word (see the module docstring); returns `command`."""
-    for cmd in _walk(command):
+    for cmd in walk(command):
         cmd.format_help = _Whole(cmd, cmd.format_help)
     return command
 
 
-def _walk(command: Any) -> Iterator[Any]:
+def walk(command: Any) -> Iterator[Any]:
+    """`command` and every subcommand under it."""
     yield command
     for sub in getattr(command, "commands", {}).values():
-        yield from _walk(sub)
+        yield from walk(sub)
 
 
 class _Whole:

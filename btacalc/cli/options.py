@@ -140,7 +140,7 @@ ZeroOpt = typer.Option(None, "--zero", min=0, max=3, help=help_text("ZeRO stage 
 GpusPerNodeOpt = typer.Option(None, "--gpus-per-node", min=1, help=help_text("Devices per NVLink domain [default: the profile's]."))
 OverlapA2aOpt = typer.Option(False, "--overlap-a2a/--no-overlap-a2a", help="Hide the all-to-all behind expert compute "
                              "(chunked) or not.")
-DeepEpOpt = typer.Option(False, "--deepep/--no-deepep", help=help_text(
+DeepEpOpt = typer.Option(False, "--deepep/--no-deepep", show_default=False, help=help_text(
     "MoE dispatch with DeepEP (Megatron --moe-token-dispatcher-type flex): a token crosses to each other NVLink "
     "domain once, not once per expert there [default: off, the alltoall dispatcher]."))
 DispatcherSmsOpt = typer.Option(None, "--dispatcher-sms", help=help_text(
@@ -227,14 +227,14 @@ EagerKernelsOpt = typer.Option(False, "--eager-kernels", help=(
     "The layer's element-wise kernels as eager PyTorch launches them in llm-foundry's MPT block (no "
     "TransformerEngine): bias gradients as separate reductions, the fused QKV gradient concatenated from dq, dk, dv, "
     "LayerNorm's weight gradients as a second pass (docs/runs.md \"mpt4\"); off: Megatron/TE's fused kernels."))
-CpuOffloadOpt = typer.Option(0, "--cpu-offloading-num-layers", help=help_text(
+CpuOffloadOpt = typer.Option(0, "--cpu-offloading-num-layers", show_default=False, help=help_text(
     "Offload the activations of the first N decoder layers to host memory until their backward (Megatron "
     "--cpu-offloading-num-layers N; needs PP 1 and no recomputation) [default: 0, none]."))
-Bf16StartOpt = typer.Option(0, "--bf16-layers-at-start", help=help_text(
+Bf16StartOpt = typer.Option(0, "--bf16-layers-at-start", show_default=False, help=help_text(
     "Keep the first N decoder layers out of the low-precision recipe: their linear layers run in BF16, unquantised "
     "(Megatron --first-last-layers-bf16 --num-layers-at-start-in-bf16 N; needs a --precision other than bf16, fp16 "
     "and fp8) [default: 0]."))
-Bf16EndOpt = typer.Option(0, "--bf16-layers-at-end", help=help_text(
+Bf16EndOpt = typer.Option(0, "--bf16-layers-at-end", show_default=False, help=help_text(
     "Keep the last M decoder layers out of the low-precision recipe (Megatron --first-last-layers-bf16 "
     "--num-layers-at-end-in-bf16 M) [default: 0]."))
 MOMENT_BYTES = {"fp32": 4, "bf16": 2}  # --optimizer-moments -> bytes per Adam moment (RunOptions.moment_bytes)

@@ -24,6 +24,7 @@ from .options import (with_flags, Accounting, AccountingOpt, Attention, Attentio
                       value, AccountEmbeddingOpt, AccountLossOpt, FirstStageOpt, LastStageOpt, PipelineLayoutOpt,
                       stage_split_field, RecipeOptions, takes_recipe_options,
                       write_outputs)
+from .parsing import comma_entries
 from .progress import progress
 from .runfile import config_callback, given_on_command_line, read_text
 
@@ -189,7 +190,7 @@ def plan(
                         (overlap_grad_reduce, overlap_param_gather, tp_comm_overlap, overlap_p2p)),
         **stage_split_field(first_stage_layers, last_stage_layers, pipeline_layout,
                             account_for_embedding_in_pipeline_split, account_for_loss_in_pipeline_split))
-    _check_emit(value(emit), search, profile)
+    _check_emit(value(emit), search, profile, sensitivity, as_json)
     if value(emit) in ("megatron", "bridge") and request.fsdp_impl == "torch":
         raise BtacalcError(f"{{emit}} {value(emit)} prints a Megatron launch: {{fsdp_impl}} torch plans PyTorch FSDP1, "
                            "which Megatron does not run")
@@ -200,14 +201,14 @@ def plan(
         raise BtacalcError(f"{{emit}} {value(emit)} prints a Megatron launch: {{eager_kernels}} plans eager PyTorch's "
                            "kernels (llm-foundry's MPT block), which a Megatron launch does not run")
     if search:
-        return _search(spec, profile, request, outs, value(emit))
+        return _profiled(_search(spec, profile, request, outs, value(emit)), profile_run)
     report = make_plan(spec, profile, request)
     if imported is not None:
         report.imported = imported_info(imported)
     if emit is not None:
         text = _emitted(report, value(emit), spec)
         write_outputs(outs, {"--output": text, "--json": text}, None)
-        return 0 if report.plan.fits else 1
+        return _profiled(0 if report.plan.fits else 1, profile_run)
     return _reported(report, (spec, profile, request), sensitivity, outs, profile_run)
 
 
@@ -300,9 +301,11 @@ def _imported_run(ctx: typer.Context, megatron: Optional[Path], bridge: Optional
     return import_bridge(read_text(bridge, "{from_bridge}"), str(bridge), devices, base)
 
 
-def _check_emit(emit: Optional[str], search: bool, profile: Any) -> None:
+def _check_emit(emit: Optional[str], search: bool, profile: Any, sensitivity: Optional[float] = None,
+                as_json: bool = False) -> None:
     """--emit megatron/bridge and --search choose and print GPU layouts; --emit cerebras/modelzoo a wafer
-    configuration."""
+    configuration. Neither prints one plan, so --sensitivity (moves printed with the plan) has nowhere to go,
+    and --json beside --emit would print the configuration, not JSON (review5: both were dropped, exit 0)."""
     gpu = profile.family == "gpu"
     if (emit in ("megatron", "bridge") or search) and not gpu:
         what = f"{{emit}} {emit}" if emit in ("megatron", "bridge") else "{search}"
@@ -310,6 +313,20 @@ def _check_emit(emit: Optional[str], search: bool, profile: Any) -> None:
     if emit in ("cerebras", "modelzoo") and gpu:
         raise BtacalcError(f"{{emit}} {emit} prints a Cerebras Model Zoo configuration and needs a wafer-scale profile: "
                             f"{profile.name} is a GPU")
+    if sensitivity is not None and (emit is not None or search):
+        what = f"{{emit}} {emit} prints a configuration" if emit is not None else "{search} prints a ranking of layouts"
+        raise BtacalcError(f"{{sensitivity}} moves the hardware numbers of one plan and prints them with it: {what} "
+                           "instead (plan the chosen layout with --sensitivity)")
+    if as_json and emit is not None:
+        raise BtacalcError(f"--json prints the plan as JSON; {{emit}} {emit} prints a configuration instead, on "
+                           "standard output or to --output: give one")
+
+
+def _profiled(code: int, profile_run: bool) -> int:
+    """`code`, after --profile's report on stderr (a search and an --emit report it too)."""
+    if profile_run:
+        _print_profile()
+    return code
 
 
 def _emitted(report: Any, emit: Optional[str], spec: Any) -> str:
@@ -445,4 +462,7 @@ def _scopes(text: Optional[str], default: tuple[str, ...]) -> tuple[str, ...]:
     `default` (an imported run's)."""
     if text is None:
         return tuple(default)
-    return tuple(s.strip() for s in text.split(",") if s.strip())
+    scopes = comma_entries(text, "--cuda-graph-scope", unique=False)  # repeats: named by check_scopes
+    if not scopes:
+        raise BtacalcError(f"--cuda-graph-scope {text!r} names no scope (leave the option out for none)")
+    return tuple(scopes)

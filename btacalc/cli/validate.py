@@ -14,7 +14,7 @@ from .options import OutputOpt, help_text, outputs, write_outputs
 
 EXAMPLES = ("Examples:\n\n"
             "  btacalc validate\n\n"
-            "  btacalc validate --measured ../shared/reference/measured-runs.json --json\n\n"
+            "  btacalc validate --measured btacalc/data/measured_runs.json --json\n\n"
             "  btacalc validate --plot accuracy.png\n\n"
             "  btacalc validate --calibrate\n\n"
             "  btacalc validate --wafer-loo\n\n"
@@ -57,7 +57,7 @@ def _refit(measured: Optional[Path], as_json: bool, output: Optional[str], plot_
     outputs it takes (others: one-line errors); None when none is asked for."""
     if calibrate:
         given = [f for f, v in (("--measured", measured), ("--json", as_json), ("--output", output), ("--plot", plot_path),
-                                ("--cross-validate", cross_validate)) if v]
+                                ("--cross-validate", cross_validate), ("--wafer-loo", wafer_loo)) if v]
         if given:
             raise BtacalcError(f"--calibrate fits on the shipped measured runs and rewrites the profiles; it takes "
                                f"no {', '.join(given)}")

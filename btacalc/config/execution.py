@@ -636,7 +636,8 @@ def _run_options(request: ExecutionRequest, model: "ModelSpec", profile: "Hardwa
         recompute=recompute,
         attention=chosen.pick("attention", request.attention, d.attention, f"{profile.name} default: {d.note}"),
         causal=request.causal,
-        attention_kernel=attention_kernel(request.attention_kernel or DEFAULT_ATTENTION_KERNEL).name,
+        attention_kernel=attention_kernel(DEFAULT_ATTENTION_KERNEL if request.attention_kernel is None
+                                         else request.attention_kernel).name,
         loss=chosen.pick("loss", request.loss, "vocab_parallel" if gpu else "fused", REASONS["loss_gpu" if gpu else "loss"]),
         accounting=request.accounting,  # type: ignore[arg-type]  # validated by the CLI choices / catalogue
         memory_model=chosen.pick("memory_model", request.memory_model, "auto", REASONS["memory_model"]),

@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from ..errors import BtacalcError, DataError
 from ..paths import data_dir, profile_names, read_input
 from ..vocabulary import parse_recompute
-from .text import CleanText
+from .text import Name
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -409,8 +409,8 @@ class HardwareProfile(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: CleanText
-    display_name: CleanText
+    name: Name
+    display_name: Name
     family: Literal["wse", "gpu"]
     defaults: Defaults
     chip: Chip

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from ..paths import read_input
-from ..errors import BtacalcError
+from ..errors import BtacalcError, clean_text
 from .model import ModelSpec, validate_model
 
 # Counts and sizes beyond this are not a model: the arithmetic (Python ints, numpy int64 in sweeps) and
@@ -294,6 +294,17 @@ _ARCH_TO_TYPE = {
 }
 
 
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are each given once, as `object_pairs_hook` (Python's json keeps the last of
+    a repeated key and drops the others silently)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"key {clean_text(key)[:60]!r} is given twice in one object")
+        out[key] = value
+    return out
+
+
 def json_depth(text: str) -> int:
     """The deepest nesting of [ and { in JSON text, outside strings (checked before parsing)."""
     depth = deepest = 0
@@ -330,7 +341,7 @@ def load_hf_config(path: Path, name: Optional[str] = None) -> ModelSpec:
     if json_depth(text) > MAX_DEPTH:
         raise BtacalcError(f"{path}: JSON nested deeper than {MAX_DEPTH} levels")
     try:
-        raw = json.loads(text)
+        raw = json.loads(text, object_pairs_hook=unique_keys)
     except json.JSONDecodeError as exc:
         raise BtacalcError(f"{path}: not valid JSON: {exc.msg.removesuffix(' at')} (line {exc.lineno}, column {exc.colno})") from None
     except (RecursionError, ValueError) as exc:  # ValueError: e.g. an integer too long to convert

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 from ..errors import BtacalcError
 from ..vocabulary import SELECTIVE_MODULES
 from .cuda_graphs import GRAPH_IMPL
-from .megatron_launch import flags_by_dest, list_expression, megatron_flags, pattern
+from .megatron_launch import flags_by_dest, integer, list_expression, megatron_flags, pattern, real
 
 if TYPE_CHECKING:
     from .model import ModelSpec
@@ -59,12 +59,7 @@ class Get:
 
 
 def _int(v: Any, dest: str) -> Optional[int]:
-    if v is None:
-        return None
-    try:
-        return int(v)
-    except (TypeError, ValueError):
-        raise BtacalcError(f"Megatron {dest} {v!r} is not an integer") from None
+    return None if v is None else integer(v, dest)
 
 
 def _bool(v: Any) -> bool:
@@ -207,7 +202,7 @@ def _dec_ffn(get: Get) -> Fields:
         items = [1 if i % items[0] == 0 else 0 for i in range(layers)]
     out.update({"model.top_k": _int(get("moe_router_topk"), "moe_router_topk"),
                 "model.moe_ffn": _int(get("moe_ffn_hidden_size"), "moe_ffn_hidden_size") or dense,
-                "model.shared_expert_size": _int(get("moe_shared_expert_intermediate_size"), "shared") or 0,
+                "model.shared_expert_size": _int(get("moe_shared_expert_intermediate_size"), "moe_shared_expert_intermediate_size") or 0,
                 "model.moe_pattern": None if all(items) else items})
     return out
 
@@ -226,14 +221,24 @@ def _dec_window(get: Get) -> Fields:
     size, skip = get("window_size"), get("window_attn_skip_freq")
     if size is None:
         return {"model.sliding_window": 0, "model.window_pattern": None}
-    left = ast.literal_eval(str(size)) if isinstance(size, str) else size
-    left = left[0] if isinstance(left, (tuple, list)) else left
+    left = _window_left(size)
     layers = _int(get("num_layers"), "num_layers") or 0
     items = None if skip is None else pattern(skip, layers)
     if items is not None and len(items) == 1:  # an integer N: (N-1) windowed layers, then one full (arguments.py help)
         n = items[0]
+        if n < 1:
+            raise BtacalcError(f"Megatron-LM's --window-attn-skip-freq {n}: one full-attention layer every N layers "
+                               "needs N >= 1")
         items = [0 if (i + 1) % n == 0 else 1 for i in range(layers)]
-    return {"model.sliding_window": int(left), "model.window_pattern": items}
+    return {"model.sliding_window": left, "model.window_pattern": items}
+
+
+def _window_left(size: Any) -> int:
+    """The left extent of Megatron's --window-size, given as "(L, R)", "L,R", a pair or an integer."""
+    parts = size if isinstance(size, (tuple, list)) else str(size).strip().strip("()[]").split(",")
+    if not parts or not str(parts[0]).strip():
+        raise BtacalcError(f"Megatron-LM's --window-size (window_size) takes a pair of integers, got {size!r}")
+    return integer(parts[0].strip() if isinstance(parts[0], str) else parts[0], "window_size")
 
 
 def _enc_router(f: Fields) -> Args:
@@ -277,7 +282,8 @@ def _enc_dropout(f: Fields) -> Args:
 
 
 def _dec_dropout(get: Get) -> Fields:
-    return {"model.dropout": float(get("attention_dropout") or 0) > 0 or float(get("hidden_dropout") or 0) > 0}
+    return {"model.dropout": real(get("attention_dropout") or 0, "attention_dropout") > 0
+            or real(get("hidden_dropout") or 0, "hidden_dropout") > 0}
 
 
 def _enc_positions(f: Fields) -> Args:
@@ -290,7 +296,7 @@ def _dec_positions(get: Get) -> Fields:
     seq = _int(get("seq_length"), "seq_length")
     if seq is None:
         raise BtacalcError("the launch gives no --seq-length")
-    return {"run.seq_len": seq, "model.max_position_embeddings": _int(get("max_position_embeddings"), "mpe")}
+    return {"run.seq_len": seq, "model.max_position_embeddings": _int(get("max_position_embeddings"), "max_position_embeddings")}
 
 
 def _enc_vocab(f: Fields) -> Args:
@@ -632,8 +638,8 @@ def _enc_stages(f: Fields) -> Args:
 
 
 def _dec_stages(get: Get) -> Fields:
-    return {"layout.first_stage_layers": _int(get("decoder_first_pipeline_num_layers"), "first"),
-            "layout.last_stage_layers": _int(get("decoder_last_pipeline_num_layers"), "last"),
+    return {"layout.first_stage_layers": _int(get("decoder_first_pipeline_num_layers"), "decoder_first_pipeline_num_layers"),
+            "layout.last_stage_layers": _int(get("decoder_last_pipeline_num_layers"), "decoder_last_pipeline_num_layers"),
             "layout.pipeline_layout": get("pipeline_model_parallel_layout")}
 
 

@@ -15,13 +15,15 @@ import re
 import shlex
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from ..errors import BtacalcError
 from ..paths import package_data
+from .model import MAX_LAYERS
 
 MEGATRON_LM_PIN = "NVIDIA/Megatron-LM@d98e8a64ddf34856e74b24714e3bedb2f5a39553"
 MEGATRON_LM_SHORT = "Megatron-LM@d98e8a64"
+BASH_INT = 2**63  # bash arithmetic: 64-bit signed integers
 
 
 @dataclass(frozen=True)
@@ -144,21 +146,120 @@ def _expand(text: str, variables: dict[str, str]) -> str:
     def arith(m: "re.Match[str]") -> str:
         expr = m.group(1)
         if re.fullmatch(r"[\d\s+*/()-]+", expr):
-            return str(int(_safe_eval(expr)))
+            try:
+                return str(_whole(_safe_eval(expr)))
+            except ValueError as exc:
+                raise BtacalcError(f"bash arithmetic $(({_cut(expr.strip())})): {exc}") from None
         return m.group(0)
 
     return _ARITH.sub(arith, text)
 
 
 def _safe_eval(expr: str) -> Any:
-    """An integer arithmetic or list expression (bash $((...)), Megatron's "([0]*3+[1]*58)" patterns)."""
-    tree = ast.parse(expr.strip(), mode="eval")
-    allowed = (ast.Expression, ast.BinOp, ast.Add, ast.Mult, ast.Sub, ast.FloorDiv, ast.Div, ast.Constant,
-               ast.List, ast.Tuple, ast.UnaryOp, ast.USub, ast.Load)
-    for node in ast.walk(tree):
-        if not isinstance(node, allowed) or (isinstance(node, ast.Constant) and not isinstance(node.value, int)):
-            raise ValueError(expr)
-    return eval(compile(tree, "<megatron>", "eval"), {"__builtins__": {}}, {})  # noqa: S307 - checked above
+    """An integer arithmetic or list expression (bash $((...)), Megatron's "([0]*3+[1]*58)" patterns):
+    integers, lists, + - * / // and unary minus, evaluated node by node within bash's 64-bit integers and
+    lists of at most MAX_LAYERS entries (a model's layers), so a hostile expression can neither allocate
+    gigabytes (`[0]*10**9`) nor recurse without end. ValueError names what is refused."""
+    try:
+        tree = ast.parse(expr.strip(), mode="eval")
+        return _evaluate(tree.body)
+    except (SyntaxError, RecursionError, MemoryError):
+        raise ValueError(f"{_cut(expr)!r} is not an integer or list expression") from None
+
+
+def _evaluate(node: ast.AST) -> Any:
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return _bounded(node.value)
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return _items([_evaluate(e) for e in node.elts])
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return _bounded(-_whole(_evaluate(node.operand)))
+    if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
+        return _OPERATORS[type(node.op)](_evaluate(node.left), _evaluate(node.right))
+    raise ValueError(f"{type(node).__name__} is not integer arithmetic or a list")
+
+
+def _cut(text: str) -> str:
+    """A hostile value shown in an error: its first 60 characters."""
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _bounded(n: int) -> int:
+    if not -BASH_INT <= n < BASH_INT:
+        raise ValueError(f"{n} is beyond bash's 64-bit integers")
+    return n
+
+
+def _whole(v: Any) -> int:
+    if type(v) is not int:
+        raise ValueError("a list where an integer stands")
+    return v
+
+
+def _items(v: Any) -> list[int]:
+    if not isinstance(v, list) or len(v) > MAX_LAYERS or any(type(x) is not int for x in v):
+        raise ValueError(f"a list of at most {MAX_LAYERS:,} integers (a model's layers) is expected")
+    return v
+
+
+def _add(a: Any, b: Any) -> Any:
+    return _items(_items(a) + _items(b)) if isinstance(a, list) or isinstance(b, list) else _bounded(a + b)
+
+
+def _times(a: Any, b: Any) -> Any:
+    if isinstance(a, list) or isinstance(b, list):
+        items, n = (a, _whole(b)) if isinstance(a, list) else (b, _whole(a))
+        if len(_items(items)) * max(n, 0) > MAX_LAYERS:
+            raise ValueError(f"a list of more than {MAX_LAYERS:,} entries (a model's layers)")
+        return items * n
+    return _bounded(a * b)
+
+
+def _divided(a: Any, b: Any) -> int:
+    """bash's integer division: truncated toward zero."""
+    a, b = _whole(a), _whole(b)
+    if b == 0:
+        raise ValueError("division by zero")
+    q = abs(a) // abs(b)
+    return q if (a < 0) == (b < 0) else -q
+
+
+_OPERATORS: dict[type, Callable[[Any, Any], Any]] = {
+    ast.Add: _add, ast.Sub: lambda a, b: _bounded(_whole(a) - _whole(b)), ast.Mult: _times,
+    ast.Div: _divided, ast.FloorDiv: _divided}
+
+
+def integer(value: Any, dest: str) -> int:
+    """An integer argument as Megatron-LM's argparse (type=int) reads a launch's text ("32", not "32.0",
+    "1e3" or "nan"), or as a Bridge recipe's YAML gives it (a whole number; not a boolean, a list or a
+    date). A value that is not one is refused naming its flag."""
+    if type(value) is int:
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            pass
+    raise _not_a(value, dest, "an integer")
+
+
+def real(value: Any, dest: str) -> float:
+    """A number argument as Megatron-LM's argparse (type=float) reads it: "0.1", "1e-3", "nan"; not "abc"."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    raise _not_a(value, dest, "a number")
+
+
+def _not_a(value: Any, dest: str, kind: str) -> BtacalcError:
+    flag = next(iter(flags_by_dest().get(dest, [])), None)
+    return BtacalcError(f"Megatron-LM's {flag.flag if flag else dest} ({dest}) takes {kind}, got {_cut(repr(value))}")
 
 
 def _is_command(words: list[str]) -> bool:
@@ -194,10 +295,9 @@ def _split_launcher(words: list[str], launch: Launch) -> list[str]:
         key, _, inline = w.partition("=")
         if key in _LAUNCHERS:
             value = inline or (head[i + 1] if i + 1 < len(head) else "")
-            try:
-                sizes[_LAUNCHERS[key]] = int(value)
-            except ValueError:
-                raise BtacalcError(f"{launch.source}: {key} {value!r} is not a number of processes") from None
+            sizes[_LAUNCHERS[key]] = int(value) if re.fullmatch(r"0*[1-9][0-9]*", value) else 0
+            if not sizes[_LAUNCHERS[key]]:
+                raise BtacalcError(f"{launch.source}: {key} {value!r} is not a number of processes")
     if "per_node" in sizes:
         launch.devices_per_node = sizes["per_node"]
         launch.devices = sizes["per_node"] * sizes.get("nodes", 1)
@@ -253,8 +353,9 @@ def pattern(value: Any, num_layers: int) -> list[int]:
     text = str(value).strip()
     try:
         result = _safe_eval(text)
-    except (ValueError, SyntaxError):
-        raise BtacalcError(f"layer pattern {text!r} is not an integer or a list expression like ([0]*3+[1]*58)") from None
+    except ValueError as exc:
+        raise BtacalcError(f"layer pattern {_cut(text)!r} is not an integer or a list expression like "
+                           f"([0]*3+[1]*58): {exc}") from None
     if isinstance(result, int):
         return [result]
     items = list(result)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .megatron_launch import MEGATRON_LM_SHORT
+from .megatron_launch import MEGATRON_LM_SHORT, integer
 
 ARGS = "megatron/training/arguments.py"
 TC = "megatron/core/transformer/transformer_config.py"
@@ -45,7 +45,7 @@ def _a2a(a: A, e: dict[str, str]) -> bool:
 
 def _i(a: A, key: str, default: int = 1) -> int:
     v = a.get(key)
-    return default if v is None else int(v)
+    return default if v is None else integer(v, key)
 
 
 def _layers_for_split(a: A) -> int:

@@ -8,7 +8,9 @@ btacalc leaves it out (`IGNORED`); a flag with no reason there is reported as "n
 
 from __future__ import annotations
 
+import collections.abc
 import re
+import reprlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -17,7 +19,7 @@ from ..errors import BtacalcError
 from .execution import BatchLimits, ExecutionRequest, OverlapRequest
 from .pipeline import StageSplit
 from .megatron_codec import MODEL_ROWS, Fields, bridge_key, decode, encode, from_bridge, model_fields
-from .megatron_launch import Launch, read_launch
+from .megatron_launch import Launch, integer, read_launch
 from .megatron_rules import describe, violations
 from .model import ModelSpec, validate_model
 
@@ -104,19 +106,22 @@ def import_bridge(text: str, source: str, devices: Optional[int] = None,
     import yaml
 
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_unique_keys_loader())  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         raise BtacalcError(f"{source}: not YAML: {str(exc).splitlines()[0]}") from None
     if not isinstance(data, dict):
         raise BtacalcError(f"{source}: a Bridge recipe's overrides are a YAML mapping (model:, train:, ddp:, ...)")
     flat: dict[str, Any] = {}
-    _flatten(data, "", flat)
+    try:
+        _flatten(data, "", flat)
+    except BtacalcError as exc:
+        raise BtacalcError(f"{source}: {exc}") from None
     args, unread = from_bridge(flat)
     given_as = {d: bridge_key(d) or d for d in args}
     if "num_layers" not in args:
         if base is None:
             raise BtacalcError(f"{source}: the overrides give no architecture (model.num_layers ...): add {{model}}")
-        seq = int(args.get("seq_length") or base.max_position_embeddings or 4096)
+        seq = integer(args.get("seq_length") or base.max_position_embeddings or 4096, "seq_length")
         args = {**encode({**model_fields(base), "run.seq_len": seq}, MODEL_ROWS), **args}
     if "max_position_embeddings" not in args and "seq_length" in args:  # GPTModelProvider: positions = seq_length
         args["max_position_embeddings"] = args["seq_length"]
@@ -138,18 +143,53 @@ _BRIDGE_SECTIONS = {
 }
 
 
+def _unique_keys_loader() -> Any:
+    """PyYAML's SafeLoader refusing a key given twice in one mapping (SafeLoader keeps the last silently)."""
+    import yaml
+
+    class UniqueKeys(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if isinstance(key, collections.abc.Hashable) and key in seen:
+                    raise yaml.constructor.ConstructorError(None, None, f"key {key!r} is given twice",
+                                                            key_node.start_mark)
+                seen.add(key) if isinstance(key, collections.abc.Hashable) else None
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeys
+
+
 def _bridge_reason(key: str) -> str:
     section, _, leaf = key.partition(".")
     return _BRIDGE_SECTIONS.get(section) or ignore_reason(leaf.split(".")[-1] or section)
 
 
-def _flatten(data: dict[str, Any], prefix: str, out: dict[str, Any]) -> None:
+def _flatten(data: dict[str, Any], prefix: str, out: dict[str, Any], within: tuple[int, ...] = ()) -> None:
+    """Dotted keys of nested sections. A key given twice (`train.global_batch_size` beside `train:` with the
+    same key), a section that holds itself (a YAML alias to its own anchor) or a value that is not a
+    number, a string, a boolean, null or a list of them (a YAML date, binary, set) is refused: each would
+    leave one of two values or none read."""
+    if id(data) in within:
+        raise BtacalcError(f"section {prefix.rstrip('.') or '(top)'} holds itself (a YAML alias of its own anchor)")
     for key, value in data.items():
         name = f"{prefix}{key}"
         if isinstance(value, dict):
-            _flatten(value, name + ".", out)
-        else:
-            out[name] = value
+            _flatten(value, name + ".", out, (*within, id(data)))
+            continue
+        if name in out:
+            raise BtacalcError(f"{name} is given twice (as a dotted key and in its section)")
+        if not _plain(value):
+            raise BtacalcError(f"{name}: {type(value).__name__} {reprlib.repr(value)} is not an override value "
+                               "(a number, a string, a boolean, null or a list of them)")
+        out[name] = value
+
+
+def _plain(value: Any) -> bool:
+    if isinstance(value, list):
+        return all(not isinstance(v, (list, dict)) and _plain(v) for v in value)
+    return value is None or isinstance(value, (bool, int, float, str))
 
 
 # Rules about the launch environment: a file of arguments does not show the environment it runs in.

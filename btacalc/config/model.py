@@ -10,7 +10,7 @@ from typing import Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..errors import BtacalcError, first_validation_error
-from .text import CleanText
+from .text import CleanText, Name
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ class ModelSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: CleanText
+    name: Name
     source: CleanText = Field(description="where the architecture numbers come from (URL)")
     hidden_size: int = Field(gt=0, description="h")
     num_layers: int = Field(gt=0, le=MAX_LAYERS, description="L")

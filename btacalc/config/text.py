@@ -10,3 +10,13 @@ from pydantic import AfterValidator
 from ..errors import clean_text
 
 CleanText = Annotated[str, AfterValidator(clean_text)]
+
+
+def _not_blank(text: str) -> str:
+    if not text.strip():
+        raise ValueError("must not be empty (or only spaces and control characters)")
+    return text
+
+
+# a name or id (review5: a profile named "" planned and compared as a row with no device name)
+Name = Annotated[str, AfterValidator(clean_text), AfterValidator(_not_blank)]

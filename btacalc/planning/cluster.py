@@ -21,18 +21,21 @@ def device_counts(limit: int = MAX_DEVICES) -> list[int]:
 
 
 def min_devices(model: ModelSpec, hardware: HardwareProfile, request: ExecutionRequest, limit: int = MAX_DEVICES,
-                escalate: bool = False) -> Optional[Problem]:
+                escalate: bool = False, keep: tuple[str, ...] = ()) -> Optional[Problem]:
     """The smallest power-of-two device count at which one sequence per device fits, or None within
     `limit`. Every other choice of `request` is kept (EP defaults to gcd(N, E) unless given); with
     `escalate`, each count also tries ZeRO-3 and full recomputation (in that order: the memory levers
-    a practitioner pulls before buying more GPUs). Memory per device never grows with the device
-    count (shards only shrink), so the first fit is the answer."""
+    a practitioner pulls before buying more GPUs), except the request fields named in `keep` (the user's
+    own --zero or --recompute). Memory per device never grows with the device count (shards only
+    shrink), so the first fit is the answer."""
     # the question is one sequence per device, so the run's global batch (which need not divide over
     # another device count) and its micro-batching are left out
     request = request.with_changes(limits=BatchLimits(), micro_batches=None)
     variants = [request]
     if escalate:
         for change in ({"zero_stage": 3}, {"recompute": "full"}, {"zero_stage": 3, "recompute": "full"}):
+            if set(change) & set(keep):
+                continue
             cand = request.with_changes(**change)
             if cand not in variants:
                 variants.append(cand)

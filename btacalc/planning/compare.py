@@ -264,7 +264,10 @@ def _row_plan(model: ModelSpec, profile: HardwareProfile, base: ExecutionRequest
     if devices is not None:
         request = base.with_changes(devices=devices)
         return (_searched(model, profile, request) if search else make_plan(model, profile, request)), ""
-    fit = min_devices(model, profile, base, escalate=True)
+    # a given --zero or --recompute is the user's: only the levers left open are pulled (review5: a given
+    # --recompute none was planned as full, and an unknown --recompute was never read)
+    fit = min_devices(model, profile, base, escalate=True,
+                      keep=tuple(k for k in ("zero_stage", "recompute") if getattr(base, k) is not None))
     if fit is None:
         return make_plan(model, profile, base), (f"no power-of-two count up to {MAX_DEVICES:,} devices fits, even "
                                                  "with ZeRO-3 and full recomputation")

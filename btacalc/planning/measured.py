@@ -23,23 +23,26 @@ from __future__ import annotations
 
 from collections import Counter
 
+import difflib
+import functools
 import json
 import statistics
 import sys
 from pathlib import Path
 from typing import Any, Callable, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from ..config.execution import MEGATRON, BatchLimits, ExecutionRequest, OverlapRequest
+from ..config.execution import MAX_DEVICES, MAX_SEQUENCES, MEGATRON, BatchLimits, ExecutionRequest, OverlapRequest
 from ..config.hardware import HardwareProfile, resolve_hardware
+from ..config.hf import unique_keys
 from ..config.model import ModelSpec, validate_model
 from ..config.pipeline import StageSplit
 from ..config.precision import recipe as precision_recipe
 from ..config.presets import resolve_model
 from ..errors import BtacalcError, first_validation_error
 from ..model.routing_balance import forced_balance_imbalance
-from ..config.text import CleanText
+from ..config.text import Name
 from ..paths import package_data, read_input
 from .plan import device_memory, make_plan
 from .precision_pairs import PairBands, PairInput, PairReport, precision_pairs
@@ -95,7 +98,7 @@ class Recipe(BaseModel):
     fsdp_impl: Optional[Literal["megatron", "torch"]] = Field(None, description="whose FSDP the run used (torch: "
                                                               "PyTorch FSDP1 as llm-foundry runs it); default megatron")
     sequence_parallel: Optional[bool] = None
-    vp: Optional[int] = Field(None, ge=1)
+    vp: Optional[int] = Field(None, ge=1, le=MAX_DEVICES)
     zero: Optional[int] = Field(None, ge=0, le=3)
     grad_bytes: Optional[Literal[2, 4]] = None
     memory_model: Optional[Literal["weight_streaming", "resident"]] = Field(
@@ -186,23 +189,23 @@ class MeasuredRun(BaseModel):
 
     model_config = ConfigDict(extra="allow", strict=True)
 
-    id: CleanText
+    id: Name
     source: str
     model: str
     hw: str
-    devices: int = Field(ge=1)
+    devices: int = Field(ge=1, le=MAX_DEVICES)
     # btacalc's --precision names (btacalc/data/precision.toml): fp8 = delayed scaling, fp8-current = per-tensor
     # current scaling, fp8-blockwise, mxfp8, nvfp4
     precision: Literal["bf16", "fp16", "fp8", "fp8-current", "fp8-blockwise", "mxfp8", "nvfp4"]
-    seq: int = Field(ge=1)
-    global_batch: int = Field(ge=1)
-    micro_batch: Optional[int] = Field(None, ge=1)
-    tp: Optional[int] = Field(None, ge=1)
-    pp: Optional[int] = Field(None, ge=1)
-    vp: Optional[int] = Field(None, ge=1)
-    cp: Optional[int] = Field(None, ge=1)
-    ep: Optional[int] = Field(None, ge=1)
-    etp: Optional[int] = Field(None, ge=1)
+    seq: int = Field(ge=1, le=MAX_SEQUENCES)
+    global_batch: int = Field(ge=1, le=MAX_SEQUENCES)
+    micro_batch: Optional[int] = Field(None, ge=1, le=MAX_SEQUENCES)
+    tp: Optional[int] = Field(None, ge=1, le=MAX_DEVICES)
+    pp: Optional[int] = Field(None, ge=1, le=MAX_DEVICES)
+    vp: Optional[int] = Field(None, ge=1, le=MAX_DEVICES)
+    cp: Optional[int] = Field(None, ge=1, le=MAX_DEVICES)
+    ep: Optional[int] = Field(None, ge=1, le=MAX_DEVICES)
+    etp: Optional[int] = Field(None, ge=1, le=MAX_DEVICES)
     zero: Optional[int] = Field(None, ge=0, le=3)
     fsdp: Optional[bool] = None
     sequence_parallel: Optional[bool] = None
@@ -222,6 +225,19 @@ class MeasuredRun(BaseModel):
                                               "drew each token's experts at random (balanced in expectation); the "
                                               "plan's routing imbalance is the busiest expert-parallel rank's expected "
                                               "load under that routing (model/routing_balance.py)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_misspelt_field(cls, data: Any) -> Any:
+        """Other keys of a run are carried through unread (confidence, notes, ...); one that is a near spelling of a
+        field (`micro_bach`, `Devices`) would leave that field unset and the run planned without it: refused
+        (review5)."""
+        for key in data if isinstance(data, dict) else ():
+            near = None if key in cls.model_fields else _near_field(str(key), tuple(cls.model_fields))
+            if near:
+                raise ValueError(f"key {str(key)[:60]!r} is not a run field: did you mean {near!r}? (keys that are "
+                                 "not near a field's name are carried through unread)")
+        return data
 
     def model_spec(self) -> ModelSpec:
         """The run's model as it trained: the preset, with the vocabulary of the tokenizer the recipe states."""
@@ -260,6 +276,14 @@ class MeasuredRun(BaseModel):
                          predicted_tokens_per_s=predicted_tokens_per_s)
 
 
+@functools.lru_cache(maxsize=256)
+def _near_field(key: str, fields: tuple[str, ...]) -> Optional[str]:
+    """The field `key` is a near spelling of (difflib ratio >= 0.8), if any; one lookup per distinct key, so a file of
+    8,000 runs carrying the same notes keys costs a handful."""
+    near = difflib.get_close_matches(key, fields, n=1, cutoff=0.8)
+    return near[0] if near else None
+
+
 class RunPrediction(BaseModel):
     tokens_per_s_per_device: Optional[float] = None
     step_time_s: Optional[float] = None
@@ -268,7 +292,7 @@ class RunPrediction(BaseModel):
 
 
 class RunResult(BaseModel):
-    id: CleanText
+    id: Name
     role: str
     family: str = Field(description="device family (gpu / wse) the run's errors are summarised and gated by; the "
                         "factors are calibrated per calibration family (calibration.toml: one per GPU architecture)")
@@ -325,7 +349,8 @@ def load_runs(path: Optional[Path] = None) -> list[MeasuredRun]:
     if path is not None and not path.is_file():  # a FIFO would block, /dev/zero never end
         raise BtacalcError(f"{{measured}}: {origin} is not a regular file")
     try:
-        raw = json.loads(read_input(source, MAX_RUN_FILE_BYTES), parse_constant=_no_constant)  # capped before the read
+        raw = json.loads(read_input(source, MAX_RUN_FILE_BYTES), parse_constant=_no_constant,  # capped before the read
+                         object_pairs_hook=unique_keys)
     except OSError as exc:
         raise BtacalcError(f"{{measured}}: cannot read {origin}: {exc.strerror or exc}") from None
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, bad UTF-8, a 5,000-digit number
