@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from pydantic import ValidationError
 
 from btacalc.config.hardware import resolve_hardware
 from btacalc.config.presets import resolve_model
@@ -198,3 +199,36 @@ def test_readme_accuracy_block_is_current():
     assert f"{tool.BEGIN}\n{tool.markdown()}\n{tool.END}" in readme
     assert f"{tool.POINTS_BEGIN}\n{tool.points_markdown()}\n{tool.POINTS_END}" in readme
     assert f"{tool.WHATIF_BEGIN}\n{tool.whatif_markdown()}\n{tool.WHATIF_END}" in readme
+
+
+def test_a_memory_known_gap_does_not_excuse_time_and_both_gaps_excuse_each_their_own():
+    """review6: the two gaps are independent: a memory known gap leaves the time band in force; a run carrying both
+    is exempt from both bands, and each stated gap that now passes fails on its own."""
+    ok = [_memory_result("a", 0.01), _memory_result("b", -0.02)]
+
+    def run(error, memory_error, known_gap="", memory_known_gap=""):
+        base = _memory_result("c", memory_error, memory_known_gap).model_dump()
+        return ok + [RunResult(**{**base, "error": error, "known_gap": known_gap})]
+
+    slow = run(0.40, -0.088, memory_known_gap="persistent 0.7 GiB")
+    assert any(f.startswith("c: error +40.0%") for f in gate(slow, summarize(slow), BANDS).failures)
+    both = run(0.40, -0.088, known_gap="a time gap", memory_known_gap="persistent 0.7 GiB")
+    assert gate(both, summarize(both), BANDS).ok
+    healed = run(0.10, -0.088, known_gap="a time gap", memory_known_gap="persistent 0.7 GiB")
+    assert [f for f in gate(healed, summarize(healed), BANDS).failures] == ["c: marked a known gap but now within ±25%"]
+
+
+@pytest.mark.parametrize("field, role, measured, fragment", [
+    ("memory_known_gap", "check", {"tokens_per_s_per_device": 100.0}, "a run that measures no peak memory"),
+    ("known_gap", "check", {"peak_alloc_gib": 10.0}, "a run that measures no time"),
+    ("memory_known_gap", "fit", {"peak_alloc_gib": 10.0}, "a fit run"),
+    ("known_gap", "fit", {"step_time_s": 1.0}, "a fit run"),
+])
+def test_a_known_gap_that_excuses_nothing_is_refused(field, role, measured, fragment):
+    """review6: the gate reads a gap only on a check run with the measured number it excuses (gate, memory_gate);
+    elsewhere it excused nothing and was accepted silently."""
+    data = {**RUN, "role": role, "measured": measured, field: "a stated mechanism"}
+    with pytest.raises(ValidationError, match=fragment):
+        MeasuredRun.model_validate(data)
+    MeasuredRun.model_validate({**data, "role": "check", "measured": {**measured, "step_time_s": 1.0,
+                                                                         "peak_alloc_gib": 10.0}})

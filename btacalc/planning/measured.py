@@ -239,6 +239,21 @@ class MeasuredRun(BaseModel):
                                  "not near a field's name are carried through unread)")
         return data
 
+    @model_validator(mode="after")
+    def _gaps_excuse_a_measured_check(self) -> "MeasuredRun":
+        """A known gap exempts a check run's measured number from its band (validate's gate); one on a fit run, or
+        on a run that does not measure what it excuses (time: tokens/s or step time; memory: peak allocated or
+        reserved), exempts nothing and would sit unread in the report (review6)."""
+        m = self.measured
+        for field, text, measured in (("known_gap", self.known_gap, (m.tokens_per_s_per_device, m.step_time_s)),
+                                      ("memory_known_gap", self.memory_known_gap, (m.peak_alloc_gib,
+                                                                                   m.peak_reserved_gib))):
+            if text and (self.role != "check" or not any(measured)):
+                what = "a fit run" if self.role != "check" else "a run that measures no " + (
+                    "time" if field == "known_gap" else "peak memory")
+                raise ValueError(f"{field} is set on {what}: it exempts a check run's measured number from its band")
+        return self
+
     def model_spec(self) -> ModelSpec:
         """The run's model as it trained: the preset, with the vocabulary of the tokenizer the recipe states."""
         model = resolve_model(self.model)
