@@ -374,3 +374,14 @@ def test_a_search_or_an_emit_reports_its_profile_too(cli, extra):
     code, out, err = cli("plan", "--hw", "h100", "--devices", "8", "-m", "llama-3-8b", *extra, "--profile")
     lines = [line for line in err.splitlines() if line.startswith("btacalc profile: ")]
     assert len(lines) == 2 and "model evaluations" in lines[0] and out, err
+
+
+def test_an_eager_switch_given_twice_does_what_it_does_once(cli):
+    """review6: the option-given-twice refusal (cli/repeats.py) also refused `--help --help` and `--version
+    --version`: click acts on an eager switch as it reads it, so nothing is lost by a repeat. Each now answers as
+    given once; a value option (`--config`, eager too) is still refused."""
+    for args in (["plan", "--help"], ["--version"]):
+        once, twice = cli(*args), cli(*args, args[-1])
+        assert twice == once and once[0] == 0
+    code, out, err = cli("plan", "--config", "a.yaml", "--config", "b.yaml")
+    assert code == 2 and "--config is given 2 times" in err

@@ -1,7 +1,8 @@
 """An option given twice is refused (review5): click keeps the last value of a repeated option and drops
 the others, so `plan --hw wse3 --hw h100` planned h100 and `--output a.json --output b.json` wrote b.json
-alone, each exit 0. An option that takes a list (`sweep --vary`) may repeat; a switch and its negation
-(`--overlap/--no-overlap`) are one option, so giving both is giving it twice.
+alone, each exit 0. An option that takes a list (`sweep --vary`) may repeat, and so may an eager switch
+(`--help`, `--version`); a switch and its negation (`--overlap/--no-overlap`) are one option, so giving both is
+giving it twice.
 """
 
 from __future__ import annotations
@@ -40,5 +41,8 @@ class _Once:
 
 
 def _single(param: Any) -> bool:
-    """An option that holds one value (not a list, a count or a positional argument)."""
+    """An option that holds one value (not a list, a count or a positional argument). An eager switch (--help,
+    --version) acts as it is read and holds nothing to lose: given twice it does what it does once (review6)."""
+    if getattr(param, "is_eager", False) and getattr(param, "is_flag", False):
+        return False
     return getattr(param, "param_type_name", "") == "option" and not param.multiple and not param.count
