@@ -146,3 +146,30 @@ def test_domains_a_ring_crosses():
     # it touches ceil((56 + 128) / 72) = 3 domains; block 0 ceil(128 / 72) = 2
     assert domains_spanned(16, 8, 512, 72) == 3
     assert domains_spanned(16, 8, 128, 72) == 2
+
+
+def test_nccl_algo_ring_weighs_rings_alone():
+    """review6: Megatron's --deterministic-mode sets NCCL_ALGO=Ring (a recipe's deterministic_mode); NCCL then gives
+    the tree bandwidth 0 and never picks it (tuning.cc L458-462, L538, L634-637). The tiny all-reduce across 64 nodes
+    of 8 that goes by tree LL (75.2 us, above) goes by ring LL: 6.6 + (1022 - 126) x max(0.6, 1.0) + 126 x 2.7 =
+    1242.8 us."""
+    group = nccl.Group(512, 64, AR, 8 * NIC * NIC_EFF, ring_only=True)
+    tiny = nccl.choose(group, 4)
+    assert (tiny.algorithm, tiny.protocol, tiny.steps) == ("ring", "LL", 1022)
+    assert tiny.latency_s == pytest.approx((6.6 + 896 * 1.0 + 126 * 2.7) * US)
+    assert nccl.call_time_s(group, 4) == pytest.approx(tiny.time_s)
+
+
+def test_a_deterministic_recipe_runs_rings_alone():
+    """review6: a measured run's recipe deterministic_mode reaches the request as NCCL_ALGO=Ring (nccl_ring_only)
+    beside the deterministic attention backward; a run without it weighs trees too."""
+    from btacalc.planning.measured import express, load_runs
+
+    runs = [r for r in load_runs() if r.recipe is not None]
+    det = [r for r in runs if r.recipe.deterministic_mode]
+    assert det, "the shipped runs hold deterministic-mode recipes (the Megatron CI rows)"
+    for r in det:
+        request, why = express(r.with_recipe(), "gpu")
+        assert not why and request.nccl_ring_only and request.deterministic_attention
+    other = next(r for r in runs if not r.recipe.deterministic_mode and r.hw in ("h100", "b200", "gb200"))
+    assert not express(other.with_recipe(), "gpu")[0].nccl_ring_only

@@ -138,6 +138,9 @@ class RunOptions:
     # non-deterministic time ratio on this architecture (attention_kernels.toml deterministic_backward), where one is
     # published (else untimed, listed in the run's notes)
     deterministic_attention: bool = False
+    # NCCL_ALGO=Ring (Megatron --deterministic-mode sets it: megatron/training/determinism.py, as the recipe's
+    # deterministic_mode cites it): NCCL's tuning model weighs rings alone, no tree all-reduce (gpu/nccl.py)
+    nccl_ring_only: bool = False
     # PyTorch's non-reentrant activation checkpoint with early stop (torch >= 2.1, its default): a full re-run ends
     # once every saved tensor is rebuilt, skipping the layer's GEMMs after its last save (catalogue/selection.py
     # skipped_by_early_stop); False: the whole layer re-runs (Megatron's checkpoint, torch <= 2.0)
@@ -558,6 +561,7 @@ class ExecutionRequest:
     rht_cast_fusion: bool = True  # NVFP4's rowwise and RHT columnwise casts in one kernel (RunOptions.rht_cast_fusion)
     gradient_accumulation_fusion: bool = True  # RunOptions.gradient_accumulation_fusion
     deterministic_attention: bool = False  # RunOptions.deterministic_attention (a recipe's deterministic_mode)
+    nccl_ring_only: bool = False  # RunOptions.nccl_ring_only (a recipe's deterministic_mode: NCCL_ALGO=Ring)
     checkpoint_early_stop: bool = False  # RunOptions.checkpoint_early_stop (--checkpoint-early-stop)
     eager_kernels: bool = False  # RunOptions.eager_kernels (--eager-kernels)
     cpu_offload_layers: int = 0  # Megatron --cpu-offloading-num-layers (RunOptions.cpu_offload_layers)
@@ -653,6 +657,7 @@ def _run_options(request: ExecutionRequest, model: "ModelSpec", profile: "Hardwa
         rht_cast_fusion=request.rht_cast_fusion,
         gradient_accumulation_fusion=request.gradient_accumulation_fusion,
         deterministic_attention=request.deterministic_attention,
+        nccl_ring_only=request.nccl_ring_only,
         checkpoint_early_stop=request.checkpoint_early_stop,
         eager_kernels=request.eager_kernels,
         cpu_offload_layers=request.cpu_offload_layers,

@@ -422,10 +422,10 @@ MEGATRON_RUN_DEFAULTS: dict[str, tuple[Any, str]] = {
 
 # What a --deterministic-mode run does that btacalc does not time (Megatron-LM @ d98e8a64 megatron/training/
 # determinism.py L25-31 sets the environment, L158 torch.use_deterministic_algorithms(True)); said in the run's notes.
-# NCCL_ALGO=Ring is how btacalc times every collective already (gpu/collectives.py: ring bus factors), so it costs
-# nothing here. Its --no-gradient-accumulation-fusion is a recipe field of its own (gradient_accumulation_fusion).
+# NCCL_ALGO=Ring: NCCL's tuning model then weighs rings alone (RunOptions.nccl_ring_only; gpu/nccl.py would otherwise
+# take a tree for an all-reduce where its model says the tree is faster). Its --no-gradient-accumulation-fusion is a recipe field of its own (gradient_accumulation_fusion).
 DETERMINISTIC_UNMODELLED = (
-    "--deterministic-mode: NCCL_ALGO=Ring is timed (btacalc's collectives are rings); "
+    "--deterministic-mode: NCCL_ALGO=Ring is timed (NCCL's tuning model weighs rings alone, no tree all-reduce); "
     "NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 is timed where the deterministic attention backward has a published cost "
     "(attention_kernels.toml deterministic_backward: cuDNN on sm100, 1.152x the default backward, cudnn-frontend @ "
     "3929da2e GB200 benchmark); not timed: TransformerEngine's deterministic attention backward on sm90 (cuDNN's "
@@ -511,6 +511,8 @@ def _recipe_changes(recipe: Recipe, run: MeasuredRun, family: str) -> dict[str, 
     changes.update({target: getattr(recipe, name) for name, target in _RECIPE_COPIED.items()
                     if getattr(recipe, name) is not None})
     changes.update({target: True for name, target in _RECIPE_SWITCHES.items() if getattr(recipe, name)})
+    if recipe.deterministic_mode:  # its NCCL_ALGO=Ring as well (DETERMINISTIC_UNMODELLED)
+        changes["nccl_ring_only"] = True
     if recipe.mtp_num_layers is not None:
         changes["multi_token_prediction"] = recipe.mtp_num_layers > 0
     if recipe.cross_entropy_loss_fusion is not None and family == "gpu":

@@ -205,7 +205,7 @@ def ring_time(problem: Problem, bytes_per_rank: Any, size: Any, stride: Any, cal
     many = calls > 0
     share = where(size > 1, kind * ring_share(where(size > 1, size, 2)), 1)
     nbytes = bytes_per_rank / where(many, calls, 1) / share  # NCCL's nBytes: the buffer of one call
-    per_call = nccl.call_time_s(nccl.Group(size, nodes, kind, rate), nbytes)
+    per_call = nccl.call_time_s(nccl.Group(size, nodes, kind, rate, problem.run.nccl_ring_only), nbytes)
     return where(size > 1, where(many, calls * per_call, bytes_per_rank / rate), 0.0)
 
 
@@ -495,7 +495,8 @@ def describe(problem: Problem, name: str, group: tuple[int, int], traffic: tuple
     if kind is None or not per_call or problem.hardware.collectives is None:
         return row
     rate, _, nodes = _ring_link(problem, size, stride)
-    choice = nccl.choose(nccl.Group(size, nodes, kind, rate), per_call / (kind * ring_share(size)))
+    one = nccl.Group(size, nodes, kind, rate, problem.run.nccl_ring_only)
+    choice = nccl.choose(one, per_call / (kind * ring_share(size)))
     achieved = link.bus_efficiency * per_call / choice.time_s / rate  # the large-message e, scaled as the call runs
     return replace(row, algorithm=choice.algorithm, protocol=choice.protocol, steps=choice.steps,
                    latency_s=choice.latency_s, efficiency=achieved)

@@ -45,12 +45,15 @@ _US = 1e-6
 class Group:
     """A collective's ranks as NCCL sees them: `ranks` over `nodes` NVLink domains, `kind` the collective's
     factor (all-reduce 2, all-gather / reduce-scatter 1: formulas/constants.toml [collectives]) and the Simple
-    ring's bus bandwidth in bytes/s."""
+    ring's bus bandwidth in bytes/s; `ring_only` under NCCL_ALGO=Ring (RunOptions.nccl_ring_only), where NCCL
+    weighs no tree (tuning.cc L458-462 read NCCL_ALGO into algoEnable; L538 a disabled algorithm gets bandwidth 0,
+    which ncclTopoGetAlgoTime answers with time -1 (L634-637) and src/enqueue.cc L2038 never picks)."""
 
     ranks: Any
     nodes: Any
     kind: Any
     bus_bytes_per_s: Any
+    ring_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -117,9 +120,9 @@ def tree_time_s(group: Group, nbytes: Any, p: int) -> Any:
 
 def candidates(group: Group, nbytes: Any) -> list[tuple[str, int, Any]]:
     """(algorithm, protocol, time) of every choice NCCL weighs for this call: ring with each protocol, and
-    tree with each for an all-reduce (tuning.cc L293-298)."""
+    tree with each for an all-reduce (tuning.cc L293-298) unless the group runs rings alone."""
     out = [("ring", p, ring_time_s(group, nbytes, p)) for p in range(len(PROTOCOLS))]
-    tree_ok = group.kind == constants().collectives.all_reduce
+    tree_ok = (group.kind == constants().collectives.all_reduce) & (not group.ring_only)
     if is_array(tree_ok) or tree_ok:
         out += [("tree", p, where(tree_ok, tree_time_s(group, nbytes, p), np.inf)) for p in range(len(PROTOCOLS))]
     return out
