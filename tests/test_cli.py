@@ -385,3 +385,21 @@ def test_an_eager_switch_given_twice_does_what_it_does_once(cli):
         assert twice == once and once[0] == 0
     code, out, err = cli("plan", "--config", "a.yaml", "--config", "b.yaml")
     assert code == 2 and "--config is given 2 times" in err
+
+
+def test_the_recipe_options_defaults_are_the_requests():
+    """review6: a recipe option's default is written in three places: its command-line option (cli/options.py), the
+    RecipeOptions field a library caller of plan/sweep/compare/whatif gets, and the ExecutionRequest field the plan
+    reads. They must be one value, the request's (config/execution.py), or a flag left out means another thing on the
+    command line than in code."""
+    import dataclasses
+
+    from btacalc.cli.options import _RECIPE_OPTIONS, RecipeOptions
+    from btacalc.config.execution import ExecutionRequest
+
+    request = {f.name: f.default for f in dataclasses.fields(ExecutionRequest)}
+    fields = RecipeOptions().request_fields()
+    assert fields == {name: request[name] for name in fields}
+    for name, (_, option) in _RECIPE_OPTIONS.items():
+        target = "multi_token_prediction" if name == "mtp" else name
+        assert option.default == request[target], name
