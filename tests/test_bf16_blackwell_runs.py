@@ -60,8 +60,9 @@ def test_ci_step_is_the_median_logged_iteration(layout, hw):
 
 def test_ci_generation_ratios_are_what_the_notes_state():
     """GB200 / H100 of the identical test: 1.115 / 0.853 = 1.31 (TP4) and 1.150 / 0.787 = 1.46 (PP4 VP8),
-    against btacalc's 2.27 and 2.36 for the default (non-deterministic) run; H100 / A100 2.32 and 2.56 (btacalc
-    2.60 and 2.83). `validate` predicts the rows with the unfused gradient add timed and the rest of
+    against btacalc's 2.00 and 2.02 for the default (non-deterministic) run; H100 / A100 2.32 and 2.56 (btacalc
+    2.41 and 2.65). Before nccl2 btacalc read 2.27 and 2.36: the B200 NVLink latency anchor (~22 us measured on 4
+    GPUs over NCCL's 10.2 us, x 2.157, against x 13.0 / 15.0 on H100; docs/comm.md nccl2) slows GB200's TP calls. `validate` predicts the rows with the unfused gradient add timed and the rest of
     --deterministic-mode listed as not timed (tests/test_wgrad_accumulate.py)."""
     def rate(layout, hw):
         return ci_run(layout, hw).measured.tokens_per_s_per_device
@@ -78,7 +79,8 @@ def test_ci_generation_ratios_are_what_the_notes_state():
     predicted = {(lay, hw): predict(default_run(lay, hw)).predicted.tokens_per_s_per_device
                  for lay in ("tp4", "pp4-vp8") for hw in ("gb200", "h100")}
     for lay in ("tp4", "pp4-vp8"):
-        assert predicted[(lay, "gb200")] / predicted[(lay, "h100")] > 2.0  # btacalc scales by the datasheets
+        # btacalc scales by the datasheets (and the profiles' measured NCCL latencies): far above the CI's 1.31 / 1.46
+        assert predicted[(lay, "gb200")] / predicted[(lay, "h100")] > 1.9
         gb = ci_run(lay, "gb200")
         assert "1.31x" in gb.notes and "1.46x" in gb.notes
 

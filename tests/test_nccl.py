@@ -25,6 +25,11 @@ US = 1e-6
 AG, AR = 1, 2  # the collectives' factors (formulas/constants.toml [collectives])
 LL, LL128, SIMPLE = 0, 1, 2
 H100_UP = NVLINK_H100 * NVLINK_EFF
+# The anchors (docs/comm.md 'nccl2'): the profile's measured small all-reduce over NCCL's model at the same place.
+# DGX H100, 8 GPUs, 8 bytes (dgxc-benchmarking nccl/README.md): 13.0 us; model ring LL 6.6 + 14 x 0.6 = 15.0 us
+H100_UP_SCALE = 13.0 / (6.6 + 14 * 0.6)
+# 2 nodes x 8 Hopper, 8 bytes (nccl #1244): 46.5 us; model tree LL 6.8 + 2 x (7 x 0.6 + 1 x 5.0) = 25.2 us
+HOPPER_OUT_SCALE = 46.5 / (6.8 + 2 * (7 * 0.6 + 5.0))
 
 
 def _group(ranks: int, nodes: int, kind: int, rate: float = H100_UP) -> nccl.Group:
@@ -96,8 +101,10 @@ def test_published_small_message_times_against_the_model():
 
 def test_ring_time_charges_nccls_latency_per_call_and_keeps_alpha_for_point_to_point():
     p = _problem(devices=8)
-    # one TP 8 group inside a DGX H100: 10 all-gathers of 8/7 x 1e8 bytes (1e8 bus bytes each): Simple
-    assert ring_time(p, 1e9, 8, 1, 10, AG) == pytest.approx(10 * (8.4 + 7 * 3.4) * US + 1e9 / H100_UP)
+    # one TP 8 group inside a DGX H100: 10 all-gathers of 8/7 x 1e8 bytes (1e8 bus bytes each): Simple, NCCL's
+    # latency x the NVLink anchor 13.0 / 15.0 (H100_UP_SCALE)
+    lat = (8.4 + 7 * 3.4) * US * H100_UP_SCALE
+    assert ring_time(p, 1e9, 8, 1, 10, AG) == pytest.approx(10 * lat + 1e9 / H100_UP)
     # without a kind (the context-parallel K/V ring: sends) a call costs the profile's alpha, 13.0 us
     assert ring_time(p, 1e9, 8, 1, 10) == pytest.approx(10 * 13.0e-6 + 1e9 / H100_UP)
     assert ring_time(p, 1e9, 1, 1, 100, AG) == 0
@@ -114,9 +121,9 @@ def test_plan_json_reports_nccls_choice_for_the_data_parallel_group(cli):
     rows = {r["name"]: r for r in json.loads(out)["throughput"]["collectives"]}
     reduce = rows["gradient_reduce_dense"]
     assert (reduce["algorithm"], reduce["protocol"], reduce["steps"], reduce["link"]) == ("ring", "Simple", 3, "network")
-    assert reduce["latency_s"] == pytest.approx((8.4 + 2 * 3.4 + 14.0) * US)
-    # TP 4 inside the node: 3 NVLink steps, 8.4 + 3 x 3.4 = 18.6 us; the context-parallel ring keeps alpha
-    assert rows["tensor_parallel"]["latency_s"] == pytest.approx((8.4 + 3 * 3.4) * US)
+    assert reduce["latency_s"] == pytest.approx((8.4 + 2 * 3.4 + 14.0) * US * HOPPER_OUT_SCALE)
+    # TP 4 inside the node: 3 NVLink steps, 8.4 + 3 x 3.4 = 18.6 us x 13.0 / 15.0; the context-parallel ring keeps alpha
+    assert rows["tensor_parallel"]["latency_s"] == pytest.approx((8.4 + 3 * 3.4) * US * H100_UP_SCALE)
     assert rows["context_parallel"]["latency_s"] == pytest.approx(13.0e-6)
 
 
@@ -134,7 +141,7 @@ def test_torch_fsdp_runs_three_collectives_per_block_and_two_for_the_root(cli):
     # 512 ranks on 64 DGX nodes: 511 ring steps, 63 of them between nodes
     assert (row["ranks"], row["steps"], row["link"]) == (512, 511, "network")
     lat = {"LL128": 14.0 + 448 * 1.9 + 63 * 4.0, "Simple": 8.4 + 448 * 3.4 + 63 * 14.0}[row["protocol"]]
-    assert row["latency_s"] == pytest.approx(lat * US)
+    assert row["latency_s"] == pytest.approx(lat * US * HOPPER_OUT_SCALE)
 
 
 def test_domains_a_ring_crosses():
@@ -173,3 +180,49 @@ def test_a_deterministic_recipe_runs_rings_alone():
         assert not why and request.nccl_ring_only and request.deterministic_attention
     other = next(r for r in runs if not r.recipe.deterministic_mode and r.hw in ("h100", "b200", "gb200"))
     assert not express(other.with_recipe(), "gpu")[0].nccl_ring_only
+
+
+# (profile, link, measured us, NCCL's model at the reference in us): each profile's [collectives] reference
+# configuration (hardware_profiles/*.toml) and its latency; the model written out from tuning.cc (module docstring)
+ANCHORS = [
+    ("h100", "scaleup", 13.0, 6.6 + 2 * 7 * 0.6),  # 8 GPUs, all-reduce 8 B: ring LL, 14 steps
+    ("h100", "scaleout", 46.5, 6.8 + 2 * (7 * 0.6 + 5.0)),  # 2 x 8, all-reduce 8 B: tree LL
+    ("a100-80gb", "scaleup", 10.1, 6.6 + 2 * 1 * 0.6),  # 2 GPUs, all-reduce 32 B: ring LL, 2 steps
+    ("a100-80gb", "scaleout", 29.8, 6.8 + 2 * (7 * 0.6 + 5.0)),  # 2 x 8, all-reduce 8 B (nccl #757): tree LL
+    ("b200", "scaleup", 22.0, 6.6 + 2 * 3 * 0.6),  # 4 GPUs, all-reduce 8 B (nccl-tests #333): ring LL, 6 steps
+]
+
+
+@pytest.mark.parametrize("hw, link, measured_us, model_us", ANCHORS)
+def test_each_profile_reproduces_its_measured_latency_at_its_reference(hw, link, measured_us, model_us):
+    from btacalc.config.hardware import resolve_hardware
+    from btacalc.model.gpu.collectives import _links, constants
+
+    profile = resolve_hardware(hw)
+    up, out = _links(_problem(hw=hw, devices=8))
+    anchored = up if link == "scaleup" else out
+    assert anchored.latency_scale == pytest.approx(measured_us / model_us)
+    ref = getattr(profile.collectives, f"{link}_reference")
+    rate = min(up.bus_bytes_per_s, ref.ranks // ref.nodes * out.bus_bytes_per_s) if ref.nodes > 1 else up.bus_bytes_per_s
+    group = nccl.Group(ref.ranks, ref.nodes, getattr(constants().collectives, ref.collective), rate, anchored.latency_scale)
+    choice = nccl.choose(group, ref.message_bytes)
+    assert choice.latency_s == pytest.approx(measured_us * US)
+    assert choice.time_s == pytest.approx(measured_us * US, rel=1e-4)  # a few bytes: latency but < 0.1 ns
+
+
+def test_scaled_latency_keeps_nccls_choice_at_the_reference():
+    # scaling every latency of a link class by one factor keeps the algorithm and protocol NCCL picks for a small call
+    unscaled, scaled = nccl.choose(_group(16, 2, AR), 8), nccl.choose(nccl.Group(16, 2, AR, H100_UP, HOPPER_OUT_SCALE), 8)
+    assert (unscaled.algorithm, unscaled.protocol) == (scaled.algorithm, scaled.protocol) == ("tree", "LL")
+    assert scaled.latency_s == pytest.approx(46.5 * US)
+
+
+def test_a_64_node_ring_pays_the_model_times_the_network_anchor():
+    # FSDP over 64 DGX H100 nodes (512 ranks at stride 1): one all-gather of 1e11 bus bytes, large enough for
+    # Simple (LL128 would pay 1e11 / 0.92 more bandwidth time than it saves latency). 511 steps, 63 between nodes;
+    # model(64 x 8) = 8.4 + 448 x max(3.4, 3 x 1.0) + 63 x 14.0 = 2415.2 us, x 46.5 / 25.2 = 4456.6 us.
+    # Bus bandwidth: min(NVLink 360 GB/s, 8 x 47 GB/s) = 360 GB/s.
+    p = _problem(devices=512)
+    lat = (8.4 + 448 * 3.4 + 63 * 14.0) * US * (46.5 / 25.2)
+    rate = min(H100_UP, 8 * NIC * NIC_EFF)
+    assert ring_time(p, 1e11, 512, 1, 1, AG) == pytest.approx(lat + 1e11 / rate)

@@ -366,6 +366,37 @@ class Kernels(_Section):
         return ((long, short), (short, long), (short, short))
 
 
+class CollectiveReference(BaseModel):
+    """The configuration a link class's measured small-call latency was taken at (nccl-tests: `ranks` GPUs over
+    `nodes` NVLink domains, one `collective` of `message_bytes`). NCCL's tuning model times every call of the
+    link class, scaled by measured latency / the model's latency at this configuration (model/gpu/nccl.py).
+    `kind` says whether the configuration is the published one of the measurement or an estimate (the
+    latency carried from another system, or the configuration not stated)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    ranks: int = Field(strict=True, ge=2, le=1_000_000)
+    nodes: int = Field(strict=True, ge=1, le=1_000_000)
+    collective: Literal["all_reduce", "all_gather", "reduce_scatter"]
+    message_bytes: float = Field(strict=True, ge=1, le=1e12, description="the buffer of one call (nccl-tests size)")
+    kind: Literal["published", "estimate"]
+    source: str
+    note: str = Field(min_length=10)
+
+    @field_validator("source")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        if not v.startswith(("http://", "https://")):
+            raise ValueError(f"source must be a URL, got {v!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _placed(self) -> "CollectiveReference":
+        if self.ranks < self.nodes or self.ranks % self.nodes:
+            raise ValueError(f"ranks = {self.ranks} do not fill nodes = {self.nodes} evenly")
+        return self
+
+
 class Collectives(_Section):
     """How NCCL runs collectives on the profile's links (GPU clusters): one call over a link class costs
 
@@ -374,8 +405,9 @@ class Collectives(_Section):
     (the alpha-beta model; bus bytes as NCCL-tests PERFORMANCE.md defines them). The achieved bus
     bandwidth at a message of x bus bytes is then bus_efficiency x x / (x + half_size) of the link, with
     half_size = latency_s x link bandwidth x bus_efficiency: the size at which half of the large-message
-    rate is reached (`model/gpu/collectives.py`). Without this section collectives run at the link's
-    line rate with no per-call latency."""
+    rate is reached (`model/gpu/collectives.py`). Ring and tree collectives pay NCCL's tuning-model latency
+    instead, scaled so that it gives latency_s at the link's `*_reference` configuration (`CollectiveReference`).
+    Without this section collectives run at the link's line rate with no per-call latency."""
 
     scaleup_bus_efficiency: Annotated[Number, FRACTION] = Field(
         description="NCCL bus bandwidth of large ring collectives inside the NVLink domain over its line rate")
@@ -385,6 +417,19 @@ class Collectives(_Section):
         description="NCCL bus bandwidth of large collectives across domains over the NIC's line rate")
     scaleout_latency_s: Annotated[Number, LATENCY] = Field(
         description="time of one small collective that crosses domains (nccl-tests, few bytes, two or more nodes)")
+    scaleup_reference: Optional[CollectiveReference] = Field(
+        None, description="where scaleup_latency_s was measured (one node); without it NCCL's model is unscaled")
+    scaleout_reference: Optional[CollectiveReference] = Field(
+        None, description="where scaleout_latency_s was measured (two or more nodes)")
+
+    @model_validator(mode="after")
+    def _references(self) -> "Collectives":
+        up, out = self.scaleup_reference, self.scaleout_reference
+        if up is not None and up.nodes != 1:
+            raise ValueError(f"scaleup_reference.nodes = {up.nodes}: a scale-up latency is measured in one node")
+        if out is not None and out.nodes < 2:
+            raise ValueError(f"scaleout_reference.nodes = {out.nodes}: a scale-out latency crosses two or more nodes")
+        return self
 
 
 class Defaults(_Section):

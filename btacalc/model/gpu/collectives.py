@@ -102,6 +102,7 @@ class Link:
     bandwidth_bytes_per_s: float
     bus_efficiency: float
     latency_s: float
+    latency_scale: float = 1.0  # NCCL's model latencies on this link x measured / model at the reference
 
     @property
     def bus_bytes_per_s(self) -> float:
@@ -127,8 +128,22 @@ def _links(problem: Problem) -> tuple[Link, Link]:
     out = system.scaleout_bandwidth_bytes_per_s.value  # type: ignore[union-attr]  # validated (multi_device)
     if c is None:
         return Link(up, 1.0, 0.0), Link(out, 1.0, 0.0)
-    return (Link(up, c.scaleup_bus_efficiency.value, c.scaleup_latency_s.value),
-            Link(out, c.scaleout_bus_efficiency.value, c.scaleout_latency_s.value))
+    scaleup = Link(up, c.scaleup_bus_efficiency.value, c.scaleup_latency_s.value)
+    scaleout = Link(out, c.scaleout_bus_efficiency.value, c.scaleout_latency_s.value)
+    return (_anchored(scaleup, c.scaleup_reference, scaleup.bus_bytes_per_s),
+            _anchored(scaleout, c.scaleout_reference, scaleup.bus_bytes_per_s))
+
+
+def _anchored(link: Link, ref: Any, up_bus_bytes_per_s: float) -> Link:
+    """The link with NCCL's latencies scaled to its measured latency at the profile's reference configuration
+    (nccl.reference_scale); unscaled without a reference. The reference group's bus bandwidth is the ring's
+    (`_ring_link`): NVLink in a node, else min(NVLink, ranks per node x NIC)."""
+    if ref is None:
+        return link
+    per_node = ref.ranks // ref.nodes
+    rate = up_bus_bytes_per_s if ref.nodes == 1 else min(up_bus_bytes_per_s, per_node * link.bus_bytes_per_s)
+    group = nccl.Group(ref.ranks, ref.nodes, getattr(constants().collectives, ref.collective), rate)
+    return replace(link, latency_scale=nccl.reference_scale(group, ref.message_bytes, link.latency_s))
 
 
 def efficiency_at(link: Link, bus_bytes_per_call: Any) -> Any:
@@ -199,27 +214,29 @@ def ring_time(problem: Problem, bytes_per_rank: Any, size: Any, stride: Any, cal
             link = problem.layout_cache[key] = _ring_link(problem, size, stride)
     else:
         link = _ring_link(problem, size, stride)
-    rate, alpha, nodes = link
+    rate, alpha, nodes, scale = link
     if kind is None or problem.hardware.collectives is None:  # sends, or a profile at line rate (no NCCL data)
         return where(size > 1, calls * alpha + bytes_per_rank / rate, 0.0)
     many = calls > 0
     share = where(size > 1, kind * ring_share(where(size > 1, size, 2)), 1)
     nbytes = bytes_per_rank / where(many, calls, 1) / share  # NCCL's nBytes: the buffer of one call
-    per_call = nccl.call_time_s(nccl.Group(size, nodes, kind, rate, problem.run.nccl_ring_only), nbytes)
+    per_call = nccl.call_time_s(nccl.Group(size, nodes, kind, rate, scale, problem.run.nccl_ring_only), nbytes)
     return where(size > 1, where(many, calls * per_call, bytes_per_rank / rate), 0.0)
 
 
-def _ring_link(problem: Problem, size: Any, stride: Any) -> tuple[Any, Any, Any]:
-    """(bus bytes/s, latency per call, NVLink domains spanned) of a group of `size` ranks at `stride`: NVLink
-    when the group's worst-placed rank has all its members in its domain, else the scale-out NICs of its local
-    members; the domains NCCL's ring crosses are those of the widest group (`domains_spanned`)."""
+def _ring_link(problem: Problem, size: Any, stride: Any) -> tuple[Any, Any, Any, Any]:
+    """(bus bytes/s, latency per call, NVLink domains spanned, latency scale) of a group of `size` ranks at
+    `stride`: NVLink when the group's worst-placed rank has all its members in its domain, else the scale-out
+    NICs of its local members; the domains NCCL's ring crosses are those of the widest group (`domains_spanned`);
+    the scale of NCCL's latencies is the link class's (`_anchored`)."""
     lay = problem.layout
     up, out = links(problem)
     k = local_members(size, stride, lay.devices, lay.devices_per_node)
     inside = k >= size
     rate = where(inside, up.bus_bytes_per_s, minimum(up.bus_bytes_per_s, k * out.bus_bytes_per_s))
     alpha = where(inside, up.latency_s, out.latency_s)
-    return rate, alpha, where(inside, 1, domains_spanned(size, stride, lay.devices, lay.devices_per_node))
+    nodes = where(inside, 1, domains_spanned(size, stride, lay.devices, lay.devices_per_node))
+    return rate, alpha, nodes, where(inside, up.latency_scale, out.latency_scale)
 
 
 def domains_spanned(size: Any, stride: Any, devices: Any, domain: int) -> Any:
@@ -494,8 +511,8 @@ def describe(problem: Problem, name: str, group: tuple[int, int], traffic: tuple
                         latency_s=link.latency_s, time_s=float(time_s))
     if kind is None or not per_call or problem.hardware.collectives is None:
         return row
-    rate, _, nodes = _ring_link(problem, size, stride)
-    one = nccl.Group(size, nodes, kind, rate, problem.run.nccl_ring_only)
+    rate, _, nodes, scale = _ring_link(problem, size, stride)
+    one = nccl.Group(size, nodes, kind, rate, scale, problem.run.nccl_ring_only)
     choice = nccl.choose(one, per_call / (kind * ring_share(size)))
     achieved = link.bus_efficiency * per_call / choice.time_s / rate  # the large-message e, scaled as the call runs
     return replace(row, algorithm=choice.algorithm, protocol=choice.protocol, steps=choice.steps,

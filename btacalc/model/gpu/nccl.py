@@ -22,6 +22,12 @@ messages, B·e of the link class: `collectives.links`) and NCCL's ratios for the
   and an algorithm bandwidth of half the tree's bus bandwidth (L380): the ring's x 0.92 x the protocol's share
   (L330-335) x the correction for the size (L639-642).
 
+**Anchored to the profile's measurement** (docs/comm.md "nccl2"): NCCL's constants select an algorithm; they
+are not an absolute time (a 2 x 8 Hopper all-reduce of 8 bytes: 25.2 us against 46.3 measured). Every latency of
+a link class is scaled by measured / model at the configuration the profile's latency was measured at
+(`[collectives] scaleup_reference`, `scaleout_reference`): latency(n) = model(n) x measured / model(ref). The
+growth with ranks, nodes, protocol and algorithm stays NCCL's.
+
 Not modelled: NVLS / NVLS-tree (NVLink SHARP), CollNet and PAT (PAT runs only with one GPU per node, L220); the
 per-channel caps of LL and LL128 (they need NCCL's channel count); several calls aggregated into one launch.
 """
@@ -44,15 +50,16 @@ _US = 1e-6
 @dataclass(frozen=True)
 class Group:
     """A collective's ranks as NCCL sees them: `ranks` over `nodes` NVLink domains, `kind` the collective's
-    factor (all-reduce 2, all-gather / reduce-scatter 1: formulas/constants.toml [collectives]) and the Simple
-    ring's bus bandwidth in bytes/s; `ring_only` under NCCL_ALGO=Ring (RunOptions.nccl_ring_only), where NCCL
-    weighs no tree (tuning.cc L458-462 read NCCL_ALGO into algoEnable; L538 a disabled algorithm gets bandwidth 0,
-    which ncclTopoGetAlgoTime answers with time -1 (L634-637) and src/enqueue.cc L2038 never picks)."""
+    factor (all-reduce 2, all-gather / reduce-scatter 1: formulas/constants.toml [collectives]), the Simple
+    ring's bus bandwidth in bytes/s, the scale of the link class's latencies (`reference_scale`); `ring_only`
+    under NCCL_ALGO=Ring (RunOptions.nccl_ring_only), where NCCL weighs no tree (tuning.cc L458-462 read
+    NCCL_ALGO into algoEnable; L538 a disabled algorithm gets bandwidth 0, which ncclTopoGetAlgoTime answers with time -1 (L634-637) and src/enqueue.cc L2038 never picks)."""
 
     ranks: Any
     nodes: Any
     kind: Any
     bus_bytes_per_s: Any
+    latency_scale: Any = 1.0
     ring_only: bool = False
 
 
@@ -80,7 +87,7 @@ def ring_latency_s(group: Group, p: int) -> Any:
     intra = where(multi, maximum(c.nvlink_ring_latency_us[p], c.net_overhead_us[p]), c.nvlink_ring_latency_us[p])
     net = where(group.ranks == group.nodes, c.net_tree_latency_us[p], c.net_ring_latency_us[p])
     lat = c.ring_base_latency_us[p] + (steps - inter) * intra + inter * net
-    return lat * _US
+    return lat * _US * group.latency_scale
 
 
 def tree_latency_s(group: Group, p: int) -> Any:
@@ -88,7 +95,7 @@ def tree_latency_s(group: Group, p: int) -> Any:
     c = constants().nccl
     per_node = group.ranks // group.nodes
     hops = (per_node - 1) * c.nvlink_tree_latency_us[p] + np.floor(np.log2(group.nodes)) * c.net_tree_latency_us[p]
-    return (c.tree_base_latency_us[p] + 2 * hops) * _US
+    return (c.tree_base_latency_us[p] + 2 * hops) * _US * group.latency_scale
 
 
 def ring_call_latency_s(group: Group, nbytes: Any, p: int) -> Any:
@@ -144,3 +151,9 @@ def choose(group: Group, nbytes: float) -> Choice:
     steps = int(ring_steps(group)[0]) if name == "ring" else int(2 * np.floor(np.log2(group.nodes)) +
                                                                    2 * (group.ranks // group.nodes - 1))
     return Choice(algorithm=name, protocol=PROTOCOLS[p], latency_s=float(lat), time_s=float(t), steps=steps)
+
+
+def reference_scale(reference: Group, nbytes: float, measured_s: float) -> float:
+    """measured / model: the measured time of one call of `nbytes` on the `reference` group over the latency of
+    NCCL's (unscaled) choice for it. A small nccl-tests call is all latency (8 bytes at 300 GB/s: 0.03 ns)."""
+    return measured_s / choose(reference, nbytes).latency_s
