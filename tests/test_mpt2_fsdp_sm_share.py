@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import pytest
 
-from btacalc.config.execution import Layout, RunOptions
+from btacalc.config.execution import BatchLimits, ExecutionRequest, Layout, RunOptions
 from btacalc.config.hardware import resolve_hardware
 from btacalc.config.presets import resolve_model
 from btacalc.model.gpu.sm_share import NCCL_RING_CTAS, fsdp_sm_share_loss
 from btacalc.model.gpu.timing import gpu_step_time
 from btacalc.model.problem import make_problem
+from btacalc.planning.plan import make_plan
 
 H100_SMS = 132  # Hopper architecture whitepaper: 132 SMs on the H100 SXM5
 A100_SMS = 108  # Ampere architecture whitepaper: 108 SMs on the A100
@@ -84,3 +85,26 @@ def test_step_carries_the_loss_per_micro_batch():
     assert terms["fsdp_sm_share"] == pytest.approx(traffic * 16 / H100_SMS)
     assert step.phase_time_s["fsdp_sm_share"] == pytest.approx(3 * traffic * 16 / H100_SMS)
     assert gpu_step_time(_problem(impl="megatron"), 1, 2, micro_batches=3).details["terms"]["fsdp_sm_share"] == 0.0
+
+
+def _mpt_13b_plan(grad_bytes: int | None = None):
+    return make_plan(resolve_model("mpt-13b"), resolve_hardware("h100"), ExecutionRequest(
+        seq_len=2048, devices=64, fsdp=True, fsdp_impl="torch", recompute="none", attention="flash",
+        attention_kernel="triton-flash", gradient_bytes=grad_bytes, limits=BatchLimits(global_batch=128, micro_batch=2)))
+
+
+def test_fsdp1_default_reduces_the_gradient_in_fp32():
+    # Composer 0.17.2 composer/trainer/mosaic_fsdp_utils.py L94-101: DEFAULT = bf16 parameters, fp32 reduce_dtype;
+    # PURE = bf16 both. llm-foundry's submit_benchmarks.py @ 5e85bd62d passes no mixed precision to
+    # mod_parameters (L451-468), whose default is DEFAULT (L268): the table's MP Mode column.
+    # MPT-13B (mpt-13b.yaml L13-18: d_model 5120, 40 layers, vocab 50368 padded to 128 -> 50432, positions 2048)
+    h, layers, v_pad, s_max = 5120, 40, 50432, 2048
+    n = layers * (12 * h * h + 13 * h) + v_pad * h + s_max * h + 2 * h
+    ranks = 64
+    # per micro-batch and rank, ring bus bytes: two bf16 all-gathers (before the forward and again before the
+    # backward, FULL_SHARD) and one reduce-scatter in reduce_dtype, each moving (n - 1)/n of the parameters
+    for grad_bytes, reduce_bytes in ((None, 4), (2, 2)):
+        rows = [c for c in _mpt_13b_plan(grad_bytes).throughput.collectives if c["name"].startswith("zero_per_micro_batch")]
+        assert len(rows) == 1 and rows[0]["calls"] == 3 * layers + 2
+        total = rows[0]["calls"] * rows[0]["message_bytes"]
+        assert total == pytest.approx((2 + 2 + reduce_bytes) * n * (ranks - 1) / ranks, rel=1e-9)
