@@ -44,7 +44,8 @@ Reserved SMs (named data, with their sources):
 - NCCL's ring all-gather / reduce-scatter of PyTorch FSDP1 (`--fsdp-impl torch`, task mpt2, docs/runs.md): a
   ring collective is one kernel with one CTA per collective channel (src/enqueue.cc L1756-1758, the grid is the
   plan's channel mask), and FSDP1 issues each unit's all-gathers and its reduce-scatter on its own streams while
-  the blocks compute (PyTorch FSDP1 `_runtime_utils.py`: the unshard and post-backward streams), so for the whole
+  the blocks compute (pytorch@00ae0bc9 torch/distributed/fsdp/_runtime_utils.py: the unshard and post-backward
+  streams), so for the whole
   of the per-micro-batch traffic up to the compute it hides behind, the collective channels' SMs are not the
   GEMMs'. Collective channels inside one NVLink domain: 24, the same on Ampere and Hopper at the NCCL releases
   the runs used (torch 1.13.1: 2.14.3, torch 2.1.0: 2.18.1) and at 5067397c: the ring search's top speed over the
