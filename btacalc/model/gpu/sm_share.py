@@ -41,9 +41,24 @@ Reserved SMs (named data, with their sources):
   nvls channels, 16 p2p channels, 2 p2p channels per peer" (L90-95): 16 (estimate: the network channel count
   depends on the NICs, src/graph/paths.cc L942-951).
 
+- NCCL's ring all-gather / reduce-scatter of PyTorch FSDP1 (`--fsdp-impl torch`, task mpt2, docs/runs.md): a
+  ring collective is one kernel with one CTA per collective channel (src/enqueue.cc L1756-1758, the grid is the
+  plan's channel mask), and FSDP1 issues each unit's all-gathers and its reduce-scatter on its own streams while
+  the blocks compute (pytorch@00ae0bc9 torch/distributed/fsdp/_runtime_utils.py: the unshard and post-backward
+  streams), so for the whole of the per-micro-batch traffic up to the compute it hides behind, the collective
+  channels' SMs are not the GEMMs'. Collective channels inside one NVLink domain: 24, the same on Ampere and Hopper at the NCCL releases
+  the runs used (torch 1.13.1: 2.14.3, torch 2.1.0: 2.18.1) and at 5067397c: the ring search's top speed over the
+  GPU's NVLink bandwidth (A100 12 x 20 GB/s at 40 GB/s, H100 18 x 20 GB/s at 60 GB/s: 6 channels;
+  v2.18.1-1 src/graph/topo.h L16-17, src/graph/search.cc L776, L781), duplicated (L954-961: 25 GB/s on sm80,
+  50 GB/s on sm90) and doubled (src/graph/connect.cc L389): 6 -> 12 -> 24, as the p5 log prints ("24 coll
+  channels", L77-82). Across NVLink domains the network graph gives the count: 16 on the two-node p5 log
+  (L90-95); with 8 NICs per node below 50 GB/s each (a 400 Gb/s NIC runs at the inter list's top speed, 48 GB/s,
+  L777 / L782) the same steps give 8 -> 8 (no duplication) -> 16 (an estimate: the MosaicML H100 cluster's NICs
+  are not published).
+
 Not modelled here: TransformerEngine userbuffers TP overlap (its SM margins, pipeline tails and bulk SM share,
-GEMM by GEMM: tp_overlap.py) and the overlapped data-parallel reduce-scatter / all-gather (NCCL channels),
-docs/clock.md.
+GEMM by GEMM: tp_overlap.py) and the overlapped data-parallel reduce-scatter / all-gather of Megatron's DDP and
+Megatron-FSDP (their NCCL configuration, NVLS and user-buffer registration, was not checked), docs/clock.md.
 """
 
 from __future__ import annotations
@@ -85,6 +100,42 @@ NCCL_ALLTOALL_CTAS = {
         16, "estimate", f"{_P5_LOG} L90-95; {_NCCL}src/graph/paths.cc L942-951, L993-1001",
         "p2p channels of a two-node H100 job (NCCL_DEBUG: 16 p2p channels, 2 per peer); depends on the NICs"),
 }
+
+
+_V218 = "https://github.com/NVIDIA/nccl/blob/v2.18.1-1/"
+
+# CTAs of a ring all-gather / reduce-scatter (one per collective channel), by where the group's ranks are
+# (module docstring).
+NCCL_RING_CTAS = {
+    "in_domain": CtaCount(
+        24, "derived", f"{_V218}src/graph/search.cc L776, L781, L954-961; src/graph/connect.cc L389; src/graph/topo.h "
+        f"L16-17; {_P5_LOG} L77-82",
+        "collective channels in one 8-GPU A100 or H100 NVLink node: 6 ring-search channels, duplicated, doubled "
+        "(NCCL 2.14.3 gives the same 24: 12 x 22 GB/s at 44 GB/s); printed as '24 coll channels' on p5"),
+    "across_domains": CtaCount(
+        16, "estimate", f"{_P5_LOG} L90-95; {_V218}src/graph/search.cc L777, L782, L954-961; src/graph/connect.cc L389",
+        "collective channels of a multi-node H100 job ('16 coll channels' on two p5 nodes); 8 NICs under "
+        "50 GB/s each give 8 search channels, not duplicated, doubled: 16; depends on the NICs"),
+}
+
+
+def nccl_ring_ctas(problem: Problem) -> Any:
+    """SMs one ring collective over the dense data-parallel (FSDP) group holds: the in-domain count when the
+    group lies in the worst-placed rank's NVLink domain, else the cross-domain count."""
+    lay = problem.layout
+    size, stride = lay.sharding_ranks, lay.tensor_parallel
+    k = local_members(size, stride, lay.devices, lay.devices_per_node)
+    return where(k >= size, NCCL_RING_CTAS["in_domain"].value, NCCL_RING_CTAS["across_domains"].value)
+
+
+def fsdp_sm_share_loss(problem: Problem, comm_s: Any, compute_s: Any) -> Any:
+    """Compute time PyTorch FSDP1's per-micro-batch ring collectives (`comm_s`) take from the `compute_s` they
+    hide behind: min(c, t) x collective channels / SMs; 0 for any other data parallelism (module docstring)."""
+    lay = problem.layout
+    if not (lay.fsdp and lay.fsdp_impl == "torch"):
+        return 0.0
+    sms = problem.hardware.chip.cores.value
+    return where(lay.sharding_ranks > 1, minimum(comm_s, compute_s) * nccl_ring_ctas(problem) / sms, 0.0)
 
 
 def nccl_alltoall_ctas(problem: Problem) -> Any:

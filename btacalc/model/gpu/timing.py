@@ -29,7 +29,9 @@ rules are the layout's named options (Megatron-Core's names; defaults in config/
   --overlap-param-gather behind the last micro-batch's backward / the first one's forward (interleaved:
   model chunk 0's share is exposed, the other chunks' behind the chunk backwards after / forwards before
   them, as Megatron-Core schedules them: `_ChunkSync`); ZeRO-3 and
-  FSDP prefetch their per-micro-batch gathers behind compute (Megatron-FSDP turns the overlaps on).
+  FSDP prefetch their per-micro-batch gathers behind compute (Megatron-FSDP turns the overlaps on); PyTorch
+  FSDP1's ring collectives take their NCCL channels' SMs from that compute while hidden (`fsdp_sm_share` =
+  min(traffic, compute) x collective channels / SMs, sm_share.py).
 tokens/s = DP·M·G·b·s / step; MFU = model FLOPs (the whole model, t = CP = 1) / (step x devices x peak).
 """
 
@@ -52,7 +54,7 @@ from .costs import ISSUED_COUNTS, Part, layer_parts, new_part, outside_parts
 from .fixed import (FixedCosts, SyncSplit, dispatcher_syncs, fixed_costs, gpu_forward_share, host_time,
                     launch_time, launch_time_synced, wgrad_accumulate_s)
 from .memory import stage_key, stage_params
-from .sm_share import sm_share_loss
+from .sm_share import fsdp_sm_share_loss, sm_share_loss
 from .tp_overlap import layer_overlap_s
 from .stages import PipelineStages
 
@@ -182,6 +184,7 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
     terms = {"compute": compute, "tp_comm": layer_terms["tp_comm"] + tp_outside, "cp_comm": layer_terms["cp_comm"],
              "all_to_all": layer_terms["all_to_all"], "a2a_sm_share": layer_terms["a2a_sm_share"],
              "pp_p2p": where(o.p2p, maximum(0.0, p2p - compute), p2p), "zero_per_micro_batch": per_mb,
+             "fsdp_sm_share": fsdp_sm_share_loss(problem, dp.per_micro_batch, compute),
              "tiling": layers * tiles * tile_overhead_s(problem),
              "wgrad_accumulate": wgrad_accumulate_s(problem, dense + expert)}
     names = ISSUED_COUNTS
