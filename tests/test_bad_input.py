@@ -73,6 +73,12 @@ BAD_PROFILES = [
      "ranks = 15 do not fill nodes = 2 evenly"),
     ("reference-one-rank", _profile(GPU_PROFILE, "ranks = 2\nnodes = 1\n", "ranks = 1\nnodes = 1\n"),
      "scaleup_reference.ranks = 1"),
+    # nccl2's references are evaluated with this system's NVLink steps: 500,000 ranks per node scaled the
+    # scale-out latency from 46 us to 5 ns per call (review7)
+    ("reference-scaleup-beyond-the-node", _profile(GPU_PROFILE, "ranks = 2\nnodes = 1\n", "ranks = 16\nnodes = 1\n"),
+     "ranks = 16 over nodes = 1 is 16 per node, more than system.devices_per_node 8"),
+    ("reference-scaleout-beyond-the-node", _profile(GPU_PROFILE, "ranks = 16\nnodes = 2\n", "ranks = 1000000\nnodes = 2\n"),
+     "is 500000 per node, more than system.devices_per_node 8"),
     ("reference-unknown-collective", _profile(GPU_PROFILE, 'collective = "all_reduce"', 'collective = "broadcast"'),
      "collective = 'broadcast'"),
     ("fragmentation-above-1", _profile(GPU_PROFILE, "value = 0.05\n", "value = 1.5\n"), "allocator_fragmentation_fraction"),
