@@ -955,3 +955,17 @@ def test_a_list_option_may_repeat_and_a_sweep_still_runs(cli):
     code, out, err = cli("sweep", "--hw", "wse3", "--vary", "experts=16,32", "--vary", "seq=1024", "--json")
     assert code == 0, err
     assert len(json.loads(out)["points"]) == 2
+
+
+@counted("given", 1)
+def test_a_wafer_run_with_megatrons_deterministic_mode_is_not_expressible(cli, tmp_path):
+    """review7: a recipe's deterministic_mode (det3: cuDNN's deterministic attention backward; review6: NCCL_ALGO=Ring)
+    on a wafer-scale run was predicted as without it, its note saying only 'not timed'; the other GPU-library switches
+    (eager_kernels, checkpoint_early_stop) make such a run not expressible, and so does this one now."""
+    run = next(r for r in json.loads(RUNS)["runs"] if r["hw"].startswith("wse"))
+    run.setdefault("recipe", {"source": "a recipe stating deterministic_mode"})["deterministic_mode"] = True
+    (tmp_path / "runs.json").write_text(json.dumps({"runs": [run]}))
+    code, out, err = cli("validate", "--measured", str(tmp_path / "runs.json"), "--json")
+    (row,) = json.loads(out)["measured"]["runs"]
+    assert not row["expressible"] and "a wafer-scale run has neither" in row["reason"], row
+    assert row["predicted"]["step_time_s"] is None
