@@ -272,6 +272,11 @@ for cmd in OUTPUT_COMMANDS:
         case("outputs", *cmd, flag, "{tmp}/dangling", fragment="does not exist",
              files={"dangling": ("symlink", "nowhere/x.json")}, outputs=False)
     case("outputs", *cmd, "--output", "-", "--json", fragment="both write to standard output", outputs=False)
+# review7: --emit prints on standard output (and writes --output): the refusal named a --json nobody gave
+for spelling in ("-", "{tmp}/out"):
+    case("outputs", "plan", "--hw", "h100", "--devices", "8", "--emit", "bridge", "--output", spelling,
+         fragment="--output and --emit both write to standard output", outputs=False,
+         files={"out": ("symlink", "/dev/stdout")} if spelling != "-" else {})
 for cmd in OUTPUT_COMMANDS[1:]:
     case("outputs", *cmd, "--csv", "{tmp}/same", "--output", "{tmp}/same", fragment="both write to", outputs=False)
     case("outputs", *cmd, "--csv", "{tmp}/link", "--output", "{tmp}/target", fragment="both write to",
