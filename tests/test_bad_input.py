@@ -535,6 +535,13 @@ for old, new, fragment in [
     ("--num-layers 32", "--num-layers $((" + "*".join(["99999"] * 1000) + "))", "is not an integer or list"),
     ("--num-layers 32", "--num-layers $((99999999999*99999999999))", "beyond bash's 64-bit integers"),
     ("--nproc_per_node 8", "--nproc_per_node 0", "--nproc_per_node '0' is not a number of processes"),
+    # review7: a size Megatron divides by, 0: a bare ZeroDivisionError naming no flag, or (a virtual stage) read as
+    # not given and planned
+    ("--tensor-model-parallel-size 1", "--tensor-model-parallel-size 0",
+     "--tensor-model-parallel-size 0: must be at least 1 (Megatron-LM divides by it)"),
+    ("--context-parallel-size 1", "--context-parallel-size 0", "--context-parallel-size 0: must be at least 1"),
+    ("--num-layers 32", "--num-layers 32 --num-layers-per-virtual-pipeline-stage 0",
+     "--num-layers-per-virtual-pipeline-stage 0: must be at least 1"),
 ]:
     assert old in LLAMA_LAUNCH, old
     case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/launch.args", fragment=fragment,
@@ -553,6 +560,7 @@ for old, new, fragment in [
     ("  micro_batch_size: 2", "  micro_batch_size: 2\n  micro_batch_size: 1", "key 'micro_batch_size' is given twice"),
     ("train:", "train.global_batch_size: 64\ntrain:", "train.global_batch_size is given twice"),
     ("mixed_precision: bf16_mixed", "mixed_precision: bf16_mixed\na: &a {b: *a}", "holds itself"),
+    ("  tensor_model_parallel_size: 4", "  tensor_model_parallel_size: 0", "tensor_model_parallel_size 0: must be at"),
 ]:
     assert old in BRIDGE, old
     case("files", "plan", "--hw", "h100", "-m", "qwen3-30b-a3b", "--devices", "8", "--from-bridge", "{tmp}/r.yaml",
