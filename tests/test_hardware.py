@@ -155,3 +155,20 @@ def test_hw_check_a_user_file(cli, tmp_path):
     p.write_text(_profile_text(**{'name = "a100-80gb"': 'name = "mine"'}))
     code, out, err = cli("hw", "check", str(p))
     assert code == 0 and err == "" and out.startswith(f"{p}: valid profile mine") and "85.8993 GB" in out
+
+
+def test_hw_show_lists_where_each_link_latency_was_measured(cli):
+    """review7: nccl2's scaleup_reference / scaleout_reference scale every ring and tree call's latency, yet `hw show`
+    and `hw check` listed only a profile's numbers; each reference is a row now, with its kind, note and source."""
+    import tomllib
+
+    from btacalc.paths import data_dir
+
+    refs = tomllib.loads((data_dir("hardware_profiles") / "h100.toml").read_text())["collectives"]
+    code, out, err = cli("hw", "show", "h100")
+    assert code == 0, err
+    flat = " ".join(out.split())
+    for side, nodes in (("scaleup", "1 node"), ("scaleout", "2 nodes")):
+        ref = refs[f"{side}_reference"]
+        assert f"collectives.{side}_reference" in out
+        assert f"{ref['collective']} {ref['message_bytes']:,.0f} B, {ref['ranks']} GPUs / {nodes}" in flat, flat

@@ -955,3 +955,40 @@ def test_a_list_option_may_repeat_and_a_sweep_still_runs(cli):
     code, out, err = cli("sweep", "--hw", "wse3", "--vary", "experts=16,32", "--vary", "seq=1024", "--json")
     assert code == 0, err
     assert len(json.loads(out)["points"]) == 2
+
+
+@counted("given", 1)
+def test_a_wafer_run_with_megatrons_deterministic_mode_is_not_expressible(cli, tmp_path):
+    """review7: a recipe's deterministic_mode (det3: cuDNN's deterministic attention backward; review6: NCCL_ALGO=Ring)
+    on a wafer-scale run was predicted as without it, its note saying only 'not timed'; the other GPU-library switches
+    (eager_kernels, checkpoint_early_stop) make such a run not expressible, and so does this one now."""
+    run = next(r for r in json.loads(RUNS)["runs"] if r["hw"].startswith("wse"))
+    run.setdefault("recipe", {"source": "a recipe stating deterministic_mode"})["deterministic_mode"] = True
+    (tmp_path / "runs.json").write_text(json.dumps({"runs": [run]}))
+    code, out, err = cli("validate", "--measured", str(tmp_path / "runs.json"), "--json")
+    (row,) = json.loads(out)["measured"]["runs"]
+    assert not row["expressible"] and "a wafer-scale run has neither" in row["reason"], row
+    assert row["predicted"]["step_time_s"] is None
+
+
+@counted("given", 1)
+def test_a_launchs_deterministic_mode_is_planned_and_emitted(cli, tmp_path):
+    """review7: `plan --from-megatron` listed --deterministic-mode as 'not modelled by btacalc' and planned without it,
+    while a run file's recipe deterministic_mode has been timed since det3 (cuDNN's deterministic attention backward,
+    1.152x on sm100) and review6 (NCCL_ALGO=Ring). The launch now sets both; --emit megatron says the flag again."""
+    launch = (DATA / "megatron" / "mixtral-8x7b.args").read_text()
+    assert launch.count("--num-layers 32 ") == 1
+    (tmp_path / "det.args").write_text(launch.replace("--num-layers 32 ", "--num-layers 32 --deterministic-mode ", 1))
+    (tmp_path / "plain.args").write_text(launch)
+
+    def plan(name: str, *extra: str) -> tuple[int, str]:
+        code, out, err = cli("plan", "--hw", "gb200", "--from-megatron", str(tmp_path / name), *extra)
+        assert code == 0, err
+        return code, out
+
+    det, plain = (json.loads(plan(n, "--json")[1]) for n in ("det.args", "plain.args"))
+    assert det["inputs"]["deterministic_mode"] and not plain["inputs"]["deterministic_mode"]
+    assert "--deterministic-mode" not in {f["flag"] for f in det["imported"]["ignored"]}
+    assert det["throughput"]["step_time_s"] > plain["throughput"]["step_time_s"]  # sm100's slower backward
+    assert "--deterministic-mode" in plan("det.args", "--emit", "megatron")[1]
+    assert "--deterministic-mode" not in plan("plain.args", "--emit", "megatron")[1]

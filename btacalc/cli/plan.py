@@ -160,7 +160,8 @@ def plan(
 
     check_bounds({"--micro-batch": micro_batch, "--grad-accum": grad_accum})
     # --emit and --schema print on stdout (and write --output); the plan JSON only with --json
-    outs = outputs(output, as_json or emit is not None or (schema and output is None), inputs={"--model": model, "--hw": hw})
+    outs = outputs(output, as_json or emit is not None or (schema and output is None), inputs={"--model": model, "--hw": hw},
+                   stdout_flag="--json" if as_json else "--emit" if emit is not None else "--schema")
     if schema:
         _schema_alone(ctx)
         text = json.dumps(PlanReport.model_json_schema(), indent=2) + "\n"

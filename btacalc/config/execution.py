@@ -691,6 +691,9 @@ _GPU_ONLY: tuple[tuple[Any, str], ...] = (
      "run's recomputation is the compiler's"),
     (lambda run, layout: run.eager_kernels,  # eager PyTorch's CUDA kernels (docs/runs.md "mpt4")
      "{eager_kernels}: eager PyTorch's element-wise kernels are GPU kernels; a wafer-scale run's are the compiler's"),
+    (lambda run, layout: run.deterministic_attention or run.nccl_ring_only,  # Megatron's --deterministic-mode (det3)
+     "{deterministic_attention}: cuDNN's deterministic attention backward and NCCL_ALGO=Ring are GPU libraries' "
+     "(Megatron's --deterministic-mode); a wafer-scale run has neither"),
     (lambda run, layout: layout.deepep,  # a wafer run is strict data parallel: no expert-parallel dispatch to route
      "{deepep} is a GPU MoE dispatcher between expert-parallel ranks; a wafer-scale run has no expert parallelism"),
 )

@@ -491,7 +491,19 @@ class HardwareProfile(BaseModel):
             raise ValueError(f"system.system_power_w.value = {system.system_power_w.value:g} W is below chip.power_w "
                              f"{chip.power_w.value:g} W: the system power per device includes the device")
         self._memory_reserves()
+        self._reference_nodes()
         return self
+
+    def _reference_nodes(self) -> None:
+        """A latency reference is measured on this system's nodes: its ranks per node fit in one
+        (system.devices_per_node); NCCL's model would weigh NVLink steps between GPUs a node does not have."""
+        per_node = self.system.devices_per_node
+        for side in ("scaleup", "scaleout"):
+            ref = getattr(self.collectives, f"{side}_reference", None)
+            if ref is not None and per_node is not None and ref.ranks // ref.nodes > per_node.value:
+                raise ValueError(f"collectives.{side}_reference: ranks = {ref.ranks} over nodes = {ref.nodes} is "
+                                 f"{ref.ranks // ref.nodes} per node, more than system.devices_per_node "
+                                 f"{per_node.value:g}")
 
     def _memory_reserves(self) -> None:
         """A GPU names its reserves; a wafer gives a usable fraction (in (0, 1]: usable <= capacity)."""

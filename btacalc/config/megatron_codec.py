@@ -698,6 +698,7 @@ RUN_ROWS: tuple[Row, ...] = (
     Row("dispatcher", _enc_dispatcher, _dec_dispatcher),
     Row("cuda graphs", _enc_cuda_graphs, _dec_cuda_graphs),
     Row("gradient accumulation fusion", _enc_wgrad_fusion, _dec_wgrad_fusion),
+    switch("run.deterministic_mode", "deterministic_mode"),
     switch("overlap.grad_reduce", "overlap_grad_reduce"),
     switch("overlap.param_gather", "overlap_param_gather"),
     switch("overlap.tp_comm", "tp_comm_overlap"),

@@ -196,7 +196,23 @@ def _plain(value: Any) -> bool:
 ENVIRONMENT_RULES = ("fsdp-connections", "tp-cp-connections")
 
 
+# Sizes Megatron-LM divides by (the world size by TP x PP x CP, the experts' ranks, a stage's layers by its virtual
+# stages): 0 stopped the rules' check with a bare ZeroDivisionError or was read as not given (review7)
+DIVISORS = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
+            "expert_model_parallel_size", "expert_tensor_parallel_size", "num_layers_per_virtual_pipeline_stage",
+            "num_virtual_stages_per_pipeline_rank")
+
+
+def _check_divisors(launch: Launch) -> None:
+    for dest in DIVISORS:
+        value = launch.args.get(dest)
+        if value is not None and integer(value, dest) < 1:
+            raise BtacalcError(f"{launch.source}: {launch.given_as.get(dest, dest)} {value}: must be at least 1 "
+                               "(Megatron-LM divides by it)")
+
+
 def _imported(launch: Launch, devices: Optional[int], name: Optional[str] = None) -> ImportedRun:
+    _check_divisors(launch)
     devices = _devices(launch, devices)
     refused = [r for r in violations(dict(launch.args, world=devices), launch.env) if r.name not in ENVIRONMENT_RULES]
     if refused:
@@ -327,4 +343,6 @@ def _guarded_request_fields(f: Fields) -> dict[str, Any]:
     out["bf16_layers_at_end"] = f.get("run.bf16_layers_at_end", 0)
     out["moment_bytes"] = f.get("run.moment_bytes", 4)
     out["gradient_accumulation_fusion"] = f.get("run.gradient_accumulation_fusion", True)
+    # --deterministic-mode: TE's deterministic attention backward and NCCL_ALGO=Ring, as a run's recipe sets them
+    out["deterministic_attention"] = out["nccl_ring_only"] = bool(f.get("run.deterministic_mode"))
     return out

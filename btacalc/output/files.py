@@ -323,9 +323,11 @@ class Streams:
 class Outputs:
     """The outputs of one command, checked now and written together by `commit` (all-or-nothing).
 
-    `paths` maps a flag to its path (None: not asked for; "-": standard output)."""
+    `paths` maps a flag to its path (None: not asked for; "-": standard output); `labels` names the option a
+    user gave where a flag stands for another (plan's `--emit` and `--schema` print on the `--json` stream)."""
 
-    def __init__(self, paths: Mapping[str, Optional[PathLike]], inputs: Mapping[str, PathLike] = {}):
+    def __init__(self, paths: Mapping[str, Optional[PathLike]], inputs: Mapping[str, PathLike] = {},
+                 labels: Mapping[str, str] = {}):
         self.targets = {flag: target(flag, p) for flag, p in paths.items() if p is not None}
         self.inputs = {flag: os.fspath(p) for flag, p in inputs.items()}
         self.check_inputs()
@@ -334,8 +336,9 @@ class Outputs:
             key = t.path if t.kind != "file" else _identity(t.path)
             if key in seen:
                 what = "standard output" if t.kind == "stdout" else t.path
-                raise BtacalcError(f"{seen[key]} and {flag} both write to {what}; give each its own file")
-            seen[key] = flag
+                raise BtacalcError(f"{seen[key]} and {labels.get(flag, flag)} both write to {what}; give each its own "
+                                   "file")
+            seen[key] = labels.get(flag, flag)
 
     def check_inputs(self) -> None:
         """No output file may be a file this command reads: the inputs declared (`--model`, `--hw`,

@@ -49,6 +49,12 @@ def hw_show_table(p: HardwareProfile, calibration: str = "") -> Fit:
         fitted = f"\nfitted to: {', '.join(v.fitted_to)}" if v.fitted_to else ""
         t.add_row(k, quantity(v.value, p.range_of(k)), v.kind,
                   escape(v.note + "\n" if v.note else "") + f"[dim]{escape(v.source)}[/dim]" + escape(fitted))
+    for side in ("scaleup", "scaleout"):  # where each link class's measured latency was taken (nccl2)
+        ref = getattr(p.collectives, f"{side}_reference", None)
+        if ref is not None:
+            t.add_row(f"collectives.{side}_reference", f"{ref.collective} {ref.message_bytes:,.0f} B, {ref.ranks} GPUs "
+                      f"/ {ref.nodes} node{'s' if ref.nodes > 1 else ''}", ref.kind,
+                      escape(ref.note + "\n") + f"[dim]{escape(ref.source)}[/dim]")
     d = p.defaults
     t.caption = f"defaults: attention {d.attention}, recompute {d.recompute}. {d.note}" + (
         f"\nCalibration: {escape(calibration)}." if calibration else "")

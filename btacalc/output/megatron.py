@@ -52,6 +52,7 @@ def run_fields(r: PlanReport, spec: ModelSpec) -> dict[str, Any]:
     fields["run.bf16_layers_at_end"] = r.inputs.bf16_layers_at_end
     fields["run.moment_bytes"] = r.inputs.moment_bytes
     fields["run.gradient_accumulation_fusion"] = r.inputs.gradient_accumulation_fusion
+    fields["run.deterministic_mode"] = r.inputs.deterministic_mode
     for key in ("first_stage_layers", "last_stage_layers", "pipeline_layout"):
         fields[f"layout.{key}"] = getattr(par, key)
     if fields["overlap.all_to_all"] and not (moe and par.expert_parallel > 1):

@@ -72,6 +72,16 @@ class Measured(BaseModel):
                                               "last rank, whose pipeline stage is the last (Megatron-LM logs memory "
                                               "to TensorBoard from rank world_size - 1: training/global_vars.py L241)")
 
+    @model_validator(mode="after")
+    def _allocated_within_reserved(self) -> "Measured":
+        """PyTorch's caching allocator hands out tensors from the segments it reserved: the peak allocated is at
+        most the peak reserved (torch.cuda.max_memory_allocated <= max_memory_reserved)."""
+        alloc, reserved = self.peak_alloc_gib, self.peak_reserved_gib
+        if alloc is not None and reserved is not None and alloc > reserved:
+            raise ValueError(f"peak_alloc_gib {alloc:g} exceeds peak_reserved_gib {reserved:g}: allocated memory is "
+                             "part of the reserved")
+        return self
+
 
 class Overlaps(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
@@ -248,6 +258,8 @@ class MeasuredRun(BaseModel):
         for field, text, measured in (("known_gap", self.known_gap, (m.tokens_per_s_per_device, m.step_time_s)),
                                       ("memory_known_gap", self.memory_known_gap, (m.peak_alloc_gib,
                                                                                    m.peak_reserved_gib))):
+            if text and not text.strip():  # exempted the run with nothing to read (review7)
+                raise ValueError(f"{field} is blank: it says what btacalc lacks for this run (or leave it out)")
             if text and (self.role != "check" or not any(measured)):
                 what = "a fit run" if self.role != "check" else "a run that measures no " + (
                     "time" if field == "known_gap" else "peak memory")

@@ -134,6 +134,7 @@ def _inputs(problem: Problem) -> Inputs:
         fp8_attention=run.fp8_attention,
         rht_cast_fusion=run.rht_cast_fusion, gradient_accumulation_fusion=run.gradient_accumulation_fusion,
         checkpoint_early_stop=run.checkpoint_early_stop, eager_kernels=run.eager_kernels,
+        deterministic_mode=run.deterministic_attention and run.nccl_ring_only,
         cpu_offload_layers=run.cpu_offload_layers, moment_bytes=run.moment_bytes, routing_weights=run.routing_weights,
         bf16_layers_at_start=run.bf16_layers_at_start, bf16_layers_at_end=run.bf16_layers_at_end,
         bf16_layers=sorted(problem.model.bf16_layer_positions(run.bf16_ends)),

@@ -128,6 +128,9 @@ class Inputs(BaseModel):
     gradient_accumulation_fusion: bool = Field(True, description="weight-gradient GEMMs accumulate into the fp32 main "
                                                "gradient (Megatron's default); false: a separate add per parameter "
                                                "and micro-batch (--no-gradient-accumulation-fusion)")
+    deterministic_mode: bool = Field(False, description="Megatron --deterministic-mode (a launch's or a run's "
+                                     "recipe): the attention backward at its deterministic kernel's time where one "
+                                     "is published (attention_kernels.toml), NCCL rings only (NCCL_ALGO=Ring)")
     checkpoint_early_stop: bool = Field(False, description="full recompute as PyTorch's non-reentrant checkpoint "
                                         "with early stop: the MLP's second linear is not re-run "
                                         "(--checkpoint-early-stop)")
