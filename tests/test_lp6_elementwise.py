@@ -151,7 +151,7 @@ def test_the_mxfp8_ceiling_is_the_fp8_one_times_the_published_mxfp8_to_fp8_ratio
     assert k.mxfp8_gemm_ceiling_fraction.value == pytest.approx(k.fp8_gemm_ceiling_fraction.value * ratio, abs=5e-4)
     mx = resolved(load_preset("llama-3-8b"), hw, recompute="none", attention="flash", seq_len=S, precision="mxfp8")
     cs = resolved(load_preset("llama-3-8b"), hw, recompute="none", attention="flash", seq_len=S, precision="fp8-current")
-    assert matmul_ceiling(mx, cast_rates(mx).recipe.ceiling_kernel) == k.mxfp8_gemm_ceiling_fraction.value
+    assert matmul_ceiling(mx, cast_rates(mx).ceiling_kernel) == k.mxfp8_gemm_ceiling_fraction.value
     assert costs._rates(mx).low_share / costs._rates(cs).low_share == pytest.approx(
         k.mxfp8_gemm_ceiling_fraction.value / k.fp8_gemm_ceiling_fraction.value)
 

@@ -35,6 +35,9 @@ BASELINE_MS = {
     "deepseek_a2a_tp1ep8_fp8": (7.413806390762329, 10.08771367073059),
     "deepseek_deepep_tp1ep8_fp8": (5.840974426269531, 8.589135932922364),
     "deepseek_hybridep_tp1ep8_fp8": (5.0010079622268675, 7.715760040283203),
+    "mixtral_a2a_tp1ep8_fp8": (3.6756880044937135, 6.719020819664001),
+    "mixtral_deepep_tp1ep8_fp8": (4.02881760597229, 6.941707181930542),
+    "mixtral_hybridep_tp1ep8_fp8": (3.7378703594207763, 6.641488075256348),
 }
 PROXY = {"mixtral": ("mixtral-proxy.config.json", 8, 2), "deepseek": ("deepseek-proxy.config.json", 32, 8)}
 EP, TOKENS = 8, 4096  # test_cases.py: expert_model_parallel_size=8, seq_length 4096 x micro_batch_size 1
@@ -98,3 +101,35 @@ def test_btacalc_does_not_under_count_a_bf16_moe_layer_with_one_or_four_local_ex
     fitted = _moe_layer_ms(cli, data_dir, proxy, "h100", *flags)
     assert 0.95 * measured <= at_ceiling <= 1.25 * measured
     assert fitted > measured
+
+
+def _measured_speed_ups(proxy: str) -> list[float]:
+    """BF16 layer / FP8-blockwise layer of the same proxy and dispatcher, per dispatcher (baseline.json)."""
+    return [_measured(f"{proxy}_{d}_tp1ep8_bf16") / _measured(f"{proxy}_{d}_tp1ep8_fp8")
+            for d in ("a2a", "deepep", "hybridep")]
+
+
+@pytest.mark.parametrize("proxy", [
+    pytest.param("mixtral", marks=pytest.mark.xfail(strict=True, reason=(
+        "docs/precision.md fp8bw: at the blockwise GEMM ceiling btacalc's Mixtral layer speed-up is 1.40 against "
+        "1.15-1.18 measured (+15%: 1.36); its FP8 layer, 8.71 ms, is 16-21% faster than the measured 10.38-10.97 ms "
+        "while its BF16 layer is within -3% / +1% of the measured one: something beyond the GEMM rate and the casts "
+        "(unmodelled, unsourced) slows Megatron's FP8 layer"))),
+    "deepseek",
+])
+def test_the_bf16_over_fp8_blockwise_layer_speed_up_is_within_the_measured_range(cli, data_dir, tmp_path, proxy):
+    """fp8bw: the blockwise recipe's GEMMs run at Hopper's block-scaled cuBLASLt rate (kernels.
+    fp8_block_gemm_ceiling_fraction, from TransformerEngine's own benchmark; tests/test_fp8bw_blockwise.py) and its
+    casts write a rowwise and a columnwise copy in one kernel. The BF16 / FP8-blockwise layer speed-up of NVIDIA's
+    baselines (Mixtral proxy 12.087 / 10.395 = 1.163, 12.640 / 10.970 = 1.152, 12.254 / 10.379 = 1.181; DeepSeek
+    proxy 17.395 / 17.502 = 0.994, 14.484 / 14.430 = 1.004, 14.091 / 12.717 = 1.108) is a kernel-benchmark ratio, so
+    both layers are planned at the GEMM ceiling (compute_efficiency 1: moe12 found the BF16 layer runs there).
+    btacalc's speed-up, alltoall and flex dispatchers, lies within the measured range widened by 15%. A check, not
+    a fit: the ceiling comes from the kernel benchmark, not from these layers."""
+    measured = _measured_speed_ups(proxy)
+    assert min(measured) > 0.99 and max(measured) < 1.19
+    hw = _ceiling_profile(tmp_path)
+    for flags in ([], ["--deepep"]):
+        bf16 = _moe_layer_ms(cli, data_dir, proxy, hw, *flags)
+        fp8 = _moe_layer_ms(cli, data_dir, proxy, hw, *flags, "--precision", "fp8-blockwise")
+        assert 0.85 * min(measured) <= bf16 / fp8 <= 1.15 * max(measured)

@@ -341,6 +341,11 @@ class Kernels(_Section):
         None, description="share of the datasheet dense FP8 peak a large MXFP8 GEMM (32-element E8M0 block scales, "
         "cuBLASLt/cuDNN) reaches in a microbenchmark of this generation; the MXFP8 recipe's linear-layer GEMMs run at "
         "it (model/gpu/costs.py); None: at fp8_gemm_ceiling_fraction (else the BF16 one)")
+    fp8_block_gemm_ceiling_fraction: Annotated[Optional[Number], FRACTION] = Field(
+        None, description="share of the datasheet dense FP8 peak a large FP8 GEMM with 1x128 / 128x128 FP32 block "
+        "scales (cuBLASLt VEC128_32F / BLK128x128_32F, what TransformerEngine's Float8BlockScaling runs on Hopper) "
+        "reaches in a benchmark of this generation; the fp8-blockwise recipe's linear-layer GEMMs run at it "
+        "(model/gpu/costs.py); None: at fp8_gemm_ceiling_fraction (else the BF16 one)")
     fp4_gemm_ceiling_fraction: Annotated[Optional[Number], FRACTION] = Field(
         None, description="share of the datasheet dense FP4 peak a large NVFP4 GEMM (block scales, cuBLASLt) reaches "
         "in a microbenchmark of this generation; the NVFP4 recipe's linear-layer GEMMs run at it "

@@ -47,7 +47,10 @@ class Recipe(BaseModel):
     te_recipe: str
     gemm_peak: Literal["bf16", "fp8", "fp4"]
     # the GEMM kernel whose measured ceiling applies (precision.toml `gemm_ceiling`); None: the gemm_peak dtype's
-    gemm_ceiling: Optional[Literal["mxfp8"]] = None
+    gemm_ceiling: Optional[Literal["mxfp8", "fp8_block"]] = None
+    # the kernel TE runs instead from compute capability 10.0 on (precision.toml `gemm_ceiling_from_cc10`)
+    gemm_ceiling_from_cc10: Optional[Literal["mxfp8"]] = None
+    gemm_ceiling_source: str = ""  # the TE code that says which GEMM kernel the recipe calls
     element_bytes: float = Field(gt=0, le=2)
     block_elements: int = Field(ge=0)
     scale_bytes: float = Field(ge=0)
@@ -78,11 +81,13 @@ class Recipe(BaseModel):
         """The linear layers run below 16 bits (anything quantised at all)."""
         return self.gemm_peak != "bf16"
 
-    @property
-    def ceiling_kernel(self) -> str:
-        """The key of the measured GEMM ceiling the recipe's linear-layer GEMMs run at (model/gpu/costs.py
-        `matmul_ceiling`): its own kernel's where precision.toml names one (MXFP8's block-scaled GEMM), else its
-        peak's dtype."""
+    def ceiling_kernel(self, compute_capability: float) -> str:
+        """The key of the measured GEMM ceiling the recipe's linear-layer GEMMs run at on a chip of
+        `compute_capability` (model/gpu/costs.py `matmul_ceiling`): the kernel TE runs instead from 10.0 on where
+        precision.toml names one (fp8-blockwise: emulated with MXFP8 GEMMs), else its own kernel's where it names one
+        (MXFP8's block-scaled GEMM, Hopper's 1x128 / 128x128 block-scaled one), else its peak's dtype."""
+        if self.gemm_ceiling_from_cc10 and compute_capability >= 10.0:
+            return self.gemm_ceiling_from_cc10
         return self.gemm_ceiling or self.gemm_peak
 
     @property

@@ -194,7 +194,7 @@ def _device_rates(problem: Problem) -> _Rates:
     share = ceiling * compute_efficiency(problem)
     peak = hw.chip.peak_flops_per_s.value * share
     cast = cast_rates(problem)  # the low-precision dtype's peak x compute_efficiency (x its dtype's ceiling below)
-    low_ceiling = matmul_ceiling(problem, cast.recipe.ceiling_kernel) if cast is not None else ceiling
+    low_ceiling = matmul_ceiling(problem, cast.ceiling_kernel) if cast is not None else ceiling
     return _Rates(
         peak=peak,
         peak_share=share,
@@ -287,13 +287,15 @@ def attention_core_peak(problem: Problem, gemm_peak: float, dtype: Optional[str]
 
 def matmul_ceiling(problem: Problem, dtype: str = "bf16") -> float:
     """The generation's measured large-GEMM share of the datasheet peak of `dtype`'s GEMMs (a recipe's
-    `ceiling_kernel`: bf16, fp8, mxfp8 or fp4), 1 for a profile without a [kernels] section. Every matmul phase runs at
-    datasheet x this x the family's fitted `compute_efficiency` before its shape's quantisation
+    `ceiling_kernel`: bf16, fp8, mxfp8, fp8_block or fp4), 1 for a profile without a [kernels] section. Every
+    matmul phase runs at datasheet x this x the family's fitted `compute_efficiency` before its shape's quantisation
     (model/gpu/gemm.py). The BF16 ceiling is `kernels.gemm_ceiling_fraction`; FP8 GEMMs take
     `kernels.fp8_gemm_ceiling_fraction` where the profile has a published FP8 microbenchmark (the same
     Maximum Achievable Matmul FLOPS table, torch._scaled_mm with per-tensor scales), else the BF16 one;
     MXFP8's block-scaled GEMMs (`dtype` "mxfp8", precision.toml `gemm_ceiling`) `kernels.mxfp8_gemm_ceiling_fraction`
     where the profile has one (the FP8 ceiling x a published MXFP8/FP8 ratio at the same shape), else the FP8 one;
+    Hopper's 1x128 / 128x128 block-scaled GEMMs (`dtype` "fp8_block": fp8-blockwise below compute capability 10.0)
+    `kernels.fp8_block_gemm_ceiling_fraction` where the profile has one, else the FP8 one;
     FP4 GEMMs `kernels.fp4_gemm_ceiling_fraction` where the profile has one (Blackwell: the BF16 ceiling x the
     NVFP4/BF16 ratio of a published cuBLAS benchmark at the same shapes), else the BF16 one."""
     kernels = problem.hardware.kernels
@@ -301,7 +303,9 @@ def matmul_ceiling(problem: Problem, dtype: str = "bf16") -> float:
         return 1.0
     if dtype == "mxfp8" and kernels.mxfp8_gemm_ceiling_fraction is not None:
         return kernels.mxfp8_gemm_ceiling_fraction.value
-    if dtype in ("fp8", "mxfp8") and kernels.fp8_gemm_ceiling_fraction is not None:
+    if dtype == "fp8_block" and kernels.fp8_block_gemm_ceiling_fraction is not None:
+        return kernels.fp8_block_gemm_ceiling_fraction.value
+    if dtype in ("fp8", "mxfp8", "fp8_block") and kernels.fp8_gemm_ceiling_fraction is not None:
         return kernels.fp8_gemm_ceiling_fraction.value
     if dtype == "fp4" and kernels.fp4_gemm_ceiling_fraction is not None:
         return kernels.fp4_gemm_ceiling_fraction.value

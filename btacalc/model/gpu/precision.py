@@ -79,6 +79,7 @@ class CastRates:
     activation_bytes_per_cast: float  # an activation's or gradient's (differs under NVFP4 without RHT cast fusion)
     cache_bytes_per_param: float  # quantised weight copies kept per parameter (with their scales)
     weight_casts_per_micro_batch: Any  # 1 / M: the weights are cast once per optimizer step
+    ceiling_kernel: str = ""  # the measured GEMM ceiling the recipe's GEMMs take on this chip (Recipe.ceiling_kernel)
 
 
 def cast_bytes_per_element(recipe: Recipe, copies: int) -> float:
@@ -114,14 +115,16 @@ def cast_rates(problem: Problem) -> Optional[CastRates]:
     chip = problem.hardware.chip
     peak = {"fp8": chip.peak_fp8_flops_per_s, "fp4": chip.peak_fp4_flops_per_s}[recipe.gemm_peak]
     assert peak is not None  # checked when the execution was resolved (config.precision.check_precision)
-    copies = recipe.copies(chip.compute_capability.value if chip.compute_capability else 0.0)
+    cc = chip.compute_capability.value if chip.compute_capability else 0.0
+    copies = recipe.copies(cc)
     shares = cast_bandwidth_shares(problem.hardware.kernels, copies)
     kernels = recipe.activation_cast_kernels(copies, problem.run.rht_cast_fusion)
     return CastRates(recipe=recipe, peak=peak.value * compute_efficiency(problem),
                      full_bandwidth_bytes_per_cast=full_bandwidth_bytes(recipe, copies, shares),
                      activation_bytes_per_cast=full_bandwidth_bytes(recipe, copies, shares, kernels),
                      cache_bytes_per_param=copies * recipe.bytes_per_element,
-                     weight_casts_per_micro_batch=1 / problem.layout.micro_batches)
+                     weight_casts_per_micro_batch=1 / problem.layout.micro_batches,
+                     ceiling_kernel=recipe.ceiling_kernel(cc))
 
 
 @dataclass(frozen=True)
