@@ -128,14 +128,13 @@ def nccl_ring_ctas(problem: Problem) -> Any:
     return where(k >= size, NCCL_RING_CTAS["in_domain"].value, NCCL_RING_CTAS["across_domains"].value)
 
 
-def fsdp_sm_share_loss(problem: Problem, comm_s: Any, compute_s: Any) -> Any:
-    """Compute time PyTorch FSDP1's per-micro-batch ring collectives (`comm_s`) take from the `compute_s` they
-    hide behind: min(c, t) x collective channels / SMs; 0 for any other data parallelism (module docstring)."""
-    lay = problem.layout
-    if not (lay.fsdp and lay.fsdp_impl == "torch"):
-        return 0.0
+def dp_sm_share_loss(problem: Problem, hidden_s: Any) -> Any:
+    """Compute time the data-parallel ring collectives take from the compute they hide behind: `hidden_s`
+    (the part of the traffic the overlap hides: min(traffic, window)) x collective channels / SMs, for every
+    data parallelism btacalc overlaps through NCCL (PyTorch FSDP1, Megatron-FSDP / ZeRO-3's per-micro-batch
+    traffic, Megatron DDP's --overlap-grad-reduce / --overlap-param-gather buckets: module docstring)."""
     sms = problem.hardware.chip.cores.value
-    return where(lay.sharding_ranks > 1, minimum(comm_s, compute_s) * nccl_ring_ctas(problem) / sms, 0.0)
+    return where(problem.layout.sharding_ranks > 1, hidden_s * nccl_ring_ctas(problem) / sms, 0.0)
 
 
 def nccl_alltoall_ctas(problem: Problem) -> Any:
