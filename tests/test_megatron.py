@@ -288,8 +288,8 @@ def test_tp_comm_overlap_hides_each_layers_exchange_behind_its_own_compute():
 
 
 def test_overlapped_gradient_reduce_hides_behind_the_whole_backward_pass():
-    # --overlap-grad-reduce: the step's exposed sync is the reduction minus the backward pass it hides
-    # behind, all of it: 32 layers and the embedding's and LM head's backward (Llama-3-8B, DP 16 over two
+    # --overlap-grad-reduce: the step's sync is the reduction minus the backward pass it hides behind, all of
+    # it, plus the SMs its channels take from that backward: 32 layers and the embedding's and LM head's backward (Llama-3-8B, DP 16 over two
     # nodes, s = 512, where the reduction outlasts the backward)
     from btacalc.config.execution import Overlaps
     from btacalc.model.gpu.costs import layer_parts, outside_parts
@@ -302,7 +302,9 @@ def test_overlapped_gradient_reduce_hides_behind_the_whole_backward_pass():
     st = gpu_step_time(p, 1, 1)
     reduce = st.communication_s["gradient_reduce"]
     assert reduce > backward and last.backward_s > 0
-    assert st.details["sync_s"] == pytest.approx(reduce - backward, rel=1e-12)
+    # the hidden part (the whole backward) holds the ring's 16 collective channels across nodes of the H100's
+    # 132 SMs (task dpsm, sm_share.py)
+    assert st.details["sync_s"] == pytest.approx(reduce - backward + backward * 16 / 132, rel=1e-12)
 
 
 def test_context_parallel_exchange_hides_behind_the_attention_core():

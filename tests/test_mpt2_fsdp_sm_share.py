@@ -15,7 +15,7 @@ import pytest
 from btacalc.config.execution import BatchLimits, ExecutionRequest, Layout, RunOptions
 from btacalc.config.hardware import resolve_hardware
 from btacalc.config.presets import resolve_model
-from btacalc.model.gpu.sm_share import NCCL_RING_CTAS, fsdp_sm_share_loss
+from btacalc.model.gpu.sm_share import NCCL_RING_CTAS, dp_sm_share_loss
 from btacalc.model.gpu.timing import gpu_step_time
 from btacalc.model.problem import make_problem
 from btacalc.planning.plan import make_plan
@@ -58,33 +58,38 @@ def _problem(hw: str = "h100", devices: int = 64, impl: str = "torch", fsdp: boo
                         layout)
 
 
-def test_the_window_is_the_shorter_of_traffic_and_compute():
+def test_the_loss_is_the_hidden_traffic_times_channels_over_sms():
     # 64 H100 over 8 nodes: the ring leaves the node, 16 channels
-    assert fsdp_sm_share_loss(_problem(), 0.3, 1.0) == pytest.approx(0.3 * 16 / H100_SMS)
-    assert fsdp_sm_share_loss(_problem(), 3.0, 1.0) == pytest.approx(1.0 * 16 / H100_SMS)
+    assert dp_sm_share_loss(_problem(), 0.3) == pytest.approx(0.3 * 16 / H100_SMS)
     # 8 H100 in one node: 24 channels; 8 A100: 24 of 108 SMs
-    assert fsdp_sm_share_loss(_problem(devices=8), 0.3, 1.0) == pytest.approx(0.3 * 24 / H100_SMS)
-    assert fsdp_sm_share_loss(_problem("a100-80gb", devices=8), 0.3, 1.0) == pytest.approx(0.3 * 24 / A100_SMS)
+    assert dp_sm_share_loss(_problem(devices=8), 0.3) == pytest.approx(0.3 * 24 / H100_SMS)
+    assert dp_sm_share_loss(_problem("a100-80gb", devices=8), 0.3) == pytest.approx(0.3 * 24 / A100_SMS)
+    # one data-parallel rank: no collective, nothing held
+    assert dp_sm_share_loss(_problem(devices=1), 0.3) == 0.0
 
 
-def test_only_pytorch_fsdp1_is_charged():
-    # Megatron-FSDP's and Megatron DDP's NCCL set-up (NVLS, user buffers) was not checked: not charged
-    assert fsdp_sm_share_loss(_problem(impl="megatron"), 0.3, 1.0) == 0.0
-    assert fsdp_sm_share_loss(_problem(fsdp=False), 0.3, 1.0) == 0.0
-
-
-def test_step_carries_the_loss_per_micro_batch():
-    # MPT-13B on 64 H100, micro-batch 2 (llm-foundry's row): the term is the shorter of the stage's FSDP traffic
-    # per micro-batch and its compute, times 16/132, and the step's phase time is that per micro-batch times M
-    p = _problem()
-    ev = p.evaluate(1, 2)
-    step = gpu_step_time(p, 1, 2, ev, micro_batches=3)
+def _hidden_fsdp_term(impl: str) -> tuple[float, float]:
+    """(FSDP traffic per micro-batch, the per-micro-batch dp_sm_share term) of MPT-13B on 64 H100, micro-batch 2,
+    three micro-batches; checks that the traffic is wholly hidden (shorter than the compute)."""
+    step = gpu_step_time(_problem(impl=impl), 1, 2, micro_batches=3)
     terms = step.details["terms"]
     traffic = step.communication_s["zero_per_micro_batch"] / 3
     assert 0 < traffic < terms["compute"]  # hidden: the whole traffic runs beside compute
-    assert terms["fsdp_sm_share"] == pytest.approx(traffic * 16 / H100_SMS)
-    assert step.phase_time_s["fsdp_sm_share"] == pytest.approx(3 * traffic * 16 / H100_SMS)
-    assert gpu_step_time(_problem(impl="megatron"), 1, 2, micro_batches=3).details["terms"]["fsdp_sm_share"] == 0.0
+    assert step.phase_time_s["dp_sm_share"] == pytest.approx(3 * terms["dp_sm_share"])
+    return traffic, terms["dp_sm_share"]
+
+
+def test_step_carries_the_loss_per_micro_batch():
+    # MPT-13B on 64 H100, micro-batch 2 (llm-foundry's row): the term is the stage's FSDP traffic per micro-batch
+    # (hidden: shorter than its compute) times 16/132, and the step's phase time is that times M
+    traffic, term = _hidden_fsdp_term("torch")
+    assert term == pytest.approx(traffic * 16 / H100_SMS)
+
+
+def test_megatron_fsdp_pays_the_same_rule():
+    # task dpsm: Megatron-FSDP's hidden per-micro-batch collectives are NCCL rings too (one rule with FSDP1)
+    traffic, term = _hidden_fsdp_term("megatron")
+    assert term == pytest.approx(traffic * 16 / H100_SMS)
 
 
 def _mpt_13b_plan(grad_bytes: int | None = None):

@@ -56,9 +56,29 @@ Reserved SMs (named data, with their sources):
   L777 / L782) the same steps give 8 -> 8 (no duplication) -> 16 (an estimate: the MosaicML H100 cluster's NICs
   are not published).
 
+- Megatron-LM's DDP (task dpsm, docs/clock.md): with --overlap-grad-reduce each bucket's reduce-scatter (the
+  distributed optimizer) or all-reduce is issued with async_op=True as the backward fills it, so it runs on
+  the process group's NCCL stream beside the compute stream (Megatron-LM @ d98e8a64
+  megatron/core/distributed/param_and_grad_buffer.py L674-685 (the stream diagram and async_op), L718-731);
+  with --overlap-param-gather the distributed optimizer's all-gathers are async the same way (L408, L510-526).
+  Buckets hold max(40M, 1M x DP) parameters by default (distributed_data_parallel.py L133-134), far above the
+  size below which NCCL drops ring channels (nBytes < nChannels x threads x 64, NVIDIA/nccl @ 5067397c
+  src/enqueue.cc L2090-2096, src/include/comm.h L51), so every collective channel runs: the ring counts above.
+  NVLink SHARP is off in the perf runs (Megatron-Bridge @ 568b3a3e scripts/performance/utils/executors.py L42
+  `NCCL_NVLS_ENABLE=0`, kept at 067f987d src/megatron/bridge/recipes/utils/environment_utils.py L27). The
+  window is what the overlap hides of the per-step traffic (timing.py: traffic - exposed), charged inside
+  the step's synchronisation; Megatron-FSDP's and ZeRO-3's hidden per-micro-batch traffic pays the same as
+  FSDP1's (one rule, `dp_sm_share_loss`). Megatron's `nccl_ub` (registered buffers, NCCL_CTA_POLICY=1)
+  takes NCCL's SM-efficient path instead: 4 / 5 SMs for all-gather / reduce-scatter inside one NVLink domain,
+  16 / 16 across it without SHARP (Megatron-LM @ d98e8a64 distributed_data_parallel_config.py L121-136;
+  NVIDIA/nccl @ 5067397c src/enqueue.cc L2152-2173, src/transport/nvls.cc L1086-1097): not a layout option
+  here, so such a run is charged the ring count (docs/clock.md 'dpsm').
+
+Every count is the bound's SM count: the loss assumes the compute beside the collective is SM-bound for the
+whole window (moe5's measured check put the real loss near a quarter of the bound, docs/clock.md).
+
 Not modelled here: TransformerEngine userbuffers TP overlap (its SM margins, pipeline tails and bulk SM share,
-GEMM by GEMM: tp_overlap.py) and the overlapped data-parallel reduce-scatter / all-gather of Megatron's DDP and
-Megatron-FSDP (their NCCL configuration, NVLS and user-buffer registration, was not checked), docs/clock.md.
+GEMM by GEMM: tp_overlap.py), docs/clock.md.
 """
 
 from __future__ import annotations
@@ -128,14 +148,13 @@ def nccl_ring_ctas(problem: Problem) -> Any:
     return where(k >= size, NCCL_RING_CTAS["in_domain"].value, NCCL_RING_CTAS["across_domains"].value)
 
 
-def fsdp_sm_share_loss(problem: Problem, comm_s: Any, compute_s: Any) -> Any:
-    """Compute time PyTorch FSDP1's per-micro-batch ring collectives (`comm_s`) take from the `compute_s` they
-    hide behind: min(c, t) x collective channels / SMs; 0 for any other data parallelism (module docstring)."""
-    lay = problem.layout
-    if not (lay.fsdp and lay.fsdp_impl == "torch"):
-        return 0.0
+def dp_sm_share_loss(problem: Problem, hidden_s: Any) -> Any:
+    """Compute time the data-parallel ring collectives take from the compute they hide behind: `hidden_s`
+    (the part of the traffic the overlap hides: min(traffic, window)) x collective channels / SMs, for every
+    data parallelism btacalc overlaps through NCCL (PyTorch FSDP1, Megatron-FSDP / ZeRO-3's per-micro-batch
+    traffic, Megatron DDP's --overlap-grad-reduce / --overlap-param-gather buckets: module docstring)."""
     sms = problem.hardware.chip.cores.value
-    return where(lay.sharding_ranks > 1, minimum(comm_s, compute_s) * nccl_ring_ctas(problem) / sms, 0.0)
+    return where(problem.layout.sharding_ranks > 1, hidden_s * nccl_ring_ctas(problem) / sms, 0.0)
 
 
 def nccl_alltoall_ctas(problem: Problem) -> Any:

@@ -29,9 +29,10 @@ rules are the layout's named options (Megatron-Core's names; defaults in config/
   --overlap-param-gather behind the last micro-batch's backward / the first one's forward (interleaved:
   model chunk 0's share is exposed, the other chunks' behind the chunk backwards after / forwards before
   them, as Megatron-Core schedules them: `_ChunkSync`); ZeRO-3 and
-  FSDP prefetch their per-micro-batch gathers behind compute (Megatron-FSDP turns the overlaps on); PyTorch
-  FSDP1's ring collectives take their NCCL channels' SMs from that compute while hidden (`fsdp_sm_share` =
-  min(traffic, compute) x collective channels / SMs, sm_share.py).
+  FSDP prefetch their per-micro-batch gathers behind compute (Megatron-FSDP turns the overlaps on); every
+  one of these NCCL ring collectives takes its channels' SMs from the compute it hides behind (`dp_sm_share` =
+  the hidden per-micro-batch traffic x collective channels / SMs, sm_share.py; the hidden per-step
+  gradient reduction / weight all-gather pays the same, inside the step's synchronisation).
 tokens/s = DP·M·G·b·s / step; MFU = model FLOPs (the whole model, t = CP = 1) / (step x devices x peak).
 """
 
@@ -54,7 +55,7 @@ from .costs import ISSUED_COUNTS, Part, layer_parts, new_part, outside_parts
 from .fixed import (FixedCosts, SyncSplit, dispatcher_syncs, fixed_costs, gpu_forward_share, host_time,
                     launch_time, launch_time_synced, wgrad_accumulate_s)
 from .memory import stage_key, stage_params
-from .sm_share import fsdp_sm_share_loss, sm_share_loss
+from .sm_share import dp_sm_share_loss, sm_share_loss
 from .tp_overlap import layer_overlap_s
 from .stages import PipelineStages
 
@@ -184,7 +185,7 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
     terms = {"compute": compute, "tp_comm": layer_terms["tp_comm"] + tp_outside, "cp_comm": layer_terms["cp_comm"],
              "all_to_all": layer_terms["all_to_all"], "a2a_sm_share": layer_terms["a2a_sm_share"],
              "pp_p2p": where(o.p2p, maximum(0.0, p2p - compute), p2p), "zero_per_micro_batch": per_mb,
-             "fsdp_sm_share": fsdp_sm_share_loss(problem, dp.per_micro_batch, compute),
+             "dp_sm_share": dp_sm_share_loss(problem, dp.per_micro_batch - per_mb),
              "tiling": layers * tiles * tile_overhead_s(problem),
              "wgrad_accumulate": wgrad_accumulate_s(problem, dense + expert)}
     names = ISSUED_COUNTS
@@ -210,7 +211,9 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
     casts = stage.weight_cast_s + _on_ends(outside, "weight_cast_s")
     fixed = FixedCosts(where(exists, fixed.optimizer_s, 0.0), where(exists, fixed.grad_norm_s, 0.0),
                        where(exists, casts, 0.0))
-    return _Stage(terms, raw, where(exists, reduce + gather, 0.0), sync_raw, fixed, host)
+    # the buckets' ring collectives hold their channels' SMs while hidden (sm_share.py)
+    hidden_sm = dp_sm_share_loss(problem, dp.reduce_per_step - reduce + dp.gather_per_step - gather)
+    return _Stage(terms, raw, where(exists, reduce + gather + hidden_sm, 0.0), sync_raw, fixed, host)
 
 
 @dataclass(frozen=True)
