@@ -434,8 +434,9 @@ MEGATRON_RUN_DEFAULTS: dict[str, tuple[Any, str]] = {
 
 # What a --deterministic-mode run does that btacalc does not time (Megatron-LM @ d98e8a64 megatron/training/
 # determinism.py L25-31 sets the environment, L158 torch.use_deterministic_algorithms(True)); said in the run's notes.
-# NCCL_ALGO=Ring: NCCL's tuning model then weighs rings alone (RunOptions.nccl_ring_only; gpu/nccl.py would otherwise
-# take a tree for an all-reduce where its model says the tree is faster). Its --no-gradient-accumulation-fusion is a recipe field of its own (gradient_accumulation_fusion).
+# NCCL_ALGO=Ring: NCCL's tuning model then weighs rings alone (RunOptions.nccl_ring_only; gpu/nccl.py would
+# otherwise take a tree for an all-reduce where its model says the tree is faster). Its
+# --no-gradient-accumulation-fusion is a recipe field of its own (gradient_accumulation_fusion).
 DETERMINISTIC_UNMODELLED = (
     "--deterministic-mode: NCCL_ALGO=Ring is timed (NCCL's tuning model weighs rings alone, no tree all-reduce); "
     "NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 is timed where the deterministic attention backward has a published cost "
@@ -508,9 +509,11 @@ def express(run: MeasuredRun, family: str = "gpu") -> tuple[Optional[ExecutionRe
 # A recipe's fields that pass to the request as they are when the recipe sets them (recipe field: request field)
 _RECIPE_COPIED = {"causal": "causal", "attention_kernel": "attention_kernel", "fsdp_impl": "fsdp_impl",
                   "memory_model": "memory_model", "gradient_accumulation_fusion": "gradient_accumulation_fusion"}
-# A recipe's switches that turn a request option on when on (recipe field: request field)
-_RECIPE_SWITCHES = {"fp8_dot_product_attention": "fp8_attention", "checkpoint_early_stop": "checkpoint_early_stop",
-                    "eager_kernels": "eager_kernels", "deterministic_mode": "deterministic_attention"}
+# A recipe's switches that turn request options on when on (recipe field: the request fields it sets);
+# --deterministic-mode sets both NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 and NCCL_ALGO=Ring (DETERMINISTIC_UNMODELLED)
+_RECIPE_SWITCHES = {"fp8_dot_product_attention": ("fp8_attention",),
+                    "checkpoint_early_stop": ("checkpoint_early_stop",), "eager_kernels": ("eager_kernels",),
+                    "deterministic_mode": ("deterministic_attention", "nccl_ring_only")}
 
 
 def _recipe_changes(recipe: Recipe, run: MeasuredRun, family: str) -> dict[str, Any]:
@@ -522,9 +525,8 @@ def _recipe_changes(recipe: Recipe, run: MeasuredRun, family: str) -> dict[str, 
         deepep=recipe.deepep, dispatcher_sms=recipe.dispatcher_sms, cuda_graph_scope=tuple(recipe.cuda_graph_scope))
     changes.update({target: getattr(recipe, name) for name, target in _RECIPE_COPIED.items()
                     if getattr(recipe, name) is not None})
-    changes.update({target: True for name, target in _RECIPE_SWITCHES.items() if getattr(recipe, name)})
-    if recipe.deterministic_mode:  # its NCCL_ALGO=Ring as well (DETERMINISTIC_UNMODELLED)
-        changes["nccl_ring_only"] = True
+    changes.update({target: True for name, targets in _RECIPE_SWITCHES.items() if getattr(recipe, name)
+                    for target in targets})
     if recipe.mtp_num_layers is not None:
         changes["multi_token_prediction"] = recipe.mtp_num_layers > 0
     if recipe.cross_entropy_loss_fusion is not None and family == "gpu":

@@ -53,7 +53,8 @@ class Group:
     factor (all-reduce 2, all-gather / reduce-scatter 1: formulas/constants.toml [collectives]), the Simple
     ring's bus bandwidth in bytes/s, the scale of the link class's latencies (`reference_scale`); `ring_only`
     under NCCL_ALGO=Ring (RunOptions.nccl_ring_only), where NCCL weighs no tree (tuning.cc L458-462 read
-    NCCL_ALGO into algoEnable; L538 a disabled algorithm gets bandwidth 0, which ncclTopoGetAlgoTime answers with time -1 (L634-637) and src/enqueue.cc L2038 never picks)."""
+    NCCL_ALGO into algoEnable; L538 a disabled algorithm gets bandwidth 0, which ncclTopoGetAlgoTime answers
+    with time -1 (L634-637) and src/enqueue.cc L2038 never picks)."""
 
     ranks: Any
     nodes: Any

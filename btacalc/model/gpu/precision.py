@@ -79,7 +79,7 @@ class CastRates:
     activation_bytes_per_cast: float  # an activation's or gradient's (differs under NVFP4 without RHT cast fusion)
     cache_bytes_per_param: float  # quantised weight copies kept per parameter (with their scales)
     weight_casts_per_micro_batch: Any  # 1 / M: the weights are cast once per optimizer step
-    ceiling_kernel: str = ""  # the measured GEMM ceiling the recipe's GEMMs take on this chip (Recipe.ceiling_kernel)
+    ceiling_kernel: str  # the measured GEMM ceiling the recipe's GEMMs take on this chip (Recipe.ceiling_kernel)
 
 
 def cast_bytes_per_element(recipe: Recipe, copies: int) -> float:

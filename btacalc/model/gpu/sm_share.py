@@ -46,8 +46,8 @@ Reserved SMs (named data, with their sources):
   plan's channel mask), and FSDP1 issues each unit's all-gathers and its reduce-scatter on its own streams while
   the blocks compute (pytorch@00ae0bc9 torch/distributed/fsdp/_runtime_utils.py: the unshard and post-backward
   streams), so for the whole of the per-micro-batch traffic up to the compute it hides behind, the collective
-  channels' SMs are not the GEMMs'. Collective channels inside one NVLink domain: 24, the same on Ampere and Hopper at the NCCL releases
-  the runs used (torch 1.13.1: 2.14.3, torch 2.1.0: 2.18.1) and at 5067397c: the ring search's top speed over the
+  channels' SMs are not the GEMMs'. Collective channels inside one NVLink domain: 24, the same on Ampere and
+  Hopper at the NCCL releases the runs used (torch 1.13.1: 2.14.3, torch 2.1.0: 2.18.1) and at 5067397c: the ring search's top speed over the
   GPU's NVLink bandwidth (A100 12 x 20 GB/s at 40 GB/s, H100 18 x 20 GB/s at 60 GB/s: 6 channels;
   v2.18.1-1 src/graph/topo.h L16-17, src/graph/search.cc L776, L781), duplicated (L954-961: 25 GB/s on sm80,
   50 GB/s on sm90) and doubled (src/graph/connect.cc L389): 6 -> 12 -> 24, as the p5 log prints ("24 coll
