@@ -236,6 +236,17 @@ def dp_collective_ctas(problem: Problem, collective: str) -> Any:
     return where(_dp_in_domain(problem), nvls, ring)
 
 
+DP_COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce")
+
+
+def dp_ctas(problem: Problem) -> dict[str, int]:
+    """The CTAs of each data-parallel collective (`dp_collective_ctas`) of a GPU plan with DP > 1, for the
+    report; empty otherwise."""
+    if problem.hardware.family != "gpu" or problem.layout.sharding_ranks <= 1:
+        return {}
+    return {kind: int(dp_collective_ctas(problem, kind)) for kind in DP_COLLECTIVES}
+
+
 def dp_sm_share_loss(problem: Problem, hidden_s: Any, collective: str) -> Any:
     """Compute time the data-parallel `collective` takes from the compute it hides behind: `hidden_s` (the part of
     the traffic the overlap hides: min(traffic, window)) x its CTAs / SMs, for every data parallelism btacalc
