@@ -46,15 +46,23 @@ Reserved SMs (named data, with their sources):
   plan's channel mask), and FSDP1 issues each unit's all-gathers and its reduce-scatter on its own streams while
   the blocks compute (pytorch@00ae0bc9 torch/distributed/fsdp/_runtime_utils.py: the unshard and post-backward
   streams), so for the whole of the per-micro-batch traffic up to the compute it hides behind, the collective
-  channels' SMs are not the GEMMs'. Collective channels inside one NVLink domain: 24, the same on Ampere and
-  Hopper at the NCCL releases the runs used (torch 1.13.1: 2.14.3, torch 2.1.0: 2.18.1) and at 5067397c: the ring search's top speed over the
-  GPU's NVLink bandwidth (A100 12 x 20 GB/s at 40 GB/s, H100 18 x 20 GB/s at 60 GB/s: 6 channels;
-  v2.18.1-1 src/graph/topo.h L16-17, src/graph/search.cc L776, L781), duplicated (L954-961: 25 GB/s on sm80,
-  50 GB/s on sm90) and doubled (src/graph/connect.cc L389): 6 -> 12 -> 24, as the p5 log prints ("24 coll
-  channels", L77-82). Across NVLink domains the network graph gives the count: 16 on the two-node p5 log
-  (L90-95); with 8 NICs per node below 50 GB/s each (a 400 Gb/s NIC runs at the inter list's top speed, 48 GB/s,
-  L777 / L782) the same steps give 8 -> 8 (no duplication) -> 16 (an estimate: the MosaicML H100 cluster's NICs
-  are not published).
+  channels' SMs are not the GEMMs'. Collective channels inside one NVLink domain, per GPU generation
+  (`NCCL_RING_CTAS`, keyed by compute capability as NCCL keys its NVLink bandwidth and search speeds): 24 on
+  Ampere and Hopper at the NCCL releases the runs used (torch 1.13.1: 2.14.3, torch 2.1.0: 2.18.1) and at 2.27:
+  the ring search's top speed over the GPU's NVLink bandwidth (A100 12 x 20 GB/s at 40 GB/s, H100 18 x 20 GB/s
+  at 60 GB/s: 6 channels; v2.18.1-1 src/graph/topo.h L16-17, src/graph/search.cc L776, L781), duplicated
+  (L954-961: 25 GB/s on sm80, 50 GB/s on sm90) and doubled (src/graph/connect.cc L389): 6 -> 12 -> 24, as the
+  p5 log prints ("24 coll channels", L77-82). Blackwell (task ncclsm) at NCCL 2.25-2.29, the releases of the
+  NeMo 25.x / 26.x containers: 18 x 40.1 GB/s (v2.27.7-1 src/graph/topo.h L21, L258) searched from 90 GB/s
+  (search.cc L962, L1041): 8 channels, duplicated (L937-949), doubled (connect.cc L452): 32; a GB200 NVL72 rack
+  runs as multi-node NVLink, whose clique's topologies NCCL fuses into one NVSwitch graph with the same 18 links
+  per GPU (src/graph/topo.cc L1387-1392), so 32 there too; a B200 node's NCCL 2.27.3 log lists 32 ring channels
+  for a 4-GPU communicator ('Channel 00/32 ... 31/32', anindya-saha/training-parallelism-strategies-from-scratch
+  @ a13cfacc tp_inference_72b.md, p6-b200.48xlarge). Across NVLink domains the network graph gives the count: 16
+  on the two-node p5 log (L90-95); with 8 NICs per node below 50 GB/s each (a 400 Gb/s NIC runs at the inter
+  lists' top speed, 48 GB/s, L777 / L782; 2.27's sm100 list starts at 96 GB/s, above the NIC) the same steps
+  give 8 -> 8 (no duplication) -> 16, and 2.27's extra doubling (connect.cc L463-466) needs fewer than 16 (an
+  estimate: the clusters' NICs are not published).
 
 - Megatron-LM's DDP (task dpsm, docs/clock.md): with --overlap-grad-reduce each bucket's reduce-scatter (the
   distributed optimizer) or all-reduce is issued with async_op=True as the backward fills it, so it runs on
@@ -68,11 +76,19 @@ Reserved SMs (named data, with their sources):
   `NCCL_NVLS_ENABLE=0`, kept at 067f987d src/megatron/bridge/recipes/utils/environment_utils.py L27). The
   window is what the overlap hides of the per-step traffic (timing.py: traffic - exposed), charged inside
   the step's synchronisation; Megatron-FSDP's and ZeRO-3's hidden per-micro-batch traffic pays the same as
-  FSDP1's (one rule, `dp_sm_share_loss`). Megatron's `nccl_ub` (registered buffers, NCCL_CTA_POLICY=1)
-  takes NCCL's SM-efficient path instead: 4 / 5 SMs for all-gather / reduce-scatter inside one NVLink domain,
-  16 / 16 across it without SHARP (Megatron-LM @ d98e8a64 distributed_data_parallel_config.py L121-136;
-  NVIDIA/nccl @ 5067397c src/enqueue.cc L2152-2173, src/transport/nvls.cc L1086-1097): not a layout option
-  here, so such a run is charged the ring count (docs/clock.md 'dpsm').
+  FSDP1's (one rule, `dp_sm_share_loss`).
+- Megatron's `nccl_ub` (task ncclsm: `Layout.nccl_ub`, `--use-nccl-ub`, Bridge `ddp.nccl_ub`) registers the DP
+  buffers with NCCL; with NCCL_CTA_POLICY=1 (Megatron-Bridge's perf plugin sets it, Megatron-LM does not) NCCL
+  sends a registered all-gather / reduce-scatter down its NVLS path with ceil(factor / heads) CTAs, factor 4 x 8
+  (all-gather), 5 x 8 (reduce-scatter, sm90) or 6 x 8 (sm100), heads the group's GPUs in the node (NVIDIA/nccl @
+  5067397c src/transport/nvls.cc L1086-1097, the same from v2.27.3-1 to v2.29.3-1): 4 / 5 SMs on 8 H100, as
+  Megatron's table says (distributed_data_parallel_config.py L121-136). Only where NCCL takes that path
+  (src/enqueue.cc L2152-2173): NVLink SHARP on (`Layout.nvls`; the perf runs set NCCL_NVLS_ENABLE=0), sm90 or
+  later (src/graph/search.cc L1124), the whole group in one node (across nodes it needs SHARP's CollNet, not
+  modelled: Megatron's table's "NVL+IB without SHARP 16 / 16" is the ring count), no MNNVL (a GB200 NVL72 rack:
+  the profile's `devices_per_host` below its domain), all-gather and reduce-scatter only (an all-reduce keeps
+  the ring). Elsewhere the ring count. The per-micro-batch FSDP traffic, all-gathers and reduce-scatters
+  together, is charged the reduce-scatter's count (the larger).
 
 Every count is the bound's SM count: the loss assumes the compute beside the collective is SM-bound for the
 whole window (moe5's measured check put the real loss near a quarter of the bound, docs/clock.md).
