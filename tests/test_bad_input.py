@@ -342,6 +342,9 @@ for cmd in (["plan", "--hw", "b200"], ["sweep", "--hw", "b200", "--vary", "seq=2
     case("ignored", *cmd, "-m", "llama-3-8b", "--overlap-a2a", fragment="the model is dense")
 case("ignored", "plan", "-m", "llama-3-8b", *GPU8, "--precision", "mxfp8", "--no-rht-cast-fusion", fragment="got mxfp8")
 case("ignored", "plan", "-m", "llama-3-8b", *GPU8, "--deepep", fragment="the model is dense (no dispatch)")
+# ncclsm: NVLS picks nccl_ub's NCCL path (sm_share.nvls_ub_applies); nccl_ub registers NCCL buffers on GPUs only
+case("ignored", "plan", "-m", "llama-3-8b", *GPU8, "--nvls", fragment="it needs --nccl-ub")
+case("ignored", "plan", "-m", "llama-3-8b", "--hw", "wse3", "--nccl-ub", fragment="wse3 is not a GPU")
 # first/last layers in BF16 (bf16ends): only under a low-precision recipe Megatron runs them in, at most every layer
 case("ignored", "plan", "-m", "llama-3-8b", *GPU8, "--bf16-layers-at-start", "1",
      fragment="need a low --precision (fp8-current, fp8-blockwise, mxfp8, nvfp4), got bf16")

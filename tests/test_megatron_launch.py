@@ -220,6 +220,9 @@ BROKEN = {
     "fsdp-ckpt-format": ({"use_megatron_fsdp": True}, {}),
     "fsdp-connections": ({"use_megatron_fsdp": True, "ckpt_format": "fsdp_dtensor"}, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}),
     "fsdp-dtensor-needs-fsdp": ({"ckpt_format": "fsdp_dtensor"}, {}),
+    # arguments.py L1189-1191: manual registration of Megatron-FSDP's buffers needs both (here FSDP without nccl_ub)
+    "fsdp-manual-registration": ({"use_megatron_fsdp": True, "ckpt_format": "fsdp_dtensor",
+                                  "fsdp_manual_registration": True}, {}),
     "tp-cp-connections": ({"tensor_model_parallel_size": 2, "sequence_parallel": True}, {}),
     "param-gather-sharded": ({"overlap_param_gather": True, "overlap_grad_reduce": True}, {}),
     "param-gather-grad-reduce": ({"overlap_param_gather": True, "use_distributed_optimizer": True}, {}),

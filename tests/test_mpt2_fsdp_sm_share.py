@@ -15,7 +15,7 @@ import pytest
 from btacalc.config.execution import BatchLimits, ExecutionRequest, Layout, RunOptions
 from btacalc.config.hardware import resolve_hardware
 from btacalc.config.presets import resolve_model
-from btacalc.model.gpu.sm_share import NCCL_RING_CTAS, dp_sm_share_loss
+from btacalc.model.gpu.sm_share import dp_sm_share_loss, ring_channels
 from btacalc.model.gpu.timing import gpu_step_time
 from btacalc.model.problem import make_problem
 from btacalc.planning.plan import make_plan
@@ -42,14 +42,14 @@ def test_collective_channels_in_a_node_from_nccls_search():
     a100_old = _ring_channels(12, 22.0, 44.0, 25.0)
     assert a100 == h100 == a100_old == 6 * 2 * 2 == 24
     # the p5.48xlarge NCCL_DEBUG log prints "24 coll channels" in one node
-    assert NCCL_RING_CTAS["in_domain"].value == 24
+    assert ring_channels(8.0).in_domain.value == ring_channels(9.0).in_domain.value == 24
 
 
 def test_collective_channels_across_nodes():
     # 8 NICs per node: a 400 Gb/s NIC (50 GB/s) is searched at the inter list's top speed 48 GB/s, a 200 Gb/s one
     # (25 GB/s) at 24 (v2.18.1-1 src/graph/search.cc L777, L782): one search channel per NIC, not duplicated
     # (sm90 below 50 GB/s, sm80 below 25, L954-961), doubled: 16, as the two-node p5 log prints ("16 coll channels")
-    assert NCCL_RING_CTAS["across_domains"].value == 8 * 1 * 2 == 16
+    assert ring_channels(9.0).across_domains.value == 8 * 1 * 2 == 16
 
 
 def _problem(hw: str = "h100", devices: int = 64, impl: str = "torch", fsdp: bool = True):
@@ -60,12 +60,12 @@ def _problem(hw: str = "h100", devices: int = 64, impl: str = "torch", fsdp: boo
 
 def test_the_loss_is_the_hidden_traffic_times_channels_over_sms():
     # 64 H100 over 8 nodes: the ring leaves the node, 16 channels
-    assert dp_sm_share_loss(_problem(), 0.3) == pytest.approx(0.3 * 16 / H100_SMS)
+    assert dp_sm_share_loss(_problem(), 0.3, "reduce_scatter") == pytest.approx(0.3 * 16 / H100_SMS)
     # 8 H100 in one node: 24 channels; 8 A100: 24 of 108 SMs
-    assert dp_sm_share_loss(_problem(devices=8), 0.3) == pytest.approx(0.3 * 24 / H100_SMS)
-    assert dp_sm_share_loss(_problem("a100-80gb", devices=8), 0.3) == pytest.approx(0.3 * 24 / A100_SMS)
+    assert dp_sm_share_loss(_problem(devices=8), 0.3, "reduce_scatter") == pytest.approx(0.3 * 24 / H100_SMS)
+    assert dp_sm_share_loss(_problem("a100-80gb", devices=8), 0.3, "reduce_scatter") == pytest.approx(0.3 * 24 / A100_SMS)
     # one data-parallel rank: no collective, nothing held
-    assert dp_sm_share_loss(_problem(devices=1), 0.3) == 0.0
+    assert dp_sm_share_loss(_problem(devices=1), 0.3, "reduce_scatter") == 0.0
 
 
 def _hidden_fsdp_term(impl: str) -> tuple[float, float]:

@@ -146,6 +146,14 @@ DeepEpOpt = typer.Option(False, "--deepep/--no-deepep", show_default=False, help
 DispatcherSmsOpt = typer.Option(None, "--dispatcher-sms", help=help_text(
     "With --deepep: SMs DeepEP / HybridEP's dispatch and combine kernels hold (Megatron "
     "moe_flex_dispatcher_num_sms); an overlapped all-to-all takes them from compute [default: 20, Megatron-Core's]."))
+NcclUbOpt = typer.Option(False, "--nccl-ub/--no-nccl-ub", show_default=False, help=help_text(
+    "Megatron's --use-nccl-ub (DistributedDataParallelConfig.nccl_ub) with NCCL_CTA_POLICY=1: the data-parallel "
+    "buffers registered with NCCL, whose SM-efficient path the overlapped all-gather / reduce-scatter then take "
+    "with --nvls inside one NVLink domain [default: off, NCCL's ring channels]."))
+NvlsOpt = typer.Option(False, "--nvls/--no-nvls", show_default=False, help=help_text(
+    "With --nccl-ub: NVLink SHARP on (NCCL_NVLS_ENABLE=1), so a registered all-gather / reduce-scatter inside one "
+    "NVLink domain holds ceil(32 or 40-48 / GPUs) SMs, not the ring channels (sm90+, not across a multi-node NVLink "
+    "rack) [default: off, as Megatron-Bridge's perf runs set NCCL_NVLS_ENABLE=0]."))
 CudaGraphScopeOpt = typer.Option(None, "--cuda-graph-scope", help=help_text(
     "Megatron's per-layer CUDA graphs (--cuda-graph-impl transformer_engine), comma-separated scopes: attn, mlp, "
     "moe_router, moe_preprocess (with moe_router); their kernels, module calls and eager glue replay from one "

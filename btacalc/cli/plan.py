@@ -18,7 +18,7 @@ from .options import (with_flags, Accounting, AccountingOpt, Attention, Attentio
                       GpusPerNodeOpt, Precision, PrecisionOpt,
                       GradAccumOpt, GradBytesOpt, HwOpt, Loss, LossOpt, MaxGlobalBatchOpt, MaxTileBatchOpt,
                       MemoryModelChoice, MemoryModelOpt, MicroBatchOpt, ModelOpt, NameOpt, Objective,
-                      ObjectiveOpt, OutputOpt, TokensPerStepOpt, OverlapA2aOpt, DeepEpOpt, DispatcherSmsOpt, CudaGraphScopeOpt, OverlapGradOpt, OverlapOpt, OverlapP2pOpt,
+                      ObjectiveOpt, OutputOpt, TokensPerStepOpt, OverlapA2aOpt, DeepEpOpt, DispatcherSmsOpt, NcclUbOpt, NvlsOpt, CudaGraphScopeOpt, OverlapGradOpt, OverlapOpt, OverlapP2pOpt,
                       OverlapParamOpt, PpOpt, QuietOpt, RecomputeOpt, RoutingOpt, SeqOpt, SpOpt, TileBatchOpt,
                       TilesOpt, TopKOpt, TpOpt, TpOverlapOpt, VpOpt, ZeroOpt, check_bounds, help_text, layout_fields, outputs,
                       value, AccountEmbeddingOpt, AccountLossOpt, FirstStageOpt, LastStageOpt, PipelineLayoutOpt,
@@ -94,6 +94,8 @@ def plan(
     overlap_a2a: bool = OverlapA2aOpt,
     deepep: bool = DeepEpOpt,
     dispatcher_sms: Optional[int] = DispatcherSmsOpt,
+    nccl_ub: bool = NcclUbOpt,
+    nvls: bool = NvlsOpt,
     cuda_graph_scope: Optional[str] = CudaGraphScopeOpt,
     grad_accum: Optional[int] = GradAccumOpt,
     tp: Optional[int] = TpOpt,
@@ -179,7 +181,7 @@ def plan(
         attention_kernel=attention_kernel, fsdp_impl=fsdp_impl,
         accounting=accounting.value, memory_model=value(memory_model), overlap_streaming=overlap,
         devices=devices, expert_parallel=ep, zero_stage=zero, devices_per_node=gpus_per_node,
-        overlap_all_to_all=overlap_a2a, deepep=deepep, dispatcher_sms=dispatcher_sms,
+        overlap_all_to_all=overlap_a2a, deepep=deepep, dispatcher_sms=dispatcher_sms, nccl_ub=nccl_ub, nvls=nvls,
         cuda_graph_scope=_scopes(cuda_graph_scope, ()),
         micro_batches=grad_accum, objective=value(objective),
         tokens_per_step=tokens_per_step,
@@ -191,6 +193,8 @@ def plan(
                         (overlap_grad_reduce, overlap_param_gather, tp_comm_overlap, overlap_p2p)),
         **stage_split_field(first_stage_layers, last_stage_layers, pipeline_layout,
                             account_for_embedding_in_pipeline_split, account_for_loss_in_pipeline_split))
+    if imported and (nccl_ub or nvls):  # the command line adds nccl_ub / NVLS to an imported run's own
+        request = request.with_changes(nccl_ub=nccl_ub or request.nccl_ub, nvls=nvls or request.nvls)
     _check_emit(value(emit), search, profile, sensitivity, as_json)
     if value(emit) in ("megatron", "bridge") and request.fsdp_impl == "torch":
         raise BtacalcError(f"{{emit}} {value(emit)} prints a Megatron launch: {{fsdp_impl}} torch plans PyTorch FSDP1, "

@@ -239,6 +239,12 @@ class Layout:
     # SMs DeepEP / HybridEP's kernels hold (Megatron moe_flex_dispatcher_num_sms); None: Megatron-Core's
     # default (model/gpu/sm_share.py FLEX_DISPATCHER_SMS)
     dispatcher_sms: Optional[int] = None
+    # Megatron's nccl_ub (--use-nccl-ub, DistributedDataParallelConfig.nccl_ub): the DP / FSDP buffers registered
+    # with NCCL and NCCL_CTA_POLICY=1, as Megatron-Bridge's perf runs set them; with NVLink SHARP on (`nvls`,
+    # NCCL_NVLS_ENABLE) NCCL's registered all-gather / reduce-scatter in one NVLink domain take few SMs
+    # (model/gpu/sm_share.py dp_collective_ctas); nvls off: the ring channels, as without nccl_ub
+    nccl_ub: bool = False
+    nvls: bool = False
     # Megatron's per-layer CUDA-graph scopes (--cuda-graph-impl transformer_engine --cuda-graph-scope): what they
     # capture issues from one graph launch (config/cuda_graphs.py); empty: no CUDA graphs
     cuda_graph_scope: tuple[str, ...] = ()
@@ -304,6 +310,7 @@ class Layout:
             raise BtacalcError(f"{profile.name} has no {links} in its profile: {{devices}} needs them")
         self._validate_grids()
         self._validate_dispatcher(profile)
+        self._validate_nccl_ub(profile)
         check_scopes(self.cuda_graph_scope)
         if self.cuda_graph_scope and profile.family != "gpu":
             raise BtacalcError(f"{{cuda_graph_scope}} is Megatron's CUDA graphs on GPUs: {profile.name} is not a GPU")
@@ -339,6 +346,12 @@ class Layout:
                                           or self.expert_tensor_parallel > 1):
             raise BtacalcError("{fsdp_impl} torch is PyTorch FSDP1 over every rank as llm-foundry runs it: no "
                                "{tensor_parallel}, {pipeline_parallel}, {context_parallel} or {expert_parallel}")
+
+    def _validate_nccl_ub(self, profile: "HardwareProfile") -> None:
+        if self.nvls and not self.nccl_ub:
+            raise BtacalcError("{nvls} chooses NCCL's path for nccl_ub's registered buffers: it needs {nccl_ub}")
+        if self.nccl_ub and profile.family != "gpu":
+            raise BtacalcError(f"{{nccl_ub}} registers NCCL buffers on GPUs: {profile.name} is not a GPU")
 
     def _validate_dispatcher(self, profile: "HardwareProfile") -> None:
         if self.dispatcher_sms is None:
@@ -546,6 +559,8 @@ class ExecutionRequest:
     fsdp_impl: Optional[str] = None  # Layout.fsdp_impl (None: none named; checked there)
     deepep: bool = False  # DeepEP node-deduplicated dispatch (Layout.deepep); default the alltoall dispatcher
     dispatcher_sms: Optional[int] = None  # Layout.dispatcher_sms
+    nccl_ub: bool = False  # Layout.nccl_ub (Megatron --use-nccl-ub with NCCL_CTA_POLICY=1)
+    nvls: bool = False  # Layout.nvls (NCCL_NVLS_ENABLE=1 with nccl_ub)
     cuda_graph_scope: tuple[str, ...] = ()  # Layout.cuda_graph_scope
     gradient_bytes: Optional[int] = None
     routing_imbalance: float = 1.0
@@ -936,6 +951,7 @@ def _resolve_layout(request: ExecutionRequest, model: "ModelSpec", profile: "Har
                   expert_tensor_parallel=etp, fsdp=request.fsdp, fsdp_impl=request.fsdp_impl,
                   stage_split=request.stage_split,
                   deepep=request.deepep, dispatcher_sms=request.dispatcher_sms,
+                  nccl_ub=request.nccl_ub, nvls=request.nvls,
                   cuda_graph_scope=tuple(request.cuda_graph_scope),
                   overlap=_resolve_overlaps(request, chosen, devices > 1, sizes["virtual_pipeline"] > 1))
 

@@ -210,6 +210,9 @@ class Memory(_Section):
 class System(_Section):
     devices_per_node: Annotated[Optional[Number], DEVICES] = Field(
         None, description="devices sharing one scale-up domain")
+    devices_per_host: Annotated[Optional[Number], DEVICES] = Field(
+        None, description="GPU: devices one host (one operating system) holds, where fewer than devices_per_node: "
+        "the NVLink domain then spans hosts (NCCL's multi-node NVLink, MNNVL); absent: one host per domain")
     scaleup_bandwidth_bytes_per_s: Annotated[Optional[Number], BANDWIDTH] = Field(
         None, description="device-to-device bandwidth inside a node (NVLink), per device per direction")
     scaleout_bandwidth_bytes_per_s: Annotated[Optional[Number], BANDWIDTH] = Field(

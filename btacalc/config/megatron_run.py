@@ -11,7 +11,7 @@ from __future__ import annotations
 import collections.abc
 import re
 import reprlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -95,7 +95,20 @@ def import_megatron(text: str, source: str, devices: Optional[int] = None) -> Im
     """Plan inputs of a Megatron-LM launch script or file of arguments. `devices`: when the text has no
     torchrun prefix (else the two must agree)."""
     launch = read_launch(text, source)
-    return _imported(launch, devices)
+    return _nccl_settings(_imported(launch, devices), launch.env)
+
+
+def _nccl_settings(run: ImportedRun, env: dict[str, str]) -> ImportedRun:
+    """--use-nccl-ub takes NCCL's SM-efficient path only with NCCL_CTA_POLICY=1 (NVIDIA/nccl @ 5067397c
+    src/enqueue.cc L2152-2173), over NVLink SHARP unless NCCL_NVLS_ENABLE=0 (NCCL's default 2 enables it where
+    the system supports it, src/transport/nvls.cc)."""
+    if not run.request.nccl_ub:
+        return run
+    if env.get("NCCL_CTA_POLICY") != "1":
+        note = ("--use-nccl-ub without NCCL_CTA_POLICY=1 in the launch's environment: NCCL's default CTA policy "
+                "runs the data-parallel collectives on their ring channels (planned without nccl_ub)")
+        return replace(run, request=run.request.with_changes(nccl_ub=False), notes=run.notes + (note,))
+    return replace(run, request=run.request.with_changes(nvls=env.get("NCCL_NVLS_ENABLE") != "0"))
 
 
 def import_bridge(text: str, source: str, devices: Optional[int] = None,
@@ -312,7 +325,8 @@ def request_from_fields(f: Fields, spec: ModelSpec, devices: int, per_node: Opti
         devices=devices, devices_per_node=per_node, expert_parallel=f["layout.expert_parallel"],
         zero_stage=f["layout.zero_stage"], fsdp=f["layout.fsdp"],
         overlap_all_to_all=bool(f.get("overlap.all_to_all")), deepep=bool(f.get("layout.deepep")),
-        dispatcher_sms=f.get("layout.dispatcher_sms"), cuda_graph_scope=tuple(f.get("layout.cuda_graph_scope") or ()),
+        dispatcher_sms=f.get("layout.dispatcher_sms"), nccl_ub=bool(f.get("layout.nccl_ub")),
+        cuda_graph_scope=tuple(f.get("layout.cuda_graph_scope") or ()),
         limits=BatchLimits(global_batch=global_batch, micro_batch=micro or 1),
         tensor_parallel=f["layout.tensor_parallel"], sequence_parallel=f["layout.sequence_parallel"],
         pipeline_parallel=pp, virtual_pipeline=vp, context_parallel=f["layout.context_parallel"],

@@ -36,7 +36,7 @@ def run_fields(r: PlanReport, spec: ModelSpec) -> dict[str, Any]:
         "layout.expert_tensor_parallel": par.expert_tensor_parallel if moe else None,
         "layout.zero_stage": par.zero_stage,
         "layout.deepep": par.deepep and moe, "layout.dispatcher_sms": par.dispatcher_sms if moe else None,
-        "layout.cuda_graph_scope": tuple(par.cuda_graph_scope),
+        "layout.cuda_graph_scope": tuple(par.cuda_graph_scope), "layout.nccl_ub": par.nccl_ub,
         "batch.micro_batch": r.plan.global_batch,
         "batch.global_batch": par.data_parallel * par.micro_batches * r.plan.global_batch,
         "run.seq_len": r.inputs.seq_len, "run.recompute": r.inputs.recompute, "run.attention": r.inputs.attention,
@@ -64,7 +64,7 @@ def megatron_run(r: PlanReport, spec: ModelSpec) -> tuple[dict[str, Any], dict[s
     """Megatron destinations, the environment they need and the notes of a plan."""
     fields = run_fields(r, spec)
     args = encode(fields)
-    env = _environment(args)
+    env = {**_environment(args), **nccl_ub_environment(args, r.parallelism.nvls)}
     notes = _notes(r, spec, args)
     checked = dict(args, world=r.parallelism.devices)
     notes += [f"MEGATRON WOULD REFUSE THIS: {describe(rule)}" for rule in violations(checked, env)]
@@ -78,6 +78,16 @@ def _environment(args: dict[str, Any]) -> dict[str, str]:
     if (tp > 1 or cp > 1) and not args.get("use_megatron_fsdp") and not args.get("overlap_moe_expert_parallel_comm"):
         return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
     return {}
+
+
+def nccl_ub_environment(args: dict[str, Any], nvls: bool) -> dict[str, str]:
+    """nccl_ub's NCCL settings: NCCL_CTA_POLICY=1 (NCCL's SM-efficient path for registered buffers, NVIDIA/nccl @
+    5067397c src/enqueue.cc L2152-2173: Megatron-LM sets no CTA policy) and NVLink SHARP as planned, as Megatron-
+    Bridge's perf runs set them (@ 55f88437 scripts/performance/perf_plugins.py L263-267; @ 7af9601c
+    scripts/performance/utils/executors.py L42: NCCL_NVLS_ENABLE=0 otherwise)."""
+    if not args.get("nccl_ub"):
+        return {}
+    return {"NCCL_CTA_POLICY": "1", "NCCL_NVLS_ENABLE": "1" if nvls else "0"}
 
 
 def _notes(r: PlanReport, spec: ModelSpec, args: dict[str, Any]) -> list[str]:

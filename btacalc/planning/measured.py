@@ -132,6 +132,10 @@ class Recipe(BaseModel):
     dispatcher_sms: Optional[int] = Field(None, ge=1, description="moe_flex_dispatcher_num_sms (or the deprecated "
                                           "moe_deepep_num_sms / moe_hybridep_num_sms): SMs DeepEP / HybridEP's "
                                           "kernels hold (default: Megatron-Core's 20)")
+    nccl_ub: bool = Field(False, description="ddp.nccl_ub / --use-nccl-ub with NCCL_CTA_POLICY=1: registered "
+                          "data-parallel buffers (default off)")
+    nvls: bool = Field(False, description="NCCL_NVLS_ENABLE=1 with nccl_ub: NCCL's NVLS path for the registered "
+                       "all-gather / reduce-scatter (default off, as Megatron-Bridge's perf runs set it)")
     cuda_graph_scope: list[str] = Field(default_factory=list, description="--cuda-graph-scope with --cuda-graph-impl "
                                         "transformer_engine: Megatron's per-layer CUDA-graph scopes "
                                         "(btacalc/data/cuda_graph_scopes.toml); empty: no per-layer graphs")
@@ -522,7 +526,8 @@ def _recipe_changes(recipe: Recipe, run: MeasuredRun, family: str) -> dict[str, 
     changes: dict[str, Any] = dict(
         overlaps=OverlapRequest(grad_reduce=o.grad_reduce, param_gather=o.param_gather, tp_comm=o.tp_comm),
         overlap_all_to_all=o.all_to_all, attention=recipe.attention, gradient_bytes=recipe.gradient_bytes(),
-        deepep=recipe.deepep, dispatcher_sms=recipe.dispatcher_sms, cuda_graph_scope=tuple(recipe.cuda_graph_scope))
+        deepep=recipe.deepep, dispatcher_sms=recipe.dispatcher_sms, cuda_graph_scope=tuple(recipe.cuda_graph_scope),
+        nccl_ub=recipe.nccl_ub, nvls=recipe.nvls)
     changes.update({target: getattr(recipe, name) for name, target in _RECIPE_COPIED.items()
                     if getattr(recipe, name) is not None})
     changes.update({target: True for name, targets in _RECIPE_SWITCHES.items() if getattr(recipe, name)

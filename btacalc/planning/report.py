@@ -53,6 +53,13 @@ class ParallelInfo(BaseModel):
                          "(Megatron's flex dispatcher)")
     dispatcher_sms: Optional[int] = Field(None, description="SMs DeepEP/HybridEP hold while it runs (None: "
                                           "Megatron-Core's default, 20)")
+    nccl_ub: bool = Field(False, description="Megatron's nccl_ub with NCCL_CTA_POLICY=1: registered data-parallel "
+                          "buffers (--use-nccl-ub)")
+    nvls: bool = Field(False, description="NVLink SHARP on with nccl_ub (NCCL_NVLS_ENABLE=1)")
+    dp_collective_ctas: dict[str, int] = Field(default_factory=dict, description="SMs one data-parallel all-gather, "
+                                               "reduce-scatter and all-reduce holds while it hides behind compute "
+                                               "(NCCL's ring channels, or its NVLS path with nccl_ub: "
+                                               "btacalc/model/gpu/sm_share.py)")
     cuda_graph_scope: list[str] = Field(default_factory=list, description="Megatron's per-layer CUDA-graph scopes "
                                         "(--cuda-graph-impl transformer_engine); empty: no CUDA graphs")
     tensor_parallel: int = Field(1, description="TP (Megatron --tensor-model-parallel-size)")

@@ -55,7 +55,11 @@ from .costs import ISSUED_COUNTS, Part, layer_parts, new_part, outside_parts
 from .fixed import (FixedCosts, SyncSplit, dispatcher_syncs, fixed_costs, gpu_forward_share, host_time,
                     launch_time, launch_time_synced, wgrad_accumulate_s)
 from .memory import stage_key, stage_params
-from .sm_share import dp_sm_share_loss, sm_share_loss
+from .sm_share import dp_sm_share_loss, dp_step_sm_share, sm_share_loss
+
+# The per-micro-batch ZeRO-2 / ZeRO-3 / FSDP traffic mixes all-gathers and reduce-scatters; it is charged the
+# reduce-scatter's CTAs, the larger count under nccl_ub's NVLS path (sm_share.NVLS_UB_FACTORS), equal otherwise
+PER_MICRO_BATCH_KIND = "reduce_scatter"
 from .tp_overlap import layer_overlap_s
 from .stages import PipelineStages
 
@@ -185,7 +189,7 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
     terms = {"compute": compute, "tp_comm": layer_terms["tp_comm"] + tp_outside, "cp_comm": layer_terms["cp_comm"],
              "all_to_all": layer_terms["all_to_all"], "a2a_sm_share": layer_terms["a2a_sm_share"],
              "pp_p2p": where(o.p2p, maximum(0.0, p2p - compute), p2p), "zero_per_micro_batch": per_mb,
-             "dp_sm_share": dp_sm_share_loss(problem, dp.per_micro_batch - per_mb),
+             "dp_sm_share": dp_sm_share_loss(problem, dp.per_micro_batch - per_mb, PER_MICRO_BATCH_KIND),
              "tiling": layers * tiles * tile_overhead_s(problem),
              "wgrad_accumulate": wgrad_accumulate_s(problem, dense + expert)}
     names = ISSUED_COUNTS
@@ -212,7 +216,7 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
     fixed = FixedCosts(where(exists, fixed.optimizer_s, 0.0), where(exists, fixed.grad_norm_s, 0.0),
                        where(exists, casts, 0.0))
     # the buckets' ring collectives hold their channels' SMs while hidden (sm_share.py)
-    hidden_sm = dp_sm_share_loss(problem, dp.reduce_per_step - reduce + dp.gather_per_step - gather)
+    hidden_sm = dp_step_sm_share(problem, dp.reduce_per_step - reduce, dp.gather_per_step - gather)
     return _Stage(terms, raw, where(exists, reduce + gather + hidden_sm, 0.0), sync_raw, fixed, host)
 
 
