@@ -98,3 +98,41 @@ def test_the_recipe_is_planned_as_the_config_ran_it(run_id):
     # LAYER_CUDA_GRAPH=1 only in the _cg configs (the 1,344 / 1,452-node H100 and the B200 submissions)
     graphed = system.startswith(("eos-dfw_n1344_ngc24", "eos-dfw_n1452", "b200"))
     assert request.cuda_graph_scope == (("attn", "mlp") if graphed else ())
+
+
+# Llama 3.1 8B on GB200 (training_results_v5.1 @ 441d65f4, NVIDIA/results/<system>/llama31_8b/result_0..9.txt): the v5.1
+# logs carry the optimizer step at each block_start / block_stop (metadata step) instead of epoch_count.
+# id -> (system, GBS, seq, GPUs, (TP, CP, sequence parallel), per result file (blocks after the first, their steps, ms))
+LOGGED_8B = {
+    "llama-3-8b-gb200-72-fp8-current-mlperf-v51": ("tyche_ngpu72_ngc25.09_nemo", 36, 8192, 72, (1, 2, False),
+        ((13, 4446, 753289), (14, 4788, 821449), (13, 4446, 765449), (14, 4788, 830311),
+         (13, 4446, 762765), (14, 4788, 828843), (14, 4788, 820220), (14, 4788, 811385),
+         (14, 4788, 819906), (14, 4788, 833582))),
+    "llama-3-8b-gb200-512-fp8-current-mlperf-v51": ("tyche_ngpu512_ngc25.09_nemo", 64, 8192, 512, (2, 4, True),
+        ((17, 3264, 294508), (19, 3648, 329301), (17, 3264, 294487), (17, 3264, 293700),
+         (18, 3456, 311848), (15, 2880, 259216), (17, 3264, 294278), (18, 3456, 311162),
+         (16, 3072, 276741), (18, 3456, 311744))),
+}
+
+
+@pytest.mark.parametrize("run_id", sorted(LOGGED_8B))
+def test_the_llama_8b_throughput_is_the_logged_blocks(run_id):
+    system, gbs, seq, gpus, (tp, cp, sp), files = LOGGED_8B[run_id]
+    run = _runs()[run_id]
+    step = sum(ms for _, _, ms in files) / 1000 / sum(steps for _, steps, _ in files)
+    assert system in run.source and run.role == "check" and run.hw == "gb200"
+    assert (run.global_batch, run.seq, run.devices, run.precision) == (gbs, seq, gpus, "fp8-current")
+    assert run.measured.step_time_s == pytest.approx(step, abs=5e-6)
+    assert run.measured.tokens_per_s_per_device == pytest.approx(gbs * seq / step / gpus, abs=0.05)
+    # TP x CP x DP fills the GPUs; GA 1 and MBS 1 (the log's gradient_accumulation_steps 1.0): DP = GBS
+    assert (run.tp, run.pp, run.cp, run.micro_batch, run.sequence_parallel) == (tp, 1, cp, 1, sp)
+    assert tp * cp * gbs == gpus
+
+
+@pytest.mark.parametrize("run_id", sorted(LOGGED_8B))
+def test_the_llama_8b_recipe_is_planned_as_the_config_ran_it(run_id):
+    request, reason = express(_runs()[run_id])
+    assert reason == "" and request is not None
+    assert request.fp8_param_gather is True  # config_common.sh FP8_PARAM_GATHER=True
+    assert request.cuda_graph_scope == ()  # the run's full-iteration graph is not expressible: stated in its notes
+    assert request.loss == "te_fused"  # CE_FUSION_IMPL=te with cross_entropy_loss_fusion True
