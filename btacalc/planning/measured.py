@@ -176,6 +176,9 @@ class Recipe(BaseModel):
                                               "2.8.0+7cde9a33): under NVFP4 it decides whether an activation's two "
                                               "casts are one kernel (precision.toml rht_cast_fusion_since_te); "
                                               "default: the pinned TE's fused kernel")
+    fp8_param_gather: Optional[bool] = Field(None, description="--fp8-param-gather (NeMo 1.0's model.fp8_params): "
+                                             "FP8 parameters and their all-gather; default: the precision recipe's "
+                                             "Megatron-Bridge setting (precision.toml bridge_param_gather)")
     overlaps: Overlaps = Overlaps()
 
     def unmodelled(self) -> str:
@@ -505,9 +508,9 @@ def express(run: MeasuredRun, family: str = "gpu") -> tuple[Optional[ExecutionRe
         changes["routing_imbalance"] = imbalance
     # the published low-precision runs use Megatron-Bridge's mixed-precision recipes (btacalc/data/precision.toml
     # bridge_param_gather: FP8 parameters and their all-gather where the recipe turns them on)
+    changes.setdefault("fp8_param_gather", precision_recipe(run.precision).bridge_param_gather)
     return ExecutionRequest(seq_len=run.seq, recompute=recompute, devices=run.devices, limits=limits,
-                            precision=run.precision, fp8_param_gather=precision_recipe(run.precision).bridge_param_gather,
-                            **changes), ""
+                            precision=run.precision, **changes), ""
 
 
 # A recipe's fields that pass to the request as they are when the recipe sets them (recipe field: request field)
@@ -540,6 +543,8 @@ def _recipe_changes(recipe: Recipe, run: MeasuredRun, family: str) -> dict[str, 
         changes["moment_bytes"] = 2 if recipe.exp_avg_dtype == "bf16" else 4
     if recipe.transformer_engine is not None:
         changes["rht_cast_fusion"] = precision_recipe(run.precision).rht_cast_fused_in(recipe.transformer_engine)
+    if recipe.fp8_param_gather is not None:
+        changes["fp8_param_gather"] = recipe.fp8_param_gather
     if recipe.cpu_offloading_num_layers:
         changes["cpu_offload_layers"] = recipe.cpu_offloading_num_layers
     if recipe.pipeline_layout is not None or recipe.account_for_embedding or recipe.account_for_loss:
