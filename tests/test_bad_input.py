@@ -155,7 +155,7 @@ for cmd in (["plan"], ["sweep", "--vary", "experts=16"], ["compare"], ["crossove
     case("usage", *cmd, "--seq", "4096.5", fragment="--seq")
     case("usage", *cmd, "--seq", fragment="--seq")
 for flag in ("--global-batch", "--tiles", "--tile-batch", "--max-global-batch", "--max-tile-batch", "--experts",
-             "--top-k", "--expert-ffn", "--devices", "--ep", "--gpus-per-node", "--grad-accum"):
+             "--top-k", "--expert-ffn", "--devices", "--ep", "--gpus-per-node", "--grad-accum", "--ddp-bucket-size"):
     case("usage", "plan", flag, "0", fragment=flag)
     case("usage", "plan", flag, "two", fragment=flag)
 for flag, bad in (("--recompute", "sometimes"), ("--attention", "sparse"), ("--loss", "none"),
@@ -345,6 +345,9 @@ case("ignored", "plan", "-m", "llama-3-8b", *GPU8, "--deepep", fragment="the mod
 # ncclsm: NVLS picks nccl_ub's NCCL path (sm_share.nvls_ub_applies); nccl_ub registers NCCL buffers on GPUs only
 case("ignored", "plan", "-m", "llama-3-8b", *GPU8, "--nvls", fragment="it needs --nccl-ub")
 case("ignored", "plan", "-m", "llama-3-8b", "--hw", "wse3", "--nccl-ub", fragment="wse3 is not a GPU")
+# buckets: Megatron's gradient buckets are a GPU layout option (a wafer has no NVLink domain or NCCL buckets)
+case("ignored", "plan", "-m", "llama-3-8b", "--hw", "wse3", "--ddp-bucket-size", "1000000",
+     fragment="--ddp-bucket-size: GPU layout option")
 # first/last layers in BF16 (bf16ends): only under a low-precision recipe Megatron runs them in, at most every layer
 case("ignored", "plan", "-m", "llama-3-8b", *GPU8, "--bf16-layers-at-start", "1",
      fragment="need a low --precision (fp8-current, fp8-blockwise, mxfp8, nvfp4), got bf16")

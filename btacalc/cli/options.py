@@ -25,6 +25,7 @@ FLAGS = {
     "zero_stage": "--zero",
     "micro_batches": "--grad-accum",
     "devices_per_node": "--gpus-per-node",
+    "ddp_bucket_params": "--ddp-bucket-size",
     "overlap_all_to_all": "--overlap-a2a",
     "hardware": "--hw",
     "solve_for": "--solve-for",
@@ -154,6 +155,9 @@ NvlsOpt = typer.Option(False, "--nvls/--no-nvls", show_default=False, help=help_
     "With --nccl-ub: NVLink SHARP on (NCCL_NVLS_ENABLE=1), so a registered all-gather / reduce-scatter inside one "
     "NVLink domain holds ceil(32 or 40-48 / GPUs) SMs, not the ring channels (sm90+, not across a multi-node NVLink "
     "rack) [default: off, as Megatron-Bridge's perf runs set NCCL_NVLS_ENABLE=0]."))
+DdpBucketSizeOpt = typer.Option(None, "--ddp-bucket-size", min=1, help=help_text(
+    "Megatron's --ddp-bucket-size: parameters per gradient bucket, one overlapped data-parallel reduce-scatter / "
+    "all-gather each, every call paying NCCL's latency [default: Megatron's max(4e7, 1e6 x DP x CP)]."))
 CudaGraphScopeOpt = typer.Option(None, "--cuda-graph-scope", help=help_text(
     "Megatron's per-layer CUDA graphs (--cuda-graph-impl transformer_engine), comma-separated scopes: attn, mlp, "
     "moe_router, moe_preprocess (with moe_router); their kernels, module calls and eager glue replay from one "

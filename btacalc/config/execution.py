@@ -245,6 +245,10 @@ class Layout:
     # (model/gpu/sm_share.py dp_collective_ctas); nvls off: the ring channels, as without nccl_ub
     nccl_ub: bool = False
     nvls: bool = False
+    # Megatron's --ddp-bucket-size (DistributedDataParallelConfig.bucket_size): parameters per gradient bucket, one
+    # overlapped reduce-scatter / all-gather each; None: Megatron's default, max(4e7, 1e6 x DP x CP)
+    # (model/gpu/collectives.py gradient_buckets)
+    ddp_bucket_params: Optional[int] = None
     # Megatron's per-layer CUDA-graph scopes (--cuda-graph-impl transformer_engine --cuda-graph-scope): what they
     # capture issues from one graph launch (config/cuda_graphs.py); empty: no CUDA graphs
     cuda_graph_scope: tuple[str, ...] = ()
@@ -311,6 +315,9 @@ class Layout:
         self._validate_grids()
         self._validate_dispatcher(profile)
         self._validate_nccl_ub(profile)
+        b = self.ddp_bucket_params
+        if b is not None and (not isinstance(b, int) or isinstance(b, bool) or not 1 <= b <= MAX_SEQUENCES):
+            raise BtacalcError(f"{{ddp_bucket_size}} must be a positive number of parameters, got {b!r}")
         check_scopes(self.cuda_graph_scope)
         if self.cuda_graph_scope and profile.family != "gpu":
             raise BtacalcError(f"{{cuda_graph_scope}} is Megatron's CUDA graphs on GPUs: {profile.name} is not a GPU")
@@ -561,6 +568,7 @@ class ExecutionRequest:
     dispatcher_sms: Optional[int] = None  # Layout.dispatcher_sms
     nccl_ub: bool = False  # Layout.nccl_ub (Megatron --use-nccl-ub with NCCL_CTA_POLICY=1)
     nvls: bool = False  # Layout.nvls (NCCL_NVLS_ENABLE=1 with nccl_ub)
+    ddp_bucket_params: Optional[int] = None  # Layout.ddp_bucket_params (Megatron --ddp-bucket-size)
     cuda_graph_scope: tuple[str, ...] = ()  # Layout.cuda_graph_scope
     gradient_bytes: Optional[int] = None
     routing_imbalance: float = 1.0
@@ -739,6 +747,7 @@ _NO_EFFECT: tuple[tuple[Any, str], ...] = (
 # `without_gpu_layout` sets them back (planning/compare.py: a wafer row's request beside GPU rows).
 _GPU_LAYOUT: tuple[tuple[str, str, Any], ...] = (
     ("devices_per_node", "devices_per_node", None),
+    ("ddp_bucket_size", "ddp_bucket_params", None),
     ("overlap_grad_reduce", "overlaps.grad_reduce", None),
     ("overlap_param_gather", "overlaps.param_gather", None),
     ("tp_comm_overlap", "overlaps.tp_comm", None),
@@ -951,7 +960,7 @@ def _resolve_layout(request: ExecutionRequest, model: "ModelSpec", profile: "Har
                   expert_tensor_parallel=etp, fsdp=request.fsdp, fsdp_impl=request.fsdp_impl,
                   stage_split=request.stage_split,
                   deepep=request.deepep, dispatcher_sms=request.dispatcher_sms,
-                  nccl_ub=request.nccl_ub, nvls=request.nvls,
+                  nccl_ub=request.nccl_ub, nvls=request.nvls, ddp_bucket_params=request.ddp_bucket_params,
                   cuda_graph_scope=tuple(request.cuda_graph_scope),
                   overlap=_resolve_overlaps(request, chosen, devices > 1, sizes["virtual_pipeline"] > 1))
 

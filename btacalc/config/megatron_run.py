@@ -326,7 +326,7 @@ def request_from_fields(f: Fields, spec: ModelSpec, devices: int, per_node: Opti
         zero_stage=f["layout.zero_stage"], fsdp=f["layout.fsdp"],
         overlap_all_to_all=bool(f.get("overlap.all_to_all")), deepep=bool(f.get("layout.deepep")),
         dispatcher_sms=f.get("layout.dispatcher_sms"), nccl_ub=bool(f.get("layout.nccl_ub")),
-        cuda_graph_scope=tuple(f.get("layout.cuda_graph_scope") or ()),
+        ddp_bucket_params=f.get("layout.ddp_bucket_params"), cuda_graph_scope=tuple(f.get("layout.cuda_graph_scope") or ()),
         limits=BatchLimits(global_batch=global_batch, micro_batch=micro or 1),
         tensor_parallel=f["layout.tensor_parallel"], sequence_parallel=f["layout.sequence_parallel"],
         pipeline_parallel=pp, virtual_pipeline=vp, context_parallel=f["layout.context_parallel"],

@@ -179,6 +179,13 @@ class Recipe(BaseModel):
     fp8_param_gather: Optional[bool] = Field(None, description="--fp8-param-gather (NeMo 1.0's model.fp8_params): "
                                              "FP8 parameters and their all-gather; default: the precision recipe's "
                                              "Megatron-Bridge setting (precision.toml bridge_param_gather)")
+    gpus_per_node: Optional[int] = Field(None, ge=1, le=MAX_DEVICES, description="devices the job's allocation "
+                                         "places in each NVLink domain where fewer than the profile's (plan "
+                                         "--gpus-per-node): e.g. SLURM --segment 16 trays x 4 GPUs = 64 of a GB200 "
+                                         "NVL72 rack's 72; default: the profile's domain")
+    ddp_bucket_size: Optional[int] = Field(None, ge=1, description="--ddp-bucket-size / DistributedDataParallelConfig."
+                                           "bucket_size: parameters per gradient bucket (default: Megatron's "
+                                           "max(4e7, 1e6 x DP x CP))")
     overlaps: Overlaps = Overlaps()
 
     def unmodelled(self) -> str:
@@ -515,7 +522,8 @@ def express(run: MeasuredRun, family: str = "gpu") -> tuple[Optional[ExecutionRe
 
 # A recipe's fields that pass to the request as they are when the recipe sets them (recipe field: request field)
 _RECIPE_COPIED = {"causal": "causal", "attention_kernel": "attention_kernel", "fsdp_impl": "fsdp_impl",
-                  "memory_model": "memory_model", "gradient_accumulation_fusion": "gradient_accumulation_fusion"}
+                  "memory_model": "memory_model", "gradient_accumulation_fusion": "gradient_accumulation_fusion",
+                  "gpus_per_node": "devices_per_node", "ddp_bucket_size": "ddp_bucket_params"}
 # A recipe's switches that turn request options on when on (recipe field: the request fields it sets);
 # --deterministic-mode sets both NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 and NCCL_ALGO=Ring (DETERMINISTIC_UNMODELLED)
 _RECIPE_SWITCHES = {"fp8_dot_product_attention": ("fp8_attention",),

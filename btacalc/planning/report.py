@@ -56,6 +56,8 @@ class ParallelInfo(BaseModel):
     nccl_ub: bool = Field(False, description="Megatron's nccl_ub with NCCL_CTA_POLICY=1: registered data-parallel "
                           "buffers (--use-nccl-ub)")
     nvls: bool = Field(False, description="NVLink SHARP on with nccl_ub (NCCL_NVLS_ENABLE=1)")
+    ddp_bucket_params: Optional[int] = Field(None, description="parameters per gradient bucket as given "
+                                             "(--ddp-bucket-size; None: Megatron's default, max(4e7, 1e6 x DP x CP))")
     dp_collective_ctas: dict[str, int] = Field(default_factory=dict, description="SMs one data-parallel all-gather, "
                                                "reduce-scatter and all-reduce holds while it hides behind compute "
                                                "(NCCL's ring channels, or its NVLS path with nccl_ub: "

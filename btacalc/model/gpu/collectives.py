@@ -89,7 +89,9 @@ from ...memo import plain_key
 from . import nccl
 from .precision import param_gather_factor
 
-# Megatron-Core's default gradient bucket: max(4e7, 1e6 x DP) parameters (distributed_data_parallel.py:134)
+# Megatron's default gradient bucket: max(4e7, 1e6 x |DP x CP group|) parameters (Megatron-LM @ d98e8a64
+# megatron/training/training.py L2179-2194 `resolve_ddp_bucket_size`, called with pg_collection.dp_cp at L2497-2502;
+# the module's own fallback, distributed_data_parallel.py L133-134, is not reached from pretrain)
 BUCKET_PARAMS = 40_000_000
 BUCKET_PARAMS_PER_DP_RANK = 1_000_000
 
@@ -380,9 +382,13 @@ def pipeline_p2p_time(problem: Problem, volume: Any) -> Any:
 
 
 def gradient_buckets(problem: Problem, params: Any) -> Any:
-    """Data-parallel collectives per optimizer step for `params` parameters (module docstring)."""
+    """Data-parallel collectives per optimizer step for `params` parameters: one per bucket of --ddp-bucket-size
+    parameters (the layout's), else of Megatron's default max(4e7, 1e6 x DP x CP); one bucket without the
+    overlapped reduce (Megatron sets bucket_size None then, training.py L2192-2193)."""
     lay = problem.layout
-    bucket = maximum(BUCKET_PARAMS, BUCKET_PARAMS_PER_DP_RANK * lay.data_parallel)
+    bucket = lay.ddp_bucket_params
+    if bucket is None:
+        bucket = maximum(BUCKET_PARAMS, BUCKET_PARAMS_PER_DP_RANK * lay.data_parallel * lay.context_parallel)
     return where(lay.overlap.grad_reduce, maximum(ceil_div(params, bucket), 1), 1)
 
 
