@@ -180,6 +180,22 @@ def a2a_refusal(recompute: str, pp: int, vp: int, ep: int) -> str | None:
     return None
 
 
+def dropped_overlaps(tp: int, vp: int, tp_comm: bool, p2p: bool) -> dict[str, str]:
+    """The communication overlaps Megatron-LM switches off or refuses for this layout, each with why (the plan
+    runs without them, as Megatron would): --overlap-p2p-communication without a virtual pipeline (arguments.py
+    L1010-1012 sets overlap_p2p_comm False: the 1F1B schedule has no p2p overlap), --tp-comm-overlap at TP 1
+    (L1433-1439 turns sequence parallelism off, then L1441-1442 asserts it)."""
+    out = {}
+    if p2p and vp == 1:
+        out["overlap_p2p"] = (f"Megatron-LM switches overlap_p2p_comm off without a virtual pipeline "
+                              f"({MEGATRON_LM_SHORT} {ARGS}:1010-1012, the 1F1B schedule): planned without it")
+    if tp_comm and tp == 1:
+        out["tp_comm_overlap"] = (f"Megatron-LM refuses --tp-comm-overlap at TP 1 (sequence parallelism is off there: "
+                                  f"{MEGATRON_LM_SHORT} {ARGS}:1433-1442); there is no TP communication to hide: "
+                                  "planned without it")
+    return out
+
+
 def p2p_refusal(pp: int, vp: int, p2p: bool) -> str | None:
     """Why Megatron refuses the interleaved schedule without p2p overlap on two stages (None: it runs)."""
     if vp > 1 and pp <= 2 and not p2p:
