@@ -546,6 +546,22 @@ for old, new, fragment in [
     assert old in LLAMA_LAUNCH, old
     case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/launch.args", fragment=fragment,
          files={"launch.args": LLAMA_LAUNCH.replace(old, new, 1)})
+# review8: launches Megatron-LM refuses that were planned (exit 0): --tp-comm-overlap at TP 1 beside --sequence-parallel
+# (arguments.py L1433-1439 switch SP off at TP 1, L1441-1442 assert it); --deterministic-mode with the fused cross
+# entropy (determinism.py L24, L141-148) or with NCCL_ALGO=Tree exported (L48, L88-94)
+for old, new, fragment in [
+    ("--num-layers 32", "--num-layers 32 --tp-comm-overlap", "--tp-comm-overlap needs --sequence-parallel, which "
+     "Megatron switches off at TP 1"),
+    ("--num-layers 32", "--num-layers 32 --deterministic-mode", "--deterministic-mode needs --tp-comm-overlap and "
+     "--cross-entropy-loss-fusion off"),
+]:
+    case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/launch.args", fragment=fragment,
+         files={"launch.args": LLAMA_LAUNCH.replace(old, new, 1)})
+for algo in ("Tree", "Ring,Tree", ","):
+    case("files", "plan", "--hw", "gb200", "--from-megatron", "{tmp}/launch.args",
+         fragment="--deterministic-mode takes NCCL_ALGO from CollnetChain, CollnetDirect, Ring, ^NVLS only",
+         files={"launch.args": f"export NCCL_ALGO={algo}\n" + MIXTRAL_LAUNCH.replace(
+             "--num-experts 8", "--num-experts 8 --deterministic-mode", 1)})
 # a layer pattern of 10^9 entries: 16 GB and 27 s of this machine before (its length is checked per operation now)
 case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/launch.args",
      fragment="a list of more than 10,000 entries (a model's layers)",
