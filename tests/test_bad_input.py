@@ -627,6 +627,22 @@ for field in ("known_gap", "memory_known_gap"):
          files={"runs.json": _runs_with(**{field: " \t "})})
 case("files", "validate", "--measured", "{tmp}/runs.json", fragment="peak_alloc_gib 20 exceeds peak_reserved_gib 12",
      outputs=False, files={"runs.json": _runs_with(measured={"peak_alloc_gib": 20.0, "peak_reserved_gib": 12.0})})
+# review8: an integer option read '8.0', '4096.0' and a run file's TOML float 1e3 as whole numbers, and '8_0' (a Python
+# literal's digit grouping) as 80, each exit 0/1, where '1e3' and a launch's '8192.0' were refused
+for args, fragment in ((["plan", "--hw", "h100", "--devices", "8.0"], "--devices/-n takes an integer, got '8.0'"),
+                       (["plan", "--hw", "h100", "--devices", "8_0"], "--devices/-n takes an integer, got '8_0'"),
+                       (["plan", "--hw", "h100", "--devices=1000.0"], "takes an integer, got '1000.0'"),
+                       (["plan", "--hw", "h100", "--devices", "8", "--seq", "4096.0"], "--seq takes an integer"),
+                       (["sweep", "--hw", "h100", "--devices", "8", "--grad-accum", "2.0", "--vary", "experts=16"],
+                        "--grad-accum takes an integer, got '2.0'"),
+                       (["compare", "--hw", "h100", "--ep", "8.0"], "--ep takes an integer, got '8.0'"),
+                       (["crossover", "--hw", "h100", "--seq", "2048.0"], "--seq takes an integer"),
+                       (["whatif", "--hw", "h100", "--devices", "8.0", "--target", "mfu=0.5", "--solve-for",
+                         "chip.peak_flops_per_s"], "--devices/-n takes an integer")):
+    case("usage", *args, fragment=fragment, outputs=False)
+for value in ("1e3", "8.0"):
+    case("files", "plan", "--config", "{tmp}/run.toml", fragment=f"devices: --devices/-n takes an integer, got '{float(value)}'",
+         files={"run.toml": f'hw = "h100"\ndevices = {value}\n'}, outputs=False)
 # compare's smallest GPU count escalated a given --recompute to full, so a misspelt one was never read
 case("values", "compare", "--hw", "h100", "--recompute", "bogus", fragment="recompute 'bogus': expected none")
 
