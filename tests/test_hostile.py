@@ -1027,3 +1027,18 @@ def test_a_search_candidates_p2p_overlap_is_megatrons(given, pp, vp, runs):
 
     request = ExecutionRequest(overlaps=OverlapRequest(p2p=given))
     assert _p2p(request, pp, vp) is runs
+
+
+@counted("given", 3)
+@pytest.mark.parametrize("hw, devices, per_node, nodes, noted", [("gb200", 128, 8, 16, True), ("h100", 16, 8, 2, False),
+                                                                  ("gb200", 8, 8, 1, False)])
+def test_an_emitted_launch_starts_the_plans_devices(cli, hw, devices, per_node, nodes, noted):
+    """review8: `plan --hw gb200 --devices 128 --emit megatron` launched `torchrun --nproc_per_node 72 --nnodes 1`, 72
+    processes for a 128-device plan (the NVL72 domain as the node, 128 // 72 = 1 node). torchrun's world size is
+    nproc_per_node x nnodes, so the launch must start the plan's devices: 128 = 16 x 8 (gcd(128, 72) = 8 per node),
+    said in a note; a domain that divides the devices stays one node (16 H100s: 2 x 8)."""
+    code, out, err = cli("plan", "--hw", hw, "--devices", str(devices), "--emit", "megatron")
+    assert code in (0, 1), err
+    assert f"torchrun --nproc_per_node {per_node} --nnodes {nodes} " in out
+    assert per_node * nodes == devices
+    assert ("NVLink domains of 72 do not divide 128 devices" in out) is noted
