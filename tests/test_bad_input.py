@@ -640,6 +640,10 @@ for args, fragment in ((["plan", "--hw", "h100", "--devices", "8.0"], "--devices
                        (["whatif", "--hw", "h100", "--devices", "8.0", "--target", "mfu=0.5", "--solve-for",
                          "chip.peak_flops_per_s"], "--devices/-n takes an integer")):
     case("usage", *args, fragment=fragment, outputs=False)
+# review8: an empty --solve-for entry was looked up as a hardware number named ''
+for spec, fragment in (("sram_bytes,", "has an empty entry"), (",", "names no number"), ("", "names no number")):
+    case("ranges", "whatif", "--hw", "wse3", "--target", "mfu=0.5", "--solve-for", spec, fragment=f"--solve-for {spec!r} "
+         + fragment, outputs=False)
 for value in ("1e3", "8.0"):
     case("files", "plan", "--config", "{tmp}/run.toml", fragment=f"devices: --devices/-n takes an integer, got '{float(value)}'",
          files={"run.toml": f'hw = "h100"\ndevices = {value}\n'}, outputs=False)
