@@ -640,6 +640,10 @@ for args, fragment in ((["plan", "--hw", "h100", "--devices", "8.0"], "--devices
                        (["whatif", "--hw", "h100", "--devices", "8.0", "--target", "mfu=0.5", "--solve-for",
                          "chip.peak_flops_per_s"], "--devices/-n takes an integer")):
     case("usage", *args, fragment=fragment, outputs=False)
+# review8: two run ids that differ only in Unicode composition print the same and were both kept
+case("files", "validate", "--measured", "{tmp}/runs.json", fragment="run ids given twice: caf\u00e9", outputs=False,
+     files={"runs.json": json.dumps({"runs": [dict(SHIPPED_RUNS["runs"][0], id="caf\u00e9"),
+                                              dict(SHIPPED_RUNS["runs"][0], id="cafe\u0301")]})})
 # review8: an empty --solve-for entry was looked up as a hardware number named ''
 for spec, fragment in (("sram_bytes,", "has an empty entry"), (",", "names no number"), ("", "names no number")):
     case("ranges", "whatif", "--hw", "wse3", "--target", "mfu=0.5", "--solve-for", spec, fragment=f"--solve-for {spec!r} "
