@@ -552,6 +552,22 @@ for old, new, fragment in [
     assert old in LLAMA_LAUNCH, old
     case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/launch.args", fragment=fragment,
          files={"launch.args": LLAMA_LAUNCH.replace(old, new, 1)})
+# review8: launches Megatron-LM refuses that were planned (exit 0): --tp-comm-overlap at TP 1 beside --sequence-parallel
+# (arguments.py L1433-1439 switch SP off at TP 1, L1441-1442 assert it); --deterministic-mode with the fused cross
+# entropy (determinism.py L24, L141-148) or with NCCL_ALGO=Tree exported (L48, L88-94)
+for old, new, fragment in [
+    ("--num-layers 32", "--num-layers 32 --tp-comm-overlap", "--tp-comm-overlap needs --sequence-parallel, which "
+     "Megatron switches off at TP 1"),
+    ("--num-layers 32", "--num-layers 32 --deterministic-mode", "--deterministic-mode needs --tp-comm-overlap and "
+     "--cross-entropy-loss-fusion off"),
+]:
+    case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/launch.args", fragment=fragment,
+         files={"launch.args": LLAMA_LAUNCH.replace(old, new, 1)})
+for algo in ("Tree", "Ring,Tree", ","):
+    case("files", "plan", "--hw", "gb200", "--from-megatron", "{tmp}/launch.args",
+         fragment="--deterministic-mode takes NCCL_ALGO from CollnetChain, CollnetDirect, Ring, ^NVLS only",
+         files={"launch.args": f"export NCCL_ALGO={algo}\n" + MIXTRAL_LAUNCH.replace(
+             "--num-experts 8", "--num-experts 8 --deterministic-mode", 1)})
 # a layer pattern of 10^9 entries: 16 GB and 27 s of this machine before (its length is checked per operation now)
 case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/launch.args",
      fragment="a list of more than 10,000 entries (a model's layers)",
@@ -617,6 +633,30 @@ for field in ("known_gap", "memory_known_gap"):
          files={"runs.json": _runs_with(**{field: " \t "})})
 case("files", "validate", "--measured", "{tmp}/runs.json", fragment="peak_alloc_gib 20 exceeds peak_reserved_gib 12",
      outputs=False, files={"runs.json": _runs_with(measured={"peak_alloc_gib": 20.0, "peak_reserved_gib": 12.0})})
+# review8: an integer option read '8.0', '4096.0' and a run file's TOML float 1e3 as whole numbers, and '8_0' (a Python
+# literal's digit grouping) as 80, each exit 0/1, where '1e3' and a launch's '8192.0' were refused
+for args, fragment in ((["plan", "--hw", "h100", "--devices", "8.0"], "--devices/-n takes an integer, got '8.0'"),
+                       (["plan", "--hw", "h100", "--devices", "8_0"], "--devices/-n takes an integer, got '8_0'"),
+                       (["plan", "--hw", "h100", "--devices=1000.0"], "takes an integer, got '1000.0'"),
+                       (["plan", "--hw", "h100", "--devices", "8", "--seq", "4096.0"], "--seq takes an integer"),
+                       (["sweep", "--hw", "h100", "--devices", "8", "--grad-accum", "2.0", "--vary", "experts=16"],
+                        "--grad-accum takes an integer, got '2.0'"),
+                       (["compare", "--hw", "h100", "--ep", "8.0"], "--ep takes an integer, got '8.0'"),
+                       (["crossover", "--hw", "h100", "--seq", "2048.0"], "--seq takes an integer"),
+                       (["whatif", "--hw", "h100", "--devices", "8.0", "--target", "mfu=0.5", "--solve-for",
+                         "chip.peak_flops_per_s"], "--devices/-n takes an integer")):
+    case("usage", *args, fragment=fragment, outputs=False)
+# review8: two run ids that differ only in Unicode composition print the same and were both kept
+case("files", "validate", "--measured", "{tmp}/runs.json", fragment="run ids given twice: caf\u00e9", outputs=False,
+     files={"runs.json": json.dumps({"runs": [dict(SHIPPED_RUNS["runs"][0], id="caf\u00e9"),
+                                              dict(SHIPPED_RUNS["runs"][0], id="cafe\u0301")]})})
+# review8: an empty --solve-for entry was looked up as a hardware number named ''
+for spec, fragment in (("sram_bytes,", "has an empty entry"), (",", "names no number"), ("", "names no number")):
+    case("ranges", "whatif", "--hw", "wse3", "--target", "mfu=0.5", "--solve-for", spec, fragment=f"--solve-for {spec!r} "
+         + fragment, outputs=False)
+for value in ("1e3", "8.0"):
+    case("files", "plan", "--config", "{tmp}/run.toml", fragment=f"devices: --devices/-n takes an integer, got '{float(value)}'",
+         files={"run.toml": f'hw = "h100"\ndevices = {value}\n'}, outputs=False)
 # compare's smallest GPU count escalated a given --recompute to full, so a misspelt one was never read
 case("values", "compare", "--hw", "h100", "--recompute", "bogus", fragment="recompute 'bogus': expected none")
 

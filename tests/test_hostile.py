@@ -992,3 +992,53 @@ def test_a_launchs_deterministic_mode_is_planned_and_emitted(cli, tmp_path):
     assert det["throughput"]["step_time_s"] > plain["throughput"]["step_time_s"]  # sm100's slower backward
     assert "--deterministic-mode" in plan("det.args", "--emit", "megatron")[1]
     assert "--deterministic-mode" not in plan("plain.args", "--emit", "megatron")[1]
+
+
+@counted("given", 2)
+@pytest.mark.parametrize("flag, layout", [("--overlap-p2p", ["--tp", "1", "--pp", "2"]),
+                                          ("--tp-comm-overlap", ["--tp", "1"])])
+def test_an_overlap_megatron_runs_without_is_planned_without_and_said(cli, flag, layout):
+    """review8: `--overlap-p2p` without a virtual pipeline hid the pipeline sends (+0.13% tokens/s on llama-3-8b, PP 2,
+    GB200), while Megatron-LM switches overlap_p2p_comm off for the 1F1B schedule (arguments.py L1010-1012, as
+    btacalc's own launch reader already did); `--tp-comm-overlap` at TP 1, which Megatron refuses (L1433-1442: no
+    sequence parallelism at TP 1), was reported as on. Both are planned without now, the reason beside the defaults."""
+    base = ["plan", "-m", "llama-3-8b", "--hw", "gb200", "--devices", "8", *layout, "--json"]
+    (c1, without, e1), (c2, given, e2) = cli(*base), cli(*base, flag)
+    assert c1 == c2 == 0, (e1, e2)
+    a, b = json.loads(without), json.loads(given)
+    assert b["throughput"]["step_time_s"] == a["throughput"]["step_time_s"]
+    assert not any(b["parallelism"]["overlaps"].values()), b["parallelism"]["overlaps"]
+    key = {"--overlap-p2p": "overlap_p2p", "--tp-comm-overlap": "tp_comm_overlap"}[flag]
+    assert b["inputs"]["defaults"][key].endswith("planned without it")
+    assert "arguments.py:10" in b["inputs"]["defaults"][key] or "arguments.py:14" in b["inputs"]["defaults"][key]
+    code, text, err = cli(*base[:-1], flag)
+    assert code == 0 and "planned without it" in " ".join(text.split()), err
+
+
+@counted("given", 4)
+@pytest.mark.parametrize("given, pp, vp, runs", [(None, 4, 2, True), (False, 4, 2, False), (False, 2, 2, True),
+                                                  (True, 4, 1, False)])
+def test_a_search_candidates_p2p_overlap_is_megatrons(given, pp, vp, runs):
+    """review8: `plan --search --no-overlap-p2p` gave every interleaved candidate the p2p overlap (the given False was
+    dropped), and `--search --overlap-p2p` gave it to 1F1B candidates. Megatron-LM: on by default with interleaving,
+    off without it (arguments.py L1010-1012), and the interleaved schedule over 2 stages needs it (L1001-1009)."""
+    from btacalc.config.execution import ExecutionRequest, OverlapRequest
+    from btacalc.planning.search import _p2p
+
+    request = ExecutionRequest(overlaps=OverlapRequest(p2p=given))
+    assert _p2p(request, pp, vp) is runs
+
+
+@counted("given", 3)
+@pytest.mark.parametrize("hw, devices, per_node, nodes, noted", [("gb200", 128, 8, 16, True), ("h100", 16, 8, 2, False),
+                                                                  ("gb200", 8, 8, 1, False)])
+def test_an_emitted_launch_starts_the_plans_devices(cli, hw, devices, per_node, nodes, noted):
+    """review8: `plan --hw gb200 --devices 128 --emit megatron` launched `torchrun --nproc_per_node 72 --nnodes 1`, 72
+    processes for a 128-device plan (the NVL72 domain as the node, 128 // 72 = 1 node). torchrun's world size is
+    nproc_per_node x nnodes, so the launch must start the plan's devices: 128 = 16 x 8 (gcd(128, 72) = 8 per node),
+    said in a note; a domain that divides the devices stays one node (16 H100s: 2 x 8)."""
+    code, out, err = cli("plan", "--hw", hw, "--devices", str(devices), "--emit", "megatron")
+    assert code in (0, 1), err
+    assert f"torchrun --nproc_per_node {per_node} --nnodes {nodes} " in out
+    assert per_node * nodes == devices
+    assert ("NVLink domains of 72 do not divide 128 devices" in out) is noted

@@ -254,12 +254,15 @@ BROKEN = {
                         "recompute_modules": ["moe"]}, {}),
     "a2a-16-bit": ({"overlap_moe_expert_parallel_comm": True, "bf16": False}, {}),
     "a2a-mtp": ({"overlap_moe_expert_parallel_comm": True, "mtp_num_layers": 2}, {}),
+    "deterministic-options": ({"deterministic_mode": True, "cross_entropy_loss_fusion": True}, {}),
+    "deterministic-nccl-algo": ({"deterministic_mode": True}, {"NCCL_ALGO": "Tree"}),
 }
 
 
 def test_every_rule_cites_a_line_and_is_tested():
     files = ("megatron/training/arguments.py", "megatron/core/transformer/transformer_config.py",
-             "megatron/core/num_microbatches_calculator.py", "megatron/core/transformer/moe/moe_layer.py")
+             "megatron/core/num_microbatches_calculator.py", "megatron/core/transformer/moe/moe_layer.py",
+             "megatron/training/determinism.py")
     for rule in RULES:
         path, line = rule.source.rsplit(":", 1)
         assert path in files and int(line) > 0, rule
@@ -272,6 +275,24 @@ def test_a_broken_rule_is_reported_alone(name):
     """Each mutation of a valid run breaks exactly the rule it targets (so each rule is live and specific)."""
     change, env = BROKEN[name]
     assert [r.name for r in violations({**BASE, **change}, env)] == [name]
+
+
+def test_tp_comm_overlap_at_tp_1_is_refused_even_with_sequence_parallel():
+    """review8: Megatron-LM switches sequence parallelism off at TP 1 (arguments.py L1433-1439) before asserting it
+    under --tp-comm-overlap (L1441-1442), so --sequence-parallel does not save the overlap at TP 1; the rule passed it."""
+    run = {**BASE, "tp_comm_overlap": True, "sequence_parallel": True}
+    assert [r.name for r in violations(run, {})] == ["tp-overlap-sp"]
+    assert violations({**run, "tensor_model_parallel_size": 2}, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}) == []
+
+
+@pytest.mark.parametrize("algo, refused", [("Ring", False), ("Ring,CollnetDirect", False), ("^NVLS", False),
+                                           ("Tree", True), ("Ring,Tree", True), (",", True), ("ring", True)])
+def test_deterministic_mode_takes_megatrons_nccl_algorithms(algo, refused):
+    """determinism.py L48: Ring, CollnetDirect, CollnetChain, ^NVLS; L88-94: every comma-separated token one of them,
+    and at least one token (an exact, case-sensitive match)."""
+    run = {**BASE, "deterministic_mode": True}
+    assert bool(violations(run, {"NCCL_ALGO": algo})) is refused
+    assert violations({**BASE}, {"NCCL_ALGO": "Tree"}) == []  # without --deterministic-mode any algorithm runs
 
 
 # --- reading launches ----------------------------------------------------------------------------------------

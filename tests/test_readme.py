@@ -254,6 +254,19 @@ def test_readme_hostile_case_count_is_the_tests():
     assert int(quoted.replace(",", "")) == sum(module.CLASSES.values())
 
 
+def test_readme_bad_input_case_count_is_the_tests():
+    """review8: the README quotes how many cases `test_bad_input.py` holds (its hostile count was checked, this one
+    was not); the number is the length of its CASES table, one test each."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bad_input_cases", ROOT / "tests" / "test_bad_input.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    text = " ".join(line.strip() for line in _lines())
+    (quoted,) = re.findall(r"\(`test_bad_input\.py`: ([\d,]+) cases", text)
+    assert int(quoted.replace(",", "")) == len(module.CASES)
+
+
 def test_the_verdict_quotes_are_what_plan_prints(cli, monkeypatch):
     """The "A plan that does not fit" bullet quotes what three plans print (it quoted "89.17 GB of 72.00 GB
     usable", which no command printed): each quoted phrase after a `plan ...` command is in that command's

@@ -14,6 +14,7 @@ from typing import Any, Optional
 
 from ..errors import BtacalcError
 from ..paths import read_input
+from .integers import check_integer
 
 try:  # typer >= 0.20 vendors click (as app.py)
     from typer._click import exceptions as click_exc
@@ -69,6 +70,10 @@ def run_file_options(ctx: Context, path: Path) -> dict[str, Any]:
             need = "a switch: true or false" if flag else "a value, not true/false"
             raise BtacalcError(f"{{config}} {str(path)!r}: {key} is {need}, got {value!r}")
         raw = value if flag else str(value)
+        try:
+            check_integer(param, raw)
+        except BtacalcError as exc:
+            raise BtacalcError(f"{{config}} {str(path)!r}: {key}: {exc}") from None
         try:
             _coerce(param, raw, ctx)
         except click_exc.BadParameter as exc:

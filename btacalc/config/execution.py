@@ -824,9 +824,14 @@ def _runnable_overlaps(layout: Layout, recompute: str, chosen: _Defaults) -> Lay
     """The nearest plan Megatron runs: without the all-to-all overlap where Megatron-Core refuses it, with p2p
     overlap where the interleaved schedule needs it (btacalc.config.megatron_rules); the reason is kept with
     the defaults."""
-    from .megatron_rules import a2a_refusal, p2p_refusal
+    from .megatron_rules import a2a_refusal, dropped_overlaps, p2p_refusal
 
     pp, vp = layout.pipeline_parallel, layout.virtual_pipeline
+    dropped = dropped_overlaps(layout.tensor_parallel, vp, layout.overlap.tp_comm, layout.overlap.p2p)
+    if dropped:
+        chosen.reasons.update(dropped)
+        layout = replace(layout, overlap=replace(layout.overlap, p2p=layout.overlap.p2p and "overlap_p2p" not in dropped,
+                                                 tp_comm=layout.overlap.tp_comm and "tp_comm_overlap" not in dropped))
     why = p2p_refusal(pp, vp, layout.overlap.p2p)
     if why is not None:
         chosen.reasons["overlap_p2p"] = why

@@ -2,8 +2,8 @@
 
 Each rule names the file and line it follows at MEGATRON_LM_PIN (megatron/training/arguments.py
 `validate_args`, megatron/core/transformer/transformer_config.py `TransformerConfig.__post_init__`,
-megatron/core/num_microbatches_calculator.py, megatron/core/transformer/moe/moe_layer.py) and checks
-Megatron argparse destinations (`args`, Megatron's defaults filled in) and the environment (`env`).
+megatron/core/num_microbatches_calculator.py, megatron/core/transformer/moe/moe_layer.py,
+megatron/training/determinism.py `apply_determinism_to_args`) and checks Megatron argparse destinations (`args`, Megatron's defaults filled in) and the environment (`env`).
 `violations` lists the rules a run breaks; `PLAN_FIXES` are the rules a plan can meet by dropping an
 option (the plan says so; `runnable_overlaps`).
 
@@ -22,7 +22,15 @@ TC = "megatron/core/transformer/transformer_config.py"
 MICRO = "megatron/core/num_microbatches_calculator.py"
 MOE_LAYER = "megatron/core/transformer/moe/moe_layer.py"
 
+DETERMINISM = "megatron/training/determinism.py"
+
 A = dict[str, Any]
+# The NCCL_ALGO tokens --deterministic-mode accepts (DETERMINISM L48: ring and CollNet, or NVLS excluded)
+DETERMINISTIC_NCCL_ALGOS = frozenset({"Ring", "CollnetDirect", "CollnetChain", "^NVLS"})
+
+
+def _tokens(value: str) -> list[str]:
+    return [t.strip() for t in value.split(",") if t.strip()]
 
 
 @dataclass(frozen=True)
@@ -91,8 +99,19 @@ RULES: tuple[Rule, ...] = (
          "--overlap-param-gather needs the distributed optimizer or Megatron-FSDP"),
     Rule("param-gather-grad-reduce", f"{ARGS}:1028", lambda a, e: bool(a.get("overlap_param_gather")),
          lambda a, e: bool(a.get("overlap_grad_reduce")), "--overlap-param-gather needs --overlap-grad-reduce"),
+    # L1433-1439 turn sequence parallelism off at TP 1 before L1441-1442 assert it (review8: a launch with
+    # --sequence-parallel at TP 1 passed this rule)
     Rule("tp-overlap-sp", f"{ARGS}:1442", lambda a, e: bool(a.get("tp_comm_overlap")),
-         lambda a, e: bool(a.get("sequence_parallel")), "--tp-comm-overlap needs --sequence-parallel"),
+         lambda a, e: bool(a.get("sequence_parallel")) and _i(a, "tensor_model_parallel_size") > 1,
+         "--tp-comm-overlap needs --sequence-parallel, which Megatron switches off at TP 1"),
+    Rule("deterministic-options", f"{DETERMINISM}:146",  # the options of L24, checked at L141-148
+         lambda a, e: bool(a.get("deterministic_mode")),
+         lambda a, e: not a.get("tp_comm_overlap") and not a.get("cross_entropy_loss_fusion"),
+         "--deterministic-mode needs --tp-comm-overlap and --cross-entropy-loss-fusion off"),
+    Rule("deterministic-nccl-algo", f"{DETERMINISM}:91",  # the tokens of L48, checked at L88-94
+         lambda a, e: bool(a.get("deterministic_mode")) and "NCCL_ALGO" in e,
+         lambda a, e: bool(_tokens(e["NCCL_ALGO"])) and set(_tokens(e["NCCL_ALGO"])) <= DETERMINISTIC_NCCL_ALGOS,
+         f"--deterministic-mode takes NCCL_ALGO from {', '.join(sorted(DETERMINISTIC_NCCL_ALGOS))} only (not Tree)"),
     Rule("cp-sequence", f"{ARGS}:1336", lambda a, e: _i(a, "context_parallel_size") > 1,
          lambda a, e: _i(a, "seq_length", 0) % (2 * _i(a, "context_parallel_size")) == 0,
          "--seq-length must be a multiple of 2 x --context-parallel-size"),
@@ -181,6 +200,22 @@ def a2a_refusal(recompute: str, pp: int, vp: int, ep: int) -> str | None:
             return (f"Megatron-Core refuses overlap_moe_expert_parallel_comm with {what} ({MEGATRON_LM_SHORT} "
                     f"{by_name[name].source}): planned without it")
     return None
+
+
+def dropped_overlaps(tp: int, vp: int, tp_comm: bool, p2p: bool) -> dict[str, str]:
+    """The communication overlaps Megatron-LM switches off or refuses for this layout, each with why (the plan
+    runs without them, as Megatron would): --overlap-p2p-communication without a virtual pipeline (arguments.py
+    L1010-1012 sets overlap_p2p_comm False: the 1F1B schedule has no p2p overlap), --tp-comm-overlap at TP 1
+    (L1433-1439 turns sequence parallelism off, then L1441-1442 asserts it)."""
+    out = {}
+    if p2p and vp == 1:
+        out["overlap_p2p"] = (f"Megatron-LM switches overlap_p2p_comm off without a virtual pipeline "
+                              f"({MEGATRON_LM_SHORT} {ARGS}:1010-1012, the 1F1B schedule): planned without it")
+    if tp_comm and tp == 1:
+        out["tp_comm_overlap"] = (f"Megatron-LM refuses --tp-comm-overlap at TP 1 (sequence parallelism is off there: "
+                                  f"{MEGATRON_LM_SHORT} {ARGS}:1433-1442); there is no TP communication to hide: "
+                                  "planned without it")
+    return out
 
 
 def p2p_refusal(pp: int, vp: int, p2p: bool) -> str | None:

@@ -10,6 +10,8 @@ breaks is a bug, reported in the output rather than hidden.
 
 from __future__ import annotations
 
+import math
+
 from typing import Any
 
 from ..config.megatron_codec import BRIDGE_PIN, FP8_ATTENTION_BRIDGE_KEY, encode, model_fields, render_flags, to_bridge
@@ -123,14 +125,27 @@ def _notes(r: PlanReport, spec: ModelSpec, args: dict[str, Any]) -> list[str]:
     return notes
 
 
+def torchrun_sizes(devices: int, domain: int) -> tuple[int, int, list[str]]:
+    """--nproc_per_node and --nnodes of a launch of `devices` processes (torchrun's world size is their product)
+    on NVLink domains of `domain`: one domain per node where the domains divide the devices, else the largest
+    per-node count that does (review8: 128 GB200s in NVL72 domains were launched as 72 processes on one node),
+    said in a note."""
+    per_node = math.gcd(devices, min(domain, devices))
+    if per_node == min(domain, devices):
+        return per_node, devices // per_node, []
+    return per_node, devices // per_node, [
+        f"torchrun: {devices} processes as {devices // per_node} nodes of {per_node} (NVLink domains of {domain} do "
+        f"not divide {devices} devices); give --nproc_per_node your nodes' GPUs, with nproc_per_node x nnodes = "
+        f"{devices}"]
+
+
 def megatron_arguments(r: PlanReport, spec: ModelSpec) -> str:
     """The launch: comments, environment, torchrun and pretrain_gpt.py with one flag per line."""
     args, env, notes = megatron_run(r, spec)
     par = r.parallelism
-    per_node = min(par.devices_per_node, par.devices)
-    nodes = max(par.devices // per_node, 1)
+    per_node, nodes, uneven = torchrun_sizes(par.devices, par.devices_per_node)
     head = [f"# btacalc plan: {r.model.name} on {par.devices} x {r.hardware.name}"
-            + ("" if r.plan.fits else " (DOES NOT FIT)")] + [f"# {n}" for n in notes]
+            + ("" if r.plan.fits else " (DOES NOT FIT)")] + [f"# {n}" for n in notes + uneven]
     launcher = f"torchrun --nproc_per_node {per_node} --nnodes {nodes} pretrain_gpt.py"
     lines = [*(f"export {k}={v}" for k, v in env.items()), " \\\n    ".join([launcher, *render_flags(args)])]
     return "\n".join(head + lines) + "\n"

@@ -28,6 +28,7 @@ import functools
 import json
 import statistics
 import sys
+import unicodedata
 from pathlib import Path
 from typing import Any, Callable, Literal, Optional, Union
 
@@ -410,7 +411,9 @@ def load_runs(path: Optional[Path] = None) -> list[MeasuredRun]:
         except ValidationError as exc:
             label = item.get("id", f"#{i}") if isinstance(item, dict) else f"#{i}"
             raise BtacalcError(f"{{measured}}: {origin} run {label}: {first_validation_error(exc)}") from None
-    counts = Counter(r.id for r in runs)  # one pass: a list's count() per id would be quadratic
+    # one pass (a list's count() per id would be quadratic); ids compared in Unicode's composed form (NFC): 'café'
+    # written with U+00E9 and as 'e' + U+0301 print the same and name one run (review8: both were kept)
+    counts = Counter(unicodedata.normalize("NFC", r.id) for r in runs)
     dupes = sorted(i for i, c in counts.items() if c > 1)
     if dupes:
         raise BtacalcError(f"{{measured}}: {origin}: run ids given twice: {', '.join(dupes)}")

@@ -133,6 +133,13 @@ def _vp_choices(request: ExecutionRequest) -> tuple[int, ...]:
     return tuple(sorted({chunks // p for p in _choices(request.pipeline_parallel, "pipeline_parallel") if chunks % p == 0}))
 
 
+def _p2p(request: ExecutionRequest, pp: int, vp: int) -> bool:
+    """A candidate's p2p overlap as Megatron-LM runs it: only with the interleaved schedule (arguments.py
+    L1010-1012 switches it off without), as the request gives it, and on where the interleaved schedule over
+    two stages needs it (`megatron_rules.p2p_refusal`)."""
+    return vp > 1 and (request.overlaps.p2p is not False or pp <= 2)
+
+
 def _candidates(model: ModelSpec, hardware: HardwareProfile, request: ExecutionRequest, base: Execution,
                 n: int) -> Iterator[_Candidate]:
     devices = request.devices
@@ -155,7 +162,7 @@ def _candidates(model: ModelSpec, hardware: HardwareProfile, request: ExecutionR
             layout = replace(base.layout, tensor_parallel=tp, sequence_parallel=tp > 1, pipeline_parallel=pp,
                              virtual_pipeline=vp, context_parallel=cp, expert_parallel=ep, expert_tensor_parallel=etp,
                              micro_batches=n // (dp * mb), stage_split=request.stage_split,
-                             overlap=replace(base.layout.overlap, p2p=base.layout.overlap.p2p or vp > 1))
+                             overlap=replace(base.layout.overlap, p2p=_p2p(request, pp, vp)))
             try:
                 layout.validate(model, hardware, base.run.seq_len,
                                 model.mtp_layers if base.run.multi_token_prediction else 0)

@@ -106,7 +106,11 @@ def _evaluator(model: ModelSpec, hw: HardwareProfile, request: ExecutionRequest,
             return plan_metrics(changed, hw, request)
 
         return solve_for, float(getattr(model, field)), True, model_at
-    keys = [hw.number_key(k.strip()) for k in solve_for.split(",")]
+    names = [k.strip() for k in solve_for.split(",")]
+    if not all(names):  # review8: read as a number named '' ("wse3 has no number ''")
+        raise BtacalcError(f"{{solve_for}} {solve_for.strip()!r} " + ("names no number" if not any(names) else
+                           "has an empty entry (two commas in a row, or one at an end)"))
+    keys = [hw.number_key(k) for k in names]
     twice = sorted({k for k in keys if keys.count(k) > 1})
     if twice:  # one number named twice (also as 'x' and 'chip.x'): the factor would apply to it once
         raise BtacalcError(f"{{solve_for}} names {', '.join(twice)} twice")
