@@ -1029,16 +1029,23 @@ def test_a_search_candidates_p2p_overlap_is_megatrons(given, pp, vp, runs):
     assert _p2p(request, pp, vp) is runs
 
 
-@counted("given", 3)
-@pytest.mark.parametrize("hw, devices, per_node, nodes, noted", [("gb200", 128, 8, 16, True), ("h100", 16, 8, 2, False),
-                                                                  ("gb200", 8, 8, 1, False)])
-def test_an_emitted_launch_starts_the_plans_devices(cli, hw, devices, per_node, nodes, noted):
+@counted("given", 4)
+@pytest.mark.parametrize("hw, devices, per_node, nodes, noted", [("gb200", 128, 4, 32, False), ("h100", 16, 8, 2, False),
+                                                                  ("gb200", 8, 4, 2, False), ("h100", 12, 4, 3, True)])
+def test_an_emitted_launch_starts_the_plans_devices(cli, tmp_path, hw, devices, per_node, nodes, noted):
     """review8: `plan --hw gb200 --devices 128 --emit megatron` launched `torchrun --nproc_per_node 72 --nnodes 1`, 72
     processes for a 128-device plan (the NVL72 domain as the node, 128 // 72 = 1 node). torchrun's world size is
-    nproc_per_node x nnodes, so the launch must start the plan's devices: 128 = 16 x 8 (gcd(128, 72) = 8 per node),
-    said in a note; a domain that divides the devices stays one node (16 H100s: 2 x 8)."""
+    nproc_per_node x nnodes, so the launch must start the plan's devices, one torchrun node per host: a GB200 host is
+    a compute tray of 4 GPUs (gb200.toml system.devices_per_host), 128 = 32 x 4; 16 H100s are 2 DGX nodes of 8; 12
+    H100s do not fill hosts of 8, so gcd(12, 8) = 4 per node, said in a note."""
     code, out, err = cli("plan", "--hw", hw, "--devices", str(devices), "--emit", "megatron")
     assert code in (0, 1), err
     assert f"torchrun --nproc_per_node {per_node} --nnodes {nodes} " in out
     assert per_node * nodes == devices
-    assert ("NVLink domains of 72 do not divide 128 devices" in out) is noted
+    assert (f"hosts of 8 GPUs do not divide {devices} devices" in out) is noted
+    # read back, the launch runs in the profile's NVLink domain (the NVL72 rack, not torchrun's host of 4)
+    launch = tmp_path / "launch.sh"
+    launch.write_text(out)
+    code, out, err = cli("plan", "--from-megatron", str(launch), "--hw", hw, "--json")
+    domain = {"gb200": 72, "h100": per_node}[hw]
+    assert code in (0, 1) and json.loads(out)["parallelism"]["devices_per_node"] == domain, err

@@ -125,16 +125,16 @@ def _notes(r: PlanReport, spec: ModelSpec, args: dict[str, Any]) -> list[str]:
     return notes
 
 
-def torchrun_sizes(devices: int, domain: int) -> tuple[int, int, list[str]]:
+def torchrun_sizes(devices: int, host: int) -> tuple[int, int, list[str]]:
     """--nproc_per_node and --nnodes of a launch of `devices` processes (torchrun's world size is their product)
-    on NVLink domains of `domain`: one domain per node where the domains divide the devices, else the largest
-    per-node count that does (review8: 128 GB200s in NVL72 domains were launched as 72 processes on one node),
-    said in a note."""
-    per_node = math.gcd(devices, min(domain, devices))
-    if per_node == min(domain, devices):
+    on hosts of `host` GPUs: one host per node where the hosts divide the devices, else the largest per-node
+    count that does (review8: 128 GB200s were launched as 72 processes on one node, the NVL72 rack taken for a
+    host), said in a note."""
+    per_node = math.gcd(devices, min(host, devices))
+    if per_node == min(host, devices):
         return per_node, devices // per_node, []
     return per_node, devices // per_node, [
-        f"torchrun: {devices} processes as {devices // per_node} nodes of {per_node} (NVLink domains of {domain} do "
+        f"torchrun: {devices} processes as {devices // per_node} nodes of {per_node} (hosts of {host} GPUs do "
         f"not divide {devices} devices); give --nproc_per_node your nodes' GPUs, with nproc_per_node x nnodes = "
         f"{devices}"]
 
@@ -143,7 +143,10 @@ def megatron_arguments(r: PlanReport, spec: ModelSpec) -> str:
     """The launch: comments, environment, torchrun and pretrain_gpt.py with one flag per line."""
     args, env, notes = megatron_run(r, spec)
     par = r.parallelism
-    per_node, nodes, uneven = torchrun_sizes(par.devices, par.devices_per_node)
+    # torchrun starts one node's processes per host: a GB200 tray's 4 GPUs, not the NVL72 rack (ncclsm's
+    # system.devices_per_host), else the NVLink domain
+    host = min(par.devices_per_node, r.hardware.devices_per_host or par.devices_per_node)
+    per_node, nodes, uneven = torchrun_sizes(par.devices, host)
     head = [f"# btacalc plan: {r.model.name} on {par.devices} x {r.hardware.name}"
             + ("" if r.plan.fits else " (DOES NOT FIT)")] + [f"# {n}" for n in notes + uneven]
     launcher = f"torchrun --nproc_per_node {per_node} --nnodes {nodes} pretrain_gpt.py"

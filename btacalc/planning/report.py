@@ -38,6 +38,9 @@ class HardwareInfo(BaseModel):
     usable_memory_bytes: int
     peak_flops_per_s: float
     offchip_bandwidth_bytes_per_s: float
+    devices_per_host: Optional[int] = Field(None, description="GPU: devices one host holds where fewer than one "
+                                            "NVLink domain (a GB200 tray of 4 in an NVL72 rack); None: one host "
+                                            "per domain")
 
 
 class ParallelInfo(BaseModel):
