@@ -221,6 +221,7 @@ for args, fragment in [
      "leaves tiles of b = 8, more than --max-tile-batch 4"),
     (["--hw", "a100-80gb", "--tiles", BIG], "beyond 2^62"),
     (["--hw", "a100-80gb", "--max-global-batch", BIG], "beyond 2^62"),
+    (["--hw", "a100-80gb", "--devices", "8", "--ddp-bucket-size", BIG], "beyond 2^62 parameters"),
 ]:
     case("values", "plan", *args, fragment=fragment)
 case("values", "sweep", "--vary", "experts=16", "--fixed-active", fragment="needs --vary top-k")

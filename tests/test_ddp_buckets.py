@@ -81,3 +81,20 @@ def test_mlperf_8b_rows_carry_their_configs_buckets_and_segments():
     assert request is not None and (request.ddp_bucket_params, request.devices_per_node) == (768_000_000, 16 * 4)
     request, _ = express(small, "gpu")  # SEGMENT=18 x 4 = 72: the profile's whole rack
     assert request is not None and request.ddp_bucket_params == 768_000_000 and request.devices_per_node is None
+
+
+def test_a_measured_gb200_launch_of_one_tray_per_node_runs_in_the_rack(cli):
+    # torchrun starts a GB200 host's 4 GPUs per node (gb200.toml system.devices_per_host); the NVLink domain is the
+    # NVL72 rack, as plan --from-megatron --hw gb200 reads it, also for a measured run given as megatron_args
+    from btacalc.planning.measured import MeasuredRun
+
+    code, launch, _ = cli("plan", "--model", "llama-3-8b", "--hw", "gb200", "--devices", "128", "--tp", "2",
+                          "--seq", "4096", "--global-batch", "256", "--emit", "megatron")
+    assert code in (0, 1) and "--nproc_per_node 4 --nnodes 32" in launch
+    assert import_megatron(launch, "emitted.sh").request.devices_per_node == 4  # the launch alone: its hosts
+    run = MeasuredRun.model_validate({"id": "r", "source": "test", "model": "llama-3-8b", "hw": "gb200",
+                                      "devices": 128, "precision": "bf16", "seq": 4096, "global_batch": 256,
+                                      "measured": {"tokens_per_s_per_device": 1000.0}, "role": "check",
+                                      "megatron_args": launch})
+    request, reason = express(run, "gpu")
+    assert request is not None and request.devices_per_node is None, reason  # None: the profile's 72

@@ -195,7 +195,9 @@ def plan(
         **stage_split_field(first_stage_layers, last_stage_layers, pipeline_layout,
                             account_for_embedding_in_pipeline_split, account_for_loss_in_pipeline_split))
     if imported and gpus_per_node is None:
-        request = _launch_domain(request, profile)
+        from ..config.megatron_run import launch_domain
+
+        request = launch_domain(request, profile)
     if imported and (nccl_ub or nvls):  # the command line adds nccl_ub / NVLS to an imported run's own
         request = request.with_changes(nccl_ub=nccl_ub or request.nccl_ub, nvls=nvls or request.nvls)
     _check_emit(value(emit), search, profile, sensitivity, as_json)
@@ -234,16 +236,6 @@ def _imported_request(base: Any, gpus_per_node: Optional[int], objective: Option
         fp8_attention=fp8_attention or base.fp8_attention,  # no Megatron flag sets it: a launch cannot
         fsdp_impl=fsdp_impl or base.fsdp_impl,
     )
-
-
-def _launch_domain(request: Any, profile: Any) -> Any:
-    """An imported launch's NVLink domain: torchrun's --nproc_per_node is one host's GPUs, which is the domain
-    except where the profile's domain spans hosts (a GB200 NVL72 rack of trays of 4, system.devices_per_host):
-    there a launch of one host's GPUs per node runs in the profile's domain, as btacalc's emitted launch does."""
-    host = profile.system.devices_per_host
-    if host is not None and request.devices_per_node == int(host.value):
-        return request.with_changes(devices_per_node=None)
-    return request
 
 
 def _reported(report: Any, problem: tuple[Any, Any, Any], sensitivity: Optional[float], outs: Any,

@@ -293,12 +293,14 @@ class Layout:
                  ("tensor_parallel", self.tensor_parallel), ("pipeline_parallel", self.pipeline_parallel),
                  ("virtual_pipeline", self.virtual_pipeline), ("context_parallel", self.context_parallel),
                  ("expert_tensor_parallel", self.expert_tensor_parallel))
+        if self.ddp_bucket_params is not None:
+            sizes += (("ddp_bucket_params", self.ddp_bucket_params),)
         for name, v in sizes:
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise BtacalcError(f"{{{name}}} must be a positive integer, got {v!r}")
-            limit = MAX_SEQUENCES if name == "micro_batches" else MAX_DEVICES
+            limit, text = _SIZE_LIMITS.get(name, (MAX_DEVICES, _LIMIT_TEXT[MAX_DEVICES]))
             if v > limit:
-                raise BtacalcError(f"{{{name}}} {v} is beyond {_LIMIT_TEXT[limit]}")
+                raise BtacalcError(f"{{{name}}} {v} is beyond {text}")
         if self.data_parallel * self.micro_batches > MAX_SEQUENCES:
             raise BtacalcError(f"{{micro_batches}} {self.micro_batches} on {self.data_parallel} data-parallel ranks is "
                                f"more than {_LIMIT_TEXT[MAX_SEQUENCES]} per step")
@@ -315,9 +317,6 @@ class Layout:
         self._validate_grids()
         self._validate_dispatcher(profile)
         self._validate_nccl_ub(profile)
-        b = self.ddp_bucket_params
-        if b is not None and (not isinstance(b, int) or isinstance(b, bool) or not 1 <= b <= MAX_SEQUENCES):
-            raise BtacalcError(f"{{ddp_bucket_size}} must be a positive number of parameters, got {b!r}")
         check_scopes(self.cuda_graph_scope)
         if self.cuda_graph_scope and profile.family != "gpu":
             raise BtacalcError(f"{{cuda_graph_scope}} is Megatron's CUDA graphs on GPUs: {profile.name} is not a GPU")
@@ -449,6 +448,10 @@ FSDP_IMPLS = ("megatron", "torch")  # Layout.fsdp_impl
 DEFAULT_FSDP_IMPL = FSDP_IMPLS[0]  # FSDP with no implementation named: Megatron-FSDP
 _LIMIT_TEXT = {MAX_SEQUENCES: "2^62 sequences, more than any training batch",
                MAX_DEVICES: "2^20 = 1,048,576 devices, more than any training cluster"}
+# A layout size's bound and how it reads where it is not MAX_DEVICES (Layout.validate); a bucket of 2^62
+# parameters still fits numpy's int64 and holds any model's parameters in one bucket
+_SIZE_LIMITS = {"micro_batches": (MAX_SEQUENCES, _LIMIT_TEXT[MAX_SEQUENCES]),
+                "ddp_bucket_params": (MAX_SEQUENCES, "2^62 parameters, more than any model's")}
 
 
 # How Cerebras splits a wafer cluster's global batch (model/wafer/batching.py has the sources); checked

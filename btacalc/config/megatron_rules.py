@@ -3,7 +3,8 @@
 Each rule names the file and line it follows at MEGATRON_LM_PIN (megatron/training/arguments.py
 `validate_args`, megatron/core/transformer/transformer_config.py `TransformerConfig.__post_init__`,
 megatron/core/num_microbatches_calculator.py, megatron/core/transformer/moe/moe_layer.py,
-megatron/training/determinism.py `apply_determinism_to_args`) and checks Megatron argparse destinations (`args`, Megatron's defaults filled in) and the environment (`env`).
+megatron/training/determinism.py `apply_determinism_to_args`) and checks Megatron argparse destinations
+(`args`, Megatron's defaults filled in) and the environment (`env`).
 `violations` lists the rules a run breaks; `PLAN_FIXES` are the rules a plan can meet by dropping an
 option (the plan says so; `runnable_overlaps`).
 

@@ -13,7 +13,7 @@ import re
 import reprlib
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from ..errors import BtacalcError
 from .execution import BatchLimits, ExecutionRequest, OverlapRequest
@@ -22,6 +22,9 @@ from .megatron_codec import MODEL_ROWS, Fields, bridge_key, decode, encode, from
 from .megatron_launch import Launch, integer, read_launch
 from .megatron_rules import describe, violations
 from .model import ModelSpec, validate_model
+
+if TYPE_CHECKING:
+    from .hardware import HardwareProfile
 
 # Why a Megatron destination is not part of the plan (regular expressions over argparse destinations).
 IGNORED: tuple[tuple[str, str], ...] = (
@@ -109,6 +112,17 @@ def _nccl_settings(run: ImportedRun, env: dict[str, str]) -> ImportedRun:
                 "runs the data-parallel collectives on their ring channels (planned without nccl_ub)")
         return replace(run, request=run.request.with_changes(nccl_ub=False), notes=run.notes + (note,))
     return replace(run, request=run.request.with_changes(nvls=env.get("NCCL_NVLS_ENABLE") != "0"))
+
+
+def launch_domain(request: ExecutionRequest, profile: "HardwareProfile") -> ExecutionRequest:
+    """An imported launch's NVLink domain on `profile`: torchrun's --nproc_per_node is one host's GPUs, which is
+    the domain except where the profile's domain spans hosts (a GB200 NVL72 rack of trays of 4,
+    system.devices_per_host): there a launch of one host's GPUs per node runs in the profile's domain, as
+    btacalc's emitted launch (output/megatron.py) starts it."""
+    host = profile.system.devices_per_host
+    if host is not None and request.devices_per_node == int(host.value):
+        return request.with_changes(devices_per_node=None)
+    return request
 
 
 def import_bridge(text: str, source: str, devices: Optional[int] = None,

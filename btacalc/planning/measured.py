@@ -581,11 +581,11 @@ def forced_balance_of(run: MeasuredRun) -> tuple[Optional[float], str]:
 def _express_megatron(run: MeasuredRun) -> tuple[Optional[ExecutionRequest], str]:
     """A run given as Megatron-LM arguments: its request as --from-megatron reads it; the run's own seq and
     global batch must agree with the arguments (they label the run in the report)."""
-    from ..config.megatron_run import import_megatron
+    from ..config.megatron_run import import_megatron, launch_domain
 
     assert run.megatron_args is not None  # the caller checked
     imported = import_megatron(run.megatron_args, f"run {run.id}", run.devices)
-    req = imported.request
+    req = launch_domain(imported.request, resolve_hardware(run.hw))  # as plan --from-megatron --hw reads it
     if (req.seq_len, req.limits.global_batch) != (run.seq, run.global_batch):
         raise BtacalcError(f"{{measured}}: run {run.id}: megatron_args give seq {req.seq_len} and global batch "
                            f"{req.limits.global_batch}, the run's fields {run.seq} and {run.global_batch}")
