@@ -288,7 +288,7 @@ class Layout:
     def validate(self, model: "ModelSpec", profile: "HardwareProfile", seq_len: int, mtp_layers: int = 0) -> None:
         """Every rule a layout must satisfy, each a one-line error naming it (`mtp_layers`: the MTP layers the
         run trains, which a pipeline layout string must place)."""
-        sizes = (("devices", self.devices), ("expert_parallel", self.expert_parallel),
+        sizes: tuple[tuple[str, int], ...] = (("devices", self.devices), ("expert_parallel", self.expert_parallel),
                  ("micro_batches", self.micro_batches), ("devices_per_node", self.devices_per_node),
                  ("tensor_parallel", self.tensor_parallel), ("pipeline_parallel", self.pipeline_parallel),
                  ("virtual_pipeline", self.virtual_pipeline), ("context_parallel", self.context_parallel),
