@@ -254,6 +254,8 @@ BROKEN = {
                         "recompute_modules": ["moe"]}, {}),
     "a2a-16-bit": ({"overlap_moe_expert_parallel_comm": True, "bf16": False}, {}),
     "a2a-mtp": ({"overlap_moe_expert_parallel_comm": True, "mtp_num_layers": 2}, {}),
+    # distributed_data_parallel_config.py L275-277: --ddp-num-buckets with --ddp-bucket-size
+    "ddp-buckets": ({"ddp_num_buckets": 4, "ddp_bucket_size": 40_000_000}, {}),
     "deterministic-options": ({"deterministic_mode": True, "cross_entropy_loss_fusion": True}, {}),
     "deterministic-nccl-algo": ({"deterministic_mode": True}, {"NCCL_ALGO": "Tree"}),
 }
@@ -262,7 +264,7 @@ BROKEN = {
 def test_every_rule_cites_a_line_and_is_tested():
     files = ("megatron/training/arguments.py", "megatron/core/transformer/transformer_config.py",
              "megatron/core/num_microbatches_calculator.py", "megatron/core/transformer/moe/moe_layer.py",
-             "megatron/training/determinism.py")
+             "megatron/training/determinism.py", "megatron/core/distributed/distributed_data_parallel_config.py")
     for rule in RULES:
         path, line = rule.source.rsplit(":", 1)
         assert path in files and int(line) > 0, rule
@@ -634,3 +636,25 @@ def test_sampled_layouts_all_emit_runnable_launches():
         assert violations(dict(args, world=64), env) == []
         checked += 1
     assert checked >= 20, checked
+
+
+def test_ddp_num_buckets_is_read_as_megatron_runs_it(cli, tmp_path):
+    """Megatron-LM@d98e8a64 passes --ddp-num-buckets into DistributedDataParallelConfig (training.py L2638) and only
+    checks it there (distributed_data_parallel_config.py L275-277: not with --ddp-bucket-size, above 0); DDP sizes its
+    buckets from bucket_size alone (distributed_data_parallel.py L133-134), so the run keeps the default buckets: the
+    flag is explained, not 'not modelled', and the plan equals the same launch without it."""
+    text = (DATA / "gpt3-175b.args").read_text()
+    with_flag = text.replace("--split 949,50,1", "--split 949,50,1 --ddp-num-buckets 4")
+    run = import_megatron(with_flag, "x.args")
+    reasons = dict(run.ignored)
+    assert "--ddp-num-buckets" in reasons and "L133-134" in reasons["--ddp-num-buckets"]
+    assert run.request == import_megatron(text, "y.args").request
+    both = with_flag.replace("--ddp-num-buckets 4", "--ddp-num-buckets 4 --ddp-bucket-size 40000000")
+    path = tmp_path / "both.args"
+    path.write_text(both)
+    code, out, err = cli("plan", "--hw", "h100", "--from-megatron", str(path))
+    assert code == 2 and "--ddp-num-buckets needs no --ddp-bucket-size" in err and len(err.strip().splitlines()) == 1
+    zero = tmp_path / "zero.args"
+    zero.write_text(with_flag.replace("--ddp-num-buckets 4", "--ddp-num-buckets 0"))
+    code, out, err = cli("plan", "--hw", "h100", "--from-megatron", str(zero))
+    assert code == 2 and "a count above 0" in err

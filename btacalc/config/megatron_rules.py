@@ -24,6 +24,7 @@ MICRO = "megatron/core/num_microbatches_calculator.py"
 MOE_LAYER = "megatron/core/transformer/moe/moe_layer.py"
 
 DETERMINISM = "megatron/training/determinism.py"
+DDP_CONFIG = "megatron/core/distributed/distributed_data_parallel_config.py"
 
 A = dict[str, Any]
 # The NCCL_ALGO tokens --deterministic-mode accepts (DETERMINISM L48: ring and CollNet, or NVLS excluded)
@@ -105,6 +106,10 @@ RULES: tuple[Rule, ...] = (
     Rule("tp-overlap-sp", f"{ARGS}:1442", lambda a, e: bool(a.get("tp_comm_overlap")),
          lambda a, e: bool(a.get("sequence_parallel")) and _i(a, "tensor_model_parallel_size") > 1,
          "--tp-comm-overlap needs --sequence-parallel, which Megatron switches off at TP 1"),
+    # DistributedDataParallelConfig.__post_init__ (L275-277): the two ways of sizing buckets exclude each other
+    Rule("ddp-buckets", f"{DDP_CONFIG}:276", lambda a, e: a.get("ddp_num_buckets") is not None,
+         lambda a, e: a.get("ddp_bucket_size") is None and _i(a, "ddp_num_buckets") > 0,
+         "--ddp-num-buckets needs no --ddp-bucket-size and a count above 0"),
     Rule("deterministic-options", f"{DETERMINISM}:146",  # the options of L24, checked at L141-148
          lambda a, e: bool(a.get("deterministic_mode")),
          lambda a, e: not a.get("tp_comm_overlap") and not a.get("cross_entropy_loss_fusion"),

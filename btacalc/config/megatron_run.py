@@ -73,6 +73,10 @@ IGNORED: tuple[tuple[str, str], ...] = (
     (r"(tp_comm_overlap_.*|tp_comm_.*_(ag|rs|dgrad|wgrad).*|tp_comm_bulk_.*)",
      "tensor-parallel overlap tuning: btacalc models --tp-comm-overlap on or off"),
     (r"(attention_dropout|hidden_dropout)", "read as the model's dropout (on when either is above 0)"),
+    (r"ddp_num_buckets",
+     "parsed into DistributedDataParallelConfig.num_buckets (training.py L2638) but read by neither Megatron DDP, "
+     "which sizes buckets from --ddp-bucket-size or its default (distributed_data_parallel.py L133-134), nor "
+     "Megatron-FSDP (v2 refuses it, mcore_fsdp_adapter.py L694-695): the run keeps the default buckets"),
 )
 
 NOT_MODELLED = "not modelled by btacalc"
