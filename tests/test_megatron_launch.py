@@ -658,3 +658,14 @@ def test_ddp_num_buckets_is_read_as_megatron_runs_it(cli, tmp_path):
     zero.write_text(with_flag.replace("--ddp-num-buckets 4", "--ddp-num-buckets 0"))
     code, out, err = cli("plan", "--hw", "h100", "--from-megatron", str(zero))
     assert code == 2 and "a count above 0" in err
+
+
+def test_bridge_ddp_num_buckets_is_megatrons_flag():
+    """Bridge's `ddp` section is Megatron-Core's DistributedDataParallelConfig: ddp.num_buckets is --ddp-num-buckets,
+    explained like it and checked by the same rule (distributed_data_parallel_config.py L275-277)."""
+    base = resolve_model("llama-3-70b")
+    text = (DATA / "llama3-70b-32gpu-h100-bridge.yaml").read_text()
+    run = import_bridge(text + "\nddp.num_buckets: 4\n", "x.yaml", 32, base)
+    reasons = dict(run.ignored)
+    assert "ddp.num_buckets" in reasons and "L133-134" in reasons["ddp.num_buckets"]
+    assert run.request == import_bridge(text, "y.yaml", 32, base).request

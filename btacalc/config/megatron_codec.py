@@ -814,6 +814,7 @@ BRIDGE_KEYS: dict[str, tuple[str, Callable[[Any], Any], Callable[[Any], Any]]] =
     "overlap_param_gather": ("ddp.overlap_param_gather", *_AS_IS),
     "nccl_ub": ("ddp.nccl_ub", *_AS_IS),
     "ddp_bucket_size": ("ddp.bucket_size", *_AS_IS),
+    "ddp_num_buckets": ("ddp.num_buckets", *_AS_IS),
     "grad_reduce_in_bf16": ("ddp.grad_reduce_in_fp32", _neg, _neg),
     "ckpt_format": ("checkpoint.ckpt_format", *_AS_IS),
     "tp_comm_overlap": ("comm_overlap.tp_comm_overlap", *_AS_IS),
