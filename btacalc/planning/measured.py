@@ -626,7 +626,7 @@ def predict(run: MeasuredRun, hardware: Callable[[str], HardwareProfile] = resol
     if request is None:
         return RunResult(**base, family=family, expressible=False, reason=reason)
     try:
-        report = make_plan(model, profile, request)
+        report = make_plan(model, profile, request, baselines=False)
     except BtacalcError as exc:
         return RunResult(**base, family=family, expressible=False, reason=str(exc))
     memory = _memory_prediction(profile, report, run.measured.peak_rank)

@@ -33,18 +33,21 @@ from .suggest import suggestions, verdict
 from .wafer import wafer_info
 
 
-def make_plan(model: ModelSpec, hardware: HardwareProfile, request: ExecutionRequest = ExecutionRequest()) -> PlanReport:
-    """Resolve the execution, solve the batch shape and build the report."""
+def make_plan(model: ModelSpec, hardware: HardwareProfile, request: ExecutionRequest = ExecutionRequest(), *,
+              baselines: bool = True) -> PlanReport:
+    """Resolve the execution, solve the batch shape and build the report. `baselines` False leaves out the
+    G = 1 and dense-model plans the report compares against (their fields None): a prediction of the run
+    itself (`validate --measured`) reads only the plan's own step and memory."""
     with profiling.stage("resolve"):
         problem = resolve_problem(model, hardware, request)
-    return plan_problem(problem)
+    return plan_problem(problem, baselines=baselines)
 
 
-def plan_problem(problem: Problem) -> PlanReport:
+def plan_problem(problem: Problem, *, baselines: bool = True) -> PlanReport:
     """The plan of an already-resolved problem (its memory model resolved)."""
     problem, sol, found = solve_problem(problem)
     with profiling.stage("report (G = 1, dense, step times)"):
-        return build_report(problem, MemoryModel(problem), sol, found)
+        return build_report(problem, MemoryModel(problem), sol, found, baselines=baselines)
 
 
 def solve_problem(problem: Problem) -> tuple[Problem, Solution, Search]:
@@ -209,7 +212,8 @@ def representative_kind(ev: Evaluation) -> tuple[LayerKind, PhaseValues]:
     return max(ev.layers, key=lambda kp: kp[0].count)
 
 
-def build_report(problem: Problem, mem: MemoryModel, sol: Solution, found: Search) -> PlanReport:
+def build_report(problem: Problem, mem: MemoryModel, sol: Solution, found: Search, *,
+                 baselines: bool = True) -> PlanReport:
     if not (sol.fits and mem.fits(sol.tiles, sol.tile_batch)):
         sol = verdict(problem, mem, sol)  # one cause named: memory, a fixed size or a cap
     ev = problem.evaluate(sol.tiles, sol.tile_batch)
@@ -245,7 +249,7 @@ def build_report(problem: Problem, mem: MemoryModel, sol: Solution, found: Searc
         mark_precision(problem, ev, report)
     best_time = None
     if report.plan.fits:
-        summary = summarize(problem, mem, sol, found)
+        summary = summarize(problem, mem, sol, found) if baselines else own_step(problem, sol)
         report.throughput = _throughput(problem, summary)
         best_time = summary.best_time
         per_layer, phase_time, repeats = best_time.kind_phase_time_s, best_time.phase_time_s, best_time.phase_repeats
@@ -337,6 +341,12 @@ def summarize(problem: Problem, mem: MemoryModel, best: Solution, found: Search)
     dense_t = step_time(dense, dense_sol.tiles, dense_sol.tile_batch, micro_batches=dense_sol.micro_batches) \
         if dense_sol.fits else None
     return ThroughputSummary(best, g1, dense_sol, best_t, g1_t, dense_t)
+
+
+def own_step(problem: Problem, best: Solution) -> ThroughputSummary:
+    """The plan's step time alone: no G = 1 or dense baseline (each reads as not fitting, its time None)."""
+    none = replace(best, fits=False)
+    return ThroughputSummary(best, none, none, step_time(problem, best.tiles, best.tile_batch), None, None)
 
 
 def _throughput(problem: Problem, s: ThroughputSummary) -> Throughput:
