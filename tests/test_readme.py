@@ -150,7 +150,11 @@ SLOW = (("crossover", "--search"), ("--cross-validate",))
 
 
 @pytest.mark.parametrize("command,may_not_fit", _inline_cases(), ids=lambda v: v if isinstance(v, str) else "")
-def test_inline_command_runs(cli, clone_dir, command, may_not_fit):
+def test_inline_command_runs(cli, clone_dir, command, may_not_fit, monkeypatch):
+    if "--show-completion" in command.split():
+        # typer takes the shell from the process tree (shellingham), which a test run outside a shell (a job
+        # started in the background, an IDE) does not have; with detection off, the shell named is used
+        monkeypatch.setenv("_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION", "1")
     if "--install-completion" in command.split():
         pytest.skip("it would write into this user's shell start-up file; --show-completion is run instead")
     if any(all(word in command.split() for word in slow) for slow in SLOW):

@@ -165,7 +165,9 @@ def test_version(cli):
     assert code == 0 and out.strip() == f"btacalc {__version__}"
 
 
-def test_shell_completion_is_offered(cli):
+def test_shell_completion_is_offered(cli, monkeypatch):
+    # the shell as named, not detected from the process tree (absent when the tests run outside a shell)
+    monkeypatch.setenv("_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION", "1")
     code, out, _ = cli("--show-completion", "bash")
     assert code == 0 and "_BTACALC_COMPLETE" in out
 
