@@ -23,7 +23,13 @@ Q_H, Q_K = 2048, 8
 S = 4096  # one sequence of 4,096 tokens (G = 1, b = 1)
 
 # Runs of btacalc/data/measured_runs.json that cannot be expressed, each with the reason.
-EXCLUDED: dict[str, str] = {}  # none since fsdp1 (PyTorch FSDP1: --fsdp-impl torch, model/state.py TorchFsdp)
+EXCLUDED: dict[str, str] = {  # none from fsdp1 (PyTorch FSDP1: --fsdp-impl torch, model/state.py TorchFsdp) to papers
+    "llama-3.1-405b-h100-8192-tp8-cp1-pp16-seq8192-bf16-llama3paper":
+        "Meta's own pipeline schedule (N contiguous micro-batches per stage, tunable; stage inputs and outputs freed "
+        "early: arXiv 2407.21783 §3.3.2) is not modelled: under Megatron's interleaved schedule stage 1 holds 141 "
+        "one-layer chunk passes at M = 32 (82.9 GB of 79.2 usable with ZeRO-2); the paper ran it without "
+        "activation checkpointing (task papers, docs/runs.md)",
+}
 
 RUNS = load_runs()
 
