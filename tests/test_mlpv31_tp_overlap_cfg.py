@@ -132,3 +132,53 @@ def test_a_table_without_the_overlap_or_taking_every_sm_is_refused():
     with pytest.raises(BtacalcError, match="proj_fprop: num_sm 132 must leave compute SMs"):
         Layout(devices=4, devices_per_node=8, tensor_parallel=4, sequence_parallel=True, overlap=Overlaps(tp_comm=True),
                tp_overlap_cfg=greedy).validate(GPT3, hardware, 2048)
+
+
+# FlashAttention-2 on an H100 SXM5, head dim 128, BF16 (Shah et al. 2024, FlashAttention-3, arXiv 2407.08608, Figure 5
+# forward, Figure 6 backward: the FlashAttention-2 bars, TFLOP/s as labelled), at s = 2k / 4k / 8k
+FA2_FWD_CAUSAL = {2048: 298.0, 4096: 319.0, 8192: 333.0}  # FLOPs counted on the half square
+FA2_FWD_FULL = {2048: 362.0, 4096: 368.0, 8192: 370.0}
+FA2_BWD_FULL = {2048: 291.0, 4096: 310.0, 8192: 318.0}
+H100_BF16_PEAK = 989e12  # FLOP/s, NVIDIA H100 SXM datasheet (dense BF16)
+
+
+def _fa2_share(s: int) -> float:
+    """The cuDNN entry's derivation on the FlashAttention-2 bars: causal forward on the blocks run (nb(nb+1)/2 of
+    nb^2, counted as nb^2/2), the mask's per-block cost carried to the backward, forward + 2.5 x forward combined."""
+    nb = s // 128
+    fwd = FA2_FWD_CAUSAL[s] * (nb * (nb + 1) / 2) / (nb * nb / 2)
+    bwd = FA2_BWD_FULL[s] * fwd / FA2_FWD_FULL[s]
+    return 3.5 / (1 / fwd + 2.5 / bwd) * 1e12 / H100_BF16_PEAK
+
+
+def test_flash_attention_2_on_hopper_is_its_published_rate_at_4k():
+    """319 x 33/32 = 329.0 TFLOP/s forward on the blocks run, mask 329.0/368 = 0.894, backward 310 x 0.894 = 277.1,
+    3.5 / (1/329.0 + 2.5/277.1) = 290.2 TFLOP/s = 0.293 of 989; 0.273 at 2k, 0.306 at 8k."""
+    from btacalc.config.attention_kernels import attention_kernel
+
+    assert _fa2_share(4096) == pytest.approx(0.2934, abs=5e-4)
+    assert (_fa2_share(2048), _fa2_share(8192)) == (pytest.approx(0.2726, abs=5e-4), pytest.approx(0.3062, abs=5e-4))
+    for hw in ("h100", "h200"):
+        cc = resolve_hardware(hw).chip.compute_capability.value
+        assert attention_kernel("flash-attn-2").fraction_of_peak(cc) == pytest.approx(_fa2_share(4096), abs=5e-4)
+    assert attention_kernel("flash-attn-2").fraction_of_peak(resolve_hardware("b200").chip.compute_capability.value) is None
+
+
+def test_the_v31_rows_attention_core_runs_at_flash_attention_2s_rate():
+    """GPT-3 175B at TP 4 (24 of 96 heads of 128 per rank), one sequence of 2048: the kernel's 14 s^2 (h/TP) FLOPs on
+    the whole square x 136/256 blocks on or below the diagonal (nb = 16), at 0.293 x 989 TFLOP/s; the v4.x rows'
+    cuDNN kernel at 0.467 x 989."""
+    runs = {r.id: r for r in load_runs()}
+    s, h_rank = 2048, 12288 // 4
+    flops = 14 * s * s * h_rank * 136 / 256
+    for rid, share in (("gpt3-175b-h100-512-fp8-mlperf-v31", _fa2_share(4096)),
+                       ("gpt3-175b-h100-512-fp8-mlperf-v41", 0.4667)):
+        run = runs[rid]
+        request, _ = express(run, "gpu")
+        assert request.attention_kernel == ("flash-attn-2" if rid.endswith("v31") else None)
+        options = RunOptions(attention="flash", recompute="none", seq_len=s, precision="fp8",
+                             attention_kernel=request.attention_kernel or "default")
+        p = make_problem(GPT3, resolve_hardware("h100"), options, Layout(devices=4, devices_per_node=8, tensor_parallel=4,
+                                                                          sequence_parallel=True))
+        core = layer_parts(p, p.evaluate(1, 1))[0].core_s
+        assert core == pytest.approx(flops / (share * H100_BF16_PEAK), rel=2e-3)
