@@ -660,6 +660,23 @@ for value in ("1e3", "8.0"):
          files={"run.toml": f'hw = "h100"\ndevices = {value}\n'}, outputs=False)
 # compare's smallest GPU count escalated a given --recompute to full, so a misspelt one was never read
 case("values", "compare", "--hw", "h100", "--recompute", "bogus", fragment="recompute 'bogus': expected none")
+# mlpv31: a run's own userbuffers table (recipe tp_overlap_cfg) naming a GEMM TransformerEngine does not overlap, a
+# pipeline overlap without splits, or a field btacalc does not time (atomic_gemm) would plan TE's defaults instead
+_V31 = next(r for r in SHIPPED_RUNS["runs"] if r["id"] == "gpt3-175b-h100-512-fp8-mlperf-v31")
+
+
+def _v31_with_gemm(name: str, entry: dict[str, Any]) -> str:
+    recipe = json.loads(json.dumps(_V31["recipe"]))
+    recipe["tp_overlap_cfg"]["gemms"][name] = entry
+    return json.dumps({"runs": [dict(_V31, recipe=recipe)]})
+
+
+for gemm, entry, fragment in (("fc3_fprop", {"num_sm": 4}, "names fc3_fprop"),
+                              ("fc2_fprop", {"method": "pipeline", "num_splits": 0}, "needs num_splits >= 1"),
+                              ("proj_fprop", {"atomic_gemm": 1}, "atomic_gemm"),
+                              ("qkv_dgrad", {"num_sm": "4"}, "num_sm")):
+    case("files", "validate", "--measured", "{tmp}/runs.json", fragment=fragment, outputs=False,
+         files={"runs.json": _v31_with_gemm(gemm, entry)})
 
 
 def _make(folder: Path, files: dict[str, Any]) -> None:

@@ -106,7 +106,8 @@ AttentionOpt = typer.Option(None, "--attention", help=help_text("eager (material
 AttentionKernelOpt = typer.Option(None, "--attention-kernel", help=help_text(
     "The fused attention kernel: default (the attention core at the device's large-GEMM rate, as cuDNN / "
     "TransformerEngine run it) or triton-flash (llm-foundry's attn_impl triton: on Hopper at half of "
-    "FlashAttention-2's published 35% of the peak on the causal blocks it runs); btacalc/data/attention_kernels.toml "
+    "FlashAttention-2's published 35% of the peak on the causal blocks it runs) or flash-attn-2 (the CUDA "
+    "FlashAttention-2 TransformerEngine 1.0 ran: 0.293 of the peak on Hopper); btacalc/data/attention_kernels.toml "
     "[default: default]."))
 CausalOpt = typer.Option(False, "--causal/--full-scores", help="Count only the causal half of the s² matmuls.")
 LossOpt = typer.Option(None, "--loss", help=help_text("fused: logits one sequence at a time; stored: Korthikanti's "

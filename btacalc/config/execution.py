@@ -29,6 +29,7 @@ from .attention_kernels import DEFAULT_ATTENTION_KERNEL, attention_kernel
 from .cuda_graphs import check_scopes, scopes
 from ..vocabulary import parse_recompute
 from .pipeline import Placement, StageSplit, parse_layout, place
+from .tp_overlap import UbOverlap
 
 if TYPE_CHECKING:
     from .hardware import HardwareProfile
@@ -252,6 +253,9 @@ class Layout:
     # Megatron's per-layer CUDA-graph scopes (--cuda-graph-impl transformer_engine --cuda-graph-scope): what they
     # capture issues from one graph launch (config/cuda_graphs.py); empty: no CUDA graphs
     cuda_graph_scope: tuple[str, ...] = ()
+    # the run's own TransformerEngine userbuffers table (NeMo's ub_tp_comm_overlap_cfg, config/tp_overlap.py
+    # ub_table: TE's defaults with the run's entries applied); None: TE's defaults (btacalc/data/tp_overlap.toml)
+    tp_overlap_cfg: Optional[tuple[UbOverlap, ...]] = None
     stage_split: StageSplit = StageSplit()  # the user's pipeline split options (config/pipeline.py)
 
     @property
@@ -317,6 +321,7 @@ class Layout:
         self._validate_grids()
         self._validate_dispatcher(profile)
         self._validate_nccl_ub(profile)
+        self._validate_ub_table(profile)
         check_scopes(self.cuda_graph_scope)
         if self.cuda_graph_scope and profile.family != "gpu":
             raise BtacalcError(f"{{cuda_graph_scope}} is Megatron's CUDA graphs on GPUs: {profile.name} is not a GPU")
@@ -358,6 +363,19 @@ class Layout:
             raise BtacalcError("{nvls} chooses NCCL's path for nccl_ub's registered buffers: it needs {nccl_ub}")
         if self.nccl_ub and profile.family != "gpu":
             raise BtacalcError(f"{{nccl_ub}} registers NCCL buffers on GPUs: {profile.name} is not a GPU")
+
+    def _validate_ub_table(self, profile: "HardwareProfile") -> None:
+        """A run's userbuffers table needs the TP-comm overlap it configures, and each GEMM's SMs must leave the
+        GEMM some (set_sm_margin launches it on SMs - num_sm; a bulk collective shares them)."""
+        if self.tp_overlap_cfg is None:
+            return
+        if not self.overlap.tp_comm:
+            raise BtacalcError("{tp_overlap_cfg} is TransformerEngine's userbuffers table: it needs the TP-comm overlap")
+        sms = int(profile.chip.cores.value)
+        for o in self.tp_overlap_cfg:
+            if o.num_sm >= sms and (o.set_sm_margin or o.method == "bulk"):
+                raise BtacalcError(f"{{tp_overlap_cfg}} {o.name}: num_sm {o.num_sm} must leave compute SMs: 0 to "
+                                   f"{sms - 1} on {profile.name}")
 
     def _validate_dispatcher(self, profile: "HardwareProfile") -> None:
         if self.dispatcher_sms is None:
@@ -573,6 +591,7 @@ class ExecutionRequest:
     nvls: bool = False  # Layout.nvls (NCCL_NVLS_ENABLE=1 with nccl_ub)
     ddp_bucket_params: Optional[int] = None  # Layout.ddp_bucket_params (Megatron --ddp-bucket-size)
     cuda_graph_scope: tuple[str, ...] = ()  # Layout.cuda_graph_scope
+    tp_overlap_cfg: Optional[tuple[UbOverlap, ...]] = None  # Layout.tp_overlap_cfg (a run's userbuffers table)
     gradient_bytes: Optional[int] = None
     routing_imbalance: float = 1.0
     overlaps: OverlapRequest = field(default_factory=OverlapRequest)
@@ -969,7 +988,7 @@ def _resolve_layout(request: ExecutionRequest, model: "ModelSpec", profile: "Har
                   stage_split=request.stage_split,
                   deepep=request.deepep, dispatcher_sms=request.dispatcher_sms,
                   nccl_ub=request.nccl_ub, nvls=request.nvls, ddp_bucket_params=request.ddp_bucket_params,
-                  cuda_graph_scope=tuple(request.cuda_graph_scope),
+                  cuda_graph_scope=tuple(request.cuda_graph_scope), tp_overlap_cfg=request.tp_overlap_cfg,
                   overlap=_resolve_overlaps(request, chosen, devices > 1, sizes["virtual_pipeline"] > 1))
 
 

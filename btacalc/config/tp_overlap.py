@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import functools
 import sys
-from typing import Literal, get_args
+from typing import Literal, Optional, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import DataError
+from ..errors import BtacalcError, DataError
 from ..paths import package_data
 from .named_tables import load_named_tables
 
@@ -58,3 +58,46 @@ def ub_families() -> dict[str, str]:
             raise DataError(f"btacalc/data/{TP_OVERLAP_FILE}: [families] {gemm} = {family!r}: not one of "
                             f"{', '.join(sorted(known))}")
     return families
+
+
+class UbOverride(BaseModel):
+    """A run's own entry of TE's `ub_cfgs` for one GEMM (NeMo `model.ub_tp_comm_overlap_cfg`, a per-model
+    `tp_overlap/*.yaml`): the fields it sets replace the shipped table's (TE's defaults); the cost model
+    (model/gpu/tp_overlap.py) uses these four. `cga_size`, `aggregate`, `atomic_gemm` and `fp8_buf` are not timed."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    method: Optional[Literal["ring_exchange", "pipeline", "bulk"]] = None
+    num_sm: Optional[int] = Field(None, ge=0)
+    num_splits: Optional[int] = Field(None, ge=0)
+    set_sm_margin: Optional[bool] = None
+
+
+class UbTable(BaseModel):
+    """A run's userbuffers table: per overlapped GEMM (TE's names: qkv_fprop, proj_fprop, ...) the fields its
+    config sets, with the file they were read from."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    source: str = Field(min_length=10)
+    gemms: dict[str, UbOverride]
+
+
+def ub_table(table: UbTable) -> tuple[UbOverlap, ...]:
+    """The shipped table (TE's defaults) with `table`'s entries applied, each changed GEMM citing `table.source`.
+
+    Raises BtacalcError for a GEMM TE's table does not name, or a pipeline overlap without splits."""
+    shipped = {o.name: o for o in ub_overlaps()}
+    unknown = sorted(set(table.gemms) - set(shipped))
+    if unknown:
+        raise BtacalcError(f"{{tp_overlap_cfg}} names {', '.join(unknown)}: TransformerEngine's overlapped GEMMs "
+                           f"are {', '.join(shipped)}")
+    out = []
+    for name, o in shipped.items():
+        given = table.gemms.get(name)
+        if given is not None:
+            o = o.model_copy(update={**given.model_dump(exclude_none=True), "source": table.source})
+        if o.method == "pipeline" and o.num_splits < 1:
+            raise BtacalcError(f"{{tp_overlap_cfg}} {name}: a pipeline overlap needs num_splits >= 1")
+        out.append(o)
+    return tuple(out)

@@ -41,6 +41,7 @@ from ..config.model import ModelSpec, validate_model
 from ..config.pipeline import StageSplit
 from ..config.precision import recipe as precision_recipe
 from ..config.presets import resolve_model
+from ..config.tp_overlap import UbTable, ub_table
 from ..errors import BtacalcError, first_validation_error
 from ..model.routing_balance import forced_balance_imbalance
 from ..config.text import Name
@@ -187,7 +188,17 @@ class Recipe(BaseModel):
     ddp_bucket_size: Optional[int] = Field(None, ge=1, description="--ddp-bucket-size / DistributedDataParallelConfig."
                                            "bucket_size: parameters per gradient bucket (default: Megatron's "
                                            "max(4e7, 1e6 x DP x CP))")
+    tp_overlap_cfg: Optional[UbTable] = Field(None, description="the run's TransformerEngine userbuffers table "
+                                              "(NeMo model.ub_tp_comm_overlap_cfg, a tp_overlap/*.yaml): per GEMM "
+                                              "the method, num_sm, num_splits and set_sm_margin as TE read them; "
+                                              "default: TE's table (btacalc/data/tp_overlap.toml)")
     overlaps: Overlaps = Overlaps()
+
+    @model_validator(mode="after")
+    def _known_gemms(self) -> "Recipe":
+        if self.tp_overlap_cfg is not None:
+            ub_table(self.tp_overlap_cfg)  # names only TE's GEMMs, pipelines split
+        return self
 
     def unmodelled(self) -> str:
         """Why btacalc cannot express this recipe, or "" when it can."""
@@ -556,6 +567,8 @@ def _recipe_changes(recipe: Recipe, run: MeasuredRun, family: str) -> dict[str, 
         changes["rht_cast_fusion"] = precision_recipe(run.precision).rht_cast_fused_in(recipe.transformer_engine)
     if recipe.fp8_param_gather is not None:
         changes["fp8_param_gather"] = recipe.fp8_param_gather
+    if recipe.tp_overlap_cfg is not None:
+        changes["tp_overlap_cfg"] = ub_table(recipe.tp_overlap_cfg)
     if recipe.cpu_offloading_num_layers:
         changes["cpu_offload_layers"] = recipe.cpu_offloading_num_layers
     if recipe.pipeline_layout is not None or recipe.account_for_embedding or recipe.account_for_loss:

@@ -20,8 +20,9 @@ method does (TE @ bee4649c transformer_engine/common/comm_gemm_overlap/comm_gemm
 G is the GEMM pass's time (gemm.py at its shape), c the time of the one collective it hides
 (`collectives.tensor_parallel_time` of the layer's mean collective: its TP bytes over its TP calls), S the device's
 SMs, s num_sm. The layer's exposed TP time is then the larger of this sum and the excess of all its collectives over
-all its compute (model/gpu/timing.py), so a layer whose traffic outlasts its GEMMs still shows it. Not modelled: the
-per-model tables (NeMo / Megatron-Bridge `ub_cfgs`), ring-exchange reduce-scatter's final reduce kernel, the chunks'
+all its compute (model/gpu/timing.py), so a layer whose traffic outlasts its GEMMs still shows it. A run's own table
+(`Layout.tp_overlap_cfg`, a measured recipe's `tp_overlap_cfg`) replaces TE's defaults. Not modelled: picking
+Megatron-Bridge's named per-model tables, ring-exchange reduce-scatter's final reduce kernel, the chunks'
 per-step copy latency; the SM share of bulk overlaps is a bound (docs/clock.md "moe5": Bridge's profile puts the
 all-to-all's at about a quarter of it).
 """
@@ -72,7 +73,7 @@ def layer_overlap_s(problem: Problem, tp_gemm_s: dict[str, Any], tp_bytes: Any, 
     comm = tensor_parallel_time(problem, tp_bytes / calls, 1)
     sms = int(problem.hardware.chip.cores.value)
     total: Any = 0.0
-    for o in ub_overlaps():
+    for o in lay.tp_overlap_cfg or ub_overlaps():
         gemm_s = tp_gemm_s.get(f"{o.family}_{o.gemm_pass}")
         if gemm_s is not None:
             total = total + overlap_cost(o, gemm_s, comm, sms, lay.tensor_parallel)
