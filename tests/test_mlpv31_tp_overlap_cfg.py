@@ -44,7 +44,17 @@ V41 = {"qkv_dgrad": (BULK, 2, 0, False), "qkv_wgrad": (BULK, 4, 0, False), "fc1_
 ROWS = {**{f"gpt3-175b-h100-{n}-fp8-mlperf-v31": V31 for n in (512, 768, 4096, 8192, 10752)},
         "gpt3-175b-h100-512-fp8-mlperf-v40": V40, "gpt3-175b-h100-10752-fp8-mlperf-v40": V40_LARGE,
         "gpt3-175b-h100-11616-fp8-mlperf-v40": V40_LARGE, "gpt3-175b-h100-256-fp8-mlperf-v41": V41,
-        "gpt3-175b-h100-512-fp8-mlperf-v41": V41, "gpt3-175b-b200-64-fp8-mlperf-v41": V41}
+        "gpt3-175b-h100-512-fp8-mlperf-v41": V41, "gpt3-175b-b200-64-fp8-mlperf-v41": V41,
+        # task mlperf2's rows of the same implementations (their yaml files are NVIDIA's byte for byte: git blobs
+        # 555c2b0f for v3.1's NVIDIA and Azure+NVIDIA copies, 131051ef for v4.0's NVIDIA and smc copies; Oracle ran
+        # NVIDIA's v4.1 eos_n64 implementation)
+        **{rid: V31 for rid in ("gpt3-175b-h100-6144-fp8-mlperf-v31", "gpt3-175b-h100-10240-fp8-mlperf-v31",
+                                "gpt3-175b-h100-10752-fp8-mlperf-v31-azure")},
+        "gpt3-175b-h100-512-fp8-mlperf-v40-smc": V40,
+        **{f"gpt3-175b-h100-{n}-fp8-mlperf-v41-oracle": V41 for n in (1536, 3072)}}
+# the v3.1 containers install flash-attn 2.0.8, which their TE (09ba8427; Azure's 4ee8e8ec, one commit later) takes
+# before cuDNN; v4.0 and later pin TE v1.6rc1 or newer (cuDNN on Hopper)
+FA2_ROWS = {rid for rid in ROWS if "-mlperf-v31" in rid}
 
 
 def _as_tuple(o):
@@ -182,3 +192,11 @@ def test_the_v31_rows_attention_core_runs_at_flash_attention_2s_rate():
                                                                           sequence_parallel=True))
         core = layer_parts(p, p.evaluate(1, 1))[0].core_s
         assert core == pytest.approx(flops / (share * H100_BF16_PEAK), rel=2e-3)
+
+
+def test_every_mlperf_row_takes_the_attention_kernel_of_its_te():
+    runs = {r.id: r for r in load_runs()}
+    for rid in ROWS:
+        request, _ = express(runs[rid], "gpu")
+        assert request.attention_kernel == ("flash-attn-2" if rid in FA2_ROWS else None), rid
+    assert len(FA2_ROWS) == 8
