@@ -108,7 +108,7 @@ FEATURES: dict[str, tuple[Any, ...]] = {
     "eager_kernels": (True, False),
     # the fused attention kernel (btacalc/data/attention_kernels.toml; tests/test_mpt4_eager_kernels.py keeps the
     # two lists equal): triton-flash's wrapper adds an fp32 dq buffer around its kernels
-    "attention_kernel": ("default", "flash-attn-2", "triton-flash"),
+    "attention_kernel": ("default", "flash-attn-2", "triton-flash", "cudnn-9-13"),
     # sequence parallelism (Korthikanti et al. 2022 §4.2.2): the tensors of `tp = "sequence"` terms are
     # split over the tensor-parallel ranks too
     "sequence_parallel": (True, False),
