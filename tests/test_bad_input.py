@@ -564,6 +564,13 @@ for old, new, fragment in [
 ]:
     case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/launch.args", fragment=fragment,
          files={"launch.args": LLAMA_LAUNCH.replace(old, new, 1)})
+# review9: --ddp-num-buckets as Megatron-LM's argparse (type=int) and DistributedDataParallelConfig (L275-277) take it
+for value, fragment in (("4.0", "--ddp-num-buckets (ddp_num_buckets) takes an integer, got '4.0'"),
+                        ("1e3", "--ddp-num-buckets (ddp_num_buckets) takes an integer, got '1e3'"),
+                        ("-1", "--ddp-num-buckets needs no --ddp-bucket-size and a count above 0"),
+                        ("4 --ddp-num-buckets 8", "--ddp-num-buckets and --ddp-num-buckets set ddp_num_buckets to")):
+    case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/launch.args", fragment=fragment,
+         files={"launch.args": LLAMA_LAUNCH.replace("--num-layers 32", f"--num-layers 32 --ddp-num-buckets {value}", 1)})
 for algo in ("Tree", "Ring,Tree", ","):
     case("files", "plan", "--hw", "gb200", "--from-megatron", "{tmp}/launch.args",
          fragment="--deterministic-mode takes NCCL_ALGO from CollnetChain, CollnetDirect, Ring, ^NVLS only",
@@ -584,6 +591,9 @@ for old, new, fragment in [
     ("train:", "train.global_batch_size: 64\ntrain:", "train.global_batch_size is given twice"),
     ("mixed_precision: bf16_mixed", "mixed_precision: bf16_mixed\na: &a {b: *a}", "holds itself"),
     ("  tensor_model_parallel_size: 4", "  tensor_model_parallel_size: 0", "tensor_model_parallel_size 0: must be at"),
+    ("train:", "ddp.num_buckets: -1\ntrain:", "--ddp-num-buckets needs no --ddp-bucket-size and a count above 0"),
+    ("train:", "ddp.num_buckets: 1e3\ntrain:", "--ddp-num-buckets (ddp_num_buckets) takes an integer, got '1e3'"),
+    ("train:", "ddp.num_buckets: .nan\ntrain:", "--ddp-num-buckets (ddp_num_buckets) takes an integer, got nan"),
 ]:
     assert old in BRIDGE, old
     case("files", "plan", "--hw", "h100", "-m", "qwen3-30b-a3b", "--devices", "8", "--from-bridge", "{tmp}/r.yaml",
@@ -677,6 +687,20 @@ for gemm, entry, fragment in (("fc3_fprop", {"num_sm": 4}, "names fc3_fprop"),
                               ("qkv_dgrad", {"num_sm": "4"}, "num_sm")):
     case("files", "validate", "--measured", "{tmp}/runs.json", fragment=fragment, outputs=False,
          files={"runs.json": _v31_with_gemm(gemm, entry)})
+# review9: the rest of a malformed table (wrong types, unknown method, negative counts) and a recipe's attention_kernel
+# outside the catalogue, which the row took as not expressible (exit 0) where --attention-kernel exits 2
+for gemm, entry, fragment in (("qkv_fprop", {"method": "ring"}, "Input should be 'ring_exchange', 'pipeline' or"),
+                              ("qkv_fprop", {"num_sm": -1}, "num_sm: Input should be greater than or equal to 0"),
+                              ("qkv_fprop", {"num_sm": 4.0}, "num_sm: Input should be a valid integer"),
+                              ("qkv_fprop", {"num_sm": True}, "num_sm: Input should be a valid integer"),
+                              ("proj_fprop", {"num_splits": -2}, "num_splits: Input should be greater than or"),
+                              ("proj_fprop", {"set_sm_margin": 1}, "set_sm_margin: Input should be a valid boolean"),
+                              ("proj_fprop", 4, "proj_fprop: Input should be a valid dictionary")):
+    case("files", "validate", "--measured", "{tmp}/runs.json", fragment=fragment, outputs=False,
+         files={"runs.json": _v31_with_gemm(gemm, entry)})
+case("files", "validate", "--measured", "{tmp}/runs.json", outputs=False,
+     fragment="attention_kernel must be one of default, triton-flash, flash-attn-2, got 'flash-attn-3'",
+     files={"runs.json": json.dumps({"runs": [dict(_V31, recipe=dict(_V31["recipe"], attention_kernel="flash-attn-3"))]})})
 
 
 def _make(folder: Path, files: dict[str, Any]) -> None:

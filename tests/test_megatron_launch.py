@@ -669,3 +669,15 @@ def test_bridge_ddp_num_buckets_is_megatrons_flag():
     reasons = dict(run.ignored)
     assert "ddp.num_buckets" in reasons and "L133-134" in reasons["ddp.num_buckets"]
     assert run.request == import_bridge(text, "y.yaml", 32, base).request
+
+
+def test_tp_comm_overlap_cfg_file_says_the_default_table_is_timed():
+    """review9: Megatron-LM's --tp-comm-overlap-cfg names a userbuffers YAML (TE's ub_cfgs, the table mlpv31's recipe
+    tp_overlap_cfg carries for measured runs); a launch's file is not read, so the plan is TE's default table and the
+    reason says so (it said btacalc models the overlap only 'on or off', which stopped being true with mlpv31)."""
+    text = (DATA / "gpt3-175b.args").read_text()
+    with_cfg = text.replace("--split 949,50,1", "--split 949,50,1 --tp-comm-overlap-cfg ub.yaml")
+    run = import_megatron(with_cfg, "x.args")
+    reason = dict(run.ignored)["--tp-comm-overlap-cfg"]
+    assert "default table" in reason and "tp_overlap_cfg" in reason and "on or off" not in reason
+    assert run.request == import_megatron(text, "y.args").request

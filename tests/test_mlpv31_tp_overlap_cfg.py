@@ -144,6 +144,23 @@ def test_a_table_without_the_overlap_or_taking_every_sm_is_refused():
                tp_overlap_cfg=greedy).validate(GPT3, hardware, 2048)
 
 
+def test_a_table_asking_for_more_sms_than_the_device_has_is_refused():
+    """review9: the SM check covered only the GEMMs whose SMs are taken from the GEMM (set_sm_margin, bulk), so a ring
+    exchange without margin asking for 500 SMs, or 10^30, was planned as if valid. An H100 SXM5 has 132 SMs: 133 is
+    refused for any method, 132 is still a valid (if odd) ring-exchange entry, its copies on copy engines."""
+    hardware = resolve_hardware("h100")
+    for num_sm in (H100_SMS + 1, 500, 10**30):
+        table = ub_table(UbTable(source="a table asking for too many SMs",
+                                 gemms={"qkv_fprop": UbOverride(method=RING, num_sm=num_sm, set_sm_margin=False)}))
+        with pytest.raises(BtacalcError, match=f"qkv_fprop: num_sm {num_sm} is more SMs than .* has \\(132\\)"):
+            Layout(devices=4, devices_per_node=8, tensor_parallel=4, sequence_parallel=True,
+                   overlap=Overlaps(tp_comm=True), tp_overlap_cfg=table).validate(GPT3, hardware, 2048)
+    edge = ub_table(UbTable(source="a ring exchange naming every SM",
+                            gemms={"qkv_fprop": UbOverride(method=RING, num_sm=H100_SMS, set_sm_margin=False)}))
+    Layout(devices=4, devices_per_node=8, tensor_parallel=4, sequence_parallel=True, overlap=Overlaps(tp_comm=True),
+           tp_overlap_cfg=edge).validate(GPT3, hardware, 2048)
+
+
 # FlashAttention-2 on an H100 SXM5, head dim 128, BF16 (Shah et al. 2024, FlashAttention-3, arXiv 2407.08608, Figure 5
 # forward, Figure 6 backward: the FlashAttention-2 bars, TFLOP/s as labelled), at s = 2k / 4k / 8k
 FA2_FWD_CAUSAL = {2048: 298.0, 4096: 319.0, 8192: 333.0}  # FLOPs counted on the half square

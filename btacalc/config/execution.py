@@ -365,14 +365,18 @@ class Layout:
             raise BtacalcError(f"{{nccl_ub}} registers NCCL buffers on GPUs: {profile.name} is not a GPU")
 
     def _validate_ub_table(self, profile: "HardwareProfile") -> None:
-        """A run's userbuffers table needs the TP-comm overlap it configures, and each GEMM's SMs must leave the
-        GEMM some (set_sm_margin launches it on SMs - num_sm; a bulk collective shares them)."""
+        """A run's userbuffers table needs the TP-comm overlap it configures; no GEMM's num_sm exceeds the device's
+        SMs, and where they are taken from the GEMM (set_sm_margin launches it on SMs - num_sm; a bulk collective
+        shares them) they leave it some."""
         if self.tp_overlap_cfg is None:
             return
         if not self.overlap.tp_comm:
             raise BtacalcError("{tp_overlap_cfg} is TransformerEngine's userbuffers table: it needs the TP-comm overlap")
         sms = int(profile.chip.cores.value)
         for o in self.tp_overlap_cfg:
+            if o.num_sm > sms:
+                raise BtacalcError(f"{{tp_overlap_cfg}} {o.name}: num_sm {o.num_sm} is more SMs than {profile.name} "
+                                   f"has ({sms})")
             if o.num_sm >= sms and (o.set_sm_margin or o.method == "bulk"):
                 raise BtacalcError(f"{{tp_overlap_cfg}} {o.name}: num_sm {o.num_sm} must leave compute SMs: 0 to "
                                    f"{sms - 1} on {profile.name}")

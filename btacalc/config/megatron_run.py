@@ -70,6 +70,10 @@ IGNORED: tuple[tuple[str, str], ...] = (
     (r"(main_grads_dtype|main_params_dtype)",
      "optimizer state precision: btacalc models fp32 master weights; the main gradients follow "
      "--grad-reduce-in-bf16"),
+    (r"tp_comm_overlap_cfg",
+     "a userbuffers table (TE's ub_cfgs: a YAML file for Megatron-LM, a named table for Megatron-Bridge): not read, "
+     "the run is timed with TransformerEngine's default table (btacalc/data/tp_overlap.toml); a measured run's "
+     "recipe tp_overlap_cfg carries a run's own"),
     (r"(tp_comm_overlap_.*|tp_comm_.*_(ag|rs|dgrad|wgrad).*|tp_comm_bulk_.*)",
      "tensor-parallel overlap tuning: btacalc models --tp-comm-overlap on or off"),
     (r"(attention_dropout|hidden_dropout)", "read as the model's dropout (on when either is above 0)"),

@@ -63,7 +63,8 @@ def ub_families() -> dict[str, str]:
 class UbOverride(BaseModel):
     """A run's own entry of TE's `ub_cfgs` for one GEMM (NeMo `model.ub_tp_comm_overlap_cfg`, a per-model
     `tp_overlap/*.yaml`): the fields it sets replace the shipped table's (TE's defaults); the cost model
-    (model/gpu/tp_overlap.py) uses these four. `cga_size`, `aggregate`, `atomic_gemm` and `fp8_buf` are not timed."""
+    (model/gpu/tp_overlap.py) uses these four. `cga_size`, `aggregate`, `atomic_gemm` and `fp8_buf` are not timed, and
+    an entry giving one is refused (extra="forbid") rather than read without it."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 

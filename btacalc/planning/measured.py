@@ -41,6 +41,7 @@ from ..config.model import ModelSpec, validate_model
 from ..config.pipeline import StageSplit
 from ..config.precision import recipe as precision_recipe
 from ..config.presets import resolve_model
+from ..config.attention_kernels import attention_kernel
 from ..config.tp_overlap import UbTable, ub_table
 from ..errors import BtacalcError, first_validation_error
 from ..model.routing_balance import forced_balance_imbalance
@@ -195,9 +196,11 @@ class Recipe(BaseModel):
     overlaps: Overlaps = Overlaps()
 
     @model_validator(mode="after")
-    def _known_gemms(self) -> "Recipe":
+    def _known_names(self) -> "Recipe":
         if self.tp_overlap_cfg is not None:
             ub_table(self.tp_overlap_cfg)  # names only TE's GEMMs, pipelines split
+        if self.attention_kernel is not None:
+            attention_kernel(self.attention_kernel)  # a catalogue kernel, as --attention-kernel takes it
         return self
 
     def unmodelled(self) -> str:
