@@ -249,16 +249,20 @@ def test_an_emitted_launch_plans_back_with_fp8_attention_added(cli, monkeypatch)
     assert back["throughput"]["step_time_s"] == pytest.approx(original["throughput"]["step_time_s"], rel=1e-12)
 
 
-def test_compare_skips_a_gpu_without_an_fp8_attention_rate():
-    """compare --precision fp8 --fp8-attention over an H100 and a B300: the B300 (compute capability 10.3) runs the
-    recipe, but attention_kernels.toml has no rate of cuDNN's FP8 kernel there (the Blackwell entries cover 10.0
-    only), so its row is listed under skipped with the reason, as a recipe the GPU cannot run is, and the H100's is
-    planned, instead of the whole comparison ending in an error."""
-    out = subprocess.run([sys.executable, "-m", "btacalc", "compare", "-m", "llama-3-8b", "--hw", "h100,b300",
+def test_compare_skips_a_gpu_without_an_fp8_attention_rate(tmp_path):
+    """compare --precision fp8 --fp8-attention over an H100 and a user's profile of a GPU of compute capability
+    11.0 (the B300 file renamed): it runs the recipe, but attention_kernels.toml has no rate of cuDNN's FP8 kernel
+    there (the Blackwell entries cover 10.0 and 10.3), so its row is listed under skipped with the reason, as a
+    recipe the GPU cannot run is, and the H100's is planned, instead of the whole comparison ending in an error."""
+    text = (ROOT / "hardware_profiles" / "b300.toml").read_text()
+    assert 'name = "b300"' in text and "value = 10.3" in text
+    future = tmp_path / "future.toml"
+    future.write_text(text.replace('name = "b300"', 'name = "future"').replace("value = 10.3", "value = 11.0"))
+    out = subprocess.run([sys.executable, "-m", "btacalc", "compare", "-m", "llama-3-8b", "--hw", f"h100,{future}",
                           "--devices", "8", "--attention", "flash", "--precision", "fp8", "--fp8-attention", "--json"],
                          capture_output=True, text=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": ""})
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
     assert [(r["hardware"], r["precision"]) for r in result["rows"]] == [("h100", "fp8")]
-    assert len(result["skipped"]) == 1 and result["skipped"][0].startswith("b300 fp8:")
+    assert len(result["skipped"]) == 1 and result["skipped"][0].startswith("future fp8:")
     assert "no published rate" in result["skipped"][0]
