@@ -52,7 +52,9 @@ f2 for the rowwise + columnwise kernel); a cast then takes
 (the amax pass is a read-only kernel over the same tensor, taken at f1). B200: TE's MXFP8 cast of a BF16
 8192x8192 tensor measured 34.84 us rowwise and 52.34 us both ways (ROCm/TransformerEngine PR 598, "CAST_ONLY",
 B200 column), i.e. 2^26·3.03125 B / 34.84 us = 5.84 TB/s = 0.730 of 8 TB/s and 2^26·4.0625 B / 52.34 us =
-5.21 TB/s = 0.651 (tests/test_lp_cast_bandwidth.py derives both). Without the fields, f = 1.
+5.21 TB/s = 0.651 (tests/test_lp_cast_bandwidth.py derives both). Without the fields (Hopper: no published
+TransformerEngine cast benchmark found), f = the profile's streaming share, memory.achievable_bandwidth_fraction
+(H100 0.87, a STREAM-like benchmark: no cast kernel streams faster than it), 1 without that either.
 """
 
 from __future__ import annotations
@@ -87,13 +89,21 @@ def cast_bytes_per_element(recipe: Recipe, copies: int) -> float:
     return SIXTEEN_BIT_BYTES * (1 + recipe.amax_passes) + copies * recipe.bytes_per_element
 
 
-def cast_bandwidth_shares(kernels: Optional[Kernels], copies: int) -> tuple[float, float]:
+def cast_bandwidth_shares(kernels: Optional[Kernels], copies: int, streaming_share: float = 1.0) -> tuple[float, float]:
     """(f1, f_copies): the share of HBM bandwidth of the amax pass / single-copy cast and of the recipe's cast
-    kernel with `copies` outputs, from the profile's measured quantise kernels; 1 where it gives none."""
+    kernel with `copies` outputs, from the profile's measured quantise kernels; where it gives none, the share a
+    streaming kernel reaches on the device (`streaming_share`, memory.achievable_bandwidth_fraction: a cast is a
+    streaming kernel, so it cannot beat a STREAM-like benchmark), 1 without one either."""
     one = kernels.cast_bandwidth_fraction if kernels is not None else None
     two = kernels.cast_two_copy_bandwidth_fraction if kernels is not None else None
-    f1 = one.value if one is not None else 1.0
+    f1 = one.value if one is not None else streaming_share
     return f1, ((two.value if two is not None else f1) if copies == 2 else f1)
+
+
+def _cast_shares(problem: Problem, copies: int) -> tuple[float, float]:
+    memory = problem.hardware.memory
+    streaming = memory.achievable_bandwidth_fraction.value if memory.achievable_bandwidth_fraction is not None else 1.0
+    return cast_bandwidth_shares(problem.hardware.kernels, copies, streaming)
 
 
 def full_bandwidth_bytes(recipe: Recipe, copies: int, shares: tuple[float, float], kernels: int = 1) -> float:
@@ -117,7 +127,7 @@ def cast_rates(problem: Problem) -> Optional[CastRates]:
     assert peak is not None  # checked when the execution was resolved (config.precision.check_precision)
     cc = chip.compute_capability.value if chip.compute_capability else 0.0
     copies = recipe.copies(cc)
-    shares = cast_bandwidth_shares(problem.hardware.kernels, copies)
+    shares = _cast_shares(problem, copies)
     kernels = recipe.activation_cast_kernels(copies, problem.run.rht_cast_fusion)
     return CastRates(recipe=recipe, peak=peak.value * compute_efficiency(problem),
                      full_bandwidth_bytes_per_cast=full_bandwidth_bytes(recipe, copies, shares),
@@ -151,7 +161,7 @@ def attention_cast_rates(problem: Problem) -> Optional[AttentionCastRates]:
         return None
     recipe = run.recipe
     copies = recipe.fp8_attention_copies
-    shares = cast_bandwidth_shares(problem.hardware.kernels, copies)
+    shares = _cast_shares(problem, copies)
     dequantize = (recipe.element_bytes + SIXTEEN_BIT_BYTES) / shares[0] if recipe.fp8_attention_fp8_outputs else 0.0
     return AttentionCastRates(cast_bytes=full_bandwidth_bytes(recipe, copies, shares), dequantize_bytes=dequantize)
 
