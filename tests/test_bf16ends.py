@@ -35,10 +35,12 @@ LLAMA = load_preset("llama-3-8b")
 
 
 def _h100_flat():
-    """H100 with compute efficiency 0.5 and no GEMM-shape effect (no [kernels]: every matmul at its peak x 0.5, every
-    cast kernel at the full HBM bandwidth)."""
+    """H100 with compute efficiency 0.5 and no GEMM-shape effect (no [kernels]: every matmul at its peak x 0.5; no
+    streaming share either: every cast kernel at the full HBM bandwidth)."""
     number = Number(value=EFF, kind="estimate", source="https://example.org", note="test: a round number")
-    return with_calibration(resolve_hardware("h100"), compute_efficiency=number).model_copy(update={"kernels": None})
+    hw = with_calibration(resolve_hardware("h100"), compute_efficiency=number)
+    return hw.model_copy(update={"kernels": None,
+                                 "memory": hw.memory.model_copy(update={"achievable_bandwidth_fraction": None})})
 
 
 def _problem(hw, layout=Layout(), **run):
