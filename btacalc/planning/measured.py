@@ -49,6 +49,7 @@ from ..config.text import Name
 from ..paths import package_data, read_input
 from .plan import device_memory, make_plan
 from .precision_pairs import PairBands, PairInput, PairReport, precision_pairs
+from .publishers import PublisherBaseline, publisher_of
 from .report import PlanReport
 
 if sys.version_info >= (3, 11):
@@ -260,10 +261,12 @@ class MeasuredRun(BaseModel):
     recipe: Optional[Recipe] = None
     megatron_args: Optional[str] = Field(None, description="the run as its Megatron-LM launch or arguments (read as "
                                          "plan --from-megatron reads them) instead of the layout fields")
-    router_force_load_balancing: bool = Field(False, description="--moe-router-force-load-balancing: the benchmark "
-                                              "drew each token's experts at random (balanced in expectation); the "
-                                              "plan's routing imbalance is the busiest expert-parallel rank's expected "
-                                              "load under that routing (model/routing_balance.py)")
+    router_force_load_balancing: Optional[bool] = Field(None, description="--moe-router-force-load-balancing: the "
+                                                        "benchmark drew each token's experts at random (balanced in "
+                                                        "expectation); the plan's routing imbalance is the busiest "
+                                                        "expert-parallel rank's expected load under that routing "
+                                                        "(model/routing_balance.py); null: not stated (the publisher's "
+                                                        "baseline, planning/publishers.py, or free routing)")
 
     @model_validator(mode="before")
     @classmethod
@@ -496,11 +499,43 @@ DISPATCHER_DEFAULT = ("alltoall: btacalc models the expert-parallel all-to-all e
 
 
 def run_defaults(run: MeasuredRun, family: str) -> dict[str, tuple[Any, str]]:
-    """The Megatron defaults a GPU run takes because neither the run nor its recipe states them."""
+    """The defaults a GPU run takes because neither the run nor its recipe states them: its publisher's baseline
+    recipe and routing (planning/publishers.py) where it states no recipe, and Megatron's defaults after that."""
     if family != "gpu":
         return {}
-    stated = run.with_recipe()
-    return {k: v for k, v in MEGATRON_RUN_DEFAULTS.items() if getattr(stated, k) is None}
+    out: dict[str, tuple[Any, str]] = {}
+    baseline = _baseline_of(run)
+    if baseline is not None:
+        out["recipe"] = (baseline.name, baseline.reason(run.precision))
+        if _takes_baseline_routing(run, baseline):
+            out["router_force_load_balancing"] = (True, f"{baseline.name}: MoE runs ran force-balanced routing "
+                                                  f"({baseline.routing_source})")
+    stated = with_publisher_baseline(run).with_recipe()
+    out.update({k: v for k, v in MEGATRON_RUN_DEFAULTS.items() if getattr(stated, k) is None})
+    return out
+
+
+def _baseline_of(run: MeasuredRun) -> Optional[PublisherBaseline]:
+    """The publisher baseline a run takes: only a GPU run given by its layout fields with no recipe of its own."""
+    if run.recipe is not None or run.megatron_args is not None:
+        return None
+    return publisher_of(run.source)
+
+
+def _takes_baseline_routing(run: MeasuredRun, baseline: PublisherBaseline) -> bool:
+    return (baseline.force_balanced_moe_routing and run.router_force_load_balancing is None
+            and resolve_model(run.model).is_moe)
+
+
+def with_publisher_baseline(run: MeasuredRun) -> MeasuredRun:
+    """`run` with its publisher's baseline recipe (and routing) where it states no recipe; else `run`."""
+    baseline = _baseline_of(run)
+    if baseline is None:
+        return run
+    changes: dict[str, Any] = {"recipe": Recipe.model_validate(baseline.recipe_for(run.precision), strict=False)}
+    if _takes_baseline_routing(run, baseline):
+        changes["router_force_load_balancing"] = True
+    return run.model_copy(update=changes)
 
 
 def express(run: MeasuredRun, family: str = "gpu") -> tuple[Optional[ExecutionRequest], str]:
@@ -511,6 +546,8 @@ def express(run: MeasuredRun, family: str = "gpu") -> tuple[Optional[ExecutionRe
     micro-batch)); without one, the micro-batching is chosen (on wafers, as the compiler would)."""
     if run.megatron_args is not None:
         return _express_megatron(run)
+    if family == "gpu":
+        run = with_publisher_baseline(run)
     recipe = run.recipe
     run = run.with_recipe()
     if recipe is not None and recipe.unmodelled():

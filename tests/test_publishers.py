@@ -1,0 +1,108 @@
+"""A published GPU run whose row states no recipe takes its publisher's performance recipe (planning/publishers.py,
+btacalc/data/publisher_recipes.toml), not Megatron-LM's command-line defaults.
+
+What the baselines hold, read from the publishers' code (each cited in the data file):
+- Megatron-Bridge's performance configs (@ f9b6319e): grad_reduce_in_fp32 = False (qwen3_llm_pretrain.py L41-42),
+  ddp.overlap_grad_reduce / overlap_param_gather = True (recipes/llama/llama3.py L727-728),
+  CommOverlapConfig(tp_comm_overlap=True) (L737-738) except under NVFP4 (llama3_llm_pretrain.py L115), and
+  force-balanced MoE routing (docs/performance-summary.md L104 @ 067f987d);
+- NVIDIA's NeMo-based benchmarks (NeMo 2 scripts/performance/helpers.py L234 and recipes, NeMo 1.0's launcher
+  175b_fp8_performance.yaml, dgxc-benchmarking, MLPerf): bf16 gradient reduction and the three overlaps, free
+  routing.
+A baseline row must therefore predict exactly what the same row with that recipe typed out predicts.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from btacalc.planning.measured import MeasuredRun, express, predict, run_defaults, validate_measured
+from btacalc.planning.publishers import publisher_of, publishers
+
+BRIDGE = "https://docs.nvidia.com/nemo/megatron-bridge/latest/performance-summary-archive.html ; repo github.com/NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archive.md"
+DGXC = "github.com/NVIDIA/dgxc-benchmarking llama3/README.md"
+
+DENSE = {"id": "llama-70b-gb200-64", "source": BRIDGE, "model": "llama-3-70b", "hw": "gb200", "devices": 64,
+         "precision": "fp8-current", "seq": 8192, "global_batch": 128, "micro_batch": 1, "tp": 2, "pp": 4,
+         "vp": 5, "cp": 1, "ep": 1, "measured": {"tokens_per_s_per_device": 3000.0}, "role": "check"}
+MOE = {"id": "qwen3-30b-h100-16", "source": BRIDGE, "model": "qwen3-30b-a3b", "hw": "h100", "devices": 16,
+       "precision": "bf16", "seq": 4096, "global_batch": 512, "micro_batch": 1, "tp": 1, "pp": 2, "vp": 12,
+       "cp": 1, "ep": 8, "measured": {"tokens_per_s_per_device": 5000.0}, "role": "check"}
+
+
+def _run(base, **changes):
+    return MeasuredRun.model_validate({**base, **changes})
+
+
+def _typed_out(base, overlaps, force_balanced=None, **changes):
+    recipe = {"source": "typed out by hand", "grad_reduce_in_bf16": True, "overlaps": overlaps}
+    extra = {} if force_balanced is None else {"router_force_load_balancing": force_balanced}
+    return _run(base, recipe=recipe, **extra, **changes)
+
+
+ALL_ON = {"grad_reduce": True, "param_gather": True, "tp_comm": True}
+
+
+def test_publishers_are_read_from_the_runs_source():
+    assert publisher_of(BRIDGE).name == "megatron-bridge-performance"
+    assert publisher_of(DGXC).name == "nvidia-performance"
+    assert publisher_of("github.com/mlcommons/training_results_v5.1 NVIDIA/benchmarks/llama31_8b").name == \
+        "nvidia-performance"
+    assert publisher_of("https://github.com/mosaicml/llm-foundry scripts/train/benchmarking/README.md") is None
+    for p in publishers():  # every baseline cites the code it reads
+        assert "github.com" in p.recipe["source"] and len(p.recipe["source"]) > 100
+
+
+def test_a_bridge_dense_row_without_a_recipe_predicts_as_its_recipe_typed_out():
+    bare, typed = _run(DENSE), _typed_out(DENSE, ALL_ON)
+    assert predict(bare).predicted.step_time_s == pytest.approx(predict(typed).predicted.step_time_s, rel=1e-12)
+    request, _ = express(bare)
+    assert request.overlaps.grad_reduce and request.overlaps.param_gather and request.overlaps.tp_comm
+    assert request.gradient_bytes == 2  # bf16 main gradients, not Megatron's fp32 default
+
+
+def test_under_nvfp4_bridge_turns_tensor_parallel_overlap_off():
+    """llama3_llm_pretrain.py L115: tp_comm_overlap = False if precision == 'nvfp4'."""
+    request, _ = express(_run(DENSE, precision="nvfp4"))
+    assert not request.overlaps.tp_comm and request.overlaps.grad_reduce and request.overlaps.param_gather
+    typed = _typed_out(DENSE, {**ALL_ON, "tp_comm": False}, precision="nvfp4")
+    assert predict(_run(DENSE, precision="nvfp4")).predicted.step_time_s == pytest.approx(
+        predict(typed).predicted.step_time_s, rel=1e-12)
+
+
+def test_a_bridge_moe_row_takes_force_balanced_routing_unless_it_says_otherwise():
+    bare = _run(MOE)
+    assert predict(bare).predicted.step_time_s == pytest.approx(
+        predict(_typed_out(MOE, ALL_ON, force_balanced=True)).predicted.step_time_s, rel=1e-12)
+    said_free = _run(MOE, router_force_load_balancing=False)
+    assert predict(said_free).predicted.step_time_s == pytest.approx(
+        predict(_typed_out(MOE, ALL_ON, force_balanced=False)).predicted.step_time_s, rel=1e-12)
+    defaults = run_defaults(bare, "gpu")
+    assert defaults["recipe"][0] == "megatron-bridge-performance"
+    assert defaults["router_force_load_balancing"][0] is True
+    assert "router_force_load_balancing" not in run_defaults(said_free, "gpu")
+
+
+def test_a_row_with_its_own_recipe_keeps_it_whole():
+    own = _run(DENSE, recipe={"source": "the row's own reading of its config", "grad_reduce_in_bf16": False})
+    request, _ = express(own)
+    assert request.gradient_bytes == 4 and not request.overlaps.grad_reduce
+    assert "recipe" not in run_defaults(own, "gpu")
+
+
+def test_a_row_from_another_source_keeps_megatrons_defaults():
+    other = _run(DENSE, source="https://example.org/some-blog")
+    request, _ = express(other)
+    assert request.gradient_bytes is None and request.overlaps.grad_reduce is None
+    assert "recipe" not in run_defaults(other, "gpu")
+
+
+def test_validate_lists_the_baseline_among_the_runs_defaults(tmp_path):
+    path = tmp_path / "runs.json"
+    path.write_text(json.dumps({"runs": [DENSE, {**DENSE, "id": "dgxc", "source": DGXC}]}))
+    bridge, dgxc = validate_measured(path).runs
+    assert bridge.defaulted["recipe"].startswith("megatron-bridge-performance: ")
+    assert "llama3.py L727-728" in bridge.defaulted["recipe"]
+    assert dgxc.defaulted["recipe"].startswith("nvidia-performance: ")
