@@ -4,11 +4,12 @@ btacalc/data/publisher_recipes.toml), not Megatron-LM's command-line defaults.
 What the baselines hold, read from the publishers' code (each cited in the data file):
 - Megatron-Bridge's performance configs (@ f9b6319e): grad_reduce_in_fp32 = False (qwen3_llm_pretrain.py L41-42),
   ddp.overlap_grad_reduce / overlap_param_gather = True (recipes/llama/llama3.py L727-728),
-  CommOverlapConfig(tp_comm_overlap=True) (L737-738) except under NVFP4 (llama3_llm_pretrain.py L115), and
-  force-balanced MoE routing (docs/performance-summary.md L104 @ 067f987d);
+  CommOverlapConfig(tp_comm_overlap=True) (L737-738) except under NVFP4 (llama3_llm_pretrain.py L115) and in its
+  MoE recipes (qwen3_moe.py L107, gpt_oss.py L129, deepseek_v3.py L168, kimi_k2.py L182), and force-balanced MoE
+  routing (docs/performance-summary.md L104 @ 067f987d);
 - NVIDIA's NeMo-based benchmarks (NeMo 2 scripts/performance/helpers.py L234 and recipes, NeMo 1.0's launcher
-  175b_fp8_performance.yaml, dgxc-benchmarking, MLPerf): bf16 gradient reduction and the three overlaps, free
-  routing.
+  175b_fp8_performance.yaml, dgxc-benchmarking, MLPerf): bf16 gradient reduction and the three overlaps (no
+  tensor-parallel overlap in MoE recipes: NeMo's deepseek_v3.py L144-147), free routing.
 A baseline row must therefore predict exactly what the same row with that recipe typed out predicts.
 """
 
@@ -72,13 +73,16 @@ def test_under_nvfp4_bridge_turns_tensor_parallel_overlap_off():
         predict(typed).predicted.step_time_s, rel=1e-12)
 
 
+MOE_OVERLAPS = {**ALL_ON, "tp_comm": False}
+
+
 def test_a_bridge_moe_row_takes_force_balanced_routing_unless_it_says_otherwise():
     bare = _run(MOE)
     assert predict(bare).predicted.step_time_s == pytest.approx(
-        predict(_typed_out(MOE, ALL_ON, force_balanced=True)).predicted.step_time_s, rel=1e-12)
+        predict(_typed_out(MOE, MOE_OVERLAPS, force_balanced=True)).predicted.step_time_s, rel=1e-12)
     said_free = _run(MOE, router_force_load_balancing=False)
     assert predict(said_free).predicted.step_time_s == pytest.approx(
-        predict(_typed_out(MOE, ALL_ON, force_balanced=False)).predicted.step_time_s, rel=1e-12)
+        predict(_typed_out(MOE, MOE_OVERLAPS, force_balanced=False)).predicted.step_time_s, rel=1e-12)
     defaults = run_defaults(bare, "gpu")
     assert defaults["recipe"][0] == "megatron-bridge-performance"
     assert defaults["router_force_load_balancing"][0] is True
@@ -106,3 +110,13 @@ def test_validate_lists_the_baseline_among_the_runs_defaults(tmp_path):
     assert bridge.defaulted["recipe"].startswith("megatron-bridge-performance: ")
     assert "llama3.py L727-728" in bridge.defaulted["recipe"]
     assert dgxc.defaulted["recipe"].startswith("nvidia-performance: ")
+
+
+@pytest.mark.parametrize("source", [BRIDGE, DGXC])
+def test_moe_recipes_leave_tensor_parallel_overlap_off(source):
+    """At TP 2 an MoE row keeps the data-parallel overlaps and bf16 gradients but not the TP overlap."""
+    request, _ = express(_run(MOE, source=source, tp=2, devices=32, ep=8))
+    assert request.overlaps.grad_reduce and request.overlaps.param_gather and not request.overlaps.tp_comm
+    assert request.gradient_bytes == 2
+    dense, _ = express(_run(DENSE, source=source))
+    assert dense.overlaps.tp_comm

@@ -506,7 +506,7 @@ def run_defaults(run: MeasuredRun, family: str) -> dict[str, tuple[Any, str]]:
     out: dict[str, tuple[Any, str]] = {}
     baseline = _baseline_of(run)
     if baseline is not None:
-        out["recipe"] = (baseline.name, baseline.reason(run.precision))
+        out["recipe"] = (baseline.name, baseline.reason(run.precision, resolve_model(run.model).is_moe))
         if _takes_baseline_routing(run, baseline):
             out["router_force_load_balancing"] = (True, f"{baseline.name}: MoE runs ran force-balanced routing "
                                                   f"({baseline.routing_source})")
@@ -532,7 +532,8 @@ def with_publisher_baseline(run: MeasuredRun) -> MeasuredRun:
     baseline = _baseline_of(run)
     if baseline is None:
         return run
-    changes: dict[str, Any] = {"recipe": Recipe.model_validate(baseline.recipe_for(run.precision), strict=False)}
+    fields = baseline.recipe_for(run.precision, resolve_model(run.model).is_moe)
+    changes: dict[str, Any] = {"recipe": Recipe.model_validate(fields, strict=False)}
     if _takes_baseline_routing(run, baseline):
         changes["router_force_load_balancing"] = True
     return run.model_copy(update=changes)

@@ -28,6 +28,7 @@ class PublisherBaseline(BaseModel):
     summary: str = Field(min_length=10)
     source_contains: tuple[str, ...] = Field(min_length=1)
     recipe: dict[str, Any]
+    moe: dict[str, Any] = Field(default_factory=dict)
     by_precision: dict[str, dict[str, Any]] = Field(default_factory=dict)
     force_balanced_moe_routing: bool = False
     routing_source: str = ""
@@ -36,13 +37,14 @@ class PublisherBaseline(BaseModel):
         low = source.lower()
         return any(part in low for part in self.source_contains)
 
-    def recipe_for(self, precision: str) -> dict[str, Any]:
-        """The recipe's fields under `precision`: `by_precision[precision]` over `recipe`."""
-        return {**self.recipe, **self.by_precision.get(precision, {})}
+    def recipe_for(self, precision: str, moe: bool) -> dict[str, Any]:
+        """The recipe's fields for a run of `precision` and an MoE model or not: `by_precision[precision]` over
+        `moe` (an MoE model's) over `recipe`."""
+        return {**self.recipe, **(self.moe if moe else {}), **self.by_precision.get(precision, {})}
 
-    def reason(self, precision: str) -> str:
+    def reason(self, precision: str, moe: bool) -> str:
         """What the run took, for `validate`'s list of defaults."""
-        fields = ", ".join(f"{k} {v}" for k, v in self.recipe_for(precision).items() if k != "source")
+        fields = ", ".join(f"{k} {v}" for k, v in self.recipe_for(precision, moe).items() if k != "source")
         return (f"{self.name}: the run states no recipe and its source names this publisher, so it takes the "
                 f"publisher's performance recipe ({fields}): {self.recipe['source']}")
 
