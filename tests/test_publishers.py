@@ -85,6 +85,7 @@ def test_a_bridge_moe_row_takes_force_balanced_routing_unless_it_says_otherwise(
         predict(_typed_out(MOE, MOE_OVERLAPS, force_balanced=False)).predicted.step_time_s, rel=1e-12)
     defaults = run_defaults(bare, "gpu")
     assert defaults["recipe"][0] == "megatron-bridge-performance"
+    assert "qwen3_moe.py L107" in defaults["recipe"][1]  # the MoE override cites its own source
     assert defaults["router_force_load_balancing"][0] is True
     assert "router_force_load_balancing" not in run_defaults(said_free, "gpu")
 

@@ -37,16 +37,23 @@ class PublisherBaseline(BaseModel):
         low = source.lower()
         return any(part in low for part in self.source_contains)
 
+    def _overrides(self, precision: str, moe: bool) -> list[dict[str, Any]]:
+        return [o for o in ((self.moe if moe else {}), self.by_precision.get(precision, {})) if o]
+
     def recipe_for(self, precision: str, moe: bool) -> dict[str, Any]:
         """The recipe's fields for a run of `precision` and an MoE model or not: `by_precision[precision]` over
-        `moe` (an MoE model's) over `recipe`."""
-        return {**self.recipe, **(self.moe if moe else {}), **self.by_precision.get(precision, {})}
+        `moe` (an MoE model's) over `recipe`; an override's own `source` cites it and is not a field."""
+        out = dict(self.recipe)
+        for override in self._overrides(precision, moe):
+            out.update({k: v for k, v in override.items() if k != "source"})
+        return out
 
     def reason(self, precision: str, moe: bool) -> str:
-        """What the run took, for `validate`'s list of defaults."""
+        """What the run took, for `validate`'s list of defaults, with the sources of the recipe and its overrides."""
         fields = ", ".join(f"{k} {v}" for k, v in self.recipe_for(precision, moe).items() if k != "source")
+        cited = "; ".join([self.recipe["source"]] + [o["source"] for o in self._overrides(precision, moe)])
         return (f"{self.name}: the run states no recipe and its source names this publisher, so it takes the "
-                f"publisher's performance recipe ({fields}): {self.recipe['source']}")
+                f"publisher's performance recipe ({fields}): {cited}")
 
 
 @functools.lru_cache(maxsize=1)
