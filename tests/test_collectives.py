@@ -3,7 +3,8 @@ cross-validation (btacalc/planning/crossval.py), each test written as its deriva
 
 The H100 numbers below are the profile's sources, restated: NVLink 450 GB/s per direction at a bus
 efficiency of 360/450 (nccl-tests issue 326), 13.0 us per call inside a node (NVIDIA's DGX H100
-nccl-tests sample, dgxc-benchmarking nccl/README.md); the NIC 50 GB/s at 47/50 (nccl-tests issue 290), 46.5 us per call across nodes (nccl issue 1244).
+nccl-tests sample, dgxc-benchmarking nccl/README.md); the NIC 50 GB/s at 47/50 (nccl-tests issue 290), 46.5 us per call across nodes (nccl issue 1244);
+an all-to-all's NIC share at 46/50 (nccl-tests alltoall_perf across two DGX H100, DeepEP issue 3; tests/test_a2a_network.py).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from btacalc.planning.measured import MeasuredRun
 
 NVLINK_H100, NIC = 450e9, 50e9
 NVLINK_EFF, NIC_EFF = 360 / 450, 0.94
+NIC_A2A_EFF = 46 / 50
 NVLINK_ALPHA, NIC_ALPHA = 13.0e-6, 46.5e-6
 QWEN = resolve_model("qwen3-30b-a3b")
 
@@ -87,7 +89,8 @@ def test_ep64_inside_one_nvl72_domain_stays_on_nvlink():
 
 def test_all_to_all_inside_and_across_nvl72_domains():
     gb = resolve_hardware("gb200")
-    up, out = 900e9 * gb.collectives.scaleup_bus_efficiency.value, 50e9 * gb.collectives.scaleout_bus_efficiency.value
+    c = gb.collectives
+    up, out = 900e9 * c.scaleup_bus_efficiency.value, 50e9 * c.scaleout_all_to_all_efficiency.value
     alpha_up, alpha_out = gb.collectives.scaleup_latency_s.value, gb.collectives.scaleout_latency_s.value
     one = _problem("gb200", devices=64, expert_parallel=64)
     sent = 1e9 * 63 / 64  # a rank keeps the 1/64 routed to itself
@@ -107,7 +110,7 @@ def test_deepep_sends_a_token_once_per_remote_domain():
     # the NIC share shrinks by that factor; what arrives is forwarded to its experts over NVLink
     plain = _problem(devices=16, expert_parallel=16)
     sent = 1e9 * 15 / 16
-    up, nic = NVLINK_H100 * NVLINK_EFF, NIC * NIC_EFF
+    up, nic = NVLINK_H100 * NVLINK_EFF, NIC * NIC_A2A_EFF
     assert all_to_all_time(plain, 1e9) == pytest.approx(max(sent * 7 / 15 / up, sent * 8 / 15 / nic))
     expected = max((sent * 7 / 15 + sent * 8 / 15) / up, sent * 8 / 15 * (1 - none) / 4 / nic)
     assert all_to_all_time(p, 1e9) == pytest.approx(expected)

@@ -141,8 +141,9 @@ def test_new_part_is_the_dataclass() -> None:
 def test_all_to_all_and_pipeline_sends_from_their_layout_factors_equal_the_formulas() -> None:
     """The all-to-all and pipeline-send times read their layout's factors once per layout; they equal the
     formulas spelled out (collectives.py's module docstring: the (EP - 1)/EP share leaves a rank, the share
-    of it inside the NVLink domain, DeepEP's per-rank and per-domain deduplication; PP sends of 2 x VP
-    per micro-batch at the slowest hop's link), bit for bit, scalars and arrays of volumes."""
+    of it inside the NVLink domain, DeepEP's per-rank and per-domain deduplication, the NIC share at the
+    profile's all-to-all efficiency; PP sends of 2 x VP per micro-batch at the slowest hop's link), bit for
+    bit, scalars and arrays of volumes."""
     from btacalc.model.gpu.collectives import (all_to_all_time, deepep_dedup, links, local_members,
                                                pipeline_p2p_time, ring_share, ring_time)
 
@@ -163,7 +164,8 @@ def test_all_to_all_and_pipeline_sends_from_their_layout_factors_equal_the_formu
             else:
                 inside, across, forwarded = sent * intra, cross, 0.0
             alpha = up.latency_s if k >= ep else out.latency_s
-            a2a = np.maximum((inside + forwarded) / up.bus_bytes_per_s, across / out.bus_bytes_per_s)
+            nic = out.bandwidth_bytes_per_s * problem.hardware.collectives.scaleout_all_to_all_efficiency.value  # type: ignore[attr-defined]
+            a2a = np.maximum((inside + forwarded) / up.bus_bytes_per_s, across / nic)
             want = (7 * alpha + a2a if ep > 1 else 0.0) + ring_time(problem, volume * (etp - 1), etp, 1, 7)  # type: ignore[arg-type]
             got = all_to_all_time(problem, volume, 7)  # type: ignore[arg-type]
             assert np.array_equal(got, want) and np.shape(got) == np.shape(want), (name, ask)

@@ -425,6 +425,10 @@ class Collectives(_Section):
         description="NCCL bus bandwidth of large collectives across domains over the NIC's line rate")
     scaleout_latency_s: Annotated[Number, LATENCY] = Field(
         description="time of one small collective that crosses domains (nccl-tests, few bytes, two or more nodes)")
+    scaleout_all_to_all_efficiency: Annotated[Optional[Number], FRACTION] = Field(
+        None, description="NCCL all-to-all (grouped send/recv to every peer) bus bandwidth across domains over the "
+        "NIC's line rate (nccl-tests alltoall_perf); without it the expert all-to-all's cross-domain bytes run at "
+        "scaleout_bus_efficiency")
     scaleup_reference: Optional[CollectiveReference] = Field(
         None, description="where scaleup_latency_s was measured (one node); without it NCCL's model is unscaled")
     scaleout_reference: Optional[CollectiveReference] = Field(

@@ -34,7 +34,13 @@ domains, LL / LL128 / Simple, tree for all-reduce, the Simple ring at B·e), wit
 section. Point-to-point sends and the all-to-all keep alpha.
 
 **All-to-all** (expert dispatch and combine): each rank sends its EP - 1 peers their share at once, the
-k - 1 peers in its domain over NVLink and the others through its NIC, concurrently. With DeepEP
+k - 1 peers in its domain over NVLink and the others through its NIC, concurrently. The NIC's share runs at
+the profile's all-to-all efficiency (`all_to_all_link`: nccl-tests alltoall_perf across nodes, busbw =
+algbw·(n - 1)/n, which on a network-only all-to-all is the NIC's own throughput), not the ring's: NCCL's
+grouped send/recv gives each network peer up to max(NICs, ceil(NIC GB/s / 14)) channels (fewer when the
+peers do not fit one round), each of 8 steps of 128 KB in flight (NVIDIA/nccl @ 5067397c src/graph/paths.cc
+L918, L950, L993-1000; src/init.cc L818; src/include/device.h L26), so a per-peer message of a MB or more
+keeps the NIC busy and no size term beyond alpha is added. With DeepEP
 (Megatron --moe-token-dispatcher-type flex, DeepEP README "normal kernels": NVLink and RDMA forwarding;
 DeepSeek-V3 report arXiv 2412.19437 §3.2.2) a token crosses to each remote domain once, however many
 of its top-k experts live there, and is forwarded to them over NVLink: the cross-domain bytes shrink by
@@ -320,11 +326,21 @@ class _AllToAllLayout:
     per_domain: Any  # DeepEP: deduplication per destination domain (1.0 without DeepEP)
 
 
+def all_to_all_link(problem: Problem) -> Link:
+    """The NIC as an expert all-to-all's cross-domain bytes use it: grouped send/recv to every peer, at the
+    profile's measured all-to-all efficiency (`scaleout_all_to_all_efficiency`, nccl-tests alltoall_perf), else
+    at the ring collectives' (`scaleout_bus_efficiency`)."""
+    out = links(problem)[1]
+    c = problem.hardware.collectives
+    a2a = c.scaleout_all_to_all_efficiency if c is not None else None
+    return out if a2a is None else replace(out, bus_efficiency=a2a.value)
+
+
 def _all_to_all_layout(problem: Problem) -> _AllToAllLayout:
     f = problem.layout_cache.get("all-to-all layout")
     if f is None:
         lay = problem.layout
-        up, out = links(problem)
+        up, out = links(problem)[0], all_to_all_link(problem)
         ep, etp = lay.expert_parallel, lay.expert_tensor_parallel
         k = local_members(ep, etp, lay.devices, lay.devices_per_node)
         deepep = bool(lay.deepep)
@@ -497,6 +513,17 @@ class CollectiveRow:
     time_s: float
     protocol: str = ""  # NCCL's protocol for a ring / tree collective (LL, LL128, Simple; nccl.py)
     steps: int = 0  # its latency steps (ring: kind x (n - 1); tree: 2 x (hops in and between nodes))
+
+
+def describe_all_to_all(problem: Problem, traffic: tuple[Any, Any], time_s: Any) -> CollectiveRow:
+    """The expert all-to-all's row (`describe`): across domains its efficiency is the all-to-all's
+    (`all_to_all_link`), not the ring collectives'."""
+    lay = problem.layout
+    row = describe(problem, "expert_all_to_all", (lay.expert_parallel, lay.expert_tensor_parallel), traffic, time_s,
+                   "deepep" if lay.deepep else "all-to-all")
+    if row.link != "network" or not row.message_bytes:
+        return row
+    return replace(row, efficiency=float(efficiency_at(all_to_all_link(problem), row.message_bytes)))
 
 
 def describe(problem: Problem, name: str, group: tuple[int, int], traffic: tuple[Any, Any], time_s: Any,

@@ -50,6 +50,7 @@ from ..state import bytes_per_param
 from ..steptime import StepTime, tile_overhead_s
 from .collectives import (CollectiveRow, DataParallelTimes, all_to_all_time, all_to_all_wire_bytes, context_parallel_time,
                           data_parallel_groups, data_parallel_kind, data_parallel_times, data_parallel_traffic, describe,
+                          describe_all_to_all,
                           pipeline_p2p_time, ring_share, ring_time, tensor_parallel_kind, tensor_parallel_time)
 from .costs import ISSUED_COUNTS, Part, layer_parts, new_part, outside_parts
 from .fixed import (FixedCosts, SyncSplit, dispatcher_syncs, fixed_costs, gpu_forward_share, host_time,
@@ -361,9 +362,8 @@ def _collective_rows(problem: Problem, kinds: list[tuple[Any, Part]], counts: li
         rows.append(describe(problem, "context_parallel", (cp, t), (tot["cp_bytes"] * (cp - 1),
                              tot["cp_calls"] * (cp - 1)), times["cp"], "p2p ring"))
     if ep > 1 and tot["a2a_calls"]:
-        rows.append(describe(problem, "expert_all_to_all", (ep, lay.expert_tensor_parallel),
-                             (all_to_all_wire_bytes(problem, tot["a2a_bytes"]), tot["a2a_calls"]), times["a2a"],
-                             "deepep" if lay.deepep else "all-to-all"))
+        rows.append(describe_all_to_all(problem, (all_to_all_wire_bytes(problem, tot["a2a_bytes"]), tot["a2a_calls"]),
+                                        times["a2a"]))
     if lay.pipeline_parallel > 1:
         sends = 2 * lay.virtual_pipeline * m
         group = (lay.pipeline_parallel, max(lay.devices // lay.pipeline_parallel, 1))
