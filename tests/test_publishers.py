@@ -10,7 +10,8 @@ What the baselines hold, read from the publishers' code (each cited in the data 
 - NVIDIA's NeMo-based benchmarks (NeMo 2 scripts/performance/helpers.py L234 and recipes, NeMo 1.0's launcher
   175b_fp8_performance.yaml, dgxc-benchmarking, MLPerf): bf16 gradient reduction and the three overlaps (no
   tensor-parallel overlap in MoE recipes: NeMo's deepseek_v3.py L144-147), free routing.
-A baseline row must therefore predict exactly what the same row with that recipe typed out predicts.
+A baseline row must therefore predict exactly what the same row with that recipe typed out predicts; a row's own
+recipe wins field by field, the fields it leaves out taking the baseline's.
 """
 
 from __future__ import annotations
@@ -90,11 +91,17 @@ def test_a_bridge_moe_row_takes_force_balanced_routing_unless_it_says_otherwise(
     assert "router_force_load_balancing" not in run_defaults(said_free, "gpu")
 
 
-def test_a_row_with_its_own_recipe_keeps_it_whole():
-    own = _run(DENSE, recipe={"source": "the row's own reading of its config", "grad_reduce_in_bf16": False})
+def test_a_row_with_its_own_recipe_keeps_what_it_states_and_takes_the_rest():
+    """The row's recipe wins field by field: it states fp32 gradients and no gradient-reduce overlap, so those stay;
+    it leaves the parameter-gather and TP overlaps out, so the publisher's come in."""
+    own = _run(DENSE, recipe={"source": "the row's own reading of its config", "grad_reduce_in_bf16": False,
+                              "overlaps": {"grad_reduce": False}})
     request, _ = express(own)
-    assert request.gradient_bytes == 4 and not request.overlaps.grad_reduce
-    assert "recipe" not in run_defaults(own, "gpu")
+    assert request.gradient_bytes == 4 and request.overlaps.grad_reduce is False
+    assert request.overlaps.param_gather and request.overlaps.tp_comm
+    assert run_defaults(own, "gpu")["recipe"][0] == "megatron-bridge-performance"
+    grad_bytes = _run(DENSE, recipe={"source": "states the bytes instead", "grad_bytes": 4})
+    assert express(grad_bytes)[0].gradient_bytes == 4  # grad_bytes counts as stating the gradient precision
 
 
 def test_a_row_from_another_source_keeps_megatrons_defaults():

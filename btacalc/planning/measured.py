@@ -500,7 +500,8 @@ DISPATCHER_DEFAULT = ("alltoall: btacalc models the expert-parallel all-to-all e
 
 def run_defaults(run: MeasuredRun, family: str) -> dict[str, tuple[Any, str]]:
     """The defaults a GPU run takes because neither the run nor its recipe states them: its publisher's baseline
-    recipe and routing (planning/publishers.py) where it states no recipe, and Megatron's defaults after that."""
+    recipe (planning/publishers.py) for the fields its own recipe leaves out, its routing, and Megatron's defaults
+    after that."""
     if family != "gpu":
         return {}
     out: dict[str, tuple[Any, str]] = {}
@@ -516,10 +517,26 @@ def run_defaults(run: MeasuredRun, family: str) -> dict[str, tuple[Any, str]]:
 
 
 def _baseline_of(run: MeasuredRun) -> Optional[PublisherBaseline]:
-    """The publisher baseline a run takes: only a GPU run given by its layout fields with no recipe of its own."""
-    if run.recipe is not None or run.megatron_args is not None:
+    """The publisher baseline a run takes: a GPU run given by its layout fields."""
+    if run.megatron_args is not None:
         return None
     return publisher_of(run.source)
+
+
+def _merged_recipe(own: Optional[Recipe], fields: dict[str, Any]) -> Recipe:
+    """The publisher's recipe `fields` under the row's own recipe: what the row states wins, field by field (the
+    gradient precision, stated by grad_reduce_in_bf16 or grad_bytes, and each overlap); the rest of the row's recipe
+    is kept as it is."""
+    base = Recipe.model_validate(fields, strict=False)
+    if own is None:
+        return base
+    changes: dict[str, Any] = {}
+    if own.grad_reduce_in_bf16 is None and own.grad_bytes is None:
+        changes["grad_reduce_in_bf16"] = base.grad_reduce_in_bf16
+    o, b = own.overlaps, base.overlaps
+    changes["overlaps"] = o.model_copy(update={k: getattr(b, k) for k in ("grad_reduce", "param_gather", "tp_comm")
+                                               if getattr(o, k) is None})
+    return own.model_copy(update=changes)
 
 
 def _takes_baseline_routing(run: MeasuredRun, baseline: PublisherBaseline) -> bool:
@@ -528,12 +545,12 @@ def _takes_baseline_routing(run: MeasuredRun, baseline: PublisherBaseline) -> bo
 
 
 def with_publisher_baseline(run: MeasuredRun) -> MeasuredRun:
-    """`run` with its publisher's baseline recipe (and routing) where it states no recipe; else `run`."""
+    """`run` with its publisher's baseline recipe under its own (the fields it leaves out) and routing; else `run`."""
     baseline = _baseline_of(run)
     if baseline is None:
         return run
     fields = baseline.recipe_for(run.precision, resolve_model(run.model).is_moe)
-    changes: dict[str, Any] = {"recipe": Recipe.model_validate(fields, strict=False)}
+    changes: dict[str, Any] = {"recipe": _merged_recipe(run.recipe, fields)}
     if _takes_baseline_routing(run, baseline):
         changes["router_force_load_balancing"] = True
     return run.model_copy(update=changes)

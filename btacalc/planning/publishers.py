@@ -1,5 +1,5 @@
 """Publisher baselines (btacalc/data/publisher_recipes.toml) as validated data: the recipe a published GPU run
-took when its measured-run row states none.
+took where its measured-run row does not state it.
 
 A row that names its layout but no recipe would otherwise be planned with Megatron-LM's command-line defaults
 (no overlap, fp32 main gradients, free routing), which none of NVIDIA's performance pages ran. The publisher is
@@ -52,8 +52,8 @@ class PublisherBaseline(BaseModel):
         """What the run took, for `validate`'s list of defaults, with the sources of the recipe and its overrides."""
         fields = ", ".join(f"{k} {v}" for k, v in self.recipe_for(precision, moe).items() if k != "source")
         cited = "; ".join([self.recipe["source"]] + [o["source"] for o in self._overrides(precision, moe)])
-        return (f"{self.name}: the run states no recipe and its source names this publisher, so it takes the "
-                f"publisher's performance recipe ({fields}): {cited}")
+        return (f"{self.name}: the run's source names this publisher, so what its own recipe leaves out of the "
+                f"publisher's performance recipe ({fields}) is taken from it: {cited}")
 
 
 @functools.lru_cache(maxsize=1)
