@@ -79,17 +79,18 @@ def test_grouped_mxfp8_gemms_run_at_torchaos_published_b200_rate():
 
 def test_at_blackwells_own_factor_the_same_kernels_read_slower_than_measured_alone():
     """At the gpu-blackwell factor the GEMMs' compute part scales as 1 / factor: the ratio to the Hopper-factor times
-    is at most 0.702 / 0.5712 = 1.229 (by hand from the two profiles' numbers; a little under it, since the per-wave
-    time and the memory part of the smooth roofline do not scale). Against torchao's measured kernels the Hopper-factor
-    times are at most 6% fast (the test above), so at Blackwell's factor btacalc is at least 0.94 x 0.97 x 1.229 =
-    1.12x slower than the kernel measured alone: the Blackwell excess is outside the kernel."""
+    is at most hopper / blackwell (0.7019 / 0.5933 = 1.183 with the factors of the publisher round; 0.702 / 0.5712 =
+    1.229 when this was written; a little under it, since the per-wave time and the memory part of the smooth
+    roofline do not scale). Against torchao's measured kernels the Hopper-factor times are at most 6% fast (the test
+    above), so at Blackwell's factor btacalc is at least 0.94 x 0.97 x 1.183 = 1.08x slower than the kernel measured
+    alone: the Blackwell excess is outside the kernel."""
     hopper, blackwell = _factor("h100"), _factor("b200")
     at_hopper, at_blackwell = _forward_dgrad(hopper), _forward_dgrad(blackwell)
     for h, b in zip(at_hopper, at_blackwell):
         assert 0.97 * hopper / blackwell < b / h <= hopper / blackwell
     floor = (1 - TORCHAO_BAND) * 0.97 * hopper / blackwell
     for got, published_us in zip(at_blackwell, (TORCHAO_B200_US["forward"], TORCHAO_B200_US["dgrad"])):
-        assert got / (published_us * 1e-6) > floor > 1.1
+        assert got / (published_us * 1e-6) > floor > 1.05
 
 
 def test_torchaos_k_grouped_weight_gradient_is_slower_than_btacalcs_and_not_megatrons_kernel():
