@@ -127,8 +127,8 @@ def launch_domain(request: ExecutionRequest, profile: "HardwareProfile") -> Exec
     the domain except where the profile's domain spans hosts (a GB200 NVL72 rack of trays of 4,
     system.devices_per_host): there a launch of one host's GPUs per node runs in the profile's domain, as
     btacalc's emitted launch (output/megatron.py) starts it."""
-    host = profile.system.devices_per_host
-    if host is not None and request.devices_per_node == int(host.value):
+    host = profile.system.host_devices
+    if host is not None and request.devices_per_node == host:
         return request.with_changes(devices_per_node=None)
     return request
 

@@ -120,7 +120,7 @@ def _hardware_info(problem: Problem) -> HardwareInfo:
         memory_capacity_bytes=hw.memory_capacity_bytes, usable_memory_bytes=hw.usable_capacity_bytes,
         peak_flops_per_s=hw.chip.peak_flops_per_s.value,
         offchip_bandwidth_bytes_per_s=hw.memory.offchip_bandwidth_bytes_per_s.value,
-        devices_per_host=None if hw.system.devices_per_host is None else int(hw.system.devices_per_host.value),
+        devices_per_host=hw.system.host_devices,
     )
 
 
