@@ -161,6 +161,26 @@ def test_a_table_asking_for_more_sms_than_the_device_has_is_refused():
            tp_overlap_cfg=edge).validate(GPT3, hardware, 2048)
 
 
+def test_the_plan_names_the_userbuffers_table_it_timed():
+    """review10: a plan's report did not say whether TE's defaults or the run's own table was timed (both print
+    "overlapped: tp_comm"). ParallelInfo.tp_overlap_table names it (the table's source), and none without the overlap."""
+    from dataclasses import replace
+
+    from btacalc.planning.plan import TE_DEFAULT_TABLE, make_plan
+    run = next(r for r in load_runs() if r.id == "gpt3-175b-h100-512-fp8-mlperf-v31")
+    hardware = resolve_hardware(run.hw)
+    request, _ = express(run, device_family(hardware))
+    model = resolve_model(run.model)
+
+    def timed(req):
+        return make_plan(model, hardware, req, baselines=False).parallelism.tp_overlap_table
+
+    assert timed(request) == f"the run's own ({run.recipe.tp_overlap_cfg.source})"
+    assert timed(request.with_changes(tp_overlap_cfg=None)) == TE_DEFAULT_TABLE
+    off = replace(request.overlaps, tp_comm=False)
+    assert timed(request.with_changes(tp_overlap_cfg=None, overlaps=off)) is None
+
+
 # review10: (GEMM, the method given, why TE does not run it) - TE @ bee4649c: base.py L224-228 gives each GEMM its role
 # by its default method (qkv_fprop, fc1_fprop, proj_dgrad, fc2_dgrad all-gather by ring exchange; proj_fprop, fc2_fprop
 # reduce-scatter by pipeline; the dgrad/wgrad of qkv and fc1 bulk); L292-295 raises on a pipeline all-gather;
