@@ -813,6 +813,27 @@ def test_plan_never_writes_over_its_run_file(cli, tmp_path, flag, name, text, ex
     assert _tree(tmp_path) == before
 
 
+EMIT_ONTO = cases("registry", [(flag, emit, spelling) for flag, emit in (("--from-megatron", "megatron"),
+                                                                          ("--from-bridge", "bridge"))
+                                for spelling in ("name", "dotted", "symlink", "hardlink")])
+
+
+@pytest.mark.parametrize("flag, emit, spelling", EMIT_ONTO, ids=[f"{f}-{s}" for f, _, s in EMIT_ONTO])
+def test_an_emitted_launch_never_replaces_the_launch_it_read(cli, tmp_path, monkeypatch, flag, emit, spelling):
+    """review10: `plan --from-megatron x --emit megatron -o x` (or Bridge's) writes the same kind of file it reads;
+    onto the run file by its name, as ./name, through a symbolic or a hard link: one line, exit 2, nothing changed."""
+    _, name, text, extra = next(r for r in RUN_FILES if r[0] == flag)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / name).write_text(text)
+    (tmp_path / "symlink").symlink_to(tmp_path / name)
+    os.link(tmp_path / name, tmp_path / "hardlink")
+    target = {"name": name, "dotted": f"./{name}", "symlink": "symlink", "hardlink": "hardlink"}[spelling]
+    before = _tree(tmp_path)
+    code, out, err = cli("plan", flag, name, *extra, "--emit", emit, "--output", target)
+    one_line_error(code, out, err, "is an input of this command")
+    assert _tree(tmp_path) == before
+
+
 # review3: btacalc's own files are inputs too. `plan --hw wse3 --output hardware_profiles/wse3.toml` replaced the
 # shipped profile the command had just read by name (and every later command then stopped with "internal data
 # error"); the registry knew only files read through a path the user gave.

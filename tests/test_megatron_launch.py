@@ -216,6 +216,7 @@ BASE = {"num_layers": 48, "hidden_size": 2048, "num_attention_heads": 32, "seq_l
         "max_position_embeddings": 4096, "micro_batch_size": 1, "global_batch_size": 64, "world": 64,
         "tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 1, "context_parallel_size": 1,
         "num_experts": 128, "expert_model_parallel_size": 8, "moe_token_dispatcher_type": "alltoall", "bf16": True}
+FSDP = {"use_megatron_fsdp": True, "ckpt_format": "fsdp_dtensor"}  # a valid Megatron-FSDP launch's two flags
 BROKEN = {
     "fsdp-ckpt-format": ({"use_megatron_fsdp": True}, {}),
     "fsdp-connections": ({"use_megatron_fsdp": True, "ckpt_format": "fsdp_dtensor"}, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}),
@@ -223,6 +224,15 @@ BROKEN = {
     # arguments.py L1189-1191: manual registration of Megatron-FSDP's buffers needs both (here FSDP without nccl_ub)
     "fsdp-manual-registration": ({"use_megatron_fsdp": True, "ckpt_format": "fsdp_dtensor",
                                   "fsdp_manual_registration": True}, {}),
+    # review10: Megatron-FSDP's other refusals (arguments.py L1124-1126, L1138-1147, L1150, L1162-1164, L1183-1187,
+    # L1447), each planned before as if Megatron ran it
+    "fsdp-v2-distributed-optimizer": ({**FSDP, "megatron_fsdp_version": 2, "use_distributed_optimizer": True}, {}),
+    "fsdp-grouped-moe-params": ({**FSDP, "moe_single_grouped_weight": True}, {}),
+    "fsdp-optimizer": ({**FSDP, "optimizer": "muon"}, {}),
+    "fsdp-weight-hash": ({**FSDP, "check_weight_hash_across_dp_replicas_interval": 10}, {}),
+    "fsdp-meta-no-shard": ({**FSDP, "data_parallel_sharding_strategy": "no_shard",
+                            "init_model_with_meta_device": True}, {}),
+    "fsdp-hybrid-cp": ({**FSDP, "hybrid_context_parallel": True}, {}),
     "tp-cp-connections": ({"tensor_model_parallel_size": 2, "sequence_parallel": True}, {}),
     "param-gather-sharded": ({"overlap_param_gather": True, "overlap_grad_reduce": True}, {}),
     "param-gather-grad-reduce": ({"overlap_param_gather": True, "use_distributed_optimizer": True}, {}),

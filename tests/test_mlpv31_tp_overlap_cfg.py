@@ -161,6 +161,75 @@ def test_a_table_asking_for_more_sms_than_the_device_has_is_refused():
            tp_overlap_cfg=edge).validate(GPT3, hardware, 2048)
 
 
+def test_the_plan_names_the_userbuffers_table_it_timed():
+    """review10: a plan's report did not say whether TE's defaults or the run's own table was timed (both print
+    "overlapped: tp_comm"). ParallelInfo.tp_overlap_table names it (the table's source), and none without the overlap."""
+    from dataclasses import replace
+
+    from btacalc.planning.plan import TE_DEFAULT_TABLE, make_plan
+    run = next(r for r in load_runs() if r.id == "gpt3-175b-h100-512-fp8-mlperf-v31")
+    hardware = resolve_hardware(run.hw)
+    request, _ = express(run, device_family(hardware))
+    model = resolve_model(run.model)
+
+    def timed(req):
+        return make_plan(model, hardware, req, baselines=False).parallelism.tp_overlap_table
+
+    assert timed(request) == f"the run's own ({run.recipe.tp_overlap_cfg.source})"
+    assert timed(request.with_changes(tp_overlap_cfg=None)) == TE_DEFAULT_TABLE
+    off = replace(request.overlaps, tp_comm=False)
+    assert timed(request.with_changes(tp_overlap_cfg=None, overlaps=off)) is None
+
+
+# review10: (GEMM, the method given, why TE does not run it) - TE @ bee4649c: base.py L224-228 gives each GEMM its role
+# by its default method (qkv_fprop, fc1_fprop, proj_dgrad, fc2_dgrad all-gather by ring exchange; proj_fprop, fc2_fprop
+# reduce-scatter by pipeline; the dgrad/wgrad of qkv and fc1 bulk); L292-295 raises on a pipeline all-gather;
+# comm_gemm_overlap.h L176-181 / L233-238: CommOverlapBase has no all-gather GEMM overlap, CommOverlapP2PBase no bulk
+TE_REFUSES = [
+    ("qkv_fprop", PIPE, "refuses a pipeline overlap on an all-gather"),
+    ("fc2_dgrad", PIPE, "refuses a pipeline overlap on an all-gather"),
+    ("fc1_fprop", BULK, "has no all-gather GEMM overlap"),
+    ("qkv_wgrad", RING, "a ring exchange's object has no bulk overlap"),
+    ("fc1_wgrad", PIPE, "as a bulk overlap .*give method bulk"),
+    ("fc2_fprop", BULK, "as a pipeline .*give method pipeline"),
+    ("qkv_dgrad", RING, "dgrad reduce-scatter overlap in place of qkv_wgrad's bulk one .*not modelled"),
+]
+
+
+@pytest.mark.parametrize("gemm, method, why", TE_REFUSES, ids=[f"{g}-{m}" for g, m, _ in TE_REFUSES])
+def test_a_method_te_does_not_run_on_that_gemm_is_refused(gemm, method, why):
+    with pytest.raises(BtacalcError, match=f"{gemm}: method {method}: .*{why}"):
+        ub_table(UbTable(source="a table giving a GEMM another role's method", gemms={gemm: UbOverride(method=method)}))
+
+
+def test_te_runs_a_reduce_scatter_gemm_by_ring_exchange_and_asserts_on_a_dgrad_beside_its_wgrad():
+    """A ring exchange on proj_fprop is TE's CommOverlapP2P reduce-scatter (split_overlap_rs_p2p), taken; a
+    ring-exchange fc1_dgrad in a table that also names fc1_wgrad trips TE's assert (base.py L355)."""
+    table = ub_table(UbTable(source="a ring-exchange reduce-scatter", gemms={"proj_fprop": UbOverride(method=RING)}))
+    assert {o.name: o.method for o in table}["proj_fprop"] == RING
+    both = {"fc1_dgrad": UbOverride(method=RING), "fc1_wgrad": UbOverride(method=BULK)}
+    with pytest.raises(BtacalcError, match="asserts the table then names no fc1_wgrad"):
+        ub_table(UbTable(source="a dgrad overlap beside its wgrad", gemms=both))
+
+
+def test_a_pipeline_split_into_more_chunks_than_its_gemms_rows_is_refused():
+    """review10: num_splits was unbounded (10^30 planned). TE splits the reduce-scatter GEMM's m output rows into
+    m / num_splits (comm_gemm_overlap.cpp L418); for proj_fprop m is the weight's hidden output rows, 12,288 for GPT-3
+    175B (Brown et al. 2020, Table 2.1 d_model), and TE refuses an empty chunk (TE @ d0067d0d L256)."""
+    hardware = resolve_hardware("h100")
+
+    def layout(splits: int) -> Layout:
+        table = ub_table(UbTable(source="a table splitting proj_fprop finely",
+                                 gemms={"proj_fprop": UbOverride(method=PIPE, num_splits=splits)}))
+        return Layout(devices=4, devices_per_node=8, tensor_parallel=4, sequence_parallel=True,
+                      overlap=Overlaps(tp_comm=True), tp_overlap_cfg=table)
+
+    for splits in (12288 + 1, 10**30):
+        with pytest.raises(BtacalcError, match=f"proj_fprop: num_splits {splits} is more chunks than the GEMM's 12288"):
+            layout(splits).validate(GPT3, hardware, 2048)
+    layout(12288).validate(GPT3, hardware, 2048)
+
+
 # FlashAttention-2 on an H100 SXM5, head dim 128, BF16 (Shah et al. 2024, FlashAttention-3, arXiv 2407.08608, Figure 5
 # forward, Figure 6 backward: the FlashAttention-2 bars, TFLOP/s as labelled), at s = 2k / 4k / 8k
 FA2_FWD_CAUSAL = {2048: 298.0, 4096: 319.0, 8192: 333.0}  # FLOPs counted on the half square

@@ -321,7 +321,7 @@ class Layout:
         self._validate_grids()
         self._validate_dispatcher(profile)
         self._validate_nccl_ub(profile)
-        self._validate_ub_table(profile)
+        self._validate_ub_table(profile, model)
         check_scopes(self.cuda_graph_scope)
         if self.cuda_graph_scope and profile.family != "gpu":
             raise BtacalcError(f"{{cuda_graph_scope}} is Megatron's CUDA graphs on GPUs: {profile.name} is not a GPU")
@@ -364,10 +364,13 @@ class Layout:
         if self.nccl_ub and profile.family != "gpu":
             raise BtacalcError(f"{{nccl_ub}} registers NCCL buffers on GPUs: {profile.name} is not a GPU")
 
-    def _validate_ub_table(self, profile: "HardwareProfile") -> None:
+    def _validate_ub_table(self, profile: "HardwareProfile", model: "ModelSpec") -> None:
         """A run's userbuffers table needs the TP-comm overlap it configures; no GEMM's num_sm exceeds the device's
         SMs, and where they are taken from the GEMM (set_sm_margin launches it on SMs - num_sm; a bulk collective
-        shares them) they leave it some."""
+        shares them) they leave it some. A pipeline splits its GEMM's m = hidden_size output rows (proj / fc2 fprop:
+        TE's weight is [hidden, in / TP], transa) into num_splits chunks of m / num_splits rows (TE @ bee4649c
+        comm_gemm_overlap.cpp L418); more splits than rows are empty chunks, which TE refuses ("Attempted to get empty
+        tensor chunk", TE @ d0067d0d comm_gemm_overlap.cpp L256)."""
         if self.tp_overlap_cfg is None:
             return
         if not self.overlap.tp_comm:
@@ -380,6 +383,10 @@ class Layout:
             if o.num_sm >= sms and (o.set_sm_margin or o.method == "bulk"):
                 raise BtacalcError(f"{{tp_overlap_cfg}} {o.name}: num_sm {o.num_sm} must leave compute SMs: 0 to "
                                    f"{sms - 1} on {profile.name}")
+            if o.method == "pipeline" and o.num_splits > model.hidden_size:
+                raise BtacalcError(f"{{tp_overlap_cfg}} {o.name}: num_splits {o.num_splits} is more chunks than the "
+                                   f"GEMM's {model.hidden_size} output rows (hidden_size): TransformerEngine refuses "
+                                   "an empty chunk")
 
     def _validate_dispatcher(self, profile: "HardwareProfile") -> None:
         if self.dispatcher_sms is None:

@@ -231,6 +231,12 @@ class System(_Section):
         None, description="wafer: latency from MemoryX to the first SwarmX level (first weight byte out, last "
         "gradient byte in)")
 
+    @property
+    def host_devices(self) -> Optional[int]:
+        """devices_per_host as a count (DEVICES: a whole number), or None where the profile leaves it out (one host
+        per NVLink domain): the one reading of it (planning/plan.py, config/megatron_run.py, model/gpu/sm_share.py)."""
+        return None if self.devices_per_host is None else int(self.devices_per_host.value)
+
 
 class Mesh(_Section):
     """A wafer's fabric: a 2D mesh of processing elements (PEs), each with a router linked to its four

@@ -229,13 +229,42 @@ _OPERATORS: dict[type, Callable[[Any, Any], Any]] = {
     ast.Div: _divided, ast.FloorDiv: _divided}
 
 
+EXACT_FLOAT_INT = 2 ** 53  # the largest whole float every integer below is exact (a YAML 1e308 is no count)
+
+
+class BridgeText(str):
+    """A string a Megatron-Bridge recipe's YAML gives (`ddp.num_buckets: '4'`), named by its key. Bridge keeps it a
+    string: OmegaConf merges the YAML into an untyped config and `_apply_overrides` sets each value as given
+    (NVIDIA-NeMo/Megatron-Bridge @ 067f987d src/megatron/bridge/training/utils/omegaconf_utils.py L147-148, L157,
+    L515; only torch dtypes and activation names are converted, L499-513). Where Megatron wants a number, the
+    string fails at the first arithmetic (config.py L1019-1024: world size % tensor_model_parallel_size); where it
+    wants a switch, any non-empty string, 'false' too, is true. So a number or a switch given as a string is
+    refused (`refuse_bridge_text`), not read as the number or switch it spells."""
+
+    key: str = ""
+
+    @classmethod
+    def of(cls, value: str, key: str) -> "BridgeText":
+        out = cls(value)
+        out.key = key
+        return out
+
+
+def refuse_bridge_text(value: Any, kind: str) -> None:
+    """Raise for a Bridge YAML string where Megatron takes `kind` (a number or a switch: BridgeText)."""
+    if isinstance(value, BridgeText):
+        raise BtacalcError(f"{value.key}: {_cut(repr(str(value)))} is a string, which Megatron-Bridge sets as given "
+                           f"(no conversion) where Megatron takes {kind}")
+
+
 def integer(value: Any, dest: str) -> int:
     """An integer argument as Megatron-LM's argparse (type=int) reads a launch's text ("32", not "32.0",
-    "1e3" or "nan"), or as a Bridge recipe's YAML gives it (a whole number; not a boolean, a list or a
-    date). A value that is not one is refused naming its flag."""
+    "1e3" or "nan"), or as a Bridge recipe's YAML gives it (a whole number; not a boolean, a list, a
+    date or a quoted string: BridgeText). A value that is not one is refused naming its flag."""
+    refuse_bridge_text(value, "an integer")
     if type(value) is int:
         return value
-    if isinstance(value, float) and value.is_integer():
+    if isinstance(value, float) and value.is_integer() and abs(value) <= EXACT_FLOAT_INT:
         return int(value)
     if isinstance(value, str):
         try:
@@ -247,6 +276,7 @@ def integer(value: Any, dest: str) -> int:
 
 def real(value: Any, dest: str) -> float:
     """A number argument as Megatron-LM's argparse (type=float) reads it: "0.1", "1e-3", "nan"; not "abc"."""
+    refuse_bridge_text(value, "a number")
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
     if isinstance(value, str):

@@ -93,6 +93,28 @@ RULES: tuple[Rule, ...] = (
     Rule("fsdp-manual-registration", f"{ARGS}:1191", lambda a, e: bool(a.get("fsdp_manual_registration")),
          lambda a, e: bool(a.get("use_megatron_fsdp") and a.get("nccl_ub")),
          "--fsdp-manual-registration needs --use-megatron-fsdp and --use-nccl-ub"),
+    # the rest of Megatron-FSDP's validation (L1118-1187) and hybrid CP's (L1444-1447); a launch's
+    # --data-parallel-sharding-strategy defaults to optim_grads_params (L3190)
+    Rule("fsdp-v2-distributed-optimizer", f"{ARGS}:1125",
+         lambda a, e: bool(a.get("use_megatron_fsdp")) and _i(a, "megatron_fsdp_version") == 2,
+         lambda a, e: not a.get("use_distributed_optimizer"),
+         "--megatron-fsdp-version 2 is not compatible with --use-distributed-optimizer"),
+    Rule("fsdp-grouped-moe-params", f"{ARGS}:1138", lambda a, e: bool(a.get("use_megatron_fsdp")),
+         lambda a, e: not (a.get("moe_single_grouped_weight") or a.get("moe_single_grouped_bias")),
+         "Megatron-FSDP does not support --moe-single-grouped-weight or --moe-single-grouped-bias"),
+    Rule("fsdp-optimizer", f"{ARGS}:1150", lambda a, e: bool(a.get("use_megatron_fsdp")),
+         lambda a, e: (a.get("optimizer") or "adam") in ("sgd", "adam"),
+         "Megatron-FSDP supports --optimizer adam or sgd only"),
+    Rule("fsdp-weight-hash", f"{ARGS}:1163", lambda a, e: bool(a.get("use_megatron_fsdp")) and (
+        a.get("data_parallel_sharding_strategy") or "optim_grads_params") == "optim_grads_params",
+         lambda a, e: a.get("check_weight_hash_across_dp_replicas_interval") is None,
+         "--check-weight-hash-across-dp-replicas-interval is not supported with Megatron-FSDP's optim_grads_params"),
+    Rule("fsdp-meta-no-shard", f"{ARGS}:1183", lambda a, e: bool(a.get("use_megatron_fsdp"))
+         and a.get("data_parallel_sharding_strategy") == "no_shard",
+         lambda a, e: not a.get("init_model_with_meta_device"),
+         "--init-model-with-meta-device is not supported with Megatron-FSDP's no_shard strategy"),
+    Rule("fsdp-hybrid-cp", f"{ARGS}:1447", lambda a, e: bool(a.get("hybrid_context_parallel")),
+         lambda a, e: not a.get("use_megatron_fsdp"), "--hybrid-context-parallel is not supported with Megatron-FSDP"),
     Rule("tp-cp-connections", f"{ARGS}:1477", _model_parallel_needs_one_connection,
          lambda a, e: e.get("CUDA_DEVICE_MAX_CONNECTIONS") == "1",
          "tensor or context parallelism needs CUDA_DEVICE_MAX_CONNECTIONS=1 (Hopper and before)"),

@@ -127,8 +127,8 @@ def launch_domain(request: ExecutionRequest, profile: "HardwareProfile") -> Exec
     the domain except where the profile's domain spans hosts (a GB200 NVL72 rack of trays of 4,
     system.devices_per_host): there a launch of one host's GPUs per node runs in the profile's domain, as
     btacalc's emitted launch (output/megatron.py) starts it."""
-    host = profile.system.devices_per_host
-    if host is not None and request.devices_per_node == int(host.value):
+    host = profile.system.host_devices
+    if host is not None and request.devices_per_node == host:
         return request.with_changes(devices_per_node=None)
     return request
 
@@ -178,8 +178,22 @@ _BRIDGE_SECTIONS = {
 }
 
 
+# OmegaConf's YAML, which Megatron-Bridge reads a recipe's overrides with (OmegaConf.load, omegaconf_utils.py L147):
+# PyYAML's SafeLoader with floats also without a dot ("1e3" is 1000.0, where YAML 1.1 reads the string "1e3") and no
+# dates ("2024-01-01" stays a string) (omry/omegaconf @ 350bdb632865c5dd2286f2f6521acefe4abd843d, v2.3.0,
+# omegaconf/_utils.py L154-174; Bridge needs omegaconf>=2.3.0, pyproject.toml L82)
+_DIGITS = r"[0-9]+(?:_[0-9]+)*"
+_OMEGACONF_FLOAT = re.compile(rf"""^(?:[-+]?{_DIGITS}\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?{_DIGITS}[eE][-+]?[0-9]+
+    |\.{_DIGITS}(?:[eE][-+][0-9]+)?
+    |[-+]?{_DIGITS}(?::[0-5]?[0-9])+\.[0-9_]*
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""", re.X)
+
+
 def _unique_keys_loader() -> Any:
-    """PyYAML's SafeLoader refusing a key given twice in one mapping (SafeLoader keeps the last silently)."""
+    """OmegaConf's reading of YAML (_OMEGACONF_FLOAT), refusing a key given twice in one mapping, as OmegaConf does
+    (SafeLoader keeps the last silently)."""
     import yaml
 
     class UniqueKeys(yaml.SafeLoader):
@@ -193,6 +207,9 @@ def _unique_keys_loader() -> Any:
                 seen.add(key) if isinstance(key, collections.abc.Hashable) else None
             return super().construct_mapping(node, deep=deep)
 
+    UniqueKeys.add_implicit_resolver("tag:yaml.org,2002:float", _OMEGACONF_FLOAT, list("-+0123456789."))
+    UniqueKeys.yaml_implicit_resolvers = {first: [(tag, rx) for tag, rx in rules if tag != "tag:yaml.org,2002:timestamp"]
+                                          for first, rules in UniqueKeys.yaml_implicit_resolvers.items()}
     return UniqueKeys
 
 

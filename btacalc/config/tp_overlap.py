@@ -84,10 +84,45 @@ class UbTable(BaseModel):
     gemms: dict[str, UbOverride]
 
 
+# The methods TE runs a GEMM's overlap with, by its default method (its role: ring_exchange = an all-gather GEMM, pipeline
+# = a reduce-scatter GEMM, bulk = a collective beside an unrelated GEMM), and why any other is refused. TE @ bee4649c:
+# transformer_engine/pytorch/module/base.py (L292-295, L352-361), common/include/transformer_engine/comm_gemm_overlap.h
+# (CommOverlapBase L176-181, CommOverlapP2PBase L233-238), pytorch/csrc/extensions/gemm.cpp (L184-207: a bulk flag
+# calls bulk_overlap, else the GEMM's all-gather or reduce-scatter overlap on whatever object the method made).
+_TE = "TransformerEngine @ bee4649c"
+_REFUSED: dict[tuple[str, str], str] = {
+    ("ring_exchange", "pipeline"): f"{_TE} refuses a pipeline overlap on an all-gather (base.py L292-295)",
+    ("ring_exchange", "bulk"): f"a bulk overlap's object has no all-gather GEMM overlap: {_TE} stops with \"Operation "
+                               "not supported\" (comm_gemm_overlap.h L176-181)",
+    ("pipeline", "bulk"): f"{_TE} runs a reduce-scatter GEMM on a bulk overlap's object as a pipeline "
+                          "(gemm.cpp L207 split_overlap_rs): give method pipeline",
+    ("bulk", "ring_exchange"): f"a ring exchange's object has no bulk overlap: {_TE} stops with \"Operation not "
+                               "supported\" (comm_gemm_overlap.h L233-238)",
+    ("bulk", "pipeline"): f"{_TE} runs a bulk GEMM on a pipeline overlap's object as a bulk overlap (gemm.cpp "
+                          "L184-187): give method bulk",
+}
+# A dgrad GEMM given a ring exchange or pipeline becomes TE's dgrad reduce-scatter overlap in place of its wgrad's bulk
+# one (base.py L352-361); TE asserts the table then names no wgrad (L355)
+_DGRAD_RS = {"qkv_dgrad": "qkv_wgrad", "fc1_dgrad": "fc1_wgrad"}
+
+
+def _method_refusal(name: str, default: str, given: str, table: UbTable) -> str:
+    """Why TE refuses (or btacalc cannot time) `given` as the method of GEMM `name` whose TE default is `default`."""
+    if name in _DGRAD_RS and given != "bulk":
+        wgrad = _DGRAD_RS[name]
+        if wgrad in table.gemms:
+            return f"a {given} dgrad replaces {wgrad}'s overlap, and {_TE} asserts the table then names no {wgrad} " \
+                   "(base.py L352-355)"
+        return f"a {given} dgrad is TE's dgrad reduce-scatter overlap in place of {wgrad}'s bulk one (base.py " \
+               "L352-361): not modelled"
+    return _REFUSED.get((default, given), "")
+
+
 def ub_table(table: UbTable) -> tuple[UbOverlap, ...]:
     """The shipped table (TE's defaults) with `table`'s entries applied, each changed GEMM citing `table.source`.
 
-    Raises BtacalcError for a GEMM TE's table does not name, or a pipeline overlap without splits."""
+    Raises BtacalcError for a GEMM TE's table does not name, a method TE does not run that GEMM's overlap with
+    (_REFUSED, _method_refusal), or a pipeline overlap without splits."""
     shipped = {o.name: o for o in ub_overlaps()}
     unknown = sorted(set(table.gemms) - set(shipped))
     if unknown:
@@ -97,6 +132,9 @@ def ub_table(table: UbTable) -> tuple[UbOverlap, ...]:
     for name, o in shipped.items():
         given = table.gemms.get(name)
         if given is not None:
+            why = _method_refusal(name, o.method, given.method or o.method, table)
+            if why:
+                raise BtacalcError(f"{{tp_overlap_cfg}} {name}: method {given.method}: {why}")
             o = o.model_copy(update={**given.model_dump(exclude_none=True), "source": table.source})
         if o.method == "pipeline" and o.num_splits < 1:
             raise BtacalcError(f"{{tp_overlap_cfg}} {name}: a pipeline overlap needs num_splits >= 1")

@@ -175,6 +175,7 @@ def _layout_text(r: PlanReport) -> str:
     # refusals and switch-offs (config/megatron_rules.py), not the plain defaults
     return (f"{par.devices} devices ({par.devices_per_node} per NVLink domain): {sizes}{split}; {shard}; "
             f"M = {par.micro_batches} micro-batches; overlapped: {', '.join(on) or 'none'}"
+            + (f" (userbuffers table: {par.tp_overlap_table})" if par.tp_overlap_table else "")
             + "".join(f"; {c}" for c in changed))
 
 

@@ -20,6 +20,7 @@ from ..config.model import LayerKind
 from ..config.execution import DEFAULT_FSDP_IMPL, ExecutionRequest
 from ..config.hardware import HardwareProfile
 from ..config.model import ModelSpec
+from ..config.tp_overlap import ub_overlaps
 from ..model.gpu.sm_share import dp_ctas
 from ..model.memory import MemoryModel
 from ..model.problem import Evaluation, Problem
@@ -120,7 +121,7 @@ def _hardware_info(problem: Problem) -> HardwareInfo:
         memory_capacity_bytes=hw.memory_capacity_bytes, usable_memory_bytes=hw.usable_capacity_bytes,
         peak_flops_per_s=hw.chip.peak_flops_per_s.value,
         offchip_bandwidth_bytes_per_s=hw.memory.offchip_bandwidth_bytes_per_s.value,
-        devices_per_host=None if hw.system.devices_per_host is None else int(hw.system.devices_per_host.value),
+        devices_per_host=hw.system.host_devices,
     )
 
 
@@ -160,8 +161,23 @@ def _parallel_info(problem: Problem) -> ParallelInfo:
         expert_tensor_parallel=lay.expert_tensor_parallel, data_parallel=lay.data_parallel, fsdp=lay.fsdp,
         fsdp_impl=lay.fsdp_impl or DEFAULT_FSDP_IMPL,
         **_stages_info(problem),
-        overlaps={k: bool(v) for k, v in asdict(lay.overlap).items()},
+        overlaps={k: bool(v) for k, v in asdict(lay.overlap).items()}, tp_overlap_table=_ub_table_timed(problem),
     )
+
+
+TE_DEFAULT_TABLE = "TransformerEngine's defaults (btacalc/data/tp_overlap.toml)"
+
+
+def _ub_table_timed(problem: Problem) -> Optional[str]:
+    """Which userbuffers table model/gpu/tp_overlap.py times: None where it times none (layer_overlap_s: no TP-comm
+    overlap, TP 1 or no sequence parallelism), TE's defaults, or the run's own table (the sources of its entries)."""
+    lay = problem.layout
+    if not (lay.overlap.tp_comm and lay.tensor_parallel > 1 and lay.sequence_parallel):
+        return None
+    if lay.tp_overlap_cfg is None:
+        return TE_DEFAULT_TABLE
+    own = sorted({o.source for o in lay.tp_overlap_cfg} - {o.source for o in ub_overlaps()})
+    return f"the run's own ({'; '.join(own)})" if own else TE_DEFAULT_TABLE
 
 
 def _stages_info(problem: Problem) -> dict[str, Any]:

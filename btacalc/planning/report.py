@@ -86,6 +86,10 @@ class ParallelInfo(BaseModel):
     pipeline_layout: Optional[str] = Field(None, description="--pipeline-model-parallel-layout")
     overlaps: dict[str, bool] = Field(default_factory=dict, description="communication hidden behind compute, by "
                                       "Megatron-Core option")
+    tp_overlap_table: Optional[str] = Field(None, description="the TransformerEngine userbuffers table the TP-comm "
+                                            "overlap is timed with: TE's defaults (btacalc/data/tp_overlap.toml) or "
+                                            "the run's own (a measured recipe's tp_overlap_cfg: its source); None when "
+                                            "no userbuffers overlap is timed (off, TP 1 or no sequence parallelism)")
 
 
 class StateRow(BaseModel):

@@ -228,8 +228,7 @@ def _capability(problem: Problem) -> Optional[float]:
 
 def _multi_node_nvlink(problem: Problem) -> bool:
     """NCCL's MNNVL: the NVLink domain spans several hosts (a GB200 NVL72 rack's 18 trays of 4)."""
-    system = problem.hardware.system
-    per_host = system.devices_per_host.value if system.devices_per_host is not None else None
+    per_host = problem.hardware.system.host_devices
     return per_host is not None and per_host < problem.layout.devices_per_node
 
 
