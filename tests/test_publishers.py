@@ -20,7 +20,7 @@ import json
 
 import pytest
 
-from btacalc.planning.measured import MeasuredRun, express, predict, run_defaults, validate_measured
+from btacalc.planning.measured import MeasuredRun, express, load_runs, predict, run_defaults, validate_measured
 from btacalc.planning.publishers import publisher_of, publishers
 
 BRIDGE = "https://docs.nvidia.com/nemo/megatron-bridge/latest/performance-summary-archive.html ; repo github.com/NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archive.md"
@@ -53,8 +53,9 @@ def test_publishers_are_read_from_the_runs_source():
     assert publisher_of("github.com/mlcommons/training_results_v5.1 NVIDIA/benchmarks/llama31_8b").name == \
         "nvidia-performance"
     assert publisher_of("https://github.com/mosaicml/llm-foundry scripts/train/benchmarking/README.md") is None
-    for p in publishers():  # every baseline cites the code it reads
-        assert "github.com" in p.recipe["source"] and len(p.recipe["source"]) > 100
+    assert publisher_of("https://arxiv.org/abs/2104.04473 (Narayanan et al., SC'21), Table 1").name == "megatron-lm-2021"
+    for p in publishers():  # every baseline cites the code or the paper it reads
+        assert ("github.com" in p.recipe["source"] or "arXiv" in p.recipe["source"]) and len(p.recipe["source"]) > 100
 
 
 def test_a_bridge_dense_row_without_a_recipe_predicts_as_its_recipe_typed_out():
@@ -128,3 +129,25 @@ def test_moe_recipes_leave_tensor_parallel_overlap_off(source):
     assert request.gradient_bytes == 2
     dense, _ = express(_run(DENSE, source=source))
     assert dense.overlaps.tp_comm
+
+
+def test_the_2021_paper_rows_predict_the_same_without_their_recipe():
+    """Every shipped row of arXiv 2104.04473 states the same recipe (eager attention, no sequence parallelism, no
+    distributed optimizer, full recomputation: the paper's section 5 and the Megatron-LM of 2021); stripped of it, as
+    a row pasted from the paper's Table 1 would be, each predicts exactly what it predicts with it."""
+    rows = [r for r in load_runs() if "2104.04473" in r.source]
+    assert len(rows) >= 6
+    for row in rows:
+        stripped = {k: v for k, v in row.model_dump().items() if k in MeasuredRun.model_fields and k != "recipe"}
+        bare = MeasuredRun.model_validate({**stripped, "known_gap": "", "vp": row.recipe.vp or row.vp})
+        assert predict(bare).predicted.step_time_s == pytest.approx(predict(row).predicted.step_time_s, rel=1e-12)
+
+
+def test_a_baseline_never_overrides_what_the_row_itself_states():
+    """The 2021 baseline says full recomputation and no sequence parallelism; a row that states selective
+    recomputation and sequence parallelism keeps them (a recipe's field would otherwise override the row's)."""
+    row = _run(DENSE, source="arXiv 2104.04473 Table 1", hw="a100-80gb", precision="bf16", recompute="selective",
+               sequence_parallel=True)
+    request, _ = express(row)
+    assert request.recompute == "selective" and request.sequence_parallel is True
+    assert request.attention == "eager" and request.zero_stage == 0

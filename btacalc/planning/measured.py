@@ -523,15 +523,21 @@ def _baseline_of(run: MeasuredRun) -> Optional[PublisherBaseline]:
     return publisher_of(run.source)
 
 
-def _merged_recipe(own: Optional[Recipe], fields: dict[str, Any]) -> Recipe:
-    """The publisher's recipe `fields` under the row's own recipe: what the row states wins, field by field (the
-    gradient precision, stated by grad_reduce_in_bf16 or grad_bytes, and each overlap); the rest of the row's recipe
-    is kept as it is."""
+# Layout settings a run states in its own fields, which a recipe's same-named field would override (with_recipe)
+_ROW_STATED = ("vp", "sequence_parallel", "zero", "recompute", "micro_batch")
+
+
+def _merged_recipe(run: MeasuredRun, fields: dict[str, Any]) -> Recipe:
+    """The publisher's recipe `fields` under what the row states, field by field: the row's own recipe, and its layout
+    fields (a baseline never overrides the row's recompute, SP, ZeRO, VP or micro-batch); the gradient precision
+    counts as stated by grad_reduce_in_bf16 or grad_bytes, each overlap by itself; the rest of the row's recipe is
+    kept as it is."""
     base = Recipe.model_validate(fields, strict=False)
-    if own is None:
-        return base
-    changes: dict[str, Any] = {}
-    if own.grad_reduce_in_bf16 is None and own.grad_bytes is None:
+    own = run.recipe if run.recipe is not None else Recipe(source=base.source)
+    changes: dict[str, Any] = {
+        name: getattr(base, name) for name in base.model_fields_set - {"source", "overlaps", "grad_reduce_in_bf16"}
+        if getattr(own, name) is None and not (name in _ROW_STATED and getattr(run, name) is not None)}
+    if "grad_reduce_in_bf16" in base.model_fields_set and own.grad_reduce_in_bf16 is None and own.grad_bytes is None:
         changes["grad_reduce_in_bf16"] = base.grad_reduce_in_bf16
     o, b = own.overlaps, base.overlaps
     changes["overlaps"] = o.model_copy(update={k: getattr(b, k) for k in ("grad_reduce", "param_gather", "tp_comm")
@@ -550,7 +556,7 @@ def with_publisher_baseline(run: MeasuredRun) -> MeasuredRun:
     if baseline is None:
         return run
     fields = baseline.recipe_for(run.precision, resolve_model(run.model).is_moe)
-    changes: dict[str, Any] = {"recipe": _merged_recipe(run.recipe, fields)}
+    changes: dict[str, Any] = {"recipe": _merged_recipe(run, fields)}
     if _takes_baseline_routing(run, baseline):
         changes["router_force_load_balancing"] = True
     return run.model_copy(update=changes)
