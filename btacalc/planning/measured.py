@@ -507,7 +507,8 @@ def run_defaults(run: MeasuredRun, family: str) -> dict[str, tuple[Any, str]]:
     out: dict[str, tuple[Any, str]] = {}
     baseline = _baseline_of(run)
     if baseline is not None:
-        out["recipe"] = (baseline.name, baseline.reason(run.precision, resolve_model(run.model).is_moe))
+        out["recipe"] = (baseline.name, baseline.reason(run.precision, resolve_model(run.model).is_moe,
+                                                        _stated_recompute(run)))
         if _takes_baseline_routing(run, baseline):
             out["router_force_load_balancing"] = (True, f"{baseline.name}: MoE runs ran force-balanced routing "
                                                   f"({baseline.routing_source})")
@@ -521,6 +522,12 @@ def _baseline_of(run: MeasuredRun) -> Optional[PublisherBaseline]:
     if run.megatron_args is not None:
         return None
     return publisher_of(run.source)
+
+
+def _stated_recompute(run: MeasuredRun) -> Optional[str]:
+    """The recompute granularity the row (or its own recipe) states as one word, for a publisher's by_recompute."""
+    stated = run.with_recipe().recompute
+    return stated if isinstance(stated, str) else None
 
 
 # Layout settings a run states in its own fields, which a recipe's same-named field would override (with_recipe)
@@ -555,7 +562,7 @@ def with_publisher_baseline(run: MeasuredRun) -> MeasuredRun:
     baseline = _baseline_of(run)
     if baseline is None:
         return run
-    fields = baseline.recipe_for(run.precision, resolve_model(run.model).is_moe)
+    fields = baseline.recipe_for(run.precision, resolve_model(run.model).is_moe, _stated_recompute(run))
     changes: dict[str, Any] = {"recipe": _merged_recipe(run, fields)}
     if _takes_baseline_routing(run, baseline):
         changes["router_force_load_balancing"] = True

@@ -30,6 +30,7 @@ class PublisherBaseline(BaseModel):
     recipe: dict[str, Any]
     moe: dict[str, Any] = Field(default_factory=dict)
     by_precision: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    by_recompute: dict[str, dict[str, Any]] = Field(default_factory=dict)
     force_balanced_moe_routing: bool = False
     routing_source: str = ""
 
@@ -37,21 +38,24 @@ class PublisherBaseline(BaseModel):
         low = source.lower()
         return any(part in low for part in self.source_contains)
 
-    def _overrides(self, precision: str, moe: bool) -> list[dict[str, Any]]:
-        return [o for o in ((self.moe if moe else {}), self.by_precision.get(precision, {})) if o]
+    def _overrides(self, precision: str, moe: bool, recompute: Optional[str]) -> list[dict[str, Any]]:
+        picked = ((self.moe if moe else {}), self.by_precision.get(precision, {}),
+                  self.by_recompute.get(recompute, {}) if recompute is not None else {})
+        return [o for o in picked if o]
 
-    def recipe_for(self, precision: str, moe: bool) -> dict[str, Any]:
-        """The recipe's fields for a run of `precision` and an MoE model or not: `by_precision[precision]` over
-        `moe` (an MoE model's) over `recipe`; an override's own `source` cites it and is not a field."""
+    def recipe_for(self, precision: str, moe: bool, recompute: Optional[str] = None) -> dict[str, Any]:
+        """The recipe's fields for a run of `precision`, an MoE model or not, and the recompute the row states:
+        `by_recompute[recompute]` over `by_precision[precision]` over `moe` (an MoE model's) over `recipe`; an
+        override's own `source` cites it and is not a field."""
         out = dict(self.recipe)
-        for override in self._overrides(precision, moe):
+        for override in self._overrides(precision, moe, recompute):
             out.update({k: v for k, v in override.items() if k != "source"})
         return out
 
-    def reason(self, precision: str, moe: bool) -> str:
+    def reason(self, precision: str, moe: bool, recompute: Optional[str] = None) -> str:
         """What the run took, for `validate`'s list of defaults, with the sources of the recipe and its overrides."""
-        fields = ", ".join(f"{k} {v}" for k, v in self.recipe_for(precision, moe).items() if k != "source")
-        cited = "; ".join([self.recipe["source"]] + [o["source"] for o in self._overrides(precision, moe)])
+        fields = ", ".join(f"{k} {v}" for k, v in self.recipe_for(precision, moe, recompute).items() if k != "source")
+        cited = "; ".join([self.recipe["source"]] + [o["source"] for o in self._overrides(precision, moe, recompute)])
         return (f"{self.name}: the run's source names this publisher, so what its own recipe leaves out of the "
                 f"publisher's performance recipe ({fields}) is taken from it: {cited}")
 
