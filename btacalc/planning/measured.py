@@ -543,7 +543,7 @@ def _merged_recipe(run: MeasuredRun, fields: dict[str, Any]) -> Recipe:
     own = run.recipe if run.recipe is not None else Recipe(source=base.source)
     changes: dict[str, Any] = {
         name: getattr(base, name) for name in base.model_fields_set - {"source", "overlaps", "grad_reduce_in_bf16"}
-        if getattr(own, name) is None and not (name in _ROW_STATED and getattr(run, name) is not None)}
+        if name not in own.model_fields_set and not (name in _ROW_STATED and getattr(run, name) is not None)}
     if "grad_reduce_in_bf16" in base.model_fields_set and own.grad_reduce_in_bf16 is None and own.grad_bytes is None:
         changes["grad_reduce_in_bf16"] = base.grad_reduce_in_bf16
     o, b = own.overlaps, base.overlaps
