@@ -145,6 +145,8 @@ def test_the_papers_rows_predict_the_same_without_their_recipe(paper, least):
         stripped = {k: v for k, v in row.model_dump().items() if k in MeasuredRun.model_fields and k != "recipe"}
         bare = MeasuredRun.model_validate({**stripped, "known_gap": "", "vp": row.recipe.vp or row.vp})
         assert predict(bare).predicted.step_time_s == pytest.approx(predict(row).predicted.step_time_s, rel=1e-12)
+        assert "recipe" in run_defaults(bare, "gpu")  # the baseline filled the stripped row in
+        assert "recipe" not in run_defaults(row, "gpu")  # and has nothing to add to the row's own recipe
 
 
 def test_a_baseline_never_overrides_what_the_row_itself_states():

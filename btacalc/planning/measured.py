@@ -506,15 +506,20 @@ def run_defaults(run: MeasuredRun, family: str) -> dict[str, tuple[Any, str]]:
         return {}
     out: dict[str, tuple[Any, str]] = {}
     baseline = _baseline_of(run)
-    if baseline is not None:
+    taken = with_publisher_baseline(run)
+    if baseline is not None and _recipe_dump(taken.recipe) != _recipe_dump(run.recipe):  # it filled something in
         out["recipe"] = (baseline.name, baseline.reason(run.precision, resolve_model(run.model).is_moe,
                                                         _stated_recompute(run)))
         if _takes_baseline_routing(run, baseline):
             out["router_force_load_balancing"] = (True, f"{baseline.name}: MoE runs ran force-balanced routing "
                                                   f"({baseline.routing_source})")
-    stated = with_publisher_baseline(run).with_recipe()
+    stated = taken.with_recipe()
     out.update({k: v for k, v in MEGATRON_RUN_DEFAULTS.items() if getattr(stated, k) is None})
     return out
+
+
+def _recipe_dump(recipe: Optional[Recipe]) -> Optional[dict[str, Any]]:
+    return None if recipe is None else recipe.model_dump(exclude={"source"})
 
 
 def _baseline_of(run: MeasuredRun) -> Optional[PublisherBaseline]:
