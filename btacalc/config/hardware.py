@@ -198,13 +198,18 @@ class Memory(_Section):
         "large tensors (STREAM-like copy/triad benchmarks); the memory-bound phases, optimizer step and gradient "
         "norm move their bytes at it (absent: 1, the datasheet rate)")
 
+    @property
+    def streaming_share(self) -> float:
+        """f_stream = `achievable_bandwidth_fraction` (a published STREAM-like benchmark over the datasheet rate),
+        1 where the profile has none: the one reading of it (here and model/gpu/precision.py, whose cast kernels
+        fall back to it where the profile measures no cast share of their own)."""
+        return self.achievable_bandwidth_fraction.value if self.achievable_bandwidth_fraction is not None else 1.0
+
     def streaming_bandwidth_bytes_per_s(self) -> float:
-        """Bandwidth a memory-bound (elementwise) phase moves its bytes at: B_stream = B_HBM x f_stream, with
-        f_stream = `achievable_bandwidth_fraction` (a published STREAM-like benchmark over the datasheet rate),
-        1 where the profile has none. The one place the share is applied (model/gpu/costs.py, fixed.py); the
+        """Bandwidth a memory-bound (elementwise) phase moves its bytes at: B_stream = B_HBM x f_stream
+        (`streaming_share`). The one place the share is applied to phases (model/gpu/costs.py, fixed.py); the
         cast kernels keep their own measured shares of the datasheet rate (`kernels.cast_bandwidth_fraction`)."""
-        share = self.achievable_bandwidth_fraction.value if self.achievable_bandwidth_fraction is not None else 1.0
-        return self.offchip_bandwidth_bytes_per_s.value * share
+        return self.offchip_bandwidth_bytes_per_s.value * self.streaming_share
 
 
 class System(_Section):

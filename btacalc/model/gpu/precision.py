@@ -101,9 +101,7 @@ def cast_bandwidth_shares(kernels: Optional[Kernels], copies: int, streaming_sha
 
 
 def _cast_shares(problem: Problem, copies: int) -> tuple[float, float]:
-    memory = problem.hardware.memory
-    streaming = memory.achievable_bandwidth_fraction.value if memory.achievable_bandwidth_fraction is not None else 1.0
-    return cast_bandwidth_shares(problem.hardware.kernels, copies, streaming)
+    return cast_bandwidth_shares(problem.hardware.kernels, copies, problem.hardware.memory.streaming_share)
 
 
 def full_bandwidth_bytes(recipe: Recipe, copies: int, shares: tuple[float, float], kernels: int = 1) -> float:
