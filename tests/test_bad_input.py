@@ -603,6 +603,12 @@ for old, new, fragment in [
      "Megatron-Bridge sets as given (no conversion) where Megatron takes true or false"),
     ("train:", "model.attention_dropout: '0.1'\ntrain:", "'0.1' is a string, which Megatron-Bridge sets as given "
      "(no conversion) where Megatron takes a number"),
+    # a whole float stays a float in Bridge too (a float parallel size fails range() in parallel_state.py L359-367);
+    # btacalc read 4.0 as 4
+    ("  tensor_model_parallel_size: 4", "  tensor_model_parallel_size: 4.0",
+     "model.tensor_model_parallel_size: 4.0 is a float, which Megatron-Bridge sets as given (no conversion) where "
+     "Megatron takes an integer"),
+    ("train:", "ddp.num_buckets: 4.0\ntrain:", "ddp.num_buckets: 4.0 is a float"),
 ]:
     assert old in BRIDGE, old
     case("files", "plan", "--hw", "h100", "-m", "qwen3-30b-a3b", "--devices", "8", "--from-bridge", "{tmp}/r.yaml",

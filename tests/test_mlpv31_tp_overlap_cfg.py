@@ -230,6 +230,27 @@ def test_a_pipeline_split_into_more_chunks_than_its_gemms_rows_is_refused():
     layout(12288).validate(GPT3, hardware, 2048)
 
 
+def test_a_pipeline_split_that_does_not_divide_its_gemms_rows_is_refused():
+    """TE @ d0067d0d comm_gemm_overlap.cpp L634: m_chunk = m / num_splits in size_t, and L670's loop runs num_splits
+    chunks, so num_splits x m_chunk rows are computed. GPT-3 175B's proj_fprop has m = 12,288 rows: 5 splits give
+    5 x 2,457 = 12,285 rows and leave 12,288 mod 5 = 3 uncomputed; 4 splits (the v3.1 table's) and 3 divide 12,288."""
+    hardware = resolve_hardware("h100")
+
+    def layout(splits: int) -> Layout:
+        table = ub_table(UbTable(source="a table splitting proj_fprop unevenly",
+                                 gemms={"proj_fprop": UbOverride(method=PIPE, num_splits=splits)}))
+        return Layout(devices=4, devices_per_node=8, tensor_parallel=4, sequence_parallel=True,
+                      overlap=Overlaps(tp_comm=True), tp_overlap_cfg=table)
+
+    assert 5 * (12288 // 5) == 12285
+    with pytest.raises(BtacalcError, match="proj_fprop: num_splits 5 does not divide the GEMM's 12288 output rows "
+                                           r"\(hidden_size\): TransformerEngine computes 5 chunks of 2457 rows and "
+                                           "drops the last 3"):
+        layout(5).validate(GPT3, hardware, 2048)
+    for splits in (3, 4, 4096):
+        layout(splits).validate(GPT3, hardware, 2048)
+
+
 # FlashAttention-2 on an H100 SXM5, head dim 128, BF16 (Shah et al. 2024, FlashAttention-3, arXiv 2407.08608, Figure 5
 # forward, Figure 6 backward: the FlashAttention-2 bars, TFLOP/s as labelled), at s = 2k / 4k / 8k
 FA2_FWD_CAUSAL = {2048: 298.0, 4096: 319.0, 8192: 333.0}  # FLOPs counted on the half square
@@ -286,3 +307,22 @@ def test_every_mlperf_row_takes_the_attention_kernel_of_its_te():
         request, _ = express(runs[rid], "gpu")
         assert request.attention_kernel == ("flash-attn-2" if rid in FA2_ROWS else None), rid
     assert len(FA2_ROWS) == 8
+
+
+def test_a_measured_row_with_an_uneven_pipeline_split_is_listed_with_the_reason(tmp_path):
+    """validate does not time a row whose table TE would run wrongly: the row is not expressible, and the reason
+    names the split (the v3.1 row's proj_fprop pipeline with 5 splits of GPT-3 175B's 12,288 rows)."""
+    import json
+
+    from btacalc.paths import package_data
+    from btacalc.planning.measured import validate_measured
+
+    row = next(r for r in json.loads(package_data("measured_runs.json").read_text())["runs"]
+               if r["id"] == "gpt3-175b-h100-512-fp8-mlperf-v31")
+    recipe = json.loads(json.dumps(row["recipe"]))
+    recipe["tp_overlap_cfg"]["gemms"]["proj_fprop"] = {"method": "pipeline", "num_sm": 24, "num_splits": 5}
+    path = tmp_path / "runs.json"
+    path.write_text(json.dumps({"runs": [dict(row, recipe=recipe)]}))
+    (result,) = validate_measured(path).runs
+    assert not result.expressible
+    assert "num_splits 5 does not divide the GEMM's 12288 output rows" in result.reason

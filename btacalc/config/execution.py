@@ -370,7 +370,9 @@ class Layout:
         shares them) they leave it some. A pipeline splits its GEMM's m = hidden_size output rows (proj / fc2 fprop:
         TE's weight is [hidden, in / TP], transa) into num_splits chunks of m / num_splits rows (TE @ bee4649c
         comm_gemm_overlap.cpp L418); more splits than rows are empty chunks, which TE refuses ("Attempted to get empty
-        tensor chunk", TE @ d0067d0d comm_gemm_overlap.cpp L256)."""
+        tensor chunk", TE @ d0067d0d comm_gemm_overlap.cpp L256). The chunk is the integer m / num_splits and the
+        loop runs num_splits chunks (TE @ d0067d0d L634, L670), so a num_splits that does not divide m leaves the last
+        m mod num_splits rows uncomputed: a wrong result, refused as well."""
         if self.tp_overlap_cfg is None:
             return
         if not self.overlap.tp_comm:
@@ -387,6 +389,11 @@ class Layout:
                 raise BtacalcError(f"{{tp_overlap_cfg}} {o.name}: num_splits {o.num_splits} is more chunks than the "
                                    f"GEMM's {model.hidden_size} output rows (hidden_size): TransformerEngine refuses "
                                    "an empty chunk")
+            if o.method == "pipeline" and model.hidden_size % o.num_splits:
+                raise BtacalcError(f"{{tp_overlap_cfg}} {o.name}: num_splits {o.num_splits} does not divide the "
+                                   f"GEMM's {model.hidden_size} output rows (hidden_size): TransformerEngine computes "
+                                   f"{o.num_splits} chunks of {model.hidden_size // o.num_splits} rows and drops the "
+                                   f"last {model.hidden_size % o.num_splits}")
 
     def _validate_dispatcher(self, profile: "HardwareProfile") -> None:
         if self.dispatcher_sms is None:

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 from ..errors import BtacalcError
 from ..vocabulary import SELECTIVE_MODULES
 from .cuda_graphs import GRAPH_IMPL
-from .megatron_launch import (BridgeText, flags_by_dest, integer, list_expression, megatron_flags, pattern, real,
-                              refuse_bridge_text)
+from .megatron_launch import (BridgeFloat, BridgeText, flags_by_dest, integer, list_expression, megatron_flags,
+                              pattern, real, refuse_bridge_text)
 
 if TYPE_CHECKING:
     from .model import ModelSpec
@@ -910,7 +910,8 @@ def from_bridge(overrides: Mapping[str, Any]) -> tuple[Args, list[str]]:
     args: Args = {}
     unread = []
     for key, value in overrides.items():
-        value = BridgeText.of(value, key) if isinstance(value, str) else value
+        value = (BridgeText.of(value, key) if isinstance(value, str)
+                 else BridgeFloat.of(value, key) if type(value) is float else value)
         if key == "model.cpu_offloading":
             continue  # implied by model.cpu_offloading_num_layers, as Megatron-LM derives it (to_bridge)
         if key == FP8_ATTENTION_BRIDGE_KEY:

@@ -250,6 +250,22 @@ class BridgeText(str):
         return out
 
 
+class BridgeFloat(float):
+    """A float a Megatron-Bridge recipe's YAML gives (`tensor_model_parallel_size: 4.0`), named by its key. Bridge sets
+    it as given, as it does a string (BridgeText), so a whole float stays a float where Megatron takes an integer; a
+    float parallel size makes Megatron-Core's group sizes floats, and `range()` of one raises (Megatron-LM @ d98e8a64
+    megatron/core/parallel_state.py L359-367, generate_masked_orthogonal_rank_groups). A launch's text "4.0" is
+    refused by Megatron-LM's argparse (type=int) as well, so a whole float is a count in neither."""
+
+    key: str = ""
+
+    @classmethod
+    def of(cls, value: float, key: str) -> "BridgeFloat":
+        out = cls(value)
+        out.key = key
+        return out
+
+
 def refuse_bridge_text(value: Any, kind: str) -> None:
     """Raise for a Bridge YAML string where Megatron takes `kind` (a number or a switch: BridgeText)."""
     if isinstance(value, BridgeText):
@@ -264,6 +280,9 @@ def integer(value: Any, dest: str) -> int:
     refuse_bridge_text(value, "an integer")
     if type(value) is int:
         return value
+    if isinstance(value, BridgeFloat) and value.is_integer() and abs(value) <= EXACT_FLOAT_INT:
+        raise BtacalcError(f"{value.key}: {float(value)!r} is a float, which Megatron-Bridge sets as given (no "
+                           "conversion) where Megatron takes an integer: write it without the decimal point")
     if isinstance(value, float) and value.is_integer() and abs(value) <= EXACT_FLOAT_INT:
         return int(value)
     if isinstance(value, str):
