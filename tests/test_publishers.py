@@ -52,7 +52,9 @@ def test_publishers_are_read_from_the_runs_source():
     assert publisher_of(DGXC).name == "nvidia-performance"
     assert publisher_of("github.com/mlcommons/training_results_v5.1 NVIDIA/benchmarks/llama31_8b").name == \
         "nvidia-performance"
-    assert publisher_of("https://github.com/mosaicml/llm-foundry scripts/train/benchmarking/README.md") is None
+    assert publisher_of("https://github.com/mosaicml/llm-foundry scripts/train/benchmarking/README.md").name == \
+        "llm-foundry-benchmarks"
+    assert publisher_of("https://github.com/mosaicml/llm-foundry/blob/main/README.md") is None  # not its tables
     assert publisher_of("https://arxiv.org/abs/2104.04473 (Narayanan et al., SC'21), Table 1").name == "megatron-lm-2021"
     for p in publishers():  # every baseline cites the code or the paper it reads
         assert ("github.com" in p.recipe["source"] or "arXiv" in p.recipe["source"]) and len(p.recipe["source"]) > 100
@@ -157,3 +159,30 @@ def test_a_baseline_never_overrides_what_the_row_itself_states():
     request, _ = express(row)
     assert request.recompute == "selective" and request.sequence_parallel is True
     assert request.attention == "eager" and request.zero_stage == 0
+
+
+LLM_FOUNDRY_BASELINE = ("attention", "attention_kernel", "eager_kernels", "fsdp_impl")
+
+
+def test_llm_foundry_rows_predict_the_same_without_the_tables_common_recipe():
+    """Every llm-foundry table row ran submit_benchmarks.py's defaults of its time: attn_impl triton (L144 @
+    5e85bd62d: the Triton FlashAttention kernel), eager PyTorch modules (fc_type torch in BF16), PyTorch FSDP1
+    (Composer 0.17.2). A row pasted from the table without those fields predicts what the shipped row predicts; the
+    fields the tables differ in (MP Mode PURE: bf16 gradients; activation checkpointing) stay the row's to state."""
+    rows = [r for r in load_runs() if "llm-foundry scripts/train/benchmarking" in r.source]
+    assert len(rows) == 26
+    bare_rows = 0
+    for row in rows:
+        own = row.recipe.model_dump(exclude_unset=True)
+        assert {k: own[k] for k in LLM_FOUNDRY_BASELINE} == {"attention": "flash", "attention_kernel": "triton-flash",
+                                                            "eager_kernels": True, "fsdp_impl": "torch"}
+        left = {k: v for k, v in own.items() if k not in LLM_FOUNDRY_BASELINE}
+        fields = {k: v for k, v in row.model_dump().items() if k in MeasuredRun.model_fields and k != "recipe"}
+        stripped = MeasuredRun.model_validate({**fields, "known_gap": "", "recipe": left})
+        assert predict(stripped).predicted.step_time_s == pytest.approx(predict(row).predicted.step_time_s, rel=1e-12)
+        assert run_defaults(stripped, "gpu")["recipe"][0] == "llm-foundry-benchmarks"
+        if set(left) <= {"source", "recompute", "sequence_parallel"} and left.get("sequence_parallel") is False:
+            bare = MeasuredRun.model_validate({**fields, "known_gap": ""})  # the whole recipe left out
+            assert predict(bare).predicted.step_time_s == pytest.approx(predict(row).predicted.step_time_s, rel=1e-12)
+            bare_rows += 1
+    assert bare_rows == 9  # the AMP rows without activation checkpointing or PURE gradients
