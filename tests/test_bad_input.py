@@ -609,6 +609,9 @@ for old, new, fragment in [
      "model.tensor_model_parallel_size: 4.0 is a float, which Megatron-Bridge sets as given (no conversion) where "
      "Megatron takes an integer"),
     ("train:", "ddp.num_buckets: 4.0\ntrain:", "ddp.num_buckets: 4.0 is a float"),
+    # YAML has no tuple: (128, 0) is a string in Bridge, where Megatron-Core takes a pair; btacalc parsed it
+    ("train:", "model.window_size: (128, 0)\ntrain:", "model.window_size: '(128, 0)' is a string, which "
+     "Megatron-Bridge sets as given (no conversion) where Megatron takes a pair of integers (a YAML list: [L, R])"),
 ]:
     assert old in BRIDGE, old
     case("files", "plan", "--hw", "h100", "-m", "qwen3-30b-a3b", "--devices", "8", "--from-bridge", "{tmp}/r.yaml",

@@ -236,7 +236,10 @@ def _dec_window(get: Get) -> Fields:
 
 
 def _window_left(size: Any) -> int:
-    """The left extent of Megatron's --window-size, given as "(L, R)", "L,R", a pair or an integer."""
+    """The left extent of Megatron's --window-size, given as "(L, R)", "L,R", a pair or an integer. A Bridge YAML's
+    string (YAML has no tuple: `(128, 0)` is a string, quoted or not) is set by Bridge as given, where Megatron-Core's
+    TransformerConfig.window_size is a pair of integers: refused (a YAML list `[128, 0]` is the pair)."""
+    refuse_bridge_text(size, "a pair of integers (a YAML list: [L, R])")
     parts = size if isinstance(size, (tuple, list)) else str(size).strip().strip("()[]").split(",")
     if not parts or not str(parts[0]).strip():
         raise BtacalcError(f"Megatron-LM's --window-size (window_size) takes a pair of integers, got {size!r}")
