@@ -22,6 +22,7 @@ from ..config.hardware import HardwareProfile
 from ..config.model import ModelSpec
 from ..config.tp_overlap import ub_overlaps
 from ..model.gpu.sm_share import dp_ctas
+from ..model.gpu.tp_overlap import userbuffers_timed
 from ..model.memory import MemoryModel
 from ..model.problem import Evaluation, Problem
 from ..model.solver import PointLimits, Search, Solution, search, solve_density
@@ -169,10 +170,10 @@ TE_DEFAULT_TABLE = "TransformerEngine's defaults (btacalc/data/tp_overlap.toml)"
 
 
 def _ub_table_timed(problem: Problem) -> Optional[str]:
-    """Which userbuffers table model/gpu/tp_overlap.py times: None where it times none (layer_overlap_s: no TP-comm
-    overlap, TP 1 or no sequence parallelism), TE's defaults, or the run's own table (the sources of its entries)."""
+    """Which userbuffers table model/gpu/tp_overlap.py times: None where it times none (`userbuffers_timed`: no
+    TP-comm overlap, TP 1 or no sequence parallelism), TE's defaults, or the run's own table (its entries' sources)."""
     lay = problem.layout
-    if not (lay.overlap.tp_comm and lay.tensor_parallel > 1 and lay.sequence_parallel):
+    if not userbuffers_timed(lay):
         return None
     if lay.tp_overlap_cfg is None:
         return TE_DEFAULT_TABLE

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...config.execution import Layout
 from ...config.tp_overlap import UbOverlap, ub_overlaps
 from ..arrays import maximum, minimum, where
 from ..problem import Problem
@@ -62,12 +63,19 @@ def overlap_cost(o: UbOverlap, gemm_s: Any, comm_s: Any, sms: int, tp: Any) -> A
     return _COST[o.method](o, gemm_s, comm_s, sms, tp)
 
 
+def userbuffers_timed(layout: Layout) -> bool:
+    """Whether a layout runs TE's userbuffers overlap, which layer_overlap_s times: the TP-comm overlap on, TP > 1
+    and sequence parallelism (the overlap runs on the sequence-parallel all-gathers and reduce-scatters). The one
+    reading of that condition (the plan report's `tp_overlap_table` names the table only where it holds)."""
+    return layout.overlap.tp_comm and layout.tensor_parallel > 1 and layout.sequence_parallel
+
+
 def layer_overlap_s(problem: Problem, tp_gemm_s: dict[str, Any], tp_bytes: Any, tp_calls: Any) -> Any:
     """The userbuffers overlap's cost over one layer's GEMM passes (`costs.Part.tp_gemm_s`) for one micro-batch:
-    the sum of `overlap_cost` over the table's GEMMs the layer has; 0 without TP, without sequence parallelism
-    (TE's userbuffers overlap runs on the sequence-parallel all-gathers and reduce-scatters) or without them."""
+    the sum of `overlap_cost` over the table's GEMMs the layer has; 0 where the layout runs no userbuffers overlap
+    (`userbuffers_timed`) or the layer has no TP collective."""
     lay = problem.layout
-    if not tp_gemm_s or not lay.sequence_parallel:
+    if not tp_gemm_s or not userbuffers_timed(lay):
         return 0.0
     calls = where(tp_calls > 0, tp_calls, 1)
     comm = tensor_parallel_time(problem, tp_bytes / calls, 1)
@@ -77,4 +85,4 @@ def layer_overlap_s(problem: Problem, tp_gemm_s: dict[str, Any], tp_bytes: Any, 
         gemm_s = tp_gemm_s.get(f"{o.family}_{o.gemm_pass}")
         if gemm_s is not None:
             total = total + overlap_cost(o, gemm_s, comm, sms, lay.tensor_parallel)
-    return where((lay.tensor_parallel > 1) & (tp_calls > 0), total, 0.0)
+    return where(tp_calls > 0, total, 0.0)
