@@ -125,3 +125,52 @@ def test_runs_without_a_measured_throughput_are_not_paired():
 def test_a_run_btacalc_cannot_predict_gives_a_pair_without_a_predicted_ratio():
     (p,) = precision_pairs([_run(1000.0, id="bf16"), _run(None, id="fp8", precision="fp8")], BANDS).pairs
     assert p.predicted_ratio is None and p.status == "not predicted" and not p.gated
+
+
+@pytest.mark.slow
+def test_each_gaps_now_clause_quotes_todays_pair_errors():
+    """A stated pair gap opens with what the pairs read now ("Now (...): ... +11.1% ..."); each percentage there is
+    the error of one of today's pairs the gap holds (to the printed 0.1), and a range "a to b%" is their smallest
+    and largest. Stale numbers (the gap texts quoted +11.7 / +13.1 / +25.2% after the refit moved them) fail."""
+    import re
+
+    from btacalc.planning.measured import validate_measured
+
+    report = validate_measured()
+    runs = {f"{100 * r.error:+.1f}" for r in report.runs if r.error is not None}
+    for gap in load_bands().precision_pairs.known_gap:
+        now = re.search(r"Now \([^)]*\): (.*?)\.(?: [A-Z]|$)", gap.reason)
+        assert now, gap.reason[:80]
+        held = [p for p in report.pairs.pairs if p.known_gap == gap.reason]
+        quoted = re.findall(r"([+-]\d+\.\d)%?", now.group(1))
+        span = re.search(r"([+-]\d+\.\d) to ([+-]\d+\.\d)%", now.group(1))
+        if span:
+            rows = [p for p in held if not p.cross_source]
+            assert span.groups() == (f"{100 * min(p.error for p in rows):+.1f}",
+                                     f"{100 * max(p.error for p in rows):+.1f}")
+            quoted = [q for q in quoted if q not in span.groups()]
+        errors = {f"{100 * p.error:+.1f}" for p in held}
+        assert set(quoted) <= errors | runs, (quoted, sorted(errors))
+
+
+@pytest.mark.slow
+def test_the_readmes_pair_sentence_is_todays_pairs():
+    """"over-predicted (+a% FP8, +b% MXFP8, +c% NVFP4), as on the GB200 and H100 Nemotron-4 pairs (+d to +e%, +f and +g%)":
+    the same-source B200 pairs over BF16 (0.1), the GB200 Nemotron-4 pairs' smallest and largest and each H100
+    Nemotron-4 pair (whole percent)."""
+    import re
+    from pathlib import Path
+
+    from btacalc.planning.measured import validate_measured
+
+    prose = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8").split())
+    m = re.search(r"over-predicted \(([+-][\d.]+)% FP8, ([+-][\d.]+)% MXFP8, ([+-][\d.]+)% NVFP4\), as on the GB200 "
+                  r"and H100 Nemotron-4 pairs \(([+-]\d+) to ([+-]\d+)%, ([+-]\d+) and ([+-]\d+)%\)", prose)
+    assert m, "the README no longer has the pairs sentence: update this test with the prose"
+    pairs = [p for p in validate_measured().pairs.pairs if not p.cross_source]
+    b200 = {p.narrow_precision: p.error for p in pairs if p.hw == "b200" and p.wide_precision == "bf16"}
+    assert m.groups()[:3] == tuple(f"{100 * b200[k]:+.1f}" for k in ("fp8", "mxfp8", "nvfp4"))
+    gb200 = [p.error for p in pairs if p.hw == "gb200" and p.model.startswith("nemotron4")]
+    h100 = sorted(f"{100 * p.error:+.0f}" for p in pairs if p.hw == "h100" and p.model.startswith("nemotron4"))
+    assert m.groups()[3:5] == (f"{100 * min(gb200):+.0f}", f"{100 * max(gb200):+.0f}")
+    assert h100 == sorted(m.groups()[5:])

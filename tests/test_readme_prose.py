@@ -183,3 +183,75 @@ def test_peak_memory_prose_is_the_accuracy_summary():
     row = next(line for line in text.splitlines() if line.startswith("| check | gpu |"))
     cells = [c.strip().rstrip("%") for c in row.strip("|").split("|")]
     assert (cells[6], cells[7], cells[8]) == (n, mean, top), cells
+
+
+def _table_errors() -> dict[str, float]:
+    """The generated measured-runs table's error per run id, in percent as printed there (one decimal); the table
+    is what tools/accuracy.py writes from `validate` today (tests/test_measured.py checks it)."""
+    text = README.read_text(encoding="utf-8")
+    body = text.split("<!-- accuracy:begin (tools/accuracy.py) -->\n", 1)[1].split("\n<!-- accuracy:end -->", 1)[0]
+    out = {}
+    for line in body.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        hit = re.match(r"([+\-−]\d+\.\d)%", cells[7]) if len(cells) > 7 else None
+        if hit:
+            out[cells[0]] = float(hit.group(1).replace("−", "-"))
+    return out
+
+
+def _as_printed(value: float, decimals: int) -> str:
+    """A table value at the prose's precision, half away from zero (+80.7 -> "+81", -6.8 -> "-6.8")."""
+    from decimal import ROUND_HALF_UP, Decimal
+
+    q = Decimal(str(value)).quantize(Decimal(1).scaleb(-decimals), rounding=ROUND_HALF_UP)
+    return f"{'+' if q > 0 else ''}{q}"
+
+
+# Sentences of the prose that quote one run's error (or a range over runs): the pattern, and per group the runs
+# whose table error it is (a tuple: the group is "min..max" of their errors, as the prose writes a range).
+PROSE_RUNS = [
+    (r"deterministic CI test read ([+-]\d+)% and ([+-]\d+)%",
+     ["gpt-7b-megatron-ci-gb200-8-tp4-dev-time", "gpt-7b-megatron-ci-gb200-8-pp4-vp8-dev-time"]),
+    (r"Qwen3-235B on B200 \(([+-]\d+)%, ([+-]\d+)%\) and on H100 \(([+-]\d+)% with the all-to-all dispatcher and "
+     r"PP 32, ([+-]\d+)% with DeepEP at TP 4\); GPT-OSS 120B on B200 \(([+-]\d+)%\) and Mixtral on B200 in FP8 "
+     r"\(([+-]\d+)%\)",
+     ["qwen3-235b-a22b-b200-256-mxfp8-94", "qwen3-235b-a22b-b200-64-mxfp8-248",
+      "qwen3-235b-a22b-h100-256-bf16-mzoo-a2a-tp2-pp32-vp3-ep8", "qwen3-235b-a22b-h100-256-bf16-mzoo-deepep-tp4-pp8-vp4-ep8",
+      "gpt-oss-120b-b200-64-bf16-211", "mixtral-8x7b-b200-64-fp8-287"]),
+    (r"MPT-30B on 8 A100s, the last one refused, now fits at [\d.]+ of [\d.]+ GB usable \([^)]*\) and reads "
+     r"([+-]\d+\.\d)%", ["mpt-30b-a100-80gb-8-bf16-llmfoundry"]),
+    (r"the B200 runs went from \+224% / \+238% to ([+-]\d+)% / ([+-]\d+)%",
+     ["qwen3-30b-a3b-b200-8-mxfp8-216", "qwen3-30b-a3b-b200-8-mxfp8-247"]),
+    (r"DiT-2B \(([+-]\d+)% / ([+-]\d+)%\)", ["dit-2b-wse2-1-403", "dit-2b-wse3-1-405"]),
+    (r"ESM-2 on CS-3 \(([+-]\d+)%", ["esm2-35m-wse3-1-404"]),
+    (r"CS-2, reads ([+-]\d+)%: its per-micro-batch cost", ["esm2-35m-wse3-1-404"]),
+    (r"ESM-2 35M on CS-2 went from \+282% to ([+-]\d+\.\d)%", ["esm2-35m-wse2-1-402"]),
+    (r"GPT-3 175B on A100 \(([−-]\d+)%, ([−-]\d+)%\)", ["gpt3-175b-a100-80gb-64-381", "gpt3-175b-a100-80gb-64-382"]),
+    (r"on 512 GB200 went from -60% to ([+-]\d+)%", ["llama-3-8b-gb200-512-fp8-current-mlperf-v51"]),
+    (r"the B200 node reads ([+−-]\d+)% in BF16", ["llama-3-8b-b200-8-bf16-nemo2509-vuiseng9"]),
+    (r"in NeMo 26\.08\) is now predicted \(\+10\.3% then, ([+-]\d+\.\d)% today\)", ["qwen3-30b-a3b-gb200-8-mxfp8-7"]),
+    (r"4,096 to 11,616 H100 from \+25\.\.\+34% to ([+-]\d+)\.\.([+-]\d+)%",
+     [tuple(f"gpt3-175b-h100-{n}-fp8-mlperf-{r}" for n, r in (
+         ("4096", "v31"), ("6144", "v31"), ("8192", "v31"), ("10240", "v31"), ("10752", "v31"), ("10752", "v31-azure"),
+         ("10752", "v40"), ("11616", "v40")))]),
+]
+
+
+@pytest.mark.parametrize("pattern, runs", PROSE_RUNS, ids=[str(i) for i in range(len(PROSE_RUNS))])
+def test_prose_quotes_each_runs_error_as_the_table_prints_it(pattern, runs):
+    """A run's error quoted in the prose is its row of the generated table at the prose's precision; a range
+    "a..b" over a set of runs is their smallest and largest error. Stale prose (the complaint that the README
+    quoted numbers the tool no longer prints) fails here."""
+    table = _table_errors()
+    quoted = _quote(pattern).groups()
+    expected = []
+    for group in runs:
+        if isinstance(group, tuple):
+            values = [table[r] for r in group]
+            expected += [min(values), max(values)]
+        else:
+            expected.append(table[group])
+    assert len(quoted) == len(expected)
+    for text, value in zip(quoted, expected):
+        decimals = len(text.split(".")[1]) if "." in text else 0
+        assert text.replace("−", "-") == _as_printed(value, decimals), (pattern, text, value)
