@@ -166,9 +166,10 @@ LLM_FOUNDRY_BASELINE = ("attention", "attention_kernel", "eager_kernels", "fsdp_
 
 def test_llm_foundry_rows_predict_the_same_without_the_tables_common_recipe():
     """Every llm-foundry table row ran submit_benchmarks.py's defaults of its time: attn_impl triton (L144 @
-    5e85bd62d: the Triton FlashAttention kernel), eager PyTorch modules (fc_type torch in BF16), PyTorch FSDP1
-    (Composer 0.17.2). A row pasted from the table without those fields predicts what the shipped row predicts; the
-    fields the tables differ in (MP Mode PURE: bf16 gradients; activation checkpointing) stay the row's to state."""
+    5e85bd62d and b2a43a14, the commits the tables were measured for: the Triton FlashAttention kernel), eager PyTorch
+    modules (fc_type torch in BF16), PyTorch FSDP1 (Composer 0.16 / 0.17). A row pasted from the table without those
+    fields predicts what the shipped row predicts; the fields the tables differ in (MP Mode PURE: bf16 gradients;
+    activation checkpointing) stay the row's to state."""
     rows = [r for r in load_runs() if "llm-foundry scripts/train/benchmarking" in r.source]
     assert len(rows) == 26
     bare_rows = 0
