@@ -8,6 +8,7 @@ tests/data/megatron (each file names its source), not from btacalc's output.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import re
@@ -20,7 +21,9 @@ from btacalc.config.megatron_codec import ROWS, bridge_key, decode, encode, rend
 from btacalc.config.megatron_launch import megatron_flags, read_launch
 from btacalc.config.megatron_rules import RULES, violations
 from btacalc.config.megatron_run import NOT_MODELLED, import_bridge, import_megatron
+from btacalc.config.hardware import resolve_hardware
 from btacalc.config.presets import resolve_model
+from btacalc.planning.plan import make_plan
 
 DATA = Path(__file__).parent / "data" / "megatron"
 
@@ -649,16 +652,33 @@ def test_sampled_layouts_all_emit_runnable_launches():
 
 
 def test_ddp_num_buckets_is_read_as_megatron_runs_it(cli, tmp_path):
-    """Megatron-LM@d98e8a64 passes --ddp-num-buckets into DistributedDataParallelConfig (training.py L2638) and only
-    checks it there (distributed_data_parallel_config.py L275-277: not with --ddp-bucket-size, above 0); DDP sizes its
-    buckets from bucket_size alone (distributed_data_parallel.py L133-134), so the run keeps the default buckets: the
-    flag is explained, not 'not modelled', and the plan equals the same launch without it."""
-    text = (DATA / "gpt3-175b.args").read_text()
-    with_flag = text.replace("--split 949,50,1", "--split 949,50,1 --ddp-num-buckets 4")
-    run = import_megatron(with_flag, "x.args")
-    reasons = dict(run.ignored)
-    assert "--ddp-num-buckets" in reasons and "L133-134" in reasons["--ddp-num-buckets"]
-    assert run.request == import_megatron(text, "y.args").request
+    """Megatron-LM@d98e8a64 sets the DDP bucket size from --ddp-num-buckets N: bucket_size = the rank's parameters
+    // N (training.py L2179-2194 resolve_ddp_bucket_size, applied at L2497), with --overlap-grad-reduce; a bucket
+    closes once it holds bucket_size elements and the last takes the rest (param_and_grad_buffer.py L980-995), so the
+    rank's gradients go out in N reduce-scatters, not in Megatron's default buckets of max(4e7, 1e6 x DP x CP)
+    (a review of this round found btacalc's old reason, 'read by neither Megatron DDP ...', wrong). It is checked
+    as Megatron checks it (distributed_data_parallel_config.py L275-277: not with --ddp-bucket-size, above 0) and
+    written back by --emit megatron."""
+    from btacalc.output.megatron import megatron_run
+
+    # Llama 3 8B on 8 H100 (DP 8, ZeRO 1, --overlap-grad-reduce): 8,030,261,248 parameters on every rank
+    text = (DATA / "llama3-8b-h100-fp8.args").read_text()
+    with_flag = text.replace("--num-layers 32", "--num-layers 32 --ddp-num-buckets 4", 1)
+    run, plain = import_megatron(with_flag, "x.args"), import_megatron(text, "y.args")
+    assert "--ddp-num-buckets" not in dict(run.ignored)
+    assert run.request.ddp_num_buckets == 4 and run.request.ddp_bucket_params is None
+    hw, spec = resolve_hardware("h100"), run.model
+    full = {"recompute": "full"}  # the launch recomputes nothing and does not fit btacalc's memory at seq 8192
+    report = make_plan(spec, hw, dataclasses.replace(run.request, **full))
+    default = make_plan(spec, hw, dataclasses.replace(plain.request, **full))
+    calls = {c["name"]: c["calls"] for c in report.throughput.collectives}
+    assert calls["gradient_reduce_dense"] == 4  # one reduce-scatter per bucket, N buckets
+    default_calls = {c["name"]: c["calls"] for c in default.throughput.collectives}["gradient_reduce_dense"]
+    # the default: buckets of max(4e7, 1e6 x 8) = 4e7 parameters: ceil(8,030,261,248 / 4e7) = 201
+    assert report.model.params_total == 8_030_261_248 and default_calls == -(-8_030_261_248 // 40_000_000) == 201
+    assert report.parallelism.ddp_num_buckets == 4
+    args, _, _ = megatron_run(report, spec)
+    assert args["ddp_num_buckets"] == 4 and "ddp_bucket_size" not in args
     both = with_flag.replace("--ddp-num-buckets 4", "--ddp-num-buckets 4 --ddp-bucket-size 40000000")
     path = tmp_path / "both.args"
     path.write_text(both)
@@ -672,13 +692,13 @@ def test_ddp_num_buckets_is_read_as_megatron_runs_it(cli, tmp_path):
 
 def test_bridge_ddp_num_buckets_is_megatrons_flag():
     """Bridge's `ddp` section is Megatron-Core's DistributedDataParallelConfig: ddp.num_buckets is --ddp-num-buckets,
-    explained like it and checked by the same rule (distributed_data_parallel_config.py L275-277)."""
+    read like it and checked by the same rule (distributed_data_parallel_config.py L275-277)."""
     base = resolve_model("llama-3-70b")
     text = (DATA / "llama3-70b-32gpu-h100-bridge.yaml").read_text()
     run = import_bridge(text + "\nddp.num_buckets: 4\n", "x.yaml", 32, base)
-    reasons = dict(run.ignored)
-    assert "ddp.num_buckets" in reasons and "L133-134" in reasons["ddp.num_buckets"]
-    assert run.request == import_bridge(text, "y.yaml", 32, base).request
+    assert "ddp.num_buckets" not in dict(run.ignored) and run.request.ddp_num_buckets == 4
+    plain = import_bridge(text, "y.yaml", 32, base).request
+    assert dataclasses.replace(run.request, ddp_num_buckets=None) == plain
 
 
 def test_tp_comm_overlap_cfg_file_says_the_default_table_is_timed():
@@ -691,3 +711,17 @@ def test_tp_comm_overlap_cfg_file_says_the_default_table_is_timed():
     reason = dict(run.ignored)["--tp-comm-overlap-cfg"]
     assert "default table" in reason and "tp_overlap_cfg" in reason and "on or off" not in reason
     assert run.request == import_megatron(text, "y.args").request
+
+
+def test_a_layout_takes_bucket_count_or_bucket_size_not_both():
+    """Megatron-Core's DistributedDataParallelConfig asserts num_buckets without bucket_size, and above 0
+    (distributed_data_parallel_config.py L275-277); the library's Layout refuses the same, in one line."""
+    from btacalc.config.execution import Layout
+    from btacalc.errors import BtacalcError
+
+    hw, spec = resolve_hardware("h100"), resolve_model("llama-3-8b")
+    Layout(devices=8, ddp_num_buckets=4).validate(spec, hw, 4096)
+    with pytest.raises(BtacalcError, match="needs no"):
+        Layout(devices=8, ddp_num_buckets=4, ddp_bucket_params=40_000_000).validate(spec, hw, 4096)
+    with pytest.raises(BtacalcError, match="must be a positive integer"):
+        Layout(devices=8, ddp_num_buckets=0).validate(spec, hw, 4096)

@@ -250,6 +250,11 @@ class Layout:
     # overlapped reduce-scatter / all-gather each; None: Megatron's default, max(4e7, 1e6 x DP x CP)
     # (model/gpu/collectives.py gradient_buckets)
     ddp_bucket_params: Optional[int] = None
+    # Megatron's --ddp-num-buckets (DistributedDataParallelConfig.num_buckets): the rank's parameters split into this
+    # many buckets, bucket_size = parameters // num_buckets (Megatron-LM @ d98e8a64 megatron/training/training.py
+    # L2179-2194 resolve_ddp_bucket_size, applied at L2497); None: not given. Not with ddp_bucket_params
+    # (distributed_data_parallel_config.py L275-277)
+    ddp_num_buckets: Optional[int] = None
     # Megatron's per-layer CUDA-graph scopes (--cuda-graph-impl transformer_engine --cuda-graph-scope): what they
     # capture issues from one graph launch (config/cuda_graphs.py); empty: no CUDA graphs
     cuda_graph_scope: tuple[str, ...] = ()
@@ -299,6 +304,11 @@ class Layout:
                  ("expert_tensor_parallel", self.expert_tensor_parallel))
         if self.ddp_bucket_params is not None:
             sizes += (("ddp_bucket_params", self.ddp_bucket_params),)
+        if self.ddp_num_buckets is not None:
+            sizes += (("ddp_num_buckets", self.ddp_num_buckets),)
+            if self.ddp_bucket_params is not None:
+                raise BtacalcError("{ddp_num_buckets} sets the bucket size from the rank's parameters: it needs no "
+                                   "{ddp_bucket_params} (Megatron-Core distributed_data_parallel_config.py L275-277)")
         for name, v in sizes:
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise BtacalcError(f"{{{name}}} must be a positive integer, got {v!r}")
@@ -487,7 +497,8 @@ _LIMIT_TEXT = {MAX_SEQUENCES: "2^62 sequences, more than any training batch",
 # A layout size's bound and how it reads where it is not MAX_DEVICES (Layout.validate); a bucket of 2^62
 # parameters still fits numpy's int64 and holds any model's parameters in one bucket
 _SIZE_LIMITS = {"micro_batches": (MAX_SEQUENCES, _LIMIT_TEXT[MAX_SEQUENCES]),
-                "ddp_bucket_params": (MAX_SEQUENCES, "2^62 parameters, more than any model's")}
+                "ddp_bucket_params": (MAX_SEQUENCES, "2^62 parameters, more than any model's"),
+                "ddp_num_buckets": (MAX_SEQUENCES, "2^62 buckets, more than any model's parameters")}
 
 
 # How Cerebras splits a wafer cluster's global batch (model/wafer/batching.py has the sources); checked
@@ -608,6 +619,7 @@ class ExecutionRequest:
     nccl_ub: bool = False  # Layout.nccl_ub (Megatron --use-nccl-ub with NCCL_CTA_POLICY=1)
     nvls: bool = False  # Layout.nvls (NCCL_NVLS_ENABLE=1 with nccl_ub)
     ddp_bucket_params: Optional[int] = None  # Layout.ddp_bucket_params (Megatron --ddp-bucket-size)
+    ddp_num_buckets: Optional[int] = None  # Layout.ddp_num_buckets (Megatron --ddp-num-buckets)
     cuda_graph_scope: tuple[str, ...] = ()  # Layout.cuda_graph_scope
     tp_overlap_cfg: Optional[tuple[UbOverlap, ...]] = None  # Layout.tp_overlap_cfg (a run's userbuffers table)
     gradient_bytes: Optional[int] = None
@@ -788,6 +800,7 @@ _NO_EFFECT: tuple[tuple[Any, str], ...] = (
 _GPU_LAYOUT: tuple[tuple[str, str, Any], ...] = (
     ("devices_per_node", "devices_per_node", None),
     ("ddp_bucket_size", "ddp_bucket_params", None),
+    ("ddp_num_buckets", "ddp_num_buckets", None),
     ("overlap_grad_reduce", "overlaps.grad_reduce", None),
     ("overlap_param_gather", "overlaps.param_gather", None),
     ("tp_comm_overlap", "overlaps.tp_comm", None),
@@ -1006,7 +1019,7 @@ def _resolve_layout(request: ExecutionRequest, model: "ModelSpec", profile: "Har
                   stage_split=request.stage_split,
                   deepep=request.deepep, dispatcher_sms=request.dispatcher_sms,
                   nccl_ub=request.nccl_ub, nvls=request.nvls, ddp_bucket_params=request.ddp_bucket_params,
-                  cuda_graph_scope=tuple(request.cuda_graph_scope), tp_overlap_cfg=request.tp_overlap_cfg,
+                  ddp_num_buckets=request.ddp_num_buckets, cuda_graph_scope=tuple(request.cuda_graph_scope), tp_overlap_cfg=request.tp_overlap_cfg,
                   overlap=_resolve_overlaps(request, chosen, devices > 1, sizes["virtual_pipeline"] > 1))
 
 

@@ -706,6 +706,7 @@ RUN_ROWS: tuple[Row, ...] = (
     switch("run.deterministic_mode", "deterministic_mode"),
     switch("layout.nccl_ub", "nccl_ub"),
     same("layout.ddp_bucket_params", "ddp_bucket_size"),
+    same("layout.ddp_num_buckets", "ddp_num_buckets"),
     switch("overlap.grad_reduce", "overlap_grad_reduce"),
     switch("overlap.param_gather", "overlap_param_gather"),
     switch("overlap.tp_comm", "tp_comm_overlap"),

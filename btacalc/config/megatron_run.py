@@ -77,10 +77,6 @@ IGNORED: tuple[tuple[str, str], ...] = (
     (r"(tp_comm_overlap_.*|tp_comm_.*_(ag|rs|dgrad|wgrad).*|tp_comm_bulk_.*)",
      "tensor-parallel overlap tuning: btacalc models --tp-comm-overlap on or off"),
     (r"(attention_dropout|hidden_dropout)", "read as the model's dropout (on when either is above 0)"),
-    (r"ddp_num_buckets",
-     "parsed into DistributedDataParallelConfig.num_buckets (training.py L2638) but read by neither Megatron DDP, "
-     "which sizes buckets from --ddp-bucket-size or its default (distributed_data_parallel.py L133-134), nor "
-     "Megatron-FSDP (v2 refuses it, mcore_fsdp_adapter.py L694-695): the run keeps the default buckets"),
 )
 
 NOT_MODELLED = "not modelled by btacalc"
@@ -365,7 +361,8 @@ def request_from_fields(f: Fields, spec: ModelSpec, devices: int, per_node: Opti
         zero_stage=f["layout.zero_stage"], fsdp=f["layout.fsdp"],
         overlap_all_to_all=bool(f.get("overlap.all_to_all")), deepep=bool(f.get("layout.deepep")),
         dispatcher_sms=f.get("layout.dispatcher_sms"), nccl_ub=bool(f.get("layout.nccl_ub")),
-        ddp_bucket_params=f.get("layout.ddp_bucket_params"), cuda_graph_scope=tuple(f.get("layout.cuda_graph_scope") or ()),
+        ddp_bucket_params=f.get("layout.ddp_bucket_params"), ddp_num_buckets=f.get("layout.ddp_num_buckets"),
+        cuda_graph_scope=tuple(f.get("layout.cuda_graph_scope") or ()),
         limits=BatchLimits(global_batch=global_batch, micro_batch=micro or 1),
         tensor_parallel=f["layout.tensor_parallel"], sequence_parallel=f["layout.sequence_parallel"],
         pipeline_parallel=pp, virtual_pipeline=vp, context_parallel=f["layout.context_parallel"],

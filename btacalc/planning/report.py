@@ -61,6 +61,8 @@ class ParallelInfo(BaseModel):
     nvls: bool = Field(False, description="NVLink SHARP on with nccl_ub (NCCL_NVLS_ENABLE=1)")
     ddp_bucket_params: Optional[int] = Field(None, description="parameters per gradient bucket as given "
                                              "(--ddp-bucket-size; None: Megatron's default, max(4e7, 1e6 x DP x CP))")
+    ddp_num_buckets: Optional[int] = Field(None, description="gradient buckets asked for (--ddp-num-buckets: "
+                                           "the rank's parameters // this many per bucket); None: not given")
     dp_collective_ctas: dict[str, int] = Field(default_factory=dict, description="SMs one data-parallel all-gather, "
                                                "reduce-scatter and all-reduce holds while it hides behind compute "
                                                "(NCCL's ring channels, or its NVLS path with nccl_ub: "

@@ -400,10 +400,15 @@ def pipeline_p2p_time(problem: Problem, volume: Any) -> Any:
 def gradient_buckets(problem: Problem, params: Any) -> Any:
     """Data-parallel collectives per optimizer step for `params` parameters: one per bucket of --ddp-bucket-size
     parameters (the layout's), else of Megatron's default max(4e7, 1e6 x DP x CP); one bucket without the
-    overlapped reduce (Megatron sets bucket_size None then, training.py L2192-2193)."""
+    overlapped reduce (Megatron sets bucket_size None then, training.py L2192-2193). With --ddp-num-buckets N
+    Megatron-LM @ d98e8a64 sets bucket_size = params // N (training.py L2186-2187) and a bucket closes once it holds
+    bucket_size elements, the last taking the rest (core/distributed/param_and_grad_buffer.py L980-995): N buckets,
+    i.e. buckets of ceil(params / N) here."""
     lay = problem.layout
     bucket = lay.ddp_bucket_params
-    if bucket is None:
+    if lay.ddp_num_buckets is not None:
+        bucket = maximum(ceil_div(params, lay.ddp_num_buckets), 1)
+    elif bucket is None:
         bucket = maximum(BUCKET_PARAMS, BUCKET_PARAMS_PER_DP_RANK * lay.data_parallel * lay.context_parallel)
     return where(lay.overlap.grad_reduce, maximum(ceil_div(params, bucket), 1), 1)
 
