@@ -576,6 +576,9 @@ for algo in ("Tree", "Ring,Tree", ","):
          fragment="--deterministic-mode takes NCCL_ALGO from CollnetChain, CollnetDirect, Ring, ^NVLS only",
          files={"launch.args": f"export NCCL_ALGO={algo}\n" + MIXTRAL_LAUNCH.replace(
              "--num-experts 8", "--num-experts 8 --deterministic-mode", 1)})
+# --ddp-num-buckets sets the bucket size itself (Megatron-Core distributed_data_parallel_config.py L275-277)
+case("values", "plan", "-m", "llama-3-8b", "--hw", "h100", "--devices", "8", "--ddp-num-buckets", "4",
+     "--ddp-bucket-size", "40000000", fragment="--ddp-num-buckets sets the bucket size from the rank's parameters")
 # a layer pattern of 10^9 entries: 16 GB and 27 s of this machine before (its length is checked per operation now)
 case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/launch.args",
      fragment="a list of more than 10,000 entries (a model's layers)",

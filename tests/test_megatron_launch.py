@@ -725,3 +725,19 @@ def test_a_layout_takes_bucket_count_or_bucket_size_not_both():
         Layout(devices=8, ddp_num_buckets=4, ddp_bucket_params=40_000_000).validate(spec, hw, 4096)
     with pytest.raises(BtacalcError, match="must be a positive integer"):
         Layout(devices=8, ddp_num_buckets=0).validate(spec, hw, 4096)
+
+
+def test_plan_takes_ddp_num_buckets_on_the_command_line(cli):
+    """`plan --ddp-num-buckets N` is the launch flag typed directly: Llama 3 8B on 8 H100 with the overlapped reduce
+    sends its 8,030,261,248 parameters' gradients in 4 reduce-scatters and gathers the weights in 4 all-gathers (the
+    distributed optimizer), and `--emit megatron` writes the flag back."""
+    args = ("plan", "-m", "llama-3-8b", "--hw", "h100", "--devices", "8", "--overlap-grad-reduce",
+            "--recompute", "full", "--ddp-num-buckets", "4")
+    code, out, err = cli(*args, "--json")
+    assert code == 0, err
+    plan = json.loads(out)
+    calls = {c["name"]: c["calls"] for c in plan["throughput"]["collectives"]}
+    assert plan["parallelism"]["ddp_num_buckets"] == 4
+    assert calls["gradient_reduce_dense"] == 4 and calls["param_gather_dense"] == 4
+    code, out, err = cli(*args, "--emit", "megatron")
+    assert code == 0 and "--ddp-num-buckets 4" in out

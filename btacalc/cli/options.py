@@ -159,6 +159,10 @@ NvlsOpt = typer.Option(False, "--nvls/--no-nvls", show_default=False, help=help_
 DdpBucketSizeOpt = typer.Option(None, "--ddp-bucket-size", min=1, help=help_text(
     "Megatron's --ddp-bucket-size: parameters per gradient bucket, one overlapped data-parallel reduce-scatter / "
     "all-gather each, every call paying NCCL's latency [default: Megatron's max(4e7, 1e6 x DP x CP)]."))
+DdpNumBucketsOpt = typer.Option(None, "--ddp-num-buckets", min=1, help=help_text(
+    "Megatron's --ddp-num-buckets N: the rank's parameters // N per gradient bucket (Megatron-LM training.py "
+    "resolve_ddp_bucket_size), so N overlapped data-parallel reduce-scatters / all-gathers; not with "
+    "--ddp-bucket-size [default: Megatron's buckets of max(4e7, 1e6 x DP x CP) parameters]."))
 CudaGraphScopeOpt = typer.Option(None, "--cuda-graph-scope", help=help_text(
     "Megatron's per-layer CUDA graphs (--cuda-graph-impl transformer_engine), comma-separated scopes: attn, mlp, "
     "moe_router, moe_preprocess (with moe_router); their kernels, module calls and eager glue replay from one "
