@@ -212,22 +212,23 @@ def test_te_runs_a_reduce_scatter_gemm_by_ring_exchange_and_asserts_on_a_dgrad_b
         ub_table(UbTable(source="a dgrad overlap beside its wgrad", gemms=both))
 
 
+def _proj_fprop_split(splits: int) -> Layout:
+    """GPT-3 175B at TP 4 with SP and the TP-comm overlap, its proj_fprop a pipeline overlap of `splits` chunks."""
+    table = ub_table(UbTable(source="a table splitting proj_fprop",
+                             gemms={"proj_fprop": UbOverride(method=PIPE, num_splits=splits)}))
+    return Layout(devices=4, devices_per_node=8, tensor_parallel=4, sequence_parallel=True,
+                  overlap=Overlaps(tp_comm=True), tp_overlap_cfg=table)
+
+
 def test_a_pipeline_split_into_more_chunks_than_its_gemms_rows_is_refused():
     """review10: num_splits was unbounded (10^30 planned). TE splits the reduce-scatter GEMM's m output rows into
     m / num_splits (comm_gemm_overlap.cpp L418); for proj_fprop m is the weight's hidden output rows, 12,288 for GPT-3
     175B (Brown et al. 2020, Table 2.1 d_model), and TE refuses an empty chunk (TE @ d0067d0d L256)."""
     hardware = resolve_hardware("h100")
-
-    def layout(splits: int) -> Layout:
-        table = ub_table(UbTable(source="a table splitting proj_fprop finely",
-                                 gemms={"proj_fprop": UbOverride(method=PIPE, num_splits=splits)}))
-        return Layout(devices=4, devices_per_node=8, tensor_parallel=4, sequence_parallel=True,
-                      overlap=Overlaps(tp_comm=True), tp_overlap_cfg=table)
-
     for splits in (12288 + 1, 10**30):
         with pytest.raises(BtacalcError, match=f"proj_fprop: num_splits {splits} is more chunks than the GEMM's 12288"):
-            layout(splits).validate(GPT3, hardware, 2048)
-    layout(12288).validate(GPT3, hardware, 2048)
+            _proj_fprop_split(splits).validate(GPT3, hardware, 2048)
+    _proj_fprop_split(12288).validate(GPT3, hardware, 2048)
 
 
 def test_a_pipeline_split_that_does_not_divide_its_gemms_rows_is_refused():
@@ -235,20 +236,13 @@ def test_a_pipeline_split_that_does_not_divide_its_gemms_rows_is_refused():
     chunks, so num_splits x m_chunk rows are computed. GPT-3 175B's proj_fprop has m = 12,288 rows: 5 splits give
     5 x 2,457 = 12,285 rows and leave 12,288 mod 5 = 3 uncomputed; 4 splits (the v3.1 table's) and 3 divide 12,288."""
     hardware = resolve_hardware("h100")
-
-    def layout(splits: int) -> Layout:
-        table = ub_table(UbTable(source="a table splitting proj_fprop unevenly",
-                                 gemms={"proj_fprop": UbOverride(method=PIPE, num_splits=splits)}))
-        return Layout(devices=4, devices_per_node=8, tensor_parallel=4, sequence_parallel=True,
-                      overlap=Overlaps(tp_comm=True), tp_overlap_cfg=table)
-
     assert 5 * (12288 // 5) == 12285
     with pytest.raises(BtacalcError, match="proj_fprop: num_splits 5 does not divide the GEMM's 12288 output rows "
                                            r"\(hidden_size\): TransformerEngine computes 5 chunks of 2457 rows and "
                                            "drops the last 3"):
-        layout(5).validate(GPT3, hardware, 2048)
+        _proj_fprop_split(5).validate(GPT3, hardware, 2048)
     for splits in (3, 4, 4096):
-        layout(splits).validate(GPT3, hardware, 2048)
+        _proj_fprop_split(splits).validate(GPT3, hardware, 2048)
 
 
 # FlashAttention-2 on an H100 SXM5, head dim 128, BF16 (Shah et al. 2024, FlashAttention-3, arXiv 2407.08608, Figure 5

@@ -15,7 +15,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, TypeVar
 
 from ..errors import BtacalcError
 from ..paths import package_data
@@ -232,7 +232,22 @@ _OPERATORS: dict[type, Callable[[Any, Any], Any]] = {
 EXACT_FLOAT_INT = 2 ** 53  # the largest whole float every integer below is exact (a YAML 1e308 is no count)
 
 
-class BridgeText(str):
+_V = TypeVar("_V", bound="_BridgeValue")
+
+
+class _BridgeValue:
+    """A value as a Megatron-Bridge recipe's YAML gives it, named by its key (the refusals quote the key)."""
+
+    key: str = ""
+
+    @classmethod
+    def of(cls: type[_V], value: Any, key: str) -> _V:
+        out = cls(value)  # type: ignore[call-arg]  # object() takes no value; BridgeText and BridgeFloat do
+        out.key = key
+        return out
+
+
+class BridgeText(_BridgeValue, str):
     """A string a Megatron-Bridge recipe's YAML gives (`ddp.num_buckets: '4'`), named by its key. Bridge keeps it a
     string: OmegaConf merges the YAML into an untyped config and `_apply_overrides` sets each value as given
     (NVIDIA-NeMo/Megatron-Bridge @ 067f987d src/megatron/bridge/training/utils/omegaconf_utils.py L147-148, L157,
@@ -241,29 +256,13 @@ class BridgeText(str):
     wants a switch, any non-empty string, 'false' too, is true. So a number or a switch given as a string is
     refused (`refuse_bridge_text`), not read as the number or switch it spells."""
 
-    key: str = ""
 
-    @classmethod
-    def of(cls, value: str, key: str) -> "BridgeText":
-        out = cls(value)
-        out.key = key
-        return out
-
-
-class BridgeFloat(float):
+class BridgeFloat(_BridgeValue, float):
     """A float a Megatron-Bridge recipe's YAML gives (`tensor_model_parallel_size: 4.0`), named by its key. Bridge sets
     it as given, as it does a string (BridgeText), so a whole float stays a float where Megatron takes an integer; a
     float parallel size makes Megatron-Core's group sizes floats, and `range()` of one raises (Megatron-LM @ d98e8a64
     megatron/core/parallel_state.py L359-367, generate_masked_orthogonal_rank_groups). A launch's text "4.0" is
     refused by Megatron-LM's argparse (type=int) as well, so a whole float is a count in neither."""
-
-    key: str = ""
-
-    @classmethod
-    def of(cls, value: float, key: str) -> "BridgeFloat":
-        out = cls(value)
-        out.key = key
-        return out
 
 
 def refuse_bridge_text(value: Any, kind: str) -> None:
