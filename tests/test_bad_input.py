@@ -615,6 +615,10 @@ for old, new, fragment in [
     # YAML has no tuple: (128, 0) is a string in Bridge, where Megatron-Core takes a pair; btacalc parsed it
     ("train:", "model.window_size: (128, 0)\ntrain:", "model.window_size: '(128, 0)' is a string, which "
      "Megatron-Bridge sets as given (no conversion) where Megatron takes a pair of integers (a YAML list: [L, R])"),
+    # a list's float too: Bridge sets [128.0, 0] as given, where TransformerConfig.window_size takes integers; btacalc
+    # read 128
+    ("train:", "model.window_size: [128.0, 0]\ntrain:", "model.window_size[0]: 128.0 is a float, which "
+     "Megatron-Bridge sets as given"),
 ]:
     assert old in BRIDGE, old
     case("files", "plan", "--hw", "h100", "-m", "qwen3-30b-a3b", "--devices", "8", "--from-bridge", "{tmp}/r.yaml",

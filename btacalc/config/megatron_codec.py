@@ -907,6 +907,19 @@ def _bridge_bf16_ends(args: Args, recipe_ends: tuple[int, int]) -> None:
     args.setdefault("num_layers_at_end_in_bf16", recipe_ends[1])
 
 
+def _bridge_value(value: Any, key: str) -> Any:
+    """A Bridge YAML value as Bridge sets it (as given): a string is BridgeText, a float BridgeFloat, and a list's
+    floats too (`window_size: [128.0, 0]` is a pair of floats where Megatron-Core's TransformerConfig.window_size
+    takes integers), each named by its key and index."""
+    if isinstance(value, str):
+        return BridgeText.of(value, key)
+    if type(value) is float:
+        return BridgeFloat.of(value, key)
+    if isinstance(value, list):
+        return [BridgeFloat.of(v, f"{key}[{i}]") if type(v) is float else v for i, v in enumerate(value)]
+    return value
+
+
 def from_bridge(overrides: Mapping[str, Any]) -> tuple[Args, list[str]]:
     """Megatron destinations of Bridge overrides, and the keys no row reads (to be listed as ignored)."""
     back = {key: (dest, conv[2]) for dest, conv in BRIDGE_KEYS.items() for key in (conv[0],)}
@@ -914,8 +927,7 @@ def from_bridge(overrides: Mapping[str, Any]) -> tuple[Args, list[str]]:
     args: Args = {}
     unread = []
     for key, value in overrides.items():
-        value = (BridgeText.of(value, key) if isinstance(value, str)
-                 else BridgeFloat.of(value, key) if type(value) is float else value)
+        value = _bridge_value(value, key)
         if key == "model.cpu_offloading":
             continue  # implied by model.cpu_offloading_num_layers, as Megatron-LM derives it (to_bridge)
         if key == FP8_ATTENTION_BRIDGE_KEY:
