@@ -38,8 +38,8 @@ micro-batches: MLM transformer_engine.py:1338), i.e. params / M per micro-batch.
     t = max(FLOPs / (peak_dtype · efficiency), traffic / HBM) + cast bytes / HBM
 
 An operand TE all-gathers along the sequence (sequence parallelism: the column-parallel QKV / fc1 input, the
-row-parallel projection / fc2 output gradient; the phase's ``sp_gather_cast_elements``, the local shard, part of
-its ``cast_elements``) gets its columnwise copy as the recipe's `sp_gather` says (precision.toml; docs/precision.md
+row-parallel projection / fc2 output gradient; the phase's ``sp_gather_cast_elements``, part of its
+``cast_elements``, counted whether or not the run is sequence-parallel; its extra cost is 0 without) gets its columnwise copy as the recipe's `sp_gather` says (precision.toml; docs/precision.md
 "fp8gather"). Per-tensor FP8 on a TN-only chip cannot gather a transposed copy: the local cast writes the rowwise
 copy only, and after the gather a transpose reads and writes q bytes of each of the t gathered elements; 1D block
 scales and NVFP4 cast both copies locally and re-order the gathered columnwise copy. Per local gathered element
@@ -154,7 +154,8 @@ def cast_rates(problem: Problem) -> Optional[CastRates]:
 def sp_gather_extra_bytes(problem: Problem, cc: float) -> Any:
     """Per local element of an operand TE all-gathers along the sequence, the full-bandwidth bytes beyond the
     recipe's own cast: the local cast writes the recipe's `sp_gather_pass` copies instead of its `copies`, and a
-    pass over the t gathered elements reads and writes `pass` bytes each at the single-output cast share f1."""
+    pass over the t gathered elements reads and writes `pass` bytes each at the single-output cast share f1.
+    0 without sequence parallelism (nothing is gathered: TP all-reduces, and the local cast writes every copy)."""
     recipe, run = problem.run.recipe, problem.run
     copies = recipe.copies(cc)
     local, pass_bytes = recipe.sp_gather_pass(cc)
@@ -162,7 +163,8 @@ def sp_gather_extra_bytes(problem: Problem, cc: float) -> Any:
                                recipe.activation_cast_kernels(copies, run.rht_cast_fusion))
     shares = _cast_shares(problem, local)
     mine = full_bandwidth_bytes(recipe, local, shares, recipe.activation_cast_kernels(local, run.rht_cast_fusion))
-    return mine - own + problem.layout.tensor_parallel * pass_bytes / shares[0]
+    extra = mine - own + problem.layout.tensor_parallel * pass_bytes / shares[0]
+    return extra if problem.layout.sequence_parallel else 0.0
 
 
 @dataclass(frozen=True)
