@@ -13,6 +13,12 @@ only holds the data:
   (block scales always; per-tensor scales below compute capability 10.0, whose FP8 GEMMs are TN-only),
   else 1;
 - ``amax_passes`` extra reads of the 16-bit tensor before the cast (current scaling, NVFP4);
+- ``sp_gather``: how TE gets the columnwise copy of an operand it all-gathers along the sequence (sequence
+  parallelism: the column-parallel input, the row-parallel output gradient): "transpose_below_cc10" (per-tensor FP8:
+  the local cast writes the rowwise copy only, and where FP8 GEMMs are TN-only a transpose of the *gathered* tensor
+  reads and writes its q bytes), "reorder" (1D block scales, NVFP4: both copies cast locally and gathered, then the
+  gathered columnwise copy is re-interleaved, its data and, with ``sp_gather_reorders_scales``, its scales read and
+  written once), "gathered" (MXFP8: both copies cast locally and gathered as they are), "none" (16-bit);
 - ``rht_cast_fusion_since_te``: NVFP4 writes the columnwise copy of activations and gradients through a 16x16
   random Hadamard transform; TransformerEngine from this version writes it in the same kernel as the rowwise copy,
   older versions run one kernel per copy (each re-reading the 16-bit tensor). Empty: no Hadamard transform.
@@ -63,6 +69,10 @@ class Recipe(BaseModel):
     grouped_quantize_kernels_per_expert: int = Field(ge=0)  # TE GroupedLinear's per-expert quantise launches
     # the TE version whose activation/gradient cast writes the rowwise and the Hadamard-transformed columnwise copy
     # in one kernel (precision.toml); "": the recipe applies no Hadamard transform
+    # the columnwise copy of a sequence-parallel all-gathered operand (precision.toml `sp_gather`, `sp_gather_pass`)
+    sp_gather: Literal["none", "gathered", "transpose_below_cc10", "reorder"] = "none"
+    sp_gather_reorders_scales: bool = False
+    sp_gather_source: str = ""
     rht_cast_fusion_since_te: str = ""
     rht_cast_fusion_source: str = ""  # the TE code that says which versions fuse the two casts
     # --fp8-attention (precision.toml): the cuDNN FP8 attention kernel TE runs under the recipe ("": none, refused),
@@ -109,6 +119,16 @@ class Recipe(BaseModel):
         if not self.rht_cast_fusion_since_te:
             return True
         return te_version_tuple(te_version) >= te_version_tuple(self.rht_cast_fusion_since_te)
+
+    def sp_gather_pass(self, compute_capability: float) -> tuple[int, float]:
+        """(copies the local cast writes, bytes the pass over the gathered tensor reads and writes per gathered
+        element) for an operand TE all-gathers along the sequence before its GEMMs (`sp_gather`)."""
+        copies = self.copies(compute_capability)
+        if self.sp_gather == "transpose_below_cc10" and copies == 2:
+            return 1, 2 * self.element_bytes
+        if self.sp_gather == "reorder":
+            return copies, 2 * (self.bytes_per_element if self.sp_gather_reorders_scales else self.element_bytes)
+        return copies, 0.0
 
     def copies(self, compute_capability: float) -> int:
         """Quantised copies of a tensor that both a rowwise and a columnwise GEMM operand read."""

@@ -37,6 +37,18 @@ micro-batches: MLM transformer_engine.py:1338), i.e. params / M per micro-batch.
 
     t = max(FLOPs / (peak_dtype · efficiency), traffic / HBM) + cast bytes / HBM
 
+An operand TE all-gathers along the sequence (sequence parallelism: the column-parallel QKV / fc1 input, the
+row-parallel projection / fc2 output gradient; the phase's ``sp_gather_cast_elements``, part of its
+``cast_elements``, counted whether or not the run is sequence-parallel; its extra cost is 0 without) gets its columnwise copy as the recipe's `sp_gather` says (precision.toml; docs/precision.md
+"fp8gather"). Per-tensor FP8 on a TN-only chip cannot gather a transposed copy: the local cast writes the rowwise
+copy only, and after the gather a transpose reads and writes q bytes of each of the t gathered elements; 1D block
+scales and NVFP4 cast both copies locally and re-order the gathered columnwise copy. Per local gathered element
+
+    extra = local cast (its copies) − the recipe's cast + t · pass bytes / f1
+
+(f1 the single-output cast share: a streaming copy kernel), so a phase's activation casts take
+(cast_elements · cast + sp_gather_cast_elements · extra) / HBM.
+
 With sequence parallelism TE quantises before it all-gathers, so a low-precision phase's TP all-gathers
 move q + scale/block bytes per element and its reduce-scatters 2 (`gather_share`).
 
@@ -81,6 +93,9 @@ class CastRates:
     activation_bytes_per_cast: float  # an activation's or gradient's (differs under NVFP4 without RHT cast fusion)
     cache_bytes_per_param: float  # quantised weight copies kept per parameter (with their scales)
     weight_casts_per_micro_batch: Any  # 1 / M: the weights are cast once per optimizer step
+    # per local element of a sequence-parallel gathered operand, the bytes its cast and the pass over the gathered
+    # tensor move beyond `activation_bytes_per_cast` (`sp_gather_extra_bytes`)
+    sp_gather_extra_bytes: Any
     ceiling_kernel: str  # the measured GEMM ceiling the recipe's GEMMs take on this chip (Recipe.ceiling_kernel)
 
 
@@ -132,7 +147,24 @@ def cast_rates(problem: Problem) -> Optional[CastRates]:
                      activation_bytes_per_cast=full_bandwidth_bytes(recipe, copies, shares, kernels),
                      cache_bytes_per_param=copies * recipe.bytes_per_element,
                      weight_casts_per_micro_batch=1 / problem.layout.micro_batches,
+                     sp_gather_extra_bytes=sp_gather_extra_bytes(problem, cc),
                      ceiling_kernel=recipe.ceiling_kernel(cc))
+
+
+def sp_gather_extra_bytes(problem: Problem, cc: float) -> Any:
+    """Per local element of an operand TE all-gathers along the sequence, the full-bandwidth bytes beyond the
+    recipe's own cast: the local cast writes the recipe's `sp_gather_pass` copies instead of its `copies`, and a
+    pass over the t gathered elements reads and writes `pass` bytes each at the single-output cast share f1.
+    0 without sequence parallelism (nothing is gathered: TP all-reduces, and the local cast writes every copy)."""
+    recipe, run = problem.run.recipe, problem.run
+    copies = recipe.copies(cc)
+    local, pass_bytes = recipe.sp_gather_pass(cc)
+    own = full_bandwidth_bytes(recipe, copies, _cast_shares(problem, copies),
+                               recipe.activation_cast_kernels(copies, run.rht_cast_fusion))
+    shares = _cast_shares(problem, local)
+    mine = full_bandwidth_bytes(recipe, local, shares, recipe.activation_cast_kernels(local, run.rht_cast_fusion))
+    extra = mine - own + problem.layout.tensor_parallel * pass_bytes / shares[0]
+    return extra if problem.layout.sequence_parallel else 0.0
 
 
 @dataclass(frozen=True)
@@ -181,11 +213,13 @@ def attention_cast_s(rates: AttentionCastRates, hbm: float, v: Any) -> tuple[Any
 def phase_cast_s(rates: CastRates, hbm: float, phase: Phase, v: Any, load: Any, expert_shards: Any,
                  weights: bool = True) -> Any:
     """Seconds of a low-precision phase's cast kernels per micro-batch: its activations and output
-    gradients (`cast_elements` x the routed load) and, with `weights`, its weights' once-per-step cast as
+    gradients (`cast_elements` x the routed load, with the sequence-parallel gathered ones'
+    `sp_gather_extra_bytes`) and, with `weights`, its weights' once-per-step cast as
     1/M of it (`phase_weight_cast_s` x weight_casts_per_micro_batch), each element moving its cast bytes
     at the cast kernels' share of HBM bandwidth (`activation_bytes_per_cast`, weights `full_bandwidth_bytes_per_cast`). `v` reads the phase's
     per-device values."""
-    t = v("cast_elements") * load * rates.activation_bytes_per_cast / hbm
+    t = (v("cast_elements") * rates.activation_bytes_per_cast
+         + v("sp_gather_cast_elements") * rates.sp_gather_extra_bytes) * load / hbm
     return t + phase_weight_cast_s(rates, hbm, phase, v, expert_shards) * rates.weight_casts_per_micro_batch \
         if weights else t
 
