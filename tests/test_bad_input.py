@@ -732,6 +732,18 @@ case("files", "validate", "--measured", "{tmp}/runs.json", outputs=False,
      files={"runs.json": json.dumps({"runs": [dict(_V31, recipe=dict(_V31["recipe"], attention_kernel="flash-attn-3"))]})})
 
 
+# --- review12: a hostile user's campaign on the CLI --------------------------------------------------------------
+# A measurement of 1e-308 made the run's error (predicted / measured - 1) overflow: the table printed "+inf%" and
+# `validate --json` wrote `Infinity`, which is not JSON (exit 0). A measurement starts at 1e-6, as a profile's
+# efficiencies do, so that every printed number stays finite.
+for measured in ({"tokens_per_s_per_device": 1e-308}, {"step_time_s": 1e-300}, {"tokens_per_s_per_device": 5e-7},
+                 {"tokens_per_s_per_device": 700.0, "peak_reserved_gib": 1e-200}):
+    field = next(k for k, v in measured.items() if v < 1e-6)
+    case("files", "validate", "--measured", "{tmp}/runs.json", "--json", outputs=False,
+         fragment=f"field measured.{field}: Input should be greater than or equal to 0.000001",
+         files={"runs.json": _runs_with(measured=measured)})
+
+
 def _make(folder: Path, files: dict[str, Any]) -> None:
     for name, content in files.items():
         path = folder / name
