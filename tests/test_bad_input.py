@@ -744,6 +744,13 @@ for measured in ({"tokens_per_s_per_device": 1e-308}, {"step_time_s": 1e-300}, {
          files={"runs.json": _runs_with(measured=measured)})
 
 
+# A list or range value read a Python literal's digit grouping ('1_6' as 16) where an integer option refuses it
+# (review8: `--devices 8_0`): `--vary`, compare's `--devices` and crossover's `--hidden` take digits only too
+for args in (["sweep", "--hw", "h100", "--devices", "8", "--vary", "experts=1_6"],
+             ["sweep", "--hw", "h100", "--devices", "8", "--vary", "experts=16:64:x1_6"],
+             ["compare", "--hw", "h100", "--devices", "8,1_6"], ["crossover", "--hw", "wse3", "--hidden", "2_56"]):
+    case("ranges", *args, fragment="is not an integer", outputs=False)
+
 def _make(folder: Path, files: dict[str, Any]) -> None:
     for name, content in files.items():
         path = folder / name
