@@ -751,6 +751,13 @@ for args in (["sweep", "--hw", "h100", "--devices", "8", "--vary", "experts=1_6"
              ["compare", "--hw", "h100", "--devices", "8,1_6"], ["crossover", "--hw", "wse3", "--hidden", "2_56"]):
     case("ranges", *args, fragment="is not an integer", outputs=False)
 
+# sweep's --seq, --grad-accum, --precision and --devices beside --vary of the same quantity: --vary set it at every
+# point and the option was dropped (exit 0); an option that would change nothing is refused (README)
+for option, value_, vary in ((["--seq"], "2048", "seq=1024,4096"), (["--grad-accum"], "4", "grad-accum=1,2"),
+                             (["--precision"], "fp8", "precision=bf16,fp8"), (["-n", "--devices"], "16", "devices=8,16")):
+    case("ignored", "sweep", "--hw", "h100", "--vary", vary, option[0], value_, outputs=False,
+         fragment=f"{'/'.join(reversed(option))} would change nothing: --vary {vary.split('=')[0]} sets it at every point")
+
 def _make(folder: Path, files: dict[str, Any]) -> None:
     for name, content in files.items():
         path = folder / name
