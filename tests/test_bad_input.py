@@ -758,6 +758,18 @@ for option, value_, vary in ((["--seq"], "2048", "seq=1024,4096"), (["--grad-acc
     case("ignored", "sweep", "--hw", "h100", "--vary", vary, option[0], value_, outputs=False,
          fragment=f"{'/'.join(reversed(option))} would change nothing: --vary {vary.split('=')[0]} sets it at every point")
 
+# plan and whatif took --seq, --experts, --top-k and --expert-ffn above 2^62, where `sweep --vary` refuses them: on a
+# wafer `plan --seq 10^30` printed 1.3e62 GB (exit 1), on a GPU it was a bare OverflowError naming no flag
+HUGE = str(10**30)
+for cmd in (["plan", "--hw", "wse3"], ["plan", "--hw", "h100", "--devices", "8"], ["compare", "--hw", "wse3"],
+            ["crossover", "--hw", "wse3", "--hidden", "256"],
+            ["whatif", "--hw", "wse3", "--target", "mfu=0.5", "--solve-for", "chip.peak_flops_per_s"]):
+    case("bounds", *cmd, "--seq", HUGE, fragment=f"--seq {HUGE} is beyond 2^62", outputs=False)
+for cmd in (["plan", "--hw", "wse3"], ["whatif", "--hw", "wse3", "--target", "mfu=0.5", "--solve-for",
+                                      "chip.peak_flops_per_s"]):
+    for flag_ in ("--experts", "--top-k", "--expert-ffn"):
+        case("bounds", *cmd, flag_, str(2**62 + 1), fragment=f"{flag_} {2**62 + 1} is beyond 2^62", outputs=False)
+
 def _make(folder: Path, files: dict[str, Any]) -> None:
     for name, content in files.items():
         path = folder / name
