@@ -770,6 +770,13 @@ for cmd in (["plan", "--hw", "wse3"], ["whatif", "--hw", "wse3", "--target", "mf
     for flag_ in ("--experts", "--top-k", "--expert-ffn"):
         case("bounds", *cmd, flag_, str(2**62 + 1), fragment=f"{flag_} {2**62 + 1} is beyond 2^62", outputs=False)
 
+# `--emit bridge` prints Hydra's command-line overrides (model.num_layers=48); --from-bridge reads a recipe's YAML, and
+# said only "a YAML mapping" of them: the refusal now names the form and how to write it
+case("files", "plan", "--hw", "h100", "--devices", "8", "--from-bridge", "{tmp}/emitted.txt",
+     fragment="model.tensor_model_parallel_size=... is a command-line override (Hydra's key=value, what --emit bridge "
+     "prints): write it as YAML (key: value)",
+     files={"emitted.txt": "# btacalc plan\nmodel.tensor_model_parallel_size=2\ntrain.micro_batch_size=1\n"})
+
 def _make(folder: Path, files: dict[str, Any]) -> None:
     for name, content in files.items():
         path = folder / name

@@ -763,3 +763,18 @@ def test_a_quoted_array_expands_to_one_word_per_element():
     # unquoted, bash splits the elements again at blanks: the same element is a flag and its value
     assert read_launch('A=("--fp8-format hybrid")\ntorchrun --nproc_per_node 8 pretrain_gpt.py ${A[@]}\n',
                        "u.sh").args["fp8"] == "hybrid"
+
+
+def test_emitted_bridge_overrides_written_as_yaml_plan_the_same_run(cli, tmp_path):
+    """review12: `--emit bridge` prints Hydra's `key=value` overrides; the same keys as YAML (`key: value`, the form
+    --from-bridge reads) plan the run the emitted plan is: same memory and step time."""
+    plan = ("plan", "--hw", "h100", "--devices", "64", "--tp", "2", "--pp", "4")
+    code, emitted, _ = cli(*plan, "--emit", "bridge")
+    assert code in (0, 1)
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(re.sub(r"(?m)^([A-Za-z_][\w.]*)=", r"\1: ", emitted))
+    code_a, a, _ = cli(*plan, "--json")
+    code_b, b, _ = cli("plan", "--hw", "h100", "--devices", "64", "--from-bridge", str(recipe), "--json")
+    a, b = json.loads(a), json.loads(b)
+    assert code_a == code_b and a["memory_bytes"] == b["memory_bytes"]
+    assert a["throughput"]["step_time_s"] == b["throughput"]["step_time_s"]
