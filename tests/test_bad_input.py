@@ -736,6 +736,51 @@ case("files", "validate", "--measured", "{tmp}/runs.json", outputs=False,
      files={"runs.json": json.dumps({"runs": [dict(_V31, recipe=dict(_V31["recipe"], attention_kernel="flash-attn-3"))]})})
 
 
+# --- review12: a hostile user's campaign on the CLI --------------------------------------------------------------
+# A measurement of 1e-308 made the run's error (predicted / measured - 1) overflow: the table printed "+inf%" and
+# `validate --json` wrote `Infinity`, which is not JSON (exit 0). A measurement starts at 1e-6, as a profile's
+# efficiencies do, so that every printed number stays finite.
+for measured in ({"tokens_per_s_per_device": 1e-308}, {"step_time_s": 1e-300}, {"tokens_per_s_per_device": 5e-7},
+                 {"tokens_per_s_per_device": 700.0, "peak_reserved_gib": 1e-200}):
+    field = next(k for k, v in measured.items() if v < 1e-6)
+    case("files", "validate", "--measured", "{tmp}/runs.json", "--json", outputs=False,
+         fragment=f"field measured.{field}: Input should be greater than or equal to 0.000001",
+         files={"runs.json": _runs_with(measured=measured)})
+
+
+# A list or range value read a Python literal's digit grouping ('1_6' as 16) where an integer option refuses it
+# (review8: `--devices 8_0`): `--vary`, compare's `--devices` and crossover's `--hidden` take digits only too
+for args in (["sweep", "--hw", "h100", "--devices", "8", "--vary", "experts=1_6"],
+             ["sweep", "--hw", "h100", "--devices", "8", "--vary", "experts=16:64:x1_6"],
+             ["compare", "--hw", "h100", "--devices", "8,1_6"], ["crossover", "--hw", "wse3", "--hidden", "2_56"]):
+    case("ranges", *args, fragment="is not an integer", outputs=False)
+
+# sweep's --seq, --grad-accum, --precision and --devices beside --vary of the same quantity: --vary set it at every
+# point and the option was dropped (exit 0); an option that would change nothing is refused (README)
+for option, value_, vary in ((["--seq"], "2048", "seq=1024,4096"), (["--grad-accum"], "4", "grad-accum=1,2"),
+                             (["--precision"], "fp8", "precision=bf16,fp8"), (["-n", "--devices"], "16", "devices=8,16")):
+    case("ignored", "sweep", "--hw", "h100", "--vary", vary, option[0], value_, outputs=False,
+         fragment=f"{'/'.join(reversed(option))} would change nothing: --vary {vary.split('=')[0]} sets it at every point")
+
+# plan and whatif took --seq, --experts, --top-k and --expert-ffn above 2^62, where `sweep --vary` refuses them: on a
+# wafer `plan --seq 10^30` printed 1.3e62 GB (exit 1), on a GPU it was a bare OverflowError naming no flag
+HUGE = str(10**30)
+for cmd in (["plan", "--hw", "wse3"], ["plan", "--hw", "h100", "--devices", "8"], ["compare", "--hw", "wse3"],
+            ["crossover", "--hw", "wse3", "--hidden", "256"],
+            ["whatif", "--hw", "wse3", "--target", "mfu=0.5", "--solve-for", "chip.peak_flops_per_s"]):
+    case("bounds", *cmd, "--seq", HUGE, fragment=f"--seq {HUGE} is beyond 2^62", outputs=False)
+for cmd in (["plan", "--hw", "wse3"], ["whatif", "--hw", "wse3", "--target", "mfu=0.5", "--solve-for",
+                                      "chip.peak_flops_per_s"]):
+    for flag_ in ("--experts", "--top-k", "--expert-ffn"):
+        case("bounds", *cmd, flag_, str(2**62 + 1), fragment=f"{flag_} {2**62 + 1} is beyond 2^62", outputs=False)
+
+# `--emit bridge` prints Hydra's command-line overrides (model.num_layers=48); --from-bridge reads a recipe's YAML, and
+# said only "a YAML mapping" of them: the refusal now names the form and how to write it
+case("files", "plan", "--hw", "h100", "--devices", "8", "--from-bridge", "{tmp}/emitted.txt",
+     fragment="model.tensor_model_parallel_size=... is a command-line override (Hydra's key=value, what --emit bridge "
+     "prints): write it as YAML (key: value)",
+     files={"emitted.txt": "# btacalc plan\nmodel.tensor_model_parallel_size=2\ntrain.micro_batch_size=1\n"})
+
 def _make(folder: Path, files: dict[str, Any]) -> None:
     for name, content in files.items():
         path = folder / name

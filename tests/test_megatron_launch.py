@@ -741,3 +741,40 @@ def test_plan_takes_ddp_num_buckets_on_the_command_line(cli):
     assert calls["gradient_reduce_dense"] == 4 and calls["param_gather_dense"] == 4
     code, out, err = cli(*args, "--emit", "megatron")
     assert code == 0 and "--ddp-num-buckets 4" in out
+
+
+def test_a_quoted_array_expands_to_one_word_per_element():
+    """review12: `"${ARGS[@]}"` is bash's array expansion that keeps each element one word (bash manual, Arrays:
+    "${name[@]} expands each element of name to a separate word"), the form scripts use to pass arguments safely
+    (Megatron-LM@d98e8a64 examples/llama/train_llama3_8b_h100_fp8.sh L130: TRAINING_ARGS+=("${DDP_ARGS[@]}")).
+    btacalc read the quoted array as one word, "--num-layers 32 --hidden-size 4096 ...", an unknown flag."""
+    quoted = ("DIST=(--nproc_per_node 8 --nnodes 2)\nMODEL=(\n    --num-layers 32 --hidden-size 4096\n)\n"
+              "MODEL+=(--num-attention-heads 32)\nTRAIN=(--micro-batch-size 1 --seq-length 8192)\n"
+              "torchrun \"${DIST[@]}\" pretrain_gpt.py \"${MODEL[@]}\" \"${TRAIN[@]}\" --bf16\n")
+    plain = ("torchrun --nproc_per_node 8 --nnodes 2 pretrain_gpt.py --num-layers 32 --hidden-size 4096 "
+             "--num-attention-heads 32 --micro-batch-size 1 --seq-length 8192 --bf16\n")
+    from btacalc.errors import BtacalcError
+
+    got, want = read_launch(quoted, "q.sh"), read_launch(plain, "p.sh")
+    assert got.args == want.args and (got.devices, got.devices_per_node) == (want.devices, want.devices_per_node) == (16, 8)
+    # an element holding a blank stays one word when quoted, as bash passes it: Megatron's parser has no such flag
+    with pytest.raises(BtacalcError, match="unknown Megatron-LM flag --fp8-format hybrid"):
+        read_launch('A=("--fp8-format hybrid")\ntorchrun --nproc_per_node 8 pretrain_gpt.py "${A[@]}"\n', "e.sh")
+    # unquoted, bash splits the elements again at blanks: the same element is a flag and its value
+    assert read_launch('A=("--fp8-format hybrid")\ntorchrun --nproc_per_node 8 pretrain_gpt.py ${A[@]}\n',
+                       "u.sh").args["fp8"] == "hybrid"
+
+
+def test_emitted_bridge_overrides_written_as_yaml_plan_the_same_run(cli, tmp_path):
+    """review12: `--emit bridge` prints Hydra's `key=value` overrides; the same keys as YAML (`key: value`, the form
+    --from-bridge reads) plan the run the emitted plan is: same memory and step time."""
+    plan = ("plan", "--hw", "h100", "--devices", "64", "--tp", "2", "--pp", "4")
+    code, emitted, _ = cli(*plan, "--emit", "bridge")
+    assert code in (0, 1)
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(re.sub(r"(?m)^([A-Za-z_][\w.]*)=", r"\1: ", emitted))
+    code_a, a, _ = cli(*plan, "--json")
+    code_b, b, _ = cli("plan", "--hw", "h100", "--devices", "64", "--from-bridge", str(recipe), "--json")
+    a, b = json.loads(a), json.loads(b)
+    assert code_a == code_b and a["memory_bytes"] == b["memory_bytes"]
+    assert a["throughput"]["step_time_s"] == b["throughput"]["step_time_s"]

@@ -337,3 +337,24 @@ def test_a_real_terminal_gets_a_cut_table():
     assert proc.wait(timeout=60) == 0
     lines = _ANSI.sub("", b"".join(chunks).decode()).replace("\r", "").rstrip("\n").split("\n")
     assert len(lines) == 18 and "more lines not shown: pipe the output" in lines[-1]
+
+
+def test_a_long_word_in_a_cell_is_measured_without_the_highlighter(monkeypatch):
+    """review12: a cell is measured as rich's Table renders it, with its column's `highlight` (False by default:
+    rich table.py Column.highlight). The fitting measured text cells with the console's repr highlighter instead,
+    whose regular expressions take time quadratic in a long word: a run id of 100,000 characters held `validate`
+    for 4 min 40 s. Measured now without the highlighter, the cell still needs its whole width."""
+    from rich.highlighter import ReprHighlighter
+    from rich.table import Table
+
+    from btacalc.output.fit import fit
+
+    calls = []
+    monkeypatch.setattr(ReprHighlighter, "highlight", lambda self, text: calls.append(len(text.plain)))
+    word = "x" * 100_000
+    table = Table("run", "role")
+    table.add_row(word, "fit")
+    console = Console(file=io.StringIO(), width=120)
+    console.print(fit(table))
+    assert calls == []
+    assert word in console.file.getvalue().replace("\n", "").replace("│", "").replace(" ", "")

@@ -394,3 +394,18 @@ def test_whatif_stops_at_the_edge_of_a_numbers_range(cli):
     r = json.loads(out)
     assert not r["reached"] and "does not reach" in r["note"]
     assert any(s["binding_constraint"].startswith("not a valid profile") for s in r["trace"])
+
+
+def test_a_sensitivity_below_double_precision_moves_nothing_and_says_so():
+    """review12: --sensitivity 1e-300 moves 9.89e14 by 9.89e14 x 1e-302, which rounds to 9.89e14 again (a double
+    holds 15-16 significant digits): the step taken was 0 and the elasticity divided by it (a ZeroDivisionError,
+    "beyond the arithmetic's range", exit 2). A move that changes nothing is not applicable; counts still move by one."""
+    from btacalc.planning.sensitivity import sensitivity
+
+    rows = {r.parameter: r for r in sensitivity(QWEN, resolve_hardware("b200"), ExecutionRequest(devices=16),
+                                                percent=1e-300)}
+    peak = rows["chip.peak_flops_per_s"]
+    assert peak.elasticity_minus is None and peak.elasticity_plus is None
+    assert peak.shape_plus.startswith("not applicable") and "unchanged (below double precision)" in peak.shape_plus
+    per_node = rows["system.devices_per_node"]  # 8 GPUs per node: a count moves to 7 and 9
+    assert per_node.tokens_per_s_minus is not None and per_node.elasticity_plus is not None

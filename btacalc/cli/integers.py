@@ -10,7 +10,7 @@ from typing import Any
 
 from ..errors import BtacalcError
 
-_INTEGER = re.compile(r"[+-]?[0-9]+")
+INTEGER = re.compile(r"[+-]?[0-9]+")
 
 
 def takes_integer(param: Any) -> bool:
@@ -22,6 +22,6 @@ def takes_integer(param: Any) -> bool:
 
 def check_integer(param: Any, raw: Any) -> None:
     """Refuse `raw` for an integer option unless it is written as an integer (one line naming the option)."""
-    if takes_integer(param) and isinstance(raw, str) and not _INTEGER.fullmatch(raw.strip()):
+    if takes_integer(param) and isinstance(raw, str) and not INTEGER.fullmatch(raw.strip()):
         names = "/".join(param.opts + param.secondary_opts)
         raise BtacalcError(f"{names} takes an integer, got {raw!r}")

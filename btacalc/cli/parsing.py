@@ -6,6 +6,7 @@ from typing import Optional, Sequence
 
 from ..config.execution import MAX_SEQUENCES
 from ..errors import BtacalcError
+from .integers import INTEGER
 from ..planning.sweep import CHOICE_PARAMS, VARIABLES
 
 
@@ -35,7 +36,9 @@ def parse_values(spec: str, flag: str = "--vary", limit: Optional[int] = None) -
 
     def num(text: str) -> int:
         try:
-            if not text.isascii():  # int() reads any script's digits ('١٦' is 16); the integer options do not
+            # int() reads any script's digits ('١٦' is 16) and a literal's digit grouping ('1_6' is 16); an
+            # integer option takes digits with an optional sign only (integers.py), and so does a list (review12)
+            if not INTEGER.fullmatch(text.strip()):
                 raise ValueError(text)
             v = int(text)
         except ValueError:

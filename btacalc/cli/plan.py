@@ -162,7 +162,8 @@ def plan(
         from ..planning.plan import make_plan
         from ..planning.report import PlanReport, imported_info
 
-    check_bounds({"--micro-batch": micro_batch, "--grad-accum": grad_accum})
+    check_bounds({"--micro-batch": micro_batch, "--grad-accum": grad_accum, "--experts": experts, "--top-k": top_k,
+                  "--expert-ffn": expert_ffn})
     # --emit and --schema print on stdout (and write --output); the plan JSON only with --json
     outs = outputs(output, as_json or emit is not None or (schema and output is None), inputs={"--model": model, "--hw": hw},
                    stdout_flag="--json" if as_json else "--emit" if emit is not None else "--schema")
@@ -370,10 +371,19 @@ def _search(spec: Any, profile: Any, request: Any, outs: Any, emit: Optional[str
     return 0 if ok else 1
 
 
-def _check_swept_options(names: Sequence[str], fixed_active: bool, tokens_per_step: Optional[int]) -> None:
+# A sweep option --vary sets at every point when it varies the same quantity (the option would change nothing)
+SWEPT_OPTIONS = {"seq": "seq", "grad-accum": "grad_accum", "precision": "precision", "devices": "devices"}
+
+
+def _check_swept_options(ctx: typer.Context, names: Sequence[str], fixed_active: bool,
+                         tokens_per_step: Optional[int]) -> None:
     """The sweep's options that need, or are ignored by, what --vary sets (one-line errors)."""
     from ..planning.sweep import LIMIT_PARAMS
 
+    for name in (n for n in names if n in SWEPT_OPTIONS and _given(ctx, SWEPT_OPTIONS[n])):
+        option = next(p for p in ctx.command.params if p.name == SWEPT_OPTIONS[name])
+        raise BtacalcError(f"{'/'.join(option.opts)} would change nothing: --vary {name} sets it at every point "
+                           "(give one)")
     if fixed_active and "top-k" not in names:
         raise BtacalcError("{fixed_active} needs --vary top-k=...")
     fixing = [n for n in names if n in LIMIT_PARAMS]  # a batch size at every point: no default global batch
@@ -383,6 +393,7 @@ def _check_swept_options(names: Sequence[str], fixed_active: bool, tokens_per_st
 
 
 def sweep(
+    ctx: typer.Context,
     model: str = ModelOpt,
     name: Optional[str] = NameOpt,
     hw: str = HwOpt,
@@ -428,7 +439,7 @@ def sweep(
     grid = _grid(vary, max_points)
     outs = outputs(output, as_json, csv_path, plot_path, inputs={"--model": model, "--hw": hw})
     spec, profile = resolve_model(model, name), resolve_hardware(hw)
-    _check_swept_options(grid.names, fixed_active, tokens_per_step)
+    _check_swept_options(ctx, grid.names, fixed_active, tokens_per_step)
     request = ExecutionRequest(
         seq_len=seq, recompute=recompute, attention=value(attention), causal=causal, loss=value(loss),
         accounting=accounting.value, overlap_streaming=overlap, devices=devices, expert_parallel=ep,

@@ -701,6 +701,14 @@ def resolve_run(request: ExecutionRequest, model: "ModelSpec", profile: "Hardwar
     return _run_options(request, model, profile, _Defaults())
 
 
+def _bounded_seq(seq_len: int) -> int:
+    """A sequence length within 64-bit products, as `sweep --vary seq` bounds it (review12: `plan --seq 10^30` was
+    planned on a wafer, 1.3e62 GB printed, and was a bare OverflowError on a GPU)."""
+    if seq_len > MAX_SEQUENCES:
+        raise BtacalcError(f"{{seq_len}} {seq_len} is beyond 2^62")
+    return seq_len
+
+
 def _run_options(request: ExecutionRequest, model: "ModelSpec", profile: "HardwareProfile",
                  chosen: "_Defaults") -> RunOptions:
     d = profile.defaults
@@ -711,7 +719,7 @@ def _run_options(request: ExecutionRequest, model: "ModelSpec", profile: "Hardwa
         raise BtacalcError("{recompute}: " + str(exc)) from None
     gpu = profile.family == "gpu"
     run = RunOptions(
-        seq_len=chosen.pick("seq_len", request.seq_len, DEFAULT_SEQ_LEN, DEFAULT_SEQ_LEN_SOURCE),
+        seq_len=_bounded_seq(chosen.pick("seq_len", request.seq_len, DEFAULT_SEQ_LEN, DEFAULT_SEQ_LEN_SOURCE)),
         recompute=recompute,
         attention=chosen.pick("attention", request.attention, d.attention, f"{profile.name} default: {d.note}"),
         causal=request.causal,

@@ -76,6 +76,7 @@ class Launch:
 
 _ASSIGN = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)(\+?)=(.*)$", re.S)
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(\[@\]|\[\*\])?(?::?-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+_QUOTED_ARRAY = re.compile(r'"\$\{([A-Za-z_][A-Za-z0-9_]*)\[@\]\}"')
 _ARITH = re.compile(r"\$\(\(([^()]*(?:\([^()]*\)[^()]*)*)\)\)")
 _LAUNCHERS = {"--nproc_per_node": "per_node", "--nproc-per-node": "per_node", "--nnodes": "nodes"}
 
@@ -135,6 +136,10 @@ def _statements(text: str) -> list[str]:
 
 
 def _expand(text: str, variables: dict[str, str]) -> str:
+    # "${NAME[@]}" is each element of an array as one word (bash's Arrays: "each element of name to a separate
+    # word"): its elements, each quoted for shlex; unquoted, the elements are split again at blanks (below)
+    text = _QUOTED_ARRAY.sub(lambda m: variables.get(m.group(1) + "[@]", m.group(0)), text)
+
     def var(m: "re.Match[str]") -> str:
         name = m.group(1) or m.group(4)
         if name in variables:
@@ -317,7 +322,10 @@ def _is_command(words: list[str]) -> bool:
 def _assign(m: "re.Match[str]", variables: dict[str, str], launch: Launch) -> None:
     name, append, value = m.group(1), m.group(2), m.group(3).strip()
     if value.startswith("(") and value.endswith(")"):
-        value = " ".join(shlex.split(value[1:-1], comments=True))
+        elements = shlex.split(value[1:-1], comments=True)
+        quoted = shlex.join(elements)  # the array's elements as words, for "${NAME[@]}" (_expand)
+        variables[name + "[@]"] = (variables.get(name + "[@]", "") + " " + quoted).strip() if append else quoted
+        value = " ".join(elements)
     else:
         parts = shlex.split(value, comments=True) if value else [""]
         value = parts[0] if parts else ""

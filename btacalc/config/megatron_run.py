@@ -141,7 +141,10 @@ def import_bridge(text: str, source: str, devices: Optional[int] = None,
     except yaml.YAMLError as exc:
         raise BtacalcError(f"{source}: not YAML: {str(exc).splitlines()[0]}") from None
     if not isinstance(data, dict):
-        raise BtacalcError(f"{source}: a Bridge recipe's overrides are a YAML mapping (model:, train:, ddp:, ...)")
+        hydra = re.search(r"^[A-Za-z_][\w.]*=", text, re.M)  # `--emit bridge` prints Hydra's key=value overrides
+        raise BtacalcError(f"{source}: a Bridge recipe's overrides are a YAML mapping (model:, train:, ddp:, ...)" + (
+            f"; {hydra.group(0)}... is a command-line override (Hydra's key=value, what --emit bridge prints): write "
+            "it as YAML (key: value)" if hydra else ""))
     flat: dict[str, Any] = {}
     try:
         _flatten(data, "", flat)

@@ -53,6 +53,8 @@ def _trial(model: ModelSpec, hardware: HardwareProfile, request: ExecutionReques
         moved = float(round(moved))
         if moved == value:
             moved = value + (1 if step > 0 else -1)
+    if moved == value:  # a step below the float's resolution (--sensitivity 1e-300): no move, no elasticity
+        return f"not applicable: {100 * step:+.4g}% leaves {value:g} unchanged (below double precision)", step
     actual = moved / value - 1 if value else step
     try:
         trial = hardware.with_number(key, moved, note=f"sensitivity trial {100 * actual:+.4g}%")
