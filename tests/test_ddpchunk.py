@@ -191,3 +191,17 @@ def test_the_interleaved_chunk_zero_gather_on_rank_j_has_its_warm_up():
     chunks = _ChunkSync(4, 4, 4, 0.45 / 0.75, 2, True)
     later = (0.75 - 0.45) / 3
     assert chunks.exposed_gather(0.75, 0.4) == pytest.approx((0.45 - 2 * 0.4 / 4) + 3 * max(0.0, later - 4 * 0.4 / 4))
+
+
+def test_tied_embeddings_get_a_bucket_of_their_own_on_the_first_and_last_stages():
+    # distrib_optimizer.py L555-576: a shared_embedding parameter closes the bucket before it and its own; the
+    # first stage's embedding (the last parameter in backward order) and the last stage's copy (the first)
+    p = _llama70b(vp=5)
+    assert StageBuckets(False, 0, True).calls(p, STAGE) == 5 + 1
+    assert StageBuckets(True, EMBEDDING_TP4, True).calls(p, STAGE + EMBEDDING_TP4) == 32 + 1
+    # without the distributed optimizer the buffer's default layout splits nothing (param_and_grad_buffer.py
+    # L954-1000)
+    lay = Layout(devices=128, devices_per_node=8, tensor_parallel=4, pipeline_parallel=4, virtual_pipeline=5,
+                 zero_stage=0, micro_batches=8, overlap=Overlaps(grad_reduce=True))
+    p0 = make_problem(load_preset("llama-3-70b"), resolve_hardware("h100"), RunOptions(seq_len=8192), lay)
+    assert StageBuckets(False, 0, True).calls(p0, STAGE) == 5

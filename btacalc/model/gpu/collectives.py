@@ -427,13 +427,17 @@ class StageBuckets:
     dtype group, dense and expert apart: distributed_data_parallel.py L160-171, param_and_grad_buffer.py
     L954-1000) for chunks after the first and on every pipeline rank > 0; so only pipeline rank 0's model
     chunk 0 is bucketed. That chunk holds 1/VP of the stage's layers and the first stage's word embedding
-    (an estimate: equal layer slices, as `timing._first_chunk_share`). `every_stage`: Apex
-    DistributedFusedAdam as NeMo 1.0 runs it (the MLPerf GPT-3 rows), which buckets every stage and chunk
-    alike (apex/contrib/optimizers/distributed_fused_adam.py b7a4acc1 L731-738: one bucket size for the
-    whole rank)."""
+    (an estimate: equal layer slices, as `timing._first_chunk_share`). With tied embeddings over PP > 1
+    the distributed optimizer gives the embedding, and the last stage's copy of it, a bucket of its own
+    (distrib_optimizer.py L530-576 `_does_param_require_new_bucket`, flagged in language_module.py
+    L270-290): one more bucket on each of those two stages (`shared`). The layout's
+    `ddp_buckets_every_stage`: Apex DistributedFusedAdam as NeMo 1.0 runs it (the MLPerf GPT-3 rows),
+    which buckets every stage and chunk alike (apex/contrib/optimizers/distributed_fused_adam.py b7a4acc1
+    L731-738: one bucket size for the whole rank)."""
 
     first_stage: Any = True  # pipeline rank 0 (a bool, or an array over layouts)
     embedding: Any = 0  # the word embedding's parameters per device on that stage (all in chunk 0)
+    shared: Any = False  # the stage holds the tied embedding or its copy, split into a bucket of its own
 
     def calls(self, problem: Problem, params: Any) -> Any:
         """Reduce-scatters (and all-gathers) per step of a buffer of `params` parameters of the stage."""
@@ -445,7 +449,8 @@ class StageBuckets:
         first_chunk = embedding + ceil_div(params - embedding, vp)
         bucketed = where(lay.overlap.grad_reduce,
                          maximum(ceil_div(first_chunk, _bucket_params(problem, params)), 1), 1)
-        return where(self.first_stage, bucketed + vp - 1, vp)
+        split = where(self.shared & (lay.zero_stage >= 1) & (lay.pipeline_parallel > 1), 1, 0)
+        return where(self.first_stage, bucketed + vp - 1, vp) + split
 
 
 def sharded_calls_per_micro_batch(problem: Problem, buckets: Any) -> Any:
@@ -524,7 +529,7 @@ def data_parallel_times(problem: Problem, dense: Any, expert: Any, rates: dict[s
     the dense part, then the experts, one after the other. A function of the layout, of the two counts and
     of the stage's buckets: kept per layout when they are plain numbers (`btacalc.memo.plain_key`: ints,
     bools and Fractions, not arrays of layouts)."""
-    key = plain_key((dense, expert, tuple(rates.items()), stage.first_stage, stage.embedding))
+    key = plain_key((dense, expert, tuple(rates.items()), stage.first_stage, stage.embedding, stage.shared))
     if key is None:
         return _data_parallel_times(problem, (dense, expert), rates, stage)
     cache = problem.layout_cache
@@ -536,7 +541,7 @@ def data_parallel_times(problem: Problem, dense: Any, expert: Any, rates: dict[s
 
 def part_buckets(stage: StageBuckets, part: str) -> StageBuckets:
     """`stage`'s buckets of its dense or expert buffer: the word embedding is dense."""
-    return stage if part == "dense" else replace(stage, embedding=0)
+    return stage if part == "dense" else replace(stage, embedding=0, shared=False)
 
 
 def _data_parallel_times(problem: Problem, params: tuple[Any, Any], rates: dict[str, int],

@@ -186,7 +186,7 @@ def gpu_step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Ev
         counts = pipe.kind_counts(crit)
         details["collectives"] = (_collective_rows(problem, kinds, counts, m)
                                   + _data_parallel_rows(problem, _stage_state(problem, crit, counts, kinds, ends)[:2], m,
-                                                        _stage_buckets(crit, ends)))
+                                                        _stage_buckets(problem, crit, ends)))
     return StepTime(step, seqs * problem.run.seq_len / step, flops / (step * lay.devices * peak), phase_time,
                     worst.terms["tiling"] * m, 0.0, comm, repeats, details)
 
@@ -361,16 +361,19 @@ def _stage_state(problem: Problem, j: int, counts: list[Any], kinds: list[tuple[
         return cache[key]
     dense, expert = stage_params(problem, counts, kinds, ends)
     rates = bytes_per_param(problem)
-    dp = data_parallel_times(problem, dense, expert, rates, _stage_buckets(j, ends))
+    dp = data_parallel_times(problem, dense, expert, rates, _stage_buckets(problem, j, ends))
     out = (dense, expert, dp, fixed_costs(problem, dense, expert, rates))
     if key is not None:
         cache[key] = out
     return out
 
 
-def _stage_buckets(j: int, ends: tuple[Optional[Part], Any, Part]) -> StageBuckets:
-    """Stage j's gradient buckets (collectives.StageBuckets): the first stage's embedding is in its chunk 0."""
-    return StageBuckets(j == 0, ends[0].dense_params if ends[0] is not None else 0)
+def _stage_buckets(problem: Problem, j: int, ends: tuple[Optional[Part], Any, Part]) -> StageBuckets:
+    """Stage j's gradient buckets (collectives.StageBuckets): the first stage's embedding is in its chunk 0;
+    tied, it and the last stage's copy of it are split off."""
+    first, is_last, _ = ends
+    shared = ((first is not None) | is_last) if problem.model.tied_embeddings else False
+    return StageBuckets(j == 0, first.dense_params if first is not None else 0, shared)
 
 
 def _on_ends(outside: list[tuple[Part, Any]], name: str) -> Any:
@@ -453,7 +456,7 @@ def _data_parallel_rows(problem: Problem, params: tuple[Any, Any], m: Any, stage
     """The critical stage's data-parallel collectives per step (collectives.data_parallel_traffic) in its
     buckets: functions of the layout, the stage's parameters and buckets and M, kept per layout when those
     are plain numbers."""
-    key = plain_key((params, m, stage.first_stage, stage.embedding))
+    key = plain_key((params, m, stage.first_stage, stage.embedding, stage.shared))
     if key is None:
         return _data_parallel_rows_of(problem, params, m, stage)
     rows = problem.layout_cache.get(("data parallel rows", key))
