@@ -15,12 +15,14 @@ with the closed form; then check the wiring on a small interleaved Llama 3 8B la
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from btacalc.config.execution import Layout, Overlaps, RunOptions
 from btacalc.config.hardware import resolve_hardware
 from btacalc.config.presets import load_preset
-from btacalc.model.gpu.collectives import data_parallel_times
+from btacalc.model.gpu.collectives import StageBuckets, data_parallel_times
 from btacalc.model.gpu.timing import _ChunkSync, gpu_step_time
 from btacalc.model.problem import make_problem
 from btacalc.model.state import bytes_per_param
@@ -119,7 +121,10 @@ def test_the_step_takes_the_first_stage_chunk_zero_with_the_embedding():
                     micro_batches=8, overlap=Overlaps(grad_reduce=True, param_gather=True))
     problem = make_problem(load_preset("llama-3-8b"), resolve_hardware("h100"), run, layout)
     stage0 = 8 * LAYER + EMBEDDING
-    dp = data_parallel_times(problem, stage0, 0, bytes_per_param(problem))
+    # Megatron-Core buckets the first stage's chunk 0 only (ddpchunk; training.py L2504-2514): ceil((4 L + E) / 4e7)
+    # = ceil(1,397,784,576 / 40,000,000) = 35 buckets, and chunk 1 is one bucket: 36 calls each way
+    dp = data_parallel_times(problem, stage0, 0, bytes_per_param(problem), StageBuckets(True, EMBEDDING))
+    assert StageBuckets(True, EMBEDDING).calls(problem, stage0) == math.ceil((4 * LAYER + EMBEDDING) / 40_000_000) + 1 == 36
     share = (4 * LAYER + EMBEDDING) / stage0
     step = gpu_step_time(problem, 1, 1)
     traffic = dp.reduce_per_step + dp.gather_per_step

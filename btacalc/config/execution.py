@@ -255,6 +255,10 @@ class Layout:
     # L2179-2194 resolve_ddp_bucket_size, applied at L2497); None: not given. Not with ddp_bucket_params
     # (distributed_data_parallel_config.py L275-277)
     ddp_num_buckets: Optional[int] = None
+    # True: Apex DistributedFusedAdam's buckets, as NeMo 1.0 runs them (the MLPerf GPT-3 recipes), one bucket size on
+    # every pipeline stage and model chunk; False: Megatron-Core DDP's, which buckets only pipeline rank 0's first
+    # model chunk (Megatron-LM @ d98e8a64 training.py L2504-2514; model/gpu/collectives.py StageBuckets)
+    ddp_buckets_every_stage: bool = False
     # Megatron's per-layer CUDA-graph scopes (--cuda-graph-impl transformer_engine --cuda-graph-scope): what they
     # capture issues from one graph launch (config/cuda_graphs.py); empty: no CUDA graphs
     cuda_graph_scope: tuple[str, ...] = ()
@@ -620,6 +624,7 @@ class ExecutionRequest:
     nvls: bool = False  # Layout.nvls (NCCL_NVLS_ENABLE=1 with nccl_ub)
     ddp_bucket_params: Optional[int] = None  # Layout.ddp_bucket_params (Megatron --ddp-bucket-size)
     ddp_num_buckets: Optional[int] = None  # Layout.ddp_num_buckets (Megatron --ddp-num-buckets)
+    ddp_buckets_every_stage: bool = False  # Layout.ddp_buckets_every_stage (Apex DistributedFusedAdam's buckets)
     cuda_graph_scope: tuple[str, ...] = ()  # Layout.cuda_graph_scope
     tp_overlap_cfg: Optional[tuple[UbOverlap, ...]] = None  # Layout.tp_overlap_cfg (a run's userbuffers table)
     gradient_bytes: Optional[int] = None
@@ -1027,7 +1032,8 @@ def _resolve_layout(request: ExecutionRequest, model: "ModelSpec", profile: "Har
                   stage_split=request.stage_split,
                   deepep=request.deepep, dispatcher_sms=request.dispatcher_sms,
                   nccl_ub=request.nccl_ub, nvls=request.nvls, ddp_bucket_params=request.ddp_bucket_params,
-                  ddp_num_buckets=request.ddp_num_buckets, cuda_graph_scope=tuple(request.cuda_graph_scope), tp_overlap_cfg=request.tp_overlap_cfg,
+                  ddp_num_buckets=request.ddp_num_buckets, ddp_buckets_every_stage=request.ddp_buckets_every_stage,
+                  cuda_graph_scope=tuple(request.cuda_graph_scope), tp_overlap_cfg=request.tp_overlap_cfg,
                   overlap=_resolve_overlaps(request, chosen, devices > 1, sizes["virtual_pipeline"] > 1))
 
 

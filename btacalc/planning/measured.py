@@ -196,6 +196,10 @@ class Recipe(BaseModel):
     ddp_bucket_size: Optional[int] = Field(None, ge=1, description="--ddp-bucket-size / DistributedDataParallelConfig."
                                            "bucket_size: parameters per gradient bucket (default: Megatron's "
                                            "max(4e7, 1e6 x DP x CP))")
+    apex_distributed_adam: bool = Field(False, description="the optimizer as NeMo 1.0 ran it: Apex "
+                                        "DistributedFusedAdam, whose buckets are one size on every pipeline stage "
+                                        "and model chunk; default: Megatron-Core's DDP, which buckets only pipeline "
+                                        "rank 0's first model chunk (model/gpu/collectives.py StageBuckets)")
     tp_overlap_cfg: Optional[UbTable] = Field(None, description="the run's TransformerEngine userbuffers table "
                                               "(NeMo model.ub_tp_comm_overlap_cfg, a tp_overlap/*.yaml): per GEMM "
                                               "the method, num_sm, num_splits and set_sm_margin as TE read them; "
@@ -624,7 +628,8 @@ _RECIPE_COPIED = {"causal": "causal", "attention_kernel": "attention_kernel", "f
 # --deterministic-mode sets both NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 and NCCL_ALGO=Ring (DETERMINISTIC_UNMODELLED)
 _RECIPE_SWITCHES = {"fp8_dot_product_attention": ("fp8_attention",),
                     "checkpoint_early_stop": ("checkpoint_early_stop",), "eager_kernels": ("eager_kernels",),
-                    "deterministic_mode": ("deterministic_attention", "nccl_ring_only")}
+                    "deterministic_mode": ("deterministic_attention", "nccl_ring_only"),
+                    "apex_distributed_adam": ("ddp_buckets_every_stage",)}
 
 
 def _recipe_changes(recipe: Recipe, run: MeasuredRun, family: str) -> dict[str, Any]:

@@ -397,20 +397,60 @@ def pipeline_p2p_time(problem: Problem, volume: Any) -> Any:
     return where(piped, sends * alpha + volume * sends / link_rate, 0.0)
 
 
-def gradient_buckets(problem: Problem, params: Any) -> Any:
-    """Data-parallel collectives per optimizer step for `params` parameters: one per bucket of --ddp-bucket-size
-    parameters (the layout's), else of Megatron's default max(4e7, 1e6 x DP x CP); one bucket without the
-    overlapped reduce (Megatron sets bucket_size None then, training.py L2192-2193). With --ddp-num-buckets N
-    Megatron-LM @ d98e8a64 sets bucket_size = params // N (training.py L2186-2187) and a bucket closes once it holds
-    bucket_size elements, the last taking the rest (core/distributed/param_and_grad_buffer.py L980-995): N buckets,
-    i.e. buckets of ceil(params / N) here."""
+def _bucket_params(problem: Problem, params: Any) -> Any:
+    """Parameters per gradient bucket of a rank holding `params`: --ddp-bucket-size (the layout's), else
+    Megatron's default max(4e7, 1e6 x DP x CP). With --ddp-num-buckets N Megatron-LM @ d98e8a64 sets
+    bucket_size = params // N (training.py L2186-2187) and a bucket closes once it holds bucket_size elements,
+    the last taking the rest (core/distributed/param_and_grad_buffer.py L980-995): buckets of ceil(params / N)
+    here. `params` is the rank's whole count over its model chunks (training.py L2442-2444, num_parameters)."""
     lay = problem.layout
     bucket = lay.ddp_bucket_params
     if lay.ddp_num_buckets is not None:
         bucket = maximum(ceil_div(params, lay.ddp_num_buckets), 1)
     elif bucket is None:
         bucket = maximum(BUCKET_PARAMS, BUCKET_PARAMS_PER_DP_RANK * lay.data_parallel * lay.context_parallel)
-    return where(lay.overlap.grad_reduce, maximum(ceil_div(params, bucket), 1), 1)
+    return bucket
+
+
+def gradient_buckets(problem: Problem, params: Any) -> Any:
+    """Data-parallel collectives per optimizer step for `params` parameters all cut into buckets
+    (`_bucket_params`); one bucket without the overlapped reduce (Megatron sets bucket_size None then,
+    training.py L2192-2193)."""
+    return where(problem.layout.overlap.grad_reduce,
+                 maximum(ceil_div(params, _bucket_params(problem, params)), 1), 1)
+
+
+@dataclass(frozen=True)
+class StageBuckets:
+    """Which of a pipeline stage's buffers Megatron-Core's DDP cuts into buckets (Megatron-LM @ d98e8a64).
+    training.py L2504-2514 hands each model chunk its bucket size: None (one bucket per buffer, i.e. per
+    dtype group, dense and expert apart: distributed_data_parallel.py L160-171, param_and_grad_buffer.py
+    L954-1000) for chunks after the first and on every pipeline rank > 0; so only pipeline rank 0's model
+    chunk 0 is bucketed. That chunk holds 1/VP of the stage's layers and the first stage's word embedding
+    (an estimate: equal layer slices, as `timing._first_chunk_share`). With tied embeddings over PP > 1
+    the distributed optimizer gives the embedding, and the last stage's copy of it, a bucket of its own
+    (distrib_optimizer.py L530-576 `_does_param_require_new_bucket`, flagged in language_module.py
+    L270-290): one more bucket on each of those two stages (`shared`). The layout's
+    `ddp_buckets_every_stage`: Apex DistributedFusedAdam as NeMo 1.0 runs it (the MLPerf GPT-3 rows),
+    which buckets every stage and chunk alike (apex/contrib/optimizers/distributed_fused_adam.py b7a4acc1
+    L731-738: one bucket size for the whole rank)."""
+
+    first_stage: Any = True  # pipeline rank 0 (a bool, or an array over layouts)
+    embedding: Any = 0  # the word embedding's parameters per device on that stage (all in chunk 0)
+    shared: Any = False  # the stage holds the tied embedding or its copy, split into a bucket of its own
+
+    def calls(self, problem: Problem, params: Any) -> Any:
+        """Reduce-scatters (and all-gathers) per step of a buffer of `params` parameters of the stage."""
+        lay = problem.layout
+        if lay.ddp_buckets_every_stage:
+            return gradient_buckets(problem, params)
+        vp = lay.virtual_pipeline
+        embedding = minimum(self.embedding, params)
+        first_chunk = embedding + ceil_div(params - embedding, vp)
+        bucketed = where(lay.overlap.grad_reduce,
+                         maximum(ceil_div(first_chunk, _bucket_params(problem, params)), 1), 1)
+        split = where(self.shared & (lay.zero_stage >= 1) & (lay.pipeline_parallel > 1), 1, 0)
+        return where(self.first_stage, bucketed + vp - 1, vp) + split
 
 
 def sharded_calls_per_micro_batch(problem: Problem, buckets: Any) -> Any:
@@ -436,21 +476,24 @@ class DataParallelTimes:
     per_micro_batch: Any  # ZeRO-2 reduce-scatter, ZeRO-3 / FSDP gathers and reduce-scatter
 
 
-def data_parallel_traffic(problem: Problem, params: Any, size: Any, rates: dict[str, int]) -> dict[str, tuple[Any, Any]]:
+def data_parallel_traffic(problem: Problem, params: Any, size: Any, rates: dict[str, int],
+                          stage: StageBuckets = StageBuckets()) -> dict[str, tuple[Any, Any]]:
     """(bus bytes per rank, calls) of the data-parallel collectives over a group of `size` ranks holding
     `params` parameters per device (module docstring): "reduce_per_step" (ZeRO-0 all-reduce, ZeRO-1
     reduce-scatter of the gradients), "gather_per_step" (ZeRO-1/2 all-gather of the updated weights),
-    "per_micro_batch" (ZeRO-2 reduce-scatter; ZeRO-3 / FSDP two weight all-gathers and a reduce-scatter)."""
+    "per_micro_batch" (ZeRO-2 reduce-scatter; ZeRO-3 / FSDP two weight all-gathers and a reduce-scatter).
+    The per-step calls of Megatron's DDP (ZeRO <= 1) are `stage`'s buckets; the sharded paths bucket alike."""
     c, zero = constants().collectives, problem.layout.zero_stage
     share = ring_share(size) * params
     # --fp8-param-gather: the weights all-gathered in FP8 / FP4 (precision.param_gather_factor)
     g_bytes, w_bytes = rates["gradients"] * share, rates["weights"] * share * param_gather_factor(problem)
     buckets = where(params > 0, gradient_buckets(problem, params), 0)
+    per_step = where(params > 0, where(zero <= 1, stage.calls(problem, params), buckets), 0)
     return {
         "reduce_per_step": (where(zero == 0, c.all_reduce * g_bytes, where(zero == 1, c.reduce_scatter * g_bytes, 0)),
-                            where(zero <= 1, buckets, 0)),
+                            where(zero <= 1, per_step, 0)),
         "gather_per_step": (where((zero == 1) | (zero == 2), c.all_gather * w_bytes, 0),
-                            where((zero == 1) | (zero == 2), buckets, 0)),
+                            where((zero == 1) | (zero == 2), per_step, 0)),
         "per_micro_batch": (where(zero == 2, c.reduce_scatter * g_bytes,
                                   where(zero >= 3, 2 * c.all_gather * w_bytes + c.reduce_scatter * g_bytes, 0)),
                             where(zero >= 2, sharded_calls_per_micro_batch(problem, buckets), 0)),
@@ -479,26 +522,35 @@ def data_parallel_groups(problem: Problem) -> dict[str, tuple[Any, Any]]:
             "expert": (lay.expert_data_parallel, lay.expert_tensor_parallel * lay.expert_parallel)}
 
 
-def data_parallel_times(problem: Problem, dense: Any, expert: Any, rates: dict[str, int]) -> DataParallelTimes:
+def data_parallel_times(problem: Problem, dense: Any, expert: Any, rates: dict[str, int],
+                        stage: StageBuckets = StageBuckets()) -> DataParallelTimes:
     """Synchronisation of a stage holding `dense` non-expert and `expert` parameters per device
-    (before ZeRO sharding) over DP·CP and EDP ranks (see the module docstring): the dense part, then
-    the experts, one after the other. A function of the layout and of the two counts: kept per layout when
-    they are plain numbers (`btacalc.memo.plain_key`: ints and Fractions, not arrays of layouts)."""
-    key = plain_key((dense, expert, tuple(rates.items())))
+    (before ZeRO sharding) over DP·CP and EDP ranks (see the module docstring), cut into `stage`'s buckets:
+    the dense part, then the experts, one after the other. A function of the layout, of the two counts and
+    of the stage's buckets: kept per layout when they are plain numbers (`btacalc.memo.plain_key`: ints,
+    bools and Fractions, not arrays of layouts)."""
+    key = plain_key((dense, expert, tuple(rates.items()), stage.first_stage, stage.embedding, stage.shared))
     if key is None:
-        return _data_parallel_times(problem, dense, expert, rates)
+        return _data_parallel_times(problem, (dense, expert), rates, stage)
     cache = problem.layout_cache
     times = cache.get(("data parallel times", key))
     if times is None:
-        times = cache[("data parallel times", key)] = _data_parallel_times(problem, dense, expert, rates)
+        times = cache[("data parallel times", key)] = _data_parallel_times(problem, (dense, expert), rates, stage)
     return times
 
 
-def _data_parallel_times(problem: Problem, dense: Any, expert: Any, rates: dict[str, int]) -> DataParallelTimes:
+def part_buckets(stage: StageBuckets, part: str) -> StageBuckets:
+    """`stage`'s buckets of its dense or expert buffer: the word embedding is dense."""
+    return stage if part == "dense" else replace(stage, embedding=0, shared=False)
+
+
+def _data_parallel_times(problem: Problem, params: tuple[Any, Any], rates: dict[str, int],
+                         stage: StageBuckets) -> DataParallelTimes:
     total = dict.fromkeys(("reduce_per_step", "gather_per_step", "per_micro_batch"), 0.0)
-    for part, params in (("dense", dense), ("expert", expert)):
+    for part, held in zip(("dense", "expert"), params):
         size, stride = data_parallel_groups(problem)[part]
-        for key, (bus, calls) in data_parallel_traffic(problem, params, size, rates).items():
+        traffic = data_parallel_traffic(problem, held, size, rates, part_buckets(stage, part))
+        for key, (bus, calls) in traffic.items():
             total[key] = total[key] + ring_time(problem, bus, size, stride, calls, data_parallel_kind(problem, key))
     return DataParallelTimes(total["reduce_per_step"], total["gather_per_step"], total["per_micro_batch"])
 

@@ -8,7 +8,8 @@ Per micro-batch, stage j takes (per device; `costs.py` for the roofline of each 
 
 and the optimizer step takes
 
-    step = max_j t_j x (M + (PP - 1)/VP) + max_j (exposed data-parallel synchronisation)
+    step = max_j t_j x (M + (PP - 1)/VP) + max_j (exposed gradient reduction)
+           + max_j (exposed weight all-gather), or sum_j of it when overlapped without interleaving (`_Sync`)
            + max_j (optimizer update + gradient norm of stage j's local shard)
 
 with t_j also holding the exposed kernel-launch time of a micro-batch (`fixed.py`).
@@ -28,7 +29,9 @@ rules are the layout's named options (Megatron-Core's names; defaults in config/
 - data-parallel gradient reduction / weight all-gather: exposed, or with --overlap-grad-reduce /
   --overlap-param-gather behind the last micro-batch's backward / the first one's forward (interleaved:
   model chunk 0's share is exposed, the other chunks' behind the chunk backwards after / forwards before
-  them, as Megatron-Core schedules them: `_ChunkSync`); ZeRO-3 and
+  them; later stages reduce during the backwards still to come on the stages before them, and without
+  interleaving wait for their one-bucket gathers whole: as Megatron-Core schedules and buckets them,
+  `_ChunkSync`, collectives.StageBuckets); ZeRO-3 and
   FSDP prefetch their per-micro-batch gathers behind compute (Megatron-FSDP turns the overlaps on); every
   one of these NCCL ring collectives takes its channels' SMs from the compute it hides behind (`dp_sm_share` =
   the hidden per-micro-batch traffic x collective channels / SMs, sm_share.py; the hidden per-step
@@ -48,8 +51,8 @@ from ..arrays import is_array, largest, maximum, minimum, where
 from ..problem import Evaluation, Problem
 from ..state import bytes_per_param
 from ..steptime import StepTime, tile_overhead_s
-from .collectives import (CollectiveRow, DataParallelTimes, all_to_all_time, all_to_all_wire_bytes, context_parallel_time,
-                          data_parallel_groups, data_parallel_kind, data_parallel_times, data_parallel_traffic, describe,
+from .collectives import (CollectiveRow, DataParallelTimes, StageBuckets, all_to_all_time, all_to_all_wire_bytes, context_parallel_time,
+                          data_parallel_groups, data_parallel_kind, data_parallel_times, data_parallel_traffic, describe, part_buckets,
                           describe_all_to_all,
                           pipeline_p2p_time, ring_share, ring_time, tensor_parallel_kind, tensor_parallel_time)
 from .costs import ISSUED_COUNTS, Part, layer_parts, new_part, outside_parts
@@ -85,12 +88,48 @@ class _Slowest:
                         {k: where(slower, st.raw[k], self.raw[k]) for k in st.raw})
 
 
+@dataclass(frozen=True)
+class _Sync:
+    """A stage's exposed data-parallel synchronisation (`_ChunkSync`), with the SMs its hidden part takes:
+    the gradient reduction at the step's end and the parameter all-gather at its start."""
+
+    at_end: Any
+    at_start: Any
+
+    @classmethod
+    def of_stage(cls, problem: Problem, chunks: "_ChunkSync", dp: DataParallelTimes, compute: tuple[Any, Any]) -> "_Sync":
+        """Stage `chunks.stage`'s, from its data-parallel times and its (forward + backward, backward) of one
+        micro-batch. The buckets' ring collectives hold their channels' SMs while hidden behind compute
+        (sm_share.py); a later stage's reduce without interleaving hides in the cooldown, where the stage
+        computes nothing."""
+        o = problem.layout.overlap
+        total, backward = compute
+        reduce = where(o.grad_reduce, chunks.exposed_reduce(dp.reduce_per_step, backward), dp.reduce_per_step)
+        gather = where(o.param_gather, chunks.exposed_gather(dp.gather_per_step, total - backward), dp.gather_per_step)
+        idle = (chunks.virtual == 1) & (chunks.stage > 0)
+        ends_sm = dp_step_sm_share(problem, where(idle, 0.0, dp.reduce_per_step - reduce), 0.0)
+        return cls(reduce + ends_sm, gather + dp_step_sm_share(problem, 0.0, dp.gather_per_step - gather))
+
+    @staticmethod
+    def of_step(lay: Any, stages: list["_Sync"]) -> Any:
+        """The step's: the stages' reductions run side by side after stage 0's last backward (the
+        slowest counts); their gathers too with interleaving (all launched at the step's start) or when
+        not overlapped (in the optimizer step, distrib_optimizer.py L3189-3196), while the overlapped
+        gathers without interleaving each hold the first micro-batch's forward on its way down the
+        pipeline, so they add up (`_ChunkSync`)."""
+        at_end, slowest, total = stages[0].at_end, stages[0].at_start, stages[0].at_start
+        for st in stages[1:]:
+            at_end, slowest, total = maximum(at_end, st.at_end), maximum(slowest, st.at_start), total + st.at_start
+        chained = (lay.virtual_pipeline == 1) & lay.overlap.param_gather
+        return at_end + where(chained, total, slowest)
+
+
 @dataclass
 class _Stage(_Slowest):
     """One stage's per-micro-batch time split into its terms, and its per-step synchronisation (the
     step's is the maximum over stages)."""
 
-    sync: Any  # exposed data-parallel synchronisation, per step
+    sync: "_Sync"  # exposed data-parallel synchronisation, per step
     sync_raw: dict[str, Any]
     fixed: FixedCosts  # optimizer update and gradient norm, per step
     host_s: Any = 0.0  # CPU time to issue one micro-batch's kernels (fixed.host_time); `launch` is its excess
@@ -117,10 +156,10 @@ def gpu_step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Ev
         if not is_array(slower) and slower:
             crit = j
         worst = worst.pick(slower, st)
-    sync, optimizer, norm = stages[0].sync, stages[0].fixed.optimizer_s, stages[0].fixed.grad_norm_s
+    sync = _Sync.of_step(lay, [st.sync for st in stages])
+    optimizer, norm = stages[0].fixed.optimizer_s, stages[0].fixed.grad_norm_s
     casts = stages[0].fixed.weight_cast_s
     for st in stages[1:]:
-        sync = maximum(sync, st.sync)
         slower = st.fixed.total_s > optimizer + norm + casts
         optimizer, norm = where(slower, st.fixed.optimizer_s, optimizer), where(slower, st.fixed.grad_norm_s, norm)
         casts = where(slower, st.fixed.weight_cast_s, casts)
@@ -146,7 +185,8 @@ def gpu_step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Ev
         ends = (first if crit == 0 else None, crit == lay.pipeline_parallel - 1, last)
         counts = pipe.kind_counts(crit)
         details["collectives"] = (_collective_rows(problem, kinds, counts, m)
-                                  + _data_parallel_rows(problem, _stage_state(problem, crit, counts, kinds, ends)[:2], m))
+                                  + _data_parallel_rows(problem, _stage_state(problem, crit, counts, kinds, ends)[:2], m,
+                                                        _stage_buckets(problem, crit, ends)))
     return StepTime(step, seqs * problem.run.seq_len / step, flops / (step * lay.devices * peak), phase_time,
                     worst.terms["tiling"] * m, 0.0, comm, repeats, details)
 
@@ -207,67 +247,98 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
     terms["launch"] = where(synced_layers, synced, launch_time(host, gpu))
     host = where(exists, host, 0.0)
     chunks = _ChunkSync.of(problem, micro_batches,
-                           _first_chunk_share(lay, dense + expert, first.dense_params if is_first else 0))
-    reduce = where(o.grad_reduce, chunks.exposed_reduce(dp.reduce_per_step, backward), dp.reduce_per_step)
-    gather = where(o.param_gather, chunks.exposed_gather(dp.gather_per_step, compute - backward), dp.gather_per_step)
+                           _first_chunk_share(lay, dense + expert, first.dense_params if is_first else 0), j)
+    sync = _Sync.of_stage(problem, chunks, dp, (compute, backward))
     terms = {k: where(exists, v, 0.0) for k, v in terms.items()}
     sync_raw = {"gradient_reduce": dp.reduce_per_step, "param_gather": dp.gather_per_step,
                 "zero_per_micro_batch": dp.per_micro_batch * micro_batches}
     casts = stage.weight_cast_s + _on_ends(outside, "weight_cast_s")
     fixed = FixedCosts(where(exists, fixed.optimizer_s, 0.0), where(exists, fixed.grad_norm_s, 0.0),
                        where(exists, casts, 0.0))
-    # the buckets' ring collectives hold their channels' SMs while hidden (sm_share.py)
-    hidden_sm = dp_step_sm_share(problem, dp.reduce_per_step - reduce, dp.gather_per_step - gather)
-    return _Stage(terms, raw, where(exists, reduce + gather + hidden_sm, 0.0), sync_raw, fixed, host)
+    return _Stage(terms, raw, _Sync(where(exists, sync.at_end, 0.0), where(exists, sync.at_start, 0.0)),
+                  sync_raw, fixed, host)
 
 
 @dataclass(frozen=True)
 class _ChunkSync:
-    """The exposed data-parallel gradient reduce-scatter and parameter all-gather of one stage under
+    """The exposed data-parallel gradient reduce-scatter and parameter all-gather of pipeline stage j under
     --overlap-grad-reduce / --overlap-param-gather, as Megatron-Core schedules them (Megatron-LM @ d98e8a64).
+    Reduces are timed from the end of stage 0's last backward, where the step's backward ends; gathers
+    from the start of the stage's first forward.
 
-    VP = 1: the gradient buckets are reduced as the last micro-batch's backward fills them (schedules.py
-    L813-830 without a pipeline, L2431-2434 / L2456-2461 with one: the sync is enabled for the last backward),
-    and each parameter bucket's all-gather is prefetched behind the previous bucket's forward
-    (param_and_grad_buffer.py L562-573, align_param_gather is off without interleaving, arguments.py L1013):
-    exposed = max(0, traffic - one micro-batch's backward / forward), as before.
+    VP = 1, stage 0: the gradient buckets are reduced as the last micro-batch's backward fills them
+    (schedules.py L813-830 without a pipeline, L2431-2434 / L2456-2461 with one: the sync is enabled for the
+    last backward), and each parameter bucket's all-gather is prefetched behind the previous bucket's
+    forward (param_and_grad_buffer.py L562-573, align_param_gather is off without interleaving, arguments.py
+    L1013): exposed = max(0, traffic - one micro-batch's backward / forward).
+
+    VP = 1, stage j > 0 (`ddpchunk`): with align_grad_reduce (on by default, common_config.py L80,
+    training.py L4356-4359) only the first stage enables the sync in its last backward; the others launch
+    theirs after the cooldown (schedules.py L2456-2461, L2476-2480), and Megatron-Core gives them one bucket
+    per buffer anyway, which can only launch once the backward is done (distributed_data_parallel.py
+    L160-171, param_and_grad_buffer.py L863-884). The last micro-batch's backward still has stages
+    j-1 ... 0 to cross, so the reduce hides behind j backward slots: max(0, traffic - j b) (an estimate: the
+    other stages' slots taken as this stage's b). The all-gather is dispatched by the forward pre-hook of
+    the stage's first layer (finish_param_sync dispatches a bucket not yet dispatched,
+    param_and_grad_buffer.py L554-558; nothing dispatches it earlier without align_param_gather,
+    distrib_optimizer.py L3178-3196), once the stage's first input has arrived; with one bucket per buffer
+    the first layer waits for all of it: the whole gather is exposed (`single`), and it delays the first
+    micro-batch's forward on its way down the pipeline, so these add up over the stages (`gpu_step_time`).
+    Apex's buckets (`every_stage`) prefetch as on stage 0.
 
     VP > 1 (interleaved, align_grad_reduce and align_param_gather on by default: common_config.py L80,
     arguments.py L3152-3155, training.py L4356-4363): a chunk's reduce-scatter is launched whole once its
-    last micro-batch's backward is done (schedules.py L1438-1456), in backward order chunk VP-1 ... 0, and
-    after chunk k's launch only the last micro-batch group's backwards of chunks k-1 ... 0 remain
-    (L last micro-batches each, get_schedule_table L989-1016, groups of PP micro-batches,
-    model_parallel_config.py L567-568). With r_0 chunk 0's share, the queue drains
-    max_k (r_0 + k r - k L b/VP) after the last backward: max(r_0, R - (VP-1) L b / VP).
-    The all-gathers of chunks 0 and 1 are launched at the step's start, that of chunk v+1 when chunk v starts
-    its first forward (L1218-1221, L1334-1354); chunk 0's first layer waits for all of chunk 0's buckets
-    (they are dispatched last-layer first, distributed_data_parallel.py L369-379), and each later chunk
-    waits for what its gather exceeds one group of its predecessor's forwards (h = min(PP, M) f / VP):
-    a_0 + (VP-1) max(0, a - h). Chunks are taken as equal slices of the stage's layers, with the first
-    stage's embedding in chunk 0 (an estimate: the last stage's output layer is spread evenly)."""
+    last micro-batch's backward is done, at the same time on every stage (rank j after its backward
+    v + j: schedules.py L1438-1456), in backward order chunk VP-1 ... 0, and after chunk k's launch only the
+    last micro-batch group's backwards of chunks k-1 ... 0 remain (L last micro-batches each,
+    get_schedule_table L989-1016, groups of PP micro-batches, model_parallel_config.py L567-568). Chunk 0's
+    launch on rank j > 0 falls past the loop and comes with the remaining reductions at the stage's own end
+    (L2064-2069), j chunk backward slots before stage 0's. With r_0 chunk 0's share and r each later
+    chunk's, the queue drains max(r_0 - j b/VP, max_k>=1 (r_0 + k r - k L b/VP)) after the last backward:
+    max(r_0 - j b/VP, r_0 + r - L b/VP, R - (VP-1) L b/VP) (the k terms are linear in k; at j = 0 this is
+    max(r_0, R - (VP-1) L b/VP), as before). An estimate: chunk 1 is taken as launched in the loop, which
+    holds for j <= L.
+    The all-gathers of chunks 0 and 1 are launched at the step's start on every stage, that of chunk v+1
+    when chunk v starts its first forward (L1218-1221, L1334-1354); chunk 0's first layer waits for all of
+    chunk 0's buckets (they are dispatched last-layer first, distributed_data_parallel.py L369-379), and
+    stage j's first forward starts j chunk forward slots into the step: max(0, a_0 - j f/VP). Each later
+    chunk waits for what its gather exceeds one group of its predecessor's forwards
+    (h = min(PP, M) f / VP): max(0, a_0 - j f/VP) + (VP-1) max(0, a - h). Chunks are taken as equal slices
+    of the stage's layers, with the first stage's embedding in chunk 0 (an estimate: the last stage's
+    output layer is spread evenly)."""
 
     virtual: Any  # VP
     last_group: Any  # L: micro-batches in the schedule's last group
     first_group: Any  # micro-batches in the first group, min(PP, M)
     first_share: Any  # chunk 0's share of the stage's parameters (and so of its traffic)
+    stage: Any = 0  # j, the stage's pipeline rank
+    single: Any = False  # the stage's buffers are one bucket each (Megatron-Core's DDP on a rank > 0)
 
     @classmethod
-    def of(cls, problem: Problem, micro_batches: Any, first_share: Any) -> "_ChunkSync":
+    def of(cls, problem: Problem, micro_batches: Any, first_share: Any, stage: int = 0) -> "_ChunkSync":
         lay = problem.layout
         group = lay.pipeline_parallel
         last_group = micro_batches - group * ((micro_batches - 1) // group)
-        return cls(lay.virtual_pipeline, last_group, minimum(group, micro_batches), first_share)
+        return cls(lay.virtual_pipeline, last_group, minimum(group, micro_batches), first_share, stage,
+                   stage > 0 and not lay.ddp_buckets_every_stage)
 
     def exposed_reduce(self, traffic: Any, backward: Any) -> Any:
-        later = traffic - (self.virtual - 1) * self.last_group * backward / self.virtual
-        return where(self.virtual > 1, maximum(self.first_share * traffic, later), maximum(0.0, traffic - backward))
+        slot = backward / self.virtual
+        first = self.first_share * traffic
+        later = (traffic - first) / maximum(self.virtual - 1, 1)
+        interleaved = maximum(maximum(first - self.stage * slot, first + later - self.last_group * slot),
+                              traffic - (self.virtual - 1) * self.last_group * slot)
+        flat = traffic - maximum(self.stage, 1) * backward
+        return maximum(0.0, where(self.virtual > 1, interleaved, flat))
 
     def exposed_gather(self, traffic: Any, forward: Any) -> Any:
         first = self.first_share * traffic
         later = (traffic - first) / maximum(self.virtual - 1, 1)
         hidden = self.first_group * forward / self.virtual
-        interleaved = first + (self.virtual - 1) * maximum(0.0, later - hidden)
-        return where(self.virtual > 1, interleaved, maximum(0.0, traffic - forward))
+        interleaved = (maximum(0.0, first - self.stage * forward / self.virtual)
+                       + (self.virtual - 1) * maximum(0.0, later - hidden))
+        flat = where(self.single, traffic, maximum(0.0, traffic - forward))
+        return where(self.virtual > 1, interleaved, flat)
 
 
 def _first_chunk_share(lay: Any, params: Any, embedding: Any) -> Any:
@@ -290,10 +361,19 @@ def _stage_state(problem: Problem, j: int, counts: list[Any], kinds: list[tuple[
         return cache[key]
     dense, expert = stage_params(problem, counts, kinds, ends)
     rates = bytes_per_param(problem)
-    out = (dense, expert, data_parallel_times(problem, dense, expert, rates), fixed_costs(problem, dense, expert, rates))
+    dp = data_parallel_times(problem, dense, expert, rates, _stage_buckets(problem, j, ends))
+    out = (dense, expert, dp, fixed_costs(problem, dense, expert, rates))
     if key is not None:
         cache[key] = out
     return out
+
+
+def _stage_buckets(problem: Problem, j: int, ends: tuple[Optional[Part], Any, Part]) -> StageBuckets:
+    """Stage j's gradient buckets (collectives.StageBuckets): the first stage's embedding is in its chunk 0;
+    tied, it and the last stage's copy of it are split off."""
+    first, is_last, _ = ends
+    shared = ((first is not None) | is_last) if problem.model.tied_embeddings else False
+    return StageBuckets(j == 0, first.dense_params if first is not None else 0, shared)
 
 
 def _on_ends(outside: list[tuple[Part, Any]], name: str) -> Any:
@@ -372,26 +452,28 @@ def _collective_rows(problem: Problem, kinds: list[tuple[Any, Part]], counts: li
     return rows
 
 
-def _data_parallel_rows(problem: Problem, params: tuple[Any, Any], m: Any) -> list[CollectiveRow]:
-    """The critical stage's data-parallel collectives per step (collectives.data_parallel_traffic): functions
-    of the layout, the stage's parameters and M, kept per layout when those are plain numbers."""
-    key = plain_key((params, m))
+def _data_parallel_rows(problem: Problem, params: tuple[Any, Any], m: Any, stage: StageBuckets) -> list[CollectiveRow]:
+    """The critical stage's data-parallel collectives per step (collectives.data_parallel_traffic) in its
+    buckets: functions of the layout, the stage's parameters and buckets and M, kept per layout when those
+    are plain numbers."""
+    key = plain_key((params, m, stage.first_stage, stage.embedding, stage.shared))
     if key is None:
-        return _data_parallel_rows_of(problem, params, m)
+        return _data_parallel_rows_of(problem, params, m, stage)
     rows = problem.layout_cache.get(("data parallel rows", key))
     if rows is None:
-        rows = problem.layout_cache[("data parallel rows", key)] = _data_parallel_rows_of(problem, params, m)
+        rows = problem.layout_cache[("data parallel rows", key)] = _data_parallel_rows_of(problem, params, m, stage)
     return list(rows)
 
 
-def _data_parallel_rows_of(problem: Problem, params: tuple[Any, Any], m: Any) -> list[CollectiveRow]:
+def _data_parallel_rows_of(problem: Problem, params: tuple[Any, Any], m: Any, stage: StageBuckets) -> list[CollectiveRow]:
     rows = []
     kinds = {"reduce_per_step": "gradient_reduce", "gather_per_step": "param_gather", "per_micro_batch": "zero_per_micro_batch"}
     for part, held in zip(("dense", "expert"), params):
         size, stride = data_parallel_groups(problem)[part]
         if size <= 1 or not held:
             continue
-        for key, (bus, calls) in data_parallel_traffic(problem, held, size, bytes_per_param(problem)).items():
+        traffic = data_parallel_traffic(problem, held, size, bytes_per_param(problem), part_buckets(stage, part))
+        for key, (bus, calls) in traffic.items():
             times = m if key == "per_micro_batch" else 1
             if calls:
                 kind = data_parallel_kind(problem, key)
