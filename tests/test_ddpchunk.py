@@ -25,6 +25,7 @@ from btacalc.config.presets import load_preset
 from btacalc.model.gpu.collectives import StageBuckets, gradient_buckets
 from btacalc.model.gpu.timing import _ChunkSync, _Sync
 from btacalc.model.problem import make_problem
+from test_dp_sync_interleaved import _table  # (micro-batch, chunk) in Megatron's forward order
 
 # Llama 3 70B (Meta model card / config.json: h 8,192, 64 heads of 128, 8 KV heads, SwiGLU f 28,672, 80 layers,
 # vocabulary 128,256, untied) over TP 4: each linear split four ways, the two RMSNorm vectors whole
@@ -148,15 +149,6 @@ def test_overlapped_gathers_without_interleaving_add_up_over_the_stages():
 
 
 # --- exposure, VP > 1: rank j's chunk syncs replayed from schedules.py ---
-
-
-def _table(m: int, chunks: int, group: int) -> list[tuple[int, int]]:
-    """(micro-batch, chunk) in Megatron's forward order (get_schedule_table, L989-1016)."""
-    out = []
-    for start in range(0, m, group):
-        stop = m if start + group >= m else start + group
-        out += [(mb, c) for c in range(chunks) for mb in range(start, stop)]
-    return out
 
 
 def _simulated_reduce_on_rank(pp: int, vp: int, m: int, traffic: tuple[float, float], backward: float,

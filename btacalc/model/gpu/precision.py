@@ -142,25 +142,24 @@ def cast_rates(problem: Problem) -> Optional[CastRates]:
     copies = recipe.copies(cc)
     shares = _cast_shares(problem, copies)
     kernels = recipe.activation_cast_kernels(copies, problem.run.rht_cast_fusion)
+    activation = full_bandwidth_bytes(recipe, copies, shares, kernels)
     return CastRates(recipe=recipe, peak=peak.value * compute_efficiency(problem),
                      full_bandwidth_bytes_per_cast=full_bandwidth_bytes(recipe, copies, shares),
-                     activation_bytes_per_cast=full_bandwidth_bytes(recipe, copies, shares, kernels),
+                     activation_bytes_per_cast=activation,
                      cache_bytes_per_param=copies * recipe.bytes_per_element,
                      weight_casts_per_micro_batch=1 / problem.layout.micro_batches,
-                     sp_gather_extra_bytes=sp_gather_extra_bytes(problem, cc),
+                     sp_gather_extra_bytes=sp_gather_extra_bytes(problem, cc, activation),
                      ceiling_kernel=recipe.ceiling_kernel(cc))
 
 
-def sp_gather_extra_bytes(problem: Problem, cc: float) -> Any:
+def sp_gather_extra_bytes(problem: Problem, cc: float, own: float) -> Any:
     """Per local element of an operand TE all-gathers along the sequence, the full-bandwidth bytes beyond the
-    recipe's own cast: the local cast writes the recipe's `sp_gather_pass` copies instead of its `copies`, and a
-    pass over the t gathered elements reads and writes `pass` bytes each at the single-output cast share f1.
-    0 without sequence parallelism (nothing is gathered: TP all-reduces, and the local cast writes every copy)."""
+    recipe's own cast (`own`, the activation cast's `activation_bytes_per_cast`): the local cast writes the
+    recipe's `sp_gather_pass` copies instead of its `copies`, and a pass over the t gathered elements reads and
+    writes `pass` bytes each at the single-output cast share f1. 0 without sequence parallelism (nothing is
+    gathered: TP all-reduces, and the local cast writes every copy)."""
     recipe, run = problem.run.recipe, problem.run
-    copies = recipe.copies(cc)
     local, pass_bytes = recipe.sp_gather_pass(cc)
-    own = full_bandwidth_bytes(recipe, copies, _cast_shares(problem, copies),
-                               recipe.activation_cast_kernels(copies, run.rht_cast_fusion))
     shares = _cast_shares(problem, local)
     mine = full_bandwidth_bytes(recipe, local, shares, recipe.activation_cast_kernels(local, run.rht_cast_fusion))
     extra = mine - own + problem.layout.tensor_parallel * pass_bytes / shares[0]
