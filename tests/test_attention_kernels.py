@@ -127,7 +127,46 @@ def test_the_blackwell_share_follows_the_benchmark_over_sequence_lengths():
     six_k = _cudnn_gb200_share(4096) + (_cudnn_gb200_share(8192) - _cudnn_gb200_share(4096)) * math.log2(1.5)
     assert kernel.fraction_of_peak(10.0, 6144) == pytest.approx(six_k, abs=1e-3)
     assert kernel.fraction_of_peak(10.0, 512) == kernel.fraction_of_peak(10.0, 2048)
-    assert kernel.fraction_of_peak(9.0, 8192) == kernel.fraction_of_peak(9.0, 2048)  # Hopper: one rate
+
+
+# The same FlashAttention-3 figures at every sequence length they show (H100 SXM5, head dim 128, BF16; bar labels
+# in TFLOP/s): s -> (causal forward, forward without the mask, backward without the mask). cuDNN and
+# FlashAttention-2 bars (Figure 5 causal / unmasked forward, Figure 6 backward).
+CUDNN_H100_FIGURES = {1024: (410.0, 574.0, 408.0), 2048: (484.0, 617.0, 465.0),
+                      4096: (CUDNN_FWD_CAUSAL_4K, CUDNN_FWD_FULL_4K, CUDNN_BWD_FULL_4K),
+                      8192: (529.0, 600.0, 518.0), 16384: (539.0, 595.0, 516.0)}
+FA2_H100_FIGURES = {1024: (260.0, 350.0, 260.0), 2048: (298.0, 362.0, 291.0), 4096: (319.0, 368.0, 310.0),
+                    8192: (333.0, 370.0, 318.0), 16384: (335.0, 370.0, 322.0)}
+
+
+def _figure_share(bars: tuple[float, float, float], s: int) -> float:
+    """The 4k derivation (_cudnn_hopper_share) at any length: the causal forward on the nb(nb+1)/2 blocks
+    run, the mask's per-block cost carried to the unmasked backward, combined as 3.5 / (1/F + 2.5/B)."""
+    causal, full, bwd_full = bars
+    nb = s // 128
+    fwd = causal * (nb + 1) / nb
+    bwd = bwd_full * fwd / full
+    return (1 + BWD_PER_FWD) / (1 / fwd + BWD_PER_FWD / bwd) * 1e12 / H100_BF16_PEAK
+
+
+def test_the_hopper_shares_follow_the_figures_over_sequence_lengths():
+    """cuDNN at 2k: 484 x 17/16 = 514.3 forward on the blocks run, mask cost 514.3/617 = 0.834, backward
+    465 x 0.834 = 387.6, 3.5 / (1/514.3 + 2.5/387.6) = 416.9 TFLOP/s = 0.422 of 989; at 8k: 529 x 65/64 =
+    537.3, 0.895, 463.8, 482.7 = 0.488; at 16k 0.495; at 1k 0.361. FlashAttention-2 (the v3.1 MLPerf rows'
+    kernel): 0.273 at 2k, 0.293 at 4k, 0.306 at 8k. Between the points linear in log2(s), outside them the end
+    point's; the 4k point stays each kernel's reference share."""
+    assert _figure_share(CUDNN_H100_FIGURES[2048], 2048) == pytest.approx(0.4215, abs=5e-4)
+    assert _figure_share(CUDNN_H100_FIGURES[8192], 8192) == pytest.approx(0.4881, abs=5e-4)
+    assert _figure_share(FA2_H100_FIGURES[2048], 2048) == pytest.approx(0.2726, abs=5e-4)
+    for name, figures in (("default", CUDNN_H100_FIGURES), ("flash-attn-2", FA2_H100_FIGURES)):
+        kernel = attention_kernel(name)
+        for s, bars in figures.items():
+            assert kernel.fraction_of_peak(9.0, s) == pytest.approx(_figure_share(bars, s), abs=5e-4)
+        assert kernel.fraction_of_peak(9.0) == pytest.approx(_figure_share(figures[4096], 4096), abs=5e-4)
+        assert kernel.fraction_of_peak(9.0, 512) == kernel.fraction_of_peak(9.0, 1024)
+        three_k = _figure_share(figures[2048], 2048) + (_figure_share(figures[4096], 4096)
+                                                        - _figure_share(figures[2048], 2048)) * math.log2(1.5)
+        assert kernel.fraction_of_peak(9.0, 3072) == pytest.approx(three_k, abs=1e-3)
 
 
 def test_the_default_core_on_b200_is_kernel_flops_over_the_cudnn_rate_alone():
@@ -147,11 +186,12 @@ def test_the_default_core_on_b200_is_kernel_flops_over_the_cudnn_rate_alone():
 def test_the_default_core_on_h100_is_kernel_flops_over_the_cudnn_rate_alone():
     """MPT-7B (h = 4096 = 32 heads of 128), one sequence of 8192: the kernel runs 14 s² h FLOPs on the whole
     square (forward 4, backward 8, recomputed Q K^T 2) x 65/128 blocks on or below the diagonal (nb = 64), at
-    0.467 x 989 TFLOP/s: the fitted compute_efficiency does not multiply a benchmarked kernel rate."""
+    cuDNN's 8k share (0.488, below) x 989 TFLOP/s: the fitted compute_efficiency does not multiply a benchmarked
+    kernel rate."""
     s, h = 8192, 4096
-    share = attention_kernel("default").fraction_of_peak(9.0)
+    share = _figure_share(CUDNN_H100_FIGURES[8192], 8192)
     derived = 14 * s * s * h * (65 / 128) / (share * H100_BF16_PEAK)
-    assert _core_s("mpt-7b", "h100", "default", seq=s, batch=1) == pytest.approx(derived, rel=1e-9)
+    assert _core_s("mpt-7b", "h100", "default", seq=s, batch=1) == pytest.approx(derived, rel=1e-3)  # 3-digit share
 
 
 def _io_count_bytes_per_token_head(sram_bytes: int, s: int, d: int = 128, beta: int = 2) -> tuple[float, float]:
@@ -176,15 +216,16 @@ def test_the_io_count_bound_is_below_the_measured_cudnn_forward_so_it_is_not_app
     bound = 4 * 4096 * 128 * (33 / 64) / fwd_bytes * hw.memory.offchip_bandwidth_bytes_per_s.value
     assert bound < CUDNN_FWD_CAUSAL_4K * 1e12 * 33 / 32
     # s = 512 with b = 64 (T_c = 3, 2 passes): the IO count (forward + backward) would bind the core at
-    # 338 TFLOP/s < 462; the benchmarked rate alone sets the time
+    # 338 TFLOP/s < 357 (the figures' shortest point, 1k: 0.361 x 989, held below it); the benchmarked rate alone
+    # sets the time
     s, b, h = 512, 64, 4096
-    share = attention_kernel("default").fraction_of_peak(9.0)
+    share = _figure_share(CUDNN_H100_FIGURES[1024], 1024)
     flops = 14 * b * s * s * h * (5 / 8)
     fwd_bytes, bwd_bytes = _io_count_bytes_per_token_head(int(hw.attention_sram_bytes_per_core), s)
     traffic_s = b * s * (h // 128) * (fwd_bytes + bwd_bytes) / hw.memory.offchip_bandwidth_bytes_per_s.value
     assert traffic_s > flops / (share * H100_BF16_PEAK)
     assert _core_s("mpt-7b", "h100", "default", seq=s, batch=b) == pytest.approx(flops / (share * H100_BF16_PEAK),
-                                                                                  rel=1e-9)
+                                                                                  rel=2e-3)  # 3-digit share
 
 
 @pytest.mark.parametrize("hw,kernel", [("a100-80gb", "default"), ("b200", "triton-flash")])
