@@ -774,12 +774,55 @@ for cmd in (["plan", "--hw", "wse3"], ["whatif", "--hw", "wse3", "--target", "mf
     for flag_ in ("--experts", "--top-k", "--expert-ffn"):
         case("bounds", *cmd, flag_, str(2**62 + 1), fragment=f"{flag_} {2**62 + 1} is beyond 2^62", outputs=False)
 
-# `--emit bridge` prints Hydra's command-line overrides (model.num_layers=48); --from-bridge reads a recipe's YAML, and
-# said only "a YAML mapping" of them: the refusal now names the form and how to write it
-case("files", "plan", "--hw", "h100", "--devices", "8", "--from-bridge", "{tmp}/emitted.txt",
-     fragment="model.tensor_model_parallel_size=... is a command-line override (Hydra's key=value, what --emit bridge "
-     "prints): write it as YAML (key: value)",
-     files={"emitted.txt": "# btacalc plan\nmodel.tensor_model_parallel_size=2\ntrain.micro_batch_size=1\n"})
+# hydra: --from-bridge reads Hydra's command-line overrides (what --emit bridge prints and Bridge's scripts take,
+# parsed with hydra-core's own OverridesParser, as Megatron-Bridge's parse_hydra_overrides does); what Bridge refuses
+# or what btacalc cannot know is one line, exit 2 (before: every case below was "a Bridge recipe's overrides are a
+# YAML mapping", the form refused whole)
+HYDRA = ("model.tensor_model_parallel_size=2 model.pipeline_model_parallel_size=1\n"
+         "train.micro_batch_size=1 train.global_batch_size=64 mixed_precision=bf16_mixed\n")
+for extra, fragment in (
+        # struct mode: a key outside ConfigContainer's sections is "Could not override" in Bridge
+        ("trainer.max_steps=10", "trainer.max_steps is not a key of Megatron-Bridge's config"),
+        # +key= appends, which Bridge refuses where the recipe holds a value (btacalc cannot see the recipe)
+        ("+model.num_layers=4", "+model.num_layers=4 adds model.num_layers, which Bridge refuses where the recipe "
+         "holds a value"),
+        ("+model.hidden_size=", "adds model.hidden_size"),
+        # ~key deletes: Bridge keeps the recipe's value, unknown to btacalc
+        ("~model.context_parallel_size", "~model.context_parallel_size deletes model.context_parallel_size"),
+        ("~model.context_parallel_size=1", "deletes model.context_parallel_size"),
+        # a whole float where Megatron takes an integer, refused as the YAML path refuses it (_bridge_value)
+        ("model.context_parallel_size=1.0", "model.context_parallel_size: 1.0 is a float, which Megatron-Bridge sets "
+         "as given"),
+        ("model.window_size=[128.0,0]", "model.window_size[0]: 128.0 is a float"),
+        # list syntax Bridge cannot set: Hydra's sweeps (one run per value), a list where a count stands, a nested list
+        ("model.context_parallel_size=1,2", "is a Hydra sweep (simple_choice_sweep)"),
+        ("'model.context_parallel_size=choice(1,2)'", "is a Hydra sweep (choice_sweep)"),
+        ("'model.context_parallel_size=range(1,3)'", "is a Hydra sweep (range_sweep)"),
+        ("model.context_parallel_size=[1,2]", "context_parallel_size"),
+        ("'model.window_size=[[128,0]]'", "model.window_size: list [[128, 0]] is not an override value"),
+        # interpolations resolve against the recipe's config
+        ("'model.context_parallel_size=${model.tensor_model_parallel_size}'", "an interpolation, which Bridge "
+         "resolves against the recipe's config"),
+        ("model.seq_length=\"${oc.env:SEQ}\"", "an interpolation"),
+        # not an override at all, an option of the launching script, a config group's package, an unclosed quote
+        ("model.num_layers", "'model.num_layers' is not a Hydra override"),
+        ("--recipe llama3_8b", "--recipe is a command-line option of the launching script"),
+        ("model@pkg.num_layers=4", "a config group's @package"),
+        ("'model.num_layers=4", "No closing quotation"),
+):
+    case("files", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
+         fragment=fragment, files={"o.txt": HYDRA + extra + "\n"})
+for text, fragment in (("", "no overrides (the file is empty)"), ("# a comment\n\n", "no overrides (the file is empty)"),
+                       # a mix of YAML and overrides: Bridge reads one file as YAML (OmegaConf.load), never both
+                       ("model:\n  num_layers: 4\ntrain.micro_batch_size=1\n",
+                        "a mix of Hydra overrides (line 3: train.micro_batch_size=1) and YAML (line 1: model:)"),
+                       ("train.micro_batch_size=1\nddp.overlap_grad_reduce: true\n", "a mix of Hydra overrides"),
+                       # a string where Megatron takes a number (Hydra's quotes inside the shell's), as the YAML
+                       # path refuses it; unquoted by the shell alone, "4" is the integer 4, as Bridge reads it
+                       (HYDRA + "'ddp.num_buckets=\"4\"'\n", "ddp.num_buckets: '4' is a string")):
+    case("files", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
+         fragment=fragment, files={"o.txt": text})
+
 
 def _make(folder: Path, files: dict[str, Any]) -> None:
     for name, content in files.items():

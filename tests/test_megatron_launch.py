@@ -765,6 +765,47 @@ def test_a_quoted_array_expands_to_one_word_per_element():
                        "u.sh").args["fp8"] == "hybrid"
 
 
+@pytest.mark.parametrize("plan", [
+    ("--hw", "h100", "--devices", "64", "--tp", "2", "--pp", "4"),
+    # a list (the MoE layer pattern, Bridge's list of 0/1) and a string Hydra reads only quoted (a layout's | and *)
+    ("--hw", "h100", "-m", "deepseek-proxy-megatron-ci", "--devices", "8", "--ep", "8"),
+    ("--hw", "h100", "-m", "llama-3-8b", "--devices", "16", "--pp", "2", "--pipeline-layout", "Et*16|t*16L"),
+    ("--hw", "b200", "-m", "qwen3-30b-a3b", "--devices", "8", "--ep", "8", "--cuda-graph-scope",
+     "moe_router,moe_preprocess"),
+])
+def test_emitted_bridge_overrides_plan_the_same_run(cli, tmp_path, plan):
+    """hydra: `--emit bridge` prints Hydra overrides; `--from-bridge` reads them with Hydra's own parser into the keys
+    the YAML path reads, so the plan of the emitted file is the emitted plan: the same layout, hence the same memory
+    and step time (exactly: one computation of one run)."""
+    code, emitted, err = cli("plan", *plan, "--emit", "bridge")
+    assert code in (0, 1), err
+    recipe = tmp_path / "overrides.txt"
+    recipe.write_text(emitted)
+    devices = plan[plan.index("--devices") + 1]
+    code_a, a, _ = cli("plan", *plan, "--json")
+    code_b, b, err = cli("plan", "--hw", plan[1], "--devices", devices, "--from-bridge", str(recipe), "--json")
+    assert code_a == code_b, err
+    a, b = json.loads(a), json.loads(b)
+    assert a["parallelism"] == b["parallelism"] and a["memory_bytes"] == b["memory_bytes"]
+    assert a["throughput"]["step_time_s"] == b["throughput"]["step_time_s"]
+
+
+def test_hydra_and_yaml_overrides_read_the_same_keys():
+    """The two forms of one recipe's overrides: dotted keys, a section's dict value (merged, as OmegaConf.update with
+    merge=True), several overrides per line and shell quoting give the YAML mapping's keys and values exactly; a key
+    given again takes its last value (Hydra applies overrides in order)."""
+    from btacalc.config.bridge_hydra import read_overrides
+    from btacalc.config.megatron_run import _yaml_overrides
+
+    hydra = ("model.tensor_model_parallel_size=1 model.tensor_model_parallel_size=2  # a comment\n"
+             "'model={num_layers:4,hidden_size:256}' 'model.cuda_graph_scope=[attn,mlp]'\n"
+             "model.pipeline_model_parallel_layout='\"E|t*4|L\"' train.global_batch_size=8 model.fp8=null\n")
+    yaml_text = ("model:\n  tensor_model_parallel_size: 2\n  num_layers: 4\n  hidden_size: 256\n"
+                 "  cuda_graph_scope: [attn, mlp]\n  pipeline_model_parallel_layout: 'E|t*4|L'\n  fp8: null\n"
+                 "train:\n  global_batch_size: 8\n")
+    assert read_overrides(hydra, "o.txt") == _yaml_overrides(yaml_text, "r.yaml")
+
+
 def test_emitted_bridge_overrides_written_as_yaml_plan_the_same_run(cli, tmp_path):
     """review12: `--emit bridge` prints Hydra's `key=value` overrides; the same keys as YAML (`key: value`, the form
     --from-bridge reads) plan the run the emitted plan is: same memory and step time."""

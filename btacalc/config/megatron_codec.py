@@ -880,6 +880,11 @@ def to_bridge(args: Args) -> dict[str, Any]:
         convert = BRIDGE_KEYS[dest][1] if dest in BRIDGE_KEYS else (lambda v: v)
         if dest == "window_size" and isinstance(value, str):
             value = tuple(ast.literal_eval(value))
+        if dest in ("moe_layer_freq", "window_attn_skip_freq") and isinstance(value, str) and "num_layers" in args:
+            # Megatron-LM's list expression ("([0]*3+[1]*58)", which its argparse evaluates) as the list of 0/1 a
+            # Bridge provider holds (BRIDGE_PIN src/megatron/bridge/models/deepseek/deepseek_v3_bridge.py L92 sets
+            # moe_layer_freq = [0] * first_k_dense_replace + [1] * ...): Bridge sets an override's string as given
+            value = tuple(pattern(value, integer(args["num_layers"], "num_layers")))
         out[key] = convert(value)
     if "model.num_query_groups" not in out and "num_attention_heads" in args:
         out["model.num_query_groups"] = args["num_attention_heads"]
