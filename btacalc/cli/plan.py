@@ -143,7 +143,8 @@ def plan(
                                                  "script or file of arguments (- for standard input); flags btacalc "
                                                  "does not model are listed as ignored."),
     from_bridge: Optional[Path] = typer.Option(None, "--from-bridge", help="Plan the run of a Megatron-Bridge recipe's "
-                                               "YAML overrides (model:, train:, ddp:, comm_overlap:)."),
+                                               "overrides: a YAML mapping (model:, train:, ddp:, comm_overlap:) or Hydra's key=value "
+                                               "words, as Bridge's scripts take them and --emit bridge prints them."),
     config: Optional[Path] = typer.Option(None, "--config", is_eager=True, callback=config_callback,
                                           help="Read plan options from a TOML run file (keys: the option names, e.g. "
                                           "global-batch = 256); the command line wins."),
