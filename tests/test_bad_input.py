@@ -774,6 +774,42 @@ for cmd in (["plan", "--hw", "wse3"], ["whatif", "--hw", "wse3", "--target", "mf
     for flag_ in ("--experts", "--top-k", "--expert-ffn"):
         case("bounds", *cmd, flag_, str(2**62 + 1), fragment=f"{flag_} {2**62 + 1} is beyond 2^62", outputs=False)
 
+# hydra: the 2^62 bound of a model's counts and sizes lives on the model (config.model.MAX_COUNT, a ModelSpec field
+# validator and with_overrides), not in the CLI: the imports that built a model without the CLI's check planned
+# --num-experts / --hidden-size 10^30 (exit 1, "DOES NOT FIT" with a 10^31-byte state) or, in a measured run's
+# megatron_args, read it as "another model" (exit 0); each is now one line naming the field, exit 2
+BIG = str(10**30)
+LAUNCH = ("torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 4 --hidden-size 256 --num-attention-heads 4 "
+          "--seq-length 128 --max-position-embeddings 128 --micro-batch-size 1 --global-batch-size 8 --bf16 --swiglu "
+          "--vocab-size 1000 --ffn-hidden-size 512 --num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 512\n")
+for old, new in (("--num-experts 8", f"--num-experts {BIG}"), ("--hidden-size 256", f"--hidden-size {BIG}"),
+                 ("--moe-ffn-hidden-size 512", f"--moe-ffn-hidden-size {BIG}"),
+                 ("--max-position-embeddings 128", f"--max-position-embeddings {BIG}")):
+    field = {"--num-experts": "num_experts", "--hidden-size": "hidden_size", "--moe-ffn-hidden-size": "ffn_size",
+             "--max-position-embeddings": "max_position_embeddings"}[old.split()[0]]
+    case("bounds", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment=f"l.sh: field {field}: {BIG} is "
+         "beyond 2^62", files={"l.sh": LAUNCH.replace(old, new)})
+BRIDGE_MOE = ("model.num_layers=4 model.hidden_size=256 model.num_attention_heads=4 model.seq_length=128 "
+              "model.vocab_size=1000 model.gated_linear_unit=True model.ffn_hidden_size=512 model.num_moe_experts=8 "
+              "model.moe_router_topk=2 model.moe_ffn_hidden_size=512\n"
+              "train.micro_batch_size=1 train.global_batch_size=8 mixed_precision=bf16_mixed\n")
+for old, new, field in (("model.num_moe_experts=8", f"model.num_moe_experts={BIG}", "num_experts"),
+                        ("model.moe_router_topk=2", f"model.moe_router_topk={BIG}", "top_k"),
+                        ("model.num_attention_heads=4", f"model.num_attention_heads={BIG}", "num_heads")):
+    case("bounds", "plan", "--hw", "h100", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
+         fragment=f"o.txt: field {field}: {BIG} is beyond 2^62", files={"o.txt": BRIDGE_MOE.replace(old, new)})
+    case("bounds", "plan", "--hw", "h100", "--devices", "8", "--from-bridge", "{tmp}/r.yaml",
+         fragment=f"r.yaml: field {field}: {BIG} is beyond 2^62",
+         files={"r.yaml": re.sub(r"([\w.]+)=(\S+)\s*", r"\1: \2\n", BRIDGE_MOE.replace(old, new))})
+case("bounds", "validate", "--measured", "{tmp}/runs.json", fragment=f"field num_experts: {BIG} is beyond 2^62",
+     outputs=False, files={"runs.json": json.dumps({"runs": [{
+         "id": "r", "source": "test", "model": "mixtral-8x7b", "hw": "h100", "devices": 8, "precision": "bf16",
+         "seq": 128, "global_batch": 8, "measured": {"tokens_per_s_per_device": 1000.0}, "role": "check",
+         "megatron_args": LAUNCH.replace("--num-experts 8", f"--num-experts {BIG}")}]})})
+# a run file's model override, bounded by the model as the flag is (it was bounded by the CLI's check before)
+case("bounds", "plan", "--config", "{tmp}/run.toml", fragment=f"--top-k {BIG} is beyond 2^62", outputs=False,
+     files={"run.toml": f'model = "mixtral-8x7b"\nhw = "h100"\ndevices = 8\ntop-k = {BIG}\n'})
+
 # hydra: --from-bridge reads Hydra's command-line overrides (what --emit bridge prints and Bridge's scripts take,
 # parsed with hydra-core's own OverridesParser, as Megatron-Bridge's parse_hydra_overrides does); what Bridge refuses
 # or what btacalc cannot know is one line, exit 2 (before: every case below was "a Bridge recipe's overrides are a

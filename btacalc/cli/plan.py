@@ -163,8 +163,7 @@ def plan(
         from ..planning.plan import make_plan
         from ..planning.report import PlanReport, imported_info
 
-    check_bounds({"--micro-batch": micro_batch, "--grad-accum": grad_accum, "--experts": experts, "--top-k": top_k,
-                  "--expert-ffn": expert_ffn})
+    check_bounds({"--micro-batch": micro_batch, "--grad-accum": grad_accum})
     # --emit and --schema print on stdout (and write --output); the plan JSON only with --json
     outs = outputs(output, as_json or emit is not None or (schema and output is None), inputs={"--model": model, "--hw": hw},
                    stdout_flag="--json" if as_json else "--emit" if emit is not None else "--schema")
