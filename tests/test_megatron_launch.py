@@ -27,7 +27,7 @@ from btacalc.planning.plan import make_plan
 
 DATA = Path(__file__).parent / "data" / "megatron"
 
-# 22 plans over layouts (TP, SP, PP, VP, CP, EP, ETP), recomputation, overlaps, ZeRO/FSDP, gradient precision,
+# 24 plans over layouts (TP, SP, PP, VP, CP, EP, ETP), recomputation, overlaps, ZeRO/FSDP, gradient precision,
 # models (dense, MoE, MLA, dense-first MoE, uneven pipeline split) and GPUs. None is a held-back layout.
 PLANS = {
     "qwen-tp2-pp4-vp4-ep8-a2a": ("--model qwen3-30b-a3b --hw h100 --devices 64 --tp 2 --pp 4 --vp 4 --ep 8 "
@@ -44,6 +44,10 @@ PLANS = {
     "llama8b-tp2-none": "--model llama-3-8b --hw h100 --devices 8 --tp 2 --global-batch 128 --micro-batch 1 --recompute none",
     "llama8b-pp2-vp2-no-p2p": ("--model llama-3-8b --hw h100 --devices 16 --pp 2 --vp 2 --no-overlap-p2p "
                                "--global-batch 256 --micro-batch 1"),
+    # hydra: a layout sets VP (chunks / PP, arguments.py L941-950): read back as VP 1, it was refused ("32 model
+    # chunks, not --pp 16 x --vp 1"), and the p2p overlap's switch was left out of the launch
+    "llama8b-pp2-vp2-layout-no-p2p": ("--model llama-3-8b --hw h100 --devices 16 --pp 2 --vp 2 --no-overlap-p2p "
+                                      "--pipeline-layout Et*8|t*8|t*8|t*8L --global-batch 256 --micro-batch 1"),
     "llama70b-tp8-pp4-full-bf16grads": ("--model llama-3-70b --hw h100 --devices 64 --tp 8 --pp 4 --global-batch 512 "
                                         "--micro-batch 1 --recompute full --grad-bytes 2"),
     "gpt3-tp4-pp8-vp6": ("--model gpt3-175b --hw h100 --devices 128 --tp 4 --pp 8 --vp 6 --seq 2048 --global-batch 256 "
@@ -770,6 +774,8 @@ def test_a_quoted_array_expands_to_one_word_per_element():
     # a list (the MoE layer pattern, Bridge's list of 0/1) and a string Hydra reads only quoted (a layout's | and *)
     ("--hw", "h100", "-m", "deepseek-proxy-megatron-ci", "--devices", "8", "--ep", "8"),
     ("--hw", "h100", "-m", "llama-3-8b", "--devices", "16", "--pp", "2", "--pipeline-layout", "Et*16|t*16L"),
+    ("--hw", "h100", "-m", "llama-3-8b", "--devices", "16", "--pp", "2", "--vp", "2", "--no-overlap-p2p",
+     "--pipeline-layout", "Et*8|t*8|t*8|t*8L"),
     ("--hw", "b200", "-m", "qwen3-30b-a3b", "--devices", "8", "--ep", "8", "--cuda-graph-scope",
      "moe_router,moe_preprocess"),
 ])

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 from ..errors import BtacalcError
 from ..vocabulary import SELECTIVE_MODULES
 from .cuda_graphs import GRAPH_IMPL
+from .pipeline import parse_layout
 from .megatron_launch import (BridgeFloat, BridgeText, flags_by_dest, integer, list_expression, megatron_flags,
                               pattern, real, refuse_bridge_text)
 
@@ -383,8 +384,8 @@ def _enc_pipeline(f: Fields) -> Args:
     vp = f.get("layout.virtual_pipeline", 1)
     if vp > 1 and f.get("layout.pipeline_layout") is None:  # a layout sets VP: Megatron refuses both
         out["num_virtual_stages_per_pipeline_rank"] = vp
-        if not f.get("overlap.p2p", True):
-            out["overlap_p2p_comm"] = False
+    if vp > 1 and not f.get("overlap.p2p", True):
+        out["overlap_p2p_comm"] = False
     split = f.get("layout.pipeline_split")  # btacalc.config.pipeline Placement.method
     if split in ("embedding_loss", "embedding"):
         out["account_for_embedding_in_pipeline_split"] = True
@@ -400,6 +401,12 @@ def _dec_pipeline(get: Get) -> Fields:
     if per_stage:  # arguments.py: VP = (L / PP) / layers per virtual stage
         layers = _int(get("num_layers"), "num_layers") or 0
         vp = layers // pp // per_stage
+    layout = get("pipeline_model_parallel_layout")
+    if layout is not None and not vp and not per_stage:
+        # a layout sets VP: its model chunks / PP (MEGATRON_LM_PIN megatron/training/arguments.py L941-950); chunks
+        # that PP does not divide are left to the placement's check, which names both
+        chunks = len(parse_layout(str(layout)))
+        vp = chunks // pp if chunks % pp == 0 else None
     embedding, loss = (_bool(get("account_for_embedding_in_pipeline_split")),
                        _bool(get("account_for_loss_in_pipeline_split")))
     vp = vp or 1
