@@ -844,6 +844,7 @@ for extra, fragment in (
         ("model.num_layers", "'model.num_layers' is not a Hydra override"),
         ("--recipe llama3_8b", "--recipe is a command-line option of the launching script"),
         ("model@pkg.num_layers=4", "a config group's @package"),
+        ("=4", "'=4' names no key"),
         ("'model.num_layers=4", "No closing quotation"),
 ):
     case("files", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--from-bridge", "{tmp}/o.txt",

@@ -798,14 +798,14 @@ def test_emitted_bridge_overrides_plan_the_same_run(cli, tmp_path, plan):
 
 def test_hydra_and_yaml_overrides_read_the_same_keys():
     """The two forms of one recipe's overrides: dotted keys, a section's dict value (merged, as OmegaConf.update with
-    merge=True), several overrides per line and shell quoting give the YAML mapping's keys and values exactly; a key
-    given again takes its last value (Hydra applies overrides in order)."""
+    merge=True), several overrides per line, a backslash-newline and shell quoting give the YAML mapping's keys and
+    values exactly; a key given again takes its last value (Hydra applies overrides in order)."""
     from btacalc.config.bridge_hydra import read_overrides
     from btacalc.config.megatron_run import _yaml_overrides
 
     hydra = ("model.tensor_model_parallel_size=1 model.tensor_model_parallel_size=2  # a comment\n"
              "'model={num_layers:4,hidden_size:256}' 'model.cuda_graph_scope=[attn,mlp]'\n"
-             "model.pipeline_model_parallel_layout='\"E|t*4|L\"' train.global_batch_size=8 model.fp8=null\n")
+             "model.pipeline_model_parallel_layout='\"E|t*4|L\"' \\\n    train.global_batch_size=8 model.fp8=null\n")
     yaml_text = ("model:\n  tensor_model_parallel_size: 2\n  num_layers: 4\n  hidden_size: 256\n"
                  "  cuda_graph_scope: [attn, mlp]\n  pipeline_model_parallel_layout: 'E|t*4|L'\n  fp8: null\n"
                  "train:\n  global_batch_size: 8\n")

@@ -56,9 +56,9 @@ def _cut(text: str) -> str:
 
 
 def _words(text: str, source: str) -> list[str]:
-    """The words of the file as a POSIX shell splits them (quotes removed, `#` comments dropped), one or more
-    overrides per line."""
-    lexer = shlex.shlex(text, posix=True)
+    """The words of the file as a POSIX shell splits them (quotes removed, `#` comments dropped, a backslash-newline
+    joining two lines), one or more overrides per line."""
+    lexer = shlex.shlex(text.replace("\\\n", ""), posix=True)  # a backslash-newline continues the line
     lexer.whitespace_split, lexer.commenters = True, "#"
     try:
         return list(lexer)
@@ -97,6 +97,8 @@ def read_overrides(text: str, source: str) -> dict[str, Any]:
             kind = override.value_type.name.lower() if override.value_type is not None else "sweep"
             raise BtacalcError(f"{source}: {_cut(word)} is a Hydra sweep ({kind}), one run "
                                "per value, which Bridge's single run cannot set: give one value (a list is [a,b])")
+        if not key:
+            raise BtacalcError(f"{source}: {_cut(word)!r} names no key (Hydra's key=value)")
         section = key.split(".")[0]
         if section not in CONFIG_SECTIONS:
             raise BtacalcError(f"{source}: {key} is not a key of Megatron-Bridge's config (its sections: "
