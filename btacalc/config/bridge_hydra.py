@@ -5,7 +5,7 @@ Megatron-Bridge's performance scripts pass the words after their own options to
 scripts/performance/run_recipe.py L211-215), which applies them with `parse_hydra_overrides`: the config in struct
 mode, Hydra's `OverridesParser` and `ConfigLoaderImpl._apply_overrides_to_config`
 (src/megatron/bridge/training/utils/omegaconf_utils.py L163-188), then `OmegaConf.to_container(resolve=True)` and
-`_apply_overrides` set each value as given (L157-160, L454-). Bridge needs hydra-core >1.3,<=1.3.2
+`_apply_overrides` set each value as given (L157-158, L454-). Bridge needs hydra-core >1.3,<=1.3.2
 (pyproject.toml L91). This module parses the words with Hydra's own parser and gives the flat dotted-key mapping
 the YAML path (`megatron_run.import_bridge`) builds, so both forms plan the same run; what Bridge would refuse, or
 what btacalc cannot know (the recipe's own values), is refused in one line.
@@ -21,7 +21,7 @@ from typing import Any
 from ..errors import BtacalcError
 
 # ConfigContainer's sections (NVIDIA-NeMo/Megatron-Bridge @ 067f987d src/megatron/bridge/training/config.py
-# L962-1010): in struct mode (omegaconf_utils.py L178) a plain `key=value` whose key is not in the config is refused
+# L962-1010): in struct mode (omegaconf_utils.py L180) a plain `key=value` whose key is not in the config is refused
 # by Hydra ("Could not override"), so a first component outside these is a key not in Bridge's config.
 CONFIG_SECTIONS = ("env_vars", "rng", "rerun_state_machine", "train", "model", "optimizer",
                    "optimizer_config_override_provider", "ddp", "validation", "scheduler", "dataset", "logger",
