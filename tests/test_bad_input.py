@@ -774,12 +774,92 @@ for cmd in (["plan", "--hw", "wse3"], ["whatif", "--hw", "wse3", "--target", "mf
     for flag_ in ("--experts", "--top-k", "--expert-ffn"):
         case("bounds", *cmd, flag_, str(2**62 + 1), fragment=f"{flag_} {2**62 + 1} is beyond 2^62", outputs=False)
 
-# `--emit bridge` prints Hydra's command-line overrides (model.num_layers=48); --from-bridge reads a recipe's YAML, and
-# said only "a YAML mapping" of them: the refusal now names the form and how to write it
-case("files", "plan", "--hw", "h100", "--devices", "8", "--from-bridge", "{tmp}/emitted.txt",
-     fragment="model.tensor_model_parallel_size=... is a command-line override (Hydra's key=value, what --emit bridge "
-     "prints): write it as YAML (key: value)",
-     files={"emitted.txt": "# btacalc plan\nmodel.tensor_model_parallel_size=2\ntrain.micro_batch_size=1\n"})
+# hydra: the 2^62 bound of a model's counts and sizes lives on the model (config.model.MAX_COUNT, a ModelSpec field
+# validator and with_overrides), not in the CLI: the imports that built a model without the CLI's check planned
+# --num-experts / --hidden-size 10^30 (exit 1, "DOES NOT FIT" with a 10^31-byte state) or, in a measured run's
+# megatron_args, read it as "another model" (exit 0); each is now one line naming the field, exit 2
+BIG = str(10**30)
+LAUNCH = ("torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 4 --hidden-size 256 --num-attention-heads 4 "
+          "--seq-length 128 --max-position-embeddings 128 --micro-batch-size 1 --global-batch-size 8 --bf16 --swiglu "
+          "--vocab-size 1000 --ffn-hidden-size 512 --num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 512\n")
+for old, new in (("--num-experts 8", f"--num-experts {BIG}"), ("--hidden-size 256", f"--hidden-size {BIG}"),
+                 ("--moe-ffn-hidden-size 512", f"--moe-ffn-hidden-size {BIG}"),
+                 ("--max-position-embeddings 128", f"--max-position-embeddings {BIG}")):
+    field = {"--num-experts": "num_experts", "--hidden-size": "hidden_size", "--moe-ffn-hidden-size": "ffn_size",
+             "--max-position-embeddings": "max_position_embeddings"}[old.split()[0]]
+    case("bounds", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment=f"l.sh: field {field}: {BIG} is "
+         "beyond 2^62", files={"l.sh": LAUNCH.replace(old, new)})
+BRIDGE_MOE = ("model.num_layers=4 model.hidden_size=256 model.num_attention_heads=4 model.seq_length=128 "
+              "model.vocab_size=1000 model.gated_linear_unit=True model.ffn_hidden_size=512 model.num_moe_experts=8 "
+              "model.moe_router_topk=2 model.moe_ffn_hidden_size=512\n"
+              "train.micro_batch_size=1 train.global_batch_size=8 mixed_precision=bf16_mixed\n")
+for old, new, field in (("model.num_moe_experts=8", f"model.num_moe_experts={BIG}", "num_experts"),
+                        ("model.moe_router_topk=2", f"model.moe_router_topk={BIG}", "top_k"),
+                        ("model.num_attention_heads=4", f"model.num_attention_heads={BIG}", "num_heads")):
+    case("bounds", "plan", "--hw", "h100", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
+         fragment=f"o.txt: field {field}: {BIG} is beyond 2^62", files={"o.txt": BRIDGE_MOE.replace(old, new)})
+    case("bounds", "plan", "--hw", "h100", "--devices", "8", "--from-bridge", "{tmp}/r.yaml",
+         fragment=f"r.yaml: field {field}: {BIG} is beyond 2^62",
+         files={"r.yaml": re.sub(r"([\w.]+)=(\S+)\s*", r"\1: \2\n", BRIDGE_MOE.replace(old, new))})
+case("bounds", "validate", "--measured", "{tmp}/runs.json", fragment=f"field num_experts: {BIG} is beyond 2^62",
+     outputs=False, files={"runs.json": json.dumps({"runs": [{
+         "id": "r", "source": "test", "model": "mixtral-8x7b", "hw": "h100", "devices": 8, "precision": "bf16",
+         "seq": 128, "global_batch": 8, "measured": {"tokens_per_s_per_device": 1000.0}, "role": "check",
+         "megatron_args": LAUNCH.replace("--num-experts 8", f"--num-experts {BIG}")}]})})
+# a run file's model override, bounded by the model as the flag is (it was bounded by the CLI's check before)
+case("bounds", "plan", "--config", "{tmp}/run.toml", fragment=f"--top-k {BIG} is beyond 2^62", outputs=False,
+     files={"run.toml": f'model = "mixtral-8x7b"\nhw = "h100"\ndevices = 8\ntop-k = {BIG}\n'})
+
+# hydra: --from-bridge reads Hydra's command-line overrides (what --emit bridge prints and Bridge's scripts take,
+# parsed with hydra-core's own OverridesParser, as Megatron-Bridge's parse_hydra_overrides does); what Bridge refuses
+# or what btacalc cannot know is one line, exit 2 (before: every case below was "a Bridge recipe's overrides are a
+# YAML mapping", the form refused whole)
+HYDRA = ("model.tensor_model_parallel_size=2 model.pipeline_model_parallel_size=1\n"
+         "train.micro_batch_size=1 train.global_batch_size=64 mixed_precision=bf16_mixed\n")
+for extra, fragment in (
+        # struct mode: a key outside ConfigContainer's sections is "Could not override" in Bridge
+        ("trainer.max_steps=10", "trainer.max_steps is not a key of Megatron-Bridge's config"),
+        # +key= appends, which Bridge refuses where the recipe holds a value (btacalc cannot see the recipe)
+        ("+model.num_layers=4", "+model.num_layers=4 adds model.num_layers, which Bridge refuses where the recipe "
+         "holds a value"),
+        ("+model.hidden_size=", "adds model.hidden_size"),
+        # ~key deletes: Bridge keeps the recipe's value, unknown to btacalc
+        ("~model.context_parallel_size", "~model.context_parallel_size deletes model.context_parallel_size"),
+        ("~model.context_parallel_size=1", "deletes model.context_parallel_size"),
+        # a whole float where Megatron takes an integer, refused as the YAML path refuses it (_bridge_value)
+        ("model.context_parallel_size=1.0", "model.context_parallel_size: 1.0 is a float, which Megatron-Bridge sets "
+         "as given"),
+        ("model.window_size=[128.0,0]", "model.window_size[0]: 128.0 is a float"),
+        # list syntax Bridge cannot set: Hydra's sweeps (one run per value), a list where a count stands, a nested list
+        ("model.context_parallel_size=1,2", "is a Hydra sweep (simple_choice_sweep)"),
+        ("'model.context_parallel_size=choice(1,2)'", "is a Hydra sweep (choice_sweep)"),
+        ("'model.context_parallel_size=range(1,3)'", "is a Hydra sweep (range_sweep)"),
+        ("model.context_parallel_size=[1,2]", "context_parallel_size"),
+        ("'model.window_size=[[128,0]]'", "model.window_size: list [[128, 0]] is not an override value"),
+        # interpolations resolve against the recipe's config
+        ("'model.context_parallel_size=${model.tensor_model_parallel_size}'", "an interpolation, which Bridge "
+         "resolves against the recipe's config"),
+        ("model.seq_length=\"${oc.env:SEQ}\"", "an interpolation"),
+        # not an override at all, an option of the launching script, a config group's package, an unclosed quote
+        ("model.num_layers", "'model.num_layers' is not a Hydra override"),
+        ("--recipe llama3_8b", "--recipe is a command-line option of the launching script"),
+        ("model@pkg.num_layers=4", "a config group's @package"),
+        ("=4", "'=4' names no key"),
+        ("'model.num_layers=4", "No closing quotation"),
+):
+    case("files", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
+         fragment=fragment, files={"o.txt": HYDRA + extra + "\n"})
+for text, fragment in (("", "no overrides (the file is empty)"), ("# a comment\n\n", "no overrides (the file is empty)"),
+                       # a mix of YAML and overrides: Bridge reads one file as YAML (OmegaConf.load), never both
+                       ("model:\n  num_layers: 4\ntrain.micro_batch_size=1\n",
+                        "a mix of Hydra overrides (line 3: train.micro_batch_size=1) and YAML (line 1: model:)"),
+                       ("train.micro_batch_size=1\nddp.overlap_grad_reduce: true\n", "a mix of Hydra overrides"),
+                       # a string where Megatron takes a number (Hydra's quotes inside the shell's), as the YAML
+                       # path refuses it; unquoted by the shell alone, "4" is the integer 4, as Bridge reads it
+                       (HYDRA + "'ddp.num_buckets=\"4\"'\n", "ddp.num_buckets: '4' is a string")):
+    case("files", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
+         fragment=fragment, files={"o.txt": text})
+
 
 def _make(folder: Path, files: dict[str, Any]) -> None:
     for name, content in files.items():

@@ -5,6 +5,7 @@ weight gradient), another phase with work 2, the fused attention core 2; a modul
 dense layer's glue 161 + 155 reference ops on qkv_proj, the MoE extra 195 + 140 on dispatch."""
 
 from __future__ import annotations
+import shlex
 
 import json
 
@@ -166,9 +167,9 @@ def test_bridge_overrides_carry_the_scopes_both_ways(cli):
                          "--global-batch", "512", "--micro-batch", "1", "--cuda-graph-scope", "moe_router,moe_preprocess",
                          "--emit", "bridge")
     assert code in (0, 1), err
-    data = dict(line.partition("=")[::2] for line in out.splitlines() if line and not line.startswith("#"))
+    data = dict(word.partition("=")[::2] for word in shlex.split(out, comments=True))  # a shell's words
     assert data["model.cuda_graph_impl"] == "transformer_engine"
-    assert data["model.cuda_graph_modules"] == "['moe_router', 'moe_preprocess']"
+    assert data["model.cuda_graph_modules"] == "[moe_router,moe_preprocess]"  # Hydra's list of two strings
     for key in ("model.cuda_graph_modules", "model.cuda_graph_scope"):
         text = "\n".join(f"{key if k == 'model.cuda_graph_modules' else k}: {v}" for k, v in data.items())
         run = import_bridge(text, "r.yaml", 8)

@@ -27,7 +27,7 @@ from btacalc.planning.plan import make_plan
 
 DATA = Path(__file__).parent / "data" / "megatron"
 
-# 22 plans over layouts (TP, SP, PP, VP, CP, EP, ETP), recomputation, overlaps, ZeRO/FSDP, gradient precision,
+# 24 plans over layouts (TP, SP, PP, VP, CP, EP, ETP), recomputation, overlaps, ZeRO/FSDP, gradient precision,
 # models (dense, MoE, MLA, dense-first MoE, uneven pipeline split) and GPUs. None is a held-back layout.
 PLANS = {
     "qwen-tp2-pp4-vp4-ep8-a2a": ("--model qwen3-30b-a3b --hw h100 --devices 64 --tp 2 --pp 4 --vp 4 --ep 8 "
@@ -44,6 +44,10 @@ PLANS = {
     "llama8b-tp2-none": "--model llama-3-8b --hw h100 --devices 8 --tp 2 --global-batch 128 --micro-batch 1 --recompute none",
     "llama8b-pp2-vp2-no-p2p": ("--model llama-3-8b --hw h100 --devices 16 --pp 2 --vp 2 --no-overlap-p2p "
                                "--global-batch 256 --micro-batch 1"),
+    # hydra: a layout sets VP (chunks / PP, arguments.py L941-950): read back as VP 1, it was refused ("32 model
+    # chunks, not --pp 16 x --vp 1"), and the p2p overlap's switch was left out of the launch
+    "llama8b-pp2-vp2-layout-no-p2p": ("--model llama-3-8b --hw h100 --devices 16 --pp 2 --vp 2 --no-overlap-p2p "
+                                      "--pipeline-layout Et*8|t*8|t*8|t*8L --global-batch 256 --micro-batch 1"),
     "llama70b-tp8-pp4-full-bf16grads": ("--model llama-3-70b --hw h100 --devices 64 --tp 8 --pp 4 --global-batch 512 "
                                         "--micro-batch 1 --recompute full --grad-bytes 2"),
     "gpt3-tp4-pp8-vp6": ("--model gpt3-175b --hw h100 --devices 128 --tp 4 --pp 8 --vp 6 --seq 2048 --global-batch 256 "
@@ -763,6 +767,49 @@ def test_a_quoted_array_expands_to_one_word_per_element():
     # unquoted, bash splits the elements again at blanks: the same element is a flag and its value
     assert read_launch('A=("--fp8-format hybrid")\ntorchrun --nproc_per_node 8 pretrain_gpt.py ${A[@]}\n',
                        "u.sh").args["fp8"] == "hybrid"
+
+
+@pytest.mark.parametrize("plan", [
+    ("--hw", "h100", "--devices", "64", "--tp", "2", "--pp", "4"),
+    # a list (the MoE layer pattern, Bridge's list of 0/1) and a string Hydra reads only quoted (a layout's | and *)
+    ("--hw", "h100", "-m", "deepseek-proxy-megatron-ci", "--devices", "8", "--ep", "8"),
+    ("--hw", "h100", "-m", "llama-3-8b", "--devices", "16", "--pp", "2", "--pipeline-layout", "Et*16|t*16L"),
+    ("--hw", "h100", "-m", "llama-3-8b", "--devices", "16", "--pp", "2", "--vp", "2", "--no-overlap-p2p",
+     "--pipeline-layout", "Et*8|t*8|t*8|t*8L"),
+    ("--hw", "b200", "-m", "qwen3-30b-a3b", "--devices", "8", "--ep", "8", "--cuda-graph-scope",
+     "moe_router,moe_preprocess"),
+])
+def test_emitted_bridge_overrides_plan_the_same_run(cli, tmp_path, plan):
+    """hydra: `--emit bridge` prints Hydra overrides; `--from-bridge` reads them with Hydra's own parser into the keys
+    the YAML path reads, so the plan of the emitted file is the emitted plan: the same layout, hence the same memory
+    and step time (exactly: one computation of one run)."""
+    code, emitted, err = cli("plan", *plan, "--emit", "bridge")
+    assert code in (0, 1), err
+    recipe = tmp_path / "overrides.txt"
+    recipe.write_text(emitted)
+    devices = plan[plan.index("--devices") + 1]
+    code_a, a, _ = cli("plan", *plan, "--json")
+    code_b, b, err = cli("plan", "--hw", plan[1], "--devices", devices, "--from-bridge", str(recipe), "--json")
+    assert code_a == code_b, err
+    a, b = json.loads(a), json.loads(b)
+    assert a["parallelism"] == b["parallelism"] and a["memory_bytes"] == b["memory_bytes"]
+    assert a["throughput"]["step_time_s"] == b["throughput"]["step_time_s"]
+
+
+def test_hydra_and_yaml_overrides_read_the_same_keys():
+    """The two forms of one recipe's overrides: dotted keys, a section's dict value (merged, as OmegaConf.update with
+    merge=True), several overrides per line, a backslash-newline and shell quoting give the YAML mapping's keys and
+    values exactly; a key given again takes its last value (Hydra applies overrides in order)."""
+    from btacalc.config.bridge_hydra import read_overrides
+    from btacalc.config.megatron_run import _yaml_overrides
+
+    hydra = ("model.tensor_model_parallel_size=1 model.tensor_model_parallel_size=2  # a comment\n"
+             "'model={num_layers:4,hidden_size:256}' 'model.cuda_graph_scope=[attn,mlp]'\n"
+             "model.pipeline_model_parallel_layout='\"E|t*4|L\"' \\\n    train.global_batch_size=8 model.fp8=null\n")
+    yaml_text = ("model:\n  tensor_model_parallel_size: 2\n  num_layers: 4\n  hidden_size: 256\n"
+                 "  cuda_graph_scope: [attn, mlp]\n  pipeline_model_parallel_layout: 'E|t*4|L'\n  fp8: null\n"
+                 "train:\n  global_batch_size: 8\n")
+    assert read_overrides(hydra, "o.txt") == _yaml_overrides(yaml_text, "r.yaml")
 
 
 def test_emitted_bridge_overrides_written_as_yaml_plan_the_same_run(cli, tmp_path):

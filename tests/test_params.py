@@ -127,3 +127,29 @@ def test_published_checks_read_each_convention_at_its_edge():
     spec = model.model_copy(update={"published_params": PublishedParams(active=2e8, total=1e9)})
     assert {c.quantity: c.computed for c in published_checks(spec, counts)} == {"total": 1_005_000_000,
                                                                                  "active": 200_000_000}
+
+
+def test_a_model_bounds_its_counts_at_2_to_the_62():
+    """hydra: every count and size of a model is bounded on the model (config.model.MAX_COUNT = 2^62, the bound of
+    sweep --vary and --seq), whatever builds it: a field at 2^62 is a model (its state bytes, 2^62 x 2^62 products,
+    are Python integers), one more is refused naming the field; with_overrides names its parameter, which a front
+    end renders as its flag. Nested sections (MLA's ranks) are bounded too."""
+    from btacalc.config.model import MAX_COUNT, validate_model
+    from btacalc.errors import BtacalcError
+
+    assert MAX_COUNT == 2**62
+    mixtral = load_preset("mixtral-8x7b")
+    data = {**mixtral.model_dump(), "vocab_size": 2**62}
+    assert validate_model(data, "m").vocab_size == 2**62
+    for field in ("vocab_size", "hidden_size", "num_experts", "ffn_size", "max_position_embeddings"):
+        with pytest.raises(BtacalcError, match=rf"^m: field {field}: {2**62 + 1} is beyond 2\^62$"):
+            validate_model({**mixtral.model_dump(), field: 2**62 + 1}, "m")
+    mla = load_preset("deepseek-v3").model_dump()
+    mla["mla"]["kv_lora_rank"] = 10**30
+    with pytest.raises(BtacalcError, match=rf"field mla.kv_lora_rank: {10**30} is beyond 2\^62"):
+        validate_model(mla, "m")
+    for name in ("experts", "top_k", "expert_ffn"):
+        with pytest.raises(BtacalcError) as exc:
+            mixtral.with_overrides(**{name: 10**30})
+        assert exc.value.render({name: f"--{name.replace('_', '-')}"}) == \
+            f"--{name.replace('_', '-')} {10**30} is beyond 2^62"

@@ -351,14 +351,14 @@ def outputs(output: Optional[str] = None, as_json: bool = False, csv_path: Optio
 
 def check_bounds(values: dict[str, Optional[int]]) -> None:
     """Counts the library folds into others (--micro-batch into the global batch, --systems into the
-    device count) are checked under their own flag first, so an error names what the user typed; the model
-    overrides within 2^62, as `sweep --vary experts=...` takes them (review12: `plan --experts 10^30` was planned)."""
+    device count) are checked under their own flag first, so an error names what the user typed. The model
+    overrides (--experts, --top-k, --expert-ffn) are bounded by the model itself (config.model.MAX_COUNT,
+    ModelSpec.with_overrides), as every other way of building a model is."""
     from ..config.execution import _LIMIT_TEXT, MAX_DEVICES, MAX_SEQUENCES
 
     bounds = {"--micro-batch": (MAX_SEQUENCES, _LIMIT_TEXT[MAX_SEQUENCES]),
               "--grad-accum": (MAX_SEQUENCES, _LIMIT_TEXT[MAX_SEQUENCES]),
-              "--systems": (MAX_DEVICES, _LIMIT_TEXT[MAX_DEVICES]),
-              **dict.fromkeys(("--experts", "--top-k", "--expert-ffn"), (MAX_SEQUENCES, "2^62, as sweep --vary takes it"))}
+              "--systems": (MAX_DEVICES, _LIMIT_TEXT[MAX_DEVICES])}
     for flag, v in values.items():
         if v is not None and v > bounds[flag][0]:
             raise BtacalcError(f"{flag} {v} is beyond {bounds[flag][1]}")

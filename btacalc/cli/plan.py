@@ -143,7 +143,8 @@ def plan(
                                                  "script or file of arguments (- for standard input); flags btacalc "
                                                  "does not model are listed as ignored."),
     from_bridge: Optional[Path] = typer.Option(None, "--from-bridge", help="Plan the run of a Megatron-Bridge recipe's "
-                                               "YAML overrides (model:, train:, ddp:, comm_overlap:)."),
+                                               "overrides: a YAML mapping (model:, train:, ddp:, comm_overlap:) or Hydra's key=value "
+                                               "words, as Bridge's scripts take them and --emit bridge prints them."),
     config: Optional[Path] = typer.Option(None, "--config", is_eager=True, callback=config_callback,
                                           help="Read plan options from a TOML run file (keys: the option names, e.g. "
                                           "global-batch = 256); the command line wins."),
@@ -162,8 +163,7 @@ def plan(
         from ..planning.plan import make_plan
         from ..planning.report import PlanReport, imported_info
 
-    check_bounds({"--micro-batch": micro_batch, "--grad-accum": grad_accum, "--experts": experts, "--top-k": top_k,
-                  "--expert-ffn": expert_ffn})
+    check_bounds({"--micro-batch": micro_batch, "--grad-accum": grad_accum})
     # --emit and --schema print on stdout (and write --output); the plan JSON only with --json
     outs = outputs(output, as_json or emit is not None or (schema and output is None), inputs={"--model": model, "--hw": hw},
                    stdout_flag="--json" if as_json else "--emit" if emit is not None else "--schema")

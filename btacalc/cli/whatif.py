@@ -11,7 +11,7 @@ from .options import (Accounting, AccountingOpt, Attention, AttentionOpt, Causal
                       ExpertsOpt, FixedActiveOpt, GlobalBatchOpt, GpusPerNodeOpt, GradAccumOpt, HwOpt, Loss, LossOpt,
                       MaxGlobalBatchOpt, MaxTileBatchOpt, MemoryModelChoice, MemoryModelOpt, ModelOpt, NameOpt,
                       OutputOpt, OverlapA2aOpt, OverlapOpt, Precision, PrecisionOpt, RecipeOptions, RecomputeOpt,
-                      SeqOpt, TileBatchOpt, TilesOpt, TopKOpt, ZeroOpt, check_bounds, outputs, takes_recipe_options,
+                      SeqOpt, TileBatchOpt, TilesOpt, TopKOpt, ZeroOpt, outputs, takes_recipe_options,
                       value, write_outputs)
 
 EXAMPLES = ("Examples:\n\n"
@@ -71,7 +71,6 @@ def whatif(
     from ..config.presets import resolve_model
     from ..planning.whatif import whatif as run_whatif
 
-    check_bounds({"--experts": experts, "--top-k": top_k, "--expert-ffn": expert_ffn})
     spec = resolve_model(model, name).with_overrides(experts, top_k, expert_ffn, fixed_active)
     request = ExecutionRequest(
         seq_len=seq, recompute=recompute, attention=value(attention), causal=causal, loss=value(loss),

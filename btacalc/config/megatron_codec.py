@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 from ..errors import BtacalcError
 from ..vocabulary import SELECTIVE_MODULES
 from .cuda_graphs import GRAPH_IMPL
+from .pipeline import parse_layout
 from .megatron_launch import (BridgeFloat, BridgeText, flags_by_dest, integer, list_expression, megatron_flags,
                               pattern, real, refuse_bridge_text)
 
@@ -383,8 +384,8 @@ def _enc_pipeline(f: Fields) -> Args:
     vp = f.get("layout.virtual_pipeline", 1)
     if vp > 1 and f.get("layout.pipeline_layout") is None:  # a layout sets VP: Megatron refuses both
         out["num_virtual_stages_per_pipeline_rank"] = vp
-        if not f.get("overlap.p2p", True):
-            out["overlap_p2p_comm"] = False
+    if vp > 1 and not f.get("overlap.p2p", True):
+        out["overlap_p2p_comm"] = False
     split = f.get("layout.pipeline_split")  # btacalc.config.pipeline Placement.method
     if split in ("embedding_loss", "embedding"):
         out["account_for_embedding_in_pipeline_split"] = True
@@ -400,6 +401,12 @@ def _dec_pipeline(get: Get) -> Fields:
     if per_stage:  # arguments.py: VP = (L / PP) / layers per virtual stage
         layers = _int(get("num_layers"), "num_layers") or 0
         vp = layers // pp // per_stage
+    layout = get("pipeline_model_parallel_layout")
+    if layout is not None and not vp and not per_stage:
+        # a layout sets VP: its model chunks / PP (MEGATRON_LM_PIN megatron/training/arguments.py L941-950); chunks
+        # that PP does not divide are left to the placement's check, which names both
+        chunks = len(parse_layout(str(layout)))
+        vp = chunks // pp if chunks % pp == 0 else None
     embedding, loss = (_bool(get("account_for_embedding_in_pipeline_split")),
                        _bool(get("account_for_loss_in_pipeline_split")))
     vp = vp or 1
@@ -880,6 +887,11 @@ def to_bridge(args: Args) -> dict[str, Any]:
         convert = BRIDGE_KEYS[dest][1] if dest in BRIDGE_KEYS else (lambda v: v)
         if dest == "window_size" and isinstance(value, str):
             value = tuple(ast.literal_eval(value))
+        if dest in ("moe_layer_freq", "window_attn_skip_freq") and isinstance(value, str) and "num_layers" in args:
+            # Megatron-LM's list expression ("([0]*3+[1]*58)", which its argparse evaluates) as the list of 0/1 a
+            # Bridge provider holds (BRIDGE_PIN src/megatron/bridge/models/deepseek/deepseek_v3_bridge.py L92 sets
+            # moe_layer_freq = [0] * first_k_dense_replace + [1] * ...): Bridge sets an override's string as given
+            value = tuple(pattern(value, integer(args["num_layers"], "num_layers")))
         out[key] = convert(value)
     if "model.num_query_groups" not in out and "num_attention_heads" in args:
         out["model.num_query_groups"] = args["num_attention_heads"]

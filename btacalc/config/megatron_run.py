@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from ..errors import BtacalcError
 from .execution import BatchLimits, ExecutionRequest, OverlapRequest
 from .pipeline import StageSplit
+from .bridge_hydra import form_of, read_overrides
 from .megatron_codec import MODEL_ROWS, Fields, bridge_key, decode, encode, from_bridge, model_fields
 from .megatron_launch import Launch, integer, read_launch
 from .megatron_rules import describe, violations
@@ -131,25 +132,18 @@ def launch_domain(request: ExecutionRequest, profile: "HardwareProfile") -> Exec
 
 def import_bridge(text: str, source: str, devices: Optional[int] = None,
                   base: Optional[ModelSpec] = None) -> ImportedRun:
-    """Plan inputs of a Megatron-Bridge recipe's overrides: a YAML mapping (nested sections or dotted keys).
-    Bridge recipes take the architecture from Hugging Face (AutoBridge): without model.num_layers in the
-    overrides, the architecture is `base`'s (the plan's --model)."""
-    import yaml
-
-    try:
-        data = yaml.load(text, Loader=_unique_keys_loader())  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as exc:
-        raise BtacalcError(f"{source}: not YAML: {str(exc).splitlines()[0]}") from None
-    if not isinstance(data, dict):
-        hydra = re.search(r"^[A-Za-z_][\w.]*=", text, re.M)  # `--emit bridge` prints Hydra's key=value overrides
-        raise BtacalcError(f"{source}: a Bridge recipe's overrides are a YAML mapping (model:, train:, ddp:, ...)" + (
-            f"; {hydra.group(0)}... is a command-line override (Hydra's key=value, what --emit bridge prints): write "
-            "it as YAML (key: value)" if hydra else ""))
-    flat: dict[str, Any] = {}
-    try:
-        _flatten(data, "", flat)
-    except BtacalcError as exc:
-        raise BtacalcError(f"{source}: {exc}") from None
+    """Plan inputs of a Megatron-Bridge recipe's overrides: a YAML mapping (nested sections or dotted keys), or
+    Hydra's command-line overrides (`key=value` words, what Bridge's scripts take and `--emit bridge` prints;
+    bridge_hydra), read into the same dotted keys. Bridge recipes take the architecture from Hugging Face
+    (AutoBridge): without model.num_layers in the overrides, the architecture is `base`'s (the plan's --model)."""
+    form = form_of(text, source)
+    if form == "empty":
+        raise BtacalcError(f"{source}: no overrides (the file is empty): give a YAML mapping or key=value lines")
+    flat = read_overrides(text, source) if form == "overrides" else _yaml_overrides(text, source)
+    for key, value in flat.items():
+        if not _plain(value):
+            raise BtacalcError(f"{source}: {key}: {type(value).__name__} {reprlib.repr(value)} is not an override "
+                               "value (a number, a string, a boolean, null or a list of them)")
     args, unread = from_bridge(flat)
     given_as = {d: bridge_key(d) or d for d in args}
     if "num_layers" not in args:
@@ -188,6 +182,25 @@ _OMEGACONF_FLOAT = re.compile(rf"""^(?:[-+]?{_DIGITS}\.[0-9_]*(?:[eE][-+]?[0-9]+
     |[-+]?{_DIGITS}(?::[0-5]?[0-9])+\.[0-9_]*
     |[-+]?\.(?:inf|Inf|INF)
     |\.(?:nan|NaN|NAN))$""", re.X)
+
+
+def _yaml_overrides(text: str, source: str) -> dict[str, Any]:
+    """The dotted keys of a recipe's YAML overrides, read as OmegaConf reads them (_unique_keys_loader)."""
+    import yaml
+
+    try:
+        data = yaml.load(text, Loader=_unique_keys_loader())  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        raise BtacalcError(f"{source}: not YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise BtacalcError(f"{source}: a Bridge recipe's overrides are a YAML mapping (model:, train:, ddp:, ...) "
+                           "or Hydra's key=value overrides")
+    flat: dict[str, Any] = {}
+    try:
+        _flatten(data, "", flat)
+    except BtacalcError as exc:
+        raise BtacalcError(f"{source}: {exc}") from None
+    return flat
 
 
 def _unique_keys_loader() -> Any:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..errors import BtacalcError, first_validation_error
 from .text import CleanText, Name
@@ -52,6 +52,30 @@ class PublishedParams(BaseModel):
     note: str = ""
 
 
+# Every count and size of a model within 2^62 (about 4.6e18), the bound of `sweep --vary` and `--seq`
+# (execution.MAX_SEQUENCES): a model's products (parameters, FLOPs, bytes) then stay within the solver's 64-bit
+# integers and print as numbers (review12: `plan --experts 10^30` printed a 10^31-byte plan, an import of
+# `--num-experts 10^30` was planned as given). Checked here, on the model, for every way a model is built.
+MAX_COUNT = 1 << 62
+MAX_COUNT_TEXT = "2^62"
+
+
+def bounded_count(value: Any, name: str) -> Any:
+    """`value`, or BtacalcError naming `name` (a template parameter such as `{experts}`, or a field) when it is an
+    integer beyond MAX_COUNT."""
+    if type(value) is int and value > MAX_COUNT:
+        raise BtacalcError(f"{name} {value} is beyond {MAX_COUNT_TEXT}")
+    return value
+
+
+def _bounded_field(value: Any) -> Any:
+    """A field validator's form of bounded_count: pydantic names the field ("field num_experts: 10^30 is beyond
+    2^62")."""
+    if type(value) is int and value > MAX_COUNT:
+        raise ValueError(f"{value} is beyond {MAX_COUNT_TEXT}")
+    return value
+
+
 class MultiHeadLatentAttention(BaseModel):
     """MLA (DeepSeek-V2, arXiv 2405.04434 §2.1; DeepSeek-V3): queries and keys/values through low-rank
     projections with RMSNorm, a decoupled RoPE key shared by all heads. Training materialises the
@@ -63,6 +87,8 @@ class MultiHeadLatentAttention(BaseModel):
     qk_nope_head_dim: int = Field(gt=0)
     qk_rope_head_dim: int = Field(gt=0, description="d_r")
     v_head_dim: int = Field(gt=0, description="d_v")
+
+    _bounded = field_validator("*")(_bounded_field)
 
 
 # Ten times the deepest transformer trained (DeepNet, 1,000 layers: Wang et al. 2022, arXiv 2203.00555);
@@ -122,6 +148,8 @@ class ModelSpec(BaseModel):
     mtp_layers: int = Field(0, ge=0, description="multi-token-prediction modules the model defines (DeepSeek-V3: "
                             "1); trained only with the mtp run option")
     published_params: Optional[PublishedParams] = None
+
+    _bounded = field_validator("*")(_bounded_field)
 
     @model_validator(mode="after")
     def _consistent(self) -> "ModelSpec":
@@ -334,6 +362,7 @@ class ModelSpec(BaseModel):
         for name, v in (("experts", experts), ("top_k", top_k), ("expert_ffn", expert_ffn)):
             if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
                 raise BtacalcError(f"{{{name}}} must be a positive integer, got {v!r}")
+            bounded_count(v, f"{{{name}}}")
         if fixed_active and top_k is None:
             raise BtacalcError("{fixed_active} keeps k*f constant when {top_k} changes: give {top_k} (or the sweep's "
                                "--vary top-k=...)")

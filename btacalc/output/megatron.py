@@ -11,6 +11,8 @@ breaks is a bug, reported in the output rather than hidden.
 from __future__ import annotations
 
 import math
+import re
+import shlex
 
 from typing import Any
 
@@ -155,18 +157,32 @@ def megatron_arguments(r: PlanReport, spec: ModelSpec) -> str:
 
 
 def bridge_overrides(r: PlanReport, spec: ModelSpec) -> str:
-    """The same run as Megatron-Bridge ConfigContainer overrides, one `key=value` per line (Hydra style)."""
+    """The same run as Megatron-Bridge ConfigContainer overrides, one Hydra `key=value` per line, each a word a
+    POSIX shell passes unchanged to Bridge's scripts (which read them with Hydra's override grammar; `--from-bridge`
+    reads them back the same way, btacalc.config.bridge_hydra)."""
     args, env, notes = megatron_run(r, spec)
     head = [f"# btacalc plan: {r.model.name} on {r.parallelism.devices} x {r.hardware.name}",
             f"# keys: {BRIDGE_PIN} (src/megatron/bridge/training/config.py, comm_overlap.py, models/gpt_provider.py)",
             *(f"# {n}" for n in notes[1:]), *(f"# environment: {k}={v}" for k, v in env.items())]
-    body = [f"{key}={_bridge_value(value)}" for key, value in to_bridge(args).items()]
+    body = [shlex.quote(f"{key}={_hydra_value(value)}") for key, value in to_bridge(args).items()]
     if r.inputs.fp8_attention:
         body.append(f"{FP8_ATTENTION_BRIDGE_KEY}=True")
     return "\n".join(head + body) + "\n"
 
 
-def _bridge_value(value: Any) -> str:
-    if isinstance(value, tuple):
-        return "[" + ",".join(map(str, value)) + "]"
+# A string Hydra's grammar reads unquoted as that string, not as another type: an ID and some of the other characters
+# its unquoted primitive allows (facebookresearch/hydra v1.3.2 hydra/grammar/OverrideLexer.g4 L62-63)
+_HYDRA_BARE = re.compile(r"[A-Za-z_][A-Za-z0-9_./+-]*")
+_HYDRA_WORDS = {"true", "false", "null", "nan", "inf"}
+
+
+def _hydra_value(value: Any) -> str:
+    """A value in Hydra's override grammar: a list as [a,b], a string quoted where the grammar would not read it
+    back as the same string (a pipeline layout's `|(*`, a blank, a word such as `true`)."""
+    if isinstance(value, (tuple, list)):
+        return "[" + ",".join(_hydra_value(v) for v in value) + "]"
+    if value is None:
+        return "null"
+    if isinstance(value, str) and not (_HYDRA_BARE.fullmatch(value) and value.lower() not in _HYDRA_WORDS):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
     return str(value)

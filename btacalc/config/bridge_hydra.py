@@ -1,0 +1,139 @@
+"""Megatron-Bridge's command-line overrides (Hydra `key=value`), as its scripts read them, into dotted keys.
+
+Megatron-Bridge's performance scripts pass the words after their own options to
+`process_config_with_overrides(recipe, cli_overrides=...)` (NVIDIA-NeMo/Megatron-Bridge @ 067f987d
+scripts/performance/run_recipe.py L211-215), which applies them with `parse_hydra_overrides`: the config in struct
+mode, Hydra's `OverridesParser` and `ConfigLoaderImpl._apply_overrides_to_config`
+(src/megatron/bridge/training/utils/omegaconf_utils.py L163-188), then `OmegaConf.to_container(resolve=True)` and
+`_apply_overrides` set each value as given (L157-158, L454-). Bridge needs hydra-core >1.3,<=1.3.2
+(pyproject.toml L91). This module parses the words with Hydra's own parser and gives the flat dotted-key mapping
+the YAML path (`megatron_run.import_bridge`) builds, so both forms plan the same run; what Bridge would refuse, or
+what btacalc cannot know (the recipe's own values), is refused in one line.
+"""
+
+from __future__ import annotations
+
+import re
+import reprlib
+import shlex
+from typing import Any
+
+from ..errors import BtacalcError
+
+# ConfigContainer's sections (NVIDIA-NeMo/Megatron-Bridge @ 067f987d src/megatron/bridge/training/config.py
+# L962-1010): in struct mode (omegaconf_utils.py L180) a plain `key=value` whose key is not in the config is refused
+# by Hydra ("Could not override"), so a first component outside these is a key not in Bridge's config.
+CONFIG_SECTIONS = ("env_vars", "rng", "rerun_state_machine", "train", "model", "optimizer",
+                   "optimizer_config_override_provider", "ddp", "validation", "scheduler", "dataset", "logger",
+                   "tokenizer", "checkpoint", "dist", "ft", "straggler", "nvrx_straggler", "profiling", "peft",
+                   "comm_overlap", "mixed_precision", "tensor_inspect", "inprocess_restart")
+
+# A line of the file that is an override (`key=value`, `+key=`, `++key=`, `~key`) or a YAML mapping's `key:`.
+_OVERRIDE_LINE = re.compile(r"^\s*(?:~+[A-Za-z_][\w.@/-]*\s*(?:=|$)|\+*[A-Za-z_][\w.@/-]*=)")
+_YAML_LINE = re.compile(r"^\s*(?:-\s+)?[^\s#=:'\"][^=:]*:(?:\s|$)")
+
+
+def _lines(text: str, rule: re.Pattern[str]) -> list[tuple[int, str]]:
+    return [(n, line.strip()) for n, line in enumerate(text.splitlines(), 1)
+            if line.strip() and not line.lstrip().startswith("#") and rule.match(line)]
+
+
+def form_of(text: str, source: str) -> str:
+    """"overrides", "yaml" or "empty": which of Bridge's two forms the text is. A file with both is refused (Bridge
+    reads a YAML file with OmegaConf.load and overrides from the command line, never one file as both)."""
+    if not any(line.strip() and not line.lstrip().startswith("#") for line in text.splitlines()):
+        return "empty"
+    overrides, yaml_lines = _lines(text, _OVERRIDE_LINE), _lines(text, _YAML_LINE)
+    if overrides and yaml_lines:
+        (n, a), (m, b) = overrides[0], yaml_lines[0]
+        raise BtacalcError(f"{source}: a mix of Hydra overrides (line {n}: {_cut(a)}) and YAML (line {m}: {_cut(b)}): "
+                           "give one form (key=value lines, or a YAML mapping)")
+    return "overrides" if overrides else "yaml"
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _words(text: str, source: str) -> list[str]:
+    """The words of the file as a POSIX shell splits them (quotes removed, `#` comments dropped, a backslash-newline
+    joining two lines), one or more overrides per line."""
+    lexer = shlex.shlex(text.replace("\\\n", ""), posix=True)  # a backslash-newline continues the line
+    lexer.whitespace_split, lexer.commenters = True, "#"
+    try:
+        return list(lexer)
+    except ValueError as exc:  # an unclosed quote
+        raise BtacalcError(f"{source}: {exc} (the file is split into words as a shell splits a command line)") from None
+
+
+def read_overrides(text: str, source: str) -> dict[str, Any]:
+    """The dotted keys and values of a file of Hydra overrides, applied in order (a later value of a key replaces
+    an earlier one, as Hydra applies them; a dict value merges into its section, as OmegaConf.update(merge=True))."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    parser = OverridesParser.create()
+    out: dict[str, Any] = {}
+    for word in _words(text, source):
+        if word.startswith("-"):
+            raise BtacalcError(f"{source}: {_cut(word)} is a command-line option of the launching script, not a "
+                               "Hydra override (key=value): give the overrides only")
+        try:
+            override = parser.parse_override(word)
+        except HydraException as exc:
+            raise BtacalcError(f"{source}: {_cut(word)!r} is not a Hydra override: "
+                               f"{str(exc).splitlines()[0]}") from None
+        key = override.key_or_group
+        if override.package is not None:
+            raise BtacalcError(f"{source}: {_cut(word)}: a config group's @package, and Bridge's config has no groups "
+                               "(Hydra: 'looks like a config group override')")
+        if override.is_delete():
+            raise BtacalcError(f"{source}: {_cut(word)} deletes {key}: Bridge then keeps the recipe's own value, which "
+                               "btacalc does not know: leave the line out or give key=value")
+        if override.is_add():
+            raise BtacalcError(f"{source}: {_cut(word)} adds {key}, which Bridge refuses where the recipe holds a value "
+                               f"and btacalc cannot see the recipe: write {key}=... (or ++{key}=...)")
+        if override.is_sweep_override():
+            kind = override.value_type.name.lower() if override.value_type is not None else "sweep"
+            raise BtacalcError(f"{source}: {_cut(word)} is a Hydra sweep ({kind}), one run "
+                               "per value, which Bridge's single run cannot set: give one value (a list is [a,b])")
+        if not key:
+            raise BtacalcError(f"{source}: {_cut(word)!r} names no key (Hydra's key=value)")
+        section = key.split(".")[0]
+        if section not in CONFIG_SECTIONS:
+            raise BtacalcError(f"{source}: {key} is not a key of Megatron-Bridge's config (its sections: "
+                               f"{', '.join(CONFIG_SECTIONS)}); Hydra refuses it (struct mode)")
+        value = override.value()
+        _refuse_interpolation(value, key, source)
+        for name, leaf in _leaves(value, key, source):
+            out.pop(name, None)  # a key given again moves to where Hydra applies it last
+            out[name] = leaf
+    if not out:
+        raise BtacalcError(f"{source}: no overrides (only comments)")
+    return out
+
+
+def _refuse_interpolation(value: Any, key: str, source: str) -> None:
+    """OmegaConf resolves `${...}` against the recipe's config (to_container(resolve=True)), whose values btacalc
+    does not have."""
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else [value]
+    for item in items:
+        if isinstance(item, (dict, list)):
+            _refuse_interpolation(item, key, source)
+        elif isinstance(item, str) and "${" in item:
+            raise BtacalcError(f"{source}: {key}={_cut(item)}: an interpolation, which Bridge resolves against the "
+                               "recipe's config, which btacalc does not have: give the value")
+
+
+def _leaves(value: Any, key: str, source: str) -> list[tuple[str, Any]]:
+    """A dict value as its dotted keys (merged into the section); other values as given."""
+    if not isinstance(value, dict):
+        return [(key, value)]
+    if not value:
+        return []
+    out: list[tuple[str, Any]] = []
+    for name, item in value.items():
+        if not isinstance(name, str):
+            raise BtacalcError(f"{source}: {key}: key {reprlib.repr(name)} is not a name")
+        out.extend(_leaves(item, f"{key}.{name}", source))
+    return out
