@@ -149,7 +149,7 @@ def _check_row_options(profiles: Sequence[HardwareProfile], wafers: list[Hardwar
 # (`_row_request`) takes these values.
 _GPU_ROW_NEUTRAL: dict[str, Any] = {
     "expert_parallel": None, "zero_stage": None,
-    "gradient_accumulation_fusion": True, "rht_cast_fusion": True, "checkpoint_early_stop": False,
+    "gradient_accumulation_fusion": True, "rht_cast_fusion": True, "te_version": None, "checkpoint_early_stop": False,
     "bf16_layers_at_start": 0, "bf16_layers_at_end": 0}
 
 

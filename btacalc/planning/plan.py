@@ -139,7 +139,7 @@ def _inputs(problem: Problem) -> Inputs:
         routing_imbalance=run.routing_imbalance, objective=ex.objective, defaults=ex.default_reasons,
         precision=run.precision, te_recipe=run.recipe.te_recipe, fp8_param_gather=run.low_precision_param_gather,
         fp8_attention=run.fp8_attention,
-        rht_cast_fusion=run.rht_cast_fusion, gradient_accumulation_fusion=run.gradient_accumulation_fusion,
+        rht_cast_fusion=run.rht_cast_fusion, te_version=run.te_version, gradient_accumulation_fusion=run.gradient_accumulation_fusion,
         checkpoint_early_stop=run.checkpoint_early_stop, eager_kernels=run.eager_kernels,
         deterministic_mode=run.deterministic_attention and run.nccl_ring_only,
         cpu_offload_layers=run.cpu_offload_layers, moment_bytes=run.moment_bytes, routing_weights=run.routing_weights,
