@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal, Optional
 
 from ..errors import BtacalcError
 from ..memo import Memo, plain_key
-from .precision import DEFAULT_PRECISION, Recipe, check_fp8_attention, check_precision, recipe
+from .precision import DEFAULT_PRECISION, Recipe, check_fp8_attention, check_precision, recipe, recipes
 from .attention_kernels import DEFAULT_ATTENTION_KERNEL, attention_kernel
 from .cuda_graphs import check_scopes, scopes
 from ..vocabulary import parse_recompute
@@ -761,6 +761,10 @@ def _run_options(request: ExecutionRequest, model: "ModelSpec", profile: "Hardwa
         routing_weights=_routing_weights(model, gpu, chosen),
     )
     check_precision(run.precision, profile, run.low_precision_param_gather, run.rht_cast_fusion)
+    if request.te_version is not None and profile.family == "gpu" and run.recipe.columnwise != "transpose_below_cc10":
+        per_tensor = ", ".join(n for n, r in recipes().items() if r.columnwise == "transpose_below_cc10")
+        raise BtacalcError(f"{{te_version}} decides which transposes TransformerEngine writes for per-tensor FP8 "
+                           f"({per_tensor}); {run.precision} casts the same under every release btacalc knows")
     if run.fp8_attention:
         check_fp8_attention(run.precision, profile, run.attention, run.attention_kernel)
     check_bf16_layers(run, model)

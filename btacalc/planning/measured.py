@@ -619,8 +619,10 @@ def express(run: MeasuredRun, family: str = "gpu") -> tuple[Optional[ExecutionRe
     # the published low-precision runs use Megatron-Bridge's mixed-precision recipes (btacalc/data/precision.toml
     # bridge_param_gather: FP8 parameters and their all-gather where the recipe turns them on)
     changes.setdefault("fp8_param_gather", precision_recipe(run.precision).bridge_param_gather)
+    # the run's TE decides per-tensor FP8's transposes (te_releases.toml); plan refuses --te-version for any other
+    # recipe, whose casts no release changes
     te = run_te_version(run, recipe) if family == "gpu" else None
-    if te is not None:
+    if te is not None and precision_recipe(run.precision).columnwise == "transpose_below_cc10":
         changes["te_version"] = te
     return ExecutionRequest(seq_len=run.seq, recompute=recompute, devices=run.devices, limits=limits,
                             precision=run.precision, **changes), ""
