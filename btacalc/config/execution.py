@@ -272,6 +272,14 @@ class Layout:
     stage_split: StageSplit = StageSplit()  # the user's pipeline split options (config/pipeline.py)
 
     @property
+    def userbuffers(self) -> bool:
+        """Whether the layout runs TransformerEngine's userbuffers TP overlap: the TP-comm overlap on, TP > 1 and
+        sequence parallelism (the overlap runs on the sequence-parallel all-gathers and reduce-scatters). The one
+        reading of that condition (model/gpu/tp_overlap.py times it, model/gpu/precision.py's gathered transposes
+        follow the paths it takes, the plan report's `tp_overlap_table` names the table only where it holds)."""
+        return bool(self.overlap.tp_comm and self.tensor_parallel > 1 and self.sequence_parallel)
+
+    @property
     def overlap_all_to_all(self) -> bool:
         return self.overlap.all_to_all
 
@@ -748,7 +756,7 @@ def _run_options(request: ExecutionRequest, model: "ModelSpec", profile: "Hardwa
         low_precision_param_gather=request.fp8_param_gather,
         fp8_attention=request.fp8_attention,
         rht_cast_fusion=request.rht_cast_fusion,
-        te_version=_te_version(request, chosen),
+        te_version=request.te_version or default_te_version(),
         gradient_accumulation_fusion=request.gradient_accumulation_fusion,
         deterministic_attention=request.deterministic_attention,
         nccl_ring_only=request.nccl_ring_only,
@@ -761,6 +769,8 @@ def _run_options(request: ExecutionRequest, model: "ModelSpec", profile: "Hardwa
         routing_weights=_routing_weights(model, gpu, chosen),
     )
     check_precision(run.precision, profile, run.low_precision_param_gather, run.rht_cast_fusion)
+    if gpu:
+        run = replace(run, te_version=_te_version(request, chosen, run.recipe))
     if request.te_version is not None and profile.family == "gpu" and run.recipe.columnwise != "transpose_below_cc10":
         per_tensor = ", ".join(n for n, r in recipes().items() if r.columnwise == "transpose_below_cc10")
         raise BtacalcError(f"{{te_version}} decides which transposes TransformerEngine writes for per-tensor FP8 "
@@ -772,9 +782,11 @@ def _run_options(request: ExecutionRequest, model: "ModelSpec", profile: "Hardwa
     return run
 
 
-def _te_version(request: ExecutionRequest, chosen: Any) -> str:
-    """The run's TransformerEngine version, checked (te_releases.toml; a malformed one is a one-line error); the
-    default with its reason."""
+def _te_version(request: ExecutionRequest, chosen: Any, r: Recipe) -> str:
+    """The GPU run's TransformerEngine version, checked (te_releases.toml; a malformed one is a one-line error); the
+    default, with its reason where the recipe's casts depend on it (per-tensor FP8)."""
+    if request.te_version is None and r.columnwise != "transpose_below_cc10":
+        return default_te_version()
     version = chosen.pick("te_version", request.te_version, default_te_version(), te_releases().default_reason)
     te_behaviour(version)
     return str(version)

@@ -161,13 +161,11 @@ def cast_rates(problem: Problem) -> Optional[CastRates]:
 def gathered_transpose(problem: Problem, operand: str) -> bool:
     """Whether the run's TE (`te_version`, te_releases.toml) transposes the gathered per-tensor FP8 tensor of a
     sequence-parallel `operand` ("input": the column-parallel QKV / fc1 input; "gradient": the row-parallel output
-    gradient) even where FP8 GEMMs take non-TN layouts. With Userbuffers (`userbuffers_timed`) the input is gathered
+    gradient) even where FP8 GEMMs take non-TN layouts. With Userbuffers (`Layout.userbuffers`) the input is gathered
     by LayerNormLinear's bulk-dgrad overlap (transposed before TE 2.4) and the gradient by the ring exchange (never
     transposed from TE 2.0: update_usage); without, both by _all_gather_fp8 (transposed before TE 2.2.0)."""
-    from .tp_overlap import userbuffers_timed  # tp_overlap -> collectives -> this module
-
     te = te_behaviour(problem.run.te_version)
-    if userbuffers_timed(problem.layout):
+    if problem.layout.userbuffers:
         return te.ub_bulk_dgrad_transposes if operand == "input" else False
     return te.gather_transposes
 
