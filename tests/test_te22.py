@@ -155,3 +155,47 @@ def test_hopper_is_the_same_under_every_release():
     _, a = _layer(BEE, False, hw="h100")
     _, b = _layer("2.20.0.dev0+d0067d0", False, hw="h100")
     assert a.cast_s == pytest.approx(b.cast_s, rel=1e-12)
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (("--precision", "fp8", "--te-version", "2.2-beta"), "expected a TransformerEngine version"),
+    (("--precision", "mxfp8", "--te-version", "2.2"), "per-tensor FP8 (fp8, fp8-current); mxfp8"),
+    (("--precision", "bf16", "--te-version", "1.10"), "bf16 casts the same"),
+])
+def test_bad_te_version_is_one_line_and_exit_2(cli, args, fragment):
+    code, out, err = cli("plan", "-m", "llama-3-8b", "--hw", "gb200", "--devices", "8", *args)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("btacalc: error: --te-version") and fragment in err
+
+
+def test_plan_json_shows_the_release_and_it_slows_a_gb200_sp_plan(cli):
+    """The report's inputs carry the TE (the default with its reason, or the one given); NeMo 25.04's TE slows a TP 8
+    sequence-parallel FP8 plan on GB200 (its gathered transposes: Llama 3 70B, micro-batch 2, where the GEMMs and not
+    the host launches bind the step)."""
+    import json
+
+    args = ("plan", "-m", "llama-3-70b", "--hw", "gb200", "--devices", "8", "--tp", "8", "--precision", "fp8",
+            "--global-batch", "16", "--micro-batch", "2", "--json")
+    reports = {}
+    for te in (None, BEE):
+        code, out, err = cli(*args, *(("--te-version", te) if te else ()))
+        assert code == 0, err
+        reports[te] = json.loads(out)
+    assert reports[None]["inputs"]["te_version"] == "2.20.0.dev0+d0067d0"
+    assert "te_version" in reports[None]["inputs"]["defaults"]
+    assert reports[BEE]["inputs"]["te_version"] == BEE and "te_version" not in reports[BEE]["inputs"]["defaults"]
+    assert reports[BEE]["throughput"]["tokens_per_s"] < reports[None]["throughput"]["tokens_per_s"]
+
+
+def test_a_measured_run_takes_its_containers_te():
+    """The dgxc GB200 FP8 row (NeMo 25.04 container) is planned at 2.2.0.dev0; its BF16 twin has no per-tensor cast
+    and keeps the default; the MLPerf v4.1 B200 row (NeMo 24.09) at 1.10."""
+    from btacalc.planning.measured import express, load_runs
+
+    runs = {r.id: r for r in load_runs()}
+    req, why = express(runs["nemotron4-340b-gb200-128-gbs32-fp8-dgxc"])
+    assert req is not None and req.te_version == BEE, why
+    req, _ = express(runs["nemotron4-340b-gb200-128-gbs32-bf16-dgxc"])
+    assert req is not None and req.te_version is None
+    req, _ = express(runs["gpt3-175b-b200-64-fp8-mlperf-v41"])
+    assert req is not None and req.te_version == "1.10"

@@ -47,7 +47,11 @@ scales and NVFP4 cast both copies locally and re-order the gathered columnwise c
     extra = local cast (its copies) − the recipe's cast + t · pass bytes / f1
 
 (f1 the single-output cast share: a streaming copy kernel), so a phase's activation casts take
-(cast_elements · cast + sp_gather_cast_elements · extra) / HBM.
+(cast_elements · cast + sp_gather_cast_elements · extra) / HBM. The run's TransformerEngine (`te_version`,
+btacalc/data/te_releases.toml, docs/precision.md "te22") decides the per-tensor FP8 case from compute capability 10.0:
+TE 1.x casts both copies there too (`copies`), TE before 2.2.0 still transposes the gathered tensors, and before 2.4
+the column-parallel input's under Userbuffers (`gathered_transpose`); those inputs are the phase's
+``sp_gather_input_cast_elements`` (part of the gathered ones), taking their own extra bytes.
 
 With sequence parallelism TE quantises before it all-gathers, so a low-precision phase's TP all-gathers
 move q + scale/block bytes per element and its reduce-scatters 2 (`gather_share`).
