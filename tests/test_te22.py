@@ -122,6 +122,13 @@ def test_one_nemotron_340b_layer_on_gb200_at_te_2_2_dev(precision):
         total = sum(extra.values())
         assert total == pytest.approx((4 if not tp_comm else 2) * one, rel=1e-9)
     assert 4 * one == pytest.approx(103.4e-6, rel=1e-3) and 2 * one == pytest.approx(51.7e-6, rel=1e-3)
+    p, _ = _layer("2.20.0.dev0+d0067d0", True, precision)
+    rates = cast_rates(p)
+    assert rates is not None and rates.sp_gather_extra_bytes == rates.sp_gather_input_extra_bytes == 0.0  # pinned TE
+    p, _ = _layer(BEE, False, precision)
+    rates = cast_rates(p)
+    assert rates is not None
+    assert rates.sp_gather_extra_bytes == rates.sp_gather_input_extra_bytes == pytest.approx(TP * 2 / F1, rel=1e-12)
 
 
 def test_te_2_2_release_and_2_4_on_gb200():
