@@ -232,6 +232,12 @@ Fp8AttentionOpt = typer.Option(False, "--fp8-attention", help="Run the attention
 RhtCastFusionOpt = typer.Option(True, "--rht-cast-fusion/--no-rht-cast-fusion", help="NVFP4: cast an activation's "
                                 "rowwise and Hadamard-transformed columnwise copies in one kernel, as TransformerEngine "
                                 "2.14 and later do; --no-rht-cast-fusion: one kernel per copy (TE 2.8-2.13).")
+TeVersionOpt = typer.Option(None, "--te-version", help=help_text(
+    "The TransformerEngine release the run uses, as TE numbers it (e.g. 2.2.0.dev0+bee4649c, NeMo 25.04's; 1.10, "
+    "NeMo 24.09's), for --precision fp8 and fp8-current: on Blackwell (compute capability 10.x) a TE 1.x cast writes "
+    "the FP8 transposes as on Hopper, a TE before 2.2.0 still transposes the sequence-parallel gathered tensors, and "
+    "one before 2.4 the inputs --tp-comm-overlap gathers (bulk dgrad) (btacalc/data/te_releases.toml, "
+    "docs/precision.md 'te22') [default: 2.20.0.dev0+d0067d0, the TE btacalc pins: no transposes from 10.0]."))
 WgradFusionOpt = typer.Option(True, "--gradient-accumulation-fusion/--no-gradient-accumulation-fusion", help=(
     "Accumulate each weight gradient into the fp32 main gradient inside its GEMM (Megatron's default); "
     "--no-gradient-accumulation-fusion: the GEMM writes a 16-bit gradient and a separate kernel adds it, "
@@ -273,6 +279,7 @@ class RecipeOptions:
     fp8_param_gather: bool = False
     fp8_attention: bool = False
     rht_cast_fusion: bool = True
+    te_version: Optional[str] = None
     gradient_accumulation_fusion: bool = True
     bf16_layers_at_start: int = 0
     bf16_layers_at_end: int = 0
@@ -289,6 +296,7 @@ class RecipeOptions:
 _RECIPE_OPTIONS: dict[str, tuple[Any, Any]] = {
     "mtp": (Optional[bool], MtpOpt), "fp8_param_gather": (bool, Fp8ParamGatherOpt),
     "fp8_attention": (bool, Fp8AttentionOpt), "rht_cast_fusion": (bool, RhtCastFusionOpt),
+    "te_version": (Optional[str], TeVersionOpt),
     "gradient_accumulation_fusion": (bool, WgradFusionOpt), "bf16_layers_at_start": (int, Bf16StartOpt),
     "bf16_layers_at_end": (int, Bf16EndOpt), "checkpoint_early_stop": (bool, CheckpointEarlyStopOpt)}
 

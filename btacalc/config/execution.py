@@ -24,11 +24,12 @@ from typing import TYPE_CHECKING, Any, Literal, Optional
 
 from ..errors import BtacalcError
 from ..memo import Memo, plain_key
-from .precision import DEFAULT_PRECISION, Recipe, check_fp8_attention, check_precision, recipe
+from .precision import DEFAULT_PRECISION, Recipe, check_fp8_attention, check_precision, recipe, recipes
 from .attention_kernels import DEFAULT_ATTENTION_KERNEL, attention_kernel
 from .cuda_graphs import check_scopes, scopes
 from ..vocabulary import parse_recompute
 from .pipeline import Placement, StageSplit, parse_layout, place
+from .te_release import default_te_version, te_behaviour, te_releases
 from .tp_overlap import UbOverlap
 
 if TYPE_CHECKING:
@@ -130,6 +131,9 @@ class RunOptions:
     # NVFP4: TransformerEngine writes an activation's rowwise and random-Hadamard-transformed columnwise copies in one
     # kernel (TE >= 2.14, the pinned TE); False: one kernel per copy (TE 2.8-2.13; precision.toml rht_cast_fusion_since_te)
     rht_cast_fusion: bool = True
+    # the TransformerEngine release the run uses (btacalc/data/te_releases.toml): which per-tensor FP8 transposes it
+    # still writes where FP8 GEMMs take non-TN layouts (compute capability >= 10); default: the pinned TE's
+    te_version: str = field(default_factory=default_te_version)
     # Megatron's gradient accumulation fusion (its default with TransformerEngine): each weight-gradient GEMM accumulates
     # into the fp32 main gradient; False (--no-gradient-accumulation-fusion): the GEMM writes a 16-bit gradient that a
     # separate kernel adds to the main gradient, once per parameter and micro-batch (gpu/fixed.py wgrad_accumulate_s)
@@ -266,6 +270,14 @@ class Layout:
     # ub_table: TE's defaults with the run's entries applied); None: TE's defaults (btacalc/data/tp_overlap.toml)
     tp_overlap_cfg: Optional[tuple[UbOverlap, ...]] = None
     stage_split: StageSplit = StageSplit()  # the user's pipeline split options (config/pipeline.py)
+
+    @property
+    def userbuffers(self) -> bool:
+        """Whether the layout runs TransformerEngine's userbuffers TP overlap: the TP-comm overlap on, TP > 1 and
+        sequence parallelism (the overlap runs on the sequence-parallel all-gathers and reduce-scatters). The one
+        reading of that condition (model/gpu/tp_overlap.py times it, model/gpu/precision.py's gathered transposes
+        follow the paths it takes, the plan report's `tp_overlap_table` names the table only where it holds)."""
+        return bool(self.overlap.tp_comm and self.tensor_parallel > 1 and self.sequence_parallel)
 
     @property
     def overlap_all_to_all(self) -> bool:
@@ -639,6 +651,7 @@ class ExecutionRequest:
     fp8_param_gather: bool = False  # Megatron --fp8-param-gather (--fp4-param-gather under nvfp4)
     fp8_attention: bool = False  # Megatron --fp8-dot-product-attention (RunOptions.fp8_attention)
     rht_cast_fusion: bool = True  # NVFP4's rowwise and RHT columnwise casts in one kernel (RunOptions.rht_cast_fusion)
+    te_version: Optional[str] = None  # None: te_releases.toml's default, the pinned TE (RunOptions.te_version)
     gradient_accumulation_fusion: bool = True  # RunOptions.gradient_accumulation_fusion
     deterministic_attention: bool = False  # RunOptions.deterministic_attention (a recipe's deterministic_mode)
     nccl_ring_only: bool = False  # RunOptions.nccl_ring_only (a recipe's deterministic_mode: NCCL_ALGO=Ring)
@@ -743,6 +756,7 @@ def _run_options(request: ExecutionRequest, model: "ModelSpec", profile: "Hardwa
         low_precision_param_gather=request.fp8_param_gather,
         fp8_attention=request.fp8_attention,
         rht_cast_fusion=request.rht_cast_fusion,
+        te_version=request.te_version or default_te_version(),
         gradient_accumulation_fusion=request.gradient_accumulation_fusion,
         deterministic_attention=request.deterministic_attention,
         nccl_ring_only=request.nccl_ring_only,
@@ -755,11 +769,27 @@ def _run_options(request: ExecutionRequest, model: "ModelSpec", profile: "Hardwa
         routing_weights=_routing_weights(model, gpu, chosen),
     )
     check_precision(run.precision, profile, run.low_precision_param_gather, run.rht_cast_fusion)
+    if gpu:
+        run = replace(run, te_version=_te_version(request, chosen, run.recipe))
+    if request.te_version is not None and profile.family == "gpu" and run.recipe.columnwise != "transpose_below_cc10":
+        per_tensor = ", ".join(n for n, r in recipes().items() if r.columnwise == "transpose_below_cc10")
+        raise BtacalcError(f"{{te_version}} decides which transposes TransformerEngine writes for per-tensor FP8 "
+                           f"({per_tensor}); {run.precision} casts the same under every release btacalc knows")
     if run.fp8_attention:
         check_fp8_attention(run.precision, profile, run.attention, run.attention_kernel)
     check_bf16_layers(run, model)
     _check_run(run, model)
     return run
+
+
+def _te_version(request: ExecutionRequest, chosen: Any, r: Recipe) -> str:
+    """The GPU run's TransformerEngine version, checked (te_releases.toml; a malformed one is a one-line error); the
+    default, with its reason where the recipe's casts depend on it (per-tensor FP8)."""
+    if request.te_version is None and r.columnwise != "transpose_below_cc10":
+        return default_te_version()
+    version = chosen.pick("te_version", request.te_version, default_te_version(), te_releases().default_reason)
+    te_behaviour(version)
+    return str(version)
 
 
 # Run and layout options that only mean something on a GPU (Megatron's and TransformerEngine's kernels and
@@ -771,6 +801,8 @@ _GPU_ONLY: tuple[tuple[Any, str], ...] = (
     (lambda run, layout: not run.rht_cast_fusion,  # TransformerEngine's NVFP4 cast kernels (precision.toml)
      "{rht_cast_fusion}: the rowwise and Hadamard-transformed casts are TransformerEngine's NVFP4 kernels (GPU); a "
      "wafer-scale run has none"),
+    (lambda run, layout: run.te_version != default_te_version(),  # TransformerEngine's FP8 casts (te_releases.toml)
+     "{te_version}: the TransformerEngine release decides GPU FP8 casts and transposes; a wafer-scale run has none"),
     (lambda run, layout: run.attention_kernel != DEFAULT_ATTENTION_KERNEL,  # attention_kernels.toml: GPU kernels
      "{attention_kernel}: the fused attention kernels' rates are GPU kernels' (btacalc/data/attention_kernels.toml); "
      "a wafer-scale run has none"),

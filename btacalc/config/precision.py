@@ -37,6 +37,7 @@ from .named_tables import load_named_tables, pick
 
 if TYPE_CHECKING:
     from .hardware import HardwareProfile
+    from .te_release import TeBehaviour
 
 
 PRECISION_FILE = "precision.toml"
@@ -120,22 +121,27 @@ class Recipe(BaseModel):
             return True
         return te_version_tuple(te_version) >= te_version_tuple(self.rht_cast_fusion_since_te)
 
-    def sp_gather_pass(self, compute_capability: float) -> tuple[int, float]:
+    def sp_gather_pass(self, compute_capability: float, te: Optional["TeBehaviour"] = None,
+                       gathered_transpose: bool = False) -> tuple[int, float]:
         """(copies the local cast writes, bytes the pass over the gathered tensor reads and writes per gathered
-        element) for an operand TE all-gathers along the sequence before its GEMMs (`sp_gather`)."""
-        copies = self.copies(compute_capability)
-        if self.sp_gather == "transpose_below_cc10" and copies == 2:
+        element) for an operand TE all-gathers along the sequence before its GEMMs (`sp_gather`), under TE `te`
+        (None: the pinned TE). `gathered_transpose`: that TE transposes this operand's gathered tensor even where
+        FP8 GEMMs take non-TN layouts (te_releases.toml: TE 2.x before a guard, per operand path)."""
+        copies = self.copies(compute_capability, te)
+        if self.sp_gather == "transpose_below_cc10" and (copies == 2 or gathered_transpose):
             return 1, 2 * self.element_bytes
         if self.sp_gather == "reorder":
             return copies, 2 * (self.bytes_per_element if self.sp_gather_reorders_scales else self.element_bytes)
         return copies, 0.0
 
-    def copies(self, compute_capability: float) -> int:
-        """Quantised copies of a tensor that both a rowwise and a columnwise GEMM operand read."""
+    def copies(self, compute_capability: float, te: Optional["TeBehaviour"] = None) -> int:
+        """Quantised copies of a tensor that both a rowwise and a columnwise GEMM operand read, under TE `te` (None:
+        the pinned TE): per-tensor FP8 writes a transpose below compute capability 10.0, and on any chip under a TE
+        whose cast always writes it (TE 1.x: te_releases.toml cast_transpose_guarded_since)."""
         if self.columnwise == "always":
             return 2
         if self.columnwise == "transpose_below_cc10":
-            return 2 if compute_capability < 10.0 else 1
+            return 2 if compute_capability < 10.0 or (te is not None and te.cast_transposes) else 1
         return 0
 
 

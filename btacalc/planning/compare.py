@@ -149,7 +149,7 @@ def _check_row_options(profiles: Sequence[HardwareProfile], wafers: list[Hardwar
 # (`_row_request`) takes these values.
 _GPU_ROW_NEUTRAL: dict[str, Any] = {
     "expert_parallel": None, "zero_stage": None,
-    "gradient_accumulation_fusion": True, "rht_cast_fusion": True, "checkpoint_early_stop": False,
+    "gradient_accumulation_fusion": True, "rht_cast_fusion": True, "te_version": None, "checkpoint_early_stop": False,
     "bf16_layers_at_start": 0, "bf16_layers_at_end": 0}
 
 
@@ -219,39 +219,44 @@ def compare(model: ModelSpec, profiles: Sequence[HardwareProfile], devices: Opti
 
 
 def _rows_taking(request: ExecutionRequest,
-                 chosen: list[Optional[str]]) -> tuple[set[Optional[str]], set[Optional[str]]]:
+                 chosen: list[Optional[str]]) -> tuple[set[Optional[str]], set[Optional[str]], set[Optional[str]]]:
     """The precisions whose GPU rows take the recipe options over several precisions (empty: every row takes them,
     and one that cannot refuses them). --no-rht-cast-fusion: the rows whose recipe casts through the Hadamard
     transform (check_precision); --bf16-layers-at-start/-end: the low-precision rows, a 16-bit row having no recipe
-    to keep layers out of (check_bf16_layers)."""
+    to keep layers out of (check_bf16_layers); --te-version: the per-tensor FP8 rows, the only recipes whose casts it
+    changes (config/execution.py _te_version)."""
     if len(chosen) < 2:
-        return set(), set()
+        return set(), set(), set()
     unfused = set() if request.rht_cast_fusion else \
         {x for x in chosen if recipe(x or DEFAULT_PRECISION).rht_cast_fusion_since_te}
     low = set() if not (request.bf16_layers_at_start or request.bf16_layers_at_end) else \
         {x for x in chosen if recipe(x or DEFAULT_PRECISION).low}
-    return unfused, low
+    versioned = set() if request.te_version is None else \
+        {x for x in chosen if recipe(x or DEFAULT_PRECISION).columnwise == "transpose_below_cc10"}
+    return unfused, low, versioned
 
 
 def _row_request(request: ExecutionRequest, profile: HardwareProfile, precision: Optional[str], with_wafers: bool,
-                 taking: tuple[set[Optional[str]], set[Optional[str]]],
+                 taking: tuple[set[Optional[str]], set[Optional[str]], set[Optional[str]]],
                  wafer_global_batch: Optional[int]) -> ExecutionRequest:
     """The request one row is planned with. A wafer row is D systems in strict data parallel: the GPU layout
     choices (EP, ZeRO, the NVLink domain, the communication overlaps) and Megatron's and TransformerEngine's GPU kernel options (the unfused main-gradient add,
     NVFP4's unfused casts, PyTorch's early-stopping re-run, the layers kept out of a low-precision recipe) do not
     apply. A GPU row drops the options for other rows only: --no-rht-cast-fusion unless its precision is in the
     first of `taking` (the row's run options show which rows took it), --bf16-layers-at-start/-end unless it is in
-    the second (the low precisions), --no-overlap beside wafer rows (the wafer rows' weight streaming; a GPU plan
+    the second (the low precisions), --te-version unless it is in the third (per-tensor FP8), --no-overlap beside wafer rows (the wafer rows' weight streaming; a GPU plan
     refuses it)."""
     if profile.family == "wse":
         return without_gpu_layout(request).with_changes(**_GPU_ROW_NEUTRAL,
                                                         limits=replace(request.limits, global_batch=wafer_global_batch))
-    unfused_rows, low_rows = taking
+    unfused_rows, low_rows, versioned_rows = taking
     base = request.with_changes(precision=precision)
     if unfused_rows and precision not in unfused_rows:
         base = base.with_changes(rht_cast_fusion=True)
     if low_rows and precision not in low_rows:
         base = base.with_changes(bf16_layers_at_start=0, bf16_layers_at_end=0)
+    if versioned_rows and precision not in versioned_rows:
+        base = base.with_changes(te_version=None)
     if with_wafers:
         base = base.with_changes(overlap_streaming=True)
     return base

@@ -40,6 +40,7 @@ from ..config.hf import unique_keys
 from ..config.model import ModelSpec, validate_model
 from ..config.pipeline import StageSplit
 from ..config.precision import recipe as precision_recipe
+from ..config.te_release import container_te
 from ..config.presets import resolve_model
 from ..config.attention_kernels import attention_kernel
 from ..config.tp_overlap import UbTable, ub_table
@@ -184,8 +185,10 @@ class Recipe(BaseModel):
                                             "fp8_dpa): planned with --fp8-attention")
     transformer_engine: Optional[str] = Field(None, description="the TransformerEngine release the run used (e.g. "
                                               "2.8.0+7cde9a33): under NVFP4 it decides whether an activation's two "
-                                              "casts are one kernel (precision.toml rht_cast_fusion_since_te); "
-                                              "default: the pinned TE's fused kernel")
+                                              "casts are one kernel (precision.toml rht_cast_fusion_since_te), under "
+                                              "per-tensor FP8 which transposes Blackwell writes (plan --te-version, "
+                                              "te_releases.toml); default: the TE of the run's container where "
+                                              "te_releases.toml names it, else the pinned TE")
     fp8_param_gather: Optional[bool] = Field(None, description="--fp8-param-gather (NeMo 1.0's model.fp8_params): "
                                              "FP8 parameters and their all-gather; default: the precision recipe's "
                                              "Megatron-Bridge setting (precision.toml bridge_param_gather)")
@@ -616,6 +619,11 @@ def express(run: MeasuredRun, family: str = "gpu") -> tuple[Optional[ExecutionRe
     # the published low-precision runs use Megatron-Bridge's mixed-precision recipes (btacalc/data/precision.toml
     # bridge_param_gather: FP8 parameters and their all-gather where the recipe turns them on)
     changes.setdefault("fp8_param_gather", precision_recipe(run.precision).bridge_param_gather)
+    # the run's TE decides per-tensor FP8's transposes (te_releases.toml); plan refuses --te-version for any other
+    # recipe, whose casts no release changes
+    te = run_te_version(run, recipe) if family == "gpu" else None
+    if te is not None and precision_recipe(run.precision).columnwise == "transpose_below_cc10":
+        changes["te_version"] = te
     return ExecutionRequest(seq_len=run.seq, recompute=recompute, devices=run.devices, limits=limits,
                             precision=run.precision, **changes), ""
 
@@ -663,6 +671,15 @@ def _recipe_changes(recipe: Recipe, run: MeasuredRun, family: str) -> dict[str, 
                                             account_for_embedding=recipe.account_for_embedding,
                                             account_for_loss=recipe.account_for_loss)
     return changes
+
+
+def run_te_version(run: MeasuredRun, recipe: Optional[Recipe]) -> Optional[str]:
+    """The TransformerEngine the run used: its recipe's `transformer_engine` where it states one, else its container's
+    where btacalc/data/te_releases.toml names the container its `release` gives; None: the default (the pinned TE)."""
+    if recipe is not None and recipe.transformer_engine is not None:
+        return recipe.transformer_engine
+    found = container_te(run.release)
+    return found[0] if found else None
 
 
 def forced_balance_of(run: MeasuredRun) -> tuple[Optional[float], str]:

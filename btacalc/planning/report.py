@@ -143,6 +143,9 @@ class Inputs(BaseModel):
     rht_cast_fusion: bool = Field(True, description="NVFP4: an activation's rowwise and Hadamard-transformed "
                                   "columnwise copies cast in one kernel (TransformerEngine 2.14 and later); false: one "
                                   "kernel per copy (--no-rht-cast-fusion)")
+    te_version: str = Field("", description="the TransformerEngine release the run uses (--te-version; "
+                            "btacalc/data/te_releases.toml): which per-tensor FP8 transposes it writes on compute "
+                            "capability 10.x")
     gradient_accumulation_fusion: bool = Field(True, description="weight-gradient GEMMs accumulate into the fp32 main "
                                                "gradient (Megatron's default); false: a separate add per parameter "
                                                "and micro-batch (--no-gradient-accumulation-fusion)")
@@ -184,6 +187,9 @@ class Inputs(BaseModel):
             out.append(("attention core in FP8", "--fp8-attention"))
         if not self.rht_cast_fusion and recipe(self.precision).rht_cast_fusion_since_te:
             out.append((f"{self.precision} casts one kernel per copy", "--no-rht-cast-fusion"))
+        if self.te_version and "te_version" not in self.defaults and recipe(self.precision).sp_gather == \
+                "transpose_below_cc10":
+            out.append((f"TransformerEngine {self.te_version}'s FP8 transposes", "--te-version"))
         if not self.gradient_accumulation_fusion:
             out.append(("weight gradients added to the main gradient by a separate kernel",
                         "--no-gradient-accumulation-fusion"))

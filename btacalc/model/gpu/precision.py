@@ -47,7 +47,11 @@ scales and NVFP4 cast both copies locally and re-order the gathered columnwise c
     extra = local cast (its copies) − the recipe's cast + t · pass bytes / f1
 
 (f1 the single-output cast share: a streaming copy kernel), so a phase's activation casts take
-(cast_elements · cast + sp_gather_cast_elements · extra) / HBM.
+(cast_elements · cast + sp_gather_cast_elements · extra) / HBM. The run's TransformerEngine (`te_version`,
+btacalc/data/te_releases.toml, docs/precision.md "te22") decides the per-tensor FP8 case from compute capability 10.0:
+TE 1.x casts both copies there too (`copies`), TE before 2.2.0 still transposes the gathered tensors, and before 2.4
+the column-parallel input's under Userbuffers (`gathered_transpose`); those inputs are the phase's
+``sp_gather_input_cast_elements`` (part of the gathered ones), taking their own extra bytes.
 
 With sequence parallelism TE quantises before it all-gathers, so a low-precision phase's TP all-gathers
 move q + scale/block bytes per element and its reduce-scatters 2 (`gather_share`).
@@ -76,6 +80,7 @@ from typing import Any, Optional
 
 from ...config.hardware import Kernels
 from ...config.precision import SIXTEEN_BIT_BYTES, Recipe
+from ...config.te_release import te_behaviour
 from ...catalogue.terms import Phase
 from ..problem import Problem
 from ..steptime import compute_efficiency
@@ -96,6 +101,9 @@ class CastRates:
     # per local element of a sequence-parallel gathered operand, the bytes its cast and the pass over the gathered
     # tensor move beyond `activation_bytes_per_cast` (`sp_gather_extra_bytes`)
     sp_gather_extra_bytes: Any
+    # the same for a column-parallel input (QKV, fc1: `sp_gather_input_cast_elements`, a part of the gathered ones),
+    # whose gathered tensor an older TE transposes on more paths than the output gradient's (te_releases.toml)
+    sp_gather_input_extra_bytes: Any
     ceiling_kernel: str  # the measured GEMM ceiling the recipe's GEMMs take on this chip (Recipe.ceiling_kernel)
 
 
@@ -139,7 +147,8 @@ def cast_rates(problem: Problem) -> Optional[CastRates]:
     peak = {"fp8": chip.peak_fp8_flops_per_s, "fp4": chip.peak_fp4_flops_per_s}[recipe.gemm_peak]
     assert peak is not None  # checked when the execution was resolved (config.precision.check_precision)
     cc = chip.compute_capability.value if chip.compute_capability else 0.0
-    copies = recipe.copies(cc)
+    te = te_behaviour(problem.run.te_version)
+    copies = recipe.copies(cc, te)
     shares = _cast_shares(problem, copies)
     kernels = recipe.activation_cast_kernels(copies, problem.run.rht_cast_fusion)
     activation = full_bandwidth_bytes(recipe, copies, shares, kernels)
@@ -148,18 +157,32 @@ def cast_rates(problem: Problem) -> Optional[CastRates]:
                      activation_bytes_per_cast=activation,
                      cache_bytes_per_param=copies * recipe.bytes_per_element,
                      weight_casts_per_micro_batch=1 / problem.layout.micro_batches,
-                     sp_gather_extra_bytes=sp_gather_extra_bytes(problem, cc, activation),
+                     sp_gather_extra_bytes=sp_gather_extra_bytes(problem, cc, activation, "gradient"),
+                     sp_gather_input_extra_bytes=sp_gather_extra_bytes(problem, cc, activation, "input"),
                      ceiling_kernel=recipe.ceiling_kernel(cc))
 
 
-def sp_gather_extra_bytes(problem: Problem, cc: float, own: float) -> Any:
-    """Per local element of an operand TE all-gathers along the sequence, the full-bandwidth bytes beyond the
-    recipe's own cast (`own`, the activation cast's `activation_bytes_per_cast`): the local cast writes the
-    recipe's `sp_gather_pass` copies instead of its `copies`, and a pass over the t gathered elements reads and
-    writes `pass` bytes each at the single-output cast share f1. 0 without sequence parallelism (nothing is
-    gathered: TP all-reduces, and the local cast writes every copy)."""
+def gathered_transpose(problem: Problem, operand: str) -> bool:
+    """Whether the run's TE (`te_version`, te_releases.toml) transposes the gathered per-tensor FP8 tensor of a
+    sequence-parallel `operand` ("input": the column-parallel QKV / fc1 input; "gradient": the row-parallel output
+    gradient) even where FP8 GEMMs take non-TN layouts. With Userbuffers (`Layout.userbuffers`) the input is gathered
+    by LayerNormLinear's bulk-dgrad overlap (transposed before TE 2.4) and the gradient by the ring exchange (never
+    transposed from TE 2.0: update_usage); without, both by _all_gather_fp8 (transposed before TE 2.2.0)."""
+    te = te_behaviour(problem.run.te_version)
+    if problem.layout.userbuffers:
+        return te.ub_bulk_dgrad_transposes if operand == "input" else False
+    return te.gather_transposes
+
+
+def sp_gather_extra_bytes(problem: Problem, cc: float, own: float, operand: str) -> Any:
+    """Per local element of an `operand` ("input" or "gradient": `gathered_transpose`) TE all-gathers along the
+    sequence, the full-bandwidth bytes beyond the recipe's own cast (`own`, the activation cast's
+    `activation_bytes_per_cast`): the local cast writes the recipe's `sp_gather_pass` copies instead of its
+    `copies`, and a pass over the t gathered elements reads and writes `pass` bytes each at the single-output cast
+    share f1. 0 without sequence parallelism (nothing is gathered: TP all-reduces, and the local cast writes every
+    copy)."""
     recipe, run = problem.run.recipe, problem.run
-    local, pass_bytes = recipe.sp_gather_pass(cc)
+    local, pass_bytes = recipe.sp_gather_pass(cc, te_behaviour(run.te_version), gathered_transpose(problem, operand))
     shares = _cast_shares(problem, local)
     mine = full_bandwidth_bytes(recipe, local, shares, recipe.activation_cast_kernels(local, run.rht_cast_fusion))
     extra = mine - own + problem.layout.tensor_parallel * pass_bytes / shares[0]
@@ -218,7 +241,9 @@ def phase_cast_s(rates: CastRates, hbm: float, phase: Phase, v: Any, load: Any, 
     at the cast kernels' share of HBM bandwidth (`activation_bytes_per_cast`, weights `full_bandwidth_bytes_per_cast`). `v` reads the phase's
     per-device values."""
     t = (v("cast_elements") * rates.activation_bytes_per_cast
-         + v("sp_gather_cast_elements") * rates.sp_gather_extra_bytes) * load / hbm
+         + v("sp_gather_cast_elements") * rates.sp_gather_extra_bytes
+         + v("sp_gather_input_cast_elements") * (rates.sp_gather_input_extra_bytes - rates.sp_gather_extra_bytes)
+         ) * load / hbm
     return t + phase_weight_cast_s(rates, hbm, phase, v, expert_shards) * rates.weight_casts_per_micro_batch \
         if weights else t
 

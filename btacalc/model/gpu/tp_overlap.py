@@ -64,10 +64,8 @@ def overlap_cost(o: UbOverlap, gemm_s: Any, comm_s: Any, sms: int, tp: Any) -> A
 
 
 def userbuffers_timed(layout: Layout) -> bool:
-    """Whether a layout runs TE's userbuffers overlap, which layer_overlap_s times: the TP-comm overlap on, TP > 1
-    and sequence parallelism (the overlap runs on the sequence-parallel all-gathers and reduce-scatters). The one
-    reading of that condition (the plan report's `tp_overlap_table` names the table only where it holds)."""
-    return layout.overlap.tp_comm and layout.tensor_parallel > 1 and layout.sequence_parallel
+    """Whether a layout runs TE's userbuffers overlap, which layer_overlap_s times (`Layout.userbuffers`)."""
+    return layout.userbuffers
 
 
 def layer_overlap_s(problem: Problem, tp_gemm_s: dict[str, Any], tp_bytes: Any, tp_calls: Any) -> Any:
