@@ -549,6 +549,12 @@ for old, new, fragment in [
     ("--context-parallel-size 1", "--context-parallel-size 0", "--context-parallel-size 0: must be at least 1"),
     ("--num-layers 32", "--num-layers 32 --num-layers-per-virtual-pipeline-stage 0",
      "--num-layers-per-virtual-pipeline-stage 0: must be at least 1"),
+    # review13: a micro-batch of 0 sequences stopped the rules' check with a bare ZeroDivisionError (the global batch
+    # over micro batch x DP); -2 or a global batch of -64 was refused naming --grad-accum, which the launch does not give
+    ("--micro-batch-size 1", "--micro-batch-size 0", "--micro-batch-size 0: must be at least 1 (Megatron-LM divides"),
+    ("--micro-batch-size 1", "--micro-batch-size -2", "--micro-batch-size -2: must be at least 1"),
+    ("--global-batch-size 128", "--global-batch-size -64", "--global-batch-size -64: must be at least 1 (a count of"),
+    ("--global-batch-size 128", "--global-batch-size 0", "--global-batch-size 0: must be at least 1"),
 ]:
     assert old in LLAMA_LAUNCH, old
     case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/launch.args", fragment=fragment,
@@ -846,6 +852,9 @@ for extra, fragment in (
         ("model@pkg.num_layers=4", "a config group's @package"),
         ("=4", "'=4' names no key"),
         ("'model.num_layers=4", "No closing quotation"),
+        # review13: the batch sizes as the launch path refuses them (a ZeroDivisionError or --grad-accum before)
+        ("train.micro_batch_size=0", "train.micro_batch_size 0: must be at least 1 (Megatron-LM divides by it)"),
+        ("train.global_batch_size=-64", "train.global_batch_size -64: must be at least 1 (a count of sequences)"),
 ):
     case("files", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
          fragment=fragment, files={"o.txt": HYDRA + extra + "\n"})
@@ -859,6 +868,15 @@ for text, fragment in (("", "no overrides (the file is empty)"), ("# a comment\n
                        (HYDRA + "'ddp.num_buckets=\"4\"'\n", "ddp.num_buckets: '4' is a string")):
     case("files", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
          fragment=fragment, files={"o.txt": text})
+
+# review13: --te-version as te_releases.toml's version grammar reads it (major.minor[.patch][.devN][+build]), on each
+# command that takes it; the empty word and a bare "+" are no version
+for command in (["plan"], ["compare"], ["sweep", "--vary", "experts=16,32"]):
+    for version, fragment in (("banana", "--te-version 'banana': expected a TransformerEngine version"),
+                              ("", "--te-version '': expected a TransformerEngine version"),
+                              ("1.10+", "--te-version '1.10+': expected"), ("2..2", "--te-version '2..2': expected")):
+        case("values", *command, "-m", "qwen3-30b-a3b", "--hw", "gb200", "--devices", "64", "--precision", "fp8",
+             "--te-version", version, fragment=fragment)
 
 
 def _make(folder: Path, files: dict[str, Any]) -> None:

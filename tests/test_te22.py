@@ -206,3 +206,18 @@ def test_a_measured_run_takes_its_containers_te():
     assert req is not None and req.te_version is None
     req, _ = express(runs["gpt3-175b-b200-64-fp8-mlperf-v41"])
     assert req is not None and req.te_version == "1.10"
+
+
+def test_a_version_with_spaces_is_that_version(cli):
+    """review13: " 1.10 " (a quoted shell word, a TOML string with a newline) was checked stripped but carried as
+    typed into the report's inputs and run options ("TransformerEngine  1.10 's"); it is TE 1.10, the same plan."""
+    import json
+
+    args = ("plan", "-m", "llama-3-8b", "--hw", "gb200", "--devices", "8", "--tp", "2", "--precision", "fp8", "--json")
+    reports = []
+    for te in ("1.10", " 1.10 ", "1.10\n"):
+        code, out, err = cli(*args, "--te-version", te)
+        assert code == 0, err
+        reports.append(json.loads(out))
+    assert [r["inputs"]["te_version"] for r in reports] == ["1.10"] * 3
+    assert reports[1]["throughput"] == reports[0]["throughput"] == reports[2]["throughput"]

@@ -787,7 +787,8 @@ def _te_version(request: ExecutionRequest, chosen: Any, r: Recipe) -> str:
     default, with its reason where the recipe's casts depend on it (per-tensor FP8)."""
     if request.te_version is None and r.columnwise != "transpose_below_cc10":
         return default_te_version()
-    version = chosen.pick("te_version", request.te_version, default_te_version(), te_releases().default_reason)
+    given = None if request.te_version is None else request.te_version.strip()  # " 1.10 " is TE 1.10 (review13)
+    version = chosen.pick("te_version", given, default_te_version(), te_releases().default_reason)
     te_behaviour(version)
     return str(version)
 

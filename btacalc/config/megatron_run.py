@@ -264,15 +264,22 @@ ENVIRONMENT_RULES = ("fsdp-connections", "tp-cp-connections")
 # stages): 0 stopped the rules' check with a bare ZeroDivisionError or was read as not given (review7)
 DIVISORS = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
             "expert_model_parallel_size", "expert_tensor_parallel_size", "num_layers_per_virtual_pipeline_stage",
-            "num_virtual_stages_per_pipeline_rank")
+            "num_virtual_stages_per_pipeline_rank", "micro_batch_size")
+# Counts that are sizes, never divisors: 0 or less is no run (review13: a global batch of -64 sequences was read
+# as gradient accumulation -64 and refused naming --grad-accum, which the launch does not give)
+POSITIVE_SIZES = ("global_batch_size",)
 
 
 def _check_divisors(launch: Launch) -> None:
-    for dest in DIVISORS:
+    """Sizes Megatron-LM divides by (DIVISORS; micro_batch_size: the global batch over micro batch x DP,
+    num_microbatches_calculator.py L381, where 0 stopped the rules' check with a ZeroDivisionError, review13) and
+    the batch sizes (POSITIVE_SIZES) are at least 1, refused naming the argument as the launch gives it."""
+    for dest in (*DIVISORS, *POSITIVE_SIZES):
         value = launch.args.get(dest)
         if value is not None and integer(value, dest) < 1:
+            why = "Megatron-LM divides by it" if dest in DIVISORS else "a count of sequences"
             raise BtacalcError(f"{launch.source}: {launch.given_as.get(dest, dest)} {value}: must be at least 1 "
-                               "(Megatron-LM divides by it)")
+                               f"({why})")
 
 
 def _imported(launch: Launch, devices: Optional[int], name: Optional[str] = None) -> ImportedRun:
