@@ -19,7 +19,8 @@ import json
 
 import pytest
 
-from btacalc.config.precision import recipe, te_version_tuple
+from btacalc.config.precision import recipe
+from btacalc.config.te_release import te_release_key
 from btacalc.config.presets import load_preset
 from btacalc.errors import BtacalcError
 from btacalc.model.gpu.costs import layer_parts
@@ -92,8 +93,16 @@ def test_the_te_release_decides_the_kernel(version, fused):
 
 def test_a_malformed_te_version_is_one_line_error():
     with pytest.raises(BtacalcError):
-        te_version_tuple("latest")
-    assert te_version_tuple("2.8.0+7cde9a33") == (2, 8, 0)
+        te_release_key("latest")
+    assert te_release_key("2.8.0+7cde9a33") == te_release_key("2.8.0") == te_release_key("2.8")
+
+
+@pytest.mark.parametrize("version, fused", [("2.14.0", True), ("2.14.0.dev0+abc", False), ("2.13.0.dev0", False)])
+def test_the_nvfp4_release_order_is_tes(version, fused):
+    """review13: the NVFP4 check read versions with a parser of its own, which refused a .devN build (TE numbers its
+    pre-release builds 2.14.0.dev0, build_tools/VERSION.txt) that --te-version and te_releases.toml take, and ordered
+    "2.14" before "2.14.0"; one order now (te_release.te_release_key): a .devN build precedes its release."""
+    assert recipe("nvfp4").rht_cast_fused_in(version) is fused
 
 
 def test_the_runs_take_their_te_release():

@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..errors import BtacalcError
 from .attention_kernels import DEFAULT_ATTENTION_KERNEL, attention_kernel
 from .named_tables import load_named_tables, pick
+from .te_release import te_release_key  # TE's version order, one reading (review13: two parsers disagreed)
 
 if TYPE_CHECKING:
     from .hardware import HardwareProfile
@@ -119,7 +120,7 @@ class Recipe(BaseModel):
         without the transform."""
         if not self.rht_cast_fusion_since_te:
             return True
-        return te_version_tuple(te_version) >= te_version_tuple(self.rht_cast_fusion_since_te)
+        return te_release_key(te_version) >= te_release_key(self.rht_cast_fusion_since_te)
 
     def sp_gather_pass(self, compute_capability: float, te: Optional["TeBehaviour"] = None,
                        gathered_transpose: bool = False) -> tuple[int, float]:
@@ -143,15 +144,6 @@ class Recipe(BaseModel):
         if self.columnwise == "transpose_below_cc10":
             return 2 if compute_capability < 10.0 or (te is not None and te.cast_transposes) else 1
         return 0
-
-
-def te_version_tuple(version: str) -> tuple[int, ...]:
-    """The numeric release of a TransformerEngine version string: "2.8.0+7cde9a33" -> (2, 8, 0)."""
-    release = version.split("+")[0]
-    parts = release.split(".")
-    if not release or not all(part.isdigit() for part in parts):
-        raise BtacalcError(f"TransformerEngine version {version!r}: expected a release such as 2.8.0 or 2.14+71bbefb")
-    return tuple(int(part) for part in parts)
 
 
 @functools.lru_cache(maxsize=1)
