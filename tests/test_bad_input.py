@@ -877,6 +877,11 @@ for command in (["plan"], ["compare"], ["sweep", "--vary", "experts=16,32"]):
                               ("1.10+", "--te-version '1.10+': expected"), ("2..2", "--te-version '2..2': expected")):
         case("values", *command, "-m", "qwen3-30b-a3b", "--hw", "gb200", "--devices", "64", "--precision", "fp8",
              "--te-version", version, fragment=fragment)
+# review13: a wafer refused --te-version only where it differed from the default, so the pinned TE's own version and
+# the empty word (read as not given) were planned in silence
+for version in ("2.20.0.dev0+d0067d0", "", "1.10"):
+    case("values", "plan", "-m", "qwen3-30b-a3b", "--hw", "wse3", "--te-version", version,
+         fragment="--te-version: the TransformerEngine release decides GPU FP8 casts and transposes; a wafer-scale run")
 
 
 def _make(folder: Path, files: dict[str, Any]) -> None:

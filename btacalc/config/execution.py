@@ -756,7 +756,7 @@ def _run_options(request: ExecutionRequest, model: "ModelSpec", profile: "Hardwa
         low_precision_param_gather=request.fp8_param_gather,
         fp8_attention=request.fp8_attention,
         rht_cast_fusion=request.rht_cast_fusion,
-        te_version=request.te_version or default_te_version(),
+        te_version=default_te_version(),  # a GPU run's is `_te_version`'s (below); a wafer refuses one given
         gradient_accumulation_fusion=request.gradient_accumulation_fusion,
         deterministic_attention=request.deterministic_attention,
         nccl_ring_only=request.nccl_ring_only,
@@ -802,8 +802,6 @@ _GPU_ONLY: tuple[tuple[Any, str], ...] = (
     (lambda run, layout: not run.rht_cast_fusion,  # TransformerEngine's NVFP4 cast kernels (precision.toml)
      "{rht_cast_fusion}: the rowwise and Hadamard-transformed casts are TransformerEngine's NVFP4 kernels (GPU); a "
      "wafer-scale run has none"),
-    (lambda run, layout: run.te_version != default_te_version(),  # TransformerEngine's FP8 casts (te_releases.toml)
-     "{te_version}: the TransformerEngine release decides GPU FP8 casts and transposes; a wafer-scale run has none"),
     (lambda run, layout: run.attention_kernel != DEFAULT_ATTENTION_KERNEL,  # attention_kernels.toml: GPU kernels
      "{attention_kernel}: the fused attention kernels' rates are GPU kernels' (btacalc/data/attention_kernels.toml); "
      "a wafer-scale run has none"),
@@ -884,6 +882,11 @@ def _check_wafer_request(request: ExecutionRequest, profile: "HardwareProfile") 
         raise BtacalcError(f"{names}: GPU layout option{'s' if len(given) > 1 else ''} (the NVLink domain, Megatron's "
                            f"communication overlaps); {profile.name} is a wafer-scale profile, strict data parallel "
                            "with no such choice")
+    # asked of the request, not of the run options: a wafer's run carries the default TE, so a --te-version equal to
+    # it (or "", which `or` read as not given) was accepted in silence (review13)
+    if request.te_version is not None:
+        raise BtacalcError("{te_version}: the TransformerEngine release decides GPU FP8 casts and transposes; a "
+                           "wafer-scale run has none")
 
 
 def _resolve(request: ExecutionRequest, model: "ModelSpec", profile: "HardwareProfile") -> Execution:
