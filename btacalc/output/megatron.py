@@ -20,6 +20,7 @@ from ..config.megatron_codec import BRIDGE_PIN, FP8_ATTENTION_BRIDGE_KEY, encode
 from ..config.megatron_launch import MEGATRON_LM_PIN
 from ..config.megatron_rules import describe, violations
 from ..config.model import ModelSpec
+from ..config.precision import recipe
 from ..planning.report import PlanReport
 
 # What `--emit megatron` cannot say in Megatron's flags (the model features Megatron-Core has no flag for).
@@ -103,6 +104,12 @@ def _notes(r: PlanReport, spec: ModelSpec, args: dict[str, Any]) -> list[str]:
                      f"micro-batch of {p.global_batch} untiled")
     notes.append("--mock-data and NullTokenizer make the command runnable as is: give your --data-path and tokenizer "
                  "(Megatron pads the vocabulary to a multiple of --make-vocab-size-divisible-by 128 x TP)")
+    if r.inputs.te_version and "te_version" not in r.inputs.defaults and recipe(r.inputs.precision).columnwise == \
+            "transpose_below_cc10":
+        # review13: --te-version was planned and dropped from the launch without a word; no Megatron-LM or Bridge
+        # argument sets TransformerEngine's release (the container's), so the launch names it for the reader
+        notes.append(f"planned with TransformerEngine {r.inputs.te_version} (--te-version): the container's release, "
+                     "which no launch argument sets")
     if (spec.max_position_embeddings or 0) < r.inputs.seq_len:
         notes.append(f"--max-position-embeddings raised to --seq-length {r.inputs.seq_len} (arguments.py:1354)")
     if args.get("overlap_moe_expert_parallel_comm") and args.get("tensor_model_parallel_size", 1) > 1:
