@@ -877,6 +877,12 @@ for command in (["plan"], ["compare"], ["sweep", "--vary", "experts=16,32"]):
                               ("1.10+", "--te-version '1.10+': expected"), ("2..2", "--te-version '2..2': expected")):
         case("values", *command, "-m", "qwen3-30b-a3b", "--hw", "gb200", "--devices", "64", "--precision", "fp8",
              "--te-version", version, fragment=fragment)
+# review13: a run file's TOML float where an option takes text lost its trailing zeros (te-version = 1.10 planned
+# TransformerEngine 1.1)
+for line in ("te-version = 1.10", "te-version = 2.20"):
+    case("files", "plan", "--config", "{tmp}/run.toml", outputs=False,
+         fragment=f"te-version = {float(line.split('= ')[1])!r} is a TOML number, which keeps no trailing zeros",
+         files={"run.toml": f'model = "qwen3-30b-a3b"\nhw = "gb200"\ndevices = 64\nprecision = "fp8"\n{line}\n'})
 # review13: a wafer refused --te-version only where it differed from the default, so the pinned TE's own version and
 # the empty word (read as not given) were planned in silence
 for version in ("2.20.0.dev0+d0067d0", "", "1.10"):

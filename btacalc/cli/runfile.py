@@ -69,6 +69,11 @@ def run_file_options(ctx: Context, path: Path) -> dict[str, Any]:
         if flag != isinstance(value, bool):
             need = "a switch: true or false" if flag else "a value, not true/false"
             raise BtacalcError(f"{{config}} {str(path)!r}: {key} is {need}, got {value!r}")
+        if isinstance(value, float) and _text_option(param):
+            # review13: `te-version = 1.10` was TOML's float 1.1, planned as TransformerEngine 1.1; a text option
+            # takes a TOML string, whose characters stay as written
+            raise BtacalcError(f"{{config}} {str(path)!r}: {key} = {value!r} is a TOML number, which keeps no trailing "
+                               f"zeros (1.10 reads 1.1): quote it, {key} = \"...\"")
         raw = value if flag else str(value)
         try:
             check_integer(param, raw)
@@ -80,6 +85,15 @@ def run_file_options(ctx: Context, path: Path) -> dict[str, Any]:
             raise BtacalcError(f"{{config}} {str(path)!r}: {key}: {exc.format_message()}") from None
         out[name] = raw  # the option converts it again, as a value typed on the command line
     return out
+
+
+def _text_option(param: Parameter) -> bool:
+    """Whether the option takes text (its annotation `str`, typer's runtime parameter; click's type name "text")."""
+    runtime = getattr(param, "get_runtime_param", None)
+    if runtime is not None:
+        annotation = getattr(runtime(), "annotation", None)
+        return annotation is str or annotation == Optional[str]
+    return getattr(getattr(param, "type", None), "name", None) == "text"
 
 
 def _coerce(param: Parameter, value: Any, ctx: Context) -> Any:
