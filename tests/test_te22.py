@@ -236,3 +236,11 @@ def test_an_emitted_launch_names_the_te_it_was_planned_with(cli, emit):
                     "launch argument sets"]
     code, out, err = cli(*args, "--precision", "fp8")
     assert code == 0 and "--te-version" not in out, err
+
+
+def test_the_recipes_a_te_release_changes_are_the_per_tensor_fp8_ones():
+    """te_releases.toml's guards are about per-tensor FP8 (delayed and current scaling) transposes: those two recipes,
+    and no block-scaled or 16-bit one, follow the release (--te-version, a measured run's container, --emit's note)."""
+    from btacalc.config.precision import recipes
+
+    assert {name for name, r in recipes().items() if r.follows_te_release} == {"fp8", "fp8-current"}

@@ -19,6 +19,7 @@ import shlex
 from typing import Any
 
 from ..errors import BtacalcError
+from .text import cut as _cut
 
 # ConfigContainer's sections (NVIDIA-NeMo/Megatron-Bridge @ 067f987d src/megatron/bridge/training/config.py
 # L962-1010): in struct mode (omegaconf_utils.py L180) a plain `key=value` whose key is not in the config is refused
@@ -49,10 +50,6 @@ def form_of(text: str, source: str) -> str:
         raise BtacalcError(f"{source}: a mix of Hydra overrides (line {n}: {_cut(a)}) and YAML (line {m}: {_cut(b)}): "
                            "give one form (key=value lines, or a YAML mapping)")
     return "overrides" if overrides else "yaml"
-
-
-def _cut(text: str) -> str:
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _words(text: str, source: str) -> list[str]:

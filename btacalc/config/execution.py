@@ -771,8 +771,8 @@ def _run_options(request: ExecutionRequest, model: "ModelSpec", profile: "Hardwa
     check_precision(run.precision, profile, run.low_precision_param_gather, run.rht_cast_fusion)
     if gpu:
         run = replace(run, te_version=_te_version(request, chosen, run.recipe))
-    if request.te_version is not None and profile.family == "gpu" and run.recipe.columnwise != "transpose_below_cc10":
-        per_tensor = ", ".join(n for n, r in recipes().items() if r.columnwise == "transpose_below_cc10")
+    if request.te_version is not None and profile.family == "gpu" and not run.recipe.follows_te_release:
+        per_tensor = ", ".join(n for n, r in recipes().items() if r.follows_te_release)
         raise BtacalcError(f"{{te_version}} decides which transposes TransformerEngine writes for per-tensor FP8 "
                            f"({per_tensor}); {run.precision} casts the same under every release btacalc knows")
     if run.fp8_attention:
@@ -785,7 +785,7 @@ def _run_options(request: ExecutionRequest, model: "ModelSpec", profile: "Hardwa
 def _te_version(request: ExecutionRequest, chosen: Any, r: Recipe) -> str:
     """The GPU run's TransformerEngine version, checked (te_releases.toml; a malformed one is a one-line error); the
     default, with its reason where the recipe's casts depend on it (per-tensor FP8)."""
-    if request.te_version is None and r.columnwise != "transpose_below_cc10":
+    if request.te_version is None and not r.follows_te_release:
         return default_te_version()
     given = None if request.te_version is None else request.te_version.strip()  # " 1.10 " is TE 1.10 (review13)
     version = chosen.pick("te_version", given, default_te_version(), te_releases().default_reason)

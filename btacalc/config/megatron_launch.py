@@ -20,6 +20,7 @@ from typing import Any, Callable, Optional, TypeVar
 from ..errors import BtacalcError
 from ..paths import package_data
 from .model import MAX_LAYERS
+from .text import cut as _cut
 
 MEGATRON_LM_PIN = "NVIDIA/Megatron-LM@d98e8a64ddf34856e74b24714e3bedb2f5a39553"
 MEGATRON_LM_SHORT = "Megatron-LM@d98e8a64"
@@ -182,11 +183,6 @@ def _evaluate(node: ast.AST) -> Any:
     if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
         return _OPERATORS[type(node.op)](_evaluate(node.left), _evaluate(node.right))
     raise ValueError(f"{type(node).__name__} is not integer arithmetic or a list")
-
-
-def _cut(text: str) -> str:
-    """A hostile value shown in an error: its first 60 characters."""
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _bounded(n: int) -> int:

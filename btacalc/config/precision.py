@@ -135,6 +135,13 @@ class Recipe(BaseModel):
             return copies, 2 * (self.bytes_per_element if self.sp_gather_reorders_scales else self.element_bytes)
         return copies, 0.0
 
+    @property
+    def follows_te_release(self) -> bool:
+        """Whether the TransformerEngine release changes this recipe's casts: per-tensor FP8, whose transposes
+        te_releases.toml gives by release (the one reading of it: --te-version, measured runs' containers, the
+        run-options line and --emit's note all ask this)."""
+        return self.columnwise == "transpose_below_cc10"
+
     def copies(self, compute_capability: float, te: Optional["TeBehaviour"] = None) -> int:
         """Quantised copies of a tensor that both a rowwise and a columnwise GEMM operand read, under TE `te` (None:
         the pinned TE): per-tensor FP8 writes a transpose below compute capability 10.0, and on any chip under a TE

@@ -18,5 +18,11 @@ def _not_blank(text: str) -> str:
     return text
 
 
+def cut(text: str) -> str:
+    """`text` for an error message: at most 60 characters, a longer one ending in "..." (launch and override
+    files quote the offending word back)."""
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 # a name or id (review5: a profile named "" planned and compared as a row with no device name)
 Name = Annotated[str, AfterValidator(clean_text), AfterValidator(_not_blank)]

@@ -104,8 +104,7 @@ def _notes(r: PlanReport, spec: ModelSpec, args: dict[str, Any]) -> list[str]:
                      f"micro-batch of {p.global_batch} untiled")
     notes.append("--mock-data and NullTokenizer make the command runnable as is: give your --data-path and tokenizer "
                  "(Megatron pads the vocabulary to a multiple of --make-vocab-size-divisible-by 128 x TP)")
-    if r.inputs.te_version and "te_version" not in r.inputs.defaults and recipe(r.inputs.precision).columnwise == \
-            "transpose_below_cc10":
+    if r.inputs.te_version and "te_version" not in r.inputs.defaults and recipe(r.inputs.precision).follows_te_release:
         # review13: --te-version was planned and dropped from the launch without a word; no Megatron-LM or Bridge
         # argument sets TransformerEngine's release (the container's), so the launch names it for the reader
         notes.append(f"planned with TransformerEngine {r.inputs.te_version} (--te-version): the container's release, "

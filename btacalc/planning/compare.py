@@ -232,7 +232,7 @@ def _rows_taking(request: ExecutionRequest,
     low = set() if not (request.bf16_layers_at_start or request.bf16_layers_at_end) else \
         {x for x in chosen if recipe(x or DEFAULT_PRECISION).low}
     versioned = set() if request.te_version is None else \
-        {x for x in chosen if recipe(x or DEFAULT_PRECISION).columnwise == "transpose_below_cc10"}
+        {x for x in chosen if recipe(x or DEFAULT_PRECISION).follows_te_release}
     return unfused, low, versioned
 
 

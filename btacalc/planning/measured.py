@@ -622,7 +622,7 @@ def express(run: MeasuredRun, family: str = "gpu") -> tuple[Optional[ExecutionRe
     # the run's TE decides per-tensor FP8's transposes (te_releases.toml); plan refuses --te-version for any other
     # recipe, whose casts no release changes
     te = run_te_version(run, recipe) if family == "gpu" else None
-    if te is not None and precision_recipe(run.precision).columnwise == "transpose_below_cc10":
+    if te is not None and precision_recipe(run.precision).follows_te_release:
         changes["te_version"] = te
     return ExecutionRequest(seq_len=run.seq, recompute=recompute, devices=run.devices, limits=limits,
                             precision=run.precision, **changes), ""
