@@ -6,7 +6,7 @@ import json
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import typer
 
@@ -203,15 +203,7 @@ def plan(
     if imported and (nccl_ub or nvls):  # the command line adds nccl_ub / NVLS to an imported run's own
         request = request.with_changes(nccl_ub=nccl_ub or request.nccl_ub, nvls=nvls or request.nvls)
     _check_emit(value(emit), search, profile, sensitivity, as_json)
-    if value(emit) in ("megatron", "bridge") and request.fsdp_impl == "torch":
-        raise BtacalcError(f"{{emit}} {value(emit)} prints a Megatron launch: {{fsdp_impl}} torch plans PyTorch FSDP1, "
-                           "which Megatron does not run")
-    if value(emit) in ("megatron", "bridge") and request.checkpoint_early_stop:
-        raise BtacalcError(f"{{emit}} {value(emit)} prints a Megatron launch: {{checkpoint_early_stop}} is PyTorch's "
-                           "non-reentrant checkpoint, and Megatron's recomputation re-runs the whole layer")
-    if value(emit) in ("megatron", "bridge") and request.eager_kernels:
-        raise BtacalcError(f"{{emit}} {value(emit)} prints a Megatron launch: {{eager_kernels}} plans eager PyTorch's "
-                           "kernels (llm-foundry's MPT block), which a Megatron launch does not run")
+    _check_megatron_emit(value(emit), request)
     if search:
         return _profiled(_search(spec, profile, request, outs, value(emit)), profile_run)
     report = make_plan(spec, profile, request)
@@ -332,6 +324,25 @@ def _check_emit(emit: Optional[str], search: bool, profile: Any, sensitivity: Op
     if as_json and emit is not None:
         raise BtacalcError(f"--json prints the plan as JSON; {{emit}} {emit} prints a configuration instead, on "
                            "standard output or to --output: give one")
+
+
+# Plans a Megatron launch cannot run: (the request's option, does the request use it, why Megatron does not run it)
+_NOT_MEGATRON: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
+    ("{fsdp_impl} torch", lambda r: r.fsdp_impl == "torch", "plans PyTorch FSDP1, which Megatron does not run"),
+    ("{checkpoint_early_stop}", lambda r: bool(r.checkpoint_early_stop),
+     "is PyTorch's non-reentrant checkpoint, and Megatron's recomputation re-runs the whole layer"),
+    ("{eager_kernels}", lambda r: bool(r.eager_kernels),
+     "plans eager PyTorch's kernels (llm-foundry's MPT block), which a Megatron launch does not run"),
+)
+
+
+def _check_megatron_emit(emit: Optional[str], request: Any) -> None:
+    """--emit megatron / bridge prints a Megatron launch: refuse a request whose plan Megatron does not run."""
+    if emit not in ("megatron", "bridge"):
+        return
+    for option, used, why in _NOT_MEGATRON:
+        if used(request):
+            raise BtacalcError(f"{{emit}} {emit} prints a Megatron launch: {option} {why}")
 
 
 def _profiled(code: int, profile_run: bool) -> int:
