@@ -883,6 +883,10 @@ for line in ("te-version = 1.10", "te-version = 2.20"):
     case("files", "plan", "--config", "{tmp}/run.toml", outputs=False,
          fragment=f"te-version = {float(line.split('= ')[1])!r} is a TOML number, which keeps no trailing zeros",
          files={"run.toml": f'model = "qwen3-30b-a3b"\nhw = "gb200"\ndevices = 64\nprecision = "fp8"\n{line}\n'})
+# --te-version on Hopper: per-tensor FP8 GEMMs are TN-only below compute capability 10.0, every release transposes
+for hw in ("h100", "h200"):
+    case("values", "plan", "-m", "llama-3-8b", "--hw", hw, "--devices", "8", "--precision", "fp8-current",
+         "--te-version", "2.2", fragment=f"from compute capability 10.0 on; {hw} has 9.0")
 # review13: a wafer refused --te-version only where it differed from the default, so the pinned TE's own version and
 # the empty word (read as not given) were planned in silence
 for version in ("2.20.0.dev0+d0067d0", "", "1.10"):

@@ -244,3 +244,51 @@ def test_the_recipes_a_te_release_changes_are_the_per_tensor_fp8_ones():
     from btacalc.config.precision import recipes
 
     assert {name for name, r in recipes().items() if r.follows_te_release} == {"fp8", "fp8-current"}
+
+
+def test_the_release_matters_from_compute_capability_10_only():
+    """Below compute capability 10.0 per-tensor FP8 GEMMs are TN-only (TE @ d0067d0 pytorch/utils.py L658-663), so the
+    cast writes the transpose under every release (Recipe.copies: 2 at 9.0 under TE 1.10 and under the pinned TE);
+    from 10.0 the release decides (1 copy under the pinned TE, 2 under TE 1.10)."""
+    from btacalc.config.precision import recipe
+    from btacalc.config.te_release import te_behaviour
+
+    for name in ("fp8", "fp8-current"):
+        r = recipe(name)
+        assert not r.follows_te_release_on(9.0) and r.follows_te_release_on(10.0)
+        assert r.copies(9.0, te_behaviour("1.10")) == r.copies(9.0, te_behaviour("2.20.0.dev0+d0067d0")) == 2
+        assert (r.copies(10.0, te_behaviour("1.10")), r.copies(10.0, te_behaviour("2.20.0.dev0+d0067d0"))) == (2, 1)
+    assert not recipe("mxfp8").follows_te_release_on(10.0) and not recipe("bf16").follows_te_release_on(10.0)
+
+
+@pytest.mark.parametrize("hw", ["h100", "h200"])
+def test_on_hopper_te_version_is_refused_not_shown_and_ignored(cli, hw):
+    """review: `plan --hw h100 --precision fp8 --te-version 2.1` listed 'TransformerEngine 2.1's FP8 transposes' in its
+    run options and planned exactly what every other release gives (test_hopper_is_the_same_under_every_release): an
+    option taken and ignored. It is one line and exit 2, naming the chip's compute capability."""
+    code, out, err = cli("plan", "-m", "llama-3-8b", "--hw", hw, "--devices", "8", "--precision", "fp8",
+                         "--te-version", "2.1")
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert "from compute capability 10.0 on" in err and f"{hw} has 9.0" in err
+
+
+def test_compare_gives_the_release_to_the_rows_it_changes(cli):
+    """compare over H100 and B200 with --te-version: the B200 row takes it (its run options say so), the H100 row
+    plans as every release would, without the option; a Hopper-only compare refuses it as plan does."""
+    code, out, err = cli("compare", "-m", "llama-3-8b", "--hw", "h100,b200", "--devices", "8", "--precision", "fp8",
+                         "--te-version", "2.1")
+    assert code == 0, err
+    assert "b200 x8 fp8: run options --te-version" in out and "h100 x8 fp8: run options --te-version" not in out
+    code, out, err = cli("compare", "-m", "llama-3-8b", "--hw", "h100", "--devices", "8", "--precision", "fp8",
+                         "--te-version", "2.1")
+    assert code == 2 and "h100 has 9.0" in err
+
+
+def test_a_hopper_measured_run_keeps_the_pinned_te():
+    """A Hopper FP8 row of a named container (dgxc NeMo 25.04, TE 2.2.0.dev0) is planned without a TE release: on
+    compute capability 9.0 none changes its casts."""
+    from btacalc.planning.measured import express, load_runs
+
+    runs = {r.id: r for r in load_runs()}
+    req, why = express(runs["nemotron4-340b-h100-256-gbs64-fp8-dgxc"])
+    assert req is not None and req.te_version is None, why

@@ -46,6 +46,11 @@ DEFAULT_PRECISION = "bf16"
 SIXTEEN_BIT_BYTES = 2  # the 16-bit tensors a cast kernel reads (bf16 / fp16)
 
 
+
+# The compute capability from which FP8 GEMMs take non-TN layouts, so a per-tensor FP8 tensor needs no transposed
+# copy (TE @ d0067d0 transformer_engine/pytorch/utils.py L658-663 is_non_tn_fp8_gemm_supported: 10.x-11.x, 13+)
+NON_TN_FP8_SINCE_CC = 10.0
+
 class Recipe(BaseModel):
     """One training precision, with its TransformerEngine recipe and Megatron flags (see precision.toml)."""
 
@@ -142,6 +147,12 @@ class Recipe(BaseModel):
         run-options line and --emit's note all ask this)."""
         return self.columnwise == "transpose_below_cc10"
 
+    def follows_te_release_on(self, compute_capability: float) -> bool:
+        """Whether the TE release changes this recipe's casts on a chip of `compute_capability`: per-tensor FP8
+        from 10.0 on. Below it FP8 GEMMs are TN-only (TE @ d0067d0 pytorch/utils.py L658-663,
+        is_non_tn_fp8_gemm_supported), so every release writes the transposes (`copies`: 2 whatever the TE)."""
+        return self.follows_te_release and compute_capability >= NON_TN_FP8_SINCE_CC
+
     def copies(self, compute_capability: float, te: Optional["TeBehaviour"] = None) -> int:
         """Quantised copies of a tensor that both a rowwise and a columnwise GEMM operand read, under TE `te` (None:
         the pinned TE): per-tensor FP8 writes a transpose below compute capability 10.0, and on any chip under a TE
@@ -149,7 +160,7 @@ class Recipe(BaseModel):
         if self.columnwise == "always":
             return 2
         if self.columnwise == "transpose_below_cc10":
-            return 2 if compute_capability < 10.0 or (te is not None and te.cast_transposes) else 1
+            return 2 if compute_capability < NON_TN_FP8_SINCE_CC or (te is not None and te.cast_transposes) else 1
         return 0
 
 

@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 
 from ..config.execution import ExecutionRequest, gpu_layout_options, resolve_run, without_gpu_layout
 from ..config.hardware import HardwareProfile
-from ..config.precision import DEFAULT_PRECISION, recipe
+from ..config.precision import DEFAULT_PRECISION, NON_TN_FP8_SINCE_CC, recipe
 from ..config.model import ModelSpec
 from ..errors import BtacalcError
 from .cluster import MAX_DEVICES, min_devices
@@ -187,7 +187,7 @@ def compare(model: ModelSpec, profiles: Sequence[HardwareProfile], devices: Opti
     seq = 0
     skipped: list[str] = []
     chosen: list[Optional[str]] = list(precisions) or [request.precision]
-    taking = _rows_taking(request, chosen)
+    taking = _rows_taking(request, chosen, profiles)
     for profile, precision in [(p, x) for p in profiles for x in chosen]:
         if profile.family == "wse" and precision != chosen[0]:
             continue  # one wafer row: the precision list is for the GPU rows
@@ -218,44 +218,54 @@ def compare(model: ModelSpec, profiles: Sequence[HardwareProfile], devices: Opti
     return CompareResult(model=model.name, params_total=params_total, seq_len=seq, rows=rows, skipped=skipped)
 
 
-def _rows_taking(request: ExecutionRequest,
-                 chosen: list[Optional[str]]) -> tuple[set[Optional[str]], set[Optional[str]], set[Optional[str]]]:
+Taking = tuple[set[Optional[str]], set[Optional[str]], set[Optional[str]], set[str]]
+
+
+def _rows_taking(request: ExecutionRequest, chosen: list[Optional[str]],
+                 profiles: Sequence[HardwareProfile]) -> Taking:
     """The precisions whose GPU rows take the recipe options over several precisions (empty: every row takes them,
     and one that cannot refuses them). --no-rht-cast-fusion: the rows whose recipe casts through the Hadamard
     transform (check_precision); --bf16-layers-at-start/-end: the low-precision rows, a 16-bit row having no recipe
     to keep layers out of (check_bf16_layers); --te-version: the per-tensor FP8 rows, the only recipes whose casts it
-    changes (config/execution.py _te_version)."""
+    changes (config/execution.py _te_version). The fourth: the GPU profiles that take --te-version when only some
+    do (compute capability 10.0 on: below it per-tensor FP8 transposes under every release, Recipe.
+    follows_te_release_on); empty as above."""
+    gpus = [p for p in profiles if p.family == "gpu"]
+    versioned_gpus = {p.name for p in gpus if p.chip.compute_capability is not None
+                      and p.chip.compute_capability.value >= NON_TN_FP8_SINCE_CC}
+    if request.te_version is None or len(versioned_gpus) in (0, len(gpus)):
+        versioned_gpus = set()
     if len(chosen) < 2:
-        return set(), set(), set()
+        return set(), set(), set(), versioned_gpus
     unfused = set() if request.rht_cast_fusion else \
         {x for x in chosen if recipe(x or DEFAULT_PRECISION).rht_cast_fusion_since_te}
     low = set() if not (request.bf16_layers_at_start or request.bf16_layers_at_end) else \
         {x for x in chosen if recipe(x or DEFAULT_PRECISION).low}
     versioned = set() if request.te_version is None else \
         {x for x in chosen if recipe(x or DEFAULT_PRECISION).follows_te_release}
-    return unfused, low, versioned
+    return unfused, low, versioned, versioned_gpus
 
 
 def _row_request(request: ExecutionRequest, profile: HardwareProfile, precision: Optional[str], with_wafers: bool,
-                 taking: tuple[set[Optional[str]], set[Optional[str]], set[Optional[str]]],
+                 taking: Taking,
                  wafer_global_batch: Optional[int]) -> ExecutionRequest:
     """The request one row is planned with. A wafer row is D systems in strict data parallel: the GPU layout
     choices (EP, ZeRO, the NVLink domain, the communication overlaps) and Megatron's and TransformerEngine's GPU kernel options (the unfused main-gradient add,
     NVFP4's unfused casts, PyTorch's early-stopping re-run, the layers kept out of a low-precision recipe) do not
     apply. A GPU row drops the options for other rows only: --no-rht-cast-fusion unless its precision is in the
     first of `taking` (the row's run options show which rows took it), --bf16-layers-at-start/-end unless it is in
-    the second (the low precisions), --te-version unless it is in the third (per-tensor FP8), --no-overlap beside wafer rows (the wafer rows' weight streaming; a GPU plan
+    the second (the low precisions), --te-version unless it is in the third (per-tensor FP8) and its profile in the fourth (compute capability 10.0 on), --no-overlap beside wafer rows (the wafer rows' weight streaming; a GPU plan
     refuses it)."""
     if profile.family == "wse":
         return without_gpu_layout(request).with_changes(**_GPU_ROW_NEUTRAL,
                                                         limits=replace(request.limits, global_batch=wafer_global_batch))
-    unfused_rows, low_rows, versioned_rows = taking
+    unfused_rows, low_rows, versioned_rows, versioned_gpus = taking
     base = request.with_changes(precision=precision)
     if unfused_rows and precision not in unfused_rows:
         base = base.with_changes(rht_cast_fusion=True)
     if low_rows and precision not in low_rows:
         base = base.with_changes(bf16_layers_at_start=0, bf16_layers_at_end=0)
-    if versioned_rows and precision not in versioned_rows:
+    if (versioned_rows and precision not in versioned_rows) or (versioned_gpus and profile.name not in versioned_gpus):
         base = base.with_changes(te_version=None)
     if with_wafers:
         base = base.with_changes(overlap_streaming=True)

@@ -622,7 +622,7 @@ def express(run: MeasuredRun, family: str = "gpu") -> tuple[Optional[ExecutionRe
     # the run's TE decides per-tensor FP8's transposes (te_releases.toml); plan refuses --te-version for any other
     # recipe, whose casts no release changes
     te = run_te_version(run, recipe) if family == "gpu" else None
-    if te is not None and precision_recipe(run.precision).follows_te_release:
+    if te is not None and precision_recipe(run.precision).follows_te_release_on(_compute_capability(run.hw)):
         changes["te_version"] = te
     return ExecutionRequest(seq_len=run.seq, recompute=recompute, devices=run.devices, limits=limits,
                             precision=run.precision, **changes), ""
@@ -671,6 +671,12 @@ def _recipe_changes(recipe: Recipe, run: MeasuredRun, family: str) -> dict[str, 
                                             account_for_embedding=recipe.account_for_embedding,
                                             account_for_loss=recipe.account_for_loss)
     return changes
+
+
+def _compute_capability(hw: str) -> float:
+    """The compute capability of the run's device profile (0 where the profile states none)."""
+    cc = resolve_hardware(hw).chip.compute_capability
+    return cc.value if cc else 0.0
 
 
 def run_te_version(run: MeasuredRun, recipe: Optional[Recipe]) -> Optional[str]:
