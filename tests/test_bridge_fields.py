@@ -73,7 +73,7 @@ def test_a_misspelt_key_names_the_nearest_real_one(key, message):
     with pytest.raises(BtacalcError) as exc:
         check_bridge_key(key, "o.txt")
     assert message in str(exc.value) and str(exc.value).startswith("o.txt: ")
-    assert str(exc.value).endswith(message) or "?" not in str(exc.value)
+    assert str(exc.value).endswith(message)  # the suggestion, if any, closes the line
 
 
 def test_what_passes_unchecked_below_a_field_or_a_free_section():
