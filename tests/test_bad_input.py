@@ -858,6 +858,42 @@ for extra, fragment in (
 ):
     case("files", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
          fragment=fragment, files={"o.txt": HYDRA + extra + "\n"})
+# bridgetypo: a name Megatron-Bridge's config does not have (btacalc/data/bridge_fields.toml, its ConfigContainer at
+# 067f987d) is refused naming the nearest real one (difflib); before, a misspelt field inside a known section was
+# listed as "not modelled by btacalc" and the run planned without it (model.tensor_model_paralell_size=2 at TP 1)
+BRIDGE_TYPO = ("train.global_batch_size=64\ntrain.micro_batch_size=1\nmodel.seq_length=4096\n"
+               "mixed_precision=bf16_mixed\n")
+for text, fragment in (
+        ("model.tensor_model_paralell_size=2\n" + BRIDGE_TYPO, "model.tensor_model_paralell_size is not a field of "
+         "Megatron-Bridge's model config (Megatron-Bridge@067f987d, btacalc/data/bridge_fields.toml): did you mean "
+         "model.tensor_model_parallel_size?"),
+        # a dict value merges into its section (Hydra): each of its keys is checked
+        ("'model={tensor_model_paralell_size:2}'\n" + BRIDGE_TYPO, "did you mean model.tensor_model_parallel_size?"),
+        (BRIDGE_TYPO.replace("train.global_batch_size", "train.global_batch_sise"),
+         "did you mean train.global_batch_size?"),
+        ("ddp.overlap_grad_reduc=true\n" + BRIDGE_TYPO, "did you mean ddp.overlap_grad_reduce?"),
+        ("comm_overlap.tp_comm_overlapp=true\n" + BRIDGE_TYPO, "did you mean comm_overlap.tp_comm_overlap?"),
+        ("mixed_precision.fp8_recipes=delayed\n" + BRIDGE_TYPO, "did you mean mixed_precision.fp8_recipe?"),
+        # a section misspelt, and a name near nothing (no suggestion)
+        ("trian.train_iters=10\n" + BRIDGE_TYPO, "trian is not one of its sections (Megatron-Bridge@067f987d "
+         "ConfigContainer): did you mean train?"),
+        ("ddp.qqqq=1\n" + BRIDGE_TYPO, "ddp.qqqq is not a field of Megatron-Bridge's ddp config"),
+        # the YAML form: Bridge's OmegaConf merge skips a key its config lacks with a warning (omegaconf_utils.py
+        # L470-474): refused as the overrides' form refuses it
+        (re.sub(r"([\w.]+)=(\S+)\s*", r"\1: \2\n", "model.tensor_model_paralell_size=2\n" + BRIDGE_TYPO),
+         "did you mean model.tensor_model_parallel_size?"),
+        ("train:\n  global_batch_size: 64\n  micro_batch_sise: 1\nmixed_precision: bf16_mixed\n",
+         "train.micro_batch_sise is not a field of Megatron-Bridge's train config"),
+        ("trainer:\n  max_steps: 10\nmixed_precision: bf16_mixed\n", "trainer.max_steps is not a key of "
+         "Megatron-Bridge's config: trainer is not one of its sections"),
+):
+    case("files", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--from-bridge",
+         "{tmp}/o." + ("yaml" if ": " in text else "txt"), fragment=fragment,
+         files={("o.yaml" if ": " in text else "o.txt"): text})
+# --from-megatron already refused an unknown flag; it now names the nearest one too
+case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment="unknown Megatron-LM flag "
+     "--tensor-model-paralell-size (not in arguments.py at Megatron-LM@d98e8a64): did you mean "
+     "--tensor-model-parallel-size?", files={"l.sh": LAUNCH.replace("--num-layers 4", "--tensor-model-paralell-size 2 --num-layers 4")})
 for text, fragment in (("", "no overrides (the file is empty)"), ("# a comment\n\n", "no overrides (the file is empty)"),
                        # a mix of YAML and overrides: Bridge reads one file as YAML (OmegaConf.load), never both
                        ("model:\n  num_layers: 4\ntrain.micro_batch_size=1\n",

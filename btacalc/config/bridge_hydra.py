@@ -19,15 +19,8 @@ import shlex
 from typing import Any
 
 from ..errors import BtacalcError
+from .bridge_fields import check_bridge_key
 from .text import cut as _cut
-
-# ConfigContainer's sections (NVIDIA-NeMo/Megatron-Bridge @ 067f987d src/megatron/bridge/training/config.py
-# L962-1010): in struct mode (omegaconf_utils.py L180) a plain `key=value` whose key is not in the config is refused
-# by Hydra ("Could not override"), so a first component outside these is a key not in Bridge's config.
-CONFIG_SECTIONS = ("env_vars", "rng", "rerun_state_machine", "train", "model", "optimizer",
-                   "optimizer_config_override_provider", "ddp", "validation", "scheduler", "dataset", "logger",
-                   "tokenizer", "checkpoint", "dist", "ft", "straggler", "nvrx_straggler", "profiling", "peft",
-                   "comm_overlap", "mixed_precision", "tensor_inspect", "inprocess_restart")
 
 # A line of the file that is an override (`key=value`, `+key=`, `++key=`, `~key`) or a YAML mapping's `key:`.
 _OVERRIDE_LINE = re.compile(r"^\s*(?:~+[A-Za-z_][\w.@/-]*\s*(?:=|$)|\+*[A-Za-z_][\w.@/-]*=)")
@@ -96,13 +89,12 @@ def read_overrides(text: str, source: str) -> dict[str, Any]:
                                "per value, which Bridge's single run cannot set: give one value (a list is [a,b])")
         if not key:
             raise BtacalcError(f"{source}: {_cut(word)!r} names no key (Hydra's key=value)")
-        section = key.split(".")[0]
-        if section not in CONFIG_SECTIONS:
-            raise BtacalcError(f"{source}: {key} is not a key of Megatron-Bridge's config (its sections: "
-                               f"{', '.join(CONFIG_SECTIONS)}); Hydra refuses it (struct mode)")
         value = override.value()
         _refuse_interpolation(value, key, source)
         for name, leaf in _leaves(value, key, source):
+            # struct mode (omegaconf_utils.py L180): a key not in the config is refused by Hydra ("Could not
+            # override"); a misspelt field names the nearest real one
+            check_bridge_key(name, source)
             out.pop(name, None)  # a key given again moves to where Hydra applies it last
             out[name] = leaf
     if not out:

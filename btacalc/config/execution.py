@@ -31,6 +31,7 @@ from ..vocabulary import parse_recompute
 from .pipeline import Placement, StageSplit, parse_layout, place
 from .te_release import default_te_version, te_behaviour, te_releases
 from .tp_overlap import UbOverlap
+from .model import MAX_COUNT
 
 if TYPE_CHECKING:
     from .hardware import HardwareProfile
@@ -501,8 +502,8 @@ def pipeline_reason(placement: Placement, num_layers: int) -> str:
 
 # No training batch comes near 2^62 sequences (about 4.6e18); the bound keeps every batch size within
 # the vectorised solver's 64-bit integers (btacalc.model.solver) and its factorisation
-# (btacalc.model.divisors) well under a second.
-MAX_SEQUENCES = 1 << 62
+# (btacalc.model.divisors) well under a second. The same 2^62 as a model's counts (config.model.MAX_COUNT).
+MAX_SEQUENCES = MAX_COUNT
 # No training cluster comes near 2^20 devices (the largest reported hold about 10^5 GPUs); the bound
 # keeps products of parallel sizes and batches within 64-bit integers.
 MAX_DEVICES = 1 << 20

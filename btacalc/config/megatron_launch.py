@@ -11,6 +11,7 @@ one-line error (exit 2), never a guess.
 from __future__ import annotations
 
 import ast
+import difflib
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -365,8 +366,9 @@ def _parse_args(words: list[str], launch: Launch) -> None:
             raise BtacalcError(f"{launch.source}: {word!r} is not a Megatron-LM flag (a value without its flag?)")
         flag = known.get(name)
         if flag is None:
+            near = difflib.get_close_matches(name, sorted(known), n=1)  # difflib's default cutoff, 0.6
             raise BtacalcError(f"{launch.source}: unknown Megatron-LM flag {name} (not in arguments.py at "
-                               f"{MEGATRON_LM_SHORT})")
+                               f"{MEGATRON_LM_SHORT})" + (f": did you mean {near[0]}?" if near else ""))
         i += 1
         if flag.arity == "0":
             if eq:

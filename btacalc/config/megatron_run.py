@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from ..errors import BtacalcError
 from .execution import BatchLimits, ExecutionRequest, OverlapRequest
 from .pipeline import StageSplit
+from .bridge_fields import check_bridge_key
 from .bridge_hydra import form_of, read_overrides
 from .megatron_codec import MODEL_ROWS, Fields, bridge_key, decode, encode, from_bridge, model_fields
 from .megatron_launch import Launch, integer, read_launch
@@ -141,6 +142,9 @@ def import_bridge(text: str, source: str, devices: Optional[int] = None,
         raise BtacalcError(f"{source}: no overrides (the file is empty): give a YAML mapping or key=value lines")
     flat = read_overrides(text, source) if form == "overrides" else _yaml_overrides(text, source)
     for key, value in flat.items():
+        # a key Bridge's config does not have: Hydra refuses it (bridge_hydra), Bridge's YAML merge skips it with a
+        # warning (omegaconf_utils.py _apply_overrides L470-474); a misspelt field is refused naming the nearest
+        check_bridge_key(key, source)
         if not _plain(value):
             raise BtacalcError(f"{source}: {key}: {type(value).__name__} {reprlib.repr(value)} is not an override "
                                "value (a number, a string, a boolean, null or a list of them)")

@@ -52,28 +52,29 @@ class PublishedParams(BaseModel):
     note: str = ""
 
 
-# Every count and size of a model within 2^62 (about 4.6e18), the bound of `sweep --vary` and `--seq`
-# (execution.MAX_SEQUENCES): a model's products (parameters, FLOPs, bytes) then stay within the solver's 64-bit
-# integers and print as numbers (review12: `plan --experts 10^30` printed a 10^31-byte plan, an import of
-# `--num-experts 10^30` was planned as given). Checked here, on the model, for every way a model is built.
+# Every count and size of a model within 2^62 (about 4.6e18), also the bound of `sweep --vary`, `--seq` and the
+# batch sizes (execution.MAX_SEQUENCES is this constant): a model's products (parameters, FLOPs, bytes) then stay
+# within the solver's 64-bit integers and print as numbers (review12: `plan --experts 10^30` printed a 10^31-byte
+# plan, an import of `--num-experts 10^30` was planned as given). Checked here, on the model, for every way a model
+# is built.
 MAX_COUNT = 1 << 62
 MAX_COUNT_TEXT = "2^62"
 
 
-def bounded_count(value: Any, name: str) -> Any:
-    """`value`, or BtacalcError naming `name` (a template parameter such as `{experts}`, or a field) when it is an
-    integer beyond MAX_COUNT."""
-    if type(value) is int and value > MAX_COUNT:
-        raise BtacalcError(f"{name} {value} is beyond {MAX_COUNT_TEXT}")
-    return value
-
-
 def _bounded_field(value: Any) -> Any:
-    """A field validator's form of bounded_count: pydantic names the field ("field num_experts: 10^30 is beyond
-    2^62")."""
+    """`value`, or ValueError when it is an integer beyond MAX_COUNT; as a field validator pydantic names the field
+    ("field num_experts: 10^30 is beyond 2^62")."""
     if type(value) is int and value > MAX_COUNT:
         raise ValueError(f"{value} is beyond {MAX_COUNT_TEXT}")
     return value
+
+
+def bounded_count(value: Any, name: str) -> Any:
+    """_bounded_field's check as a BtacalcError naming `name` (a template parameter such as `{experts}`)."""
+    try:
+        return _bounded_field(value)
+    except ValueError as exc:
+        raise BtacalcError(f"{name} {exc}") from None
 
 
 class MultiHeadLatentAttention(BaseModel):
