@@ -152,3 +152,62 @@ def test_cross_validation_groups_by_software_year_by_hand():
 def test_predict_carries_the_date_into_the_result():
     run = load_runs()[0]
     assert predict(run).software_date == run.software_date
+
+
+# -- the README's table and the prose that quotes it ----------------------------------------------------------------
+
+README = __import__("pathlib").Path(__file__).resolve().parents[1] / "README.md"
+
+
+def _tool():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("accuracy_tool", README.parent / "tools" / "accuracy.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    return tool
+
+
+def _swyear_rows() -> dict[str, list[str]]:
+    body = README.read_text(encoding="utf-8").split("<!-- swyear:begin (tools/accuracy.py) -->\n", 1)[1]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in body.split("\n<!-- swyear:end -->")[0].splitlines()[2:]]
+    return {row[0]: row[1:] for row in rows}
+
+
+def _prose() -> str:
+    return " ".join(line.strip() for line in README.read_text(encoding="utf-8").splitlines())
+
+
+def test_readme_prose_quotes_the_software_year_table():
+    # cells: check runs, signed, |error|, 16-bit runs, signed, low-precision runs, signed, known gaps
+    rows = _swyear_rows()
+    m = re.search(r"on a 2023 FP8 stack expect to run about (\d+)% slower than predicted, on a 2024 one about (\d+)%",
+                  _prose())
+    assert m, "the README no longer says how much slower a 2023 / 2024 FP8 stack runs"
+    assert m.groups() == (f"{float(rows['2023'][6].rstrip('%')):.0f}", f"{float(rows['2024'][6].rstrip('%')):.0f}")
+    m = re.search(r"The 16-bit 2026 rows \(([+-][\d.]+%), (\d+) runs\)", _prose())
+    assert m and m.groups() == (rows["2026"][4], rows["2026"][3])
+
+
+@pytest.mark.slow
+def test_swyear_fragment_and_the_gpt3_rounds_are_current():
+    """The README's software-year table is what tools/accuracy.py writes from `validate` today, and the GPT-3 175B
+    FP8 H100 means per round it quotes are validate's (regenerate the table with `python tools/accuracy.py`)."""
+    import statistics
+
+    from btacalc.planning.measured import validate_measured
+
+    tool = _tool()
+    report = validate_measured()
+    assert f"{tool.SWYEAR_BEGIN}\n{tool.swyear_markdown(report)}\n{tool.SWYEAR_END}" in README.read_text(encoding="utf-8")
+    runs = {r.id: r for r in load_runs()}
+    quoted = re.search(r"reads ([+-][\d.]+)% on MLPerf v3\.1 \(2023-10, (\d+) runs\), ([+-][\d.]+)% on v4\.0 "
+                       r"\(2024-05, (\d+)\), ([+-][\d.]+)% on v4\.1 \(2024-10, (\d+)\) and ([+-][\d.]+)% on NeMo 25\.02",
+                       _prose()).groups()
+    got = []
+    for date in ("2023-10", "2024-05", "2024-10", "2025-02"):
+        errs = [r.error for r in report.runs if r.role == "check" and r.error is not None and not r.known_gap
+                and runs[r.id].model == "gpt3-175b" and r.hw == "h100" and runs[r.id].precision == "fp8"
+                and r.software_date == date]
+        got += [f"{100 * statistics.fmean(errs):+.1f}", str(len(errs))]
+    assert list(quoted) == got[:7]
