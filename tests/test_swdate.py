@@ -147,6 +147,15 @@ def test_cross_validation_groups_by_software_year_by_hand():
     assert cv.by_software_year["2023"].mean_error == pytest.approx((1.0 - 0.5) / 2)
     assert cv.by_software_year["2023"].mean_abs_error == pytest.approx((1.0 + 0.5) / 2)
     assert cv.by_software_year["unknown"].mean_error == pytest.approx(1.0)
+    # the text output's grouped table carries the rows: "software year | 2023 | 2 | 75.0% | 100.0% | +25.0%"
+    from rich.console import Console
+
+    from btacalc.output.validation_tables import crossval_tables
+
+    console = Console(width=200, record=True)
+    console.print(crossval_tables(cv))
+    text = console.export_text()
+    assert re.search(r"software year\s*│\s*2023\s*│\s*2\s*│\s*75\.0%\s*│\s*100\.0%\s*│\s*\+25\.0%", text), text
 
 
 def test_predict_carries_the_date_into_the_result():
@@ -211,3 +220,18 @@ def test_swyear_fragment_and_the_gpt3_rounds_are_current():
                 and r.software_date == date]
         got += [f"{100 * statistics.fmean(errs):+.1f}", str(len(errs))]
     assert list(quoted) == got[:7]
+
+
+def test_validates_text_table_prints_each_group():
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from btacalc.output.validation_tables import software_year_table
+
+    groups = by_software_year([_result("a", 0.10, "2023-10"), _result("b", 0.20, "2023-05"),
+                               _result("c", -0.30, "2023-01", gap="x")])
+    console = Console(width=200, record=True)
+    console.print(software_year_table(SimpleNamespace(by_software_year=groups)))
+    # gpu | 2023 | n 2 | signed +15.0% | |error| 15.0% | max 20.0% | 1 known gap
+    assert re.search(r"gpu\s*│\s*2023\s*│\s*2\s*│\s*\+15\.0%\s*│\s*15\.0%\s*│\s*20\.0%\s*│\s*1", console.export_text())
