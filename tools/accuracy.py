@@ -18,7 +18,7 @@ from pathlib import Path
 from btacalc.config.hardware import builtin_profiles
 from btacalc.output.plots import measured_plot
 from btacalc.planning.calibration import load_families
-from btacalc.planning.measured import load_runs, resolve_model, validate_measured
+from btacalc.planning.measured import load_runs, resolve_model, software_year, validate_measured
 from btacalc.planning.validate import load_points, summary_line, validate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,6 +28,7 @@ BEGIN, END = "<!-- accuracy:begin (tools/accuracy.py) -->", "<!-- accuracy:end -
 POINTS_BEGIN, POINTS_END = "<!-- points:begin (tools/accuracy.py) -->", "<!-- points:end -->"
 WHATIF_BEGIN, WHATIF_END = "<!-- whatif:begin (tools/accuracy.py) -->", "<!-- whatif:end -->"
 GROUPS_BEGIN, GROUPS_END = "<!-- groups:begin (tools/accuracy.py) -->", "<!-- groups:end -->"
+SWYEAR_BEGIN, SWYEAR_END = "<!-- swyear:begin (tools/accuracy.py) -->", "<!-- swyear:end -->"
 LAYOUT = (("tp", "TP"), ("pp", "PP"), ("vp", "VP"), ("cp", "CP"), ("ep", "EP"))
 
 
@@ -137,6 +138,27 @@ def groups_markdown(report=None) -> str:
     return "\n".join(lines)
 
 
+def swyear_markdown(report=None) -> str:
+    """GPU check runs by the year of their software (software_date; known gaps left out): runs, signed and absolute
+    mean error, and the signed mean of the 16-bit and the low-precision ones apart (task swdate, docs/runs.md)."""
+    import statistics
+
+    report = report or validate_measured()
+    runs = {r.id: r for r in load_runs()}
+    lines = ["| software year | check runs | mean (signed) | mean \\|error\\| | 16-bit: runs | signed | "
+             "low precision: runs | signed | known gaps left out |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    checked = [r for r in report.runs if r.role == "check" and r.family == "gpu" and r.error is not None]
+    for g in (g for g in report.by_software_year if g.family == "gpu"):
+        mine = [r for r in checked if not r.known_gap and software_year(r.software_date) == g.software_year]
+        parts = []
+        for wide in (True, False):
+            errs = [r.error for r in mine if (runs[r.id].precision in SIXTEEN_BIT) == wide]
+            parts += [str(len(errs)), _pct(statistics.fmean(errs)) if errs else "—"]
+        lines.append(f"| {g.software_year} | {g.n} | {_pct(g.mean_error)} | {_abs_pct(g.mean_abs_error)} | "
+                     f"{' | '.join(parts)} | {g.known_gaps} |")
+    return "\n".join(lines)
+
+
 def _num(x) -> str:
     if x is None:
         return "—"
@@ -178,6 +200,7 @@ def main() -> int:
     new = _replace(_replace(text, BEGIN, END, markdown()), POINTS_BEGIN, POINTS_END, points_markdown())
     new = _replace(new, WHATIF_BEGIN, WHATIF_END, whatif_markdown())
     new = _replace(new, GROUPS_BEGIN, GROUPS_END, groups_markdown())
+    new = _replace(new, SWYEAR_BEGIN, SWYEAR_END, swyear_markdown())
     if args.check:
         return 0 if new == text else 1
     README.write_text(new, encoding="utf-8")

@@ -12,7 +12,7 @@ from ..planning.crossval import CrossValidation
 from ..planning.measured import MeasuredReport, RunResult
 from ..planning.precision_pairs import PairReport
 from ..planning.validate import PointResult
-from .fit import fit
+from .fit import Fit, fit
 
 
 def points_table(results: list[PointResult]) -> Group:
@@ -75,7 +75,21 @@ def measured_table(report: MeasuredReport) -> Group:
                   str(f.memory_n), fmt(f.memory_mean_abs_error), fmt(f.memory_max_abs_error), str(len(f.not_expressible)))
     verdict = ("[green]within the documented bands[/]" if report.gate.ok else
                "[bold red]outside the bands:[/] " + escape("; ".join(report.gate.failures)))
-    return Group(fit(t), fit(s), pairs_table(report.pairs), verdict)
+    return Group(fit(t), fit(s), software_year_table(report), pairs_table(report.pairs), verdict)
+
+
+def software_year_table(report: MeasuredReport) -> Fit:
+    """Check runs' time errors by device family and the year of their software (software_date), known gaps out."""
+    t = Table(title="Check runs by software year (the year of each run's software_date; signed error: positive = "
+              "btacalc too fast, the older software ran slower than btacalc's clock; known gaps left out)",
+              title_justify="left")
+    for c in ("family", "software year", "n", "mean (signed)", "mean |error|", "max |error|", "known gaps"):
+        t.add_column(c, justify="left" if c in ("family", "software year") else "right")
+    for g in report.by_software_year:
+        t.add_row(g.family, g.software_year, str(g.n), _pct(g.mean_error),
+                  "-" if g.mean_abs_error is None else f"{100 * g.mean_abs_error:.1f}%",
+                  "-" if g.max_abs_error is None else f"{100 * g.max_abs_error:.1f}%", str(g.known_gaps))
+    return fit(t)
 
 
 def pairs_table(report: PairReport) -> Group:
@@ -122,7 +136,7 @@ def crossval_tables(cv: CrossValidation) -> Group:
     fmt = lambda v: "-" if v is None else f"{100 * v:+.1f}%"  # noqa: E731
     pct = lambda v: "-" if v is None else f"{100 * v:.1f}%"  # noqa: E731
     groups = [("all", {"runs": cv.overall}), ("hardware", cv.by_hardware), ("kind", cv.by_kind),
-              ("scale", cv.by_scale), ("model family", cv.by_model_family)]
+              ("scale", cv.by_scale), ("model family", cv.by_model_family), ("software year", cv.by_software_year)]
     for name, rows in groups:
         for value, e in rows.items():
             s.add_row(name, value, str(e.n), pct(e.mean_abs_error), pct(e.max_abs_error), fmt(e.mean_error))

@@ -10,7 +10,8 @@ them), and the fold says so; when nothing is left to fit on, the shipped factors
 too). Every run is predicted in exactly one fold, by factors that never saw its model family: the
 errors are what a user should expect on a model btacalc has never seen.
 
-The errors are summarised over all runs and grouped by hardware, by dense / MoE and by scale (devices).
+The errors are summarised over all runs and grouped by hardware, by dense / MoE, by scale (devices), by model
+family and by the year of the software that measured the run (its software_date).
 The fold logic is generic (`cross_validate` takes the fit and the prediction as functions), so a test
 can run it on a synthetic set whose answer is known by hand.
 """
@@ -30,7 +31,7 @@ from ..config.presets import resolve_model
 from ..errors import BtacalcError
 from ..paths import package_data
 from .calibration import FamilySpec, family_of, fit_family, load_families, with_factors
-from .measured import MeasuredRun, load_runs, predict
+from .measured import UNKNOWN_SOFTWARE_YEAR, MeasuredRun, load_runs, predict, software_year
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -69,6 +70,8 @@ class CrossRun(BaseModel):
     moe: bool
     devices: int
     scale: str
+    software_year: str = Field(UNKNOWN_SOFTWARE_YEAR, description="the year of the run's software_date (YYYY), or "
+                               "unknown")
     predicted_tokens_per_s_per_device: Optional[float] = None
     measured_tokens_per_s_per_device: Optional[float] = None
     error: Optional[float] = Field(None, description="predicted / measured - 1, predicted by factors fitted "
@@ -100,6 +103,8 @@ class CrossValidation(BaseModel):
     by_kind: dict[str, ErrorSummary] = Field(description="dense / moe")
     by_scale: dict[str, ErrorSummary] = Field(description="devices: 1-8, 9-72, 73-256, >256")
     by_model_family: dict[str, ErrorSummary]
+    by_software_year: dict[str, ErrorSummary] = Field(default_factory=dict, description="the year of the runs' "
+                                                      "software_date (YYYY; unknown: not given)")
     not_expressible: list[str] = Field(default_factory=list, description="run id: reason")
 
 
@@ -174,6 +179,7 @@ def cross_validate(runs: list[MeasuredRun], setting: Setting, fit: FitFn, predic
         folds=folds, overall=summarize([r.error for r in every if r.error is not None]),
         by_hardware=grouped(every, lambda r: r.hw), by_kind=grouped(every, lambda r: "moe" if r.moe else "dense"),
         by_scale=grouped(every, lambda r: r.scale), by_model_family=grouped(every, lambda r: r.model_family),
+        by_software_year=grouped(every, lambda r: r.software_year),
         not_expressible=[f"{r.id}: {r.reason}" for r in every if r.error is None])
 
 
@@ -227,7 +233,7 @@ def validate_cross(runs: Optional[list[MeasuredRun]] = None) -> CrossValidation:
     def predict_run(run: MeasuredRun, factors: dict[str, dict[str, float]]) -> CrossRun:
         res = predict(run, _trial_hardware(factors, specs))
         return CrossRun(id=run.id, model_family=model_family(run.model, families), hw=run.hw, moe=_is_moe(run.model),
-                        devices=run.devices, scale=scale_group(run.devices),
+                        devices=run.devices, scale=scale_group(run.devices), software_year=software_year(run.software_date),
                         predicted_tokens_per_s_per_device=res.predicted.tokens_per_s_per_device,
                         measured_tokens_per_s_per_device=run.measured.tokens_per_s_per_device,
                         error=res.error, reason=res.reason)

@@ -26,13 +26,14 @@ from collections import Counter
 import difflib
 import functools
 import json
+import re
 import statistics
 import sys
 import unicodedata
 from pathlib import Path
 from typing import Any, Callable, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..config.execution import MAX_DEVICES, MAX_SEQUENCES, MEGATRON, BatchLimits, ExecutionRequest, OverlapRequest
 from ..config.hardware import HardwareProfile, resolve_hardware
@@ -236,6 +237,15 @@ class Recipe(BaseModel):
         return self.grad_bytes
 
 
+SOFTWARE_DATE_PATTERN = r"^\d{4}-(0[1-9]|1[0-2])$"  # YYYY-MM
+UNKNOWN_SOFTWARE_YEAR = "unknown"  # the group of the runs that give no software_date
+
+
+def software_year(date: Optional[str]) -> str:
+    """The group a run's errors fall in by the age of its software: the year of its software_date, else unknown."""
+    return date[:4] if date else UNKNOWN_SOFTWARE_YEAR
+
+
 class MeasuredRun(BaseModel):
     """One measured training run with its layout (fields as in the run file; null = not stated / 1).
     Strict types: a count is a JSON integer (not true, "8" or 8.0), a measurement a finite number."""
@@ -271,6 +281,12 @@ class MeasuredRun(BaseModel):
                                   "bands, as known_gap does from the time bands)")
     release: Optional[str] = Field(None, description="the container or harness version that measured the run; "
                                    "runs of one publication and release form same-source precision pairs")
+    software_date: Optional[str] = Field(None, description="YYYY-MM: the month the "
+                                         "software that measured the run was released (its container's YY.MM tag, its "
+                                         "MLPerf round's submission month), else the month its measurement was "
+                                         "published; errors are grouped by its year (validate, --cross-validate); "
+                                         "optional in a user's file (grouped as unknown), given for every shipped run")
+    software_date_source: str = Field("", description="where software_date comes from, and whether it is only a bound")
     recipe: Optional[Recipe] = None
     megatron_args: Optional[str] = Field(None, description="the run as its Megatron-LM launch or arguments (read as "
                                          "plan --from-megatron reads them) instead of the layout fields")
@@ -293,6 +309,13 @@ class MeasuredRun(BaseModel):
                 raise ValueError(f"key {str(key)[:60]!r} is not a run field: did you mean {near!r}? (keys that are "
                                  "not near a field's name are carried through unread)")
         return data
+
+    @field_validator("software_date")
+    @classmethod
+    def _a_month(cls, v: Optional[str]) -> Optional[str]:
+        if v is not None and not re.fullmatch(SOFTWARE_DATE_PATTERN, v):
+            raise ValueError(f"software_date {v[:20]!r} is not a month written YYYY-MM (e.g. 2025-04)")
+        return v
 
     @model_validator(mode="after")
     def _gaps_excuse_a_measured_check(self) -> "MeasuredRun":
@@ -380,6 +403,8 @@ class RunResult(BaseModel):
                                           "peak reserved)")
     known_gap: str = ""
     memory_known_gap: str = ""
+    software_date: Optional[str] = Field(None, description="YYYY-MM of the software that measured the run (the run's "
+                                         "software_date)")
     defaulted: dict[str, str] = Field(default_factory=dict, description="what the run's plan took by default "
                                       "because neither the run nor its recipe states it, and why")
     not_timed: dict[str, str] = Field(default_factory=dict, description="what the run's recipe sets that btacalc "
@@ -738,7 +763,8 @@ def predict(run: MeasuredRun, hardware: Callable[[str], HardwareProfile] = resol
     """`run` predicted; `hardware` resolves the run's device (calibration passes trial profiles)."""
     carried = {k: v for k, v in (run.model_extra or {}).items()}
     base = dict(id=run.id, role=run.role, model=run.model, hw=run.hw, devices=run.devices, measured=run.measured,
-                known_gap=run.known_gap, memory_known_gap=run.memory_known_gap, carried=carried)
+                known_gap=run.known_gap, memory_known_gap=run.memory_known_gap, software_date=run.software_date,
+                carried=carried)
     try:
         profile = hardware(run.hw)
         family = device_family(profile)
@@ -817,6 +843,36 @@ def summarize(results: list[RunResult]) -> list[FamilySummary]:
     return out
 
 
+class SoftwareYearSummary(BaseModel):
+    """The time errors of one device family's check runs measured on software of one year (software_date), the
+    known gaps left out (each is a mechanism btacalc lacks, not the age of the software)."""
+
+    family: str
+    software_year: str = Field(description="YYYY, or unknown: the run gives no software_date")
+    n: int
+    mean_error: Optional[float] = Field(None, description="signed: positive = btacalc too fast (the software ran "
+                                        "slower than btacalc's clock)")
+    mean_abs_error: Optional[float] = None
+    max_abs_error: Optional[float] = None
+    known_gaps: int = Field(0, description="check runs of the group left out as known gaps")
+
+
+def by_software_year(results: list[RunResult]) -> list[SoftwareYearSummary]:
+    """Check runs' time errors grouped by device family and software year (known gaps left out, counted)."""
+    groups: dict[tuple[str, str], list[RunResult]] = {}
+    for r in results:
+        if r.role == "check" and r.error is not None:
+            groups.setdefault((r.family, software_year(r.software_date)), []).append(r)
+    out = []
+    for (family, year), mine in sorted(groups.items()):
+        errs = [r.error for r in mine if not r.known_gap and r.error is not None]
+        out.append(SoftwareYearSummary(
+            family=family, software_year=year, n=len(errs), mean_error=statistics.fmean(errs) if errs else None,
+            mean_abs_error=statistics.fmean(abs(e) for e in errs) if errs else None,
+            max_abs_error=max(abs(e) for e in errs) if errs else None, known_gaps=len(mine) - len(errs)))
+    return out
+
+
 class Bands(BaseModel):
     """The documented error bands `validate` enforces on check runs (btacalc/data/validation_bands.toml)."""
 
@@ -891,6 +947,8 @@ class MeasuredReport(BaseModel):
     bands: Bands
     pairs: PairReport
     gate: GateVerdict
+    by_software_year: list[SoftwareYearSummary] = Field(default_factory=list, description="check runs' time errors "
+                                                        "by device family and the year of their software_date")
 
 
 def validate_measured(path: Optional[Path] = None) -> MeasuredReport:
@@ -903,4 +961,5 @@ def validate_measured(path: Optional[Path] = None) -> MeasuredReport:
                             bands.precision_pairs)
     verdict = gate(results, summary, bands)
     verdict = GateVerdict(ok=verdict.ok and not pairs.failures, failures=verdict.failures + pairs.failures)
-    return MeasuredReport(runs=results, summary=summary, bands=bands, pairs=pairs, gate=verdict)
+    return MeasuredReport(runs=results, summary=summary, bands=bands, pairs=pairs, gate=verdict,
+                          by_software_year=by_software_year(results))
