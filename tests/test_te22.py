@@ -269,7 +269,44 @@ def test_on_hopper_te_version_is_refused_not_shown_and_ignored(cli, hw):
     code, out, err = cli("plan", "-m", "llama-3-8b", "--hw", hw, "--devices", "8", "--precision", "fp8",
                          "--te-version", "2.1")
     assert code == 2 and out == "" and err.count("\n") == 1, err
-    assert "from compute capability 10.0 on" in err and f"{hw} has 9.0" in err
+    assert "on compute capability 10.x-11.x and 13.0 on" in err and f"{hw} has 9.0" in err
+
+
+# TE @ d0067d0 transformer_engine/pytorch/utils.py L658-663, is_non_tn_fp8_gemm_supported, written out:
+#     return (10, 0) <= device_capability < (12, 0) or device_capability >= (13, 0)
+TE_NON_TN = {8.0: False, 8.9: False, 9.0: False, 10.0: True, 10.3: True, 11.0: True, 12.0: False, 12.1: False,
+             13.0: True}
+
+
+@pytest.mark.parametrize("cc, non_tn", sorted(TE_NON_TN.items()))
+def test_the_release_matters_where_te_takes_non_tn_fp8_gemms(cc, non_tn):
+    """review14: the rule was `cc >= 10.0`, which gave 12.x (RTX PRO 6000 / RTX 50 Blackwell, sm_120) one per-tensor
+    FP8 copy under the pinned TE and took --te-version there; TE's own test leaves 12.x TN-only (two copies under
+    every release, as Hopper)."""
+    from btacalc.config.precision import non_tn_fp8_gemms
+
+    assert non_tn_fp8_gemms(cc) is non_tn
+    r = recipe("fp8")
+    assert r.follows_te_release_on(cc) is non_tn
+    # the pinned TE writes no transpose only where GEMMs take non-TN layouts; TE 1.10 writes it everywhere
+    assert r.copies(cc, te_behaviour("2.20.0.dev0+d0067d0")) == (1 if non_tn else 2)
+    assert r.copies(cc, te_behaviour("1.10")) == 2
+
+
+def test_a_cc12_profile_refuses_te_version(cli, tmp_path):
+    """A user's profile of compute capability 12.0 (b200's profile with its capability changed) refuses --te-version
+    as Hopper does, and plans per-tensor FP8 as it does under every release."""
+    from btacalc.paths import data_dir
+
+    text = (data_dir("hardware_profiles") / "b200.toml").read_text()
+    assert "[chip.compute_capability]\nvalue = 10.0\n" in text
+    prof = tmp_path / "cc12.toml"
+    prof.write_text(text.replace("[chip.compute_capability]\nvalue = 10.0\n", "[chip.compute_capability]\nvalue = 12.0\n")
+                    .replace('name = "b200"', 'name = "cc12"', 1))
+    args = ("plan", "-m", "llama-3-8b", "--hw", str(prof), "--devices", "8", "--precision", "fp8")
+    code, out, err = cli(*args, "--te-version", "2.1")
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert "has 12.0, whose FP8 GEMMs are TN-only" in err
 
 
 def test_compare_gives_the_release_to_the_rows_it_changes(cli):

@@ -77,6 +77,8 @@ def read_overrides(text: str, source: str) -> dict[str, Any]:
         if override.package is not None:
             raise BtacalcError(f"{source}: {_cut(word)}: a config group's @package, and Bridge's config has no groups "
                                "(Hydra: 'looks like a config group override')")
+        if key:  # a misspelt key is named as such before what +/~ would do with it
+            check_bridge_key(key, source)
         if override.is_delete():
             raise BtacalcError(f"{source}: {_cut(word)} deletes {key}: Bridge then keeps the recipe's own value, which "
                                "btacalc does not know: leave the line out or give key=value")

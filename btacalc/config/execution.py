@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal, Optional
 
 from ..errors import BtacalcError
 from ..memo import Memo, plain_key
-from .precision import DEFAULT_PRECISION, NON_TN_FP8_SINCE_CC, Recipe, check_fp8_attention, check_precision, recipe, recipes
+from .precision import DEFAULT_PRECISION, NON_TN_FP8_CC_TEXT, Recipe, check_fp8_attention, check_precision, recipe, recipes
 from .attention_kernels import DEFAULT_ATTENTION_KERNEL, attention_kernel
 from .cuda_graphs import check_scopes, scopes
 from ..vocabulary import parse_recompute
@@ -779,8 +779,8 @@ def _run_options(request: ExecutionRequest, model: "ModelSpec", profile: "Hardwa
     cc = profile.chip.compute_capability.value if profile.chip.compute_capability else 0.0
     if request.te_version is not None and profile.family == "gpu" and not run.recipe.follows_te_release_on(cc):
         # review: on Hopper the option was shown in the run options and changed nothing
-        raise BtacalcError(f"{{te_version}} decides which transposes TransformerEngine writes for per-tensor FP8 from "
-                           f"compute capability {NON_TN_FP8_SINCE_CC:.1f} on; {profile.name} has {cc:.1f}, whose FP8 GEMMs "
+        raise BtacalcError(f"{{te_version}} decides which transposes TransformerEngine writes for per-tensor FP8 on "
+                           f"compute capability {NON_TN_FP8_CC_TEXT}; {profile.name} has {cc:.1f}, whose FP8 GEMMs "
                            "are TN-only: every release writes the transposes")
     if run.fp8_attention:
         check_fp8_attention(run.precision, profile, run.attention, run.attention_kernel)

@@ -932,6 +932,21 @@ def _bridge_value(value: Any, key: str) -> Any:
     return value
 
 
+def bridge_value_field(key: str) -> Optional[str]:
+    """The `section.field` above `key` when btacalc reads that field as one value (a number, a string, a boolean or
+    a list: a BRIDGE_KEYS target or a Megatron flag's model field), so that a key below it is no key of Bridge's
+    config (Hydra: a key under a value node is refused) and the field would be planned at its default; None for a
+    key of two names or below a field btacalc does not read (review14)."""
+    parts = key.split(".")
+    if len(parts) < 3:
+        return None
+    field = ".".join(parts[:2])
+    read = {conv[0] for conv in BRIDGE_KEYS.values()} | {FP8_ATTENTION_BRIDGE_KEY, "model.cpu_offloading"}
+    if field in read or (parts[0] == "model" and parts[1] in {f.dest for f in megatron_flags().values()}):
+        return field
+    return None
+
+
 def from_bridge(overrides: Mapping[str, Any]) -> tuple[Args, list[str]]:
     """Megatron destinations of Bridge overrides, and the keys no row reads (to be listed as ignored)."""
     back = {key: (dest, conv[2]) for dest, conv in BRIDGE_KEYS.items() for key in (conv[0],)}

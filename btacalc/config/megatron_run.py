@@ -20,7 +20,7 @@ from .execution import BatchLimits, ExecutionRequest, OverlapRequest
 from .pipeline import StageSplit
 from .bridge_fields import check_bridge_key
 from .bridge_hydra import form_of, read_overrides
-from .megatron_codec import MODEL_ROWS, Fields, bridge_key, decode, encode, from_bridge, model_fields
+from .megatron_codec import MODEL_ROWS, Fields, bridge_key, bridge_value_field, decode, encode, from_bridge, model_fields
 from .megatron_launch import Launch, integer, read_launch
 from .megatron_rules import describe, violations
 from .model import ModelSpec, validate_model
@@ -145,6 +145,10 @@ def import_bridge(text: str, source: str, devices: Optional[int] = None,
         # a key Bridge's config does not have: Hydra refuses it (bridge_hydra), Bridge's YAML merge skips it with a
         # warning (omegaconf_utils.py _apply_overrides L470-474); a misspelt field is refused naming the nearest
         check_bridge_key(key, source)
+        field = bridge_value_field(key)
+        if field is not None:
+            raise BtacalcError(f"{source}: {key}: {field} takes one value (a number, string, boolean or list; "
+                               "btacalc reads it), not keys below it: give the field its value")
         if not _plain(value):
             raise BtacalcError(f"{source}: {key}: {type(value).__name__} {reprlib.repr(value)} is not an override "
                                "value (a number, a string, a boolean, null or a list of them)")

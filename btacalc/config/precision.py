@@ -46,10 +46,18 @@ DEFAULT_PRECISION = "bf16"
 SIXTEEN_BIT_BYTES = 2  # the 16-bit tensors a cast kernel reads (bf16 / fp16)
 
 
+# The compute capabilities whose FP8 GEMMs take non-TN layouts, so a per-tensor FP8 tensor needs no transposed copy
+# (TE @ d0067d0 transformer_engine/pytorch/utils.py L658-663 is_non_tn_fp8_gemm_supported:
+# `(10, 0) <= device_capability < (12, 0) or device_capability >= (13, 0)`): 10.x-11.x and 13.0 on; 12.x (consumer
+# and workstation Blackwell, sm_120) is TN-only, as Hopper is (review14: the rule was `>= 10.0`)
+NON_TN_FP8_CC_RANGES: tuple[tuple[float, float], ...] = ((10.0, 12.0), (13.0, float("inf")))
+NON_TN_FP8_CC_TEXT = "10.x-11.x and 13.0 on"
 
-# The compute capability from which FP8 GEMMs take non-TN layouts, so a per-tensor FP8 tensor needs no transposed
-# copy (TE @ d0067d0 transformer_engine/pytorch/utils.py L658-663 is_non_tn_fp8_gemm_supported: 10.x-11.x, 13+)
-NON_TN_FP8_SINCE_CC = 10.0
+
+def non_tn_fp8_gemms(compute_capability: float) -> bool:
+    """Whether FP8 GEMMs take non-TN layouts on a chip of `compute_capability` (NON_TN_FP8_CC_RANGES, TE's rule)."""
+    return any(low <= compute_capability < high for low, high in NON_TN_FP8_CC_RANGES)
+
 
 class Recipe(BaseModel):
     """One training precision, with its TransformerEngine recipe and Megatron flags (see precision.toml)."""
@@ -149,9 +157,10 @@ class Recipe(BaseModel):
 
     def follows_te_release_on(self, compute_capability: float) -> bool:
         """Whether the TE release changes this recipe's casts on a chip of `compute_capability`: per-tensor FP8
-        from 10.0 on. Below it FP8 GEMMs are TN-only (TE @ d0067d0 pytorch/utils.py L658-663,
-        is_non_tn_fp8_gemm_supported), so every release writes the transposes (`copies`: 2 whatever the TE)."""
-        return self.follows_te_release and compute_capability >= NON_TN_FP8_SINCE_CC
+        where FP8 GEMMs take non-TN layouts (non_tn_fp8_gemms: 10.x-11.x, 13.0 on). Elsewhere (Hopper, 12.x) they are
+        TN-only (TE @ d0067d0 pytorch/utils.py L658-663, is_non_tn_fp8_gemm_supported), so every release writes the
+        transposes (`copies`: 2 whatever the TE)."""
+        return self.follows_te_release and non_tn_fp8_gemms(compute_capability)
 
     def copies(self, compute_capability: float, te: Optional["TeBehaviour"] = None) -> int:
         """Quantised copies of a tensor that both a rowwise and a columnwise GEMM operand read, under TE `te` (None:
@@ -160,7 +169,7 @@ class Recipe(BaseModel):
         if self.columnwise == "always":
             return 2
         if self.columnwise == "transpose_below_cc10":
-            return 2 if compute_capability < NON_TN_FP8_SINCE_CC or (te is not None and te.cast_transposes) else 1
+            return 2 if not non_tn_fp8_gemms(compute_capability) or (te is not None and te.cast_transposes) else 1
         return 0
 
 

@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 
 from ..config.execution import ExecutionRequest, gpu_layout_options, resolve_run, without_gpu_layout
 from ..config.hardware import HardwareProfile
-from ..config.precision import DEFAULT_PRECISION, NON_TN_FP8_SINCE_CC, recipe
+from ..config.precision import DEFAULT_PRECISION, non_tn_fp8_gemms, recipe
 from ..config.model import ModelSpec
 from ..errors import BtacalcError
 from .cluster import MAX_DEVICES, min_devices
@@ -232,7 +232,7 @@ def _rows_taking(request: ExecutionRequest, chosen: list[Optional[str]],
     follows_te_release_on); empty as above."""
     gpus = [p for p in profiles if p.family == "gpu"]
     versioned_gpus = {p.name for p in gpus if p.chip.compute_capability is not None
-                      and p.chip.compute_capability.value >= NON_TN_FP8_SINCE_CC}
+                      and non_tn_fp8_gemms(p.chip.compute_capability.value)}
     if request.te_version is None or len(versioned_gpus) in (0, len(gpus)):
         versioned_gpus = set()
     if len(chosen) < 2:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+import datetime
 import difflib
 import functools
 import json
@@ -237,7 +238,11 @@ class Recipe(BaseModel):
         return self.grad_bytes
 
 
-SOFTWARE_DATE_PATTERN = r"^\d{4}-(0[1-9]|1[0-2])$"  # YYYY-MM
+SOFTWARE_DATE_PATTERN = r"^[0-9]{4}-(0[1-9]|1[0-2])$"  # YYYY-MM in ASCII digits (\d would take "２０２５-04")
+# No GPU or wafer training software predates CUDA 1.0 (NVIDIA CUDA Toolkit archive, developer.nvidia.com/
+# cuda-toolkit-archive: "CUDA Toolkit 1.0 (June 2007)"): an earlier software_date is a typo; a later-than-now one
+# names software not yet released
+FIRST_SOFTWARE_MONTH = "2007-06"
 UNKNOWN_SOFTWARE_YEAR = "unknown"  # the group of the runs that give no software_date
 
 
@@ -315,7 +320,19 @@ class MeasuredRun(BaseModel):
     def _a_month(cls, v: Optional[str]) -> Optional[str]:
         if v is not None and not re.fullmatch(SOFTWARE_DATE_PATTERN, v):
             raise ValueError(f"software_date {v[:20]!r} is not a month written YYYY-MM (e.g. 2025-04)")
+        if v is not None and not FIRST_SOFTWARE_MONTH <= v <= datetime.date.today().strftime("%Y-%m"):
+            raise ValueError(f"software_date {v} is not a release month of training software: from "
+                             f"{FIRST_SOFTWARE_MONTH} (CUDA 1.0) to this month")
         return v
+
+    @model_validator(mode="after")
+    def _a_source_of_a_date(self) -> "MeasuredRun":
+        """software_date_source says where software_date comes from: without a date it is the source of nothing
+        (a date misplaced or left out), refused (review14)."""
+        if self.software_date_source and self.software_date is None:
+            raise ValueError("software_date_source is given without software_date: give the month (YYYY-MM) it "
+                             "is the source of, or leave both out")
+        return self
 
     @model_validator(mode="after")
     def _gaps_excuse_a_measured_check(self) -> "MeasuredRun":
