@@ -894,6 +894,13 @@ for text, fragment in (
 case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment="unknown Megatron-LM flag "
      "--tensor-model-paralell-size (not in arguments.py at Megatron-LM@d98e8a64): did you mean "
      "--tensor-model-parallel-size?", files={"l.sh": LAUNCH.replace("--num-layers 4", "--tensor-model-paralell-size 2 --num-layers 4")})
+# review14: the suggestion compares the names without their dashes: "--tp" was 0.67 alike to "--sft" by the shared
+# "--" alone (difflib's ratio 2*3/9), and "--" itself to "--lr"; a name near nothing gets no suggestion
+for flag, fragment in (("--tp 2", "unknown Megatron-LM flag --tp (not in arguments.py at Megatron-LM@d98e8a64)\n"),
+                       ("--", "unknown Megatron-LM flag -- (not in arguments.py at Megatron-LM@d98e8a64)\n"),
+                       ("--num-layer 4", "did you mean --num-layers?")):
+    case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment=fragment,
+         files={"l.sh": LAUNCH.replace("--num-layers 4", "--num-layers 4 " + flag)})
 for text, fragment in (("", "no overrides (the file is empty)"), ("# a comment\n\n", "no overrides (the file is empty)"),
                        # a mix of YAML and overrides: Bridge reads one file as YAML (OmegaConf.load), never both
                        ("model:\n  num_layers: 4\ntrain.micro_batch_size=1\n",
@@ -959,7 +966,7 @@ for line in ("te-version = 1.10", "te-version = 2.20"):
 # --te-version on Hopper: per-tensor FP8 GEMMs are TN-only below compute capability 10.0, every release transposes
 for hw in ("h100", "h200"):
     case("values", "plan", "-m", "llama-3-8b", "--hw", hw, "--devices", "8", "--precision", "fp8-current",
-         "--te-version", "2.2", fragment=f"from compute capability 10.0 on; {hw} has 9.0")
+         "--te-version", "2.2", fragment=f"(compute capability 10.x-11.x, 13.0 on); {hw} has 9.0")
 # review13: a wafer refused --te-version only where it differed from the default, so the pinned TE's own version and
 # the empty word (read as not given) were planned in silence
 for version in ("2.20.0.dev0+d0067d0", "", "1.10"):

@@ -778,10 +778,10 @@ def _run_options(request: ExecutionRequest, model: "ModelSpec", profile: "Hardwa
                            f"({per_tensor}); {run.precision} casts the same under every release btacalc knows")
     cc = profile.chip.compute_capability.value if profile.chip.compute_capability else 0.0
     if request.te_version is not None and profile.family == "gpu" and not run.recipe.follows_te_release_on(cc):
-        # review: on Hopper the option was shown in the run options and changed nothing
-        raise BtacalcError(f"{{te_version}} decides which transposes TransformerEngine writes for per-tensor FP8 on "
-                           f"compute capability {NON_TN_FP8_CC_TEXT}; {profile.name} has {cc:.1f}, whose FP8 GEMMs "
-                           "are TN-only: every release writes the transposes")
+        # review: on Hopper the option was shown in the run options and changed nothing; review14: 12.x too
+        raise BtacalcError(f"{{te_version}} decides which transposes TransformerEngine writes for per-tensor FP8 where "
+                           f"FP8 GEMMs take non-TN layouts (compute capability {NON_TN_FP8_CC_TEXT}); {profile.name} "
+                           f"has {cc:.1f}, whose FP8 GEMMs are TN-only: every release writes the transposes")
     if run.fp8_attention:
         check_fp8_attention(run.precision, profile, run.attention, run.attention_kernel)
     check_bf16_layers(run, model)

@@ -366,7 +366,10 @@ def _parse_args(words: list[str], launch: Launch) -> None:
             raise BtacalcError(f"{launch.source}: {word!r} is not a Megatron-LM flag (a value without its flag?)")
         flag = known.get(name)
         if flag is None:
-            near = difflib.get_close_matches(name, sorted(known), n=1)  # difflib's default cutoff, 0.6
+            # difflib's default cutoff, 0.6, on the names without their "--": the shared dashes alone made "--tp"
+            # 0.67 alike to "--sft" (review14)
+            bare = {k.lstrip("-"): k for k in known}
+            near = [bare[n] for n in difflib.get_close_matches(name.lstrip("-"), sorted(bare), n=1)]
             raise BtacalcError(f"{launch.source}: unknown Megatron-LM flag {name} (not in arguments.py at "
                                f"{MEGATRON_LM_SHORT})" + (f": did you mean {near[0]}?" if near else ""))
         i += 1

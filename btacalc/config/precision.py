@@ -51,7 +51,7 @@ SIXTEEN_BIT_BYTES = 2  # the 16-bit tensors a cast kernel reads (bf16 / fp16)
 # `(10, 0) <= device_capability < (12, 0) or device_capability >= (13, 0)`): 10.x-11.x and 13.0 on; 12.x (consumer
 # and workstation Blackwell, sm_120) is TN-only, as Hopper is (review14: the rule was `>= 10.0`)
 NON_TN_FP8_CC_RANGES: tuple[tuple[float, float], ...] = ((10.0, 12.0), (13.0, float("inf")))
-NON_TN_FP8_CC_TEXT = "10.x-11.x and 13.0 on"
+NON_TN_FP8_CC_TEXT = "10.x-11.x, 13.0 on"
 
 
 def non_tn_fp8_gemms(compute_capability: float) -> bool:
