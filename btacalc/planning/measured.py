@@ -239,9 +239,10 @@ class Recipe(BaseModel):
 
 
 SOFTWARE_DATE_PATTERN = r"^[0-9]{4}-(0[1-9]|1[0-2])$"  # YYYY-MM in ASCII digits (\d would take "２０２５-04")
-# No GPU or wafer training software predates CUDA 1.0 (NVIDIA CUDA Toolkit archive, developer.nvidia.com/
-# cuda-toolkit-archive: "CUDA Toolkit 1.0 (June 2007)"): an earlier software_date is a typo; a later-than-now one
-# names software not yet released
+# No GPU or wafer training software predates CUDA 1.0 (developer.nvidia.com/content/cuda-10, the CUDA 1.0 downloads;
+# its month, June 2007, as commonly cited: the stored copy of developer.nvidia.com/cuda-toolkit-archive ends before
+# 1.0, and CUDA 1.1 is "December 2007" there): an earlier software_date is a typo; a later-than-now one names
+# software not yet released
 FIRST_SOFTWARE_MONTH = "2007-06"
 UNKNOWN_SOFTWARE_YEAR = "unknown"  # the group of the runs that give no software_date
 
