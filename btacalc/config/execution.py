@@ -776,7 +776,7 @@ def _run_options(request: ExecutionRequest, model: "ModelSpec", profile: "Hardwa
         per_tensor = ", ".join(n for n, r in recipes().items() if r.follows_te_release)
         raise BtacalcError(f"{{te_version}} decides which transposes TransformerEngine writes for per-tensor FP8 "
                            f"({per_tensor}); {run.precision} casts the same under every release btacalc knows")
-    cc = profile.chip.compute_capability.value if profile.chip.compute_capability else 0.0
+    cc = profile.chip.capability
     if request.te_version is not None and profile.family == "gpu" and not run.recipe.follows_te_release_on(cc):
         # review: on Hopper the option was shown in the run options and changed nothing; review14: 12.x too
         raise BtacalcError(f"{{te_version}} decides which transposes TransformerEngine writes for per-tensor FP8 where "

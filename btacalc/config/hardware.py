@@ -179,6 +179,12 @@ class Chip(_Section):
     sram_bandwidth_bytes_per_s: Annotated[Optional[Number], BANDWIDTH] = None
     power_w: Annotated[Number, POWER]
 
+    @property
+    def capability(self) -> float:
+        """The CUDA compute capability, 0.0 where the profile states none (a wafer): below every recipe's minimum and
+        outside every FP8 GEMM layout range (review14: the one reading of `compute_capability` where 0.0 stood in)."""
+        return self.compute_capability.value if self.compute_capability else 0.0
+
 
 class Memory(_Section):
     offchip_memory_bytes: Annotated[Number, BYTES] = Field(description="HBM (GPU) or MemoryX capacity (wafer)")

@@ -194,7 +194,7 @@ def check_precision(name: str, profile: "HardwareProfile", param_gather: bool, r
     if r.low and peak is None:
         raise BtacalcError(f"{{precision}} {name} runs its GEMMs at the {r.gemm_peak.upper()} peak, which "
                            f"{profile.name} does not have (chip.peak_{r.gemm_peak}_flops_per_s)")
-    cc = chip.compute_capability.value if chip.compute_capability else 0.0
+    cc = chip.capability
     if r.low and cc < r.min_compute_capability:
         raise BtacalcError(f"{{precision}} {name} needs compute capability {r.min_compute_capability:g} or later; "
                            f"{profile.name} has {cc:g}")
@@ -221,7 +221,7 @@ def check_fp8_attention(name: str, profile: "HardwareProfile", attention: str, k
         raise BtacalcError(f"{{fp8_attention}} runs the attention core in FP8 and needs a {{precision}} whose "
                            f"TransformerEngine recipe has FP8 fused attention ({able}), got {name}")
     chip = profile.chip
-    cc = chip.compute_capability.value if chip.compute_capability else 0.0
+    cc = chip.capability
     if cc < r.fp8_attention_min_compute_capability:
         raise BtacalcError(f"{{fp8_attention}} under {name}: TransformerEngine's FP8 fused attention with this recipe "
                            f"needs compute capability {r.fp8_attention_min_compute_capability:g} or later; "

@@ -231,8 +231,7 @@ def _rows_taking(request: ExecutionRequest, chosen: list[Optional[str]],
     do (compute capability 10.0 on: below it per-tensor FP8 transposes under every release, Recipe.
     follows_te_release_on); empty as above."""
     gpus = [p for p in profiles if p.family == "gpu"]
-    versioned_gpus = {p.name for p in gpus if p.chip.compute_capability is not None
-                      and non_tn_fp8_gemms(p.chip.compute_capability.value)}
+    versioned_gpus = {p.name for p in gpus if non_tn_fp8_gemms(p.chip.capability)}
     if request.te_version is None or len(versioned_gpus) in (0, len(gpus)):
         versioned_gpus = set()
     if len(chosen) < 2:

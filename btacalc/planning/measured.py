@@ -718,8 +718,7 @@ def _recipe_changes(recipe: Recipe, run: MeasuredRun, family: str) -> dict[str, 
 
 def _compute_capability(hw: str) -> float:
     """The compute capability of the run's device profile (0 where the profile states none)."""
-    cc = resolve_hardware(hw).chip.compute_capability
-    return cc.value if cc else 0.0
+    return resolve_hardware(hw).chip.capability
 
 
 def run_te_version(run: MeasuredRun, recipe: Optional[Recipe]) -> Optional[str]:

@@ -146,7 +146,7 @@ def cast_rates(problem: Problem) -> Optional[CastRates]:
     chip = problem.hardware.chip
     peak = {"fp8": chip.peak_fp8_flops_per_s, "fp4": chip.peak_fp4_flops_per_s}[recipe.gemm_peak]
     assert peak is not None  # checked when the execution was resolved (config.precision.check_precision)
-    cc = chip.compute_capability.value if chip.compute_capability else 0.0
+    cc = chip.capability
     te = te_behaviour(problem.run.te_version)
     copies = recipe.copies(cc, te)
     shares = _cast_shares(problem, copies)
