@@ -83,6 +83,31 @@ def test_what_passes_unchecked_below_a_field_or_a_free_section():
     check_bridge_key("model.transformer.num_layers", "t")  # below a field (GPTModelConfig.transformer): its value
 
 
+def test_keys_below_a_field_btacalc_reads_only_where_bridge_admits_them():
+    """review14: nested_fields are the fields whose annotation admits keys below them. Literal annotations at the
+    file's commits: ModelParallelConfig.tensor_model_parallel_size `int = 1` (Megatron-LM @ 2a75ac12
+    megatron/core/model_parallel_config.py) admits none, so `model.tensor_model_parallel_size.a` is refused (it was
+    listed as ignored and the plan ran at TP 1, L55 `tensor_model_parallel_size: int = 1`); the model's
+    `tp_comm_overlap_cfg` is `Optional[Union[str, dict[str, Any]]]` (Megatron-Bridge @ 067f987d
+    src/megatron/bridge/models/gpt_provider.py L165) and comm_overlap's `dict` / `Optional[TransformerLayerTPOverlapCfg]`
+    (src/megatron/bridge/training/comm_overlap.py L357, L385), so a key below it stays a note."""
+    from btacalc.config.megatron_codec import bridge_value_field
+    from btacalc.config.presets import load_preset
+
+    model = bridge_fields().sections["model"]
+    assert "tp_comm_overlap_cfg" in model.nested_fields and "tensor_model_parallel_size" not in model.nested_fields
+    assert "tp_comm_overlap_cfg" in bridge_fields().sections["comm_overlap"].nested_fields
+    assert bridge_value_field("model.tensor_model_parallel_size.a") == "model.tensor_model_parallel_size"
+    assert bridge_value_field("train.micro_batch_size.x") == "train.micro_batch_size"
+    assert bridge_value_field("model.tp_comm_overlap_cfg.qkv_fprop.method") is None
+    assert bridge_value_field("model.tensor_model_parallel_size") is None  # the field itself
+    base = load_preset("llama-3-8b")
+    with pytest.raises(BtacalcError, match="model.tensor_model_parallel_size takes one value"):
+        import_bridge(LLAMA_8B + "model.tensor_model_parallel_size.a=2\n", "o.txt", 8, base)
+    run = import_bridge(LLAMA_8B + "model.tp_comm_overlap_cfg.qkv_fprop.method=ring_exchange\n", "o.txt", 8, base)
+    assert "model.tp_comm_overlap_cfg.qkv_fprop.method" in dict(run.ignored)
+
+
 LLAMA_8B = ("train.global_batch_size=64\ntrain.micro_batch_size=1\nmodel.seq_length=4096\n"
             "mixed_precision=bf16_mixed\n")
 

@@ -12,6 +12,9 @@ them (a recipe's model is a GPTModelProvider subclass: LlamaModelProvider, DeepS
 not see which, so a section holds the union). Classes are matched by their bare name across both trees; a name
 defined twice counts both definitions (the union only grows: a real field is never left out). A section whose
 annotation is a dict (env_vars) holds any key; one that admits a str (mixed_precision) also takes a plain value.
+A field whose annotation (in any class that defines it) admits keys below it (dict, Dict, Mapping, Any, or a dataclass
+of either tree: model.tp_comm_overlap_cfg is `Optional[Union[str, dict[str, Any]]]`, gpt_provider.py L165) is listed in the section's
+`nested_fields` (review14: --from-bridge refuses keys below a field btacalc reads unless the field is one of them).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ CONTAINER_PATH = "src/megatron/bridge/training/config.py"
 CONTAINER = "ConfigContainer"
 PLAIN = {"str"}  # annotation names that admit a plain value for the section itself
 FREE = {"dict", "Dict"}  # annotation names that admit any key below the section
+MAPPING = FREE | {"Mapping", "MutableMapping", "Any"}  # annotation names that admit keys below a field
 NOT_CLASSES = {"Optional", "Union", "None", "typing", "str", "dict", "Dict", "int", "float", "bool"}
 
 
@@ -36,6 +40,7 @@ class ClassInfo:
     fields: list[str]
     is_dataclass: bool
     children: list[str] = field(default_factory=list)
+    annotation_names: dict[str, set[str]] = field(default_factory=dict)  # per field, the names its annotation mentions
 
 
 def _git(git_dir: str, *args: str) -> str:
@@ -75,7 +80,10 @@ def _classes(text: str, where: str) -> list[ClassInfo]:
         fields = [s.target.id for s in node.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
                   and not _is_classvar(s.annotation)]
         is_dc = any(_bare(d) == "dataclass" for d in node.decorator_list)
-        out.append(ClassInfo(node.name, where, [alias.get(_bare(b), _bare(b)) for b in node.bases], fields, is_dc))
+        names = {s.target.id: _names(s.annotation) for s in node.body
+                 if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name) and not _is_classvar(s.annotation)}
+        out.append(ClassInfo(node.name, where, [alias.get(_bare(b), _bare(b)) for b in node.bases], fields, is_dc,
+                             annotation_names=names))
     return out
 
 
@@ -96,7 +104,10 @@ def _names(annotation: ast.expr) -> set[str]:
         elif isinstance(node, ast.Attribute):
             out.add(node.attr)
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-            out |= _names(ast.parse(node.value, mode="eval").body)
+            try:  # a forward reference ("X"); a Literal's string ("async") is no annotation
+                out |= _names(ast.parse(node.value, mode="eval").body)
+            except SyntaxError:
+                pass
     return out
 
 
@@ -145,13 +156,18 @@ def main(bridge_git: str, bridge_commit: str, mlm_git: str) -> None:
     node = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == CONTAINER)
     annotations = {s.target.id: s.annotation for s in node.body
                    if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)}
+    dataclasses_ = {c.name for c in classes if c.is_dataclass}
+
+    def admits_keys(names: set[str]) -> bool:
+        return bool(names & MAPPING) or bool(names & dataclasses_)
 
     print(f"# The field names of Megatron-Bridge's config sections (ConfigContainer, {CONTAINER_PATH}) at")
     print(f"# NVIDIA-NeMo/Megatron-Bridge@{bridge_commit}, with the Megatron-Core classes they build on at")
     print(f"# NVIDIA/Megatron-LM@{mlm_commit} (Bridge's 3rdparty/Megatron-LM submodule at that commit).")
     print("# Written by tools/bridge_fields.py (read its docstring for the rule); do not edit by hand.")
     print("# Per section: the classes whose dataclass fields are counted (repository@commit:path:Class), the names,")
-    print("# whether any key below the section is Bridge's (a dict: free) and whether the section takes a plain value.")
+    print("# whether any key below the section is Bridge's (a dict: free) and whether the section takes a plain value;")
+    print("# nested_fields: the fields whose annotation admits keys below them (a dict, Any or a dataclass).")
     print()
     print(f'bridge = "NVIDIA-NeMo/Megatron-Bridge@{bridge_commit}"')
     print(f'megatron_lm = "NVIDIA/Megatron-LM@{mlm_commit}"')
@@ -169,6 +185,8 @@ def main(bridge_git: str, bridge_commit: str, mlm_git: str) -> None:
             ancestors(name, seen)
         counted = sorted({(c.path, c.name) for n in seen for c in by_name[n] if c.is_dataclass and c.fields})
         names = sorted({f for n in seen for c in by_name[n] if c.is_dataclass for f in c.fields})
+        nested = sorted({f for n in seen for c in by_name[n] if c.is_dataclass
+                         for f, mentioned_by_f in c.annotation_names.items() if admits_keys(mentioned_by_f)})
         print()
         print(f"[sections.{section}]")
         print(f"annotation = {ast.unparse(annotations[section])!r}".replace("'", '"'))
@@ -178,16 +196,17 @@ def main(bridge_git: str, bridge_commit: str, mlm_git: str) -> None:
         for path, name in counted:
             print(f'  "{path}:{name}",')
         print("]")
-        print("fields = [")
-        line = " "
-        for n in names:
-            if len(line) + len(n) + 4 > 118:
+        for key, listed in (("fields", names), ("nested_fields", nested)):
+            print(f"{key} = [")
+            line = " "
+            for n in listed:
+                if len(line) + len(n) + 4 > 118:
+                    print(line.rstrip())
+                    line = " "
+                line += f' "{n}",'
+            if line.strip():
                 print(line.rstrip())
-                line = " "
-            line += f' "{n}",'
-        if line.strip():
-            print(line.rstrip())
-        print("]")
+            print("]")
 
 
 if __name__ == "__main__":

@@ -40,6 +40,8 @@ class BridgeSection(BaseModel):
     plain_value: bool  # admits a plain value for the section itself (mixed_precision: a recipe's name)
     classes: tuple[str, ...]  # "Megatron-Bridge@commit:path:Class", the provenance of `fields`
     fields: frozenset[str]
+    # the fields whose annotation admits keys below them (a dict, Any or a dataclass: model.tp_comm_overlap_cfg)
+    nested_fields: frozenset[str]
 
 
 class BridgeFields(BaseModel):

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from ..errors import BtacalcError
 from ..vocabulary import SELECTIVE_MODULES
+from .bridge_fields import bridge_fields
 from .cuda_graphs import GRAPH_IMPL
 from .pipeline import parse_layout
 from .megatron_launch import (BridgeFloat, BridgeText, flags_by_dest, integer, list_expression, megatron_flags,
@@ -936,11 +937,15 @@ def bridge_value_field(key: str) -> Optional[str]:
     """The `section.field` above `key` when btacalc reads that field as one value (a number, a string, a boolean or
     a list: a BRIDGE_KEYS target or a Megatron flag's model field), so that a key below it is no key of Bridge's
     config (Hydra: a key under a value node is refused) and the field would be planned at its default; None for a
-    key of two names or below a field btacalc does not read (review14)."""
+    key of two names, below a field btacalc does not read or below one whose Bridge annotation admits keys
+    (bridge_fields.toml `nested_fields`) (review14)."""
     parts = key.split(".")
     if len(parts) < 3:
         return None
     field = ".".join(parts[:2])
+    section = bridge_fields().sections.get(parts[0])
+    if section is None or parts[1] in section.nested_fields:
+        return None  # Bridge's annotation admits keys below it (gpt_provider.py L165 tp_comm_overlap_cfg: str | dict)
     read = {conv[0] for conv in BRIDGE_KEYS.values()} | {FP8_ATTENTION_BRIDGE_KEY, "model.cpu_offloading"}
     if field in read or (parts[0] == "model" and parts[1] in {f.dest for f in megatron_flags().values()}):
         return field
