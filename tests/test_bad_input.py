@@ -963,6 +963,11 @@ for line in ("te-version = 1.10", "te-version = 2.20"):
     case("files", "plan", "--config", "{tmp}/run.toml", outputs=False,
          fragment=f"te-version = {float(line.split('= ')[1])!r} is a TOML number, which keeps no trailing zeros",
          files={"run.toml": f'model = "qwen3-30b-a3b"\nhw = "gb200"\ndevices = 64\nprecision = "fp8"\n{line}\n'})
+# a Bridge overrides file without a 16-bit recipe: the refusal names Bridge's keys, not Megatron's flags
+for text in ("model.tensor_model_parallel_size=2\ntrain.global_batch_size=64\ntrain.micro_batch_size=1\n",
+             "model:\n  tensor_model_parallel_size: 2\ntrain:\n  global_batch_size: 64\n  micro_batch_size: 1\n"):
+    case("files", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
+         fragment="the overrides train in fp32 (no mixed_precision such as bf16_mixed", files={"o.txt": text})
 # --te-version on Hopper: per-tensor FP8 GEMMs are TN-only below compute capability 10.0, every release transposes
 for hw in ("h100", "h200"):
     case("values", "plan", "-m", "llama-3-8b", "--hw", hw, "--devices", "8", "--precision", "fp8-current",

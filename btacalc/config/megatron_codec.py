@@ -978,6 +978,10 @@ def from_bridge(overrides: Mapping[str, Any]) -> tuple[Args, list[str]]:
             raise BtacalcError(f"mixed_precision {recipe!r}: btacalc reads {', '.join(BRIDGE_PRECISION.values())}")
         args.update(PRECISIONS[name])
         _bridge_bf16_ends(args, BRIDGE_BF16_ENDS.get(name, (0, 0)))
+    if not (_bool(args.get("bf16")) or _bool(args.get("fp16"))):
+        # worded in Bridge's keys (review14: the Megatron decoder's "no --bf16 or --fp16" named flags the file has not)
+        raise BtacalcError("the overrides train in fp32 (no mixed_precision such as bf16_mixed, no model.bf16 or "
+                           "model.fp16): btacalc models 16-bit training")
     if "num_query_groups" in args and args.get("num_query_groups") != args.get("num_attention_heads"):
         args["group_query_attention"] = True
     return args, unread
