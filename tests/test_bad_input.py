@@ -967,7 +967,7 @@ for line in ("te-version = 1.10", "te-version = 2.20"):
 for text in ("model.tensor_model_parallel_size=2\ntrain.global_batch_size=64\ntrain.micro_batch_size=1\n",
              "model:\n  tensor_model_parallel_size: 2\ntrain:\n  global_batch_size: 64\n  micro_batch_size: 1\n"):
     case("files", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
-         fragment="the overrides train in fp32 (no mixed_precision such as bf16_mixed", files={"o.txt": text})
+         fragment="o.txt: the overrides train in fp32 (no mixed_precision such as bf16_mixed", files={"o.txt": text})
 # --te-version on Hopper: per-tensor FP8 GEMMs are TN-only below compute capability 10.0, every release transposes
 for hw in ("h100", "h200"):
     case("values", "plan", "-m", "llama-3-8b", "--hw", hw, "--devices", "8", "--precision", "fp8-current",

@@ -152,7 +152,10 @@ def import_bridge(text: str, source: str, devices: Optional[int] = None,
         if not _plain(value):
             raise BtacalcError(f"{source}: {key}: {type(value).__name__} {reprlib.repr(value)} is not an override "
                                "value (a number, a string, a boolean, null or a list of them)")
-    args, unread = from_bridge(flat)
+    try:
+        args, unread = from_bridge(flat)
+    except BtacalcError as exc:  # the decoder's refusals name the file, as the reader's do (review14)
+        raise BtacalcError(f"{source}: {exc.template}") from None
     given_as = {d: bridge_key(d) or d for d in args}
     if "num_layers" not in args:
         if base is None:
