@@ -952,6 +952,14 @@ def bridge_value_field(key: str) -> Optional[str]:
     return None
 
 
+def check_bridge_sixteen_bit(args: Args) -> None:
+    """A whole set of Bridge overrides (`from_bridge`'s args) must train in 16 bits: refused in Bridge's keys (review14:
+    the Megatron decoder's "no --bf16 or --fp16" named flags the file does not have)."""
+    if not (_bool(args.get("bf16")) or _bool(args.get("fp16"))):
+        raise BtacalcError("the overrides train in fp32 (no mixed_precision such as bf16_mixed, no model.bf16 or "
+                           "model.fp16): btacalc models 16-bit training")
+
+
 def from_bridge(overrides: Mapping[str, Any]) -> tuple[Args, list[str]]:
     """Megatron destinations of Bridge overrides, and the keys no row reads (to be listed as ignored)."""
     back = {key: (dest, conv[2]) for dest, conv in BRIDGE_KEYS.items() for key in (conv[0],)}
@@ -978,10 +986,6 @@ def from_bridge(overrides: Mapping[str, Any]) -> tuple[Args, list[str]]:
             raise BtacalcError(f"mixed_precision {recipe!r}: btacalc reads {', '.join(BRIDGE_PRECISION.values())}")
         args.update(PRECISIONS[name])
         _bridge_bf16_ends(args, BRIDGE_BF16_ENDS.get(name, (0, 0)))
-    if not (_bool(args.get("bf16")) or _bool(args.get("fp16"))):
-        # worded in Bridge's keys (review14: the Megatron decoder's "no --bf16 or --fp16" named flags the file has not)
-        raise BtacalcError("the overrides train in fp32 (no mixed_precision such as bf16_mixed, no model.bf16 or "
-                           "model.fp16): btacalc models 16-bit training")
     if "num_query_groups" in args and args.get("num_query_groups") != args.get("num_attention_heads"):
         args["group_query_attention"] = True
     return args, unread

@@ -20,7 +20,8 @@ from .execution import BatchLimits, ExecutionRequest, OverlapRequest
 from .pipeline import StageSplit
 from .bridge_fields import check_bridge_key
 from .bridge_hydra import form_of, read_overrides
-from .megatron_codec import MODEL_ROWS, Fields, bridge_key, bridge_value_field, decode, encode, from_bridge, model_fields
+from .megatron_codec import (MODEL_ROWS, Fields, bridge_key, bridge_value_field, check_bridge_sixteen_bit, decode, encode,
+                             from_bridge, model_fields)
 from .megatron_launch import Launch, integer, read_launch
 from .megatron_rules import describe, violations
 from .model import ModelSpec, validate_model
@@ -154,6 +155,7 @@ def import_bridge(text: str, source: str, devices: Optional[int] = None,
                                "value (a number, a string, a boolean, null or a list of them)")
     try:
         args, unread = from_bridge(flat)
+        check_bridge_sixteen_bit(args)
     except BtacalcError as exc:  # the decoder's refusals name the file, as the reader's do (review14)
         raise BtacalcError(f"{source}: {exc.template}") from None
     given_as = {d: bridge_key(d) or d for d in args}
