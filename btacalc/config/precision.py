@@ -14,7 +14,7 @@ only holds the data:
   else 1;
 - ``amax_passes`` extra reads of the 16-bit tensor before the cast (current scaling, NVFP4);
 - ``sp_gather``: how TE gets the columnwise copy of an operand it all-gathers along the sequence (sequence
-  parallelism: the column-parallel input, the row-parallel output gradient): "transpose_below_cc10" (per-tensor FP8:
+  parallelism: the column-parallel input, the row-parallel output gradient): "transpose_where_tn_only" (per-tensor FP8:
   the local cast writes the rowwise copy only, and where FP8 GEMMs are TN-only a transpose of the *gathered* tensor
   reads and writes its q bytes), "reorder" (1D block scales, NVFP4: both copies cast locally and gathered, then the
   gathered columnwise copy is re-interleaved, its data and, with ``sp_gather_reorders_scales``, its scales read and
@@ -75,7 +75,7 @@ class Recipe(BaseModel):
     element_bytes: float = Field(gt=0, le=2)
     block_elements: int = Field(ge=0)
     scale_bytes: float = Field(ge=0)
-    columnwise: Literal["none", "transpose_below_cc10", "always"]
+    columnwise: Literal["none", "transpose_where_tn_only", "always"]
     amax_passes: int = Field(ge=0)
     min_compute_capability: float = Field(ge=0)
     megatron: tuple[str, ...]
@@ -85,7 +85,7 @@ class Recipe(BaseModel):
     # the TE version whose activation/gradient cast writes the rowwise and the Hadamard-transformed columnwise copy
     # in one kernel (precision.toml); "": the recipe applies no Hadamard transform
     # the columnwise copy of a sequence-parallel all-gathered operand (precision.toml `sp_gather`, `sp_gather_pass`)
-    sp_gather: Literal["none", "gathered", "transpose_below_cc10", "reorder"] = "none"
+    sp_gather: Literal["none", "gathered", "transpose_where_tn_only", "reorder"] = "none"
     sp_gather_reorders_scales: bool = False
     sp_gather_source: str = ""
     rht_cast_fusion_since_te: str = ""
@@ -142,7 +142,7 @@ class Recipe(BaseModel):
         (None: the pinned TE). `gathered_transpose`: that TE transposes this operand's gathered tensor even where
         FP8 GEMMs take non-TN layouts (te_releases.toml: TE 2.x before a guard, per operand path)."""
         copies = self.copies(compute_capability, te)
-        if self.sp_gather == "transpose_below_cc10" and (copies == 2 or gathered_transpose):
+        if self.sp_gather == "transpose_where_tn_only" and (copies == 2 or gathered_transpose):
             return 1, 2 * self.element_bytes
         if self.sp_gather == "reorder":
             return copies, 2 * (self.bytes_per_element if self.sp_gather_reorders_scales else self.element_bytes)
@@ -153,7 +153,7 @@ class Recipe(BaseModel):
         """Whether the TransformerEngine release changes this recipe's casts: per-tensor FP8, whose transposes
         te_releases.toml gives by release (the one reading of it: --te-version, measured runs' containers, the
         run-options line and --emit's note all ask this)."""
-        return self.columnwise == "transpose_below_cc10"
+        return self.columnwise == "transpose_where_tn_only"
 
     def follows_te_release_on(self, compute_capability: float) -> bool:
         """Whether the TE release changes this recipe's casts on a chip of `compute_capability`: per-tensor FP8
@@ -168,7 +168,7 @@ class Recipe(BaseModel):
         whose cast always writes it (TE 1.x: te_releases.toml cast_transpose_guarded_since)."""
         if self.columnwise == "always":
             return 2
-        if self.columnwise == "transpose_below_cc10":
+        if self.columnwise == "transpose_where_tn_only":
             return 2 if not non_tn_fp8_gemms(compute_capability) or (te is not None and te.cast_transposes) else 1
         return 0
 
