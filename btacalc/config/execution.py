@@ -133,7 +133,7 @@ class RunOptions:
     # kernel (TE >= 2.14, the pinned TE); False: one kernel per copy (TE 2.8-2.13; precision.toml rht_cast_fusion_since_te)
     rht_cast_fusion: bool = True
     # the TransformerEngine release the run uses (btacalc/data/te_releases.toml): which per-tensor FP8 transposes it
-    # still writes where FP8 GEMMs take non-TN layouts (compute capability >= 10); default: the pinned TE's
+    # still writes where FP8 GEMMs take non-TN layouts (precision.non_tn_fp8_gemms); default: the pinned TE's
     te_version: str = field(default_factory=default_te_version)
     # Megatron's gradient accumulation fusion (its default with TransformerEngine): each weight-gradient GEMM accumulates
     # into the fp32 main gradient; False (--no-gradient-accumulation-fusion): the GEMM writes a 16-bit gradient that a

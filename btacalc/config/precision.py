@@ -10,7 +10,7 @@ only holds the data:
   (MXFP8: 1 + 1/32 B; NVFP4: 0.5 + 1/16 B; per-tensor scaling: ``element_bytes``, one FP32 scale per
   tensor being negligible);
 - copies written: 2 where dgrad/wgrad need a columnwise operand TE cannot read from the rowwise one
-  (block scales always; per-tensor scales below compute capability 10.0, whose FP8 GEMMs are TN-only),
+  (block scales always; per-tensor scales where FP8 GEMMs are TN-only: below 10.0 and 12.x, `non_tn_fp8_gemms`),
   else 1;
 - ``amax_passes`` extra reads of the 16-bit tensor before the cast (current scaling, NVFP4);
 - ``sp_gather``: how TE gets the columnwise copy of an operand it all-gathers along the sequence (sequence
@@ -164,7 +164,7 @@ class Recipe(BaseModel):
 
     def copies(self, compute_capability: float, te: Optional["TeBehaviour"] = None) -> int:
         """Quantised copies of a tensor that both a rowwise and a columnwise GEMM operand read, under TE `te` (None:
-        the pinned TE): per-tensor FP8 writes a transpose below compute capability 10.0, and on any chip under a TE
+        the pinned TE): per-tensor FP8 writes a transpose where FP8 GEMMs are TN-only (`non_tn_fp8_gemms`), and on any chip under a TE
         whose cast always writes it (TE 1.x: te_releases.toml cast_transpose_guarded_since)."""
         if self.columnwise == "always":
             return 2

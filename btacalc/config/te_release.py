@@ -67,7 +67,7 @@ class TeReleases(BaseModel):
 
 
 class TeBehaviour(BaseModel):
-    """What one TE does with per-tensor FP8 where FP8 GEMMs take non-TN layouts (compute capability >= 10): True
+    """What one TE does with per-tensor FP8 where FP8 GEMMs take non-TN layouts (config/precision.py non_tn_fp8_gemms): True
     where it still writes the transpose it writes on Hopper (te_releases.toml fields)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -97,7 +97,7 @@ def default_te_version() -> str:
 
 @functools.lru_cache(maxsize=64)
 def te_behaviour(version: str) -> TeBehaviour:
-    """The per-tensor FP8 behaviour of TE `version` on compute capability >= 10 (one-line error for a malformed one)."""
+    """The per-tensor FP8 behaviour of TE `version` where FP8 GEMMs take non-TN layouts (one-line error for a malformed one)."""
     key, since = te_release_key(version), te_releases().per_tensor_fp8
     return TeBehaviour(version=version,
                        cast_transposes=key < te_release_key(since.cast_transpose_guarded_since),

@@ -228,8 +228,8 @@ def _rows_taking(request: ExecutionRequest, chosen: list[Optional[str]],
     transform (check_precision); --bf16-layers-at-start/-end: the low-precision rows, a 16-bit row having no recipe
     to keep layers out of (check_bf16_layers); --te-version: the per-tensor FP8 rows, the only recipes whose casts it
     changes (config/execution.py _te_version). The fourth: the GPU profiles that take --te-version when only some
-    do (compute capability 10.0 on: below it per-tensor FP8 transposes under every release, Recipe.
-    follows_te_release_on); empty as above."""
+    do (where FP8 GEMMs take non-TN layouts, precision.non_tn_fp8_gemms: elsewhere per-tensor FP8 transposes under
+    every release, Recipe.follows_te_release_on); empty as above."""
     gpus = [p for p in profiles if p.family == "gpu"]
     versioned_gpus = {p.name for p in gpus if non_tn_fp8_gemms(p.chip.capability)}
     if request.te_version is None or len(versioned_gpus) in (0, len(gpus)):
@@ -253,7 +253,7 @@ def _row_request(request: ExecutionRequest, profile: HardwareProfile, precision:
     NVFP4's unfused casts, PyTorch's early-stopping re-run, the layers kept out of a low-precision recipe) do not
     apply. A GPU row drops the options for other rows only: --no-rht-cast-fusion unless its precision is in the
     first of `taking` (the row's run options show which rows took it), --bf16-layers-at-start/-end unless it is in
-    the second (the low precisions), --te-version unless it is in the third (per-tensor FP8) and its profile in the fourth (compute capability 10.0 on), --no-overlap beside wafer rows (the wafer rows' weight streaming; a GPU plan
+    the second (the low precisions), --te-version unless it is in the third (per-tensor FP8) and its profile in the fourth (non-TN FP8 GEMMs), --no-overlap beside wafer rows (the wafer rows' weight streaming; a GPU plan
     refuses it)."""
     if profile.family == "wse":
         return without_gpu_layout(request).with_changes(**_GPU_ROW_NEUTRAL,

@@ -19,7 +19,6 @@ can run it on a synthetic set whose answer is known by hand.
 from __future__ import annotations
 
 import math
-import statistics
 import sys
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -31,7 +30,7 @@ from ..config.presets import resolve_model
 from ..errors import BtacalcError
 from ..paths import package_data
 from .calibration import FamilySpec, family_of, fit_family, load_families, with_factors
-from .measured import UNKNOWN_SOFTWARE_YEAR, MeasuredRun, load_runs, predict, software_year
+from .measured import UNKNOWN_SOFTWARE_YEAR, ErrorSummary, MeasuredRun, load_runs, predict, software_year, summarize_errors
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -89,13 +88,6 @@ class Fold(BaseModel):
     runs: list[CrossRun]
 
 
-class ErrorSummary(BaseModel):
-    n: int
-    mean_abs_error: Optional[float]
-    max_abs_error: Optional[float]
-    mean_error: Optional[float] = Field(None, description="signed: positive = btacalc too fast")
-
-
 class CrossValidation(BaseModel):
     folds: list[Fold]
     overall: ErrorSummary
@@ -108,19 +100,12 @@ class CrossValidation(BaseModel):
     not_expressible: list[str] = Field(default_factory=list, description="run id: reason")
 
 
-def summarize(errors: list[float]) -> ErrorSummary:
-    if not errors:
-        return ErrorSummary(n=0, mean_abs_error=None, max_abs_error=None)
-    return ErrorSummary(n=len(errors), mean_abs_error=statistics.fmean(abs(e) for e in errors),
-                        max_abs_error=max(abs(e) for e in errors), mean_error=statistics.fmean(errors))
-
-
 def grouped(runs: list[CrossRun], key: Callable[[CrossRun], str]) -> dict[str, ErrorSummary]:
     groups: dict[str, list[float]] = {}
     for r in runs:
         if r.error is not None:
             groups.setdefault(key(r), []).append(r.error)
-    return {k: summarize(v) for k, v in sorted(groups.items())}
+    return {k: summarize_errors(v) for k, v in sorted(groups.items())}
 
 
 # fit(device family, runs to fit on) -> factors (None: nothing to fit); predict(run, factors by device
@@ -176,7 +161,7 @@ def cross_validate(runs: list[MeasuredRun], setting: Setting, fit: FitFn, predic
         folds.append(Fold(held_out=held, fits=fits, fit_runs=fit_runs, basis=basis, runs=predicted))
     every = [r for f in folds for r in f.runs]
     return CrossValidation(
-        folds=folds, overall=summarize([r.error for r in every if r.error is not None]),
+        folds=folds, overall=summarize_errors([r.error for r in every if r.error is not None]),
         by_hardware=grouped(every, lambda r: r.hw), by_kind=grouped(every, lambda r: "moe" if r.moe else "dense"),
         by_scale=grouped(every, lambda r: r.scale), by_model_family=grouped(every, lambda r: r.model_family),
         by_software_year=grouped(every, lambda r: r.software_year),

@@ -665,7 +665,7 @@ def express(run: MeasuredRun, family: str = "gpu") -> tuple[Optional[ExecutionRe
     # the run's TE decides per-tensor FP8's transposes (te_releases.toml); plan refuses --te-version for any other
     # recipe, whose casts no release changes
     te = run_te_version(run, recipe) if family == "gpu" else None
-    if te is not None and precision_recipe(run.precision).follows_te_release_on(_compute_capability(run.hw)):
+    if te is not None and precision_recipe(run.precision).follows_te_release_on(resolve_hardware(run.hw).chip.capability):
         changes["te_version"] = te
     return ExecutionRequest(seq_len=run.seq, recompute=recompute, devices=run.devices, limits=limits,
                             precision=run.precision, **changes), ""
@@ -714,11 +714,6 @@ def _recipe_changes(recipe: Recipe, run: MeasuredRun, family: str) -> dict[str, 
                                             account_for_embedding=recipe.account_for_embedding,
                                             account_for_loss=recipe.account_for_loss)
     return changes
-
-
-def _compute_capability(hw: str) -> float:
-    """The compute capability of the run's device profile (0 where the profile states none)."""
-    return resolve_hardware(hw).chip.capability
 
 
 def run_te_version(run: MeasuredRun, recipe: Optional[Recipe]) -> Optional[str]:
@@ -860,17 +855,31 @@ def summarize(results: list[RunResult]) -> list[FamilySummary]:
     return out
 
 
-class SoftwareYearSummary(BaseModel):
+class ErrorSummary(BaseModel):
+    """n errors (predicted / measured - 1) summarised: mean |error|, max |error|, signed mean."""
+
+    n: int
+    mean_abs_error: Optional[float]
+    max_abs_error: Optional[float]
+    mean_error: Optional[float] = Field(None, description="signed: positive = btacalc too fast")
+
+
+def summarize_errors(errors: list[float]) -> ErrorSummary:
+    """The summary of `errors` (None where there are none); validate's software-year groups and every
+    cross-validation group (planning/crossval.py) are summarised by it."""
+    if not errors:
+        return ErrorSummary(n=0, mean_abs_error=None, max_abs_error=None)
+    return ErrorSummary(n=len(errors), mean_abs_error=statistics.fmean(abs(e) for e in errors),
+                        max_abs_error=max(abs(e) for e in errors), mean_error=statistics.fmean(errors))
+
+
+class SoftwareYearSummary(ErrorSummary):
     """The time errors of one device family's check runs measured on software of one year (software_date), the
-    known gaps left out (each is a mechanism btacalc lacks, not the age of the software)."""
+    known gaps left out (each is a mechanism btacalc lacks, not the age of the software); the signed mean is positive
+    where btacalc is too fast (the software ran slower than btacalc's clock)."""
 
     family: str
     software_year: str = Field(description="YYYY, or unknown: the run gives no software_date")
-    n: int
-    mean_error: Optional[float] = Field(None, description="signed: positive = btacalc too fast (the software ran "
-                                        "slower than btacalc's clock)")
-    mean_abs_error: Optional[float] = None
-    max_abs_error: Optional[float] = None
     known_gaps: int = Field(0, description="check runs of the group left out as known gaps")
 
 
@@ -883,10 +892,8 @@ def by_software_year(results: list[RunResult]) -> list[SoftwareYearSummary]:
     out = []
     for (family, year), mine in sorted(groups.items()):
         errs = [r.error for r in mine if not r.known_gap and r.error is not None]
-        out.append(SoftwareYearSummary(
-            family=family, software_year=year, n=len(errs), mean_error=statistics.fmean(errs) if errs else None,
-            mean_abs_error=statistics.fmean(abs(e) for e in errs) if errs else None,
-            max_abs_error=max(abs(e) for e in errs) if errs else None, known_gaps=len(mine) - len(errs)))
+        out.append(SoftwareYearSummary(family=family, software_year=year, known_gaps=len(mine) - len(errs),
+                                       **summarize_errors(errs).model_dump()))
     return out
 
 

@@ -48,7 +48,7 @@ scales and NVFP4 cast both copies locally and re-order the gathered columnwise c
 
 (f1 the single-output cast share: a streaming copy kernel), so a phase's activation casts take
 (cast_elements · cast + sp_gather_cast_elements · extra) / HBM. The run's TransformerEngine (`te_version`,
-btacalc/data/te_releases.toml, docs/precision.md "te22") decides the per-tensor FP8 case from compute capability 10.0:
+btacalc/data/te_releases.toml, docs/precision.md "te22") decides the per-tensor FP8 case where FP8 GEMMs take non-TN layouts (10.x-11.x, 13.0 on):
 TE 1.x casts both copies there too (`copies`), TE before 2.2.0 still transposes the gathered tensors, and before 2.4
 the column-parallel input's under Userbuffers (`gathered_transpose`); those inputs are the phase's
 ``sp_gather_input_cast_elements`` (part of the gathered ones), taking their own extra bytes.
