@@ -234,10 +234,12 @@ RhtCastFusionOpt = typer.Option(True, "--rht-cast-fusion/--no-rht-cast-fusion", 
                                 "2.14 and later do; --no-rht-cast-fusion: one kernel per copy (TE 2.8-2.13).")
 TeVersionOpt = typer.Option(None, "--te-version", help=help_text(
     "The TransformerEngine release the run uses, as TE numbers it (e.g. 2.2.0.dev0+bee4649c, NeMo 25.04's; 1.10, "
-    "NeMo 24.09's), for --precision fp8 and fp8-current: on Blackwell (compute capability 10.x) a TE 1.x cast writes "
-    "the FP8 transposes as on Hopper, a TE before 2.2.0 still transposes the sequence-parallel gathered tensors, and "
-    "one before 2.4 the inputs --tp-comm-overlap gathers (bulk dgrad) (btacalc/data/te_releases.toml, "
-    "docs/precision.md 'te22') [default: 2.20.0.dev0+d0067d0, the TE btacalc pins: no transposes from 10.0]."))
+    "NeMo 24.09's), for --precision fp8 and fp8-current on a GPU whose FP8 GEMMs take non-TN layouts (B200, GB200, "
+    "B300, GB300: compute capability 10.x-11.x; refused on H100/H200, whose FP8 GEMMs are TN-only and every TE "
+    "release writes the transposes): a TE 1.x cast writes the FP8 transposes as on Hopper, a TE before 2.2.0 still "
+    "transposes the sequence-parallel gathered tensors, and one before 2.4 the inputs --tp-comm-overlap gathers "
+    "(bulk dgrad) (btacalc/data/te_releases.toml, docs/precision.md 'te22') [default: 2.20.0.dev0+d0067d0, the TE "
+    "btacalc pins: no transposes where the GEMMs take non-TN layouts]."))
 WgradFusionOpt = typer.Option(True, "--gradient-accumulation-fusion/--no-gradient-accumulation-fusion", help=(
     "Accumulate each weight gradient into the fp32 main gradient inside its GEMM (Megatron's default); "
     "--no-gradient-accumulation-fusion: the GEMM writes a 16-bit gradient and a separate kernel adds it, "
