@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..errors import BtacalcError
-from ..paths import read_input
+from ..paths import read_input, read_stdin
 from .integers import check_integer
 
 try:  # typer >= 0.20 vendors click (as app.py)
@@ -37,12 +37,9 @@ def read_text(path: Path, what: str) -> str:
     """A launch, recipe or run file (`-`: standard input), at most MAX_RUN_FILE_BYTES, read through the
     input registry (btacalc.paths.read_input: type and size checked before any byte is read, and no output
     of this command may replace it)."""
-    if str(path) == "-":
-        text = sys.stdin.read(MAX_RUN_FILE_BYTES + 1)
-        if len(text) > MAX_RUN_FILE_BYTES:
-            raise BtacalcError(f"{what} {str(path)!r}: larger than 1 MiB")
-        return text
     try:
+        if str(path) == "-":
+            return read_stdin(MAX_RUN_FILE_BYTES, what)
         return read_input(path, MAX_RUN_FILE_BYTES)
     except FileNotFoundError:
         raise BtacalcError(f"{what} {str(path)!r}: not a readable file") from None
@@ -56,6 +53,8 @@ def run_file_options(ctx: Context, path: Path) -> dict[str, Any]:
         data = tomllib.loads(read_text(path, "{config}"))
     except tomllib.TOMLDecodeError as exc:
         raise BtacalcError(f"{{config}} {str(path)!r}: not TOML: {exc}") from None
+    except RecursionError:  # hostile15: 5,000 nested arrays were an internal error (as parse_profile refuses them)
+        raise BtacalcError(f"{{config}} {str(path)!r}: not TOML: nested too deeply") from None
     params = {p.name: p for p in ctx.command.params if p.name and p.name not in NOT_IN_RUN_FILE}
     out: dict[str, Any] = {}
     for key, value in data.items():
