@@ -135,6 +135,18 @@ def utf8_text(data: bytes, where: str) -> str:
     return text[len(BOM):] if text.startswith(BOM) else text
 
 
+def _note_stdin_file(stream: object, reader: str) -> None:
+    """Standard input redirected from a file (`--from-megatron - < run.sh`) is that file, an input no output may
+    replace (hostile15: `plan --from-megatron - -o run.sh < run.sh` wrote the plan over the launch it read). A pipe
+    or a terminal is no file an output could name."""
+    try:
+        st = os.fstat(stream.fileno())  # type: ignore[attr-defined]
+    except (AttributeError, OSError, ValueError):  # no descriptor (a test's StringIO), or a closed one
+        return
+    if stat.S_ISREG(st.st_mode):
+        _READ[(st.st_dev, st.st_ino)] = f"{reader} - (standard input)"
+
+
 def read_stdin(limit: int, reader: str) -> str:
     """Standard input (`-` for an input file) as UTF-8 text, at most `limit` bytes, read by one option of a command:
     a second option given `-` would read nothing (hostile15: `--config - --from-megatron -` planned an empty launch),
@@ -146,6 +158,7 @@ def read_stdin(limit: int, reader: str) -> str:
     if stream is None or getattr(stream, "closed", False):
         raise OSError(errno.EBADF, "standard input is closed", "-")
     _STDIN_READ_BY.append(reader)
+    _note_stdin_file(stream, reader)
     binary = getattr(stream, "buffer", None)
     if binary is None:  # a text stream without bytes below it (tests put a StringIO there)
         text = stream.read(limit + 1)

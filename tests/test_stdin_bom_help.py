@@ -142,3 +142,37 @@ def test_help_into_a_closed_pipe_exits_zero(args):
     done = subprocess.run(f"{sys.executable} -m btacalc {words} | true; exit ${{PIPESTATUS[0]}}", shell=True, env=env,
                           capture_output=True, text=True, timeout=120, executable="/bin/bash")
     assert done.returncode == 0 and done.stderr == "", (done.returncode, done.stderr)
+
+
+@pytest.mark.parametrize("flag, emit", [("--from-megatron", "megatron"), ("--from-bridge", "bridge"),
+                                        ("--config", None)])
+@pytest.mark.parametrize("output", [["-o", "{f}"], ["-o", "{link}"], ["--json", "-o", "{f}"]])
+def test_standard_input_from_a_file_is_that_file(cli, monkeypatch, tmp_path, flag, emit, output):
+    """`plan --from-megatron - -o run.sh < run.sh` wrote the plan over the launch it read (the file behind standard
+    input was no registered input); through a hard link too."""
+    if emit is not None:
+        code, text, _ = cli(*LAUNCH_ARGS, "--emit", emit)
+        assert code == 0
+    else:
+        text = 'model = "llama-3-8b"\nhw = "h100"\ndevices = 8\ntp = 2\n'
+    path = tmp_path / "run.txt"
+    path.write_text(text)
+    os.link(path, tmp_path / "hard.txt")
+    monkeypatch.setattr(sys, "stdin", open(path, encoding="utf-8"))
+    model = ["-m", "llama-3-8b", "--devices", "8"] if flag == "--from-bridge" else []
+    args = [a.replace("{f}", str(path)).replace("{link}", str(tmp_path / "hard.txt")) for a in output]
+    err = _one_line_error(*cli("plan", "--hw", "h100", *model, flag, "-", *args))
+    sys.stdin.close()
+    assert f"is an input of this command ({flag} - (standard input))" in err
+    assert path.read_text() == text and sorted(p.name for p in tmp_path.iterdir()) == ["hard.txt", "run.txt"]
+
+
+def test_standard_input_from_a_pipe_still_writes_the_output(cli, tmp_path):
+    """A pipe is no file an output could name: the plan is written (a real process, a real pipe)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    code, launch, _ = cli(*LAUNCH_ARGS, "--emit", "megatron")
+    done = subprocess.run([sys.executable, "-m", "btacalc", "plan", "--hw", "h100", "--from-megatron", "-", "-o",
+                           str(tmp_path / "plan.json")], input=launch, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert json.loads((tmp_path / "plan.json").read_text())["imported"]["source"] == "-"
