@@ -1028,6 +1028,17 @@ case("values", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--
      fragment="r.yaml: model.num_moe_experts=0: Megatron-Core refuses", files={"r.yaml": "model:\n  num_moe_experts: 0\n"
      "  tensor_model_parallel_size: 2\ntrain:\n  micro_batch_size: 1\n  global_batch_size: 64\nmixed_precision: bf16_mixed\n"})
 
+# a run file's option given twice under two spellings: the last won in silence (the command line refuses a repeat)
+for lines, fragment in (("global-batch = 64\nglobal_batch = 128\n", "global-batch and global_batch are one option "
+                         "(--global-batch): give it once"),
+                        ("as_json = true\njson = false\n", "as_json and json are one option (--json)")):
+    case("files", "plan", "--config", "{tmp}/run.toml", outputs=False, fragment=fragment,
+         files={"run.toml": 'model = "llama-3-8b"\nhw = "h100"\ndevices = 8\n' + lines})
+# the options a run file cannot hold were "unknown option", though plan has them
+for key in ("schema", "config"):
+    case("files", "plan", "--config", "{tmp}/run.toml", outputs=False,
+         fragment=f"{key} is a plan option a run file cannot hold", files={"run.toml": f"{key} = true\n"})
+
 
 def _make(folder: Path, files: dict[str, Any]) -> None:
     for name, content in files.items():
