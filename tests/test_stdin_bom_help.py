@@ -176,3 +176,35 @@ def test_standard_input_from_a_pipe_still_writes_the_output(cli, tmp_path):
                           timeout=120)
     assert done.returncode == 0 and done.stderr == "", done.stderr
     assert json.loads((tmp_path / "plan.json").read_text())["imported"]["source"] == "-"
+
+
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT", "SIGHUP"])
+def test_a_sweep_waiting_for_a_fifos_reader_can_be_stopped(tmp_path, signum):
+    """`sweep --csv fifo` opened the FIFO while the stopping signals were held (its staged files are created and
+    noted under them), so with no reader yet it waited for ever and only SIGKILL ended it. Now the signal stops it:
+    128 + n, one line, the staged --output file removed, the old one kept, the FIFO left a FIFO."""
+    import signal
+    import stat
+    import time
+
+    os.mkfifo(tmp_path / "fifo.csv")
+    (tmp_path / "out.json").write_text("old")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "btacalc", "sweep", "--vary", "experts=16,32", "-q", "--output",
+                             "out.json", "--csv", "fifo.csv"], cwd=tmp_path, env=env, text=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    end = time.monotonic() + 60
+    while time.monotonic() < end and not any(p.name.endswith(".tmp") for p in tmp_path.iterdir()):
+        time.sleep(0.05)  # --output is staged first, then the FIFO is opened
+    time.sleep(0.5)
+    proc.send_signal(getattr(signal, signum))
+    try:
+        _, err = proc.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        pytest.fail(f"{signum} did not stop a sweep waiting for its FIFO's reader")
+    assert proc.returncode == 128 + getattr(signal, signum), err
+    assert err == f"btacalc: stopped by {signum}; nothing written\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo.csv", "out.json"]
+    assert (tmp_path / "out.json").read_text() == "old" and stat.S_ISFIFO(os.stat(tmp_path / "fifo.csv").st_mode)
