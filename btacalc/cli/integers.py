@@ -1,7 +1,8 @@
 """An integer option takes an integer as written (review8): the option parser (typer's pydantic adapter) also
 read `--devices 8.0` and `1000.0` as whole numbers and `--devices 8_0` as 80 (a Python literal's digit grouping),
 where `--devices 1e3`, `--vary seq=1.5` and a Megatron launch's `--seq-length 8192.0` are refused; a run file's
-`devices = 1e3` (a TOML float) came through as 1000. An integer option's value is digits, with an optional sign. A number option's value is finite (hostile15)."""
+`devices = 1e3` (a TOML float) came through as 1000. An integer option's value is digits, with an optional sign.
+A number option's value is finite (hostile15: NaN was refused as "Input should be less than or equal to 100")."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ CleanText = Annotated[str, AfterValidator(clean_text)]
 
 
 def visible(text: str) -> bool:
-    """Whether `text` shows anything: a character that is not a space and not a format character (Unicode category
+    r"""Whether `text` shows anything: a character that is not a space and not a format character (Unicode category
     Cf: the zero-width space U+200B, the byte-order mark U+FEFF, the soft hyphen U+00AD, the direction isolates).
     hostile15: `--name $'\u200b'` and a measured run's id "\u200b" passed the check of spaces alone and printed as
     nothing."""
@@ -28,7 +28,7 @@ def _not_blank(text: str) -> str:
 
 
 def name_text(text: str) -> str:
-    """A name the user typed (`--name`), cleaned as a `Name` field is (clean_text, then visible); ValueError when
+    r"""A name the user typed (`--name`), cleaned as a `Name` field is (clean_text, then visible); ValueError when
     nothing visible is left (hostile15: `--name $'\x01'` passed its check of spaces and named the model "")."""
     return _not_blank(clean_text(text))
 
