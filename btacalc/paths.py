@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import sys
 from pathlib import Path
 
 _PKG = Path(__file__).resolve().parent
@@ -50,11 +51,14 @@ def package_data(name: str) -> Path:
 MAX_INPUT_BYTES = 16 << 20
 
 _READ: dict[tuple[int, int], str] = {}  # (device, inode) -> the path as given, of every input read
+_STDIN_READ_BY: list[str] = []  # the option that read standard input in this command (hostile15)
+BOM = "\ufeff"  # a UTF-8 byte-order mark, as Windows editors write it at a file's start
 
 
 def forget_inputs() -> None:
     """Start a new command: no input read yet (tests run many commands in one process)."""
     _READ.clear()
+    _STDIN_READ_BY.clear()
 
 
 def note_input(path: "os.PathLike[str] | str") -> None:
@@ -117,10 +121,54 @@ def read_input(path: "os.PathLike[str] | str", limit: int = MAX_INPUT_BYTES) -> 
     if len(data) > limit:  # grew since the stat
         raise OSError(errno.EFBIG, f"larger than {limit >> 20} MiB", os.fspath(path))
     _READ[(st.st_dev, st.st_ino)] = os.fspath(path)
+    return utf8_text(data, os.fspath(path))
+
+
+def utf8_text(data: bytes, where: str) -> str:
+    """`data` as UTF-8 text; a leading byte-order mark is dropped (hostile15: TOML's and JSON's parsers refuse it with
+    "Invalid statement" / "Unexpected UTF-8 BOM", a Hydra file quoted it back as part of its first line); text that
+    is not UTF-8 (UTF-16, binary) is an OSError naming the first bad byte."""
     try:
-        return data.decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise OSError(errno.EILSEQ, f"not UTF-8 text (byte {exc.start})", os.fspath(path)) from None
+        raise OSError(errno.EILSEQ, f"not UTF-8 text (byte {exc.start})", where) from None
+    return text[len(BOM):] if text.startswith(BOM) else text
+
+
+def _note_stdin_file(stream: object, reader: str) -> None:
+    """Standard input redirected from a file (`--from-megatron - < run.sh`) is that file, an input no output may
+    replace (hostile15: `plan --from-megatron - -o run.sh < run.sh` wrote the plan over the launch it read). A pipe
+    or a terminal is no file an output could name."""
+    try:
+        st = os.fstat(stream.fileno())  # type: ignore[attr-defined]
+    except (AttributeError, OSError, ValueError):  # no descriptor (a test's StringIO), or a closed one
+        return
+    if stat.S_ISREG(st.st_mode):
+        _READ[(st.st_dev, st.st_ino)] = f"{reader} - (standard input)"
+
+
+def read_stdin(limit: int, reader: str) -> str:
+    """Standard input (`-` for an input file) as UTF-8 text, at most `limit` bytes, read by one option of a command:
+    a second option given `-` would read nothing (hostile15: `--config - --from-megatron -` planned an empty launch),
+    and a closed standard input (`<&-`) raised an internal error. A refusal is an OSError whose `strerror` says why."""
+    if _STDIN_READ_BY:
+        raise OSError(errno.EINVAL, f"standard input is read already by {_STDIN_READ_BY[0]}: give one of them a file",
+                      "-")
+    stream = sys.stdin
+    if stream is None or getattr(stream, "closed", False):
+        raise OSError(errno.EBADF, "standard input is closed", "-")
+    _STDIN_READ_BY.append(reader)
+    _note_stdin_file(stream, reader)
+    binary = getattr(stream, "buffer", None)
+    if binary is None:  # a text stream without bytes below it (tests put a StringIO there)
+        text = stream.read(limit + 1)
+        if len(text.encode("utf-8", "surrogatepass")) > limit:
+            raise OSError(errno.EFBIG, f"larger than {limit >> 20} MiB", "-")
+        return text[len(BOM):] if text.startswith(BOM) else text
+    data = binary.read(limit + 1)
+    if len(data) > limit:
+        raise OSError(errno.EFBIG, f"larger than {limit >> 20} MiB", "-")
+    return utf8_text(data, "-")
 
 
 def read_all(fd: int, limit: int) -> bytes:

@@ -225,8 +225,9 @@ for args, fragment in [
 ]:
     case("values", "plan", *args, fragment=fragment)
 case("values", "sweep", "--vary", "experts=16", "--fixed-active", fragment="needs --vary top-k")
-for bad in ("inf", "1e400", "17"):  # Qwen3-30B-A3B: E/k = 128/8 = 16 at most
-    case("values", "plan", "--hw", "a100-80gb", "--routing-imbalance", bad, fragment="E/k = 16")
+case("values", "plan", "--hw", "a100-80gb", "--routing-imbalance", "17", fragment="E/k = 16")  # 128/8 = 16 at most
+for bad in ("inf", "1e400"):  # hostile15: refused as any number option's infinity, before the E/k range
+    case("values", "plan", "--hw", "a100-80gb", "--routing-imbalance", bad, fragment="takes a finite number")
 for bad in ("nan", "0.5"):
     case("values", "plan", "--hw", "a100-80gb", "--routing-imbalance", bad, fragment="--routing-imbalance")
 for cmd in (["plan", "--hw", "h100"], ["compare", "--hw", "wse3,b200", "--systems"]):
@@ -325,7 +326,9 @@ case("bounds", "measure", "--seq", "1024", "--real", "--real-limit-gb", "0.5", f
 case("bounds", "crossover", "--hw", "wse3", "--hidden", "256:262400:256", fragment="1,025 values, more than 1,024")
 
 # --- files: input paths that are not what they claim ---------------------------------------------
-case("files", "plan", "--model", "{tmp}/empty-folder", fragment="not found", files={"empty-folder/readme": "x"})
+# hostile15: it read "model file '.../empty-folder' not found"
+case("files", "plan", "--model", "{tmp}/empty-folder", fragment="empty-folder' is a folder without a config.json",
+     files={"empty-folder/readme": "x"})
 case("files", "models", "show", "{tmp}/nothing.json", fragment="not found")
 case("files", "plan", "--hw", "{tmp}/folder.toml", fragment="is a folder", files={"folder.toml/x": "x"})
 case("files", "hw", "show", "{tmp}/fifo.toml", fragment="not a regular file", files={"fifo.toml": ("fifo",)})
@@ -977,6 +980,64 @@ for hw in ("h100", "h200"):
 for version in ("2.20.0.dev0+d0067d0", "", "1.10"):
     case("values", "plan", "-m", "qwen3-30b-a3b", "--hw", "wse3", "--te-version", version,
          fragment="--te-version: the TransformerEngine release decides GPU FP8 casts and transposes; a wafer-scale run")
+
+
+# hostile15: what review3 ... review14 missed
+# a run file or a Bridge recipe nested 5,000 deep was an internal error (RecursionError, exit 3); a profile was refused
+DEEP = 5000
+case("files", "plan", "--config", "{tmp}/run.toml", outputs=False, fragment="run.toml': not TOML: nested too deeply",
+     files={"run.toml": "a = " + "[" * DEEP + "]" * DEEP + "\n"})
+case("files", "plan", "--config", "{tmp}/run.toml", outputs=False, fragment="run.toml': not TOML: nested too deeply",
+     files={"run.toml": "a = " + "{x = " * DEEP + "1" + "}" * DEEP + "\n"})
+case("files", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--from-bridge", "{tmp}/r.yaml",
+     fragment="r.yaml: nested too deeply to read", files={"r.yaml": "model:\n  a: " + "[" * DEEP + "]" * DEEP + "\n"})
+case("files", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--from-bridge", "{tmp}/r.yaml",
+     fragment="r.yaml: nested too deeply to read",
+     files={"r.yaml": "model:\n" + "".join(" " * (i + 1) + "a:\n" for i in range(1200))})
+case("files", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
+     fragment="o.txt: nested too deeply to read", files={"o.txt": "model.a=" + "[" * DEEP + "]" * DEEP + "\n"})
+case("files", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
+     fragment="o.txt: nested too deeply to read", files={"o.txt": "model.a=" + "{a:" * 3000 + "1" + "}" * 3000 + "\n"})
+# a name that shows nothing: only format characters (zero-width space, soft hyphen, direction isolates, the BOM) or
+# only control characters (--name $'\x01' became the model name "", past the check of spaces alone)
+for shown in ("\u200b", "\u00ad\u2066\u2069", "\ufeff", "\x01", "\x1b\x07 \u200b"):
+    case("values", "plan", "--name", shown, fragment="--name must not be empty (or only spaces, control and invisible "
+         "format characters)")
+case("values", "sweep", "--vary", "experts=16", "--name", "\u200b", fragment="--name must not be empty")
+case("values", "compare", "--name", "\x01", fragment="--name must not be empty")
+case("files", "validate", "--measured", "{tmp}/runs.json", outputs=False, fragment="field id: must not be empty",
+     files={"runs.json": json.dumps({"runs": [{
+         "id": "\u200b\u2060", "source": "test", "model": "llama-3-8b", "hw": "h100", "devices": 8, "precision": "bf16",
+         "seq": 128, "global_batch": 8, "measured": {"tokens_per_s_per_device": 1000.0}, "role": "check"}]})})
+case("profiles", "hw", "check", "{tmp}/p.toml", fragment="display_name",
+     files={"p.toml": re.sub(r'display_name = "[^"]*"', 'display_name = "\u200b"', GPU_PROFILE, count=1)})
+# a number option given NaN or an infinity: the range check read "Input should be less than or equal to 100"
+for args in (["plan", "--sensitivity", "nan"], ["plan", "--sensitivity", "-inf"], ["plan", "--routing-imbalance", "nan"],
+             ["plan", "--routing-imbalance", "1e309"], ["measure", "--real", "--real-limit-gb", "nan"]):
+    case("usage", *args, fragment=f"{args[-2]} takes a finite number, got '{args[-1]}'")
+for line in ("routing-imbalance = nan", "sensitivity = inf", "sensitivity = -1e400"):
+    case("files", "plan", "--config", "{tmp}/run.toml", outputs=False, fragment="takes a finite number, got",
+         files={"run.toml": line + "\n"})
+# Bridge hands num_moe_experts to TransformerConfig, which refuses 0 or fewer (Megatron-LM's own --num-experts 0 is
+# dense): model.num_moe_experts=0 was planned as a dense model
+for value in ("0", "-2"):
+    case("values", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
+         fragment=f"o.txt: model.num_moe_experts={value}: Megatron-Core refuses 0 or fewer experts",
+         files={"o.txt": HYDRA + f"model.num_moe_experts={value}\n"})
+case("values", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--from-bridge", "{tmp}/r.yaml",
+     fragment="r.yaml: model.num_moe_experts=0: Megatron-Core refuses", files={"r.yaml": "model:\n  num_moe_experts: 0\n"
+     "  tensor_model_parallel_size: 2\ntrain:\n  micro_batch_size: 1\n  global_batch_size: 64\nmixed_precision: bf16_mixed\n"})
+
+# a run file's option given twice under two spellings: the last won in silence (the command line refuses a repeat)
+for lines, fragment in (("global-batch = 64\nglobal_batch = 128\n", "global-batch and global_batch are one option "
+                         "(--global-batch): give it once"),
+                        ("as_json = true\njson = false\n", "as_json and json are one option (--json)")):
+    case("files", "plan", "--config", "{tmp}/run.toml", outputs=False, fragment=fragment,
+         files={"run.toml": 'model = "llama-3-8b"\nhw = "h100"\ndevices = 8\n' + lines})
+# the options a run file cannot hold were "unknown option", though plan has them
+for key in ("schema", "config"):
+    case("files", "plan", "--config", "{tmp}/run.toml", outputs=False,
+         fragment=f"{key} is a plan option a run file cannot hold", files={"run.toml": f"{key} = true\n"})
 
 
 def _make(folder: Path, files: dict[str, Any]) -> None:

@@ -519,6 +519,32 @@ def test_a_run_file_covers_every_plan_option(tmp_path):
     assert sorted(got) == sorted(p.name for p in params)
 
 
+def test_a_run_file_takes_each_option_by_its_long_name(tmp_path):
+    """hostile15: a key is an option's name as `plan --help` prints it (`json`, `profile`, whose parameters are named
+    as_json and profile_run, were "unknown option"); every option, by its first long name, gives its parameter."""
+    from btacalc.cli.runfile import Context, run_file_options
+
+    command, params = _plan_params()
+    lines = []
+    for p in params:
+        flag = bool(getattr(p, "is_flag", False))
+        value = SAMPLES.get(p.name, True if flag else 2)
+        long_name = next(o for o in p.opts if o.startswith("--"))[2:]
+        lines.append(f"{long_name} = {json.dumps(value)}")
+    assert "json = true" in lines and "profile = true" in lines
+    path = tmp_path / "run.toml"
+    path.write_text("\n".join(lines) + "\n")
+    assert sorted(run_file_options(Context(command), path)) == sorted(p.name for p in params)
+
+
+def test_a_run_file_json_key_prints_as_the_flag(cli, tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_text('model = "llama-3-8b"\nhw = "h100"\ndevices = 8\njson = true\n')
+    code, out, err = cli("plan", "--config", str(path))
+    code2, out2, _ = cli("plan", "-m", "llama-3-8b", "--hw", "h100", "--devices", "8", "--json")
+    assert (code, out) == (code2, out2) and out.startswith("{"), err
+
+
 def test_a_run_file_plans_as_its_flags(cli, tmp_path):
     path = tmp_path / "run.toml"
     path.write_text('model = "qwen3-30b-a3b"\nhw = "h100"\ndevices = 64\ntp = 2\nep = 8\nglobal-batch = 512\n'

@@ -15,6 +15,8 @@ import io
 import textwrap
 from typing import Any, Callable, Iterator
 
+from .console import silence_stdout
+
 ELLIPSIS = "…"  # what rich puts at the end of a cell it shortened
 INDENT, HELP_INDENT = 2, 6
 
@@ -45,11 +47,21 @@ class _Whole:
         with contextlib.redirect_stdout(off_screen):
             self.typer_help(ctx, formatter)
         if not cuts(off_screen.getvalue(), self.command):
-            self.typer_help(ctx, formatter)
+            try:
+                self.typer_help(ctx, formatter)
+            except SystemExit:
+                # typer prints through its own rich Console, whose on_broken_pipe sends standard output to
+                # /dev/null and exits with 1 (hostile15: `btacalc --help | head -1` exited 1, which here means
+                # "does not fit"); a closed pipe ends quietly with the command's own code (help: 0), as elsewhere
+                # (an EPIPE raised here would not do: click's main turns it into exit 1 too)
+                silence_stdout()
             return
         from rich.console import Console  # the width typer's console would use
 
-        print(stacked_help(self.command, ctx, Console().width), end="")
+        try:
+            print(stacked_help(self.command, ctx, Console().width), end="", flush=True)
+        except BrokenPipeError:  # as above: click's main would exit 1 on it
+            silence_stdout()
 
 
 def cuts(rendered: str, command: Any) -> bool:

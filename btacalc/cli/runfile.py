@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..errors import BtacalcError
-from ..paths import read_input
+from ..paths import read_input, read_stdin
 from .integers import check_integer
 
 try:  # typer >= 0.20 vendors click (as app.py)
@@ -37,12 +37,9 @@ def read_text(path: Path, what: str) -> str:
     """A launch, recipe or run file (`-`: standard input), at most MAX_RUN_FILE_BYTES, read through the
     input registry (btacalc.paths.read_input: type and size checked before any byte is read, and no output
     of this command may replace it)."""
-    if str(path) == "-":
-        text = sys.stdin.read(MAX_RUN_FILE_BYTES + 1)
-        if len(text) > MAX_RUN_FILE_BYTES:
-            raise BtacalcError(f"{what} {str(path)!r}: larger than 1 MiB")
-        return text
     try:
+        if str(path) == "-":
+            return read_stdin(MAX_RUN_FILE_BYTES, what)
         return read_input(path, MAX_RUN_FILE_BYTES)
     except FileNotFoundError:
         raise BtacalcError(f"{what} {str(path)!r}: not a readable file") from None
@@ -56,13 +53,23 @@ def run_file_options(ctx: Context, path: Path) -> dict[str, Any]:
         data = tomllib.loads(read_text(path, "{config}"))
     except tomllib.TOMLDecodeError as exc:
         raise BtacalcError(f"{{config}} {str(path)!r}: not TOML: {exc}") from None
-    params = {p.name: p for p in ctx.command.params if p.name and p.name not in NOT_IN_RUN_FILE}
+    except RecursionError:  # hostile15: 5,000 nested arrays were an internal error (as parse_profile refuses them)
+        raise BtacalcError(f"{{config}} {str(path)!r}: not TOML: nested too deeply") from None
+    params = _run_file_keys(ctx)
     out: dict[str, Any] = {}
+    given: dict[str, str] = {}  # parameter -> the key that gave it
     for key, value in data.items():
-        name = key.replace("-", "_")
-        param = params.get(name)
-        if param is None:
+        param = params.get(key.replace("-", "_"))
+        if key.replace("-", "_") in NOT_IN_RUN_FILE:  # hostile15: was "unknown option", though plan has it
+            raise BtacalcError(f"{{config}} {str(path)!r}: {key} is a plan option a run file cannot hold (the run file "
+                               f"itself, or what prints instead of planning): give --{key} on the command line")
+        if param is None or param.name is None:
             raise BtacalcError(f"{{config}} {str(path)!r}: unknown option {key!r} (plan options: see btacalc plan --help)")
+        name = param.name
+        if name in given:  # hostile15: `global-batch = 64` and `global_batch = 128` planned 128 in silence
+            raise BtacalcError(f"{{config}} {str(path)!r}: {given[name]} and {key} are one option ({param.opts[0]}): "
+                               "give it once (only the last would count)")
+        given[name] = key
         if isinstance(value, (dict, list)):
             raise BtacalcError(f"{{config}} {str(path)!r}: {key} must be a single value, got {type(value).__name__}")
         flag = bool(getattr(param, "is_flag", False))
@@ -85,6 +92,22 @@ def run_file_options(ctx: Context, path: Path) -> dict[str, Any]:
             raise BtacalcError(f"{{config}} {str(path)!r}: {key}: {exc.format_message()}") from None
         out[name] = raw  # the option converts it again, as a value typed on the command line
     return out
+
+
+def _run_file_keys(ctx: Context) -> dict[str, Parameter]:
+    """A run file's keys (dashes read as underscores): each plan option by its parameter name and by its long option
+    name (hostile15: `json = true` and `profile = true` were "unknown option" though `--json` and `--profile` are plan
+    options, whose parameters are named as_json and profile_run). A switch's negation (`--no-overlap`) is no key: the
+    switch takes true or false."""
+    params: dict[str, Parameter] = {}
+    for p in ctx.command.params:
+        if not p.name or p.name in NOT_IN_RUN_FILE:
+            continue
+        params[p.name] = p
+        for opt in p.opts:
+            if opt.startswith("--") and opt[2:].replace("-", "_") not in NOT_IN_RUN_FILE:
+                params.setdefault(opt[2:].replace("-", "_"), p)
+    return params
 
 
 def _text_option(param: Parameter) -> bool:

@@ -960,6 +960,17 @@ def check_bridge_sixteen_bit(args: Args) -> None:
                            "model.fp16): btacalc models 16-bit training")
 
 
+def check_bridge_experts(args: Args) -> None:
+    """Bridge hands model.num_moe_experts to Megatron-Core's TransformerConfig as given, which refuses 0 or fewer
+    (Megatron-LM @ d98e8a64 megatron/core/transformer/transformer_config.py L1682-1683: "num_moe_experts must be
+    non-negative."); only Megatron-LM's own --num-experts 0 is read as dense (megatron/training/arguments.py
+    L1648-1649 sets it to None). hostile15: `model.num_moe_experts=0` was planned as a dense model."""
+    experts = args.get("num_experts")
+    if isinstance(experts, int) and not isinstance(experts, bool) and experts <= 0:
+        raise BtacalcError(f"model.num_moe_experts={experts}: Megatron-Core refuses 0 or fewer experts "
+                           "(transformer_config.py L1682-1683 @ d98e8a64); a dense model leaves it out or sets null")
+
+
 def from_bridge(overrides: Mapping[str, Any]) -> tuple[Args, list[str]]:
     """Megatron destinations of Bridge overrides, and the keys no row reads (to be listed as ignored)."""
     back = {key: (dest, conv[2]) for dest, conv in BRIDGE_KEYS.items() for key in (conv[0],)}

@@ -20,8 +20,8 @@ from .execution import BatchLimits, ExecutionRequest, OverlapRequest
 from .pipeline import StageSplit
 from .bridge_fields import check_bridge_key
 from .bridge_hydra import form_of, read_overrides
-from .megatron_codec import (MODEL_ROWS, Fields, bridge_key, bridge_value_field, check_bridge_sixteen_bit, decode, encode,
-                             from_bridge, model_fields)
+from .megatron_codec import (MODEL_ROWS, Fields, bridge_key, bridge_value_field, check_bridge_experts,
+                             check_bridge_sixteen_bit, decode, encode, from_bridge, model_fields)
 from .megatron_launch import Launch, integer, read_launch
 from .megatron_rules import describe, violations
 from .model import ModelSpec, validate_model
@@ -141,7 +141,11 @@ def import_bridge(text: str, source: str, devices: Optional[int] = None,
     form = form_of(text, source)
     if form == "empty":
         raise BtacalcError(f"{source}: no overrides (the file is empty): give a YAML mapping or key=value lines")
-    flat = read_overrides(text, source) if form == "overrides" else _yaml_overrides(text, source)
+    try:
+        flat = read_overrides(text, source) if form == "overrides" else _yaml_overrides(text, source)
+    except RecursionError:  # hostile15: 5,000 nested lists were an internal error in YAML's and Hydra's parsers
+        raise BtacalcError(f"{source}: nested too deeply to read (a value is a number, a string, a boolean, null "
+                           "or a list of them)") from None
     for key, value in flat.items():
         # a key Bridge's config does not have: Hydra refuses it (bridge_hydra), Bridge's YAML merge skips it with a
         # warning (omegaconf_utils.py _apply_overrides L470-474); a misspelt field is refused naming the nearest
@@ -156,6 +160,7 @@ def import_bridge(text: str, source: str, devices: Optional[int] = None,
     try:
         args, unread = from_bridge(flat)
         check_bridge_sixteen_bit(args)
+        check_bridge_experts(args)
     except BtacalcError as exc:  # the decoder's refusals name the file, as the reader's do (review14)
         raise BtacalcError(f"{source}: {exc.template}") from None
     given_as = {d: bridge_key(d) or d for d in args}

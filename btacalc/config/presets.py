@@ -6,10 +6,11 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from ..errors import BtacalcError, clean_text
+from ..errors import BtacalcError
 from ..paths import preset_names, presets_dir
 from .hf import load_hf_config
 from .model import ModelSpec, validate_model
+from .text import name_text
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -27,13 +28,19 @@ def load_preset(name: str) -> ModelSpec:
 def resolve_model(name_or_path: str, name: Optional[str] = None) -> ModelSpec:
     """A preset name, or the path of a Hugging Face config.json (or a folder holding one). The model is
     called `name` when given, else by its preset name, the file's stem, or, for a config.json, its folder."""
-    if name is not None and not name.strip():
-        raise BtacalcError("{name} must not be empty")
+    if name is not None:
+        try:
+            name = name_text(name)
+        except ValueError as exc:
+            raise BtacalcError(f"{{name}} {exc}") from None
     path = Path(name_or_path)
     if name_or_path in preset_names():
         spec = load_preset(name_or_path)
     else:
         if path.is_dir():
+            if not (path / "config.json").exists():  # hostile15: read "model file 'folder' not found"
+                raise BtacalcError(f"{{model}}: {name_or_path!r} is a folder without a config.json (a model is a "
+                                   "preset name, a config.json or a folder holding one)")
             path = path / "config.json"
         if path.is_file():
             return load_hf_config(path, name)
@@ -42,4 +49,4 @@ def resolve_model(name_or_path: str, name: Optional[str] = None) -> ModelSpec:
         if path.suffix == ".json" or "/" in name_or_path:
             raise BtacalcError(f"{{model}}: model file {name_or_path!r} not found")
         spec = load_preset(name_or_path)
-    return spec if name is None else spec.model_copy(update={"name": clean_text(name)})
+    return spec if name is None else spec.model_copy(update={"name": name})

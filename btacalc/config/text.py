@@ -3,6 +3,7 @@ so no renderer (terminal, JSON, CSV) ever sees a control character or a lone sur
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Annotated
 
 from pydantic import AfterValidator
@@ -12,10 +13,24 @@ from ..errors import clean_text
 CleanText = Annotated[str, AfterValidator(clean_text)]
 
 
+def visible(text: str) -> bool:
+    r"""Whether `text` shows anything: a character that is not a space and not a format character (Unicode category
+    Cf: the zero-width space U+200B, the byte-order mark U+FEFF, the soft hyphen U+00AD, the direction isolates).
+    hostile15: `--name $'\u200b'` and a measured run's id "\u200b" passed the check of spaces alone and printed as
+    nothing."""
+    return any(not ch.isspace() and unicodedata.category(ch) != "Cf" for ch in text)
+
+
 def _not_blank(text: str) -> str:
-    if not text.strip():
-        raise ValueError("must not be empty (or only spaces and control characters)")
+    if not visible(text):
+        raise ValueError("must not be empty (or only spaces, control and invisible format characters)")
     return text
+
+
+def name_text(text: str) -> str:
+    r"""A name the user typed (`--name`), cleaned as a `Name` field is (clean_text, then visible); ValueError when
+    nothing visible is left (hostile15: `--name $'\x01'` passed its check of spaces and named the model "")."""
+    return _not_blank(clean_text(text))
 
 
 def cut(text: str) -> str:

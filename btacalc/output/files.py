@@ -70,6 +70,30 @@ def held() -> Iterator[None]:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
+@contextlib.contextmanager
+def released() -> Iterator[None]:
+    """Inside `held()`, the stopping signals unblocked again for one call that may wait without end: opening a FIFO
+    that no process reads yet waits for a reader (hostile15: `sweep --csv fifo` with no reader could not be stopped
+    by Ctrl-C or SIGTERM, only by SIGKILL, as its streams are opened while the signals are held). A stop delivered
+    here raises in the call, and the caller's cleanup runs."""
+    try:
+        old = signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPPING)
+    except (AttributeError, ValueError, OSError):
+        old = None
+    try:
+        yield
+    finally:
+        if old is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _open_stream(path: str) -> int:
+    """A device or FIFO opened for writing in place (no O_CREAT, no O_TRUNC; O_APPEND keeps whatever a /dev/fd link's
+    file already holds), with the stopping signals free while a FIFO waits for its reader."""
+    with released():
+        return os.open(path, os.O_WRONLY | os.O_APPEND | getattr(os, "O_NOCTTY", 0))
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
@@ -231,9 +255,7 @@ def _backup(path: str) -> Optional[str]:
 
 
 def _write_stream(t: Target, data: bytes) -> None:
-    # no O_CREAT, no O_TRUNC: a device or FIFO is written in place; O_APPEND keeps whatever a
-    # /dev/fd link's file already holds
-    fd = os.open(t.path, os.O_WRONLY | os.O_APPEND | getattr(os, "O_NOCTTY", 0))
+    fd = _open_stream(t.path)
     with os.fdopen(fd, "wb") as fh:
         fh.write(data)
 
@@ -272,8 +294,7 @@ class Streams:
                         self.staged[flag] = tmp
                     fh = os.fdopen(fd, "w", encoding="utf-8")
                 elif t.kind == "stream":
-                    fh = os.fdopen(os.open(t.path, os.O_WRONLY | os.O_APPEND | getattr(os, "O_NOCTTY", 0)), "w",
-                                   encoding="utf-8")
+                    fh = os.fdopen(_open_stream(t.path), "w", encoding="utf-8")
                 else:
                     self.writers[flag] = stdout
                     continue
