@@ -255,3 +255,68 @@ def test_prose_quotes_each_runs_error_as_the_table_prints_it(pattern, runs):
     for text, value in zip(quoted, expected):
         decimals = len(text.split(".")[1]) if "." in text else 0
         assert text.replace("−", "-") == _as_printed(value, decimals), (pattern, text, value)
+
+
+def _summary_block() -> str:
+    text = README.read_text(encoding="utf-8")
+    return text.split("<!-- summary:begin (tools/accuracy.py) -->\n", 1)[1].split("\n<!-- summary:end -->", 1)[0]
+
+
+def _table_rows() -> dict[str, list[str]]:
+    """The generated measured-runs table's rows by run id (its cells as printed)."""
+    text = README.read_text(encoding="utf-8")
+    body = text.split("<!-- accuracy:begin (tools/accuracy.py) -->\n", 1)[1].split("\n<!-- accuracy:end -->", 1)[0]
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in body.splitlines()]
+    return {cells[0]: cells for cells in rows if len(cells) == 11 and cells[1] in ("fit", "check")}
+
+
+def test_summary_regroups_the_per_run_table():
+    """freshuser15: the "At a glance" table is the per-run table below it regrouped, derived here without the
+    tool: every timed check run of the per-run table (role `check`, an error printed) falls in exactly one row,
+    chosen by its `--hw` (the devices cell), its model's MoE-ness (the preset) and its precision in the runs file
+    (bf16/fp16 = 16-bit); each row's count, worst error and known-gap count are the table's, its median, mean and
+    signed mean those of the table's one-decimal errors (within 0.1 point: each printed error is rounded once,
+    the mean once more). The known misses listed under it are the table's "(known gap)" runs, worst first."""
+    import statistics
+
+    from btacalc.planning.measured import load_runs, resolve_model
+
+    runs = {r.id: r for r in load_runs()}
+    table = _table_rows()
+    errors = _table_errors()
+    timed = {i: cells for i, cells in table.items() if cells[1] == "check" and i in errors}
+    summary_lines = _summary_block().splitlines()
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in summary_lines[2:]
+            if line.startswith("| ")]
+    seen: set[str] = set()
+    for hw, kind, precision, n, median, mean, signed, worst, gaps in rows:
+        mine = [i for i, cells in timed.items() if cells[3].split(" x ")[1] == hw
+                and resolve_model(cells[2]).is_moe == (kind == "MoE")
+                and (runs[i].precision in ("bf16", "fp16")) == (precision == "16-bit")]
+        assert mine and not seen & set(mine), (hw, kind, precision)
+        seen |= set(mine)
+        values = [errors[i] for i in mine]
+        assert int(n) == len(mine), (hw, kind, precision)
+        assert abs(float(median.rstrip("%")) - statistics.median(abs(v) for v in values)) <= 0.1 + 1e-9
+        assert abs(float(mean.rstrip("%")) - statistics.fmean(abs(v) for v in values)) <= 0.1 + 1e-9
+        assert abs(float(signed.rstrip("%")) - statistics.fmean(values)) <= 0.1 + 1e-9
+        assert float(worst.rstrip("%")) == max(values, key=abs), (hw, kind, precision)
+        assert int(gaps) == sum("(known gap)" in timed[i][7] for i in mine), (hw, kind, precision)
+    assert seen == set(timed), set(timed) - seen
+    listed = re.findall(r"`([^`]+)` ([+-]\d+\.\d)%", next(x for x in summary_lines if x.startswith("Known misses")))
+    expected = sorted((i for i in timed if "(known gap)" in timed[i][7]), key=lambda i: -abs(errors[i]))
+    assert [i for i, _ in listed] == expected
+    assert all(float(e) == errors[i] for i, e in listed)
+
+
+@pytest.mark.slow
+def test_summary_fragment_is_current():
+    """The "At a glance" table is what tools/accuracy.py writes from `validate` today (regenerate with
+    `python tools/accuracy.py` when a number moves)."""
+    import importlib.util
+
+    path = README.parent / "tools" / "accuracy.py"
+    spec = importlib.util.spec_from_file_location("accuracy_tool", path)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    assert f"{tool.SUMMARY_BEGIN}\n{tool.summary_markdown()}\n{tool.SUMMARY_END}" in README.read_text(encoding="utf-8")
