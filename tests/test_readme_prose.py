@@ -320,3 +320,18 @@ def test_summary_fragment_is_current():
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
     assert f"{tool.SUMMARY_BEGIN}\n{tool.summary_markdown()}\n{tool.SUMMARY_END}" in README.read_text(encoding="utf-8")
+
+
+def test_architecture_factors_prose_is_the_profiles():
+    """freshuser15: the README said "agree within 1.2%" in one place and "3.3%" in another about the same two
+    fitted factors. Both sentences now quote one number: |Ampere / Hopper - 1| of the profiles'
+    `compute_efficiency` (a100-80gb, h100), and Blackwell's (b200) over their mean, at the prose's precision."""
+    from btacalc.config.hardware import builtin_profiles
+
+    profiles = builtin_profiles()
+    ampere, hopper, blackwell = (profiles[n].calibration.compute_efficiency.value for n in ("a100-80gb", "h100", "b200"))
+    prose = _prose()
+    quoted = re.findall(r"Ampere and Hopper,? fitted apart,? agree within ([\d.]+)%", prose)
+    assert len(quoted) == 2, quoted
+    assert set(quoted) == {f"{100 * abs(ampere / hopper - 1):.1f}"}, quoted
+    assert _quote(r"Blackwell's is ([\d.]+) of theirs").group(1) == f"{blackwell / ((ampere + hopper) / 2):.2f}"
