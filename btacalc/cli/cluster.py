@@ -63,7 +63,7 @@ def compare(
     name: Optional[str] = NameOpt,
     hw: str = typer.Option(HW_LIST_DEFAULT, "--hw", help="Comma-separated hardware profiles.",
                             autocompletion=complete_hardware_list),
-    devices: str = typer.Option("auto", "--devices", "-n", help="GPU counts, e.g. 8,64; auto: the smallest power of "
+    devices: str = typer.Option("auto", "--devices", "-n", help="GPU counts (also called --gpus or --num-gpus), e.g. 8,64; auto: the smallest power of "
                                 "two that fits (trying ZeRO-3 and full recomputation where --zero and "
                                 "--recompute are not given), or the --match count."),
     systems: int = typer.Option(1, "--systems", min=1, help="Wafer systems per wafer row (CS-2/CS-3 in data parallel)."),
