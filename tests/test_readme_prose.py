@@ -335,3 +335,15 @@ def test_architecture_factors_prose_is_the_profiles():
     assert len(quoted) == 2, quoted
     assert set(quoted) == {f"{100 * abs(ampere / hopper - 1):.1f}"}, quoted
     assert _quote(r"Blackwell's is ([\d.]+) of theirs").group(1) == f"{blackwell / ((ampere + hopper) / 2):.2f}"
+
+
+def test_points_known_gap_sentence_counts_the_points_table():
+    """freshuser15: the sentence under the published-points table said "The three known gaps" when the table held
+    one. It names the table's KNOWN GAP rows: how many (as a word) and which."""
+    text = README.read_text(encoding="utf-8")
+    body = text.split("<!-- points:begin (tools/accuracy.py) -->\n", 1)[1].split("\n<!-- points:end -->", 1)[0]
+    gaps = [line.split("|")[1].strip() for line in body.splitlines() if line.rstrip().endswith("| KNOWN GAP |")]
+    words = {1: "one", 2: "two", 3: "three", 4: "four"}
+    count, named = _quote(r"The (\w+) known gaps? among these points, ((?:`[\w-]+`(?:, | and )?)+), (?:is|are) named").groups()
+    assert count == words[len(gaps)]
+    assert re.findall(r"`([\w-]+)`", named) == gaps
