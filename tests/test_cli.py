@@ -403,3 +403,19 @@ def test_the_recipe_options_defaults_are_the_requests():
     for name, (_, option) in _RECIPE_OPTIONS.items():
         target = "multi_token_prediction" if name == "mtp" else name
         assert option.default == request[target], name
+
+
+def test_a_search_that_fits_nothing_points_to_the_plans_suggestions(cli):
+    """freshuser15: `plan --search` with no fitting layout said only "none of the N layouts fits". It now points to
+    the same command without --search, and that command does list a change to try (here more devices)."""
+    args = ("plan", "--model", "deepseek-v3", "--hw", "gb200", "--devices", "64", "--tp", "4", "--pp", "4")
+    code, out, err = cli(*args, "--search", "--json")
+    found = json.loads(out)
+    assert (code, found["fitting"]) == (1, 0), err
+    from btacalc.config.hardware import builtin_profiles
+
+    usable = builtin_profiles()["gb200"].usable_capacity_bytes
+    assert found["why"][0] == f"none of the {found['candidates']:,} layouts fits in {usable / 1e9:.1f} GB per device"
+    assert "without --search lists what would fit" in found["why"][1]
+    code, out, err = cli(*args, "--json")
+    assert code == 1 and any(s.startswith("--devices 128 ") for s in json.loads(out)["suggestions"]), err
