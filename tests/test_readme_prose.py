@@ -347,3 +347,17 @@ def test_points_known_gap_sentence_counts_the_points_table():
     count, named = _quote(r"The (\w+) known gaps? among these points, ((?:`[\w-]+`(?:, | and )?)+), (?:is|are) named").groups()
     assert count == words[len(gaps)]
     assert re.findall(r"`([\w-]+)`", named) == gaps
+
+
+def test_preset_list_is_every_shipped_preset():
+    """freshuser15: "Built-in presets" named 21 of the 44 files in btacalc/data/presets. The sentence names each
+    shipped preset once, and the ones it calls MoE are the MoE presets."""
+    from btacalc.config.presets import resolve_model
+
+    shipped = {p.stem for p in (README.parent / "btacalc" / "data" / "presets").glob("*.toml")}
+    sentence = _quote(r"Built-in presets \(.*?\): (MoE .*?`dit-2b`\.)").group(1)
+    named = re.findall(r"`([\w.-]+)`", sentence)
+    assert sorted(named) == sorted(shipped)
+    moe = re.findall(r"`([\w.-]+)`", sentence.split("; dense ", 1)[0])
+    moe += ["deepseek-proxy-megatron-ci"] if "`deepseek-proxy-megatron-ci` (MoE)" in sentence else []
+    assert sorted(moe) == sorted(n for n in shipped if resolve_model(n).is_moe)
