@@ -361,3 +361,19 @@ def test_preset_list_is_every_shipped_preset():
     moe = re.findall(r"`([\w.-]+)`", sentence.split("; dense ", 1)[0])
     moe += ["deepseek-proxy-megatron-ci"] if "`deepseek-proxy-megatron-ci` (MoE)" in sentence else []
     assert sorted(moe) == sorted(n for n in shipped if resolve_model(n).is_moe)
+
+
+def test_compare_picture_sentence_is_compares_and_the_runs_files(cli):
+    """freshuser15: the compare picture's sentence said "16 H100s ... measured 10.6-13.0k tokens/s per GPU"; the
+    picture's H100 row is `compare --search`'s (the smallest cluster that fits), and the measured range is the
+    BF16 Qwen3-30B-A3B rows on 16 H100s of the shipped runs file, in thousands at one decimal."""
+    from btacalc.planning.measured import load_runs
+
+    devices, low, high, n = _quote(r"the smallest H100 cluster that fits Qwen3-30B-A3B, (\d+) GPUs \(Megatron-Bridge "
+                                   r"measured ([\d.]+)-([\d.]+)k tokens/s per GPU on (\d+) H100s in BF16").groups()
+    code, out, err = cli("compare", "--model", "qwen3-30b-a3b", "--hw", "h100", "--search", "--json")
+    assert code == 0, err
+    assert json.loads(out)["rows"][0]["devices"] == int(devices)
+    measured = [r.measured.tokens_per_s_per_device for r in load_runs() if r.model == "qwen3-30b-a3b"
+                and r.hw == "h100" and r.devices == int(n) and r.precision == "bf16"]
+    assert (low, high) == (f"{min(measured) / 1000:.1f}", f"{max(measured) / 1000:.1f}")
