@@ -377,3 +377,12 @@ def test_compare_picture_sentence_is_compares_and_the_runs_files(cli):
     measured = [r.measured.tokens_per_s_per_device for r in load_runs() if r.model == "qwen3-30b-a3b"
                 and r.hw == "h100" and r.devices == int(n) and r.precision == "bf16"]
     assert (low, high) == (f"{min(measured) / 1000:.1f}", f"{max(measured) / 1000:.1f}")
+
+
+def test_sweep_names_are_the_sweeps_variables():
+    """freshuser15: the README's `sweep --vary` names left out `precision`, which the README's own low-precision
+    example varies. The sentence lists exactly the names `sweep` takes (btacalc.planning.sweep.VARIABLES)."""
+    from btacalc.planning.sweep import VARIABLES
+
+    listed = _quote(r"`start:stop:xF`; names: ((?:`[\w-]+`,? (?:and )?)+)").group(1)
+    assert sorted(re.findall(r"`([\w-]+)`", listed)) == sorted(VARIABLES)
