@@ -386,3 +386,19 @@ def test_sweep_names_are_the_sweeps_variables():
 
     listed = _quote(r"`start:stop:xF`; names: ((?:`[\w-]+`,? (?:and )?)+)").group(1)
     assert sorted(re.findall(r"`([\w-]+)`", listed)) == sorted(VARIABLES)
+
+
+def test_plan_options_paragraph_names_every_plan_option():
+    """freshuser15: the README's "`plan` options:" paragraph left out 14 of plan's options (--sensitivity, --schema,
+    --deepep, --te-version, ...). It names each option `plan` takes (a --x/--no-x switch by either name)."""
+    import typer
+
+    from btacalc.cli.app import app
+
+    text = README.read_text(encoding="utf-8")
+    paragraph = text[text.index("`plan` options:"):text.index("Defaults and why:")]
+    named = set(re.findall(r"--[\w-]+", paragraph))
+    plan = typer.main.get_command(app).commands["plan"]
+    missing = [p.opts for p in plan.params if p.name != "help"
+               and not named & {o for o in (*p.opts, *getattr(p, "secondary_opts", ())) if o.startswith("--")}]
+    assert not missing
