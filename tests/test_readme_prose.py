@@ -402,3 +402,21 @@ def test_plan_options_paragraph_names_every_plan_option():
     missing = [p.opts for p in plan.params if p.name != "help"
                and not named & {o for o in (*p.opts, *getattr(p, "secondary_opts", ())) if o.startswith("--")}]
     assert not missing
+
+
+def test_alcf_llama_sentence_is_the_plans_shape(cli):
+    """freshuser15: the README said the solver runs the ALCF LLaMA-7B run (batch 99, s = 2048, one CS-2) "as 9
+    micro-batches of 11 untiled sequences"; `plan` answers one micro-batch of 99 in 3 tiles of 33 today."""
+    m, n, g, b = _quote(r"the solver runs it as (\d+) micro-batch(?:es)? of (\d+) sequences in (\d+) tiles of (\d+)").groups()
+    plan = _plan(cli, "--model", "llama-7b", "--hw", "wse2", "--global-batch", "99", "--seq", "2048")["plan"]
+    assert (plan["micro_batches"], plan["global_batch"], plan["tiles"], plan["tile_batch"]) == tuple(map(int, (m, n, g, b)))
+
+
+def test_crossover_sentence_is_crossovers(cli):
+    """freshuser15: "one CS-3 system is worth about X GB200s (Y H100s) for Qwen3-30B-A3B" is the command the sentence
+    names (it said 2.3 and 5.6; crossover's gpu_equivalents read 6.4 and 15.4 on 2026-12-04)."""
+    gb200, h100 = _quote(r"one CS-3 system is worth about ([\d.]+) GB200s \(([\d.]+) H100s\)").groups()
+    code, out, err = cli("crossover", "--hw", "wse3,h100,gb200", "--hidden", "2048", "--search", "--json", "--quiet")
+    assert code == 0, err
+    worth = json.loads(out)["gpu_equivalents"]["qwen3-moe-h2048"]
+    assert (f"{worth['wse3/gb200']:.1f}", f"{worth['wse3/h100']:.1f}") == (gb200, h100)
