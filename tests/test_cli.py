@@ -419,3 +419,21 @@ def test_a_search_that_fits_nothing_points_to_the_plans_suggestions(cli):
     assert "without --search lists what would fit" in found["why"][1]
     code, out, err = cli(*args, "--json")
     assert code == 1 and any(s.startswith("--devices 128 ") for s in json.loads(out)["suggestions"]), err
+
+
+def test_flops_table_says_what_recompute_holds_under_flash_attention(cli):
+    """freshuser15: `plan` printed "recompute none (default)" above a FLOPs table whose recompute column read
+    6.6 TFLOP. Under flash attention that column is the kernel's own backward recomputation of S = QK^T (FlashAttention
+    Algorithm 4 recomputes S from Q and K): one forward of attn_scores per layer, L = 48 layers of Qwen3-30B-A3B.
+    The table's caption now says so; without flash (the wafer's eager default, full recomputation) it does not."""
+    args = ("plan", "--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16", "--ep", "16")
+    code, out, err = cli(*args, "--json")
+    report = json.loads(out)
+    scores = next(p for p in report["phases"] if p["name"] == "attn_scores")
+    assert report["inputs"]["recompute"] == "none"
+    assert report["flops_per_step"]["recompute"] == 48 * scores["flops_forward"]
+    code, out, err = cli(*args)
+    assert "with flash attention also the kernel's S = QK^T" in " ".join(out.split())
+    code, out, err = cli("plan", "--hw", "wse3")
+    assert "recompute: forward work the backward pass runs again" in " ".join(out.split())
+    assert "with flash attention" not in " ".join(out.split())

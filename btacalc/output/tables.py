@@ -357,6 +357,9 @@ def _flops_table(r: PlanReport) -> Table:
     t.add_column("hardware total", justify="right")
     t.add_column("elementwise (apart)", justify="right")
     t.add_row(*(si(x, "FLOP") for x in (f.forward, f.backward, f.total, f.recompute, f.hardware_total, f.elementwise)))
+    t.caption = ("model total = forward + backward; recompute: forward work the backward pass runs again (--recompute"
+                 + ("; with flash attention also the kernel's S = QK^T, recomputed whatever --recompute says"
+                    if r.inputs.attention == "flash" else "") + "); hardware total = model total + recompute")
     return t
 
 
