@@ -437,3 +437,20 @@ def test_flops_table_says_what_recompute_holds_under_flash_attention(cli):
     code, out, err = cli("plan", "--hw", "wse3")
     assert "recompute: forward work the backward pass runs again" in " ".join(out.split())
     assert "with flash attention" not in " ".join(out.split())
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp8"])
+def test_mfu_is_model_flops_over_the_16_bit_peak(cli, precision):
+    """freshuser15: the README now defines MFU; here from the JSON of a data-parallel-only plan (16 H100s, EP 16):
+    model FLOPs per micro-batch per rank x M x DP over step time x devices x chip.peak_flops_per_s (the BF16 peak,
+    989 TFLOP/s, under FP8 as well; recomputation not counted)."""
+    code, out, err = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16", "--ep", "16",
+                         "--precision", precision, "--json")
+    r = json.loads(out)
+    assert code == 0, err
+    par, th = r["parallelism"], r["throughput"]
+    assert par["data_parallel"] == par["devices"] == 16
+    flops = r["flops_per_step"]["total"] * r["plan"]["micro_batches"] * par["data_parallel"]
+    peak = r["hardware"]["peak_flops_per_s"]
+    assert peak == 989e12
+    assert th["mfu"] == pytest.approx(flops / (th["step_time_s"] * par["devices"] * peak), rel=1e-9)
