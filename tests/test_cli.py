@@ -403,3 +403,54 @@ def test_the_recipe_options_defaults_are_the_requests():
     for name, (_, option) in _RECIPE_OPTIONS.items():
         target = "multi_token_prediction" if name == "mtp" else name
         assert option.default == request[target], name
+
+
+def test_a_search_that_fits_nothing_points_to_the_plans_suggestions(cli):
+    """freshuser15: `plan --search` with no fitting layout said only "none of the N layouts fits". It now points to
+    the same command without --search, and that command does list a change to try (here more devices)."""
+    args = ("plan", "--model", "deepseek-v3", "--hw", "gb200", "--devices", "64", "--tp", "4", "--pp", "4")
+    code, out, err = cli(*args, "--search", "--json")
+    found = json.loads(out)
+    assert (code, found["fitting"]) == (1, 0), err
+    from btacalc.config.hardware import builtin_profiles
+
+    usable = builtin_profiles()["gb200"].usable_capacity_bytes
+    assert found["why"][0] == f"none of the {found['candidates']:,} layouts fits in {usable / 1e9:.1f} GB per device"
+    assert "without --search lists what would fit" in found["why"][1]
+    code, out, err = cli(*args, "--json")
+    assert code == 1 and any(s.startswith("--devices 128 ") for s in json.loads(out)["suggestions"]), err
+
+
+def test_flops_table_says_what_recompute_holds_under_flash_attention(cli):
+    """freshuser15: `plan` printed "recompute none (default)" above a FLOPs table whose recompute column read
+    6.6 TFLOP. Under flash attention that column is the kernel's own backward recomputation of S = QK^T (FlashAttention
+    Algorithm 4 recomputes S from Q and K): one forward of attn_scores per layer, L = 48 layers of Qwen3-30B-A3B.
+    The table's caption now says so; without flash (the wafer's eager default, full recomputation) it does not."""
+    args = ("plan", "--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16", "--ep", "16")
+    code, out, err = cli(*args, "--json")
+    report = json.loads(out)
+    scores = next(p for p in report["phases"] if p["name"] == "attn_scores")
+    assert report["inputs"]["recompute"] == "none"
+    assert report["flops_per_step"]["recompute"] == 48 * scores["flops_forward"]
+    code, out, err = cli(*args)
+    assert "with flash attention also the kernel's S = QK^T" in " ".join(out.split())
+    code, out, err = cli("plan", "--hw", "wse3")
+    assert "recompute: forward work the backward pass runs again" in " ".join(out.split())
+    assert "with flash attention" not in " ".join(out.split())
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp8"])
+def test_mfu_is_model_flops_over_the_16_bit_peak(cli, precision):
+    """freshuser15: the README now defines MFU; here from the JSON of a data-parallel-only plan (16 H100s, EP 16):
+    model FLOPs per micro-batch per rank x M x DP over step time x devices x chip.peak_flops_per_s (the BF16 peak,
+    989 TFLOP/s, under FP8 as well; recomputation not counted)."""
+    code, out, err = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16", "--ep", "16",
+                         "--precision", precision, "--json")
+    r = json.loads(out)
+    assert code == 0, err
+    par, th = r["parallelism"], r["throughput"]
+    assert par["data_parallel"] == par["devices"] == 16
+    flops = r["flops_per_step"]["total"] * r["plan"]["micro_batches"] * par["data_parallel"]
+    peak = r["hardware"]["peak_flops_per_s"]
+    assert peak == 989e12
+    assert th["mfu"] == pytest.approx(flops / (th["step_time_s"] * par["devices"] * peak), rel=1e-9)

@@ -329,3 +329,17 @@ def test_all_to_all_row_reports_the_bytes_deepep_sends():
     plain = _problem(model=qwen235, devices=8, expert_parallel=8)
     assert all_to_all_wire_bytes(plain, 1e9) == pytest.approx(1e9 * 7 / 8)
     assert all_to_all_wire_bytes(deepep, 1e9) == pytest.approx(1e9 * 7 / 8 * (1 - none))
+
+
+def test_scale_groups_print_smallest_first():
+    """freshuser15: `validate --cross-validate` listed the scale groups as text sorts them (1-8, 73-256, 9-72, >256).
+    They come out in the order of their smallest device count, 1 < 9 < 73 < 257, whatever order they were built in."""
+    from btacalc.planning.crossval import _in_scale_order, grouped
+
+    class Run:  # the two fields grouped() reads
+        def __init__(self, devices: int, error: float):
+            self.scale, self.error = scale_group(devices), error
+
+    groups = _in_scale_order(grouped([Run(n, 0.01) for n in (300, 16, 100, 8)], lambda r: r.scale))
+    smallest = {"1-8": 1, "9-72": 9, "73-256": 73, ">256": 257}
+    assert list(groups) == sorted(groups, key=smallest.__getitem__) == ["1-8", "9-72", "73-256", ">256"]

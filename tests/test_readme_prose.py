@@ -255,3 +255,168 @@ def test_prose_quotes_each_runs_error_as_the_table_prints_it(pattern, runs):
     for text, value in zip(quoted, expected):
         decimals = len(text.split(".")[1]) if "." in text else 0
         assert text.replace("−", "-") == _as_printed(value, decimals), (pattern, text, value)
+
+
+def _summary_block() -> str:
+    text = README.read_text(encoding="utf-8")
+    return text.split("<!-- summary:begin (tools/accuracy.py) -->\n", 1)[1].split("\n<!-- summary:end -->", 1)[0]
+
+
+def _table_rows() -> dict[str, list[str]]:
+    """The generated measured-runs table's rows by run id (its cells as printed)."""
+    text = README.read_text(encoding="utf-8")
+    body = text.split("<!-- accuracy:begin (tools/accuracy.py) -->\n", 1)[1].split("\n<!-- accuracy:end -->", 1)[0]
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in body.splitlines()]
+    return {cells[0]: cells for cells in rows if len(cells) == 11 and cells[1] in ("fit", "check")}
+
+
+def test_summary_regroups_the_per_run_table():
+    """freshuser15: the "At a glance" table is the per-run table below it regrouped, derived here without the
+    tool: every timed check run of the per-run table (role `check`, an error printed) falls in exactly one row,
+    chosen by its `--hw` (the devices cell), its model's MoE-ness (the preset) and its precision in the runs file
+    (bf16/fp16 = 16-bit); each row's count, worst error and known-gap count are the table's, its median, mean and
+    signed mean those of the table's one-decimal errors (within 0.1 point: each printed error is rounded once,
+    the mean once more). The known misses listed under it are the table's "(known gap)" runs, worst first."""
+    import statistics
+
+    from btacalc.planning.measured import load_runs, resolve_model
+
+    runs = {r.id: r for r in load_runs()}
+    table = _table_rows()
+    errors = _table_errors()
+    timed = {i: cells for i, cells in table.items() if cells[1] == "check" and i in errors}
+    summary_lines = _summary_block().splitlines()
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in summary_lines[2:]
+            if line.startswith("| ")]
+    seen: set[str] = set()
+    for hw, kind, precision, n, median, mean, signed, worst, gaps in rows:
+        mine = [i for i, cells in timed.items() if cells[3].split(" x ")[1] == hw
+                and resolve_model(cells[2]).is_moe == (kind == "MoE")
+                and (runs[i].precision in ("bf16", "fp16")) == (precision == "16-bit")]
+        assert mine and not seen & set(mine), (hw, kind, precision)
+        seen |= set(mine)
+        values = [errors[i] for i in mine]
+        assert int(n) == len(mine), (hw, kind, precision)
+        assert abs(float(median.rstrip("%")) - statistics.median(abs(v) for v in values)) <= 0.1 + 1e-9
+        assert abs(float(mean.rstrip("%")) - statistics.fmean(abs(v) for v in values)) <= 0.1 + 1e-9
+        assert abs(float(signed.rstrip("%")) - statistics.fmean(values)) <= 0.1 + 1e-9
+        assert float(worst.rstrip("%")) == max(values, key=abs), (hw, kind, precision)
+        assert int(gaps) == sum("(known gap)" in timed[i][7] for i in mine), (hw, kind, precision)
+    assert seen == set(timed), set(timed) - seen
+    listed = re.findall(r"`([^`]+)` ([+-]\d+\.\d)%", next(x for x in summary_lines if x.startswith("Known misses")))
+    expected = sorted((i for i in timed if "(known gap)" in timed[i][7]), key=lambda i: -abs(errors[i]))
+    assert [i for i, _ in listed] == expected
+    assert all(float(e) == errors[i] for i, e in listed)
+
+
+@pytest.mark.slow
+def test_summary_fragment_is_current():
+    """The "At a glance" table is what tools/accuracy.py writes from `validate` today (regenerate with
+    `python tools/accuracy.py` when a number moves)."""
+    import importlib.util
+
+    path = README.parent / "tools" / "accuracy.py"
+    spec = importlib.util.spec_from_file_location("accuracy_tool", path)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    assert f"{tool.SUMMARY_BEGIN}\n{tool.summary_markdown()}\n{tool.SUMMARY_END}" in README.read_text(encoding="utf-8")
+
+
+def test_architecture_factors_prose_is_the_profiles():
+    """freshuser15: the README said "agree within 1.2%" in one place and "3.3%" in another about the same two
+    fitted factors. Both sentences now quote one number: |Ampere / Hopper - 1| of the profiles'
+    `compute_efficiency` (a100-80gb, h100), and Blackwell's (b200) over their mean, at the prose's precision."""
+    from btacalc.config.hardware import builtin_profiles
+
+    profiles = builtin_profiles()
+    ampere, hopper, blackwell = (profiles[n].calibration.compute_efficiency.value for n in ("a100-80gb", "h100", "b200"))
+    prose = _prose()
+    quoted = re.findall(r"Ampere and Hopper,? fitted apart,? agree within ([\d.]+)%", prose)
+    assert len(quoted) == 2, quoted
+    assert set(quoted) == {f"{100 * abs(ampere / hopper - 1):.1f}"}, quoted
+    assert _quote(r"Blackwell's is ([\d.]+) of theirs").group(1) == f"{blackwell / ((ampere + hopper) / 2):.2f}"
+
+
+def test_points_known_gap_sentence_counts_the_points_table():
+    """freshuser15: the sentence under the published-points table said "The three known gaps" when the table held
+    one. It names the table's KNOWN GAP rows: how many (as a word) and which."""
+    text = README.read_text(encoding="utf-8")
+    body = text.split("<!-- points:begin (tools/accuracy.py) -->\n", 1)[1].split("\n<!-- points:end -->", 1)[0]
+    gaps = [line.split("|")[1].strip() for line in body.splitlines() if line.rstrip().endswith("| KNOWN GAP |")]
+    words = {1: "one", 2: "two", 3: "three", 4: "four"}
+    count, named = _quote(r"The (\w+) known gaps? among these points, ((?:`[\w-]+`(?:, | and )?)+), (?:is|are) named").groups()
+    assert count == words[len(gaps)]
+    assert re.findall(r"`([\w-]+)`", named) == gaps
+
+
+def test_preset_list_is_every_shipped_preset():
+    """freshuser15: "Built-in presets" named 21 of the 44 files in btacalc/data/presets. The sentence names each
+    shipped preset once, and the ones it calls MoE are the MoE presets."""
+    from btacalc.config.presets import resolve_model
+
+    shipped = {p.stem for p in (README.parent / "btacalc" / "data" / "presets").glob("*.toml")}
+    sentence = _quote(r"Built-in presets \(.*?\): (MoE .*?`dit-2b`\.)").group(1)
+    named = re.findall(r"`([\w.-]+)`", sentence)
+    assert sorted(named) == sorted(shipped)
+    moe = re.findall(r"`([\w.-]+)`", sentence.split("; dense ", 1)[0])
+    moe += ["deepseek-proxy-megatron-ci"] if "`deepseek-proxy-megatron-ci` (MoE)" in sentence else []
+    assert sorted(moe) == sorted(n for n in shipped if resolve_model(n).is_moe)
+
+
+def test_compare_picture_sentence_is_compares_and_the_runs_files(cli):
+    """freshuser15: the compare picture's sentence said "16 H100s ... measured 10.6-13.0k tokens/s per GPU"; the
+    picture's H100 row is `compare --search`'s (the smallest cluster that fits), and the measured range is the
+    BF16 Qwen3-30B-A3B rows on 16 H100s of the shipped runs file, in thousands at one decimal."""
+    from btacalc.planning.measured import load_runs
+
+    devices, low, high, n = _quote(r"the smallest H100 cluster that fits Qwen3-30B-A3B, (\d+) GPUs \(Megatron-Bridge "
+                                   r"measured ([\d.]+)-([\d.]+)k tokens/s per GPU on (\d+) H100s in BF16").groups()
+    code, out, err = cli("compare", "--model", "qwen3-30b-a3b", "--hw", "h100", "--search", "--json")
+    assert code == 0, err
+    assert json.loads(out)["rows"][0]["devices"] == int(devices)
+    measured = [r.measured.tokens_per_s_per_device for r in load_runs() if r.model == "qwen3-30b-a3b"
+                and r.hw == "h100" and r.devices == int(n) and r.precision == "bf16"]
+    assert (low, high) == (f"{min(measured) / 1000:.1f}", f"{max(measured) / 1000:.1f}")
+
+
+def test_sweep_names_are_the_sweeps_variables():
+    """freshuser15: the README's `sweep --vary` names left out `precision`, which the README's own low-precision
+    example varies. The sentence lists exactly the names `sweep` takes (btacalc.planning.sweep.VARIABLES)."""
+    from btacalc.planning.sweep import VARIABLES
+
+    listed = _quote(r"`start:stop:xF`; names: ((?:`[\w-]+`,? (?:and )?)+)").group(1)
+    assert sorted(re.findall(r"`([\w-]+)`", listed)) == sorted(VARIABLES)
+
+
+def test_plan_options_paragraph_names_every_plan_option():
+    """freshuser15: the README's "`plan` options:" paragraph left out 14 of plan's options (--sensitivity, --schema,
+    --deepep, --te-version, ...). It names each option `plan` takes (a --x/--no-x switch by either name)."""
+    import typer
+
+    from btacalc.cli.app import app
+
+    text = README.read_text(encoding="utf-8")
+    paragraph = text[text.index("`plan` options:"):text.index("Defaults and why:")]
+    named = set(re.findall(r"--[\w-]+", paragraph))
+    plan = typer.main.get_command(app).commands["plan"]
+    missing = [p.opts for p in plan.params if p.name != "help"
+               and not named & {o for o in (*p.opts, *getattr(p, "secondary_opts", ())) if o.startswith("--")}]
+    assert not missing
+
+
+def test_alcf_llama_sentence_is_the_plans_shape(cli):
+    """freshuser15: the README said the solver runs the ALCF LLaMA-7B run (batch 99, s = 2048, one CS-2) "as 9
+    micro-batches of 11 untiled sequences"; `plan` answers one micro-batch of 99 in 3 tiles of 33 today."""
+    m, n, g, b = _quote(r"the solver runs it as (\d+) micro-batch(?:es)? of (\d+) sequences in (\d+) tiles of (\d+)").groups()
+    plan = _plan(cli, "--model", "llama-7b", "--hw", "wse2", "--global-batch", "99", "--seq", "2048")["plan"]
+    assert (plan["micro_batches"], plan["global_batch"], plan["tiles"], plan["tile_batch"]) == tuple(map(int, (m, n, g, b)))
+
+
+def test_crossover_sentence_is_crossovers(cli):
+    """freshuser15: "one CS-3 system is worth about X GB200s (Y H100s) for Qwen3-30B-A3B" is the command the sentence
+    names (it said 2.3 and 5.6; crossover's gpu_equivalents read 6.4 and 15.4 on 2026-12-04)."""
+    gb200, h100 = _quote(r"one CS-3 system is worth about ([\d.]+) GB200s \(([\d.]+) H100s\)").groups()
+    code, out, err = cli("crossover", "--hw", "wse3,h100,gb200", "--hidden", "2048", "--search", "--json", "--quiet")
+    assert code == 0, err
+    worth = json.loads(out)["gpu_equivalents"]["qwen3-moe-h2048"]
+    assert (f"{worth['wse3/gb200']:.1f}", f"{worth['wse3/h100']:.1f}") == (gb200, h100)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import sys
 from typing import Optional
 
@@ -36,6 +37,27 @@ except ImportError:  # pragma: no cover
     from click import exceptions as click_exc  # type: ignore[no-redef]  # the same module, older location
 
 COMMAND_MODULES = (plan, cluster, whatif, measure, validate, info)
+
+# An option's help that names an outside tool's flag for the same thing ("Megatron's --micro-batch-size", "also
+# called --gpus"): a user who types that flag is told btacalc's name instead of click's spelling guesses.
+_OUTSIDE_NAMES = re.compile(r"(?:Megatron(?:'s)?|also called) ((?:--[\w-]+(?:, | or )?)+)")
+
+
+def _btacalc_name(option: str, command) -> Optional[str]:
+    """The option of `command` whose help names `option` as an outside tool's flag, if exactly one does."""
+    hits = {param.opts[0] for param in getattr(command, "params", ())
+            if any(option in re.findall(r"--[\w-]+", m.group(1))
+                   for m in _OUTSIDE_NAMES.finditer(getattr(param, "help", None) or ""))}
+    return hits.pop() if len(hits) == 1 else None
+
+
+def _usage_message(exc) -> str:
+    """click's message; for an unknown option that another tool spells so, the name btacalc takes."""
+    if isinstance(exc, click_exc.NoSuchOption) and exc.ctx is not None:
+        ours = _btacalc_name(exc.option_name, exc.ctx.command)
+        if ours:
+            return f"No such option: {exc.option_name}: btacalc's name for it is {ours}"
+    return exc.format_message()
 
 
 def build_app() -> typer.Typer:
@@ -123,7 +145,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         _say(f"btacalc: stopped by {exc.name}; nothing written", exc.exit_code)
     except click_exc.UsageError as exc:
         # click wraps a converter's ValueError as "Value error, ...": the reason alone reads better
-        _say(f"btacalc: error: {exc.format_message().replace('Value error, ', '')}", 2)
+        _say(f"btacalc: error: {_usage_message(exc).replace('Value error, ', '')}", 2)
     except (typer.Abort, KeyboardInterrupt):
         _say("btacalc: interrupted", 130)
     except BtacalcError as exc:

@@ -63,9 +63,9 @@ def compare(
     name: Optional[str] = NameOpt,
     hw: str = typer.Option(HW_LIST_DEFAULT, "--hw", help="Comma-separated hardware profiles.",
                             autocompletion=complete_hardware_list),
-    devices: str = typer.Option("auto", "--devices", "-n", help="GPU counts, e.g. 8,64; auto: the smallest power of "
-                                "two that fits (trying ZeRO-3 and full recomputation where --zero and "
-                                "--recompute are not given), or the --match count."),
+    devices: str = typer.Option("auto", "--devices", "-n", help="GPU counts (also called --gpus or --num-gpus), "
+                                "e.g. 8,64; auto: the smallest power of two that fits (trying ZeRO-3 and full "
+                                "recomputation where --zero and --recompute are not given), or the --match count."),
     systems: int = typer.Option(1, "--systems", min=1, help="Wafer systems per wafer row (CS-2/CS-3 in data parallel)."),
     match: Optional[Match] = typer.Option(None, "--match", help="GPU count beside the wafer systems: power (whole "
                                           "nodes of similar system power) or devices (as many GPUs as systems)."),

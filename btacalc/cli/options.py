@@ -98,7 +98,8 @@ MtpOpt = typer.Option(None, "--mtp/--no-mtp", help=help_text("Also train the mod
                       "(DeepSeek-V3) [default: off, as Hugging Face transformers trains it and as its 671B is counted]."))
 HwOpt = typer.Option("wse3", "--hw", help="Hardware profile name (btacalc hw list) or path to a profile .toml.",
                       autocompletion=complete_hardware)
-SeqOpt = typer.Option(None, "--seq", min=1, help=help_text("Sequence length s [default: 4096, Qwen3 pre-training]."))
+SeqOpt = typer.Option(None, "--seq", min=1, help=help_text("Sequence length s (Megatron's --seq-length) [default: "
+                      "4096, Qwen3 pre-training]."))
 RECOMPUTE_HELP = ("Activation recomputation: none, selective, full, or Megatron recompute modules, comma-separated ("
                   + ", ".join(RECOMPUTE_MODULES) + ")")
 RecomputeOpt = typer.Option(None, "--recompute", help=help_text(RECOMPUTE_HELP + " [default: per device]."))
@@ -134,10 +135,11 @@ FixedActiveOpt = typer.Option(False, "--fixed-active", help="Keep k·f constant 
 OverlapOpt = typer.Option(True, "--overlap/--no-overlap", help="Weight streaming overlaps compute (max) or not (sum).")
 MemoryModelOpt = typer.Option(None, "--memory-model", help=help_text("auto: resident when the whole training state fits, "
                               "else weight streaming (wafer) [default: auto]."))
-DevicesOpt = typer.Option(1, "--devices", "-n", min=1, help="GPUs (data-parallel ranks), or wafer systems (CS-2/CS-3 in "
-                          "strict data parallel over SwarmX/MemoryX).")
+DevicesOpt = typer.Option(1, "--devices", "-n", min=1, help="GPUs (all ranks: Megatron's world size, also called --gpus "
+                          "or --num-gpus), or wafer systems (CS-2/CS-3 in strict data parallel over SwarmX/MemoryX).")
 EpOpt = typer.Option(None, "--ep", min=1, help=help_text(
-                     "Expert-parallel degree: experts split over EP devices [default: gcd(devices, E)]."))
+                     "Expert-parallel degree: experts split over EP devices (Megatron's --expert-model-parallel-size) "
+                     "[default: gcd(devices, E)]."))
 ZeroOpt = typer.Option(None, "--zero", min=0, max=3, help=help_text("ZeRO stage 0-3 [default: 1 with several devices]."))
 GpusPerNodeOpt = typer.Option(None, "--gpus-per-node", min=1, help=help_text("Devices per NVLink domain [default: the profile's]."))
 OverlapA2aOpt = typer.Option(False, "--overlap-a2a/--no-overlap-a2a", help="Hide the all-to-all behind expert compute "
@@ -177,8 +179,9 @@ MicroBatchOpt = typer.Option(None, "--micro-batch", min=1, help="Sequences per m
 TpOpt = typer.Option(None, "--tp", min=1, help="Tensor-parallel size (Megatron --tensor-model-parallel-size).")
 SpOpt = typer.Option(None, "--sequence-parallel/--no-sequence-parallel", help=help_text("Sequence parallelism with TP "
                      "[default: on when --tp > 1]."))
-PpOpt = typer.Option(None, "--pp", min=1, help="Pipeline-parallel size (--pipeline-model-parallel-size).")
-VpOpt = typer.Option(None, "--vp", min=1, help="Interleaved model chunks per pipeline stage (virtual pipeline).")
+PpOpt = typer.Option(None, "--pp", min=1, help="Pipeline-parallel size (Megatron's --pipeline-model-parallel-size).")
+VpOpt = typer.Option(None, "--vp", min=1, help="Interleaved model chunks per pipeline stage (virtual pipeline; "
+                 "Megatron's --num-virtual-stages-per-pipeline-rank).")
 FirstStageOpt = typer.Option(None, "--first-stage-layers", min=1, help="Decoder layers on the first pipeline stage "
                              "(Megatron's --decoder-first-pipeline-num-layers); the middle stages share the rest.")
 LastStageOpt = typer.Option(None, "--last-stage-layers", min=1, help="Decoder layers on the last pipeline stage "
@@ -190,8 +193,10 @@ AccountEmbeddingOpt = typer.Option(False, "--account-for-embedding-in-pipeline-s
                                    "one layer of the first model chunk (Megatron's flag of the same name).")
 AccountLossOpt = typer.Option(False, "--account-for-loss-in-pipeline-split", help="Count the loss as one layer of the "
                               "last model chunk (Megatron's flag of the same name).")
-CpOpt = typer.Option(None, "--cp", min=1, help="Context-parallel size (ring attention over sequence chunks).")
-EtpOpt = typer.Option(None, "--etp", min=1, help=help_text("Expert tensor-parallel size [default: --tp, as Megatron-Core]."))
+CpOpt = typer.Option(None, "--cp", min=1, help="Context-parallel size (ring attention over sequence chunks; "
+                 "Megatron's --context-parallel-size).")
+EtpOpt = typer.Option(None, "--etp", min=1, help=help_text("Expert tensor-parallel size (Megatron's "
+                     "--expert-tensor-parallel-size) [default: --tp, as Megatron-Core]."))
 FsdpOpt = typer.Option(False, "--fsdp", help="Fully sharded data parallel (ZeRO-3 state; weights gathered every "
                        "micro-batch).")
 FsdpImplOpt = typer.Option(None, "--fsdp-impl", help=help_text(

@@ -149,7 +149,8 @@ def plan(
                                           help="Read plan options from a TOML run file (keys: the option names, e.g. "
                                           "global-batch = 256); the command line wins."),
 ) -> int:
-    """Choose G and b for a model on a device; show parameters, memory, FLOPs and phases.
+    """Choose G (attention tiles) and b (sequences per tile) for a model on one or more devices;
+    show parameters, memory, FLOPs, phases, throughput and what binds.
 
     Exit code 0 when the plan fits, 1 when it does not (the plan and what would fit are still shown),
     2 on bad input.

@@ -60,9 +60,9 @@ def whatif(
     as_json: bool = typer.Option(False, "--json", help="Print the answer as JSON on stdout."),
     output: Optional[str] = OutputOpt,
 ) -> int:
-    """What would it take: the value of one hardware number (or of the model's depth) at which the plan
-    reaches a target, its ratio to today's value, and what binds along the way. Every trial is a plan, solved as
-    `plan` solves it: the model, hardware, batch, layout and recipe options it takes mean here what they mean there.
+    """What would it take: the value of one hardware number (or of the model's depth)
+    at which the plan reaches a target, its ratio to today's value, and what binds along the way.
+    Every trial is a plan, solved as `plan` solves it: the options it shares with `plan` mean the same.
 
     Exit 0 when the target is reached within 1/1000x..1000x of today's value, 1 when it is not, 2 on bad input.
     """

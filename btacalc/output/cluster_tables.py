@@ -45,9 +45,11 @@ def compare_renderable(r: CompareResult) -> Fit:
             notes.append(escape(f"{row.hardware} x{row.devices}: {row.note}"))
         if row.run_options:  # the plan's inputs.run_options: as flags, too long for the setup cell
             notes.append(escape(f"{row.hardware} x{row.devices} {row.precision}: run options {' '.join(row.run_options)}"))
-    t.caption = ("G x b: per device; rc: recomputation; vs dense: the dense model with the same active parameters on the "
-                 "same devices; BTA: tokens/s at the solver's G over G = 1;\ntok/s/kW: over system power; GB/device: "
-                 "used/usable, GB = 1e9 bytes" + ("\n" + "\n".join(notes) if notes else "")
+    t.caption = ("G x b: per device; T_e: tokens per expert; tokens/s: all devices; rc: recomputation; vs dense: the dense "
+                 "model with the same active parameters on the same devices; BTA: tokens/s at the solver's G over G = 1;\n"
+                 "tok/s/kW: over system power; dominant: the step's largest time row (a phase, a collective, or "
+                 "launch: the host issuing kernels); GB/device: used/usable, GB = 1e9 bytes"
+                 + ("\n" + "\n".join(notes) if notes else "")
                  + ("\nnot run: " + "; ".join(escape(s) for s in r.skipped) if r.skipped else ""))
     return fit(t)
 

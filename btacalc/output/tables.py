@@ -122,6 +122,9 @@ def sweep_renderable(result) -> Fit:
                   f"{p.plan.tokens_per_expert:,.0f}",
                   f"{th.tokens_per_s:,.0f}", fmt(th.relative_to_dense), str(th.tile_batch_g1 or "-"),
                   fmt(th.relative_to_dense_g1), fmt(gain) + "x" if gain else "-")
+    t.caption = ("G: tiles, b: sequences per tile, M: micro-batches; T_e: tokens per expert; tokens/s: all devices; "
+                 "vs dense: over the dense model with the same active parameters; G=1 b, G=1 vs dense: the fastest "
+                 "untiled plan; BTA gain: tokens/s at G over G = 1")
     return fit(t)
 
 
@@ -354,6 +357,9 @@ def _flops_table(r: PlanReport) -> Table:
     t.add_column("hardware total", justify="right")
     t.add_column("elementwise (apart)", justify="right")
     t.add_row(*(si(x, "FLOP") for x in (f.forward, f.backward, f.total, f.recompute, f.hardware_total, f.elementwise)))
+    t.caption = ("model total = forward + backward; recompute: forward work the backward pass runs again (--recompute"
+                 + ("; with flash attention also the kernel's S = QK^T, recomputed whatever --recompute says"
+                    if r.inputs.attention == "flash" else "") + "); hardware total = model total + recompute")
     return t
 
 

@@ -108,6 +108,12 @@ def grouped(runs: list[CrossRun], key: Callable[[CrossRun], str]) -> dict[str, E
     return {k: summarize_errors(v) for k, v in sorted(groups.items())}
 
 
+def _in_scale_order(groups: dict[str, ErrorSummary]) -> dict[str, ErrorSummary]:
+    """The scale groups smallest first, as SCALE_EDGES lists them (sorted as text, "73-256" came before "9-72")."""
+    order = [label for _, label in SCALE_EDGES]
+    return {k: groups[k] for k in sorted(groups, key=order.index)}
+
+
 # fit(device family, runs to fit on) -> factors (None: nothing to fit); predict(run, factors by device
 # family) -> CrossRun
 FitFn = Callable[[str, list[MeasuredRun]], Optional[dict[str, float]]]
@@ -163,7 +169,7 @@ def cross_validate(runs: list[MeasuredRun], setting: Setting, fit: FitFn, predic
     return CrossValidation(
         folds=folds, overall=summarize_errors([r.error for r in every if r.error is not None]),
         by_hardware=grouped(every, lambda r: r.hw), by_kind=grouped(every, lambda r: "moe" if r.moe else "dense"),
-        by_scale=grouped(every, lambda r: r.scale), by_model_family=grouped(every, lambda r: r.model_family),
+        by_scale=_in_scale_order(grouped(every, lambda r: r.scale)), by_model_family=grouped(every, lambda r: r.model_family),
         by_software_year=grouped(every, lambda r: r.software_year),
         not_expressible=[f"{r.id}: {r.reason}" for r in every if r.error is None])
 
