@@ -132,7 +132,7 @@ def utf8_text(data: bytes, where: str) -> str:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise OSError(errno.EILSEQ, f"not UTF-8 text (byte {exc.start})", where) from None
-    return text[len(BOM):] if text.startswith(BOM) else text
+    return text.removeprefix(BOM)
 
 
 def _note_stdin_file(stream: object, reader: str) -> None:
@@ -164,7 +164,7 @@ def read_stdin(limit: int, reader: str) -> str:
         text = stream.read(limit + 1)
         if len(text.encode("utf-8", "surrogatepass")) > limit:
             raise OSError(errno.EFBIG, f"larger than {limit >> 20} MiB", "-")
-        return text[len(BOM):] if text.startswith(BOM) else text
+        return text.removeprefix(BOM)
     data = binary.read(limit + 1)
     if len(data) > limit:
         raise OSError(errno.EFBIG, f"larger than {limit >> 20} MiB", "-")

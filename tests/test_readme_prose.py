@@ -152,17 +152,22 @@ def test_accuracy_prose_quotes_the_generated_groups(pattern, group, cells):
     assert list(quoted) == [row[i] for i in cells], (group, quoted, row)
 
 
+
+def _accuracy_tool():
+    """tools/accuracy.py loaded as a module (it is a script, not part of the package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("accuracy_tool", README.parent / "tools" / "accuracy.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    return tool
+
 @pytest.mark.slow
 def test_groups_fragment_is_current():
     """The README's table of GPU check runs by kind is what tools/accuracy.py writes from `validate`
     today (regenerate with `python tools/accuracy.py` when a number moves; then the prose tests above
     name each sentence to update)."""
-    import importlib.util
-
-    path = README.parent / "tools" / "accuracy.py"
-    spec = importlib.util.spec_from_file_location("accuracy_tool", path)
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    tool = _accuracy_tool()
     assert f"{tool.GROUPS_BEGIN}\n{tool.groups_markdown()}\n{tool.GROUPS_END}" in README.read_text(encoding="utf-8")
 
 
@@ -313,12 +318,7 @@ def test_summary_regroups_the_per_run_table():
 def test_summary_fragment_is_current():
     """The "At a glance" table is what tools/accuracy.py writes from `validate` today (regenerate with
     `python tools/accuracy.py` when a number moves)."""
-    import importlib.util
-
-    path = README.parent / "tools" / "accuracy.py"
-    spec = importlib.util.spec_from_file_location("accuracy_tool", path)
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    tool = _accuracy_tool()
     assert f"{tool.SUMMARY_BEGIN}\n{tool.summary_markdown()}\n{tool.SUMMARY_END}" in README.read_text(encoding="utf-8")
 
 

@@ -55,12 +55,10 @@ _STOPPING = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP", "S
 
 
 @contextlib.contextmanager
-def held() -> Iterator[None]:
-    """Signals that stop a command are held (blocked, then delivered) while a temporary file is created
-    and recorded, or while files are renamed or restored: a stop between creating a file and noting it
-    would leave it behind, one in the middle of the renames would leave half the outputs replaced."""
+def _signal_mask(how: int) -> Iterator[None]:
+    """The stopping signals blocked (SIG_BLOCK) or unblocked (SIG_UNBLOCK) inside the block, the mask restored after."""
     try:
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPPING)
+        old = signal.pthread_sigmask(how, _STOPPING)
     except (AttributeError, ValueError, OSError):  # no pthread_sigmask here
         old = None
     try:
@@ -70,21 +68,19 @@ def held() -> Iterator[None]:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
-@contextlib.contextmanager
-def released() -> Iterator[None]:
+def held() -> "contextlib.AbstractContextManager[None]":
+    """Signals that stop a command are held (blocked, then delivered) while a temporary file is created
+    and recorded, or while files are renamed or restored: a stop between creating a file and noting it
+    would leave it behind, one in the middle of the renames would leave half the outputs replaced."""
+    return _signal_mask(signal.SIG_BLOCK)
+
+
+def released() -> "contextlib.AbstractContextManager[None]":
     """Inside `held()`, the stopping signals unblocked again for one call that may wait without end: opening a FIFO
     that no process reads yet waits for a reader (hostile15: `sweep --csv fifo` with no reader could not be stopped
     by Ctrl-C or SIGTERM, only by SIGKILL, as its streams are opened while the signals are held). A stop delivered
     here raises in the call, and the caller's cleanup runs."""
-    try:
-        old = signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPPING)
-    except (AttributeError, ValueError, OSError):
-        old = None
-    try:
-        yield
-    finally:
-        if old is not None:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+    return _signal_mask(signal.SIG_UNBLOCK)
 
 
 def _open_stream(path: str) -> int:
