@@ -244,8 +244,8 @@ def _result(model: ModelSpec, hardware: HardwareProfile, request: ExecutionReque
         result.fastest_not_fitting = scores.row(faster[0], usable)
     if not fitting:
         result.why = [f"none of the {len(scores.candidates):,} layouts fits in {usable / 1e9:.1f} GB per device",
-                      f"the same command without --search lists what would fit (a device count, ZeRO-3, recomputation), "
-                      f"each change checked to fit"]
+                      "the same command without --search lists what would fit (a device count, ZeRO-3, recomputation), "
+                      "each change checked to fit"]
     else:
         ranking = _distinct(scores, fitting, usable)
         result.ranking = ranking
