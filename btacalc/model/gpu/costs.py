@@ -947,7 +947,9 @@ def _issue(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, plan: _PhaseP
       backward (autograd runs the module's backward function once for its data and weight gradients) and one
       per re-run; the attention core's module is counted with the fused kernel (`_fused_core`);
     - the eager glue the phase stands for, in reference-op equivalents: its forward once and once per re-run,
-      its backward once;
+      its backward once; with it, in the same unit, TransformerEngine GroupedLinear's Python per local expert of
+      each grouped linear module (formulas/constants.toml `grouped_linear_expert_forward_ref_ops` once forward and
+      per re-run, `grouped_linear_expert_backward_ref_ops` once backward; where the module's call is eager);
     - the first forward pass's share of each (`*_fwd`: a GEMM phase's kernels and expert GEMMs in 3 + re-runs
       passes, another phase's kernel in 2 + re-runs, a module in 2 + re-runs; re-runs belong to the backward);
     - the per-expert quantisation of a low-precision phase's grouped expert GEMMs: TransformerEngine's
@@ -960,6 +962,7 @@ def _issue(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, plan: _PhaseP
     Each count times `eager`'s entry for it (`_eager`: 0 where the phase's CUDA graph replays it); the
     quantisation kernels only where the phase's kernels are eager."""
     reruns = v["reruns"]
+    expert_modules: Any = 0  # local experts of the phase's grouped linear modules, summed over them (per pass)
     if plan.fused:
         kernels, expert_gemms, modules = 0, 0, 0
     else:
@@ -970,6 +973,7 @@ def _issue(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, plan: _PhaseP
             with contextlib.nullcontext() if python else np.errstate(divide="ignore", invalid="ignore"):
                 dense = sum([c for c, grouped in zip(counts, plan.grouped) if not grouped])
                 experts = sum([c / r.expert_parallel for c, grouped in zip(counts, plan.grouped) if grouped])
+                expert_modules = sum([c / r.expert_parallel for c, g in zip(counts, plan.gemms) if g.grouped and g.module])
             kernels, expert_gemms = dense * passes, experts * passes
         else:
             work = where((v["bytes_moved"] + v["flops_fwd"]) > 0, 1, 0)
@@ -980,12 +984,16 @@ def _issue(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, plan: _PhaseP
     part.kernels, part.expert_gemms = part.kernels + kernels, part.expert_gemms + expert_gemms
     part.module_calls = part.module_calls + modules
     part.glue_ops = part.glue_ops + (0 if glue is None else glue.forward_ops * (1 + reruns) + glue.backward_ops) * eager[3]
+    te = constants().transformer_engine
+    per_expert_fwd = expert_modules * te.grouped_linear_expert_forward_ref_ops * eager[2]
+    part.glue_ops = part.glue_ops + per_expert_fwd * (1 + reruns) + (
+        expert_modules * te.grouped_linear_expert_backward_ref_ops * eager[2])
     before = _forward_counts(part) if phase.after_dispatch_sync else None
     passes = 3 + reruns if plan.gemms else 2 + reruns  # (the GEMMs that apply under the features)
     part.kernels_fwd = part.kernels_fwd + kernels / passes
     part.expert_gemms_fwd = part.expert_gemms_fwd + expert_gemms / (3 + reruns)
     part.module_calls_fwd = part.module_calls_fwd + modules / (2 + reruns)
-    part.glue_ops_fwd = part.glue_ops_fwd + (0 if glue is None else glue.forward_ops * eager[3])
+    part.glue_ops_fwd = part.glue_ops_fwd + (0 if glue is None else glue.forward_ops * eager[3]) + per_expert_fwd
     if eager[0] and r.cast is not None and phase.low_precision:
         per_expert = r.cast.recipe.grouped_quantize_kernels_per_expert
         if per_expert:
