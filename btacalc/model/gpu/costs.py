@@ -946,10 +946,7 @@ def _issue(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, plan: _PhaseP
       linear or grouped linear, whatever its `count` of matmuls inside) is one module call forward, one
       backward (autograd runs the module's backward function once for its data and weight gradients) and one
       per re-run; the attention core's module is counted with the fused kernel (`_fused_core`);
-    - the eager glue the phase stands for, in reference-op equivalents: its forward once and once per re-run,
-      its backward once; with it, in the same unit, TransformerEngine GroupedLinear's Python per local expert of
-      each grouped linear module (formulas/constants.toml `grouped_linear_expert_forward_ref_ops` once forward and
-      per re-run, `grouped_linear_expert_backward_ref_ops` once backward; where the module's call is eager);
+    - the eager glue in reference ops: forward once and per re-run, backward once; + `_grouped_linear_python`;
     - the first forward pass's share of each (`*_fwd`: a GEMM phase's kernels and expert GEMMs in 3 + re-runs
       passes, another phase's kernel in 2 + re-runs, a module in 2 + re-runs; re-runs belong to the backward);
     - the per-expert quantisation of a low-precision phase's grouped expert GEMMs: TransformerEngine's
@@ -962,9 +959,8 @@ def _issue(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, plan: _PhaseP
     Each count times `eager`'s entry for it (`_eager`: 0 where the phase's CUDA graph replays it); the
     quantisation kernels only where the phase's kernels are eager."""
     reruns = v["reruns"]
-    expert_modules: Any = 0  # local experts of the phase's grouped linear modules, summed over them (per pass)
     if plan.fused:
-        kernels, expert_gemms, modules = 0, 0, 0
+        kernels, expert_gemms, modules, expert_modules = 0, 0, 0, 0
     else:
         passes = 1 + reruns + 2
         if plan.gemms:
@@ -977,23 +973,20 @@ def _issue(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, plan: _PhaseP
             kernels, expert_gemms = dense * passes, experts * passes
         else:
             work = where((v["bytes_moved"] + v["flops_fwd"]) > 0, 1, 0)
-            kernels, expert_gemms = work * (2 + reruns), 0
+            kernels, expert_gemms, expert_modules = work * (2 + reruns), 0, 0
         modules = plan.modules * (1 + reruns + 1)
     kernels, expert_gemms, modules = kernels * eager[0], expert_gemms * eager[1], modules * eager[2]
     glue = phase.host_glue
     part.kernels, part.expert_gemms = part.kernels + kernels, part.expert_gemms + expert_gemms
     part.module_calls = part.module_calls + modules
     part.glue_ops = part.glue_ops + (0 if glue is None else glue.forward_ops * (1 + reruns) + glue.backward_ops) * eager[3]
-    te = constants().transformer_engine
-    per_expert_fwd = expert_modules * te.grouped_linear_expert_forward_ref_ops * eager[2]
-    part.glue_ops = part.glue_ops + per_expert_fwd * (1 + reruns) + (
-        expert_modules * te.grouped_linear_expert_backward_ref_ops * eager[2])
     before = _forward_counts(part) if phase.after_dispatch_sync else None
     passes = 3 + reruns if plan.gemms else 2 + reruns  # (the GEMMs that apply under the features)
     part.kernels_fwd = part.kernels_fwd + kernels / passes
     part.expert_gemms_fwd = part.expert_gemms_fwd + expert_gemms / (3 + reruns)
     part.module_calls_fwd = part.module_calls_fwd + modules / (2 + reruns)
-    part.glue_ops_fwd = part.glue_ops_fwd + (0 if glue is None else glue.forward_ops * eager[3]) + per_expert_fwd
+    part.glue_ops_fwd = part.glue_ops_fwd + (0 if glue is None else glue.forward_ops * eager[3])
+    _grouped_linear_python(part, expert_modules, reruns, eager[2])
     if eager[0] and r.cast is not None and phase.low_precision:
         per_expert = r.cast.recipe.grouped_quantize_kernels_per_expert
         if per_expert:
@@ -1002,6 +995,20 @@ def _issue(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, plan: _PhaseP
             part.kernels_fwd = part.kernels_fwd + forward
     if before is not None:
         _after_sync(part, before)
+
+
+def _grouped_linear_python(part: Part, expert_modules: Any, reruns: Any, eager_module: int) -> None:
+    """TransformerEngine GroupedLinear's Python per local expert (model/gpu/fixed.py), counted with the glue in its
+    unit (reference ops): `expert_modules` local experts summed over the phase's grouped linear modules (count/EP
+    each), x formulas/constants.toml `grouped_linear_expert_forward_ref_ops` once forward and once per re-run, x
+    `grouped_linear_expert_backward_ref_ops` once backward; the first forward's share into `glue_ops_fwd` (after
+    `_issue`'s other counts, so that a post-sync phase's `_after_sync` sees it). Where a CUDA graph replays the
+    module (`eager_module` 0) its Python does not run."""
+    te = constants().transformer_engine
+    forward = expert_modules * te.grouped_linear_expert_forward_ref_ops * eager_module
+    part.glue_ops = part.glue_ops + forward * (1 + reruns) + (
+        expert_modules * te.grouped_linear_expert_backward_ref_ops * eager_module)
+    part.glue_ops_fwd = part.glue_ops_fwd + forward
 
 
 # the host-issued counts of a `Part` (host_time's arguments), each also kept for the first forward (`*_fwd`) and
