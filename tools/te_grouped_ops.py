@@ -14,8 +14,8 @@ carrying `main_grad` and `grad_added_to_main_grad` as Megatron's DDP sets them, 
 not the last (no reduce starts). Per forward + backward, at G local experts (1, 4, 8, 16 by default):
 
   (a) Python function calls and builtin (C) calls, by sys.setprofile; the aten calls, by a TorchDispatchMode;
-  (b) with --time: the thread CPU time of forward + backward, less the stand-in GEMM's own time (the recorded
-      `te_general_grouped_gemm` calls replayed alone), in units of the reference eager op of docs/host-time.md
+  (b) with --time: the thread CPU time of forward + backward, less the stand-ins' own time (the recorded
+      `te_general_grouped_gemm` calls, with MXFP8 also `split_quantize` / `quantize`, replayed alone), in units of the reference eager op of docs/host-time.md
       (`x + 1` with requires_grad, timed in the same process);
   (c) the least-squares line over G of each: the slope is the per-expert cost, the intercept the per-call one
       (btacalc's `module_host_s` already prices the call).
@@ -34,6 +34,10 @@ What differs from the GPU path (each also said in docs/host-time.md):
   S4 `_empty_tensor()` (gemm.py, utils.py) returns `torch.Tensor()` without `.cuda()`; `get_sm_count()` is 148,
      `get_cublas_workspace()` one empty tensor (lru-cached in TE too); the dummy-gradient cache of base.py
      (`_dummy_wgrads`, filled on the first call on a GPU) is pre-filled with CPU tensors;
+  S5 with --recipe mxfp8: compute capability (10, 0) for the recipe checks; `split_quantize` / `quantize` build TE's
+     Python MXFP8TensorStorage over the unquantised slices (no cast, empty scales), the GEMM stand-in skips them;
+     their time (with the storages' constructor, which TE's C++ also calls) is subtracted with the GEMM's, so the
+     MXFP8 figure is a lower bound;
   fp32 CPU tensors of tiny sizes, so that the arithmetic is negligible.
 
 Usage: python tools/te_grouped_ops.py TE_TREE MEGATRON_TREE [--experts 1 4 8 16] [--time] [--repeat 5]
@@ -109,6 +113,8 @@ def standin_grouped_gemm(torch: Any) -> Callable[..., Any]:
         accumulate = bool(_rest[4]) if len(_rest) > 4 else False  # after pre_gelu_out, grad, workspaces, size
         outs = torch.split(out[0], list(m_splits)) if single_output else out
         for a, b, o in zip(A, B, outs):
+            if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+                continue  # S5: quantised operands (MXFP8 storages): no arithmetic, the loop only
             x = b.t() if transb else b
             y = a.t() if transa else a
             if accumulate:
@@ -204,14 +210,45 @@ def load_te(tree: str, torch: Any) -> Any:
     import transformer_engine.pytorch.utils as utils  # noqa: E402
     empty = lambda: torch.Tensor()  # noqa: E731  (S4)
     gemm._empty_tensor = utils._empty_tensor = empty
+    import transformer_engine.pytorch.tensor.storage.mxfp8_tensor_storage  # noqa: E402,F401 (its clear())
+    for module in list(sys.modules.values()):
+        if getattr(module, "__name__", "").startswith("transformer_engine") and hasattr(module, "_empty_tensor"):
+            module._empty_tensor = empty
     gemm.get_sm_count = lambda: 148
     workspace = [torch.empty(0, dtype=torch.uint8)]
     gemm.get_cublas_workspace = lambda *_a: workspace
     return grouped_linear
 
 
+def install_mxfp8(torch: Any) -> Any:
+    """S5 (--recipe mxfp8): a Blackwell compute capability (10, 0) for TE's recipe checks; the extension's
+    `split_quantize` and `quantize` build TE's Python `MXFP8TensorStorage` (its constructor copies the quantizer, as it
+    does when TE's C++ builds it) over the unquantised slices, rowwise and / or columnwise as the quantizer's usage
+    asks, with empty scales; the grouped GEMM stand-in skips the arithmetic on them. Returns the recipe."""
+    import transformer_engine.pytorch.quantization as quantization
+    import transformer_engine.pytorch.utils as utils
+    from transformer_engine.common.recipe import MXFP8BlockScaling
+    from transformer_engine.pytorch.tensor.storage.mxfp8_tensor_storage import MXFP8TensorStorage
+
+    quantization.get_device_compute_capability = utils.get_device_compute_capability = lambda: (10, 0)
+    tex = sys.modules["transformer_engine_torch"]
+    scale = torch.empty(0)
+
+    def storage(t: Any, quantizer: Any) -> Any:
+        return MXFP8TensorStorage(t if quantizer.rowwise_usage else None, scale,
+                                  t if quantizer.columnwise_usage else None, scale, tex.DType.kFloat8E4M3,
+                                  quantizer, False)
+
+    def split_quantize(inp: Any, splits: Sequence[int], quantizers: Sequence[Any], **_k: Any) -> list[Any]:
+        return [storage(t, q) for t, q in zip(torch.split(inp, list(splits)), quantizers)]
+
+    tex.split_quantize = split_quantize
+    tex.quantize = lambda t, quantizer, *_a: storage(t, quantizer)
+    return MXFP8BlockScaling()
+
+
 def build(grouped_linear: Any, megatron_ddp: Any, bucket_group: Any, torch: Any, experts: int, hidden: int,
-          tokens: int, hooks: bool = True) -> tuple[Callable[[], None], Callable[[], None], list[Any]]:
+          tokens: int, hooks: bool = True, recipe: Any = None) -> tuple[Callable[[], None], Callable[[], None], list[Any]]:
     """GroupedLinear(G, hidden, hidden) as Megatron's TEGroupedLinear holds it: a forward closure, a forward +
     backward closure, and the grad accumulators that hold the hooks."""
     real = torch.cuda.is_available
@@ -239,15 +276,20 @@ def build(grouped_linear: Any, megatron_ddp: Any, bucket_group: Any, torch: Any,
     grad = torch.ones(experts * tokens, hidden)
     splits = [tokens] * experts
 
-    def step() -> None:
-        y = module(x, splits, is_first_microbatch=False)
+    quantized = contextlib.nullcontext if recipe is None else (
+        lambda: sys.modules["transformer_engine.pytorch.quantization"].autocast(enabled=True, recipe=recipe))
+
+    def step(first: bool = False) -> None:
+        with quantized():
+            y = module(x, splits, is_first_microbatch=first)
         y.backward(grad)
         x.grad = None
 
     def forward() -> None:  # the forward alone (its graph is freed unused)
-        module(x, splits, is_first_microbatch=False)
+        with quantized():
+            module(x, splits, is_first_microbatch=False)
 
-    step()  # warm-up: TE's first-call set-up (fp8 meta, caches)
+    step(True)  # warm-up: TE's first-call set-up (fp8 meta; the quantised weights' cache, kept for the next calls)
     return forward, step, keep
 
 
@@ -257,7 +299,7 @@ def thread_cpu(fn: Callable[[], Any], number: int) -> float:
 
 
 def measure(te_tree: str, megatron_tree: str, experts: Sequence[int], do_time: bool, repeat: int,
-            hidden: int = 8, tokens: int = 2, hooks: bool = True) -> dict[str, Any]:
+            hidden: int = 8, tokens: int = 2, hooks: bool = True, recipe_name: str = "bf16") -> dict[str, Any]:
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -266,6 +308,7 @@ def measure(te_tree: str, megatron_tree: str, experts: Sequence[int], do_time: b
     from megatron.core.distributed.distributed_data_parallel import DistributedDataParallel
     from megatron.core.distributed.param_and_grad_buffer import _ParamAndGradBucketGroup
     grouped_linear = load_te(te_tree, torch)
+    recipe = install_mxfp8(torch) if recipe_name == "mxfp8" else None
 
     def bucket_group(ddp_config: Any) -> Any:
         group = types.SimpleNamespace(is_last_microbatch=False, ddp_config=ddp_config)
@@ -285,7 +328,7 @@ def measure(te_tree: str, megatron_tree: str, experts: Sequence[int], do_time: b
     steps = {}
     for g in experts:
         forward, step, keep = build(grouped_linear, DistributedDataParallel, bucket_group, torch, g, hidden, tokens,
-                                     hooks)
+                                     hooks, recipe)
         steps[g] = (forward, step, keep)
         STANDIN_CALLS.clear()
         calls = PythonCalls()
@@ -302,38 +345,50 @@ def measure(te_tree: str, megatron_tree: str, experts: Sequence[int], do_time: b
     if not do_time:
         return out
 
-    gemm_mod = sys.modules["transformer_engine_torch"]
-    real_gemm = gemm_mod.te_general_grouped_gemm
+    tex = sys.modules["transformer_engine_torch"]
+    names = ["te_general_grouped_gemm"] + (["split_quantize", "quantize"] if recipe else [])
+    real = {n: getattr(tex, n) for n in names}
     one = torch.randn(1, requires_grad=True)
+
+    def copy(v: Any) -> Any:  # TE clears the saved inputs after the wgrad (clear_tensor_data)
+        if isinstance(v, torch.Tensor):
+            return v.detach().clone()
+        return [copy(t) for t in v] if isinstance(v, (list, tuple)) else v
+
+    def record(fn: Callable[[], None]) -> list[tuple[str, tuple[Any, ...], dict[str, Any]]]:
+        """The stand-in calls `fn` makes, with copies of their arguments."""
+        calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+
+        def wrap(name: str) -> Callable[..., Any]:
+            def recording(*a: Any, **k: Any) -> Any:
+                calls.append((name, tuple(copy(v) for v in a), k))
+                return real[name](*a, **k)
+            return recording
+
+        for n in names:
+            setattr(tex, n, wrap(n))
+        try:
+            fn()
+        finally:
+            for n in names:
+                setattr(tex, n, real[n])
+        return calls
+
+    def replay(calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]]) -> None:  # no grad, as in the step
+        with torch.no_grad():
+            for n, a, k in calls:
+                real[n](*a, **k)
+
     rounds: dict[int, list[dict[str, float]]] = {g: [] for g in experts}
     for _ in range(repeat):
         for g in experts:
             forward, step, _keep = steps[g]
-            recorded: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
-
-            def copy(v: Any) -> Any:  # TE clears the saved inputs after the wgrad (clear_tensor_data)
-                if isinstance(v, torch.Tensor):
-                    return v.detach().clone()
-                return [copy(t) for t in v] if isinstance(v, (list, tuple)) else v
-
-            def recording(*a: Any, **k: Any) -> Any:
-                recorded.append((tuple(copy(v) for v in a), k))
-                return real_gemm(*a, **k)
-
-            gemm_mod.te_general_grouped_gemm = recording
-            step()
-            gemm_mod.te_general_grouped_gemm = real_gemm
-
-            def replay(calls: list[tuple[tuple[Any, ...], dict[str, Any]]]) -> None:  # no grad, as in the step
-                with torch.no_grad():
-                    for a, k in calls:
-                        real_gemm(*a, **k)
-
+            in_step, in_forward = record(step), record(forward)
             ref = thread_cpu(lambda: one + 1, 2000)
             layer = thread_cpu(step, 50)
-            standin = thread_cpu(lambda: replay(recorded), 50)
+            standin = thread_cpu(lambda: replay(in_step), 50)
             fwd = thread_cpu(forward, 50)
-            standin_fwd = thread_cpu(lambda: replay(recorded[:1]), 50)  # the fprop GEMM call
+            standin_fwd = thread_cpu(lambda: replay(in_forward), 50)
             rounds[g].append({"reference_op": ref * 1e6, "step": layer * 1e6, "standin": standin * 1e6,
                               "forward": fwd * 1e6, "standin_forward": standin_fwd * 1e6,
                               "net_ref_ops": (layer - standin) / ref,
@@ -357,9 +412,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--no-hooks", action="store_true",
                         help="without Megatron DDP's per-parameter backward hook (to see its share)")
+    parser.add_argument("--recipe", choices=["bf16", "mxfp8"], default="bf16",
+                        help="mxfp8: TE's MXFP8 path with the stand-ins S5 (module docstring)")
     parser.add_argument("--out")
     args = parser.parse_args(argv)
-    result = measure(args.te_tree, args.megatron_tree, args.experts, args.time, args.repeat, hooks=not args.no_hooks)
+    result = measure(args.te_tree, args.megatron_tree, args.experts, args.time, args.repeat, hooks=not args.no_hooks,
+                     recipe_name=args.recipe)
     for g in args.experts:
         c = result["counts"][g]
         print(f"G={g:3d}: python calls {c['python']:5d}  builtin {c['builtin']:5d}  aten {c['aten']:4d}  "
