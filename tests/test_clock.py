@@ -318,6 +318,30 @@ def test_a_grouped_linear_pays_its_per_expert_python_per_pass():
     assert full.glue_ops - 2 * 161 - 155 - 2 * 195 - 140 == pytest.approx(16 * 2 * (2 * 1.0 + 2.7))
 
 
+def test_mxfp8_quantizers_add_their_per_expert_python_forward():
+    """Under MXFP8 the grouped linear's quantizers add Python per local expert (set_usage, the cached weight
+    workspace, update_usage), timed by tools/te_grouped_ops.py --recipe mxfp8 (docs/host-time.md, tegrouped): the
+    forward slope 2.17 and 2.29 reference ops in two runs, less the 16-bit forward's median 1.035, = 1.2 more; the
+    backward none (2.53 against 2.74). Qwen3-30B-A3B at EP 8: 16 x 2 x 1.2 = 38.4 reference ops more than BF16 per
+    layer and micro-batch, all in the first forward; a 16-bit recipe adds nothing."""
+    from btacalc.config.precision import recipe
+    from btacalc.model.gpu.costs import layer_parts
+
+    mx = recipe("mxfp8")
+    assert mx.grouped_linear_expert_quantizer_forward_ref_ops == pytest.approx((2.17 + 2.29) / 2 - 1.035, abs=0.05)
+    assert mx.grouped_linear_expert_quantizer_backward_ref_ops == 0.0
+
+    def part(precision):
+        run = RunOptions(seq_len=4096, attention="flash", gradient_bytes=4, recompute="none", precision=precision)
+        p = _problem("qwen3-30b-a3b", hw="b200", run=run, devices=8, expert_parallel=8)
+        return layer_parts(p, p.evaluate(1, 1))[0]
+
+    bf16, mxfp8 = part("bf16"), part("mxfp8")
+    assert mxfp8.glue_ops - bf16.glue_ops == pytest.approx(16 * 2 * 1.2)
+    assert 16 * 2 * 1.2 == pytest.approx(38.4)
+    assert mxfp8.glue_ops_fwd - bf16.glue_ops_fwd == pytest.approx(16 * 2 * 1.2)
+
+
 def test_the_dispatchers_sync_splits_a_micro_batch_into_forward_and_backward():
     """A dropless MoE layer waits for its token counts on the host once per forward (token_dispatcher.py
     `d2h_event.synchronize()`), so forward and backward each take the larger of their host and GPU times:

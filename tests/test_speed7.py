@@ -121,9 +121,12 @@ def test_a_phase_issues_what_its_rules_say() -> None:
                 expert_modules = sum(_count(g.count, r.symbols) / r.expert_parallel for g in gemms
                                      if g.grouped and g.module) if gemms and not plan.fused else 0
                 te = constants().transformer_engine
-                per_expert_fwd = expert_modules * te.grouped_linear_expert_forward_ref_ops * eager[2]
-                glue_ops = glue_ops + per_expert_fwd * (1 + reruns) + (
-                    expert_modules * te.grouped_linear_expert_backward_ref_ops * eager[2])
+                fwd_ops, bwd_ops = te.grouped_linear_expert_forward_ref_ops, te.grouped_linear_expert_backward_ref_ops
+                if r.cast is not None and phase.low_precision:  # the recipe's quantizers' per-expert Python
+                    fwd_ops += r.cast.recipe.grouped_linear_expert_quantizer_forward_ref_ops
+                    bwd_ops += r.cast.recipe.grouped_linear_expert_quantizer_backward_ref_ops
+                per_expert_fwd = expert_modules * fwd_ops * eager[2]
+                glue_ops = glue_ops + per_expert_fwd * (1 + reruns) + expert_modules * bwd_ops * eager[2]
                 seen["grouped python"] += bool(expert_modules)
                 fwd = {"kernels": kernels / ((3 if gemms else 2) + reruns), "expert_gemms": experts / (3 + reruns),
                        "module_calls": modules / (2 + reruns),
