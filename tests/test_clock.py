@@ -265,21 +265,81 @@ def test_a_layer_pays_its_eager_glue_in_reference_ops():
     161 forward + 155 backward (catalogue qkv_proj), an MoE layer 195 + 140 more (dispatch, router graphed).
     Qwen3-30B-A3B without a re-run: 161 + 155 + 195 + 140 = 651 reference ops, x 3.8 us = 2.47 ms per layer and
     micro-batch, added to the kernels (4 us), 96 expert GEMMs (33.4 us) and 10 module calls (111 us). A full
-    re-run repeats the forward glue: 651 + 161 + 195 = 1,007. A dense Llama layer: 316, 1.2 ms."""
+    re-run repeats the forward glue: 651 + 161 + 195 = 1,007. A dense Llama layer: 316, 1.2 ms. The grouped
+    linears' per-expert Python (next test) comes on top, in the same unit."""
     from btacalc.model.gpu.costs import layer_parts
     from btacalc.model.gpu.fixed import host_time
 
     p = _problem("qwen3-30b-a3b", hw="b200", run=NO_RERUN, devices=8, expert_parallel=8)
     (part,) = layer_parts(p, p.evaluate(1, 1))
-    assert part.glue_ops == pytest.approx(161 + 155 + 195 + 140) == 651
-    expected = part.kernels * 4e-6 + 96 * 3.34e-5 + 10 * 111e-6 + 651 * 3.8e-6
+    grouped = 16 * 2 * (1.0 + 2.7)  # GroupedLinear's per-expert Python (tegrouped, the next test)
+    assert part.glue_ops == pytest.approx(161 + 155 + 195 + 140 + grouped)
+    expected = part.kernels * 4e-6 + 96 * 3.34e-5 + 10 * 111e-6 + (651 + grouped) * 3.8e-6
     assert host_time(p, part.kernels, part.expert_gemms, part.module_calls, part.glue_ops) == pytest.approx(expected)
     assert 651 * 3.8e-6 == pytest.approx(2.47e-3, rel=2e-3)
     full = _problem("qwen3-30b-a3b", hw="b200", devices=8, expert_parallel=8,
                     run=RunOptions(seq_len=4096, attention="flash", gradient_bytes=4, recompute="full"))
-    assert layer_parts(full, full.evaluate(1, 1))[0].glue_ops == pytest.approx(651 + 161 + 195)
+    assert layer_parts(full, full.evaluate(1, 1))[0].glue_ops == pytest.approx(651 + 161 + 195 + grouped + 16 * 2 * 1.0)
     dense = _problem("llama-3-8b", hw="h100", run=NO_RERUN, devices=8)
     assert layer_parts(dense, dense.evaluate(1, 1))[0].glue_ops == pytest.approx(161 + 155)
+
+
+def test_a_grouped_linear_pays_its_per_expert_python_per_pass():
+    """TransformerEngine v2.12 GroupedLinear's Python per local expert, timed by tools/te_grouped_ops.py on CPU
+    (docs/host-time.md, tegrouped): the slope over 1-32 experts of its forward, 0.99, 1.04, 1.20 and 1.03 reference
+    ops in four runs, the median 1.035 taken as 1.0, and of forward + backward, 3.81, 3.76, 3.71 and 3.80, the median
+    less the forward's: 3.78 - 1.035 = 2.74, taken as 2.7. One Qwen3-30B-A3B layer at
+    EP 8 (128 / 8 = 16 local experts, fc1 and fc2 grouped) without a re-run: 16 x 2 x (1.0 + 2.7) = 118.4
+    reference ops, x 3.8 us = 0.450 ms of host time per layer and micro-batch; the first forward 16 x 2 x 1.0 = 32
+    (issued after the dispatcher's sync); a full re-run repeats the forward: 16 x 2 x (2 x 1.0 + 2.7). At EP 16 half
+    of it. A dense layer has no grouped linear; a CUDA graph that replays the experts' module would take it."""
+    from btacalc.catalogue.constants import constants
+    from btacalc.model.gpu.costs import layer_parts
+
+    te = constants().transformer_engine
+    assert te.grouped_linear_expert_forward_ref_ops == pytest.approx((1.03 + 1.04) / 2, abs=0.05)  # the median
+    assert te.grouped_linear_expert_backward_ref_ops == pytest.approx((3.76 + 3.80) / 2 - 1.035, abs=0.05)
+    dense_glue, moe_glue = 161 + 155, 195 + 140  # the layer's glue without the grouped linears (test above)
+
+    def glue(ep, recompute="none"):
+        run = RunOptions(seq_len=4096, attention="flash", gradient_bytes=4, recompute=recompute)
+        p = _problem("qwen3-30b-a3b", hw="b200", run=run, devices=16, expert_parallel=ep)
+        (part,) = layer_parts(p, p.evaluate(1, 1))
+        return part
+
+    ep8 = glue(8)
+    assert ep8.glue_ops - dense_glue - moe_glue == pytest.approx(16 * 2 * (1.0 + 2.7))
+    assert 16 * 2 * (1.0 + 2.7) == pytest.approx(118.4)
+    assert (ep8.glue_ops - dense_glue - moe_glue) * 3.8e-6 == pytest.approx(0.450e-3, rel=1e-3)
+    assert ep8.glue_ops_post == pytest.approx(16 * 2 * 1.0)
+    assert ep8.glue_ops_fwd == pytest.approx(161 + 195 + 16 * 2 * 1.0)
+    assert glue(16).glue_ops - dense_glue - moe_glue == pytest.approx(8 * 2 * (1.0 + 2.7))
+    full = glue(8, "full")
+    assert full.glue_ops - 2 * 161 - 155 - 2 * 195 - 140 == pytest.approx(16 * 2 * (2 * 1.0 + 2.7))
+
+
+def test_mxfp8_quantizers_add_their_per_expert_python_forward():
+    """Under MXFP8 the grouped linear's quantizers add Python per local expert (set_usage, the cached weight
+    workspace, update_usage), timed by tools/te_grouped_ops.py --recipe mxfp8 (docs/host-time.md, tegrouped): the
+    forward slope 2.17 and 2.29 reference ops in two runs, less the 16-bit forward's median 1.035, = 1.2 more; the
+    backward none (2.53 against 2.74). Qwen3-30B-A3B at EP 8: 16 x 2 x 1.2 = 38.4 reference ops more than BF16 per
+    layer and micro-batch, all in the first forward; a 16-bit recipe adds nothing."""
+    from btacalc.config.precision import recipe
+    from btacalc.model.gpu.costs import layer_parts
+
+    mx = recipe("mxfp8")
+    assert mx.grouped_linear_expert_quantizer_forward_ref_ops == pytest.approx((2.17 + 2.29) / 2 - 1.035, abs=0.05)
+    assert mx.grouped_linear_expert_quantizer_backward_ref_ops == 0.0
+
+    def part(precision):
+        run = RunOptions(seq_len=4096, attention="flash", gradient_bytes=4, recompute="none", precision=precision)
+        p = _problem("qwen3-30b-a3b", hw="b200", run=run, devices=8, expert_parallel=8)
+        return layer_parts(p, p.evaluate(1, 1))[0]
+
+    bf16, mxfp8 = part("bf16"), part("mxfp8")
+    assert mxfp8.glue_ops - bf16.glue_ops == pytest.approx(16 * 2 * 1.2)
+    assert 16 * 2 * 1.2 == pytest.approx(38.4)
+    assert mxfp8.glue_ops_fwd - bf16.glue_ops_fwd == pytest.approx(16 * 2 * 1.2)
 
 
 def test_the_dispatchers_sync_splits_a_micro_batch_into_forward_and_backward():
@@ -298,7 +358,8 @@ def test_the_dispatchers_sync_splits_a_micro_batch_into_forward_and_backward():
 
 def test_a_moe_layer_issues_a_third_of_its_gemms_and_half_its_modules_forward():
     """Qwen3-30B-A3B at EP 8, no re-run: forward alone issues 2 x 16 = 32 expert GEMMs (of 96), 5 module calls
-    (linear_qkv, linear_proj, fc1, fc2, attention; of 10) and 161 + 195 = 356 reference ops of glue (of 651); the
+    (linear_qkv, linear_proj, fc1, fc2, attention; of 10) and 161 + 195 = 356 reference ops of glue (of 651) plus
+    the grouped linears' per-expert forward Python, 16 x 2 x 1.0 (tegrouped); the
     stage's launch row is then max(0, H_f - G_f) + max(0, H_b - G_b); a dense stage keeps max(0, H - G)."""
     from btacalc.model.gpu.costs import layer_parts
     from btacalc.model.gpu.fixed import SyncSplit, gpu_forward_share, host_time, launch_time_synced
@@ -307,7 +368,7 @@ def test_a_moe_layer_issues_a_third_of_its_gemms_and_half_its_modules_forward():
     p = _problem("qwen3-30b-a3b", hw="b200", run=NO_RERUN, devices=8, expert_parallel=8, micro_batches=4,
                  devices_per_node=8)
     (part,) = layer_parts(p, p.evaluate(1, 1))
-    assert (part.expert_gemms_fwd, part.module_calls_fwd, part.glue_ops_fwd) == pytest.approx((32, 5, 356))
+    assert (part.expert_gemms_fwd, part.module_calls_fwd, part.glue_ops_fwd) == pytest.approx((32, 5, 356 + 32 * 1.0))
     assert part.kernels / 3 < part.kernels_fwd < part.kernels / 2  # GEMM phases 1 of 3 passes, the others 1 of 2
     st = gpu_step_time(p, 1, 1, p.evaluate(1, 1))
     terms = st.details["terms"]
@@ -345,15 +406,16 @@ def test_a_layer_split_at_the_dispatchers_sync_runs_as_a_two_block_flow_shop():
 
 def test_the_experts_and_combine_are_issued_after_the_sync():
     """Qwen3-30B-A3B at EP 8, no re-run: the post-sync part of a layer's forward is the experts' 2 x 16 = 32
-    expert GEMMs and their 2 grouped-linear modules (fc1, fc2), not the attention's modules or the dispatch's
-    glue (counted before the sync: a lower bound of the post-sync host time); its forward compute is the experts'
-    and the combine's forward share, under the layer's forward compute."""
+    expert GEMMs and their 2 grouped-linear modules (fc1, fc2) with their per-expert forward Python (16 x 2 x 1.0
+    reference ops, tegrouped), not the attention's modules or the dispatch's glue (counted before the sync: a lower
+    bound of the post-sync host time); its forward compute is the experts' and the combine's forward share, under
+    the layer's forward compute."""
     from btacalc.model.gpu.costs import layer_parts
 
     p = _problem("qwen3-30b-a3b", hw="b200", run=NO_RERUN, devices=8, expert_parallel=8, micro_batches=4,
                  devices_per_node=8)
     (part,) = layer_parts(p, p.evaluate(1, 1))
-    assert (part.expert_gemms_post, part.module_calls_post, part.glue_ops_post) == pytest.approx((32, 2, 0))
+    assert (part.expert_gemms_post, part.module_calls_post, part.glue_ops_post) == pytest.approx((32, 2, 16 * 2 * 1.0))
     assert 0 < part.kernels_post < part.kernels_fwd
     post = sum(part.phase_s[n] for n in ("experts", "combine"))  # forward + backward of the post phases
     assert post / 3 * 0.99 < part.compute_post_s < post / 2  # their forward: a third (GEMMs) to a half of it

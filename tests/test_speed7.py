@@ -71,11 +71,13 @@ def test_a_phase_issues_what_its_rules_say() -> None:
     """`_issue` against its rules (model/gpu/fixed.py), spelled out per phase from the catalogue: a dense GEMM
     once forward and twice backward plus once per re-run; a grouped expert GEMM count/EP per pass; a phase
     without GEMMs one kernel each way where it has work; the fused core nothing (`_fused_core` counts it);
-    module calls 2 + re-runs per module GEMM; glue forward x (1 + re-runs) + backward; the first forward's
+    module calls 2 + re-runs per module GEMM; glue forward x (1 + re-runs) + backward, with GroupedLinear's
+    per-expert Python (count/EP per grouped module GEMM, constants.toml) the same way; the first forward's
     share of each; FP8 grouped GEMMs' per-expert quantisation; after the dispatcher's sync the first forward
     again in `*_post`; a count a CUDA graph replays is 0 (its quantisation too where the kernels are). Layouts:
     dense (full recompute: re-runs), MoE with EP under FP8 and MXFP8 (per-expert quantisation, re-runs), DeepEP
     with PP, MXFP8 MoE with CUDA-graph scopes attn, moe_router and moe_preprocess."""
+    from btacalc.catalogue.constants import constants
     from btacalc.model.gpu.costs import _eager, _graphed, _issue, _kind_rates, _phase_plan, _rates, new_part
 
     layouts = [("llama-3-8b", "a100-80gb", dict(devices=8, zero_stage=3, recompute="full", attention="flash")),
@@ -84,7 +86,7 @@ def test_a_phase_issues_what_its_rules_say() -> None:
                ("deepseek-v3", "h100", dict(devices=256, expert_parallel=64, pipeline_parallel=4, deepep=True)),
                ("qwen3-30b-a3b", "b200", dict(devices=8, expert_parallel=8, precision="mxfp8",
                                               cuda_graph_scope=("attn", "moe_router", "moe_preprocess")))]
-    seen = {"grouped": 0, "quantised": 0, "post": 0, "no gemm": 0, "fused": 0, "graphed": 0}
+    seen = {"grouped": 0, "quantised": 0, "post": 0, "no gemm": 0, "fused": 0, "graphed": 0, "grouped python": 0}
     for name, hw, ask in layouts:
         problem = _problem(name, hw, ask)
         ev = problem.evaluate(2, 1)  # type: ignore[attr-defined]
@@ -115,9 +117,20 @@ def test_a_phase_issues_what_its_rules_say() -> None:
                 kernels, experts, modules = kernels * eager[0], experts * eager[1], modules * eager[2]
                 glue = phase.host_glue
                 glue_ops = (0 if glue is None else glue.forward_ops * (1 + reruns) + glue.backward_ops) * eager[3]
+                # GroupedLinear's per-expert Python: the local experts of each grouped module GEMM, in reference ops
+                expert_modules = sum(_count(g.count, r.symbols) / r.expert_parallel for g in gemms
+                                     if g.grouped and g.module) if gemms and not plan.fused else 0
+                te = constants().transformer_engine
+                fwd_ops, bwd_ops = te.grouped_linear_expert_forward_ref_ops, te.grouped_linear_expert_backward_ref_ops
+                if r.cast is not None and phase.low_precision:  # the recipe's quantizers' per-expert Python
+                    fwd_ops += r.cast.recipe.grouped_linear_expert_quantizer_forward_ref_ops
+                    bwd_ops += r.cast.recipe.grouped_linear_expert_quantizer_backward_ref_ops
+                per_expert_fwd = expert_modules * fwd_ops * eager[2]
+                glue_ops = glue_ops + per_expert_fwd * (1 + reruns) + expert_modules * bwd_ops * eager[2]
+                seen["grouped python"] += bool(expert_modules)
                 fwd = {"kernels": kernels / ((3 if gemms else 2) + reruns), "expert_gemms": experts / (3 + reruns),
                        "module_calls": modules / (2 + reruns),
-                       "glue_ops": 0 if glue is None else glue.forward_ops * eager[3]}
+                       "glue_ops": (0 if glue is None else glue.forward_ops * eager[3]) + per_expert_fwd}
                 per_expert = r.cast.recipe.grouped_quantize_kernels_per_expert if r.cast is not None else 0
                 if per_expert and phase.low_precision and experts and eager[0]:
                     quantise = experts / (3 + reruns) * per_expert  # G x k per grouped GEMM, first forward

@@ -64,6 +64,12 @@ class TransformerEngine(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     grouped_gemm_streams: int = Field(ge=1)
     grouped_gemm_streams_source: str = Field(min_length=10)
+    # GroupedLinear's Python per local expert, beyond the GEMM loop (expert_gemm_host_s) and the module call
+    # (module_host_s): reference-op equivalents per grouped linear and pass (model/gpu/fixed.py)
+    grouped_linear_expert_forward_ref_ops: float = Field(ge=0)
+    grouped_linear_expert_forward_ref_ops_source: str = Field(min_length=10)
+    grouped_linear_expert_backward_ref_ops: float = Field(ge=0)
+    grouped_linear_expert_backward_ref_ops_source: str = Field(min_length=10)
 
 
 class Nccl(BaseModel):

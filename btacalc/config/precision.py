@@ -82,6 +82,11 @@ class Recipe(BaseModel):
     param_gather_flag: str
     bridge_param_gather: bool  # Megatron-Bridge's recipe keeps the parameters in the low precision (precision.toml)
     grouped_quantize_kernels_per_expert: int = Field(ge=0)  # TE GroupedLinear's per-expert quantise launches
+    # TE GroupedLinear's Python per local expert that the recipe's quantizers add to the 16-bit path's
+    # (formulas/constants.toml grouped_linear_expert_*_ref_ops), reference ops per grouped linear (precision.toml)
+    grouped_linear_expert_quantizer_forward_ref_ops: float = Field(0.0, ge=0)
+    grouped_linear_expert_quantizer_backward_ref_ops: float = Field(0.0, ge=0)
+    grouped_linear_expert_quantizer_source: str = ""
     # the TE version whose activation/gradient cast writes the rowwise and the Hadamard-transformed columnwise copy
     # in one kernel (precision.toml); "": the recipe applies no Hadamard transform
     # the columnwise copy of a sequence-parallel all-gathered operand (precision.toml `sp_gather`, `sp_gather_pass`)

@@ -946,8 +946,7 @@ def _issue(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, plan: _PhaseP
       linear or grouped linear, whatever its `count` of matmuls inside) is one module call forward, one
       backward (autograd runs the module's backward function once for its data and weight gradients) and one
       per re-run; the attention core's module is counted with the fused kernel (`_fused_core`);
-    - the eager glue the phase stands for, in reference-op equivalents: its forward once and once per re-run,
-      its backward once;
+    - the eager glue in reference ops: forward once and per re-run, backward once; + `_grouped_linear_python`;
     - the first forward pass's share of each (`*_fwd`: a GEMM phase's kernels and expert GEMMs in 3 + re-runs
       passes, another phase's kernel in 2 + re-runs, a module in 2 + re-runs; re-runs belong to the backward);
     - the per-expert quantisation of a low-precision phase's grouped expert GEMMs: TransformerEngine's
@@ -961,7 +960,7 @@ def _issue(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, plan: _PhaseP
     quantisation kernels only where the phase's kernels are eager."""
     reruns = v["reruns"]
     if plan.fused:
-        kernels, expert_gemms, modules = 0, 0, 0
+        kernels, expert_gemms, modules, expert_modules = 0, 0, 0, 0
     else:
         passes = 1 + reruns + 2
         if plan.gemms:
@@ -970,10 +969,11 @@ def _issue(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, plan: _PhaseP
             with contextlib.nullcontext() if python else np.errstate(divide="ignore", invalid="ignore"):
                 dense = sum([c for c, grouped in zip(counts, plan.grouped) if not grouped])
                 experts = sum([c / r.expert_parallel for c, grouped in zip(counts, plan.grouped) if grouped])
+                expert_modules = sum([c / r.expert_parallel for c, g in zip(counts, plan.gemms) if g.grouped and g.module])
             kernels, expert_gemms = dense * passes, experts * passes
         else:
             work = where((v["bytes_moved"] + v["flops_fwd"]) > 0, 1, 0)
-            kernels, expert_gemms = work * (2 + reruns), 0
+            kernels, expert_gemms, expert_modules = work * (2 + reruns), 0, 0
         modules = plan.modules * (1 + reruns + 1)
     kernels, expert_gemms, modules = kernels * eager[0], expert_gemms * eager[1], modules * eager[2]
     glue = phase.host_glue
@@ -986,6 +986,7 @@ def _issue(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, plan: _PhaseP
     part.expert_gemms_fwd = part.expert_gemms_fwd + expert_gemms / (3 + reruns)
     part.module_calls_fwd = part.module_calls_fwd + modules / (2 + reruns)
     part.glue_ops_fwd = part.glue_ops_fwd + (0 if glue is None else glue.forward_ops * eager[3])
+    _grouped_linear_python(part, expert_modules, reruns, eager[2], phase.low_precision and r.cast and r.cast.recipe)
     if eager[0] and r.cast is not None and phase.low_precision:
         per_expert = r.cast.recipe.grouped_quantize_kernels_per_expert
         if per_expert:
@@ -994,6 +995,24 @@ def _issue(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, plan: _PhaseP
             part.kernels_fwd = part.kernels_fwd + forward
     if before is not None:
         _after_sync(part, before)
+
+
+def _grouped_linear_python(part: Part, expert_modules: Any, reruns: Any, eager_module: int, recipe: Any) -> None:
+    """TransformerEngine GroupedLinear's Python per local expert (model/gpu/fixed.py), counted with the glue in its
+    unit (reference ops): `expert_modules` local experts summed over the phase's grouped linear modules (count/EP
+    each), x formulas/constants.toml `grouped_linear_expert_forward_ref_ops` once forward and once per re-run, x
+    `grouped_linear_expert_backward_ref_ops` once backward; the first forward's share into `glue_ops_fwd` (after
+    `_issue`'s other counts, so that a post-sync phase's `_after_sync` sees it). Where a CUDA graph replays the
+    module (`eager_module` 0) its Python does not run. A low-precision `recipe` (the phase's; else falsy) adds its
+    quantizers' per-expert Python (precision.toml grouped_linear_expert_quantizer_*_ref_ops) to each pass."""
+    te = constants().transformer_engine
+    fwd, bwd = te.grouped_linear_expert_forward_ref_ops, te.grouped_linear_expert_backward_ref_ops
+    if recipe:
+        fwd += recipe.grouped_linear_expert_quantizer_forward_ref_ops
+        bwd += recipe.grouped_linear_expert_quantizer_backward_ref_ops
+    forward = expert_modules * fwd * eager_module
+    part.glue_ops = part.glue_ops + forward * (1 + reruns) + expert_modules * bwd * eager_module
+    part.glue_ops_fwd = part.glue_ops_fwd + forward
 
 
 # the host-issued counts of a `Part` (host_time's arguments), each also kept for the first forward (`*_fwd`) and

@@ -31,7 +31,7 @@ launch overhead; CUDA graphs remove most of it); the GPU queue hides them while 
 stage's micro-batch therefore takes at least its host issue time, and what exceeds its GPU time shows:
 
     t_host   = kernels x launch_overhead_s + expert GEMMs x expert_gemm_host_s + module calls x module_host_s
-               + glue ops x eager_op_host_s
+               + glue ops x eager_op_host_s      (glue ops: with the grouped linears' per-expert Python)
     t_launch = max(0, t_host - GPU time of the micro-batch)   (a stage with MoE layers: split by pass, below)
 
 Kernels per phase (an estimate, not a trace): a dense matmul phase launches each GEMM once forward and
@@ -107,8 +107,23 @@ of the thread), and turned into time with that operator's published cost on an H
 (the numbers, their spread over repeated timings and what they leave out are in docs/host-time.md). Qwen3-30B-A3B:
 651 x 3.8 us = 2.47 ms per layer and micro-batch; the forward share repeats with a re-run. The router's own glue
 is not counted: the measured recipes capture it in a CUDA graph (`cuda_graph_scope` moe_router, moe_preprocess);
-MLA layers (no qkv_proj phase) carry only the MoE extra:
-their attention's glue is not measured.
+MLA layers (no qkv_proj phase) carry only the MoE extra: their attention's glue is not measured.
+
+**A grouped linear runs Python per local expert.** Beyond its GEMM loop (`expert_gemm_host_s`, C++) and its call
+(`module_host_s`, one per pass), TransformerEngine's GroupedLinear loops in Python over its local experts: the
+weights' getattr and casts, the saving and restoring of 4 tensors per expert, the main-gradient closures, and in
+the backward the Megatron-DDP dummy-gradient handler, AccumulateGrad and Megatron's per-parameter hook (TE v2.12
+module/grouped_linear.py L180, L255-279, L314-330, L483-512, L794, L915; the same loops v2.9-v2.13, and the single
+grouped weight of v2.14 on is opt-in). tools/te_grouped_ops.py timed it on CPU with the compiled extension as
+stand-ins whose GEMMs are subtracted, at 1-32 local experts, in the glue's reference ops: the slope per expert and
+grouped linear is 1.0 forward and 2.7 backward (formulas/constants.toml [transformer_engine]); the intercept is
+the module call, already priced. Counted with the glue (same unit), per grouped linear module and local expert,
+forward once and per re-run, backward once (where the module's call is eager):
+
+    Qwen3-30B-A3B at EP 8: 16 x 2 x (1.0 + 2.7) = 118.4 reference ops = 0.45 ms per layer and micro-batch
+
+Under MXFP8 the quantizers add 1.2 reference ops per expert forward (precision.toml
+`grouped_linear_expert_quantizer_forward_ref_ops`, measured the same way, a lower bound; other recipes 0, unmeasured).
 
 **The dispatcher's device-to-host sync splits the micro-batch.** A dropless MoE layer waits once per forward for
 its token counts on the host (Megatron-LM @ d98e8a64 megatron/core/transformer/moe/token_dispatcher.py L586-596
