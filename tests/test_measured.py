@@ -15,6 +15,7 @@ from btacalc.planning.measured import (Bands, Measured, MeasuredRun, RunPredicti
                                        load_runs, predict, summarize, validate_measured)
 from btacalc.planning.plan import make_plan
 from btacalc.planning.precision_pairs import PairBands
+from tests.loading import load_script
 
 RUN = {
     "id": "qwen-b200-16", "source": "https://example.org/run", "model": "qwen3-30b-a3b", "hw": "b200", "devices": 16,
@@ -195,13 +196,7 @@ def test_predict_uses_the_run_batch():
 def test_readme_accuracy_block_is_current():
     """The README's measured-runs tables are what tools/accuracy.py writes from the library today
     (regenerate with `python tools/accuracy.py` when a number moves)."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "tools" / "accuracy.py"
-    spec = importlib.util.spec_from_file_location("accuracy_tool", path)
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    tool = load_script("tools/accuracy.py", "accuracy_tool")
     readme = tool.README.read_text(encoding="utf-8")
     assert f"{tool.BEGIN}\n{tool.markdown()}\n{tool.END}" in readme
     assert f"{tool.POINTS_BEGIN}\n{tool.points_markdown()}\n{tool.POINTS_END}" in readme

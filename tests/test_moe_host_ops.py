@@ -1,18 +1,14 @@
 """tools/moe_host_ops.py counts aten calls and splits them into kernel-launching and view-only calls (the
 numbers in docs/host-time.md, "Per-op host cost of the eager MoE layer"). The Megatron-LM part of the tool needs a
 Megatron checkout and runs by hand; its counter is checked here on calls whose aten decomposition is fixed."""
-import importlib.util
-from pathlib import Path
 
 import pytest
 
+from tests.loading import load_script
+
 torch = pytest.importorskip("torch")
 
-_PATH = Path(__file__).resolve().parents[1] / "tools" / "moe_host_ops.py"
-_SPEC = importlib.util.spec_from_file_location("moe_host_ops", _PATH)
-assert _SPEC is not None and _SPEC.loader is not None
-tool = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(tool)
+tool = load_script("tools/moe_host_ops.py")
 
 
 def test_the_counter_splits_kernels_from_views():

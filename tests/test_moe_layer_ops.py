@@ -1,19 +1,15 @@
 """tools/moe_layer_ops.py counts the operators of Megatron-Core's own MoELayer per stage (forward) and per autograd
 node (backward) (docs/host-time.md, section moehost). The Megatron part needs a Megatron-LM tree and runs by hand;
 its counting mode is checked here on calls whose aten decomposition and autograd formula are fixed by PyTorch."""
-import importlib.util
 from collections import Counter, defaultdict
-from pathlib import Path
 
 import pytest
 
+from tests.loading import load_script
+
 torch = pytest.importorskip("torch")
 
-_PATH = Path(__file__).resolve().parents[1] / "tools" / "moe_layer_ops.py"
-_SPEC = importlib.util.spec_from_file_location("moe_layer_ops", _PATH)
-assert _SPEC is not None and _SPEC.loader is not None
-tool = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(tool)
+tool = load_script("tools/moe_layer_ops.py")
 
 
 def _forward_and_backward(fn, x):

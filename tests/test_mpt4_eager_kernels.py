@@ -17,7 +17,6 @@ catalogue; tools/mpt_block_ops.py's aten count is checked against the same per-t
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from btacalc.vocabulary import FEATURES
+from tests.loading import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "btacalc" / "data" / "measured_runs.json"
@@ -84,9 +84,7 @@ def test_the_feature_lists_every_attention_kernel():
 
 def test_the_block_count_gives_the_catalogues_bytes():
     pytest.importorskip("torch")  # the tool builds the block in torch (the `measure` extra)
-    spec = importlib.util.spec_from_file_location("mpt_block_ops", ROOT / "tools" / "mpt_block_ops.py")
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    tool = load_script("tools/mpt_block_ops.py")
     h, tokens = 64, 32
     table = tool.count(h, tokens)
     th = h * tokens

@@ -2,20 +2,14 @@
 the same model family and GPU at a larger micro-batch; a pair that is not that would make its table meaningless."""
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 from btacalc.paths import package_data
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.loading import load_script
 
 
 def _tool():
-    spec = importlib.util.spec_from_file_location("mpt_micro_batch_excess", ROOT / "tools" / "mpt_micro_batch_excess.py")
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
+    return load_script("tools/mpt_micro_batch_excess.py")
 
 
 def test_pairs_are_micro_batch_two_against_larger_twins_on_the_same_gpu():

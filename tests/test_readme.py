@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.loading import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 FENCE = re.compile(r"^```(\w*)\s*$")
@@ -121,12 +123,7 @@ def _run(cli, command: str) -> tuple[int, str, str]:
 
 def _examples_tool():
     """tools/readme_examples.py, which writes the console blocks: the test runs commands as it does."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("readme_examples", ROOT / "tools" / "readme_examples.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("tools/readme_examples.py")
 
 
 @pytest.mark.parametrize("command,expected", _console_cases(), ids=lambda v: v if isinstance(v, str) else "")
@@ -248,11 +245,7 @@ def test_quick_start_parameter_counts_are_the_plans(cli):
 
 def test_readme_hostile_case_count_is_the_tests():
     """The README quotes how many hostile-input cases `test_hostile.py` holds; the number is its CLASSES count."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("hostile_counts", ROOT / "tests" / "test_hostile.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("tests/test_hostile.py", "hostile_counts")
     text = " ".join(line.strip() for line in _lines())
     (quoted,) = re.findall(r"\(`test_hostile\.py`, ([\d,]+) cases", text)
     assert int(quoted.replace(",", "")) == sum(module.CLASSES.values())
@@ -261,11 +254,7 @@ def test_readme_hostile_case_count_is_the_tests():
 def test_readme_bad_input_case_count_is_the_tests():
     """review8: the README quotes how many cases `test_bad_input.py` holds (its hostile count was checked, this one
     was not); the number is the length of its CASES table, one test each."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("bad_input_cases", ROOT / "tests" / "test_bad_input.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("tests/test_bad_input.py", "bad_input_cases")
     text = " ".join(line.strip() for line in _lines())
     (quoted,) = re.findall(r"\(`test_bad_input\.py`: ([\d,]+) cases", text)
     assert int(quoted.replace(",", "")) == len(module.CASES)

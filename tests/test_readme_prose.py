@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.loading import load_script
+
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
@@ -155,12 +157,7 @@ def test_accuracy_prose_quotes_the_generated_groups(pattern, group, cells):
 
 def _accuracy_tool():
     """tools/accuracy.py loaded as a module (it is a script, not part of the package)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("accuracy_tool", README.parent / "tools" / "accuracy.py")
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
-    return tool
+    return load_script("tools/accuracy.py", "accuracy_tool")
 
 @pytest.mark.slow
 def test_groups_fragment_is_current():

@@ -17,6 +17,7 @@ from btacalc.paths import package_data
 from btacalc.planning.crossval import CrossRun, Setting, cross_validate, scale_group
 from btacalc.planning.measured import (Measured, MeasuredRun, RunResult, by_software_year, load_runs, predict,
                                        software_year)
+from tests.loading import load_script
 
 SHIPPED = json.loads(package_data("measured_runs.json").read_text())["runs"]
 BY_ID = {r["id"]: r for r in SHIPPED}
@@ -169,12 +170,7 @@ README = __import__("pathlib").Path(__file__).resolve().parents[1] / "README.md"
 
 
 def _tool():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("accuracy_tool", README.parent / "tools" / "accuracy.py")
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
-    return tool
+    return load_script("tools/accuracy.py", "accuracy_tool")
 
 
 def _swyear_rows() -> dict[str, list[str]]:
