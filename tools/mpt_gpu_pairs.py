@@ -2,7 +2,7 @@
 
 docs/clock.md 'h100sign'. llm-foundry's benchmark table (github.com/mosaicml/llm-foundry
 scripts/train/benchmarking/README.md @ 5e85bd62d, tables 'H100 80GB BF16' and 'A100 80GB with 1600 Gbps node-node
-interconnect (RoCE)') holds 8-GPU rows run with one image (sweep.sh @ b2a43a147 L4 and @ 5e85bd62d L5:
+interconnect (RoCE)') holds 8-GPU rows run with one image (sweep.sh @ b2a43a147 L5 and @ 5e85bd62d L5:
 mosaicml/pytorch:2.1.0_cu121-python3.10-ubuntu20.04) and one sweep, at the same model, sequence length, micro-batch,
 gradient accumulation and activation checkpointing on both GPUs (the A100 13B/7B 2048-token rows accumulate 3/2
 micro-batches where the H100 ones take 1; per micro-batch work is the same). Only the GPU differs, so the ratio of
