@@ -7,7 +7,8 @@ megatron | tar -x`, core_r0.16.0) for DDP's per-parameter backward hook. docs/ho
 
 What runs, unmodified: `transformer_engine.pytorch.module.grouped_linear.GroupedLinear` (its module forward,
 `_GroupedLinear.forward` / `.backward`, `general_grouped_gemm`'s Python, `prepare_for_saving` /
-`restore_from_saved`, `clear_tensor_data`, the Megatron-DDP dummy-gradient handler), BF16 path (no quantizers), with
+`restore_from_saved`, `clear_tensor_data`, the Megatron-DDP dummy-gradient handler), BF16 path (no quantizers) or,
+with --recipe, a low-precision recipe's path (S5-S8), with
 `fuse_wgrad_accumulation=True` as Megatron's TEGroupedLinear sets it (`gradient_accumulation_fusion`), every weight
 carrying `main_grad` and `grad_added_to_main_grad` as Megatron's DDP sets them, and Megatron's own backward post-hook
 (`DistributedDataParallel._make_backward_post_hook`) on every weight's AccumulateGrad node, in a micro-batch that is
@@ -15,7 +16,7 @@ not the last (no reduce starts). Per forward + backward, at G local experts (1, 
 
   (a) Python function calls and builtin (C) calls, by sys.setprofile; the aten calls, by a TorchDispatchMode;
   (b) with --time: the thread CPU time of forward + backward, less the stand-ins' own time (the recorded
-      `te_general_grouped_gemm` calls, with MXFP8 also `split_quantize` / `quantize`, replayed alone), in units of the reference eager op of docs/host-time.md
+      `te_general_grouped_gemm` calls, with a recipe also `split_quantize` / `quantize`, replayed alone), in units of the reference eager op of docs/host-time.md
       (`x + 1` with requires_grad, timed in the same process);
   (c) the least-squares line over G of each: the slope is the per-expert cost, the intercept the per-call one
       (btacalc's `module_host_s` already prices the call).
@@ -34,14 +35,33 @@ What differs from the GPU path (each also said in docs/host-time.md):
   S4 `_empty_tensor()` (gemm.py, utils.py) returns `torch.Tensor()` without `.cuda()`; `get_sm_count()` is 148,
      `get_cublas_workspace()` one empty tensor (lru-cached in TE too); the dummy-gradient cache of base.py
      (`_dummy_wgrads`, filled on the first call on a GPU) is pre-filled with CPU tensors;
-  S5 with --recipe mxfp8: compute capability (10, 0) for the recipe checks; `split_quantize` / `quantize` build TE's
-     Python MXFP8TensorStorage over the unquantised slices (no cast, empty scales), the GEMM stand-in skips them;
-     their time (with the storages' constructor, which TE's C++ also calls) is subtracted with the GEMM's, so the
-     MXFP8 figure is a lower bound;
+  S5 with --recipe NAME (a low-precision recipe, RECIPES: each under the TE recipe class Megatron-LM builds for it):
+     the extension's `split_quantize` / `quantize` build TE's own Python objects for that recipe's quantizer
+     (`standin_storage`: Float8TensorStorage / Float8Tensor for delayed and current scaling,
+     Float8BlockwiseQTensorStorage / Float8BlockwiseQTensor, MXFP8TensorStorage / MXFP8Tensor, NVFP4TensorStorage /
+     NVFP4Tensor) over the unquantised slices (no cast, empty scales), the GEMM stand-in skips them; their time
+     (with the objects' constructors, which TE's C++ also calls through Python) is subtracted with the GEMM's, so the
+     recipe's figure is a lower bound;
+  S6 (the fix of a defect in S5 as first written, MXFP8 only): the stand-in built the storage class for every
+     quantizer, where TE's C++ builds the storage only for an `internal` quantizer and the torch.Tensor subclass
+     otherwise (csrc/quantizer.cpp L909-925 at v2.12). get_weight_workspace clears `internal` for a cached weight
+     (module/base.py L1444-1452, so that prepare_for_saving leaves the cached data alone), so TE caches an MXFP8Tensor, saved for backward as a tensor; the stand-in cached an MXFP8TensorStorage, which
+     prepare_for_saving emptied in every forward (tensor/storage/mxfp8_tensor_storage.py L126-138). In a step the
+     backward's restore_from_saved refilled it (one more prepare / restore per expert than TE runs); in the forward
+     timed alone nothing did, so each forward found the cache invalid (base.py L1410-1421), dropped it and
+     re-quantised every weight (L1437-1456: the quantizer's quantize, its autograd function, the cache update),
+     work TE does not run there, and the recorded stand-in calls (taken after a step) did not subtract it. The
+     forward read high by that and the backward (step - forward) low: MXFP8 1.2 / 0.0;
+  S7 the recipe's compute capability for TE's checks and `is_non_tn_fp8_gemm_supported` ((9, 0) for the FP8
+     recipes, whose rows run on Hopper; (10, 0) for MXFP8 and NVFP4), CUDA 12.9 for the block-scaling check;
+  S8 `torch.cuda.current_device()` returns "cpu" through the same three Python frames as on an initialised GPU
+     (NVFP4's quantizer copy asks it twice), `torch.cuda.is_current_stream_capturing()` False in one frame (delayed
+     scaling asks it per call), and while the module is built and warmed up (not timed) a factory asking for
+     device "cuda" (TE's recipe state, the current-scaling quantizers' scale and amax) gets the CPU;
   fp32 CPU tensors of tiny sizes, so that the arithmetic is negligible.
 
 Usage: python tools/te_grouped_ops.py TE_TREE MEGATRON_TREE [--experts 1 4 8 16] [--time] [--repeat 5]
-       [--out result.json]
+       [--recipe {bf16,fp8,fp8-current,fp8-blockwise,mxfp8,nvfp4}] [--out result.json]
 """
 from __future__ import annotations
 
@@ -113,8 +133,9 @@ def standin_grouped_gemm(torch: Any) -> Callable[..., Any]:
         accumulate = bool(_rest[4]) if len(_rest) > 4 else False  # after pre_gelu_out, grad, workspaces, size
         outs = torch.split(out[0], list(m_splits)) if single_output else out
         for a, b, o in zip(A, B, outs):
-            if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
-                continue  # S5: quantised operands (MXFP8 storages): no arithmetic, the loop only
+            if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or hasattr(a, "_quantizer") \
+                    or hasattr(b, "_quantizer"):
+                continue  # S5: a quantised operand (a recipe's storage or tensor): no arithmetic, the loop only
             x = b.t() if transb else b
             y = a.t() if transa else a
             if accumulate:
@@ -220,31 +241,127 @@ def load_te(tree: str, torch: Any) -> Any:
     return grouped_linear
 
 
-def install_mxfp8(torch: Any) -> Any:
-    """S5 (--recipe mxfp8): a Blackwell compute capability (10, 0) for TE's recipe checks; the extension's
-    `split_quantize` and `quantize` build TE's Python `MXFP8TensorStorage` (its constructor copies the quantizer, as it
-    does when TE's C++ builds it) over the unquantised slices, rowwise and / or columnwise as the quantizer's usage
-    asks, with empty scales; the grouped GEMM stand-in skips the arithmetic on them. Returns the recipe."""
+# The low-precision recipes btacalc has (btacalc/data/precision.toml), each as the TE recipe class Megatron-LM builds
+# for it (megatron/core/fp8_utils.py L555-573, fp4_utils.py L94-99 at b0cc2706), and the compute capability of the
+# GPUs whose rows run it (S7): Hopper for the three FP8 recipes, Blackwell for MXFP8 and NVFP4.
+RECIPES: dict[str, tuple[str, tuple[int, int]]] = {
+    "fp8": ("DelayedScaling", (9, 0)),
+    "fp8-current": ("Float8CurrentScaling", (9, 0)),
+    "fp8-blockwise": ("Float8BlockScaling", (9, 0)),
+    "mxfp8": ("MXFP8BlockScaling", (10, 0)),
+    "nvfp4": ("NVFP4BlockScaling", (10, 0)),
+}
+
+
+def standin_storage(torch: Any, tex: Any, t: Any, quantizer: Any, non_tn: bool) -> Any:
+    """S5/S7: the Python object TE's C++ `create_tensor` builds for `quantizer` (csrc/quantizer.cpp L154-168 FP8,
+    L619-636 block, L909-925 MXFP8, L1200-1215 NVFP4 at v2.12), over the unquantised slice `t`, with empty scales: the
+    storage class when `quantizer.internal`, else the torch.Tensor subclass (shape and dtype as the C++ passes them);
+    row-wise and / or column-wise data as the quantizer's usage asks (FP8 per tensor: data when row-wise or non-TN
+    GEMMs are supported, a transpose when column-wise and they are not, L128-139)."""
+    from transformer_engine.pytorch.tensor.float8_blockwise_tensor import Float8BlockQuantizer, Float8BlockwiseQTensor
+    from transformer_engine.pytorch.tensor.float8_tensor import Float8Tensor
+    from transformer_engine.pytorch.tensor.mxfp8_tensor import MXFP8Quantizer, MXFP8Tensor
+    from transformer_engine.pytorch.tensor.nvfp4_tensor import NVFP4Quantizer, NVFP4Tensor
+    from transformer_engine.pytorch.tensor.storage.float8_blockwise_tensor_storage import (
+        Float8BlockwiseQTensorStorage)
+    from transformer_engine.pytorch.tensor.storage.float8_tensor_storage import Float8TensorStorage
+    from transformer_engine.pytorch.tensor.storage.mxfp8_tensor_storage import MXFP8TensorStorage
+    from transformer_engine.pytorch.tensor.storage.nvfp4_tensor_storage import NVFP4TensorStorage
+
+    row, col = quantizer.rowwise_usage, quantizer.columnwise_usage
+    scale = torch.empty(0)
+    wrapper = {} if quantizer.internal else {"shape": list(t.shape), "dtype": t.dtype}  # no device, as the C++
+    if isinstance(quantizer, MXFP8Quantizer):
+        cls = MXFP8TensorStorage if quantizer.internal else MXFP8Tensor
+        return cls(rowwise_data=t if row else None, rowwise_scale_inv=scale if row else None,
+                   columnwise_data=t if col else None, columnwise_scale_inv=scale if col else None,
+                   fp8_dtype=tex.DType.kFloat8E4M3, quantizer=quantizer, with_gemm_swizzled_scales=False, **wrapper)
+    if isinstance(quantizer, NVFP4Quantizer):
+        cls = NVFP4TensorStorage if quantizer.internal else NVFP4Tensor
+        return cls(rowwise_data=t if row else None, rowwise_scale_inv=scale if row else None,
+                   columnwise_data=t if col else None, columnwise_scale_inv=scale if col else None,
+                   amax_rowwise=scale if row else None, amax_columnwise=scale if col else None,
+                   fp4_dtype=tex.DType.kFloat4E2M1, quantizer=quantizer, with_gemm_swizzled_scales=False, **wrapper)
+    if isinstance(quantizer, Float8BlockQuantizer):
+        cls = Float8BlockwiseQTensorStorage if quantizer.internal else Float8BlockwiseQTensor
+        return cls(rowwise_data=t if row else None, rowwise_scale_inv=scale if row else None,
+                   columnwise_data=t if col else None, columnwise_scale_inv=scale if col else None,
+                   fp8_dtype=tex.DType.kFloat8E4M3, quantizer=quantizer,
+                   is_2D_scaled=quantizer.block_scaling_dim == 2, **wrapper)
+    cls = Float8TensorStorage if quantizer.internal else Float8Tensor  # delayed and current scaling
+    return cls(data=t if (row or non_tn) else None, fp8_scale_inv=scale, fp8_dtype=tex.DType.kFloat8E4M3,
+               data_transpose=t if (col and not non_tn) else None, quantizer=quantizer, **wrapper)
+
+
+def install_current_device(torch: Any) -> None:
+    """S8: `torch.cuda.current_device()` as on an initialised GPU, the same Python frames (torch/cuda/__init__.py
+    in torch 2.13: current_device -> _lazy_init -> is_initialized, then the C++ device query), returning "cpu".
+    TE asks it per quantizer copy under NVFP4 (tensor/nvfp4_tensor.py L155-158 at v2.12) and for a QuantizedTensor
+    built with no device (quantized_tensor.py L371)."""
+    def is_initialized() -> bool:
+        return True
+
+    def lazy_init() -> None:
+        if is_initialized():
+            return
+
+    def current_device() -> Any:
+        lazy_init()
+        return "cpu"
+
+    torch.cuda.current_device = current_device
+
+    def is_current_stream_capturing() -> bool:  # torch/cuda/graphs.py: one Python frame over a C++ query
+        return False
+
+    torch.cuda.is_current_stream_capturing = is_current_stream_capturing  # delayed scaling: base.py L1066
+
+
+@contextlib.contextmanager
+def cpu_factories(torch: Any) -> Iterator[None]:
+    """S8: while the module is built and warmed up (not while timed), a factory call asking for device "cuda" (TE's
+    recipe state: quantization.py L292, L1079-1081, the current-scaling quantizers' scale and amax) gets the CPU."""
+    from torch.overrides import TorchFunctionMode
+
+    class Cpu(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types_: Any, args: Any = (), kwargs: Any = None) -> Any:
+            kwargs = dict(kwargs or {})
+            device = kwargs.get("device")
+            if device is not None and str(device).startswith("cuda"):
+                kwargs["device"] = "cpu"
+            return func(*args, **kwargs)
+
+    with Cpu():
+        yield
+
+
+def install_recipe(torch: Any, name: str) -> Any:
+    """S5/S7 (--recipe NAME): the recipe's compute capability for TE's recipe checks (and CUDA 12.9 for the
+    block-scaling check, quantization.py L80-87); the extension's `split_quantize` and `quantize` build TE's own
+    Python objects (`standin_storage`: each constructor copies the quantizer, as when TE's C++ builds it) over the
+    unquantised slices; the grouped GEMM stand-in skips the arithmetic on them. Returns the recipe."""
+    import transformer_engine.common.recipe as recipes
     import transformer_engine.pytorch.quantization as quantization
     import transformer_engine.pytorch.utils as utils
-    from transformer_engine.common.recipe import MXFP8BlockScaling
-    from transformer_engine.pytorch.tensor.storage.mxfp8_tensor_storage import MXFP8TensorStorage
 
-    quantization.get_device_compute_capability = utils.get_device_compute_capability = lambda: (10, 0)
+    cls, capability = RECIPES[name]
+    quantization.get_device_compute_capability = utils.get_device_compute_capability = lambda: capability
+    torch.cuda.get_device_capability = lambda *_a: capability  # utils.is_non_tn_fp8_gemm_supported
+    if torch.version.cuda is None:
+        torch.version.cuda = "12.9"
+    install_current_device(torch)
+    non_tn = (10, 0) <= capability < (12, 0) or capability >= (13, 0)  # utils.py L491-496
     tex = sys.modules["transformer_engine_torch"]
-    scale = torch.empty(0)
-
-    def storage(t: Any, quantizer: Any) -> Any:
-        return MXFP8TensorStorage(t if quantizer.rowwise_usage else None, scale,
-                                  t if quantizer.columnwise_usage else None, scale, tex.DType.kFloat8E4M3,
-                                  quantizer, False)
 
     def split_quantize(inp: Any, splits: Sequence[int], quantizers: Sequence[Any], **_k: Any) -> list[Any]:
-        return [storage(t, q) for t, q in zip(torch.split(inp, list(splits)), quantizers)]
+        return [standin_storage(torch, tex, t, q, non_tn) for t, q in zip(torch.split(inp, list(splits)), quantizers)]
 
     tex.split_quantize = split_quantize
-    tex.quantize = lambda t, quantizer, *_a: storage(t, quantizer)
-    return MXFP8BlockScaling()
+    tex.quantize = lambda t, quantizer, *_a: standin_storage(torch, tex, t, quantizer, non_tn)
+    if name == "fp8":  # Megatron's TEDelayedScaling (extensions/transformer_engine.py L2191-2224): its config's defaults
+        return recipes.DelayedScaling(margin=0, amax_history_len=1, amax_compute_algo="most_recent")
+    return getattr(recipes, cls)()  # TE's defaults (Megatron passes only the format)
 
 
 def build(grouped_linear: Any, megatron_ddp: Any, bucket_group: Any, torch: Any, experts: int, hidden: int,
@@ -254,8 +371,9 @@ def build(grouped_linear: Any, megatron_ddp: Any, bucket_group: Any, torch: Any,
     real = torch.cuda.is_available
     torch.cuda.is_available = lambda: True  # S3, construction only
     try:
-        module = grouped_linear.GroupedLinear(experts, hidden, hidden, bias=False, device="cpu",
-                                              params_dtype=torch.float32, fuse_wgrad_accumulation=True)
+        with cpu_factories(torch):
+            module = grouped_linear.GroupedLinear(experts, hidden, hidden, bias=False, device="cpu",
+                                                  params_dtype=torch.float32, fuse_wgrad_accumulation=True)
     finally:
         torch.cuda.is_available = real
     base = sys.modules["transformer_engine.pytorch.module.base"]
@@ -289,7 +407,8 @@ def build(grouped_linear: Any, megatron_ddp: Any, bucket_group: Any, torch: Any,
         with quantized():
             module(x, splits, is_first_microbatch=False)
 
-    step(True)  # warm-up: TE's first-call set-up (fp8 meta; the quantised weights' cache, kept for the next calls)
+    with cpu_factories(torch):  # S8
+        step(True)  # warm-up: TE's first-call set-up (fp8 meta; the quantised weights' cache, kept for the next calls)
     return forward, step, keep
 
 
@@ -308,7 +427,7 @@ def measure(te_tree: str, megatron_tree: str, experts: Sequence[int], do_time: b
     from megatron.core.distributed.distributed_data_parallel import DistributedDataParallel
     from megatron.core.distributed.param_and_grad_buffer import _ParamAndGradBucketGroup
     grouped_linear = load_te(te_tree, torch)
-    recipe = install_mxfp8(torch) if recipe_name == "mxfp8" else None
+    recipe = install_recipe(torch, recipe_name) if recipe_name != "bf16" else None
 
     def bucket_group(ddp_config: Any) -> Any:
         group = types.SimpleNamespace(is_last_microbatch=False, ddp_config=ddp_config)
@@ -339,7 +458,7 @@ def measure(te_tree: str, megatron_tree: str, experts: Sequence[int], do_time: b
             step()
         out["counts"][g] = {"python": calls.kinds["python"], "builtin": calls.kinds["builtin"],
                             "aten": sum(aten.calls.values()), "standin_calls": dict(STANDIN_CALLS),
-                            "top_python": dict(calls.by_function.most_common(25)), "aten_ops": dict(aten.calls)}
+                            "python_by_function": dict(calls.by_function), "aten_ops": dict(aten.calls)}
     for key in ("python", "builtin", "aten"):
         out[f"{key}_line"] = line_fit({g: out["counts"][g][key] for g in experts})
     if not do_time:
@@ -412,8 +531,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--no-hooks", action="store_true",
                         help="without Megatron DDP's per-parameter backward hook (to see its share)")
-    parser.add_argument("--recipe", choices=["bf16", "mxfp8"], default="bf16",
-                        help="mxfp8: TE's MXFP8 path with the stand-ins S5 (module docstring)")
+    parser.add_argument("--recipe", choices=["bf16", *RECIPES], default="bf16",
+                        help="a low-precision recipe: TE's path for it with the stand-ins S5-S7 (module docstring)")
     parser.add_argument("--out")
     args = parser.parse_args(argv)
     result = measure(args.te_tree, args.megatron_tree, args.experts, args.time, args.repeat, hooks=not args.no_hooks,
