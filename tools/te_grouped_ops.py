@@ -358,7 +358,10 @@ def install_recipe(torch: Any, name: str) -> Any:
         return [standin_storage(torch, tex, t, q, non_tn) for t, q in zip(torch.split(inp, list(splits)), quantizers)]
 
     tex.split_quantize = split_quantize
-    tex.quantize = lambda t, quantizer, *_a: standin_storage(torch, tex, t, quantizer, non_tn)
+    def standin_quantize(t: Any, quantizer: Any, *_a: Any) -> Any:  # named, so that the counts show each call
+        return standin_storage(torch, tex, t, quantizer, non_tn)
+
+    tex.quantize = standin_quantize
     if name == "fp8":  # Megatron's TEDelayedScaling (extensions/transformer_engine.py L2191-2224): its config's defaults
         return recipes.DelayedScaling(margin=0, amax_history_len=1, amax_compute_algo="most_recent")
     return getattr(recipes, cls)()  # TE's defaults (Megatron passes only the format)
@@ -456,9 +459,15 @@ def measure(te_tree: str, megatron_tree: str, experts: Sequence[int], do_time: b
         aten = Aten()
         with aten:
             step()
+        forward()  # the forward alone after a forward alone, as --time runs it (S6: the weights' cache must hold)
+        alone = PythonCalls()
+        with alone.active():
+            forward()
+        step()
         out["counts"][g] = {"python": calls.kinds["python"], "builtin": calls.kinds["builtin"],
                             "aten": sum(aten.calls.values()), "standin_calls": dict(STANDIN_CALLS),
-                            "python_by_function": dict(calls.by_function), "aten_ops": dict(aten.calls)}
+                            "python_by_function": dict(calls.by_function), "aten_ops": dict(aten.calls),
+                            "forward_alone_python_by_function": dict(alone.by_function)}
     for key in ("python", "builtin", "aten"):
         out[f"{key}_line"] = line_fit({g: out["counts"][g][key] for g in experts})
     if not do_time:
