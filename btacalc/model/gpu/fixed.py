@@ -122,8 +122,9 @@ forward once and per re-run, backward once (where the module's call is eager):
 
     Qwen3-30B-A3B at EP 8: 16 x 2 x (1.0 + 2.7) = 118.4 reference ops = 0.45 ms per layer and micro-batch
 
-Under MXFP8 the quantizers add 1.2 reference ops per expert forward (precision.toml
-`grouped_linear_expert_quantizer_forward_ref_ops`, measured the same way, a lower bound; other recipes 0, unmeasured).
+A low-precision recipe's quantizers add their own per expert, forward / backward (precision.toml
+`grouped_linear_expert_quantizer_*_ref_ops`, measured the same way, lower bounds; docs/host-time.md tegrouped2):
+FP8 delayed 0.8 / 0.6, FP8 current 0.8 / 0.6, FP8 block 0.8 / 0.8, MXFP8 0.7 / 0.8, NVFP4 0.8 / 1.1.
 
 **The dispatcher's device-to-host sync splits the micro-batch.** A dropless MoE layer waits once per forward for
 its token counts on the host (Megatron-LM @ d98e8a64 megatron/core/transformer/moe/token_dispatcher.py L586-596
