@@ -92,6 +92,7 @@ def _per_expert(recipe, tmp_path):
         (counts["16"]["python"] - counts["8"]["python"]) / 8
 
 
+@pytest.mark.slow  # about 45 s: it runs the tool once per recipe
 @pytest.mark.skipif(not _HAVE_TREES, reason="needs a TE v2.12 tree and a Megatron-LM tree (BTACALC_TE_TREE, "
                                             "BTACALC_MEGATRON_TREE)")
 @pytest.mark.parametrize("recipe, storage, extra, total", [
