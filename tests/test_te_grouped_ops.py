@@ -2,7 +2,6 @@
 section tegrouped). The TE part needs a TE and a Megatron-LM tree and runs by hand; what is checked here is what the
 numbers rest on: the line that separates the per-expert slope from the per-call intercept, the Python-call counter,
 and the stand-in GEMM, which must compute what TE's grouped GEMM computes in each of its three layouts."""
-import importlib.util
 import json
 import os
 import subprocess
@@ -11,13 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.loading import ROOT, load_script
+
 torch = pytest.importorskip("torch")
 
-_PATH = Path(__file__).resolve().parents[1] / "tools" / "te_grouped_ops.py"
-_SPEC = importlib.util.spec_from_file_location("te_grouped_ops", _PATH)
-assert _SPEC is not None and _SPEC.loader is not None
-tool = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(tool)
+_PATH = ROOT / "tools" / "te_grouped_ops.py"
+tool = load_script("tools/te_grouped_ops.py")
 
 
 def test_the_line_over_the_expert_count_separates_slope_and_intercept():
