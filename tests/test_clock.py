@@ -388,6 +388,26 @@ def test_the_recipes_quantizer_python_moves_the_qwen3_30b_layer():
     assert part("fp16", "h100").glue_ops == pytest.approx(part("bf16", "h100").glue_ops)
 
 
+def test_a_re_run_repeats_the_recipes_quantizer_python_forward():
+    """A re-run of the forward (here the full recompute) runs GroupedLinear's forward again, quantizers included
+    (set_usage, split_quantize of the input, the cached weight workspace): the recipe's forward figure repeats per
+    local expert and grouped linear, its backward figure does not. Qwen3-30B-A3B at EP 8 (16 local experts x fc1,
+    fc2), what the re-run adds under the recipe beyond what it adds under BF16: FP8 delayed 16 x 2 x 0.8 = 25.6
+    reference ops, MXFP8 16 x 2 x 0.7 = 22.4 (docs/host-time.md tegrouped2, 'taken'); the first forward's share
+    does not grow with the re-run."""
+    from btacalc.model.gpu.costs import layer_parts
+
+    def part(precision, hw, recompute):
+        run = RunOptions(seq_len=4096, attention="flash", gradient_bytes=4, recompute=recompute, precision=precision)
+        p = _problem("qwen3-30b-a3b", hw=hw, run=run, devices=8, expert_parallel=8)
+        return layer_parts(p, p.evaluate(1, 1))[0]
+
+    for precision, hw, added in [("fp8", "h100", 16 * 2 * 0.8), ("mxfp8", "b200", 16 * 2 * 0.7)]:
+        rerun = {q: part(q, hw, "full").glue_ops - part(q, hw, "none").glue_ops for q in (precision, "bf16")}
+        assert rerun[precision] - rerun["bf16"] == pytest.approx(added)
+        assert part(precision, hw, "full").glue_ops_fwd == pytest.approx(part(precision, hw, "none").glue_ops_fwd)
+
+
 def test_the_dispatchers_sync_splits_a_micro_batch_into_forward_and_backward():
     """A dropless MoE layer waits for its token counts on the host once per forward (token_dispatcher.py
     `d2h_event.synchronize()`), so forward and backward each take the larger of their host and GPU times:
