@@ -986,7 +986,7 @@ def _issue(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, plan: _PhaseP
     part.expert_gemms_fwd = part.expert_gemms_fwd + expert_gemms / (3 + reruns)
     part.module_calls_fwd = part.module_calls_fwd + modules / (2 + reruns)
     part.glue_ops_fwd = part.glue_ops_fwd + (0 if glue is None else glue.forward_ops * eager[3])
-    _grouped_linear_python(part, expert_modules, reruns, eager[2], phase.low_precision and r.cast and r.cast.recipe)
+    _grouped_linear_python(part, expert_modules, reruns, eager[2], r.cast if phase.low_precision else None)
     if eager[0] and r.cast is not None and phase.low_precision:
         per_expert = r.cast.recipe.grouped_quantize_kernels_per_expert
         if per_expert:
@@ -997,19 +997,21 @@ def _issue(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, plan: _PhaseP
         _after_sync(part, before)
 
 
-def _grouped_linear_python(part: Part, expert_modules: Any, reruns: Any, eager_module: int, recipe: Any) -> None:
+def _grouped_linear_python(part: Part, expert_modules: Any, reruns: Any, eager_module: int,
+                           cast: Optional[CastRates]) -> None:
     """TransformerEngine GroupedLinear's Python per local expert (model/gpu/fixed.py), counted with the glue in its
     unit (reference ops): `expert_modules` local experts summed over the phase's grouped linear modules (count/EP
     each), x formulas/constants.toml `grouped_linear_expert_forward_ref_ops` once forward and once per re-run, x
     `grouped_linear_expert_backward_ref_ops` once backward; the first forward's share into `glue_ops_fwd` (after
     `_issue`'s other counts, so that a post-sync phase's `_after_sync` sees it). Where a CUDA graph replays the
-    module (`eager_module` 0) its Python does not run. A low-precision `recipe` (the phase's; else falsy) adds its
+    module (`eager_module` 0) its Python does not run (no scope btacalc accepts captures the experts today: `moe`
+    is refused, data/cuda_graph_scopes.toml). A low-precision phase's recipe (`cast`; else None) adds its
     quantizers' per-expert Python (precision.toml grouped_linear_expert_quantizer_*_ref_ops) to each pass."""
     te = constants().transformer_engine
     fwd, bwd = te.grouped_linear_expert_forward_ref_ops, te.grouped_linear_expert_backward_ref_ops
-    if recipe:
-        fwd += recipe.grouped_linear_expert_quantizer_forward_ref_ops
-        bwd += recipe.grouped_linear_expert_quantizer_backward_ref_ops
+    if cast is not None:
+        fwd += cast.recipe.grouped_linear_expert_quantizer_forward_ref_ops
+        bwd += cast.recipe.grouped_linear_expert_quantizer_backward_ref_ops
     forward = expert_modules * fwd * eager_module
     part.glue_ops = part.glue_ops + forward * (1 + reruns) + expert_modules * bwd * eager_module
     part.glue_ops_fwd = part.glue_ops_fwd + forward
