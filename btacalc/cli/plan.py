@@ -205,6 +205,7 @@ def plan(
         request = request.with_changes(nccl_ub=nccl_ub or request.nccl_ub, nvls=nvls or request.nvls)
     _check_emit(value(emit), search, profile, sensitivity, as_json)
     _check_megatron_emit(value(emit), request)
+    _check_wafer_emit(value(emit), request)
     if search:
         return _profiled(_search(spec, profile, request, outs, value(emit)), profile_run)
     report = make_plan(spec, profile, request)
@@ -344,6 +345,16 @@ def _check_megatron_emit(emit: Optional[str], request: Any) -> None:
     for option, used, why in _NOT_MEGATRON:
         if used(request):
             raise BtacalcError(f"{{emit}} {emit} prints a Megatron launch: {option} {why}")
+
+
+def _check_wafer_emit(emit: Optional[str], request: Any) -> None:
+    """--emit cerebras / modelzoo writes the batch, the systems and BTA's flags, no precision section (Model Zoo's
+    trainer.init.precision stays the config's own): --precision fp16 would not reach the run (hostile16: it was
+    emitted exactly as bf16, in silence)."""
+    if emit in ("cerebras", "modelzoo") and request.precision == "fp16":
+        raise BtacalcError(f"{{emit}} {emit} writes no precision setting (the Model Zoo config keeps its own "
+                           "trainer.init.precision), so {precision} fp16 would not reach the run: plan bf16 and set "
+                           "the precision in the config")
 
 
 def _profiled(code: int, profile_run: bool) -> int:

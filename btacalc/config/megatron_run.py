@@ -20,7 +20,8 @@ from .execution import BatchLimits, ExecutionRequest, OverlapRequest
 from .pipeline import StageSplit
 from .bridge_fields import check_bridge_key
 from .bridge_hydra import form_of, read_overrides
-from .megatron_codec import (MODEL_ROWS, Fields, bridge_key, bridge_value_field, check_bridge_experts,
+from .megatron_codec import (MIXED_PRECISION_OVERWRITES, MODEL_ROWS, OVERWRITTEN_REASON, Fields, bridge_key,
+                             bridge_value_field, check_bridge_experts,
                              check_bridge_sixteen_bit, decode, encode, from_bridge, model_fields)
 from .megatron_launch import Launch, integer, read_launch
 from .megatron_rules import describe, violations
@@ -244,6 +245,8 @@ def _unique_keys_loader() -> Any:
 
 
 def _bridge_reason(key: str) -> str:
+    if key in MIXED_PRECISION_OVERWRITES:  # listed unread only where a mixed precision overwrites it (from_bridge)
+        return OVERWRITTEN_REASON
     section, _, leaf = key.partition(".")
     return _BRIDGE_SECTIONS.get(section) or ignore_reason(leaf.split(".")[-1] or section)
 
