@@ -179,7 +179,8 @@ def plan(
                                                                                           fixed_active)
         profile = resolve_hardware(hw)
     request = _imported_request(imported.request, gpus_per_node, value(objective), accounting.value, causal, value(loss),
-                                routing_imbalance, (max_global_batch, max_tile_batch), cuda_graph_scope,
+                                routing_imbalance if _given(ctx, "routing_imbalance") else None,
+                                (max_global_batch, max_tile_batch), cuda_graph_scope,
                                 recipe.fp8_attention, fsdp_impl) if imported else ExecutionRequest(
         seq_len=seq, recompute=recompute, attention=value(attention), causal=causal, loss=value(loss),
         attention_kernel=attention_kernel, fsdp_impl=fsdp_impl,
@@ -219,7 +220,8 @@ def plan(
 
 
 def _imported_request(base: Any, gpus_per_node: Optional[int], objective: Optional[str], accounting: str, causal: bool,
-                      loss: Optional[str], routing_imbalance: float, caps: tuple[Optional[int], Optional[int]],
+                      loss: Optional[str], routing_imbalance: Optional[float],
+                      caps: tuple[Optional[int], Optional[int]],
                       cuda_graph_scope: Optional[str], fp8_attention: bool, fsdp_impl: Optional[str]) -> Any:
     """An imported run's request (--from-megatron, --from-bridge) with the options the command line may add
     (`caps`: --max-global-batch and --max-tile-batch)."""
@@ -227,7 +229,8 @@ def _imported_request(base: Any, gpus_per_node: Optional[int], objective: Option
     return base.with_changes(
         devices_per_node=gpus_per_node or base.devices_per_node, objective=objective,
         accounting=accounting, causal=causal, loss=loss or base.loss,
-        routing_imbalance=routing_imbalance, limits=replace(base.limits, max_global_batch=max_global_batch, max_tile_batch=max_tile_batch),
+        # the command line's, else the file's (a `# btacalc option:` line; hostile16) or the default 1.0
+        routing_imbalance=base.routing_imbalance if routing_imbalance is None else routing_imbalance, limits=replace(base.limits, max_global_batch=max_global_batch, max_tile_batch=max_tile_batch),
         cuda_graph_scope=_scopes(cuda_graph_scope, base.cuda_graph_scope),
         fp8_attention=fp8_attention or base.fp8_attention,  # no Megatron flag sets it: a launch cannot
         fsdp_impl=fsdp_impl or base.fsdp_impl,
