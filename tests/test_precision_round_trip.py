@@ -131,3 +131,20 @@ def test_bridge_fp8_param_and_its_gather_disagreeing_is_refused(cli, tmp_path):
                     "mixed_precision.fp8_param=false\nmixed_precision.fp8_param_gather=true\n")
     code, out, err = cli("plan", "--hw", "b200", "--devices", "8", "--from-bridge", str(path))
     assert code == 2 and "Megatron-Bridge keeps the two equal" in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("precision", ["fp8", "fp8-current", "fp8-blockwise", "mxfp8"])
+@pytest.mark.parametrize("fmt", ["e4m3", "hybrid"])
+def test_either_fp8_format_reads_as_the_recipe(cli, tmp_path, precision, fmt):
+    """Megatron-Core hands --fp8-format e4m3 or hybrid to every FP8 recipe (fp8_utils.py L761-787 @ d98e8a64):
+    `--fp8-format e4m3 --fp8-recipe tensorwise`, the flags btacalc/data/precision.toml gives for fp8-current, was
+    refused ("low precision {...}: btacalc models ...") because the emitter writes hybrid."""
+    code, out, err = cli("plan", "--model", "llama-3-8b", "--hw", "b200", "--devices", "8", "--precision", precision,
+                         "--emit", "megatron")
+    assert code in (0, 1), err
+    lines = [line for line in out.splitlines()]
+    path = tmp_path / "run.sh"
+    path.write_text("\n".join(line.replace("--fp8-format hybrid", f"--fp8-format {fmt}")
+                              .replace("--fp8-format e4m3", f"--fp8-format {fmt}") for line in lines) + "\n")
+    assert f"--fp8-format {fmt}" in path.read_text()
+    assert _inputs(cli, "plan", "--hw", "b200", "--from-megatron", str(path))["precision"] == precision
