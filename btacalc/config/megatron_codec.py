@@ -954,7 +954,7 @@ def _from_bridge_mixed(overrides: Mapping[str, Any], args: Args, unread: list[st
     """Bridge's mixed precision over the model / DDP fields (see BRIDGE_RECIPE_FIELDS): the recipe's values (`name`,
     btacalc's precision; None: MixedPrecisionConfig's defaults), then its `mixed_precision.<field>` overrides; the
     fields it overwrites become `unread` (ignored, OVERWRITTEN_REASON)."""
-    given = {k.split(".", 1)[1]: v for k, v in overrides.items()
+    given = {k.split(".", 1)[1]: _bridge_value(v, k) for k, v in overrides.items()  # a string is refused (_bool)
              if k.startswith("mixed_precision.") and k.split(".", 1)[1] in _MIXED_FIELDS}
     unread[:] = [k for k in unread if not (k.startswith("mixed_precision.") and k.split(".", 1)[1] in _MIXED_FIELDS)]
     if name is None and not given:
