@@ -1066,7 +1066,7 @@ for emit in ("cerebras", "modelzoo"):
          fragment=f"--emit {emit} writes no precision setting")
 # Bridge's mixed precision: fp8_param and fp8_param_gather kept equal by Bridge; both bf16 and fp16
 case("values", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
-     fragment="mixed_precision.fp8_param_gather=True and mixed_precision.fp8_param=False: Megatron-Bridge keeps the "
+     fragment="mixed_precision.fp8_param=False and mixed_precision.fp8_param_gather=True: Megatron-Bridge keeps the "
      "two equal", files={"o.txt": HYDRA.replace("bf16_mixed", "bf16_with_fp8_delayed_scaling_mixed") +
                          "mixed_precision.fp8_param_gather=true\nmixed_precision.fp8_param=false\n"})
 case("values", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
