@@ -136,3 +136,14 @@ def test_whatif_when_nothing_fits_says_so_in_one_line(cli):
     result = json.loads(out)
     assert code == 1 and not result["reached"] and "best" not in result["note"]
     assert result["trace"] and not any(s["fits"] for s in result["trace"])
+
+
+def test_a_finished_command_ignores_a_late_stop(tmp_path):
+    """A SIGTERM in Python's teardown, after `plan --emit megatron -o x.sh` had written x.sh, ended it with exit 143
+    and no line ("128 + n: stopped; nothing written"): the console command ignores the stopping signals once done."""
+    code = ("import signal, sys\nfrom btacalc.cli import main\nsys.argv = ['btacalc', 'models', 'list']\n"
+            "try:\n    main()\nexcept SystemExit as exc:\n"
+            "    ok = all(signal.getsignal(getattr(signal, n)) is signal.SIG_IGN for n in ('SIGINT', 'SIGTERM', 'SIGHUP'))\n"
+            "    sys.stderr.write(f'exit={exc.code} ignored={ok}')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.stderr.endswith("exit=0 ignored=True"), done.stderr
