@@ -1071,6 +1071,9 @@ case("values", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--
                          "mixed_precision.fp8_param_gather=true\nmixed_precision.fp8_param=false\n"})
 case("values", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
      fragment="mixed_precision sets both bf16 and fp16", files={"o.txt": HYDRA + "mixed_precision.fp16=true\n"})
+case("values", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
+     fragment="mixed_precision.fp8=1: Megatron-Bridge takes a recipe name (a string) or null",
+     files={"o.txt": HYDRA + "mixed_precision.fp8=1\n"})
 # a mixed-precision switch given a word: Bridge sets it as given, and a non-empty string is true
 case("values", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
      fragment="mixed_precision.grad_reduce_in_fp32: 'maybe' is a string",

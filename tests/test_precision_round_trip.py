@@ -109,6 +109,12 @@ BRIDGE = ("model.num_layers=32\nmodel.hidden_size=4096\nmodel.num_attention_head
     ("mixed_precision=bf16_with_nvfp4_mixed\n", "nvfp4", True, 4),  # fp4_param_gather = True (L416)
     # no mixed precision: the DDP config's own field
     ("model.bf16=true\nddp.grad_reduce_in_fp32=false\n", "bf16", False, 2),
+    # the recipe's FP8 fields in the mixed precision (were "ignored: low-precision details" and planned as bf16);
+    # MixedPrecisionConfig's fp8_recipe defaults to tensorwise (L50), so fp8=hybrid alone is current scaling
+    ("mixed_precision=bf16_mixed\nmixed_precision.fp8=hybrid\n", "fp8-current", False, 4),
+    ("mixed_precision.bf16=true\nmixed_precision.fp8=hybrid\nmixed_precision.fp8_recipe=delayed\n", "fp8", False, 4),
+    ("mixed_precision=bf16_with_fp8_delayed_scaling_mixed\nmixed_precision.fp8_recipe=mxfp8\n", "mxfp8", True, 4),
+    ("mixed_precision=bf16_mixed\nmodel.fp8=hybrid\n", "bf16", False, 4),  # overwritten by the mixed precision's None
 ])
 def test_bridge_takes_the_mixed_precision_over_ddp_and_model(cli, tmp_path, lines, precision, gather, grad):
     path = tmp_path / "o.txt"
@@ -119,8 +125,8 @@ def test_bridge_takes_the_mixed_precision_over_ddp_and_model(cli, tmp_path, line
     got = report["inputs"]
     assert (got["precision"], got["fp8_param_gather"], got["gradient_bytes"]) == (precision, gather, grad)
     ignored = {i["flag"]: i["reason"] for i in report["imported"]["ignored"]}
-    for key in ("ddp.grad_reduce_in_fp32", "model.fp8_param_gather"):
-        if key in lines and "mixed_precision" in lines:
+    for key in ("ddp.grad_reduce_in_fp32", "model.fp8_param_gather", "model.fp8"):
+        if key + "=" in lines and "mixed_precision" in lines:
             assert ignored[key].startswith("overwritten by mixed_precision"), ignored
     assert not any(k.startswith("mixed_precision.") for k in ignored), ignored
 

@@ -916,10 +916,15 @@ BRIDGE_MIXED_DEFAULTS = {"bf16": False, "fp16": False, "grad_reduce_in_fp32": Tr
 _MIXED_FIELDS = {"bf16": "bf16", "fp16": "fp16", "grad_reduce_in_fp32": "grad_reduce_in_fp32",
                  "fp8_param_gather": "fp8_param_gather", "fp8_param": "fp8_param_gather",
                  "fp4_param_gather": "fp4_param_gather", "fp4_param": "fp4_param_gather"}
+# the low-precision recipe's fields (strings, or null), MixedPrecisionConfig's defaults (mixed_precision.py L49-52,
+# L64-65: note fp8_recipe "tensorwise", where Megatron-LM's --fp8-recipe defaults to delayed)
+_MIXED_LOW_DEFAULTS: dict[str, Optional[str]] = {"fp8": None, "fp8_recipe": "tensorwise", "fp4": None,
+                                                 "fp4_recipe": "nvfp4"}
 # the keys btacalc would read that Bridge's mixed precision overwrites (listed as ignored, with the reason)
 MIXED_PRECISION_OVERWRITES = {"model.bf16": "bf16", "model.fp16": "fp16", "ddp.grad_reduce_in_fp32":
                               "grad_reduce_in_fp32", "model.fp8_param_gather": "fp8_param_gather",
-                              "model.fp4_param_gather": "fp4_param_gather"}
+                              "model.fp4_param_gather": "fp4_param_gather",
+                              **{f"model.{k}": k for k in _MIXED_LOW_DEFAULTS}}
 OVERWRITTEN_REASON = ("overwritten by mixed_precision: Megatron-Bridge copies its mixed-precision fields onto the model, "
                       "optimizer and DDP configs (mixed_precision.py L138-164, config.py L2012-2016 @ 067f987d)")
 _MIXED_DESTS = ("bf16", "fp16", "grad_reduce_in_bf16", "accumulate_allreduce_grads_in_fp32", "fp8_param_gather",
@@ -956,9 +961,28 @@ def _from_bridge_mixed(overrides: Mapping[str, Any], args: Args, unread: list[st
     fields it overwrites become `unread` (ignored, OVERWRITTEN_REASON)."""
     given = {k.split(".", 1)[1]: _bridge_value(v, k) for k, v in overrides.items()  # a string is refused (_bool)
              if k.startswith("mixed_precision.") and k.split(".", 1)[1] in _MIXED_FIELDS}
-    unread[:] = [k for k in unread if not (k.startswith("mixed_precision.") and k.split(".", 1)[1] in _MIXED_FIELDS)]
-    if name is None and not given:
+    # hostile16: mixed_precision.fp8 / fp8_recipe / fp4 / fp4_recipe were listed "ignored: low-precision details"
+    # and the run planned in bf16, though Bridge copies them onto the model's (an FP8 run)
+    low_given = {k.split(".", 1)[1]: v for k, v in overrides.items()
+                 if k.startswith("mixed_precision.") and k.split(".", 1)[1] in _MIXED_LOW_DEFAULTS}
+    unread[:] = [k for k in unread if not (k.startswith("mixed_precision.") and (
+        k.split(".", 1)[1] in _MIXED_FIELDS or k.split(".", 1)[1] in _MIXED_LOW_DEFAULTS))]
+    if name is None and not given and not low_given:
         return  # no MixedPrecisionConfig: Bridge leaves the model's and the DDP config's own fields
+    low = dict(_MIXED_LOW_DEFAULTS)
+    if name is not None and name in PRECISIONS:
+        low.update(PRECISIONS[name])
+    for field, value in low_given.items():
+        if value is not None and not isinstance(value, str):
+            raise BtacalcError(f"mixed_precision.{field}={value!r}: Megatron-Bridge takes a recipe name (a string) "
+                               "or null")
+        low[field] = value
+    for dest in _MIXED_LOW_DEFAULTS:
+        args.pop(dest, None)
+    if low["fp8"] is not None:
+        args.update({"fp8": low["fp8"], "fp8_recipe": low["fp8_recipe"]})
+    if low["fp4"] is not None:
+        args.update({"fp4": low["fp4"], "fp4_recipe": low["fp4_recipe"]})
     fields = dict(BRIDGE_RECIPE_FIELDS[name] if name is not None else BRIDGE_MIXED_DEFAULTS)
     for field, value in given.items():
         target = _MIXED_FIELDS[field]
