@@ -104,6 +104,30 @@ def _source_data(name: str) -> "Path | None":
         return None
 
 
+def stdout_file() -> "os.stat_result | None":
+    """The regular file standard output writes to (a shell's `> file` or `>> file`), else None (a terminal, a pipe,
+    /dev/null, closed)."""
+    try:
+        st = os.fstat(1)
+    except OSError:
+        return None
+    return st if stat.S_ISREG(st.st_mode) else None
+
+
+STDOUT_ONTO_INPUT = ("standard output is redirected onto this file (a shell's > or >> names it): btacalc never writes "
+                     "over what it reads; send the output to another file")
+
+
+def _refuse_stdout_onto(st: os.stat_result, where: str) -> None:
+    """hostile16: `btacalc plan --from-megatron run.sh >> run.sh` appended the plan to the launch it read (`>` emptied
+    it first, and the empty file was refused): the shell opened the file before btacalc ran, but btacalc can see
+    that its standard output is the input it reads, and refuse before writing a byte."""
+    out = stdout_file()
+    if out is not None and os.path.samestat(out, st):
+        emptied = " (empty: a shell's > emptied it before btacalc started)" if st.st_size == 0 else ""
+        raise OSError(errno.EINVAL, STDOUT_ONTO_INPUT + emptied, where)
+
+
 def read_input(path: "os.PathLike[str] | str", limit: int = MAX_INPUT_BYTES) -> str:
     """The UTF-8 text of a user's input file. Its type and size are checked on the open file before
     any byte is read (a FIFO or a device never blocks, a 1 GiB file is never read); a refusal is an
@@ -113,6 +137,7 @@ def read_input(path: "os.PathLike[str] | str", limit: int = MAX_INPUT_BYTES) -> 
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise OSError(errno.EINVAL, "not a regular file", os.fspath(path))
+        _refuse_stdout_onto(st, os.fspath(path))
         if st.st_size > limit:
             raise OSError(errno.EFBIG, f"larger than {limit >> 20} MiB ({st.st_size:,} bytes)", os.fspath(path))
         data = os.read(fd, limit + 1) if st.st_size == 0 else read_all(fd, limit)
@@ -144,6 +169,7 @@ def _note_stdin_file(stream: object, reader: str) -> None:
     except (AttributeError, OSError, ValueError):  # no descriptor (a test's StringIO), or a closed one
         return
     if stat.S_ISREG(st.st_mode):
+        _refuse_stdout_onto(st, "-")
         _READ[(st.st_dev, st.st_ino)] = f"{reader} - (standard input)"
 
 

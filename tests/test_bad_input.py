@@ -1039,6 +1039,46 @@ for key in ("schema", "config"):
     case("files", "plan", "--config", "{tmp}/run.toml", outputs=False,
          fragment=f"{key} is a plan option a run file cannot hold", files={"run.toml": f"{key} = true\n"})
 
+# hostile16: what hostile15 left
+# `# btacalc option:` lines (the plan options no Megatron flag sets, which --emit writes and --from-* read back): a line
+# btacalc would not write is refused, never skipped
+for line, fragment in (("--tp 2", "--tp is not an option btacalc writes in a comment"),
+                       ("--routing-imbalance nan", "--routing-imbalance takes a finite number, got 'nan'"),
+                       ("--routing-imbalance", "--routing-imbalance needs a value"),
+                       ("--no-rht-cast-fusion yes", "--no-rht-cast-fusion is a switch and takes no value"),
+                       ("routing imbalance 1.5", "takes --flag [value] (what it means)")):
+    case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/launch.args", fragment=f"launch.args: line 1: "
+         f"# btacalc option: {fragment}", files={"launch.args": f"# btacalc option: {line}\n" + LLAMA_LAUNCH})
+case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/launch.args",
+     fragment="line 2: # btacalc option: --te-version: te-version is given twice",
+     files={"launch.args": "# btacalc option: --te-version 2.2\n# btacalc option: --te-version 2.9\n" + LLAMA_LAUNCH})
+case("files", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
+     fragment="o.txt: line 1: # btacalc option: --routing-imbalance takes a finite number, got 'inf'",
+     files={"o.txt": "# btacalc option: --routing-imbalance inf\n" + HYDRA})
+# fp16: a launch with --fp16 and FP8 (btacalc's FP8 recipes run over bf16), or --bf16 and --fp16 (Megatron asserts one)
+case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/launch.args", fragment="--fp16 with --fp8-format",
+     files={"launch.args": LLAMA_LAUNCH.replace("--bf16", "--fp16", 1)})
+case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/launch.args", fragment="--bf16 and --fp16 together",
+     files={"launch.args": LLAMA_LAUNCH.replace("--bf16", "--bf16 --fp16", 1)})
+# the wafer emitters write no precision: fp16 would be emitted as bf16
+for emit in ("cerebras", "modelzoo"):
+    case("values", "plan", "--hw", "wse3", "--precision", "fp16", "--emit", emit,
+         fragment=f"--emit {emit} writes no precision setting")
+# Bridge's mixed precision: fp8_param and fp8_param_gather kept equal by Bridge; both bf16 and fp16
+case("values", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
+     fragment="mixed_precision.fp8_param=False and mixed_precision.fp8_param_gather=True: Megatron-Bridge keeps the "
+     "two equal", files={"o.txt": HYDRA.replace("bf16_mixed", "bf16_with_fp8_delayed_scaling_mixed") +
+                         "mixed_precision.fp8_param_gather=true\nmixed_precision.fp8_param=false\n"})
+case("values", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
+     fragment="mixed_precision sets both bf16 and fp16", files={"o.txt": HYDRA + "mixed_precision.fp16=true\n"})
+case("values", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
+     fragment="mixed_precision.fp8=1: Megatron-Bridge takes a recipe name (a string) or null",
+     files={"o.txt": HYDRA + "mixed_precision.fp8=1\n"})
+# a mixed-precision switch given a word: Bridge sets it as given, and a non-empty string is true
+case("values", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
+     fragment="mixed_precision.grad_reduce_in_fp32: 'maybe' is a string",
+     files={"o.txt": HYDRA + "mixed_precision.grad_reduce_in_fp32=maybe\n"})
+
 
 def _make(folder: Path, files: dict[str, Any]) -> None:
     for name, content in files.items():

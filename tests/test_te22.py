@@ -226,14 +226,14 @@ def test_a_version_with_spaces_is_that_version(cli):
 @pytest.mark.parametrize("emit", ["megatron", "bridge"])
 def test_an_emitted_launch_names_the_te_it_was_planned_with(cli, emit):
     """review13: --te-version changes the plan but no Megatron-LM or Bridge argument sets the container's TE, so
-    --emit dropped it without a word; the launch's header names it (a comment, which --from-* skip), and only
-    where it was given for a per-tensor FP8 recipe."""
+    --emit dropped it without a word; the launch's header names it (a comment, which --from-* read back since
+    hostile16: tests/test_hostile16.py), and only where it was given for a per-tensor FP8 recipe."""
     args = ("plan", "-m", "llama-3-8b", "--hw", "gb200", "--devices", "8", "--tp", "2", "--emit", emit)
     code, out, err = cli(*args, "--precision", "fp8", "--te-version", BEE)
     assert code == 0, err
     note = [line for line in out.splitlines() if "TransformerEngine" in line and line.startswith("#")]
-    assert note == [f"# planned with TransformerEngine {BEE} (--te-version): the container's release, which no "
-                    "launch argument sets"]
+    assert note == [f"# btacalc option: --te-version {BEE} (the container's TransformerEngine release, which no "
+                    "launch argument sets)"]
     code, out, err = cli(*args, "--precision", "fp8")
     assert code == 0 and "--te-version" not in out, err
 

@@ -169,7 +169,24 @@ def main(argv: Optional[list[str]] = None) -> None:
         if os.environ.get("BTACALC_DEBUG"):
             raise
         _say(f"btacalc: internal error (please report, or rerun with BTACALC_DEBUG=1): {type(exc).__name__}: {exc}", 3)
+    if argv is None:
+        _finished()
     sys.exit(code)
+
+
+def _finished() -> None:
+    """The command has written everything: a stopping signal from here on (Python's teardown takes tens of ms) is
+    ignored. hostile16: a SIGTERM in that window ended a finished `plan --emit megatron -o x.sh` with exit 143 and no
+    line, its file written, though 128 + n promises "stopped; nothing written". Only for the console command
+    (`argv` None): tests run `main` in their own process, whose signals stay theirs."""
+    import signal
+
+    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+        if hasattr(signal, name):
+            try:
+                signal.signal(getattr(signal, name), signal.SIG_IGN)
+            except ValueError:  # not the main thread
+                pass
 
 
 __all__ = ["app", "main", "FLAGS"]

@@ -179,7 +179,8 @@ def plan(
                                                                                           fixed_active)
         profile = resolve_hardware(hw)
     request = _imported_request(imported.request, gpus_per_node, value(objective), accounting.value, causal, value(loss),
-                                routing_imbalance, (max_global_batch, max_tile_batch), cuda_graph_scope,
+                                routing_imbalance if _given(ctx, "routing_imbalance") else None,
+                                (max_global_batch, max_tile_batch), cuda_graph_scope,
                                 recipe.fp8_attention, fsdp_impl) if imported else ExecutionRequest(
         seq_len=seq, recompute=recompute, attention=value(attention), causal=causal, loss=value(loss),
         attention_kernel=attention_kernel, fsdp_impl=fsdp_impl,
@@ -205,6 +206,7 @@ def plan(
         request = request.with_changes(nccl_ub=nccl_ub or request.nccl_ub, nvls=nvls or request.nvls)
     _check_emit(value(emit), search, profile, sensitivity, as_json)
     _check_megatron_emit(value(emit), request)
+    _check_wafer_emit(value(emit), request)
     if search:
         return _profiled(_search(spec, profile, request, outs, value(emit)), profile_run)
     report = make_plan(spec, profile, request)
@@ -218,7 +220,8 @@ def plan(
 
 
 def _imported_request(base: Any, gpus_per_node: Optional[int], objective: Optional[str], accounting: str, causal: bool,
-                      loss: Optional[str], routing_imbalance: float, caps: tuple[Optional[int], Optional[int]],
+                      loss: Optional[str], routing_imbalance: Optional[float],
+                      caps: tuple[Optional[int], Optional[int]],
                       cuda_graph_scope: Optional[str], fp8_attention: bool, fsdp_impl: Optional[str]) -> Any:
     """An imported run's request (--from-megatron, --from-bridge) with the options the command line may add
     (`caps`: --max-global-batch and --max-tile-batch)."""
@@ -226,7 +229,8 @@ def _imported_request(base: Any, gpus_per_node: Optional[int], objective: Option
     return base.with_changes(
         devices_per_node=gpus_per_node or base.devices_per_node, objective=objective,
         accounting=accounting, causal=causal, loss=loss or base.loss,
-        routing_imbalance=routing_imbalance, limits=replace(base.limits, max_global_batch=max_global_batch, max_tile_batch=max_tile_batch),
+        # the command line's, else the file's (a `# btacalc option:` line; hostile16) or the default 1.0
+        routing_imbalance=base.routing_imbalance if routing_imbalance is None else routing_imbalance, limits=replace(base.limits, max_global_batch=max_global_batch, max_tile_batch=max_tile_batch),
         cuda_graph_scope=_scopes(cuda_graph_scope, base.cuda_graph_scope),
         fp8_attention=fp8_attention or base.fp8_attention,  # no Megatron flag sets it: a launch cannot
         fsdp_impl=fsdp_impl or base.fsdp_impl,
@@ -344,6 +348,16 @@ def _check_megatron_emit(emit: Optional[str], request: Any) -> None:
     for option, used, why in _NOT_MEGATRON:
         if used(request):
             raise BtacalcError(f"{{emit}} {emit} prints a Megatron launch: {option} {why}")
+
+
+def _check_wafer_emit(emit: Optional[str], request: Any) -> None:
+    """--emit cerebras / modelzoo writes the batch, the systems and BTA's flags, no precision section (Model Zoo's
+    trainer.init.precision stays the config's own): --precision fp16 would not reach the run (hostile16: it was
+    emitted exactly as bf16, in silence)."""
+    if emit in ("cerebras", "modelzoo") and request.precision == "fp16":
+        raise BtacalcError(f"{{emit}} {emit} writes no precision setting (the Model Zoo config keeps its own "
+                           "trainer.init.precision), so {precision} fp16 would not reach the run: plan bf16 and set "
+                           "the precision in the config")
 
 
 def _profiled(code: int, profile_run: bool) -> int:

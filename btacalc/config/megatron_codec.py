@@ -368,6 +368,13 @@ def _dec_sharding(get: Get) -> Fields:
 
 
 def _enc_precision(f: Fields) -> Args:
+    """--bf16 (gradients reduced in fp32 unless --grad-reduce-in-bf16) or --fp16, whose gradients Megatron-LM reduces
+    in fp16 unless --accumulate-allreduce-grads-in-fp32: only --bf16 turns that on (MEGATRON_LM_PIN
+    megatron/training/arguments.py L1195-1217; training.py L2635 grad_reduce_in_fp32 =
+    accumulate_allreduce_grads_in_fp32). hostile16: --precision fp16 was an internal error (KeyError) here."""
+    if f.get("run.precision") == "fp16":
+        return {"fp16": True} if f.get("run.gradient_bytes") == 2 else \
+            {"fp16": True, "accumulate_allreduce_grads_in_fp32": True}
     out: Args = {"bf16": True}
     if f.get("run.gradient_bytes") == 2:
         out["grad_reduce_in_bf16"] = True
@@ -375,8 +382,15 @@ def _enc_precision(f: Fields) -> Args:
 
 
 def _dec_precision(get: Get) -> Fields:
-    if not (_bool(get("bf16")) or _bool(get("fp16"))):
+    bf16, fp16 = _bool(get("bf16")), _bool(get("fp16"))
+    if not (bf16 or fp16):
         raise BtacalcError("the launch trains in fp32 (no --bf16 or --fp16): btacalc models 16-bit training")
+    if bf16 and fp16:  # Megatron-LM asserts one of them (arguments.py L1195-1206)
+        raise BtacalcError("--bf16 and --fp16 together: Megatron-LM refuses both (arguments.py L1196, L1205); give one")
+    if fp16:
+        get("grad_reduce_in_bf16")  # read only under --bf16 (arguments.py L1213)
+        return {"run.gradient_bytes": 4 if _bool(get("accumulate_allreduce_grads_in_fp32")) else 2}
+    get("accumulate_allreduce_grads_in_fp32")  # --bf16 turns it on itself (arguments.py L1215-1216)
     return {"run.gradient_bytes": 2 if _bool(get("grad_reduce_in_bf16")) else 4}
 
 
@@ -541,17 +555,31 @@ PRECISIONS: dict[str, dict[str, str]] = {
 }
 
 
+FP8_FORMATS = ("e4m3", "hybrid")  # Megatron-Core's TransformerConfig.fp8 (transformer_config.py L587 @ d98e8a64)
+
+
 def _enc_low_precision(f: Fields) -> Args:
-    """The low-precision recipe's Megatron settings (bf16 sets none)."""
-    return dict(PRECISIONS[f.get("run.precision") or "bf16"])
+    """The low-precision recipe's Megatron settings (bf16 and fp16 set none: `_enc_precision` says which)."""
+    precision = f.get("run.precision") or "bf16"
+    return {} if precision == "fp16" else dict(PRECISIONS[precision])
 
 
 def _dec_low_precision(get: Get) -> Fields:
     fp8, fp4 = get("fp8"), get("fp4")
+    fp16 = _bool(get("fp16"))
     if fp8 is None and fp4 is None:
-        return {"run.precision": "bf16"}
+        return {"run.precision": "fp16" if fp16 else "bf16"}
+    if fp16:  # btacalc's FP8/FP4 recipes run over bf16 (Megatron-Bridge's bf16_with_* recipes): fp16 would be lost
+        raise BtacalcError(f"--fp16 with --{'fp8' if fp8 is not None else 'fp4'}-format: btacalc models the low-"
+                           "precision recipes over bf16 (give --bf16), or fp16 alone")
     given = {"fp8": fp8, "fp8_recipe": get("fp8_recipe")} if fp8 is not None else \
         {"fp4": fp4, "fp4_recipe": get("fp4_recipe")}
+    if fp8 is not None and str(fp8) in FP8_FORMATS:
+        # hostile16: the recipe decides; Megatron-Core hands --fp8-format e4m3 or hybrid to every FP8 recipe
+        # (MEGATRON_LM_PIN megatron/core/fp8_utils.py L761-787; transformer_config.py L587 Literal['e4m3', 'hybrid']),
+        # and btacalc's cost of a recipe does not depend on it: `--fp8-format e4m3 --fp8-recipe tensorwise`, the flags
+        # btacalc/data/precision.toml itself gives for fp8-current, was refused because the emitter writes hybrid
+        given = {**given, "fp8": "hybrid" if str(given["fp8_recipe"]) != "mxfp8" else "e4m3"}
     name = next((k for k, v in PRECISIONS.items() if v and all(str(given.get(d)) == x for d, x in v.items())), None)
     if name is None:
         raise BtacalcError(f"low precision {given}: btacalc models {', '.join(PRECISIONS)} "
@@ -568,7 +596,8 @@ def _enc_param_gather(f: Fields) -> Args:
 
 
 def _dec_param_gather(get: Get) -> Fields:
-    return {"run.fp8_param_gather": _bool(get("fp8_param_gather")) or _bool(get("fp4_param_gather"))}
+    fp8, fp4 = _bool(get("fp8_param_gather")), _bool(get("fp4_param_gather"))  # both read: neither is "ignored"
+    return {"run.fp8_param_gather": fp8 or fp4}
 
 
 def _enc_fp8_attention(f: Fields) -> Args:
@@ -860,6 +889,121 @@ BRIDGE_PRECISION = {"bf16": "bf16_mixed", "fp8": "bf16_with_fp8_delayed_scaling_
                     "fp8-current": "bf16_with_fp8_current_scaling_mixed",
                     "fp8-blockwise": "bf16_with_fp8_subchannel_scaling_mixed", "mxfp8": "bf16_with_mxfp8_mixed",
                     "nvfp4": "bf16_with_nvfp4_mixed"}
+# hostile16: Megatron-Bridge applies its MixedPrecisionConfig last: whenever `mixed_precision` is set (a recipe's name,
+# or its fields), runtime_config_update resolves the name and calls setup (BRIDGE_PIN src/megatron/bridge/training/
+# config.py L2012-2016), which writes every MixedPrecisionConfig field onto the same-named field of the model, the
+# optimizer and the DDP config whenever the two differ (mixed_precision.py L113-164,
+# update_config_with_precision_overrides). So the mixed-precision value of these fields is the one Bridge trains with
+# and a ddp.grad_reduce_in_fp32 or model.fp8_param_gather beside it is overwritten. The recipes' values (BRIDGE_PIN
+# mixed_precision.py: the dataclass defaults L47, L61, L66; bf16_mixed L185-198 grad_reduce_in_fp32 True; fp16_mixed
+# L201-214 False; fp8_param_gather = True in the delayed (L231), MXFP8 (L264) and current-scaling (L302) recipes, False
+# in the subchannel one (L384); bf16_with_nvfp4_mixed L405-418 fp4_param_gather = True). fp8_param / fp4_param are
+# kept equal to them by MixedPrecisionConfig.__setattr__ (L77-95).
+BRIDGE_FP16_RECIPE = "fp16_mixed"
+BRIDGE_RECIPE_FIELDS: dict[str, dict[str, bool]] = {
+    "bf16": {"bf16": True, "fp16": False, "grad_reduce_in_fp32": True, "fp8_param_gather": False,
+             "fp4_param_gather": False},
+    "fp16": {"bf16": False, "fp16": True, "grad_reduce_in_fp32": False, "fp8_param_gather": False,
+             "fp4_param_gather": False},
+}
+for _name, _gather in (("fp8", True), ("mxfp8", True), ("fp8-current", True), ("fp8-blockwise", False)):
+    BRIDGE_RECIPE_FIELDS[_name] = {**BRIDGE_RECIPE_FIELDS["bf16"], "fp8_param_gather": _gather}
+BRIDGE_RECIPE_FIELDS["nvfp4"] = {**BRIDGE_RECIPE_FIELDS["bf16"], "fp4_param_gather": True}
+# MixedPrecisionConfig's own defaults (mixed_precision.py L40-66), for `mixed_precision.*` fields without a recipe name
+BRIDGE_MIXED_DEFAULTS = {"bf16": False, "fp16": False, "grad_reduce_in_fp32": True, "fp8_param_gather": False,
+                         "fp4_param_gather": False}
+# the mixed-precision fields btacalc reads, with the synonyms __setattr__ keeps equal
+_MIXED_FIELDS = {"bf16": "bf16", "fp16": "fp16", "grad_reduce_in_fp32": "grad_reduce_in_fp32",
+                 "fp8_param_gather": "fp8_param_gather", "fp8_param": "fp8_param_gather",
+                 "fp4_param_gather": "fp4_param_gather", "fp4_param": "fp4_param_gather"}
+# the low-precision recipe's fields (strings, or null), MixedPrecisionConfig's defaults (mixed_precision.py L49-52,
+# L64-65: note fp8_recipe "tensorwise", where Megatron-LM's --fp8-recipe defaults to delayed)
+_MIXED_LOW_DEFAULTS: dict[str, Optional[str]] = {"fp8": None, "fp8_recipe": "tensorwise", "fp4": None,
+                                                 "fp4_recipe": "nvfp4"}
+# the keys btacalc would read that Bridge's mixed precision overwrites (listed as ignored, with the reason)
+MIXED_PRECISION_OVERWRITES = {"model.bf16": "bf16", "model.fp16": "fp16", "ddp.grad_reduce_in_fp32":
+                              "grad_reduce_in_fp32", "model.fp8_param_gather": "fp8_param_gather",
+                              "model.fp4_param_gather": "fp4_param_gather",
+                              **{f"model.{k}": k for k in _MIXED_LOW_DEFAULTS}}
+OVERWRITTEN_REASON = ("overwritten by mixed_precision: Megatron-Bridge copies its mixed-precision fields onto the model, "
+                      "optimizer and DDP configs (mixed_precision.py L138-164, config.py L2012-2016 @ 067f987d)")
+_MIXED_DESTS = ("bf16", "fp16", "grad_reduce_in_bf16", "accumulate_allreduce_grads_in_fp32", "fp8_param_gather",
+                "fp4_param_gather")
+
+
+def _bridge_precision_name(args: Args) -> str:
+    """btacalc's precision of Megatron destinations (bf16 / fp16 and the FP8/FP4 recipe)."""
+    if _bool(args.get("fp16")):
+        return "fp16"
+    return next(k for k, v in PRECISIONS.items() if all(args.get(d) == x for d, x in v.items())
+                and (v or ("fp8" not in args and "fp4" not in args)))
+
+
+def _to_bridge_mixed(args: Args, out: dict[str, Any]) -> None:
+    """The mixed-precision recipe of `args`, with `mixed_precision.<field>` wherever the plan differs from the
+    recipe's value: Bridge takes these from the mixed precision, not from ddp / model (BRIDGE_RECIPE_FIELDS)."""
+    name = _bridge_precision_name(args)
+    out["mixed_precision"] = BRIDGE_FP16_RECIPE if name == "fp16" else BRIDGE_PRECISION[name]
+    recipe = BRIDGE_RECIPE_FIELDS[name]
+    fp32 = _bool(args.get("accumulate_allreduce_grads_in_fp32")) if name == "fp16" else \
+        not _bool(args.get("grad_reduce_in_bf16"))
+    wanted = {"grad_reduce_in_fp32": fp32,
+              "fp4_param_gather" if name == "nvfp4" else "fp8_param_gather":
+                  _bool(args.get("fp8_param_gather")) or _bool(args.get("fp4_param_gather"))}
+    for field, value in wanted.items():
+        if value != recipe[field]:
+            out[f"mixed_precision.{field}"] = value
+
+
+def _from_bridge_mixed(overrides: Mapping[str, Any], args: Args, unread: list[str], name: Optional[str]) -> None:
+    """Bridge's mixed precision over the model / DDP fields (see BRIDGE_RECIPE_FIELDS): the recipe's values (`name`,
+    btacalc's precision; None: MixedPrecisionConfig's defaults), then its `mixed_precision.<field>` overrides; the
+    fields it overwrites become `unread` (ignored, OVERWRITTEN_REASON)."""
+    given = {k.split(".", 1)[1]: _bridge_value(v, k) for k, v in overrides.items()  # a string is refused (_bool)
+             if k.startswith("mixed_precision.") and k.split(".", 1)[1] in _MIXED_FIELDS}
+    # hostile16: mixed_precision.fp8 / fp8_recipe / fp4 / fp4_recipe were listed "ignored: low-precision details"
+    # and the run planned in bf16, though Bridge copies them onto the model's (an FP8 run)
+    low_given = {k.split(".", 1)[1]: v for k, v in overrides.items()
+                 if k.startswith("mixed_precision.") and k.split(".", 1)[1] in _MIXED_LOW_DEFAULTS}
+    unread[:] = [k for k in unread if not (k.startswith("mixed_precision.") and (
+        k.split(".", 1)[1] in _MIXED_FIELDS or k.split(".", 1)[1] in _MIXED_LOW_DEFAULTS))]
+    if name is None and not given and not low_given:
+        return  # no MixedPrecisionConfig: Bridge leaves the model's and the DDP config's own fields
+    low = dict(_MIXED_LOW_DEFAULTS)
+    if name is not None and name in PRECISIONS:
+        low.update(PRECISIONS[name])
+    for field, value in low_given.items():
+        if value is not None and not isinstance(value, str):
+            raise BtacalcError(f"mixed_precision.{field}={value!r}: Megatron-Bridge takes a recipe name (a string) "
+                               "or null")
+        low[field] = value
+    for dest in _MIXED_LOW_DEFAULTS:
+        args.pop(dest, None)
+    if low["fp8"] is not None:
+        args.update({"fp8": low["fp8"], "fp8_recipe": low["fp8_recipe"]})
+    if low["fp4"] is not None:
+        args.update({"fp4": low["fp4"], "fp4_recipe": low["fp4_recipe"]})
+    fields = dict(BRIDGE_RECIPE_FIELDS[name] if name is not None else BRIDGE_MIXED_DEFAULTS)
+    for field, value in given.items():
+        target = _MIXED_FIELDS[field]
+        if target in given and field != target and _bool(given[target]) != _bool(value):
+            raise BtacalcError(f"mixed_precision.{field}={value} and mixed_precision.{target}={given[target]}: "
+                               "Megatron-Bridge keeps the two equal (mixed_precision.py L77-95); give one")
+        fields[target] = _bool(value)
+    if fields["bf16"] and fields["fp16"]:
+        raise BtacalcError("mixed_precision sets both bf16 and fp16: Megatron-Bridge refuses both "
+                           "(config.py _validate_mixed_precision_consistency); give one")
+    for dest in _MIXED_DESTS:
+        args.pop(dest, None)
+    unread += [k for k in MIXED_PRECISION_OVERWRITES if k in overrides]
+    args["bf16"] = fields["bf16"]
+    settings = {"fp16": fields["fp16"], "fp8_param_gather": fields["fp8_param_gather"],
+                "fp4_param_gather": fields["fp4_param_gather"],
+                "accumulate_allreduce_grads_in_fp32" if fields["fp16"] else "grad_reduce_in_bf16":
+                    fields["grad_reduce_in_fp32"] == fields["fp16"]}
+    args.update({dest: True for dest, on in settings.items() if on})  # Megatron's switches: only those turned on
+
+
 # (start, end) layers a Bridge mixed-precision recipe keeps in BF16 unless the overrides say otherwise: the current-
 # scaling recipe sets first_last_layers_bf16 with 1 and 1 (BRIDGE_PIN mixed_precision.py L285-303); the others
 # leave MixedPrecisionConfig's False, 0, 0 (L53, L73-74)
@@ -883,7 +1027,11 @@ def to_bridge(args: Args) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for dest, value in args.items():
         key = bridge_key(dest)
-        if key is None:
+        if key is None or (dest in _MIXED_DESTS and dest not in ("bf16", "fp16")):
+            continue  # the mixed precision's fields: _to_bridge_mixed
+        if dest in ("bf16", "fp16"):
+            if value:
+                _to_bridge_mixed(args, out)
             continue
         convert = BRIDGE_KEYS[dest][1] if dest in BRIDGE_KEYS else (lambda v: v)
         if dest == "window_size" and isinstance(value, str):
@@ -902,9 +1050,7 @@ def to_bridge(args: Args) -> dict[str, Any]:
         # scripts/performance/utils/helpers.py set_recompute_overrides L163-179: cpu_offloading = True)
         out["model.cpu_offloading"] = True
     if "mixed_precision" in out:
-        name = next(k for k, v in PRECISIONS.items() if all(args.get(d) == x for d, x in v.items())
-                    and (v or ("fp8" not in args and "fp4" not in args)))
-        out["mixed_precision"] = BRIDGE_PRECISION[name]
+        name = _bridge_precision_name(args)
         if name in BRIDGE_BF16_ENDS and "first_last_layers_bf16" not in args:
             out["mixed_precision.first_last_layers_bf16"] = False  # the plan runs every layer in the recipe
     return out
@@ -991,12 +1137,19 @@ def from_bridge(overrides: Mapping[str, Any]) -> tuple[Args, list[str]]:
         else:
             unread.append(key)
     recipe = overrides.get("mixed_precision")
+    name: Optional[str] = None
     if isinstance(recipe, str):
-        name = next((k for k, v in BRIDGE_PRECISION.items() if v == recipe), None)
+        # Bridge registers each recipe also with hyphens and reads a name with them as underscores
+        # (mixed_precision.py L167-181, L444 name.replace("-", "_"))
+        spelt = recipe.replace("-", "_")
+        recipes = {**{v: k for k, v in BRIDGE_PRECISION.items()}, BRIDGE_FP16_RECIPE: "fp16"}
+        name = recipes.get(spelt)
         if name is None:
-            raise BtacalcError(f"mixed_precision {recipe!r}: btacalc reads {', '.join(BRIDGE_PRECISION.values())}")
-        args.update(PRECISIONS[name])
+            raise BtacalcError(f"mixed_precision {recipe!r}: btacalc reads {', '.join(recipes)}")
+        if name != "fp16":
+            args.update(PRECISIONS[name])
         _bridge_bf16_ends(args, BRIDGE_BF16_ENDS.get(name, (0, 0)))
+    _from_bridge_mixed(overrides, args, unread, name)
     if "num_query_groups" in args and args.get("num_query_groups") != args.get("num_attention_heads"):
         args["group_query_attention"] = True
     return args, unread

@@ -9,6 +9,7 @@ btacalc leaves it out (`IGNORED`); a flag with no reason there is reported as "n
 from __future__ import annotations
 
 import collections.abc
+import math
 import re
 import reprlib
 from dataclasses import dataclass, replace
@@ -20,7 +21,8 @@ from .execution import BatchLimits, ExecutionRequest, OverlapRequest
 from .pipeline import StageSplit
 from .bridge_fields import check_bridge_key
 from .bridge_hydra import form_of, read_overrides
-from .megatron_codec import (MODEL_ROWS, Fields, bridge_key, bridge_value_field, check_bridge_experts,
+from .megatron_codec import (MIXED_PRECISION_OVERWRITES, MODEL_ROWS, OVERWRITTEN_REASON, Fields, bridge_key,
+                             bridge_value_field, check_bridge_experts,
                              check_bridge_sixteen_bit, decode, encode, from_bridge, model_fields)
 from .megatron_launch import Launch, integer, read_launch
 from .megatron_rules import describe, violations
@@ -101,11 +103,66 @@ class ImportedRun:
     env: tuple[tuple[str, str], ...] = ()
 
 
+# hostile16: the plan options no Megatron-LM flag or Bridge key sets, which `--emit megatron` / `--emit bridge` write
+# as whole comment lines `# btacalc option: --flag [value] (what it means)` (output.megatron.option_lines) and the
+# readers take back: flag -> (the request's field, the value a switch sets, or the type of the value it takes)
+OPTION_COMMENTS: dict[str, tuple[str, Any]] = {
+    "--routing-imbalance": ("routing_imbalance", float), "--no-rht-cast-fusion": ("rht_cast_fusion", False),
+    "--rht-cast-fusion": ("rht_cast_fusion", True), "--te-version": ("te_version", str),
+    "--fp8-attention": ("fp8_attention", True)}
+_OPTION_LINE = re.compile(r"^\s*#\s*btacalc option:(.*)$")
+_OPTION_WORDS = re.compile(r"^\s*(--[A-Za-z0-9-]+)(?:\s+([^\s(]+))?\s*(?:\(.*\))?\s*$")
+
+
+def option_comments(text: str, source: str) -> dict[str, Any]:
+    """The request fields of a launch's or overrides' `# btacalc option:` lines (OPTION_COMMENTS); a line btacalc
+    would not write is refused in one line, never skipped."""
+    changes: dict[str, Any] = {}
+    for n, line in enumerate(text.splitlines(), 1):
+        found = _OPTION_LINE.match(line)
+        if found is None:
+            continue
+        words = _OPTION_WORDS.match(found.group(1))
+        where = f"{source}: line {n}: # btacalc option:"
+        if words is None:
+            raise BtacalcError(f"{where} takes --flag [value] (what it means), got {found.group(1).strip()[:60]!r}")
+        flag, given = words.groups()
+        if flag not in OPTION_COMMENTS:
+            raise BtacalcError(f"{where} {flag} is not an option btacalc writes in a comment (it writes "
+                               f"{', '.join(OPTION_COMMENTS)})")
+        field, kind = OPTION_COMMENTS[flag]
+        if field in changes:
+            raise BtacalcError(f"{where} {flag}: {field.replace('_', '-')} is given twice; give it once")
+        if isinstance(kind, bool):
+            if given is not None:
+                raise BtacalcError(f"{where} {flag} is a switch and takes no value, got {given!r}")
+            changes[field] = kind
+            continue
+        if given is None:
+            raise BtacalcError(f"{where} {flag} needs a value")
+        if kind is float:
+            try:
+                number = float(given)
+            except ValueError:
+                number = math.nan
+            if not math.isfinite(number):
+                raise BtacalcError(f"{where} {flag} takes a finite number, got {given!r}")
+            changes[field] = number
+        else:
+            changes[field] = given
+    return changes
+
+
+def _with_options(run: "ImportedRun", text: str) -> "ImportedRun":
+    changes = option_comments(text, run.source)
+    return replace(run, request=run.request.with_changes(**changes)) if changes else run
+
+
 def import_megatron(text: str, source: str, devices: Optional[int] = None) -> ImportedRun:
     """Plan inputs of a Megatron-LM launch script or file of arguments. `devices`: when the text has no
     torchrun prefix (else the two must agree)."""
     launch = read_launch(text, source)
-    return _nccl_settings(_imported(launch, devices), launch.env)
+    return _with_options(_nccl_settings(_imported(launch, devices), launch.env), text)
 
 
 def _nccl_settings(run: ImportedRun, env: dict[str, str]) -> ImportedRun:
@@ -174,7 +231,7 @@ def import_bridge(text: str, source: str, devices: Optional[int] = None,
     launch = Launch(args=args, given_as=given_as, source=source)
     run = _imported(launch, devices, base.name if base is not None and "num_layers" not in flat else None)
     extra = tuple((key, _bridge_reason(key)) for key in unread)
-    return ImportedRun(run.model, run.request, source, run.ignored + extra, run.notes)
+    return _with_options(ImportedRun(run.model, run.request, source, run.ignored + extra, run.notes), text)
 
 
 # Bridge ConfigContainer sections outside the model and the step (src/megatron/bridge/training/config.py).
@@ -244,6 +301,8 @@ def _unique_keys_loader() -> Any:
 
 
 def _bridge_reason(key: str) -> str:
+    if key in MIXED_PRECISION_OVERWRITES:  # listed unread only where a mixed precision overwrites it (from_bridge)
+        return OVERWRITTEN_REASON
     section, _, leaf = key.partition(".")
     return _BRIDGE_SECTIONS.get(section) or ignore_reason(leaf.split(".")[-1] or section)
 

@@ -104,11 +104,9 @@ def _notes(r: PlanReport, spec: ModelSpec, args: dict[str, Any]) -> list[str]:
                      f"micro-batch of {p.global_batch} untiled")
     notes.append("--mock-data and NullTokenizer make the command runnable as is: give your --data-path and tokenizer "
                  "(Megatron pads the vocabulary to a multiple of --make-vocab-size-divisible-by 128 x TP)")
-    if r.inputs.te_version and "te_version" not in r.inputs.defaults and recipe(r.inputs.precision).follows_te_release:
-        # review13: --te-version was planned and dropped from the launch without a word; no Megatron-LM or Bridge
-        # argument sets TransformerEngine's release (the container's), so the launch names it for the reader
-        notes.append(f"planned with TransformerEngine {r.inputs.te_version} (--te-version): the container's release, "
-                     "which no launch argument sets")
+    # review13: --te-version was planned and dropped from the launch without a word; no Megatron-LM or Bridge
+    # argument sets TransformerEngine's release (the container's): since hostile16 `option_lines` names it, in a
+    # comment the readers take back
     if (spec.max_position_embeddings or 0) < r.inputs.seq_len:
         notes.append(f"--max-position-embeddings raised to --seq-length {r.inputs.seq_len} (arguments.py:1354)")
     if args.get("overlap_moe_expert_parallel_comm") and args.get("tensor_model_parallel_size", 1) > 1:
@@ -131,6 +129,29 @@ def _notes(r: PlanReport, spec: ModelSpec, args: dict[str, Any]) -> list[str]:
                      "fp8_dpa); Megatron-LM has no flag for it (arguments.py:2332-2334), Megatron-Bridge sets "
                      f"{FP8_ATTENTION_BRIDGE_KEY}")
     return notes
+
+
+def option_lines(r: PlanReport, emit: str) -> list[str]:
+    """The plan options no Megatron-LM flag (and, but FP8 attention, no Bridge key) sets, as comment lines
+    `# btacalc option: --flag [value] (what it means)` that `--from-megatron` / `--from-bridge` read back
+    (config.megatron_run.OPTION_COMMENTS). hostile16: --routing-imbalance and --no-rht-cast-fusion were planned and
+    dropped from the launch without a word."""
+    i = r.inputs
+    out = []
+    if i.routing_imbalance != 1.0:
+        out.append(f"--routing-imbalance {i.routing_imbalance!r} (the busiest expert's routed tokens over the mean, "
+                   "which the plan's dispatch and expert GEMMs are timed at: how the router balances, not a launch "
+                   "setting)")
+    if not i.rht_cast_fusion and recipe(i.precision).rht_cast_fusion_since_te:
+        out.append("--no-rht-cast-fusion (NVFP4's rowwise and Hadamard-transformed columnwise casts as two kernels, "
+                   "as TransformerEngine 2.8-2.13 run them: the container's TransformerEngine decides, no launch "
+                   "argument)")
+    if i.te_version and "te_version" not in i.defaults and recipe(i.precision).follows_te_release:
+        out.append(f"--te-version {i.te_version} (the container's TransformerEngine release, which no launch argument "
+                   "sets)")
+    if emit == "megatron" and i.fp8_attention:
+        out.append("--fp8-attention (TransformerConfig.fp8_dot_product_attention, which no Megatron-LM flag sets)")
+    return [f"# btacalc option: {line}" for line in out]
 
 
 def torchrun_sizes(devices: int, host: int) -> tuple[int, int, list[str]]:
@@ -156,7 +177,8 @@ def megatron_arguments(r: PlanReport, spec: ModelSpec) -> str:
     host = min(par.devices_per_node, r.hardware.devices_per_host or par.devices_per_node)
     per_node, nodes, uneven = torchrun_sizes(par.devices, host)
     head = [f"# btacalc plan: {r.model.name} on {par.devices} x {r.hardware.name}"
-            + ("" if r.plan.fits else " (DOES NOT FIT)")] + [f"# {n}" for n in notes + uneven]
+            + ("" if r.plan.fits else " (DOES NOT FIT)")] + [f"# {n}" for n in notes + uneven] + \
+        option_lines(r, "megatron")
     launcher = f"torchrun --nproc_per_node {per_node} --nnodes {nodes} pretrain_gpt.py"
     lines = [*(f"export {k}={v}" for k, v in env.items()), " \\\n    ".join([launcher, *render_flags(args)])]
     return "\n".join(head + lines) + "\n"
@@ -169,7 +191,8 @@ def bridge_overrides(r: PlanReport, spec: ModelSpec) -> str:
     args, env, notes = megatron_run(r, spec)
     head = [f"# btacalc plan: {r.model.name} on {r.parallelism.devices} x {r.hardware.name}",
             f"# keys: {BRIDGE_PIN} (src/megatron/bridge/training/config.py, comm_overlap.py, models/gpt_provider.py)",
-            *(f"# {n}" for n in notes[1:]), *(f"# environment: {k}={v}" for k, v in env.items())]
+            *(f"# {n}" for n in notes[1:]), *(f"# environment: {k}={v}" for k, v in env.items()),
+            *option_lines(r, "bridge")]
     body = [shlex.quote(f"{key}={_hydra_value(value)}") for key, value in to_bridge(args).items()]
     if r.inputs.fp8_attention:
         body.append(f"{FP8_ATTENTION_BRIDGE_KEY}=True")

@@ -187,6 +187,16 @@ def whatif(model: ModelSpec, hw: HardwareProfile, request: ExecutionRequest, tar
     # the reaching grid point nearest to today's value (in ratio), and its neighbour towards today
     order = sorted(range(len(grid)), key=lambda i: (abs(math.log(grid[i] / today)), grid[i]))
     hit = next((i for i in order if _reached(point(grid[i]), metric, goal)), None)
+    if hit is None and not any(points[x].fits for x in grid):
+        # hostile16: the note read "best - at 989,000,000,000, 0.001x today" (the first of the grid, no plan at all)
+        why = base.binding_constraint if base.binding_constraint.startswith("not a valid") else \
+            f"binds: {base.binding_constraint}"
+        result.note = (f"{model.name} does not fit on {request.devices or 1} x {hw.name} at any {key} from "
+                       f"{readable(grid[0])} to {readable(grid[-1])} ({why}); btacalc plan with the same options "
+                       "says what would fit")
+        result.trace = [_step(x, today, metric, points[x]) for x in grid]
+        result.binds_along_the_way = _regimes(result.trace)
+        return result
     if hit is None:
         best = max(grid, key=lambda x: points[x].values[metric] or 0.0)
         result.note = (f"{metric} does not reach {readable(goal)} anywhere from {readable(grid[0])} to "
