@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+import btacalc
+
 MOE = ("plan", "--model", "qwen3-30b-a3b", "--hw", "b200", "--devices", "8")
 READER = {"megatron": "--from-megatron", "bridge": "--from-bridge"}
 
@@ -64,9 +66,13 @@ def test_option_comments_in_a_bridge_yaml(cli, tmp_path):
 
 
 def _run(args: list[str], stdout_path: Path, mode: str, stdin: Path | None = None) -> subprocess.CompletedProcess:
+    """`python -m btacalc ARGS > or >> stdout_path`, running the btacalc this test imported (PYTHONPATH names its
+    folder): from a checkout beside a non-editable install, the cwd alone would start the installed copy, whose own
+    files are not the checkout's, and the shipped-file case below would append to the checkout's profile."""
+    env = {**os.environ, "PYTHONPATH": str(Path(btacalc.__file__).resolve().parents[1])}
     with open(stdout_path, mode) as out, (open(stdin, "rb") if stdin else open(os.devnull, "rb")) as inp:
         return subprocess.run([sys.executable, "-m", "btacalc", *args], stdout=out, stdin=inp, stderr=subprocess.PIPE,
-                              text=True, cwd=stdout_path.parent, timeout=120)
+                              text=True, cwd=stdout_path.parent, timeout=120, env=env)
 
 
 @pytest.mark.parametrize("mode", ["ab", "wb"])
@@ -117,9 +123,14 @@ def test_standard_output_onto_a_profile_or_btacalc_own_file_is_refused(tmp_path)
     assert profile.read_bytes() == before
     shipped = data_dir("hardware_profiles") / "wse3.toml"
     before = shipped.read_bytes()
-    done = _run(["plan", "--hw", "wse3"], shipped, "ab")
+    try:
+        done = _run(["plan", "--hw", "wse3"], shipped, "ab")
+        after = shipped.read_bytes()
+    finally:  # a failing run must not leave the shipped profile broken for every later test and command
+        if shipped.read_bytes() != before:
+            shipped.write_bytes(before)
     assert done.returncode == 2 and "one of btacalc's own files" in done.stderr, done.stderr
-    assert shipped.read_bytes() == before
+    assert after == before
 
 
 def test_whatif_when_nothing_fits_says_so_in_one_line(cli):
