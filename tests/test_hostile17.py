@@ -87,3 +87,46 @@ def test_standard_error_onto_an_input_is_shown_on_the_terminal(tmp_path):
     text = " ".join(shown.decode().split())
     assert text.startswith("btacalc: error: run.sh: flags after the launch command"), text
     assert "(standard error is redirected onto run.sh, an input of this command" in text, text
+
+
+def _imported(cli, *args: str) -> dict:
+    import json
+
+    code, out, err = cli(*args, "--json")
+    assert code in (0, 1), err
+    data = json.loads(out)
+    return {"gradient_bytes": data["inputs"]["gradient_bytes"], "precision": data["inputs"]["precision"],
+            "ignored": {row["flag"]: row["reason"] for row in data["imported"]["ignored"]}}
+
+
+@pytest.mark.parametrize("fp32", [False, True])
+def test_fp16_with_grad_reduce_in_bf16_is_listed_ignored(cli, tmp_path, fp32):
+    """A launch with `--fp16 --grad-reduce-in-bf16` was read without a word: Megatron-LM reads the flag only under
+    --bf16 (arguments.py L1213 @ d98e8a64)."""
+    code, launch, err = cli("plan", "--model", "llama-3-8b", "--hw", "h100", "--devices", "8", "--precision", "fp16",
+                            *(() if fp32 else ("--grad-bytes", "2")), "--emit", "megatron")
+    assert code in (0, 1), err
+    assert ("--accumulate-allreduce-grads-in-fp32" in launch) == fp32
+    path = tmp_path / "run.sh"
+    path.write_text(launch.replace("--fp16", "--fp16 --grad-reduce-in-bf16"))
+    got = _imported(cli, "plan", "--hw", "h100", "--from-megatron", str(path))
+    assert (got["precision"], got["gradient_bytes"]) == ("fp16", 4 if fp32 else 2)
+    reason = got["ignored"]["--grad-reduce-in-bf16"]
+    assert reason.startswith("no effect under --fp16: Megatron-LM reads it only under --bf16 "
+                             "(megatron/training/arguments.py L1213 @ d98e8a64)"), reason
+    # under --bf16 it is read, as before
+    path.write_text(launch.replace("--fp16", "--bf16 --grad-reduce-in-bf16")
+                    .replace("--accumulate-allreduce-grads-in-fp32", ""))
+    got = _imported(cli, "plan", "--hw", "h100", "--from-megatron", str(path))
+    assert (got["precision"], got["gradient_bytes"], got["ignored"]) == ("bf16", 2, {})
+
+
+@pytest.mark.parametrize("fp32", [False, True])
+def test_bridge_fp16_without_a_recipe_reads_ddp_grad_reduce_in_fp32(cli, tmp_path, fp32):
+    """The Bridge reader shares the Megatron one: `model.fp16` with `ddp.grad_reduce_in_fp32: true` (no
+    mixed_precision) planned 16-bit gradients, though Bridge gives the field to Megatron-Core's DDP as it is."""
+    path = tmp_path / "b.yaml"
+    path.write_text("model:\n  fp16: true\n  bf16: false\ntrain:\n  micro_batch_size: 1\n  global_batch_size: 64\n"
+                    f"ddp:\n  grad_reduce_in_fp32: {str(fp32).lower()}\n")
+    got = _imported(cli, "plan", "--model", "llama-3-8b", "--hw", "h100", "--devices", "8", "--from-bridge", str(path))
+    assert (got["precision"], got["gradient_bytes"], got["ignored"]) == ("fp16", 4 if fp32 else 2, {})

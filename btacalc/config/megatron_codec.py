@@ -387,8 +387,7 @@ def _dec_precision(get: Get) -> Fields:
         raise BtacalcError("the launch trains in fp32 (no --bf16 or --fp16): btacalc models 16-bit training")
     if bf16 and fp16:  # Megatron-LM asserts one of them (arguments.py L1195-1206)
         raise BtacalcError("--bf16 and --fp16 together: Megatron-LM refuses both (arguments.py L1196, L1205); give one")
-    if fp16:
-        get("grad_reduce_in_bf16")  # read only under --bf16 (arguments.py L1213)
+    if fp16:  # --grad-reduce-in-bf16 not read: listed ignored, with megatron_run.IGNORED's reason (hostile17)
         return {"run.gradient_bytes": 4 if _bool(get("accumulate_allreduce_grads_in_fp32")) else 2}
     get("accumulate_allreduce_grads_in_fp32")  # --bf16 turns it on itself (arguments.py L1215-1216)
     return {"run.gradient_bytes": 2 if _bool(get("grad_reduce_in_bf16")) else 4}
@@ -1150,6 +1149,11 @@ def from_bridge(overrides: Mapping[str, Any]) -> tuple[Args, list[str]]:
             args.update(PRECISIONS[name])
         _bridge_bf16_ends(args, BRIDGE_BF16_ENDS.get(name, (0, 0)))
     _from_bridge_mixed(overrides, args, unread, name)
+    if _bool(args.get("fp16")) and "grad_reduce_in_bf16" in args and "accumulate_allreduce_grads_in_fp32" not in args:
+        # hostile17: Bridge hands ddp.grad_reduce_in_fp32 to Megatron-Core's DDP as it is (DistributedDataParallelConfig
+        # .grad_reduce_in_fp32, distributed_data_parallel_config.py L15 @ d98e8a64), under fp16 too; Megatron-LM's
+        # --grad-reduce-in-bf16, which it stands for here, is read only under --bf16 (arguments.py L1213)
+        args["accumulate_allreduce_grads_in_fp32"] = not _bool(args.pop("grad_reduce_in_bf16"))
     if "num_query_groups" in args and args.get("num_query_groups") != args.get("num_attention_heads"):
         args["group_query_attention"] = True
     return args, unread
