@@ -954,6 +954,28 @@ def _to_bridge_mixed(args: Args, out: dict[str, Any]) -> None:
             out[f"mixed_precision.{field}"] = value
 
 
+def _gather_needs_low(fields: Mapping[str, bool], low: Mapping[str, Optional[str]], given: Mapping[str, Any],
+                      low_given: Mapping[str, Any], recipe: Any) -> None:
+    """A parameter gather in FP8 (FP4) with no FP8 (FP4) recipe, refused in the Bridge fields the file gives.
+    hostile17: `mixed_precision=bf16_with_fp8_delayed_scaling_mixed` with `mixed_precision.fp8=null` keeps the
+    recipe's fp8_param_gather (mixed_precision.py L231 @ 067f987d), which Bridge copies onto the model as fp8_param:
+    Megatron-Core refuses fp8_param without fp8 (transformer_config.py L1566-1567 @ d98e8a64; fp4 L1578-1579). The
+    refusal came from the plan and named btacalc's --fp8-param-gather, an option the user had not written."""
+    for kind in ("fp8", "fp4"):
+        gather = f"{kind}_param_gather"
+        if not fields[gather] or low[kind] is not None:
+            continue
+        said = [f"mixed_precision.{k}={str(_bool(v)).lower()}" for k, v in given.items() if _MIXED_FIELDS[k] == gather]
+        on = said[0] if said else f"mixed_precision={recipe}, whose recipe sets {gather} = True"
+        off = (f"mixed_precision.{kind}=null" if kind in low_given else
+               f"mixed_precision={recipe} (no {kind})" if isinstance(recipe, str) else f"no mixed_precision.{kind}")
+        big = kind.upper()
+        raise BtacalcError(f"{off} with {on}: a parameter gather in {big} needs an {big} recipe (Megatron-Core refuses "
+                           f"{kind}_param without {kind}, transformer_config.py "
+                           f"{'L1566-1567' if kind == 'fp8' else 'L1578-1579'} @ d98e8a64); give "
+                           f"mixed_precision.{gather}=false, or an {big} recipe")
+
+
 def _from_bridge_mixed(overrides: Mapping[str, Any], args: Args, unread: list[str], name: Optional[str]) -> None:
     """Bridge's mixed precision over the model / DDP fields (see BRIDGE_RECIPE_FIELDS): the recipe's values (`name`,
     btacalc's precision; None: MixedPrecisionConfig's defaults), then its `mixed_precision.<field>` overrides; the
@@ -989,6 +1011,7 @@ def _from_bridge_mixed(overrides: Mapping[str, Any], args: Args, unread: list[st
             raise BtacalcError(f"mixed_precision.{field}={value} and mixed_precision.{target}={given[target]}: "
                                "Megatron-Bridge keeps the two equal (mixed_precision.py L77-95); give one")
         fields[target] = _bool(value)
+    _gather_needs_low(fields, low, given, low_given, overrides.get("mixed_precision"))
     if fields["bf16"] and fields["fp16"]:
         raise BtacalcError("mixed_precision sets both bf16 and fp16: Megatron-Bridge refuses both "
                            "(config.py _validate_mixed_precision_consistency); give one")
