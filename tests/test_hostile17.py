@@ -11,12 +11,18 @@ from pathlib import Path
 
 import pytest
 
+import btacalc
+
+# the subprocesses run the btacalc this test imported (as test_hostile16 does on main): from a checkout beside a
+# non-editable install, the cwd alone would start the installed copy
+ENV = {**os.environ, "PYTHONPATH": str(Path(btacalc.__file__).resolve().parents[1])}
 BAD = "--bogus-flag 3 \\\n"  # a line after the launch command: a one-line refusal, exit 2
 
 
 def _launch(tmp_path: Path) -> tuple[Path, str]:
     text = subprocess.run([sys.executable, "-m", "btacalc", "plan", "--model", "llama-3-8b", "--hw", "h100",
-                           "--devices", "8", "--emit", "megatron"], capture_output=True, text=True, timeout=120).stdout
+                           "--devices", "8", "--emit", "megatron"], capture_output=True, text=True, timeout=120,
+                          env=ENV).stdout
     path = tmp_path / "run.sh"
     path.write_text(text + BAD)
     return path, path.read_text()
@@ -25,7 +31,7 @@ def _launch(tmp_path: Path) -> tuple[Path, str]:
 def _run(args: list[str], stderr_path: Path, stdout=subprocess.PIPE, stdin: Path | None = None):
     with open(stderr_path, "ab") as err, (open(stdin, "rb") if stdin else open(os.devnull, "rb")) as inp:
         return subprocess.run([sys.executable, "-m", "btacalc", *args], stdout=stdout, stderr=err, stdin=inp,
-                              cwd=stderr_path.parent, timeout=120)
+                              cwd=stderr_path.parent, timeout=120, env=ENV)
 
 
 @pytest.mark.parametrize("args", [
@@ -48,7 +54,7 @@ def test_standard_error_onto_standard_input_and_with_standard_output(tmp_path):
     assert done.returncode == 2 and path.read_text() == before
     with open(path, "ab") as out:  # `>> run.sh 2>&1`: hostile16's refusal went to standard error, into the file
         done = subprocess.run([sys.executable, "-m", "btacalc", "plan", "--hw", "h100", "--from-megatron", "run.sh"],
-                              stdout=out, stderr=out, cwd=tmp_path, timeout=120)
+                              stdout=out, stderr=out, cwd=tmp_path, timeout=120, env=ENV)
     assert done.returncode == 2 and path.read_text() == before
 
 
