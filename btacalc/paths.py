@@ -59,6 +59,7 @@ def forget_inputs() -> None:
     """Start a new command: no input read yet (tests run many commands in one process)."""
     _READ.clear()
     _STDIN_READ_BY.clear()
+    _STDERR_ONTO.clear()
 
 
 def note_input(path: "os.PathLike[str] | str") -> None:
@@ -128,6 +129,73 @@ def _refuse_stdout_onto(st: os.stat_result, where: str) -> None:
         raise OSError(errno.EINVAL, STDOUT_ONTO_INPUT + emptied, where)
 
 
+_STDERR_ONTO: list[str] = []  # the input standard error was redirected onto, once it was turned away (hostile17)
+
+
+def stderr_onto_input() -> "str | None":
+    """The input standard error was redirected onto (`2>> run.sh`), once `_divert_stderr` turned it away, else None."""
+    return _STDERR_ONTO[0] if _STDERR_ONTO else None
+
+
+def _divert_stderr(where: str) -> None:
+    """hostile17: `btacalc plan --from-megatron run.sh 2>> run.sh` appended its one-line error (and any note) to the
+    launch it read. Standard error is pointed elsewhere before btacalc writes to it: at the terminal standard output
+    shows, if it is one, else at /dev/null (the exit code still tells). The input is never written."""
+    if _STDERR_ONTO:
+        return
+    try:
+        sys.stderr.flush()
+    except (AttributeError, OSError, ValueError):
+        pass
+    target = 1 if os.isatty(1) else os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(target, 2)
+    finally:
+        if target != 1:
+            os.close(target)
+    _STDERR_ONTO.append(where)
+
+
+def _stderr_file() -> "os.stat_result | None":
+    try:
+        st = os.fstat(2)
+    except OSError:
+        return None
+    return st if stat.S_ISREG(st.st_mode) else None
+
+
+def _guard_stderr(st: os.stat_result, where: str) -> None:
+    """Standard error turned away from `st`, an input about to be read, if it is the file standard error writes to."""
+    err = _stderr_file()
+    if err is not None and os.path.samestat(err, st):
+        _divert_stderr(where)
+
+
+def guard_stderr(args: "list[str]") -> None:
+    """Before a command runs (its inputs not yet read: a usage error comes first): standard error turned away from
+    a regular file that the command line names (a word, or the value of `--flag=value`), that standard input is
+    when the command line reads `-`, or that is one of btacalc's own files."""
+    err = _stderr_file()
+    if err is None:
+        return
+    for word in args:
+        for given in {word, word.partition("=")[2] if word.startswith("-") else ""} - {"", "-"}:
+            try:
+                if os.path.samestat(os.stat(given), err):
+                    return _divert_stderr(given)
+            except (OSError, ValueError):  # no such file, a name too long, a NUL byte
+                continue
+    if "-" in args:
+        try:
+            if os.path.samestat(os.fstat(0), err):
+                return _divert_stderr("- (standard input)")
+        except OSError:
+            pass
+    shipped = own_files().get((err.st_dev, err.st_ino))
+    if shipped is not None:
+        _divert_stderr(shipped)
+
+
 def read_input(path: "os.PathLike[str] | str", limit: int = MAX_INPUT_BYTES) -> str:
     """The UTF-8 text of a user's input file. Its type and size are checked on the open file before
     any byte is read (a FIFO or a device never blocks, a 1 GiB file is never read); a refusal is an
@@ -137,6 +205,7 @@ def read_input(path: "os.PathLike[str] | str", limit: int = MAX_INPUT_BYTES) -> 
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise OSError(errno.EINVAL, "not a regular file", os.fspath(path))
+        _guard_stderr(st, os.fspath(path))  # first: the refusal below is written to standard error
         _refuse_stdout_onto(st, os.fspath(path))
         if st.st_size > limit:
             raise OSError(errno.EFBIG, f"larger than {limit >> 20} MiB ({st.st_size:,} bytes)", os.fspath(path))
@@ -169,6 +238,7 @@ def _note_stdin_file(stream: object, reader: str) -> None:
     except (AttributeError, OSError, ValueError):  # no descriptor (a test's StringIO), or a closed one
         return
     if stat.S_ISREG(st.st_mode):
+        _guard_stderr(st, "- (standard input)")
         _refuse_stdout_onto(st, "-")
         _READ[(st.st_dev, st.st_ino)] = f"{reader} - (standard input)"
 

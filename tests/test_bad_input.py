@@ -1074,6 +1074,19 @@ case("values", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--
 case("values", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
      fragment="mixed_precision.fp8=1: Megatron-Bridge takes a recipe name (a string) or null",
      files={"o.txt": HYDRA + "mixed_precision.fp8=1\n"})
+# hostile17: an FP8 (FP4) parameter gather with no FP8 (FP4) recipe, refused naming the Bridge fields given (it named
+# btacalc's --fp8-param-gather); Megatron-Core refuses fp8_param without fp8 (transformer_config.py L1566-1567)
+case("values", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
+     fragment="o.txt: mixed_precision.fp8=null with mixed_precision=bf16_with_fp8_delayed_scaling_mixed, whose recipe "
+     "sets fp8_param_gather = True: a parameter gather in FP8 needs an FP8 recipe",
+     files={"o.txt": HYDRA.replace("bf16_mixed", "bf16_with_fp8_delayed_scaling_mixed") + "mixed_precision.fp8=null\n"})
+case("values", "plan", "--hw", "b200", "-m", "llama-3-8b", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
+     fragment="o.txt: mixed_precision.fp4=null with mixed_precision=bf16_with_nvfp4_mixed, whose recipe sets "
+     "fp4_param_gather = True: a parameter gather in FP4 needs an FP4 recipe",
+     files={"o.txt": HYDRA.replace("bf16_mixed", "bf16_with_nvfp4_mixed") + "mixed_precision.fp4=null\n"})
+case("values", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
+     fragment="o.txt: mixed_precision=bf16_mixed (no fp8) with mixed_precision.fp8_param_gather=true: a parameter "
+     "gather in FP8 needs an FP8 recipe", files={"o.txt": HYDRA + "mixed_precision.fp8_param_gather=true\n"})
 # a mixed-precision switch given a word: Bridge sets it as given, and a non-empty string is true
 case("values", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
      fragment="mixed_precision.grad_reduce_in_fp32: 'maybe' is a string",

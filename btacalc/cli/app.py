@@ -23,7 +23,7 @@ import typer
 from .. import __version__
 from ..errors import BtacalcError, DataError
 from ..output.files import working_folder_exists
-from ..paths import forget_inputs
+from ..paths import forget_inputs, guard_stderr, stderr_onto_input
 from . import cluster, info, measure, plan, validate, whatif
 from .helpwidth import keep_whole
 from .repeats import once
@@ -92,6 +92,10 @@ app = build_app()
 
 
 def _say(text: str, code: int) -> None:
+    onto = stderr_onto_input()
+    if onto is not None:  # standard error now shows on standard output's terminal, or goes nowhere (paths.py)
+        text += (f" (standard error is redirected onto {onto}, an input of this command or one of btacalc's own "
+                 "files: this line is shown here, not written there)")
     try:
         err.print(" ".join(text.split()), highlight=False, markup=False, soft_wrap=True)
     except OSError:  # stderr itself is gone: the exit code still tells
@@ -134,6 +138,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     docstring for every exit code). No traceback reaches the user."""
     open_streams()
     forget_inputs()
+    guard_stderr(sys.argv[1:] if argv is None else list(argv))  # hostile17: `2>> run.sh` never writes into run.sh
     sanitize_environment()
     ascii_fallback(sys.stdout)
     ascii_fallback(sys.stderr)

@@ -387,8 +387,7 @@ def _dec_precision(get: Get) -> Fields:
         raise BtacalcError("the launch trains in fp32 (no --bf16 or --fp16): btacalc models 16-bit training")
     if bf16 and fp16:  # Megatron-LM asserts one of them (arguments.py L1195-1206)
         raise BtacalcError("--bf16 and --fp16 together: Megatron-LM refuses both (arguments.py L1196, L1205); give one")
-    if fp16:
-        get("grad_reduce_in_bf16")  # read only under --bf16 (arguments.py L1213)
+    if fp16:  # --grad-reduce-in-bf16 not read: listed ignored, with megatron_run.IGNORED's reason (hostile17)
         return {"run.gradient_bytes": 4 if _bool(get("accumulate_allreduce_grads_in_fp32")) else 2}
     get("accumulate_allreduce_grads_in_fp32")  # --bf16 turns it on itself (arguments.py L1215-1216)
     return {"run.gradient_bytes": 2 if _bool(get("grad_reduce_in_bf16")) else 4}
@@ -955,6 +954,28 @@ def _to_bridge_mixed(args: Args, out: dict[str, Any]) -> None:
             out[f"mixed_precision.{field}"] = value
 
 
+def _gather_needs_low(fields: Mapping[str, bool], low: Mapping[str, Optional[str]], given: Mapping[str, Any],
+                      low_given: Mapping[str, Any], recipe: Any) -> None:
+    """A parameter gather in FP8 (FP4) with no FP8 (FP4) recipe, refused in the Bridge fields the file gives.
+    hostile17: `mixed_precision=bf16_with_fp8_delayed_scaling_mixed` with `mixed_precision.fp8=null` keeps the
+    recipe's fp8_param_gather (mixed_precision.py L231 @ 067f987d), which Bridge copies onto the model as fp8_param:
+    Megatron-Core refuses fp8_param without fp8 (transformer_config.py L1566-1567 @ d98e8a64; fp4 L1578-1579). The
+    refusal came from the plan and named btacalc's --fp8-param-gather, an option the user had not written."""
+    for kind in ("fp8", "fp4"):
+        gather = f"{kind}_param_gather"
+        if not fields[gather] or low[kind] is not None:
+            continue
+        said = [f"mixed_precision.{k}={str(_bool(v)).lower()}" for k, v in given.items() if _MIXED_FIELDS[k] == gather]
+        on = said[0] if said else f"mixed_precision={recipe}, whose recipe sets {gather} = True"
+        off = (f"mixed_precision.{kind}=null" if kind in low_given else
+               f"mixed_precision={recipe} (no {kind})" if isinstance(recipe, str) else f"no mixed_precision.{kind}")
+        big = kind.upper()
+        raise BtacalcError(f"{off} with {on}: a parameter gather in {big} needs an {big} recipe (Megatron-Core refuses "
+                           f"{kind}_param without {kind}, transformer_config.py "
+                           f"{'L1566-1567' if kind == 'fp8' else 'L1578-1579'} @ d98e8a64); give "
+                           f"mixed_precision.{gather}=false, or an {big} recipe")
+
+
 def _from_bridge_mixed(overrides: Mapping[str, Any], args: Args, unread: list[str], name: Optional[str]) -> None:
     """Bridge's mixed precision over the model / DDP fields (see BRIDGE_RECIPE_FIELDS): the recipe's values (`name`,
     btacalc's precision; None: MixedPrecisionConfig's defaults), then its `mixed_precision.<field>` overrides; the
@@ -990,6 +1011,7 @@ def _from_bridge_mixed(overrides: Mapping[str, Any], args: Args, unread: list[st
             raise BtacalcError(f"mixed_precision.{field}={value} and mixed_precision.{target}={given[target]}: "
                                "Megatron-Bridge keeps the two equal (mixed_precision.py L77-95); give one")
         fields[target] = _bool(value)
+    _gather_needs_low(fields, low, given, low_given, overrides.get("mixed_precision"))
     if fields["bf16"] and fields["fp16"]:
         raise BtacalcError("mixed_precision sets both bf16 and fp16: Megatron-Bridge refuses both "
                            "(config.py _validate_mixed_precision_consistency); give one")
@@ -1150,6 +1172,11 @@ def from_bridge(overrides: Mapping[str, Any]) -> tuple[Args, list[str]]:
             args.update(PRECISIONS[name])
         _bridge_bf16_ends(args, BRIDGE_BF16_ENDS.get(name, (0, 0)))
     _from_bridge_mixed(overrides, args, unread, name)
+    if _bool(args.get("fp16")) and "grad_reduce_in_bf16" in args and "accumulate_allreduce_grads_in_fp32" not in args:
+        # hostile17: Bridge hands ddp.grad_reduce_in_fp32 to Megatron-Core's DDP as it is (DistributedDataParallelConfig
+        # .grad_reduce_in_fp32, distributed_data_parallel_config.py L15 @ d98e8a64), under fp16 too; Megatron-LM's
+        # --grad-reduce-in-bf16, which it stands for here, is read only under --bf16 (arguments.py L1213)
+        args["accumulate_allreduce_grads_in_fp32"] = not _bool(args.pop("grad_reduce_in_bf16"))
     if "num_query_groups" in args and args.get("num_query_groups") != args.get("num_attention_heads"):
         args["group_query_attention"] = True
     return args, unread

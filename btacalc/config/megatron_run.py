@@ -82,6 +82,11 @@ IGNORED: tuple[tuple[str, str], ...] = (
     (r"(tp_comm_overlap_.*|tp_comm_.*_(ag|rs|dgrad|wgrad).*|tp_comm_bulk_.*)",
      "tensor-parallel overlap tuning: btacalc models --tp-comm-overlap on or off"),
     (r"(attention_dropout|hidden_dropout)", "read as the model's dropout (on when either is above 0)"),
+    # Read under --bf16; listed only beside --fp16 (hostile17: it was read there without a word)
+    (r"grad_reduce_in_bf16",
+     "no effect under --fp16: Megatron-LM reads it only under --bf16 (megatron/training/arguments.py L1213 @ "
+     "d98e8a64); fp16 gradients are reduced in fp16, or in fp32 with --accumulate-allreduce-grads-in-fp32 "
+     "(L1195-1217, training.py L2635)"),
 )
 
 NOT_MODELLED = "not modelled by btacalc"
