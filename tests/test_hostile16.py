@@ -158,3 +158,39 @@ def test_a_finished_command_ignores_a_late_stop(tmp_path):
             "    sys.stderr.write(f'exit={exc.code} ignored={ok}')\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.stderr.endswith("exit=0 ignored=True"), done.stderr
+
+
+@pytest.mark.parametrize("emit", ["megatron", "bridge"])
+def test_attention_kernel_and_accounting_are_comments_read_back(cli, tmp_path, emit):
+    """hostile18: --attention-kernel and --accounting (modelling choices no launch argument carries) were left out of
+    the emitted launch without a word, so the launch read back planned the default kernel and ideal accounting; the
+    command line's --accounting still says last."""
+    plan = ("plan", "--model", "mpt-7b", "--hw", "h100", "--devices", "8", "--attention-kernel", "triton-flash",
+            "--accounting", "pytorch")
+    code, out, err = cli(*plan, "--emit", emit)
+    assert code in (0, 1), err
+    lines = out.splitlines()
+    assert any(line.startswith("# btacalc option: --attention-kernel triton-flash (") for line in lines), out
+    assert any(line.startswith("# btacalc option: --accounting pytorch (") for line in lines), out
+    path = tmp_path / "run.txt"
+    path.write_text(out)
+    back = _inputs(cli, "plan", "--hw", "h100", "--devices", "8", READER[emit], str(path))
+    assert (back["attention_kernel"], back["accounting"]) == ("triton-flash", "pytorch")
+    again = _inputs(cli, "plan", "--hw", "h100", "--devices", "8", READER[emit], str(path), "--accounting", "ideal")
+    assert again["accounting"] == "ideal"
+    default = _inputs(cli, "plan", "--model", "mpt-7b", "--hw", "h100", "--devices", "8")
+    code, out, err = cli("plan", "--model", "mpt-7b", "--hw", "h100", "--devices", "8", "--emit", emit)
+    assert "btacalc option: --attention-kernel" not in out and "btacalc option: --accounting" not in out
+    assert (default["attention_kernel"], default["accounting"]) == ("default", "ideal")
+
+
+@pytest.mark.parametrize("line, says", [
+    ("# btacalc option: --accounting exact", "--accounting takes one of ideal, pytorch, got 'exact'"),
+    ("# btacalc option: --attention-kernel no-such-kernel", "no-such-kernel"),
+])
+def test_a_bad_attention_kernel_or_accounting_comment_is_refused_in_one_line(cli, tmp_path, line, says):
+    code, out, err = cli("plan", "--model", "mpt-7b", "--hw", "h100", "--devices", "8", "--emit", "megatron")
+    path = tmp_path / "run.sh"
+    path.write_text(out + line + "\n")
+    code, out, err = cli("plan", "--hw", "h100", "--from-megatron", str(path))
+    assert code == 2 and says in err and len(err.strip().splitlines()) == 1, err

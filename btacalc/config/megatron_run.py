@@ -114,7 +114,9 @@ class ImportedRun:
 OPTION_COMMENTS: dict[str, tuple[str, Any]] = {
     "--routing-imbalance": ("routing_imbalance", float), "--no-rht-cast-fusion": ("rht_cast_fusion", False),
     "--rht-cast-fusion": ("rht_cast_fusion", True), "--te-version": ("te_version", str),
-    "--fp8-attention": ("fp8_attention", True)}
+    "--fp8-attention": ("fp8_attention", True),
+    # hostile18: modelling choices a launch cannot carry either; a value outside a tuple's choices is refused
+    "--attention-kernel": ("attention_kernel", str), "--accounting": ("accounting", ("ideal", "pytorch"))}
 _OPTION_LINE = re.compile(r"^\s*#\s*btacalc option:(.*)$")
 _OPTION_WORDS = re.compile(r"^\s*(--[A-Za-z0-9-]+)(?:\s+([^\s(]+))?\s*(?:\(.*\))?\s*$")
 
@@ -145,6 +147,8 @@ def option_comments(text: str, source: str) -> dict[str, Any]:
             continue
         if given is None:
             raise BtacalcError(f"{where} {flag} needs a value")
+        if isinstance(kind, tuple) and given not in kind:
+            raise BtacalcError(f"{where} {flag} takes one of {', '.join(kind)}, got {given!r}")
         if kind is float:
             try:
                 number = float(given)

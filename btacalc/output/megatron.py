@@ -16,6 +16,7 @@ import shlex
 
 from typing import Any
 
+from ..config.attention_kernels import DEFAULT_ATTENTION_KERNEL
 from ..config.megatron_codec import BRIDGE_PIN, FP8_ATTENTION_BRIDGE_KEY, encode, model_fields, render_flags, to_bridge
 from ..config.megatron_launch import MEGATRON_LM_PIN
 from ..config.megatron_rules import describe, violations
@@ -149,6 +150,13 @@ def option_lines(r: PlanReport, emit: str) -> list[str]:
     if i.te_version and "te_version" not in i.defaults and recipe(i.precision).follows_te_release:
         out.append(f"--te-version {i.te_version} (the container's TransformerEngine release, which no launch argument "
                    "sets)")
+    if i.attention_kernel != DEFAULT_ATTENTION_KERNEL:
+        out.append(f"--attention-kernel {i.attention_kernel} (the fused attention kernel whose rate the plan's "
+                   "attention core is timed at, btacalc/data/attention_kernels.toml: the framework's kernel, not a "
+                   "launch setting)")
+    if i.accounting != "ideal":
+        out.append(f"--accounting {i.accounting} (which activations the plan counts as saved: what a PyTorch layer "
+                   "keeps, not a launch setting)")
     if emit == "megatron" and i.fp8_attention:
         out.append("--fp8-attention (TransformerConfig.fp8_dot_product_attention, which no Megatron-LM flag sets)")
     return [f"# btacalc option: {line}" for line in out]
