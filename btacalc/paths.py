@@ -105,14 +105,19 @@ def _source_data(name: str) -> "Path | None":
         return None
 
 
-def stdout_file() -> "os.stat_result | None":
-    """The regular file standard output writes to (a shell's `> file` or `>> file`), else None (a terminal, a pipe,
-    /dev/null, closed)."""
+def _regular_file_on(fd: int) -> "os.stat_result | None":
+    """The regular file descriptor `fd` writes to (a shell's `> file`, `>> file`, `2>> file`), else None (a
+    terminal, a pipe, /dev/null, closed)."""
     try:
-        st = os.fstat(1)
+        st = os.fstat(fd)
     except OSError:
         return None
     return st if stat.S_ISREG(st.st_mode) else None
+
+
+def stdout_file() -> "os.stat_result | None":
+    """The regular file standard output writes to, else None (`_regular_file_on`)."""
+    return _regular_file_on(1)
 
 
 STDOUT_ONTO_INPUT = ("standard output is redirected onto this file (a shell's > or >> names it): btacalc never writes "
@@ -156,17 +161,9 @@ def _divert_stderr(where: str) -> None:
     _STDERR_ONTO.append(where)
 
 
-def _stderr_file() -> "os.stat_result | None":
-    try:
-        st = os.fstat(2)
-    except OSError:
-        return None
-    return st if stat.S_ISREG(st.st_mode) else None
-
-
 def _guard_stderr(st: os.stat_result, where: str) -> None:
     """Standard error turned away from `st`, an input about to be read, if it is the file standard error writes to."""
-    err = _stderr_file()
+    err = _regular_file_on(2)
     if err is not None and os.path.samestat(err, st):
         _divert_stderr(where)
 
@@ -175,7 +172,7 @@ def guard_stderr(args: "list[str]") -> None:
     """Before a command runs (its inputs not yet read: a usage error comes first): standard error turned away from
     a regular file that the command line names (a word, or the value of `--flag=value`), that standard input is
     when the command line reads `-`, or that is one of btacalc's own files."""
-    err = _stderr_file()
+    err = _regular_file_on(2)
     if err is None:
         return
     for word in args:

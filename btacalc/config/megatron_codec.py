@@ -976,18 +976,23 @@ def _gather_needs_low(fields: Mapping[str, bool], low: Mapping[str, Optional[str
                            f"mixed_precision.{gather}=false, or an {big} recipe")
 
 
+def _mixed_field(key: str) -> Optional[str]:
+    """The field of a `mixed_precision.<field>` override key, else None."""
+    head, _, field = key.partition(".")
+    return field if head == "mixed_precision" and field else None
+
+
 def _from_bridge_mixed(overrides: Mapping[str, Any], args: Args, unread: list[str], name: Optional[str]) -> None:
     """Bridge's mixed precision over the model / DDP fields (see BRIDGE_RECIPE_FIELDS): the recipe's values (`name`,
     btacalc's precision; None: MixedPrecisionConfig's defaults), then its `mixed_precision.<field>` overrides; the
     fields it overwrites become `unread` (ignored, OVERWRITTEN_REASON)."""
-    given = {k.split(".", 1)[1]: _bridge_value(v, k) for k, v in overrides.items()  # a string is refused (_bool)
-             if k.startswith("mixed_precision.") and k.split(".", 1)[1] in _MIXED_FIELDS}
+    fields_of = {k: _mixed_field(k) for k in overrides}
+    given = {f: _bridge_value(overrides[k], k) for k, f in fields_of.items()  # a string is refused (_bool)
+             if f in _MIXED_FIELDS}
     # hostile16: mixed_precision.fp8 / fp8_recipe / fp4 / fp4_recipe were listed "ignored: low-precision details"
     # and the run planned in bf16, though Bridge copies them onto the model's (an FP8 run)
-    low_given = {k.split(".", 1)[1]: v for k, v in overrides.items()
-                 if k.startswith("mixed_precision.") and k.split(".", 1)[1] in _MIXED_LOW_DEFAULTS}
-    unread[:] = [k for k in unread if not (k.startswith("mixed_precision.") and (
-        k.split(".", 1)[1] in _MIXED_FIELDS or k.split(".", 1)[1] in _MIXED_LOW_DEFAULTS))]
+    low_given = {f: overrides[k] for k, f in fields_of.items() if f in _MIXED_LOW_DEFAULTS}
+    unread[:] = [k for k in unread if not (_mixed_field(k) in _MIXED_FIELDS or _mixed_field(k) in _MIXED_LOW_DEFAULTS)]
     if name is None and not given and not low_given:
         return  # no MixedPrecisionConfig: Bridge leaves the model's and the DDP config's own fields
     low = dict(_MIXED_LOW_DEFAULTS)
