@@ -66,6 +66,7 @@ SLOW = (
     r"test_readme\.py::test_inline_command_runs\[btacalc (validate|crossover|measure)",  # whole runs
     r"test_readme\.py::test_inline_command_runs\[btacalc plan .*--search",  # layout searches
     r"test_collectives\.py::test_cross_validation_of_shipped_runs",  # leave-one-out over the shipped runs
+    r"test_expected_error\.py::test_the_shipped_expected_errors_are",  # leave-one-out over the shipped runs
     r"test_memory_reserves\.py::(test_every_shipped_memory_run_fits_and_meets_the_gate"
     r"|test_an_moe_run_that_does_not_name_its_dispatcher)",  # every shipped memory run
     r"test_catalogue_pinned\.py::test_doubling_a_term_moves_a_golden",  # every golden, once per mutated term

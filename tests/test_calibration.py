@@ -95,7 +95,7 @@ def test_every_builtin_profile_is_in_exactly_one_family():
 
 
 def test_a_profile_in_two_families_is_refused(tmp_path, monkeypatch):
-    import btacalc.planning.calibration as calibration
+    import btacalc.config.calibration_families as calibration
     from btacalc.errors import BtacalcError
 
     text = ('[[family]]\nname = "a"\nprofiles = ["h100"]\nfactors = ["compute_efficiency"]\nsource = "https://x.org"\n'

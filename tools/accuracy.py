@@ -1,7 +1,9 @@
 """Regenerate the README's "time model against measured runs" tables, its published-points table and
 docs/accuracy.png from the library, in one command:
 
-    python tools/accuracy.py            # rewrite README.md between the accuracy markers, draw the plot
+    python tools/accuracy.py            # rewrite README.md between the accuracy markers, draw the plot, and
+                                        # write btacalc/data/expected_error.json (what a plan's expected error
+                                        # reads: the leave-one-model-family-out errors, about 25 s)
     python tools/accuracy.py --check    # exit 1 if README.md is not what this would write (CI-friendly)
 
 Everything comes from the library (`validate_measured`, the profiles' calibration sections); nothing is
@@ -18,12 +20,14 @@ from pathlib import Path
 from btacalc.config.hardware import builtin_profiles
 from btacalc.output.plots import measured_plot
 from btacalc.planning.calibration import load_families
+from btacalc.planning.crossval import held_out_errors
 from btacalc.planning.measured import load_runs, resolve_model, software_year, validate_measured
 from btacalc.planning.validate import load_points, summary_line, validate
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 PLOT = ROOT / "docs" / "accuracy.png"
+EXPECTED_ERROR = ROOT / "btacalc" / "data" / "expected_error.json"
 BEGIN, END = "<!-- accuracy:begin (tools/accuracy.py) -->", "<!-- accuracy:end -->"
 POINTS_BEGIN, POINTS_END = "<!-- points:begin (tools/accuracy.py) -->", "<!-- points:end -->"
 WHATIF_BEGIN, WHATIF_END = "<!-- whatif:begin (tools/accuracy.py) -->", "<!-- whatif:end -->"
@@ -243,6 +247,11 @@ def _replace(text: str, begin: str, end: str, body: str) -> str:
     return pattern.sub(lambda _: f"{begin}\n{body}\n{end}", text)
 
 
+def expected_error_json() -> str:
+    """btacalc/data/expected_error.json as the cross-validation gives it today (planning/expected_error.py)."""
+    return held_out_errors().model_dump_json(indent=1) + "\n"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="only check that README.md is current")
@@ -258,7 +267,8 @@ def main() -> int:
     README.write_text(new, encoding="utf-8")
     PLOT.parent.mkdir(exist_ok=True)
     PLOT.write_bytes(measured_plot(validate_measured(), str(PLOT)))
-    print(f"wrote {README.relative_to(ROOT)} and {PLOT.relative_to(ROOT)}")
+    EXPECTED_ERROR.write_text(expected_error_json(), encoding="utf-8")
+    print(f"wrote {README.relative_to(ROOT)}, {PLOT.relative_to(ROOT)} and {EXPECTED_ERROR.relative_to(ROOT)}")
     return 0
 
 

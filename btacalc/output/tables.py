@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.text import Text
 
 from ..planning.plan import SENSITIVITY_STEP
-from ..planning.report import DeviceMemory, PhaseRow, PlanReport
+from ..planning.report import DeviceMemory, ExpectedError, PhaseRow, PlanReport
 from .fit import Fit, fit, fit_all
 from .wafer_tables import sensitivity_table, wafer_renderable
 
@@ -56,6 +56,8 @@ def plan_renderable(r: PlanReport) -> Group:
     parts += [_phase_table(r.outside_layers, r, "Outside the layers, per step"), _flops_table(r)]
     if r.throughput is not None:
         parts.append(_throughput_table(r))
+        if r.throughput.expected_error is not None:
+            parts.append(Text(expected_error_text(r.throughput.expected_error)))
     if r.wafer is not None:
         parts.append(Panel(wafer_renderable(r.wafer), title="Wafer systems (Cerebras)", border_style="blue"))
     if r.sensitivity:
@@ -100,6 +102,16 @@ def _throughput_table(r: PlanReport) -> Table:
         t.caption += (f"; routing imbalance x{SENSITIVITY_STEP:g} keeps {100 * th.routing_sensitivity:.0f}% of tokens/s"
                       + (" — SENSITIVE to routing imbalance (--routing-imbalance)" if sensitive else ""))
     return t
+
+
+def expected_error_text(x: ExpectedError) -> str:
+    """The plan's expected error in one clause (planning/expected_error.py)."""
+    closer = f"each closer group holds fewer than {x.min_runs}" if x.narrower else "the closest group"
+    sign = "too fast" if x.mean_error > 0 else "too slow"
+    return (f"Expected error of this step time: on {x.runs} measured runs like it ({x.basis}; {closer}), each "
+            f"predicted with its model family held out, mean |error| {100 * x.mean_abs_error:.0f}%, max "
+            f"{100 * x.max_abs_error:.0f}%, on average {100 * abs(x.mean_error):.0f}% {sign} (btacalc validate "
+            "--cross-validate)")
 
 
 def sweep_renderable(result) -> Fit:

@@ -26,11 +26,14 @@ from typing import Callable, Optional
 from pydantic import BaseModel, Field
 
 from ..config.hardware import HardwareProfile, builtin_profiles, resolve_hardware
+from ..config.precision import recipe as precision_recipe
 from ..config.presets import resolve_model
 from ..errors import BtacalcError
 from ..paths import package_data
 from .calibration import FamilySpec, family_of, fit_family, load_families, with_factors
-from .measured import UNKNOWN_SOFTWARE_YEAR, ErrorSummary, MeasuredRun, load_runs, predict, software_year, summarize_errors
+from .measured import UNKNOWN_SOFTWARE_YEAR, MeasuredRun, load_runs, predict, software_year
+from .expected_error import ExpectedErrorData, HeldOutRun
+from .report import EXPECTED_ERROR_SOURCE, ErrorSummary, summarize_errors
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -232,3 +235,21 @@ def validate_cross(runs: Optional[list[MeasuredRun]] = None) -> CrossValidation:
     setting = Setting(family_of=lambda r: model_family(r.model, families), device_family_of=lambda r: _device_family(r, specs),
                       usable=lambda r: plain[r.id].error is not None)
     return cross_validate(runs, setting, fit, predict_run)
+
+
+def held_out_errors(runs: Optional[list[MeasuredRun]] = None) -> ExpectedErrorData:
+    """Every run's error of `validate_cross` (about 25 s over the shipped runs), with what a plan is matched on
+    (planning/expected_error.py): what `python tools/accuracy.py` writes to btacalc/data/expected_error.json."""
+    runs = runs if runs is not None else load_runs()
+    by_id = {r.id: r for r in runs}
+    rows = []
+    for fold in validate_cross(runs).folds:
+        for cr in fold.runs:
+            if cr.error is None:
+                continue
+            run = by_id[cr.id]
+            spec = family_of(run.hw)
+            rows.append(HeldOutRun(id=cr.id, hw=cr.hw, calibration_family=spec.name if spec else None,
+                                   device=resolve_hardware(run.hw).family, moe=cr.moe,
+                                   low_precision=precision_recipe(run.precision).low, error=cr.error))
+    return ExpectedErrorData(source=EXPECTED_ERROR_SOURCE, runs=sorted(rows, key=lambda r: r.id))

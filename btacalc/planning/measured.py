@@ -53,7 +53,7 @@ from ..paths import package_data, read_input
 from .plan import device_memory, make_plan
 from .precision_pairs import PairBands, PairInput, PairReport, precision_pairs
 from .publishers import PublisherBaseline, publisher_of
-from .report import PlanReport
+from .report import ErrorSummary, PlanReport, summarize_errors
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -853,24 +853,6 @@ def summarize(results: list[RunResult]) -> list[FamilySummary]:
                 memory_max_abs_error=max(mem) if mem else None,
             ))
     return out
-
-
-class ErrorSummary(BaseModel):
-    """n errors (predicted / measured - 1) summarised: mean |error|, max |error|, signed mean."""
-
-    n: int
-    mean_abs_error: Optional[float]
-    max_abs_error: Optional[float]
-    mean_error: Optional[float] = Field(None, description="signed: positive = btacalc too fast")
-
-
-def summarize_errors(errors: list[float]) -> ErrorSummary:
-    """The summary of `errors` (None where there are none); validate's software-year groups and every
-    cross-validation group (planning/crossval.py) are summarised by it."""
-    if not errors:
-        return ErrorSummary(n=0, mean_abs_error=None, max_abs_error=None)
-    return ErrorSummary(n=len(errors), mean_abs_error=statistics.fmean(abs(e) for e in errors),
-                        max_abs_error=max(abs(e) for e in errors), mean_error=statistics.fmean(errors))
 
 
 class SoftwareYearSummary(ErrorSummary):

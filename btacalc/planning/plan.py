@@ -29,6 +29,7 @@ from ..model.solver import PointLimits, Search, Solution, search, solve_density
 from ..model.timing import StepTime, compute_efficiency, step_time
 from .report import (AlternativePlan, DeviceMemory, FlopsPerStep, GemmShape, HardwareInfo, Inputs, LayerKindRows,
                      ModelInfo, ParallelInfo, PhaseRow, PlanInfo, PlanReport, StageRow, StateRow, Throughput)
+from .expected_error import expected_error, plan_kind
 from .precision import mark_precision
 from .resolve import resolve_problem
 from .suggest import suggestions, verdict
@@ -270,6 +271,9 @@ def build_report(problem: Problem, mem: MemoryModel, sol: Solution, found: Searc
     if report.plan.fits:
         summary = summarize(problem, mem, sol, found) if baselines else own_step(problem, sol)
         report.throughput = _throughput(problem, summary)
+        if baselines:  # a user's plan; a measured run's prediction (validate) is what the expected error is made of
+            report.throughput.expected_error = expected_error(plan_kind(problem.hardware, problem.model.is_moe,
+                                                                        problem.run.recipe.low))
         best_time = summary.best_time
         per_layer, phase_time, repeats = best_time.kind_phase_time_s, best_time.phase_time_s, best_time.phase_repeats
 

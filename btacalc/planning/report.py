@@ -5,6 +5,7 @@ Units: bytes, FLOP, FLOP/byte, seconds; no scaled units in JSON.
 
 from __future__ import annotations
 
+import statistics
 from typing import Any, Optional
 
 from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
@@ -307,6 +308,42 @@ class LayerKindRows(BaseModel):
     phases: list[PhaseRow] = Field(description="one layer of this kind, at the plan's G and b, per step")
 
 
+class ErrorSummary(BaseModel):
+    """n errors (predicted / measured - 1) summarised: mean |error|, max |error|, signed mean."""
+
+    n: int
+    mean_abs_error: Optional[float]
+    max_abs_error: Optional[float]
+    mean_error: Optional[float] = Field(None, description="signed: positive = btacalc too fast")
+
+
+def summarize_errors(errors: list[float]) -> ErrorSummary:
+    """The summary of `errors` (None where there are none); validate's software-year groups and every
+    cross-validation group (planning/crossval.py) are summarised by it."""
+    if not errors:
+        return ErrorSummary(n=0, mean_abs_error=None, max_abs_error=None)
+    return ErrorSummary(n=len(errors), mean_abs_error=statistics.fmean(abs(e) for e in errors),
+                        max_abs_error=max(abs(e) for e in errors), mean_error=statistics.fmean(errors))
+
+
+EXPECTED_ERROR_SOURCE = ("btacalc validate --cross-validate: each shipped measured run predicted with the calibration "
+                         "factors fitted without its model family (README, 'How accurate is btacalc?')")
+
+
+class ExpectedError(BaseModel):
+    """The held-out errors of the measured runs most like a plan (see the module docstring)."""
+
+    basis: str = Field(description="the group of measured runs, in words")
+    runs: int
+    mean_abs_error: float
+    max_abs_error: float
+    mean_error: float = Field(description="signed: positive = btacalc too fast on these runs")
+    narrower: str = Field("", description="the narrower groups passed over, each with its number of runs (fewer "
+                          "than min_runs)")
+    min_runs: int = Field(description="the fewest runs a group must hold to be reported")
+    source: str = EXPECTED_ERROR_SOURCE
+
+
 class Throughput(BaseModel):
     step_time_s: float
     tokens_per_s: float = Field(description="all devices")
@@ -335,6 +372,8 @@ class Throughput(BaseModel):
     critical_stage: int = Field(0, description="GPU: the pipeline stage that sets the pace")
     routing_sensitivity: Optional[float] = Field(None, description="MoE with EP > 1: tokens/s at 1.25x the routing "
                                                  "imbalance over tokens/s as planned")
+    expected_error: Optional[ExpectedError] = Field(None, description="the leave-one-model-family-out errors of "
+                                                    "the measured runs most like this plan (planning/expected_error.py)")
 
 
 class ScalingRow(BaseModel):

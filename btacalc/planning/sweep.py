@@ -33,6 +33,7 @@ from ..model.params import ParamCounts, param_counts
 from ..model.problem import Problem
 from ..model.solver import PointLimits, PointMemory, Search, search
 from ..model.timing import StepTime, compute_efficiency, step_time
+from .expected_error import expected_error, plan_kind
 from .plan import dense_problem, routing_sensitivity
 from .suggest import no_fit
 from .report import PlanInfo, Throughput
@@ -602,6 +603,8 @@ def _throughput(problem: Problem, found: Search, g1: Search, g1_index: np.ndarra
     out.put(r, "compute_efficiency", [compute_efficiency(problem)] * k)
     out.put(r, "dominant_phase", [""] * k)
     out.put(r, "critical_stage", [0] * k)  # a sweep's layouts have one pipeline stage
+    expected = expected_error(plan_kind(problem.hardware, problem.model.is_moe, problem.run.recipe.low))
+    out.put(r, "expected_error", [expected.model_dump() if expected is not None else None] * k)  # streamed as JSON
     sensitivity = routing_sensitivity(at, g.astype(float), b.astype(float), m.astype(float))
     out.put(r, "routing_sensitivity", [None] * k if sensitivity is None else vec(sensitivity).tolist())
     phases = {name: vec(v) for name, v in st.phase_time_s.items()}

@@ -1,0 +1,112 @@
+"""What error to expect of a plan's step time: the leave-one-model-family-out errors of the measured runs most
+like it.
+
+`btacalc validate --cross-validate` predicts every shipped measured run with factors fitted without its model
+family (planning/crossval.py): those errors are what a user should expect on a model btacalc has never seen. A
+plan reports the ones of the runs that share its kind, as the first of these groups that holds at least
+`MIN_RUNS` runs:
+
+1. the same calibration family (one GPU architecture, or the wafers), dense or MoE alike, and 16-bit or low
+   precision alike;
+2. the same calibration family, dense or MoE alike;
+3. the same kind of device (GPU or wafer), dense or MoE alike;
+4. the same kind of device.
+
+A profile file, or a built-in profile changed (e.g. by `whatif`), is in no calibration family: its group starts
+at 3. The errors ship as data (btacalc/data/expected_error.json, written with the README's accuracy tables by
+`python tools/accuracy.py` and checked current by a test), so a plan reads a file instead of re-running the
+cross-validation (crossval.held_out_errors builds it). The summary is the cross-validation's own (`summarize_errors`): n, mean |error|, max |error|,
+signed mean (positive: btacalc too fast).
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from typing import Callable, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..config.calibration_families import family_of
+from ..config.hardware import HardwareProfile, resolve_hardware
+from ..paths import package_data, profile_names
+from .report import EXPECTED_ERROR_SOURCE, ExpectedError, summarize_errors
+
+EXPECTED_ERROR_FILE = "expected_error.json"
+MIN_RUNS = 5  # fewer runs than this say too little about a group: the next, wider group is taken
+SOURCE = EXPECTED_ERROR_SOURCE
+
+
+class HeldOutRun(BaseModel):
+    """One measured run's leave-one-model-family-out error, with what a plan is matched on."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: str
+    hw: str
+    calibration_family: Optional[str] = Field(description="calibration.toml [[family]] of the run's profile")
+    device: str = Field(description="gpu or wse")
+    moe: bool
+    low_precision: bool = Field(description="FP8, MXFP8 or NVFP4 (not bf16 / fp16)")
+    error: float = Field(description="predicted / measured - 1, by factors fitted without the run's model family")
+
+
+class ExpectedErrorData(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    source: str
+    runs: list[HeldOutRun]
+
+
+class PlanKind(BaseModel):
+    """What a plan is matched on."""
+
+    calibration_family: Optional[str]
+    family_profiles: list[str] = Field(default_factory=list, description="the calibration family's profiles")
+    device: str
+    moe: bool
+    low_precision: bool
+
+
+def _groups(kind: PlanKind) -> list[tuple[str, Callable[[HeldOutRun], bool]]]:
+    """The groups of runs, narrowest first: (words, which runs)."""
+    device = "GPUs" if kind.device == "gpu" else "wafers"
+    model = "MoE" if kind.moe else "dense"
+    precision = "low precision" if kind.low_precision else "16-bit"
+    out: list[tuple[str, Callable[[HeldOutRun], bool]]] = []
+    fam = kind.calibration_family
+    if fam is not None:
+        named = f"{fam} ({', '.join(kind.family_profiles)})"
+        out.append((f"{named}, {model}, {precision}", lambda r: r.calibration_family == fam and r.moe == kind.moe
+                    and r.low_precision == kind.low_precision))
+        out.append((f"{named}, {model}", lambda r: r.calibration_family == fam and r.moe == kind.moe))
+    out.append((f"{device}, {model}", lambda r: r.device == kind.device and r.moe == kind.moe))
+    out.append((f"{device}, dense and MoE", lambda r: r.device == kind.device))
+    return out
+
+
+def expected_error(kind: PlanKind, data: Optional[ExpectedErrorData] = None) -> Optional[ExpectedError]:
+    """The first group (narrowest first) with at least MIN_RUNS runs; None if even the widest has fewer."""
+    runs = (data or shipped()).runs
+    passed: list[str] = []
+    for words, member in _groups(kind):
+        errors = [r.error for r in runs if member(r)]
+        if len(errors) >= MIN_RUNS:
+            s = summarize_errors(errors)
+            assert s.mean_abs_error is not None and s.max_abs_error is not None and s.mean_error is not None
+            return ExpectedError(basis=words, runs=s.n, mean_abs_error=s.mean_abs_error, max_abs_error=s.max_abs_error,
+                                 mean_error=s.mean_error, narrower="; ".join(passed), min_runs=MIN_RUNS)
+        passed.append(f"{words}: {len(errors)} run{'s' if len(errors) != 1 else ''}")
+    return None
+
+
+def plan_kind(hardware: HardwareProfile, moe: bool, low_precision: bool) -> PlanKind:
+    """A plan's kind; a profile is in its calibration family only when it is the built-in profile unchanged."""
+    builtin = hardware.name in profile_names() and resolve_hardware(hardware.name) == hardware
+    spec = family_of(hardware.name) if builtin else None
+    return PlanKind(calibration_family=spec.name if spec else None, family_profiles=spec.profiles if spec else [],
+                    device=hardware.family, moe=moe, low_precision=low_precision)
+
+
+@lru_cache(maxsize=1)
+def shipped() -> ExpectedErrorData:
+    """btacalc/data/expected_error.json (see the module docstring)."""
+    return ExpectedErrorData.model_validate(json.loads(package_data(EXPECTED_ERROR_FILE).read_text(encoding="utf-8")))

@@ -1,0 +1,116 @@
+"""A plan's expected error (planning/expected_error.py): the leave-one-model-family-out errors of the measured
+runs most like it, the narrowest group of at least MIN_RUNS runs. The group rule is checked on a synthetic set
+whose answer is arithmetic; the shipped data against the cross-validation that makes it (slow) and against the
+measured runs file, counted independently."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from btacalc.config.hardware import resolve_hardware
+from btacalc.config.precision import recipe
+from btacalc.config.presets import resolve_model
+from btacalc.paths import package_data
+from btacalc.planning.expected_error import (MIN_RUNS, ExpectedErrorData, HeldOutRun, PlanKind, expected_error,
+                                             plan_kind, shipped)
+from support import with_calibration
+
+
+def _row(i: int, family, device: str, moe: bool, low: bool, error: float) -> HeldOutRun:
+    return HeldOutRun(id=f"r{i}", hw="x", calibration_family=family, device=device, moe=moe, low_precision=low,
+                      error=error)
+
+
+HOPPER = PlanKind(calibration_family="gpu-hopper", family_profiles=["h100", "h200"], device="gpu", moe=True,
+                  low_precision=False)
+
+
+def test_the_narrowest_group_with_enough_runs_is_reported_with_its_arithmetic():
+    """Five Hopper MoE 16-bit runs at +10, -20, +30, +40, +0% (and others that must not count): mean |error|
+    (10 + 20 + 30 + 40 + 0) / 5 = 20%, max 40%, signed mean (10 - 20 + 30 + 40 + 0) / 5 = +12%."""
+    errors = [0.10, -0.20, 0.30, 0.40, 0.0]
+    rows = [_row(i, "gpu-hopper", "gpu", True, False, e) for i, e in enumerate(errors)]
+    rows += [_row(10, "gpu-hopper", "gpu", True, True, 5.0), _row(11, "gpu-hopper", "gpu", False, False, 5.0),
+             _row(12, "gpu-blackwell", "gpu", True, False, 5.0), _row(13, "wse", "wse", True, False, 5.0)]
+    got = expected_error(HOPPER, ExpectedErrorData(source="s", runs=rows))
+    assert got is not None and MIN_RUNS == 5
+    assert got.basis == "gpu-hopper (h100, h200), MoE, 16-bit" and got.runs == 5 and got.narrower == ""
+    assert got.mean_abs_error == pytest.approx(0.20) and got.max_abs_error == pytest.approx(0.40)
+    assert got.mean_error == pytest.approx(0.12)
+
+
+def test_a_group_under_min_runs_gives_way_to_the_next_and_says_so():
+    """Four Hopper MoE 16-bit runs (one short) and one Hopper MoE FP8 run: the family's MoE group holds five,
+    |errors| 0.1 x 4 and 0.6, mean (0.4 + 0.6) / 5 = 20%; the narrower group is named with its count."""
+    rows = [_row(i, "gpu-hopper", "gpu", True, False, 0.1) for i in range(4)]
+    rows += [_row(9, "gpu-hopper", "gpu", True, True, -0.6)]
+    got = expected_error(HOPPER, ExpectedErrorData(source="s", runs=rows))
+    assert got is not None and got.basis == "gpu-hopper (h100, h200), MoE" and got.runs == 5
+    assert got.mean_abs_error == pytest.approx(0.2) and got.mean_error == pytest.approx((0.4 - 0.6) / 5)
+    assert got.narrower == "gpu-hopper (h100, h200), MoE, 16-bit: 4 runs"
+
+
+def test_a_profile_outside_every_family_starts_at_its_kind_of_device():
+    """No calibration family (a profile file): the device's MoE runs of every family (one run each of three
+    families and two of a fourth = 5), then all its runs; too few anywhere: no expected error at all."""
+    rows = [_row(i, f, "gpu", True, i % 2 == 0, 0.1 * (i + 1)) for i, f in
+            enumerate(["gpu-ampere", "gpu-hopper", "gpu-blackwell", "x", "x"])]
+    kind = PlanKind(calibration_family=None, device="gpu", moe=True, low_precision=False)
+    got = expected_error(kind, ExpectedErrorData(source="s", runs=rows))
+    assert got is not None and got.basis == "GPUs, MoE" and got.runs == 5 and got.narrower == ""
+    assert got.mean_abs_error == pytest.approx((0.1 + 0.2 + 0.3 + 0.4 + 0.5) / 5)
+    wafer = PlanKind(calibration_family=None, device="wse", moe=False, low_precision=False)
+    assert expected_error(wafer, ExpectedErrorData(source="s", runs=rows)) is None
+
+
+def test_a_built_in_profile_is_in_its_family_only_unchanged():
+    h100 = resolve_hardware("h100")
+    kind = plan_kind(h100, moe=True, low_precision=False)
+    assert kind.calibration_family == "gpu-hopper" and kind.family_profiles == ["h100", "h200"]
+    changed = with_calibration(h100, compute_efficiency=h100.calibration.compute_efficiency.model_copy(
+        update={"value": 0.5}))
+    assert plan_kind(changed, moe=True, low_precision=False).calibration_family is None
+    assert plan_kind(resolve_hardware("wse3"), moe=True, low_precision=False).device == "wse"
+
+
+def _expressible_ids(hw_names: set[str], moe: bool, low: bool) -> set[str]:
+    """The measured runs file's runs on `hw_names`, by model kind and precision, read from the file itself."""
+    runs = json.loads(package_data("measured_runs.json").read_text(encoding="utf-8"))["runs"]
+    return {r["id"] for r in runs if r["hw"] in hw_names and resolve_model(r["model"]).is_moe == moe
+            and recipe(r.get("precision", "bf16")).low == low}
+
+
+def test_plan_json_reports_the_hopper_moe_runs_it_was_measured_on(cli):
+    """`plan --json` on 16 H100s for Qwen3-30B-A3B in BF16: the group is the Hopper (h100, h200) MoE 16-bit runs,
+    as many as the measured runs file holds of them (less any the cross-validation cannot express)."""
+    code, out, _ = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16", "--json")
+    assert code == 0
+    got = json.loads(out)["throughput"]["expected_error"]
+    want = _expressible_ids({"h100", "h200"}, moe=True, low=False)
+    held = {r.id: r.error for r in shipped().runs}
+    assert got["basis"] == "gpu-hopper (h100, h200), MoE, 16-bit"
+    assert len(want) >= got["runs"] == len(want & set(held)) >= MIN_RUNS
+    assert got["mean_abs_error"] == pytest.approx(sum(abs(held[i]) for i in want & set(held)) / got["runs"])
+
+
+def test_the_console_says_the_expected_error_and_its_basis(cli):
+    code, out, _ = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "wse3")
+    assert code == 0
+    text = " ".join(out.split())
+    wafers = [r for r in shipped().runs if r.device == "wse"]
+    assert f"Expected error of this step time: on {len(wafers)} measured runs like it (wafers, dense and MoE; each " \
+           f"closer group holds fewer than {MIN_RUNS})" in text  # no MoE run on a wafer is in the measured set
+
+
+def test_the_shipped_expected_errors_are_the_cross_validations_of_today():
+    """btacalc/data/expected_error.json is what `python tools/accuracy.py` writes from `validate --cross-validate`
+    now (regenerate it when a prediction moves)."""
+    from btacalc.planning.crossval import held_out_errors
+
+    fresh, ship = held_out_errors(), shipped()
+    assert [r.id for r in fresh.runs] == [r.id for r in ship.runs]
+    for a, b in zip(fresh.runs, ship.runs):
+        assert a.model_dump(exclude={"error"}) == b.model_dump(exclude={"error"})
+        assert a.error == pytest.approx(b.error, rel=1e-9, abs=1e-12)
