@@ -1,0 +1,41 @@
+"""review16: the refactors' new library objects, tested where they live (each test fails with its change reverted:
+the object it calls did not exist, or the decision it reads was made in the output layer)."""
+
+from __future__ import annotations
+
+import pytest
+
+from btacalc.config.megatron_codec import BRIDGE_MIXED_DEFAULTS, BRIDGE_RECIPE_FIELDS, PRECISIONS, BridgeMixed
+from btacalc.errors import BtacalcError
+
+
+# 1. Bridge's mixed precision is one object: written fields and resolved fields, its checks as methods
+
+def test_bridge_mixed_none_without_mixed_precision() -> None:
+    assert BridgeMixed.read({"model.bf16": True}, None) is None
+
+
+def test_bridge_mixed_resolves_recipe_then_overrides() -> None:
+    overrides = {"mixed_precision": "bf16_with_fp8_delayed_scaling_mixed", "mixed_precision.fp8_param": False}
+    mixed = BridgeMixed.read(overrides, "fp8")
+    assert mixed is not None
+    assert mixed.recipe == overrides["mixed_precision"]
+    assert mixed.fields == {**BRIDGE_RECIPE_FIELDS["fp8"], "fp8_param_gather": False}
+    assert {k: mixed.low[k] for k in PRECISIONS["fp8"]} == PRECISIONS["fp8"]
+    assert mixed.low["fp4"] is None
+
+
+def test_bridge_mixed_fields_without_recipe_are_config_defaults() -> None:
+    mixed = BridgeMixed.read({"mixed_precision.bf16": True}, None)
+    assert mixed is not None and mixed.fields == {**BRIDGE_MIXED_DEFAULTS, "bf16": True}
+
+
+@pytest.mark.parametrize("kind, recipe, name", [("fp8", "bf16_with_fp8_delayed_scaling_mixed", "fp8"),
+                                                ("fp4", "bf16_with_nvfp4_mixed", "nvfp4")])
+def test_bridge_mixed_gather_without_low_recipe(kind: str, recipe: str, name: str) -> None:
+    mixed = BridgeMixed(recipe, {}, {kind: None}, BRIDGE_RECIPE_FIELDS[name], {"fp8": None, "fp4": None})
+    with pytest.raises(BtacalcError, match=f"mixed_precision.{kind}=null with mixed_precision={recipe}, whose recipe "
+                                           f"sets {kind}_param_gather = True"):
+        mixed.check_gather_has_low()
+    with pytest.raises(BtacalcError, match=f"a parameter gather in {kind.upper()} needs"):
+        BridgeMixed.read({"mixed_precision": recipe, f"mixed_precision.{kind}": None}, name)
