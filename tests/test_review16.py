@@ -39,3 +39,33 @@ def test_bridge_mixed_gather_without_low_recipe(kind: str, recipe: str, name: st
         mixed.check_gather_has_low()
     with pytest.raises(BtacalcError, match=f"a parameter gather in {kind.upper()} needs"):
         BridgeMixed.read({"mixed_precision": recipe, f"mixed_precision.{kind}": None}, name)
+
+
+# 2. compare's rows are one request (CompareRequest) beside the run each row plans (ExecutionRequest)
+
+def test_compare_request_counts_rows_per_gpu_count_and_precision() -> None:
+    from btacalc.config.hardware import resolve_hardware
+    from btacalc.planning.compare import CompareRequest
+
+    wse3, b200, h100 = (resolve_hardware(h) for h in ("wse3", "b200", "h100"))
+    request = CompareRequest(devices=(8, 16, 32), precisions=("bf16", "mxfp8"))
+    assert request.row_count([wse3, b200, h100]) == 1 + 2 * len(request.devices or ()) * len(request.precisions)
+    assert CompareRequest().row_count([wse3, b200]) == 2
+
+
+@pytest.mark.parametrize("changes, hardware, fragment", [
+    ({}, (), "give at least one hardware profile"),
+    ({"systems": 2}, ("b200",), "systems 2 sets the wafer rows' systems"),
+    ({"search": True}, ("wse3",), "search chooses the GPU rows' layouts"),
+    ({"precisions": ("mxfp8",)}, ("wse3",), "precision makes a row per precision"),
+    ({"devices": (8,)}, ("wse3",), "devices sets the GPU rows' layout"),
+    ({"match": "power"}, ("b200",), "match 'power': give power or devices"),
+    ({"match": "power", "devices": (8,)}, ("wse3", "b200"), "match 'power'"),
+])
+def test_compare_request_refuses_before_planning(changes: dict, hardware: tuple, fragment: str) -> None:
+    from btacalc.config.hardware import resolve_hardware
+    from btacalc.planning.compare import CompareRequest
+
+    with pytest.raises(BtacalcError) as caught:
+        CompareRequest(**changes).check([resolve_hardware(h) for h in hardware])
+    assert fragment in str(caught.value)  # str(): the library's parameter names, without braces
