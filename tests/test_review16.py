@@ -69,3 +69,40 @@ def test_compare_request_refuses_before_planning(changes: dict, hardware: tuple,
     with pytest.raises(BtacalcError) as caught:
         CompareRequest(**changes).check([resolve_hardware(h) for h in hardware])
     assert fragment in str(caught.value)  # str(): the library's parameter names, without braces
+
+
+# 3. whatif: whether today's plan fits is the library's answer (the table found it by comparing floats)
+
+def _whatif(model: str, devices: int, target: str, solve_for: str):
+    from btacalc.config.execution import ExecutionRequest
+    from btacalc.config.hardware import resolve_hardware
+    from btacalc.config.presets import resolve_model
+    from btacalc.planning.whatif import whatif
+
+    return whatif(resolve_model(model), resolve_hardware("h100"), ExecutionRequest(devices=devices), target, solve_for)
+
+
+def test_whatif_says_whether_today_fits() -> None:
+    """gpt3-175b on one h100 does not fit today and fits with enough memory; gpt-1.7b fits today. Each answer
+    agrees with the trace's step at today's value (today_fits is that step's plan, made once)."""
+    short = _whatif("gpt3-175b", 1, "tokens_per_s=1", "memory.offchip_memory_bytes")
+    fits = _whatif("gpt-1.7b", 1, "tokens_per_s=1e12", "memory.offchip_memory_bytes")
+    assert short.today_fits is False and short.today_metric is None and short.reached and not short.fits_nowhere
+    assert fits.today_fits is True and fits.today_metric is not None
+    for r in (short, fits):
+        assert [s.fits for s in r.trace if s.ratio == 1] == [r.today_fits]
+        assert "today_fits" not in r.model_dump()  # the JSON (whatif --json, validate --json) is unchanged
+
+
+def test_whatif_table_prints_the_libraries_today() -> None:
+    """The table prints today_fits as the result says it, with no trace to look it up in."""
+    from rich.console import Console
+
+    from btacalc.output.whatif_tables import whatif_renderable
+
+    r = _whatif("gpt3-175b", 1, "tokens_per_s=1", "memory.offchip_memory_bytes")
+    for today_fits, said in ((False, True), (True, False)):
+        shown = r.model_copy(update={"today_fits": today_fits, "trace": []})
+        console = Console(width=200, record=True)
+        console.print(whatif_renderable(shown))
+        assert ("(the plan does not fit)" in console.export_text()) is said
