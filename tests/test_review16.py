@@ -106,3 +106,46 @@ def test_whatif_table_prints_the_libraries_today() -> None:
         console = Console(width=200, record=True)
         console.print(whatif_renderable(shown))
         assert ("(the plan does not fit)" in console.export_text()) is said
+
+
+# 4. plan: what the command line adds to an imported run is one object (cli/plan.py ImportAdditions), how the plan is
+# printed another (Printing); the command reads parse -> build request -> plan -> print
+
+def _additions(**given):
+    from btacalc.cli.plan import ImportAdditions
+
+    fields = {"gpus_per_node": None, "objective": None, "accounting": None, "causal": False, "loss": None,
+              "routing_imbalance": None, "max_global_batch": None, "max_tile_batch": None, "cuda_graph_scope": None,
+              "fp8_attention": False, "fsdp_impl": None, "nccl_ub": False, "nvls": False}
+    return ImportAdditions(**{**fields, **given})
+
+
+def test_import_additions_keep_the_files_run_where_not_given() -> None:
+    from btacalc.config.execution import ExecutionRequest
+    from btacalc.config.hardware import resolve_hardware
+
+    base = ExecutionRequest(accounting="measured", routing_imbalance=1.25, devices_per_node=4, nccl_ub=True,
+                            cuda_graph_scope=("attn",), loss="fused")
+    h100 = resolve_hardware("h100")
+    kept = _additions().over(base, h100)
+    assert (kept.accounting, kept.routing_imbalance, kept.devices_per_node, kept.nccl_ub, kept.cuda_graph_scope,
+            kept.loss) == (base.accounting, base.routing_imbalance, base.devices_per_node, True, base.cuda_graph_scope,
+                           base.loss)
+    given = _additions(accounting="ideal", routing_imbalance=1.0, gpus_per_node=8, nvls=True,
+                       cuda_graph_scope="moe_router").over(base, h100)
+    assert (given.accounting, given.routing_imbalance, given.devices_per_node, given.nccl_ub, given.nvls,
+            given.cuda_graph_scope) == ("ideal", 1.0, 8, True, True, ("moe_router",))
+
+
+def test_import_additions_take_the_launchs_domain_without_gpus_per_node() -> None:
+    """A launch of one GB200 tray's GPUs per node runs in the rack's NVLink domain (launch_domain); a given
+    --gpus-per-node stands."""
+    from btacalc.config.execution import ExecutionRequest
+    from btacalc.config.hardware import resolve_hardware
+
+    gb200 = resolve_hardware("gb200")
+    host = gb200.system.host_devices
+    assert host is not None
+    base = ExecutionRequest(devices_per_node=host)
+    assert _additions().over(base, gb200).devices_per_node is None
+    assert _additions(gpus_per_node=host).over(base, gb200).devices_per_node == host
