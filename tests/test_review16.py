@@ -149,3 +149,21 @@ def test_import_additions_take_the_launchs_domain_without_gpus_per_node() -> Non
     base = ExecutionRequest(devices_per_node=host)
     assert _additions().over(base, gb200).devices_per_node is None
     assert _additions(gpus_per_node=host).over(base, gb200).devices_per_node == host
+
+
+# 5. duplicates: output/megatron.py run_fields copied nine plan inputs one line each (now one named list)
+
+def test_run_fields_carry_every_named_plan_input() -> None:
+    from btacalc.config.execution import ExecutionRequest
+    from btacalc.config.hardware import resolve_hardware
+    from btacalc.config.presets import resolve_model
+    from btacalc.output.megatron import RUN_INPUTS, run_fields
+    from btacalc.planning.plan import make_plan
+
+    spec = resolve_model("llama-3-8b")
+    report = make_plan(spec, resolve_hardware("h100"), ExecutionRequest(devices=8, precision="fp8-current",
+                                                                        bf16_layers_at_start=1, cpu_offload_layers=2))
+    fields = run_fields(report, spec)
+    assert {f"run.{k}": fields[f"run.{k}"] for k in RUN_INPUTS} == {f"run.{k}": getattr(report.inputs, k)
+                                                                     for k in RUN_INPUTS}
+    assert fields["run.precision"] == "fp8-current" and fields["run.bf16_layers_at_start"] == 1
