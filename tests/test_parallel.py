@@ -11,7 +11,7 @@ import json
 import pytest
 
 from btacalc.planning.cluster import min_devices
-from btacalc.planning.compare import compare
+from btacalc.planning.compare import CompareRequest, compare
 from btacalc.planning.crossover import crossover, family_model
 from btacalc.errors import BtacalcError
 from btacalc.config.hardware import resolve_hardware
@@ -219,7 +219,8 @@ def test_compare_rows_and_json(cli):
 
 
 def test_data_parallel_scaling_with_ep_inside_a_node():
-    res = compare(QWEN, [resolve_hardware("b200")], devices=[8, 16, 32, 64], request=ExecutionRequest(expert_parallel=8))
+    res = compare(QWEN, [resolve_hardware("b200")],
+                  CompareRequest(ExecutionRequest(expert_parallel=8), devices=(8, 16, 32, 64)))
     assert all(r.fits for r in res.rows)
     tput = [r.tokens_per_s for r in res.rows]
     assert all(b > a for a, b in zip(tput, tput[1:]))  # more data-parallel replicas, more tokens/s
@@ -228,8 +229,8 @@ def test_data_parallel_scaling_with_ep_inside_a_node():
 def test_expert_parallelism_across_nodes_costs_all_to_all():
     # EP 16 on 8-GPU nodes sends 8 of 15 peers' share over the 50 GB/s NIC instead of 900 GB/s NVLink
     b200 = [resolve_hardware("b200")]
-    inside = compare(QWEN, b200, devices=[16], request=ExecutionRequest(expert_parallel=8)).rows[0]
-    across = compare(QWEN, b200, devices=[16], request=ExecutionRequest(expert_parallel=16)).rows[0]
+    inside = compare(QWEN, b200, CompareRequest(ExecutionRequest(expert_parallel=8), devices=(16,))).rows[0]
+    across = compare(QWEN, b200, CompareRequest(ExecutionRequest(expert_parallel=16), devices=(16,))).rows[0]
     assert across.dominant_phase == "all_to_all"
     assert across.tokens_per_s < inside.tokens_per_s
 
@@ -243,14 +244,14 @@ def test_compare_of_wafers_alone_refuses_every_gpu_layout_option(request_):
     """The GPU layout options are one table (config/execution.py _GPU_LAYOUT): a wafer plan refuses them, and so
     does a compare with no GPU row to take them (a wafer row's request drops them: they would be ignored)."""
     with pytest.raises(BtacalcError, match="has no GPU profile"):
-        compare(QWEN, [resolve_hardware("wse3")], request=request_)
+        compare(QWEN, [resolve_hardware("wse3")], CompareRequest(request_))
 
 
 def test_a_wafer_row_beside_gpu_rows_drops_the_gpu_layout_options():
     hws = [resolve_hardware(h) for h in ("wse3", "b200")]
     given = ExecutionRequest(devices_per_node=8, overlaps=OverlapRequest(grad_reduce=True, p2p=True))
-    plain = compare(QWEN, hws, devices=[8], request=ExecutionRequest()).rows
-    rows = compare(QWEN, hws, devices=[8], request=given).rows
+    plain = compare(QWEN, hws, CompareRequest(devices=(8,))).rows
+    rows = compare(QWEN, hws, CompareRequest(given, devices=(8,))).rows
     assert rows[0].hardware == "wse3" and rows[0].tokens_per_s == plain[0].tokens_per_s
 
 

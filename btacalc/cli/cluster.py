@@ -100,17 +100,21 @@ def compare(
     MFU, vs dense, binding constraint, dominant phase, tokens/s per kW."""
     from ..config.execution import BatchLimits, ExecutionRequest
     from ..config.presets import resolve_model
+    from ..planning.compare import CompareRequest
 
     check_bounds({"--systems": systems})
     outs = outputs(output, as_json, csv_path, plot_path, inputs={"--model": model, "--hw": hw})
     spec, profiles = resolve_model(model, name), _profiles(hw)
     counts = _device_counts(devices, match, memory_model, profiles)
-    request = ExecutionRequest(seq_len=seq, recompute=recompute, attention=value(attention),
-                               memory_model=value(memory_model), overlap_streaming=overlap, expert_parallel=ep,
-                               zero_stage=zero, devices_per_node=gpus_per_node, overlap_all_to_all=overlap_a2a,
-                               micro_batches=grad_accum, limits=BatchLimits(global_batch=global_batch),
-                               **recipe.request_fields())  # --precision's list makes rows: _compared
-    result = _compared(spec, profiles, counts, request, (systems, value(match), global_batch), search, precision, quiet)
+    run = ExecutionRequest(seq_len=seq, recompute=recompute, attention=value(attention),
+                           memory_model=value(memory_model), overlap_streaming=overlap, expert_parallel=ep,
+                           zero_stage=zero, devices_per_node=gpus_per_node, overlap_all_to_all=overlap_a2a,
+                           micro_batches=grad_accum, limits=BatchLimits(global_batch=global_batch),
+                           **recipe.request_fields())
+    request = CompareRequest(run=run, devices=tuple(counts) if counts else None, systems=systems, match=value(match),
+                             wafer_global_batch=global_batch, search=search,
+                             precisions=tuple(_precisions(precision)))  # --precision's list makes rows
+    result = _compared(spec, profiles, request, quiet)
     _emit_compared(result, as_json, output, csv_path, plot_path, outs)
     return 0
 
@@ -138,19 +142,12 @@ def _device_counts(devices: str, match: Optional[Match], memory_model: Optional[
     return counts
 
 
-def _compared(spec: Any, profiles: list[Any], counts: Optional[Sequence[int]], request: Any,
-              wafer_rows: tuple[int, Optional[str], Optional[int]], search: bool, precision: Optional[str],
-              quiet: bool) -> Any:
-    """Every row planned, with a progress report (`wafer_rows`: systems, --match, the wafer rows' global batch;
-    `precision`: --precision's comma-separated list)."""
+def _compared(spec: Any, profiles: list[Any], request: Any, quiet: bool) -> Any:
+    """Every row planned (`request`: a CompareRequest), with a progress report."""
     from ..planning.compare import compare as run_compare
-    from ..planning.compare import row_count
 
-    systems, match, global_batch = wafer_rows
-    precisions = _precisions(precision)
-    with progress(row_count(profiles, counts, len(precisions) or 1), "comparing", quiet) as advance:
-        return run_compare(spec, profiles, counts, request, systems, match, global_batch, progress=advance,
-                           search=search, precisions=precisions, say=with_flags)
+    with progress(request.row_count(profiles), "comparing", quiet) as advance:
+        return run_compare(spec, profiles, request, progress=advance, say=with_flags)
 
 
 def crossover(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
@@ -155,98 +155,161 @@ def plan(
     Exit code 0 when the plan fits, 1 when it does not (the plan and what would fit are still shown),
     2 on bad input.
     """
-    profiling.reset()  # count this command only (tests run many in one process)
-    profiling.seconds["start-up (btacalc and the command line)"] = time.perf_counter() - profiling.STARTED
-    with profiling.stage("imports (numpy, pydantic models, the model)"):
-        from ..config.execution import BatchLimits, ExecutionRequest
-        from ..config.hardware import resolve_hardware
-        from ..config.presets import resolve_model
-        from ..planning.plan import make_plan
-        from ..planning.report import PlanReport, imported_info
+    _start_profile()
+    from ..config.execution import BatchLimits, ExecutionRequest
 
     check_bounds({"--micro-batch": micro_batch, "--grad-accum": grad_accum})
     # --emit and --schema print on stdout (and write --output); the plan JSON only with --json
     outs = outputs(output, as_json or emit is not None or (schema and output is None), inputs={"--model": model, "--hw": hw},
                    stdout_flag="--json" if as_json else "--emit" if emit is not None else "--schema")
     if schema:
-        _schema_alone(ctx)
-        text = json.dumps(PlanReport.model_json_schema(), indent=2) + "\n"
-        write_outputs(outs, {"--output": text, "--json": text}, None)
-        return 0
+        return _print_schema(ctx, outs)
+    printing = Printing(outs, value(emit), search, sensitivity, as_json, profile_run)
     imported = _imported_run(ctx, from_megatron, from_bridge, devices if _given(ctx, "devices") else None, model)
-    with profiling.stage("resolve"):
-        spec = imported.model if imported else resolve_model(model, name).with_overrides(experts, top_k, expert_ffn,
-                                                                                          fixed_active)
-        profile = resolve_hardware(hw)
-    request = _imported_request(imported.request, gpus_per_node, value(objective),
-                                accounting.value if _given(ctx, "accounting") else None, causal, value(loss),
-                                routing_imbalance if _given(ctx, "routing_imbalance") else None,
-                                (max_global_batch, max_tile_batch), cuda_graph_scope,
-                                recipe.fp8_attention, fsdp_impl) if imported else ExecutionRequest(
-        seq_len=seq, recompute=recompute, attention=value(attention), causal=causal, loss=value(loss),
-        attention_kernel=attention_kernel, fsdp_impl=fsdp_impl,
-        accounting=accounting.value, memory_model=value(memory_model), overlap_streaming=overlap,
-        devices=devices, expert_parallel=ep, zero_stage=zero, devices_per_node=gpus_per_node,
-        overlap_all_to_all=overlap_a2a, deepep=deepep, dispatcher_sms=dispatcher_sms, nccl_ub=nccl_ub, nvls=nvls,
-        ddp_bucket_params=ddp_bucket_size, ddp_num_buckets=ddp_num_buckets, cuda_graph_scope=_scopes(cuda_graph_scope, ()),
-        micro_batches=grad_accum, objective=value(objective),
-        tokens_per_step=tokens_per_step,
-        precision=value(precision), cpu_offload_layers=cpu_offloading_num_layers, eager_kernels=eager_kernels,
-        **recipe.request_fields(),
-        moment_bytes=None if optimizer_moments is None else MOMENT_BYTES[optimizer_moments.value],
-        limits=BatchLimits(global_batch, tiles, tile_batch, max_global_batch, max_tile_batch, micro_batch=micro_batch),
-        **layout_fields(tp, sequence_parallel, pp, vp, cp, etp, fsdp, grad_bytes, routing_imbalance,
-                        (overlap_grad_reduce, overlap_param_gather, tp_comm_overlap, overlap_p2p)),
-        **stage_split_field(first_stage_layers, last_stage_layers, pipeline_layout,
-                            account_for_embedding_in_pipeline_split, account_for_loss_in_pipeline_split))
-    if imported and gpus_per_node is None:
-        from ..config.megatron_run import launch_domain
+    spec, profile = _resolved(imported, model, name, hw, (experts, top_k, expert_ffn, fixed_active))
+    if imported:
+        request = ImportAdditions(
+            gpus_per_node=gpus_per_node, objective=value(objective),
+            accounting=accounting.value if _given(ctx, "accounting") else None, causal=causal, loss=value(loss),
+            routing_imbalance=routing_imbalance if _given(ctx, "routing_imbalance") else None,
+            max_global_batch=max_global_batch, max_tile_batch=max_tile_batch, cuda_graph_scope=cuda_graph_scope,
+            fp8_attention=recipe.fp8_attention, fsdp_impl=fsdp_impl, nccl_ub=nccl_ub, nvls=nvls,
+        ).over(imported.request, profile)
+    else:
+        request = ExecutionRequest(
+            seq_len=seq, recompute=recompute, attention=value(attention), causal=causal, loss=value(loss),
+            attention_kernel=attention_kernel, fsdp_impl=fsdp_impl,
+            accounting=accounting.value, memory_model=value(memory_model), overlap_streaming=overlap,
+            devices=devices, expert_parallel=ep, zero_stage=zero, devices_per_node=gpus_per_node,
+            overlap_all_to_all=overlap_a2a, deepep=deepep, dispatcher_sms=dispatcher_sms, nccl_ub=nccl_ub, nvls=nvls,
+            ddp_bucket_params=ddp_bucket_size, ddp_num_buckets=ddp_num_buckets, cuda_graph_scope=_scopes(cuda_graph_scope, ()),
+            micro_batches=grad_accum, objective=value(objective),
+            tokens_per_step=tokens_per_step,
+            precision=value(precision), cpu_offload_layers=cpu_offloading_num_layers, eager_kernels=eager_kernels,
+            **recipe.request_fields(),
+            moment_bytes=None if optimizer_moments is None else MOMENT_BYTES[optimizer_moments.value],
+            limits=BatchLimits(global_batch, tiles, tile_batch, max_global_batch, max_tile_batch, micro_batch=micro_batch),
+            **layout_fields(tp, sequence_parallel, pp, vp, cp, etp, fsdp, grad_bytes, routing_imbalance,
+                            (overlap_grad_reduce, overlap_param_gather, tp_comm_overlap, overlap_p2p)),
+            **stage_split_field(first_stage_layers, last_stage_layers, pipeline_layout,
+                                account_for_embedding_in_pipeline_split, account_for_loss_in_pipeline_split))
+    return _planned(spec, profile, request, imported, printing)
 
-        request = launch_domain(request, profile)
-    if imported and (nccl_ub or nvls):  # the command line adds nccl_ub / NVLS to an imported run's own
-        request = request.with_changes(nccl_ub=nccl_ub or request.nccl_ub, nvls=nvls or request.nvls)
-    _check_emit(value(emit), search, profile, sensitivity, as_json)
-    _check_megatron_emit(value(emit), request)
-    _check_wafer_emit(value(emit), request)
-    if search:
-        return _profiled(_search(spec, profile, request, outs, value(emit)), profile_run)
+
+@dataclass(frozen=True)
+class Printing:
+    """How a plan is printed (and so what it may be asked with): the outputs, --emit, --search, --sensitivity,
+    --json, --profile."""
+
+    outs: Any
+    emit: Optional[str]
+    search: bool
+    sensitivity: Optional[float]
+    as_json: bool
+    profile_run: bool
+
+
+def _planned(spec: Any, profile: Any, request: Any, imported: Any, printing: Printing) -> int:
+    """Check what is printed against the plan, plan (or search) it, print it; the exit code (1: no fit)."""
+    from ..planning.plan import make_plan
+    from ..planning.report import imported_info
+
+    _check_emit(printing.emit, printing.search, profile, request, printing.sensitivity, printing.as_json)
+    if printing.search:
+        return _profiled(_search(spec, profile, request, printing.outs, printing.emit), printing.profile_run)
     report = make_plan(spec, profile, request)
     if imported is not None:
         report.imported = imported_info(imported)
-    if emit is not None:
-        text = _emitted(report, value(emit), spec)
+    return _reported(report, (spec, profile, request), printing)
+
+
+def _start_profile() -> None:
+    """--profile's clock and counts, for this command only (tests run many in one process): start-up, then the
+    imports the plan needs."""
+    profiling.reset()
+    profiling.seconds["start-up (btacalc and the command line)"] = time.perf_counter() - profiling.STARTED
+    with profiling.stage("imports (numpy, pydantic models, the model)"):
+        from ..config import execution, hardware, presets  # noqa: F401
+        from ..planning import plan, report  # noqa: F401
+
+
+def _print_schema(ctx: typer.Context, outs: Any) -> int:
+    """--schema: the plan's JSON schema, written where --output and --json say (no other plan option)."""
+    from ..planning.report import PlanReport
+
+    _schema_alone(ctx)
+    text = json.dumps(PlanReport.model_json_schema(), indent=2) + "\n"
+    write_outputs(outs, {"--output": text, "--json": text}, None)
+    return 0
+
+
+def _resolved(imported: Any, model: str, name: Optional[str], hw: str,
+              overrides: tuple[Optional[int], Optional[int], Optional[int], bool]) -> tuple[Any, Any]:
+    """The model (an imported run's, else --model with --experts, --top-k, --expert-ffn, --fixed-active) and the
+    hardware profile."""
+    from ..config.hardware import resolve_hardware
+    from ..config.presets import resolve_model
+
+    with profiling.stage("resolve"):
+        spec = imported.model if imported else resolve_model(model, name).with_overrides(*overrides)
+        return spec, resolve_hardware(hw)
+
+
+@dataclass(frozen=True)
+class ImportAdditions:
+    """What the command line may add to the run of --from-megatron / --from-bridge (IMPORT_KEEPS), as given; None:
+    not given (the file's, else the default, stands)."""
+
+    gpus_per_node: Optional[int]
+    objective: Optional[str]
+    accounting: Optional[str]
+    causal: bool
+    loss: Optional[str]
+    routing_imbalance: Optional[float]
+    max_global_batch: Optional[int]
+    max_tile_batch: Optional[int]
+    cuda_graph_scope: Optional[str]
+    fp8_attention: bool
+    fsdp_impl: Optional[str]
+    nccl_ub: bool
+    nvls: bool
+
+    def over(self, base: Any, profile: Any) -> Any:
+        """The imported run's request `base` with these additions; without --gpus-per-node, the NVLink domain the
+        launch implies on `profile` (launch_domain)."""
+        from ..config.megatron_run import launch_domain
+
+        request = base.with_changes(
+            devices_per_node=self.gpus_per_node or base.devices_per_node, objective=self.objective,
+            # --accounting and --routing-imbalance: the command line's, else the file's (a `# btacalc option:` line;
+            # hostile16, hostile18) or the default
+            accounting=base.accounting if self.accounting is None else self.accounting, causal=self.causal,
+            loss=self.loss or base.loss,
+            routing_imbalance=base.routing_imbalance if self.routing_imbalance is None else self.routing_imbalance,
+            limits=replace(base.limits, max_global_batch=self.max_global_batch, max_tile_batch=self.max_tile_batch),
+            cuda_graph_scope=_scopes(self.cuda_graph_scope, base.cuda_graph_scope),
+            fp8_attention=self.fp8_attention or base.fp8_attention,  # no Megatron flag sets it: a launch cannot
+            fsdp_impl=self.fsdp_impl or base.fsdp_impl,
+        )
+        if self.gpus_per_node is None:
+            request = launch_domain(request, profile)
+        if self.nccl_ub or self.nvls:  # the command line adds nccl_ub / NVLS to an imported run's own
+            request = request.with_changes(nccl_ub=self.nccl_ub or request.nccl_ub, nvls=self.nvls or request.nvls)
+        return request
+
+
+def _reported(report: Any, problem: tuple[Any, Any, Any], printing: Printing) -> int:
+    """The plan (with --sensitivity's moves) as JSON or tables, written together, or the configuration --emit
+    prints; --profile's report on stderr. `problem`: the model, the profile and the request it was planned with."""
+    outs, code = printing.outs, 0 if report.plan.fits else 1
+    if printing.emit is not None:
+        text = _emitted(report, printing.emit, problem[0])
         write_outputs(outs, {"--output": text, "--json": text}, None)
-        return _profiled(0 if report.plan.fits else 1, profile_run)
-    return _reported(report, (spec, profile, request), sensitivity, outs, profile_run)
-
-
-def _imported_request(base: Any, gpus_per_node: Optional[int], objective: Optional[str], accounting: Optional[str],
-                      causal: bool, loss: Optional[str], routing_imbalance: Optional[float],
-                      caps: tuple[Optional[int], Optional[int]],
-                      cuda_graph_scope: Optional[str], fp8_attention: bool, fsdp_impl: Optional[str]) -> Any:
-    """An imported run's request (--from-megatron, --from-bridge) with the options the command line may add
-    (`caps`: --max-global-batch and --max-tile-batch)."""
-    max_global_batch, max_tile_batch = caps
-    return base.with_changes(
-        devices_per_node=gpus_per_node or base.devices_per_node, objective=objective,
-        # --accounting and --routing-imbalance: the command line's, else the file's (a `# btacalc option:` line;
-        # hostile16, hostile18) or the default
-        accounting=base.accounting if accounting is None else accounting, causal=causal, loss=loss or base.loss,
-        routing_imbalance=base.routing_imbalance if routing_imbalance is None else routing_imbalance, limits=replace(base.limits, max_global_batch=max_global_batch, max_tile_batch=max_tile_batch),
-        cuda_graph_scope=_scopes(cuda_graph_scope, base.cuda_graph_scope),
-        fp8_attention=fp8_attention or base.fp8_attention,  # no Megatron flag sets it: a launch cannot
-        fsdp_impl=fsdp_impl or base.fsdp_impl,
-    )
-
-
-def _reported(report: Any, problem: tuple[Any, Any, Any], sensitivity: Optional[float], outs: Any,
-              profile_run: bool) -> int:
-    """The plan (with --sensitivity's moves) as JSON or tables, written together; --profile's report on stderr.
-    `problem`: the model, the profile and the request it was planned with."""
-    if sensitivity is not None:
+        return _profiled(code, printing.profile_run)
+    if printing.sensitivity is not None:
         from ..planning.sensitivity import sensitivity as run_sensitivity
 
-        report.sensitivity = run_sensitivity(*problem, sensitivity)
+        report.sensitivity = run_sensitivity(*problem, printing.sensitivity)
     text = report.model_dump_json(indent=2) + "\n"
 
     def table() -> Any:
@@ -256,9 +319,7 @@ def _reported(report: Any, problem: tuple[Any, Any, Any], sensitivity: Optional[
 
     with profiling.stage("output"):
         write_outputs(outs, {"--output": text, "--json": text}, table)
-    if profile_run:
-        _print_profile()
-    return 0 if report.plan.fits else 1
+    return _profiled(code, printing.profile_run)
 
 
 def _print_profile() -> None:
@@ -312,11 +373,12 @@ def _imported_run(ctx: typer.Context, megatron: Optional[Path], bridge: Optional
     return import_bridge(read_text(bridge, "{from_bridge}"), str(bridge), devices, base)
 
 
-def _check_emit(emit: Optional[str], search: bool, profile: Any, sensitivity: Optional[float] = None,
+def _check_emit(emit: Optional[str], search: bool, profile: Any, request: Any, sensitivity: Optional[float] = None,
                 as_json: bool = False) -> None:
     """--emit megatron/bridge and --search choose and print GPU layouts; --emit cerebras/modelzoo a wafer
     configuration. Neither prints one plan, so --sensitivity (moves printed with the plan) has nowhere to go,
-    and --json beside --emit would print the configuration, not JSON (review5: both were dropped, exit 0)."""
+    and --json beside --emit would print the configuration, not JSON (review5: both were dropped, exit 0). Then
+    the request's own refusals of each --emit (_check_megatron_emit, _check_wafer_emit)."""
     gpu = profile.family == "gpu"
     if (emit in ("megatron", "bridge") or search) and not gpu:
         what = f"{{emit}} {emit}" if emit in ("megatron", "bridge") else "{search}"
@@ -331,6 +393,8 @@ def _check_emit(emit: Optional[str], search: bool, profile: Any, sensitivity: Op
     if as_json and emit is not None:
         raise BtacalcError(f"--json prints the plan as JSON; {{emit}} {emit} prints a configuration instead, on "
                            "standard output or to --output: give one")
+    _check_megatron_emit(emit, request)
+    _check_wafer_emit(emit, request)
 
 
 # Plans a Megatron launch cannot run: (the request's option, does the request use it, why Megatron does not run it)

@@ -954,72 +954,100 @@ def _to_bridge_mixed(args: Args, out: dict[str, Any]) -> None:
             out[f"mixed_precision.{field}"] = value
 
 
-def _gather_needs_low(fields: Mapping[str, bool], low: Mapping[str, Optional[str]], given: Mapping[str, Any],
-                      low_given: Mapping[str, Any], recipe: Any) -> None:
-    """A parameter gather in FP8 (FP4) with no FP8 (FP4) recipe, refused in the Bridge fields the file gives.
-    hostile17: `mixed_precision=bf16_with_fp8_delayed_scaling_mixed` with `mixed_precision.fp8=null` keeps the
-    recipe's fp8_param_gather (mixed_precision.py L231 @ 067f987d), which Bridge copies onto the model as fp8_param:
-    Megatron-Core refuses fp8_param without fp8 (transformer_config.py L1566-1567 @ d98e8a64; fp4 L1578-1579). The
-    refusal came from the plan and named btacalc's --fp8-param-gather, an option the user had not written."""
-    for kind in ("fp8", "fp4"):
-        gather = f"{kind}_param_gather"
-        if not fields[gather] or low[kind] is not None:
-            continue
-        said = [f"mixed_precision.{k}={str(_bool(v)).lower()}" for k, v in given.items() if _MIXED_FIELDS[k] == gather]
-        on = said[0] if said else f"mixed_precision={recipe}, whose recipe sets {gather} = True"
-        off = (f"mixed_precision.{kind}=null" if kind in low_given else
-               f"mixed_precision={recipe} (no {kind})" if isinstance(recipe, str) else f"no mixed_precision.{kind}")
-        big = kind.upper()
-        raise BtacalcError(f"{off} with {on}: a parameter gather in {big} needs an {big} recipe (Megatron-Core refuses "
-                           f"{kind}_param without {kind}, transformer_config.py "
-                           f"{'L1566-1567' if kind == 'fp8' else 'L1578-1579'} @ d98e8a64); give "
-                           f"mixed_precision.{gather}=false, or an {big} recipe")
-
-
 def _mixed_field(key: str) -> Optional[str]:
     """The field of a `mixed_precision.<field>` override key, else None."""
     head, _, field = key.partition(".")
     return field if head == "mixed_precision" and field else None
 
 
+@dataclass(frozen=True)
+class BridgeMixed:
+    """A Bridge file's mixed precision, as written and as Bridge resolves it (see BRIDGE_RECIPE_FIELDS).
+
+    Written: `recipe` (the `mixed_precision` value: a recipe's name, or None), `given` (its `mixed_precision.<switch>`
+    values, by the field's own name) and `low_given` (its `mixed_precision.fp8 / fp8_recipe / fp4 / fp4_recipe`).
+    Resolved: `fields` (the switches Bridge trains with: the recipe's, else MixedPrecisionConfig's defaults, under the
+    given ones) and `low` (the FP8 / FP4 recipe fields, likewise)."""
+
+    recipe: Any
+    given: Mapping[str, Any]
+    low_given: Mapping[str, Any]
+    fields: Mapping[str, bool]
+    low: Mapping[str, Optional[str]]
+
+    @classmethod
+    def read(cls, overrides: Mapping[str, Any], name: Optional[str]) -> Optional["BridgeMixed"]:
+        """The mixed precision of `overrides` (`name`: btacalc's precision of its recipe, None for none), refused
+        where Bridge or Megatron-Core would refuse it; None when the file sets no mixed precision at all."""
+        fields_of = {k: _mixed_field(k) for k in overrides}
+        given = {f: _bridge_value(overrides[k], k) for k, f in fields_of.items()  # a string is refused (_bool)
+                 if f in _MIXED_FIELDS}
+        # hostile16: mixed_precision.fp8 / fp8_recipe / fp4 / fp4_recipe were listed "ignored: low-precision details"
+        # and the run planned in bf16, though Bridge copies them onto the model's (an FP8 run)
+        low_given = {f: overrides[k] for k, f in fields_of.items() if f in _MIXED_LOW_DEFAULTS}
+        if name is None and not given and not low_given:
+            return None  # no MixedPrecisionConfig: Bridge leaves the model's and the DDP config's own fields
+        low = dict(_MIXED_LOW_DEFAULTS)
+        if name is not None and name in PRECISIONS:
+            low.update(PRECISIONS[name])
+        for field, value in low_given.items():
+            if value is not None and not isinstance(value, str):
+                raise BtacalcError(f"mixed_precision.{field}={value!r}: Megatron-Bridge takes a recipe name (a string) "
+                                   "or null")
+            low[field] = value
+        fields = dict(BRIDGE_RECIPE_FIELDS[name] if name is not None else BRIDGE_MIXED_DEFAULTS)
+        for field, value in given.items():
+            target = _MIXED_FIELDS[field]
+            if target in given and field != target and _bool(given[target]) != _bool(value):
+                raise BtacalcError(f"mixed_precision.{field}={value} and mixed_precision.{target}={given[target]}: "
+                                   "Megatron-Bridge keeps the two equal (mixed_precision.py L77-95); give one")
+            fields[target] = _bool(value)
+        mixed = cls(overrides.get("mixed_precision"), given, low_given, fields, low)
+        mixed.check_gather_has_low()
+        if fields["bf16"] and fields["fp16"]:
+            raise BtacalcError("mixed_precision sets both bf16 and fp16: Megatron-Bridge refuses both "
+                               "(config.py _validate_mixed_precision_consistency); give one")
+        return mixed
+
+    def check_gather_has_low(self) -> None:
+        """A parameter gather in FP8 (FP4) with no FP8 (FP4) recipe, refused in the Bridge fields the file gives.
+        hostile17: `mixed_precision=bf16_with_fp8_delayed_scaling_mixed` with `mixed_precision.fp8=null` keeps the
+        recipe's fp8_param_gather (mixed_precision.py L231 @ 067f987d), which Bridge copies onto the model as
+        fp8_param: Megatron-Core refuses fp8_param without fp8 (transformer_config.py L1566-1567 @ d98e8a64; fp4
+        L1578-1579). The refusal came from the plan and named btacalc's --fp8-param-gather, an option the user had
+        not written."""
+        for kind in ("fp8", "fp4"):
+            gather = f"{kind}_param_gather"
+            if not self.fields[gather] or self.low[kind] is not None:
+                continue
+            said = [f"mixed_precision.{k}={str(_bool(v)).lower()}" for k, v in self.given.items()
+                    if _MIXED_FIELDS[k] == gather]
+            on = said[0] if said else f"mixed_precision={self.recipe}, whose recipe sets {gather} = True"
+            off = (f"mixed_precision.{kind}=null" if kind in self.low_given else
+                   f"mixed_precision={self.recipe} (no {kind})" if isinstance(self.recipe, str) else
+                   f"no mixed_precision.{kind}")
+            big = kind.upper()
+            raise BtacalcError(f"{off} with {on}: a parameter gather in {big} needs an {big} recipe (Megatron-Core "
+                               f"refuses {kind}_param without {kind}, transformer_config.py "
+                               f"{'L1566-1567' if kind == 'fp8' else 'L1578-1579'} @ d98e8a64); give "
+                               f"mixed_precision.{gather}=false, or an {big} recipe")
+
+
 def _from_bridge_mixed(overrides: Mapping[str, Any], args: Args, unread: list[str], name: Optional[str]) -> None:
-    """Bridge's mixed precision over the model / DDP fields (see BRIDGE_RECIPE_FIELDS): the recipe's values (`name`,
-    btacalc's precision; None: MixedPrecisionConfig's defaults), then its `mixed_precision.<field>` overrides; the
-    fields it overwrites become `unread` (ignored, OVERWRITTEN_REASON)."""
-    fields_of = {k: _mixed_field(k) for k in overrides}
-    given = {f: _bridge_value(overrides[k], k) for k, f in fields_of.items()  # a string is refused (_bool)
-             if f in _MIXED_FIELDS}
-    # hostile16: mixed_precision.fp8 / fp8_recipe / fp4 / fp4_recipe were listed "ignored: low-precision details"
-    # and the run planned in bf16, though Bridge copies them onto the model's (an FP8 run)
-    low_given = {f: overrides[k] for k, f in fields_of.items() if f in _MIXED_LOW_DEFAULTS}
+    """Bridge's mixed precision (BridgeMixed) over the model / DDP fields: the recipe's values (`name`, btacalc's
+    precision; None: MixedPrecisionConfig's defaults), then its `mixed_precision.<field>` overrides; the fields it
+    overwrites become `unread` (ignored, OVERWRITTEN_REASON)."""
     unread[:] = [k for k in unread if not (_mixed_field(k) in _MIXED_FIELDS or _mixed_field(k) in _MIXED_LOW_DEFAULTS)]
-    if name is None and not given and not low_given:
-        return  # no MixedPrecisionConfig: Bridge leaves the model's and the DDP config's own fields
-    low = dict(_MIXED_LOW_DEFAULTS)
-    if name is not None and name in PRECISIONS:
-        low.update(PRECISIONS[name])
-    for field, value in low_given.items():
-        if value is not None and not isinstance(value, str):
-            raise BtacalcError(f"mixed_precision.{field}={value!r}: Megatron-Bridge takes a recipe name (a string) "
-                               "or null")
-        low[field] = value
+    mixed = BridgeMixed.read(overrides, name)
+    if mixed is None:
+        return
+    low, fields = mixed.low, mixed.fields
     for dest in _MIXED_LOW_DEFAULTS:
         args.pop(dest, None)
     if low["fp8"] is not None:
         args.update({"fp8": low["fp8"], "fp8_recipe": low["fp8_recipe"]})
     if low["fp4"] is not None:
         args.update({"fp4": low["fp4"], "fp4_recipe": low["fp4_recipe"]})
-    fields = dict(BRIDGE_RECIPE_FIELDS[name] if name is not None else BRIDGE_MIXED_DEFAULTS)
-    for field, value in given.items():
-        target = _MIXED_FIELDS[field]
-        if target in given and field != target and _bool(given[target]) != _bool(value):
-            raise BtacalcError(f"mixed_precision.{field}={value} and mixed_precision.{target}={given[target]}: "
-                               "Megatron-Bridge keeps the two equal (mixed_precision.py L77-95); give one")
-        fields[target] = _bool(value)
-    _gather_needs_low(fields, low, given, low_given, overrides.get("mixed_precision"))
-    if fields["bf16"] and fields["fp16"]:
-        raise BtacalcError("mixed_precision sets both bf16 and fp16: Megatron-Bridge refuses both "
-                           "(config.py _validate_mixed_precision_consistency); give one")
     for dest in _MIXED_DESTS:
         args.pop(dest, None)
     unread += [k for k in MIXED_PRECISION_OVERWRITES if k in overrides]

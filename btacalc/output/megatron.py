@@ -30,6 +30,11 @@ _UNSAID = (("parallel_block", "GPT-J's parallel attention and MLP block"),
            ("lm_head_bias", "a bias on the LM head"))
 
 
+# the plan's inputs the codec reads as they are (`run.<name>`, megatron_codec's rows), after the overlaps
+RUN_INPUTS = ("precision", "fp8_param_gather", "fp8_attention", "cpu_offload_layers", "bf16_layers_at_start",
+              "bf16_layers_at_end", "moment_bytes", "gradient_accumulation_fusion", "deterministic_mode")
+
+
 def run_fields(r: PlanReport, spec: ModelSpec) -> dict[str, Any]:
     """btacalc's resolved run as the flat fields of megatron_codec (model, layout, batch, run, overlaps)."""
     par, moe = r.parallelism, spec.is_moe
@@ -51,15 +56,8 @@ def run_fields(r: PlanReport, spec: ModelSpec) -> dict[str, Any]:
     }
     for key in ("grad_reduce", "param_gather", "tp_comm", "all_to_all", "p2p"):
         fields[f"overlap.{key}"] = bool(par.overlaps.get(key))
-    fields["run.precision"] = r.inputs.precision
-    fields["run.fp8_param_gather"] = r.inputs.fp8_param_gather
-    fields["run.fp8_attention"] = r.inputs.fp8_attention
-    fields["run.cpu_offload_layers"] = r.inputs.cpu_offload_layers
-    fields["run.bf16_layers_at_start"] = r.inputs.bf16_layers_at_start
-    fields["run.bf16_layers_at_end"] = r.inputs.bf16_layers_at_end
-    fields["run.moment_bytes"] = r.inputs.moment_bytes
-    fields["run.gradient_accumulation_fusion"] = r.inputs.gradient_accumulation_fusion
-    fields["run.deterministic_mode"] = r.inputs.deterministic_mode
+    for key in RUN_INPUTS:
+        fields[f"run.{key}"] = getattr(r.inputs, key)
     for key in ("first_stage_layers", "last_stage_layers", "pipeline_layout"):
         fields[f"layout.{key}"] = getattr(par, key)
     if fields["overlap.all_to_all"] and not (moe and par.expert_parallel > 1):

@@ -17,8 +17,7 @@ def whatif_renderable(r: WhatIfResult) -> Group:
     head.add_column()
     head.add_row("question", f"{r.target_metric} >= {_fmt(r.target_value)} for {escape(r.model)} on {escape(r.hardware)}: what "
                              f"{r.solve_for} would it take?")
-    fits_today = next((s.fits for s in r.trace if s.value == r.today_value), True)
-    today = _fmt(r.today_metric) if r.today_metric is not None else "-" if fits_today else "- (the plan does not fit)"
+    today = _fmt(r.today_metric) if r.today_metric is not None else "-" if r.today_fits else "- (the plan does not fit)"
     head.add_row("today", f"{r.solve_for} = {_fmt(r.today_value)} gives {r.target_metric} = {today}")
     if r.reached and r.value is not None and r.ratio is not None and r.answer is not None:
         head.add_row("answer", Text(f"{_fmt(r.value)} ({_fmt(r.ratio, 3)}x today's value) gives {r.target_metric} = "
@@ -26,7 +25,7 @@ def whatif_renderable(r: WhatIfResult) -> Group:
     else:
         head.add_row("answer", Text(f"not reached: {r.note}", style="bold red"))
     head.add_row("along the way", " -> ".join(r.binds_along_the_way) or "-")
-    if r.trace and not any(s.fits for s in r.trace):  # hostile16: no grid point fits, the note says it in one line
+    if r.fits_nowhere:  # the note says it in one line
         return Group(head)
     t = Table(title="Trace (grid points between today's value and the answer)", title_justify="left")
     for c in ("value", "x today", r.target_metric, "G x b x M", "dominant phase", "stream-bound", "batch limited by"):

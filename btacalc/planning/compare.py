@@ -2,14 +2,15 @@
 
 Each row is a full plan (`plan.make_plan`) reduced to what a comparison needs. A wafer-scale row is
 D systems in strict data parallel (one by default; weights streamed, or resident on one system); a GPU
-row is N devices with expert parallelism and ZeRO. With `devices=None` ("auto") a GPU row uses the
+row is N devices with expert parallelism and ZeRO (a `CompareRequest` says which rows). With its `devices`
+None ("auto") a GPU row uses the
 smallest power-of-two device count whose per-device shard fits (`cluster.min_devices`), or with
 `match` the count set beside the wafer systems: similar power, or as many devices.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 from pydantic import BaseModel, Field
@@ -122,26 +123,54 @@ def matched_gpu_count(wafer: HardwareProfile, systems: int, gpu: HardwareProfile
     return nodes * node, f"matched to {systems} x {wafer.name} by power ({wafer_kw:,.0f} kW; whole {node}-device nodes)"
 
 
-def row_count(profiles: Sequence[HardwareProfile], devices: Optional[Sequence[int]] = None, precisions: int = 1) -> int:
-    """How many rows `compare` returns (at most): one per wafer, one per GPU profile, device count and precision."""
-    return sum(1 if p.family == "wse" else (len(devices) if devices else 1) * precisions for p in profiles)
+@dataclass(frozen=True)
+class CompareRequest:
+    """What a comparison asks for, beside the model and the profiles: the rows, and the run each row plans.
 
+    `devices`: the GPU rows' device counts (None: the smallest power-of-two count that fits, or with `match` the
+    count matched to the first wafer row: `power`, similar system power; `devices`, as many GPUs as wafer systems).
+    `systems`: CS systems per wafer row; `wafer_global_batch`: the wafer rows' sequences per step over all systems.
+    `search`: each GPU row is the fastest layout that fits on its devices (`search.search_layouts`). `precisions`: a
+    row per precision for each GPU profile and count (wafers train in 16 bits: one row; empty: the run's precision
+    alone). Every other choice comes from `run`; what it leaves unset defaults per device (recompute, attention)
+    and per device count (EP, ZeRO)."""
 
-def _check_row_options(profiles: Sequence[HardwareProfile], wafers: list[HardwareProfile], systems: int, search: bool,
-                       precisions: Sequence[str], request: ExecutionRequest, devices: Optional[Sequence[int]]) -> None:
-    """The options for one kind of row need a row of that kind: with none, each would be ignored (one-line errors)."""
-    if systems != 1 and not wafers:
-        raise BtacalcError(f"{{systems}} {systems} sets the wafer rows' systems: {{hardware}} has no wafer-scale profile")
-    if len(wafers) == len(profiles):
-        if search:
-            raise BtacalcError("{search} chooses the GPU rows' layouts: {hardware} has no GPU profile")
-        if any(x != DEFAULT_PRECISION for x in precisions):
-            raise BtacalcError("{precision} makes a row per precision for each GPU profile (wafers train in 16 bits, "
-                               "one row): {hardware} has no GPU profile")
-        gpu_only = _gpu_row_options(request, devices)
-        if gpu_only:
-            raise BtacalcError(f"{'/'.join(gpu_only)} set{'s' if len(gpu_only) == 1 else ''} the GPU rows' layout or "
-                               "kernels (the wafer rows are strict data parallel): {hardware} has no GPU profile")
+    run: ExecutionRequest = field(default_factory=ExecutionRequest)
+    devices: Optional[tuple[int, ...]] = None
+    systems: int = 1
+    match: Optional[str] = None
+    wafer_global_batch: Optional[int] = None
+    search: bool = False
+    precisions: tuple[str, ...] = ()
+
+    def row_count(self, profiles: Sequence[HardwareProfile]) -> int:
+        """How many rows `compare` returns (at most): one per wafer, one per GPU profile, device count and
+        precision."""
+        per_gpu = (len(self.devices) if self.devices else 1) * (len(self.precisions) or 1)
+        return sum(1 if p.family == "wse" else per_gpu for p in profiles)
+
+    def check(self, profiles: Sequence[HardwareProfile]) -> None:
+        """Refused before any row is planned (one-line errors): no profile; an option for one kind of row with no
+        row of that kind (it would be ignored); a --match that cannot apply."""
+        if not profiles:
+            raise BtacalcError("{hardware}: give at least one hardware profile")
+        wafers = [p for p in profiles if p.family == "wse"]
+        if self.systems != 1 and not wafers:
+            raise BtacalcError(f"{{systems}} {self.systems} sets the wafer rows' systems: {{hardware}} has no "
+                               "wafer-scale profile")
+        if len(wafers) == len(profiles):
+            if self.search:
+                raise BtacalcError("{search} chooses the GPU rows' layouts: {hardware} has no GPU profile")
+            if any(x != DEFAULT_PRECISION for x in self.precisions):
+                raise BtacalcError("{precision} makes a row per precision for each GPU profile (wafers train in 16 "
+                                   "bits, one row): {hardware} has no GPU profile")
+            gpu_only = _gpu_row_options(self.run, self.devices)
+            if gpu_only:
+                raise BtacalcError(f"{'/'.join(gpu_only)} set{'s' if len(gpu_only) == 1 else ''} the GPU rows' layout "
+                                   "or kernels (the wafer rows are strict data parallel): {hardware} has no GPU profile")
+        if self.match is not None and (self.match not in MATCHES or not wafers or self.devices):
+            raise BtacalcError(f"{{match}} {self.match!r}: give power or devices, with a wafer profile in {{hardware}} "
+                               "and without GPU {devices}")
 
 
 # The request fields that set GPU rows only beside the GPU layout options (config/execution.py _GPU_LAYOUT), at
@@ -160,38 +189,26 @@ def _gpu_row_options(request: ExecutionRequest, devices: Optional[Sequence[int]]
     return (["{devices}"] if devices else []) + ["{" + name + "}" for name in names]
 
 
-def compare(model: ModelSpec, profiles: Sequence[HardwareProfile], devices: Optional[Sequence[int]] = None,
-            request: ExecutionRequest = ExecutionRequest(), systems: int = 1, match: Optional[str] = None,
-            wafer_global_batch: Optional[int] = None, progress: Optional[Callable[[int], None]] = None,
-            search: bool = False, precisions: Sequence[str] = (),
+def compare(model: ModelSpec, profiles: Sequence[HardwareProfile], request: CompareRequest = CompareRequest(), *,
+            progress: Optional[Callable[[int], None]] = None,
             say: Callable[[BtacalcError], str] = str) -> CompareResult:
-    """One row per wafer profile (`systems` CS systems each), and per (GPU profile, device count).
-    `devices=None`: the smallest power-of-two GPU count that fits, or with `match` the count matched to
-    the first wafer row (`power`: similar system power; `devices`: as many GPUs as wafer systems).
-    `wafer_global_batch`: the wafer rows' sequences per step over all systems. With `search`, each GPU
-    row is the fastest layout that fits on its devices (`search.search_layouts`). `precisions`: a row per
-    precision for each GPU profile and count (wafers train in 16 bits: one row); a pair a device cannot run
-    is listed in `skipped` with the reason, as `say` writes it (default: the request's precision alone; `say`
-    default: with the library's parameter names, the command line passes its flags).
-    Every other choice comes from `request`; what it leaves unset defaults per device (recompute,
-    attention) and per device count (EP, ZeRO). `progress(n)`, if given, is called as rows are done."""
-    if not profiles:
-        raise BtacalcError("{hardware}: give at least one hardware profile")
+    """One row per wafer profile (`request.systems` CS systems each), and per (GPU profile, device count,
+    precision): see CompareRequest. A pair a device cannot run is listed in `skipped` with the reason, as `say`
+    writes it (default: with the library's parameter names, the command line passes its flags). `progress(n)`, if
+    given, is called as rows are done."""
+    request.check(profiles)
     wafers = [p for p in profiles if p.family == "wse"]
-    _check_row_options(profiles, wafers, systems, search, precisions, request, devices)
-    if match is not None and (match not in MATCHES or not wafers or devices):
-        raise BtacalcError(f"{{match}} {match!r}: give power or devices, with a wafer profile in {{hardware}} and "
-                           "without GPU {devices}")
+    run, devices, systems, match = request.run, request.devices, request.systems, request.match
     rows: list[CompareRow] = []
     params_total = 0
     seq = 0
     skipped: list[str] = []
-    chosen: list[Optional[str]] = list(precisions) or [request.precision]
-    taking = _rows_taking(request, chosen, profiles)
+    chosen: list[Optional[str]] = list(request.precisions) or [run.precision]
+    taking = _rows_taking(run, chosen, profiles)
     for profile, precision in [(p, x) for p in profiles for x in chosen]:
         if profile.family == "wse" and precision != chosen[0]:
             continue  # one wafer row: the precision list is for the GPU rows
-        base = _row_request(request, profile, precision, bool(wafers), taking, wafer_global_batch)
+        base = _row_request(run, profile, precision, bool(wafers), taking, request.wafer_global_batch)
         if precision is not None:
             try:  # the run options as each row's plan resolves them (its default attention, its precision checks)
                 resolve_run(base.with_changes(precision=precision), model, profile)
@@ -204,7 +221,7 @@ def compare(model: ModelSpec, profiles: Sequence[HardwareProfile], devices: Opti
         counts: Sequence[Optional[int]] = ([systems] if profile.family == "wse" else [matched[0]] if matched
                                            else (list(devices) if devices else [None]))
         for n in counts:
-            report, note = _row_plan(model, profile, base, n, search and profile.family == "gpu")
+            report, note = _row_plan(model, profile, base, n, request.search and profile.family == "gpu")
             note = note or (matched[1] if matched else "")
             params_total, seq = report.model.params_total, report.inputs.seq_len
             row = _row(report, profile)

@@ -27,7 +27,7 @@ from ..config.execution import ExecutionRequest
 from ..config.hardware import HardwareProfile
 from ..config.model import ModelSpec, validate_model
 from ..errors import BtacalcError
-from .compare import CompareRow, compare
+from .compare import CompareRequest, CompareRow, compare
 
 FAMILIES = ("qwen3-moe",)
 DEFAULT_HIDDEN = tuple(range(256, 7168 + 1, 256))
@@ -115,7 +115,8 @@ def crossover(profiles: Sequence[HardwareProfile], family: str = "qwen3-moe",
     seq = 0
     for h in sorted(set(hidden_sizes)):
         model = family_model(family, h)
-        result = compare(model, profiles, request=ExecutionRequest(seq_len=seq_len), progress=progress, search=search)
+        result = compare(model, profiles, CompareRequest(run=ExecutionRequest(seq_len=seq_len), search=search),
+                         progress=progress)
         seq = result.seq_len
         for profile, row in zip(profiles, result.rows):
             points.append(CrossoverPoint(model=model.name, hidden_size=h, params_total=result.params_total,

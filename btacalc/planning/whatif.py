@@ -68,6 +68,9 @@ class WhatIfResult(BaseModel):
     target_value: float
     today_value: float
     today_metric: Optional[float]
+    # review16: decided here, where today's plan is made (the table compared the trace's values to today's as floats
+    # to find it); left out of the JSON, whose schema (and validate --json's what_it_takes) it would change
+    today_fits: bool = Field(exclude=True, description="whether the plan fits at today's value")
     reached: bool
     value: Optional[float] = Field(None, description="the smallest change from today's value that reaches the target")
     ratio: Optional[float] = Field(None, description="value / today's value")
@@ -77,6 +80,11 @@ class WhatIfResult(BaseModel):
                                            "in order: the phase taking the most time (stream-bound or not) and "
                                            "what limits the batch")
     note: str = ""
+
+    @property
+    def fits_nowhere(self) -> bool:
+        """No grid point fits (hostile16: the note says it in one line, there is no trace to show)."""
+        return bool(self.trace) and not any(s.fits for s in self.trace)
 
 
 def parse_target(text: str) -> tuple[str, float]:
@@ -182,7 +190,8 @@ def whatif(model: ModelSpec, hw: HardwareProfile, request: ExecutionRequest, tar
 
     base = point(today)
     result = WhatIfResult(model=model.name, hardware=hw.name, solve_for=key, target_metric=metric, target_value=goal,
-                          today_value=today, today_metric=base.values[metric], reached=False)
+                          today_value=today, today_metric=base.values[metric], today_fits=base.fits,
+                          reached=False)
     i0 = grid.index(today)
     # the reaching grid point nearest to today's value (in ratio), and its neighbour towards today
     order = sorted(range(len(grid)), key=lambda i: (abs(math.log(grid[i] / today)), grid[i]))
