@@ -69,8 +69,8 @@ class WhatIfResult(BaseModel):
     today_value: float
     today_metric: Optional[float]
     # review16: decided here, where today's plan is made (the table compared the trace's values to today's as floats
-    # to find it); left out of the JSON, whose schema (and validate --json's what_it_takes) it would change
-    today_fits: bool = Field(exclude=True, description="whether the plan fits at today's value")
+    # to find it), and part of the JSON like every other answer of the library
+    today_fits: bool = Field(description="whether the plan fits at today's value")
     reached: bool
     value: Optional[float] = Field(None, description="the smallest change from today's value that reaches the target")
     ratio: Optional[float] = Field(None, description="value / today's value")
