@@ -114,3 +114,18 @@ def test_the_shipped_expected_errors_are_the_cross_validations_of_today():
     for a, b in zip(fresh.runs, ship.runs):
         assert a.model_dump(exclude={"error"}) == b.model_dump(exclude={"error"})
         assert a.error == pytest.approx(b.error, rel=1e-9, abs=1e-12)
+
+
+def test_compare_rows_carry_each_devices_expected_error(cli):
+    """`compare --json`: each row's expected_abs_error and basis are those of its device's group for a 16-bit MoE
+    plan (the wafer row: all wafer runs; the GPU row: Hopper's MoE 16-bit runs), and the console prints them."""
+    code, out, _ = cli("compare", "--hw", "wse3,h100", "--json")
+    assert code == 0
+    rows = {r["hardware"]: r for r in json.loads(out)["rows"]}
+    for hw in ("wse3", "h100"):
+        row = rows[hw]
+        want = expected_error(plan_kind(resolve_hardware(hw), moe=True, low_precision=False))
+        assert row["expected_abs_error"] == pytest.approx(want.mean_abs_error, rel=1e-12)
+        assert row["expected_error_basis"] == want.basis
+    code, text, _ = cli("compare", "--hw", "wse3,h100")
+    assert code == 0 and f"±{100 * rows['wse3']['expected_abs_error']:.0f}%" in text
