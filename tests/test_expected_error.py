@@ -129,3 +129,19 @@ def test_compare_rows_carry_each_devices_expected_error(cli):
         assert row["expected_error_basis"] == want.basis
     code, text, _ = cli("compare", "--hw", "wse3,h100")
     assert code == 0 and f"±{100 * rows['wse3']['expected_abs_error']:.0f}%" in text
+
+
+@pytest.mark.parametrize("text", ["{not json", '{"source": "s", "runs": [{"id": "x"}]}'])
+def test_a_broken_shipped_file_is_an_internal_data_error_in_one_line(cli, tmp_path, monkeypatch, text):
+    """A damaged btacalc/data/expected_error.json is btacalc's bug, not the user's input: one line, exit 3."""
+    import btacalc.planning.expected_error as module
+
+    (tmp_path / module.EXPECTED_ERROR_FILE).write_text(text)
+    monkeypatch.setattr(module, "package_data", lambda name: tmp_path / name)
+    module.shipped.cache_clear()
+    try:
+        code, out, err = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "wse3")
+    finally:
+        module.shipped.cache_clear()
+    assert code == 3 and out == "" and len(err.strip().splitlines()) == 1
+    assert err.startswith("btacalc: internal data error (please report): btacalc/data/expected_error.json: ")

@@ -25,10 +25,11 @@ import json
 from functools import lru_cache
 from typing import Callable, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..config.calibration_families import family_of
 from ..config.hardware import HardwareProfile, resolve_hardware
+from ..errors import DataError, first_validation_error
 from ..paths import package_data, profile_names
 from .report import EXPECTED_ERROR_SOURCE, ExpectedError, summarize_errors
 
@@ -109,4 +110,8 @@ def plan_kind(hardware: HardwareProfile, moe: bool, low_precision: bool) -> Plan
 @lru_cache(maxsize=1)
 def shipped() -> ExpectedErrorData:
     """btacalc/data/expected_error.json (see the module docstring)."""
-    return ExpectedErrorData.model_validate(json.loads(package_data(EXPECTED_ERROR_FILE).read_text(encoding="utf-8")))
+    try:
+        return ExpectedErrorData.model_validate(json.loads(package_data(EXPECTED_ERROR_FILE).read_text(encoding="utf-8")))
+    except (OSError, ValueError) as exc:  # json's and pydantic's errors are ValueErrors: a broken shipped file
+        why = first_validation_error(exc) if isinstance(exc, ValidationError) else str(exc)
+        raise DataError(f"btacalc/data/{EXPECTED_ERROR_FILE}: {why}") from exc
