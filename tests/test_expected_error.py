@@ -29,7 +29,7 @@ HOPPER = PlanKind(calibration_family="gpu-hopper", family_profiles=["h100", "h20
 
 def test_the_narrowest_group_with_enough_runs_is_reported_with_its_arithmetic():
     """Five Hopper MoE 16-bit runs at +10, -20, +30, +40, +0% (and others that must not count): mean |error|
-    (10 + 20 + 30 + 40 + 0) / 5 = 20%, max 40%, signed mean (10 - 20 + 30 + 40 + 0) / 5 = +12%."""
+    (10 + 20 + 30 + 40 + 0) / 5 = 20%, median 20%, max 40%, signed mean (10 - 20 + 30 + 40 + 0) / 5 = +12%."""
     errors = [0.10, -0.20, 0.30, 0.40, 0.0]
     rows = [_row(i, "gpu-hopper", "gpu", True, False, e) for i, e in enumerate(errors)]
     rows += [_row(10, "gpu-hopper", "gpu", True, True, 5.0), _row(11, "gpu-hopper", "gpu", False, False, 5.0),
@@ -38,17 +38,19 @@ def test_the_narrowest_group_with_enough_runs_is_reported_with_its_arithmetic():
     assert got is not None and MIN_RUNS == 5
     assert got.basis == "gpu-hopper (h100, h200), MoE, 16-bit" and got.runs == 5 and got.narrower == ""
     assert got.mean_abs_error == pytest.approx(0.20) and got.max_abs_error == pytest.approx(0.40)
+    assert got.median_abs_error == pytest.approx(0.20)  # |errors| sorted: 0, 0.1, 0.2, 0.3, 0.4
     assert got.mean_error == pytest.approx(0.12)
 
 
 def test_a_group_under_min_runs_gives_way_to_the_next_and_says_so():
     """Four Hopper MoE 16-bit runs (one short) and one Hopper MoE FP8 run: the family's MoE group holds five,
-    |errors| 0.1 x 4 and 0.6, mean (0.4 + 0.6) / 5 = 20%; the narrower group is named with its count."""
+    |errors| 0.1 x 4 and 0.6, mean (0.4 + 0.6) / 5 = 20%, median 10%; the narrower group is named with its count."""
     rows = [_row(i, "gpu-hopper", "gpu", True, False, 0.1) for i in range(4)]
     rows += [_row(9, "gpu-hopper", "gpu", True, True, -0.6)]
     got = expected_error(HOPPER, ExpectedErrorData(source="s", runs=rows))
     assert got is not None and got.basis == "gpu-hopper (h100, h200), MoE" and got.runs == 5
     assert got.mean_abs_error == pytest.approx(0.2) and got.mean_error == pytest.approx((0.4 - 0.6) / 5)
+    assert got.median_abs_error == pytest.approx(0.1)  # 0.1, 0.1, 0.1, 0.1, 0.6
     assert got.narrower == "gpu-hopper (h100, h200), MoE, 16-bit: 4 runs"
 
 
@@ -125,10 +127,10 @@ def test_compare_rows_carry_each_devices_expected_error(cli):
     for hw in ("wse3", "h100"):
         row = rows[hw]
         want = expected_error(plan_kind(resolve_hardware(hw), moe=True, low_precision=False))
-        assert row["expected_abs_error"] == pytest.approx(want.mean_abs_error, rel=1e-12)
+        assert row["expected_median_abs_error"] == pytest.approx(want.median_abs_error, rel=1e-12)
         assert row["expected_error_basis"] == want.basis
     code, text, _ = cli("compare", "--hw", "wse3,h100")
-    assert code == 0 and f"±{100 * rows['wse3']['expected_abs_error']:.0f}%" in text
+    assert code == 0 and f"±{100 * rows['wse3']['expected_median_abs_error']:.0f}%" in text
 
 
 @pytest.mark.parametrize("text", ["{not json", '{"source": "s", "runs": [{"id": "x"}]}'])

@@ -423,12 +423,13 @@ def test_expected_error_example_is_the_plans(cli):
     """"`btacalc plan --model qwen3-30b-a3b --hw h100 --devices 16` expects, from N measured runs like it (BASIS), a
     mean |error| of A%, at most B%, and reads C% too fast on average; ... on `--hw wse3` falls back to all W wafer
     runs": the plans' throughput.expected_error."""
-    m = _quote(r"--hw h100 --devices 16` expects, from (\d+) measured runs like it \((.+?)\), a mean \|error\| of "
-               r"(\d+)%, at most (\d+)%, and reads (\d+)% too fast on average; the same model on `--hw wse3` falls "
-               r"back to all (\d+) wafer runs")
-    runs, basis, mean, worst, fast, wafer = m.groups()
+    m = _quote(r"--hw h100 --devices 16` expects, from (\d+) measured runs like it \((.+?)\), a typical \|error\| of "
+               r"(\d+)%, a mean \|error\| of (\d+)%, at most (\d+)%, and reads (\d+)% too fast on average; the same "
+               r"model on `--hw wse3` falls back to all (\d+) wafer runs")
+    runs, basis, median, mean, worst, fast, wafer = m.groups()
     got = _plan(cli, "--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16")["throughput"]["expected_error"]
     assert (got["runs"], got["basis"]) == (int(runs), basis)
-    assert [f"{100 * got[k]:.0f}" for k in ("mean_abs_error", "max_abs_error", "mean_error")] == [mean, worst, fast]
+    assert [f"{100 * got[k]:.0f}" for k in ("median_abs_error", "mean_abs_error", "max_abs_error", "mean_error")] \
+        == [median, mean, worst, fast]
     on_wafer = _plan(cli, "--model", "qwen3-30b-a3b", "--hw", "wse3")["throughput"]["expected_error"]
     assert on_wafer["basis"] == "wafers, dense and MoE" and on_wafer["runs"] == int(wafer)

@@ -36,8 +36,8 @@ def compare_renderable(r: CompareResult) -> Fit:
             setup = f"{row.memory_model.replace('weight_streaming', 'streamed')}\n{rc}"
         t.add_row(escape(f"{row.hardware} x{row.devices}" if row.devices > 1 else row.hardware), setup,
                   f"{row.tiles} x {row.tile_batch}" if row.fits else "[red]no fit[/]", _num(row.tokens_per_expert),
-                  _num(row.tokens_per_s) + ("" if row.expected_abs_error is None or row.tokens_per_s is None
-                                            else f"\n±{100 * row.expected_abs_error:.0f}%"),
+                  _num(row.tokens_per_s) + ("" if row.expected_median_abs_error is None or row.tokens_per_s is None
+                                            else f"\n±{100 * row.expected_median_abs_error:.0f}%"),
                   "-" if row.mfu is None else f"{100 * row.mfu:.1f}%", _num(row.relative_to_dense, ".2f"),
                   "-" if row.bta_gain is None else f"{row.bta_gain:.2f}x", _num(row.tokens_per_s_per_kw),
                   row.dominant_phase or "-",
@@ -47,7 +47,7 @@ def compare_renderable(r: CompareResult) -> Fit:
         if row.run_options:  # the plan's inputs.run_options: as flags, too long for the setup cell
             notes.append(escape(f"{row.hardware} x{row.devices} {row.precision}: run options {' '.join(row.run_options)}"))
     t.caption = ("G x b: per device; T_e: tokens per expert; tokens/s: all devices, ± its expected error (the "
-                 "mean |error| of the measured runs most like the row, each predicted with its model family held out: "
+                 "typical (median) |error| of the measured runs most like the row, each predicted with its model family held out: "
                  "plan names them); rc: recomputation; vs dense: the dense "
                  "model with the same active parameters on the same devices; BTA: tokens/s at the solver's G over G = 1;\n"
                  "tok/s/kW: over system power; dominant: the step's largest time row (a phase, a collective, or "

@@ -109,9 +109,9 @@ def expected_error_text(x: ExpectedError) -> str:
     closer = f"each closer group holds fewer than {x.min_runs}" if x.narrower else "the closest group"
     sign = "too fast" if x.mean_error > 0 else "too slow"
     return (f"Expected error of this step time: on {x.runs} measured runs like it ({x.basis}; {closer}), each "
-            f"predicted with its model family held out, mean |error| {100 * x.mean_abs_error:.0f}%, max "
-            f"{100 * x.max_abs_error:.0f}%, on average {100 * abs(x.mean_error):.0f}% {sign} (btacalc validate "
-            "--cross-validate)")
+            f"predicted with its model family held out, typical (median) |error| {100 * x.median_abs_error:.0f}%, "
+            f"mean {100 * x.mean_abs_error:.0f}%, max {100 * x.max_abs_error:.0f}%, on average "
+            f"{100 * abs(x.mean_error):.0f}% {sign} (btacalc validate --cross-validate)")
 
 
 def sweep_renderable(result) -> Fit:

@@ -57,9 +57,10 @@ class CompareRow(BaseModel):
     dominant_phase: Optional[str] = None
     memory_total_bytes: int = Field(description="per device")
     usable_memory_bytes: int
-    expected_abs_error: Optional[float] = Field(None, description="the plan's expected error: mean |error| of the "
-                                                "measured runs most like it, each predicted with its model family "
-                                                "held out (plan --json throughput.expected_error)")
+    expected_median_abs_error: Optional[float] = Field(None, description="the plan's expected error: the typical "
+                                                       "(median) |error| of the measured runs most like it, each "
+                                                       "predicted with its model family held out (plan --json "
+                                                       "throughput.expected_error)")
     expected_error_basis: str = Field("", description="the group of measured runs expected_abs_error is over")
     note: str = ""
 
@@ -107,7 +108,7 @@ def _row(report: PlanReport, profile: HardwareProfile) -> CompareRow:
         binding_constraint=plan.binding_constraint if fits else "memory",
         dominant_phase=th.dominant_phase if th else None,
         memory_total_bytes=report.memory_bytes["total"], usable_memory_bytes=report.memory_bytes["usable_capacity"],
-        expected_abs_error=th.expected_error.mean_abs_error if th and th.expected_error else None,
+        expected_median_abs_error=th.expected_error.median_abs_error if th and th.expected_error else None,
         expected_error_basis=th.expected_error.basis if th and th.expected_error else "",
         note="" if fits else "; ".join(report.suggestions) or "does not fit",
     )

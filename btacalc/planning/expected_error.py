@@ -22,6 +22,7 @@ signed mean (positive: btacalc too fast).
 from __future__ import annotations
 
 import json
+import statistics
 from functools import lru_cache
 from typing import Callable, Optional
 
@@ -93,7 +94,8 @@ def expected_error(kind: PlanKind, data: Optional[ExpectedErrorData] = None) -> 
         if len(errors) >= MIN_RUNS:
             s = summarize_errors(errors)
             assert s.mean_abs_error is not None and s.max_abs_error is not None and s.mean_error is not None
-            return ExpectedError(basis=words, runs=s.n, mean_abs_error=s.mean_abs_error, max_abs_error=s.max_abs_error,
+            return ExpectedError(basis=words, runs=s.n, median_abs_error=statistics.median(abs(e) for e in errors),
+                                 mean_abs_error=s.mean_abs_error, max_abs_error=s.max_abs_error,
                                  mean_error=s.mean_error, narrower="; ".join(passed), min_runs=MIN_RUNS)
         passed.append(f"{words}: {len(errors)} run{'s' if len(errors) != 1 else ''}")
     return None

@@ -335,6 +335,7 @@ class ExpectedError(BaseModel):
 
     basis: str = Field(description="the group of measured runs, in words")
     runs: int
+    median_abs_error: float = Field(description="the typical miss: half the runs are within it")
     mean_abs_error: float
     max_abs_error: float
     mean_error: float = Field(description="signed: positive = btacalc too fast on these runs")
