@@ -4,6 +4,7 @@ import, signals at start-up, and a hostile campaign on sweep / compare / cluster
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -53,3 +54,63 @@ def test_standard_output_onto_an_input_is_one_rule_with_one_message(tmp_path):
     assert read.returncode == own.returncode == 2, (read.stderr, own.stderr)
     assert "one of btacalc's own files" in own.stderr and "--config 'run.toml'" in read.stderr
     assert _refusal(read.stderr) == _refusal(own.stderr)
+
+
+READER = {"megatron": "--from-megatron", "bridge": "--from-bridge"}
+PLAN = ("plan", "--model", "mpt-7b", "--hw", "h100", "--devices", "8")
+
+
+def _numbers(cli, *args: str) -> dict:
+    code, out, err = cli(*args, "--json")
+    assert code in (0, 1), err
+    r = json.loads(out)
+    return {"causal": r["inputs"]["causal"], "loss": r["inputs"]["loss"], "flops": r["flops_per_step"],
+            "memory": r["memory_bytes"], "fits": r["plan"]["fits"],
+            "shape": (r["plan"]["global_batch"], r["plan"]["micro_batches"], r["plan"]["tile_batch"]),
+            "throughput": {k: v for k, v in r["throughput"].items() if not k.endswith("_g1")}}
+
+
+@pytest.mark.parametrize("emit", ["megatron", "bridge"])
+@pytest.mark.parametrize("options", [("--causal",), ("--full-scores",), ("--loss", "stored"), ("--loss", "fused"),
+                                     ("--loss", "te_fused"), ("--objective", "density"),
+                                     ("--causal", "--loss", "fused", "--objective", "density")])
+def test_plan_emit_read_back_gives_the_same_numbers(cli, tmp_path, emit, options):
+    """review of hostile18 (what IMPORT_KEEPS lets the command line add beside an import): `--causal` and
+    `--loss stored|fused` were left out of the emitted launch, so the launch read back counted the full s² scores and
+    Megatron's vocab-parallel cross-entropy (other FLOPs, MFU, memory, step time); they are `# btacalc option:` lines
+    now. `--objective` chooses the batch shape, which the launch fixes: the numbers match without a line."""
+    before = _numbers(cli, *PLAN, *options)
+    code, out, err = cli(*PLAN, *options, "--emit", emit)
+    assert code in (0, 1), err
+    path = tmp_path / "run.txt"
+    path.write_text(out)
+    after = _numbers(cli, "plan", "--hw", "h100", "--devices", "8", READER[emit], str(path))
+    assert after == before
+
+
+@pytest.mark.parametrize("emit", ["megatron", "bridge"])
+def test_the_command_line_causal_and_loss_win_over_the_file_only_when_given(cli, tmp_path, emit):
+    """Beside an import the command line's --causal / --full-scores replaced the file's even when not given (its
+    default, full scores, was passed as if given), as --accounting's did before hostile18."""
+    code, out, err = cli(*PLAN, "--causal", "--loss", "stored", "--emit", emit)
+    path = tmp_path / "run.txt"
+    path.write_text(out)
+    read = ("plan", "--hw", "h100", "--devices", "8", READER[emit], str(path))
+    kept = _numbers(cli, *read)
+    assert (kept["causal"], kept["loss"]) == (True, "stored")
+    given = _numbers(cli, *read, "--full-scores", "--loss", "fused")
+    assert (given["causal"], given["loss"]) == (False, "fused")
+
+
+@pytest.mark.parametrize("tail, says", [
+    ("\n# btacalc option: --loss vocab_parallel (x)\n", "--loss takes one of fused, stored, got 'vocab_parallel'"),
+    ("\n# btacalc option: --causal 1\n", "--causal is a switch and takes no value"),
+    (" \\\n    --cross-entropy-loss-fusion --cross-entropy-fusion-impl te\n# btacalc option: --loss stored\n",
+     "--loss stored beside TransformerEngine's fused cross-entropy (te_fused)"),
+])
+def test_a_loss_or_causal_comment_btacalc_would_not_write_is_refused(cli, tmp_path, tail, says):
+    code, out, err = cli(*PLAN, "--emit", "megatron")
+    path = tmp_path / "run.sh"
+    path.write_text(out.rstrip("\n") + tail)
+    code, out, err = cli("plan", "--hw", "h100", "--from-megatron", str(path))
+    assert code == 2 and says in err and len(err.strip().splitlines()) == 1, err

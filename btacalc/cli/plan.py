@@ -179,7 +179,8 @@ def plan(
                                                                                           fixed_active)
         profile = resolve_hardware(hw)
     request = _imported_request(imported.request, gpus_per_node, value(objective),
-                                accounting.value if _given(ctx, "accounting") else None, causal, value(loss),
+                                accounting.value if _given(ctx, "accounting") else None,
+                                causal if _given(ctx, "causal") else None, value(loss),
                                 routing_imbalance if _given(ctx, "routing_imbalance") else None,
                                 (max_global_batch, max_tile_batch), cuda_graph_scope,
                                 recipe.fp8_attention, fsdp_impl) if imported else ExecutionRequest(
@@ -221,7 +222,7 @@ def plan(
 
 
 def _imported_request(base: Any, gpus_per_node: Optional[int], objective: Optional[str], accounting: Optional[str],
-                      causal: bool, loss: Optional[str], routing_imbalance: Optional[float],
+                      causal: Optional[bool], loss: Optional[str], routing_imbalance: Optional[float],
                       caps: tuple[Optional[int], Optional[int]],
                       cuda_graph_scope: Optional[str], fp8_attention: bool, fsdp_impl: Optional[str]) -> Any:
     """An imported run's request (--from-megatron, --from-bridge) with the options the command line may add
@@ -231,7 +232,9 @@ def _imported_request(base: Any, gpus_per_node: Optional[int], objective: Option
         devices_per_node=gpus_per_node or base.devices_per_node, objective=objective,
         # --accounting and --routing-imbalance: the command line's, else the file's (a `# btacalc option:` line;
         # hostile16, hostile18) or the default
-        accounting=base.accounting if accounting is None else accounting, causal=causal, loss=loss or base.loss,
+        # --causal / --full-scores and --loss likewise (hostile19: the command line's default replaced the file's)
+        accounting=base.accounting if accounting is None else accounting,
+        causal=base.causal if causal is None else causal, loss=loss or base.loss,
         routing_imbalance=base.routing_imbalance if routing_imbalance is None else routing_imbalance, limits=replace(base.limits, max_global_batch=max_global_batch, max_tile_batch=max_tile_batch),
         cuda_graph_scope=_scopes(cuda_graph_scope, base.cuda_graph_scope),
         fp8_attention=fp8_attention or base.fp8_attention,  # no Megatron flag sets it: a launch cannot
