@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -114,3 +115,36 @@ def test_a_loss_or_causal_comment_btacalc_would_not_write_is_refused(cli, tmp_pa
     path.write_text(out.rstrip("\n") + tail)
     code, out, err = cli("plan", "--hw", "h100", "--from-megatron", str(path))
     assert code == 2 and says in err and len(err.strip().splitlines()) == 1, err
+
+
+def _started(tmp_path: Path, name: str, body: str) -> subprocess.CompletedProcess:
+    """A script called `name` (the console script is called btacalc) that imports btacalc and runs `body`, with the
+    interpreter's SIGINT handling as a shell leaves it."""
+    script = tmp_path / name
+    script.write_text("import os, signal, sys, time\n" + body)
+    return subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=ENV, capture_output=True, text=True,
+                          timeout=60)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=lambda s: s.name)
+def test_a_signal_while_the_package_imports_is_one_line(tmp_path, signum):
+    """Ctrl-C while `btacalc/__init__.py` imported (typing, collections: before `btacalc.cli` handled signals)
+    printed a KeyboardInterrupt traceback. The command's process now handles the stopping signals from the
+    package's first line: here the signal arrives after `import btacalc`, before `btacalc.cli` is imported."""
+    done = _started(tmp_path, "btacalc", f"import btacalc\nos.kill(os.getpid(), {int(signum)})\ntime.sleep(30)\n"
+                    "print('not stopped')\n")
+    assert done.returncode == 128 + signum, done.stderr
+    assert done.stderr.splitlines() == [f"btacalc: stopped by {signum.name}; nothing written"] and done.stdout == ""
+
+
+def test_the_package_leaves_signals_alone_as_a_library_and_after_the_command_starts(tmp_path):
+    """Imported by another program btacalc does not touch its handlers; in the command, `btacalc.cli`'s imports
+    give back the handlers there were before the package's first line."""
+    check = ("print(signal.getsignal(signal.SIGINT) is signal.default_int_handler, "
+             "signal.getsignal(signal.SIGTERM) == signal.SIG_DFL)\n")
+    library = _started(tmp_path, "lib.py", "import btacalc\n" + check + "import btacalc.cli\n" + check)
+    assert library.stdout.split() == ["True", "True", "True", "True"], library.stderr
+    command = _started(tmp_path, "btacalc", "import btacalc.cli\n" + check)
+    assert command.stdout.split() == ["True", "True"], command.stderr
+    stopped = _started(tmp_path, "lib.py", "import btacalc\nos.kill(os.getpid(), signal.SIGINT)\ntime.sleep(30)\n")
+    assert "KeyboardInterrupt" in stopped.stderr  # the program's own Ctrl-C, as without btacalc
