@@ -134,6 +134,16 @@ def stdout_onto(st: os.stat_result) -> "str | None":
             "writes over its inputs or its own files; send the output to another file")
 
 
+def stdout_onto_own_file() -> "str | None":
+    """`stdout_onto`'s refusal, the file named, when standard output is one of btacalc's own files (`own_files`),
+    else None. hostile19: only the commands that write through `Outputs` asked; `btacalc models list >>
+    btacalc/cli/app.py` (also `hw`, `formulas`, `--version`, `--help`) appended to btacalc's own code."""
+    out = stdout_file()
+    shipped = None if out is None else own_files().get((out.st_dev, out.st_ino))
+    refusal = None if out is None or shipped is None else stdout_onto(out)
+    return None if refusal is None else f"{shipped} (one of btacalc's own files): {refusal}"
+
+
 def _refuse_stdout_onto(st: os.stat_result, where: str) -> None:
     """`stdout_onto` as the OSError an input reader raises (its caller puts `where` in front)."""
     refusal = stdout_onto(st)

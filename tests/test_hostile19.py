@@ -148,3 +148,22 @@ def test_the_package_leaves_signals_alone_as_a_library_and_after_the_command_sta
     assert command.stdout.split() == ["True", "True"], command.stderr
     stopped = _started(tmp_path, "lib.py", "import btacalc\nos.kill(os.getpid(), signal.SIGINT)\ntime.sleep(30)\n")
     assert "KeyboardInterrupt" in stopped.stderr  # the program's own Ctrl-C, as without btacalc
+
+
+@pytest.mark.parametrize("args", [["models", "list"], ["hw", "show", "h100"], ["formulas"], ["--version"],
+                                  ["plan", "--help"]], ids=lambda a: " ".join(a))
+def test_standard_output_onto_btacalc_own_file_is_refused_by_every_command(tmp_path, args):
+    """hostile16 refused `btacalc plan --hw wse3 >> hardware_profiles/wse3.toml` in `Outputs.check_inputs`, which only
+    the commands writing through `Outputs` reach: `btacalc models list >> btacalc/cli/app.py` (and `hw`,
+    `formulas`, `--version`, `--help`) appended to btacalc's own files, exit 0. Now `main` asks first."""
+    shipped = data_dir("hardware_profiles") / "wse3.toml"
+    before = shipped.read_bytes()
+    try:
+        done = _run(args, tmp_path, shipped)
+        after = shipped.read_bytes()
+    finally:  # a failing run must not leave the shipped profile broken for every later test
+        if shipped.read_bytes() != before:
+            shipped.write_bytes(before)
+    assert done.returncode == 2 and "wse3.toml (one of btacalc's own files): standard output is redirected onto this " \
+        "file" in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and after == before

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Literal, Mapping, Optional, Union
 
 from ..errors import BtacalcError
-from ..paths import inputs_read, own_files, stdout_file, stdout_onto
+from ..paths import inputs_read, own_files, stdout_file, stdout_onto, stdout_onto_own_file
 
 PathLike = Union[str, "os.PathLike[str]"]
 Payload = Union[str, bytes]
@@ -371,12 +371,10 @@ class Outputs:
         own: Optional[dict[tuple[int, int], str]] = None
         out = stdout_file()
         if out is not None:  # hostile16: `btacalc ... >> input` (the shell's redirection: no --output names it)
-            own = own_files()
-            key = (out.st_dev, out.st_ino)
-            source = read.get(key) or (f"{own[key]} (one of btacalc's own files)" if key in own else None)
-            refusal = stdout_onto(out) if source is not None else None
+            source = read.get((out.st_dev, out.st_ino))
+            refusal = f"{source}: {stdout_onto(out)}" if source is not None else stdout_onto_own_file()
             if refusal is not None:
-                raise BtacalcError(f"{source}: {refusal}")
+                raise BtacalcError(refusal)
         for t in self.targets.values():
             try:
                 st = os.stat(t.path)
