@@ -755,6 +755,12 @@ for measured in ({"tokens_per_s_per_device": 1e-308}, {"step_time_s": 1e-300}, {
     case("files", "validate", "--measured", "{tmp}/runs.json", "--json", outputs=False,
          fragment=f"field measured.{field}: Input should be greater than or equal to 0.000001",
          files={"runs.json": _runs_with(measured=measured)})
+# hostile19: a run that measured nothing (`"measured": {}`, or only whose rank) entered no band, and validate said
+# "within the documented bands" with n = 0 (exit 0)
+for measured in ({}, {"peak_rank": "last"}):
+    case("files", "validate", "--measured", "{tmp}/runs.json", outputs=False,
+         fragment="field measured: no measurement: give tokens_per_s_per_device, step_time_s",
+         files={"runs.json": _runs_with(measured=measured)})
 
 
 # A list or range value read a Python literal's digit grouping ('1_6' as 16) where an integer option refuses it
