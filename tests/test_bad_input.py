@@ -471,6 +471,11 @@ for args, first in ((["--emit", "megatron", "--hw", "h100", "--devices", "8"], "
                     (["--config", "{tmp}/run.toml"], "--model")):
     case("ignored", "plan", "--schema", *args, fragment=f"the same for every plan: {first} would change nothing",
          files={"run.toml": 'model = "llama-3-8b"\n'})
+# hostile19: a number the plan does not use (an FP8 peak under bf16, the power for tokens/s) printed 31 identical rows
+# and "not reached ... (best 97,070 at 1,979,000,000,000, 0.001x today)", exit 1
+for solve in ("chip.peak_fp8_flops_per_s", "chip.power_w"):
+    case("ignored", "whatif", "-m", "mpt-7b", "--hw", "h100", "--devices", "8", "--target", "tokens_per_s=1e5",
+         "--solve-for", solve, fragment=f"--solve-for {solve} would change nothing: tokens_per_s is ")
 for solve in ("chip.peak_flops_per_s,chip.peak_flops_per_s", "peak_flops_per_s,chip.peak_flops_per_s"):
     case("ignored", "whatif", "--hw", "h100", "--devices", "8", "--target", "mfu=0.5", "--solve-for", solve,
          fragment="--solve-for names chip.peak_flops_per_s twice")
