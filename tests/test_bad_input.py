@@ -766,6 +766,11 @@ for measured in ({}, {"peak_rank": "last"}):
     case("files", "validate", "--measured", "{tmp}/runs.json", outputs=False,
          fragment="field measured: no measurement: give tokens_per_s_per_device, step_time_s",
          files={"runs.json": _runs_with(measured=measured)})
+# hostile19: a run's megatron_args refused by the shared launch decoder named neither the run nor the field ("the
+# launch gives no --num-attention-heads or --hidden-size: btacalc needs the model")
+case("files", "validate", "--measured", "{tmp}/runs.json", outputs=False,
+     fragment=f"--measured: run {SHIPPED_RUNS['runs'][0]['id']}: megatron_args: the launch gives no",
+     files={"runs.json": _runs_with(megatron_args="--num-layers 2")})
 
 
 # A list or range value read a Python literal's digit grouping ('1_6' as 16) where an integer option refuses it

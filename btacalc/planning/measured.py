@@ -754,7 +754,12 @@ def _express_megatron(run: MeasuredRun) -> tuple[Optional[ExecutionRequest], str
     from ..config.megatron_run import import_megatron, launch_domain
 
     assert run.megatron_args is not None  # the caller checked
-    imported = import_megatron(run.megatron_args, f"run {run.id}", run.devices)
+    try:
+        imported = import_megatron(run.megatron_args, f"run {run.id}", run.devices)
+    except BtacalcError as exc:  # hostile19: the shared decoder's refusals named neither the run nor its field
+        if not exc.template.startswith(f"run {run.id}"):
+            raise BtacalcError(f"{{measured}}: run {run.id}: megatron_args: {exc.template}") from None
+        raise
     req = launch_domain(imported.request, resolve_hardware(run.hw))  # as plan --from-megatron --hw reads it
     if (req.seq_len, req.limits.global_batch) != (run.seq, run.global_batch):
         raise BtacalcError(f"{{measured}}: run {run.id}: megatron_args give seq {req.seq_len} and global batch "
