@@ -460,6 +460,11 @@ for spec, fragment in [("experts=16,,32", "has an empty entry"), ("experts=16,32
                        ("precision=bf16,,fp8", "has an empty entry")]:
     case("ranges", "sweep", "--hw", "h100", "--devices", "8", "--vary", spec,
          fragment=fragment)
+# hostile19: a refusal of an integer parameter's values did not name it ("--vary '' gives no values")
+for spec, fragment in [("seq=", "--vary seq '' gives no values"),
+                       ("seq=1024,,2048", "--vary seq '1024,,2048' has an empty entry"),
+                       ("seq=4096:1024:1024", "--vary seq range '4096:1024:1024': stop is below start")]:
+    case("ranges", "sweep", "--hw", "h100", "--devices", "8", "--vary", spec, fragment=fragment)
 for args, fragment in [(["--hw", "b200", "--devices", "8,8"], "gives 8 twice"),
                        (["--hw", "b200", "--precision", "fp8,fp8"], "gives fp8 twice"),
                        (["--hw", "b200", "--precision", "bf16,,fp8"], "has an empty entry"),
