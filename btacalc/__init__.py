@@ -13,6 +13,11 @@ Layers (enforced by import-linter, see pyproject.toml): cli -> output -> plannin
 model -> catalogue | config -> vocabulary | errors | paths.
 """
 
-from . import profiling as _profiling  # noqa: F401  # marks the start, for --profile
+from . import starting as _starting  # first: only os, signal and sys
+
+if _starting.started_as_command():  # Ctrl-C from here on: one line, 128 + the signal (cli/__init__.py ends it)
+    _starting.begin()
+
+from . import profiling as _profiling  # noqa: E402,F401  # marks the start, for --profile
 
 __version__ = "0.2.0"

@@ -120,18 +120,35 @@ def stdout_file() -> "os.stat_result | None":
     return _regular_file_on(1)
 
 
-STDOUT_ONTO_INPUT = ("standard output is redirected onto this file (a shell's > or >> names it): btacalc never writes "
-                     "over what it reads; send the output to another file")
+def stdout_onto(st: os.stat_result) -> "str | None":
+    """The one rule for standard output that a shell's `>` or `>>` points at a file btacalc reads or ships
+    (hostile16: `btacalc plan --from-megatron run.sh >> run.sh` appended the plan to the launch it read; `>` emptied
+    it first, and the empty file was refused naming no cause): the refusal, worded once, when standard output writes
+    to `st`, else None. `read_input` asks it of each file as it is read, `Outputs.check_inputs` of the inputs
+    declared and btacalc's own files; each puts the file's name in front."""
+    out = stdout_file()
+    if out is None or not os.path.samestat(out, st):
+        return None
+    emptied = " (empty: a shell's > emptied it before btacalc started)" if st.st_size == 0 else ""
+    return ("standard output is redirected onto this file (a shell's > or >> names it)" + emptied + ": btacalc never "
+            "writes over its inputs or its own files; send the output to another file")
+
+
+def stdout_onto_own_file() -> "str | None":
+    """`stdout_onto`'s refusal, the file named, when standard output is one of btacalc's own files (`own_files`),
+    else None. hostile19: only the commands that write through `Outputs` asked; `btacalc models list >>
+    btacalc/cli/app.py` (also `hw`, `formulas`, `--version`, `--help`) appended to btacalc's own code."""
+    out = stdout_file()
+    shipped = None if out is None else own_files().get((out.st_dev, out.st_ino))
+    refusal = None if out is None or shipped is None else stdout_onto(out)
+    return None if refusal is None else f"{shipped} (one of btacalc's own files): {refusal}"
 
 
 def _refuse_stdout_onto(st: os.stat_result, where: str) -> None:
-    """hostile16: `btacalc plan --from-megatron run.sh >> run.sh` appended the plan to the launch it read (`>` emptied
-    it first, and the empty file was refused): the shell opened the file before btacalc ran, but btacalc can see
-    that its standard output is the input it reads, and refuse before writing a byte."""
-    out = stdout_file()
-    if out is not None and os.path.samestat(out, st):
-        emptied = " (empty: a shell's > emptied it before btacalc started)" if st.st_size == 0 else ""
-        raise OSError(errno.EINVAL, STDOUT_ONTO_INPUT + emptied, where)
+    """`stdout_onto` as the OSError an input reader raises (its caller puts `where` in front)."""
+    refusal = stdout_onto(st)
+    if refusal is not None:
+        raise OSError(errno.EINVAL, refusal, where)
 
 
 _STDERR_ONTO: list[str] = []  # the input standard error was redirected onto, once it was turned away (hostile17)

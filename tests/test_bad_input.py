@@ -460,6 +460,11 @@ for spec, fragment in [("experts=16,,32", "has an empty entry"), ("experts=16,32
                        ("precision=bf16,,fp8", "has an empty entry")]:
     case("ranges", "sweep", "--hw", "h100", "--devices", "8", "--vary", spec,
          fragment=fragment)
+# hostile19: a refusal of an integer parameter's values did not name it ("--vary '' gives no values")
+for spec, fragment in [("seq=", "--vary seq '' gives no values"),
+                       ("seq=1024,,2048", "--vary seq '1024,,2048' has an empty entry"),
+                       ("seq=4096:1024:1024", "--vary seq range '4096:1024:1024': stop is below start")]:
+    case("ranges", "sweep", "--hw", "h100", "--devices", "8", "--vary", spec, fragment=fragment)
 for args, fragment in [(["--hw", "b200", "--devices", "8,8"], "gives 8 twice"),
                        (["--hw", "b200", "--precision", "fp8,fp8"], "gives fp8 twice"),
                        (["--hw", "b200", "--precision", "bf16,,fp8"], "has an empty entry"),
@@ -471,6 +476,11 @@ for args, first in ((["--emit", "megatron", "--hw", "h100", "--devices", "8"], "
                     (["--config", "{tmp}/run.toml"], "--model")):
     case("ignored", "plan", "--schema", *args, fragment=f"the same for every plan: {first} would change nothing",
          files={"run.toml": 'model = "llama-3-8b"\n'})
+# hostile19: a number the plan does not use (an FP8 peak under bf16, the power for tokens/s) printed 31 identical rows
+# and "not reached ... (best 97,070 at 1,979,000,000,000, 0.001x today)", exit 1
+for solve in ("chip.peak_fp8_flops_per_s", "chip.power_w"):
+    case("ignored", "whatif", "-m", "mpt-7b", "--hw", "h100", "--devices", "8", "--target", "tokens_per_s=1e5",
+         "--solve-for", solve, fragment=f"--solve-for {solve} would change nothing: tokens_per_s is ")
 for solve in ("chip.peak_flops_per_s,chip.peak_flops_per_s", "peak_flops_per_s,chip.peak_flops_per_s"):
     case("ignored", "whatif", "--hw", "h100", "--devices", "8", "--target", "mfu=0.5", "--solve-for", solve,
          fragment="--solve-for names chip.peak_flops_per_s twice")
@@ -755,6 +765,17 @@ for measured in ({"tokens_per_s_per_device": 1e-308}, {"step_time_s": 1e-300}, {
     case("files", "validate", "--measured", "{tmp}/runs.json", "--json", outputs=False,
          fragment=f"field measured.{field}: Input should be greater than or equal to 0.000001",
          files={"runs.json": _runs_with(measured=measured)})
+# hostile19: a run that measured nothing (`"measured": {}`, or only whose rank) entered no band, and validate said
+# "within the documented bands" with n = 0 (exit 0)
+for measured in ({}, {"peak_rank": "last"}):
+    case("files", "validate", "--measured", "{tmp}/runs.json", outputs=False,
+         fragment="field measured: no measurement: give tokens_per_s_per_device, step_time_s",
+         files={"runs.json": _runs_with(measured=measured)})
+# hostile19: a run's megatron_args refused by the shared launch decoder named neither the run nor the field ("the
+# launch gives no --num-attention-heads or --hidden-size: btacalc needs the model")
+case("files", "validate", "--measured", "{tmp}/runs.json", outputs=False,
+     fragment=f"--measured: run {SHIPPED_RUNS['runs'][0]['id']}: megatron_args: the launch gives no",
+     files={"runs.json": _runs_with(megatron_args="--num-layers 2")})
 
 
 # A list or range value read a Python literal's digit grouping ('1_6' as 16) where an integer option refuses it

@@ -918,7 +918,7 @@ def test_a_signal_during_the_imports_is_one_line_not_a_traceback(tmp_path, signu
     signals) printed a KeyboardInterrupt traceback from the import machinery. btacalc.cli's imports now run
     inside `while_starting`: the signal, sent here from inside that block, ends the process with main's line and
     128 + n, having written nothing."""
-    code = ("import os, signal, time\nfrom btacalc.cli.starting import while_starting\nwith while_starting():\n"
+    code = ("import os, signal, time\nfrom btacalc.starting import while_starting\nwith while_starting():\n"
             f"    os.kill(os.getpid(), {int(signum)})\n    time.sleep(30)\nprint('not stopped')\n")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,

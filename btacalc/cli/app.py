@@ -23,7 +23,7 @@ import typer
 from .. import __version__
 from ..errors import BtacalcError, DataError
 from ..output.files import working_folder_exists
-from ..paths import forget_inputs, guard_stderr, stderr_onto_input
+from ..paths import forget_inputs, guard_stderr, stderr_onto_input, stdout_onto_own_file
 from . import cluster, info, measure, plan, validate, whatif
 from .helpwidth import keep_whole
 from .repeats import once
@@ -123,6 +123,9 @@ def _invoked(argv: Optional[list[str]]) -> typer.Typer:
 
 
 def _run(argv: Optional[list[str]]) -> int:
+    refusal = stdout_onto_own_file()  # every command, --help and --version too, before anything is printed
+    if refusal is not None:
+        raise BtacalcError(refusal)
     try:
         command = once(keep_whole(typer.main.get_command(_invoked(argv))))
         rv = command.main(args=argv, prog_name="btacalc", standalone_mode=False)

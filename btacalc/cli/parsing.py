@@ -100,7 +100,8 @@ def parse_vary(items: list[str]) -> dict[str, Sequence[int]]:
             raise BtacalcError(f"--vary: unknown parameter {name!r} (known: {', '.join(VARIABLES)})")
         if name in grid:
             raise BtacalcError(f"--vary: {name!r} given twice")
-        grid[name] = _choice_indices(name, spec) if name in CHOICE_PARAMS else parse_values(spec)
+        # the parameter named in every refusal (hostile19: `--vary seq=` read "--vary '' gives no values")
+        grid[name] = _choice_indices(name, spec) if name in CHOICE_PARAMS else parse_values(spec, f"--vary {name}")
     if not grid:
         raise BtacalcError("give at least one --vary NAME=VALUES")
     return grid

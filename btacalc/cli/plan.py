@@ -170,7 +170,8 @@ def plan(
     if imported:
         request = ImportAdditions(
             gpus_per_node=gpus_per_node, objective=value(objective),
-            accounting=accounting.value if _given(ctx, "accounting") else None, causal=causal, loss=value(loss),
+            accounting=accounting.value if _given(ctx, "accounting") else None,
+            causal=causal if _given(ctx, "causal") else None, loss=value(loss),
             routing_imbalance=routing_imbalance if _given(ctx, "routing_imbalance") else None,
             max_global_batch=max_global_batch, max_tile_batch=max_tile_batch, cuda_graph_scope=cuda_graph_scope,
             fp8_attention=recipe.fp8_attention, fsdp_impl=fsdp_impl, nccl_ub=nccl_ub, nvls=nvls,
@@ -263,7 +264,7 @@ class ImportAdditions:
     gpus_per_node: Optional[int]
     objective: Optional[str]
     accounting: Optional[str]
-    causal: bool
+    causal: Optional[bool]
     loss: Optional[str]
     routing_imbalance: Optional[float]
     max_global_batch: Optional[int]
@@ -283,8 +284,9 @@ class ImportAdditions:
             devices_per_node=self.gpus_per_node or base.devices_per_node, objective=self.objective,
             # --accounting and --routing-imbalance: the command line's, else the file's (a `# btacalc option:` line;
             # hostile16, hostile18) or the default
-            accounting=base.accounting if self.accounting is None else self.accounting, causal=self.causal,
-            loss=self.loss or base.loss,
+            # --causal / --full-scores and --loss likewise (hostile19: the command line's default replaced the file's)
+            accounting=base.accounting if self.accounting is None else self.accounting,
+            causal=base.causal if self.causal is None else self.causal, loss=self.loss or base.loss,
             routing_imbalance=base.routing_imbalance if self.routing_imbalance is None else self.routing_imbalance,
             limits=replace(base.limits, max_global_batch=self.max_global_batch, max_tile_batch=self.max_tile_batch),
             cuda_graph_scope=_scopes(self.cuda_graph_scope, base.cuda_graph_scope),

@@ -19,7 +19,7 @@ import contextlib
 import signal
 from typing import Any
 
-from .starting import installed
+from ..starting import installed
 
 HANDLED = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGPIPE") if hasattr(signal, name))
 

@@ -111,12 +111,16 @@ class ImportedRun:
 # hostile16: the plan options no Megatron-LM flag or Bridge key sets, which `--emit megatron` / `--emit bridge` write
 # as whole comment lines `# btacalc option: --flag [value] (what it means)` (output.megatron.option_lines) and the
 # readers take back: flag -> (the request's field, the value a switch sets, or the type of the value it takes)
+LOSS_COMMENTS = ("fused", "stored")
 OPTION_COMMENTS: dict[str, tuple[str, Any]] = {
     "--routing-imbalance": ("routing_imbalance", float), "--no-rht-cast-fusion": ("rht_cast_fusion", False),
     "--rht-cast-fusion": ("rht_cast_fusion", True), "--te-version": ("te_version", str),
     "--fp8-attention": ("fp8_attention", True),
     # hostile18: modelling choices a launch cannot carry either; a value outside a tuple's choices is refused
-    "--attention-kernel": ("attention_kernel", str), "--accounting": ("accounting", ("ideal", "pytorch"))}
+    "--attention-kernel": ("attention_kernel", str), "--accounting": ("accounting", ("ideal", "pytorch")),
+    # hostile19: how btacalc counts the scores' FLOPs, and the two losses no launch flag selects (te_fused is
+    # --cross-entropy-fusion-impl te, vocab_parallel Megatron's default: the launch says those)
+    "--causal": ("causal", True), "--loss": ("loss", LOSS_COMMENTS)}
 _OPTION_LINE = re.compile(r"^\s*#\s*btacalc option:(.*)$")
 _OPTION_WORDS = re.compile(r"^\s*(--[A-Za-z0-9-]+)(?:\s+([^\s(]+))?\s*(?:\(.*\))?\s*$")
 
@@ -164,6 +168,9 @@ def option_comments(text: str, source: str) -> dict[str, Any]:
 
 def _with_options(run: "ImportedRun", text: str) -> "ImportedRun":
     changes = option_comments(text, run.source)
+    if "loss" in changes and run.request.loss == "te_fused":
+        raise BtacalcError(f"{run.source}: # btacalc option: --loss {changes['loss']} beside TransformerEngine's fused "
+                           "cross-entropy (te_fused), which the file's own settings select: give one loss")
     return replace(run, request=run.request.with_changes(**changes)) if changes else run
 
 

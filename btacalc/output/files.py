@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Literal, Mapping, Optional, Union
 
 from ..errors import BtacalcError
-from ..paths import inputs_read, own_files, stdout_file
+from ..paths import inputs_read, own_files, stdout_file, stdout_onto, stdout_onto_own_file
 
 PathLike = Union[str, "os.PathLike[str]"]
 Payload = Union[str, bytes]
@@ -371,13 +371,10 @@ class Outputs:
         own: Optional[dict[tuple[int, int], str]] = None
         out = stdout_file()
         if out is not None:  # hostile16: `btacalc ... >> input` (the shell's redirection: no --output names it)
-            own = own_files()
-            source, shipped = read.get((out.st_dev, out.st_ino)), own.get((out.st_dev, out.st_ino))
-            if source is not None or shipped is not None:
-                what = f"an input of this command ({source})" if source is not None else \
-                    f"one of btacalc's own files ({shipped})"
-                raise BtacalcError(f"standard output is redirected (a shell's > or >>) onto {what}: btacalc never "
-                                   "writes over what it reads or its own files; send the output to another file")
+            source = read.get((out.st_dev, out.st_ino))
+            refusal = f"{source}: {stdout_onto(out)}" if source is not None else stdout_onto_own_file()
+            if refusal is not None:
+                raise BtacalcError(refusal)
         for t in self.targets.values():
             try:
                 st = os.stat(t.path)

@@ -19,6 +19,7 @@ from typing import Any
 from ..config.attention_kernels import DEFAULT_ATTENTION_KERNEL
 from ..config.megatron_codec import BRIDGE_PIN, FP8_ATTENTION_BRIDGE_KEY, encode, model_fields, render_flags, to_bridge
 from ..config.megatron_launch import MEGATRON_LM_PIN
+from ..config.megatron_run import LOSS_COMMENTS
 from ..config.megatron_rules import describe, violations
 from ..config.model import ModelSpec
 from ..config.precision import recipe
@@ -155,6 +156,14 @@ def option_lines(r: PlanReport, emit: str) -> list[str]:
     if i.accounting != "ideal":
         out.append(f"--accounting {i.accounting} (which activations the plan counts as saved: what a PyTorch layer "
                    "keeps, not a launch setting)")
+    # hostile19: --causal and a loss no launch flag sets were dropped the same way (the launch read back counted the
+    # full s² scores and Megatron's vocab-parallel cross-entropy)
+    if i.causal:
+        out.append("--causal (only the causal half of the s² attention matmuls counted: how btacalc counts FLOPs and "
+                   "MFU, not a launch setting)")
+    if i.loss in LOSS_COMMENTS:
+        out.append(f"--loss {i.loss} (the cross-entropy whose logits the plan keeps: a btacalc loss model no "
+                   "Megatron-LM flag selects)")
     if emit == "megatron" and i.fp8_attention:
         out.append("--fp8-attention (TransformerConfig.fp8_dot_product_attention, which no Megatron-LM flag sets)")
     return [f"# btacalc option: {line}" for line in out]

@@ -86,6 +86,16 @@ class Measured(BaseModel):
                                               "to TensorBoard from rank world_size - 1: training/global_vars.py L241)")
 
     @model_validator(mode="after")
+    def _something_measured(self) -> "Measured":
+        """hostile19: `"measured": {}` (or only `peak_rank`) was read as a run that measured nothing: it entered no
+        band, and `validate --measured` said "within the documented bands" with n = 0."""
+        if all(v is None for v in (self.tokens_per_s_per_device, self.step_time_s, self.peak_alloc_gib,
+                                    self.peak_reserved_gib)):
+            raise ValueError("no measurement: give tokens_per_s_per_device, step_time_s, peak_alloc_gib or "
+                             "peak_reserved_gib")
+        return self
+
+    @model_validator(mode="after")
     def _allocated_within_reserved(self) -> "Measured":
         """PyTorch's caching allocator hands out tensors from the segments it reserved: the peak allocated is at
         most the peak reserved (torch.cuda.max_memory_allocated <= max_memory_reserved)."""
@@ -744,7 +754,12 @@ def _express_megatron(run: MeasuredRun) -> tuple[Optional[ExecutionRequest], str
     from ..config.megatron_run import import_megatron, launch_domain
 
     assert run.megatron_args is not None  # the caller checked
-    imported = import_megatron(run.megatron_args, f"run {run.id}", run.devices)
+    try:
+        imported = import_megatron(run.megatron_args, f"run {run.id}", run.devices)
+    except BtacalcError as exc:  # hostile19: the shared decoder's refusals named neither the run nor its field
+        if not exc.template.startswith(f"run {run.id}"):
+            raise BtacalcError(f"{{measured}}: run {run.id}: megatron_args: {exc.template}") from None
+        raise
     req = launch_domain(imported.request, resolve_hardware(run.hw))  # as plan --from-megatron --hw reads it
     if (req.seq_len, req.limits.global_batch) != (run.seq, run.global_batch):
         raise BtacalcError(f"{{measured}}: run {run.id}: megatron_args give seq {req.seq_len} and global batch "

@@ -206,6 +206,13 @@ def whatif(model: ModelSpec, hw: HardwareProfile, request: ExecutionRequest, tar
         result.trace = [_step(x, today, metric, points[x]) for x in grid]
         result.binds_along_the_way = _regimes(result.trace)
         return result
+    valid = [] if hit is not None else [x for x in grid if not points[x].binding_constraint.startswith("not a valid")]
+    if valid and len({points[x].values[metric] for x in valid}) == 1:
+        # hostile19: `--solve-for chip.peak_fp8_flops_per_s` of a bf16 plan printed 31 identical rows and "not
+        # reached ... (best 97,070 at 1,979,000,000,000, 0.001x today)", exit 1: the number does not enter the plan
+        raise BtacalcError(f"{{solve_for}} {key} would change nothing: {metric} is {_metric_text(base.values[metric])} "
+                           f"at every value from {readable(valid[0])} to {readable(valid[-1])} (this plan does not use "
+                           "the number under these options); solve for one it uses")
     if hit is None:
         best = max(grid, key=lambda x: points[x].values[metric] or 0.0)
         result.note = (f"{metric} does not reach {readable(goal)} anywhere from {readable(grid[0])} to "
