@@ -421,11 +421,11 @@ def test_crossover_sentence_is_crossovers(cli):
 
 def test_expected_error_example_is_the_plans(cli):
     """"`btacalc plan --model qwen3-30b-a3b --hw h100 --devices 16` expects, from N measured runs like it (BASIS), a
-    mean |error| of A%, at most B%, and reads C% too fast on average; ... on `--hw wse3` falls back to all W wafer
-    runs": the plans' throughput.expected_error."""
+    mean |error| of A%, at most B%, and on average predicts C% more tokens/s than the runs measured; ... on `--hw wse3`
+    falls back to all W wafer runs": the plans' throughput.expected_error (C is its signed mean: "more", positive)."""
     m = _quote(r"--hw h100 --devices 16` expects, from (\d+) measured runs like it \((.+?)\), a typical \|error\| of "
-               r"(\d+)%, a mean \|error\| of (\d+)%, at most (\d+)%, and reads (\d+)% too fast on average; the same "
-               r"model on `--hw wse3` falls back to all (\d+) wafer runs")
+               r"(\d+)%, a mean \|error\| of (\d+)%, at most (\d+)%, and on average predicts (\d+)% more tokens/s "
+               r"than the runs measured; the same model on `--hw wse3` falls back to all (\d+) wafer runs")
     runs, basis, median, mean, worst, fast, wafer = m.groups()
     got = _plan(cli, "--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16")["throughput"]["expected_error"]
     assert (got["runs"], got["basis"]) == (int(runs), basis)
