@@ -198,7 +198,7 @@ def _per_distinct_group(size: Any, stride: Any, devices: Any, domain: int, *walk
             dtype = np.result_type(size, stride, devices)  # the dtype the walk itself gives
             if len(distinct) <= _FEW_GROUPS:  # a handful: each walked in Python integers, no array per step
                 groups = list(zip(*(x.tolist() for x in pick)))
-                outs = [np.array([walk(*g, domain) for g in groups], dtype=dtype) for walk in walks]
+                outs = [np.array([walk(n, k, d, domain) for n, k, d in groups], dtype=dtype) for walk in walks]
             else:
                 outs = [np.asarray(walk(*pick, domain)).astype(dtype) for walk in walks]
             return tuple(out[back.reshape(-1)].reshape(size.shape) for out in outs)
