@@ -102,8 +102,37 @@ def test_the_console_says_the_expected_error_and_its_basis(cli):
     assert code == 0
     text = " ".join(out.split())
     wafers = [r for r in shipped().runs if r.device == "wse"]
-    assert f"Expected error of this step time: on {len(wafers)} measured runs like it (wafers, dense and MoE; each " \
-           f"closer group holds fewer than {MIN_RUNS})" in text  # no MoE run on a wafer is in the measured set
+    assert f"on the {len(wafers)} measured runs most like it (wafers, dense and MoE; narrower groups hold fewer than " \
+           f"{MIN_RUNS} runs)" in text  # no MoE run on a wafer is in the measured set
+
+
+def test_the_console_line_says_it_is_the_tokens_per_s_error_and_what_held_out_means(cli):
+    """freshuser16: the line said "Expected error of this step time ... each predicted with its model family held out
+    ... on average 15% too fast": a new user could not tell that the error is the tokens/s' (predicted / measured - 1,
+    not the step time's), what was held out, or what "too fast" meant. It now says each, with the sign as more or
+    fewer tokens/s than measured, from the same numbers as plan --json."""
+    code, out, _ = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16")
+    assert code == 0
+    text = " ".join(out.split())
+    code, raw, _ = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16", "--json")
+    x = json.loads(raw)["throughput"]["expected_error"]
+    more = "more" if x["mean_error"] > 0 else "fewer"
+    assert f"Expected error of this plan's tokens/s (predicted / measured - 1) on the {x['runs']} measured runs most " \
+           f"like it ({x['basis']}), each predicted with factors fitted without its model family: typical (median) " \
+           f"|error| {100 * x['median_abs_error']:.0f}%, mean {100 * x['mean_abs_error']:.0f}%, max " \
+           f"{100 * x['max_abs_error']:.0f}%; on average btacalc predicted {100 * abs(x['mean_error']):.0f}% {more} " \
+           f"tokens/s than measured" in text
+    assert "step time:" not in text and "too fast" not in text
+
+
+def test_the_sign_reads_fewer_tokens_per_s_when_btacalc_is_slow():
+    """A group whose signed mean is negative: btacalc predicted fewer tokens/s than measured."""
+    from btacalc.output.tables import expected_error_text
+
+    rows = [_row(i, "gpu-hopper", "gpu", True, False, -0.1) for i in range(5)]
+    got = expected_error(HOPPER, ExpectedErrorData(source="s", runs=rows))
+    assert got is not None
+    assert "on average btacalc predicted 10% fewer tokens/s than measured" in expected_error_text(got)
 
 
 def test_the_shipped_expected_errors_are_the_cross_validations_of_today():
@@ -147,3 +176,25 @@ def test_a_broken_shipped_file_is_an_internal_data_error_in_one_line(cli, tmp_pa
         module.shipped.cache_clear()
     assert code == 3 and out == "" and len(err.strip().splitlines()) == 1
     assert err.startswith("btacalc: internal data error (please report): btacalc/data/expected_error.json: ")
+
+
+def test_compare_json_descriptions_name_its_keys():
+    """freshuser16: compare's schema described expected_error_basis as "the group of measured runs expected_abs_error
+    is over", a key compare --json does not have (it is expected_median_abs_error)."""
+    import re
+
+    from btacalc.planning.compare import CompareRow
+
+    described = " ".join(f.description or "" for f in CompareRow.model_fields.values())
+    named = set(re.findall(r"(?<![.\w])expected_\w+", described))  # not plan's throughput.expected_error
+    assert named and named <= set(CompareRow.model_fields)
+
+
+def test_compare_caption_says_what_the_plus_minus_is(cli):
+    """freshuser16: the ± under compare's tokens/s is the tokens/s' typical |predicted / measured - 1|, its runs
+    predicted without their model family in the fit."""
+    code, out, _ = cli("compare", "--hw", "wse3,h100")
+    assert code == 0
+    text = " ".join(out.split())
+    assert "± under it: the typical (median) |predicted / measured - 1| of tokens/s on the measured runs most like " \
+           "the row, each predicted with factors fitted without its model family" in text

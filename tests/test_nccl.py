@@ -155,6 +155,40 @@ def test_domains_a_ring_crosses():
     assert domains_spanned(16, 8, 128, 72) == 2
 
 
+@pytest.mark.parametrize("distinct", ["few", "many"])  # groups walked one by one / in one array walk
+def test_group_walks_over_layouts_run_once_per_distinct_group(monkeypatch, distinct):
+    """freshuser16: `plan --search` on 256 GB200s took 16 s where the README said about 2 s: domains_spanned walked
+    its 72 steps (the NVL72 domain) over every layout's array, for every ring. Over arrays of layouts both walks now
+    run once per distinct (size, stride, devices): no step sees an array longer than the distinct groups, and every
+    element is what the walk gives it alone."""
+    import numpy as np
+
+    from btacalc.model.gpu import collectives
+
+    rng = np.random.default_rng(7)
+    sizes, strides = rng.choice([1, 2, 4, 8, 16, 32], 4000), rng.choice([1, 2, 4, 8, 16], 4000)
+    devices = rng.choice([64, 128, 256, 512, 1024], 4000)
+    if distinct == "few":
+        sizes, strides, devices = sizes % 3 + 2, np.full(4000, 8), np.full(4000, 512)
+    widest = []
+    real_where = collectives.where
+
+    def where(cond, a, b):
+        widest.append(max(np.size(cond), np.size(a), np.size(b)))
+        return real_where(cond, a, b)
+
+    monkeypatch.setattr(collectives, "where", where)
+    spanned = collectives.domains_spanned(sizes, strides, devices, 72)
+    members = collectives.local_members(sizes, strides, devices, 72)
+    groups = len({(int(a), int(b), int(c)) for a, b, c in zip(sizes, strides, devices)})
+    assert (groups <= collectives._FEW_GROUPS) == (distinct == "few")
+    assert widest and max(widest) <= groups
+    monkeypatch.setattr(collectives, "where", real_where)
+    alone = [(collectives.domains_spanned(*g, 72), collectives.local_members(*g, 72))
+             for g in zip(sizes.tolist(), strides.tolist(), devices.tolist())]
+    assert [(int(x), int(y)) for x, y in zip(spanned, members)] == alone
+
+
 def test_nccl_algo_ring_weighs_rings_alone():
     """review6: Megatron's --deterministic-mode sets NCCL_ALGO=Ring (a recipe's deterministic_mode); NCCL then gives
     the tree bandwidth 0 and never picks it (tuning.cc L458-462, L538, L634-637). The tiny all-reduce across 64 nodes

@@ -105,13 +105,15 @@ def _throughput_table(r: PlanReport) -> Table:
 
 
 def expected_error_text(x: ExpectedError) -> str:
-    """The plan's expected error in one clause (planning/expected_error.py)."""
-    closer = f"each closer group holds fewer than {x.min_runs}" if x.narrower else "the closest group"
-    sign = "too fast" if x.mean_error > 0 else "too slow"
-    return (f"Expected error of this step time: on {x.runs} measured runs like it ({x.basis}; {closer}), each "
-            f"predicted with its model family held out, typical (median) |error| {100 * x.median_abs_error:.0f}%, "
-            f"mean {100 * x.mean_abs_error:.0f}%, max {100 * x.max_abs_error:.0f}%, on average "
-            f"{100 * abs(x.mean_error):.0f}% {sign} (btacalc validate --cross-validate)")
+    """The plan's expected error in one clause (planning/expected_error.py): which runs, what "held out" means (the
+    run's model family left out of the fit), and that the error is the tokens/s' (predicted / measured - 1)."""
+    wider = f"; narrower groups hold fewer than {x.min_runs} runs" if x.narrower else ""
+    more = "more" if x.mean_error > 0 else "fewer"
+    return (f"Expected error of this plan's tokens/s (predicted / measured - 1) on the {x.runs} measured runs most like "
+            f"it ({x.basis}{wider}), each predicted with factors fitted without its model family: typical (median) "
+            f"|error| {100 * x.median_abs_error:.0f}%, mean {100 * x.mean_abs_error:.0f}%, max "
+            f"{100 * x.max_abs_error:.0f}%; on average btacalc predicted {100 * abs(x.mean_error):.0f}% {more} tokens/s "
+            f"than measured (the runs: btacalc validate --cross-validate)")
 
 
 def sweep_renderable(result) -> Fit:

@@ -61,7 +61,7 @@ class CompareRow(BaseModel):
                                                        "(median) |error| of the measured runs most like it, each "
                                                        "predicted with its model family held out (plan --json "
                                                        "throughput.expected_error)")
-    expected_error_basis: str = Field("", description="the group of measured runs expected_abs_error is over")
+    expected_error_basis: str = Field("", description="the group of measured runs expected_median_abs_error is over")
     note: str = ""
 
 

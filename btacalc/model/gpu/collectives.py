@@ -84,7 +84,7 @@ backward and reduce-scatter its gradients, every micro-batch (Megatron-LM megatr
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -171,15 +171,23 @@ def ring_share(n: Any) -> Any:
 
 
 _KEY = 1 << 21  # above the largest device count (2^20, config/execution.py): three fit one int64
+_FEW_GROUPS = 64  # distinct groups walked one by one in Python integers; more: one walk over their arrays
 
 
 def local_members(size: Any, stride: Any, devices: Any, domain: int) -> Any:
     """Members of a group (`size` ranks at `stride`) that share the NVLink domain of its worst-placed
     rank (see the module docstring): `size` when every block of L = size·stride ranks lies in one
-    domain. Block j starts at r = j·L mod D; r repeats with a period of at most D blocks.
+    domain. Block j starts at r = j·L mod D; r repeats with a period of at most D blocks."""
+    return _per_distinct_group(size, stride, devices, domain, _local_members)[0]
 
-    Over arrays of layouts (a search: thousands of layouts, a handful of distinct groups) the walk runs
-    once per distinct (size, stride, devices) and is spread back: the same integers per element."""
+
+Walk = Callable[[Any, Any, Any, int], Any]
+
+
+def _per_distinct_group(size: Any, stride: Any, devices: Any, domain: int, *walks: Walk) -> tuple[Any, ...]:
+    """Each `walk(size, stride, devices, domain)`, a loop of up to D steps over its arguments. Over arrays of layouts
+    (a search: thousands of layouts, a handful of distinct groups) the distinct (size, stride, devices) are found once,
+    each walk runs once per distinct group and is spread back: the same integers per element."""
     if is_array(size, stride):  # (a scalar group over arrays of device counts: the walk as it is)
         size, stride, devices = np.broadcast_arrays(size, stride, devices)
         ints = all(x.dtype.kind in "iu" for x in (size, stride, devices))
@@ -187,9 +195,14 @@ def local_members(size: Any, stride: Any, devices: Any, domain: int) -> Any:
             key = (size.astype(np.int64) * _KEY + stride) * _KEY + devices  # one int64 per (size, stride, devices)
             distinct, back = np.unique(key.reshape(-1), return_inverse=True)
             pick = (distinct // _KEY // _KEY, distinct // _KEY % _KEY, distinct % _KEY)
-            out = _local_members(*pick, domain)[back.reshape(-1)].reshape(size.shape)
-            return out.astype(np.result_type(size, stride, devices))  # the dtype the walk itself gives
-    return _local_members(size, stride, devices, domain)
+            dtype = np.result_type(size, stride, devices)  # the dtype the walk itself gives
+            if len(distinct) <= _FEW_GROUPS:  # a handful: each walked in Python integers, no array per step
+                groups = list(zip(*(x.tolist() for x in pick)))
+                outs = [np.array([walk(n, k, d, domain) for n, k, d in groups], dtype=dtype) for walk in walks]
+            else:
+                outs = [np.asarray(walk(*pick, domain)).astype(dtype) for walk in walks]
+            return tuple(out[back.reshape(-1)].reshape(size.shape) for out in outs)
+    return tuple(walk(size, stride, devices, domain) for walk in walks)
 
 
 def _local_members(size: Any, stride: Any, devices: Any, domain: int) -> Any:
@@ -239,17 +252,22 @@ def _ring_link(problem: Problem, size: Any, stride: Any) -> tuple[Any, Any, Any,
     the scale of NCCL's latencies is the link class's (`_anchored`)."""
     lay = problem.layout
     up, out = links(problem)
-    k = local_members(size, stride, lay.devices, lay.devices_per_node)
+    k, spanned = _per_distinct_group(size, stride, lay.devices, lay.devices_per_node, _local_members, _domains_spanned)
     inside = k >= size
     rate = where(inside, up.bus_bytes_per_s, minimum(up.bus_bytes_per_s, k * out.bus_bytes_per_s))
     alpha = where(inside, up.latency_s, out.latency_s)
-    nodes = where(inside, 1, domains_spanned(size, stride, lay.devices, lay.devices_per_node))
+    nodes = where(inside, 1, spanned)
     return rate, alpha, nodes, where(inside, up.latency_scale, out.latency_scale)
 
 
 def domains_spanned(size: Any, stride: Any, devices: Any, domain: int) -> Any:
     """NVLink domains (NCCL's nodes) the widest group spans: block j of L = size·stride ranks starts at
-    r = j·L mod D and touches ceil((r + L) / D) domains (at most `size`); r repeats within D blocks."""
+    r = j·L mod D and touches ceil((r + L) / D) domains (at most `size`); r repeats within D blocks. Over arrays,
+    once per distinct group (`_per_distinct_group`: a GB200 search walked 72 steps over every layout)."""
+    return _per_distinct_group(size, stride, devices, domain, _domains_spanned)[0]
+
+
+def _domains_spanned(size: Any, stride: Any, devices: Any, domain: int) -> Any:
     length = size * stride
     blocks = maximum(devices // length, 1)
     widest = ceil_div(length, domain)
