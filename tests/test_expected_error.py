@@ -198,3 +198,19 @@ def test_compare_caption_says_what_the_plus_minus_is(cli):
     text = " ".join(out.split())
     assert "± under it: the typical (median) |predicted / measured - 1| of tokens/s on the measured runs most like " \
            "the row, each predicted with factors fitted without its model family" in text
+
+
+def test_a_sweep_table_says_the_expected_error_once_or_that_its_points_differ(cli):
+    """A sweep's small table: one line when every point is of one kind (its group's numbers, as plan says them), and
+    when --vary precision makes two kinds, that they differ and where each point's is."""
+    code, out, _ = cli("sweep", "--hw", "h100", "--devices", "8", "--vary", "experts=8,16")
+    assert code == 0
+    text = " ".join(out.split())
+    want = expected_error(plan_kind(resolve_hardware("h100"), moe=True, low_precision=False))
+    assert (f"Expected error of each point's tokens/s (predicted / measured - 1) on the {want.runs} measured runs most "
+            f"like it ({want.basis})") in text
+    assert f"typical (median) |error| {100 * want.median_abs_error:.0f}%" in text
+    code, out, _ = cli("sweep", "--hw", "h100", "--devices", "8", "--vary", "precision=bf16,fp8", "--vary", "experts=8")
+    text = " ".join(out.split())
+    assert code == 0 and "Expected error of tokens/s: the points are of 2 kinds" in text
+    assert "MoE, 16-bit;" in text and "MoE, low precision)" in text

@@ -139,6 +139,13 @@ def sweep_renderable(result) -> Fit:
     t.caption = ("G: tiles, b: sequences per tile, M: micro-batches; T_e: tokens per expert; tokens/s: all devices; "
                  "vs dense: over the dense model with the same active parameters; G=1 b, G=1 vs dense: the fastest "
                  "untiled plan; BTA gain: tokens/s at G over G = 1")
+    expected = {p.throughput.expected_error.basis: p.throughput.expected_error for p in result.points
+                if p.throughput is not None and p.throughput.expected_error is not None}
+    if len(expected) == 1:  # every point is of one kind (device, dense or MoE, precision): one line says it
+        t.caption += ".\n" + expected_error_text(next(iter(expected.values()))).replace("this plan's", "each point's")
+    elif expected:  # e.g. --vary precision: the points' groups differ, each is in --json
+        t.caption += (f".\nExpected error of tokens/s: the points are of {len(expected)} kinds (" + "; ".join(expected)
+                      + "); each point's is in --json (throughput.expected_error)")
     return fit(t)
 
 
