@@ -167,3 +167,14 @@ def test_standard_output_onto_btacalc_own_file_is_refused_by_every_command(tmp_p
     assert done.returncode == 2 and "wse3.toml (one of btacalc's own files): standard output is redirected onto this " \
         "file" in done.stderr, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and after == before
+
+
+def test_models_show_names_its_argument_not_the_plan_option(cli, tmp_path):
+    """`models show X` takes the model as an argument: its refusals say "model:", as `hw show` says "profile:", not
+    "--model:", an option the command does not have (hostile19 left it)."""
+    folder = tmp_path / "empty"
+    folder.mkdir()
+    for arg, why in (("no-such-model", "unknown model"), (str(folder), "is a folder without a config.json")):
+        code, out, err = cli("models", "show", arg)
+        assert code == 2 and out == "" and err.startswith("btacalc: error: model: ") and why in err
+        assert "--model" not in err.splitlines()[0].split(why)[0]

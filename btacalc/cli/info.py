@@ -11,7 +11,6 @@ import typer
 from ..errors import BtacalcError
 from .console import out
 from .completion import complete_hardware, complete_model
-from ..errors import BtacalcError
 from .runfile import given_on_command_line
 from .options import RECOMPUTE_HELP, Accounting, AccountingOpt, Attention, CausalOpt, Loss, LossOpt, help_text, value
 
@@ -189,7 +188,10 @@ def models_show(name: str = typer.Argument(..., help="Preset name or path to a H
     from ..config.presets import resolve_model
     from ..output.info_tables import models_show_table
 
-    spec = resolve_model(name, model_name)
+    try:
+        spec = resolve_model(name, model_name)
+    except BtacalcError as exc:  # the model is this command's argument, not --model (as _profile for hw show)
+        raise BtacalcError(exc.render({"model": "model"})) from None
     summary = _model_summary(spec)
     if as_json:
         sys.stdout.write(json.dumps({"spec": spec.model_dump(), **summary}, indent=2) + "\n")
