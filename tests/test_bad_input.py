@@ -237,6 +237,8 @@ B200_PROFILE = (data_dir("hardware_profiles") / "b200.toml").read_text()
 case("values", "whatif", "--hw", "{tmp}/no-overhead.toml", "--target", "tokens_per_s=1e9", "--solve-for",
      "tile_overhead_s", fragment="needs a positive one",
      files={"no-overhead.toml": re.sub(r"(\[calibration\.tile_overhead_s\]\nvalue = )[^\n]*", r"\g<1>0", B200_PROFILE)})
+case("values", "whatif", "-m", "mpt-7b", "--hw", "h100", "-n", "8", "--target", "tokens_per_s=1e5", "--solve-for",
+     "chip.compute_capability", fragment="is a label, not a quantity")  # a version is not scaled like a rate
 case("values", "compare", "--hw", "a100-80gb", "--memory-model", "weight_streaming", fragment="wafer-scale")
 case("values", "compare", "--hw", "a100-80gb", "--devices", "8", "--ep", "3", fragment="does not divide")
 case("values", "measure", "--batch", "3", "--tiles", "2", fragment="must divide --batch")

@@ -88,6 +88,9 @@ class Range:
     unit: str
     integer: bool = False
     open_low: bool = False
+    # a quantity that scales (a rate, a size, a time); False for a label that only looks like a number (a CUDA
+    # compute capability: whatif must not multiply it)
+    scalable: bool = True
 
     def rule(self) -> str:
         kind = "a whole number" if self.integer else "a finite number"
@@ -132,8 +135,8 @@ GEMM_TILE = Range(16, 1024, "elements", integer=True)  # one side of a GEMM's ou
 OVERLAP = Range(1, 100, "")  # exponent of a smooth roofline: 1 = compute and memory add, large = the larger one
 FANOUT = Range(2, 1e3, "count", integer=True)  # a tree node serves at least two children
 MESH_PES = Range(1, 1e5, "count", integer=True)  # PEs along one side of a wafer's mesh (WSE-3: 1,172)
-CLOCK = Range(1e6, 1e11, "Hz")
-CAPABILITY = Range(1, 100, "")  # CUDA compute capability major.minor (8.0 A100 ... 10.3 B300)  # 1 MHz to 100 GHz
+CLOCK = Range(1e6, 1e11, "Hz")  # 1 MHz to 100 GHz
+CAPABILITY = Range(1, 100, "", scalable=False)  # CUDA compute capability major.minor (8.0 A100 ... 10.3 B300)
 CYCLES = Range(0, 1e6, "cycles")
 LINK_BYTES = Range(1, 1e6, "B/cycle")
 

@@ -122,6 +122,10 @@ def _evaluator(model: ModelSpec, hw: HardwareProfile, request: ExecutionRequest,
     twice = sorted({k for k in keys if keys.count(k) > 1})
     if twice:  # one number named twice (also as 'x' and 'chip.x'): the factor would apply to it once
         raise BtacalcError(f"{{solve_for}} names {', '.join(twice)} twice")
+    labels = [k for k in keys if (r := hw.number_range(k)) is not None and not r.scalable]
+    if labels:  # hostile19 left it: a compute capability scaled like a rate ("best at 1.426")
+        raise BtacalcError(f"{{solve_for}} {labels[0]} is a label, not a quantity: whatif scales a number by a factor, "
+                           "which means nothing for it; give a rate, a size or a time")
     numbers = hw.numbers()
     today = numbers[keys[0]].value
     for k in keys:
