@@ -104,13 +104,14 @@ def _throughput_table(r: PlanReport) -> Table:
     return t
 
 
-def expected_error_text(x: ExpectedError) -> str:
-    """The plan's expected error in one clause (planning/expected_error.py): which runs, what "held out" means (the
-    run's model family left out of the fit), and that the error is the tokens/s' (predicted / measured - 1)."""
+def expected_error_text(x: ExpectedError, subject: str = "this plan's") -> str:
+    """The expected error of `subject`'s tokens/s in one clause (planning/expected_error.py): which runs, what
+    "held out" means (the run's model family left out of the fit), and that the error is the tokens/s' (predicted /
+    measured - 1)."""
     wider = f"; narrower groups hold fewer than {x.min_runs} runs" if x.narrower else ""
     more = "more" if x.mean_error > 0 else "fewer"
-    return (f"Expected error of this plan's tokens/s (predicted / measured - 1) on the {x.runs} measured runs most like "
-            f"it ({x.basis}{wider}), each predicted with factors fitted without its model family: typical (median) "
+    return (f"Expected error of {subject} tokens/s (predicted / measured - 1) on the {x.runs} measured runs most "
+            f"like it ({x.basis}{wider}), each predicted with factors fitted without its model family: typical (median) "
             f"|error| {100 * x.median_abs_error:.0f}%, mean {100 * x.mean_abs_error:.0f}%, max "
             f"{100 * x.max_abs_error:.0f}%; on average btacalc predicted {100 * abs(x.mean_error):.0f}% {more} tokens/s "
             f"than measured (the runs: btacalc validate --cross-validate)")
@@ -142,7 +143,7 @@ def sweep_renderable(result) -> Fit:
     expected = {p.throughput.expected_error.basis: p.throughput.expected_error for p in result.points
                 if p.throughput is not None and p.throughput.expected_error is not None}
     if len(expected) == 1:  # every point is of one kind (device, dense or MoE, precision): one line says it
-        t.caption += ".\n" + expected_error_text(next(iter(expected.values()))).replace("this plan's", "each point's")
+        t.caption += ".\n" + expected_error_text(next(iter(expected.values())), "each point's")
     elif expected:  # e.g. --vary precision: the points' groups differ, each is in --json
         t.caption += (f".\nExpected error of tokens/s: the points are of {len(expected)} kinds (" + "; ".join(expected)
                       + "); each point's is in --json (throughput.expected_error)")

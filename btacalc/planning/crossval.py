@@ -242,13 +242,14 @@ def held_out_errors(runs: Optional[list[MeasuredRun]] = None) -> ExpectedErrorDa
     (planning/expected_error.py): what `python tools/accuracy.py` writes to btacalc/data/expected_error.json."""
     runs = runs if runs is not None else load_runs()
     by_id = {r.id: r for r in runs}
+    families = load_families()
     rows = []
     for fold in validate_cross(runs).folds:
         for cr in fold.runs:
             if cr.error is None:
                 continue
             run = by_id[cr.id]
-            spec = family_of(run.hw)
+            spec = family_of(run.hw, families)
             rows.append(HeldOutRun(id=cr.id, hw=cr.hw, calibration_family=spec.name if spec else None,
                                    device=resolve_hardware(run.hw).family, moe=cr.moe,
                                    low_precision=precision_recipe(run.precision).low, error=cr.error))

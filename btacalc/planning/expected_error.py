@@ -1,5 +1,5 @@
-"""What error to expect of a plan's step time: the leave-one-model-family-out errors of the measured runs most
-like it.
+"""What error to expect of a plan's tokens/s: the leave-one-model-family-out errors (predicted / measured - 1) of
+the measured runs most like it.
 
 `btacalc validate --cross-validate` predicts every shipped measured run with factors fitted without its model
 family (planning/crossval.py): those errors are what a user should expect on a model btacalc has never seen. A
@@ -15,8 +15,9 @@ plan reports the ones of the runs that share its kind, as the first of these gro
 A profile file, or a built-in profile changed (e.g. by `whatif`), is in no calibration family: its group starts
 at 3. The errors ship as data (btacalc/data/expected_error.json, written with the README's accuracy tables by
 `python tools/accuracy.py` and checked current by a test), so a plan reads a file instead of re-running the
-cross-validation (crossval.held_out_errors builds it). The summary is the cross-validation's own (`summarize_errors`): n, mean |error|, max |error|,
-signed mean (positive: btacalc too fast).
+cross-validation (crossval.held_out_errors builds it). The summary is the cross-validation's own
+(`summarize_errors`: n, mean |error|, max |error|, signed mean, positive where btacalc is too fast) and the median
+|error|, the typical miss, which one outlier cannot move.
 """
 
 from __future__ import annotations
@@ -32,11 +33,10 @@ from ..config.calibration_families import family_of
 from ..config.hardware import HardwareProfile, resolve_hardware
 from ..errors import DataError, first_validation_error
 from ..paths import package_data, profile_names
-from .report import EXPECTED_ERROR_SOURCE, ExpectedError, summarize_errors
+from .report import ExpectedError, summarize_errors
 
 EXPECTED_ERROR_FILE = "expected_error.json"
 MIN_RUNS = 5  # fewer runs than this say too little about a group: the next, wider group is taken
-SOURCE = EXPECTED_ERROR_SOURCE
 
 
 class HeldOutRun(BaseModel):

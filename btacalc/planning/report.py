@@ -331,7 +331,7 @@ EXPECTED_ERROR_SOURCE = ("btacalc validate --cross-validate: each shipped measur
 
 
 class ExpectedError(BaseModel):
-    """The held-out errors of the measured runs most like a plan (see the module docstring)."""
+    """The held-out errors of the measured runs most like a plan (planning/expected_error.py)."""
 
     basis: str = Field(description="the group of measured runs, in words")
     runs: int
