@@ -10,7 +10,8 @@ from typing import Any, Optional
 import typer
 
 from ..errors import BtacalcError
-from .options import OutputOpt, help_text, outputs, write_outputs
+from .options import OutputOpt, QuietOpt, help_text, outputs, write_outputs
+from .progress import progress
 
 EXAMPLES = ("Examples:\n\n"
             "  btacalc validate\n\n"
@@ -38,6 +39,7 @@ def validate(
     cross_validate: bool = typer.Option(False, "--cross-validate", help="Leave one model family out: fit the "
                                         "factors without each family's runs and predict that family; per-run errors, "
                                         "mean and max, grouped by hardware, dense/MoE and scale (--json, --plot)."),
+    quiet: bool = QuietOpt,
 ) -> int:
     """Compute every published point (BTA curves, Korthikanti, parameter counts) against its tolerance,
     and predict every measured training run (error = predicted / measured - 1), per role and device family.
@@ -45,19 +47,20 @@ def validate(
     Exit 0 when every point passes or is a documented known gap and the measured check runs stay in
     their documented bands; 1 otherwise; 2 on bad input.
     """
-    refit = _refit(measured, as_json, output, plot_path, calibrate, wafer_loo, cross_validate)
+    refit = _refit(measured, as_json, output, plot_path, calibrate, wafer_loo, cross_validate, quiet)
     if refit is not None:
         return refit
-    return _validate(measured, as_json, output, plot_path)
+    return _validate(measured, as_json, output, plot_path, quiet)
 
 
 def _refit(measured: Optional[Path], as_json: bool, output: Optional[str], plot_path: Optional[str], calibrate: bool,
-           wafer_loo: bool, cross_validate: bool) -> Optional[int]:
+           wafer_loo: bool, cross_validate: bool, quiet: bool) -> Optional[int]:
     """The three refits (--calibrate, --cross-validate, --wafer-loo), each on the shipped runs with the
     outputs it takes (others: one-line errors); None when none is asked for."""
     if calibrate:
         given = [f for f, v in (("--measured", measured), ("--json", as_json), ("--output", output), ("--plot", plot_path),
-                                ("--cross-validate", cross_validate), ("--wafer-loo", wafer_loo)) if v]
+                                ("--cross-validate", cross_validate), ("--wafer-loo", wafer_loo),
+                                ("--quiet", quiet)) if v]
         if given:
             raise BtacalcError(f"--calibrate fits on the shipped measured runs and rewrites the profiles; it takes "
                                f"no {', '.join(given)}")
@@ -67,23 +70,28 @@ def _refit(measured: Optional[Path], as_json: bool, output: Optional[str], plot_
     if cross_validate:
         if measured:
             raise BtacalcError("--cross-validate refits on the shipped measured runs; it takes no --measured")
-        return _cross_validate(output, as_json, plot_path)
+        return _cross_validate(output, as_json, plot_path, quiet)
     if wafer_loo:
         given = [f for f, v in (("--measured", measured), ("--output", output), ("--plot", plot_path)) if v]
         if given:
             raise BtacalcError(f"--wafer-loo refits on the shipped measured runs; it takes no {', '.join(given)}")
-        return _wafer_loo(as_json)
+        return _wafer_loo(as_json, quiet)
     return None
 
 
-def _validate(measured: Optional[Path], as_json: bool, output: Optional[str], plot_path: Optional[str]) -> int:
+def _validate(measured: Optional[Path], as_json: bool, output: Optional[str], plot_path: Optional[str],
+              quiet: bool) -> int:
     """Every published point and measured run: tables, JSON and the accuracy plot, written together."""
-    from ..planning.measured import validate_measured
+    from ..planning.measured import load_runs, measured_report
+    from ..planning.validate import load_points
     from ..planning.validate import validate as run_validation
 
     outs = outputs(output, as_json, plot_path=plot_path, inputs={"--measured": str(measured) if measured else None})
-    report = validate_measured(measured)  # first: a bad run file is refused before the published points run
-    points = run_validation()
+    runs = load_runs(measured)  # first: a bad run file is refused before the published points run
+    with progress(len(runs), "predicting the measured runs", quiet) as advance:
+        report = measured_report(runs, advance)
+    with progress(len(load_points()), "computing the published points", quiet) as advance:
+        points = run_validation(advance)
     text = json.dumps({"points": [r.model_dump() | {"status": r.status} for r in points],
                        "measured": report.model_dump()}, indent=2) + "\n"
     payloads: dict[str, Any] = {"--output": text, "--json": text}
@@ -103,11 +111,15 @@ def _validate(measured: Optional[Path], as_json: bool, output: Optional[str], pl
     return 0 if all(r.ok_for_ci for r in points) and report.gate.ok else 1
 
 
-def _cross_validate(output: Optional[str], as_json: bool, plot_path: Optional[str]) -> int:
-    from ..planning.crossval import validate_cross
+def _cross_validate(output: Optional[str], as_json: bool, plot_path: Optional[str], quiet: bool) -> int:
+    from ..planning.crossval import cross_validation_steps, validate_cross
+    from ..planning.measured import load_runs
 
     outs = outputs(output, as_json, plot_path=plot_path)
-    cv = validate_cross()
+    runs = load_runs()
+    with progress(cross_validation_steps(runs), "cross-validating (runs, then one fold per model family)",
+                  quiet) as advance:
+        cv = validate_cross(runs, advance)
     text = json.dumps(cv.model_dump(), indent=2) + "\n"
     payloads: dict[str, Any] = {"--output": text, "--json": text}
     if plot_path:
@@ -139,10 +151,11 @@ def _calibrate() -> int:
     return 0
 
 
-def _wafer_loo(as_json: bool) -> int:
-    from ..planning.wafer_loo import leave_one_out
+def _wafer_loo(as_json: bool, quiet: bool) -> int:
+    from ..planning.wafer_loo import leave_one_out, leave_one_out_steps
 
-    report = leave_one_out("wse")
+    with progress(leave_one_out_steps("wse"), "leaving each wafer model out", quiet) as advance:
+        report = leave_one_out("wse", progress=advance)
     if as_json:
         sys.stdout.write(report.model_dump_json(indent=2) + "\n")
         return 0

@@ -133,8 +133,10 @@ class Setting:
     usable: Callable[[MeasuredRun], bool]
 
 
-def cross_validate(runs: list[MeasuredRun], setting: Setting, fit: FitFn, predict_run: PredictFn) -> CrossValidation:
-    """Leave one model family out over `runs` (see the module docstring)."""
+def cross_validate(runs: list[MeasuredRun], setting: Setting, fit: FitFn, predict_run: PredictFn,
+                   progress: Optional[Callable[[int], None]] = None) -> CrossValidation:
+    """Leave one model family out over `runs` (see the module docstring). `progress(1)`, if given, after each
+    fold."""
     usable = [r for r in runs if setting.usable(r)]
     folds = []
     memo: dict[tuple[str, tuple[str, ...]], Optional[dict[str, float]]] = {}  # folds often fit the same runs
@@ -152,6 +154,8 @@ def cross_validate(runs: list[MeasuredRun], setting: Setting, fit: FitFn, predic
         if not any(setting.family_of(r) == held for r in usable):  # nothing to predict: no fit needed
             folds.append(Fold(held_out=held, fits={}, fit_runs={}, basis={},
                               runs=[predict_run(r, {}) for r in runs if setting.family_of(r) == held]))
+            if progress:
+                progress(1)
             continue
         others = [r for r in usable if setting.family_of(r) != held]
         for device in sorted({setting.device_family_of(r) for r in runs}):
@@ -168,6 +172,8 @@ def cross_validate(runs: list[MeasuredRun], setting: Setting, fit: FitFn, predic
             fits[device], fit_runs[device], basis[device] = factors, [r.id for r in chosen if factors], why
         predicted = [predict_run(r, fits) for r in runs if setting.family_of(r) == held]
         folds.append(Fold(held_out=held, fits=fits, fit_runs=fit_runs, basis=basis, runs=predicted))
+        if progress:
+            progress(1)
     every = [r for f in folds for r in f.runs]
     return CrossValidation(
         folds=folds, overall=summarize_errors([r.error for r in every if r.error is not None]),
@@ -210,12 +216,26 @@ def _trial_hardware(factors: dict[str, dict[str, float]], specs: dict[str, Famil
     return lambda name: trial.get(name) or resolve_hardware(name)
 
 
-def validate_cross(runs: Optional[list[MeasuredRun]] = None) -> CrossValidation:
-    """Leave-one-model-family-out over the shipped measured runs (or `runs`), with btacalc's model."""
+def cross_validation_steps(runs: list[MeasuredRun]) -> int:
+    """How many times `validate_cross(runs, progress)` calls `progress(1)`: once per run (its prediction with the
+    shipped factors) and once per fold (one per model family)."""
+    families = load_model_families()
+    return len(runs) + len({model_family(r.model, families) for r in runs})
+
+
+def validate_cross(runs: Optional[list[MeasuredRun]] = None,
+                   progress: Optional[Callable[[int], None]] = None) -> CrossValidation:
+    """Leave-one-model-family-out over the shipped measured runs (or `runs`), with btacalc's model.
+    `progress(1)`, if given, after each run's prediction with the shipped factors and after each fold
+    (`cross_validation_steps(runs)` calls in all)."""
     runs = runs if runs is not None else load_runs()
     families = load_model_families()
     specs = {s.name: s for s in load_families()}
-    plain = {r.id: predict(r) for r in runs}
+    plain = {}
+    for r in runs:
+        plain[r.id] = predict(r)
+        if progress:
+            progress(1)
 
     def fit(device: str, chosen: list[MeasuredRun]) -> Optional[dict[str, float]]:
         spec = specs.get(device)
@@ -234,7 +254,7 @@ def validate_cross(runs: Optional[list[MeasuredRun]] = None) -> CrossValidation:
 
     setting = Setting(family_of=lambda r: model_family(r.model, families), device_family_of=lambda r: _device_family(r, specs),
                       usable=lambda r: plain[r.id].error is not None)
-    return cross_validate(runs, setting, fit, predict_run)
+    return cross_validate(runs, setting, fit, predict_run, progress)
 
 
 def held_out_errors(runs: Optional[list[MeasuredRun]] = None) -> ExpectedErrorData:

@@ -973,9 +973,19 @@ class MeasuredReport(BaseModel):
 
 
 def validate_measured(path: Optional[Path] = None) -> MeasuredReport:
-    """Every run predicted, summarised per role and family, its precision pairs found, all gated by the bands."""
-    runs = load_runs(path)
-    results = [predict(run) for run in runs]
+    """Every run of `path` (default: the shipped set) predicted, summarised per role and family, its precision
+    pairs found, all gated by the bands: `measured_report(load_runs(path))`."""
+    return measured_report(load_runs(path))
+
+
+def measured_report(runs: list[MeasuredRun], progress: Optional[Callable[[int], None]] = None) -> MeasuredReport:
+    """`runs` predicted, summarised per role and family, their precision pairs found, all gated by the bands.
+    `progress(1)`, if given, after each run's prediction."""
+    results = []
+    for run in runs:
+        results.append(predict(run))
+        if progress:
+            progress(1)
     summary = summarize(results)
     bands = load_bands()
     pairs = precision_pairs([run.pair_input(res.predicted.tokens_per_s_per_device) for run, res in zip(runs, results)],

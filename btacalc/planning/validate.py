@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -137,7 +137,9 @@ def summary_line(r: WhatIfResult, grad_accum: Optional[int]) -> str:
     return f"{names}{accum}: out of reach ({where}then {regime})"
 
 
-def validate() -> list[PointResult]:
+def validate(progress: Optional[Callable[[int], None]] = None) -> list[PointResult]:
+    """Every published point (btacalc/data/published_points.toml) computed, with its deviation and whether it
+    is within tolerance. `progress(1)`, if given, after each point."""
     out = []
     for p in load_points():
         v = metric_value(p)
@@ -152,4 +154,6 @@ def validate() -> list[PointResult]:
                                model=v, deviation=dev, tolerance=p.tolerance, passed=ok,
                                known_gap=bool(p.known_gap), note=note,
                                what_it_takes=takes))
+        if progress:
+            progress(1)
     return out

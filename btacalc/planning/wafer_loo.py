@@ -74,14 +74,35 @@ def _fold(spec: FamilySpec, mine: list[MeasuredRun], model: str) -> LooFold:
     return LooFold(held_out=model, factors=fit.factors, fit_runs=fit.runs, predictions=preds)
 
 
-def leave_one_out(family: str = "wse", runs: Optional[list[MeasuredRun]] = None,
-                  spec: Optional[FamilySpec] = None) -> LooReport:
-    """One fold per model among the family's runs (shipped set by default): fit without it, predict it."""
-    spec = spec or next((f for f in load_families() if f.name == family), None)
-    if spec is None:
+def _family(family: str, spec: Optional[FamilySpec]) -> FamilySpec:
+    found = spec or next((f for f in load_families() if f.name == family), None)
+    if found is None:
         raise BtacalcError(f"{{family}}: no calibration family {family!r} (btacalc/data/calibration.toml)")
+    return found
+
+
+def _held_out_models(spec: FamilySpec, runs: Optional[list[MeasuredRun]]) -> tuple[list[MeasuredRun], list[str]]:
+    """The family's runs (of `runs`, default the shipped set) and the models of its folds, in order."""
     mine = [r for r in (runs if runs is not None else load_runs()) if r.hw in spec.profiles]
-    folds = [_fold(spec, mine, model) for model in sorted({r.model for r in mine})]
+    return mine, sorted({r.model for r in mine})
+
+
+def leave_one_out_steps(family: str = "wse", runs: Optional[list[MeasuredRun]] = None) -> int:
+    """How many times `leave_one_out(family, runs, progress=...)` calls `progress(1)`: once per fold (model)."""
+    return len(_held_out_models(_family(family, None), runs)[1])
+
+
+def leave_one_out(family: str = "wse", runs: Optional[list[MeasuredRun]] = None,
+                  spec: Optional[FamilySpec] = None, progress: Optional[Callable[[int], None]] = None) -> LooReport:
+    """One fold per model among the family's runs (shipped set by default): fit without it, predict it.
+    `progress(1)`, if given, after each fold."""
+    spec = _family(family, spec)
+    mine, models = _held_out_models(spec, runs)
+    folds = []
+    for model in models:
+        folds.append(_fold(spec, mine, model))
+        if progress:
+            progress(1)
     errs = [abs(p.error) for f in folds for p in f.predictions if p.error is not None]
     return LooReport(family=spec.name, factors=spec.factors, folds=folds,
                      mean_abs_error=statistics.fmean(errs) if errs else None,
