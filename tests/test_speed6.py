@@ -165,7 +165,9 @@ def test_all_to_all_and_pipeline_sends_from_their_layout_factors_equal_the_formu
                 inside, across, forwarded = sent * intra, cross, 0.0
             alpha = up.latency_s if k >= ep else out.latency_s
             nic = out.bandwidth_bytes_per_s * problem.hardware.collectives.scaleout_all_to_all_efficiency.value  # type: ignore[attr-defined]
-            a2a = np.maximum((inside + forwarded) / up.bus_bytes_per_s, across / nic)
+            nvlink = problem.hardware.collectives.scaleup_all_to_all_efficiency  # type: ignore[attr-defined]
+            nvl = up.bus_bytes_per_s if lay.deepep or nvlink is None else up.bandwidth_bytes_per_s * nvlink.value
+            a2a = np.maximum((inside + forwarded) / nvl, across / nic)
             want = (7 * alpha + a2a if ep > 1 else 0.0) + ring_time(problem, volume * (etp - 1), etp, 1, 7)  # type: ignore[arg-type]
             got = all_to_all_time(problem, volume, 7)  # type: ignore[arg-type]
             assert np.array_equal(got, want) and np.shape(got) == np.shape(want), (name, ask)

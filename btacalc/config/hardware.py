@@ -449,6 +449,10 @@ class Collectives(_Section):
         None, description="NCCL all-to-all (grouped send/recv to every peer) bus bandwidth across domains over the "
         "NIC's line rate (nccl-tests alltoall_perf); without it the expert all-to-all's cross-domain bytes run at "
         "scaleout_bus_efficiency")
+    scaleup_all_to_all_efficiency: Annotated[Optional[Number], FRACTION] = Field(
+        None, description="NCCL all-to-all bus bandwidth inside the NVLink domain over its line rate (nccl-tests "
+        "alltoall_perf in one node: the slope of time against bytes); without it the expert all-to-all's NVLink "
+        "bytes run at scaleup_bus_efficiency (DeepEP and HybridEP, which are not NCCL, always do)")
     scaleup_reference: Optional[CollectiveReference] = Field(
         None, description="where scaleup_latency_s was measured (one node); without it NCCL's model is unscaled")
     scaleout_reference: Optional[CollectiveReference] = Field(

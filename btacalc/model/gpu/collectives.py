@@ -373,11 +373,24 @@ def all_to_all_link(problem: Problem) -> Link:
     return out if a2a is None else replace(out, bus_efficiency=a2a.value)
 
 
+def all_to_all_nvlink(problem: Problem) -> Link:
+    """NVLink as an expert all-to-all's bytes inside the domain use it. NCCL's all-to-all (Megatron's alltoall
+    dispatcher: `all_to_all_single`, grouped send/recv to every peer) runs at the profile's measured all-to-all
+    efficiency (`scaleup_all_to_all_efficiency`, nccl-tests alltoall_perf in one node), below the ring
+    collectives' on NVLink5 (0.64 against 0.80 on B200); DeepEP and HybridEP move the bytes with their own kernels,
+    which DeepEP measures at the ring's share of NVLink (153 of ~200 GB/s on H800, module docstring), and keep
+    `scaleup_bus_efficiency`, as a profile without the field does."""
+    up = links(problem)[0]
+    c = problem.hardware.collectives
+    a2a = c.scaleup_all_to_all_efficiency if c is not None else None
+    return up if a2a is None or problem.layout.deepep else replace(up, bus_efficiency=a2a.value)
+
+
 def _all_to_all_layout(problem: Problem) -> _AllToAllLayout:
     f = problem.layout_cache.get("all-to-all layout")
     if f is None:
         lay = problem.layout
-        up, out = links(problem)[0], all_to_all_link(problem)
+        up, out = all_to_all_nvlink(problem), all_to_all_link(problem)
         ep, etp = lay.expert_parallel, lay.expert_tensor_parallel
         k = local_members(ep, etp, lay.devices, lay.devices_per_node)
         deepep = bool(lay.deepep)
@@ -610,14 +623,15 @@ class CollectiveRow:
 
 
 def describe_all_to_all(problem: Problem, traffic: tuple[Any, Any], time_s: Any) -> CollectiveRow:
-    """The expert all-to-all's row (`describe`): across domains its efficiency is the all-to-all's
-    (`all_to_all_link`), not the ring collectives'."""
+    """The expert all-to-all's row (`describe`): its efficiency is the all-to-all's (`all_to_all_link` across
+    domains, `all_to_all_nvlink` inside one), not the ring collectives'."""
     lay = problem.layout
     row = describe(problem, "expert_all_to_all", (lay.expert_parallel, lay.expert_tensor_parallel), traffic, time_s,
                    "deepep" if lay.deepep else "all-to-all")
-    if row.link != "network" or not row.message_bytes:
+    if not row.message_bytes:
         return row
-    return replace(row, efficiency=float(efficiency_at(all_to_all_link(problem), row.message_bytes)))
+    link = all_to_all_link(problem) if row.link == "network" else all_to_all_nvlink(problem)
+    return replace(row, efficiency=float(efficiency_at(link, row.message_bytes)))
 
 
 def describe(problem: Problem, name: str, group: tuple[int, int], traffic: tuple[Any, Any], time_s: Any,
