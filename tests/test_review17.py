@@ -76,3 +76,54 @@ def test_slowest_fixed_costs_are_the_stage_with_the_largest_total() -> None:
     arrays = [_stage({"compute": 0.0}, (np.array([1.0, 0.0]), 0.0, 0.0)),
               _stage({"compute": 0.0}, (np.array([0.5, 3.0]), 0.0, 0.0))]
     assert _slowest_fixed(arrays).optimizer_s.tolist() == [1.0, 3.0]
+
+
+# 3. planning/whatif.py whatif (56 lines): the search along one number is an object (_Scan), the two ways of
+# missing the goal one method
+
+def _scan(metric_of: Any, fits: Any = lambda x: True, today: float = 100.0) -> tuple[Any, list[float]]:
+    from btacalc.planning.metrics import PlanMetrics
+    from btacalc.planning.whatif import _Scan
+
+    asked: list[float] = []
+
+    def at(x: float) -> PlanMetrics:
+        asked.append(x)
+        return PlanMetrics(fits(x), 1, 1, 1, "memory", {"tokens_per_s": metric_of(x)})
+
+    return _Scan(at, today, False, "tokens_per_s", 1000.0), asked
+
+
+def test_scan_hits_the_reaching_grid_point_nearest_today_and_bisects_towards_today() -> None:
+    from btacalc.planning.whatif import REL_TOL
+
+    scan, asked = _scan(lambda x: x)  # the metric is the value: 1,000 is reached at 10x today
+    hit = scan.nearest_hit()
+    assert hit is not None and scan.grid[hit] >= 1000.0 > scan.grid[hit - 1]
+    assert set(asked) < set(scan.grid)  # the grid points up to the hit's ratio to today, not all 31
+    value = scan.answer(hit)
+    assert 1000.0 <= value <= 1000.0 * (1 + 2 * REL_TOL)
+    assert scan.answer(scan.grid.index(100.0)) == 100.0
+
+
+def test_scan_miss_note_names_the_best_point_where_some_point_fits() -> None:
+    scan, _ = _scan(lambda x: min(x, 500.0))
+    assert scan.nearest_hit() is None
+    note = scan.miss_note("sram_bytes", "m does not fit on 1 x w")
+    assert note.startswith("tokens_per_s does not reach 1,000 anywhere from 0.1 to 100,000 (best 500 at 631, 6.31x today)")
+
+
+def test_scan_miss_note_says_what_does_not_fit_where_no_point_fits() -> None:
+    scan, _ = _scan(lambda x: None, fits=lambda x: False)
+    assert scan.nearest_hit() is None
+    assert scan.miss_note("sram_bytes", "m does not fit on 1 x w").startswith(
+        "m does not fit on 1 x w at any sram_bytes from 0.1 to 100,000 (binds: memory)")
+
+
+def test_scan_miss_note_refuses_a_number_that_changes_nothing() -> None:
+    from btacalc.errors import BtacalcError
+
+    scan, _ = _scan(lambda x: 7.0)
+    assert scan.nearest_hit() is None
+    with pytest.raises(BtacalcError, match="sram_bytes would change nothing: tokens_per_s is 7 at every value"):
+        scan.miss_note("sram_bytes", "m does not fit on 1 x w")
