@@ -127,3 +127,56 @@ def test_scan_miss_note_refuses_a_number_that_changes_nothing() -> None:
     assert scan.nearest_hit() is None
     with pytest.raises(BtacalcError, match="sram_bytes would change nothing: tokens_per_s is 7 at every value"):
         scan.miss_note("sram_bytes", "m does not fit on 1 x w")
+
+
+# 4. model/gpu/costs.py: a phase's GEMM dtype is one named object; _gemm_row and _matmul_time lost their dead
+# defaults (re-derived from the rates); the routed load is the rates' to say; _issue's counting and its
+# grouped quantisation kernels are functions of their own
+
+def _bare_rates(**kw: Any) -> Any:
+    from btacalc.model.gpu.costs import _Rates
+
+    return _Rates(peak=1.0, hbm=2.0, imbalance=1.5, expert_shards=8, flash=True, sequence_parallel=False, beta=2, **kw)
+
+
+def test_the_routed_load_is_the_imbalance_on_routed_phases_only() -> None:
+    r = _bare_rates()
+    assert r.load(SimpleNamespace(routed_load=True)) == 1.5
+    assert r.load(SimpleNamespace(routed_load=False)) == 1.0
+
+
+def test_a_low_precision_phase_runs_its_gemms_in_the_recipes_dtype() -> None:
+    from btacalc.model.gpu.costs import _dtype, _GemmDtype
+
+    r = _bare_rates(cast=object(), low_peak=4.0, low_beta=1.0, low_share=0.7, peak_share=0.8)
+    assert _dtype(SimpleNamespace(low_precision=True), r) == _GemmDtype(4.0, None, 1.0, 0.7)
+    assert _dtype(SimpleNamespace(low_precision=False), r) == _GemmDtype(1.0, None, 2, 0.8)
+    assert _dtype(SimpleNamespace(low_precision=True), _bare_rates(peak_share=0.8)).peak == 1.0  # 16-bit training
+
+
+def test_a_phase_in_the_fused_attention_core_issues_nothing_of_its_own() -> None:
+    from btacalc.model.gpu.costs import _issued, _PhasePlan
+
+    plan = _PhasePlan(gemms=(), counts=(), grouped=(), modules=1, fused=True, dtype=_dtype_16())
+    assert _issued({"reruns": 1}, _bare_rates(), plan) == (0, 0, 0, 0)
+    unfused = _PhasePlan(gemms=(), counts=(), grouped=(), modules=1, fused=False, dtype=_dtype_16())
+    # no GEMMs but work: one kernel forward, one backward, one per re-run; its module forward, backward, re-run
+    assert _issued({"reruns": 1, "bytes_moved": 8, "flops_fwd": 0}, _bare_rates(), unfused) == (3, 0, 3, 0)
+
+
+def _dtype_16() -> Any:
+    from btacalc.model.gpu.costs import _GemmDtype
+
+    return _GemmDtype(1.0, None, 2, 1.0)
+
+
+def test_grouped_quantize_kernels_per_local_expert_in_each_pass() -> None:
+    from btacalc.model.gpu.costs import _grouped_quantize, new_part
+
+    part = new_part()
+    cast = SimpleNamespace(recipe=SimpleNamespace(grouped_quantize_kernels_per_expert=2))
+    _grouped_quantize(part, 8, 1, cast)  # 8 expert GEMMs over 3 + 1 passes: 2 per pass, 2 kernels each
+    assert (part.kernels, part.kernels_fwd) == (12.0, 4.0)  # forward, backward and the re-run; the first forward
+    none = new_part()
+    _grouped_quantize(none, 8, 1, SimpleNamespace(recipe=SimpleNamespace(grouped_quantize_kernels_per_expert=0)))
+    assert (none.kernels, none.kernels_fwd) == (0, 0)

@@ -36,7 +36,7 @@ import functools
 import math
 from dataclasses import MISSING, dataclass, field, fields
 from fractions import Fraction
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 import numpy as np
 
@@ -177,6 +177,22 @@ class _Rates:
     # a layer kind's rates have their own (`_kind_rates`), which every shape of the layout shares
     plans: dict[Any, Any] = field(default_factory=dict)
     cuda_graph_scope: tuple[str, ...] = ()  # Layout.cuda_graph_scope (config/cuda_graphs.py)
+
+    def load(self, phase: Phase) -> Any:
+        """The share of the mean a phase's work carries on the busiest rank: `imbalance` for the phases routed
+        tokens reach (catalogue `routed_load`), else 1."""
+        return self.imbalance if phase.routed_load else 1.0
+
+
+class _GemmDtype(NamedTuple):
+    """The dtype a phase's GEMMs run in (`_dtype`): its achieved peak, the GEMM shape model's device view (None: a
+    profile without [kernels], every matmul at `peak`), its operands' bytes per element and `peak` over the
+    dtype's datasheet peak."""
+
+    peak: Any
+    device: Optional[GemmDevice]
+    beta: float
+    share: float
 
 
 def _rates(problem: Problem) -> _Rates:
@@ -457,7 +473,7 @@ class _PhasePlan:
     grouped: tuple[bool, ...]  # each GEMM's `grouped`
     modules: int
     fused: bool  # phase.core under FlashAttention: timed and counted with the fused kernel (`_fused_core`)
-    dtype: tuple[Any, Optional[GemmDevice], float, float]
+    dtype: _GemmDtype
 
 
 def _phase_plan(phase: Phase, r: _Rates) -> _PhasePlan:
@@ -516,7 +532,7 @@ def _part(pv: PhaseValues, phases: list[Phase], rows_key: Any, r: _Rates, memory
     graphed = _graphed(phases, r) if not memory_only else {}
     for phase in phases:
         v = pv.of(phase.name)  # quantity -> value (read by subscript: one shape reads ~20 per phase)
-        load = r.imbalance if phase.routed_load else 1.0
+        load = r.load(phase)
         if memory_only:
             _memory(part, phase, v, load, quantised)
             continue
@@ -749,19 +765,20 @@ def _memory_of_one_shape(summed: _MemoryRows, tiles: int, tile_batch: int, n: in
                 routed_params=routed, low_precision_params=low_dense, low_precision_routed=low_routed)
 
 
-def _matmul_time(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, load: Any,
-                 plan: Optional[_PhasePlan] = None, timed: Optional[dict[Any, Any]] = None, report: bool = True) -> Any:
+def _matmul_time(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, load: Any, plan: _PhasePlan,
+                 timed: dict[Any, Any], report: bool) -> Any:
     """The phase's FLOPs at its GEMMs' efficiencies: forward and re-run at the forward shapes', backward
     at the data- and weight-gradient shapes' (FLOP-weighted); at `peak` for a phase without GEMMs. A
-    low-precision phase runs at its dtype's peak, with its operands' bytes (`_peak`, `_dtype`)."""
+    low-precision phase runs at its dtype's peak, with its operands' bytes (`_peak`, `_dtype`). `timed`: the
+    part's GEMMs already timed together (`_gemms_of_part`; empty: each timed here)."""
     fwd = (v["flops_fwd"] + v["flops_recompute"]) * load
     bwd = v["flops_bwd"] * load
-    plan = plan if plan is not None else _phase_plan(phase, r)
-    peak, device, beta, share = plan.dtype
-    gemms = plan.gemms if device is not None else ()
+    dtype = plan.dtype
+    peak = dtype.peak
+    gemms = plan.gemms if dtype.device is not None else ()
     if not gemms:
         return (fwd + bwd) / peak
-    rows = [_gemm_row(g, r, load, device, beta, share, timed.get((phase.name, i)) if timed else None, report)
+    rows = [_gemm_row(g, r, load, dtype, timed.get((phase.name, i)) if timed else None, report)
             for i, g in enumerate(gemms)]
     if report:
         part.gemms[phase.name] = [row for row, _ in rows if row is not None]  # (every row, with `report`)
@@ -778,13 +795,12 @@ def _matmul_time(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, load: A
     return fwd / peak * (t_fwd / ideal) + bwd / peak * (t_bwd / (2 * ideal))
 
 
-def _dtype(phase: Phase, r: _Rates) -> tuple[Any, Optional[GemmDevice], float, float]:
-    """(achieved peak, GEMM device, operand bytes, share of the datasheet peak) of the phase's GEMMs: the
-    low-precision recipe's for a `low_precision` phase (its dtype's ceiling x compute_efficiency on the dtype's
-    datasheet peak), else 16-bit."""
+def _dtype(phase: Phase, r: _Rates) -> _GemmDtype:
+    """The dtype of the phase's GEMMs: the low-precision recipe's for a `low_precision` phase (its dtype's
+    ceiling x compute_efficiency on the dtype's datasheet peak), else 16-bit."""
     if r.cast is not None and phase.low_precision:
-        return r.low_peak, r.low_device, r.low_beta, r.low_share
-    return r.peak, r.device, r.beta, r.peak_share
+        return _GemmDtype(r.low_peak, r.low_device, r.low_beta, r.low_share)
+    return _GemmDtype(r.peak, r.device, r.beta, r.peak_share)
 
 
 def _gemms_of_part(phases: list[Phase], r: _Rates) -> dict[tuple[str, int], Any]:
@@ -794,10 +810,10 @@ def _gemms_of_part(phases: list[Phase], r: _Rates) -> dict[tuple[str, int], Any]
     groups: dict[tuple[int, Any], tuple[GemmDevice, list[tuple[tuple[str, int], tuple[Any, ...]]]]] = {}
     for phase in phases:
         plan = _phase_plan(phase, r)
-        _, device, beta, _ = plan.dtype
+        device, beta = plan.dtype.device, plan.dtype.beta
         if plan.fused or device is None:
             continue
-        load = r.imbalance if phase.routed_load else 1.0
+        load = r.load(phase)
         rows = groups.setdefault((id(device), beta), (device, []))[1]
         rows.extend(((phase.name, i), _gemm_operands(g, r, load)) for i, g in enumerate(plan.gemms))
     out = {}
@@ -828,16 +844,12 @@ def _gemm_operands(g: Gemm, r: _Rates, load: Any) -> tuple[Any, Any, Any, Any, A
     return m, n, k, 1, count
 
 
-def _gemm_row(g: Gemm, r: _Rates, load: Any, dev: Optional[GemmDevice] = None,
-              beta: Optional[float] = None, share: Optional[float] = None,
-              timed: Optional[tuple[Any, Any]] = None,
-              report: bool = True) -> tuple[Optional[GemmRow], tuple[Any, Any, Any, Any, Any]]:
-    """One GEMM of a phase: its report row (efficiencies as shares of the dtype's datasheet peak; None without
-    `report`) and (ideal forward time, forward time, backward time, data-gradient time, weight-gradient time) per
-    pass; `timed`: its operands and passes
-    already computed (`_gemms_of_part`)."""
-    dev = dev if dev is not None else r.device
-    beta = beta if beta is not None else r.beta
+def _gemm_row(g: Gemm, r: _Rates, load: Any, dtype: _GemmDtype, timed: Optional[tuple[Any, Any]],
+              report: bool) -> tuple[Optional[GemmRow], tuple[Any, Any, Any, Any, Any]]:
+    """One GEMM of a phase in `dtype`: its report row (efficiencies as shares of the dtype's datasheet peak; None
+    without `report`) and (ideal forward time, forward time, backward time, data-gradient time, weight-gradient
+    time) per pass; `timed`: its operands and passes already computed (`_gemms_of_part`), or None."""
+    dev, beta = dtype.device, dtype.beta
     assert dev is not None  # _matmul_time only asks with a device
     if timed is None:
         m, n, k, groups, launches = _gemm_operands(g, r, load)
@@ -854,7 +866,7 @@ def _gemm_row(g: Gemm, r: _Rates, load: Any, dev: Optional[GemmDevice] = None,
              launches * wgrad.time_s)
     if not report:
         return None, times
-    eff = share if share is not None else r.peak_share
+    eff = dtype.share
     row = object.__new__(GemmRow)  # the frozen dataclass's __init__ without its nine object.__setattr__ calls
     row.__dict__.update(name=g.name, m=m, n=n, k=k, groups=groups, launches=launches, efficiency=fwd.efficiency * eff,
                         backward_efficiency=2 * ideal / bwd_time * eff, binding=fwd.binding())
@@ -959,22 +971,7 @@ def _issue(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, plan: _PhaseP
     Each count times `eager`'s entry for it (`_eager`: 0 where the phase's CUDA graph replays it); the
     quantisation kernels only where the phase's kernels are eager."""
     reruns = v["reruns"]
-    if plan.fused:
-        kernels, expert_gemms, modules, expert_modules = 0, 0, 0, 0
-    else:
-        passes = 1 + reruns + 2
-        if plan.gemms:
-            counts, python = _evaluate_all(plan.counts, r)
-            # as `_evaluate_all`: Python numbers (EP an int, `python_symbols`) leave numpy out
-            with contextlib.nullcontext() if python else np.errstate(divide="ignore", invalid="ignore"):
-                dense = sum([c for c, grouped in zip(counts, plan.grouped) if not grouped])
-                experts = sum([c / r.expert_parallel for c, grouped in zip(counts, plan.grouped) if grouped])
-                expert_modules = sum([c / r.expert_parallel for c, g in zip(counts, plan.gemms) if g.grouped and g.module])
-            kernels, expert_gemms = dense * passes, experts * passes
-        else:
-            work = where((v["bytes_moved"] + v["flops_fwd"]) > 0, 1, 0)
-            kernels, expert_gemms, expert_modules = work * (2 + reruns), 0, 0
-        modules = plan.modules * (1 + reruns + 1)
+    kernels, expert_gemms, modules, expert_modules = _issued(v, r, plan)
     kernels, expert_gemms, modules = kernels * eager[0], expert_gemms * eager[1], modules * eager[2]
     glue = phase.host_glue
     part.kernels, part.expert_gemms = part.kernels + kernels, part.expert_gemms + expert_gemms
@@ -988,13 +985,42 @@ def _issue(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, plan: _PhaseP
     part.glue_ops_fwd = part.glue_ops_fwd + (0 if glue is None else glue.forward_ops * eager[3])
     _grouped_linear_python(part, expert_modules, reruns, eager[2], r.cast if phase.low_precision else None)
     if eager[0] and r.cast is not None and phase.low_precision:
-        per_expert = r.cast.recipe.grouped_quantize_kernels_per_expert
-        if per_expert:
-            forward = expert_gemms / (3 + reruns) * per_expert
-            part.kernels = part.kernels + forward * (2 + reruns)
-            part.kernels_fwd = part.kernels_fwd + forward
+        _grouped_quantize(part, expert_gemms, reruns, r.cast)
     if before is not None:
         _after_sync(part, before)
+
+
+def _issued(v: dict[str, Any], r: _Rates, plan: _PhasePlan) -> tuple[Any, Any, Any, Any]:
+    """What a phase issues per micro-batch before CUDA graphs (`_issue`'s first two items): (kernel launches,
+    per-expert GEMMs, layer-module calls, local experts summed over its grouped linear modules); none for a
+    phase inside the fused attention core (`_fused_core` counts it)."""
+    if plan.fused:
+        return 0, 0, 0, 0
+    reruns = v["reruns"]
+    passes = 1 + reruns + 2
+    if plan.gemms:
+        counts, python = _evaluate_all(plan.counts, r)
+        # as `_evaluate_all`: Python numbers (EP an int, `python_symbols`) leave numpy out
+        with contextlib.nullcontext() if python else np.errstate(divide="ignore", invalid="ignore"):
+            dense = sum([c for c, grouped in zip(counts, plan.grouped) if not grouped])
+            experts = sum([c / r.expert_parallel for c, grouped in zip(counts, plan.grouped) if grouped])
+            expert_modules = sum([c / r.expert_parallel for c, g in zip(counts, plan.gemms) if g.grouped and g.module])
+        kernels, expert_gemms = dense * passes, experts * passes
+    else:
+        work = where((v["bytes_moved"] + v["flops_fwd"]) > 0, 1, 0)
+        kernels, expert_gemms, expert_modules = work * (2 + reruns), 0, 0
+    return kernels, expert_gemms, plan.modules * (1 + reruns + 1), expert_modules
+
+
+def _grouped_quantize(part: Part, expert_gemms: Any, reruns: Any, cast: CastRates) -> None:
+    """The per-expert quantisation kernels of a low-precision phase's grouped expert GEMMs (`_issue`'s last
+    item but one): the recipe's `grouped_quantize_kernels_per_expert` per local expert in each grouped GEMM's
+    forward, backward and re-runs (2 + re-runs), the first forward's share into `kernels_fwd`."""
+    per_expert = cast.recipe.grouped_quantize_kernels_per_expert
+    if per_expert:
+        forward = expert_gemms / (3 + reruns) * per_expert
+        part.kernels = part.kernels + forward * (2 + reruns)
+        part.kernels_fwd = part.kernels_fwd + forward
 
 
 def _grouped_linear_python(part: Part, expert_modules: Any, reruns: Any, eager_module: int,
