@@ -180,3 +180,28 @@ def test_grouped_quantize_kernels_per_local_expert_in_each_pass() -> None:
     none = new_part()
     _grouped_quantize(none, 8, 1, SimpleNamespace(recipe=SimpleNamespace(grouped_quantize_kernels_per_expert=0)))
     assert (none.kernels, none.kernels_fwd) == (0, 0)
+
+
+# 5. model/gpu/costs.py _part (54 -> 40 lines): a core phase's sums are the fused core's to add, a phase's time the
+# part's (`_add_time`)
+
+def test_the_fused_core_adds_a_phases_flops_at_the_causal_block_share() -> None:
+    from btacalc.model.gpu.costs import _FusedCore
+
+    core = _FusedCore()
+    v = {"flops_fwd": 10, "flops_bwd": 20, "flops_recompute": 14, "reruns": 1}
+    assert core.add(v, 2, 88, 5, _bare_rates(core_time_factor=0.5)) is None  # no --fp8-attention: no casts
+    # backward 20 x load 2 x 0.5; its kernel also recomputes the scores: 14 - 1 x 10 = 4 beyond the re-run
+    assert (core.flops, core.traffic_bytes, core.backward_flops, core.backward_kernel_flops) == (44, 5, 20, 24)
+
+
+def test_a_phases_time_goes_to_its_backward_share_and_after_the_sync_its_forward_rest() -> None:
+    from btacalc.model.gpu.costs import _add_time, new_part
+
+    part = new_part()
+    v = {"flops_fwd": 10, "flops_bwd": 30, "flops_recompute": 0}
+    _add_time(part, SimpleNamespace(name="experts", after_dispatch_sync=True, core=False), v, 8.0)
+    assert (part.phase_s, part.compute_s, part.backward_s, part.compute_post_s, part.core_s) == \
+        ({"experts": 8.0}, 8.0, 6.0, 2.0, 0.0)
+    _add_time(part, SimpleNamespace(name="attn_pv", after_dispatch_sync=False, core=True), v, 4.0)
+    assert (part.compute_s, part.backward_s, part.compute_post_s, part.core_s) == (12.0, 9.0, 2.0, 4.0)

@@ -542,27 +542,14 @@ def _part(pv: PhaseValues, phases: list[Phase], rows_key: Any, r: _Rates, memory
         # 1 for each of `ISSUED_COUNTS` the host still issues, 0 for those a CUDA graph replays (`_eager`)
         _issue(part, phase, v, r, plan, _eager(graphed[phase.name]) if phase.name in graphed else _ALL_EAGER)
         if plan.fused:
-            run = r.core_time_factor
-            core.flops, core.traffic_bytes = core.flops + flops * run, core.traffic_bytes + traffic
-            core.backward_flops = core.backward_flops + v["flops_bwd"] * load * run
-            # the backward kernel also recomputes the scores: re-run FLOPs that are not a forward re-run
-            in_kernel = v["flops_recompute"] - v["reruns"] * v["flops_fwd"]
-            core.backward_kernel_flops = core.backward_kernel_flops + (v["flops_bwd"] + in_kernel) * load * run
-            if r.attention_cast is not None:
-                forward, backward = attention_cast_s(r.attention_cast, r.hbm, v.__getitem__)
-                core.cast_forward_s, core.cast_backward_s = core.cast_forward_s + forward, core.cast_backward_s + backward
-                part.cast_s[phase.name] = forward + backward
+            cast_s = core.add(v, load, flops, traffic, r)
+            if cast_s is not None:
+                part.cast_s[phase.name] = cast_s
             t = 0.0
         else:
             t = maximum(_matmul_time(part, phase, v, r, load, plan, timed, report), traffic / r.stream_hbm) + _cast(part, phase, v, r, load) \
                 + _elementwise_s(v, r, load)
-        part.phase_s[phase.name] = t
-        part.compute_s = part.compute_s + t
-        share = _backward_share(v)  # (a pure function of the phase's values: the same value both times)
-        part.backward_s = part.backward_s + t * share
-        if phase.after_dispatch_sync:
-            part.compute_post_s = part.compute_post_s + t * (1 - share)
-        part.core_s = part.core_s + (t if phase.core else 0.0)
+        _add_time(part, phase, v, t)
         if report:
             _memory(part, phase, v, load, quantised)
         else:  # the solver's candidates (timing reads the parameters alone; `MemoryModel` its own parts)
@@ -574,6 +561,18 @@ def _part(pv: PhaseValues, phases: list[Phase], rows_key: Any, r: _Rates, memory
     if graphed:
         _graph_launches(part, pv.of(next(p.name for p in phases if p.name in graphed)))
     return part
+
+
+def _add_time(part: Part, phase: Phase, v: dict[str, Any], t: Any) -> None:
+    """A phase's time `t` per micro-batch into the part: its own, the part's compute, its backward share (and the
+    forward rest after the dispatcher's sync), and the attention core's."""
+    part.phase_s[phase.name] = t
+    part.compute_s = part.compute_s + t
+    share = _backward_share(v)  # (a pure function of the phase's values: the same value both times)
+    part.backward_s = part.backward_s + t * share
+    if phase.after_dispatch_sync:
+        part.compute_post_s = part.compute_post_s + t * (1 - share)
+    part.core_s = part.core_s + (t if phase.core else 0.0)
 
 
 def _graphed(phases: list[Phase], r: _Rates) -> dict[str, frozenset[str]]:
@@ -1071,6 +1070,21 @@ class _FusedCore:
     backward_kernel_flops: Any = 0  # the backward kernel's: `backward_flops` and its recomputation of the scores
     cast_forward_s: Any = 0.0  # --fp8-attention: the casts around the FP8 kernel in the first forward
     cast_backward_s: Any = 0.0  # and in the backward
+
+    def add(self, v: dict[str, Any], load: Any, flops: Any, traffic: Any, r: _Rates) -> Any:
+        """A core phase's `flops` (forward, backward and re-run, x the routed load) and HBM `traffic` into the
+        kernel's sums, x the causal block share; its FP8-attention casts' time (None without --fp8-attention)."""
+        run = r.core_time_factor
+        self.flops, self.traffic_bytes = self.flops + flops * run, self.traffic_bytes + traffic
+        self.backward_flops = self.backward_flops + v["flops_bwd"] * load * run
+        # the backward kernel also recomputes the scores: re-run FLOPs that are not a forward re-run
+        in_kernel = v["flops_recompute"] - v["reruns"] * v["flops_fwd"]
+        self.backward_kernel_flops = self.backward_kernel_flops + (v["flops_bwd"] + in_kernel) * load * run
+        if r.attention_cast is None:
+            return None
+        forward, backward = attention_cast_s(r.attention_cast, r.hbm, v.__getitem__)
+        self.cast_forward_s, self.cast_backward_s = self.cast_forward_s + forward, self.cast_backward_s + backward
+        return forward + backward
 
 
 def _fused_core(part: Part, pv: PhaseValues, phases: list[Phase], core: _FusedCore, r: _Rates,
