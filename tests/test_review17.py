@@ -205,3 +205,23 @@ def test_a_phases_time_goes_to_its_backward_share_and_after_the_sync_its_forward
         ({"experts": 8.0}, 8.0, 6.0, 2.0, 0.0)
     _add_time(part, SimpleNamespace(name="attn_pv", after_dispatch_sync=False, core=True), v, 4.0)
     assert (part.compute_s, part.backward_s, part.compute_post_s, part.core_s) == (12.0, 9.0, 2.0, 4.0)
+
+
+# 6. catalogue/compiled.py: a row mask's bits are named (CONSTANT_TERM, SHAPE_TERMS), not 1 and 14 in costs.py;
+# _memory_of_shapes (52 lines) split at its arrays (`_memory_of_arrays`), a shape-free row's value one function
+
+def test_the_row_mask_names_agree_with_affine() -> None:
+    from btacalc.catalogue.compiled import CONSTANT_TERM, SHAPE_TERMS, affine
+
+    c = (5, 7, 11, 13)
+    assert affine(CONSTANT_TERM, c, 3, 2, 6) == 5
+    assert affine(SHAPE_TERMS, c, 3, 2, 6) == 7 * 2 + 11 * 3 + 13 * 6  # every shape term, no constant
+    assert SHAPE_TERMS & CONSTANT_TERM == 0 and SHAPE_TERMS | CONSTANT_TERM == 15
+
+
+def test_a_shape_free_row_is_its_constant_as_a_float() -> None:
+    from btacalc.catalogue.compiled import CONSTANT_TERM
+    from btacalc.model.gpu.costs import _fixed_value
+
+    assert _fixed_value(CONSTANT_TERM, (5, 0, 0, 0)) == 5.0 and type(_fixed_value(CONSTANT_TERM, (5, 0, 0, 0))) is float
+    assert _fixed_value(0, (5, 0, 0, 0)) == 0.0

@@ -40,7 +40,7 @@ from typing import Any, NamedTuple, Optional
 
 import numpy as np
 
-from ...catalogue.compiled import PhaseValues, affine
+from ...catalogue.compiled import CONSTANT_TERM, SHAPE_TERMS, PhaseValues, affine
 from ...catalogue.constants import constants
 from ...catalogue.selection import Selection
 from ...catalogue.terms import Gemm, Phase
@@ -644,12 +644,12 @@ def _memory_rows(pv: PhaseValues, phases: list[Phase]) -> Optional[_MemoryRows]:
             if any(type(x) is not int or x < 0 or x >= _EXACT for x in c):
                 return None
             if q == "params":
-                if mask & 14:
+                if mask & SHAPE_TERMS:
                     return None
                 routed = phase.param_bucket == "routed"
-                params[1 if routed else 0] += c[0] if mask & 1 else 0
+                params[1 if routed else 0] += c[0] if mask & CONSTANT_TERM else 0
                 if phase.low_precision and quantised:
-                    params[3 if routed else 2] += c[0] if mask & 1 else 0
+                    params[3 if routed else 2] += c[0] if mask & CONSTANT_TERM else 0
             elif q == "transient":
                 transient.append(tuple(c))
             else:
@@ -715,9 +715,16 @@ def _memory_of_shapes(pv: PhaseValues, phases: list[Phase], r: _Rates, key: Any 
     bounds = (tiles, tile_batch, n) if one else pv.integer_bounds
     if bounds is None or not summed.exact(bounds):
         return None
-    dense, routed, low_dense, low_routed = summed.params
     if one:
         return _memory_of_one_shape(summed, tiles, tile_batch, n)
+    return _memory_of_arrays(pv, summed, key)
+
+
+def _memory_of_arrays(pv: PhaseValues, summed: _MemoryRows, key: Any) -> Part:
+    """`_memory_of_shapes` over arrays of shapes: every row at once as one matrix product where the shapes are
+    one-dimensional float64 arrays, else each sum's affine row and the working set's maximum row."""
+    tiles, tile_batch, n = pv.tiles, pv.tile_batch, pv.n
+    dense, routed, low_dense, low_routed = summed.params
     product = None
     if type(tiles) is np.ndarray and type(tile_batch) is np.ndarray and tiles.dtype == tile_batch.dtype == n.dtype \
             == _FLOAT64 and tiles.ndim == 1 and tiles.shape == tile_batch.shape == n.shape:
@@ -731,12 +738,12 @@ def _memory_of_shapes(pv: PhaseValues, phases: list[Phase], r: _Rates, key: Any 
         y = matrix @ np.array((tile_batch, tiles, n))
         y += constant
         (m_stored, c_stored), (m_re, c_re) = summed.stored, summed.recompute
-        return new_part(stored=y[0] if m_stored & 14 else float(c_stored[0] if m_stored & 1 else 0),
-                        recompute=y[1] if m_re & 14 else float(c_re[0] if m_re & 1 else 0),
+        return new_part(stored=y[0] if m_stored & SHAPE_TERMS else _fixed_value(m_stored, c_stored),
+                        recompute=y[1] if m_re & SHAPE_TERMS else _fixed_value(m_re, c_re),
                         transient=y[2] if len(y) == 3 else np.maximum.reduce(y[2:], axis=0), dense_params=dense,
                         routed_params=routed, low_precision_params=low_dense, low_precision_routed=low_routed)
     # each phase's bytes times its load 1.0: arrays, or a float where no phase's bytes depend on the shape
-    stored, recompute = [affine(m, c, tiles, tile_batch, n) if m & 14 else float(c[0] if m & 1 else 0)
+    stored, recompute = [affine(m, c, tiles, tile_batch, n) if m & SHAPE_TERMS else _fixed_value(m, c)
                          for m, c in (summed.stored, summed.recompute)]
     if summed.top is not None:  # one row at or above all the others: it is their maximum (round "speed7")
         c0, c_b, c_g, c_n = summed.top
@@ -748,6 +755,11 @@ def _memory_of_shapes(pv: PhaseValues, phases: list[Phase], r: _Rates, key: Any 
     # (no np.maximum(0, ...): every coefficient and shape is non-negative, so every row is +0.0 or more already)
     return new_part(stored=stored, recompute=recompute, transient=transient, dense_params=dense,
                 routed_params=routed, low_precision_params=low_dense, low_precision_routed=low_routed)
+
+
+def _fixed_value(mask: int, c: tuple[Any, ...]) -> float:
+    """A row with no shape term (`SHAPE_TERMS`) as the float it is at every shape: its constant, or 0."""
+    return float(c[0] if mask & CONSTANT_TERM else 0)
 
 
 def _memory_of_one_shape(summed: _MemoryRows, tiles: int, tile_batch: int, n: int) -> Part:
