@@ -225,3 +225,47 @@ def test_a_shape_free_row_is_its_constant_as_a_float() -> None:
 
     assert _fixed_value(CONSTANT_TERM, (5, 0, 0, 0)) == 5.0 and type(_fixed_value(CONSTANT_TERM, (5, 0, 0, 0))) is float
     assert _fixed_value(0, (5, 0, 0, 0)) == 0.0
+
+
+# 7. planning/modelzoo.py: what differs between Model Zoo's configuration classes is data (ZooClass), not
+# `gptj = name == "gptj"`; the dropout rate and the fallback max_position_embeddings are named, with sources
+
+def test_every_zoo_model_has_a_configuration_class_and_each_writes_only_its_keys() -> None:
+    from btacalc.config.presets import resolve_model
+    from btacalc.planning.modelzoo import ZOO_CLASSES, ZOO_KEYS, ZOO_MODELS, used_keys, zoo_model
+
+    assert set(ZOO_MODELS.values()) <= set(ZOO_CLASSES)
+    for preset, name in ZOO_MODELS.items():
+        model, notes = zoo_model(resolve_model(preset))
+        assert model is not None
+        zoo = ZOO_CLASSES[name]
+        assert all(zoo.has(key) for key in used_keys(model)), preset
+        assert ("dropout_rate" in model, "norm_type" in model) == (zoo.has("dropout_rate"), zoo.has("norm_type"))
+        assert all(source in notes[0] for source in zoo.sources)
+    assert [k for k in ZOO_KEYS if not ZOO_CLASSES["gptj"].has(k)] == ["dropout_rate", "norm_type", "moe",
+                                                                       "moe.num_experts", "moe.num_shared_experts",
+                                                                       "moe.top_k"]
+
+
+def test_a_class_that_rotates_part_of_each_head_writes_its_note_not_rotary_dim(monkeypatch: Any) -> None:
+    from dataclasses import replace
+
+    from btacalc.config.presets import resolve_model
+    from btacalc.planning import modelzoo
+
+    llama = replace(modelzoo.ZOO_CLASSES["llama"], partial_rotary_note="rotary_dim: partial")
+    monkeypatch.setitem(modelzoo.ZOO_CLASSES, "llama", llama)
+    model, notes = modelzoo.zoo_model(resolve_model("llama-2-7b"))
+    assert model is not None and "rotary_dim" not in model and notes[1] == "rotary_dim: partial"
+
+
+def test_the_dropout_rate_and_the_position_fallback_are_the_named_constants(monkeypatch: Any) -> None:
+    from btacalc.config.presets import resolve_model
+    from btacalc.planning import modelzoo
+
+    monkeypatch.setattr(modelzoo, "DROPOUT_RATE", 0.25)
+    monkeypatch.setattr(modelzoo, "DEFAULT_MAX_POSITION_EMBEDDINGS", 777)
+    spec = resolve_model("gpt2-small")
+    model, _ = modelzoo.zoo_model(spec.model_copy(update={"max_position_embeddings": None}))
+    assert model is not None
+    assert (model["dropout_rate"], model["attention_dropout_rate"], model["max_position_embeddings"]) == (0.25, 0.25, 777)
