@@ -269,3 +269,45 @@ def test_the_dropout_rate_and_the_position_fallback_are_the_named_constants(monk
     model, _ = modelzoo.zoo_model(spec.model_copy(update={"max_position_embeddings": None}))
     assert model is not None
     assert (model["dropout_rate"], model["attention_dropout_rate"], model["max_position_embeddings"]) == (0.25, 0.25, 777)
+
+
+# 8. model/gpu/nccl.py: NCCL's 64-byte size unit, the tree correction's 23 sizes and the tree's 0.5 algorithm
+# ratio are named with their tuning.cc lines (they were bare literals in three expressions)
+
+def test_the_tree_correction_applies_below_its_named_size_limit(monkeypatch: Any) -> None:
+    from btacalc.catalogue.constants import constants
+    from btacalc.model.gpu import nccl
+
+    group = nccl.Group(16, 2, 2, 1e11)
+    simple = nccl.SIMPLE
+    corrections = constants().nccl.tree_correction[simple]
+    size = nccl.SIZE_UNIT_BYTES * 2 ** 11  # index 11 of the table: 0.5 under Simple
+    assert corrections[11] == 0.5
+    corrected = nccl.tree_time_s(group, size, simple)
+    monkeypatch.setattr(nccl, "TREE_CORRECTION_SIZES", 11)  # the guard now stops below index 11
+    uncorrected = nccl.tree_time_s(group, size, simple)
+    latency = nccl.tree_latency_s(group, simple)
+    assert (corrected - latency) == pytest.approx(2 * (uncorrected - latency))
+
+
+def test_the_tree_runs_at_its_named_share_of_the_bus_bandwidth(monkeypatch: Any) -> None:
+    from btacalc.model.gpu import nccl
+
+    group = nccl.Group(16, 2, 2, 1e11)
+    size = 2 ** 40  # beyond the correction's sizes: factor 1
+    base = nccl.tree_time_s(group, size, nccl.SIMPLE) - nccl.tree_latency_s(group, nccl.SIMPLE)
+    monkeypatch.setattr(nccl, "TREE_ALGORITHM_RATIO", 0.25)
+    assert nccl.tree_time_s(group, size, nccl.SIMPLE) - nccl.tree_latency_s(group, nccl.SIMPLE) == pytest.approx(2 * base)
+
+
+# 9. model/gpu/costs.py: a phase without FLOPs splits its time by a named share (was `2 / 3` twice)
+
+def test_a_phase_without_flops_takes_the_named_backward_share(monkeypatch: Any) -> None:
+    from btacalc.model.gpu import costs
+
+    nothing = {"flops_fwd": 0, "flops_bwd": 0, "flops_recompute": 0}
+    assert costs._backward_share(nothing) == costs.NO_FLOPS_BACKWARD_SHARE == 2 / 3
+    monkeypatch.setattr(costs, "NO_FLOPS_BACKWARD_SHARE", 0.5)
+    assert costs._backward_share(nothing) == 0.5
+    arrays = {"flops_fwd": np.array([0, 1]), "flops_bwd": np.array([0, 2]), "flops_recompute": np.array([0, 1])}
+    assert costs._backward_share(arrays).tolist() == [0.5, 0.5]

@@ -1169,13 +1169,22 @@ def _elementwise_s(v: dict[str, Any], r: _Rates, load: Any) -> Any:
     return (v["elementwise_bytes"] * (1 + v["reruns"]) + v["elementwise_bytes_bwd"]) * load / r.stream_hbm
 
 
+# Estimate: the backward share of the time of a phase that counts no FLOPs (a copy, a cast, a permutation: its
+# backward moves what its forward did, its gradient through the same bytes) is a matmul phase's, whose backward
+# runs two GEMMs (data and weight gradient) per forward one (the FLOP count behind Narayanan et al. 2021, arXiv
+# 2104.04473, Eq. 3: a backward pass twice the forward's FLOPs); no measurement splits such a phase.
+NO_FLOPS_BACKWARD_SHARE = 2 / 3
+
+
 def _backward_share(v: dict[str, Any]) -> Any:
+    """The backward's share of a phase's time: its backward FLOPs over all it runs (forward, backward, re-run),
+    NO_FLOPS_BACKWARD_SHARE for a phase without FLOPs."""
     bwd = v["flops_bwd"]
     total = v["flops_fwd"] + bwd + v["flops_recompute"]
     if not isinstance(total, np.ndarray):  # one shape: the value `where` picks, without computing the other
-        return float(bwd) / float(total) if total > 0 else 2 / 3  # float64 operands, as the array path divides
+        return float(bwd) / float(total) if total > 0 else NO_FLOPS_BACKWARD_SHARE  # float64, as the arrays divide
     positive = total > 0  # (one comparison for both `where`s: the same mask)
-    return where(positive, bwd / where(positive, total, 1), 2 / 3)
+    return where(positive, bwd / where(positive, total, 1), NO_FLOPS_BACKWARD_SHARE)
 
 
 def _traffic(phase: Phase, v: dict[str, Any], r: _Rates, load: Any) -> Any:
