@@ -311,3 +311,20 @@ def test_a_phase_without_flops_takes_the_named_backward_share(monkeypatch: Any) 
     assert costs._backward_share(nothing) == 0.5
     arrays = {"flops_fwd": np.array([0, 1]), "flops_bwd": np.array([0, 2]), "flops_recompute": np.array([0, 1])}
     assert costs._backward_share(arrays).tolist() == [0.5, 0.5]
+
+
+# 10. planning/crossover.py: the family's width-free numbers are its anchor preset's (Qwen3-30B-A3B), not the
+# config.json's values written again in the code
+
+def test_the_family_takes_what_does_not_scale_from_its_anchor_preset(monkeypatch: Any) -> None:
+    from btacalc.config.presets import load_preset
+    from btacalc.planning import crossover
+
+    anchor = load_preset(crossover.ANCHOR)
+    member = crossover.family_model("qwen3-moe", 1024)
+    assert all(getattr(member, f) == getattr(anchor, f) for f in crossover.ANCHOR_FIELDS)
+    changed = anchor.model_copy(update={"vocab_size": 32000, "num_experts": 64, "top_k": 4})
+    monkeypatch.setattr(crossover, "load_preset", lambda name: changed)
+    member = crossover.family_model("qwen3-moe", 1024)
+    assert (member.vocab_size, member.num_experts, member.top_k) == (32000, 64, 4)
+    assert member.source.endswith("E = 64, k = 4")
