@@ -328,3 +328,26 @@ def test_the_family_takes_what_does_not_scale_from_its_anchor_preset(monkeypatch
     member = crossover.family_model("qwen3-moe", 1024)
     assert (member.vocab_size, member.num_experts, member.top_k) == (32000, 64, 4)
     assert member.source.endswith("E = 64, k = 4")
+
+
+# 11. planning/validate.py metric_value: a published metric's computation is looked up by name in a table
+# (REPORT_METRICS, THROUGHPUT_METRICS), not found by an if-chain of seven string comparisons; a point naming no
+# known metric is refused when the points are read, not after its plan
+
+def test_every_published_point_names_a_known_metric_and_a_typo_is_refused_on_reading() -> None:
+    from pydantic import ValidationError
+
+    from btacalc.planning.validate import POINT_METRICS, PublishedPoint, load_points
+
+    assert {p.metric for p in load_points()} <= set(POINT_METRICS)
+    fields = {"id": "x", "claim": "c", "source": "s", "hw": "wse2", "published": 1.0, "tolerance": 0.1}
+    with pytest.raises(ValidationError, match="unknown metric 'speed_up'"):
+        PublishedPoint.model_validate({**fields, "metric": "speed_up"})
+
+
+def test_a_report_metric_is_read_through_its_table(monkeypatch: Any) -> None:
+    from btacalc.planning import validate
+
+    point = next(p for p in validate.load_points() if p.metric == "params_total")
+    monkeypatch.setitem(validate.REPORT_METRICS, "params_total", lambda r: -1.0)
+    assert validate.metric_value(point) == -1.0
