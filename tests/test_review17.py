@@ -351,3 +351,15 @@ def test_a_report_metric_is_read_through_its_table(monkeypatch: Any) -> None:
     point = next(p for p in validate.load_points() if p.metric == "params_total")
     monkeypatch.setitem(validate.REPORT_METRICS, "params_total", lambda r: -1.0)
     assert validate.metric_value(point) == -1.0
+
+
+# 12. output: the labelled two-column grid of the plan header, the plan box, the wafer plan and the whatif answer
+# is one function (`label_grid`; `duplicates` found it written four times)
+
+def test_label_grid_is_a_bold_label_then_its_value_folding_only_when_asked() -> None:
+    from btacalc.output.fit import label_grid
+
+    t = label_grid()
+    assert [c.style for c in t.columns] == ["bold", ""] and t.padding == (0, 2, 0, 2) and not t.show_header
+    assert t.columns[1].overflow == "ellipsis"
+    assert label_grid(fold_values=True).columns[1].overflow == "fold"
