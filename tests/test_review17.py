@@ -10,13 +10,14 @@ import numpy as np
 import pytest
 
 from btacalc.model.gpu.fixed import FixedCosts
-from btacalc.model.gpu.timing import _critical, _slowest_fixed, _Stage, _Sync
-from btacalc.planning.plan import PhaseTimes
+from btacalc.model.gpu.timing import _Stage, _Sync
 
 
 # 1. planning/plan.py build_report: a plan's phase times are one object (PhaseTimes), not a closure over three maps
 
-def _times(repeats: Any = None) -> PhaseTimes:
+def _times(repeats: Any = None) -> Any:
+    from btacalc.planning.plan import PhaseTimes
+
     return PhaseTimes(per_layer={("moe", "experts"): 0.5}, phase_time={"router": 6.0, "loss": 3.0},
                       repeats=repeats, gemms={("moe", "router"): ["r"], ("", "loss"): ["l"]})
 
@@ -56,6 +57,8 @@ def _stage(terms: dict[str, Any], fixed: tuple[Any, Any, Any] = (0.0, 0.0, 0.0))
 
 
 def test_critical_stage_is_the_slowest_per_micro_batch_first_on_a_tie() -> None:
+    from btacalc.model.gpu.timing import _critical
+
     stages = [_stage({"compute": 1.0, "launch": 1.0}), _stage({"compute": 3.0, "launch": 0.0}),
               _stage({"compute": 2.0, "launch": 1.0})]
     worst, crit = _critical(stages)
@@ -64,12 +67,16 @@ def test_critical_stage_is_the_slowest_per_micro_batch_first_on_a_tie() -> None:
 
 
 def test_critical_stage_over_arrays_of_layouts_is_elementwise() -> None:
+    from btacalc.model.gpu.timing import _critical
+
     worst, crit = _critical([_stage({"compute": np.array([1.0, 4.0])}), _stage({"compute": np.array([2.0, 3.0])})])
     assert crit == 0
     assert worst.terms["compute"].tolist() == [2.0, 4.0] and worst.raw["tp_comm"].tolist() == [2.0, 4.0]
 
 
 def test_slowest_fixed_costs_are_the_stage_with_the_largest_total() -> None:
+    from btacalc.model.gpu.timing import _slowest_fixed
+
     stages = [_stage({"compute": 0.0}, (1.0, 1.0, 0.0)), _stage({"compute": 0.0}, (0.5, 0.5, 2.0)),
               _stage({"compute": 0.0}, (2.0, 0.0, 0.0))]
     assert _slowest_fixed(stages) == FixedCosts(0.5, 0.5, 2.0)
