@@ -276,9 +276,14 @@ class _Gathered(Coefficients):
 _STACKED_ELEMENTS = 1 << 16
 
 
+# A row's mask: bit i set where its coefficient i of (c0, c_b, c_G, c_Gb) is not identically zero
+CONSTANT_TERM = 1  # c0
+SHAPE_TERMS = 2 | 4 | 8  # c_b, c_G, c_Gb: the row varies with the shape
+
+
 def affine(mask: int, c: tuple[Any, ...], tiles: Any, tile_batch: Any, n: Any) -> Any:
     """c0 + c_b*b + c_G*G + c_Gb*G*b, skipping the coefficients that are identically zero."""
-    value: Any = c[0] if mask & 1 else 0
+    value: Any = c[0] if mask & CONSTANT_TERM else 0
     if mask & 2:
         value = value + c[1] * tile_batch
     if mask & 4:

@@ -151,6 +151,19 @@ def _cut(console: Console, options: ConsoleOptions, pieces: list[RenderableType]
     yield Text(CUT_NOTE.format(left=len(lines) - shown))
 
 
+def label_grid(*, fold_values: bool = False) -> Table:
+    """A borderless two-column table of labelled lines (a plan's header, a wafer plan, a whatif answer): the label
+    bold, then its value; `fold_values`: values wrap at narrow widths (a long formula or number), never end
+    in "…"."""
+    t = Table.grid(padding=(0, 2))
+    t.add_column(style="bold")
+    if fold_values:
+        t.add_column(overflow="fold")
+    else:
+        t.add_column()
+    return t
+
+
 def fit(table: Table) -> Fit:
     return Fit(table)
 

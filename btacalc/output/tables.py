@@ -15,7 +15,7 @@ from rich.text import Text
 
 from ..planning.plan import SENSITIVITY_STEP
 from ..planning.report import DeviceMemory, ExpectedError, PhaseRow, PlanReport
-from .fit import Fit, fit, fit_all
+from .fit import Fit, fit, fit_all, label_grid
 from .wafer_tables import sensitivity_table, wafer_renderable
 
 # A plan loses more than 5% of its tokens/s when the busiest expert-parallel rank gets 25% more tokens:
@@ -151,9 +151,7 @@ def sweep_renderable(result) -> Fit:
 
 
 def _header(r: PlanReport) -> Table:
-    t = Table.grid(padding=(0, 2))
-    t.add_column(style="bold")
-    t.add_column()
+    t = label_grid()
     m, hw, i = r.model, r.hardware, r.inputs
     arch = (f"h={m.hidden_size} L={m.num_layers} a={m.num_heads} a_kv={m.num_kv_heads} d_h={m.head_dim} "
             f"V={m.vocab_size} f={m.ffn_size}" + (f" E={m.num_experts} k={m.top_k}" if m.num_experts else " (dense)"))
@@ -225,9 +223,7 @@ def _plan_table(r: PlanReport) -> Panel:
     status = (Text("fits", style="bold green") if in_memory and p.fits else
               Text("fits in memory; the plan does not (see why)", style="bold yellow") if in_memory else
               Text("DOES NOT FIT", style="bold red"))
-    t = Table.grid(padding=(0, 2))
-    t.add_column(style="bold")
-    t.add_column(overflow="fold")  # a long formula or number wraps at narrow widths, never ends in "…"
+    t = label_grid(fold_values=True)
     t.add_row("tiles G", str(p.tiles))
     t.add_row("tile batch b", str(p.tile_batch))
     par = r.parallelism

@@ -7,13 +7,11 @@ from rich.console import Group
 from rich.table import Table
 
 from ..planning.report import PlanReport, WaferInfo
-from .fit import fit
+from .fit import fit, label_grid
 
 
 def wafer_renderable(w: WaferInfo) -> Group:
-    t = Table.grid(padding=(0, 2))
-    t.add_column(style="bold")
-    t.add_column()
+    t = label_grid()
     t.add_row("systems", f"{w.systems} (strict data parallel; weights broadcast and gradients reduced by SwarmX, "
                          f"{w.swarmx_levels} tree level(s), latency {w.swarmx_latency_s * 1e6:,.0f} us)")
     t.add_row("batch", f"N = {w.global_batch} = {w.systems} systems x {w.micro_batches} micro-batch(es) x "

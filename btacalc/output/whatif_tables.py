@@ -8,13 +8,11 @@ from rich.markup import escape
 from rich.text import Text
 
 from ..planning.whatif import WhatIfResult, readable as _fmt
-from .fit import fit
+from .fit import fit, label_grid
 
 
 def whatif_renderable(r: WhatIfResult) -> Group:
-    head = Table.grid(padding=(0, 2))
-    head.add_column(style="bold")
-    head.add_column()
+    head = label_grid()
     head.add_row("question", f"{r.target_metric} >= {_fmt(r.target_value)} for {escape(r.model)} on {escape(r.hardware)}: what "
                              f"{r.solve_for} would it take?")
     today = _fmt(r.today_metric) if r.today_metric is not None else "-" if r.today_fits else "- (the plan does not fit)"

@@ -26,10 +26,16 @@ from pydantic import BaseModel, Field
 from ..config.execution import ExecutionRequest
 from ..config.hardware import HardwareProfile
 from ..config.model import ModelSpec, validate_model
+from ..config.presets import load_preset
 from ..errors import BtacalcError
 from .compare import CompareRequest, CompareRow, compare
 
 FAMILIES = ("qwen3-moe",)
+# The family's member at h = 2048 is Qwen3-30B-A3B: what the rule does not scale with h (the key-value heads, the
+# head width, the vocabulary, the experts and their top-k, the q/k norm, the positions) is its preset's
+# (data/presets/qwen3-30b-a3b.toml, from its config.json), not numbers written again here
+ANCHOR = "qwen3-30b-a3b"
+ANCHOR_FIELDS = ("num_kv_heads", "head_dim", "vocab_size", "num_experts", "top_k", "qk_norm", "max_position_embeddings")
 DEFAULT_HIDDEN = tuple(range(256, 7168 + 1, 256))
 # At most this many family members per run: each is a full comparison (about 0.1 s per device), so
 # 1,024 members on four devices take minutes; the default scan has 28.
@@ -58,13 +64,15 @@ def check_family(family: str, hidden_sizes: Sequence[int]) -> None:
 
 
 def family_model(family: str, hidden: int) -> ModelSpec:
+    """The family's member of hidden size `hidden`: the rule's widths (module docstring), the rest the anchor's."""
     check_family(family, [hidden])
+    anchor = load_preset(ANCHOR)
     return validate_model({
         "name": f"qwen3-moe-h{hidden}",
-        "source": "btacalc family rule (crossover.py): L = 3h/128, a = h/64, d_h = 128, a_kv = 4, f = 3h/8, E = 128, k = 8",
-        "hidden_size": hidden, "num_layers": 3 * hidden // 128, "num_heads": hidden // 64, "num_kv_heads": 4,
-        "head_dim": 128, "vocab_size": 151936, "ffn_size": 3 * hidden // 8, "num_experts": 128, "top_k": 8,
-        "qk_norm": "head", "max_position_embeddings": 40960,
+        "source": f"btacalc family rule (crossover.py): L = 3h/128, a = h/64, d_h = {anchor.head_dim}, "
+                  f"a_kv = {anchor.num_kv_heads}, f = 3h/8, E = {anchor.num_experts}, k = {anchor.top_k}",
+        "hidden_size": hidden, "num_layers": 3 * hidden // 128, "num_heads": hidden // 64, "ffn_size": 3 * hidden // 8,
+        **{field: getattr(anchor, field) for field in ANCHOR_FIELDS},
     }, origin=f"family {family}")
 
 

@@ -11,6 +11,7 @@ nlp/llama/configs/params_llama2_7b.yaml, nlp/mixtral/configs/params_mixtral_8x7b
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from ..config.model import ModelSpec
@@ -24,6 +25,35 @@ _MOE = "src/cerebras/modelzoo/layers/FeedForwardNetwork.py"
 ZOO_MODELS = {"gpt2-small": "gpt2", "gpt-j-6b": "gptj", "llama-7b": "llama", "llama-2-7b": "llama",
               "llama-3-8b": "llama", "llama-3-70b": "llama", "llama-3.1-405b": "llama",
               "mixtral-8x7b": "mixtral", "mixtral-8x22b": "mixtral"}
+
+
+
+@dataclass(frozen=True)
+class ZooClass:
+    """A Model Zoo configuration class a model section is written for: its column in ZOO_KEYS (which keys it
+    has), the files that define it, and where it rotates only part of each head, the note that says so (the
+    section then writes no `rotary_dim`)."""
+
+    column: int  # 0: the GPT-2 family config, 1: GPT-J's
+    sources: tuple[str, ...]
+    partial_rotary_note: Optional[str] = None
+
+    def has(self, key: str) -> bool:
+        return ZOO_KEYS[key][self.column] is not None
+
+
+_GPT2_FAMILY = ZooClass(0, (_GPT2, _MOE))
+ZOO_CLASSES = {"gpt2": _GPT2_FAMILY, "llama": _GPT2_FAMILY, "mixtral": _GPT2_FAMILY,
+               "gptj": ZooClass(1, (_GPTJ,), "rotary_dim: GPT-J rotates 64 of each head's 256 dimensions (Model "
+                                "Zoo's params_gptj_6B.yaml); btacalc models rotation of the whole head")}
+
+# A model's `dropout = true` (ModelSpec.dropout) is GPT-2's rate, 0.1 on every fully connected layer and on the
+# attention probabilities (openai-community/gpt2 config.json resid_pdrop, attn_pdrop; also Model Zoo's defaults,
+# gpt2_model.py dropout_rate and attention_dropout_rate)
+DROPOUT_RATE = 0.1
+# Estimate: btacalc's value where the model gives no max_position_embeddings. Every preset in ZOO_MODELS gives
+# one, so only a model file named like one of them reaches it; Model Zoo's own default is 1024 (gpt2_model.py).
+DEFAULT_MAX_POSITION_EMBEDDINGS = 2048
 
 # key -> (line in the GPT-2 family config, line in the GPT-J config, or None where GPT-J has no such field)
 ZOO_KEYS: dict[str, tuple[str, Optional[str]]] = {
@@ -59,28 +89,28 @@ def zoo_model(spec: ModelSpec) -> tuple[Optional[dict[str, Any]], list[str]]:
     if name is None:
         return None, [f"no model section: Model Zoo {MODELZOO_PIN} has no model for {spec.name} (models with one: "
                       f"{', '.join(sorted(ZOO_MODELS))}); take trainer.init.model from your own config"]
-    gptj = name == "gptj"
+    zoo = ZOO_CLASSES[name]
     rope = spec.position_embedding == "rope"
     model: dict[str, Any] = {
         "name": name, "vocab_size": spec.vocab_size, "hidden_size": spec.hidden_size,
         "position_embedding_type": "rotary" if rope else "learned",
         "share_embedding_weights": spec.tied_embeddings,
-        "max_position_embeddings": spec.max_position_embeddings or 2048,
+        "max_position_embeddings": spec.max_position_embeddings or DEFAULT_MAX_POSITION_EMBEDDINGS,
         "num_hidden_layers": spec.num_layers, "num_heads": spec.num_heads,
         "filter_size": spec.ffn_size, "nonlinearity": spec.mlp,
         "use_projection_bias_in_attention": spec.qkv_bias, "use_ffn_bias_in_attention": spec.linear_bias,
         "use_ffn_bias": spec.mlp_bias, "use_bias_in_output": spec.lm_head_bias,
-        "attention_dropout_rate": 0.1 if spec.dropout else 0.0,
+        "attention_dropout_rate": DROPOUT_RATE if spec.dropout else 0.0,
     }
-    notes = [f"model section: keys of Model Zoo {MODELZOO_PIN} ({_GPTJ if gptj else _GPT2}"
-             + ("" if gptj else f", {_MOE}") + "); your initializers, epsilons and losses are yours to add"]
-    if rope and not gptj:
+    notes = [f"model section: keys of Model Zoo {MODELZOO_PIN} ({', '.join(zoo.sources)}); your initializers, "
+             "epsilons and losses are yours to add"]
+    if zoo.partial_rotary_note is not None:
+        notes.append(zoo.partial_rotary_note)
+    elif rope:
         model["rotary_dim"] = spec.head_dim
-    if gptj:
-        notes.append("rotary_dim: GPT-J rotates 64 of each head's 256 dimensions (Model Zoo's params_gptj_6B.yaml); "
-                     "btacalc models rotation of the whole head")
-    else:
-        model["dropout_rate"] = 0.1 if spec.dropout else 0.0
+    if zoo.has("dropout_rate"):
+        model["dropout_rate"] = DROPOUT_RATE if spec.dropout else 0.0
+    if zoo.has("norm_type"):
         model["norm_type"] = spec.norm
     if spec.num_kv_heads != spec.num_heads:
         model["attention_module"] = "multiquery_attention"

@@ -234,18 +234,41 @@ def representative_kind(ev: Evaluation) -> tuple[LayerKind, PhaseValues]:
 
 def build_report(problem: Problem, mem: MemoryModel, sol: Solution, found: Search, *,
                  baselines: bool = True) -> PlanReport:
+    """The report of a solved shape: what the plan holds (`_shape_report`), then its step time and each phase's
+    share of it where it fits, or what would make it fit where it does not, and the wafer view on a wafer."""
     if not (sol.fits and mem.fits(sol.tiles, sol.tile_batch)):
         sol = verdict(problem, mem, sol)  # one cause named: memory, a fixed size or a cap
     ev = problem.evaluate(sol.tiles, sol.tile_batch)
+    report = _shape_report(problem, mem, sol, found, ev)
+    if problem.hardware.family == "gpu":
+        mark_precision(problem, ev, report)
+    best_time = None
+    if report.plan.fits:
+        summary = summarize(problem, mem, sol, found) if baselines else own_step(problem, sol)
+        report.throughput = _throughput(problem, summary)
+        if baselines:  # a user's plan; a measured run's prediction (validate) is what the expected error is made of
+            report.throughput.expected_error = expected_error(plan_kind(problem.hardware, problem.model.is_moe,
+                                                                        problem.run.recipe.low))
+        best_time = summary.best_time
+        PhaseTimes.of(best_time).fill(report, representative_kind(ev)[0])
+    else:
+        report.suggestions = suggestions(problem, mem, solve_problem)
+    if problem.hardware.family == "wse":
+        report.wafer = wafer_info(problem, mem, sol, best_time)
+    return report
+
+
+def _shape_report(problem: Problem, mem: MemoryModel, sol: Solution, found: Search, ev: Evaluation) -> PlanReport:
+    """The report before any step time: the model, device, layout and plan, the memory (per component, per
+    state shard, per pipeline stage), the FLOPs per step and each phase's row."""
     breakdown = mem.breakdown(sol.tiles, sol.tile_batch)
-    kind, pv = representative_kind(ev)
-    layer_rows, outside_rows = _rows(pv, "layer"), _rows(ev.outside, "model")
+    _, pv = representative_kind(ev)
 
     def step(q: str) -> int:
         return int(ev.layers_total(q)) + int(ev.outside_total(q))
 
     fwd, bwd, rec = step("flops_fwd"), step("flops_bwd"), step("flops_recompute")
-    report = PlanReport(
+    return PlanReport(
         model=_model_info(problem, mem), hardware=_hardware_info(problem), inputs=_inputs(problem),
         parallelism=_parallel_info(problem), plan=_plan_info(problem, sol, sol.fits and breakdown.fits, found),
         memory_bytes={"total": breakdown.total, "capacity": breakdown.capacity, "usable_capacity": breakdown.usable,
@@ -260,48 +283,55 @@ def build_report(problem: Problem, mem: MemoryModel, sol: Solution, found: Searc
                        for row in breakdown.stages],
         flops_per_step=FlopsPerStep(forward=fwd, backward=bwd, total=fwd + bwd, recompute=rec,
                                     hardware_total=fwd + bwd + rec, elementwise=step("flops_elementwise")),
-        phases=layer_rows,
-        outside_layers=outside_rows,
+        phases=_rows(pv, "layer"),
+        outside_layers=_rows(ev.outside, "model"),
         layer_kinds=[LayerKindRows(name=k.name, count=k.count, phases=_rows(kpv, "layer"))
                      for k, kpv in ev.layers] if len(ev.layers) > 1 else [],
     )
-    if problem.hardware.family == "gpu":
-        mark_precision(problem, ev, report)
-    best_time = None
-    if report.plan.fits:
-        summary = summarize(problem, mem, sol, found) if baselines else own_step(problem, sol)
-        report.throughput = _throughput(problem, summary)
-        if baselines:  # a user's plan; a measured run's prediction (validate) is what the expected error is made of
-            report.throughput.expected_error = expected_error(plan_kind(problem.hardware, problem.model.is_moe,
-                                                                        problem.run.recipe.low))
-        best_time = summary.best_time
-        per_layer, phase_time, repeats = best_time.kind_phase_time_s, best_time.phase_time_s, best_time.phase_repeats
 
-        def one_layer(kind_name: str, count: int, phase: str) -> float:
-            """A phase's time in one layer of a kind: the wafer model's own, or the GPU critical stage's
-            time over the layers it repeats in."""
-            if (kind_name, phase) in per_layer:
-                return float(per_layer[(kind_name, phase)])
-            n = repeats.get(phase, 0) if repeats is not None else count
-            return float(phase_time.get(phase, 0.0)) / n if n else 0.0
 
-        gemms = {key: [_gemm_shape(g) for g in rows] for key, rows in best_time.details.get("gemms", {}).items()}
-        for row in report.phases:
-            row.time_s = one_layer(kind.name, kind.count, row.name)
-            row.gemms = gemms.get((kind.name, row.name), [])
-        for kind_rows in report.layer_kinds:
-            for row in kind_rows.phases:
-                row.time_s = one_layer(kind_rows.name, kind_rows.count, row.name)
-                row.gemms = gemms.get((kind_rows.name, row.name), [])
+@dataclass(frozen=True)
+class PhaseTimes:
+    """A plan's step time as its phase rows show it: each phase's time in one layer of a kind (or once outside
+    the layers) and its GEMMs, keyed (layer kind, phase) with "" the kind of the phases outside the layers."""
+
+    per_layer: dict[tuple[str, str], Any]  # the wafer model's own time of a phase in one layer of a kind
+    phase_time: dict[str, Any]  # a phase's time in the step (the GPU critical stage's)
+    repeats: Optional[dict[str, Any]]  # the layers the critical stage repeats a phase in (None: the kind's count)
+    gemms: dict[tuple[str, str], list[GemmShape]]
+
+    @classmethod
+    def of(cls, best: StepTime) -> "PhaseTimes":
+        gemms = {key: [_gemm_shape(g) for g in rows] for key, rows in best.details.get("gemms", {}).items()}
+        return cls(best.kind_phase_time_s, best.phase_time_s, best.phase_repeats, gemms)
+
+    def in_layer(self, kind_name: str, count: int, phase: str) -> float:
+        """A phase's time in one layer of a kind: the wafer model's own, or the GPU critical stage's time over
+        the layers it repeats in."""
+        if (kind_name, phase) in self.per_layer:
+            return float(self.per_layer[(kind_name, phase)])
+        return self._over(phase, count)
+
+    def outside(self, phase: str) -> float:
+        """A phase outside the layers: its time in the step over the times the critical stage runs it."""
+        return self._over(phase, 1)
+
+    def _over(self, phase: str, count: int) -> float:
+        n = self.repeats.get(phase, 0) if self.repeats is not None else count
+        return float(self.phase_time.get(phase, 0.0)) / n if n else 0.0
+
+    def fill(self, report: PlanReport, kind: LayerKind) -> None:
+        """Set `time_s` and `gemms` on every phase row of the report: the representative kind's, each kind's,
+        and those outside the layers."""
+        tables = [(kind.name, kind.count, report.phases)]
+        tables += [(rows.name, rows.count, rows.phases) for rows in report.layer_kinds]
+        for name, count, rows in tables:
+            for row in rows:
+                row.time_s = self.in_layer(name, count, row.name)
+                row.gemms = self.gemms.get((name, row.name), [])
         for row in report.outside_layers:
-            n = repeats.get(row.name, 0) if repeats is not None else 1
-            row.time_s = float(phase_time.get(row.name, 0.0)) / n if n else 0.0
-            row.gemms = gemms.get(("", row.name), [])
-    else:
-        report.suggestions = suggestions(problem, mem, solve_problem)
-    if problem.hardware.family == "wse":
-        report.wafer = wafer_info(problem, mem, sol, best_time)
-    return report
+            row.time_s = self.outside(row.name)
+            row.gemms = self.gemms.get(("", row.name), [])
 
 
 def _gemm_shape(row: Any) -> GemmShape:

@@ -5,20 +5,41 @@ from __future__ import annotations
 import sys
 from typing import Any, Callable, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..config.execution import BatchLimits, ExecutionRequest
 from ..config.hardware import HardwareProfile, resolve_hardware
 from ..config.presets import resolve_model
 from ..paths import package_data
 from .plan import make_plan
-from .report import PlanReport
+from .report import PlanReport, Throughput
 from .whatif import WhatIfResult, whatif
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
+
+
+def _stored(report: PlanReport) -> int:
+    return sum(p.stored_activation_bytes for p in report.phases)
+
+
+# A published point's metric read off its plan's report (`metric_value`)
+REPORT_METRICS: dict[str, Callable[[PlanReport], float]] = {
+    "stored_per_layer_bytes": lambda r: float(_stored(r)),
+    "model_flops_per_step": lambda r: float(r.flops_per_step.total),
+    "params_total": lambda r: float(r.model.params_total),
+}
+# ... or off its throughput (None where the plan does not fit)
+THROUGHPUT_METRICS: dict[str, Callable[[Throughput], Optional[float]]] = {
+    "relative_to_dense_g1": lambda t: t.relative_to_dense_g1,
+    "relative_to_dense": lambda t: t.relative_to_dense,
+    "speedup": lambda t: None if not t.tokens_per_s_g1 else t.tokens_per_s / t.tokens_per_s_g1,
+}
+# ... or, for the selective recomputation's saving, off two plans: 1 - stored(selective) / stored(none)
+SELECTIVE_SAVING = "selective_saving"
+POINT_METRICS = (SELECTIVE_SAVING, *REPORT_METRICS, *THROUGHPUT_METRICS)
 
 
 class WhatIfSpec(BaseModel):
@@ -32,7 +53,7 @@ class PublishedPoint(BaseModel):
     id: str
     claim: str
     source: str
-    metric: str
+    metric: str = Field(description="one of POINT_METRICS")
     model: str = "qwen3-30b-a3b"
     hw: str
     overrides: dict[str, Any] = Field(default_factory=dict)
@@ -46,6 +67,13 @@ class PublishedPoint(BaseModel):
     known_gap: str = ""  # the model is known not to reproduce this point: why, and what it would need
     whatif: list[WhatIfSpec] = Field(default_factory=list, description="`btacalc whatif` questions that say what "
                                      "it would take to reach the point (the lower edge of its tolerance)")
+
+    @field_validator("metric")
+    @classmethod
+    def _known_metric(cls, v: str) -> str:
+        if v not in POINT_METRICS:
+            raise ValueError(f"unknown metric {v!r} (known: {', '.join(POINT_METRICS)})")
+        return v
 
 
 class PointResult(BaseModel):
@@ -88,29 +116,15 @@ def _plan(point: PublishedPoint, hw: HardwareProfile, **run_changes: Any) -> Pla
 
 
 def metric_value(point: PublishedPoint, hw: Optional[HardwareProfile] = None) -> Optional[float]:
+    """The point's metric as btacalc computes it (its plan or plans on `hw`, default the point's own)."""
     hw = hw or resolve_hardware(point.hw)
-    if point.metric == "selective_saving":
-        none = _plan(point, hw, recompute="none")
-        sel = _plan(point, hw, recompute="selective")
-        stored = lambda r: sum(p.stored_activation_bytes for p in r.phases)  # noqa: E731
-        return 1 - stored(sel) / stored(none)
+    if point.metric == SELECTIVE_SAVING:
+        none, selective = _plan(point, hw, recompute="none"), _plan(point, hw, recompute="selective")
+        return 1 - _stored(selective) / _stored(none)
     r = _plan(point, hw)
-    if point.metric == "stored_per_layer_bytes":
-        return float(sum(p.stored_activation_bytes for p in r.phases))
-    if point.metric == "model_flops_per_step":
-        return float(r.flops_per_step.total)
-    if point.metric == "params_total":
-        return float(r.model.params_total)
-    t = r.throughput
-    if t is None:
-        return None
-    if point.metric == "relative_to_dense_g1":
-        return t.relative_to_dense_g1
-    if point.metric == "relative_to_dense":
-        return t.relative_to_dense
-    if point.metric == "speedup":
-        return None if not t.tokens_per_s_g1 else t.tokens_per_s / t.tokens_per_s_g1
-    raise ValueError(f"unknown metric {point.metric!r}")
+    if point.metric in REPORT_METRICS:
+        return REPORT_METRICS[point.metric](r)
+    return None if r.throughput is None else THROUGHPUT_METRICS[point.metric](r.throughput)
 
 
 def what_it_takes(point: PublishedPoint) -> list[WhatIfResult]:

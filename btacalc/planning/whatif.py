@@ -17,6 +17,7 @@ whether it is.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from pydantic import BaseModel, Field
@@ -180,59 +181,91 @@ def _bisect(at: Callable[[float], PlanMetrics], metric: str, target: float, good
     return good
 
 
+@dataclass
+class _Scan:
+    """The search along one number (module docstring): today's value, the grid around it, the metric and the
+    value it must reach, and the plans evaluated so far (grid points are evaluated outward from today's value,
+    as needed)."""
+
+    at: Callable[[float], PlanMetrics]  # the plan at a value of the number
+    today: float
+    integer: bool  # a model value (layers): whole numbers from 1
+    metric: str
+    goal: float
+    grid: list[float] = field(init=False)
+    points: dict[float, PlanMetrics] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.grid = _grid(self.today, self.integer)
+
+    def point(self, x: float) -> PlanMetrics:
+        if x not in self.points:
+            self.points[x] = self.at(x)
+        return self.points[x]
+
+    def step(self, x: float, pm: PlanMetrics) -> WhatIfStep:
+        return _step(x, self.today, self.metric, pm)
+
+    def nearest_hit(self) -> Optional[int]:
+        """The index of the grid point nearest to today's value (in ratio; the lower on a tie) whose plan reaches
+        the goal, or None where none does."""
+        grid, today = self.grid, self.today
+        order = sorted(range(len(grid)), key=lambda i: (abs(math.log(grid[i] / today)), grid[i]))
+        return next((i for i in order if _reached(self.point(grid[i]), self.metric, self.goal)), None)
+
+    def answer(self, hit: int) -> float:
+        """The value at which the goal is reached: today's where it already is, else the crossing between the
+        hit and its grid neighbour towards today, refined by bisection."""
+        i0 = self.grid.index(self.today)
+        if hit == i0:
+            return self.today
+        toward = hit - 1 if hit > i0 else hit + 1
+        return _bisect(self.at, self.metric, self.goal, self.grid[hit], self.grid[toward], self.integer)
+
+    def miss_note(self, key: str, nowhere: str) -> str:
+        """Why no grid point reaches the goal (every grid point evaluated): `nowhere` (what does not fit where)
+        when no point fits at all, else the best point. Refused where the metric is the same at every valid
+        point: the number does not enter the plan."""
+        grid, points, metric, base = self.grid, self.points, self.metric, self.points[self.today]
+        if not any(points[x].fits for x in grid):
+            # hostile16: the note read "best - at 989,000,000,000, 0.001x today" (the first of the grid, no plan at all)
+            why = base.binding_constraint if base.binding_constraint.startswith("not a valid") else \
+                f"binds: {base.binding_constraint}"
+            return (f"{nowhere} at any {key} from {readable(grid[0])} to {readable(grid[-1])} ({why}); btacalc plan "
+                    "with the same options says what would fit")
+        valid = [x for x in grid if not points[x].binding_constraint.startswith("not a valid")]
+        if valid and len({points[x].values[metric] for x in valid}) == 1:
+            # hostile19: `--solve-for chip.peak_fp8_flops_per_s` of a bf16 plan printed 31 identical rows and "not
+            # reached ... (best 97,070 at 1,979,000,000,000, 0.001x today)", exit 1: the number does not enter the plan
+            raise BtacalcError(f"{{solve_for}} {key} would change nothing: {metric} is {_metric_text(base.values[metric])} "
+                               f"at every value from {readable(valid[0])} to {readable(valid[-1])} (this plan does not "
+                               "use the number under these options); solve for one it uses")
+        best = max(grid, key=lambda x: points[x].values[metric] or 0.0)
+        return (f"{metric} does not reach {readable(self.goal)} anywhere from {readable(grid[0])} to "
+                f"{readable(grid[-1])} (best {_metric_text(points[best].values[metric])} at {readable(best)}, "
+                f"{readable(best / self.today, 3)}x today)")
+
+
 def whatif(model: ModelSpec, hw: HardwareProfile, request: ExecutionRequest, target: str,
            solve_for: str) -> WhatIfResult:
     metric, goal = parse_target(target)
     key, today, integer, at = _evaluator(model, hw, request, solve_for)
-    grid = _grid(today, integer)
-    points: dict[float, PlanMetrics] = {}
-
-    def point(x: float) -> PlanMetrics:  # grid points are evaluated outward from today's value, as needed
-        if x not in points:
-            points[x] = at(x)
-        return points[x]
-
-    base = point(today)
+    scan = _Scan(at, today, integer, metric, goal)
+    base = scan.point(today)
     result = WhatIfResult(model=model.name, hardware=hw.name, solve_for=key, target_metric=metric, target_value=goal,
                           today_value=today, today_metric=base.values[metric], today_fits=base.fits,
                           reached=False)
-    i0 = grid.index(today)
     # the reaching grid point nearest to today's value (in ratio), and its neighbour towards today
-    order = sorted(range(len(grid)), key=lambda i: (abs(math.log(grid[i] / today)), grid[i]))
-    hit = next((i for i in order if _reached(point(grid[i]), metric, goal)), None)
-    if hit is None and not any(points[x].fits for x in grid):
-        # hostile16: the note read "best - at 989,000,000,000, 0.001x today" (the first of the grid, no plan at all)
-        why = base.binding_constraint if base.binding_constraint.startswith("not a valid") else \
-            f"binds: {base.binding_constraint}"
-        result.note = (f"{model.name} does not fit on {request.devices or 1} x {hw.name} at any {key} from "
-                       f"{readable(grid[0])} to {readable(grid[-1])} ({why}); btacalc plan with the same options "
-                       "says what would fit")
-        result.trace = [_step(x, today, metric, points[x]) for x in grid]
-        result.binds_along_the_way = _regimes(result.trace)
-        return result
-    valid = [] if hit is not None else [x for x in grid if not points[x].binding_constraint.startswith("not a valid")]
-    if valid and len({points[x].values[metric] for x in valid}) == 1:
-        # hostile19: `--solve-for chip.peak_fp8_flops_per_s` of a bf16 plan printed 31 identical rows and "not
-        # reached ... (best 97,070 at 1,979,000,000,000, 0.001x today)", exit 1: the number does not enter the plan
-        raise BtacalcError(f"{{solve_for}} {key} would change nothing: {metric} is {_metric_text(base.values[metric])} "
-                           f"at every value from {readable(valid[0])} to {readable(valid[-1])} (this plan does not use "
-                           "the number under these options); solve for one it uses")
+    hit = scan.nearest_hit()
     if hit is None:
-        best = max(grid, key=lambda x: points[x].values[metric] or 0.0)
-        result.note = (f"{metric} does not reach {readable(goal)} anywhere from {readable(grid[0])} to "
-                       f"{readable(grid[-1])} (best {_metric_text(points[best].values[metric])} at {readable(best)}, "
-                       f"{readable(best / today, 3)}x today)")
-        result.trace = [_step(x, today, metric, points[x]) for x in grid]
+        result.note = scan.miss_note(key, f"{model.name} does not fit on {request.devices or 1} x {hw.name}")
+        result.trace = [scan.step(x, scan.points[x]) for x in scan.grid]
         result.binds_along_the_way = _regimes(result.trace)
         return result
-    if hit == i0:
-        value = today
-    else:
-        toward = hit - 1 if hit > i0 else hit + 1
-        value = _bisect(at, metric, goal, grid[hit], grid[toward], integer)
-    answer = _step(value, today, metric, at(value))
-    lo, hi = sorted((i0, hit))
-    trace = [_step(grid[i], today, metric, point(grid[i])) for i in range(lo, hi + 1)]
+    value = scan.answer(hit)
+    answer = scan.step(value, at(value))
+    lo, hi = sorted((scan.grid.index(today), hit))
+    trace = [scan.step(x, scan.point(x)) for x in scan.grid[lo:hi + 1]]
     result.reached, result.value, result.ratio, result.answer = True, value, value / today, answer
     result.trace, result.binds_along_the_way = trace, _regimes(trace + [answer])
     return result

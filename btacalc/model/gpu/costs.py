@@ -36,11 +36,11 @@ import functools
 import math
 from dataclasses import MISSING, dataclass, field, fields
 from fractions import Fraction
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 import numpy as np
 
-from ...catalogue.compiled import PhaseValues, affine
+from ...catalogue.compiled import CONSTANT_TERM, SHAPE_TERMS, PhaseValues, affine
 from ...catalogue.constants import constants
 from ...catalogue.selection import Selection
 from ...catalogue.terms import Gemm, Phase
@@ -177,6 +177,22 @@ class _Rates:
     # a layer kind's rates have their own (`_kind_rates`), which every shape of the layout shares
     plans: dict[Any, Any] = field(default_factory=dict)
     cuda_graph_scope: tuple[str, ...] = ()  # Layout.cuda_graph_scope (config/cuda_graphs.py)
+
+    def load(self, phase: Phase) -> Any:
+        """The share of the mean a phase's work carries on the busiest rank: `imbalance` for the phases routed
+        tokens reach (catalogue `routed_load`), else 1."""
+        return self.imbalance if phase.routed_load else 1.0
+
+
+class _GemmDtype(NamedTuple):
+    """The dtype a phase's GEMMs run in (`_dtype`): its achieved peak, the GEMM shape model's device view (None: a
+    profile without [kernels], every matmul at `peak`), its operands' bytes per element and `peak` over the
+    dtype's datasheet peak."""
+
+    peak: Any
+    device: Optional[GemmDevice]
+    beta: float
+    share: float
 
 
 def _rates(problem: Problem) -> _Rates:
@@ -457,7 +473,7 @@ class _PhasePlan:
     grouped: tuple[bool, ...]  # each GEMM's `grouped`
     modules: int
     fused: bool  # phase.core under FlashAttention: timed and counted with the fused kernel (`_fused_core`)
-    dtype: tuple[Any, Optional[GemmDevice], float, float]
+    dtype: _GemmDtype
 
 
 def _phase_plan(phase: Phase, r: _Rates) -> _PhasePlan:
@@ -516,7 +532,7 @@ def _part(pv: PhaseValues, phases: list[Phase], rows_key: Any, r: _Rates, memory
     graphed = _graphed(phases, r) if not memory_only else {}
     for phase in phases:
         v = pv.of(phase.name)  # quantity -> value (read by subscript: one shape reads ~20 per phase)
-        load = r.imbalance if phase.routed_load else 1.0
+        load = r.load(phase)
         if memory_only:
             _memory(part, phase, v, load, quantised)
             continue
@@ -526,27 +542,14 @@ def _part(pv: PhaseValues, phases: list[Phase], rows_key: Any, r: _Rates, memory
         # 1 for each of `ISSUED_COUNTS` the host still issues, 0 for those a CUDA graph replays (`_eager`)
         _issue(part, phase, v, r, plan, _eager(graphed[phase.name]) if phase.name in graphed else _ALL_EAGER)
         if plan.fused:
-            run = r.core_time_factor
-            core.flops, core.traffic_bytes = core.flops + flops * run, core.traffic_bytes + traffic
-            core.backward_flops = core.backward_flops + v["flops_bwd"] * load * run
-            # the backward kernel also recomputes the scores: re-run FLOPs that are not a forward re-run
-            in_kernel = v["flops_recompute"] - v["reruns"] * v["flops_fwd"]
-            core.backward_kernel_flops = core.backward_kernel_flops + (v["flops_bwd"] + in_kernel) * load * run
-            if r.attention_cast is not None:
-                forward, backward = attention_cast_s(r.attention_cast, r.hbm, v.__getitem__)
-                core.cast_forward_s, core.cast_backward_s = core.cast_forward_s + forward, core.cast_backward_s + backward
-                part.cast_s[phase.name] = forward + backward
+            cast_s = core.add(v, load, flops, traffic, r)
+            if cast_s is not None:
+                part.cast_s[phase.name] = cast_s
             t = 0.0
         else:
             t = maximum(_matmul_time(part, phase, v, r, load, plan, timed, report), traffic / r.stream_hbm) + _cast(part, phase, v, r, load) \
                 + _elementwise_s(v, r, load)
-        part.phase_s[phase.name] = t
-        part.compute_s = part.compute_s + t
-        share = _backward_share(v)  # (a pure function of the phase's values: the same value both times)
-        part.backward_s = part.backward_s + t * share
-        if phase.after_dispatch_sync:
-            part.compute_post_s = part.compute_post_s + t * (1 - share)
-        part.core_s = part.core_s + (t if phase.core else 0.0)
+        _add_time(part, phase, v, t)
         if report:
             _memory(part, phase, v, load, quantised)
         else:  # the solver's candidates (timing reads the parameters alone; `MemoryModel` its own parts)
@@ -558,6 +561,18 @@ def _part(pv: PhaseValues, phases: list[Phase], rows_key: Any, r: _Rates, memory
     if graphed:
         _graph_launches(part, pv.of(next(p.name for p in phases if p.name in graphed)))
     return part
+
+
+def _add_time(part: Part, phase: Phase, v: dict[str, Any], t: Any) -> None:
+    """A phase's time `t` per micro-batch into the part: its own, the part's compute, its backward share (and the
+    forward rest after the dispatcher's sync), and the attention core's."""
+    part.phase_s[phase.name] = t
+    part.compute_s = part.compute_s + t
+    share = _backward_share(v)  # (a pure function of the phase's values: the same value both times)
+    part.backward_s = part.backward_s + t * share
+    if phase.after_dispatch_sync:
+        part.compute_post_s = part.compute_post_s + t * (1 - share)
+    part.core_s = part.core_s + (t if phase.core else 0.0)
 
 
 def _graphed(phases: list[Phase], r: _Rates) -> dict[str, frozenset[str]]:
@@ -629,12 +644,12 @@ def _memory_rows(pv: PhaseValues, phases: list[Phase]) -> Optional[_MemoryRows]:
             if any(type(x) is not int or x < 0 or x >= _EXACT for x in c):
                 return None
             if q == "params":
-                if mask & 14:
+                if mask & SHAPE_TERMS:
                     return None
                 routed = phase.param_bucket == "routed"
-                params[1 if routed else 0] += c[0] if mask & 1 else 0
+                params[1 if routed else 0] += c[0] if mask & CONSTANT_TERM else 0
                 if phase.low_precision and quantised:
-                    params[3 if routed else 2] += c[0] if mask & 1 else 0
+                    params[3 if routed else 2] += c[0] if mask & CONSTANT_TERM else 0
             elif q == "transient":
                 transient.append(tuple(c))
             else:
@@ -700,9 +715,16 @@ def _memory_of_shapes(pv: PhaseValues, phases: list[Phase], r: _Rates, key: Any 
     bounds = (tiles, tile_batch, n) if one else pv.integer_bounds
     if bounds is None or not summed.exact(bounds):
         return None
-    dense, routed, low_dense, low_routed = summed.params
     if one:
         return _memory_of_one_shape(summed, tiles, tile_batch, n)
+    return _memory_of_arrays(pv, summed, key)
+
+
+def _memory_of_arrays(pv: PhaseValues, summed: _MemoryRows, key: Any) -> Part:
+    """`_memory_of_shapes` over arrays of shapes: every row at once as one matrix product where the shapes are
+    one-dimensional float64 arrays, else each sum's affine row and the working set's maximum row."""
+    tiles, tile_batch, n = pv.tiles, pv.tile_batch, pv.n
+    dense, routed, low_dense, low_routed = summed.params
     product = None
     if type(tiles) is np.ndarray and type(tile_batch) is np.ndarray and tiles.dtype == tile_batch.dtype == n.dtype \
             == _FLOAT64 and tiles.ndim == 1 and tiles.shape == tile_batch.shape == n.shape:
@@ -716,12 +738,12 @@ def _memory_of_shapes(pv: PhaseValues, phases: list[Phase], r: _Rates, key: Any 
         y = matrix @ np.array((tile_batch, tiles, n))
         y += constant
         (m_stored, c_stored), (m_re, c_re) = summed.stored, summed.recompute
-        return new_part(stored=y[0] if m_stored & 14 else float(c_stored[0] if m_stored & 1 else 0),
-                        recompute=y[1] if m_re & 14 else float(c_re[0] if m_re & 1 else 0),
+        return new_part(stored=y[0] if m_stored & SHAPE_TERMS else _fixed_value(m_stored, c_stored),
+                        recompute=y[1] if m_re & SHAPE_TERMS else _fixed_value(m_re, c_re),
                         transient=y[2] if len(y) == 3 else np.maximum.reduce(y[2:], axis=0), dense_params=dense,
                         routed_params=routed, low_precision_params=low_dense, low_precision_routed=low_routed)
     # each phase's bytes times its load 1.0: arrays, or a float where no phase's bytes depend on the shape
-    stored, recompute = [affine(m, c, tiles, tile_batch, n) if m & 14 else float(c[0] if m & 1 else 0)
+    stored, recompute = [affine(m, c, tiles, tile_batch, n) if m & SHAPE_TERMS else _fixed_value(m, c)
                          for m, c in (summed.stored, summed.recompute)]
     if summed.top is not None:  # one row at or above all the others: it is their maximum (round "speed7")
         c0, c_b, c_g, c_n = summed.top
@@ -733,6 +755,11 @@ def _memory_of_shapes(pv: PhaseValues, phases: list[Phase], r: _Rates, key: Any 
     # (no np.maximum(0, ...): every coefficient and shape is non-negative, so every row is +0.0 or more already)
     return new_part(stored=stored, recompute=recompute, transient=transient, dense_params=dense,
                 routed_params=routed, low_precision_params=low_dense, low_precision_routed=low_routed)
+
+
+def _fixed_value(mask: int, c: tuple[Any, ...]) -> float:
+    """A row with no shape term (`SHAPE_TERMS`) as the float it is at every shape: its constant, or 0."""
+    return float(c[0] if mask & CONSTANT_TERM else 0)
 
 
 def _memory_of_one_shape(summed: _MemoryRows, tiles: int, tile_batch: int, n: int) -> Part:
@@ -749,19 +776,20 @@ def _memory_of_one_shape(summed: _MemoryRows, tiles: int, tile_batch: int, n: in
                 routed_params=routed, low_precision_params=low_dense, low_precision_routed=low_routed)
 
 
-def _matmul_time(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, load: Any,
-                 plan: Optional[_PhasePlan] = None, timed: Optional[dict[Any, Any]] = None, report: bool = True) -> Any:
+def _matmul_time(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, load: Any, plan: _PhasePlan,
+                 timed: dict[Any, Any], report: bool) -> Any:
     """The phase's FLOPs at its GEMMs' efficiencies: forward and re-run at the forward shapes', backward
     at the data- and weight-gradient shapes' (FLOP-weighted); at `peak` for a phase without GEMMs. A
-    low-precision phase runs at its dtype's peak, with its operands' bytes (`_peak`, `_dtype`)."""
+    low-precision phase runs at its dtype's peak, with its operands' bytes (`_peak`, `_dtype`). `timed`: the
+    part's GEMMs already timed together (`_gemms_of_part`; empty: each timed here)."""
     fwd = (v["flops_fwd"] + v["flops_recompute"]) * load
     bwd = v["flops_bwd"] * load
-    plan = plan if plan is not None else _phase_plan(phase, r)
-    peak, device, beta, share = plan.dtype
-    gemms = plan.gemms if device is not None else ()
+    dtype = plan.dtype
+    peak = dtype.peak
+    gemms = plan.gemms if dtype.device is not None else ()
     if not gemms:
         return (fwd + bwd) / peak
-    rows = [_gemm_row(g, r, load, device, beta, share, timed.get((phase.name, i)) if timed else None, report)
+    rows = [_gemm_row(g, r, load, dtype, timed.get((phase.name, i)) if timed else None, report)
             for i, g in enumerate(gemms)]
     if report:
         part.gemms[phase.name] = [row for row, _ in rows if row is not None]  # (every row, with `report`)
@@ -778,13 +806,12 @@ def _matmul_time(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, load: A
     return fwd / peak * (t_fwd / ideal) + bwd / peak * (t_bwd / (2 * ideal))
 
 
-def _dtype(phase: Phase, r: _Rates) -> tuple[Any, Optional[GemmDevice], float, float]:
-    """(achieved peak, GEMM device, operand bytes, share of the datasheet peak) of the phase's GEMMs: the
-    low-precision recipe's for a `low_precision` phase (its dtype's ceiling x compute_efficiency on the dtype's
-    datasheet peak), else 16-bit."""
+def _dtype(phase: Phase, r: _Rates) -> _GemmDtype:
+    """The dtype of the phase's GEMMs: the low-precision recipe's for a `low_precision` phase (its dtype's
+    ceiling x compute_efficiency on the dtype's datasheet peak), else 16-bit."""
     if r.cast is not None and phase.low_precision:
-        return r.low_peak, r.low_device, r.low_beta, r.low_share
-    return r.peak, r.device, r.beta, r.peak_share
+        return _GemmDtype(r.low_peak, r.low_device, r.low_beta, r.low_share)
+    return _GemmDtype(r.peak, r.device, r.beta, r.peak_share)
 
 
 def _gemms_of_part(phases: list[Phase], r: _Rates) -> dict[tuple[str, int], Any]:
@@ -794,10 +821,10 @@ def _gemms_of_part(phases: list[Phase], r: _Rates) -> dict[tuple[str, int], Any]
     groups: dict[tuple[int, Any], tuple[GemmDevice, list[tuple[tuple[str, int], tuple[Any, ...]]]]] = {}
     for phase in phases:
         plan = _phase_plan(phase, r)
-        _, device, beta, _ = plan.dtype
+        device, beta = plan.dtype.device, plan.dtype.beta
         if plan.fused or device is None:
             continue
-        load = r.imbalance if phase.routed_load else 1.0
+        load = r.load(phase)
         rows = groups.setdefault((id(device), beta), (device, []))[1]
         rows.extend(((phase.name, i), _gemm_operands(g, r, load)) for i, g in enumerate(plan.gemms))
     out = {}
@@ -828,16 +855,12 @@ def _gemm_operands(g: Gemm, r: _Rates, load: Any) -> tuple[Any, Any, Any, Any, A
     return m, n, k, 1, count
 
 
-def _gemm_row(g: Gemm, r: _Rates, load: Any, dev: Optional[GemmDevice] = None,
-              beta: Optional[float] = None, share: Optional[float] = None,
-              timed: Optional[tuple[Any, Any]] = None,
-              report: bool = True) -> tuple[Optional[GemmRow], tuple[Any, Any, Any, Any, Any]]:
-    """One GEMM of a phase: its report row (efficiencies as shares of the dtype's datasheet peak; None without
-    `report`) and (ideal forward time, forward time, backward time, data-gradient time, weight-gradient time) per
-    pass; `timed`: its operands and passes
-    already computed (`_gemms_of_part`)."""
-    dev = dev if dev is not None else r.device
-    beta = beta if beta is not None else r.beta
+def _gemm_row(g: Gemm, r: _Rates, load: Any, dtype: _GemmDtype, timed: Optional[tuple[Any, Any]],
+              report: bool) -> tuple[Optional[GemmRow], tuple[Any, Any, Any, Any, Any]]:
+    """One GEMM of a phase in `dtype`: its report row (efficiencies as shares of the dtype's datasheet peak; None
+    without `report`) and (ideal forward time, forward time, backward time, data-gradient time, weight-gradient
+    time) per pass; `timed`: its operands and passes already computed (`_gemms_of_part`), or None."""
+    dev, beta = dtype.device, dtype.beta
     assert dev is not None  # _matmul_time only asks with a device
     if timed is None:
         m, n, k, groups, launches = _gemm_operands(g, r, load)
@@ -854,7 +877,7 @@ def _gemm_row(g: Gemm, r: _Rates, load: Any, dev: Optional[GemmDevice] = None,
              launches * wgrad.time_s)
     if not report:
         return None, times
-    eff = share if share is not None else r.peak_share
+    eff = dtype.share
     row = object.__new__(GemmRow)  # the frozen dataclass's __init__ without its nine object.__setattr__ calls
     row.__dict__.update(name=g.name, m=m, n=n, k=k, groups=groups, launches=launches, efficiency=fwd.efficiency * eff,
                         backward_efficiency=2 * ideal / bwd_time * eff, binding=fwd.binding())
@@ -959,22 +982,7 @@ def _issue(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, plan: _PhaseP
     Each count times `eager`'s entry for it (`_eager`: 0 where the phase's CUDA graph replays it); the
     quantisation kernels only where the phase's kernels are eager."""
     reruns = v["reruns"]
-    if plan.fused:
-        kernels, expert_gemms, modules, expert_modules = 0, 0, 0, 0
-    else:
-        passes = 1 + reruns + 2
-        if plan.gemms:
-            counts, python = _evaluate_all(plan.counts, r)
-            # as `_evaluate_all`: Python numbers (EP an int, `python_symbols`) leave numpy out
-            with contextlib.nullcontext() if python else np.errstate(divide="ignore", invalid="ignore"):
-                dense = sum([c for c, grouped in zip(counts, plan.grouped) if not grouped])
-                experts = sum([c / r.expert_parallel for c, grouped in zip(counts, plan.grouped) if grouped])
-                expert_modules = sum([c / r.expert_parallel for c, g in zip(counts, plan.gemms) if g.grouped and g.module])
-            kernels, expert_gemms = dense * passes, experts * passes
-        else:
-            work = where((v["bytes_moved"] + v["flops_fwd"]) > 0, 1, 0)
-            kernels, expert_gemms, expert_modules = work * (2 + reruns), 0, 0
-        modules = plan.modules * (1 + reruns + 1)
+    kernels, expert_gemms, modules, expert_modules = _issued(v, r, plan)
     kernels, expert_gemms, modules = kernels * eager[0], expert_gemms * eager[1], modules * eager[2]
     glue = phase.host_glue
     part.kernels, part.expert_gemms = part.kernels + kernels, part.expert_gemms + expert_gemms
@@ -988,13 +996,42 @@ def _issue(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, plan: _PhaseP
     part.glue_ops_fwd = part.glue_ops_fwd + (0 if glue is None else glue.forward_ops * eager[3])
     _grouped_linear_python(part, expert_modules, reruns, eager[2], r.cast if phase.low_precision else None)
     if eager[0] and r.cast is not None and phase.low_precision:
-        per_expert = r.cast.recipe.grouped_quantize_kernels_per_expert
-        if per_expert:
-            forward = expert_gemms / (3 + reruns) * per_expert
-            part.kernels = part.kernels + forward * (2 + reruns)
-            part.kernels_fwd = part.kernels_fwd + forward
+        _grouped_quantize(part, expert_gemms, reruns, r.cast)
     if before is not None:
         _after_sync(part, before)
+
+
+def _issued(v: dict[str, Any], r: _Rates, plan: _PhasePlan) -> tuple[Any, Any, Any, Any]:
+    """What a phase issues per micro-batch before CUDA graphs (`_issue`'s first two items): (kernel launches,
+    per-expert GEMMs, layer-module calls, local experts summed over its grouped linear modules); none for a
+    phase inside the fused attention core (`_fused_core` counts it)."""
+    if plan.fused:
+        return 0, 0, 0, 0
+    reruns = v["reruns"]
+    passes = 1 + reruns + 2
+    if plan.gemms:
+        counts, python = _evaluate_all(plan.counts, r)
+        # as `_evaluate_all`: Python numbers (EP an int, `python_symbols`) leave numpy out
+        with contextlib.nullcontext() if python else np.errstate(divide="ignore", invalid="ignore"):
+            dense = sum([c for c, grouped in zip(counts, plan.grouped) if not grouped])
+            experts = sum([c / r.expert_parallel for c, grouped in zip(counts, plan.grouped) if grouped])
+            expert_modules = sum([c / r.expert_parallel for c, g in zip(counts, plan.gemms) if g.grouped and g.module])
+        kernels, expert_gemms = dense * passes, experts * passes
+    else:
+        work = where((v["bytes_moved"] + v["flops_fwd"]) > 0, 1, 0)
+        kernels, expert_gemms, expert_modules = work * (2 + reruns), 0, 0
+    return kernels, expert_gemms, plan.modules * (1 + reruns + 1), expert_modules
+
+
+def _grouped_quantize(part: Part, expert_gemms: Any, reruns: Any, cast: CastRates) -> None:
+    """The per-expert quantisation kernels of a low-precision phase's grouped expert GEMMs (`_issue`'s last
+    item but one): the recipe's `grouped_quantize_kernels_per_expert` per local expert in each grouped GEMM's
+    forward, backward and re-runs (2 + re-runs), the first forward's share into `kernels_fwd`."""
+    per_expert = cast.recipe.grouped_quantize_kernels_per_expert
+    if per_expert:
+        forward = expert_gemms / (3 + reruns) * per_expert
+        part.kernels = part.kernels + forward * (2 + reruns)
+        part.kernels_fwd = part.kernels_fwd + forward
 
 
 def _grouped_linear_python(part: Part, expert_modules: Any, reruns: Any, eager_module: int,
@@ -1045,6 +1082,21 @@ class _FusedCore:
     backward_kernel_flops: Any = 0  # the backward kernel's: `backward_flops` and its recomputation of the scores
     cast_forward_s: Any = 0.0  # --fp8-attention: the casts around the FP8 kernel in the first forward
     cast_backward_s: Any = 0.0  # and in the backward
+
+    def add(self, v: dict[str, Any], load: Any, flops: Any, traffic: Any, r: _Rates) -> Any:
+        """A core phase's `flops` (forward, backward and re-run, x the routed load) and HBM `traffic` into the
+        kernel's sums, x the causal block share; its FP8-attention casts' time (None without --fp8-attention)."""
+        run = r.core_time_factor
+        self.flops, self.traffic_bytes = self.flops + flops * run, self.traffic_bytes + traffic
+        self.backward_flops = self.backward_flops + v["flops_bwd"] * load * run
+        # the backward kernel also recomputes the scores: re-run FLOPs that are not a forward re-run
+        in_kernel = v["flops_recompute"] - v["reruns"] * v["flops_fwd"]
+        self.backward_kernel_flops = self.backward_kernel_flops + (v["flops_bwd"] + in_kernel) * load * run
+        if r.attention_cast is None:
+            return None
+        forward, backward = attention_cast_s(r.attention_cast, r.hbm, v.__getitem__)
+        self.cast_forward_s, self.cast_backward_s = self.cast_forward_s + forward, self.cast_backward_s + backward
+        return forward + backward
 
 
 def _fused_core(part: Part, pv: PhaseValues, phases: list[Phase], core: _FusedCore, r: _Rates,
@@ -1117,13 +1169,22 @@ def _elementwise_s(v: dict[str, Any], r: _Rates, load: Any) -> Any:
     return (v["elementwise_bytes"] * (1 + v["reruns"]) + v["elementwise_bytes_bwd"]) * load / r.stream_hbm
 
 
+# Estimate: the backward share of the time of a phase that counts no FLOPs (a copy, a cast, a permutation: its
+# backward moves what its forward did, its gradient through the same bytes) is a matmul phase's, whose backward
+# runs two GEMMs (data and weight gradient) per forward one (the FLOP count behind Narayanan et al. 2021, arXiv
+# 2104.04473, Eq. 3: a backward pass twice the forward's FLOPs); no measurement splits such a phase.
+NO_FLOPS_BACKWARD_SHARE = 2 / 3
+
+
 def _backward_share(v: dict[str, Any]) -> Any:
+    """The backward's share of a phase's time: its backward FLOPs over all it runs (forward, backward, re-run),
+    NO_FLOPS_BACKWARD_SHARE for a phase without FLOPs."""
     bwd = v["flops_bwd"]
     total = v["flops_fwd"] + bwd + v["flops_recompute"]
     if not isinstance(total, np.ndarray):  # one shape: the value `where` picks, without computing the other
-        return float(bwd) / float(total) if total > 0 else 2 / 3  # float64 operands, as the array path divides
+        return float(bwd) / float(total) if total > 0 else NO_FLOPS_BACKWARD_SHARE  # float64, as the arrays divide
     positive = total > 0  # (one comparison for both `where`s: the same mask)
-    return where(positive, bwd / where(positive, total, 1), 2 / 3)
+    return where(positive, bwd / where(positive, total, 1), NO_FLOPS_BACKWARD_SHARE)
 
 
 def _traffic(phase: Phase, v: dict[str, Any], r: _Rates, load: Any) -> Any:

@@ -45,6 +45,15 @@ from ..arrays import is_array, maximum, where
 PROTOCOLS = ("LL", "LL128", "Simple")
 SIMPLE = PROTOCOLS.index("Simple")
 _US = 1e-6
+# NCCL's size unit in its tuning model (tuning.cc L639-642 `log2i(nBytes >> 6)`, L647-650 `nBytes / (nChannels x
+# nRanks) >= 64`): the tree correction's first size, and the ring plateau's least bytes per rank and channel
+SIZE_UNIT_BYTES = 64
+# the tree correction applies below 2^23 size units (tuning.cc L641 `logSize < 23`; the table has 24 entries, the
+# last never read)
+TREE_CORRECTION_SIZES = 23
+# a tree's algorithm bandwidth over its bus bandwidth (tuning.cc L380: `ratio *= .5` for an algorithm neither ring
+# nor NVLS)
+TREE_ALGORITHM_RATIO = 0.5
 
 
 @dataclass(frozen=True)
@@ -105,7 +114,7 @@ def ring_call_latency_s(group: Group, nbytes: Any, p: int) -> Any:
     lat = ring_latency_s(group, p)
     if p != SIMPLE:
         return lat
-    plateau = (group.kind == constants().collectives.all_reduce) & (group.nodes > 1) & (nbytes >= 64 * group.ranks)
+    plateau = (group.kind == constants().collectives.all_reduce) & (group.nodes > 1) & (nbytes >= SIZE_UNIT_BYTES * group.ranks)
     return where(plateau, lat * constants().nccl.ring_all_reduce_plateau, lat)
 
 
@@ -119,10 +128,11 @@ def tree_time_s(group: Group, nbytes: Any, p: int) -> Any:
     """One tree all-reduce of `nbytes` with protocol p (module docstring)."""
     c = constants().nccl
     share = where(group.nodes > 1, c.tree_protocol_share_nodes[p], c.tree_protocol_share_one_node[p])
-    log_size = np.floor(np.log2(np.maximum(nbytes, 1) / 64))
+    log_size = np.floor(np.log2(np.maximum(nbytes, 1) / SIZE_UNIT_BYTES))
     index = np.clip(log_size, 0, len(c.tree_correction[p]) - 1).astype(int)
-    correct = np.where((nbytes >= 64) & (log_size < 23), np.asarray(c.tree_correction[p])[index], 1.0)
-    algorithm_bw = 0.5 * group.bus_bytes_per_s * c.tree_all_reduce_share * share * correct
+    correct = np.where((nbytes >= SIZE_UNIT_BYTES) & (log_size < TREE_CORRECTION_SIZES),
+                       np.asarray(c.tree_correction[p])[index], 1.0)
+    algorithm_bw = TREE_ALGORITHM_RATIO * group.bus_bytes_per_s * c.tree_all_reduce_share * share * correct
     return tree_latency_s(group, p) + nbytes / algorithm_bw
 
 

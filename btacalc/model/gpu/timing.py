@@ -149,20 +149,10 @@ def gpu_step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Ev
     pipe = PipelineStages.of(problem, m)
     count = largest(lay.pipeline_parallel)
     stages = [_stage(problem, pipe, j, kinds, (first, last), tiles, m) for j in range(count)]
-    worst: _Slowest = stages[0]
-    crit = 0
-    for j, st in enumerate(stages[1:], start=1):
-        slower = st.micro_batch_s > worst.micro_batch_s
-        if not is_array(slower) and slower:
-            crit = j
-        worst = worst.pick(slower, st)
+    worst, crit = _critical(stages)
     sync = _Sync.of_step(lay, [st.sync for st in stages])
-    optimizer, norm = stages[0].fixed.optimizer_s, stages[0].fixed.grad_norm_s
-    casts = stages[0].fixed.weight_cast_s
-    for st in stages[1:]:
-        slower = st.fixed.total_s > optimizer + norm + casts
-        optimizer, norm = where(slower, st.fixed.optimizer_s, optimizer), where(slower, st.fixed.grad_norm_s, norm)
-        casts = where(slower, st.fixed.weight_cast_s, casts)
+    fixed = _slowest_fixed(stages)
+    optimizer, norm, casts = fixed.optimizer_s, fixed.grad_norm_s, fixed.weight_cast_s
     bubble = worst.micro_batch_s * pipe.bubble_micro_batches
     step = worst.micro_batch_s * m + bubble + sync + optimizer + norm + casts
     seqs = lay.data_parallel * m * tiles * tile_batch
@@ -182,13 +172,45 @@ def gpu_step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Ev
                "bubble_s": bubble, "sync_s": sync, "optimizer_s": optimizer, "grad_norm_s": norm,
                "host_s": stages[crit].host_s}
     if report and not is_array(step) and lay.devices > 1:
-        ends = (first if crit == 0 else None, crit == lay.pipeline_parallel - 1, last)
-        counts = pipe.kind_counts(crit)
-        details["collectives"] = (_collective_rows(problem, kinds, counts, m)
-                                  + _data_parallel_rows(problem, _stage_state(problem, crit, counts, kinds, ends)[:2], m,
-                                                        _stage_buckets(problem, crit, ends)))
+        details["collectives"] = _critical_collectives(problem, pipe, crit, kinds, (first, last), m)
     return StepTime(step, seqs * problem.run.seq_len / step, flops / (step * lay.devices * peak), phase_time,
                     worst.terms["tiling"] * m, 0.0, comm, repeats, details)
+
+
+def _critical(stages: list[_Stage]) -> tuple[_Slowest, int]:
+    """The slowest stage per micro-batch, elementwise over layouts (the first on a tie), and the index of the
+    slowest for one layout (0 over arrays of layouts, where it differs from layout to layout)."""
+    worst: _Slowest = stages[0]
+    crit = 0
+    for j, st in enumerate(stages[1:], start=1):
+        slower = st.micro_batch_s > worst.micro_batch_s
+        if not is_array(slower) and slower:
+            crit = j
+        worst = worst.pick(slower, st)
+    return worst, crit
+
+
+def _slowest_fixed(stages: list[_Stage]) -> FixedCosts:
+    """The per-step fixed costs of the stage whose total is the largest (the first on a tie), elementwise."""
+    optimizer, norm = stages[0].fixed.optimizer_s, stages[0].fixed.grad_norm_s
+    casts = stages[0].fixed.weight_cast_s
+    for st in stages[1:]:
+        slower = st.fixed.total_s > optimizer + norm + casts
+        optimizer, norm = where(slower, st.fixed.optimizer_s, optimizer), where(slower, st.fixed.grad_norm_s, norm)
+        casts = where(slower, st.fixed.weight_cast_s, casts)
+    return FixedCosts(optimizer, norm, casts)
+
+
+def _critical_collectives(problem: Problem, pipe: PipelineStages, crit: int, kinds: list[tuple[Any, Part]],
+                          ends: tuple[Part, Part], m: Any) -> list[Any]:
+    """The report's collective rows of the critical stage `crit` (one shape): its layers' tensor-, context- and
+    expert-parallel calls per step, then its data-parallel synchronisation."""
+    first, last = ends
+    stage_ends = (first if crit == 0 else None, crit == problem.layout.pipeline_parallel - 1, last)
+    counts = pipe.kind_counts(crit)
+    return (_collective_rows(problem, kinds, counts, m)
+            + _data_parallel_rows(problem, _stage_state(problem, crit, counts, kinds, stage_ends)[:2], m,
+                                  _stage_buckets(problem, crit, stage_ends)))
 
 
 
@@ -199,6 +221,39 @@ _STAGE_SUMS = ("compute_s", "backward_s", "core_s", "tp_bytes", "cp_bytes", "a2a
     + tuple(n + when for when in ("", "_fwd", "_post") for n in ISSUED_COUNTS)
 
 
+def _summed_layers(counts: list[Any], kinds: list[tuple[Any, Part]]) -> Part:
+    """A stage's layers as one part: each `_STAGE_SUMS` field summed over the layer kinds, x the stage's count of
+    each kind."""
+    stage = new_part()
+    summed = stage.__dict__  # the fields read and written directly: this runs per stage and layer kind
+    for n, (_, part) in zip(counts, kinds):
+        fields = part.__dict__
+        for name in _STAGE_SUMS:
+            summed[name] = summed[name] + n * fields[name]
+    return stage
+
+
+def _launch(problem: Problem, stage: Part, outside: list[tuple[Part, Any]], terms: dict[str, Any],
+            passes: tuple[Any, Any]) -> tuple[Any, Any]:
+    """A stage's `launch` term (the host's issue time beyond the GPU's work, per micro-batch) and the host's
+    issue time itself, from the counts its layers and ends issue (`ISSUED_COUNTS`); where the stage's MoE layers
+    wait on the dispatcher's sync, the host time after the sync is not hidden by the GPU work before it
+    (`launch_time_synced`). `terms`: the stage's other per-micro-batch terms; `passes`: its compute and backward."""
+    compute, backward = passes
+    names = ISSUED_COUNTS
+    issued = [getattr(stage, n) + _on_ends(outside, n) for n in names]
+    forward = [getattr(stage, n + "_fwd") + _on_ends(outside, n + "_fwd") for n in names]
+    host = host_time(problem, *issued)
+    gpu = sum(terms.values())
+    synced = launch_time_synced(SyncSplit(
+        host, gpu, host_time(problem, *forward), gpu_forward_share(compute, backward, gpu),
+        host_time(problem, *(getattr(stage, n + "_post") for n in names)),
+        # after the sync: the post-sync phases' forward compute and the forward half of the exchange
+        stage.compute_post_s + (terms["all_to_all"] + terms["a2a_sm_share"]) / 2))
+    synced_layers = (stage.expert_gemms > 0) & (dispatcher_syncs(problem).forward_per_layer > 0)
+    return where(synced_layers, synced, launch_time(host, gpu)), host
+
+
 def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any, Part]],
            ends: tuple[Part, Part], tiles: Any, micro_batches: Any) -> _Stage:
     lay = problem.layout
@@ -206,12 +261,7 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
     is_first, is_last = j == 0, where(exists, j == lay.pipeline_parallel - 1, False)
     counts = pipe.kind_counts(j)  # the stage's real layers of each kind (stages.py)
     layers = sum(counts)
-    stage = new_part()
-    summed = stage.__dict__  # the fields read and written directly: this runs per stage and layer kind
-    for n, (_, part) in zip(counts, kinds):
-        fields = part.__dict__
-        for name in _STAGE_SUMS:
-            summed[name] = summed[name] + n * fields[name]
+    stage = _summed_layers(counts, kinds)
     layer_terms = _layer_terms(problem, kinds, counts)
     first, last = ends
     outside = [(first, is_first), (last, is_last)]
@@ -233,18 +283,7 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
              "dp_sm_share": dp_sm_share_loss(problem, dp.per_micro_batch - per_mb, PER_MICRO_BATCH_KIND),
              "tiling": layers * tiles * tile_overhead_s(problem),
              "wgrad_accumulate": wgrad_accumulate_s(problem, dense + expert)}
-    names = ISSUED_COUNTS
-    issued = [getattr(stage, n) + _on_ends(outside, n) for n in names]
-    forward = [getattr(stage, n + "_fwd") + _on_ends(outside, n + "_fwd") for n in names]
-    host = host_time(problem, *issued)
-    gpu = sum(terms.values())
-    synced = launch_time_synced(SyncSplit(
-        host, gpu, host_time(problem, *forward), gpu_forward_share(compute, backward, gpu),
-        host_time(problem, *(getattr(stage, n + "_post") for n in names)),
-        # after the sync: the post-sync phases' forward compute and the forward half of the exchange
-        stage.compute_post_s + (terms["all_to_all"] + terms["a2a_sm_share"]) / 2))
-    synced_layers = (stage.expert_gemms > 0) & (dispatcher_syncs(problem).forward_per_layer > 0)
-    terms["launch"] = where(synced_layers, synced, launch_time(host, gpu))
+    terms["launch"], host = _launch(problem, stage, outside, terms, (compute, backward))
     host = where(exists, host, 0.0)
     chunks = _ChunkSync.of(problem, micro_batches,
                            _first_chunk_share(lay, dense + expert, first.dense_params if is_first else 0), j)
