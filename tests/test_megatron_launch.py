@@ -261,6 +261,10 @@ BROKEN = {
     "selective-no-method": ({"recompute_granularity": "selective", "recompute_method": "uniform"}, {}),
     "fp8-or-fp4": ({"fp8": "hybrid", "fp4": "e2m1"}, {}),
     "moe-act-grouped-gemm": ({"recompute_granularity": "selective", "recompute_modules": ["moe_act"]}, {}),
+    # freshuser17: transformer_config.py L1969-1973 and L2000-2006
+    "mla-up-proj-mla": ({"recompute_granularity": "selective", "recompute_modules": ["mla_up_proj"]}, {}),
+    "fp8-delayed-recompute": ({"fp8": "hybrid", "recompute_granularity": "selective",
+                               "recompute_modules": ["layernorm"]}, {}),
     "a2a-vp": ({"overlap_moe_expert_parallel_comm": True, "pipeline_model_parallel_size": 2}, {}),
     "a2a-ep": ({"overlap_moe_expert_parallel_comm": True, "expert_model_parallel_size": 1}, {}),
     "a2a-dispatcher": ({"overlap_moe_expert_parallel_comm": True, "moe_token_dispatcher_type": "allgather"}, {}),

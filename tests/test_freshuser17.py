@@ -1,0 +1,82 @@
+"""freshuser17: btacalc's launches pasted into Megatron-LM and Megatron-Bridge, checked against their own code at the
+pins btacalc cites (NVIDIA/Megatron-LM @ d98e8a64, NVIDIA-NeMo/Megatron-Bridge @ 067f987d) and read back
+(docs/story.md "freshuser17"). Each test fails with its fix stashed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from btacalc.config.megatron_rules import violations
+
+
+def _json(cli, *args: str) -> dict:
+    code, out, err = cli("plan", *args, "--json")
+    assert code in (0, 1), err
+    data = json.loads(out)
+    return data["best"] if "best" in data else data
+
+
+def _refused(cli, *args: str) -> str:
+    code, out, err = cli("plan", *args)
+    assert code == 2 and out == "", (code, out, err)
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
+QWEN = ("--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16", "--ep", "8", "--global-batch", "128",
+        "--micro-batch", "1")
+
+
+@pytest.mark.parametrize("modules", ["moe_act", "layernorm", "layernorm,moe_act", "core_attn,moe_act"])
+def test_delayed_fp8_refuses_the_moe_act_and_layernorm_recompute_modules(cli, modules):
+    """Megatron-Core stops at start-up: "Delayed scaling does not support moe_act and layernorm recompute for fp8"
+    (Megatron-LM @ d98e8a64 megatron/core/transformer/transformer_config.py L2000-2006, in __post_init__ for a
+    selective module list with fp8_recipe 'delayed'). btacalc planned it and emitted the launch without a word."""
+    err = _refused(cli, *QWEN, "--precision", "fp8", "--recompute", modules)
+    assert "delayed scaling" in err and "L2000-2006" in err
+    for flag in ("--emit", "megatron"), ("--emit", "bridge"):
+        _refused(cli, *QWEN, "--precision", "fp8", "--recompute", modules, *flag)
+    # the other FP8 recipes run them (TE >= 2.6, L2007-2012; btacalc's default TE release is newer)
+    assert _json(cli, *QWEN, "--precision", "fp8-current", "--recompute", modules)["inputs"]["recompute"] == modules
+
+
+def test_search_under_delayed_fp8_chooses_no_module_megatron_refuses(cli):
+    """`plan --search --precision fp8` chose `layernorm,moe_act` (Megatron-Bridge's GPT-OSS choice, search.py
+    MOE_RECOMPUTE_CHOICES) for Qwen3-30B-A3B on 16 H100s: the emitted launch stopped in TransformerConfig
+    (transformer_config.py L2000-2006). Without the fix this test's search picks it."""
+    best = _json(cli, "--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16", "--search", "--global-batch",
+                 "256", "--precision", "fp8")
+    assert not {"moe_act", "layernorm"} & set(best["inputs"]["recompute"].split(","))
+    # the exclusion is the recipe's: the other recipes keep the candidate
+    from btacalc.config.execution import recompute_refusal
+    from btacalc.config.precision import recipe
+    from btacalc.config.presets import resolve_model
+
+    qwen = resolve_model("qwen3-30b-a3b")
+    assert [p for p in ("bf16", "fp8", "fp8-current", "mxfp8", "nvfp4")
+            if recompute_refusal("layernorm,moe_act", qwen, recipe(p)) is not None] == ["fp8"]
+
+
+def test_mla_up_proj_needs_multi_latent_attention(cli):
+    """Megatron-Core refuses the mla_up_proj recompute module without MLA (transformer_config.py L1969-1973 @
+    d98e8a64); btacalc planned Llama 3 8B with it (nothing to recompute) and emitted the launch."""
+    err = _refused(cli, "--model", "llama-3-8b", "--hw", "h100", "--devices", "8", "--recompute", "mla_up_proj")
+    assert "no MLA" in err and "L1969-1973" in err
+    best = _json(cli, "--model", "deepseek-v3", "--hw", "b200", "--devices", "256", "--pp", "8", "--ep", "32",
+                 "--recompute", "mla_up_proj", "--global-batch", "512", "--micro-batch", "1")
+    assert best["inputs"]["recompute"] == "mla_up_proj"
+
+
+@pytest.mark.parametrize("broken", [
+    # a launch file's module list: the reader refuses what Megatron refuses (megatron_rules)
+    {"recompute_granularity": "selective", "recompute_modules": ["mla_up_proj"]},
+    {"recompute_granularity": "selective", "recompute_modules": ["layernorm"], "fp8": "hybrid", "fp8_recipe": "delayed"},
+])
+def test_the_reader_refuses_the_two_module_lists(broken):
+    base = {"num_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "world": 8, "seq_length": 4096,
+            "max_position_embeddings": 4096, "micro_batch_size": 1, "global_batch_size": 8, "bf16": True}
+    assert violations(base, {}) == []
+    assert len(violations({**base, **broken}, {})) == 1
+    assert violations({**base, **broken, "fp8_recipe": "tensorwise", "multi_latent_attention": True}, {}) == []
