@@ -80,3 +80,17 @@ def test_the_reader_refuses_the_two_module_lists(broken):
     assert violations(base, {}) == []
     assert len(violations({**base, **broken}, {})) == 1
     assert violations({**base, **broken, "fp8_recipe": "tensorwise", "multi_latent_attention": True}, {}) == []
+
+
+@pytest.mark.parametrize("emit", ["megatron", "bridge"])
+def test_zero_3_without_fsdp_is_not_emitted_as_a_launch_it_does_not_plan(cli, emit):
+    """`--zero 3` (one layer's weights gathered at a time) was emitted as Megatron-FSDP optim_grads_params, which
+    --from-megatron / --from-bridge read back as --fsdp: Qwen3-30B-A3B on 8 H100s, EP 8, read back at 96.10 GB per
+    device where the plan said 95.15 GB (gathered weights 0.19 -> 1.14 GB). Megatron-LM's only ZeRO-3 is
+    Megatron-FSDP (arguments.py --data-parallel-sharding-strategy); `--fsdp` plans it, and round-trips."""
+    plan = ("--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "8", "--ep", "8", "--zero", "3",
+            "--global-batch", "64", "--micro-batch", "1")
+    err = _refused(cli, *plan, "--emit", emit)
+    assert "Megatron-FSDP" in err and "--fsdp" in err
+    code, out, err = cli("plan", *plan, "--fsdp", "--emit", emit)
+    assert code in (0, 1) and "optim_grads_params" in out, err
