@@ -94,3 +94,22 @@ def test_zero_3_without_fsdp_is_not_emitted_as_a_launch_it_does_not_plan(cli, em
     assert "Megatron-FSDP" in err and "--fsdp" in err
     code, out, err = cli("plan", *plan, "--fsdp", "--emit", emit)
     assert code in (0, 1) and "optim_grads_params" in out, err
+
+
+def test_emitted_bridge_overrides_read_back_nvls(cli, tmp_path):
+    """`--nccl-ub --nvls --emit bridge` writes `# environment: NCCL_NVLS_ENABLE=1` beside the overrides (a Bridge
+    recipe sets no environment); --from-bridge did not read it and planned without NVLink SHARP, where
+    --from-megatron reads the launch's export (megatron_run._nccl_settings). Both readers now agree."""
+    plan = ("--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16", "--ep", "16", "--nccl-ub", "--nvls",
+            "--global-batch", "128", "--micro-batch", "1", "--overlap-grad-reduce")
+    code, emitted, err = cli("plan", *plan, "--emit", "bridge")
+    assert code in (0, 1) and "# environment: NCCL_NVLS_ENABLE=1" in emitted, err
+    recipe = tmp_path / "overrides.txt"
+    recipe.write_text(emitted)
+    original = _json(cli, *plan)
+    back = _json(cli, "--hw", "h100", "--devices", "16", "--from-bridge", str(recipe))
+    assert original["parallelism"]["nvls"] is True
+    assert back["parallelism"] == original["parallelism"]
+    # without NVLink SHARP the file says NCCL_NVLS_ENABLE=0 and reads back so
+    recipe.write_text(emitted.replace("NCCL_NVLS_ENABLE=1", "NCCL_NVLS_ENABLE=0"))
+    assert _json(cli, "--hw", "h100", "--devices", "16", "--from-bridge", str(recipe))["parallelism"]["nvls"] is False
