@@ -113,3 +113,66 @@ def test_emitted_bridge_overrides_read_back_nvls(cli, tmp_path):
     # without NVLink SHARP the file says NCCL_NVLS_ENABLE=0 and reads back so
     recipe.write_text(emitted.replace("NCCL_NVLS_ENABLE=1", "NCCL_NVLS_ENABLE=0"))
     assert _json(cli, "--hw", "h100", "--devices", "16", "--from-bridge", str(recipe))["parallelism"]["nvls"] is False
+
+
+def _bridge(cli, *plan: str) -> dict[str, str]:
+    code, emitted, err = cli("plan", *plan, "--emit", "bridge")
+    assert code in (0, 1), err
+    lines = [line for line in emitted.splitlines() if line and not line.startswith("#")]
+    return dict(line.split("=", 1) for line in lines)
+
+
+def test_emit_bridge_turns_the_distributed_optimizer_off_in_both_configs(cli, tmp_path):
+    """`--zero 0 --emit bridge` wrote no ddp.use_distributed_optimizer at all, so the recipe's stood: Bridge's recipes
+    set it in the DDP and the optimizer config (Megatron-Bridge @ 067f987d src/megatron/bridge/recipes/common.py L87,
+    recipes/utils/optimizer_utils.py L150), and Bridge turns it on in both when either has it (training/config.py
+    L2101-2123): the run sharded the optimizer state the plan kept whole. Both are now written, and read back as
+    Bridge applies them (either one on is the distributed optimizer)."""
+    plan = ("--model", "llama-3-8b", "--hw", "h100", "--devices", "16", "--pp", "2", "--zero", "0",
+            "--global-batch", "64", "--micro-batch", "1")
+    keys = _bridge(cli, *plan)
+    assert keys["ddp.use_distributed_optimizer"] == keys["optimizer.use_distributed_optimizer"] == "False"
+    assert _bridge(cli, *plan[:-6], "--zero", "1", *plan[-4:])["optimizer.use_distributed_optimizer"] == "True"
+    recipe = tmp_path / "o.txt"
+    recipe.write_text("\n".join(f"{k}={v}" for k, v in keys.items()) + "\n")
+    read = ("--hw", "h100", "--devices", "16", "--from-bridge", str(recipe))
+    assert _json(cli, *read)["parallelism"]["zero_stage"] == 0 == _json(cli, *plan)["parallelism"]["zero_stage"]
+    recipe.write_text(recipe.read_text().replace("optimizer.use_distributed_optimizer=False",
+                                                 "optimizer.use_distributed_optimizer=True"))
+    assert _json(cli, *read)["parallelism"]["zero_stage"] == 1  # Bridge syncs the two (config.py L2114-2123)
+
+
+@pytest.mark.parametrize("plan", [
+    # without the data-parallel overlaps: Bridge's CommOverlapConfig turns both on with DP > 1 and the distributed
+    # optimizer (comm_overlap.py L576-585) unless its own section says otherwise
+    ("--model", "llama-3-8b", "--hw", "h100", "--devices", "16", "--global-batch", "64", "--micro-batch", "1"),
+    # a bucket: Bridge's is 128 Mi parameters (L578) over ddp.bucket_size
+    ("--model", "llama-3-8b", "--hw", "h100", "--devices", "16", "--global-batch", "64", "--micro-batch", "1",
+     "--overlap-grad-reduce", "--ddp-bucket-size", "50000000"),
+    # the interleaved schedule without p2p overlap: Bridge sets overlap_p2p_comm with VP (L453-458)
+    ("--model", "llama-3-8b", "--hw", "h100", "--devices", "16", "--pp", "4", "--vp", "2", "--no-overlap-p2p",
+     "--global-batch", "64", "--micro-batch", "1"),
+])
+def test_emit_bridge_states_the_overlaps_in_the_comm_overlap_section(cli, tmp_path, plan):
+    """CommOverlapConfig.setup (Megatron-Bridge @ 067f987d training/config.py L2027-2029) writes its own data-parallel
+    overlaps, gradient bucket and p2p overlap over ddp.* and model.* unless comm_overlap.* gives them
+    (training/comm_overlap.py _override_user_cfgs L594-602), so `ddp.overlap_grad_reduce=False` alone ran with the
+    overlap. The comm_overlap keys now say the plan's values, and --from-bridge reads them back (the same plan)."""
+    keys = _bridge(cli, *plan)
+    args = _json(cli, *plan)["parallelism"]
+    assert keys["comm_overlap.overlap_grad_reduce"] == str(args["overlaps"]["grad_reduce"])
+    assert keys["comm_overlap.overlap_param_gather"] == str(args["overlaps"]["param_gather"])
+    if args["ddp_bucket_params"] is not None:
+        assert keys["comm_overlap.bucket_size"] == str(args["ddp_bucket_params"])
+    if args["virtual_pipeline"] > 1 and not args["overlaps"]["p2p"]:
+        assert keys["comm_overlap.overlap_p2p_comm"] == "False"
+    recipe = tmp_path / "o.txt"
+    recipe.write_text("\n".join(f"{k}={v}" for k, v in keys.items()) + "\n")
+    back = _json(cli, "--hw", "h100", "--devices", "16", "--from-bridge", str(recipe))
+    assert back["parallelism"] == args
+    # the comm_overlap value is the one Bridge runs: given against the ddp one, it wins
+    recipe.write_text(recipe.read_text().replace("comm_overlap.overlap_grad_reduce=False",
+                                                 "comm_overlap.overlap_grad_reduce=True"))
+    if "comm_overlap.overlap_grad_reduce=False" in "\n".join(f"{k}={v}" for k, v in keys.items()):
+        back = _json(cli, "--hw", "h100", "--devices", "16", "--from-bridge", str(recipe))
+        assert back["parallelism"]["overlaps"]["grad_reduce"] is True

@@ -17,7 +17,8 @@ import shlex
 from typing import Any
 
 from ..config.attention_kernels import DEFAULT_ATTENTION_KERNEL
-from ..config.megatron_codec import BRIDGE_PIN, FP8_ATTENTION_BRIDGE_KEY, encode, model_fields, render_flags, to_bridge
+from ..config.megatron_codec import (BRIDGE_PIN, FP8_ATTENTION_BRIDGE_KEY, bridge_stated, encode, model_fields,
+                                     render_flags, to_bridge)
 from ..config.megatron_launch import MEGATRON_LM_PIN
 from ..config.megatron_run import LOSS_COMMENTS
 from ..config.megatron_rules import describe, violations
@@ -208,7 +209,7 @@ def bridge_overrides(r: PlanReport, spec: ModelSpec) -> str:
             f"# keys: {BRIDGE_PIN} (src/megatron/bridge/training/config.py, comm_overlap.py, models/gpt_provider.py)",
             *(f"# {n}" for n in notes[1:]), *(f"# environment: {k}={v}" for k, v in env.items()),
             *option_lines(r, "bridge")]
-    body = [shlex.quote(f"{key}={_hydra_value(value)}") for key, value in to_bridge(args).items()]
+    body = [shlex.quote(f"{key}={_hydra_value(value)}") for key, value in bridge_stated(args, to_bridge(args)).items()]
     if r.inputs.fp8_attention:
         body.append(f"{FP8_ATTENTION_BRIDGE_KEY}=True")
     return "\n".join(head + body) + "\n"
