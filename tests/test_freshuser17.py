@@ -176,3 +176,28 @@ def test_emit_bridge_states_the_overlaps_in_the_comm_overlap_section(cli, tmp_pa
     if "comm_overlap.overlap_grad_reduce=False" in "\n".join(f"{k}={v}" for k, v in keys.items()):
         back = _json(cli, "--hw", "h100", "--devices", "16", "--from-bridge", str(recipe))
         assert back["parallelism"]["overlaps"]["grad_reduce"] is True
+
+
+def test_emit_bridge_writes_the_megatron_values_a_recipe_would_keep(cli, tmp_path):
+    """Overrides are applied over a recipe: a field the emitted launch leaves at Megatron-LM's value was left out, so
+    the recipe's stood (Megatron-Bridge @ 067f987d recipes/llama/h100/llama3.py L343 sequence_parallel = True, L99
+    cross_entropy_fusion_impl = "te"; tests/data/megatron/llama3-70b-32gpu-h100-bridge.yaml, that recipe's VP 5).
+    A TP 2 plan without sequence parallelism, interleaving, recomputation or TE's fused loss now says so, and reads
+    back as the same plan."""
+    plan = ("--model", "llama-3-8b", "--hw", "h100", "--devices", "16", "--tp", "2", "--no-sequence-parallel",
+            "--global-batch", "64", "--micro-batch", "1")
+    keys = _bridge(cli, *plan)
+    assert keys["model.sequence_parallel"] == "False"
+    assert keys["model.virtual_pipeline_model_parallel_size"] == keys["model.recompute_granularity"] == "null"
+    assert keys["model.cross_entropy_fusion_impl"] == "native" and keys["model.cuda_graph_impl"] == "none"
+    assert keys["model.cpu_offloading_num_layers"] == "0" and keys["ddp.use_megatron_fsdp"] == "False"
+    recipe = tmp_path / "o.txt"
+    recipe.write_text("\n".join(f"{k}={v}" for k, v in keys.items()) + "\n")
+    code, out, err = cli("plan", "--hw", "h100", "--devices", "16", "--from-bridge", str(recipe))
+    assert code in (0, 1) and "ignored" not in out.lower(), out  # every written key is read
+    original, back = _json(cli, *plan), _json(cli, "--hw", "h100", "--devices", "16", "--from-bridge", str(recipe))
+    assert back["parallelism"] == original["parallelism"] and back["memory_bytes"] == original["memory_bytes"]
+    # a pipeline layout sets VP itself (arguments.py L941-950): no VP is written beside it
+    keys = _bridge(cli, "--model", "llama-3-8b", "--hw", "h100", "--devices", "16", "--pp", "2", "--vp", "2",
+                   "--pipeline-layout", "Et*8|t*8|t*8|t*8L", "--global-batch", "64", "--micro-batch", "1")
+    assert "model.virtual_pipeline_model_parallel_size" not in keys

@@ -1124,13 +1124,31 @@ BRIDGE_COMM_OVERLAP = {"overlap_grad_reduce": "comm_overlap.overlap_grad_reduce"
                        "overlap_param_gather": "comm_overlap.overlap_param_gather",
                        "ddp_bucket_size": "comm_overlap.bucket_size", "overlap_p2p_comm": "comm_overlap.overlap_p2p_comm"}
 BRIDGE_OPTIMIZER_KEY = "optimizer.use_distributed_optimizer"
+# Megatron-LM's value of each destination the emitted launch leaves out, which the plan takes; a Bridge recipe holds
+# its own (e.g. recipes/llama/h100/llama3.py L343 sequence_parallel = True, the 70B recipes VP 5 and
+# cross_entropy_fusion_impl "te", recipes/common.py L86 Megatron-FSDP's sharding strategy), which overrides that
+# leave the field out keep: so --emit bridge writes them (a pipeline layout sets VP itself: left out there)
+BRIDGE_UNSAID: dict[str, Any] = {
+    "sequence_parallel": False, "num_virtual_stages_per_pipeline_rank": None, "recompute_granularity": None,
+    "account_for_embedding_in_pipeline_split": False, "account_for_loss_in_pipeline_split": False,
+    "decoder_first_pipeline_num_layers": None, "decoder_last_pipeline_num_layers": None,
+    "pipeline_model_parallel_layout": None, "cpu_offloading_num_layers": 0, "gradient_accumulation_fusion": True,
+    "cross_entropy_fusion_impl": "native", "cuda_graph_impl": "none", "use_precision_aware_optimizer": False,
+    "use_megatron_fsdp": False}
 
 
 def bridge_stated(args: Args, out: dict[str, Any]) -> dict[str, Any]:
-    """`to_bridge`'s overrides with what Bridge would otherwise derive over them (above): the distributed optimizer in
-    both configs (off for ZeRO-0; Megatron-FSDP turns it on itself, config.py L1082-1085) and the overlaps and the
-    bucket in the comm_overlap section too."""
+    """`to_bridge`'s overrides with what Bridge would otherwise derive over them or keep from the recipe (above): the
+    fields the launch leaves at Megatron-LM's value (BRIDGE_UNSAID), the distributed optimizer in both configs (off for
+    ZeRO-0; Megatron-FSDP turns it on itself, config.py L1082-1085) and the overlaps and the bucket in the
+    comm_overlap section too."""
     stated = dict(out)
+    for dest, value in BRIDGE_UNSAID.items():
+        if dest not in args and not (dest == "num_virtual_stages_per_pipeline_rank"
+                                     and args.get("pipeline_model_parallel_layout") is not None):
+            stated[str(bridge_key(dest))] = value
+    if not args.get("cpu_offloading_num_layers"):
+        stated["model.cpu_offloading"] = False
     if not _bool(args.get("use_megatron_fsdp")):
         on = _bool(args.get("use_distributed_optimizer"))
         stated["ddp.use_distributed_optimizer"] = on
