@@ -201,3 +201,12 @@ def test_emit_bridge_writes_the_megatron_values_a_recipe_would_keep(cli, tmp_pat
     keys = _bridge(cli, "--model", "llama-3-8b", "--hw", "h100", "--devices", "16", "--pp", "2", "--vp", "2",
                    "--pipeline-layout", "Et*8|t*8|t*8|t*8L", "--global-batch", "64", "--micro-batch", "1")
     assert "model.virtual_pipeline_model_parallel_size" not in keys
+
+
+def test_moe_act_needs_moe_layers(cli):
+    """A dense model with `--recompute moe_act` was planned (nothing to recompute) and emitted with a "MEGATRON WOULD
+    REFUSE THIS" line: Megatron-Core stops, "moe_act in recompute_modules is only supported with moe_grouped_gemm"
+    (transformer_config.py L1964-1967 @ d98e8a64), an MoE option. Refused in the plan, as mla_up_proj without MLA."""
+    err = _refused(cli, "--model", "llama-3-8b", "--hw", "h100", "--devices", "8", "--recompute", "moe_act")
+    assert "no MoE layers" in err and "L1964-1967" in err
+    assert _json(cli, *QWEN, "--recompute", "moe_act")["inputs"]["recompute"] == "moe_act"
