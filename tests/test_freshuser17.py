@@ -210,3 +210,18 @@ def test_moe_act_needs_moe_layers(cli):
     err = _refused(cli, "--model", "llama-3-8b", "--hw", "h100", "--devices", "8", "--recompute", "moe_act")
     assert "no MoE layers" in err and "L1964-1967" in err
     assert _json(cli, *QWEN, "--recompute", "moe_act")["inputs"]["recompute"] == "moe_act"
+
+
+def test_emit_megatron_says_which_numerics_stay_at_megatrons_defaults(cli):
+    """The launch carries no --rotary-base, --norm-epsilon or --init-method-std (btacalc plans none of them; the
+    readers list them ignored), so Qwen3-30B-A3B (rope_theta 1e6) trained at Megatron-LM's 10000 without a word
+    (megatron_flags.tsv, arguments.py @ d98e8a64). The launch now says so; a Bridge recipe takes them from the model's
+    Hugging Face config, and its overrides do not."""
+    code, text, err = cli("plan", *QWEN, "--emit", "megatron")
+    assert code in (0, 1), err
+    note = next(line for line in text.splitlines() if "--rotary-base" in line)
+    assert note.startswith("# ") and "10000" in note and "--moe-aux-loss-coeff" in note
+    code, text, err = cli("plan", "--model", "llama-3-8b", "--hw", "h100", "--devices", "8", "--emit", "megatron")
+    assert "--rotary-base 10000" in text and "--moe-aux-loss-coeff" not in text
+    code, text, err = cli("plan", *QWEN, "--emit", "bridge")
+    assert "--rotary-base" not in text
