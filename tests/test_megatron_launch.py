@@ -140,7 +140,8 @@ def test_the_three_refused_combinations_now_run(cli):
     """Issue 23's three plans Megatron refused: --zero 2|3 emits --ckpt-format fsdp_dtensor (arguments.py:1169)
     and no CUDA_DEVICE_MAX_CONNECTIONS=1 (1166); the all-to-all overlap with full recomputation (TC:3022) or
     with PP > 1 and no VP (TC:3007) is dropped from the plan with the reason."""
-    for zero in ("2", "3"):  # with TP 2, which alone would need CUDA_DEVICE_MAX_CONNECTIONS=1
+    # freshuser17: ZeRO-3 is emitted as the Megatron-FSDP it is read back as (--fsdp); --zero 3 alone is refused
+    for zero in ("2", "3 --fsdp"):  # with TP 2, which alone would need CUDA_DEVICE_MAX_CONNECTIONS=1
         text = _emit(cli, f"--model qwen3-30b-a3b --hw h100 --devices 64 --tp 2 --ep 8 --zero {zero} "
                           "--global-batch 512")
         assert "--use-megatron-fsdp" in text and "--ckpt-format fsdp_dtensor" in text
@@ -261,6 +262,10 @@ BROKEN = {
     "selective-no-method": ({"recompute_granularity": "selective", "recompute_method": "uniform"}, {}),
     "fp8-or-fp4": ({"fp8": "hybrid", "fp4": "e2m1"}, {}),
     "moe-act-grouped-gemm": ({"recompute_granularity": "selective", "recompute_modules": ["moe_act"]}, {}),
+    # freshuser17: transformer_config.py L1969-1973 and L2000-2006
+    "mla-up-proj-mla": ({"recompute_granularity": "selective", "recompute_modules": ["mla_up_proj"]}, {}),
+    "fp8-delayed-recompute": ({"fp8": "hybrid", "recompute_granularity": "selective",
+                               "recompute_modules": ["layernorm"]}, {}),
     "a2a-vp": ({"overlap_moe_expert_parallel_comm": True, "pipeline_model_parallel_size": 2}, {}),
     "a2a-ep": ({"overlap_moe_expert_parallel_comm": True, "expert_model_parallel_size": 1}, {}),
     "a2a-dispatcher": ({"overlap_moe_expert_parallel_comm": True, "moe_token_dispatcher_type": "allgather"}, {}),

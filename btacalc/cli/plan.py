@@ -406,6 +406,10 @@ _NOT_MEGATRON: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
      "is PyTorch's non-reentrant checkpoint, and Megatron's recomputation re-runs the whole layer"),
     ("{eager_kernels}", lambda r: bool(r.eager_kernels),
      "plans eager PyTorch's kernels (llm-foundry's MPT block), which a Megatron launch does not run"),
+    # freshuser17: written as Megatron-FSDP, which --from-megatron / --from-bridge read back as --fsdp (more memory)
+    ("{zero_stage} 3 without {fsdp}", lambda r: r.zero_stage == 3 and not r.fsdp,
+     "plans ZeRO-3 gathering one layer's weights at a time; Megatron's ZeRO-3 is Megatron-FSDP "
+     "(--data-parallel-sharding-strategy optim_grads_params), which btacalc plans as {fsdp}: give --fsdp"),
 )
 
 

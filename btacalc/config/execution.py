@@ -1031,7 +1031,33 @@ def check_bf16_layers(run: RunOptions, model: "ModelSpec") -> None:
                            f"BF16, more than the model's {model.num_layers}")
 
 
+# Recompute modules Megatron-Core refuses for a model or a precision recipe (TransformerConfig.__post_init__ for a
+# selective module list, Megatron-LM @ d98e8a64 megatron/core/transformer/transformer_config.py): mla_up_proj without
+# multi-latent attention (L1969-1973); moe_act without MoE layers (L1964-1967: it needs moe_grouped_gemm); moe_act or
+# layernorm under FP8 delayed scaling (L2000-2006).
+# freshuser17: both were planned, and emitted as launches Megatron stops at start-up (`plan --search --precision fp8`
+# chose `layernorm,moe_act`).
+def recompute_refusal(policy: str, model: "ModelSpec", recipe_: Recipe) -> Optional[str]:
+    """Why Megatron-Core refuses the recompute module list `policy` for this model and recipe (None: it runs)."""
+    modules = set(policy.split(",")) if policy not in ("none", "selective", "full") else set()
+    if "mla_up_proj" in modules and model.mla is None:
+        return ("{recompute} mla_up_proj recomputes multi-latent attention's up-projections: the model has no MLA "
+                "(Megatron-Core refuses it, transformer_config.py L1969-1973 @ d98e8a64)")
+    if "moe_act" in modules and not model.is_moe:
+        return ("{recompute} moe_act recomputes the experts' activation: the model has no MoE layers (Megatron-Core "
+                "refuses it without --moe-grouped-gemm, an MoE option, transformer_config.py L1964-1967 @ d98e8a64)")
+    refused = sorted(modules & {"moe_act", "layernorm"})
+    if refused and recipe_.te_recipe == "DelayedScaling":
+        return (f"{{recompute}} {','.join(refused)}: Megatron-Core refuses the moe_act and layernorm recompute modules "
+                "with FP8 delayed scaling ({precision} fp8; transformer_config.py L2000-2006 @ d98e8a64): use "
+                "fp8-current, or other modules")
+    return None
+
+
 def _check_run(run: RunOptions, model: "ModelSpec") -> None:
+    refusal = recompute_refusal(run.recompute, model, run.recipe)
+    if refusal is not None:
+        raise BtacalcError(refusal)
     if run.checkpoint_early_stop and run.recompute != "full":
         raise BtacalcError(f"{{checkpoint_early_stop}} shortens a full re-run of each layer (PyTorch's activation "
                            f"checkpoint); it needs {{recompute}} full, got {run.recompute}")

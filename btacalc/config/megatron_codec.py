@@ -1111,6 +1111,65 @@ def to_bridge(args: Args) -> dict[str, Any]:
     return out
 
 
+# freshuser17: what Megatron-Bridge derives over a recipe's overrides, at BRIDGE_PIN, so that `--emit bridge` states it:
+# - the distributed optimizer: Bridge turns it on in both the DDP and the optimizer config when either has it
+#   (src/megatron/bridge/training/config.py L2101-2123), and its recipes set both (recipes/common.py L87,
+#   recipes/utils/optimizer_utils.py L150): a plan without it (ZeRO-0) wrote nothing and ran ZeRO-1;
+# - the data-parallel overlaps, the gradient bucket and the p2p overlap: CommOverlapConfig.setup (config.py L2027-2029)
+#   writes its own values over the DDP and model configs (training/comm_overlap.py L453-462 p2p on with VP; L576-585
+#   overlap_grad_reduce, overlap_param_gather on and a 128 Mi-parameter bucket with DP > 1 and the distributed
+#   optimizer, L639-643) unless the comm_overlap section gives them (_override_user_cfgs L594-602): the ddp.* and
+#   model.* values alone were overwritten (a plan without the overlaps ran with them).
+BRIDGE_COMM_OVERLAP = {"overlap_grad_reduce": "comm_overlap.overlap_grad_reduce",
+                       "overlap_param_gather": "comm_overlap.overlap_param_gather",
+                       "ddp_bucket_size": "comm_overlap.bucket_size", "overlap_p2p_comm": "comm_overlap.overlap_p2p_comm"}
+BRIDGE_OPTIMIZER_KEY = "optimizer.use_distributed_optimizer"
+# Megatron-LM's value of each destination the emitted launch leaves out, which the plan takes; a Bridge recipe holds
+# its own (e.g. recipes/llama/h100/llama3.py L343 sequence_parallel = True, the 70B recipes VP 5 and
+# cross_entropy_fusion_impl "te", recipes/common.py L86 Megatron-FSDP's sharding strategy), which overrides that
+# leave the field out keep: so --emit bridge writes them (a pipeline layout sets VP itself: left out there)
+BRIDGE_UNSAID: dict[str, Any] = {
+    "sequence_parallel": False, "num_virtual_stages_per_pipeline_rank": None, "recompute_granularity": None,
+    "account_for_embedding_in_pipeline_split": False, "account_for_loss_in_pipeline_split": False,
+    "decoder_first_pipeline_num_layers": None, "decoder_last_pipeline_num_layers": None,
+    "pipeline_model_parallel_layout": None, "cpu_offloading_num_layers": 0, "gradient_accumulation_fusion": True,
+    "cross_entropy_fusion_impl": "native", "cuda_graph_impl": "none", "use_precision_aware_optimizer": False,
+    "use_megatron_fsdp": False}
+
+
+def bridge_stated(args: Args, out: dict[str, Any]) -> dict[str, Any]:
+    """`to_bridge`'s overrides with what Bridge would otherwise derive over them or keep from the recipe (above): the
+    fields the launch leaves at Megatron-LM's value (BRIDGE_UNSAID), the distributed optimizer in both configs (off for
+    ZeRO-0; Megatron-FSDP turns it on itself, config.py L1082-1085) and the overlaps and the bucket in the
+    comm_overlap section too."""
+    stated = dict(out)
+    for dest, value in BRIDGE_UNSAID.items():
+        if dest not in args and not (dest == "num_virtual_stages_per_pipeline_rank"
+                                     and args.get("pipeline_model_parallel_layout") is not None):
+            stated[str(bridge_key(dest))] = value
+    if not args.get("cpu_offloading_num_layers"):
+        stated["model.cpu_offloading"] = False
+    if not _bool(args.get("use_megatron_fsdp")):
+        on = _bool(args.get("use_distributed_optimizer"))
+        stated["ddp.use_distributed_optimizer"] = on
+        stated[BRIDGE_OPTIMIZER_KEY] = on
+    for dest, key in BRIDGE_COMM_OVERLAP.items():
+        if dest in args:
+            stated[key] = args[dest]
+    return stated
+
+
+def _from_bridge_stated(overrides: Mapping[str, Any], args: Args) -> None:
+    """The keys `bridge_stated` writes, read as Bridge applies them: the distributed optimizer on when either config
+    has it; a comm_overlap value over the DDP / model one (None: not given)."""
+    if _bool(_bridge_value(overrides.get(BRIDGE_OPTIMIZER_KEY), BRIDGE_OPTIMIZER_KEY)):
+        args["use_distributed_optimizer"] = True
+    for dest, key in BRIDGE_COMM_OVERLAP.items():
+        value = _bridge_value(overrides.get(key), key)
+        if value is not None:
+            args[dest] = value
+
+
 def _bridge_bf16_ends(args: Args, recipe_ends: tuple[int, int]) -> None:
     """The first/last BF16 layers a Bridge run trains with: the overrides' fields over the mixed-precision recipe's
     (`BRIDGE_BF16_ENDS`), whose counts, not Megatron-LM's parser defaults (1 each), stand where the overrides give none."""
@@ -1191,6 +1250,8 @@ def from_bridge(overrides: Mapping[str, Any]) -> tuple[Args, list[str]]:
             args[key[6:]] = value
         else:
             unread.append(key)
+    unread[:] = [k for k in unread if k != BRIDGE_OPTIMIZER_KEY and k not in BRIDGE_COMM_OVERLAP.values()]
+    _from_bridge_stated(overrides, args)
     recipe = overrides.get("mixed_precision")
     name: Optional[str] = None
     if isinstance(recipe, str):

@@ -177,6 +177,15 @@ RULES: tuple[Rule, ...] = (
          lambda a, e: a.get("recompute_method") is None, "selective recomputation takes no --recompute-method"),
     Rule("moe-act-grouped-gemm", f"{TC}:1964", lambda a, e: "moe_act" in (a.get("recompute_modules") or ()),
          lambda a, e: bool(a.get("moe_grouped_gemm")), "the moe_act recompute module needs --moe-grouped-gemm"),
+    # freshuser17: two module lists Megatron-Core refuses for the model or the recipe (in a selective list only)
+    Rule("mla-up-proj-mla", f"{TC}:1969", lambda a, e: a.get("recompute_granularity") == "selective"
+         and "mla_up_proj" in (a.get("recompute_modules") or ()),
+         lambda a, e: bool(a.get("multi_latent_attention")),
+         "the mla_up_proj recompute module needs --multi-latent-attention"),
+    Rule("fp8-delayed-recompute", f"{TC}:2002", lambda a, e: a.get("recompute_granularity") == "selective"
+         and a.get("fp8") is not None and (a.get("fp8_recipe") or "delayed") == "delayed",
+         lambda a, e: not {"moe_act", "layernorm"} & set(a.get("recompute_modules") or ()),
+         "FP8 delayed scaling refuses the moe_act and layernorm recompute modules"),
     Rule("fp8-or-fp4", f"{ARGS}:1101", lambda a, e: a.get("fp8") is not None,
          lambda a, e: a.get("fp4") is None, "--fp8-format and --fp4-format cannot be used together"),
     Rule("a2a-vp", f"{TC}:3007", lambda a, e: _a2a(a, e) and _i(a, "pipeline_model_parallel_size") > 1,

@@ -247,7 +247,21 @@ def import_bridge(text: str, source: str, devices: Optional[int] = None,
     launch = Launch(args=args, given_as=given_as, source=source)
     run = _imported(launch, devices, base.name if base is not None and "num_layers" not in flat else None)
     extra = tuple((key, _bridge_reason(key)) for key in unread)
-    return _with_options(ImportedRun(run.model, run.request, source, run.ignored + extra, run.notes), text)
+    run = ImportedRun(run.model, run.request, source, run.ignored + extra, run.notes)
+    env = environment_comments(text)
+    if env:  # freshuser17: --nvls was lost (the file said NCCL_NVLS_ENABLE=1; planned without NVLink SHARP)
+        run = replace(_nccl_settings(run, env), env=tuple(env.items()))
+    return _with_options(run, text)
+
+
+# The environment `--emit bridge` states beside the overrides (output.megatron.bridge_overrides): a Bridge recipe sets
+# no environment variable, so the launch's exports are comment lines `# environment: NAME=VALUE`
+_ENVIRONMENT_LINE = re.compile(r"^\s*#\s*environment:\s*([A-Za-z_][A-Za-z0-9_]*)=(\S*)\s*$")
+
+
+def environment_comments(text: str) -> dict[str, str]:
+    """The `# environment: NAME=VALUE` lines of a Bridge overrides file, read as a launch's exports (the last wins)."""
+    return {m.group(1): m.group(2) for m in map(_ENVIRONMENT_LINE.match, text.splitlines()) if m}
 
 
 # Bridge ConfigContainer sections outside the model and the step (src/megatron/bridge/training/config.py).

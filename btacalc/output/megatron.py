@@ -17,7 +17,8 @@ import shlex
 from typing import Any
 
 from ..config.attention_kernels import DEFAULT_ATTENTION_KERNEL
-from ..config.megatron_codec import BRIDGE_PIN, FP8_ATTENTION_BRIDGE_KEY, encode, model_fields, render_flags, to_bridge
+from ..config.megatron_codec import (BRIDGE_PIN, FP8_ATTENTION_BRIDGE_KEY, bridge_stated, encode, model_fields,
+                                     render_flags, to_bridge)
 from ..config.megatron_launch import MEGATRON_LM_PIN
 from ..config.megatron_run import LOSS_COMMENTS
 from ..config.megatron_rules import describe, violations
@@ -192,11 +193,20 @@ def megatron_arguments(r: PlanReport, spec: ModelSpec) -> str:
     host = min(par.devices_per_node, r.hardware.devices_per_host or par.devices_per_node)
     per_node, nodes, uneven = torchrun_sizes(par.devices, host)
     head = [f"# btacalc plan: {r.model.name} on {par.devices} x {r.hardware.name}"
-            + ("" if r.plan.fits else " (DOES NOT FIT)")] + [f"# {n}" for n in notes + uneven] + \
+            + ("" if r.plan.fits else " (DOES NOT FIT)")] + [f"# {n}" for n in notes + [_numerics(spec)] + uneven] + \
         option_lines(r, "megatron")
     launcher = f"torchrun --nproc_per_node {per_node} --nnodes {nodes} pretrain_gpt.py"
     lines = [*(f"export {k}={v}" for k, v in env.items()), " \\\n    ".join([launcher, *render_flags(args)])]
     return "\n".join(head + lines) + "\n"
+
+
+def _numerics(spec: ModelSpec) -> str:
+    """freshuser17: a Qwen3 / Llama 3 / Mixtral launch trained at Megatron-LM's RoPE base 10000 (theirs 1e6, 5e5, 1e6)
+    without a word; btacalc's plan does not depend on these (the readers list them ignored, megatron_run.IGNORED). A
+    Bridge recipe takes them from the model's Hugging Face config (AutoBridge), so only the launch says it."""
+    router = ", the router's load-balancing loss (--moe-aux-loss-coeff 0)" if spec.is_moe else ""
+    return ("btacalc plans no numerics, so these stay at Megatron-LM's defaults: --rotary-base 10000, --norm-epsilon "
+            f"1e-05, --init-method-std 0.02{router}: give your model's")
 
 
 def bridge_overrides(r: PlanReport, spec: ModelSpec) -> str:
@@ -208,7 +218,7 @@ def bridge_overrides(r: PlanReport, spec: ModelSpec) -> str:
             f"# keys: {BRIDGE_PIN} (src/megatron/bridge/training/config.py, comm_overlap.py, models/gpt_provider.py)",
             *(f"# {n}" for n in notes[1:]), *(f"# environment: {k}={v}" for k, v in env.items()),
             *option_lines(r, "bridge")]
-    body = [shlex.quote(f"{key}={_hydra_value(value)}") for key, value in to_bridge(args).items()]
+    body = [shlex.quote(f"{key}={_hydra_value(value)}") for key, value in bridge_stated(args, to_bridge(args)).items()]
     if r.inputs.fp8_attention:
         body.append(f"{FP8_ATTENTION_BRIDGE_KEY}=True")
     return "\n".join(head + body) + "\n"

@@ -28,7 +28,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from ..config.execution import (DEFAULT_TOKENS_PER_STEP, BatchLimits, Execution, ExecutionRequest, Layout,
-                                resolve_execution)
+                                resolve_execution, recompute_refusal)
 from ..config.hardware import HardwareProfile
 from ..config.model import ModelSpec
 from ..config.pipeline import StageSplit, parse_layout
@@ -143,8 +143,9 @@ def _p2p(request: ExecutionRequest, pp: int, vp: int) -> bool:
 def _candidates(model: ModelSpec, hardware: HardwareProfile, request: ExecutionRequest, base: Execution,
                 n: int) -> Iterator[_Candidate]:
     devices = request.devices
-    policies = (request.recompute,) if request.recompute else \
-        RECOMPUTE_CHOICES + (MOE_RECOMPUTE_CHOICES if model.is_moe else ())
+    policies = (request.recompute,) if request.recompute else tuple(
+        p for p in RECOMPUTE_CHOICES + (MOE_RECOMPUTE_CHOICES if model.is_moe else ())
+        if recompute_refusal(p, model, base.run.recipe) is None)  # freshuser17: none Megatron refuses
     eps = (request.expert_parallel,) if request.expert_parallel else \
         tuple(divisors(math.gcd(model.num_experts, devices))) if model.is_moe else (1,)  # bounded by the devices
     for tp, pp, vp, cp, mb in itertools.product(
