@@ -255,7 +255,11 @@ def _enc_router(f: Fields) -> Args:
     out: Args = {}
     if router == "sigmoid":
         out["moe_router_score_function"] = "sigmoid"
-    elif router == "softmax":
+    elif router == "softmax" and not f.get("model.router_renormalize", True):
+        # Megatron-LM @ d98e8a64 moe_utils.py L900-914: --moe-router-pre-softmax takes the top k of the softmax over
+        # all E experts and keeps those weights (OLMoE's norm_topk_prob false); without it the softmax runs over the
+        # k selected logits, which gives the renormalised weights of a norm_topk_prob router (Qwen3, Mixtral) and
+        # GPT-OSS's top-k-then-softmax alike
         out["moe_router_pre_softmax"] = True
     if f.get("model.expert_bias"):
         out["moe_router_enable_expert_bias"] = True
@@ -266,8 +270,13 @@ def _enc_router(f: Fields) -> Args:
 
 def _dec_router(get: Get) -> Fields:
     score, pre = str(get("moe_router_score_function")), _bool(get("moe_router_pre_softmax"))
-    router = "sigmoid" if score == "sigmoid" else ("softmax" if pre else "topk_softmax")
-    return {"model.router": router, "model.expert_bias": _bool(get("moe_router_enable_expert_bias")),
+    # the weights a Megatron router gives (moe_utils.py L900-929): renormalised but with --moe-router-pre-softmax.
+    # Megatron's default softmax router (top k of the logits, softmax over them) gives the renormalised top-k softmax
+    # weights of btacalc's "softmax" router with router_renormalize (Qwen3, Mixtral); btacalc's "topk_softmax" is the
+    # same weights with GPT-OSS's Hugging Face tensors saved, which a launch does not say: read as "softmax"
+    router = "sigmoid" if score == "sigmoid" else "softmax"
+    return {"model.router": router, "model.router_renormalize": not (pre and score != "sigmoid"),
+            "model.expert_bias": _bool(get("moe_router_enable_expert_bias")),
             "model.shared_expert_gate": _bool(get("moe_shared_expert_gate"))}
 
 
@@ -762,7 +771,8 @@ def model_fields(spec: "ModelSpec") -> Fields:
         "model.vocab_size": spec.vocab_size,
         "model.dense_ffn": (spec.dense_ffn_size or spec.ffn_size) if moe else spec.ffn_size,
         "model.moe_ffn": spec.ffn_size if moe else None, "model.num_experts": spec.num_experts,
-        "model.top_k": spec.top_k, "model.router": spec.router, "model.expert_bias": spec.expert_bias,
+        "model.top_k": spec.top_k, "model.router": spec.router, "model.router_renormalize": spec.router_renormalize,
+        "model.expert_bias": spec.expert_bias,
         "model.shared_expert_size": spec.shared_expert_size, "model.shared_expert_gate": spec.shared_expert_gate,
         "model.moe_pattern": [0 if i in dense else 1 for i in range(spec.num_layers)] if dense else None,
         "model.mla": spec.mla.model_dump() if spec.mla else None,

@@ -439,7 +439,8 @@ def model_from_fields(f: Fields, source: str, notes: list[str], name: Optional[s
         "attention_sinks": f["model.attention_sinks"], "mtp_layers": f["model.mtp_layers"],
     }
     if moe:
-        data.update(router=f["model.router"], expert_bias=f["model.expert_bias"],
+        data.update(router=f["model.router"], router_renormalize=f.get("model.router_renormalize", True),
+                    expert_bias=f["model.expert_bias"],
                     shared_expert_size=f["model.shared_expert_size"], shared_expert_gate=f["model.shared_expert_gate"],
                     first_dense_layers=first, dense_layer_indices=tuple(i for i in dense if i >= first))
         if dense:

@@ -123,8 +123,9 @@ def _notes(r: PlanReport, spec: ModelSpec, args: dict[str, Any]) -> list[str]:
               if getattr(spec, key)]
     if (spec.linear_bias, spec.mlp_bias) not in ((True, True), (False, False)):
         notes.append("Megatron's --disable-bias-linear removes every linear bias; the model has some")
-    if spec.router_renormalize is False:
-        notes.append("the router does not renormalise its top-k weights: Megatron has no flag for that")
+    if spec.router == "sigmoid" and spec.router_renormalize is False and spec.top_k > 1:
+        notes.append("the router does not renormalise its top-k sigmoid weights: Megatron always does "
+                     "(moe_utils.py L929 at d98e8a64), and has no flag against it")
     if r.inputs.fp8_attention:
         notes.append("FP8 attention: set TransformerConfig.fp8_dot_product_attention = True (TransformerEngine's "
                      "fp8_dpa); Megatron-LM has no flag for it (arguments.py:2332-2334), Megatron-Bridge sets "
