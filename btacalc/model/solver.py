@@ -689,10 +689,15 @@ def search(problem: Problem, limits: PointLimits, objective: str = "throughput")
 
 
 def _fallback(problem: Problem, limits: PointLimits, m: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The shape reported where not even one sequence fits: what the user fixed, else one sequence. With N and M
+    both fixed (a GPU's --micro-batch becomes M = N / (DP x micro-batch), config/execution.py) the micro-batch G*b
+    is N / (DP x M), the one the user asked for, not 1 (a plan reported micro-batch 1 and half the global batch)."""
     g = np.where(limits.tiles > 0, limits.tiles, 1)
     b = np.where(limits.tile_batch > 0, limits.tile_batch, 1)
     if limits.given("global_batch"):
         per_rank = limits.global_batch // problem.layout.data_parallel
+        if limits.given("micro_batches") and not limits.given("tile_batch"):
+            b = np.maximum(per_rank // np.maximum(limits.micro_batches * g, 1), 1)
         m = np.where(limits.micro_batches > 0, limits.micro_batches, np.maximum(per_rank // (g * b), 1))
     return g, b, m
 
