@@ -1115,6 +1115,13 @@ case("values", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--
      fragment="mixed_precision.grad_reduce_in_fp32: 'maybe' is a string",
      files={"o.txt": HYDRA + "mixed_precision.grad_reduce_in_fp32=maybe\n"})
 
+# hostile20: a billion-laughs bomb of mappings (8 sections of 8 aliases of the one before, 8^6 = 262,144 keys from
+# 0.4 KB): the dotted-key walk took minutes and gigabytes at 9 levels; now refused once it passes 10,000 keys
+_LAUGHS = "l0: &l0 {" + ", ".join(f"k{i}: 1" for i in range(8)) + "}\n" + "".join(
+    f"l{n}: &l{n} {{" + ", ".join(f"k{i}: *l{n - 1}" for i in range(8)) + "}\n" for n in range(1, 7))
+case("bounds", "plan", "--hw", "h100", "-m", "qwen3-30b-a3b", "--devices", "8", "--from-bridge", "{tmp}/r.yaml",
+     fragment="r.yaml: more than 10,000 keys with the YAML aliases expanded (reached at l", files={"r.yaml": _LAUGHS + BRIDGE})
+
 
 def _make(folder: Path, files: dict[str, Any]) -> None:
     for name, content in files.items():

@@ -296,13 +296,18 @@ def _yaml_overrides(text: str, source: str) -> dict[str, Any]:
 
 def _unique_keys_loader() -> Any:
     """OmegaConf's reading of YAML (_OMEGACONF_FLOAT), refusing a key given twice in one mapping, as OmegaConf does
-    (SafeLoader keeps the last silently)."""
+    (SafeLoader keeps the last silently). A merge key (`<<: *defaults`) is no key given twice: SafeLoader merges
+    it, the mapping's own keys winning, and OmegaConf reads it so (its loader passes over keys of other tags;
+    _utils.py get_yaml_loader); hostile20: it was refused "could not determine a constructor for the tag
+    'tag:yaml.org,2002:merge'"."""
     import yaml
 
     class UniqueKeys(yaml.SafeLoader):
         def construct_mapping(self, node: Any, deep: bool = False) -> Any:
             seen: set[Any] = set()
             for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
                 key = self.construct_object(key_node, deep=deep)
                 if isinstance(key, collections.abc.Hashable) and key in seen:
                     raise yaml.constructor.ConstructorError(None, None, f"key {key!r} is given twice",
@@ -323,17 +328,30 @@ def _bridge_reason(key: str) -> str:
     return _BRIDGE_SECTIONS.get(section) or ignore_reason(leaf.split(".")[-1] or section)
 
 
-def _flatten(data: dict[str, Any], prefix: str, out: dict[str, Any], within: tuple[int, ...] = ()) -> None:
+# The most keys (sections and values) a recipe's YAML overrides may hold: Megatron-Bridge's config has 1,168
+# fields (btacalc/data/bridge_fields.toml). YAML aliases repeat a section wherever they are used, so 9 sections of 9
+# aliases of the one before name 9^9 keys in 1 KB of text: walking them took minutes and gigabytes (hostile20)
+MAX_BRIDGE_KEYS = 10_000
+
+
+def _flatten(data: dict[str, Any], prefix: str, out: dict[str, Any], within: tuple[int, ...] = (),
+             walked: Optional[list[int]] = None) -> None:
     """Dotted keys of nested sections. A key given twice (`train.global_batch_size` beside `train:` with the
     same key), a section that holds itself (a YAML alias to its own anchor) or a value that is not a
     number, a string, a boolean, null or a list of them (a YAML date, binary, set) is refused: each would
-    leave one of two values or none read."""
+    leave one of two values or none read. More than MAX_BRIDGE_KEYS keys, counted as aliases repeat them, are
+    refused before they are walked."""
     if id(data) in within:
         raise BtacalcError(f"section {prefix.rstrip('.') or '(top)'} holds itself (a YAML alias of its own anchor)")
+    walked = walked if walked is not None else [0]
+    walked[0] += len(data)
+    if walked[0] > MAX_BRIDGE_KEYS:
+        raise BtacalcError(f"more than {MAX_BRIDGE_KEYS:,} keys with the YAML aliases expanded (reached at "
+                           f"{prefix.rstrip('.') or '(top)'}); Megatron-Bridge's config has 1,168 fields")
     for key, value in data.items():
         name = f"{prefix}{key}"
         if isinstance(value, dict):
-            _flatten(value, name + ".", out, (*within, id(data)))
+            _flatten(value, name + ".", out, (*within, id(data)), walked)
             continue
         if name in out:
             raise BtacalcError(f"{name} is given twice (as a dotted key and in its section)")

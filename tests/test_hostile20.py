@@ -1,0 +1,43 @@
+"""hostile20: Megatron-Bridge YAML merge keys read as OmegaConf reads them, and Hydra overrides continued over CRLF
+line ends (docs/story.md "hostile20"). The refusals of this campaign are cases in tests/test_bad_input.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from btacalc.config.megatron_run import import_bridge
+from btacalc.config.presets import load_preset
+from btacalc.errors import BtacalcError
+
+BRIDGE = (Path(__file__).parent / "data" / "megatron" / "qwen3-30b-a3b-8gpu-h100-bridge.yaml").read_text()
+LAYOUT = "model:\n  tensor_model_parallel_size: 4\n  pipeline_model_parallel_size: 2\n"
+# the same layout: TP from a merged mapping, PP given by both and the section's own value winning
+MERGED = ("model:\n  <<: {tensor_model_parallel_size: 4, pipeline_model_parallel_size: 4}\n"
+          "  pipeline_model_parallel_size: 2\n")
+
+
+def _request(text: str, source: str = "r.yaml", model: str = "qwen3-30b-a3b"):
+    return import_bridge(text, source, 8, load_preset(model)).request
+
+
+def test_a_merge_key_plans_as_the_keys_it_merges():
+    assert LAYOUT in BRIDGE
+    merged = BRIDGE.replace(LAYOUT, MERGED)
+    # was "r.yaml: not YAML: could not determine a constructor for the tag 'tag:yaml.org,2002:merge'"
+    assert _request(merged) == _request(BRIDGE)
+    read = (_request(merged).tensor_parallel, _request(merged).pipeline_parallel)
+    assert read == (4, 2)
+    try:  # what Bridge loads a recipe's YAML overrides with reads the same
+        from omegaconf import OmegaConf
+    except ImportError:
+        return
+    model = OmegaConf.to_container(OmegaConf.create(merged))["model"]
+    assert read == (model["tensor_model_parallel_size"], model["pipeline_model_parallel_size"])
+
+
+def test_a_merge_key_does_not_hide_a_key_given_twice():
+    twice = BRIDGE.replace(LAYOUT, MERGED + "  pipeline_model_parallel_size: 2\n")
+    with pytest.raises(BtacalcError, match="key 'pipeline_model_parallel_size' is given twice"):
+        _request(twice)
