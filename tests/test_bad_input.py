@@ -1121,6 +1121,13 @@ _LAUGHS = "l0: &l0 {" + ", ".join(f"k{i}: 1" for i in range(8)) + "}\n" + "".joi
     f"l{n}: &l{n} {{" + ", ".join(f"k{i}: *l{n - 1}" for i in range(8)) + "}\n" for n in range(1, 7))
 case("bounds", "plan", "--hw", "h100", "-m", "qwen3-30b-a3b", "--devices", "8", "--from-bridge", "{tmp}/r.yaml",
      fragment="r.yaml: more than 10,000 keys with the YAML aliases expanded (reached at l", files={"r.yaml": _LAUGHS + BRIDGE})
+# a backslash with blanks after it ends the line in a shell: "join them to it with \\", which the file did
+case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment="l.sh: flags after the launch command "
+     "(--num-layers ...): join them to it with \\ (line 1 ends in a backslash and then blanks, which a shell reads as an "
+     "escaped blank", files={"l.sh": "torchrun --nproc_per_node 8 pretrain_gpt.py \\ \n" + LAUNCH.split("py ", 1)[1]})
+case("files", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
+     fragment="o.txt: ' ' (a word of blanks) is not a Hydra override (line 1 ends in a backslash and then blanks",
+     files={"o.txt": HYDRA.replace("\n", " \\ \n", 1)})
 
 
 def _make(folder: Path, files: dict[str, Any]) -> None:

@@ -41,3 +41,14 @@ def test_a_merge_key_does_not_hide_a_key_given_twice():
     twice = BRIDGE.replace(LAYOUT, MERGED + "  pipeline_model_parallel_size: 2\n")
     with pytest.raises(BtacalcError, match="key 'pipeline_model_parallel_size' is given twice"):
         _request(twice)
+
+
+HYDRA = ("model.tensor_model_parallel_size=2 \\\nmodel.pipeline_model_parallel_size=1 \\\n"
+         "train.micro_batch_size=1 train.global_batch_size=64 mixed_precision=bf16_mixed\n")
+
+
+def test_hydra_overrides_continued_over_crlf_line_ends_plan_as_with_lf():
+    crlf = HYDRA.replace("\n", "\r\n")
+    # was "o.txt: '\r' is not a Hydra override: token recognition error at: '\r'"
+    assert _request(crlf, "o.txt", "llama-3-8b") == _request(HYDRA, "o.txt", "llama-3-8b")
+    assert _request(crlf, "o.txt", "llama-3-8b").tensor_parallel == 2

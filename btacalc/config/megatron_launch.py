@@ -21,6 +21,7 @@ from typing import Any, Callable, Optional, TypeVar
 from ..errors import BtacalcError
 from ..paths import package_data
 from .model import MAX_LAYERS
+from .text import blank_after_backslash
 from .text import cut as _cut
 
 MEGATRON_LM_PIN = "NVIDIA/Megatron-LM@d98e8a64ddf34856e74b24714e3bedb2f5a39553"
@@ -108,7 +109,8 @@ def read_launch(text: str, source: str = "-") -> Launch:
         if words[0].startswith("--") or words[0].startswith("-"):
             plain += words
     if command is not None and plain:
-        raise BtacalcError(f"{source}: flags after the launch command ({plain[0]} ...): join them to it with \\")
+        raise BtacalcError(f"{source}: flags after the launch command ({plain[0]} ...): join them to it with \\"
+                           + blank_after_backslash(text))
     tokens = command if command is not None else plain
     args = _split_launcher(tokens, launch)
     _parse_args(args, launch)

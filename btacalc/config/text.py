@@ -3,6 +3,7 @@ so no renderer (terminal, JSON, CSV) ever sees a control character or a lone sur
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from typing import Annotated
 
@@ -41,3 +42,19 @@ def cut(text: str) -> str:
 
 # a name or id (review5: a profile named "" planned and compared as a row with no device name)
 Name = Annotated[str, AfterValidator(clean_text), AfterValidator(_not_blank)]
+
+
+_BLANK_AFTER_BACKSLASH = re.compile(r"\\[ \t]+\r?$", re.M)
+
+
+def blank_after_backslash(text: str) -> str:
+    """A hint for a refusal of a launch or overrides file: "" or, when a line ends in a backslash followed by blanks,
+    why that line does not continue (a shell reads `\\ ` as an escaped blank, and the newline then ends the command).
+    hostile20: such a launch was refused "flags after the launch command ...: join them to it with \\", which the
+    file did, and such overrides "' ' is not a Hydra override"."""
+    found = _BLANK_AFTER_BACKSLASH.search(text)
+    if found is None:
+        return ""
+    line = text.count("\n", 0, found.start()) + 1
+    return (f" (line {line} ends in a backslash and then blanks, which a shell reads as an escaped blank, not a line "
+            "continuation: remove the blanks after the \\)")
