@@ -309,9 +309,18 @@ def real(value: Any, dest: str) -> float:
     raise _not_a(value, dest, "a number")
 
 
+class ArgumentValueError(BtacalcError):
+    """A Megatron argument's value of the wrong kind, named by its flag; `dest`, `kind` and `got` let a reader that
+    knows the argument by another name (a Bridge key) say it so."""
+
+    def __init__(self, dest: str, kind: str, got: str):
+        flag = next(iter(flags_by_dest().get(dest, [])), None)
+        super().__init__(f"Megatron-LM's {flag.flag if flag else dest} ({dest}) takes {kind}, got {got}")
+        self.dest, self.kind, self.got = dest, kind, got
+
+
 def _not_a(value: Any, dest: str, kind: str) -> BtacalcError:
-    flag = next(iter(flags_by_dest().get(dest, [])), None)
-    return BtacalcError(f"Megatron-LM's {flag.flag if flag else dest} ({dest}) takes {kind}, got {_cut(repr(value))}")
+    return ArgumentValueError(dest, kind, _cut(repr(value)))
 
 
 def _is_command(words: list[str]) -> bool:

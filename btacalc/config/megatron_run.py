@@ -12,9 +12,10 @@ import collections.abc
 import math
 import re
 import reprlib
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 from ..errors import BtacalcError
 from .execution import BatchLimits, ExecutionRequest, OverlapRequest
@@ -24,7 +25,7 @@ from .bridge_hydra import form_of, read_overrides
 from .megatron_codec import (MIXED_PRECISION_OVERWRITES, MODEL_ROWS, OVERWRITTEN_REASON, Fields, bridge_key,
                              bridge_value_field, check_bridge_experts,
                              check_bridge_sixteen_bit, decode, encode, from_bridge, model_fields)
-from .megatron_launch import Launch, integer, read_launch
+from .megatron_launch import ArgumentValueError, Launch, integer, read_launch
 from .megatron_rules import describe, violations
 from .model import ModelSpec, validate_model
 
@@ -177,8 +178,28 @@ def _with_options(run: "ImportedRun", text: str) -> "ImportedRun":
 def import_megatron(text: str, source: str, devices: Optional[int] = None) -> ImportedRun:
     """Plan inputs of a Megatron-LM launch script or file of arguments. `devices`: when the text has no
     torchrun prefix (else the two must agree)."""
-    launch = read_launch(text, source)
-    return _with_options(_nccl_settings(_imported(launch, devices), launch.env), text)
+    with _naming(source):
+        launch = read_launch(text, source)
+        return _with_options(_nccl_settings(_imported(launch, devices), launch.env), text)
+
+
+@contextmanager
+def _naming(source: str, bridge: bool = False) -> Iterator[None]:
+    """Every refusal of an imported file names the file, as the readers' own do, and a Bridge file's value of the
+    wrong kind is named by its Bridge key. hostile20: the shared decoder's refusals ("Megatron-LM's --num-layers
+    (num_layers) takes an integer, got '$L'") named no file, and in a Bridge file a Megatron-LM flag the file does
+    not use (`train.micro_batch_size: true` read "Megatron-LM's --micro-batch-size (micro_batch_size) takes an
+    integer, got True")."""
+    try:
+        yield
+    except ArgumentValueError as exc:
+        if not bridge:
+            raise BtacalcError(f"{source}: {exc.template}") from None
+        raise BtacalcError(f"{source}: {bridge_key(exc.dest) or exc.dest} takes {exc.kind}, got {exc.got}") from None
+    except BtacalcError as exc:
+        if exc.template.startswith(f"{source}:"):
+            raise
+        raise BtacalcError(f"{source}: {exc.template}") from None
 
 
 def _nccl_settings(run: ImportedRun, env: dict[str, str]) -> ImportedRun:
@@ -211,6 +232,11 @@ def import_bridge(text: str, source: str, devices: Optional[int] = None,
     Hydra's command-line overrides (`key=value` words, what Bridge's scripts take and `--emit bridge` prints;
     bridge_hydra), read into the same dotted keys. Bridge recipes take the architecture from Hugging Face
     (AutoBridge): without model.num_layers in the overrides, the architecture is `base`'s (the plan's --model)."""
+    with _naming(source, bridge=True):
+        return _import_bridge(text, source, devices, base)
+
+
+def _import_bridge(text: str, source: str, devices: Optional[int], base: Optional[ModelSpec]) -> ImportedRun:
     form = form_of(text, source)
     if form == "empty":
         raise BtacalcError(f"{source}: no overrides (the file is empty): give a YAML mapping or key=value lines")
@@ -230,12 +256,9 @@ def import_bridge(text: str, source: str, devices: Optional[int] = None,
         if not _plain(value):
             raise BtacalcError(f"{source}: {key}: {type(value).__name__} {reprlib.repr(value)} is not an override "
                                "value (a number, a string, a boolean, null or a list of them)")
-    try:
-        args, unread = from_bridge(flat)
-        check_bridge_sixteen_bit(args)
-        check_bridge_experts(args)
-    except BtacalcError as exc:  # the decoder's refusals name the file, as the reader's do (review14)
-        raise BtacalcError(f"{source}: {exc.template}") from None
+    args, unread = from_bridge(flat)  # its refusals name the file (import_bridge's _naming; review14)
+    check_bridge_sixteen_bit(args)
+    check_bridge_experts(args)
     given_as = {d: bridge_key(d) or d for d in args}
     if "num_layers" not in args:
         if base is None:
@@ -243,6 +266,7 @@ def import_bridge(text: str, source: str, devices: Optional[int] = None,
         seq = integer(args.get("seq_length") or base.max_position_embeddings or 4096, "seq_length")
         args = {**encode({**model_fields(base), "run.seq_len": seq}, MODEL_ROWS), **args}
     if "max_position_embeddings" not in args and "seq_length" in args:  # GPTModelProvider: positions = seq_length
+        integer(args["seq_length"], "seq_length")  # refused as itself, not as the positions it gives (hostile20)
         args["max_position_embeddings"] = args["seq_length"]
     launch = Launch(args=args, given_as=given_as, source=source)
     run = _imported(launch, devices, base.name if base is not None and "num_layers" not in flat else None)
