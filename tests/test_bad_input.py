@@ -1139,6 +1139,12 @@ case("files", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--f
 case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh",
      fragment="l.sh: Megatron-LM's --num-layers (num_layers) takes an integer, got '$L'",
      files={"l.sh": "L=$(echo 4)\n" + LAUNCH.replace("--num-layers 4", "--num-layers $L")})
+# a variable set from a command's output (which btacalc does not run): `${L:-32}` was read as 32 in silence (bash gives
+# the command's 16), and `export L=$(echo 16)` set L to "$(echo"
+for assignment in ("L=$(echo 16)", "export L=$(echo 16)", "L=`echo 16`"):
+    case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment="l.sh: Megatron-LM's --num-layers "
+         "(num_layers) takes an integer, got '${L:-32}': a variable the file does not set, or sets from a command's",
+         files={"l.sh": assignment + "\n" + LAUNCH.replace("--num-layers 4", "--num-layers ${L:-32}")})
 case("files", "plan", "--hw", "h100", "-m", "qwen3-30b-a3b", "--devices", "8", "--from-bridge", "{tmp}/r.yaml",
      fragment="r.yaml: train.micro_batch_size takes an integer, got True",
      files={"r.yaml": BRIDGE.replace("  micro_batch_size: 2", "  micro_batch_size: true")})

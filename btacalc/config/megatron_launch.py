@@ -81,6 +81,10 @@ _ASSIGN = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)(\+?)=(.*)$", re.S
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(\[@\]|\[\*\])?(?::?-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 _QUOTED_ARRAY = re.compile(r'"\$\{([A-Za-z_][A-Za-z0-9_]*)\[@\]\}"')
 _ARITH = re.compile(r"\$\(\(([^()]*(?:\([^()]*\)[^()]*)*)\)\)")
+# `NAME=$(command)` or NAME=`command` (also exported, quoted): a command substitution as a variable's whole value.
+# hostile20: `L=$(echo 16)` was passed over and a later `${L:-32}` read as 32 in silence; `export L=$(echo 16)` set
+# L to "$(echo"
+_SUBSTITUTION = re.compile(r"""^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=("?)(?:\$\((?!\().*\)|`[^`]*`)\2$""", re.S)
 _LAUNCHERS = {"--nproc_per_node": "per_node", "--nproc-per-node": "per_node", "--nnodes": "nodes"}
 
 
@@ -88,11 +92,17 @@ def read_launch(text: str, source: str = "-") -> Launch:
     """The Megatron arguments of a launch script or of a file of arguments (see module docstring)."""
     text = re.sub(r"\\\r?\n", " ", text)
     variables: dict[str, str] = {}
+    substituted: set[str] = set()  # variables set by a command's output, which btacalc does not run
     launch = Launch(source=source)
     command: Optional[list[str]] = None
     plain: list[str] = []
     for statement in _statements(text):
-        expanded = _expand(statement, variables)
+        expanded = _expand(statement, variables, substituted)
+        by_command = _SUBSTITUTION.match(expanded.strip())
+        if by_command:  # `L=$(nproc)`: its value is unknown; a use of L stays "$L" (hostile20)
+            substituted.add(by_command.group(1))
+            variables.pop(by_command.group(1), None)
+            continue
         try:
             words = shlex.split(expanded, comments=True)
         except ValueError as exc:
@@ -139,7 +149,7 @@ def _statements(text: str) -> list[str]:
     return out
 
 
-def _expand(text: str, variables: dict[str, str]) -> str:
+def _expand(text: str, variables: dict[str, str], substituted: frozenset[str] | set[str] = frozenset()) -> str:
     # "${NAME[@]}" is each element of an array as one word (bash's Arrays: "each element of name to a separate
     # word"): its elements, each quoted for shlex; unquoted, the elements are split again at blanks (below)
     text = _QUOTED_ARRAY.sub(lambda m: variables.get(m.group(1) + "[@]", m.group(0)), text)
@@ -148,6 +158,8 @@ def _expand(text: str, variables: dict[str, str]) -> str:
         name = m.group(1) or m.group(4)
         if name in variables:
             return variables[name]
+        if name in substituted:  # set by a command btacalc does not run: not unset, so not ${NAME:-default}
+            return m.group(0)
         return m.group(3) if m.group(3) is not None else m.group(0)
 
     text = _VAR.sub(var, text)
@@ -313,14 +325,16 @@ class ArgumentValueError(BtacalcError):
     """A Megatron argument's value of the wrong kind, named by its flag; `dest`, `kind` and `got` let a reader that
     knows the argument by another name (a Bridge key) say it so."""
 
-    def __init__(self, dest: str, kind: str, got: str):
+    def __init__(self, dest: str, kind: str, got: str, why: str = ""):
         flag = next(iter(flags_by_dest().get(dest, [])), None)
-        super().__init__(f"Megatron-LM's {flag.flag if flag else dest} ({dest}) takes {kind}, got {got}")
+        super().__init__(f"Megatron-LM's {flag.flag if flag else dest} ({dest}) takes {kind}, got {got}{why}")
         self.dest, self.kind, self.got = dest, kind, got
 
 
 def _not_a(value: Any, dest: str, kind: str) -> BtacalcError:
-    return ArgumentValueError(dest, kind, _cut(repr(value)))
+    why = (": a variable the file does not set, or sets from a command's output, which btacalc does not run (give "
+           "the value)") if isinstance(value, str) and _VAR.search(value) else ""
+    return ArgumentValueError(dest, kind, _cut(repr(value)), why)
 
 
 def _is_command(words: list[str]) -> bool:
