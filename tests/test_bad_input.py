@@ -1145,6 +1145,14 @@ for assignment in ("L=$(echo 16)", "export L=$(echo 16)", "L=`echo 16`"):
     case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment="l.sh: Megatron-LM's --num-layers "
          "(num_layers) takes an integer, got '${L:-32}': a variable the file does not set, or sets from a command's",
          files={"l.sh": assignment + "\n" + LAUNCH.replace("--num-layers 4", "--num-layers ${L:-32}")})
+# two launches (an if/else, or one after the other): the first was planned and the second passed over in silence;
+# flags before the launch were said to come "after" it
+case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment="l.sh: two commands run a Python "
+     "script (pretrain_gpt.py, then pretrain_gpt.py): btacalc reads one launch",
+     files={"l.sh": "if [ -n \"$SMALL\" ]; then\n" + LAUNCH.replace("--num-layers 4", "--num-layers 2") + "else\n"
+            + LAUNCH + "fi\n"})
+case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment="l.sh: flags before the launch "
+     "command (--num-layers ...): move them into it", files={"l.sh": "--num-layers 4\n" + LAUNCH.replace("--num-layers 4 ", "")})
 case("files", "plan", "--hw", "h100", "-m", "qwen3-30b-a3b", "--devices", "8", "--from-bridge", "{tmp}/r.yaml",
      fragment="r.yaml: train.micro_batch_size takes an integer, got True",
      files={"r.yaml": BRIDGE.replace("  micro_batch_size: 2", "  micro_batch_size: true")})

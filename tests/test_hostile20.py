@@ -1,5 +1,5 @@
-"""hostile20: Megatron-Bridge YAML merge keys read as OmegaConf reads them, and Hydra overrides continued over CRLF
-line ends (docs/story.md "hostile20"). The refusals of this campaign are cases in tests/test_bad_input.py."""
+"""hostile20: Megatron-Bridge YAML merge keys read as OmegaConf reads them, Hydra overrides continued over CRLF
+line ends, and a launch script's here-documents (docs/story.md "hostile20"). The refusals of this campaign are cases in tests/test_bad_input.py."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from btacalc.config.megatron_run import import_bridge
+from btacalc.config.megatron_run import import_bridge, import_megatron
 from btacalc.config.presets import load_preset
 from btacalc.errors import BtacalcError
 
@@ -52,3 +52,20 @@ def test_hydra_overrides_continued_over_crlf_line_ends_plan_as_with_lf():
     # was "o.txt: '\r' is not a Hydra override: token recognition error at: '\r'"
     assert _request(crlf, "o.txt", "llama-3-8b") == _request(HYDRA, "o.txt", "llama-3-8b")
     assert _request(crlf, "o.txt", "llama-3-8b").tensor_parallel == 2
+
+
+LAUNCH = ("torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 4 --hidden-size 256 --num-attention-heads 4 "
+          "--seq-length 128 --max-position-embeddings 128 --micro-batch-size 1 --global-batch-size 8 --bf16 --swiglu "
+          "--vocab-size 1000 --ffn-hidden-size 512 --num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 512\n")
+
+
+@pytest.mark.parametrize("heredoc", [
+    "cat > extra.args <<EOF\n--num-layers 2\ntorchrun x.py --num-layers 8\nEOF\n",
+    "cat > extra.args <<-'EOF'\n\t--num-layers 2\n\tEOF\n",
+    'cat <<"END" | tee notes.txt\n--hidden-size 8\nEND\n',
+])
+def test_a_here_document_is_text_not_the_launch(heredoc):
+    # was "l.sh: flags after the launch command (--num-layers ...)" (or, with a script in it, its launch read)
+    plain = import_megatron(LAUNCH, "l.sh")
+    read = import_megatron(heredoc + LAUNCH, "l.sh")
+    assert (read.model, read.request) == (plain.model, plain.request)

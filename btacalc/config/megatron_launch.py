@@ -96,6 +96,7 @@ def read_launch(text: str, source: str = "-") -> Launch:
     launch = Launch(source=source)
     command: Optional[list[str]] = None
     plain: list[str] = []
+    before = False  # flags outside the command came first
     for statement in _statements(text):
         expanded = _expand(statement, variables, substituted)
         by_command = _SUBSTITUTION.match(expanded.strip())
@@ -109,7 +110,12 @@ def read_launch(text: str, source: str = "-") -> Launch:
             raise BtacalcError(f"{source}: cannot read the line {statement.strip()[:60]!r}: {exc}") from None
         if not words:
             continue
-        if command is None and _is_command(words):
+        if _is_command(words):
+            if command is not None:  # hostile20: the second was passed over in silence (an if/else of two launches)
+                scripts = [next(w for w in c if w.endswith(".py")) for c in (command, words)]
+                raise BtacalcError(f"{source}: two commands run a Python script ({scripts[0]}, then {scripts[1]}): "
+                                   "btacalc reads one launch and runs no if/else or loop around it: give a file with "
+                                   "the one launch")
             command = words
             continue
         assigned = _ASSIGN.match(expanded.strip())
@@ -117,8 +123,12 @@ def read_launch(text: str, source: str = "-") -> Launch:
             _assign(assigned, variables, launch)
             continue
         if words[0].startswith("--") or words[0].startswith("-"):
+            before = before or (command is None and not plain)
             plain += words
     if command is not None and plain:
+        if before:  # hostile20: they were said to come after it
+            raise BtacalcError(f"{source}: flags before the launch command ({plain[0]} ...): move them into it, after "
+                               "its script")
         raise BtacalcError(f"{source}: flags after the launch command ({plain[0]} ...): join them to it with \\"
                            + blank_after_backslash(text))
     tokens = command if command is not None else plain
@@ -127,11 +137,24 @@ def read_launch(text: str, source: str = "-") -> Launch:
     return launch
 
 
+# a here-document's start (`cat > x <<EOF`, `<<-'EOF'`; not the here-string `<<<`): its body is text, not commands
+_HEREDOC = re.compile(r"""(?<!<)<<(-?)\s*(['"]?)([A-Za-z_][A-Za-z0-9_]*)\2""")
+
+
 def _statements(text: str) -> list[str]:
-    """Lines, with a bash array `NAME=( ... )` spanning several lines kept as one statement."""
+    """Lines, with a bash array `NAME=( ... )` spanning several lines kept as one statement and a here-document's
+    body left out (hostile20: its lines were read as the launch's flags)."""
     out: list[str] = []
     pending = ""
+    heredoc: Optional[tuple[str, bool]] = None  # the delimiter, and whether leading tabs are stripped (<<-)
     for line in text.splitlines():
+        if heredoc is not None:
+            if (line.lstrip("\t") if heredoc[1] else line).rstrip("\r") == heredoc[0]:
+                heredoc = None
+            continue
+        started = _HEREDOC.search(line)
+        if started:
+            heredoc = (started.group(3), started.group(1) == "-")
         stripped = re.sub(r"(^|\s)#.*$", "", line)
         if pending:
             pending += " " + stripped
