@@ -1151,6 +1151,8 @@ case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment=
      "script (pretrain_gpt.py, then pretrain_gpt.py): btacalc reads one launch",
      files={"l.sh": "if [ -n \"$SMALL\" ]; then\n" + LAUNCH.replace("--num-layers 4", "--num-layers 2") + "else\n"
             + LAUNCH + "fi\n"})
+case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment="l.sh: two commands run a Python "
+     "script (pretrain_gpt.py, then pretrain_gpt.py)", files={"l.sh": LAUNCH.rstrip() + " 2>&1 | tee a.log && " + LAUNCH})
 case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment="l.sh: flags before the launch "
      "command (--num-layers ...): move them into it", files={"l.sh": "--num-layers 4\n" + LAUNCH.replace("--num-layers 4 ", "")})
 case("files", "plan", "--hw", "h100", "-m", "qwen3-30b-a3b", "--devices", "8", "--from-bridge", "{tmp}/r.yaml",

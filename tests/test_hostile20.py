@@ -1,5 +1,6 @@
 """hostile20: Megatron-Bridge YAML merge keys read as OmegaConf reads them, Hydra overrides continued over CRLF
-line ends, and a launch script's here-documents (docs/story.md "hostile20"). The refusals of this campaign are cases in tests/test_bad_input.py."""
+line ends, and a launch script's here-documents, pipes, redirections and lists of commands (docs/story.md
+"hostile20"). The refusals of this campaign are cases in tests/test_bad_input.py."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from btacalc.config.megatron_launch import read_launch
 from btacalc.config.megatron_run import import_bridge, import_megatron
 from btacalc.config.presets import load_preset
 from btacalc.errors import BtacalcError
@@ -69,3 +71,17 @@ def test_a_here_document_is_text_not_the_launch(heredoc):
     plain = import_megatron(LAUNCH, "l.sh")
     read = import_megatron(heredoc + LAUNCH, "l.sh")
     assert (read.model, read.request) == (plain.model, plain.request)
+
+
+@pytest.mark.parametrize("before, after", [
+    ("", " 2>&1 | tee log.txt"), ("", " > log.txt 2> err.txt"), ("", " &>> all.log"), ("", " ; echo done"),
+    ("", " && echo done"), ("", " &\nwait"), ("cd /workspace/Megatron-LM && ", " | tee log"), ("", " 2>&1|tee 'my log'"),
+    ("", " --tokenizer-model '<a|b>;c' < /dev/null"),
+])
+def test_a_launch_line_with_pipes_redirections_and_lists_reads_its_launch(before, after):
+    # was "l.sh: '2>&1' is not a Megatron-LM flag (a value without its flag?)" (and '|', '>', ';', '&&', '&')
+    plain = import_megatron(LAUNCH, "l.sh")
+    read = import_megatron(before + LAUNCH.rstrip("\n") + after + "\n", "l.sh")
+    assert (read.model, read.request) == (plain.model, plain.request)
+    if "<a|b>" in after:  # a quoted operator is the flag's value, not an operator
+        assert read_launch(before + LAUNCH.rstrip("\n") + after, "l.sh").args["tokenizer_model"] == "<a|b>;c"

@@ -106,17 +106,19 @@ def read_launch(text: str, source: str = "-") -> Launch:
             continue
         try:
             words = shlex.split(expanded, comments=True)
+            pieces = [shlex.split(piece, comments=True) for piece in _commands(expanded)] if _is_command(words) else []
         except ValueError as exc:
             raise BtacalcError(f"{source}: cannot read the line {statement.strip()[:60]!r}: {exc}") from None
         if not words:
             continue
-        if _is_command(words):
-            if command is not None:  # hostile20: the second was passed over in silence (an if/else of two launches)
-                scripts = [next(w for w in c if w.endswith(".py")) for c in (command, words)]
-                raise BtacalcError(f"{source}: two commands run a Python script ({scripts[0]}, then {scripts[1]}): "
-                                   "btacalc reads one launch and runs no if/else or loop around it: give a file with "
-                                   "the one launch")
-            command = words
+        if pieces:  # `cd /x && torchrun ... pretrain_gpt.py ... 2>&1 | tee log`: the launch is the piece with the script
+            for piece in (p for p in pieces if _is_command(p)):
+                if command is not None:  # hostile20: the second was passed over (an if/else of two launches)
+                    scripts = [next(w for w in c if w.endswith(".py")) for c in (command, piece)]
+                    raise BtacalcError(f"{source}: two commands run a Python script ({scripts[0]}, then "
+                                       f"{scripts[1]}): btacalc reads one launch and runs no if/else or loop around "
+                                       "it: give a file with the one launch")
+                command = piece
             continue
         assigned = _ASSIGN.match(expanded.strip())
         if assigned and (assigned.group(3).startswith("(") or len(words) == 1 or words[0] == "export"):
@@ -135,6 +137,59 @@ def read_launch(text: str, source: str = "-") -> Launch:
     args = _split_launcher(tokens, launch)
     _parse_args(args, launch)
     return launch
+
+
+_REDIRECTION = re.compile(r"&>>?|>>?&?|>\||<<<|<<-?|<>|<&?")
+_DESCRIPTOR = re.compile(r"\s*(?:\d+|-)?")
+_FILE_WORD = re.compile(r"""\s*(?:'[^']*'|"(?:\\.|[^"\\])*"|\\.|[^\s;&|<>'"\\])*""")
+
+
+def _commands(line: str) -> list[str]:
+    """The commands of one shell line: split at the control operators outside quotes, `$(...)` and backquotes
+    (`;`, `&`, `&&`, `||`, `|`, `|&`), each without its redirections (`> log`, `2>&1`, `&>> log`, `< in`): what
+    each command's program is given. hostile20: `torchrun ... pretrain_gpt.py ... 2>&1 | tee log.txt` was refused
+    "'2>&1' is not a Megatron-LM flag (a value without its flag?)"."""
+    pieces: list[str] = []
+    out: list[str] = []
+    i, n = 0, len(line)
+    while i < n:
+        c = line[i]
+        if c in "'\"`":  # a quoted word or a backquoted command, copied as it is
+            end = i + 1
+            while end < n and line[end] != c:
+                end += 2 if c != "'" and line[end] == "\\" else 1
+            out.append(line[i:end + 1])
+            i = end + 1
+        elif c == "\\":
+            out.append(line[i:i + 2])
+            i += 2
+        elif line.startswith("$(", i):  # a command substitution, to its closing parenthesis
+            depth, end = 0, i + 1
+            while end < n:
+                depth += {"(": 1, ")": -1}.get(line[end], 0)
+                if depth == 0:
+                    break
+                end += 1
+            out.append(line[i:end + 1])
+            i = end + 1
+        elif line.startswith(("&&", "||", "|&"), i) or (c in ";|" or (c == "&" and not line.startswith("&>", i))):
+            pieces.append("".join(out))
+            out = []
+            i += 2 if line.startswith(("&&", "||", "|&"), i) else 1
+        elif c in "<>" or line.startswith("&>", i):
+            text = "".join(out)
+            fd = re.search(r"(?:^|\s)(\d+)$", text)  # `2>`: the descriptor's digits belong to the operator
+            out = [text[:fd.start(1)]] if fd else [text]
+            op = _REDIRECTION.match(line, i)
+            assert op is not None  # c is < or >, or the text is &>
+            # `2>&1`, `<&-`: a descriptor, no file word; else the file word after the blanks (both patterns match "")
+            after = (_DESCRIPTOR if op.group().endswith("&") else _FILE_WORD).match(line, op.end())
+            i = after.end() if after else op.end()
+        else:
+            out.append(c)
+            i += 1
+    pieces.append("".join(out))
+    return [p for p in pieces if p.strip()]
 
 
 # a here-document's start (`cat > x <<EOF`, `<<-'EOF'`; not the here-string `<<<`): its body is text, not commands
