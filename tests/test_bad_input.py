@@ -648,6 +648,21 @@ for old, new, fragment in [
 LLAMA_CONFIG = (Path(__file__).parent / "data" / "llama-3-8b.config.json").read_text()
 case("files", "plan", "--model", "{tmp}/config.json", fragment="key 'hidden_size' is given twice in one object",
      files={"config.json": LLAMA_CONFIG.rstrip().removesuffix("}") + ', "hidden_size": 8}'})
+# hostile20: one of btacalc's inputs given where another is due was refused by the parser's first complaint ("not
+# valid JSON: Expecting value (line 1, column 1)", "not valid TOML: Invalid statement", "unknown field source")
+PRESET_TOML = (Path(__file__).parent / "data" / "gpt-22b.toml").read_text()
+for args, files, fragment in (
+        (["plan", "--model", "{tmp}/p.toml", "--hw", "h100"], {"p.toml": GPU_PROFILE},
+         "p.toml: a hardware profile, not a model's config.json (a model is a preset name, a Hugging Face config.json "
+         "or a folder holding one): give it to --hw"),
+        (["models", "show", "{tmp}/m.toml"], {"m.toml": PRESET_TOML},
+         "m.toml: a model in btacalc's preset form, which --model does not read"),
+        (["plan", "--hw", "{tmp}/config.json"], {"config.json": LLAMA_CONFIG},
+         "config.json: a Hugging Face config.json, not a hardware profile (a profile name or a profile .toml; btacalc "
+         "hw list): give it to --model"),
+        (["hw", "show", "{tmp}/m.toml"], {"m.toml": PRESET_TOML}, "m.toml: a model in btacalc's preset form, not a "
+         "hardware profile")):
+    case("files", *args, fragment=fragment, files=files, outputs=False)
 case("files", "validate", "--measured", "{tmp}/runs.json", fragment="key 'devices' is given twice", outputs=False,
      files={"runs.json": _runs_with().replace('"devices": ', '"devices": 1, "devices": ', 1)})
 for spec, fragment in (("core_attn,core_attn", "names core_attn twice"), ("core_attn,,mlp", "has an empty entry"),

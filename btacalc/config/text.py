@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import AfterValidator
 
@@ -58,3 +58,34 @@ def blank_after_backslash(text: str) -> str:
     line = text.count("\n", 0, found.start()) + 1
     return (f" (line {line} ends in a backslash and then blanks, which a shell reads as an escaped blank, not a line "
             "continuation: remove the blanks after the \\)")
+
+
+def input_kind(text: str) -> str:
+    """What another of btacalc's input files `text` is, for a refusal of it where it was given in the wrong place:
+    "a hardware profile", "a Hugging Face config.json", "a model in btacalc's preset form" or "" (none of them).
+    hostile20: a profile given to --model read "not valid JSON: Expecting value (line 1, column 1)", a config.json
+    given to --hw "not valid TOML: Invalid statement", a preset's TOML given to --hw "unknown field source"."""
+    import json
+    import sys
+
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
+
+    raw: Any = None
+    for parse in (tomllib.loads, json.loads):
+        try:
+            raw = parse(text)
+            break
+        except (ValueError, RecursionError):
+            continue
+    if not isinstance(raw, dict):
+        return ""
+    if "family" in raw and "chip" in raw:
+        return "a hardware profile"
+    if "model_type" in raw or "architectures" in raw:
+        return "a Hugging Face config.json"
+    if "hidden_size" in raw and "num_layers" in raw:
+        return "a model in btacalc's preset form"
+    return ""
