@@ -1168,6 +1168,17 @@ case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment=
             + LAUNCH + "fi\n"})
 case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment="l.sh: two commands run a Python "
      "script (pretrain_gpt.py, then pretrain_gpt.py)", files={"l.sh": LAUNCH.rstrip() + " 2>&1 | tee a.log && " + LAUNCH})
+# a model size of 0: "the inputs take a number beyond the arithmetic's range (ZeroDivisionError ...)" (--seq-length,
+# --num-attention-heads), or read as not given and planned (--kv-channels 0 as h/a, --num-query-groups 0 as MHA,
+# --moe-ffn-hidden-size 0 as the dense FFN; Megatron-LM takes the 0)
+for old, new in (("--seq-length 128", "--seq-length 0"), ("--num-attention-heads 4", "--num-attention-heads 0"),
+                 ("--num-layers 4", "--num-layers 4 --kv-channels 0"), ("--num-layers 4", "--num-layers 4 --num-query-groups 0"),
+                 ("--moe-ffn-hidden-size 512", "--moe-ffn-hidden-size 0"), ("--num-layers 4", "--num-layers -4")):
+    case("values", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh",
+         fragment=f"l.sh: {new.split()[-2]} {new.split()[-1]}: must be at least 1 (a size of the model)",
+         files={"l.sh": LAUNCH.replace(old, new)})
+case("values", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
+     fragment="o.txt: model.seq_length 0: must be at least 1 (a size of the model)", files={"o.txt": HYDRA + "model.seq_length=0\n"})
 case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment="l.sh: flags before the launch "
      "command (--num-layers ...): move them into it", files={"l.sh": "--num-layers 4\n" + LAUNCH.replace("--num-layers 4 ", "")})
 case("files", "plan", "--hw", "h100", "-m", "qwen3-30b-a3b", "--devices", "8", "--from-bridge", "{tmp}/r.yaml",

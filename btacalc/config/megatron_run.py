@@ -403,16 +403,25 @@ DIVISORS = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "conte
 # Counts that are sizes, never divisors: 0 or less is no run (review13: a global batch of -64 sequences was read
 # as gradient accumulation -64 and refused naming --grad-accum, which the launch does not give)
 POSITIVE_SIZES = ("global_batch_size",)
+# The model's sizes (hostile20): 0 or less stopped the plan with "the inputs take a number beyond the arithmetic's
+# range (ZeroDivisionError ...)" (seq_length, num_attention_heads), was refused as "no preset of this shape"
+# (num_layers, hidden_size), or was read as not given (kv_channels, num_query_groups, moe_ffn_hidden_size 0 planned
+# h/a, MHA and the dense FFN, where Megatron-LM takes the 0 it is given)
+MODEL_SIZES = ("num_layers", "hidden_size", "num_attention_heads", "seq_length", "max_position_embeddings",
+               "ffn_hidden_size", "num_query_groups", "kv_channels", "moe_ffn_hidden_size", "moe_router_topk",
+               "vocab_size")
 
 
 def _check_divisors(launch: Launch) -> None:
     """Sizes Megatron-LM divides by (DIVISORS; micro_batch_size: the global batch over micro batch x DP,
     num_microbatches_calculator.py L381, where 0 stopped the rules' check with a ZeroDivisionError, review13) and
-    the batch sizes (POSITIVE_SIZES) are at least 1, refused naming the argument as the launch gives it."""
-    for dest in (*DIVISORS, *POSITIVE_SIZES):
+    the batch sizes (POSITIVE_SIZES) and the model's sizes (MODEL_SIZES) are at least 1, refused naming the
+    argument as the launch gives it."""
+    for dest in (*DIVISORS, *POSITIVE_SIZES, *MODEL_SIZES):
         value = launch.args.get(dest)
         if value is not None and integer(value, dest) < 1:
-            why = "Megatron-LM divides by it" if dest in DIVISORS else "a count of sequences"
+            why = ("Megatron-LM divides by it" if dest in DIVISORS else "a count of sequences" if dest in POSITIVE_SIZES
+                   else "a size of the model")
             raise BtacalcError(f"{launch.source}: {launch.given_as.get(dest, dest)} {value}: must be at least 1 "
                                f"({why})")
 
