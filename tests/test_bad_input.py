@@ -1177,6 +1177,12 @@ for old, new in (("--seq-length 128", "--seq-length 0"), ("--num-attention-heads
     case("values", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh",
          fragment=f"l.sh: {new.split()[-2]} {new.split()[-1]}: must be at least 1 (a size of the model)",
          files={"l.sh": LAUNCH.replace(old, new)})
+# a NUL byte: a launch's `--num-layers 3<NUL>2` was refused as the integer '3\x002', a Hydra file's as a token
+# recognition error, /proc/self/environ read as overrides
+case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment="l.sh': not text: a NUL byte (byte 58)",
+     files={"l.sh": LAUNCH.replace("--num-layers 4", "--num-layers 4\0 2").encode()})
+case("files", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
+     fragment="o.txt': not text: a NUL byte (byte 0)", files={"o.txt": ("\0" + HYDRA).encode()})
 case("values", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
      fragment="o.txt: model.seq_length 0: must be at least 1 (a size of the model)", files={"o.txt": HYDRA + "model.seq_length=0\n"})
 case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment="l.sh: flags before the launch "

@@ -4,10 +4,14 @@ line ends, and a launch script's here-documents, pipes, redirections and lists o
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+import btacalc
 from btacalc.config.megatron_launch import read_launch
 from btacalc.config.megatron_run import import_bridge, import_megatron
 from btacalc.config.presets import load_preset
@@ -85,3 +89,14 @@ def test_a_launch_line_with_pipes_redirections_and_lists_reads_its_launch(before
     assert (read.model, read.request) == (plain.model, plain.request)
     if "<a|b>" in after:  # a quoted operator is the flag's value, not an operator
         assert read_launch(before + LAUNCH.rstrip("\n") + after, "l.sh").args["tokenizer_model"] == "<a|b>;c"
+
+
+@pytest.mark.parametrize("name", ["/dev/stdin", "/proc/self/fd/0"])
+def test_standard_input_named_as_a_file_says_to_give_a_dash(tmp_path, name):
+    # a pipe is never read as a file (it could block); "not a regular file" alone did not say what to write instead
+    env = {**os.environ, "PYTHONPATH": str(Path(btacalc.__file__).resolve().parents[1])}
+    done = subprocess.run([sys.executable, "-m", "btacalc", "plan", "--hw", "h100", "--from-megatron", name],
+                          input=LAUNCH, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr == (f"btacalc: error: --from-megatron '{name}': not a regular file (it is standard input: give "
+                           "- to read it)\n")
