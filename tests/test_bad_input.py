@@ -1177,6 +1177,10 @@ for old, new in (("--seq-length 128", "--seq-length 0"), ("--num-attention-heads
     case("values", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh",
          fragment=f"l.sh: {new.split()[-2]} {new.split()[-1]}: must be at least 1 (a size of the model)",
          files={"l.sh": LAUNCH.replace(old, new)})
+# torchrun's sizes as a variable the file does not set, gpu / auto, an elastic range: refused even beside --devices
+case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment="l.sh: torchrun's --nnodes $SLURM_NNODES "
+     "is no number of processes btacalc can read (a variable the file does not set, gpu, auto or an elastic range): give "
+     "--devices", files={"l.sh": LAUNCH.replace("--nproc_per_node 8", "--nproc_per_node 8 --nnodes $SLURM_NNODES")})
 # a NUL byte: a launch's `--num-layers 3<NUL>2` was refused as the integer '3\x002', a Hydra file's as a token
 # recognition error, /proc/self/environ read as overrides
 case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment="l.sh': not text: a NUL byte (byte 58)",

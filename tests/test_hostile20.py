@@ -100,3 +100,13 @@ def test_standard_input_named_as_a_file_says_to_give_a_dash(tmp_path, name):
     assert done.returncode == 2
     assert done.stderr == (f"btacalc: error: --from-megatron '{name}': not a regular file (it is standard input: give "
                            "- to read it)\n")
+
+
+@pytest.mark.parametrize("launcher, per_node", [
+    ("--nproc_per_node 8 --nnodes $SLURM_NNODES", 8), ("--nproc_per_node 8 --nnodes 1:4", 8),
+    ("--nproc_per_node gpu --nnodes 2", None), ("--nproc-per-node=auto", None),
+])
+def test_torchrun_sizes_btacalc_cannot_read_take_the_devices_given(launcher, per_node):
+    # was "l.sh: --nnodes '$SLURM_NNODES' is not a number of processes", with --devices given too
+    run = import_megatron(LAUNCH.replace("--nproc_per_node 8", launcher), "l.sh", devices=8)
+    assert (run.request.devices, run.request.devices_per_node) == (8, per_node)

@@ -75,6 +75,9 @@ class Launch:
     devices: Optional[int] = None
     devices_per_node: Optional[int] = None
     source: str = ""
+    # a launcher size that is no number btacalc can read (`--nnodes $SLURM_NNODES`, `--nproc_per_node gpu`,
+    # `--nnodes 1:4`), as written: the devices must then be given (megatron_run._devices)
+    unknown_size: str = ""
 
 
 _ASSIGN = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)(\+?)=(.*)$", re.S)
@@ -448,14 +451,18 @@ def _split_launcher(words: list[str], launch: Launch) -> list[str]:
         launch.env[name] = value
         leading += 1
     for i, w in enumerate(head[leading:], start=leading):
-        key, _, inline = w.partition("=")
+        key, eq, inline = w.partition("=")
         if key in _LAUNCHERS:
-            value = inline or (head[i + 1] if i + 1 < len(head) else "")
-            sizes[_LAUNCHERS[key]] = int(value) if re.fullmatch(r"0*[1-9][0-9]*", value) else 0
-            if not sizes[_LAUNCHERS[key]]:
+            value = inline if eq else (head[i + 1] if i + 1 < len(head) else "")
+            if re.fullmatch(r"0*[1-9][0-9]*", value):
+                sizes[_LAUNCHERS[key]] = int(value)
+            elif re.fullmatch(r"[-+]?[0-9]+", value) or not value or value.startswith("-"):
                 raise BtacalcError(f"{launch.source}: {key} {value!r} is not a number of processes")
+            else:  # hostile20: a variable the file does not set, torchrun's gpu / auto, an elastic 1:4 was refused
+                launch.unknown_size = launch.unknown_size or f"{key} {value}"
     if "per_node" in sizes:
         launch.devices_per_node = sizes["per_node"]
+    if "per_node" in sizes and not launch.unknown_size:
         launch.devices = sizes["per_node"] * sizes.get("nodes", 1)
     return words[script + 1:]
 

@@ -449,6 +449,9 @@ def _devices(launch: Launch, devices: Optional[int]) -> int:
     if launch.devices is not None and devices is not None and devices != launch.devices:
         raise BtacalcError(f"{{devices}} {devices} contradicts the launch's torchrun ({launch.devices} processes)")
     chosen = devices if devices is not None else launch.devices
+    if chosen is None and launch.unknown_size:
+        raise BtacalcError(f"{launch.source}: torchrun's {launch.unknown_size} is no number of processes btacalc can "
+                           "read (a variable the file does not set, gpu, auto or an elastic range): give {devices}")
     if chosen is None:
         raise BtacalcError(f"{launch.source}: no torchrun --nproc_per_node/--nnodes: give {{devices}}")
     return chosen
