@@ -110,3 +110,10 @@ def test_torchrun_sizes_btacalc_cannot_read_take_the_devices_given(launcher, per
     # was "l.sh: --nnodes '$SLURM_NNODES' is not a number of processes", with --devices given too
     run = import_megatron(LAUNCH.replace("--nproc_per_node 8", launcher), "l.sh", devices=8)
     assert (run.request.devices, run.request.devices_per_node) == (8, per_node)
+
+
+@pytest.mark.parametrize("expression", ["$((L*2))", "$(( L * 2 ))", "$((L+L))"])
+def test_bash_arithmetic_reads_bare_variable_names(expression):
+    # was "l.sh: Megatron-LM's --num-layers (num_layers) takes an integer, got '$((L*2))'" (a bare name)
+    run = import_megatron("L=2\n" + LAUNCH.replace("--num-layers 4", f"--num-layers {expression}"), "l.sh")
+    assert run.model.num_layers == 4

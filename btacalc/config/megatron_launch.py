@@ -246,7 +246,11 @@ def _expand(text: str, variables: dict[str, str], substituted: frozenset[str] | 
     text = _VAR.sub(var, text)
 
     def arith(m: "re.Match[str]") -> str:
-        expr = m.group(1)
+        # a bare name is its variable, as bash reads `$((GPUS_PER_NODE*NNODES))` (hostile20: refused "takes an
+        # integer, got '$((L*2))'"); one the file does not set to an integer stays, and the expression with it
+        expr = re.sub(r"\b[A-Za-z_][A-Za-z0-9_]*\b",
+                      lambda n: variables[n.group()] if re.fullmatch(r"-?\d+", variables.get(n.group(), "")) else
+                      n.group(), m.group(1))
         if re.fullmatch(r"[\d\s+*/()-]+", expr):
             try:
                 return str(_whole(_safe_eval(expr)))
@@ -414,7 +418,7 @@ class ArgumentValueError(BtacalcError):
 
 def _not_a(value: Any, dest: str, kind: str) -> BtacalcError:
     why = (": a variable the file does not set, or sets from a command's output, which btacalc does not run (give "
-           "the value)") if isinstance(value, str) and _VAR.search(value) else ""
+           "the value)") if isinstance(value, str) and (_VAR.search(value) or "$((" in value) else ""
     return ArgumentValueError(dest, kind, _cut(repr(value)), why)
 
 
