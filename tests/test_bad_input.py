@@ -1191,6 +1191,9 @@ case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment=
      files={"l.sh": LAUNCH.replace("--num-layers 4", "--num-layers 4\0 2").encode()})
 case("files", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
      fragment="o.txt': not text: a NUL byte (byte 0)", files={"o.txt": ("\0" + HYDRA).encode()})
+# a Bridge sequence beyond the bound was refused naming max_position_embeddings, which Bridge derives from it
+case("bounds", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
+     fragment=f"o.txt: model.seq_length {10**26}: beyond 2^62 tokens", files={"o.txt": HYDRA + f"model.seq_length={10**26}\n"})
 case("values", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
      fragment="o.txt: model.seq_length 0: must be at least 1 (a size of the model)", files={"o.txt": HYDRA + "model.seq_length=0\n"})
 case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment="l.sh: flags before the launch "

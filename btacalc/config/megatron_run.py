@@ -27,7 +27,7 @@ from .megatron_codec import (MIXED_PRECISION_OVERWRITES, MODEL_ROWS, OVERWRITTEN
                              check_bridge_sixteen_bit, decode, encode, from_bridge, model_fields)
 from .megatron_launch import ArgumentValueError, Launch, integer, read_launch
 from .megatron_rules import describe, violations
-from .model import ModelSpec, validate_model
+from .model import MAX_COUNT, MAX_COUNT_TEXT, ModelSpec, validate_model
 
 if TYPE_CHECKING:
     from .hardware import HardwareProfile
@@ -260,6 +260,10 @@ def _import_bridge(text: str, source: str, devices: Optional[int], base: Optiona
     check_bridge_sixteen_bit(args)
     check_bridge_experts(args)
     given_as = {d: bridge_key(d) or d for d in args}
+    # the sequence bounds the positions Bridge derives from it: refused as itself (hostile20: "field
+    # max_position_embeddings: 10^26 is beyond 2^62", a field the file does not name)
+    if "seq_length" in args and integer(args["seq_length"], "seq_length") > MAX_COUNT:
+        raise BtacalcError(f"{given_as['seq_length']} {args['seq_length']}: beyond {MAX_COUNT_TEXT} tokens")
     if "num_layers" not in args:
         if base is None:
             raise BtacalcError(f"{source}: the overrides give no architecture (model.num_layers ...): add {{model}}")
