@@ -218,7 +218,7 @@ def read_input(path: "os.PathLike[str] | str", limit: int = MAX_INPUT_BYTES) -> 
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", os.fspath(path))
+            raise OSError(errno.EINVAL, "not a regular file" + _stdin_hint(st), os.fspath(path))
         _guard_stderr(st, os.fspath(path))  # first: the refusal below is written to standard error
         _refuse_stdout_onto(st, os.fspath(path))
         if st.st_size > limit:
@@ -232,6 +232,15 @@ def read_input(path: "os.PathLike[str] | str", limit: int = MAX_INPUT_BYTES) -> 
     return utf8_text(data, os.fspath(path))
 
 
+def _stdin_hint(st: os.stat_result) -> str:
+    """For a refused pipe or terminal that is standard input (`cat run.sh | btacalc ... --from-megatron /dev/stdin`):
+    how to read it (hostile20: "not a regular file" alone)."""
+    try:
+        return " (it is standard input: give - to read it)" if os.path.samestat(st, os.fstat(0)) else ""
+    except OSError:
+        return ""
+
+
 def utf8_text(data: bytes, where: str) -> str:
     """`data` as UTF-8 text; a leading byte-order mark is dropped (hostile15: TOML's and JSON's parsers refuse it with
     "Invalid statement" / "Unexpected UTF-8 BOM", a Hydra file quoted it back as part of its first line); text that
@@ -240,6 +249,8 @@ def utf8_text(data: bytes, where: str) -> str:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise OSError(errno.EILSEQ, f"not UTF-8 text (byte {exc.start})", where) from None
+    if "\0" in text:  # hostile20: a launch read `--num-layers 3<NUL>2` as the value '3\x002', /proc/self/environ as text
+        raise OSError(errno.EILSEQ, f"not text: a NUL byte (byte {data.index(0)})", where)
     return text.removeprefix(BOM)
 
 

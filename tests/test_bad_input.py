@@ -607,17 +607,18 @@ case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/launch.args",
 BRIDGE = (MEGATRON_DATA / "qwen3-30b-a3b-8gpu-h100-bridge.yaml").read_text()
 for old, new, fragment in [
     ("  seq_length: 4096", "  seq_length: 2024-01-01", "model.seq_length: '2024-01-01' is a string, which Megatron-Bridge sets"),
-    ("  global_batch_size: 32", "  global_batch_size: .nan", "--global-batch-size (global_batch_size) takes an integer, got nan"),
-    ("  global_batch_size: 32", "  global_batch_size: 1e308", "takes an integer, got 1e+308"),
-    ("  global_batch_size: 32", "  global_batch_size: .inf", "takes an integer, got inf"),
-    ("  tensor_model_parallel_size: 4", "  tensor_model_parallel_size: [4]", "takes an integer, got [4]"),
+    ("  global_batch_size: 32", "  global_batch_size: .nan", "r.yaml: train.global_batch_size takes an integer, got nan"),
+    ("  global_batch_size: 32", "  global_batch_size: 1e308", "r.yaml: train.global_batch_size takes an integer, got 1e+308"),
+    ("  global_batch_size: 32", "  global_batch_size: .inf", "r.yaml: train.global_batch_size takes an integer, got inf"),
+    ("  tensor_model_parallel_size: 4", "  tensor_model_parallel_size: [4]",
+     "r.yaml: model.tensor_model_parallel_size takes an integer, got [4]"),
     ("  micro_batch_size: 2", "  micro_batch_size: 2\n  micro_batch_size: 1", "key 'micro_batch_size' is given twice"),
     ("train:", "train.global_batch_size: 64\ntrain:", "train.global_batch_size is given twice"),
     ("mixed_precision: bf16_mixed", "mixed_precision: bf16_mixed\na: &a {b: *a}", "holds itself"),
     ("  tensor_model_parallel_size: 4", "  tensor_model_parallel_size: 0", "tensor_model_parallel_size 0: must be at"),
     ("train:", "ddp.num_buckets: -1\ntrain:", "--ddp-num-buckets needs no --ddp-bucket-size and a count above 0"),
-    ("train:", "ddp.num_buckets: 1e-3\ntrain:", "--ddp-num-buckets (ddp_num_buckets) takes an integer, got 0.001"),
-    ("train:", "ddp.num_buckets: .nan\ntrain:", "--ddp-num-buckets (ddp_num_buckets) takes an integer, got nan"),
+    ("train:", "ddp.num_buckets: 1e-3\ntrain:", "r.yaml: ddp.num_buckets takes an integer, got 0.001"),
+    ("train:", "ddp.num_buckets: .nan\ntrain:", "r.yaml: ddp.num_buckets takes an integer, got nan"),
     # review10: a number or a switch quoted in the YAML stays a string in Bridge (omegaconf_utils.py L515 sets it as
     # given): '4' fails Bridge's world-size division (config.py L1019-1024), 'false' is true; btacalc read 4 and false
     ("train:", "ddp.num_buckets: '4'\ntrain:", "ddp.num_buckets: '4' is a string, which Megatron-Bridge sets as"),
@@ -647,6 +648,21 @@ for old, new, fragment in [
 LLAMA_CONFIG = (Path(__file__).parent / "data" / "llama-3-8b.config.json").read_text()
 case("files", "plan", "--model", "{tmp}/config.json", fragment="key 'hidden_size' is given twice in one object",
      files={"config.json": LLAMA_CONFIG.rstrip().removesuffix("}") + ', "hidden_size": 8}'})
+# hostile20: one of btacalc's inputs given where another is due was refused by the parser's first complaint ("not
+# valid JSON: Expecting value (line 1, column 1)", "not valid TOML: Invalid statement", "unknown field source")
+PRESET_TOML = (Path(__file__).parent / "data" / "gpt-22b.toml").read_text()
+for args, files, fragment in (
+        (["plan", "--model", "{tmp}/p.toml", "--hw", "h100"], {"p.toml": GPU_PROFILE},
+         "p.toml: a hardware profile, not a model's config.json (a model is a preset name, a Hugging Face config.json "
+         "or a folder holding one): give it to --hw"),
+        (["models", "show", "{tmp}/m.toml"], {"m.toml": PRESET_TOML},
+         "m.toml: a model in btacalc's preset form, which --model does not read"),
+        (["plan", "--hw", "{tmp}/config.json"], {"config.json": LLAMA_CONFIG},
+         "config.json: a Hugging Face config.json, not a hardware profile (a profile name or a profile .toml; btacalc "
+         "hw list): give it to --model"),
+        (["hw", "show", "{tmp}/m.toml"], {"m.toml": PRESET_TOML}, "m.toml: a model in btacalc's preset form, not a "
+         "hardware profile")):
+    case("files", *args, fragment=fragment, files=files, outputs=False)
 case("files", "validate", "--measured", "{tmp}/runs.json", fragment="key 'devices' is given twice", outputs=False,
      files={"runs.json": _runs_with().replace('"devices": ', '"devices": 1, "devices": ', 1)})
 for spec, fragment in (("core_attn,core_attn", "names core_attn twice"), ("core_attn,,mlp", "has an empty entry"),
@@ -778,6 +794,11 @@ for measured in ({}, {"peak_rank": "last"}):
 case("files", "validate", "--measured", "{tmp}/runs.json", outputs=False,
      fragment=f"--measured: run {SHIPPED_RUNS['runs'][0]['id']}: megatron_args: the launch gives no",
      files={"runs.json": _runs_with(megatron_args="--num-layers 2")})
+# hostile20: one the launch reader names by its source ("run ID: unknown Megatron-LM flag ...") lost --measured and
+# megatron_args
+case("files", "validate", "--measured", "{tmp}/runs.json", outputs=False,
+     fragment=f"--measured: run {SHIPPED_RUNS['runs'][0]['id']}: megatron_args: unknown Megatron-LM flag --frobnicate",
+     files={"runs.json": _runs_with(megatron_args="--num-layers 2 --frobnicate 1")})
 
 
 # A list or range value read a Python literal's digit grouping ('1_6' as 16) where an integer option refuses it
@@ -1114,6 +1135,74 @@ case("values", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--
 case("values", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
      fragment="mixed_precision.grad_reduce_in_fp32: 'maybe' is a string",
      files={"o.txt": HYDRA + "mixed_precision.grad_reduce_in_fp32=maybe\n"})
+
+# hostile20: a billion-laughs bomb of mappings (8 sections of 8 aliases of the one before, 8^6 = 262,144 keys from
+# 0.4 KB): the dotted-key walk took minutes and gigabytes at 9 levels; now refused once it passes 10,000 keys
+_LAUGHS = "l0: &l0 {" + ", ".join(f"k{i}: 1" for i in range(8)) + "}\n" + "".join(
+    f"l{n}: &l{n} {{" + ", ".join(f"k{i}: *l{n - 1}" for i in range(8)) + "}\n" for n in range(1, 7))
+case("bounds", "plan", "--hw", "h100", "-m", "qwen3-30b-a3b", "--devices", "8", "--from-bridge", "{tmp}/r.yaml",
+     fragment="r.yaml: more than 10,000 keys with the YAML aliases expanded (reached at l", files={"r.yaml": _LAUGHS + BRIDGE})
+# a backslash with blanks after it ends the line in a shell: "join them to it with \\", which the file did
+case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment="l.sh: flags after the launch command "
+     "(--num-layers ...): join them to it with \\ (line 1 ends in a backslash and then blanks, which a shell reads as an "
+     "escaped blank", files={"l.sh": "torchrun --nproc_per_node 8 pretrain_gpt.py \\ \n" + LAUNCH.split("py ", 1)[1]})
+case("files", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
+     fragment="o.txt: ' ' (a word of blanks) is not a Hydra override (line 1 ends in a backslash and then blanks",
+     files={"o.txt": HYDRA.replace("\n", " \\ \n", 1)})
+# the shared decoder's refusals named no file ($(...) is not run, so $L stays unexpanded), and in a Bridge file a
+# Megatron-LM flag it does not use (seq_length's list was named --max-position-embeddings, which it sets)
+case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh",
+     fragment="l.sh: Megatron-LM's --num-layers (num_layers) takes an integer, got '$L'",
+     files={"l.sh": "L=$(echo 4)\n" + LAUNCH.replace("--num-layers 4", "--num-layers $L")})
+# a variable set from a command's output (which btacalc does not run): `${L:-32}` was read as 32 in silence (bash gives
+# the command's 16), and `export L=$(echo 16)` set L to "$(echo"
+for assignment in ("L=$(echo 16)", "export L=$(echo 16)", "L=`echo 16`"):
+    case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment="l.sh: Megatron-LM's --num-layers "
+         "(num_layers) takes an integer, got '${L:-32}': a variable the file does not set, or sets from a command's",
+         files={"l.sh": assignment + "\n" + LAUNCH.replace("--num-layers 4", "--num-layers ${L:-32}")})
+# bash arithmetic over a variable the file sets from a command: refused, not read as 0 (bash's unset)
+case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment="l.sh: Megatron-LM's --num-layers "
+     "(num_layers) takes an integer, got '$((L*2))': a variable the file does not set, or sets from a command's output",
+     files={"l.sh": "L=$(nproc)\n" + LAUNCH.replace("--num-layers 4", "--num-layers $((L*2))")})
+# two launches (an if/else, or one after the other): the first was planned and the second passed over in silence;
+# flags before the launch were said to come "after" it
+case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment="l.sh: two commands run a Python "
+     "script (pretrain_gpt.py, then pretrain_gpt.py): btacalc reads one launch",
+     files={"l.sh": "if [ -n \"$SMALL\" ]; then\n" + LAUNCH.replace("--num-layers 4", "--num-layers 2") + "else\n"
+            + LAUNCH + "fi\n"})
+case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment="l.sh: two commands run a Python "
+     "script (pretrain_gpt.py, then pretrain_gpt.py)", files={"l.sh": LAUNCH.rstrip() + " 2>&1 | tee a.log && " + LAUNCH})
+# a model size of 0: "the inputs take a number beyond the arithmetic's range (ZeroDivisionError ...)" (--seq-length,
+# --num-attention-heads), or read as not given and planned (--kv-channels 0 as h/a, --num-query-groups 0 as MHA,
+# --moe-ffn-hidden-size 0 as the dense FFN; Megatron-LM takes the 0)
+for old, new in (("--seq-length 128", "--seq-length 0"), ("--num-attention-heads 4", "--num-attention-heads 0"),
+                 ("--num-layers 4", "--num-layers 4 --kv-channels 0"), ("--num-layers 4", "--num-layers 4 --num-query-groups 0"),
+                 ("--moe-ffn-hidden-size 512", "--moe-ffn-hidden-size 0"), ("--num-layers 4", "--num-layers -4")):
+    case("values", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh",
+         fragment=f"l.sh: {new.split()[-2]} {new.split()[-1]}: must be at least 1 (a size of the model)",
+         files={"l.sh": LAUNCH.replace(old, new)})
+# torchrun's sizes as a variable the file does not set, gpu / auto, an elastic range: refused even beside --devices
+case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment="l.sh: torchrun's --nnodes $SLURM_NNODES "
+     "is no number of processes btacalc can read (a variable the file does not set, gpu, auto or an elastic range): give "
+     "--devices", files={"l.sh": LAUNCH.replace("--nproc_per_node 8", "--nproc_per_node 8 --nnodes $SLURM_NNODES")})
+# a NUL byte: a launch's `--num-layers 3<NUL>2` was refused as the integer '3\x002', a Hydra file's as a token
+# recognition error, /proc/self/environ read as overrides
+case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment="l.sh': not text: a NUL byte (byte 58)",
+     files={"l.sh": LAUNCH.replace("--num-layers 4", "--num-layers 4\0 2").encode()})
+case("files", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
+     fragment="o.txt': not text: a NUL byte (byte 0)", files={"o.txt": ("\0" + HYDRA).encode()})
+# a Bridge sequence beyond the bound was refused naming max_position_embeddings, which Bridge derives from it
+case("bounds", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
+     fragment=f"o.txt: model.seq_length {10**26}: beyond 2^62 tokens", files={"o.txt": HYDRA + f"model.seq_length={10**26}\n"})
+case("values", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
+     fragment="o.txt: model.seq_length 0: must be at least 1 (a size of the model)", files={"o.txt": HYDRA + "model.seq_length=0\n"})
+case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment="l.sh: flags before the launch "
+     "command (--num-layers ...): move them into it", files={"l.sh": "--num-layers 4\n" + LAUNCH.replace("--num-layers 4 ", "")})
+case("files", "plan", "--hw", "h100", "-m", "qwen3-30b-a3b", "--devices", "8", "--from-bridge", "{tmp}/r.yaml",
+     fragment="r.yaml: train.micro_batch_size takes an integer, got True",
+     files={"r.yaml": BRIDGE.replace("  micro_batch_size: 2", "  micro_batch_size: true")})
+case("files", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
+     fragment="o.txt: model.seq_length takes an integer, got [1, 2]", files={"o.txt": HYDRA + "model.seq_length=[1,2]\n"})
 
 
 def _make(folder: Path, files: dict[str, Any]) -> None:

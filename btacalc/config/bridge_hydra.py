@@ -20,6 +20,7 @@ from typing import Any
 
 from ..errors import BtacalcError
 from .bridge_fields import check_bridge_key
+from .text import blank_after_backslash
 from .text import cut as _cut
 
 # A line of the file that is an override (`key=value`, `+key=`, `++key=`, `~key`) or a YAML mapping's `key:`.
@@ -48,12 +49,18 @@ def form_of(text: str, source: str) -> str:
 def _words(text: str, source: str) -> list[str]:
     """The words of the file as a POSIX shell splits them (quotes removed, `#` comments dropped, a backslash-newline
     joining two lines), one or more overrides per line."""
-    lexer = shlex.shlex(text.replace("\\\n", ""), posix=True)  # a backslash-newline continues the line
+    # a backslash-newline continues the line, also before a CRLF line end (hostile20: "'\\r' is not a Hydra override")
+    lexer = shlex.shlex(re.sub(r"\\\r?\n", "", text), posix=True)
     lexer.whitespace_split, lexer.commenters = True, "#"
     try:
-        return list(lexer)
+        words = list(lexer)
     except ValueError as exc:  # an unclosed quote
         raise BtacalcError(f"{source}: {exc} (the file is split into words as a shell splits a command line)") from None
+    blank = next((w for w in words if not w.strip()), None)
+    if blank is not None:  # an escaped blank, as a backslash with blanks after it at a line's end leaves
+        raise BtacalcError(f"{source}: {blank!r} (a word of blanks) is not a Hydra override"
+                           + blank_after_backslash(text))
+    return words
 
 
 def read_overrides(text: str, source: str) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from ..errors import BtacalcError, DataError
 from ..paths import data_dir, profile_names, read_input
 from ..vocabulary import parse_recompute
-from .text import Name
+from .text import Name, input_kind
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -687,13 +687,23 @@ def parse_profile(text: str, origin: str) -> HardwareProfile:
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
+        _refuse_other_kind(text, origin)
         raise BtacalcError(f"{origin}: not valid TOML: {str(exc).splitlines()[0]}") from None
     except RecursionError:
         raise BtacalcError(f"{origin}: not valid TOML: nested too deeply") from None
     try:
         return HardwareProfile.model_validate(raw)
     except ValidationError as exc:
+        _refuse_other_kind(text, origin)
         raise BtacalcError(f"{origin}: {profile_error(exc)}") from None
+
+
+def _refuse_other_kind(text: str, origin: str) -> None:
+    """Refuse a model file given as a profile, saying what it is (hostile20; input_kind)."""
+    kind = input_kind(text)
+    if kind and "profile" not in kind:
+        raise BtacalcError(f"{origin}: {kind}, not a hardware profile (a profile name or a profile .toml; btacalc hw "
+                           "list)" + ("" if "preset" in kind else ": give it to --model"))
 
 
 @functools.lru_cache(maxsize=1)

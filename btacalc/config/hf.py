@@ -14,6 +14,7 @@ from typing import Any, Callable, Optional
 from ..paths import read_input
 from ..errors import BtacalcError, clean_text
 from .model import ModelSpec, validate_model
+from .text import input_kind
 
 # Counts and sizes beyond this are not a model: the arithmetic (Python ints, numpy int64 in sweeps) and
 # every table assume sizes well below it.
@@ -343,6 +344,11 @@ def load_hf_config(path: Path, name: Optional[str] = None) -> ModelSpec:
     try:
         raw = json.loads(text, object_pairs_hook=unique_keys)
     except json.JSONDecodeError as exc:
+        kind = input_kind(text)
+        if kind:
+            what = "which --model does not read" if "preset" in kind else "not a model's config.json"
+            raise BtacalcError(f"{path}: {kind}, {what} (a model is a preset name, a Hugging Face config.json or a "
+                               "folder holding one)" + (": give it to --hw" if "profile" in kind else "")) from None
         raise BtacalcError(f"{path}: not valid JSON: {exc.msg.removesuffix(' at')} (line {exc.lineno}, column {exc.colno})") from None
     except (RecursionError, ValueError) as exc:  # ValueError: e.g. an integer too long to convert
         raise BtacalcError(f"{path}: not valid JSON: {str(exc).splitlines()[0]}") from None

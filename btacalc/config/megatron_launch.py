@@ -21,6 +21,7 @@ from typing import Any, Callable, Optional, TypeVar
 from ..errors import BtacalcError
 from ..paths import package_data
 from .model import MAX_LAYERS
+from .text import blank_after_backslash
 from .text import cut as _cut
 
 MEGATRON_LM_PIN = "NVIDIA/Megatron-LM@d98e8a64ddf34856e74b24714e3bedb2f5a39553"
@@ -74,12 +75,19 @@ class Launch:
     devices: Optional[int] = None
     devices_per_node: Optional[int] = None
     source: str = ""
+    # a launcher size that is no number btacalc can read (`--nnodes $SLURM_NNODES`, `--nproc_per_node gpu`,
+    # `--nnodes 1:4`), as written: the devices must then be given (megatron_run._devices)
+    unknown_size: str = ""
 
 
 _ASSIGN = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)(\+?)=(.*)$", re.S)
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(\[@\]|\[\*\])?(?::?-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 _QUOTED_ARRAY = re.compile(r'"\$\{([A-Za-z_][A-Za-z0-9_]*)\[@\]\}"')
 _ARITH = re.compile(r"\$\(\(([^()]*(?:\([^()]*\)[^()]*)*)\)\)")
+# `NAME=$(command)` or NAME=`command` (also exported, quoted): a command substitution as a variable's whole value.
+# hostile20: `L=$(echo 16)` was passed over and a later `${L:-32}` read as 32 in silence; `export L=$(echo 16)` set
+# L to "$(echo"
+_SUBSTITUTION = re.compile(r"""^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=("?)(?:\$\((?!\().*\)|`[^`]*`)\2$""", re.S)
 _LAUNCHERS = {"--nproc_per_node": "per_node", "--nproc-per-node": "per_node", "--nnodes": "nodes"}
 
 
@@ -87,39 +95,124 @@ def read_launch(text: str, source: str = "-") -> Launch:
     """The Megatron arguments of a launch script or of a file of arguments (see module docstring)."""
     text = re.sub(r"\\\r?\n", " ", text)
     variables: dict[str, str] = {}
+    substituted: set[str] = set()  # variables set by a command's output, which btacalc does not run
     launch = Launch(source=source)
     command: Optional[list[str]] = None
     plain: list[str] = []
+    before = False  # flags outside the command came first
     for statement in _statements(text):
-        expanded = _expand(statement, variables)
+        expanded = _expand(statement, variables, substituted)
+        by_command = _SUBSTITUTION.match(expanded.strip())
+        if by_command:  # `L=$(nproc)`: its value is unknown; a use of L stays "$L" (hostile20)
+            substituted.add(by_command.group(1))
+            variables.pop(by_command.group(1), None)
+            continue
         try:
             words = shlex.split(expanded, comments=True)
+            pieces = [shlex.split(piece, comments=True) for piece in _commands(expanded)] if _is_command(words) else []
         except ValueError as exc:
             raise BtacalcError(f"{source}: cannot read the line {statement.strip()[:60]!r}: {exc}") from None
         if not words:
             continue
-        if command is None and _is_command(words):
-            command = words
+        if pieces:  # `cd /x && torchrun ... pretrain_gpt.py ... 2>&1 | tee log`: the launch is the piece with the script
+            for piece in (p for p in pieces if _is_command(p)):
+                if command is not None:  # hostile20: the second was passed over (an if/else of two launches)
+                    scripts = [next(w for w in c if w.endswith(".py")) for c in (command, piece)]
+                    raise BtacalcError(f"{source}: two commands run a Python script ({scripts[0]}, then "
+                                       f"{scripts[1]}): btacalc reads one launch and runs no if/else or loop around "
+                                       "it: give a file with the one launch")
+                command = piece
             continue
         assigned = _ASSIGN.match(expanded.strip())
         if assigned and (assigned.group(3).startswith("(") or len(words) == 1 or words[0] == "export"):
             _assign(assigned, variables, launch)
             continue
         if words[0].startswith("--") or words[0].startswith("-"):
+            before = before or (command is None and not plain)
             plain += words
     if command is not None and plain:
-        raise BtacalcError(f"{source}: flags after the launch command ({plain[0]} ...): join them to it with \\")
+        if before:  # hostile20: they were said to come after it
+            raise BtacalcError(f"{source}: flags before the launch command ({plain[0]} ...): move them into it, after "
+                               "its script")
+        raise BtacalcError(f"{source}: flags after the launch command ({plain[0]} ...): join them to it with \\"
+                           + blank_after_backslash(text))
     tokens = command if command is not None else plain
     args = _split_launcher(tokens, launch)
     _parse_args(args, launch)
     return launch
 
 
+_REDIRECTION = re.compile(r"&>>?|>>?&?|>\||<<<|<<-?|<>|<&?")
+_DESCRIPTOR = re.compile(r"\s*(?:\d+|-)?")
+_FILE_WORD = re.compile(r"""\s*(?:'[^']*'|"(?:\\.|[^"\\])*"|\\.|[^\s;&|<>'"\\])*""")
+
+
+def _commands(line: str) -> list[str]:
+    """The commands of one shell line: split at the control operators outside quotes, `$(...)` and backquotes
+    (`;`, `&`, `&&`, `||`, `|`, `|&`), each without its redirections (`> log`, `2>&1`, `&>> log`, `< in`): what
+    each command's program is given. hostile20: `torchrun ... pretrain_gpt.py ... 2>&1 | tee log.txt` was refused
+    "'2>&1' is not a Megatron-LM flag (a value without its flag?)"."""
+    pieces: list[str] = []
+    out: list[str] = []
+    i, n = 0, len(line)
+    while i < n:
+        c = line[i]
+        if c in "'\"`":  # a quoted word or a backquoted command, copied as it is
+            end = i + 1
+            while end < n and line[end] != c:
+                end += 2 if c != "'" and line[end] == "\\" else 1
+            out.append(line[i:end + 1])
+            i = end + 1
+        elif c == "\\":
+            out.append(line[i:i + 2])
+            i += 2
+        elif line.startswith("$(", i):  # a command substitution, to its closing parenthesis
+            depth, end = 0, i + 1
+            while end < n:
+                depth += {"(": 1, ")": -1}.get(line[end], 0)
+                if depth == 0:
+                    break
+                end += 1
+            out.append(line[i:end + 1])
+            i = end + 1
+        elif line.startswith(("&&", "||", "|&"), i) or (c in ";|" or (c == "&" and not line.startswith("&>", i))):
+            pieces.append("".join(out))
+            out = []
+            i += 2 if line.startswith(("&&", "||", "|&"), i) else 1
+        elif c in "<>" or line.startswith("&>", i):
+            text = "".join(out)
+            fd = re.search(r"(?:^|\s)(\d+)$", text)  # `2>`: the descriptor's digits belong to the operator
+            out = [text[:fd.start(1)]] if fd else [text]
+            op = _REDIRECTION.match(line, i)
+            assert op is not None  # c is < or >, or the text is &>
+            # `2>&1`, `<&-`: a descriptor, no file word; else the file word after the blanks (both patterns match "")
+            after = (_DESCRIPTOR if op.group().endswith("&") else _FILE_WORD).match(line, op.end())
+            i = after.end() if after else op.end()
+        else:
+            out.append(c)
+            i += 1
+    pieces.append("".join(out))
+    return [p for p in pieces if p.strip()]
+
+
+# a here-document's start (`cat > x <<EOF`, `<<-'EOF'`; not the here-string `<<<`): its body is text, not commands
+_HEREDOC = re.compile(r"""(?<!<)<<(-?)\s*(['"]?)([A-Za-z_][A-Za-z0-9_]*)\2""")
+
+
 def _statements(text: str) -> list[str]:
-    """Lines, with a bash array `NAME=( ... )` spanning several lines kept as one statement."""
+    """Lines, with a bash array `NAME=( ... )` spanning several lines kept as one statement and a here-document's
+    body left out (hostile20: its lines were read as the launch's flags)."""
     out: list[str] = []
     pending = ""
+    heredoc: Optional[tuple[str, bool]] = None  # the delimiter, and whether leading tabs are stripped (<<-)
     for line in text.splitlines():
+        if heredoc is not None:
+            if (line.lstrip("\t") if heredoc[1] else line).rstrip("\r") == heredoc[0]:
+                heredoc = None
+            continue
+        started = _HEREDOC.search(line)
+        if started:
+            heredoc = (started.group(3), started.group(1) == "-")
         stripped = re.sub(r"(^|\s)#.*$", "", line)
         if pending:
             pending += " " + stripped
@@ -137,7 +230,7 @@ def _statements(text: str) -> list[str]:
     return out
 
 
-def _expand(text: str, variables: dict[str, str]) -> str:
+def _expand(text: str, variables: dict[str, str], substituted: frozenset[str] | set[str] = frozenset()) -> str:
     # "${NAME[@]}" is each element of an array as one word (bash's Arrays: "each element of name to a separate
     # word"): its elements, each quoted for shlex; unquoted, the elements are split again at blanks (below)
     text = _QUOTED_ARRAY.sub(lambda m: variables.get(m.group(1) + "[@]", m.group(0)), text)
@@ -146,12 +239,18 @@ def _expand(text: str, variables: dict[str, str]) -> str:
         name = m.group(1) or m.group(4)
         if name in variables:
             return variables[name]
+        if name in substituted:  # set by a command btacalc does not run: not unset, so not ${NAME:-default}
+            return m.group(0)
         return m.group(3) if m.group(3) is not None else m.group(0)
 
     text = _VAR.sub(var, text)
 
     def arith(m: "re.Match[str]") -> str:
-        expr = m.group(1)
+        # a bare name is its variable, as bash reads `$((GPUS_PER_NODE*NNODES))` (hostile20: refused "takes an
+        # integer, got '$((L*2))'"); one the file does not set to an integer stays, and the expression with it
+        expr = re.sub(r"\b[A-Za-z_][A-Za-z0-9_]*\b",
+                      lambda n: variables[n.group()] if re.fullmatch(r"-?\d+", variables.get(n.group(), "")) else
+                      n.group(), m.group(1))
         if re.fullmatch(r"[\d\s+*/()-]+", expr):
             try:
                 return str(_whole(_safe_eval(expr)))
@@ -307,9 +406,20 @@ def real(value: Any, dest: str) -> float:
     raise _not_a(value, dest, "a number")
 
 
+class ArgumentValueError(BtacalcError):
+    """A Megatron argument's value of the wrong kind, named by its flag; `dest`, `kind` and `got` let a reader that
+    knows the argument by another name (a Bridge key) say it so."""
+
+    def __init__(self, dest: str, kind: str, got: str, why: str = ""):
+        flag = next(iter(flags_by_dest().get(dest, [])), None)
+        super().__init__(f"Megatron-LM's {flag.flag if flag else dest} ({dest}) takes {kind}, got {got}{why}")
+        self.dest, self.kind, self.got = dest, kind, got
+
+
 def _not_a(value: Any, dest: str, kind: str) -> BtacalcError:
-    flag = next(iter(flags_by_dest().get(dest, [])), None)
-    return BtacalcError(f"Megatron-LM's {flag.flag if flag else dest} ({dest}) takes {kind}, got {_cut(repr(value))}")
+    why = (": a variable the file does not set, or sets from a command's output, which btacalc does not run (give "
+           "the value)") if isinstance(value, str) and (_VAR.search(value) or "$((" in value) else ""
+    return ArgumentValueError(dest, kind, _cut(repr(value)), why)
 
 
 def _is_command(words: list[str]) -> bool:
@@ -345,14 +455,18 @@ def _split_launcher(words: list[str], launch: Launch) -> list[str]:
         launch.env[name] = value
         leading += 1
     for i, w in enumerate(head[leading:], start=leading):
-        key, _, inline = w.partition("=")
+        key, eq, inline = w.partition("=")
         if key in _LAUNCHERS:
-            value = inline or (head[i + 1] if i + 1 < len(head) else "")
-            sizes[_LAUNCHERS[key]] = int(value) if re.fullmatch(r"0*[1-9][0-9]*", value) else 0
-            if not sizes[_LAUNCHERS[key]]:
+            value = inline if eq else (head[i + 1] if i + 1 < len(head) else "")
+            if re.fullmatch(r"0*[1-9][0-9]*", value):
+                sizes[_LAUNCHERS[key]] = int(value)
+            elif re.fullmatch(r"[-+]?[0-9]+", value) or not value or value.startswith("-"):
                 raise BtacalcError(f"{launch.source}: {key} {value!r} is not a number of processes")
+            else:  # hostile20: a variable the file does not set, torchrun's gpu / auto, an elastic 1:4 was refused
+                launch.unknown_size = launch.unknown_size or f"{key} {value}"
     if "per_node" in sizes:
         launch.devices_per_node = sizes["per_node"]
+    if "per_node" in sizes and not launch.unknown_size:
         launch.devices = sizes["per_node"] * sizes.get("nodes", 1)
     return words[script + 1:]
 

@@ -12,9 +12,10 @@ import collections.abc
 import math
 import re
 import reprlib
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 from ..errors import BtacalcError
 from .execution import BatchLimits, ExecutionRequest, OverlapRequest
@@ -24,9 +25,9 @@ from .bridge_hydra import form_of, read_overrides
 from .megatron_codec import (MIXED_PRECISION_OVERWRITES, MODEL_ROWS, OVERWRITTEN_REASON, Fields, bridge_key,
                              bridge_value_field, check_bridge_experts,
                              check_bridge_sixteen_bit, decode, encode, from_bridge, model_fields)
-from .megatron_launch import Launch, integer, read_launch
+from .megatron_launch import ArgumentValueError, Launch, integer, read_launch
 from .megatron_rules import describe, violations
-from .model import ModelSpec, validate_model
+from .model import MAX_COUNT, MAX_COUNT_TEXT, ModelSpec, validate_model
 
 if TYPE_CHECKING:
     from .hardware import HardwareProfile
@@ -177,8 +178,28 @@ def _with_options(run: "ImportedRun", text: str) -> "ImportedRun":
 def import_megatron(text: str, source: str, devices: Optional[int] = None) -> ImportedRun:
     """Plan inputs of a Megatron-LM launch script or file of arguments. `devices`: when the text has no
     torchrun prefix (else the two must agree)."""
-    launch = read_launch(text, source)
-    return _with_options(_nccl_settings(_imported(launch, devices), launch.env), text)
+    with _naming(source):
+        launch = read_launch(text, source)
+        return _with_options(_nccl_settings(_imported(launch, devices), launch.env), text)
+
+
+@contextmanager
+def _naming(source: str, bridge: bool = False) -> Iterator[None]:
+    """Every refusal of an imported file names the file, as the readers' own do, and a Bridge file's value of the
+    wrong kind is named by its Bridge key. hostile20: the shared decoder's refusals ("Megatron-LM's --num-layers
+    (num_layers) takes an integer, got '$L'") named no file, and in a Bridge file a Megatron-LM flag the file does
+    not use (`train.micro_batch_size: true` read "Megatron-LM's --micro-batch-size (micro_batch_size) takes an
+    integer, got True")."""
+    try:
+        yield
+    except ArgumentValueError as exc:
+        if not bridge:
+            raise BtacalcError(f"{source}: {exc.template}") from None
+        raise BtacalcError(f"{source}: {bridge_key(exc.dest) or exc.dest} takes {exc.kind}, got {exc.got}") from None
+    except BtacalcError as exc:
+        if exc.template.startswith(f"{source}:"):
+            raise
+        raise BtacalcError(f"{source}: {exc.template}") from None
 
 
 def _nccl_settings(run: ImportedRun, env: dict[str, str]) -> ImportedRun:
@@ -211,6 +232,11 @@ def import_bridge(text: str, source: str, devices: Optional[int] = None,
     Hydra's command-line overrides (`key=value` words, what Bridge's scripts take and `--emit bridge` prints;
     bridge_hydra), read into the same dotted keys. Bridge recipes take the architecture from Hugging Face
     (AutoBridge): without model.num_layers in the overrides, the architecture is `base`'s (the plan's --model)."""
+    with _naming(source, bridge=True):
+        return _import_bridge(text, source, devices, base)
+
+
+def _import_bridge(text: str, source: str, devices: Optional[int], base: Optional[ModelSpec]) -> ImportedRun:
     form = form_of(text, source)
     if form == "empty":
         raise BtacalcError(f"{source}: no overrides (the file is empty): give a YAML mapping or key=value lines")
@@ -230,19 +256,21 @@ def import_bridge(text: str, source: str, devices: Optional[int] = None,
         if not _plain(value):
             raise BtacalcError(f"{source}: {key}: {type(value).__name__} {reprlib.repr(value)} is not an override "
                                "value (a number, a string, a boolean, null or a list of them)")
-    try:
-        args, unread = from_bridge(flat)
-        check_bridge_sixteen_bit(args)
-        check_bridge_experts(args)
-    except BtacalcError as exc:  # the decoder's refusals name the file, as the reader's do (review14)
-        raise BtacalcError(f"{source}: {exc.template}") from None
+    args, unread = from_bridge(flat)  # its refusals name the file (import_bridge's _naming; review14)
+    check_bridge_sixteen_bit(args)
+    check_bridge_experts(args)
     given_as = {d: bridge_key(d) or d for d in args}
+    # the sequence bounds the positions Bridge derives from it: refused as itself (hostile20: "field
+    # max_position_embeddings: 10^26 is beyond 2^62", a field the file does not name)
+    if "seq_length" in args and integer(args["seq_length"], "seq_length") > MAX_COUNT:
+        raise BtacalcError(f"{given_as['seq_length']} {args['seq_length']}: beyond {MAX_COUNT_TEXT} tokens")
     if "num_layers" not in args:
         if base is None:
             raise BtacalcError(f"{source}: the overrides give no architecture (model.num_layers ...): add {{model}}")
         seq = integer(args.get("seq_length") or base.max_position_embeddings or 4096, "seq_length")
         args = {**encode({**model_fields(base), "run.seq_len": seq}, MODEL_ROWS), **args}
     if "max_position_embeddings" not in args and "seq_length" in args:  # GPTModelProvider: positions = seq_length
+        integer(args["seq_length"], "seq_length")  # refused as itself, not as the positions it gives (hostile20)
         args["max_position_embeddings"] = args["seq_length"]
     launch = Launch(args=args, given_as=given_as, source=source)
     run = _imported(launch, devices, base.name if base is not None and "num_layers" not in flat else None)
@@ -310,13 +338,18 @@ def _yaml_overrides(text: str, source: str) -> dict[str, Any]:
 
 def _unique_keys_loader() -> Any:
     """OmegaConf's reading of YAML (_OMEGACONF_FLOAT), refusing a key given twice in one mapping, as OmegaConf does
-    (SafeLoader keeps the last silently)."""
+    (SafeLoader keeps the last silently). A merge key (`<<: *defaults`) is no key given twice: SafeLoader merges
+    it, the mapping's own keys winning, and OmegaConf reads it so (its loader passes over keys of other tags;
+    _utils.py get_yaml_loader); hostile20: it was refused "could not determine a constructor for the tag
+    'tag:yaml.org,2002:merge'"."""
     import yaml
 
     class UniqueKeys(yaml.SafeLoader):
         def construct_mapping(self, node: Any, deep: bool = False) -> Any:
             seen: set[Any] = set()
             for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
                 key = self.construct_object(key_node, deep=deep)
                 if isinstance(key, collections.abc.Hashable) and key in seen:
                     raise yaml.constructor.ConstructorError(None, None, f"key {key!r} is given twice",
@@ -337,17 +370,30 @@ def _bridge_reason(key: str) -> str:
     return _BRIDGE_SECTIONS.get(section) or ignore_reason(leaf.split(".")[-1] or section)
 
 
-def _flatten(data: dict[str, Any], prefix: str, out: dict[str, Any], within: tuple[int, ...] = ()) -> None:
+# The most keys (sections and values) a recipe's YAML overrides may hold: Megatron-Bridge's config has 1,168
+# fields (btacalc/data/bridge_fields.toml). YAML aliases repeat a section wherever they are used, so 9 sections of 9
+# aliases of the one before name 9^9 keys in 1 KB of text: walking them took minutes and gigabytes (hostile20)
+MAX_BRIDGE_KEYS = 10_000
+
+
+def _flatten(data: dict[str, Any], prefix: str, out: dict[str, Any], within: tuple[int, ...] = (),
+             walked: Optional[list[int]] = None) -> None:
     """Dotted keys of nested sections. A key given twice (`train.global_batch_size` beside `train:` with the
     same key), a section that holds itself (a YAML alias to its own anchor) or a value that is not a
     number, a string, a boolean, null or a list of them (a YAML date, binary, set) is refused: each would
-    leave one of two values or none read."""
+    leave one of two values or none read. More than MAX_BRIDGE_KEYS keys, counted as aliases repeat them, are
+    refused before they are walked."""
     if id(data) in within:
         raise BtacalcError(f"section {prefix.rstrip('.') or '(top)'} holds itself (a YAML alias of its own anchor)")
+    walked = walked if walked is not None else [0]
+    walked[0] += len(data)
+    if walked[0] > MAX_BRIDGE_KEYS:
+        raise BtacalcError(f"more than {MAX_BRIDGE_KEYS:,} keys with the YAML aliases expanded (reached at "
+                           f"{prefix.rstrip('.') or '(top)'}); Megatron-Bridge's config has 1,168 fields")
     for key, value in data.items():
         name = f"{prefix}{key}"
         if isinstance(value, dict):
-            _flatten(value, name + ".", out, (*within, id(data)))
+            _flatten(value, name + ".", out, (*within, id(data)), walked)
             continue
         if name in out:
             raise BtacalcError(f"{name} is given twice (as a dotted key and in its section)")
@@ -375,16 +421,25 @@ DIVISORS = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "conte
 # Counts that are sizes, never divisors: 0 or less is no run (review13: a global batch of -64 sequences was read
 # as gradient accumulation -64 and refused naming --grad-accum, which the launch does not give)
 POSITIVE_SIZES = ("global_batch_size",)
+# The model's sizes (hostile20): 0 or less stopped the plan with "the inputs take a number beyond the arithmetic's
+# range (ZeroDivisionError ...)" (seq_length, num_attention_heads), was refused as "no preset of this shape"
+# (num_layers, hidden_size), or was read as not given (kv_channels, num_query_groups, moe_ffn_hidden_size 0 planned
+# h/a, MHA and the dense FFN, where Megatron-LM takes the 0 it is given)
+MODEL_SIZES = ("num_layers", "hidden_size", "num_attention_heads", "seq_length", "max_position_embeddings",
+               "ffn_hidden_size", "num_query_groups", "kv_channels", "moe_ffn_hidden_size", "moe_router_topk",
+               "vocab_size")
 
 
 def _check_divisors(launch: Launch) -> None:
     """Sizes Megatron-LM divides by (DIVISORS; micro_batch_size: the global batch over micro batch x DP,
     num_microbatches_calculator.py L381, where 0 stopped the rules' check with a ZeroDivisionError, review13) and
-    the batch sizes (POSITIVE_SIZES) are at least 1, refused naming the argument as the launch gives it."""
-    for dest in (*DIVISORS, *POSITIVE_SIZES):
+    the batch sizes (POSITIVE_SIZES) and the model's sizes (MODEL_SIZES) are at least 1, refused naming the
+    argument as the launch gives it."""
+    for dest in (*DIVISORS, *POSITIVE_SIZES, *MODEL_SIZES):
         value = launch.args.get(dest)
         if value is not None and integer(value, dest) < 1:
-            why = "Megatron-LM divides by it" if dest in DIVISORS else "a count of sequences"
+            why = ("Megatron-LM divides by it" if dest in DIVISORS else "a count of sequences" if dest in POSITIVE_SIZES
+                   else "a size of the model")
             raise BtacalcError(f"{launch.source}: {launch.given_as.get(dest, dest)} {value}: must be at least 1 "
                                f"({why})")
 
@@ -412,6 +467,9 @@ def _devices(launch: Launch, devices: Optional[int]) -> int:
     if launch.devices is not None and devices is not None and devices != launch.devices:
         raise BtacalcError(f"{{devices}} {devices} contradicts the launch's torchrun ({launch.devices} processes)")
     chosen = devices if devices is not None else launch.devices
+    if chosen is None and launch.unknown_size:
+        raise BtacalcError(f"{launch.source}: torchrun's {launch.unknown_size} is no number of processes btacalc can "
+                           "read (a variable the file does not set, gpu, auto or an elastic range): give {devices}")
     if chosen is None:
         raise BtacalcError(f"{launch.source}: no torchrun --nproc_per_node/--nnodes: give {{devices}}")
     return chosen

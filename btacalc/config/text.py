@@ -3,8 +3,9 @@ so no renderer (terminal, JSON, CSV) ever sees a control character or a lone sur
 
 from __future__ import annotations
 
+import re
 import unicodedata
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import AfterValidator
 
@@ -41,3 +42,50 @@ def cut(text: str) -> str:
 
 # a name or id (review5: a profile named "" planned and compared as a row with no device name)
 Name = Annotated[str, AfterValidator(clean_text), AfterValidator(_not_blank)]
+
+
+_BLANK_AFTER_BACKSLASH = re.compile(r"\\[ \t]+\r?$", re.M)
+
+
+def blank_after_backslash(text: str) -> str:
+    """A hint for a refusal of a launch or overrides file: "" or, when a line ends in a backslash followed by blanks,
+    why that line does not continue (a shell reads `\\ ` as an escaped blank, and the newline then ends the command).
+    hostile20: such a launch was refused "flags after the launch command ...: join them to it with \\", which the
+    file did, and such overrides "' ' is not a Hydra override"."""
+    found = _BLANK_AFTER_BACKSLASH.search(text)
+    if found is None:
+        return ""
+    line = text.count("\n", 0, found.start()) + 1
+    return (f" (line {line} ends in a backslash and then blanks, which a shell reads as an escaped blank, not a line "
+            "continuation: remove the blanks after the \\)")
+
+
+def input_kind(text: str) -> str:
+    """What another of btacalc's input files `text` is, for a refusal of it where it was given in the wrong place:
+    "a hardware profile", "a Hugging Face config.json", "a model in btacalc's preset form" or "" (none of them).
+    hostile20: a profile given to --model read "not valid JSON: Expecting value (line 1, column 1)", a config.json
+    given to --hw "not valid TOML: Invalid statement", a preset's TOML given to --hw "unknown field source"."""
+    import json
+    import sys
+
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
+
+    raw: Any = None
+    for parse in (tomllib.loads, json.loads):
+        try:
+            raw = parse(text)
+            break
+        except (ValueError, RecursionError):
+            continue
+    if not isinstance(raw, dict):
+        return ""
+    if "family" in raw and "chip" in raw:
+        return "a hardware profile"
+    if "model_type" in raw or "architectures" in raw:
+        return "a Hugging Face config.json"
+    if "hidden_size" in raw and "num_layers" in raw:
+        return "a model in btacalc's preset form"
+    return ""

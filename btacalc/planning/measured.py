@@ -757,9 +757,8 @@ def _express_megatron(run: MeasuredRun) -> tuple[Optional[ExecutionRequest], str
     try:
         imported = import_megatron(run.megatron_args, f"run {run.id}", run.devices)
     except BtacalcError as exc:  # hostile19: the shared decoder's refusals named neither the run nor its field
-        if not exc.template.startswith(f"run {run.id}"):
-            raise BtacalcError(f"{{measured}}: run {run.id}: megatron_args: {exc.template}") from None
-        raise
+        reason = exc.template.removeprefix(f"run {run.id}: ")  # import_megatron names its source (hostile20)
+        raise BtacalcError(f"{{measured}}: run {run.id}: megatron_args: {reason}") from None
     req = launch_domain(imported.request, resolve_hardware(run.hw))  # as plan --from-megatron --hw reads it
     if (req.seq_len, req.limits.global_batch) != (run.seq, run.global_batch):
         raise BtacalcError(f"{{measured}}: run {run.id}: megatron_args give seq {req.seq_len} and global batch "
