@@ -32,3 +32,17 @@ def test_the_emitted_launch_says_the_users_batch(cli):
     code, out, err = cli("plan", "--model", "llama-3-8b", "--hw", "h100", "--devices", "8", "--precision",
                          "fp8-blockwise", "--global-batch", "128", "--micro-batch", "2", "--emit", "megatron")
     assert "--micro-batch-size 2 " in out and "--global-batch-size 128 " in out
+
+
+def _wafer(cli, *extra):
+    code, out, err = cli("plan", "--model", "llama-3.1-405b", "--hw", "wse3", "--seq", "131072", "--global-batch", "64",
+                         "--grad-accum", "2", *extra, "--json")
+    assert code == 1, err  # not even one sequence fits
+    plan = json.loads(out)["plan"]
+    return plan["tiles"], plan["tile_batch"], plan["micro_batches"], plan["step_batch"]
+
+
+def test_a_wafer_that_does_not_fit_keeps_n_with_m_and_tile_batch_fixed(cli):
+    # review18: N, M and b fixed fix G = N / (M x b) too (config/execution.py); it was reported as G 1, step batch 8
+    assert _wafer(cli, "--tile-batch", "4") == (64 // (2 * 4), 4, 2, 64)
+    assert _wafer(cli, "--tiles", "4") == (4, 64 // (2 * 4), 2, 64)  # the lead's case: b = N / (M x G)

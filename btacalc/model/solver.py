@@ -691,14 +691,18 @@ def search(problem: Problem, limits: PointLimits, objective: str = "throughput")
 def _fallback(problem: Problem, limits: PointLimits, m: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The shape reported where not even one sequence fits: what the user fixed, else one sequence. With N and M
     both fixed (a GPU's --micro-batch becomes M = N / (DP x micro-batch), config/execution.py) the micro-batch G*b
-    is N / (DP x M), the one the user asked for, not 1 (a plan reported micro-batch 1 and half the global batch)."""
+    is N / (DP x M), the one the user asked for, not 1 (a plan reported micro-batch 1 and half the global batch):
+    b = G*b / G with G fixed or 1, or G = G*b / b with only b fixed (a wafer's --tile-batch: review18). Per point:
+    a point without M keeps G and b as given or 1."""
     g = np.where(limits.tiles > 0, limits.tiles, 1)
     b = np.where(limits.tile_batch > 0, limits.tile_batch, 1)
     if limits.given("global_batch"):
         per_rank = limits.global_batch // problem.layout.data_parallel
-        if limits.given("micro_batches") and not limits.given("tile_batch"):
-            b = np.maximum(per_rank // np.maximum(limits.micro_batches * g, 1), 1)
-        m = np.where(limits.micro_batches > 0, limits.micro_batches, np.maximum(per_rank // (g * b), 1))
+        m_fixed = limits.micro_batches > 0
+        gb = per_rank // np.maximum(limits.micro_batches, 1)  # G*b where M is fixed
+        b = np.where(m_fixed & (limits.tile_batch <= 0), np.maximum(gb // g, 1), b)
+        g = np.where(m_fixed & (limits.tiles <= 0) & (limits.tile_batch > 0), np.maximum(gb // b, 1), g)
+        m = np.where(m_fixed, limits.micro_batches, np.maximum(per_rank // (g * b), 1))
     return g, b, m
 
 
