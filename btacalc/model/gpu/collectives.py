@@ -193,7 +193,9 @@ def _per_distinct_group(size: Any, stride: Any, devices: Any, domain: int, *walk
         size, stride, devices = np.broadcast_arrays(size, stride, devices)
         ints = all(x.dtype.kind in "iu" for x in (size, stride, devices))
         if ints and 0 < size.size and max(int(np.max(x)) for x in (size, stride, devices)) < _KEY:
-            key = (size.astype(np.int64) * _KEY + stride) * _KEY + devices  # one int64 per (size, stride, devices)
+            # one int64 per (size, stride, devices); each cast, as `_distinct` reads the bytes as int64 (an unsigned
+            # 64-bit array promoted the sum to float64, whose bytes read as int64 gave other groups: review18)
+            key = (size.astype(np.int64) * _KEY + stride.astype(np.int64)) * _KEY + devices.astype(np.int64)
             distinct, back = _distinct(key.reshape(-1).tobytes())
             pick = (distinct // _KEY // _KEY, distinct // _KEY % _KEY, distinct % _KEY)
             dtype = np.result_type(size, stride, devices)  # the dtype the walk itself gives
