@@ -18,3 +18,34 @@ def test_the_memoised_group_walk_gives_each_groups_scalar_answer_for_any_integer
         got = walk(size, stride, devices, 8)
         want = [walk(int(n), int(k), int(d), 8) for n, k, d in zip(size, stride, devices)]
         assert np.asarray(got).tolist() == want, walk.__name__
+
+
+def _bridge_overrides(cli, model):
+    code, out, err = cli("plan", "--model", model, "--hw", "h100", "--devices", "8", "--ep", "8", "--emit", "bridge")
+    assert code in (0, 1), err
+    return dict(line.split("=", 1) for line in out.splitlines() if line and not line.startswith("#"))
+
+
+@pytest.mark.parametrize("model, score, pre", [("qwen3-30b-a3b", "softmax", "False"), ("olmoe-1b-7b", "softmax", "True"),
+                                               ("deepseek-v3", "sigmoid", "False")])
+def test_emit_bridge_states_the_router_over_a_recipes_provider(cli, model, score, pre):
+    # Bridge overrides apply over a recipe's model provider, and providers set their own router (Megatron-Bridge @
+    # 067f987d olmoe_provider.py L89, deepseek_v2_bridge.py L57, kimi_bridge.py L58: moe_router_pre_softmax = True):
+    # a Qwen3 plan's overrides said nothing, so such a recipe trained the unnormalised top-k weights that
+    # --emit megatron stopped writing (07758c0). Each router field is stated, and read back as written.
+    from btacalc.config.megatron_codec import _dec_router, from_bridge
+    from btacalc.config.bridge_hydra import read_overrides
+
+    given = _bridge_overrides(cli, model)
+    assert (given["model.moe_router_score_function"], given["model.moe_router_pre_softmax"]) == (score, pre)
+    assert given["model.moe_router_enable_expert_bias"] == given["model.moe_shared_expert_gate"] == "False"
+    args, _ = from_bridge(read_overrides("\n".join(f"{k}={v}" for k, v in given.items()), "overrides"))
+    read = _dec_router(args.get)
+    assert read["model.router"] == score and read["model.router_renormalize"] is (pre == "False")
+
+
+def test_a_dense_plans_bridge_overrides_state_no_router(cli):
+    code, out, err = cli("plan", "--model", "llama-3-8b", "--hw", "h100", "--devices", "8", "--emit", "bridge")
+    assert code in (0, 1), err  # (a plan that does not fit is emitted too)
+    assert "model.num_layers=32" in out  # the overrides were written
+    assert "moe_router" not in out and "moe_shared_expert_gate" not in out

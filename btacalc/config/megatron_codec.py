@@ -1145,15 +1145,23 @@ BRIDGE_UNSAID: dict[str, Any] = {
     "pipeline_model_parallel_layout": None, "cpu_offloading_num_layers": 0, "gradient_accumulation_fusion": True,
     "cross_entropy_fusion_impl": "native", "cuda_graph_impl": "none", "use_precision_aware_optimizer": False,
     "use_megatron_fsdp": False}
+# review18: the router's fields at Megatron-LM's values where an MoE launch leaves them out (`_enc_router`): a Bridge
+# model provider sets its own (BRIDGE_PIN src/megatron/bridge/models/olmoe/olmoe_provider.py L89, deepseek_v2_bridge.py
+# L57 and kimi_bridge.py L58 moe_router_pre_softmax = True; deepseek_v3_bridge.py sigmoid with expert bias), which
+# stood under a Qwen3 or Mixtral plan's overrides: the unnormalised top-k weights --emit megatron no longer trains
+BRIDGE_UNSAID_MOE: dict[str, Any] = {
+    "moe_router_score_function": "softmax", "moe_router_pre_softmax": False, "moe_router_enable_expert_bias": False,
+    "moe_shared_expert_gate": False}
 
 
 def bridge_stated(args: Args, out: dict[str, Any]) -> dict[str, Any]:
     """`to_bridge`'s overrides with what Bridge would otherwise derive over them or keep from the recipe (above): the
-    fields the launch leaves at Megatron-LM's value (BRIDGE_UNSAID), the distributed optimizer in both configs (off for
+    fields the launch leaves at Megatron-LM's value (BRIDGE_UNSAID; an MoE model's router, BRIDGE_UNSAID_MOE), the distributed optimizer in both configs (off for
     ZeRO-0; Megatron-FSDP turns it on itself, config.py L1082-1085) and the overlaps and the bucket in the
     comm_overlap section too."""
     stated = dict(out)
-    for dest, value in BRIDGE_UNSAID.items():
+    unsaid = BRIDGE_UNSAID | (BRIDGE_UNSAID_MOE if args.get("num_experts") else {})
+    for dest, value in unsaid.items():
         if dest not in args and not (dest == "num_virtual_stages_per_pipeline_rank"
                                      and args.get("pipeline_model_parallel_layout") is not None):
             stated[str(bridge_key(dest))] = value
