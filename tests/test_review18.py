@@ -49,3 +49,22 @@ def test_a_dense_plans_bridge_overrides_state_no_router(cli):
     assert code in (0, 1), err  # (a plan that does not fit is emitted too)
     assert "model.num_layers=32" in out  # the overrides were written
     assert "moe_router" not in out and "moe_shared_expert_gate" not in out
+
+
+@pytest.mark.parametrize("emit, reader", [("megatron", "--from-megatron"), ("bridge", "--from-bridge")])
+def test_a_gpt_oss_launch_reads_back_its_routers_tensors(cli, tmp_path, emit, reader):
+    # 07758c0 read every launch without --moe-router-pre-softmax as the renormalised "softmax" router (the same
+    # weights), so gpt-oss-20b's top-k-then-softmax router read back with the softmax router's saved tensors: the
+    # preset of the launch's shape says which of the two computations it is
+    import json
+
+    shape = ("--hw", "h100", "--devices", "8")
+    code, launch, err = cli("plan", "--model", "gpt-oss-20b", *shape, "--ep", "8", "--emit", emit)
+    assert code in (0, 1), err
+    (tmp_path / "launch").write_text(launch, encoding="utf-8")
+    code, planned, err = cli("plan", "--model", "gpt-oss-20b", *shape, "--ep", "8", "--json")
+    code, read, err = cli("plan", reader, str(tmp_path / "launch"), *shape, "--json")
+    assert code in (0, 1), err
+    phases = [{p["name"]: p["stored_activation_bytes"] for p in json.loads(out)["phases"]} for out in (planned, read)]
+    assert phases[1]["router"] == phases[0]["router"]
+    assert json.loads(read)["memory_bytes"]["stored_activations"] == json.loads(planned)["memory_bytes"]["stored_activations"]

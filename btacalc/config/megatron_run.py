@@ -522,13 +522,19 @@ _SHAPE = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_size", 
 
 
 def _from_preset(data: dict[str, Any], notes: list[str], source: str) -> None:
-    """Name the model after the preset of its shape; a missing vocabulary is that preset's."""
+    """Name the model after the preset of its shape; a missing vocabulary is that preset's, and so is the router's
+    computation where the launch's weights are the preset's: Megatron's default router (top k of the logits, a
+    softmax over them) trains GPT-OSS's top-k-then-softmax weights as well as a renormalised softmax's, which
+    `_dec_router` reads (review18: gpt-oss-20b emitted and read back planned the softmax router's tensors, 13 MB more
+    stored activations per GPU at EP 8)."""
     from .presets import load_preset, preset_names
 
     for name in preset_names():
         preset = load_preset(name)
         if all(getattr(preset, k) == data[k] for k in _SHAPE) and data["vocab_size"] in (None, preset.vocab_size):
             data["name"] = f"{name} (from {Path(source).name})"
+            if preset.router == "topk_softmax" and data.get("router") == "softmax" and data.get("router_renormalize"):
+                data.update(router=preset.router, router_renormalize=preset.router_renormalize)
             if data["vocab_size"] is None:
                 data["vocab_size"] = preset.vocab_size
                 notes.append(f"no --vocab-size: the vocabulary {preset.vocab_size:,} of preset {name}, whose shape this "
