@@ -94,7 +94,9 @@ def test_dense_b200_gemms_run_as_the_blackwell_factor_predicts():
 
 
 @pytest.mark.parametrize("stage, median", [("fwd", 0.94), ("bwd_grad_act", 0.96), ("bwd_grad_w", 0.88)])
-def test_grouped_b200_gemms_are_at_most_12_percent_slower_than_their_shape(stage, median):
+def test_grouped_b200_gemms_per_stage_median_against_their_shape(stage, median):
+    # the medians only: a quarter of the grouped GEMMs of each stage run 18-24% below the shape model (quartiles
+    # 0.82, 0.79, 0.76; docs/clock.md), so no per-GEMM bound is claimed
     ratios = _grouped_ratios(stage)
     assert len(ratios) == 36
     assert statistics.median(ratios) == pytest.approx(median, abs=0.02)
