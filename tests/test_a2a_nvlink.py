@@ -40,7 +40,8 @@ def _slope_bytes_per_s(rows, ranks=8):
 
 
 def _problem(hw, **layout):
-    hardware = resolve_hardware(hw)
+    """Qwen3-30B-A3B at EP 8 on one node of `hw` (a profile's name, or the profile itself)."""
+    hardware = resolve_hardware(hw) if isinstance(hw, str) else hw
     fields = dict(devices=8, expert_parallel=8, devices_per_node=int(hardware.system.devices_per_node.value))
     fields.update(layout)
     return make_problem(resolve_model("qwen3-30b-a3b"), hardware, RunOptions(attention="flash", recompute="none"),
@@ -90,10 +91,8 @@ def test_deepep_keeps_the_rings_nvlink_share():
 
 def test_a_profile_without_the_measurement_runs_at_the_rings_efficiency():
     hw = resolve_hardware("b200")
-    bare = hw.model_copy(update={"collectives": hw.collectives.model_copy(
-        update={"scaleup_all_to_all_efficiency": None})})
-    p = make_problem(resolve_model("qwen3-30b-a3b"), bare, RunOptions(attention="flash", recompute="none"),
-                     Layout(devices=8, expert_parallel=8, devices_per_node=8))
+    p = _problem(hw.model_copy(update={"collectives": hw.collectives.model_copy(
+        update={"scaleup_all_to_all_efficiency": None})}))
     up = links(p)[0]
     assert all_to_all_time(p, 1e9, 1) == pytest.approx(up.latency_s + 0.875e9 / up.bus_bytes_per_s)
 

@@ -152,10 +152,12 @@ def _calibrate() -> int:
 
 
 def _wafer_loo(as_json: bool, quiet: bool) -> int:
+    from ..planning.measured import load_runs
     from ..planning.wafer_loo import leave_one_out, leave_one_out_steps
 
-    with progress(leave_one_out_steps("wse"), "leaving each wafer model out", quiet) as advance:
-        report = leave_one_out("wse", progress=advance)
+    runs = load_runs()  # once, for the step count and the folds
+    with progress(leave_one_out_steps("wse", runs), "leaving each wafer model out", quiet) as advance:
+        report = leave_one_out("wse", runs, progress=advance)
     if as_json:
         sys.stdout.write(report.model_dump_json(indent=2) + "\n")
         return 0
