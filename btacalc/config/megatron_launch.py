@@ -231,6 +231,37 @@ def _statements(text: str) -> list[str]:
 
 
 def _expand(text: str, variables: dict[str, str], substituted: frozenset[str] | set[str] = frozenset()) -> str:
+    """`text` with its variables and arithmetic expanded as bash does, except inside single quotes: there bash
+    expands nothing ("Enclosing characters in single quotes preserves the literal value of each character",
+    bash manual, Single Quotes), so `--num-layers '$L'` passes `$L` on (and Megatron refuses it)."""
+    return "".join(part if literal else _expand_words(part, variables, substituted)
+                   for part, literal in _quoting(text))
+
+
+def _quoting(text: str) -> list[tuple[str, bool]]:
+    """`text` cut into runs outside single quotes (False) and single-quoted runs with their quotes (True). A
+    single quote inside double quotes or after a backslash opens nothing (bash manual, Quoting); an unclosed one
+    runs to the end (shlex then refuses the line)."""
+    parts: list[tuple[str, bool]] = []
+    start, i, double = 0, 0, False
+    while i < len(text):
+        c = text[i]
+        if c == "\\" and (not double or text[i + 1:i + 2] in ('"', "\\", "$", "`")):
+            i += 2
+            continue
+        if c == '"':
+            double = not double
+        elif c == "'" and not double:
+            end = text.find("'", i + 1)
+            end = len(text) if end < 0 else end + 1
+            parts += [(text[start:i], False), (text[i:end], True)]
+            start = i = end
+            continue
+        i += 1
+    return [p for p in parts + [(text[start:], False)] if p[0]]
+
+
+def _expand_words(text: str, variables: dict[str, str], substituted: frozenset[str] | set[str]) -> str:
     # "${NAME[@]}" is each element of an array as one word (bash's Arrays: "each element of name to a separate
     # word"): its elements, each quoted for shlex; unquoted, the elements are split again at blanks (below)
     text = _QUOTED_ARRAY.sub(lambda m: variables.get(m.group(1) + "[@]", m.group(0)), text)
@@ -417,8 +448,8 @@ class ArgumentValueError(BtacalcError):
 
 
 def _not_a(value: Any, dest: str, kind: str) -> BtacalcError:
-    why = (": a variable the file does not set, or sets from a command's output, which btacalc does not run (give "
-           "the value)") if isinstance(value, str) and (_VAR.search(value) or "$((" in value) else ""
+    why = (": a variable the file does not set, sets from a command's output (which btacalc does not run) or puts "
+           "in single quotes (which bash passes on as written): give the value") if isinstance(value, str) and (_VAR.search(value) or "$((" in value) else ""
     return ArgumentValueError(dest, kind, _cut(repr(value)), why)
 
 

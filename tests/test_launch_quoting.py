@@ -1,0 +1,40 @@
+"""A launch's words as bash passes them: variables and arithmetic expand outside single quotes and stay as
+written inside them (bash manual, "Single Quotes" and "Double Quotes"). The expected words come from bash itself
+(`printf '%s\\n' WORD` after the same assignments), not from btacalc."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from btacalc.config.megatron_launch import read_launch
+from btacalc.config.megatron_run import import_megatron
+from btacalc.errors import BtacalcError
+
+SET = "L=32\nD=/data\n"
+WORDS = ["'$L'", '"$L"', "$L", "a\"$L\"'$L'b$L", "'${L:-4}'", "\"'$L'\"", "'$((L*2))'", "$((L*2))",
+         "\"a'b\"$D", "'\"$D\"'", "\\'$L"]
+
+
+def _bash(word: str) -> str:
+    out = subprocess.run(["bash", "-c", SET.replace("\n", "; ") + f"printf '%s\\n' {word}"],
+                         capture_output=True, text=True, check=True)
+    return out.stdout.rstrip("\n")
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="bash is the oracle")
+@pytest.mark.parametrize("word", WORDS)
+def test_a_launch_word_reads_as_bash_passes_it(word):
+    launch = read_launch(SET + f"torchrun pretrain_gpt.py --save {word} --num-layers 2\n")
+    assert launch.args["save"] == _bash(word)
+
+
+def test_a_single_quoted_variable_is_refused_as_megatron_would_refuse_it():
+    # was planned as 32 layers: bash passes the four characters $L and Megatron's argparse refuses them
+    text = SET + ("torchrun pretrain_gpt.py --num-layers '$L' --hidden-size 256 --num-attention-heads 4 "
+                  "--seq-length 128 --max-position-embeddings 128 --micro-batch-size 1 --global-batch-size 8 --bf16 --vocab-size 1000\n")
+    with pytest.raises(BtacalcError, match=r"--num-layers \(num_layers\) takes an integer, got '\$L'.*single quotes"):
+        import_megatron(text, "l.sh", devices=8)
+    assert import_megatron(text.replace("'$L'", '"$L"'), "l.sh", devices=8).model.num_layers == 32
