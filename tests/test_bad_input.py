@@ -1158,11 +1158,11 @@ case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh",
 # the command's 16), and `export L=$(echo 16)` set L to "$(echo"
 for assignment in ("L=$(echo 16)", "export L=$(echo 16)", "L=`echo 16`"):
     case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment="l.sh: Megatron-LM's --num-layers "
-         "(num_layers) takes an integer, got '${L:-32}': a variable the file does not set, or sets from a command's",
+         "(num_layers) takes an integer, got '${L:-32}': a variable the file does not set, sets from a command's",
          files={"l.sh": assignment + "\n" + LAUNCH.replace("--num-layers 4", "--num-layers ${L:-32}")})
 # bash arithmetic over a variable the file sets from a command: refused, not read as 0 (bash's unset)
 case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment="l.sh: Megatron-LM's --num-layers "
-     "(num_layers) takes an integer, got '$((L*2))': a variable the file does not set, or sets from a command's output",
+     "(num_layers) takes an integer, got '$((L*2))': a variable the file does not set, sets from a command's output",
      files={"l.sh": "L=$(nproc)\n" + LAUNCH.replace("--num-layers 4", "--num-layers $((L*2))")})
 # two launches (an if/else, or one after the other): the first was planned and the second passed over in silence;
 # flags before the launch were said to come "after" it
