@@ -50,6 +50,21 @@ def test_published_points_advance_once_per_point(monkeypatch):
     assert len(published_points(counter)) == counter.calls == 3
 
 
+def test_the_published_points_file_is_read_once_for_the_count_and_the_run(monkeypatch):
+    # review: `validate` parsed published_points.toml twice, for its progress total and for its run
+    import btacalc.planning.validate as validate_module
+
+    reads = []
+    real = validate_module.package_data
+    monkeypatch.setattr(validate_module, "package_data", lambda name: reads.append(name) or real(name))
+    validate_module._points.cache_clear()
+    try:
+        assert len(load_points()) == len(load_points()) > 0
+    finally:
+        validate_module._points.cache_clear()
+    assert reads == ["published_points.toml"]
+
+
 def test_cross_validation_advances_its_step_count():
     runs = _small_set()
     counter = Counter()

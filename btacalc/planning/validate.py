@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import sys
 from typing import Any, Callable, Optional
 
@@ -104,8 +105,15 @@ class PointResult(BaseModel):
 
 
 def load_points() -> list[PublishedPoint]:
+    """The published points (btacalc/data/published_points.toml), read and validated once per process: `validate`
+    counts them for its progress report and then computes them."""
+    return list(_points())
+
+
+@functools.cache
+def _points() -> tuple[PublishedPoint, ...]:
     raw = tomllib.loads(package_data("published_points.toml").read_text(encoding="utf-8"))
-    return [PublishedPoint.model_validate(p) for p in raw["point"]]
+    return tuple(PublishedPoint.model_validate(p) for p in raw["point"])
 
 
 def _plan(point: PublishedPoint, hw: HardwareProfile, **run_changes: Any) -> PlanReport:
