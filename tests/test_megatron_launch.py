@@ -223,7 +223,8 @@ def test_architecture_flags_say_the_model(cli):
 BASE = {"num_layers": 48, "hidden_size": 2048, "num_attention_heads": 32, "seq_length": 4096,
         "max_position_embeddings": 4096, "micro_batch_size": 1, "global_batch_size": 64, "world": 64,
         "tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 1, "context_parallel_size": 1,
-        "num_experts": 128, "expert_model_parallel_size": 8, "moe_token_dispatcher_type": "alltoall", "bf16": True}
+        "num_experts": 128, "expert_model_parallel_size": 8, "moe_token_dispatcher_type": "alltoall", "bf16": True,
+        "add_bias_linear": False}
 FSDP = {"use_megatron_fsdp": True, "ckpt_format": "fsdp_dtensor"}  # a valid Megatron-FSDP launch's two flags
 BROKEN = {
     "fsdp-ckpt-format": ({"use_megatron_fsdp": True}, {}),
@@ -258,6 +259,10 @@ BROKEN = {
                    "sequence_parallel": True}, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}),
     "experts-ep": ({"expert_model_parallel_size": 3}, {}),
     "moe-tp-sp": ({"tensor_model_parallel_size": 2}, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}),
+    # transformer_config.py L2612-2625: biased MoE linears (GPT-OSS) only at ETP 1; the aux-loss-free expert bias
+    # (DeepSeek-V3) only with a sigmoid or sqrtsoftplus score (btacalc's GPT-OSS launch wrote it with softmax)
+    "moe-bias-etp": ({"add_bias_linear": True, "expert_tensor_parallel_size": 2}, {}),
+    "expert-bias-score": ({"moe_router_enable_expert_bias": True}, {}),
     "batch-divides": ({"global_batch_size": 100}, {}),
     "selective-no-method": ({"recompute_granularity": "selective", "recompute_method": "uniform"}, {}),
     "fp8-or-fp4": ({"fp8": "hybrid", "fp4": "e2m1"}, {}),

@@ -73,6 +73,9 @@ REASONS = {
                           "(moe_layer.py) though its CLI default is off"),
     "expert_tensor_parallel": (f"= TP: Megatron-Core's default ({MEGATRON} model_parallel_config.py: "
                                "expert_tensor_parallel_size None becomes the TP size)"),
+    "expert_tensor_parallel_biased": (f"1: the model's linears have biases (GPT-OSS), which Megatron-Core's MoE layers "
+                                      f"take only at ETP 1 ({MEGATRON} transformer_config.py L2612-2615), not its "
+                                      "default ETP = TP"),
     "overlap_grad_reduce": (f"off: Megatron-Core's default ({MEGATRON} distributed_data_parallel_config.py "
                             "overlap_grad_reduce = False; Megatron-Bridge recipes turn it on)"),
     "overlap_param_gather": (f"off: Megatron-Core's default ({MEGATRON} distributed_data_parallel_config.py "
@@ -1128,9 +1131,11 @@ def _expert_sizes(request: ExecutionRequest, model: "ModelSpec", chosen: _Defaul
     """EP and ETP: as given; else ETP = TP (Megatron-Core) and EP = gcd(devices / (ETP·PP), E)."""
     devices, etp = request.devices, request.expert_tensor_parallel
     if etp is None:
-        etp = tp if model.is_moe else 1
+        biased = model.is_moe and any((model.linear_bias, model.mlp_bias, model.router_bias, model.expert_bias))
+        etp = tp if model.is_moe and not biased else 1
         if model.is_moe and tp > 1:
-            chosen.reasons["expert_tensor_parallel"] = REASONS["expert_tensor_parallel"]
+            chosen.reasons["expert_tensor_parallel"] = REASONS["expert_tensor_parallel_biased" if biased
+                                                               else "expert_tensor_parallel"]
     ep = request.expert_parallel
     if ep is None:
         ranks = devices // (etp * pp) if devices % (etp * pp) == 0 else 1

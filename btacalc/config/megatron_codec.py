@@ -261,8 +261,6 @@ def _enc_router(f: Fields) -> Args:
         # k selected logits, which gives the renormalised weights of a norm_topk_prob router (Qwen3, Mixtral) and
         # GPT-OSS's top-k-then-softmax alike
         out["moe_router_pre_softmax"] = True
-    if f.get("model.expert_bias"):
-        out["moe_router_enable_expert_bias"] = True
     if f.get("model.shared_expert_gate"):
         out["moe_shared_expert_gate"] = True
     return out
@@ -276,12 +274,20 @@ def _dec_router(get: Get) -> Fields:
     # same weights with GPT-OSS's Hugging Face tensors saved, which a launch does not say: read as "softmax"
     router = "sigmoid" if score == "sigmoid" else "softmax"
     return {"model.router": router, "model.router_renormalize": not (pre and score != "sigmoid"),
-            "model.expert_bias": _bool(get("moe_router_enable_expert_bias")),
             "model.shared_expert_gate": _bool(get("moe_shared_expert_gate"))}
 
 
+# Megatron's --add-bias-linear (on by default; --disable-bias-linear) gives a bias to every linear layer: the attention
+# projections, the MLP's, and in an MoE layer the router's and each expert's (Megatron-LM @ d98e8a64
+# moe/router.py L67-70, moe/experts.py L223 and L246). btacalc's expert_bias is those expert biases (GPT-OSS; Bridge's
+# gpt_oss_bridge.py L62 sets add_bias_linear), not --moe-router-enable-expert-bias, the aux-loss-free routing bias
+# (transformer_config.py L816-819), which the codec wrote for it until review19 and Megatron refuses beside a
+# softmax router (L2617-2625).
+BIAS_FIELDS = ("model.linear_bias", "model.mlp_bias", "model.router_bias", "model.expert_bias")
+
+
 def _enc_bias(f: Fields) -> Args:
-    if f.get("model.linear_bias") or f.get("model.mlp_bias"):
+    if any(f.get(key) for key in BIAS_FIELDS):
         return {}
     return {"add_bias_linear": False, **({"add_qkv_bias": True} if f.get("model.qkv_bias") else {})}
 
@@ -289,7 +295,9 @@ def _enc_bias(f: Fields) -> Args:
 def _dec_bias(get: Get) -> Fields:
     linear = _bool(get("add_bias_linear"))
     qkv = linear or _bool(get("add_qkv_bias"))
-    return {"model.linear_bias": linear, "model.mlp_bias": linear, "model.qkv_bias": qkv}
+    moe = linear and (_int(get("num_experts"), "num_experts") or 0) > 0
+    return {"model.linear_bias": linear, "model.mlp_bias": linear, "model.qkv_bias": qkv,
+            "model.router_bias": moe, "model.expert_bias": moe}
 
 
 def _enc_dropout(f: Fields) -> Args:
@@ -772,7 +780,7 @@ def model_fields(spec: "ModelSpec") -> Fields:
         "model.dense_ffn": (spec.dense_ffn_size or spec.ffn_size) if moe else spec.ffn_size,
         "model.moe_ffn": spec.ffn_size if moe else None, "model.num_experts": spec.num_experts,
         "model.top_k": spec.top_k, "model.router": spec.router, "model.router_renormalize": spec.router_renormalize,
-        "model.expert_bias": spec.expert_bias,
+        "model.router_bias": spec.router_bias, "model.expert_bias": spec.expert_bias,
         "model.shared_expert_size": spec.shared_expert_size, "model.shared_expert_gate": spec.shared_expert_gate,
         "model.moe_pattern": [0 if i in dense else 1 for i in range(spec.num_layers)] if dense else None,
         "model.mla": spec.mla.model_dump() if spec.mla else None,
@@ -1144,7 +1152,7 @@ BRIDGE_UNSAID: dict[str, Any] = {
     "decoder_first_pipeline_num_layers": None, "decoder_last_pipeline_num_layers": None,
     "pipeline_model_parallel_layout": None, "cpu_offloading_num_layers": 0, "gradient_accumulation_fusion": True,
     "cross_entropy_fusion_impl": "native", "cuda_graph_impl": "none", "use_precision_aware_optimizer": False,
-    "use_megatron_fsdp": False}
+    "use_megatron_fsdp": False, "add_bias_linear": True}
 # review18: the router's fields at Megatron-LM's values where an MoE launch leaves them out (`_enc_router`): a Bridge
 # model provider sets its own (BRIDGE_PIN src/megatron/bridge/models/olmoe/olmoe_provider.py L89, deepseek_v2_bridge.py
 # L57 and kimi_bridge.py L58 moe_router_pre_softmax = True; deepseek_v3_bridge.py sigmoid with expert bias), which
@@ -1163,7 +1171,11 @@ def bridge_stated(args: Args, out: dict[str, Any]) -> dict[str, Any]:
     unsaid = BRIDGE_UNSAID | (BRIDGE_UNSAID_MOE if args.get("num_experts") else {})
     for dest, value in unsaid.items():
         if dest not in args and not (dest == "num_virtual_stages_per_pipeline_rank"
-                                     and args.get("pipeline_model_parallel_layout") is not None):
+                                     and args.get("pipeline_model_parallel_layout") is not None) and not (
+                # the aux-loss-free routing bias: btacalc plans no routing numerics, so a sigmoid router keeps the
+                # recipe's (DeepSeek-V3's is on, deepseek_v3_bridge.py); a softmax one must have it off
+                # (transformer_config.py L2617-2625 refuses it)
+                dest == "moe_router_enable_expert_bias" and args.get("moe_router_score_function") == "sigmoid"):
             stated[str(bridge_key(dest))] = value
     if not args.get("cpu_offloading_num_layers"):
         stated["model.cpu_offloading"] = False

@@ -167,6 +167,15 @@ RULES: tuple[Rule, ...] = (
     Rule("experts-ep", f"{ARGS}:1657", lambda a, e: _i(a, "expert_model_parallel_size") > 1,
          lambda a, e: _i(a, "num_experts", 0) % _i(a, "expert_model_parallel_size") == 0,
          "--num-experts must be a multiple of --expert-model-parallel-size"),
+    # the biases of an MoE model's linears (router and experts included: moe/router.py L67, experts.py L223, L246)
+    # all come from --add-bias-linear, Megatron's default
+    Rule("moe-bias-etp", f"{TC}:2612", lambda a, e: bool(a.get("num_experts")) and a.get("add_bias_linear", True),
+         lambda a, e: _i(a, "expert_tensor_parallel_size", _i(a, "tensor_model_parallel_size")) == 1,
+         "biases in MoE layers (Megatron's default --add-bias-linear) need --expert-tensor-parallel-size 1"),
+    Rule("expert-bias-score", f"{TC}:2617", lambda a, e: bool(a.get("moe_router_enable_expert_bias")),
+         lambda a, e: (a.get("moe_router_score_function") or "softmax") in ("sigmoid", "sqrtsoftplus"),
+         "--moe-router-enable-expert-bias (aux-loss-free routing) needs --moe-router-score-function sigmoid or "
+         "sqrtsoftplus"),
     Rule("moe-tp-sp", f"{MOE_LAYER}:636", lambda a, e: bool(a.get("num_experts")) and
          _i(a, "tensor_model_parallel_size") > 1, lambda a, e: bool(a.get("sequence_parallel")),
          "MoE with tensor parallelism needs --sequence-parallel in training"),

@@ -56,7 +56,7 @@ IGNORED: tuple[tuple[str, str], ...] = (
      r"apply_residual_connection_post_layernorm)",
      "numerics of the same shapes (RoPE base and fraction, LayerNorm variants): no change to memory or FLOPs"),
     (r"(moe_router_load_balancing_type|moe_aux_loss_coeff|moe_z_loss_coeff|moe_router_topk_scaling_factor|"
-     r"moe_router_bias_update_rate|moe_router_dtype|moe_router_num_groups|moe_router_group_topk|"
+     r"moe_router_bias_update_rate|moe_router_enable_expert_bias|moe_router_dtype|moe_router_num_groups|moe_router_group_topk|"
      r"moe_token_drop_policy|moe_expert_capacity_factor|moe_pad_expert_input_to_capacity|moe_router_fusion)",
      "router losses and scaling: routing balance is btacalc's --routing-imbalance, dropless routing is modelled"),
     (r"(manual_gc.*|empty_unused_memory_level|calculate_per_token_loss|distributed_timeout_minutes|"
@@ -498,7 +498,7 @@ def model_from_fields(f: Fields, source: str, notes: list[str], name: Optional[s
     }
     if moe:
         data.update(router=f["model.router"], router_renormalize=f.get("model.router_renormalize", True),
-                    expert_bias=f["model.expert_bias"],
+                    router_bias=f["model.router_bias"], expert_bias=f["model.expert_bias"],
                     shared_expert_size=f["model.shared_expert_size"], shared_expert_gate=f["model.shared_expert_gate"],
                     first_dense_layers=first, dense_layer_indices=tuple(i for i in dense if i >= first))
         if dense:

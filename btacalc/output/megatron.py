@@ -28,7 +28,6 @@ from ..planning.report import PlanReport
 
 # What `--emit megatron` cannot say in Megatron's flags (the model features Megatron-Core has no flag for).
 _UNSAID = (("parallel_block", "GPT-J's parallel attention and MLP block"),
-           ("router_bias", "a bias on the router linear"),
            ("lm_head_bias", "a bias on the LM head"))
 
 
@@ -97,6 +96,21 @@ def nccl_ub_environment(args: dict[str, Any], nvls: bool) -> dict[str, str]:
     return {"NCCL_CTA_POLICY": "1", "NCCL_NVLS_ENABLE": "1" if nvls else "0"}
 
 
+def _linear_biases(spec: ModelSpec) -> dict[str, bool]:
+    """The model's linears whose bias Megatron's --add-bias-linear decides, all or none (megatron_codec.BIAS_FIELDS),
+    with whether the model has it: the MLP's where the model has dense layers, the router's and the experts' where it
+    has MoE layers, and q/k/v's once any other has one (Megatron gives linear_qkv a bias under add_bias_linear or
+    add_qkv_bias)."""
+    out = {"attention projection": spec.linear_bias}
+    if not spec.is_moe or spec.dense_positions():
+        out["MLP"] = spec.mlp_bias
+    if spec.is_moe:
+        out.update(router=spec.router_bias, experts=spec.expert_bias)
+    if any(out.values()):
+        out["attention q/k/v"] = spec.qkv_bias
+    return out
+
+
 def _notes(r: PlanReport, spec: ModelSpec, args: dict[str, Any]) -> list[str]:
     notes = [f"flags: {MEGATRON_LM_PIN} megatron/training/arguments.py; rules: btacalc/config/megatron_rules.py"]
     p = r.plan
@@ -121,8 +135,11 @@ def _notes(r: PlanReport, spec: ModelSpec, args: dict[str, Any]) -> list[str]:
         notes.append("Megatron's --qk-layernorm normalises per head; the model normalises the full q and k")
     notes += [f"no Megatron flag for {what}: leave the model's code to provide it" for key, what in _UNSAID
               if getattr(spec, key)]
-    if (spec.linear_bias, spec.mlp_bias) not in ((True, True), (False, False)):
-        notes.append("Megatron's --disable-bias-linear removes every linear bias; the model has some")
+    biases = _linear_biases(spec)
+    if len(set(biases.values())) > 1:
+        given = ", ".join(k for k, v in biases.items() if v)
+        notes.append(f"Megatron's --add-bias-linear gives every linear layer a bias or none; the model has them on the "
+                     f"{given} only: this launch gives {'all' if args.get('add_bias_linear', True) else 'none'}")
     if spec.router == "sigmoid" and spec.router_renormalize is False and spec.top_k > 1:
         notes.append("the router does not renormalise its top-k sigmoid weights: Megatron always does "
                      "(moe_utils.py L929 at d98e8a64), and has no flag against it")
