@@ -518,13 +518,24 @@ def _dec_cuda_graphs(get: Get) -> Fields:
     return {"layout.cuda_graph_scope": tuple(scope)}
 
 
+# The attention kernels (btacalc/data/attention_kernels.toml) that Megatron's --attention-backend flash runs: the
+# flash-attn package through TransformerEngine. Every other fused kernel btacalc times is cuDNN's (TE's
+# FusedAttention: `default`, `cudnn-9-13`), which is --attention-backend fused; `flash` sets NVTE_FUSED_ATTN=0
+# (Megatron-LM @ d98e8a64 language_module.py L133-136) and so ran the flash-attn package where btacalc timed cuDNN,
+# and found no backend at all for a learnable softmax (GPT-OSS's sinks: TransformerEngine @ d0067d0
+# attention/dot_product_attention/utils.py L1114-1124 disables FlashAttention for it). Megatron's default `auto`
+# would pick cuDNN too on Hopper and later (utils.py L1647-1653), not on Ampere: fused is stated.
+FLASH_BACKEND_KERNELS = frozenset({"flash-attn-2"})
+
+
 def _enc_attention(f: Fields) -> Args:
-    """FlashAttention-style fused attention as --attention-backend flash, or fused (cuDNN, TransformerEngine's
-    FusedAttention) under FP8 attention: TE runs FP8 attention only there (TE @ d0067d0 common/recipe/__init__.py
-    L222-227), and Megatron's flash backend turns it off (language_module.py L134-135 NVTE_FUSED_ATTN=0)."""
+    """Fused attention as --attention-backend fused (cuDNN, TransformerEngine's FusedAttention: btacalc's default
+    kernel, and the only one TE runs FP8 attention on, TE @ d0067d0 common/recipe/__init__.py L222-227), or flash
+    where the plan is timed at the flash-attn package's kernel (FLASH_BACKEND_KERNELS)."""
     if f["run.attention"] != "flash":
         return {"attention_backend": "unfused"}
-    return {"attention_backend": "fused" if f.get("run.fp8_attention") else "flash"}
+    flash = f.get("run.attention_kernel") in FLASH_BACKEND_KERNELS and not f.get("run.fp8_attention")
+    return {"attention_backend": "flash" if flash else "fused"}
 
 
 def _dec_attention(get: Get) -> Fields:
