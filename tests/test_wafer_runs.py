@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from btacalc.paths import package_data
 from btacalc.planning.measured import load_runs, predict
 
 RUNS = {r.id: r for r in load_runs()}
@@ -347,3 +348,30 @@ def test_esm2_cs3_micro_batch_cost_shrinks_by_no_single_resource():
     ratios = _generation_ratios()
     assert shrink == pytest.approx(1.66, abs=0.01)
     assert max(v for k, v in ratios.items() if k != "peak") + 0.2 < shrink < ratios["peak"] - 0.2
+
+
+def test_validate_names_the_release_gain_of_an_older_wafer_run_and_only_there(cli, tmp_path):
+    """`validate --measured`: the R_1.9.x GPT-J run's note and JSON carry the gain its rate was divided by, with
+    the source; the R_2.0.3 run's result has neither key (as every GPU run's: their JSON reads as before)."""
+    import json
+    import io
+
+    rows = [r for r in json.loads(package_data("measured_runs.json").read_text())["runs"]
+            if r["id"] in ("gpt-j-6b-wse2-1-408", "gpt-j-6b-wse2-2-399")]
+    path = tmp_path / "runs.json"
+    path.write_text(json.dumps({"runs": rows}))
+    code, out, err = cli("validate", "--measured", str(path), "--json")
+    runs = {r["id"]: r for r in json.loads(out)["measured"]["runs"]}
+    old, new = runs["gpt-j-6b-wse2-1-408"], runs["gpt-j-6b-wse2-2-399"]
+    assert old["release_gain"] == RELEASE_2_0_2_GPT_GAIN and "RELEASE-NOTES.md" in old["release_gain_sources"][0]
+    assert "release_gain" not in new and "release_gain_sources" not in new
+    from rich.console import Console
+
+    from btacalc.output.validation_tables import measured_table
+    from btacalc.planning.measured import validate_measured
+
+    console = Console(width=1000, record=True, file=io.StringIO())
+    console.print(measured_table(validate_measured(path)))
+    lines = {line.split()[1]: line for line in console.export_text().splitlines() if "gpt-j-6b-wse2" in line}
+    assert "older release: predicted rate / 1.3," in lines["gpt-j-6b-wse2-1-408"]
+    assert "older release" not in lines["gpt-j-6b-wse2-2-399"]
