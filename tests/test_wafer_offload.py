@@ -93,18 +93,18 @@ def test_fixed_cost_from_the_bert_pair_arithmetic():
     assert fitted.kind == "calibrated" and t0_pair / 1.5 < fitted.value < t0_pair * 1.5
 
 
-def test_gpt_j_under_r19_reads_as_its_release_without_offload():
+def test_gpt_j_under_r19_reads_slower_without_offload():
     """GPT-J 6B on one CS-2 ran R_1.9, before R2.0's dynamic memory offload: predicted with the SRAM alone
-    holding the checkpoints (the profile without an offload path) it is slower, inside the gate's 25%,
-    the number its known gap quotes."""
+    holding the checkpoints (the profile without an offload path) it is slower, inside the gate's 25%. (Since
+    wafer25 the run is predicted with the 30% Cerebras states Release_2.0.2 gained for GPT-style models, which
+    includes what the offload gave: the shipped prediction keeps the offload path.)"""
     from btacalc.planning.measured import load_runs, predict
 
     run = next(r for r in load_runs() if r.id == "gpt-j-6b-wse2-1-408")
     with_offload = predict(run).error
     sram_only = predict(run, hardware=lambda name: _without(resolve_hardware(name), "memory",
                                                              "activation_offload_bandwidth_bytes_per_s")).error
-    assert sram_only < with_offload and abs(sram_only) < 0.25
-    assert f"+{100 * sram_only:.1f}%" in run.known_gap and f"+{100 * with_offload:.1f}%" in run.known_gap
+    assert sram_only < with_offload and abs(sram_only) < 0.25 and abs(with_offload) < 0.25
 
 
 def test_memory_kept_on_the_wafer_is_the_total_plus_what_leaves():

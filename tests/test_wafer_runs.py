@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from btacalc.paths import package_data
 from btacalc.planning.measured import load_runs, predict
 
 RUNS = {r.id: r for r in load_runs()}
@@ -167,7 +168,7 @@ def test_gpt_j_on_two_cs2_of_r18_is_the_logs_arithmetic_and_carries_its_release(
     assert run.global_batch == batch == 130 and run.devices == 2 and run.seq == 2048
     assert run.measured.step_time_s == pytest.approx(loop / 400, abs=1e-4)
     assert run.measured.tokens_per_s_per_device == pytest.approx(400 * 130 / loop * 2048 / 2, abs=1)
-    assert run.role == "check" and "R_1.8.0" in run.known_gap
+    assert run.role == "check" and run.release == "Cerebras R_1.8.0" and not run.known_gap
     # per sequence, the same example six months later on R_2.0.3 (gpt-j-6b-wse2-2-399) is 1.28x faster
     newer = RUNS["gpt-j-6b-wse2-2-399"]
     per_seq = (run.measured.step_time_s / 130) / (newer.measured.step_time_s / 120)
@@ -222,7 +223,49 @@ def test_gpt_j_r18_batch_is_65_per_system_as_its_release_reads_batch_size():
     assert run.micro_batch == per_system == run.global_batch // run.devices
     pinned, free = predict(run), predict(run.model_copy(update={"micro_batch": None}))
     assert free.predicted.step_time_s == pytest.approx(pinned.predicted.step_time_s, rel=1e-12)
-    assert "+47.2%" in run.known_gap
+
+
+# wafer25: Model Zoo's notes for its general release 2.0.2 (github.com/Cerebras/modelzoo, tag Release_2.0.2,
+# RELEASE-NOTES.md L20): "GPT style models train with ~30% improved performance in release 2.0.2".
+RELEASE_2_0_2_GPT_GAIN = 1.3
+
+
+def test_gpt_j_before_release_2_0_2_trains_at_the_fitted_rate_over_its_stated_gain():
+    """The wafer factors are fitted on runs of R_2.1.1 (every wse fit run's software is of 2024-01), after
+    Release_2.0.2 (tagged 2023-11-08), so they carry its gain. GPT-J is a GPT-style model in the notes' own words (L24:
+    "The default dataloader for GPT-style models is now GptHDF5MapDataProcessor", which GPT-J's config takes at that
+    release). Its runs of R_1.9.x and R_1.8.0 are therefore predicted at the fitted rate / 1.3 and step x 1.3;
+    the R_2.0.3 run at the fitted rate. Both older runs then read inside the gate's band."""
+    from btacalc.config.cerebras_release import cerebras_releases
+
+    (gain,) = cerebras_releases().gain
+    assert gain.since == "2.0.2" and gain.speedup == RELEASE_2_0_2_GPT_GAIN and "gpt-j-6b" in gain.models
+    assert "GPT style models train with ~30% improved performance in release 2.0.2" in gain.source
+    fits = [r for r in RUNS.values() if r.role == "fit" and r.hw.startswith("wse")]
+    assert fits and all(r.software_date >= "2023-11" and r.release is None for r in fits)
+    for run_id, older in (("gpt-j-6b-wse2-1-408", True), ("gpt-j-6b-wse2-2-410", True), ("gpt-j-6b-wse2-2-399", False)):
+        run = RUNS[run_id]
+        expected = RELEASE_2_0_2_GPT_GAIN if older else 1.0
+        fitted, stated = predict(run.model_copy(update={"release": None})), predict(run)
+        assert stated.predicted.tokens_per_s_per_device == pytest.approx(
+            fitted.predicted.tokens_per_s_per_device / expected, rel=1e-12)
+        assert stated.predicted.step_time_s == pytest.approx(fitted.predicted.step_time_s * expected, rel=1e-12)
+        assert 1 + stated.error == pytest.approx((1 + fitted.error) / expected, rel=1e-12)
+        assert stated.release_gain == (expected if older else None)
+        assert not run.known_gap and abs(stated.error) < 0.25
+        if older:  # the release was these runs' known gap: +26.5% and +47.2% before wafer25
+            assert fitted.error > 0.25 and abs(stated.error) < fitted.error
+
+
+def test_a_release_gain_applies_to_the_models_it_names_and_needs_the_patch_where_it_changed():
+    """The 2.0.2 gain names GPT-style models only: DiT-2B's run read as an R_1.9.1 run predicts as fitted. A
+    release that names only its minor version where a gain starts at a patch ("R_2.0.x") is not read: the run is
+    not predicted, with a one-line reason."""
+    dit = RUNS["dit-2b-wse2-1-403"]
+    as_fitted, as_old = predict(dit), predict(dit.model_copy(update={"release": "Cerebras R_1.9.1"}))
+    assert as_old.predicted.step_time_s == as_fitted.predicted.step_time_s and as_old.release_gain is None
+    vague = predict(RUNS["gpt-j-6b-wse2-1-408"].model_copy(update={"release": "Cerebras R_2.0.x"}))
+    assert not vague.expressible and "R_2.0.N" in vague.reason and "\n" not in vague.reason
 
 
 # wafer9: which resource of the wafer the remaining misses scale with. The two generations differ by datasheet
@@ -305,3 +348,30 @@ def test_esm2_cs3_micro_batch_cost_shrinks_by_no_single_resource():
     ratios = _generation_ratios()
     assert shrink == pytest.approx(1.66, abs=0.01)
     assert max(v for k, v in ratios.items() if k != "peak") + 0.2 < shrink < ratios["peak"] - 0.2
+
+
+def test_validate_names_the_release_gain_of_an_older_wafer_run_and_only_there(cli, tmp_path):
+    """`validate --measured`: the R_1.9.x GPT-J run's note and JSON carry the gain its rate was divided by, with
+    the source; the R_2.0.3 run's result has neither key (as every GPU run's: their JSON reads as before)."""
+    import json
+    import io
+
+    rows = [r for r in json.loads(package_data("measured_runs.json").read_text())["runs"]
+            if r["id"] in ("gpt-j-6b-wse2-1-408", "gpt-j-6b-wse2-2-399")]
+    path = tmp_path / "runs.json"
+    path.write_text(json.dumps({"runs": rows}))
+    code, out, err = cli("validate", "--measured", str(path), "--json")
+    runs = {r["id"]: r for r in json.loads(out)["measured"]["runs"]}
+    old, new = runs["gpt-j-6b-wse2-1-408"], runs["gpt-j-6b-wse2-2-399"]
+    assert old["release_gain"] == RELEASE_2_0_2_GPT_GAIN and "RELEASE-NOTES.md" in old["release_gain_sources"][0]
+    assert "release_gain" not in new and "release_gain_sources" not in new
+    from rich.console import Console
+
+    from btacalc.output.validation_tables import measured_table
+    from btacalc.planning.measured import validate_measured
+
+    console = Console(width=1000, record=True, file=io.StringIO())
+    console.print(measured_table(validate_measured(path)))
+    lines = {line.split()[1]: line for line in console.export_text().splitlines() if "gpt-j-6b-wse2" in line}
+    assert "older release: predicted rate / 1.3," in lines["gpt-j-6b-wse2-1-408"]
+    assert "older release" not in lines["gpt-j-6b-wse2-2-399"]

@@ -60,6 +60,9 @@ def measured_table(report: MeasuredReport) -> Group:
             note = "; ".join(x for x in (note, "defaults: " + ", ".join(sorted(r.defaulted))) if x)
         if r.not_timed:
             note = "; ".join(x for x in (note, "not timed: " + ", ".join(sorted(r.not_timed))) if x)
+        if r.release_gain is not None:
+            note = "; ".join(x for x in (note, f"older release: predicted rate / {r.release_gain:g}, the gains "
+                                         "Cerebras states since (cerebras_releases.toml)") if x)
         mem_pred, mem_meas = _memory_pair(r)
         t.add_row(escape(r.id), r.role, r.family, "-" if pred is None else f"{pred:,.0f}", "-" if meas is None else f"{meas:,.0f}",
                   _pct(r.error), mem_pred, mem_meas, _pct(r.memory_error), escape(note))

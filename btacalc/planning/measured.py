@@ -34,7 +34,8 @@ import unicodedata
 from pathlib import Path
 from typing import Any, Callable, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, field_validator,
+                      model_serializer, model_validator)
 
 from ..config.execution import MAX_DEVICES, MAX_SEQUENCES, MEGATRON, BatchLimits, ExecutionRequest, OverlapRequest
 from ..config.hardware import HardwareProfile, resolve_hardware
@@ -43,6 +44,7 @@ from ..config.model import ModelSpec, validate_model
 from ..config.pipeline import StageSplit
 from ..config.precision import recipe as precision_recipe
 from ..config.te_release import container_te
+from ..config.cerebras_release import release_gain
 from ..config.presets import resolve_model
 from ..config.attention_kernels import attention_kernel
 from ..config.tp_overlap import UbTable, ub_table
@@ -296,7 +298,9 @@ class MeasuredRun(BaseModel):
                                   "measurement shows that the prediction lacks (exempts the run from the memory "
                                   "bands, as known_gap does from the time bands)")
     release: Optional[str] = Field(None, description="the container or harness version that measured the run; "
-                                   "runs of one publication and release form same-source precision pairs")
+                                   "runs of one publication and release form same-source precision pairs; on a wafer, "
+                                   "the Cerebras software release (\"Cerebras R_1.9.x\"), which decides the "
+                                   "release gains it lacks (btacalc/data/cerebras_releases.toml)")
     software_date: Optional[str] = Field(None, description="YYYY-MM: the month the "
                                          "software that measured the run was released (its container's YY.MM tag, its "
                                          "MLPerf round's submission month), else the month its measurement was "
@@ -438,6 +442,22 @@ class RunResult(BaseModel):
     not_timed: dict[str, str] = Field(default_factory=dict, description="what the run's recipe sets that btacalc "
                                       "expresses but does not time (recipe field -> what and why)")
     carried: dict[str, Any] = Field(default_factory=dict, description="other keys of the run, carried through")
+    release_gain: Optional[float] = Field(None, description="a wafer run of an older Cerebras release (its `release`): "
+                                          "the training-speed gains Cerebras states for the releases after it "
+                                          "(btacalc/data/cerebras_releases.toml), by which its predicted rate is "
+                                          "divided; null: none")
+    release_gain_sources: list[str] = Field(default_factory=list, description="where each gain in release_gain is "
+                                            "stated")
+
+    @model_serializer(mode="wrap")
+    def _release_gain_only_where_counted(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """The release gain's two keys only on a run whose release lacks a gain: a GPU run's result, or a wafer
+        run's of a recent release, reads as it did before wafer25 (validate --json compares byte for byte)."""
+        data: dict[str, Any] = handler(self)
+        if self.release_gain is None:
+            data.pop("release_gain", None)
+            data.pop("release_gain_sources", None)
+        return data
 
 
 class FamilySummary(BaseModel):
@@ -795,6 +815,9 @@ def predict(run: MeasuredRun, hardware: Callable[[str], HardwareProfile] = resol
         profile = hardware(run.hw)
         family = device_family(profile)
         model = run.model_spec()
+        # the wafer factors are fitted on runs of recent releases: an older one trains slower by the gains Cerebras
+        # states for the releases since (config/cerebras_release.py)
+        gain, gain_sources = release_gain(run.release, run.model) if family == "wse" else (1.0, [])
     except BtacalcError as exc:
         return RunResult(**base, family="unknown", expressible=False, reason=str(exc))
     request, reason = express(run, family)
@@ -814,10 +837,11 @@ def predict(run: MeasuredRun, hardware: Callable[[str], HardwareProfile] = resol
         return RunResult(**base, family=family, expressible=False, predicted=memory, memory_error=memory_error,
                          defaulted=defaulted,
                          reason="btacalc says this layout does not fit: " + ("; ".join(report.suggestions) or "memory"))
-    pred = memory.model_copy(update=dict(tokens_per_s_per_device=th.tokens_per_s / run.devices,
-                                         step_time_s=th.step_time_s))
+    pred = memory.model_copy(update=dict(tokens_per_s_per_device=th.tokens_per_s / run.devices / gain,
+                                         step_time_s=th.step_time_s * gain))
     return RunResult(**base, family=family, expressible=True, predicted=pred, error=_error(pred, run.measured),
-                     memory_error=memory_error, defaulted=defaulted, not_timed=recipe_unmodelled_notes(run))
+                     memory_error=memory_error, defaulted=defaulted, not_timed=recipe_unmodelled_notes(run),
+                     release_gain=gain if gain_sources else None, release_gain_sources=gain_sources)
 
 
 def _memory_prediction(profile: HardwareProfile, report: PlanReport, rank: str) -> RunPrediction:
