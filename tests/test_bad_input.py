@@ -1204,6 +1204,14 @@ case("files", "plan", "--hw", "h100", "-m", "qwen3-30b-a3b", "--devices", "8", "
 case("files", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
      fragment="o.txt: model.seq_length takes an integer, got [1, 2]", files={"o.txt": HYDRA + "model.seq_length=[1,2]\n"})
 
+# --- hostile21 ------------------------------------------------------------------------------------------------
+# a sweep with --plot whose points all fit nowhere: its JSON (or "written to p.png, out.csv, out.json") was printed,
+# then the plot was refused with exit 2 and no file written
+NOTHING_FITS = ("sweep", "--hw", "h100", "--devices", "8", "--vary", "seq=1024,2048", "--plot", "{tmp}/p.png")
+case("outputs", *NOTHING_FITS, fragment="--plot: no point of the sweep fits, nothing to draw")
+case("outputs", *NOTHING_FITS, "--json", fragment="--plot: no point of the sweep fits, nothing to draw", outputs=False)
+
+
 
 def _make(folder: Path, files: dict[str, Any]) -> None:
     for name, content in files.items():
