@@ -1210,7 +1210,10 @@ case("files", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--f
 NOTHING_FITS = ("sweep", "--hw", "h100", "--devices", "8", "--vary", "seq=1024,2048", "--plot", "{tmp}/p.png")
 case("outputs", *NOTHING_FITS, fragment="--plot: no point of the sweep fits, nothing to draw")
 case("outputs", *NOTHING_FITS, "--json", fragment="--plot: no point of the sweep fits, nothing to draw", outputs=False)
-
+# an MFU above 1 is no target (the model's FLOPs over the peak): 31 trace rows and "not reached", exit 1
+for value in ("1.5", "2"):
+    case("values", "whatif", "--hw", "wse3", "--target", f"mfu={value}", "--solve-for", "chip.peak_flops_per_s",
+         fragment=f"--target 'mfu={value}': mfu is the share of the peak FLOP/s the model's FLOPs use, at most 1")
 
 
 def _make(folder: Path, files: dict[str, Any]) -> None:
