@@ -132,6 +132,17 @@ def _run(argv: Optional[list[str]]) -> int:
     except click_exc.NoArgsIsHelpError as exc:  # `btacalc` alone: help, as usual
         guarded_stdout(lambda: out.print(exc.ctx.get_help() if exc.ctx else ""))
         return 0
+    except SystemExit:
+        # Outside standalone mode click's main exits only on EPIPE (it returns or raises otherwise), with 1 ("does not
+        # fit" here) after wrapping the streams (click.utils._PacifyFlushWrapper, whose `wrapped` is the stream).
+        # hostile21: `btacalc plan --help | head -1` exited 1 when head left after the help's one write, before the
+        # newline click writes after it. A closed pipe ends quietly with the command's own code (help: 0), as elsewhere.
+        if not hasattr(sys.stdout, "wrapped"):
+            raise
+        for name in ("stdout", "stderr"):
+            setattr(sys, name, getattr(getattr(sys, name), "wrapped", getattr(sys, name)))
+        silence_stdout()
+        return 0
     guarded_stdout(lambda: None)  # flush what the command printed: a full disk is an error here, not at exit
     return rv if isinstance(rv, int) else 0
 
