@@ -38,3 +38,29 @@ def test_help_whose_reader_leaves_after_the_first_write_exits_zero(monkeypatch, 
     with pytest.raises(SystemExit) as exc:
         main(args)
     assert exc.value.code == 0 and capsys.readouterr().err == ""
+
+
+class _Full(_ClosesAfterFirstWrite):
+    """Standard output on a full disk (`> /dev/full`)."""
+
+    def write(self, s):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+
+@pytest.mark.parametrize("args", [["formulas", "--phase", "attn_softmax"], ["formulas", "--json"], ["hw", "list"],
+                                  ["hw", "list", "--json"], ["hw", "show", "h100"], ["hw", "show", "h100", "--json"],
+                                  ["hw", "check", "{profile}"], ["models", "list"], ["models", "show", "gpt3-175b"],
+                                  ["models", "show", "gpt3-175b", "--json"], ["--help"], ["plan", "--help"],
+                                  ["hw", "--help"], ["--version"]])
+def test_a_full_disk_is_standard_output_named(monkeypatch, capsys, args):
+    """`btacalc hw list > /dev/full` (and formulas, models, hw show / check, --help, --version) said "cannot read or
+    write: No space left on device", naming nothing: these commands wrote past the guard that plan, sweep and compare
+    write through."""
+    from btacalc.cli import main
+    from btacalc.paths import data_dir
+
+    monkeypatch.setattr(sys, "stdout", _Full())
+    with pytest.raises(SystemExit) as exc:
+        main([a.replace("{profile}", str(data_dir("hardware_profiles") / "h100.toml")) for a in args])
+    assert (exc.value.code, capsys.readouterr().err) == (
+        2, "btacalc: error: cannot write to standard output: No space left on device\n")

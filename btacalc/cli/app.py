@@ -79,7 +79,7 @@ def build_app() -> typer.Typer:
 
 def _version(shown: bool) -> None:
     if shown:
-        out.print(f"btacalc {__version__}", highlight=False, markup=False)
+        guarded_stdout(lambda: out.print(f"btacalc {__version__}", highlight=False, markup=False))
         raise typer.Exit()
 
 
