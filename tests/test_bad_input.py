@@ -1210,6 +1210,9 @@ case("files", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--f
 NOTHING_FITS = ("sweep", "--hw", "h100", "--devices", "8", "--vary", "seq=1024,2048", "--plot", "{tmp}/p.png")
 case("outputs", *NOTHING_FITS, fragment="--plot: no point of the sweep fits, nothing to draw")
 case("outputs", *NOTHING_FITS, "--json", fragment="--plot: no point of the sweep fits, nothing to draw", outputs=False)
+# a runs file with no runs: "within the documented bands", exit 0, nothing checked
+case("files", "validate", "--measured", "{tmp}/none.json", fragment="none.json holds no runs: nothing to predict or check",
+     files={"none.json": '{"runs": []}'}, outputs=False)
 # an MFU above 1 is no target (the model's FLOPs over the peak): 31 trace rows and "not reached", exit 1
 for value in ("1.5", "2"):
     case("values", "whatif", "--hw", "wse3", "--target", f"mfu={value}", "--solve-for", "chip.peak_flops_per_s",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import io
+import json
 import os
 import sys
 
@@ -64,3 +65,35 @@ def test_a_full_disk_is_standard_output_named(monkeypatch, capsys, args):
         main([a.replace("{profile}", str(data_dir("hardware_profiles") / "h100.toml")) for a in args])
     assert (exc.value.code, capsys.readouterr().err) == (
         2, "btacalc: error: cannot write to standard output: No space left on device\n")
+
+
+def _runs_file(tmp_path, **change):
+    """A runs file of one shipped run with `change` applied."""
+    from btacalc.paths import package_data
+
+    run = dict(json.loads(package_data("measured_runs.json").read_text())["runs"][0]) | change
+    path = tmp_path / "runs.json"
+    path.write_text(json.dumps({"runs": [run]}))
+    return path
+
+
+@pytest.mark.parametrize("change, note", [({"devices": 7}, "does not divide"),
+                                          ({"precision": "fp8"}, "which a100-80gb does not have")])
+def test_a_runs_file_with_nothing_predicted_is_no_pass(cli, tmp_path, change, note):
+    """Every run not expressible (a layout that does not divide its devices, FP8 on an A100): the rows said why, and
+    the verdict was "within the documented bands", exit 0, with nothing predicted."""
+    code, out, _ = cli("validate", "--measured", str(_runs_file(tmp_path, **change)), "--json")
+    measured = json.loads(out)["measured"]
+    assert note in json.dumps(measured["runs"])
+    assert code == 1 and measured["gate"]["failures"] == [
+        "none of the 1 measured runs was predicted (each row's note says why): nothing was checked against the bands"]
+
+
+def test_a_users_run_on_held_back_hardware_is_predicted(cli, tmp_path):
+    """Decided (docs/story.md, hostile21): a run of the user's own on b300 or gb300 is predicted like any other. The
+    project holds measured B300/GB300 runs back from its own fitting and checks (HELD-BACK.md); `validate --measured`
+    fits nothing (--cross-validate and --calibrate refuse --measured), so the user's numbers reach no factor."""
+    for hw in ("b300", "gb300"):
+        code, out, _ = cli("validate", "--measured", str(_runs_file(tmp_path, hw=hw)), "--json")
+        (result,) = json.loads(out)["measured"]["runs"]
+        assert code in (0, 1) and result["error"] is not None, result
