@@ -1213,6 +1213,13 @@ case("outputs", *NOTHING_FITS, "--json", fragment="--plot: no point of the sweep
 # a runs file with no runs: "within the documented bands", exit 0, nothing checked
 case("files", "validate", "--measured", "{tmp}/none.json", fragment="none.json holds no runs: nothing to predict or check",
      files={"none.json": '{"runs": []}'}, outputs=False)
+# a range's step or factor refused as a "value" ("--devices value 0 must be positive" for '8:16:0')
+for spec, fragment in (("8:16:0", "range '8:16:0': step 0 must be positive"),
+                       ("8:16:x0", "range '8:16:x0': factor 0 must be positive"),
+                       ("8:16:a", "range '8:16:a': step 'a' is not an integer")):
+    case("ranges", "compare", "--hw", "h100", "--devices", spec, fragment="--devices " + fragment)
+case("ranges", "sweep", "--hw", "wse3", "--vary", "seq=1024:4096:-1024",
+     fragment="--vary seq range '1024:4096:-1024': step -1024 must be positive")
 # an MFU above 1 is no target (the model's FLOPs over the peak): 31 trace rows and "not reached", exit 1
 for value in ("1.5", "2"):
     case("values", "whatif", "--hw", "wse3", "--target", f"mfu={value}", "--solve-for", "chip.peak_flops_per_s",
