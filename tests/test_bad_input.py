@@ -1204,6 +1204,27 @@ case("files", "plan", "--hw", "h100", "-m", "qwen3-30b-a3b", "--devices", "8", "
 case("files", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
      fragment="o.txt: model.seq_length takes an integer, got [1, 2]", files={"o.txt": HYDRA + "model.seq_length=[1,2]\n"})
 
+# --- hostile21 ------------------------------------------------------------------------------------------------
+# a sweep with --plot whose points all fit nowhere: its JSON (or "written to p.png, out.csv, out.json") was printed,
+# then the plot was refused with exit 2 and no file written
+NOTHING_FITS = ("sweep", "--hw", "h100", "--devices", "8", "--vary", "seq=1024,2048", "--plot", "{tmp}/p.png")
+case("outputs", *NOTHING_FITS, fragment="--plot: no point of the sweep fits, nothing to draw")
+case("outputs", *NOTHING_FITS, "--json", fragment="--plot: no point of the sweep fits, nothing to draw", outputs=False)
+# a runs file with no runs: "within the documented bands", exit 0, nothing checked
+case("files", "validate", "--measured", "{tmp}/none.json", fragment="none.json holds no runs: nothing to predict or check",
+     files={"none.json": '{"runs": []}'}, outputs=False)
+# a range's step or factor refused as a "value" ("--devices value 0 must be positive" for '8:16:0')
+for spec, fragment in (("8:16:0", "range '8:16:0': step 0 must be positive"),
+                       ("8:16:x0", "range '8:16:x0': factor 0 must be positive"),
+                       ("8:16:a", "range '8:16:a': step 'a' is not an integer")):
+    case("ranges", "compare", "--hw", "h100", "--devices", spec, fragment="--devices " + fragment)
+case("ranges", "sweep", "--hw", "wse3", "--vary", "seq=1024:4096:-1024",
+     fragment="--vary seq range '1024:4096:-1024': step -1024 must be positive")
+# an MFU above 1 is no target (the model's FLOPs over the peak): 31 trace rows and "not reached", exit 1
+for value in ("1.5", "2"):
+    case("values", "whatif", "--hw", "wse3", "--target", f"mfu={value}", "--solve-for", "chip.peak_flops_per_s",
+         fragment=f"--target 'mfu={value}': mfu is the share of the peak FLOP/s the model's FLOPs use, at most 1")
+
 
 def _make(folder: Path, files: dict[str, Any]) -> None:
     for name, content in files.items():

@@ -79,7 +79,7 @@ def build_app() -> typer.Typer:
 
 def _version(shown: bool) -> None:
     if shown:
-        out.print(f"btacalc {__version__}", highlight=False, markup=False)
+        guarded_stdout(lambda: out.print(f"btacalc {__version__}", highlight=False, markup=False))
         raise typer.Exit()
 
 
@@ -131,6 +131,17 @@ def _run(argv: Optional[list[str]]) -> int:
         rv = command.main(args=argv, prog_name="btacalc", standalone_mode=False)
     except click_exc.NoArgsIsHelpError as exc:  # `btacalc` alone: help, as usual
         guarded_stdout(lambda: out.print(exc.ctx.get_help() if exc.ctx else ""))
+        return 0
+    except SystemExit:
+        # Outside standalone mode click's main exits only on EPIPE (it returns or raises otherwise), with 1 ("does not
+        # fit" here) after wrapping the streams (click.utils._PacifyFlushWrapper, whose `wrapped` is the stream).
+        # hostile21: `btacalc plan --help | head -1` exited 1 when head left after the help's one write, before the
+        # newline click writes after it. A closed pipe ends quietly with the command's own code (help: 0), as elsewhere.
+        if not hasattr(sys.stdout, "wrapped"):
+            raise
+        for name in ("stdout", "stderr"):
+            setattr(sys, name, getattr(getattr(sys, name), "wrapped", getattr(sys, name)))
+        silence_stdout()
         return 0
     guarded_stdout(lambda: None)  # flush what the command printed: a full disk is an error here, not at exit
     return rv if isinstance(rv, int) else 0

@@ -15,7 +15,7 @@ import io
 import textwrap
 from typing import Any, Callable, Iterator
 
-from .console import silence_stdout
+from .console import guarded_stdout, silence_stdout
 
 ELLIPSIS = "…"  # what rich puts at the end of a cell it shortened
 INDENT, HELP_INDENT = 2, 6
@@ -47,8 +47,8 @@ class _Whole:
         with contextlib.redirect_stdout(off_screen):
             self.typer_help(ctx, formatter)
         if not cuts(off_screen.getvalue(), self.command):
-            try:
-                self.typer_help(ctx, formatter)
+            try:  # a full disk is one line, "cannot write to standard output" (hostile21: "cannot read or write")
+                guarded_stdout(lambda: self.typer_help(ctx, formatter))
             except SystemExit:
                 # typer prints through its own rich Console, whose on_broken_pipe sends standard output to
                 # /dev/null and exits with 1 (hostile15: `btacalc --help | head -1` exited 1, which here means
@@ -58,10 +58,8 @@ class _Whole:
             return
         from rich.console import Console  # the width typer's console would use
 
-        try:
-            print(stacked_help(self.command, ctx, Console().width), end="", flush=True)
-        except BrokenPipeError:  # as above: click's main would exit 1 on it
-            silence_stdout()
+        # as above: a closed pipe silences standard output (click's main would exit 1 on its EPIPE), a full disk is one line
+        guarded_stdout(lambda: print(stacked_help(self.command, ctx, Console().width), end=""))
 
 
 def cuts(rendered: str, command: Any) -> bool:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import sys
 from typing import Any, Optional
 
 import typer
 
 from ..errors import BtacalcError
-from .console import out
+from .console import guarded_stdout, out, print_stdout, write_stdout
 from .completion import complete_hardware, complete_model
 from .runfile import given_on_command_line
 from .options import RECOMPUTE_HELP, Accounting, AccountingOpt, Attention, CausalOpt, Loss, LossOpt, help_text, value
@@ -59,11 +58,11 @@ def formulas(
                      loss=value(loss) or "fused", accounting=accounting.value)  # type: ignore[arg-type]  # enum values
     listing = formula_listing(phase, quantity, model, run, latex, sequence_parallel)
     if as_json:
-        sys.stdout.write(json.dumps(listing, indent=2) + "\n")
+        write_stdout(json.dumps(listing, indent=2) + "\n")
         return 0
     from ..output.formulas import formula_renderable
 
-    out.print(formula_renderable(listing))
+    print_stdout(formula_renderable(listing))
     return 0
 
 
@@ -74,9 +73,9 @@ def hw_list(as_json: bool = typer.Option(False, "--json", help="Print the profil
 
     profs = builtin_profiles()
     if as_json:
-        sys.stdout.write(json.dumps({n: p.model_dump() for n, p in profs.items()}, indent=2) + "\n")
+        write_stdout(json.dumps({n: p.model_dump() for n, p in profs.items()}, indent=2) + "\n")
         return 0
-    out.print(hw_list_table(profs))
+    print_stdout(hw_list_table(profs))
     return 0
 
 
@@ -124,9 +123,9 @@ def hw_show(name: str = typer.Argument(..., help="Profile name or path to a prof
 
     p = _profile(name)
     if as_json:
-        sys.stdout.write(_profile_json(name, p))
+        write_stdout(_profile_json(name, p))
         return 0
-    out.print(hw_show_table(p, _calibration(name, p)))
+    print_stdout(hw_show_table(p, _calibration(name, p)))
     return 0
 
 
@@ -155,9 +154,9 @@ def hw_check(path: str = typer.Argument(..., help="Path to a profile .toml (or a
     for num in p.numbers().values():
         kinds[num.kind] = kinds.get(num.kind, 0) + 1
     counts = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
-    out.print(f"{path}: valid profile {p.name} ({p.display_name}); {sum(kinds.values())} numbers: {counts}",
-              highlight=False, markup=False, soft_wrap=True)
-    out.print(hw_show_table(p, _calibration(path, p)))
+    guarded_stdout(lambda: out.print(f"{path}: valid profile {p.name} ({p.display_name}); {sum(kinds.values())} "
+                                     f"numbers: {counts}", highlight=False, markup=False, soft_wrap=True))
+    print_stdout(hw_show_table(p, _calibration(path, p)))
     return 0
 
 
@@ -172,9 +171,9 @@ def models_list(as_json: bool = typer.Option(False, "--json", help="Print the pr
         rows = [{**s.model_dump(), **{k: v for k, v in m.items() if k != "published"},
                  "published": s.published_params.model_dump() if s.published_params else None,
                  "published_checks": m["published"]} for s, m in zip(specs, summaries)]
-        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+        write_stdout(json.dumps(rows, indent=2) + "\n")
         return 0
-    out.print(models_list_table(specs, summaries))
+    print_stdout(models_list_table(specs, summaries))
     return 0
 
 
@@ -194,9 +193,9 @@ def models_show(name: str = typer.Argument(..., help="Preset name or path to a H
         raise BtacalcError(exc.render({"model": "model"})) from None
     summary = _model_summary(spec)
     if as_json:
-        sys.stdout.write(json.dumps({"spec": spec.model_dump(), **summary}, indent=2) + "\n")
+        write_stdout(json.dumps({"spec": spec.model_dump(), **summary}, indent=2) + "\n")
         return 0
-    out.print(models_show_table(spec, summary))
+    print_stdout(models_show_table(spec, summary))
     return 0
 
 

@@ -34,7 +34,9 @@ def parse_values(spec: str, flag: str = "--vary", limit: Optional[int] = None) -
         if limit is not None and count > limit:
             raise BtacalcError(f"{flag} {spec!r} gives {count:,} values, more than {limit:,}")
 
-    def num(text: str) -> int:
+    def num(text: str, what: str = "") -> int:
+        # `what`: a range's step or factor, named as such (hostile21: '8:16:0' read "--devices value 0 must be positive")
+        name = f"{flag} range {spec!r}: {what}" if what else f"{flag} value"
         try:
             # int() reads any script's digits ('١٦' is 16) and a literal's digit grouping ('1_6' is 16); an
             # integer option takes digits with an optional sign only (integers.py), and so does a list (review12)
@@ -42,9 +44,9 @@ def parse_values(spec: str, flag: str = "--vary", limit: Optional[int] = None) -
                 raise ValueError(text)
             v = int(text)
         except ValueError:
-            raise BtacalcError(f"{flag} value {text.strip()!r} is not an integer") from None
+            raise BtacalcError(f"{name} {text.strip()!r} is not an integer") from None
         if v < 1:
-            raise BtacalcError(f"{flag} value {v} must be positive")
+            raise BtacalcError(f"{name} {v} must be positive")
         if v > MAX_SEQUENCES:  # every varied quantity is a count or a size within 64-bit integers
             raise BtacalcError(f"{flag} value {v} is beyond 2^62")
         return v
@@ -57,7 +59,7 @@ def parse_values(spec: str, flag: str = "--vary", limit: Optional[int] = None) -
         if stop < start:
             raise BtacalcError(f"{flag} range {spec!r}: stop is below start")
         if parts[2].startswith("x"):
-            factor = num(parts[2][1:])
+            factor = num(parts[2][1:], "factor")
             if factor < 2:
                 raise BtacalcError(f"{flag} range {spec!r}: geometric factor must be at least 2")
             values, v = [], start
@@ -66,7 +68,7 @@ def parse_values(spec: str, flag: str = "--vary", limit: Optional[int] = None) -
                 v *= factor
             bounded(len(values))
             return values
-        step = num(parts[2])
+        step = num(parts[2], "step")
         bounded((stop - start) // step + 1)
         return range(start, stop + 1, step)
     values = [num(x) for x in comma_entries(spec, flag)]

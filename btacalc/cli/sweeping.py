@@ -124,7 +124,7 @@ class SweepOutputs:
         return [f"{t.path} ({flag})" for flag, t in self.outs.targets.items() if t.kind == "file"]
 
     def block(self, block: SweepBlock) -> None:
-        if any(e is None for e in block.errors):
+        if self._releases(block):
             self.stdout.release()
         for sink in self.sinks:
             sink.block(block)
@@ -139,16 +139,18 @@ class SweepOutputs:
     def finish(self) -> None:
         """Close the streams, report invalid points, draw the plot, then put every file in place and
         print a small table."""
-        for sink in self.sinks:
-            sink.close()
-        self._report_invalid()
-        self.stdout.release()
+        if self.invalid_count == self.grid.size:  # bad input: one line, as every error (the first reason in it)
+            raise BtacalcError(f"none of the {self.grid.size:,} points of the sweep is valid; the first: {self.invalid[0]}")
         payloads: dict[str, Any] = {}
-        if self.plot is not None:
+        if self.plot is not None:  # drawn before the summary names the files: a plot of nothing is refused first
             from ..output.plots import sweep_plot_points
 
             payloads["--plot"] = sweep_plot_points(self.plot.points, self.model, self.hardware, self.fixed_active,
                                                    self.plot_path or "")
+        for sink in self.sinks:
+            sink.close()
+        self._report_invalid()
+        self.stdout.release()
         table = None
         if self.table is not None:
             from ..output.tables import sweep_renderable
@@ -159,9 +161,15 @@ class SweepOutputs:
         self.outs.commit(payloads, stdout=write_stdout, finish=table, streamed=self.streams)
         self.streams = None  # committed: its staged files are in place or, on failure, removed
 
+    def _releases(self, block: SweepBlock) -> bool:
+        """Whether `block` lets held standard output go: a valid point, or with --plot a fitting one (hostile21: a
+        sweep whose points all fit nowhere printed its JSON, or \"written to p.png, s.csv\", and then refused the
+        plot with exit 2, neither file written)."""
+        if self.plot is None:
+            return any(e is None for e in block.errors)
+        return any(v is not None and v == v for v in block.columns["tokens_per_s"].tolist())
+
     def _report_invalid(self) -> None:
-        if self.invalid_count == self.grid.size:  # bad input: one line, as every error (the first reason in it)
-            raise BtacalcError(f"none of the {self.grid.size:,} points of the sweep is valid; the first: {self.invalid[0]}")
         say = lambda text: err.print(f"btacalc: {text}", highlight=False, markup=False, soft_wrap=True)  # noqa: E731
         if self.invalid_count and self.invalid_count <= LISTED_INVALID:
             for line in self.invalid:

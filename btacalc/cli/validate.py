@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
 
 from ..errors import BtacalcError
+from .console import write_stdout
 from .options import OutputOpt, QuietOpt, help_text, outputs, write_outputs
 from .progress import progress
 
@@ -144,10 +144,10 @@ def _calibrate() -> int:
         factors = ", ".join(f"{k} {fit.before[k]:.4g} -> {v:.4g}" for k, v in fit.factors.items())
         errors = ", ".join(f"{r} {100 * fit.errors_before[r]:+.1f}% -> {100 * fit.errors_after[r]:+.1f}%"
                            for r in fit.runs)
-        sys.stdout.write(f"{fit.family}: {factors}; fit runs: {errors}; written to "
+        write_stdout(f"{fit.family}: {factors}; fit runs: {errors}; written to "
                          f"{', '.join(p.name for p in paths)}\n")
         for run, reason in fit.skipped.items():
-            sys.stdout.write(f"{fit.family}: fit run {run} not used: {reason}\n")
+            write_stdout(f"{fit.family}: fit run {run} not used: {reason}\n")
     return 0
 
 
@@ -159,19 +159,19 @@ def _wafer_loo(as_json: bool, quiet: bool) -> int:
     with progress(leave_one_out_steps("wse", runs), "leaving each wafer model out", quiet) as advance:
         report = leave_one_out("wse", runs, progress=advance)
     if as_json:
-        sys.stdout.write(report.model_dump_json(indent=2) + "\n")
+        write_stdout(report.model_dump_json(indent=2) + "\n")
         return 0
     for fold in report.folds:
         if fold.skipped:
-            sys.stdout.write(f"without {fold.held_out}: skipped ({fold.skipped})\n")
+            write_stdout(f"without {fold.held_out}: skipped ({fold.skipped})\n")
             continue
         factors = ", ".join(f"{k} {v:.4g}" for k, v in fold.factors.items())
         preds = "; ".join(f"{p.id} {'n/a' if p.error is None else f'{100 * p.error:+.1f}%'}"
                           f" (shipped {'n/a' if p.error_shipped is None else f'{100 * p.error_shipped:+.1f}%'})"
                           for p in fold.predictions)
-        sys.stdout.write(f"without {fold.held_out}: {factors}; {preds}\n")
+        write_stdout(f"without {fold.held_out}: {factors}; {preds}\n")
     if report.mean_abs_error is not None:
-        sys.stdout.write(f"{report.family}: leave-one-out mean |error| {100 * report.mean_abs_error:.1f}%, "
+        write_stdout(f"{report.family}: leave-one-out mean |error| {100 * report.mean_abs_error:.1f}%, "
                          f"max {100 * (report.max_abs_error or 0):.1f}%\n")
     return 0
 

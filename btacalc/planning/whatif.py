@@ -99,6 +99,8 @@ def parse_target(text: str) -> tuple[str, float]:
         raise BtacalcError(f"{{target}} {text!r}: {value!r} is not a number") from None
     if not (target > 0 and math.isfinite(target)):  # nan, inf and 1e400 (inf) are no target
         raise BtacalcError(f"{{target}} {text!r}: the target must be a finite positive number")
+    if name == "mfu" and target > 1:  # hostile21: searched the whole grid and answered "not reached", exit 1
+        raise BtacalcError(f"{{target}} {text!r}: mfu is the share of the peak FLOP/s the model's FLOPs use, at most 1")
     return name, target
 
 
