@@ -211,11 +211,19 @@ def _dec_ffn(get: Get) -> Fields:
     return out
 
 
+# semantics19: btacalc's sliding window w is the keys a query attends to, itself included (ModelSpec.sliding_window;
+# Hugging Face's sliding_window), and TransformerEngine's window_size (left, right) the keys [i - left, i + right]
+# *inclusive* (TransformerEngine @ d0067d0 pytorch/attention/dot_product_attention/utils.py L1780-1782), so w keys
+# are (w - 1, 0), as Megatron-Bridge converts them (BRIDGE_PIN src/megatron/bridge/models/gpt_oss/gpt_oss_bridge.py
+# L87, gemma/gemma2_bridge.py L55; conversion/utils.py L27-39 back: left + 1). The codec wrote (w, 0): w + 1 keys.
+# A left of -1 is TransformerEngine's "no window" (utils.py L1808).
+
+
 def _enc_window(f: Fields) -> Args:
     w = f.get("model.sliding_window")
     if not w:
         return {}
-    out: Args = {"window_size": f"({w},0)"}
+    out: Args = {"window_size": f"({w - 1},0)"}
     if f.get("model.window_pattern") is not None and not all(f["model.window_pattern"]):
         out["window_attn_skip_freq"] = list_expression(f["model.window_pattern"])
     return out
@@ -226,6 +234,9 @@ def _dec_window(get: Get) -> Fields:
     if size is None:
         return {"model.sliding_window": 0, "model.window_pattern": None}
     left = _window_left(size)
+    if left == -1:  # TransformerEngine's no window (utils.py L1808): every layer attends to all earlier keys
+        get("window_attn_skip_freq")
+        return {"model.sliding_window": 0, "model.window_pattern": None}
     layers = _int(get("num_layers"), "num_layers") or 0
     items = None if skip is None else pattern(skip, layers)
     if items is not None and len(items) == 1:  # an integer N: (N-1) windowed layers, then one full (arguments.py help)
@@ -234,7 +245,7 @@ def _dec_window(get: Get) -> Fields:
             raise BtacalcError(f"Megatron-LM's --window-attn-skip-freq {n}: one full-attention layer every N layers "
                                "needs N >= 1")
         items = [0 if (i + 1) % n == 0 else 1 for i in range(layers)]
-    return {"model.sliding_window": left, "model.window_pattern": items}
+    return {"model.sliding_window": left + 1, "model.window_pattern": items}
 
 
 def _window_left(size: Any) -> int:
