@@ -1,13 +1,15 @@
 """semantics19: does the launch btacalc emits build the model it planned? Each expectation is derived from the pinned
 sources, not from btacalc's output: TransformerEngine @ d0067d0 (the attention window, context-parallel attention),
-Megatron-Bridge @ 067f987d (its providers' conversions)."""
+Megatron-LM @ d98e8a64 (MLA's layer spec) and Megatron-Bridge @ 067f987d (its providers' conversions)."""
 
 from __future__ import annotations
 
 import json
 import re
 
-from btacalc.config.megatron_run import import_megatron
+import pytest
+
+from btacalc.config.megatron_run import import_bridge, import_megatron
 from btacalc.config.presets import load_preset
 
 
@@ -54,3 +56,42 @@ def test_a_launch_window_reads_back_as_the_keys_it_attends_to():
     assert import_megatron(base + "--window-size '(127,0)'\n", "w.sh").model.sliding_window == _keys_attended(127, 0, 999)
     # (-1, 0) is TransformerEngine's causal attention without a window (utils.py L1808)
     assert import_megatron(base + "--window-size '(-1,0)'\n", "n.sh").model.sliding_window == 0
+
+
+# --- MLA's latent norms are Megatron's --qk-layernorm -------------------------------------------------------------
+
+@pytest.mark.parametrize("model", ["deepseek-v3", "kimi-k2", "deepseek-proxy-megatron-ci"])
+def test_an_mla_launch_builds_the_latent_norms(cli, model):
+    """gpt_layer_specs.py L244-255 @ d98e8a64: under MLA, linear_q_up_proj / linear_kv_up_proj carry the RMSNorm of
+    the compressed query / key-value (TELayerNormColumnParallelLinear) only with qk_layernorm; Bridge's DeepSeek-V3
+    and Kimi providers set it (deepseek_v3_bridge.py L62, kimi_bridge.py L54). The preset's MLA has both norms."""
+    spec = load_preset(model)
+    assert spec.mla is not None and spec.mla.kv_lora_rank > 0
+    launch = _emit(cli, f"--model {model} --hw h100 --devices 64 --ep 8")
+    assert "--qk-layernorm" in launch.split()
+    assert "model.qk_layernorm=True" in _emit(cli, f"--model {model} --hw h100 --devices 64 --ep 8", "bridge")
+
+
+def _latent_note(run) -> bool:
+    return any("latent RMSNorms" in note for note in run.notes)
+
+
+def test_bridges_deepseek_launch_reads_as_mla_with_its_norms(cli):
+    """A launch as Bridge's DeepSeek-V3 provider builds it (MLA with qk_layernorm) was refused ("MLA has its own
+    normalised projections"): read as btacalc's MLA, whose norms are that flag's. Without the flag Megatron-Core builds
+    no latent norms, which btacalc cannot plan: said in a note."""
+    launch = _emit(cli, "--model deepseek-proxy-megatron-ci --hw h100 --devices 8 --ep 8")
+    run = import_megatron(launch, "d.sh")
+    assert run.model.mla is not None and run.model.qk_norm == "none" and not _latent_note(run)
+    without = launch.replace("    --qk-layernorm \\\n", "")
+    assert without != launch
+    assert _latent_note(import_megatron(without, "d.sh"))
+
+
+def test_bridge_overrides_with_mla_and_its_norms_read_back(cli):
+    """Bridge's DeepSeek-V3 provider sets qk_layernorm (deepseek_v3_bridge.py L62): such overrides were refused."""
+    given = "--model deepseek-proxy-megatron-ci --hw h100 --devices 8 --ep 8"
+    overrides = [line for line in _emit(cli, given, "bridge").splitlines() if not line.startswith("model.qk_layernorm")]
+    run = import_bridge("\n".join(overrides + ["model.qk_layernorm=True"]) + "\n", "d.txt", devices=8)
+    assert run.model.mla is not None and run.model.qk_norm == "none"
+    assert run.model.mla == load_preset("deepseek-proxy-megatron-ci").mla

@@ -311,6 +311,29 @@ def _dec_bias(get: Get) -> Fields:
             "model.router_bias": moe, "model.expert_bias": moe}
 
 
+# semantics19: under --multi-latent-attention, Megatron's --qk-layernorm is what builds MLA's two latent RMSNorms (the
+# compressed query's and the compressed key/value's, DeepSeek's q_a_layernorm and kv_a_layernorm): Megatron-LM @
+# d98e8a64 megatron/core/models/gpt/gpt_layer_specs.py L244-255 make linear_q_up_proj and linear_kv_up_proj
+# TELayerNormColumnParallelLinear with it and a plain TEColumnParallelLinear without, and Megatron-Bridge's DeepSeek
+# and Kimi providers set it (BRIDGE_PIN deepseek_v3_bridge.py L62, kimi_bridge.py L54). btacalc's MLA always has them
+# (formulas/mla.toml: "h -> r_q, RMSNorm, r_q -> a d_h"), and a model with MLA has qk_norm none (model.py), so the
+# codec left the flag out: a DeepSeek-V3 launch trained MLA without its latent norms.
+MLA_NORMS_NOTE = ("--multi-latent-attention without --qk-layernorm: Megatron-Core builds MLA without the latent "
+                  "RMSNorms of the compressed query and key/value (gpt_layer_specs.py L244-255 @ d98e8a64); btacalc's "
+                  "MLA has them (DeepSeek's): planned with them")
+
+
+def _enc_qk_norm(f: Fields) -> Args:
+    return {"qk_layernorm": True} if f.get("model.qk_norm_head") or f.get("model.mla") is not None else {}
+
+
+def _dec_qk_norm(get: Get) -> Fields:
+    on = _bool(get("qk_layernorm"))
+    if not _bool(get("multi_latent_attention")):
+        return {"model.qk_norm_head": on}
+    return {"model.qk_norm_head": False, **({} if on else {"run.mla_norm_note": MLA_NORMS_NOTE})}
+
+
 def _enc_dropout(f: Fields) -> Args:
     p = 0.1 if f.get("model.dropout") else 0.0
     return {"attention_dropout": p, "hidden_dropout": p}
@@ -746,7 +769,7 @@ MODEL_ROWS: tuple[Row, ...] = (
     choice("model.norm", "normalization", {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm"}),
     choice("model.mlp", "swiglu", {"swiglu": True, "gelu": False}),
     choice("model.position_embedding", "position_embedding_type", {"rope": "rope", "learned": "learned_absolute"}),
-    switch("model.qk_norm_head", "qk_layernorm"),
+    Row("qk norms", _enc_qk_norm, _dec_qk_norm),
     switch("model.tied_embeddings", "untie_embeddings_and_output_weights", invert=True),
     switch("model.softmax_fp32", "attention_softmax_in_fp32"),
     choice("model.attention_sinks", "softmax_type", {False: "vanilla", True: "learnable"}, say_default=False),
