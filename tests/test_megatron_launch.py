@@ -285,13 +285,18 @@ BROKEN = {
     "ddp-buckets": ({"ddp_num_buckets": 4, "ddp_bucket_size": 40_000_000}, {}),
     "deterministic-options": ({"deterministic_mode": True, "cross_entropy_loss_fusion": True}, {}),
     "deterministic-nccl-algo": ({"deterministic_mode": True}, {"NCCL_ALGO": "Tree"}),
+    # semantics19: TransformerEngine @ d0067d0 context_parallel.py L5054-5060 and L5065-5067 (Megatron's default
+    # --cp-comm-type is p2p)
+    "cp-window-comm": ({"context_parallel_size": 2, "window_size": "(127,0)"}, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}),
+    "cp-softmax-comm": ({"context_parallel_size": 2, "softmax_type": "learnable"}, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}),
 }
 
 
 def test_every_rule_cites_a_line_and_is_tested():
     files = ("megatron/training/arguments.py", "megatron/core/transformer/transformer_config.py",
              "megatron/core/num_microbatches_calculator.py", "megatron/core/transformer/moe/moe_layer.py",
-             "megatron/training/determinism.py", "megatron/core/distributed/distributed_data_parallel_config.py")
+             "megatron/training/determinism.py", "megatron/core/distributed/distributed_data_parallel_config.py",
+             "transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py")
     for rule in RULES:
         path, line = rule.source.rsplit(":", 1)
         assert path in files and int(line) > 0, rule

@@ -9,6 +9,8 @@ import re
 
 import pytest
 
+from btacalc.config.megatron_launch import read_launch
+from btacalc.config.megatron_rules import violations
 from btacalc.config.megatron_run import import_bridge, import_megatron
 from btacalc.config.presets import load_preset
 
@@ -95,3 +97,40 @@ def test_bridge_overrides_with_mla_and_its_norms_read_back(cli):
     run = import_bridge("\n".join(overrides + ["model.qk_layernorm=True"]) + "\n", "d.txt", devices=8)
     assert run.model.mla is not None and run.model.qk_norm == "none"
     assert run.model.mla == load_preset("deepseek-proxy-megatron-ci").mla
+
+
+# --- context parallelism with a window or a learnable softmax: TransformerEngine refuses the p2p ring -------------
+
+CP = ("torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 4 --hidden-size 1024 --num-attention-heads 8 "
+      "--seq-length 4096 --max-position-embeddings 4096 --micro-batch-size 1 --global-batch-size 4 --bf16 "
+      "--vocab-size 32000 --context-parallel-size 2 ")
+
+
+def _refused(flags: str) -> set[str]:
+    args = read_launch(CP + flags + "\n").args
+    return {r.name for r in violations({**args, "world": 8}, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"})}
+
+
+def test_transformer_engine_refuses_the_p2p_ring_beside_a_window():
+    """context_parallel.py L5054-5060: a sliding window (not (-1, 0) / (-1, -1)) needs a2a or all_gather, on any layer
+    Megatron-Core windows (transformer/utils.py L531-542: skip-freq N windows all but each N-th layer)."""
+    window = "--window-size '(127,0)'"
+    for flags in (window, f"{window} --cp-comm-type a2a+p2p", f"{window} --window-attn-skip-freq 2"):
+        assert _refused(flags) == {"cp-window-comm"}, flags
+    for flags in ("", f"{window} --cp-comm-type a2a", f"{window} --cp-comm-type all_gather", "--window-size '(-1,0)'",
+                  f"{window} --window-attn-skip-freq 1", f"{window} --window-attn-skip-freq '([0]*4)'"):
+        assert _refused(flags) == set(), flags
+
+
+def test_transformer_engine_refuses_the_p2p_ring_beside_a_learnable_softmax():
+    """context_parallel.py L5065-5067: a softmax other than vanilla (GPT-OSS's sinks) needs a2a."""
+    for flags in ("--softmax-type learnable", "--softmax-type learnable --cp-comm-type all_gather"):
+        assert _refused(flags) == {"cp-softmax-comm"}, flags
+    assert _refused("--softmax-type learnable --cp-comm-type a2a") == set()
+
+
+def test_a_gpt_oss_launch_with_cp_says_transformer_engine_refuses_it(cli):
+    launch = _emit(cli, "--model gpt-oss-20b --hw h100 --devices 16 --cp 2 --ep 8")
+    said = [line for line in launch.splitlines() if "WOULD REFUSE" in line]
+    assert len(said) == 2 and all("context_parallel.py" in line and "TransformerEngine@d0067d0" in line for line in said)
+    assert "WOULD REFUSE" not in _emit(cli, "--model llama-3-8b --hw h100 --devices 16 --cp 2")
