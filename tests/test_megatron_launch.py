@@ -289,6 +289,9 @@ BROKEN = {
     # --cp-comm-type is p2p)
     "cp-window-comm": ({"context_parallel_size": 2, "window_size": "(127,0)"}, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}),
     "cp-softmax-comm": ({"context_parallel_size": 2, "softmax_type": "learnable"}, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}),
+    # semantics19: transformer_config.py L2800-2801
+    "cuda-graphs-offload": ({"cuda_graph_impl": "transformer_engine", "cuda_graph_modules": ["attn"],
+                             "cpu_offloading_num_layers": 4}, {}),
 }
 
 

@@ -134,3 +134,22 @@ def test_a_gpt_oss_launch_with_cp_says_transformer_engine_refuses_it(cli):
     said = [line for line in launch.splitlines() if "WOULD REFUSE" in line]
     assert len(said) == 2 and all("context_parallel.py" in line and "TransformerEngine@d0067d0" in line for line in said)
     assert "WOULD REFUSE" not in _emit(cli, "--model llama-3-8b --hw h100 --devices 16 --cp 2")
+
+
+# --- CPU activation offloading with per-layer CUDA graphs ---------------------------------------------------------
+
+def test_offloading_with_cuda_graphs_is_refused_before_any_launch(cli):
+    """transformer_config.py L2800-2801 @ d98e8a64: with cuda_graph_impl other than none / full_iteration,
+    cpu_offloading raises "CUDA graphs not supported with CPU offloading" (and --cpu-offloading-num-layers N > 0 turns
+    cpu_offloading on, arguments.py L1950-1951). The plan was made and its launch emitted with no word."""
+    given = "--model llama-3-8b --hw h100 --devices 8 --cpu-offloading-num-layers 4"
+    for emit in ((), ("--emit", "megatron"), ("--emit", "bridge")):
+        code, out, err = cli("plan", *given.split(), "--cuda-graph-scope", "attn", *emit)
+        assert (code, out) == (2, "") and len(err.strip().splitlines()) == 1, err
+        assert "--cuda-graph-scope" in err and "L2800-2801" in err
+    code, out, err = cli("plan", *given.split())  # either alone is planned
+    assert code in (0, 1), err
+    args = read_launch(CP.replace("--context-parallel-size 2 ", "").replace("size 4 ", "size 8 ") +
+                       "--cpu-offloading-num-layers 2 "
+                       "--cuda-graph-impl transformer_engine --cuda-graph-modules attn\n").args
+    assert {r.name for r in violations({**args, "world": 8}, {})} == {"cuda-graphs-offload"}

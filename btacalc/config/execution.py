@@ -1001,6 +1001,10 @@ def check_activation_offload(run: RunOptions, model: "ModelSpec", layout: "Layou
     if run.recompute != "none":
         raise BtacalcError(f"{{cpu_offload_layers}} {n} needs {{recompute}} none: Megatron-Core does not offload "
                            f"activations with recomputation, got {run.recompute}")
+    if layout.cuda_graph_scope:  # semantics19: planned, emitted, and refused by Megatron-Core
+        raise BtacalcError(f"{{cpu_offload_layers}} {n} needs no {{cuda_graph_scope}}: Megatron-Core refuses per-layer "
+                           "CUDA graphs with CPU offloading (transformer_config.py L2800-2801 @ d98e8a64), got "
+                           f"{','.join(layout.cuda_graph_scope)}")
 
 
 # The first/last layers in BF16 as Megatron-Core builds them (Megatron-LM @ d98e8a64): each decoder layer's forward

@@ -177,6 +177,9 @@ RULES: tuple[Rule, ...] = (
          and (a.get("softmax_type") or "vanilla") != "vanilla",
          lambda a, e: all(t == "a2a" for t in _cp_comm_types(a)),
          "context parallelism with a learnable or off-by-one softmax needs --cp-comm-type a2a (not the p2p ring)"),
+    Rule("cuda-graphs-offload", f"{TC}:2801", lambda a, e: (a.get("cuda_graph_impl") or "none") not in
+         ("none", "full_iteration") and (_i(a, "cpu_offloading_num_layers", 0) > 0 or bool(a.get("cpu_offloading"))),
+         lambda a, e: False, "per-layer CUDA graphs (--cuda-graph-impl) are refused with CPU activation offloading"),
     Rule("positions", f"{ARGS}:1354", lambda a, e: a.get("seq_length") is not None,
          lambda a, e: _i(a, "max_position_embeddings", 0) >= _i(a, "seq_length", 0),
          "--max-position-embeddings must be at least --seq-length"),
