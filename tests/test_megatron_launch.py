@@ -289,6 +289,14 @@ BROKEN = {
     # --cp-comm-type is p2p)
     "cp-window-comm": ({"context_parallel_size": 2, "window_size": "(127,0)"}, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}),
     "cp-softmax-comm": ({"context_parallel_size": 2, "softmax_type": "learnable"}, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}),
+    # semantics19: transformer_config.py L2852-2855, L2860-2867, L2875-2881 (attention dropout at Megatron's default
+    # 0.1, recompute modules at its default core_attn)
+    "graphs-full-recompute": ({"cuda_graph_impl": "transformer_engine", "cuda_graph_modules": ["attn"],
+                               "recompute_granularity": "full"}, {}),
+    "graphs-moe-recompute": ({"cuda_graph_impl": "transformer_engine", "cuda_graph_modules": ["moe_router"],
+                              "recompute_granularity": "selective", "recompute_modules": ["moe"]}, {}),
+    "graphs-dropout-recompute": ({"cuda_graph_impl": "transformer_engine", "cuda_graph_modules": ["attn"],
+                                  "recompute_granularity": "selective"}, {}),
     # semantics19: transformer_config.py L2800-2801
     "cuda-graphs-offload": ({"cuda_graph_impl": "transformer_engine", "cuda_graph_modules": ["attn"],
                              "cpu_offloading_num_layers": 4}, {}),

@@ -153,3 +153,49 @@ def test_offloading_with_cuda_graphs_is_refused_before_any_launch(cli):
                        "--cpu-offloading-num-layers 2 "
                        "--cuda-graph-impl transformer_engine --cuda-graph-modules attn\n").args
     assert {r.name for r in violations({**args, "world": 8}, {})} == {"cuda-graphs-offload"}
+
+
+# --- recomputation beside per-layer CUDA graphs -------------------------------------------------------------------
+
+@pytest.mark.parametrize("given, refused, runs", [
+    # transformer_config.py L2852-2855: full recomputation only under a full-iteration graph
+    ("--model llama-3-8b --devices 8 --recompute full --cuda-graph-scope attn", "L2852-2855",
+     "--model llama-3-8b --devices 8 --recompute core_attn --cuda-graph-scope attn"),  # no dropout: allowed
+    # L2860-2867: the moe module not with the moe_router graph
+    ("--model qwen3-30b-a3b --devices 8 --ep 8 --recompute moe --cuda-graph-scope moe_router", "L2860-2867",
+     "--model qwen3-30b-a3b --devices 8 --ep 8 --recompute moe_act --cuda-graph-scope moe_router"),
+    # L2875-2881 / L2882-2895: under dropout (GPT-3 and BLOOM train with 0.1) not a graphed module's recomputation
+    ("--model gpt3-175b --devices 64 --tp 8 --pp 8 --recompute core_attn --cuda-graph-scope attn", "L2875-2881",
+     "--model gpt3-175b --devices 64 --tp 8 --pp 8 --recompute core_attn --cuda-graph-scope mlp"),
+    ("--model bloom-176b --devices 64 --tp 8 --pp 8 --recompute mlp --cuda-graph-scope mlp", "L2882-2895",
+     "--model bloom-176b --devices 64 --tp 8 --pp 8 --recompute mlp --cuda-graph-scope attn"),
+])
+def test_megatron_cores_graph_and_recompute_refusals_before_any_launch(cli, given, refused, runs):
+    for emit in ((), ("--emit", "megatron")):
+        code, out, err = cli("plan", "--hw", "h100", *given.split(), *emit)
+        assert (code, out) == (2, "") and len(err.strip().splitlines()) == 1 and refused in err, err
+    # the launch read back breaks the same rule; its neighbour Megatron runs is planned, emitted and passes the rules
+    code, out, err = cli("plan", "--hw", "h100", *runs.split(), "--emit", "megatron")
+    assert code in (0, 1) and "WOULD REFUSE" not in out, err + out
+    world = {"world": int(runs.split()[3])}
+    args = read_launch(out).args
+    assert [r.name for r in violations({**args, **world}, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"})] == []
+    refused_args = dict(args, recompute_modules=given.split()[given.split().index("--recompute") + 1].split(","),
+                        cuda_graph_modules=given.split()[-1].split(","))
+    if refused == "L2852-2855":
+        refused_args.update(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
+        del refused_args["recompute_modules"]
+    broken = [r.name for r in violations({**refused_args, **world}, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"})]
+    assert len(broken) == 1 and broken[0].startswith("graphs-"), broken
+
+
+def test_the_search_leaves_full_recomputation_out_beside_per_layer_graphs(cli):
+    """RECOMPUTE_CHOICES none, selective, full: with --cuda-graph-scope, full is refused (L2852-2855), so the search
+    weighs two thirds of the candidates."""
+    counts = []
+    for scope in ((), ("--cuda-graph-scope", "attn")):
+        code, out, err = cli("plan", "--model", "llama-3-70b", "--hw", "h100", "--devices", "16", "--search",
+                             "--global-batch", "256", *scope, "--json")
+        assert code in (0, 1), err
+        counts.append(json.loads(out)["candidates"])
+    assert counts[1] * 3 == counts[0] * 2

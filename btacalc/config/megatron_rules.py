@@ -96,6 +96,33 @@ def _windowed(a: A) -> bool:
     return items[0] != 1 if len(items) == 1 else any(items)
 
 
+def _per_layer_graphs(a: A) -> bool:
+    return (a.get("cuda_graph_impl") or "none") in ("local", "transformer_engine")
+
+
+def _graph_modules(a: A) -> list[str]:
+    """The per-layer CUDA-graph modules (the deprecated --cuda-graph-scope is moved to them, arguments.py L633-641);
+    none: the whole layer."""
+    v = a.get("cuda_graph_modules") or a.get("cuda_graph_scope_deprecated") or []
+    return [str(m) for m in ([v] if isinstance(v, str) else v)]
+
+
+def _recompute_modules(a: A) -> list[str]:
+    v = a.get("recompute_modules") or ["core_attn"]  # Megatron-LM's default module list
+    return [str(m) for m in ([v] if isinstance(v, str) else v)]
+
+
+def _graphed_recompute_under_dropout(a: A, e: dict[str, str]) -> bool:
+    """transformer_config.py L2868-2895: under dropout (Megatron's default 0.1), a recomputed core_attn / mlp must not
+    be inside a graph (the whole layer's, or the attn / mlp module's)."""
+    graphs, modules = _graph_modules(a), _recompute_modules(a)
+    for dropout, module, graph in (("attention_dropout", "core_attn", "attn"), ("hidden_dropout", "mlp", "mlp")):
+        rate = a.get(dropout)
+        if float(0.1 if rate is None else rate) != 0.0 and module in modules and (not graphs or graph in graphs):
+            return False
+    return True
+
+
 def _model_parallel_needs_one_connection(a: A, e: dict[str, str]) -> bool:
     """arguments.py:1453-1479 (the assertion at 1477): with TP or CP > 1 before Blackwell, Megatron asserts
     CUDA_DEVICE_MAX_CONNECTIONS=1 unless Megatron-FSDP (which wants it unset) or the EP all-to-all overlap (a warning) is on. btacalc does
@@ -180,6 +207,17 @@ RULES: tuple[Rule, ...] = (
     Rule("cuda-graphs-offload", f"{TC}:2801", lambda a, e: (a.get("cuda_graph_impl") or "none") not in
          ("none", "full_iteration") and (_i(a, "cpu_offloading_num_layers", 0) > 0 or bool(a.get("cpu_offloading"))),
          lambda a, e: False, "per-layer CUDA graphs (--cuda-graph-impl) are refused with CPU activation offloading"),
+    # semantics19: recomputation beside per-layer CUDA graphs (transformer_config.py L2851-2895)
+    Rule("graphs-full-recompute", f"{TC}:2853", lambda a, e: _per_layer_graphs(a)
+         and a.get("recompute_granularity") == "full", lambda a, e: False,
+         "full recomputation runs only under --cuda-graph-impl full_iteration, not per-layer CUDA graphs"),
+    Rule("graphs-moe-recompute", f"{TC}:2864", lambda a, e: a.get("cuda_graph_impl") == "transformer_engine"
+         and a.get("recompute_granularity") == "selective" and "moe" in _recompute_modules(a),
+         lambda a, e: "moe_router" not in _graph_modules(a),
+         "the moe recompute module is refused with the moe_router CUDA graph"),
+    Rule("graphs-dropout-recompute", f"{TC}:2876", lambda a, e: _per_layer_graphs(a)
+         and a.get("recompute_granularity") == "selective", _graphed_recompute_under_dropout,
+         "with dropout, a recomputed core_attn or mlp module must not be inside its CUDA graph"),
     Rule("positions", f"{ARGS}:1354", lambda a, e: a.get("seq_length") is not None,
          lambda a, e: _i(a, "max_position_embeddings", 0) >= _i(a, "seq_length", 0),
          "--max-position-embeddings must be at least --seq-length"),

@@ -145,7 +145,7 @@ def _candidates(model: ModelSpec, hardware: HardwareProfile, request: ExecutionR
     devices = request.devices
     policies = (request.recompute,) if request.recompute else tuple(
         p for p in RECOMPUTE_CHOICES + (MOE_RECOMPUTE_CHOICES if model.is_moe else ())
-        if recompute_refusal(p, model, base.run.recipe) is None)  # freshuser17: none Megatron refuses
+        if recompute_refusal(p, model, base.run.recipe, base.layout.cuda_graph_scope) is None)  # freshuser17: none Megatron refuses
     eps = (request.expert_parallel,) if request.expert_parallel else \
         tuple(divisors(math.gcd(model.num_experts, devices))) if model.is_moe else (1,)  # bounded by the devices
     for tp, pp, vp, cp, mb in itertools.product(
