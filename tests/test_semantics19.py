@@ -199,3 +199,18 @@ def test_the_search_leaves_full_recomputation_out_beside_per_layer_graphs(cli):
         assert code in (0, 1), err
         counts.append(json.loads(out)["candidates"])
     assert counts[1] * 3 == counts[0] * 2
+
+
+# --- FP8 attention beside sinks or a sliding window ---------------------------------------------------------------
+
+def test_fp8_attention_with_sinks_or_a_window_needs_blackwell(cli):
+    """TE @ d0067d0 utils.py L1125-1134 (learnable softmax) and L1344-1352 (sliding window): in FP8, FusedAttention is
+    off below compute capability 10.0, and FP8 attention has no other backend (dot_product_attention.py L2159-2165).
+    GPT-OSS has both; Llama 3 neither."""
+    fp8 = ["--precision", "fp8", "--fp8-attention", "--devices", "8"]
+    for hw in ("h100", "h200"):
+        code, out, err = cli("plan", "--model", "gpt-oss-20b", "--hw", hw, "--ep", "8", *fp8, "--emit", "megatron")
+        assert (code, out) == (2, "") and "attention sinks and a sliding window" in err and "9.0" in err, err
+    for model, hw in (("gpt-oss-20b", "b200"), ("llama-3-8b", "h100")):
+        code, out, err = cli("plan", "--model", model, "--hw", hw, *fp8)
+        assert code in (0, 1), err

@@ -787,9 +787,24 @@ def _run_options(request: ExecutionRequest, model: "ModelSpec", profile: "Hardwa
                            f"has {cc:.1f}, whose FP8 GEMMs are TN-only: every release writes the transposes")
     if run.fp8_attention:
         check_fp8_attention(run.precision, profile, run.attention, run.attention_kernel)
+        _check_fp8_attention_masks(model, profile)
     check_bf16_layers(run, model)
     _check_run(run, model)
     return run
+
+
+def _check_fp8_attention_masks(model: "ModelSpec", profile: "HardwareProfile") -> None:
+    """semantics19: TransformerEngine (@ d0067d0 pytorch/attention/dot_product_attention/utils.py L1125-1134 and
+    L1344-1352) switches FusedAttention, FP8 attention's only backend, off in FP8 for a learnable softmax (attention
+    sinks) and for a sliding window before compute capability 10.0 (and before cuDNN 9.21), and then finds no backend
+    (dot_product_attention.py L2159-2165): GPT-OSS with --fp8-attention on an H100 was planned and emitted."""
+    what = [w for w, has in (("attention sinks", model.attention_sinks), ("a sliding window", model.sliding_window))
+            if has]
+    cc = profile.chip.capability
+    if what and cc < 10:
+        raise BtacalcError(f"{{fp8_attention}} with {' and '.join(what)} (model {model.name!r}): TransformerEngine runs "
+                           f"them in FP8 only from compute capability 10.0 with cuDNN 9.21 (utils.py L1125-1134, "
+                           f"L1344-1352 @ d0067d0); {profile.name} has {cc:.1f}")
 
 
 def _te_version(request: ExecutionRequest, chosen: Any, r: Recipe) -> str:
