@@ -214,3 +214,14 @@ def test_fp8_attention_with_sinks_or_a_window_needs_blackwell(cli):
     for model, hw in (("gpt-oss-20b", "b200"), ("llama-3-8b", "h100")):
         code, out, err = cli("plan", "--model", model, "--hw", hw, *fp8)
         assert code in (0, 1), err
+
+
+def test_a_bad_dropout_beside_graphed_recomputation_is_one_line(cli, tmp_path):
+    """The graph / recompute rules run on a launch before the decoder reads it: a dropout that is no number is
+    refused in one line there too (argparse's type=float), not a ValueError."""
+    path = tmp_path / "bad.sh"
+    path.write_text(CP.replace("--context-parallel-size 2 ", "").replace("size 4 ", "size 8 ") +
+                    "--recompute-granularity selective --cuda-graph-impl transformer_engine --cuda-graph-modules attn "
+                    "--attention-dropout abc\n")
+    code, out, err = cli("plan", "--from-megatron", str(path), "--hw", "h100")
+    assert (code, out) == (2, "") and len(err.strip().splitlines()) == 1 and "takes a number" in err, err

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .megatron_launch import MEGATRON_LM_SHORT, integer, pattern
+from .megatron_launch import MEGATRON_LM_SHORT, integer, pattern, real
 
 ARGS = "megatron/training/arguments.py"
 TC = "megatron/core/transformer/transformer_config.py"
@@ -118,7 +118,7 @@ def _graphed_recompute_under_dropout(a: A, e: dict[str, str]) -> bool:
     graphs, modules = _graph_modules(a), _recompute_modules(a)
     for dropout, module, graph in (("attention_dropout", "core_attn", "attn"), ("hidden_dropout", "mlp", "mlp")):
         rate = a.get(dropout)
-        if float(0.1 if rate is None else rate) != 0.0 and module in modules and (not graphs or graph in graphs):
+        if real(0.1 if rate is None else rate, dropout) != 0.0 and module in modules and (not graphs or graph in graphs):
             return False
     return True
 
