@@ -289,6 +289,9 @@ BROKEN = {
     # --cp-comm-type is p2p)
     "cp-window-comm": ({"context_parallel_size": 2, "window_size": "(127,0)"}, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}),
     "cp-softmax-comm": ({"context_parallel_size": 2, "softmax_type": "learnable"}, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}),
+    # semantics19: TransformerEngine @ d0067d0 utils.py L1535-1544 (deterministic FusedAttention has no sinks)
+    "deterministic-sinks": ({"deterministic_mode": True, "softmax_type": "learnable", "attention_backend": "fused"},
+                            {}),
     # semantics19: transformer_config.py L2852-2855, L2860-2867, L2875-2881 (attention dropout at Megatron's default
     # 0.1, recompute modules at its default core_attn)
     "graphs-full-recompute": ({"cuda_graph_impl": "transformer_engine", "cuda_graph_modules": ["attn"],
@@ -307,7 +310,8 @@ def test_every_rule_cites_a_line_and_is_tested():
     files = ("megatron/training/arguments.py", "megatron/core/transformer/transformer_config.py",
              "megatron/core/num_microbatches_calculator.py", "megatron/core/transformer/moe/moe_layer.py",
              "megatron/training/determinism.py", "megatron/core/distributed/distributed_data_parallel_config.py",
-             "transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py")
+             "transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py",
+             "transformer_engine/pytorch/attention/dot_product_attention/utils.py")
     for rule in RULES:
         path, line = rule.source.rsplit(":", 1)
         assert path in files and int(line) > 0, rule

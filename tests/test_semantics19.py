@@ -225,3 +225,20 @@ def test_a_bad_dropout_beside_graphed_recomputation_is_one_line(cli, tmp_path):
                     "--attention-dropout abc\n")
     code, out, err = cli("plan", "--from-megatron", str(path), "--hw", "h100")
     assert (code, out) == (2, "") and len(err.strip().splitlines()) == 1 and "takes a number" in err, err
+
+
+def test_deterministic_mode_with_sinks_needs_the_unfused_backend(cli, tmp_path):
+    """TE @ d0067d0 utils.py L1535-1544: deterministic (NVTE_ALLOW_NONDETERMINISTIC_ALGO=0, which --deterministic-mode
+    sets, determinism.py L28) FusedAttention has no sink softmax; FlashAttention has none at all (L1122-1124), and
+    --attention-backend fused leaves no other backend. GPT-OSS's launch with --deterministic-mode was planned."""
+    launch = _emit(cli, "--model gpt-oss-20b --hw h100 --devices 8 --ep 8").replace(
+        "pretrain_gpt.py \\", "pretrain_gpt.py --deterministic-mode \\")
+    assert "--attention-backend fused" in launch
+    for backend, refused in (("fused", True), ("flash", True), ("unfused", False)):
+        path = tmp_path / f"{backend}.sh"
+        path.write_text(launch.replace("--attention-backend fused", f"--attention-backend {backend}"))
+        code, out, err = cli("plan", "--from-megatron", str(path), "--hw", "h100")
+        if refused:
+            assert (code, out) == (2, "") and "utils.py:1536" in err and len(err.strip().splitlines()) == 1, err
+        else:
+            assert code in (0, 1), err

@@ -29,6 +29,7 @@ DDP_CONFIG = "megatron/core/distributed/distributed_data_parallel_config.py"
 # hands it --cp-comm-type, the window and the softmax type as given (transformer_engine.py L2140-2153 @ d98e8a64)
 TE_SHORT = "TransformerEngine@d0067d0"
 TE_CP = "transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py"
+TE_BACKENDS = "transformer_engine/pytorch/attention/dot_product_attention/utils.py"
 
 A = dict[str, Any]
 # The NCCL_ALGO tokens --deterministic-mode accepts (DETERMINISM L48: ring and CollNet, or NVLS excluded)
@@ -204,6 +205,13 @@ RULES: tuple[Rule, ...] = (
          and (a.get("softmax_type") or "vanilla") != "vanilla",
          lambda a, e: all(t == "a2a" for t in _cp_comm_types(a)),
          "context parallelism with a learnable or off-by-one softmax needs --cp-comm-type a2a (not the p2p ring)"),
+    # TE's backend choice: deterministic FusedAttention has no sink (learnable or off-by-one) softmax, and
+    # --attention-backend fused / flash leave no other backend for it (flash has no sinks at all, utils.py L1122-1124)
+    Rule("deterministic-sinks", f"{TE_BACKENDS}:1536", lambda a, e: bool(a.get("deterministic_mode"))
+         and (a.get("softmax_type") or "vanilla") != "vanilla",
+         lambda a, e: str(a.get("attention_backend") or "auto").split(".")[-1] not in ("fused", "flash"),
+         "--deterministic-mode with a learnable or off-by-one softmax has no fused attention: TransformerEngine "
+         "needs --attention-backend unfused (or auto) for it"),
     Rule("cuda-graphs-offload", f"{TC}:2801", lambda a, e: (a.get("cuda_graph_impl") or "none") not in
          ("none", "full_iteration") and (_i(a, "cpu_offloading_num_layers", 0) > 0 or bool(a.get("cpu_offloading"))),
          lambda a, e: False, "per-layer CUDA graphs (--cuda-graph-impl) are refused with CPU activation offloading"),
