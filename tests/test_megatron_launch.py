@@ -285,13 +285,33 @@ BROKEN = {
     "ddp-buckets": ({"ddp_num_buckets": 4, "ddp_bucket_size": 40_000_000}, {}),
     "deterministic-options": ({"deterministic_mode": True, "cross_entropy_loss_fusion": True}, {}),
     "deterministic-nccl-algo": ({"deterministic_mode": True}, {"NCCL_ALGO": "Tree"}),
+    # semantics19: TransformerEngine @ d0067d0 context_parallel.py L5054-5060 and L5065-5067 (Megatron's default
+    # --cp-comm-type is p2p)
+    "cp-window-comm": ({"context_parallel_size": 2, "window_size": "(127,0)"}, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}),
+    "cp-softmax-comm": ({"context_parallel_size": 2, "softmax_type": "learnable"}, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}),
+    # semantics19: TransformerEngine @ d0067d0 utils.py L1535-1544 (deterministic FusedAttention has no sinks)
+    "deterministic-sinks": ({"deterministic_mode": True, "softmax_type": "learnable", "attention_backend": "fused"},
+                            {}),
+    # semantics19: transformer_config.py L2852-2855, L2860-2867, L2875-2881 (attention dropout at Megatron's default
+    # 0.1, recompute modules at its default core_attn)
+    "graphs-full-recompute": ({"cuda_graph_impl": "transformer_engine", "cuda_graph_modules": ["attn"],
+                               "recompute_granularity": "full"}, {}),
+    "graphs-moe-recompute": ({"cuda_graph_impl": "transformer_engine", "cuda_graph_modules": ["moe_router"],
+                              "recompute_granularity": "selective", "recompute_modules": ["moe"]}, {}),
+    "graphs-dropout-recompute": ({"cuda_graph_impl": "transformer_engine", "cuda_graph_modules": ["attn"],
+                                  "recompute_granularity": "selective"}, {}),
+    # semantics19: transformer_config.py L2800-2801
+    "cuda-graphs-offload": ({"cuda_graph_impl": "transformer_engine", "cuda_graph_modules": ["attn"],
+                             "cpu_offloading_num_layers": 4}, {}),
 }
 
 
 def test_every_rule_cites_a_line_and_is_tested():
     files = ("megatron/training/arguments.py", "megatron/core/transformer/transformer_config.py",
              "megatron/core/num_microbatches_calculator.py", "megatron/core/transformer/moe/moe_layer.py",
-             "megatron/training/determinism.py", "megatron/core/distributed/distributed_data_parallel_config.py")
+             "megatron/training/determinism.py", "megatron/core/distributed/distributed_data_parallel_config.py",
+             "transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py",
+             "transformer_engine/pytorch/attention/dot_product_attention/utils.py")
     for rule in RULES:
         path, line = rule.source.rsplit(":", 1)
         assert path in files and int(line) > 0, rule

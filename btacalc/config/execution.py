@@ -27,7 +27,7 @@ from ..memo import Memo, plain_key
 from .precision import DEFAULT_PRECISION, NON_TN_FP8_CC_TEXT, Recipe, check_fp8_attention, check_precision, recipe, recipes
 from .attention_kernels import DEFAULT_ATTENTION_KERNEL, attention_kernel
 from .cuda_graphs import check_scopes, scopes
-from ..vocabulary import parse_recompute
+from ..vocabulary import SELECTIVE_MODULES, parse_recompute
 from .pipeline import Placement, StageSplit, parse_layout, place
 from .te_release import default_te_version, te_behaviour, te_releases
 from .tp_overlap import UbOverlap
@@ -787,9 +787,24 @@ def _run_options(request: ExecutionRequest, model: "ModelSpec", profile: "Hardwa
                            f"has {cc:.1f}, whose FP8 GEMMs are TN-only: every release writes the transposes")
     if run.fp8_attention:
         check_fp8_attention(run.precision, profile, run.attention, run.attention_kernel)
+        _check_fp8_attention_masks(model, profile)
     check_bf16_layers(run, model)
     _check_run(run, model)
     return run
+
+
+def _check_fp8_attention_masks(model: "ModelSpec", profile: "HardwareProfile") -> None:
+    """semantics19: TransformerEngine (@ d0067d0 pytorch/attention/dot_product_attention/utils.py L1125-1134 and
+    L1344-1352) switches FusedAttention, FP8 attention's only backend, off in FP8 for a learnable softmax (attention
+    sinks) and for a sliding window before compute capability 10.0 (and before cuDNN 9.21), and then finds no backend
+    (dot_product_attention.py L2159-2165): GPT-OSS with --fp8-attention on an H100 was planned and emitted."""
+    what = [w for w, has in (("attention sinks", model.attention_sinks), ("a sliding window", model.sliding_window))
+            if has]
+    cc = profile.chip.capability
+    if what and cc < 10:
+        raise BtacalcError(f"{{fp8_attention}} with {' and '.join(what)} (model {model.name!r}): TransformerEngine runs "
+                           f"them in FP8 only from compute capability 10.0 with cuDNN 9.21 (utils.py L1125-1134, "
+                           f"L1344-1352 @ d0067d0); {profile.name} has {cc:.1f}")
 
 
 def _te_version(request: ExecutionRequest, chosen: Any, r: Recipe) -> str:
@@ -907,6 +922,9 @@ def _resolve(request: ExecutionRequest, model: "ModelSpec", profile: "HardwarePr
     gpu, recompute = profile.family == "gpu", run.recompute
     layout = _resolve_layout(request, model, profile, chosen)
     check_activation_offload(run, model, layout, gpu)
+    refusal = graph_recompute_refusal(recompute, layout.cuda_graph_scope, model)
+    if refusal is not None:
+        raise BtacalcError(refusal)
     if not gpu:
         for applies, message in _GPU_ONLY:
             if applies(run, layout):
@@ -1001,6 +1019,10 @@ def check_activation_offload(run: RunOptions, model: "ModelSpec", layout: "Layou
     if run.recompute != "none":
         raise BtacalcError(f"{{cpu_offload_layers}} {n} needs {{recompute}} none: Megatron-Core does not offload "
                            f"activations with recomputation, got {run.recompute}")
+    if layout.cuda_graph_scope:  # semantics19: planned, emitted, and refused by Megatron-Core
+        raise BtacalcError(f"{{cpu_offload_layers}} {n} needs no {{cuda_graph_scope}}: Megatron-Core refuses per-layer "
+                           "CUDA graphs with CPU offloading (transformer_config.py L2800-2801 @ d98e8a64), got "
+                           f"{','.join(layout.cuda_graph_scope)}")
 
 
 # The first/last layers in BF16 as Megatron-Core builds them (Megatron-LM @ d98e8a64): each decoder layer's forward
@@ -1040,8 +1062,38 @@ def check_bf16_layers(run: RunOptions, model: "ModelSpec") -> None:
 # layernorm under FP8 delayed scaling (L2000-2006).
 # freshuser17: both were planned, and emitted as launches Megatron stops at start-up (`plan --search --precision fp8`
 # chose `layernorm,moe_act`).
-def recompute_refusal(policy: str, model: "ModelSpec", recipe_: Recipe) -> Optional[str]:
-    """Why Megatron-Core refuses the recompute module list `policy` for this model and recipe (None: it runs)."""
+def recompute_refusal(policy: str, model: "ModelSpec", recipe_: Recipe, scope: tuple[str, ...] = ()) -> Optional[str]:
+    """Why Megatron-Core refuses the recompute module list `policy` for this model and recipe, and beside the
+    per-layer CUDA-graph scopes `scope` (None: it runs)."""
+    return _module_refusal(policy, model, recipe_) or graph_recompute_refusal(policy, scope, model)
+
+
+def graph_recompute_refusal(policy: str, scope: tuple[str, ...], model: "ModelSpec") -> Optional[str]:
+    """semantics19: Megatron-Core's rules for recomputation beside per-layer CUDA graphs (--cuda-graph-impl
+    transformer_engine, transformer_config.py L2851-2895 @ d98e8a64), which btacalc planned and emitted: full
+    recomputation only with a full-iteration graph (L2852-2855); the moe module not with the moe_router graph
+    (L2860-2867); with dropout (the model's 0.1 on attention and hidden states), a recomputed module not inside its
+    own graph (core_attn with attn, L2875-2881; mlp with mlp, L2882-2895)."""
+    if not scope or policy == "none":
+        return None
+    given = f"{{cuda_graph_scope}} {','.join(scope)}"
+    if policy == "full":
+        return (f"{{recompute}} full with {given}: Megatron-Core runs full recomputation only under a full-iteration "
+                "CUDA graph, not per-layer ones (transformer_config.py L2852-2855 @ d98e8a64)")
+    modules = set(SELECTIVE_MODULES if policy == "selective" else policy.split(","))
+    refused = [(module, graph) for module, graph, needs_dropout in (("moe", "moe_router", False),
+                                                                     ("core_attn", "attn", True), ("mlp", "mlp", True))
+               if module in modules and graph in scope and (model.dropout or not needs_dropout)]
+    if not refused:
+        return None
+    module, graph = refused[0]
+    why = ("refuses the moe recompute module with the moe_router graph (transformer_config.py L2860-2867" if
+           module == "moe" else f"refuses recomputing a graphed module under the model's dropout (transformer_config.py "
+           f"{'L2875-2881' if graph == 'attn' else 'L2882-2895'}")
+    return f"{{recompute}} {module} with {given}: Megatron-Core {why} @ d98e8a64)"
+
+
+def _module_refusal(policy: str, model: "ModelSpec", recipe_: Recipe) -> Optional[str]:
     modules = set(policy.split(",")) if policy not in ("none", "selective", "full") else set()
     if "mla_up_proj" in modules and model.mla is None:
         return ("{recompute} mla_up_proj recomputes multi-latent attention's up-projections: the model has no MLA "

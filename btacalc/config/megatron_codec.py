@@ -211,11 +211,19 @@ def _dec_ffn(get: Get) -> Fields:
     return out
 
 
+# semantics19: btacalc's sliding window w is the keys a query attends to, itself included (ModelSpec.sliding_window;
+# Hugging Face's sliding_window), and TransformerEngine's window_size (left, right) the keys [i - left, i + right]
+# *inclusive* (TransformerEngine @ d0067d0 pytorch/attention/dot_product_attention/utils.py L1780-1782), so w keys
+# are (w - 1, 0), as Megatron-Bridge converts them (BRIDGE_PIN src/megatron/bridge/models/gpt_oss/gpt_oss_bridge.py
+# L87, gemma/gemma2_bridge.py L55; conversion/utils.py L27-39 back: left + 1). The codec wrote (w, 0): w + 1 keys.
+# A left of -1 is TransformerEngine's "no window" (utils.py L1808).
+
+
 def _enc_window(f: Fields) -> Args:
     w = f.get("model.sliding_window")
     if not w:
         return {}
-    out: Args = {"window_size": f"({w},0)"}
+    out: Args = {"window_size": f"({w - 1},0)"}
     if f.get("model.window_pattern") is not None and not all(f["model.window_pattern"]):
         out["window_attn_skip_freq"] = list_expression(f["model.window_pattern"])
     return out
@@ -226,6 +234,9 @@ def _dec_window(get: Get) -> Fields:
     if size is None:
         return {"model.sliding_window": 0, "model.window_pattern": None}
     left = _window_left(size)
+    if left == -1:  # TransformerEngine's no window (utils.py L1808): every layer attends to all earlier keys
+        get("window_attn_skip_freq")
+        return {"model.sliding_window": 0, "model.window_pattern": None}
     layers = _int(get("num_layers"), "num_layers") or 0
     items = None if skip is None else pattern(skip, layers)
     if items is not None and len(items) == 1:  # an integer N: (N-1) windowed layers, then one full (arguments.py help)
@@ -234,7 +245,7 @@ def _dec_window(get: Get) -> Fields:
             raise BtacalcError(f"Megatron-LM's --window-attn-skip-freq {n}: one full-attention layer every N layers "
                                "needs N >= 1")
         items = [0 if (i + 1) % n == 0 else 1 for i in range(layers)]
-    return {"model.sliding_window": left, "model.window_pattern": items}
+    return {"model.sliding_window": left + 1, "model.window_pattern": items}
 
 
 def _window_left(size: Any) -> int:
@@ -298,6 +309,29 @@ def _dec_bias(get: Get) -> Fields:
     moe = linear and (_int(get("num_experts"), "num_experts") or 0) > 0
     return {"model.linear_bias": linear, "model.mlp_bias": linear, "model.qkv_bias": qkv,
             "model.router_bias": moe, "model.expert_bias": moe}
+
+
+# semantics19: under --multi-latent-attention, Megatron's --qk-layernorm is what builds MLA's two latent RMSNorms (the
+# compressed query's and the compressed key/value's, DeepSeek's q_a_layernorm and kv_a_layernorm): Megatron-LM @
+# d98e8a64 megatron/core/models/gpt/gpt_layer_specs.py L244-255 make linear_q_up_proj and linear_kv_up_proj
+# TELayerNormColumnParallelLinear with it and a plain TEColumnParallelLinear without, and Megatron-Bridge's DeepSeek
+# and Kimi providers set it (BRIDGE_PIN deepseek_v3_bridge.py L62, kimi_bridge.py L54). btacalc's MLA always has them
+# (formulas/mla.toml: "h -> r_q, RMSNorm, r_q -> a d_h"), and a model with MLA has qk_norm none (model.py), so the
+# codec left the flag out: a DeepSeek-V3 launch trained MLA without its latent norms.
+MLA_NORMS_NOTE = ("--multi-latent-attention without --qk-layernorm: Megatron-Core builds MLA without the latent "
+                  "RMSNorms of the compressed query and key/value (gpt_layer_specs.py L244-255 @ d98e8a64); btacalc's "
+                  "MLA has them (DeepSeek's): planned with them")
+
+
+def _enc_qk_norm(f: Fields) -> Args:
+    return {"qk_layernorm": True} if f.get("model.qk_norm_head") or f.get("model.mla") is not None else {}
+
+
+def _dec_qk_norm(get: Get) -> Fields:
+    on = _bool(get("qk_layernorm"))
+    if not _bool(get("multi_latent_attention")):
+        return {"model.qk_norm_head": on}
+    return {"model.qk_norm_head": False, **({} if on else {"run.mla_norm_note": MLA_NORMS_NOTE})}
 
 
 def _enc_dropout(f: Fields) -> Args:
@@ -735,7 +769,7 @@ MODEL_ROWS: tuple[Row, ...] = (
     choice("model.norm", "normalization", {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm"}),
     choice("model.mlp", "swiglu", {"swiglu": True, "gelu": False}),
     choice("model.position_embedding", "position_embedding_type", {"rope": "rope", "learned": "learned_absolute"}),
-    switch("model.qk_norm_head", "qk_layernorm"),
+    Row("qk norms", _enc_qk_norm, _dec_qk_norm),
     switch("model.tied_embeddings", "untie_embeddings_and_output_weights", invert=True),
     switch("model.softmax_fp32", "attention_softmax_in_fp32"),
     choice("model.attention_sinks", "softmax_type", {False: "vanilla", True: "learnable"}, say_default=False),

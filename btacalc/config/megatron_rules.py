@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .megatron_launch import MEGATRON_LM_SHORT, integer
+from .megatron_launch import MEGATRON_LM_SHORT, integer, pattern, real
 
 ARGS = "megatron/training/arguments.py"
 TC = "megatron/core/transformer/transformer_config.py"
@@ -25,6 +25,11 @@ MOE_LAYER = "megatron/core/transformer/moe/moe_layer.py"
 
 DETERMINISM = "megatron/training/determinism.py"
 DDP_CONFIG = "megatron/core/distributed/distributed_data_parallel_config.py"
+# TransformerEngine's context-parallel attention, at the release btacalc's kernels cite (semantics19): Megatron-Core
+# hands it --cp-comm-type, the window and the softmax type as given (transformer_engine.py L2140-2153 @ d98e8a64)
+TE_SHORT = "TransformerEngine@d0067d0"
+TE_CP = "transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py"
+TE_BACKENDS = "transformer_engine/pytorch/attention/dot_product_attention/utils.py"
 
 A = dict[str, Any]
 # The NCCL_ALGO tokens --deterministic-mode accepts (DETERMINISM L48: ring and CollNet, or NVLS excluded)
@@ -70,6 +75,53 @@ def _vp(a: A) -> int:
 def _dp(a: A) -> int:
     return _i(a, "world") // (_i(a, "tensor_model_parallel_size") * _i(a, "pipeline_model_parallel_size")
                               * _i(a, "context_parallel_size"))
+
+
+def _cp_comm_types(a: A) -> list[str]:
+    """--cp-comm-type as TransformerEngine gets it: one type, or one per layer (arguments.py L3221-3226 @ d98e8a64;
+    default p2p)."""
+    v = a.get("cp_comm_type") or ["p2p"]
+    return [str(t) for t in ([v] if isinstance(v, str) else v)]
+
+
+def _windowed(a: A) -> bool:
+    """A layer with a sliding window: --window-size other than TransformerEngine's no-window (-1, 0) / (-1, -1)
+    (context_parallel.py L5054-5056) on some layer (Megatron-Core's is_layer_window_attention, transformer/utils.py
+    L531-542 @ d98e8a64: --window-attn-skip-freq N windows every layer but each N-th, a list the layers it marks 1)."""
+    size, skip = a.get("window_size"), a.get("window_attn_skip_freq")
+    if size is None or str(size).replace(" ", "").strip("()[]").split(",")[0] == "-1":
+        return False
+    if skip is None:
+        return True
+    items = pattern(skip, _i(a, "num_layers", 0))
+    return items[0] != 1 if len(items) == 1 else any(items)
+
+
+def _per_layer_graphs(a: A) -> bool:
+    return (a.get("cuda_graph_impl") or "none") in ("local", "transformer_engine")
+
+
+def _graph_modules(a: A) -> list[str]:
+    """The per-layer CUDA-graph modules (the deprecated --cuda-graph-scope is moved to them, arguments.py L633-641);
+    none: the whole layer."""
+    v = a.get("cuda_graph_modules") or a.get("cuda_graph_scope_deprecated") or []
+    return [str(m) for m in ([v] if isinstance(v, str) else v)]
+
+
+def _recompute_modules(a: A) -> list[str]:
+    v = a.get("recompute_modules") or ["core_attn"]  # Megatron-LM's default module list
+    return [str(m) for m in ([v] if isinstance(v, str) else v)]
+
+
+def _graphed_recompute_under_dropout(a: A, e: dict[str, str]) -> bool:
+    """transformer_config.py L2868-2895: under dropout (Megatron's default 0.1), a recomputed core_attn / mlp must not
+    be inside a graph (the whole layer's, or the attn / mlp module's)."""
+    graphs, modules = _graph_modules(a), _recompute_modules(a)
+    for dropout, module, graph in (("attention_dropout", "core_attn", "attn"), ("hidden_dropout", "mlp", "mlp")):
+        rate = a.get(dropout)
+        if real(0.1 if rate is None else rate, dropout) != 0.0 and module in modules and (not graphs or graph in graphs):
+            return False
+    return True
 
 
 def _model_parallel_needs_one_connection(a: A, e: dict[str, str]) -> bool:
@@ -143,6 +195,37 @@ RULES: tuple[Rule, ...] = (
     Rule("cp-sequence", f"{ARGS}:1336", lambda a, e: _i(a, "context_parallel_size") > 1,
          lambda a, e: _i(a, "seq_length", 0) % (2 * _i(a, "context_parallel_size")) == 0,
          "--seq-length must be a multiple of 2 x --context-parallel-size"),
+    # semantics19: TransformerEngine's context-parallel attention (attn_forward_func_with_cp) asserts both for every
+    # layer; btacalc times Megatron's default p2p K/V ring (model/gpu/timing.py), which neither admits, so a GPT-OSS
+    # launch with CP stopped at the first forward
+    Rule("cp-window-comm", f"{TE_CP}:5057", lambda a, e: _i(a, "context_parallel_size") > 1 and _windowed(a),
+         lambda a, e: all(t in ("a2a", "all_gather") for t in _cp_comm_types(a)),
+         "context parallelism with a sliding window needs --cp-comm-type a2a or all_gather (not the p2p ring)"),
+    Rule("cp-softmax-comm", f"{TE_CP}:5065", lambda a, e: _i(a, "context_parallel_size") > 1
+         and (a.get("softmax_type") or "vanilla") != "vanilla",
+         lambda a, e: all(t == "a2a" for t in _cp_comm_types(a)),
+         "context parallelism with a learnable or off-by-one softmax needs --cp-comm-type a2a (not the p2p ring)"),
+    # TE's backend choice: deterministic FusedAttention has no sink (learnable or off-by-one) softmax, and
+    # --attention-backend fused / flash leave no other backend for it (flash has no sinks at all, utils.py L1122-1124)
+    Rule("deterministic-sinks", f"{TE_BACKENDS}:1536", lambda a, e: bool(a.get("deterministic_mode"))
+         and (a.get("softmax_type") or "vanilla") != "vanilla",
+         lambda a, e: str(a.get("attention_backend") or "auto").split(".")[-1] not in ("fused", "flash"),
+         "--deterministic-mode with a learnable or off-by-one softmax has no fused attention: TransformerEngine "
+         "needs --attention-backend unfused (or auto) for it"),
+    Rule("cuda-graphs-offload", f"{TC}:2801", lambda a, e: (a.get("cuda_graph_impl") or "none") not in
+         ("none", "full_iteration") and (_i(a, "cpu_offloading_num_layers", 0) > 0 or bool(a.get("cpu_offloading"))),
+         lambda a, e: False, "per-layer CUDA graphs (--cuda-graph-impl) are refused with CPU activation offloading"),
+    # semantics19: recomputation beside per-layer CUDA graphs (transformer_config.py L2851-2895)
+    Rule("graphs-full-recompute", f"{TC}:2853", lambda a, e: _per_layer_graphs(a)
+         and a.get("recompute_granularity") == "full", lambda a, e: False,
+         "full recomputation runs only under --cuda-graph-impl full_iteration, not per-layer CUDA graphs"),
+    Rule("graphs-moe-recompute", f"{TC}:2864", lambda a, e: a.get("cuda_graph_impl") == "transformer_engine"
+         and a.get("recompute_granularity") == "selective" and "moe" in _recompute_modules(a),
+         lambda a, e: "moe_router" not in _graph_modules(a),
+         "the moe recompute module is refused with the moe_router CUDA graph"),
+    Rule("graphs-dropout-recompute", f"{TC}:2876", lambda a, e: _per_layer_graphs(a)
+         and a.get("recompute_granularity") == "selective", _graphed_recompute_under_dropout,
+         "with dropout, a recomputed core_attn or mlp module must not be inside its CUDA graph"),
     Rule("positions", f"{ARGS}:1354", lambda a, e: a.get("seq_length") is not None,
          lambda a, e: _i(a, "max_position_embeddings", 0) >= _i(a, "seq_length", 0),
          "--max-position-embeddings must be at least --seq-length"),
@@ -225,7 +308,8 @@ def violations(args: A, env: dict[str, str]) -> list[Rule]:
 
 
 def describe(rule: Rule) -> str:
-    return f"{rule.message} ({MEGATRON_LM_SHORT} {rule.source})"
+    pin = TE_SHORT if rule.source.startswith("transformer_engine/") else MEGATRON_LM_SHORT
+    return f"{rule.message} ({pin} {rule.source})"
 
 
 # Plans btacalc can model but Megatron refuses, and the nearest runnable plan: drop the all-to-all overlap

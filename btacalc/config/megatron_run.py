@@ -456,10 +456,8 @@ def _imported(launch: Launch, devices: Optional[int], name: Optional[str] = None
     request = request_from_fields(fields, spec, devices, launch.devices_per_node, notes)
     ignored = tuple((launch.given_as.get(d, d), ignore_reason(d)) for d in launch.args
                     if d not in read and d in launch.given_as)
-    if fields.get("run.dispatcher_note"):
-        notes.append(fields["run.dispatcher_note"])
-    if fields.get("run.cuda_graph_note"):
-        notes.append(fields["run.cuda_graph_note"])
+    notes += [fields[key] for key in ("run.dispatcher_note", "run.cuda_graph_note", "run.mla_norm_note")
+              if fields.get(key)]
     return ImportedRun(spec, request, launch.source, ignored, tuple(notes), tuple(launch.env.items()))
 
 

@@ -143,9 +143,10 @@ def _p2p(request: ExecutionRequest, pp: int, vp: int) -> bool:
 def _candidates(model: ModelSpec, hardware: HardwareProfile, request: ExecutionRequest, base: Execution,
                 n: int) -> Iterator[_Candidate]:
     devices = request.devices
+    # freshuser17: none Megatron refuses (semantics19: beside the plan's CUDA graphs too)
     policies = (request.recompute,) if request.recompute else tuple(
         p for p in RECOMPUTE_CHOICES + (MOE_RECOMPUTE_CHOICES if model.is_moe else ())
-        if recompute_refusal(p, model, base.run.recipe) is None)  # freshuser17: none Megatron refuses
+        if recompute_refusal(p, model, base.run.recipe, base.layout.cuda_graph_scope) is None)
     eps = (request.expert_parallel,) if request.expert_parallel else \
         tuple(divisors(math.gcd(model.num_experts, devices))) if model.is_moe else (1,)  # bounded by the devices
     for tp, pp, vp, cp, mb in itertools.product(
