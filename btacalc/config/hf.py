@@ -242,8 +242,14 @@ def _gpt_oss(c: _Config) -> dict[str, Any]:
     interval = _layer_pattern(c, base["num_layers"])
     bias = c.flag("attention_bias", True)
     window = c.integer("sliding_window", default=128)
+    # transformers' GptOssExperts: gate * sigmoid(1.702 gate) * (up + 1), gate and up clamped at swiglu_limit (7.0
+    # in the released configs), which btacalc's clamped_quick_gelu is (Megatron's --quick-geglu with
+    # --glu-linear-offset 1 and --activation-func-clamp-value 7, as Megatron-Bridge's gpt_oss_bridge.py L81-84 sets)
+    if c.number("swiglu_limit", 7.0) != 7.0:
+        raise c.unsupported(f"swiglu_limit {c.number('swiglu_limit', 7.0)} (btacalc models GPT-OSS's clamp of 7)")
     return {**base, "ffn_size": c.integer("intermediate_size"), "num_experts": c.integer("num_local_experts"),
-            "top_k": c.integer("num_experts_per_tok"), "qkv_bias": bias, "linear_bias": bias, "softmax_fp32": False,
+            "top_k": c.integer("num_experts_per_tok"), "glu_activation": "clamped_quick_gelu",
+            "qkv_bias": bias, "linear_bias": bias, "softmax_fp32": False,
             "attention_sinks": True, "router": "topk_softmax", "router_renormalize": False, "router_bias": True,
             "expert_bias": True, **({"sliding_window": window, "full_attention_interval": interval} if interval != 1 else {})}
 

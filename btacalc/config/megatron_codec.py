@@ -334,6 +334,40 @@ def _dec_qk_norm(get: Get) -> Fields:
     return {"model.qk_norm_head": False, **({} if on else {"run.mla_norm_note": MLA_NORMS_NOTE})}
 
 
+# The gated MLP's activation as Megatron-LM's flags (arguments.py --swiglu, --quick-geglu, --glu-linear-offset,
+# --activation-func-clamp-value; argument_utils.py L314-326 @ d98e8a64: --swiglu is F.silu, --quick-geglu is
+# quick_gelu, x sigmoid(1.702 x), both gated). GPT-OSS's (transformers' GptOssExperts: gate * sigmoid(1.702 gate) *
+# (up + 1), both clamped at swiglu_limit 7.0) is the quick-GELU GLU with offset 1 and clamp 7, as Megatron-Bridge's
+# gpt_oss_bridge.py L81-84 @ 067f987d sets it; it was written as --swiglu, which trains SiLU.
+GLU_ACTIVATIONS: dict[str, Args] = {
+    "silu": {"swiglu": True},
+    "clamped_quick_gelu": {"quick_geglu": True, "glu_linear_offset": 1.0, "activation_func_clamp_value": 7.0},
+}
+
+
+def _enc_mlp(f: Fields) -> Args:
+    if f.get("model.mlp") == "gelu":
+        return {"swiglu": False}
+    return dict(GLU_ACTIVATIONS[f.get("model.glu_activation") or "silu"])
+
+
+def _dec_mlp(get: Get) -> Fields:
+    given = {"quick_geglu": _bool(get("quick_geglu")), "glu_linear_offset": float(get("glu_linear_offset") or 0.0),
+             "activation_func_clamp_value": get("activation_func_clamp_value")}
+    if not given["quick_geglu"]:
+        if given["glu_linear_offset"] or given["activation_func_clamp_value"] is not None:
+            raise BtacalcError("Megatron --glu-linear-offset / --activation-func-clamp-value without --quick-geglu: "
+                               "btacalc models them as GPT-OSS's quick-GELU GLU only")
+        return {"model.mlp": "swiglu" if _bool(get("swiglu")) else "gelu", "model.glu_activation": "silu"}
+    clamp = given["activation_func_clamp_value"]
+    read = {**given, "activation_func_clamp_value": None if clamp is None else float(clamp)}
+    if read != GLU_ACTIVATIONS["clamped_quick_gelu"]:
+        raise BtacalcError(f"Megatron --quick-geglu with --glu-linear-offset {read['glu_linear_offset']:g} and "
+                           f"--activation-func-clamp-value {clamp}: btacalc models GPT-OSS's quick-GELU GLU (offset 1, "
+                           "clamp 7)")
+    return {"model.mlp": "swiglu", "model.glu_activation": "clamped_quick_gelu"}
+
+
 def _enc_dropout(f: Fields) -> Args:
     p = 0.1 if f.get("model.dropout") else 0.0
     return {"attention_dropout": p, "hidden_dropout": p}
@@ -767,7 +801,7 @@ MODEL_ROWS: tuple[Row, ...] = (
     Row("vocabulary", _enc_vocab, _dec_vocab),
     Row("positions", _enc_positions, _dec_positions),
     choice("model.norm", "normalization", {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm"}),
-    choice("model.mlp", "swiglu", {"swiglu": True, "gelu": False}),
+    Row("mlp activation", _enc_mlp, _dec_mlp),
     choice("model.position_embedding", "position_embedding_type", {"rope": "rope", "learned": "learned_absolute"}),
     Row("qk norms", _enc_qk_norm, _dec_qk_norm),
     switch("model.tied_embeddings", "untie_embeddings_and_output_weights", invert=True),
@@ -832,7 +866,8 @@ def model_fields(spec: "ModelSpec") -> Fields:
         "model.sliding_window": spec.sliding_window,
         "model.window_pattern": ([1 if i in window else 0 for i in range(spec.num_layers)]
                                  if spec.sliding_window else None),
-        "model.norm": spec.norm, "model.mlp": spec.mlp, "model.position_embedding": spec.position_embedding,
+        "model.norm": spec.norm, "model.mlp": spec.mlp, "model.glu_activation": spec.glu_activation,
+        "model.position_embedding": spec.position_embedding,
         "model.qk_norm_head": spec.qk_norm == "head", "model.tied_embeddings": spec.tied_embeddings,
         "model.softmax_fp32": spec.softmax_fp32, "model.attention_sinks": spec.attention_sinks,
         "model.linear_bias": spec.linear_bias, "model.mlp_bias": spec.mlp_bias, "model.qkv_bias": spec.qkv_bias,
@@ -1152,6 +1187,12 @@ def to_bridge(args: Args) -> dict[str, Any]:
                 _to_bridge_mixed(args, out)
             continue
         convert = BRIDGE_KEYS[dest][1] if dest in BRIDGE_KEYS else (lambda v: v)
+        if dest in ("swiglu", "quick_geglu") and _bool(value):
+            # Bridge's provider holds the activation as a callable, which its overrides name (utils/activation_map.py
+            # @ 067f987d: "silu", "quick_gelu"); a recipe's own stood under --swiglu's gated_linear_unit alone
+            out["model.gated_linear_unit"] = True
+            out["model.activation_func"] = "quick_gelu" if dest == "quick_geglu" else "silu"
+            continue
         if dest == "window_size" and isinstance(value, str):
             value = tuple(ast.literal_eval(value))
         if dest in ("moe_layer_freq", "window_attn_skip_freq") and isinstance(value, str) and "num_layers" in args:
@@ -1318,6 +1359,11 @@ def from_bridge(overrides: Mapping[str, Any]) -> tuple[Args, list[str]]:
             continue  # implied by model.cpu_offloading_num_layers, as Megatron-LM derives it (to_bridge)
         if key == FP8_ATTENTION_BRIDGE_KEY:
             args[FP8_ATTENTION_DEST] = value
+        elif key == "model.activation_func" and str(value).rsplit(".", 1)[-1] in ("quick_gelu", "silu"):
+            # to_bridge's names (activation_map.py); silu is --swiglu's, which model.gated_linear_unit carries
+            if str(value).rsplit(".", 1)[-1] == "quick_gelu":
+                args["quick_geglu"] = True
+                args.pop("swiglu", None)
         elif key in back:
             dest, convert = back[key]
             args[dest] = convert(value)

@@ -116,6 +116,9 @@ class ModelSpec(BaseModel):
     top_k: int = Field(0, ge=0, description="k; 0 for a dense model")
     norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
     mlp: Literal["swiglu", "gelu"] = "swiglu"
+    glu_activation: Literal["silu", "clamped_quick_gelu"] = Field(
+        "silu", description="the gated MLP's activation: silu (SwiGLU), or GPT-OSS's quick-GELU gate "
+        "(x sigmoid(1.702 x)) times (linear + 1), both clamped at 7; the same matmuls and saved tensors")
     qk_norm: Literal["none", "head", "full"] = "none"
     position_embedding: Literal["rope", "learned"] = "rope"
     dropout: bool = False
@@ -179,6 +182,8 @@ class ModelSpec(BaseModel):
                 raise ValueError("top_k is set but num_experts is 0 (dense model)")
             if self.shared_expert_size or self.shared_expert_gate or self.router_bias or self.expert_bias:
                 raise ValueError("shared experts, router and expert biases need an MoE model (num_experts > 0)")
+        if self.glu_activation != "silu" and self.mlp != "swiglu":
+            raise ValueError(f"glu_activation {self.glu_activation} needs the gated MLP (mlp swiglu)")
         if self.shared_expert_gate and not self.shared_expert_size:
             raise ValueError("shared_expert_gate needs shared_expert_size > 0")
         if self.first_dense_layers >= self.num_layers:
