@@ -26,3 +26,15 @@ def test_the_attention_backend_is_the_timed_kernels(cli, given, backend):
     code, out, err = cli("plan", *given.split(), "--emit", "megatron")
     assert code in (0, 1), err
     assert re.findall(r"--attention-backend (\w+)", out) == [backend]
+
+
+@pytest.mark.parametrize("hw, refused", [("h100", True), ("b200", False)])
+def test_fp8_attention_with_sinks_and_windows_is_refused_below_sm100(cli, hw, refused):
+    # review19: TransformerEngine @ d0067d0 attention/dot_product_attention/utils.py L1125-1135 and L1344-1354 turn
+    # FusedAttention off in FP8 for GPT-OSS's learnable softmax and sliding window below sm100; `fused` (the only
+    # FP8 backend) then has nothing to run, and the plan timed cuDNN's FP8 kernel
+    code, _, err = cli("plan", "--model", "gpt-oss-120b", "--hw", hw, "--devices", "64", "--precision", "fp8",
+                       "--fp8-attention")
+    assert (code == 2) is refused, err
+    if refused:
+        assert "compute capability 10.0" in err and len(err.strip().splitlines()) == 1
