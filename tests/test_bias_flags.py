@@ -86,3 +86,18 @@ def test_a_shared_expert_launch_with_megatrons_default_biases_is_refused(cli, tm
     assert code == 2 and "shared_experts.py:124" in err and len(err.strip().splitlines()) == 1
     path.write_text(text.replace("pretrain_gpt.py", "pretrain_gpt.py --disable-bias-linear"))
     assert cli("plan", "--from-megatron", str(path), "--hw", "h100")[0] in (0, 1)
+
+
+def _candidates(cli, *given):
+    code, out, err = cli("plan", "--model", "gpt-oss-120b", "--hw", "h100", "--devices", "64", "--tp", "2",
+                         "--cp", "1", "--search", "--json", *given)
+    assert code in (0, 1), err
+    result = json.loads(out)
+    assert all(r["expert_tensor_parallel"] == 1 for r in result["ranking"])
+    return result["candidates"]
+
+
+def test_the_layout_search_tries_a_biased_moe_model_at_etp_1_only(cli):
+    # review19: the search also tried ETP = TP for GPT-OSS, which Megatron refuses (transformer_config.py L2612,
+    # moe-bias-etp); its layouts are now those of --etp 1
+    assert _candidates(cli) == _candidates(cli, "--etp", "1")
