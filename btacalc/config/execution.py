@@ -795,15 +795,7 @@ def _run_options(request: ExecutionRequest, model: "ModelSpec", profile: "Hardwa
                            f"has {cc:.1f}, whose FP8 GEMMs are TN-only: every release writes the transposes")
     if run.fp8_attention:
         check_fp8_attention(run.precision, profile, run.attention, run.attention_kernel)
-        # review19: TransformerEngine @ d0067d0 attention/dot_product_attention/utils.py L1125-1135 (a learnable
-        # softmax) and L1344-1354 (a sliding window) turn FusedAttention off in FP8 below sm100, where FlashAttention
-        # and the unfused path take no FP8 either: no backend would run the attention btacalc times
-        unrun = [what for what, has in (("attention sinks (a learnable softmax)", model.attention_sinks),
-                                        ("a sliding window", model.sliding_window)) if has]
-        if unrun and cc < 10.0:
-            raise BtacalcError(f"{{fp8_attention}}: TransformerEngine runs no FP8 attention with {' or '.join(unrun)} "
-                               f"below compute capability 10.0 (TE @ d0067d0 dot_product_attention/utils.py "
-                               f"L1125-1135, L1344-1354); {profile.name} has {cc:.1f}")
+        _check_fp8_attention_model(model, profile)
     check_bf16_layers(run, model)
     _check_run(run, model)
     return run
@@ -1072,6 +1064,19 @@ def recompute_refusal(policy: str, model: "ModelSpec", recipe_: Recipe) -> Optio
                 "with FP8 delayed scaling ({precision} fp8; transformer_config.py L2000-2006 @ d98e8a64): use "
                 "fp8-current, or other modules")
     return None
+
+
+def _check_fp8_attention_model(model: "ModelSpec", profile: "HardwareProfile") -> None:
+    """review19: TransformerEngine @ d0067d0 attention/dot_product_attention/utils.py L1125-1135 (a learnable
+    softmax) and L1344-1354 (a sliding window) turn FusedAttention off in FP8 below sm100, where FlashAttention and
+    the unfused path take no FP8 either: no backend would run the attention btacalc times."""
+    cc = profile.chip.capability
+    unrun = [what for what, has in (("attention sinks (a learnable softmax)", model.attention_sinks),
+                                    ("a sliding window", model.sliding_window)) if has]
+    if unrun and cc < 10.0:
+        raise BtacalcError(f"{{fp8_attention}}: TransformerEngine runs no FP8 attention with {' or '.join(unrun)} "
+                           f"below compute capability 10.0 (TE @ d0067d0 dot_product_attention/utils.py "
+                           f"L1125-1135, L1344-1354); {profile.name} has {cc:.1f}")
 
 
 def _check_run(run: RunOptions, model: "ModelSpec") -> None:
