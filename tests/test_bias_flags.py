@@ -71,3 +71,33 @@ def test_gpt_oss_bridge_overrides_keep_the_biases_over_any_recipe(cli):
     # a recipe's add_bias_linear = False (Llama's, Qwen's) would strip them; the routing bias stays off
     assert "model.add_bias_linear=true" in {x.lower() for x in lines}
     assert "model.moe_router_enable_expert_bias=False" in lines
+
+
+def test_a_shared_expert_launch_with_megatrons_default_biases_is_refused(cli, tmp_path):
+    # review19: Megatron-LM @ d98e8a64 moe/shared_experts.py L124 asserts add_bias_linear is off; the launch was
+    # planned (shared experts with biases) and would stop at model construction
+    text = ("torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 4 --hidden-size 1024 --num-attention-heads 8 "
+            "--seq-length 1024 --max-position-embeddings 1024 --micro-batch-size 1 --global-batch-size 8 --bf16 "
+            "--vocab-size 32000 --swiglu --num-experts 8 --moe-router-topk 2 --ffn-hidden-size 512 "
+            "--moe-shared-expert-intermediate-size 512 --expert-tensor-parallel-size 1\n")
+    path = tmp_path / "s.sh"
+    path.write_text(text)
+    code, _, err = cli("plan", "--from-megatron", str(path), "--hw", "h100")
+    assert code == 2 and "shared_experts.py:124" in err and len(err.strip().splitlines()) == 1
+    path.write_text(text.replace("pretrain_gpt.py", "pretrain_gpt.py --disable-bias-linear"))
+    assert cli("plan", "--from-megatron", str(path), "--hw", "h100")[0] in (0, 1)
+
+
+def _candidates(cli, *given):
+    code, out, err = cli("plan", "--model", "gpt-oss-120b", "--hw", "h100", "--devices", "64", "--tp", "2",
+                         "--cp", "1", "--search", "--json", *given)
+    assert code in (0, 1), err
+    result = json.loads(out)
+    assert all(r["expert_tensor_parallel"] == 1 for r in result["ranking"])
+    return result["candidates"]
+
+
+def test_the_layout_search_tries_a_biased_moe_model_at_etp_1_only(cli):
+    # review19: the search also tried ETP = TP for GPT-OSS, which Megatron refuses (transformer_config.py L2612,
+    # moe-bias-etp); its layouts are now those of --etp 1
+    assert _candidates(cli) == _candidates(cli, "--etp", "1")

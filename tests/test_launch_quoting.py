@@ -13,9 +13,13 @@ from btacalc.config.megatron_launch import read_launch
 from btacalc.config.megatron_run import import_megatron
 from btacalc.errors import BtacalcError
 
-SET = "L=32\nD=/data\n"
+SET = "L=32\nD=/data\nB=( '$L' )\n"
 WORDS = ["'$L'", '"$L"', "$L", "a\"$L\"'$L'b$L", "'${L:-4}'", "\"'$L'\"", "'$((L*2))'", "$((L*2))",
-         "\"a'b\"$D", "'\"$D\"'", "\\'$L"]
+         "\"a'b\"$D", "'\"$D\"'", "\\'$L",
+         # review19: a default's quotes ("${U:-'4'}" was left unexpanded), escaped dollars, ANSI-C quoting, an array
+         # element's own `$L` (expanded a second time), a default's variables (not expanded)
+         "${U:-'4'}", "${L:-'4'}", "${U:-'$L'}", "${U:-a'$L'b}", "${U:-$L}", "\"${U:-$D}\"", "\\$L", "\"\\$L\"",
+         "\"\\\\\"$L", "\\\\'$L'", "$'\\x41'", "$'a\\'b$L'", "$'\\101\\t'", "\"$'x'\"", "\"${B[@]}\"", "${B[@]}"]
 
 
 def _bash(word: str) -> str:

@@ -263,6 +263,8 @@ BROKEN = {
     # (DeepSeek-V3) only with a sigmoid or sqrtsoftplus score (btacalc's GPT-OSS launch wrote it with softmax)
     "moe-bias-etp": ({"add_bias_linear": True, "expert_tensor_parallel_size": 2}, {}),
     "expert-bias-score": ({"moe_router_enable_expert_bias": True}, {}),
+    # review19: shared_experts.py L124 asserts add_bias_linear is off (a shared-expert model with Megatron's default)
+    "shared-expert-bias": ({"moe_shared_expert_intermediate_size": 256, "add_bias_linear": True}, {}),
     "batch-divides": ({"global_batch_size": 100}, {}),
     "selective-no-method": ({"recompute_granularity": "selective", "recompute_method": "uniform"}, {}),
     "fp8-or-fp4": ({"fp8": "hybrid", "fp4": "e2m1"}, {}),
@@ -309,6 +311,7 @@ BROKEN = {
 def test_every_rule_cites_a_line_and_is_tested():
     files = ("megatron/training/arguments.py", "megatron/core/transformer/transformer_config.py",
              "megatron/core/num_microbatches_calculator.py", "megatron/core/transformer/moe/moe_layer.py",
+             "megatron/core/transformer/moe/shared_experts.py",
              "megatron/training/determinism.py", "megatron/core/distributed/distributed_data_parallel_config.py",
              "transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py",
              "transformer_engine/pytorch/attention/dot_product_attention/utils.py")

@@ -118,12 +118,14 @@ def test_measured_memory_error_by_hand(tmp_path):
 def test_every_shipped_memory_run_fits_and_meets_the_gate():
     """Issue 20's gate on the shipped memory check runs: each within ±5%, the family mean within ±2%
     (what this branch reaches: mean 1.2%, max 2.6%), except the runs that state a memory known gap (task logs9:
-    one public log, outside by a persistent allocation btacalc does not count; docs/runs.md 'logs9')."""
+    one public log, outside by a persistent allocation btacalc does not count; docs/runs.md 'logs9'; and, since
+    3db218f, Qwen3-30B-A3B's HybridEP rank 0, -5.8%: review19 found this test failing on main, as it allowed one)."""
     report = validate_measured()
     memory = [r for r in report.runs if r.measured.peak_alloc_gib or r.measured.peak_reserved_gib]
     assert len(memory) >= 8 and all(r.expressible for r in memory), [r.reason for r in memory]
     gaps = [r for r in memory if r.memory_known_gap]
-    assert len(gaps) <= 1 and all(abs(r.memory_error) > 0.05 for r in gaps)  # type: ignore[arg-type]
+    assert {r.id for r in gaps} == {"llama-3.2-1b-h100-8-bf16-mbridge-verdimrc", "qwen3-30b-a3b-h100-16-389"}
+    assert all(abs(r.memory_error) > 0.05 for r in gaps)  # type: ignore[arg-type]
     errors = [abs(r.memory_error) for r in memory if r.role == "check" and not r.memory_known_gap]  # type: ignore[arg-type]
     assert len(errors) == len(memory) - len(gaps) >= 7 and max(errors) <= 0.05 and sum(errors) / len(errors) <= 0.02
     assert report.gate.ok, report.gate.failures

@@ -129,10 +129,11 @@ def test_transformer_engine_refuses_the_p2p_ring_beside_a_learnable_softmax():
     assert _refused("--softmax-type learnable --cp-comm-type a2a") == set()
 
 
-def test_a_gpt_oss_launch_with_cp_says_transformer_engine_refuses_it(cli):
-    launch = _emit(cli, "--model gpt-oss-20b --hw h100 --devices 16 --cp 2 --ep 8")
-    said = [line for line in launch.splitlines() if "WOULD REFUSE" in line]
-    assert len(said) == 2 and all("context_parallel.py" in line and "TransformerEngine@d0067d0" in line for line in said)
+def test_a_gpt_oss_plan_with_cp_is_refused_before_any_launch(cli):
+    # review19 refuses the sinks' CP plan itself (the ring btacalc times has no backend, utils.py L1148-1155), so no
+    # launch is written; a read launch is refused by the rules above
+    code, out, err = cli("plan", *"--model gpt-oss-20b --hw h100 --devices 16 --cp 2 --ep 8 --emit megatron".split())
+    assert (code, out) == (2, "") and "cp_comm_type a2a" in err and len(err.strip().splitlines()) == 1, err
     assert "WOULD REFUSE" not in _emit(cli, "--model llama-3-8b --hw h100 --devices 16 --cp 2")
 
 

@@ -65,6 +65,17 @@ def test_the_published_points_file_is_read_once_for_the_count_and_the_run(monkey
     assert reads == ["published_points.toml"]
 
 
+def test_a_changed_published_point_does_not_change_the_next_load():
+    # review19: load_points handed out the cached objects themselves
+    first = load_points()
+    first[0].overrides["num_layers"] = 1
+    first[0].whatif.clear()
+    first[0].published = -1.0
+    again = load_points()[0]
+    assert "num_layers" not in again.overrides and again.published != -1.0
+    assert again == load_points()[0] and again is not load_points()[0]
+
+
 def test_cross_validation_advances_its_step_count():
     runs = _small_set()
     counter = Counter()

@@ -460,6 +460,14 @@ class Layout:
         if cp > 1 and seq_len % (2 * cp):
             raise BtacalcError(f"{{context_parallel}} {cp}: the sequence {seq_len} must be a multiple of 2·CP = "
                                f"{2 * cp} (load-balanced causal chunks; Megatron-LM arguments.py)")
+        if cp > 1 and model.attention_sinks:
+            # review19: TE @ d0067d0 dot_product_attention/utils.py L1148-1155 runs a learnable softmax under context
+            # parallelism only with the all-to-all exchange (FlashAttention takes none, unfused no CP): the ring
+            # btacalc times (Megatron's default --cp-comm-type p2p) has no attention backend
+            raise BtacalcError(f"{{context_parallel}} {cp}: TransformerEngine runs attention sinks (a learnable "
+                               "softmax) under context parallelism only with the all-to-all exchange (cp_comm_type "
+                               "a2a, TE @ d0067d0 dot_product_attention/utils.py L1148-1155), not the ring btacalc "
+                               "times")
 
     def _validate_scope_layers(self, model: "ModelSpec") -> None:
         """A CUDA-graph scope for a kind of layer the model has none of (cuda_graph_scopes.toml `layer`) captures
@@ -1179,11 +1187,18 @@ def _model_parallel_sizes(request: ExecutionRequest, chosen: _Defaults) -> dict[
     return sizes
 
 
+def biased_moe(model: "ModelSpec") -> bool:
+    """An MoE model whose launch gives Megatron's --add-bias-linear (megatron_codec._enc_bias: any of its linears
+    has a bias), so its MoE layers have biases, which Megatron-Core takes only at ETP 1 (transformer_config.py
+    L2612-2615)."""
+    return model.is_moe and any((model.linear_bias, model.mlp_bias, model.router_bias, model.expert_bias))
+
+
 def _expert_sizes(request: ExecutionRequest, model: "ModelSpec", chosen: _Defaults, tp: int, pp: int) -> tuple[int, int]:
     """EP and ETP: as given; else ETP = TP (Megatron-Core) and EP = gcd(devices / (ETP·PP), E)."""
     devices, etp = request.devices, request.expert_tensor_parallel
     if etp is None:
-        biased = model.is_moe and any((model.linear_bias, model.mlp_bias, model.router_bias, model.expert_bias))
+        biased = biased_moe(model)
         etp = tp if model.is_moe and not biased else 1
         if model.is_moe and tp > 1:
             chosen.reasons["expert_tensor_parallel"] = REASONS["expert_tensor_parallel_biased" if biased

@@ -83,6 +83,7 @@ class Launch:
 _ASSIGN = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)(\+?)=(.*)$", re.S)
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(\[@\]|\[\*\])?(?::?-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 _QUOTED_ARRAY = re.compile(r'"\$\{([A-Za-z_][A-Za-z0-9_]*)\[@\]\}"')
+_ARRAY_OR_VAR = re.compile(_QUOTED_ARRAY.pattern + "|" + _VAR.pattern)
 _ARITH = re.compile(r"\$\(\(([^()]*(?:\([^()]*\)[^()]*)*)\)\)")
 # `NAME=$(command)` or NAME=`command` (also exported, quoted): a command substitution as a variable's whole value.
 # hostile20: `L=$(echo 16)` was passed over and a later `${L:-32}` read as 32 in silence; `export L=$(echo 16)` set
@@ -239,42 +240,87 @@ def _expand(text: str, variables: dict[str, str], substituted: frozenset[str] | 
 
 
 def _quoting(text: str) -> list[tuple[str, bool]]:
-    """`text` cut into runs outside single quotes (False) and single-quoted runs with their quotes (True). A
-    single quote inside double quotes or after a backslash opens nothing (bash manual, Quoting); an unclosed one
-    runs to the end (shlex then refuses the line)."""
+    """`text` cut into runs that expand (False) and runs that bash passes on as written (True): single-quoted runs
+    with their quotes, a backslash with the character it escapes (`\\$L` is `$L`; inside double quotes only before
+    `"`, `\\`, `$` and a backquote, where the backslash is dropped), and an ANSI-C `$'...'` as its decoded text,
+    quoted for shlex. A single quote inside double quotes opens nothing (bash manual, Quoting), nor does one inside a
+    `${NAME:-default}` (its default is expanded as a word: `${U:-'4'}` is 4, review19); an unclosed one runs to the
+    end (shlex then refuses the line)."""
     parts: list[tuple[str, bool]] = []
     start, i, double = 0, 0, False
+
+    def literal(end: int, as_written: str | None = None) -> None:
+        nonlocal start
+        parts.extend([(text[start:i], False), (text[i:end] if as_written is None else as_written, True)])
+        start = end
+
     while i < len(text):
         c = text[i]
         if c == "\\" and (not double or text[i + 1:i + 2] in ('"', "\\", "$", "`")):
-            i += 2
+            end = min(i + 2, len(text))
+            literal(end, text[i + 1:end] if double and text[i + 1:end] in ("$", "`") else None)
+            i = end
+            continue
+        if text.startswith("${", i):  # to its closing brace, quotes and all: _VAR reads it as one expansion
+            end = text.find("}", i)
+            i = len(text) if end < 0 else end + 1
             continue
         if c == '"':
             double = not double
+        elif text.startswith("$'", i) and not double:
+            m = _ANSI_C.match(text, i)
+            end = m.end() if m else len(text)
+            literal(end, shlex.quote(_ansi_c(m.group(1))) if m else None)
+            i = end
+            continue
         elif c == "'" and not double:
             end = text.find("'", i + 1)
             end = len(text) if end < 0 else end + 1
-            parts += [(text[start:i], False), (text[i:end], True)]
-            start = i = end
+            literal(end)
+            i = end
             continue
         i += 1
     return [p for p in parts + [(text[start:], False)] if p[0]]
 
 
+# bash's ANSI-C quoting, $'...' (bash manual, ANSI-C Quoting): its backslash escapes, decoded
+_ANSI_C = re.compile(r"\$'((?:\\.|[^'\\])*)'", re.S)
+_ANSI_ESCAPE = re.compile(r"\\(x[0-9A-Fa-f]{1,2}|u[0-9A-Fa-f]{1,4}|U[0-9A-Fa-f]{1,8}|[0-7]{1,3}|c.|.)", re.S)
+_ANSI_NAMED = {"a": "\a", "b": "\b", "e": "\x1b", "E": "\x1b", "f": "\f", "n": "\n", "r": "\r", "t": "\t",
+               "v": "\v"}
+
+
+def _ansi_c(body: str) -> str:
+    def one(m: "re.Match[str]") -> str:
+        e = m.group(1)
+        if e[0] in "xuU":
+            code = int(e[1:], 16)
+            return chr(code) if code < 0xD800 or 0xDFFF < code <= 0x10FFFF else m.group(0)
+        if e[0].isdigit():
+            return chr(int(e, 8) & 0xFF)
+        if e[0] == "c" and len(e) == 2:
+            return chr(ord(e[1]) & 0x1F)
+        return _ANSI_NAMED.get(e, e if e in "\\'\"?" else "\\" + e)
+
+    return _ANSI_ESCAPE.sub(one, body)
+
+
 def _expand_words(text: str, variables: dict[str, str], substituted: frozenset[str] | set[str]) -> str:
     # "${NAME[@]}" is each element of an array as one word (bash's Arrays: "each element of name to a separate
     # word"): its elements, each quoted for shlex; unquoted, the elements are split again at blanks (below)
-    text = _QUOTED_ARRAY.sub(lambda m: variables.get(m.group(1) + "[@]", m.group(0)), text)
-
+    # in the same pass as the other variables, so an element's own `$L` is not expanded again (review19)
     def var(m: "re.Match[str]") -> str:
-        name = m.group(1) or m.group(4)
+        if m.group(1):
+            return variables.get(m.group(1) + "[@]", m.group(0))
+        name = m.group(2) or m.group(5)
         if name in variables:
             return variables[name]
         if name in substituted:  # set by a command btacalc does not run: not unset, so not ${NAME:-default}
             return m.group(0)
-        return m.group(3) if m.group(3) is not None else m.group(0)
+        # the default is a word of its own: its variables expand, its single quotes keep theirs (review19)
+        return _expand(m.group(4), variables, substituted) if m.group(4) is not None else m.group(0)
 
-    text = _VAR.sub(var, text)
+    text = _ARRAY_OR_VAR.sub(var, text)
 
     def arith(m: "re.Match[str]") -> str:
         # a bare name is its variable, as bash reads `$((GPUS_PER_NODE*NNODES))` (hostile20: refused "takes an

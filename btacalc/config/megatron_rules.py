@@ -3,8 +3,8 @@
 Each rule names the file and line it follows at MEGATRON_LM_PIN (megatron/training/arguments.py
 `validate_args`, megatron/core/transformer/transformer_config.py `TransformerConfig.__post_init__`,
 megatron/core/num_microbatches_calculator.py, megatron/core/transformer/moe/moe_layer.py,
-megatron/training/determinism.py `apply_determinism_to_args`) and checks Megatron argparse destinations
-(`args`, Megatron's defaults filled in) and the environment (`env`).
+megatron/core/transformer/moe/shared_experts.py, megatron/training/determinism.py `apply_determinism_to_args`) and
+checks Megatron argparse destinations (`args`, Megatron's defaults filled in) and the environment (`env`).
 `violations` lists the rules a run breaks; `PLAN_FIXES` are the rules a plan can meet by dropping an
 option (the plan says so; `runnable_overlaps`).
 
@@ -22,6 +22,7 @@ ARGS = "megatron/training/arguments.py"
 TC = "megatron/core/transformer/transformer_config.py"
 MICRO = "megatron/core/num_microbatches_calculator.py"
 MOE_LAYER = "megatron/core/transformer/moe/moe_layer.py"
+SHARED_EXPERTS = "megatron/core/transformer/moe/shared_experts.py"
 
 DETERMINISM = "megatron/training/determinism.py"
 DDP_CONFIG = "megatron/core/distributed/distributed_data_parallel_config.py"
@@ -255,6 +256,11 @@ RULES: tuple[Rule, ...] = (
     Rule("moe-bias-etp", f"{TC}:2612", lambda a, e: bool(a.get("num_experts")) and a.get("add_bias_linear", True),
          lambda a, e: _i(a, "expert_tensor_parallel_size", _i(a, "tensor_model_parallel_size")) == 1,
          "biases in MoE layers (Megatron's default --add-bias-linear) need --expert-tensor-parallel-size 1"),
+    # review19: the shared experts take no bias, so a shared-expert model needs --disable-bias-linear
+    Rule("shared-expert-bias", f"{SHARED_EXPERTS}:124",
+         lambda a, e: bool(a.get("num_experts")) and bool(a.get("moe_shared_expert_intermediate_size")),
+         lambda a, e: not a.get("add_bias_linear", True),
+         "shared experts take no bias: --moe-shared-expert-intermediate-size needs --disable-bias-linear"),
     Rule("expert-bias-score", f"{TC}:2617", lambda a, e: bool(a.get("moe_router_enable_expert_bias")),
          lambda a, e: (a.get("moe_router_score_function") or "softmax") in ("sigmoid", "sqrtsoftplus"),
          "--moe-router-enable-expert-bias (aux-loss-free routing) needs --moe-router-score-function sigmoid or "

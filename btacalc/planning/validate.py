@@ -106,8 +106,9 @@ class PointResult(BaseModel):
 
 def load_points() -> list[PublishedPoint]:
     """The published points (btacalc/data/published_points.toml), read and validated once per process: `validate`
-    counts them for its progress report and then computes them."""
-    return list(_points())
+    counts them for its progress report and then computes them. Each call has its own copies (review19: the cached
+    objects were handed out, so a caller that changed one, its `overrides` say, changed every later validate)."""
+    return [p.model_copy(deep=True) for p in _points()]
 
 
 @functools.cache
