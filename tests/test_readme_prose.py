@@ -496,3 +496,17 @@ def test_cross_validation_prose_is_the_held_out_errors():
     assert m_bloom == _mean_abs(g["family bloom"])
     m_q, n_q = _quote(r"leave-one-family-out Qwen3 ([\d.]+)% over (\d+) runs").groups()
     assert (m_q, int(n_q)) == (_mean_abs(g["family qwen3"]), len(g["family qwen3"]))
+
+
+def test_the_launch_rule_counts_are_the_rule_table():
+    """"checked against N of Megatron's own argument rules ... and M of TransformerEngine's" (README) and docs/megatron.md's
+    "holds the N checks": the rules in btacalc/config/megatron_rules.py, by the project each cites."""
+    from btacalc.config.megatron_rules import RULES
+
+    te = sum(r.source.startswith("transformer_engine/") for r in RULES)
+    megatron = len(RULES) - te
+    said = _quote(r"checked against (\d+) of Megatron's own argument rules \(each\s+cited to its line at Megatron-LM "
+                  r"@ d98e8a64\) and (\d+) of TransformerEngine's")
+    assert (int(said.group(1)), int(said.group(2))) == (megatron, te)
+    doc = (README.parent / "docs" / "megatron.md").read_text(encoding="utf-8")
+    assert f"megatron_rules.py holds the {megatron} checks" in doc
