@@ -53,6 +53,9 @@ def test_gpt_oss_bridge_overrides_name_the_activation_and_read_back(cli):
     ("--quick-geglu --glu-linear-offset 0.5 --activation-func-clamp-value 7", "offset 1, clamp 7"),
     ("--quick-geglu", "offset 1, clamp 7"),
     ("--swiglu --activation-func-clamp-value 7", "without --quick-geglu"),
+    # was an internal error (float('abc')): argparse's type=float refuses it
+    ("--quick-geglu --glu-linear-offset abc --activation-func-clamp-value 7", "--glu-linear-offset (glu_linear_offset) "
+     "takes a number, got 'abc'"),
 ])
 def test_other_gated_activations_are_refused_in_one_line(cli, tmp_path, flags, fragment):
     launch = _emit(cli, "gpt-oss-120b", "megatron")

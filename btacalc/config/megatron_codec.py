@@ -352,7 +352,9 @@ def _enc_mlp(f: Fields) -> Args:
 
 
 def _dec_mlp(get: Get) -> Fields:
-    given = {"quick_geglu": _bool(get("quick_geglu")), "glu_linear_offset": float(get("glu_linear_offset") or 0.0),
+    offset = get("glu_linear_offset")
+    given = {"quick_geglu": _bool(get("quick_geglu")),
+             "glu_linear_offset": 0.0 if offset is None else real(offset, "glu_linear_offset"),
              "activation_func_clamp_value": get("activation_func_clamp_value")}
     if not given["quick_geglu"]:
         if given["glu_linear_offset"] or given["activation_func_clamp_value"] is not None:
@@ -360,7 +362,7 @@ def _dec_mlp(get: Get) -> Fields:
                                "btacalc models them as GPT-OSS's quick-GELU GLU only")
         return {"model.mlp": "swiglu" if _bool(get("swiglu")) else "gelu", "model.glu_activation": "silu"}
     clamp = given["activation_func_clamp_value"]
-    read = {**given, "activation_func_clamp_value": None if clamp is None else float(clamp)}
+    read = {**given, "activation_func_clamp_value": None if clamp is None else real(clamp, "activation_func_clamp_value")}
     if read != GLU_ACTIVATIONS["clamped_quick_gelu"]:
         raise BtacalcError(f"Megatron --quick-geglu with --glu-linear-offset {read['glu_linear_offset']:g} and "
                            f"--activation-func-clamp-value {clamp}: btacalc models GPT-OSS's quick-GELU GLU (offset 1, "
