@@ -101,3 +101,17 @@ def test_the_layout_search_tries_a_biased_moe_model_at_etp_1_only(cli):
     # review19: the search also tried ETP = TP for GPT-OSS, which Megatron refuses (transformer_config.py L2612,
     # moe-bias-etp); its layouts are now those of --etp 1
     assert _candidates(cli) == _candidates(cli, "--etp", "1")
+
+
+def test_the_biases_megatrons_one_flag_decides_per_model():
+    # GPT-OSS has no dense layer (no MLP entry) and biases on every linear it has; Qwen3-30B-A3B none; Qwen2-style
+    # q/k/v biases alone come from --add-qkv-bias, not --add-bias-linear (no q/k/v entry when nothing else has one)
+    from btacalc.config.presets import load_preset
+
+    oss = load_preset("gpt-oss-120b")
+    assert oss.linear_biases() == {"attention projection": True, "router": True, "experts": True,
+                                   "attention q/k/v": True} and oss.biased_moe()
+    qwen = load_preset("qwen3-30b-a3b")
+    assert not any(qwen.linear_biases().values()) and not qwen.biased_moe()
+    assert "attention q/k/v" not in qwen.model_copy(update={"qkv_bias": True}).linear_biases()
+    assert not load_preset("llama-3-8b").model_copy(update={"linear_bias": True}).biased_moe()  # dense: no MoE layer

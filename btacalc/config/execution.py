@@ -1187,18 +1187,11 @@ def _model_parallel_sizes(request: ExecutionRequest, chosen: _Defaults) -> dict[
     return sizes
 
 
-def biased_moe(model: "ModelSpec") -> bool:
-    """An MoE model whose launch gives Megatron's --add-bias-linear (megatron_codec._enc_bias: any of its linears
-    has a bias), so its MoE layers have biases, which Megatron-Core takes only at ETP 1 (transformer_config.py
-    L2612-2615)."""
-    return model.is_moe and any((model.linear_bias, model.mlp_bias, model.router_bias, model.expert_bias))
-
-
 def _expert_sizes(request: ExecutionRequest, model: "ModelSpec", chosen: _Defaults, tp: int, pp: int) -> tuple[int, int]:
     """EP and ETP: as given; else ETP = TP (Megatron-Core) and EP = gcd(devices / (ETP·PP), E)."""
     devices, etp = request.devices, request.expert_tensor_parallel
     if etp is None:
-        biased = biased_moe(model)
+        biased = model.biased_moe()
         etp = tp if model.is_moe and not biased else 1
         if model.is_moe and tp > 1:
             chosen.reasons["expert_tensor_parallel"] = REASONS["expert_tensor_parallel_biased" if biased

@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional
 
 from ..paths import read_input
 from ..errors import BtacalcError, clean_text
-from .model import ModelSpec, validate_model
+from .model import GPT_OSS_GLU_CLAMP, ModelSpec, validate_model
 from .text import input_kind
 
 # Counts and sizes beyond this are not a model: the arithmetic (Python ints, numpy int64 in sweeps) and
@@ -245,8 +245,9 @@ def _gpt_oss(c: _Config) -> dict[str, Any]:
     # transformers' GptOssExperts: gate * sigmoid(1.702 gate) * (up + 1), gate and up clamped at swiglu_limit (7.0
     # in the released configs), which btacalc's clamped_quick_gelu is (Megatron's --quick-geglu with
     # --glu-linear-offset 1 and --activation-func-clamp-value 7, as Megatron-Bridge's gpt_oss_bridge.py L81-84 sets)
-    if c.number("swiglu_limit", 7.0) != 7.0:
-        raise c.unsupported(f"swiglu_limit {c.number('swiglu_limit', 7.0)} (btacalc models GPT-OSS's clamp of 7)")
+    limit = c.number("swiglu_limit", GPT_OSS_GLU_CLAMP)
+    if limit != GPT_OSS_GLU_CLAMP:
+        raise c.unsupported(f"swiglu_limit {limit:g} (btacalc models GPT-OSS's clamp of {GPT_OSS_GLU_CLAMP:g})")
     return {**base, "ffn_size": c.integer("intermediate_size"), "num_experts": c.integer("num_local_experts"),
             "top_k": c.integer("num_experts_per_tok"), "glu_activation": "clamped_quick_gelu",
             "qkv_bias": bias, "linear_bias": bias, "softmax_fp32": False,

@@ -23,6 +23,7 @@ from ..vocabulary import SELECTIVE_MODULES
 from .bridge_fields import bridge_fields
 from .cuda_graphs import GRAPH_IMPL
 from .pipeline import parse_layout
+from .model import GPT_OSS_GLU_CLAMP, GPT_OSS_GLU_OFFSET, MEGATRON_LINEAR_BIASES
 from .megatron_launch import (BridgeFloat, BridgeText, flags_by_dest, integer, list_expression, megatron_flags,
                               pattern, real, refuse_bridge_text)
 
@@ -294,7 +295,7 @@ def _dec_router(get: Get) -> Fields:
 # gpt_oss_bridge.py L62 sets add_bias_linear), not --moe-router-enable-expert-bias, the aux-loss-free routing bias
 # (transformer_config.py L816-819), which the codec wrote for it until review19 and Megatron refuses beside a
 # softmax router (L2617-2625).
-BIAS_FIELDS = ("model.linear_bias", "model.mlp_bias", "model.router_bias", "model.expert_bias")
+BIAS_FIELDS = tuple(f"model.{name}" for name in MEGATRON_LINEAR_BIASES)
 
 
 def _enc_bias(f: Fields) -> Args:
@@ -341,7 +342,8 @@ def _dec_qk_norm(get: Get) -> Fields:
 # gpt_oss_bridge.py L81-84 @ 067f987d sets it; it was written as --swiglu, which trains SiLU.
 GLU_ACTIVATIONS: dict[str, Args] = {
     "silu": {"swiglu": True},
-    "clamped_quick_gelu": {"quick_geglu": True, "glu_linear_offset": 1.0, "activation_func_clamp_value": 7.0},
+    "clamped_quick_gelu": {"quick_geglu": True, "glu_linear_offset": GPT_OSS_GLU_OFFSET,
+                           "activation_func_clamp_value": GPT_OSS_GLU_CLAMP},
 }
 
 
@@ -352,21 +354,17 @@ def _enc_mlp(f: Fields) -> Args:
 
 
 def _dec_mlp(get: Get) -> Fields:
-    offset = get("glu_linear_offset")
-    given = {"quick_geglu": _bool(get("quick_geglu")),
-             "glu_linear_offset": 0.0 if offset is None else real(offset, "glu_linear_offset"),
-             "activation_func_clamp_value": get("activation_func_clamp_value")}
-    if not given["quick_geglu"]:
-        if given["glu_linear_offset"] or given["activation_func_clamp_value"] is not None:
+    offset, clamp = (None if get(dest) is None else real(get(dest), dest)
+                     for dest in ("glu_linear_offset", "activation_func_clamp_value"))
+    if not _bool(get("quick_geglu")):
+        if offset or clamp is not None:
             raise BtacalcError("Megatron --glu-linear-offset / --activation-func-clamp-value without --quick-geglu: "
                                "btacalc models them as GPT-OSS's quick-GELU GLU only")
         return {"model.mlp": "swiglu" if _bool(get("swiglu")) else "gelu", "model.glu_activation": "silu"}
-    clamp = given["activation_func_clamp_value"]
-    read = {**given, "activation_func_clamp_value": None if clamp is None else real(clamp, "activation_func_clamp_value")}
-    if read != GLU_ACTIVATIONS["clamped_quick_gelu"]:
-        raise BtacalcError(f"Megatron --quick-geglu with --glu-linear-offset {read['glu_linear_offset']:g} and "
-                           f"--activation-func-clamp-value {clamp}: btacalc models GPT-OSS's quick-GELU GLU (offset 1, "
-                           "clamp 7)")
+    if (offset, clamp) != (GPT_OSS_GLU_OFFSET, GPT_OSS_GLU_CLAMP):
+        raise BtacalcError(f"Megatron --quick-geglu with --glu-linear-offset {offset or 0:g} and "
+                           f"--activation-func-clamp-value {clamp}: btacalc models GPT-OSS's quick-GELU GLU (offset "
+                           f"{GPT_OSS_GLU_OFFSET:g}, clamp {GPT_OSS_GLU_CLAMP:g})")
     return {"model.mlp": "swiglu", "model.glu_activation": "clamped_quick_gelu"}
 
 

@@ -494,8 +494,9 @@ class ArgumentValueError(BtacalcError):
 
 
 def _not_a(value: Any, dest: str, kind: str) -> BtacalcError:
+    unexpanded = isinstance(value, str) and (_VAR.search(value) is not None or "$((" in value)
     why = (": a variable the file does not set, sets from a command's output (which btacalc does not run) or puts "
-           "in single quotes (which bash passes on as written): give the value") if isinstance(value, str) and (_VAR.search(value) or "$((" in value) else ""
+           "in single quotes (which bash passes on as written): give the value") if unexpanded else ""
     return ArgumentValueError(dest, kind, _cut(repr(value)), why)
 
 

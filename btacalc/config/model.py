@@ -97,6 +97,17 @@ class MultiHeadLatentAttention(BaseModel):
 MAX_LAYERS = 10_000
 
 
+# GPT-OSS's gated activation (glu_activation "clamped_quick_gelu"): transformers' GptOssExperts computes
+# gate * sigmoid(1.702 gate) * (up + 1) with gate and up clamped at the config's swiglu_limit (7.0 in
+# openai/gpt-oss-120b's and -20b's config.json); Megatron-LM's quick_gelu is x sigmoid(1.702 x), and Megatron-Bridge's
+# gpt_oss_bridge.py L81-84 @ 067f987d sets glu_linear_offset 1.0 and activation_func_clamp_value 7.0.
+GPT_OSS_GLU_OFFSET = 1.0
+GPT_OSS_GLU_CLAMP = 7.0
+# The linears whose bias Megatron-LM's one --add-bias-linear decides, all or none (Megatron-LM @ d98e8a64: attention
+# projection, MLP, and in MoE layers moe/router.py L67-70 and moe/experts.py L223, L246)
+MEGATRON_LINEAR_BIASES = ("linear_bias", "mlp_bias", "router_bias", "expert_bias")
+
+
 class ModelSpec(BaseModel):
     """A decoder-only transformer, dense or Mixture-of-Experts, possibly mixing layer kinds (dense and MoE
     layers, sliding-window and full attention)."""
@@ -221,6 +232,24 @@ class ModelSpec(BaseModel):
             return set()
         n = self.full_attention_interval
         return {i for i in range(self.num_layers) if not n or (i + 1) % n}
+
+    def linear_biases(self) -> dict[str, bool]:
+        """The linears whose bias Megatron's --add-bias-linear decides that this model has, and whether each has one:
+        the MLP's where the model has dense layers, the router's and the experts' where it has MoE layers, and q/k/v's
+        once any other has one (Megatron gives linear_qkv a bias under add_bias_linear or add_qkv_bias)."""
+        out = {"attention projection": self.linear_bias}
+        if not self.is_moe or self.dense_positions():
+            out["MLP"] = self.mlp_bias
+        if self.is_moe:
+            out.update(router=self.router_bias, experts=self.expert_bias)
+        if any(out.values()):
+            out["attention q/k/v"] = self.qkv_bias
+        return out
+
+    def biased_moe(self) -> bool:
+        """An MoE model whose launch keeps Megatron's --add-bias-linear (any of MEGATRON_LINEAR_BIASES), so its MoE
+        layers have biases, which Megatron-Core takes only at ETP 1 (transformer_config.py L2612-2615)."""
+        return self.is_moe and any(getattr(self, name) for name in MEGATRON_LINEAR_BIASES)
 
     def features(self) -> dict[str, Any]:
         """The architecture features the formula catalogue's `when` clauses test (a layer kind overrides

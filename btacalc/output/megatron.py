@@ -97,21 +97,6 @@ def nccl_ub_environment(args: dict[str, Any], nvls: bool) -> dict[str, str]:
     return {"NCCL_CTA_POLICY": "1", "NCCL_NVLS_ENABLE": "1" if nvls else "0"}
 
 
-def _linear_biases(spec: ModelSpec) -> dict[str, bool]:
-    """The model's linears whose bias Megatron's --add-bias-linear decides, all or none (megatron_codec.BIAS_FIELDS),
-    with whether the model has it: the MLP's where the model has dense layers, the router's and the experts' where it
-    has MoE layers, and q/k/v's once any other has one (Megatron gives linear_qkv a bias under add_bias_linear or
-    add_qkv_bias)."""
-    out = {"attention projection": spec.linear_bias}
-    if not spec.is_moe or spec.dense_positions():
-        out["MLP"] = spec.mlp_bias
-    if spec.is_moe:
-        out.update(router=spec.router_bias, experts=spec.expert_bias)
-    if any(out.values()):
-        out["attention q/k/v"] = spec.qkv_bias
-    return out
-
-
 def _notes(r: PlanReport, spec: ModelSpec, args: dict[str, Any]) -> list[str]:
     notes = [f"flags: {MEGATRON_LM_PIN} megatron/training/arguments.py; rules: btacalc/config/megatron_rules.py"]
     p = r.plan
@@ -136,7 +121,7 @@ def _notes(r: PlanReport, spec: ModelSpec, args: dict[str, Any]) -> list[str]:
         notes.append("Megatron's --qk-layernorm normalises per head; the model normalises the full q and k")
     notes += [f"no Megatron flag for {what}: leave the model's code to provide it" for key, what in _UNSAID
               if getattr(spec, key)]
-    biases = _linear_biases(spec)
+    biases = spec.linear_biases()
     if len(set(biases.values())) > 1:
         given = ", ".join(k for k, v in biases.items() if v)
         notes.append(f"Megatron's --add-bias-linear gives every linear layer a bias or none; the model has them on the "

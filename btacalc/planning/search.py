@@ -27,7 +27,7 @@ from typing import Any, Iterator, Optional
 import numpy as np
 from pydantic import BaseModel, Field
 
-from ..config.execution import (DEFAULT_TOKENS_PER_STEP, biased_moe, BatchLimits, Execution, ExecutionRequest, Layout,
+from ..config.execution import (DEFAULT_TOKENS_PER_STEP, BatchLimits, Execution, ExecutionRequest, Layout,
                                 resolve_execution, recompute_refusal)
 from ..config.hardware import HardwareProfile
 from ..config.model import ModelSpec
@@ -147,6 +147,8 @@ def _candidates(model: ModelSpec, hardware: HardwareProfile, request: ExecutionR
     policies = (request.recompute,) if request.recompute else tuple(
         p for p in RECOMPUTE_CHOICES + (MOE_RECOMPUTE_CHOICES if model.is_moe else ())
         if recompute_refusal(p, model, base.run.recipe, base.layout.cuda_graph_scope) is None)
+    # review19: a biased MoE model (GPT-OSS) only at ETP 1, which Megatron-Core requires (ModelSpec.biased_moe)
+    etp_choices = model.is_moe and not model.biased_moe()
     eps = (request.expert_parallel,) if request.expert_parallel else \
         tuple(divisors(math.gcd(model.num_experts, devices))) if model.is_moe else (1,)  # bounded by the devices
     for tp, pp, vp, cp, mb in itertools.product(
@@ -158,9 +160,8 @@ def _candidates(model: ModelSpec, hardware: HardwareProfile, request: ExecutionR
         dp = devices // (tp * pp * cp)
         if n % (dp * mb):
             continue
-        # review19: a biased MoE model (GPT-OSS) only at ETP 1, which Megatron-Core requires (biased_moe)
         etps = (request.expert_tensor_parallel,) if request.expert_tensor_parallel else tuple(sorted({1, tp})) \
-            if model.is_moe and not biased_moe(model) else (1,)
+            if etp_choices else (1,)
         for ep, etp in itertools.product(eps, etps):
             layout = replace(base.layout, tensor_parallel=tp, sequence_parallel=tp > 1, pipeline_parallel=pp,
                              virtual_pipeline=vp, context_parallel=cp, expert_parallel=ep, expert_tensor_parallel=etp,
