@@ -17,7 +17,8 @@ from btacalc.config.execution import Layout, RunOptions
 from btacalc.config.hardware import resolve_hardware
 from btacalc.config.presets import load_preset
 from btacalc.errors import BtacalcError
-from btacalc.model.gpu.costs import attention_core_peak, layer_parts
+from btacalc.model.gpu.rates import attention_core_peak
+from btacalc.model.gpu.costs import layer_parts
 from btacalc.model.problem import make_problem
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -21,7 +21,7 @@ from btacalc.config.attention_kernels import attention_kernel
 from btacalc.config.execution import Layout
 from btacalc.config.hardware import resolve_hardware
 from btacalc.config.presets import load_preset
-from btacalc.model.gpu.costs import attention_core_peak, matmul_ceiling
+from btacalc.model.gpu.rates import attention_core_peak, matmul_ceiling
 from btacalc.model.gpu.precision import cast_bandwidth_shares
 from support import resolved
 

@@ -80,7 +80,7 @@ def test_gemm_time_takes_arrays_of_shapes():
 def test_causal_block_share_on_a_small_grid():
     """nb = ceil(s/128) blocks per side; the causal kernel runs the nb(nb+1)/2 on or below the diagonal:
     s = 512 gives nb = 4 and 10 of 16 blocks; s = 130 gives nb = 2 and 3 of 4; s = 4096: 528 of 1024."""
-    from btacalc.model.gpu.costs import causal_block_fraction
+    from btacalc.model.gpu.rates import causal_block_fraction
 
     assert causal_block_fraction(512) == pytest.approx(10 / 16)
     assert causal_block_fraction(130) == pytest.approx(3 / 4)
@@ -96,29 +96,30 @@ def test_the_attention_core_runs_the_causal_blocks_in_time_not_in_the_flop_count
     """Under FlashAttention the core's time FLOPs are the counted ones x 528/1024 at s = 4096 (full s²
     counted); counting causally (--causal, s(s+1)/2 entries) the factor restores the blocks:
     (528/1024) / ((s + 1)/(2s)). Eager attention computes every score: factor 1."""
-    from btacalc.model.gpu.costs import _core_time_factor
+    from btacalc.model.gpu.rates import attention_core_time_factor
 
     s = 4096
     sym = {"s": s, "w": s}
-    assert _core_time_factor(_problem(devices=8), sym, False) == pytest.approx(528 / 1024)
+    assert attention_core_time_factor(_problem(devices=8), sym, False) == pytest.approx(528 / 1024)
     causal = _problem(run=RunOptions(seq_len=s, attention="flash", causal=True), devices=8)
-    assert _core_time_factor(causal, sym, False) == pytest.approx((528 / 1024) / ((s + 1) / (2 * s)))
+    assert attention_core_time_factor(causal, sym, False) == pytest.approx((528 / 1024) / ((s + 1) / (2 * s)))
     eager = _problem(run=RunOptions(seq_len=s, attention="eager"), devices=8)
-    assert _core_time_factor(eager, sym, False) == 1.0
+    assert attention_core_time_factor(eager, sym, False) == 1.0
     # a sliding-window layer of 1,024 keys runs its band, the counted s x w: factor 1
-    assert _core_time_factor(_problem(devices=8), {"s": s, "w": 1024}, True) == 1.0
+    assert attention_core_time_factor(_problem(devices=8), {"s": s, "w": 1024}, True) == 1.0
 
 
 def test_a_full_attention_layer_without_a_window_runs_the_causal_blocks():
     """Regression: a model without a sliding window carries the window symbol w = 1 (ModelSpec.symbol_values),
     which the catalogue replaces by s in full-attention layers; the clock must read w = s there too, so
     Llama-3-8B's layer at s = 4096 runs 528 of 1,024 score blocks (its core time factor), not all of them."""
-    from btacalc.model.gpu.costs import _kind_rates, _rates
+    from btacalc.model.gpu.costs import _kind_rates
+    from btacalc.model.gpu.rates import rates_of
 
     p = _problem(devices=8)
     ev = p.evaluate(1, 1)
     kind, pv = ev.layers[0]
-    assert _kind_rates(p, _rates(p), kind, pv).core_time_factor == pytest.approx(528 / 1024)
+    assert _kind_rates(p, rates_of(p), kind, pv).core_time_factor == pytest.approx(528 / 1024)
 
 
 def test_expert_gemms_run_per_expert_over_its_tokens():
@@ -622,30 +623,30 @@ def test_the_smooth_roofline_by_hand():
 
 
 def test_matmul_phases_run_at_datasheet_x_ceiling_x_compute_efficiency():
-    from btacalc.model.gpu.costs import _rates
+    from btacalc.model.gpu.rates import rates_of
 
     p = _problem(tensor_parallel=8, devices=8)
     hw = p.hardware
     assert hw.kernels is not None and hw.calibration.compute_efficiency is not None
-    r = _rates(p)
+    r = rates_of(p)
     assert r.peak_share == pytest.approx(hw.kernels.gemm_ceiling_fraction.value * hw.calibration.compute_efficiency.value)
     assert r.peak == pytest.approx(989e12 * r.peak_share)
 
 
 def test_the_scalar_and_array_paths_of_the_core_time_factor_agree():
-    """`_core_time_factor` answers one sequence length in Python floats (`_one_core_time_factor`, the hot path)
+    """`attention_core_time_factor` answers one sequence length in Python floats (`_one_core_time_factor`, the hot path)
     and arrays of them with numpy: the same IEEE operations, so the same bits, for full and windowed layers,
     counted full or causal, and a length that is not a multiple of the 128-key block."""
     import numpy as np
 
-    from btacalc.model.gpu.costs import _core_time_factor
+    from btacalc.model.gpu.rates import attention_core_time_factor
 
     seqs, windows = [130, 512, 4096, 8191], [1, 100, 4096, 8191]
     for causal in (False, True):
         p = _problem(run=RunOptions(seq_len=4096, attention="flash", causal=causal), devices=8)
         for windowed in (False, True):
-            arrays = _core_time_factor(p, {"s": np.array(seqs), "w": np.array(windows)}, windowed)
-            scalars = [_core_time_factor(p, {"s": s, "w": w}, windowed) for s, w in zip(seqs, windows)]
+            arrays = attention_core_time_factor(p, {"s": np.array(seqs), "w": np.array(windows)}, windowed)
+            scalars = [attention_core_time_factor(p, {"s": s, "w": w}, windowed) for s, w in zip(seqs, windows)]
             assert list(arrays) == scalars
 
 

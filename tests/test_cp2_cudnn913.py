@@ -10,7 +10,7 @@ from btacalc.config.attention_kernels import attention_kernel
 from btacalc.config.execution import Layout, RunOptions
 from btacalc.config.hardware import resolve_hardware
 from btacalc.config.presets import load_preset
-from btacalc.model.gpu.costs import attention_core_peak
+from btacalc.model.gpu.rates import attention_core_peak
 from btacalc.model.problem import make_problem
 from btacalc.planning.measured import load_runs
 

@@ -26,7 +26,7 @@ import btacalc.model.gpu.costs as costs
 from btacalc.config.hardware import resolve_hardware
 from btacalc.config.precision import recipe
 from btacalc.config.presets import load_preset
-from btacalc.model.gpu.costs import matmul_ceiling
+from btacalc.model.gpu.rates import matmul_ceiling
 from btacalc.model.gpu.precision import cast_rates
 from support import resolved
 
@@ -96,11 +96,11 @@ def test_on_an_h100_a_blockwise_gemm_runs_at_the_block_scaled_rate():
     block, current = _llama("h100", "fp8-blockwise"), _llama("h100", "fp8-current")
     assert cast_rates(block).ceiling_kernel == "fp8_block"
     assert matmul_ceiling(block, "fp8_block") == 0.743
-    eff = costs._rates(current).low_share / 0.9
-    assert costs._rates(block).low_share == pytest.approx(0.743 * eff)
+    eff = costs.rates_of(current).low_share / 0.9
+    assert costs.rates_of(block).low_share == pytest.approx(0.743 * eff)
     flops = 2 * 8192 * 4096 * 28672
-    t_block = flops / (1979e12 * costs._rates(block).low_share)
-    t_current = flops / (1979e12 * costs._rates(current).low_share)
+    t_block = flops / (1979e12 * costs.rates_of(block).low_share)
+    t_current = flops / (1979e12 * costs.rates_of(current).low_share)
     assert t_block / t_current == pytest.approx(0.9 / 0.743)
 
 
@@ -109,7 +109,7 @@ def test_from_compute_capability_10_blockwise_gemms_run_as_mxfp8(hw):
     """TE emulates Float8BlockScaling with MXFP8 GEMMs on 10.0+ (gemm.cpp L312-322): the MXFP8 ceiling applies."""
     block = _llama(hw, "fp8-blockwise")
     assert cast_rates(block).ceiling_kernel == "mxfp8"
-    assert costs._rates(block).low_share == pytest.approx(costs._rates(_llama(hw, "mxfp8")).low_share)
+    assert costs.rates_of(block).low_share == pytest.approx(costs.rates_of(_llama(hw, "mxfp8")).low_share)
     assert recipe("fp8-blockwise").ceiling_kernel(9.0) == "fp8_block"
     assert recipe("fp8-blockwise").ceiling_kernel(10.0) == "mxfp8"
 

@@ -143,7 +143,7 @@ def test_the_mxfp8_ceiling_is_the_fp8_one_times_the_published_mxfp8_to_fp8_ratio
     """2347.650 / 2369.049 = 0.991 of the per-tensor FP8 rate at the same shape: B200 0.785 x 0.991 = 0.778,
     GB200 0.794 x 0.991 = 0.787; the MXFP8 recipe's GEMMs run at it, the per-tensor FP8 recipes at the FP8 one."""
     from btacalc.config.hardware import resolve_hardware
-    from btacalc.model.gpu.costs import matmul_ceiling
+    from btacalc.model.gpu.rates import matmul_ceiling
     from btacalc.model.gpu.precision import cast_rates
     k = resolve_hardware(hw).kernels
     ratio = MXFP8_TFLOPS / FP8_TFLOPS
@@ -152,7 +152,7 @@ def test_the_mxfp8_ceiling_is_the_fp8_one_times_the_published_mxfp8_to_fp8_ratio
     mx = resolved(load_preset("llama-3-8b"), hw, recompute="none", attention="flash", seq_len=S, precision="mxfp8")
     cs = resolved(load_preset("llama-3-8b"), hw, recompute="none", attention="flash", seq_len=S, precision="fp8-current")
     assert matmul_ceiling(mx, cast_rates(mx).ceiling_kernel) == k.mxfp8_gemm_ceiling_fraction.value
-    assert costs._rates(mx).low_share / costs._rates(cs).low_share == pytest.approx(
+    assert costs.rates_of(mx).low_share / costs.rates_of(cs).low_share == pytest.approx(
         k.mxfp8_gemm_ceiling_fraction.value / k.fp8_gemm_ceiling_fraction.value)
 
 
@@ -160,7 +160,7 @@ def test_without_an_mxfp8_measurement_mxfp8_takes_the_fp8_ceiling():
     """A profile with an FP8 ceiling and no MXFP8 one runs MXFP8 at the FP8 ceiling (the B200 with its MXFP8 field
     taken out: 0.785); one with neither (the B200 with both taken out) at the BF16 one, 0.823."""
     from btacalc.config.hardware import resolve_hardware
-    from btacalc.model.gpu.costs import matmul_ceiling
+    from btacalc.model.gpu.rates import matmul_ceiling
     b200 = resolve_hardware("b200")
     bare = b200.model_copy(update={"kernels": b200.kernels.model_copy(update={"mxfp8_gemm_ceiling_fraction": None})})
     p = resolved(load_preset("llama-3-8b"), bare, recompute="none", attention="flash", seq_len=S, precision="mxfp8")

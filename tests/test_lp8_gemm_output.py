@@ -15,7 +15,7 @@ import pytest
 
 from btacalc.config.hardware import resolve_hardware
 from btacalc.config.presets import load_preset
-from btacalc.model.gpu.costs import _rates, gemm_output_bytes
+from btacalc.model.gpu.rates import rates_of, gemm_output_bytes
 from btacalc.model.gpu.gemm import GemmDevice, gemm_passes, gemm_time
 from support import resolved
 
@@ -79,7 +79,7 @@ def test_outputs_are_16_bit_and_the_wgrad_accumulates_into_the_main_gradient(pre
     bf16 = resolved(load_preset("llama-3-8b"), b200, **kw, gradient_bytes=2)
     assert gemm_output_bytes(fp32) == (2.0, 2.0, 8.0)
     assert gemm_output_bytes(bf16) == (2.0, 2.0, 4.0)
-    assert _rates(fp32).output_bytes == (2.0, 2.0, 8.0)
+    assert rates_of(fp32).output_bytes == (2.0, 2.0, 8.0)
 
 
 @pytest.mark.parametrize("precision", ["bf16", "mxfp8"])
@@ -92,4 +92,4 @@ def test_without_gradient_accumulation_fusion_the_wgrad_writes_the_activation_dt
     kw = dict(recompute="none", attention="flash", seq_len=4096, precision=precision, gradient_bytes=4)
     unfused = resolved(load_preset("llama-3-8b"), b200, **kw, gradient_accumulation_fusion=False)
     assert gemm_output_bytes(unfused) == (2.0, 2.0, 2.0)
-    assert _rates(unfused).output_bytes == (2.0, 2.0, 2.0)
+    assert rates_of(unfused).output_bytes == (2.0, 2.0, 2.0)

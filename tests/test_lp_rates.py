@@ -18,7 +18,8 @@ import pytest
 from btacalc.config.execution import Layout
 from btacalc.config.hardware import resolve_hardware
 from btacalc.config.presets import load_preset
-from btacalc.model.gpu.costs import _rates, layer_parts
+from btacalc.model.gpu.rates import rates_of
+from btacalc.model.gpu.costs import layer_parts
 from btacalc.model.gpu.gemm import GemmDevice, gemm_time
 from btacalc.paths import package_data
 from support import resolved
@@ -74,9 +75,9 @@ def test_fp8_gemms_run_at_the_fp8_ceiling_and_bf16_ones_do_not_move():
     kw = dict(recompute="none", attention="flash", seq_len=4096)
     b200 = resolve_hardware("b200")
     eff = b200.calibration.compute_efficiency.value
-    fp8 = _rates(resolved(load_preset("llama-3-8b"), b200, **kw, precision="fp8-current"))
-    bf16 = _rates(resolved(load_preset("llama-3-8b"), b200, **kw))
-    nvfp4 = _rates(resolved(load_preset("llama-3-8b"), b200, **kw, precision="nvfp4"))
+    fp8 = rates_of(resolved(load_preset("llama-3-8b"), b200, **kw, precision="fp8-current"))
+    bf16 = rates_of(resolved(load_preset("llama-3-8b"), b200, **kw))
+    nvfp4 = rates_of(resolved(load_preset("llama-3-8b"), b200, **kw, precision="nvfp4"))
     assert fp8.low_peak == pytest.approx(4.5e15 * 0.785 * eff)
     assert fp8.low_share == pytest.approx(0.785 * eff)
     assert bf16.peak == pytest.approx(2.25e15 * 0.823 * eff) and bf16.peak == pytest.approx(fp8.peak)

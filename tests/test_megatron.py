@@ -717,13 +717,13 @@ def test_backward_time_is_each_phases_share_of_its_flops():
 def test_experts_shard_over_ep_times_etp_and_imbalance_needs_expert_parallelism():
     # a rank holds 1/(EP x ETP) of the experts; the busiest rank's extra load R exists only when the
     # experts are spread (EP > 1): without EP every rank holds every expert and takes its own tokens
-    from btacalc.model.gpu.costs import _rates
+    from btacalc.model.gpu.rates import rates_of
 
     run = RunOptions(seq_len=4096, attention="flash", recompute="none", routing_imbalance=1.5)
-    spread = _rates(_gpu(QWEN, run=run, devices=16, expert_parallel=4, expert_tensor_parallel=2))
+    spread = rates_of(_gpu(QWEN, run=run, devices=16, expert_parallel=4, expert_tensor_parallel=2))
     assert (spread.expert_shards, spread.imbalance) == (8, 1.5)
-    assert _rates(_gpu(QWEN, run=run, devices=2, expert_parallel=2)).imbalance == 1.5
-    assert _rates(_gpu(QWEN, run=run, devices=2, expert_parallel=1)).imbalance == 1.0
+    assert rates_of(_gpu(QWEN, run=run, devices=2, expert_parallel=2)).imbalance == 1.5
+    assert rates_of(_gpu(QWEN, run=run, devices=2, expert_parallel=1)).imbalance == 1.0
 
 
 def test_routed_phases_read_only_the_devices_share_of_the_experts():
@@ -733,11 +733,12 @@ def test_routed_phases_read_only_the_devices_share_of_the_experts():
     from types import SimpleNamespace
 
     from btacalc.catalogue.constants import constants
-    from btacalc.model.gpu.costs import _Rates, _traffic
+    from btacalc.model.gpu.rates import Rates
+    from btacalc.model.gpu.costs import _traffic
 
     k = constants().passes.backward_traffic_factor
     values = {"bytes_moved": 1000.0, "bytes_moved_bwd": 2500.0, "params": 100.0, "reruns": 1}
-    rates = _Rates(peak=1.0, hbm=1.0, imbalance=1.5, expert_shards=8, flash=True, sequence_parallel=False, beta=2)
+    rates = Rates(peak=1.0, hbm=1.0, imbalance=1.5, expert_shards=8, flash=True, sequence_parallel=False, beta=2)
     routed = _traffic(SimpleNamespace(routed_load=True), values, rates, 1.5)  # a phase's quantities, read by subscript
     w = 2 * 100.0
     fwd = (1000 - w) * 1.5 + w / 8

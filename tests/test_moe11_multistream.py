@@ -114,10 +114,10 @@ def test_the_expert_phase_runs_at_one_rounds_efficiency():
     """Qwen3-30B-A3B at EP 8 on an H100 (16 local experts of 2,048 rows): the W_gate_up row's forward efficiency
     is that of one round, gemm_time(2048, 1536, 2048, groups = 4) against the BF16 achieved peak, times the
     peak's share of the datasheet (four rounds take four times as long and do four times the work)."""
-    from btacalc.model.gpu.costs import _rates
+    from btacalc.model.gpu.rates import rates_of
 
     p, rows = _expert_rows("qwen3-30b-a3b", devices=8, expert_parallel=8)
-    r = _rates(p)
+    r = rates_of(p)
     up = rows["W_gate_up"]
     assert (up.m, up.n, up.k) == (pytest.approx(2048), pytest.approx(1536), pytest.approx(2048))
     one_round = gemm_time(2048, 1536, 2048, r.beta, r.device, groups=4, output_bytes=r.output_bytes[0])

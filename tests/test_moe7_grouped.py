@@ -52,9 +52,9 @@ def _mxfp8_b200_device(compute_efficiency: float):
     b200 = with_factors(resolve_hardware("b200"), {"compute_efficiency": compute_efficiency}, ["test"],
                         "https://github.com/pytorch/ao")
     problem = make_problem(load_preset("qwen3-30b-a3b"), b200, run, Layout(devices=8, expert_parallel=8))
-    from btacalc.model.gpu.costs import _rates
+    from btacalc.model.gpu.rates import rates_of
 
-    r = _rates(problem)
+    r = rates_of(problem)
     assert r.low_device is not None
     return r.low_device, r.low_beta
 

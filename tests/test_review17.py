@@ -141,9 +141,9 @@ def test_scan_miss_note_refuses_a_number_that_changes_nothing() -> None:
 # grouped quantisation kernels are functions of their own
 
 def _bare_rates(**kw: Any) -> Any:
-    from btacalc.model.gpu.costs import _Rates
+    from btacalc.model.gpu.rates import Rates
 
-    return _Rates(peak=1.0, hbm=2.0, imbalance=1.5, expert_shards=8, flash=True, sequence_parallel=False, beta=2, **kw)
+    return Rates(peak=1.0, hbm=2.0, imbalance=1.5, expert_shards=8, flash=True, sequence_parallel=False, beta=2, **kw)
 
 
 def test_the_routed_load_is_the_imbalance_on_routed_phases_only() -> None:
@@ -178,7 +178,8 @@ def _dtype_16() -> Any:
 
 
 def test_grouped_quantize_kernels_per_local_expert_in_each_pass() -> None:
-    from btacalc.model.gpu.costs import _grouped_quantize, new_part
+    from btacalc.model.gpu.costs import _grouped_quantize
+    from btacalc.model.gpu.part import new_part
 
     part = new_part()
     cast = SimpleNamespace(recipe=SimpleNamespace(grouped_quantize_kernels_per_expert=2))
@@ -203,7 +204,8 @@ def test_the_fused_core_adds_a_phases_flops_at_the_causal_block_share() -> None:
 
 
 def test_a_phases_time_goes_to_its_backward_share_and_after_the_sync_its_forward_rest() -> None:
-    from btacalc.model.gpu.costs import _add_time, new_part
+    from btacalc.model.gpu.costs import _add_time
+    from btacalc.model.gpu.part import new_part
 
     part = new_part()
     v = {"flops_fwd": 10, "flops_bwd": 30, "flops_recompute": 0}
@@ -215,7 +217,7 @@ def test_a_phases_time_goes_to_its_backward_share_and_after_the_sync_its_forward
 
 
 # 6. catalogue/compiled.py: a row mask's bits are named (CONSTANT_TERM, SHAPE_TERMS), not 1 and 14 in costs.py;
-# _memory_of_shapes (52 lines) split at its arrays (`_memory_of_arrays`), a shape-free row's value one function
+# memory_of_shapes (52 lines) split at its arrays (`_memory_of_arrays`), a shape-free row's value one function
 
 def test_the_row_mask_names_agree_with_affine() -> None:
     from btacalc.catalogue.compiled import CONSTANT_TERM, SHAPE_TERMS, affine
@@ -228,7 +230,7 @@ def test_the_row_mask_names_agree_with_affine() -> None:
 
 def test_a_shape_free_row_is_its_constant_as_a_float() -> None:
     from btacalc.catalogue.compiled import CONSTANT_TERM
-    from btacalc.model.gpu.costs import _fixed_value
+    from btacalc.model.gpu.memory_rows import _fixed_value
 
     assert _fixed_value(CONSTANT_TERM, (5, 0, 0, 0)) == 5.0 and type(_fixed_value(CONSTANT_TERM, (5, 0, 0, 0))) is float
     assert _fixed_value(0, (5, 0, 0, 0)) == 0.0

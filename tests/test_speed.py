@@ -146,15 +146,15 @@ def test_memory_of_shapes_summed_once_equals_phase_by_phase() -> None:
              ("llama-3-8b", "a100-80gb", dict(devices=8, zero_stage=3, recompute="full")),
              ("qwen3-30b-a3b", "h100", dict(devices=16, expert_parallel=8, context_parallel=2, routing_imbalance=1.3))]
     tiles, tile_batch = np.array([1.0, 2, 3, 7, 64, 1]), np.array([1.0, 1, 2, 3, 1, 40])
-    summed = costs._memory_of_shapes
+    summed = costs.memory_of_shapes
     used: list = []  # the arrays' answers (None: phase by phase)
     one: list = []  # one shape's
     try:
         for name, hw, ask in cases:
             problem = resolve_problem(load_preset(name), resolve_hardware(hw), ExecutionRequest(seq_len=4096, **ask))
-            costs._memory_of_shapes = lambda *a: used.append(summed(*a)) or used[-1]  # type: ignore[assignment]
+            costs.memory_of_shapes = lambda *a: used.append(summed(*a)) or used[-1]  # type: ignore[assignment]
             fast = GpuMemory(problem).stage_rows(tiles, tile_batch)
-            costs._memory_of_shapes = lambda *a: None  # type: ignore[assignment]
+            costs.memory_of_shapes = lambda *a: None  # type: ignore[assignment]
             slow = GpuMemory(problem).stage_rows(tiles, tile_batch)
             for a, b in zip(fast, slow, strict=True):
                 assert a.components.keys() == b.components.keys()
@@ -163,14 +163,14 @@ def test_memory_of_shapes_summed_once_equals_phase_by_phase() -> None:
                     assert np.array_equal(a.components[k], b.components[k]), (name, k)
             for g, b in ((1, 1), (3, 2), (1, 7)):  # one shape of ints: each part's fields, values and types
                 ev = problem.evaluate(g, b)
-                costs._memory_of_shapes = lambda *a: one.append(summed(*a)) or one[-1]  # type: ignore[assignment]
+                costs.memory_of_shapes = lambda *a: one.append(summed(*a)) or one[-1]  # type: ignore[assignment]
                 fast_parts = [*costs.layer_parts(problem, ev, True), *costs.outside_parts(problem, ev, True)]
-                costs._memory_of_shapes = lambda *a: None  # type: ignore[assignment]
+                costs.memory_of_shapes = lambda *a: None  # type: ignore[assignment]
                 slow_parts = [*costs.layer_parts(problem, ev, True), *costs.outside_parts(problem, ev, True)]
                 for fp, sp in zip(fast_parts, slow_parts, strict=True):
                     assert [(type(v), v) for v in vars(fp).values()] == [(type(v), v) for v in vars(sp).values()]
     finally:
-        costs._memory_of_shapes = summed  # type: ignore[assignment]
+        costs.memory_of_shapes = summed  # type: ignore[assignment]
     assert any(u is not None for u in used) and any(u is None for u in used)
     assert any(u is not None for u in one) and any(u is None for u in one)
 

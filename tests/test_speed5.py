@@ -143,7 +143,9 @@ def test_gemm_shapes_without_the_error_state_equal_those_under_it() -> None:
     evaluated under the error state, for every GEMM of every phase of the layouts' layer kinds."""
     from dataclasses import replace
 
-    from btacalc.model.gpu.costs import _evaluate_all, _kind_rates, _rates
+    from btacalc.model.gpu.costs import _evaluate_all, _kind_rates
+
+    from btacalc.model.gpu.rates import rates_of
 
     checked = 0
     for name, hw, ask in _LAYOUTS[:-1]:
@@ -151,7 +153,7 @@ def test_gemm_shapes_without_the_error_state_equal_those_under_it() -> None:
         for g, b in ((1, 1), (3, 5)):
             ev = problem.evaluate(g, b)  # type: ignore[attr-defined]
             for kind, pv in ev.layers:
-                r = _kind_rates(problem, _rates(problem), kind, pv)  # type: ignore[arg-type]
+                r = _kind_rates(problem, rates_of(problem), kind, pv)  # type: ignore[arg-type]
                 assert r.python_symbols
                 guarded = replace(r, python_symbols=False)
                 for phase in pv.phases:

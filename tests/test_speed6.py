@@ -130,7 +130,7 @@ def test_select_is_numpys_first_true_choice() -> None:
 
 def test_new_part_is_the_dataclass() -> None:
     """`new_part` builds what `Part(**values)` builds: every field, in order, with fresh dicts."""
-    from btacalc.model.gpu.costs import Part, new_part
+    from btacalc.model.gpu.part import Part, new_part
 
     for values in ({}, {"stored": 3.0, "transient": np.float64(2), "dense_params": 7}):
         a, b = new_part(**values), Part(**values)

@@ -78,7 +78,9 @@ def test_a_phase_issues_what_its_rules_say() -> None:
     dense (full recompute: re-runs), MoE with EP under FP8 and MXFP8 (per-expert quantisation, re-runs), DeepEP
     with PP, MXFP8 MoE with CUDA-graph scopes attn, moe_router and moe_preprocess."""
     from btacalc.catalogue.constants import constants
-    from btacalc.model.gpu.costs import _eager, _graphed, _issue, _kind_rates, _phase_plan, _rates, new_part
+    from btacalc.model.gpu.costs import _eager, _graphed, _issue, _kind_rates, _phase_plan
+    from btacalc.model.gpu.rates import rates_of
+    from btacalc.model.gpu.part import new_part
 
     layouts = [("llama-3-8b", "a100-80gb", dict(devices=8, zero_stage=3, recompute="full", attention="flash")),
                ("mixtral-8x7b", "h100", dict(devices=8, expert_parallel=8, precision="fp8")),
@@ -91,7 +93,7 @@ def test_a_phase_issues_what_its_rules_say() -> None:
         problem = _problem(name, hw, ask)
         ev = problem.evaluate(2, 1)  # type: ignore[attr-defined]
         for kind, pv in ev.layers:
-            r = _kind_rates(problem, _rates(problem), kind, pv)  # type: ignore[arg-type]
+            r = _kind_rates(problem, rates_of(problem), kind, pv)  # type: ignore[arg-type]
             graphed = {}
             for phases in ([p for p in pv.phases if p.scope == "layer"], [p for p in pv.phases if p.scope == "model"]):
                 graphed.update(_graphed(phases, r))  # the phases' captured counts (config/cuda_graphs.py)
@@ -150,18 +152,19 @@ def test_a_phase_issues_what_its_rules_say() -> None:
 
 def test_shape_free_counts_over_arrays_of_shapes_are_the_evaluated_ones() -> None:
     """Over arrays of shapes, GEMM expressions that read neither G nor b are taken from the layout's values
-    (`_Rates.python_layout`, `_shape_free_value`): each equals the expression evaluated at the shapes'
+    (`Rates.python_layout`, `_shape_free_value`): each equals the expression evaluated at the shapes'
     symbols under numpy's error state (`_evaluate`), in value and type; expressions that read G or b, and
     layouts whose other symbols are arrays (points of a sweep), are evaluated as before. At one shape of
     Python numbers a GEMM's four expressions are one eval of a tuple: each equals its own eval."""
-    from btacalc.model.gpu.costs import _evaluate, _evaluate_all, _kind_rates, _rates, _shape_free
+    from btacalc.model.gpu.costs import _evaluate, _evaluate_all, _kind_rates, _shape_free
+    from btacalc.model.gpu.rates import rates_of
 
     g, b = np.array([1.0, 3, 5, 2]), np.array([2.0, 1, 1, 4])
     free = 0
     for name, hw, ask in _LAYOUTS:
         problem = _problem(name, hw, ask)
         for kind, pv in problem.evaluate(g, b).layers:  # type: ignore[attr-defined]
-            r = _kind_rates(problem, _rates(problem), kind, pv)  # type: ignore[arg-type]
+            r = _kind_rates(problem, rates_of(problem), kind, pv)  # type: ignore[arg-type]
             assert r.python_layout and not r.python_symbols
             for phase in pv.phases:
                 for gemm in phase.gemm:
@@ -179,7 +182,7 @@ def test_shape_free_counts_over_arrays_of_shapes_are_the_evaluated_ones() -> Non
     for name, hw, ask in _LAYOUTS:  # one shape: every GEMM's operands in one eval of a tuple (`_python_tuple`)
         problem = _problem(name, hw, ask)
         for kind, pv in problem.evaluate(3, 2).layers:  # type: ignore[attr-defined]
-            r = _kind_rates(problem, _rates(problem), kind, pv)  # type: ignore[arg-type]
+            r = _kind_rates(problem, rates_of(problem), kind, pv)  # type: ignore[arg-type]
             for gemm in (gemm for phase in pv.phases for gemm in phase.gemm):
                 exprs = (gemm.m, gemm.n, gemm.k, gemm.count)
                 got, python = _evaluate_all(exprs, r)
@@ -195,19 +198,19 @@ def test_the_dominant_working_set_row_is_the_maximum() -> None:
     """`_dominant`: a row whose every coefficient is at least every other row's is their maximum at every
     non-negative shape, bit for bit, as floats over arrays of integer shapes (the stacked maximum's values);
     rows none of which dominates give None. The parts of real layouts (a zero shape included): the solver's
-    memory from one product of the rows not dominated with the shapes (`costs._row_product`) equals the dominant
+    memory from one product of the rows not dominated with the shapes (`memory_rows._row_product`) equals the dominant
     row alone and the stacked rows as `affine` sums them (stored, re-computed and working-set bytes by repr,
     type, dtype and sign bit)."""
-    from btacalc.model.gpu import costs
+    from btacalc.model.gpu import costs, memory_rows
 
     rng = np.random.default_rng(7)
-    assert costs._dominant([(1, 2, 0, 0), (2, 1, 0, 0)]) is None
-    assert costs._dominant([(5, 2, 3, 1), (5, 2, 3, 1), (4, 0, 3, 1)]) == (5.0, 2.0, 3.0, 1.0)
+    assert memory_rows._dominant([(1, 2, 0, 0), (2, 1, 0, 0)]) is None
+    assert memory_rows._dominant([(5, 2, 3, 1), (5, 2, 3, 1), (4, 0, 3, 1)]) == (5.0, 2.0, 3.0, 1.0)
     for _ in range(200):
         top = tuple(int(x) for x in rng.integers(0, 2 ** 20, 4))
         rows = [tuple(int(rng.integers(0, c + 1)) for c in top) for _ in range(int(rng.integers(0, 6)))] + [top]
         rows = [rows[i] for i in rng.permutation(len(rows))]
-        c0, c_b, c_g, c_n = costs._dominant(rows)  # type: ignore[misc]
+        c0, c_b, c_g, c_n = memory_rows._dominant(rows)  # type: ignore[misc]
         g, b = rng.integers(0, 4096, 9).astype(float), rng.integers(0, 64, 9).astype(float)
         stacked = np.array(rows, dtype=float).T.reshape(4, len(rows), 1)
         want = np.maximum.reduce(stacked[0] + stacked[1] * b + stacked[2] * g + stacked[3] * (g * b), axis=0)
@@ -217,10 +220,10 @@ def test_the_dominant_working_set_row_is_the_maximum() -> None:
     for name, hw, ask in _LAYOUTS:
         problem = _problem(name, hw, ask)
         ev = problem.evaluate(g, b)  # type: ignore[attr-defined]
-        r = costs._rates(problem)  # type: ignore[arg-type]
+        r = costs.rates_of(problem)  # type: ignore[arg-type]
         for _, pv in ev.layers:
             for phases, key in costs._part_phases(pv.compiled).values():
-                got = costs._memory_of_shapes(pv, phases, r, key)
+                got = costs.memory_of_shapes(pv, phases, r, key)
                 summed = pv.coefficients.derived.get(key)
                 if got is None or summed is None:
                     continue
@@ -232,7 +235,7 @@ def test_the_dominant_working_set_row_is_the_maximum() -> None:
                 for change in (dict(), dict(top=None)):
                     pv.coefficients.derived[key] = dataclasses.replace(summed, **change)
                     try:
-                        paths.append(costs._memory_of_shapes(pv, phases, r, key))
+                        paths.append(costs.memory_of_shapes(pv, phases, r, key))
                     finally:
                         pv.coefficients.derived[key] = summed
                 pv.coefficients.derived[("row product", key)] = product

@@ -84,8 +84,8 @@ def test_the_layer_gemms_are_the_shape_models():
     (_, part), = [(k, part) for (k, _), part in zip(ev.layers, layer_parts(p, ev))]
     row = {r.name: r for rows in part.gemms.values() for r in rows}["W_qkv"]
     assert (row.m, row.n, row.k) == (4096, (96 + 2 * 8) * 192 / 8, 18432)
-    from btacalc.model.gpu.costs import _rates, gemm_output_bytes
-    device = _rates(p).device
+    from btacalc.model.gpu.rates import rates_of, gemm_output_bytes
+    device = rates_of(p).device
     wgrad_out = gemm_output_bytes(p)[2]  # the weight gradient's result bytes (accumulated into main_grad or not)
     fwd, dgrad, wgrad = (part.tp_gemm_s["qkv_" + x] for x in ("fprop", "dgrad", "wgrad"))
     assert fwd == pytest.approx(gemm_time(row.m, row.n, row.k, 2, device).time_s)

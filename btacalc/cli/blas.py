@@ -5,7 +5,7 @@ numpy's wheels link OpenBLAS, which starts its worker threads when the library l
 driver/others/blas_server.c L549-599), and each worker spins on the time-stamp counter, yielding, until
 `thread_timeout` cycles have passed without work (L415-425; 2^THREAD_TIMEOUT cycles) before it sleeps.
 The spinning is CPU time the command pays for nothing: btacalc calls no BLAS routine (its arrays are
-elementwise; no dot, einsum or linalg) but one small matmul in the solver's memory probes (model/gpu/costs.py
+elementwise; no dot, einsum or linalg) but one small matmul in the solver's memory probes (model/gpu/memory_rows.py
 `_row_product`: a few rows x 3 times 3 x the probed shapes), whose every partial sum is an exact integer below
 2^53, so the thread count cannot change a number. On this
 2-core machine it was 0.09-0.11 s of a 0.44 s cold `plan --json` (numpy/numpy#29193 and

@@ -10,7 +10,7 @@ with R = datasheet 16-bit peak x `fraction_of_peak` (of the rate for the kernel'
 or under --fp8-attention cuDNN's FP8 kernel with per-tensor or MXFP8 scales, whose share is also of the 16-bit peak) (a kernel benchmark, FLOPs over wall time: neither the
 fitted compute_efficiency nor FlashAttention's IO-count traffic bound applies on top of it), and R_gemm the
 large-GEMM rate (datasheet x GEMM ceiling x compute_efficiency). Both apply to the FLOPs the kernel runs: the
-score blocks on and below the causal diagonal (costs.causal_block_fraction). Example: `default` (cuDNN fused
+score blocks on and below the causal diagonal (rates.causal_block_fraction). Example: `default` (cuDNN fused
 attention) on an H100 runs at 0.467 x 989 = 461.5 TFLOP/s (FlashAttention-3 paper, Shah et al. 2024, arXiv
 2407.08608, Figures 5 and 6, cuDNN at head dim 128, s = 4k, derived in the data file); llm-foundry's Triton
 FlashAttention at 0.175 x 989 = 173 TFLOP/s (half of FlashAttention-2's published 35% of the H100 peak).

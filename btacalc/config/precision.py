@@ -113,7 +113,7 @@ class Recipe(BaseModel):
 
     def ceiling_kernel(self, compute_capability: float) -> str:
         """The key of the measured GEMM ceiling the recipe's linear-layer GEMMs run at on a chip of
-        `compute_capability` (model/gpu/costs.py `matmul_ceiling`): the kernel TE runs instead from 10.0 on where
+        `compute_capability` (model/gpu/rates.py `matmul_ceiling`): the kernel TE runs instead from 10.0 on where
         precision.toml names one (fp8-blockwise: emulated with MXFP8 GEMMs), else its own kernel's where it names one
         (MXFP8's block-scaled GEMM, Hopper's 1x128 / 128x128 block-scaled one), else its peak's dtype."""
         if self.gemm_ceiling_from_cc10 and compute_capability >= 10.0:

@@ -33,155 +33,28 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import math
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, NamedTuple, Optional
 
 import numpy as np
 
-from ...catalogue.compiled import CONSTANT_TERM, SHAPE_TERMS, PhaseValues, affine
+from ...catalogue.compiled import PhaseValues
 from ...catalogue.constants import constants
 from ...catalogue.selection import Selection
 from ...catalogue.terms import Gemm, Phase
-from ...config.attention_kernels import attention_kernel
 from ...config.cuda_graphs import ISSUED, captured_counts
 from ...config.tp_overlap import ub_families
 from ..problem import Evaluation, Problem, kind_values
-from ..steptime import compute_efficiency
 from ..arrays import is_array, maximum, minimum, where
-from .precision import (AttentionCastRates, CastRates, attention_cast_rates, attention_cast_s, cast_rates, gather_share,
-                        phase_cast_s, phase_weight_cast_s)
+from .precision import CastRates, attention_cast_s, gather_share, phase_cast_s, phase_weight_cast_s
 from .gemm import GemmDevice, gemm_passes, gemm_passes_of_many
 from ...memo import remembered
+from .part import GemmRow, Part, new_part
+from .rates import (PYTHON_NUMBERS, Rates, attention_bwd_ratio, attention_core_peak, attention_core_time_factor,
+                    attention_kernel_share, rates_of)
+from .memory_rows import memory_of_shapes, quantised_kind
 
-# FlashAttention-2's thread blocks cover B_r = B_c = 128 queries and keys for head dimensions up to 128
-# (Dao 2023, arXiv 2307.08691, §3.1 and §4.1 "block sizes {64, 128} x {64, 128}"; flash-attention
-# csrc/flash_attn/src/flash_fwd_launch_template.h, run_mha_fwd_hdim128: kBlockM = 128): the causal mask
-# leaves whole blocks above the diagonal, which the kernel skips (§3.1.1 "causal masking").
-CAUSAL_BLOCK = 128
-
-
-@dataclass
-class Part:
-    """Totals of a group of phases for one micro-batch on one device (bytes, seconds, parameters)."""
-
-    stored: Any = 0
-    recompute: Any = 0
-    transient: Any = 0
-    dense_params: Any = 0  # per device (tensor-parallel shard), weights outside the routed experts
-    routed_params: Any = 0  # all E routed experts' weights (a device holds 1/(EP·ETP) of them)
-    compute_s: Any = 0.0  # roofline time, forward + backward + re-run
-    backward_s: Any = 0.0
-    core_s: Any = 0.0  # the attention core (what hides the context-parallel ring)
-    tp_bytes: Any = 0  # tensor-parallel collective units x volume (x (t-1)/t per rank: collectives.py)
-    cp_bytes: Any = 0  # K/V ring volume per exchange step (x (CP - 1): collectives.py)
-    a2a_bytes: Any = 0  # expert-parallel dispatch + combine, all passes (x (1 - 1/EP): collectives.py)
-    pp_bytes: Any = 0  # stage-boundary activation of one micro-batch, one direction
-    tp_calls: Any = 0  # tensor-parallel collective calls (each pays the link's latency: collectives.py)
-    cp_calls: Any = 0  # context-parallel ring exchanges (each CP - 1 sends)
-    a2a_calls: Any = 0  # expert-parallel all-to-alls (dispatch, combine, their backward and re-runs)
-    phase_s: dict[str, Any] = field(default_factory=dict)  # roofline time per phase (report)
-    cast_s: dict[str, Any] = field(default_factory=dict)  # low precision: each phase's cast kernels (in phase_s)
-    weight_cast_s: Any = 0.0  # low precision: casting the weights, once per optimizer step (not per micro-batch)
-    low_precision_params: Any = 0  # dense weights of low-precision phases (quantised copies cached)
-    low_precision_routed: Any = 0  # routed experts' weights of low-precision phases (all E)
-    gemms: dict[str, list["GemmRow"]] = field(default_factory=dict)  # per phase, its matmuls (report)
-    # "<TE GEMM family>_<pass>" (config/tp_overlap.py: qkv, proj, fc1, fc2; fprop, dgrad, wgrad) -> seconds of that
-    # GEMM pass, once: the dense GEMMs a userbuffers TP overlap hides collectives behind (tp_overlap.py)
-    tp_gemm_s: dict[str, Any] = field(default_factory=dict)
-    kernels: Any = 0  # kernel launches, forward + backward + re-run (model/gpu/fixed.py)
-    expert_gemms: Any = 0  # per-expert GEMMs of grouped expert GEMMs, all passes (issued one by one: fixed.py)
-    module_calls: Any = 0  # layer-module calls (linear, grouped linear, attention), all passes (fixed.py)
-    glue_ops: Any = 0  # the layer's eager glue outside its modules, reference-op equivalents, all passes (fixed.py)
-    # the same four counts for the first forward pass alone (the dispatcher's sync splits the host time by pass)
-    kernels_fwd: Any = 0
-    expert_gemms_fwd: Any = 0
-    module_calls_fwd: Any = 0
-    glue_ops_fwd: Any = 0
-    # the first forward pass of the phases after the dispatcher's sync (`Phase.after_dispatch_sync`): the four
-    # counts and their forward compute (the sync's segment, fixed.py `launch_time_synced`)
-    kernels_post: Any = 0
-    expert_gemms_post: Any = 0
-    module_calls_post: Any = 0
-    glue_ops_post: Any = 0
-    compute_post_s: Any = 0.0
-
-
-# Part's fields in order with their defaults (None for the three dicts, which `new_part` makes fresh)
-_PART_DEFAULTS = {f.name: (f.default if f.default is not MISSING else None) for f in fields(Part)}
-_PART_DICTS = tuple(f.name for f in fields(Part) if f.default is MISSING)
-
-
-def new_part(**values: Any) -> Part:
-    """`Part(**values)` without the generated __init__'s 33 assignments (a part is made per stage and part of
-    every evaluation): the same fields, in the same order, the same defaults, fresh dicts."""
-    part = object.__new__(Part)
-    state = part.__dict__
-    state.update(_PART_DEFAULTS)
-    for name in _PART_DICTS:
-        state[name] = {}
-    state.update(values)
-    return part
-
-
-@dataclass(frozen=True)
-class GemmRow:
-    """One matmul of a phase as the report shows it: its forward shape and how fast it runs."""
-
-    name: str
-    m: Any
-    n: Any
-    k: Any
-    groups: Any  # GEMMs sharing the waves (a grouped expert GEMM: min(E/EP, 4) experts on TE's 4 streams), else 1
-    launches: Any  # launches per forward pass (a grouped expert GEMM: rounds of those, E/EP / groups)
-    efficiency: Any  # forward: share of the datasheet peak (compute_efficiency x quantisation, or the memory floor)
-    backward_efficiency: Any  # data and weight gradients together
-    binding: Any  # compute / waves / memory (forward)
-
-
-@dataclass(frozen=True)
-class _Rates:
-    peak: float  # achieved matmul FLOP/s of a large, perfectly quantised GEMM
-    hbm: float  # HBM bytes/s
-    imbalance: Any  # R on the busiest expert-parallel rank (1 without expert parallelism)
-    expert_shards: Any  # EP·ETP
-    flash: bool
-    sequence_parallel: bool
-    beta: int
-    cast: Optional[CastRates] = None  # the low-precision recipe's rates (None: 16-bit training)
-    peak_share: float = 1.0  # peak over the datasheet peak (GEMM ceiling x compute_efficiency)
-    device: Optional[GemmDevice] = None  # None: a profile without [kernels] (every matmul at `peak`)
-    expert_parallel: Any = 1
-    core_time_factor: Any = 1.0  # FLOPs the attention kernel runs per FLOP counted (causal block skipping)
-    symbols: dict[str, Any] = field(default_factory=dict)  # the layer kind's symbol values (GEMM shapes)
-    features: dict[str, Any] = field(default_factory=dict)
-    gemms: dict[str, tuple[Gemm, ...]] = field(default_factory=dict)  # per phase, its GEMMs under `features`
-    low_peak: float = 0.0  # achieved FLOP/s of the low-precision GEMMs: dtype datasheet x dtype ceiling x efficiency
-    low_share: float = 1.0  # low_peak over the dtype's datasheet peak (its GEMM ceiling x compute_efficiency)
-    low_device: Optional[GemmDevice] = None  # the low-precision GEMMs' device view (their dtype's peak)
-    low_beta: float = 1.0  # bytes per element of the low-precision GEMM operands
-    # HBM bytes per element of each pass's result (forward, data-gradient, weight-gradient): `gemm_output_bytes`
-    output_bytes: tuple[float, float, float] = (2.0, 2.0, 4.0)
-    attention_peak: float = 0.0  # FLOP/s of the fused attention core (`attention_core_peak`)
-    attention_wall_rate: bool = False  # the kernel's measured wall-clock rate: no separate HBM-traffic bound
-    attention_bwd_ratio: float = 1.0  # its backward's time over the default's (deterministic backward, `attention_bwd_ratio`)
-    attention_cast: Optional[AttentionCastRates] = None  # --fp8-attention: the casts around the FP8 kernel
-    stream_hbm: float = 0.0  # B/s a memory-bound phase moves its traffic at: HBM x achievable_bandwidth_fraction
-    # every symbol a Python int or float and EP an int: GEMM shapes are then Python arithmetic (`_evaluate_all`)
-    python_symbols: bool = False
-    # every symbol but G and b a Python int or float and EP an int (G and b may be arrays of shapes): an expression
-    # that reads neither is then Python arithmetic on the layout's values, the same at every shape (`_evaluate_all`)
-    python_layout: bool = False
-    # what a phase's arithmetic needs that is the same for every shape under these rates (`_volume_factors`);
-    # a layer kind's rates have their own (`_kind_rates`), which every shape of the layout shares
-    plans: dict[Any, Any] = field(default_factory=dict)
-    cuda_graph_scope: tuple[str, ...] = ()  # Layout.cuda_graph_scope (config/cuda_graphs.py)
-
-    def load(self, phase: Phase) -> Any:
-        """The share of the mean a phase's work carries on the busiest rank: `imbalance` for the phases routed
-        tokens reach (catalogue `routed_load`), else 1."""
-        return self.imbalance if phase.routed_load else 1.0
 
 
 class _GemmDtype(NamedTuple):
@@ -195,215 +68,28 @@ class _GemmDtype(NamedTuple):
     share: float
 
 
-def _rates(problem: Problem) -> _Rates:
-    """The device's rates under the problem's layout and run: the same for every batch shape, so computed
-    once per problem (kept in its cache, which only problems of the same layout and formulas share)."""
-    rates = problem.layout_cache.get("gpu rates")
-    if rates is None:
-        rates = problem.layout_cache["gpu rates"] = _device_rates(problem)
-    return rates
-
-
-def _device_rates(problem: Problem) -> _Rates:
-    hw, lay = problem.hardware, problem.layout
-    ceiling = matmul_ceiling(problem)
-    share = ceiling * compute_efficiency(problem)
-    peak = hw.chip.peak_flops_per_s.value * share
-    cast = cast_rates(problem)  # the low-precision dtype's peak x compute_efficiency (x its dtype's ceiling below)
-    low_ceiling = matmul_ceiling(problem, cast.ceiling_kernel) if cast is not None else ceiling
-    return _Rates(
-        peak=peak,
-        peak_share=share,
-        hbm=hw.memory.offchip_bandwidth_bytes_per_s.value,
-        imbalance=where(lay.expert_parallel > 1, problem.run.routing_imbalance, 1.0),
-        expert_shards=lay.expert_parallel * lay.expert_tensor_parallel,
-        flash=problem.run.attention == "flash",
-        sequence_parallel=lay.sequence_parallel,
-        beta=problem.run.bytes_per_element,
-        cast=cast,
-        device=gemm_device(problem, peak),
-        expert_parallel=lay.expert_parallel,
-        low_peak=cast.peak * low_ceiling if cast is not None else 0.0,
-        low_share=low_ceiling * compute_efficiency(problem),
-        low_device=gemm_device(problem, cast.peak * low_ceiling) if cast is not None else None,
-        low_beta=cast.recipe.bytes_per_element if cast is not None else 1.0,
-        output_bytes=gemm_output_bytes(problem),
-        attention_peak=attention_core_peak(problem, peak),
-        attention_wall_rate=attention_kernel_share(problem) is not None,
-        attention_bwd_ratio=attention_bwd_ratio(problem),
-        attention_cast=attention_cast_rates(problem),
-        stream_hbm=hw.memory.streaming_bandwidth_bytes_per_s(),
-        cuda_graph_scope=lay.cuda_graph_scope,
-    )
-
-
-def gemm_output_bytes(problem: Problem) -> tuple[float, float, float]:
-    """HBM bytes per element of the result of a layer GEMM's forward, data-gradient and weight-gradient passes.
-    The forward and data-gradient GEMMs write the 16-bit activation dtype, also from FP8 or FP4 operands
-    (TransformerEngine @ d0067d0 pytorch/module/linear.py: general_gemm(..., out_dtype=activation_dtype) for fprop
-    and dgrad; the output quantizer is off unless the next op takes a quantised input, which no modelled layer
-    does). The weight-gradient GEMM accumulates into the main gradient buffer (`gradient_bytes`, fp32 by default):
-    Megatron's gradient_accumulation_fusion is on by default (megatron_flags.tsv: --no-gradient-accumulation-fusion
-    turns it off) and TE then runs general_gemm(..., out=main_grad, out_dtype=main_grad.dtype, accumulate=True)
-    (linear.py L1227-1262 at d0067d0; v2.8 L823-844), which reads and writes the buffer: 2 x gradient_bytes. The first
-    micro-batch of a step only writes it (accumulate False with is_first_microbatch), not separated here (an
-    over-count of gradient_bytes / M per element). Without the fusion the same lines give out=None,
-    out_dtype=activation_dtype, accumulate=False: the GEMM writes a 16-bit gradient once, and the main-gradient read
-    and write go to the separate add (gpu/fixed.py `wgrad_accumulate_s`)."""
-    run = problem.run
-    out = float(run.bytes_per_element)
-    return out, out, 2.0 * run.gradient_bytes if run.gradient_accumulation_fusion else out
-
-
-def attention_kernel_share(problem: Problem, dtype: Optional[str] = None) -> Any:
-    """The run's attention kernel's published (or derived) rate on this compute capability as a share of the
-    dense 16-bit datasheet peak (btacalc/data/attention_kernels.toml), or None where the file has none. Where
-    the file gives the rate per sequence length, it is taken at the tokens one kernel call spans: the run's
-    sequence over the context-parallel ranks (each rank's ring-attention steps run its s / CP queries). `dtype`: the
-    kernel's dtype (None: the run's, `attention_dtype`)."""
-    chip = problem.hardware.chip
-    cc = chip.compute_capability.value if chip.compute_capability else None
-    kernel_seq = np.maximum(1, np.floor_divide(problem.run.seq_len, problem.layout.context_parallel))
-    return attention_kernel(problem.run.attention_kernel).fraction_of_peak(cc, kernel_seq,
-                                                                           dtype or attention_dtype(problem))
-
-
-def attention_dtype(problem: Problem) -> str:
-    """The attention core's kernel: the 16-bit one, or under --fp8-attention the recipe's FP8 fused attention
-    (precision.toml fp8_attention_kernel: fp8 with per-tensor scales, mxfp8 with block scales)."""
-    run = problem.run
-    return run.recipe.fp8_attention_kernel if run.fp8_attention else "bf16"
-
-
-def attention_bwd_ratio(problem: Problem, dtype: Optional[str] = None) -> float:
-    """The fused core's backward time over its default backward's: under a deterministic attention backward
-    (RunOptions.deterministic_attention: Megatron --deterministic-mode, NVTE_ALLOW_NONDETERMINISTIC_ALGO=0) the
-    kernel's measured deterministic/default ratio on this compute capability (attention_kernels.toml
-    `deterministic_backward`, e.g. cuDNN on GB200 4.754 / 4.127 ms = 1.152), else 1 (the default backward, or a
-    deterministic one with no published time: not timed, said in the run's notes)."""
-    chip = problem.hardware.chip
-    cc = chip.compute_capability.value if chip.compute_capability else None
-    if not problem.run.deterministic_attention:
-        return 1.0
-    ratio = attention_kernel(problem.run.attention_kernel).deterministic_backward_ratio(
-        cc, dtype or attention_dtype(problem))
-    return 1.0 if ratio is None else ratio
-
-
-def attention_core_peak(problem: Problem, gemm_peak: float, dtype: Optional[str] = None) -> float:
-    """FLOP/s of the fused attention core: datasheet 16-bit peak x the run's attention kernel's
-    `fraction_of_peak` on this compute capability (btacalc/data/attention_kernels.toml), else `gemm_peak`,
-    the large-GEMM rate (datasheet x ceiling x compute_efficiency). The file's rates are kernel benchmarks
-    (FLOPs of the blocks run per second of wall time), so the fitted compute_efficiency does not multiply
-    them: e.g. cuDNN fused attention on H100 (`default`, 0.467: FlashAttention-3 paper, Shah et al. 2024,
-    arXiv 2407.08608, Figures 5 and 6) or llm-foundry's Triton FlashAttention on Hopper (0.175)."""
-    share = attention_kernel_share(problem, dtype)
-    return gemm_peak if share is None else problem.hardware.chip.peak_flops_per_s.value * share
-
-
-def matmul_ceiling(problem: Problem, dtype: str = "bf16") -> float:
-    """The generation's measured large-GEMM share of the datasheet peak of `dtype`'s GEMMs (a recipe's
-    `ceiling_kernel`: bf16, fp8, mxfp8, fp8_block or fp4), 1 for a profile without a [kernels] section. Every
-    matmul phase runs at datasheet x this x the family's fitted `compute_efficiency` before its shape's quantisation
-    (model/gpu/gemm.py). The BF16 ceiling is `kernels.gemm_ceiling_fraction`; FP8 GEMMs take
-    `kernels.fp8_gemm_ceiling_fraction` where the profile has a published FP8 microbenchmark (the same
-    Maximum Achievable Matmul FLOPS table, torch._scaled_mm with per-tensor scales), else the BF16 one;
-    MXFP8's block-scaled GEMMs (`dtype` "mxfp8", precision.toml `gemm_ceiling`) `kernels.mxfp8_gemm_ceiling_fraction`
-    where the profile has one (the FP8 ceiling x a published MXFP8/FP8 ratio at the same shape), else the FP8 one;
-    Hopper's 1x128 / 128x128 block-scaled GEMMs (`dtype` "fp8_block": fp8-blockwise below compute capability 10.0)
-    `kernels.fp8_block_gemm_ceiling_fraction` where the profile has one, else the FP8 one;
-    FP4 GEMMs `kernels.fp4_gemm_ceiling_fraction` where the profile has one (Blackwell: the BF16 ceiling x the
-    NVFP4/BF16 ratio of a published cuBLAS benchmark at the same shapes), else the BF16 one."""
-    kernels = problem.hardware.kernels
-    if kernels is None:
-        return 1.0
-    if dtype == "mxfp8" and kernels.mxfp8_gemm_ceiling_fraction is not None:
-        return kernels.mxfp8_gemm_ceiling_fraction.value
-    if dtype == "fp8_block" and kernels.fp8_block_gemm_ceiling_fraction is not None:
-        return kernels.fp8_block_gemm_ceiling_fraction.value
-    if dtype in ("fp8", "mxfp8", "fp8_block") and kernels.fp8_gemm_ceiling_fraction is not None:
-        return kernels.fp8_gemm_ceiling_fraction.value
-    if dtype == "fp4" and kernels.fp4_gemm_ceiling_fraction is not None:
-        return kernels.fp4_gemm_ceiling_fraction.value
-    return kernels.gemm_ceiling_fraction.value
-
-
-def gemm_device(problem: Problem, peak_flops_per_s: float) -> Optional[GemmDevice]:
-    """The GEMM shape model's view of the problem's device at an achieved peak (the dtype's datasheet peak x
-    compute_efficiency), or None for a profile without a [kernels] section."""
-    hw = problem.hardware
-    if hw.kernels is None:
-        return None
-    return GemmDevice(peak_flops_per_s, hw.memory.offchip_bandwidth_bytes_per_s.value, int(hw.chip.cores.value),
-                      hw.kernels.gemm_tiles, hw.kernels.gemm_wave_overhead_s.value,
-                      hw.kernels.gemm_overlap_exponent.value)
-
-
-def causal_block_fraction(s: Any, block: int = CAUSAL_BLOCK) -> Any:
-    """Share of the s x s score blocks a causal FlashAttention kernel runs: with nb = ceil(s/B) blocks per
-    side (B_r = B_c = B), the nb(nb+1)/2 blocks on and below the diagonal of nb^2 (Dao 2023, arXiv
-    2307.08691, §3.1.1: blocks whose column indices all exceed their row indices are skipped, about half)."""
-    nb = np.ceil(np.asarray(s, dtype=float) / block)
-    out = nb * (nb + 1) / (2 * nb * nb)
-    return float(out) if np.ndim(out) == 0 else out
-
-
-def _core_time_factor(problem: Problem, symbols: dict[str, Any], windowed: bool) -> Any:
-    """Kernel FLOPs per counted FLOP of the attention core under FlashAttention with a causal mask (every
-    decoder layer btacalc models is causal). The count is full s x w (the papers' convention) or, with
-    --causal, the unmasked (2sw - w^2 + w)/2; a window (w < s) runs its band's blocks, the counted s x w.
-    A full-attention layer (`windowed` false) has w = s, as the catalogue reads it (Selection.term_expression):
-    the model's window symbol is only the window of its sliding-window layers."""
-    if problem.run.attention != "flash":
-        return 1.0  # eager attention computes the whole score matrix and masks it
-    if type(symbols["s"]) in _NUMBERS and type(symbols["w"]) in _NUMBERS:
-        s1 = float(symbols["s"])
-        return _one_core_time_factor(s1, float(symbols["w"]) if windowed else s1, problem.run.causal)
-    s = np.asarray(symbols["s"], dtype=float)
-    w = np.asarray(symbols["w"], dtype=float) if windowed else s
-    counted = (2 * s * w - w * w + w) / (2 * s * w) if problem.run.causal else 1.0
-    runs = np.where(w < s, 1.0, causal_block_fraction(s))
-    out = runs / counted
-    return float(out) if np.ndim(out) == 0 else out
-
-
-_NUMBERS = (int, float)
-
-
-def _one_core_time_factor(s: float, w: float, causal: bool) -> float:
-    """`_core_time_factor` of one sequence length in Python floats: the same IEEE operations in the same
-    order as the array path (float64 either way), so the same bits."""
-    counted = (2 * s * w - w * w + w) / (2 * s * w) if causal else 1.0
-    if w < s:
-        runs = 1.0
-    else:
-        nb = float(math.ceil(s / CAUSAL_BLOCK))
-        runs = nb * (nb + 1) / (2 * nb * nb)
-    return runs / counted
-
-
-def _kind_rates(problem: Problem, r: _Rates, kind: Any, pv: PhaseValues) -> _Rates:
+def _kind_rates(problem: Problem, r: Rates, kind: Any, pv: PhaseValues) -> Rates:
     """`r` with the layer kind's symbol values (for its GEMM shapes and its attention core). Only G and b
     depend on the batch shape: the rest (every other symbol, the features, the attention core's factor,
     which reads s and w) is kept per layout and kind (`_kind_template`) when no symbol is an array."""
     template = _kind_template(problem, r, kind, pv)
     if template is None:
         return _kind_rates_of(problem, r, kind, pv, pv.tiles, pv.tile_batch)
-    out = object.__new__(_Rates)  # dataclasses.replace without re-running __init__ (frozen: set via __dict__)
+    out = object.__new__(Rates)  # dataclasses.replace without re-running __init__ (frozen: set via __dict__)
     out.__dict__.update(template.__dict__)
     symbols = out.__dict__["symbols"] = template.symbols.copy()
     for name, v in (("G", pv.tiles), ("b", pv.tile_batch)):
         symbols[name] = float(v) if isinstance(v, Fraction) else v
-    out.__dict__["python_symbols"] = template.python_symbols and type(symbols["G"]) in _NUMBERS \
-        and type(symbols["b"]) in _NUMBERS
+    out.__dict__["python_symbols"] = template.python_symbols and type(symbols["G"]) in PYTHON_NUMBERS \
+        and type(symbols["b"]) in PYTHON_NUMBERS
     out.__dict__["python_layout"] = template.python_symbols  # (the template's G = b = 1: Python ints)
     return out
 
 
-def _kind_template(problem: Problem, r: _Rates, kind: Any, pv: PhaseValues) -> Optional[_Rates]:
+def _kind_template(problem: Problem, r: Rates, kind: Any, pv: PhaseValues) -> Optional[Rates]:
     """`_kind_rates` at G = b = 1, kept per layout and kind, or None where a symbol other than G and b is an
     array (points of a sweep: sequence lengths, expert counts) or `r` is not the layout's rates."""
-    if r is not _rates(problem):
+    if r is not rates_of(problem):
         return None
     key = ("gpu kind rates", kind.name, id(pv.compiled))
     cache = problem.layout_cache
@@ -416,22 +102,22 @@ def _kind_template(problem: Problem, r: _Rates, kind: Any, pv: PhaseValues) -> O
     return hit[1]
 
 
-def _kind_rates_of(problem: Problem, r: _Rates, kind: Any, pv: PhaseValues, tiles: Any, tile_batch: Any) -> _Rates:
+def _kind_rates_of(problem: Problem, r: Rates, kind: Any, pv: PhaseValues, tiles: Any, tile_batch: Any) -> Rates:
     shape = {**problem.shape_values(tiles, 1), "b": tile_batch}
     symbols = {k: (float(v) if isinstance(v, Fraction) else v) for k, v in kind_values(problem.model, kind, shape).items()}
-    out = object.__new__(_Rates)  # dataclasses.replace without re-running __init__ (frozen: set via __dict__)
+    out = object.__new__(Rates)  # dataclasses.replace without re-running __init__ (frozen: set via __dict__)
     features, gemms = _selection_gemms(pv.compiled.selection)
-    layout = type(r.expert_parallel) is int and all(type(v) in _NUMBERS for k, v in symbols.items() if k not in ("G", "b"))
-    python = layout and type(symbols["G"]) in _NUMBERS and type(symbols["b"]) in _NUMBERS
+    layout = type(r.expert_parallel) is int and all(type(v) in PYTHON_NUMBERS for k, v in symbols.items() if k not in ("G", "b"))
+    python = layout and type(symbols["G"]) in PYTHON_NUMBERS and type(symbols["b"]) in PYTHON_NUMBERS
     out.__dict__.update(r.__dict__, symbols=symbols, features=features, gemms=gemms, python_symbols=python,
                         python_layout=layout, plans={},
-                        core_time_factor=_core_time_factor(problem, symbols, bool(features["sliding_window"])))
+                        core_time_factor=attention_core_time_factor(problem, symbols, bool(features["sliding_window"])))
     if features["bf16_layer"]:
         out.__dict__.update(_sixteen_bit_rates(problem, r))
     return out
 
 
-def _sixteen_bit_rates(problem: Problem, r: _Rates) -> dict[str, Any]:
+def _sixteen_bit_rates(problem: Problem, r: Rates) -> dict[str, Any]:
     """The rates a layer kept out of the low-precision recipe (feature `bf16_layer`) runs at: no recipe (its
     `low_precision` phases' GEMMs at the 16-bit rate, no casts, 16-bit sequence-parallel gathers: `_dtype`, `_cast`,
     `gather_share` read `cast` None) and, under --fp8-attention, the 16-bit attention kernel without its casts
@@ -452,7 +138,7 @@ def _selection_gemms(selection: Selection) -> tuple[dict[str, Any], dict[str, tu
     return selection.feature_dict, {}
 
 
-def _phase_gemms(phase: Phase, r: _Rates) -> tuple[Gemm, ...]:
+def _phase_gemms(phase: Phase, r: Rates) -> tuple[Gemm, ...]:
     """The phase's GEMMs that apply under the layer kind's features."""
     try:
         return r.gemms[phase.name]
@@ -464,7 +150,7 @@ def _phase_gemms(phase: Phase, r: _Rates) -> tuple[Gemm, ...]:
 @dataclass(frozen=True)
 class _PhasePlan:
     """What `_part` reads of a phase that is the same for every batch shape under one layer kind's rates (kept
-    in `_Rates.plans` with them, as `_volume_factors`): its GEMMs under the kind's features (`_phase_gemms`),
+    in `Rates.plans` with them, as `_volume_factors`): its GEMMs under the kind's features (`_phase_gemms`),
     how many of them a layer module issues (`_issue`), whether it runs inside the fused attention
     core, and its GEMMs' dtype (`_dtype`)."""
 
@@ -476,7 +162,7 @@ class _PhasePlan:
     dtype: _GemmDtype
 
 
-def _phase_plan(phase: Phase, r: _Rates) -> _PhasePlan:
+def _phase_plan(phase: Phase, r: Rates) -> _PhasePlan:
     hit = r.plans.get(("phase", phase.name))
     if hit is not None and hit[0] is phase:
         return hit[1]
@@ -492,14 +178,14 @@ def layer_parts(problem: Problem, ev: Evaluation, memory_only: bool = False, rep
     and parameters (what the memory model needs: the solver asks for many shapes); without `report`, no
     per-GEMM report rows (`Part.gemms`: the solver's candidates need the times alone) and no memory bytes
     (`Part.stored`, `recompute`, `transient` left at 0: the parameters alone, `_parameters`)."""
-    r = _rates(problem)
+    r = rates_of(problem)
     return [_part(pv, *_part_phases(pv.compiled)["layer"], r if memory_only else _kind_rates(problem, r, kind, pv),
                   memory_only, report) for kind, pv in ev.layers]
 
 
 def outside_parts(problem: Problem, ev: Evaluation, memory_only: bool = False, report: bool = True) -> tuple[Part, Part]:
     """(first stage's, last stage's) parts outside the layers (`memory_only`, `report`: as `layer_parts`)."""
-    r = _rates(problem)
+    r = rates_of(problem)
     if not memory_only:
         r = _kind_rates(problem, r, ev.layers[0][0], ev.outside)
     parts = _part_phases(ev.outside.compiled)
@@ -511,7 +197,7 @@ def outside_parts(problem: Problem, ev: Evaluation, memory_only: bool = False, r
 @functools.lru_cache(maxsize=256)
 def _part_phases(compiled: Any) -> dict[str, tuple[list[Phase], tuple[Any, ...]]]:
     """A compiled selection's phases of each part (a decoder layer's; outside the layers, the first stage's and
-    the last stage's), each with the key of its summed memory rows (`_memory_of_shapes`): the same for every
+    the last stage's), each with the key of its summed memory rows (`memory_of_shapes`): the same for every
     layout and shape of the selection, so filtered once."""
     model = [p for p in compiled.phases if p.scope == "model"]
     scoped = {"layer": [p for p in compiled.phases if p.scope == "layer"],
@@ -520,14 +206,14 @@ def _part_phases(compiled: Any) -> dict[str, tuple[list[Phase], tuple[Any, ...]]
     return {name: (phases, ("memory rows", tuple([p.name for p in phases]))) for name, phases in scoped.items()}
 
 
-def _part(pv: PhaseValues, phases: list[Phase], rows_key: Any, r: _Rates, memory_only: bool = False,
+def _part(pv: PhaseValues, phases: list[Phase], rows_key: Any, r: Rates, memory_only: bool = False,
           report: bool = True) -> Part:
     if memory_only:
-        summed = _memory_of_shapes(pv, phases, r, rows_key)
+        summed = memory_of_shapes(pv, phases, r, rows_key)
         if summed is not None:
             return summed
     part, core = new_part(), _FusedCore()
-    quantised = _quantised_kind(pv)
+    quantised = quantised_kind(pv)
     timed = {} if memory_only or r.python_symbols else _gemms_of_part(phases, r)
     graphed = _graphed(phases, r) if not memory_only else {}
     for phase in phases:
@@ -575,7 +261,7 @@ def _add_time(part: Part, phase: Phase, v: dict[str, Any], t: Any) -> None:
     part.core_s = part.core_s + (t if phase.core else 0.0)
 
 
-def _graphed(phases: list[Phase], r: _Rates) -> dict[str, frozenset[str]]:
+def _graphed(phases: list[Phase], r: Rates) -> dict[str, frozenset[str]]:
     """Per phase of a layer, the host-issued counts (`ISSUED_COUNTS`) its CUDA-graph scopes capture
     (config/cuda_graphs.py; a layer is an MoE layer when it has `moe`-group phases)."""
     if not r.cuda_graph_scope:
@@ -599,184 +285,7 @@ def _graph_launches(part: Part, v: dict[str, Any]) -> None:
     part.kernels_fwd = part.kernels_fwd + 1
 
 
-_FLOAT64 = np.dtype(np.float64)
-_EXACT = float(2 ** 53)  # below this every integer is a float64: sums of integers are exact in any order
-_MISSING = object()
-
-
-@dataclass(frozen=True)
-class _MemoryRows:
-    """A part's memory rows summed once per layout (`_memory_of_shapes`): (mask, c0, c_b, c_G, c_Gb) of the
-    stored and recomputed bytes, the working-set rows stacked (4, rows) for their maximum, the parameters."""
-
-    routed: bool  # a phase works on the routed tokens (its load is R)
-    stored: tuple[int, tuple[int, ...]]
-    recompute: tuple[int, tuple[int, ...]]
-    transient: np.ndarray
-    transient_rows: tuple[tuple[int, ...], ...]  # the same rows as ints (one shape of ints)
-    # the one working-set row every other is at or below at every shape (each coefficient at least theirs), as
-    # floats; None where no row dominates all (`_memory_of_shapes` then takes the maximum over the stacked rows)
-    top: Optional[tuple[float, float, float, float]]
-    params: tuple[int, int, int, int]  # dense, routed (all E), low-precision dense, low-precision routed
-    bound: tuple[int, int, int, int]  # every row above summed: (c0, c_b, c_G, c_Gb) of a bound on any term or sum
-
-    def exact(self, bounds: tuple[int, int, int]) -> bool:
-        """Every value and partial sum below 2^53 at shapes up to `bounds` (G, b, G*b): the coefficients
-        are non-negative, so the sum of all rows at the largest shapes bounds them all."""
-        c0, c_b, c_g, c_n = self.bound
-        g, b, n = bounds
-        return c0 + c_b * b + c_g * g + c_n * n < _EXACT
-
-
-def _memory_rows(pv: PhaseValues, phases: list[Phase]) -> Optional[_MemoryRows]:
-    """The memory rows of `phases` summed, or None where summing first could differ from `_memory`'s running
-    sums: a coefficient that is not a non-negative int below 2^53, parameters that depend on the shape, a
-    working set that does not (its running maximum would be a scalar), no phase."""
-    coefs, rows = pv.coefficients, pv.compiled.row
-    masks = {"stored": 0, "recompute_bytes": 0}
-    sums: dict[str, list[int]] = {"stored": [0, 0, 0, 0], "recompute_bytes": [0, 0, 0, 0]}
-    transient: list[tuple[int, ...]] = []
-    params = [0, 0, 0, 0]
-    quantised = _quantised_kind(pv)
-    for phase in phases:
-        for q in ("stored", "recompute_bytes", "transient", "params"):
-            mask, c = coefs.row(rows[(phase.name, q)])
-            if any(type(x) is not int or x < 0 or x >= _EXACT for x in c):
-                return None
-            if q == "params":
-                if mask & SHAPE_TERMS:
-                    return None
-                routed = phase.param_bucket == "routed"
-                params[1 if routed else 0] += c[0] if mask & CONSTANT_TERM else 0
-                if phase.low_precision and quantised:
-                    params[3 if routed else 2] += c[0] if mask & CONSTANT_TERM else 0
-            elif q == "transient":
-                transient.append(tuple(c))
-            else:
-                masks[q] |= mask
-                sums[q] = [a + x for a, x in zip(sums[q], c)]
-    if not phases or not any(c[1] or c[2] or c[3] for c in transient):
-        return None
-    every = [sum(c[i] for c in [*transient, *sums.values()]) for i in range(4)]
-    return _MemoryRows(routed=any(p.routed_load for p in phases),
-                       stored=(masks["stored"], tuple(sums["stored"])),
-                       recompute=(masks["recompute_bytes"], tuple(sums["recompute_bytes"])),
-                       transient=np.array(transient, dtype=float).T,  # (4, rows)
-                       transient_rows=tuple(transient),
-                       top=_dominant(transient),
-                       params=(params[0], params[1], params[2], params[3]),
-                       bound=(every[0], every[1], every[2], every[3]))
-
-
-def _undominated(rows: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
-    """The rows (c0, c_b, c_G, c_Gb) no other row is at or above in every coefficient (the first of equal rows
-    kept): at non-negative shapes their maximum is the maximum of all."""
-    return [a for i, a in enumerate(rows)
-            if not any(j != i and all(x >= y for x, y in zip(b, a)) and (b != a or j < i) for j, b in enumerate(rows))]
-
-
-def _row_product(summed: _MemoryRows) -> tuple[np.ndarray, np.ndarray]:
-    """(c_b, c_G, c_Gb) as a (rows, 3) float matrix and c0 as a (rows, 1) column of the stored row, the re-computed
-    row and the working-set rows no other is at or above (`_undominated`): one product with the shapes gives
-    them all (`_memory_of_shapes`; made on the first array of shapes, kept with the coefficients)."""
-    rows = [summed.stored[1], summed.recompute[1], *_undominated(list(summed.transient_rows))]
-    coefficients = np.array(rows, dtype=float)
-    return np.ascontiguousarray(coefficients[:, 1:]), coefficients[:, :1].copy()
-
-
-def _dominant(rows: list[tuple[int, ...]]) -> Optional[tuple[float, float, float, float]]:
-    """The row (c0, c_b, c_G, c_Gb) at or above every other row in every coefficient, as floats, or None: the one
-    row `_undominated` keeps, when it keeps one (in a finite set a sole undominated row is above all the others).
-    At non-negative shapes (which `_memory_of_shapes` requires) it is then the largest row at every shape; with
-    every term an integer below 2^53 each row is exact in float64, so it equals their maximum bit for bit."""
-    top = _undominated(rows)
-    if len(top) != 1:
-        return None
-    c0, c_b, c_g, c_n = top[0]
-    return float(c0), float(c_b), float(c_g), float(c_n)
-
-
-def _memory_of_shapes(pv: PhaseValues, phases: list[Phase], r: _Rates, key: Any = None) -> Optional[Part]:
-    """The memory-only `Part` of arrays of batch shapes of one layout (the solver's probes), from the phases'
-    rows summed once per layout instead of phase by phase: the same values wherever every term is an
-    integer below 2^53 (then float64 sums are exact in any order), which is checked (`PhaseValues.
-    integer_bounds`, `_MemoryRows.exact`); else None (the phase by phase sums of `_part`). `key`: the phases'
-    (`_part_phases`), else made from their names."""
-    tiles, tile_batch, n = pv.tiles, pv.tile_batch, pv.n
-    one = type(tiles) is int and type(tile_batch) is int and tiles >= 0 and tile_batch >= 0
-    if not (one or isinstance(n, np.ndarray)) or not pv.coefficients.scalar:
-        return None
-    key = key if key is not None else ("memory rows", tuple([p.name for p in phases]))
-    summed = pv.coefficients.derived.get(key, _MISSING)
-    if summed is _MISSING:
-        summed = pv.coefficients.derived[key] = _memory_rows(pv, phases)
-    if summed is None or (summed.routed and not (type(r.imbalance) is float and r.imbalance == 1.0)):
-        return None
-    bounds = (tiles, tile_batch, n) if one else pv.integer_bounds
-    if bounds is None or not summed.exact(bounds):
-        return None
-    if one:
-        return _memory_of_one_shape(summed, tiles, tile_batch, n)
-    return _memory_of_arrays(pv, summed, key)
-
-
-def _memory_of_arrays(pv: PhaseValues, summed: _MemoryRows, key: Any) -> Part:
-    """`_memory_of_shapes` over arrays of shapes: every row at once as one matrix product where the shapes are
-    one-dimensional float64 arrays, else each sum's affine row and the working set's maximum row."""
-    tiles, tile_batch, n = pv.tiles, pv.tile_batch, pv.n
-    dense, routed, low_dense, low_routed = summed.params
-    product = None
-    if type(tiles) is np.ndarray and type(tile_batch) is np.ndarray and tiles.dtype == tile_batch.dtype == n.dtype \
-            == _FLOAT64 and tiles.ndim == 1 and tiles.shape == tile_batch.shape == n.shape:
-        product = pv.coefficients.derived.get(("row product", key), _MISSING)
-        if product is _MISSING:
-            product = pv.coefficients.derived[("row product", key)] = _row_product(summed)
-    if product is not None:
-        # every row at once: each value an integer below 2^53 (checked above), so the product's sums are exact in
-        # whatever order BLAS adds them, and every term is +0.0 or more (round "speed7")
-        matrix, constant = product
-        y = matrix @ np.array((tile_batch, tiles, n))
-        y += constant
-        (m_stored, c_stored), (m_re, c_re) = summed.stored, summed.recompute
-        return new_part(stored=y[0] if m_stored & SHAPE_TERMS else _fixed_value(m_stored, c_stored),
-                        recompute=y[1] if m_re & SHAPE_TERMS else _fixed_value(m_re, c_re),
-                        transient=y[2] if len(y) == 3 else np.maximum.reduce(y[2:], axis=0), dense_params=dense,
-                        routed_params=routed, low_precision_params=low_dense, low_precision_routed=low_routed)
-    # each phase's bytes times its load 1.0: arrays, or a float where no phase's bytes depend on the shape
-    stored, recompute = [affine(m, c, tiles, tile_batch, n) if m & SHAPE_TERMS else _fixed_value(m, c)
-                         for m, c in (summed.stored, summed.recompute)]
-    if summed.top is not None:  # one row at or above all the others: it is their maximum (round "speed7")
-        c0, c_b, c_g, c_n = summed.top
-        transient = c0 + c_b * tile_batch + c_g * tiles + c_n * n
-    else:
-        t = summed.transient.reshape(summed.transient.shape + (1,) * n.ndim)
-        # np.max is this ufunc's reduce behind a Python wrapper (numpy/_core/fromnumeric.py `_wrapreduction`)
-        transient = np.maximum.reduce(t[0] + t[1] * tile_batch + t[2] * tiles + t[3] * n, axis=0)
-    # (no np.maximum(0, ...): every coefficient and shape is non-negative, so every row is +0.0 or more already)
-    return new_part(stored=stored, recompute=recompute, transient=transient, dense_params=dense,
-                routed_params=routed, low_precision_params=low_dense, low_precision_routed=low_routed)
-
-
-def _fixed_value(mask: int, c: tuple[Any, ...]) -> float:
-    """A row with no shape term (`SHAPE_TERMS`) as the float it is at every shape: its constant, or 0."""
-    return float(c[0] if mask & CONSTANT_TERM else 0)
-
-
-def _memory_of_one_shape(summed: _MemoryRows, tiles: int, tile_batch: int, n: int) -> Part:
-    """`_memory_of_shapes` at one shape of ints, with `_memory`'s types: each phase's bytes times its load
-    1.0 summed (a float), the working set's running maximum from the int 0 (a float once a phase's is
-    positive, else that int 0)."""
-    # ints throughout (`_memory_rows`): exact in any order
-    (_, st), (_, rc) = summed.stored, summed.recompute
-    stored = float(st[0] + st[1] * tile_batch + st[2] * tiles + st[3] * n)
-    recompute = float(rc[0] + rc[1] * tile_batch + rc[2] * tiles + rc[3] * n)
-    top = max([c0 + c_b * tile_batch + c_g * tiles + c_n * n for c0, c_b, c_g, c_n in summed.transient_rows])
-    dense, routed, low_dense, low_routed = summed.params
-    return new_part(stored=stored, recompute=recompute, transient=float(top) if top > 0 else 0, dense_params=dense,
-                routed_params=routed, low_precision_params=low_dense, low_precision_routed=low_routed)
-
-
-def _matmul_time(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, load: Any, plan: _PhasePlan,
+def _matmul_time(part: Part, phase: Phase, v: dict[str, Any], r: Rates, load: Any, plan: _PhasePlan,
                  timed: dict[Any, Any], report: bool) -> Any:
     """The phase's FLOPs at its GEMMs' efficiencies: forward and re-run at the forward shapes', backward
     at the data- and weight-gradient shapes' (FLOP-weighted); at `peak` for a phase without GEMMs. A
@@ -806,7 +315,7 @@ def _matmul_time(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, load: A
     return fwd / peak * (t_fwd / ideal) + bwd / peak * (t_bwd / (2 * ideal))
 
 
-def _dtype(phase: Phase, r: _Rates) -> _GemmDtype:
+def _dtype(phase: Phase, r: Rates) -> _GemmDtype:
     """The dtype of the phase's GEMMs: the low-precision recipe's for a `low_precision` phase (its dtype's
     ceiling x compute_efficiency on the dtype's datasheet peak), else 16-bit."""
     if r.cast is not None and phase.low_precision:
@@ -814,7 +323,7 @@ def _dtype(phase: Phase, r: _Rates) -> _GemmDtype:
     return _GemmDtype(r.peak, r.device, r.beta, r.peak_share)
 
 
-def _gemms_of_part(phases: list[Phase], r: _Rates) -> dict[tuple[str, int], Any]:
+def _gemms_of_part(phases: list[Phase], r: Rates) -> dict[tuple[str, int], Any]:
     """(phase, GEMM index) -> (operands, passes) of every GEMM of the part's timed phases: the GEMMs of one
     dtype timed together (`gemm.gemm_passes_of_many`: over arrays of shapes, one call instead of one per
     GEMM), the same values `_gemm_row` would get one by one."""
@@ -834,7 +343,7 @@ def _gemms_of_part(phases: list[Phase], r: _Rates) -> dict[tuple[str, int], Any]
     return out
 
 
-def _gemm_operands(g: Gemm, r: _Rates, load: Any) -> tuple[Any, Any, Any, Any, Any]:
+def _gemm_operands(g: Gemm, r: Rates, load: Any) -> tuple[Any, Any, Any, Any, Any]:
     """(m, n, k, groups, launches per forward pass) of one GEMM of a phase (see the module docstring).
 
     A grouped expert GEMM (Megatron's `--moe-grouped-gemm`, TEGroupedMLP) runs in TransformerEngine's
@@ -855,7 +364,7 @@ def _gemm_operands(g: Gemm, r: _Rates, load: Any) -> tuple[Any, Any, Any, Any, A
     return m, n, k, 1, count
 
 
-def _gemm_row(g: Gemm, r: _Rates, load: Any, dtype: _GemmDtype, timed: Optional[tuple[Any, Any]],
+def _gemm_row(g: Gemm, r: Rates, load: Any, dtype: _GemmDtype, timed: Optional[tuple[Any, Any]],
               report: bool) -> tuple[Optional[GemmRow], tuple[Any, Any, Any, Any, Any]]:
     """One GEMM of a phase in `dtype`: its report row (efficiencies as shares of the dtype's datasheet peak; None
     without `report`) and (ideal forward time, forward time, backward time, data-gradient time, weight-gradient
@@ -867,7 +376,7 @@ def _gemm_row(g: Gemm, r: _Rates, load: Any, dtype: _GemmDtype, timed: Optional[
         fwd, dgrad, wgrad = gemm_passes(m, n, k, beta, dev, groups, r.output_bytes)
     else:
         (m, n, k, groups, launches), (fwd, dgrad, wgrad) = timed
-    if type(m) in _NUMBERS and type(n) in _NUMBERS and type(k) in _NUMBERS and type(groups) in _NUMBERS:
+    if type(m) in PYTHON_NUMBERS and type(n) in PYTHON_NUMBERS and type(k) in PYTHON_NUMBERS and type(groups) in PYTHON_NUMBERS:
         # one shape: the float64 operations the array expression below makes, in its order, on Python floats
         ideal = np.float64(2 * float(m) * n * k * groups / dev.peak_flops_per_s)
     else:
@@ -899,13 +408,13 @@ def _python_arithmetic(expr: str) -> bool:
     return not set(_code(expr).co_names) & set(_FUNCTIONS)
 
 
-def _evaluate_all(exprs: tuple[str, ...], r: _Rates) -> tuple[tuple[Any, ...], bool]:
+def _evaluate_all(exprs: tuple[str, ...], r: Rates) -> tuple[tuple[Any, ...], bool]:
     """(`_evaluate` of each expression at the rates' symbols, whether they are Python numbers), under
     np.errstate(divide="ignore", invalid="ignore") (an empty shape, no expert on a device, is 0/0 over
-    arrays); without it where every symbol is a Python int or float (`_Rates.python_symbols`) and no
+    arrays); without it where every symbol is a Python int or float (`Rates.python_symbols`) and no
     expression calls a function: there numpy computes nothing, so the state would change nothing (a Python
     division by zero raises either way), and setting it is the costliest step of one shape's GEMM. The same
-    holds where only G and b are arrays (`_Rates.python_layout`) and no expression reads them: their values
+    holds where only G and b are arrays (`Rates.python_layout`) and no expression reads them: their values
     are then kept per layout and kind (`_shape_free_value`)."""
     symbols = r.symbols
     if r.python_symbols:
@@ -941,9 +450,9 @@ def _shape_free(expr: str) -> bool:
     return not {"G", "b"} & set(_code(expr).co_names)
 
 
-def _shape_free_value(expr: str, r: _Rates) -> Any:
+def _shape_free_value(expr: str, r: Rates) -> Any:
     """A `_shape_free` Python-arithmetic expression at the rates' symbols, evaluated once per layout and kind
-    (kept in `_Rates.plans`, which every shape of them shares): for arrays of shapes (`_evaluate_all`)."""
+    (kept in `Rates.plans`, which every shape of them shares): for arrays of shapes (`_evaluate_all`)."""
     try:
         return r.plans[("expression", expr)]
     except KeyError:
@@ -958,7 +467,7 @@ def _evaluate(expr: str, symbols: dict[str, Any]) -> Any:
     return eval(_code(expr), _FUNCTIONS, symbols)  # noqa: S307  # arithmetic only, checked when read
 
 
-def _issue(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, plan: _PhasePlan, eager: tuple[int, ...]) -> None:
+def _issue(part: Part, phase: Phase, v: dict[str, Any], r: Rates, plan: _PhasePlan, eager: tuple[int, ...]) -> None:
     """What a phase issues from the host per micro-batch (model/gpu/fixed.py, estimates), added to the part's
     counts in this order (one function, not five: it runs per phase of every timed part; round "speed7"):
     - kernel launches and per-expert GEMMs: each dense GEMM once forward and twice backward; a grouped expert
@@ -1001,7 +510,7 @@ def _issue(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, plan: _PhaseP
         _after_sync(part, before)
 
 
-def _issued(v: dict[str, Any], r: _Rates, plan: _PhasePlan) -> tuple[Any, Any, Any, Any]:
+def _issued(v: dict[str, Any], r: Rates, plan: _PhasePlan) -> tuple[Any, Any, Any, Any]:
     """What a phase issues per micro-batch before CUDA graphs (`_issue`'s first two items): (kernel launches,
     per-expert GEMMs, layer-module calls, local experts summed over its grouped linear modules); none for a
     phase inside the fused attention core (`_fused_core` counts it)."""
@@ -1083,7 +592,7 @@ class _FusedCore:
     cast_forward_s: Any = 0.0  # --fp8-attention: the casts around the FP8 kernel in the first forward
     cast_backward_s: Any = 0.0  # and in the backward
 
-    def add(self, v: dict[str, Any], load: Any, flops: Any, traffic: Any, r: _Rates) -> Any:
+    def add(self, v: dict[str, Any], load: Any, flops: Any, traffic: Any, r: Rates) -> Any:
         """A core phase's `flops` (forward, backward and re-run, x the routed load) and HBM `traffic` into the
         kernel's sums, x the causal block share; its FP8-attention casts' time (None without --fp8-attention)."""
         run = r.core_time_factor
@@ -1099,7 +608,7 @@ class _FusedCore:
         return forward + backward
 
 
-def _fused_core(part: Part, pv: PhaseValues, phases: list[Phase], core: _FusedCore, r: _Rates,
+def _fused_core(part: Part, pv: PhaseValues, phases: list[Phase], core: _FusedCore, r: Rates,
                 eager: bool = True) -> None:
     """The FlashAttention kernel, one time over the core phases, shared out by their FLOPs:
 
@@ -1110,7 +619,7 @@ def _fused_core(part: Part, pv: PhaseValues, phases: list[Phase], core: _FusedCo
     plus, under --fp8-attention, the casts around the FP8 kernel (`precision.attention_cast_s`: Q, K, V and dO
     quantised, O and dQ, dK, dV dequantized where the kernel writes them in FP8), bandwidth-bound kernels of
     their own that add to the core's time and go to the phase whose terms count them.
-    F_kernel is the FLOPs of the blocks the kernel runs (`_core_time_factor`), Q_IO FlashAttention's
+    F_kernel is the FLOPs of the blocks the kernel runs (`attention_core_time_factor`), Q_IO FlashAttention's
     IO-count traffic (Dao et al. 2022, Theorem 2; formulas/attention.toml). A benchmarked rate is FLOPs over
     measured wall time, so it already holds the kernel's memory behaviour, and the IO count (blocks of
     B_c = M/(4d) keys, no L2 reuse of K and V across CTAs) is contradicted by those benchmarks: on H100 at
@@ -1143,7 +652,7 @@ def _fused_core(part: Part, pv: PhaseValues, phases: list[Phase], core: _FusedCo
                 + part.cast_s.get(phase.name, 0.0)
 
 
-def _cast(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, load: Any) -> Any:
+def _cast(part: Part, phase: Phase, v: dict[str, Any], r: Rates, load: Any) -> Any:
     """Seconds of the phase's activation and gradient casts per micro-batch (`precision.phase_cast_s`); the
     weights' cast, once per step, goes to `part.weight_cast_s` (the step adds it once, whatever M); the
     report's row carries both on its micro-batch basis."""
@@ -1156,7 +665,7 @@ def _cast(part: Part, phase: Phase, v: dict[str, Any], r: _Rates, load: Any) -> 
     return t
 
 
-def _elementwise_s(v: dict[str, Any], r: _Rates, load: Any) -> Any:
+def _elementwise_s(v: dict[str, Any], r: Rates, load: Any) -> Any:
     """Seconds of the phase's separately launched elementwise kernels per micro-batch (the catalogue's
     `elementwise_bytes`, forward and each re-run, and `elementwise_bytes_bwd`): the activation between two
     linears, the residual adds. Each is its own memory-bound kernel, so its bytes at the streaming bandwidth
@@ -1187,7 +696,7 @@ def _backward_share(v: dict[str, Any]) -> Any:
     return where(positive, bwd / where(positive, total, 1), NO_FLOPS_BACKWARD_SHARE)
 
 
-def _traffic(phase: Phase, v: dict[str, Any], r: _Rates, load: Any) -> Any:
+def _traffic(phase: Phase, v: dict[str, Any], r: Rates, load: Any) -> Any:
     """HBM bytes over the forward, re-run and backward passes; a routed phase reads only the device's
     share of the experts' weights, and its activation traffic scales with the routed load."""
     fwd, bwd = v["bytes_moved"], v["bytes_moved_bwd"]
@@ -1209,7 +718,7 @@ def _memory(part: Part, phase: Phase, v: dict[str, Any], load: Any, quantised: b
 def _parameters(part: Part, phase: Phase, v: dict[str, Any], quantised: bool = True) -> None:
     """`_memory`'s parameter counts alone (its bytes left at 0): a part timed without `report`, whose stored,
     re-computed and working-set bytes nothing reads (the step time reads the parameters, `_stage_state`).
-    `quantised` False: a layer kept in BF16 (`_quantised_kind`), whose linears cache no low-precision weights."""
+    `quantised` False: a layer kept in BF16 (`quantised_kind`), whose linears cache no low-precision weights."""
     low = phase.low_precision and quantised
     if phase.param_bucket == "routed":
         part.routed_params = part.routed_params + v["params"]
@@ -1221,15 +730,7 @@ def _parameters(part: Part, phase: Phase, v: dict[str, Any], quantised: bool = T
             part.low_precision_params = part.low_precision_params + v["params"]
 
 
-def _quantised_kind(pv: PhaseValues) -> bool:
-    """Whether the layer kind of `pv` runs its `low_precision` phases in the recipe: not one of the first/last
-    layers kept in BF16 (feature `bf16_layer`: ModelSpec.bf16_layer_positions), which Megatron-Core builds and
-    runs outside the recipe's autocast, so TransformerEngine neither quantises nor caches their weights
-    (config/execution.py BF16_LAYERS_SOURCE)."""
-    return not pv.compiled.selection.feature_dict["bf16_layer"]
-
-
-def _volumes(part: Part, phase: Phase, v: dict[str, Any], r: _Rates) -> None:
+def _volumes(part: Part, phase: Phase, v: dict[str, Any], r: Rates) -> None:
     """Communication volumes of one micro-batch (see the module docstring); collective factors are
     named constants: an all-reduce counts all_reduce (2) units, a reduce-scatter or all-gather one. Under a
     low-precision recipe a low-precision phase's sequence-parallel all-gathers move its quantised bytes
@@ -1280,8 +781,8 @@ class _VolumeFactors:
     a2a_head: int  # 1 + backward_exchange_factor
 
 
-def _volume_factors(phase: Phase, r: _Rates) -> _VolumeFactors:
-    """`_VolumeFactors` of the phase under the rates, kept with the rates (`_Rates.plans`: per layout and kind)."""
+def _volume_factors(phase: Phase, r: Rates) -> _VolumeFactors:
+    """`_VolumeFactors` of the phase under the rates, kept with the rates (`Rates.plans`: per layout and kind)."""
     hit = r.plans.get(("volumes", phase.name))
     if hit is not None and hit[0] is phase:
         return hit[1]

@@ -31,7 +31,8 @@ from ...config.model import LayerKind
 from ..arrays import is_array, largest, maximum, where
 from ..problem import Problem, padded_vocab
 from ..state import StatePart, TorchFsdp, bytes_per_param, gathered_units_bytes, sharded_state
-from .costs import Part, layer_parts, outside_parts
+from .costs import layer_parts, outside_parts
+from .part import Part
 from .precision import weight_cache_bytes
 from .stages import PipelineStages, ratio
 

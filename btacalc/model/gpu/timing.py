@@ -55,7 +55,8 @@ from .collectives import (CollectiveRow, DataParallelTimes, StageBuckets, all_to
                           data_parallel_groups, data_parallel_kind, data_parallel_times, data_parallel_traffic, describe, part_buckets,
                           describe_all_to_all,
                           pipeline_p2p_time, ring_share, ring_time, tensor_parallel_kind, tensor_parallel_time)
-from .costs import ISSUED_COUNTS, Part, layer_parts, new_part, outside_parts
+from .costs import ISSUED_COUNTS, layer_parts, outside_parts
+from .part import Part, new_part
 from .fixed import (FixedCosts, SyncSplit, dispatcher_syncs, fixed_costs, gpu_forward_share, host_time,
                     launch_time, launch_time_synced, wgrad_accumulate_s)
 from .memory import stage_key, stage_params
