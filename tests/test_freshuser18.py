@@ -41,3 +41,37 @@ def test_a_missing_plot_extra_is_refused_before_any_work(cli, tmp_path, monkeypa
     assert code == 2, err
     assert err == "btacalc: error: --plot needs matplotlib: pip install 'btacalc[plot]'\n"
     assert out == "" and list(tmp_path.iterdir()) == []
+
+
+# A newcomer's spellings: the Hugging Face repository's case, a device in capitals, a short or underscored
+# name. Each is one line naming the preset or profile meant, before the full list.
+@pytest.mark.parametrize("args,meant", [
+    (("plan", "--model", "Qwen3-30B-A3B", "--hw", "h100"), "--model: unknown model 'Qwen3-30B-A3B': did you mean qwen3-30b-a3b?"),
+    (("plan", "--model", "qwen3_30b_a3b"), "--model: unknown model 'qwen3_30b_a3b': did you mean qwen3-30b-a3b?"),
+    (("plan", "--model", "qwen3-30b"), "--model: unknown model 'qwen3-30b': did you mean qwen3-30b-a3b?"),
+    (("plan", "--model", "llama3-8b"), "--model: unknown model 'llama3-8b': did you mean llama-3-8b?"),
+    (("plan", "--hw", "H100"), "--hw: unknown hardware 'H100': did you mean h100?"),
+    (("plan", "--hw", "WSE3"), "--hw: unknown hardware 'WSE3': did you mean wse3?"),
+    (("plan", "--hw", "wse-3"), "--hw: unknown hardware 'wse-3': did you mean wse3?"),
+    (("compare", "--hw", "wse3,B200"), "--hw: unknown hardware 'B200': did you mean b200?"),
+    (("hw", "show", "GB200"), "unknown hardware 'GB200': did you mean gb200?"),
+    (("models", "show", "Llama-3-8B"), "unknown model 'Llama-3-8B': did you mean llama-3-8b?"),
+])
+def test_a_misspelt_name_says_which_one_was_meant(cli, args, meant):
+    code, out, err = cli(*args)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("btacalc: error: ") and meant in err, err
+    assert "built-in: " in err  # the list stays, after the guess
+
+
+def test_the_guess_is_a_known_name_for_every_case_of_every_name():
+    """Every preset and profile, upper-cased or with `_` for `-`, is guessed back exactly."""
+    from btacalc.config.text import nearest_name
+    from btacalc.paths import preset_names, profile_names
+
+    for names in (preset_names(), profile_names()):
+        for name in names:
+            assert nearest_name(name.upper(), names) == name
+            assert nearest_name(name.replace("-", "_"), names) == name
+    # a name like none is not guessed at (the list alone follows)
+    assert nearest_name("cs3", profile_names()) is None and nearest_name("xyz", preset_names()) is None

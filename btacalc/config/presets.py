@@ -10,7 +10,7 @@ from ..errors import BtacalcError
 from ..paths import preset_names, presets_dir
 from .hf import load_hf_config
 from .model import ModelSpec, validate_model
-from .text import name_text
+from .text import name_text, nearest_name
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -21,7 +21,10 @@ else:  # pragma: no cover
 def load_preset(name: str) -> ModelSpec:
     path = presets_dir() / f"{name}.toml"
     if not path.is_file():
-        raise BtacalcError(f"{{model}}: unknown model {name!r} (built-in: {', '.join(preset_names())}; or give a config.json path)")
+        near = nearest_name(name, preset_names())
+        hint = f": did you mean {near}?" if near else ""
+        raise BtacalcError(f"{{model}}: unknown model {name!r}{hint} (built-in: {', '.join(preset_names())}; "
+                           "or give a config.json path)")
     return validate_model(tomllib.loads(path.read_text(encoding="utf-8")), origin=f"preset {name}")
 
 
