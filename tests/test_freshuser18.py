@@ -75,3 +75,32 @@ def test_the_guess_is_a_known_name_for_every_case_of_every_name():
             assert nearest_name(name.replace("-", "_"), names) == name
     # a name like none is not guessed at (the list alone follows)
     assert nearest_name("cs3", profile_names()) is None and nearest_name("xyz", preset_names()) is None
+
+
+# A layout or a batch that does not divide: the line says what would, from the numbers given.
+@pytest.mark.parametrize("args,fix", [
+    (("--devices", "16", "--tp", "3"), ": --tp must divide 16: 1, 2, 4, 8 or 16"),
+    (("--devices", "16", "--pp", "5"), ": --pp must divide 16: 1, 2, 4, 8 or 16"),
+    (("--devices", "16", "--ep", "6"), ": --ep must divide 16: 1, 2, 4, 8 or 16"),
+    (("--devices", "16", "--tp", "2", "--pp", "3"), ": give sizes whose product divides 16"),
+    (("--devices", "16", "--global-batch", "100"), ": give a multiple of 16 (96 or 112)"),
+    (("--devices", "16", "--global-batch", "8"), ": give a multiple of 16 (the smallest: 16)"),
+    (("--devices", "16", "--global-batch", "256", "--micro-batch", "3"), "(DP·micro batch)): give 240 or 288"),
+])
+def test_a_size_that_does_not_divide_says_what_would(cli, args, fix):
+    code, out, err = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "h100", *args)
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert err.rstrip("\n").endswith(fix), err
+
+
+def test_what_would_divide_is_what_plans():
+    """The sizes offered are exactly the divisors of the device count, and a device count with many divisors
+    names the rule instead of a long list."""
+    from btacalc.config.execution import MAX_LISTED_DIVISORS, _divisor_fix
+
+    fix = _divisor_fix([("tensor_parallel", 3), ("pipeline_parallel", 1), ("context_parallel", 1)], 48)
+    offered = [int(v) for v in fix.split(": ")[1].replace(" or ", ", ").split(", ")]
+    assert offered == [d for d in range(1, 49) if 48 % d == 0]
+    many = 720720  # 240 divisors
+    assert _divisor_fix([("expert_parallel", 7 * 11 * 13 * 17), ("pipeline_parallel", 1)], many) == \
+        "{expert_parallel} must divide 720720" and MAX_LISTED_DIVISORS < 240

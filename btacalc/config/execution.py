@@ -361,14 +361,18 @@ class Layout:
     def _validate_grids(self) -> None:
         tp, pp, cp = self.tensor_parallel, self.pipeline_parallel, self.context_parallel
         if self.devices % self.model_parallel:
+            fix = _divisor_fix([("tensor_parallel", tp), ("pipeline_parallel", pp), ("context_parallel", cp)],
+                               self.devices)
             raise BtacalcError(f"{{tensor_parallel}} {tp} x {{pipeline_parallel}} {pp} x {{context_parallel}} {cp} = "
                                f"{self.model_parallel} does not divide {{devices}} {self.devices} (data parallel = "
-                               "devices / (TP·PP·CP))")
+                               f"devices / (TP·PP·CP)): {fix}")
         expert_grid = self.expert_tensor_parallel * self.expert_parallel * pp
         if self.devices % expert_grid:
+            fix = _divisor_fix([("expert_tensor_parallel", self.expert_tensor_parallel),
+                                ("expert_parallel", self.expert_parallel), ("pipeline_parallel", pp)], self.devices)
             raise BtacalcError(f"{{expert_tensor_parallel}} {self.expert_tensor_parallel} x {{expert_parallel}} "
                                f"{self.expert_parallel} x {{pipeline_parallel}} {pp} = {expert_grid} does not divide "
-                               f"{{devices}} {self.devices} (expert data parallel = devices / (ETP·EP·PP))")
+                               f"{{devices}} {self.devices} (expert data parallel = devices / (ETP·EP·PP)): {fix}")
         if self.fsdp and self.zero_stage != 3:
             raise BtacalcError(f"{{fsdp}} shards weights, gradients and optimizer state: it is ZeRO-3, not "
                                f"{{zero_stage}} {self.zero_stage}")
@@ -493,6 +497,30 @@ class Layout:
                                "groups of PP)")
 
 
+def _multiples_text(n: int, unit: int) -> str:
+    """The multiples of `unit` nearest `n`, to give instead of it: "96 or 112" (the one above below `unit`)."""
+    below, above = n // unit * unit, (n // unit + 1) * unit
+    return f"{below} or {above}" if below else f"the smallest: {above}"
+
+
+# a list of the sizes that divide is shown up to this many values (2048 devices: 12), else "a divisor of N"
+MAX_LISTED_DIVISORS = 16
+
+
+def _divisor_fix(factors: list[tuple[str, int]], total: int) -> str:
+    """What to give when the product of `factors` ((flag placeholder, value) pairs) does not divide `total`:
+    with one factor moved from 1, the values of it that divide (a necessary condition, not a recommendation:
+    the model's heads or experts may rule some out, and say so); else that the product must divide."""
+    moved = [name for name, v in factors if v != 1]
+    if len(moved) != 1:
+        return f"give sizes whose product divides {total}"
+    small = [d for d in range(1, math.isqrt(total) + 1) if total % d == 0]
+    options = sorted(set(small + [total // d for d in small]))
+    if len(options) > MAX_LISTED_DIVISORS:
+        return f"{{{moved[0]}}} must divide {total}"
+    return f"{{{moved[0]}}} must divide {total}: " + ", ".join(map(str, options[:-1])) + f" or {options[-1]}"
+
+
 def pipeline_reason(placement: Placement, num_layers: int) -> str:
     """Why btacalc picked this split when the user gave none (shown with the plan's defaults)."""
     chunks = placement.pp * placement.vp
@@ -574,7 +602,8 @@ class BatchLimits:
 
     def _check_divisible(self, n: int, data_parallel: int, ranks: str) -> None:
         if n % data_parallel:
-            raise BtacalcError(f"{{global_batch}} {n} does not divide over {ranks}")
+            raise BtacalcError(f"{{global_batch}} {n} does not divide over {ranks}: give a multiple of "
+                               f"{data_parallel} ({_multiples_text(n, data_parallel)})")
         per_rank = n // data_parallel
         what = f"{{global_batch}} {n}" + (f" over {data_parallel} data-parallel ranks ({per_rank} per rank)"
                                             if data_parallel > 1 else "")
@@ -1281,7 +1310,7 @@ def _resolve_batch(request: ExecutionRequest, layout: Layout, chosen: _Defaults,
         return replace(limits, global_batch=dp * m * mb, micro_batches=m, micro_batch=None)
     if n % (dp * mb):
         raise BtacalcError(f"{{global_batch}} {n} is not a multiple of DP {dp} x {{micro_batch}} {mb} (gradient "
-                           "accumulation M = N / (DP·micro batch))")
+                           f"accumulation M = N / (DP·micro batch)): give {_multiples_text(n, dp * mb)}")
     if m is not None and m != n // (dp * mb):
         raise BtacalcError(f"{{micro_batches}} {m} differs from {{global_batch}} {n} / (DP {dp} x {{micro_batch}} "
                            f"{mb}) = {n // (dp * mb)}")
