@@ -104,3 +104,46 @@ def test_what_would_divide_is_what_plans():
     many = 720720  # 240 divisors
     assert _divisor_fix([("expert_parallel", 7 * 11 * 13 * 17), ("pipeline_parallel", 1)], many) == \
         "{expert_parallel} must divide 720720" and MAX_LISTED_DIVISORS < 240
+
+
+def _plan(cli, *args):
+    import json
+
+    code, out, err = cli("plan", *args, "--json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_the_flops_table_says_what_it_counts(cli, monkeypatch):
+    """A GPU plan of M = 32 micro-batches under TP 2: the phase and FLOPs tables hold one micro-batch of one data-
+    parallel rank, one TP rank's share (the forward FLOPs are one sequence's, halved), and their titles said "per
+    step"; 6N per token over the step's tokens is M x DP x TP x (model total) of the table."""
+    monkeypatch.setenv("COLUMNS", "200")
+    args = ("--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16", "--tp", "2", "--ep", "8",
+            "--global-batch", "256", "--micro-batch", "1")
+    r = _plan(cli, *args)
+    m, dp, tp = r["plan"]["micro_batches"], r["parallelism"]["data_parallel"], r["parallelism"]["tensor_parallel"]
+    assert (m, dp, tp) == (32, 8, 2)
+    # the step's model FLOPs (MFU's numerator) are M x DP x TP of the table's model total, to the LM head's
+    # vocabulary padding (151,936 -> 152,064 rows, 128 x TP: the table counts the padded GEMM, MFU the model)
+    step_flops = r["throughput"]["mfu"] * r["throughput"]["step_time_s"] * 16 * r["hardware"]["peak_flops_per_s"]
+    padding = 6 * 128 * 2048 * 4096 / tp
+    assert step_flops == pytest.approx(m * dp * tp * (r["flops_per_step"]["total"] - padding), rel=1e-9)
+    code, out, _ = cli("plan", *args)
+    assert code == 0
+    assert "One decoder layer, per micro-batch (G=1, b=1)" in out and "FLOPs per micro-batch (matmul, 2mnk)" in out
+    assert "per step (G=" not in out and "FLOPs per step" not in out
+    flat = " ".join(out.split())
+    assert "G·b = 1 sequences of one data-parallel rank, M = 32 of them per step; one device's share under TP 2" in flat
+
+
+def test_a_step_of_one_micro_batch_is_still_per_step(cli, monkeypatch):
+    """The wafer's quick start (M = 1, no TP): the README's "One decoder layer, per step" stays true and no basis
+    note is added; a low-precision plan's cast column says per micro-batch in its caption."""
+    monkeypatch.setenv("COLUMNS", "200")
+    code, out, _ = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "wse3")
+    assert code == 0 and "One decoder layer, per step (G=14, b=13)" in out and "FLOPs per step" in out
+    assert "of one data-parallel rank" not in out
+    code, out, _ = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "b200", "--devices", "8", "--precision", "mxfp8")
+    flat = " ".join(out.split())
+    assert code == 0 and "cast: their quantise kernels (HBM-bound), per layer per micro-batch" in flat

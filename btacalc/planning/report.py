@@ -255,6 +255,10 @@ class PlanInfo(BaseModel):
 
 
 class FlopsPerStep(BaseModel):
+    """All layers, one micro-batch (G·b sequences) of one data-parallel rank, one device's share under tensor and
+    context parallelism: a step is plan.micro_batches of these on each data-parallel rank (the name predates
+    gradient accumulation; with M = 1 it is the step)."""
+
     forward: int
     backward: int
     total: int = Field(description="model FLOPs: forward + backward (Korthikanti's 72BLsh^2(...))")
@@ -292,7 +296,8 @@ class PhaseRow(BaseModel):
     transient_bytes: int
     bytes_moved: int
     arithmetic_intensity: float = Field(description="flops_forward / bytes_moved, FLOP/byte")
-    time_s: float = Field(0.0, description="modelled time of this phase per step (one layer for layer phases)")
+    time_s: float = Field(0.0, description="modelled time of this phase for one micro-batch (plan.micro_batches "
+                          "of them make a step; one layer for layer phases)")
     precision: str = Field("bf16", description="the dtype the phase's GEMMs run in (--precision for the linear "
                            "layers, 16-bit for the rest)")
     cast_time_s: float = Field(0.0, description="low precision: the phase's quantise/cast kernels on time_s's "
@@ -305,7 +310,8 @@ class LayerKindRows(BaseModel):
     name: str = Field(description="dense / moe, -sliding / -full, mtp; -bf16: the first/last layers kept out of the "
                       "low-precision recipe (inputs.bf16_layers)")
     count: int = Field(description="layers of this kind")
-    phases: list[PhaseRow] = Field(description="one layer of this kind, at the plan's G and b, per step")
+    phases: list[PhaseRow] = Field(description="one layer of this kind, at the plan's G and b, one micro-batch "
+                                   "(as flops_per_step)")
 
 
 class ErrorSummary(BaseModel):
@@ -485,7 +491,8 @@ class PlanReport(BaseModel):
     memory_stages: list[StageRow] = Field(default_factory=list, description="GPU: memory per device of every "
                                           "pipeline stage; memory_bytes holds the worst one's")
     flops_per_step: FlopsPerStep
-    phases: list[PhaseRow] = Field(description="one decoder layer, at the plan's G and b, per step (with several "
+    phases: list[PhaseRow] = Field(description="one decoder layer, at the plan's G and b, one micro-batch (as "
+                                   "flops_per_step; with several "
                                    "layer kinds: one layer of the most common kind)")
     layer_kinds: list[LayerKindRows] = Field(default_factory=list, description="models with more than one layer "
                                              "kind (dense/MoE, sliding/full attention, MTP): each kind's layers; "
