@@ -147,3 +147,57 @@ def test_a_step_of_one_micro_batch_is_still_per_step(cli, monkeypatch):
     code, out, _ = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "b200", "--devices", "8", "--precision", "mxfp8")
     flat = " ".join(out.split())
     assert code == 0 and "cast: their quantise kernels (HBM-bound), per layer per micro-batch" in flat
+
+
+@pytest.fixture(scope="module")
+def measured():
+    from btacalc.planning.measured import validate_measured
+
+    return validate_measured()
+
+
+def _rendered(renderable) -> str:
+    from rich.console import Console
+
+    console = Console(width=400, color_system=None)
+    with console.capture() as captured:
+        console.print(renderable)
+    return captured.get()
+
+
+def test_each_measured_run_says_its_verdict_and_band(measured):
+    """`validate`'s measured table gave predicted, measured and error per run, and the bands only in the summary
+    under it: a run at +188.5% read like any other. Each row now says its status, as the published points do,
+    from the same rule the gate applies; the title gives the per-run bands."""
+    from btacalc.output.validation_tables import measured_table
+    from btacalc.planning.measured import run_status
+
+    bands = measured.bands
+    text = _rendered(measured_table(measured))
+    assert "a check run's band: ±25% time, ±5% memory" in text
+    rows = {line.split("│")[1].strip(): line for line in text.splitlines() if line.startswith("│")}
+    statuses = {r.id: run_status(r, bands) for r in measured.runs}
+    for run in measured.runs:
+        line = rows[run.id]
+        assert f"│ {statuses[run.id]}".replace(" ", "") in line.replace(" ", ""), (run.id, line)
+        if run.role == "fit":
+            assert statuses[run.id] == "fit"
+        elif run.error is not None:
+            inside = abs(run.error) <= bands.per_run_abs_error
+            assert statuses[run.id].split("; ")[0] == {(True, False): "pass", (False, True): "KNOWN GAP"}[
+                (inside, bool(run.known_gap))]
+    assert measured.gate.ok and not any("FAIL" in s or "UNEXPECTED" in s for s in statuses.values())
+    assert statuses["qwen3-30b-a3b-h100-16-fp8-current-253"] == "KNOWN GAP"
+    assert statuses["qwen3-30b-a3b-h100-16-389"] == "pass; mem KNOWN GAP"
+
+
+def test_a_run_outside_its_band_reads_fail_as_the_gate_says(measured):
+    from btacalc.planning.measured import gate, run_status
+
+    bands, run = measured.bands, next(r for r in measured.runs if r.role == "check" and r.error is not None
+                                      and not r.known_gap and r.memory_error is None)
+    out = run.model_copy(update={"error": bands.per_run_abs_error * 1.5})
+    back = run.model_copy(update={"known_gap": "was"})
+    assert run_status(out, bands) == "FAIL" and run_status(back, bands) == "UNEXPECTED PASS"
+    failures = gate([out, back], [], bands).failures
+    assert [f.split(":")[0] for f in failures] == [run.id, run.id]
