@@ -201,3 +201,23 @@ def test_a_run_outside_its_band_reads_fail_as_the_gate_says(measured):
     assert run_status(out, bands) == "FAIL" and run_status(back, bands) == "UNEXPECTED PASS"
     failures = gate([out, back], [], bands).failures
     assert [f.split(":")[0] for f in failures] == [run.id, run.id]
+
+
+def test_the_schema_names_every_key_of_a_collective(cli):
+    """Issue 21's collectives are untyped objects in the report: the schema's description is all a script has, and
+    it named them in words ("bus bytes per call", "latency per call") but not by key."""
+    import dataclasses
+    import json
+
+    from btacalc.model.gpu.collectives import CollectiveRow
+
+    code, out, _ = cli("plan", "--schema")
+    assert code == 0
+    text = json.loads(out)["$defs"]["Throughput"]["properties"]["collectives"]["description"]
+    for field in dataclasses.fields(CollectiveRow):
+        assert field.name in text, field.name
+    row = _plan(cli, "--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16", "--tp", "4", "--ep", "4",
+                "--global-batch", "256", "--micro-batch", "1")["throughput"]["collectives"][0]
+    assert set(row) == {f.name for f in dataclasses.fields(CollectiveRow)}
+    # the TP ring's message: each rank sends 3/4 of the gathered s x h activation (4096 x 2048 x 2 bytes)
+    assert (row["name"], row["message_bytes"]) == ("tensor_parallel", 4096 * 2048 * 2 * 3 / 4)

@@ -373,9 +373,14 @@ class Throughput(BaseModel):
     communication_s: dict[str, float] = Field(default_factory=dict, description="multi-GPU: each collective's "
                                               "time per step before overlap")
     collectives: list[dict[str, Any]] = Field(default_factory=list, description="multi-GPU: each collective of "
-                                              "the critical stage per step: ranks, algorithm, link, calls, bus bytes "
-                                              "per call, efficiency at that size, latency per call, time; NCCL's "
-                                              "protocol and latency steps for ring / tree collectives")
+                                              "the critical stage per step, one object each: name, ranks, "
+                                              "algorithm, link (nvlink or network), calls (per step), message_bytes "
+                                              "(bus bytes of one call: what each rank sends, (n-1)/n of the "
+                                              "gathered or reduced tensor for a ring, the tokens leaving the rank "
+                                              "for the all-to-all), efficiency (achieved bus bandwidth over the "
+                                              "line rate at that size), latency_s (per call), time_s (per step); "
+                                              "protocol and steps: NCCL's protocol and latency steps for ring / "
+                                              "tree collectives")
     critical_stage: int = Field(0, description="GPU: the pipeline stage that sets the pace")
     routing_sensitivity: Optional[float] = Field(None, description="MoE with EP > 1: tokens/s at 1.25x the routing "
                                                  "imbalance over tokens/s as planned")
