@@ -43,6 +43,17 @@ def test_a_missing_plot_extra_is_refused_before_any_work(cli, tmp_path, monkeypa
     assert out == "" and list(tmp_path.iterdir()) == []
 
 
+
+def test_a_plot_path_fault_is_named_before_the_missing_extra(cli, tmp_path, monkeypatch):
+    """Without matplotlib, `compare --plot folder.png` (a folder of that name exists) names the folder, as it does
+    with the extra (test_bad_input's case, which failed on a fresh '.[test]' install when the extra's check came
+    first): the path's own fault, then the environment's."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "folder.png").mkdir()
+    _no_matplotlib(monkeypatch)
+    code, out, err = cli("compare", "--hw", "wse3", "--plot", "folder.png")
+    assert code == 2 and "is a folder" in err and "matplotlib" not in err, err
+
 # A newcomer's spellings: the Hugging Face repository's case, a device in capitals, a short or underscored
 # name. Each is one line naming the preset or profile meant, before the full list.
 @pytest.mark.parametrize("args,meant", [

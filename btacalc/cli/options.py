@@ -358,11 +358,16 @@ def outputs(output: Optional[str] = None, as_json: bool = False, csv_path: Optio
     from ..output.files import STDOUT, Outputs
 
     if plot_path is not None:
+        from ..output.plots import check_plot_path
+
+        check_plot_path(plot_path)
+    outs = Outputs({"--plot": plot_path, "--csv": csv_path, "--output": output, "--json": STDOUT if as_json else None},
+                   inputs=input_files(inputs or {}), labels={"--json": stdout_flag})
+    if plot_path is not None:
         from ..output.plots import pyplot
 
-        pyplot(plot_path)  # the file name, and a missing plot extra, are refused before any work
-    return Outputs({"--plot": plot_path, "--csv": csv_path, "--output": output, "--json": STDOUT if as_json else None},
-                   inputs=input_files(inputs or {}), labels={"--json": stdout_flag})
+        pyplot(plot_path)  # after the paths' own faults: a missing plot extra is refused before any work too
+    return outs
 
 
 def check_bounds(values: dict[str, Optional[int]]) -> None:
