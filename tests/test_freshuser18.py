@@ -94,6 +94,9 @@ def test_the_guess_is_a_known_name_for_every_case_of_every_name():
     (("--devices", "16", "--pp", "5"), ": --pp must divide 16: 1, 2, 4, 8 or 16"),
     (("--devices", "16", "--ep", "6"), ": --ep must divide 16: 1, 2, 4, 8 or 16"),
     (("--devices", "16", "--tp", "2", "--pp", "3"), ": give sizes whose product divides 16"),
+    # ETP took --tp's value unasked: the line names --etp 1
+    (("--devices", "16", "--tp", "2", "--ep", "16"), ": --etp 1 would divide (ETP is TP unless given, Megatron-Core's "
+                                                     "default; the MoE README recommends 1 for fine-grained experts)"),
     (("--devices", "16", "--global-batch", "100"), ": give a multiple of 16 (96 or 112)"),
     (("--devices", "16", "--global-batch", "8"), ": give a multiple of 16 (the smallest: 16)"),
     (("--devices", "16", "--global-batch", "256", "--micro-batch", "3"), "(DP·micro batch)): give 240 or 288"),

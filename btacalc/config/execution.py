@@ -370,6 +370,10 @@ class Layout:
         if self.devices % expert_grid:
             fix = _divisor_fix([("expert_tensor_parallel", self.expert_tensor_parallel),
                                 ("expert_parallel", self.expert_parallel), ("pipeline_parallel", pp)], self.devices)
+            if self.expert_tensor_parallel > 1 and self.devices % (self.expert_parallel * pp) == 0:
+                # `--tp 2 --ep 16` on 16 GPUs: the user never typed ETP, which took TP's value
+                fix = ("{expert_tensor_parallel} 1 would divide (ETP is TP unless given, Megatron-Core's default; "
+                       "the MoE README recommends 1 for fine-grained experts)")
             raise BtacalcError(f"{{expert_tensor_parallel}} {self.expert_tensor_parallel} x {{expert_parallel}} "
                                f"{self.expert_parallel} x {{pipeline_parallel}} {pp} = {expert_grid} does not divide "
                                f"{{devices}} {self.devices} (expert data parallel = devices / (ETP·EP·PP)): {fix}")
