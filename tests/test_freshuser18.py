@@ -235,3 +235,24 @@ def test_the_schema_names_every_key_of_a_collective(cli):
     assert set(row) == {f.name for f in dataclasses.fields(CollectiveRow)}
     # the TP ring's message: each rank sends 3/4 of the gathered s x h activation (4096 x 2048 x 2 bytes)
     assert (row["name"], row["message_bytes"]) == ("tensor_parallel", 4096 * 2048 * 2 * 3 / 4)
+
+
+def test_a_wafer_plan_says_what_it_offloads(cli, monkeypatch):
+    """The wafer's quick start: stored_activations read 6.99 GB, "kept for backward, all layers, G·b sequences",
+    where the layers' checkpoints alone are 48 x 2sbh x G·b = 146.6 GB (full recomputation, 182 sequences): the
+    rest, and the recomputed layer, go to the activation servers (model/wafer/offload.py), which neither the table
+    nor the JSON said. Now both do, and the three parts add up to what the phases store and recompute."""
+    monkeypatch.setenv("COLUMNS", "200")
+    r = _plan(cli, "--model", "qwen3-30b-a3b", "--hw", "wse3")
+    mem, off = r["memory_bytes"], r["wafer"]["offloaded_activation_bytes"]
+    layers = r["model"]["num_layers"]
+    stored = layers * sum(p["stored_activation_bytes"] for p in r["phases"]) + sum(
+        p["stored_activation_bytes"] for p in r["outside_layers"])
+    recomputed = sum(p["recompute_bytes"] for p in r["phases"])
+    gb = r["plan"]["tiles"] * r["plan"]["tile_batch"]
+    assert r["phases"][0]["stored_activation_bytes"] == 2 * 4096 * 2048 * gb  # the layer input, 2sbh at G·b
+    assert mem["stored_activations"] + mem["recompute_buffer"] + off == stored + recomputed
+    assert off > 30 * mem["stored_activations"]
+    code, out, _ = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "wse3")
+    flat = " ".join(out.split())
+    assert code == 0 and f"activations offloaded to the activation servers: {off / 1e9:.2f} GB per micro-batch" in flat

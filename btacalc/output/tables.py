@@ -295,6 +295,10 @@ def _memory_table(r: PlanReport) -> Table:
         state = off["weights"] + off["gradients"] + off["optimizer"]
         t.caption = (f"off-wafer (MemoryX): weights {gb(off['weights'])}, gradients {gb(off['gradients'])}, "
                      f"optimizer {gb(off['optimizer'])} = {gb(state)} of {off['capacity'] / 1e9:,.0f} GB")
+        if r.wafer is not None and r.wafer.offloaded_activation_bytes:
+            t.caption += (f"; activations offloaded to the activation servers: {gb(r.wafer.offloaded_activation_bytes)} "
+                          "per micro-batch, out in forward and back in backward (Cerebras R2.0+ dynamic memory "
+                          "offload, an estimate); stored_activations and recompute_buffer are the parts kept in SRAM")
     return t
 
 

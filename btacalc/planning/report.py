@@ -419,6 +419,12 @@ class WaferInfo(BaseModel):
     memoryx_capacity_bytes: int
     memoryx_state_bytes: int = Field(description="weights, gradients and optimizer state held in MemoryX")
     memoryx_fits: bool
+    offloaded_activation_bytes: int = Field(0, description="stored activations (checkpoints, then recomputed ones) "
+                                            "of one micro-batch held off the wafer on the activation servers "
+                                            "(Cerebras R2.0+ dynamic memory offload, btacalc's estimate: "
+                                            "model/wafer/offload.py), out in forward and back in backward; "
+                                            "memory_bytes.stored_activations and recompute_buffer are what stays "
+                                            "in SRAM")
     gradient_out_s: Optional[float] = Field(None, description="per step, before overlap with the last backward pass")
     optimizer_update_s: Optional[float] = Field(None, description="MemoryX's optimizer step, before overlap")
     step_boundary_s: Optional[float] = Field(None, description="what the step boundary adds after overlap")
