@@ -256,3 +256,22 @@ def test_a_wafer_plan_says_what_it_offloads(cli, monkeypatch):
     code, out, _ = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "wse3")
     flat = " ".join(out.split())
     assert code == 0 and f"activations offloaded to the activation servers: {off / 1e9:.2f} GB per micro-batch" in flat
+
+
+@pytest.mark.parametrize("given,preset", [("Qwen/Qwen3-30B-A3B", "qwen3-30b-a3b"),
+                                          ("meta-llama/Meta-Llama-3-8B", "llama-3-8b"),
+                                          ("mistralai/Mixtral-8x7B-v0.1", "mixtral-8x7b"),
+                                          ("someone/my-own-model", None)])
+def test_a_hugging_face_repository_id_says_what_to_give(cli, tmp_path, monkeypatch, given, preset):
+    """`--model Qwen/Qwen3-30B-A3B`, the name on the model card, read "model file ... not found"."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = cli("plan", "--model", given, "--hw", "h100")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert (f"model file '{given}' not found: a Hugging Face repository id? btacalc does not download: give the path "
+            "of its config.json") in err
+    assert (f", or the built-in {preset}\n" in err) if preset else err.endswith("config.json\n")
+    if preset is None:  # a path, not an id: the plain line
+        for path in ("./x/config.json", "a/b/c", "../x", "x/config.json"):
+            code, _, err = cli("plan", "--model", path)
+            assert code == 2 and err == f"btacalc: error: --model: model file '{path}' not found\n"
+
