@@ -98,11 +98,17 @@ def test_the_guess_is_a_known_name_for_every_case_of_every_name():
     (("--devices", "16", "--tp", "2", "--ep", "16"), ": --etp 1 would divide (ETP is TP unless given, Megatron-Core's "
                                                      "default; the MoE README recommends 1 for fine-grained experts)"),
     (("--devices", "16", "--global-batch", "100"), ": give a multiple of 16 (96 or 112)"),
+    (("--devices", "16", "--tp", "16"), "(each rank holds whole heads): --tp must divide 4: 1, 2 or 4"),
+    (("--devices", "64", "--experts", "96", "--ep", "64"), "the 96 experts: --ep must divide 96: 1, 2, 3, 4, 6, 8, 12, "
+                                                           "16, 24, 32, 48 or 96"),
+    (("--devices", "8", "--hw", "a100-80gb", "--precision", "fp8"), "(chip.peak_fp8_flops_per_s): train in bf16, or on "
+                                                                    "a profile that has it (btacalc hw list)"),
     (("--devices", "16", "--global-batch", "8"), ": give a multiple of 16 (the smallest: 16)"),
     (("--devices", "16", "--global-batch", "256", "--micro-batch", "3"), "(DP·micro batch)): give 240 or 288"),
 ])
 def test_a_size_that_does_not_divide_says_what_would(cli, args, fix):
-    code, out, err = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "h100", *args)
+    hw = () if "--hw" in args else ("--hw", "h100")
+    code, out, err = cli("plan", "--model", "qwen3-30b-a3b", *hw, *args)
     assert code == 2 and out == "" and err.count("\n") == 1
     assert err.rstrip("\n").endswith(fix), err
 

@@ -446,18 +446,23 @@ class Layout:
     def _validate_model(self, model: "ModelSpec", seq_len: int) -> None:
         tp, etp, ep = self.tensor_parallel, self.expert_tensor_parallel, self.expert_parallel
         if model.num_heads % tp or model.num_kv_heads % tp:
+            heads = math.gcd(model.num_heads, model.num_kv_heads)
             raise BtacalcError(f"{{tensor_parallel}} {tp} does not divide the {model.num_heads} query and "
-                               f"{model.num_kv_heads} key/value heads (each rank holds whole heads)")
+                               f"{model.num_kv_heads} key/value heads (each rank holds whole heads): "
+                               f"{_divisor_fix([('tensor_parallel', tp)], heads)}")
         if not model.is_moe and model.ffn_size % tp:
-            raise BtacalcError(f"{{tensor_parallel}} {tp} does not divide the MLP width {model.ffn_size}")
+            raise BtacalcError(f"{{tensor_parallel}} {tp} does not divide the MLP width {model.ffn_size}: "
+                               f"{_divisor_fix([('tensor_parallel', tp)], model.ffn_size)}")
         if model.is_moe:
             if tp > 1 and not self.sequence_parallel:
                 raise BtacalcError("{tensor_parallel} > 1 in MoE layers needs {sequence_parallel} (Megatron-Core "
                                    "moe_layer.py refuses MoE with tensor parallelism but without it)")
             if model.num_experts % ep:
-                raise BtacalcError(f"{{expert_parallel}} {ep} does not divide the {model.num_experts} experts")
+                raise BtacalcError(f"{{expert_parallel}} {ep} does not divide the {model.num_experts} experts: "
+                                   f"{_divisor_fix([('expert_parallel', ep)], model.num_experts)}")
             if model.ffn_size % etp:
-                raise BtacalcError(f"{{expert_tensor_parallel}} {etp} does not divide the expert width {model.ffn_size}")
+                raise BtacalcError(f"{{expert_tensor_parallel}} {etp} does not divide the expert width {model.ffn_size}: "
+                                   f"{_divisor_fix([('expert_tensor_parallel', etp)], model.ffn_size)}")
         elif ep > 1 or etp > 1:
             raise BtacalcError("{expert_parallel}/{expert_tensor_parallel} need an MoE model (the model is dense)")
         self._validate_scope_layers(model)
