@@ -281,3 +281,12 @@ def test_a_hugging_face_repository_id_says_what_to_give(cli, tmp_path, monkeypat
             code, _, err = cli("plan", "--model", path)
             assert code == 2 and err == f"btacalc: error: --model: model file '{path}' not found\n"
 
+
+
+@pytest.mark.parametrize("args,fix", [
+    (("--emit", "megatron"), "; --emit cerebras (or modelzoo) prints a wafer plan's Cerebras configuration"),
+    (("--search",), "; a wafer plan has no layout to search: the solver chooses its G and b"),
+])
+def test_a_gpu_only_option_on_a_wafer_says_what_the_wafer_has(cli, args, fix):
+    code, out, err = cli("plan", "--hw", "wse3", *args)
+    assert code == 2 and out == "" and err.endswith(f"is a wafer-scale profile{fix}\n"), err
