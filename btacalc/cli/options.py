@@ -350,7 +350,8 @@ def layout_fields(tp: Optional[int], sp: Optional[bool], pp: Optional[int], vp: 
 def outputs(output: Optional[str] = None, as_json: bool = False, csv_path: Optional[str] = None,
             plot_path: Optional[str] = None, inputs: Optional[dict[str, Optional[str]]] = None,
             stdout_flag: str = "--json") -> Any:
-    """The command's output targets, checked before any work starts (`btacalc.output.files`): none may
+    """The command's output targets, checked before any work starts (`btacalc.output.files`; a `--plot`
+    also needs matplotlib, the plot extra, then and not after the work): none may
     be one of `inputs` (flag -> the value given: a path, a folder holding config.json, or a comma list;
     preset and profile names that are not files are ignored); `stdout_flag` is the option that prints on standard
     output (plan's --emit and --schema print where --json does)."""
@@ -360,8 +361,13 @@ def outputs(output: Optional[str] = None, as_json: bool = False, csv_path: Optio
         from ..output.plots import check_plot_path
 
         check_plot_path(plot_path)
-    return Outputs({"--plot": plot_path, "--csv": csv_path, "--output": output, "--json": STDOUT if as_json else None},
+    outs = Outputs({"--plot": plot_path, "--csv": csv_path, "--output": output, "--json": STDOUT if as_json else None},
                    inputs=input_files(inputs or {}), labels={"--json": stdout_flag})
+    if plot_path is not None:
+        from ..output.plots import pyplot
+
+        pyplot(plot_path)  # after the paths' own faults: a missing plot extra is refused before any work too
+    return outs
 
 
 def check_bounds(values: dict[str, Optional[int]]) -> None:

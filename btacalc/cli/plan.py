@@ -384,7 +384,9 @@ def _check_emit(emit: Optional[str], search: bool, profile: Any, request: Any, s
     gpu = profile.family == "gpu"
     if (emit in ("megatron", "bridge") or search) and not gpu:
         what = f"{{emit}} {emit}" if emit in ("megatron", "bridge") else "{search}"
-        raise BtacalcError(f"{what} chooses and prints GPU layouts: {profile.name} is a wafer-scale profile")
+        hint = ("--emit cerebras (or modelzoo) prints a wafer plan's Cerebras configuration" if emit else
+                "a wafer plan has no layout to search: the solver chooses its G and b")
+        raise BtacalcError(f"{what} chooses and prints GPU layouts: {profile.name} is a wafer-scale profile; {hint}")
     if emit in ("cerebras", "modelzoo") and gpu:
         raise BtacalcError(f"{{emit}} {emit} prints a Cerebras Model Zoo configuration and needs a wafer-scale profile: "
                             f"{profile.name} is a GPU")

@@ -11,7 +11,6 @@ providers, which btacalc does not see). Only the first name below a section is c
 
 from __future__ import annotations
 
-import difflib
 import functools
 import sys
 
@@ -19,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import BtacalcError
 from ..paths import package_data
+from .text import nearest_name
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -26,8 +26,6 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 BRIDGE_FIELDS_FILE = "bridge_fields.toml"
-# difflib.get_close_matches' own default cutoff: a name at least 0.6 alike (2 x matches / total length)
-NEAR_CUTOFF = 0.6
 
 
 class BridgeSection(BaseModel):
@@ -64,8 +62,8 @@ def bridge_fields() -> BridgeFields:
 
 
 def _did_you_mean(name: str, names: frozenset[str] | list[str], prefix: str = "") -> str:
-    near = difflib.get_close_matches(name, sorted(names), n=1, cutoff=NEAR_CUTOFF)
-    return f": did you mean {prefix}{near[0]}?" if near else ""
+    near = nearest_name(name, names)
+    return f": did you mean {prefix}{near}?" if near else ""
 
 
 def check_bridge_key(key: str, source: str) -> None:

@@ -361,14 +361,22 @@ class Layout:
     def _validate_grids(self) -> None:
         tp, pp, cp = self.tensor_parallel, self.pipeline_parallel, self.context_parallel
         if self.devices % self.model_parallel:
+            fix = _divisor_fix([("tensor_parallel", tp), ("pipeline_parallel", pp), ("context_parallel", cp)],
+                               self.devices)
             raise BtacalcError(f"{{tensor_parallel}} {tp} x {{pipeline_parallel}} {pp} x {{context_parallel}} {cp} = "
                                f"{self.model_parallel} does not divide {{devices}} {self.devices} (data parallel = "
-                               "devices / (TP·PP·CP))")
+                               f"devices / (TP·PP·CP)): {fix}")
         expert_grid = self.expert_tensor_parallel * self.expert_parallel * pp
         if self.devices % expert_grid:
+            fix = _divisor_fix([("expert_tensor_parallel", self.expert_tensor_parallel),
+                                ("expert_parallel", self.expert_parallel), ("pipeline_parallel", pp)], self.devices)
+            if self.expert_tensor_parallel > 1 and self.devices % (self.expert_parallel * pp) == 0:
+                # `--tp 2 --ep 16` on 16 GPUs: the user never typed ETP, which took TP's value
+                fix = ("{expert_tensor_parallel} 1 would divide (ETP is TP unless given, Megatron-Core's default; "
+                       "the MoE README recommends 1 for fine-grained experts)")
             raise BtacalcError(f"{{expert_tensor_parallel}} {self.expert_tensor_parallel} x {{expert_parallel}} "
                                f"{self.expert_parallel} x {{pipeline_parallel}} {pp} = {expert_grid} does not divide "
-                               f"{{devices}} {self.devices} (expert data parallel = devices / (ETP·EP·PP))")
+                               f"{{devices}} {self.devices} (expert data parallel = devices / (ETP·EP·PP)): {fix}")
         if self.fsdp and self.zero_stage != 3:
             raise BtacalcError(f"{{fsdp}} shards weights, gradients and optimizer state: it is ZeRO-3, not "
                                f"{{zero_stage}} {self.zero_stage}")
@@ -438,18 +446,23 @@ class Layout:
     def _validate_model(self, model: "ModelSpec", seq_len: int) -> None:
         tp, etp, ep = self.tensor_parallel, self.expert_tensor_parallel, self.expert_parallel
         if model.num_heads % tp or model.num_kv_heads % tp:
+            heads = math.gcd(model.num_heads, model.num_kv_heads)
             raise BtacalcError(f"{{tensor_parallel}} {tp} does not divide the {model.num_heads} query and "
-                               f"{model.num_kv_heads} key/value heads (each rank holds whole heads)")
+                               f"{model.num_kv_heads} key/value heads (each rank holds whole heads): "
+                               f"{_divisor_fix([('tensor_parallel', tp)], heads)}")
         if not model.is_moe and model.ffn_size % tp:
-            raise BtacalcError(f"{{tensor_parallel}} {tp} does not divide the MLP width {model.ffn_size}")
+            raise BtacalcError(f"{{tensor_parallel}} {tp} does not divide the MLP width {model.ffn_size}: "
+                               f"{_divisor_fix([('tensor_parallel', tp)], model.ffn_size)}")
         if model.is_moe:
             if tp > 1 and not self.sequence_parallel:
                 raise BtacalcError("{tensor_parallel} > 1 in MoE layers needs {sequence_parallel} (Megatron-Core "
                                    "moe_layer.py refuses MoE with tensor parallelism but without it)")
             if model.num_experts % ep:
-                raise BtacalcError(f"{{expert_parallel}} {ep} does not divide the {model.num_experts} experts")
+                raise BtacalcError(f"{{expert_parallel}} {ep} does not divide the {model.num_experts} experts: "
+                                   f"{_divisor_fix([('expert_parallel', ep)], model.num_experts)}")
             if model.ffn_size % etp:
-                raise BtacalcError(f"{{expert_tensor_parallel}} {etp} does not divide the expert width {model.ffn_size}")
+                raise BtacalcError(f"{{expert_tensor_parallel}} {etp} does not divide the expert width {model.ffn_size}: "
+                                   f"{_divisor_fix([('expert_tensor_parallel', etp)], model.ffn_size)}")
         elif ep > 1 or etp > 1:
             raise BtacalcError("{expert_parallel}/{expert_tensor_parallel} need an MoE model (the model is dense)")
         self._validate_scope_layers(model)
@@ -491,6 +504,30 @@ class Layout:
             raise BtacalcError(f"{{micro_batches}} {self.micro_batches}: the interleaved schedule needs a multiple of "
                                f"{{pipeline_parallel}} {pp} micro-batches (Megatron-Core schedules.py: microbatch "
                                "groups of PP)")
+
+
+def _multiples_text(n: int, unit: int) -> str:
+    """The multiples of `unit` nearest `n`, to give instead of it: "96 or 112" (the one above below `unit`)."""
+    below, above = n // unit * unit, (n // unit + 1) * unit
+    return f"{below} or {above}" if below else f"the smallest: {above}"
+
+
+# a list of the sizes that divide is shown up to this many values (2048 devices: 12), else "a divisor of N"
+MAX_LISTED_DIVISORS = 16
+
+
+def _divisor_fix(factors: list[tuple[str, int]], total: int) -> str:
+    """What to give when the product of `factors` ((flag placeholder, value) pairs) does not divide `total`:
+    with one factor moved from 1, the values of it that divide (a necessary condition, not a recommendation:
+    the model's heads or experts may rule some out, and say so); else that the product must divide."""
+    moved = [name for name, v in factors if v != 1]
+    if len(moved) != 1:
+        return f"give sizes whose product divides {total}"
+    small = [d for d in range(1, math.isqrt(total) + 1) if total % d == 0]
+    options = sorted(set(small + [total // d for d in small]))
+    if len(options) > MAX_LISTED_DIVISORS:
+        return f"{{{moved[0]}}} must divide {total}"
+    return f"{{{moved[0]}}} must divide {total}: " + ", ".join(map(str, options[:-1])) + f" or {options[-1]}"
 
 
 def pipeline_reason(placement: Placement, num_layers: int) -> str:
@@ -574,7 +611,8 @@ class BatchLimits:
 
     def _check_divisible(self, n: int, data_parallel: int, ranks: str) -> None:
         if n % data_parallel:
-            raise BtacalcError(f"{{global_batch}} {n} does not divide over {ranks}")
+            raise BtacalcError(f"{{global_batch}} {n} does not divide over {ranks}: give a multiple of "
+                               f"{data_parallel} ({_multiples_text(n, data_parallel)})")
         per_rank = n // data_parallel
         what = f"{{global_batch}} {n}" + (f" over {data_parallel} data-parallel ranks ({per_rank} per rank)"
                                             if data_parallel > 1 else "")
@@ -1281,7 +1319,7 @@ def _resolve_batch(request: ExecutionRequest, layout: Layout, chosen: _Defaults,
         return replace(limits, global_batch=dp * m * mb, micro_batches=m, micro_batch=None)
     if n % (dp * mb):
         raise BtacalcError(f"{{global_batch}} {n} is not a multiple of DP {dp} x {{micro_batch}} {mb} (gradient "
-                           "accumulation M = N / (DP·micro batch))")
+                           f"accumulation M = N / (DP·micro batch)): give {_multiples_text(n, dp * mb)}")
     if m is not None and m != n // (dp * mb):
         raise BtacalcError(f"{{micro_batches}} {m} differs from {{global_batch}} {n} / (DP {dp} x {{micro_batch}} "
                            f"{mb}) = {n // (dp * mb)}")

@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from ..errors import BtacalcError, DataError
 from ..paths import data_dir, profile_names, read_input
 from ..vocabulary import parse_recompute
-from .text import Name, input_kind
+from .text import Name, input_kind, nearest_name
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -743,5 +743,7 @@ def resolve_hardware(name_or_path: str) -> HardwareProfile:
         return parse_profile(text, origin=str(path))
     if path.suffix or "/" in name_or_path:
         raise BtacalcError(f"{{hardware}}: hardware profile file {name_or_path!r} not found")
-    raise BtacalcError(f"{{hardware}}: unknown hardware {name_or_path!r} (built-in: {', '.join(profiles)}; "
+    near = nearest_name(name_or_path, profiles)
+    hint = f": did you mean {near}?" if near else ""
+    raise BtacalcError(f"{{hardware}}: unknown hardware {name_or_path!r}{hint} (built-in: {', '.join(profiles)}; "
                        "or give a profile .toml path)")

@@ -198,7 +198,8 @@ def check_precision(name: str, profile: "HardwareProfile", param_gather: bool, r
     peak = {"fp8": chip.peak_fp8_flops_per_s, "fp4": chip.peak_fp4_flops_per_s}.get(r.gemm_peak)
     if r.low and peak is None:
         raise BtacalcError(f"{{precision}} {name} runs its GEMMs at the {r.gemm_peak.upper()} peak, which "
-                           f"{profile.name} does not have (chip.peak_{r.gemm_peak}_flops_per_s)")
+                           f"{profile.name} does not have (chip.peak_{r.gemm_peak}_flops_per_s): train in bf16, "
+                           "or on a profile that has it (btacalc hw list)")
     cc = chip.capability
     if r.low and cc < r.min_compute_capability:
         raise BtacalcError(f"{{precision}} {name} needs compute capability {r.min_compute_capability:g} or later; "

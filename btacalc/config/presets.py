@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Optional
@@ -10,7 +11,7 @@ from ..errors import BtacalcError
 from ..paths import preset_names, presets_dir
 from .hf import load_hf_config
 from .model import ModelSpec, validate_model
-from .text import name_text
+from .text import name_text, nearest_name
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -21,8 +22,25 @@ else:  # pragma: no cover
 def load_preset(name: str) -> ModelSpec:
     path = presets_dir() / f"{name}.toml"
     if not path.is_file():
-        raise BtacalcError(f"{{model}}: unknown model {name!r} (built-in: {', '.join(preset_names())}; or give a config.json path)")
+        near = nearest_name(name, preset_names())
+        hint = f": did you mean {near}?" if near else ""
+        raise BtacalcError(f"{{model}}: unknown model {name!r}{hint} (built-in: {', '.join(preset_names())}; "
+                           "or give a config.json path)")
     return validate_model(tomllib.loads(path.read_text(encoding="utf-8")), origin=f"preset {name}")
+
+
+# a Hugging Face repository id: one owner, one name (`Qwen/Qwen3-30B-A3B`), neither a path's `.` or `..`
+_REPOSITORY = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
+
+
+def _repository_hint(given: str) -> str:
+    """What to do when `--model` looks like a Hugging Face repository id that is no file here: btacalc reads
+    files, never the network, so the config.json's path, or the built-in preset the id's name is nearest."""
+    if not _REPOSITORY.fullmatch(given) or given.endswith(".json"):
+        return ""
+    near = nearest_name(given.split("/")[1], preset_names())
+    preset = f", or the built-in {near}" if near else ""
+    return f": a Hugging Face repository id? btacalc does not download: give the path of its config.json{preset}"
 
 
 def resolve_model(name_or_path: str, name: Optional[str] = None) -> ModelSpec:
@@ -47,6 +65,6 @@ def resolve_model(name_or_path: str, name: Optional[str] = None) -> ModelSpec:
         if path.exists():  # a FIFO, a device, a socket: never read (it could block or never end)
             raise BtacalcError(f"{{model}}: {str(path)!r} is not a regular file (a model is a config.json)")
         if path.suffix == ".json" or "/" in name_or_path:
-            raise BtacalcError(f"{{model}}: model file {name_or_path!r} not found")
+            raise BtacalcError(f"{{model}}: model file {name_or_path!r} not found{_repository_hint(name_or_path)}")
         spec = load_preset(name_or_path)
     return spec if name is None else spec.model_copy(update={"name": name})

@@ -3,9 +3,10 @@ so no renderer (terminal, JSON, CSV) ever sees a control character or a lone sur
 
 from __future__ import annotations
 
+import difflib
 import re
 import unicodedata
-from typing import Annotated, Any
+from typing import Annotated, Any, Iterable, Optional
 
 from pydantic import AfterValidator
 
@@ -89,3 +90,25 @@ def input_kind(text: str) -> str:
     if "hidden_size" in raw and "num_layers" in raw:
         return "a model in btacalc's preset form"
     return ""
+
+
+# difflib.get_close_matches' own default cutoff: a name at least 0.6 alike (2 x matches / total length)
+NEAR_CUTOFF = 0.6
+
+
+def _folded(name: str) -> str:
+    return name.casefold().replace("_", "-")
+
+
+def nearest_name(name: str, names: Iterable[str]) -> Optional[str]:
+    """The known name `name` most likely meant, or None: first one equal to it but for case and `_` for `-`
+    (`H100`, `Qwen3-30B-A3B`: a Hugging Face repository's spelling), else difflib's closest at least
+    NEAR_CUTOFF alike, compared the same way (`qwen3-30b` -> qwen3-30b-a3b)."""
+    known = sorted(names)
+    folded: dict[str, str] = {}
+    for known_name in known:
+        folded.setdefault(_folded(known_name), known_name)
+    if _folded(name) in folded:
+        return folded[_folded(name)]
+    near = difflib.get_close_matches(_folded(name), sorted(folded), n=1, cutoff=NEAR_CUTOFF)
+    return folded[near[0]] if near else None

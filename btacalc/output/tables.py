@@ -48,12 +48,13 @@ def plan_renderable(r: PlanReport) -> Group:
         parts.append(_stages_table(r))
     if r.parallelism.devices > 1 and r.state_sharding:
         parts.append(_sharding_table(r))
+    per = f"per {_basis(r)}"
     if r.layer_kinds:
         parts += [_phase_table(k.phases, r, f"One {k.name} layer ({k.count} of {sum(x.count for x in r.layer_kinds)}), "
-                               "per step") for k in r.layer_kinds]
+                               f"{per}") for k in r.layer_kinds]
     else:
-        parts.append(_phase_table(r.phases, r, "One decoder layer, per step"))
-    parts += [_phase_table(r.outside_layers, r, "Outside the layers, per step"), _flops_table(r)]
+        parts.append(_phase_table(r.phases, r, f"One decoder layer, {per}"))
+    parts += [_phase_table(r.outside_layers, r, f"Outside the layers, {per}"), _flops_table(r)]
     if r.throughput is not None:
         parts.append(_throughput_table(r))
         if r.throughput.expected_error is not None:
@@ -294,6 +295,10 @@ def _memory_table(r: PlanReport) -> Table:
         state = off["weights"] + off["gradients"] + off["optimizer"]
         t.caption = (f"off-wafer (MemoryX): weights {gb(off['weights'])}, gradients {gb(off['gradients'])}, "
                      f"optimizer {gb(off['optimizer'])} = {gb(state)} of {off['capacity'] / 1e9:,.0f} GB")
+        if r.wafer is not None and r.wafer.offloaded_activation_bytes:
+            t.caption += (f"; activations offloaded to the activation servers: {gb(r.wafer.offloaded_activation_bytes)} "
+                          "per micro-batch, out in forward and back in backward (Cerebras R2.0+ dynamic memory "
+                          "offload, an estimate); stored_activations and recompute_buffer are the parts kept in SRAM")
     return t
 
 
@@ -338,6 +343,24 @@ def _kept_out(rows: Iterable[PhaseRow], r: PlanReport) -> bool:
                                                                           for p in rows)
 
 
+def _basis(r: PlanReport) -> str:
+    """What the phase and FLOPs tables count: one micro-batch (G·b sequences of one data-parallel rank, one
+    tensor/context-parallel rank's share); that is the step only when the step runs one micro-batch."""
+    return "step" if r.plan.micro_batches == 1 else "micro-batch"
+
+
+def _basis_text(r: PlanReport) -> str:
+    """The phase and FLOPs tables' basis in words, when it is not simply the step of one device."""
+    par, parts = r.parallelism, []
+    if r.plan.micro_batches > 1:
+        parts.append(f"per micro-batch: G·b = {r.plan.global_batch} sequences of one data-parallel rank, "
+                     f"M = {r.plan.micro_batches} of them per step")
+    shards = [f"{name} {n}" for name, n in (("TP", par.tensor_parallel), ("CP", par.context_parallel)) if n > 1]
+    if shards:
+        parts.append(f"one device's share under {' x '.join(shards)}")
+    return "; ".join(parts)
+
+
 def _phase_table(rows: Iterable[PhaseRow], r: PlanReport, title: str) -> Table:
     rows = list(rows)
     t = Table(title=f"{title} (G={r.plan.tiles}, b={r.plan.tile_batch})", title_justify="left")
@@ -347,7 +370,7 @@ def _phase_table(rows: Iterable[PhaseRow], r: PlanReport, title: str) -> Table:
     low = r.inputs.te_recipe != ""  # a low-precision recipe: each phase's dtype and its cast kernels
     if low:
         t.add_column("precision")
-        t.add_column("cast / step", justify="right")
+        t.add_column("cast", justify="right")
     for p in rows:
         cells = [p.name, "b" if p.batch == "tile" else "G·b", si(p.flops_forward, "FLOP") if p.flops_forward else "-",
                  si(p.flops_backward, "FLOP") if p.flops_backward else "-", si(p.stored_activation_bytes, "B"),
@@ -361,13 +384,13 @@ def _phase_table(rows: Iterable[PhaseRow], r: PlanReport, title: str) -> Table:
                      f"{', '.join(map(str, r.inputs.bf16_layers))}): every GEMM in 16 bits, no casts")
     elif low:
         t.caption = (f"{r.inputs.precision} ({r.inputs.te_recipe}): the linear layers' GEMMs at the low-precision peak; "
-                     "cast / step: their quantise kernels (HBM-bound), per layer per step, inside the phase's time")
+                     f"cast: their quantise kernels (HBM-bound), per layer per {_basis(r)}, inside the phase's time")
     return t
 
 
 def _flops_table(r: PlanReport) -> Table:
     f = r.flops_per_step
-    t = Table(title="FLOPs per step (matmul, 2mnk)", title_justify="left")
+    t = Table(title=f"FLOPs per {_basis(r)} (matmul, 2mnk)", title_justify="left")
     t.add_column("forward", justify="right")
     t.add_column("backward", justify="right")
     t.add_column("model total", justify="right")
@@ -377,7 +400,8 @@ def _flops_table(r: PlanReport) -> Table:
     t.add_row(*(si(x, "FLOP") for x in (f.forward, f.backward, f.total, f.recompute, f.hardware_total, f.elementwise)))
     t.caption = ("model total = forward + backward; recompute: forward work the backward pass runs again (--recompute"
                  + ("; with flash attention also the kernel's S = QK^T, recomputed whatever --recompute says"
-                    if r.inputs.attention == "flash" else "") + "); hardware total = model total + recompute")
+                    if r.inputs.attention == "flash" else "") + "); hardware total = model total + recompute"
+                 + (f"; all layers, {_basis_text(r)}" if _basis_text(r) else ""))
     return t
 
 

@@ -9,17 +9,21 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..planning.crossval import CrossValidation
-from ..planning.measured import MeasuredReport, RunResult
+from ..planning.measured import MeasuredReport, RunResult, run_status
 from ..planning.precision_pairs import PairReport
 from ..planning.validate import PointResult
 from .fit import Fit, fit
+
+
+# a verdict's colour: the published points' status, and each part of a measured run's
+STATUS_STYLE = {"pass": "green", "KNOWN GAP": "yellow", "FAIL": "bold red", "UNEXPECTED PASS": "bold red"}
 
 
 def points_table(results: list[PointResult]) -> Group:
     t = Table(title="Published points vs btacalc", title_justify="left")
     for c in ("point", "published", "model", "deviation", "tolerance", "status"):
         t.add_column(c, justify="left" if c in ("point", "status") else "right")
-    style = {"pass": "green", "KNOWN GAP": "yellow", "FAIL": "bold red", "UNEXPECTED PASS": "bold red"}
+    style = STATUS_STYLE
     notes = []
     for r in results:
         fmt = (lambda v: f"{v:,.4g}") if abs(r.published) < 1e3 else (lambda v: f"{v:,.0f}")
@@ -46,11 +50,14 @@ def _memory_pair(r: RunResult) -> tuple[str, str]:
 
 
 def measured_table(report: MeasuredReport) -> Group:
-    t = Table(title="Measured training runs vs btacalc (tokens/s per device; peak memory per device, GiB = 2^30 B)",
+    b = report.bands
+    t = Table(title="Measured training runs vs btacalc (tokens/s per device; peak memory per device, GiB = 2^30 B; "
+              f"a check run's band: ±{b.per_run_abs_error:.0%} time, ±{b.memory_per_run_abs_error:.0%} memory)",
               title_justify="left")
-    for c in ("run", "role", "family", "predicted", "measured", "error", "mem pred", "mem meas", "mem error", "note"):
-        t.add_column(c, justify="left" if c in ("run", "role", "family", "note") else "right",
-                     overflow="fold" if c == "note" else "ellipsis")
+    for c in ("run", "role", "family", "predicted", "measured", "error", "mem pred", "mem meas", "mem error", "status",
+              "note"):
+        t.add_column(c, justify="left" if c in ("run", "role", "family", "status", "note") else "right",
+                     overflow="fold" if c in ("note", "status") else "ellipsis")
     for r in report.runs:
         pred, meas = r.predicted.tokens_per_s_per_device, r.measured.tokens_per_s_per_device
         note = r.reason if not r.expressible else (f"known gap: {r.known_gap}" if r.known_gap else "")
@@ -65,8 +72,7 @@ def measured_table(report: MeasuredReport) -> Group:
                                          "Cerebras states since (cerebras_releases.toml)") if x)
         mem_pred, mem_meas = _memory_pair(r)
         t.add_row(escape(r.id), r.role, r.family, "-" if pred is None else f"{pred:,.0f}", "-" if meas is None else f"{meas:,.0f}",
-                  _pct(r.error), mem_pred, mem_meas, _pct(r.memory_error), escape(note))
-    b = report.bands
+                  _pct(r.error), mem_pred, mem_meas, _pct(r.memory_error), _status_text(run_status(r, b)), escape(note))
     s = Table(title=f"Summary per role and device family (bands: ±{b.per_run_abs_error:.0%} per check run, "
               f"±{b.family_mean_abs_error:.0%} family mean; memory ±{b.memory_per_run_abs_error:.0%} per check run, "
               f"±{b.memory_family_mean_abs_error:.0%} family mean)", title_justify="left")
@@ -79,6 +85,16 @@ def measured_table(report: MeasuredReport) -> Group:
     verdict = ("[green]within the documented bands[/]" if report.gate.ok else
                "[bold red]outside the bands:[/] " + escape("; ".join(report.gate.failures)))
     return Group(fit(t), fit(s), software_year_table(report), pairs_table(report.pairs), verdict)
+
+
+def _status_text(status: str) -> str:
+    """A measured run's status with each verdict in its colour ("pass; mem KNOWN GAP")."""
+    parts = []
+    for part in status.split("; "):
+        verdict = part.removeprefix("mem ")
+        style = STATUS_STYLE.get(verdict)
+        parts.append(f"[{style}]{part}[/]" if style else part)
+    return "; ".join(parts)
 
 
 def software_year_table(report: MeasuredReport) -> Fit:

@@ -940,6 +940,27 @@ class GateVerdict(BaseModel):
     failures: list[str]
 
 
+def _verdict(inside: bool, gap: bool) -> str:
+    """One check's verdict, in the words of the published points' status: inside its band or not, marked a
+    known gap or not (a known gap inside its band is an unexpected pass: its note must go)."""
+    return {(True, False): "pass", (False, True): "KNOWN GAP", (False, False): "FAIL",
+            (True, True): "UNEXPECTED PASS"}[(inside, gap)]
+
+
+def run_status(r: RunResult, bands: Bands) -> str:
+    """A run's verdict under the per-run bands, as `gate` judges it: "fit" for a fit run (it sets the factors,
+    nothing gates it), "-" where nothing was predicted, else the time's verdict (`_verdict`) and, for a run that
+    measured memory, the memory's after it ("pass; mem KNOWN GAP")."""
+    if r.role != "check":
+        return "fit"
+    parts = []
+    if r.error is not None:
+        parts.append(_verdict(abs(r.error) <= bands.per_run_abs_error, bool(r.known_gap)))
+    if r.memory_error is not None:
+        parts.append("mem " + _verdict(abs(r.memory_error) <= bands.memory_per_run_abs_error, bool(r.memory_known_gap)))
+    return "; ".join(parts) or "-"
+
+
 def gate(results: list[RunResult], summaries: list[FamilySummary], bands: Bands) -> GateVerdict:
     """Check runs outside the per-run band fail unless they are known gaps; a known gap that passes
     fails too (its note must go); a family whose check-run mean leaves its band fails."""
@@ -947,10 +968,10 @@ def gate(results: list[RunResult], summaries: list[FamilySummary], bands: Bands)
     for r in results:
         if r.role != "check" or r.error is None:
             continue
-        inside = abs(r.error) <= bands.per_run_abs_error
-        if not inside and not r.known_gap:
+        verdict = _verdict(abs(r.error) <= bands.per_run_abs_error, bool(r.known_gap))
+        if verdict == "FAIL":
             failures.append(f"{r.id}: error {r.error:+.1%} outside ±{bands.per_run_abs_error:.0%}")
-        if inside and r.known_gap:
+        if verdict == "UNEXPECTED PASS":
             failures.append(f"{r.id}: marked a known gap but now within ±{bands.per_run_abs_error:.0%}")
     gaps = {r.id for r in results if r.known_gap}
     for s in summaries:
@@ -978,10 +999,10 @@ def memory_gate(results: list[RunResult], bands: Bands) -> list[str]:
     checks = [r for r in results if r.role == "check" and r.memory_error is not None]
     band = bands.memory_per_run_abs_error
     for r in checks:
-        inside = abs(r.memory_error) <= band  # type: ignore[arg-type]  # filtered above
-        if not inside and not r.memory_known_gap:
+        verdict = _verdict(abs(r.memory_error) <= band, bool(r.memory_known_gap))  # type: ignore[arg-type]  # filtered above
+        if verdict == "FAIL":
             failures.append(f"{r.id}: memory error {r.memory_error:+.1%} outside ±{band:.0%}")
-        if inside and r.memory_known_gap:
+        if verdict == "UNEXPECTED PASS":
             failures.append(f"{r.id}: marked a memory known gap but now within ±{band:.0%}")
     checks = [r for r in checks if not r.memory_known_gap]
     for family in sorted({r.family for r in checks}):

@@ -255,6 +255,10 @@ class PlanInfo(BaseModel):
 
 
 class FlopsPerStep(BaseModel):
+    """All layers, one micro-batch (G·b sequences) of one data-parallel rank, one device's share under tensor and
+    context parallelism: a step is plan.micro_batches of these on each data-parallel rank (the name predates
+    gradient accumulation; with M = 1 it is the step)."""
+
     forward: int
     backward: int
     total: int = Field(description="model FLOPs: forward + backward (Korthikanti's 72BLsh^2(...))")
@@ -292,7 +296,8 @@ class PhaseRow(BaseModel):
     transient_bytes: int
     bytes_moved: int
     arithmetic_intensity: float = Field(description="flops_forward / bytes_moved, FLOP/byte")
-    time_s: float = Field(0.0, description="modelled time of this phase per step (one layer for layer phases)")
+    time_s: float = Field(0.0, description="modelled time of this phase for one micro-batch (plan.micro_batches "
+                          "of them make a step; one layer for layer phases)")
     precision: str = Field("bf16", description="the dtype the phase's GEMMs run in (--precision for the linear "
                            "layers, 16-bit for the rest)")
     cast_time_s: float = Field(0.0, description="low precision: the phase's quantise/cast kernels on time_s's "
@@ -305,7 +310,8 @@ class LayerKindRows(BaseModel):
     name: str = Field(description="dense / moe, -sliding / -full, mtp; -bf16: the first/last layers kept out of the "
                       "low-precision recipe (inputs.bf16_layers)")
     count: int = Field(description="layers of this kind")
-    phases: list[PhaseRow] = Field(description="one layer of this kind, at the plan's G and b, per step")
+    phases: list[PhaseRow] = Field(description="one layer of this kind, at the plan's G and b, one micro-batch "
+                                   "(as flops_per_step)")
 
 
 class ErrorSummary(BaseModel):
@@ -367,9 +373,14 @@ class Throughput(BaseModel):
     communication_s: dict[str, float] = Field(default_factory=dict, description="multi-GPU: each collective's "
                                               "time per step before overlap")
     collectives: list[dict[str, Any]] = Field(default_factory=list, description="multi-GPU: each collective of "
-                                              "the critical stage per step: ranks, algorithm, link, calls, bus bytes "
-                                              "per call, efficiency at that size, latency per call, time; NCCL's "
-                                              "protocol and latency steps for ring / tree collectives")
+                                              "the critical stage per step, one object each: name, ranks, "
+                                              "algorithm, link (nvlink or network), calls (per step), message_bytes "
+                                              "(bus bytes of one call: what each rank sends, (n-1)/n of the "
+                                              "gathered or reduced tensor for a ring, the tokens leaving the rank "
+                                              "for the all-to-all), efficiency (achieved bus bandwidth over the "
+                                              "line rate at that size), latency_s (per call), time_s (per step); "
+                                              "protocol and steps: NCCL's protocol and latency steps for ring / "
+                                              "tree collectives")
     critical_stage: int = Field(0, description="GPU: the pipeline stage that sets the pace")
     routing_sensitivity: Optional[float] = Field(None, description="MoE with EP > 1: tokens/s at 1.25x the routing "
                                                  "imbalance over tokens/s as planned")
@@ -408,6 +419,12 @@ class WaferInfo(BaseModel):
     memoryx_capacity_bytes: int
     memoryx_state_bytes: int = Field(description="weights, gradients and optimizer state held in MemoryX")
     memoryx_fits: bool
+    offloaded_activation_bytes: int = Field(0, description="stored activations (checkpoints, then recomputed ones) "
+                                            "of one micro-batch held off the wafer on the activation servers "
+                                            "(Cerebras R2.0+ dynamic memory offload, btacalc's estimate: "
+                                            "model/wafer/offload.py), out in forward and back in backward; "
+                                            "memory_bytes.stored_activations and recompute_buffer are what stays "
+                                            "in SRAM")
     gradient_out_s: Optional[float] = Field(None, description="per step, before overlap with the last backward pass")
     optimizer_update_s: Optional[float] = Field(None, description="MemoryX's optimizer step, before overlap")
     step_boundary_s: Optional[float] = Field(None, description="what the step boundary adds after overlap")
@@ -485,7 +502,8 @@ class PlanReport(BaseModel):
     memory_stages: list[StageRow] = Field(default_factory=list, description="GPU: memory per device of every "
                                           "pipeline stage; memory_bytes holds the worst one's")
     flops_per_step: FlopsPerStep
-    phases: list[PhaseRow] = Field(description="one decoder layer, at the plan's G and b, per step (with several "
+    phases: list[PhaseRow] = Field(description="one decoder layer, at the plan's G and b, one micro-batch (as "
+                                   "flops_per_step; with several "
                                    "layer kinds: one layer of the most common kind)")
     layer_kinds: list[LayerKindRows] = Field(default_factory=list, description="models with more than one layer "
                                              "kind (dense/MoE, sliding/full attention, MTP): each kind's layers; "

@@ -109,7 +109,7 @@ def wafer_info(problem: Problem, mem: MemoryModel, sol: Solution, best: Optional
         stream_bandwidth_bytes_per_s=stream_bandwidth(hw), stream_limited_by=stream_limit(hw),
         swarmx_levels=levels(problem), swarmx_latency_s=tree_latency_s(hw, lay.devices),
         memoryx_capacity_bytes=int(hw.memory.offchip_memory_bytes.value), memoryx_state_bytes=int(state),
-        memoryx_fits=mem.offchip_fits,
+        memoryx_fits=mem.offchip_fits, offloaded_activation_bytes=int(mem.activation_split(ev).offloaded),
         gradient_out_s=_opt(comm.get("gradient_out")), optimizer_update_s=_opt(comm.get("optimizer_update")),
         step_boundary_s=_opt(best.phase_time_s.get("step_boundary")) if best is not None else None,
         tile_overhead_s=float(tiles_overhead_s(problem, ev, 1, per_tile)),
