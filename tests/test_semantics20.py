@@ -195,3 +195,41 @@ def test_a_softmax_routers_overrides_clear_a_recipes_grouping(cli):
     assert (keys["model.moe_router_num_groups"], keys["model.moe_router_group_topk"],
             keys["model.moe_router_topk_scaling_factor"], keys["model.moe_router_enable_expert_bias"]) == (
         "null", "null", "null", "False")
+
+
+# --- 5. the attention backend below sm90 ----------------------------------------------------------------------------
+
+def _te_backend(capability: float, backend: str, deterministic: bool = False, sinks: bool = False):
+    """The backend TransformerEngine @ d0067d0 runs a training step's vanilla / learnable softmax with, under
+    Megatron's --attention-backend (language_module.py L128-144 @ d98e8a64 set NVTE_FLASH_ATTN / NVTE_FUSED_ATTN):
+    FlashAttention has no learnable softmax (utils.py L1122-1124); FusedAttention's F16 backend is off under determinism
+    below sm90 (L1555-1567) and for a sink softmax (L1536-1544); with both, FusedAttention only from sm90 (L1647-1653)."""
+    flash = backend in ("flash", "auto") and not sinks
+    fused = backend in ("fused", "auto") and not (deterministic and (capability < 9.0 or sinks))
+    if flash and fused and capability >= 9.0:
+        flash = False
+    return "FlashAttention" if flash else "FusedAttention" if fused else None
+
+
+def _backend(launch: str) -> str:
+    return str(read_launch(launch).args.get("attention_backend", "auto"))
+
+
+def test_the_launch_runs_the_kernel_megatrons_default_would(cli, tmp_path):
+    """btacalc's default kernel is the one Megatron's default (auto) runs: below sm90 its rate is the A100 profile's
+    large-GEMM rate fitted on runs with auto (FlashAttention-2), from sm90 cuDNN's benchmarked FusedAttention. The A100
+    launch said fused (cuDNN), and with --deterministic-mode it left TransformerEngine no backend."""
+    from btacalc.config.hardware import resolve_hardware
+    for hw, capability in (("a100-80gb", 8.0), ("h100", 9.0), ("b200", 10.0)):
+        assert resolve_hardware(hw).chip.capability == capability
+        launch = _emit(cli, f"--model llama-3-8b --hw {hw} --devices 8")
+        assert _te_backend(capability, _backend(launch)) == _te_backend(capability, "auto"), hw
+        # --deterministic-mode (read from a launch, emitted again): a backend is left on every device
+        path = tmp_path / "d.sh"
+        path.write_text(launch.replace("    --bf16", "    --bf16 \\\n    --deterministic-mode"))
+        code, out, err = cli("plan", "--hw", hw, "--from-megatron", str(path), "--emit", "megatron")
+        assert code in (0, 1), err
+        assert "--deterministic-mode" in out and _te_backend(capability, _backend(out), deterministic=True), hw
+    # GPT-OSS's learnable softmax has no FlashAttention (utils.py L1122-1124): fused stays on the A100 (auto's pick)
+    launch = _emit(cli, "--model gpt-oss-20b --hw a100-80gb --devices 8 --ep 8")
+    assert _te_backend(8.0, _backend(launch), sinks=True) == _te_backend(8.0, "auto", sinks=True) == "FusedAttention"

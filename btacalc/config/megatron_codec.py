@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from ..errors import BtacalcError
 from ..vocabulary import SELECTIVE_MODULES
+from .attention_kernels import DEFAULT_ATTENTION_KERNEL
 from .bridge_fields import bridge_fields
 from .cuda_graphs import GRAPH_IMPL
 from .pipeline import parse_layout
@@ -672,17 +673,29 @@ def _dec_cuda_graphs(get: Get) -> Fields:
 # (Megatron-LM @ d98e8a64 language_module.py L133-136) and so ran the flash-attn package where btacalc timed cuDNN,
 # and found no backend at all for a learnable softmax (GPT-OSS's sinks: TransformerEngine @ d0067d0
 # attention/dot_product_attention/utils.py L1114-1124 disables FlashAttention for it). Megatron's default `auto`
-# would pick cuDNN too on Hopper and later (utils.py L1647-1653), not on Ampere: fused is stated.
+# would pick cuDNN too on Hopper and later (utils.py L1647-1653); on Ampere FlashAttention-2 (below).
 FLASH_BACKEND_KERNELS = frozenset({"flash-attn-2"})
+# semantics20: below compute capability 9.0 (A100) btacalc's default kernel is FlashAttention-2, not cuDNN:
+# attention_kernels.toml gives `default` no sm80 rate, so the core runs at the A100 profile's large-GEMM rate, fitted on
+# A100 runs that ran FlashAttention (Megatron-LM's A100 CI runs at the default --attention-backend auto, which on sm80
+# takes FlashAttention-2: TE @ d0067d0 utils.py L1647-1653 prefer FusedAttention only from sm90; the profile's
+# attention note), and it is the only fused backend TE keeps under --deterministic-mode there (utils.py L1555-1567
+# turn FusedAttention's F16 backend off for training below sm90): `fused` left a deterministic A100 launch no backend.
+# A learnable softmax (GPT-OSS's sinks) has no FlashAttention (utils.py L1122-1124): fused, as before.
+FLASH_BELOW_CAPABILITY = 9.0
 
 
 def _enc_attention(f: Fields) -> Args:
     """Fused attention as --attention-backend fused (cuDNN, TransformerEngine's FusedAttention: btacalc's default
-    kernel, and the only one TE runs FP8 attention on, TE @ d0067d0 common/recipe/__init__.py L222-227), or flash
-    where the plan is timed at the flash-attn package's kernel (FLASH_BACKEND_KERNELS)."""
+    kernel from sm90, and the only one TE runs FP8 attention on, TE @ d0067d0 common/recipe/__init__.py L222-227), or
+    flash where the plan is timed at the flash-attn package's kernel (FLASH_BACKEND_KERNELS; the default kernel below
+    FLASH_BELOW_CAPABILITY)."""
     if f["run.attention"] != "flash":
         return {"attention_backend": "unfused"}
-    flash = f.get("run.attention_kernel") in FLASH_BACKEND_KERNELS and not f.get("run.fp8_attention")
+    kernel, cc = f.get("run.attention_kernel"), f.get("run.compute_capability")
+    ampere = (kernel == DEFAULT_ATTENTION_KERNEL and cc is not None and 0 < cc < FLASH_BELOW_CAPABILITY
+              and not f.get("model.attention_sinks"))
+    flash = (kernel in FLASH_BACKEND_KERNELS or ampere) and not f.get("run.fp8_attention")
     return {"attention_backend": "flash" if flash else "fused"}
 
 

@@ -55,6 +55,7 @@ def run_fields(r: PlanReport, spec: ModelSpec) -> dict[str, Any]:
         "batch.global_batch": par.data_parallel * par.micro_batches * r.plan.global_batch,
         "run.seq_len": r.inputs.seq_len, "run.recompute": r.inputs.recompute, "run.attention": r.inputs.attention,
         "run.gradient_bytes": r.inputs.gradient_bytes, "run.loss": r.inputs.loss,
+        "run.compute_capability": r.hardware.compute_capability,
     }
     for key in ("grad_reduce", "param_gather", "tp_comm", "all_to_all", "p2p"):
         fields[f"overlap.{key}"] = bool(par.overlaps.get(key))

@@ -42,6 +42,8 @@ class HardwareInfo(BaseModel):
     devices_per_host: Optional[int] = Field(None, description="GPU: devices one host holds where fewer than one "
                                             "NVLink domain (a GB200 tray of 4 in an NVL72 rack); None: one host "
                                             "per domain")
+    # semantics20: which attention backend the launch states (megatron_codec._enc_attention); not in the report's JSON
+    compute_capability: Optional[float] = Field(None, exclude=True)
 
 
 class ParallelInfo(BaseModel):
