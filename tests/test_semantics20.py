@@ -233,3 +233,19 @@ def test_the_launch_runs_the_kernel_megatrons_default_would(cli, tmp_path):
     # GPT-OSS's learnable softmax has no FlashAttention (utils.py L1122-1124): fused stays on the A100 (auto's pick)
     launch = _emit(cli, "--model gpt-oss-20b --hw a100-80gb --devices 8 --ep 8")
     assert _te_backend(8.0, _backend(launch), sinks=True) == _te_backend(8.0, "auto", sinks=True) == "FusedAttention"
+
+
+# --- 4. encoder presets are no pretrain_gpt.py run ------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["megatron", "bridge"])
+@pytest.mark.parametrize("model", ["bert-large", "esm2-35m", "dit-2b"])
+def test_an_encoder_is_not_emitted_as_a_causal_decoder(cli, tmp_path, kind, model):
+    """Megatron-LM @ d98e8a64 pretrain_gpt.py builds GPT layers with AttnMaskType.causal (gpt_layer_specs.py L120,
+    L143); BERT, ESM-2 (masked-language models) and DiT attend in both directions (their sources, the presets' notes).
+    Refused in one line, nothing written."""
+    assert load_preset(model).encoder
+    out = tmp_path / "launch.txt"
+    code, stdout, err = cli("plan", "--model", model, "--hw", "h100", "--devices", "8", "--emit", kind, "-o", str(out))
+    assert code == 2 and stdout == "" and not out.exists()
+    assert len(err.strip().splitlines()) == 1 and "bidirectional encoder" in err and "causal" in err
+

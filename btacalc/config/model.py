@@ -163,6 +163,8 @@ class ModelSpec(BaseModel):
                                "False: 16-bit (Megatron fused softmax, Korthikanti's count)")
     max_position_embeddings: Optional[int] = Field(None, gt=0)
     yarn: Optional[YarnScaling] = Field(None, description="YaRN scaling of the rotary embedding (GPT-OSS)")
+    encoder: bool = Field(False, description="a bidirectional encoder (BERT, ESM-2, DiT): every position attends to "
+                          "every other; not a causal decoder")
     # attention variants
     mla: Optional[MultiHeadLatentAttention] = None
     sliding_window: int = Field(0, ge=0, description="w: keys a sliding-window layer attends to; 0: no window")

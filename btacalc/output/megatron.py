@@ -24,6 +24,7 @@ from ..config.megatron_run import LOSS_COMMENTS
 from ..config.megatron_rules import describe, violations
 from ..config.model import ModelSpec
 from ..config.precision import recipe
+from ..errors import BtacalcError
 from ..planning.report import PlanReport
 
 # What `--emit megatron` cannot say in Megatron's flags (the model features Megatron-Core has no flag for).
@@ -68,8 +69,23 @@ def run_fields(r: PlanReport, spec: ModelSpec) -> dict[str, Any]:
     return fields
 
 
+# semantics20: an encoder preset (BERT-large, ESM-2, DiT) was emitted as pretrain_gpt.py, whose layers Megatron-Core
+# builds with a causal mask (gpt_layer_specs.py L120, L143, L299, L322 @ d98e8a64: AttnMaskType.causal), as Megatron-
+# Bridge's GPT providers do. Megatron-LM's BERT is an example at that pin (pretrain_bert.py moved to
+# examples/bert/pretrain_bert.py by 547fb1713e): a pre-LayerNorm BertModel (bert_layer_specs.py L60-76, the norms fused
+# into linear_qkv / linear_fc1) with a padding mask and its masked-LM data, not BERT-large's post-LayerNorm layers,
+# ESM-2's rotary protein model or DiT. Refused rather than written as another model.
+def check_decoder(spec: ModelSpec) -> None:
+    if spec.encoder:
+        raise BtacalcError(f"{spec.name} is a bidirectional encoder: --emit megatron / bridge writes a GPT model "
+                           "(pretrain_gpt.py, Bridge's GPTModelProvider), a causal decoder (Megatron-LM @ d98e8a64 "
+                           "gpt_layer_specs.py AttnMaskType.causal); Megatron's BERT example "
+                           "(examples/bert/pretrain_bert.py) builds another model")
+
+
 def megatron_run(r: PlanReport, spec: ModelSpec) -> tuple[dict[str, Any], dict[str, str], list[str]]:
     """Megatron destinations, the environment they need and the notes of a plan."""
+    check_decoder(spec)
     fields = run_fields(r, spec)
     args = encode(fields)
     env = {**_environment(args), **nccl_ub_environment(args, r.parallelism.nvls)}
