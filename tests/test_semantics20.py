@@ -249,3 +249,29 @@ def test_an_encoder_is_not_emitted_as_a_causal_decoder(cli, tmp_path, kind, mode
     assert code == 2 and stdout == "" and not out.exists()
     assert len(err.strip().splitlines()) == 1 and "bidirectional encoder" in err and "causal" in err
 
+
+
+# --- 3. a learned position table shorter than the sequence ----------------------------------------------------------
+
+def test_a_short_learned_table_is_planned_as_the_launch_builds_it(cli, tmp_path):
+    """Megatron-LM asserts --max-position-embeddings >= --seq-length (arguments.py L1353-1356 @ d98e8a64), so the
+    launch raises GPT-2's 1024 positions to the sequence, and its learned table is torch.nn.Embedding(
+    max_position_embeddings, h) (gpt_builders.py L90, language_model_embedding.py L71-73): s x h weights. The plan
+    counted the model's 1024 rows (124.44M) where the launch builds 4096 (126.80M read back)."""
+    hf = _hf("gpt2-small")
+    rows, h, seq = hf["n_positions"], hf["n_embd"], 4096
+    code, out, err = cli("models", "show", "gpt2-small", "--json")
+    assert code == 0, err
+    model = json.loads(out)["params_total"]  # the model's own count (its published 124M) is unchanged
+    assert model == 124_439_808
+    given = ("--model", "gpt2-small", "--hw", "h100", "--devices", "8", "--seq", str(seq))
+    code, out, err = cli("plan", *given, "--json")
+    planned = json.loads(out)["model"]["params_total"]
+    assert planned == model + (seq - rows) * h
+    path = tmp_path / "g.sh"
+    path.write_text(_emit(cli, " ".join(given)))
+    code, out, err = cli("plan", "--hw", "h100", "--from-megatron", str(path), "--json")
+    assert code in (0, 1), err
+    assert json.loads(out)["model"]["params_total"] == planned
+    code, out, err = cli("plan", *given)
+    assert "learned position table grown from the model's 1,024 rows to 4,096" in " ".join(out.split())

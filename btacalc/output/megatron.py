@@ -125,7 +125,11 @@ def _notes(r: PlanReport, spec: ModelSpec, args: dict[str, Any]) -> list[str]:
     # review13: --te-version was planned and dropped from the launch without a word; no Megatron-LM or Bridge
     # argument sets TransformerEngine's release (the container's): since hostile16 `option_lines` names it, in a
     # comment the readers take back
-    if (spec.max_position_embeddings or 0) < r.inputs.seq_len:
+    if r.inputs.model_positions:
+        notes.append(f"--max-position-embeddings raised to --seq-length {r.inputs.seq_len} (arguments.py:1354): the "
+                     f"learned position table has {r.inputs.seq_len:,} rows, not the model's "
+                     f"{r.inputs.model_positions:,}, as the plan counts it")
+    elif (spec.max_position_embeddings or 0) < r.inputs.seq_len:
         notes.append(f"--max-position-embeddings raised to --seq-length {r.inputs.seq_len} (arguments.py:1354)")
     if args.get("overlap_moe_expert_parallel_comm") and args.get("tensor_model_parallel_size", 1) > 1:
         notes.append("Megatron warns that the EP all-to-all overlap wants CUDA_DEVICE_MAX_CONNECTIONS > 1 while TP wants "

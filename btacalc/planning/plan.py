@@ -24,6 +24,7 @@ from ..config.tp_overlap import ub_overlaps
 from ..model.gpu.sm_share import dp_ctas
 from ..model.gpu.tp_overlap import userbuffers_timed
 from ..model.memory import MemoryModel
+from ..model.params import position_rows
 from ..model.problem import Evaluation, Problem
 from ..model.solver import PointLimits, Search, Solution, search, solve_density
 from ..model.timing import StepTime, compute_efficiency, step_time
@@ -148,7 +149,14 @@ def _inputs(problem: Problem) -> Inputs:
         cpu_offload_layers=run.cpu_offload_layers, moment_bytes=run.moment_bytes, routing_weights=run.routing_weights,
         bf16_layers_at_start=run.bf16_layers_at_start, bf16_layers_at_end=run.bf16_layers_at_end,
         bf16_layers=sorted(problem.model.bf16_layer_positions(run.bf16_ends)),
+        model_positions=_short_table(problem.model, run.seq_len),
     )
+
+
+def _short_table(model: ModelSpec, seq_len: int) -> int:
+    """The rows of a learned position table shorter than the sequence (params.position_rows grows it), else 0."""
+    rows = model.max_position_embeddings or 0
+    return rows if position_rows(model, seq_len) > rows > 0 else 0
 
 
 def _parallel_info(problem: Problem) -> ParallelInfo:
