@@ -121,6 +121,18 @@ def test_a_yarn_launch_reads_back_with_megatrons_defaults():
     assert import_megatron(LAUNCH + "--position-embedding-type yarn\n", "y.sh").model.yarn is None
 
 
+def test_mla_yarn_flags_stay_listed_as_not_planned(cli):
+    """Under MLA Megatron-Core's rope is MLATransformerConfig's (rope_type yarn by default, argument_utils.py
+    L335-337), which reads --rotary-scaling-factor / --mscale / --mscale-all-dim (the DeepSeek CI proxy's
+    model_config.yaml L101-103) with --position-embedding-type rope: btacalc does not read them there, so the launch's
+    flags are listed, not dropped."""
+    launch = _emit(cli, "--model deepseek-proxy-megatron-ci --hw h100 --devices 8 --ep 8").replace(
+        "    --qk-layernorm \\\n", "    --qk-layernorm \\\n    --rotary-scaling-factor 40 --mscale 1.0 --mscale-all-dim 1.0 \\\n")
+    assert "--rotary-scaling-factor 40" in launch
+    listed = " ".join(flag for flag, _ in import_megatron(launch, "p.sh").ignored)
+    assert all(flag in listed for flag in ("--rotary-scaling-factor", "--mscale", "--mscale-all-dim"))
+
+
 def test_an_unmodelled_rope_scaling_in_a_gpt_oss_config_is_refused(tmp_path):
     raw = _hf("gpt-oss-120b")
     raw["rope_scaling"] = {"rope_type": "linear", "factor": 4.0}

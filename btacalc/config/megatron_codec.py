@@ -435,11 +435,11 @@ def _enc_rope(f: Fields) -> Args:
 
 def _dec_rope(get: Get) -> Fields:
     kind = str(get("position_embedding_type"))
-    given = {dest: get(dest) for dest in _YARN_DESTS}  # read: Megatron reads them only for yarn
-    if kind in ("rope", "learned_absolute"):
+    if kind in ("rope", "learned_absolute"):  # the YaRN flags left unread: listed (MLA's rope reads some of them)
         return {"model.position_embedding": "rope" if kind == "rope" else "learned", "model.yarn": None}
     if kind != "yarn":
         raise BtacalcError(f"Megatron position_embedding_type {kind!r}: btacalc models rope, yarn, learned_absolute")
+    given = {dest: get(dest) for dest in _YARN_DESTS}
     factor = real(given["rotary_scaling_factor"] if given["rotary_scaling_factor"] is not None else 1.0,
                   "rotary_scaling_factor")
     if factor <= 1:  # YaRN without extension: inv_freq_inter = inv_freq_extra, concentration 1: RoPE
