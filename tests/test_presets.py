@@ -136,7 +136,8 @@ def test_every_preset_plans_on_wse3(cli, name):
     code, out, err = cli("plan", "--model", name, "--hw", "wse3", "--json")
     assert code in (0, 1), err
     report = json.loads(out)
-    assert report["model"]["name"] == name
+    # semantics20: a learned table shorter than the default sequence is named grown, "gpt2-small (learned positions ...)"
+    assert report["model"]["name"].split(" (learned positions ")[0] == name
     assert report["plan"]["fits"] == (code == 0)
     if code == 1:
         assert report["suggestions"]

@@ -70,6 +70,12 @@ def position_rows(model: ModelSpec, seq_len: int) -> int:
     return max(rows, seq_len) if model.position_embedding == "learned" else rows
 
 
+def short_table(model: ModelSpec, seq_len: int) -> int:
+    """The rows of a learned position table shorter than the sequence (`position_rows` grows it), else 0."""
+    rows = model.max_position_embeddings or 0
+    return rows if position_rows(model, seq_len) > rows > 0 else 0
+
+
 @functools.lru_cache(maxsize=256)
 def _param_counts(model: ModelSpec, kinds: tuple[tuple[LayerKind, CompiledSelection], ...], seq: int) -> ParamCounts:
     shape = {"s": seq, "b": 1, "G": 1, "beta": 2, "beta_s": 2, "P": 0, "t": 1, "t_e": 1, "c": 1, "M_sram": 1, "x_s": 0}

@@ -24,7 +24,7 @@ from ..config.tp_overlap import ub_overlaps
 from ..model.gpu.sm_share import dp_ctas
 from ..model.gpu.tp_overlap import userbuffers_timed
 from ..model.memory import MemoryModel
-from ..model.params import position_rows
+from ..model.params import short_table
 from ..model.problem import Evaluation, Problem
 from ..model.solver import PointLimits, Search, Solution, search, solve_density
 from ..model.timing import StepTime, compute_efficiency, step_time
@@ -108,8 +108,11 @@ def device_memory(hw: HardwareProfile, tensors: int) -> Optional[DeviceMemory]:
 
 def _model_info(problem: Problem, mem: MemoryModel) -> ModelInfo:
     model, pc = problem.model, mem.params
+    # semantics20: a learned table the run grows to the sequence, as its launch builds it, named like an override
+    rows = short_table(model, int(problem.run.seq_len))
+    name = f"{model.name} (learned positions {rows:,} -> {problem.run.seq_len:,})" if rows else model.name
     return ModelInfo(
-        name=model.name, source=model.source, params_total=pc.total, params_active=pc.active,
+        name=name, source=model.source, params_total=pc.total, params_active=pc.active,
         params_non_embedding=pc.non_embedding, params_per_layer=pc.per_layer,
         hidden_size=model.hidden_size, num_layers=model.num_layers, num_heads=model.num_heads,
         num_kv_heads=model.num_kv_heads, head_dim=model.head_dim, vocab_size=model.vocab_size,
@@ -125,7 +128,6 @@ def _hardware_info(problem: Problem) -> HardwareInfo:
         peak_flops_per_s=hw.chip.peak_flops_per_s.value,
         offchip_bandwidth_bytes_per_s=hw.memory.offchip_bandwidth_bytes_per_s.value,
         devices_per_host=hw.system.host_devices,
-        compute_capability=hw.chip.capability if hw.family == "gpu" else None,
     )
 
 
@@ -149,14 +151,8 @@ def _inputs(problem: Problem) -> Inputs:
         cpu_offload_layers=run.cpu_offload_layers, moment_bytes=run.moment_bytes, routing_weights=run.routing_weights,
         bf16_layers_at_start=run.bf16_layers_at_start, bf16_layers_at_end=run.bf16_layers_at_end,
         bf16_layers=sorted(problem.model.bf16_layer_positions(run.bf16_ends)),
-        model_positions=_short_table(problem.model, run.seq_len),
     )
 
-
-def _short_table(model: ModelSpec, seq_len: int) -> int:
-    """The rows of a learned position table shorter than the sequence (params.position_rows grows it), else 0."""
-    rows = model.max_position_embeddings or 0
-    return rows if position_rows(model, seq_len) > rows > 0 else 0
 
 
 def _parallel_info(problem: Problem) -> ParallelInfo:

@@ -42,8 +42,6 @@ class HardwareInfo(BaseModel):
     devices_per_host: Optional[int] = Field(None, description="GPU: devices one host holds where fewer than one "
                                             "NVLink domain (a GB200 tray of 4 in an NVL72 rack); None: one host "
                                             "per domain")
-    # semantics20: which attention backend the launch states (megatron_codec._enc_attention); not in the report's JSON
-    compute_capability: Optional[float] = Field(None, exclude=True)
 
 
 class ParallelInfo(BaseModel):
@@ -176,9 +174,6 @@ class Inputs(BaseModel):
     objective: str = Field("density", description="what the solver maximised: throughput (tokens/s) or density "
                            "(the largest G*b that fits)")
     defaults: dict[str, str] = Field(default_factory=dict, description="inputs left at their default, and why")
-    # semantics20: a learned position table shorter than seq_len (its rows), which the plan grows to seq_len (not in
-    # the report's JSON: params_* count the grown table)
-    model_positions: int = Field(0, exclude=True)
 
     def run_options(self) -> list[tuple[str, str]]:
         """The run options set away from their defaults that change the numbers, as (what it does, the flag that
@@ -211,9 +206,6 @@ class Inputs(BaseModel):
             out.append((f"decoder layers {_layer_ranges(self.bf16_layers)} in BF16, outside {self.precision}", flags))
         if self.moment_bytes == 2:
             out.append(("bf16 Adam moments", "--optimizer-moments bf16"))
-        if self.model_positions:
-            out.append((f"the learned position table grown from the model's {self.model_positions:,} rows to "
-                        f"{self.seq_len:,}, as Megatron-LM needs and the launch builds it", f"--seq {self.seq_len}"))
         return out
 
 
