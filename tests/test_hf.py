@@ -12,12 +12,12 @@ from btacalc.config.hardware import resolve_hardware
 from btacalc.config.hf import MAX_DEPTH, json_depth, load_hf_config
 from btacalc.config.presets import load_preset, resolve_model
 from btacalc.errors import BtacalcError
-from btacalc.model.params import param_counts
+from btacalc.model.params import model_param_counts
 from btacalc.model.problem import make_problem
 
 
 def counts(spec):
-    return param_counts(make_problem(spec, resolve_hardware("wse3"), RunOptions()))
+    return model_param_counts(make_problem(spec, resolve_hardware("wse3"), RunOptions()))
 
 
 @pytest.mark.parametrize("config, preset", [

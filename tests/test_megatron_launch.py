@@ -282,7 +282,12 @@ BROKEN = {
     "a2a-moe-module": ({"overlap_moe_expert_parallel_comm": True, "recompute_granularity": "selective",
                         "recompute_modules": ["moe"]}, {}),
     "a2a-16-bit": ({"overlap_moe_expert_parallel_comm": True, "bf16": False}, {}),
-    "a2a-mtp": ({"overlap_moe_expert_parallel_comm": True, "mtp_num_layers": 2}, {}),
+    "a2a-mtp": ({"overlap_moe_expert_parallel_comm": True, "mtp_num_layers": 2, "position_embedding_type": "rope"}, {}),
+    # semantics20: arguments.py L881-885 (MTP with rope or none only; Megatron's default is learned_absolute, and
+    # GPT-OSS's yarn is refused as well), transformer_config.py L2677-2689 (group-limited routing)
+    "mtp-positions": ({"mtp_num_layers": 1, "position_embedding_type": "yarn"}, {}),
+    "router-groups": ({"moe_router_group_topk": 4}, {}),
+    "router-groups-split": ({"moe_router_group_topk": 4, "moe_router_num_groups": 3}, {}),
     # distributed_data_parallel_config.py L275-277: --ddp-num-buckets with --ddp-bucket-size
     "ddp-buckets": ({"ddp_num_buckets": 4, "ddp_bucket_size": 40_000_000}, {}),
     "deterministic-options": ({"deterministic_mode": True, "cross_entropy_loss_fusion": True}, {}),

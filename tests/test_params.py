@@ -7,7 +7,7 @@ import math
 import pytest
 
 from btacalc.config.hardware import resolve_hardware
-from btacalc.model.params import param_counts
+from btacalc.model.params import model_param_counts
 from btacalc.config.hf import load_hf_config
 from btacalc.config.presets import load_preset, resolve_model
 from btacalc.config.execution import RunOptions
@@ -15,7 +15,7 @@ from btacalc.model.problem import make_problem
 
 
 def counts(spec):
-    return param_counts(make_problem(spec, resolve_hardware("wse3"), RunOptions()))
+    return model_param_counts(make_problem(spec, resolve_hardware("wse3"), RunOptions()))
 
 
 def rel(x, ref):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from btacalc.config.presets import load_preset
+
 
 @pytest.mark.parametrize("dtype", [np.int64, np.int32, np.uint64, np.uint32, np.uint16])
 def test_the_memoised_group_walk_gives_each_groups_scalar_answer_for_any_integer_dtype(dtype):
@@ -40,8 +42,8 @@ def test_emit_bridge_states_the_router_over_a_recipes_provider(cli, model, score
     assert (given["model.moe_router_score_function"], given["model.moe_router_pre_softmax"]) == (score, pre)
     assert given["model.moe_shared_expert_gate"] == "False"
     # review19: the aux-loss-free routing bias is off for a softmax router (Megatron refuses it there,
-    # transformer_config.py L2617-2625) and a sigmoid router keeps the recipe's (DeepSeek-V3's recipe turns it on)
-    assert given.get("model.moe_router_enable_expert_bias") == (None if score == "sigmoid" else "False")
+    # transformer_config.py L2617-2625); semantics20: a sigmoid router states the model's (DeepSeek-V3's noaux_tc: on)
+    assert given.get("model.moe_router_enable_expert_bias") == str(load_preset(model).router_score_bias)
     args, _ = from_bridge(read_overrides("\n".join(f"{k}={v}" for k, v in given.items()), "overrides"))
     read = _dec_router(args.get)
     assert read["model.router"] == score and read["model.router_renormalize"] is (pre == "False")

@@ -9,7 +9,7 @@ import pytest
 from btacalc.config.execution import RunOptions
 from btacalc.config.hardware import resolve_hardware
 from btacalc.config.presets import load_preset
-from btacalc.model.params import param_counts, published_checks
+from btacalc.model.params import model_param_counts, published_checks
 from btacalc.model.problem import make_problem
 
 RUN_PRESETS = ("mpt-1b", "mpt-3b", "mpt-7b", "mpt-13b", "mpt-30b", "mpt-70b", "nemotron4-15b", "nemotron4-340b",
@@ -18,13 +18,13 @@ RUN_PRESETS = ("mpt-1b", "mpt-3b", "mpt-7b", "mpt-13b", "mpt-30b", "mpt-70b", "n
 
 def _total(name: str) -> int:
     spec = load_preset(name)
-    return param_counts(make_problem(spec, resolve_hardware("h100"), RunOptions())).total
+    return model_param_counts(make_problem(spec, resolve_hardware("h100"), RunOptions())).total
 
 
 @pytest.mark.parametrize("name", RUN_PRESETS)
 def test_published_counts_hold(name):
     spec = load_preset(name)
-    checks = published_checks(spec, param_counts(make_problem(spec, resolve_hardware("h100"), RunOptions())))
+    checks = published_checks(spec, model_param_counts(make_problem(spec, resolve_hardware("h100"), RunOptions())))
     assert checks and all(c.matches for c in checks), checks
 
 

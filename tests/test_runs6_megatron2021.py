@@ -13,7 +13,7 @@ import pytest
 from btacalc.config.execution import RunOptions
 from btacalc.config.hardware import resolve_hardware
 from btacalc.config.presets import load_preset
-from btacalc.model.params import param_counts, published_checks
+from btacalc.model.params import model_param_counts, published_checks
 from btacalc.model.problem import make_problem
 
 RUNS = Path(__file__).resolve().parents[1] / "btacalc" / "data" / "measured_runs.json"
@@ -39,7 +39,7 @@ def test_preset_count_is_the_tables_size(size, heads, h, layers):
     assert round(eq2 / 1e8) / 10 == float(size)
     spec = load_preset(f"gpt-{size}b")
     assert (spec.hidden_size, spec.num_heads, spec.num_layers, spec.vocab_size) == (h, heads, layers, V)
-    counts = param_counts(make_problem(spec, resolve_hardware("a100-80gb"), RunOptions()))
+    counts = model_param_counts(make_problem(spec, resolve_hardware("a100-80gb"), RunOptions()))
     assert counts.total == eq2 + 2 * h
     checks = published_checks(spec, counts)
     assert checks and all(c.matches for c in checks), checks

@@ -211,7 +211,8 @@ SMALL_OSS = dict(name="gpt-oss-small", hidden_size=48, num_layers=2, num_heads=4
                  vocab_size=100, ffn_size=24, num_experts=8, top_k=2, sliding_window=4)
 SMALL_VARIANTS = [  # (preset, changes, layer kinds): every new block, on small real CPU tensors
     ("deepseek-v3", SMALL_DEEPSEEK, ("dense", "moe")),
-    ("deepseek-v3", {**SMALL_DEEPSEEK, "router": "softmax", "router_renormalize": False,  # no query compression
+    ("deepseek-v3", {**SMALL_DEEPSEEK, "router": "softmax", "router_renormalize": False, "router_score_bias": False,
+                     # no query compression
                      "mla": {**SMALL_DEEPSEEK["mla"], "q_lora_rank": 0}}, ("moe",)),
     ("gpt-oss-120b", SMALL_OSS, ("moe-sliding", "moe-full")),
     ("mixtral-8x7b", {**SMALL_OSS, "name": "window-everywhere", "num_experts": 4, "qk_norm": "head",

@@ -193,7 +193,8 @@ def test_a_resident_wafer_plan_shows_its_state_unsharded():
     h, vocab, positions, layers = 768, 50257, 1024, 12
     per_layer = (h * 3 * h + 3 * h) + (h * h + h) + (h * 4 * h + 4 * h) + (4 * h * h + h) + 2 * 2 * h  # qkv, o, fc, proj, 2 LN
     params = layers * per_layer + vocab * h + positions * h + 2 * h  # tied LM head, final LN
-    r = make_plan(load_preset("gpt2-small"), resolve_hardware("wse3"), ExecutionRequest())
+    # at GPT-2's own 1024 positions (semantics20: a longer sequence grows the learned table, as the launch does)
+    r = make_plan(load_preset("gpt2-small"), resolve_hardware("wse3"), ExecutionRequest(seq_len=positions))
     assert r.inputs.memory_model == "resident"
     rows = {row.component: row for row in r.state_sharding}
     assert {c: (row.params, row.bytes_per_param, row.divisor) for c, row in rows.items()} == {

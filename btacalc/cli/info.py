@@ -134,10 +134,10 @@ def _model_summary(spec) -> dict:
     from dataclasses import asdict
 
     from ..config.hardware import resolve_hardware
-    from ..model.params import param_counts, published_checks
+    from ..model.params import model_param_counts, published_checks
     from ..model.problem import make_problem
 
-    pc = param_counts(make_problem(spec, resolve_hardware("wse3")))  # counts do not depend on the device
+    pc = model_param_counts(make_problem(spec, resolve_hardware("wse3")))  # counts do not depend on the device
     checks = [{**asdict(c), "relative": c.relative} for c in published_checks(spec, pc)]
     return {"name": spec.name, "params_total": pc.total, "params_active": pc.active,
             "params_non_embedding": pc.non_embedding, "params_per_layer": pc.per_layer,

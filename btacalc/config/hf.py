@@ -207,6 +207,9 @@ def _deepseek_v3(c: _Config) -> dict[str, Any]:
     scoring = c.string("scoring_func", "sigmoid")
     if scoring not in ("sigmoid", "softmax"):
         raise c.unsupported(f"scoring_func {scoring!r}")
+    method = c.string("topk_method", "noaux_tc")
+    if method not in ("noaux_tc", "greedy", "group_limited_greedy"):
+        raise c.unsupported(f"topk_method {method!r}")
     rope, nope = c.integer("qk_rope_head_dim"), c.integer("qk_nope_head_dim")
     bias = c.flag("attention_bias", False)
     if bias:
@@ -215,6 +218,9 @@ def _deepseek_v3(c: _Config) -> dict[str, Any]:
     base["num_kv_heads"] = base["num_heads"]  # MLA materialises keys and values for every head
     return {**base, "head_dim": nope + rope, "ffn_size": c.integer("moe_intermediate_size"), "num_experts": experts,
             "top_k": c.integer("num_experts_per_tok"), "router": scoring, "router_renormalize": c.flag("norm_topk_prob", True),
+            # group-limited routing, the weights' scale and the aux-loss-free correction bias (semantics20)
+            "router_groups": groups if method != "greedy" else 1, "router_group_topk": chosen if method != "greedy" else 1,
+            "router_scale": c.number("routed_scaling_factor", 1.0), "router_score_bias": method == "noaux_tc",
             "shared_expert_size": c.integer("n_shared_experts", default=0, minimum=0) * c.integer("moe_intermediate_size"),
             "first_dense_layers": c.integer("first_k_dense_replace", default=0, minimum=0),
             "dense_ffn_size": c.integer("intermediate_size"), "mtp_layers": c.integer("num_nextn_predict_layers", default=0, minimum=0),
@@ -236,6 +242,29 @@ def _layer_pattern(c: _Config, layers: int) -> int:
     raise c.unsupported("a layer_types pattern other than every n-th layer full")
 
 
+def _yarn(c: _Config) -> dict[str, Any]:
+    """rope_scaling with rope_type (or type) yarn as ModelSpec.yarn; none or rope_type default: no field."""
+    scaling = c.get("rope_scaling", default=None)
+    if scaling is None or scaling == {}:
+        return {}
+    if not isinstance(scaling, dict):
+        raise c.error(f"field 'rope_scaling' must be an object, got {json.dumps(scaling)}")
+    r = _Config(scaling, f"{c.origin} rope_scaling", c.model_type)
+    kind = r.string("rope_type", None) or r.string("type", "default")
+    if kind == "default":
+        return {}
+    if kind != "yarn":
+        raise c.unsupported(f"rope_scaling {kind!r}")
+    yarn: dict[str, Any] = {"factor": r.number("factor", 1.0),
+                            "original_max_position_embeddings": r.integer("original_max_position_embeddings"),
+                            "beta_fast": r.number("beta_fast", 32.0), "beta_slow": r.number("beta_slow", 1.0),
+                            "truncate": r.flag("truncate", True)}
+    for key in ("mscale", "mscale_all_dim"):
+        if r.get(key, default=None) is not None:
+            yarn[key] = r.number(key, 0.0)
+    return {"yarn": yarn} if yarn["factor"] > 1 else {}
+
+
 def _gpt_oss(c: _Config) -> dict[str, Any]:
     _no_dropout(c)
     base = _common(c)
@@ -252,7 +281,7 @@ def _gpt_oss(c: _Config) -> dict[str, Any]:
             "top_k": c.integer("num_experts_per_tok"), "glu_activation": "clamped_quick_gelu",
             "qkv_bias": bias, "linear_bias": bias, "softmax_fp32": False,
             "attention_sinks": True, "router": "topk_softmax", "router_renormalize": False, "router_bias": True,
-            "expert_bias": True, **({"sliding_window": window, "full_attention_interval": interval} if interval != 1 else {})}
+            "expert_bias": True, **_yarn(c), **({"sliding_window": window, "full_attention_interval": interval} if interval != 1 else {})}
 
 
 def _dropout(c: _Config, keys: tuple[str, ...]) -> bool:

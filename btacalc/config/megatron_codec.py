@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from ..errors import BtacalcError
 from ..vocabulary import SELECTIVE_MODULES
+from .attention_kernels import DEFAULT_ATTENTION_KERNEL
 from .bridge_fields import bridge_fields
 from .cuda_graphs import GRAPH_IMPL
 from .pipeline import parse_layout
@@ -275,7 +276,33 @@ def _enc_router(f: Fields) -> Args:
         out["moe_router_pre_softmax"] = True
     if f.get("model.shared_expert_gate"):
         out["moe_shared_expert_gate"] = True
+    out.update(_enc_routing(f))
     return out
+
+
+# semantics20: the routing a DeepSeek-V3 / Kimi K2 preset has (model.py: Hugging Face's n_group, topk_group,
+# routed_scaling_factor and topk_method noaux_tc) as Megatron-LM's flags (TransformerConfig fields, transformer_config.py
+# L780-819 @ d98e8a64; Megatron-Bridge's CONFIG_MAPPING maps the same Hugging Face keys onto them, conversion/
+# model_bridge.py L485-489 @ 067f987d). The launch trained ungrouped, unscaled top-k without the correction bias.
+def _enc_routing(f: Fields) -> Args:
+    out: Args = {}
+    if (f.get("model.router_groups") or 1) > 1:
+        out.update(moe_router_num_groups=f["model.router_groups"], moe_router_group_topk=f["model.router_group_topk"])
+    if (f.get("model.router_scale") or 1.0) != 1.0:
+        out["moe_router_topk_scaling_factor"] = f["model.router_scale"]
+    if f.get("model.router_score_bias"):
+        out["moe_router_enable_expert_bias"] = True
+    return out
+
+
+def _dec_routing(get: Get) -> Fields:
+    groups = _int(get("moe_router_num_groups"), "moe_router_num_groups")
+    chosen = _int(get("moe_router_group_topk"), "moe_router_group_topk")
+    scale = get("moe_router_topk_scaling_factor")
+    # a group limit needs both (megatron_rules router-groups); the number of groups alone limits nothing
+    return {"model.router_groups": (groups or 1) if chosen else 1, "model.router_group_topk": chosen or 1,
+            "model.router_scale": 1.0 if scale is None else real(scale, "moe_router_topk_scaling_factor"),
+            "model.router_score_bias": _bool(get("moe_router_enable_expert_bias"))}
 
 
 def _dec_router(get: Get) -> Fields:
@@ -286,7 +313,7 @@ def _dec_router(get: Get) -> Fields:
     # same weights with GPT-OSS's Hugging Face tensors saved, which a launch does not say: read as "softmax"
     router = "sigmoid" if score == "sigmoid" else "softmax"
     return {"model.router": router, "model.router_renormalize": not (pre and score != "sigmoid"),
-            "model.shared_expert_gate": _bool(get("moe_shared_expert_gate"))}
+            "model.shared_expert_gate": _bool(get("moe_shared_expert_gate")), **_dec_routing(get)}
 
 
 # Megatron's --add-bias-linear (on by default; --disable-bias-linear) gives a bias to every linear layer: the attention
@@ -376,6 +403,60 @@ def _enc_dropout(f: Fields) -> Args:
 def _dec_dropout(get: Get) -> Fields:
     return {"model.dropout": real(get("attention_dropout") or 0, "attention_dropout") > 0
             or real(get("hidden_dropout") or 0, "hidden_dropout") > 0}
+
+
+# semantics20: GPT-OSS's YaRN (model.py YarnScaling) as Megatron-LM's flags: --position-embedding-type yarn builds
+# YarnRotaryEmbedding (megatron/core/models/gpt/gpt_model.py L196-215 @ d98e8a64) from the config's yarn_* attributes,
+# which Megatron-LM sets from --rotary-scaling-factor, --yarn-original-max-position-embeddings, --yarn-beta-fast,
+# --yarn-beta-slow, --mscale, --mscale-all-dim and --[no-]yarn-correction-range-round-to-int (training/
+# argument_utils.py L384-413, defaults 1.0, 4096, 32, 1, 1.0, 0.0, True: Megatron's default mscale pair gives the
+# concentration 0.1 ln(factor) + 1 of a config without one, yarn_rotary_pos_embedding.py L275-294). Megatron-Bridge's
+# GPT-OSS provider sets the same (gpt_oss_bridge.py L65, L93-98 @ 067f987d). The launch trained plain RoPE.
+YARN_DEFAULTS = {"yarn_original_max_position_embeddings": 4096, "yarn_beta_fast": 32.0, "yarn_beta_slow": 1.0}
+_YARN_DESTS = ("rotary_scaling_factor", "yarn_original_max_position_embeddings", "yarn_beta_fast", "yarn_beta_slow",
+               "yarn_correction_range_round_to_int", "mscale", "mscale_all_dim")
+POSITION_TYPES = {"rope": "rope", "learned": "learned_absolute"}
+
+
+def _enc_rope(f: Fields) -> Args:
+    yarn = f.get("model.yarn")
+    if f["model.position_embedding"] != "rope" or yarn is None:
+        return {"position_embedding_type": POSITION_TYPES[f["model.position_embedding"]]}
+    out: Args = {"position_embedding_type": "yarn", "rotary_scaling_factor": yarn["factor"],
+                 "yarn_original_max_position_embeddings": yarn["original_max_position_embeddings"],
+                 "yarn_beta_fast": yarn["beta_fast"], "yarn_beta_slow": yarn["beta_slow"]}
+    if not yarn["truncate"]:
+        out["yarn_correction_range_round_to_int"] = False
+    for key in ("mscale", "mscale_all_dim"):
+        if yarn[key] is not None:
+            out[key] = yarn[key]
+    return out
+
+
+def _dec_rope(get: Get) -> Fields:
+    kind = str(get("position_embedding_type"))
+    if kind in ("rope", "learned_absolute"):  # the YaRN flags left unread: listed (MLA's rope reads some of them)
+        return {"model.position_embedding": "rope" if kind == "rope" else "learned", "model.yarn": None}
+    if kind != "yarn":
+        raise BtacalcError(f"Megatron position_embedding_type {kind!r}: btacalc models rope, yarn, learned_absolute")
+    given = {dest: get(dest) for dest in _YARN_DESTS}
+    factor = real(given["rotary_scaling_factor"] if given["rotary_scaling_factor"] is not None else 1.0,
+                  "rotary_scaling_factor")
+    if factor <= 1:  # YaRN without extension: inv_freq_inter = inv_freq_extra, concentration 1: RoPE
+        return {"model.position_embedding": "rope", "model.yarn": None}
+    yarn = {"factor": factor,
+            "original_max_position_embeddings": _int(given["yarn_original_max_position_embeddings"],
+                                                     "yarn_original_max_position_embeddings")
+            or YARN_DEFAULTS["yarn_original_max_position_embeddings"],
+            "beta_fast": real(YARN_DEFAULTS["yarn_beta_fast"] if given["yarn_beta_fast"] is None
+                              else given["yarn_beta_fast"], "yarn_beta_fast"),
+            "beta_slow": real(YARN_DEFAULTS["yarn_beta_slow"] if given["yarn_beta_slow"] is None
+                              else given["yarn_beta_slow"], "yarn_beta_slow"),
+            "truncate": given["yarn_correction_range_round_to_int"] is None
+            or _bool(given["yarn_correction_range_round_to_int"]),
+            **{key: None if not get.given(key) or given[key] is None else real(given[key], key)
+               for key in ("mscale", "mscale_all_dim")}}
+    return {"model.position_embedding": "rope", "model.yarn": yarn}
 
 
 def _enc_positions(f: Fields) -> Args:
@@ -592,17 +673,29 @@ def _dec_cuda_graphs(get: Get) -> Fields:
 # (Megatron-LM @ d98e8a64 language_module.py L133-136) and so ran the flash-attn package where btacalc timed cuDNN,
 # and found no backend at all for a learnable softmax (GPT-OSS's sinks: TransformerEngine @ d0067d0
 # attention/dot_product_attention/utils.py L1114-1124 disables FlashAttention for it). Megatron's default `auto`
-# would pick cuDNN too on Hopper and later (utils.py L1647-1653), not on Ampere: fused is stated.
+# would pick cuDNN too on Hopper and later (utils.py L1647-1653); on Ampere FlashAttention-2 (below).
 FLASH_BACKEND_KERNELS = frozenset({"flash-attn-2"})
+# semantics20: below compute capability 9.0 (A100) btacalc's default kernel is FlashAttention-2, not cuDNN:
+# attention_kernels.toml gives `default` no sm80 rate, so the core runs at the A100 profile's large-GEMM rate, fitted on
+# A100 runs that ran FlashAttention (Megatron-LM's A100 CI runs at the default --attention-backend auto, which on sm80
+# takes FlashAttention-2: TE @ d0067d0 utils.py L1647-1653 prefer FusedAttention only from sm90; the profile's
+# attention note), and it is the only fused backend TE keeps under --deterministic-mode there (utils.py L1555-1567
+# turn FusedAttention's F16 backend off for training below sm90): `fused` left a deterministic A100 launch no backend.
+# A learnable softmax (GPT-OSS's sinks) has no FlashAttention (utils.py L1122-1124): fused, as before.
+FLASH_BELOW_CAPABILITY = 9.0
 
 
 def _enc_attention(f: Fields) -> Args:
     """Fused attention as --attention-backend fused (cuDNN, TransformerEngine's FusedAttention: btacalc's default
-    kernel, and the only one TE runs FP8 attention on, TE @ d0067d0 common/recipe/__init__.py L222-227), or flash
-    where the plan is timed at the flash-attn package's kernel (FLASH_BACKEND_KERNELS)."""
+    kernel from sm90, and the only one TE runs FP8 attention on, TE @ d0067d0 common/recipe/__init__.py L222-227), or
+    flash where the plan is timed at the flash-attn package's kernel (FLASH_BACKEND_KERNELS; the default kernel below
+    FLASH_BELOW_CAPABILITY)."""
     if f["run.attention"] != "flash":
         return {"attention_backend": "unfused"}
-    flash = f.get("run.attention_kernel") in FLASH_BACKEND_KERNELS and not f.get("run.fp8_attention")
+    kernel, cc = f.get("run.attention_kernel"), f.get("run.compute_capability")
+    ampere = (kernel == DEFAULT_ATTENTION_KERNEL and cc is not None and 0 < cc < FLASH_BELOW_CAPABILITY
+              and not f.get("model.attention_sinks"))
+    flash = (kernel in FLASH_BACKEND_KERNELS or ampere) and not f.get("run.fp8_attention")
     return {"attention_backend": "flash" if flash else "fused"}
 
 
@@ -802,7 +895,7 @@ MODEL_ROWS: tuple[Row, ...] = (
     Row("positions", _enc_positions, _dec_positions),
     choice("model.norm", "normalization", {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm"}),
     Row("mlp activation", _enc_mlp, _dec_mlp),
-    choice("model.position_embedding", "position_embedding_type", {"rope": "rope", "learned": "learned_absolute"}),
+    Row("position embedding", _enc_rope, _dec_rope),
     Row("qk norms", _enc_qk_norm, _dec_qk_norm),
     switch("model.tied_embeddings", "untie_embeddings_and_output_weights", invert=True),
     switch("model.softmax_fp32", "attention_softmax_in_fp32"),
@@ -872,7 +965,9 @@ def model_fields(spec: "ModelSpec") -> Fields:
         "model.softmax_fp32": spec.softmax_fp32, "model.attention_sinks": spec.attention_sinks,
         "model.linear_bias": spec.linear_bias, "model.mlp_bias": spec.mlp_bias, "model.qkv_bias": spec.qkv_bias,
         "model.dropout": spec.dropout, "model.max_position_embeddings": spec.max_position_embeddings,
-        "model.mtp_layers": spec.mtp_layers,
+        "model.mtp_layers": spec.mtp_layers, "model.yarn": spec.yarn.model_dump() if spec.yarn else None,
+        "model.router_groups": spec.router_groups, "model.router_group_topk": spec.router_group_topk,
+        "model.router_scale": spec.router_scale, "model.router_score_bias": spec.router_score_bias,
     }
 
 
@@ -1169,6 +1264,13 @@ FP8_ATTENTION_DEST = "fp8_dot_product_attention"
 FP8_ATTENTION_BRIDGE_KEY = "mixed_precision.fp8_dot_product_attention"
 
 
+# Megatron-LM's unprefixed YaRN flags as Megatron-Bridge's GPTModelProvider names them (Megatron-LM's
+# _apply_yarn_config_from_args maps them the same way, argument_utils.py L407-412 @ d98e8a64; MLA's own fields keep
+# the unprefixed names)
+YARN_BRIDGE = {"rotary_scaling_factor": "model.yarn_rotary_scaling_factor", "mscale": "model.yarn_mscale",
+               "mscale_all_dim": "model.yarn_mscale_all_dim"}
+
+
 def bridge_key(dest: str) -> Optional[str]:
     if dest in BRIDGE_SKIP:
         return None
@@ -1192,6 +1294,9 @@ def to_bridge(args: Args) -> dict[str, Any]:
             # @ 067f987d: "silu", "quick_gelu"); a recipe's own stood under --swiglu's gated_linear_unit alone
             out["model.gated_linear_unit"] = True
             out["model.activation_func"] = "quick_gelu" if dest == "quick_geglu" else "silu"
+            continue
+        if dest in YARN_BRIDGE and args.get("position_embedding_type") == "yarn":
+            out[YARN_BRIDGE[dest]] = value  # GPTModelProvider's yarn_* fields (gpt_provider.py, gpt_oss_bridge.py L93-99)
             continue
         if dest == "window_size" and isinstance(value, str):
             value = tuple(ast.literal_eval(value))
@@ -1245,7 +1350,8 @@ BRIDGE_UNSAID: dict[str, Any] = {
 # stood under a Qwen3 or Mixtral plan's overrides: the unnormalised top-k weights --emit megatron no longer trains
 BRIDGE_UNSAID_MOE: dict[str, Any] = {
     "moe_router_score_function": "softmax", "moe_router_pre_softmax": False, "moe_router_enable_expert_bias": False,
-    "moe_shared_expert_gate": False}
+    "moe_shared_expert_gate": False, "moe_router_num_groups": None, "moe_router_group_topk": None,
+    "moe_router_topk_scaling_factor": None}
 
 
 def bridge_stated(args: Args, out: dict[str, Any]) -> dict[str, Any]:
@@ -1256,12 +1362,10 @@ def bridge_stated(args: Args, out: dict[str, Any]) -> dict[str, Any]:
     stated = dict(out)
     unsaid = BRIDGE_UNSAID | (BRIDGE_UNSAID_MOE if args.get("num_experts") else {})
     for dest, value in unsaid.items():
+        # semantics20: the aux-loss-free routing bias is the model's (router_score_bias), stated either way: a sigmoid
+        # router kept the recipe's (DeepSeek-V3's is on, deepseek_v3_bridge.py), as the group limit and scale did
         if dest not in args and not (dest == "num_virtual_stages_per_pipeline_rank"
-                                     and args.get("pipeline_model_parallel_layout") is not None) and not (
-                # the aux-loss-free routing bias: btacalc plans no routing numerics, so a sigmoid router keeps the
-                # recipe's (DeepSeek-V3's is on, deepseek_v3_bridge.py); a softmax one must have it off
-                # (transformer_config.py L2617-2625 refuses it)
-                dest == "moe_router_enable_expert_bias" and args.get("moe_router_score_function") == "sigmoid"):
+                                     and args.get("pipeline_model_parallel_layout") is not None):
             stated[str(bridge_key(dest))] = value
     if not args.get("cpu_offloading_num_layers"):
         stated["model.cpu_offloading"] = False
@@ -1350,6 +1454,7 @@ def check_bridge_experts(args: Args) -> None:
 def from_bridge(overrides: Mapping[str, Any]) -> tuple[Args, list[str]]:
     """Megatron destinations of Bridge overrides, and the keys no row reads (to be listed as ignored)."""
     back = {key: (dest, conv[2]) for dest, conv in BRIDGE_KEYS.items() for key in (conv[0],)}
+    back.update({key: (dest, _as_is) for dest, key in YARN_BRIDGE.items()})
     known = {f.dest for f in megatron_flags().values()}
     args: Args = {}
     unread = []

@@ -265,6 +265,19 @@ RULES: tuple[Rule, ...] = (
          lambda a, e: (a.get("moe_router_score_function") or "softmax") in ("sigmoid", "sqrtsoftplus"),
          "--moe-router-enable-expert-bias (aux-loss-free routing) needs --moe-router-score-function sigmoid or "
          "sqrtsoftplus"),
+    # semantics20: group-limited routing (DeepSeek-V3's n_group / topk_group), which the launch now states
+    Rule("router-groups", f"{TC}:2677", lambda a, e: bool(a.get("num_experts")) and bool(a.get("moe_router_group_topk")),
+         lambda a, e: bool(a.get("moe_router_num_groups")),
+         "--moe-router-group-topk (group-limited routing) needs --moe-router-num-groups"),
+    Rule("router-groups-split", f"{TC}:2682", lambda a, e: bool(a.get("num_experts"))
+         and bool(a.get("moe_router_group_topk")) and bool(a.get("moe_router_num_groups")),
+         lambda a, e: _i(a, "num_experts", 0) % _i(a, "moe_router_num_groups") == 0
+         and _i(a, "moe_router_group_topk") <= _i(a, "moe_router_num_groups"),
+         "--moe-router-num-groups must divide --num-experts and --moe-router-group-topk must not exceed it"),
+    # semantics20: YaRN (GPT-OSS's --position-embedding-type yarn) and learned positions take no MTP
+    Rule("mtp-positions", f"{ARGS}:883", lambda a, e: _i(a, "mtp_num_layers", 0) > 0,
+         lambda a, e: (a.get("position_embedding_type") or "learned_absolute") in ("rope", "none"),
+         "multi-token prediction (--mtp-num-layers) needs --position-embedding-type rope or none"),
     Rule("moe-tp-sp", f"{MOE_LAYER}:636", lambda a, e: bool(a.get("num_experts")) and
          _i(a, "tensor_model_parallel_size") > 1, lambda a, e: bool(a.get("sequence_parallel")),
          "MoE with tensor parallelism needs --sequence-parallel in training"),

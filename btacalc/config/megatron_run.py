@@ -55,10 +55,11 @@ IGNORED: tuple[tuple[str, str], ...] = (
     (r"(rotary_.*|add_position_embedding|layernorm_zero_centered_gamma|norm_epsilon|"
      r"apply_residual_connection_post_layernorm)",
      "numerics of the same shapes (RoPE base and fraction, LayerNorm variants): no change to memory or FLOPs"),
-    (r"(moe_router_load_balancing_type|moe_aux_loss_coeff|moe_z_loss_coeff|moe_router_topk_scaling_factor|"
-     r"moe_router_bias_update_rate|moe_router_enable_expert_bias|moe_router_dtype|moe_router_num_groups|moe_router_group_topk|"
+    (r"(moe_router_load_balancing_type|moe_aux_loss_coeff|moe_z_loss_coeff|"
+     r"moe_router_bias_update_rate|moe_router_dtype|"
      r"moe_token_drop_policy|moe_expert_capacity_factor|moe_pad_expert_input_to_capacity|moe_router_fusion)",
-     "router losses and scaling: routing balance is btacalc's --routing-imbalance, dropless routing is modelled"),
+     "router losses, dtype and bias update rate: routing balance is btacalc's --routing-imbalance, dropless routing "
+     "is modelled"),
     (r"(manual_gc.*|empty_unused_memory_level|calculate_per_token_loss|distributed_timeout_minutes|"
      r"distributed_backend|use_cpu_initialization|check_for_nan_in_loss_and_grad|check_for_nan_in_grad|"
      r"log_throughput|average_in_collective)",
@@ -493,12 +494,14 @@ def model_from_fields(f: Fields, source: str, notes: list[str], name: Optional[s
         "max_position_embeddings": f["model.max_position_embeddings"], "mla": f["model.mla"],
         "sliding_window": f["model.sliding_window"],
         "full_attention_interval": _full_interval(f.get("model.window_pattern")),
-        "attention_sinks": f["model.attention_sinks"], "mtp_layers": f["model.mtp_layers"],
+        "attention_sinks": f["model.attention_sinks"], "mtp_layers": f["model.mtp_layers"], "yarn": f.get("model.yarn"),
     }
     if moe:
         data.update(router=f["model.router"], router_renormalize=f.get("model.router_renormalize", True),
                     router_bias=f["model.router_bias"], expert_bias=f["model.expert_bias"],
                     shared_expert_size=f["model.shared_expert_size"], shared_expert_gate=f["model.shared_expert_gate"],
+                    router_groups=f.get("model.router_groups", 1), router_group_topk=f.get("model.router_group_topk", 1),
+                    router_scale=f.get("model.router_scale", 1.0), router_score_bias=f.get("model.router_score_bias", False),
                     first_dense_layers=first, dense_layer_indices=tuple(i for i in dense if i >= first))
         if dense:
             data["dense_ffn_size"] = f["model.dense_ffn"]

@@ -92,6 +92,26 @@ class MultiHeadLatentAttention(BaseModel):
     _bounded = field_validator("*")(_bounded_field)
 
 
+class YarnScaling(BaseModel):
+    """YaRN RoPE scaling (Peng et al. 2023, arXiv 2309.00071) as a Hugging Face config's `rope_scaling` with rope_type
+    yarn gives it (openai/gpt-oss-120b's config.json: factor 32, original_max_position_embeddings 4096, beta_fast 32,
+    beta_slow 1, truncate false): the rotary frequencies interpolated by `factor` below the beta_slow..beta_fast
+    correction range, the cosines and sines scaled by 0.1 ln(factor) + 1 (or mscale over mscale_all_dim where the
+    config gives both). Numerics of the same shapes: no change to memory, FLOPs or time; the launch states them."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    factor: float = Field(gt=1, description="the context extension (rope_scaling factor)")
+    original_max_position_embeddings: int = Field(gt=0, description="the positions the rotary base was trained on")
+    beta_fast: float = Field(32.0, gt=0)
+    beta_slow: float = Field(1.0, gt=0)
+    mscale: Optional[float] = None
+    mscale_all_dim: Optional[float] = None
+    truncate: bool = Field(True, description="round the correction range to whole dimensions (Megatron-Core's "
+                           "yarn_correction_range_round_to_int)")
+
+    _bounded = field_validator("*")(_bounded_field)
+
+
 # Ten times the deepest transformer trained (DeepNet, 1,000 layers: Wang et al. 2022, arXiv 2203.00555);
 # the layer stack is grouped layer by layer, so the bound also bounds the work.
 MAX_LAYERS = 10_000
@@ -142,6 +162,9 @@ class ModelSpec(BaseModel):
     softmax_fp32: bool = Field(True, description="eager attention computes softmax in fp32 (HF transformers); "
                                "False: 16-bit (Megatron fused softmax, Korthikanti's count)")
     max_position_embeddings: Optional[int] = Field(None, gt=0)
+    yarn: Optional[YarnScaling] = Field(None, description="YaRN scaling of the rotary embedding (GPT-OSS)")
+    encoder: bool = Field(False, description="a bidirectional encoder (BERT, ESM-2, DiT): every position attends to "
+                          "every other; not a causal decoder")
     # attention variants
     mla: Optional[MultiHeadLatentAttention] = None
     sliding_window: int = Field(0, ge=0, description="w: keys a sliding-window layer attends to; 0: no window")
@@ -153,6 +176,13 @@ class ModelSpec(BaseModel):
     router_renormalize: bool = Field(True, description="divide the k selected weights by their sum")
     router_bias: bool = False
     expert_bias: bool = False
+    router_groups: int = Field(1, ge=1, description="group-limited routing (DeepSeek-V3's n_group): the experts in this "
+                               "many equal groups, a token's top k taken from its router_group_topk best groups")
+    router_group_topk: int = Field(1, ge=1, description="the groups a token's experts come from (topk_group)")
+    router_scale: float = Field(1.0, gt=0, description="the k routing weights times this (routed_scaling_factor)")
+    router_score_bias: bool = Field(False, description="aux-loss-free balancing (DeepSeek-V3's topk_method noaux_tc, "
+                                    "e_score_correction_bias): a per-expert bias added to the scores for the choice "
+                                    "only")
     shared_expert_size: int = Field(0, ge=0, description="f_s: width of the always-on shared expert(s); 0: none")
     shared_expert_gate: bool = Field(False, description="Qwen2-MoE: sigmoid gate on the shared expert's output")
     first_dense_layers: int = Field(0, ge=0, description="the first layers are dense (first_k_dense_replace)")
@@ -193,6 +223,15 @@ class ModelSpec(BaseModel):
                 raise ValueError("top_k is set but num_experts is 0 (dense model)")
             if self.shared_expert_size or self.shared_expert_gate or self.router_bias or self.expert_bias:
                 raise ValueError("shared experts, router and expert biases need an MoE model (num_experts > 0)")
+            if self.router_groups > 1 or self.router_group_topk > 1 or self.router_scale != 1 or self.router_score_bias:
+                raise ValueError("router groups, scale and score bias need an MoE model (num_experts > 0)")
+        if self.num_experts % self.router_groups or self.router_group_topk > self.router_groups:
+            # Megatron-Core's own checks of group-limited routing (transformer_config.py L2682-2689 @ d98e8a64)
+            raise ValueError(f"router_groups ({self.router_groups}) must divide num_experts ({self.num_experts}) and "
+                             f"router_group_topk ({self.router_group_topk}) must not exceed it")
+        if self.router_score_bias and self.router != "sigmoid":
+            # transformer_config.py L2617-2625 @ d98e8a64: the aux-loss-free bias with sigmoid (or sqrtsoftplus) scores
+            raise ValueError("router_score_bias (aux-loss-free balancing) needs the sigmoid router")
         if self.glu_activation != "silu" and self.mlp != "swiglu":
             raise ValueError(f"glu_activation {self.glu_activation} needs the gated MLP (mlp swiglu)")
         if self.shared_expert_gate and not self.shared_expert_size:
@@ -211,6 +250,8 @@ class ModelSpec(BaseModel):
                 raise ValueError("MLA: head_dim must be qk_nope_head_dim + qk_rope_head_dim")
             if self.qk_norm != "none" or self.qkv_bias:
                 raise ValueError("MLA has its own normalised projections: qk_norm none, qkv_bias false")
+        if self.yarn is not None and self.position_embedding != "rope":
+            raise ValueError("yarn scales the rotary embedding: it needs position_embedding rope")
         if self.full_attention_interval and not self.sliding_window:
             raise ValueError("full_attention_interval needs a sliding_window")
         if self.attention_sinks and self.softmax_fp32:
@@ -379,6 +420,10 @@ class ModelSpec(BaseModel):
                 "shared_expert_gate": False,
                 "router_bias": False,
                 "expert_bias": False,
+                "router_groups": 1,
+                "router_group_topk": 1,
+                "router_scale": 1.0,
+                "router_score_bias": False,
                 "published_params": None,
             }
         )
@@ -423,6 +468,8 @@ class ModelSpec(BaseModel):
         changed = ", ".join(f"{k}={v}" for k, v in update.items())
         update["name"] = f"{self.name} ({changed})"
         update["published_params"] = None
+        if experts is not None and experts % self.router_groups:
+            update.update(router_groups=1, router_group_topk=1)  # the published grouping of other experts: none
         data = self.model_dump()
         data.update(update)
         return validate_model(data, origin="overrides")

@@ -9,7 +9,8 @@
 - gathered: weights read by token id, not multiplied (`stream_unit = "none"`: the input embedding), which
   some publishers leave out of the active count (`PublishedParams.active_counts = "head_only"`).
 
-Learned position embeddings are counted at max_position_embeddings positions.
+Learned position embeddings are counted at max_position_embeddings positions, or at the sequence length where that
+is longer (the table a run builds: `position_rows`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
+
+import numpy as np
 
 from ..catalogue.compiled import CompiledSelection
 from ..config.model import LayerKind, ModelSpec
@@ -45,8 +48,32 @@ def param_counts(problem: Problem) -> ParamCounts:
     if problem.counts is not None:
         return problem.counts
     model = problem.model
-    seq = model.max_position_embeddings or problem.run.seq_len
-    return _param_counts(model, problem.kinds, seq)
+    seq = problem.run.seq_len
+    if isinstance(seq, np.ndarray):  # a sweep's points: one sequence length where the counts depend on it (sweep.py)
+        seq = int(seq.max())
+    return _param_counts(model, problem.kinds, position_rows(model, seq))
+
+
+def model_param_counts(problem: Problem) -> ParamCounts:
+    """The model's own counts, its published figures' basis: a learned table at its max_position_embeddings, whatever
+    the run's sequence (`param_counts` counts the table the run builds)."""
+    model = problem.model
+    return _param_counts(model, problem.kinds, model.max_position_embeddings or problem.run.seq_len)
+
+
+def position_rows(model: ModelSpec, seq_len: int) -> int:
+    """The positions the parameter counts are taken at: the model's max_position_embeddings, or the sequence where it
+    gives none; a learned table shorter than the sequence grows to it (semantics20: Megatron-LM needs
+    --max-position-embeddings >= --seq-length, arguments.py L1353-1356 @ d98e8a64, and the launch raises it, so the
+    run builds seq_len rows; btacalc's memory already counted them: formulas/head.toml)."""
+    rows = model.max_position_embeddings or seq_len
+    return max(rows, seq_len) if model.position_embedding == "learned" else rows
+
+
+def short_table(model: ModelSpec, seq_len: int) -> int:
+    """The rows of a learned position table shorter than the sequence (`position_rows` grows it), else 0."""
+    rows = model.max_position_embeddings or 0
+    return rows if position_rows(model, seq_len) > rows > 0 else 0
 
 
 @functools.lru_cache(maxsize=256)

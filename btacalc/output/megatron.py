@@ -14,7 +14,7 @@ import math
 import re
 import shlex
 
-from typing import Any
+from typing import Any, Optional
 
 from ..config.attention_kernels import DEFAULT_ATTENTION_KERNEL
 from ..config.megatron_codec import (BRIDGE_PIN, FP8_ATTENTION_BRIDGE_KEY, bridge_stated, encode, model_fields,
@@ -24,6 +24,8 @@ from ..config.megatron_run import LOSS_COMMENTS
 from ..config.megatron_rules import describe, violations
 from ..config.model import ModelSpec
 from ..config.precision import recipe
+from ..errors import BtacalcError
+from ..model.params import short_table
 from ..planning.report import PlanReport
 
 # What `--emit megatron` cannot say in Megatron's flags (the model features Megatron-Core has no flag for).
@@ -37,8 +39,9 @@ RUN_INPUTS = ("precision", "fp8_param_gather", "fp8_attention", "cpu_offload_lay
               "attention_kernel")
 
 
-def run_fields(r: PlanReport, spec: ModelSpec) -> dict[str, Any]:
-    """btacalc's resolved run as the flat fields of megatron_codec (model, layout, batch, run, overlaps)."""
+def run_fields(r: PlanReport, spec: ModelSpec, capability: Optional[float] = None) -> dict[str, Any]:
+    """btacalc's resolved run as the flat fields of megatron_codec (model, layout, batch, run, overlaps); `capability`:
+    the device's CUDA compute capability (which attention backend runs btacalc's default kernel)."""
     par, moe = r.parallelism, spec.is_moe
     fields: dict[str, Any] = {
         **model_fields(spec), "run.mtp": "mtp" in {k.name for k in r.layer_kinds},
@@ -55,6 +58,7 @@ def run_fields(r: PlanReport, spec: ModelSpec) -> dict[str, Any]:
         "batch.global_batch": par.data_parallel * par.micro_batches * r.plan.global_batch,
         "run.seq_len": r.inputs.seq_len, "run.recompute": r.inputs.recompute, "run.attention": r.inputs.attention,
         "run.gradient_bytes": r.inputs.gradient_bytes, "run.loss": r.inputs.loss,
+        "run.compute_capability": capability,
     }
     for key in ("grad_reduce", "param_gather", "tp_comm", "all_to_all", "p2p"):
         fields[f"overlap.{key}"] = bool(par.overlaps.get(key))
@@ -67,9 +71,25 @@ def run_fields(r: PlanReport, spec: ModelSpec) -> dict[str, Any]:
     return fields
 
 
-def megatron_run(r: PlanReport, spec: ModelSpec) -> tuple[dict[str, Any], dict[str, str], list[str]]:
-    """Megatron destinations, the environment they need and the notes of a plan."""
-    fields = run_fields(r, spec)
+# semantics20: an encoder preset (BERT-large, ESM-2, DiT) was emitted as pretrain_gpt.py, whose layers Megatron-Core
+# builds with a causal mask (gpt_layer_specs.py L120, L143, L299, L322 @ d98e8a64: AttnMaskType.causal), as Megatron-
+# Bridge's GPT providers do. Megatron-LM's BERT is an example at that pin (pretrain_bert.py moved to
+# examples/bert/pretrain_bert.py by 547fb1713e): a pre-LayerNorm BertModel (bert_layer_specs.py L60-76, the norms fused
+# into linear_qkv / linear_fc1) with a padding mask and its masked-LM data, not BERT-large's post-LayerNorm layers,
+# ESM-2's rotary protein model or DiT. Refused rather than written as another model.
+def check_decoder(spec: ModelSpec) -> None:
+    if spec.encoder:
+        raise BtacalcError(f"{spec.name} is a bidirectional encoder: --emit megatron / bridge writes a GPT model "
+                           "(pretrain_gpt.py, Bridge's GPTModelProvider), a causal decoder (Megatron-LM @ d98e8a64 "
+                           "gpt_layer_specs.py AttnMaskType.causal); Megatron's BERT example "
+                           "(examples/bert/pretrain_bert.py) builds another model")
+
+
+def megatron_run(r: PlanReport, spec: ModelSpec,
+                 capability: Optional[float] = None) -> tuple[dict[str, Any], dict[str, str], list[str]]:
+    """Megatron destinations, the environment they need and the notes of a plan (`capability`: run_fields')."""
+    check_decoder(spec)
+    fields = run_fields(r, spec, capability)
     args = encode(fields)
     env = {**_environment(args), **nccl_ub_environment(args, r.parallelism.nvls)}
     notes = _notes(r, spec, args)
@@ -108,7 +128,11 @@ def _notes(r: PlanReport, spec: ModelSpec, args: dict[str, Any]) -> list[str]:
     # review13: --te-version was planned and dropped from the launch without a word; no Megatron-LM or Bridge
     # argument sets TransformerEngine's release (the container's): since hostile16 `option_lines` names it, in a
     # comment the readers take back
-    if (spec.max_position_embeddings or 0) < r.inputs.seq_len:
+    if short_table(spec, r.inputs.seq_len):
+        notes.append(f"--max-position-embeddings raised to --seq-length {r.inputs.seq_len} (arguments.py:1354): the "
+                     f"learned position table has {r.inputs.seq_len:,} rows, not the model's "
+                     f"{short_table(spec, r.inputs.seq_len):,}, as the plan counts it")
+    elif (spec.max_position_embeddings or 0) < r.inputs.seq_len:
         notes.append(f"--max-position-embeddings raised to --seq-length {r.inputs.seq_len} (arguments.py:1354)")
     if args.get("overlap_moe_expert_parallel_comm") and args.get("tensor_model_parallel_size", 1) > 1:
         notes.append("Megatron warns that the EP all-to-all overlap wants CUDA_DEVICE_MAX_CONNECTIONS > 1 while TP wants "
@@ -188,9 +212,9 @@ def torchrun_sizes(devices: int, host: int) -> tuple[int, int, list[str]]:
         f"{devices}"]
 
 
-def megatron_arguments(r: PlanReport, spec: ModelSpec) -> str:
+def megatron_arguments(r: PlanReport, spec: ModelSpec, capability: Optional[float] = None) -> str:
     """The launch: comments, environment, torchrun and pretrain_gpt.py with one flag per line."""
-    args, env, notes = megatron_run(r, spec)
+    args, env, notes = megatron_run(r, spec, capability)
     par = r.parallelism
     # torchrun starts one node's processes per host: a GB200 tray's 4 GPUs, not the NVL72 rack (ncclsm's
     # system.devices_per_host), else the NVLink domain
@@ -213,11 +237,11 @@ def _numerics(spec: ModelSpec) -> str:
             f"1e-05, --init-method-std 0.02{router}: give your model's")
 
 
-def bridge_overrides(r: PlanReport, spec: ModelSpec) -> str:
+def bridge_overrides(r: PlanReport, spec: ModelSpec, capability: Optional[float] = None) -> str:
     """The same run as Megatron-Bridge ConfigContainer overrides, one Hydra `key=value` per line, each a word a
     POSIX shell passes unchanged to Bridge's scripts (which read them with Hydra's override grammar; `--from-bridge`
     reads them back the same way, btacalc.config.bridge_hydra)."""
-    args, env, notes = megatron_run(r, spec)
+    args, env, notes = megatron_run(r, spec, capability)
     head = [f"# btacalc plan: {r.model.name} on {r.parallelism.devices} x {r.hardware.name}",
             f"# keys: {BRIDGE_PIN} (src/megatron/bridge/training/config.py, comm_overlap.py, models/gpt_provider.py)",
             *(f"# {n}" for n in notes[1:]), *(f"# environment: {k}={v}" for k, v in env.items()),

@@ -24,6 +24,7 @@ from ..config.tp_overlap import ub_overlaps
 from ..model.gpu.sm_share import dp_ctas
 from ..model.gpu.tp_overlap import userbuffers_timed
 from ..model.memory import MemoryModel
+from ..model.params import short_table
 from ..model.problem import Evaluation, Problem
 from ..model.solver import PointLimits, Search, Solution, search, solve_density
 from ..model.timing import StepTime, compute_efficiency, step_time
@@ -107,8 +108,11 @@ def device_memory(hw: HardwareProfile, tensors: int) -> Optional[DeviceMemory]:
 
 def _model_info(problem: Problem, mem: MemoryModel) -> ModelInfo:
     model, pc = problem.model, mem.params
+    # semantics20: a learned table the run grows to the sequence, as its launch builds it, named like an override
+    rows = short_table(model, int(problem.run.seq_len))
+    name = f"{model.name} (learned positions {rows:,} -> {problem.run.seq_len:,})" if rows else model.name
     return ModelInfo(
-        name=model.name, source=model.source, params_total=pc.total, params_active=pc.active,
+        name=name, source=model.source, params_total=pc.total, params_active=pc.active,
         params_non_embedding=pc.non_embedding, params_per_layer=pc.per_layer,
         hidden_size=model.hidden_size, num_layers=model.num_layers, num_heads=model.num_heads,
         num_kv_heads=model.num_kv_heads, head_dim=model.head_dim, vocab_size=model.vocab_size,
@@ -148,6 +152,7 @@ def _inputs(problem: Problem) -> Inputs:
         bf16_layers_at_start=run.bf16_layers_at_start, bf16_layers_at_end=run.bf16_layers_at_end,
         bf16_layers=sorted(problem.model.bf16_layer_positions(run.bf16_ends)),
     )
+
 
 
 def _parallel_info(problem: Problem) -> ParallelInfo:

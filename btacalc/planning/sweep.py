@@ -311,7 +311,9 @@ class _Solver:
         limits, valid = _point_limits(self.request.limits, params, execution.layout.data_parallel, rows, out,
                                       default_n)
         base = self.points_problem(models, execution).with_run(seq_len=seq)
-        if base.model.max_position_embeddings is None:  # parameters depend on s: one sequence length at a time
+        table = base.model.max_position_embeddings
+        if table is None or (base.model.position_embedding == "learned" and int(seq.max()) > table):
+            # parameters depend on s (a learned table grows to it: params.position_rows): one sequence length at a time
             parts = [np.flatnonzero(valid & (seq == s)) for s in np.unique(seq[valid])]
         else:
             parts = [np.flatnonzero(valid)]
