@@ -121,16 +121,18 @@ def test_a_yarn_launch_reads_back_with_megatrons_defaults():
     assert import_megatron(LAUNCH + "--position-embedding-type yarn\n", "y.sh").model.yarn is None
 
 
-def test_mla_yarn_flags_stay_listed_as_not_planned(cli):
+def test_the_ci_proxys_mla_yarn_flags_are_read_as_its_model(cli):
     """Under MLA Megatron-Core's rope is MLATransformerConfig's (rope_type yarn by default, argument_utils.py
     L335-337), which reads --rotary-scaling-factor / --mscale / --mscale-all-dim (the DeepSeek CI proxy's
-    model_config.yaml L101-103) with --position-embedding-type rope: btacalc does not read them there, so the launch's
-    flags are listed, not dropped."""
-    launch = _emit(cli, "--model deepseek-proxy-megatron-ci --hw h100 --devices 8 --ep 8").replace(
-        "    --qk-layernorm \\\n", "    --qk-layernorm \\\n    --rotary-scaling-factor 40 --mscale 1.0 --mscale-all-dim 1.0 \\\n")
+    model_config.yaml L101-103) with --position-embedding-type rope. semantics20 listed them as not planned;
+    semantics21 reads them as the model's YaRN (tests/test_semantics21.py derives the values), so the proxy's own
+    launch reads back to its preset and nothing is listed."""
+    launch = _emit(cli, "--model deepseek-proxy-megatron-ci --hw h100 --devices 8 --ep 8")
     assert "--rotary-scaling-factor 40" in launch
-    listed = " ".join(flag for flag, _ in import_megatron(launch, "p.sh").ignored)
-    assert all(flag in listed for flag in ("--rotary-scaling-factor", "--mscale", "--mscale-all-dim"))
+    read = import_megatron(launch, "p.sh")
+    listed = " ".join(flag for flag, _ in read.ignored)
+    assert not any(flag in listed for flag in ("--rotary-scaling-factor", "--mscale", "--mscale-all-dim"))
+    assert read.model.yarn == load_preset("deepseek-proxy-megatron-ci").yarn
 
 
 def test_an_unmodelled_rope_scaling_in_a_gpt_oss_config_is_refused(tmp_path):

@@ -225,7 +225,7 @@ def _deepseek_v3(c: _Config) -> dict[str, Any]:
             "first_dense_layers": c.integer("first_k_dense_replace", default=0, minimum=0),
             "dense_ffn_size": c.integer("intermediate_size"), "mtp_layers": c.integer("num_nextn_predict_layers", default=0, minimum=0),
             "mla": {"q_lora_rank": c.integer("q_lora_rank", default=0, minimum=0), "kv_lora_rank": c.integer("kv_lora_rank"),
-                    "qk_nope_head_dim": nope, "qk_rope_head_dim": rope, "v_head_dim": c.integer("v_head_dim")}}
+                    "qk_nope_head_dim": nope, "qk_rope_head_dim": rope, "v_head_dim": c.integer("v_head_dim")}, **_yarn(c)}
 
 
 def _layer_pattern(c: _Config, layers: int) -> int:

@@ -418,10 +418,34 @@ _YARN_DESTS = ("rotary_scaling_factor", "yarn_original_max_position_embeddings",
 POSITION_TYPES = {"rope": "rope", "learned": "learned_absolute"}
 
 
+# semantics21: under multi-latent attention Megatron-Core builds the rotary embedding inside the attention, from
+# MLATransformerConfig (rope_type "yarn" by default: transformer_config.py L3306-3331 @ d98e8a64; multi_latent_attention.py
+# L188-198), and scales the softmax by mscale(rotary_scaling_factor, mscale_all_dim)^2 (L177-178). The factor and the
+# two mscales come from --rotary-scaling-factor, --mscale and --mscale-all-dim (argument_utils.py L300-303 copies every
+# argument named as a config field; arguments.py L3558-3563, defaults 1.0, 1.0, 0.0); the original positions and the
+# betas have no flag (the config's 4096, 32, 1). Megatron-LM's own DeepSeek-V3 launch states the three
+# (examples/megatron_fsdp/sbatch_mfsdp_deepseek_v3.sh L112-114). A DeepSeek-V3 / Kimi K2 launch trained YaRN at factor
+# 1 and mscale_all_dim 0: another rotary embedding and softmax scale than the model's.
+MLA_YARN_FIXED = {"original_max_position_embeddings": 4096, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": True}
+MLA_YARN_DESTS = {"rotary_scaling_factor": 1.0, "mscale": 1.0, "mscale_all_dim": 0.0}  # the flags and their defaults
+
+
+def mla_yarn_unsaid(yarn: Optional[Mapping[str, Any]]) -> list[str]:
+    """The YaRN settings of an MLA model that Megatron-LM has no flag for and that differ from MLATransformerConfig's
+    (MLA_YARN_FIXED): the launch trains the config's."""
+    if yarn is None:
+        return []
+    return [f"{k} {yarn[k]:g} (Megatron's {v:g})" if not isinstance(v, bool) else f"{k} {yarn[k]} (Megatron's {v})"
+            for k, v in MLA_YARN_FIXED.items() if yarn[k] != v]
+
+
 def _enc_rope(f: Fields) -> Args:
     yarn = f.get("model.yarn")
     if f["model.position_embedding"] != "rope" or yarn is None:
         return {"position_embedding_type": POSITION_TYPES[f["model.position_embedding"]]}
+    if f.get("model.mla") is not None:
+        return {"position_embedding_type": "rope", "rotary_scaling_factor": yarn["factor"],
+                **{k: yarn[k] for k in ("mscale", "mscale_all_dim") if yarn[k] is not None}}
     out: Args = {"position_embedding_type": "yarn", "rotary_scaling_factor": yarn["factor"],
                  "yarn_original_max_position_embeddings": yarn["original_max_position_embeddings"],
                  "yarn_beta_fast": yarn["beta_fast"], "yarn_beta_slow": yarn["beta_slow"]}
@@ -435,7 +459,9 @@ def _enc_rope(f: Fields) -> Args:
 
 def _dec_rope(get: Get) -> Fields:
     kind = str(get("position_embedding_type"))
-    if kind in ("rope", "learned_absolute"):  # the YaRN flags left unread: listed (MLA's rope reads some of them)
+    if kind == "rope" and _bool(get("multi_latent_attention")):
+        return {"model.position_embedding": "rope", "model.yarn": _dec_mla_yarn(get)}
+    if kind in ("rope", "learned_absolute"):  # the YaRN flags left unread: listed
         return {"model.position_embedding": "rope" if kind == "rope" else "learned", "model.yarn": None}
     if kind != "yarn":
         raise BtacalcError(f"Megatron position_embedding_type {kind!r}: btacalc models rope, yarn, learned_absolute")
@@ -458,6 +484,17 @@ def _dec_rope(get: Get) -> Fields:
                for key in ("mscale", "mscale_all_dim")}}
     return {"model.position_embedding": "rope", "model.yarn": yarn}
 
+
+
+def _dec_mla_yarn(get: Get) -> Optional[dict[str, Any]]:
+    """An MLA launch's YaRN (semantics21, MLA_YARN_DESTS): None where its factor is at most 1 (no extension; the
+    softmax scale's mscale is then 1 too, yarn_rotary_pos_embedding.py `_yarn_get_mscale`), else the flags' values over
+    the config's fixed original positions and betas."""
+    given = {dest: default if get(dest) is None else real(get(dest), dest) for dest, default in MLA_YARN_DESTS.items()}
+    if given["rotary_scaling_factor"] <= 1:
+        return None
+    return {"factor": given["rotary_scaling_factor"], **MLA_YARN_FIXED, "mscale": given["mscale"],
+            "mscale_all_dim": given["mscale_all_dim"]}
 
 def _enc_positions(f: Fields) -> Args:
     seq = f["run.seq_len"]

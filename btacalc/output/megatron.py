@@ -17,8 +17,8 @@ import shlex
 from typing import Any, Optional
 
 from ..config.attention_kernels import DEFAULT_ATTENTION_KERNEL
-from ..config.megatron_codec import (BRIDGE_PIN, FP8_ATTENTION_BRIDGE_KEY, bridge_stated, encode, model_fields,
-                                     render_flags, to_bridge)
+from ..config.megatron_codec import (BRIDGE_PIN, FP8_ATTENTION_BRIDGE_KEY, bridge_stated, encode, mla_yarn_unsaid,
+                                     model_fields, render_flags, to_bridge)
 from ..config.megatron_launch import MEGATRON_LM_PIN
 from ..config.megatron_run import LOSS_COMMENTS
 from ..config.megatron_rules import describe, violations
@@ -153,6 +153,11 @@ def _notes(r: PlanReport, spec: ModelSpec, args: dict[str, Any]) -> list[str]:
     if spec.router == "sigmoid" and spec.router_renormalize is False and spec.top_k > 1:
         notes.append("the router does not renormalise its top-k sigmoid weights: Megatron always does "
                      "(moe_utils.py L929 at d98e8a64), and has no flag against it")
+    unsaid = mla_yarn_unsaid(spec.yarn.model_dump() if spec.yarn else None) if spec.mla is not None else []
+    if unsaid:
+        notes.append("the model's multi-latent attention YaRN has " + ", ".join(unsaid) + ": Megatron-LM has no flag "
+                     "for these MLATransformerConfig fields (transformer_config.py L3318-3324), so the launch trains "
+                     "Megatron's; Megatron-Bridge sets them as model." + ", model.".join(u.split()[0] for u in unsaid))
     if r.inputs.fp8_attention:
         notes.append("FP8 attention: set TransformerConfig.fp8_dot_product_attention = True (TransformerEngine's "
                      "fp8_dpa); Megatron-LM has no flag for it (arguments.py:2332-2334), Megatron-Bridge sets "
