@@ -1229,6 +1229,18 @@ for value in ("1.5", "2"):
     case("values", "whatif", "--hw", "wse3", "--target", f"mfu={value}", "--solve-for", "chip.peak_flops_per_s",
          fragment=f"--target 'mfu={value}': mfu is the share of the peak FLOP/s the model's FLOPs use, at most 1")
 
+# --- hostile22 ------------------------------------------------------------------------------------------------
+# `${NAME:?message}` of a variable the launch does not set: bash stops the script, the launch never runs (it was
+# refused "'NUM_LAYERS}' is not a Megatron-LM flag", and with the variable set refused too)
+case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment="l.sh: ${NUM_LAYERS:?give NUM_LAYERS}: "
+     "NUM_LAYERS is empty or not set in the file, so bash stops the script there (give NUM_LAYERS) and the launch never "
+     "runs", files={"l.sh": LAUNCH.replace("--num-layers 4", "--num-layers ${NUM_LAYERS:?give NUM_LAYERS}")})
+# a `#` inside a Hydra word began a comment: the overrides after it on the line were dropped, exit 0; the shell passes
+# the word whole and Hydra's grammar refuses it
+case("files", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
+     fragment="o.txt: 'logger.wandb_exp_name=run#3' is not a Hydra override",
+     files={"o.txt": "logger.wandb_exp_name=run#3 " + HYDRA})
+
 
 def _make(folder: Path, files: dict[str, Any]) -> None:
     for name, content in files.items():
