@@ -1235,6 +1235,10 @@ for value in ("1.5", "2"):
 case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment="l.sh: ${NUM_LAYERS:?give NUM_LAYERS}: "
      "NUM_LAYERS is empty or not set in the file, so bash stops the script there (give NUM_LAYERS) and the launch never "
      "runs", files={"l.sh": LAUNCH.replace("--num-layers 4", "--num-layers ${NUM_LAYERS:?give NUM_LAYERS}")})
+# a YAML key "" was read as its section and listed "ignored model.: not modelled by btacalc", exit 0
+case("files", "plan", "--hw", "h100", "-m", "qwen3-30b-a3b", "--devices", "8", "--from-bridge", "{tmp}/r.yaml",
+     fragment="r.yaml: 'model.' has an empty name (a YAML key \"\" or a dot at an end or doubled)",
+     files={"r.yaml": BRIDGE.replace("model:\n", "model:\n  \"\": 1\n")})
 # a `#` inside a Hydra word began a comment: the overrides after it on the line were dropped, exit 0; the shell passes
 # the word whole and Hydra's grammar refuses it
 case("files", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
