@@ -1245,6 +1245,16 @@ case("files", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--f
      fragment="o.txt: 'logger.wandb_exp_name=run#3' is not a Hydra override",
      files={"o.txt": "logger.wandb_exp_name=run#3 " + HYDRA})
 
+# more model-parallel ranks than processes (TP 16 on 8, CP 16): "the inputs take a number beyond the arithmetic's
+# range (ZeroDivisionError: integer modulo by zero)" from the batch rule (data parallel 0)
+case("values", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment="l.sh: Megatron-LM would refuse this "
+     "launch: the processes (world size) must be a multiple of --tensor-model-parallel-size x "
+     "--pipeline-model-parallel-size x --context-parallel-size (Megatron-LM@d98e8a64 megatron/training/arguments.py:432)",
+     files={"l.sh": LAUNCH.replace("--num-layers 4", "--num-layers 4 --context-parallel-size 16")})
+case("values", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
+     fragment="o.txt: Megatron-LM would refuse this launch: the processes (world size) must be a multiple of",
+     files={"o.txt": HYDRA.replace("model.tensor_model_parallel_size=2", "model.tensor_model_parallel_size=16")})
+
 
 def _make(folder: Path, files: dict[str, Any]) -> None:
     for name, content in files.items():
