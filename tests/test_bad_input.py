@@ -1255,6 +1255,14 @@ case("values", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--
      fragment="o.txt: Megatron-LM would refuse this launch: the processes (world size) must be a multiple of",
      files={"o.txt": HYDRA.replace("model.tensor_model_parallel_size=2", "model.tensor_model_parallel_size=16")})
 
+# --moe-layer-freq 0 (Megatron-Core's i % N) was "the inputs take a number beyond the arithmetic's range
+# (ZeroDivisionError: integer modulo by zero)"; a Bridge file is named by its key
+case("values", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment="l.sh: Megatron-LM's --moe-layer-freq "
+     "(moe_layer_freq) takes an N of at least 1 (layer i is an MoE layer when i % N == 0",
+     files={"l.sh": LAUNCH.replace("--num-experts 8", "--num-experts 8 --moe-layer-freq 0")})
+case("values", "plan", "--hw", "h100", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
+     fragment="o.txt: model.moe_layer_freq takes an N of at least 1", files={"o.txt": BRIDGE_MOE + "model.moe_layer_freq=0\n"})
+
 
 def _make(folder: Path, files: dict[str, Any]) -> None:
     for name, content in files.items():

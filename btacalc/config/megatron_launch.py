@@ -384,9 +384,10 @@ def _expand_words(text: str, variables: dict[str, str], substituted: frozenset[s
         if given:
             return value or ""
         if op[-1] == "?":
-            raise BtacalcError(f"{m.group(0)}: {name} is {'empty or ' if op == ':?' else ''}not set in the file, so bash "
-                               f"stops the script there ({_cut(word) or 'parameter null or not set'}) and the launch "
-                               "never runs: set it in the file")
+            unset = "empty or not set" if op == ":?" else "not set"
+            raise BtacalcError(f"{m.group(0)}: {name} is {unset} in the file, so bash stops the script there "
+                               f"({_cut(word) or 'parameter null or not set'}) and the launch never runs: set it in "
+                               "the file")
         default = _expand(word, variables, substituted)
         if op[-1] == "=":  # bash assigns the word to the variable
             variables[name] = default
