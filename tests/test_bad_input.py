@@ -1263,6 +1263,15 @@ case("values", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment
 case("values", "plan", "--hw", "h100", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
      fragment="o.txt: model.moe_layer_freq takes an N of at least 1", files={"o.txt": BRIDGE_MOE + "model.moe_layer_freq=0\n"})
 
+# a command's output as a value: "takes an integer, got '$(nproc)'" with no reason, and `$(echo 4)` unquoted, split at
+# its blank, "'4)' is not a Megatron-LM flag (a value without its flag?)"
+case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment="l.sh: Megatron-LM's --num-layers "
+     "(num_layers) takes an integer, got '$(nproc)': $(...) or `...`, a command's output, which btacalc does not run",
+     files={"l.sh": LAUNCH.replace("--num-layers 4", "--num-layers $(nproc)")})
+case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment="l.sh: '4)' is not a Megatron-LM flag "
+     "(part of a $(...) or `...` split at its blanks: a command's output, which btacalc does not run: give the value)",
+     files={"l.sh": LAUNCH.replace("--num-layers 4", "--num-layers $(echo 4)")})
+
 
 def _make(folder: Path, files: dict[str, Any]) -> None:
     for name, content in files.items():

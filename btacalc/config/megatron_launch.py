@@ -583,10 +583,17 @@ class ArgumentValueError(BtacalcError):
         self.dest, self.kind, self.got = dest, kind, got
 
 
+# a command substitution, `$(...)` or a backquote (not bash arithmetic's `$((`)
+_SUBSTITUTED = re.compile(r"\$\((?!\()|`")
+COMMAND_OUTPUT = "a command's output, which btacalc does not run: give the value"
+
+
 def _not_a(value: Any, dest: str, kind: str) -> BtacalcError:
     unexpanded = isinstance(value, str) and (_VAR.search(value) is not None or "$((" in value)
     why = (": a variable the file does not set, sets from a command's output (which btacalc does not run) or puts "
            "in single quotes (which bash passes on as written): give the value") if unexpanded else ""
+    if not why and isinstance(value, str) and _SUBSTITUTED.search(value):  # hostile22: no reason was given
+        why = f": $(...) or `...`, {COMMAND_OUTPUT}"
     return ArgumentValueError(dest, kind, _cut(repr(value)), why)
 
 
@@ -645,7 +652,10 @@ def _parse_args(words: list[str], launch: Launch) -> None:
         word = words[i]
         name, eq, inline = word.partition("=")
         if not name.startswith("--"):
-            raise BtacalcError(f"{launch.source}: {word!r} is not a Megatron-LM flag (a value without its flag?)")
+            split = any(_SUBSTITUTED.search(w) for w in words[:i])  # `$(echo 5)` unquoted: '$(echo', '5)'
+            raise BtacalcError(f"{launch.source}: {word!r} is not a Megatron-LM flag ("
+                               + (f"part of a $(...) or `...` split at its blanks: {COMMAND_OUTPUT}" if split
+                                  else "a value without its flag?") + ")")
         flag = known.get(name)
         if flag is None:
             # difflib's default cutoff, 0.6, on the names without their "--": the shared dashes alone made "--tp"
