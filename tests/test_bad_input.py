@@ -1272,6 +1272,16 @@ case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment=
      "(part of a $(...) or `...` split at its blanks: a command's output, which btacalc does not run: give the value)",
      files={"l.sh": LAUNCH.replace("--num-layers 4", "--num-layers $(echo 4)")})
 
+# a dropout rate that is no probability: NaN or -0.1 read "attention_dropout > 0 is not modelled", and GPT-2's three
+# rates at 1.5 read as no dropout (planned, exit 0)
+GPT2_CONFIG = (Path(__file__).parent / "data" / "gpt2-small.config.json").read_text()
+QWEN3_MOE_CONFIG = (Path(__file__).parent / "data" / "qwen3-30b-a3b.config.json").read_text()
+case("files", "plan", "--model", "{tmp}/config.json", fragment="config.json: field 'attention_dropout' must be a "
+     "probability in [0, 1], got -0.1", files={"config.json": QWEN3_MOE_CONFIG.replace('"attention_dropout": 0.0',
+                                                                                      '"attention_dropout": -0.1')})
+case("files", "plan", "--model", "{tmp}/config.json", fragment="config.json: field 'resid_pdrop' must be a probability "
+     "in [0, 1], got 1.5", files={"config.json": re.sub(r'"(resid|embd|attn)_pdrop": 0.1', r'"\1_pdrop": 1.5', GPT2_CONFIG)})
+
 
 def _make(folder: Path, files: dict[str, Any]) -> None:
     for name, content in files.items():
