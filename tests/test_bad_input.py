@@ -1282,6 +1282,15 @@ case("files", "plan", "--model", "{tmp}/config.json", fragment="config.json: fie
 case("files", "plan", "--model", "{tmp}/config.json", fragment="config.json: field 'resid_pdrop' must be a probability "
      "in [0, 1], got 1.5", files={"config.json": re.sub(r'"(resid|embd|attn)_pdrop": 0.1', r'"\1_pdrop": 1.5', GPT2_CONFIG)})
 
+# --num-layers 2^63 - 1 in an MoE launch or Bridge file: the MoE pattern was built one layer at a time before the
+# model's bound was checked, and the command ran until it was stopped, its memory growing
+case("bounds", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment=f"l.sh: --num-layers {2**63 - 1}: more "
+     "than 10,000 layers, btacalc's bound on a model", files={"l.sh": LAUNCH.replace("--num-layers 4",
+                                                                                    f"--num-layers {2**63 - 1}")})
+case("bounds", "plan", "--hw", "h100", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
+     fragment=f"o.txt: model.num_layers {2**63 - 1}: more than 10,000 layers",
+     files={"o.txt": BRIDGE_MOE.replace("model.num_layers=4", f"model.num_layers={2**63 - 1}")})
+
 
 def _make(folder: Path, files: dict[str, Any]) -> None:
     for name, content in files.items():

@@ -27,7 +27,7 @@ from .megatron_codec import (MIXED_PRECISION_OVERWRITES, MODEL_ROWS, OVERWRITTEN
                              check_bridge_sixteen_bit, decode, encode, from_bridge, model_fields)
 from .megatron_launch import ArgumentValueError, Launch, integer, read_launch
 from .megatron_rules import describe, violations
-from .model import MAX_COUNT, MAX_COUNT_TEXT, ModelSpec, validate_model
+from .model import MAX_COUNT, MAX_COUNT_TEXT, MAX_LAYERS, ModelSpec, validate_model
 
 if TYPE_CHECKING:
     from .hardware import HardwareProfile
@@ -442,6 +442,12 @@ def _check_divisors(launch: Launch) -> None:
                    else "a size of the model")
             raise BtacalcError(f"{launch.source}: {launch.given_as.get(dest, dest)} {value}: must be at least 1 "
                                f"({why})")
+    # hostile22: the layers are counted one by one (an MoE pattern, a window pattern) before the model is validated, so
+    # --num-layers 9223372036854775807 ran until it was stopped, its memory growing
+    layers = launch.args.get("num_layers")
+    if layers is not None and integer(layers, "num_layers") > MAX_LAYERS:
+        raise BtacalcError(f"{launch.source}: {launch.given_as.get('num_layers', 'num_layers')} {layers}: more than "
+                           f"{MAX_LAYERS:,} layers, btacalc's bound on a model (ModelSpec.num_layers)")
 
 
 def _imported(launch: Launch, devices: Optional[int], name: Optional[str] = None) -> ImportedRun:
