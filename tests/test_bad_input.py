@@ -1291,6 +1291,14 @@ case("bounds", "plan", "--hw", "h100", "--devices", "8", "--from-bridge", "{tmp}
      fragment=f"o.txt: model.num_layers {2**63 - 1}: more than 10,000 layers",
      files={"o.txt": BRIDGE_MOE.replace("model.num_layers=4", f"model.num_layers={2**63 - 1}")})
 
+# a YAML tag given a value it cannot take: "internal error (please report ...): ValueError: invalid literal for int()",
+# KeyError: 'maybe', AttributeError ... 'groupdict'
+for tagged, error in (("!!int 4.5", "ValueError: invalid literal for int()"), ("!!bool maybe", "KeyError: 'maybe'"),
+                      ("!!timestamp abc", "AttributeError"), ("!!set 4", "ValueError: not enough values to unpack")):
+    case("files", "plan", "--hw", "h100", "-m", "qwen3-30b-a3b", "--devices", "8", "--from-bridge", "{tmp}/r.yaml",
+         fragment=f"r.yaml: not YAML: a value its tag cannot take (such as !!int 4.5): {error}",
+         files={"r.yaml": BRIDGE.replace("  tensor_model_parallel_size: 4", f"  tensor_model_parallel_size: {tagged}")})
+
 
 def _make(folder: Path, files: dict[str, Any]) -> None:
     for name, content in files.items():

@@ -325,6 +325,9 @@ def _yaml_overrides(text: str, source: str) -> dict[str, Any]:
         data = yaml.load(text, Loader=_unique_keys_loader())  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         raise BtacalcError(f"{source}: not YAML: {str(exc).splitlines()[0]}") from None
+    except (ValueError, TypeError, AttributeError, KeyError) as exc:  # hostile22: were internal errors (exit 3)
+        raise BtacalcError(f"{source}: not YAML: a value its tag cannot take (such as !!int 4.5): "
+                           f"{type(exc).__name__}: {str(exc)[:80]}") from None
     if not isinstance(data, dict):
         raise BtacalcError(f"{source}: a Bridge recipe's overrides are a YAML mapping (model:, train:, ddp:, ...) "
                            "or Hydra's key=value overrides")
