@@ -1299,6 +1299,13 @@ for tagged, error in (("!!int 4.5", "ValueError: invalid literal for int()"), ("
          fragment=f"r.yaml: not YAML: a value its tag cannot take (such as !!int 4.5): {error}",
          files={"r.yaml": BRIDGE.replace("  tensor_model_parallel_size: 4", f"  tensor_model_parallel_size: {tagged}")})
 
+# recompute_modules that is no list of names: a number, a boolean or [1,2] was an internal error (exit 3); a string
+# was read letter by letter ("--recompute: recompute '_,a,c,e,n,o,r,t,t' names t twice")
+for value, got in (("3", "3"), ("true", "True"), ("[1,2]", "[1, 2]"), ("core_attn", "'core_attn'")):
+    case("files", "plan", "--hw", "h100", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
+         fragment=f"o.txt: model.recompute_modules takes a list of module names (such as [core_attn,mlp]), got {got}",
+         files={"o.txt": BRIDGE_MOE + f"model.recompute_granularity=selective model.recompute_modules={value}\n"})
+
 
 def _make(folder: Path, files: dict[str, Any]) -> None:
     for name, content in files.items():

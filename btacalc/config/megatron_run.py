@@ -25,7 +25,7 @@ from .bridge_hydra import form_of, read_overrides
 from .megatron_codec import (MIXED_PRECISION_OVERWRITES, MODEL_ROWS, OVERWRITTEN_REASON, Fields, bridge_key,
                              bridge_value_field, check_bridge_experts,
                              check_bridge_sixteen_bit, decode, encode, from_bridge, model_fields)
-from .megatron_launch import ArgumentValueError, Launch, integer, read_launch
+from .megatron_launch import ArgumentValueError, BridgeText, Launch, integer, read_launch
 from .megatron_rules import describe, violations
 from .model import MAX_COUNT, MAX_COUNT_TEXT, MAX_LAYERS, ModelSpec, validate_model
 
@@ -453,8 +453,20 @@ def _check_divisors(launch: Launch) -> None:
                            f"{MAX_LAYERS:,} layers, btacalc's bound on a model (ModelSpec.num_layers)")
 
 
+def _check_modules(launch: Launch) -> None:
+    """recompute_modules is a list of module names (Megatron-Core's TransformerConfig.recompute_modules:
+    Optional[List[str]], which it iterates). hostile22: a Bridge file's `model.recompute_modules=core_attn` was read
+    letter by letter ("--recompute: recompute '_,a,c,e,n,o,r,t,t' names t twice"), and a number, a boolean or
+    [1,2] was an internal error."""
+    modules = launch.args.get("recompute_modules")
+    if modules is not None and not (isinstance(modules, list) and all(type(m) in (str, BridgeText) for m in modules)):
+        raise ArgumentValueError("recompute_modules", "a list of module names (such as [core_attn,mlp])",
+                                 reprlib.repr(str(modules) if isinstance(modules, BridgeText) else modules))
+
+
 def _imported(launch: Launch, devices: Optional[int], name: Optional[str] = None) -> ImportedRun:
     _check_divisors(launch)
+    _check_modules(launch)
     devices = _devices(launch, devices)
     refused = [r for r in violations(dict(launch.args, world=devices), launch.env) if r.name not in ENVIRONMENT_RULES]
     if refused:
