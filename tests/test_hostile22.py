@@ -66,3 +66,16 @@ def test_an_empty_variable_takes_the_default_of_a_colon_dash():
     # `: ${L:=6}` assigns the default, as bash does
     assert import_megatron(": ${L:=6}\n" + DENSE.replace("--num-layers 4", "--num-layers $L") + "\n",
                            "l.sh").model.num_layers == 6
+
+
+@pytest.mark.parametrize("reads", ["source /opt/env.sh", ". ./env.sh", "eval \"$(cat env.sh)\""])
+def test_a_default_taken_beside_a_file_the_launch_reads_is_said(reads):
+    # `source env.sh` then `${TP:-1}`: planned TP 1 without a word, though env.sh may set TP
+    launch = DENSE + " --tensor-model-parallel-size ${TP:-1} --pipeline-model-parallel-size ${PP:-1}\n"
+    run = import_megatron(f"{reads}\nPP=1\n" + launch, "l.sh")
+    assert run.request.tensor_parallel == 1
+    said = [n for n in run.notes if "which btacalc does not read" in n]
+    assert said == [f"l.sh runs {reads}, which btacalc does not read: the defaults of TP (${{NAME:-default}}) were "
+                    "taken, as for a variable the file does not set; if that file sets them, give the values in the "
+                    "launch"]
+    assert not [n for n in import_megatron(launch, "l.sh").notes if "does not read" in n]

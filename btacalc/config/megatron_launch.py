@@ -78,6 +78,8 @@ class Launch:
     # a launcher size that is no number btacalc can read (`--nnodes $SLURM_NNODES`, `--nproc_per_node gpu`,
     # `--nnodes 1:4`), as written: the devices must then be given (megatron_run._devices)
     unknown_size: str = ""
+    # what the plan cannot see and the reader says (hostile22: a file `source`d before `${NAME:-default}`)
+    notes: list[str] = field(default_factory=list)
 
 
 _ASSIGN = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)(\+?)=(.*)$", re.S)
@@ -103,7 +105,10 @@ def read_launch(text: str, source: str = "-") -> Launch:
     command: Optional[list[str]] = None
     plain: list[str] = []
     before = False  # flags outside the command came first
+    unread: list[str] = []  # `source FILE`, `. FILE`, `eval ...`: variables btacalc cannot see
     for statement in (one for line in _statements(text) for one in _assignments(line)):
+        if statement.split()[:1] in (["source"], ["."], ["eval"]):
+            unread.append(_cut(statement.strip()))
         expanded = _expand(statement, variables, substituted)
         by_command = _SUBSTITUTION.match(expanded.strip())
         if by_command:  # `L=$(nproc)`: its value is unknown; a use of L stays "$L" (hostile20)
@@ -140,6 +145,12 @@ def read_launch(text: str, source: str = "-") -> Launch:
         raise BtacalcError(f"{source}: flags after the launch command ({plain[0]} ...): join them to it with \\"
                            + blank_after_backslash(text))
     tokens = command if command is not None else plain
+    defaulted = sorted({m.group(1) for m in _VAR.finditer(text) if m.group(1) and (m.group(3) or "").endswith(("-", "="))
+                        and m.group(1) not in variables})
+    if unread and defaulted:  # hostile22: `source env.sh` then `${TP:-1}` planned TP 1 without a word
+        launch.notes.append(f"{source} runs {unread[0]}, which btacalc does not read: the defaults of "
+                            f"{', '.join(defaulted)} (${{NAME:-default}}) were taken, as for a variable the file does "
+                            "not set; if that file sets them, give the values in the launch")
     args = _split_launcher(tokens, launch)
     _parse_args(args, launch)
     return launch

@@ -472,7 +472,7 @@ def _imported(launch: Launch, devices: Optional[int], name: Optional[str] = None
     if refused:
         raise BtacalcError(f"{launch.source}: Megatron-LM would refuse this launch: {describe(refused[0])}")
     fields, read = decode(launch.args)
-    notes: list[str] = []
+    notes: list[str] = list(launch.notes)
     spec = model_from_fields(fields, launch.source, notes, name)
     request = request_from_fields(fields, spec, devices, launch.devices_per_node, notes)
     ignored = tuple((launch.given_as.get(d, d), ignore_reason(d)) for d in launch.args
