@@ -79,3 +79,12 @@ def test_a_default_taken_beside_a_file_the_launch_reads_is_said(reads):
                     "taken, as for a variable the file does not set; if that file sets them, give the values in the "
                     "launch"]
     assert not [n for n in import_megatron(launch, "l.sh").notes if "does not read" in n]
+
+
+def test_a_scripts_arguments_take_their_defaults_and_say_so():
+    # `TP=${1:-2}` was kept as written and refused "takes an integer, got '${1:-2}'"; bash run without arguments gives 2
+    run = import_megatron("TP=${1:-2}\nPP=${2-1}\n" + DENSE + " --tensor-model-parallel-size $TP "
+                          "--pipeline-model-parallel-size $PP\n", "l.sh")
+    assert (run.request.tensor_parallel, run.request.pipeline_parallel) == (2, 1)
+    assert "l.sh reads its arguments ($1, $2): btacalc reads it as run without them, so their defaults " \
+           "(${1:-default}) were taken; if you pass arguments, give their values in the launch" in run.notes

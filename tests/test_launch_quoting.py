@@ -28,7 +28,9 @@ WORDS = ["'$L'", '"$L"', "$L", "a\"$L\"'$L'b$L", "'${L:-4}'", "\"'$L'\"", "'$((L
          "a#b", "x'#'y", "a\\ #b", "$L#", "${L:+y}", "x${U:+y}", "x${E+y}", "${L:?m}", "${U=9}", "${E:=9}", "${E:-d}",
          "x${E-d}", "${U-$L}", "$X$Y", "$P$Q", "$R$I",
          # hostile22: bash arithmetic's `**` and `%` (refused "BinOp is not integer arithmetic", kept as written)
-         "$((2**10))", "$((L%5))", "$((L**2))", "$((-7%3))"]
+         "$((2**10))", "$((L%5))", "$((L**2))", "$((-7%3))",
+         # hostile22: a positional parameter is unset in a script run without arguments (kept as written)
+         "${1:-32}", "x${2-y}", "${1:-$L}"]
 
 
 def _bash(word: str) -> str:

@@ -84,8 +84,10 @@ class Launch:
 
 _ASSIGN = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)(\+?)=(.*)$", re.S)
 # `$NAME`, `${NAME}`, `${NAME[@]}` and bash's `${NAME-word}`, `${NAME+word}`, `${NAME?word}`, `${NAME=word}`, each also
-# with a colon (the empty value counts as unset; bash manual, Shell Parameter Expansion)
-_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(\[@\]|\[\*\])?(?:(:?[-+?=])([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+# with the colon (the empty value counts as unset; bash manual, Shell Parameter Expansion); a positional parameter
+# (`${1:-32}`, `$1`) is unset, as in a script run without arguments (hostile22: `${1:-32}` was kept as written)
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*|[0-9]+)(\[@\]|\[\*\])?(?:(:?[-+?=])([^}]*))?\}"
+                  r"|\$([A-Za-z_][A-Za-z0-9_]*|[1-9])")
 _QUOTED_ARRAY = re.compile(r'"\$\{([A-Za-z_][A-Za-z0-9_]*)\[@\]\}"')
 _ARRAY_OR_VAR = re.compile(_QUOTED_ARRAY.pattern + "|" + _VAR.pattern)
 _ARITH = re.compile(r"\$\(\(([^()]*(?:\([^()]*\)[^()]*)*)\)\)")
@@ -147,10 +149,16 @@ def read_launch(text: str, source: str = "-") -> Launch:
     tokens = command if command is not None else plain
     defaulted = sorted({m.group(1) for m in _VAR.finditer(text) if m.group(1) and (m.group(3) or "").endswith(("-", "="))
                         and m.group(1) not in variables})
-    if unread and defaulted:  # hostile22: `source env.sh` then `${TP:-1}` planned TP 1 without a word
+    named = [n for n in defaulted if not n.isdigit()]
+    if unread and named:  # hostile22: `source env.sh` then `${TP:-1}` planned TP 1 without a word
         launch.notes.append(f"{source} runs {unread[0]}, which btacalc does not read: the defaults of "
-                            f"{', '.join(defaulted)} (${{NAME:-default}}) were taken, as for a variable the file does "
+                            f"{', '.join(named)} (${{NAME:-default}}) were taken, as for a variable the file does "
                             "not set; if that file sets them, give the values in the launch")
+    arguments = [n for n in defaulted if n.isdigit()]
+    if arguments:
+        launch.notes.append(f"{source} reads its arguments ({', '.join('$' + n for n in arguments)}): btacalc reads "
+                            "it as run without them, so their defaults (${1:-default}) were taken; if you pass "
+                            "arguments, give their values in the launch")
     args = _split_launcher(tokens, launch)
     _parse_args(args, launch)
     return launch
