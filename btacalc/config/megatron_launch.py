@@ -147,21 +147,29 @@ def read_launch(text: str, source: str = "-") -> Launch:
         raise BtacalcError(f"{source}: flags after the launch command ({plain[0]} ...): join them to it with \\"
                            + blank_after_backslash(text))
     tokens = command if command is not None else plain
-    defaulted = sorted({m.group(1) for m in _VAR.finditer(text) if m.group(1) and (m.group(3) or "").endswith(("-", "="))
-                        and m.group(1) not in variables})
-    named = [n for n in defaulted if not n.isdigit()]
-    if unread and named:  # hostile22: `source env.sh` then `${TP:-1}` planned TP 1 without a word
-        launch.notes.append(f"{source} runs {unread[0]}, which btacalc does not read: the defaults of "
-                            f"{', '.join(named)} (${{NAME:-default}}) were taken, as for a variable the file does "
-                            "not set; if that file sets them, give the values in the launch")
-    arguments = [n for n in defaulted if n.isdigit()]
-    if arguments:
-        launch.notes.append(f"{source} reads its arguments ({', '.join('$' + n for n in arguments)}): btacalc reads "
-                            "it as run without them, so their defaults (${1:-default}) were taken; if you pass "
-                            "arguments, give their values in the launch")
+    launch.notes += _defaults_taken(text, variables, unread, source)
     args = _split_launcher(tokens, launch)
     _parse_args(args, launch)
     return launch
+
+
+def _defaults_taken(text: str, variables: dict[str, str], unread: list[str], source: str) -> list[str]:
+    """What the plan took as unset that the run may not: the defaults (`${NAME:-default}`, `${NAME=default}`) of
+    variables the file does not set beside a file it reads (`unread`: `source`, `.`, `eval`), and of the script's
+    arguments. hostile22: `source env.sh` then `${TP:-1}` planned TP 1 without a word."""
+    defaulted = sorted({m.group(1) for m in _VAR.finditer(text)
+                        if m.group(1) and (m.group(3) or "").endswith(("-", "=")) and m.group(1) not in variables})
+    named, arguments = [n for n in defaulted if not n.isdigit()], [n for n in defaulted if n.isdigit()]
+    notes = []
+    if unread and named:
+        notes.append(f"{source} runs {unread[0]}, which btacalc does not read: the defaults of {', '.join(named)} "
+                     "(${NAME:-default}) were taken, as for a variable the file does not set; if that file sets them, "
+                     "give the values in the launch")
+    if arguments:
+        notes.append(f"{source} reads its arguments ({', '.join('$' + n for n in arguments)}): btacalc reads it as run "
+                     "without them, so their defaults (${1:-default}) were taken; if you pass arguments, give their "
+                     "values in the launch")
+    return notes
 
 
 _REDIRECTION = re.compile(r"&>>?|>>?&?|>\||<<<|<<-?|<>|<&?")
