@@ -1229,6 +1229,83 @@ for value in ("1.5", "2"):
     case("values", "whatif", "--hw", "wse3", "--target", f"mfu={value}", "--solve-for", "chip.peak_flops_per_s",
          fragment=f"--target 'mfu={value}': mfu is the share of the peak FLOP/s the model's FLOPs use, at most 1")
 
+# --- hostile22 ------------------------------------------------------------------------------------------------
+# `${NAME:?message}` of a variable the launch does not set: bash stops the script, the launch never runs (it was
+# refused "'NUM_LAYERS}' is not a Megatron-LM flag", and with the variable set refused too)
+case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment="l.sh: ${NUM_LAYERS:?give NUM_LAYERS}: "
+     "NUM_LAYERS is empty or not set in the file, so bash stops the script there (give NUM_LAYERS) and the launch never "
+     "runs", files={"l.sh": LAUNCH.replace("--num-layers 4", "--num-layers ${NUM_LAYERS:?give NUM_LAYERS}")})
+# a YAML key "" was read as its section and listed "ignored model.: not modelled by btacalc", exit 0
+case("files", "plan", "--hw", "h100", "-m", "qwen3-30b-a3b", "--devices", "8", "--from-bridge", "{tmp}/r.yaml",
+     fragment="r.yaml: 'model.' has an empty name (a YAML key \"\" or a dot at an end or doubled)",
+     files={"r.yaml": BRIDGE.replace("model:\n", "model:\n  \"\": 1\n")})
+# a `#` inside a Hydra word began a comment: the overrides after it on the line were dropped, exit 0; the shell passes
+# the word whole and Hydra's grammar refuses it
+case("files", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
+     fragment="o.txt: 'logger.wandb_exp_name=run#3' is not a Hydra override",
+     files={"o.txt": "logger.wandb_exp_name=run#3 " + HYDRA})
+
+# more model-parallel ranks than processes (TP 16 on 8, CP 16): "the inputs take a number beyond the arithmetic's
+# range (ZeroDivisionError: integer modulo by zero)" from the batch rule (data parallel 0)
+case("values", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment="l.sh: Megatron-LM would refuse this "
+     "launch: the processes (world size) must be a multiple of --tensor-model-parallel-size x "
+     "--pipeline-model-parallel-size x --context-parallel-size (Megatron-LM@d98e8a64 megatron/training/arguments.py:432)",
+     files={"l.sh": LAUNCH.replace("--num-layers 4", "--num-layers 4 --context-parallel-size 16")})
+case("values", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
+     fragment="o.txt: Megatron-LM would refuse this launch: the processes (world size) must be a multiple of",
+     files={"o.txt": HYDRA.replace("model.tensor_model_parallel_size=2", "model.tensor_model_parallel_size=16")})
+
+# --moe-layer-freq 0 (Megatron-Core's i % N) was "the inputs take a number beyond the arithmetic's range
+# (ZeroDivisionError: integer modulo by zero)"; a Bridge file is named by its key
+case("values", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment="l.sh: Megatron-LM's --moe-layer-freq "
+     "(moe_layer_freq) takes an N of at least 1 (layer i is an MoE layer when i % N == 0",
+     files={"l.sh": LAUNCH.replace("--num-experts 8", "--num-experts 8 --moe-layer-freq 0")})
+case("values", "plan", "--hw", "h100", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
+     fragment="o.txt: model.moe_layer_freq takes an N of at least 1", files={"o.txt": BRIDGE_MOE + "model.moe_layer_freq=0\n"})
+
+# a command's output as a value: "takes an integer, got '$(nproc)'" with no reason, and `$(echo 4)` unquoted, split at
+# its blank, "'4)' is not a Megatron-LM flag (a value without its flag?)"
+case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment="l.sh: Megatron-LM's --num-layers "
+     "(num_layers) takes an integer, got '$(nproc)': $(...) or `...`, a command's output, which btacalc does not run",
+     files={"l.sh": LAUNCH.replace("--num-layers 4", "--num-layers $(nproc)")})
+case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment="l.sh: '4)' is not a Megatron-LM flag "
+     "(part of a $(...) or `...` split at its blanks: a command's output, which btacalc does not run: give the value)",
+     files={"l.sh": LAUNCH.replace("--num-layers 4", "--num-layers $(echo 4)")})
+
+# a dropout rate that is no probability: NaN or -0.1 read "attention_dropout > 0 is not modelled", and GPT-2's three
+# rates at 1.5 read as no dropout (planned, exit 0)
+GPT2_CONFIG = (Path(__file__).parent / "data" / "gpt2-small.config.json").read_text()
+QWEN3_MOE_CONFIG = (Path(__file__).parent / "data" / "qwen3-30b-a3b.config.json").read_text()
+case("files", "plan", "--model", "{tmp}/config.json", fragment="config.json: field 'attention_dropout' must be a "
+     "probability in [0, 1], got -0.1", files={"config.json": QWEN3_MOE_CONFIG.replace('"attention_dropout": 0.0',
+                                                                                      '"attention_dropout": -0.1')})
+case("files", "plan", "--model", "{tmp}/config.json", fragment="config.json: field 'resid_pdrop' must be a probability "
+     "in [0, 1], got 1.5", files={"config.json": re.sub(r'"(resid|embd|attn)_pdrop": 0.1', r'"\1_pdrop": 1.5', GPT2_CONFIG)})
+
+# --num-layers 2^63 - 1 in an MoE launch or Bridge file: the MoE pattern was built one layer at a time before the
+# model's bound was checked, and the command ran until it was stopped, its memory growing
+case("bounds", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment=f"l.sh: --num-layers {2**63 - 1}: more "
+     "than 10,000 layers, btacalc's bound on a model", files={"l.sh": LAUNCH.replace("--num-layers 4",
+                                                                                    f"--num-layers {2**63 - 1}")})
+case("bounds", "plan", "--hw", "h100", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
+     fragment=f"o.txt: model.num_layers {2**63 - 1}: more than 10,000 layers",
+     files={"o.txt": BRIDGE_MOE.replace("model.num_layers=4", f"model.num_layers={2**63 - 1}")})
+
+# a YAML tag given a value it cannot take: "internal error (please report ...): ValueError: invalid literal for int()",
+# KeyError: 'maybe', AttributeError ... 'groupdict'
+for tagged, error in (("!!int 4.5", "ValueError: invalid literal for int()"), ("!!bool maybe", "KeyError: 'maybe'"),
+                      ("!!timestamp abc", "AttributeError"), ("!!set 4", "ValueError: not enough values to unpack")):
+    case("files", "plan", "--hw", "h100", "-m", "qwen3-30b-a3b", "--devices", "8", "--from-bridge", "{tmp}/r.yaml",
+         fragment=f"r.yaml: not YAML: a value its tag cannot take (such as !!int 4.5): {error}",
+         files={"r.yaml": BRIDGE.replace("  tensor_model_parallel_size: 4", f"  tensor_model_parallel_size: {tagged}")})
+
+# recompute_modules that is no list of names: a number, a boolean or [1,2] was an internal error (exit 3); a string
+# was read letter by letter ("--recompute: recompute '_,a,c,e,n,o,r,t,t' names t twice")
+for value, got in (("3", "3"), ("true", "True"), ("[1,2]", "[1, 2]"), ("core_attn", "'core_attn'")):
+    case("files", "plan", "--hw", "h100", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
+         fragment=f"o.txt: model.recompute_modules takes a list of module names (such as [core_attn,mlp]), got {got}",
+         files={"o.txt": BRIDGE_MOE + f"model.recompute_granularity=selective model.recompute_modules={value}\n"})
+
 
 def _make(folder: Path, files: dict[str, Any]) -> None:
     for name, content in files.items():

@@ -13,13 +13,24 @@ from btacalc.config.megatron_launch import read_launch
 from btacalc.config.megatron_run import import_megatron
 from btacalc.errors import BtacalcError
 
-SET = "L=32\nD=/data\nB=( '$L' )\n"
+SET = ("L=32\nD=/data\nB=( '$L' )\n"
+       # hostile22: several assignments on one line, declaring builtins, an empty value
+       "export X=7 Y=8\nP=1; Q=2\nreadonly R=6\ndeclare -i I=5\nE=\n")
 WORDS = ["'$L'", '"$L"', "$L", "a\"$L\"'$L'b$L", "'${L:-4}'", "\"'$L'\"", "'$((L*2))'", "$((L*2))",
          "\"a'b\"$D", "'\"$D\"'", "\\'$L",
          # review19: a default's quotes ("${U:-'4'}" was left unexpanded), escaped dollars, ANSI-C quoting, an array
          # element's own `$L` (expanded a second time), a default's variables (not expanded)
          "${U:-'4'}", "${L:-'4'}", "${U:-'$L'}", "${U:-a'$L'b}", "${U:-$L}", "\"${U:-$D}\"", "\\$L", "\"\\$L\"",
-         "\"\\\\\"$L", "\\\\'$L'", "$'\\x41'", "$'a\\'b$L'", "$'\\101\\t'", "\"$'x'\"", "\"${B[@]}\"", "${B[@]}"]
+         "\"\\\\\"$L", "\\\\'$L'", "$'\\x41'", "$'a\\'b$L'", "$'\\101\\t'", "\"$'x'\"", "\"${B[@]}\"", "${B[@]}",
+         # hostile22: a `#` inside a word is no comment (shlex's was: the rest of the line was dropped); the other
+         # parameter expansions (`+`, `?`, `=`, and `-` without the colon; `:-` of an empty value); several
+         # assignments on a line; `readonly` and `declare`
+         "a#b", "x'#'y", "a\\ #b", "$L#", "${L:+y}", "x${U:+y}", "x${E+y}", "${L:?m}", "${U=9}", "${E:=9}", "${E:-d}",
+         "x${E-d}", "${U-$L}", "$X$Y", "$P$Q", "$R$I",
+         # hostile22: bash arithmetic's `**` and `%` (refused "BinOp is not integer arithmetic", kept as written)
+         "$((2**10))", "$((L%5))", "$((L**2))", "$((-7%3))",
+         # hostile22: a positional parameter is unset in a script run without arguments (kept as written)
+         "${1:-32}", "x${2-y}", "${1:-$L}"]
 
 
 def _bash(word: str) -> str:

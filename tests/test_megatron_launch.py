@@ -227,6 +227,9 @@ BASE = {"num_layers": 48, "hidden_size": 2048, "num_attention_heads": 32, "seq_l
         "add_bias_linear": False}
 FSDP = {"use_megatron_fsdp": True, "ckpt_format": "fsdp_dtensor"}  # a valid Megatron-FSDP launch's two flags
 BROKEN = {
+    # hostile22: arguments.py L432 (the world size over TP x PP x CP); 8 ranks of TP 16 stopped the batch rule with a
+    # ZeroDivisionError
+    "world-divides": ({"pipeline_model_parallel_size": 3}, {}),
     "fsdp-ckpt-format": ({"use_megatron_fsdp": True}, {}),
     "fsdp-connections": ({"use_megatron_fsdp": True, "ckpt_format": "fsdp_dtensor"}, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}),
     "fsdp-dtensor-needs-fsdp": ({"ckpt_format": "fsdp_dtensor"}, {}),

@@ -71,6 +71,9 @@ def check_bridge_key(key: str, source: str) -> None:
     ConfigContainer's or whose field is not one of that section's (bridge_fields.toml). A section given whole
     (`mixed_precision=bf16_mixed`, `comm_overlap: null`) and the keys below a free section or a field pass."""
     data = bridge_fields()
+    if "" in key.split("."):  # hostile22: YAML's `model: {"": 1}` was read as the section and listed "ignored model."
+        raise BtacalcError(f"{source}: {key!r} has an empty name (a YAML key \"\" or a dot at an end or doubled), which "
+                           f"no field of Megatron-Bridge's config has ({data.short})")
     section, _, rest = key.partition(".")
     entry = data.sections.get(section)
     if entry is None:

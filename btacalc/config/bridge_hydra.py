@@ -20,7 +20,7 @@ from typing import Any
 
 from ..errors import BtacalcError
 from .bridge_fields import check_bridge_key
-from .text import blank_after_backslash
+from .text import blank_after_backslash, uncommented
 from .text import cut as _cut
 
 # A line of the file that is an override (`key=value`, `+key=`, `++key=`, `~key`) or a YAML mapping's `key:`.
@@ -49,9 +49,11 @@ def form_of(text: str, source: str) -> str:
 def _words(text: str, source: str) -> list[str]:
     """The words of the file as a POSIX shell splits them (quotes removed, `#` comments dropped, a backslash-newline
     joining two lines), one or more overrides per line."""
-    # a backslash-newline continues the line, also before a CRLF line end (hostile20: "'\\r' is not a Hydra override")
-    lexer = shlex.shlex(re.sub(r"\\\r?\n", "", text), posix=True)
-    lexer.whitespace_split, lexer.commenters = True, "#"
+    # a backslash-newline continues the line, also before a CRLF line end (hostile20: "'\\r' is not a Hydra override");
+    # a comment is a word that begins with `#` (text.uncommented; hostile22: shlex's cut `run#3` and the line after it)
+    joined = "\n".join(uncommented(line) for line in re.sub(r"\\\r?\n", "", text).split("\n"))
+    lexer = shlex.shlex(joined, posix=True)
+    lexer.whitespace_split, lexer.commenters = True, ""
     try:
         words = list(lexer)
     except ValueError as exc:  # an unclosed quote

@@ -70,6 +70,14 @@ class _Config:
             raise self.error(f"field {key!r} must be a number, got {json.dumps(value)}")
         return float(value)
 
+    def probability(self, key: str, default: float) -> float:
+        """A dropout rate: a number in [0, 1] (hostile22: NaN, -0.1 and 2.0 were refused "attention_dropout > 0 is not
+        modelled", and GPT-2's / GPT-J's rates of 1.5 or NaN read as no dropout)."""
+        value = self.number(key, default)
+        if not 0 <= value <= 1:
+            raise self.error(f"field {key!r} must be a probability in [0, 1], got {json.dumps(value)}")
+        return value
+
     def array(self, key: str) -> list[Any]:
         value = self.get(key, default=[])
         if not isinstance(value, list):
@@ -107,7 +115,7 @@ def _silu(c: _Config) -> None:
 
 
 def _no_dropout(c: _Config) -> None:
-    if c.number("attention_dropout", 0.0) != 0:
+    if c.probability("attention_dropout", 0.0) != 0:
         raise c.unsupported("attention_dropout > 0")
 
 
@@ -285,7 +293,7 @@ def _gpt_oss(c: _Config) -> dict[str, Any]:
 
 
 def _dropout(c: _Config, keys: tuple[str, ...]) -> bool:
-    rates = [c.number(k, 0.1) for k in keys]
+    rates = [c.probability(k, 0.1) for k in keys]
     if any(0 < r < 1 for r in rates) and not all(0 < r < 1 for r in rates):
         raise c.unsupported("dropout on some of " + ", ".join(keys) + " only")
     return all(0 < r < 1 for r in rates)

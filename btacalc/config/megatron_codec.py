@@ -25,8 +25,8 @@ from .bridge_fields import bridge_fields
 from .cuda_graphs import GRAPH_IMPL
 from .pipeline import parse_layout
 from .model import GPT_OSS_GLU_CLAMP, GPT_OSS_GLU_OFFSET, MEGATRON_LINEAR_BIASES
-from .megatron_launch import (BridgeFloat, BridgeText, flags_by_dest, integer, list_expression, megatron_flags,
-                              pattern, real, refuse_bridge_text)
+from .megatron_launch import (ArgumentValueError, BridgeFloat, BridgeText, flags_by_dest, integer, list_expression,
+                              megatron_flags, pattern, real, refuse_bridge_text)
 
 if TYPE_CHECKING:
     from .model import ModelSpec
@@ -205,6 +205,10 @@ def _dec_ffn(get: Get) -> Fields:
     freq = get("moe_layer_freq")
     items = pattern(freq, layers)
     if len(items) == 1:  # integer N: Megatron-Core makes layer i an MoE layer when i % N == 0
+        if items[0] == 0:  # hostile22: "the inputs take a number beyond the arithmetic's range (ZeroDivisionError ...)"
+            raise ArgumentValueError("moe_layer_freq", "an N of at least 1 (layer i is an MoE layer when i % N == 0, "
+                                     "megatron/core/models/gpt/gpt_layer_specs.py L649 @ d98e8a64) or a list such as "
+                                     "([0]*3+[1]*58)", "0")
         items = [1 if i % items[0] == 0 else 0 for i in range(layers)]
     out.update({"model.top_k": _int(get("moe_router_topk"), "moe_router_topk"),
                 "model.moe_ffn": _int(get("moe_ffn_hidden_size"), "moe_ffn_hidden_size") or dense,

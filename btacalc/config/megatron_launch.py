@@ -21,7 +21,7 @@ from typing import Any, Callable, Optional, TypeVar
 from ..errors import BtacalcError
 from ..paths import package_data
 from .model import MAX_LAYERS
-from .text import blank_after_backslash
+from .text import blank_after_backslash, uncommented
 from .text import cut as _cut
 
 MEGATRON_LM_PIN = "NVIDIA/Megatron-LM@d98e8a64ddf34856e74b24714e3bedb2f5a39553"
@@ -78,10 +78,16 @@ class Launch:
     # a launcher size that is no number btacalc can read (`--nnodes $SLURM_NNODES`, `--nproc_per_node gpu`,
     # `--nnodes 1:4`), as written: the devices must then be given (megatron_run._devices)
     unknown_size: str = ""
+    # what the plan cannot see and the reader says (hostile22: a file `source`d before `${NAME:-default}`)
+    notes: list[str] = field(default_factory=list)
 
 
 _ASSIGN = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)(\+?)=(.*)$", re.S)
-_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(\[@\]|\[\*\])?(?::?-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+# `$NAME`, `${NAME}`, `${NAME[@]}` and bash's `${NAME-word}`, `${NAME+word}`, `${NAME?word}`, `${NAME=word}`, each also
+# with the colon (the empty value counts as unset; bash manual, Shell Parameter Expansion); a positional parameter
+# (`${1:-32}`, `$1`) is unset, as in a script run without arguments (hostile22: `${1:-32}` was kept as written)
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*|[0-9]+)(\[@\]|\[\*\])?(?:(:?[-+?=])([^}]*))?\}"
+                  r"|\$([A-Za-z_][A-Za-z0-9_]*|[1-9])")
 _QUOTED_ARRAY = re.compile(r'"\$\{([A-Za-z_][A-Za-z0-9_]*)\[@\]\}"')
 _ARRAY_OR_VAR = re.compile(_QUOTED_ARRAY.pattern + "|" + _VAR.pattern)
 _ARITH = re.compile(r"\$\(\(([^()]*(?:\([^()]*\)[^()]*)*)\)\)")
@@ -101,7 +107,10 @@ def read_launch(text: str, source: str = "-") -> Launch:
     command: Optional[list[str]] = None
     plain: list[str] = []
     before = False  # flags outside the command came first
-    for statement in _statements(text):
+    unread: list[str] = []  # `source FILE`, `. FILE`, `eval ...`: variables btacalc cannot see
+    for statement in (one for line in _statements(text) for one in _assignments(line)):
+        if statement.split()[:1] in (["source"], ["."], ["eval"]):
+            unread.append(_cut(statement.strip()))
         expanded = _expand(statement, variables, substituted)
         by_command = _SUBSTITUTION.match(expanded.strip())
         if by_command:  # `L=$(nproc)`: its value is unknown; a use of L stays "$L" (hostile20)
@@ -109,8 +118,8 @@ def read_launch(text: str, source: str = "-") -> Launch:
             variables.pop(by_command.group(1), None)
             continue
         try:
-            words = shlex.split(expanded, comments=True)
-            pieces = [shlex.split(piece, comments=True) for piece in _commands(expanded)] if _is_command(words) else []
+            words = shlex.split(expanded)  # the comment is gone (_statements): a `#` left is text, as in bash
+            pieces = [shlex.split(piece) for piece in _commands(expanded)] if _is_command(words) else []
         except ValueError as exc:
             raise BtacalcError(f"{source}: cannot read the line {statement.strip()[:60]!r}: {exc}") from None
         if not words:
@@ -138,9 +147,29 @@ def read_launch(text: str, source: str = "-") -> Launch:
         raise BtacalcError(f"{source}: flags after the launch command ({plain[0]} ...): join them to it with \\"
                            + blank_after_backslash(text))
     tokens = command if command is not None else plain
+    launch.notes += _defaults_taken(text, variables, unread, source)
     args = _split_launcher(tokens, launch)
     _parse_args(args, launch)
     return launch
+
+
+def _defaults_taken(text: str, variables: dict[str, str], unread: list[str], source: str) -> list[str]:
+    """What the plan took as unset that the run may not: the defaults (`${NAME:-default}`, `${NAME=default}`) of
+    variables the file does not set beside a file it reads (`unread`: `source`, `.`, `eval`), and of the script's
+    arguments. hostile22: `source env.sh` then `${TP:-1}` planned TP 1 without a word."""
+    defaulted = sorted({m.group(1) for m in _VAR.finditer(text)
+                        if m.group(1) and (m.group(3) or "").endswith(("-", "=")) and m.group(1) not in variables})
+    named, arguments = [n for n in defaulted if not n.isdigit()], [n for n in defaulted if n.isdigit()]
+    notes = []
+    if unread and named:
+        notes.append(f"{source} runs {unread[0]}, which btacalc does not read: the defaults of {', '.join(named)} "
+                     "(${NAME:-default}) were taken, as for a variable the file does not set; if that file sets them, "
+                     "give the values in the launch")
+    if arguments:
+        notes.append(f"{source} reads its arguments ({', '.join('$' + n for n in arguments)}): btacalc reads it as run "
+                     "without them, so their defaults (${1:-default}) were taken; if you pass arguments, give their "
+                     "values in the launch")
+    return notes
 
 
 _REDIRECTION = re.compile(r"&>>?|>>?&?|>\||<<<|<<-?|<>|<&?")
@@ -196,13 +225,68 @@ def _commands(line: str) -> list[str]:
     return [p for p in pieces if p.strip()]
 
 
+_NAME_IS = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\+?=")
+# bash's builtins that assign their NAME=value words (declare's -x, as export, puts them in the environment)
+_DECLARING = {"export": True, "declare": False, "typeset": False, "readonly": False, "local": False}
+
+
+def _assignments(line: str) -> list[str]:
+    """A line of assignments only, as one assignment per statement, left to right as bash makes them: several
+    commands (`A=1; B=2`, `A=1 && B=2`), several words (`A=1 B=2`, `export A=1 B=2`) or a declaring builtin
+    (`declare -i A=1`, `readonly A=1`, `local A=1`); any other line as it is. hostile22: `export TP=4 PP=2` set TP to 4
+    and left PP unset (a later `${PP:-1}` planned PP 1 in silence), and `A=1; B=2` or `declare -i A=1` set nothing."""
+    if "=(" in line:  # an array keeps its own statement (_statements)
+        return [line]
+    out: list[str] = []
+    for command in _commands(line):
+        words = _shell_words(command)
+        exported = _DECLARING.get(words[0]) if words else None
+        if exported is not None:
+            options = [w for w in words[1:] if w.startswith("-")]
+            exported = exported or any("x" in o for o in options)
+            words = [w for w in words[1:] if not w.startswith("-") and "=" in w]
+        if not words or not all(_NAME_IS.match(w) for w in words):
+            return [line]
+        out += [("export " if exported else "") + w for w in words]
+    return out or [line]
+
+
+def _shell_words(text: str) -> list[str]:
+    """`text`'s words split at the blanks outside quotes, `${...}`, `$(...)` and backquotes, each as written."""
+    words: list[str] = []
+    word, depth, quote, i = "", 0, "", 0
+    while i < len(text):
+        c = text[i]
+        if quote:
+            if c == "\\" and quote != "'":
+                word, i = word + text[i:i + 2], i + 2
+                continue
+            quote = "" if c == quote else quote
+        elif c == "\\":
+            word, i = word + text[i:i + 2], i + 2
+            continue
+        elif c in "'\"`":
+            quote = c
+        elif c in "({":
+            depth += 1
+        elif c in ")}":
+            depth -= 1
+        elif c in " \t" and depth <= 0:
+            words += [word] if word else []
+            word, i = "", i + 1
+            continue
+        word += c
+        i += 1
+    return words + ([word] if word else [])
+
+
 # a here-document's start (`cat > x <<EOF`, `<<-'EOF'`; not the here-string `<<<`): its body is text, not commands
 _HEREDOC = re.compile(r"""(?<!<)<<(-?)\s*(['"]?)([A-Za-z_][A-Za-z0-9_]*)\2""")
 
 
 def _statements(text: str) -> list[str]:
-    """Lines, with a bash array `NAME=( ... )` spanning several lines kept as one statement and a here-document's
-    body left out (hostile20: its lines were read as the launch's flags)."""
+    """Lines without their comments (text.uncommented), with a bash array `NAME=( ... )` spanning several lines kept
+    as one statement and a here-document's body left out (hostile20: its lines were read as the launch's flags)."""
     out: list[str] = []
     pending = ""
     heredoc: Optional[tuple[str, bool]] = None  # the delimiter, and whether leading tabs are stripped (<<-)
@@ -211,19 +295,19 @@ def _statements(text: str) -> list[str]:
             if (line.lstrip("\t") if heredoc[1] else line).rstrip("\r") == heredoc[0]:
                 heredoc = None
             continue
+        line = uncommented(line)
         started = _HEREDOC.search(line)
         if started:
             heredoc = (started.group(3), started.group(1) == "-")
-        stripped = re.sub(r"(^|\s)#.*$", "", line)
         if pending:
-            pending += " " + stripped
-            if ")" in stripped:
+            pending += " " + line
+            if ")" in line:
                 out.append(pending)
                 pending = ""
             continue
-        if re.match(r"^\s*(?:export\s+)?[A-Za-z_][A-Za-z0-9_]*\+?=\($", stripped.strip()) or (
-                re.match(r"^\s*[A-Za-z_][A-Za-z0-9_]*\+?=\(", stripped) and ")" not in stripped):
-            pending = stripped
+        if re.match(r"^\s*(?:export\s+)?[A-Za-z_][A-Za-z0-9_]*\+?=\($", line.strip()) or (
+                re.match(r"^\s*[A-Za-z_][A-Za-z0-9_]*\+?=\(", line) and ")" not in line):
+            pending = line
             continue
         out.append(line)
     if pending:
@@ -312,13 +396,29 @@ def _expand_words(text: str, variables: dict[str, str], substituted: frozenset[s
     def var(m: "re.Match[str]") -> str:
         if m.group(1):
             return variables.get(m.group(1) + "[@]", m.group(0))
-        name = m.group(2) or m.group(5)
-        if name in variables:
-            return variables[name]
+        name, op, word = m.group(2) or m.group(6), m.group(4), m.group(5)
         if name in substituted:  # set by a command btacalc does not run: not unset, so not ${NAME:-default}
             return m.group(0)
-        # the default is a word of its own: its variables expand, its single quotes keep theirs (review19)
-        return _expand(m.group(4), variables, substituted) if m.group(4) is not None else m.group(0)
+        if op is None:
+            return variables.get(name, m.group(0))
+        value = variables.get(name)
+        given = value is not None and (value != "" or not op.startswith(":"))
+        # the word is a word of its own: its variables expand, its single quotes keep theirs (review19). hostile22:
+        # only `-` was read, and as `:-` (`E=` then `${E:-4}` gave the empty value); `${FP8:+--fp8-format hybrid}`
+        # and `${L:?}` were refused as flags, `${L:=4}` kept as written
+        if op[-1] == "+":
+            return _expand(word, variables, substituted) if given else ""
+        if given:
+            return value or ""
+        if op[-1] == "?":
+            unset = "empty or not set" if op == ":?" else "not set"
+            raise BtacalcError(f"{m.group(0)}: {name} is {unset} in the file, so bash stops the script there "
+                               f"({_cut(word) or 'parameter null or not set'}) and the launch never runs: set it in "
+                               "the file")
+        default = _expand(word, variables, substituted)
+        if op[-1] == "=":  # bash assigns the word to the variable
+            variables[name] = default
+        return default
 
     text = _ARRAY_OR_VAR.sub(var, text)
 
@@ -328,7 +428,7 @@ def _expand_words(text: str, variables: dict[str, str], substituted: frozenset[s
         expr = re.sub(r"\b[A-Za-z_][A-Za-z0-9_]*\b",
                       lambda n: variables[n.group()] if re.fullmatch(r"-?\d+", variables.get(n.group(), "")) else
                       n.group(), m.group(1))
-        if re.fullmatch(r"[\d\s+*/()-]+", expr):
+        if re.fullmatch(r"[\d\s+*/%()-]+", expr):
             try:
                 return str(_whole(_safe_eval(expr)))
             except ValueError as exc:
@@ -402,9 +502,26 @@ def _divided(a: Any, b: Any) -> int:
     return q if (a < 0) == (b < 0) else -q
 
 
+def _remainder(a: Any, b: Any) -> int:
+    """bash's remainder: the sign of the dividend (a - b * (a / b), the quotient truncated)."""
+    return _whole(a) - _whole(b) * _divided(a, b)
+
+
+def _power(a: Any, b: Any) -> int:
+    """bash's `**`: a negative exponent is an error, and the result must stay within 64 bits (checked before it is
+    computed, so `2**10**10` takes no memory)."""
+    a, b = _whole(a), _whole(b)
+    if b < 0:
+        raise ValueError("exponent less than 0")
+    if abs(a) > 1 and (abs(a).bit_length() - 1) * b >= 64:
+        raise ValueError(f"{a}**{b} is beyond bash's 64-bit integers")
+    return _bounded(a ** b)
+
+
+# hostile22: `$((2**10))` was refused "BinOp is not integer arithmetic" and `$((7%3))` kept as written
 _OPERATORS: dict[type, Callable[[Any, Any], Any]] = {
     ast.Add: _add, ast.Sub: lambda a, b: _bounded(_whole(a) - _whole(b)), ast.Mult: _times,
-    ast.Div: _divided, ast.FloorDiv: _divided}
+    ast.Div: _divided, ast.FloorDiv: _divided, ast.Mod: _remainder, ast.Pow: _power}
 
 
 EXACT_FLOAT_INT = 2 ** 53  # the largest whole float every integer below is exact (a YAML 1e308 is no count)
@@ -493,10 +610,17 @@ class ArgumentValueError(BtacalcError):
         self.dest, self.kind, self.got = dest, kind, got
 
 
+# a command substitution, `$(...)` or a backquote (not bash arithmetic's `$((`)
+_SUBSTITUTED = re.compile(r"\$\((?!\()|`")
+COMMAND_OUTPUT = "a command's output, which btacalc does not run: give the value"
+
+
 def _not_a(value: Any, dest: str, kind: str) -> BtacalcError:
     unexpanded = isinstance(value, str) and (_VAR.search(value) is not None or "$((" in value)
     why = (": a variable the file does not set, sets from a command's output (which btacalc does not run) or puts "
            "in single quotes (which bash passes on as written): give the value") if unexpanded else ""
+    if not why and isinstance(value, str) and _SUBSTITUTED.search(value):  # hostile22: no reason was given
+        why = f": $(...) or `...`, {COMMAND_OUTPUT}"
     return ArgumentValueError(dest, kind, _cut(repr(value)), why)
 
 
@@ -507,12 +631,12 @@ def _is_command(words: list[str]) -> bool:
 def _assign(m: "re.Match[str]", variables: dict[str, str], launch: Launch) -> None:
     name, append, value = m.group(1), m.group(2), m.group(3).strip()
     if value.startswith("(") and value.endswith(")"):
-        elements = shlex.split(value[1:-1], comments=True)
+        elements = shlex.split(value[1:-1])
         quoted = shlex.join(elements)  # the array's elements as words, for "${NAME[@]}" (_expand)
         variables[name + "[@]"] = (variables.get(name + "[@]", "") + " " + quoted).strip() if append else quoted
         value = " ".join(elements)
     else:
-        parts = shlex.split(value, comments=True) if value else [""]
+        parts = shlex.split(value) if value else [""]
         value = parts[0] if parts else ""
     variables[name] = (variables.get(name, "") + " " + value).strip() if append else value
     if m.group(0).lstrip().startswith("export") or name.isupper() and name.startswith(("CUDA_", "NCCL_", "NVTE_",
@@ -555,7 +679,10 @@ def _parse_args(words: list[str], launch: Launch) -> None:
         word = words[i]
         name, eq, inline = word.partition("=")
         if not name.startswith("--"):
-            raise BtacalcError(f"{launch.source}: {word!r} is not a Megatron-LM flag (a value without its flag?)")
+            split = any(_SUBSTITUTED.search(w) for w in words[:i])  # `$(echo 5)` unquoted: '$(echo', '5)'
+            raise BtacalcError(f"{launch.source}: {word!r} is not a Megatron-LM flag ("
+                               + (f"part of a $(...) or `...` split at its blanks: {COMMAND_OUTPUT}" if split
+                                  else "a value without its flag?") + ")")
         flag = known.get(name)
         if flag is None:
             # difflib's default cutoff, 0.6, on the names without their "--": the shared dashes alone made "--tp"

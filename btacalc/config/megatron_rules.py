@@ -73,9 +73,16 @@ def _vp(a: A) -> int:
     return _i(a, "num_virtual_stages_per_pipeline_rank")
 
 
+def _model_size(a: A) -> int:
+    return _i(a, "tensor_model_parallel_size") * _i(a, "pipeline_model_parallel_size") * _i(a, "context_parallel_size")
+
+
+def _world_divides(a: A) -> bool:
+    return _i(a, "world") % _model_size(a) == 0
+
+
 def _dp(a: A) -> int:
-    return _i(a, "world") // (_i(a, "tensor_model_parallel_size") * _i(a, "pipeline_model_parallel_size")
-                              * _i(a, "context_parallel_size"))
+    return _i(a, "world") // _model_size(a)
 
 
 def _cp_comm_types(a: A) -> list[str]:
@@ -281,7 +288,12 @@ RULES: tuple[Rule, ...] = (
     Rule("moe-tp-sp", f"{MOE_LAYER}:636", lambda a, e: bool(a.get("num_experts")) and
          _i(a, "tensor_model_parallel_size") > 1, lambda a, e: bool(a.get("sequence_parallel")),
          "MoE with tensor parallelism needs --sequence-parallel in training"),
-    Rule("batch-divides", f"{MICRO}:381", lambda a, e: a.get("global_batch_size") is not None,
+    # hostile22: a launch of more model-parallel ranks than processes (TP 16 on 8) stopped the batch rule below with
+    # "ZeroDivisionError: integer modulo by zero" (data parallel 0)
+    Rule("world-divides", f"{ARGS}:432", lambda a, e: "world" in a, lambda a, e: _world_divides(a),
+         "the processes (world size) must be a multiple of --tensor-model-parallel-size x "
+         "--pipeline-model-parallel-size x --context-parallel-size"),
+    Rule("batch-divides", f"{MICRO}:381", lambda a, e: a.get("global_batch_size") is not None and _world_divides(a),
          lambda a, e: _i(a, "global_batch_size") % (_i(a, "micro_batch_size") * _dp(a)) == 0,
          "--global-batch-size must be a multiple of --micro-batch-size x data parallel"),
     Rule("selective-no-method", f"{ARGS}:1426", lambda a, e: a.get("recompute_granularity") == "selective",

@@ -25,9 +25,9 @@ from .bridge_hydra import form_of, read_overrides
 from .megatron_codec import (MIXED_PRECISION_OVERWRITES, MODEL_ROWS, OVERWRITTEN_REASON, Fields, bridge_key,
                              bridge_value_field, check_bridge_experts,
                              check_bridge_sixteen_bit, decode, encode, from_bridge, model_fields)
-from .megatron_launch import ArgumentValueError, Launch, integer, read_launch
+from .megatron_launch import ArgumentValueError, BridgeText, Launch, integer, read_launch
 from .megatron_rules import describe, violations
-from .model import MAX_COUNT, MAX_COUNT_TEXT, ModelSpec, validate_model
+from .model import MAX_COUNT, MAX_COUNT_TEXT, MAX_LAYERS, ModelSpec, validate_model
 
 if TYPE_CHECKING:
     from .hardware import HardwareProfile
@@ -326,6 +326,9 @@ def _yaml_overrides(text: str, source: str) -> dict[str, Any]:
         data = yaml.load(text, Loader=_unique_keys_loader())  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         raise BtacalcError(f"{source}: not YAML: {str(exc).splitlines()[0]}") from None
+    except (ValueError, TypeError, AttributeError, KeyError) as exc:  # hostile22: were internal errors (exit 3)
+        raise BtacalcError(f"{source}: not YAML: a value its tag cannot take (such as !!int 4.5): "
+                           f"{type(exc).__name__}: {str(exc)[:80]}") from None
     if not isinstance(data, dict):
         raise BtacalcError(f"{source}: a Bridge recipe's overrides are a YAML mapping (model:, train:, ddp:, ...) "
                            "or Hydra's key=value overrides")
@@ -443,16 +446,34 @@ def _check_divisors(launch: Launch) -> None:
                    else "a size of the model")
             raise BtacalcError(f"{launch.source}: {launch.given_as.get(dest, dest)} {value}: must be at least 1 "
                                f"({why})")
+    # hostile22: the layers are counted one by one (an MoE pattern, a window pattern) before the model is validated, so
+    # --num-layers 9223372036854775807 ran until it was stopped, its memory growing
+    layers = launch.args.get("num_layers")
+    if layers is not None and integer(layers, "num_layers") > MAX_LAYERS:
+        raise BtacalcError(f"{launch.source}: {launch.given_as.get('num_layers', 'num_layers')} {layers}: more than "
+                           f"{MAX_LAYERS:,} layers, btacalc's bound on a model (ModelSpec.num_layers)")
+
+
+def _check_modules(launch: Launch) -> None:
+    """recompute_modules is a list of module names (Megatron-Core's TransformerConfig.recompute_modules:
+    Optional[List[str]], which it iterates). hostile22: a Bridge file's `model.recompute_modules=core_attn` was read
+    letter by letter ("--recompute: recompute '_,a,c,e,n,o,r,t,t' names t twice"), and a number, a boolean or
+    [1,2] was an internal error."""
+    modules = launch.args.get("recompute_modules")
+    if modules is not None and not (isinstance(modules, list) and all(type(m) in (str, BridgeText) for m in modules)):
+        raise ArgumentValueError("recompute_modules", "a list of module names (such as [core_attn,mlp])",
+                                 reprlib.repr(str(modules) if isinstance(modules, BridgeText) else modules))
 
 
 def _imported(launch: Launch, devices: Optional[int], name: Optional[str] = None) -> ImportedRun:
     _check_divisors(launch)
+    _check_modules(launch)
     devices = _devices(launch, devices)
     refused = [r for r in violations(dict(launch.args, world=devices), launch.env) if r.name not in ENVIRONMENT_RULES]
     if refused:
         raise BtacalcError(f"{launch.source}: Megatron-LM would refuse this launch: {describe(refused[0])}")
     fields, read = decode(launch.args)
-    notes: list[str] = []
+    notes: list[str] = list(launch.notes)
     spec = model_from_fields(fields, launch.source, notes, name)
     request = request_from_fields(fields, spec, devices, launch.devices_per_node, notes)
     ignored = tuple((launch.given_as.get(d, d), ignore_reason(d)) for d in launch.args

@@ -61,6 +61,33 @@ def blank_after_backslash(text: str) -> str:
             "continuation: remove the blanks after the \\)")
 
 
+def uncommented(line: str) -> str:
+    """`line` without its shell comment: a `#` that begins a word outside quotes (after the line's start, a blank or
+    one of `;&|()<>`), as bash reads it ("a word beginning with # causes that word and all remaining characters on
+    that line to be ignored", bash manual, Comments). A `#` inside a word (`run#3`, `${#L}`), quoted or escaped is
+    text. hostile22: shlex's comments cut at any `#`, so `--wandb-exp-name run#3 --tensor-model-parallel-size 2`
+    dropped the rest of the launch (planned TP 1 in silence)."""
+    quote, start, i = "", True, 0
+    while i < len(line):
+        c = line[i]
+        if quote:
+            if c == "\\" and quote != "'":
+                i += 2
+                continue
+            if c == quote[-1]:
+                quote = ""
+        elif c == "\\":
+            start, i = False, i + 2
+            continue
+        elif c == "#" and start:
+            return line[:i]
+        elif c in "'\"`":
+            quote = "$'" if c == "'" and line[i - 1:i] == "$" else c
+        start = c in " \t;&|()<>" and not quote
+        i += 1
+    return line
+
+
 def input_kind(text: str) -> str:
     """What another of btacalc's input files `text` is, for a refusal of it where it was given in the wrong place:
     "a hardware profile", "a Hugging Face config.json", "a model in btacalc's preset form" or "" (none of them).
