@@ -460,6 +460,10 @@ def _enc_rope(f: Fields) -> Args:
 def _dec_rope(get: Get) -> Fields:
     kind = str(get("position_embedding_type"))
     if kind == "rope" and _bool(get("multi_latent_attention")):
+        # review20: --rope-type rope builds MLA a plain RotaryEmbedding (multi_latent_attention.py L180-187): no YaRN,
+        # its flags stay unread (listed); None and yarn are MLATransformerConfig's default YaRN
+        if get("rope_type") == "rope":
+            return {"model.position_embedding": "rope", "model.yarn": None}
         return {"model.position_embedding": "rope", "model.yarn": _dec_mla_yarn(get)}
     if kind in ("rope", "learned_absolute"):  # the YaRN flags left unread: listed
         return {"model.position_embedding": "rope" if kind == "rope" else "learned", "model.yarn": None}

@@ -1,0 +1,64 @@
+"""review20: a second engineer's review of this session's MLA YaRN, attention backend and learned-position work.
+
+Megatron-LM @ d98e8a64, re-read for the review:
+- training/arguments.py L2906-2909: --rope-type (rope, yarn; default None: MLA takes yarn, other attention rope);
+  training/argument_utils.py L335-341 hands it to MLATransformerConfig.rope_type, and asserts that attention other
+  than MLA takes only rope.
+- core/transformer/multi_latent_attention.py L180-198: with rope_type "rope" MLA builds a plain RotaryEmbedding (no
+  YaRN frequencies: --rotary-scaling-factor only enters the softmax scale, L177-178); L316 asserts that no rotary
+  embedding is passed in, which GPTModel does for --position-embedding-type yarn whatever the attention
+  (core/models/gpt/gpt_model.py L196-215, L421-428: the rope and mrope branches exclude MLA, yarn does not).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from btacalc.config.megatron_run import import_megatron
+from btacalc.config.presets import load_preset
+from btacalc.config.megatron_rules import violations
+from btacalc.errors import BtacalcError
+
+
+def _emit(cli, given: str) -> str:
+    code, out, err = cli("plan", *given.split(), "--emit", "megatron")
+    assert code in (0, 1), err
+    return out
+
+
+PROXY = "--model deepseek-proxy-megatron-ci --hw h100 --devices 8 --ep 8"
+
+
+def test_an_mla_launch_at_rope_type_rope_reads_as_rope_and_lists_the_yarn_flags(cli):
+    """--rope-type rope under MLA: the attention builds RoPE, not YaRN, whatever --rotary-scaling-factor says; before,
+    the reader took the factor as the preset's YaRN and listed --rope-type as ignored, so re-emitting the read launch
+    dropped --rope-type and trained YaRN."""
+    launch = _emit(cli, PROXY)
+    assert load_preset("deepseek-proxy-megatron-ci").yarn is not None
+    read = import_megatron(launch.replace("--position-embedding-type rope",
+                                          "--position-embedding-type rope --rope-type rope"), "m.sh")
+    assert read.model.yarn is None
+    ignored = [flag for flag, _ in read.ignored]
+    assert "--rope-type" not in ignored
+    assert {"--rotary-scaling-factor", "--mscale-all-dim"} <= set(ignored)
+    said = import_megatron(launch.replace("--position-embedding-type rope",
+                                          "--position-embedding-type rope --rope-type yarn"), "m.sh")
+    assert said.model.yarn == load_preset("deepseek-proxy-megatron-ci").yarn  # yarn is MLA's default, said
+
+
+def test_an_mla_launch_at_position_embedding_type_yarn_is_refused(cli):
+    """GPTModel hands its YaRN embedding to every layer under --position-embedding-type yarn; MLA asserts it is given
+    none (multi_latent_attention.py L316). Before, the reader took GPT-OSS's yarn_* flags as the model's YaRN."""
+    launch = _emit(cli, PROXY).replace("--position-embedding-type rope", "--position-embedding-type yarn")
+    with pytest.raises(BtacalcError, match="multi-latent attention"):
+        import_megatron(launch, "m.sh")
+    assert not violations({"multi_latent_attention": True, "position_embedding_type": "rope"}, {})
+
+
+def test_rope_type_yarn_without_mla_is_refused(cli):
+    """argument_utils.py L339-341: attention other than MLA takes --rope-type rope only."""
+    launch = _emit(cli, "--model gpt2-small --hw h100 --devices 8")
+    with pytest.raises(BtacalcError, match="--rope-type"):
+        import_megatron(launch.replace("--position-embedding-type", "--rope-type yarn --position-embedding-type"), "m.sh")
+    assert import_megatron(launch.replace("--position-embedding-type", "--rope-type rope --position-embedding-type"),
+                           "m.sh").model.yarn is None
