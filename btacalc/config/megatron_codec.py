@@ -427,7 +427,7 @@ POSITION_TYPES = {"rope": "rope", "learned": "learned_absolute"}
 # (examples/megatron_fsdp/sbatch_mfsdp_deepseek_v3.sh L112-114). A DeepSeek-V3 / Kimi K2 launch trained YaRN at factor
 # 1 and mscale_all_dim 0: another rotary embedding and softmax scale than the model's.
 MLA_YARN_FIXED = {"original_max_position_embeddings": 4096, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": True}
-MLA_YARN_DESTS = {"rotary_scaling_factor": 1.0, "mscale": 1.0, "mscale_all_dim": 0.0}  # the flags and their defaults
+MLA_YARN_DESTS = ("rotary_scaling_factor", "mscale", "mscale_all_dim")  # the flags (their defaults: Get's, the table's)
 
 
 def mla_yarn_unsaid(yarn: Optional[Mapping[str, Any]]) -> list[str]:
@@ -489,16 +489,16 @@ def _dec_rope(get: Get) -> Fields:
     return {"model.position_embedding": "rope", "model.yarn": yarn}
 
 
-
 def _dec_mla_yarn(get: Get) -> Optional[dict[str, Any]]:
     """An MLA launch's YaRN (semantics21, MLA_YARN_DESTS): None where its factor is at most 1 (no extension; the
     softmax scale's mscale is then 1 too, yarn_rotary_pos_embedding.py `_yarn_get_mscale`), else the flags' values over
     the config's fixed original positions and betas."""
-    given = {dest: default if get(dest) is None else real(get(dest), dest) for dest, default in MLA_YARN_DESTS.items()}
+    given = {dest: real(get(dest), dest) for dest in MLA_YARN_DESTS}
     if given["rotary_scaling_factor"] <= 1:
         return None
     return {"factor": given["rotary_scaling_factor"], **MLA_YARN_FIXED, "mscale": given["mscale"],
             "mscale_all_dim": given["mscale_all_dim"]}
+
 
 def _enc_positions(f: Fields) -> Args:
     seq = f["run.seq_len"]
