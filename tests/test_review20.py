@@ -62,3 +62,23 @@ def test_rope_type_yarn_without_mla_is_refused(cli):
         import_megatron(launch.replace("--position-embedding-type", "--rope-type yarn --position-embedding-type"), "m.sh")
     assert import_megatron(launch.replace("--position-embedding-type", "--rope-type rope --position-embedding-type"),
                            "m.sh").model.yarn is None
+
+
+def test_kimi_k2s_bridge_overrides_set_its_betas_and_read_them_back(cli):
+    """MLATransformerConfig's original_max_position_embeddings, beta_fast and beta_slow have no Megatron-LM flag but
+    are Bridge model fields (Megatron-Bridge @ 067f987df conversion/model_bridge.py L515-522 maps an MLA model's
+    rope_scaling onto them). The launch's note said Bridge sets model.beta_fast, yet --emit bridge left it out (the run
+    trained beta_fast 32 where Kimi K2's config.json has 1), and --from-bridge listed a model.beta_fast as ignored."""
+    from btacalc.config.megatron_run import import_bridge
+
+    kimi = load_preset("kimi-k2").yarn
+    assert kimi is not None and kimi.beta_fast == 1.0
+    code, text, err = cli("plan", *"--model kimi-k2 --hw h100 --devices 1024 --pp 16 --ep 64 --etp 1".split(),
+                          "--emit", "bridge")
+    assert code in (0, 1), err
+    lines = set(text.splitlines())
+    assert {f"model.beta_fast={kimi.beta_fast}", f"model.beta_slow={kimi.beta_slow}",
+            f"model.original_max_position_embeddings={kimi.original_max_position_embeddings}"} <= lines
+    read = import_bridge(text, "k.txt", devices=1024)
+    assert read.model.yarn == kimi
+    assert not [key for key, _ in read.ignored if "beta" in key or "original_max" in key]

@@ -427,6 +427,10 @@ POSITION_TYPES = {"rope": "rope", "learned": "learned_absolute"}
 # (examples/megatron_fsdp/sbatch_mfsdp_deepseek_v3.sh L112-114). A DeepSeek-V3 / Kimi K2 launch trained YaRN at factor
 # 1 and mscale_all_dim 0: another rotary embedding and softmax scale than the model's.
 MLA_YARN_FIXED = {"original_max_position_embeddings": 4096, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": True}
+# review20: the fixed three are MLATransformerConfig fields Megatron-Bridge sets (model.<name>; its conversion maps an
+# MLA model's rope_scaling onto them, Megatron-Bridge @ 067f987df conversion/model_bridge.py L515-522): --emit bridge
+# states them and --from-bridge reads them (as these destinations, which no Megatron-LM flag has)
+MLA_YARN_BRIDGE = ("original_max_position_embeddings", "beta_fast", "beta_slow")
 MLA_YARN_DESTS = ("rotary_scaling_factor", "mscale", "mscale_all_dim")  # the flags (their defaults: Get's, the table's)
 
 
@@ -496,7 +500,9 @@ def _dec_mla_yarn(get: Get) -> Optional[dict[str, Any]]:
     given = {dest: real(get(dest), dest) for dest in MLA_YARN_DESTS}
     if given["rotary_scaling_factor"] <= 1:
         return None
-    return {"factor": given["rotary_scaling_factor"], **MLA_YARN_FIXED, "mscale": given["mscale"],
+    bridge = {k: (integer if k == "original_max_position_embeddings" else real)(get(k), k)
+              for k in MLA_YARN_BRIDGE if get.given(k)}
+    return {"factor": given["rotary_scaling_factor"], **MLA_YARN_FIXED, **bridge, "mscale": given["mscale"],
             "mscale_all_dim": given["mscale_all_dim"]}
 
 
@@ -1510,6 +1516,8 @@ def from_bridge(overrides: Mapping[str, Any]) -> tuple[Args, list[str]]:
             if str(value).rsplit(".", 1)[-1] == "quick_gelu":
                 args["quick_geglu"] = True
                 args.pop("swiglu", None)
+        elif key.startswith("model.") and key[6:] in MLA_YARN_BRIDGE:
+            args[key[6:]] = value  # read under multi-latent attention (_dec_mla_yarn)
         elif key in back:
             dest, convert = back[key]
             args[dest] = convert(value)

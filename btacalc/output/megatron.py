@@ -17,8 +17,8 @@ import shlex
 from typing import Any, Optional
 
 from ..config.attention_kernels import DEFAULT_ATTENTION_KERNEL
-from ..config.megatron_codec import (BRIDGE_PIN, FP8_ATTENTION_BRIDGE_KEY, bridge_stated, encode, mla_yarn_unsaid,
-                                     model_fields, render_flags, to_bridge)
+from ..config.megatron_codec import (BRIDGE_PIN, FP8_ATTENTION_BRIDGE_KEY, MLA_YARN_BRIDGE, bridge_stated, encode,
+                                     mla_yarn_unsaid, model_fields, render_flags, to_bridge)
 from ..config.megatron_launch import MEGATRON_LM_PIN
 from ..config.megatron_run import LOSS_COMMENTS
 from ..config.megatron_rules import describe, violations
@@ -252,6 +252,8 @@ def bridge_overrides(r: PlanReport, spec: ModelSpec, capability: Optional[float]
             *(f"# {n}" for n in notes[1:]), *(f"# environment: {k}={v}" for k, v in env.items()),
             *option_lines(r, "bridge")]
     body = [shlex.quote(f"{key}={_hydra_value(value)}") for key, value in bridge_stated(args, to_bridge(args)).items()]
+    if spec.mla is not None and spec.yarn is not None:
+        body += [f"model.{key}={getattr(spec.yarn, key)}" for key in MLA_YARN_BRIDGE]
     if r.inputs.fp8_attention:
         body.append(f"{FP8_ATTENTION_BRIDGE_KEY}=True")
     return "\n".join(head + body) + "\n"
