@@ -82,3 +82,20 @@ def test_kimi_k2s_bridge_overrides_set_its_betas_and_read_them_back(cli):
     read = import_bridge(text, "k.txt", devices=1024)
     assert read.model.yarn == kimi
     assert not [key for key, _ in read.ignored if "beta" in key or "original_max" in key]
+
+
+def test_an_mla_yarn_without_rounding_names_no_bridge_field(cli, tmp_path):
+    """A DeepSeek-style config.json whose rope_scaling says truncate false: MLA builds YarnRotaryEmbedding without
+    correction_range_round_to_int (multi_latent_attention.py L190-198), whose default rounds (yarn_rotary_pos_embedding
+    .py L63); MLATransformerConfig has no such field. The note named 'model.truncate' as the Bridge field that sets it."""
+    import json
+    from pathlib import Path
+
+    config = json.loads((Path(__file__).parent / "data" / "kimi-k2.config.json").read_text())
+    config["rope_scaling"]["truncate"] = False
+    path = tmp_path / "kimi.json"
+    path.write_text(json.dumps(config))
+    launch = _emit(cli, f"--model {path} --hw h100 --devices 1024 --pp 16 --ep 64 --etp 1")
+    note = next(line for line in launch.splitlines() if "multi-latent attention YaRN" in line)
+    assert "truncate False" in note and "model.truncate" not in note
+    assert "model.beta_fast" in note
