@@ -99,3 +99,27 @@ def test_an_mla_yarn_without_rounding_names_no_bridge_field(cli, tmp_path):
     note = next(line for line in launch.splitlines() if "multi-latent attention YaRN" in line)
     assert "truncate False" in note and "model.truncate" not in note
     assert "model.beta_fast" in note
+
+
+def test_every_costs_reference_names_what_costs_py_defines():
+    """The split of model/gpu/costs.py into part.py, rates.py and memory_rows.py left docstrings, a data note and docs
+    naming costs.matmul_ceiling, costs.Part, costs.GemmRow, costs.gemm_output_bytes, costs.causal_block_fraction,
+    costs.attention_kernel_share, costs.new_part (their homes now part.py / rates.py). `costs.X` in the package, its
+    data and docs (story.md's history and mutmut's x_ mutant names aside; tests may reach re-exports) names a
+    top-level definition of costs.py."""
+    import ast
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).parent.parent
+    tree = ast.parse((root / "btacalc/model/gpu/costs.py").read_text())
+    defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    defined |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+    defined |= {n.target.id for n in tree.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+    ref = re.compile(r"(?<![A-Za-z_])costs\.([A-Za-z_]+)")
+    files = [*root.glob("btacalc/**/*.py"), *root.glob("btacalc/data/*.toml"), root / "README.md",
+             *(p for p in root.glob("docs/*.md") if p.name != "story.md")]
+    stale = [f"{p.relative_to(root)}:{i}: costs.{m.group(1)}" for p in files
+             for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) for m in ref.finditer(line)
+             if m.group(1) != "py" and not m.group(1).startswith("x_") and m.group(1) not in defined and not line[m.end(1):].startswith("` (now")]
+    assert stale == []
