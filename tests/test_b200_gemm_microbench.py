@@ -6,7 +6,7 @@ B200 (MooreThreads/SimuMax @ 4dcaae51, configs/system/b200_bf16_ceperm.json; see
 prediction of each is its shape model (model/gpu/gemm.py: tiles, waves, per-wave time, HBM floor) at the B200
 profile's BF16 ceiling x the Blackwell family's compute_efficiency, which was fitted on Llama 3 70B GB200 training
 runs (calibration.toml) and never saw these numbers. The weight-gradient GEMMs accumulate into an fp32 main
-gradient (read and write: 8 bytes per output element, as costs.gemm_output_bytes charges), the others write BF16.
+gradient (read and write: 8 bytes per output element, as rates.gemm_output_bytes charges), the others write BF16.
 
 TransformerEngine's grouped GEMM (`general_grouped_gemm`, what the benchmark times) runs one cuBLASLt GEMM per group
 on 4 streams; btacalc times it as ceil(groups / 4) rounds of min(groups, 4) GEMMs sharing the waves (moe11,

@@ -291,6 +291,9 @@ BROKEN = {
     "mtp-positions": ({"mtp_num_layers": 1, "position_embedding_type": "yarn"}, {}),
     "router-groups": ({"moe_router_group_topk": 4}, {}),
     "router-groups-split": ({"moe_router_group_topk": 4, "moe_router_num_groups": 3}, {}),
+    # review20: multi_latent_attention.py L316 (GPTModel's yarn embedding handed to MLA), argument_utils.py L339-341
+    "mla-yarn-positions": ({"multi_latent_attention": True, "position_embedding_type": "yarn"}, {}),
+    "rope-type-attention": ({"rope_type": "yarn"}, {}),
     # distributed_data_parallel_config.py L275-277: --ddp-num-buckets with --ddp-bucket-size
     "ddp-buckets": ({"ddp_num_buckets": 4, "ddp_bucket_size": 40_000_000}, {}),
     "deterministic-options": ({"deterministic_mode": True, "cross_entropy_loss_fusion": True}, {}),
@@ -317,7 +320,8 @@ BROKEN = {
 
 
 def test_every_rule_cites_a_line_and_is_tested():
-    files = ("megatron/training/arguments.py", "megatron/core/transformer/transformer_config.py",
+    files = ("megatron/training/arguments.py", "megatron/training/argument_utils.py",
+             "megatron/core/transformer/multi_latent_attention.py", "megatron/core/transformer/transformer_config.py",
              "megatron/core/num_microbatches_calculator.py", "megatron/core/transformer/moe/moe_layer.py",
              "megatron/core/transformer/moe/shared_experts.py",
              "megatron/training/determinism.py", "megatron/core/distributed/distributed_data_parallel_config.py",

@@ -15,7 +15,7 @@ import json
 import math
 from pathlib import Path
 
-from btacalc.config.megatron_codec import MLA_YARN_DESTS, MLA_YARN_FIXED
+from btacalc.config.megatron_codec import MLA_YARN_DESTS
 from btacalc.config.megatron_run import import_megatron
 from btacalc.config.presets import load_preset
 
@@ -37,12 +37,23 @@ def _hf_scaling(name: str) -> dict:
     return json.loads((DATA / f"{name}.config.json").read_text())["rope_scaling"]
 
 
-def test_megatrons_flag_defaults_are_the_ones_the_codec_reads_back():
-    """arguments.py L3558-3563 @ d98e8a64: --rotary-scaling-factor 1.0, --mscale 1.0, --mscale-all-dim 0.0; and
-    MLATransformerConfig's fixed original_max_position_embeddings 4096, beta_fast 32, beta_slow 1 (L3318-3324)."""
-    assert MLA_YARN_DESTS == {"rotary_scaling_factor": 1.0, "mscale": 1.0, "mscale_all_dim": 0.0}
-    assert (MLA_YARN_FIXED["original_max_position_embeddings"], MLA_YARN_FIXED["beta_fast"],
-            MLA_YARN_FIXED["beta_slow"]) == (4096, 32.0, 1.0)
+def test_megatrons_flag_defaults_are_the_ones_the_codec_reads_back(cli):
+    """arguments.py L3558-3563 @ d98e8a64: --mscale 1.0 and --mscale-all-dim 0.0, as btacalc's flag table holds them
+    (data/megatron_flags.tsv, read from Megatron-LM's parser); a launch that gives only the factor reads them there.
+    review20: the codec restated these defaults in MLA_YARN_DESTS beside the table's; this asserted the restatement
+    equal to literals. MLATransformerConfig's fixed original positions and betas (L3318-3324) have no flag."""
+    import ast
+
+    from btacalc.config.megatron_launch import megatron_flags
+
+    assert set(MLA_YARN_DESTS) == {"rotary_scaling_factor", "mscale", "mscale_all_dim"}
+    launch = _emit(cli, "--model deepseek-proxy-megatron-ci --hw h100 --devices 8 --ep 8")
+    only_factor = "\n".join(line for line in launch.splitlines() if "--mscale" not in line)
+    yarn = import_megatron(only_factor, "m.sh").model.yarn
+    assert yarn is not None and yarn.factor == 40
+    flags = megatron_flags()
+    assert (yarn.mscale, yarn.mscale_all_dim) == (ast.literal_eval(flags["--mscale"].default),
+                                                  ast.literal_eval(flags["--mscale-all-dim"].default)) == (1.0, 0.0)
 
 
 def test_a_deepseek_v3_launch_states_its_config_json_yarn(cli):

@@ -431,7 +431,11 @@ POSITION_TYPES = {"rope": "rope", "learned": "learned_absolute"}
 # (examples/megatron_fsdp/sbatch_mfsdp_deepseek_v3.sh L112-114). A DeepSeek-V3 / Kimi K2 launch trained YaRN at factor
 # 1 and mscale_all_dim 0: another rotary embedding and softmax scale than the model's.
 MLA_YARN_FIXED = {"original_max_position_embeddings": 4096, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": True}
-MLA_YARN_DESTS = {"rotary_scaling_factor": 1.0, "mscale": 1.0, "mscale_all_dim": 0.0}  # the flags and their defaults
+# review20: the fixed three are MLATransformerConfig fields Megatron-Bridge sets (model.<name>; its conversion maps an
+# MLA model's rope_scaling onto them, Megatron-Bridge @ 067f987df conversion/model_bridge.py L515-522): --emit bridge
+# states them and --from-bridge reads them (as these destinations, which no Megatron-LM flag has)
+MLA_YARN_BRIDGE = ("original_max_position_embeddings", "beta_fast", "beta_slow")
+MLA_YARN_DESTS = ("rotary_scaling_factor", "mscale", "mscale_all_dim")  # the flags (their defaults: Get's, the table's)
 
 
 def mla_yarn_unsaid(yarn: Optional[Mapping[str, Any]]) -> list[str]:
@@ -464,6 +468,10 @@ def _enc_rope(f: Fields) -> Args:
 def _dec_rope(get: Get) -> Fields:
     kind = str(get("position_embedding_type"))
     if kind == "rope" and _bool(get("multi_latent_attention")):
+        # review20: --rope-type rope builds MLA a plain RotaryEmbedding (multi_latent_attention.py L180-187): no YaRN,
+        # its flags stay unread (listed); None and yarn are MLATransformerConfig's default YaRN
+        if get("rope_type") == "rope":
+            return {"model.position_embedding": "rope", "model.yarn": None}
         return {"model.position_embedding": "rope", "model.yarn": _dec_mla_yarn(get)}
     if kind in ("rope", "learned_absolute"):  # the YaRN flags left unread: listed
         return {"model.position_embedding": "rope" if kind == "rope" else "learned", "model.yarn": None}
@@ -489,16 +497,18 @@ def _dec_rope(get: Get) -> Fields:
     return {"model.position_embedding": "rope", "model.yarn": yarn}
 
 
-
 def _dec_mla_yarn(get: Get) -> Optional[dict[str, Any]]:
     """An MLA launch's YaRN (semantics21, MLA_YARN_DESTS): None where its factor is at most 1 (no extension; the
     softmax scale's mscale is then 1 too, yarn_rotary_pos_embedding.py `_yarn_get_mscale`), else the flags' values over
     the config's fixed original positions and betas."""
-    given = {dest: default if get(dest) is None else real(get(dest), dest) for dest, default in MLA_YARN_DESTS.items()}
+    given = {dest: real(get(dest), dest) for dest in MLA_YARN_DESTS}
     if given["rotary_scaling_factor"] <= 1:
         return None
-    return {"factor": given["rotary_scaling_factor"], **MLA_YARN_FIXED, "mscale": given["mscale"],
+    bridge = {k: (integer if k == "original_max_position_embeddings" else real)(get(k), k)
+              for k in MLA_YARN_BRIDGE if get.given(k)}
+    return {"factor": given["rotary_scaling_factor"], **MLA_YARN_FIXED, **bridge, "mscale": given["mscale"],
             "mscale_all_dim": given["mscale_all_dim"]}
+
 
 def _enc_positions(f: Fields) -> Args:
     seq = f["run.seq_len"]
@@ -1510,6 +1520,8 @@ def from_bridge(overrides: Mapping[str, Any]) -> tuple[Args, list[str]]:
             if str(value).rsplit(".", 1)[-1] == "quick_gelu":
                 args["quick_geglu"] = True
                 args.pop("swiglu", None)
+        elif key.startswith("model.") and key[6:] in MLA_YARN_BRIDGE:
+            args[key[6:]] = value  # read under multi-latent attention (_dec_mla_yarn)
         elif key in back:
             dest, convert = back[key]
             args[dest] = convert(value)

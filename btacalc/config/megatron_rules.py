@@ -23,6 +23,8 @@ TC = "megatron/core/transformer/transformer_config.py"
 MICRO = "megatron/core/num_microbatches_calculator.py"
 MOE_LAYER = "megatron/core/transformer/moe/moe_layer.py"
 SHARED_EXPERTS = "megatron/core/transformer/moe/shared_experts.py"
+ARG_UTILS = "megatron/training/argument_utils.py"
+MLA = "megatron/core/transformer/multi_latent_attention.py"
 
 DETERMINISM = "megatron/training/determinism.py"
 DDP_CONFIG = "megatron/core/distributed/distributed_data_parallel_config.py"
@@ -285,6 +287,16 @@ RULES: tuple[Rule, ...] = (
     Rule("mtp-positions", f"{ARGS}:883", lambda a, e: _i(a, "mtp_num_layers", 0) > 0,
          lambda a, e: (a.get("position_embedding_type") or "learned_absolute") in ("rope", "none"),
          "multi-token prediction (--mtp-num-layers) needs --position-embedding-type rope or none"),
+    # review20: GPTModel builds its YaRN embedding for --position-embedding-type yarn whatever the attention and
+    # hands it to every layer (gpt_model.py L196-215, L421-428; its rope and mrope branches exclude MLA); MLA builds
+    # its own and asserts it is given none. Attention other than MLA takes --rope-type rope only.
+    Rule("mla-yarn-positions", f"{MLA}:316", lambda a, e: bool(a.get("multi_latent_attention")),
+         lambda a, e: a.get("position_embedding_type") != "yarn",
+         "multi-latent attention builds its own YaRN (--rotary-scaling-factor, --mscale, --mscale-all-dim): "
+         "--position-embedding-type yarn hands it a second rotary embedding, which it refuses; use rope"),
+    Rule("rope-type-attention", f"{ARG_UTILS}:339", lambda a, e: a.get("rope_type") is not None,
+         lambda a, e: bool(a.get("multi_latent_attention")) or a.get("rope_type") == "rope",
+         "--rope-type yarn is for multi-latent attention only: other attention takes rope"),
     Rule("moe-tp-sp", f"{MOE_LAYER}:636", lambda a, e: bool(a.get("num_experts")) and
          _i(a, "tensor_model_parallel_size") > 1, lambda a, e: bool(a.get("sequence_parallel")),
          "MoE with tensor parallelism needs --sequence-parallel in training"),

@@ -17,8 +17,8 @@ import shlex
 from typing import Any, Optional
 
 from ..config.attention_kernels import DEFAULT_ATTENTION_KERNEL
-from ..config.megatron_codec import (BRIDGE_PIN, FP8_ATTENTION_BRIDGE_KEY, bridge_stated, encode, mla_yarn_unsaid,
-                                     model_fields, render_flags, to_bridge)
+from ..config.megatron_codec import (BRIDGE_PIN, FP8_ATTENTION_BRIDGE_KEY, MLA_YARN_BRIDGE, bridge_stated, encode,
+                                     mla_yarn_unsaid, model_fields, render_flags, to_bridge)
 from ..config.megatron_launch import MEGATRON_LM_PIN
 from ..config.megatron_run import LOSS_COMMENTS
 from ..config.megatron_rules import describe, violations
@@ -155,9 +155,16 @@ def _notes(r: PlanReport, spec: ModelSpec, args: dict[str, Any]) -> list[str]:
                      "(moe_utils.py L929 at d98e8a64), and has no flag against it")
     unsaid = mla_yarn_unsaid(spec.yarn.model_dump() if spec.yarn else None) if spec.mla is not None else []
     if unsaid:
-        notes.append("the model's multi-latent attention YaRN has " + ", ".join(unsaid) + ": Megatron-LM has no flag "
-                     "for these MLATransformerConfig fields (transformer_config.py L3318-3324), so the launch trains "
-                     "Megatron's; Megatron-Bridge sets them as model." + ", model.".join(u.split()[0] for u in unsaid))
+        # review20: only the MLA_YARN_BRIDGE three are MLATransformerConfig fields; MLA builds YarnRotaryEmbedding
+        # without correction_range_round_to_int, which then rounds (yarn_rotary_pos_embedding.py L63 @ d98e8a64)
+        fields = [u.split()[0] for u in unsaid if u.split()[0] in MLA_YARN_BRIDGE]
+        said = ["Megatron-LM has no flag for these (transformer_config.py L3318-3324), so the launch trains Megatron's"]
+        if fields:
+            said.append("Megatron-Bridge sets " + ", ".join(f"model.{k}" for k in fields))
+        if any(u.split()[0] == "truncate" for u in unsaid):
+            said.append("MLA's YaRN always rounds its correction range (yarn_rotary_pos_embedding.py L63), no field "
+                        "sets it")
+        notes.append("the model's multi-latent attention YaRN has " + ", ".join(unsaid) + ": " + "; ".join(said))
     if r.inputs.fp8_attention:
         notes.append("FP8 attention: set TransformerConfig.fp8_dot_product_attention = True (TransformerEngine's "
                      "fp8_dpa); Megatron-LM has no flag for it (arguments.py:2332-2334), Megatron-Bridge sets "
@@ -252,6 +259,8 @@ def bridge_overrides(r: PlanReport, spec: ModelSpec, capability: Optional[float]
             *(f"# {n}" for n in notes[1:]), *(f"# environment: {k}={v}" for k, v in env.items()),
             *option_lines(r, "bridge")]
     body = [shlex.quote(f"{key}={_hydra_value(value)}") for key, value in bridge_stated(args, to_bridge(args)).items()]
+    if spec.mla is not None and spec.yarn is not None:
+        body += [f"model.{key}={getattr(spec.yarn, key)}" for key in MLA_YARN_BRIDGE]
     if r.inputs.fp8_attention:
         body.append(f"{FP8_ATTENTION_BRIDGE_KEY}=True")
     return "\n".join(head + body) + "\n"

@@ -306,7 +306,7 @@ def tensor_parallel_kind(problem: Problem) -> Any:
 
 
 def tensor_parallel_time(problem: Problem, volume: Any, calls: Any = 0) -> Any:
-    """Tensor-parallel exchanges of `volume` collective units (costs.Part.tp_bytes) in `calls` calls."""
+    """Tensor-parallel exchanges of `volume` collective units (part.Part.tp_bytes) in `calls` calls."""
     t = problem.layout.tensor_parallel
     return ring_time(problem, volume * ring_share(t), t, 1, calls, tensor_parallel_kind(problem))
 

@@ -13,8 +13,8 @@ tensor-parallel split, the batch by context parallelism). On top of that:
   (R the routing imbalance) and runs as TransformerEngine's GroupedLinear issues it, one GEMM per local
   expert over 4 CUDA streams (`_gemm_operands`: rounds of at most 4 experts sharing the waves);
 - the phases of the attention core share one roofline under FlashAttention (one fused kernel, Dao et
-  al. 2022), whose causal mask skips the key blocks above the diagonal (`causal_block_fraction`), at
-  the run's attention kernel's rate (`attention_core_peak`: the large-GEMM rate unless
+  al. 2022), whose causal mask skips the key blocks above the diagonal (rates.py `causal_block_fraction`), at
+  the run's attention kernel's rate (rates.py `attention_core_peak`: the large-GEMM rate unless
   btacalc/data/attention_kernels.toml gives the kernel another on this architecture);
 - the routed experts: a device holds E/(EP·ETP) of the experts' weights and reads only those; the
   busiest expert-parallel rank receives `routing_imbalance` times the mean routed tokens (R, 1 =
@@ -22,7 +22,7 @@ tensor-parallel split, the batch by context parallelism). On top of that:
   and the all-to-all (with EP = 1 every expert is local and the total does not change: R acts only
   with EP > 1);
 - low-precision training (`precision.py`): a `low_precision` phase's GEMMs at the recipe's dtype peak x
-  that dtype's GEMM ceiling (`matmul_ceiling`), plus its cast kernels' HBM traffic, and its
+  that dtype's GEMM ceiling (rates.py `matmul_ceiling`), plus its cast kernels' HBM traffic, and its
   sequence-parallel all-gathers in the quantised bytes;
 - communication volumes before the collective factor and link (`collectives.py`): tensor-parallel
   boundary exchanges, the context-parallel K/V ring, the expert-parallel all-to-all, the pipeline

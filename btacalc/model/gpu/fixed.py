@@ -192,7 +192,7 @@ TE's wgrad GEMM gets `out=main_grad`, `out_dtype=main_grad.dtype`, `accumulate=T
 transformer_engine/pytorch/module/linear.py L1231-1262; Megatron-LM @ d98e8a64 megatron/core/extensions/
 transformer_engine.py L1293, L1524 pass `fuse_wgrad_accumulation=config.gradient_accumulation_fusion`). The GEMM's
 epilogue reads and writes the main gradient, which the GEMM's memory floor counts (2 g B per result element,
-costs.gemm_output_bytes). With `--no-gradient-accumulation-fusion` the GEMM writes a new gradient in the activation
+rates.gemm_output_bytes). With `--no-gradient-accumulation-fusion` the GEMM writes a new gradient in the activation
 dtype (`out=None`, `out_dtype=activation_dtype`, same lines; its floor then counts b B) and Megatron's backward hook
 adds it to the main gradient,
 `param.main_grad.add_(param.grad.data)` (megatron/core/distributed/distributed_data_parallel.py L578, once per

@@ -3,12 +3,12 @@
 Under a low-precision recipe (btacalc/data/precision.toml, `btacalc.config.precision`) a phase the
 catalogue marks ``low_precision`` (TransformerEngine ``te.Linear`` / ``GroupedLinear``: the QKV, output,
 MLP, expert and shared-expert projections) runs its forward, dgrad and wgrad GEMMs at the chip's
-peak for the recipe's dtype (FP8 or FP4) times that dtype's measured GEMM ceiling (costs.matmul_ceiling:
+peak for the recipe's dtype (FP8 or FP4) times that dtype's measured GEMM ceiling (rates.matmul_ceiling:
 the profile's FP8 one where published, else the BF16 one) and the same compute efficiency; every
 other phase (attention core, router, norms, softmax, embedding, LM head) stays 16-bit, as Megatron-LM
 builds them (MLM @ d98e8a64 megatron/core/transformer/transformer_config.py:640-656: FP8 attention
 and BF16 first/last layers are off by default; the router and output layer are not TE modules), except the
-attention core under --fp8-attention: cuDNN's FP8 kernel at its benchmarked rate (costs.attention_kernel_share)
+attention core under --fp8-attention: cuDNN's FP8 kernel at its benchmarked rate (rates.attention_kernel_share)
 and the casts around it (`attention_cast_s`; docs/precision.md "FP8 attention").
 
 Quantisation is a separate, bandwidth-bound kernel over every operand, once per use

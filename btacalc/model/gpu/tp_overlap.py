@@ -69,7 +69,7 @@ def userbuffers_timed(layout: Layout) -> bool:
 
 
 def layer_overlap_s(problem: Problem, tp_gemm_s: dict[str, Any], tp_bytes: Any, tp_calls: Any) -> Any:
-    """The userbuffers overlap's cost over one layer's GEMM passes (`costs.Part.tp_gemm_s`) for one micro-batch:
+    """The userbuffers overlap's cost over one layer's GEMM passes (`part.Part.tp_gemm_s`) for one micro-batch:
     the sum of `overlap_cost` over the table's GEMMs the layer has; 0 where the layout runs no userbuffers overlap
     (`userbuffers_timed`) or the layer has no TP collective."""
     lay = problem.layout
