@@ -132,3 +132,24 @@ def test_the_bridge_overrides_state_mla_yarn_as_mlatransformerconfig_names_it(cl
     assert {"model.rotary_scaling_factor=40.0", "model.mscale=1.0", "model.mscale_all_dim=1.0"} <= lines
     assert not any(line.startswith("model.yarn_") for line in lines)
     assert import_bridge(text, "ds.txt", devices=1024).model.yarn == load_preset("deepseek-v3").yarn
+
+
+def test_the_report_carries_the_compute_capability_the_launch_reads():
+    """review20 left the emitter's capability an optional argument: a library caller that left it out got `fused` on
+    an A100, where the launch must say `flash` (TE @ d0067d0 attention/dot_product_attention/utils.py L1647-1653: auto
+    prefers FusedAttention only from sm90; semantics20). The plan's report now carries the profile's compute
+    capability (A100 8.0, H100 9.0: the NVIDIA CUDA GPUs table the profiles cite) and the emitter reads it there."""
+    from btacalc.config.hardware import resolve_hardware
+    from btacalc.config.execution import ExecutionRequest
+    from btacalc.output.megatron import megatron_arguments
+    from btacalc.planning.plan import make_plan
+
+    spec = load_preset("llama-3-8b")
+    backends = {}
+    for hw, want in (("a100-80gb", 8.0), ("h100", 9.0)):
+        report = make_plan(spec, resolve_hardware(hw), ExecutionRequest(devices=8, tensor_parallel=8))
+        assert report.hardware.compute_capability == want
+        assert json.loads(report.model_dump_json())["hardware"]["compute_capability"] == want
+        launch = megatron_arguments(report, spec)
+        backends[hw] = _flag(launch, "--attention-backend")
+    assert backends == {"a100-80gb": "flash", "h100": "fused"}

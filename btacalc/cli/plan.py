@@ -305,7 +305,7 @@ def _reported(report: Any, problem: tuple[Any, Any, Any], printing: Printing) ->
     prints; --profile's report on stderr. `problem`: the model, the profile and the request it was planned with."""
     outs, code = printing.outs, 0 if report.plan.fits else 1
     if printing.emit is not None:
-        text = _emitted(report, printing.emit, problem[0], problem[1])
+        text = _emitted(report, printing.emit, problem[0])
         write_outputs(outs, {"--output": text, "--json": text}, None)
         return _profiled(code, printing.profile_run)
     if printing.sensitivity is not None:
@@ -441,12 +441,11 @@ def _profiled(code: int, profile_run: bool) -> int:
     return code
 
 
-def _emitted(report: Any, emit: Optional[str], spec: Any, profile: Any) -> str:
+def _emitted(report: Any, emit: Optional[str], spec: Any) -> str:
     if emit in ("megatron", "bridge"):
         from ..output.megatron import bridge_overrides, megatron_arguments
 
-        capability = profile.chip.capability if profile.family == "gpu" else None
-        return (megatron_arguments if emit == "megatron" else bridge_overrides)(report, spec, capability)
+        return (megatron_arguments if emit == "megatron" else bridge_overrides)(report, spec)
     from ..output.cerebras import cerebras_yaml
 
     return cerebras_yaml(report, spec)
@@ -458,7 +457,7 @@ def _search(spec: Any, profile: Any, request: Any, outs: Any, emit: Optional[str
     result = search_layouts(spec, profile, request)
     ok = result.best is not None and result.best.plan.fits
     if emit is not None and result.best is not None:
-        text = _emitted(result.best, emit, spec, profile)
+        text = _emitted(result.best, emit, spec)
         write_outputs(outs, {"--output": text, "--json": text}, None)
         return 0 if ok else 1
     text = result.model_dump_json(indent=2) + "\n"

@@ -39,9 +39,9 @@ RUN_INPUTS = ("precision", "fp8_param_gather", "fp8_attention", "cpu_offload_lay
               "attention_kernel")
 
 
-def run_fields(r: PlanReport, spec: ModelSpec, capability: Optional[float] = None) -> dict[str, Any]:
-    """btacalc's resolved run as the flat fields of megatron_codec (model, layout, batch, run, overlaps); `capability`:
-    the device's CUDA compute capability (which attention backend runs btacalc's default kernel)."""
+def run_fields(r: PlanReport, spec: ModelSpec) -> dict[str, Any]:
+    """btacalc's resolved run as the flat fields of megatron_codec (model, layout, batch, run, overlaps), the device's
+    CUDA compute capability among them (which attention backend runs btacalc's default kernel)."""
     par, moe = r.parallelism, spec.is_moe
     fields: dict[str, Any] = {
         **model_fields(spec), "run.mtp": "mtp" in {k.name for k in r.layer_kinds},
@@ -58,7 +58,7 @@ def run_fields(r: PlanReport, spec: ModelSpec, capability: Optional[float] = Non
         "batch.global_batch": par.data_parallel * par.micro_batches * r.plan.global_batch,
         "run.seq_len": r.inputs.seq_len, "run.recompute": r.inputs.recompute, "run.attention": r.inputs.attention,
         "run.gradient_bytes": r.inputs.gradient_bytes, "run.loss": r.inputs.loss,
-        "run.compute_capability": capability,
+        "run.compute_capability": r.hardware.compute_capability,
     }
     for key in ("grad_reduce", "param_gather", "tp_comm", "all_to_all", "p2p"):
         fields[f"overlap.{key}"] = bool(par.overlaps.get(key))
@@ -85,11 +85,10 @@ def check_decoder(spec: ModelSpec) -> None:
                            "(examples/bert/pretrain_bert.py) builds another model")
 
 
-def megatron_run(r: PlanReport, spec: ModelSpec,
-                 capability: Optional[float] = None) -> tuple[dict[str, Any], dict[str, str], list[str]]:
-    """Megatron destinations, the environment they need and the notes of a plan (`capability`: run_fields')."""
+def megatron_run(r: PlanReport, spec: ModelSpec) -> tuple[dict[str, Any], dict[str, str], list[str]]:
+    """Megatron destinations, the environment they need and the notes of a plan."""
     check_decoder(spec)
-    fields = run_fields(r, spec, capability)
+    fields = run_fields(r, spec)
     args = encode(fields)
     env = {**_environment(args), **nccl_ub_environment(args, r.parallelism.nvls)}
     notes = _notes(r, spec, args)
@@ -224,9 +223,9 @@ def torchrun_sizes(devices: int, host: int) -> tuple[int, int, list[str]]:
         f"{devices}"]
 
 
-def megatron_arguments(r: PlanReport, spec: ModelSpec, capability: Optional[float] = None) -> str:
+def megatron_arguments(r: PlanReport, spec: ModelSpec) -> str:
     """The launch: comments, environment, torchrun and pretrain_gpt.py with one flag per line."""
-    args, env, notes = megatron_run(r, spec, capability)
+    args, env, notes = megatron_run(r, spec)
     par = r.parallelism
     # torchrun starts one node's processes per host: a GB200 tray's 4 GPUs, not the NVL72 rack (ncclsm's
     # system.devices_per_host), else the NVLink domain
@@ -249,11 +248,11 @@ def _numerics(spec: ModelSpec) -> str:
             f"1e-05, --init-method-std 0.02{router}: give your model's")
 
 
-def bridge_overrides(r: PlanReport, spec: ModelSpec, capability: Optional[float] = None) -> str:
+def bridge_overrides(r: PlanReport, spec: ModelSpec) -> str:
     """The same run as Megatron-Bridge ConfigContainer overrides, one Hydra `key=value` per line, each a word a
     POSIX shell passes unchanged to Bridge's scripts (which read them with Hydra's override grammar; `--from-bridge`
     reads them back the same way, btacalc.config.bridge_hydra)."""
-    args, env, notes = megatron_run(r, spec, capability)
+    args, env, notes = megatron_run(r, spec)
     head = [f"# btacalc plan: {r.model.name} on {r.parallelism.devices} x {r.hardware.name}",
             f"# keys: {BRIDGE_PIN} (src/megatron/bridge/training/config.py, comm_overlap.py, models/gpt_provider.py)",
             *(f"# {n}" for n in notes[1:]), *(f"# environment: {k}={v}" for k, v in env.items()),

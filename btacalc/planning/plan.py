@@ -128,6 +128,7 @@ def _hardware_info(problem: Problem) -> HardwareInfo:
         peak_flops_per_s=hw.chip.peak_flops_per_s.value,
         offchip_bandwidth_bytes_per_s=hw.memory.offchip_bandwidth_bytes_per_s.value,
         devices_per_host=hw.system.host_devices,
+        compute_capability=hw.chip.capability if hw.family == "gpu" else None,
     )
 
 

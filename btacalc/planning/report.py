@@ -42,6 +42,9 @@ class HardwareInfo(BaseModel):
     devices_per_host: Optional[int] = Field(None, description="GPU: devices one host holds where fewer than one "
                                             "NVLink domain (a GB200 tray of 4 in an NVL72 rack); None: one host "
                                             "per domain")
+    compute_capability: Optional[float] = Field(None, description="GPU: the CUDA compute capability of its profile "
+                                                "(which attention backend a launch states for btacalc's default "
+                                                "kernel); None: a wafer")
 
 
 class ParallelInfo(BaseModel):
