@@ -438,13 +438,12 @@ MLA_YARN_BRIDGE = ("original_max_position_embeddings", "beta_fast", "beta_slow")
 MLA_YARN_DESTS = ("rotary_scaling_factor", "mscale", "mscale_all_dim")  # the flags (their defaults: Get's, the table's)
 
 
-def mla_yarn_unsaid(yarn: Optional[Mapping[str, Any]]) -> list[str]:
+def mla_yarn_unsaid(yarn: Optional[Mapping[str, Any]]) -> dict[str, tuple[Any, Any]]:
     """The YaRN settings of an MLA model that Megatron-LM has no flag for and that differ from MLATransformerConfig's
-    (MLA_YARN_FIXED): the launch trains the config's."""
+    (MLA_YARN_FIXED), each as (the model's, Megatron's): the launch trains Megatron's."""
     if yarn is None:
-        return []
-    return [f"{k} {yarn[k]:g} (Megatron's {v:g})" if not isinstance(v, bool) else f"{k} {yarn[k]} (Megatron's {v})"
-            for k, v in MLA_YARN_FIXED.items() if yarn[k] != v]
+        return {}
+    return {k: (yarn[k], v) for k, v in MLA_YARN_FIXED.items() if yarn[k] != v}
 
 
 def _enc_rope(f: Fields) -> Args:

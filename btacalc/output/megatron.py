@@ -116,6 +116,11 @@ def nccl_ub_environment(args: dict[str, Any], nvls: bool) -> dict[str, str]:
     return {"NCCL_CTA_POLICY": "1", "NCCL_NVLS_ENABLE": "1" if nvls else "0"}
 
 
+
+def _value_text(value: Any) -> str:
+    """A setting as a launch note writes it: a number in %g (4096, 32, 1), anything else as Python spells it."""
+    return f"{value:g}" if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
+
 def _notes(r: PlanReport, spec: ModelSpec, args: dict[str, Any]) -> list[str]:
     notes = [f"flags: {MEGATRON_LM_PIN} megatron/training/arguments.py; rules: btacalc/config/megatron_rules.py"]
     p = r.plan
@@ -152,18 +157,20 @@ def _notes(r: PlanReport, spec: ModelSpec, args: dict[str, Any]) -> list[str]:
     if spec.router == "sigmoid" and spec.router_renormalize is False and spec.top_k > 1:
         notes.append("the router does not renormalise its top-k sigmoid weights: Megatron always does "
                      "(moe_utils.py L929 at d98e8a64), and has no flag against it")
-    unsaid = mla_yarn_unsaid(spec.yarn.model_dump() if spec.yarn else None) if spec.mla is not None else []
+    unsaid = mla_yarn_unsaid(spec.yarn.model_dump() if spec.yarn else None) if spec.mla is not None else {}
     if unsaid:
         # review20: only the MLA_YARN_BRIDGE three are MLATransformerConfig fields; MLA builds YarnRotaryEmbedding
         # without correction_range_round_to_int, which then rounds (yarn_rotary_pos_embedding.py L63 @ d98e8a64)
-        fields = [u.split()[0] for u in unsaid if u.split()[0] in MLA_YARN_BRIDGE]
+        fields = [k for k in unsaid if k in MLA_YARN_BRIDGE]
         said = ["Megatron-LM has no flag for these (transformer_config.py L3318-3324), so the launch trains Megatron's"]
         if fields:
             said.append("Megatron-Bridge sets " + ", ".join(f"model.{k}" for k in fields))
-        if any(u.split()[0] == "truncate" for u in unsaid):
+        if "truncate" in unsaid:
             said.append("MLA's YaRN always rounds its correction range (yarn_rotary_pos_embedding.py L63), no field "
                         "sets it")
-        notes.append("the model's multi-latent attention YaRN has " + ", ".join(unsaid) + ": " + "; ".join(said))
+        values = ", ".join(f"{k} {_value_text(model)} (Megatron's {_value_text(megatron)})"
+                           for k, (model, megatron) in unsaid.items())
+        notes.append(f"the model's multi-latent attention YaRN has {values}: " + "; ".join(said))
     if r.inputs.fp8_attention:
         notes.append("FP8 attention: set TransformerConfig.fp8_dot_product_attention = True (TransformerEngine's "
                      "fp8_dpa); Megatron-LM has no flag for it (arguments.py:2332-2334), Megatron-Bridge sets "
