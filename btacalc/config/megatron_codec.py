@@ -726,10 +726,9 @@ def _dec_cuda_graphs(get: Get) -> Fields:
 # would pick cuDNN too on Hopper and later (utils.py L1647-1653); on Ampere FlashAttention-2 (below).
 FLASH_BACKEND_KERNELS = frozenset({"flash-attn-2"})
 # semantics20: below compute capability 9.0 (A100) btacalc's default kernel is FlashAttention-2, not cuDNN:
-# attention_kernels.toml gives `default` no sm80 rate, so the core runs at the A100 profile's large-GEMM rate, fitted on
-# A100 runs that ran FlashAttention (Megatron-LM's A100 CI runs at the default --attention-backend auto, which on sm80
-# takes FlashAttention-2: TE @ d0067d0 utils.py L1647-1653 prefer FusedAttention only from sm90; the profile's
-# attention note), and it is the only fused backend TE keeps under --deterministic-mode there (utils.py L1555-1567
+# attention_kernels.toml times `default` on sm80 at FlashAttention-2's own A100 figure (Dao 2023, Figure 4; a100attn),
+# because Megatron-LM's default --attention-backend auto takes FlashAttention-2 there (TE @ d0067d0 utils.py
+# L1647-1653 prefer FusedAttention only from sm90; the profile's attention note), and it is the only fused backend TE keeps under --deterministic-mode there (utils.py L1555-1567
 # turn FusedAttention's F16 backend off for training below sm90): `fused` left a deterministic A100 launch no backend.
 # A learnable softmax (GPT-OSS's sinks) has no FlashAttention (utils.py L1122-1124): fused, as before.
 FLASH_BELOW_CAPABILITY = 9.0
