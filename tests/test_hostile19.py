@@ -119,11 +119,18 @@ def test_a_loss_or_causal_comment_btacalc_would_not_write_is_refused(cli, tmp_pa
 
 def _started(tmp_path: Path, name: str, body: str) -> subprocess.CompletedProcess:
     """A script called `name` (the console script is called btacalc) that imports btacalc and runs `body`, with the
-    interpreter's SIGINT handling as a shell leaves it."""
+    interpreter's SIGINT handling as an interactive shell leaves it: SIGINT and SIGTERM at their defaults in the child,
+    also when this test runs as a background job of a non-interactive shell (which starts it with SIGINT ignored,
+    POSIX sh 'Asynchronous Lists', so Python would not install its KeyboardInterrupt handler)."""
     script = tmp_path / name
     script.write_text("import os, signal, sys, time\n" + body)
     return subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=ENV, capture_output=True, text=True,
-                          timeout=60)
+                          timeout=60, preexec_fn=_default_stopping_signals)
+
+
+def _default_stopping_signals() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=lambda s: s.name)
