@@ -422,7 +422,37 @@ def _model_type(raw: dict[str, Any], origin: str) -> str:
     return mtype
 
 
+# semantics22: the numerics Megatron-LM has flags for (ModelSpec.numerics), under the keys transformers' configuration
+# classes give them; Megatron-Bridge's AutoBridge maps the same keys (Megatron-Bridge @ 067f987df
+# src/megatron/bridge/models/conversion/model_bridge.py L466-467 rms_norm_eps -> layernorm_epsilon, initializer_range ->
+# init_method_std; L476-477 rope_theta -> rotary_base, partial_rotary_factor -> rotary_percent). GPT-2 and GPT-J name
+# the epsilon layer_norm_epsilon; GPT-J turns rotary_dim of each head's dimensions. A key the file leaves out is None
+# (a trimmed config: the launch says it trains Megatron-LM's default), not the family's default.
+_NUMERIC_KEYS = {"rope_theta": ("rope_theta",), "norm_eps": ("rms_norm_eps", "layer_norm_epsilon"),
+                 "init_std": ("initializer_range",)}
+
+
+def _numerics(c: _Config, spec: dict[str, Any]) -> dict[str, Any]:
+    rope = spec.get("position_embedding", "rope") == "rope"
+    out: dict[str, Any] = {}
+    read = []
+    for field, keys in _NUMERIC_KEYS.items():
+        key = next((k for k in keys if c.raw.get(k) is not None), None)
+        if key is None or (field == "rope_theta" and not rope):
+            continue
+        out[field] = c.number(key, 0.0)
+        read.append(key)
+    if rope and c.raw.get("partial_rotary_factor") is not None:
+        out["rotary_percent"] = c.number("partial_rotary_factor", 1.0)
+        read.append("partial_rotary_factor")
+    elif rope and c.model_type == "gptj" and c.raw.get("rotary_dim") is not None:
+        out["rotary_percent"] = c.integer("rotary_dim") / spec["head_dim"]
+        read.append("rotary_dim / head_dim")
+    return {"numerics": {**out, "source": f"{c.origin}: {', '.join(read)}"}} if read else {}
+
+
 def hf_config_to_spec(raw: dict[str, Any], name: str, origin: str) -> ModelSpec:
     mtype = _model_type(raw, origin)
     config = _Config(raw, origin, mtype)
-    return validate_model({"name": name, "source": origin, **_HF_FAMILIES[mtype](config)}, origin=origin)
+    spec = _HF_FAMILIES[mtype](config)
+    return validate_model({"name": name, "source": origin, **spec, **_numerics(config, spec)}, origin=origin)

@@ -509,6 +509,52 @@ def _dec_mla_yarn(get: Get) -> Optional[dict[str, Any]]:
             "mscale_all_dim": given["mscale_all_dim"]}
 
 
+# semantics22: the model's numerics (ModelSpec.numerics) as Megatron-LM's flags: --rotary-base (an int, arguments.py
+# L2418 @ d98e8a64, default 10000), --rotary-percent (L2420, 1.0), --norm-epsilon (layernorm_epsilon, 1e-05) and
+# --init-method-std (0.02), each a TransformerConfig field (transformer_config.py L201, L400; MLATransformerConfig's
+# rotary_base and rotary_percent L3309-3312, which MLA's rotary embeddings read, multi_latent_attention.py L184-192).
+# The launch left them all at Megatron's defaults: a Qwen3 launch trained RoPE base 10000 where the model's is 1e6.
+# A value the model's source does not state is left out (the launch notes it); a RoPE base that is no integer has no
+# Megatron-LM flag (type=int): left out and noted (NUMERICS_UNSAID).
+NUMERIC_DESTS = {"rope_theta": "rotary_base", "norm_eps": "layernorm_epsilon", "init_std": "init_method_std",
+                 "rotary_percent": "rotary_percent"}
+ROTARY_FIELDS = ("rope_theta", "rotary_percent")
+
+
+def _enc_numerics(f: Fields) -> Args:
+    numerics = f.get("model.numerics") or {}
+    out: Args = {}
+    for field, dest in NUMERIC_DESTS.items():
+        value = numerics.get(field)
+        if value is None or (field in ROTARY_FIELDS and f["model.position_embedding"] != "rope"):
+            continue
+        if field == "rope_theta":
+            if value != int(value):
+                continue  # no Megatron-LM flag takes it (--rotary-base type=int): the launch notes it
+            value = int(value)
+        if field == "rotary_percent" and value == 1:
+            continue  # the whole head: Megatron's default
+        out[dest] = value
+    return out
+
+
+def _dec_numerics(get: Get) -> Fields:
+    """The numerics a launch trains: each flag, else Megatron-LM's default (the parser's, as `Get` reads it); in a
+    Bridge file a key it leaves out is None (the recipe's or the Hugging Face config's: `import_bridge`)."""
+    rope = str(get("position_embedding_type")) != "learned_absolute"
+    numerics: dict[str, Any] = {}
+    for field, dest in NUMERIC_DESTS.items():
+        if field in ROTARY_FIELDS and not rope:
+            continue  # no rotary embedding: the flags stay unread (listed)
+        value = get(dest)
+        if field == "rope_theta" and isinstance(value, str):
+            value = integer(value, dest)  # Megatron-LM's argparse: type=int ("1e6" is refused); Bridge's float is one
+        numerics[field] = None if value is None else real(value, dest)
+    if numerics.get("rotary_percent") is None:
+        numerics["rotary_percent"] = 1.0  # GPTModelProvider's and Megatron's default (gpt_provider.py L144)
+    return {"model.numerics": numerics}
+
+
 def _enc_positions(f: Fields) -> Args:
     seq = f["run.seq_len"]
     given = f.get("model.max_position_embeddings") or seq
@@ -947,6 +993,7 @@ MODEL_ROWS: tuple[Row, ...] = (
     Row("mlp activation", _enc_mlp, _dec_mlp),
     Row("position embedding", _enc_rope, _dec_rope),
     Row("qk norms", _enc_qk_norm, _dec_qk_norm),
+    Row("numerics", _enc_numerics, _dec_numerics),
     switch("model.tied_embeddings", "untie_embeddings_and_output_weights", invert=True),
     switch("model.softmax_fp32", "attention_softmax_in_fp32"),
     choice("model.attention_sinks", "softmax_type", {False: "vanilla", True: "learnable"}, say_default=False),
@@ -1018,6 +1065,7 @@ def model_fields(spec: "ModelSpec") -> Fields:
         "model.mtp_layers": spec.mtp_layers, "model.yarn": spec.yarn.model_dump() if spec.yarn else None,
         "model.router_groups": spec.router_groups, "model.router_group_topk": spec.router_group_topk,
         "model.router_scale": spec.router_scale, "model.router_score_bias": spec.router_score_bias,
+        "model.numerics": spec.numerics.model_dump(exclude={"source"}),
     }
 
 
