@@ -223,3 +223,41 @@ def test_the_numerics_change_no_prediction(cli):
     a, b = (make_plan(s, resolve_hardware("h100"), request) for s in (spec, other))
     assert other.numerics != spec.numerics
     assert a.model_dump(exclude={"model"}) == b.model_dump(exclude={"model"})
+
+
+# NeMo @ c341fb3801651311be46332d6af106bd2c2f37e6 nemo/collections/llm/gpt/model/nemotron.py, the presets' source:
+# NemotronConfig activation_func squared_relu (L41), rotary_percent 0.5 (L48), layernorm_zero_centered_gamma True (L52);
+# Nemotron4Config15B init_method_std 0.0134 (L112), Nemotron4Config340B 0.0063 (L124); GPTConfig rotary_base 10000
+# (base.py L169). Megatron-Bridge's nemotron_bridge.py L62 / L69 set the same activation and norm.
+NEMOTRON = {"nemotron4-15b": 0.0134, "nemotron4-340b": 0.0063}
+
+
+@pytest.mark.parametrize("model", sorted(NEMOTRON))
+def test_a_nemotron_launch_trains_squared_relu_and_its_zero_centred_norm(cli, model):
+    """Before, the launch trained GeLU (Megatron's ungated MLP without --squared-relu, argument_utils.py L318-322),
+    plain LayerNorm and a whole-head RoPE at init std 0.02."""
+    layout = "--devices 8 --tp 8" if model == "nemotron4-15b" else "--devices 512 --tp 8 --pp 16"
+    launch = _emit(cli, f"--model {model} --hw h100 {layout}")
+    words = _words(launch)
+    assert "--squared-relu" in words and "--apply-layernorm-1p" in words and "--swiglu" not in words
+    assert float(_flag(launch, "--rotary-percent")) == 0.5 and float(_flag(launch, "--init-method-std")) == NEMOTRON[model]
+    assert int(_flag(launch, "--rotary-base")) == 10000
+    overrides = _overrides(_emit(cli, f"--model {model} --hw h100 {layout}", "bridge"))
+    assert overrides["model.activation_func"] == "squared_relu"  # Bridge's activation_map.py L48 name
+    assert overrides["model.layernorm_zero_centered_gamma"] == "True"
+    read = import_megatron(launch, "m.sh")
+    assert (read.model.mlp_activation, read.model.norm_zero_centered) == ("squared_relu", True)
+    assert not [n for n in read.notes if "another model" in n]
+    plain = "\n".join(line for line in launch.splitlines() if "--squared-relu" not in line
+                      and "--apply-layernorm-1p" not in line)
+    notes = [n for n in import_megatron(plain, "m.sh").notes if "another model" in n]
+    assert len(notes) == 2 and any("squared_relu" in n for n in notes) and any("norm_zero_centered" in n for n in notes)
+
+
+def test_squared_relu_with_a_gated_activation_is_refused(cli, tmp_path):
+    """argument_utils.py L320-325 @ d98e8a64: `assert not args.swiglu` under --squared-relu."""
+    launch = _emit(cli, "--model llama-3-70b --hw h100 --devices 8 --tp 8").replace("--swiglu", "--swiglu --squared-relu")
+    path = tmp_path / "l.sh"
+    path.write_text(launch)
+    code, out, err = cli("plan", "--from-megatron", str(path), "--hw", "h100")
+    assert code == 2 and "--squared-relu" in err and err.count("\n") <= 1, err

@@ -378,25 +378,34 @@ GLU_ACTIVATIONS: dict[str, Args] = {
 }
 
 
+# semantics22: Nemotron-4's ungated MLP is squared ReLU (NeMo @ c341fb38 nemotron.py L41; Megatron-Bridge's
+# nemotron_bridge.py L62), which Megatron-LM builds with --squared-relu (argument_utils.py L320-322 @ d98e8a64); without
+# it the ungated MLP is GeLU. Its LayerNorm has a zero-centred gamma (nemotron.py L52, nemotron_bridge.py L69):
+# --apply-layernorm-1p (TransformerConfig.layernorm_zero_centered_gamma). The launch trained GeLU and plain LayerNorm.
 def _enc_mlp(f: Fields) -> Args:
     if f.get("model.mlp") == "gelu":
-        return {"swiglu": False}
+        return {"swiglu": False, **({"squared_relu": True} if f.get("model.mlp_activation") == "squared_relu" else {})}
     return dict(GLU_ACTIVATIONS[f.get("model.glu_activation") or "silu"])
 
 
 def _dec_mlp(get: Get) -> Fields:
     offset, clamp = (None if get(dest) is None else real(get(dest), dest)
                      for dest in ("glu_linear_offset", "activation_func_clamp_value"))
+    squared = _bool(get("squared_relu"))
+    if squared and (_bool(get("swiglu")) or _bool(get("quick_geglu"))):  # argument_utils.py L320-325 asserts
+        raise BtacalcError("Megatron --squared-relu with --swiglu or --quick-geglu: Megatron-LM asserts one "
+                           "activation (argument_utils.py L320-325 @ d98e8a64)")
     if not _bool(get("quick_geglu")):
         if offset or clamp is not None:
             raise BtacalcError("Megatron --glu-linear-offset / --activation-func-clamp-value without --quick-geglu: "
                                "btacalc models them as GPT-OSS's quick-GELU GLU only")
-        return {"model.mlp": "swiglu" if _bool(get("swiglu")) else "gelu", "model.glu_activation": "silu"}
+        return {"model.mlp": "swiglu" if _bool(get("swiglu")) else "gelu", "model.glu_activation": "silu",
+                "model.mlp_activation": "squared_relu" if squared else "gelu"}
     if (offset, clamp) != (GPT_OSS_GLU_OFFSET, GPT_OSS_GLU_CLAMP):
         raise BtacalcError(f"Megatron --quick-geglu with --glu-linear-offset {offset or 0:g} and "
                            f"--activation-func-clamp-value {clamp}: btacalc models GPT-OSS's quick-GELU GLU (offset "
                            f"{GPT_OSS_GLU_OFFSET:g}, clamp {GPT_OSS_GLU_CLAMP:g})")
-    return {"model.mlp": "swiglu", "model.glu_activation": "clamped_quick_gelu"}
+    return {"model.mlp": "swiglu", "model.glu_activation": "clamped_quick_gelu", "model.mlp_activation": "gelu"}
 
 
 def _enc_dropout(f: Fields) -> Args:
@@ -994,6 +1003,8 @@ MODEL_ROWS: tuple[Row, ...] = (
     Row("position embedding", _enc_rope, _dec_rope),
     Row("qk norms", _enc_qk_norm, _dec_qk_norm),
     Row("numerics", _enc_numerics, _dec_numerics),
+    Row("zero-centred norm", lambda f: {"layernorm_zero_centered_gamma": True} if f.get("model.norm_zero_centered") else {},
+        lambda get: {"model.norm_zero_centered": _bool(get("layernorm_zero_centered_gamma"))}),
     switch("model.tied_embeddings", "untie_embeddings_and_output_weights", invert=True),
     switch("model.softmax_fp32", "attention_softmax_in_fp32"),
     choice("model.attention_sinks", "softmax_type", {False: "vanilla", True: "learnable"}, say_default=False),
@@ -1057,6 +1068,7 @@ def model_fields(spec: "ModelSpec") -> Fields:
         "model.window_pattern": ([1 if i in window else 0 for i in range(spec.num_layers)]
                                  if spec.sliding_window else None),
         "model.norm": spec.norm, "model.mlp": spec.mlp, "model.glu_activation": spec.glu_activation,
+        "model.mlp_activation": spec.mlp_activation, "model.norm_zero_centered": spec.norm_zero_centered,
         "model.position_embedding": spec.position_embedding,
         "model.qk_norm_head": spec.qk_norm == "head", "model.tied_embeddings": spec.tied_embeddings,
         "model.softmax_fp32": spec.softmax_fp32, "model.attention_sinks": spec.attention_sinks,
@@ -1387,6 +1399,10 @@ def to_bridge(args: Args) -> dict[str, Any]:
                 _to_bridge_mixed(args, out)
             continue
         convert = BRIDGE_KEYS[dest][1] if dest in BRIDGE_KEYS else (lambda v: v)
+        if dest == "squared_relu" and _bool(value):
+            out["model.gated_linear_unit"] = False  # Bridge's activation_map.py name (L48 @ 067f987d)
+            out["model.activation_func"] = "squared_relu"
+            continue
         if dest in ("swiglu", "quick_geglu") and _bool(value):
             # Bridge's provider holds the activation as a callable, which its overrides name (utils/activation_map.py
             # @ 067f987d: "silu", "quick_gelu"); a recipe's own stood under --swiglu's gated_linear_unit alone
@@ -1562,11 +1578,14 @@ def from_bridge(overrides: Mapping[str, Any]) -> tuple[Args, list[str]]:
             continue  # implied by model.cpu_offloading_num_layers, as Megatron-LM derives it (to_bridge)
         if key == FP8_ATTENTION_BRIDGE_KEY:
             args[FP8_ATTENTION_DEST] = value
-        elif key == "model.activation_func" and str(value).rsplit(".", 1)[-1] in ("quick_gelu", "silu"):
+        elif key == "model.activation_func" and str(value).rsplit(".", 1)[-1] in ("quick_gelu", "silu",
+                                                                                 "squared_relu", "relu2"):
             # to_bridge's names (activation_map.py); silu is --swiglu's, which model.gated_linear_unit carries
             if str(value).rsplit(".", 1)[-1] == "quick_gelu":
                 args["quick_geglu"] = True
                 args.pop("swiglu", None)
+            elif str(value).rsplit(".", 1)[-1] in ("squared_relu", "relu2"):  # activation_map.py L47-48
+                args["squared_relu"] = True
         elif key.startswith("model.") and key[6:] in MLA_YARN_BRIDGE:
             args[key[6:]] = value  # read under multi-latent attention (_dec_mla_yarn)
         elif key in back:

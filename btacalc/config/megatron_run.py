@@ -533,7 +533,8 @@ def model_from_fields(f: Fields, source: str, notes: list[str], name: Optional[s
         "num_heads": f["model.num_heads"], "num_kv_heads": f["model.num_kv_heads"], "head_dim": f["model.head_dim"],
         "vocab_size": f["model.vocab_size"], "ffn_size": f["model.moe_ffn"] if moe else f["model.dense_ffn"],
         "num_experts": f["model.num_experts"], "top_k": f["model.top_k"] if moe else 0,
-        "norm": f["model.norm"], "mlp": f["model.mlp"],
+        "norm": f["model.norm"], "mlp": f["model.mlp"], "mlp_activation": f.get("model.mlp_activation", "gelu"),
+        "norm_zero_centered": f.get("model.norm_zero_centered", False),
         "glu_activation": f.get("model.glu_activation", "silu"), "position_embedding": f["model.position_embedding"],
         "qk_norm": "head" if f["model.qk_norm_head"] else "none", "dropout": f["model.dropout"],
         "qkv_bias": f["model.qkv_bias"], "linear_bias": f["model.linear_bias"], "mlp_bias": f["model.mlp_bias"],
@@ -620,6 +621,11 @@ def _preset_numerics(data: dict[str, Any], preset: ModelSpec, notes: list[str]) 
         elif model is not None and mine != model:
             notes.append(f"the run trains the {what} {mine:g} ({flags}), not {preset.name}'s {config_key} {model:g} "
                          f"({theirs.source or preset.source}): another model than the preset's")
+    for field, flag in (("mlp_activation", "--squared-relu / model.activation_func"),
+                        ("norm_zero_centered", "--apply-layernorm-1p / model.layernorm_zero_centered_gamma")):
+        if data.get(field, False) != getattr(preset, field) and data["mlp"] == preset.mlp:
+            notes.append(f"the run trains {field} {data.get(field)} ({flag}), not {preset.name}'s "
+                         f"{getattr(preset, field)} ({preset.source}): another model than the preset's")
 
 
 def request_from_fields(f: Fields, spec: ModelSpec, devices: int, per_node: Optional[int],

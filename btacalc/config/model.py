@@ -176,6 +176,11 @@ class ModelSpec(BaseModel):
     glu_activation: Literal["silu", "clamped_quick_gelu"] = Field(
         "silu", description="the gated MLP's activation: silu (SwiGLU), or GPT-OSS's quick-GELU gate "
         "(x sigmoid(1.702 x)) times (linear + 1), both clamped at 7; the same matmuls and saved tensors")
+    mlp_activation: Literal["gelu", "squared_relu"] = Field(
+        "gelu", description="the ungated MLP's activation (mlp gelu): GeLU, or Nemotron-4's squared ReLU; the same "
+        "matmuls and saved tensors (Megatron-LM's --squared-relu)")
+    norm_zero_centered: bool = Field(False, description="LayerNorm with a zero-centred gamma (the norm scales by "
+                                     "1 + gamma: Nemotron-4; Megatron-LM's --apply-layernorm-1p); the same shapes")
     qk_norm: Literal["none", "head", "full"] = "none"
     position_embedding: Literal["rope", "learned"] = "rope"
     dropout: bool = False
@@ -260,6 +265,8 @@ class ModelSpec(BaseModel):
         if self.router_score_bias and self.router != "sigmoid":
             # transformer_config.py L2617-2625 @ d98e8a64: the aux-loss-free bias with sigmoid (or sqrtsoftplus) scores
             raise ValueError("router_score_bias (aux-loss-free balancing) needs the sigmoid router")
+        if self.mlp_activation != "gelu" and self.mlp != "gelu":
+            raise ValueError(f"mlp_activation {self.mlp_activation} is the ungated MLP's (mlp gelu)")
         if self.glu_activation != "silu" and self.mlp != "swiglu":
             raise ValueError(f"glu_activation {self.glu_activation} needs the gated MLP (mlp swiglu)")
         if self.shared_expert_gate and not self.shared_expert_size:
