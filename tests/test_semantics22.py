@@ -261,3 +261,40 @@ def test_squared_relu_with_a_gated_activation_is_refused(cli, tmp_path):
     path.write_text(launch)
     code, out, err = cli("plan", "--from-megatron", str(path), "--hw", "h100")
     assert code == 2 and "--squared-relu" in err and err.count("\n") <= 1, err
+
+
+def _llama3_config(tmp_path, **scaling) -> Path:
+    """Llama-3-70B's stored config.json with a Llama 3.1 rope_scaling (rope_type llama3), as Megatron-Core fixes it:
+    low_freq_factor 1, high_freq_factor 4, original_max_position_embeddings 8192 (rotary_pos_embedding.py L92-98)."""
+    raw = _hf("llama-3-70b")
+    raw["rope_scaling"] = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                           "original_max_position_embeddings": 8192, **scaling}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(raw))
+    return path
+
+
+def test_a_llama3_rope_scaling_is_launched_and_read_back(cli, tmp_path):
+    """The Hugging Face reader dropped rope_type llama3 without a word, so a Llama 3.1 launch trained unscaled RoPE.
+    Megatron-LM builds it with --use-rope-scaling --rope-scaling-factor (arguments.py L2424-2427, default off / 8.0);
+    Megatron-Bridge's Llama bridge sets model.rope_scaling and model.rope_scaling_factor (llama_bridge.py L67-71)."""
+    path = _llama3_config(tmp_path, factor=16.0)
+    assert resolve_model(str(path)).numerics.rope_scaling_factor == 16.0
+    given = f"--model {path} --hw h100 --devices 8 --tp 8"
+    launch = _emit(cli, given)
+    assert "--use-rope-scaling" in _words(launch) and float(_flag(launch, "--rope-scaling-factor")) == 16.0
+    assert import_megatron(launch, "m.sh").model.numerics.rope_scaling_factor == 16.0
+    overrides = _emit(cli, given, "bridge")
+    assert {"model.rope_scaling=True", "model.rope_scaling_factor=16.0"} <= set(overrides.splitlines())
+    assert import_bridge(overrides, "b.txt", devices=8).model.numerics.rope_scaling_factor == 16.0
+    switch_only = "\n".join(line for line in launch.splitlines() if "--rope-scaling-factor" not in line)
+    assert import_megatron(switch_only, "m.sh").model.numerics.rope_scaling_factor == megatron_default(
+        "rope_scaling_factor") == 8.0
+    unscaled = "\n".join(line for line in launch.splitlines() if "rope-scaling" not in line)
+    assert import_megatron(unscaled, "m.sh").model.numerics.rope_scaling_factor == 1.0
+
+
+def test_a_llama3_rope_scaling_megatron_cannot_say_is_refused(cli, tmp_path):
+    path = _llama3_config(tmp_path, high_freq_factor=2.0)
+    code, out, err = cli("plan", "--model", str(path), "--hw", "h100", "--devices", "8")
+    assert code == 2 and "high_freq_factor" in err and err.count("\n") <= 1, err

@@ -448,7 +448,32 @@ def _numerics(c: _Config, spec: dict[str, Any]) -> dict[str, Any]:
     elif rope and c.model_type == "gptj" and c.raw.get("rotary_dim") is not None:
         out["rotary_percent"] = c.integer("rotary_dim") / spec["head_dim"]
         read.append("rotary_dim / head_dim")
+    factor = _llama3_scaling(c) if rope else None
+    if factor is not None:
+        out["rope_scaling_factor"] = factor
+        read.append("rope_scaling (llama3)")
     return {"numerics": {**out, "source": f"{c.origin}: {', '.join(read)}"}} if read else {}
+
+
+# Megatron-Core's Llama 3.x RoPE scaling (--use-rope-scaling, --rope-scaling-factor) fixes the rest of rope_scaling at
+# Llama 3.1's (Megatron-LM @ d98e8a64 megatron/core/models/common/embeddings/rotary_pos_embedding.py L92-98:
+# low_freq_factor 1, high_freq_factor 4, original_max_position_embeddings 8192); Megatron-Bridge's Llama bridge maps
+# rope_type llama3 to rope_scaling and its factor (llama_bridge.py L67-71 @ 067f987df)
+LLAMA3_FIXED = {"low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+
+
+def _llama3_scaling(c: _Config) -> Optional[float]:
+    """The factor of a rope_scaling with rope_type (or type) llama3, refused where the rest is not Megatron's; None for
+    another or no rope_scaling (semantics22: the reader dropped a Llama 3.1 / 3.2 config's scaling without a word)."""
+    scaling = c.raw.get("rope_scaling")
+    if not isinstance(scaling, dict) or (scaling.get("rope_type") or scaling.get("type")) != "llama3":
+        return None
+    r = _Config(scaling, f"{c.origin} rope_scaling", c.model_type)
+    for key, fixed in LLAMA3_FIXED.items():
+        if r.number(key, float(fixed)) != fixed:
+            raise c.unsupported(f"rope_scaling llama3 with {key} {r.number(key, 0.0):g} (Megatron-Core fixes {fixed:g}: "
+                                "rotary_pos_embedding.py L92-98 @ d98e8a64)")
+    return r.number("factor", 8.0)
 
 
 def hf_config_to_spec(raw: dict[str, Any], name: str, origin: str) -> ModelSpec:

@@ -526,8 +526,11 @@ def _dec_mla_yarn(get: Get) -> Optional[dict[str, Any]]:
 # A value the model's source does not state is left out (the launch notes it); a RoPE base that is no integer has no
 # Megatron-LM flag (type=int): left out and noted (NUMERICS_UNSAID).
 NUMERIC_DESTS = {"rope_theta": "rotary_base", "norm_eps": "layernorm_epsilon", "init_std": "init_method_std",
-                 "rotary_percent": "rotary_percent"}
-ROTARY_FIELDS = ("rope_theta", "rotary_percent")
+                 "rotary_percent": "rotary_percent", "rope_scaling_factor": "rope_scaling_factor"}
+ROTARY_FIELDS = ("rope_theta", "rotary_percent", "rope_scaling_factor")
+# Llama 3.x's RoPE scaling: --use-rope-scaling (off by default) with --rope-scaling-factor (8.0), arguments.py
+# L2424-2427, read by GPTModel's RotaryEmbedding only (argument_utils.py L465-466; MLA builds its own)
+ROPE_SCALING_SWITCH = "use_rope_scaling"
 
 
 def _enc_numerics(f: Fields) -> Args:
@@ -543,6 +546,10 @@ def _enc_numerics(f: Fields) -> Args:
             value = int(value)
         if field == "rotary_percent" and value == 1:
             continue  # the whole head: Megatron's default
+        if field == "rope_scaling_factor":
+            if value == 1 or f.get("model.mla") is not None:
+                continue
+            out[ROPE_SCALING_SWITCH] = True
         out[dest] = value
     return out
 
@@ -555,6 +562,12 @@ def _dec_numerics(get: Get) -> Fields:
     for field, dest in NUMERIC_DESTS.items():
         if field in ROTARY_FIELDS and not rope:
             continue  # no rotary embedding: the flags stay unread (listed)
+        if field == "rope_scaling_factor":
+            on = get(ROPE_SCALING_SWITCH)
+            if on is None or not _bool(on):  # None: a Bridge key left to the Hugging Face config
+                get(dest)
+                numerics[field] = None if on is None else 1.0
+                continue
         value = get(dest)
         if field == "rope_theta" and isinstance(value, str):
             value = integer(value, dest)  # Megatron-LM's argparse: type=int ("1e6" is refused); Bridge's float is one
@@ -1077,7 +1090,9 @@ def model_fields(spec: "ModelSpec") -> Fields:
         "model.mtp_layers": spec.mtp_layers, "model.yarn": spec.yarn.model_dump() if spec.yarn else None,
         "model.router_groups": spec.router_groups, "model.router_group_topk": spec.router_group_topk,
         "model.router_scale": spec.router_scale, "model.router_score_bias": spec.router_score_bias,
-        "model.numerics": spec.numerics.model_dump(exclude={"source"}),
+        # a source that states no Llama 3 RoPE scaling: none, as the launch trains it (1.0)
+        "model.numerics": {**spec.numerics.model_dump(exclude={"source"}),
+                           "rope_scaling_factor": spec.numerics.rope_scaling_factor or 1.0},
     }
 
 
@@ -1166,6 +1181,7 @@ BRIDGE_KEYS: dict[str, tuple[str, Callable[[Any], Any], Callable[[Any], Any]]] =
     "overlap_moe_expert_parallel_comm": ("comm_overlap.overlap_moe_expert_parallel_comm", *_AS_IS),
     "num_virtual_stages_per_pipeline_rank": ("model.virtual_pipeline_model_parallel_size", *_AS_IS),
     "window_size": ("model.window_size", *_AS_IS),
+    "use_rope_scaling": ("model.rope_scaling", *_AS_IS),  # GPTModelProvider.rope_scaling (gpt_provider.py L145)
     "decoder_first_pipeline_num_layers": ("model.num_layers_in_first_pipeline_stage", *_AS_IS),
     "decoder_last_pipeline_num_layers": ("model.num_layers_in_last_pipeline_stage", *_AS_IS),
     "bf16": ("mixed_precision", lambda v: "bf16_mixed" if v else None, lambda v: str(v).startswith("bf16")),

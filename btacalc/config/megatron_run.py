@@ -299,10 +299,12 @@ MLA_PROVIDER_YARN = {"rotary_scaling_factor": 40.0, "mscale": 1.0, "mscale_all_d
 def _bridge_provider_values(args: dict[str, Any], base: Optional[ModelSpec]) -> dict[str, Any]:
     """The destinations Bridge overrides that give the architecture leave to the model provider (above): the plan's
     --model's (`base`, AutoBridge's Hugging Face config) where given, else the provider's own or None."""
-    from .megatron_codec import MLA_YARN_DESTS, NUMERIC_DESTS
+    from .megatron_codec import MLA_YARN_DESTS, NUMERIC_DESTS, ROPE_SCALING_SWITCH
 
     given = encode({**model_fields(base), "run.seq_len": 4096}, MODEL_ROWS) if base is not None else {}
-    out: dict[str, Any] = {dest: given.get(dest) for dest in NUMERIC_DESTS.values()}
+    out: dict[str, Any] = {dest: given.get(dest) for dest in (*NUMERIC_DESTS.values(), ROPE_SCALING_SWITCH)}
+    if base is not None and ROPE_SCALING_SWITCH not in given:
+        out[ROPE_SCALING_SWITCH] = False if base.numerics.rope_scaling_factor is not None else None
     if args.get("multi_latent_attention") in (True, "true", "True"):
         out.update({dest: given.get(dest, MLA_PROVIDER_YARN[dest]) if base is not None and base.mla is not None
                     else MLA_PROVIDER_YARN[dest] for dest in MLA_YARN_DESTS})
@@ -603,7 +605,10 @@ NUMERICS_NAMES = {"rope_theta": ("RoPE base", "--rotary-base / model.rotary_base
                   "norm_eps": ("norm epsilon", "--norm-epsilon / model.layernorm_epsilon", "norm epsilon"),
                   "init_std": ("initial std", "--init-method-std / model.init_method_std", "initializer_range"),
                   "rotary_percent": ("rotary share of each head", "--rotary-percent / model.rotary_percent",
-                                     "rotary share")}
+                                     "rotary share"),
+                  "rope_scaling_factor": ("Llama 3 RoPE scaling factor (1: none)",
+                                          "--use-rope-scaling --rope-scaling-factor / model.rope_scaling_factor",
+                                          "rope_scaling factor")}
 
 
 def _preset_numerics(data: dict[str, Any], preset: ModelSpec, notes: list[str]) -> None:

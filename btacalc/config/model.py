@@ -129,6 +129,8 @@ class Numerics(BaseModel):
                                       "(initializer_range)")
     rotary_percent: float = Field(1.0, gt=0, le=1, allow_inf_nan=False, description="the share of each head's dimensions the rotary "
                                   "embedding turns (partial_rotary_factor; GPT-J rotary_dim / head_dim)")
+    rope_scaling_factor: Optional[float] = Field(None, ge=1, allow_inf_nan=False, description="Llama 3.x's RoPE "
+                                                 "scaling (rope_scaling rope_type llama3) by this factor; 1: none")
     source: CleanText = Field("", description="the file and keys these values come from")
 
     _bounded = field_validator("*")(_bounded_field)
@@ -288,9 +290,10 @@ class ModelSpec(BaseModel):
         if self.yarn is not None and self.position_embedding != "rope":
             raise ValueError("yarn scales the rotary embedding: it needs position_embedding rope")
         if self.position_embedding != "rope" and (self.numerics.rope_theta is not None
-                                                  or self.numerics.rotary_percent != 1):
-            raise ValueError("numerics rope_theta / rotary_percent set the rotary embedding: they need "
-                             "position_embedding rope")
+                                                  or self.numerics.rotary_percent != 1
+                                                  or (self.numerics.rope_scaling_factor or 1) != 1):
+            raise ValueError("numerics rope_theta / rotary_percent / rope_scaling_factor set the rotary embedding: "
+                             "they need position_embedding rope")
         if self.full_attention_interval and not self.sliding_window:
             raise ValueError("full_attention_interval needs a sliding_window")
         if self.attention_sinks and self.softmax_fp32:
