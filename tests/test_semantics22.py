@@ -19,6 +19,7 @@ import pytest
 from btacalc.config.megatron_codec import megatron_default
 from btacalc.config.megatron_run import import_bridge, import_megatron
 from btacalc.config.presets import load_preset, resolve_model
+from support import emitted as _emit, hf_config as _hf
 
 DATA = Path(__file__).parent / "data"
 
@@ -33,16 +34,6 @@ CONFIGS = [("qwen3-30b-a3b", "--devices 8 --ep 8"), ("qwen3-235b-a22b", "--devic
            ("mixtral-8x7b", "--devices 8 --ep 8"), ("mixtral-8x22b", "--devices 64 --ep 8 --pp 8"),
            ("llama-3-70b", "--devices 8 --tp 8"), ("kimi-k2", "--devices 1024 --pp 16 --ep 64 --etp 1"),
            ("deepseek-v3", "--devices 1024 --tp 2 --pp 16 --ep 64 --etp 1"), ("gpt-oss-120b", "--devices 8 --ep 8")]
-
-
-def _hf(name: str) -> dict:
-    return json.loads((DATA / f"{name}.config.json").read_text())
-
-
-def _emit(cli, given: str, kind: str = "megatron") -> str:
-    code, out, err = cli("plan", *given.split(), "--emit", kind)
-    assert code in (0, 1), err
-    return out
 
 
 def _words(launch: str) -> list[str]:
@@ -298,3 +289,17 @@ def test_a_llama3_rope_scaling_megatron_cannot_say_is_refused(cli, tmp_path):
     path = _llama3_config(tmp_path, high_freq_factor=2.0)
     code, out, err = cli("plan", "--model", str(path), "--hw", "h100", "--devices", "8")
     assert code == 2 and "high_freq_factor" in err and err.count("\n") <= 1, err
+
+
+@pytest.mark.parametrize("flag,value", [("--norm-epsilon", "0"), ("--init-method-std", "nan"),
+                                        ("--rotary-percent", "1.5"), ("--rotary-base", "0"), ("--rotary-base", "1e6")])
+def test_a_launchs_numerics_out_of_range_are_refused_naming_the_flag(cli, tmp_path, flag, value):
+    """ModelSpec.numerics' bounds (an epsilon and a std in (0, 1), a share in (0, 1], a positive base; --rotary-base an
+    integer as Megatron's argparse reads it, type=int) as one line naming the launch's flag, not btacalc's field."""
+    launch = _emit(cli, "--model llama-3-70b --hw h100 --devices 8 --tp 8")
+    words = launch.replace("--rotary-base 500000", f"{flag} {value}" if flag != "--norm-epsilon" else "")
+    words = words.replace("--norm-epsilon 1e-05", f"{flag} {value}") if flag == "--norm-epsilon" else words
+    path = tmp_path / "l.sh"
+    path.write_text(words)
+    code, out, err = cli("plan", "--from-megatron", str(path), "--hw", "h100")
+    assert code == 2 and err.count("\n") <= 1 and flag in err and "field numerics" not in err, err

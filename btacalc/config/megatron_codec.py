@@ -15,6 +15,7 @@ a script without --untie-embeddings-and-output-weights trains tied embeddings, o
 from __future__ import annotations
 
 import ast
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
@@ -528,6 +529,14 @@ def _dec_mla_yarn(get: Get) -> Optional[dict[str, Any]]:
 NUMERIC_DESTS = {"rope_theta": "rotary_base", "norm_eps": "layernorm_epsilon", "init_std": "init_method_std",
                  "rotary_percent": "rotary_percent", "rope_scaling_factor": "rope_scaling_factor"}
 ROTARY_FIELDS = ("rope_theta", "rotary_percent", "rope_scaling_factor")
+# what each field's flag must hold (ModelSpec.numerics' bounds), refused naming the flag
+NUMERIC_RANGES: dict[str, tuple[Callable[[float], bool], Callable[[float], bool], str]] = {
+    "rope_theta": (lambda v: v > 0, lambda v: True, "a positive base"),
+    "norm_eps": (lambda v: v > 0, lambda v: v < 1, "an epsilon between 0 and 1"),
+    "init_std": (lambda v: v > 0, lambda v: v < 1, "a standard deviation between 0 and 1"),
+    "rotary_percent": (lambda v: v > 0, lambda v: v <= 1, "a share of each head above 0 and at most 1"),
+    "rope_scaling_factor": (lambda v: v >= 1, lambda v: True, "a factor of at least 1"),
+}
 # Llama 3.x's RoPE scaling: --use-rope-scaling (off by default) with --rope-scaling-factor (8.0), arguments.py
 # L2424-2427, read by GPTModel's RotaryEmbedding only (argument_utils.py L465-466; MLA builds its own)
 ROPE_SCALING_SWITCH = "use_rope_scaling"
@@ -572,6 +581,9 @@ def _dec_numerics(get: Get) -> Fields:
         if field == "rope_theta" and isinstance(value, str):
             value = integer(value, dest)  # Megatron-LM's argparse: type=int ("1e6" is refused); Bridge's float is one
         numerics[field] = None if value is None else real(value, dest)
+        low, high, kind = NUMERIC_RANGES[field]
+        if value is not None and not (math.isfinite(numerics[field]) and low(numerics[field]) and high(numerics[field])):
+            raise ArgumentValueError(dest, kind, repr(value))
     if numerics.get("rotary_percent") is None:
         numerics["rotary_percent"] = 1.0  # GPTModelProvider's and Megatron's default (gpt_provider.py L144)
     return {"model.numerics": numerics}
