@@ -303,3 +303,15 @@ def test_a_launchs_numerics_out_of_range_are_refused_naming_the_flag(cli, tmp_pa
     path.write_text(words)
     code, out, err = cli("plan", "--from-megatron", str(path), "--hw", "h100")
     assert code == 2 and err.count("\n") <= 1 and flag in err and "field numerics" not in err, err
+
+
+def test_a_rope_base_megatron_cannot_take_is_left_out_and_said(cli, tmp_path):
+    """--rotary-base is type=int (arguments.py L2418): a config's rope_theta 12345.5 has no flag; the launch leaves it at
+    Megatron's 10000 and says so rather than writing a value argparse refuses."""
+    raw = _hf("qwen3-30b-a3b")
+    raw["rope_theta"] = 12345.5
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(raw))
+    launch = _emit(cli, f"--model {path} --hw h100 --devices 8 --ep 8")
+    assert _flag(launch, "--rotary-base") is None
+    assert any(line.startswith("#") and "12345.5" in line and "type=int" in line for line in launch.splitlines())

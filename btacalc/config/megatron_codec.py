@@ -525,7 +525,7 @@ def _dec_mla_yarn(get: Get) -> Optional[dict[str, Any]]:
 # rotary_base and rotary_percent L3309-3312, which MLA's rotary embeddings read, multi_latent_attention.py L184-192).
 # The launch left them all at Megatron's defaults: a Qwen3 launch trained RoPE base 10000 where the model's is 1e6.
 # A value the model's source does not state is left out (the launch notes it); a RoPE base that is no integer has no
-# Megatron-LM flag (type=int): left out and noted (NUMERICS_UNSAID).
+# Megatron-LM flag (type=int): left out and noted (output.megatron._numerics).
 NUMERIC_DESTS = {"rope_theta": "rotary_base", "norm_eps": "layernorm_epsilon", "init_std": "init_method_std",
                  "rotary_percent": "rotary_percent", "rope_scaling_factor": "rope_scaling_factor"}
 ROTARY_FIELDS = ("rope_theta", "rotary_percent", "rope_scaling_factor")
