@@ -315,3 +315,13 @@ def test_a_rope_base_megatron_cannot_take_is_left_out_and_said(cli, tmp_path):
     launch = _emit(cli, f"--model {path} --hw h100 --devices 8 --ep 8")
     assert _flag(launch, "--rotary-base") is None
     assert any(line.startswith("#") and "12345.5" in line and "type=int" in line for line in launch.splitlines())
+
+
+def test_a_transformers_5_config_gives_its_rope_base_in_rope_parameters(tmp_path):
+    """transformers 5 configs hold rope_theta in a rope_parameters object; Megatron-Bridge reads it there too
+    (conversion/transformers_compat.py L27-60): the reader takes the same base."""
+    raw = _hf("qwen3-30b-a3b")
+    raw["rope_parameters"] = {"rope_type": "default", "rope_theta": raw.pop("rope_theta")}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(raw))
+    assert resolve_model(str(path)).numerics.rope_theta == raw["rope_parameters"]["rope_theta"] == 1e6

@@ -436,8 +436,17 @@ def _numerics(c: _Config, spec: dict[str, Any]) -> dict[str, Any]:
     rope = spec.get("position_embedding", "rope") == "rope"
     out: dict[str, Any] = {}
     read = []
+    # transformers 5 writes the RoPE settings in a rope_parameters object (Megatron-Bridge reads rope_theta from either:
+    # conversion/transformers_compat.py L27-60 @ 067f987df)
+    params = c.raw.get("rope_parameters")
+    nested = _Config(params, f"{c.origin} rope_parameters", c.model_type) if isinstance(params, dict) else None
     for field, keys in _NUMERIC_KEYS.items():
         key = next((k for k in keys if c.raw.get(k) is not None), None)
+        if field == "rope_theta" and rope and key is None and nested is not None \
+                and nested.raw.get("rope_theta") is not None:
+            out[field] = nested.number("rope_theta", 0.0)
+            read.append("rope_parameters.rope_theta")
+            continue
         if key is None or (field == "rope_theta" and not rope):
             continue
         out[field] = c.number(key, 0.0)
