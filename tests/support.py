@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from btacalc.config.execution import Layout, RunOptions
@@ -19,3 +21,18 @@ def resolved(model: Any, hw: str | HardwareProfile = "wse3", layout: Layout = La
 def with_calibration(hw: HardwareProfile, **numbers: Any) -> HardwareProfile:
     """`hw` with calibration numbers replaced (e.g. compute_efficiency=Number(...))."""
     return hw.model_copy(update={"calibration": hw.calibration.model_copy(update=numbers)})
+
+
+DATA = Path(__file__).parent / "data"
+
+
+def hf_config(name: str) -> dict[str, Any]:
+    """A stored Hugging Face config.json (tests/data/NAME.config.json)."""
+    return json.loads((DATA / f"{name}.config.json").read_text())
+
+
+def emitted(cli: Any, given: str, kind: str = "megatron") -> str:
+    """`btacalc plan GIVEN --emit KIND`'s output (a plan that does not fit is emitted too)."""
+    code, out, err = cli("plan", *given.split(), "--emit", kind)
+    assert code in (0, 1), err
+    return out

@@ -213,15 +213,18 @@ def test_moe_act_needs_moe_layers(cli):
 
 
 def test_emit_megatron_says_which_numerics_stay_at_megatrons_defaults(cli):
-    """The launch carries no --rotary-base, --norm-epsilon or --init-method-std (btacalc plans none of them; the
-    readers list them ignored), so Qwen3-30B-A3B (rope_theta 1e6) trained at Megatron-LM's 10000 without a word
-    (megatron_flags.tsv, arguments.py @ d98e8a64). The launch now says so; a Bridge recipe takes them from the model's
-    Hugging Face config, and its overrides do not."""
+    """The launch carried no --rotary-base, --norm-epsilon or --init-method-std, so Qwen3-30B-A3B (rope_theta 1e6)
+    trained at Megatron-LM's 10000 without a word (megatron_flags.tsv, arguments.py @ d98e8a64); freshuser17 made the
+    launch say so. semantics22: the launch states the model's values (tests/test_semantics22.py), and the comment names
+    only the fields the model's source does not give: Llama-3-8B's stored config.json has no rope_theta, so its launch
+    still says 10000; Qwen3's names only the router's loss. A Bridge recipe takes unknown ones from the Hugging Face
+    config: its overrides carry no such comment."""
     code, text, err = cli("plan", *QWEN, "--emit", "megatron")
     assert code in (0, 1), err
-    note = next(line for line in text.splitlines() if "--rotary-base" in line)
-    assert note.startswith("# ") and "10000" in note and "--moe-aux-loss-coeff" in note
+    assert "--rotary-base 1000000 " in text and "--rotary-base 10000 " not in text and "--moe-aux-loss-coeff" in text
     code, text, err = cli("plan", "--model", "llama-3-8b", "--hw", "h100", "--devices", "8", "--emit", "megatron")
-    assert "--rotary-base 10000" in text and "--moe-aux-loss-coeff" not in text
+    note = next(line for line in text.splitlines() if "--rotary-base" in line)
+    assert note.startswith("# ") and "--rotary-base 10000" in note and "rope_theta" in note
+    assert "--moe-aux-loss-coeff" not in text
     code, text, err = cli("plan", *QWEN, "--emit", "bridge")
     assert "--rotary-base" not in text

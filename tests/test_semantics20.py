@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import pytest
 
@@ -15,18 +14,7 @@ from btacalc.config.megatron_launch import read_launch
 from btacalc.config.megatron_run import import_bridge, import_megatron
 from btacalc.config.presets import load_preset
 from btacalc.errors import BtacalcError
-
-DATA = Path(__file__).parent / "data"
-
-
-def _hf(name: str) -> dict:
-    return json.loads((DATA / f"{name}.config.json").read_text())
-
-
-def _emit(cli, given: str, kind: str = "megatron") -> str:
-    code, out, err = cli("plan", *given.split(), "--emit", kind)
-    assert code in (0, 1), err
-    return out
+from support import emitted as _emit, hf_config as _hf
 
 
 def _bridge(text: str) -> dict[str, str]:
@@ -262,7 +250,6 @@ def test_an_encoder_is_not_emitted_as_a_causal_decoder(cli, tmp_path, kind, mode
     code, stdout, err = cli("plan", "--model", model, "--hw", "h100", "--devices", "8", "--emit", kind, "-o", str(out))
     assert code == 2 and stdout == "" and not out.exists()
     assert len(err.strip().splitlines()) == 1 and "bidirectional encoder" in err and "causal" in err
-
 
 
 # --- 3. a learned position table shorter than the sequence ----------------------------------------------------------

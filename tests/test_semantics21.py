@@ -18,14 +18,9 @@ from pathlib import Path
 from btacalc.config.megatron_codec import MLA_YARN_DESTS
 from btacalc.config.megatron_run import import_megatron
 from btacalc.config.presets import load_preset
+from support import emitted as _emit
 
 DATA = Path(__file__).parent / "data"
-
-
-def _emit(cli, given: str, kind: str = "megatron") -> str:
-    code, out, err = cli("plan", *given.split(), "--emit", kind)
-    assert code in (0, 1), err
-    return out
 
 
 def _flag(launch: str, flag: str) -> str:

@@ -422,7 +422,71 @@ def _model_type(raw: dict[str, Any], origin: str) -> str:
     return mtype
 
 
+# semantics22: the numerics Megatron-LM has flags for (ModelSpec.numerics), under the keys transformers' configuration
+# classes give them; Megatron-Bridge's AutoBridge maps the same keys (Megatron-Bridge @ 067f987df
+# src/megatron/bridge/models/conversion/model_bridge.py L466-467 rms_norm_eps -> layernorm_epsilon, initializer_range ->
+# init_method_std; L476-477 rope_theta -> rotary_base, partial_rotary_factor -> rotary_percent). GPT-2 and GPT-J name
+# the epsilon layer_norm_epsilon; GPT-J turns rotary_dim of each head's dimensions. A key the file leaves out is None
+# (a trimmed config: the launch says it trains Megatron-LM's default), not the family's default.
+_NUMERIC_KEYS = {"rope_theta": ("rope_theta",), "norm_eps": ("rms_norm_eps", "layer_norm_epsilon"),
+                 "init_std": ("initializer_range",)}
+
+
+def _numerics(c: _Config, spec: dict[str, Any]) -> dict[str, Any]:
+    rope = spec.get("position_embedding", "rope") == "rope"
+    out: dict[str, Any] = {}
+    read = []
+    # transformers 5 writes the RoPE settings in a rope_parameters object (Megatron-Bridge reads rope_theta from either:
+    # conversion/transformers_compat.py L27-60 @ 067f987df)
+    params = c.raw.get("rope_parameters")
+    nested = _Config(params, f"{c.origin} rope_parameters", c.model_type) if isinstance(params, dict) else None
+    for field, keys in _NUMERIC_KEYS.items():
+        key = next((k for k in keys if c.raw.get(k) is not None), None)
+        if field == "rope_theta" and rope and key is None and nested is not None \
+                and nested.raw.get("rope_theta") is not None:
+            out[field] = nested.number("rope_theta", 0.0)
+            read.append("rope_parameters.rope_theta")
+            continue
+        if key is None or (field == "rope_theta" and not rope):
+            continue
+        out[field] = c.number(key, 0.0)
+        read.append(key)
+    if rope and c.raw.get("partial_rotary_factor") is not None:
+        out["rotary_percent"] = c.number("partial_rotary_factor", 1.0)
+        read.append("partial_rotary_factor")
+    elif rope and c.model_type == "gptj" and c.raw.get("rotary_dim") is not None:
+        out["rotary_percent"] = c.integer("rotary_dim") / spec["head_dim"]
+        read.append("rotary_dim / head_dim")
+    factor = _llama3_scaling(c) if rope else None
+    if factor is not None:
+        out["rope_scaling_factor"] = factor
+        read.append("rope_scaling (llama3)")
+    return {"numerics": {**out, "source": f"{c.origin}: {', '.join(read)}"}} if read else {}
+
+
+# Megatron-Core's Llama 3.x RoPE scaling (--use-rope-scaling, --rope-scaling-factor) fixes the rest of rope_scaling at
+# Llama 3.1's (Megatron-LM @ d98e8a64 megatron/core/models/common/embeddings/rotary_pos_embedding.py L92-98:
+# low_freq_factor 1, high_freq_factor 4, original_max_position_embeddings 8192); Megatron-Bridge's Llama bridge maps
+# rope_type llama3 to rope_scaling and its factor (llama_bridge.py L67-71 @ 067f987df)
+LLAMA3_FIXED = {"low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+
+
+def _llama3_scaling(c: _Config) -> Optional[float]:
+    """The factor of a rope_scaling with rope_type (or type) llama3, refused where the rest is not Megatron's; None for
+    another or no rope_scaling (semantics22: the reader dropped a Llama 3.1 / 3.2 config's scaling without a word)."""
+    scaling = c.raw.get("rope_scaling")
+    if not isinstance(scaling, dict) or (scaling.get("rope_type") or scaling.get("type")) != "llama3":
+        return None
+    r = _Config(scaling, f"{c.origin} rope_scaling", c.model_type)
+    for key, fixed in LLAMA3_FIXED.items():
+        if r.number(key, float(fixed)) != fixed:
+            raise c.unsupported(f"rope_scaling llama3 with {key} {r.number(key, 0.0):g} (Megatron-Core fixes {fixed:g}: "
+                                "rotary_pos_embedding.py L92-98 @ d98e8a64)")
+    return r.number("factor", 8.0)
+
+
 def hf_config_to_spec(raw: dict[str, Any], name: str, origin: str) -> ModelSpec:
     mtype = _model_type(raw, origin)
     config = _Config(raw, origin, mtype)
-    return validate_model({"name": name, "source": origin, **_HF_FAMILIES[mtype](config)}, origin=origin)
+    spec = _HF_FAMILIES[mtype](config)
+    return validate_model({"name": name, "source": origin, **spec, **_numerics(config, spec)}, origin=origin)

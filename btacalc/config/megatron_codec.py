@@ -15,6 +15,7 @@ a script without --untie-embeddings-and-output-weights trains tied embeddings, o
 from __future__ import annotations
 
 import ast
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
@@ -378,25 +379,34 @@ GLU_ACTIVATIONS: dict[str, Args] = {
 }
 
 
+# semantics22: Nemotron-4's ungated MLP is squared ReLU (NeMo @ c341fb38 nemotron.py L41; Megatron-Bridge's
+# nemotron_bridge.py L62), which Megatron-LM builds with --squared-relu (argument_utils.py L320-322 @ d98e8a64); without
+# it the ungated MLP is GeLU. Its LayerNorm has a zero-centred gamma (nemotron.py L52, nemotron_bridge.py L69):
+# --apply-layernorm-1p (TransformerConfig.layernorm_zero_centered_gamma). The launch trained GeLU and plain LayerNorm.
 def _enc_mlp(f: Fields) -> Args:
     if f.get("model.mlp") == "gelu":
-        return {"swiglu": False}
+        return {"swiglu": False, **({"squared_relu": True} if f.get("model.mlp_activation") == "squared_relu" else {})}
     return dict(GLU_ACTIVATIONS[f.get("model.glu_activation") or "silu"])
 
 
 def _dec_mlp(get: Get) -> Fields:
     offset, clamp = (None if get(dest) is None else real(get(dest), dest)
                      for dest in ("glu_linear_offset", "activation_func_clamp_value"))
+    squared = _bool(get("squared_relu"))
+    if squared and (_bool(get("swiglu")) or _bool(get("quick_geglu"))):  # argument_utils.py L320-325 asserts
+        raise BtacalcError("Megatron --squared-relu with --swiglu or --quick-geglu: Megatron-LM asserts one "
+                           "activation (argument_utils.py L320-325 @ d98e8a64)")
     if not _bool(get("quick_geglu")):
         if offset or clamp is not None:
             raise BtacalcError("Megatron --glu-linear-offset / --activation-func-clamp-value without --quick-geglu: "
                                "btacalc models them as GPT-OSS's quick-GELU GLU only")
-        return {"model.mlp": "swiglu" if _bool(get("swiglu")) else "gelu", "model.glu_activation": "silu"}
+        return {"model.mlp": "swiglu" if _bool(get("swiglu")) else "gelu", "model.glu_activation": "silu",
+                "model.mlp_activation": "squared_relu" if squared else "gelu"}
     if (offset, clamp) != (GPT_OSS_GLU_OFFSET, GPT_OSS_GLU_CLAMP):
         raise BtacalcError(f"Megatron --quick-geglu with --glu-linear-offset {offset or 0:g} and "
                            f"--activation-func-clamp-value {clamp}: btacalc models GPT-OSS's quick-GELU GLU (offset "
                            f"{GPT_OSS_GLU_OFFSET:g}, clamp {GPT_OSS_GLU_CLAMP:g})")
-    return {"model.mlp": "swiglu", "model.glu_activation": "clamped_quick_gelu"}
+    return {"model.mlp": "swiglu", "model.glu_activation": "clamped_quick_gelu", "model.mlp_activation": "gelu"}
 
 
 def _enc_dropout(f: Fields) -> Args:
@@ -507,6 +517,76 @@ def _dec_mla_yarn(get: Get) -> Optional[dict[str, Any]]:
               for k in MLA_YARN_BRIDGE if get.given(k)}
     return {"factor": given["rotary_scaling_factor"], **MLA_YARN_FIXED, **bridge, "mscale": given["mscale"],
             "mscale_all_dim": given["mscale_all_dim"]}
+
+
+# semantics22: the model's numerics (ModelSpec.numerics) as Megatron-LM's flags: --rotary-base (an int, arguments.py
+# L2418 @ d98e8a64, default 10000), --rotary-percent (L2420, 1.0), --norm-epsilon (layernorm_epsilon, 1e-05) and
+# --init-method-std (0.02), each a TransformerConfig field (transformer_config.py L201, L400; MLATransformerConfig's
+# rotary_base and rotary_percent L3309-3312, which MLA's rotary embeddings read, multi_latent_attention.py L184-192).
+# The launch left them all at Megatron's defaults: a Qwen3 launch trained RoPE base 10000 where the model's is 1e6.
+# A value the model's source does not state is left out (the launch notes it); a RoPE base that is no integer has no
+# Megatron-LM flag (type=int): left out and noted (output.megatron._numerics).
+NUMERIC_DESTS = {"rope_theta": "rotary_base", "norm_eps": "layernorm_epsilon", "init_std": "init_method_std",
+                 "rotary_percent": "rotary_percent", "rope_scaling_factor": "rope_scaling_factor"}
+ROTARY_FIELDS = ("rope_theta", "rotary_percent", "rope_scaling_factor")
+# what each field's flag must hold (ModelSpec.numerics' bounds), refused naming the flag
+NUMERIC_RANGES: dict[str, tuple[Callable[[float], bool], Callable[[float], bool], str]] = {
+    "rope_theta": (lambda v: v > 0, lambda v: True, "a positive base"),
+    "norm_eps": (lambda v: v > 0, lambda v: v < 1, "an epsilon between 0 and 1"),
+    "init_std": (lambda v: v > 0, lambda v: v < 1, "a standard deviation between 0 and 1"),
+    "rotary_percent": (lambda v: v > 0, lambda v: v <= 1, "a share of each head above 0 and at most 1"),
+    "rope_scaling_factor": (lambda v: v >= 1, lambda v: True, "a factor of at least 1"),
+}
+# Llama 3.x's RoPE scaling: --use-rope-scaling (off by default) with --rope-scaling-factor (8.0), arguments.py
+# L2424-2427, read by GPTModel's RotaryEmbedding only (argument_utils.py L465-466; MLA builds its own)
+ROPE_SCALING_SWITCH = "use_rope_scaling"
+
+
+def _enc_numerics(f: Fields) -> Args:
+    numerics = f.get("model.numerics") or {}
+    out: Args = {}
+    for field, dest in NUMERIC_DESTS.items():
+        value = numerics.get(field)
+        if value is None or (field in ROTARY_FIELDS and f["model.position_embedding"] != "rope"):
+            continue
+        if field == "rope_theta":
+            if value != int(value):
+                continue  # no Megatron-LM flag takes it (--rotary-base type=int): the launch notes it
+            value = int(value)
+        if field == "rotary_percent" and value == 1:
+            continue  # the whole head: Megatron's default
+        if field == "rope_scaling_factor":
+            if value == 1 or f.get("model.mla") is not None:
+                continue
+            out[ROPE_SCALING_SWITCH] = True
+        out[dest] = value
+    return out
+
+
+def _dec_numerics(get: Get) -> Fields:
+    """The numerics a launch trains: each flag, else Megatron-LM's default (the parser's, as `Get` reads it); in a
+    Bridge file a key it leaves out is None (the recipe's or the Hugging Face config's: `import_bridge`)."""
+    rope = str(get("position_embedding_type")) != "learned_absolute"
+    numerics: dict[str, Any] = {}
+    for field, dest in NUMERIC_DESTS.items():
+        if field in ROTARY_FIELDS and not rope:
+            continue  # no rotary embedding: the flags stay unread (listed)
+        if field == "rope_scaling_factor":
+            on = get(ROPE_SCALING_SWITCH)
+            if on is None or not _bool(on):  # None: a Bridge key left to the Hugging Face config
+                get(dest)
+                numerics[field] = None if on is None else 1.0
+                continue
+        value = get(dest)
+        if field == "rope_theta" and isinstance(value, str):
+            value = integer(value, dest)  # Megatron-LM's argparse: type=int ("1e6" is refused); Bridge's float is one
+        numerics[field] = None if value is None else real(value, dest)
+        low, high, kind = NUMERIC_RANGES[field]
+        if value is not None and not (math.isfinite(numerics[field]) and low(numerics[field]) and high(numerics[field])):
+            raise ArgumentValueError(dest, kind, repr(value))
+    if numerics.get("rotary_percent") is None:
+        numerics["rotary_percent"] = 1.0  # GPTModelProvider's and Megatron's default (gpt_provider.py L144)
+    return {"model.numerics": numerics}
 
 
 def _enc_positions(f: Fields) -> Args:
@@ -946,6 +1026,9 @@ MODEL_ROWS: tuple[Row, ...] = (
     Row("mlp activation", _enc_mlp, _dec_mlp),
     Row("position embedding", _enc_rope, _dec_rope),
     Row("qk norms", _enc_qk_norm, _dec_qk_norm),
+    Row("numerics", _enc_numerics, _dec_numerics),
+    Row("zero-centred norm", lambda f: {"layernorm_zero_centered_gamma": True} if f.get("model.norm_zero_centered") else {},
+        lambda get: {"model.norm_zero_centered": _bool(get("layernorm_zero_centered_gamma"))}),
     switch("model.tied_embeddings", "untie_embeddings_and_output_weights", invert=True),
     switch("model.softmax_fp32", "attention_softmax_in_fp32"),
     choice("model.attention_sinks", "softmax_type", {False: "vanilla", True: "learnable"}, say_default=False),
@@ -1009,6 +1092,7 @@ def model_fields(spec: "ModelSpec") -> Fields:
         "model.window_pattern": ([1 if i in window else 0 for i in range(spec.num_layers)]
                                  if spec.sliding_window else None),
         "model.norm": spec.norm, "model.mlp": spec.mlp, "model.glu_activation": spec.glu_activation,
+        "model.mlp_activation": spec.mlp_activation, "model.norm_zero_centered": spec.norm_zero_centered,
         "model.position_embedding": spec.position_embedding,
         "model.qk_norm_head": spec.qk_norm == "head", "model.tied_embeddings": spec.tied_embeddings,
         "model.softmax_fp32": spec.softmax_fp32, "model.attention_sinks": spec.attention_sinks,
@@ -1017,6 +1101,9 @@ def model_fields(spec: "ModelSpec") -> Fields:
         "model.mtp_layers": spec.mtp_layers, "model.yarn": spec.yarn.model_dump() if spec.yarn else None,
         "model.router_groups": spec.router_groups, "model.router_group_topk": spec.router_group_topk,
         "model.router_scale": spec.router_scale, "model.router_score_bias": spec.router_score_bias,
+        # a source that states no Llama 3 RoPE scaling: none, as the launch trains it (1.0)
+        "model.numerics": {**spec.numerics.model_dump(exclude={"source"}),
+                           "rope_scaling_factor": spec.numerics.rope_scaling_factor or 1.0},
     }
 
 
@@ -1105,6 +1192,7 @@ BRIDGE_KEYS: dict[str, tuple[str, Callable[[Any], Any], Callable[[Any], Any]]] =
     "overlap_moe_expert_parallel_comm": ("comm_overlap.overlap_moe_expert_parallel_comm", *_AS_IS),
     "num_virtual_stages_per_pipeline_rank": ("model.virtual_pipeline_model_parallel_size", *_AS_IS),
     "window_size": ("model.window_size", *_AS_IS),
+    "use_rope_scaling": ("model.rope_scaling", *_AS_IS),  # GPTModelProvider.rope_scaling (gpt_provider.py L145)
     "decoder_first_pipeline_num_layers": ("model.num_layers_in_first_pipeline_stage", *_AS_IS),
     "decoder_last_pipeline_num_layers": ("model.num_layers_in_last_pipeline_stage", *_AS_IS),
     "bf16": ("mixed_precision", lambda v: "bf16_mixed" if v else None, lambda v: str(v).startswith("bf16")),
@@ -1338,6 +1426,10 @@ def to_bridge(args: Args) -> dict[str, Any]:
                 _to_bridge_mixed(args, out)
             continue
         convert = BRIDGE_KEYS[dest][1] if dest in BRIDGE_KEYS else (lambda v: v)
+        if dest == "squared_relu" and _bool(value):
+            out["model.gated_linear_unit"] = False  # Bridge's activation_map.py name (L48 @ 067f987d)
+            out["model.activation_func"] = "squared_relu"
+            continue
         if dest in ("swiglu", "quick_geglu") and _bool(value):
             # Bridge's provider holds the activation as a callable, which its overrides name (utils/activation_map.py
             # @ 067f987d: "silu", "quick_gelu"); a recipe's own stood under --swiglu's gated_linear_unit alone
@@ -1513,11 +1605,14 @@ def from_bridge(overrides: Mapping[str, Any]) -> tuple[Args, list[str]]:
             continue  # implied by model.cpu_offloading_num_layers, as Megatron-LM derives it (to_bridge)
         if key == FP8_ATTENTION_BRIDGE_KEY:
             args[FP8_ATTENTION_DEST] = value
-        elif key == "model.activation_func" and str(value).rsplit(".", 1)[-1] in ("quick_gelu", "silu"):
+        elif key == "model.activation_func" and str(value).rsplit(".", 1)[-1] in ("quick_gelu", "silu",
+                                                                                 "squared_relu", "relu2"):
             # to_bridge's names (activation_map.py); silu is --swiglu's, which model.gated_linear_unit carries
             if str(value).rsplit(".", 1)[-1] == "quick_gelu":
                 args["quick_geglu"] = True
                 args.pop("swiglu", None)
+            elif str(value).rsplit(".", 1)[-1] in ("squared_relu", "relu2"):  # activation_map.py L47-48
+                args["squared_relu"] = True
         elif key.startswith("model.") and key[6:] in MLA_YARN_BRIDGE:
             args[key[6:]] = value  # read under multi-latent attention (_dec_mla_yarn)
         elif key in back:

@@ -270,6 +270,8 @@ def _import_bridge(text: str, source: str, devices: Optional[int], base: Optiona
             raise BtacalcError(f"{source}: the overrides give no architecture (model.num_layers ...): add {{model}}")
         seq = integer(args.get("seq_length") or base.max_position_embeddings or 4096, "seq_length")
         args = {**encode({**model_fields(base), "run.seq_len": seq}, MODEL_ROWS), **args}
+    else:
+        args = {**_bridge_provider_values(args, base), **args}
     if "max_position_embeddings" not in args and "seq_length" in args:  # GPTModelProvider: positions = seq_length
         integer(args["seq_length"], "seq_length")  # refused as itself, not as the positions it gives (hostile20)
         args["max_position_embeddings"] = args["seq_length"]
@@ -281,6 +283,32 @@ def _import_bridge(text: str, source: str, devices: Optional[int], base: Optiona
     if env:  # freshuser17: --nvls was lost (the file said NCCL_NVLS_ENABLE=1; planned without NVLink SHARP)
         run = replace(_nccl_settings(run, env), env=tuple(env.items()))
     return _with_options(run, text)
+
+
+# semantics22 / review20: a field Bridge overrides leave out keeps the model provider's value, not Megatron-LM's argparse
+# default, which only a launch's absent flag takes (megatron_codec.Get). An MLA provider is an MLATransformerConfig
+# (Megatron-Bridge @ 067f987df src/megatron/bridge/models/mla_provider.py L28), whose YaRN factor is 40, mscale 1.0 and
+# mscale_all_dim 0.0 (Megatron-LM @ d98e8a64 transformer_config.py L3315-3331), over which AutoBridge writes the Hugging
+# Face config's rope_scaling (model_bridge.py MLA_ROPE_SCALING_MAPPING L516-523, applied L607) and the DeepSeek-V3 recipe 40 again
+# (recipes/deepseek/h100/deepseek_v3.py L143): the reader took factor 1 ("no YaRN") where Bridge trains 40. The RoPE
+# base, norm epsilon and initial std come from the Hugging Face config (model_bridge.py L466-467, L476-477): the plan's
+# --model's where given, else unknown (None: the preset of the same shape gives them, megatron_run._from_preset).
+MLA_PROVIDER_YARN = {"rotary_scaling_factor": 40.0, "mscale": 1.0, "mscale_all_dim": 0.0}
+
+
+def _bridge_provider_values(args: dict[str, Any], base: Optional[ModelSpec]) -> dict[str, Any]:
+    """The destinations Bridge overrides that give the architecture leave to the model provider (above): the plan's
+    --model's (`base`, AutoBridge's Hugging Face config) where given, else the provider's own or None."""
+    from .megatron_codec import MLA_YARN_DESTS, NUMERIC_DESTS, ROPE_SCALING_SWITCH
+
+    given = encode({**model_fields(base), "run.seq_len": 4096}, MODEL_ROWS) if base is not None else {}
+    out: dict[str, Any] = {dest: given.get(dest) for dest in (*NUMERIC_DESTS.values(), ROPE_SCALING_SWITCH)}
+    if base is not None and ROPE_SCALING_SWITCH not in given:
+        out[ROPE_SCALING_SWITCH] = False if base.numerics.rope_scaling_factor is not None else None
+    if args.get("multi_latent_attention") in (True, "true", "True"):
+        out.update({dest: given.get(dest, MLA_PROVIDER_YARN[dest]) if base is not None and base.mla is not None
+                    else MLA_PROVIDER_YARN[dest] for dest in MLA_YARN_DESTS})
+    return out
 
 
 # The environment `--emit bridge` states beside the overrides (output.megatron.bridge_overrides): a Bridge recipe sets
@@ -507,7 +535,8 @@ def model_from_fields(f: Fields, source: str, notes: list[str], name: Optional[s
         "num_heads": f["model.num_heads"], "num_kv_heads": f["model.num_kv_heads"], "head_dim": f["model.head_dim"],
         "vocab_size": f["model.vocab_size"], "ffn_size": f["model.moe_ffn"] if moe else f["model.dense_ffn"],
         "num_experts": f["model.num_experts"], "top_k": f["model.top_k"] if moe else 0,
-        "norm": f["model.norm"], "mlp": f["model.mlp"],
+        "norm": f["model.norm"], "mlp": f["model.mlp"], "mlp_activation": f.get("model.mlp_activation", "gelu"),
+        "norm_zero_centered": f.get("model.norm_zero_centered", False),
         "glu_activation": f.get("model.glu_activation", "silu"), "position_embedding": f["model.position_embedding"],
         "qk_norm": "head" if f["model.qk_norm_head"] else "none", "dropout": f["model.dropout"],
         "qkv_bias": f["model.qkv_bias"], "linear_bias": f["model.linear_bias"], "mlp_bias": f["model.mlp_bias"],
@@ -516,6 +545,8 @@ def model_from_fields(f: Fields, source: str, notes: list[str], name: Optional[s
         "sliding_window": f["model.sliding_window"],
         "full_attention_interval": _full_interval(f.get("model.window_pattern")),
         "attention_sinks": f["model.attention_sinks"], "mtp_layers": f["model.mtp_layers"], "yarn": f.get("model.yarn"),
+        "numerics": {**f["model.numerics"], "source": f"{source} (Megatron-LM arguments; a flag not given: Megatron's "
+                     "default)"},
     }
     if moe:
         data.update(router=f["model.router"], router_renormalize=f.get("model.router_renormalize", True),
@@ -558,6 +589,7 @@ def _from_preset(data: dict[str, Any], notes: list[str], source: str) -> None:
             data["name"] = f"{name} (from {Path(source).name})"
             if preset.router == "topk_softmax" and data.get("router") == "softmax" and data.get("router_renormalize"):
                 data.update(router=preset.router, router_renormalize=preset.router_renormalize)
+            _preset_numerics(data, preset, notes)
             if data["vocab_size"] is None:
                 data["vocab_size"] = preset.vocab_size
                 notes.append(f"no --vocab-size: the vocabulary {preset.vocab_size:,} of preset {name}, whose shape this "
@@ -566,6 +598,39 @@ def _from_preset(data: dict[str, Any], notes: list[str], source: str) -> None:
     if data["vocab_size"] is None:
         raise BtacalcError(f"{source}: no --vocab-size and no preset of this shape: add --vocab-size V "
                            "(the tokenizer's vocabulary)")
+
+
+# the numerics as a read note names them: the launch's flag, the Bridge key and the model's config key
+NUMERICS_NAMES = {"rope_theta": ("RoPE base", "--rotary-base / model.rotary_base", "rope_theta"),
+                  "norm_eps": ("norm epsilon", "--norm-epsilon / model.layernorm_epsilon", "norm epsilon"),
+                  "init_std": ("initial std", "--init-method-std / model.init_method_std", "initializer_range"),
+                  "rotary_percent": ("rotary share of each head", "--rotary-percent / model.rotary_percent",
+                                     "rotary share"),
+                  "rope_scaling_factor": ("Llama 3 RoPE scaling factor (1: none)",
+                                          "--use-rope-scaling --rope-scaling-factor / model.rope_scaling_factor",
+                                          "rope_scaling factor")}
+
+
+def _preset_numerics(data: dict[str, Any], preset: ModelSpec, notes: list[str]) -> None:
+    """semantics22: the numerics of a run read back against the preset of its shape. A value the run trains that is not
+    the preset's is said in a note (the run trains another model than the preset's: e.g. a Qwen3 launch without
+    --rotary-base trains Megatron's 10000, not the config.json's 1e6); one the run leaves unknown (a Bridge key left to
+    the Hugging Face config) is the preset's, as its vocabulary is."""
+    numerics, theirs = data["numerics"], preset.numerics
+    for field, (what, flags, config_key) in NUMERICS_NAMES.items():
+        mine, model = numerics.get(field), getattr(theirs, field)
+        if field in ("rope_theta", "rotary_percent") and data["position_embedding"] != "rope":
+            continue
+        if mine is None:
+            numerics[field] = model
+        elif model is not None and mine != model:
+            notes.append(f"the run trains the {what} {mine:g} ({flags}), not {preset.name}'s {config_key} {model:g} "
+                         f"({theirs.source or preset.source}): another model than the preset's")
+    for field, flag in (("mlp_activation", "--squared-relu / model.activation_func"),
+                        ("norm_zero_centered", "--apply-layernorm-1p / model.layernorm_zero_centered_gamma")):
+        if data.get(field, False) != getattr(preset, field) and data["mlp"] == preset.mlp:
+            notes.append(f"the run trains {field} {data.get(field)} ({flag}), not {preset.name}'s "
+                         f"{getattr(preset, field)} ({preset.source}): another model than the preset's")
 
 
 def request_from_fields(f: Fields, spec: ModelSpec, devices: int, per_node: Optional[int],

@@ -112,6 +112,34 @@ class YarnScaling(BaseModel):
     _bounded = field_validator("*")(_bounded_field)
 
 
+class Numerics(BaseModel):
+    """The numerics of the same shapes that Megatron-LM has flags for and that differ across models (semantics22):
+    the RoPE base (Hugging Face's rope_theta, Megatron's --rotary-base), the norms' epsilon (rms_norm_eps /
+    layer_norm_epsilon, --norm-epsilon), the weights' initial standard deviation (initializer_range,
+    --init-method-std) and the share of each head the rotary embedding turns (partial_rotary_factor, GPT-J's
+    rotary_dim over head_dim; --rotary-percent). No change to memory, FLOPs or time: a launch that leaves them out
+    trains Megatron-LM's defaults (10000, 1e-05, 0.02, 1.0), another model. None where the model's source does not
+    state the value (a trimmed config.json, a paper): the launch then says it trains Megatron's."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    rope_theta: Optional[float] = Field(None, gt=0, allow_inf_nan=False, description="the rotary embedding's base (rope_theta)")
+    norm_eps: Optional[float] = Field(None, gt=0, allow_inf_nan=False, lt=1, description="the norms' epsilon (rms_norm_eps, "
+                                      "layer_norm_epsilon)")
+    init_std: Optional[float] = Field(None, gt=0, allow_inf_nan=False, lt=1, description="the initial weights' standard deviation "
+                                      "(initializer_range)")
+    rotary_percent: float = Field(1.0, gt=0, le=1, allow_inf_nan=False, description="the share of each head's dimensions the rotary "
+                                  "embedding turns (partial_rotary_factor; GPT-J rotary_dim / head_dim)")
+    rope_scaling_factor: Optional[float] = Field(None, ge=1, allow_inf_nan=False, description="Llama 3.x's RoPE "
+                                                 "scaling (rope_scaling rope_type llama3) by this factor; 1: none")
+    source: CleanText = Field("", description="the file and keys these values come from")
+
+    _bounded = field_validator("*")(_bounded_field)
+
+    def known(self) -> dict[str, float]:
+        """The values the model's source states (the rotary share always: 1.0 unless the source says otherwise)."""
+        return {k: v for k, v in self.model_dump(exclude={"source"}).items() if v is not None}
+
+
 # Ten times the deepest transformer trained (DeepNet, 1,000 layers: Wang et al. 2022, arXiv 2203.00555);
 # the layer stack is grouped layer by layer, so the bound also bounds the work.
 MAX_LAYERS = 10_000
@@ -150,6 +178,11 @@ class ModelSpec(BaseModel):
     glu_activation: Literal["silu", "clamped_quick_gelu"] = Field(
         "silu", description="the gated MLP's activation: silu (SwiGLU), or GPT-OSS's quick-GELU gate "
         "(x sigmoid(1.702 x)) times (linear + 1), both clamped at 7; the same matmuls and saved tensors")
+    mlp_activation: Literal["gelu", "squared_relu"] = Field(
+        "gelu", description="the ungated MLP's activation (mlp gelu): GeLU, or Nemotron-4's squared ReLU; the same "
+        "matmuls and saved tensors (Megatron-LM's --squared-relu)")
+    norm_zero_centered: bool = Field(False, description="LayerNorm with a zero-centred gamma (the norm scales by "
+                                     "1 + gamma: Nemotron-4; Megatron-LM's --apply-layernorm-1p); the same shapes")
     qk_norm: Literal["none", "head", "full"] = "none"
     position_embedding: Literal["rope", "learned"] = "rope"
     dropout: bool = False
@@ -163,6 +196,8 @@ class ModelSpec(BaseModel):
                                "False: 16-bit (Megatron fused softmax, Korthikanti's count)")
     max_position_embeddings: Optional[int] = Field(None, gt=0)
     yarn: Optional[YarnScaling] = Field(None, description="YaRN scaling of the rotary embedding (GPT-OSS)")
+    numerics: Numerics = Field(Numerics(), description="RoPE base, norm epsilon, initial std, rotary share: the "
+                               "launch states them (no effect on the plan)")
     encoder: bool = Field(False, description="a bidirectional encoder (BERT, ESM-2, DiT): every position attends to "
                           "every other; not a causal decoder")
     # attention variants
@@ -232,6 +267,8 @@ class ModelSpec(BaseModel):
         if self.router_score_bias and self.router != "sigmoid":
             # transformer_config.py L2617-2625 @ d98e8a64: the aux-loss-free bias with sigmoid (or sqrtsoftplus) scores
             raise ValueError("router_score_bias (aux-loss-free balancing) needs the sigmoid router")
+        if self.mlp_activation != "gelu" and self.mlp != "gelu":
+            raise ValueError(f"mlp_activation {self.mlp_activation} is the ungated MLP's (mlp gelu)")
         if self.glu_activation != "silu" and self.mlp != "swiglu":
             raise ValueError(f"glu_activation {self.glu_activation} needs the gated MLP (mlp swiglu)")
         if self.shared_expert_gate and not self.shared_expert_size:
@@ -252,6 +289,11 @@ class ModelSpec(BaseModel):
                 raise ValueError("MLA has its own normalised projections: qk_norm none, qkv_bias false")
         if self.yarn is not None and self.position_embedding != "rope":
             raise ValueError("yarn scales the rotary embedding: it needs position_embedding rope")
+        if self.position_embedding != "rope" and (self.numerics.rope_theta is not None
+                                                  or self.numerics.rotary_percent != 1
+                                                  or (self.numerics.rope_scaling_factor or 1) != 1):
+            raise ValueError("numerics rope_theta / rotary_percent / rope_scaling_factor set the rotary embedding: "
+                             "they need position_embedding rope")
         if self.full_attention_interval and not self.sliding_window:
             raise ValueError("full_attention_interval needs a sliding_window")
         if self.attention_sinks and self.softmax_fp32:

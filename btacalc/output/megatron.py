@@ -239,20 +239,40 @@ def megatron_arguments(r: PlanReport, spec: ModelSpec) -> str:
     host = min(par.devices_per_node, r.hardware.devices_per_host or par.devices_per_node)
     per_node, nodes, uneven = torchrun_sizes(par.devices, host)
     head = [f"# btacalc plan: {r.model.name} on {par.devices} x {r.hardware.name}"
-            + ("" if r.plan.fits else " (DOES NOT FIT)")] + [f"# {n}" for n in notes + [_numerics(spec)] + uneven] + \
+            + ("" if r.plan.fits else " (DOES NOT FIT)")] + \
+        [f"# {n}" for n in notes + [n for n in (_numerics(spec),) if n] + uneven] + \
         option_lines(r, "megatron")
     launcher = f"torchrun --nproc_per_node {per_node} --nnodes {nodes} pretrain_gpt.py"
     lines = [*(f"export {k}={v}" for k, v in env.items()), " \\\n    ".join([launcher, *render_flags(args)])]
     return "\n".join(head + lines) + "\n"
 
 
-def _numerics(spec: ModelSpec) -> str:
+# semantics22: the numerics a launch leaves at Megatron-LM's defaults where the model's source gives none
+# (ModelSpec.numerics None: a trimmed config.json, a paper), by field: (the flag and Megatron's default, the source key)
+NUMERICS_DEFAULTS = {"rope_theta": ("--rotary-base 10000", "rope_theta"),
+                     "norm_eps": ("--norm-epsilon 1e-05", "rms_norm_eps / layer_norm_epsilon"),
+                     "init_std": ("--init-method-std 0.02", "initializer_range")}
+
+
+def _numerics(spec: ModelSpec) -> Optional[str]:
     """freshuser17: a Qwen3 / Llama 3 / Mixtral launch trained at Megatron-LM's RoPE base 10000 (theirs 1e6, 5e5, 1e6)
-    without a word; btacalc's plan does not depend on these (the readers list them ignored, megatron_run.IGNORED). A
-    Bridge recipe takes them from the model's Hugging Face config (AutoBridge), so only the launch says it."""
-    router = ", the router's load-balancing loss (--moe-aux-loss-coeff 0)" if spec.is_moe else ""
-    return ("btacalc plans no numerics, so these stay at Megatron-LM's defaults: --rotary-base 10000, --norm-epsilon "
-            f"1e-05, --init-method-std 0.02{router}: give your model's")
+    without a word; semantics22: the launch states the model's numerics (megatron_codec NUMERIC_DESTS), and this line
+    names only the ones the model's source does not give, field by field, and the router's loss (a training setting)."""
+    n = spec.numerics
+    unknown = [(flag, key) for field, (flag, key) in NUMERICS_DEFAULTS.items() if getattr(n, field) is None
+               and not (field == "rope_theta" and spec.position_embedding != "rope")]
+    said = []
+    if unknown:
+        said.append(f"{spec.name}'s source gives no {', '.join(key for _, key in unknown)}, so the launch trains "
+                    f"Megatron-LM's default{'s' if len(unknown) > 1 else ''} ({', '.join(flag for flag, _ in unknown)}): give "
+                    "your model's")
+    if n.rope_theta is not None and n.rope_theta != int(n.rope_theta) and spec.position_embedding == "rope":
+        said.append(f"the model's RoPE base {n.rope_theta:g} is no integer, which Megatron-LM's --rotary-base (type=int, "
+                    "arguments.py L2418) cannot take: the launch trains 10000 (Megatron-Bridge: model.rotary_base)")
+    if spec.is_moe:
+        said.append("the router's load-balancing loss stays at Megatron-LM's default (--moe-aux-loss-coeff 0): give "
+                    "your model's")
+    return "; ".join(said) or None
 
 
 def bridge_overrides(r: PlanReport, spec: ModelSpec) -> str:

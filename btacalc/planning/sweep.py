@@ -257,9 +257,11 @@ class _Solver:
                 spec = self.model.with_overrides(**model, fixed_active=self.fixed_active) \
                     if (model or self.fixed_active) else self.model
                 execution = resolve_execution(self.request.with_changes(**layout, limits=BatchLimits()), spec, self.hw)
-                shape = spec.model_dump(exclude={"name", "source", "published_params", "num_experts", "top_k",
-                                                 "ffn_size"})
-                key = (tuple(sorted(shape.items())), spec.is_moe, execution)
+                # semantics22: as JSON, a key for the nested fields too (MLA, YaRN, numerics: a dict in model_dump
+                # made `sweep --model deepseek-v3` an internal error, "unhashable type: 'dict'")
+                shape = spec.model_dump_json(exclude={"name", "source", "published_params", "num_experts", "top_k",
+                                                      "ffn_size"})
+                key = (shape, spec.is_moe, execution)
                 self.setups[overrides] = (spec, execution, self.structures.setdefault(key, len(self.structures)))
             except BtacalcError as exc:
                 self.setups[overrides] = exc.template  # the message: a kept exception would keep its frames
@@ -423,7 +425,7 @@ class _Solver:
         found = self.dense_models.get(id(spec))
         if found is None or found[0] is not spec:  # the spec is kept in the entry: its id is not reused
             dense = spec.dense_equivalent()
-            found = (spec, dense, tuple(sorted(dense.model_dump(exclude={"name", "source", "published_params"}).items())))
+            found = (spec, dense, (dense.model_dump_json(exclude={"name", "source", "published_params"}),))
             self.dense_models[id(spec)] = found
         return found[1], found[2]
 
