@@ -190,3 +190,94 @@ def test_an_attention_core_gemm_belongs_to_a_core_phase(core, attention_core):
     with pytest.raises(ValueError, match="attention_core"):
         Phase.model_validate(_phase(core, attention_core))
     Phase.model_validate(_phase(core, core))
+
+
+# ---- every collective of plan --json: the operation, its buffer and bus factor, latency x calls ----------------
+
+
+def _collectives(report: dict) -> dict[str, dict]:
+    return {c["name"]: c for c in report["throughput"]["collectives"]}
+
+
+def test_tensor_parallel_all_reduce_and_the_data_parallel_all_reduce(cli):
+    """Without sequence parallelism each tensor-parallel call all-reduces one tile's activation (s·b·h 16-bit
+    values): bus bytes 2(n-1)/n of it (NCCL-tests PERFORMANCE.md). ZeRO-0 all-reduces the gradients (fp32) of the
+    rank's parameters over DP, the same factor, in the stage's buckets: calls x buffer = parameters x 4 B."""
+    h, s, tp, devices = load_preset("llama-3-8b").hidden_size, 4096, 2, 16
+    report = _plan(cli, "--model", "llama-3-8b", "--hw", "h100", "--devices", str(devices), "--tp", str(tp),
+                   "--no-sequence-parallel", "--zero", "0", "--seq", str(s), "--tiles", "1", "--recompute", "full")
+    rows = _collectives(report)
+    tp_row = rows["tensor_parallel"]
+    b = report["plan"]["tile_batch"]
+    assert tp_row["collective"] == "all_reduce" and tp_row["ranks"] == tp
+    assert tp_row["bus_factor"] == pytest.approx(2 * (tp - 1) / tp, rel=1e-12)
+    assert tp_row["buffer_bytes"] == pytest.approx(s * b * h * 2, rel=1e-12)
+    assert tp_row["message_bytes"] == pytest.approx(tp_row["bus_factor"] * tp_row["buffer_bytes"], rel=1e-12)
+    dp = devices // tp
+    grads = rows["gradient_reduce_dense"]
+    params = sum(r["params"] for r in report["state_sharding"] if r["component"] == "gradients")
+    assert grads["collective"] == "all_reduce" and grads["ranks"] == dp
+    assert grads["bus_factor"] == pytest.approx(2 * (dp - 1) / dp, rel=1e-12)
+    assert grads["calls"] * grads["buffer_bytes"] == pytest.approx(params * 4, rel=1e-12)
+    for row in rows.values():
+        assert row["algorithm"] and row["message_bytes"] > 0 and 0 < row["efficiency"] <= 1 and row["latency_s"] > 0
+
+
+def test_sequence_parallel_context_ring_all_to_all_pipeline_and_zero1(cli):
+    """Qwen3-30B-A3B at TP 2 (sequence parallel), CP 2, EP 8, PP 2, ZeRO-1 on 32 H100: the TP row gathers and
+    scatters the rank's s/CP x h activation ((n-1)/n); the CP ring and the pipeline send their bytes once (bus factor
+    1) and each call costs the link's latency plus its bytes at the link's bus rate, so time = calls x (latency +
+    bytes / (line rate x bus efficiency)) (the profile's [system] and [collectives]); the expert all-to-all sends
+    (EP-1)/EP of what the rank exchanges; ZeRO-1 reduce-scatters the fp32 gradients and all-gathers the 16-bit
+    weights over DP, (n-1)/n each."""
+    h, s, tp, cp, pp = 2048, 8192, 2, 2, 2
+    report = _plan(cli, "--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "32", "--ep", "8", "--tp", str(tp),
+                   "--sequence-parallel", "--cp", str(cp), "--pp", str(pp), "--zero", "1", "--global-batch", "256",
+                   "--micro-batch", "1", "--seq", str(s))
+    assert load_preset("qwen3-30b-a3b").hidden_size == h
+    rows = _collectives(report)
+    assert set(rows) >= {"tensor_parallel", "context_parallel", "expert_all_to_all", "pipeline_p2p",
+                         "gradient_reduce_dense", "param_gather_dense"}
+    b = report["plan"]["tile_batch"]
+    row = rows["tensor_parallel"]
+    assert row["collective"] == "all_gather+reduce_scatter" and row["bus_factor"] == pytest.approx((tp - 1) / tp)
+    assert row["buffer_bytes"] == pytest.approx(s / cp * b * h * 2, rel=1e-12)
+    profile = resolve_hardware("h100")
+    links = {"nvlink": (profile.system.scaleup_bandwidth_bytes_per_s.value,
+                        profile.collectives.scaleup_bus_efficiency.value, profile.collectives.scaleup_latency_s.value),
+             "network": (profile.system.scaleout_bandwidth_bytes_per_s.value,
+                         profile.collectives.scaleout_bus_efficiency.value, profile.collectives.scaleout_latency_s.value)}
+    for name in ("context_parallel", "pipeline_p2p"):
+        row = rows[name]
+        line, e, alpha = links[row["link"]]
+        assert row["collective"] == "send_recv" and row["bus_factor"] == 1.0
+        assert row["buffer_bytes"] == row["message_bytes"] and row["latency_s"] == alpha
+        assert row["time_s"] == pytest.approx(row["calls"] * (alpha + row["message_bytes"] / (line * e)), rel=1e-9)
+        assert row["efficiency"] == pytest.approx(row["message_bytes"] / (line * row["time_s"] / row["calls"]),
+                                                  rel=1e-9)
+    pp_row = rows["pipeline_p2p"]
+    assert pp_row["message_bytes"] == pytest.approx(s / cp * b * h * 2 / tp, rel=1e-12)  # sequence-parallel boundary
+    assert pp_row["calls"] == 2 * report["plan"]["micro_batches"]
+    a2a = rows["expert_all_to_all"]
+    assert a2a["collective"] == "all_to_all" and a2a["bus_factor"] == pytest.approx(7 / 8, rel=1e-12)
+    dp = 32 // (tp * pp)  # the dense part's DP·CP group
+    held = []  # the critical stage's parameters each moves (fp32 gradients, 16-bit weights)
+    for name, op, per_param in (("gradient_reduce_dense", "reduce_scatter", 4), ("param_gather_dense", "all_gather", 2)):
+        row = rows[name]
+        assert row["collective"] == op and row["ranks"] == dp
+        assert row["bus_factor"] == pytest.approx((dp - 1) / dp, rel=1e-12)
+        held.append(row["calls"] * row["buffer_bytes"] / per_param)
+    assert held[0] == pytest.approx(held[1], rel=1e-12)
+
+
+def test_zero3_gathers_and_scatters_per_micro_batch(cli):
+    """ZeRO-3 all-gathers the weights twice (forward, backward) and reduce-scatters the gradients once per
+    micro-batch: one row per part, named for both operations, factor (n-1)/n."""
+    report = _plan(cli, "--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16", "--ep", "8", "--zero", "3",
+                   "--global-batch", "256", "--micro-batch", "1", "--seq", "4096")
+    rows = _collectives(report)
+    for name in ("zero_per_micro_batch_dense", "zero_per_micro_batch_expert"):
+        row = rows[name]
+        n = row["ranks"]
+        assert row["collective"] == "all_gather+reduce_scatter"
+        assert row["bus_factor"] == pytest.approx((n - 1) / n, rel=1e-12)

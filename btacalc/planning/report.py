@@ -395,7 +395,12 @@ class Throughput(BaseModel):
                                               "for the all-to-all), efficiency (achieved bus bandwidth over the "
                                               "line rate at that size), latency_s (per call), time_s (per step); "
                                               "protocol and steps: NCCL's protocol and latency steps for ring / "
-                                              "tree collectives")
+                                              "tree collectives; collective: the operation (all_reduce, "
+                                              "reduce_scatter, all_gather, all_gather+reduce_scatter, send_recv, "
+                                              "all_to_all); buffer_bytes: the tensor one call reduces, gathers, "
+                                              "sends or exchanges (NCCL's nBytes); bus_factor: message_bytes over "
+                                              "buffer_bytes (all-reduce 2(n-1)/n, reduce-scatter and all-gather "
+                                              "(n-1)/n, send 1, all-to-all (n-1)/n)")
     critical_stage: int = Field(0, description="GPU: the pipeline stage that sets the pace")
     routing_sensitivity: Optional[float] = Field(None, description="MoE with EP > 1: tokens/s at 1.25x the routing "
                                                  "imbalance over tokens/s as planned")
