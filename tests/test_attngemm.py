@@ -281,3 +281,19 @@ def test_zero3_gathers_and_scatters_per_micro_batch(cli):
         n = row["ranks"]
         assert row["collective"] == "all_gather+reduce_scatter"
         assert row["bus_factor"] == pytest.approx((n - 1) / n, rel=1e-12)
+
+
+def test_plan_prints_one_line_per_matmul_on_a_gpu_and_none_on_a_wafer(cli, monkeypatch):
+    """The rich plan shows the matmul rows compactly: the attention core's with its batch (32 = b x a heads) and
+    its share of blocks (528/1024 = 52%); a wafer plan prints no such table."""
+    monkeypatch.setenv("COLUMNS", "120")
+    code, out, _ = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16", "--ep", "8", "--zero",
+                       "3", "--global-batch", "256", "--micro-batch", "1", "--seq", "4096")
+    assert code == 0 and "Matmuls per device" in out
+    lines = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:-1]]
+             for line in out.splitlines() if line.count("│") == 8}
+    assert lines["attn_scores"][:4] == ["Q K^T", "4096 x 4096 x 128", "32", f"{100 * 528 / 1024:.0f}%"]
+    assert lines["attn_pv"][:4] == ["P V", "4096 x 128 x 4096", "32", "52%"]
+    assert lines["qkv_proj"][:4] == ["W_qkv", "4096 x 5120 x 2048", "", ""]
+    code, out, _ = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "wse3")
+    assert code == 0 and "Matmuls per device" not in out and "Q K^T" not in out
