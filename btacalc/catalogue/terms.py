@@ -17,7 +17,7 @@ import functools
 import sys
 from typing import TYPE_CHECKING, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from ..errors import DataError
 from ..paths import data_dir
@@ -160,7 +160,13 @@ class Gemm(BaseModel):
     n: str
     k: str
     count: str = "1"
+    batch: str = Field("1", description="matrices of this shape each launch multiplies (a batched GEMM: the attention "
+                       "core's sequences x query heads per device), 1 for a linear")
     grouped: bool = False
+    attention_core: bool = Field(False, description="one of the attention core's matmuls (Q K^T, P V): run inside the "
+                                 "fused attention kernel (or eager attention's batched matmul) and timed with the core "
+                                 "(model/gpu/costs.py `_fused_core`), not by the GEMM shape model; shown in the "
+                                 "report with the share of its blocks the causal kernel runs. Only in a `core` phase")
     module: bool = Field(True, description="issued by a layer module (a Megatron/TransformerEngine linear or "
                          "grouped linear), whose call costs the host its Python time once per pass (model/gpu/"
                          "fixed.py); false: a bare functional matmul inside another module")
@@ -170,7 +176,7 @@ class Gemm(BaseModel):
                                   "tensor its backward reads: a re-run that stops once those are rebuilt (PyTorch's "
                                   "non-reentrant checkpoint early stop, --checkpoint-early-stop) skips it")
 
-    @field_validator("m", "n", "k", "count")
+    @field_validator("m", "n", "k", "count", "batch")
     @classmethod
     def _check_expr(cls, v: str) -> str:
         return check_expression(v)
@@ -253,6 +259,17 @@ class Phase(BaseModel):
         if v is not None and v not in RECOMPUTE_MODULES:
             raise ValueError(f"recompute_module {v!r} is not a Megatron recompute module ({', '.join(RECOMPUTE_MODULES)})")
         return v
+
+    @model_validator(mode="after")
+    def _core_gemms(self) -> "Phase":
+        """An attention-core GEMM belongs to a core phase, whose GEMMs are all the core's: the time model times a
+        core phase's matmuls with the fused kernel (or eager attention's roofline), never by the shape model."""
+        for g in self.gemm:
+            if g.attention_core != self.core:
+                where = "a phase that is not core" if g.attention_core else "a core phase"
+                raise ValueError(f"gemm {g.name!r} of phase {self.name!r}: attention_core = {g.attention_core} in "
+                                 f"{where}")
+        return self
 
     @property
     def terms(self) -> list[Term]:

@@ -55,6 +55,10 @@ def plan_renderable(r: PlanReport) -> Group:
     else:
         parts.append(_phase_table(r.phases, r, f"One decoder layer, {per}"))
     parts += [_phase_table(r.outside_layers, r, f"Outside the layers, {per}"), _flops_table(r)]
+    matmuls = [p for p in [*r.phases, *r.outside_layers] if p.gemms]
+    if matmuls:
+        most = f" (of the most common kind, {max(r.layer_kinds, key=lambda k: k.count).name})" if r.layer_kinds else ""
+        parts.append(_gemm_table(matmuls, r, f"Matmuls per device: one decoder layer{most} and outside the layers, {per}"))
     if r.throughput is not None:
         parts.append(_throughput_table(r))
         if r.throughput.expected_error is not None:
@@ -385,6 +389,25 @@ def _phase_table(rows: Iterable[PhaseRow], r: PlanReport, title: str) -> Table:
     elif low:
         t.caption = (f"{r.inputs.precision} ({r.inputs.te_recipe}): the linear layers' GEMMs at the low-precision peak; "
                      f"cast: their quantise kernels (HBM-bound), per layer per {_basis(r)}, inside the phase's time")
+    return t
+
+
+def _gemm_table(rows: list[PhaseRow], r: PlanReport, title: str) -> Table:
+    """GPU: one compact line per matmul (`PhaseRow.gemms`) of the representative layer kind's phases and of those
+    outside the layers."""
+    t = Table(title=f"{title} (G={r.plan.tiles}, b={r.plan.tile_batch})", title_justify="left")
+    for col, just in (("phase", "left"), ("matmul", "left"), ("m x n x k", "right"), ("x", "right"),
+                      ("blocks", "right"), ("of peak", "right"), ("binds", "left")):
+        t.add_column(col, justify=just)  # type: ignore[arg-type]  # "left"/"right" literals from the table spec
+    for p in rows:
+        for i, g in enumerate(p.gemms):
+            times = f"{g.batch:g}" if g.batch != 1 else f"{g.groups:g}x{g.launches:g}" if g.groups != 1 else ""
+            t.add_row(p.name if i == 0 else "", g.name, f"{g.m:.0f} x {g.n:.0f} x {g.k:.0f}", times,
+                      f"{100 * g.causal_fraction:.0f}%" if g.causal_fraction != 1 else "", f"{g.efficiency:.2f}",
+                      g.binding)
+    t.caption = ("per device, forward; x: matrices per launch (the attention core: sequences x heads) or a grouped "
+                 "expert GEMM's streams x rounds; blocks: the share of its score blocks a causal kernel runs; of peak: "
+                 "share of the datasheet peak; the attention core's two matmuls are one fused kernel at its rate")
     return t
 
 

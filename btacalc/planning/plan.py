@@ -344,7 +344,8 @@ def _gemm_shape(row: Any) -> GemmShape:
     """A GEMM of the time model (model/gpu/part.GemmRow, one plan: scalars) as the report's row."""
     return GemmShape(name=row.name, m=float(row.m), n=float(row.n), k=float(row.k), groups=float(row.groups),
                      launches=float(row.launches), efficiency=float(row.efficiency),
-                     backward_efficiency=float(row.backward_efficiency), binding=str(row.binding))
+                     backward_efficiency=float(row.backward_efficiency), binding=str(row.binding),
+                     batch=float(row.batch), causal_fraction=float(row.causal_fraction), kernel=row.kernel)
 
 
 @dataclass(frozen=True)

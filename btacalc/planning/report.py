@@ -273,16 +273,28 @@ class FlopsPerStep(BaseModel):
 class GemmShape(BaseModel):
     """One matmul of a phase on the GPU, per device (model/gpu/gemm.py)."""
 
-    name: str = Field(description="the weight it multiplies (catalogue `gemm` entry)")
-    m: float = Field(description="rows of the output: tokens (per expert for a grouped GEMM, x EP x routing imbalance)")
-    n: float = Field(description="columns of the output")
-    k: float = Field(description="the contracted dimension")
+    name: str = Field(description="the weight it multiplies (catalogue `gemm` entry); the attention core: Q K^T or P V")
+    m: float = Field(description="rows of the output: tokens (per expert for a grouped GEMM, x EP x routing imbalance); "
+                     "the attention core: the rank's queries s/CP")
+    n: float = Field(description="columns of the output (Q K^T: the keys, s or the window; P V: the value head)")
+    k: float = Field(description="the contracted dimension (Q K^T: the query/key head; P V: the keys)")
     groups: float = Field(description="GEMMs sharing the SMs' waves: for a grouped expert GEMM the local experts TransformerEngine runs at once (one per CUDA stream, at most 4), else 1")
     launches: float = Field(description="launches per forward pass (a grouped expert GEMM: rounds of `groups` experts)")
     efficiency: float = Field(description="forward: achieved share of the datasheet peak (compute_efficiency x tile and "
                               "wave quantisation, or the memory floor)")
     backward_efficiency: float = Field(description="the data- and weight-gradient GEMMs together")
-    binding: str = Field(description="compute, waves (quantisation costs > 5%) or memory (the HBM floor)")
+    binding: str = Field(description="compute, waves (quantisation costs > 5%) or memory (the HBM floor); the "
+                         "attention core: compute, memory (FlashAttention's IO count binds) or measured (the kernel's "
+                         "benchmarked wall-clock rate, btacalc/data/attention_kernels.toml)")
+    batch: float = Field(1.0, description="matrices of this shape each launch multiplies: the attention core's "
+                         "sequences x query heads per device (b·CP/CP·a/TP), 1 for a linear")
+    causal_fraction: float = Field(1.0, description="share of the m x n blocks the kernel runs: a causal "
+                                   "FlashAttention kernel skips the blocks above the diagonal (nb(nb+1)/2 of nb² "
+                                   "blocks of 128); 1 for a linear, a sliding window's band and eager attention")
+    kernel: str = Field("gemm", description="how it is timed: gemm (the GEMM shape model), fused_attention (the "
+                        "attention core as one FlashAttention kernel at the run's attention kernel rate: efficiency "
+                        "is the kernel's FLOPs over its time, the same for every core matmul) or eager_attention "
+                        "(the phase's roofline at the large-GEMM rate)")
 
 
 class PhaseRow(BaseModel):
@@ -383,7 +395,12 @@ class Throughput(BaseModel):
                                               "for the all-to-all), efficiency (achieved bus bandwidth over the "
                                               "line rate at that size), latency_s (per call), time_s (per step); "
                                               "protocol and steps: NCCL's protocol and latency steps for ring / "
-                                              "tree collectives")
+                                              "tree collectives; collective: the operation (all_reduce, "
+                                              "reduce_scatter, all_gather, all_gather+reduce_scatter, send_recv, "
+                                              "all_to_all); buffer_bytes: the tensor one call reduces, gathers, "
+                                              "sends or exchanges (NCCL's nBytes); bus_factor: message_bytes over "
+                                              "buffer_bytes (all-reduce 2(n-1)/n, reduce-scatter and all-gather "
+                                              "(n-1)/n, send 1, all-to-all (n-1)/n)")
     critical_stage: int = Field(0, description="GPU: the pipeline stage that sets the pace")
     routing_sensitivity: Optional[float] = Field(None, description="MoE with EP > 1: tokens/s at 1.25x the routing "
                                                  "imbalance over tokens/s as planned")

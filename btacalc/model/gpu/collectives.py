@@ -566,6 +566,16 @@ def data_parallel_kind(problem: Problem, key: str) -> Any:
     return where(problem.layout.zero_stage == 0, getattr(c, zero0), getattr(c, sharded))
 
 
+def data_parallel_collective(problem: Problem, key: str) -> str:
+    """The operation of the data-parallel collectives under `key` (data_parallel_traffic; one layout): the
+    gradients' all-reduce (ZeRO-0) or reduce-scatter, the weights' all-gather, and under ZeRO-3 / FSDP per
+    micro-batch two all-gathers and a reduce-scatter."""
+    zero = problem.layout.zero_stage
+    if key == "per_micro_batch" and zero >= 3:
+        return "all_gather+reduce_scatter"
+    return _DP_KINDS[key][0 if zero == 0 else 1]
+
+
 def data_parallel_groups(problem: Problem) -> dict[str, tuple[Any, Any]]:
     """(ranks, stride) of the dense part's DP·CP group (stride TP) and the experts' EDP group (stride
     ETP·EP)."""
@@ -622,25 +632,41 @@ class CollectiveRow:
     time_s: float
     protocol: str = ""  # NCCL's protocol for a ring / tree collective (LL, LL128, Simple; nccl.py)
     steps: int = 0  # its latency steps (ring: kind x (n - 1); tree: 2 x (hops in and between nodes))
+    # the operation: all_reduce, reduce_scatter, all_gather, all_gather+reduce_scatter (sequence-parallel TP, ZeRO-3's
+    # two gathers and one reduce-scatter), send_recv or all_to_all
+    collective: str = ""
+    buffer_bytes: float = 0.0  # the tensor one call reduces, gathers, sends or exchanges (NCCL's nBytes)
+    bus_factor: float = 0.0  # message_bytes / buffer_bytes: all-reduce 2(n-1)/n, gather or scatter (n-1)/n, send 1
 
 
-def describe_all_to_all(problem: Problem, traffic: tuple[Any, Any], time_s: Any) -> CollectiveRow:
+def describe_all_to_all(problem: Problem, traffic: tuple[Any, Any], time_s: Any, volume: Any = None) -> CollectiveRow:
     """The expert all-to-all's row (`describe`): its efficiency is the all-to-all's (`all_to_all_link` across
-    domains, `all_to_all_nvlink` inside one), not the ring collectives'."""
+    domains, `all_to_all_nvlink` inside one), not the ring collectives'. `volume`: the bytes the rank's calls
+    exchange before the (EP - 1)/EP that leaves it (and DeepEP's deduplication): the buffer (None: not given)."""
     lay = problem.layout
     row = describe(problem, "expert_all_to_all", (lay.expert_parallel, lay.expert_tensor_parallel), traffic, time_s,
                    "deepep" if lay.deepep else "all-to-all")
+    if volume is not None:
+        row = _with_buffer(row, "all_to_all", float(volume / traffic[1]) if traffic[1] else 0.0)
     if not row.message_bytes:
         return row
     link = all_to_all_link(problem) if row.link == "network" else all_to_all_nvlink(problem)
     return replace(row, efficiency=float(efficiency_at(link, row.message_bytes)))
 
 
+def _with_buffer(row: CollectiveRow, collective: str, buffer_bytes: float) -> CollectiveRow:
+    """`row` with its operation and the buffer of one call; bus_factor = message_bytes / buffer_bytes."""
+    return replace(row, collective=collective, buffer_bytes=buffer_bytes,
+                   bus_factor=row.message_bytes / buffer_bytes if buffer_bytes else 0.0)
+
+
 def describe(problem: Problem, name: str, group: tuple[int, int], traffic: tuple[Any, Any], time_s: Any,
-             algorithm: str = "ring", kind: Any = None) -> CollectiveRow:
+             algorithm: str = "ring", kind: Any = None, collective: str = "") -> CollectiveRow:
     """The row of one collective on a `group` of (ranks, stride): `traffic` = (bus bytes, calls) per step
     and its time; `kind` (the collective's factor) for the collectives NCCL's tuning model times, whose
-    algorithm, protocol, steps and latency are NCCL's choice for one call (nccl.choose)."""
+    algorithm, protocol, steps and latency are NCCL's choice for one call (nccl.choose). `collective`: the operation
+    (`CollectiveRow.collective`); its buffer is the bus bytes of a call over kind x (n - 1)/n (a ring collective) or
+    the bytes sent (a point-to-point send, `kind` None)."""
     lay = problem.layout
     size, stride = group
     bus_bytes, calls = traffic
@@ -652,6 +678,9 @@ def describe(problem: Problem, name: str, group: tuple[int, int], traffic: tuple
                         calls=float(calls), message_bytes=per_call,
                         efficiency=float(efficiency_at(link, per_call)) if per_call else 0.0,
                         latency_s=link.latency_s, time_s=float(time_s))
+    if collective:
+        factor = 1.0 if kind is None else float(kind * ring_share(size))
+        row = _with_buffer(row, collective, per_call / factor if factor else 0.0)
     if kind is None or not per_call or problem.hardware.collectives is None:
         return row
     rate, _, nodes, scale = _ring_link(problem, size, stride)

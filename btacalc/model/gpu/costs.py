@@ -51,8 +51,8 @@ from .precision import CastRates, attention_cast_s, gather_share, phase_cast_s, 
 from .gemm import GemmDevice, gemm_passes, gemm_passes_of_many
 from ...memo import remembered
 from .part import GemmRow, Part, new_part
-from .rates import (PYTHON_NUMBERS, Rates, attention_bwd_ratio, attention_core_peak, attention_core_time_factor,
-                    attention_kernel_share, rates_of)
+from .rates import (PYTHON_NUMBERS, Rates, attention_bwd_ratio, attention_core_block_share, attention_core_peak,
+                    attention_core_time_factor, attention_kernel_share, rates_of)
 from .memory_rows import memory_of_shapes, quantised_kind
 
 
@@ -154,21 +154,24 @@ class _PhasePlan:
     how many of them a layer module issues (`_issue`), whether it runs inside the fused attention
     core, and its GEMMs' dtype (`_dtype`)."""
 
-    gemms: tuple[Gemm, ...]
+    gemms: tuple[Gemm, ...]  # the matmuls the GEMM shape model times (not the attention core's)
     counts: tuple[str, ...]  # each GEMM's launches per forward pass (an expression)
     grouped: tuple[bool, ...]  # each GEMM's `grouped`
     modules: int
     fused: bool  # phase.core under FlashAttention: timed and counted with the fused kernel (`_fused_core`)
     dtype: _GemmDtype
+    core_gemms: tuple[Gemm, ...] = ()  # the attention core's matmuls (`Gemm.attention_core`): report rows only
 
 
 def _phase_plan(phase: Phase, r: Rates) -> _PhasePlan:
     hit = r.plans.get(("phase", phase.name))
     if hit is not None and hit[0] is phase:
         return hit[1]
-    gemms = _phase_gemms(phase, r)
+    every = _phase_gemms(phase, r)
+    gemms = tuple([g for g in every if not g.attention_core])
     plan = _PhasePlan(gemms, tuple([g.count for g in gemms]), tuple([g.grouped for g in gemms]),
-                      len([g for g in gemms if g.module]), bool(phase.core and r.flash), _dtype(phase, r))
+                      len([g for g in gemms if g.module]), bool(phase.core and r.flash), _dtype(phase, r),
+                      tuple([g for g in every if g.attention_core]))
     r.plans[("phase", phase.name)] = (phase, plan)
     return plan
 
@@ -233,8 +236,10 @@ def _part(pv: PhaseValues, phases: list[Phase], rows_key: Any, r: Rates, memory_
                 part.cast_s[phase.name] = cast_s
             t = 0.0
         else:
-            t = maximum(_matmul_time(part, phase, v, r, load, plan, timed, report), traffic / r.stream_hbm) + _cast(part, phase, v, r, load) \
-                + _elementwise_s(v, r, load)
+            matmul = _matmul_time(part, phase, v, r, load, plan, timed, report)
+            if report and plan.core_gemms:  # eager attention's matmuls: the phase's roofline
+                part.gemms[phase.name] = _eager_core_rows(plan, r, flops, matmul, traffic / r.stream_hbm)
+            t = maximum(matmul, traffic / r.stream_hbm) + _cast(part, phase, v, r, load) + _elementwise_s(v, r, load)
         _add_time(part, phase, v, t)
         if report:
             _memory(part, phase, v, load, quantised)
@@ -243,7 +248,7 @@ def _part(pv: PhaseValues, phases: list[Phase], rows_key: Any, r: Rates, memory_
         _volumes(part, phase, v, r)
     if r.flash and not memory_only:
         _fused_core(part, pv, phases, core, r,
-                    eager=not any("kernels" in graphed.get(p.name, ()) for p in phases if p.core))
+                    eager=not any("kernels" in graphed.get(p.name, ()) for p in phases if p.core), report=report)
     if graphed:
         _graph_launches(part, pv.of(next(p.name for p in phases if p.name in graphed)))
     return part
@@ -609,7 +614,7 @@ class _FusedCore:
 
 
 def _fused_core(part: Part, pv: PhaseValues, phases: list[Phase], core: _FusedCore, r: Rates,
-                eager: bool = True) -> None:
+                eager: bool = True, report: bool = False) -> None:
     """The FlashAttention kernel, one time over the core phases, shared out by their FLOPs:
 
         t = F_kernel / R                              where the kernel has a benchmarked rate R
@@ -624,7 +629,8 @@ def _fused_core(part: Part, pv: PhaseValues, phases: list[Phase], core: _FusedCo
     measured wall time, so it already holds the kernel's memory behaviour, and the IO count (blocks of
     B_c = M/(4d) keys, no L2 reuse of K and V across CTAs) is contradicted by those benchmarks: on H100 at
     d = 128, s = 4096 (B_c = 227) it allows the causal forward 129.5 FLOP/B x 3.35 TB/s = 434 TFLOP/s on the
-    blocks run, under cuDNN's measured 534 (tests/test_attention_kernels.py), so it is not applied on top."""
+    blocks run, under cuDNN's measured 534 (tests/test_attention_kernels.py), so it is not applied on top.
+    With `report`, each core phase's matmuls as report rows (`_core_rows`) at the kernel's achieved rate."""
     bound = core.traffic_bytes / r.stream_hbm if not r.attention_wall_rate else 0.0
     ran = core.flops > 0
     safe = where(ran, core.flops, 1)
@@ -650,6 +656,51 @@ def _fused_core(part: Part, pv: PhaseValues, phases: list[Phase], core: _FusedCo
             # core.flops holds the FLOPs the kernel runs (counted x the causal block share): the shares sum to 1
             part.phase_s[phase.name] = kernel * where(ran, flops * r.core_time_factor / safe, 0) \
                 + part.cast_s.get(phase.name, 0.0)
+    if report:
+        # the kernel's FLOPs over its time (casts apart), forward and backward; what bounds it
+        binding = "measured" if r.attention_wall_rate else _binding(core.flops / r.attention_peak >= bound)
+        efficiency = _share(core.flops, default, r)
+        backward_efficiency = _share(core.backward_flops, backward, r)
+        for phase in phases:
+            plan = _phase_plan(phase, r)
+            if plan.core_gemms:
+                part.gemms[phase.name] = _core_rows(plan, r, efficiency, backward_efficiency, binding, "fused_attention")
+
+
+def _share(flops: Any, seconds: Any, r: Rates) -> Any:
+    """`flops` in `seconds` as a share of the datasheet peak (0 where nothing ran)."""
+    ran = seconds > 0
+    return where(ran, flops / where(ran, seconds, 1), 0.0) / r.datasheet_peak
+
+
+def _binding(compute_bound: Any) -> Any:
+    """'compute' or 'memory' (scalars: a str; arrays: an array of str)."""
+    if type(compute_bound) in (bool, np.bool_):
+        return "compute" if compute_bound else "memory"
+    return np.where(compute_bound, "compute", "memory")
+
+
+def _eager_core_rows(plan: _PhasePlan, r: Rates, flops: Any, matmul_s: Any, memory_s: Any) -> list[GemmRow]:
+    """Eager attention's matmuls as report rows: the phase's FLOPs over its roofline max(FLOPs / peak, HBM traffic /
+    streaming bandwidth), as `_part` times it (every pass at that rate)."""
+    share = _share(flops, maximum(matmul_s, memory_s), r)
+    return _core_rows(plan, r, share, share, _binding(matmul_s >= memory_s), "eager_attention")
+
+
+def _core_rows(plan: _PhasePlan, r: Rates, efficiency: Any, backward_efficiency: Any, binding: Any,
+               kernel: str) -> list[GemmRow]:
+    """The attention core's matmuls of a phase (`Gemm.attention_core`) as report rows: their per-device shape and
+    batch, the share of their blocks the kernel runs (rates.py `attention_core_block_share`) and the core's
+    achieved efficiencies; they time nothing (the core is timed as one kernel, `_fused_core`)."""
+    symbols = r.symbols
+    runs = attention_core_block_share(r.flash, symbols["s"], symbols["w"], bool(r.features["sliding_window"]))
+    rows = []
+    for g in plan.core_gemms:
+        (m, n, k, count, batch), _ = _evaluate_all((g.m, g.n, g.k, g.count, g.batch), r)
+        rows.append(GemmRow(name=g.name, m=m, n=n, k=k, groups=1, launches=count, efficiency=efficiency,
+                            backward_efficiency=backward_efficiency, binding=binding, batch=batch,
+                            causal_fraction=runs, kernel=kernel))
+    return rows
 
 
 def _cast(part: Part, phase: Phase, v: dict[str, Any], r: Rates, load: Any) -> Any:

@@ -81,4 +81,7 @@ class GemmRow:
     launches: Any  # launches per forward pass (a grouped expert GEMM: rounds of those, E/EP / groups)
     efficiency: Any  # forward: share of the datasheet peak (compute_efficiency x quantisation, or the memory floor)
     backward_efficiency: Any  # data and weight gradients together
-    binding: Any  # compute / waves / memory (forward)
+    binding: Any  # compute / waves / memory (forward); the attention core: compute / memory / measured
+    batch: Any = 1  # matrices of this shape per launch (the attention core: sequences x query heads), else 1
+    causal_fraction: Any = 1.0  # share of its m x n (queries x keys) blocks the kernel runs (causal block skipping)
+    kernel: str = "gemm"  # gemm (the shape model), fused_attention or eager_attention (timed with the core)

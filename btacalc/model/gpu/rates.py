@@ -55,6 +55,7 @@ class Rates:
     # HBM bytes per element of each pass's result (forward, data-gradient, weight-gradient): `gemm_output_bytes`
     output_bytes: tuple[float, float, float] = (2.0, 2.0, 4.0)
     attention_peak: float = 0.0  # FLOP/s of the fused attention core (`attention_core_peak`)
+    datasheet_peak: float = 0.0  # the chip's dense 16-bit datasheet FLOP/s (what the report's efficiencies are shares of)
     attention_wall_rate: bool = False  # the kernel's measured wall-clock rate: no separate HBM-traffic bound
     attention_bwd_ratio: float = 1.0  # its backward's time over the default's (deterministic backward, `attention_bwd_ratio`)
     attention_cast: Optional[AttentionCastRates] = None  # --fp8-attention: the casts around the FP8 kernel
@@ -109,6 +110,7 @@ def _device_rates(problem: Problem) -> Rates:
         low_beta=cast.recipe.bytes_per_element if cast is not None else 1.0,
         output_bytes=gemm_output_bytes(problem),
         attention_peak=attention_core_peak(problem, peak),
+        datasheet_peak=hw.chip.peak_flops_per_s.value,
         attention_wall_rate=attention_kernel_share(problem) is not None,
         attention_bwd_ratio=attention_bwd_ratio(problem),
         attention_cast=attention_cast_rates(problem),
@@ -226,6 +228,18 @@ def causal_block_fraction(s: Any, block: int = CAUSAL_BLOCK) -> Any:
     nb = np.ceil(np.asarray(s, dtype=float) / block)
     out = nb * (nb + 1) / (2 * nb * nb)
     return float(out) if np.ndim(out) == 0 else out
+
+
+def attention_core_block_share(flash: bool, s: Any, w: Any, windowed: bool) -> Any:
+    """Share of the queries x keys blocks of the attention core's matmuls (Q K^T, P V as the catalogue's
+    `attention_core` GEMMs write them: n or k = s keys, or a sliding-window layer's w) that the kernel runs, as the
+    core is timed (`attention_core_time_factor` x the counted share): a causal FlashAttention kernel over a
+    full-attention layer `causal_block_fraction(s)` (Dao 2023, arXiv 2307.08691, §3.1.1), 1 over a window's band
+    (its counted s x w) and for eager attention (the whole matrix, masked)."""
+    if not flash:
+        return 1.0
+    runs = causal_block_fraction(s)
+    return runs if not windowed else where(w < s, 1.0, runs)
 
 
 def attention_core_time_factor(problem: Problem, symbols: dict[str, Any], windowed: bool) -> Any:

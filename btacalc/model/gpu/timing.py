@@ -52,7 +52,7 @@ from ..problem import Evaluation, Problem
 from ..state import bytes_per_param
 from ..steptime import StepTime, tile_overhead_s
 from .collectives import (CollectiveRow, DataParallelTimes, StageBuckets, all_to_all_time, all_to_all_wire_bytes, context_parallel_time,
-                          data_parallel_groups, data_parallel_kind, data_parallel_times, data_parallel_traffic, describe, part_buckets,
+                          data_parallel_collective, data_parallel_groups, data_parallel_kind, data_parallel_times, data_parallel_traffic, describe, part_buckets,
                           describe_all_to_all,
                           pipeline_p2p_time, ring_share, ring_time, tensor_parallel_kind, tensor_parallel_time)
 from .costs import ISSUED_COUNTS, layer_parts, outside_parts
@@ -477,18 +477,19 @@ def _collective_rows(problem: Problem, kinds: list[tuple[Any, Part]], counts: li
     rows = []
     if t > 1:
         rows.append(describe(problem, "tensor_parallel", (t, 1), (tot["tp_bytes"] * ring_share(t), tot["tp_calls"]),
-                             times["tp"], kind=tensor_parallel_kind(problem)))
+                             times["tp"], kind=tensor_parallel_kind(problem),
+                             collective="all_gather+reduce_scatter" if lay.sequence_parallel else "all_reduce"))
     if cp > 1:
         rows.append(describe(problem, "context_parallel", (cp, t), (tot["cp_bytes"] * (cp - 1),
-                             tot["cp_calls"] * (cp - 1)), times["cp"], "p2p ring"))
+                             tot["cp_calls"] * (cp - 1)), times["cp"], "p2p ring", collective="send_recv"))
     if ep > 1 and tot["a2a_calls"]:
         rows.append(describe_all_to_all(problem, (all_to_all_wire_bytes(problem, tot["a2a_bytes"]), tot["a2a_calls"]),
-                                        times["a2a"]))
+                                        times["a2a"], tot["a2a_bytes"]))
     if lay.pipeline_parallel > 1:
         sends = 2 * lay.virtual_pipeline * m
         group = (lay.pipeline_parallel, max(lay.devices // lay.pipeline_parallel, 1))
         rows.append(describe(problem, "pipeline_p2p", group, (kinds[0][1].pp_bytes * sends, sends),
-                             m * pipeline_p2p_time(problem, kinds[0][1].pp_bytes), "p2p"))
+                             m * pipeline_p2p_time(problem, kinds[0][1].pp_bytes), "p2p", collective="send_recv"))
     return rows
 
 
@@ -518,7 +519,8 @@ def _data_parallel_rows_of(problem: Problem, params: tuple[Any, Any], m: Any, st
             if calls:
                 kind = data_parallel_kind(problem, key)
                 rows.append(describe(problem, f"{kinds[key]}_{part}", (size, stride), (bus * times, calls * times),
-                                     times * ring_time(problem, bus, size, stride, calls, kind), kind=kind))
+                                     times * ring_time(problem, bus, size, stride, calls, kind), kind=kind,
+                                     collective=data_parallel_collective(problem, key)))
     return rows
 
 
