@@ -33,7 +33,11 @@ PR13_STEPS = {
     32: (2.0198747634887697, 2.0227028846740724, 2.021345043182373, 2.025026273727417, 2.0294228553771974,
          2.0265353202819822, 2.028033447265625, 2.029566526412964, 2.0266551971435547, 2.022152042388916),
 }
-NEW = sorted(README_STEPS) + [f"qwen3-30b-a3b-b200-{n}-fp8-gpurecipes-a4-pr13" for n in PR13_STEPS]
+# training/a4/custom/llama3-70b/logs/llama3-70b-64gpu-sq1-tp2-pp4-cp2-vp5-gbs128-mbs1-fp8-full-logs L1072-1081 @ PR13
+PR13_70B_STEPS = (4.710281705856323, 4.708861398696899, 4.703598260879517, 4.707475328445435, 4.705449724197388,
+                  4.697444152832031, 4.695724296569824, 4.691018390655517, 4.6837263107299805, 4.678887367248535)
+PR13_70B = "llama-3-70b-b200-64-fp8-gpurecipes-a4-pr13"
+NEW = sorted(README_STEPS) + [f"qwen3-30b-a3b-b200-{n}-fp8-gpurecipes-a4-pr13" for n in PR13_STEPS] + [PR13_70B]
 
 
 def _runs():
@@ -78,6 +82,18 @@ def test_a_pull_request_row_is_the_mean_of_its_logged_steps(gpus):
     assert run.known_gap  # outside the +-25% band: the mechanism checked is stated
 
 
+def test_the_pull_request_llama_70b_row_is_the_mean_of_its_logged_steps_at_the_printed_layout():
+    """The job name says cp2; the configuration the log prints (and the recipe file) says CP 1: 2 x 4 x 1 x DP 8."""
+    run = _runs()[PR13_70B]
+    mean = sum(PR13_70B_STEPS) / len(PR13_70B_STEPS)
+    assert (run.tp, run.pp, run.vp, run.cp, run.devices) == (2, 4, 5, 1, 64)
+    assert 80 == run.pp * run.vp * 4  # four layers per virtual stage
+    assert run.measured.step_time_s == pytest.approx(mean, abs=5e-6)
+    assert run.measured.tokens_per_s_per_device == pytest.approx(128 * 8192 / mean / 64, abs=0.01)
+    bucket = 2**20 * 125 // 2  # Apex: 125 MB of bf16 gradients, each of the DP 8 shards a multiple of 64
+    assert bucket // 8 % 64 == 0 and run.recipe.ddp_bucket_size == bucket and run.recipe.apex_distributed_adam
+
+
 def test_the_tokenizer_is_the_configs_gpt2_vocabulary_padded_by_tp():
     """The three NeMo 1.0 README configs train with GPT2BPETokenizer (50,257 tokens); Megatron pads it to a multiple
     of 128 x TP: ceil(50,257 / 1,024) x 1,024 = 51,200 at TP 8, ceil(50,257 / 256) x 256 = 50,432 at TP 2,
@@ -88,7 +104,7 @@ def test_the_tokenizer_is_the_configs_gpt2_vocabulary_padded_by_tp():
     assert padded_vocab(50_257, 8) == 50 * 1024 == 51_200
     assert padded_vocab(50_257, 2) == 197 * 256 == 50_432
     assert padded_vocab(50_257, 4) == 99 * 512 == 50_688
-    for run_id in README_STEPS:
+    for run_id in [*README_STEPS, PR13_70B]:
         assert runs[run_id].model_spec().vocab_size == 50_257
     for gpus in PR13_STEPS:
         run = runs[f"qwen3-30b-a3b-b200-{gpus}-fp8-gpurecipes-a4-pr13"]
