@@ -32,6 +32,8 @@ def test_the_shipped_set_has_h200_runs_and_they_are_checks():
     assert set(LOGGED) <= set(runs)
     for run in runs.values():
         assert run.role == "check"  # never fitted
+    for run_id in LOGGED:  # runs10 added an H200 row from another commit of the same repository
+        run = runs[run_id]
         assert GPU_RECIPES in run.source and run.recipe is not None and GPU_RECIPES in run.recipe.source
 
 
