@@ -283,3 +283,14 @@ def test_the_verdict_quotes_are_what_plan_prints(cli, monkeypatch):
             assert any(_squash(quote) in line for line in said), (command, quote)
             checked += 1
     assert checked >= 5
+
+
+def test_the_examples_tool_keeps_a_hand_written_excerpt_while_its_lines_still_appear():
+    """A console block with `...` between its lines is an excerpt (semantics22's launch: the numerics flags, not the
+    first lines): tools/readme_examples.py keeps it while its lines appear in order, as this file's block test
+    reads it, and names the first line that does not."""
+    tool = _examples_tool()
+    got = ["torchrun a \\", "    --num-layers 48 \\", "    --hidden-size  2048 \\", "    --rotary-base 1000000 \\"]
+    assert tool.excerpt_missing(["torchrun a \\", "...", "    --rotary-base 1000000 \\", "..."], got) is None
+    assert tool.excerpt_missing(["...", "--hidden-size 2048", "...", "--num-layers 48"], got) == "--num-layers 48"
+    assert tool.excerpt_missing(["--norm-epsilon 1e-06"], got) == "--norm-epsilon 1e-06"

@@ -1,6 +1,8 @@
 """Refresh the outputs the README quotes: every ```console block's `$ btacalc ...` command is run and the
 lines under it are replaced by the first lines of what it prints today (as many as the block shows
-now; a trailing `...` line is kept). tests/test_readme.py checks the same blocks line by line, so a
+now; a trailing `...` line is kept). A block with a `...` line between its lines is an excerpt, written by hand:
+it is kept as it is while each of its lines still appears, in order, in what the command prints (the rule
+tests/test_readme.py applies to every block), and reported otherwise, for a hand edit. tests/test_readme.py checks the same blocks line by line, so a
 number that drifts fails CI until this is run:
 
     python tools/readme_examples.py          # rewrite README.md's console blocks
@@ -35,6 +37,26 @@ def run(command: str, cwd: Path) -> list[str]:
     return [line.rstrip() for line in (res.stdout + res.stderr).splitlines()]
 
 
+def _squash(line: str) -> str:
+    return " ".join(line.split())
+
+
+def excerpt_missing(excerpt: list[str], got: list[str]) -> "str | None":
+    """The first line of a hand-written excerpt (`...` lines skipped) that is not in `got` after the previous one's
+    match (runs of spaces compared as one, a line contained in an output line), or None when all are."""
+    squashed, pos = [_squash(line) for line in got], 0
+    for want in excerpt:
+        if want.strip() in ("...", ""):
+            continue
+        w = _squash(want)
+        while pos < len(squashed) and w not in squashed[pos]:
+            pos += 1
+        if pos == len(squashed):
+            return want.strip()
+        pos += 1
+    return None
+
+
 def refresh(text: str, cwd: Path) -> str:
     out, lines, i = [], text.splitlines(), 0
     while i < len(lines):
@@ -57,6 +79,13 @@ def refresh(text: str, cwd: Path) -> str:
             ellipsis = bool(body) and body[-1].strip() == "..."
             shown = len(body) - (1 if ellipsis else 0)
             got = run(cmd[2:].strip(), cwd)
+            if any(line.strip() == "..." for line in body[:shown]):
+                missing = excerpt_missing(body, got)
+                if missing is not None:
+                    raise SystemExit(f"{cmd[2:].strip()}: the excerpt's line {missing!r} is not in today's output, in "
+                                     "order: edit the excerpt in README.md by hand")
+                out += body
+                continue
             out += got[:shown] + (["..."] if ellipsis or len(got) > shown else [])
     return "\n".join(out) + "\n"
 
