@@ -275,11 +275,14 @@ RULES: tuple[Rule, ...] = (
          "--moe-router-enable-expert-bias (aux-loss-free routing) needs --moe-router-score-function sigmoid or "
          "sqrtsoftplus"),
     # semantics20: group-limited routing (DeepSeek-V3's n_group / topk_group), which the launch now states
-    Rule("router-groups", f"{TC}:2677", lambda a, e: bool(a.get("num_experts")) and bool(a.get("moe_router_group_topk")),
-         lambda a, e: bool(a.get("moe_router_num_groups")),
+    # hostile23: a launch's "0" is a true string; Megatron tests the integers (`if self.moe_router_group_topk:`,
+    # `if not self.moe_router_num_groups:`), so --moe-router-num-groups 0 fell through to the split rule's modulo
+    # (ZeroDivisionError) instead of this refusal
+    Rule("router-groups", f"{TC}:2677", lambda a, e: _i(a, "num_experts", 0) != 0
+         and _i(a, "moe_router_group_topk", 0) != 0, lambda a, e: _i(a, "moe_router_num_groups", 0) != 0,
          "--moe-router-group-topk (group-limited routing) needs --moe-router-num-groups"),
-    Rule("router-groups-split", f"{TC}:2682", lambda a, e: bool(a.get("num_experts"))
-         and bool(a.get("moe_router_group_topk")) and bool(a.get("moe_router_num_groups")),
+    Rule("router-groups-split", f"{TC}:2682", lambda a, e: _i(a, "num_experts", 0) != 0
+         and _i(a, "moe_router_group_topk", 0) != 0 and _i(a, "moe_router_num_groups", 0) != 0,
          lambda a, e: _i(a, "num_experts", 0) % _i(a, "moe_router_num_groups") == 0
          and _i(a, "moe_router_group_topk") <= _i(a, "moe_router_num_groups"),
          "--moe-router-num-groups must divide --num-experts and --moe-router-group-topk must not exceed it"),
