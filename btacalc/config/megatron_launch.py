@@ -121,8 +121,7 @@ def read_launch(text: str, source: str = "-") -> Launch:
         by_command = _SUBSTITUTION.match(expanded.strip())
         if by_command:  # `L=$(nproc)`: its value is unknown; a use of L stays "$L" (hostile20)
             substituted.add(by_command.group(1))
-            for key in [k for k in variables if k == by_command.group(1) or k.startswith(by_command.group(1) + "[")]:
-                del variables[key]
+            _forget(by_command.group(1), variables)
             continue
         try:
             words = shlex.split(expanded)  # the comment is gone (_statements): a `#` left is text, as in bash
@@ -145,13 +144,7 @@ def read_launch(text: str, source: str = "-") -> Launch:
         assigned = _ASSIGN.match(expanded.strip())
         if assigned and (assigned.group(3).startswith("(") or len(words) == 1 or words[0] == "export"):
             _assign(assigned, variables, launch)
-            # bash brace-expands an array's elements, not a scalar's value (`X=a{b,c}` keeps the braces)
-            form = (assigned.group(3).startswith("(") and _brace_expansion(statement)) or _leftover(
-                assigned.group(3), variables)
-            if form:  # its value is not what bash makes it: refused where the launch uses it
-                unexpandable[assigned.group(1)] = form
-            else:
-                unexpandable.pop(assigned.group(1), None)
+            _mark(assigned, statement, variables, unexpandable)
             continue
         if words[0].startswith("--") or words[0].startswith("-"):
             _refuse_unexpanded(statement, expanded, variables, unexpandable, source)
@@ -211,6 +204,17 @@ def _brace_expansion(statement: str) -> str:
     bare = re.sub(r'"(?:\\.|[^"\\])*"|\$\{[^}]*\}', lambda m: " " * len(m.group()), bare)
     found = _BRACES.search(bare)
     return f"{found.group()}, a brace expansion (bash makes a word of each item)" if found else ""
+
+
+def _mark(assigned: "re.Match[str]", statement: str, variables: dict[str, str], unexpandable: dict[str, str]) -> None:
+    """Remember a variable whose value holds a bash form btacalc does not expand (refused where the launch uses it);
+    bash brace-expands an array's elements, not a scalar's value (`X=a{b,c}` keeps the braces)."""
+    name, value = assigned.group(1), assigned.group(3)
+    form = (value.startswith("(") and _brace_expansion(statement)) or _leftover(value, variables)
+    if form:
+        unexpandable[name] = form
+    else:
+        unexpandable.pop(name, None)
 
 
 def _refuse_unexpanded(statement: str, expanded: str, variables: dict[str, str], unexpandable: dict[str, str],
@@ -797,12 +801,16 @@ def _elements(name: str, variables: dict[str, str]) -> list[str]:
     return [variables[name]] if name in variables else []
 
 
+def _forget(name: str, variables: dict[str, str]) -> None:
+    for key in [k for k in variables if k == name or k.startswith(name + "[")]:
+        del variables[key]
+
+
 def _set_array(name: str, elements: list[str], variables: dict[str, str]) -> None:
     """NAME's elements: "${NAME[@]}" as words, unquoted ${NAME[@]} and ${NAME[*]} split again at blanks, ${NAME[i]},
     and $NAME, the first element (bash manual, Arrays). hostile23: $NAME of an array was every element, so
     `pretrain_gpt.py $MODEL_ARGS` read all the flags where bash passes the first alone."""
-    for key in [k for k in variables if k.startswith(name + "[")]:
-        del variables[key]
+    _forget(name, variables)
     variables[name] = elements[0] if elements else ""
     variables[name + "[@]"] = shlex.join(elements)
     variables[name + "[*]"] = " ".join(elements)
