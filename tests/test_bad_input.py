@@ -1359,6 +1359,17 @@ case("values", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment
      "yarn.original_max_position_embeddings: Input should be greater than 0", files={"l.sh": LAUNCH.replace(
          "\n", " --position-embedding-type yarn --rotary-scaling-factor 32 --yarn-original-max-position-embeddings 0\n")})
 
+# hostile23: Megatron-LM's argparse choices are case-sensitive (TransformerConfig's Literal fields, AttnBackend's names):
+# these were planned (Sigmoid as the softmax router, banana as flash attention)
+for flag, value, near in (("--normalization", "rmsnorm", ": did you mean RMSNorm?"),
+                          ("--attention-backend", "FUSED", ": did you mean fused?"), ("--attention-backend", "banana", ""),
+                          ("--moe-router-score-function", "Sigmoid", ": did you mean sigmoid?"),
+                          ("--moe-token-dispatcher-type", "AllToAll", ": did you mean alltoall?")):
+    case("values", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment=f"{flag} '{value}': Megatron-LM's "
+         f"argparse takes one of", files={"l.sh": LAUNCH.replace("\n", f" {flag} {value}\n")})
+    case("values", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment=f"stops the launch otherwise{near}\n",
+         files={"l.sh": LAUNCH.replace("\n", f" --bf16 {flag} {value}\n")})
+
 # hostile23: a precision's case variant (Megatron-LM and TransformerEngine spell them lower-case) is refused naming it,
 # as --hw H100 and --model names are, on every surface that takes one
 for args, said in ((["plan", "--hw", "b200", "--precision", "BF16"], "'BF16' is not one of 'bf16', 'fp16', 'fp8', "
