@@ -1370,6 +1370,13 @@ for flag, value, near in (("--normalization", "rmsnorm", ": did you mean RMSNorm
     case("values", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment=f"stops the launch otherwise{near}\n",
          files={"l.sh": LAUNCH.replace("\n", f" --bf16 {flag} {value}\n")})
 
+# hostile23: a name too long to be a file's was "cannot read or write .../hardware_profiles/hhh...: File name too long",
+# the whole name echoed on the line
+for cmd, option, what in ((["plan", "--hw"], "--hw", "hardware"), (["plan", "--model"], "--model", "model"),
+                          (["hw", "show"], "profile", "hardware"), (["models", "show"], "model", "model")):
+    case("names", *cmd, "h" * 300, fragment=f"{option}: unknown {what} '{'h' * 56}...: no built-in name, and at 300 "
+         "characters too long to be a file's")
+
 # hostile23: a precision's case variant (Megatron-LM and TransformerEngine spell them lower-case) is refused naming it,
 # as --hw H100 and --model names are, on every surface that takes one
 for args, said in ((["plan", "--hw", "b200", "--precision", "BF16"], "'BF16' is not one of 'bf16', 'fp16', 'fp8', "
