@@ -1370,6 +1370,15 @@ for flag, value, near in (("--normalization", "rmsnorm", ": did you mean RMSNorm
     case("values", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment=f"stops the launch otherwise{near}\n",
          files={"l.sh": LAUNCH.replace("\n", f" --bf16 {flag} {value}\n")})
 
+# hostile23: a shared-expert width of 0 (TransformerConfig L1813-1819; "0" was a width: "shared experts take no bias"),
+# a sqrtsoftplus router (planned as the softmax router, in silence)
+case("values", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment="l.sh: Megatron-LM would refuse this "
+     "launch: --moe-shared-expert-intermediate-size must be positive",
+     files={"l.sh": LAUNCH.replace("\n", " --moe-shared-expert-intermediate-size 0\n")})
+case("values", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment="l.sh: --moe-router-score-function "
+     "sqrtsoftplus: btacalc models the softmax and sigmoid routers",
+     files={"l.sh": LAUNCH.replace("\n", " --moe-router-score-function sqrtsoftplus\n")})
+
 # hostile23: a name too long to be a file's was "cannot read or write .../hardware_profiles/hhh...: File name too long",
 # the whole name echoed on the line
 for cmd, option, what in ((["plan", "--hw"], "--hw", "hardware"), (["plan", "--model"], "--model", "model"),

@@ -316,7 +316,10 @@ def _dec_router(get: Get) -> Fields:
     # Megatron's default softmax router (top k of the logits, softmax over them) gives the renormalised top-k softmax
     # weights of btacalc's "softmax" router with router_renormalize (Qwen3, Mixtral); btacalc's "topk_softmax" is the
     # same weights with GPT-OSS's Hugging Face tensors saved, which a launch does not say: read as "softmax"
-    router = "sigmoid" if score == "sigmoid" else "softmax"
+    if score not in ("softmax", "sigmoid"):  # hostile23: sqrtsoftplus was planned as the softmax router, in silence
+        raise BtacalcError(f"--moe-router-score-function {score}: btacalc models the softmax and sigmoid routers "
+                           "(Megatron-Core's sqrtsoftplus scores are not modelled)")
+    router = score
     return {"model.router": router, "model.router_renormalize": not (pre and score != "sigmoid"),
             "model.shared_expert_gate": _bool(get("moe_shared_expert_gate")), **_dec_routing(get)}
 
