@@ -311,7 +311,8 @@ def _dec_routing(get: Get) -> Fields:
 
 
 def _dec_router(get: Get) -> Fields:
-    score, pre = str(get("moe_router_score_function")), _bool(get("moe_router_pre_softmax"))
+    given, pre = get("moe_router_score_function"), _bool(get("moe_router_pre_softmax"))
+    score = "softmax" if given is None else str(given)  # Megatron's default (a caller's getter may give None)
     # the weights a Megatron router gives (moe_utils.py L900-929): renormalised but with --moe-router-pre-softmax.
     # Megatron's default softmax router (top k of the logits, softmax over them) gives the renormalised top-k softmax
     # weights of btacalc's "softmax" router with router_renormalize (Qwen3, Mixtral); btacalc's "topk_softmax" is the
