@@ -555,7 +555,10 @@ for old, new, fragment in [
     ("--attention-dropout 0.0", "--attention-dropout abc", "--attention-dropout (attention_dropout) takes a number"),
     ("--num-layers 32", "--num-layers $((1/0))", "bash arithmetic $((1/0)): division by zero"),
     # 1,000 factors: the parser's recursion (exit 3) before; bash's 64-bit integers bound the product
-    ("--num-layers 32", "--num-layers $((" + "*".join(["99999"] * 1000) + "))", "is not an integer or list"),
+    # hostile23: bash's own evaluation bounds each product (Python's parser met its recursion limit: "is not an
+    # integer or list"); a thousand unary signs still meet it
+    ("--num-layers 32", "--num-layers $((" + "*".join(["99999"] * 1000) + "))", "beyond bash's 64-bit integers"),
+    ("--num-layers 32", "--num-layers $((" + "-" * 5000 + "1))", "nests too deeply"),
     ("--num-layers 32", "--num-layers $((99999999999*99999999999))", "beyond bash's 64-bit integers"),
     ("--nproc_per_node 8", "--nproc_per_node 0", "--nproc_per_node '0' is not a number of processes"),
     # review7: a size Megatron divides by, 0: a bare ZeroDivisionError naming no flag, or (a virtual stage) read as
@@ -1306,6 +1309,99 @@ for value, got in (("3", "3"), ("true", "True"), ("[1,2]", "[1, 2]"), ("core_att
          fragment=f"o.txt: model.recompute_modules takes a list of module names (such as [core_attn,mlp]), got {got}",
          files={"o.txt": BRIDGE_MOE + f"model.recompute_granularity=selective model.recompute_modules={value}\n"})
 
+
+# hostile23: bash forms the launch reader passed on as written, split or misread without a word; each is now read as
+# bash reads it (tests/test_launch_quoting.py) or refused naming the form
+_SETS = "L=32\nD=/data/x.bin\n"
+for form, said in (("${L%2}", "${L%2}, a parameter expansion that removes a suffix"),
+                   ("${D##*/}", "${D##*/}, a parameter expansion that removes a prefix"),
+                   ("${L/3/x}", "${L/3/x}, a parameter expansion that replaces a pattern"),
+                   ("${L:0:1}", "${L:0:1}, a parameter expansion that takes a substring"),
+                   ("${!L}", "${!L}, an indirect expansion"), ("{1..4}", "{1..4}, a brace expansion"),
+                   ("a{b,c}", "{b,c}, a brace expansion"), ("$0", "$0, the script's name"),
+                   ("$$", "$$, the shell's process id"),
+                   ("$((L^3))", "$((L^3)), bash arithmetic with an operator or number btacalc does not evaluate"),
+                   ("$((--L))", "$((--L)), bash arithmetic with an operator or number")):
+    case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment=f"l.sh: {said}", files={
+        "l.sh": _SETS + LAUNCH.replace("--num-layers 4", f"--num-layers 4 --data-path {form}")})
+case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment="l.sh: A holds {4,8}, a brace expansion "
+     "(bash makes a word of each item), which btacalc does not expand as bash does: give the value",
+     files={"l.sh": "A=( --num-layers {4,8} )\n" + LAUNCH.replace("--num-layers 4", '"${A[@]}"')})
+case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment="bash arithmetic $((7//2)): '/' where "
+     "an operand stands (a syntax error: bash stops the script there)",
+     files={"l.sh": LAUNCH.replace("--num-layers 4", "--num-layers $((7//2))")})
+# an array's $NAME is its first element: bash passes --num-layers alone (it read every element)
+case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment="l.sh: --num-layers needs a value",
+     files={"l.sh": "A=( --num-layers 4 )\n" + LAUNCH.replace("--num-layers 4", "$A")})
+
+# hostile23: the MLA YaRN and DeepSeek routing flags at values Megatron cannot train, or refuses
+MLA_LAUNCH = LAUNCH.replace("\n", " --multi-latent-attention --qk-layernorm --position-embedding-type rope "
+                            "--rotary-scaling-factor 40 --mscale 1.0 --mscale-all-dim 1.0 --moe-router-num-groups 4 "
+                            "--moe-router-group-topk 2 --moe-router-topk-scaling-factor 2.5\n")
+for old, new, said in (
+        # Megatron's `if not self.moe_router_num_groups` (a ZeroDivisionError in the split rule's modulo before)
+        ("--moe-router-num-groups 4", "--moe-router-num-groups 0", "Megatron-LM would refuse this launch: "
+         "--moe-router-group-topk (group-limited routing) needs --moe-router-num-groups"),
+        # read as no YaRN (RoPE), or planned at factor inf
+        ("--rotary-scaling-factor 40", "--rotary-scaling-factor 0.5", "--rotary-scaling-factor (rotary_scaling_factor) "
+         "takes a YaRN context extension of at least 1 (1: none, plain RoPE), got '0.5': below 1 the positions"),
+        ("--rotary-scaling-factor 40", "--rotary-scaling-factor -40", "got '-40'"),
+        ("--rotary-scaling-factor 40", "--rotary-scaling-factor inf", "takes a YaRN context extension of at least 1"),
+        # planned at nan / inf
+        ("--mscale 1.0", "--mscale nan", "field yarn.mscale: Input should be a finite number"),
+        ("--mscale-all-dim 1.0", "--mscale-all-dim inf", "field yarn.mscale_all_dim: Input should be a finite number"),
+        ("--moe-router-topk-scaling-factor 2.5", "--moe-router-topk-scaling-factor inf",
+         "field router_scale: Input should be a finite number")):
+    case("values", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment=f"l.sh: {said}" if
+         said.startswith(("Megatron", "field")) else said, files={"l.sh": MLA_LAUNCH.replace(old, new)})
+# GPT-OSS's YaRN: an original table of 0 was read as not given (4096)
+case("values", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment="field "
+     "yarn.original_max_position_embeddings: Input should be greater than 0", files={"l.sh": LAUNCH.replace(
+         "\n", " --position-embedding-type yarn --rotary-scaling-factor 32 --yarn-original-max-position-embeddings 0\n")})
+
+# hostile23: Megatron-LM's argparse choices are case-sensitive (TransformerConfig's Literal fields, AttnBackend's names):
+# these were planned (Sigmoid as the softmax router, banana as flash attention)
+for flag, value, near in (("--normalization", "rmsnorm", ": did you mean RMSNorm?"),
+                          ("--attention-backend", "FUSED", ": did you mean fused?"), ("--attention-backend", "banana", ""),
+                          ("--moe-router-score-function", "Sigmoid", ": did you mean sigmoid?"),
+                          ("--moe-token-dispatcher-type", "AllToAll", ": did you mean alltoall?")):
+    case("values", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment=f"{flag} '{value}': Megatron-LM's "
+         f"argparse takes one of", files={"l.sh": LAUNCH.replace("\n", f" {flag} {value}\n")})
+    case("values", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment=f"stops the launch otherwise{near}\n",
+         files={"l.sh": LAUNCH.replace("\n", f" --bf16 {flag} {value}\n")})
+
+# hostile23: a shared-expert width of 0 (TransformerConfig L1813-1819; "0" was a width: "shared experts take no bias"),
+# a sqrtsoftplus router (planned as the softmax router, in silence)
+case("values", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment="l.sh: Megatron-LM would refuse this "
+     "launch: --moe-shared-expert-intermediate-size must be positive",
+     files={"l.sh": LAUNCH.replace("\n", " --moe-shared-expert-intermediate-size 0\n")})
+case("values", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment="l.sh: --moe-router-score-function "
+     "sqrtsoftplus: btacalc models the softmax and sigmoid routers",
+     files={"l.sh": LAUNCH.replace("\n", " --moe-router-score-function sqrtsoftplus\n")})
+
+# hostile23: a name too long to be a file's was "cannot read or write .../hardware_profiles/hhh...: File name too long",
+# the whole name echoed on the line
+for cmd, option, what in ((["plan", "--hw"], "--hw", "hardware"), (["plan", "--model"], "--model", "model"),
+                          (["hw", "show"], "profile", "hardware"), (["models", "show"], "model", "model")):
+    case("names", *cmd, "h" * 300, fragment=f"{option}: unknown {what} '{'h' * 56}...: no built-in name, and at 300 "
+         "characters too long to be a file's")
+
+# hostile23: a precision's case variant (Megatron-LM and TransformerEngine spell them lower-case) is refused naming it,
+# as --hw H100 and --model names are, on every surface that takes one
+for args, said in ((["plan", "--hw", "b200", "--precision", "BF16"], "'BF16' is not one of 'bf16', 'fp16', 'fp8', "
+                    "'fp8-current', 'fp8-blockwise', 'mxfp8', 'nvfp4'"),
+                   (["plan", "--hw", "b200", "--precision", "MXFP8"], "did you mean mxfp8?"),
+                   (["sweep", "--hw", "b200", "--vary", "precision=bf16,MXFP8"], "--vary precision: 'MXFP8' is not one "
+                    "of bf16, fp16, fp8, fp8-current, fp8-blockwise, mxfp8, nvfp4: did you mean mxfp8?"),
+                   (["compare", "--hw", "b200", "--precision", "bf16,Fp8_Current"], "got 'Fp8_Current': did you mean "
+                    "fp8-current?"),
+                   (["whatif", "--hw", "h100", "--precision", "FP8", "--target", "mfu=0.5", "--solve-for",
+                     "chip.peak_flops_per_s"], "did you mean fp8?")):
+    case("names", *args, fragment=said + ("" if "did you mean" in said else ": did you mean bf16?"))
+case("files", "validate", "--measured", "{tmp}/r.json", fragment="field precision: 'BF16' is not one of bf16, fp16, "
+     "fp8, fp8-current, fp8-blockwise, mxfp8, nvfp4: did you mean bf16?", files={"r.json": json.dumps({"runs": [{
+         "id": "a", "source": "https://x.org", "model": "llama-3-8b", "hw": "h100", "devices": 8, "precision": "BF16",
+         "seq": 8192, "global_batch": 128, "tokens_per_s_per_device": 1000}]})})
 
 def _make(folder: Path, files: dict[str, Any]) -> None:
     for name, content in files.items():

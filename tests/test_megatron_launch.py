@@ -266,6 +266,8 @@ BROKEN = {
     # (DeepSeek-V3) only with a sigmoid or sqrtsoftplus score (btacalc's GPT-OSS launch wrote it with softmax)
     "moe-bias-etp": ({"add_bias_linear": True, "expert_tensor_parallel_size": 2}, {}),
     "expert-bias-score": ({"moe_router_enable_expert_bias": True}, {}),
+    # hostile23: transformer_config.py L1813-1819 (a shared-expert width of 0; "0" read as a width before)
+    "shared-expert-size": ({"moe_shared_expert_intermediate_size": 0}, {}),
     # review19: shared_experts.py L124 asserts add_bias_linear is off (a shared-expert model with Megatron's default)
     "shared-expert-bias": ({"moe_shared_expert_intermediate_size": 256, "add_bias_linear": True}, {}),
     "batch-divides": ({"global_batch_size": 100}, {}),

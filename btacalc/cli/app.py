@@ -21,6 +21,7 @@ from typing import Optional
 import typer
 
 from .. import __version__
+from ..config.named_tables import did_you_mean
 from ..errors import BtacalcError, DataError
 from ..output.files import working_folder_exists
 from ..paths import forget_inputs, guard_stderr, stderr_onto_input, stdout_onto_own_file
@@ -57,6 +58,10 @@ def _usage_message(exc) -> str:
         ours = _btacalc_name(exc.option_name, exc.ctx.command)
         if ours:
             return f"No such option: {exc.option_name}: btacalc's name for it is {ours}"
+    # a choice's refusal names the choice meant (hostile23: --precision BF16 listed the names, none picked out)
+    choice = re.search(r"'([^']*)' is not one of ('[^']*'(?:, '[^']*')*)\.?$", exc.format_message())
+    if isinstance(exc, click_exc.BadParameter) and choice:
+        return exc.format_message().rstrip(".") + did_you_mean(choice.group(1), re.findall(r"'([^']*)'", choice.group(2)))
     return exc.format_message()
 
 

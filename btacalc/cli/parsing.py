@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from ..config.execution import MAX_SEQUENCES
+from ..config.named_tables import did_you_mean
 from ..errors import BtacalcError
 from .integers import INTEGER
 from ..planning.sweep import CHOICE_PARAMS, VARIABLES
@@ -87,7 +88,8 @@ def _choice_indices(name: str, spec: str) -> list[int]:
     names = comma_entries(spec, f"--vary {name}")
     unknown = [n for n in names if n not in choices]
     if not names or unknown:
-        raise BtacalcError(f"--vary {name}: {unknown[0] if unknown else spec!r} is not one of {', '.join(choices)}")
+        raise BtacalcError(f"--vary {name}: {unknown[0] if unknown else spec!r} is not one of {', '.join(choices)}"
+                           + (did_you_mean(unknown[0], choices) if unknown else ""))
     return [choices.index(n) for n in names]
 
 

@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from ..errors import BtacalcError, DataError
 from ..paths import data_dir, profile_names, read_input
 from ..vocabulary import parse_recompute
-from .text import Name, input_kind, nearest_name
+from .text import Name, input_kind, name_not_file, nearest_name
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -725,6 +725,11 @@ def _builtin_profile(name: str) -> HardwareProfile:
 
 def resolve_hardware(name_or_path: str) -> HardwareProfile:
     """A built-in profile name, or the path of a user's TOML profile file."""
+    with name_not_file("hardware", "hardware", name_or_path):
+        return _resolve_hardware(name_or_path)
+
+
+def _resolve_hardware(name_or_path: str) -> HardwareProfile:
     if "/" not in name_or_path and (data_dir("hardware_profiles") / f"{name_or_path}.toml").is_file():
         return _builtin_profile(name_or_path)  # one file read, not every profile
     profiles = builtin_profiles()

@@ -311,12 +311,16 @@ def _dec_routing(get: Get) -> Fields:
 
 
 def _dec_router(get: Get) -> Fields:
-    score, pre = str(get("moe_router_score_function")), _bool(get("moe_router_pre_softmax"))
+    given, pre = get("moe_router_score_function"), _bool(get("moe_router_pre_softmax"))
+    score = "softmax" if given is None else str(given)  # Megatron's default (a caller's getter may give None)
     # the weights a Megatron router gives (moe_utils.py L900-929): renormalised but with --moe-router-pre-softmax.
     # Megatron's default softmax router (top k of the logits, softmax over them) gives the renormalised top-k softmax
     # weights of btacalc's "softmax" router with router_renormalize (Qwen3, Mixtral); btacalc's "topk_softmax" is the
     # same weights with GPT-OSS's Hugging Face tensors saved, which a launch does not say: read as "softmax"
-    router = "sigmoid" if score == "sigmoid" else "softmax"
+    if score not in ("softmax", "sigmoid"):  # hostile23: sqrtsoftplus was planned as the softmax router, in silence
+        raise BtacalcError(f"--moe-router-score-function {score}: btacalc models the softmax and sigmoid routers "
+                           "(Megatron-Core's sqrtsoftplus scores are not modelled)")
+    router = score
     return {"model.router": router, "model.router_renormalize": not (pre and score != "sigmoid"),
             "model.shared_expert_gate": _bool(get("moe_shared_expert_gate")), **_dec_routing(get)}
 
@@ -487,14 +491,14 @@ def _dec_rope(get: Get) -> Fields:
     if kind != "yarn":
         raise BtacalcError(f"Megatron position_embedding_type {kind!r}: btacalc models rope, yarn, learned_absolute")
     given = {dest: get(dest) for dest in _YARN_DESTS}
-    factor = real(given["rotary_scaling_factor"] if given["rotary_scaling_factor"] is not None else 1.0,
-                  "rotary_scaling_factor")
+    factor = _yarn_factor(1.0 if given["rotary_scaling_factor"] is None else given["rotary_scaling_factor"])
     if factor <= 1:  # YaRN without extension: inv_freq_inter = inv_freq_extra, concentration 1: RoPE
         return {"model.position_embedding": "rope", "model.yarn": None}
     yarn = {"factor": factor,
-            "original_max_position_embeddings": _int(given["yarn_original_max_position_embeddings"],
-                                                     "yarn_original_max_position_embeddings")
-            or YARN_DEFAULTS["yarn_original_max_position_embeddings"],
+            # hostile23: 0 was read as not given (4096); YaRN's correction range takes its logarithm
+            "original_max_position_embeddings": YARN_DEFAULTS["yarn_original_max_position_embeddings"]
+            if given["yarn_original_max_position_embeddings"] is None
+            else _int(given["yarn_original_max_position_embeddings"], "yarn_original_max_position_embeddings"),
             "beta_fast": real(YARN_DEFAULTS["yarn_beta_fast"] if given["yarn_beta_fast"] is None
                               else given["yarn_beta_fast"], "yarn_beta_fast"),
             "beta_slow": real(YARN_DEFAULTS["yarn_beta_slow"] if given["yarn_beta_slow"] is None
@@ -506,12 +510,25 @@ def _dec_rope(get: Get) -> Fields:
     return {"model.position_embedding": "rope", "model.yarn": yarn}
 
 
+def _yarn_factor(value: Any) -> float:
+    """--rotary-scaling-factor as YaRN's context extension: 1 is none (RoPE). hostile23: 0.5, 0 or -40 were read as
+    RoPE, though Megatron-Core divides the interpolated frequencies by the factor whatever it is
+    (yarn_rotary_pos_embedding.py `inv_freq_inter`), and inf was planned as a factor."""
+    factor = real(value, "rotary_scaling_factor")
+    if not math.isfinite(factor) or factor < 1:
+        raise ArgumentValueError("rotary_scaling_factor", "a YaRN context extension of at least 1 (1: none, plain "
+                                 "RoPE)", repr(value) if isinstance(value, str) else repr(factor),
+                                 ": below 1 the positions are compressed, which btacalc does not model"
+                                 if factor < 1 else "")
+    return factor
+
+
 def _dec_mla_yarn(get: Get) -> Optional[dict[str, Any]]:
     """An MLA launch's YaRN (semantics21, MLA_YARN_DESTS): None where its factor is at most 1 (no extension; the
     softmax scale's mscale is then 1 too, yarn_rotary_pos_embedding.py `_yarn_get_mscale`), else the flags' values over
     the config's fixed original positions and betas."""
     given = {dest: real(get(dest), dest) for dest in MLA_YARN_DESTS}
-    if given["rotary_scaling_factor"] <= 1:
+    if _yarn_factor(get("rotary_scaling_factor")) <= 1:
         return None
     bridge = {k: (integer if k == "original_max_position_embeddings" else real)(get(k), k)
               for k in MLA_YARN_BRIDGE if get.given(k)}

@@ -21,7 +21,7 @@ from typing import Any, Callable, Optional, TypeVar
 from ..errors import BtacalcError
 from ..paths import package_data
 from .model import MAX_LAYERS
-from .text import blank_after_backslash, uncommented
+from .text import blank_after_backslash, nearest_name, uncommented
 from .text import cut as _cut
 
 MEGATRON_LM_PIN = "NVIDIA/Megatron-LM@d98e8a64ddf34856e74b24714e3bedb2f5a39553"
@@ -86,11 +86,16 @@ _ASSIGN = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)(\+?)=(.*)$", re.S
 # `$NAME`, `${NAME}`, `${NAME[@]}` and bash's `${NAME-word}`, `${NAME+word}`, `${NAME?word}`, `${NAME=word}`, each also
 # with the colon (the empty value counts as unset; bash manual, Shell Parameter Expansion); a positional parameter
 # (`${1:-32}`, `$1`) is unset, as in a script run without arguments (hostile22: `${1:-32}` was kept as written)
-_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*|[0-9]+)(\[@\]|\[\*\])?(?:(:?[-+?=])([^}]*))?\}"
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*|[0-9]+)(\[@\]|\[\*\]|\[[0-9]+\])?(?:(:?[-+?=])([^}]*))?\}"
                   r"|\$([A-Za-z_][A-Za-z0-9_]*|[1-9])")
 _QUOTED_ARRAY = re.compile(r'"\$\{([A-Za-z_][A-Za-z0-9_]*)\[@\]\}"')
 _ARRAY_OR_VAR = re.compile(_QUOTED_ARRAY.pattern + "|" + _VAR.pattern)
-_ARITH = re.compile(r"\$\(\(([^()]*(?:\([^()]*\)[^()]*)*)\)\)")
+# $((...)) and its old spelling $[...] (bash manual, Arithmetic Expansion; hostile23: $[...] was kept as written)
+_ARITH = re.compile(r"\$\(\(([^()]*(?:\([^()]*\)[^()]*)*)\)\)|\$\[([^\[\]]*)\]")
+# ${#NAME} (a value's length), ${#NAME[@]} (an array's elements); the script's arguments, none as btacalc reads it
+# (a script run without arguments): "$@" is no word, $@ and $* nothing, $# 0
+_LENGTH = re.compile(r"\$\{#([A-Za-z_][A-Za-z0-9_]*)(\[[@*]\])?\}")
+_ARGUMENTS = re.compile(r'"\$(?:\{[@*]\}|[@*])"|\$(?:\{[@*#]\}|[@*#])')
 # `NAME=$(command)` or NAME=`command` (also exported, quoted): a command substitution as a variable's whole value.
 # hostile20: `L=$(echo 16)` was passed over and a later `${L:-32}` read as 32 in silence; `export L=$(echo 16)` set
 # L to "$(echo"
@@ -103,6 +108,7 @@ def read_launch(text: str, source: str = "-") -> Launch:
     text = re.sub(r"\\\r?\n", " ", text)
     variables: dict[str, str] = {}
     substituted: set[str] = set()  # variables set by a command's output, which btacalc does not run
+    unexpandable: dict[str, str] = {}  # variables whose value holds a bash form btacalc does not expand (_leftover)
     launch = Launch(source=source)
     command: Optional[list[str]] = None
     plain: list[str] = []
@@ -115,17 +121,19 @@ def read_launch(text: str, source: str = "-") -> Launch:
         by_command = _SUBSTITUTION.match(expanded.strip())
         if by_command:  # `L=$(nproc)`: its value is unknown; a use of L stays "$L" (hostile20)
             substituted.add(by_command.group(1))
-            variables.pop(by_command.group(1), None)
+            _forget(by_command.group(1), variables)
             continue
         try:
             words = shlex.split(expanded)  # the comment is gone (_statements): a `#` left is text, as in bash
-            pieces = [shlex.split(piece) for piece in _commands(expanded)] if _is_command(words) else []
+            raw_pieces = _commands(expanded) if _is_command(words) else []
+            pieces = [shlex.split(piece) for piece in raw_pieces]
         except ValueError as exc:
             raise BtacalcError(f"{source}: cannot read the line {statement.strip()[:60]!r}: {exc}") from None
         if not words:
             continue
         if pieces:  # `cd /x && torchrun ... pretrain_gpt.py ... 2>&1 | tee log`: the launch is the piece with the script
-            for piece in (p for p in pieces if _is_command(p)):
+            for piece, raw in ((p, r) for p, r in zip(pieces, raw_pieces) if _is_command(p)):
+                _refuse_unexpanded(statement, raw, variables, unexpandable, source)
                 if command is not None:  # hostile20: the second was passed over (an if/else of two launches)
                     scripts = [next(w for w in c if w.endswith(".py")) for c in (command, piece)]
                     raise BtacalcError(f"{source}: two commands run a Python script ({scripts[0]}, then "
@@ -136,8 +144,10 @@ def read_launch(text: str, source: str = "-") -> Launch:
         assigned = _ASSIGN.match(expanded.strip())
         if assigned and (assigned.group(3).startswith("(") or len(words) == 1 or words[0] == "export"):
             _assign(assigned, variables, launch)
+            _mark(assigned, statement, variables, unexpandable)
             continue
         if words[0].startswith("--") or words[0].startswith("-"):
+            _refuse_unexpanded(statement, expanded, variables, unexpandable, source)
             before = before or (command is None and not plain)
             plain += words
     if command is not None and plain:
@@ -153,6 +163,72 @@ def read_launch(text: str, source: str = "-") -> Launch:
     return launch
 
 
+# what bash expands that btacalc does not (hostile23: each was passed on as written, or split, without a word)
+_PARAMETER_OPS = {"%": "removes a suffix", "#": "removes a prefix", "/": "replaces a pattern", "^": "changes case",
+                  ",": "changes case", ":": "takes a substring", "@": "transforms the value", "[": "indexes an array"}
+_SPECIALS = {"0": "the script's name", "$": "the shell's process id", "?": "the last command's status",
+             "!": "the last background process", "-": "the shell's options"}
+_LEFTOVER = re.compile(r"\$\{(!?)([A-Za-z_][A-Za-z0-9_]*)?([^}]*)\}|\$\(\(|\$\[|\$([0$?!-])")
+_BRACES = re.compile(r"(?<!\$)\{(?:[^{}\s,]*,[^{}\s]*|-?\d+\.\.-?\d+(?:\.\.-?\d+)?|[A-Za-z]\.\.[A-Za-z](?:\.\.-?\d+)?)\}")
+
+
+def _leftover(text: str, variables: dict[str, str]) -> str:
+    """The first bash form in `text` (after _expand, outside single quotes and command substitutions) that btacalc
+    left as written though bash would expand it, described; "" when there is none. A variable the file does not set
+    stays as written (the environment's, as `$NAME`), and so do its forms."""
+    bare = "".join(" " * len(part) if literal else part for part, literal in _quoting(text))
+    bare = re.sub(r"\$\((?!\()[^)]*\)|`[^`]*`", lambda m: " " * len(m.group()), bare)
+    for m in _LEFTOVER.finditer(bare):
+        form = text[m.start():m.end()]
+        if m.group(4):
+            return f"{form}, {_SPECIALS[m.group(4)]}"
+        if m.group().startswith(("$((", "$[")):
+            closing = bare.find("))" if m.group() == "$((" else "]", m.end())
+            body = bare[m.end():closing if closing >= 0 else len(bare)]
+            names = re.search(r"[A-Za-z_]", body)  # a variable the file does not set: the environment's, as $NAME
+            if not names or re.sub(r"\b[A-Za-z_][A-Za-z0-9_]*\b|[\d\s+*/%()-]", "", body) or re.search(r"\+\+|--", body):
+                return (f"{text[m.start():closing + (2 if m.group() == '$((' else 1)]}, bash arithmetic with an operator "
+                        "or number btacalc does not evaluate")
+            continue
+        if m.group(1):
+            return f"{form}, an indirect expansion"
+        rest = m.group(3)
+        if m.group(2) in variables and rest and not re.fullmatch(r"\[[@*0-9]\]|\[[0-9]+\]|:?[-+?=].*", rest):
+            return f"{form}, a parameter expansion that {_PARAMETER_OPS.get(rest[0], 'bash expands')}"
+    return ""
+
+
+def _brace_expansion(statement: str) -> str:
+    """A brace expansion (`{1..4}`, `a{b,c}`) outside quotes in `statement`, which bash makes several words of."""
+    bare = "".join(" " * len(part) if literal else part for part, literal in _quoting(statement))
+    bare = re.sub(r'"(?:\\.|[^"\\])*"|\$\{[^}]*\}', lambda m: " " * len(m.group()), bare)
+    found = _BRACES.search(bare)
+    return f"{found.group()}, a brace expansion (bash makes a word of each item)" if found else ""
+
+
+def _mark(assigned: "re.Match[str]", statement: str, variables: dict[str, str], unexpandable: dict[str, str]) -> None:
+    """Remember a variable whose value holds a bash form btacalc does not expand (refused where the launch uses it);
+    bash brace-expands an array's elements, not a scalar's value (`X=a{b,c}` keeps the braces)."""
+    name, value = assigned.group(1), assigned.group(3)
+    form = (value.startswith("(") and _brace_expansion(statement)) or _leftover(value, variables)
+    if form:
+        unexpandable[name] = form
+    else:
+        unexpandable.pop(name, None)
+
+
+def _refuse_unexpanded(statement: str, expanded: str, variables: dict[str, str], unexpandable: dict[str, str],
+                       source: str) -> None:
+    """Refuse a launch command that holds a bash form btacalc does not expand as bash would (_leftover,
+    _brace_expansion), directly or through a variable whose value holds one."""
+    used = [n for n in unexpandable if re.search(r"\$\{?" + n + r"(?![A-Za-z0-9_])", statement)]
+    form = _brace_expansion(statement) or _leftover(expanded, variables)
+    if used:
+        form = f"{used[0]} holds {unexpandable[used[0]]}"
+    if form:
+        raise BtacalcError(f"{source}: {form}, which btacalc does not expand as bash does: give the value")
+
+
 def _defaults_taken(text: str, variables: dict[str, str], unread: list[str], source: str) -> list[str]:
     """What the plan took as unset that the run may not: the defaults (`${NAME:-default}`, `${NAME=default}`) of
     variables the file does not set beside a file it reads (`unread`: `source`, `.`, `eval`), and of the script's
@@ -165,6 +241,9 @@ def _defaults_taken(text: str, variables: dict[str, str], unread: list[str], sou
         notes.append(f"{source} runs {unread[0]}, which btacalc does not read: the defaults of {', '.join(named)} "
                      "(${NAME:-default}) were taken, as for a variable the file does not set; if that file sets them, "
                      "give the values in the launch")
+    if re.search(r"\$\{?[@*]", text):  # hostile23: "$@" was refused as a word without its flag
+        notes.append(f"{source} passes its arguments on ($@): btacalc reads it as run without them; if you pass "
+                     "arguments, add them to the launch")
     if arguments:
         notes.append(f"{source} reads its arguments ({', '.join('$' + n for n in arguments)}): btacalc reads it as run "
                      "without them, so their defaults (${1:-default}) were taken; if you pass arguments, give their "
@@ -351,6 +430,10 @@ def _quoting(text: str) -> list[tuple[str, bool]]:
             continue
         if c == '"':
             double = not double
+        elif text.startswith('$"', i) and not double:  # hostile23: $"..." (a translated string) read as "$..."
+            literal(i + 1, "")
+            i += 1
+            continue
         elif text.startswith("$'", i) and not double:
             m = _ANSI_C.match(text, i)
             end = m.end() if m else len(text)
@@ -399,9 +482,11 @@ def _expand_words(text: str, variables: dict[str, str], substituted: frozenset[s
         name, op, word = m.group(2) or m.group(6), m.group(4), m.group(5)
         if name in substituted:  # set by a command btacalc does not run: not unset, so not ${NAME:-default}
             return m.group(0)
+        # ${NAME[@]} and ${NAME[*]} unquoted: every element, split again; ${NAME[i]}: one element, unset past the end
+        key = name + ("[*]" if m.group(3) in ("[@]", "[*]") else m.group(3) or "")
+        value = variables.get(key)
         if op is None:
-            return variables.get(name, m.group(0))
-        value = variables.get(name)
+            return value if value is not None else "" if name in variables else m.group(0)
         given = value is not None and (value != "" or not op.startswith(":"))
         # the word is a word of its own: its variables expand, its single quotes keep theirs (review19). hostile22:
         # only `-` was read, and as `:-` (`E=` then `${E:-4}` gave the empty value); `${FP8:+--fp8-format hybrid}`
@@ -417,25 +502,92 @@ def _expand_words(text: str, variables: dict[str, str], substituted: frozenset[s
                                "the file")
         default = _expand(word, variables, substituted)
         if op[-1] == "=":  # bash assigns the word to the variable
-            variables[name] = default
+            _set_array(name, [default], variables)
         return default
 
+    def length(m: "re.Match[str]") -> str:  # hostile23: kept as written
+        name = m.group(1)
+        if name not in variables or name in substituted:
+            return m.group(0)
+        return str(len(_elements(name, variables)) if m.group(2) else len(variables[name]))
+
+    text = _ARGUMENTS.sub(lambda m: "0" if m.group().endswith(("#", "#}")) else "", _LENGTH.sub(length, text))
     text = _ARRAY_OR_VAR.sub(var, text)
 
     def arith(m: "re.Match[str]") -> str:
         # a bare name is its variable, as bash reads `$((GPUS_PER_NODE*NNODES))` (hostile20: refused "takes an
-        # integer, got '$((L*2))'"); one the file does not set to an integer stays, and the expression with it
+        # integer, got '$((L*2))'"), in parentheses (bash takes a variable's value as one operand: L=-2, L**2 is 4);
+        # one the file does not set to an integer stays, and the expression with it
+        body = m.group(1) if m.group(1) is not None else m.group(2)
+        if re.search(r"(\+\+|--)\s*[A-Za-z_]|[A-Za-z_][A-Za-z0-9_]*\s*(\+\+|--)", body):
+            return m.group(0)  # ++NAME, NAME-- change the variable: _leftover refuses them in the launch
         expr = re.sub(r"\b[A-Za-z_][A-Za-z0-9_]*\b",
-                      lambda n: variables[n.group()] if re.fullmatch(r"-?\d+", variables.get(n.group(), "")) else
-                      n.group(), m.group(1))
+                      lambda n: f"({variables[n.group()]})" if re.fullmatch(r"-?\d+", variables.get(n.group(), ""))
+                      else n.group(), body)
         if re.fullmatch(r"[\d\s+*/%()-]+", expr):
             try:
-                return str(_whole(_safe_eval(expr)))
+                return str(_bash_arithmetic(expr))
             except ValueError as exc:
-                raise BtacalcError(f"bash arithmetic $(({_cut(expr.strip())})): {exc}") from None
+                raise BtacalcError(f"bash arithmetic {_cut(m.group())}: {exc}") from None
         return m.group(0)
 
     return _ARITH.sub(arith, text)
+
+
+def _bash_arithmetic(expr: str) -> int:
+    """An integer expression of + - * / % ** and parentheses as bash evaluates it (bash manual, Shell Arithmetic), by
+    its own precedence: a unary sign binds tighter than `**` (-2**2 is 4), `**` is right-associative, a leading 0 is
+    octal (010 is 8), `//` is a syntax error. hostile23: Python's reading (_safe_eval) gave -4, 10 and 3."""
+    tokens = re.findall(r"\d+|\*\*|\S", expr)
+    try:
+        value, end = _bash_sum(tokens, 0)
+    except RecursionError:  # a thousand signs or powers in a row
+        raise ValueError(f"{_cut(expr.strip())!r} nests too deeply") from None
+    if end != len(tokens):
+        raise ValueError(f"{_cut(expr.strip())!r} is not an integer expression (a syntax error at "
+                         f"{' '.join(tokens[end:end + 2])!r}: bash stops the script there)")
+    return value
+
+
+_BASH_STEPS: dict[str, Callable[[int, int], int]] = {
+    "+": lambda a, b: _bounded(a + b), "-": lambda a, b: _bounded(a - b), "*": lambda a, b: _bounded(a * b),
+    "/": lambda a, b: _divided(a, b), "%": lambda a, b: _remainder(a, b)}
+
+
+def _bash_sum(t: list[str], i: int, ops: str = "+-") -> tuple[int, int]:
+    """A sum (ops "+-") of products, or a product ("*/%") of powers, from token i: (value, the next token)."""
+    value, i = _bash_sum(t, i, "*/%") if ops == "+-" else _bash_power(t, i)
+    while i < len(t) and t[i] in ops:
+        right, j = _bash_sum(t, i + 1, "*/%") if ops == "+-" else _bash_power(t, i + 1)
+        value, i = _BASH_STEPS[t[i]](value, right), j
+    return value, i
+
+
+def _bash_power(t: list[str], i: int) -> tuple[int, int]:
+    base, i = _bash_unary(t, i)
+    if i < len(t) and t[i] == "**":
+        exponent, i = _bash_power(t, i + 1)
+        return _power(base, exponent), i
+    return base, i
+
+
+def _bash_unary(t: list[str], i: int) -> tuple[int, int]:
+    if i >= len(t):
+        raise ValueError("an operand is missing (a syntax error: bash stops the script there)")
+    if t[i] in "+-":
+        value, j = _bash_unary(t, i + 1)
+        return _bounded(-value if t[i] == "-" else value), j
+    if t[i] == "(":
+        value, j = _bash_sum(t, i + 1)
+        if j >= len(t) or t[j] != ")":
+            raise ValueError("a parenthesis is not closed")
+        return value, j + 1
+    if not t[i].isdigit():
+        raise ValueError(f"{t[i]!r} where an operand stands (a syntax error: bash stops the script there)")
+    try:
+        return _bounded(int(t[i], 8) if len(t[i]) > 1 and t[i].startswith("0") else int(t[i])), i + 1
+    except ValueError:
+        raise ValueError(f"{t[i]}: value too great for base (a leading 0 is octal in bash)") from None
 
 
 def _safe_eval(expr: str) -> Any:
@@ -631,14 +783,42 @@ def _is_command(words: list[str]) -> bool:
 def _assign(m: "re.Match[str]", variables: dict[str, str], launch: Launch) -> None:
     name, append, value = m.group(1), m.group(2), m.group(3).strip()
     if value.startswith("(") and value.endswith(")"):
-        elements = shlex.split(value[1:-1])
-        quoted = shlex.join(elements)  # the array's elements as words, for "${NAME[@]}" (_expand)
-        variables[name + "[@]"] = (variables.get(name + "[@]", "") + " " + quoted).strip() if append else quoted
-        value = " ".join(elements)
+        elements = (_elements(name, variables) if append else []) + shlex.split(value[1:-1])
     else:
         parts = shlex.split(value) if value else [""]
         value = parts[0] if parts else ""
-    variables[name] = (variables.get(name, "") + " " + value).strip() if append else value
+        # hostile23: bash's += appends the text as it is (`L=3; L+=2` is 32; it was "3 2"); a value given to an
+        # array sets its first element
+        first = variables.get(name, "") + value if append else value
+        elements = [first, *_elements(name, variables)[1:]]
+    _set_array(name, elements, variables)
+    _exported(m, name, variables, launch)
+
+
+def _elements(name: str, variables: dict[str, str]) -> list[str]:
+    if name + "[@]" in variables:
+        return shlex.split(variables[name + "[@]"])
+    return [variables[name]] if name in variables else []
+
+
+def _forget(name: str, variables: dict[str, str]) -> None:
+    for key in [k for k in variables if k == name or k.startswith(name + "[")]:
+        del variables[key]
+
+
+def _set_array(name: str, elements: list[str], variables: dict[str, str]) -> None:
+    """NAME's elements: "${NAME[@]}" as words, unquoted ${NAME[@]} and ${NAME[*]} split again at blanks, ${NAME[i]},
+    and $NAME, the first element (bash manual, Arrays). hostile23: $NAME of an array was every element, so
+    `pretrain_gpt.py $MODEL_ARGS` read all the flags where bash passes the first alone."""
+    _forget(name, variables)
+    variables[name] = elements[0] if elements else ""
+    variables[name + "[@]"] = shlex.join(elements)
+    variables[name + "[*]"] = " ".join(elements)
+    for i, element in enumerate(elements):
+        variables[f"{name}[{i}]"] = element
+
+
+def _exported(m: "re.Match[str]", name: str, variables: dict[str, str], launch: Launch) -> None:
     if m.group(0).lstrip().startswith("export") or name.isupper() and name.startswith(("CUDA_", "NCCL_", "NVTE_",
                                                                                          "TORCH_", "PYTORCH_")):
         launch.env[name] = variables[name]
@@ -673,6 +853,50 @@ def _split_launcher(words: list[str], launch: Launch) -> list[str]:
     return words[script + 1:]
 
 
+# Megatron-LM's argparse choices (case-sensitive) for its string options: the Literal fields of TransformerConfig that
+# ArgumentGroupFactory turns into choices (megatron/training/argument_utils.py L120-155 @ d98e8a64; the line of each
+# field in megatron/core/transformer/transformer_config.py), the AttnBackend names (argument_utils.py L109-118,
+# core/transformer/enums.py L51-58) and arguments.py's own. hostile23: `--normalization rmsnorm`, `--attention-backend
+# FUSED` and `--moe-token-dispatcher-type AllToAll` were planned, `--moe-router-score-function Sigmoid` as softmax
+# and `--attention-backend banana` as flash, where Megatron-LM's argparse stops with "invalid choice"
+_TC = "megatron/core/transformer/transformer_config.py"
+ARGPARSE_CHOICES: dict[str, tuple[tuple[str, ...], str]] = {
+    "attention_backend": (("flash", "fused", "unfused", "local", "auto"), "megatron/core/transformer/enums.py:51"),
+    "softmax_type": (("vanilla", "off-by-one", "learnable"), f"{_TC}:170"),
+    "normalization": (("LayerNorm", "RMSNorm"), f"{_TC}:256"),
+    "experimental_attention_variant": (("gdn", "gdn2", "dsa", "gated_delta_net"), f"{_TC}:301"),
+    "dsa_kernel_backend": (("none", "tilelang", "cudnn"), f"{_TC}:340"),
+    "recompute_granularity": (("full", "selective"), f"{_TC}:532"),
+    "recompute_method": (("uniform", "block"), f"{_TC}:543"),
+    "kitchen_attention_backend": (("sdpa", "fa"), f"{_TC}:666"),
+    "moe_router_score_function": (("softmax", "sigmoid", "sqrtsoftplus"), f"{_TC}:808"),
+    "moe_router_dtype": (("fp32", "fp64"), f"{_TC}:811"),
+    "moe_token_dispatcher_type": (("allgather", "alltoall", "flex"), f"{_TC}:891"),
+    "moe_flex_dispatcher_backend": (("deepep", "hybridep", "ncclep"), f"{_TC}:898"),
+    "moe_token_drop_policy": (("probs", "position"), f"{_TC}:932"),
+    "moe_dispatch_fwd_dtype": (("bf16", "mxfp8"), f"{_TC}:997"),
+    "moe_combine_bwd_dtype": (("bf16", "mxfp8"), f"{_TC}:1004"),
+    "cuda_graph_impl": (("none", "local", "transformer_engine", "full_iteration"), f"{_TC}:1075"),
+    "batch_invariant_backend": (("te_native", "deepgemm", "triton"), f"{_TC}:1191"),
+    "symmetric_ar_type": (("two_shot", "one_shot", "multimem_all_reduce"), f"{_TC}:1211"),
+    "inference_grouped_gemm_backend": (("flashinfer", "torch", "vllm"), f"{_TC}:1228"),
+    "inference_moe_token_dispatcher_type": (("nccl", "nvls"), f"{_TC}:1244"),
+    "transformer_impl": (("local", "transformer_engine", "inference_optimized"), f"{_TC}:1314"),
+    "position_embedding_type": (("learned_absolute", "rope", "yarn", "mrope", "relative", "none"),
+                                "megatron/training/arguments.py:2397"),
+    "rope_type": (("rope", "yarn"), "megatron/training/arguments.py:2906"),
+}
+
+
+def _check_choice(launch: Launch, flag: Flag, value: str) -> None:
+    known = ARGPARSE_CHOICES.get(flag.dest)
+    if known is not None and value not in known[0]:
+        near = nearest_name(value, known[0])
+        raise BtacalcError(f"{launch.source}: {flag.flag} {_cut(repr(value))}: Megatron-LM's argparse takes one of "
+                           f"{', '.join(known[0])} (case-sensitive; {MEGATRON_LM_SHORT} {known[1]}) and stops the "
+                           "launch otherwise" + (f": did you mean {near}?" if near else ""))
+
+
 def _parse_args(words: list[str], launch: Launch) -> None:
     known, i = megatron_flags(), 0
     while i < len(words):
@@ -703,6 +927,7 @@ def _parse_args(words: list[str], launch: Launch) -> None:
                 value, i = words[i], i + 1
             else:
                 raise BtacalcError(f"{launch.source}: {name} needs a value")
+            _check_choice(launch, flag, value)
         else:
             items = [inline] if eq else []
             while i < len(words) and not words[i].startswith("--"):

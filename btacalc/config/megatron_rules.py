@@ -66,6 +66,13 @@ def _i(a: A, key: str, default: int = 1) -> int:
     return default if v is None else integer(v, key)
 
 
+def _moe(a: A) -> bool:
+    """An MoE launch: --num-experts at least 1. hostile23: a launch's "0" is a true string, so `--num-experts 0`, which
+    Megatron-LM reads as no experts (arguments.py L1648-1649: `if args.num_experts == 0: args.num_experts = None`), met
+    the MoE rules (a dense launch at TP 2 refused "MoE with tensor parallelism needs --sequence-parallel")."""
+    return _i(a, "num_experts", 0) != 0
+
+
 def _layers_for_split(a: A) -> int:
     return (_i(a, "num_layers", 0) + bool(a.get("account_for_embedding_in_pipeline_split"))
             + bool(a.get("account_for_loss_in_pipeline_split")))
@@ -262,12 +269,17 @@ RULES: tuple[Rule, ...] = (
          "--num-experts must be a multiple of --expert-model-parallel-size"),
     # the biases of an MoE model's linears (router and experts included: moe/router.py L67, experts.py L223, L246)
     # all come from --add-bias-linear, Megatron's default
-    Rule("moe-bias-etp", f"{TC}:2612", lambda a, e: bool(a.get("num_experts")) and a.get("add_bias_linear", True),
+    Rule("moe-bias-etp", f"{TC}:2612", lambda a, e: _moe(a) and a.get("add_bias_linear", True),
          lambda a, e: _i(a, "expert_tensor_parallel_size", _i(a, "tensor_model_parallel_size")) == 1,
          "biases in MoE layers (Megatron's default --add-bias-linear) need --expert-tensor-parallel-size 1"),
+    # hostile23: Megatron-Core refuses a shared-expert width of 0 or less; the rule below took "0" as a width
+    Rule("shared-expert-size", f"{TC}:1813", lambda a, e: a.get("moe_shared_expert_intermediate_size") is not None,
+         lambda a, e: _i(a, "moe_shared_expert_intermediate_size") > 0,
+         "--moe-shared-expert-intermediate-size must be positive (the shared experts' FFN width, num_shared_experts x "
+         "each one's)"),
     # review19: the shared experts take no bias, so a shared-expert model needs --disable-bias-linear
     Rule("shared-expert-bias", f"{SHARED_EXPERTS}:124",
-         lambda a, e: bool(a.get("num_experts")) and bool(a.get("moe_shared_expert_intermediate_size")),
+         lambda a, e: _moe(a) and _i(a, "moe_shared_expert_intermediate_size", 0) > 0,
          lambda a, e: not a.get("add_bias_linear", True),
          "shared experts take no bias: --moe-shared-expert-intermediate-size needs --disable-bias-linear"),
     Rule("expert-bias-score", f"{TC}:2617", lambda a, e: bool(a.get("moe_router_enable_expert_bias")),
@@ -275,11 +287,14 @@ RULES: tuple[Rule, ...] = (
          "--moe-router-enable-expert-bias (aux-loss-free routing) needs --moe-router-score-function sigmoid or "
          "sqrtsoftplus"),
     # semantics20: group-limited routing (DeepSeek-V3's n_group / topk_group), which the launch now states
-    Rule("router-groups", f"{TC}:2677", lambda a, e: bool(a.get("num_experts")) and bool(a.get("moe_router_group_topk")),
-         lambda a, e: bool(a.get("moe_router_num_groups")),
+    # hostile23: a launch's "0" is a true string; Megatron tests the integers (`if self.moe_router_group_topk:`,
+    # `if not self.moe_router_num_groups:`), so --moe-router-num-groups 0 fell through to the split rule's modulo
+    # (ZeroDivisionError) instead of this refusal
+    Rule("router-groups", f"{TC}:2677", lambda a, e: _moe(a)
+         and _i(a, "moe_router_group_topk", 0) != 0, lambda a, e: _i(a, "moe_router_num_groups", 0) != 0,
          "--moe-router-group-topk (group-limited routing) needs --moe-router-num-groups"),
-    Rule("router-groups-split", f"{TC}:2682", lambda a, e: bool(a.get("num_experts"))
-         and bool(a.get("moe_router_group_topk")) and bool(a.get("moe_router_num_groups")),
+    Rule("router-groups-split", f"{TC}:2682", lambda a, e: _moe(a)
+         and _i(a, "moe_router_group_topk", 0) != 0 and _i(a, "moe_router_num_groups", 0) != 0,
          lambda a, e: _i(a, "num_experts", 0) % _i(a, "moe_router_num_groups") == 0
          and _i(a, "moe_router_group_topk") <= _i(a, "moe_router_num_groups"),
          "--moe-router-num-groups must divide --num-experts and --moe-router-group-topk must not exceed it"),
@@ -297,7 +312,7 @@ RULES: tuple[Rule, ...] = (
     Rule("rope-type-attention", f"{ARG_UTILS}:339", lambda a, e: a.get("rope_type") is not None,
          lambda a, e: bool(a.get("multi_latent_attention")) or a.get("rope_type") == "rope",
          "--rope-type yarn is for multi-latent attention only: other attention takes rope"),
-    Rule("moe-tp-sp", f"{MOE_LAYER}:636", lambda a, e: bool(a.get("num_experts")) and
+    Rule("moe-tp-sp", f"{MOE_LAYER}:636", lambda a, e: _moe(a) and
          _i(a, "tensor_model_parallel_size") > 1, lambda a, e: bool(a.get("sequence_parallel")),
          "MoE with tensor parallelism needs --sequence-parallel in training"),
     # hostile22: a launch of more model-parallel ranks than processes (TP 16 on 8) stopped the batch rule below with

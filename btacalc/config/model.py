@@ -100,12 +100,13 @@ class YarnScaling(BaseModel):
     config gives both). Numerics of the same shapes: no change to memory, FLOPs or time; the launch states them."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    factor: float = Field(gt=1, description="the context extension (rope_scaling factor)")
+    # hostile23: inf and nan were taken (an MLA launch's --mscale nan, --rotary-scaling-factor inf planned)
+    factor: float = Field(gt=1, allow_inf_nan=False, description="the context extension (rope_scaling factor)")
     original_max_position_embeddings: int = Field(gt=0, description="the positions the rotary base was trained on")
-    beta_fast: float = Field(32.0, gt=0)
-    beta_slow: float = Field(1.0, gt=0)
-    mscale: Optional[float] = None
-    mscale_all_dim: Optional[float] = None
+    beta_fast: float = Field(32.0, gt=0, allow_inf_nan=False)
+    beta_slow: float = Field(1.0, gt=0, allow_inf_nan=False)
+    mscale: Optional[float] = Field(None, allow_inf_nan=False)
+    mscale_all_dim: Optional[float] = Field(None, allow_inf_nan=False)
     truncate: bool = Field(True, description="round the correction range to whole dimensions (Megatron-Core's "
                            "yarn_correction_range_round_to_int)")
 
@@ -214,7 +215,7 @@ class ModelSpec(BaseModel):
     router_groups: int = Field(1, ge=1, description="group-limited routing (DeepSeek-V3's n_group): the experts in this "
                                "many equal groups, a token's top k taken from its router_group_topk best groups")
     router_group_topk: int = Field(1, ge=1, description="the groups a token's experts come from (topk_group)")
-    router_scale: float = Field(1.0, gt=0, description="the k routing weights times this (routed_scaling_factor)")
+    router_scale: float = Field(1.0, gt=0, allow_inf_nan=False, description="the k routing weights times this (routed_scaling_factor)")
     router_score_bias: bool = Field(False, description="aux-loss-free balancing (DeepSeek-V3's topk_method noaux_tc, "
                                     "e_score_correction_bias): a per-expert bias added to the scores for the choice "
                                     "only")

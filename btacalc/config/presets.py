@@ -11,7 +11,7 @@ from ..errors import BtacalcError
 from ..paths import preset_names, presets_dir
 from .hf import load_hf_config
 from .model import ModelSpec, validate_model
-from .text import name_text, nearest_name
+from .text import name_not_file, name_text, nearest_name
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -51,6 +51,12 @@ def resolve_model(name_or_path: str, name: Optional[str] = None) -> ModelSpec:
             name = name_text(name)
         except ValueError as exc:
             raise BtacalcError(f"{{name}} {exc}") from None
+    with name_not_file("model", "model", name_or_path):
+        spec = _resolve_model(name_or_path, name)
+    return spec if name is None else spec.model_copy(update={"name": name})
+
+
+def _resolve_model(name_or_path: str, name: Optional[str]) -> ModelSpec:
     path = Path(name_or_path)
     if name_or_path in preset_names():
         spec = load_preset(name_or_path)
@@ -67,4 +73,4 @@ def resolve_model(name_or_path: str, name: Optional[str] = None) -> ModelSpec:
         if path.suffix == ".json" or "/" in name_or_path:
             raise BtacalcError(f"{{model}}: model file {name_or_path!r} not found{_repository_hint(name_or_path)}")
         spec = load_preset(name_or_path)
-    return spec if name is None else spec.model_copy(update={"name": name})
+    return spec

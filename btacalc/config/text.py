@@ -4,13 +4,15 @@ so no renderer (terminal, JSON, CSV) ever sees a control character or a lone sur
 from __future__ import annotations
 
 import difflib
+import errno
 import re
 import unicodedata
-from typing import Annotated, Any, Iterable, Optional
+from contextlib import contextmanager
+from typing import Annotated, Any, Iterable, Iterator, Optional
 
 from pydantic import AfterValidator
 
-from ..errors import clean_text
+from ..errors import BtacalcError, clean_text
 
 CleanText = Annotated[str, AfterValidator(clean_text)]
 
@@ -33,6 +35,20 @@ def name_text(text: str) -> str:
     r"""A name the user typed (`--name`), cleaned as a `Name` field is (clean_text, then visible); ValueError when
     nothing visible is left (hostile15: `--name $'\x01'` passed its check of spaces and named the model "")."""
     return _not_blank(clean_text(text))
+
+
+@contextmanager
+def name_not_file(option: str, what: str, name: str) -> Iterator[None]:
+    """Looking `name` up as a file: a name too long for one (ENAMETOOLONG) is an unknown name, said in one short line.
+    hostile23: `--hw` or `--model` of 300 characters was "cannot read or write /.../hardware_profiles/hhh...: File
+    name too long", the whole name echoed (100,000 characters on one line)."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno != errno.ENAMETOOLONG:
+            raise
+        raise BtacalcError(f"{{{option}}}: unknown {what} {cut(repr(name))}: no built-in name, and at {len(name):,} "
+                           "characters too long to be a file's") from None
 
 
 def cut(text: str) -> str:

@@ -32,7 +32,7 @@ import statistics
 import sys
 import unicodedata
 from pathlib import Path
-from typing import Any, Callable, Literal, Optional, Union
+from typing import Any, Callable, Literal, Optional, Union, get_args
 
 from pydantic import (BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, field_validator,
                       model_serializer, model_validator)
@@ -46,6 +46,7 @@ from ..config.precision import recipe as precision_recipe
 from ..config.te_release import container_te
 from ..config.cerebras_release import release_gain
 from ..config.presets import resolve_model
+from ..config.named_tables import did_you_mean
 from ..config.attention_kernels import attention_kernel
 from ..config.tp_overlap import UbTable, ub_table
 from ..errors import BtacalcError, first_validation_error
@@ -329,6 +330,15 @@ class MeasuredRun(BaseModel):
                 raise ValueError(f"key {str(key)[:60]!r} is not a run field: did you mean {near!r}? (keys that are "
                                  "not near a field's name are carried through unread)")
         return data
+
+    @field_validator("precision", mode="before")
+    @classmethod
+    def _a_precision(cls, v: Any) -> Any:
+        """hostile23: "BF16" was refused listing the names, as --precision BF16 is now refused naming bf16."""
+        names = get_args(cls.model_fields["precision"].annotation)
+        if isinstance(v, str) and v not in names:
+            raise ValueError(f"{v[:20]!r} is not one of {', '.join(names)}{did_you_mean(v, names)}")
+        return v
 
     @field_validator("software_date")
     @classmethod
