@@ -109,6 +109,25 @@ def test_the_attention_core_runs_the_causal_blocks_in_time_not_in_the_flop_count
     assert attention_core_time_factor(_problem(devices=8), {"s": s, "w": 1024}, True) == 1.0
 
 
+def test_eager_attention_computes_the_whole_square_whatever_the_count():
+    """Eager attention materialises every score and masks it (Megatron-LM's unfused attention: baddbmm over the
+    whole s x s matrix, then scale-mask-softmax), so its time follows s x s: factor 1 under the s² count; under
+    --causal's count of s(s+1)/2 entries, 2s/(s + 1) (attngemm found it timed at the halved count, about half its
+    work); a sliding-window layer counted s x w, s/w (with --causal, s/w over (2sw - w² + w)/(2sw))."""
+    from btacalc.model.gpu.rates import attention_core_time_factor
+
+    s, w = 4096, 1024
+    eager = _problem(run=RunOptions(seq_len=s, attention="eager"), devices=8)
+    causal = _problem(run=RunOptions(seq_len=s, attention="eager", causal=True), devices=8)
+    assert attention_core_time_factor(eager, {"s": s, "w": s}, False) == 1.0
+    assert attention_core_time_factor(causal, {"s": s, "w": s}, False) == pytest.approx(2 * s / (s + 1))
+    assert attention_core_time_factor(eager, {"s": s, "w": w}, True) == pytest.approx(s / w)
+    counted = (2 * s * w - w * w + w) / (2 * s * w)
+    assert attention_core_time_factor(causal, {"s": s, "w": w}, True) == pytest.approx(s / w / counted)
+    # the counted FLOPs x the factor are the whole square's: the same kernel time under either convention
+    assert (s + 1) / (2 * s) * attention_core_time_factor(causal, {"s": s, "w": s}, False) == pytest.approx(1.0)
+
+
 def test_a_full_attention_layer_without_a_window_runs_the_causal_blocks():
     """Regression: a model without a sliding window carries the window symbol w = 1 (ModelSpec.symbol_values),
     which the catalogue replaces by s in full-attention layers; the clock must read w = s there too, so

@@ -235,9 +235,10 @@ def attention_core_block_share(flash: bool, s: Any, w: Any, windowed: bool) -> A
     `attention_core` GEMMs write them: n or k = s keys, or a sliding-window layer's w) that the kernel runs, as the
     core is timed (`attention_core_time_factor` x the counted share): a causal FlashAttention kernel over a
     full-attention layer `causal_block_fraction(s)` (Dao 2023, arXiv 2307.08691, §3.1.1), 1 over a window's band
-    (its counted s x w) and for eager attention (the whole matrix, masked)."""
+    (its counted s x w); eager attention runs the whole s x s matrix, masked: 1 over a full-attention layer, s / w
+    over a sliding-window layer's rows (whose n or k is the window: `_eager_core_time_factor`)."""
     if not flash:
-        return 1.0
+        return 1.0 if not windowed else s / w
     runs = causal_block_fraction(s)
     return runs if not windowed else where(w < s, 1.0, runs)
 
@@ -249,7 +250,7 @@ def attention_core_time_factor(problem: Problem, symbols: dict[str, Any], window
     A full-attention layer (`windowed` false) has w = s, as the catalogue reads it (Selection.term_expression):
     the model's window symbol is only the window of its sliding-window layers."""
     if problem.run.attention != "flash":
-        return 1.0  # eager attention computes the whole score matrix and masks it
+        return _eager_core_time_factor(problem, symbols, windowed)
     if type(symbols["s"]) in PYTHON_NUMBERS and type(symbols["w"]) in PYTHON_NUMBERS:
         s1 = float(symbols["s"])
         return _one_core_time_factor(s1, float(symbols["w"]) if windowed else s1, problem.run.causal)
@@ -262,6 +263,21 @@ def attention_core_time_factor(problem: Problem, symbols: dict[str, Any], window
 
 
 PYTHON_NUMBERS = (int, float)
+
+
+def _eager_core_time_factor(problem: Problem, symbols: dict[str, Any], windowed: bool) -> Any:
+    """Eager (materialised) attention computes every entry of the s x s score matrix and masks it (Megatron-LM's
+    unfused DotProductAttention: baddbmm over the whole matrix, then the fused scale-mask-softmax): its work is the
+    full square whatever the FLOP convention counts. So the time factor is the full square over the counted entries:
+    1 under the papers' s x s count, s / w for a sliding-window layer's s x w count, and 2sw / (2sw - w^2 + w) under
+    --causal's unmasked count (attngemm found the causal case timed at the halved count: about half the work)."""
+    if not problem.run.causal and not windowed:
+        return 1.0
+    s = np.asarray(symbols["s"], dtype=float)
+    w = np.asarray(symbols["w"], dtype=float) if windowed else s
+    counted = (2 * s * w - w * w + w) / (2 * s * w) if problem.run.causal else 1.0
+    out = s / w / counted
+    return float(out) if np.ndim(out) == 0 else out
 
 
 def _one_core_time_factor(s: float, w: float, causal: bool) -> float:
