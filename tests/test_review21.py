@@ -3,11 +3,17 @@ hostile23, runs10); docs/story.md "review21". The argparse-choice cases are in t
 
 from __future__ import annotations
 
+import json
+import re
+
 from btacalc.cli.options import AttentionKernelOpt
 from btacalc.config.attention_kernels import attention_kernel
 from btacalc.config.hardware import resolve_hardware
+from btacalc.config.megatron_run import import_megatron
+from btacalc.config.presets import load_preset
 from btacalc.planning.measured import Recipe
 from btacalc.planning.report import Inputs
+from support import emitted, hf_config
 
 
 def _default_kernel_texts() -> list[str]:
@@ -26,3 +32,27 @@ def test_the_default_kernel_is_not_described_as_the_large_gemm_rate_where_it_has
         assert "default: the large-GEMM rate" not in text and "default (the attention core at the device's " \
             "large-GEMM rate" not in text, text
         assert "large-GEMM rate" in text  # the fallback where the file has no rate is still said
+
+
+def test_a_read_back_numeric_is_said_with_every_digit(cli):
+    """`:g` kept six digits: a Qwen3 launch of --rotary-base 1000001 and --norm-epsilon 1.0000001e-06 was read back
+    with the notes "the run trains the RoPE base 1e+06 ..., not qwen3-30b-a3b's rope_theta 1e+06" (and the same of the
+    epsilons): a difference said in numbers that do not differ."""
+    preset = load_preset("qwen3-30b-a3b").numerics
+    assert preset.rope_theta is not None and preset.norm_eps is not None
+    theta, eps = int(preset.rope_theta) + 1, preset.norm_eps * (1 + 1e-7)
+    launch = emitted(cli, "--model qwen3-30b-a3b --hw h100 --devices 8 --ep 8")
+    launch = launch.replace(f"--rotary-base {int(preset.rope_theta)} ", f"--rotary-base {theta} ")
+    launch = re.sub(r"--norm-epsilon \S+", f"--norm-epsilon {eps!r}", launch)
+    notes = [n for n in import_megatron(launch, "m.sh").notes if "another model" in n]
+    assert len(notes) == 2, notes
+    assert f"RoPE base {theta} " in notes[0] and f"rope_theta {int(preset.rope_theta)} " in notes[0]
+    assert f"norm epsilon {eps!r} " in notes[1] and f"norm epsilon {preset.norm_eps!r} " in notes[1]
+
+
+def test_a_rope_base_that_is_no_integer_is_said_as_it_is(cli, tmp_path):
+    """The launch's comment said "the model's RoPE base 500000 is no integer" of a config.json's rope_theta 500000.5."""
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({**hf_config("llama-3-8b"), "rope_theta": 500000.5}))
+    launch = emitted(cli, f"--model {config} --hw h100 --devices 8")
+    assert "the model's RoPE base 500000.5 is no integer" in launch and "    --rotary-base" not in launch

@@ -28,6 +28,7 @@ from .megatron_codec import (MIXED_PRECISION_OVERWRITES, MODEL_ROWS, OVERWRITTEN
 from .megatron_launch import ArgumentValueError, BridgeText, Launch, integer, read_launch
 from .megatron_rules import describe, violations
 from .model import MAX_COUNT, MAX_COUNT_TEXT, MAX_LAYERS, ModelSpec, validate_model
+from .text import exact_number
 
 if TYPE_CHECKING:
     from .hardware import HardwareProfile
@@ -624,7 +625,8 @@ def _preset_numerics(data: dict[str, Any], preset: ModelSpec, notes: list[str]) 
         if mine is None:
             numerics[field] = model
         elif model is not None and mine != model:
-            notes.append(f"the run trains the {what} {mine:g} ({flags}), not {preset.name}'s {config_key} {model:g} "
+            notes.append(f"the run trains the {what} {exact_number(mine)} ({flags}), not {preset.name}'s {config_key} "
+                         f"{exact_number(model)} "
                          f"({theirs.source or preset.source}): another model than the preset's")
     for field, flag in (("mlp_activation", "--squared-relu / model.activation_func"),
                         ("norm_zero_centered", "--apply-layernorm-1p / model.layernorm_zero_centered_gamma")):
