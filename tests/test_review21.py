@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+
+import pytest
 
 from btacalc.cli.options import AttentionKernelOpt
 from btacalc.config.attention_kernels import attention_kernel
 from btacalc.config.hardware import resolve_hardware
+from btacalc.config.megatron_launch import read_launch
 from btacalc.config.megatron_run import import_megatron
 from btacalc.config.presets import load_preset
+from btacalc.errors import BtacalcError
 from btacalc.planning.measured import Recipe
 from btacalc.planning.report import Inputs
 from support import emitted, hf_config
@@ -56,3 +61,30 @@ def test_a_rope_base_that_is_no_integer_is_said_as_it_is(cli, tmp_path):
     config.write_text(json.dumps({**hf_config("llama-3-8b"), "rope_theta": 500000.5}))
     launch = emitted(cli, f"--model {config} --hw h100 --devices 8")
     assert "the model's RoPE base 500000.5 is no integer" in launch and "    --rotary-base" not in launch
+
+
+def _bash_num_layers(script: str) -> str:
+    """The --num-layers value bash itself passes (the launch's python replaced by a function printing its words)."""
+    run = subprocess.run(["bash", "-c", "python() { printf '%s\\n' \"$@\"; }\n" + script], capture_output=True,
+                         text=True, check=True)
+    words = run.stdout.split("\n")
+    return words[words.index("--num-layers") + 1]
+
+
+@pytest.mark.parametrize("before", ["L=3\nunset L\n", "L=3\nunset -v M L\n", "A=(3 5)\nunset A\n",
+                                    "L=$(echo 3)\nunset L\n"])
+def test_an_unset_variable_takes_its_default_as_in_bash(before):
+    """bash's `unset` was passed over: `L=3; unset L; ... ${L:-9}` planned 3 layers where bash passes 9."""
+    script = before + "python pretrain_gpt.py --num-layers ${L:-9} ${A:+--x}\n"
+    assert read_launch(script, "l.sh").args["num_layers"] == _bash_num_layers(script) == "9"
+
+
+def test_an_unset_export_leaves_the_launchs_environment():
+    launch = read_launch("export NCCL_ALGO=Ring\nexport CUDA_DEVICE_MAX_CONNECTIONS=1\nunset NCCL_ALGO\n"
+                         "python pretrain_gpt.py --num-layers 4\n", "l.sh")
+    assert launch.env == {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+
+
+def test_the_unset_of_an_array_element_is_refused():
+    with pytest.raises(BtacalcError, match=r"unset A\[1\]: btacalc follows the unset of a variable"):
+        read_launch("A=(3 5)\nunset A[1]\npython pretrain_gpt.py --num-layers ${A[1]:-9}\n", "l.sh")
