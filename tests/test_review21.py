@@ -88,3 +88,15 @@ def test_an_unset_export_leaves_the_launchs_environment():
 def test_the_unset_of_an_array_element_is_refused():
     with pytest.raises(BtacalcError, match=r"unset A\[1\]: btacalc follows the unset of a variable"):
         read_launch("A=(3 5)\nunset A[1]\npython pretrain_gpt.py --num-layers ${A[1]:-9}\n", "l.sh")
+
+
+def test_squared_relu_beside_quick_geglu_trains_squared_relu_as_megatron_does(cli):
+    """argument_utils.py L314-326 @ d98e8a64: `if args.squared_relu: assert not args.swiglu ... elif args.quick_geglu`:
+    Megatron-LM asserts only against --swiglu and passes --quick-geglu over; the reader refused the launch saying
+    Megatron asserts. Nemotron-4's launch with --quick-geglu added reads back as the preset's squared-ReLU MLP."""
+    preset = load_preset("nemotron4-15b")
+    launch = emitted(cli, "--model nemotron4-15b --hw h100 --devices 8 --tp 8")
+    assert "--squared-relu" in launch
+    run = import_megatron(launch.replace("--squared-relu", "--squared-relu --quick-geglu"), "m.sh")
+    assert (run.model.mlp, run.model.mlp_activation) == (preset.mlp, preset.mlp_activation) == ("gelu", "squared_relu")
+    assert [flag for flag, _ in run.ignored] == ["--quick-geglu"]

@@ -85,6 +85,10 @@ IGNORED: tuple[tuple[str, str], ...] = (
     (r"(tp_comm_overlap_.*|tp_comm_.*_(ag|rs|dgrad|wgrad).*|tp_comm_bulk_.*)",
      "tensor-parallel overlap tuning: btacalc models --tp-comm-overlap on or off"),
     (r"(attention_dropout|hidden_dropout)", "read as the model's dropout (on when either is above 0)"),
+    # read unless --squared-relu takes the MLP (megatron_codec._dec_mlp)
+    (r"quick_geglu",
+     "passed over under --squared-relu: Megatron-LM trains squared ReLU (megatron/training/argument_utils.py "
+     "L320-326 @ d98e8a64: `elif args.quick_geglu`)"),
     # Read under --bf16; listed only beside --fp16 (hostile17: it was read there without a word)
     (r"grad_reduce_in_bf16",
      "no effect under --fp16: Megatron-LM reads it only under --bf16 (megatron/training/arguments.py L1213 @ "
