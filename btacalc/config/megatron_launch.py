@@ -129,10 +129,7 @@ def read_launch(text: str, source: str = "-") -> Launch:
             pieces = [shlex.split(piece) for piece in raw_pieces]
         except ValueError as exc:
             raise BtacalcError(f"{source}: cannot read the line {statement.strip()[:60]!r}: {exc}") from None
-        if not words:
-            continue
-        if words[0] == "unset":
-            _unset(words[1:], (variables, unexpandable, launch.env), substituted, source)
+        if not words or _unset(words, (variables, unexpandable, launch.env), substituted, source):
             continue
         if pieces:  # `cd /x && torchrun ... pretrain_gpt.py ... 2>&1 | tee log`: the launch is the piece with the script
             for piece, raw in ((p, r) for p, r in zip(pieces, raw_pieces) if _is_command(p)):
@@ -809,20 +806,21 @@ def _forget(name: str, variables: dict[str, str]) -> None:
         del variables[key]
 
 
-def _unset(words: list[str], tables: tuple[dict[str, str], ...], substituted: set[str], source: str) -> None:
-    """bash's `unset [-v] NAME...`: each variable (and its exported value) is gone, so a later `${NAME:-default}` takes
-    the default (review21: `L=3; unset L; ... ${L:-9}` read 3, and an unset NCCL_ or CUDA_ export stayed in the
-    launch's environment). `unset -f` removes functions, which btacalc does not read; an array element's unset is
-    refused."""
-    if words[:1] == ["-f"]:
-        return
-    for name in words[1:] if words[:1] in (["-v"], ["-n"]) else words:
+def _unset(words: list[str], tables: tuple[dict[str, str], ...], substituted: set[str], source: str) -> bool:
+    """bash's `unset [-v] NAME...` (True; False for another statement): each variable (and its exported value) is
+    gone, so a later `${NAME:-default}` takes the default (review21: `L=3; unset L; ... ${L:-9}` read 3, and an unset
+    NCCL_ or CUDA_ export stayed in the launch's environment). `unset -f` removes functions, which btacalc does not
+    read; an array element's unset is refused."""
+    if words[0] != "unset" or words[1:2] == ["-f"]:
+        return words[0] == "unset"
+    for name in words[2:] if words[1:2] in (["-v"], ["-n"]) else words[1:]:
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
             raise BtacalcError(f"{source}: unset {_cut(name)}: btacalc follows the unset of a variable, not of "
                                "an array element or another form: give the values")
         for table in tables:
             _forget(name, table)
         substituted.discard(name)
+    return True
 
 
 def _set_array(name: str, elements: list[str], variables: dict[str, str]) -> None:
