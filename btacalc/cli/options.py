@@ -105,8 +105,8 @@ RECOMPUTE_HELP = ("Activation recomputation: none, selective, full, or Megatron 
 RecomputeOpt = typer.Option(None, "--recompute", help=help_text(RECOMPUTE_HELP + " [default: per device]."))
 AttentionOpt = typer.Option(None, "--attention", help=help_text("eager (materialised s² scores) or flash [default: per device]."))
 AttentionKernelOpt = typer.Option(None, "--attention-kernel", help=help_text(
-    "The fused attention kernel: default (the attention core at the device's large-GEMM rate, as cuDNN / "
-    "TransformerEngine run it) or triton-flash (llm-foundry's attn_impl triton: on Hopper at half of "
+    "The fused attention kernel: default (TransformerEngine's fused attention in Megatron-LM: cuDNN's benchmarked "
+    "rate on Hopper and on B200 / GB200, FlashAttention-2's on A100, else the device's large-GEMM rate) or triton-flash (llm-foundry's attn_impl triton: on Hopper at half of "
     "FlashAttention-2's published 35% of the peak on the causal blocks it runs) or flash-attn-2 (the CUDA "
     "FlashAttention-2 TransformerEngine 1.0 ran: 0.293 of the peak on Hopper); btacalc/data/attention_kernels.toml "
     "[default: default]."))

@@ -657,7 +657,7 @@ class ExecutionRequest:
     recompute: Optional[str] = None
     attention: Optional[str] = None
     causal: bool = False
-    attention_kernel: Optional[str] = None  # None: DEFAULT_ATTENTION_KERNEL (the large-GEMM rate)
+    attention_kernel: Optional[str] = None  # None: DEFAULT_ATTENTION_KERNEL (attention_kernels.toml)
     loss: Optional[str] = None
     accounting: str = "ideal"
     memory_model: Optional[str] = None

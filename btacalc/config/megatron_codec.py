@@ -397,9 +397,13 @@ def _dec_mlp(get: Get) -> Fields:
     offset, clamp = (None if get(dest) is None else real(get(dest), dest)
                      for dest in ("glu_linear_offset", "activation_func_clamp_value"))
     squared = _bool(get("squared_relu"))
-    if squared and (_bool(get("swiglu")) or _bool(get("quick_geglu"))):  # argument_utils.py L320-325 asserts
-        raise BtacalcError("Megatron --squared-relu with --swiglu or --quick-geglu: Megatron-LM asserts one "
-                           "activation (argument_utils.py L320-325 @ d98e8a64)")
+    if squared and _bool(get("swiglu")):  # argument_utils.py L320-321 asserts
+        raise BtacalcError("Megatron --squared-relu with --swiglu: Megatron-LM asserts one activation "
+                           "(argument_utils.py L320-321 @ d98e8a64)")
+    if squared:
+        # review21: Megatron-LM takes squared ReLU and passes --quick-geglu over (L320-326: `elif args.quick_geglu`);
+        # the launch was refused as if it asserted. Left unread, --quick-geglu is listed (megatron_run.IGNORED)
+        return {"model.mlp": "gelu", "model.glu_activation": "silu", "model.mlp_activation": "squared_relu"}
     if not _bool(get("quick_geglu")):
         if offset or clamp is not None:
             raise BtacalcError("Megatron --glu-linear-offset / --activation-func-clamp-value without --quick-geglu: "

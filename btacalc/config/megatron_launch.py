@@ -129,7 +129,7 @@ def read_launch(text: str, source: str = "-") -> Launch:
             pieces = [shlex.split(piece) for piece in raw_pieces]
         except ValueError as exc:
             raise BtacalcError(f"{source}: cannot read the line {statement.strip()[:60]!r}: {exc}") from None
-        if not words:
+        if not words or _unset(words, (variables, unexpandable, launch.env), substituted, source):
             continue
         if pieces:  # `cd /x && torchrun ... pretrain_gpt.py ... 2>&1 | tee log`: the launch is the piece with the script
             for piece, raw in ((p, r) for p, r in zip(pieces, raw_pieces) if _is_command(p)):
@@ -806,6 +806,23 @@ def _forget(name: str, variables: dict[str, str]) -> None:
         del variables[key]
 
 
+def _unset(words: list[str], tables: tuple[dict[str, str], ...], substituted: set[str], source: str) -> bool:
+    """bash's `unset [-v] NAME...` (True; False for another statement): each variable (and its exported value) is
+    gone, so a later `${NAME:-default}` takes the default (review21: `L=3; unset L; ... ${L:-9}` read 3, and an unset
+    NCCL_ or CUDA_ export stayed in the launch's environment). `unset -f` removes functions, which btacalc does not
+    read; an array element's unset is refused."""
+    if words[0] != "unset" or words[1:2] == ["-f"]:
+        return words[0] == "unset"
+    for name in words[2:] if words[1:2] in (["-v"], ["-n"]) else words[1:]:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise BtacalcError(f"{source}: unset {_cut(name)}: btacalc follows the unset of a variable, not of "
+                               "an array element or another form: give the values")
+        for table in tables:
+            _forget(name, table)
+        substituted.discard(name)
+    return True
+
+
 def _set_array(name: str, elements: list[str], variables: dict[str, str]) -> None:
     """NAME's elements: "${NAME[@]}" as words, unquoted ${NAME[@]} and ${NAME[*]} split again at blanks, ${NAME[i]},
     and $NAME, the first element (bash manual, Arrays). hostile23: $NAME of an array was every element, so
@@ -853,43 +870,28 @@ def _split_launcher(words: list[str], launch: Launch) -> list[str]:
     return words[script + 1:]
 
 
-# Megatron-LM's argparse choices (case-sensitive) for its string options: the Literal fields of TransformerConfig that
-# ArgumentGroupFactory turns into choices (megatron/training/argument_utils.py L120-155 @ d98e8a64; the line of each
-# field in megatron/core/transformer/transformer_config.py), the AttnBackend names (argument_utils.py L109-118,
-# core/transformer/enums.py L51-58) and arguments.py's own. hostile23: `--normalization rmsnorm`, `--attention-backend
-# FUSED` and `--moe-token-dispatcher-type AllToAll` were planned, `--moe-router-score-function Sigmoid` as softmax
-# and `--attention-backend banana` as flash, where Megatron-LM's argparse stops with "invalid choice"
-_TC = "megatron/core/transformer/transformer_config.py"
-ARGPARSE_CHOICES: dict[str, tuple[tuple[str, ...], str]] = {
-    "attention_backend": (("flash", "fused", "unfused", "local", "auto"), "megatron/core/transformer/enums.py:51"),
-    "softmax_type": (("vanilla", "off-by-one", "learnable"), f"{_TC}:170"),
-    "normalization": (("LayerNorm", "RMSNorm"), f"{_TC}:256"),
-    "experimental_attention_variant": (("gdn", "gdn2", "dsa", "gated_delta_net"), f"{_TC}:301"),
-    "dsa_kernel_backend": (("none", "tilelang", "cudnn"), f"{_TC}:340"),
-    "recompute_granularity": (("full", "selective"), f"{_TC}:532"),
-    "recompute_method": (("uniform", "block"), f"{_TC}:543"),
-    "kitchen_attention_backend": (("sdpa", "fa"), f"{_TC}:666"),
-    "moe_router_score_function": (("softmax", "sigmoid", "sqrtsoftplus"), f"{_TC}:808"),
-    "moe_router_dtype": (("fp32", "fp64"), f"{_TC}:811"),
-    "moe_token_dispatcher_type": (("allgather", "alltoall", "flex"), f"{_TC}:891"),
-    "moe_flex_dispatcher_backend": (("deepep", "hybridep", "ncclep"), f"{_TC}:898"),
-    "moe_token_drop_policy": (("probs", "position"), f"{_TC}:932"),
-    "moe_dispatch_fwd_dtype": (("bf16", "mxfp8"), f"{_TC}:997"),
-    "moe_combine_bwd_dtype": (("bf16", "mxfp8"), f"{_TC}:1004"),
-    "cuda_graph_impl": (("none", "local", "transformer_engine", "full_iteration"), f"{_TC}:1075"),
-    "batch_invariant_backend": (("te_native", "deepgemm", "triton"), f"{_TC}:1191"),
-    "symmetric_ar_type": (("two_shot", "one_shot", "multimem_all_reduce"), f"{_TC}:1211"),
-    "inference_grouped_gemm_backend": (("flashinfer", "torch", "vllm"), f"{_TC}:1228"),
-    "inference_moe_token_dispatcher_type": (("nccl", "nvls"), f"{_TC}:1244"),
-    "transformer_impl": (("local", "transformer_engine", "inference_optimized"), f"{_TC}:1314"),
-    "position_embedding_type": (("learned_absolute", "rope", "yarn", "mrope", "relative", "none"),
-                                "megatron/training/arguments.py:2397"),
-    "rope_type": (("rope", "yarn"), "megatron/training/arguments.py:2906"),
-}
+# Megatron-LM's argparse choices (case-sensitive) for its string options (megatron_choices.tsv, written by
+# tools/megatron_choices.py: arguments.py's own `choices=` and the Literal fields of the config dataclasses that
+# ArgumentGroupFactory turns into choices, megatron/training/argument_utils.py L120-155 @ d98e8a64, and the AttnBackend
+# names). hostile23: `--normalization rmsnorm`, `--attention-backend FUSED` and `--moe-token-dispatcher-type AllToAll`
+# were planned, `--moe-router-score-function Sigmoid` as softmax and `--attention-backend banana` as flash, where
+# Megatron-LM's argparse stops with "invalid choice"; review21: its hand-written table held two of arguments.py's own,
+# so `--optimizer Adam`, `--data-parallel-sharding-strategy OPTIM` or `--moe-router-load-balancing-type AUX_LOSS`
+# (a list option, each item checked) were still read
+@lru_cache(maxsize=1)
+def argparse_choices() -> dict[str, tuple[tuple[str, ...], str]]:
+    """dest -> (its choices, the file:line that states them)."""
+    out: dict[str, tuple[tuple[str, ...], str]] = {}
+    for line in package_data("megatron_choices.tsv").read_text().splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        dest, values, where = line.split("\t")
+        out[dest] = (tuple(values.split(",")), where)
+    return out
 
 
 def _check_choice(launch: Launch, flag: Flag, value: str) -> None:
-    known = ARGPARSE_CHOICES.get(flag.dest)
+    known = argparse_choices().get(flag.dest)
     if known is not None and value not in known[0]:
         near = nearest_name(value, known[0])
         raise BtacalcError(f"{launch.source}: {flag.flag} {_cut(repr(value))}: Megatron-LM's argparse takes one of "
@@ -933,6 +935,8 @@ def _parse_args(words: list[str], launch: Launch) -> None:
             while i < len(words) and not words[i].startswith("--"):
                 items.append(words[i])
                 i += 1
+            for item in items:  # a list option's items (--moe-router-load-balancing-type aux_loss seq_aux_loss)
+                _check_choice(launch, flag, item)
             value = items
         _store(launch, flag, value)
 

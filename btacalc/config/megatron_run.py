@@ -28,6 +28,7 @@ from .megatron_codec import (MIXED_PRECISION_OVERWRITES, MODEL_ROWS, OVERWRITTEN
 from .megatron_launch import ArgumentValueError, BridgeText, Launch, integer, read_launch
 from .megatron_rules import describe, violations
 from .model import MAX_COUNT, MAX_COUNT_TEXT, MAX_LAYERS, ModelSpec, validate_model
+from .text import exact_number
 
 if TYPE_CHECKING:
     from .hardware import HardwareProfile
@@ -84,6 +85,10 @@ IGNORED: tuple[tuple[str, str], ...] = (
     (r"(tp_comm_overlap_.*|tp_comm_.*_(ag|rs|dgrad|wgrad).*|tp_comm_bulk_.*)",
      "tensor-parallel overlap tuning: btacalc models --tp-comm-overlap on or off"),
     (r"(attention_dropout|hidden_dropout)", "read as the model's dropout (on when either is above 0)"),
+    # read unless --squared-relu takes the MLP (megatron_codec._dec_mlp)
+    (r"quick_geglu",
+     "passed over under --squared-relu: Megatron-LM trains squared ReLU (megatron/training/argument_utils.py "
+     "L320-326 @ d98e8a64: `elif args.quick_geglu`)"),
     # Read under --bf16; listed only beside --fp16 (hostile17: it was read there without a word)
     (r"grad_reduce_in_bf16",
      "no effect under --fp16: Megatron-LM reads it only under --bf16 (megatron/training/arguments.py L1213 @ "
@@ -624,7 +629,8 @@ def _preset_numerics(data: dict[str, Any], preset: ModelSpec, notes: list[str]) 
         if mine is None:
             numerics[field] = model
         elif model is not None and mine != model:
-            notes.append(f"the run trains the {what} {mine:g} ({flags}), not {preset.name}'s {config_key} {model:g} "
+            notes.append(f"the run trains the {what} {exact_number(mine)} ({flags}), not {preset.name}'s {config_key} "
+                         f"{exact_number(model)} "
                          f"({theirs.source or preset.source}): another model than the preset's")
     for field, flag in (("mlp_activation", "--squared-relu / model.activation_func"),
                         ("norm_zero_centered", "--apply-layernorm-1p / model.layernorm_zero_centered_gamma")):

@@ -51,6 +51,13 @@ def name_not_file(option: str, what: str, name: str) -> Iterator[None]:
                            "characters too long to be a file's") from None
 
 
+def exact_number(value: float) -> str:
+    """`value` as a message states a setting: every digit it has (a whole number without its ".0"). review21: `:g`
+    keeps six digits, so a read-back note said "the run trains the RoPE base 1e+06, not qwen3-30b-a3b's rope_theta
+    1e+06" of --rotary-base 1000001, and "the model's RoPE base 500000 is no integer" of 500000.5."""
+    return str(int(value)) if float(value).is_integer() and abs(value) < 2 ** 63 else repr(float(value))
+
+
 def cut(text: str) -> str:
     """`text` for an error message: at most 60 characters, a longer one ending in "..." (launch and override
     files quote the offending word back)."""

@@ -23,6 +23,7 @@ from ..config.megatron_launch import MEGATRON_LM_PIN
 from ..config.megatron_run import LOSS_COMMENTS
 from ..config.megatron_rules import describe, violations
 from ..config.model import ModelSpec
+from ..config.text import exact_number
 from ..config.precision import recipe
 from ..errors import BtacalcError
 from ..model.params import short_table
@@ -267,7 +268,7 @@ def _numerics(spec: ModelSpec) -> Optional[str]:
                     f"Megatron-LM's default{'s' if len(unknown) > 1 else ''} ({', '.join(flag for flag, _ in unknown)}): give "
                     "your model's")
     if n.rope_theta is not None and n.rope_theta != int(n.rope_theta) and spec.position_embedding == "rope":
-        said.append(f"the model's RoPE base {n.rope_theta:g} is no integer, which Megatron-LM's --rotary-base (type=int, "
+        said.append(f"the model's RoPE base {exact_number(n.rope_theta)} is no integer, which Megatron-LM's --rotary-base (type=int, "
                     "arguments.py L2418) cannot take: the launch trains 10000 (Megatron-Bridge: model.rotary_base)")
     if spec.is_moe:
         said.append("the router's load-balancing loss stays at Megatron-LM's default (--moe-aux-loss-coeff 0): give "

@@ -129,7 +129,8 @@ class Recipe(BaseModel):
     attention: Optional[Literal["eager", "flash"]] = None
     attention_kernel: Optional[str] = Field(None, description="the fused attention kernel the run used "
                                             "(btacalc/data/attention_kernels.toml, e.g. triton-flash: llm-foundry's "
-                                            "attn_impl triton); default: the large-GEMM rate")
+                                            "attn_impl triton); default: TransformerEngine's fused attention, at its "
+                                            "benchmarked rate where the file has one, else the large-GEMM rate")
     recompute: Optional[Union[str, list[str]]] = None
     fsdp_impl: Optional[Literal["megatron", "torch"]] = Field(None, description="whose FSDP the run used (torch: "
                                                               "PyTorch FSDP1 as llm-foundry runs it); default megatron")

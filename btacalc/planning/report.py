@@ -125,7 +125,8 @@ class Inputs(BaseModel):
     attention: str
     causal: bool
     attention_kernel: str = Field("default", description="the fused attention kernel whose FLOP rate the attention "
-                                  "core runs at (btacalc/data/attention_kernels.toml; default: the large-GEMM rate)")
+                                  "core runs at (btacalc/data/attention_kernels.toml; default: TransformerEngine's fused "
+                                  "attention, its benchmarked rate where the file has one, else the large-GEMM rate)")
     loss: str
     accounting: str
     optimizer: str
