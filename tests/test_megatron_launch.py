@@ -544,7 +544,7 @@ SAMPLES = {"model": "llama-3-8b", "hw": "h100", "name": "mine", "emit": "megatro
            "recompute": "full", "attention": "flash", "loss": "stored", "accounting": "pytorch",
            "memory_model": "resident", "objective": "density", "routing_imbalance": 1.5, "sensitivity": 10.0,
            "from_megatron": "run.sh", "from_bridge": "recipe.yaml", "grad_bytes": 2, "zero": 1,
-           "precision": "mxfp8", "pipeline_layout": "Et|tL", "optimizer_moments": "bf16"}
+           "precision": "mxfp8", "pipeline_layout": "Et|tL", "optimizer_moments": "bf16", "optimizer": "sgd"}
 
 
 def test_a_run_file_covers_every_plan_option(tmp_path):

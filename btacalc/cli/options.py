@@ -79,6 +79,7 @@ def _choices(name: str, values: Any) -> Any:
 Attention = _choices("Attention", FEATURES["attention"])
 Loss = _choices("Loss", FEATURES["loss"])
 Accounting = _choices("Accounting", FEATURES["accounting"])
+Optimizer = _choices("Optimizer", FEATURES["optimizer"])
 MemoryModelChoice = _choices("MemoryModelChoice", ("auto", "weight_streaming", "resident"))
 Emit = _choices("Emit", ("cerebras", "modelzoo", "megatron", "bridge"))
 Match = _choices("Match", ("power", "devices"))
@@ -267,6 +268,7 @@ Bf16StartOpt = typer.Option(0, "--bf16-layers-at-start", show_default=False, hel
 Bf16EndOpt = typer.Option(0, "--bf16-layers-at-end", show_default=False, help=help_text(
     "Keep the last M decoder layers out of the low-precision recipe (Megatron --first-last-layers-bf16 "
     "--num-layers-at-end-in-bf16 M) [default: 0]."))
+OptimizerOpt = typer.Option(None, "--optimizer", help=help_text("The optimizer whose state the plan holds: adam (fp32 master weights and two moments) or sgd (fp32 master weights and a momentum), as Megatron-LM's --optimizer (arguments.py L2913) [default: adam]."))
 MOMENT_BYTES = {"fp32": 4, "bf16": 2}  # --optimizer-moments -> bytes per Adam moment (RunOptions.moment_bytes)
 Moments = _choices("Moments", tuple(MOMENT_BYTES))
 MomentsOpt = typer.Option(None, "--optimizer-moments", help=help_text("Adam's two moments in fp32 or bf16 (Megatron "

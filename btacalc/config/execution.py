@@ -711,6 +711,7 @@ class ExecutionRequest:
     bf16_layers_at_start: int = 0  # Megatron --num-layers-at-start-in-bf16 (RunOptions.bf16_layers_at_start)
     bf16_layers_at_end: int = 0  # Megatron --num-layers-at-end-in-bf16 (RunOptions.bf16_layers_at_end)
     moment_bytes: Optional[int] = None  # None: 4 (fp32 Adam moments); 2: bf16 (RunOptions.moment_bytes)
+    optimizer: Optional[str] = None  # None: adam, Megatron-LM's default --optimizer (RunOptions.optimizer)
 
     def with_changes(self, **changes: Any) -> "ExecutionRequest":
         return replace(self, **changes)
@@ -816,6 +817,7 @@ def _run_options(request: ExecutionRequest, model: "ModelSpec", profile: "Hardwa
         bf16_layers_at_start=request.bf16_layers_at_start,
         bf16_layers_at_end=request.bf16_layers_at_end,
         moment_bytes=4 if request.moment_bytes is None else request.moment_bytes,
+        optimizer="adam" if request.optimizer is None else request.optimizer,  # type: ignore[arg-type]  # CLI / codec choices
         routing_weights=_routing_weights(model, gpu, chosen),
     )
     check_precision(run.precision, profile, run.low_precision_param_gather, run.rht_cast_fusion)
@@ -1167,7 +1169,8 @@ def _check_run(run: RunOptions, model: "ModelSpec") -> None:
     if run.moment_bytes not in (2, 4):
         raise BtacalcError(f"{{moment_bytes}} must be 2 (bf16 Adam moments) or 4 (fp32), got {run.moment_bytes!r}")
     if run.moment_bytes == 2 and run.optimizer != "adam":
-        raise BtacalcError(f"{{moment_bytes}} 2 sets Adam's moments to bf16; the optimizer is {run.optimizer}")
+        raise BtacalcError(f"{{moment_bytes}} asks for bf16 Adam moments; the optimizer is {run.optimizer}, which has no "
+                           "Adam moments")
     # the busiest expert receives at most every token once: T tokens against the mean T·k/E, so R <= E/k
     most = model.num_experts / model.top_k if model.is_moe else 1.0
     if not 1.0 <= run.routing_imbalance <= most:

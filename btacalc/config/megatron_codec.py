@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from ..errors import BtacalcError
-from ..vocabulary import SELECTIVE_MODULES
+from ..vocabulary import FEATURES, SELECTIVE_MODULES
 from .attention_kernels import DEFAULT_ATTENTION_KERNEL
 from .bridge_fields import bridge_fields
 from .cuda_graphs import GRAPH_IMPL
@@ -1005,6 +1005,25 @@ def _dec_moments(get: Get) -> Fields:
     return {"run.moment_bytes": MOMENT_BYTES[dtypes.pop()]}
 
 
+# The optimizers whose state btacalc's catalogue holds (formulas/training_state.toml: Adam's fp32 master weights and two
+# moments, SGD's master weights and one momentum); Megatron-LM @ d98e8a64 arguments.py L2913 offers more (muon, lion,
+# soap, ...), whose state btacalc does not model: refused, not planned as Adam.
+OPTIMIZERS = FEATURES["optimizer"]
+
+
+def _enc_optimizer(f: Fields) -> Args:
+    """--optimizer sgd (adam is Megatron-LM's default, arguments.py L2913: nothing to say)."""
+    return {} if f.get("run.optimizer", "adam") == "adam" else {"optimizer": f["run.optimizer"]}
+
+
+def _dec_optimizer(get: Get) -> Fields:
+    name = str(get("optimizer") or "adam")
+    if name not in OPTIMIZERS:
+        raise BtacalcError(f"--optimizer {name}: btacalc holds the optimizer state of {' and '.join(OPTIMIZERS)} only "
+                           "(formulas/training_state.toml); plan with the nearest and add the difference yourself")
+    return {"run.optimizer": name}
+
+
 def _enc_stages(f: Fields) -> Args:
     """Uneven first/last pipeline stages and explicit layouts (btacalc.config.pipeline.StageSplit)."""
     out: Args = {}
@@ -1078,6 +1097,7 @@ RUN_ROWS: tuple[Row, ...] = (
     Row("activation offloading", _enc_offload, _dec_offload),
     Row("first/last layers in BF16", _enc_bf16_ends, _dec_bf16_ends),
     Row("optimizer moments", _enc_moments, _dec_moments),
+    Row("optimizer", _enc_optimizer, _dec_optimizer),
     Row("dispatcher", _enc_dispatcher, _dec_dispatcher),
     Row("cuda graphs", _enc_cuda_graphs, _dec_cuda_graphs),
     Row("gradient accumulation fusion", _enc_wgrad_fusion, _dec_wgrad_fusion),
@@ -1220,6 +1240,7 @@ BRIDGE_KEYS: dict[str, tuple[str, Callable[[Any], Any], Callable[[Any], Any]]] =
     "num_attention_heads": ("model.num_attention_heads", *_AS_IS),
     "attention_dropout": ("model.attention_dropout", *_AS_IS),
     "use_precision_aware_optimizer": ("optimizer.use_precision_aware_optimizer", *_AS_IS),
+    "optimizer": ("optimizer.optimizer", *_AS_IS),  # megatron.core.optimizer OptimizerConfig.optimizer ('adam', 'sgd')
     "exp_avg_dtype": ("optimizer.exp_avg_dtype", *_AS_IS),
     "exp_avg_sq_dtype": ("optimizer.exp_avg_sq_dtype", *_AS_IS),
     # MixedPrecisionConfig's fields, copied onto the model config (BRIDGE_PIN mixed_precision.py L53, L73-74, L138-164)

@@ -263,7 +263,7 @@ _COMPONENT_NOTES = {
     "gradient_buffers": "outgoing gradients buffered on-chip",
     "weights": "16-bit weights",
     "gradients": "gradients ({gradient_note})",
-    "optimizer_state": "fp32 master weights + Adam moments",
+    "optimizer_state": "fp32 master weights + {optimizer_note}",
     "gathered_weights": "ZeRO-3 / FSDP: gathered layer weights",
     "low_precision_weights": "FP8/FP4 weight copies TransformerEngine caches (rowwise and columnwise), less the 16-bit "
                              "copy --fp8-param-gather drops",
@@ -274,6 +274,13 @@ def _gradient_note(r: PlanReport) -> str:
     """The gradients' label from the run's own bytes per gradient element (--grad-bytes)."""
     n = r.inputs.gradient_bytes
     return {4: "fp32 main gradients: 4 B/param", 2: "16-bit gradients: 2 B/param"}.get(n, f"{n} B/param")
+
+
+def _optimizer_note(r: PlanReport) -> str:
+    """The optimizer state's label from the run's optimizer and moment bytes (--optimizer, --optimizer-moments)."""
+    if r.inputs.optimizer == "sgd":
+        return "SGD momentum (fp32)"
+    return "Adam moments (bf16)" if r.inputs.moment_bytes == 2 else "Adam moments (fp32)"
 
 
 def _memory_table(r: PlanReport) -> Table:
@@ -289,7 +296,8 @@ def _memory_table(r: PlanReport) -> Table:
     for key, note in _COMPONENT_NOTES.items():
         if key in mb:
             extra = f" (peak: {_largest_phase(r)})" if key == "working_set" else ""
-            t.add_row(key, gb(mb[key]), share(mb[key]), note.replace("{gradient_note}", _gradient_note(r)) + extra)
+            note = note.replace("{gradient_note}", _gradient_note(r)).replace("{optimizer_note}", _optimizer_note(r))
+            t.add_row(key, gb(mb[key]), share(mb[key]), note + extra)
     t.add_row("[bold]total[/bold]", f"[bold]{gb(mb['total'])}[/bold]", f"[bold]{share(mb['total'])}[/bold]",
               f"capacity {gb(mb['capacity'])}, usable {gb(mb['usable_capacity'])}")
     if r.device_memory is not None:

@@ -210,6 +210,8 @@ class Inputs(BaseModel):
             out.append((f"decoder layers {_layer_ranges(self.bf16_layers)} in BF16, outside {self.precision}", flags))
         if self.moment_bytes == 2:
             out.append(("bf16 Adam moments", "--optimizer-moments bf16"))
+        if self.optimizer == "sgd":
+            out.append(("SGD: fp32 master weights and one momentum, no second moment", "--optimizer sgd"))
         return out
 
 
