@@ -114,3 +114,13 @@ def test_the_qkv_bias_the_runs_lacked_changes_no_prediction(monkeypatch):
         assert not runs[run_id].model_spec().qkv_bias
         without = predict(runs[run_id]).predicted.tokens_per_s_per_device
         assert without != with_bias[run_id] and without == pytest.approx(with_bias[run_id], rel=1e-6)
+
+
+def test_the_qwen2_5_presets_are_one_model_family():
+    """Leave-one-model-family-out (validate --cross-validate) holds Qwen2.5 out as one family, as qwen3's two presets
+    are: the 7B and 32B rows share a publisher, harness and architecture."""
+    from btacalc.planning.crossval import load_model_families, model_family
+
+    families = load_model_families()
+    assert model_family("qwen2.5-7b", families) == model_family("qwen2.5-32b", families) == "qwen2.5"
+    assert model_family("qwen3-30b-a3b", families) != "qwen2.5"
