@@ -36,3 +36,15 @@ def emitted(cli: Any, given: str, kind: str = "megatron") -> str:
     code, out, err = cli("plan", *given.split(), "--emit", kind)
     assert code in (0, 1), err
     return out
+
+
+def planned_as_it_ran(run: Any) -> Any:
+    """A measured row btacalc plans as it ran: expressed without a reason and predicted with an error (runs10, runs11);
+    the prediction, for the row's own band checks."""
+    from btacalc.planning.measured import express, predict
+
+    request, reason = express(run)
+    assert reason == "" and request is not None
+    result = predict(run)
+    assert result.expressible and result.error is not None
+    return result

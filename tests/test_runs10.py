@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from btacalc.planning.measured import express, load_runs, predict
+from btacalc.planning.measured import load_runs
+from support import planned_as_it_ran
 
 # id -> (commit, logged step s, logged step index, consumed_samples, GBS, seq, GPUs, (TP, PP, VP, CP, EP), layers)
 README_STEPS = {
@@ -125,10 +126,7 @@ def test_the_apex_buckets_of_the_b200_405b_row():
 @pytest.mark.parametrize("run_id", NEW)
 def test_the_new_rows_are_planned_as_they_ran(run_id):
     run = _runs()[run_id]
-    request, reason = express(run)
-    assert reason == "" and request is not None
-    result = predict(run)
-    assert result.expressible and result.error is not None
+    result = planned_as_it_ran(run)
     # a row outside the +-25% check band carries its known gap (no tuning)
     assert abs(result.error) <= 0.25 or run.known_gap
 
