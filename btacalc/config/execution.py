@@ -770,6 +770,13 @@ def resolve_run(request: ExecutionRequest, model: "ModelSpec", profile: "Hardwar
     return _run_options(request, model, profile, _Defaults())
 
 
+def _optimizer_fields(request: ExecutionRequest) -> dict[str, Any]:
+    """The optimizer whose state the run holds and its moments' bytes: Megatron-LM's defaults, Adam (--optimizer adam,
+    arguments.py L2913) with fp32 moments, unless the request says (the CLI's and the codec's choices check the name)."""
+    return {"moment_bytes": 4 if request.moment_bytes is None else request.moment_bytes,
+            "optimizer": "adam" if request.optimizer is None else request.optimizer}
+
+
 def _bounded_seq(seq_len: int) -> int:
     """A sequence length within 64-bit products, as `sweep --vary seq` bounds it (review12: `plan --seq 10^30` was
     planned on a wafer, 1.3e62 GB printed, and was a bare OverflowError on a GPU)."""
@@ -816,8 +823,7 @@ def _run_options(request: ExecutionRequest, model: "ModelSpec", profile: "Hardwa
         cpu_offload_layers=request.cpu_offload_layers,
         bf16_layers_at_start=request.bf16_layers_at_start,
         bf16_layers_at_end=request.bf16_layers_at_end,
-        moment_bytes=4 if request.moment_bytes is None else request.moment_bytes,
-        optimizer="adam" if request.optimizer is None else request.optimizer,  # type: ignore[arg-type]  # CLI / codec choices
+        **_optimizer_fields(request),
         routing_weights=_routing_weights(model, gpu, chosen),
     )
     check_precision(run.precision, profile, run.low_precision_param_gather, run.rht_cast_fusion)
