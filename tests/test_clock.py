@@ -721,3 +721,26 @@ def test_a_dispatcher_without_a_forward_sync_would_let_the_host_run_ahead(monkey
     gpu = sum(v for k, v in free["terms"].items() if k != "launch")
     assert free["terms"]["launch"] == pytest.approx(max(0.0, free["host_s"] - gpu))
     assert synced["terms"]["launch"] > free["terms"]["launch"]  # the sync exposes the forward's host excess
+
+
+def test_an_eager_sliding_window_layer_is_timed_on_the_whole_square():
+    """The time factor of `test_eager_attention_computes_the_whole_square_whatever_the_count` reaches the clock:
+    GPT-OSS-20B (window 128) under eager attention at s = 4,096 counts its sliding layer's Q K^T as s x w (1/32 of the
+    full layer's: the catalogue's FLOPs below), but computes all s x s scores, so the phase takes at least the full
+    layer's FLOPs at the large-GEMM rate. Before the fix the factor was computed and never applied (32x too fast)."""
+    from btacalc.model.gpu.costs import _kind_rates, layer_parts
+    from btacalc.model.gpu.rates import rates_of
+
+    s, w = 4096, 128
+    p = _problem("gpt-oss-20b", run=RunOptions(seq_len=s, attention="eager", gradient_bytes=4, recompute="none"),
+                 devices=8, expert_parallel=8)
+    ev = p.evaluate(1, 1)
+    kinds = {kind.name: (kind, pv) for kind, pv in ev.layers}
+    sliding, full = kinds["moe-sliding"][1].of("attn_scores"), kinds["moe-full"][1].of("attn_scores")
+    counted = sliding["flops_fwd"] + sliding["flops_bwd"] + sliding["flops_recompute"]
+    whole = full["flops_fwd"] + full["flops_bwd"] + full["flops_recompute"]
+    assert counted * s / w == whole
+    kind, pv = kinds["moe-sliding"]
+    peak = _kind_rates(p, rates_of(p), kind, pv).peak
+    parts = dict(zip([k.name for k, _ in ev.layers], layer_parts(p, ev)))
+    assert parts["moe-sliding"].phase_s["attn_scores"] >= whole / peak * (1 - 1e-12)

@@ -290,7 +290,7 @@ class GemmShape(BaseModel):
                          "attention core: compute, memory (FlashAttention's IO count binds) or measured (the kernel's "
                          "benchmarked wall-clock rate, btacalc/data/attention_kernels.toml)")
     batch: float = Field(1.0, description="matrices of this shape each launch multiplies: the attention core's "
-                         "sequences x query heads per device (b·CP/CP·a/TP), 1 for a linear")
+                         "sequences x query heads per device (b·a/TP), 1 for a linear")
     causal_fraction: float = Field(1.0, description="share of the m x n blocks the kernel runs: a causal "
                                    "FlashAttention kernel skips the blocks above the diagonal (nb(nb+1)/2 of nb² "
                                    "blocks of 128); 1 for a linear, a sliding window's band and eager attention")

@@ -237,6 +237,8 @@ def _part(pv: PhaseValues, phases: list[Phase], rows_key: Any, r: Rates, memory_
             t = 0.0
         else:
             matmul = _matmul_time(part, phase, v, r, load, plan, timed, report)
+            if phase.core:  # eager attention: the whole s x s score matrix, masked (rates._eager_core_time_factor)
+                matmul, flops = matmul * r.core_time_factor, flops * r.core_time_factor
             if report and plan.core_gemms:  # eager attention's matmuls: the phase's roofline
                 part.gemms[phase.name] = _eager_core_rows(plan, r, flops, matmul, traffic / r.stream_hbm)
             t = maximum(matmul, traffic / r.stream_hbm) + _cast(part, phase, v, r, load) + _elementwise_s(v, r, load)
