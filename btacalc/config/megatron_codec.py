@@ -19,13 +19,15 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
+from pydantic import ValidationError
+
 from ..errors import BtacalcError
 from ..vocabulary import FEATURES, SELECTIVE_MODULES
 from .attention_kernels import DEFAULT_ATTENTION_KERNEL
 from .bridge_fields import bridge_fields
 from .cuda_graphs import GRAPH_IMPL
 from .pipeline import parse_layout
-from .model import GPT_OSS_GLU_CLAMP, GPT_OSS_GLU_OFFSET, MEGATRON_LINEAR_BIASES
+from .model import GPT_OSS_GLU_CLAMP, GPT_OSS_GLU_OFFSET, MEGATRON_LINEAR_BIASES, Numerics
 from .megatron_launch import (ArgumentValueError, BridgeFloat, BridgeText, flags_by_dest, integer, list_expression,
                               megatron_flags, pattern, real, refuse_bridge_text)
 
@@ -409,7 +411,7 @@ def _dec_mlp(get: Get) -> Fields:
             raise BtacalcError("Megatron --glu-linear-offset / --activation-func-clamp-value without --quick-geglu: "
                                "btacalc models them as GPT-OSS's quick-GELU GLU only")
         return {"model.mlp": "swiglu" if _bool(get("swiglu")) else "gelu", "model.glu_activation": "silu",
-                "model.mlp_activation": "squared_relu" if squared else "gelu"}
+                "model.mlp_activation": "gelu"}
     if (offset, clamp) != (GPT_OSS_GLU_OFFSET, GPT_OSS_GLU_CLAMP):
         raise BtacalcError(f"Megatron --quick-geglu with --glu-linear-offset {offset or 0:g} and "
                            f"--activation-func-clamp-value {clamp}: btacalc models GPT-OSS's quick-GELU GLU (offset "
@@ -550,14 +552,12 @@ def _dec_mla_yarn(get: Get) -> Optional[dict[str, Any]]:
 NUMERIC_DESTS = {"rope_theta": "rotary_base", "norm_eps": "layernorm_epsilon", "init_std": "init_method_std",
                  "rotary_percent": "rotary_percent", "rope_scaling_factor": "rope_scaling_factor"}
 ROTARY_FIELDS = ("rope_theta", "rotary_percent", "rope_scaling_factor")
-# what each field's flag must hold (ModelSpec.numerics' bounds), refused naming the flag
-NUMERIC_RANGES: dict[str, tuple[Callable[[float], bool], Callable[[float], bool], str]] = {
-    "rope_theta": (lambda v: v > 0, lambda v: True, "a positive base"),
-    "norm_eps": (lambda v: v > 0, lambda v: v < 1, "an epsilon between 0 and 1"),
-    "init_std": (lambda v: v > 0, lambda v: v < 1, "a standard deviation between 0 and 1"),
-    "rotary_percent": (lambda v: v > 0, lambda v: v <= 1, "a share of each head above 0 and at most 1"),
-    "rope_scaling_factor": (lambda v: v >= 1, lambda v: True, "a factor of at least 1"),
-}
+# what each field's flag must hold, in words, for the refusal that names the flag; the bounds themselves are
+# ModelSpec.numerics' (config/model.py Numerics), which `_numeric` checks the value against
+NUMERIC_KINDS = {"rope_theta": "a positive base", "norm_eps": "an epsilon between 0 and 1",
+                 "init_std": "a standard deviation between 0 and 1",
+                 "rotary_percent": "a share of each head above 0 and at most 1",
+                 "rope_scaling_factor": "a factor of at least 1"}
 # Llama 3.x's RoPE scaling: --use-rope-scaling (off by default) with --rope-scaling-factor (8.0), arguments.py
 # L2424-2427, read by GPTModel's RotaryEmbedding only (argument_utils.py L465-466; MLA builds its own)
 ROPE_SCALING_SWITCH = "use_rope_scaling"
@@ -584,6 +584,16 @@ def _enc_numerics(f: Fields) -> Args:
     return out
 
 
+def _numeric(field: str, dest: str, value: Any) -> float:
+    """A launch's value of a numerics flag, within Numerics' bounds for `field` (one line naming the flag if not)."""
+    number = real(value, dest)
+    try:
+        Numerics.model_validate({field: number})
+    except ValidationError:
+        raise ArgumentValueError(dest, NUMERIC_KINDS[field], repr(value)) from None
+    return number
+
+
 def _dec_numerics(get: Get) -> Fields:
     """The numerics a launch trains: each flag, else Megatron-LM's default (the parser's, as `Get` reads it); in a
     Bridge file a key it leaves out is None (the recipe's or the Hugging Face config's: `import_bridge`)."""
@@ -601,10 +611,7 @@ def _dec_numerics(get: Get) -> Fields:
         value = get(dest)
         if field == "rope_theta" and isinstance(value, str):
             value = integer(value, dest)  # Megatron-LM's argparse: type=int ("1e6" is refused); Bridge's float is one
-        numerics[field] = None if value is None else real(value, dest)
-        low, high, kind = NUMERIC_RANGES[field]
-        if value is not None and not (math.isfinite(numerics[field]) and low(numerics[field]) and high(numerics[field])):
-            raise ArgumentValueError(dest, kind, repr(value))
+        numerics[field] = None if value is None else _numeric(field, dest, value)
     if numerics.get("rotary_percent") is None:
         numerics["rotary_percent"] = 1.0  # GPTModelProvider's and Megatron's default (gpt_provider.py L144)
     return {"model.numerics": numerics}
