@@ -12,7 +12,7 @@ import time
 
 
 def main() -> None:
-    from btacalc.model.divisors import divisors
+    from btacalc.divisors import divisors
 
     for label, n in (("2^70", 2**70), ("1e16", 10**16), ("70-bit semiprime", 34359738421 * 34359739423),
                      ("2^80 - 1", 2**80 - 1)):

@@ -1,4 +1,4 @@
-"""Divisors from the prime factorisation (btacalc.model.divisors), against trial division by hand,
+"""Divisors from the prime factorisation (btacalc.divisors), against trial division by hand,
 and the solver's fixed global batch far beyond what trial division could reach."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from btacalc.model.divisors import TRIAL_LIMIT, divisors, factorise, splits
+from btacalc.divisors import TRIAL_LIMIT, divisors, factorise, splits
 
 
 def _by_trial_division(n: int) -> list[int]:

@@ -22,6 +22,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, Optional
 
+from ..divisors import divisors
 from ..errors import BtacalcError
 from ..memo import Memo, plain_key
 from .precision import DEFAULT_PRECISION, NON_TN_FP8_CC_TEXT, Recipe, check_fp8_attention, check_precision, recipe, recipes
@@ -523,8 +524,7 @@ def _divisor_fix(factors: list[tuple[str, int]], total: int) -> str:
     moved = [name for name, v in factors if v != 1]
     if len(moved) != 1:
         return f"give sizes whose product divides {total}"
-    small = [d for d in range(1, math.isqrt(total) + 1) if total % d == 0]
-    options = sorted(set(small + [total // d for d in small]))
+    options = divisors(total)
     if len(options) > MAX_LISTED_DIVISORS:
         return f"{{{moved[0]}}} must divide {total}"
     return f"{{{moved[0]}}} must divide {total}: " + ", ".join(map(str, options[:-1])) + f" or {options[-1]}"
@@ -550,7 +550,7 @@ def pipeline_reason(placement: Placement, num_layers: int) -> str:
 
 # No training batch comes near 2^62 sequences (about 4.6e18); the bound keeps every batch size within
 # the vectorised solver's 64-bit integers (btacalc.model.solver) and its factorisation
-# (btacalc.model.divisors) well under a second. The same 2^62 as a model's counts (config.model.MAX_COUNT).
+# (btacalc.divisors) well under a second. The same 2^62 as a model's counts (config.model.MAX_COUNT).
 MAX_SEQUENCES = MAX_COUNT
 # No training cluster comes near 2^20 devices (the largest reported hold about 10^5 GPUs); the bound
 # keeps products of parallel sizes and batches within 64-bit integers.

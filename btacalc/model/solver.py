@@ -36,7 +36,7 @@ import numpy as np
 from .. import profiling
 from ..config.execution import OBJECTIVES, BatchLimits
 from ..errors import BtacalcError
-from .divisors import divisors, splits
+from ..divisors import divisors, splits
 from .memory import MemoryModel
 from .problem import Problem
 from .timing import step_time

@@ -35,7 +35,7 @@ from ..config.pipeline import StageSplit, parse_layout
 from ..errors import BtacalcError
 from ..model.gpu.memory import GpuMemory
 from ..model.gpu.timing import gpu_step_time
-from ..model.divisors import divisors
+from ..divisors import divisors
 from ..model.problem import Problem
 from .plan import make_plan
 from .report import PlanReport
