@@ -314,3 +314,28 @@ def test_plan_prints_one_line_per_matmul_on_a_gpu_and_none_on_a_wafer(cli):
     out = _printed(_plan(cli, "--model", "qwen3-30b-a3b", "--hw", "wse3"))
     assert "Decoder" in out or "decoder" in out
     assert "Matmuls per device" not in out and "Q K^T" not in out
+
+
+@pytest.mark.parametrize("etp", [1, 2])
+def test_expert_tensor_parallel_gather_is_its_own_row(cli, etp):
+    """Mixtral 8x7B at TP 2, EP 8 on 16 H100 (full recompute, so that ETP 1 fits too): the expert all-to-all exchanges `buffer` bytes per call; with ETP 2
+    each rank then all-gathers (forward) and reduce-scatters (backward) what it received with its t_e - 1 peer, so
+    that row moves buffer x (t_e - 1) bytes per call, its NCCL buffer is the t_e ranks' copies (t_e x buffer, bus
+    factor (t_e - 1)/t_e), over t_e ranks, once per all-to-all. The two rows are the step's all-to-all time
+    (communication_s.all_to_all): the expert row alone carried both before (review: the ETP time hid in it)."""
+    report = _plan(cli, "--model", "mixtral-8x7b", "--hw", "h100", "--devices", "16", "--tp", "2", "--ep", "8",
+                   "--etp", str(etp), "--recompute", "full")
+    rows = _collectives(report)
+    a2a = rows["expert_all_to_all"]
+    total = report["throughput"]["communication_s"]["all_to_all"]
+    if etp == 1:
+        assert "expert_tensor_parallel" not in rows
+        assert a2a["time_s"] == pytest.approx(total, rel=1e-12)
+        return
+    row = rows["expert_tensor_parallel"]
+    assert row["ranks"] == etp and row["collective"] == "all_gather+reduce_scatter" and row["link"] == "nvlink"
+    assert row["calls"] == a2a["calls"]
+    assert row["message_bytes"] == pytest.approx(a2a["buffer_bytes"] * (etp - 1), rel=1e-12)
+    assert row["buffer_bytes"] == pytest.approx(a2a["buffer_bytes"] * etp, rel=1e-12)
+    assert row["bus_factor"] == pytest.approx((etp - 1) / etp, rel=1e-12)
+    assert row["time_s"] > 0 and a2a["time_s"] + row["time_s"] == pytest.approx(total, rel=1e-12)

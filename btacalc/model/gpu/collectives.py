@@ -337,17 +337,32 @@ def all_to_all_time(problem: Problem, volume: Any, calls: Any = 0) -> Any:
     """Expert-parallel dispatch + combine of `volume` bytes (all passes, before the 1/EP kept locally)
     in `calls` all-to-alls, plus the expert-tensor-parallel all-gather / reduce-scatter of the received
     copies."""
-    lay = problem.layout
-    if lay.devices == 1:
+    return expert_exchange_time(problem, volume, calls) + expert_tensor_parallel_time(problem, volume, calls)
+
+
+def expert_exchange_time(problem: Problem, volume: Any, calls: Any = 0) -> Any:
+    """The expert-parallel dispatch + combine alone (`all_to_all_time` less the expert-tensor-parallel part)."""
+    if problem.layout.devices == 1:
         return 0.0
     f = _all_to_all_layout(problem)
-    etp = lay.expert_tensor_parallel
     inside, across, forwarded = _all_to_all_bytes(problem, volume)
     a2a = maximum((inside + forwarded) / f.up_rate, across / f.out_rate)
-    a2a = where(f.ep > 1, calls * f.alpha + a2a, 0.0)
-    gather = ring_time(problem, volume * (etp - 1), etp, 1, calls,  # received copies to t_e - 1 peers
-                       constants().collectives.all_gather)
-    return a2a + gather
+    return where(f.ep > 1, calls * f.alpha + a2a, 0.0)
+
+
+def expert_tensor_parallel_bytes(problem: Problem, volume: Any) -> Any:
+    """Bus bytes of the expert-tensor-parallel all-gather / reduce-scatter of the `volume` an expert all-to-all
+    exchanges: each rank's received copies go to its t_e - 1 peers."""
+    return volume * (problem.layout.expert_tensor_parallel - 1)
+
+
+def expert_tensor_parallel_time(problem: Problem, volume: Any, calls: Any = 0) -> Any:
+    """The expert-tensor-parallel all-gather / reduce-scatter of the received copies (`all_to_all_time`'s
+    second part): a ring over the t_e ranks of one expert-tensor-parallel group (stride 1, Megatron's
+    expert rank order puts ETP innermost), 0 at ETP 1."""
+    etp = problem.layout.expert_tensor_parallel
+    return ring_time(problem, expert_tensor_parallel_bytes(problem, volume), etp, 1, calls,
+                     constants().collectives.all_gather)
 
 
 @dataclass(frozen=True)

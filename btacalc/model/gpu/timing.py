@@ -50,10 +50,11 @@ from ...memo import plain_key
 from ..arrays import is_array, largest, maximum, minimum, where
 from ..problem import Evaluation, Problem
 from ..state import bytes_per_param
+from ...catalogue.constants import constants
 from ..steptime import StepTime, tile_overhead_s
 from .collectives import (CollectiveRow, DataParallelTimes, StageBuckets, all_to_all_time, all_to_all_wire_bytes, context_parallel_time,
                           data_parallel_collective, data_parallel_groups, data_parallel_kind, data_parallel_times, data_parallel_traffic, describe, part_buckets,
-                          describe_all_to_all,
+                          describe_all_to_all, expert_exchange_time, expert_tensor_parallel_bytes, expert_tensor_parallel_time,
                           pipeline_p2p_time, ring_share, ring_time, tensor_parallel_kind, tensor_parallel_time)
 from .costs import ISSUED_COUNTS, layer_parts, outside_parts
 from .part import Part, new_part
@@ -465,15 +466,16 @@ def _collective_rows(problem: Problem, kinds: list[tuple[Any, Part]], counts: li
     (collectives.describe)."""
     lay = problem.layout
     tot = dict.fromkeys(("tp_bytes", "tp_calls", "cp_bytes", "cp_calls", "a2a_bytes", "a2a_calls"), 0.0)
-    times = dict.fromkeys(("tp", "cp", "a2a"), 0.0)
+    times = dict.fromkeys(("tp", "cp", "a2a", "etp"), 0.0)
     for count, (_, part) in zip(counts, kinds):
         n = count * m
         for key in tot:
             tot[key] += n * getattr(part, key)
         times["tp"] += n * tensor_parallel_time(problem, part.tp_bytes, part.tp_calls)
         times["cp"] += n * context_parallel_time(problem, part.cp_bytes, part.cp_calls)
-        times["a2a"] += n * all_to_all_time(problem, part.a2a_bytes, part.a2a_calls)
-    t, cp, ep = lay.tensor_parallel, lay.context_parallel, lay.expert_parallel
+        times["a2a"] += n * expert_exchange_time(problem, part.a2a_bytes, part.a2a_calls)
+        times["etp"] += n * expert_tensor_parallel_time(problem, part.a2a_bytes, part.a2a_calls)
+    t, cp, ep, etp = lay.tensor_parallel, lay.context_parallel, lay.expert_parallel, lay.expert_tensor_parallel
     rows = []
     if t > 1:
         rows.append(describe(problem, "tensor_parallel", (t, 1), (tot["tp_bytes"] * ring_share(t), tot["tp_calls"]),
@@ -485,6 +487,10 @@ def _collective_rows(problem: Problem, kinds: list[tuple[Any, Part]], counts: li
     if ep > 1 and tot["a2a_calls"]:
         rows.append(describe_all_to_all(problem, (all_to_all_wire_bytes(problem, tot["a2a_bytes"]), tot["a2a_calls"]),
                                         times["a2a"], tot["a2a_bytes"]))
+    if etp > 1 and tot["a2a_calls"]:
+        rows.append(describe(problem, "expert_tensor_parallel", (etp, 1),
+                             (expert_tensor_parallel_bytes(problem, tot["a2a_bytes"]), tot["a2a_calls"]), times["etp"],
+                             kind=constants().collectives.all_gather, collective="all_gather+reduce_scatter"))
     if lay.pipeline_parallel > 1:
         sends = 2 * lay.virtual_pipeline * m
         group = (lay.pipeline_parallel, max(lay.devices // lay.pipeline_parallel, 1))
