@@ -21,7 +21,9 @@ from btacalc.config.hardware import builtin_profiles
 from btacalc.output.plots import measured_plot
 from btacalc.planning.calibration import load_families
 from btacalc.planning.crossval import held_out_errors
-from btacalc.planning.measured import load_runs, resolve_model, software_year, validate_measured
+from btacalc.config.presets import resolve_model
+from btacalc.planning.measured import validate_measured
+from btacalc.planning.run_file import load_runs, software_year
 from btacalc.planning.validate import load_points, summary_line, validate
 
 ROOT = Path(__file__).resolve().parents[1]

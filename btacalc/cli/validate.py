@@ -82,7 +82,8 @@ def _refit(measured: Optional[Path], as_json: bool, output: Optional[str], plot_
 def _validate(measured: Optional[Path], as_json: bool, output: Optional[str], plot_path: Optional[str],
               quiet: bool) -> int:
     """Every published point and measured run: tables, JSON and the accuracy plot, written together."""
-    from ..planning.measured import load_runs, measured_report
+    from ..planning.measured import measured_report
+    from ..planning.run_file import load_runs
     from ..planning.validate import load_points
     from ..planning.validate import validate as run_validation
 
@@ -113,7 +114,7 @@ def _validate(measured: Optional[Path], as_json: bool, output: Optional[str], pl
 
 def _cross_validate(output: Optional[str], as_json: bool, plot_path: Optional[str], quiet: bool) -> int:
     from ..planning.crossval import cross_validation_steps, validate_cross
-    from ..planning.measured import load_runs
+    from ..planning.run_file import load_runs
 
     outs = outputs(output, as_json, plot_path=plot_path)
     runs = load_runs()
@@ -152,7 +153,7 @@ def _calibrate() -> int:
 
 
 def _wafer_loo(as_json: bool, quiet: bool) -> int:
-    from ..planning.measured import load_runs
+    from ..planning.run_file import load_runs
     from ..planning.wafer_loo import leave_one_out, leave_one_out_steps
 
     runs = load_runs()  # once, for the step count and the folds

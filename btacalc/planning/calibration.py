@@ -22,7 +22,8 @@ from ..config.calibration_families import MAX_FACTORS, FamilySpec, family_of, lo
 from ..config.hardware import Calibration, HardwareProfile, Number, builtin_profiles, number_range
 from ..errors import BtacalcError
 from ..paths import data_dir, package_data
-from .measured import MeasuredRun, load_runs, predict
+from .measured import predict
+from .run_file import MeasuredRun, load_runs
 
 if sys.version_info >= (3, 11):
     import tomllib

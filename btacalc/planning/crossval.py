@@ -31,7 +31,8 @@ from ..config.presets import resolve_model
 from ..errors import BtacalcError
 from ..paths import package_data
 from .calibration import FamilySpec, family_of, fit_family, load_families, with_factors
-from .measured import UNKNOWN_SOFTWARE_YEAR, MeasuredRun, load_runs, predict, software_year
+from .measured import predict
+from .run_file import UNKNOWN_SOFTWARE_YEAR, MeasuredRun, load_runs, software_year
 from .expected_error import ExpectedErrorData, HeldOutRun
 from .report import EXPECTED_ERROR_SOURCE, ErrorSummary, summarize_errors
 

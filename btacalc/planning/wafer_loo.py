@@ -20,7 +20,8 @@ from pydantic import BaseModel, Field
 from ..config.hardware import HardwareProfile, builtin_profiles
 from ..errors import BtacalcError
 from .calibration import FamilySpec, fit_family, load_families, with_factors
-from .measured import MeasuredRun, load_runs, predict
+from .measured import predict
+from .run_file import MeasuredRun, load_runs
 
 
 class LooPrediction(BaseModel):
