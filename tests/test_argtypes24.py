@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from btacalc.config.megatron_launch import argparse_types, megatron_flags, read_launch
+from btacalc.config.megatron_run import import_bridge
+from btacalc.config.presets import load_preset
 from btacalc.errors import BtacalcError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -135,6 +137,11 @@ def test_the_callables_are_read_from_their_lines():
     ("--hidden-dropout abc --hidden-dropout 0.1", "--hidden-dropout (hidden_dropout) takes a number, got 'abc'"),
     ("--hidden-dropout 0.1 --hidden-dropout abc", "got 'abc'"),
     ("--hidden-dropout=", "--hidden-dropout (hidden_dropout) takes a number, got ''"),
+    # a list option's count (argparse: nargs 3 exactly, '+' at least one) and `--flag=value`, its one argument
+    ("--rampup-batch-size 16 16", "--rampup-batch-size takes 3 values, got 2: Megatron-LM's argparse (nargs='3')"),
+    ("--rampup-batch-size=16 16 100", "--rampup-batch-size takes 3 values, got 1"),
+    ("--moe-aux-loss-coeff --lr 1", "--moe-aux-loss-coeff takes at least one value, got 0"),
+    ("--data-path=a b", "'b' is not a Megatron-LM flag"),
 ])
 def test_a_value_argparse_refuses_is_refused(given, fragment):
     with pytest.raises(BtacalcError) as err:
@@ -150,6 +157,51 @@ def test_a_value_argparse_refuses_is_refused(given, fragment):
     # a variable the file does not set is the environment's: unknown here, not wrong (where btacalc reads the flag,
     # its reader refuses it naming why)
     "--seed $SEED", "--train-iters ${ITERS}", "--lr-warmup-iters $((WARMUP*2))",
+    "--rampup-batch-size 16 16 100", "--data-path=a", "--data-path --lr 1", "--data-path",
 ])
 def test_a_value_argparse_takes_is_read(given):
     read_launch(f"{BASE} {given}\n", "l.args")
+
+
+# --- Megatron-Bridge: a Literal field's value is set as given (untyped OmegaConf), and Megatron-Core raises on it
+BRIDGE = (ROOT / "tests" / "data" / "megatron" / "qwen3-30b-a3b-8gpu-h100-bridge.yaml").read_text()
+DENSE_BRIDGE = ("model.num_layers=2\nmodel.hidden_size=256\nmodel.num_attention_heads=4\nmodel.seq_length=512\n"
+                "model.vocab_size=32000\nmixed_precision=bf16_mixed\ntrain.global_batch_size=8\n"
+                "train.micro_batch_size=1\n")
+
+
+def _bridge(text: str):
+    return import_bridge(text, "r.yaml", devices=8, base=load_preset("qwen3-30b-a3b"))
+
+
+@pytest.mark.parametrize("value,ok", [("RMSNorm", True), ("LayerNorm", True), ("rmsnorm", False), ("RMSnorm", False),
+                                      ("layernorm", False), ("L2Norm", False)])
+def test_a_bridge_normalization_is_one_of_the_literals_exactly(value, ok):
+    """transformer_config.py L249 @ 2a75ac12: Literal['LayerNorm', 'RMSNorm']; TENorm raises on anything else. btacalc
+    read `rmsnorm` as RMSNorm (its decoder folds case)."""
+    for text in (f"model.normalization: {value}\n" + BRIDGE, DENSE_BRIDGE + f"model.normalization={value}\n"):
+        if ok:
+            assert _bridge(text).model.norm == value.lower()
+        else:
+            with pytest.raises(BtacalcError, match=f"model.normalization: '{value}' is not one of LayerNorm, RMSNorm"):
+                _bridge(text)
+
+
+def test_a_bridge_dispatcher_is_checked_where_megatron_core_builds_one():
+    """MoELayer raises on an unknown dispatcher (moe_layer.py L306-330 @ 2a75ac12); a dense model builds none."""
+    with pytest.raises(BtacalcError, match="did you mean alltoall"):
+        _bridge(BRIDGE.replace("  moe_token_dispatcher_type: alltoall", "  moe_token_dispatcher_type: AllToAll"))
+    assert _bridge(BRIDGE.replace("dispatcher_type: alltoall", "dispatcher_type: allgather")).model.num_experts > 0
+    assert _bridge(DENSE_BRIDGE + "model.moe_token_dispatcher_type=AllToAll\n").model.num_experts == 0
+
+
+@pytest.mark.parametrize("override,fragment", [
+    # Hydra's grammar types a bare value (8 is an int, 0.1 a float) and the untyped OmegaConf keeps the type; a
+    # value quoted for Hydra (the shell's quotes around it) stays a string, which no step converts
+    ("\"model.hidden_dropout='0.1'\"", "model.hidden_dropout: '0.1' is a string"),
+    ("\"train.global_batch_size='8'\"", "train.global_batch_size: '8' is a string"),
+])
+def test_a_bridge_number_given_as_a_string_stays_refused(override, fragment):
+    with pytest.raises(BtacalcError, match=fragment):
+        _bridge(DENSE_BRIDGE + override + "\n")
+    _bridge(DENSE_BRIDGE + override.replace("'", "").replace('"', "") + "\n")  # the shell's quotes alone: a number

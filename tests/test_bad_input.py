@@ -613,7 +613,10 @@ for value, fragment in (("--hidden-dropout abc", "--hidden-dropout (hidden_dropo
                         ("--tokenizer-type gpt2bpetokenizer", "did you mean GPT2BPETokenizer?"),
                         ("--distributed-backend NCCL", "did you mean nccl?"),
                         ("--cuda-graph-modules attn MLP", "--cuda-graph-modules 'MLP': Megatron-LM's argparse takes"),
-                        ("--inference-cuda-graph-scope Block", "did you mean block?")):
+                        ("--inference-cuda-graph-scope Block", "did you mean block?"),
+                        # a list option's count and `--flag=value` (its one argument, as argparse takes it)
+                        ("--rampup-batch-size 16 16", "--rampup-batch-size takes 3 values, got 2"),
+                        ("--data-path=a b", "'b' is not a Megatron-LM flag")):
     case("files", "plan", "--hw", "h100", "--devices", "8", "--from-megatron", "{tmp}/launch.args", fragment=fragment,
          files={"launch.args": SMALL_LAUNCH + f" {value}\n"})
 for algo in ("Tree", "Ring,Tree", ","):
@@ -665,6 +668,12 @@ for old, new, fragment in [
     # read 128
     ("train:", "model.window_size: [128.0, 0]\ntrain:", "model.window_size[0]: 128.0 is a float, which "
      "Megatron-Bridge sets as given"),
+    # argtypes24: a Literal field's value Bridge sets as given and Megatron-Core raises on; btacalc read rmsnorm as
+    # RMSNorm (case folded) and AllToAll as an all-to-all
+    ("train:", "model.normalization: rmsnorm\ntrain:", "model.normalization: 'rmsnorm' is not one of LayerNorm, "
+     "RMSNorm (case-sensitive): Megatron-Bridge sets it as given and Megatron-Core stops"),
+    ("  moe_token_dispatcher_type: alltoall", "  moe_token_dispatcher_type: AllToAll",
+     "model.moe_token_dispatcher_type: 'AllToAll' is not one of allgather, alltoall, flex"),
 ]:
     assert old in BRIDGE, old
     case("files", "plan", "--hw", "h100", "-m", "qwen3-30b-a3b", "--devices", "8", "--from-bridge", "{tmp}/r.yaml",

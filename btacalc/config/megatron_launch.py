@@ -958,6 +958,18 @@ def _check_type(launch: Launch, flag: Flag, value: str) -> None:
                        f"{_cut(repr(value))}: its argparse ({how}, {MEGATRON_LM_SHORT} {where}) stops the launch")
 
 
+def _check_count(launch: Launch, flag: Flag, items: list[str]) -> None:
+    """argparse's count of a list option's values: nargs '+' at least one, nargs N exactly N (argtypes24:
+    `--rampup-batch-size 16 16` and a bare `--moe-aux-loss-coeff` were read, where argparse stops with "expected 3
+    arguments" / "expected at least one argument")."""
+    if flag.arity == "+" and not items or flag.arity.isdigit() and len(items) != int(flag.arity):
+        wants = "at least one value" if flag.arity == "+" else f"{flag.arity} values"
+        raise BtacalcError(f"{launch.source}: {flag.flag} takes {wants}, got {len(items)}: Megatron-LM's "
+                           f"argparse (nargs={flag.arity!r}) stops the launch"
+                           + (" (`--flag=value` gives it one; give the values after the flag)" if len(items) == 1
+                              and flag.arity.isdigit() else ""))
+
+
 def _parse_args(words: list[str], launch: Launch) -> None:
     known, i = megatron_flags(), 0
     while i < len(words):
@@ -991,10 +1003,13 @@ def _parse_args(words: list[str], launch: Launch) -> None:
             _check_type(launch, flag, value)
             _check_choice(launch, flag, value)
         else:
+            # argparse: `--flag=value` is the option's one argument, the words after it are not its (argtypes24:
+            # `--data-path=a b` read both, where argparse stops at "unrecognized arguments: b")
             items = [inline] if eq else []
-            while i < len(words) and not words[i].startswith("--"):
+            while not eq and i < len(words) and not words[i].startswith("--"):
                 items.append(words[i])
                 i += 1
+            _check_count(launch, flag, items)
             for item in items:  # a list option's items (--moe-router-load-balancing-type aux_loss seq_aux_loss)
                 _check_type(launch, flag, item)
                 _check_choice(launch, flag, item)
