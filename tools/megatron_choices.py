@@ -27,6 +27,7 @@ import ast
 import subprocess
 import sys
 from pathlib import Path
+from typing import Iterator
 
 PIN = "d98e8a64"
 DATA = Path(__file__).resolve().parent.parent / "btacalc" / "data"
@@ -77,6 +78,17 @@ def _excludes(tree: ast.Module) -> dict[str, set[str]]:
     return out
 
 
+def _config_fields(git_dir: str, excludes: dict[str, set[str]]) -> Iterator[tuple[str, ast.AnnAssign]]:
+    """(path, field) of each config field ArgumentGroupFactory turns into an option (less its `exclude`)."""
+    for cls, path in CLASSES.items():
+        tree = ast.parse(_show(git_dir, path))
+        body = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == cls).body
+        for item in body:
+            if (isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
+                    and item.target.id not in excludes[FACTORY_CLASS.get(cls, cls)]):
+                yield path, item
+
+
 def choices(git_dir: str) -> dict[str, tuple[tuple[str, ...], str]]:
     known = {line.split("\t")[1] for line in (DATA / "megatron_flags.tsv").read_text().splitlines()
              if line and not line.startswith("#")}
@@ -84,22 +96,16 @@ def choices(git_dir: str) -> dict[str, tuple[tuple[str, ...], str]]:
              if line and not line.startswith("#")}
     out: dict[str, tuple[tuple[str, ...], str]] = {}
     arguments = ast.parse(_show(git_dir, ARGUMENTS))
-    excludes = _excludes(arguments)
-    for cls, path in CLASSES.items():
-        tree = ast.parse(_show(git_dir, path))
-        body = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == cls).body
-        for item in body:
-            if not (isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)):
-                continue
-            name, literal = item.target.id, None
-            for sub in ast.walk(item.annotation):
-                if isinstance(sub, ast.Subscript) and getattr(sub.value, "id", None) == "Literal":
-                    literal = sub
-            if literal is None or name in excludes[FACTORY_CLASS.get(cls, cls)] or name not in known:
-                continue
-            values = _strings(literal.slice)
-            if values:
-                out[name] = (tuple(values), f"{path}:{item.lineno}")
+    for path, item in _config_fields(git_dir, _excludes(arguments)):
+        name, literal = item.target.id, None  # type: ignore[attr-defined]
+        for sub in ast.walk(item.annotation):
+            if isinstance(sub, ast.Subscript) and getattr(sub.value, "id", None) == "Literal":
+                literal = sub
+        if literal is None or name not in known:
+            continue
+        values = _strings(literal.slice)
+        if values:
+            out[name] = (tuple(values), f"{path}:{item.lineno}")
     for dest, (path, enum) in ENUMS.items():
         tree = ast.parse(_show(git_dir, path))
         node = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == enum)
@@ -182,25 +188,18 @@ def _field_options(git_dir: str, excludes: dict[str, set[str]]) -> dict[str, tup
     """dest -> (type, its choices where _int_choices or an enum's names give them, file:line) of every option
     ArgumentGroupFactory builds from a config field."""
     out: dict[str, tuple[str, str, str]] = {}
-    for cls, path in CLASSES.items():
-        tree = ast.parse(_show(git_dir, path))
-        body = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == cls).body
-        for item in body:
-            if not (isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)):
-                continue
-            if item.target.id in excludes.get(FACTORY_CLASS.get(cls, cls), {item.target.id}):
-                continue
-            kind = _annotation_type(item.annotation)
-            meta = _meta(item.value)
-            if "type" in meta:
-                kind = ast.unparse(meta["type"])
-            dest = str(ast.literal_eval(meta["dest"])) if "dest" in meta else item.target.id
-            listed = meta.get("choices")
-            if isinstance(listed, ast.ListComp) and ast.unparse(listed.generators[0].iter) in ENUM_FILES:
-                names = ",".join(_enum_names(git_dir, ast.unparse(listed.generators[0].iter)))  # [s.name for s in E]
-            else:
-                names = _int_choices(listed or item.annotation)
-            out[dest] = (kind, names, f"{path}:{item.lineno}")
+    for path, item in _config_fields(git_dir, excludes):
+        kind = _annotation_type(item.annotation)
+        meta = _meta(item.value)
+        if "type" in meta:
+            kind = ast.unparse(meta["type"])
+        dest = str(ast.literal_eval(meta["dest"])) if "dest" in meta else item.target.id  # type: ignore[attr-defined]
+        listed = meta.get("choices")
+        if isinstance(listed, ast.ListComp) and ast.unparse(listed.generators[0].iter) in ENUM_FILES:
+            names = ",".join(_enum_names(git_dir, ast.unparse(listed.generators[0].iter)))  # [s.name for s in E]
+        else:
+            names = _int_choices(listed or item.annotation)
+        out[dest] = (kind, names, f"{path}:{item.lineno}")
     return out
 
 
