@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from btacalc.config.megatron_launch import argparse_types, megatron_flags, read_launch
-from btacalc.config.megatron_run import import_bridge
+from btacalc.config.megatron_run import import_bridge, import_megatron
 from btacalc.config.presets import load_preset
 from btacalc.errors import BtacalcError
 
@@ -117,10 +117,12 @@ def test_the_callables_are_read_from_their_lines():
     ("--flash-attention-version 1", "takes one of 2, 3, 4, got '1'"),
     ("--megatron-fsdp-version x", "takes one of 1, 2, got 'x'"),
     # the layer-pattern callables: int(), or with '[' only the characters _eval_pattern allows
-    ("--moe-layer-freq x", "--moe-layer-freq (moe_layer_freq) takes an integer or a list expression"),
-    ("--moe-layer-freq 1.5", "got '1.5': its argparse (its moe_freq_type"),
-    ("--no-rope-freq [1]*2+x", "--no-rope-freq (no_rope_freq) takes an integer or a list expression"),
+    ("--moe-layer-freq x", "--moe-layer-freq (moe_layer_freq) takes an integer or a Python list expression"),
+    ("--moe-layer-freq 1.5", "got '1.5': its argparse (its layer-pattern type"),
+    ("--no-rope-freq [1]*2+x", "--no-rope-freq (no_rope_freq) takes an integer or a Python list expression"),
     ("--linear-attention-freq [1]*-2", "got '[1]*-2'"),
+    ("--window-attn-skip-freq [1,1", "--window-attn-skip-freq (window_attn_skip_freq) takes an integer or a Python list"),
+    ("--no-rope-freq " + "(" * 300 + "[1]" + ")" * 300, "takes an integer or a Python list expression"),
     # tuple_type: int() of each comma-separated item
     ("--window-size 128,x", "--window-size (window_size) takes integers separated by commas, got '128,x'"),
     # a list option: each item (nargs 3 and '+')
@@ -205,3 +207,35 @@ def test_a_bridge_number_given_as_a_string_stays_refused(override, fragment):
     with pytest.raises(BtacalcError, match=fragment):
         _bridge(DENSE_BRIDGE + override + "\n")
     _bridge(DENSE_BRIDGE + override.replace("'", "").replace('"', "") + "\n")  # the shell's quotes alone: a number
+
+
+@pytest.mark.parametrize("flag,value,refused", [
+    ("--hidden-dropout", "1.5", True), ("--hidden-dropout", "-0.1", True), ("--hidden-dropout", "nan", True),
+    ("--hidden-dropout", "inf", True), ("--hidden-dropout", "1", False), ("--hidden-dropout", "0", False),
+    ("--attention-dropout", "1.5", True), ("--attention-dropout", "-1e-9", True), ("--attention-dropout", "1.0", False),
+])
+def test_a_dropout_torch_refuses_is_refused(flag, value, refused):
+    """argparse takes any float; torch's dropout (the oracle, as Megatron calls it) raises outside [0, 1] and, in
+    F.dropout (hidden_dropout), on nan. Before, 1.5 and inf planned dropout on, -0.1 and nan off."""
+    torch = pytest.importorskip("torch")
+    p = float(value)
+    if flag == "--hidden-dropout":
+        try:
+            torch.nn.functional.dropout(torch.ones(2), p=p, training=True)
+            torch_refuses = False
+        except (ValueError, RuntimeError):
+            torch_refuses = True
+    else:
+        try:
+            torch.nn.Dropout(p)
+            torch_refuses = False
+        except ValueError:
+            torch_refuses = True
+    assert torch_refuses is refused
+    text = f"{BASE} {flag} {value}\n"
+    if refused:
+        with pytest.raises(BtacalcError, match=f"{flag} \\({flag[2:].replace('-', '_')}\\) takes a probability in "
+                                               r"\[0, 1\], got"):
+            import_megatron(text, "l.args", devices=8)
+    else:
+        import_megatron(text, "l.args", devices=8)

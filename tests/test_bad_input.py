@@ -609,14 +609,20 @@ for value, fragment in (("--hidden-dropout abc", "--hidden-dropout (hidden_dropo
                         ("--rampup-batch-size 16 16 x", "--rampup-batch-size (rampup_batch_size) takes an integer"),
                         ("--empty-unused-memory-level 3", "takes one of 0, 1, 2, got '3'"),
                         ("--window-size 128,x", "--window-size (window_size) takes integers separated by commas"),
-                        ("--no-rope-freq [1]*2+x", "--no-rope-freq (no_rope_freq) takes an integer or a list"),
+                        ("--no-rope-freq [1]*2+x", "--no-rope-freq (no_rope_freq) takes an integer or a Python list"),
                         ("--tokenizer-type gpt2bpetokenizer", "did you mean GPT2BPETokenizer?"),
                         ("--distributed-backend NCCL", "did you mean nccl?"),
                         ("--cuda-graph-modules attn MLP", "--cuda-graph-modules 'MLP': Megatron-LM's argparse takes"),
                         ("--inference-cuda-graph-scope Block", "did you mean block?"),
                         # a list option's count and `--flag=value` (its one argument, as argparse takes it)
                         ("--rampup-batch-size 16 16", "--rampup-batch-size takes 3 values, got 2"),
-                        ("--data-path=a b", "'b' is not a Megatron-LM flag")):
+                        ("--data-path=a b", "'b' is not a Megatron-LM flag"),
+                        # a layer pattern eval cannot parse (a SyntaxError stops Megatron's argparse with a traceback)
+                        ("--window-attn-skip-freq [1,1", "(window_attn_skip_freq) takes an integer or a Python list"),
+                        # a float argparse takes and torch's dropout refuses (planned: dropout on at 1.5, off at nan)
+                        ("--hidden-dropout 1.5", "--hidden-dropout (hidden_dropout) takes a probability in [0, 1], got "
+                                                 "1.5: torch's dropout raises on it"),
+                        ("--hidden-dropout nan", "takes a probability in [0, 1], got nan")):
     case("files", "plan", "--hw", "h100", "--devices", "8", "--from-megatron", "{tmp}/launch.args", fragment=fragment,
          files={"launch.args": SMALL_LAUNCH + f" {value}\n"})
 for algo in ("Tree", "Ring,Tree", ","):

@@ -430,6 +430,15 @@ def _dec_dropout(get: Get) -> Fields:
     # both read (argtypes24: `or` left hidden_dropout unread when attention_dropout was above 0, so a Bridge
     # `model.hidden_dropout` given as a string, which Megatron-Core's dropout cannot compare, was planned)
     attention, hidden = (real(get(d) or 0, d) for d in ("attention_dropout", "hidden_dropout"))
+    # argtypes24: argparse takes any float, torch's dropout does not: hidden_dropout goes to F.dropout in every layer
+    # (Megatron-LM @ d98e8a64 fused_bias_dropout.py L47, L54), which raises outside [0, 1] and on nan (torch 2.13
+    # functional.py L1489 "dropout probability has to be between 0 and 1"); attention_dropout builds torch.nn.Dropout
+    # (dot_product_attention.py L114; TransformerEngine's UnfusedDotProductAttention, always built), which raises
+    # outside [0, 1] when the model is built. Both were planned (dropout on at 1.5 or inf, off at -0.1 or nan)
+    for dest, p in (("attention_dropout", attention), ("hidden_dropout", hidden)):
+        if p < 0 or p > 1 or (dest == "hidden_dropout" and math.isnan(p)):
+            raise ArgumentValueError(dest, "a probability in [0, 1]", repr(p), ": torch's dropout raises on it, so "
+                                     "Megatron stops at the model's build or first step")
     return {"model.dropout": attention > 0 or hidden > 0}
 
 

@@ -921,8 +921,18 @@ def argparse_types() -> dict[str, tuple[str, tuple[str, ...], str]]:
 _PATTERN_CHARACTERS = re.compile(r"[^,\d\[\]\(\)\+\*]")  # arguments.py _eval_pattern L247: what a layer pattern may hold
 # what each check wants, in ArgumentValueError's words (the reader's own refusals of a value it reads), and argparse's
 _TYPE_WORDS = {"int": ("an integer", "type=int"), "float": ("a number", "type=float"),
-               "freq": ("an integer or a list expression of , digits [ ] ( ) + *", "its moe_freq_type"),
+               "freq": ("an integer or a Python list expression of , digits [ ] ( ) + *", "its layer-pattern type"),
                "int_tuple": ("integers separated by commas", "its tuple_type")}
+
+
+def _parses(expression: str) -> bool:
+    """Whether Python's eval would parse `expression` (its SyntaxError stops Megatron's argparse with a traceback:
+    argparse catches only TypeError and ValueError); nothing is evaluated."""
+    try:
+        ast.parse(expression, mode="eval")
+    except (SyntaxError, RecursionError, MemoryError):
+        return False
+    return True
 
 
 def _converts(check: str, names: tuple[str, ...], value: str) -> bool:
@@ -934,8 +944,8 @@ def _converts(check: str, names: tuple[str, ...], value: str) -> bool:
             return not names or str(number) in names
         if check == "float":
             float(value)
-        elif check == "freq" and "[" in value:
-            return _PATTERN_CHARACTERS.search(value) is None
+        elif check == "freq" and "[" in value:  # _eval_pattern's characters, then eval's parse (not its evaluation)
+            return _PATTERN_CHARACTERS.search(value) is None and _parses(value)
         elif check == "freq":
             int(value)
         elif check == "int_tuple":
