@@ -548,9 +548,9 @@ for old, new, fragment in [
     ("--num-layers 32", "--num-layers 1e308", "takes an integer, got '1e308'"),
     ("--seq-length 8192", "--seq-length 8192.0", "--seq-length (seq_length) takes an integer, got '8192.0'"),
     ("--micro-batch-size 1", "--micro-batch-size 1e3", "--micro-batch-size (micro_batch_size) takes an integer"),
-    ("--num-layers 32", "--num-layers 32 --window-size abc", "--window-size (window_size) takes an integer"),
-    ("--num-layers 32", "--num-layers 32 --window-size []", "takes a pair of integers, got '[]'"),
-    ("--num-layers 32", "--num-layers 32 --window-size (1.5,0)", "takes an integer, got '1.5'"),
+    ("--num-layers 32", "--num-layers 32 --window-size abc", "--window-size (window_size) takes integers separated by commas"),
+    ("--num-layers 32", "--num-layers 32 --window-size []", "takes integers separated by commas, got '[]'"),
+    ("--num-layers 32", "--num-layers 32 --window-size (1.5,0)", "separated by commas, got '(1.5,0)': its argparse (its tuple_type"),
     ("--num-layers 32", "--num-layers 32 --window-size 128 --window-attn-skip-freq 0", "needs N >= 1"),
     ("--attention-dropout 0.0", "--attention-dropout abc", "--attention-dropout (attention_dropout) takes a number"),
     ("--num-layers 32", "--num-layers $((1/0))", "bash arithmetic $((1/0)): division by zero"),
@@ -596,6 +596,35 @@ for value, fragment in (("4.0", "--ddp-num-buckets (ddp_num_buckets) takes an in
                         ("4 --ddp-num-buckets 8", "--ddp-num-buckets and --ddp-num-buckets set ddp_num_buckets to")):
     case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/launch.args", fragment=fragment,
          files={"launch.args": LLAMA_LAUNCH.replace("--num-layers 32", f"--num-layers 32 --ddp-num-buckets {value}", 1)})
+SMALL_LAUNCH = ("--num-layers 2 --hidden-size 256 --num-attention-heads 4 --seq-length 512 --max-position-embeddings 512 "
+                "--micro-batch-size 1 --global-batch-size 8 --bf16 --vocab-size 32000")
+# argtypes24: a value Megatron-LM's argparse cannot convert to its option's type (megatron_types.tsv) stops the
+# launch whether btacalc reads the option or not; each was planned (the flag listed as ignored or passed over)
+for value, fragment in (("--hidden-dropout abc", "--hidden-dropout (hidden_dropout) takes a number, got 'abc'"),
+                        ("--lr-warmup-iters x1", "--lr-warmup-iters (lr_warmup_iters) takes an integer, got 'x1'"),
+                        ("--lr-warmup-iters 1e3", "takes an integer, got '1e3': its argparse (type=int"),
+                        ("--seed 0x10", "--seed (seed) takes an integer, got '0x10'"),
+                        ("--adam-beta2=", "--adam-beta2 (adam_beta2) takes a number, got ''"),
+                        ("--weight-decay 0,1", "--weight-decay (weight_decay) takes a number, got '0,1'"),
+                        ("--rampup-batch-size 16 16 x", "--rampup-batch-size (rampup_batch_size) takes an integer"),
+                        ("--empty-unused-memory-level 3", "takes one of 0, 1, 2, got '3'"),
+                        ("--window-size 128,x", "--window-size (window_size) takes integers separated by commas"),
+                        ("--no-rope-freq [1]*2+x", "--no-rope-freq (no_rope_freq) takes an integer or a Python list"),
+                        ("--tokenizer-type gpt2bpetokenizer", "did you mean GPT2BPETokenizer?"),
+                        ("--distributed-backend NCCL", "did you mean nccl?"),
+                        ("--cuda-graph-modules attn MLP", "--cuda-graph-modules 'MLP': Megatron-LM's argparse takes"),
+                        ("--inference-cuda-graph-scope Block", "did you mean block?"),
+                        # a list option's count and `--flag=value` (its one argument, as argparse takes it)
+                        ("--rampup-batch-size 16 16", "--rampup-batch-size takes 3 values, got 2"),
+                        ("--data-path=a b", "'b' is not a Megatron-LM flag"),
+                        # a layer pattern eval cannot parse (a SyntaxError stops Megatron's argparse with a traceback)
+                        ("--window-attn-skip-freq [1,1", "(window_attn_skip_freq) takes an integer or a Python list"),
+                        # a float argparse takes and torch's dropout refuses (planned: dropout on at 1.5, off at nan)
+                        ("--hidden-dropout 1.5", "--hidden-dropout (hidden_dropout) takes a probability in [0, 1], got "
+                                                 "1.5: torch's dropout raises on it"),
+                        ("--hidden-dropout nan", "takes a probability in [0, 1], got nan")):
+    case("files", "plan", "--hw", "h100", "--devices", "8", "--from-megatron", "{tmp}/launch.args", fragment=fragment,
+         files={"launch.args": SMALL_LAUNCH + f" {value}\n"})
 for algo in ("Tree", "Ring,Tree", ","):
     case("files", "plan", "--hw", "gb200", "--from-megatron", "{tmp}/launch.args",
          fragment="--deterministic-mode takes NCCL_ALGO from CollnetChain, CollnetDirect, Ring, ^NVLS only",
@@ -645,6 +674,12 @@ for old, new, fragment in [
     # read 128
     ("train:", "model.window_size: [128.0, 0]\ntrain:", "model.window_size[0]: 128.0 is a float, which "
      "Megatron-Bridge sets as given"),
+    # argtypes24: a Literal field's value Bridge sets as given and Megatron-Core raises on; btacalc read rmsnorm as
+    # RMSNorm (case folded) and AllToAll as an all-to-all
+    ("train:", "model.normalization: rmsnorm\ntrain:", "model.normalization: 'rmsnorm' is not one of LayerNorm, "
+     "RMSNorm (case-sensitive): Megatron-Bridge sets it as given and Megatron-Core stops"),
+    ("  moe_token_dispatcher_type: alltoall", "  moe_token_dispatcher_type: AllToAll",
+     "model.moe_token_dispatcher_type: 'AllToAll' is not one of allgather, alltoall, flex"),
 ]:
     assert old in BRIDGE, old
     case("files", "plan", "--hw", "h100", "-m", "qwen3-30b-a3b", "--devices", "8", "--from-bridge", "{tmp}/r.yaml",

@@ -27,6 +27,8 @@ from .attention_kernels import DEFAULT_ATTENTION_KERNEL
 from .bridge_fields import bridge_fields
 from .cuda_graphs import GRAPH_IMPL
 from .pipeline import parse_layout
+from .text import cut as _cut
+from .text import nearest_name
 from .model import GPT_OSS_GLU_CLAMP, GPT_OSS_GLU_OFFSET, MEGATRON_LINEAR_BIASES, Numerics
 from .megatron_launch import (ArgumentValueError, BridgeFloat, BridgeText, flags_by_dest, integer, list_expression,
                               megatron_flags, pattern, real, refuse_bridge_text)
@@ -425,8 +427,19 @@ def _enc_dropout(f: Fields) -> Args:
 
 
 def _dec_dropout(get: Get) -> Fields:
-    return {"model.dropout": real(get("attention_dropout") or 0, "attention_dropout") > 0
-            or real(get("hidden_dropout") or 0, "hidden_dropout") > 0}
+    # both read (argtypes24: `or` left hidden_dropout unread when attention_dropout was above 0, so a Bridge
+    # `model.hidden_dropout` given as a string, which Megatron-Core's dropout cannot compare, was planned)
+    attention, hidden = (real(get(d) or 0, d) for d in ("attention_dropout", "hidden_dropout"))
+    # argtypes24: argparse takes any float, torch's dropout does not: hidden_dropout goes to F.dropout in every layer
+    # (Megatron-LM @ d98e8a64 fused_bias_dropout.py L47, L54), which raises outside [0, 1] and on nan (torch 2.13
+    # functional.py L1489 "dropout probability has to be between 0 and 1"); attention_dropout builds torch.nn.Dropout
+    # (dot_product_attention.py L114; TransformerEngine's UnfusedDotProductAttention, always built), which raises
+    # outside [0, 1] when the model is built. Both were planned (dropout on at 1.5 or inf, off at -0.1 or nan)
+    for dest, p in (("attention_dropout", attention), ("hidden_dropout", hidden)):
+        if p < 0 or p > 1 or (dest == "hidden_dropout" and math.isnan(p)):
+            raise ArgumentValueError(dest, "a probability in [0, 1]", repr(p), ": torch's dropout raises on it, so "
+                                     "Megatron stops at the model's build or first step")
+    return {"model.dropout": attention > 0 or hidden > 0}
 
 
 # semantics20: GPT-OSS's YaRN (model.py YarnScaling) as Megatron-LM's flags: --position-embedding-type yarn builds
@@ -1639,6 +1652,35 @@ def check_bridge_experts(args: Args) -> None:
     if isinstance(experts, int) and not isinstance(experts, bool) and experts <= 0:
         raise BtacalcError(f"model.num_moe_experts={experts}: Megatron-Core refuses 0 or fewer experts "
                            "(transformer_config.py L1682-1683 @ d98e8a64); a dense model leaves it out or sets null")
+
+
+# argtypes24: a Bridge override of a Literal-typed Megatron-Core field is set as given: the config is an untyped
+# OmegaConf DictConfig built from a plain dict (NVIDIA-NeMo/Megatron-Bridge @ 067f987d omegaconf_utils.py L78
+# OmegaConf.create, L157 to_container, L515 setattr), so neither OmegaConf nor Bridge checks the Literal, and a string
+# stays the string (review10's BridgeText). Megatron-Core then compares it with its exact values and raises where none
+# matches (Megatron-LM @ 2a75ac12, Bridge's 3rdparty/Megatron-LM): these are the fields btacalc reads whose refusal was
+# traced; btacalc read `model.normalization: rmsnorm` as RMSNorm (case folded) and `model.moe_token_dispatcher_type:
+# AllToAll` as an all-to-all with a note.
+BRIDGE_LITERALS: dict[str, tuple[tuple[str, ...], str, bool]] = {  # dest -> (values, the refusal, MoE only)
+    "normalization": (("LayerNorm", "RMSNorm"), "transformer_config.py L249 Literal; TENorm raises 'Only LayerNorm and "
+                      "RMSNorm are currently supported' (extensions/transformer_engine.py L1050-1064), as do the "
+                      "torch norm (torch_norm.py L56-70)", False),
+    "moe_token_dispatcher_type": (("allgather", "alltoall", "flex"), "transformer_config.py L869 Literal; MoELayer "
+                                  "raises 'Unsupported token dispatcher type' (transformer/moe/moe_layer.py L306-330)",
+                                  True),
+}
+
+
+def check_bridge_literals(args: Args, moe: bool) -> None:
+    """Refuse a Literal field's value Megatron-Core raises on (BRIDGE_LITERALS), named by its Bridge key."""
+    for dest, (values, where, moe_only) in BRIDGE_LITERALS.items():
+        value = args.get(dest)
+        if value is None or value in values or (moe_only and not moe):
+            continue
+        near = nearest_name(str(value), values)
+        raise BtacalcError(f"model.{dest}: {_cut(repr(str(value)))} is not one of {', '.join(values)} (case-sensitive): "
+                           f"Megatron-Bridge sets it as given and Megatron-Core stops (Megatron-LM@2a75ac12 {where})"
+                           + (f": did you mean {near}?" if near else ""))
 
 
 def from_bridge(overrides: Mapping[str, Any]) -> tuple[Args, list[str]]:

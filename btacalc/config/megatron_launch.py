@@ -891,12 +891,93 @@ def argparse_choices() -> dict[str, tuple[tuple[str, ...], str]]:
 
 
 def _check_choice(launch: Launch, flag: Flag, value: str) -> None:
-    known = argparse_choices().get(flag.dest)
+    check, names, where = argparse_types().get(flag.flag, ("text", (), ""))
+    # an enum's member names (`config_type[cli_arg]`, argument_utils.py L108-115; arguments.py L256-260)
+    known = argparse_choices().get(flag.dest) or ((names, where) if check == "names" else None)
     if known is not None and value not in known[0]:
         near = nearest_name(value, known[0])
         raise BtacalcError(f"{launch.source}: {flag.flag} {_cut(repr(value))}: Megatron-LM's argparse takes one of "
                            f"{', '.join(known[0])} (case-sensitive; {MEGATRON_LM_SHORT} {known[1]}) and stops the "
                            "launch otherwise" + (f": did you mean {near}?" if near else ""))
+
+
+# The type Megatron-LM's argparse converts each option's value with (megatron_types.tsv, written by
+# tools/megatron_choices.py from arguments.py's type= and the config fields' annotations; argtypes24: `--hidden-dropout
+# abc` and `--lr-warmup-iters x1` were planned with the flags listed as ignored, where argparse stops the launch with
+# "invalid float value"). Each check is Python's own conversion, as argparse calls it: int('1e3'), int('0x10') and
+# int('') fail, int(' +3 ') and int('1_000') work, float('nan') and float('1e3') work.
+@lru_cache(maxsize=1)
+def argparse_types() -> dict[str, tuple[str, tuple[str, ...], str]]:
+    """flag -> (the check, the names it takes, the file:line that states the type)."""
+    out: dict[str, tuple[str, tuple[str, ...], str]] = {}
+    for line in package_data("megatron_types.tsv").read_text().splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        flag, _dest, check, names, where = line.split("\t")
+        out[flag] = (check, tuple(names.split(",")) if names else (), where)
+    return out
+
+
+_PATTERN_CHARACTERS = re.compile(r"[^,\d\[\]\(\)\+\*]")  # arguments.py _eval_pattern L247: what a layer pattern may hold
+# what each check wants, in ArgumentValueError's words (the reader's own refusals of a value it reads), and argparse's
+_TYPE_WORDS = {"int": ("an integer", "type=int"), "float": ("a number", "type=float"),
+               "freq": ("an integer or a Python list expression of , digits [ ] ( ) + *", "its layer-pattern type"),
+               "int_tuple": ("integers separated by commas", "its tuple_type")}
+
+
+def _parses(expression: str) -> bool:
+    """Whether Python's eval would parse `expression` (its SyntaxError stops Megatron's argparse with a traceback:
+    argparse catches only TypeError and ValueError); nothing is evaluated."""
+    try:
+        ast.parse(expression, mode="eval")
+    except (SyntaxError, RecursionError, MemoryError):
+        return False
+    return True
+
+
+def _converts(check: str, names: tuple[str, ...], value: str) -> bool:
+    """Whether argparse's type (and an integer option's choices) takes `value`: the conversion itself, run. A name
+    (an enum member's) is checked with the choices (_check_choice)."""
+    try:
+        if check == "int":
+            number = int(value)
+            return not names or str(number) in names
+        if check == "float":
+            float(value)
+        elif check == "freq" and "[" in value:  # _eval_pattern's characters, then eval's parse (not its evaluation)
+            return _PATTERN_CHARACTERS.search(value) is None and _parses(value)
+        elif check == "freq":
+            int(value)
+        elif check == "int_tuple":
+            [int(item) for item in value.strip("()").split(",")]
+    except ValueError:
+        return False
+    return True
+
+
+def _check_type(launch: Launch, flag: Flag, value: str) -> None:
+    """Refuse a value Megatron-LM's argparse cannot convert to its option's type, whether btacalc reads the option or
+    not. A value that still holds a variable the file does not set or a command's output is the environment's, not
+    known here: where btacalc reads it, the reader refuses it naming why (_not_a)."""
+    check, names, where = argparse_types().get(flag.flag, ("text", (), ""))
+    if _converts(check, names, value) or _VAR.search(value) or "$((" in value or _SUBSTITUTED.search(value):
+        return
+    kind, how = _TYPE_WORDS[check]
+    kind = f"one of {', '.join(names)}" if names else kind
+    raise BtacalcError(f"{launch.source}: Megatron-LM's {flag.flag} ({flag.dest}) takes {kind}, got "
+                       f"{_cut(repr(value))}: its argparse ({how}, {MEGATRON_LM_SHORT} {where}) stops the launch")
+
+
+def _check_count(launch: Launch, flag: Flag, items: list[str]) -> None:
+    """argparse's count of a list option's values: nargs '+' at least one, nargs N exactly N (argtypes24:
+    `--rampup-batch-size 16 16` and a bare `--moe-aux-loss-coeff` were read, where argparse stops with "expected 3
+    arguments" / "expected at least one argument")."""
+    if flag.arity == "+" and not items or flag.arity.isdigit() and len(items) != int(flag.arity):
+        wants = "at least one value" if flag.arity == "+" else f"{flag.arity} values"
+        raise BtacalcError(f"{launch.source}: {flag.flag} takes {wants}, got {len(items)}: Megatron-LM's "
+                           f"argparse (nargs={flag.arity!r}) stops the launch"
+                           + (" (`--flag=value` gives it one; give the values after the flag)" if len(items) == 1
+                              and flag.arity.isdigit() else ""))
 
 
 def _parse_args(words: list[str], launch: Launch) -> None:
@@ -929,13 +1010,18 @@ def _parse_args(words: list[str], launch: Launch) -> None:
                 value, i = words[i], i + 1
             else:
                 raise BtacalcError(f"{launch.source}: {name} needs a value")
+            _check_type(launch, flag, value)
             _check_choice(launch, flag, value)
         else:
+            # argparse: `--flag=value` is the option's one argument, the words after it are not its (argtypes24:
+            # `--data-path=a b` read both, where argparse stops at "unrecognized arguments: b")
             items = [inline] if eq else []
-            while i < len(words) and not words[i].startswith("--"):
+            while not eq and i < len(words) and not words[i].startswith("--"):
                 items.append(words[i])
                 i += 1
+            _check_count(launch, flag, items)
             for item in items:  # a list option's items (--moe-router-load-balancing-type aux_loss seq_aux_loss)
+                _check_type(launch, flag, item)
                 _check_choice(launch, flag, item)
             value = items
         _store(launch, flag, value)
