@@ -855,6 +855,23 @@ FLASH_BACKEND_KERNELS = frozenset({"flash-attn-2"})
 FLASH_BELOW_CAPABILITY = 9.0
 
 
+# TransformerEngine's backend switches as Megatron-Core sets them for each AttnBackend (language_module.py L129-145
+# @ d98e8a64: flash, fused, unfused; `local` turns all three off): NVTE_FLASH_ATTN, NVTE_FUSED_ATTN, NVTE_UNFUSED_ATTN
+ATTENTION_BACKEND_ENVIRONMENT = {"flash": (1, 0, 0), "fused": (0, 1, 0), "unfused": (0, 0, 1), "local": (0, 0, 0)}
+ATTENTION_SWITCHES = ("NVTE_FLASH_ATTN", "NVTE_FUSED_ATTN", "NVTE_UNFUSED_ATTN")
+
+
+def bridge_attention_environment(args: Args) -> dict[str, str]:
+    """The NVTE_* variables that make a Bridge run use the attention backend `args` name: a Hydra override leaves
+    model.attention_backend a string (Bridge's omegaconf_utils.py _apply_overrides sets the value as given), which
+    Megatron-Core's _set_attention_backend compares with AttnBackend's members only, so it sets no switch and
+    TransformerEngine chooses the kernel; `auto` (TE's choice) needs none."""
+    switches = ATTENTION_BACKEND_ENVIRONMENT.get(str(args.get("attention_backend", "auto")))
+    if switches is None:
+        return {}
+    return {name: str(v) for name, v in zip(ATTENTION_SWITCHES, switches)}
+
+
 def _enc_attention(f: Fields) -> Args:
     """Fused attention as --attention-backend fused (cuDNN, TransformerEngine's FusedAttention: btacalc's default
     kernel from sm90, and the only one TE runs FP8 attention on, TE @ d0067d0 common/recipe/__init__.py L222-227), or

@@ -22,7 +22,7 @@ from .execution import BatchLimits, ExecutionRequest, OverlapRequest
 from .pipeline import StageSplit
 from .bridge_fields import check_bridge_key
 from .bridge_hydra import form_of, read_overrides
-from .megatron_codec import (MIXED_PRECISION_OVERWRITES, MODEL_ROWS, OVERWRITTEN_REASON, Fields, bridge_key,
+from .megatron_codec import (bridge_attention_environment, MIXED_PRECISION_OVERWRITES, MODEL_ROWS, OVERWRITTEN_REASON, Fields, bridge_key,
                              bridge_value_field, check_bridge_experts, check_bridge_literals,
                              check_bridge_sixteen_bit, decode, encode, from_bridge, model_fields)
 from .megatron_launch import ArgumentValueError, BridgeText, Launch, integer, read_launch
@@ -289,6 +289,13 @@ def _import_bridge(text: str, source: str, devices: Optional[int], base: Optiona
     env = environment_comments(text)
     if env:  # freshuser17: --nvls was lost (the file said NCCL_NVLS_ENABLE=1; planned without NVLink SHARP)
         run = replace(_nccl_settings(run, env), env=tuple(env.items()))
+    wanted = bridge_attention_environment(args)
+    if any(env.get(name) != value for name, value in wanted.items()):
+        run = replace(run, notes=run.notes + (
+            f"{given_as.get('attention_backend', 'model.attention_backend')}={args['attention_backend']} without "
+            + " ".join(f"{k}={v}" for k, v in wanted.items()) + " in the environment: a Hydra override sets the "
+            "string, which Megatron-Core does not map to TransformerEngine's switches (language_module.py "
+            "L129-145), so TransformerEngine may choose another kernel; planned as given",))
     return _with_options(run, text)
 
 

@@ -17,7 +17,7 @@ import shlex
 from typing import Any, Optional
 
 from ..config.attention_kernels import DEFAULT_ATTENTION_KERNEL
-from ..config.megatron_codec import (BRIDGE_PIN, FP8_ATTENTION_BRIDGE_KEY, MLA_YARN_BRIDGE, bridge_stated, encode,
+from ..config.megatron_codec import (BRIDGE_PIN, bridge_attention_environment, FP8_ATTENTION_BRIDGE_KEY, MLA_YARN_BRIDGE, bridge_stated, encode,
                                      mla_yarn_unsaid, model_fields, render_flags, to_bridge)
 from ..config.megatron_launch import MEGATRON_LM_PIN
 from ..config.megatron_run import LOSS_COMMENTS
@@ -281,6 +281,15 @@ def bridge_overrides(r: PlanReport, spec: ModelSpec) -> str:
     POSIX shell passes unchanged to Bridge's scripts (which read them with Hydra's override grammar; `--from-bridge`
     reads them back the same way, btacalc.config.bridge_hydra)."""
     args, env, notes = megatron_run(r, spec)
+    backend_env = bridge_attention_environment(args)
+    if backend_env:
+        env = {**env, **backend_env}
+        notes.append(f"model.attention_backend is an AttnBackend enum: a Hydra override sets the string "
+                     f"{args['attention_backend']!r}, which Megatron-Core's _set_attention_backend matches against the "
+                     "enum's members only (language_module.py L129-145 @ d98e8a64; Bridge's omegaconf_utils.py "
+                     "_apply_overrides sets it as given), so it sets no NVTE_* switch and TE would "
+                     "choose the kernel itself: the environment below selects it as Megatron-LM's --attention-backend "
+                     "would")
     head = [f"# btacalc plan: {r.model.name} on {r.parallelism.devices} x {r.hardware.name}",
             f"# keys: {BRIDGE_PIN} (src/megatron/bridge/training/config.py, comm_overlap.py, models/gpt_provider.py)",
             *(f"# {n}" for n in notes[1:]), *(f"# environment: {k}={v}" for k, v in env.items()),
