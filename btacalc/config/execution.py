@@ -463,6 +463,12 @@ class Layout:
             if model.ffn_size % etp:
                 raise BtacalcError(f"{{expert_tensor_parallel}} {etp} does not divide the expert width {model.ffn_size}: "
                                    f"{_divisor_fix([('expert_tensor_parallel', etp)], model.ffn_size)}")
+            if etp > 1 and model.biased_moe():
+                # freshuser19: planned and emitted with a MEGATRON WOULD REFUSE THIS line, which the launch reader
+                # then refused (megatron_rules moe-bias-etp); the search and the default already keep ETP 1
+                raise BtacalcError(f"{{expert_tensor_parallel}} {etp}: model {model.name!r} has biases in its MoE layers, "
+                                   f"which Megatron-Core takes only at ETP 1 ({MEGATRON} transformer_config.py "
+                                   "L2612-2615): give {expert_tensor_parallel} 1")
         elif ep > 1 or etp > 1:
             raise BtacalcError("{expert_parallel}/{expert_tensor_parallel} need an MoE model (the model is dense)")
         self._validate_scope_layers(model)
