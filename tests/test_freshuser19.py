@@ -48,3 +48,65 @@ def test_an_unbiased_moe_model_keeps_the_etp_given(cli, name):
                          "--ep", "8", "--emit", "megatron")
     assert code in (0, 1), err
     assert "--expert-tensor-parallel-size 2" in out and "MEGATRON WOULD REFUSE" not in out
+
+
+# Overlaps Megatron-LM asserts against beside another option the user gave (arguments.py L1025, L1028, L1442): `plan`
+# printed them as overlapped and `--emit megatron` wrote a MEGATRON WOULD REFUSE THIS line (docs/story.md review8
+# had left it so); the launch reader refuses the same launch. Each is now one line naming what it needs.
+@pytest.mark.parametrize("given, rule, needs", [
+    ("--tp 2 --no-sequence-parallel --tp-comm-overlap", "tp-overlap-sp", "needs --sequence-parallel at --tp 2"),
+    ("--overlap-param-gather", "param-gather-grad-reduce", "needs --overlap-grad-reduce"),
+    ("--zero 0 --overlap-grad-reduce --overlap-param-gather", "param-gather-sharded", "(--zero 1 or more)"),
+])
+@pytest.mark.parametrize("emit", [(), ("--emit", "megatron"), ("--emit", "bridge")])
+def test_an_overlap_megatron_asserts_against_is_refused_before_any_output(cli, given, rule, needs, emit):
+    from btacalc.config.megatron_rules import RULES
+
+    source = next(r.source for r in RULES if r.name == rule)
+    code, out, err = cli("plan", "--model", "llama-3-8b", "--hw", "h100", "--devices", "8", *given.split(), *emit)
+    assert code == 2 and out == "", err
+    assert err.count("\n") == 1 and needs in err and source in err, err
+
+
+@pytest.mark.parametrize("given", ["--overlap-grad-reduce --overlap-param-gather", "--tp 2 --tp-comm-overlap",
+                                   "--zero 3 --fsdp --overlap-grad-reduce --overlap-param-gather",
+                                   "--tp-comm-overlap"])  # at TP 1 dropped with its reason, as before
+def test_the_overlaps_megatron_runs_are_planned_and_emitted_without_a_refusal(cli, given):
+    launch = emitted(cli, f"--model llama-3-8b --hw h100 --devices 8 {given}")
+    assert "MEGATRON WOULD REFUSE" not in launch
+
+
+# The rules read a layout's virtual pipeline as Megatron-LM derives it (its chunks over PP, arguments.py L941-952).
+# They read --num-virtual-stages-per-pipeline-rank only, so DeepSeek-V3 with its MTP layer (emitted as a layout) at
+# PP 16 x VP 2 with the all-to-all overlap was emitted with "MEGATRON WOULD REFUSE THIS: ... needs a virtual
+# pipeline", which Megatron's own validation passes, and --from-megatron refused its own launch.
+GIVEN_DSV3 = "--model deepseek-v3 --hw b200 --devices 512 --pp 16 --vp 2 --ep 32 --overlap-a2a --mtp"
+
+
+def test_a_layout_interleaved_launch_with_the_all_to_all_overlap_reads_back(cli, tmp_path):
+    launch = emitted(cli, GIVEN_DSV3)
+    assert "--pipeline-model-parallel-layout" in launch and "--overlap-moe-expert-parallel-comm" in launch
+    assert "MEGATRON WOULD REFUSE" not in launch
+    path = tmp_path / "launch.sh"
+    path.write_text(launch)
+    code, out, err = cli("plan", "--hw", "b200", "--from-megatron", str(path), "--json")
+    assert code in (0, 1), err
+    import json
+
+    assert json.loads(out)["parallelism"]["overlaps"]["all_to_all"] is True
+
+
+@pytest.mark.parametrize("layout, pp, vp", [("Et|t|t|tL", 2, 2), ("Et|tL", 2, 1), ("E(t|)*7tL", 4, 2)])
+def test_the_rules_read_a_layouts_virtual_pipeline_as_megatron_derives_it(layout, pp, vp):
+    from btacalc.config.megatron_rules import RULES, violations
+    from btacalc.config.pipeline import parse_layout
+
+    assert len(parse_layout(layout)) // pp == vp
+    args = {"pipeline_model_parallel_size": pp, "pipeline_model_parallel_layout": layout, "num_experts": 8,
+            "expert_model_parallel_size": 2, "moe_token_dispatcher_type": "alltoall", "bf16": True,
+            "overlap_moe_expert_parallel_comm": True, "overlap_p2p_comm": False}
+    broken = {r.name for r in violations(args, {})}
+    assert ("a2a-vp" in broken) == (vp == 1)
+    # Megatron's interleaved schedule on 2 stages without p2p overlap (L1000-1009) applies to a layout's VP too
+    assert ("interleave-pp" in broken) == (vp > 1 and pp <= 2)
+    assert {r.name for r in RULES} >= {"a2a-vp", "interleave-pp"}

@@ -994,6 +994,7 @@ def _resolve(request: ExecutionRequest, model: "ModelSpec", profile: "HardwarePr
             raise BtacalcError(message)
     if profile.family == "gpu":
         layout = _runnable_overlaps(layout, recompute, chosen)
+        _check_overlaps(layout)
     limits = _resolve_batch(request, layout, chosen, run.seq_len if gpu else None)
     layout = replace(layout, micro_batches=limits.micro_batches or 1)  # the solver may choose M: plan.py
     mtp_layers = model.mtp_layers if run.multi_token_prediction else 0
@@ -1008,6 +1009,17 @@ def _resolve(request: ExecutionRequest, model: "ModelSpec", profile: "HardwarePr
     if objective not in OBJECTIVES:
         raise BtacalcError(f"{{objective}} must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
     return Execution(run, layout, limits, objective, tuple(chosen.reasons.items()), request)
+
+
+def _check_overlaps(layout: Layout) -> None:
+    """The overlaps Megatron-LM refuses beside the options given, each a one-line error (megatron_rules.overlap_refusal)."""
+    from .megatron_rules import overlap_refusal
+
+    o = layout.overlap
+    why = overlap_refusal(layout.tensor_parallel, layout.sequence_parallel, o.tp_comm, o.grad_reduce, o.param_gather,
+                          layout.zero_stage >= 1 or layout.fsdp)
+    if why is not None:
+        raise BtacalcError(why)
 
 
 def _runnable_overlaps(layout: Layout, recompute: str, chosen: _Defaults) -> Layout:
