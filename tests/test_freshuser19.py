@@ -110,3 +110,23 @@ def test_the_rules_read_a_layouts_virtual_pipeline_as_megatron_derives_it(layout
     # Megatron's interleaved schedule on 2 stages without p2p overlap (L1000-1009) applies to a layout's VP too
     assert ("interleave-pp" in broken) == (vp > 1 and pp <= 2)
     assert {r.name for r in RULES} >= {"a2a-vp", "interleave-pp"}
+
+
+# The step's rows: phase_share (each layer phase, the exposed collectives, the bubble, the synchronisation, the
+# optimizer) and tiling_overhead_s add up to step_time_s; phase_share alone summed to 0.999 (the hand check's
+# Mixtral plan: 5.12 ms of 5.296 s) while its description said "share of step time per phase".
+@pytest.mark.parametrize("given", ["--model mixtral-8x7b --hw h100 --devices 32 --global-batch 256 --pp 4 --vp 8 --ep 8",
+                                   "--model qwen3-30b-a3b --hw wse3"])
+def test_the_step_rows_add_up_and_the_schema_says_which_they_are(cli, given):
+    import json
+
+    code, out, err = cli("plan", *given.split(), "--json")
+    assert code == 0, err
+    th = json.loads(out)["throughput"]
+    shares = sum(th["phase_share"].values())
+    assert th["tiling_overhead_s"] > 0 and shares < 1
+    assert shares + th["tiling_overhead_s"] / th["step_time_s"] == pytest.approx(1, abs=1e-12)
+    code, out, err = cli("plan", "--schema")
+    text = json.dumps(json.loads(out))
+    assert "tiling_overhead_s / step_time_s the shares add up to 1" in text
+    assert "a part of step_time_s that phase_share leaves out" in text
