@@ -130,3 +130,38 @@ def test_the_step_rows_add_up_and_the_schema_says_which_they_are(cli, given):
     text = json.dumps(json.loads(out))
     assert "tiling_overhead_s / step_time_s the shares add up to 1" in text
     assert "a part of step_time_s that phase_share leaves out" in text
+
+
+# `--emit bridge` writes model.num_query_groups for DeepSeek-V3 (the head count, over a recipe's GQA); reading its own
+# file back listed it as "ignored ...: not modelled by btacalc", as if btacalc dropped something the run uses.
+def test_a_bridge_files_query_groups_under_mla_are_listed_with_why(cli, tmp_path):
+    import json
+
+    from btacalc.config.megatron_run import NOT_MODELLED
+
+    given = "--model deepseek-v3 --hw b200 --devices 256 --pp 16 --ep 16"
+    overrides = emitted(cli, given, "bridge")
+    assert "model.num_query_groups=128" in overrides and "model.multi_latent_attention=True" in overrides
+    path = tmp_path / "dsv3.txt"
+    path.write_text(overrides)
+    code, out, err = cli("plan", "--hw", "b200", "--devices", "256", "--from-bridge", str(path), "--json")
+    assert code in (0, 1), err
+    reasons = {row["flag"]: row["reason"] for row in json.loads(out)["imported"]["ignored"]}
+    assert reasons["model.num_query_groups"] != NOT_MODELLED
+    assert "multi-latent attention" in reasons["model.num_query_groups"]
+
+
+def test_query_groups_without_group_query_attention_are_listed_with_why(cli, monkeypatch):
+    import io
+    import json
+    import sys
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO(
+        "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --num-query-groups 2 --seq-length 64 "
+        "--max-position-embeddings 64 --micro-batch-size 1 --bf16 --vocab-size 1000"))
+    code, out, err = cli("plan", "--hw", "h100", "--devices", "1", "--from-megatron", "-", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["model"]["num_kv_heads"] == 4  # Megatron-LM trains every head its own key/value
+    reasons = {row["flag"]: row["reason"] for row in doc["imported"]["ignored"]}
+    assert "only with --group-query-attention" in reasons["--num-query-groups"]
