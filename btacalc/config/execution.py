@@ -464,6 +464,12 @@ class Layout:
             if model.ffn_size % etp:
                 raise BtacalcError(f"{{expert_tensor_parallel}} {etp} does not divide the expert width {model.ffn_size}: "
                                    f"{_divisor_fix([('expert_tensor_parallel', etp)], model.ffn_size)}")
+            if etp > 1 and model.biased_moe():
+                # freshuser19: planned and emitted with a MEGATRON WOULD REFUSE THIS line, which the launch reader
+                # then refused (megatron_rules moe-bias-etp); the search and the default already keep ETP 1
+                raise BtacalcError(f"{{expert_tensor_parallel}} {etp}: model {model.name!r} has biases in its MoE layers, "
+                                   f"which Megatron-Core takes only at ETP 1 ({MEGATRON} transformer_config.py "
+                                   "L2612-2615): give {expert_tensor_parallel} 1")
         elif ep > 1 or etp > 1:
             raise BtacalcError("{expert_parallel}/{expert_tensor_parallel} need an MoE model (the model is dense)")
         self._validate_scope_layers(model)
@@ -988,6 +994,7 @@ def _resolve(request: ExecutionRequest, model: "ModelSpec", profile: "HardwarePr
             raise BtacalcError(message)
     if profile.family == "gpu":
         layout = _runnable_overlaps(layout, recompute, chosen)
+        _check_overlaps(layout)
     limits = _resolve_batch(request, layout, chosen, run.seq_len if gpu else None)
     layout = replace(layout, micro_batches=limits.micro_batches or 1)  # the solver may choose M: plan.py
     mtp_layers = model.mtp_layers if run.multi_token_prediction else 0
@@ -1002,6 +1009,17 @@ def _resolve(request: ExecutionRequest, model: "ModelSpec", profile: "HardwarePr
     if objective not in OBJECTIVES:
         raise BtacalcError(f"{{objective}} must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
     return Execution(run, layout, limits, objective, tuple(chosen.reasons.items()), request)
+
+
+def _check_overlaps(layout: Layout) -> None:
+    """The overlaps Megatron-LM refuses beside the options given, each a one-line error (megatron_rules.overlap_refusal)."""
+    from .megatron_rules import overlap_refusal
+
+    o = layout.overlap
+    why = overlap_refusal(layout.tensor_parallel, layout.sequence_parallel, o.tp_comm, o.grad_reduce, o.param_gather,
+                          layout.zero_stage >= 1 or layout.fsdp)
+    if why is not None:
+        raise BtacalcError(why)
 
 
 def _runnable_overlaps(layout: Layout, recompute: str, chosen: _Defaults) -> Layout:

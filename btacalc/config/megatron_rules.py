@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from .megatron_launch import MEGATRON_LM_SHORT, integer, pattern, real
+from .pipeline import parse_layout
 
 ARGS = "megatron/training/arguments.py"
 TC = "megatron/core/transformer/transformer_config.py"
@@ -79,6 +80,12 @@ def _layers_for_split(a: A) -> int:
 
 
 def _vp(a: A) -> int:
+    """The virtual pipeline size Megatron-LM derives: a layout's model chunks over PP (arguments.py L941-952; freshuser19:
+    the rules read only --num-virtual-stages-per-pipeline-rank, so a layout's interleaving met the rules of no
+    virtual pipeline, and a2a-vp refused an interleaved launch Megatron accepts), else the flag's value."""
+    layout = a.get("pipeline_model_parallel_layout")
+    if layout is not None:
+        return max(len(parse_layout(str(layout))) // _i(a, "pipeline_model_parallel_size"), 1)
     return _i(a, "num_virtual_stages_per_pipeline_rank")
 
 
@@ -404,6 +411,24 @@ def dropped_overlaps(tp: int, vp: int, tp_comm: bool, p2p: bool) -> dict[str, st
                                   f"{MEGATRON_LM_SHORT} {ARGS}:1433-1442); there is no TP communication to hide: "
                                   "planned without it")
     return out
+
+
+def overlap_refusal(tp: int, sp: bool, tp_comm: bool, grad_reduce: bool, param_gather: bool,
+                    sharded: bool) -> str | None:
+    """Why Megatron-LM asserts against these communication overlaps as given (None: it runs them). freshuser19: a plan
+    kept them, printed them as overlapped and emitted a launch with a MEGATRON WOULD REFUSE THIS line, which the launch
+    reader then refused; unlike the overlaps `dropped_overlaps` names, each is a choice the user made against another."""
+    rule = {r.name: f"{MEGATRON_LM_SHORT} {r.source}" for r in RULES}
+    if tp_comm and tp > 1 and not sp:
+        return (f"{{tp_comm_overlap}} needs {{sequence_parallel}} at {{tensor_parallel}} {tp}: Megatron-LM overlaps the "
+                f"sequence-parallel all-gather / reduce-scatter only, and asserts it ({rule['tp-overlap-sp']})")
+    if param_gather and not grad_reduce:
+        return ("{overlap_param_gather} needs {overlap_grad_reduce}: Megatron-LM asserts it "
+                f"({rule['param-gather-grad-reduce']})")
+    if param_gather and not sharded:
+        return ("{overlap_param_gather} needs the distributed optimizer ({zero_stage} 1 or more) or Megatron-FSDP: under "
+                f"ZeRO-0 no parameter is gathered, and Megatron-LM asserts it ({rule['param-gather-sharded']})")
+    return None
 
 
 def p2p_refusal(pp: int, vp: int, p2p: bool) -> str | None:

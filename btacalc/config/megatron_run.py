@@ -85,6 +85,12 @@ IGNORED: tuple[tuple[str, str], ...] = (
     (r"(tp_comm_overlap_.*|tp_comm_.*_(ag|rs|dgrad|wgrad).*|tp_comm_bulk_.*)",
      "tensor-parallel overlap tuning: btacalc models --tp-comm-overlap on or off"),
     (r"(attention_dropout|hidden_dropout)", "read as the model's dropout (on when either is above 0)"),
+    # freshuser19: `--emit bridge` writes model.num_query_groups (the head count, over a recipe's GQA) for an MLA model
+    # too, and its read-back listed it as "not modelled by btacalc"
+    (r"num_query_groups",
+     "no key/value groups to read: Megatron-LM passes --num-query-groups only with --group-query-attention "
+     "(megatron/training/argument_utils.py L330-333 @ d98e8a64), and multi-latent attention takes its keys and values "
+     "from the --kv-lora-rank latent, not from query groups"),
     # read unless --squared-relu takes the MLP (megatron_codec._dec_mlp)
     (r"quick_geglu",
      "passed over under --squared-relu: Megatron-LM trains squared ReLU (megatron/training/argument_utils.py "

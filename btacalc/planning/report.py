@@ -382,11 +382,15 @@ class Throughput(BaseModel):
     tile_batch_g1: Optional[int]
     dense_tokens_per_s: Optional[float]
     dense_global_batch: Optional[int]
-    tiling_overhead_s: float
+    tiling_overhead_s: float = Field(description="the per-tile overhead of the step (G x layers, a GPU stage's, x "
+                                     "micro-batches x the profile's per-tile cost), a part of step_time_s that "
+                                     "phase_share leaves out")
     stream_bound_share: float = Field(description="share of the step during which weight streaming is the bottleneck")
     overlap_streaming: bool
     compute_efficiency: float
-    phase_share: dict[str, float] = Field(description="share of step time per phase")
+    phase_share: dict[str, float] = Field(description="share of step time per phase (each layer phase, each exposed "
+                                          "collective, the bubble, the synchronisation and the optimizer); with "
+                                          "tiling_overhead_s / step_time_s the shares add up to 1")
     dominant_phase: str = ""
     communication_s: dict[str, float] = Field(default_factory=dict, description="multi-GPU: each collective's "
                                               "time per step before overlap")
