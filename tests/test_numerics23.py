@@ -1,0 +1,181 @@
+"""numerics23: every preset numeric from a cited source, and the Llama-like readers' other RoPE scalings.
+
+Each expectation is derived from a stored source, not typed from btacalc: the lines each preset cites, copied verbatim
+from the pinned repositories (tests/data/numerics23/excerpts.toml), Meta's arch_args of the Llama 3 SKUs
+(llama-models-arch-args.json, meta-llama/llama-models @ 8c88b8c0 models/sku_list.py) and the Hugging Face config.json
+fields Megatron-Bridge's conversion tests hold (tests/data/numerics23/*.config.json, Megatron-Bridge @ 067f987df).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from btacalc.config.hf import LLAMA3_FIXED
+from btacalc.config.presets import load_preset, resolve_model
+from support import emitted as _emit
+
+DATA = Path(__file__).parent / "data" / "numerics23"
+EXCERPTS = tomllib.loads((DATA / "excerpts.toml").read_text())
+ARCH = json.loads((DATA / "llama-models-arch-args.json").read_text())["models"]
+
+
+def _number(excerpt: str, pattern: str) -> float:
+    """The number `pattern`'s group 1 matches in a stored excerpt (int(1e4) read as Python reads it)."""
+    match = re.search(pattern, EXCERPTS[excerpt]["text"])
+    assert match, (excerpt, pattern)
+    text = match.group(1)
+    return float(int(float(text[4:-1]))) if text.startswith("int(") else float(text)
+
+
+def _megatron_defaults() -> dict[str, float]:
+    """TransformerConfig's layernorm_epsilon (--norm-epsilon) and init_method_std (--init-method-std) @ d98e8a64."""
+    return {"norm_eps": _number("megatron_eps", r"default=([0-9.e-]+), metadata=\{\"argparse_meta\": \{\"arg_names\": "
+                                r"\[\"--norm-epsilon\"\]"),
+            "init_std": _number("megatron_init", r"init_method_std: float = ([0-9.]+)")}
+
+
+def _llama3(name: str) -> dict[str, float]:
+    """Meta's arch_args of a Llama 3 SKU; use_scaled_rope: the reference code's apply_scaling factor."""
+    args = ARCH[name]["arch_args"]
+    out = {"rope_theta": float(args["rope_theta"]), "norm_eps": float(args["norm_eps"])}
+    if args["use_scaled_rope"]:
+        out["rope_scaling_factor"] = _number("llama3_scaling", r"scale_factor = ([0-9.]+)")
+    return out
+
+
+def _hf_fixture(name: str) -> dict[str, float]:
+    """The numerics btacalc's Hugging Face reader takes from a Bridge test's config.json (keys checked by hand below)."""
+    raw = json.loads((DATA / f"{name}.config.json").read_text())
+    theta = raw.get("rope_theta", (raw.get("rope_parameters") or {}).get("rope_theta"))
+    out = {"rope_theta": float(theta), "norm_eps": float(raw["rms_norm_eps"]), "init_std": float(raw["initializer_range"])}
+    if (raw.get("rope_scaling") or {}).get("rope_type") == "llama3":
+        out["rope_scaling_factor"] = float(raw["rope_scaling"]["factor"])
+    return out
+
+
+def _mpt() -> dict[str, float]:
+    """llm-foundry's MPT: norm_type low_precision_layernorm (the yamls set none) is LPLayerNorm, eps default 1e-05, and
+    the blocks build it without an eps; initialisation kaiming_normal_ (no one std): no init_std."""
+    assert "norm_type: str = 'low_precision_layernorm'" in EXCERPTS["mpt_norm_type"]["text"]
+    assert "'low_precision_layernorm': LPLayerNorm" in EXCERPTS["mpt_norm_registry"]["text"]
+    assert "eps" not in EXCERPTS["mpt_norm_call"]["text"]
+    assert "'name': 'kaiming_normal_'" in EXCERPTS["mpt_init"]["text"] and "'init_std': None" in EXCERPTS["mpt_init"]["text"]
+    return {"norm_eps": _number("mpt_norm", r"eps: float = ([0-9.e-]+)")}
+
+
+def _paper_gpt() -> dict[str, float]:
+    """A Megatron-LM paper's GPT: the table states no epsilon or init std, so the run's are Megatron's defaults."""
+    return _megatron_defaults()
+
+
+def _derived() -> dict[str, dict[str, float]]:
+    """Every numeric numerics23 gave a preset, from its stored source."""
+    out: dict[str, dict[str, float]] = {
+        "llama-3-8b": _llama3("llama-3-8b"),
+        "llama-3.1-405b": _llama3("llama-3.1-405b"),
+        "llama-3.2-1b": _hf_fixture("llama-3.2-1b"),
+        "olmoe-1b-7b": _hf_fixture("olmoe-1b-7b"),
+        # Llama 2 / LLaMA: ModelArgs has no theta, and the model calls precompute_freqs_cis without one
+        "llama-2-7b": {"rope_theta": _number("llama2_theta", r"theta: float = ([0-9.]+)")},
+        "llama-7b": {"rope_theta": _number("llama1_theta", r"theta: float = ([0-9.]+)")},
+        "grok-1": {"rope_theta": _number("grok_rope", r"base_exponent=(int\([0-9e.]+\))"),
+                   "norm_eps": _number("grok_rmsnorm", r"eps: float = ([0-9.e-]+)")},
+        "bloom-176b": {"norm_eps": _number("mds_eps", r"'--layernorm-epsilon', type=float, default=([0-9.e-]+)"),
+                       "init_std": _number("bloom_init", r"--init-method-std ([0-9.]+)")},
+        "gpt3-175b": {"norm_eps": _megatron_defaults()["norm_eps"],
+                      "init_std": _number("gpt3_175b_init", r"--init-method-std ([0-9.]+)")},
+    }
+    for name in ("mpt-1b", "mpt-3b", "mpt-7b", "mpt-13b", "mpt-30b", "mpt-70b"):
+        out[name] = _mpt()
+    for name in ("gpt-1.7b", "gpt-3.6b", "gpt-7.5b", "gpt-18.4b", "gpt-39.1b", "gpt-76.1b", "gpt-145.6b", "gpt-310.1b",
+                 "gpt-1t", "gpt-22b", "mt-nlg-530b"):
+        out[name] = _paper_gpt()
+    return out
+
+
+DERIVED = _derived()
+
+
+@pytest.mark.parametrize("name", sorted(DERIVED))
+def test_each_preset_numeric_is_its_sources(name):
+    """The preset's numerics are exactly what its stored source gives: no field more (a value from memory), none less.
+    Before numerics23 these presets had no [numerics]: their launches trained Megatron-LM's RoPE base 10000 (a Llama 3
+    uses 500000), its epsilon and init std."""
+    spec = load_preset(name)
+    known = {k: v for k, v in spec.numerics.known().items() if not (k == "rotary_percent" and v == 1.0)}
+    assert known == DERIVED[name]
+    assert spec.numerics.source
+
+
+def test_the_fields_numerics23_added_to_sourced_presets():
+    """GPT-J's RoPE base is mesh-transformer-jax's fixed_pos_embedding's 10000; Nemotron-4's epsilon is Megatron-Core's
+    TransformerConfig default, which NeMo's NemotronConfig and GPTConfig leave; Qwen3-235B-A22B's init std the
+    initializer_range of the config.json Bridge's test holds."""
+    assert load_preset("gpt-j-6b").numerics.rope_theta == _number("gptj_rope", r"1\. / \(([0-9]+) \*\*")
+    for name in ("nemotron4-15b", "nemotron4-340b"):
+        assert load_preset(name).numerics.norm_eps == _megatron_defaults()["norm_eps"]
+    assert load_preset("qwen3-235b-a22b").numerics.init_std == _hf_fixture("qwen3-235b-a22b")["init_std"]
+
+
+def test_llama_3_1_scaling_is_what_megatron_fixes():
+    """Meta's apply_scaling: low_freq_factor 1, high_freq_factor 4, old_context_len 8192, Megatron-Core's fixed values
+    (btacalc's LLAMA3_FIXED): --use-rope-scaling --rope-scaling-factor 8 states Llama 3.1 405B's scaling exactly."""
+    text = EXCERPTS["llama3_scaling"]["text"]
+    meta = {"low_freq_factor": float(re.search(r"low_freq_factor = ([0-9.]+)", text).group(1)),
+            "high_freq_factor": float(re.search(r"high_freq_factor = ([0-9.]+)", text).group(1)),
+            "original_max_position_embeddings": int(re.search(r"old_context_len = ([0-9]+)", text).group(1))}
+    assert meta == LLAMA3_FIXED
+
+
+def _llama_ffn(args: dict) -> int:
+    """Meta's FeedForward width: 2/3 of 4·dim, times ffn_dim_multiplier, rounded up to multiple_of (llama model.py)."""
+    hidden = int(args["ffn_dim_multiplier"] * int(2 * 4 * args["dim"] / 3))
+    return args["multiple_of"] * ((hidden + args["multiple_of"] - 1) // args["multiple_of"])
+
+
+@pytest.mark.parametrize("name", sorted(ARCH))
+def test_the_llama_shapes_agree_with_metas_arch_args(name):
+    """The shape fields checked against the same source as the numerics (no mismatch found)."""
+    args, spec = ARCH[name]["arch_args"], load_preset(name)
+    assert (spec.hidden_size, spec.num_layers, spec.num_heads, spec.num_kv_heads, spec.vocab_size, spec.ffn_size) == \
+        (args["dim"], args["n_layers"], args["n_heads"], args["n_kv_heads"], args["vocab_size"], _llama_ffn(args))
+    assert spec.head_dim == args["dim"] // args["n_heads"]
+
+
+@pytest.mark.parametrize("name,unstated", [("llama-3.2-1b", ()), ("olmoe-1b-7b", ()),
+                                           # Bridge's Qwen3 fixture leaves out head_dim (128 in Qwen's own file,
+                                           # tests/data/qwen3-235b-a22b.config.json): the reader's h / a is not it
+                                           ("qwen3-235b-a22b", ("head_dim", "dense_ffn_size"))])
+def test_the_bridge_fixtures_are_the_presets_shape(name, unstated):
+    """The Hugging Face reader's spec of each Bridge fixture is the preset, field by field (numerics included)."""
+    read = resolve_model(str(DATA / f"{name}.config.json")).model_dump(exclude={"name", "source", "published_params"})
+    preset = load_preset(name).model_dump(exclude={"name", "source", "published_params"})
+    read["numerics"].pop("source"), preset["numerics"].pop("source")
+    assert {k: v for k, v in read.items() if k not in unstated} == {k: v for k, v in preset.items() if k not in unstated}
+
+
+@pytest.mark.parametrize("name", ["llama-3.1-405b", "llama-3.2-1b", "olmoe-1b-7b", "grok-1", "bloom-176b", "mpt-7b",
+                                  "gpt3-175b", "llama-2-7b"])
+def test_the_launch_trains_the_sourced_numerics(cli, name):
+    """--emit megatron states each sourced value (the RoPE base as the integer Megatron's argparse takes), and the
+    comment names only the fields still unknown."""
+    d = DERIVED[name]
+    launch = _emit(cli, f"--model {name} --hw h100 --devices 512 --tp 8 --pp 8")
+    words = " ".join(line for line in launch.splitlines() if not line.startswith("#")).replace("\\", " ").split()
+
+    def flag(f: str):
+        return words[words.index(f) + 1] if f in words else None
+    assert flag("--rotary-base") == (str(int(d["rope_theta"])) if "rope_theta" in d else None)
+    assert flag("--norm-epsilon") == (str(d["norm_eps"]) if "norm_eps" in d else None)
+    assert flag("--init-method-std") == (str(d["init_std"]) if "init_std" in d else None)
+    assert flag("--rope-scaling-factor") == (str(d["rope_scaling_factor"]) if "rope_scaling_factor" in d else None)
+    assert ("--use-rope-scaling" in words) == ("rope_scaling_factor" in d)
+    note = next((line for line in launch.splitlines() if "source gives no" in line), "")
+    for field, key in (("rope_theta", "rope_theta"), ("norm_eps", "rms_norm_eps"), ("init_std", "initializer_range")):
+        rope = field != "rope_theta" or load_preset(name).position_embedding == "rope"
+        assert (key in note) == (field not in d and rope), (field, note)
