@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from btacalc.config.hf import LLAMA3_FIXED
+from btacalc.config.megatron_run import import_bridge, import_megatron
 from btacalc.config.presets import load_preset, resolve_model
 from support import emitted as _emit
 
@@ -179,3 +180,108 @@ def test_the_launch_trains_the_sourced_numerics(cli, name):
     for field, key in (("rope_theta", "rope_theta"), ("norm_eps", "rms_norm_eps"), ("init_std", "initializer_range")):
         rope = field != "rope_theta" or load_preset(name).position_embedding == "rope"
         assert (key in note) == (field not in d and rope), (field, note)
+
+
+# ---- the Llama-like readers' other RoPE scalings (rope_scaling types linear, dynamic, yarn and others) ----
+
+def _excerpt_int_flag() -> bool:
+    """Megatron-LM's --rotary-seq-len-interpolation-factor is type=int (arguments.py L2422 @ d98e8a64)."""
+    return "'--rotary-seq-len-interpolation-factor', type=int, default=None" in EXCERPTS["megatron_interp"]["text"]
+
+
+def _scaled_config(tmp_path, scaling: dict, key: str = "rope_scaling") -> Path:
+    """Megatron-Bridge's Llama 3.2 1B fixture with another rope_scaling (transformers 5: rope_parameters)."""
+    raw = json.loads((DATA / "llama-3.2-1b.config.json").read_text())
+    raw.pop("rope_scaling")
+    raw["rope_parameters"] = {"rope_type": "default", "rope_theta": 500000.0}
+    raw[key] = {**raw.get(key, {}), **scaling}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(raw))
+    return path
+
+
+@pytest.mark.parametrize("key", ["rope_scaling", "rope_parameters"])
+def test_a_linear_rope_scaling_is_launched_and_read_back(cli, tmp_path, key):
+    """rope_scaling type linear (positions divided by the factor) was read as plain RoPE without a word. Megatron-LM
+    trains it with --rotary-seq-len-interpolation-factor (an int), Megatron-Bridge with model.seq_len_interpolation_factor
+    (the Llama bridge maps type linear's factor onto it: llama_bridge.py L72-73, stored in excerpts.toml)."""
+    assert _excerpt_int_flag()
+    assert 'config_kwargs["seq_len_interpolation_factor"] = rope_scaling["factor"]' in EXCERPTS["bridge_linear"]["text"]
+    factor = 4.0
+    path = _scaled_config(tmp_path, {"type" if key == "rope_scaling" else "rope_type": "linear", "factor": factor}, key)
+    assert resolve_model(str(path)).numerics.rope_interpolation_factor == int(factor)
+    given = f"--model {path} --hw h100 --devices 8 --tp 8"
+    launch = _emit(cli, given)
+    words = " ".join(line for line in launch.splitlines() if not line.startswith("#")).replace("\\", " ").split()
+    assert words[words.index("--rotary-seq-len-interpolation-factor") + 1] == str(int(factor))
+    assert "--use-rope-scaling" not in words and "--position-embedding-type" in words
+    assert import_megatron(launch, "m.sh").model.numerics.rope_interpolation_factor == int(factor)
+    overrides = _emit(cli, given, "bridge")
+    assert f"model.seq_len_interpolation_factor={int(factor)}" in overrides.splitlines()
+    # the overrides are of Llama 3.2 1B's shape: the read took that preset's llama3 factor 32 beside the linear one
+    # (refused as both) before numerics23; a run that states a scaling takes no other kind from the preset
+    back = import_bridge(overrides, "b.txt", devices=8).model.numerics
+    assert (back.rope_interpolation_factor, back.rope_scaling_factor) == (int(factor), None)
+    unscaled = "\n".join(line for line in launch.splitlines() if "interpolation" not in line)
+    assert import_megatron(unscaled, "m.sh").model.numerics.rope_interpolation_factor is None  # argparse's None
+
+
+@pytest.mark.parametrize("factor", [2.5, 0.5])
+def test_a_linear_factor_megatron_cannot_take_is_refused(cli, tmp_path, factor):
+    path = _scaled_config(tmp_path, {"type": "linear", "factor": factor})
+    code, out, err = cli("plan", "--model", str(path), "--hw", "h100", "--devices", "8")
+    assert code == 2 and "linear" in err and err.count("\n") <= 1, err
+
+
+@pytest.mark.parametrize("value", ["2.5", "0", "x"])
+def test_a_launchs_bad_interpolation_factor_is_one_line(cli, tmp_path, value):
+    """Megatron's argparse takes an integer (type=int); below 1 divides positions by nothing sensible."""
+    path = _scaled_config(tmp_path, {"type": "linear", "factor": 2.0})
+    launch = _emit(cli, f"--model {path} --hw h100 --devices 8 --tp 8")
+    bad = launch.replace("--rotary-seq-len-interpolation-factor 2", f"--rotary-seq-len-interpolation-factor {value}")
+    script = tmp_path / "m.sh"
+    script.write_text(bad)
+    code, out, err = cli("plan", "--from-megatron", str(script), "--hw", "h100")
+    assert code == 2 and "interpolation" in err and err.count("\n") <= 1, err
+
+
+@pytest.mark.parametrize("scaling,word", [({"rope_type": "dynamic", "factor": 2.0}, "dynamic"),
+                                          ({"type": "dynamic", "factor": 4.0}, "dynamic"),
+                                          ({"rope_type": "longrope", "factor": 4.0, "short_factor": [1.0],
+                                            "long_factor": [1.0]}, "longrope"),
+                                          ({"rope_type": "su", "factor": 4.0}, "'su'"),
+                                          ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8192,
+                                            "attention_factor": 1.2}, "attention_factor")])
+def test_a_rope_scaling_megatron_cannot_state_is_refused_in_one_line(cli, tmp_path, scaling, word):
+    """Megatron-Core @ d98e8a64 has no dynamic NTK rotary embedding (its embeddings: rotary with linear interpolation
+    or Llama 3 scaling, YaRN, multimodal), and Bridge's Llama bridge maps llama3 and linear only: such a config used to
+    be planned and launched as plain RoPE, another model. Now one line, exit 2, naming the type."""
+    path = _scaled_config(tmp_path, scaling)
+    code, out, err = cli("plan", "--model", str(path), "--hw", "h100", "--devices", "8")
+    assert code == 2 and word in err and err.count("\n") <= 1 and "Traceback" not in err, err
+
+
+def test_a_yarn_scaling_on_a_llama_config_is_launched_and_read_back(cli, tmp_path):
+    """rope_scaling type yarn on a Llama config was dropped; GPT models train YaRN with --position-embedding-type yarn
+    and its flags (gpt_model.py L196-215 @ d98e8a64), as btacalc's GPT-OSS launch already states."""
+    scaling = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8192, "beta_fast": 32.0,
+               "beta_slow": 1.0}
+    path = _scaled_config(tmp_path, scaling)
+    spec = resolve_model(str(path))
+    assert spec.yarn is not None and (spec.yarn.factor, spec.yarn.original_max_position_embeddings) == (4.0, 8192)
+    launch = _emit(cli, f"--model {path} --hw h100 --devices 8 --tp 8")
+    words = " ".join(line for line in launch.splitlines() if not line.startswith("#")).replace("\\", " ").split()
+    assert words[words.index("--position-embedding-type") + 1] == "yarn"
+    assert float(words[words.index("--rotary-scaling-factor") + 1]) == scaling["factor"]
+    assert import_megatron(launch, "m.sh").model.yarn == spec.yarn
+    overrides = _emit(cli, f"--model {path} --hw h100 --devices 8 --tp 8", "bridge")
+    back = import_bridge(overrides, "b.txt", devices=8).model
+    assert back.yarn == spec.yarn and back.numerics.rope_scaling_factor is None
+
+
+def test_default_and_llama3_scalings_read_as_before(tmp_path):
+    """rope_type default is plain RoPE; llama3 keeps semantics22's reading (Bridge's Llama 3.2 1B fixture: 32)."""
+    assert resolve_model(str(_scaled_config(tmp_path, {"rope_type": "default"}))).numerics.known() == {
+        "rope_theta": 500000.0, "norm_eps": 1e-05, "init_std": 0.02, "rotary_percent": 1.0}
+    assert resolve_model(str(DATA / "llama-3.2-1b.config.json")).numerics.rope_scaling_factor == \
+        json.loads((DATA / "llama-3.2-1b.config.json").read_text())["rope_scaling"]["factor"]
