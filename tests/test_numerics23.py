@@ -123,6 +123,16 @@ def test_the_fields_numerics23_added_to_sourced_presets():
     assert load_preset("qwen3-235b-a22b").numerics.init_std == _hf_fixture("qwen3-235b-a22b")["init_std"]
 
 
+@pytest.mark.parametrize("name", ["mixtral-8x7b", "mixtral-8x22b"])
+def test_mixtral_init_std_is_nemos_mixtral_config(name):
+    """The stored config.json has no initializer_range; NeMo's MixtralConfig states init_method_std 0.02 beside an
+    epsilon and a RoPE base that are the stored copy's (so it transcribes this model, not another)."""
+    raw = json.loads((Path(__file__).parent / "data" / f"{name}.config.json").read_text())
+    assert _number("nemo_mixtral", r"layernorm_epsilon: float = ([0-9.e-]+)") == raw["rms_norm_eps"]
+    assert _number("nemo_mixtral", r"rotary_base: float = ([0-9.]+)") == raw["rope_theta"]
+    assert load_preset(name).numerics.init_std == _number("nemo_mixtral", r"init_method_std: float = ([0-9.]+)")
+
+
 def test_llama_3_1_scaling_is_what_megatron_fixes():
     """Meta's apply_scaling: low_freq_factor 1, high_freq_factor 4, old_context_len 8192, Megatron-Core's fixed values
     (btacalc's LLAMA3_FIXED): --use-rope-scaling --rope-scaling-factor 8 states Llama 3.1 405B's scaling exactly."""
