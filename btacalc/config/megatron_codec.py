@@ -563,7 +563,7 @@ NUMERIC_KINDS = {"rope_theta": "a positive base", "norm_eps": "an epsilon betwee
                  "init_std": "a standard deviation between 0 and 1",
                  "rotary_percent": "a share of each head above 0 and at most 1",
                  "rope_scaling_factor": "a factor of at least 1",
-                 "rope_interpolation_factor": "an integer factor of at least 2"}
+                 "rope_interpolation_factor": "an integer factor of at least 1 (1: none)"}
 # Llama 3.x's RoPE scaling: --use-rope-scaling (off by default) with --rope-scaling-factor (8.0), arguments.py
 # L2424-2427, read by GPTModel's RotaryEmbedding only (argument_utils.py L465-466; MLA builds its own)
 ROPE_SCALING_SWITCH = "use_rope_scaling"
