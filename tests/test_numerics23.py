@@ -123,6 +123,15 @@ def test_the_fields_numerics23_added_to_sourced_presets():
     assert load_preset("qwen3-235b-a22b").numerics.init_std == _hf_fixture("qwen3-235b-a22b")["init_std"]
 
 
+def test_gpt2_init_std_is_openais_model_py():
+    """OpenAI's GPT-2 code initialises every linear (conv1d's default) and the token embedding at std 0.02; its position
+    embedding's 0.01 is the one value the launch does not state (left, docs/story.md numerics23)."""
+    text = EXCERPTS["gpt2_conv1d"]["text"]
+    assert "initializer=tf.random_normal_initializer(stddev=w_init_stdev)" in text
+    wte = _number("gpt2_embeddings", r"wte = [^\n]*\n\s*initializer=tf.random_normal_initializer\(stddev=([0-9.]+)\)")
+    assert load_preset("gpt2-small").numerics.init_std == _number("gpt2_conv1d", r"w_init_stdev=([0-9.]+)") == wte
+
+
 @pytest.mark.parametrize("name", ["mixtral-8x7b", "mixtral-8x22b"])
 def test_mixtral_init_std_is_nemos_mixtral_config(name):
     """The stored config.json has no initializer_range; NeMo's MixtralConfig states init_method_std 0.02 beside an
