@@ -304,3 +304,17 @@ def test_default_and_llama3_scalings_read_as_before(tmp_path):
         "rope_theta": 500000.0, "norm_eps": 1e-05, "init_std": 0.02, "rotary_percent": 1.0}
     assert resolve_model(str(DATA / "llama-3.2-1b.config.json")).numerics.rope_scaling_factor == \
         json.loads((DATA / "llama-3.2-1b.config.json").read_text())["rope_scaling"]["factor"]
+
+
+@pytest.mark.parametrize("name", ["gpt-oss-120b", "deepseek-v3", "mixtral-8x7b"])
+def test_a_transformers_5_rope_parameters_reads_as_its_rope_scaling(name):
+    """transformers 5 moves rope_scaling (and rope_theta) into rope_parameters; Bridge reads either
+    (conversion/transformers_compat.py L27-60 @ 067f987df). The stored config.json rewritten so reads the same model:
+    GPT-OSS's and DeepSeek-V3's YaRN were read as plain RoPE without a word."""
+    raw = json.loads((Path(__file__).parent / "data" / f"{name}.config.json").read_text())
+    v5 = {k: v for k, v in raw.items() if k not in ("rope_scaling", "rope_theta")}
+    v5["rope_parameters"] = {**(raw.get("rope_scaling") or {"rope_type": "default"}), "rope_theta": raw["rope_theta"]}
+    from btacalc.config.hf import hf_config_to_spec
+    old, new = hf_config_to_spec(raw, name, "a.json"), hf_config_to_spec(v5, name, "b.json")
+    assert new.yarn == old.yarn and (new.yarn is not None) == (raw.get("rope_scaling") is not None)
+    assert new.numerics.known() == old.numerics.known()

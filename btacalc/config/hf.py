@@ -254,7 +254,12 @@ def _yarn(c: _Config) -> dict[str, Any]:
     """rope_scaling with rope_type (or type) yarn as ModelSpec.yarn; none or rope_type default: no field."""
     scaling = c.get("rope_scaling", default=None)
     if scaling is None or scaling == {}:
-        return {}
+        # numerics23: transformers 5 writes it in rope_parameters (a GPT-OSS / DeepSeek config of that form read as
+        # plain RoPE without a word)
+        typed = _rope_scaling(c)
+        if typed is None:
+            return {}
+        scaling = typed.raw
     if not isinstance(scaling, dict):
         raise c.error(f"field 'rope_scaling' must be an object, got {json.dumps(scaling)}")
     r = _Config(scaling, f"{c.origin} rope_scaling", c.model_type)
