@@ -1450,6 +1450,23 @@ case("files", "validate", "--measured", "{tmp}/r.json", fragment="field precisio
      "fp8, fp8-current, fp8-blockwise, mxfp8, nvfp4: did you mean bf16?", files={"r.json": json.dumps({"runs": [{
          "id": "a", "source": "https://x.org", "model": "llama-3-8b", "hw": "h100", "devices": 8, "precision": "BF16",
          "seq": 8192, "global_batch": 128, "tokens_per_s_per_device": 1000}]})})
+# numerics23: a Llama-like config.json's rope_scaling of a type Megatron cannot state was planned and launched as plain
+# RoPE without a word (dynamic NTK, longrope, a linear factor --rotary-seq-len-interpolation-factor's int cannot
+# hold, a YaRN attention_factor); and a launch's interpolation factor Megatron's argparse refuses was passed over
+for model_config, scaling, said in (
+        (LLAMA_CONFIG, {"rope_type": "dynamic", "factor": 2.0}, "rope_scaling 'dynamic' (dynamic NTK scaling"),
+        (QWEN3_MOE_CONFIG, {"type": "dynamic", "factor": 4.0}, "rope_scaling 'dynamic' (dynamic NTK scaling"),
+        (LLAMA_CONFIG, {"rope_type": "longrope", "factor": 4.0}, "rope_scaling 'longrope' (Megatron-LM and"),
+        (LLAMA_CONFIG, {"type": "linear", "factor": 2.5}, "rope_scaling linear with factor 2.5"),
+        (LLAMA_CONFIG, {"type": "linear", "factor": 0.5}, "rope_scaling linear with factor 0.5"),
+        (LLAMA_CONFIG, {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8192,
+                        "attention_factor": 1.1}, "rope_scaling yarn with attention_factor")):
+    case("values", "plan", "--model", "{tmp}/config.json", fragment=said, files={"config.json": json.dumps(
+        {**json.loads(model_config), "rope_scaling": scaling})})
+for value in ("2.5", "0", "two"):
+    case("values", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment="--rotary-seq-len-interpolation-"
+         "factor", files={"l.sh": LAUNCH.replace("\n", f" --position-embedding-type rope --rotary-seq-len-interpolation-factor {value}\n")})
+
 
 def _make(folder: Path, files: dict[str, Any]) -> None:
     for name, content in files.items():

@@ -101,7 +101,8 @@ def test_a_trimmed_config_leaves_the_field_unknown_and_the_note_names_it(cli, tm
     assert _flag(launch, "--rotary-base") is None and _flag(launch, "--norm-epsilon") is None
     note = next(line for line in launch.splitlines() if line.startswith("#") and "rope_theta" in line)
     assert "--rotary-base 10000" in note and "rms_norm_eps" in note and "initializer_range" in note
-    gptj = _emit(cli, "--model gpt-j-6b --hw h100 --devices 8 --tp 8")
+    # the stored copy, not the preset (numerics23 gave the preset mesh-transformer-jax's RoPE base)
+    gptj = _emit(cli, f"--model {DATA / 'gpt-j-6b.config.json'} --hw h100 --devices 8 --tp 8")
     note = next(line for line in gptj.splitlines() if line.startswith("#") and "rope_theta" in line)
     assert "initializer_range" in note and "layer_norm_epsilon" not in note and "--norm-epsilon" not in note
 

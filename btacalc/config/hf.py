@@ -254,7 +254,12 @@ def _yarn(c: _Config) -> dict[str, Any]:
     """rope_scaling with rope_type (or type) yarn as ModelSpec.yarn; none or rope_type default: no field."""
     scaling = c.get("rope_scaling", default=None)
     if scaling is None or scaling == {}:
-        return {}
+        # numerics23: transformers 5 writes it in rope_parameters (a GPT-OSS / DeepSeek config of that form read as
+        # plain RoPE without a word)
+        typed = _rope_scaling(c)
+        if typed is None:
+            return {}
+        scaling = typed.raw
     if not isinstance(scaling, dict):
         raise c.error(f"field 'rope_scaling' must be an object, got {json.dumps(scaling)}")
     r = _Config(scaling, f"{c.origin} rope_scaling", c.model_type)
@@ -263,6 +268,9 @@ def _yarn(c: _Config) -> dict[str, Any]:
         return {}
     if kind != "yarn":
         raise c.unsupported(f"rope_scaling {kind!r}")
+    if r.get("attention_factor", default=None) is not None:  # numerics23: it was dropped without a word
+        raise c.unsupported("rope_scaling yarn with attention_factor (Megatron-Core derives the attention scale from "
+                            "mscale and mscale_all_dim: yarn_rotary_pos_embedding.py @ d98e8a64)")
     yarn: dict[str, Any] = {"factor": r.number("factor", 1.0),
                             "original_max_position_embeddings": r.integer("original_max_position_embeddings"),
                             "beta_fast": r.number("beta_fast", 32.0), "beta_slow": r.number("beta_slow", 1.0),
@@ -457,10 +465,10 @@ def _numerics(c: _Config, spec: dict[str, Any]) -> dict[str, Any]:
     elif rope and c.model_type == "gptj" and c.raw.get("rotary_dim") is not None:
         out["rotary_percent"] = c.integer("rotary_dim") / spec["head_dim"]
         read.append("rotary_dim / head_dim")
-    factor = _llama3_scaling(c) if rope else None
-    if factor is not None:
-        out["rope_scaling_factor"] = factor
-        read.append("rope_scaling (llama3)")
+    scaled = _scaling_numerics(c) if rope else {}
+    if scaled:
+        out.update(scaled)
+        read.append("rope_scaling (llama3)" if "rope_scaling_factor" in scaled else "rope_scaling (linear)")
     return {"numerics": {**out, "source": f"{c.origin}: {', '.join(read)}"}} if read else {}
 
 
@@ -471,22 +479,74 @@ def _numerics(c: _Config, spec: dict[str, Any]) -> dict[str, Any]:
 LLAMA3_FIXED = {"low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
 
 
-def _llama3_scaling(c: _Config) -> Optional[float]:
-    """The factor of a rope_scaling with rope_type (or type) llama3, refused where the rest is not Megatron's; None for
-    another or no rope_scaling (semantics22: the reader dropped a Llama 3.1 / 3.2 config's scaling without a word)."""
-    scaling = c.raw.get("rope_scaling")
-    if not isinstance(scaling, dict) or (scaling.get("rope_type") or scaling.get("type")) != "llama3":
-        return None
-    r = _Config(scaling, f"{c.origin} rope_scaling", c.model_type)
+def _rope_scaling(c: _Config) -> Optional[_Config]:
+    """The rope_scaling object (transformers 5: rope_parameters) with a type other than default, else None."""
+    for key in ("rope_scaling", "rope_parameters"):
+        scaling = c.raw.get(key)
+        if scaling is None or scaling == {}:
+            continue
+        if not isinstance(scaling, dict):
+            raise c.error(f"field {key!r} must be an object, got {json.dumps(scaling)}")
+        r = _Config(scaling, f"{c.origin} {key}", c.model_type)
+        if (r.string("rope_type", None) or r.string("type", "default")) != "default":
+            return r
+        if key == "rope_scaling":
+            return None
+    return None
+
+
+def _kind(r: _Config) -> str:
+    return r.string("rope_type", None) or r.string("type", "default") or "default"
+
+
+def _scaling_numerics(c: _Config) -> dict[str, Any]:
+    """A Llama 3.x rope_scaling (llama3: its factor, refused where the rest is not Megatron's) or a linear one (its
+    integer factor), as ModelSpec.numerics fields; {} for none or another type (semantics22: the reader dropped a Llama
+    3.1 / 3.2 config's scaling without a word; numerics23: a linear one too)."""
+    r = _rope_scaling(c)
+    if r is None or _kind(r) not in ("llama3", "linear") or c.model_type in ("gpt2", "gptj"):
+        return {}  # GPT-2 / GPT-J: transformers' classes apply no rope_scaling
+    if _kind(r) == "linear":
+        factor = r.number("factor", 1.0)
+        if factor != int(factor) or factor < 1:
+            raise c.unsupported(f"rope_scaling linear with factor {factor:g} (Megatron-LM's "
+                                "--rotary-seq-len-interpolation-factor takes an integer: arguments.py L2422 @ d98e8a64)")
+        return {"rope_interpolation_factor": int(factor)} if factor > 1 else {}
     for key, fixed in LLAMA3_FIXED.items():
         if r.number(key, float(fixed)) != fixed:
             raise c.unsupported(f"rope_scaling llama3 with {key} {r.number(key, 0.0):g} (Megatron-Core fixes {fixed:g}: "
                                 "rotary_pos_embedding.py L92-98 @ d98e8a64)")
-    return r.number("factor", 8.0)
+    return {"rope_scaling_factor": r.number("factor", 8.0)}
+
+
+# numerics23: the rope_scaling types transformers' Llama-like classes apply (ROPE_INIT_FUNCTIONS) and what Megatron says
+# of each: linear is --rotary-seq-len-interpolation-factor (numerics.rope_interpolation_factor), llama3 --use-rope-scaling
+# (numerics.rope_scaling_factor), yarn --position-embedding-type yarn (ModelSpec.yarn, as GPT-OSS's). Megatron-Core @
+# d98e8a64 has no dynamic NTK rotary embedding (megatron/core/models/common/embeddings: rotary, YaRN, multimodal only),
+# and Megatron-Bridge's Llama bridge maps llama3 and linear only (llama_bridge.py L67-73 @ 067f987df): a dynamic,
+# longrope or other type would train plain RoPE, another model, so it is refused in one line.
+_MEGATRON_SCALINGS = ("linear", "llama3", "yarn")
+# the families whose builder reads rope_scaling itself (_yarn) or whose transformers class ignores it (GPT-2, GPT-J)
+_OWN_SCALING = ("deepseek_v3", "kimi_k2", "gpt_oss", "gpt2", "gptj")
+
+
+def _llama_like_scaling(c: _Config) -> dict[str, Any]:
+    """A Llama-like config's YaRN (ModelSpec.yarn); a type Megatron cannot state refused in one line naming it."""
+    r = _rope_scaling(c)
+    if r is None or c.model_type in _OWN_SCALING:
+        return {}
+    kind = _kind(r)
+    if kind == "dynamic":
+        raise c.unsupported("rope_scaling 'dynamic' (dynamic NTK scaling: Megatron-Core has no such rotary embedding, "
+                            "only linear, llama3 and yarn scalings)")
+    if kind not in _MEGATRON_SCALINGS:
+        raise c.unsupported(f"rope_scaling {kind!r} (Megatron-LM and Megatron-Bridge state linear, llama3 and yarn "
+                            "scalings only)")
+    return _yarn(_Config({**c.raw, "rope_scaling": r.raw}, c.origin, c.model_type)) if kind == "yarn" else {}
 
 
 def hf_config_to_spec(raw: dict[str, Any], name: str, origin: str) -> ModelSpec:
     mtype = _model_type(raw, origin)
     config = _Config(raw, origin, mtype)
-    spec = _HF_FAMILIES[mtype](config)
+    spec = {**_HF_FAMILIES[mtype](config), **_llama_like_scaling(config)}
     return validate_model({"name": name, "source": origin, **spec, **_numerics(config, spec)}, origin=origin)

@@ -562,15 +562,21 @@ def _dec_mla_yarn(get: Get) -> Optional[dict[str, Any]]:
 # The launch left them all at Megatron's defaults: a Qwen3 launch trained RoPE base 10000 where the model's is 1e6.
 # A value the model's source does not state is left out (the launch notes it); a RoPE base that is no integer has no
 # Megatron-LM flag (type=int): left out and noted (output.megatron._numerics).
+# numerics23: linear RoPE scaling as --rotary-seq-len-interpolation-factor (type=int, default None: arguments.py
+# L2422-2423), which Megatron-LM passes to the GPT model's rotary embedding (argument_utils.py L467, L518; positions
+# divided by it, rotary_pos_embedding.py L135-136) and Megatron-Bridge names seq_len_interpolation_factor
+# (gpt_provider.py L148; llama_bridge.py L72-73 maps rope_scaling type linear onto it)
 NUMERIC_DESTS = {"rope_theta": "rotary_base", "norm_eps": "layernorm_epsilon", "init_std": "init_method_std",
-                 "rotary_percent": "rotary_percent", "rope_scaling_factor": "rope_scaling_factor"}
-ROTARY_FIELDS = ("rope_theta", "rotary_percent", "rope_scaling_factor")
+                 "rotary_percent": "rotary_percent", "rope_scaling_factor": "rope_scaling_factor",
+                 "rope_interpolation_factor": "rotary_seq_len_interpolation_factor"}
+ROTARY_FIELDS = ("rope_theta", "rotary_percent", "rope_scaling_factor", "rope_interpolation_factor")
 # what each field's flag must hold, in words, for the refusal that names the flag; the bounds themselves are
 # ModelSpec.numerics' (config/model.py Numerics), which `_numeric` checks the value against
 NUMERIC_KINDS = {"rope_theta": "a positive base", "norm_eps": "an epsilon between 0 and 1",
                  "init_std": "a standard deviation between 0 and 1",
                  "rotary_percent": "a share of each head above 0 and at most 1",
-                 "rope_scaling_factor": "a factor of at least 1"}
+                 "rope_scaling_factor": "a factor of at least 1",
+                 "rope_interpolation_factor": "an integer factor of at least 1 (1: none)"}
 # Llama 3.x's RoPE scaling: --use-rope-scaling (off by default) with --rope-scaling-factor (8.0), arguments.py
 # L2424-2427, read by GPTModel's RotaryEmbedding only (argument_utils.py L465-466; MLA builds its own)
 ROPE_SCALING_SWITCH = "use_rope_scaling"
@@ -607,6 +613,15 @@ def _numeric(field: str, dest: str, value: Any) -> float:
     return number
 
 
+def _interpolation(dest: str, value: Any) -> Optional[int]:
+    """A launch's linear RoPE scaling factor: an integer of at least 1 (1: positions unchanged, as none); a Bridge
+    file's float must be a whole number, which Megatron-LM's flag could state too."""
+    number = real(value, dest)
+    if number != int(number) or number < 1:
+        raise ArgumentValueError(dest, NUMERIC_KINDS["rope_interpolation_factor"], repr(value))
+    return None if number == 1 else int(number)
+
+
 def _dec_numerics(get: Get) -> Fields:
     """The numerics a launch trains: each flag, else Megatron-LM's default (the parser's, as `Get` reads it); in a
     Bridge file a key it leaves out is None (the recipe's or the Hugging Face config's: `import_bridge`)."""
@@ -622,8 +637,11 @@ def _dec_numerics(get: Get) -> Fields:
                 numerics[field] = None if on is None else 1.0
                 continue
         value = get(dest)
-        if field == "rope_theta" and isinstance(value, str):
+        if field in ("rope_theta", "rope_interpolation_factor") and isinstance(value, str):
             value = integer(value, dest)  # Megatron-LM's argparse: type=int ("1e6" is refused); Bridge's float is one
+        if field == "rope_interpolation_factor" and value is not None:
+            numerics[field] = _interpolation(dest, value)
+            continue
         numerics[field] = None if value is None else _numeric(field, dest, value)
     if numerics.get("rotary_percent") is None:
         numerics["rotary_percent"] = 1.0  # GPTModelProvider's and Megatron's default (gpt_provider.py L144)
@@ -1271,6 +1289,8 @@ BRIDGE_KEYS: dict[str, tuple[str, Callable[[Any], Any], Callable[[Any], Any]]] =
     "num_virtual_stages_per_pipeline_rank": ("model.virtual_pipeline_model_parallel_size", *_AS_IS),
     "window_size": ("model.window_size", *_AS_IS),
     "use_rope_scaling": ("model.rope_scaling", *_AS_IS),  # GPTModelProvider.rope_scaling (gpt_provider.py L145)
+    # GPTModelProvider.seq_len_interpolation_factor (gpt_provider.py L148): numerics23, linear RoPE scaling
+    "rotary_seq_len_interpolation_factor": ("model.seq_len_interpolation_factor", *_AS_IS),
     "decoder_first_pipeline_num_layers": ("model.num_layers_in_first_pipeline_stage", *_AS_IS),
     "decoder_last_pipeline_num_layers": ("model.num_layers_in_last_pipeline_stage", *_AS_IS),
     "bf16": ("mixed_precision", lambda v: "bf16_mixed" if v else None, lambda v: str(v).startswith("bf16")),

@@ -628,7 +628,10 @@ NUMERICS_NAMES = {"rope_theta": ("RoPE base", "--rotary-base / model.rotary_base
                                      "rotary share"),
                   "rope_scaling_factor": ("Llama 3 RoPE scaling factor (1: none)",
                                           "--use-rope-scaling --rope-scaling-factor / model.rope_scaling_factor",
-                                          "rope_scaling factor")}
+                                          "rope_scaling factor"),
+                  "rope_interpolation_factor": ("linear RoPE scaling factor (none: 1)",
+                                                "--rotary-seq-len-interpolation-factor / "
+                                                "model.seq_len_interpolation_factor", "rope_scaling linear factor")}
 
 
 def _preset_numerics(data: dict[str, Any], preset: ModelSpec, notes: list[str]) -> None:
@@ -637,9 +640,15 @@ def _preset_numerics(data: dict[str, Any], preset: ModelSpec, notes: list[str]) 
     --rotary-base trains Megatron's 10000, not the config.json's 1e6); one the run leaves unknown (a Bridge key left to
     the Hugging Face config) is the preset's, as its vocabulary is."""
     numerics, theirs = data["numerics"], preset.numerics
+    # numerics23: a run that states its own RoPE scaling (YaRN, linear or Llama 3) takes no other kind from the preset
+    # of its shape (a linear-scaled Llama 3.2 1B read from Bridge overrides took the preset's llama3 factor 32 too)
+    scaled = data.get("yarn") is not None or numerics.get("rope_interpolation_factor") is not None \
+        or (numerics.get("rope_scaling_factor") or 1) != 1
     for field, (what, flags, config_key) in NUMERICS_NAMES.items():
         mine, model = numerics.get(field), getattr(theirs, field)
-        if field in ("rope_theta", "rotary_percent") and data["position_embedding"] != "rope":
+        if field in ("rope_theta", "rotary_percent", "rope_interpolation_factor") and data["position_embedding"] != "rope":
+            continue
+        if mine is None and scaled and field in ("rope_scaling_factor", "rope_interpolation_factor"):
             continue
         if mine is None:
             numerics[field] = model

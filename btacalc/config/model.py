@@ -132,6 +132,11 @@ class Numerics(BaseModel):
                                   "embedding turns (partial_rotary_factor; GPT-J rotary_dim / head_dim)")
     rope_scaling_factor: Optional[float] = Field(None, ge=1, allow_inf_nan=False, description="Llama 3.x's RoPE "
                                                  "scaling (rope_scaling rope_type llama3) by this factor; 1: none")
+    # numerics23: rope_scaling type linear (positions divided by the factor: Megatron-Core rotary_pos_embedding.py
+    # L135-136 @ d98e8a64), Megatron-LM's --rotary-seq-len-interpolation-factor (type=int, arguments.py L2422) and
+    # Megatron-Bridge's seq_len_interpolation_factor (llama_bridge.py L72-73 @ 067f987df)
+    rope_interpolation_factor: Optional[int] = Field(None, ge=2, description="linear RoPE scaling (rope_scaling type "
+                                                     "linear): positions divided by this integer factor; None: none")
     source: CleanText = Field("", description="the file and keys these values come from")
 
     _bounded = field_validator("*")(_bounded_field)
@@ -292,9 +297,14 @@ class ModelSpec(BaseModel):
             raise ValueError("yarn scales the rotary embedding: it needs position_embedding rope")
         if self.position_embedding != "rope" and (self.numerics.rope_theta is not None
                                                   or self.numerics.rotary_percent != 1
-                                                  or (self.numerics.rope_scaling_factor or 1) != 1):
-            raise ValueError("numerics rope_theta / rotary_percent / rope_scaling_factor set the rotary embedding: "
-                             "they need position_embedding rope")
+                                                  or (self.numerics.rope_scaling_factor or 1) != 1
+                                                  or self.numerics.rope_interpolation_factor is not None):
+            raise ValueError("numerics rope_theta / rotary_percent / rope_scaling_factor / rope_interpolation_factor "
+                             "set the rotary embedding: they need position_embedding rope")
+        if self.numerics.rope_interpolation_factor is not None and ((self.numerics.rope_scaling_factor or 1) != 1
+                                                                    or self.yarn is not None or self.mla is not None):
+            raise ValueError("numerics rope_interpolation_factor is rope_scaling type linear: not with Llama 3's "
+                             "rope_scaling_factor, YaRN or multi-latent attention")
         if self.full_attention_interval and not self.sliding_window:
             raise ValueError("full_attention_interval needs a sliding_window")
         if self.attention_sinks and self.softmax_fp32:
