@@ -15,7 +15,8 @@ from btacalc.planning.run_file import load_runs
 PIN = "d98e8a64ddf34856e74b24714e3bedb2f5a39553"
 GIB = 2**30
 
-# id -> (test case, largest mem-max-allocated-bytes in golden_values_dev_dgx_h100.json, first iteration logging it)
+# id -> (test case, gpt/ unless a folder is named; largest mem-max-allocated-bytes in golden_values_dev_dgx_h100.json;
+# the first iteration logging it)
 GOLDEN = {
     "gpt-toy-megatron-ci-h100-8-te-tp1-pp1-dist-optimizer-fim-dataset-dev":
         ("gpt3_mcore_te_tp1_pp1_dist_optimizer_fim_dataset", 4_702_430_720, 2),
@@ -47,13 +48,15 @@ GOLDEN = {
     "gpt-toy-megatron-ci-h100-8-tp1-pp4-dev": ("gpt3_mcore_tp1_pp4", 2_746_575_872, 2),
     "gpt-toy-rmsnorm-megatron-ci-h100-8-weekly-mcore-tp4-cp2-current-scaling-native-fp8-tp-sp-cp-tp-overlap-dev":
         ("gpt3_weekly_mcore_tp4_cp2_current_scaling_native_fp8_tp_sp_cp_tp_overlap", 425_122_816, 2),
+    "moe-toy-megatron-ci-h100-8-te-tp1-pp1-te-4experts-groupedGEMM-op-fuser-dev":
+        ("moe/gpt3_mcore_te_tp1_pp1_te_4experts_groupedGEMM_op_fuser", 2_956_330_496, 2),
 }
 # id -> (TP, PP, CP, micro-batch, global batch) from each model_config.yaml (every test: seq 1024, 8 GPUs)
 LAYOUT = {
     "fim-dataset": (1, 1, 1, 4, 32), "no-mmap-bin-files": (1, 1, 1, 4, 32), "te-tp1-pp4": (1, 4, 1, 4, 32),
     "tp2-pp2-cp2": (2, 2, 2, 4, 32), "cross-entropy-loss-fusion": (2, 2, 1, 4, 32), "tp2-zp-z3": (2, 1, 1, 4, 32),
     "te-tp4-pp1": (4, 1, 1, 4, 32), "h100-8-tp1-pp2": (1, 2, 1, 4, 32), "h100-8-tp1-pp4": (1, 4, 1, 4, 32),
-    "tp4-cp2-current-scaling": (4, 1, 2, 2, 128),
+    "tp4-cp2-current-scaling": (4, 1, 2, 2, 128), "4experts-groupedGEMM": (1, 1, 1, 4, 32),
 }
 
 
@@ -65,7 +68,8 @@ def _runs():
 def test_a_row_is_its_golden_files_largest_logged_peak(run_id):
     test, peak, iteration = GOLDEN[run_id]
     run = _runs()[run_id]
-    golden = f"{PIN}/tests/functional_tests/test_cases/gpt/{test}/golden_values_dev_dgx_h100.json"
+    folder = test if "/" in test else f"gpt/{test}"  # the test's directory under test_cases (gpt unless named)
+    golden = f"{PIN}/tests/functional_tests/test_cases/{folder}/golden_values_dev_dgx_h100.json"
     assert golden in run.source and "mem-max-allocated-bytes" in run.source
     assert run.measured.peak_alloc_gib == round(peak / GIB, 4)
     assert f"{peak:,} B" in run.notes and f"iteration {iteration}," in run.notes
