@@ -12,7 +12,7 @@ import pytest
 
 from btacalc.config.hf import load_hf_config
 from btacalc.config.presets import load_preset
-from btacalc.planning import measured
+from btacalc.planning import measured, run_file
 from btacalc.planning.measured import load_runs, predict
 from support import planned_as_it_ran
 
@@ -106,7 +106,12 @@ def test_the_qkv_bias_the_runs_lacked_changes_no_prediction(monkeypatch):
     runs = _runs()
     with_bias = {i: predict(runs[i]).predicted.tokens_per_s_per_device for i in NEW}
     resolve = measured.resolve_model
-    monkeypatch.setattr(measured, "resolve_model", lambda name: resolve(name).model_copy(update={"qkv_bias": False}))
+    def without_bias(name):
+        return resolve(name).model_copy(update={"qkv_bias": False})
+
+    # the plan resolves the run's model in measured, the run's model_spec in run_file (since 006cedf)
+    monkeypatch.setattr(measured, "resolve_model", without_bias)
+    monkeypatch.setattr(run_file, "resolve_model", without_bias)
     for run_id in NEW:
         assert not runs[run_id].model_spec().qkv_bias
         without = predict(runs[run_id]).predicted.tokens_per_s_per_device

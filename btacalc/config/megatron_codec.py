@@ -905,8 +905,14 @@ def _enc_attention(f: Fields) -> Args:
 
 
 def _dec_attention(get: Get) -> Fields:
+    """Unfused attention (materialised scores) for --attention-backend unfused or local, and for --transformer-impl
+    local whatever the backend: its layers are Megatron-Core's own modules, whose core attention is
+    DotProductAttention (Megatron-LM @ d98e8a64 gpt_builders.py L35 use_te, L109-149 get_gpt_layer_local_spec
+    unless use_te; core/models/backends.py L129-131 LocalSpecProvider.core_attention). memci: the CI's
+    gpt3_mcore_tp1_pp{2,4} tests (--transformer-impl local) were planned with fused attention, -27% and -18%."""
     backend = str(get("attention_backend")).split(".")[-1].split(":")[0].strip("<> ")
-    return {"run.attention": "eager" if backend in ("unfused", "local") else "flash"}
+    local = str(get("transformer_impl")) == "local"
+    return {"run.attention": "eager" if local or backend in ("unfused", "local") else "flash"}
 
 
 def _enc_loss(f: Fields) -> Args:

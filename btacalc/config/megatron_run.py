@@ -51,7 +51,7 @@ IGNORED: tuple[tuple[str, str], ...] = (
      "Megatron-FSDP buffer registration: btacalc's FSDP gathers one layer's weights at a time, in the same bytes"),
     (r"(masked_softmax_fusion|bias_.*_fusion|"
      r"apply_rope_fusion|moe_grouped_gemm|moe_permute_fusion|persist_layer_norm|"
-     r"transformer_impl|use_flash_attn)",
+     r"use_flash_attn)",
      "kernel choice: the same FLOPs and stored tensors (btacalc's device efficiency covers kernels)"),
     (r"(rotary_.*|add_position_embedding|layernorm_zero_centered_gamma|norm_epsilon|"
      r"apply_residual_connection_post_layernorm)",
