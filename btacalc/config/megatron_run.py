@@ -679,12 +679,29 @@ def request_from_fields(f: Fields, spec: ModelSpec, devices: int, per_node: Opti
         limits=BatchLimits(global_batch=global_batch, micro_batch=micro or 1),
         tensor_parallel=f["layout.tensor_parallel"], sequence_parallel=f["layout.sequence_parallel"],
         pipeline_parallel=pp, virtual_pipeline=vp, context_parallel=f["layout.context_parallel"],
-        expert_tensor_parallel=f.get("layout.expert_tensor_parallel"),
+        expert_tensor_parallel=_expert_tensor_parallel(f, spec, devices, notes),
         gradient_bytes=f["run.gradient_bytes"],
         overlaps=OverlapRequest(grad_reduce=f["overlap.grad_reduce"], param_gather=f["overlap.param_gather"],
                                 tp_comm=f["overlap.tp_comm"], p2p=f["overlap.p2p"]),
         multi_token_prediction=bool(f.get("run.mtp")) if spec.mtp_layers else None, loss=f.get("run.loss"),
         **_guarded_request_fields(f))
+
+
+def _expert_tensor_parallel(f: Fields, spec: ModelSpec, devices: int, notes: list[str]) -> Optional[int]:
+    """The launch's ETP. A dense model has no expert layer to split, and Megatron-LM accepts the flag there: it builds
+    the expert rank grid anyway, which needs the world size to be a multiple of ETP x EP x PP (Megatron-LM @ d98e8a64
+    parallel_state.py L871-884), and uses it in no layer (memci: the CI's dense etp4 tests were refused as 'need an MoE
+    model'). So a dense launch's ETP is that check and a note, then the plan's default."""
+    etp = f.get("layout.expert_tensor_parallel")
+    if spec.is_moe or etp is None or etp == 1:
+        return etp
+    grid = etp * f["layout.expert_parallel"] * f["layout.pipeline_parallel"]
+    if devices % grid:
+        raise BtacalcError(f"--expert-tensor-parallel-size {etp}: Megatron-Core's expert rank grid (ETP x EP x PP = {grid}) "
+                           f"must divide the world size {devices} (parallel_state.py L881-884), even for a dense model")
+    notes.append(f"--expert-tensor-parallel-size {etp}: the model is dense, so no layer uses the expert grid Megatron-Core "
+                 "builds with it (parallel_state.py L871-884): no effect on memory or step time")
+    return None
 
 
 def _guarded_request_fields(f: Fields) -> dict[str, Any]:
