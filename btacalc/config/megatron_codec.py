@@ -1726,6 +1726,19 @@ def check_bridge_literals(args: Args, moe: bool) -> None:
                            + (f": did you mean {near}?" if near else ""))
 
 
+# review22: Bridge keys that share a Megatron-LM option's name but not its effect, each listed unread with why.
+# model.transformer_impl: Megatron-LM's --transformer-impl local builds Megatron-Core's own layers (_dec_attention),
+# but Bridge's GPTModelProvider builds TransformerEngine's layer spec whatever the field says; only an AttnBackend.local
+# attention_backend swaps in Megatron-Core's DotProductAttention (memci's reading made model.transformer_impl=local
+# plan unfused attention for a run whose attention is TransformerEngine's)
+BRIDGE_NOT_AS_MEGATRON = {
+    "model.transformer_impl": ("no effect on a GPT model's layers: Megatron-Bridge's GPTModelProvider builds "
+                               f"TransformerEngine's layer spec whatever it says ({BRIDGE_PIN} src/megatron/bridge/"
+                               "models/gpt_provider.py L120-125 default_layer_spec, L171; only attention_backend "
+                               "AttnBackend.local swaps in DotProductAttention, L278-280)"),
+}
+
+
 def from_bridge(overrides: Mapping[str, Any]) -> tuple[Args, list[str]]:
     """Megatron destinations of Bridge overrides, and the keys no row reads (to be listed as ignored)."""
     back = {key: (dest, conv[2]) for dest, conv in BRIDGE_KEYS.items() for key in (conv[0],)}
@@ -1747,6 +1760,8 @@ def from_bridge(overrides: Mapping[str, Any]) -> tuple[Args, list[str]]:
                 args.pop("swiglu", None)
             elif str(value).rsplit(".", 1)[-1] in ("squared_relu", "relu2"):  # activation_map.py L47-48
                 args["squared_relu"] = True
+        elif key in BRIDGE_NOT_AS_MEGATRON:
+            unread.append(key)
         elif key.startswith("model.") and key[6:] in MLA_YARN_BRIDGE:
             args[key[6:]] = value  # read under multi-latent attention (_dec_mla_yarn)
         elif key in back:

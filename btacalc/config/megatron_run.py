@@ -22,9 +22,9 @@ from .execution import BatchLimits, ExecutionRequest, OverlapRequest
 from .pipeline import StageSplit
 from .bridge_fields import check_bridge_key
 from .bridge_hydra import form_of, read_overrides
-from .megatron_codec import (bridge_attention_environment, MIXED_PRECISION_OVERWRITES, MODEL_ROWS, OVERWRITTEN_REASON, Fields, bridge_key,
-                             bridge_value_field, check_bridge_experts, check_bridge_literals,
-                             check_bridge_sixteen_bit, decode, encode, from_bridge, model_fields)
+from .megatron_codec import (BRIDGE_NOT_AS_MEGATRON, MIXED_PRECISION_OVERWRITES, MODEL_ROWS, OVERWRITTEN_REASON, Fields,
+                             bridge_attention_environment, bridge_key, bridge_value_field, check_bridge_experts,
+                             check_bridge_literals, check_bridge_sixteen_bit, decode, encode, from_bridge, model_fields)
 from .megatron_launch import ArgumentValueError, BridgeText, Launch, integer, read_launch
 from .megatron_rules import describe, violations
 from .model import MAX_COUNT, MAX_COUNT_TEXT, MAX_LAYERS, ModelSpec, validate_model
@@ -418,6 +418,8 @@ def _unique_keys_loader() -> Any:
 def _bridge_reason(key: str) -> str:
     if key in MIXED_PRECISION_OVERWRITES:  # listed unread only where a mixed precision overwrites it (from_bridge)
         return OVERWRITTEN_REASON
+    if key in BRIDGE_NOT_AS_MEGATRON:
+        return BRIDGE_NOT_AS_MEGATRON[key]
     section, _, leaf = key.partition(".")
     return _BRIDGE_SECTIONS.get(section) or ignore_reason(leaf.split(".")[-1] or section)
 
