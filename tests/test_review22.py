@@ -26,3 +26,20 @@ def test_bridge_transformer_impl_does_not_choose_the_attention_kernel(impl):
     assert "default_layer_spec" in reasons["model.transformer_impl"]
     launch = import_megatron(ARGS + f"--transformer-impl {impl}", "launch", 8)  # Megatron-LM's reading is memci's
     assert launch.request.attention == ("eager" if impl == "local" else "flash")
+
+
+SWITCHES_OFF = "".join(f"# environment: {name}=0\n" for name in ("NVTE_FLASH_ATTN", "NVTE_FUSED_ATTN", "NVTE_UNFUSED_ATTN"))
+
+
+@pytest.mark.parametrize("environment", ["", SWITCHES_OFF])
+def test_a_bridge_local_backend_is_not_told_to_switch_every_kernel_off(environment):
+    """Bridge's override model.attention_backend=local is the string 'local': GPTModelProvider swaps in
+    DotProductAttention only for AttnBackend.local (gpt_provider.py L278-280 @ 067f987df) and Megatron-Core sets no
+    switch for it, so the run keeps TransformerEngine's attention. The lead's note advised NVTE_FLASH_ATTN=0
+    NVTE_FUSED_ATTN=0 NVTE_UNFUSED_ATTN=0 (Megatron-Core's row for the enum), which leaves TE no kernel, and said
+    nothing once the file set them; the note now says no environment makes the run local, with or without them."""
+    run = import_bridge(environment + BRIDGE + "model.attention_backend=local", "overrides", 8)
+    assert run.request.attention == "eager"  # planned as given
+    said = [n for n in run.notes if "attention_backend=local" in n]
+    assert len(said) == 1 and "no NVTE_* environment makes it local" in said[0] and "L278" in said[0]
+    assert not any("NVTE_FLASH_ATTN=0 NVTE_FUSED_ATTN=0" in n for n in run.notes)

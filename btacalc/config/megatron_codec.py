@@ -879,12 +879,27 @@ ATTENTION_BACKEND_ENVIRONMENT = {"flash": (1, 0, 0), "fused": (0, 1, 0), "unfuse
 ATTENTION_SWITCHES = ("NVTE_FLASH_ATTN", "NVTE_FUSED_ATTN", "NVTE_UNFUSED_ATTN")
 
 
+# review22: what a Bridge override's model.attention_backend=local runs. The string matches neither GPTModelProvider's
+# check that swaps in Megatron-Core's DotProductAttention (gpt_provider.py L278-280 @ 067f987df: == AttnBackend.local)
+# nor _set_attention_backend's, so the layers keep TransformerEngine's attention and TE picks its kernel; no environment
+# changes that (all three NVTE_* switches off leave TE no kernel at all). The lead's note advised those three switches.
+BRIDGE_LOCAL_ATTENTION = ("{key}=local: a Hydra override sets the string 'local', which neither Megatron-Bridge's "
+                          "GPTModelProvider (gpt_provider.py L278-280: DotProductAttention only for AttnBackend.local) "
+                          "nor Megatron-Core (language_module.py L129-145) matches, so the run keeps "
+                          "TransformerEngine's attention and TE chooses the kernel, and no NVTE_* environment makes it "
+                          "local (all three switches off leave TE none); planned as given (unfused)")
+
+
 def bridge_attention_environment(args: Args) -> dict[str, str]:
     """The NVTE_* variables that make a Bridge run use the attention backend `args` name: a Hydra override leaves
     model.attention_backend a string (Bridge's omegaconf_utils.py _apply_overrides sets the value as given), which
     Megatron-Core's _set_attention_backend compares with AttnBackend's members only, so it sets no switch and
-    TransformerEngine chooses the kernel; `auto` (TE's choice) needs none."""
-    switches = ATTENTION_BACKEND_ENVIRONMENT.get(str(args.get("attention_backend", "auto")))
+    TransformerEngine chooses the kernel; `auto` (TE's choice) needs none. `local` has none either (review22): its
+    three switches off leave TransformerEngine no kernel, and what makes a Bridge run local is GPTModelProvider's
+    DotProductAttention swap (gpt_provider.py L278-280 @ 067f987df), which compares with AttnBackend.local and so is
+    not made for the string either (BRIDGE_LOCAL_ATTENTION)."""
+    backend = str(args.get("attention_backend", "auto"))
+    switches = ATTENTION_BACKEND_ENVIRONMENT.get(backend) if backend != "local" else None
     if switches is None:
         return {}
     return {name: str(v) for name, v in zip(ATTENTION_SWITCHES, switches)}
