@@ -879,12 +879,27 @@ ATTENTION_BACKEND_ENVIRONMENT = {"flash": (1, 0, 0), "fused": (0, 1, 0), "unfuse
 ATTENTION_SWITCHES = ("NVTE_FLASH_ATTN", "NVTE_FUSED_ATTN", "NVTE_UNFUSED_ATTN")
 
 
+# review22: what a Bridge override's model.attention_backend=local runs. The string matches neither GPTModelProvider's
+# check that swaps in Megatron-Core's DotProductAttention (gpt_provider.py L278-280 @ 067f987df: == AttnBackend.local)
+# nor _set_attention_backend's, so the layers keep TransformerEngine's attention and TE picks its kernel; no environment
+# changes that (all three NVTE_* switches off leave TE no kernel at all). The lead's note advised those three switches.
+BRIDGE_LOCAL_ATTENTION = ("{key}=local: a Hydra override sets the string 'local', which neither Megatron-Bridge's "
+                          "GPTModelProvider (gpt_provider.py L278-280: DotProductAttention only for AttnBackend.local) "
+                          "nor Megatron-Core (language_module.py L129-145) matches, so the run keeps "
+                          "TransformerEngine's attention and TE chooses the kernel, and no NVTE_* environment makes it "
+                          "local (all three switches off leave TE none); planned as given (unfused)")
+
+
 def bridge_attention_environment(args: Args) -> dict[str, str]:
     """The NVTE_* variables that make a Bridge run use the attention backend `args` name: a Hydra override leaves
     model.attention_backend a string (Bridge's omegaconf_utils.py _apply_overrides sets the value as given), which
     Megatron-Core's _set_attention_backend compares with AttnBackend's members only, so it sets no switch and
-    TransformerEngine chooses the kernel; `auto` (TE's choice) needs none."""
-    switches = ATTENTION_BACKEND_ENVIRONMENT.get(str(args.get("attention_backend", "auto")))
+    TransformerEngine chooses the kernel; `auto` (TE's choice) needs none. `local` has none either (review22): its
+    three switches off leave TransformerEngine no kernel, and what makes a Bridge run local is GPTModelProvider's
+    DotProductAttention swap (gpt_provider.py L278-280 @ 067f987df), which compares with AttnBackend.local and so is
+    not made for the string either (BRIDGE_LOCAL_ATTENTION)."""
+    backend = str(args.get("attention_backend", "auto"))
+    switches = ATTENTION_BACKEND_ENVIRONMENT.get(backend) if backend != "local" else None
     if switches is None:
         return {}
     return {name: str(v) for name, v in zip(ATTENTION_SWITCHES, switches)}
@@ -1726,6 +1741,19 @@ def check_bridge_literals(args: Args, moe: bool) -> None:
                            + (f": did you mean {near}?" if near else ""))
 
 
+# review22: Bridge keys that share a Megatron-LM option's name but not its effect, each listed unread with why.
+# model.transformer_impl: Megatron-LM's --transformer-impl local builds Megatron-Core's own layers (_dec_attention),
+# but Bridge's GPTModelProvider builds TransformerEngine's layer spec whatever the field says; only an AttnBackend.local
+# attention_backend swaps in Megatron-Core's DotProductAttention (memci's reading made model.transformer_impl=local
+# plan unfused attention for a run whose attention is TransformerEngine's)
+BRIDGE_NOT_AS_MEGATRON = {
+    "model.transformer_impl": ("no effect on a GPT model's layers: Megatron-Bridge's GPTModelProvider builds "
+                               f"TransformerEngine's layer spec whatever it says ({BRIDGE_PIN} src/megatron/bridge/"
+                               "models/gpt_provider.py L120-125 default_layer_spec, L171; only attention_backend "
+                               "AttnBackend.local swaps in DotProductAttention, L278-280)"),
+}
+
+
 def from_bridge(overrides: Mapping[str, Any]) -> tuple[Args, list[str]]:
     """Megatron destinations of Bridge overrides, and the keys no row reads (to be listed as ignored)."""
     back = {key: (dest, conv[2]) for dest, conv in BRIDGE_KEYS.items() for key in (conv[0],)}
@@ -1747,6 +1775,8 @@ def from_bridge(overrides: Mapping[str, Any]) -> tuple[Args, list[str]]:
                 args.pop("swiglu", None)
             elif str(value).rsplit(".", 1)[-1] in ("squared_relu", "relu2"):  # activation_map.py L47-48
                 args["squared_relu"] = True
+        elif key in BRIDGE_NOT_AS_MEGATRON:
+            unread.append(key)
         elif key.startswith("model.") and key[6:] in MLA_YARN_BRIDGE:
             args[key[6:]] = value  # read under multi-latent attention (_dec_mla_yarn)
         elif key in back:

@@ -22,9 +22,10 @@ from .execution import BatchLimits, ExecutionRequest, OverlapRequest
 from .pipeline import StageSplit
 from .bridge_fields import check_bridge_key
 from .bridge_hydra import form_of, read_overrides
-from .megatron_codec import (bridge_attention_environment, MIXED_PRECISION_OVERWRITES, MODEL_ROWS, OVERWRITTEN_REASON, Fields, bridge_key,
-                             bridge_value_field, check_bridge_experts, check_bridge_literals,
-                             check_bridge_sixteen_bit, decode, encode, from_bridge, model_fields)
+from .megatron_codec import (BRIDGE_LOCAL_ATTENTION, BRIDGE_NOT_AS_MEGATRON, MIXED_PRECISION_OVERWRITES, MODEL_ROWS,
+                             OVERWRITTEN_REASON, Fields, bridge_attention_environment, bridge_key, bridge_value_field,
+                             check_bridge_experts, check_bridge_literals, check_bridge_sixteen_bit, decode, encode,
+                             from_bridge, model_fields)
 from .megatron_launch import ArgumentValueError, BridgeText, Launch, integer, read_launch
 from .megatron_rules import describe, violations
 from .model import MAX_COUNT, MAX_COUNT_TEXT, MAX_LAYERS, ModelSpec, validate_model
@@ -296,7 +297,10 @@ def _import_bridge(text: str, source: str, devices: Optional[int], base: Optiona
     if env:  # freshuser17: --nvls was lost (the file said NCCL_NVLS_ENABLE=1; planned without NVLink SHARP)
         run = replace(_nccl_settings(run, env), env=tuple(env.items()))
     wanted = bridge_attention_environment(args)
-    if any(env.get(name) != value for name, value in wanted.items()):
+    if str(args.get("attention_backend")) == "local":
+        key = given_as.get("attention_backend", "model.attention_backend")
+        run = replace(run, notes=run.notes + (BRIDGE_LOCAL_ATTENTION.format(key=key),))
+    elif any(env.get(name) != value for name, value in wanted.items()):
         run = replace(run, notes=run.notes + (
             f"{given_as.get('attention_backend', 'model.attention_backend')}={args['attention_backend']} without "
             + " ".join(f"{k}={v}" for k, v in wanted.items()) + " in the environment: a Hydra override sets the "
@@ -418,6 +422,8 @@ def _unique_keys_loader() -> Any:
 def _bridge_reason(key: str) -> str:
     if key in MIXED_PRECISION_OVERWRITES:  # listed unread only where a mixed precision overwrites it (from_bridge)
         return OVERWRITTEN_REASON
+    if key in BRIDGE_NOT_AS_MEGATRON:
+        return BRIDGE_NOT_AS_MEGATRON[key]
     section, _, leaf = key.partition(".")
     return _BRIDGE_SECTIONS.get(section) or ignore_reason(leaf.split(".")[-1] or section)
 

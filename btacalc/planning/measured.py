@@ -1,7 +1,8 @@
 """`btacalc validate --measured`: predictions against measured training runs.
 
 A run file is ``{"runs": [...]}`` (the format of btacalc/data/measured_runs.json, shipped with its
-sources). Each run is expressed as an `ExecutionRequest` on the run's model and hardware, planned
+sources; its schema and reader are `planning.run_file`).
+Each run is expressed as an `ExecutionRequest` on the run's model and hardware, planned
 with the run's batch, and its predicted tokens/s per device (and step time) set against the measured
 ones: error = predicted / measured - 1.
 

@@ -7,7 +7,7 @@ particular to the low-precision path (casts, scaling, the low-precision GEMM rat
 
 A pair is found from the data, never listed by hand: two measured runs whose layout key is equal and whose
 precisions differ, at least one of them below 16 bits (btacalc/data/precision.toml `gemm_peak`). The layout
-key (measured.py `MeasuredRun.pair_input`) is the run after its recipe's corrections:
+key (run_file.py `MeasuredRun.pair_input`) is the run after its recipe's corrections:
 
     (model, hw, devices, TP, PP, VP, CP, EP, ETP, micro batch, global batch, seq)
 
@@ -49,7 +49,7 @@ LayoutKey = tuple[object, ...]
 
 
 class PairInput(BaseModel):
-    """What pairing needs of one measured run and its prediction (built by measured.py `MeasuredRun.pair_input`)."""
+    """What pairing needs of one measured run and its prediction (built by run_file.py `MeasuredRun.pair_input`)."""
 
     model_config = ConfigDict(frozen=True)
     id: str

@@ -94,7 +94,7 @@ class Recipe(BaseModel):
     """Settings of the run's own configuration that the run's fields leave null or state differently,
     each read from the file `source` names (btacalc's extension of the run format). Fields named after
     Megatron-LM's flags mean what the flag means; a field left out takes the plan's default, or
-    Megatron's where it differs (`MEGATRON_RUN_DEFAULTS`), and `validate` lists every default a run
+    Megatron's where it differs (planning.measured `MEGATRON_RUN_DEFAULTS`), and `validate` lists every default a run
     took with its reason (`RunResult.defaulted`)."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
