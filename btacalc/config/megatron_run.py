@@ -693,6 +693,9 @@ def request_from_fields(f: Fields, spec: ModelSpec, devices: int, per_node: Opti
         **_guarded_request_fields(f))
 
 
+_ETP_NAMES = "--expert-tensor-parallel-size / model.expert_tensor_parallel_size"
+
+
 def _expert_tensor_parallel(f: Fields, spec: ModelSpec, devices: int, notes: list[str]) -> Optional[int]:
     """The launch's ETP. A dense model has no expert layer to split, and Megatron-LM accepts the flag there: it builds
     the expert rank grid anyway, which needs the world size to be a multiple of ETP x EP x PP (Megatron-LM @ d98e8a64
@@ -703,9 +706,11 @@ def _expert_tensor_parallel(f: Fields, spec: ModelSpec, devices: int, notes: lis
         return etp
     grid = etp * f["layout.expert_parallel"] * f["layout.pipeline_parallel"]
     if devices % grid:
-        raise BtacalcError(f"--expert-tensor-parallel-size {etp}: Megatron-Core's expert rank grid (ETP x EP x PP = {grid}) "
+        raise BtacalcError(f"expert tensor parallelism {etp} ({_ETP_NAMES}): Megatron-Core's expert rank grid "
+                           f"(ETP x EP x PP = {grid}) "
                            f"must divide the world size {devices} (parallel_state.py L881-884), even for a dense model")
-    notes.append(f"--expert-tensor-parallel-size {etp}: the model is dense, so no layer uses the expert grid Megatron-Core "
+    notes.append(f"expert tensor parallelism {etp} ({_ETP_NAMES}): the model is dense, so no layer uses the expert grid "
+                 "Megatron-Core "
                  "builds with it (parallel_state.py L871-884): no effect on memory or step time")
     return None
 
