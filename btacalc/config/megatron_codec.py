@@ -874,8 +874,9 @@ FLASH_BELOW_CAPABILITY = 9.0
 
 
 # TransformerEngine's backend switches as Megatron-Core sets them for each AttnBackend (language_module.py L129-145
-# @ d98e8a64: flash, fused, unfused; `local` turns all three off): NVTE_FLASH_ATTN, NVTE_FUSED_ATTN, NVTE_UNFUSED_ATTN
-ATTENTION_BACKEND_ENVIRONMENT = {"flash": (1, 0, 0), "fused": (0, 1, 0), "unfused": (0, 0, 1), "local": (0, 0, 0)}
+# @ d98e8a64): NVTE_FLASH_ATTN, NVTE_FUSED_ATTN, NVTE_UNFUSED_ATTN. `local` (all three off there) is left out: no
+# environment makes a Bridge run local (BRIDGE_LOCAL_ATTENTION), and `auto` (all three on) is TE's own choice
+ATTENTION_BACKEND_ENVIRONMENT = {"flash": (1, 0, 0), "fused": (0, 1, 0), "unfused": (0, 0, 1)}
 ATTENTION_SWITCHES = ("NVTE_FLASH_ATTN", "NVTE_FUSED_ATTN", "NVTE_UNFUSED_ATTN")
 
 
@@ -898,8 +899,7 @@ def bridge_attention_environment(args: Args) -> dict[str, str]:
     three switches off leave TransformerEngine no kernel, and what makes a Bridge run local is GPTModelProvider's
     DotProductAttention swap (gpt_provider.py L278-280 @ 067f987df), which compares with AttnBackend.local and so is
     not made for the string either (BRIDGE_LOCAL_ATTENTION)."""
-    backend = str(args.get("attention_backend", "auto"))
-    switches = ATTENTION_BACKEND_ENVIRONMENT.get(backend) if backend != "local" else None
+    switches = ATTENTION_BACKEND_ENVIRONMENT.get(str(args.get("attention_backend", "auto")))
     if switches is None:
         return {}
     return {name: str(v) for name, v in zip(ATTENTION_SWITCHES, switches)}

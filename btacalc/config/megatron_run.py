@@ -297,12 +297,12 @@ def _import_bridge(text: str, source: str, devices: Optional[int], base: Optiona
     if env:  # freshuser17: --nvls was lost (the file said NCCL_NVLS_ENABLE=1; planned without NVLink SHARP)
         run = replace(_nccl_settings(run, env), env=tuple(env.items()))
     wanted = bridge_attention_environment(args)
+    key = given_as.get("attention_backend", "model.attention_backend")
     if str(args.get("attention_backend")) == "local":
-        key = given_as.get("attention_backend", "model.attention_backend")
         run = replace(run, notes=run.notes + (BRIDGE_LOCAL_ATTENTION.format(key=key),))
     elif any(env.get(name) != value for name, value in wanted.items()):
         run = replace(run, notes=run.notes + (
-            f"{given_as.get('attention_backend', 'model.attention_backend')}={args['attention_backend']} without "
+            f"{key}={args['attention_backend']} without "
             + " ".join(f"{k}={v}" for k, v in wanted.items()) + " in the environment: a Hydra override sets the "
             "string, which Megatron-Core does not map to TransformerEngine's switches (language_module.py "
             "L129-145), so TransformerEngine may choose another kernel; planned as given",))
