@@ -85,7 +85,7 @@ FEATURES: dict[str, tuple[Any, ...]] = {
     "router_renormalize": (True, False),  # the k selected weights are divided by their sum (norm_topk_prob)
     "router_bias": (True, False),  # the router linear has a bias (GPT-OSS)
     "expert_bias": (True, False),  # the expert linears have biases (GPT-OSS)
-    "shared_experts": (True, False),  # always-on SwiGLU experts beside the routed ones
+    "shared_experts": (True, False),  # always-on experts (SwiGLU or GeLU, as the routed ones) beside the routed ones
     "shared_expert_gate": (True, False),  # Qwen2-MoE: sigmoid(x w) scales the shared expert's output
     "mtp_module": (True, False),  # this layer kind is a multi-token-prediction module (DeepSeek-V3)
     # this layer kind is one of the first/last layers a low-precision recipe keeps in BF16 (Megatron-LM

@@ -104,7 +104,9 @@ MODELS = ["qwen3-30b-a3b", "gpt3-175b", "data:mixtral-8x7b.config.json", "data:o
           # (parallel block, biases); GPT-2 (learned positions, tied embeddings); MLA without query
           # compression (DeepSeek-V2-Lite's q_proj)
           "deepseek-v3", "gpt-oss-120b", "data:qwen1.5-moe-a2.7b.config.json", "gpt-j-6b", "gpt2-small",
-          "deepseek-v3+no-q-lora"]
+          "deepseek-v3+no-q-lora",
+          # gelu: ungated (GeLU) routed and shared experts, with expert biases (Megatron-LM without --swiglu)
+          "data:qwen1.5-moe-a2.7b.config.json+gelu-experts"]
 SHAPES = [(1024, 1, 1), (4096, 2, 3), (2048, 3, 8)]
 SELECTIONS = [
     dict(recompute="none", attention="eager", accounting="ideal"),
@@ -152,6 +154,8 @@ def golden_model(name: str) -> Any:
     model = resolve_model(_model_path(base))
     if variant == "no-q-lora":  # one q_proj h -> a d_h instead of the q_a/q_b pair (DeepSeek-V2-Lite's query)
         return model.model_copy(update={"name": name, "mla": model.mla.model_copy(update={"q_lora_rank": 0})})
+    if variant == "gelu-experts":  # Megatron-LM's default activation: fc1 h -> f, GeLU, fc2 (experts.py L212-247)
+        return model.model_copy(update={"name": name, "mlp": "gelu", "expert_bias": True})
     assert not variant, variant
     return model
 

@@ -180,6 +180,8 @@ class ModelSpec(BaseModel):
     num_experts: int = Field(0, ge=0, description="E; 0 for a dense model")
     top_k: int = Field(0, ge=0, description="k; 0 for a dense model")
     norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
+    # the MLP of every layer, the routed and shared experts' too: one activation for the model, as Megatron-Core's
+    # one TransformerConfig gives MLP, SharedExpertMLP and the experts (gated_linear_unit, activation_func)
     mlp: Literal["swiglu", "gelu"] = "swiglu"
     glu_activation: Literal["silu", "clamped_quick_gelu"] = Field(
         "silu", description="the gated MLP's activation: silu (SwiGLU), or GPT-OSS's quick-GELU gate "
@@ -253,8 +255,6 @@ class ModelSpec(BaseModel):
                 raise ValueError("an MoE model needs top_k >= 1")
             if self.top_k > self.num_experts:
                 raise ValueError(f"top_k ({self.top_k}) is larger than the number of experts ({self.num_experts})")
-            if self.mlp != "swiglu":
-                raise ValueError("MoE experts are modelled as SwiGLU only")
             if self.dense_positions() and self.dense_ffn_size is None:
                 raise ValueError("an MoE model with dense layers needs dense_ffn_size")
             if len(self.dense_positions()) == self.num_layers:

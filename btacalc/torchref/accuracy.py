@@ -48,15 +48,16 @@ class LayerComparison(BaseModel):
 
 def layer_kind(model: ModelSpec) -> str:
     """Which reference layer measures `model`: the decoder reference (Qwen3-MoE and its variants) or GPT."""
-    if model.norm == "rmsnorm" and model.mlp == "swiglu" and model.position_embedding == "rope" \
+    gated_or_moe = model.mlp == "swiglu" or (model.is_moe and not model.mlp_bias)  # GeLU experts: fc1, GeLU, fc2
+    if model.norm == "rmsnorm" and gated_or_moe and model.position_embedding == "rope" \
             and model.qk_norm in ("none", "head") and not (model.dropout or model.parallel_block):
         return "decoder"
     if not model.is_moe and model.norm == "layernorm" and model.mlp == "gelu" and model.num_kv_heads == model.num_heads \
             and model.position_embedding == "learned" and model.dropout and not model.parallel_block:
         return "gpt"
     raise BtacalcError(f"{model.name}: the reference layers are the decoder (RMSNorm, RoPE, SwiGLU experts or MLP, "
-                       "per-head or no q/k norm; MLA, windows, sinks, shared experts) and GPT (LayerNorm, MHA, GeLU, "
-                       "dropout); this model is neither")
+                       "GeLU experts, per-head or no q/k norm; MLA, windows, sinks, shared experts) and GPT "
+                       "(LayerNorm, MHA, GeLU, dropout); this model is neither")
 
 
 def _kind(model: ModelSpec, name: Optional[str]) -> LayerKind:
@@ -83,7 +84,7 @@ def layer_shape(model: ModelSpec, kind_name: Optional[str] = None) -> LayerShape
         window=model.sliding_window if features["sliding_window"] else 0, sinks=model.attention_sinks,
         dense=not features["moe"], router=model.router, renormalize=model.router_renormalize,
         router_bias=model.router_bias, expert_bias=model.expert_bias, shared_ffn=model.shared_expert_size,
-        shared_gate=model.shared_expert_gate)
+        shared_gate=model.shared_expert_gate, gelu=model.mlp == "gelu")
 
 
 def formula_values(model: ModelSpec, accounting: str, seq: int, batch: int, tiles: int, attention: str,

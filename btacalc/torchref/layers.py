@@ -84,6 +84,7 @@ class LayerShape:
     expert_bias: bool = False
     shared_ffn: int = 0  # f_s: always-on shared expert width (0: none)
     shared_gate: bool = False  # Qwen2-MoE sigmoid gate on the shared expert
+    gelu: bool = False  # ungated experts, shared expert, dense MLP (fc1, GeLU, fc2): Megatron without --swiglu
 
 
 class RMSNorm(nn.Module):
@@ -277,12 +278,29 @@ class SwiGLU(nn.Module):
         return self.down(F.silu(self.gate(x)) * self.up(x))
 
 
+class GeLUMLP(nn.Module):
+    """fc2(gelu(fc1(x))): an ungated MLP, as a Megatron-Core MLP or expert builds it without gated_linear_unit."""
+
+    def __init__(self, h: int, f: int, dtype: torch.dtype, bias: bool = False):
+        super().__init__()
+        self.fc1 = nn.Linear(h, f, bias=bias, dtype=dtype)
+        self.fc2 = nn.Linear(f, h, bias=bias, dtype=dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(F.gelu(self.fc1(x)))
+
+
+def feed_forward(shape: LayerShape, f: int, dtype: torch.dtype, bias: bool = False) -> nn.Module:
+    """The shape's MLP of width f: SwiGLU, or GeLU (`shape.gelu`)."""
+    return GeLUMLP(shape.hidden, f, dtype, bias) if shape.gelu else SwiGLU(shape.hidden, f, dtype, bias)
+
+
 class Experts(nn.Module):
-    """E SwiGLU experts (gate, up: h -> f; down: f -> h), applied in a per-expert loop."""
+    """E experts (SwiGLU: gate, up h -> f, down f -> h; or GeLU: fc1 h -> f, fc2 f -> h), in a per-expert loop."""
 
     def __init__(self, shape: LayerShape, dtype: torch.dtype):
         super().__init__()
-        self.experts = nn.ModuleList(SwiGLU(shape.hidden, shape.ffn, dtype, shape.expert_bias)
+        self.experts = nn.ModuleList(feed_forward(shape, shape.ffn, dtype, shape.expert_bias)
                                      for _ in range(shape.experts))
 
     def forward(self, x_sorted: torch.Tensor, counts: list[int]) -> torch.Tensor:
@@ -333,7 +351,7 @@ class MoeBlock(nn.Module):
         self.router = Router(shape, dtype)
         self.experts = Experts(shape, dtype)
         if shape.shared_ffn:
-            self.shared = SwiGLU(shape.hidden, shape.shared_ffn, dtype)
+            self.shared = feed_forward(shape, shape.shared_ffn, dtype)
             if shape.shared_gate:
                 self.shared_gate = nn.Linear(shape.hidden, 1, bias=False, dtype=dtype)
 
@@ -384,7 +402,7 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(shape.hidden, dtype=dtype)
         self.self_attn = Attention(shape, attention, dtype)
         self.post_attention_layernorm = RMSNorm(shape.hidden, dtype=dtype)
-        self.mlp: nn.Module = SwiGLU(shape.hidden, shape.ffn, dtype) if shape.dense else MoeBlock(shape, dtype)
+        self.mlp: nn.Module = feed_forward(shape, shape.ffn, dtype) if shape.dense else MoeBlock(shape, dtype)
 
     def attention_block(self, x: torch.Tensor) -> torch.Tensor:
         with phase("input_norm"):
