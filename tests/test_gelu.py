@@ -191,3 +191,74 @@ def test_a_gelu_expert_plan_emits_no_gated_unit_and_reads_back(cli, tmp_path, em
     preset = load_preset("moe-toy-gelu-megatron-ci")
     assert (back.model.mlp, back.model.num_experts, back.model.top_k, back.model.ffn_size) == ("gelu", 4, 1, f)
     assert back.model.num_layers == preset.num_layers and back.model.hidden_size == preset.hidden_size
+
+
+# --- biases: what Megatron-Core takes (moe/experts.py L205-207, L982-985; mlp.py L296-298) ---------------------------
+
+BIASED = ("--num-layers 12 --hidden-size 512 --num-attention-heads 8 --seq-length 1024 --max-position-embeddings 1024 "
+          "--micro-batch-size 4 --global-batch-size 32 --vocab-size 50257 --bf16 --num-experts 4 --moe-router-topk 1 "
+          "--expert-model-parallel-size 2 --expert-tensor-parallel-size 1")
+
+
+def test_biased_gelu_experts_need_the_fused_bias_gelu_off(cli, tmp_path):
+    """Megatron keeps --add-bias-linear by default and with it the fused bias-GeLU, which neither expert class runs
+    with a routing weight: refused in one line unless --no-bias-gelu-fusion, with and without grouped GEMM."""
+    path = tmp_path / "launch.sh"
+    for extra in ("", " --moe-grouped-gemm --no-bias-dropout-fusion"):
+        path.write_text(BIASED + extra)
+        code, out, err = cli("plan", "--hw", "h100", "--devices", "8", "--from-megatron", str(path))
+        assert code == 2 and out == "" and err.count("\n") == 1 and "--no-bias-gelu-fusion" in err, err
+        model = import_megatron(BIASED + extra + " --no-bias-gelu-fusion", "launch", 8).model
+        assert model.mlp == "gelu" and model.expert_bias
+    assert import_megatron(BIASED + " --swiglu", "launch", 8).model.expert_bias  # SwiGLU's fused kernel takes them
+
+
+def test_biased_grouped_experts_need_the_fused_bias_dropout_off(cli, tmp_path):
+    """TEGroupedMLP (--moe-grouped-gemm under TransformerEngine) asserts no biases with the fused bias-dropout-add;
+    the local implementation builds SequentialMLP, which does not."""
+    launch = BIASED + " --swiglu --moe-grouped-gemm"
+    path = tmp_path / "launch.sh"
+    path.write_text(launch)
+    code, out, err = cli("plan", "--hw", "h100", "--devices", "8", "--from-megatron", str(path))
+    assert code == 2 and out == "" and "--no-bias-dropout-fusion" in err, err
+    assert import_megatron(launch + " --no-bias-dropout-fusion", "launch", 8).model.expert_bias
+    assert import_megatron(launch + " --transformer-impl local", "launch", 8).model.expert_bias
+
+
+@pytest.mark.parametrize("given, flags", [
+    ("--model gpt-oss-20b --hw h100 --devices 8 --ep 8 --etp 1", ("--no-bias-dropout-fusion",)),
+    ("--model qwen3-30b-a3b --hw h100 --devices 8 --ep 8", ()),
+])
+def test_a_biased_moe_plan_emits_the_fusions_megatron_needs_off(cli, given, flags):
+    launch = emitted(cli, given)
+    assert "--moe-grouped-gemm" in launch and "MEGATRON WOULD REFUSE" not in launch
+    assert all(flag in launch for flag in flags)
+    assert ("--no-bias-dropout-fusion" in launch) == bool(flags) and "--no-bias-gelu-fusion" not in launch
+
+
+def test_a_biased_gelu_expert_launch_reads_back_and_emits_both_fusions_off(cli, tmp_path):
+    path = tmp_path / "launch.sh"
+    path.write_text(BIASED + " --no-bias-gelu-fusion")
+    code, launch, err = cli("plan", "--hw", "h100", "--devices", "8", "--from-megatron", str(path), "--emit", "megatron")
+    assert code in (0, 1), err
+    assert "--no-bias-gelu-fusion" in launch and "--no-bias-dropout-fusion" in launch and "--swiglu" not in launch
+    assert "MEGATRON WOULD REFUSE" not in launch
+    back = import_megatron(launch, "emitted", 8).model
+    assert back.mlp == "gelu" and back.expert_bias
+
+
+def test_a_bridge_file_takes_transformer_configs_fusion_defaults(cli, tmp_path):
+    """Bridge builds TransformerConfig, whose bias_activation_fusion and bias_dropout_fusion default off
+    (transformer_config.py L496, L510), unlike Megatron-LM's flags: a biased GeLU-expert file that leaves them out is
+    planned; one that turns the fused bias-GeLU on is refused, naming the Bridge key."""
+    path = tmp_path / "launch.sh"
+    path.write_text(BIASED + " --no-bias-gelu-fusion")
+    code, text, err = cli("plan", "--hw", "h100", "--devices", "8", "--from-megatron", str(path), "--emit", "bridge")
+    assert code in (0, 1) and "model.bias_activation_fusion=False" in text, err
+    left_out = "\n".join(line for line in text.splitlines() if "bias_activation_fusion" not in line
+                         and "bias_dropout_fusion" not in line)
+    assert import_bridge(left_out, "bridge", 8).model.expert_bias
+    (tmp_path / "on.txt").write_text(text.replace("model.bias_activation_fusion=False",
+                                                  "model.bias_activation_fusion=True"))
+    code, out, err = cli("plan", "--hw", "h100", "--devices", "8", "--from-bridge", str(tmp_path / "on.txt"))
+    assert code == 2 and out == "" and "model.bias_activation_fusion=False" in err, err

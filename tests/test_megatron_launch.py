@@ -264,12 +264,18 @@ BROKEN = {
     "moe-tp-sp": ({"tensor_model_parallel_size": 2}, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}),
     # transformer_config.py L2612-2625: biased MoE linears (GPT-OSS) only at ETP 1; the aux-loss-free expert bias
     # (DeepSeek-V3) only with a sigmoid or sqrtsoftplus score (btacalc's GPT-OSS launch wrote it with softmax)
-    "moe-bias-etp": ({"add_bias_linear": True, "expert_tensor_parallel_size": 2}, {}),
+    # (BASE's experts are GeLU: a biased launch also turns the fused bias-GeLU off, gelu's rule below)
+    "moe-bias-etp": ({"add_bias_linear": True, "bias_gelu_fusion": False, "expert_tensor_parallel_size": 2}, {}),
     "expert-bias-score": ({"moe_router_enable_expert_bias": True}, {}),
     # hostile23: transformer_config.py L1813-1819 (a shared-expert width of 0; "0" read as a width before)
     "shared-expert-size": ({"moe_shared_expert_intermediate_size": 0}, {}),
     # review19: shared_experts.py L124 asserts add_bias_linear is off (a shared-expert model with Megatron's default)
-    "shared-expert-bias": ({"moe_shared_expert_intermediate_size": 256, "add_bias_linear": True}, {}),
+    "shared-expert-bias": ({"moe_shared_expert_intermediate_size": 256, "add_bias_linear": True,
+                            "bias_gelu_fusion": False}, {}),
+    # gelu: moe/experts.py L205-207 (TEGroupedMLP: biases without the fused bias-dropout-add), L982-985 (no fused
+    # bias-GeLU with the routing weight; BASE's experts are GeLU: no --swiglu)
+    "moe-grouped-bias-dropout": ({"add_bias_linear": True, "bias_gelu_fusion": False, "moe_grouped_gemm": True}, {}),
+    "moe-gelu-bias-fusion": ({"add_bias_linear": True}, {}),
     "batch-divides": ({"global_batch_size": 100}, {}),
     "selective-no-method": ({"recompute_granularity": "selective", "recompute_method": "uniform"}, {}),
     "fp8-or-fp4": ({"fp8": "hybrid", "fp4": "e2m1"}, {}),
@@ -325,7 +331,7 @@ def test_every_rule_cites_a_line_and_is_tested():
     files = ("megatron/training/arguments.py", "megatron/training/argument_utils.py",
              "megatron/core/transformer/multi_latent_attention.py", "megatron/core/transformer/transformer_config.py",
              "megatron/core/num_microbatches_calculator.py", "megatron/core/transformer/moe/moe_layer.py",
-             "megatron/core/transformer/moe/shared_experts.py",
+             "megatron/core/transformer/moe/shared_experts.py", "megatron/core/transformer/moe/experts.py",
              "megatron/training/determinism.py", "megatron/core/distributed/distributed_data_parallel_config.py",
              "transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py",
              "transformer_engine/pytorch/attention/dot_product_attention/utils.py")

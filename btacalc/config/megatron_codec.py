@@ -340,7 +340,11 @@ BIAS_FIELDS = tuple(f"model.{name}" for name in MEGATRON_LINEAR_BIASES)
 
 def _enc_bias(f: Fields) -> Args:
     if any(f.get(key) for key in BIAS_FIELDS):
-        return {}
+        if not f.get("model.num_experts"):
+            return {}
+        # gelu: biased experts as the grouped GEMMs _enc_ffn writes: TEGroupedMLP asserts no fused bias-dropout-add
+        # (moe/experts.py L205-207), and GeLU experts run no fused bias-GeLU with the routing weight (L982-985)
+        return {"bias_dropout_fusion": False, **({"bias_gelu_fusion": False} if f.get("model.mlp") == "gelu" else {})}
     return {"add_bias_linear": False, **({"add_qkv_bias": True} if f.get("model.qkv_bias") else {})}
 
 
@@ -1292,6 +1296,8 @@ BRIDGE_KEYS: dict[str, tuple[str, Callable[[Any], Any], Callable[[Any], Any]]] =
     # cuda_graph_modules L1090) that Megatron-Bridge's perf configs set (cuda_graph_scope=[...]): read back only
     "cuda_graph_scope_deprecated": ("model.cuda_graph_scope", *_AS_IS),
     "swiglu": ("model.gated_linear_unit", *_AS_IS),
+    # gelu: Megatron-LM's --no-bias-gelu-fusion is the ungated MLP's bias_activation_fusion (argument_utils.py L319)
+    "bias_gelu_fusion": ("model.bias_activation_fusion", *_AS_IS),
     "untie_embeddings_and_output_weights": ("model.share_embeddings_and_output_weights", _neg, _neg),
     "micro_batch_size": ("train.micro_batch_size", *_AS_IS),
     "global_batch_size": ("train.global_batch_size", *_AS_IS),

@@ -24,6 +24,7 @@ TC = "megatron/core/transformer/transformer_config.py"
 MICRO = "megatron/core/num_microbatches_calculator.py"
 MOE_LAYER = "megatron/core/transformer/moe/moe_layer.py"
 SHARED_EXPERTS = "megatron/core/transformer/moe/shared_experts.py"
+EXPERTS = "megatron/core/transformer/moe/experts.py"
 ARG_UTILS = "megatron/training/argument_utils.py"
 MLA = "megatron/core/transformer/multi_latent_attention.py"
 
@@ -279,6 +280,21 @@ RULES: tuple[Rule, ...] = (
     Rule("moe-bias-etp", f"{TC}:2612", lambda a, e: _moe(a) and a.get("add_bias_linear", True),
          lambda a, e: _i(a, "expert_tensor_parallel_size", _i(a, "tensor_model_parallel_size")) == 1,
          "biases in MoE layers (Megatron's default --add-bias-linear) need --expert-tensor-parallel-size 1"),
+    # gelu: TEGroupedMLP (--moe-grouped-gemm under TransformerEngine: transformer_engine_spec_provider.py L75-85)
+    # asserts biases without the fused bias-dropout-add, which --no-bias-dropout-fusion turns off (on by default)
+    Rule("moe-grouped-bias-dropout", f"{EXPERTS}:205", lambda a, e: _moe(a) and a.get("add_bias_linear", True)
+         and bool(a.get("moe_grouped_gemm")) and (a.get("transformer_impl") or "transformer_engine") != "local",
+         lambda a, e: not a.get("bias_dropout_fusion", True),
+         "biased MoE experts as grouped GEMMs (--moe-grouped-gemm) need --no-bias-dropout-fusion "
+         "(model.bias_dropout_fusion=False)"),
+    # gelu: with biases the fused bias-GeLU stays on (--no-bias-gelu-fusion; arguments.py L1605-1606 turns it off only
+    # without biases), and neither expert class fuses GeLU with the routing weight: TEGroupedMLP raises (L982-985), a
+    # SequentialMLP's MLP too (mlp.py L296-298)
+    Rule("moe-gelu-bias-fusion", f"{EXPERTS}:984", lambda a, e: _moe(a) and a.get("add_bias_linear", True)
+         and not (a.get("swiglu") or a.get("quick_geglu") or a.get("squared_relu") or a.get("use_te_activation_func")),
+         lambda a, e: not a.get("bias_gelu_fusion", True),
+         "biased GeLU experts (no --swiglu, Megatron's default --add-bias-linear) need --no-bias-gelu-fusion "
+         "(model.bias_activation_fusion=False): Megatron-Core fuses bias and GeLU only without the routing weight"),
     # hostile23: Megatron-Core refuses a shared-expert width of 0 or less; the rule below took "0" as a width
     Rule("shared-expert-size", f"{TC}:1813", lambda a, e: a.get("moe_shared_expert_intermediate_size") is not None,
          lambda a, e: _i(a, "moe_shared_expert_intermediate_size") > 0,
