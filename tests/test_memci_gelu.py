@@ -113,3 +113,28 @@ def test_a_gelu_row_is_predicted_inside_the_memory_band_or_says_what_was_checked
     assert result.expressible and result.error is None  # planned; memory only
     assert result.memory_error is not None
     assert abs(result.memory_error) <= 0.05 or run.memory_known_gap
+
+
+# --- the DeepSeek-like shapes memci left for time ---------------------------------------------------------------------
+
+PROXY = "deepseek-proxy-2l-megatron-ci-h100-8-deepseek-proxy-fsdp-ep2-fsdp2-ep-overlap-dev"
+
+
+def test_the_two_layer_deepseek_proxy_row_is_its_golden_and_its_launch():
+    """deepseek_proxy_fsdp_ep2_fsdp2_ep_overlap: largest mem-max-allocated-bytes 2,219,356,672 B at iteration 2;
+    TP 1, EP 2, ETP 1, Megatron-FSDP optim_grads_params (ZeRO-3), seq 1024, micro-batch 4, global batch 32; the
+    preset deepseek-proxy-2l-megatron-ci equal to the launch in every field."""
+    run = _runs()[PROXY]
+    assert f"{PIN}/tests/functional_tests/test_cases/moe/deepseek_proxy_fsdp_ep2_fsdp2_ep_overlap/" in run.source
+    assert run.measured.peak_alloc_gib == round(2_219_356_672 / GIB, 4) and "iteration 2," in run.notes
+    assert (run.tp, run.pp, run.ep, run.etp, run.zero, run.fsdp, run.seq, run.micro_batch, run.global_batch) == \
+        (1, 1, 2, 1, 3, True, 1024, 4, 32)
+    assert run.megatron_args is not None and "--use-megatron-fsdp" in run.megatron_args
+    launch = import_megatron(run.megatron_args, PROXY, 8).model.model_dump()
+    preset = resolve_model(run.model).model_dump()
+    skip = {"name", "source", "published_params", "numerics"}
+    assert {k: v for k, v in launch.items() if k not in skip} == {k: v for k, v in preset.items() if k not in skip}
+    assert launch["numerics"] | {"source": ""} == preset["numerics"] | {"source": ""}
+    result = predict(run)
+    assert result.expressible and result.memory_error is not None
+    assert abs(result.memory_error) <= 0.05 or run.memory_known_gap

@@ -239,6 +239,12 @@ def launch_domain(request: ExecutionRequest, profile: "HardwareProfile") -> Exec
     return request
 
 
+# gelu: where a Bridge file leaves them, TransformerConfig's own defaults (transformer_config.py L496, L510 @ d98e8a64:
+# off), not Megatron-LM's argparse ones (on), for the fused bias-GeLU and bias-dropout-add that the MoE expert rules
+# test (megatron_rules.py moe-grouped-bias-dropout, moe-gelu-bias-fusion)
+BRIDGE_FUSION_DEFAULTS = {"bias_gelu_fusion": False, "bias_dropout_fusion": False}
+
+
 def import_bridge(text: str, source: str, devices: Optional[int] = None,
                   base: Optional[ModelSpec] = None) -> ImportedRun:
     """Plan inputs of a Megatron-Bridge recipe's overrides: a YAML mapping (nested sections or dotted keys), or
@@ -284,10 +290,7 @@ def _import_bridge(text: str, source: str, devices: Optional[int], base: Optiona
         args = {**encode({**model_fields(base), "run.seq_len": seq}, MODEL_ROWS), **args}
     else:
         args = {**_bridge_provider_values(args, base), **args}
-    # gelu: where a Bridge file leaves them, TransformerConfig's own defaults (transformer_config.py L496, L510 @
-    # d98e8a64: off), not Megatron-LM's argparse ones (on), for the fused bias-GeLU and bias-dropout-add that the MoE
-    # expert rules test (megatron_rules.py moe-grouped-bias-dropout, moe-gelu-bias-fusion)
-    args = {"bias_gelu_fusion": False, "bias_dropout_fusion": False, **args}
+    args = {**BRIDGE_FUSION_DEFAULTS, **args}
     if "max_position_embeddings" not in args and "seq_length" in args:  # GPTModelProvider: positions = seq_length
         integer(args["seq_length"], "seq_length")  # refused as itself, not as the positions it gives (hostile20)
         args["max_position_embeddings"] = args["seq_length"]
