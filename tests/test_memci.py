@@ -68,13 +68,18 @@ def _runs():
 def test_a_row_is_its_golden_files_largest_logged_peak(run_id):
     test, peak, iteration = GOLDEN[run_id]
     run = _runs()[run_id]
-    folder = test if "/" in test else f"gpt/{test}"  # the test's directory under test_cases (gpt unless named)
+    assert_row_is_golden(run, test if "/" in test else f"gpt/{test}", peak, iteration)  # gpt/ unless named
+
+
+def assert_row_is_golden(run, folder: str, peak: int, iteration: int) -> None:
+    """memci's rule for a row: test_cases/FOLDER's H100 dev golden, its largest peak and the iteration first logging
+    it, the last rank, 1 node x 8 H100 (recipes/h100/gpt.yaml and moe.yaml), memory only."""
     golden = f"{PIN}/tests/functional_tests/test_cases/{folder}/golden_values_dev_dgx_h100.json"
     assert golden in run.source and "mem-max-allocated-bytes" in run.source
     assert run.measured.peak_alloc_gib == round(peak / GIB, 4)
     assert f"{peak:,} B" in run.notes and f"iteration {iteration}," in run.notes
     assert run.measured.peak_rank == "last"  # TensorBoard is rank world_size - 1's (global_vars.py L241)
-    assert run.role == "check" and run.hw == "h100" and run.devices == 8  # recipes/h100/gpt.yaml: 1 node x 8
+    assert run.role == "check" and run.hw == "h100" and run.devices == 8
     assert run.software_date and run.software_date_source and run.megatron_args
     assert run.measured.tokens_per_s_per_device is None and run.measured.step_time_s is None  # memory only
 

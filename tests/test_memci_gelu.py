@@ -12,10 +12,7 @@ import pytest
 from btacalc.config.megatron_run import import_megatron
 from btacalc.config.presets import resolve_model
 from btacalc.planning.measured import predict
-from btacalc.planning.run_file import load_runs
-
-PIN = "d98e8a64ddf34856e74b24714e3bedb2f5a39553"
-GIB = 2**30
+from test_memci import _runs, assert_row_is_golden  # memci's rows by id and its check of a row
 
 
 # --- the CI rows (memci's rule, docs/memory.md "memci") --------------------------------------------------------------
@@ -61,10 +58,6 @@ LAYOUT = {
 }
 
 
-def _runs():
-    return {r.id: r for r in load_runs()}
-
-
 def test_the_ten_gelu_expert_tests_are_rows():
     """memci's table counted 11 GeLU-expert tests; its rule gives 10 (the other ten not-added cases and its 18 rows
     make its 38): every regular moe test case a dev recipe runs, with an H100 dev golden, and no --swiglu."""
@@ -76,14 +69,7 @@ def test_the_ten_gelu_expert_tests_are_rows():
 @pytest.mark.parametrize("run_id", sorted(GOLDEN))
 def test_a_gelu_row_is_its_golden_files_largest_logged_peak(run_id):
     test, peak, iteration = GOLDEN[run_id]
-    run = _runs()[run_id]
-    golden = f"{PIN}/tests/functional_tests/test_cases/moe/{test}/golden_values_dev_dgx_h100.json"
-    assert golden in run.source and "mem-max-allocated-bytes" in run.source
-    assert run.measured.peak_alloc_gib == round(peak / GIB, 4)
-    assert f"{peak:,} B" in run.notes and f"iteration {iteration}," in run.notes
-    assert run.measured.peak_rank == "last"  # TensorBoard is rank world_size - 1's (global_vars.py L241)
-    assert run.role == "check" and run.hw == "h100" and run.devices == 8  # recipes/h100/moe.yaml: 1 node x 8
-    assert run.measured.tokens_per_s_per_device is None and run.measured.step_time_s is None  # memory only
+    assert_row_is_golden(_runs()[run_id], f"moe/{test}", peak, iteration)
 
 
 @pytest.mark.parametrize("run_id", sorted(GOLDEN))
@@ -125,8 +111,7 @@ def test_the_two_layer_deepseek_proxy_row_is_its_golden_and_its_launch():
     TP 1, EP 2, ETP 1, Megatron-FSDP optim_grads_params (ZeRO-3), seq 1024, micro-batch 4, global batch 32; the
     preset deepseek-proxy-2l-megatron-ci equal to the launch in every field."""
     run = _runs()[PROXY]
-    assert f"{PIN}/tests/functional_tests/test_cases/moe/deepseek_proxy_fsdp_ep2_fsdp2_ep_overlap/" in run.source
-    assert run.measured.peak_alloc_gib == round(2_219_356_672 / GIB, 4) and "iteration 2," in run.notes
+    assert_row_is_golden(run, "moe/deepseek_proxy_fsdp_ep2_fsdp2_ep_overlap", 2_219_356_672, 2)
     assert (run.tp, run.pp, run.ep, run.etp, run.zero, run.fsdp, run.seq, run.micro_batch, run.global_batch) == \
         (1, 1, 2, 1, 3, True, 1024, 4, 32)
     assert run.megatron_args is not None and "--use-megatron-fsdp" in run.megatron_args
