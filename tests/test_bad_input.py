@@ -1457,8 +1457,10 @@ for model_config, scaling, said in (
         (LLAMA_CONFIG, {"rope_type": "dynamic", "factor": 2.0}, "rope_scaling 'dynamic' (dynamic NTK scaling"),
         (QWEN3_MOE_CONFIG, {"type": "dynamic", "factor": 4.0}, "rope_scaling 'dynamic' (dynamic NTK scaling"),
         (LLAMA_CONFIG, {"rope_type": "longrope", "factor": 4.0}, "rope_scaling 'longrope' (Megatron-LM and"),
-        (LLAMA_CONFIG, {"type": "linear", "factor": 2.5}, "rope_scaling linear with factor 2.5"),
-        (LLAMA_CONFIG, {"type": "linear", "factor": 0.5}, "rope_scaling linear with factor 0.5"),
+        # hostile24: a factor Megatron-Core cannot train (it multiplies the positions by 1 / factor); 2.5 and 0.5,
+        # refused here before, are Megatron-Bridge's (a float field) and planned
+        (LLAMA_CONFIG, {"type": "linear", "factor": 0}, "rope_scaling linear factor must be a finite number above 0"),
+        (LLAMA_CONFIG, {"type": "linear", "factor": float("nan")}, "finite number above 0 (Megatron-Core multiplies"),
         (LLAMA_CONFIG, {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8192,
                         "attention_factor": 1.1}, "rope_scaling yarn with attention_factor")):
     case("values", "plan", "--model", "{tmp}/config.json", fragment=said, files={"config.json": json.dumps(
@@ -1466,6 +1468,17 @@ for model_config, scaling, said in (
 for value in ("2.5", "0", "two"):
     case("values", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment="--rotary-seq-len-interpolation-"
          "factor", files={"l.sh": LAUNCH.replace("\n", f" --position-embedding-type rope --rotary-seq-len-interpolation-factor {value}\n")})
+# hostile24: a Bridge file's factor at 0 or below (Megatron-Core's 1 / factor); a non-integer factor is planned, and
+# `--emit megatron` refuses it (--rotary-seq-len-interpolation-factor is type=int), writing nothing to -o
+for value in ("0", "-1.5"):
+    case("values", "plan", "--hw", "h100", "--devices", "8", "--from-bridge", "{tmp}/o.txt", fragment="o.txt: "
+         f"model.seq_len_interpolation_factor takes a finite factor above 0 (1: none; Megatron-Core multiplies the "
+         f"positions by 1 / factor, rotary_pos_embedding.py L135-136), got {value}", files={"o.txt": BRIDGE_MOE.replace(
+             "\n", f" model.position_embedding_type=rope model.seq_len_interpolation_factor={value}\n", 1)})
+case("values", "plan", "--model", "{tmp}/config.json", "--hw", "h100", "--devices", "8", "--emit", "megatron", "-o",
+     "{tmp}/launch.sh", outputs=False, fragment="'s linear RoPE scaling factor 2.5 is no integer, "
+     "which Megatron-LM's --rotary-seq-len-interpolation-factor (type=int", files={"config.json": json.dumps(
+         {**json.loads(LLAMA_CONFIG), "rope_scaling": {"type": "linear", "factor": 2.5}})})
 
 
 def _make(folder: Path, files: dict[str, Any]) -> None:

@@ -8,6 +8,7 @@ Field names and defaults follow the transformers configuration classes (v5.24.0)
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -507,11 +508,15 @@ def _scaling_numerics(c: _Config) -> dict[str, Any]:
     if r is None or _kind(r) not in ("llama3", "linear") or c.model_type in ("gpt2", "gptj"):
         return {}  # GPT-2 / GPT-J: transformers' classes apply no rope_scaling
     if _kind(r) == "linear":
+        # hostile24: Megatron-Bridge's Llama bridge passes the factor as given to its float field (llama_bridge.py
+        # L72-73, gpt_provider.py L148 @ 067f987df); Megatron-Core multiplies the positions by 1 / factor
+        # (rotary_pos_embedding.py L135-136 @ d98e8a64): any finite factor above 0 (a non-integer one has no
+        # Megatron-LM flag: `--emit megatron` refuses it)
         factor = r.number("factor", 1.0)
-        if factor != int(factor) or factor < 1:
-            raise c.unsupported(f"rope_scaling linear with factor {factor:g} (Megatron-LM's "
-                                "--rotary-seq-len-interpolation-factor takes an integer: arguments.py L2422 @ d98e8a64)")
-        return {"rope_interpolation_factor": int(factor)} if factor > 1 else {}
+        if not math.isfinite(factor) or factor <= 0:
+            raise c.error(f"rope_scaling linear factor must be a finite number above 0 (Megatron-Core multiplies the "
+                          f"positions by 1 / factor: rotary_pos_embedding.py L135-136 @ d98e8a64), got {factor:g}")
+        return {"rope_interpolation_factor": factor} if factor != 1 else {}
     for key, fixed in LLAMA3_FIXED.items():
         if r.number(key, float(fixed)) != fixed:
             raise c.unsupported(f"rope_scaling llama3 with {key} {r.number(key, 0.0):g} (Megatron-Core fixes {fixed:g}: "

@@ -576,7 +576,8 @@ NUMERIC_KINDS = {"rope_theta": "a positive base", "norm_eps": "an epsilon betwee
                  "init_std": "a standard deviation between 0 and 1",
                  "rotary_percent": "a share of each head above 0 and at most 1",
                  "rope_scaling_factor": "a factor of at least 1",
-                 "rope_interpolation_factor": "an integer factor of at least 1 (1: none)"}
+                 "rope_interpolation_factor": "a finite factor above 0 (1: none; Megatron-Core multiplies the "
+                                              "positions by 1 / factor, rotary_pos_embedding.py L135-136)"}
 # Llama 3.x's RoPE scaling: --use-rope-scaling (off by default) with --rope-scaling-factor (8.0), arguments.py
 # L2424-2427, read by GPTModel's RotaryEmbedding only (argument_utils.py L465-466; MLA builds its own)
 ROPE_SCALING_SWITCH = "use_rope_scaling"
@@ -599,6 +600,8 @@ def _enc_numerics(f: Fields) -> Args:
             if value == 1 or f.get("model.mla") is not None:
                 continue
             out[ROPE_SCALING_SWITCH] = True
+        if field == "rope_interpolation_factor" and value == int(value):
+            value = int(value)  # Megatron-LM's flag is type=int; a Bridge override of a whole factor is the same int
         out[dest] = value
     return out
 
@@ -613,13 +616,14 @@ def _numeric(field: str, dest: str, value: Any) -> float:
     return number
 
 
-def _interpolation(dest: str, value: Any) -> Optional[int]:
-    """A launch's linear RoPE scaling factor: an integer of at least 1 (1: positions unchanged, as none); a Bridge
-    file's float must be a whole number, which Megatron-LM's flag could state too."""
+def _interpolation(dest: str, value: Any) -> Optional[float]:
+    """A launch's linear RoPE scaling factor: finite and above 0 (1: positions unchanged, as none). Megatron-LM's
+    argparse takes an integer (type=int, checked before), a Bridge file any float, as Megatron-Core's RotaryEmbedding
+    does (hostile24: a Bridge factor of 2.5 was refused as "an integer factor")."""
     number = real(value, dest)
-    if number != int(number) or number < 1:
+    if not math.isfinite(number) or number <= 0:
         raise ArgumentValueError(dest, NUMERIC_KINDS["rope_interpolation_factor"], repr(value))
-    return None if number == 1 else int(number)
+    return None if number == 1 else number
 
 
 def _dec_numerics(get: Get) -> Fields:
@@ -637,7 +641,7 @@ def _dec_numerics(get: Get) -> Fields:
                 numerics[field] = None if on is None else 1.0
                 continue
         value = get(dest)
-        if field in ("rope_theta", "rope_interpolation_factor") and isinstance(value, str):
+        if field == "rope_theta" and isinstance(value, str):
             value = integer(value, dest)  # Megatron-LM's argparse: type=int ("1e6" is refused); Bridge's float is one
         if field == "rope_interpolation_factor" and value is not None:
             numerics[field] = _interpolation(dest, value)
