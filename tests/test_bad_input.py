@@ -622,7 +622,15 @@ for value, fragment in (("--hidden-dropout abc", "--hidden-dropout (hidden_dropo
                         # a float argparse takes and torch's dropout refuses (planned: dropout on at 1.5, off at nan)
                         ("--hidden-dropout 1.5", "--hidden-dropout (hidden_dropout) takes a probability in [0, 1], got "
                                                  "1.5: torch's dropout raises on it"),
-                        ("--hidden-dropout nan", "takes a probability in [0, 1], got nan")):
+                        ("--hidden-dropout nan", "takes a probability in [0, 1], got nan"),
+                        # hostile24: an attention dropout of nan (planned as no dropout) where the attention btacalc
+                        # plans stops on it: unfused (torch's dropout), local, flash (flash-attn 2's check)
+                        ("--attention-dropout nan --attention-backend unfused", "--attention-dropout "
+                         "(attention_dropout) takes a probability in [0, 1], got nan: unfused attention's torch.nn."
+                         "Dropout"),
+                        ("--attention-dropout nan --transformer-impl local", "got nan: unfused attention's"),
+                        ("--attention-dropout nan --attention-backend flash", "got nan: TransformerEngine's "
+                         "FlashAttention hands it to flash-attn")):
     case("files", "plan", "--hw", "h100", "--devices", "8", "--from-megatron", "{tmp}/launch.args", fragment=fragment,
          files={"launch.args": SMALL_LAUNCH + f" {value}\n"})
 for algo in ("Tree", "Ring,Tree", ","):
@@ -1475,6 +1483,13 @@ for value in ("0", "-1.5"):
          f"model.seq_len_interpolation_factor takes a finite factor above 0 (1: none; Megatron-Core multiplies the "
          f"positions by 1 / factor, rotary_pos_embedding.py L135-136), got {value}", files={"o.txt": BRIDGE_MOE.replace(
              "\n", f" model.position_embedding_type=rope model.seq_len_interpolation_factor={value}\n", 1)})
+# hostile24: a Bridge key's refusal dropped its reason (torch's dropout, flash-attn's check) after "got nan"
+for value, fragment in (("model.hidden_dropout=nan", "o.txt: model.hidden_dropout takes a probability in [0, 1], got "
+                                                     "nan: torch's dropout raises on it"),
+                        ("model.attention_dropout=nan model.attention_backend=flash", "o.txt: model.attention_dropout "
+                         "takes a probability in [0, 1], got nan: TransformerEngine's FlashAttention")):
+    case("files", "plan", "--hw", "h100", "--devices", "8", "--from-bridge", "{tmp}/o.txt", fragment=fragment,
+         files={"o.txt": BRIDGE_MOE.replace("\n", f" {value}\n", 1)})
 case("values", "plan", "--model", "{tmp}/config.json", "--hw", "h100", "--devices", "8", "--emit", "megatron", "-o",
      "{tmp}/launch.sh", outputs=False, fragment="'s linear RoPE scaling factor 2.5 is no integer, "
      "which Megatron-LM's --rotary-seq-len-interpolation-factor (type=int", files={"config.json": json.dumps(

@@ -439,7 +439,46 @@ def _dec_dropout(get: Get) -> Fields:
         if p < 0 or p > 1 or (dest == "hidden_dropout" and math.isnan(p)):
             raise ArgumentValueError(dest, "a probability in [0, 1]", repr(p), ": torch's dropout raises on it, so "
                                      "Megatron stops at the model's build or first step")
-    return {"model.dropout": attention > 0 or hidden > 0}
+    nan = _nan_attention_dropout(get) if math.isnan(attention) else {}
+    return {"model.dropout": attention > 0 or hidden > 0, **nan}
+
+
+# hostile24: an attention dropout of nan (review22's leftover: planned as no dropout, "nn.Dropout takes nan"), by the
+# attention btacalc plans for the launch (_attention_backend). Unfused: Megatron-Core's DotProductAttention builds
+# torch.nn.Dropout(nan) (dot_product_attention.py L114-116 @ d98e8a64; nn.Dropout checks p < 0 or p > 1 only) and
+# calls it on the probabilities in training (L216-220), where torch's ATen dropout raises "dropout probability has to
+# be between 0 and 1, but got nan" (torch 2.13; TransformerEngine's UnfusedDotProductAttention the same, backends.py
+# L388, L713-714 @ d0067d0). Flash: TransformerEngine's FlashAttention passes the probability to flash-attn
+# (backends.py L1232), FlashAttention 3 / 4 being off for a probability != 0 (utils.py L1104-1111), and flash-attn 2's
+# set_params_fprop stops on it (Dao-AILab/flash-attention @ 0251105a csrc/flash_attn/flash_api.cpp L150,
+# TORCH_CHECK(p_dropout < 1.f), false for nan). Fused: TE checks nothing; its cuDNN backend choice takes a causal mask
+# whatever the probability (common/fused_attn/fused_attn.cpp L232-488: only some masks and windows need dropout ==
+# 0.0) and runs cuDNN's dropout (fused_attn_f16_arbitrary_seqlen.cu L81 is_dropout = p != 0, L393 set_dropout(p)):
+# what cuDNN drops at nan is in no open source. auto: TE prefers fused attention from sm90 (utils.py L1647-1653),
+# flash-attn below, where FlashAttention 2 stops.
+NAN_ATTENTION_DROPOUT = {
+    "unfused": "unfused attention's torch.nn.Dropout (Megatron-Core dot_product_attention.py L114-116, L216-220 @ "
+               "d98e8a64) raises at the first training step (torch's ATen dropout: 'dropout probability has to be "
+               "between 0 and 1, but got nan')",
+    "flash": "TransformerEngine's FlashAttention hands it to flash-attn (backends.py L1232 @ d0067d0), whose "
+             "set_params_fprop stops on it (flash_api.cpp L150 TORCH_CHECK(p_dropout < 1.f) @ 0251105a)"}
+NAN_ATTENTION_DROPOUT_NOTE = (
+    "--attention-dropout nan (model.attention_dropout): TransformerEngine's fused attention takes it unchecked and "
+    "runs cuDNN's dropout with probability nan (TE @ d0067d0 backends.py L1123, fused_attn_f16_arbitrary_seqlen.cu L81, "
+    "L393), which no open source says what it drops; planned as no attention dropout")
+NAN_AUTO_NOTE = (", and --attention-backend auto is TE's choice: fused attention from sm90 (utils.py L1647-1653), "
+                 "flash-attn below, where the run stops (flash_api.cpp L150 @ 0251105a)")
+
+
+def _nan_attention_dropout(get: Get) -> Fields:
+    """An attention dropout of nan: refused where the attention btacalc plans stops on it, else a note
+    (NAN_ATTENTION_DROPOUT)."""
+    backend = _attention_backend(get)
+    kind = "unfused" if backend in ("unfused", "local") else "flash" if backend == "flash" else None
+    if kind is not None:
+        raise ArgumentValueError("attention_dropout", "a probability in [0, 1]", "nan",
+                                 f": {NAN_ATTENTION_DROPOUT[kind]}")
+    return {"run.dropout_note": NAN_ATTENTION_DROPOUT_NOTE + (NAN_AUTO_NOTE if backend == "auto" else "")}
 
 
 # semantics20: GPT-OSS's YaRN (model.py YarnScaling) as Megatron-LM's flags: --position-embedding-type yarn builds
@@ -929,9 +968,16 @@ def _dec_attention(get: Get) -> Fields:
     DotProductAttention (Megatron-LM @ d98e8a64 gpt_builders.py L35 use_te, L109-149 get_gpt_layer_local_spec
     unless use_te; core/models/backends.py L129-131 LocalSpecProvider.core_attention). memci: the CI's
     gpt3_mcore_tp1_pp{2,4} tests (--transformer-impl local) were planned with fused attention, -27% and -18%."""
-    backend = str(get("attention_backend")).split(".")[-1].split(":")[0].strip("<> ")
-    local = str(get("transformer_impl")) == "local"
-    return {"run.attention": "eager" if local or backend in ("unfused", "local") else "flash"}
+    return {"run.attention": "eager" if _attention_backend(get) in ("unfused", "local") else "flash"}
+
+
+def _attention_backend(get: Get) -> str:
+    """The launch's AttnBackend name (auto, flash, fused, unfused, local), local under --transformer-impl local; auto
+    where none is given (TransformerConfig.attention_backend's default, transformer_config.py L151 @ d98e8a64)."""
+    if str(get("transformer_impl")) == "local":
+        return "local"
+    backend = get("attention_backend")
+    return "auto" if backend is None else str(backend).split(".")[-1].split(":")[0].strip("<> ")
 
 
 def _enc_loss(f: Fields) -> Args:

@@ -759,7 +759,7 @@ class ArgumentValueError(BtacalcError):
     def __init__(self, dest: str, kind: str, got: str, why: str = ""):
         flag = next(iter(flags_by_dest().get(dest, [])), None)
         super().__init__(f"Megatron-LM's {flag.flag if flag else dest} ({dest}) takes {kind}, got {got}{why}")
-        self.dest, self.kind, self.got = dest, kind, got
+        self.dest, self.kind, self.got, self.why = dest, kind, got, why
 
 
 # a command substitution, `$(...)` or a backquote (not bash arithmetic's `$((`)
