@@ -9,6 +9,9 @@ training, where torch raises; TE's FlashAttention hands it to flash-attn 2, whos
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from btacalc.config.megatron_run import import_bridge, import_megatron
@@ -75,3 +78,40 @@ def test_a_bridge_keys_refusal_keeps_its_reason(extra, said):
                       "o.txt", devices=8)
     run = import_bridge(f"{BRIDGE} model.attention_backend=fused\n", "o.txt", devices=8)
     assert any(n.startswith("--attention-dropout nan") for n in run.notes)
+
+
+# ---- --transformer-impl local with a low-precision recipe ----
+
+MIRROR = Path("/work/.mirror/NVIDIA+Megatron-LM/repo")
+SMALL = BASE.replace(" --attention-dropout nan", "")
+
+
+@pytest.mark.skipif(not MIRROR.exists(), reason="needs the Megatron-LM mirror")
+def test_the_local_layers_have_no_low_precision_path():
+    """LocalSpecProvider's linear layers are Megatron-Core's own (core/models/backends.py), whose module never names
+    FP8 or FP4: TransformerEngine's recipe (fp8_autocast) reaches TE's modules only."""
+    def show(path: str) -> str:
+        return subprocess.run(["git", "-C", str(MIRROR), "show", f"d98e8a64:{path}"], capture_output=True, text=True,
+                              check=True).stdout
+    backends = show("megatron/core/models/backends.py")
+    local = backends[backends.index("class LocalSpecProvider"):]
+    assert "return ColumnParallelLinear" in local and "return RowParallelLinear" in local
+    layers = show("megatron/core/tensor_parallel/layers.py").lower()
+    assert "class columnparallellinear" in layers and "fp8" not in layers and "fp4" not in layers
+
+
+@pytest.mark.parametrize("recipe,name", [("--fp8-format hybrid", "fp8"), ("--fp8-format e4m3 --fp8-recipe mxfp8",
+                                                                          "mxfp8"), ("--fp4-format e2m1", "nvfp4")])
+def test_a_local_launchs_low_precision_recipe_is_planned_as_the_bf16_it_runs(recipe, name):
+    """hostile24: `--transformer-impl local --fp8-format hybrid` was planned at FP8 (the recipe's GEMM rates and
+    bytes); the local layers multiply in bf16. Planned bf16 with a note; the same launch under TE keeps its recipe."""
+    te = import_megatron(f"{SMALL} {recipe}\n", "l.sh", devices=8)
+    assert te.request.precision == name
+    local = import_megatron(f"{SMALL} {recipe} --transformer-impl local\n", "l.sh", devices=8)
+    assert local.request.precision == "bf16" and local.request.attention == "eager"
+    assert [n for n in local.notes if f"({name}) with --transformer-impl local" in n and "planned bf16" in n]
+    gathered = import_megatron(f"{SMALL} {recipe} --transformer-impl local --use-distributed-optimizer "
+                               f"--{'fp4' if name == 'nvfp4' else 'fp8'}-param-gather\n", "l.sh", devices=8)
+    assert gathered.request.precision == "bf16" and not gathered.request.fp8_param_gather
+    assert any(n.startswith("--fp8-param-gather / --fp4-param-gather with --transformer-impl local")
+               for n in gathered.notes)

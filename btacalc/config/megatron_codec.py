@@ -1048,7 +1048,24 @@ def _dec_low_precision(get: Get) -> Fields:
     if name is None:
         raise BtacalcError(f"low precision {given}: btacalc models {', '.join(PRECISIONS)} "
                            "(Megatron-Bridge's recipes)")
+    if str(get("transformer_impl")) == "local":
+        flag = "--fp8-format" if fp8 is not None else "--fp4-format"
+        return {"run.precision": "bf16", "run.precision_note": LOCAL_LOW_PRECISION_NOTE.format(flag=flag, name=name)}
     return {"run.precision": name}
+
+
+# hostile24: --transformer-impl local builds Megatron-Core's own ColumnParallelLinear / RowParallelLinear
+# (LocalSpecProvider, core/models/backends.py L102-108 @ d98e8a64, experts too: L136-140), which multiply in the 16-bit
+# weights' dtype
+# (tensor_parallel/layers.py has no FP8 or FP4 path); the low-precision recipe reaches TransformerEngine's modules
+# only (its fp8_autocast), and the local layers have none. btacalc planned the recipe's GEMMs (FP8 rates and bytes).
+LOCAL_LOW_PRECISION_NOTE = ("{flag} ({name}) with --transformer-impl local: the local layers are Megatron-Core's "
+                            "ColumnParallelLinear / RowParallelLinear (core/models/backends.py L102-108 @ d98e8a64), "
+                            "which TransformerEngine's low-precision recipe does not reach, so the launch multiplies "
+                            "in bf16: planned bf16 (--transformer-impl transformer_engine runs {name})")
+LOCAL_PARAM_GATHER_NOTE = ("--fp8-param-gather / --fp4-param-gather with --transformer-impl local: the local layers' "
+                           "parameters stay 16-bit (TransformerEngine's low-precision parameters are its own "
+                           "modules'), so the gather moves bf16: planned without it")
 
 
 def _enc_param_gather(f: Fields) -> Args:
@@ -1061,6 +1078,8 @@ def _enc_param_gather(f: Fields) -> Args:
 
 def _dec_param_gather(get: Get) -> Fields:
     fp8, fp4 = _bool(get("fp8_param_gather")), _bool(get("fp4_param_gather"))  # both read: neither is "ignored"
+    if (fp8 or fp4) and str(get("transformer_impl")) == "local":  # hostile24: LOCAL_LOW_PRECISION_NOTE
+        return {"run.fp8_param_gather": False, "run.param_gather_note": LOCAL_PARAM_GATHER_NOTE}
     return {"run.fp8_param_gather": fp8 or fp4}
 
 

@@ -535,7 +535,7 @@ def _imported(launch: Launch, devices: Optional[int], name: Optional[str] = None
     ignored = tuple((launch.given_as.get(d, d), ignore_reason(d)) for d in launch.args
                     if d not in read and d in launch.given_as)
     notes += [fields[key] for key in ("run.dispatcher_note", "run.cuda_graph_note", "run.mla_norm_note",
-                                      "run.dropout_note")
+                                      "run.dropout_note", "run.precision_note", "run.param_gather_note")
               if fields.get(key)]
     return ImportedRun(spec, request, launch.source, ignored, tuple(notes), tuple(launch.env.items()))
 
