@@ -1490,6 +1490,11 @@ for value, fragment in (("model.hidden_dropout=nan", "o.txt: model.hidden_dropou
                          "takes a probability in [0, 1], got nan: TransformerEngine's FlashAttention")):
     case("files", "plan", "--hw", "h100", "--devices", "8", "--from-bridge", "{tmp}/o.txt", fragment=fragment,
          files={"o.txt": BRIDGE_MOE.replace("\n", f" {value}\n", 1)})
+# hostile24: an integer flag's value beyond a float (310 digits) was "the inputs take a number beyond the arithmetic's
+# range (OverflowError ...)", naming no flag
+case("values", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment="l.sh: Megatron-LM's --rotary-base "
+     "(rotary_base) takes a number, got 1000", files={"l.sh": LAUNCH.replace(
+         "\n", " --position-embedding-type rope --rotary-base 1" + "0" * 309 + "\n")})
 case("values", "plan", "--model", "{tmp}/config.json", "--hw", "h100", "--devices", "8", "--emit", "megatron", "-o",
      "{tmp}/launch.sh", outputs=False, fragment="'s linear RoPE scaling factor 2.5 is no integer, "
      "which Megatron-LM's --rotary-seq-len-interpolation-factor (type=int", files={"config.json": json.dumps(

@@ -743,7 +743,11 @@ def real(value: Any, dest: str) -> float:
     """A number argument as Megatron-LM's argparse (type=float) reads it: "0.1", "1e-3", "nan"; not "abc"."""
     refuse_bridge_text(value, "a number")
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # hostile24: an int flag's 310 digits ("the inputs take a number beyond the range")
+            raise ArgumentValueError(dest, "a number", _cut(repr(value)), ": beyond a float's range (about 1.8e308), "
+                                     "which Megatron computes in") from None
     if isinstance(value, str):
         try:
             return float(value)
