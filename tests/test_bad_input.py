@@ -1469,6 +1469,17 @@ for model_config, scaling, said in (
         # refused here before, are Megatron-Bridge's (a float field) and planned
         (LLAMA_CONFIG, {"type": "linear", "factor": 0}, "rope_scaling linear factor must be a finite number above 0"),
         (LLAMA_CONFIG, {"type": "linear", "factor": float("nan")}, "finite number above 0 (Megatron-Core multiplies"),
+        # hostile24: a YaRN factor below 1 or nan was read as plain RoPE (factor > 1 false), where the launch reader
+        # refuses it; a rope_type and a type that disagree were read by rope_type (Bridge's Llama bridge reads type);
+        # a 400-digit factor was "the inputs take a number beyond the arithmetic's range (OverflowError ...)"
+        (LLAMA_CONFIG, {"rope_type": "yarn", "factor": 0.5, "original_max_position_embeddings": 8192},
+         "rope_scaling: yarn factor must be a finite context extension of at least 1 (1: none, plain RoPE), got 0.5"),
+        (QWEN3_MOE_CONFIG, {"type": "yarn", "factor": float("nan"), "original_max_position_embeddings": 8192},
+         "yarn factor must be a finite context extension of at least 1 (1: none, plain RoPE), got nan"),
+        (LLAMA_CONFIG, {"type": "linear", "rope_type": "llama3", "factor": 4.0}, "rope_scaling: rope_type 'llama3' "
+         "and type 'linear' disagree: transformers reads rope_type, Megatron-Bridge's Llama bridge type"),
+        (LLAMA_CONFIG, {"type": "linear", "factor": 10 ** 400}, "rope_scaling: field 'factor' is an integer of 401 "
+         "digits, beyond a float's range"),
         (LLAMA_CONFIG, {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8192,
                         "attention_factor": 1.1}, "rope_scaling yarn with attention_factor")):
     case("values", "plan", "--model", "{tmp}/config.json", fragment=said, files={"config.json": json.dumps(
