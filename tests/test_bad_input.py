@@ -846,6 +846,14 @@ case("files", "validate", "--measured", "{tmp}/runs.json", outputs=False,
 case("files", "validate", "--measured", "{tmp}/runs.json", outputs=False,
      fragment=f"--measured: run {SHIPPED_RUNS['runs'][0]['id']}: megatron_args: unknown Megatron-LM flag --frobnicate",
      files={"runs.json": _runs_with(megatron_args="--num-layers 2 --frobnicate 1")})
+# hostile24: a bf16 row whose megatron_args give --fp8-format was predicted at FP8 under its bf16 label (seq and
+# global batch were checked, the precision was not)
+_TOY_MEM = next(r for r in SHIPPED_RUNS["runs"] if r.get("megatron_args") and r["precision"] == "bf16"
+                and "--fp8-format" not in r["megatron_args"] and "--transformer-impl local" not in r["megatron_args"])
+case("files", "validate", "--measured", "{tmp}/runs.json", outputs=False,
+     fragment=f"--measured: run {_TOY_MEM['id']}: megatron_args train fp8, the run's field precision bf16",
+     files={"runs.json": json.dumps({"runs": [{**_TOY_MEM, "megatron_args": _TOY_MEM["megatron_args"]
+                                               + " --fp8-format hybrid"}]})})
 
 
 # A list or range value read a Python literal's digit grouping ('1_6' as 16) where an integer option refuses it
