@@ -30,6 +30,7 @@ from .pipeline import parse_layout
 from .text import cut as _cut
 from .text import nearest_name
 from .model import GPT_OSS_GLU_CLAMP, GPT_OSS_GLU_OFFSET, MEGATRON_LINEAR_BIASES, Numerics
+from .megatron_rules import ATTENTION_SWITCHES, BACKEND_SWITCHES
 from .megatron_launch import (ArgumentValueError, BridgeFloat, BridgeText, flags_by_dest, integer, list_expression,
                               megatron_flags, pattern, real, refuse_bridge_text)
 
@@ -916,11 +917,10 @@ FLASH_BACKEND_KERNELS = frozenset({"flash-attn-2"})
 FLASH_BELOW_CAPABILITY = 9.0
 
 
-# TransformerEngine's backend switches as Megatron-Core sets them for each AttnBackend (language_module.py L129-145
-# @ d98e8a64): NVTE_FLASH_ATTN, NVTE_FUSED_ATTN, NVTE_UNFUSED_ATTN. `local` (all three off there) is left out: no
-# environment makes a Bridge run local (BRIDGE_LOCAL_ATTENTION), and `auto` (all three on) is TE's own choice
-ATTENTION_BACKEND_ENVIRONMENT = {"flash": (1, 0, 0), "fused": (0, 1, 0), "unfused": (0, 0, 1)}
-ATTENTION_SWITCHES = ("NVTE_FLASH_ATTN", "NVTE_FUSED_ATTN", "NVTE_UNFUSED_ATTN")
+# TransformerEngine's backend switches as Megatron-Core sets them for each AttnBackend (megatron_rules.BACKEND_SWITCHES,
+# language_module.py L129-145 @ d98e8a64). `local` (all three off there) is left out: no environment makes a Bridge run
+# local (BRIDGE_LOCAL_ATTENTION), and `auto` (all three on) is TE's own choice
+ATTENTION_BACKEND_ENVIRONMENT = {name: BACKEND_SWITCHES[name] for name in ("flash", "fused", "unfused")}
 
 
 # review22: what a Bridge override's model.attention_backend=local runs. The string matches neither GPTModelProvider's
