@@ -1046,6 +1046,11 @@ def pattern(value: Any, num_layers: int) -> list[int]:
     if isinstance(value, int):
         return [value]
     text = str(value).strip()
+    if "[" not in text:  # hostile24: Megatron's int(x) (arguments.py L345-350) takes '١' and '1_0', which eval refused
+        try:
+            return [int(text)]
+        except ValueError:
+            pass
     try:
         result = _safe_eval(text)
     except ValueError as exc:
