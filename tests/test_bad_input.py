@@ -1511,10 +1511,12 @@ for value, fragment in (("model.hidden_dropout=nan", "o.txt: model.hidden_dropou
          files={"o.txt": BRIDGE_MOE.replace("\n", f" {value}\n", 1)})
 # hostile24: an exported NVTE_* switch Megatron-Core's _set_attention_backend asserts against (language_module.py
 # L120-126): planned (as fused attention, or flash with the switch saying otherwise)
-for export, backend in (("NVTE_FUSED_ATTN=0", ""), ("NVTE_FLASH_ATTN=0 NVTE_FUSED_ATTN=0", " --attention-backend flash"),
+for export, backend in (("NVTE_FUSED_ATTN=0", ""),
+                        ("NVTE_FLASH_ATTN=0 NVTE_FUSED_ATTN=0", " --attention-backend flash"),
                         ("NVTE_UNFUSED_ATTN=1", " --attention-backend fused")):
     case("values", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment="l.sh: Megatron-LM would refuse "
-         "this launch: an exported NVTE_FLASH_ATTN / NVTE_FUSED_ATTN / NVTE_UNFUSED_ATTN must be what Megatron-Core sets",
+         "this launch: an exported NVTE_FLASH_ATTN / NVTE_FUSED_ATTN / NVTE_UNFUSED_ATTN must be what Megatron-Core "
+         "sets",
          files={"l.sh": f"export {export}\n" + LAUNCH.replace("\n", f"{backend}\n")})
 # hostile24: an integer flag's value beyond a float (310 digits) was "the inputs take a number beyond the arithmetic's
 # range (OverflowError ...)", naming no flag

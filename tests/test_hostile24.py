@@ -122,8 +122,8 @@ def test_a_layer_frequency_megatron_reads_with_int_is_read(given, same):
     """hostile24: Megatron's moe_freq_type (arguments.py L342-350 @ d98e8a64) takes a value without '[' as int(x),
     which reads '٢' (an Arabic-Indic digit) and '1_0'; btacalc's reader sent it to its list-expression
     evaluator, which refused it ("not an integer or list expression"), though the type check had passed it."""
-    moe = (" --num-layers 20 --swiglu --ffn-hidden-size 512 --num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 512 --moe-layer-freq "
-           "'{}'\n")
+    moe = (" --num-layers 20 --swiglu --ffn-hidden-size 512 --num-experts 8 --moe-router-topk 2 "
+           "--moe-ffn-hidden-size 512 --moe-layer-freq '{}'\n")
     launch = SMALL.replace(" --num-layers 2", "")
     ours = import_megatron(launch + moe.format(given), "l.sh", devices=8).model
     theirs = import_megatron(launch + moe.format(same), "l.sh", devices=8).model

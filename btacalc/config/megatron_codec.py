@@ -465,8 +465,8 @@ NAN_ATTENTION_DROPOUT = {
              "set_params_fprop stops on it (flash_api.cpp L150 TORCH_CHECK(p_dropout < 1.f) @ 0251105a)"}
 NAN_ATTENTION_DROPOUT_NOTE = (
     "--attention-dropout nan (model.attention_dropout): TransformerEngine's fused attention takes it unchecked and "
-    "runs cuDNN's dropout with probability nan (TE @ d0067d0 backends.py L1123, fused_attn_f16_arbitrary_seqlen.cu L81, "
-    "L393), which no open source says what it drops; planned as no attention dropout")
+    "runs cuDNN's dropout with probability nan (TE @ d0067d0 backends.py L1123, fused_attn_f16_arbitrary_seqlen.cu "
+    "L81, L393), which no open source says what it drops; planned as no attention dropout")
 NAN_AUTO_NOTE = (", and --attention-backend auto is TE's choice: fused attention from sm90 (utils.py L1647-1653), "
                  "flash-attn below, where the run stops (flash_api.cpp L150 @ 0251105a)")
 
