@@ -339,3 +339,27 @@ def test_expert_tensor_parallel_gather_is_its_own_row(cli, etp):
     assert row["buffer_bytes"] == pytest.approx(a2a["buffer_bytes"] * etp, rel=1e-12)
     assert row["bus_factor"] == pytest.approx((etp - 1) / etp, rel=1e-12)
     assert row["time_s"] > 0 and a2a["time_s"] + row["time_s"] == pytest.approx(total, rel=1e-12)
+
+
+def test_expert_tensor_parallel_kind_has_one_source(cli, monkeypatch):
+    """hostile24: the row's collective kind was written in timing.py beside the time's in collectives.py, so a change
+    to one would time the step with one factor and report the row's NCCL buffer with another. With the one source set
+    to another factor (3: no collective's, so NCCL's tuning model times it as a ring, as the all-gather) the row's
+    buffer follows it (bus bytes per call / (kind x (t_e - 1)/t_e)) and so does the time: the two rows still add up to
+    the step's all-to-all time."""
+    from btacalc.catalogue.constants import constants
+    from btacalc.model.gpu import collectives
+
+    args = ("--model", "mixtral-8x7b", "--hw", "h100", "--devices", "16", "--tp", "2", "--ep", "8", "--etp", "2",
+            "--recompute", "full")
+    before = _collectives(_plan(cli, *args))["expert_tensor_parallel"]
+    kind = 3 * constants().collectives.all_gather
+    monkeypatch.setattr(collectives, "expert_tensor_parallel_kind", lambda: kind)
+    report = _plan(cli, *args)
+    rows = _collectives(report)
+    row = rows["expert_tensor_parallel"]
+    assert row["buffer_bytes"] == pytest.approx(row["message_bytes"] / (kind * (2 - 1) / 2), rel=1e-12)
+    assert row["buffer_bytes"] == pytest.approx(before["buffer_bytes"] / kind, rel=1e-12)
+    assert row["time_s"] > before["time_s"]  # the time takes the same kind: three times the bus bytes
+    total = report["throughput"]["communication_s"]["all_to_all"]
+    assert rows["expert_all_to_all"]["time_s"] + row["time_s"] == pytest.approx(total, rel=1e-12)

@@ -622,7 +622,15 @@ for value, fragment in (("--hidden-dropout abc", "--hidden-dropout (hidden_dropo
                         # a float argparse takes and torch's dropout refuses (planned: dropout on at 1.5, off at nan)
                         ("--hidden-dropout 1.5", "--hidden-dropout (hidden_dropout) takes a probability in [0, 1], got "
                                                  "1.5: torch's dropout raises on it"),
-                        ("--hidden-dropout nan", "takes a probability in [0, 1], got nan")):
+                        ("--hidden-dropout nan", "takes a probability in [0, 1], got nan"),
+                        # hostile24: an attention dropout of nan (planned as no dropout) where the attention btacalc
+                        # plans stops on it: unfused (torch's dropout), local, flash (flash-attn 2's check)
+                        ("--attention-dropout nan --attention-backend unfused", "--attention-dropout "
+                         "(attention_dropout) takes a probability in [0, 1], got nan: unfused attention's torch.nn."
+                         "Dropout"),
+                        ("--attention-dropout nan --transformer-impl local", "got nan: unfused attention's"),
+                        ("--attention-dropout nan --attention-backend flash", "got nan: TransformerEngine's "
+                         "FlashAttention hands it to flash-attn")):
     case("files", "plan", "--hw", "h100", "--devices", "8", "--from-megatron", "{tmp}/launch.args", fragment=fragment,
          files={"launch.args": SMALL_LAUNCH + f" {value}\n"})
 for algo in ("Tree", "Ring,Tree", ","):
@@ -838,6 +846,14 @@ case("files", "validate", "--measured", "{tmp}/runs.json", outputs=False,
 case("files", "validate", "--measured", "{tmp}/runs.json", outputs=False,
      fragment=f"--measured: run {SHIPPED_RUNS['runs'][0]['id']}: megatron_args: unknown Megatron-LM flag --frobnicate",
      files={"runs.json": _runs_with(megatron_args="--num-layers 2 --frobnicate 1")})
+# hostile24: a bf16 row whose megatron_args give --fp8-format was predicted at FP8 under its bf16 label (seq and
+# global batch were checked, the precision was not)
+_TOY_MEM = next(r for r in SHIPPED_RUNS["runs"] if r.get("megatron_args") and r["precision"] == "bf16"
+                and "--fp8-format" not in r["megatron_args"] and "--transformer-impl local" not in r["megatron_args"])
+case("files", "validate", "--measured", "{tmp}/runs.json", outputs=False,
+     fragment=f"--measured: run {_TOY_MEM['id']}: megatron_args train fp8, the run's field precision bf16",
+     files={"runs.json": json.dumps({"runs": [{**_TOY_MEM, "megatron_args": _TOY_MEM["megatron_args"]
+                                               + " --fp8-format hybrid"}]})})
 
 
 # A list or range value read a Python literal's digit grouping ('1_6' as 16) where an integer option refuses it
@@ -1457,8 +1473,21 @@ for model_config, scaling, said in (
         (LLAMA_CONFIG, {"rope_type": "dynamic", "factor": 2.0}, "rope_scaling 'dynamic' (dynamic NTK scaling"),
         (QWEN3_MOE_CONFIG, {"type": "dynamic", "factor": 4.0}, "rope_scaling 'dynamic' (dynamic NTK scaling"),
         (LLAMA_CONFIG, {"rope_type": "longrope", "factor": 4.0}, "rope_scaling 'longrope' (Megatron-LM and"),
-        (LLAMA_CONFIG, {"type": "linear", "factor": 2.5}, "rope_scaling linear with factor 2.5"),
-        (LLAMA_CONFIG, {"type": "linear", "factor": 0.5}, "rope_scaling linear with factor 0.5"),
+        # hostile24: a factor Megatron-Core cannot train (it multiplies the positions by 1 / factor); 2.5 and 0.5,
+        # refused here before, are Megatron-Bridge's (a float field) and planned
+        (LLAMA_CONFIG, {"type": "linear", "factor": 0}, "rope_scaling linear factor must be a finite number above 0"),
+        (LLAMA_CONFIG, {"type": "linear", "factor": float("nan")}, "finite number above 0 (Megatron-Core multiplies"),
+        # hostile24: a YaRN factor below 1 or nan was read as plain RoPE (factor > 1 false), where the launch reader
+        # refuses it; a rope_type and a type that disagree were read by rope_type (Bridge's Llama bridge reads type);
+        # a 400-digit factor was "the inputs take a number beyond the arithmetic's range (OverflowError ...)"
+        (LLAMA_CONFIG, {"rope_type": "yarn", "factor": 0.5, "original_max_position_embeddings": 8192},
+         "rope_scaling: yarn factor must be a finite context extension of at least 1 (1: none, plain RoPE), got 0.5"),
+        (QWEN3_MOE_CONFIG, {"type": "yarn", "factor": float("nan"), "original_max_position_embeddings": 8192},
+         "yarn factor must be a finite context extension of at least 1 (1: none, plain RoPE), got nan"),
+        (LLAMA_CONFIG, {"type": "linear", "rope_type": "llama3", "factor": 4.0}, "rope_scaling: rope_type 'llama3' "
+         "and type 'linear' disagree: transformers reads rope_type, Megatron-Bridge's Llama bridge type"),
+        (LLAMA_CONFIG, {"type": "linear", "factor": 10 ** 400}, "rope_scaling: field 'factor' is an integer of 401 "
+         "digits, beyond a float's range"),
         (LLAMA_CONFIG, {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8192,
                         "attention_factor": 1.1}, "rope_scaling yarn with attention_factor")):
     case("values", "plan", "--model", "{tmp}/config.json", fragment=said, files={"config.json": json.dumps(
@@ -1466,6 +1495,38 @@ for model_config, scaling, said in (
 for value in ("2.5", "0", "two"):
     case("values", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment="--rotary-seq-len-interpolation-"
          "factor", files={"l.sh": LAUNCH.replace("\n", f" --position-embedding-type rope --rotary-seq-len-interpolation-factor {value}\n")})
+# hostile24: a Bridge file's factor at 0 or below (Megatron-Core's 1 / factor); a non-integer factor is planned, and
+# `--emit megatron` refuses it (--rotary-seq-len-interpolation-factor is type=int), writing nothing to -o
+for value in ("0", "-1.5"):
+    case("values", "plan", "--hw", "h100", "--devices", "8", "--from-bridge", "{tmp}/o.txt", fragment="o.txt: "
+         f"model.seq_len_interpolation_factor takes a finite factor above 0 (1: none; Megatron-Core multiplies the "
+         f"positions by 1 / factor, rotary_pos_embedding.py L135-136), got {value}", files={"o.txt": BRIDGE_MOE.replace(
+             "\n", f" model.position_embedding_type=rope model.seq_len_interpolation_factor={value}\n", 1)})
+# hostile24: a Bridge key's refusal dropped its reason (torch's dropout, flash-attn's check) after "got nan"
+for value, fragment in (("model.hidden_dropout=nan", "o.txt: model.hidden_dropout takes a probability in [0, 1], got "
+                                                     "nan: torch's dropout raises on it"),
+                        ("model.attention_dropout=nan model.attention_backend=flash", "o.txt: model.attention_dropout "
+                         "takes a probability in [0, 1], got nan: TransformerEngine's FlashAttention")):
+    case("files", "plan", "--hw", "h100", "--devices", "8", "--from-bridge", "{tmp}/o.txt", fragment=fragment,
+         files={"o.txt": BRIDGE_MOE.replace("\n", f" {value}\n", 1)})
+# hostile24: an exported NVTE_* switch Megatron-Core's _set_attention_backend asserts against (language_module.py
+# L120-126): planned (as fused attention, or flash with the switch saying otherwise)
+for export, backend in (("NVTE_FUSED_ATTN=0", ""),
+                        ("NVTE_FLASH_ATTN=0 NVTE_FUSED_ATTN=0", " --attention-backend flash"),
+                        ("NVTE_UNFUSED_ATTN=1", " --attention-backend fused")):
+    case("values", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment="l.sh: Megatron-LM would refuse "
+         "this launch: an exported NVTE_FLASH_ATTN / NVTE_FUSED_ATTN / NVTE_UNFUSED_ATTN must be what Megatron-Core "
+         "sets",
+         files={"l.sh": f"export {export}\n" + LAUNCH.replace("\n", f"{backend}\n")})
+# hostile24: an integer flag's value beyond a float (310 digits) was "the inputs take a number beyond the arithmetic's
+# range (OverflowError ...)", naming no flag
+case("values", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment="l.sh: Megatron-LM's --rotary-base "
+     "(rotary_base) takes a number, got 1000", files={"l.sh": LAUNCH.replace(
+         "\n", " --position-embedding-type rope --rotary-base 1" + "0" * 309 + "\n")})
+case("values", "plan", "--model", "{tmp}/config.json", "--hw", "h100", "--devices", "8", "--emit", "megatron", "-o",
+     "{tmp}/launch.sh", outputs=False, fragment="'s linear RoPE scaling factor 2.5 is no integer, "
+     "which Megatron-LM's --rotary-seq-len-interpolation-factor (type=int", files={"config.json": json.dumps(
+         {**json.loads(LLAMA_CONFIG), "rope_scaling": {"type": "linear", "factor": 2.5}})})
 
 
 def _make(folder: Path, files: dict[str, Any]) -> None:

@@ -246,6 +246,8 @@ BROKEN = {
                             "init_model_with_meta_device": True}, {}),
     "fsdp-hybrid-cp": ({**FSDP, "hybrid_context_parallel": True}, {}),
     "tp-cp-connections": ({"tensor_model_parallel_size": 2, "sequence_parallel": True}, {}),
+    # hostile24: language_module.py L120-126 (Megatron-Core's default backend auto wants all three switches on)
+    "attention-switches": ({}, {"NVTE_FUSED_ATTN": "0"}),
     "param-gather-sharded": ({"overlap_param_gather": True, "overlap_grad_reduce": True}, {}),
     "param-gather-grad-reduce": ({"overlap_param_gather": True, "use_distributed_optimizer": True}, {}),
     "tp-overlap-sp": ({"tp_comm_overlap": True}, {}),
@@ -333,6 +335,7 @@ def test_every_rule_cites_a_line_and_is_tested():
              "megatron/core/num_microbatches_calculator.py", "megatron/core/transformer/moe/moe_layer.py",
              "megatron/core/transformer/moe/shared_experts.py", "megatron/core/transformer/moe/experts.py",
              "megatron/training/determinism.py", "megatron/core/distributed/distributed_data_parallel_config.py",
+             "megatron/core/models/common/language_module/language_module.py",
              "transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py",
              "transformer_engine/pytorch/attention/dot_product_attention/utils.py")
     for rule in RULES:

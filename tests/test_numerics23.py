@@ -246,10 +246,35 @@ def test_a_linear_rope_scaling_is_launched_and_read_back(cli, tmp_path, key):
 
 
 @pytest.mark.parametrize("factor", [2.5, 0.5])
-def test_a_linear_factor_megatron_cannot_take_is_refused(cli, tmp_path, factor):
+def test_a_linear_factor_megatron_lm_cannot_take_is_bridges(cli, tmp_path, factor):
+    """hostile24: a non-integer linear factor was refused ("Megatron-LM's flag takes an integer"), though Megatron-
+    Bridge's field is a float that its Llama bridge fills with the config.json's factor as given, and Megatron-Core
+    multiplies the positions by 1 / factor (the stored lines). It is planned; `--emit bridge` writes it and reads it
+    back; `--emit megatron` refuses in one line: --rotary-seq-len-interpolation-factor is type=int."""
+    assert "seq_len_interpolation_factor: Optional[float] = None" in EXCERPTS["bridge_interp_field"]["text"]
+    assert "seq *= 1 / self.seq_len_interpolation_factor" in EXCERPTS["core_interp"]["text"]
+    assert _excerpt_int_flag()
     path = _scaled_config(tmp_path, {"type": "linear", "factor": factor})
+    assert resolve_model(str(path)).numerics.rope_interpolation_factor == factor
+    given = f"--model {path} --hw h100 --devices 8 --tp 8"
+    overrides = _emit(cli, given, "bridge")
+    assert f"model.seq_len_interpolation_factor={factor}" in overrides.splitlines()
+    assert import_bridge(overrides, "b.txt", devices=8).model.numerics.rope_interpolation_factor == factor
+    out = tmp_path / "launch.sh"
+    code, _, err = cli("plan", *given.split(), "--emit", "megatron", "-o", str(out))
+    assert code == 2 and err.count("\n") == 1 and not out.exists(), err
+    assert f"linear RoPE scaling factor {factor:g} is no integer" in err and "type=int" in err
+
+
+@pytest.mark.parametrize("factor", [0, -2.0, "NaN", "Infinity"])
+def test_a_linear_factor_megatron_core_cannot_train_is_refused(cli, tmp_path, factor):
+    """0 divides by zero in Megatron-Core (the stored line); a negative, nan or infinite factor is no scaling."""
+    path = tmp_path / "config.json"
+    path.write_text(_scaled_config(tmp_path, {"type": "linear", "factor": 2.0}).read_text().replace(
+        '"factor": 2.0', f'"factor": {factor}'))
     code, out, err = cli("plan", "--model", str(path), "--hw", "h100", "--devices", "8")
-    assert code == 2 and "linear" in err and err.count("\n") <= 1, err
+    assert code == 2 and "rope_scaling linear factor must be a finite number above 0" in err, err
+    assert err.count("\n") == 1
 
 
 @pytest.mark.parametrize("value", ["2.5", "0", "x"])

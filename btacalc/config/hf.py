@@ -8,6 +8,7 @@ Field names and defaults follow the transformers configuration classes (v5.24.0)
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -68,7 +69,11 @@ class _Config:
         value = self.get(key, default=default)
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             raise self.error(f"field {key!r} must be a number, got {json.dumps(value)}")
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # hostile24: a 400-digit integer ("the inputs take a number beyond ... range")
+            raise self.error(f"field {key!r} is an integer of {len(str(value))} digits, beyond a float's range (about "
+                             "1.8e308)") from None
 
     def probability(self, key: str, default: float) -> float:
         """A dropout rate: a number in [0, 1] (hostile22: NaN, -0.1 and 2.0 were refused "attention_dropout > 0 is not
@@ -263,7 +268,7 @@ def _yarn(c: _Config) -> dict[str, Any]:
     if not isinstance(scaling, dict):
         raise c.error(f"field 'rope_scaling' must be an object, got {json.dumps(scaling)}")
     r = _Config(scaling, f"{c.origin} rope_scaling", c.model_type)
-    kind = r.string("rope_type", None) or r.string("type", "default")
+    kind = _kind(r)
     if kind == "default":
         return {}
     if kind != "yarn":
@@ -278,6 +283,13 @@ def _yarn(c: _Config) -> dict[str, Any]:
     for key in ("mscale", "mscale_all_dim"):
         if r.get(key, default=None) is not None:
             yarn[key] = r.number(key, 0.0)
+    if not math.isfinite(yarn["factor"]) or yarn["factor"] < 1:
+        # hostile24: 0.5 and nan were read as plain RoPE without a word (factor > 1 false), where the launch reader
+        # refuses the same factor (hostile23, megatron_codec._yarn_factor): Megatron-Core divides the interpolated
+        # frequencies by it (yarn_rotary_pos_embedding.py inv_freq_inter @ d98e8a64); 1 is none
+        raise r.error(f"yarn factor must be a finite context extension of at least 1 (1: none, plain RoPE), got "
+                      f"{yarn['factor']:g}" + (": below 1 the positions are compressed, which btacalc does not model"
+                                               if yarn["factor"] < 1 else ""))
     return {"yarn": yarn} if yarn["factor"] > 1 else {}
 
 
@@ -488,7 +500,7 @@ def _rope_scaling(c: _Config) -> Optional[_Config]:
         if not isinstance(scaling, dict):
             raise c.error(f"field {key!r} must be an object, got {json.dumps(scaling)}")
         r = _Config(scaling, f"{c.origin} {key}", c.model_type)
-        if (r.string("rope_type", None) or r.string("type", "default")) != "default":
+        if _kind(r) != "default":
             return r
         if key == "rope_scaling":
             return None
@@ -496,7 +508,14 @@ def _rope_scaling(c: _Config) -> Optional[_Config]:
 
 
 def _kind(r: _Config) -> str:
-    return r.string("rope_type", None) or r.string("type", "default") or "default"
+    rope_type, legacy = r.string("rope_type", None), r.string("type", None)
+    if rope_type and legacy and rope_type != legacy:
+        # hostile24: transformers reads rope_type first, Megatron-Bridge's Llama bridge `type` first
+        # (llama_bridge.py L68 @ 067f987df): {"type": "linear", "rope_type": "llama3"} was planned llama3 in silence,
+        # where Bridge imports the linear scaling
+        raise r.error(f"rope_type {rope_type!r} and type {legacy!r} disagree: transformers reads rope_type, "
+                      "Megatron-Bridge's Llama bridge type (llama_bridge.py L68): give one")
+    return rope_type or legacy or "default"
 
 
 def _scaling_numerics(c: _Config) -> dict[str, Any]:
@@ -507,11 +526,15 @@ def _scaling_numerics(c: _Config) -> dict[str, Any]:
     if r is None or _kind(r) not in ("llama3", "linear") or c.model_type in ("gpt2", "gptj"):
         return {}  # GPT-2 / GPT-J: transformers' classes apply no rope_scaling
     if _kind(r) == "linear":
+        # hostile24: Megatron-Bridge's Llama bridge passes the factor as given to its float field (llama_bridge.py
+        # L72-73, gpt_provider.py L148 @ 067f987df); Megatron-Core multiplies the positions by 1 / factor
+        # (rotary_pos_embedding.py L135-136 @ d98e8a64): any finite factor above 0 (a non-integer one has no
+        # Megatron-LM flag: `--emit megatron` refuses it)
         factor = r.number("factor", 1.0)
-        if factor != int(factor) or factor < 1:
-            raise c.unsupported(f"rope_scaling linear with factor {factor:g} (Megatron-LM's "
-                                "--rotary-seq-len-interpolation-factor takes an integer: arguments.py L2422 @ d98e8a64)")
-        return {"rope_interpolation_factor": int(factor)} if factor > 1 else {}
+        if not math.isfinite(factor) or factor <= 0:
+            raise c.error(f"rope_scaling linear factor must be a finite number above 0 (Megatron-Core multiplies the "
+                          f"positions by 1 / factor: rotary_pos_embedding.py L135-136 @ d98e8a64), got {factor:g}")
+        return {"rope_interpolation_factor": factor} if factor != 1 else {}
     for key, fixed in LLAMA3_FIXED.items():
         if r.number(key, float(fixed)) != fixed:
             raise c.unsupported(f"rope_scaling llama3 with {key} {r.number(key, 0.0):g} (Megatron-Core fixes {fixed:g}: "

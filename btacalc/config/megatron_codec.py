@@ -30,6 +30,7 @@ from .pipeline import parse_layout
 from .text import cut as _cut
 from .text import nearest_name
 from .model import GPT_OSS_GLU_CLAMP, GPT_OSS_GLU_OFFSET, MEGATRON_LINEAR_BIASES, Numerics
+from .megatron_rules import ATTENTION_SWITCHES, BACKEND_SWITCHES
 from .megatron_launch import (ArgumentValueError, BridgeFloat, BridgeText, flags_by_dest, integer, list_expression,
                               megatron_flags, pattern, real, refuse_bridge_text)
 
@@ -443,7 +444,46 @@ def _dec_dropout(get: Get) -> Fields:
         if p < 0 or p > 1 or (dest == "hidden_dropout" and math.isnan(p)):
             raise ArgumentValueError(dest, "a probability in [0, 1]", repr(p), ": torch's dropout raises on it, so "
                                      "Megatron stops at the model's build or first step")
-    return {"model.dropout": attention > 0 or hidden > 0}
+    nan = _nan_attention_dropout(get) if math.isnan(attention) else {}
+    return {"model.dropout": attention > 0 or hidden > 0, **nan}
+
+
+# hostile24: an attention dropout of nan (review22's leftover: planned as no dropout, "nn.Dropout takes nan"), by the
+# attention btacalc plans for the launch (_attention_backend). Unfused: Megatron-Core's DotProductAttention builds
+# torch.nn.Dropout(nan) (dot_product_attention.py L114-116 @ d98e8a64; nn.Dropout checks p < 0 or p > 1 only) and
+# calls it on the probabilities in training (L216-220), where torch's ATen dropout raises "dropout probability has to
+# be between 0 and 1, but got nan" (torch 2.13; TransformerEngine's UnfusedDotProductAttention the same, backends.py
+# L388, L713-714 @ d0067d0). Flash: TransformerEngine's FlashAttention passes the probability to flash-attn
+# (backends.py L1232), FlashAttention 3 / 4 being off for a probability != 0 (utils.py L1104-1111), and flash-attn 2's
+# set_params_fprop stops on it (Dao-AILab/flash-attention @ 0251105a csrc/flash_attn/flash_api.cpp L150,
+# TORCH_CHECK(p_dropout < 1.f), false for nan). Fused: TE checks nothing; its cuDNN backend choice takes a causal mask
+# whatever the probability (common/fused_attn/fused_attn.cpp L232-488: only some masks and windows need dropout ==
+# 0.0) and runs cuDNN's dropout (fused_attn_f16_arbitrary_seqlen.cu L81 is_dropout = p != 0, L393 set_dropout(p)):
+# what cuDNN drops at nan is in no open source. auto: TE prefers fused attention from sm90 (utils.py L1647-1653),
+# flash-attn below, where FlashAttention 2 stops.
+NAN_ATTENTION_DROPOUT = {
+    "unfused": "unfused attention's torch.nn.Dropout (Megatron-Core dot_product_attention.py L114-116, L216-220 @ "
+               "d98e8a64) raises at the first training step (torch's ATen dropout: 'dropout probability has to be "
+               "between 0 and 1, but got nan')",
+    "flash": "TransformerEngine's FlashAttention hands it to flash-attn (backends.py L1232 @ d0067d0), whose "
+             "set_params_fprop stops on it (flash_api.cpp L150 TORCH_CHECK(p_dropout < 1.f) @ 0251105a)"}
+NAN_ATTENTION_DROPOUT_NOTE = (
+    "--attention-dropout nan (model.attention_dropout): TransformerEngine's fused attention takes it unchecked and "
+    "runs cuDNN's dropout with probability nan (TE @ d0067d0 backends.py L1123, fused_attn_f16_arbitrary_seqlen.cu "
+    "L81, L393), which no open source says what it drops; planned as no attention dropout")
+NAN_AUTO_NOTE = (", and --attention-backend auto is TE's choice: fused attention from sm90 (utils.py L1647-1653), "
+                 "flash-attn below, where the run stops (flash_api.cpp L150 @ 0251105a)")
+
+
+def _nan_attention_dropout(get: Get) -> Fields:
+    """An attention dropout of nan: refused where the attention btacalc plans stops on it, else a note
+    (NAN_ATTENTION_DROPOUT)."""
+    backend = _attention_backend(get)
+    kind = "unfused" if backend in ("unfused", "local") else "flash" if backend == "flash" else None
+    if kind is not None:
+        raise ArgumentValueError("attention_dropout", "a probability in [0, 1]", "nan",
+                                 f": {NAN_ATTENTION_DROPOUT[kind]}")
+    return {"run.dropout_note": NAN_ATTENTION_DROPOUT_NOTE + (NAN_AUTO_NOTE if backend == "auto" else "")}
 
 
 # semantics20: GPT-OSS's YaRN (model.py YarnScaling) as Megatron-LM's flags: --position-embedding-type yarn builds
@@ -580,7 +620,8 @@ NUMERIC_KINDS = {"rope_theta": "a positive base", "norm_eps": "an epsilon betwee
                  "init_std": "a standard deviation between 0 and 1",
                  "rotary_percent": "a share of each head above 0 and at most 1",
                  "rope_scaling_factor": "a factor of at least 1",
-                 "rope_interpolation_factor": "an integer factor of at least 1 (1: none)"}
+                 "rope_interpolation_factor": "a finite factor above 0 (1: none; Megatron-Core multiplies the "
+                                              "positions by 1 / factor, rotary_pos_embedding.py L135-136)"}
 # Llama 3.x's RoPE scaling: --use-rope-scaling (off by default) with --rope-scaling-factor (8.0), arguments.py
 # L2424-2427, read by GPTModel's RotaryEmbedding only (argument_utils.py L465-466; MLA builds its own)
 ROPE_SCALING_SWITCH = "use_rope_scaling"
@@ -603,6 +644,8 @@ def _enc_numerics(f: Fields) -> Args:
             if value == 1 or f.get("model.mla") is not None:
                 continue
             out[ROPE_SCALING_SWITCH] = True
+        if field == "rope_interpolation_factor" and value == int(value):
+            value = int(value)  # Megatron-LM's flag is type=int; a Bridge override of a whole factor is the same int
         out[dest] = value
     return out
 
@@ -617,13 +660,14 @@ def _numeric(field: str, dest: str, value: Any) -> float:
     return number
 
 
-def _interpolation(dest: str, value: Any) -> Optional[int]:
-    """A launch's linear RoPE scaling factor: an integer of at least 1 (1: positions unchanged, as none); a Bridge
-    file's float must be a whole number, which Megatron-LM's flag could state too."""
+def _interpolation(dest: str, value: Any) -> Optional[float]:
+    """A launch's linear RoPE scaling factor: finite and above 0 (1: positions unchanged, as none). Megatron-LM's
+    argparse takes an integer (type=int, checked before), a Bridge file any float, as Megatron-Core's RotaryEmbedding
+    does (hostile24: a Bridge factor of 2.5 was refused as "an integer factor")."""
     number = real(value, dest)
-    if number != int(number) or number < 1:
+    if not math.isfinite(number) or number <= 0:
         raise ArgumentValueError(dest, NUMERIC_KINDS["rope_interpolation_factor"], repr(value))
-    return None if number == 1 else int(number)
+    return None if number == 1 else number
 
 
 def _dec_numerics(get: Get) -> Fields:
@@ -641,7 +685,7 @@ def _dec_numerics(get: Get) -> Fields:
                 numerics[field] = None if on is None else 1.0
                 continue
         value = get(dest)
-        if field in ("rope_theta", "rope_interpolation_factor") and isinstance(value, str):
+        if field == "rope_theta" and isinstance(value, str):
             value = integer(value, dest)  # Megatron-LM's argparse: type=int ("1e6" is refused); Bridge's float is one
         if field == "rope_interpolation_factor" and value is not None:
             numerics[field] = _interpolation(dest, value)
@@ -877,11 +921,10 @@ FLASH_BACKEND_KERNELS = frozenset({"flash-attn-2"})
 FLASH_BELOW_CAPABILITY = 9.0
 
 
-# TransformerEngine's backend switches as Megatron-Core sets them for each AttnBackend (language_module.py L129-145
-# @ d98e8a64): NVTE_FLASH_ATTN, NVTE_FUSED_ATTN, NVTE_UNFUSED_ATTN. `local` (all three off there) is left out: no
-# environment makes a Bridge run local (BRIDGE_LOCAL_ATTENTION), and `auto` (all three on) is TE's own choice
-ATTENTION_BACKEND_ENVIRONMENT = {"flash": (1, 0, 0), "fused": (0, 1, 0), "unfused": (0, 0, 1)}
-ATTENTION_SWITCHES = ("NVTE_FLASH_ATTN", "NVTE_FUSED_ATTN", "NVTE_UNFUSED_ATTN")
+# TransformerEngine's backend switches as Megatron-Core sets them for each AttnBackend (megatron_rules.BACKEND_SWITCHES,
+# language_module.py L129-145 @ d98e8a64). `local` (all three off there) is left out: no environment makes a Bridge run
+# local (BRIDGE_LOCAL_ATTENTION), and `auto` (all three on) is TE's own choice
+ATTENTION_BACKEND_ENVIRONMENT = {name: BACKEND_SWITCHES[name] for name in ("flash", "fused", "unfused")}
 
 
 # review22: what a Bridge override's model.attention_backend=local runs. The string matches neither GPTModelProvider's
@@ -929,9 +972,16 @@ def _dec_attention(get: Get) -> Fields:
     DotProductAttention (Megatron-LM @ d98e8a64 gpt_builders.py L35 use_te, L109-149 get_gpt_layer_local_spec
     unless use_te; core/models/backends.py L129-131 LocalSpecProvider.core_attention). memci: the CI's
     gpt3_mcore_tp1_pp{2,4} tests (--transformer-impl local) were planned with fused attention, -27% and -18%."""
-    backend = str(get("attention_backend")).split(".")[-1].split(":")[0].strip("<> ")
-    local = str(get("transformer_impl")) == "local"
-    return {"run.attention": "eager" if local or backend in ("unfused", "local") else "flash"}
+    return {"run.attention": "eager" if _attention_backend(get) in ("unfused", "local") else "flash"}
+
+
+def _attention_backend(get: Get) -> str:
+    """The launch's AttnBackend name (auto, flash, fused, unfused, local), local under --transformer-impl local; auto
+    where none is given (TransformerConfig.attention_backend's default, transformer_config.py L151 @ d98e8a64)."""
+    if str(get("transformer_impl")) == "local":
+        return "local"
+    backend = get("attention_backend")
+    return "auto" if backend is None else str(backend).split(".")[-1].split(":")[0].strip("<> ")
 
 
 def _enc_loss(f: Fields) -> Args:
@@ -1002,7 +1052,24 @@ def _dec_low_precision(get: Get) -> Fields:
     if name is None:
         raise BtacalcError(f"low precision {given}: btacalc models {', '.join(PRECISIONS)} "
                            "(Megatron-Bridge's recipes)")
+    if str(get("transformer_impl")) == "local":
+        flag = "--fp8-format" if fp8 is not None else "--fp4-format"
+        return {"run.precision": "bf16", "run.precision_note": LOCAL_LOW_PRECISION_NOTE.format(flag=flag, name=name)}
     return {"run.precision": name}
+
+
+# hostile24: --transformer-impl local builds Megatron-Core's own ColumnParallelLinear / RowParallelLinear
+# (LocalSpecProvider, core/models/backends.py L102-108 @ d98e8a64, experts too: L136-140), which multiply in the 16-bit
+# weights' dtype
+# (tensor_parallel/layers.py has no FP8 or FP4 path); the low-precision recipe reaches TransformerEngine's modules
+# only (its fp8_autocast), and the local layers have none. btacalc planned the recipe's GEMMs (FP8 rates and bytes).
+LOCAL_LOW_PRECISION_NOTE = ("{flag} ({name}) with --transformer-impl local: the local layers are Megatron-Core's "
+                            "ColumnParallelLinear / RowParallelLinear (core/models/backends.py L102-108 @ d98e8a64), "
+                            "which TransformerEngine's low-precision recipe does not reach, so the launch multiplies "
+                            "in bf16: planned bf16 (--transformer-impl transformer_engine runs {name})")
+LOCAL_PARAM_GATHER_NOTE = ("--fp8-param-gather / --fp4-param-gather with --transformer-impl local: the local layers' "
+                           "parameters stay 16-bit (TransformerEngine's low-precision parameters are its own "
+                           "modules'), so the gather moves bf16: planned without it")
 
 
 def _enc_param_gather(f: Fields) -> Args:
@@ -1015,6 +1082,8 @@ def _enc_param_gather(f: Fields) -> Args:
 
 def _dec_param_gather(get: Get) -> Fields:
     fp8, fp4 = _bool(get("fp8_param_gather")), _bool(get("fp4_param_gather"))  # both read: neither is "ignored"
+    if (fp8 or fp4) and str(get("transformer_impl")) == "local":  # hostile24: LOCAL_LOW_PRECISION_NOTE
+        return {"run.fp8_param_gather": False, "run.param_gather_note": LOCAL_PARAM_GATHER_NOTE}
     return {"run.fp8_param_gather": fp8 or fp4}
 
 

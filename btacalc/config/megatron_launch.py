@@ -743,7 +743,11 @@ def real(value: Any, dest: str) -> float:
     """A number argument as Megatron-LM's argparse (type=float) reads it: "0.1", "1e-3", "nan"; not "abc"."""
     refuse_bridge_text(value, "a number")
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # hostile24: an int flag's 310 digits ("the inputs take a number beyond the range")
+            raise ArgumentValueError(dest, "a number", _cut(repr(value)), ": beyond a float's range (about 1.8e308), "
+                                     "which Megatron computes in") from None
     if isinstance(value, str):
         try:
             return float(value)
@@ -759,7 +763,7 @@ class ArgumentValueError(BtacalcError):
     def __init__(self, dest: str, kind: str, got: str, why: str = ""):
         flag = next(iter(flags_by_dest().get(dest, [])), None)
         super().__init__(f"Megatron-LM's {flag.flag if flag else dest} ({dest}) takes {kind}, got {got}{why}")
-        self.dest, self.kind, self.got = dest, kind, got
+        self.dest, self.kind, self.got, self.why = dest, kind, got, why
 
 
 # a command substitution, `$(...)` or a backquote (not bash arithmetic's `$((`)
@@ -1042,6 +1046,11 @@ def pattern(value: Any, num_layers: int) -> list[int]:
     if isinstance(value, int):
         return [value]
     text = str(value).strip()
+    if "[" not in text:  # hostile24: Megatron's int(x) (arguments.py L345-350) takes '١' and '1_0', which eval refused
+        try:
+            return [int(text)]
+        except ValueError:
+            pass
     try:
         result = _safe_eval(text)
     except ValueError as exc:

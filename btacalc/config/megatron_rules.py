@@ -30,6 +30,12 @@ MLA = "megatron/core/transformer/multi_latent_attention.py"
 
 DETERMINISM = "megatron/training/determinism.py"
 DDP_CONFIG = "megatron/core/distributed/distributed_data_parallel_config.py"
+LANGUAGE_MODULE = "megatron/core/models/common/language_module/language_module.py"
+# TransformerEngine's backend switches as Megatron-Core's _set_attention_backend sets them for each AttnBackend
+# (LANGUAGE_MODULE L129-145 @ d98e8a64), asserting first that one already in the environment agrees (L120-126)
+ATTENTION_SWITCHES = ("NVTE_FLASH_ATTN", "NVTE_FUSED_ATTN", "NVTE_UNFUSED_ATTN")
+BACKEND_SWITCHES = {"local": (0, 0, 0), "flash": (1, 0, 0), "fused": (0, 1, 0), "unfused": (0, 0, 1),
+                    "auto": (1, 1, 1)}
 # TransformerEngine's context-parallel attention, at the release btacalc's kernels cite (semantics19): Megatron-Core
 # hands it --cp-comm-type, the window and the softmax type as given (transformer_engine.py L2140-2153 @ d98e8a64)
 TE_SHORT = "TransformerEngine@d0067d0"
@@ -149,6 +155,15 @@ def _graphed_recompute_under_dropout(a: A, e: dict[str, str]) -> bool:
     return True
 
 
+def _switches_agree(a: A, e: dict[str, str]) -> bool:
+    """hostile24: an exported NVTE_* switch must be the value Megatron-Core sets for the launch's backend (an enum on
+    Megatron-LM's path; its default auto wants all three on), else _set_attention_backend's assertion stops the run
+    at the model's build. btacalc planned such a launch (`export NVTE_FUSED_ATTN=0` with the default backend)."""
+    backend = str(a.get("attention_backend") or "auto").split(".")[-1].split(":")[0].strip("<> ")
+    wanted = BACKEND_SWITCHES.get(backend)
+    return wanted is None or all(e.get(name, str(v)) == str(v) for name, v in zip(ATTENTION_SWITCHES, wanted))
+
+
 def _model_parallel_needs_one_connection(a: A, e: dict[str, str]) -> bool:
     """arguments.py:1453-1479 (the assertion at 1477): with TP or CP > 1 before Blackwell, Megatron asserts
     CUDA_DEVICE_MAX_CONNECTIONS=1 unless Megatron-FSDP (which wants it unset) or the EP all-to-all overlap (a warning) is on. btacalc does
@@ -195,6 +210,10 @@ RULES: tuple[Rule, ...] = (
     Rule("tp-cp-connections", f"{ARGS}:1477", _model_parallel_needs_one_connection,
          lambda a, e: e.get("CUDA_DEVICE_MAX_CONNECTIONS") == "1",
          "tensor or context parallelism needs CUDA_DEVICE_MAX_CONNECTIONS=1 (Hopper and before)"),
+    Rule("attention-switches", f"{LANGUAGE_MODULE}:124", lambda a, e: any(n in e for n in ATTENTION_SWITCHES),
+         _switches_agree, "an exported NVTE_FLASH_ATTN / NVTE_FUSED_ATTN / NVTE_UNFUSED_ATTN must be what "
+         "Megatron-Core sets for --attention-backend (auto 1 1 1, flash 1 0 0, fused 0 1 0, unfused 0 0 1, local 0 0 "
+         "0), which it asserts before setting them: unset them or give the backend"),
     Rule("param-gather-sharded", f"{ARGS}:1025", lambda a, e: bool(a.get("overlap_param_gather")),
          lambda a, e: bool(a.get("use_distributed_optimizer") or a.get("use_megatron_fsdp")),
          "--overlap-param-gather needs the distributed optimizer or Megatron-FSDP"),

@@ -208,7 +208,9 @@ def _naming(source: str, bridge: bool = False) -> Iterator[None]:
     except ArgumentValueError as exc:
         if not bridge:
             raise BtacalcError(f"{source}: {exc.template}") from None
-        raise BtacalcError(f"{source}: {bridge_key(exc.dest) or exc.dest} takes {exc.kind}, got {exc.got}") from None
+        # hostile24: the reason (`why`: torch's dropout check, Megatron-Core's division) was dropped for a Bridge key
+        raise BtacalcError(f"{source}: {bridge_key(exc.dest) or exc.dest} takes {exc.kind}, got {exc.got}{exc.why}") \
+            from None
     except BtacalcError as exc:
         if exc.template.startswith(f"{source}:"):
             raise
@@ -539,7 +541,8 @@ def _imported(launch: Launch, devices: Optional[int], name: Optional[str] = None
     request = request_from_fields(fields, spec, devices, launch.devices_per_node, notes)
     ignored = tuple((launch.given_as.get(d, d), ignore_reason(d)) for d in launch.args
                     if d not in read and d in launch.given_as)
-    notes += [fields[key] for key in ("run.dispatcher_note", "run.cuda_graph_note", "run.mla_norm_note")
+    notes += [fields[key] for key in ("run.dispatcher_note", "run.cuda_graph_note", "run.mla_norm_note",
+                                      "run.dropout_note", "run.precision_note", "run.param_gather_note")
               if fields.get(key)]
     return ImportedRun(spec, request, launch.source, ignored, tuple(notes), tuple(launch.env.items()))
 

@@ -132,11 +132,15 @@ class Numerics(BaseModel):
                                   "embedding turns (partial_rotary_factor; GPT-J rotary_dim / head_dim)")
     rope_scaling_factor: Optional[float] = Field(None, ge=1, allow_inf_nan=False, description="Llama 3.x's RoPE "
                                                  "scaling (rope_scaling rope_type llama3) by this factor; 1: none")
-    # numerics23: rope_scaling type linear (positions divided by the factor: Megatron-Core rotary_pos_embedding.py
-    # L135-136 @ d98e8a64), Megatron-LM's --rotary-seq-len-interpolation-factor (type=int, arguments.py L2422) and
-    # Megatron-Bridge's seq_len_interpolation_factor (llama_bridge.py L72-73 @ 067f987df)
-    rope_interpolation_factor: Optional[int] = Field(None, ge=2, description="linear RoPE scaling (rope_scaling type "
-                                                     "linear): positions divided by this integer factor; None: none")
+    # numerics23: rope_scaling type linear (positions times 1 / factor: Megatron-Core RotaryEmbedding, whose
+    # seq_len_interpolation_factor is a float, rotary_pos_embedding.py L63, L135-136 @ d98e8a64), Megatron-Bridge's
+    # seq_len_interpolation_factor (Optional[float], gpt_provider.py L148 @ 067f987df; llama_bridge.py L72-73 passes
+    # the config.json's factor as given). hostile24: a float, as both take it (0 divides by zero there); Megatron-LM's
+    # --rotary-seq-len-interpolation-factor (type=int, arguments.py L2422) states only a whole one, so `--emit megatron`
+    # refuses another (output.megatron.check_megatron_numerics)
+    rope_interpolation_factor: Optional[float] = Field(None, gt=0, allow_inf_nan=False, description="linear RoPE "
+                                                       "scaling (rope_scaling type linear): positions divided by this "
+                                                       "factor; None: none")
     source: CleanText = Field("", description="the file and keys these values come from")
 
     _bounded = field_validator("*")(_bounded_field)

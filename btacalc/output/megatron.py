@@ -232,8 +232,22 @@ def torchrun_sizes(devices: int, host: int) -> tuple[int, int, list[str]]:
         f"{devices}"]
 
 
+def check_megatron_numerics(spec: ModelSpec) -> None:
+    """hostile24: a linear RoPE scaling factor that is no integer (Megatron-Bridge's seq_len_interpolation_factor and
+    Megatron-Core's RotaryEmbedding take a float) has no Megatron-LM flag: --rotary-seq-len-interpolation-factor is
+    type=int (arguments.py L2422 @ d98e8a64), and --use-rope-scaling is Llama 3's per-frequency scaling, not a
+    division of the positions. The launch would train another model, so it is not written."""
+    factor = spec.numerics.rope_interpolation_factor
+    if factor is not None and factor != int(factor):
+        raise BtacalcError(f"--emit megatron: {spec.name}'s linear RoPE scaling factor {exact_number(factor)} is no "
+                           "integer, which Megatron-LM's --rotary-seq-len-interpolation-factor (type=int, "
+                           "arguments.py L2422 @ d98e8a64) cannot take and no other Megatron-LM flag states; "
+                           "--emit bridge writes it (model.seq_len_interpolation_factor is a float)")
+
+
 def megatron_arguments(r: PlanReport, spec: ModelSpec) -> str:
     """The launch: comments, environment, torchrun and pretrain_gpt.py with one flag per line."""
+    check_megatron_numerics(spec)
     args, env, notes = megatron_run(r, spec)
     par = r.parallelism
     # torchrun starts one node's processes per host: a GB200 tray's 4 GPUs, not the NVL72 rack (ncclsm's

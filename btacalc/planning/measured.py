@@ -366,8 +366,9 @@ def forced_balance_of(run: MeasuredRun) -> tuple[Optional[float], str]:
 
 
 def _express_megatron(run: MeasuredRun) -> tuple[Optional[ExecutionRequest], str]:
-    """A run given as Megatron-LM arguments: its request as --from-megatron reads it; the run's own seq and
-    global batch must agree with the arguments (they label the run in the report)."""
+    """A run given as Megatron-LM arguments: its request as --from-megatron reads it; the run's own seq, global
+    batch and precision must agree with the arguments (they label the run in the report; the precision also pairs
+    it with its bf16 twin, precision_pairs)."""
     from ..config.megatron_run import import_megatron, launch_domain
 
     assert run.megatron_args is not None  # the caller checked
@@ -380,6 +381,9 @@ def _express_megatron(run: MeasuredRun) -> tuple[Optional[ExecutionRequest], str
     if (req.seq_len, req.limits.global_batch) != (run.seq, run.global_batch):
         raise BtacalcError(f"{{measured}}: run {run.id}: megatron_args give seq {req.seq_len} and global batch "
                            f"{req.limits.global_batch}, the run's fields {run.seq} and {run.global_batch}")
+    if req.precision != run.precision:  # hostile24: a bf16 row whose launch gives --fp8-format was predicted at FP8
+        raise BtacalcError(f"{{measured}}: run {run.id}: megatron_args train {req.precision}, the run's field "
+                           f"precision {run.precision}")
     model, shape = resolve_model(run.model), ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_size",
                                                "num_experts", "top_k", "vocab_size")
     differ = [k for k in shape if getattr(model, k) != getattr(imported.model, k)]

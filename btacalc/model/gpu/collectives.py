@@ -356,13 +356,32 @@ def expert_tensor_parallel_bytes(problem: Problem, volume: Any) -> Any:
     return volume * (problem.layout.expert_tensor_parallel - 1)
 
 
+# the expert-tensor-parallel collective: an all-gather (forward) and a reduce-scatter (backward) of the received
+# copies, each of the all-gather's factor (formulas/constants.toml [collectives]); its time and its `plan --json` row
+# both take the kind from here (hostile24: the row wrote its own copy of the time's kind)
+EXPERT_TENSOR_PARALLEL_COLLECTIVE = "all_gather+reduce_scatter"
+
+
+def expert_tensor_parallel_kind() -> float:
+    """The expert-tensor-parallel collective's factor (EXPERT_TENSOR_PARALLEL_COLLECTIVE)."""
+    return constants().collectives.all_gather
+
+
 def expert_tensor_parallel_time(problem: Problem, volume: Any, calls: Any = 0) -> Any:
     """The expert-tensor-parallel all-gather / reduce-scatter of the received copies (`all_to_all_time`'s
     second part): a ring over the t_e ranks of one expert-tensor-parallel group (stride 1, Megatron's
     expert rank order puts ETP innermost), 0 at ETP 1."""
     etp = problem.layout.expert_tensor_parallel
     return ring_time(problem, expert_tensor_parallel_bytes(problem, volume), etp, 1, calls,
-                     constants().collectives.all_gather)
+                     expert_tensor_parallel_kind())
+
+
+def describe_expert_tensor_parallel(problem: Problem, volume: Any, calls: Any, time_s: Any) -> CollectiveRow:
+    """The `expert_tensor_parallel` row of the all-to-alls' `volume` bytes in `calls` calls, timed `time_s`
+    (`expert_tensor_parallel_time`), with that time's kind and group."""
+    return describe(problem, "expert_tensor_parallel", (problem.layout.expert_tensor_parallel, 1),
+                    (expert_tensor_parallel_bytes(problem, volume), calls), time_s,
+                    kind=expert_tensor_parallel_kind(), collective=EXPERT_TENSOR_PARALLEL_COLLECTIVE)
 
 
 @dataclass(frozen=True)

@@ -50,11 +50,10 @@ from ...memo import plain_key
 from ..arrays import is_array, largest, maximum, minimum, where
 from ..problem import Evaluation, Problem
 from ..state import bytes_per_param
-from ...catalogue.constants import constants
 from ..steptime import StepTime, tile_overhead_s
 from .collectives import (CollectiveRow, DataParallelTimes, StageBuckets, all_to_all_time, all_to_all_wire_bytes, context_parallel_time,
                           data_parallel_collective, data_parallel_groups, data_parallel_kind, data_parallel_times, data_parallel_traffic, describe, part_buckets,
-                          describe_all_to_all, expert_exchange_time, expert_tensor_parallel_bytes, expert_tensor_parallel_time,
+                          describe_all_to_all, describe_expert_tensor_parallel, expert_exchange_time, expert_tensor_parallel_time,
                           pipeline_p2p_time, ring_share, ring_time, tensor_parallel_kind, tensor_parallel_time)
 from .costs import ISSUED_COUNTS, layer_parts, outside_parts
 from .part import Part, new_part
@@ -488,9 +487,7 @@ def _collective_rows(problem: Problem, kinds: list[tuple[Any, Part]], counts: li
         rows.append(describe_all_to_all(problem, (all_to_all_wire_bytes(problem, tot["a2a_bytes"]), tot["a2a_calls"]),
                                         times["a2a"], tot["a2a_bytes"]))
     if etp > 1 and tot["a2a_calls"]:
-        rows.append(describe(problem, "expert_tensor_parallel", (etp, 1),
-                             (expert_tensor_parallel_bytes(problem, tot["a2a_bytes"]), tot["a2a_calls"]), times["etp"],
-                             kind=constants().collectives.all_gather, collective="all_gather+reduce_scatter"))
+        rows.append(describe_expert_tensor_parallel(problem, tot["a2a_bytes"], tot["a2a_calls"], times["etp"]))
     if lay.pipeline_parallel > 1:
         sends = 2 * lay.virtual_pipeline * m
         group = (lay.pipeline_parallel, max(lay.devices // lay.pipeline_parallel, 1))
