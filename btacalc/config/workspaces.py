@@ -11,8 +11,9 @@ that some GEMM asked for, each `torch.empty(..., device=device)` (through the ca
 - a grouped GEMM, `general_grouped_gemm` (L415: `get_cublas_workspace(..., False, True)`): one per compute stream,
   `tex.get_num_cublas_streams()` (L59-65) = 4 (`common/util/multi_stream.cpp` L52-55 `num_compute_streams = 4`);
 - a GEMM overlapped with userbuffers (`ub` given, Megatron's --tp-comm-overlap): one workspace of
-  `_NUM_MAX_UB_STREAMS` = 3 sizes (L37, L53-58). The weight-gradient GEMMs of a row-parallel layer run without
-  `ub`, so such a run holds the plain workspace too;
+  `_NUM_MAX_UB_STREAMS` = 3 sizes (L37, L53-58). A weight-gradient GEMM passes `ub` only under the bulk wgrad
+  overlap (`module/linear.py` L864 `ub_obj_wgrad = None`, L887-889, L1266), which a row-parallel layer does not
+  take, so such a run holds the plain workspace too;
 - the size, `get_cublas_workspace_size_bytes()` (L40-45): 32 MiB + 1 KiB when the device's major compute
   capability is >= 9 (Hopper, Blackwell), else 4 MiB.
 
