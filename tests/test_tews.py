@@ -129,3 +129,57 @@ def test_search_counts_userbuffers_only_on_layouts_that_take_them():
     usable = s._usable(model, hw, base, cands)
     assert usable[0] - usable[1] == 3 * TE_HOPPER == 100_666_368 and usable[1] == usable[2]
     assert usable[0] == math.floor((85_520_809_984 - 2 * GIB) / 1.05) - 100_664_320
+
+
+LAUNCH = ("--num-layers 12 --hidden-size 512 --num-attention-heads 8 --seq-length 1024 --max-position-embeddings 1024 "
+          "--micro-batch-size 4 --global-batch-size 32 --vocab-size 50257 --bf16 --pipeline-model-parallel-size 2 ")
+BRIDGE = ("model.num_layers=12 model.hidden_size=512 model.num_attention_heads=8 model.seq_length=1024 "
+          "train.micro_batch_size=4 train.global_batch_size=32 model.vocab_size=50257 mixed_precision=bf16_mixed ")
+
+
+def _launch_plan(cli, tmp_path, impl: str) -> dict:
+    launch = tmp_path / f"{impl}.sh"
+    launch.write_text(f"torchrun --nproc_per_node 8 pretrain_gpt.py {LAUNCH}--transformer-impl {impl}\n")
+    code, out, err = cli("plan", "--from-megatron", str(launch), "--hw", "h100", "--json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_a_local_launch_holds_no_transformer_engine_workspace(cli, tmp_path):
+    """--transformer-impl local builds Megatron-Core's own linear layers (torch.matmul, apex's weight-gradient
+    kernels: Megatron-LM @ d98e8a64 core/tensor_parallel/layers.py L459, L683, L721-726): no TE GEMM asks for
+    get_cublas_workspace, so the run holds PyTorch's two workspaces only, 33,555,456 B fewer than under TE."""
+    local, te = _launch_plan(cli, tmp_path, "local"), _launch_plan(cli, tmp_path, "transformer_engine")
+    names = [[w["name"] for w in p["device_memory"]["library_workspaces"]] for p in (local, te)]
+    assert names == [["torch_cublas"], ["te_gemm", "torch_cublas"]]
+    assert te["device_memory"]["library_workspace_bytes"] - local["device_memory"]["library_workspace_bytes"] \
+        == 33_555_456
+    assert local["inputs"]["transformer_engine"] is False and te["inputs"]["transformer_engine"] is True
+
+
+def test_a_local_plan_emits_transformer_impl_local_and_reads_back_the_same(cli, tmp_path):
+    launch = tmp_path / "local.sh"
+    launch.write_text(f"torchrun --nproc_per_node 8 pretrain_gpt.py {LAUNCH}--transformer-impl local\n")
+    code, out, err = cli("plan", "--from-megatron", str(launch), "--hw", "h100", "--emit", "megatron")
+    assert code == 0, err
+    assert "--transformer-impl local" in out
+    again = tmp_path / "again.sh"
+    again.write_text(out)
+    code, first, err = cli("plan", "--from-megatron", str(launch), "--hw", "h100", "--json")
+    code2, second, err2 = cli("plan", "--from-megatron", str(again), "--hw", "h100", "--json")
+    assert (code, code2) == (0, 0), err + err2
+    a, b = json.loads(first), json.loads(second)
+    assert a["device_memory"] == b["device_memory"] and a["inputs"]["transformer_engine"] is False
+    te = tmp_path / "te.sh"
+    te.write_text(f"torchrun --nproc_per_node 8 pretrain_gpt.py {LAUNCH}\n")
+    code, out, err = cli("plan", "--from-megatron", str(te), "--hw", "h100", "--emit", "megatron")
+    assert code == 0 and "--transformer-impl" not in out, err
+
+
+def test_a_bridge_transformer_impl_keeps_transformer_engines_workspace():
+    """Megatron-Bridge builds TransformerEngine's layer spec whatever model.transformer_impl says (review22), so its
+    run keeps TE's workspace."""
+    from btacalc.config.megatron_run import import_bridge
+
+    run = import_bridge(BRIDGE + "model.transformer_impl=local", "overrides", 8)
+    assert run.request.transformer_engine is True

@@ -159,12 +159,12 @@ class Problem:
     @cached_property
     def library_workspaces(self) -> tuple[Workspace, ...]:
         """GPU: the library workspaces this run holds in PyTorch's allocator (config/workspaces.py), resolved once
-        per problem: TransformerEngine's unless the layers are eager PyTorch's, its grouped GEMMs' for an MoE model,
+        per problem: TransformerEngine's unless the layers are eager PyTorch's or Megatron-Core's own (local), its grouped GEMMs' for an MoE model,
         its userbuffers' under the TP overlap, and PyTorch's own; a wafer's none."""
         if self.hardware.family != "gpu":
             return ()
-        return library_workspaces(self.hardware.chip.capability, not self.run.eager_kernels, self.model.is_moe,
-                                  self.layout.userbuffers)
+        te = self.run.transformer_engine and not self.run.eager_kernels
+        return library_workspaces(self.hardware.chip.capability, te, self.model.is_moe, self.layout.userbuffers)
 
     @property
     def workspace_bytes(self) -> int:

@@ -162,6 +162,9 @@ class Inputs(BaseModel):
                                         "(--checkpoint-early-stop)")
     eager_kernels: bool = Field(False, description="element-wise kernels as eager PyTorch launches them "
                                 "(llm-foundry's MPT block; --eager-kernels)")
+    transformer_engine: bool = Field(True, description="the layers are TransformerEngine's (Megatron's default "
+                                     "--transformer-impl transformer_engine); false: Megatron-Core's own (local), or a "
+                                     "wafer-scale plan")
     cpu_offload_layers: int = Field(0, description="decoder layers whose activations wait in host memory "
                                     "(--cpu-offloading-num-layers)")
     bf16_layers_at_start: int = Field(0, description="the first decoder layers kept out of the low-precision recipe "
