@@ -412,13 +412,13 @@ def test_a_search_that_fits_nothing_points_to_the_plans_suggestions(cli):
     code, out, err = cli(*args, "--search", "--json")
     found = json.loads(out)
     assert (code, found["fitting"]) == (1, 0), err
-    from btacalc.config.hardware import builtin_profiles
-
-    usable = builtin_profiles()["gb200"].usable_capacity_bytes
-    assert found["why"][0] == f"none of the {found['candidates']:,} layouts fits in {usable / 1e9:.1f} GB per device"
-    assert "without --search lists what would fit" in found["why"][1]
     code, out, err = cli(*args, "--json")
     assert code == 1 and any(s.startswith("--devices 128 ") for s in json.loads(out)["suggestions"]), err
+    # the usable bytes of this run (tews: the profile's less the run's library workspaces, the same for every layout
+    # here: no TP overlap)
+    usable = json.loads(out)["memory_bytes"]["usable_capacity"]
+    assert found["why"][0] == f"none of the {found['candidates']:,} layouts fits in {usable / 1e9:.1f} GB per device"
+    assert "without --search lists what would fit" in found["why"][1]
 
 
 def test_flops_table_says_what_recompute_holds_under_flash_attention(cli):

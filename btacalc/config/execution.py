@@ -159,6 +159,10 @@ class RunOptions:
     # catalogue's `eager_kernels` terms (bias-gradient reductions, the dQKV concatenation, LayerNorm's second
     # backward pass); False: Megatron/TransformerEngine's fused kernels (docs/runs.md "mpt4")
     eager_kernels: bool = False
+    # Megatron --transformer-impl: TransformerEngine's layers (True, Megatron's default) or Megatron-Core's own (False,
+    # `local`: torch matmuls and apex's weight-gradient kernels, no TransformerEngine GEMM, so none of TE's cuBLAS
+    # workspaces; config/workspaces.py). The launch reader also plans `local` with unfused attention (_dec_attention)
+    transformer_engine: bool = True
     # Megatron --cpu-offloading --cpu-offloading-num-layers N: the activations of the first N decoder layers
     # wait for their backward in host memory (ACTIVATION_OFFLOAD; 0: none)
     cpu_offload_layers: int = 0
@@ -713,6 +717,7 @@ class ExecutionRequest:
     nccl_ring_only: bool = False  # RunOptions.nccl_ring_only (a recipe's deterministic_mode: NCCL_ALGO=Ring)
     checkpoint_early_stop: bool = False  # RunOptions.checkpoint_early_stop (--checkpoint-early-stop)
     eager_kernels: bool = False  # RunOptions.eager_kernels (--eager-kernels)
+    transformer_engine: bool = True  # RunOptions.transformer_engine (a launch's --transformer-impl)
     cpu_offload_layers: int = 0  # Megatron --cpu-offloading-num-layers (RunOptions.cpu_offload_layers)
     bf16_layers_at_start: int = 0  # Megatron --num-layers-at-start-in-bf16 (RunOptions.bf16_layers_at_start)
     bf16_layers_at_end: int = 0  # Megatron --num-layers-at-end-in-bf16 (RunOptions.bf16_layers_at_end)
@@ -825,7 +830,7 @@ def _run_options(request: ExecutionRequest, model: "ModelSpec", profile: "Hardwa
         deterministic_attention=request.deterministic_attention,
         nccl_ring_only=request.nccl_ring_only,
         checkpoint_early_stop=request.checkpoint_early_stop,
-        eager_kernels=request.eager_kernels,
+        eager_kernels=request.eager_kernels, transformer_engine=request.transformer_engine,
         cpu_offload_layers=request.cpu_offload_layers,
         bf16_layers_at_start=request.bf16_layers_at_start,
         bf16_layers_at_end=request.bf16_layers_at_end,

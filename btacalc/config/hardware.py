@@ -277,10 +277,13 @@ class Reserves(_Section):
 
         reserved + cuda_context + communicator_buffers <= capacity,
         reserved = allocated x (1 + allocator_fragmentation),
-        allocated = btacalc's tensors + library_workspace,
+        allocated = btacalc's tensors + library_workspaces,
 
     and the tensors btacalc counts may use (`usable`)
-        floor((capacity - cuda_context - communicator_buffers) / (1 + allocator_fragmentation)) - library_workspace.
+        floor((capacity - cuda_context - communicator_buffers) / (1 + allocator_fragmentation)) - library_workspaces.
+
+    The library workspaces depend on the run (TransformerEngine's grouped GEMMs, userbuffers): config/workspaces.py
+    derives them, `Problem.library_workspaces` resolves them once per run, and each method here takes their bytes.
     """
 
     cuda_context_bytes: Annotated[Number, BYTES] = Field(
@@ -289,29 +292,27 @@ class Reserves(_Section):
     communicator_buffers_bytes: Annotated[Number, BYTES] = Field(
         description="NCCL's (and other communicators') staging buffers for every process group, allocated by "
         "the library outside PyTorch's allocator")
-    library_workspace_bytes: Annotated[Number, BYTES] = Field(
-        description="cuBLAS/cuBLASLt, cuDNN and TransformerEngine workspaces, allocated through PyTorch's "
-        "allocator: they count in max_memory_allocated")
     allocator_fragmentation_fraction: Annotated[Number, SHARE] = Field(
         description="reserved / allocated - 1 at the peak: the caching allocator's unused remainder of its blocks")
 
-    def usable_bytes(self, capacity: int) -> int:
-        """The bytes btacalc's tensors may be allocated (see the class docstring)."""
+    def usable_bytes(self, capacity: int, workspaces: int) -> int:
+        """The bytes btacalc's tensors may be allocated beside `workspaces` bytes of library workspaces (see the
+        class docstring)."""
         outside = self.cuda_context_bytes.value + self.communicator_buffers_bytes.value
-        return int((capacity - outside) // (1 + self.allocator_fragmentation_fraction.value)
-                   - self.library_workspace_bytes.value)
+        return int((capacity - outside) // (1 + self.allocator_fragmentation_fraction.value) - workspaces)
 
-    def allocated_bytes(self, tensors: int) -> int:
+    def allocated_bytes(self, tensors: int, workspaces: int) -> int:
         """torch's allocated bytes at the peak: btacalc's tensors plus the libraries' workspaces."""
-        return int(tensors + self.library_workspace_bytes.value)
+        return int(tensors + workspaces)
 
-    def reserved_bytes(self, tensors: int) -> int:
+    def reserved_bytes(self, tensors: int, workspaces: int) -> int:
         """torch's reserved bytes at the peak: allocated x (1 + fragmentation), rounded up."""
-        return math.ceil(self.allocated_bytes(tensors) * (1 + self.allocator_fragmentation_fraction.value))
+        return math.ceil(self.allocated_bytes(tensors, workspaces) * (1 + self.allocator_fragmentation_fraction.value))
 
-    def device_bytes(self, tensors: int) -> int:
+    def device_bytes(self, tensors: int, workspaces: int) -> int:
         """What the device holds for the process (nvidia-smi's used): reserved + context + communicators."""
-        return int(self.reserved_bytes(tensors) + self.cuda_context_bytes.value + self.communicator_buffers_bytes.value)
+        return int(self.reserved_bytes(tensors, workspaces) + self.cuda_context_bytes.value
+                   + self.communicator_buffers_bytes.value)
 
 
 class Calibration(_Section):
@@ -547,9 +548,9 @@ class HardwareProfile(BaseModel):
         if self.family == "gpu":
             if reserves is None or fraction is not None:
                 raise ValueError("a gpu profile names its memory reserves in [reserves] (cuda_context_bytes, "
-                                 "communicator_buffers_bytes, library_workspace_bytes, "
-                                 "allocator_fragmentation_fraction) instead of calibration.usable_memory_fraction")
-            if reserves.usable_bytes(self.memory_capacity_bytes) <= 0:
+                                 "communicator_buffers_bytes, allocator_fragmentation_fraction) "
+                                 "instead of calibration.usable_memory_fraction")
+            if reserves.usable_bytes(self.memory_capacity_bytes, 0) <= 0:
                 raise ValueError(f"the reserves leave no memory of memory.offchip_memory_bytes "
                                  f"{self.memory_capacity_bytes:.6g} B for tensors")
         elif fraction is None or reserves is not None:
@@ -581,12 +582,12 @@ class HardwareProfile(BaseModel):
         return (self.system.scaleup_bandwidth_bytes_per_s is not None
                 and self.system.scaleout_bandwidth_bytes_per_s is not None)
 
-    @property
-    def usable_capacity_bytes(self) -> int:
-        """The bytes the tensors btacalc counts may use: on a GPU the capacity less its named reserves
-        (`Reserves.usable_bytes`), on a wafer the capacity x its usable fraction."""
+    def usable_capacity(self, workspaces: int) -> int:
+        """The bytes the tensors btacalc counts may use: on a GPU the capacity less its named reserves and the run's
+        `workspaces` bytes of library workspaces (`Reserves.usable_bytes`, `Problem.library_workspaces`), on a wafer
+        the capacity x its usable fraction."""
         if self.reserves is not None:
-            return self.reserves.usable_bytes(self.memory_capacity_bytes)
+            return self.reserves.usable_bytes(self.memory_capacity_bytes, workspaces)
         fraction = self.calibration.usable_memory_fraction
         assert fraction is not None  # _memory_reserves: a profile without reserves has a fraction
         return int(self.memory_capacity_bytes * fraction.value)

@@ -1191,6 +1191,19 @@ def _dec_stages(get: Get) -> Fields:
             "layout.pipeline_layout": get("pipeline_model_parallel_layout")}
 
 
+def _enc_transformer_impl(f: Fields) -> Args:
+    """--transformer-impl local when the plan's layers are Megatron-Core's own; TransformerEngine's (Megatron's default,
+    megatron_flags.tsv) is left unsaid."""
+    return {"transformer_impl": "local"} if f.get("run.transformer_engine") is False else {}
+
+
+def _dec_transformer_impl(get: Get) -> Fields:
+    """tews: a local launch runs no TransformerEngine GEMM (Megatron-Core's ColumnParallelLinear: torch.matmul, apex's
+    weight-gradient kernels; layers.py L459, L683, L721-726 @ d98e8a64), so it holds none of TE's cuBLAS workspaces
+    (config/workspaces.py); its attention is _dec_attention's."""
+    return {"run.transformer_engine": str(get("transformer_impl")) != "local"}
+
+
 def _enc_wgrad_fusion(f: Fields) -> Args:
     """--no-gradient-accumulation-fusion when the plan turns the fusion off; Megatron's default (on:
     megatron_flags.tsv, the flag stores False) is left unsaid."""
@@ -1238,6 +1251,7 @@ RUN_ROWS: tuple[Row, ...] = (
     same("batch.global_batch", "global_batch_size"),
     Row("recompute", _enc_recompute, _dec_recompute),
     Row("attention", _enc_attention, _dec_attention),
+    Row("transformer implementation", _enc_transformer_impl, _dec_transformer_impl),
     Row("cross-entropy", _enc_loss, _dec_loss),
     Row("precision", _enc_precision, _dec_precision),
     Row("low precision", _enc_low_precision, _dec_low_precision),

@@ -745,6 +745,7 @@ def _guarded_request_fields(f: Fields) -> dict[str, Any]:
     out["moment_bytes"] = f.get("run.moment_bytes", 4)
     out["optimizer"] = f.get("run.optimizer", "adam")
     out["gradient_accumulation_fusion"] = f.get("run.gradient_accumulation_fusion", True)
+    out["transformer_engine"] = f.get("run.transformer_engine", True)
     # --deterministic-mode: TE's deterministic attention backward and NCCL_ALGO=Ring, as a run's recipe sets them
     out["deterministic_attention"] = out["nccl_ring_only"] = bool(f.get("run.deterministic_mode"))
     return out

@@ -64,7 +64,7 @@ class MemoryModel:
             raise BtacalcError("{memory_model} weight_streaming is modelled for wafer-scale profiles only")
         self.streaming = problem.memory_model == "weight_streaming"
         self.capacity = hw.memory_capacity_bytes
-        self.usable = hw.usable_capacity_bytes
+        self.usable = hw.usable_capacity(problem.workspace_bytes)
         # GPU: per pipeline stage (btacalc.model.gpu.memory)
         self.gpu = GpuMemory(problem) if hw.family == "gpu" else None
 

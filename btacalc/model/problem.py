@@ -28,6 +28,7 @@ from ..catalogue.terms import Phase
 from ..config.execution import Execution, Layout, RunOptions
 from ..config.hardware import HardwareProfile
 from ..config.model import LayerKind, ModelSpec
+from ..config.workspaces import Workspace, library_workspaces
 
 
 # Formula coefficients per model and per symbol values at G = b = 1: a layout's invariant, the same for
@@ -154,6 +155,21 @@ class Problem:
     @cached_property
     def layout(self) -> Layout:
         return self.execution.layout
+
+    @cached_property
+    def library_workspaces(self) -> tuple[Workspace, ...]:
+        """GPU: the library workspaces this run holds in PyTorch's allocator (config/workspaces.py), resolved once
+        per problem: TransformerEngine's unless the layers are eager PyTorch's or Megatron-Core's own (local), its grouped GEMMs' for an MoE model,
+        its userbuffers' under the TP overlap, and PyTorch's own; a wafer's none."""
+        if self.hardware.family != "gpu":
+            return ()
+        te = self.run.transformer_engine and not self.run.eager_kernels
+        return library_workspaces(self.hardware.chip.capability, te, self.model.is_moe, self.layout.userbuffers)
+
+    @property
+    def workspace_bytes(self) -> int:
+        """The bytes of `library_workspaces`: what Reserves takes off the usable memory."""
+        return sum(w.bytes for w in self.library_workspaces)
 
     @property
     def memory_model(self) -> str:

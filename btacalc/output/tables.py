@@ -316,7 +316,10 @@ def _memory_table(r: PlanReport) -> Table:
 
 def _device_caption(d: DeviceMemory) -> str:
     """A GPU's total as PyTorch and the driver count it (config/hardware.py Reserves)."""
-    return (f"allocated {gb(d.allocated_bytes)} (total + {gb(d.library_workspace_bytes)} library workspaces; torch "
+    held = " + ".join(f"{w.count} {w.name.replace('_', ' ')} x {w.bytes_each / 2**20:,.3f} MiB"
+                      for w in d.library_workspaces)
+    return (f"allocated {gb(d.allocated_bytes)} (total + {gb(d.library_workspace_bytes)} library workspaces: {held}; "
+            f"torch "
             f"max_memory_allocated), reserved {gb(d.reserved_bytes)} (x {1 + d.allocator_fragmentation_fraction:g} "
             f"allocator fragmentation), + CUDA context {gb(d.cuda_context_bytes)} + communicator buffers "
             f"{gb(d.communicator_buffers_bytes)} = {gb(d.device_bytes)} of the {gb(d.capacity_bytes)} the driver reports")

@@ -40,6 +40,7 @@ from ..config.cerebras_release import release_gain
 from ..config.presets import resolve_model
 from ..config.attention_kernels import attention_kernel
 from ..config.tp_overlap import ub_table
+from ..config.workspaces import Workspace
 from ..errors import BtacalcError
 from ..model.routing_balance import forced_balance_imbalance
 from ..config.text import Name
@@ -449,7 +450,10 @@ def _memory_prediction(profile: HardwareProfile, report: PlanReport, rank: str) 
     """The allocated and reserved bytes in GiB of the worst pipeline stage, or of the last when the run
     measured the last rank (a GPU plan; a wafer's none)."""
     tensors = report.memory_stages[-1].total if rank == "last" and report.memory_stages else report.memory_bytes["total"]
-    device = device_memory(profile, tensors)
+    dm = report.device_memory
+    held = [] if dm is None else [Workspace(w.name, w.library, w.count, w.bytes_each, w.when, w.source)
+                                  for w in dm.library_workspaces]
+    device = None if dm is None else device_memory(profile, tensors, held)
     if device is None:
         return RunPrediction()
     return RunPrediction(peak_alloc_gib=device.allocated_bytes / GIB, peak_reserved_gib=device.reserved_bytes / GIB)

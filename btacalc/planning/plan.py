@@ -10,7 +10,7 @@ formulas' coefficients.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
@@ -21,6 +21,7 @@ from ..config.execution import DEFAULT_FSDP_IMPL, ExecutionRequest
 from ..config.hardware import HardwareProfile
 from ..config.model import ModelSpec
 from ..config.tp_overlap import ub_overlaps
+from ..config.workspaces import Workspace
 from ..model.gpu.sm_share import dp_ctas
 from ..model.gpu.tp_overlap import userbuffers_timed
 from ..model.memory import MemoryModel
@@ -29,7 +30,8 @@ from ..model.problem import Evaluation, Problem
 from ..model.solver import PointLimits, Search, Solution, search, solve_density
 from ..model.timing import StepTime, compute_efficiency, step_time
 from .report import (AlternativePlan, DeviceMemory, FlopsPerStep, GemmShape, HardwareInfo, Inputs, LayerKindRows,
-                     ModelInfo, ParallelInfo, PhaseRow, PlanInfo, PlanReport, StageRow, StateRow, Throughput)
+                     ModelInfo, ParallelInfo, PhaseRow, PlanInfo, PlanReport, StageRow, StateRow, Throughput,
+                     WorkspaceRow)
 from .expected_error import expected_error, plan_kind
 from .precision import mark_precision
 from .resolve import resolve_problem
@@ -92,17 +94,21 @@ def tokens_per_expert(model: ModelSpec, seq_len: int, global_batch: int, expert_
     return expert_parallel * shards * tokens * model.top_k / model.num_experts if model.is_moe else float(tokens)
 
 
-def device_memory(hw: HardwareProfile, tensors: int) -> Optional[DeviceMemory]:
-    """A GPU's allocated and reserved bytes for `tensors` bytes of btacalc's tensors (None on a wafer)."""
+def device_memory(hw: HardwareProfile, tensors: int, workspaces: Sequence[Workspace]) -> Optional[DeviceMemory]:
+    """A GPU's allocated and reserved bytes for `tensors` bytes of btacalc's tensors beside the run's library
+    `workspaces` (`Problem.library_workspaces`; None on a wafer)."""
     res = hw.reserves
     if res is None:
         return None
+    ws = sum(w.bytes for w in workspaces)
     return DeviceMemory(
-        allocated_bytes=res.allocated_bytes(tensors), reserved_bytes=res.reserved_bytes(tensors),
-        device_bytes=res.device_bytes(tensors), capacity_bytes=hw.memory_capacity_bytes,
+        allocated_bytes=res.allocated_bytes(tensors, ws), reserved_bytes=res.reserved_bytes(tensors, ws),
+        device_bytes=res.device_bytes(tensors, ws), capacity_bytes=hw.memory_capacity_bytes,
         cuda_context_bytes=int(res.cuda_context_bytes.value),
         communicator_buffers_bytes=int(res.communicator_buffers_bytes.value),
-        library_workspace_bytes=int(res.library_workspace_bytes.value),
+        library_workspace_bytes=ws,
+        library_workspaces=[WorkspaceRow(name=w.name, library=w.library, count=w.count, bytes_each=w.bytes_each,
+                                         bytes=w.bytes, when=w.when, source=w.source) for w in workspaces],
         allocator_fragmentation_fraction=res.allocator_fragmentation_fraction.value)
 
 
@@ -124,7 +130,7 @@ def _hardware_info(problem: Problem) -> HardwareInfo:
     hw = problem.hardware
     return HardwareInfo(
         name=hw.name, display_name=hw.display_name, memory_model=hw.defaults.memory_model,
-        memory_capacity_bytes=hw.memory_capacity_bytes, usable_memory_bytes=hw.usable_capacity_bytes,
+        memory_capacity_bytes=hw.memory_capacity_bytes, usable_memory_bytes=hw.usable_capacity(problem.workspace_bytes),
         peak_flops_per_s=hw.chip.peak_flops_per_s.value,
         offchip_bandwidth_bytes_per_s=hw.memory.offchip_bandwidth_bytes_per_s.value,
         devices_per_host=hw.system.host_devices,
@@ -148,6 +154,7 @@ def _inputs(problem: Problem) -> Inputs:
         rht_cast_fusion=run.rht_cast_fusion, te_version=run.te_version if problem.hardware.family == "gpu" else "",
         gradient_accumulation_fusion=run.gradient_accumulation_fusion,
         checkpoint_early_stop=run.checkpoint_early_stop, eager_kernels=run.eager_kernels,
+        transformer_engine=run.transformer_engine and problem.hardware.family == "gpu",  # a wafer runs no TE
         deterministic_mode=run.deterministic_attention and run.nccl_ring_only,
         cpu_offload_layers=run.cpu_offload_layers, moment_bytes=run.moment_bytes, routing_weights=run.routing_weights,
         bf16_layers_at_start=run.bf16_layers_at_start, bf16_layers_at_end=run.bf16_layers_at_end,
@@ -280,7 +287,7 @@ def _shape_report(problem: Problem, mem: MemoryModel, sol: Solution, found: Sear
         memory_bytes={"total": breakdown.total, "capacity": breakdown.capacity, "usable_capacity": breakdown.usable,
                       **breakdown.components},
         offchip_bytes=breakdown.offchip,
-        device_memory=device_memory(problem.hardware, breakdown.total),
+        device_memory=device_memory(problem.hardware, breakdown.total, problem.library_workspaces),
         state_sharding=[StateRow(component=s.component, part=s.part, params=int(s.params),
                                  bytes_per_param=s.bytes_per_param, divisor=int(s.divisor), bytes_per_device=int(s.bytes),
                                  formula=s.formula) for s in breakdown.state_parts if s.params],

@@ -162,6 +162,9 @@ class Inputs(BaseModel):
                                         "(--checkpoint-early-stop)")
     eager_kernels: bool = Field(False, description="element-wise kernels as eager PyTorch launches them "
                                 "(llm-foundry's MPT block; --eager-kernels)")
+    transformer_engine: bool = Field(True, description="the layers are TransformerEngine's (Megatron's default "
+                                     "--transformer-impl transformer_engine); false: Megatron-Core's own (local), or a "
+                                     "wafer-scale plan")
     cpu_offload_layers: int = Field(0, description="decoder layers whose activations wait in host memory "
                                     "(--cpu-offloading-num-layers)")
     bf16_layers_at_start: int = Field(0, description="the first decoder layers kept out of the low-precision recipe "
@@ -497,6 +500,18 @@ def imported_info(run: Any) -> ImportedInfo:
                         notes=list(run.notes), environment=dict(run.env))
 
 
+class WorkspaceRow(BaseModel):
+    """One kind of library workspace the run holds in PyTorch's allocator (config/workspaces.py WORKSPACES)."""
+
+    name: str
+    library: str
+    count: int
+    bytes_each: int
+    bytes: int
+    when: str = Field(description="the run's condition that allocates it")
+    source: str = Field(description="the code that allocates it, at a named commit and lines")
+
+
 class DeviceMemory(BaseModel):
     """GPU: the worst stage's memory as PyTorch and the driver count it (config/hardware.py `Reserves`)."""
 
@@ -509,7 +524,9 @@ class DeviceMemory(BaseModel):
     capacity_bytes: int = Field(description="the capacity the driver reports")
     cuda_context_bytes: int
     communicator_buffers_bytes: int
-    library_workspace_bytes: int
+    library_workspace_bytes: int = Field(description="the sum of library_workspaces")
+    library_workspaces: list[WorkspaceRow] = Field(default_factory=list, description="the libraries' workspaces "
+                                                   "this run holds, each from the code that allocates it")
     allocator_fragmentation_fraction: float
 
 

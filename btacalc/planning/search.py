@@ -235,7 +235,7 @@ def _stack(layouts: list[Layout]) -> Layout:
 
 def _result(model: ModelSpec, hardware: HardwareProfile, request: ExecutionRequest, base: Execution, n: int,
             scores: _Scores, start: float) -> SearchResult:
-    usable = hardware.usable_capacity_bytes
+    usable = _usable(model, hardware, base, scores.candidates)
     fits = scores.memory <= usable
     result = SearchResult(model=model.name, hardware=hardware.name, devices=request.devices, global_batch=n,
                           seq_len=base.run.seq_len, candidates=len(scores.candidates), fitting=int(fits.sum()),
@@ -245,27 +245,38 @@ def _result(model: ModelSpec, hardware: HardwareProfile, request: ExecutionReque
     best_fit = scores.tokens[fitting[0]] if fitting else 0.0
     faster = [int(i) for i in by_speed if not fits[i] and scores.tokens[i] > best_fit]
     if faster:
-        result.fastest_not_fitting = scores.row(faster[0], usable)
+        result.fastest_not_fitting = scores.row(faster[0], int(usable[faster[0]]))
     if not fitting:
-        result.why = [f"none of the {len(scores.candidates):,} layouts fits in {usable / 1e9:.1f} GB per device",
+        result.why = [f"none of the {len(scores.candidates):,} layouts fits in {usable.max() / 1e9:.1f} GB per device",
                       "the same command without --search lists what would fit (a device count, ZeRO-3, recomputation), "
                       "each change checked to fit"]
     else:
         ranking = _distinct(scores, fitting, usable)
         result.ranking = ranking
         result.best = make_plan(model, hardware, _request_of(request, ranking[0], n))
-        result.why = _why(ranking, result.fastest_not_fitting, hardware)
+        result.why = _why(ranking, result.fastest_not_fitting, int(usable[faster[0]]) if faster else 0)
     result.elapsed_s = time.perf_counter() - start
     return result
 
 
-def _distinct(scores: _Scores, fitting: list[int], usable: int) -> list[LayoutRow]:
+def _usable(model: ModelSpec, hardware: HardwareProfile, base: Execution, candidates: list[_Candidate]) -> np.ndarray:
+    """Each candidate's usable bytes: the profile's less the library workspaces its run holds, which differ between
+    layouts only by TransformerEngine's userbuffers workspace (TP > 1 under --tp-comm-overlap; config/workspaces.py)."""
+    by_userbuffers: dict[bool, int] = {}
+    for c in candidates:
+        if c.layout.userbuffers not in by_userbuffers:
+            problem = Problem(model, hardware, replace(base, layout=c.layout))
+            by_userbuffers[c.layout.userbuffers] = hardware.usable_capacity(problem.workspace_bytes)
+    return np.array([by_userbuffers[c.layout.userbuffers] for c in candidates], dtype=np.int64)
+
+
+def _distinct(scores: _Scores, fitting: list[int], usable: np.ndarray) -> list[LayoutRow]:
     """The fastest fitting rows, winner first, one per outcome: a layout under several recomputation
     policies, or layouts that trade CP for micro-batch size at identical time and memory, count once."""
     seen: set[Any] = set()
     out: list[LayoutRow] = []
     for i in fitting:
-        row = scores.row(i, usable)
+        row = scores.row(i, int(usable[i]))
         keys = {row.label().split(" rc ")[0], (round(row.tokens_per_s, 3), row.memory_bytes)}
         if not keys & seen:
             seen |= keys
@@ -288,7 +299,7 @@ def _request_of(request: ExecutionRequest, row: LayoutRow, n: int) -> ExecutionR
 TIE = 0.005
 
 
-def _why(ranking: list[LayoutRow], faster: Optional[LayoutRow], hardware: HardwareProfile) -> list[str]:
+def _why(ranking: list[LayoutRow], faster: Optional[LayoutRow], faster_usable: int) -> list[str]:
     """What the winner saves against the first clearly slower runner-up, the ties, and the fastest layout
     that does not fit."""
     best, out = ranking[0], []
@@ -306,5 +317,5 @@ def _why(ranking: list[LayoutRow], faster: Optional[LayoutRow], hardware: Hardwa
                    + (f" and spends {costs} more" if costs else ""))
     if faster is not None:
         out.append(f"{faster.label()} would be {100 * (faster.tokens_per_s / best.tokens_per_s - 1):.1f}% faster but "
-                   f"needs {faster.memory_bytes / 1e9:.1f} GB of {hardware.usable_capacity_bytes / 1e9:.1f} GB usable")
+                   f"needs {faster.memory_bytes / 1e9:.1f} GB of {faster_usable / 1e9:.1f} GB usable")
     return out
