@@ -139,3 +139,77 @@ def test_recompute_runs_in_the_backward_pass():
     # without recomputation the backward is 2/3 of a layer's FLOPs; with it, (2 + 1)/(1 + 2 + 1) = 3/4
     assert share[0] == pytest.approx(2 / 3, abs=0.03)
     assert share[1] == pytest.approx(3 / 4, abs=0.03)
+
+
+def test_periodic_extrapolation_equals_the_whole_schedule_on_random_uneven_stages():
+    # makespan() simulates a shorter schedule and extrapolates once a group's passes all end c after the previous
+    # group's (over more groups than a pass reaches back); full_makespan() simulates every micro-batch
+    from btacalc.model.gpu.schedule import full_makespan
+    rng = np.random.default_rng(2104)
+    extrapolated = 0
+    for _ in range(60):
+        pp, vp = int(rng.integers(2, 7)), int(rng.integers(1, 4))
+        group = pp if vp == 1 or rng.random() < 0.5 else int(rng.integers(pp, 2 * pp + 1))
+        m = int(rng.integers(8, 30)) * group + (int(rng.integers(pp, group + 1)) if group > pp and rng.random() < 0.5 else 0)
+        f = rng.uniform(0.2, 2, (pp, vp, 4))
+        b = f * rng.uniform(1, 3, (pp, vp, 4))
+        f[rng.integers(pp), rng.integers(vp)] *= 3  # one slow chunk
+        got, want = makespan(f, b, pp, vp, m, group), full_makespan(f, b, pp, vp, m, group)
+        assert np.allclose(got, want, rtol=1e-12, atol=0)
+        extrapolated += m > 12 * group
+    assert extrapolated > 20  # most of these schedules are long enough to be extrapolated
+
+
+def test_a_long_transient_is_not_taken_for_the_steady_state():
+    # 1F1B on 6 stages: the makespan grows by the same step for five groups, then by more (a slower chain of passes
+    # overtakes); comparing two increments would extrapolate too early, the whole state's shift does not
+    from btacalc.model.gpu.schedule import full_makespan
+    rng = np.random.default_rng(182)
+    f = rng.uniform(0.2, 2, (6, 1))
+    b = f * rng.uniform(1, 3, (6, 1))
+    steps = np.round(np.diff([full_makespan(f, b, 6, 1, m) for m in range(18, 80, 6)]), 9)
+    assert steps[0] == steps[1] == steps[2] == steps[3] == steps[4] < steps[5] < steps[6] == steps[-1]
+    early = full_makespan(f, b, 6, 1, 30) + (78 - 30) // 6 * steps[0]  # two equal increments, extrapolated
+    assert makespan(f, b, 6, 1, 78) == pytest.approx(full_makespan(f, b, 6, 1, 78), rel=1e-12)
+    assert makespan(f, b, 6, 1, 78) > early + 0.1
+
+
+@pytest.mark.parametrize("pp, vp, group", [(2, 1, 2), (8, 1, 8), (4, 2, 4), (4, 3, 6), (8, 4, 8), (6, 2, 9)])
+def test_a_pass_waits_on_passes_at_most_lag_groups_away(pp, vp, group):
+    # the periodicity check compares _LAG + 1 group shifts: enough only if no rank predecessor lies further away
+    from btacalc.model.gpu.schedule import _LAG, _lag, _structure
+    m = 12 * group
+    assert _lag(_structure(pp, vp, m, group, False), m, group) <= _LAG
+
+
+@pytest.mark.slow
+def test_search_simulates_the_schedule_of_every_layout_that_can_rank():
+    # the search scores every layout by the step's lower bound (no bubble) and simulates the fastest bounds until
+    # none left could enter the ranking: the ranking and the fastest non-fitting layout equal those of simulating
+    # every layout
+    from btacalc.config.execution import BatchLimits, ExecutionRequest, resolve_execution
+    from btacalc.config.pipeline import StageSplit
+    from btacalc.planning import search as S
+    from dataclasses import replace
+
+    model, hw = resolve_model("qwen3-30b-a3b"), resolve_hardware("h100")
+    req = ExecutionRequest(devices=32, seq_len=4096, limits=BatchLimits(global_batch=512))
+    base = resolve_execution(req.with_changes(limits=replace(req.limits, global_batch=None, micro_batch=None),
+                                              micro_batches=None, stage_split=StageSplit()), model, hw)
+    candidates = list(S._candidates(model, hw, req, base, 512))
+    assert any(c.layout.pipeline_parallel > 1 for c in candidates)
+    usable = hw.usable_capacity_bytes
+    pruned, every = S._scored(model, hw, base, candidates), S._evaluate(model, hw, base, candidates)
+
+    def shown(scores):
+        order = np.argsort(-scores.tokens, kind="stable")
+        fits = scores.memory <= usable
+        ranking = S._distinct(scores, [int(i) for i in order if fits[i]], usable)
+        faster = [int(i) for i in order if not fits[i] and scores.tokens[i] > ranking[0].tokens_per_s]
+        return [(r.label(), r.tokens_per_s) for r in ranking], scores.row(faster[0], usable).label() if faster else None
+
+    assert shown(pruned) == shown(every)
+    # and the bound was a bound: no simulated step is below it
+    bound = S._evaluate(model, hw, base, candidates, schedule=False)
+    assert np.all(every.step >= bound.step * (1 - 1e-12))
+    assert np.any(every.step > bound.step * 1.001)

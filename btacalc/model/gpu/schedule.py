@@ -153,13 +153,88 @@ def makespan(forward: Any, backward: Any, pp: int, vp: int, m: int, group: int =
 
     `forward[j][v]`, `backward[j][v]`: one micro-batch's forward / backward time of chunk v of stage j, scalars
     or arrays of one shape (the result has it). `group`: the micro-batch group size (0: PP); `extra`: the extra
-    warm-up forward of overlap_moe_expert_parallel_comm (interleaved only)."""
+    warm-up forward of overlap_moe_expert_parallel_comm (interleaved only).
+
+    Many micro-batches (`_periodic`): a shorter schedule of the same last group is simulated, and where its
+    steady middle has become periodic (every pass of a group ends c after the same pass one group before, over
+    more groups than any pass reaches back) the passes of every further group end c later as well (the same
+    dependencies on passes shifted by c: max and + commute with the shift), so makespan(m) = makespan(short) +
+    (m - short)/N x c; elsewhere the whole schedule is simulated."""
+    group = group or pp
+    extra = extra and vp > 1
+    times, shape = _times(forward, backward, pp, vp)
+    return _shaped(_periodic(times, pp, vp, m, group, extra), shape)
+
+
+def _periodic(times: np.ndarray, pp: int, vp: int, m: Any, group: int, extra: bool) -> np.ndarray:
+    """The makespan of each element of `times` (`_times`) at its M (`m`: an int, or one per element; the
+    elements share the last group's size), by `makespan`'s periodic extrapolation where it holds."""
+    count = times.shape[-1]
+    ms = np.broadcast_to(np.asarray(m, dtype=np.int64), (count,))
+    rest = int(ms[0] - group * ((ms[0] - 1) // group))  # the last group's micro-batches (get_schedule_table)
+    w = warmup_forwards(pp, vp, 1 << 30, group, 0, extra)
+    first = -(-(w + 1) // (vp * group))  # the first group whose passes are past every rank's warm-up
+    cool = -(-w // (vp * group)) + 1  # groups the cool-down reaches back
+    out = np.zeros(count)
+    todo = np.arange(count)
+    while todo.size:
+        st_short = rest + (first + _LAG + 2 + cool - 1) * group
+        long = ms[todo] > st_short + group
+        for mb in np.unique(ms[todo[~long]]):  # short schedules: simulated whole
+            idx = todo[~long][ms[todo[~long]] == mb]
+            out[idx] = _simulate(times[..., idx], pp, vp, int(mb), group, extra)[0]
+        todo = todo[long]
+        if not todo.size:
+            break
+        span, ends = _simulate(times[..., todo], pp, vp, st_short, group, extra)
+        n = pp * vp * st_short
+        ids = np.arange(pp * vp)[:, None] * st_short + np.arange(first * group, (first + _LAG + 1) * group)[None, :]
+        ids = np.concatenate([ids.ravel(), n + ids.ravel()])
+        shift = ends[ids + group] - ends[ids]
+        c = shift[0]
+        steady = np.all(np.abs(shift - c) <= 1e-10 * span, axis=0)
+        out[todo[steady]] = span[steady] + (ms[todo[steady]] - st_short) // group * c[steady]
+        todo = todo[~steady]
+        first *= 2  # not periodic yet: compare later groups
+    return out
+
+
+# groups a pass's rank predecessor may lie before or after it (Megatron's order: a backward runs beside the
+# forward of a micro-batch up to the warm-up ahead; `_lag` measures it, tests/test_pipesched.py checks the bound)
+_LAG = 3
+
+
+def _lag(st: "_Structure", m: int, group: int) -> int:
+    """The most groups between a pass and its rank predecessor (the pass it waits on has its micro-batch)."""
+    mb = np.arange(2 * st.n) % m // group
+    has = st.prev != 2 * st.n
+    return int(np.max(np.abs(mb[has] - mb[st.prev[has]]), initial=0))
+
+
+def _times(forward: Any, backward: Any, pp: int, vp: int) -> tuple[np.ndarray, tuple[int, ...]]:
+    """The pass times as one (2, PP, VP, 1, elements) array, and the elements' shape."""
     cells = [forward[j][v] for j in range(pp) for v in range(vp)] + [backward[j][v] for j in range(pp) for v in range(vp)]
     arrays = np.broadcast_arrays(*[np.asarray(c, dtype=float) for c in cells])
     shape = arrays[0].shape
     tail = int(np.prod(shape))
-    times = np.stack([a.reshape(tail) for a in arrays]).reshape(2, pp, vp, 1, tail)
-    st = _structure(pp, vp, m, group or pp, extra and vp > 1)
+    return np.stack([a.reshape(tail) for a in arrays]).reshape(2, pp, vp, 1, tail), shape
+
+
+def _shaped(out: np.ndarray, shape: tuple[int, ...]) -> Any:
+    return out.reshape(shape) if shape else float(out[0])
+
+
+def full_makespan(forward: Any, backward: Any, pp: int, vp: int, m: int, group: int = 0, extra: bool = False) -> Any:
+    """`makespan` with every micro-batch simulated (no steady-state extrapolation)."""
+    times, shape = _times(forward, backward, pp, vp)
+    return _shaped(_simulate(times, pp, vp, m, group or pp, extra and vp > 1)[0], shape)
+
+
+def _simulate(times: np.ndarray, pp: int, vp: int, m: int, group: int, extra: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The makespan of each element of `times` (`_times`), every pass simulated level by level, and every pass's
+    end (pass, element) in the passes' own numbering."""
+    tail = times.shape[-1]
+    st = _structure(pp, vp, m, group, extra)
     order, prev, dep, bounds = st.ordered
     duration = np.broadcast_to(times, (2, pp, vp, m, tail)).reshape(2 * st.n, tail)[order]
     end = np.zeros((2 * st.n + 1, tail))
@@ -167,8 +242,9 @@ def makespan(forward: Any, backward: Any, pp: int, vp: int, m: int, group: int =
         duration, end = duration[:, 0], end[:, 0]
     for lo, hi in bounds:
         end[lo:hi] = np.maximum(end[prev[lo:hi]], end[dep[lo:hi]]) + duration[lo:hi]
-    out = end[:-1].max(axis=0).reshape(tail)
-    return out.reshape(shape) if shape else float(out[0])
+    ends = np.empty((2 * st.n, tail))
+    ends[order] = end[:-1].reshape(2 * st.n, tail)
+    return ends.max(axis=0), ends
 
 
 def step_makespan(forward: Any, backward: Any, pp: Any, vp: Any, m: Any, group: Any, extra: Any) -> Any:
@@ -187,10 +263,12 @@ def step_makespan(forward: Any, backward: Any, pp: Any, vp: Any, m: Any, group: 
     flat_f = [t.ravel() for t in times[:rows * cols]]
     flat_b = [t.ravel() for t in times[rows * cols:]]
     out = np.zeros(keys.shape[0])
+    ms = keys[:, 2].copy()
+    keys[:, 2] = ms - keys[:, 3] * ((ms - 1) // keys[:, 3])  # the last group's size: one short schedule for every M
     for key in np.unique(keys, axis=0):
-        p, v, mb, g, x = (int(k) for k in key)
+        p, v, _, g, x = (int(k) for k in key)
         idx = np.flatnonzero((keys == key).all(axis=1))
         f = [[flat_f[j * cols + c][idx] for c in range(v)] for j in range(p)]
         b = [[flat_b[j * cols + c][idx] for c in range(v)] for j in range(p)]
-        out[idx] = makespan(f, b, p, v, mb, g, bool(x))
+        out[idx] = _periodic(_times(f, b, p, v)[0], p, v, ms[idx], g, bool(x) and v > 1)
     return out.reshape(shape)

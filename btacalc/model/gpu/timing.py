@@ -139,11 +139,14 @@ class _Stage(_Slowest):
 
 
 def gpu_step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Evaluation] = None,
-                  micro_batches: Any = None, report: bool = True) -> StepTime:
+                  micro_batches: Any = None, report: bool = True, schedule: bool = True) -> StepTime:
     """Step time, tokens/s and MFU of a GPU problem at `micro_batches` (default the layout's) micro-batches
     of `tiles` x `tile_batch` sequences per data-parallel rank (ints, or arrays over layouts or shapes).
     Without `report`, the per-phase, per-GEMM and collective rows of the report are left empty (the
-    solver's candidates: the times alone, the same values)."""
+    solver's candidates: the times alone, the same values). Without `schedule`, the pipeline's passes are not
+    simulated and the bubble is 0: a lower bound of the step (the busiest stage runs its M micro-batches one
+    after another whatever the schedule), what the layout search ranks by before it simulates the layouts that
+    can rank (planning/search.py)."""
     ev = ev if ev is not None else problem.evaluate(tiles, tile_batch)
     kinds = [(kind, part) for (kind, _), part in zip(ev.layers, layer_parts(problem, ev, report=report))]
     first, last = outside_parts(problem, ev, report=report)
@@ -158,7 +161,8 @@ def gpu_step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Ev
     fixed = _slowest_fixed(stages)
     optimizer, norm, casts = fixed.optimizer_s, fixed.grad_norm_s, fixed.weight_cast_s
     # what Megatron's schedule adds over the busiest stage's M micro-batches (schedule.py)
-    makespan, passes = _makespan(problem, pipe, stages, (kinds, per_kind), (first, last), tiles, m)
+    makespan, passes = _makespan(problem, pipe, stages, (kinds, per_kind), (first, last), tiles, m) if schedule \
+        else (worst.micro_batch_s * m, None)
     bubble = makespan - worst.micro_batch_s * m
     step = worst.micro_batch_s * m + bubble + sync + optimizer + norm + casts
     seqs = lay.data_parallel * m * tiles * tile_batch
