@@ -155,7 +155,7 @@ def gpu_step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Ev
     pipe = PipelineStages.of(problem, m)
     count = largest(lay.pipeline_parallel)
     per_kind = _kind_terms(problem, kinds)
-    stages = [_stage(problem, pipe, j, kinds, per_kind, (first, last), tiles, m) for j in range(count)]
+    stages = [_stage(problem, pipe, j, kinds, (first, last), tiles, m, per_kind) for j in range(count)]
     worst, crit = _critical(stages)
     sync = _Sync.of_step(lay, [st.sync for st in stages])
     fixed = _slowest_fixed(stages)
@@ -323,15 +323,15 @@ def _launch(problem: Problem, stage: Part, outside: list[tuple[Part, Any]], term
     return where(synced_layers, synced, launch_time(host, gpu)), host
 
 
-def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any, Part]],
-           per_kind: list[dict[str, Any]], ends: tuple[Part, Part], tiles: Any, micro_batches: Any) -> _Stage:
+def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any, Part]], ends: tuple[Part, Part],
+           tiles: Any, micro_batches: Any, per_kind: Optional[list[dict[str, Any]]] = None) -> _Stage:
     lay = problem.layout
     exists = pipe.exists(j)
     is_first, is_last = j == 0, where(exists, j == lay.pipeline_parallel - 1, False)
     counts = pipe.kind_counts(j)  # the stage's real layers of each kind (stages.py)
     layers = sum(counts)
     stage = _summed_layers(counts, kinds)
-    layer_terms = _layer_terms(per_kind, counts)
+    layer_terms = _layer_terms(per_kind if per_kind is not None else _kind_terms(problem, kinds), counts)
     first, last = ends
     outside = [(first, is_first), (last, is_last)]
     compute = layer_terms.pop("compute") + _on_ends(outside, "compute_s")
