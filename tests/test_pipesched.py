@@ -213,3 +213,43 @@ def test_search_simulates_the_schedule_of_every_layout_that_can_rank():
     bound = S._evaluate(model, hw, base, candidates, schedule=False)
     assert np.all(every.step >= bound.step * (1 - 1e-12))
     assert np.any(every.step > bound.step * 1.001)
+
+
+def test_the_group_size_sets_the_in_flight_passes():
+    # Megatron-LM's tunable_overlap test: 12 layers, PP 4, VP 3, M = 5, N = 5. The last stage (j = 3) warms up
+    # 2(PP - j - 1) + (VP - 1)·N = 10 forwards and holds 11 chunk passes; the table runs chunk 0 for micro-batches
+    # 0-4, then chunk 1, then chunk 2: 5, 5 and 1 of them (with N = PP = 4 it would warm up 8 and hold 9)
+    from btacalc.model.gpu.stages import PipelineStages
+    st = PipelineStages(12, 4, 3, 5, group=5)
+    assert st.in_flight(3) == 11 and [st.chunk_passes(3, v) for v in range(3)] == [5, 5, 1]
+    assert st.in_flight(0) == 2 * 3 + 2 * 5 + 1 - 2  # capped at M·VP = 15
+    assert PipelineStages(12, 4, 3, 8).in_flight(3) == 2 * 4 + 1  # default N = PP
+
+
+def test_the_interleaved_schedule_takes_m_that_megatron_takes(cli, tmp_path):
+    # schedules.py L1160-1180: PP <= N <= M and M mod N is 0 or at least PP; btacalc refused any M not a multiple of
+    # PP before it read N. PP 4, VP 3, M 5: N 5 runs (one group), N 4 (the default) leaves a last group of 1
+    from btacalc.config.pipeline import group_rule
+    assert group_rule(4, 5, 5) == "" and "mod" in group_rule(4, 5, 4) and group_rule(4, 10, 6) == "" \
+        and "mod" in group_rule(4, 10, 7) and "must hold" in group_rule(4, 5, 3)
+    base = ["plan", "--model", "gpt-toy-megatron-ci", "--hw", "h100", "--devices", "8", "--pp", "4", "--vp", "3",
+            "--global-batch", "40", "--micro-batch", "4", "--seq", "1024"]
+    code, _, err = cli(*base)
+    assert code == 2 and "M 5 mod the micro-batch group 4 is 1" in err and "--microbatch-group-size not given" in err
+    assert len(err.strip().splitlines()) == 1
+    code, out, err = cli(*base, "--microbatch-group-size", "5", "--emit", "megatron")
+    assert code == 0, err
+    assert "--microbatch-group-size-per-virtual-pipeline-stage 5" in " ".join(out.split())
+    code, _, err = cli(*base, "--microbatch-group-size", "3")
+    assert code == 2 and "must hold PP 4 to M 5" in err, err
+    launch = tmp_path / "launch.txt"
+    launch.write_text("--num-layers 12 --hidden-size 512 --num-attention-heads 8 --seq-length 1024 "
+                      "--max-position-embeddings 1024 --micro-batch-size 4 --global-batch-size 40 --bf16 "
+                      "--pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 1 "
+                      "--microbatch-group-size-per-virtual-pipeline-stage 5")
+    code, out, err = cli("plan", "--hw", "h100", "--devices", "8", "--from-megatron", str(launch), "--emit", "megatron")
+    assert code == 0, err
+    assert "--microbatch-group-size-per-virtual-pipeline-stage 5" in " ".join(out.split())
+    code, out, err = cli("plan", "--hw", "h100", "--devices", "8", "--from-megatron", str(launch), "--emit", "bridge")
+    assert code == 0, err
+    assert "model.microbatch_group_size_per_vp_stage=5" in out.replace(" ", "")

@@ -34,6 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from ...config.pipeline import group_rule  # noqa: F401  (Megatron's rule on the group size, beside its schedule)
+
 
 
 def warmup_forwards(pp: int, vp: int, m: int, group: int, rank: int, extra: bool = False) -> int:
@@ -53,18 +55,6 @@ def schedule_table(m: int, vp: int, group: int) -> list[tuple[int, int]]:
         high = m if low + group >= m else low + group
         table.extend((i, v) for v in range(vp) for i in range(low, high))
     return table
-
-
-def group_rule(pp: int, m: int, group: int) -> str:
-    """Why Megatron refuses micro-batch group size `group` at PP `pp` and M `m` with interleaving, or '' if it
-    runs (schedules.py L1160-1180: PP <= N <= M, and M mod N is 0 or at least PP)."""
-    if group < pp or group > m:
-        return f"the micro-batch group must hold PP {pp} to M {m} micro-batches, not {group}"
-    rest = m % group
-    if 0 < rest < pp:
-        return (f"M {m} mod the micro-batch group {group} is {rest}: Megatron needs it 0 or at least PP {pp} "
-                "(else the last group leaves dependency bubbles)")
-    return ""
 
 
 @dataclass(frozen=True)

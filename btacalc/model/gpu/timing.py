@@ -201,7 +201,7 @@ def _makespan(problem: Problem, pipe: PipelineStages, stages: list[_Stage], laye
     if not is_array(pp) and pp == 1:
         return stages[0].micro_batch_s * m, None
     forward, backward = pass_times(problem, pipe, stages, layers, ends, tiles)
-    group = getattr(lay, "microbatch_group", None) or pp
+    group = lay.microbatch_group or pp
     return step_makespan(forward, backward, pp, vp, m, group, lay.overlap.all_to_all & (vp > 1)), (forward, backward)
 
 
