@@ -163,7 +163,7 @@ def test_a_bridge_table_row_is_typeable(cli):
     (("--devices", "64", "--pp", "5"), "does not divide --devices"),
     (("--devices", "56", "--pp", "7", "--first-stage-layers", "49"), "exceed the model's 48 layers"),
     (("--devices", "64", "--vp", "2"), "--vp > 1 needs --pp > 1"),
-    (("--devices", "64", "--pp", "2", "--vp", "2", "--grad-accum", "3"), "multiple of --pp 2 micro-batches"),
+    (("--devices", "64", "--pp", "2", "--vp", "2", "--grad-accum", "3"), "M 3 mod the micro-batch group 2 is 1"),
     (("--devices", "64", "--cp", "3", "--seq", "4096"), "does not divide --devices"),
     (("--devices", "48", "--cp", "3", "--seq", "4096"), "multiple of 2·CP"),
     (("--devices", "64", "--tp", "2", "--no-sequence-parallel"), "needs --sequence-parallel"),

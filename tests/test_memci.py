@@ -23,6 +23,8 @@ GOLDEN = {
     "gpt-toy-megatron-ci-h100-8-te-tp1-pp1-dist-optimizer-no-mmap-bin-files-dev":
         ("gpt3_mcore_te_tp1_pp1_dist_optimizer_no_mmap_bin_files", 4_702_430_720, 2),
     "gpt-toy-megatron-ci-h100-8-te-tp1-pp4-vp1-dev": ("gpt3_mcore_te_tp1_pp4_vp1", 4_161_191_424, 2),
+    # M = 5 at PP 4 interleaved with --microbatch-group-size-per-virtual-pipeline-stage 5 (pipesched)
+    "gpt-toy-megatron-ci-h100-8-te-tp1-pp4-vp1-tunable-overlap-dev": ("gpt3_mcore_te_tp1_pp4_vp1_tunable_overlap", 4_622_615_552, 2),
     "gpt-toy-megatron-ci-h100-8-te-tp1-pp4-vp1-dist-optimizer-overlap-grad-reduce-param-gather-overlap-optimizer-dev":
         ("gpt3_mcore_te_tp1_pp4_vp1_dist_optimizer_overlap_grad_reduce_param_gather_overlap_optimizer", 3_942_493_696, 2),
     "gpt-toy-megatron-ci-h100-8-te-tp1-pp4-vp1-resume-torch-decoupled-lr-dev":
@@ -57,6 +59,7 @@ LAYOUT = {
     "tp2-pp2-cp2": (2, 2, 2, 4, 32), "cross-entropy-loss-fusion": (2, 2, 1, 4, 32), "tp2-zp-z3": (2, 1, 1, 4, 32),
     "te-tp4-pp1": (4, 1, 1, 4, 32), "h100-8-tp1-pp2": (1, 2, 1, 4, 32), "h100-8-tp1-pp4": (1, 4, 1, 4, 32),
     "tp4-cp2-current-scaling": (4, 1, 2, 2, 128), "4experts-groupedGEMM": (1, 1, 1, 4, 32),
+    "tunable-overlap": (1, 4, 1, 4, 40),
 }
 
 
@@ -87,7 +90,7 @@ def assert_row_is_golden(run, folder: str, peak: int, iteration: int) -> None:
 @pytest.mark.parametrize("run_id", sorted(GOLDEN))
 def test_a_rows_layout_is_its_model_config(run_id):
     run = _runs()[run_id]
-    (tp, pp, cp, mb, gbs), = [v for k, v in LAYOUT.items() if k in run_id]
+    (tp, pp, cp, mb, gbs), = [v for k, v in LAYOUT.items() if k in run_id][-1:]  # the last (most specific) match
     assert (run.tp, run.pp, run.cp or 1, run.micro_batch, run.global_batch, run.seq) == (tp, pp, cp, mb, gbs, 1024)
     assert f"--tensor-model-parallel-size {tp}" in run.megatron_args
     assert f"--micro-batch-size {mb} --global-batch-size {gbs} --seq-length 1024" in run.megatron_args

@@ -26,6 +26,7 @@ FLAGS = {
     "micro_batches": "--grad-accum",
     "devices_per_node": "--gpus-per-node",
     "ddp_bucket_params": "--ddp-bucket-size",
+    "microbatch_group": "--microbatch-group-size",
     "overlap_all_to_all": "--overlap-a2a",
     "hardware": "--hw",
     "solve_for": "--solve-for",
@@ -166,6 +167,10 @@ DdpNumBucketsOpt = typer.Option(None, "--ddp-num-buckets", min=1, help=help_text
     "Megatron's --ddp-num-buckets N: the rank's parameters // N per gradient bucket (Megatron-LM training.py "
     "resolve_ddp_bucket_size), so N overlapped data-parallel reduce-scatters / all-gathers; not with "
     "--ddp-bucket-size [default: Megatron's buckets of max(4e7, 1e6 x DP x CP) parameters]."))
+MicrobatchGroupOpt = typer.Option(None, "--microbatch-group-size", min=1, help=help_text(
+    "Megatron's --microbatch-group-size-per-virtual-pipeline-stage N: the interleaved schedule runs each model chunk "
+    "for N micro-batches in a row; PP <= N <= M and M mod N 0 or at least PP (Megatron-Core schedules.py "
+    "L1160-1180), so M need not be a multiple of PP [default: N = PP, Megatron's]."))
 CudaGraphScopeOpt = typer.Option(None, "--cuda-graph-scope", help=help_text(
     "Megatron's per-layer CUDA graphs (--cuda-graph-impl transformer_engine), comma-separated scopes: attn, mlp, "
     "moe_router, moe_preprocess (with moe_router); their kernels, module calls and eager glue replay from one "

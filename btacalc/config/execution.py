@@ -29,7 +29,7 @@ from .precision import DEFAULT_PRECISION, NON_TN_FP8_CC_TEXT, Recipe, check_fp8_
 from .attention_kernels import DEFAULT_ATTENTION_KERNEL, attention_kernel
 from .cuda_graphs import check_scopes, scopes
 from ..vocabulary import SELECTIVE_MODULES, parse_recompute
-from .pipeline import Placement, StageSplit, parse_layout, place
+from .pipeline import Placement, StageSplit, group_rule, parse_layout, place
 from .te_release import default_te_version, te_behaviour, te_releases
 from .tp_overlap import UbOverlap
 from .model import MAX_COUNT
@@ -239,6 +239,11 @@ class Layout:
     sequence_parallel: bool = False
     pipeline_parallel: int = 1
     virtual_pipeline: int = 1  # interleaved model chunks per pipeline stage (1: plain 1F1B)
+    # Megatron's --microbatch-group-size-per-virtual-pipeline-stage (ModelParallelConfig.microbatch_group_size_per_vp_
+    # stage): the interleaved schedule runs each model chunk for N micro-batches in a row; None: Megatron's default
+    # N = PP (model_parallel_config.py L567-568). Read by the schedule (model/gpu/schedule.py) and the in-flight
+    # count (model/gpu/stages.py); ignored without interleaving, as Megatron ignores it
+    microbatch_group: Optional[int] = None
     context_parallel: int = 1
     expert_tensor_parallel: int = 1
     fsdp: bool = False  # fully sharded data parallel (ZeRO-3 state; gathers per micro-batch)
@@ -329,6 +334,8 @@ class Layout:
                  ("expert_tensor_parallel", self.expert_tensor_parallel))
         if self.ddp_bucket_params is not None:
             sizes += (("ddp_bucket_params", self.ddp_bucket_params),)
+        if self.microbatch_group is not None:
+            sizes += (("microbatch_group", self.microbatch_group),)
         if self.ddp_num_buckets is not None:
             sizes += (("ddp_num_buckets", self.ddp_num_buckets),)
             if self.ddp_bucket_params is not None:
@@ -511,10 +518,12 @@ class Layout:
             raise BtacalcError("{first_stage_layers}/{last_stage_layers}/{pipeline_layout}/the account-for flags split "
                                "the layers over pipeline stages: they need {pipeline_parallel} > 1")
         self.placement(num_layers, mtp_layers)
-        if vp > 1 and self.micro_batches % pp:
-            raise BtacalcError(f"{{micro_batches}} {self.micro_batches}: the interleaved schedule needs a multiple of "
-                               f"{{pipeline_parallel}} {pp} micro-batches (Megatron-Core schedules.py: microbatch "
-                               "groups of PP)")
+        if vp > 1:  # Megatron-LM @ d98e8a64 schedules.py L1160-1180 (the group size N, default PP)
+            why = group_rule(pp, self.micro_batches, self.microbatch_group or pp)
+            if why:
+                given = "" if self.microbatch_group else " ({microbatch_group} not given: N = PP)"
+                raise BtacalcError(f"{{micro_batches}} {self.micro_batches}: the interleaved schedule refuses it: "
+                                   f"{why}{given}; Megatron-Core schedules.py L1160-1180")
 
 
 def _multiples_text(n: int, unit: int) -> str:
@@ -573,7 +582,8 @@ _LIMIT_TEXT = {MAX_SEQUENCES: "2^62 sequences, more than any training batch",
 # parameters still fits numpy's int64 and holds any model's parameters in one bucket
 _SIZE_LIMITS = {"micro_batches": (MAX_SEQUENCES, _LIMIT_TEXT[MAX_SEQUENCES]),
                 "ddp_bucket_params": (MAX_SEQUENCES, "2^62 parameters, more than any model's"),
-                "ddp_num_buckets": (MAX_SEQUENCES, "2^62 buckets, more than any model's parameters")}
+                "ddp_num_buckets": (MAX_SEQUENCES, "2^62 buckets, more than any model's parameters"),
+                "microbatch_group": (MAX_SEQUENCES, _LIMIT_TEXT[MAX_SEQUENCES])}
 
 
 # How Cerebras splits a wafer cluster's global batch (model/wafer/batching.py has the sources); checked
@@ -696,6 +706,7 @@ class ExecutionRequest:
     nvls: bool = False  # Layout.nvls (NCCL_NVLS_ENABLE=1 with nccl_ub)
     ddp_bucket_params: Optional[int] = None  # Layout.ddp_bucket_params (Megatron --ddp-bucket-size)
     ddp_num_buckets: Optional[int] = None  # Layout.ddp_num_buckets (Megatron --ddp-num-buckets)
+    microbatch_group: Optional[int] = None  # Layout.microbatch_group (Megatron --microbatch-group-size-per-...)
     ddp_buckets_every_stage: bool = False  # Layout.ddp_buckets_every_stage (Apex DistributedFusedAdam's buckets)
     cuda_graph_scope: tuple[str, ...] = ()  # Layout.cuda_graph_scope
     tp_overlap_cfg: Optional[tuple[UbOverlap, ...]] = None  # Layout.tp_overlap_cfg (a run's userbuffers table)
@@ -935,6 +946,7 @@ _GPU_LAYOUT: tuple[tuple[str, str, Any], ...] = (
     ("devices_per_node", "devices_per_node", None),
     ("ddp_bucket_size", "ddp_bucket_params", None),
     ("ddp_num_buckets", "ddp_num_buckets", None),
+    ("microbatch_group_size", "microbatch_group", None),
     ("overlap_grad_reduce", "overlaps.grad_reduce", None),
     ("overlap_param_gather", "overlaps.param_gather", None),
     ("tp_comm_overlap", "overlaps.tp_comm", None),
@@ -1234,7 +1246,8 @@ def _resolve_layout(request: ExecutionRequest, model: "ModelSpec", profile: "Har
                   stage_split=request.stage_split,
                   deepep=request.deepep, dispatcher_sms=request.dispatcher_sms,
                   nccl_ub=request.nccl_ub, nvls=request.nvls, ddp_bucket_params=request.ddp_bucket_params,
-                  ddp_num_buckets=request.ddp_num_buckets, ddp_buckets_every_stage=request.ddp_buckets_every_stage,
+                  ddp_num_buckets=request.ddp_num_buckets, microbatch_group=request.microbatch_group,
+                  ddp_buckets_every_stage=request.ddp_buckets_every_stage,
                   cuda_graph_scope=tuple(request.cuda_graph_scope), tp_overlap_cfg=request.tp_overlap_cfg,
                   overlap=_resolve_overlaps(request, chosen, devices > 1, sizes["virtual_pipeline"] > 1))
 

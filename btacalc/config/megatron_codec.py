@@ -1268,6 +1268,7 @@ RUN_ROWS: tuple[Row, ...] = (
     switch("layout.nccl_ub", "nccl_ub"),
     same("layout.ddp_bucket_params", "ddp_bucket_size"),
     same("layout.ddp_num_buckets", "ddp_num_buckets"),
+    same("layout.microbatch_group", "microbatch_group_size_per_vp_stage"),
     switch("overlap.grad_reduce", "overlap_grad_reduce"),
     switch("overlap.param_gather", "overlap_param_gather"),
     switch("overlap.tp_comm", "tp_comm_overlap"),
@@ -1392,6 +1393,8 @@ BRIDGE_KEYS: dict[str, tuple[str, Callable[[Any], Any], Callable[[Any], Any]]] =
     "nccl_ub": ("ddp.nccl_ub", *_AS_IS),
     "ddp_bucket_size": ("ddp.bucket_size", *_AS_IS),
     "ddp_num_buckets": ("ddp.num_buckets", *_AS_IS),
+    # Megatron-Bridge @ 067f987df: a ModelParallelConfig field of the model provider (recipes/glm/h100/glm5.py L60)
+    "microbatch_group_size_per_vp_stage": ("model.microbatch_group_size_per_vp_stage", *_AS_IS),
     "grad_reduce_in_bf16": ("ddp.grad_reduce_in_fp32", _neg, _neg),
     "ckpt_format": ("checkpoint.ckpt_format", *_AS_IS),
     "tp_comm_overlap": ("comm_overlap.tp_comm_overlap", *_AS_IS),

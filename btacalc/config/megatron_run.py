@@ -691,6 +691,7 @@ def request_from_fields(f: Fields, spec: ModelSpec, devices: int, per_node: Opti
         overlap_all_to_all=bool(f.get("overlap.all_to_all")), deepep=bool(f.get("layout.deepep")),
         dispatcher_sms=f.get("layout.dispatcher_sms"), nccl_ub=bool(f.get("layout.nccl_ub")),
         ddp_bucket_params=f.get("layout.ddp_bucket_params"), ddp_num_buckets=f.get("layout.ddp_num_buckets"),
+        microbatch_group=f.get("layout.microbatch_group"),
         cuda_graph_scope=tuple(f.get("layout.cuda_graph_scope") or ()),
         limits=BatchLimits(global_batch=global_batch, micro_batch=micro or 1),
         tensor_parallel=f["layout.tensor_parallel"], sequence_parallel=f["layout.sequence_parallel"],

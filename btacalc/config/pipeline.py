@@ -374,3 +374,15 @@ def _check_not_empty(placement: Placement) -> None:
         if not any(c.count or c.embedding or c.loss or c.mtp for c in held):
             raise BtacalcError(f"{{pipeline_parallel}} {placement.pp} x {{virtual_pipeline}} {placement.vp}: stage {p} "
                                "holds no layer (a stage count that leaves a stage empty)")
+
+
+def group_rule(pp: int, m: int, group: int) -> str:
+    """Why Megatron refuses micro-batch group size `group` at PP `pp` and M `m` with interleaving, or '' if it
+    runs (schedules.py L1160-1180: PP <= N <= M, and M mod N is 0 or at least PP)."""
+    if group < pp or group > m:
+        return f"the micro-batch group must hold PP {pp} to M {m} micro-batches, not {group}"
+    rest = m % group
+    if 0 < rest < pp:
+        return (f"M {m} mod the micro-batch group {group} is {rest}: Megatron needs it 0 or at least PP {pp} "
+                "(else the last group leaves dependency bubbles)")
+    return ""

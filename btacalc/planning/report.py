@@ -67,6 +67,9 @@ class ParallelInfo(BaseModel):
                                              "(--ddp-bucket-size; None: Megatron's default, max(4e7, 1e6 x DP x CP))")
     ddp_num_buckets: Optional[int] = Field(None, description="gradient buckets asked for (--ddp-num-buckets: "
                                            "the rank's parameters // this many per bucket); None: not given")
+    microbatch_group: Optional[int] = Field(None, description="micro-batches the interleaved schedule runs each "
+                                            "model chunk for in a row (--microbatch-group-size-per-virtual-pipeline-"
+                                            "stage); None: Megatron's default, PP")
     dp_collective_ctas: dict[str, int] = Field(default_factory=dict, description="SMs one data-parallel all-gather, "
                                                "reduce-scatter and all-reduce holds while it hides behind compute "
                                                "(NCCL's ring channels, or its NVLS path with nccl_ub: "

@@ -117,7 +117,7 @@ def search_layouts(model: ModelSpec, hardware: HardwareProfile, request: Executi
     if not candidates:
         raise BtacalcError(f"{{search}}: no layout of {request.devices} devices satisfies the layout rules for "
                            f"{{global_batch}} {n}")
-    return _result(model, hardware, request, base, n, _evaluate(model, hardware, base, candidates), start)
+    return _result(model, hardware, request, base, n, _scored(model, hardware, base, candidates), start)
 
 
 def _choices(given: Optional[int], name: str) -> tuple[int, ...]:
@@ -200,8 +200,50 @@ class _Scores:
                          time_s={k: float(v[i]) for k, v in self.terms.items()})
 
 
-def _evaluate(model: ModelSpec, hardware: HardwareProfile, base: Execution, candidates: list[_Candidate]) -> _Scores:
-    """Every candidate's memory and step time, one vectorised evaluation per recomputation policy."""
+# fitting and non-fitting candidates whose pipeline schedule is simulated at once, at first (doubled each
+# round, `_scored`)
+SIMULATED_AT_ONCE = 32
+
+
+def _scored(model: ModelSpec, hardware: HardwareProfile, base: Execution, candidates: list[_Candidate]) -> _Scores:
+    """Every candidate's memory and step time, the step with its pipeline schedule simulated (gpu/schedule.py)
+    where that can change what the search shows. The step without the bubble is a lower bound of the step
+    (`gpu_step_time`, schedule off), so its tokens/s an upper bound: every candidate is scored by it first,
+    then, fastest bound first, the candidates are simulated while a fitting one's bound beats the slowest
+    row of the ranking so far (or there are not enough rows yet) or a non-fitting one's beats the fastest
+    simulated candidate, fitting or not: a candidate left at its bound cannot enter the ranking or be the
+    fastest that does not fit."""
+    scores = _evaluate(model, hardware, base, candidates, schedule=False)
+    usable = hardware.usable_capacity_bytes
+    fits = scores.memory <= usable
+    bound = scores.tokens.copy()
+    done = np.zeros(len(bound), dtype=bool)
+    batch = SIMULATED_AT_ONCE
+    while True:
+        ranked = _distinct(scores, [int(i) for i in np.argsort(-np.where(done & fits, scores.tokens, -np.inf),
+                                                                   kind="stable") if done[i] and fits[i]], usable)
+        slowest = ranked[-1].tokens_per_s if len(ranked) > RUNNERS_UP else -np.inf
+        fastest = float(np.max(scores.tokens[done], initial=-np.inf))
+        need = ~done & np.where(fits, bound > slowest, bound > fastest)
+        if not need.any():
+            return scores
+        take = [int(i) for part in (need & fits, need & ~fits)
+                for i in np.argsort(-np.where(part, bound, -np.inf), kind="stable")[:min(batch, int(part.sum()))]]
+        exact = _evaluate(model, hardware, base, [scores.candidates[i] for i in take])
+        at = {id(c): j for j, c in enumerate(exact.candidates)}  # `_evaluate` orders them by policy
+        for i in take:
+            j = at[id(scores.candidates[i])]
+            scores.step[i], scores.tokens[i], scores.mfu[i] = exact.step[j], exact.tokens[j], exact.mfu[j]
+            for name, v in exact.terms.items():
+                scores.terms[name][i] = v[j]
+        done[take] = True
+        batch *= 2
+
+
+def _evaluate(model: ModelSpec, hardware: HardwareProfile, base: Execution, candidates: list[_Candidate],
+              schedule: bool = True) -> _Scores:
+    """Every candidate's memory and step time, one vectorised evaluation per recomputation policy (without
+    `schedule`, the step's lower bound: `gpu_step_time`)."""
     order: list[_Candidate] = []
     parts: dict[str, list[np.ndarray]] = {}
     for policy in dict.fromkeys(c.recompute for c in candidates):
@@ -210,7 +252,7 @@ def _evaluate(model: ModelSpec, hardware: HardwareProfile, base: Execution, cand
         problem = Problem(model, hardware, Execution(replace(base.run, recompute=policy), layout, BatchLimits()))
         mb = np.array([c.micro_batch for c in group])
         ones = np.ones_like(mb)
-        st = gpu_step_time(problem, ones, mb)
+        st = gpu_step_time(problem, ones, mb, schedule=schedule)
         m = layout.micro_batches
         d = st.details
         values = {"memory": GpuMemory(problem).total(ones, mb), "step": st.step_time_s, "tokens": st.tokens_per_s,

@@ -263,6 +263,7 @@ def _add_time(part: Part, phase: Phase, v: dict[str, Any], t: Any) -> None:
     part.compute_s = part.compute_s + t
     share = _backward_share(v)  # (a pure function of the phase's values: the same value both times)
     part.backward_s = part.backward_s + t * share
+    part.recompute_s = part.recompute_s + t * _recompute_share(v)
     if phase.after_dispatch_sync:
         part.compute_post_s = part.compute_post_s + t * (1 - share)
     part.core_s = part.core_s + (t if phase.core else 0.0)
@@ -658,6 +659,7 @@ def _fused_core(part: Part, pv: PhaseValues, phases: list[Phase], core: _FusedCo
             # core.flops holds the FLOPs the kernel runs (counted x the causal block share): the shares sum to 1
             part.phase_s[phase.name] = kernel * where(ran, flops * r.core_time_factor / safe, 0) \
                 + part.cast_s.get(phase.name, 0.0)
+            part.recompute_s = part.recompute_s + kernel * where(ran, v["flops_recompute"] * r.core_time_factor / safe, 0)
     if report:
         # the kernel's FLOPs over its time (casts apart), forward and backward; what bounds it
         binding = "measured" if r.attention_wall_rate else _binding(core.flops / r.attention_peak >= bound)
@@ -747,6 +749,16 @@ def _backward_share(v: dict[str, Any]) -> Any:
         return float(bwd) / float(total) if total > 0 else NO_FLOPS_BACKWARD_SHARE  # float64, as the arrays divide
     positive = total > 0  # (one comparison for both `where`s: the same mask)
     return where(positive, bwd / where(positive, total, 1), NO_FLOPS_BACKWARD_SHARE)
+
+
+def _recompute_share(v: dict[str, Any]) -> Any:
+    """The re-run's share of a phase's time (activation recomputation), by FLOPs as `_backward_share`; 0 for a
+    phase without FLOPs."""
+    total = v["flops_fwd"] + v["flops_bwd"] + v["flops_recompute"]
+    if not isinstance(total, np.ndarray):
+        return float(v["flops_recompute"]) / float(total) if total > 0 else 0.0
+    positive = total > 0
+    return where(positive, v["flops_recompute"] / where(positive, total, 1), 0.0)
 
 
 def _traffic(phase: Phase, v: dict[str, Any], r: Rates, load: Any) -> Any:

@@ -17,6 +17,7 @@ class Part:
     routed_params: Any = 0  # all E routed experts' weights (a device holds 1/(EP·ETP) of them)
     compute_s: Any = 0.0  # roofline time, forward + backward + re-run
     backward_s: Any = 0.0
+    recompute_s: Any = 0.0  # the re-run's share of compute_s (activation recomputation: it runs in the backward pass)
     core_s: Any = 0.0  # the attention core (what hides the context-parallel ring)
     tp_bytes: Any = 0  # tensor-parallel collective units x volume (x (t-1)/t per rank: collectives.py)
     cp_bytes: Any = 0  # K/V ring volume per exchange step (x (CP - 1): collectives.py)

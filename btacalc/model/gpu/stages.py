@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import numpy as np
 
 from ...config.pipeline import Placement, StageSplit, place
+from .schedule import schedule_table
 from ..arrays import is_array, largest, minimum, where
 from ...memo import remembered
 
@@ -68,6 +69,7 @@ class PipelineStages:
     kind_of_layer: tuple[int, ...] = ()
     mtp_layers: int = 0
     mtp_kind: int = -1
+    group: Optional[int] = None  # the interleaved schedule's micro-batch group N (None: PP, Megatron's default)
 
     @classmethod
     def of(cls, problem: "Problem", micro_batches: Any = None) -> "PipelineStages":
@@ -88,7 +90,12 @@ class PipelineStages:
         kinds = _kind_indices(model, problem.run.bf16_ends)
         return cls(model.num_layers, lay.pipeline_parallel, lay.virtual_pipeline,
                    lay.micro_batches if micro_batches is None else micro_batches, lay.stage_split, kinds, mtp,
-                   max(kinds) + 1 if mtp else -1)
+                   max(kinds) + 1 if mtp else -1, lay.microbatch_group)
+
+    @property
+    def group_size(self) -> Any:
+        """N: micro-batches per model chunk in a row in the interleaved schedule (default PP)."""
+        return self.pp if self.group is None else self.group
 
     @property
     def kinds(self) -> int:
@@ -180,15 +187,20 @@ class PipelineStages:
 
     def _in_flight(self, j: int) -> Any:
         plain = minimum(self.pp - j, self.micro_batches)
-        interleaved = minimum(2 * (self.pp - j - 1) + (self.vp - 1) * self.pp + 1, self.micro_batches * self.vp)
+        interleaved = minimum(2 * (self.pp - j - 1) + (self.vp - 1) * self.group_size + 1, self.micro_batches * self.vp)
         return where(self.vp == 1, plain, interleaved)
 
     def chunk_passes(self, j: int, v: int) -> Any:
         """n_v: of stage j's in-flight passes, those of virtual chunk v (module docstring)."""
-        k, group = self.in_flight(j), self.pp * self.vp
-        full = (k // group) * self.pp
-        partial = np.clip(k % group - v * self.pp, 0, self.pp) if is_array(k, self.pp) \
-            else min(max(k % group - v * self.pp, 0), self.pp)
+        k, n = self.in_flight(j), self.group_size
+        if not is_array(k, self.pp, self.vp, self.micro_batches) and self.micro_batches % n:
+            # a last group of M mod N micro-batches: count the passes of Megatron's own table (schedule.py)
+            table = schedule_table(int(self.micro_batches), int(self.vp), int(n))
+            return sum(1 for _, chunk in table[:int(k)] if chunk == v)
+        group = n * self.vp
+        full = (k // group) * n
+        partial = np.clip(k % group - v * n, 0, n) if is_array(k, n) \
+            else min(max(k % group - v * n, 0), n)
         return where(v < self.vp, full + partial, 0)
 
     def held_kinds(self, j: int) -> list[Any]:

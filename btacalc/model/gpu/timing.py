@@ -55,7 +55,7 @@ from .collectives import (CollectiveRow, DataParallelTimes, StageBuckets, all_to
                           data_parallel_collective, data_parallel_groups, data_parallel_kind, data_parallel_times, data_parallel_traffic, describe, part_buckets,
                           describe_all_to_all, describe_expert_tensor_parallel, expert_exchange_time, expert_tensor_parallel_time,
                           pipeline_p2p_time, ring_share, ring_time, tensor_parallel_kind, tensor_parallel_time)
-from .costs import ISSUED_COUNTS, layer_parts, outside_parts
+from .costs import ISSUED_COUNTS, NO_FLOPS_BACKWARD_SHARE, layer_parts, outside_parts
 from .part import Part, new_part
 from .fixed import (FixedCosts, SyncSplit, dispatcher_syncs, fixed_costs, gpu_forward_share, host_time,
                     launch_time, launch_time_synced, wgrad_accumulate_s)
@@ -66,6 +66,7 @@ from .sm_share import dp_sm_share_loss, dp_step_sm_share, sm_share_loss
 # reduce-scatter's CTAs, the larger count under nccl_ub's NVLS path (sm_share.NVLS_UB_FACTORS), equal otherwise
 PER_MICRO_BATCH_KIND = "reduce_scatter"
 from .tp_overlap import layer_overlap_s
+from .schedule import step_makespan
 from .stages import PipelineStages
 
 
@@ -137,11 +138,14 @@ class _Stage(_Slowest):
 
 
 def gpu_step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Evaluation] = None,
-                  micro_batches: Any = None, report: bool = True) -> StepTime:
+                  micro_batches: Any = None, report: bool = True, schedule: bool = True) -> StepTime:
     """Step time, tokens/s and MFU of a GPU problem at `micro_batches` (default the layout's) micro-batches
     of `tiles` x `tile_batch` sequences per data-parallel rank (ints, or arrays over layouts or shapes).
     Without `report`, the per-phase, per-GEMM and collective rows of the report are left empty (the
-    solver's candidates: the times alone, the same values)."""
+    solver's candidates: the times alone, the same values). Without `schedule`, the pipeline's passes are not
+    simulated and the bubble is 0: a lower bound of the step (the busiest stage runs its M micro-batches one
+    after another whatever the schedule), what the layout search ranks by before it simulates the layouts that
+    can rank (planning/search.py)."""
     ev = ev if ev is not None else problem.evaluate(tiles, tile_batch)
     kinds = [(kind, part) for (kind, _), part in zip(ev.layers, layer_parts(problem, ev, report=report))]
     first, last = outside_parts(problem, ev, report=report)
@@ -149,12 +153,16 @@ def gpu_step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Ev
     m = lay.micro_batches if micro_batches is None else micro_batches
     pipe = PipelineStages.of(problem, m)
     count = largest(lay.pipeline_parallel)
-    stages = [_stage(problem, pipe, j, kinds, (first, last), tiles, m) for j in range(count)]
+    per_kind = _kind_terms(problem, kinds)
+    stages = [_stage(problem, pipe, j, kinds, (first, last), tiles, m, per_kind) for j in range(count)]
     worst, crit = _critical(stages)
     sync = _Sync.of_step(lay, [st.sync for st in stages])
     fixed = _slowest_fixed(stages)
     optimizer, norm, casts = fixed.optimizer_s, fixed.grad_norm_s, fixed.weight_cast_s
-    bubble = worst.micro_batch_s * pipe.bubble_micro_batches
+    # what Megatron's schedule adds over the busiest stage's M micro-batches (schedule.py)
+    makespan, passes = _makespan(problem, pipe, stages, (kinds, per_kind), (first, last), tiles, m) if schedule \
+        else (worst.micro_batch_s * m, None)
+    bubble = makespan - worst.micro_batch_s * m
     step = worst.micro_batch_s * m + bubble + sync + optimizer + norm + casts
     seqs = lay.data_parallel * m * tiles * tile_batch
     peak = problem.hardware.chip.peak_flops_per_s.value
@@ -171,11 +179,70 @@ def gpu_step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Ev
     comm.update(stages[crit].sync_raw if known else {})
     details = {"gemms": _gemm_report(kinds, (first, last)) if known else {}, "critical_stage": crit, "micro_batch_s": worst.micro_batch_s, "terms": worst.terms,
                "bubble_s": bubble, "sync_s": sync, "optimizer_s": optimizer, "grad_norm_s": norm,
-               "host_s": stages[crit].host_s}
+               "host_s": stages[crit].host_s, "passes": passes}
     if report and not is_array(step) and lay.devices > 1:
         details["collectives"] = _critical_collectives(problem, pipe, crit, kinds, (first, last), m)
     return StepTime(step, seqs * problem.run.seq_len / step, flops / (step * lay.devices * peak), phase_time,
                     worst.terms["tiling"] * m, 0.0, comm, repeats, details)
+
+
+# a stage's per-micro-batch terms that its layers run (per layer of a kind, `_kind_terms`): they place its time
+# in its virtual chunks; the rest of the stage's terms go with them in proportion
+_PASS_TERMS = ("compute", "tp_comm", "cp_comm", "all_to_all", "a2a_sm_share")
+
+
+def _makespan(problem: Problem, pipe: PipelineStages, stages: list[_Stage], layers: tuple[list[tuple[Any, Part]], list[dict[str, Any]]],
+              ends: tuple[Part, Part], tiles: Any, m: Any) -> tuple[Any, Any]:
+    """The end of the last pass of Megatron's pipeline schedule (schedule.py) of `m` micro-batches, its passes
+    timed by `pass_times` (and those times, f and b); without a pipeline M x t_0 (and None)."""
+    lay = problem.layout
+    pp, vp = lay.pipeline_parallel, lay.virtual_pipeline
+    if not is_array(pp) and pp == 1:
+        return stages[0].micro_batch_s * m, None
+    forward, backward = pass_times(problem, pipe, stages, layers, ends, tiles)
+    group = lay.microbatch_group or pp
+    return step_makespan(forward, backward, pp, vp, m, group, lay.overlap.all_to_all & (vp > 1)), (forward, backward)
+
+
+def pass_times(problem: Problem, pipe: PipelineStages, stages: list[_Stage], layers: tuple[list[tuple[Any, Part]], list[dict[str, Any]]],
+               ends: tuple[Part, Part], tiles: Any) -> tuple[list[list[Any]], list[list[Any]]]:
+    """One micro-batch's forward and backward pass time of each stage's virtual chunks, f[j][v] and b[j][v]:
+    each stage's per-micro-batch time t_j split into its chunks:
+
+        a_jv = sum over kinds of (the chunk's layers of the kind x the kind's per-layer `_PASS_TERMS` + tiling)
+               + the embedding's compute and exposed TP on chunk 0 of stage 0, the head's and loss's on the last
+               chunk of the last stage
+        f_jv = t_j x a_jv / sum_v a_jv x (1 - r_jv),   b_jv = t_j x a_jv / sum_v a_jv x r_jv
+
+    with r_jv the chunk compute's backward share (backward FLOPs' time plus the activation re-run's, which
+    Megatron runs in the backward pass; costs.py). The stage's terms outside its layers (exposed pipeline sends,
+    per-micro-batch ZeRO traffic, kernel-launch excess, gradient accumulation) go with the chunks in proportion,
+    so sum_v (f_jv + b_jv) = t_j: every term counted once."""
+    lay = problem.layout
+    pp, vp = lay.pipeline_parallel, lay.virtual_pipeline
+    kinds, per_kind = layers
+    tile = tiles * tile_overhead_s(problem)
+    per_layer = [sum(t[k] for k in _PASS_TERMS) + tile for t in per_kind]
+    back = [part.backward_s + part.recompute_s for _, part in kinds]
+    own = [part.compute_s for _, part in kinds]
+    outside = [(p.compute_s + tensor_parallel_time(problem, p.tp_bytes, p.tp_calls), p.backward_s + p.recompute_s,
+                p.compute_s) for p in ends]
+    chunks = largest(vp)
+    forward, backward = [], []
+    for j, st in enumerate(stages):
+        last_stage = where(pipe.exists(j), j == pp - 1, False)
+        cells = []
+        for v in range(chunks):
+            counts = pipe.chunk_kinds(j, v)
+            on = (j == 0 and v == 0, last_stage & (v == vp - 1))
+            cell = [sum(n * x for n, x in zip(counts, column)) for column in (per_layer, back, own)]
+            cells.append([c + sum(where(flag, part[i], 0.0) for flag, part in zip(on, outside)) for i, c in enumerate(cell)])
+        total = sum(c[0] for c in cells)
+        share = [where(total > 0, c[0] / where(total > 0, total, 1.0), 1.0 / vp) * st.micro_batch_s for c in cells]
+        ratio = [where(c[2] > 0, c[1] / where(c[2] > 0, c[2], 1.0), NO_FLOPS_BACKWARD_SHARE) for c in cells]
+        forward.append([s * (1 - r) for s, r in zip(share, ratio)])
+        backward.append([s * r for s, r in zip(share, ratio)])
+    return forward, backward
 
 
 def _critical(stages: list[_Stage]) -> tuple[_Slowest, int]:
@@ -217,7 +284,7 @@ def _critical_collectives(problem: Problem, pipe: PipelineStages, crit: int, kin
 
 
 # the per-micro-batch fields of a layer's `Part` a stage sums over its layers
-_STAGE_SUMS = ("compute_s", "backward_s", "core_s", "tp_bytes", "cp_bytes", "a2a_bytes", "tp_calls", "cp_calls",
+_STAGE_SUMS = ("compute_s", "backward_s", "recompute_s", "core_s", "tp_bytes", "cp_bytes", "a2a_bytes", "tp_calls", "cp_calls",
                "a2a_calls", "weight_cast_s", "compute_post_s") \
     + tuple(n + when for when in ("", "_fwd", "_post") for n in ISSUED_COUNTS)
 
@@ -255,15 +322,15 @@ def _launch(problem: Problem, stage: Part, outside: list[tuple[Part, Any]], term
     return where(synced_layers, synced, launch_time(host, gpu)), host
 
 
-def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any, Part]],
-           ends: tuple[Part, Part], tiles: Any, micro_batches: Any) -> _Stage:
+def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any, Part]], ends: tuple[Part, Part],
+           tiles: Any, micro_batches: Any, per_kind: Optional[list[dict[str, Any]]] = None) -> _Stage:
     lay = problem.layout
     exists = pipe.exists(j)
     is_first, is_last = j == 0, where(exists, j == lay.pipeline_parallel - 1, False)
     counts = pipe.kind_counts(j)  # the stage's real layers of each kind (stages.py)
     layers = sum(counts)
     stage = _summed_layers(counts, kinds)
-    layer_terms = _layer_terms(problem, kinds, counts)
+    layer_terms = _layer_terms(per_kind if per_kind is not None else _kind_terms(problem, kinds), counts)
     first, last = ends
     outside = [(first, is_first), (last, is_last)]
     compute = layer_terms.pop("compute") + _on_ends(outside, "compute_s")
@@ -429,24 +496,32 @@ def _on_ends(outside: list[tuple[Part, Any]], name: str) -> Any:
     return total
 
 
-def _layer_terms(problem: Problem, kinds: list[tuple[Any, Part]], counts: list[Any]) -> dict[str, Any]:
-    """Compute and exposed per-layer communication of the stage's layers (counts[k] of kind k), one
-    micro-batch."""
+def _kind_terms(problem: Problem, kinds: list[tuple[Any, Part]]) -> list[dict[str, Any]]:
+    """Per layer of each kind, one micro-batch: its compute and exposed communication (and the raw
+    communication before overlap)."""
     o = problem.layout.overlap
-    out = dict.fromkeys(("compute", "tp_comm", "cp_comm", "all_to_all", "a2a_sm_share", "tp_raw", "cp_raw",
-                         "a2a_raw"), 0.0)
-    for n, (_, part) in zip(counts, kinds):
+    out = []
+    for _, part in kinds:
         tp = tensor_parallel_time(problem, part.tp_bytes, part.tp_calls)
         cp = context_parallel_time(problem, part.cp_bytes, part.cp_calls)
         a2a = all_to_all_time(problem, part.a2a_bytes, part.a2a_calls)
-        exposed = {"compute": part.compute_s,
-                   "tp_comm": where(o.tp_comm, maximum(maximum(0.0, tp - part.compute_s),
-                                                       layer_overlap_s(problem, part.tp_gemm_s, part.tp_bytes,
-                                                                       part.tp_calls)), tp),
-                   "cp_comm": maximum(0.0, cp - part.core_s),
-                   "all_to_all": where(o.all_to_all, maximum(0.0, a2a - part.compute_s), a2a),
-                   "a2a_sm_share": where(o.all_to_all, sm_share_loss(problem, a2a, part.compute_s), 0.0),
-                   "tp_raw": tp, "cp_raw": cp, "a2a_raw": a2a}
+        out.append({"compute": part.compute_s,
+                    "tp_comm": where(o.tp_comm, maximum(maximum(0.0, tp - part.compute_s),
+                                                        layer_overlap_s(problem, part.tp_gemm_s, part.tp_bytes,
+                                                                        part.tp_calls)), tp),
+                    "cp_comm": maximum(0.0, cp - part.core_s),
+                    "all_to_all": where(o.all_to_all, maximum(0.0, a2a - part.compute_s), a2a),
+                    "a2a_sm_share": where(o.all_to_all, sm_share_loss(problem, a2a, part.compute_s), 0.0),
+                    "tp_raw": tp, "cp_raw": cp, "a2a_raw": a2a})
+    return out
+
+
+def _layer_terms(per_kind: list[dict[str, Any]], counts: list[Any]) -> dict[str, Any]:
+    """Compute and exposed per-layer communication of the stage's layers (counts[k] of kind k, `_kind_terms`
+    per layer), one micro-batch."""
+    out = dict.fromkeys(("compute", "tp_comm", "cp_comm", "all_to_all", "a2a_sm_share", "tp_raw", "cp_raw",
+                         "a2a_raw"), 0.0)
+    for n, exposed in zip(counts, per_kind):
         for k, v in exposed.items():
             out[k] = out[k] + n * v
     return out
