@@ -163,6 +163,10 @@ class RunOptions:
     # `local`: torch matmuls and apex's weight-gradient kernels, no TransformerEngine GEMM, so none of TE's cuBLAS
     # workspaces; config/workspaces.py). The launch reader also plans `local` with unfused attention (_dec_attention)
     transformer_engine: bool = True
+    # Megatron --moe-grouped-gemm: an MoE model's experts as TransformerEngine grouped GEMMs (True: btacalc's plans emit
+    # the flag) or, without it, Megatron-Core's SequentialMLP (one linear pair per local expert), which holds none of
+    # TE's grouped-GEMM workspaces (config/workspaces.py); the time is the same (model/gpu/fixed.py)
+    expert_grouped_gemm: bool = True
     # Megatron --cpu-offloading --cpu-offloading-num-layers N: the activations of the first N decoder layers
     # wait for their backward in host memory (ACTIVATION_OFFLOAD; 0: none)
     cpu_offload_layers: int = 0
@@ -729,6 +733,7 @@ class ExecutionRequest:
     checkpoint_early_stop: bool = False  # RunOptions.checkpoint_early_stop (--checkpoint-early-stop)
     eager_kernels: bool = False  # RunOptions.eager_kernels (--eager-kernels)
     transformer_engine: bool = True  # RunOptions.transformer_engine (a launch's --transformer-impl)
+    expert_grouped_gemm: bool = True  # RunOptions.expert_grouped_gemm (a launch's --moe-grouped-gemm)
     cpu_offload_layers: int = 0  # Megatron --cpu-offloading-num-layers (RunOptions.cpu_offload_layers)
     bf16_layers_at_start: int = 0  # Megatron --num-layers-at-start-in-bf16 (RunOptions.bf16_layers_at_start)
     bf16_layers_at_end: int = 0  # Megatron --num-layers-at-end-in-bf16 (RunOptions.bf16_layers_at_end)
@@ -842,6 +847,7 @@ def _run_options(request: ExecutionRequest, model: "ModelSpec", profile: "Hardwa
         nccl_ring_only=request.nccl_ring_only,
         checkpoint_early_stop=request.checkpoint_early_stop,
         eager_kernels=request.eager_kernels, transformer_engine=request.transformer_engine,
+        expert_grouped_gemm=request.expert_grouped_gemm,
         cpu_offload_layers=request.cpu_offload_layers,
         bf16_layers_at_start=request.bf16_layers_at_start,
         bf16_layers_at_end=request.bf16_layers_at_end,

@@ -183,13 +183,11 @@ def _dec_mla(get: Get) -> Fields:
 
 
 def _enc_ffn(f: Fields) -> Args:
-    """Experts as grouped GEMMs (--moe-grouped-gemm): one kernel over the local experts, as btacalc counts them,
-    and what the moe_act recompute module needs (transformer_config.py:1964). Reading a launch, the flag is a
-    kernel choice (listed as ignored)."""
+    """The experts' widths; how their GEMMs run (--moe-grouped-gemm) is the run row "expert GEMMs"."""
     out: Args = {"ffn_hidden_size": f["model.dense_ffn"]}
     if f.get("model.num_experts"):
         out.update(num_experts=f["model.num_experts"], moe_router_topk=f["model.top_k"],
-                   moe_ffn_hidden_size=f["model.moe_ffn"], moe_grouped_gemm=True)
+                   moe_ffn_hidden_size=f["model.moe_ffn"])
         if f.get("model.moe_pattern") is not None:
             out["moe_layer_freq"] = list_expression(f["model.moe_pattern"])
         if f.get("model.shared_expert_size"):
@@ -1191,6 +1189,32 @@ def _dec_stages(get: Get) -> Fields:
             "layout.pipeline_layout": get("pipeline_model_parallel_layout")}
 
 
+def _enc_grouped_gemm(f: Fields) -> Args:
+    """--moe-grouped-gemm for an MoE model whose experts run as grouped GEMMs (btacalc's plans: one kernel over the
+    local experts, and what the moe_act recompute module needs, transformer_config.py L1964-1967 @ d98e8a64)."""
+    grouped = f.get("model.num_experts") and f.get("run.expert_grouped_gemm", True)
+    return {"moe_grouped_gemm": True} if grouped else {}
+
+
+def _dec_grouped_gemm(get: Get) -> Fields:
+    """An MoE launch without --moe-grouped-gemm (Megatron-LM's default: off, megatron_flags.tsv) builds SequentialMLP,
+    one linear pair per local expert (Megatron-Core @ d98e8a64 models/gpt/moe_module_specs.py, core/models/backends.py
+    L133-142), which asks TransformerEngine for no grouped GEMM and so none of its grouped-GEMM workspaces
+    (config/workspaces.py). A dense launch's flag is read and has no experts to change."""
+    grouped = _bool(get("moe_grouped_gemm"))
+    if not (_int(get("num_experts"), "num_experts") or 0):
+        return {}
+    return {"run.expert_grouped_gemm": grouped,
+            **({} if grouped else {"run.expert_gemm_note": SEQUENTIAL_EXPERTS_NOTE})}
+
+
+SEQUENTIAL_EXPERTS_NOTE = (
+    "no --moe-grouped-gemm: Megatron-Core runs the experts as SequentialMLP (one linear pair per local expert); btacalc "
+    "holds none of TransformerEngine's grouped-GEMM workspaces for it and times the experts as TransformerEngine's "
+    "grouped GEMM, itself one GEMM per local expert (model/gpu/fixed.py); SequentialMLP's own per-expert Python is "
+    "not timed")
+
+
 def _enc_transformer_impl(f: Fields) -> Args:
     """--transformer-impl local when the plan's layers are Megatron-Core's own; TransformerEngine's (Megatron's default,
     megatron_flags.tsv) is left unsaid."""
@@ -1252,6 +1276,7 @@ RUN_ROWS: tuple[Row, ...] = (
     Row("recompute", _enc_recompute, _dec_recompute),
     Row("attention", _enc_attention, _dec_attention),
     Row("transformer implementation", _enc_transformer_impl, _dec_transformer_impl),
+    Row("expert GEMMs", _enc_grouped_gemm, _dec_grouped_gemm),
     Row("cross-entropy", _enc_loss, _dec_loss),
     Row("precision", _enc_precision, _dec_precision),
     Row("low precision", _enc_low_precision, _dec_low_precision),

@@ -51,7 +51,7 @@ IGNORED: tuple[tuple[str, str], ...] = (
     (r"(nccl_ub|fsdp_double_buffer|fsdp_manual_registration)",
      "Megatron-FSDP buffer registration: btacalc's FSDP gathers one layer's weights at a time, in the same bytes"),
     (r"(masked_softmax_fusion|bias_.*_fusion|"
-     r"apply_rope_fusion|moe_grouped_gemm|moe_permute_fusion|persist_layer_norm|"
+     r"apply_rope_fusion|moe_permute_fusion|persist_layer_norm|"
      r"use_flash_attn)",
      "kernel choice: the same FLOPs and stored tensors (btacalc's device efficiency covers kernels)"),
     (r"(rotary_.*|add_position_embedding|layernorm_zero_centered_gamma|norm_epsilon|"
@@ -245,6 +245,12 @@ def launch_domain(request: ExecutionRequest, profile: "HardwareProfile") -> Exec
 # off), not Megatron-LM's argparse ones (on), for the fused bias-GeLU and bias-dropout-add that the MoE expert rules
 # test (megatron_rules.py moe-grouped-bias-dropout, moe-gelu-bias-fusion)
 BRIDGE_FUSION_DEFAULTS = {"bias_gelu_fusion": False, "bias_dropout_fusion": False}
+# Where a Bridge file leaves model.moe_grouped_gemm out, an MoE model's experts run as grouped GEMMs: the model
+# bridges of the MoE families btacalc plans set it (Megatron-Bridge @ 067f987df models/qwen/qwen3_moe_bridge.py L63,
+# deepseek/deepseek_v3_bridge.py L65, gpt_oss/gpt_oss_bridge.py L68, olmoe/olmoe_bridge.py L90), where
+# GPTModelProvider's own default is off (gpt_provider.py L188); a Megatron-LM launch without --moe-grouped-gemm is
+# SequentialMLP (megatron_codec._dec_grouped_gemm)
+BRIDGE_MOE_DEFAULTS = {"moe_grouped_gemm": True}
 
 
 def import_bridge(text: str, source: str, devices: Optional[int] = None,
@@ -292,7 +298,7 @@ def _import_bridge(text: str, source: str, devices: Optional[int], base: Optiona
         args = {**encode({**model_fields(base), "run.seq_len": seq}, MODEL_ROWS), **args}
     else:
         args = {**_bridge_provider_values(args, base), **args}
-    args = {**BRIDGE_FUSION_DEFAULTS, **args}
+    args = {**BRIDGE_FUSION_DEFAULTS, **BRIDGE_MOE_DEFAULTS, **args}
     if "max_position_embeddings" not in args and "seq_length" in args:  # GPTModelProvider: positions = seq_length
         integer(args["seq_length"], "seq_length")  # refused as itself, not as the positions it gives (hostile20)
         args["max_position_embeddings"] = args["seq_length"]
@@ -542,7 +548,8 @@ def _imported(launch: Launch, devices: Optional[int], name: Optional[str] = None
     ignored = tuple((launch.given_as.get(d, d), ignore_reason(d)) for d in launch.args
                     if d not in read and d in launch.given_as)
     notes += [fields[key] for key in ("run.dispatcher_note", "run.cuda_graph_note", "run.mla_norm_note",
-                                      "run.dropout_note", "run.precision_note", "run.param_gather_note")
+                                      "run.dropout_note", "run.precision_note", "run.param_gather_note",
+                                      "run.expert_gemm_note")
               if fields.get(key)]
     return ImportedRun(spec, request, launch.source, ignored, tuple(notes), tuple(launch.env.items()))
 
@@ -747,6 +754,7 @@ def _guarded_request_fields(f: Fields) -> dict[str, Any]:
     out["optimizer"] = f.get("run.optimizer", "adam")
     out["gradient_accumulation_fusion"] = f.get("run.gradient_accumulation_fusion", True)
     out["transformer_engine"] = f.get("run.transformer_engine", True)
+    out["expert_grouped_gemm"] = f.get("run.expert_grouped_gemm", True)
     # --deterministic-mode: TE's deterministic attention backward and NCCL_ALGO=Ring, as a run's recipe sets them
     out["deterministic_attention"] = out["nccl_ring_only"] = bool(f.get("run.deterministic_mode"))
     return out

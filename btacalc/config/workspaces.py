@@ -74,7 +74,8 @@ WORKSPACES: dict[str, WorkspaceRule] = {
         f"{TE_GEMM}#L40-L67 (get_cublas_workspace, lru_cache per (ub, grouped_gemm); general_gemm L227)"),
     "te_grouped_gemm": WorkspaceRule(
         "te_grouped_gemm", "TransformerEngine", 4, *TE_BYTES, 9.0, False,
-        "an MoE model: its experts run as TransformerEngine grouped GEMMs (model/gpu/costs.py)",
+        "an MoE model whose experts run as TransformerEngine grouped GEMMs (--moe-grouped-gemm; without it "
+        "Megatron-Core's SequentialMLP runs plain GEMMs: RunOptions.expert_grouped_gemm)",
         f"{TE_GEMM}#L59-L65 (one per compute stream; general_grouped_gemm L415), "
         f"{TE}transformer_engine/common/util/multi_stream.cpp#L52-L55 (num_compute_streams = 4)"),
     "te_userbuffers": WorkspaceRule(
@@ -105,12 +106,12 @@ class Workspace:
         return self.count * self.bytes_each
 
 
-def library_workspaces(capability: float, transformer_engine: bool, moe: bool,
+def library_workspaces(capability: float, transformer_engine: bool, grouped_gemm: bool,
                        userbuffers: bool) -> tuple[Workspace, ...]:
     """The workspaces a run on a device of `capability` holds: TransformerEngine's where its layers are TE's
-    (`transformer_engine`), its grouped GEMMs' for an MoE model, its userbuffers' under the TP overlap, and
-    PyTorch's two (WORKSPACES; the module docstring derives each)."""
-    held = {"te_gemm": transformer_engine, "te_grouped_gemm": transformer_engine and moe,
+    (`transformer_engine`), its grouped GEMMs' where an MoE model's experts run as grouped GEMMs (`grouped_gemm`),
+    its userbuffers' under the TP overlap, and PyTorch's two (WORKSPACES; the module docstring derives each)."""
+    held = {"te_gemm": transformer_engine, "te_grouped_gemm": transformer_engine and grouped_gemm,
             "te_userbuffers": transformer_engine and userbuffers, "torch_cublas": True}
     return tuple(Workspace(r.name, r.library, r.count, r.bytes_each(capability), r.when, r.source)
                  for name, r in WORKSPACES.items() if held[name])

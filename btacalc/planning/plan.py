@@ -155,6 +155,7 @@ def _inputs(problem: Problem) -> Inputs:
         gradient_accumulation_fusion=run.gradient_accumulation_fusion,
         checkpoint_early_stop=run.checkpoint_early_stop, eager_kernels=run.eager_kernels,
         transformer_engine=run.transformer_engine and problem.hardware.family == "gpu",  # a wafer runs no TE
+        expert_grouped_gemm=run.expert_grouped_gemm,
         deterministic_mode=run.deterministic_attention and run.nccl_ring_only,
         cpu_offload_layers=run.cpu_offload_layers, moment_bytes=run.moment_bytes, routing_weights=run.routing_weights,
         bf16_layers_at_start=run.bf16_layers_at_start, bf16_layers_at_end=run.bf16_layers_at_end,

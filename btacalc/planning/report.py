@@ -168,6 +168,9 @@ class Inputs(BaseModel):
     transformer_engine: bool = Field(True, description="the layers are TransformerEngine's (Megatron's default "
                                      "--transformer-impl transformer_engine); false: Megatron-Core's own (local), or a "
                                      "wafer-scale plan")
+    expert_grouped_gemm: bool = Field(True, description="an MoE model's experts run as TransformerEngine grouped GEMMs "
+                                      "(--moe-grouped-gemm); false: Megatron-Core's SequentialMLP, without TE's "
+                                      "grouped-GEMM workspaces")
     cpu_offload_layers: int = Field(0, description="decoder layers whose activations wait in host memory "
                                     "(--cpu-offloading-num-layers)")
     bf16_layers_at_start: int = Field(0, description="the first decoder layers kept out of the low-precision recipe "

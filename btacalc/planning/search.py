@@ -214,7 +214,7 @@ def _scored(model: ModelSpec, hardware: HardwareProfile, base: Execution, candid
     simulated candidate, fitting or not: a candidate left at its bound cannot enter the ranking or be the
     fastest that does not fit."""
     scores = _evaluate(model, hardware, base, candidates, schedule=False)
-    usable = hardware.usable_capacity_bytes
+    usable = _usable(model, hardware, base, scores.candidates)
     fits = scores.memory <= usable
     bound = scores.tokens.copy()
     done = np.zeros(len(bound), dtype=bool)
