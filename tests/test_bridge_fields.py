@@ -9,7 +9,8 @@ import re
 import pytest
 
 from btacalc.config.bridge_fields import bridge_fields, check_bridge_key
-from btacalc.config.megatron_codec import BRIDGE_KEYS, BRIDGE_PIN
+from btacalc.config.megatron_codec import BRIDGE_PIN
+from btacalc.config.bridge_codec import BRIDGE_KEYS
 from btacalc.config.megatron_run import NOT_MODELLED, import_bridge
 from btacalc.errors import BtacalcError
 
@@ -91,7 +92,7 @@ def test_keys_below_a_field_btacalc_reads_only_where_bridge_admits_them():
     `tp_comm_overlap_cfg` is `Optional[Union[str, dict[str, Any]]]` (Megatron-Bridge @ 067f987d
     src/megatron/bridge/models/gpt_provider.py L165) and comm_overlap's `dict` / `Optional[TransformerLayerTPOverlapCfg]`
     (src/megatron/bridge/training/comm_overlap.py L357, L385), so a key below it stays a note."""
-    from btacalc.config.megatron_codec import bridge_value_field
+    from btacalc.config.bridge_codec import bridge_value_field
     from btacalc.config.presets import load_preset
 
     model = bridge_fields().sections["model"]

@@ -14,7 +14,7 @@ import pytest
 
 from btacalc.config.execution import Layout, Overlaps, RunOptions
 from btacalc.config.hardware import resolve_hardware
-from btacalc.config.megatron_codec import from_bridge, to_bridge
+from btacalc.config.bridge_codec import from_bridge, to_bridge
 from btacalc.config.megatron_run import import_megatron
 from btacalc.config.presets import resolve_model
 from btacalc.model.gpu import nccl

@@ -15,7 +15,8 @@ import pytest
 from btacalc.config.attention_kernels import attention_kernel
 from btacalc.config.execution import ExecutionRequest, Layout, RunOptions, resolve_execution
 from btacalc.config.hardware import resolve_hardware
-from btacalc.config.megatron_codec import decode, from_bridge
+from btacalc.config.megatron_codec import decode
+from btacalc.config.bridge_codec import from_bridge
 from btacalc.config.presets import load_preset, resolve_model
 from btacalc.config.precision import recipe
 from btacalc.errors import BtacalcError

@@ -186,7 +186,7 @@ def test_plan_states_offload_and_moments(cli):
 def test_bridge_overrides_turn_cpu_offloading_on_with_the_layer_count():
     # Bridge's TransformerConfig needs cpu_offloading = True beside the count (its performance helpers set both);
     # reading the overrides back gives Megatron's one flag, with nothing listed as ignored
-    from btacalc.config.megatron_codec import from_bridge, to_bridge
+    from btacalc.config.bridge_codec import from_bridge, to_bridge
 
     out = to_bridge({"cpu_offloading_num_layers": 40})
     assert out["model.cpu_offloading_num_layers"] == 40 and out["model.cpu_offloading"] is True

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from btacalc.config.megatron_codec import ROWS, bridge_key, decode, encode, render_flags
+from btacalc.config.megatron_codec import ROWS, decode, encode, render_flags
+from btacalc.config.bridge_codec import bridge_key
 from btacalc.config.megatron_launch import megatron_flags, read_launch
 from btacalc.config.megatron_rules import RULES, violations
 from btacalc.config.megatron_run import NOT_MODELLED, import_bridge, import_megatron
@@ -689,7 +690,8 @@ def test_megatron_arguments_of_another_model_are_not_predicted():
 def test_bridge_names_each_precision_by_its_mixed_precision_recipe():
     """Megatron-Bridge sets FP8/FP4 through named recipes (mixed_precision.py at 067f987d): each btacalc
     precision maps to the recipe whose fp8/fp8_recipe (or fp4/fp4_recipe) Megatron flags it stands for."""
-    from btacalc.config.megatron_codec import BRIDGE_PRECISION, PRECISIONS, from_bridge, to_bridge
+    from btacalc.config.megatron_codec import PRECISIONS
+    from btacalc.config.bridge_codec import BRIDGE_PRECISION, from_bridge, to_bridge
 
     assert set(BRIDGE_PRECISION) == set(PRECISIONS)
     for name, dests in PRECISIONS.items():

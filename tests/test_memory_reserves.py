@@ -129,8 +129,13 @@ def test_every_shipped_memory_run_fits_and_meets_the_gate():
     # memci: seven of Megatron-LM's CI memory goldens on toy models (docs/memory.md "memci"), each saying what was checked
     # (tews: with the library workspaces derived per run, the four CP 2 rows and the FP8 current-scaling row came
     # inside ±5% and lost their gaps; the fused cross-entropy and the MoE op-fuser rows keep theirs)
+    # (the lead: three --transformer-impl local GeLU-expert rows sit 76-112 MiB under, as every local row does; on
+    # sub-GiB peaks that is beyond 5%)
     memci = {"gpt-toy-megatron-ci-h100-8-te-tp2-pp2-cross-entropy-loss-fusion-dev",
-             "moe-toy-megatron-ci-h100-8-te-tp1-pp1-te-4experts-groupedGEMM-op-fuser-dev"}
+             "moe-toy-megatron-ci-h100-8-te-tp1-pp1-te-4experts-groupedGEMM-op-fuser-dev",
+             "moe-toy-gelu-megatron-ci-h100-8-tp2-pp2-ep2-te-4experts2parallel-dev",
+             "moe-toy-gelu-megatron-ci-h100-8-tp2-pp2-ep2-etp2-te-4experts2parallel-dev",
+             "moe-toy-gelu-megatron-ci-h100-8-tp2-pp2-ep2-etp2-te-4experts2parallel-dp-last-dev"}
     assert {r.id for r in gaps} == {"llama-3.2-1b-h100-8-bf16-mbridge-verdimrc", "qwen3-30b-a3b-h100-16-389"} | memci
     assert all(abs(r.memory_error) > 0.05 for r in gaps)  # type: ignore[arg-type]
     errors = [abs(r.memory_error) for r in memory if r.role == "check" and not r.memory_known_gap]  # type: ignore[arg-type]

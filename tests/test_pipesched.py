@@ -198,7 +198,7 @@ def test_search_simulates_the_schedule_of_every_layout_that_can_rank():
                                               micro_batches=None, stage_split=StageSplit()), model, hw)
     candidates = list(S._candidates(model, hw, req, base, 512))
     assert any(c.layout.pipeline_parallel > 1 for c in candidates)
-    usable = hw.usable_capacity_bytes
+    usable = S._usable(model, hw, base, candidates)  # each candidate's own (tews: its library workspaces)
     pruned, every = S._scored(model, hw, base, candidates), S._evaluate(model, hw, base, candidates)
 
     def shown(scores):
@@ -206,7 +206,8 @@ def test_search_simulates_the_schedule_of_every_layout_that_can_rank():
         fits = scores.memory <= usable
         ranking = S._distinct(scores, [int(i) for i in order if fits[i]], usable)
         faster = [int(i) for i in order if not fits[i] and scores.tokens[i] > ranking[0].tokens_per_s]
-        return [(r.label(), r.tokens_per_s) for r in ranking], scores.row(faster[0], usable).label() if faster else None
+        return ([(r.label(), r.tokens_per_s) for r in ranking],
+                scores.row(faster[0], int(usable[faster[0]])).label() if faster else None)
 
     assert shown(pruned) == shown(every)
     # and the bound was a bound: no simulated step is below it

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from btacalc.config.megatron_codec import BRIDGE_MIXED_DEFAULTS, BRIDGE_RECIPE_FIELDS, PRECISIONS, BridgeMixed
+from btacalc.config.megatron_codec import PRECISIONS
+from btacalc.config.bridge_codec import BRIDGE_MIXED_DEFAULTS, BRIDGE_RECIPE_FIELDS, BridgeMixed
 from btacalc.errors import BtacalcError
 
 

@@ -22,10 +22,8 @@ from .execution import BatchLimits, ExecutionRequest, OverlapRequest
 from .pipeline import StageSplit
 from .bridge_fields import check_bridge_key
 from .bridge_hydra import form_of, read_overrides
-from .megatron_codec import (BRIDGE_LOCAL_ATTENTION, BRIDGE_NOT_AS_MEGATRON, MIXED_PRECISION_OVERWRITES, MODEL_ROWS,
-                             OVERWRITTEN_REASON, Fields, bridge_attention_environment, bridge_key, bridge_value_field,
-                             check_bridge_experts, check_bridge_literals, check_bridge_sixteen_bit, decode, encode,
-                             from_bridge, model_fields)
+from .megatron_codec import BRIDGE_LOCAL_ATTENTION, MODEL_ROWS, Fields, bridge_attention_environment, decode, encode, model_fields
+from .bridge_codec import BRIDGE_NOT_AS_MEGATRON, MIXED_PRECISION_OVERWRITES, OVERWRITTEN_REASON, bridge_key, bridge_value_field, check_bridge_experts, check_bridge_literals, check_bridge_sixteen_bit, from_bridge
 from .megatron_launch import ArgumentValueError, BridgeText, Launch, integer, read_launch
 from .megatron_rules import describe, violations
 from .model import MAX_COUNT, MAX_COUNT_TEXT, MAX_LAYERS, ModelSpec, validate_model

@@ -17,9 +17,8 @@ import shlex
 from typing import Any, Optional
 
 from ..config.attention_kernels import DEFAULT_ATTENTION_KERNEL
-from ..config.megatron_codec import (BRIDGE_PIN, FP8_ATTENTION_BRIDGE_KEY, MLA_YARN_BRIDGE,
-                                     bridge_attention_environment, bridge_stated, encode, mla_yarn_unsaid,
-                                     model_fields, render_flags, to_bridge)
+from ..config.megatron_codec import BRIDGE_PIN, FP8_ATTENTION_BRIDGE_KEY, MLA_YARN_BRIDGE, bridge_attention_environment, encode, mla_yarn_unsaid, model_fields, render_flags
+from ..config.bridge_codec import bridge_stated, to_bridge
 from ..config.megatron_launch import MEGATRON_LM_PIN
 from ..config.megatron_run import LOSS_COMMENTS
 from ..config.megatron_rules import describe, violations

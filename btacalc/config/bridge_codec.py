@@ -1,0 +1,562 @@
+"""Megatron-Bridge's side of megatron_codec: the ConfigContainer key of each Megatron-LM destination (BRIDGE_KEYS,
+at BRIDGE_PIN), a run written as Bridge overrides (`to_bridge`), and Bridge overrides read back into Megatron
+destinations (`from_bridge`) for megatron_codec's rows to decode; with the Bridge-only rules (its mixed-precision
+recipes, the values it states where Megatron-LM's parser would default, its Literal fields).
+"""
+
+from __future__ import annotations
+
+import ast
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Optional
+
+from ..errors import BtacalcError
+from .bridge_fields import bridge_fields
+from .megatron_launch import BridgeFloat, BridgeText, integer, megatron_flags, pattern
+from .text import cut as _cut
+from .text import nearest_name
+from .megatron_codec import (BRIDGE_PIN, FP8_ATTENTION_BRIDGE_KEY, FP8_ATTENTION_DEST, MLA_YARN_BRIDGE, PRECISIONS, Args,
+                             _bool)
+
+
+# Megatron-Bridge ConfigContainer keys of the destinations, at BRIDGE_PIN: model.* are TransformerConfig /
+# GPTModelProvider fields (src/megatron/bridge/models/gpt_provider.py), train.* TrainingConfig, ddp.*
+# DistributedDataParallelConfig, checkpoint.* CheckpointConfig (src/megatron/bridge/training/config.py),
+# comm_overlap.* CommOverlapConfig (src/megatron/bridge/training/comm_overlap.py:377-397). A destination with
+# a different name or sense in Bridge carries its converters (to Bridge, from Bridge).
+def _neg(v: Any) -> Any:
+    return not _bool(v)
+
+
+def _as_is(v: Any) -> Any:
+    return v
+
+
+# A Bridge key that holds Megatron's value unchanged: (to Bridge, from Bridge).
+_AS_IS: tuple[Callable[[Any], Any], Callable[[Any], Any]] = (_as_is, _as_is)
+
+BRIDGE_KEYS: dict[str, tuple[str, Callable[[Any], Any], Callable[[Any], Any]]] = {
+    "num_experts": ("model.num_moe_experts", *_AS_IS),
+    # the releases' TransformerConfig field (Megatron-LM @ d98e8a64 transformer_config.py L1129, deprecated for
+    # cuda_graph_modules L1090) that Megatron-Bridge's perf configs set (cuda_graph_scope=[...]): read back only
+    "cuda_graph_scope_deprecated": ("model.cuda_graph_scope", *_AS_IS),
+    "swiglu": ("model.gated_linear_unit", *_AS_IS),
+    # gelu: Megatron-LM's --no-bias-gelu-fusion is the ungated MLP's bias_activation_fusion (argument_utils.py L319)
+    "bias_gelu_fusion": ("model.bias_activation_fusion", *_AS_IS),
+    "untie_embeddings_and_output_weights": ("model.share_embeddings_and_output_weights", _neg, _neg),
+    "micro_batch_size": ("train.micro_batch_size", *_AS_IS),
+    "global_batch_size": ("train.global_batch_size", *_AS_IS),
+    "use_distributed_optimizer": ("ddp.use_distributed_optimizer", *_AS_IS),
+    "use_megatron_fsdp": ("ddp.use_megatron_fsdp", *_AS_IS),
+    "data_parallel_sharding_strategy": ("ddp.data_parallel_sharding_strategy", *_AS_IS),
+    "overlap_grad_reduce": ("ddp.overlap_grad_reduce", *_AS_IS),
+    "overlap_param_gather": ("ddp.overlap_param_gather", *_AS_IS),
+    "nccl_ub": ("ddp.nccl_ub", *_AS_IS),
+    "ddp_bucket_size": ("ddp.bucket_size", *_AS_IS),
+    "ddp_num_buckets": ("ddp.num_buckets", *_AS_IS),
+    # Megatron-Bridge @ 067f987df: a ModelParallelConfig field of the model provider (recipes/glm/h100/glm5.py L60)
+    "microbatch_group_size_per_vp_stage": ("model.microbatch_group_size_per_vp_stage", *_AS_IS),
+    "grad_reduce_in_bf16": ("ddp.grad_reduce_in_fp32", _neg, _neg),
+    "ckpt_format": ("checkpoint.ckpt_format", *_AS_IS),
+    "tp_comm_overlap": ("comm_overlap.tp_comm_overlap", *_AS_IS),
+    "overlap_moe_expert_parallel_comm": ("comm_overlap.overlap_moe_expert_parallel_comm", *_AS_IS),
+    "num_virtual_stages_per_pipeline_rank": ("model.virtual_pipeline_model_parallel_size", *_AS_IS),
+    "window_size": ("model.window_size", *_AS_IS),
+    "use_rope_scaling": ("model.rope_scaling", *_AS_IS),  # GPTModelProvider.rope_scaling (gpt_provider.py L145)
+    # GPTModelProvider.seq_len_interpolation_factor (gpt_provider.py L148): numerics23, linear RoPE scaling
+    "rotary_seq_len_interpolation_factor": ("model.seq_len_interpolation_factor", *_AS_IS),
+    "decoder_first_pipeline_num_layers": ("model.num_layers_in_first_pipeline_stage", *_AS_IS),
+    "decoder_last_pipeline_num_layers": ("model.num_layers_in_last_pipeline_stage", *_AS_IS),
+    "bf16": ("mixed_precision", lambda v: "bf16_mixed" if v else None, lambda v: str(v).startswith("bf16")),
+    "num_attention_heads": ("model.num_attention_heads", *_AS_IS),
+    "attention_dropout": ("model.attention_dropout", *_AS_IS),
+    "use_precision_aware_optimizer": ("optimizer.use_precision_aware_optimizer", *_AS_IS),
+    "optimizer": ("optimizer.optimizer", *_AS_IS),  # megatron.core.optimizer OptimizerConfig.optimizer ('adam', 'sgd')
+    "exp_avg_dtype": ("optimizer.exp_avg_dtype", *_AS_IS),
+    "exp_avg_sq_dtype": ("optimizer.exp_avg_sq_dtype", *_AS_IS),
+    # MixedPrecisionConfig's fields, copied onto the model config (BRIDGE_PIN mixed_precision.py L53, L73-74, L138-164)
+    "first_last_layers_bf16": ("mixed_precision.first_last_layers_bf16", *_AS_IS),
+    "num_layers_at_start_in_bf16": ("mixed_precision.num_layers_at_start_in_bf16", *_AS_IS),
+    "num_layers_at_end_in_bf16": ("mixed_precision.num_layers_at_end_in_bf16", *_AS_IS),
+}
+# Not Bridge config keys: data and tokenizer are Bridge's dataset/tokenizer configs, not the model's.
+# max_position_embeddings: GPTModelProvider sizes positions by seq_length (no such field in gpt_provider.py).
+# fp8/fp4: Bridge names the whole precision recipe (BRIDGE_PRECISION).
+BRIDGE_SKIP = {"mock_data", "tokenizer_type", "group_query_attention", "max_position_embeddings",
+               "fp8", "fp8_recipe", "fp4", "fp4_recipe"}
+# btacalc precision -> Megatron-Bridge's mixed-precision recipe (src/megatron/bridge/training/mixed_precision.py:
+# bf16_mixed 185, ..._fp8_delayed_scaling 217, ..._mxfp8 255, ..._fp8_current_scaling 285,
+# ..._fp8_subchannel_scaling 373, ..._nvfp4 405).
+BRIDGE_PRECISION = {"bf16": "bf16_mixed", "fp8": "bf16_with_fp8_delayed_scaling_mixed",
+                    "fp8-current": "bf16_with_fp8_current_scaling_mixed",
+                    "fp8-blockwise": "bf16_with_fp8_subchannel_scaling_mixed", "mxfp8": "bf16_with_mxfp8_mixed",
+                    "nvfp4": "bf16_with_nvfp4_mixed"}
+# hostile16: Megatron-Bridge applies its MixedPrecisionConfig last: whenever `mixed_precision` is set (a recipe's name,
+# or its fields), runtime_config_update resolves the name and calls setup (BRIDGE_PIN src/megatron/bridge/training/
+# config.py L2012-2016), which writes every MixedPrecisionConfig field onto the same-named field of the model, the
+# optimizer and the DDP config whenever the two differ (mixed_precision.py L113-164,
+# update_config_with_precision_overrides). So the mixed-precision value of these fields is the one Bridge trains with
+# and a ddp.grad_reduce_in_fp32 or model.fp8_param_gather beside it is overwritten. The recipes' values (BRIDGE_PIN
+# mixed_precision.py: the dataclass defaults L47, L61, L66; bf16_mixed L185-198 grad_reduce_in_fp32 True; fp16_mixed
+# L201-214 False; fp8_param_gather = True in the delayed (L231), MXFP8 (L264) and current-scaling (L302) recipes, False
+# in the subchannel one (L384); bf16_with_nvfp4_mixed L405-418 fp4_param_gather = True). fp8_param / fp4_param are
+# kept equal to them by MixedPrecisionConfig.__setattr__ (L77-95).
+BRIDGE_FP16_RECIPE = "fp16_mixed"
+BRIDGE_RECIPE_FIELDS: dict[str, dict[str, bool]] = {
+    "bf16": {"bf16": True, "fp16": False, "grad_reduce_in_fp32": True, "fp8_param_gather": False,
+             "fp4_param_gather": False},
+    "fp16": {"bf16": False, "fp16": True, "grad_reduce_in_fp32": False, "fp8_param_gather": False,
+             "fp4_param_gather": False},
+}
+for _name, _gather in (("fp8", True), ("mxfp8", True), ("fp8-current", True), ("fp8-blockwise", False)):
+    BRIDGE_RECIPE_FIELDS[_name] = {**BRIDGE_RECIPE_FIELDS["bf16"], "fp8_param_gather": _gather}
+BRIDGE_RECIPE_FIELDS["nvfp4"] = {**BRIDGE_RECIPE_FIELDS["bf16"], "fp4_param_gather": True}
+# MixedPrecisionConfig's own defaults (mixed_precision.py L40-66), for `mixed_precision.*` fields without a recipe name
+BRIDGE_MIXED_DEFAULTS = {"bf16": False, "fp16": False, "grad_reduce_in_fp32": True, "fp8_param_gather": False,
+                         "fp4_param_gather": False}
+# the mixed-precision fields btacalc reads, with the synonyms __setattr__ keeps equal
+_MIXED_FIELDS = {"bf16": "bf16", "fp16": "fp16", "grad_reduce_in_fp32": "grad_reduce_in_fp32",
+                 "fp8_param_gather": "fp8_param_gather", "fp8_param": "fp8_param_gather",
+                 "fp4_param_gather": "fp4_param_gather", "fp4_param": "fp4_param_gather"}
+# the low-precision recipe's fields (strings, or null), MixedPrecisionConfig's defaults (mixed_precision.py L49-52,
+# L64-65: note fp8_recipe "tensorwise", where Megatron-LM's --fp8-recipe defaults to delayed)
+_MIXED_LOW_DEFAULTS: dict[str, Optional[str]] = {"fp8": None, "fp8_recipe": "tensorwise", "fp4": None,
+                                                 "fp4_recipe": "nvfp4"}
+# the keys btacalc would read that Bridge's mixed precision overwrites (listed as ignored, with the reason)
+MIXED_PRECISION_OVERWRITES = {"model.bf16": "bf16", "model.fp16": "fp16", "ddp.grad_reduce_in_fp32":
+                              "grad_reduce_in_fp32", "model.fp8_param_gather": "fp8_param_gather",
+                              "model.fp4_param_gather": "fp4_param_gather",
+                              **{f"model.{k}": k for k in _MIXED_LOW_DEFAULTS}}
+OVERWRITTEN_REASON = ("overwritten by mixed_precision: Megatron-Bridge copies its mixed-precision fields onto the model, "
+                      "optimizer and DDP configs (mixed_precision.py L138-164, config.py L2012-2016 @ 067f987d)")
+_MIXED_DESTS = ("bf16", "fp16", "grad_reduce_in_bf16", "accumulate_allreduce_grads_in_fp32", "fp8_param_gather",
+                "fp4_param_gather")
+
+
+def _bridge_precision_name(args: Args) -> str:
+    """btacalc's precision of Megatron destinations (bf16 / fp16 and the FP8/FP4 recipe)."""
+    if _bool(args.get("fp16")):
+        return "fp16"
+    return next(k for k, v in PRECISIONS.items() if all(args.get(d) == x for d, x in v.items())
+                and (v or ("fp8" not in args and "fp4" not in args)))
+
+
+def _to_bridge_mixed(args: Args, out: dict[str, Any]) -> None:
+    """The mixed-precision recipe of `args`, with `mixed_precision.<field>` wherever the plan differs from the
+    recipe's value: Bridge takes these from the mixed precision, not from ddp / model (BRIDGE_RECIPE_FIELDS)."""
+    name = _bridge_precision_name(args)
+    out["mixed_precision"] = BRIDGE_FP16_RECIPE if name == "fp16" else BRIDGE_PRECISION[name]
+    recipe = BRIDGE_RECIPE_FIELDS[name]
+    fp32 = _bool(args.get("accumulate_allreduce_grads_in_fp32")) if name == "fp16" else \
+        not _bool(args.get("grad_reduce_in_bf16"))
+    wanted = {"grad_reduce_in_fp32": fp32,
+              "fp4_param_gather" if name == "nvfp4" else "fp8_param_gather":
+                  _bool(args.get("fp8_param_gather")) or _bool(args.get("fp4_param_gather"))}
+    for field, value in wanted.items():
+        if value != recipe[field]:
+            out[f"mixed_precision.{field}"] = value
+
+
+def _mixed_field(key: str) -> Optional[str]:
+    """The field of a `mixed_precision.<field>` override key, else None."""
+    head, _, field = key.partition(".")
+    return field if head == "mixed_precision" and field else None
+
+
+@dataclass(frozen=True)
+class BridgeMixed:
+    """A Bridge file's mixed precision, as written and as Bridge resolves it (see BRIDGE_RECIPE_FIELDS).
+
+    Written: `recipe` (the `mixed_precision` value: a recipe's name, or None), `given` (its `mixed_precision.<switch>`
+    values, by the field's own name) and `low_given` (its `mixed_precision.fp8 / fp8_recipe / fp4 / fp4_recipe`).
+    Resolved: `fields` (the switches Bridge trains with: the recipe's, else MixedPrecisionConfig's defaults, under the
+    given ones) and `low` (the FP8 / FP4 recipe fields, likewise)."""
+
+    recipe: Any
+    given: Mapping[str, Any]
+    low_given: Mapping[str, Any]
+    fields: Mapping[str, bool]
+    low: Mapping[str, Optional[str]]
+
+    @classmethod
+    def read(cls, overrides: Mapping[str, Any], name: Optional[str]) -> Optional["BridgeMixed"]:
+        """The mixed precision of `overrides` (`name`: btacalc's precision of its recipe, None for none), refused
+        where Bridge or Megatron-Core would refuse it; None when the file sets no mixed precision at all."""
+        fields_of = {k: _mixed_field(k) for k in overrides}
+        given = {f: _bridge_value(overrides[k], k) for k, f in fields_of.items()  # a string is refused (_bool)
+                 if f in _MIXED_FIELDS}
+        # hostile16: mixed_precision.fp8 / fp8_recipe / fp4 / fp4_recipe were listed "ignored: low-precision details"
+        # and the run planned in bf16, though Bridge copies them onto the model's (an FP8 run)
+        low_given = {f: overrides[k] for k, f in fields_of.items() if f in _MIXED_LOW_DEFAULTS}
+        if name is None and not given and not low_given:
+            return None  # no MixedPrecisionConfig: Bridge leaves the model's and the DDP config's own fields
+        low = dict(_MIXED_LOW_DEFAULTS)
+        if name is not None and name in PRECISIONS:
+            low.update(PRECISIONS[name])
+        for field, value in low_given.items():
+            if value is not None and not isinstance(value, str):
+                raise BtacalcError(f"mixed_precision.{field}={value!r}: Megatron-Bridge takes a recipe name (a string) "
+                                   "or null")
+            low[field] = value
+        fields = dict(BRIDGE_RECIPE_FIELDS[name] if name is not None else BRIDGE_MIXED_DEFAULTS)
+        for field, value in given.items():
+            target = _MIXED_FIELDS[field]
+            if target in given and field != target and _bool(given[target]) != _bool(value):
+                raise BtacalcError(f"mixed_precision.{field}={value} and mixed_precision.{target}={given[target]}: "
+                                   "Megatron-Bridge keeps the two equal (mixed_precision.py L77-95); give one")
+            fields[target] = _bool(value)
+        mixed = cls(overrides.get("mixed_precision"), given, low_given, fields, low)
+        mixed.check_gather_has_low()
+        if fields["bf16"] and fields["fp16"]:
+            raise BtacalcError("mixed_precision sets both bf16 and fp16: Megatron-Bridge refuses both "
+                               "(config.py _validate_mixed_precision_consistency); give one")
+        return mixed
+
+    def check_gather_has_low(self) -> None:
+        """A parameter gather in FP8 (FP4) with no FP8 (FP4) recipe, refused in the Bridge fields the file gives.
+        hostile17: `mixed_precision=bf16_with_fp8_delayed_scaling_mixed` with `mixed_precision.fp8=null` keeps the
+        recipe's fp8_param_gather (mixed_precision.py L231 @ 067f987d), which Bridge copies onto the model as
+        fp8_param: Megatron-Core refuses fp8_param without fp8 (transformer_config.py L1566-1567 @ d98e8a64; fp4
+        L1578-1579). The refusal came from the plan and named btacalc's --fp8-param-gather, an option the user had
+        not written."""
+        for kind in ("fp8", "fp4"):
+            gather = f"{kind}_param_gather"
+            if not self.fields[gather] or self.low[kind] is not None:
+                continue
+            said = [f"mixed_precision.{k}={str(_bool(v)).lower()}" for k, v in self.given.items()
+                    if _MIXED_FIELDS[k] == gather]
+            on = said[0] if said else f"mixed_precision={self.recipe}, whose recipe sets {gather} = True"
+            off = (f"mixed_precision.{kind}=null" if kind in self.low_given else
+                   f"mixed_precision={self.recipe} (no {kind})" if isinstance(self.recipe, str) else
+                   f"no mixed_precision.{kind}")
+            big = kind.upper()
+            raise BtacalcError(f"{off} with {on}: a parameter gather in {big} needs an {big} recipe (Megatron-Core "
+                               f"refuses {kind}_param without {kind}, transformer_config.py "
+                               f"{'L1566-1567' if kind == 'fp8' else 'L1578-1579'} @ d98e8a64); give "
+                               f"mixed_precision.{gather}=false, or an {big} recipe")
+
+
+def _from_bridge_mixed(overrides: Mapping[str, Any], args: Args, unread: list[str], name: Optional[str]) -> None:
+    """Bridge's mixed precision (BridgeMixed) over the model / DDP fields: the recipe's values (`name`, btacalc's
+    precision; None: MixedPrecisionConfig's defaults), then its `mixed_precision.<field>` overrides; the fields it
+    overwrites become `unread` (ignored, OVERWRITTEN_REASON)."""
+    unread[:] = [k for k in unread if not (_mixed_field(k) in _MIXED_FIELDS or _mixed_field(k) in _MIXED_LOW_DEFAULTS)]
+    mixed = BridgeMixed.read(overrides, name)
+    if mixed is None:
+        return
+    low, fields = mixed.low, mixed.fields
+    for dest in _MIXED_LOW_DEFAULTS:
+        args.pop(dest, None)
+    if low["fp8"] is not None:
+        args.update({"fp8": low["fp8"], "fp8_recipe": low["fp8_recipe"]})
+    if low["fp4"] is not None:
+        args.update({"fp4": low["fp4"], "fp4_recipe": low["fp4_recipe"]})
+    for dest in _MIXED_DESTS:
+        args.pop(dest, None)
+    unread += [k for k in MIXED_PRECISION_OVERWRITES if k in overrides]
+    args["bf16"] = fields["bf16"]
+    settings = {"fp16": fields["fp16"], "fp8_param_gather": fields["fp8_param_gather"],
+                "fp4_param_gather": fields["fp4_param_gather"],
+                "accumulate_allreduce_grads_in_fp32" if fields["fp16"] else "grad_reduce_in_bf16":
+                    fields["grad_reduce_in_fp32"] == fields["fp16"]}
+    args.update({dest: True for dest, on in settings.items() if on})  # Megatron's switches: only those turned on
+
+
+# (start, end) layers a Bridge mixed-precision recipe keeps in BF16 unless the overrides say otherwise: the current-
+# scaling recipe sets first_last_layers_bf16 with 1 and 1 (BRIDGE_PIN mixed_precision.py L285-303); the others
+# leave MixedPrecisionConfig's False, 0, 0 (L53, L73-74)
+BRIDGE_BF16_ENDS = {"fp8-current": (1, 1)}
+
+
+
+
+# Megatron-LM's unprefixed YaRN flags as Megatron-Bridge's GPTModelProvider names them (Megatron-LM's
+# _apply_yarn_config_from_args maps them the same way, argument_utils.py L407-412 @ d98e8a64; MLA's own fields keep
+# the unprefixed names)
+YARN_BRIDGE = {"rotary_scaling_factor": "model.yarn_rotary_scaling_factor", "mscale": "model.yarn_mscale",
+               "mscale_all_dim": "model.yarn_mscale_all_dim"}
+
+
+def bridge_key(dest: str) -> Optional[str]:
+    if dest in BRIDGE_SKIP:
+        return None
+    return BRIDGE_KEYS[dest][0] if dest in BRIDGE_KEYS else f"model.{dest}"
+
+
+def to_bridge(args: Args) -> dict[str, Any]:
+    """Bridge overrides (dotted key -> value) of Megatron destinations."""
+    out: dict[str, Any] = {}
+    for dest, value in args.items():
+        key = bridge_key(dest)
+        if key is None or (dest in _MIXED_DESTS and dest not in ("bf16", "fp16")):
+            continue  # the mixed precision's fields: _to_bridge_mixed
+        if dest in ("bf16", "fp16"):
+            if value:
+                _to_bridge_mixed(args, out)
+            continue
+        convert = BRIDGE_KEYS[dest][1] if dest in BRIDGE_KEYS else (lambda v: v)
+        if dest == "squared_relu" and _bool(value):
+            out["model.gated_linear_unit"] = False  # Bridge's activation_map.py name (L48 @ 067f987d)
+            out["model.activation_func"] = "squared_relu"
+            continue
+        if dest in ("swiglu", "quick_geglu") and _bool(value):
+            # Bridge's provider holds the activation as a callable, which its overrides name (utils/activation_map.py
+            # @ 067f987d: "silu", "quick_gelu"); a recipe's own stood under --swiglu's gated_linear_unit alone
+            out["model.gated_linear_unit"] = True
+            out["model.activation_func"] = "quick_gelu" if dest == "quick_geglu" else "silu"
+            continue
+        if dest in YARN_BRIDGE and args.get("position_embedding_type") == "yarn":
+            out[YARN_BRIDGE[dest]] = value  # GPTModelProvider's yarn_* fields (gpt_provider.py, gpt_oss_bridge.py L93-99)
+            continue
+        if dest == "window_size" and isinstance(value, str):
+            value = tuple(ast.literal_eval(value))
+        if dest in ("moe_layer_freq", "window_attn_skip_freq") and isinstance(value, str) and "num_layers" in args:
+            # Megatron-LM's list expression ("([0]*3+[1]*58)", which its argparse evaluates) as the list of 0/1 a
+            # Bridge provider holds (BRIDGE_PIN src/megatron/bridge/models/deepseek/deepseek_v3_bridge.py L92 sets
+            # moe_layer_freq = [0] * first_k_dense_replace + [1] * ...): Bridge sets an override's string as given
+            value = tuple(pattern(value, integer(args["num_layers"], "num_layers")))
+        out[key] = convert(value)
+    if "model.num_query_groups" not in out and "num_attention_heads" in args:
+        out["model.num_query_groups"] = args["num_attention_heads"]
+    if out.get("model.cpu_offloading_num_layers"):
+        # Megatron-LM derives cpu_offloading from the layer count (arguments.py L1950-1951); a Bridge
+        # TransformerConfig does not, so the recipes set both (Megatron-Bridge @ 7af9601c
+        # scripts/performance/utils/helpers.py set_recompute_overrides L163-179: cpu_offloading = True)
+        out["model.cpu_offloading"] = True
+    if "mixed_precision" in out:
+        name = _bridge_precision_name(args)
+        if name in BRIDGE_BF16_ENDS and "first_last_layers_bf16" not in args:
+            out["mixed_precision.first_last_layers_bf16"] = False  # the plan runs every layer in the recipe
+    return out
+
+
+# freshuser17: what Megatron-Bridge derives over a recipe's overrides, at BRIDGE_PIN, so that `--emit bridge` states it:
+# - the distributed optimizer: Bridge turns it on in both the DDP and the optimizer config when either has it
+#   (src/megatron/bridge/training/config.py L2101-2123), and its recipes set both (recipes/common.py L87,
+#   recipes/utils/optimizer_utils.py L150): a plan without it (ZeRO-0) wrote nothing and ran ZeRO-1;
+# - the data-parallel overlaps, the gradient bucket and the p2p overlap: CommOverlapConfig.setup (config.py L2027-2029)
+#   writes its own values over the DDP and model configs (training/comm_overlap.py L453-462 p2p on with VP; L576-585
+#   overlap_grad_reduce, overlap_param_gather on and a 128 Mi-parameter bucket with DP > 1 and the distributed
+#   optimizer, L639-643) unless the comm_overlap section gives them (_override_user_cfgs L594-602): the ddp.* and
+#   model.* values alone were overwritten (a plan without the overlaps ran with them).
+BRIDGE_COMM_OVERLAP = {"overlap_grad_reduce": "comm_overlap.overlap_grad_reduce",
+                       "overlap_param_gather": "comm_overlap.overlap_param_gather",
+                       "ddp_bucket_size": "comm_overlap.bucket_size", "overlap_p2p_comm": "comm_overlap.overlap_p2p_comm"}
+BRIDGE_OPTIMIZER_KEY = "optimizer.use_distributed_optimizer"
+# Megatron-LM's value of each destination the emitted launch leaves out, which the plan takes; a Bridge recipe holds
+# its own (e.g. recipes/llama/h100/llama3.py L343 sequence_parallel = True, the 70B recipes VP 5 and
+# cross_entropy_fusion_impl "te", recipes/common.py L86 Megatron-FSDP's sharding strategy), which overrides that
+# leave the field out keep: so --emit bridge writes them (a pipeline layout sets VP itself: left out there)
+BRIDGE_UNSAID: dict[str, Any] = {
+    "sequence_parallel": False, "num_virtual_stages_per_pipeline_rank": None, "recompute_granularity": None,
+    "account_for_embedding_in_pipeline_split": False, "account_for_loss_in_pipeline_split": False,
+    "decoder_first_pipeline_num_layers": None, "decoder_last_pipeline_num_layers": None,
+    "pipeline_model_parallel_layout": None, "cpu_offloading_num_layers": 0, "gradient_accumulation_fusion": True,
+    "cross_entropy_fusion_impl": "native", "cuda_graph_impl": "none", "use_precision_aware_optimizer": False,
+    "use_megatron_fsdp": False, "add_bias_linear": True}
+# review18: the router's fields at Megatron-LM's values where an MoE launch leaves them out (`_enc_router`): a Bridge
+# model provider sets its own (BRIDGE_PIN src/megatron/bridge/models/olmoe/olmoe_provider.py L89, deepseek_v2_bridge.py
+# L57 and kimi_bridge.py L58 moe_router_pre_softmax = True; deepseek_v3_bridge.py sigmoid with expert bias), which
+# stood under a Qwen3 or Mixtral plan's overrides: the unnormalised top-k weights --emit megatron no longer trains
+BRIDGE_UNSAID_MOE: dict[str, Any] = {
+    "moe_router_score_function": "softmax", "moe_router_pre_softmax": False, "moe_router_enable_expert_bias": False,
+    "moe_shared_expert_gate": False, "moe_router_num_groups": None, "moe_router_group_topk": None,
+    "moe_router_topk_scaling_factor": None}
+
+
+def bridge_stated(args: Args, out: dict[str, Any]) -> dict[str, Any]:
+    """`to_bridge`'s overrides with what Bridge would otherwise derive over them or keep from the recipe (above): the
+    fields the launch leaves at Megatron-LM's value (BRIDGE_UNSAID; an MoE model's router, BRIDGE_UNSAID_MOE), the distributed optimizer in both configs (off for
+    ZeRO-0; Megatron-FSDP turns it on itself, config.py L1082-1085) and the overlaps and the bucket in the
+    comm_overlap section too."""
+    stated = dict(out)
+    unsaid = BRIDGE_UNSAID | (BRIDGE_UNSAID_MOE if args.get("num_experts") else {})
+    for dest, value in unsaid.items():
+        # semantics20: the aux-loss-free routing bias is the model's (router_score_bias), stated either way: a sigmoid
+        # router kept the recipe's (DeepSeek-V3's is on, deepseek_v3_bridge.py), as the group limit and scale did
+        if dest not in args and not (dest == "num_virtual_stages_per_pipeline_rank"
+                                     and args.get("pipeline_model_parallel_layout") is not None):
+            stated[str(bridge_key(dest))] = value
+    if not args.get("cpu_offloading_num_layers"):
+        stated["model.cpu_offloading"] = False
+    if not _bool(args.get("use_megatron_fsdp")):
+        on = _bool(args.get("use_distributed_optimizer"))
+        stated["ddp.use_distributed_optimizer"] = on
+        stated[BRIDGE_OPTIMIZER_KEY] = on
+    for dest, key in BRIDGE_COMM_OVERLAP.items():
+        if dest in args:
+            stated[key] = args[dest]
+    return stated
+
+
+def _from_bridge_stated(overrides: Mapping[str, Any], args: Args) -> None:
+    """The keys `bridge_stated` writes, read as Bridge applies them: the distributed optimizer on when either config
+    has it; a comm_overlap value over the DDP / model one (None: not given)."""
+    if _bool(_bridge_value(overrides.get(BRIDGE_OPTIMIZER_KEY), BRIDGE_OPTIMIZER_KEY)):
+        args["use_distributed_optimizer"] = True
+    for dest, key in BRIDGE_COMM_OVERLAP.items():
+        value = _bridge_value(overrides.get(key), key)
+        if value is not None:
+            args[dest] = value
+
+
+def _bridge_bf16_ends(args: Args, recipe_ends: tuple[int, int]) -> None:
+    """The first/last BF16 layers a Bridge run trains with: the overrides' fields over the mixed-precision recipe's
+    (`BRIDGE_BF16_ENDS`), whose counts, not Megatron-LM's parser defaults (1 each), stand where the overrides give none."""
+    if "first_last_layers_bf16" not in args and recipe_ends == (0, 0):
+        return
+    args.setdefault("first_last_layers_bf16", True)
+    args.setdefault("num_layers_at_start_in_bf16", recipe_ends[0])
+    args.setdefault("num_layers_at_end_in_bf16", recipe_ends[1])
+
+
+def _bridge_value(value: Any, key: str) -> Any:
+    """A Bridge YAML value as Bridge sets it (as given): a string is BridgeText, a float BridgeFloat, and a list's
+    floats too (`window_size: [128.0, 0]` is a pair of floats where Megatron-Core's TransformerConfig.window_size
+    takes integers), each named by its key and index."""
+    if isinstance(value, str):
+        return BridgeText.of(value, key)
+    if type(value) is float:
+        return BridgeFloat.of(value, key)
+    if isinstance(value, list):
+        return [BridgeFloat.of(v, f"{key}[{i}]") if type(v) is float else v for i, v in enumerate(value)]
+    return value
+
+
+def bridge_value_field(key: str) -> Optional[str]:
+    """The `section.field` above `key` when btacalc reads that field as one value (a number, a string, a boolean or
+    a list: a BRIDGE_KEYS target or a Megatron flag's model field), so that a key below it is no key of Bridge's
+    config (Hydra: a key under a value node is refused) and the field would be planned at its default; None for a
+    key of two names, below a field btacalc does not read or below one whose Bridge annotation admits keys
+    (bridge_fields.toml `nested_fields`) (review14)."""
+    parts = key.split(".")
+    if len(parts) < 3:
+        return None
+    field = ".".join(parts[:2])
+    section = bridge_fields().sections.get(parts[0])
+    if section is None or parts[1] in section.nested_fields:
+        return None  # Bridge's annotation admits keys below it (gpt_provider.py L165 tp_comm_overlap_cfg: str | dict)
+    read = {conv[0] for conv in BRIDGE_KEYS.values()} | {FP8_ATTENTION_BRIDGE_KEY, "model.cpu_offloading"}
+    if field in read or (parts[0] == "model" and parts[1] in {f.dest for f in megatron_flags().values()}):
+        return field
+    return None
+
+
+def check_bridge_sixteen_bit(args: Args) -> None:
+    """A whole set of Bridge overrides (`from_bridge`'s args) must train in 16 bits: refused in Bridge's keys (review14:
+    the Megatron decoder's "no --bf16 or --fp16" named flags the file does not have)."""
+    if not (_bool(args.get("bf16")) or _bool(args.get("fp16"))):
+        raise BtacalcError("the overrides train in fp32 (no mixed_precision such as bf16_mixed, no model.bf16 or "
+                           "model.fp16): btacalc models 16-bit training")
+
+
+def check_bridge_experts(args: Args) -> None:
+    """Bridge hands model.num_moe_experts to Megatron-Core's TransformerConfig as given, which refuses 0 or fewer
+    (Megatron-LM @ d98e8a64 megatron/core/transformer/transformer_config.py L1682-1683: "num_moe_experts must be
+    non-negative."); only Megatron-LM's own --num-experts 0 is read as dense (megatron/training/arguments.py
+    L1648-1649 sets it to None). hostile15: `model.num_moe_experts=0` was planned as a dense model."""
+    experts = args.get("num_experts")
+    if isinstance(experts, int) and not isinstance(experts, bool) and experts <= 0:
+        raise BtacalcError(f"model.num_moe_experts={experts}: Megatron-Core refuses 0 or fewer experts "
+                           "(transformer_config.py L1682-1683 @ d98e8a64); a dense model leaves it out or sets null")
+
+
+# argtypes24: a Bridge override of a Literal-typed Megatron-Core field is set as given: the config is an untyped
+# OmegaConf DictConfig built from a plain dict (NVIDIA-NeMo/Megatron-Bridge @ 067f987d omegaconf_utils.py L78
+# OmegaConf.create, L157 to_container, L515 setattr), so neither OmegaConf nor Bridge checks the Literal, and a string
+# stays the string (review10's BridgeText). Megatron-Core then compares it with its exact values and raises where none
+# matches (Megatron-LM @ 2a75ac12, Bridge's 3rdparty/Megatron-LM): these are the fields btacalc reads whose refusal was
+# traced; btacalc read `model.normalization: rmsnorm` as RMSNorm (case folded) and `model.moe_token_dispatcher_type:
+# AllToAll` as an all-to-all with a note.
+BRIDGE_LITERALS: dict[str, tuple[tuple[str, ...], str, bool]] = {  # dest -> (values, the refusal, MoE only)
+    "normalization": (("LayerNorm", "RMSNorm"), "transformer_config.py L249 Literal; TENorm raises 'Only LayerNorm and "
+                      "RMSNorm are currently supported' (extensions/transformer_engine.py L1050-1064), as do the "
+                      "torch norm (torch_norm.py L56-70)", False),
+    "moe_token_dispatcher_type": (("allgather", "alltoall", "flex"), "transformer_config.py L869 Literal; MoELayer "
+                                  "raises 'Unsupported token dispatcher type' (transformer/moe/moe_layer.py L306-330)",
+                                  True),
+}
+
+
+def check_bridge_literals(args: Args, moe: bool) -> None:
+    """Refuse a Literal field's value Megatron-Core raises on (BRIDGE_LITERALS), named by its Bridge key."""
+    for dest, (values, where, moe_only) in BRIDGE_LITERALS.items():
+        value = args.get(dest)
+        if value is None or value in values or (moe_only and not moe):
+            continue
+        near = nearest_name(str(value), values)
+        raise BtacalcError(f"model.{dest}: {_cut(repr(str(value)))} is not one of {', '.join(values)} (case-sensitive): "
+                           f"Megatron-Bridge sets it as given and Megatron-Core stops (Megatron-LM@2a75ac12 {where})"
+                           + (f": did you mean {near}?" if near else ""))
+
+
+# review22: Bridge keys that share a Megatron-LM option's name but not its effect, each listed unread with why.
+# model.transformer_impl: Megatron-LM's --transformer-impl local builds Megatron-Core's own layers (_dec_attention),
+# but Bridge's GPTModelProvider builds TransformerEngine's layer spec whatever the field says; only an AttnBackend.local
+# attention_backend swaps in Megatron-Core's DotProductAttention (memci's reading made model.transformer_impl=local
+# plan unfused attention for a run whose attention is TransformerEngine's)
+BRIDGE_NOT_AS_MEGATRON = {
+    "model.transformer_impl": ("no effect on a GPT model's layers: Megatron-Bridge's GPTModelProvider builds "
+                               f"TransformerEngine's layer spec whatever it says ({BRIDGE_PIN} src/megatron/bridge/"
+                               "models/gpt_provider.py L120-125 default_layer_spec, L171; only attention_backend "
+                               "AttnBackend.local swaps in DotProductAttention, L278-280)"),
+}
+
+
+def from_bridge(overrides: Mapping[str, Any]) -> tuple[Args, list[str]]:
+    """Megatron destinations of Bridge overrides, and the keys no row reads (to be listed as ignored)."""
+    back = {key: (dest, conv[2]) for dest, conv in BRIDGE_KEYS.items() for key in (conv[0],)}
+    back.update({key: (dest, _as_is) for dest, key in YARN_BRIDGE.items()})
+    known = {f.dest for f in megatron_flags().values()}
+    args: Args = {}
+    unread = []
+    for key, value in overrides.items():
+        value = _bridge_value(value, key)
+        if key == "model.cpu_offloading":
+            continue  # implied by model.cpu_offloading_num_layers, as Megatron-LM derives it (to_bridge)
+        if key == FP8_ATTENTION_BRIDGE_KEY:
+            args[FP8_ATTENTION_DEST] = value
+        elif key == "model.activation_func" and str(value).rsplit(".", 1)[-1] in ("quick_gelu", "silu",
+                                                                                 "squared_relu", "relu2"):
+            # to_bridge's names (activation_map.py); silu is --swiglu's, which model.gated_linear_unit carries
+            if str(value).rsplit(".", 1)[-1] == "quick_gelu":
+                args["quick_geglu"] = True
+                args.pop("swiglu", None)
+            elif str(value).rsplit(".", 1)[-1] in ("squared_relu", "relu2"):  # activation_map.py L47-48
+                args["squared_relu"] = True
+        elif key in BRIDGE_NOT_AS_MEGATRON:
+            unread.append(key)
+        elif key.startswith("model.") and key[6:] in MLA_YARN_BRIDGE:
+            args[key[6:]] = value  # read under multi-latent attention (_dec_mla_yarn)
+        elif key in back:
+            dest, convert = back[key]
+            args[dest] = convert(value)
+        elif key.startswith("model.") and key[6:] in known:
+            args[key[6:]] = value
+        else:
+            unread.append(key)
+    unread[:] = [k for k in unread if k != BRIDGE_OPTIMIZER_KEY and k not in BRIDGE_COMM_OVERLAP.values()]
+    _from_bridge_stated(overrides, args)
+    recipe = overrides.get("mixed_precision")
+    name: Optional[str] = None
+    if isinstance(recipe, str):
+        # Bridge registers each recipe also with hyphens and reads a name with them as underscores
+        # (mixed_precision.py L167-181, L444 name.replace("-", "_"))
+        spelt = recipe.replace("-", "_")
+        recipes = {**{v: k for k, v in BRIDGE_PRECISION.items()}, BRIDGE_FP16_RECIPE: "fp16"}
+        name = recipes.get(spelt)
+        if name is None:
+            raise BtacalcError(f"mixed_precision {recipe!r}: btacalc reads {', '.join(recipes)}")
+        if name != "fp16":
+            args.update(PRECISIONS[name])
+        _bridge_bf16_ends(args, BRIDGE_BF16_ENDS.get(name, (0, 0)))
+    _from_bridge_mixed(overrides, args, unread, name)
+    if _bool(args.get("fp16")) and "grad_reduce_in_bf16" in args and "accumulate_allreduce_grads_in_fp32" not in args:
+        # hostile17: Bridge hands ddp.grad_reduce_in_fp32 to Megatron-Core's DDP as it is (DistributedDataParallelConfig
+        # .grad_reduce_in_fp32, distributed_data_parallel_config.py L15 @ d98e8a64), under fp16 too; Megatron-LM's
+        # --grad-reduce-in-bf16, which it stands for here, is read only under --bf16 (arguments.py L1213)
+        args["accumulate_allreduce_grads_in_fp32"] = not _bool(args.pop("grad_reduce_in_bf16"))
+    if "num_query_groups" in args and args.get("num_query_groups") != args.get("num_attention_heads"):
+        args["group_query_attention"] = True
+    return args, unread
