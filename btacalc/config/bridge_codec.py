@@ -358,11 +358,13 @@ BRIDGE_UNSAID: dict[str, Any] = {
 # review18: the router's fields at Megatron-LM's values where an MoE launch leaves them out (`_enc_router`): a Bridge
 # model provider sets its own (BRIDGE_PIN src/megatron/bridge/models/olmoe/olmoe_provider.py L89, deepseek_v2_bridge.py
 # L57 and kimi_bridge.py L58 moe_router_pre_softmax = True; deepseek_v3_bridge.py sigmoid with expert bias), which
-# stood under a Qwen3 or Mixtral plan's overrides: the unnormalised top-k weights --emit megatron no longer trains
+# stood under a Qwen3 or Mixtral plan's overrides: the unnormalised top-k weights --emit megatron no longer trains.
+# review23: and the experts' GEMMs: a SequentialMLP plan (no --moe-grouped-gemm) wrote no moe_grouped_gemm, which the
+# MoE bridges set on and import_bridge reads as on (megatron_run.BRIDGE_MOE_DEFAULTS): stated off
 BRIDGE_UNSAID_MOE: dict[str, Any] = {
     "moe_router_score_function": "softmax", "moe_router_pre_softmax": False, "moe_router_enable_expert_bias": False,
     "moe_shared_expert_gate": False, "moe_router_num_groups": None, "moe_router_group_topk": None,
-    "moe_router_topk_scaling_factor": None}
+    "moe_router_topk_scaling_factor": None, "moe_grouped_gemm": False}
 
 
 def bridge_stated(args: Args, out: dict[str, Any]) -> dict[str, Any]:
