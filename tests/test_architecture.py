@@ -89,3 +89,15 @@ def test_the_phase_name_check_can_fail():
     code = 'if phase.name == "experts": pass\nx = pv.value("embedding", "params")\ny = t["lm_head"]'
     assert [n for _, n in _phase_name_uses(ast.parse(code), {"experts", "embedding", "lm_head"})] == \
         ["experts", "embedding", "lm_head"]
+
+
+def test_no_module_imports_another_modules_private_names():
+    # review23: bridge_codec.py, split out of megatron_codec.py, imported its `_bool`; a name another module needs is
+    # public (a `name as _alias` import of a public name is fine)
+    found = []
+    for path in PKG.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level > 0:
+                found += [f"{path.relative_to(ROOT)}: {a.name}" for a in node.names
+                          if a.name.startswith("_") and not a.name.startswith("__")]
+    assert found == []

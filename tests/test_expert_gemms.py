@@ -83,3 +83,16 @@ def test_a_bridge_file_takes_the_moe_bridges_grouped_gemm_unless_it_says_otherwi
     assert import_bridge(BRIDGE, "overrides", 8).request.expert_grouped_gemm is True
     off = import_bridge(BRIDGE + "model.moe_grouped_gemm=false", "overrides", 8)
     assert off.request.expert_grouped_gemm is False
+
+
+def test_the_emitted_bridge_overrides_keep_what_was_read(cli, tmp_path):
+    # review23: a SequentialMLP plan's --emit bridge left model.moe_grouped_gemm out, which a Bridge file reads as on
+    # (the MoE bridges' value): read back, the plan had grouped GEMMs and their four workspaces
+    for extra, grouped in (("", False), ("--moe-grouped-gemm", True)):
+        code, out, err = _plan(cli, tmp_path, extra, "--emit", "bridge")
+        assert code == 0, err
+        again = tmp_path / "again.txt"
+        again.write_text(out)
+        code, back, err = cli("plan", "--from-bridge", str(again), "--hw", "h100", "--devices", "8", "--json")
+        assert code == 0, err
+        assert json.loads(back)["inputs"]["expert_grouped_gemm"] is grouped

@@ -254,3 +254,28 @@ def test_the_interleaved_schedule_takes_m_that_megatron_takes(cli, tmp_path):
     code, out, err = cli("plan", "--hw", "h100", "--devices", "8", "--from-megatron", str(launch), "--emit", "bridge")
     assert code == 0, err
     assert "model.microbatch_group_size_per_vp_stage=5" in out.replace(" ", "")
+
+
+@pytest.mark.parametrize("vectorised", [False, True])
+def test_without_interleaving_the_group_size_does_not_cut_the_schedule(monkeypatch, vectorised):
+    # review23: Megatron ignores --microbatch-group-size-per-virtual-pipeline-stage without interleaving, but the
+    # plan's N reached the schedule as the extrapolation's period: at N = 1 < PP = 8 a pass's rank predecessor lies
+    # PP - 1 = 7 groups away, past the _LAG groups the periodicity check compares
+    from btacalc.model.gpu import schedule as S
+    seen = []
+    real = S._structure.__wrapped__
+
+    def spy(pp, vp, m, group, extra):
+        st = real(pp, vp, m, group, extra)
+        seen.append(S._lag(st, m, group))
+        return st
+    monkeypatch.setattr(S, "_structure", spy)
+    rng = np.random.default_rng(23)
+    f = rng.uniform(0.2, 2, (8, 1))
+    b = f * rng.uniform(1, 3, (8, 1))
+    if vectorised:
+        S.step_makespan(f[..., None], b[..., None], np.array([8]), np.array([1]), np.array([96]), np.array([1]),
+                        np.array([0]))
+    else:
+        S.makespan(f, b, 8, 1, 96, 1)
+    assert seen and max(seen) <= S._LAG

@@ -510,3 +510,13 @@ def test_the_launch_rule_counts_are_the_rule_table():
     assert (int(said.group(1)), int(said.group(2))) == (megatron, te)
     doc = (README.parent / "docs" / "megatron.md").read_text(encoding="utf-8")
     assert f"megatron_rules.py holds the {megatron} checks" in doc
+
+
+def test_the_layout_rules_state_the_interleaved_schedules_rule_btacalc_applies():
+    # review23: the list of layout rules still said "the interleaved schedule needs M a multiple of PP" after
+    # pipesched replaced that refusal with Megatron's own (schedules.py L1160-1180, config/pipeline.group_rule)
+    from btacalc.config.pipeline import group_rule
+    said = _quote(r"the interleaved schedule needs ([^,]+), ([^,]+), default PP,")
+    assert said.group(1) == "PP ≤ N ≤ M and M mod N 0 or at least PP"
+    # what that says, the code does: M 10 at PP 4 runs with N 6 (not a multiple of PP); M 6, N 4 leaves 2 < PP
+    assert group_rule(4, 10, 6) == "" and group_rule(4, 6, 4) and group_rule(4, 6, 3) and group_rule(4, 5, 6)

@@ -382,11 +382,11 @@ def check_bounds(values: dict[str, Optional[int]]) -> None:
     device count) are checked under their own flag first, so an error names what the user typed. The model
     overrides (--experts, --top-k, --expert-ffn) are bounded by the model itself (config.model.MAX_COUNT,
     ModelSpec.with_overrides), as every other way of building a model is."""
-    from ..config.execution import _LIMIT_TEXT, MAX_DEVICES, MAX_SEQUENCES
+    from ..config.execution import LIMIT_TEXT, MAX_DEVICES, MAX_SEQUENCES
 
-    bounds = {"--micro-batch": (MAX_SEQUENCES, _LIMIT_TEXT[MAX_SEQUENCES]),
-              "--grad-accum": (MAX_SEQUENCES, _LIMIT_TEXT[MAX_SEQUENCES]),
-              "--systems": (MAX_DEVICES, _LIMIT_TEXT[MAX_DEVICES])}
+    bounds = {"--micro-batch": (MAX_SEQUENCES, LIMIT_TEXT[MAX_SEQUENCES]),
+              "--grad-accum": (MAX_SEQUENCES, LIMIT_TEXT[MAX_SEQUENCES]),
+              "--systems": (MAX_DEVICES, LIMIT_TEXT[MAX_DEVICES])}
     for flag, v in values.items():
         if v is not None and v > bounds[flag][0]:
             raise BtacalcError(f"{flag} {v} is beyond {bounds[flag][1]}")

@@ -17,7 +17,7 @@ from .megatron_launch import BridgeFloat, BridgeText, integer, megatron_flags, p
 from .text import cut as _cut
 from .text import nearest_name
 from .megatron_codec import (BRIDGE_PIN, FP8_ATTENTION_BRIDGE_KEY, FP8_ATTENTION_DEST, MLA_YARN_BRIDGE, PRECISIONS, Args,
-                             _bool)
+                             truth)
 
 
 # Megatron-Bridge ConfigContainer keys of the destinations, at BRIDGE_PIN: model.* are TransformerConfig /
@@ -26,7 +26,7 @@ from .megatron_codec import (BRIDGE_PIN, FP8_ATTENTION_BRIDGE_KEY, FP8_ATTENTION
 # comm_overlap.* CommOverlapConfig (src/megatron/bridge/training/comm_overlap.py:377-397). A destination with
 # a different name or sense in Bridge carries its converters (to Bridge, from Bridge).
 def _neg(v: Any) -> Any:
-    return not _bool(v)
+    return not truth(v)
 
 
 def _as_is(v: Any) -> Any:
@@ -136,7 +136,7 @@ _MIXED_DESTS = ("bf16", "fp16", "grad_reduce_in_bf16", "accumulate_allreduce_gra
 
 def _bridge_precision_name(args: Args) -> str:
     """btacalc's precision of Megatron destinations (bf16 / fp16 and the FP8/FP4 recipe)."""
-    if _bool(args.get("fp16")):
+    if truth(args.get("fp16")):
         return "fp16"
     return next(k for k, v in PRECISIONS.items() if all(args.get(d) == x for d, x in v.items())
                 and (v or ("fp8" not in args and "fp4" not in args)))
@@ -148,11 +148,11 @@ def _to_bridge_mixed(args: Args, out: dict[str, Any]) -> None:
     name = _bridge_precision_name(args)
     out["mixed_precision"] = BRIDGE_FP16_RECIPE if name == "fp16" else BRIDGE_PRECISION[name]
     recipe = BRIDGE_RECIPE_FIELDS[name]
-    fp32 = _bool(args.get("accumulate_allreduce_grads_in_fp32")) if name == "fp16" else \
-        not _bool(args.get("grad_reduce_in_bf16"))
+    fp32 = truth(args.get("accumulate_allreduce_grads_in_fp32")) if name == "fp16" else \
+        not truth(args.get("grad_reduce_in_bf16"))
     wanted = {"grad_reduce_in_fp32": fp32,
               "fp4_param_gather" if name == "nvfp4" else "fp8_param_gather":
-                  _bool(args.get("fp8_param_gather")) or _bool(args.get("fp4_param_gather"))}
+                  truth(args.get("fp8_param_gather")) or truth(args.get("fp4_param_gather"))}
     for field, value in wanted.items():
         if value != recipe[field]:
             out[f"mixed_precision.{field}"] = value
@@ -184,7 +184,7 @@ class BridgeMixed:
         """The mixed precision of `overrides` (`name`: btacalc's precision of its recipe, None for none), refused
         where Bridge or Megatron-Core would refuse it; None when the file sets no mixed precision at all."""
         fields_of = {k: _mixed_field(k) for k in overrides}
-        given = {f: _bridge_value(overrides[k], k) for k, f in fields_of.items()  # a string is refused (_bool)
+        given = {f: _bridge_value(overrides[k], k) for k, f in fields_of.items()  # a string is refused (truth)
                  if f in _MIXED_FIELDS}
         # hostile16: mixed_precision.fp8 / fp8_recipe / fp4 / fp4_recipe were listed "ignored: low-precision details"
         # and the run planned in bf16, though Bridge copies them onto the model's (an FP8 run)
@@ -202,10 +202,10 @@ class BridgeMixed:
         fields = dict(BRIDGE_RECIPE_FIELDS[name] if name is not None else BRIDGE_MIXED_DEFAULTS)
         for field, value in given.items():
             target = _MIXED_FIELDS[field]
-            if target in given and field != target and _bool(given[target]) != _bool(value):
+            if target in given and field != target and truth(given[target]) != truth(value):
                 raise BtacalcError(f"mixed_precision.{field}={value} and mixed_precision.{target}={given[target]}: "
                                    "Megatron-Bridge keeps the two equal (mixed_precision.py L77-95); give one")
-            fields[target] = _bool(value)
+            fields[target] = truth(value)
         mixed = cls(overrides.get("mixed_precision"), given, low_given, fields, low)
         mixed.check_gather_has_low()
         if fields["bf16"] and fields["fp16"]:
@@ -224,7 +224,7 @@ class BridgeMixed:
             gather = f"{kind}_param_gather"
             if not self.fields[gather] or self.low[kind] is not None:
                 continue
-            said = [f"mixed_precision.{k}={str(_bool(v)).lower()}" for k, v in self.given.items()
+            said = [f"mixed_precision.{k}={str(truth(v)).lower()}" for k, v in self.given.items()
                     if _MIXED_FIELDS[k] == gather]
             on = said[0] if said else f"mixed_precision={self.recipe}, whose recipe sets {gather} = True"
             off = (f"mixed_precision.{kind}=null" if kind in self.low_given else
@@ -296,11 +296,11 @@ def to_bridge(args: Args) -> dict[str, Any]:
                 _to_bridge_mixed(args, out)
             continue
         convert = BRIDGE_KEYS[dest][1] if dest in BRIDGE_KEYS else (lambda v: v)
-        if dest == "squared_relu" and _bool(value):
+        if dest == "squared_relu" and truth(value):
             out["model.gated_linear_unit"] = False  # Bridge's activation_map.py name (L48 @ 067f987d)
             out["model.activation_func"] = "squared_relu"
             continue
-        if dest in ("swiglu", "quick_geglu") and _bool(value):
+        if dest in ("swiglu", "quick_geglu") and truth(value):
             # Bridge's provider holds the activation as a callable, which its overrides name (utils/activation_map.py
             # @ 067f987d: "silu", "quick_gelu"); a recipe's own stood under --swiglu's gated_linear_unit alone
             out["model.gated_linear_unit"] = True
@@ -358,11 +358,13 @@ BRIDGE_UNSAID: dict[str, Any] = {
 # review18: the router's fields at Megatron-LM's values where an MoE launch leaves them out (`_enc_router`): a Bridge
 # model provider sets its own (BRIDGE_PIN src/megatron/bridge/models/olmoe/olmoe_provider.py L89, deepseek_v2_bridge.py
 # L57 and kimi_bridge.py L58 moe_router_pre_softmax = True; deepseek_v3_bridge.py sigmoid with expert bias), which
-# stood under a Qwen3 or Mixtral plan's overrides: the unnormalised top-k weights --emit megatron no longer trains
+# stood under a Qwen3 or Mixtral plan's overrides: the unnormalised top-k weights --emit megatron no longer trains.
+# review23: and the experts' GEMMs: a SequentialMLP plan (no --moe-grouped-gemm) wrote no moe_grouped_gemm, which the
+# MoE bridges set on and import_bridge reads as on (megatron_run.BRIDGE_MOE_DEFAULTS): stated off
 BRIDGE_UNSAID_MOE: dict[str, Any] = {
     "moe_router_score_function": "softmax", "moe_router_pre_softmax": False, "moe_router_enable_expert_bias": False,
     "moe_shared_expert_gate": False, "moe_router_num_groups": None, "moe_router_group_topk": None,
-    "moe_router_topk_scaling_factor": None}
+    "moe_router_topk_scaling_factor": None, "moe_grouped_gemm": False}
 
 
 def bridge_stated(args: Args, out: dict[str, Any]) -> dict[str, Any]:
@@ -380,8 +382,8 @@ def bridge_stated(args: Args, out: dict[str, Any]) -> dict[str, Any]:
             stated[str(bridge_key(dest))] = value
     if not args.get("cpu_offloading_num_layers"):
         stated["model.cpu_offloading"] = False
-    if not _bool(args.get("use_megatron_fsdp")):
-        on = _bool(args.get("use_distributed_optimizer"))
+    if not truth(args.get("use_megatron_fsdp")):
+        on = truth(args.get("use_distributed_optimizer"))
         stated["ddp.use_distributed_optimizer"] = on
         stated[BRIDGE_OPTIMIZER_KEY] = on
     for dest, key in BRIDGE_COMM_OVERLAP.items():
@@ -393,7 +395,7 @@ def bridge_stated(args: Args, out: dict[str, Any]) -> dict[str, Any]:
 def _from_bridge_stated(overrides: Mapping[str, Any], args: Args) -> None:
     """The keys `bridge_stated` writes, read as Bridge applies them: the distributed optimizer on when either config
     has it; a comm_overlap value over the DDP / model one (None: not given)."""
-    if _bool(_bridge_value(overrides.get(BRIDGE_OPTIMIZER_KEY), BRIDGE_OPTIMIZER_KEY)):
+    if truth(_bridge_value(overrides.get(BRIDGE_OPTIMIZER_KEY), BRIDGE_OPTIMIZER_KEY)):
         args["use_distributed_optimizer"] = True
     for dest, key in BRIDGE_COMM_OVERLAP.items():
         value = _bridge_value(overrides.get(key), key)
@@ -446,7 +448,7 @@ def bridge_value_field(key: str) -> Optional[str]:
 def check_bridge_sixteen_bit(args: Args) -> None:
     """A whole set of Bridge overrides (`from_bridge`'s args) must train in 16 bits: refused in Bridge's keys (review14:
     the Megatron decoder's "no --bf16 or --fp16" named flags the file does not have)."""
-    if not (_bool(args.get("bf16")) or _bool(args.get("fp16"))):
+    if not (truth(args.get("bf16")) or truth(args.get("fp16"))):
         raise BtacalcError("the overrides train in fp32 (no mixed_precision such as bf16_mixed, no model.bf16 or "
                            "model.fp16): btacalc models 16-bit training")
 
@@ -552,11 +554,11 @@ def from_bridge(overrides: Mapping[str, Any]) -> tuple[Args, list[str]]:
             args.update(PRECISIONS[name])
         _bridge_bf16_ends(args, BRIDGE_BF16_ENDS.get(name, (0, 0)))
     _from_bridge_mixed(overrides, args, unread, name)
-    if _bool(args.get("fp16")) and "grad_reduce_in_bf16" in args and "accumulate_allreduce_grads_in_fp32" not in args:
+    if truth(args.get("fp16")) and "grad_reduce_in_bf16" in args and "accumulate_allreduce_grads_in_fp32" not in args:
         # hostile17: Bridge hands ddp.grad_reduce_in_fp32 to Megatron-Core's DDP as it is (DistributedDataParallelConfig
         # .grad_reduce_in_fp32, distributed_data_parallel_config.py L15 @ d98e8a64), under fp16 too; Megatron-LM's
         # --grad-reduce-in-bf16, which it stands for here, is read only under --bf16 (arguments.py L1213)
-        args["accumulate_allreduce_grads_in_fp32"] = not _bool(args.pop("grad_reduce_in_bf16"))
+        args["accumulate_allreduce_grads_in_fp32"] = not truth(args.pop("grad_reduce_in_bf16"))
     if "num_query_groups" in args and args.get("num_query_groups") != args.get("num_attention_heads"):
         args["group_query_attention"] = True
     return args, unread

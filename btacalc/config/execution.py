@@ -348,12 +348,12 @@ class Layout:
         for name, v in sizes:
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise BtacalcError(f"{{{name}}} must be a positive integer, got {v!r}")
-            limit, text = _SIZE_LIMITS.get(name, (MAX_DEVICES, _LIMIT_TEXT[MAX_DEVICES]))
+            limit, text = _SIZE_LIMITS.get(name, (MAX_DEVICES, LIMIT_TEXT[MAX_DEVICES]))
             if v > limit:
                 raise BtacalcError(f"{{{name}}} {v} is beyond {text}")
         if self.data_parallel * self.micro_batches > MAX_SEQUENCES:
             raise BtacalcError(f"{{micro_batches}} {self.micro_batches} on {self.data_parallel} data-parallel ranks is "
-                               f"more than {_LIMIT_TEXT[MAX_SEQUENCES]} per step")
+                               f"more than {LIMIT_TEXT[MAX_SEQUENCES]} per step")
         if self.zero_stage not in (0, 1, 2, 3):
             raise BtacalcError(f"{{zero_stage}} must be 0, 1, 2 or 3, got {self.zero_stage!r}")
         if profile.family == "wse" and (self.expert_parallel > 1 or self.zero_stage or self.parallel
@@ -580,14 +580,14 @@ MAX_SEQUENCES = MAX_COUNT
 MAX_DEVICES = 1 << 20
 FSDP_IMPLS = ("megatron", "torch")  # Layout.fsdp_impl
 DEFAULT_FSDP_IMPL = FSDP_IMPLS[0]  # FSDP with no implementation named: Megatron-FSDP
-_LIMIT_TEXT = {MAX_SEQUENCES: "2^62 sequences, more than any training batch",
-               MAX_DEVICES: "2^20 = 1,048,576 devices, more than any training cluster"}
+LIMIT_TEXT = {MAX_SEQUENCES: "2^62 sequences, more than any training batch",
+              MAX_DEVICES: "2^20 = 1,048,576 devices, more than any training cluster"}
 # A layout size's bound and how it reads where it is not MAX_DEVICES (Layout.validate); a bucket of 2^62
 # parameters still fits numpy's int64 and holds any model's parameters in one bucket
-_SIZE_LIMITS = {"micro_batches": (MAX_SEQUENCES, _LIMIT_TEXT[MAX_SEQUENCES]),
+_SIZE_LIMITS = {"micro_batches": (MAX_SEQUENCES, LIMIT_TEXT[MAX_SEQUENCES]),
                 "ddp_bucket_params": (MAX_SEQUENCES, "2^62 parameters, more than any model's"),
                 "ddp_num_buckets": (MAX_SEQUENCES, "2^62 buckets, more than any model's parameters"),
-                "microbatch_group": (MAX_SEQUENCES, _LIMIT_TEXT[MAX_SEQUENCES])}
+                "microbatch_group": (MAX_SEQUENCES, LIMIT_TEXT[MAX_SEQUENCES])}
 
 
 # How Cerebras splits a wafer cluster's global batch (model/wafer/batching.py has the sources); checked
@@ -623,7 +623,7 @@ class BatchLimits:
             if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
                 raise BtacalcError(f"{{{name}}} must be a positive integer, got {v!r}")
             if v is not None and v > MAX_SEQUENCES:
-                raise BtacalcError(f"{{{name}}} {v} is beyond {_LIMIT_TEXT[MAX_SEQUENCES]}")
+                raise BtacalcError(f"{{{name}}} {v} is beyond {LIMIT_TEXT[MAX_SEQUENCES]}")
         n = self.global_batch
         if n is not None:
             self._check_divisible(n, data_parallel, ranks or f"the {data_parallel} data-parallel ranks")

@@ -70,7 +70,9 @@ def _int(v: Any, dest: str) -> Optional[int]:
     return None if v is None else integer(v, dest)
 
 
-def _bool(v: Any) -> bool:
+def truth(v: Any) -> bool:
+    """A switch's value as Megatron-LM or a Bridge file gives it (a Bridge string "true"/"1"/"yes"; bridge_codec
+    reads its keys with it too)."""
     refuse_bridge_text(v, "true or false")
     if isinstance(v, str):
         return v.strip().lower() in ("1", "true", "yes")
@@ -106,7 +108,7 @@ def switch(field: str, dest: str, invert: bool = False) -> Row:
         return {} if v is None else {dest: (not v) if invert else bool(v)}
 
     def dec(get: Get) -> Fields:
-        v = _bool(get(dest))
+        v = truth(get(dest))
         return {field: (not v) if invert else v}
 
     return Row(field, enc, dec)
@@ -149,7 +151,7 @@ def _dec_heads(get: Get) -> Fields:
     h = _int(get("hidden_size"), "hidden_size")
     if a is None or h is None:
         raise BtacalcError("the launch gives no --num-attention-heads or --hidden-size: btacalc needs the model")
-    gqa = _bool(get("group_query_attention"))
+    gqa = truth(get("group_query_attention"))
     kv = _int(get("num_query_groups"), "num_query_groups") if gqa else None
     kv_channels = _int(get("kv_channels"), "kv_channels")
     return {"model.num_heads": a, "model.num_kv_heads": kv or a, "model.head_dim": kv_channels or h // a}
@@ -168,7 +170,7 @@ def _enc_mla(f: Fields) -> Args:
 
 
 def _dec_mla(get: Get) -> Fields:
-    if not _bool(get("multi_latent_attention")):
+    if not truth(get("multi_latent_attention")):
         for dest in ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"):
             get(dest)  # read: without MLA Megatron ignores them
         return {"model.mla": None}
@@ -307,11 +309,11 @@ def _dec_routing(get: Get) -> Fields:
     # a group limit needs both (megatron_rules router-groups); the number of groups alone limits nothing
     return {"model.router_groups": (groups or 1) if chosen else 1, "model.router_group_topk": chosen or 1,
             "model.router_scale": 1.0 if scale is None else real(scale, "moe_router_topk_scaling_factor"),
-            "model.router_score_bias": _bool(get("moe_router_enable_expert_bias"))}
+            "model.router_score_bias": truth(get("moe_router_enable_expert_bias"))}
 
 
 def _dec_router(get: Get) -> Fields:
-    given, pre = get("moe_router_score_function"), _bool(get("moe_router_pre_softmax"))
+    given, pre = get("moe_router_score_function"), truth(get("moe_router_pre_softmax"))
     score = "softmax" if given is None else str(given)  # Megatron's default (a caller's getter may give None)
     # the weights a Megatron router gives (moe_utils.py L900-929): renormalised but with --moe-router-pre-softmax.
     # Megatron's default softmax router (top k of the logits, softmax over them) gives the renormalised top-k softmax
@@ -322,7 +324,7 @@ def _dec_router(get: Get) -> Fields:
                            "(Megatron-Core's sqrtsoftplus scores are not modelled)")
     router = score
     return {"model.router": router, "model.router_renormalize": not (pre and score != "sigmoid"),
-            "model.shared_expert_gate": _bool(get("moe_shared_expert_gate")), **_dec_routing(get)}
+            "model.shared_expert_gate": truth(get("moe_shared_expert_gate")), **_dec_routing(get)}
 
 
 # Megatron's --add-bias-linear (on by default; --disable-bias-linear) gives a bias to every linear layer: the attention
@@ -345,8 +347,8 @@ def _enc_bias(f: Fields) -> Args:
 
 
 def _dec_bias(get: Get) -> Fields:
-    linear = _bool(get("add_bias_linear"))
-    qkv = linear or _bool(get("add_qkv_bias"))
+    linear = truth(get("add_bias_linear"))
+    qkv = linear or truth(get("add_qkv_bias"))
     moe = linear and (_int(get("num_experts"), "num_experts") or 0) > 0
     return {"model.linear_bias": linear, "model.mlp_bias": linear, "model.qkv_bias": qkv,
             "model.router_bias": moe, "model.expert_bias": moe}
@@ -369,8 +371,8 @@ def _enc_qk_norm(f: Fields) -> Args:
 
 
 def _dec_qk_norm(get: Get) -> Fields:
-    on = _bool(get("qk_layernorm"))
-    if not _bool(get("multi_latent_attention")):
+    on = truth(get("qk_layernorm"))
+    if not truth(get("multi_latent_attention")):
         return {"model.qk_norm_head": on}
     return {"model.qk_norm_head": False, **({} if on else {"run.mla_norm_note": MLA_NORMS_NOTE})}
 
@@ -400,19 +402,19 @@ def _enc_mlp(f: Fields) -> Args:
 def _dec_mlp(get: Get) -> Fields:
     offset, clamp = (None if get(dest) is None else real(get(dest), dest)
                      for dest in ("glu_linear_offset", "activation_func_clamp_value"))
-    squared = _bool(get("squared_relu"))
-    if squared and _bool(get("swiglu")):  # argument_utils.py L320-321 asserts
+    squared = truth(get("squared_relu"))
+    if squared and truth(get("swiglu")):  # argument_utils.py L320-321 asserts
         raise BtacalcError("Megatron --squared-relu with --swiglu: Megatron-LM asserts one activation "
                            "(argument_utils.py L320-321 @ d98e8a64)")
     if squared:
         # review21: Megatron-LM takes squared ReLU and passes --quick-geglu over (L320-326: `elif args.quick_geglu`);
         # the launch was refused as if it asserted. Left unread, --quick-geglu is listed (megatron_run.IGNORED)
         return {"model.mlp": "gelu", "model.glu_activation": "silu", "model.mlp_activation": "squared_relu"}
-    if not _bool(get("quick_geglu")):
+    if not truth(get("quick_geglu")):
         if offset or clamp is not None:
             raise BtacalcError("Megatron --glu-linear-offset / --activation-func-clamp-value without --quick-geglu: "
                                "btacalc models them as GPT-OSS's quick-GELU GLU only")
-        return {"model.mlp": "swiglu" if _bool(get("swiglu")) else "gelu", "model.glu_activation": "silu",
+        return {"model.mlp": "swiglu" if truth(get("swiglu")) else "gelu", "model.glu_activation": "silu",
                 "model.mlp_activation": "gelu"}
     if (offset, clamp) != (GPT_OSS_GLU_OFFSET, GPT_OSS_GLU_CLAMP):
         raise BtacalcError(f"Megatron --quick-geglu with --glu-linear-offset {offset or 0:g} and "
@@ -538,7 +540,7 @@ def _enc_rope(f: Fields) -> Args:
 
 def _dec_rope(get: Get) -> Fields:
     kind = str(get("position_embedding_type"))
-    if kind == "rope" and _bool(get("multi_latent_attention")):
+    if kind == "rope" and truth(get("multi_latent_attention")):
         # review20: --rope-type rope builds MLA a plain RotaryEmbedding (multi_latent_attention.py L180-187): no YaRN,
         # its flags stay unread (listed); None and yarn are MLATransformerConfig's default YaRN
         if get("rope_type") == "rope":
@@ -562,7 +564,7 @@ def _dec_rope(get: Get) -> Fields:
             "beta_slow": real(YARN_DEFAULTS["yarn_beta_slow"] if given["yarn_beta_slow"] is None
                               else given["yarn_beta_slow"], "yarn_beta_slow"),
             "truncate": given["yarn_correction_range_round_to_int"] is None
-            or _bool(given["yarn_correction_range_round_to_int"]),
+            or truth(given["yarn_correction_range_round_to_int"]),
             **{key: None if not get.given(key) or given[key] is None else real(given[key], key)
                for key in ("mscale", "mscale_all_dim")}}
     return {"model.position_embedding": "rope", "model.yarn": yarn}
@@ -675,7 +677,7 @@ def _dec_numerics(get: Get) -> Fields:
             continue  # no rotary embedding: the flags stay unread (listed)
         if field == "rope_scaling_factor":
             on = get(ROPE_SCALING_SWITCH)
-            if on is None or not _bool(on):  # None: a Bridge key left to the Hugging Face config
+            if on is None or not truth(on):  # None: a Bridge key left to the Hugging Face config
                 get(dest)
                 numerics[field] = None if on is None else 1.0
                 continue
@@ -726,7 +728,7 @@ def _enc_recompute(f: Fields) -> Args:
 
 def _dec_recompute(get: Get) -> Fields:
     granularity = get("recompute_granularity")
-    if _bool(get("recompute_activations")):  # arguments.py: --recompute-activations means selective
+    if truth(get("recompute_activations")):  # arguments.py: --recompute-activations means selective
         granularity = granularity or "selective"
     method, layers, modules = get("recompute_method"), get("recompute_num_layers"), get("recompute_modules")
     if granularity is None:
@@ -754,7 +756,7 @@ def _enc_sharding(f: Fields) -> Args:
 
 def _dec_sharding(get: Get) -> Fields:
     get("ckpt_format")
-    if _bool(get("use_megatron_fsdp")):
+    if truth(get("use_megatron_fsdp")):
         strategy = get("data_parallel_sharding_strategy")
         stages = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
         if strategy not in stages:
@@ -762,7 +764,7 @@ def _dec_sharding(get: Get) -> Fields:
         get("use_distributed_optimizer")  # Megatron-FSDP v1 turns it on itself (arguments.py:1127-1135)
         return {"layout.zero_stage": stages[strategy], "layout.fsdp": stages[strategy] == 3}
     get("data_parallel_sharding_strategy")
-    return {"layout.zero_stage": 1 if _bool(get("use_distributed_optimizer")) else 0, "layout.fsdp": False}
+    return {"layout.zero_stage": 1 if truth(get("use_distributed_optimizer")) else 0, "layout.fsdp": False}
 
 
 def _enc_precision(f: Fields) -> Args:
@@ -780,15 +782,15 @@ def _enc_precision(f: Fields) -> Args:
 
 
 def _dec_precision(get: Get) -> Fields:
-    bf16, fp16 = _bool(get("bf16")), _bool(get("fp16"))
+    bf16, fp16 = truth(get("bf16")), truth(get("fp16"))
     if not (bf16 or fp16):
         raise BtacalcError("the launch trains in fp32 (no --bf16 or --fp16): btacalc models 16-bit training")
     if bf16 and fp16:  # Megatron-LM asserts one of them (arguments.py L1195-1206)
         raise BtacalcError("--bf16 and --fp16 together: Megatron-LM refuses both (arguments.py L1196, L1205); give one")
     if fp16:  # --grad-reduce-in-bf16 not read: listed ignored, with megatron_run.IGNORED's reason (hostile17)
-        return {"run.gradient_bytes": 4 if _bool(get("accumulate_allreduce_grads_in_fp32")) else 2}
+        return {"run.gradient_bytes": 4 if truth(get("accumulate_allreduce_grads_in_fp32")) else 2}
     get("accumulate_allreduce_grads_in_fp32")  # --bf16 turns it on itself (arguments.py L1215-1216)
-    return {"run.gradient_bytes": 2 if _bool(get("grad_reduce_in_bf16")) else 4}
+    return {"run.gradient_bytes": 2 if truth(get("grad_reduce_in_bf16")) else 4}
 
 
 def _enc_pipeline(f: Fields) -> Args:
@@ -819,14 +821,14 @@ def _dec_pipeline(get: Get) -> Fields:
         # that PP does not divide are left to the placement's check, which names both
         chunks = len(parse_layout(str(layout)))
         vp = chunks // pp if chunks % pp == 0 else None
-    embedding, loss = (_bool(get("account_for_embedding_in_pipeline_split")),
-                       _bool(get("account_for_loss_in_pipeline_split")))
+    embedding, loss = (truth(get("account_for_embedding_in_pipeline_split")),
+                       truth(get("account_for_loss_in_pipeline_split")))
     vp = vp or 1
     split = {(True, True): "embedding_loss", (True, False): "embedding", (False, True): "loss"}.get((embedding, loss),
                                                                                                   "even")
     return {"layout.pipeline_parallel": pp, "layout.virtual_pipeline": vp,
             "layout.pipeline_split": split,
-            "overlap.p2p": _bool(get("overlap_p2p_comm")) and vp > 1}
+            "overlap.p2p": truth(get("overlap_p2p_comm")) and vp > 1}
 
 
 def _enc_sp(f: Fields) -> Args:
@@ -836,7 +838,7 @@ def _enc_sp(f: Fields) -> Args:
 def _dec_sp(get: Get) -> Fields:
     """Megatron switches sequence parallelism off with TP = 1 (arguments.py:1430-1431)."""
     tp = _int(get("tensor_model_parallel_size"), "tensor_model_parallel_size") or 1
-    return {"layout.sequence_parallel": _bool(get("sequence_parallel")) and tp > 1}
+    return {"layout.sequence_parallel": truth(get("sequence_parallel")) and tp > 1}
 
 
 def _enc_dispatcher(f: Fields) -> Args:
@@ -864,7 +866,7 @@ def _dec_dispatcher(get: Get) -> Fields:
         return {"run.dispatcher_note": f"--moe-token-dispatcher-type {kind}: btacalc times an all-to-all"}
     if kind != "flex":
         return {}
-    backend = "deepep" if _bool(get("moe_enable_deepep")) else get("moe_flex_dispatcher_backend")
+    backend = "deepep" if truth(get("moe_enable_deepep")) else get("moe_flex_dispatcher_backend")
     if backend not in ("deepep", "hybridep"):
         return {"run.dispatcher_note": f"--moe-flex-dispatcher-backend {backend}: btacalc times an all-to-all"}
     sms = next((_int(get(d), d) for d in ("moe_flex_dispatcher_num_sms", "moe_deepep_num_sms", "moe_hybridep_num_sms")
@@ -991,7 +993,7 @@ def _dec_loss(get: Get) -> Fields:
     impl = str(get("cross_entropy_fusion_impl"))
     if impl not in ("native", "te"):
         raise BtacalcError(f"Megatron cross_entropy_fusion_impl {impl!r}: Megatron-LM's choices are native and te")
-    te = _bool(get("cross_entropy_loss_fusion")) and impl == "te"
+    te = truth(get("cross_entropy_loss_fusion")) and impl == "te"
     return {"run.loss": "te_fused" if te else "vocab_parallel"}
 
 
@@ -1029,7 +1031,7 @@ def _enc_low_precision(f: Fields) -> Args:
 
 def _dec_low_precision(get: Get) -> Fields:
     fp8, fp4 = get("fp8"), get("fp4")
-    fp16 = _bool(get("fp16"))
+    fp16 = truth(get("fp16"))
     if fp8 is None and fp4 is None:
         return {"run.precision": "fp16" if fp16 else "bf16"}
     if fp16:  # btacalc's FP8/FP4 recipes run over bf16 (Megatron-Bridge's bf16_with_* recipes): fp16 would be lost
@@ -1076,7 +1078,7 @@ def _enc_param_gather(f: Fields) -> Args:
 
 
 def _dec_param_gather(get: Get) -> Fields:
-    fp8, fp4 = _bool(get("fp8_param_gather")), _bool(get("fp4_param_gather"))  # both read: neither is "ignored"
+    fp8, fp4 = truth(get("fp8_param_gather")), truth(get("fp4_param_gather"))  # both read: neither is "ignored"
     if (fp8 or fp4) and str(get("transformer_impl")) == "local":  # hostile24: LOCAL_LOW_PRECISION_NOTE
         return {"run.fp8_param_gather": False, "run.param_gather_note": LOCAL_PARAM_GATHER_NOTE}
     return {"run.fp8_param_gather": fp8 or fp4}
@@ -1092,7 +1094,7 @@ def _enc_fp8_attention(f: Fields) -> Args:
 
 def _dec_fp8_attention(get: Get) -> Fields:
     """Read from Megatron-Bridge's mixed_precision.fp8_dot_product_attention (`from_bridge`; no flag sets it)."""
-    return {"run.fp8_attention": _bool(get(FP8_ATTENTION_DEST))}
+    return {"run.fp8_attention": truth(get(FP8_ATTENTION_DEST))}
 
 
 def _enc_offload(f: Fields) -> Args:
@@ -1119,7 +1121,7 @@ def _enc_bf16_ends(f: Fields) -> Args:
 def _dec_bf16_ends(get: Get) -> Fields:
     """The counts take effect only with --first-last-layers-bf16 and an FP8 or FP4 recipe (MLM @ d98e8a64 fp8_utils.py
     L711-727 and L848-850, fp4_utils.py L247-263: without a recipe no layer enters a low-precision context)."""
-    on = _bool(get("first_last_layers_bf16"))
+    on = truth(get("first_last_layers_bf16"))
     start = _int(get("num_layers_at_start_in_bf16"), "num_layers_at_start_in_bf16") or 0
     end = _int(get("num_layers_at_end_in_bf16"), "num_layers_at_end_in_bf16") or 0
     if not on or (get("fp8") is None and get("fp4") is None):
@@ -1139,7 +1141,7 @@ def _enc_moments(f: Fields) -> Args:
 
 
 def _dec_moments(get: Get) -> Fields:
-    aware = _bool(get("use_precision_aware_optimizer"))
+    aware = truth(get("use_precision_aware_optimizer"))
     dtypes = {str(get("exp_avg_dtype") or "fp32"), str(get("exp_avg_sq_dtype") or "fp32")}
     if not aware or dtypes == {"fp32"}:
         return {"run.moment_bytes": 4}
@@ -1198,7 +1200,7 @@ def _dec_grouped_gemm(get: Get) -> Fields:
     one linear pair per local expert (Megatron-Core @ d98e8a64 models/gpt/moe_module_specs.py, core/models/backends.py
     L133-142), which asks TransformerEngine for no grouped GEMM and so none of its grouped-GEMM workspaces
     (config/workspaces.py). A dense launch's flag is read and has no experts to change."""
-    grouped = _bool(get("moe_grouped_gemm"))
+    grouped = truth(get("moe_grouped_gemm"))
     if not (_int(get("num_experts"), "num_experts") or 0):
         return {}
     return {"run.expert_grouped_gemm": grouped,
@@ -1232,7 +1234,7 @@ def _enc_wgrad_fusion(f: Fields) -> Args:
 
 
 def _dec_wgrad_fusion(get: Get) -> Fields:
-    return {"run.gradient_accumulation_fusion": _bool(get("gradient_accumulation_fusion"))}
+    return {"run.gradient_accumulation_fusion": truth(get("gradient_accumulation_fusion"))}
 
 
 MODEL_ROWS: tuple[Row, ...] = (
@@ -1251,7 +1253,7 @@ MODEL_ROWS: tuple[Row, ...] = (
     Row("qk norms", _enc_qk_norm, _dec_qk_norm),
     Row("numerics", _enc_numerics, _dec_numerics),
     Row("zero-centred norm", lambda f: {"layernorm_zero_centered_gamma": True} if f.get("model.norm_zero_centered") else {},
-        lambda get: {"model.norm_zero_centered": _bool(get("layernorm_zero_centered_gamma"))}),
+        lambda get: {"model.norm_zero_centered": truth(get("layernorm_zero_centered_gamma"))}),
     switch("model.tied_embeddings", "untie_embeddings_and_output_weights", invert=True),
     switch("model.softmax_fp32", "attention_softmax_in_fp32"),
     choice("model.attention_sinks", "softmax_type", {False: "vanilla", True: "learnable"}, say_default=False),

@@ -150,7 +150,7 @@ def makespan(forward: Any, backward: Any, pp: int, vp: int, m: int, group: int =
     more groups than any pass reaches back) the passes of every further group end c later as well (the same
     dependencies on passes shifted by c: max and + commute with the shift), so makespan(m) = makespan(short) +
     (m - short)/N x c; elsewhere the whole schedule is simulated."""
-    group = group or pp
+    group = _group(pp, vp, group)
     extra = extra and vp > 1
     times, shape = _times(forward, backward, pp, vp)
     return _shaped(_periodic(times, pp, vp, m, group, extra), shape)
@@ -217,7 +217,14 @@ def _shaped(out: np.ndarray, shape: tuple[int, ...]) -> Any:
 def full_makespan(forward: Any, backward: Any, pp: int, vp: int, m: int, group: int = 0, extra: bool = False) -> Any:
     """`makespan` with every micro-batch simulated (no steady-state extrapolation)."""
     times, shape = _times(forward, backward, pp, vp)
-    return _shaped(_simulate(times, pp, vp, m, group or pp, extra and vp > 1)[0], shape)
+    return _shaped(_simulate(times, pp, vp, m, _group(pp, vp, group), extra and vp > 1)[0], shape)
+
+
+def _group(pp: int, vp: int, group: int) -> int:
+    """The micro-batch group the schedule is cut into: N where the schedule is interleaved (0: PP), else PP.
+    Without interleaving Megatron ignores N (its order does not depend on it) and a group of N < PP micro-batches
+    would put a pass's rank predecessor PP - 1 micro-batches, more than `_LAG` groups, away (review23)."""
+    return (group or pp) if vp > 1 else pp
 
 
 def _simulate(times: np.ndarray, pp: int, vp: int, m: int, group: int, extra: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -253,6 +260,7 @@ def step_makespan(forward: Any, backward: Any, pp: Any, vp: Any, m: Any, group: 
     flat_f = [t.ravel() for t in times[:rows * cols]]
     flat_b = [t.ravel() for t in times[rows * cols:]]
     out = np.zeros(keys.shape[0])
+    keys[:, 3] = np.where(keys[:, 1] > 1, np.where(keys[:, 3] > 0, keys[:, 3], keys[:, 0]), keys[:, 0])  # `_group`
     ms = keys[:, 2].copy()
     keys[:, 2] = ms - keys[:, 3] * ((ms - 1) // keys[:, 3])  # the last group's size: one short schedule for every M
     for key in np.unique(keys, axis=0):

@@ -20,8 +20,8 @@ In flight (activations kept for backward at a stage's peak), Megatron-Core sched
 The embedding counts the first stage's in-flight passes / VP (as Megatron's theoretical_memory_usage.py
 does); the head and loss of the last stage one (its last chunk's backward follows its forward directly).
 
-Bubble (Narayanan et al. 2021 §2.2): (PP - 1)/VP times one micro-batch's time on a stage, on top of
-the M micro-batches: (PP - 1)/(M·VP) of the ideal time.
+Bubble: the step's is the makespan of Megatron's schedule (schedule.py, timing.py); with equal stages and chunks it
+is Narayanan et al. 2021 §2.2's (PP - 1)/VP times one micro-batch's time on a stage (`bubble_micro_batches`).
 
 Layouts may be arrays (the layout search): the placement is computed once per distinct (PP, VP) and the
 per-stage counts gathered into arrays.
