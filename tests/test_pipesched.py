@@ -279,3 +279,41 @@ def test_without_interleaving_the_group_size_does_not_cut_the_schedule(monkeypat
     else:
         S.makespan(f, b, 8, 1, 96, 1)
     assert seen and max(seen) <= S._LAG
+
+
+def test_a_layout_whose_bound_ties_the_slowest_row_is_simulated(monkeypatch):
+    # review23: the pruning simulated a candidate only when its bound (the step without the bubble) beat the
+    # ranking's slowest row strictly. Made-up tokens/s: five PP 1 layouts at 100, 90, 80, 70, 60 (exact = bound),
+    # a pipelined Y, bound 55, simulated to 50 (the sixth and slowest row), and a pipelined X listed first, bound
+    # 50 = the slowest row, exact 40. Left at its bound, X would tie Y at 50 and, listed first, take its place in the
+    # ranking at a speed it does not reach; simulated, it drops to 40.
+    from btacalc.config.execution import BatchLimits, ExecutionRequest, resolve_execution
+    from btacalc.config.pipeline import StageSplit
+    from btacalc.planning import search as S
+    from dataclasses import replace
+
+    model, hw = resolve_model("qwen3-30b-a3b"), resolve_hardware("h100")
+    req = ExecutionRequest(devices=32, seq_len=4096, limits=BatchLimits(global_batch=512))
+    base = resolve_execution(req.with_changes(limits=replace(req.limits, global_batch=None, micro_batch=None),
+                                              micro_batches=None, stage_split=StageSplit()), model, hw)
+    every = list(S._candidates(model, hw, req, base, 512))
+    plain, labels = [], set()  # five PP 1 layouts the ranking tells apart (its rows are one per label)
+    for c in every:
+        label = S._Scores([c], np.zeros(1), np.ones(1), np.ones(1), np.zeros(1), {}).row(0, 0).label().split(" rc ")[0]
+        if c.layout.pipeline_parallel == 1 and label not in labels and len(plain) < S.RUNNERS_UP:
+            labels.add(label)
+            plain.append(c)
+    x, y = [c for c in every if c.layout.pipeline_parallel > 1][:2]
+    candidates = [x] + plain + [y]
+    bound = {id(x): 50.0, id(y): 55.0, **{id(c): 100.0 - 10 * i for i, c in enumerate(plain)}}
+    exact = {**bound, id(x): 40.0, id(y): 50.0}
+
+    def evaluate(model, hardware, base, cands, schedule=True):
+        tokens = np.array([(exact if schedule else bound)[id(c)] for c in cands])
+        return S._Scores(list(cands), np.arange(len(cands)), 1 / tokens, tokens, np.zeros(len(cands)), {})
+
+    monkeypatch.setattr(S, "_evaluate", evaluate)
+    monkeypatch.setattr(S, "_usable", lambda *a: np.full(len(candidates), 1 << 60, dtype=np.int64))
+    monkeypatch.setattr(S, "SIMULATED_AT_ONCE", S.RUNNERS_UP + 1)  # the first round: the six fastest bounds, Y's in
+    scores = S._scored(model, hw, base, candidates)
+    assert scores.tokens[-1] == 50.0 and scores.tokens[0] == 40.0

@@ -209,10 +209,11 @@ def _scored(model: ModelSpec, hardware: HardwareProfile, base: Execution, candid
     """Every candidate's memory and step time, the step with its pipeline schedule simulated (gpu/schedule.py)
     where that can change what the search shows. The step without the bubble is a lower bound of the step
     (`gpu_step_time`, schedule off), so its tokens/s an upper bound: every candidate is scored by it first,
-    then, fastest bound first, the candidates are simulated while a fitting one's bound beats the slowest
-    row of the ranking so far (or there are not enough rows yet) or a non-fitting one's beats the fastest
+    then, fastest bound first, the candidates are simulated while a fitting one's bound reaches the slowest
+    row of the ranking so far (or there are not enough rows yet) or a non-fitting one's reaches the fastest
     simulated candidate, fitting or not: a candidate left at its bound cannot enter the ranking or be the
-    fastest that does not fit."""
+    fastest that does not fit (a bound equal to the slowest row is simulated too: left at its bound it would
+    tie that row and, listed first, could take its place; review23)."""
     scores = _evaluate(model, hardware, base, candidates, schedule=False)
     usable = _usable(model, hardware, base, scores.candidates)
     fits = scores.memory <= usable
@@ -224,7 +225,7 @@ def _scored(model: ModelSpec, hardware: HardwareProfile, base: Execution, candid
                                                                    kind="stable") if done[i] and fits[i]], usable)
         slowest = ranked[-1].tokens_per_s if len(ranked) > RUNNERS_UP else -np.inf
         fastest = float(np.max(scores.tokens[done], initial=-np.inf))
-        need = ~done & np.where(fits, bound > slowest, bound > fastest)
+        need = ~done & np.where(fits, bound >= slowest, bound >= fastest)
         if not need.any():
             return scores
         take = [int(i) for part in (need & fits, need & ~fits)
