@@ -94,7 +94,7 @@ def test_the_te_runs_are_expressed_with_the_te_kernel():
         assert reason == "" and request is not None and request.loss == "te_fused", run.id
     native = next(r for r in load_runs() if r.recipe is not None and r.recipe.cross_entropy_fusion_impl == "native")
     request, _ = express(native)
-    assert request is not None and request.loss == "vocab_parallel"
+    assert request is not None and request.loss == "native_fused"  # cenative: the compiled steps (test_cenative.py)
 
 
 def test_the_codec_writes_and_reads_the_two_flags():
@@ -105,7 +105,7 @@ def test_the_codec_writes_and_reads_the_two_flags():
     te = {"cross_entropy_loss_fusion": True, "cross_entropy_fusion_impl": "te"}
     assert decode(te, row)[0]["run.loss"] == "te_fused"
     assert decode({"cross_entropy_fusion_impl": "te"}, row)[0]["run.loss"] == "vocab_parallel"  # the fusion is off
-    assert decode({"cross_entropy_loss_fusion": True}, row)[0]["run.loss"] == "vocab_parallel"  # native
+    assert decode({"cross_entropy_loss_fusion": True}, row)[0]["run.loss"] == "native_fused"  # native (cenative)
     with pytest.raises(BtacalcError, match="native and te"):
         decode({"cross_entropy_loss_fusion": True, "cross_entropy_fusion_impl": "liger"}, row)
 

@@ -134,6 +134,9 @@ EXTRA_SELECTIONS = {
                     dict(recompute="selective", attention="flash", accounting="ideal", loss="vocab_parallel",
                          multi_token_prediction=True),
                     dict(recompute="selective", attention="flash", accounting="ideal", loss="te_fused",
+                         multi_token_prediction=True),
+                    # cenative: the compiled native cross-entropy's second fp32 copy, on the head and the MTP head
+                    dict(recompute="selective", attention="flash", accounting="ideal", loss="native_fused",
                          multi_token_prediction=True)],
 }
 

@@ -108,6 +108,8 @@ def test_the_command_line_causal_and_loss_win_over_the_file_only_when_given(cli,
     ("\n# btacalc option: --causal 1\n", "--causal is a switch and takes no value"),
     (" \\\n    --cross-entropy-loss-fusion --cross-entropy-fusion-impl te\n# btacalc option: --loss stored\n",
      "--loss stored beside TransformerEngine's fused cross-entropy (te_fused)"),
+    (" \\\n    --cross-entropy-loss-fusion\n# btacalc option: --loss fused\n",
+     "--loss fused beside Megatron's compiled (native) fused cross-entropy (native_fused)"),
 ])
 def test_a_loss_or_causal_comment_btacalc_would_not_write_is_refused(cli, tmp_path, tail, says):
     code, out, err = cli(*PLAN, "--emit", "megatron")

@@ -115,7 +115,9 @@ AttentionKernelOpt = typer.Option(None, "--attention-kernel", help=help_text(
 CausalOpt = typer.Option(False, "--causal/--full-scores", help="Count only the causal half of the s² matmuls.")
 LossOpt = typer.Option(None, "--loss", help=help_text("fused: logits one sequence at a time; stored: Korthikanti's "
                                                   "4sbv fp32 logits; vocab_parallel: Megatron's cross-entropy (bf16 "
-                                                  "logits and their fp32 softmax per micro-batch); te_fused: TransformerEngine's fused "
+                                                  "logits and their fp32 softmax per micro-batch); native_fused: the same steps compiled "
+                                                  "(--cross-entropy-loss-fusion: a second fp32 copy in the backward); "
+                                                  "te_fused: TransformerEngine's fused "
                                                   "cross-entropy (--cross-entropy-fusion-impl te: the bf16 logits "
                                                   "turned into their gradient in place) [default: "
                                                   "vocab_parallel on GPUs, fused on wafers]."))

@@ -114,7 +114,7 @@ class RunOptions:
     causal: bool = False
     # the fused attention kernel (btacalc/data/attention_kernels.toml): its FLOP rate where it is not the GEMM rate
     attention_kernel: str = DEFAULT_ATTENTION_KERNEL
-    loss: Literal["stored", "fused", "vocab_parallel", "te_fused"] = "fused"
+    loss: Literal["stored", "fused", "vocab_parallel", "native_fused", "te_fused"] = "fused"
     accounting: Literal["ideal", "pytorch"] = "ideal"
     optimizer: Literal["adam", "sgd"] = "adam"
     bytes_per_element: int = 2

@@ -983,18 +983,23 @@ def _attention_backend(get: Get) -> str:
 
 def _enc_loss(f: Fields) -> Args:
     """TransformerEngine's fused cross-entropy (loss te_fused) is Megatron's --cross-entropy-loss-fusion with
-    --cross-entropy-fusion-impl te (language_module.py L173-L194); the vocab-parallel cross-entropy is its default."""
-    return {"cross_entropy_loss_fusion": True, "cross_entropy_fusion_impl": "te"} if f.get("run.loss") == "te_fused" \
-        else {}
+    --cross-entropy-fusion-impl te (language_module.py L173-L194), native_fused the flag with the native impl,
+    Megatron's default impl (L197); the unfused vocab-parallel cross-entropy is the default without the flag."""
+    loss = f.get("run.loss")
+    if loss == "te_fused":
+        return {"cross_entropy_loss_fusion": True, "cross_entropy_fusion_impl": "te"}
+    return {"cross_entropy_loss_fusion": True} if loss == "native_fused" else {}
 
 
 def _dec_loss(get: Get) -> Fields:
-    """Unfused and native both keep the fp32 softmax of the logits (btacalc's vocab_parallel); te fuses in place."""
+    """Unfused and native both keep the fp32 softmax of the logits; native runs the steps compiled, whose backward
+    holds a second fp32 copy (native_fused); te fuses in place (te_fused)."""
     impl = str(get("cross_entropy_fusion_impl"))
     if impl not in ("native", "te"):
         raise BtacalcError(f"Megatron cross_entropy_fusion_impl {impl!r}: Megatron-LM's choices are native and te")
-    te = truth(get("cross_entropy_loss_fusion")) and impl == "te"
-    return {"run.loss": "te_fused" if te else "vocab_parallel"}
+    if not truth(get("cross_entropy_loss_fusion")):
+        return {"run.loss": "vocab_parallel"}
+    return {"run.loss": "te_fused" if impl == "te" else "native_fused"}
 
 
 def _enc_mtp(f: Fields) -> Args:

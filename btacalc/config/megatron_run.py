@@ -130,8 +130,8 @@ OPTION_COMMENTS: dict[str, tuple[str, Any]] = {
     "--fp8-attention": ("fp8_attention", True),
     # hostile18: modelling choices a launch cannot carry either; a value outside a tuple's choices is refused
     "--attention-kernel": ("attention_kernel", str), "--accounting": ("accounting", ("ideal", "pytorch")),
-    # hostile19: how btacalc counts the scores' FLOPs, and the two losses no launch flag selects (te_fused is
-    # --cross-entropy-fusion-impl te, vocab_parallel Megatron's default: the launch says those)
+    # hostile19: how btacalc counts the scores' FLOPs, and the two losses no launch flag selects (te_fused and
+    # native_fused are --cross-entropy-loss-fusion with each impl, vocab_parallel Megatron's default: the launch says those)
     "--causal": ("causal", True), "--loss": ("loss", LOSS_COMMENTS)}
 _OPTION_LINE = re.compile(r"^\s*#\s*btacalc option:(.*)$")
 _OPTION_WORDS = re.compile(r"^\s*(--[A-Za-z0-9-]+)(?:\s+([^\s(]+))?\s*(?:\(.*\))?\s*$")
@@ -180,9 +180,11 @@ def option_comments(text: str, source: str) -> dict[str, Any]:
 
 def _with_options(run: "ImportedRun", text: str) -> "ImportedRun":
     changes = option_comments(text, run.source)
-    if "loss" in changes and run.request.loss == "te_fused":
-        raise BtacalcError(f"{run.source}: # btacalc option: --loss {changes['loss']} beside TransformerEngine's fused "
-                           "cross-entropy (te_fused), which the file's own settings select: give one loss")
+    if "loss" in changes and run.request.loss in ("te_fused", "native_fused"):
+        kind = {"te_fused": "TransformerEngine's fused cross-entropy",
+                "native_fused": "Megatron's compiled (native) fused cross-entropy"}[run.request.loss]
+        raise BtacalcError(f"{run.source}: # btacalc option: --loss {changes['loss']} beside {kind} "
+                           f"({run.request.loss}), which the file's own settings select: give one loss")
     return replace(run, request=run.request.with_changes(**changes)) if changes else run
 
 

@@ -117,7 +117,8 @@ class Recipe(BaseModel):
                                                 "(default off: fp32 main gradients, grad_bytes 4)")
     cross_entropy_loss_fusion: Optional[bool] = Field(None, description="--cross-entropy-loss-fusion (default off); "
                                                       "unfused or native, Megatron's vocab-parallel cross-entropy keeps "
-                                                      "the fp32 softmax of a micro-batch's logits")
+                                                      "the fp32 softmax of a micro-batch's logits (native: compiled, "
+                                                      "loss native_fused)")
     cross_entropy_fusion_impl: Optional[Literal["native", "te"]] = Field(
         None, description="--cross-entropy-fusion-impl (default native); te with the fusion on: TransformerEngine's "
         "fused cross-entropy, the 16-bit logits turned into their gradient in place (loss te_fused)")
@@ -214,9 +215,11 @@ class Recipe(BaseModel):
 
     def loss(self) -> str:
         """The catalogue's loss variant of the recipe's cross-entropy flags: TransformerEngine's fused kernel with
-        --cross-entropy-loss-fusion --cross-entropy-fusion-impl te, else Megatron's vocab-parallel cross-entropy
-        (unfused and native keep the same buffers)."""
-        return "te_fused" if self.cross_entropy_loss_fusion and self.cross_entropy_fusion_impl == "te" else "vocab_parallel"
+        --cross-entropy-loss-fusion --cross-entropy-fusion-impl te, the compiled vocab-parallel steps with the native
+        impl (native_fused: its backward holds a second fp32 copy), else Megatron's unfused vocab-parallel cross-entropy."""
+        if not self.cross_entropy_loss_fusion:
+            return "vocab_parallel"
+        return "te_fused" if self.cross_entropy_fusion_impl == "te" else "native_fused"
 
     def gradient_bytes(self) -> Optional[int]:
         """Bytes per main-gradient element the recipe states (grad_bytes, or --grad-reduce-in-bf16)."""
