@@ -244,6 +244,10 @@ class Phase(BaseModel):
     after_dispatch_sync: bool = Field(False, description="the phase runs after the MoE dispatcher's device-to-host "
                                       "sync in the layer's forward (the exchange and what follows it): the host issues "
                                       "it only once the GPU has drained the queue (GPU host time, model/gpu/fixed.py)")
+    pre_dispatch: bool = Field(False, description="the phase belongs to the first node of a layer in Megatron's merged "
+                               "1F1B schedule (--overlap-moe-expert-parallel-comm): attention, norms, shared experts, "
+                               "router (Megatron-LM @ d98e8a64 megatron/core/models/gpt/fine_grained_callables.py L26-L29, "
+                               "L67-L131); a backward layer frees these activations last (memory.py)")
     term: list[Term] = []
     gemm: list[Gemm] = Field(default_factory=list, description="the phase's matmuls as (m, n, k) per device: "
                              "what the GPU time model quantises into tiles and waves")

@@ -13,7 +13,8 @@ placed by Megatron's rules):
                            per device: TP/SP and CP divided, Korthikanti eq. 2-4; less the first N
                            layers' with --cpu-offloading-num-layers N, which wait in host memory) + embedding
                            activations x the first stage's micro-batches in flight + the head's of one
-                           micro-batch (last)
+                           micro-batch (last); with --overlap-moe-expert-parallel-comm, one layer's pre-dispatch
+                           activations more (Megatron's merged 1F1B schedule: `GpuMemory._merged_layer`)
     recompute buffer,      the largest of the kinds the stage holds
     working set, ZeRO-3 /
     FSDP gather buffer
@@ -31,7 +32,7 @@ from ...config.model import LayerKind
 from ..arrays import is_array, largest, maximum, where
 from ..problem import Problem, padded_vocab
 from ..state import StatePart, TorchFsdp, bytes_per_param, gathered_units_bytes, sharded_state
-from .costs import layer_parts, outside_parts
+from .costs import layer_parts, outside_parts, pre_dispatch_stored
 from .part import Part
 from .precision import weight_cache_bytes
 from .stages import PipelineStages, ratio
@@ -70,9 +71,10 @@ class GpuMemory:
         ev = self.problem.evaluate(tiles, tile_batch, seq_len)
         kinds = [(kind, part) for (kind, _), part in zip(ev.layers, layer_parts(self.problem, ev, memory_only=True))]
         first, last = outside_parts(self.problem, ev, memory_only=True)
+        merged = pre_dispatch_stored(self.problem, ev) if self.problem.layout.overlap.all_to_all else None
         pp = self.problem.layout.pipeline_parallel
         count = largest(pp)
-        return [self._stage(j, kinds, first, last) for j in range(count)]
+        return [self._stage(j, kinds, first, last, merged) for j in range(count)]
 
     def total(self, tiles: Any, tile_batch: Any, seq_len: Any = None) -> Any:
         """The worst stage's bytes."""
@@ -81,7 +83,8 @@ class GpuMemory:
             worst = maximum(worst, row.total)
         return worst
 
-    def _stage(self, j: int, kinds: list[tuple[LayerKind, Part]], first: Part, last: Part) -> StageMemory:
+    def _stage(self, j: int, kinds: list[tuple[LayerKind, Part]], first: Part, last: Part,
+               merged: Optional[list[Any]] = None) -> StageMemory:
         lay, st = self.problem.layout, self.stages
         exists = st.exists(j)
         is_first, is_last = j == 0, where(exists, j == lay.pipeline_parallel - 1, False)
@@ -91,7 +94,8 @@ class GpuMemory:
             j, counts, kinds, (first if is_first else None, is_last, last))
         held = self._on_device(st.held_kinds(j))
         stored = sum(n * p.stored for n, (_, p) in zip(held, kinds)) \
-            + (st.embedding_in_flight() * first.stored if is_first else 0) + _or_zero(is_last, last.stored)
+            + (st.embedding_in_flight() * first.stored if is_first else 0) + _or_zero(is_last, last.stored) \
+            + (0 if merged is None else self._merged_layer(counts, merged))
         components = {
             "weights": weights, "gradients": gradients, "optimizer_state": optimizer,
             "gathered_weights": gathered,
@@ -138,6 +142,18 @@ class GpuMemory:
         if key is not None:
             cache[key] = (parts, gathered, low_precision, sums)
         return parts, gathered, low_precision, sums
+
+    def _merged_layer(self, counts: list[Any], merged: list[Any]) -> Any:
+        """Megatron's merged 1F1B schedule (--overlap-moe-expert-parallel-comm) runs a forward layer beside a
+        backward one, node by node (model_chunk_schedule_plan.py L236-L300 @ d98e8a64): the backward layer frees
+        its pre-dispatch activations (attention, norms, router) only after the forward layer has finished, so at
+        its peak a stage holds, beyond its in-flight passes, one layer's pre-dispatch activations: the largest of
+        the kinds it holds. (Its extra warm-up forward, schedules.py L966-L970, is what the merged steady state
+        takes back: the in-flight passes are those of the plain schedule.) With one micro-batch and no
+        interleaving nothing runs merged."""
+        lay = self.problem.layout
+        any_merged = lay.micro_batches * lay.virtual_pipeline > 1
+        return where(any_merged, _whole(_max(_or_zero(n > 0, a) for n, a in zip(counts, merged))), 0)
 
     def _on_device(self, held: list[Any]) -> list[Any]:
         """The held layer-micro-batches of each kind that stay on the device: with --cpu-offloading-num-layers
