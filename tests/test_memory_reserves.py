@@ -131,8 +131,8 @@ def test_every_shipped_memory_run_fits_and_meets_the_gate():
     # inside ±5% and lost their gaps; the fused cross-entropy and the MoE op-fuser rows keep theirs)
     # (the lead: three --transformer-impl local GeLU-expert rows sit 76-112 MiB under, as every local row does; on
     # sub-GiB peaks that is beyond 5%)
-    memci = {"gpt-toy-megatron-ci-h100-8-te-tp2-pp2-cross-entropy-loss-fusion-dev",
-             "moe-toy-megatron-ci-h100-8-te-tp1-pp1-te-4experts-groupedGEMM-op-fuser-dev",
+    # (cenative: the fused cross-entropy row reads -0.9% with its compiled backward's fp32 copy and lost its gap)
+    memci = {"moe-toy-megatron-ci-h100-8-te-tp1-pp1-te-4experts-groupedGEMM-op-fuser-dev",
              "moe-toy-gelu-megatron-ci-h100-8-tp2-pp2-ep2-te-4experts2parallel-dev",
              "moe-toy-gelu-megatron-ci-h100-8-tp2-pp2-ep2-etp2-te-4experts2parallel-dev",
              "moe-toy-gelu-megatron-ci-h100-8-tp2-pp2-ep2-etp2-te-4experts2parallel-dp-last-dev"}
