@@ -1,0 +1,37 @@
+"""review24: the cross-entropy a Megatron-Bridge run trains from `--emit bridge`'s overrides.
+
+Written from the sources, not from btacalc's codec. A field Bridge overrides leave out keeps the model provider's
+value: Megatron-Bridge @ 067f987df src/megatron/bridge/models/gpt_provider.py L205 `cross_entropy_loss_fusion: bool =
+True` (and AutoBridge's model configs, models/conversion/model_bridge.py L665, `cross_entropy_loss_fusion=True`);
+`cross_entropy_fusion_impl` is Megatron-Core's ModelParallelConfig field, default 'native' (Megatron-LM @ d98e8a64
+megatron/core/model_parallel_config.py L325). Megatron-Core picks the loss from the two (language_module.py
+L173-200): the flag off, the unfused vocab-parallel cross-entropy; on with 'te', TransformerEngine's; on with
+'native', the compiled native one (btacalc's vocab_parallel, te_fused and native_fused, docs/memory.md "cenative").
+Before, a vocab_parallel plan's overrides said nothing about the flag, so Bridge ran the native fused loss, whose
+backward holds one more fp32 copy of a micro-batch's logits than the plan counted.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+# the Bridge run's value of each field the overrides leave out (module docstring)
+BRIDGE_PROVIDER = {"model.cross_entropy_loss_fusion": "True", "model.cross_entropy_fusion_impl": "native"}
+PLAN = ("--model", "llama-3-8b", "--hw", "h100", "--devices", "8", "--tp", "2", "--global-batch", "64",
+        "--micro-batch", "1", "--recompute", "full")
+
+
+def _megatron_loss(fusion: str, impl: str) -> str:
+    """language_module.py L173-200, in btacalc's names."""
+    if fusion.lower() != "true":
+        return "vocab_parallel"
+    return "te_fused" if impl == "te" else "native_fused"
+
+
+@pytest.mark.parametrize("loss", ["vocab_parallel", "native_fused", "te_fused"])
+def test_the_bridge_run_trains_the_planned_loss(cli, loss):
+    code, text, err = cli("plan", *PLAN, "--loss", loss, "--emit", "bridge")
+    assert code == 0, err
+    given = dict(line.split("=", 1) for line in text.splitlines() if line and not line.startswith("#"))
+    run = {**BRIDGE_PROVIDER, **given}
+    assert _megatron_loss(run["model.cross_entropy_loss_fusion"], run["model.cross_entropy_fusion_impl"]) == loss
