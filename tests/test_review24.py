@@ -13,6 +13,8 @@ backward holds one more fp32 copy of a micro-batch's logits than the plan counte
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 # the Bridge run's value of each field the overrides leave out (module docstring)
@@ -35,3 +37,22 @@ def test_the_bridge_run_trains_the_planned_loss(cli, loss):
     given = dict(line.split("=", 1) for line in text.splitlines() if line and not line.startswith("#"))
     run = {**BRIDGE_PROVIDER, **given}
     assert _megatron_loss(run["model.cross_entropy_loss_fusion"], run["model.cross_entropy_fusion_impl"]) == loss
+
+
+@pytest.mark.parametrize("given", [{}, {"model.cross_entropy_loss_fusion": "False"},
+                                   {"model.cross_entropy_fusion_impl": "te"}])
+def test_a_bridge_file_is_read_with_the_providers_fusion(cli, tmp_path, given):
+    """A Bridge file that leaves the flag out trains Bridge's value of it, not Megatron-LM's parser default (off):
+    before, `--from-bridge` planned the unfused loss for it, one fp32 copy of a micro-batch's logits short."""
+    code, text, err = cli("plan", *PLAN, "--emit", "bridge")
+    assert code == 0, err
+    lines = [line for line in text.splitlines() if not line.startswith(("model.cross_entropy_loss_fusion=",
+                                                                         "model.cross_entropy_fusion_impl="))]
+    lines += [f"{key}={value}" for key, value in given.items()]
+    path = tmp_path / "overrides.txt"
+    path.write_text("\n".join(lines) + "\n")
+    code, out, err = cli("plan", "--hw", "h100", "--devices", "8", "--from-bridge", str(path), "--json")
+    assert code == 0, err
+    run = {**BRIDGE_PROVIDER, **given}
+    planned = json.loads(out)["inputs"]["loss"]
+    assert planned == _megatron_loss(run["model.cross_entropy_loss_fusion"], run["model.cross_entropy_fusion_impl"])
