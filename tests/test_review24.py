@@ -56,3 +56,19 @@ def test_a_bridge_file_is_read_with_the_providers_fusion(cli, tmp_path, given):
     run = {**BRIDGE_PROVIDER, **given}
     planned = json.loads(out)["inputs"]["loss"]
     assert planned == _megatron_loss(run["model.cross_entropy_loss_fusion"], run["model.cross_entropy_fusion_impl"])
+
+
+def test_the_a2a_rows_text_names_the_stage_of_the_default_splits_empty_chunk():
+    """The Qwen3-235B model-zoo A2A row's known gap says where btacalc's default split (94 layers over PP 32 x VP 3,
+    no account-for flags) left a chunk empty. Megatron's model chunk i is virtual chunk i // PP of stage i % PP
+    (config/pipeline.py's docstring): the empty one is derived here, not copied from the text, which said stage 30."""
+    from btacalc.config.pipeline import StageSplit, place
+    from btacalc.planning.measured import load_runs
+
+    placement = place(94, 32, 3, StageSplit())
+    empty = [(p, v) for v in range(3) for p in range(32)
+             if not (placement.chunk(p, v).count or placement.chunk(p, v).embedding or placement.chunk(p, v).loss)]
+    assert len(empty) == 1
+    stage, virtual = empty[0]
+    run = next(r for r in load_runs() if r.id == "qwen3-235b-a22b-h100-256-bf16-mzoo-a2a-tp2-pp32-vp3-ep8")
+    assert f"an empty chunk {virtual} on the last stage, {stage}" in run.known_gap and stage == 31
