@@ -347,14 +347,17 @@ BRIDGE_OPTIMIZER_KEY = "optimizer.use_distributed_optimizer"
 # Megatron-LM's value of each destination the emitted launch leaves out, which the plan takes; a Bridge recipe holds
 # its own (e.g. recipes/llama/h100/llama3.py L343 sequence_parallel = True, the 70B recipes VP 5 and
 # cross_entropy_fusion_impl "te", recipes/common.py L86 Megatron-FSDP's sharding strategy), which overrides that
-# leave the field out keep: so --emit bridge writes them (a pipeline layout sets VP itself: left out there)
+# leave the field out keep: so --emit bridge writes them (a pipeline layout sets VP itself: left out there).
+# review24: and --cross-entropy-loss-fusion, which GPTModelProvider turns on (gpt_provider.py L205 @ 067f987df;
+# AutoBridge's model configs too, conversion/model_bridge.py L665): a vocab_parallel plan's overrides left it out and
+# Bridge trained the native fused loss, whose backward holds one more fp32 copy of the logits (native_fused)
 BRIDGE_UNSAID: dict[str, Any] = {
     "sequence_parallel": False, "num_virtual_stages_per_pipeline_rank": None, "recompute_granularity": None,
     "account_for_embedding_in_pipeline_split": False, "account_for_loss_in_pipeline_split": False,
     "decoder_first_pipeline_num_layers": None, "decoder_last_pipeline_num_layers": None,
     "pipeline_model_parallel_layout": None, "cpu_offloading_num_layers": 0, "gradient_accumulation_fusion": True,
-    "cross_entropy_fusion_impl": "native", "cuda_graph_impl": "none", "use_precision_aware_optimizer": False,
-    "use_megatron_fsdp": False, "add_bias_linear": True}
+    "cross_entropy_loss_fusion": False, "cross_entropy_fusion_impl": "native", "cuda_graph_impl": "none",
+    "use_precision_aware_optimizer": False, "use_megatron_fsdp": False, "add_bias_linear": True}
 # review18: the router's fields at Megatron-LM's values where an MoE launch leaves them out (`_enc_router`): a Bridge
 # model provider sets its own (BRIDGE_PIN src/megatron/bridge/models/olmoe/olmoe_provider.py L89, deepseek_v2_bridge.py
 # L57 and kimi_bridge.py L58 moe_router_pre_softmax = True; deepseek_v3_bridge.py sigmoid with expert bias), which

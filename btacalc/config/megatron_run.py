@@ -245,6 +245,10 @@ def launch_domain(request: ExecutionRequest, profile: "HardwareProfile") -> Exec
 # off), not Megatron-LM's argparse ones (on), for the fused bias-GeLU and bias-dropout-add that the MoE expert rules
 # test (megatron_rules.py moe-grouped-bias-dropout, moe-gelu-bias-fusion)
 BRIDGE_FUSION_DEFAULTS = {"bias_gelu_fusion": False, "bias_dropout_fusion": False}
+# review24: and the cross-entropy fusion, which GPTModelProvider turns on (Megatron-Bridge @ 067f987df
+# models/gpt_provider.py L205; AutoBridge's model configs too, conversion/model_bridge.py L665), where Megatron-LM's
+# flag is off: a Bridge file that leaves it out trains the native fused loss (native_fused, docs/memory.md "cenative")
+BRIDGE_LOSS_DEFAULTS = {"cross_entropy_loss_fusion": True}
 # Where a Bridge file leaves model.moe_grouped_gemm out, an MoE model's experts run as grouped GEMMs: the model
 # bridges of the MoE families btacalc plans set it (Megatron-Bridge @ 067f987df models/qwen/qwen3_moe_bridge.py L63,
 # deepseek/deepseek_v3_bridge.py L65, gpt_oss/gpt_oss_bridge.py L68, olmoe/olmoe_bridge.py L90), where
@@ -298,7 +302,7 @@ def _import_bridge(text: str, source: str, devices: Optional[int], base: Optiona
         args = {**encode({**model_fields(base), "run.seq_len": seq}, MODEL_ROWS), **args}
     else:
         args = {**_bridge_provider_values(args, base), **args}
-    args = {**BRIDGE_FUSION_DEFAULTS, **BRIDGE_MOE_DEFAULTS, **args}
+    args = {**BRIDGE_FUSION_DEFAULTS, **BRIDGE_LOSS_DEFAULTS, **BRIDGE_MOE_DEFAULTS, **args}
     if "max_position_embeddings" not in args and "seq_length" in args:  # GPTModelProvider: positions = seq_length
         integer(args["seq_length"], "seq_length")  # refused as itself, not as the positions it gives (hostile20)
         args["max_position_embeddings"] = args["seq_length"]
