@@ -60,8 +60,8 @@ REASONS = {
     "loss": "fused linear cross-entropy: logits materialised one sequence at a time",
     "loss_gpu": (f"vocab_parallel: Megatron-Core's cross-entropy ({MEGATRON} megatron/core/tensor_parallel/"
                  "cross_entropy.py L25, L181): the output layer's bf16 logits of a micro-batch, their fp32 copy "
-                 "turned in place into the softmax kept for backward (also with --cross-entropy-loss-fusion, "
-                 "fusions/fused_cross_entropy.py L119); no chunked linear cross-entropy"),
+                 "turned in place into the softmax kept for backward (Megatron-LM's default, without "
+                 "--cross-entropy-loss-fusion; with it, native_fused or te_fused); no chunked linear cross-entropy"),
     "memory_model": ("auto: the whole training state resident on the device when it fits with one sequence, "
                      "else weights streamed (wafer)"),
     "zero_stage": "1: optimizer state sharded over data-parallel ranks (Megatron-LM distributed optimizer)",

@@ -184,7 +184,7 @@ def _with_options(run: "ImportedRun", text: str) -> "ImportedRun":
         kind = {"te_fused": "TransformerEngine's fused cross-entropy",
                 "native_fused": "Megatron's compiled (native) fused cross-entropy"}[run.request.loss]
         raise BtacalcError(f"{run.source}: # btacalc option: --loss {changes['loss']} beside {kind} "
-                           f"({run.request.loss}), which the file's own settings select: give one loss")
+                           f"({run.request.loss}), which the file's settings (or Megatron-Bridge's defaults) select: give one loss")
     return replace(run, request=run.request.with_changes(**changes)) if changes else run
 
 
