@@ -14,6 +14,7 @@ is the out-of-place copy the catalogue's native_fused loss counts.
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 
@@ -44,20 +45,13 @@ def generated_buffers() -> list[tuple[tuple[int, ...], str]]:
     return found
 
 
-def _elements(shape: tuple[int, ...]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
-
-
 def main() -> int:
     import torch
     buffers = generated_buffers()
     print(f"torch {torch.__version__}: the compiled gradient step allocates")
     for shape, dtype in buffers:
         print(f"  {dtype} {shape}")
-    full = [(shape, dtype) for shape, dtype in buffers if dtype == "float32" and _elements(shape) == TOKENS * COLUMNS]
+    full = [(shape, dtype) for shape, dtype in buffers if dtype == "float32" and math.prod(shape) == TOKENS * COLUMNS]
     print("a full-size fp32 copy of the softmax:", "yes" if full else "no")
     return 0 if full else 1
 
