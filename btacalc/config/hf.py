@@ -572,4 +572,5 @@ def hf_config_to_spec(raw: dict[str, Any], name: str, origin: str) -> ModelSpec:
     mtype = _model_type(raw, origin)
     config = _Config(raw, origin, mtype)
     spec = {**_HF_FAMILIES[mtype](config), **_llama_like_scaling(config)}
-    return validate_model({"name": name, "source": origin, **spec, **_numerics(config, spec)}, origin=origin)
+    return validate_model({"name": name, "source": origin, **spec, **_numerics(config, spec), "hf_model_type": mtype},
+                          origin=origin)

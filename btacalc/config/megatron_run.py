@@ -21,6 +21,7 @@ from ..errors import BtacalcError
 from .execution import BatchLimits, ExecutionRequest, OverlapRequest
 from .pipeline import StageSplit
 from .bridge_fields import check_bridge_key
+from .bridge_model_bridges import bridge_provider_defaults, bridge_provider_note
 from .bridge_hydra import form_of, read_overrides
 from .megatron_codec import BRIDGE_LOCAL_ATTENTION, MODEL_ROWS, Fields, bridge_attention_environment, decode, encode, model_fields
 from .bridge_codec import BRIDGE_NOT_AS_MEGATRON, MIXED_PRECISION_OVERWRITES, OVERWRITTEN_REASON, bridge_key, bridge_value_field, check_bridge_experts, check_bridge_literals, check_bridge_sixteen_bit, from_bridge
@@ -295,23 +296,14 @@ def _import_bridge(text: str, source: str, devices: Optional[int], base: Optiona
     # max_position_embeddings: 10^26 is beyond 2^62", a field the file does not name)
     if "seq_length" in args and integer(args["seq_length"], "seq_length") > MAX_COUNT:
         raise BtacalcError(f"{given_as['seq_length']} {args['seq_length']}: beyond {MAX_COUNT_TEXT} tokens")
-    if "num_layers" not in args:
-        if base is None:
-            raise BtacalcError(f"{source}: the overrides give no architecture (model.num_layers ...): add {{model}}")
-        seq = integer(args.get("seq_length") or base.max_position_embeddings or 4096, "seq_length")
-        args = {**encode({**model_fields(base), "run.seq_len": seq}, MODEL_ROWS), **args}
-    else:
-        args = {**_bridge_provider_values(args, base), **args}
-    args = {**BRIDGE_FUSION_DEFAULTS, **BRIDGE_LOSS_DEFAULTS, **BRIDGE_MOE_DEFAULTS, **args}
-    if "max_position_embeddings" not in args and "seq_length" in args:  # GPTModelProvider: positions = seq_length
-        integer(args["seq_length"], "seq_length")  # refused as itself, not as the positions it gives (hostile20)
-        args["max_position_embeddings"] = args["seq_length"]
+    args = _bridge_provided(args, base, source)
     experts = args.get("num_experts")
     check_bridge_literals(args, moe=type(experts) is int and experts > 0)
     launch = Launch(args=args, given_as=given_as, source=source)
     run = _imported(launch, devices, base.name if base is not None and "num_layers" not in flat else None)
     extra = tuple((key, _bridge_reason(key)) for key in unread)
-    run = ImportedRun(run.model, run.request, source, run.ignored + extra, run.notes)
+    bridged = bridge_provider_note(base.hf_model_type if base is not None else None, given_as, bridge_key)
+    run = ImportedRun(run.model, run.request, source, run.ignored + extra, run.notes + ((bridged,) if bridged else ()))
     env = environment_comments(text)
     if env:  # freshuser17: --nvls was lost (the file said NCCL_NVLS_ENABLE=1; planned without NVLink SHARP)
         run = replace(_nccl_settings(run, env), env=tuple(env.items()))
@@ -337,6 +329,26 @@ def _import_bridge(text: str, source: str, devices: Optional[int], base: Optiona
 # base, norm epsilon and initial std come from the Hugging Face config (model_bridge.py L466-467, L476-477): the plan's
 # --model's where given, else unknown (None: the preset of the same shape gives them, megatron_run._from_preset).
 MLA_PROVIDER_YARN = {"rotary_scaling_factor": 40.0, "mscale": 1.0, "mscale_all_dim": 0.0}
+
+
+def _bridge_provided(args: dict[str, Any], base: Optional[ModelSpec], source: str) -> dict[str, Any]:
+    """The overrides over what the model provider holds where they leave a field out: the architecture (--model's,
+    AutoBridge's Hugging Face config, when the overrides give none), GPTModelProvider's and TransformerConfig's
+    defaults, and over those the fields the model bridge of --model's Hugging Face model_type sets (DeepSeek-V3's
+    and Kimi-K2's: TransformerEngine's fused cross-entropy, the bias fusions; bridge_model_bridges.toml)."""
+    if "num_layers" not in args:
+        if base is None:
+            raise BtacalcError(f"{source}: the overrides give no architecture (model.num_layers ...): add {{model}}")
+        seq = integer(args.get("seq_length") or base.max_position_embeddings or 4096, "seq_length")
+        args = {**encode({**model_fields(base), "run.seq_len": seq}, MODEL_ROWS), **args}
+    else:
+        args = {**_bridge_provider_values(args, base), **args}
+    args = {**BRIDGE_FUSION_DEFAULTS, **BRIDGE_LOSS_DEFAULTS, **BRIDGE_MOE_DEFAULTS,
+            **bridge_provider_defaults(base.hf_model_type if base is not None else None), **args}
+    if "max_position_embeddings" not in args and "seq_length" in args:  # GPTModelProvider: positions = seq_length
+        integer(args["seq_length"], "seq_length")  # refused as itself, not as the positions it gives (hostile20)
+        args["max_position_embeddings"] = args["seq_length"]
+    return args
 
 
 def _bridge_provider_values(args: dict[str, Any], base: Optional[ModelSpec]) -> dict[str, Any]:

@@ -240,6 +240,11 @@ class ModelSpec(BaseModel):
     mtp_layers: int = Field(0, ge=0, description="multi-token-prediction modules the model defines (DeepSeek-V3: "
                             "1); trained only with the mtp run option")
     published_params: Optional[PublishedParams] = None
+    hf_model_type: Optional[str] = Field(
+        None, pattern=r"^[a-z][a-z0-9_]*$", max_length=64,
+        description="the Hugging Face model_type of the config.json the architecture comes from: Megatron-Bridge's "
+                    "AutoBridge picks the model bridge by it, and the provider fields that bridge sets stand where a "
+                    "Bridge run leaves them out (btacalc/data/bridge_model_bridges.toml); None: no such config")
 
     _bounded = field_validator("*")(_bounded_field)
 
@@ -482,6 +487,7 @@ class ModelSpec(BaseModel):
                 "router_scale": 1.0,
                 "router_score_bias": False,
                 "published_params": None,
+                "hf_model_type": None,  # a model no Hugging Face config describes, so no model bridge's
             }
         )
 

@@ -1,0 +1,51 @@
+"""Megatron-Bridge's model bridges as data (btacalc/data/bridge_model_bridges.toml): the provider fields the bridge
+AutoBridge picks for a Hugging Face model_type sets over GPTModelProvider's defaults, which a Bridge run that leaves
+them out trains with. Until this table (review24's note), a Bridge file for DeepSeek-V3 or Kimi-K2 that left the loss
+fields out was planned with the native fused cross-entropy, where their bridges set TransformerEngine's."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any, Collection, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .named_tables import load_named_tables
+from .text import CleanText
+
+ProviderValue = Union[bool, int, str]
+
+
+class ModelBridge(BaseModel):
+    """One model bridge: its class, the provider fields it sets (Megatron-LM destinations) and where they are set."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(description="the Hugging Face model_type the bridge is registered for")
+    bridge: str = Field(description="Megatron-Bridge's class")
+    source: CleanText
+    provider: dict[str, ProviderValue] = Field(description="Megatron-LM destination -> the value the bridge sets")
+
+
+@lru_cache(maxsize=1)
+def model_bridges() -> dict[str, ModelBridge]:
+    return load_named_tables("bridge_model_bridges.toml", "model_type", ModelBridge)
+
+
+def bridge_provider_defaults(hf_model_type: Optional[str]) -> dict[str, Any]:
+    """The launch arguments the model bridge for `hf_model_type` sets (none for a model_type without a listed
+    bridge, or a model not from a Hugging Face config)."""
+    bridge = model_bridges().get(hf_model_type) if hf_model_type else None
+    return dict(bridge.provider) if bridge is not None else {}
+
+
+def bridge_provider_note(hf_model_type: Optional[str], given: Collection[str], key: Any) -> Optional[str]:
+    """What the plan took from the model bridge where the run leaves the fields out (`key` gives a destination's
+    Bridge key), or None when it took nothing."""
+    bridge = model_bridges().get(hf_model_type) if hf_model_type else None
+    taken = [dest for dest in bridge.provider if dest not in given] if bridge is not None else []
+    if bridge is None or not taken:
+        return None
+    fields = ", ".join(f"{key(dest) or dest}={str(bridge.provider[dest]).lower()}" for dest in taken)
+    return (f"{fields}: as Megatron-Bridge's {bridge.bridge} sets them for model_type {bridge.name} where the run "
+            f"leaves them out ({bridge.source})")
