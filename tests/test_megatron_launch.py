@@ -296,6 +296,7 @@ BROKEN = {
     "a2a-moe-module": ({"overlap_moe_expert_parallel_comm": True, "recompute_granularity": "selective",
                         "recompute_modules": ["moe"]}, {}),
     "a2a-16-bit": ({"overlap_moe_expert_parallel_comm": True, "bf16": False}, {}),
+    "a2a-early-release": ({"ep_overlap_early_attn_memory_release": True}, {}),
     "a2a-mtp": ({"overlap_moe_expert_parallel_comm": True, "mtp_num_layers": 2, "position_embedding_type": "rope"}, {}),
     # semantics20: arguments.py L881-885 (MTP with rope or none only; Megatron's default is learned_absolute, and
     # GPT-OSS's yarn is refused as well), transformer_config.py L2677-2689 (group-limited routing)

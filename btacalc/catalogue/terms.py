@@ -248,6 +248,10 @@ class Phase(BaseModel):
                                "1F1B schedule (--overlap-moe-expert-parallel-comm): attention, norms, shared experts, "
                                "router (Megatron-LM @ d98e8a64 megatron/core/models/gpt/fine_grained_callables.py L26-L29, "
                                "L67-L131); a backward layer frees these activations last (memory.py)")
+    dispatch_node: bool = Field(False, description="the phase is the dispatch node of a layer in Megatron's merged "
+                                "1F1B schedule (fine_grained_callables.py L152-L176 @ d98e8a64): its output, the "
+                                "experts' input, exists before the node that follows it runs (memory.py, "
+                                "--ep-overlap-early-attn-memory-release)")
     term: list[Term] = []
     gemm: list[Gemm] = Field(default_factory=list, description="the phase's matmuls as (m, n, k) per device: "
                              "what the GPU time model quantises into tiles and waves")

@@ -225,6 +225,11 @@ TpOverlapOpt = typer.Option(None, "--tp-comm-overlap/--no-tp-comm-overlap", help
                             "collectives behind the GEMMs [default: off, Megatron-Core]."))
 OverlapP2pOpt = typer.Option(None, "--overlap-p2p/--no-overlap-p2p", help=help_text("Hide pipeline sends behind "
                              "compute [default: on with --vp > 1, as Megatron-LM]."))
+EarlyAttnReleaseOpt = typer.Option(False, "--early-attn-release/--no-early-attn-release", show_default=False,
+                                  help=help_text(
+    "With --overlap-a2a: Megatron's --ep-overlap-early-attn-memory-release, the backward layer's attention pass run "
+    "before the forward layer's experts in the merged schedule, which frees its activations earlier (memory only) "
+    "[default: off, Megatron-Core]."))
 ObjectiveOpt = typer.Option(None, "--objective", help=help_text("What the solver maximises: throughput (predicted "
                             "tokens/s) or density (the largest G·b that fits, then the largest tile) [default: "
                             "throughput]."))
@@ -346,14 +351,16 @@ def stage_split_field(first: Optional[int], last: Optional[int], layout: Optiona
 def layout_fields(tp: Optional[int], sp: Optional[bool], pp: Optional[int], vp: Optional[int], cp: Optional[int],
                   etp: Optional[int], fsdp: bool,
                   grad_bytes: Optional[int], routing: float, overlaps: tuple[Optional[bool], ...]) -> dict[str, Any]:
-    """ExecutionRequest fields of the Megatron layout options (overlaps: grad reduce, param gather, TP, p2p)."""
+    """ExecutionRequest fields of the Megatron layout options (overlaps: grad reduce, param gather, TP, p2p, the
+    early attention release)."""
     from ..config.execution import OverlapRequest
 
-    grad, param, tp_comm, p2p = overlaps
+    grad, param, tp_comm, p2p, early = overlaps
     return {"tensor_parallel": tp, "sequence_parallel": sp, "pipeline_parallel": pp, "virtual_pipeline": vp,
             "context_parallel": cp, "expert_tensor_parallel": etp, "fsdp": fsdp, "gradient_bytes": grad_bytes,
             "routing_imbalance": routing,
-            "overlaps": OverlapRequest(grad_reduce=grad, param_gather=param, tp_comm=tp_comm, p2p=p2p)}
+            "overlaps": OverlapRequest(grad_reduce=grad, param_gather=param, tp_comm=tp_comm, p2p=p2p,
+                                       early_attn_release=bool(early))}
 
 
 def outputs(output: Optional[str] = None, as_json: bool = False, csv_path: Optional[str] = None,

@@ -225,6 +225,10 @@ class Overlaps:
     param_gather: bool = False  # --overlap-param-gather (distributed optimizer / FSDP all-gathers behind compute)
     tp_comm: bool = False  # --tp-comm-overlap (TP all-gather/reduce-scatter behind the GEMMs)
     p2p: bool = False  # overlap_p2p_comm (pipeline sends behind compute; Megatron: with interleaving)
+    # --ep-overlap-early-attn-memory-release (ModelParallelConfig.ep_overlap_early_attn_memory_release, off by
+    # default): under the all-to-all overlap the backward layer's attention node runs before the forward layer's
+    # MLP (model_chunk_schedule_plan.py L280-292 @ d98e8a64): memory only (model/gpu/memory.py _merged_layer)
+    early_attn_release: bool = False
 
 
 @dataclass(frozen=True)
@@ -671,6 +675,7 @@ class OverlapRequest:
     param_gather: Optional[bool] = None
     tp_comm: Optional[bool] = None
     p2p: Optional[bool] = None
+    early_attn_release: bool = False
 
 
 @dataclass(frozen=True)
@@ -958,6 +963,7 @@ _GPU_LAYOUT: tuple[tuple[str, str, Any], ...] = (
     ("overlap_p2p", "overlaps.p2p", None),
     ("overlap_all_to_all", "overlap_all_to_all", False),
     ("overlap_all_to_all", "overlaps.all_to_all", False),
+    ("early_attn_release", "overlaps.early_attn_release", False),
 )
 
 
@@ -1064,7 +1070,7 @@ def _runnable_overlaps(layout: Layout, recompute: str, chosen: _Defaults) -> Lay
     if why is None:
         return layout
     chosen.reasons["overlap_all_to_all"] = why
-    return replace(layout, overlap=replace(layout.overlap, all_to_all=False))
+    return replace(layout, overlap=replace(layout.overlap, all_to_all=False, early_attn_release=False))
 
 
 def _routing_weights(model: "ModelSpec", gpu: bool, chosen: _Defaults) -> Literal["combine", "experts"]:
@@ -1301,11 +1307,19 @@ def _resolve_overlaps(request: ExecutionRequest, chosen: _Defaults, several: boo
     def pick(name: str, given: Optional[bool], default: bool) -> bool:
         return chosen.pick(name, given, default, REASONS[name]) if several else bool(given)
 
-    return Overlaps(all_to_all=request.overlap_all_to_all or o.all_to_all,
+    all_to_all = request.overlap_all_to_all or o.all_to_all
+    if o.early_attn_release and not all_to_all:
+        raise BtacalcError(EARLY_RELEASE_NEEDS_A2A)
+    return Overlaps(all_to_all=all_to_all,
                     grad_reduce=pick("overlap_grad_reduce", o.grad_reduce, False),
                     param_gather=pick("overlap_param_gather", o.param_gather, False),
                     tp_comm=pick("tp_comm_overlap", o.tp_comm, False),
-                    p2p=pick("overlap_p2p", o.p2p, interleaved))
+                    p2p=pick("overlap_p2p", o.p2p, interleaved), early_attn_release=o.early_attn_release)
+
+
+# Megatron-Core asserts the all-to-all overlap under the early release (transformer_config.py L3097-3101 @ d98e8a64)
+EARLY_RELEASE_NEEDS_A2A = ("{early_attn_release} runs the all-to-all overlap's attention backward earlier: it needs "
+                           "{overlap_all_to_all} (Megatron-Core refuses it without, transformer_config.py L3097-3101)")
 
 
 def default_global_batch(request: ExecutionRequest, seq_len: int, data_parallel: int) -> Optional[int]:

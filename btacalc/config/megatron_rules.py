@@ -397,6 +397,8 @@ RULES: tuple[Rule, ...] = (
          "--overlap-moe-expert-parallel-comm is refused with the moe recompute module"),
     Rule("a2a-16-bit", f"{TC}:3036", _a2a, lambda a, e: bool(a.get("bf16") or a.get("fp16")),
          "--overlap-moe-expert-parallel-comm needs --bf16 or --fp16"),
+    Rule("a2a-early-release", f"{TC}:3097", lambda a, e: bool(a.get("ep_overlap_early_attn_memory_release")), _a2a,
+         "--ep-overlap-early-attn-memory-release needs --overlap-moe-expert-parallel-comm"),
     Rule("a2a-mtp", f"{TC}:3042", _a2a, lambda a, e: _i(a, "mtp_num_layers", 0) <= 1,
          "--overlap-moe-expert-parallel-comm allows at most one MTP layer"),
 )

@@ -88,6 +88,8 @@ class Overlaps(BaseModel):
     param_gather: Optional[bool] = None
     tp_comm: Optional[bool] = None
     all_to_all: bool = False
+    # Megatron's --ep-overlap-early-attn-memory-release (needs all_to_all: refused without, as Megatron-Core does)
+    early_attn_release: bool = False
 
 
 class Recipe(BaseModel):

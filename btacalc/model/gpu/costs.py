@@ -186,16 +186,21 @@ def layer_parts(problem: Problem, ev: Evaluation, memory_only: bool = False, rep
                   memory_only, report) for kind, pv in ev.layers]
 
 
-def pre_dispatch_stored(problem: Problem, ev: Evaluation) -> list[Any]:
+def pre_dispatch_stored(problem: Problem, ev: Evaluation) -> list[tuple[Any, Any]]:
     """Per layer kind (in `ev.layers` order), the stored bytes of one micro-batch's phases that form the first node of
     a layer in Megatron's merged 1F1B schedule (`Phase.pre_dispatch`: attention, norms, shared experts, router): what
-    a backward layer still holds when the forward layer beside it has finished (memory.py)."""
+    a backward layer still holds when the forward layer beside it has finished (memory.py); and those of its dispatch
+    node (`Phase.dispatch_node`), which the forward layer holds before its experts run."""
     r = rates_of(problem)
     out = []
     for _, pv in ev.layers:
-        phases = [p for p in _part_phases(pv.compiled)["layer"][0] if p.pre_dispatch]
-        out.append(_part(pv, phases, ("memory rows", "pre_dispatch", tuple([p.name for p in phases])), r,
-                         memory_only=True).stored)
+        layer = _part_phases(pv.compiled)["layer"][0]
+        nodes = []
+        for node in ("pre_dispatch", "dispatch_node"):
+            phases = [p for p in layer if getattr(p, node)]
+            nodes.append(_part(pv, phases, ("memory rows", node, tuple([p.name for p in phases])), r,
+                               memory_only=True).stored)
+        out.append((nodes[0], nodes[1]))
     return out
 
 

@@ -95,7 +95,7 @@ class GpuMemory:
         held = self._on_device(st.held_kinds(j))
         stored = sum(n * p.stored for n, (_, p) in zip(held, kinds)) \
             + (st.embedding_in_flight() * first.stored if is_first else 0) + _or_zero(is_last, last.stored) \
-            + (0 if merged is None else self._merged_layer(counts, merged))
+            + (0 if merged is None else self._merged_layer(counts, merged, [p.stored for _, p in kinds]))
         components = {
             "weights": weights, "gradients": gradients, "optimizer_state": optimizer,
             "gathered_weights": gathered,
@@ -143,17 +143,28 @@ class GpuMemory:
             cache[key] = (parts, gathered, low_precision, sums)
         return parts, gathered, low_precision, sums
 
-    def _merged_layer(self, counts: list[Any], merged: list[Any]) -> Any:
+    def _merged_layer(self, counts: list[Any], merged: list[tuple[Any, Any]], stored: list[Any]) -> Any:
         """Megatron's merged 1F1B schedule (--overlap-moe-expert-parallel-comm) runs a forward layer beside a
         backward one, node by node (model_chunk_schedule_plan.py L236-L300 @ d98e8a64): the backward layer frees
         its pre-dispatch activations (attention, norms, router) only after the forward layer has finished, so at
         its peak a stage holds, beyond its in-flight passes, one layer's pre-dispatch activations: the largest of
         the kinds it holds. (Its extra warm-up forward, schedules.py L966-L970, is what the merged steady state
         takes back: the in-flight passes are those of the plain schedule.) With one micro-batch and no
-        interleaving nothing runs merged."""
+        interleaving nothing runs merged.
+
+        With --ep-overlap-early-attn-memory-release the backward layer's pre-dispatch node runs after its dispatch
+        backward and before the forward layer's MLP (L280-281 against L291-292): its P bytes are freed while the
+        forward layer holds its pre-dispatch and dispatch parts, P + D, before the forward's experts and combine
+        add the rest of its S. Against the plain schedule's moment (the forward layer whole, S, the backward
+        layer's freed) the stage holds P + D + P there: max(0, 2P + D - S) more, nothing where a layer's experts
+        and combine store more than its attention."""
         lay = self.problem.layout
         any_merged = lay.micro_batches * lay.virtual_pipeline > 1
-        return where(any_merged, _whole(_max(_or_zero(n > 0, a) for n, a in zip(counts, merged))), 0)
+        if lay.overlap.early_attn_release:
+            extra = [maximum(2 * p + d - s, 0) for (p, d), s in zip(merged, stored)]
+        else:
+            extra = [p for p, _ in merged]
+        return where(any_merged, _whole(_max(_or_zero(n > 0, a) for n, a in zip(counts, extra))), 0)
 
     def _on_device(self, held: list[Any]) -> list[Any]:
         """The held layer-micro-batches of each kind that stay on the device: with --cpu-offloading-num-layers
