@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 from ..errors import BtacalcError
-from .execution import BatchLimits, ExecutionRequest, OverlapRequest
+from .execution import MAX_DEVICES, BatchLimits, ExecutionRequest, OverlapRequest
 from .pipeline import StageSplit
 from .bridge_fields import check_bridge_key
 from .bridge_hydra import form_of, read_overrides
@@ -118,6 +118,8 @@ class ImportedRun:
     ignored: tuple[tuple[str, str], ...] = ()  # (flag as given, reason)
     notes: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
+    # hostile25: the NVLink domain a `# btacalc option: --gpus-per-node` line states (launch_domain keeps it)
+    stated_domain: bool = False
 
 
 # hostile16: the plan options no Megatron-LM flag or Bridge key sets, which `--emit megatron` / `--emit bridge` write
@@ -132,7 +134,9 @@ OPTION_COMMENTS: dict[str, tuple[str, Any]] = {
     "--attention-kernel": ("attention_kernel", str), "--accounting": ("accounting", ("ideal", "pytorch")),
     # hostile19: how btacalc counts the scores' FLOPs, and the two losses no launch flag selects (te_fused and
     # native_fused are --cross-entropy-loss-fusion with each impl, vocab_parallel Megatron's default: the launch says those)
-    "--causal": ("causal", True), "--loss": ("loss", LOSS_COMMENTS)}
+    "--causal": ("causal", True), "--loss": ("loss", LOSS_COMMENTS),
+    # hostile25: the NVLink domain, where torchrun's --nproc_per_node (or, in Bridge overrides, nothing) states another
+    "--gpus-per-node": ("devices_per_node", int)}
 _OPTION_LINE = re.compile(r"^\s*#\s*btacalc option:(.*)$")
 _OPTION_WORDS = re.compile(r"^\s*(--[A-Za-z0-9-]+)(?:\s+([^\s(]+))?\s*(?:\(.*\))?\s*$")
 
@@ -165,7 +169,12 @@ def option_comments(text: str, source: str) -> dict[str, Any]:
             raise BtacalcError(f"{where} {flag} needs a value")
         if isinstance(kind, tuple) and given not in kind:
             raise BtacalcError(f"{where} {flag} takes one of {', '.join(kind)}, got {given!r}")
-        if kind is float:
+        if kind is int:
+            if not re.fullmatch(r"[1-9][0-9]{0,6}", given) or int(given) > MAX_DEVICES:
+                raise BtacalcError(f"{where} {flag} takes a whole number of devices from 1 to {MAX_DEVICES}, got "
+                                   f"{given!r}")
+            changes[field] = int(given)
+        elif kind is float:
             try:
                 number = float(given)
             except ValueError:
@@ -185,7 +194,9 @@ def _with_options(run: "ImportedRun", text: str) -> "ImportedRun":
                 "native_fused": "Megatron's compiled (native) fused cross-entropy"}[run.request.loss]
         raise BtacalcError(f"{run.source}: # btacalc option: --loss {changes['loss']} beside {kind} "
                            f"({run.request.loss}), which the file's settings (or Megatron-Bridge's defaults) select: give one loss")
-    return replace(run, request=run.request.with_changes(**changes)) if changes else run
+    if not changes:
+        return run
+    return replace(run, request=run.request.with_changes(**changes), stated_domain="devices_per_node" in changes)
 
 
 def import_megatron(text: str, source: str, devices: Optional[int] = None) -> ImportedRun:
@@ -230,13 +241,14 @@ def _nccl_settings(run: ImportedRun, env: dict[str, str]) -> ImportedRun:
     return replace(run, request=run.request.with_changes(nvls=env.get("NCCL_NVLS_ENABLE") != "0"))
 
 
-def launch_domain(request: ExecutionRequest, profile: "HardwareProfile") -> ExecutionRequest:
+def launch_domain(request: ExecutionRequest, profile: "HardwareProfile", stated: bool = False) -> ExecutionRequest:
     """An imported launch's NVLink domain on `profile`: torchrun's --nproc_per_node is one host's GPUs, which is
     the domain except where the profile's domain spans hosts (a GB200 NVL72 rack of trays of 4,
     system.devices_per_host): there a launch of one host's GPUs per node runs in the profile's domain, as
-    btacalc's emitted launch (output/megatron.py) starts it."""
+    btacalc's emitted launch (output/megatron.py) starts it. `stated`: the file's `# btacalc option: --gpus-per-node`
+    gave the domain (ImportedRun.stated_domain), which stands."""
     host = profile.system.host_devices
-    if host is not None and request.devices_per_node == host:
+    if not stated and host is not None and request.devices_per_node == host:
         return request.with_changes(devices_per_node=None)
     return request
 
