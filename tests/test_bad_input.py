@@ -1529,6 +1529,50 @@ case("values", "plan", "--model", "{tmp}/config.json", "--hw", "h100", "--device
          {**json.loads(LLAMA_CONFIG), "rope_scaling": {"type": "linear", "factor": 2.5}})})
 
 
+# hostile25: a launch whose model is not its flags' GPT (another script's model, a YAML of arguments, a heterogeneous
+# layer config) was planned from the flags, listed "not modelled by btacalc"; --num-layers beside --encoder-num-layers
+# (Megatron-LM asserts) was planned; a launch with neither was "field num_layers: Input should be a valid integer"
+for script, fragment in (("pretrain_hybrid.py", "pretrain_hybrid.py builds a HybridModel of Mamba, attention and MLP"),
+                         ("pretrain_mamba.py", "pretrain_mamba.py builds a HybridModel"),
+                         ("/opt/Megatron-LM/pretrain_vlm.py", "/opt/Megatron-LM/pretrain_vlm.py builds a LLaVAModel")):
+    case("values", "plan", "--hw", "h100", "--from-megatron", "{tmp}/launch.args", fragment=f"launch.args: {fragment}",
+         files={"launch.args": LLAMA_LAUNCH.replace("pretrain_gpt.py", script)})
+for extra, fragment in (("--yaml-cfg run.yaml", "--yaml-cfg run.yaml: Megatron-LM replaces every argument with that "
+                         "YAML file's"),
+                        ("--heterogeneous-layers-config-path nas.json", "--heterogeneous-layers-config-path nas.json: "
+                         "Megatron-LM builds each layer's attention and MLP from the JSON's block_configs"),
+                        ("--heterogeneous-layers-config-encoded-json '{}'", "--heterogeneous-layers-config-encoded-json "
+                         "{}: Megatron-LM builds each layer's"),
+                        ("--encoder-num-layers 32", "Megatron-LM would refuse this launch: --num-layers and "
+                         "--encoder-num-layers together ('cannot have both")):
+    case("values", "plan", "--hw", "h100", "--from-megatron", "{tmp}/launch.args", fragment=f"launch.args: {fragment}",
+         files={"launch.args": LLAMA_LAUNCH.replace("--num-layers 32", f"--num-layers 32 {extra}", 1)})
+case("values", "plan", "--hw", "h100", "--from-megatron", "{tmp}/launch.args",
+     fragment="launch.args: the launch gives no --num-layers (Megatron-LM requires it or --encoder-num-layers",
+     files={"launch.args": LLAMA_LAUNCH.replace("--num-layers 32 ", "", 1)})
+# a Bridge key btacalc reads set to null (Bridge sets None as given): planned at Megatron-LM's default in silence, or
+# "field top_k: Input should be a valid integer"
+for key, flag in (("model.hidden_dropout", "--hidden-dropout"), ("model.rotary_base", "--rotary-base"),
+                  ("model.moe_router_topk", "--moe-router-topk"),
+                  ("model.tensor_model_parallel_size", "--tensor-model-parallel-size")):
+    case("values", "plan", "--hw", "h100", "-m", "qwen3-30b-a3b", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
+         fragment=f"o.txt: {key}=null: Megatron-Bridge sets the field to None as given (omegaconf_utils.py "
+                  f"_apply_overrides L454-515 @ 067f987d), where Megatron-LM's {flag} defaults to",
+         files={"o.txt": HYDRA.replace("model.tensor_model_parallel_size=2 ", "") + f"{key}=null\n"})
+case("values", "plan", "--hw", "h100", "-m", "qwen3-30b-a3b", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
+     fragment="o.txt: model.num_layers=null leaves the model no number of layers",
+     files={"o.txt": HYDRA + "model.num_layers=null model.hidden_size=2048 model.num_attention_heads=32\n"})
+# the NVLink domain a launch's `# btacalc option: --gpus-per-node` states (--emit writes it where torchrun or Bridge's
+# overrides would give another): a whole number of devices from 1 to 2^20
+for given in ("0", "abc", "\u0668", "2000000", "8.0"):
+    case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/launch.args",
+         fragment=f"launch.args: line 1: # btacalc option: --gpus-per-node takes a whole number of devices from 1 to "
+                  f"1048576, got {given!r}", files={"launch.args": f"# btacalc option: --gpus-per-node {given}\n" + LLAMA_LAUNCH})
+# a TransformerEngine version in another script's digits (TE's versions are ASCII, PEP 440)
+case("values", "plan", "--hw", "b200", "--devices", "8", "-m", "llama-3-8b", "--precision", "fp8", "--te-version",
+     "\u0662.\u0662", fragment="--te-version '\u0662.\u0662': expected a TransformerEngine version")
+
+
 def _make(folder: Path, files: dict[str, Any]) -> None:
     for name, content in files.items():
         path = folder / name

@@ -1064,9 +1064,12 @@ def test_an_emitted_launch_starts_the_plans_devices(cli, tmp_path, hw, devices, 
     assert f"torchrun --nproc_per_node {per_node} --nnodes {nodes} " in out
     assert per_node * nodes == devices
     assert (f"hosts of 8 GPUs do not divide {devices} devices" in out) is noted
-    # read back, the launch runs in the profile's NVLink domain (the NVL72 rack, not torchrun's host of 4)
+    # read back, the launch runs in the plan's NVLink domain (the NVL72 rack, not torchrun's host of 4; hostile25: 12
+    # H100s as 3 nodes of 4 were read back in domains of 4, the launch's `# btacalc option: --gpus-per-node 8` now
+    # keeps the plan's 8)
     launch = tmp_path / "launch.sh"
     launch.write_text(out)
+    assert ("# btacalc option: --gpus-per-node 8 " in out) is noted
     code, out, err = cli("plan", "--from-megatron", str(launch), "--hw", hw, "--json")
-    domain = {"gb200": 72, "h100": per_node}[hw]
+    domain = {"gb200": 72, "h100": 8}[hw]
     assert code in (0, 1) and json.loads(out)["parallelism"]["devices_per_node"] == domain, err

@@ -178,7 +178,7 @@ def plan(
             routing_imbalance=routing_imbalance if _given(ctx, "routing_imbalance") else None,
             max_global_batch=max_global_batch, max_tile_batch=max_tile_batch, cuda_graph_scope=cuda_graph_scope,
             fp8_attention=recipe.fp8_attention, fsdp_impl=fsdp_impl, nccl_ub=nccl_ub, nvls=nvls,
-        ).over(imported.request, profile)
+        ).over(imported.request, profile, imported.stated_domain)
     else:
         request = ExecutionRequest(
             seq_len=seq, recompute=recompute, attention=value(attention), causal=causal, loss=value(loss),
@@ -281,9 +281,9 @@ class ImportAdditions:
     nccl_ub: bool
     nvls: bool
 
-    def over(self, base: Any, profile: Any) -> Any:
+    def over(self, base: Any, profile: Any, stated_domain: bool = False) -> Any:
         """The imported run's request `base` with these additions; without --gpus-per-node, the NVLink domain the
-        launch implies on `profile` (launch_domain)."""
+        launch implies on `profile` (launch_domain; `stated_domain`: the file's own `# btacalc option:` line)."""
         from ..config.megatron_run import launch_domain
 
         request = base.with_changes(
@@ -300,7 +300,7 @@ class ImportAdditions:
             fsdp_impl=self.fsdp_impl or base.fsdp_impl,
         )
         if self.gpus_per_node is None:
-            request = launch_domain(request, profile)
+            request = launch_domain(request, profile, stated_domain)
         if self.nccl_ub or self.nvls:  # the command line adds nccl_ub / NVLS to an imported run's own
             request = request.with_changes(nccl_ub=self.nccl_ub or request.nccl_ub, nvls=self.nvls or request.nvls)
         return request
@@ -311,7 +311,7 @@ def _reported(report: Any, problem: tuple[Any, Any, Any], printing: Printing) ->
     prints; --profile's report on stderr. `problem`: the model, the profile and the request it was planned with."""
     outs, code = printing.outs, 0 if report.plan.fits else 1
     if printing.emit is not None:
-        text = _emitted(report, printing.emit, problem[0])
+        text = _emitted(report, printing.emit, problem[0], problem[1])
         write_outputs(outs, {"--output": text, "--json": text}, None)
         return _profiled(code, printing.profile_run)
     if printing.sensitivity is not None:
@@ -447,11 +447,13 @@ def _profiled(code: int, profile_run: bool) -> int:
     return code
 
 
-def _emitted(report: Any, emit: Optional[str], spec: Any) -> str:
+def _emitted(report: Any, emit: Optional[str], spec: Any, profile: Any) -> str:
     if emit in ("megatron", "bridge"):
         from ..output.megatron import bridge_overrides, megatron_arguments
 
-        return (megatron_arguments if emit == "megatron" else bridge_overrides)(report, spec)
+        # the profile's NVLink domain, in which the file is read back where it states none (hostile25)
+        domain = profile.system.domain_devices
+        return (megatron_arguments if emit == "megatron" else bridge_overrides)(report, spec, domain)
     from ..output.cerebras import cerebras_yaml
 
     return cerebras_yaml(report, spec)
@@ -463,7 +465,7 @@ def _search(spec: Any, profile: Any, request: Any, outs: Any, emit: Optional[str
     result = search_layouts(spec, profile, request)
     ok = result.best is not None and result.best.plan.fits
     if emit is not None and result.best is not None:
-        text = _emitted(result.best, emit, spec)
+        text = _emitted(result.best, emit, spec, profile)
         write_outputs(outs, {"--output": text, "--json": text}, None)
         return 0 if ok else 1
     text = result.model_dump_json(indent=2) + "\n"

@@ -1246,7 +1246,7 @@ def _resolve_layout(request: ExecutionRequest, model: "ModelSpec", profile: "Har
             chosen.reasons["zero_stage"] = REASONS["zero_stage"]
     node = request.devices_per_node
     if node is None:
-        node = int(profile.system.devices_per_node.value) if profile.system.devices_per_node else 1
+        node = profile.system.domain_devices
     sp = bool(request.sequence_parallel)
     if tp > 1:
         sp = chosen.pick("sequence_parallel", request.sequence_parallel, True, REASONS["sequence_parallel"])

@@ -246,6 +246,12 @@ class System(_Section):
         "gradient byte in)")
 
     @property
+    def domain_devices(self) -> int:
+        """devices_per_node as a count: one NVLink domain's devices, 1 where the profile leaves it out (the plan's
+        default --gpus-per-node; hostile25: also the domain `--emit` compares its read-back with)."""
+        return int(self.devices_per_node.value) if self.devices_per_node else 1
+
+    @property
     def host_devices(self) -> Optional[int]:
         """devices_per_host as a count (DEVICES: a whole number), or None where the profile leaves it out (one host
         per NVLink domain): the one reading of it (planning/plan.py, config/megatron_run.py, model/gpu/sm_share.py)."""

@@ -80,6 +80,8 @@ class Launch:
     unknown_size: str = ""
     # what the plan cannot see and the reader says (hostile22: a file `source`d before `${NAME:-default}`)
     notes: list[str] = field(default_factory=list)
+    # the Python script the launcher runs, as written (hostile25: megatron_run refuses the scripts of other models)
+    script: str = ""
 
 
 _ASSIGN = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)(\+?)=(.*)$", re.S)
@@ -852,6 +854,7 @@ def _split_launcher(words: list[str], launch: Launch) -> list[str]:
     if script is None:
         return words
     head, sizes = words[:script], {}
+    launch.script = words[script]
     leading = 0
     while leading < len(head) and _ASSIGN.match(head[leading]):  # NAME=value before the launcher: environment
         name, _, value = head[leading].partition("=")

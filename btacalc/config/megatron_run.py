@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 from ..errors import BtacalcError
-from .execution import BatchLimits, ExecutionRequest, OverlapRequest
+from .execution import MAX_DEVICES, BatchLimits, ExecutionRequest, OverlapRequest
 from .pipeline import StageSplit
 from .bridge_fields import check_bridge_key
 from .bridge_model_bridges import bridge_provider_defaults, bridge_provider_note
 from .bridge_hydra import form_of, read_overrides
-from .megatron_codec import BRIDGE_LOCAL_ATTENTION, MODEL_ROWS, Fields, bridge_attention_environment, decode, encode, model_fields
+from .megatron_codec import BRIDGE_LOCAL_ATTENTION, MODEL_ROWS, Fields, bridge_attention_environment, decode, encode, model_fields, truth
 from .bridge_codec import BRIDGE_NOT_AS_MEGATRON, MIXED_PRECISION_OVERWRITES, OVERWRITTEN_REASON, bridge_key, bridge_value_field, check_bridge_experts, check_bridge_literals, check_bridge_sixteen_bit, from_bridge
 from .megatron_launch import ArgumentValueError, BridgeText, Launch, integer, read_launch
 from .megatron_rules import describe, violations
@@ -46,6 +46,7 @@ IGNORED: tuple[tuple[str, str], ...] = (
     (r"(log_.*|save.*|load.*|eval_.*|tensorboard_.*|wandb_.*|no_load_.*|finetune|use_dist_ckpt|async_save|"
      r"ckpt_.*|dist_ckpt_.*|timing_log_.*|logging_level|profile.*)",
      "logging, evaluation and checkpointing: outside the modelled step"),
+    (r"use_checkpoint_args", "the checkpoint's architecture replaces the launch's (a note says so)"),
     (r"(deprecated_use_mcore_models|use_legacy_models)", "Megatron-Core models are the models btacalc counts"),
     (r"(nccl_ub|fsdp_double_buffer|fsdp_manual_registration)",
      "Megatron-FSDP buffer registration: btacalc's FSDP gathers one layer's weights at a time, in the same bytes"),
@@ -119,6 +120,8 @@ class ImportedRun:
     ignored: tuple[tuple[str, str], ...] = ()  # (flag as given, reason)
     notes: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
+    # hostile25: the NVLink domain a `# btacalc option: --gpus-per-node` line states (launch_domain keeps it)
+    stated_domain: bool = False
 
 
 # hostile16: the plan options no Megatron-LM flag or Bridge key sets, which `--emit megatron` / `--emit bridge` write
@@ -133,7 +136,9 @@ OPTION_COMMENTS: dict[str, tuple[str, Any]] = {
     "--attention-kernel": ("attention_kernel", str), "--accounting": ("accounting", ("ideal", "pytorch")),
     # hostile19: how btacalc counts the scores' FLOPs, and the two losses no launch flag selects (te_fused and
     # native_fused are --cross-entropy-loss-fusion with each impl, vocab_parallel Megatron's default: the launch says those)
-    "--causal": ("causal", True), "--loss": ("loss", LOSS_COMMENTS)}
+    "--causal": ("causal", True), "--loss": ("loss", LOSS_COMMENTS),
+    # hostile25: the NVLink domain, where torchrun's --nproc_per_node (or, in Bridge overrides, nothing) states another
+    "--gpus-per-node": ("devices_per_node", int)}
 _OPTION_LINE = re.compile(r"^\s*#\s*btacalc option:(.*)$")
 _OPTION_WORDS = re.compile(r"^\s*(--[A-Za-z0-9-]+)(?:\s+([^\s(]+))?\s*(?:\(.*\))?\s*$")
 
@@ -166,7 +171,12 @@ def option_comments(text: str, source: str) -> dict[str, Any]:
             raise BtacalcError(f"{where} {flag} needs a value")
         if isinstance(kind, tuple) and given not in kind:
             raise BtacalcError(f"{where} {flag} takes one of {', '.join(kind)}, got {given!r}")
-        if kind is float:
+        if kind is int:
+            if not re.fullmatch(r"[1-9][0-9]{0,6}", given) or int(given) > MAX_DEVICES:
+                raise BtacalcError(f"{where} {flag} takes a whole number of devices from 1 to {MAX_DEVICES}, got "
+                                   f"{given!r}")
+            changes[field] = int(given)
+        elif kind is float:
             try:
                 number = float(given)
             except ValueError:
@@ -186,7 +196,9 @@ def _with_options(run: "ImportedRun", text: str) -> "ImportedRun":
                 "native_fused": "Megatron's compiled (native) fused cross-entropy"}[run.request.loss]
         raise BtacalcError(f"{run.source}: # btacalc option: --loss {changes['loss']} beside {kind} "
                            f"({run.request.loss}), which the file's settings (or Megatron-Bridge's defaults) select: give one loss")
-    return replace(run, request=run.request.with_changes(**changes)) if changes else run
+    if not changes:
+        return run
+    return replace(run, request=run.request.with_changes(**changes), stated_domain="devices_per_node" in changes)
 
 
 def import_megatron(text: str, source: str, devices: Optional[int] = None) -> ImportedRun:
@@ -231,13 +243,14 @@ def _nccl_settings(run: ImportedRun, env: dict[str, str]) -> ImportedRun:
     return replace(run, request=run.request.with_changes(nvls=env.get("NCCL_NVLS_ENABLE") != "0"))
 
 
-def launch_domain(request: ExecutionRequest, profile: "HardwareProfile") -> ExecutionRequest:
+def launch_domain(request: ExecutionRequest, profile: "HardwareProfile", stated: bool = False) -> ExecutionRequest:
     """An imported launch's NVLink domain on `profile`: torchrun's --nproc_per_node is one host's GPUs, which is
     the domain except where the profile's domain spans hosts (a GB200 NVL72 rack of trays of 4,
     system.devices_per_host): there a launch of one host's GPUs per node runs in the profile's domain, as
-    btacalc's emitted launch (output/megatron.py) starts it."""
+    btacalc's emitted launch (output/megatron.py) starts it. `stated`: the file's `# btacalc option: --gpus-per-node`
+    gave the domain (ImportedRun.stated_domain), which stands."""
     host = profile.system.host_devices
-    if host is not None and request.devices_per_node == host:
+    if not stated and host is not None and request.devices_per_node == host:
         return request.with_changes(devices_per_node=None)
     return request
 
@@ -289,6 +302,7 @@ def _import_bridge(text: str, source: str, devices: Optional[int], base: Optiona
             raise BtacalcError(f"{source}: {key}: {type(value).__name__} {reprlib.repr(value)} is not an override "
                                "value (a number, a string, a boolean, null or a list of them)")
     args, unread = from_bridge(flat)  # its refusals name the file (import_bridge's _naming; review14)
+    _check_bridge_nulls(flat, args)
     check_bridge_sixteen_bit(args)
     check_bridge_experts(args)
     given_as = {d: bridge_key(d) or d for d in args}
@@ -318,6 +332,42 @@ def _import_bridge(text: str, source: str, devices: Optional[int], base: Optiona
             "string, which Megatron-Core does not map to TransformerEngine's switches (language_module.py "
             "L129-145), so TransformerEngine may choose another kernel; planned as given",))
     return _with_options(run, text)
+
+
+# The Megatron-LM options with a default other than None whose Bridge / Megatron-Core field is Optional (None there is
+# a setting: num_query_groups None is one group per head, transformer_config.py L175 @ d98e8a64; rotary_scaling_factor,
+# gpt_provider.py L147 @ 067f987d): a null is read as given. tests/test_hostile25.py derives the set from the mirrors'
+# annotations (GPTModelProvider, TransformerConfig, ModelParallelConfig, DistributedDataParallelConfig, OptimizerConfig,
+# Bridge's and Megatron-LM's training configs)
+NULLABLE_WITH_DEFAULT = frozenset({
+    "async_ckpt_io_priority", "cp_comm_type", "eval_iters", "fp4_recipe", "fp8_recipe", "linear_conv_kernel_dim",
+    "linear_key_head_dim", "linear_num_key_heads", "linear_num_value_heads", "linear_value_head_dim",
+    "megatron_fsdp_grad_comm_dtype", "megatron_fsdp_main_grads_dtype", "megatron_fsdp_main_params_dtype", "min_lr",
+    "mtp_loss_scaling_factor", "num_query_groups", "offload_modules", "rotary_scaling_factor"})
+# and a field annotated without None that Bridge's own recipes set to None: attention_backend (llama3.py's 70B recipe,
+# tests/data/megatron/llama3-70b-32gpu-h100-bridge.yaml), which Megatron-Core's _set_attention_backend matches to no
+# AttnBackend member and sets no NVTE_* switch for (language_module.py L129-148 @ d98e8a64): TransformerEngine chooses
+NULL_IN_RECIPES = frozenset({"attention_backend"})
+
+
+def _check_bridge_nulls(flat: dict[str, Any], args: dict[str, Any]) -> None:
+    """hostile25: a key btacalc reads set to null, whose Megatron-LM option takes a value and has a default other than
+    None (model.hidden_dropout, model.rotary_base, model.tensor_model_parallel_size, model.moe_router_topk): Bridge
+    sets the field to None as given (omegaconf_utils.py L454-515 @ 067f987d), and btacalc planned Megatron-LM's default
+    or the preset's in silence (moe_router_topk: "field top_k: Input should be a valid integer"). A switch's null reads
+    as off, as Megatron-Core's `if` reads None; fields whose default is None (the emitted
+    model.virtual_pipeline_model_parallel_size=null) stay None."""
+    from .megatron_launch import flags_by_dest
+
+    for dest, value in args.items():
+        key = bridge_key(dest) or f"model.{dest}"
+        if value is not None or key not in flat or flat[key] is not None:
+            continue
+        flags = flags_by_dest().get(dest, [])
+        if flags and flags[0].arity != "0" and flags[0].default != "None" and dest not in NULLABLE_WITH_DEFAULT | NULL_IN_RECIPES:
+            raise BtacalcError(f"{key}=null: Megatron-Bridge sets the field to None as given (omegaconf_utils.py "
+                               f"_apply_overrides L454-515 @ 067f987d), where Megatron-LM's {flags[0].flag} defaults "
+                               f"to {flags[0].default}: give a value, or leave the key out")
 
 
 # semantics22 / review20: a field Bridge overrides leave out keeps the model provider's value, not Megatron-LM's argparse
@@ -550,7 +600,64 @@ def _check_modules(launch: Launch) -> None:
                                  reprlib.repr(str(modules) if isinstance(modules, BridgeText) else modules))
 
 
+# hostile25: arguments that make Megatron-LM train another model than the flags btacalc reads (they were planned from
+# the flags, each listed as "not modelled by btacalc"): refused naming the argument and where Megatron-LM reads it
+_ELSEWHERE_ARGS = "megatron/training/arguments.py"
+ARGUMENTS_ELSEWHERE = {
+    "yaml_cfg": f"Megatron-LM replaces every argument with that YAML file's ({_ELSEWHERE_ARGS} L137-140 load_yaml, "
+                "validated by yaml_arguments.validate_yaml, L103-104 @ d98e8a64), which btacalc does not read: give "
+                "its arguments as the launch's flags",
+    "heterogeneous_layers_config_path": f"Megatron-LM builds each layer's attention and MLP from the JSON's "
+                                        f"block_configs, a heterogeneous model ({_ELSEWHERE_ARGS} L172-243, L409 @ "
+                                        "d98e8a64), which btacalc does not model: every layer it plans is alike",
+}
+ARGUMENTS_ELSEWHERE["heterogeneous_layers_config_encoded_json"] = ARGUMENTS_ELSEWHERE["heterogeneous_layers_config_path"]
+CHECKPOINT_ARGS_NOTE = ("--use-checkpoint-args: Megatron-LM takes the model's layers, sizes, heads, experts, "
+                        "positions and parallel sizes from the checkpoint it loads (megatron/training/checkpointing.py L2199-2365 @ "
+                        "d98e8a64, load_args_from_checkpoint, most with force=True), which btacalc does not read: "
+                        "planned with the launch's own flags")
+
+
+# hostile25: Megatron-LM's training scripts (at d98e8a64) that build another model than pretrain_gpt.py's GPTModel, which
+# btacalc plans; a launch of one was planned as a GPT without a word
+OTHER_MODEL_SCRIPTS = {
+    "pretrain_hybrid.py": "a HybridModel of Mamba, attention and MLP layers (pretrain_hybrid.py L44, model_provider)",
+    "pretrain_mamba.py": "a HybridModel of Mamba, attention and MLP layers (pretrain_mamba.py runs pretrain_hybrid.py, "
+                         "L16-19)",
+    "pretrain_vlm.py": "a LLaVAModel, a vision encoder before the language model (pretrain_vlm.py L20, L207)",
+}
+
+
+def _check_model_source(launch: Launch) -> None:
+    """hostile25: the model Megatron-LM trains comes from the launch's flags (not a YAML file or a heterogeneous
+    layer config) in a script that builds a GPT, and its depth from --num-layers or --encoder-num-layers, never both
+    (arguments.py L1304-1311 @ d98e8a64: with --encoder-num-layers alone Megatron-LM sets num_layers to it)."""
+    script = Path(launch.script).name
+    if script in OTHER_MODEL_SCRIPTS:
+        raise BtacalcError(f"{launch.source}: {launch.script} builds {OTHER_MODEL_SCRIPTS[script]} at Megatron-LM "
+                           "@ d98e8a64, not pretrain_gpt.py's GPTModel, which is the model btacalc plans")
+    for dest, why in ARGUMENTS_ELSEWHERE.items():
+        if launch.args.get(dest) is not None:
+            raise BtacalcError(f"{launch.source}: {launch.given_as.get(dest, dest)} {launch.args[dest]}: {why}")
+    layers, encoder = launch.args.get("num_layers"), launch.args.get("encoder_num_layers")
+    if layers is not None and encoder is not None:
+        raise BtacalcError(f"{launch.source}: Megatron-LM would refuse this launch: {launch.given_as['num_layers']} "
+                           f"and {launch.given_as['encoder_num_layers']} together ('cannot have both num-layers and "
+                           f"encoder-num-layers specified', {_ELSEWHERE_ARGS} L1304-1306 @ d98e8a64); give one")
+    if encoder is not None:
+        launch.args["num_layers"] = launch.args.pop("encoder_num_layers")
+        launch.given_as["num_layers"] = launch.given_as.pop("encoder_num_layers")
+    elif layers is None:
+        if "num_layers" in launch.args:  # a Bridge file's model.num_layers: null, which Bridge sets as given
+            raise BtacalcError(f"{launch.source}: {launch.given_as.get('num_layers', 'num_layers')}=null leaves the "
+                               "model no number of layers: give one")
+        raise BtacalcError(f"{launch.source}: the launch gives no --num-layers (Megatron-LM requires it or "
+                           f"--encoder-num-layers: 'either num-layers or encoder-num-layers should be specified', "
+                           f"{_ELSEWHERE_ARGS} L1308-1311 @ d98e8a64)")
+
+
 def _imported(launch: Launch, devices: Optional[int], name: Optional[str] = None) -> ImportedRun:
+    _check_model_source(launch)
     _check_divisors(launch)
     _check_modules(launch)
     devices = _devices(launch, devices)
@@ -559,6 +666,8 @@ def _imported(launch: Launch, devices: Optional[int], name: Optional[str] = None
         raise BtacalcError(f"{launch.source}: Megatron-LM would refuse this launch: {describe(refused[0])}")
     fields, read = decode(launch.args)
     notes: list[str] = list(launch.notes)
+    if truth(launch.args.get("use_checkpoint_args")):
+        notes.append(CHECKPOINT_ARGS_NOTE)
     spec = model_from_fields(fields, launch.source, notes, name)
     request = request_from_fields(fields, spec, devices, launch.devices_per_node, notes)
     ignored = tuple((launch.given_as.get(d, d), ignore_reason(d)) for d in launch.args

@@ -24,7 +24,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 TE_RELEASES_FILE = "te_releases.toml"
-_VERSION = re.compile(r"^(\d+(?:\.\d+){0,2})(?:\.dev(\d+))?(?:\+[0-9A-Za-z.]+)?$")
+_VERSION = re.compile(r"^(\d+(?:\.\d+){0,2})(?:\.dev(\d+))?(?:\+[0-9A-Za-z.]+)?$", re.ASCII)
 
 
 def te_release_key(version: str) -> tuple[int, ...]:

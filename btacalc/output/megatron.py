@@ -182,6 +182,21 @@ def _notes(r: PlanReport, spec: ModelSpec, args: dict[str, Any]) -> list[str]:
     return notes
 
 
+def domain_line(r: PlanReport, emit: str, read_back: Optional[int]) -> list[str]:
+    """hostile25: the NVLink domain the plan was timed with, as a `# btacalc option:` line where the file read back
+    would give another (`read_back`: the domain `--from-megatron` derives from the launch's torchrun, `--from-bridge`
+    the profile's; None: not known). `--gpus-per-node 36` on a GB200 (torchrun starts a tray's 4), 12 H100s as 3 nodes
+    of 4, and any --gpus-per-node in Bridge overrides (no launcher) were read back in another domain, another step
+    time. Both in one domain (the devices fit in either) is the same plan."""
+    par = r.parallelism
+    if read_back is None or min(read_back, par.devices) == min(par.devices_per_node, par.devices):
+        return []
+    why = ("torchrun's --nproc_per_node starts one node's processes, not the domain" if emit == "megatron"
+           else "the overrides hold no launcher")
+    return [f"# btacalc option: --gpus-per-node {par.devices_per_node} (the NVLink domain the plan's collectives are "
+            f"timed in: {why})"]
+
+
 def option_lines(r: PlanReport, emit: str) -> list[str]:
     """The plan options no Megatron-LM flag (and, but FP8 attention, no Bridge key) sets, as comment lines
     `# btacalc option: --flag [value] (what it means)` that `--from-megatron` / `--from-bridge` read back
@@ -247,8 +262,9 @@ def check_megatron_numerics(spec: ModelSpec) -> None:
                            "--emit bridge writes it (model.seq_len_interpolation_factor is a float)")
 
 
-def megatron_arguments(r: PlanReport, spec: ModelSpec) -> str:
-    """The launch: comments, environment, torchrun and pretrain_gpt.py with one flag per line."""
+def megatron_arguments(r: PlanReport, spec: ModelSpec, profile_domain: Optional[int] = None) -> str:
+    """The launch: comments, environment, torchrun and pretrain_gpt.py with one flag per line. `profile_domain`: the
+    profile's NVLink domain, which a launch of one host's GPUs per node is read back in (launch_domain)."""
     check_megatron_numerics(spec)
     args, env, notes = megatron_run(r, spec)
     par = r.parallelism
@@ -259,7 +275,8 @@ def megatron_arguments(r: PlanReport, spec: ModelSpec) -> str:
     head = [f"# btacalc plan: {r.model.name} on {par.devices} x {r.hardware.name}"
             + ("" if r.plan.fits else " (DOES NOT FIT)")] + \
         [f"# {n}" for n in notes + [n for n in (_numerics(spec),) if n] + uneven] + \
-        option_lines(r, "megatron")
+        option_lines(r, "megatron") + domain_line(r, "megatron", profile_domain if per_node == r.hardware.devices_per_host
+                                                  else per_node)
     launcher = f"torchrun --nproc_per_node {per_node} --nnodes {nodes} pretrain_gpt.py"
     lines = [*(f"export {k}={v}" for k, v in env.items()), " \\\n    ".join([launcher, *render_flags(args)])]
     return "\n".join(head + lines) + "\n"
@@ -293,7 +310,7 @@ def _numerics(spec: ModelSpec) -> Optional[str]:
     return "; ".join(said) or None
 
 
-def bridge_overrides(r: PlanReport, spec: ModelSpec) -> str:
+def bridge_overrides(r: PlanReport, spec: ModelSpec, profile_domain: Optional[int] = None) -> str:
     """The same run as Megatron-Bridge ConfigContainer overrides, one Hydra `key=value` per line, each a word a
     POSIX shell passes unchanged to Bridge's scripts (which read them with Hydra's override grammar; `--from-bridge`
     reads them back the same way, btacalc.config.bridge_hydra)."""
@@ -310,7 +327,7 @@ def bridge_overrides(r: PlanReport, spec: ModelSpec) -> str:
     head = [f"# btacalc plan: {r.model.name} on {r.parallelism.devices} x {r.hardware.name}",
             f"# keys: {BRIDGE_PIN} (src/megatron/bridge/training/config.py, comm_overlap.py, models/gpt_provider.py)",
             *(f"# {n}" for n in notes[1:]), *(f"# environment: {k}={v}" for k, v in env.items()),
-            *option_lines(r, "bridge")]
+            *option_lines(r, "bridge"), *domain_line(r, "bridge", profile_domain)]
     body = [shlex.quote(f"{key}={_hydra_value(value)}") for key, value in bridge_stated(args, to_bridge(args)).items()]
     if spec.mla is not None and spec.yarn is not None:
         body += [f"model.{key}={getattr(spec.yarn, key)}" for key in MLA_YARN_BRIDGE]

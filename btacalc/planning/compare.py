@@ -125,7 +125,7 @@ def matched_gpu_count(wafer: HardwareProfile, systems: int, gpu: HardwareProfile
     if match == "devices":
         return systems, f"matched to {systems} x {wafer.name} by device count"
     wafer_kw = systems * wafer.power_per_device_w / 1e3
-    node = int(gpu.system.devices_per_node.value) if gpu.system.devices_per_node else 1
+    node = gpu.system.domain_devices
     nodes = max(1, round(wafer_kw * 1e3 / (node * gpu.power_per_device_w)))
     return nodes * node, f"matched to {systems} x {wafer.name} by power ({wafer_kw:,.0f} kW; whole {node}-device nodes)"
 

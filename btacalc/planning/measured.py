@@ -379,7 +379,8 @@ def _express_megatron(run: MeasuredRun) -> tuple[Optional[ExecutionRequest], str
     except BtacalcError as exc:  # hostile19: the shared decoder's refusals named neither the run nor its field
         reason = exc.template.removeprefix(f"run {run.id}: ")  # import_megatron names its source (hostile20)
         raise BtacalcError(f"{{measured}}: run {run.id}: megatron_args: {reason}") from None
-    req = launch_domain(imported.request, resolve_hardware(run.hw))  # as plan --from-megatron --hw reads it
+    # as plan --from-megatron --hw reads it
+    req = launch_domain(imported.request, resolve_hardware(run.hw), imported.stated_domain)
     if (req.seq_len, req.limits.global_batch) != (run.seq, run.global_batch):
         raise BtacalcError(f"{{measured}}: run {run.id}: megatron_args give seq {req.seq_len} and global batch "
                            f"{req.limits.global_batch}, the run's fields {run.seq} and {run.global_batch}")
