@@ -1571,6 +1571,11 @@ for given in ("0", "abc", "\u0668", "2000000", "8.0"):
 # a TransformerEngine version in another script's digits (TE's versions are ASCII, PEP 440)
 case("values", "plan", "--hw", "b200", "--devices", "8", "-m", "llama-3-8b", "--precision", "fp8", "--te-version",
      "\u0662.\u0662", fragment="--te-version '\u0662.\u0662': expected a TransformerEngine version")
+# a null training batch size, which Megatron-Bridge asserts (training/config.py L1433-1442 @ 067f987d): read as left out
+for key in ("train.global_batch_size", "train.micro_batch_size"):
+    case("values", "plan", "--hw", "h100", "-m", "qwen3-30b-a3b", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
+         fragment=f"o.txt: {key}=null: Megatron-Bridge needs the training batch sizes",
+         files={"o.txt": " ".join(w for w in HYDRA.split() if not w.startswith(key + "=")) + f" {key}=null\n"})
 
 
 def _make(folder: Path, files: dict[str, Any]) -> None:

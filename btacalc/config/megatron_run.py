@@ -303,6 +303,7 @@ def _import_bridge(text: str, source: str, devices: Optional[int], base: Optiona
                                "value (a number, a string, a boolean, null or a list of them)")
     args, unread = from_bridge(flat)  # its refusals name the file (import_bridge's _naming; review14)
     _check_bridge_nulls(flat, args)
+    _check_bridge_batch_nulls(flat)
     check_bridge_sixteen_bit(args)
     check_bridge_experts(args)
     given_as = {d: bridge_key(d) or d for d in args}
@@ -368,6 +369,20 @@ def _check_bridge_nulls(flat: dict[str, Any], args: dict[str, Any]) -> None:
             raise BtacalcError(f"{key}=null: Megatron-Bridge sets the field to None as given (omegaconf_utils.py "
                                f"_apply_overrides L454-515 @ 067f987d), where Megatron-LM's {flags[0].flag} defaults "
                                f"to {flags[0].default}: give a value, or leave the key out")
+
+
+# Megatron-Bridge asserts both training batch sizes before it trains (ConfigContainer.validate, training/config.py
+# L1433-1442 @ 067f987d: they set the evaluation's when it gives none) and sizes the micro-batch calculator from
+# them (Megatron-LM's num_microbatches_calculator takes an int), where Megatron-LM's own --global-batch-size defaults
+# to micro-batch x DP: a null, which btacalc read as left out (hostile25's note), is refused
+BRIDGE_BATCH_KEYS = ("train.global_batch_size", "train.micro_batch_size")
+
+
+def _check_bridge_batch_nulls(flat: dict[str, Any]) -> None:
+    for key in BRIDGE_BATCH_KEYS:
+        if key in flat and flat[key] is None:
+            raise BtacalcError(f"{key}=null: Megatron-Bridge needs the training batch sizes (training/config.py "
+                               "L1433-1442 @ 067f987d asserts them): give a whole number, or leave the key out")
 
 
 # semantics22 / review20: a field Bridge overrides leave out keeps the model provider's value, not Megatron-LM's argparse
@@ -628,6 +643,25 @@ OTHER_MODEL_SCRIPTS = {
 }
 
 
+# Megatron-LM's training script whose step btacalc plans (pretrain_gpt.py's GPTModel), and the other one at d98e8a64
+# that trains a GPTModel, in another loop: planned with a note (hostile25 left them planned without a word)
+GPT_SCRIPT = "pretrain_gpt.py"
+OTHER_LOOP_SCRIPTS = {
+    "train_rl.py": "reinforcement learning (train_rl.py L383-420 @ d98e8a64: inference arguments, rollouts generated "
+                   "between the optimizer steps): btacalc plans the training step of its GPTModel, not the rollouts",
+}
+
+
+def _script_note(launch: Launch) -> None:
+    """A note on a launch whose script is not pretrain_gpt.py (and not one of OTHER_MODEL_SCRIPTS, refused)."""
+    script = Path(launch.script).name
+    if not script or script == GPT_SCRIPT:
+        return
+    why = OTHER_LOOP_SCRIPTS.get(script, "a script Megatron-LM @ d98e8a64 does not have: btacalc plans it as "
+                                         f"{GPT_SCRIPT}'s GPTModel from the launch's flags")
+    launch.notes.append(f"{launch.script}: {why}")
+
+
 def _check_model_source(launch: Launch) -> None:
     """hostile25: the model Megatron-LM trains comes from the launch's flags (not a YAML file or a heterogeneous
     layer config) in a script that builds a GPT, and its depth from --num-layers or --encoder-num-layers, never both
@@ -636,6 +670,7 @@ def _check_model_source(launch: Launch) -> None:
     if script in OTHER_MODEL_SCRIPTS:
         raise BtacalcError(f"{launch.source}: {launch.script} builds {OTHER_MODEL_SCRIPTS[script]} at Megatron-LM "
                            "@ d98e8a64, not pretrain_gpt.py's GPTModel, which is the model btacalc plans")
+    _script_note(launch)
     for dest, why in ARGUMENTS_ELSEWHERE.items():
         if launch.args.get(dest) is not None:
             raise BtacalcError(f"{launch.source}: {launch.given_as.get(dest, dest)} {launch.args[dest]}: {why}")
