@@ -267,6 +267,8 @@ _COMPONENT_NOTES = {
     "gathered_weights": "ZeRO-3 / FSDP: gathered layer weights",
     "low_precision_weights": "FP8/FP4 weight copies TransformerEngine caches (rowwise and columnwise), less the 16-bit "
                              "copy --fp8-param-gather drops",
+    "global_buffer": "Megatron-Core's persistent global buffer: local attention scores' input or the "
+                     "sequence-parallel all-gather of its own linears",
 }
 
 

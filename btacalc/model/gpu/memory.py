@@ -33,12 +33,13 @@ from ..arrays import is_array, largest, maximum, where
 from ..problem import Problem, padded_vocab
 from ..state import StatePart, TorchFsdp, bytes_per_param, gathered_units_bytes, sharded_state
 from .costs import layer_parts, outside_parts, pre_dispatch_stored
+from .global_buffer import global_buffer_bytes
 from .part import Part
 from .precision import weight_cache_bytes
 from .stages import PipelineStages, ratio
 
 COMPONENTS = ("weights", "gradients", "optimizer_state", "gathered_weights", "stored_activations",
-              "recompute_buffer", "working_set", "low_precision_weights")
+              "recompute_buffer", "working_set", "low_precision_weights", "global_buffer")
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,7 @@ class GpuMemory:
         merged = pre_dispatch_stored(self.problem, ev) if self.problem.layout.overlap.all_to_all else None
         pp = self.problem.layout.pipeline_parallel
         count = largest(pp)
-        return [self._stage(j, kinds, first, last, merged) for j in range(count)]
+        return [self._stage(j, kinds, (first, last), merged, (tile_batch, seq_len)) for j in range(count)]
 
     def total(self, tiles: Any, tile_batch: Any, seq_len: Any = None) -> Any:
         """The worst stage's bytes."""
@@ -83,9 +84,11 @@ class GpuMemory:
             worst = maximum(worst, row.total)
         return worst
 
-    def _stage(self, j: int, kinds: list[tuple[LayerKind, Part]], first: Part, last: Part,
-               merged: Optional[list[Any]] = None) -> StageMemory:
-        lay, st = self.problem.layout, self.stages
+    def _stage(self, j: int, kinds: list[tuple[LayerKind, Part]], ends: tuple[Part, Part],
+               merged: Optional[list[Any]], shape: tuple[Any, Any]) -> StageMemory:
+        """Stage j's components; `ends`: the parts outside the layers (first stage's, last's); `shape`: the
+        attention tile's sequences and the sequence length (Megatron-Core's global buffer)."""
+        (first, last), lay, st = ends, self.problem.layout, self.stages
         exists = st.exists(j)
         is_first, is_last = j == 0, where(exists, j == lay.pipeline_parallel - 1, False)
         counts = st.kind_counts(j)
@@ -104,6 +107,7 @@ class GpuMemory:
             "working_set": _whole(maximum(_max(_or_zero(n > 0, p.transient) for n, (_, p) in zip(counts, kinds)),
                                           maximum(first.transient if is_first else 0, _or_zero(is_last, last.transient)))),
             "low_precision_weights": low_precision,
+            "global_buffer": global_buffer_bytes(self.problem, *shape, layers > 0, is_last),
         }
         components = {k: _or_zero(exists, v) for k, v in components.items()}
         return StageMemory(j, layers, where(exists, st.in_flight(j), 0), components, tuple(parts))
