@@ -346,8 +346,13 @@ NULLABLE_WITH_DEFAULT = frozenset({
     "mtp_loss_scaling_factor", "num_query_groups", "offload_modules", "rotary_scaling_factor"})
 # and a field annotated without None that Bridge's own recipes set to None: attention_backend (llama3.py's 70B recipe,
 # tests/data/megatron/llama3-70b-32gpu-h100-bridge.yaml), which Megatron-Core's _set_attention_backend matches to no
-# AttnBackend member and sets no NVTE_* switch for (language_module.py L129-148 @ d98e8a64): TransformerEngine chooses
-NULL_IN_RECIPES = frozenset({"attention_backend"})
+# AttnBackend member and sets no NVTE_* switch for (language_module.py L129-148 @ d98e8a64): TransformerEngine chooses;
+# review25: and moe_flex_dispatcher_backend (annotated Literal['deepep', 'hybridep', 'ncclep'], transformer_config.py
+# L898), which Bridge's Qwen3 MoE performance recipes set to None beside the alltoall dispatcher (Megatron-Bridge @
+# 067f987df src/megatron/bridge/perf_recipes/qwen/h100/qwen3_moe.py L158-159, the b200 ones L57, L105, ...; and
+# scripts/performance/utils/utils.py L396): only the flex dispatcher reads it, and btacalc times a flex dispatcher
+# without a DeepEP or HybridEP backend as an all-to-all (megatron_codec._dec_dispatcher); a dump of such a recipe was refused
+NULL_IN_RECIPES = frozenset({"attention_backend", "moe_flex_dispatcher_backend"})
 
 
 def _check_bridge_nulls(flat: dict[str, Any], args: dict[str, Any]) -> None:
