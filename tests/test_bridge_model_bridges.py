@@ -1,7 +1,10 @@
 """bridgeprov: what Megatron-Bridge's model bridge sets where a Bridge run leaves a field out.
 
-AutoBridge builds the model provider from the Hugging Face config and picks the model bridge by its model_type
-(`register_bridge(..., model_type=...)`). GPTModelProvider turns the cross-entropy fusion on with Megatron-Core's
+AutoBridge builds the model provider from the Hugging Face config and picks the model bridge by the config's
+architecture class (auto_bridge.py _causal_lm_architecture L2153-2215; each bridge registered under its `source`
+class, model_bridge.py L2379-2397); btacalc keys the table by the config's model_type, each entry naming the
+architecture that model_type's config.json gives (review25: Kimi-K2's names DeepseekV3ForCausalLM, so AutoBridge
+builds it with DeepSeekV3Bridge, not KimiK2Bridge, registered for KimiK2ForCausalLM). GPTModelProvider turns the cross-entropy fusion on with Megatron-Core's
 native impl (Megatron-Bridge @ 067f987df src/megatron/bridge/models/gpt_provider.py L205; TransformerConfig's
 cross_entropy_fusion_impl default "native"), which a Bridge file leaving the loss out trains: native_fused
 (docs/memory.md "cenative"). DeepSeek-V3's and Kimi-K2's bridges set cross_entropy_fusion_impl = "te" and the bias
@@ -56,7 +59,14 @@ def test_the_plan_says_what_it_took_from_the_bridge_and_only_that():
     [note] = [n for n in run.notes if "DeepSeekV3Bridge" in n]
     assert "model.cross_entropy_loss_fusion=true" in note and "model.bias_activation_fusion=true" in note
     assert "cross_entropy_fusion_impl" not in note  # the file gives it
-    plain = import_bridge(OVERRIDES, "run.yaml", devices=1024, base=load_preset("qwen3-30b-a3b"))
+    # Qwen3MoEBridge sets the dispatcher and the hidden dropout (qwen3_moe_bridge.py L59, L67); the dropout is the
+    # preset's here (the run gives no architecture), so the note names the dispatcher alone
+    qwen = import_bridge(OVERRIDES, "run.yaml", devices=1024, base=load_preset("qwen3-30b-a3b"))
+    [note] = [n for n in qwen.notes if "Megatron-Bridge's" in n and "sets them" in n]
+    assert note.startswith("model.moe_token_dispatcher_type=alltoall: as Megatron-Bridge's Qwen3MoEBridge")
+    assert "hidden_dropout" not in note
+    # Qwen2Bridge sets the hidden dropout alone (qwen2_bridge.py L54), which the preset gives here: no note
+    plain = import_bridge(OVERRIDES, "run.yaml", devices=1024, base=load_preset("qwen2.5-7b"))
     assert not [n for n in plain.notes if "Megatron-Bridge's" in n and "sets them" in n]
 
 
@@ -69,14 +79,16 @@ def test_the_tables_fields_are_megatron_destinations_bridge_keys_name():
             assert bridge_key(dest), (bridge.name, dest)
 
 
-def test_every_listed_model_type_is_a_presets_and_its_config_jsons(data_dir):
-    """The table is keyed as AutoBridge dispatches: each model_type is one btacalc's config.json reader reads (the
-    stored config.json of the preset gives it) and a preset states."""
-    for name in model_bridges():
-        presets = [p for p in preset_names() if load_preset(p).hf_model_type == name]
-        assert presets, name
-        for preset in presets:
-            assert load_hf_config(data_dir / f"{preset}.config.json").hf_model_type == name
+def test_every_listed_model_type_is_a_stored_config_jsons_with_the_entrys_architecture(data_dir):
+    """Each model_type is one btacalc's config.json reader reads from a stored config.json (a preset's, or
+    qwen3-8b's for qwen3, which no preset states), whose architectures name the class the entry's bridge is
+    registered for: the class AutoBridge dispatches on."""
+    for name, bridge in model_bridges().items():
+        stored = [f for f in sorted(data_dir.glob("*.config.json")) if json.loads(f.read_text())["model_type"] == name]
+        assert stored, name
+        for path in stored:
+            assert load_hf_config(path).hf_model_type == name
+            assert json.loads(path.read_text())["architectures"] == [bridge.architecture], path.name
 
 
 def test_every_preset_from_a_config_json_states_its_model_type(data_dir):
@@ -91,7 +103,7 @@ def test_every_preset_from_a_config_json_states_its_model_type(data_dir):
 
 def test_the_dense_equivalent_is_no_hugging_face_model():
     assert load_preset("deepseek-v3").dense_equivalent().hf_model_type is None
-    assert bridge_provider_defaults(None) == {} and bridge_provider_defaults("qwen3_moe") == {}
+    assert bridge_provider_defaults(None) == {} and bridge_provider_defaults("mixtral") == {}
 
 
 def test_an_emitted_plan_reads_back_with_its_loss_under_the_models_bridge(cli, tmp_path):

@@ -297,6 +297,13 @@ BROKEN = {
                         "recompute_modules": ["moe"]}, {}),
     "a2a-16-bit": ({"overlap_moe_expert_parallel_comm": True, "bf16": False}, {}),
     "a2a-early-release": ({"ep_overlap_early_attn_memory_release": True}, {}),
+    # review25: the shared experts' overlap, which DeepSeek-V3's Megatron-Bridge model bridge turns on
+    "a2a-shared-expert-overlap": ({"overlap_moe_expert_parallel_comm": True, "moe_shared_expert_overlap": True}, {}),
+    "shared-experts-recompute-overlap": ({"recompute_granularity": "selective", "recompute_modules": ["shared_experts"],
+                                          "moe_shared_expert_intermediate_size": 1024,
+                                          "moe_shared_expert_overlap": True}, {}),
+    "shared-expert-overlap-dispatcher": ({"moe_shared_expert_intermediate_size": 1024, "moe_shared_expert_overlap": True,
+                                          "moe_token_dispatcher_type": "allgather"}, {}),
     "a2a-mtp": ({"overlap_moe_expert_parallel_comm": True, "mtp_num_layers": 2, "position_embedding_type": "rope"}, {}),
     # semantics20: arguments.py L881-885 (MTP with rope or none only; Megatron's default is learned_absolute, and
     # GPT-OSS's yarn is refused as well), transformer_config.py L2677-2689 (group-limited routing)

@@ -228,7 +228,8 @@ OverlapP2pOpt = typer.Option(None, "--overlap-p2p/--no-overlap-p2p", help=help_t
 EarlyAttnReleaseOpt = typer.Option(False, "--early-attn-release/--no-early-attn-release", show_default=False,
                                   help=help_text(
     "With --overlap-a2a: Megatron's --ep-overlap-early-attn-memory-release, the backward layer's attention pass run "
-    "before the forward layer's experts in the merged schedule, which frees its activations earlier (memory only) "
+    "before the forward layer's experts in the merged schedule, which frees its activations earlier (its memory is "
+    "planned; the backward dispatch and forward combine it leaves without compute beside them are not timed) "
     "[default: off, Megatron-Core]."))
 ObjectiveOpt = typer.Option(None, "--objective", help=help_text("What the solver maximises: throughput (predicted "
                             "tokens/s) or density (the largest G·b that fits, then the largest tile) [default: "

@@ -363,11 +363,15 @@ BRIDGE_UNSAID: dict[str, Any] = {
 # L57 and kimi_bridge.py L58 moe_router_pre_softmax = True; deepseek_v3_bridge.py sigmoid with expert bias), which
 # stood under a Qwen3 or Mixtral plan's overrides: the unnormalised top-k weights --emit megatron no longer trains.
 # review23: and the experts' GEMMs: a SequentialMLP plan (no --moe-grouped-gemm) wrote no moe_grouped_gemm, which the
-# MoE bridges set on and import_bridge reads as on (megatron_run.BRIDGE_MOE_DEFAULTS): stated off
+# MoE bridges set on and import_bridge reads as on (megatron_run.BRIDGE_MOE_DEFAULTS): stated off.
+# review25: and the shared experts' overlap, which DeepSeek-V3's model bridge turns on (deepseek_v3_bridge.py L72), where
+# Megatron-LM's --moe-shared-expert-overlap is off: Megatron-Core refused the overrides of a plan with the EP overlap
+# (transformer_config.py L3039-3041 @ d98e8a64) or shared_experts recomputation (L1991-1997); btacalc times the
+# shared experts in series
 BRIDGE_UNSAID_MOE: dict[str, Any] = {
     "moe_router_score_function": "softmax", "moe_router_pre_softmax": False, "moe_router_enable_expert_bias": False,
     "moe_shared_expert_gate": False, "moe_router_num_groups": None, "moe_router_group_topk": None,
-    "moe_router_topk_scaling_factor": None, "moe_grouped_gemm": False}
+    "moe_router_topk_scaling_factor": None, "moe_grouped_gemm": False, "moe_shared_expert_overlap": False}
 
 
 def bridge_stated(args: Args, out: dict[str, Any]) -> dict[str, Any]:

@@ -1,7 +1,9 @@
 """Megatron-Bridge's model bridges as data (btacalc/data/bridge_model_bridges.toml): the provider fields the bridge
-AutoBridge picks for a Hugging Face model_type sets over GPTModelProvider's defaults, which a Bridge run that leaves
-them out trains with. Until this table (review24's note), a Bridge file for DeepSeek-V3 or Kimi-K2 that left the loss
-fields out was planned with the native fused cross-entropy, where their bridges set TransformerEngine's."""
+AutoBridge picks for a Hugging Face config sets over GPTModelProvider's defaults, which a Bridge run that leaves them
+out trains with. AutoBridge picks by the config's architecture class; btacalc keys the table by the config's
+model_type (ModelSpec.hf_model_type), each entry naming the architecture that model_type's config.json gives (Kimi-K2's
+is DeepSeek-V3's). Until this table (review24's note), a Bridge file for DeepSeek-V3 or Kimi-K2 that left the loss
+fields out was planned with the native fused cross-entropy, where their bridge sets TransformerEngine's."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from .named_tables import load_named_tables
 from .text import CleanText
 
-ProviderValue = Union[bool, int, str]
+ProviderValue = Union[bool, int, float, str]
 
 
 class ModelBridge(BaseModel):
@@ -21,8 +23,9 @@ class ModelBridge(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str = Field(description="the Hugging Face model_type the bridge is registered for")
-    bridge: str = Field(description="Megatron-Bridge's class")
+    name: str = Field(description="the Hugging Face model_type of the configs the entry is for (btacalc's key)")
+    architecture: str = Field(description="the architecture class those configs name, which AutoBridge dispatches on")
+    bridge: str = Field(description="Megatron-Bridge's class registered for that architecture")
     source: CleanText
     provider: dict[str, ProviderValue] = Field(description="Megatron-LM destination -> the value the bridge sets")
 
@@ -40,12 +43,13 @@ def bridge_provider_defaults(hf_model_type: Optional[str]) -> dict[str, Any]:
 
 
 def bridge_provider_note(hf_model_type: Optional[str], given: Collection[str], key: Any) -> Optional[str]:
-    """What the plan took from the model bridge where the run leaves the fields out (`key` gives a destination's
-    Bridge key), or None when it took nothing."""
+    """What the plan took from the model bridge where the run leaves the fields out and --model's architecture does
+    not give them (`given`: the destinations the run and the architecture give; `key` gives a destination's Bridge
+    key), or None when it took nothing."""
     bridge = model_bridges().get(hf_model_type) if hf_model_type else None
     taken = [dest for dest in bridge.provider if dest not in given] if bridge is not None else []
     if bridge is None or not taken:
         return None
     fields = ", ".join(f"{key(dest) or dest}={str(bridge.provider[dest]).lower()}" for dest in taken)
-    return (f"{fields}: as Megatron-Bridge's {bridge.bridge} sets them for model_type {bridge.name} where the run "
-            f"leaves them out ({bridge.source})")
+    return (f"{fields}: as Megatron-Bridge's {bridge.bridge} sets them for a {bridge.architecture} config (model_type "
+            f"{bridge.name}) where the run leaves them out ({bridge.source})")

@@ -227,7 +227,8 @@ class Overlaps:
     p2p: bool = False  # overlap_p2p_comm (pipeline sends behind compute; Megatron: with interleaving)
     # --ep-overlap-early-attn-memory-release (ModelParallelConfig.ep_overlap_early_attn_memory_release, off by
     # default): under the all-to-all overlap the backward layer's attention node runs before the forward layer's
-    # MLP (model_chunk_schedule_plan.py L280-292 @ d98e8a64): memory only (model/gpu/memory.py _merged_layer)
+    # MLP (model_chunk_schedule_plan.py L280-292 @ d98e8a64): its memory (model/gpu/memory.py _merged_layer); the
+    # all-to-alls it leaves without compute beside them are not timed (docs/memory.md "earlyrel")
     early_attn_release: bool = False
 
 

@@ -374,6 +374,17 @@ RULES: tuple[Rule, ...] = (
          and "mla_up_proj" in (a.get("recompute_modules") or ()),
          lambda a, e: bool(a.get("multi_latent_attention")),
          "the mla_up_proj recompute module needs --multi-latent-attention"),
+    # review25: the shared experts' overlap (which DeepSeek-V3's model bridge turns on, bridge_model_bridges.toml)
+    Rule("shared-experts-recompute-overlap", f"{TC}:1991", lambda a, e: a.get("recompute_granularity") == "selective"
+         and "shared_experts" in (a.get("recompute_modules") or ())
+         and a.get("moe_shared_expert_intermediate_size") is not None,
+         lambda a, e: not bool(a.get("moe_shared_expert_overlap")),
+         "the shared_experts recompute module is refused with --moe-shared-expert-overlap "
+         "(DeepSeek-V3's Megatron-Bridge model bridge turns it on: give model.moe_shared_expert_overlap=false)"),
+    Rule("shared-expert-overlap-dispatcher", f"{TC}:1820", lambda a, e: bool(a.get("moe_shared_expert_overlap"))
+         and a.get("moe_shared_expert_intermediate_size") is not None,
+         lambda a, e: a.get("moe_token_dispatcher_type") in ("alltoall", "flex"),
+         "--moe-shared-expert-overlap needs the alltoall or flex dispatcher"),
     Rule("fp8-delayed-recompute", f"{TC}:2002", lambda a, e: a.get("recompute_granularity") == "selective"
          and a.get("fp8") is not None and (a.get("fp8_recipe") or "delayed") == "delayed",
          lambda a, e: not {"moe_act", "layernorm"} & set(a.get("recompute_modules") or ()),
@@ -397,6 +408,12 @@ RULES: tuple[Rule, ...] = (
          "--overlap-moe-expert-parallel-comm is refused with the moe recompute module"),
     Rule("a2a-16-bit", f"{TC}:3036", _a2a, lambda a, e: bool(a.get("bf16") or a.get("fp16")),
          "--overlap-moe-expert-parallel-comm needs --bf16 or --fp16"),
+    # review25: DeepSeek-V3's model bridge turns the shared experts' overlap on (Megatron-Bridge @ 067f987df
+    # deepseek_v3_bridge.py L72; bridge_model_bridges.toml), which a Bridge run of it with the EP overlap must turn off,
+    # as Bridge's performance scripts do (scripts/performance/utils/overrides.py L189-197)
+    Rule("a2a-shared-expert-overlap", f"{TC}:3039", _a2a, lambda a, e: not bool(a.get("moe_shared_expert_overlap")),
+         "--overlap-moe-expert-parallel-comm is refused with --moe-shared-expert-overlap "
+         "(DeepSeek-V3's Megatron-Bridge model bridge turns it on: give model.moe_shared_expert_overlap=false)"),
     Rule("a2a-early-release", f"{TC}:3097", lambda a, e: bool(a.get("ep_overlap_early_attn_memory_release")), _a2a,
          "--ep-overlap-early-attn-memory-release needs --overlap-moe-expert-parallel-comm"),
     Rule("a2a-mtp", f"{TC}:3042", _a2a, lambda a, e: _i(a, "mtp_num_layers", 0) <= 1,

@@ -86,6 +86,9 @@ IGNORED: tuple[tuple[str, str], ...] = (
     (r"(tp_comm_overlap_.*|tp_comm_.*_(ag|rs|dgrad|wgrad).*|tp_comm_bulk_.*)",
      "tensor-parallel overlap tuning: btacalc models --tp-comm-overlap on or off"),
     (r"(attention_dropout|hidden_dropout)", "read as the model's dropout (on when either is above 0)"),
+    (r"moe_shared_expert_overlap",
+     "the shared experts beside the dispatch: btacalc times them in series; checked against the EP overlap, the "
+     "dispatcher and shared_experts recomputation as Megatron-Core checks it"),
     # freshuser19: `--emit bridge` writes model.num_query_groups (the head count, over a recipe's GQA) for an MLA model
     # too, and its read-back listed it as "not modelled by btacalc"
     (r"num_query_groups",
@@ -311,13 +314,13 @@ def _import_bridge(text: str, source: str, devices: Optional[int], base: Optiona
     # max_position_embeddings: 10^26 is beyond 2^62", a field the file does not name)
     if "seq_length" in args and integer(args["seq_length"], "seq_length") > MAX_COUNT:
         raise BtacalcError(f"{given_as['seq_length']} {args['seq_length']}: beyond {MAX_COUNT_TEXT} tokens")
-    args = _bridge_provided(args, base, source)
+    args, given = _bridge_provided(args, base, source)
     experts = args.get("num_experts")
     check_bridge_literals(args, moe=type(experts) is int and experts > 0)
     launch = Launch(args=args, given_as=given_as, source=source)
     run = _imported(launch, devices, base.name if base is not None and "num_layers" not in flat else None)
     extra = tuple((key, _bridge_reason(key)) for key in unread)
-    bridged = bridge_provider_note(base.hf_model_type if base is not None else None, given_as, bridge_key)
+    bridged = bridge_provider_note(base.hf_model_type if base is not None else None, given, bridge_key)
     run = ImportedRun(run.model, run.request, source, run.ignored + extra, run.notes + ((bridged,) if bridged else ()))
     env = environment_comments(text)
     if env:  # freshuser17: --nvls was lost (the file said NCCL_NVLS_ENABLE=1; planned without NVLink SHARP)
@@ -347,8 +350,13 @@ NULLABLE_WITH_DEFAULT = frozenset({
     "mtp_loss_scaling_factor", "num_query_groups", "offload_modules", "rotary_scaling_factor"})
 # and a field annotated without None that Bridge's own recipes set to None: attention_backend (llama3.py's 70B recipe,
 # tests/data/megatron/llama3-70b-32gpu-h100-bridge.yaml), which Megatron-Core's _set_attention_backend matches to no
-# AttnBackend member and sets no NVTE_* switch for (language_module.py L129-148 @ d98e8a64): TransformerEngine chooses
-NULL_IN_RECIPES = frozenset({"attention_backend"})
+# AttnBackend member and sets no NVTE_* switch for (language_module.py L129-148 @ d98e8a64): TransformerEngine chooses;
+# review25: and moe_flex_dispatcher_backend (annotated Literal['deepep', 'hybridep', 'ncclep'], transformer_config.py
+# L898), which Bridge's Qwen3 MoE performance recipes set to None beside the alltoall dispatcher (Megatron-Bridge @
+# 067f987df src/megatron/bridge/perf_recipes/qwen/h100/qwen3_moe.py L158-159, the b200 ones L57, L105, ...; and
+# scripts/performance/utils/utils.py L396): only the flex dispatcher reads it, and btacalc times a flex dispatcher
+# without a DeepEP or HybridEP backend as an all-to-all (megatron_codec._dec_dispatcher); a dump of such a recipe was refused
+NULL_IN_RECIPES = frozenset({"attention_backend", "moe_flex_dispatcher_backend"})
 
 
 def _check_bridge_nulls(flat: dict[str, Any], args: dict[str, Any]) -> None:
@@ -396,11 +404,13 @@ def _check_bridge_batch_nulls(flat: dict[str, Any]) -> None:
 MLA_PROVIDER_YARN = {"rotary_scaling_factor": 40.0, "mscale": 1.0, "mscale_all_dim": 0.0}
 
 
-def _bridge_provided(args: dict[str, Any], base: Optional[ModelSpec], source: str) -> dict[str, Any]:
+def _bridge_provided(args: dict[str, Any], base: Optional[ModelSpec], source: str) -> tuple[dict[str, Any], set[str]]:
     """The overrides over what the model provider holds where they leave a field out: the architecture (--model's,
     AutoBridge's Hugging Face config, when the overrides give none), GPTModelProvider's and TransformerConfig's
-    defaults, and over those the fields the model bridge of --model's Hugging Face model_type sets (DeepSeek-V3's
-    and Kimi-K2's: TransformerEngine's fused cross-entropy, the bias fusions; bridge_model_bridges.toml)."""
+    defaults, and over those the fields the model bridge AutoBridge picks for --model's Hugging Face config sets
+    (DeepSeek-V3's: TransformerEngine's fused cross-entropy, the bias fusions, the alltoall dispatcher, the shared
+    experts' overlap; bridge_model_bridges.toml). And the destinations the overrides and the architecture give (what
+    the bridge's note leaves out)."""
     if "num_layers" not in args:
         if base is None:
             raise BtacalcError(f"{source}: the overrides give no architecture (model.num_layers ...): add {{model}}")
@@ -408,12 +418,13 @@ def _bridge_provided(args: dict[str, Any], base: Optional[ModelSpec], source: st
         args = {**encode({**model_fields(base), "run.seq_len": seq}, MODEL_ROWS), **args}
     else:
         args = {**_bridge_provider_values(args, base), **args}
+    given = set(args)
     args = {**BRIDGE_FUSION_DEFAULTS, **BRIDGE_LOSS_DEFAULTS, **BRIDGE_MOE_DEFAULTS,
             **bridge_provider_defaults(base.hf_model_type if base is not None else None), **args}
     if "max_position_embeddings" not in args and "seq_length" in args:  # GPTModelProvider: positions = seq_length
         integer(args["seq_length"], "seq_length")  # refused as itself, not as the positions it gives (hostile20)
         args["max_position_embeddings"] = args["seq_length"]
-    return args
+    return args, given
 
 
 def _bridge_provider_values(args: dict[str, Any], base: Optional[ModelSpec]) -> dict[str, Any]:
@@ -425,6 +436,8 @@ def _bridge_provider_values(args: dict[str, Any], base: Optional[ModelSpec]) -> 
     out: dict[str, Any] = {dest: given.get(dest) for dest in (*NUMERIC_DESTS.values(), ROPE_SCALING_SWITCH)}
     if base is not None and ROPE_SCALING_SWITCH not in given:
         out[ROPE_SCALING_SWITCH] = False if base.numerics.rope_scaling_factor is not None else None
+    if base is not None:  # the Hugging Face config's attention_dropout (model_bridge.py L469 @ 067f987df); the hidden
+        out["attention_dropout"] = given["attention_dropout"]  # dropout is the model bridge's (bridge_model_bridges)
     if args.get("multi_latent_attention") in (True, "true", "True"):
         out.update({dest: given.get(dest, MLA_PROVIDER_YARN[dest]) if base is not None and base.mla is not None
                     else MLA_PROVIDER_YARN[dest] for dest in MLA_YARN_DESTS})

@@ -242,9 +242,10 @@ class ModelSpec(BaseModel):
     published_params: Optional[PublishedParams] = None
     hf_model_type: Optional[str] = Field(
         None, pattern=r"^[a-z][a-z0-9_]*$", max_length=64,
-        description="the Hugging Face model_type of the config.json the architecture comes from: Megatron-Bridge's "
-                    "AutoBridge picks the model bridge by it, and the provider fields that bridge sets stand where a "
-                    "Bridge run leaves them out (btacalc/data/bridge_model_bridges.toml); None: no such config")
+        description="the Hugging Face model_type of the config.json the architecture comes from: btacalc's key to "
+                    "the model bridge Megatron-Bridge's AutoBridge picks by that config's architecture, whose provider "
+                    "fields stand where a Bridge run leaves them out (btacalc/data/bridge_model_bridges.toml); None: no "
+                    "such config")
 
     _bounded = field_validator("*")(_bounded_field)
 

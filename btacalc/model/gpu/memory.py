@@ -161,14 +161,21 @@ class GpuMemory:
         forward layer holds its pre-dispatch and dispatch parts, P + D, before the forward's experts and combine
         add the rest of its S. Against the plain schedule's moment (the forward layer whole, S, the backward
         layer's freed) the stage holds P + D + P there: max(0, 2P + D - S) more, nothing where a layer's experts
-        and combine store more than its attention."""
+        and combine store more than its attention. The two layers of a pair can be of different kinds (the
+        forward's layer i beside the backward's layer n-1-i, of another chunk under interleaving: L551-563; a dense
+        first layer beside an MoE one): the backward layer's P_b with the forward layer's P_f + D_f - S_f, each at
+        its largest over the kinds the stage holds (review25: per kind, a small dense layer beside an MoE one was
+        left out)."""
         lay = self.problem.layout
         any_merged = lay.micro_batches * lay.virtual_pipeline > 1
-        if lay.overlap.early_attn_release:
-            extra = [maximum(2 * p + d - s, 0) for (p, d), s in zip(merged, stored)]
-        else:
-            extra = [p for p, _ in merged]
-        return where(any_merged, _whole(_max(_or_zero(n > 0, a) for n, a in zip(counts, extra))), 0)
+        backward = _max(_or_zero(n > 0, p) for n, (p, _) in zip(counts, merged))
+        if not lay.overlap.early_attn_release:
+            return where(any_merged, _whole(backward), 0)
+        forward: Any = None
+        for n, (p, d), s in zip(counts, merged, stored):
+            held = where(n > 0, p + d - s, -backward)  # a kind the stage does not hold pairs with nothing
+            forward = held if forward is None else maximum(forward, held)
+        return where(any_merged, _whole(maximum(backward + forward, 0)), 0)
 
     def _on_device(self, held: list[Any]) -> list[Any]:
         """The held layer-micro-batches of each kind that stay on the device: with --cpu-offloading-num-layers
