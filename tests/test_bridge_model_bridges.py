@@ -119,3 +119,16 @@ def test_an_emitted_plan_reads_back_with_its_loss_under_the_models_bridge(cli, t
                               "--devices", "1024", "--json")
         assert code == 0, err
         assert json.loads(back)["inputs"]["loss"] == loss
+
+
+def test_a_bridge_file_for_a_model_no_bridge_builds_says_so():
+    """No bridge at 067f987d registers MixtralForCausalLM (the table's header; review25): AutoBridge refuses
+    Mixtral's config, and the plan says it takes GPTModelProvider's defaults."""
+    from btacalc.config.bridge_model_bridges import UNBRIDGED
+
+    run = import_bridge(OVERRIDES.replace("64", "8"), "run.yaml", devices=1024, base=load_preset("mixtral-8x7b"))
+    [note] = [n for n in run.notes if "has no model bridge" in n]
+    assert "MixtralForCausalLM" in note and "GPTModelProvider's defaults" in note
+    assert not set(UNBRIDGED) & set(model_bridges())
+    qwen = import_bridge(OVERRIDES, "run.yaml", devices=1024, base=load_preset("qwen3-30b-a3b"))
+    assert not [n for n in qwen.notes if "has no model bridge" in n]

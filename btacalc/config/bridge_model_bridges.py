@@ -30,6 +30,12 @@ class ModelBridge(BaseModel):
     provider: dict[str, ProviderValue] = Field(description="Megatron-LM destination -> the value the bridge sets")
 
 
+# The model_types btacalc reads (config/hf.py) whose architecture no bridge at the pin registers (the table's header):
+# a Bridge file planned under such a --model is one AutoBridge would not build
+UNBRIDGED = {"mixtral": "MixtralForCausalLM", "gpt2": "GPT2LMHeadModel", "gptj": "GPTJForCausalLM",
+             "qwen2_moe": "Qwen2MoeForCausalLM"}
+
+
 @lru_cache(maxsize=1)
 def model_bridges() -> dict[str, ModelBridge]:
     return load_named_tables("bridge_model_bridges.toml", "model_type", ModelBridge)
@@ -47,6 +53,10 @@ def bridge_provider_note(hf_model_type: Optional[str], given: Collection[str], k
     not give them (`given`: the destinations the run and the architecture give; `key` gives a destination's Bridge
     key), or None when it took nothing."""
     bridge = model_bridges().get(hf_model_type) if hf_model_type else None
+    if bridge is None and hf_model_type in UNBRIDGED:
+        return (f"model_type {hf_model_type}: Megatron-Bridge @ 067f987d has no model bridge for its architecture "
+                f"({UNBRIDGED[hf_model_type]}), so AutoBridge refuses its Hugging Face config; planned with "
+                "GPTModelProvider's defaults where the run leaves a field out")
     taken = [dest for dest in bridge.provider if dest not in given] if bridge is not None else []
     if bridge is None or not taken:
         return None
