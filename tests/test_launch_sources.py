@@ -52,3 +52,19 @@ def test_a_launch_of_another_training_loop_is_planned_with_a_note(script, said):
 def test_pretrain_gpt_and_bare_arguments_need_no_note(launch):
     run = import_megatron(launch, "launch.sh", devices=8)
     assert not [n for n in run.notes if "does not have" in n or "reinforcement" in n]
+
+
+def test_the_emitted_bridge_overrides_say_bridge_keeps_the_vocabulary_as_given(cli):
+    """review25: Megatron-Bridge's setup keeps a model's vocab_size as given and pads only a vocabulary it takes from
+    the tokenizer (training/setup.py _validate_and_set_vocab_size L762-781 @ 067f987d: (model_vocab_size, False));
+    `--emit bridge` states model.vocab_size, so its header must not say Megatron-LM's padding applies."""
+    layout = ("plan", "-m", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16", "--ep", "8", "--micro-batch", "1",
+              "--global-batch", "256", "--seq", "4096")
+    code, bridge, err = cli(*layout, "--emit", "bridge")
+    assert code in (0, 1), err
+    head = [line for line in bridge.splitlines() if line.startswith("#")]
+    assert "model.vocab_size=151936" in bridge.splitlines()
+    assert any("model.vocab_size is kept as given" in line for line in head)
+    assert not any("Megatron pads the vocabulary" in line for line in head)
+    code, megatron, err = cli(*layout, "--emit", "megatron")
+    assert "Megatron pads the vocabulary to a multiple of --make-vocab-size-divisible-by 128 x TP" in megatron

@@ -125,14 +125,23 @@ def _value_text(value: Any) -> str:
     """A setting as a launch note writes it: a number in %g (4096, 32, 1), anything else as Python spells it."""
     return f"{value:g}" if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
 
+MOCK_DATA_NOTE = ("--mock-data and NullTokenizer make the command runnable as is: give your --data-path and tokenizer "
+                  "(Megatron pads the vocabulary to a multiple of --make-vocab-size-divisible-by 128 x TP)")
+# review25: Megatron-Bridge pads the vocabulary only where the model leaves vocab_size unset (the tokenizer's then);
+# the overrides state model.vocab_size, which it keeps as given (training/setup.py _validate_and_set_vocab_size
+# L741-781 @ 067f987d; gpt_provider.py L266-271 pads only with should_pad_vocab)
+BRIDGE_VOCAB_NOTE = ("model.vocab_size is kept as given (Megatron-Bridge pads the vocabulary only where the model leaves it "
+                     "unset, training/setup.py L741-781); btacalc plans it padded to a multiple of 128 x TP as "
+                     "Megatron-LM does, at most 128 x TP - 1 more rows of the output layer and logits")
+
+
 def _notes(r: PlanReport, spec: ModelSpec, args: dict[str, Any]) -> list[str]:
     notes = [f"flags: {MEGATRON_LM_PIN} megatron/training/arguments.py; rules: btacalc/config/megatron_rules.py"]
     p = r.plan
     if p.tiles > 1:
         notes.append(f"the plan tiles attention into G = {p.tiles} tiles of b = {p.tile_batch} (BTA); Megatron runs the "
                      f"micro-batch of {p.global_batch} untiled")
-    notes.append("--mock-data and NullTokenizer make the command runnable as is: give your --data-path and tokenizer "
-                 "(Megatron pads the vocabulary to a multiple of --make-vocab-size-divisible-by 128 x TP)")
+    notes.append(MOCK_DATA_NOTE)
     # review13: --te-version was planned and dropped from the launch without a word; no Megatron-LM or Bridge
     # argument sets TransformerEngine's release (the container's): since hostile16 `option_lines` names it, in a
     # comment the readers take back
@@ -326,7 +335,8 @@ def bridge_overrides(r: PlanReport, spec: ModelSpec, profile_domain: Optional[in
                      "would")
     head = [f"# btacalc plan: {r.model.name} on {r.parallelism.devices} x {r.hardware.name}",
             f"# keys: {BRIDGE_PIN} (src/megatron/bridge/training/config.py, comm_overlap.py, models/gpt_provider.py)",
-            *(f"# {n}" for n in notes[1:]), *(f"# environment: {k}={v}" for k, v in env.items()),
+            *(f"# {BRIDGE_VOCAB_NOTE if n == MOCK_DATA_NOTE else n}" for n in notes[1:]),
+            *(f"# environment: {k}={v}" for k, v in env.items()),
             *option_lines(r, "bridge"), *domain_line(r, "bridge", profile_domain)]
     body = [shlex.quote(f"{key}={_hydra_value(value)}") for key, value in bridge_stated(args, to_bridge(args)).items()]
     if spec.mla is not None and spec.yarn is not None:
