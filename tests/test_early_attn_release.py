@@ -41,7 +41,10 @@ def _three(run_id: str):
     assert reason == "" and request is not None
     model, hw = resolve_model(run.model), resolve_hardware(run.hw)
     early = request.with_changes(overlaps=dataclasses.replace(request.overlaps, early_attn_release=True))
-    return (make_plan(model, hw, request.with_changes(overlap_all_to_all=False)), make_plan(model, hw, request),
+    # without the overlap, without the delayed weight gradients it needs (the Bridge harness sets both: merged2)
+    plain = request.with_changes(overlap_all_to_all=False,
+                                 overlaps=dataclasses.replace(request.overlaps, delay_wgrad=False))
+    return (make_plan(model, hw, plain), make_plan(model, hw, request),
             make_plan(model, hw, early))
 
 

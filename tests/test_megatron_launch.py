@@ -297,6 +297,7 @@ BROKEN = {
                         "recompute_modules": ["moe"]}, {}),
     "a2a-16-bit": ({"overlap_moe_expert_parallel_comm": True, "bf16": False}, {}),
     "a2a-early-release": ({"ep_overlap_early_attn_memory_release": True}, {}),
+    "a2a-delay-wgrad": ({"delay_wgrad_compute": True}, {}),
     # review25: the shared experts' overlap, which DeepSeek-V3's Megatron-Bridge model bridge turns on
     "a2a-shared-expert-overlap": ({"overlap_moe_expert_parallel_comm": True, "moe_shared_expert_overlap": True}, {}),
     "shared-experts-recompute-overlap": ({"recompute_granularity": "selective", "recompute_modules": ["shared_experts"],

@@ -13,6 +13,8 @@ beside a backward) plus one layer's pre-dispatch activations.
 
 from __future__ import annotations
 
+import dataclasses
+
 from btacalc.config.execution import BatchLimits
 from btacalc.config.hardware import resolve_hardware
 from btacalc.config.presets import resolve_model
@@ -31,7 +33,8 @@ def _plans(run_id: str, **changes):
     assert reason == "" and request is not None
     model, hw = resolve_model(run.model), resolve_hardware(run.hw)
     return (make_plan(model, hw, request.with_changes(**changes)),
-            make_plan(model, hw, request.with_changes(overlap_all_to_all=False, **changes)))
+            make_plan(model, hw, request.with_changes(
+                overlap_all_to_all=False, overlaps=dataclasses.replace(request.overlaps, delay_wgrad=False), **changes)))
 
 
 def test_one_layer_of_pre_dispatch_activations_more():

@@ -151,6 +151,6 @@ def test_the_25_11_recipes_with_moe_a2a_overlap_state_the_overlap():
         assert "moe_a2a_overlap=True" in runs[rid].recipe.source
     run = runs["qwen3-235b-a22b-h100-256-fp8-current-254"]
     exposed = run.model_copy(update={"recipe": run.recipe.model_copy(update={"overlaps": run.recipe.overlaps.model_copy(
-        update={"all_to_all": False})})})
+        update={"all_to_all": False, "delay_wgrad": False})})})  # the delay needs the overlap (merged2)
     hidden, shown = predict(run), predict(exposed)
     assert hidden.predicted.step_time_s < shown.predicted.step_time_s

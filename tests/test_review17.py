@@ -209,11 +209,13 @@ def test_a_phases_time_goes_to_its_backward_share_and_after_the_sync_its_forward
 
     part = new_part()
     v = {"flops_fwd": 10, "flops_bwd": 30, "flops_recompute": 0}
-    _add_time(part, SimpleNamespace(name="experts", after_dispatch_sync=True, core=False), v, 8.0)
+    _add_time(part, SimpleNamespace(name="experts", after_dispatch_sync=True, core=False, pre_dispatch=False), v, 8.0)
     assert (part.phase_s, part.compute_s, part.backward_s, part.compute_post_s, part.core_s) == \
         ({"experts": 8.0}, 8.0, 6.0, 2.0, 0.0)
-    _add_time(part, SimpleNamespace(name="attn_pv", after_dispatch_sync=False, core=True), v, 4.0)
+    _add_time(part, SimpleNamespace(name="attn_pv", after_dispatch_sync=False, core=True, pre_dispatch=True), v, 4.0)
     assert (part.compute_s, part.backward_s, part.compute_post_s, part.core_s) == (12.0, 9.0, 2.0, 4.0)
+    # merged2: the pre-dispatch phase's time and its backward share (30 / 40 of it) kept apart too
+    assert (part.pre_dispatch_s, part.pre_dispatch_backward_s, part.pre_dispatch_recompute_s) == (4.0, 3.0, 0.0)
 
 
 # 6. catalogue/compiled.py: a row mask's bits are named (CONSTANT_TERM, SHAPE_TERMS), not 1 and 14 in costs.py;

@@ -228,8 +228,13 @@ OverlapP2pOpt = typer.Option(None, "--overlap-p2p/--no-overlap-p2p", help=help_t
 EarlyAttnReleaseOpt = typer.Option(False, "--early-attn-release/--no-early-attn-release", show_default=False,
                                   help=help_text(
     "With --overlap-a2a: Megatron's --ep-overlap-early-attn-memory-release, the backward layer's attention pass run "
-    "before the forward layer's experts in the merged schedule, which frees its activations earlier (its memory is "
-    "planned; the backward dispatch and forward combine it leaves without compute beside them are not timed) "
+    "before the forward layer's experts in the merged schedule, which frees its activations earlier and leaves the "
+    "forward combine without compute beside it "
+    "[default: off, Megatron-Core]."))
+DelayWgradOpt = typer.Option(False, "--delay-wgrad-compute/--no-delay-wgrad-compute", show_default=False,
+                             help=help_text(
+    "With --overlap-a2a: Megatron's --delay-wgrad-compute, the merged schedule's weight gradients run after the data "
+    "gradients, beside the dispatch's backward (Megatron-Bridge's performance runs turn it on with the EP overlap) "
     "[default: off, Megatron-Core]."))
 ObjectiveOpt = typer.Option(None, "--objective", help=help_text("What the solver maximises: throughput (predicted "
                             "tokens/s) or density (the largest G·b that fits, then the largest tile) [default: "
@@ -353,15 +358,15 @@ def layout_fields(tp: Optional[int], sp: Optional[bool], pp: Optional[int], vp: 
                   etp: Optional[int], fsdp: bool,
                   grad_bytes: Optional[int], routing: float, overlaps: tuple[Optional[bool], ...]) -> dict[str, Any]:
     """ExecutionRequest fields of the Megatron layout options (overlaps: grad reduce, param gather, TP, p2p, the
-    early attention release)."""
+    early attention release, the delayed weight gradients)."""
     from ..config.execution import OverlapRequest
 
-    grad, param, tp_comm, p2p, early = overlaps
+    grad, param, tp_comm, p2p, early, delay = overlaps
     return {"tensor_parallel": tp, "sequence_parallel": sp, "pipeline_parallel": pp, "virtual_pipeline": vp,
             "context_parallel": cp, "expert_tensor_parallel": etp, "fsdp": fsdp, "gradient_bytes": grad_bytes,
             "routing_imbalance": routing,
             "overlaps": OverlapRequest(grad_reduce=grad, param_gather=param, tp_comm=tp_comm, p2p=p2p,
-                                       early_attn_release=bool(early))}
+                                       early_attn_release=bool(early), delay_wgrad=bool(delay))}
 
 
 def outputs(output: Optional[str] = None, as_json: bool = False, csv_path: Optional[str] = None,

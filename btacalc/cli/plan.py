@@ -18,7 +18,7 @@ from .options import (with_flags, Accounting, AccountingOpt, Attention, Attentio
                       GpusPerNodeOpt, Precision, PrecisionOpt,
                       GradAccumOpt, GradBytesOpt, HwOpt, Loss, LossOpt, MaxGlobalBatchOpt, MaxTileBatchOpt,
                       MemoryModelChoice, MemoryModelOpt, MicroBatchOpt, ModelOpt, NameOpt, Objective,
-                      ObjectiveOpt, OutputOpt, TokensPerStepOpt, OverlapA2aOpt, DeepEpOpt, DispatcherSmsOpt, NcclUbOpt, NvlsOpt, DdpBucketSizeOpt, DdpNumBucketsOpt, MicrobatchGroupOpt, CudaGraphScopeOpt, OverlapGradOpt, OverlapOpt, OverlapP2pOpt, EarlyAttnReleaseOpt,
+                      ObjectiveOpt, OutputOpt, TokensPerStepOpt, OverlapA2aOpt, DeepEpOpt, DispatcherSmsOpt, NcclUbOpt, NvlsOpt, DdpBucketSizeOpt, DdpNumBucketsOpt, MicrobatchGroupOpt, CudaGraphScopeOpt, OverlapGradOpt, OverlapOpt, OverlapP2pOpt, EarlyAttnReleaseOpt, DelayWgradOpt,
                       OverlapParamOpt, PpOpt, QuietOpt, RecomputeOpt, RoutingOpt, SeqOpt, SpOpt, TileBatchOpt,
                       TilesOpt, TopKOpt, TpOpt, TpOverlapOpt, VpOpt, ZeroOpt, check_bounds, help_text, layout_fields, outputs,
                       value, AccountEmbeddingOpt, AccountLossOpt, FirstStageOpt, LastStageOpt, PipelineLayoutOpt,
@@ -121,6 +121,7 @@ def plan(
     tp_comm_overlap: Optional[bool] = TpOverlapOpt,
     overlap_p2p: Optional[bool] = OverlapP2pOpt,
     early_attn_release: bool = EarlyAttnReleaseOpt,
+    delay_wgrad_compute: bool = DelayWgradOpt,
     objective: Optional[Objective] = ObjectiveOpt,
     tokens_per_step: Optional[int] = TokensPerStepOpt,
     precision: Optional[Precision] = PrecisionOpt,
@@ -197,7 +198,7 @@ def plan(
             limits=BatchLimits(global_batch, tiles, tile_batch, max_global_batch, max_tile_batch, micro_batch=micro_batch),
             **layout_fields(tp, sequence_parallel, pp, vp, cp, etp, fsdp, grad_bytes, routing_imbalance,
                             (overlap_grad_reduce, overlap_param_gather, tp_comm_overlap, overlap_p2p,
-                             early_attn_release)),
+                             early_attn_release, delay_wgrad_compute)),
             **stage_split_field(first_stage_layers, last_stage_layers, pipeline_layout,
                                 account_for_embedding_in_pipeline_split, account_for_loss_in_pipeline_split))
     return _planned(spec, profile, request, imported, printing)

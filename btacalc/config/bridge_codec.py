@@ -61,6 +61,10 @@ BRIDGE_KEYS: dict[str, tuple[str, Callable[[Any], Any], Callable[[Any], Any]]] =
     "ckpt_format": ("checkpoint.ckpt_format", *_AS_IS),
     "tp_comm_overlap": ("comm_overlap.tp_comm_overlap", *_AS_IS),
     "overlap_moe_expert_parallel_comm": ("comm_overlap.overlap_moe_expert_parallel_comm", *_AS_IS),
+    # CommOverlapConfig.delay_wgrad_compute (comm_overlap.py L373, L419 @ 067f987d: it sets the model's), where
+    # Megatron-Bridge's performance harness turns it on with the EP overlap (scripts/performance/utils/overrides.py
+    # L189-197)
+    "delay_wgrad_compute": ("comm_overlap.delay_wgrad_compute", *_AS_IS),
     "num_virtual_stages_per_pipeline_rank": ("model.virtual_pipeline_model_parallel_size", *_AS_IS),
     "window_size": ("model.window_size", *_AS_IS),
     "use_rope_scaling": ("model.rope_scaling", *_AS_IS),  # GPTModelProvider.rope_scaling (gpt_provider.py L145)

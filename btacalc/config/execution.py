@@ -227,9 +227,13 @@ class Overlaps:
     p2p: bool = False  # overlap_p2p_comm (pipeline sends behind compute; Megatron: with interleaving)
     # --ep-overlap-early-attn-memory-release (ModelParallelConfig.ep_overlap_early_attn_memory_release, off by
     # default): under the all-to-all overlap the backward layer's attention node runs before the forward layer's
-    # MLP (model_chunk_schedule_plan.py L280-292 @ d98e8a64): its memory (model/gpu/memory.py _merged_layer); the
-    # all-to-alls it leaves without compute beside them are not timed (docs/memory.md "earlyrel")
+    # MLP (model_chunk_schedule_plan.py L280-292 @ d98e8a64): its memory (model/gpu/memory.py _merged_layer) and the
+    # all-to-alls it leaves without compute beside them (model/gpu/merged_pair.py)
     early_attn_release: bool = False
+    # --delay-wgrad-compute (TransformerConfig.delay_wgrad_compute, off by default; Megatron-Bridge's performance
+    # harness turns it on with the EP overlap): the merged schedule's weight gradients run after the data gradients
+    # (model_chunk_schedule_plan.py L272-298): time only (model/gpu/merged_pair.py)
+    delay_wgrad: bool = False
 
 
 @dataclass(frozen=True)
@@ -677,6 +681,7 @@ class OverlapRequest:
     tp_comm: Optional[bool] = None
     p2p: Optional[bool] = None
     early_attn_release: bool = False
+    delay_wgrad: bool = False
 
 
 @dataclass(frozen=True)
@@ -965,6 +970,7 @@ _GPU_LAYOUT: tuple[tuple[str, str, Any], ...] = (
     ("overlap_all_to_all", "overlap_all_to_all", False),
     ("overlap_all_to_all", "overlaps.all_to_all", False),
     ("early_attn_release", "overlaps.early_attn_release", False),
+    ("delay_wgrad", "overlaps.delay_wgrad", False),
 )
 
 
@@ -1071,7 +1077,8 @@ def _runnable_overlaps(layout: Layout, recompute: str, chosen: _Defaults) -> Lay
     if why is None:
         return layout
     chosen.reasons["overlap_all_to_all"] = why
-    return replace(layout, overlap=replace(layout.overlap, all_to_all=False, early_attn_release=False))
+    return replace(layout, overlap=replace(layout.overlap, all_to_all=False, early_attn_release=False,
+                                           delay_wgrad=False))
 
 
 def _routing_weights(model: "ModelSpec", gpu: bool, chosen: _Defaults) -> Literal["combine", "experts"]:
@@ -1311,16 +1318,22 @@ def _resolve_overlaps(request: ExecutionRequest, chosen: _Defaults, several: boo
     all_to_all = request.overlap_all_to_all or o.all_to_all
     if o.early_attn_release and not all_to_all:
         raise BtacalcError(EARLY_RELEASE_NEEDS_A2A)
+    if o.delay_wgrad and not all_to_all:
+        raise BtacalcError(DELAY_WGRAD_NEEDS_A2A)
     return Overlaps(all_to_all=all_to_all,
                     grad_reduce=pick("overlap_grad_reduce", o.grad_reduce, False),
                     param_gather=pick("overlap_param_gather", o.param_gather, False),
                     tp_comm=pick("tp_comm_overlap", o.tp_comm, False),
-                    p2p=pick("overlap_p2p", o.p2p, interleaved), early_attn_release=o.early_attn_release)
+                    p2p=pick("overlap_p2p", o.p2p, interleaved), early_attn_release=o.early_attn_release,
+                    delay_wgrad=o.delay_wgrad)
 
 
 # Megatron-Core asserts the all-to-all overlap under the early release (transformer_config.py L3097-3101 @ d98e8a64)
 EARLY_RELEASE_NEEDS_A2A = ("{early_attn_release} runs the all-to-all overlap's attention backward earlier: it needs "
                            "{overlap_all_to_all} (Megatron-Core refuses it without, transformer_config.py L3097-3101)")
+# and under the delayed weight gradients (L3074-3077)
+DELAY_WGRAD_NEEDS_A2A = ("{delay_wgrad} delays the merged schedule's weight gradients: it needs {overlap_all_to_all} "
+                         "(Megatron-Core refuses it without, transformer_config.py L3074-3077)")
 
 
 def default_global_batch(request: ExecutionRequest, seq_len: int, data_parallel: int) -> Optional[int]:

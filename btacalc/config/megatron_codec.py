@@ -1303,6 +1303,7 @@ RUN_ROWS: tuple[Row, ...] = (
     switch("overlap.tp_comm", "tp_comm_overlap"),
     switch("overlap.all_to_all", "overlap_moe_expert_parallel_comm"),
     switch("overlap.early_attn_release", "ep_overlap_early_attn_memory_release"),
+    switch("overlap.delay_wgrad", "delay_wgrad_compute"),
 )
 ROWS = MODEL_ROWS + RUN_ROWS
 

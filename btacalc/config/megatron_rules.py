@@ -414,6 +414,8 @@ RULES: tuple[Rule, ...] = (
     Rule("a2a-shared-expert-overlap", f"{TC}:3039", _a2a, lambda a, e: not bool(a.get("moe_shared_expert_overlap")),
          "--overlap-moe-expert-parallel-comm is refused with --moe-shared-expert-overlap "
          "(DeepSeek-V3's Megatron-Bridge model bridge turns it on: give model.moe_shared_expert_overlap=false)"),
+    Rule("a2a-delay-wgrad", f"{TC}:3074", lambda a, e: bool(a.get("delay_wgrad_compute")), _a2a,
+         "--delay-wgrad-compute needs --overlap-moe-expert-parallel-comm"),
     Rule("a2a-early-release", f"{TC}:3097", lambda a, e: bool(a.get("ep_overlap_early_attn_memory_release")), _a2a,
          "--ep-overlap-early-attn-memory-release needs --overlap-moe-expert-parallel-comm"),
     Rule("a2a-mtp", f"{TC}:3042", _a2a, lambda a, e: _i(a, "mtp_num_layers", 0) <= 1,

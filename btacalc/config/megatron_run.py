@@ -880,7 +880,8 @@ def request_from_fields(f: Fields, spec: ModelSpec, devices: int, per_node: Opti
         gradient_bytes=f["run.gradient_bytes"],
         overlaps=OverlapRequest(grad_reduce=f["overlap.grad_reduce"], param_gather=f["overlap.param_gather"],
                                 tp_comm=f["overlap.tp_comm"], p2p=f["overlap.p2p"],
-                                early_attn_release=bool(f.get("overlap.early_attn_release"))),
+                                early_attn_release=bool(f.get("overlap.early_attn_release")),
+                                delay_wgrad=bool(f.get("overlap.delay_wgrad"))),
         multi_token_prediction=bool(f.get("run.mtp")) if spec.mtp_layers else None, loss=f.get("run.loss"),
         **_guarded_request_fields(f))
 

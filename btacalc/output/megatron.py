@@ -63,7 +63,7 @@ def run_fields(r: PlanReport, spec: ModelSpec) -> dict[str, Any]:
         "run.gradient_bytes": r.inputs.gradient_bytes, "run.loss": r.inputs.loss,
         "run.compute_capability": r.hardware.compute_capability,
     }
-    for key in ("grad_reduce", "param_gather", "tp_comm", "all_to_all", "p2p", "early_attn_release"):
+    for key in ("grad_reduce", "param_gather", "tp_comm", "all_to_all", "p2p", "early_attn_release", "delay_wgrad"):
         fields[f"overlap.{key}"] = bool(par.overlaps.get(key))
     for key in RUN_INPUTS:
         fields[f"run.{key}"] = getattr(r.inputs, key)
@@ -71,7 +71,7 @@ def run_fields(r: PlanReport, spec: ModelSpec) -> dict[str, Any]:
         fields[f"layout.{key}"] = getattr(par, key)
     if fields["overlap.all_to_all"] and not (moe and par.expert_parallel > 1):
         fields["overlap.all_to_all"] = False  # nothing to overlap without EP (btacalc times none)
-        fields["overlap.early_attn_release"] = False
+        fields["overlap.early_attn_release"] = fields["overlap.delay_wgrad"] = False
     return fields
 
 

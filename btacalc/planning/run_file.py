@@ -90,6 +90,8 @@ class Overlaps(BaseModel):
     all_to_all: bool = False
     # Megatron's --ep-overlap-early-attn-memory-release (needs all_to_all: refused without, as Megatron-Core does)
     early_attn_release: bool = False
+    # Megatron's --delay-wgrad-compute (Bridge comm_overlap.delay_wgrad_compute; needs all_to_all)
+    delay_wgrad: bool = False
 
 
 class Recipe(BaseModel):

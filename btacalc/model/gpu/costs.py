@@ -282,6 +282,10 @@ def _add_time(part: Part, phase: Phase, v: dict[str, Any], t: Any) -> None:
     share = _backward_share(v)  # (a pure function of the phase's values: the same value both times)
     part.backward_s = part.backward_s + t * share
     part.recompute_s = part.recompute_s + t * _recompute_share(v)
+    if phase.pre_dispatch:
+        part.pre_dispatch_s = part.pre_dispatch_s + t
+        part.pre_dispatch_backward_s = part.pre_dispatch_backward_s + t * share
+        part.pre_dispatch_recompute_s = part.pre_dispatch_recompute_s + t * _recompute_share(v)
     if phase.after_dispatch_sync:
         part.compute_post_s = part.compute_post_s + t * (1 - share)
     part.core_s = part.core_s + (t if phase.core else 0.0)
@@ -670,6 +674,9 @@ def _fused_core(part: Part, pv: PhaseValues, phases: list[Phase], core: _FusedCo
     part.kernels_fwd = part.kernels_fwd + forward
     part.module_calls_fwd = part.module_calls_fwd + forward
     part.backward_s = part.backward_s + backward + core.cast_backward_s
+    if any(p.core and p.pre_dispatch for p in phases):  # the attention core: Megatron's pre-dispatch node
+        part.pre_dispatch_s = part.pre_dispatch_s + fused
+        part.pre_dispatch_backward_s = part.pre_dispatch_backward_s + backward + core.cast_backward_s
     for phase in phases:
         if phase.core:
             v = pv.of(phase.name)
@@ -677,7 +684,10 @@ def _fused_core(part: Part, pv: PhaseValues, phases: list[Phase], core: _FusedCo
             # core.flops holds the FLOPs the kernel runs (counted x the causal block share): the shares sum to 1
             part.phase_s[phase.name] = kernel * where(ran, flops * r.core_time_factor / safe, 0) \
                 + part.cast_s.get(phase.name, 0.0)
-            part.recompute_s = part.recompute_s + kernel * where(ran, v["flops_recompute"] * r.core_time_factor / safe, 0)
+            rerun = kernel * where(ran, v["flops_recompute"] * r.core_time_factor / safe, 0)
+            part.recompute_s = part.recompute_s + rerun
+            if phase.pre_dispatch:
+                part.pre_dispatch_recompute_s = part.pre_dispatch_recompute_s + rerun
     if report:
         # the kernel's FLOPs over its time (casts apart), forward and backward; what bounds it
         binding = "measured" if r.attention_wall_rate else _binding(core.flops / r.attention_peak >= bound)

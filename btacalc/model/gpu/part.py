@@ -19,6 +19,11 @@ class Part:
     backward_s: Any = 0.0
     recompute_s: Any = 0.0  # the re-run's share of compute_s (activation recomputation: it runs in the backward pass)
     core_s: Any = 0.0  # the attention core (what hides the context-parallel ring)
+    # the pre-dispatch phases' (`Phase.pre_dispatch`: Megatron's first node of a layer) compute_s, backward_s and
+    # recompute_s shares (merged_pair.py: the merged 1F1B schedule's node times)
+    pre_dispatch_s: Any = 0.0
+    pre_dispatch_backward_s: Any = 0.0
+    pre_dispatch_recompute_s: Any = 0.0
     tp_bytes: Any = 0  # tensor-parallel collective units x volume (x (t-1)/t per rank: collectives.py)
     cp_bytes: Any = 0  # K/V ring volume per exchange step (x (CP - 1): collectives.py)
     a2a_bytes: Any = 0  # expert-parallel dispatch + combine, all passes (x (1 - 1/EP): collectives.py)

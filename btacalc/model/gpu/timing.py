@@ -51,6 +51,7 @@ from ..arrays import is_array, largest, maximum, minimum, where
 from ..problem import Evaluation, Problem
 from ..state import bytes_per_param
 from ..steptime import StepTime, tile_overhead_s
+from .merged_pair import LayerNodes, merged_exposed
 from .collectives import (CollectiveRow, DataParallelTimes, StageBuckets, all_to_all_time, all_to_all_wire_bytes, context_parallel_time,
                           data_parallel_collective, data_parallel_groups, data_parallel_kind, data_parallel_times, data_parallel_traffic, describe, part_buckets,
                           describe_all_to_all, describe_expert_tensor_parallel, expert_exchange_time, expert_tensor_parallel_time,
@@ -510,10 +511,19 @@ def _kind_terms(problem: Problem, kinds: list[tuple[Any, Part]]) -> list[dict[st
                                                         layer_overlap_s(problem, part.tp_gemm_s, part.tp_bytes,
                                                                         part.tp_calls)), tp),
                     "cp_comm": maximum(0.0, cp - part.core_s),
-                    "all_to_all": where(o.all_to_all, maximum(0.0, a2a - part.compute_s), a2a),
+                    "all_to_all": where(o.all_to_all, _merged(problem, part, a2a), a2a),
                     "a2a_sm_share": where(o.all_to_all, sm_share_loss(problem, a2a, part.compute_s), 0.0),
                     "tp_raw": tp, "cp_raw": cp, "a2a_raw": a2a})
     return out
+
+
+def _merged(problem: Problem, part: Part, a2a: Any) -> Any:
+    """The all-to-all a layer shows under Megatron's merged 1F1B schedule, node by node (merged_pair.py)."""
+    o = problem.layout.overlap
+    nodes = LayerNodes.of(part.compute_s, part.backward_s, part.recompute_s,
+                          (part.pre_dispatch_s, part.pre_dispatch_backward_s, part.pre_dispatch_recompute_s), a2a,
+                          o.delay_wgrad)
+    return merged_exposed(nodes, o.early_attn_release)
 
 
 def _layer_terms(per_kind: list[dict[str, Any]], counts: list[Any]) -> dict[str, Any]:

@@ -1,0 +1,114 @@
+"""merged2: the expert all-to-all under Megatron's merged 1F1B schedule, node by node, tested as its derivation.
+
+Written from Megatron-LM @ d98e8a64, not from btacalc/model/gpu/merged_pair.py: models/common/model_chunk_schedule_plan.py
+L261-L298 issues, for a forward layer f beside a backward layer b,
+    b.combine_bwd (comm), f.pre_dispatch_fwd, b.mlp_bwd, f.dispatch_fwd (comm), b.mlp_bwd_dw, b.dispatch_bwd (comm),
+    [early release: b.pre_dispatch_bwd], f.mlp_fwd, f.combine_fwd (comm), [else: b.pre_dispatch_bwd],
+    b.pre_dispatch_bwd_dw;
+each node waits for its input (fine_grained_callables.py), the two streams run side by side, and the next pair needs
+f's combine and b's pre-dispatch gradient. backward_dw does work only under --delay-wgrad-compute
+(models/common/utils.py L323-326): otherwise the MLP's and attention's weight gradients run inside their backward.
+The timelines below are worked by hand.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from btacalc.config.hardware import resolve_hardware
+from btacalc.config.megatron_run import import_megatron
+from btacalc.config.presets import resolve_model
+from btacalc.errors import BtacalcError
+from btacalc.model.gpu.merged_pair import LayerNodes, merged_exposed, pair_time
+from btacalc.planning.measured import express, load_runs
+from btacalc.planning.plan import make_plan
+
+# P_f 0.4, P_b 0.8, M_f 0.6, M_b 1.2 (data + weight gradients), one call A = 0.5: compute 3.0, all-to-all 2.0
+NODES = LayerNodes(pre_forward=0.4, pre_backward=0.8, mlp_forward=0.6, mlp_backward=1.2, call=0.5)
+
+
+def test_a_part_splits_into_the_four_nodes():
+    # compute 3.0 = forward 1.0 + backward 1.6 + recompute 0.4; the pre-dispatch phases 1.2 of it (0.6 backward,
+    # 0.2 recompute); the exchange 2.0 over four calls
+    n = LayerNodes.of(3.0, 1.6, 0.4, (1.2, 0.6, 0.2), 2.0)
+    assert (n.pre_forward, n.pre_backward, n.mlp_forward, n.mlp_backward, n.call) == pytest.approx((0.4, 0.8, 0.6, 1.2, 0.5))
+    assert n.compute == pytest.approx(3.0)
+
+
+def test_without_communication_a_pair_is_its_compute():
+    quiet = dataclasses.replace(NODES, call=0.0)
+    for early in (False, True):
+        assert pair_time(quiet, early) == pytest.approx(3.0)
+        assert merged_exposed(quiet, early) == 0.0
+
+
+def test_the_default_order_exposes_what_the_attention_cannot_hide():
+    # combine_bwd [0, .5]; pre_fwd [0, .4]; mlp_bwd (both gradients) [.5, 1.7]; dispatch_fwd [.5, 1.0];
+    # dispatch_bwd [1.7, 2.2]; mlp_fwd [1.7, 2.3]; combine_fwd [2.3, 2.8] beside pre_bwd [2.3, 3.1]: 3.1 - 3.0
+    assert pair_time(NODES, False) == pytest.approx(3.1)
+    assert merged_exposed(NODES, False) == pytest.approx(0.1)  # the lumped max(0, 2.0 - 3.0) hid all of it
+
+
+def test_the_early_release_leaves_the_backward_dispatch_and_forward_combine_bare():
+    # ... dispatch_bwd [1.7, 2.2]; pre_bwd waits for it: [2.2, 3.0]; mlp_fwd [3.0, 3.6]; combine_fwd [3.6, 4.1]
+    assert pair_time(NODES, True) == pytest.approx(4.1)
+    assert merged_exposed(NODES, True) == pytest.approx(1.1)
+
+
+def test_delayed_weight_gradients_give_the_dispatch_backward_compute_beside_it():
+    delayed = dataclasses.replace(NODES, delayed_wgrad=True)
+    # mlp data gradient [.5, 1.1], its weight gradient [1.1, 1.7] beside dispatch_bwd [1.1, 1.6]; mlp_fwd [1.7, 2.3];
+    # combine_fwd [2.3, 2.8] beside pre_bwd and its weight gradient [2.3, 3.1]
+    assert pair_time(delayed, False) == pytest.approx(3.1)
+    # early: pre_bwd's data gradient [1.7, 2.1], mlp_fwd [2.1, 2.7], combine_fwd [2.7, 3.2] beside pre_bwd_dw
+    # [2.7, 3.1]
+    assert pair_time(delayed, True) == pytest.approx(3.2)
+
+
+def _deepseek(delay: bool):
+    run = next(r for r in load_runs() if r.id == "deepseek-v3-b200-256-mxfp8-80")
+    request, reason = express(run)
+    assert reason == "" and request.overlaps.delay_wgrad  # the 26.04.01 harness turns it on with the overlap
+    request = request.with_changes(overlaps=dataclasses.replace(request.overlaps, delay_wgrad=delay))
+    return make_plan(resolve_model(run.model), resolve_hardware(run.hw), request)
+
+
+def test_the_deepseek_row_shows_part_of_its_exchange_and_the_delay_hides_some_back():
+    delayed, plain = _deepseek(True), _deepseek(False)
+    assert delayed.throughput.tokens_per_s < 1.0e12  # planned
+    # the row reads +8.3% with every call hidden behind any compute; node by node it shows some
+    assert plain.throughput.tokens_per_s <= delayed.throughput.tokens_per_s
+
+
+LAUNCH = ("torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 4 --hidden-size 1024 --num-attention-heads 8 "
+          "--seq-length 1024 --max-position-embeddings 1024 --micro-batch-size 1 --global-batch-size 64 --bf16 "
+          "--vocab-size 32000 --num-experts 8 --moe-router-topk 2 --expert-model-parallel-size 8 "
+          "--moe-token-dispatcher-type alltoall --moe-grouped-gemm --disable-bias-linear --swiglu "
+          "--normalization RMSNorm --delay-wgrad-compute")
+
+
+def test_the_delay_needs_the_overlap_as_megatron_asserts():
+    with pytest.raises(BtacalcError, match=r"--delay-wgrad-compute needs --overlap-moe-expert-parallel-comm"):
+        import_megatron(LAUNCH, "launch.sh")
+    run = import_megatron(LAUNCH + " --overlap-moe-expert-parallel-comm", "launch.sh")
+    assert run.request.overlaps.delay_wgrad
+
+
+@pytest.mark.parametrize("emit, said", [("megatron", "--delay-wgrad-compute"),
+                                        ("bridge", "comm_overlap.delay_wgrad_compute=True")])
+def test_the_delay_round_trips_through_the_emitted_launch(cli, tmp_path, emit, said):
+    layout = ("-m", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16", "--ep", "8", "--overlap-a2a",
+              "--micro-batch", "1", "--global-batch", "256", "--seq", "4096", "--delay-wgrad-compute")
+    code, out, err = cli("plan", *layout, "--emit", emit)
+    assert code in (0, 1), err
+    assert said in out
+    path = tmp_path / "launch.txt"
+    path.write_text(out)
+    code, back, err = cli("plan", f"--from-{emit}", str(path), "--hw", "h100", "--devices", "16", "--json",
+                          *(("-m", "qwen3-30b-a3b") if emit == "bridge" else ()))
+    assert code in (0, 1), err
+    assert '"delay_wgrad": true' in back
+    code, _, err = cli("plan", *layout[:-1], "--no-overlap-a2a", "--delay-wgrad-compute")
+    assert code == 2 and "--overlap-a2a" in err and len(err.strip().splitlines()) == 1
