@@ -522,7 +522,7 @@ def _merged(problem: Problem, part: Part, a2a: Any) -> Any:
     o = problem.layout.overlap
     nodes = LayerNodes.of(part.compute_s, part.backward_s, part.recompute_s,
                           (part.pre_dispatch_s, part.pre_dispatch_backward_s, part.pre_dispatch_recompute_s), a2a,
-                          o.delay_wgrad)
+                          o.delay_wgrad, (part.wgrad_s, part.pre_dispatch_wgrad_s))
     return merged_exposed(nodes, o.early_attn_release)
 
 
