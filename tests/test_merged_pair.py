@@ -22,6 +22,8 @@ from btacalc.config.megatron_run import import_megatron
 from btacalc.config.presets import resolve_model
 from btacalc.errors import BtacalcError
 from btacalc.model.gpu.costs import layer_parts
+from btacalc.model.gpu.sm_share import reserved_sms
+from btacalc.model.gpu.timing import _kind_terms
 from btacalc.model.gpu.merged_pair import LayerNodes, merged_exposed, pair_time
 from btacalc.planning.measured import express, load_runs
 from btacalc.planning.plan import make_plan
@@ -139,3 +141,22 @@ def test_the_delay_round_trips_through_the_emitted_launch(cli, tmp_path, emit, s
     assert '"delay_wgrad": true' in back
     code, _, err = cli("plan", *layout[:-1], "--no-overlap-a2a", "--delay-wgrad-compute")
     assert code == 2 and "--overlap-a2a" in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_exchange_takes_sms_from_compute_only_while_hidden():
+    # sm_share.py: the DeepEP kernels' SMs cost compute while the exchange runs beside it. Under the merged schedule
+    # the exposed part of a layer's exchange (merged_exposed) runs with no compute beside it, so the loss is
+    # min(a2a - exposed, compute) x reserved / SMs, not min(a2a, compute) x reserved / SMs
+    run = next(r for r in load_runs() if r.id == "deepseek-v3-b200-256-mxfp8-80")
+    request, reason = express(run)
+    assert reason == ""
+    problem = resolve_problem(resolve_model(run.model), resolve_hardware(run.hw), request)
+    parts = layer_parts(problem, problem.evaluate(1, 1))
+    terms = _kind_terms(problem, [(None, p) for p in parts])
+    share = reserved_sms(problem) / problem.hardware.chip.cores.value
+    shown = [t for t in terms if t["all_to_all"] > 0]
+    assert shown  # the row shows part of its exchange node by node
+    for t in terms:
+        hidden = t["a2a_raw"] - t["all_to_all"]
+        assert t["a2a_sm_share"] == pytest.approx(min(hidden, t["compute"]) * share)
+    assert all(t["a2a_sm_share"] < min(t["a2a_raw"], t["compute"]) * share for t in shown)
