@@ -80,7 +80,10 @@ def test_low_precision_experts_keep_part_of_the_extra_layer():
     assert _stored(merged) - _stored(plain) == p > 0
     assert 0 < _stored(early) - _stored(plain) < p
     assert _stored(early) - _stored(plain) == pytest.approx(2 * p + d - s, abs=4)  # each term rounded to whole bytes
-    assert early.throughput.step_time_s == merged.throughput.step_time_s  # memory only
+    # not memory only (67a93af2): the release issues the backward layer's pre-dispatch node before the forward MLP
+    # (model_chunk_schedule_plan.py L280-281 against L291-292), so the backward dispatch and the forward combine
+    # lose their compute partner; with the delayed weight gradients timed as their GEMMs the row shows it
+    assert early.throughput.step_time_s > merged.throughput.step_time_s
 
 
 def test_the_release_needs_the_overlap():

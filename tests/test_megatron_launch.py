@@ -231,6 +231,9 @@ BROKEN = {
     # hostile22: arguments.py L432 (the world size over TP x PP x CP); 8 ranks of TP 16 stopped the batch rule with a
     # ZeroDivisionError
     "world-divides": ({"pipeline_model_parallel_size": 3}, {}),
+    # review26: dot_product_attention.py L57-59 (DotProductAttention, the local core attention, asserts CP 1)
+    "local-attention-cp": ({"transformer_impl": "local", "context_parallel_size": 2},
+                           {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}),
     "fsdp-ckpt-format": ({"use_megatron_fsdp": True}, {}),
     "fsdp-connections": ({"use_megatron_fsdp": True, "ckpt_format": "fsdp_dtensor"}, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}),
     "fsdp-dtensor-needs-fsdp": ({"ckpt_format": "fsdp_dtensor"}, {}),
@@ -346,6 +349,7 @@ def test_every_rule_cites_a_line_and_is_tested():
              "megatron/core/transformer/moe/shared_experts.py", "megatron/core/transformer/moe/experts.py",
              "megatron/training/determinism.py", "megatron/core/distributed/distributed_data_parallel_config.py",
              "megatron/core/models/common/language_module/language_module.py",
+             "megatron/core/transformer/dot_product_attention.py",
              "transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py",
              "transformer_engine/pytorch/attention/dot_product_attention/utils.py")
     for rule in RULES:

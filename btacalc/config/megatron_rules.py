@@ -31,6 +31,7 @@ MLA = "megatron/core/transformer/multi_latent_attention.py"
 DETERMINISM = "megatron/training/determinism.py"
 DDP_CONFIG = "megatron/core/distributed/distributed_data_parallel_config.py"
 LANGUAGE_MODULE = "megatron/core/models/common/language_module/language_module.py"
+DPA = "megatron/core/transformer/dot_product_attention.py"
 # TransformerEngine's backend switches as Megatron-Core's _set_attention_backend sets them for each AttnBackend
 # (LANGUAGE_MODULE L129-145 @ d98e8a64), asserting first that one already in the environment agrees (L120-126)
 ATTENTION_SWITCHES = ("NVTE_FLASH_ATTN", "NVTE_FUSED_ATTN", "NVTE_UNFUSED_ATTN")
@@ -299,6 +300,12 @@ RULES: tuple[Rule, ...] = (
     Rule("moe-bias-etp", f"{TC}:2612", lambda a, e: _moe(a) and a.get("add_bias_linear", True),
          lambda a, e: _i(a, "expert_tensor_parallel_size", _i(a, "tensor_model_parallel_size")) == 1,
          "biases in MoE layers (Megatron's default --add-bias-linear) need --expert-tensor-parallel-size 1"),
+    # review26: the local implementation's core attention, Megatron-Core's DotProductAttention (backends.py L131),
+    # asserts CP 1; btacalc planned it with a ring and a global buffer of b/CP sequences
+    Rule("local-attention-cp", f"{DPA}:57",
+         lambda a, e: a.get("transformer_impl") == "local", lambda a, e: _i(a, "context_parallel_size", 1) == 1,
+         "--transformer-impl local runs Megatron-Core's DotProductAttention, which has no context parallelism: "
+         "--context-parallel-size 1"),
     # gelu: TEGroupedMLP (--moe-grouped-gemm under TransformerEngine: transformer_engine_spec_provider.py L75-85)
     # asserts biases without the fused bias-dropout-add, which --no-bias-dropout-fusion turns off (on by default)
     Rule("moe-grouped-bias-dropout", f"{EXPERTS}:205", lambda a, e: _moe(a) and a.get("add_bias_linear", True)

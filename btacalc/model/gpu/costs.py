@@ -326,7 +326,8 @@ def _matmul_time(part: Part, phase: Phase, v: dict[str, Any], r: Rates, load: An
     dtype = plan.dtype
     peak = dtype.peak
     gemms = plan.gemms if dtype.device is not None else ()
-    if not gemms:
+    if not gemms:  # every matmul at the peak: a GEMM's weight gradient runs half its backward FLOPs
+        _add_wgrad(part, phase, bwd / peak / 2 if plan.gemms else 0.0)
         return (fwd + bwd) / peak
     rows = [_gemm_row(g, r, load, dtype, timed.get((phase.name, i)) if timed else None, report)
             for i, g in enumerate(gemms)]
@@ -335,14 +336,27 @@ def _matmul_time(part: Part, phase: Phase, v: dict[str, Any], r: Rates, load: An
     ideal: Any = 0  # each summed from 0 in the GEMMs' order
     t_fwd: Any = 0
     t_bwd: Any = 0
+    t_wgrad: Any = 0
     families = ub_families()
     for g, (_, (i, tf, tb, td, tw)) in zip(gemms, rows):
-        ideal, t_fwd, t_bwd = ideal + i, t_fwd + tf, t_bwd + tb
+        ideal, t_fwd, t_bwd, t_wgrad = ideal + i, t_fwd + tf, t_bwd + tb, t_wgrad + tw
         family = None if g.grouped else families.get(g.name)
         if family is not None:  # the dense TP GEMMs' passes (model/gpu/tp_overlap.py)
             for name, t in (("_fprop", tf), ("_dgrad", td), ("_wgrad", tw)):
                 part.tp_gemm_s[family + name] = part.tp_gemm_s.get(family + name, 0.0) + t
+    _add_wgrad(part, phase, bwd / peak * (t_wgrad / (2 * ideal)))
     return fwd / peak * (t_fwd / ideal) + bwd / peak * (t_bwd / (2 * ideal))
+
+
+def _add_wgrad(part: Part, phase: Phase, t: Any) -> None:
+    """The phase's weight-gradient GEMMs' time (its backward's wgrad passes, FLOP-weighted as `_matmul_time` times
+    them) into the part: what Megatron's backward_dw runs under --delay-wgrad-compute (TE's linears and grouped
+    linears; an attention core's matmuls have no weight, so none)."""
+    if phase.core:
+        return
+    part.wgrad_s = part.wgrad_s + t
+    if phase.pre_dispatch:
+        part.pre_dispatch_wgrad_s = part.pre_dispatch_wgrad_s + t
 
 
 def _dtype(phase: Phase, r: Rates) -> _GemmDtype:

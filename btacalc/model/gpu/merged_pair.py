@@ -19,9 +19,10 @@ What the pair exposes beyond the two layers' compute is the merged schedule's al
 side of a layer is short beside a call, the call shows even when the experts' compute would have room: the lumped
 max(0, a2a - compute) btacalc used before (merged2, docs/clock.md) hid every call behind any compute. Inputs per
 layer and micro-batch: the four calls share the exchange equally (dispatch and combine move the same k·T·h, forward
-and backward alike: formulas/moe.toml); a part's backward is split into the data and weight gradients by FLOPs,
-half each (a matmul's backward runs two GEMMs of its forward's FLOPs: Narayanan et al. 2021, Eq. 3); a recomputed
-forward runs in the backward node that needs it.
+and backward alike: formulas/moe.toml); what --delay-wgrad-compute moves out of a backward node is its
+weight-gradient GEMMs' time (`Part.wgrad_s`: the wgrad passes costs.py times; backward_dw runs the TE linears and
+grouped linears of the node's modules, fine_grained_callables.py L272), not the attention core's backward, the
+norms' or activations', nor the re-run: a recomputed forward runs in the backward node that needs it, first.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..arrays import maximum, where
+from ..arrays import maximum, minimum, where
 
 
 @dataclass(frozen=True)
@@ -42,17 +43,21 @@ class LayerNodes:
     mlp_backward: Any  # M_b: their backward, data and weight gradients
     call: Any  # A: one all-to-all call (dispatch or combine, forward or backward)
     delayed_wgrad: bool = False  # --delay-wgrad-compute: weight gradients run in backward_dw, after the data gradients
+    pre_wgrad: Any = 0.0  # of P_b: the pre-dispatch node's weight-gradient GEMMs (what its backward_dw runs)
+    mlp_wgrad: Any = 0.0  # of M_b: the MLP node's weight-gradient GEMMs
 
     @classmethod
     def of(cls, compute: Any, backward: Any, recompute: Any, pre: tuple[Any, Any, Any], a2a: Any,
-           delayed_wgrad: bool = False) -> "LayerNodes":
-        """From a part's compute, backward and recompute seconds and its pre-dispatch phases' three (`pre`), and
-        the layer's all-to-all time (four calls)."""
+           delayed_wgrad: bool = False, wgrad: tuple[Any, Any] = (0.0, 0.0)) -> "LayerNodes":
+        """From a part's compute, backward and recompute seconds and its pre-dispatch phases' three (`pre`), the
+        layer's all-to-all time (four calls), and the part's and its pre-dispatch phases' weight-gradient GEMM
+        seconds (`wgrad`; each node's at most its backward)."""
         pre_all, pre_bwd, pre_rec = pre
         pre_fwd = pre_all - pre_bwd - pre_rec
         forward = compute - backward - recompute
+        w_all, w_pre = wgrad
         return cls(pre_fwd, pre_bwd + pre_rec, forward - pre_fwd, backward + recompute - pre_bwd - pre_rec, a2a / 4,
-                   delayed_wgrad)
+                   delayed_wgrad, minimum(w_pre, pre_bwd), minimum(w_all - w_pre, backward - pre_bwd))
 
     @property
     def compute(self) -> Any:
@@ -64,17 +69,17 @@ def pair_time(n: LayerNodes, early_release: bool) -> Any:
     Without delayed weight gradients a backward node runs both gradients before the next node may start; with them
     (`--delay-wgrad-compute`) the MLP's weight gradient runs after its data gradient, beside the dispatch's backward,
     and the pre-dispatch node's at the pair's end (L296-298)."""
-    half = 0.5 if n.delayed_wgrad else 0.0
+    mlp_dw, pre_dw = (n.mlp_wgrad, n.pre_wgrad) if n.delayed_wgrad else (0.0, 0.0)
     combine_bwd = n.call
-    mlp_bwd_end = maximum(n.pre_forward, combine_bwd) + n.mlp_backward * (1 - half)
+    mlp_bwd_end = maximum(n.pre_forward, combine_bwd) + n.mlp_backward - mlp_dw
     dispatch_fwd_end = maximum(n.pre_forward, combine_bwd) + n.call
-    dw_end = mlp_bwd_end + n.mlp_backward * half
+    dw_end = mlp_bwd_end + mlp_dw
     dispatch_bwd_end = maximum(dispatch_fwd_end, mlp_bwd_end) + n.call
     if early_release:
-        pre_bwd_end = maximum(dw_end, dispatch_bwd_end) + n.pre_backward * (1 - half)
+        pre_bwd_end = maximum(dw_end, dispatch_bwd_end) + n.pre_backward - pre_dw
         mlp_fwd_end = maximum(pre_bwd_end, dispatch_fwd_end) + n.mlp_forward
         combine_fwd_end = maximum(mlp_fwd_end, dispatch_bwd_end) + n.call
-        return maximum(combine_fwd_end, mlp_fwd_end + n.pre_backward * half)
+        return maximum(combine_fwd_end, mlp_fwd_end + pre_dw)
     mlp_fwd_end = maximum(dw_end, dispatch_fwd_end) + n.mlp_forward
     after = maximum(mlp_fwd_end, dispatch_bwd_end)
     return maximum(after + n.call, after + n.pre_backward)

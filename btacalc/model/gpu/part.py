@@ -24,6 +24,10 @@ class Part:
     pre_dispatch_s: Any = 0.0
     pre_dispatch_backward_s: Any = 0.0
     pre_dispatch_recompute_s: Any = 0.0
+    # the weight-gradient GEMMs' share of backward_s (the part's, its pre-dispatch phases'): what
+    # --delay-wgrad-compute moves into Megatron's backward_dw (merged_pair.py)
+    wgrad_s: Any = 0.0
+    pre_dispatch_wgrad_s: Any = 0.0
     tp_bytes: Any = 0  # tensor-parallel collective units x volume (x (t-1)/t per rank: collectives.py)
     cp_bytes: Any = 0  # K/V ring volume per exchange step (x (CP - 1): collectives.py)
     a2a_bytes: Any = 0  # expert-parallel dispatch + combine, all passes (x (1 - 1/EP): collectives.py)

@@ -506,13 +506,15 @@ def _kind_terms(problem: Problem, kinds: list[tuple[Any, Part]]) -> list[dict[st
         tp = tensor_parallel_time(problem, part.tp_bytes, part.tp_calls)
         cp = context_parallel_time(problem, part.cp_bytes, part.cp_calls)
         a2a = all_to_all_time(problem, part.a2a_bytes, part.a2a_calls)
+        exposed = _merged(problem, part, a2a)  # (the merged schedule's: the rest of the exchange runs beside compute)
         out.append({"compute": part.compute_s,
                     "tp_comm": where(o.tp_comm, maximum(maximum(0.0, tp - part.compute_s),
                                                         layer_overlap_s(problem, part.tp_gemm_s, part.tp_bytes,
                                                                         part.tp_calls)), tp),
                     "cp_comm": maximum(0.0, cp - part.core_s),
-                    "all_to_all": where(o.all_to_all, _merged(problem, part, a2a), a2a),
-                    "a2a_sm_share": where(o.all_to_all, sm_share_loss(problem, a2a, part.compute_s), 0.0),
+                    "all_to_all": where(o.all_to_all, exposed, a2a),
+                    # the SMs the exchange holds cost compute only while compute runs beside it: its hidden part
+                    "a2a_sm_share": where(o.all_to_all, sm_share_loss(problem, a2a - exposed, part.compute_s), 0.0),
                     "tp_raw": tp, "cp_raw": cp, "a2a_raw": a2a})
     return out
 
@@ -522,7 +524,7 @@ def _merged(problem: Problem, part: Part, a2a: Any) -> Any:
     o = problem.layout.overlap
     nodes = LayerNodes.of(part.compute_s, part.backward_s, part.recompute_s,
                           (part.pre_dispatch_s, part.pre_dispatch_backward_s, part.pre_dispatch_recompute_s), a2a,
-                          o.delay_wgrad)
+                          o.delay_wgrad, (part.wgrad_s, part.pre_dispatch_wgrad_s))
     return merged_exposed(nodes, o.early_attn_release)
 
 
