@@ -106,9 +106,11 @@ def _deepseek(delay: bool):
 
 def test_the_deepseek_row_shows_part_of_its_exchange_and_the_delay_hides_some_back():
     delayed, plain = _deepseek(True), _deepseek(False)
-    assert delayed.throughput.tokens_per_s < 1.0e12  # planned
-    # the row reads +8.3% with every call hidden behind any compute; node by node it shows some
-    assert plain.throughput.tokens_per_s <= delayed.throughput.tokens_per_s
+    # the row read +8.3% with every call hidden behind any compute; node by node its EP 32 calls over the NICs show
+    # beside its short attention node, and delaying the weight gradients puts compute beside the backward dispatch:
+    # strictly faster than the same row without the delay (0.7% here)
+    assert plain.throughput.step_time_s > delayed.throughput.step_time_s
+    assert plain.throughput.step_time_s / delayed.throughput.step_time_s < 1.05
 
 
 LAUNCH = ("torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 4 --hidden-size 1024 --num-attention-heads 8 "
