@@ -48,3 +48,28 @@ def planned_as_it_ran(run: Any) -> Any:
     result = predict(run)
     assert result.expressible and result.error is not None
     return result
+
+
+# A Megatron-LM launch of a small MoE GPT over 8 GPUs with EP 8 and the alltoall dispatcher (the EP overlap's
+# options are tested on it: add the flag under test, with or without --overlap-moe-expert-parallel-comm)
+MOE_TOY_LAUNCH = ("torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 4 --hidden-size 1024 "
+                  "--num-attention-heads 8 --seq-length 1024 --max-position-embeddings 1024 --micro-batch-size 1 "
+                  "--global-batch-size 64 --bf16 --vocab-size 32000 --num-experts 8 --moe-router-topk 2 "
+                  "--expert-model-parallel-size 8 --moe-token-dispatcher-type alltoall --moe-grouped-gemm "
+                  "--disable-bias-linear --swiglu --normalization RMSNorm")
+# Qwen3-30B-A3B on 16 H100s with the EP overlap: the plan whose emitted launch the overlap's options round-trip in
+EP_OVERLAP_PLAN = ("-m", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16", "--ep", "8", "--overlap-a2a",
+                   "--micro-batch", "1", "--global-batch", "256", "--seq", "4096")
+
+
+def overlap_round_trip(cli: Any, tmp_path: Path, option: str, emit: str) -> tuple[str, str]:
+    """EP_OVERLAP_PLAN with `option`, emitted as `emit` (megatron or bridge) and planned again from that file:
+    (the emitted text, the re-read plan's JSON)."""
+    code, out, err = cli("plan", *EP_OVERLAP_PLAN, option, "--emit", emit)
+    assert code in (0, 1), err
+    path = tmp_path / "launch.txt"
+    path.write_text(out)
+    code, back, err = cli("plan", f"--from-{emit}", str(path), "--hw", "h100", "--devices", "16", "--json",
+                          *(("-m", "qwen3-30b-a3b") if emit == "bridge" else ()))
+    assert code in (0, 1), err
+    return out, back

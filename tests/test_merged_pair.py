@@ -29,6 +29,8 @@ from btacalc.planning.measured import express, load_runs
 from btacalc.planning.plan import make_plan
 from btacalc.planning.resolve import resolve_problem
 
+from support import EP_OVERLAP_PLAN, MOE_TOY_LAUNCH, overlap_round_trip
+
 # P_f 0.4, P_b 0.8, M_f 0.6, M_b 1.2 (data + weight gradients), one call A = 0.5: compute 3.0, all-to-all 2.0
 NODES = LayerNodes(pre_forward=0.4, pre_backward=0.8, mlp_forward=0.6, mlp_backward=1.2, call=0.5)
 
@@ -113,11 +115,7 @@ def test_the_deepseek_row_shows_part_of_its_exchange_and_the_delay_hides_some_ba
     assert plain.throughput.step_time_s / delayed.throughput.step_time_s < 1.05
 
 
-LAUNCH = ("torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 4 --hidden-size 1024 --num-attention-heads 8 "
-          "--seq-length 1024 --max-position-embeddings 1024 --micro-batch-size 1 --global-batch-size 64 --bf16 "
-          "--vocab-size 32000 --num-experts 8 --moe-router-topk 2 --expert-model-parallel-size 8 "
-          "--moe-token-dispatcher-type alltoall --moe-grouped-gemm --disable-bias-linear --swiglu "
-          "--normalization RMSNorm --delay-wgrad-compute")
+LAUNCH = MOE_TOY_LAUNCH + " --delay-wgrad-compute"
 
 
 def test_the_delay_needs_the_overlap_as_megatron_asserts():
@@ -130,18 +128,10 @@ def test_the_delay_needs_the_overlap_as_megatron_asserts():
 @pytest.mark.parametrize("emit, said", [("megatron", "--delay-wgrad-compute"),
                                         ("bridge", "comm_overlap.delay_wgrad_compute=True")])
 def test_the_delay_round_trips_through_the_emitted_launch(cli, tmp_path, emit, said):
-    layout = ("-m", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16", "--ep", "8", "--overlap-a2a",
-              "--micro-batch", "1", "--global-batch", "256", "--seq", "4096", "--delay-wgrad-compute")
-    code, out, err = cli("plan", *layout, "--emit", emit)
-    assert code in (0, 1), err
+    out, back = overlap_round_trip(cli, tmp_path, "--delay-wgrad-compute", emit)
     assert said in out
-    path = tmp_path / "launch.txt"
-    path.write_text(out)
-    code, back, err = cli("plan", f"--from-{emit}", str(path), "--hw", "h100", "--devices", "16", "--json",
-                          *(("-m", "qwen3-30b-a3b") if emit == "bridge" else ()))
-    assert code in (0, 1), err
     assert '"delay_wgrad": true' in back
-    code, _, err = cli("plan", *layout[:-1], "--no-overlap-a2a", "--delay-wgrad-compute")
+    code, _, err = cli("plan", *EP_OVERLAP_PLAN, "--no-overlap-a2a", "--delay-wgrad-compute")  # the last switch wins
     assert code == 2 and "--overlap-a2a" in err and len(err.strip().splitlines()) == 1
 
 

@@ -41,10 +41,15 @@ def model_bridges() -> dict[str, ModelBridge]:
     return load_named_tables("bridge_model_bridges.toml", "model_type", ModelBridge)
 
 
+def _bridge(hf_model_type: Optional[str]) -> Optional[ModelBridge]:
+    """The listed model bridge for `hf_model_type` (None without one, or for a model not from a config.json)."""
+    return model_bridges().get(hf_model_type) if hf_model_type else None
+
+
 def bridge_provider_defaults(hf_model_type: Optional[str]) -> dict[str, Any]:
     """The launch arguments the model bridge for `hf_model_type` sets (none for a model_type without a listed
     bridge, or a model not from a Hugging Face config)."""
-    bridge = model_bridges().get(hf_model_type) if hf_model_type else None
+    bridge = _bridge(hf_model_type)
     return dict(bridge.provider) if bridge is not None else {}
 
 
@@ -52,13 +57,15 @@ def bridge_provider_note(hf_model_type: Optional[str], given: Collection[str], k
     """What the plan took from the model bridge where the run leaves the fields out and --model's architecture does
     not give them (`given`: the destinations the run and the architecture give; `key` gives a destination's Bridge
     key), or None when it took nothing."""
-    bridge = model_bridges().get(hf_model_type) if hf_model_type else None
+    bridge = _bridge(hf_model_type)
     if bridge is None and hf_model_type in UNBRIDGED:
         return (f"model_type {hf_model_type}: Megatron-Bridge @ 067f987d has no model bridge for its architecture "
                 f"({UNBRIDGED[hf_model_type]}), so AutoBridge refuses its Hugging Face config; planned with "
                 "GPTModelProvider's defaults where the run leaves a field out")
-    taken = [dest for dest in bridge.provider if dest not in given] if bridge is not None else []
-    if bridge is None or not taken:
+    if bridge is None:
+        return None
+    taken = [dest for dest in bridge.provider if dest not in given]
+    if not taken:
         return None
     fields = ", ".join(f"{key(dest) or dest}={str(bridge.provider[dest]).lower()}" for dest in taken)
     return (f"{fields}: as Megatron-Bridge's {bridge.bridge} sets them for a {bridge.architecture} config (model_type "

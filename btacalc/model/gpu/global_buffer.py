@@ -23,9 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
-from ..arrays import is_array, maximum, where
+from ..arrays import maximum, where
 from ..problem import Problem
 
 
@@ -42,14 +40,7 @@ def global_buffer_bytes(problem: Problem, tile_batch: Any, seq_len: Any, has_lay
     tp = lay.tensor_parallel
     scores = where(has_layers, b * (model.num_heads // tp) * s * s * beta, 0) if local else 0
     # Megatron-Core's ColumnParallelLinear: every linear of a local stage with layers, the output layer anywhere
-    column = _or(has_layers, is_last) if local else is_last
-    gathering = _and(_and(tp > 1, lay.sequence_parallel), column)
+    # (bools or arrays over layouts: & and | hold for both, as timing.py combines its conditions)
+    column = (has_layers | is_last) if local else is_last
+    gathering = (tp > 1) & lay.sequence_parallel & column
     return maximum(scores, where(gathering, s * b * model.hidden_size * beta, 0))
-
-
-def _and(a: Any, b: Any) -> Any:
-    return np.logical_and(a, b) if is_array(a, b) else bool(a) and bool(b)
-
-
-def _or(a: Any, b: Any) -> Any:
-    return np.logical_or(a, b) if is_array(a, b) else bool(a) or bool(b)

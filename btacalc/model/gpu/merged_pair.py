@@ -70,9 +70,10 @@ def pair_time(n: LayerNodes, early_release: bool) -> Any:
     (`--delay-wgrad-compute`) the MLP's weight gradient runs after its data gradient, beside the dispatch's backward,
     and the pre-dispatch node's at the pair's end (L296-298)."""
     mlp_dw, pre_dw = (n.mlp_wgrad, n.pre_wgrad) if n.delayed_wgrad else (0.0, 0.0)
-    combine_bwd = n.call
-    mlp_bwd_end = maximum(n.pre_forward, combine_bwd) + n.mlp_backward - mlp_dw
-    dispatch_fwd_end = maximum(n.pre_forward, combine_bwd) + n.call
+    # the backward MLP and the forward dispatch both start once combine_bwd (one call) and pre_dispatch_fwd are done
+    both_ready = maximum(n.pre_forward, n.call)
+    mlp_bwd_end = both_ready + n.mlp_backward - mlp_dw
+    dispatch_fwd_end = both_ready + n.call
     dw_end = mlp_bwd_end + mlp_dw
     dispatch_bwd_end = maximum(dispatch_fwd_end, mlp_bwd_end) + n.call
     if early_release:
