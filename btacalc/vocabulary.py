@@ -141,6 +141,7 @@ BASE_QUANTITIES = (
     "transient",
     "bytes_moved",
     "a2a_bytes",
+    "gather_bytes",
     "tp_in_bytes",
     "tp_out_bytes",
     "cp_bytes",
@@ -170,6 +171,7 @@ QUANTITY_UNITS = {
     "transient": "bytes",
     "bytes_moved": "bytes",
     "a2a_bytes": "bytes",
+    "gather_bytes": "bytes",
     "tp_in_bytes": "bytes",
     "tp_out_bytes": "bytes",
     "cp_bytes": "bytes",
@@ -221,6 +223,9 @@ NOTATION: dict[str, tuple[str, str]] = {
           "batch-linear terms see it through b, the per-sequence chunk of a fused loss through c)", "context_parallel"),
     "M_sram": ("on-chip SRAM per streaming multiprocessor, in elements, that a fused attention kernel tiles "
                "into (Dao et al. 2022's M)", "sram_elements_per_core"),
+    "x_g": ("1 where the MoE layers dispatch with Megatron's allgather dispatcher (every token all-gathered over the "
+            "ETP x EP group, the outputs reduce-scattered back), else 0", "allgather_dispatch"),
+    "n_g": ("ranks of the allgather dispatcher's tp_ep group (ETP x EP) with it, else 0", "allgather_group"),
     "x_s": ("chunk sorts by local expert per MoE dispatch and per combine: 1 where Megatron's alltoall dispatcher "
             "re-sorts the received copies (expert parallelism with more than one local expert, no DeepEP / HybridEP, "
             "whose kernels place tokens themselves), else 0", "expert_chunk_sorts"),

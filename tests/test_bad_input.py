@@ -349,6 +349,14 @@ for cmd in (["plan", "--hw", "b200"], ["sweep", "--hw", "b200", "--vary", "seq=2
     case("ignored", *cmd, "-m", "llama-3-8b", "--overlap-a2a", fragment="the model is dense")
 case("ignored", "plan", "-m", "llama-3-8b", *GPU8, "--precision", "mxfp8", "--no-rht-cast-fusion", fragment="got mxfp8")
 case("ignored", "plan", "-m", "llama-3-8b", *GPU8, "--deepep", fragment="the model is dense (no dispatch)")
+# agdisp: Megatron's allgather dispatcher is an MoE dispatcher on GPUs, not beside DeepEP or the EP overlap
+case("ignored", "plan", "-m", "llama-3-8b", *GPU8, "--allgather-dispatcher", fragment="the model is dense (no dispatch)")
+case("ignored", "plan", "-m", "qwen3-30b-a3b", "--hw", "wse3", "--allgather-dispatcher",
+     fragment="a wafer-scale run has no expert parallelism")
+case("ignored", "plan", "-m", "qwen3-30b-a3b", *GPU8, "--ep", "8", "--allgather-dispatcher", "--deepep",
+     fragment="two MoE token dispatchers")
+case("ignored", "plan", "-m", "qwen3-30b-a3b", *GPU8, "--ep", "8", "--allgather-dispatcher", "--overlap-a2a",
+     fragment="Megatron-Core refuses it with --allgather-dispatcher")
 # ncclsm: NVLS picks nccl_ub's NCCL path (sm_share.nvls_ub_applies); nccl_ub registers NCCL buffers on GPUs only
 case("ignored", "plan", "-m", "llama-3-8b", *GPU8, "--nvls", fragment="it needs --nccl-ub")
 case("ignored", "plan", "-m", "llama-3-8b", "--hw", "wse3", "--nccl-ub", fragment="wse3 is not a GPU")

@@ -178,9 +178,13 @@ class Coefficients:
             return None
         constant: dict[int, int] = {}
         varying = []
+        masks = self.compiled.masks
         for r, i in enumerate(range(0, len(f), 4)):
             constant[r] = f[i]  # in row order; a varying row's value replaces it
-            if f[i + 1] or f[i + 2] or f[i + 3]:
+            # a shape term by the row's mask, as `affine` reads it, even where a layout symbol makes it 0 here
+            # (x_g = 0: the allgather dispatcher's bytes under another dispatcher): an array of shapes then gives an
+            # array of zeros on both paths
+            if f[i + 1] or f[i + 2] or f[i + 3] or masks[r] & 14:
                 varying.append((r, f[i], f[i + 1], f[i + 2], f[i + 3]))
         return constant, varying
 

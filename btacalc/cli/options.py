@@ -151,6 +151,11 @@ OverlapA2aOpt = typer.Option(False, "--overlap-a2a/--no-overlap-a2a", help="Hide
 DeepEpOpt = typer.Option(False, "--deepep/--no-deepep", show_default=False, help=help_text(
     "MoE dispatch with DeepEP (Megatron --moe-token-dispatcher-type flex): a token crosses to each other NVLink "
     "domain once, not once per expert there [default: off, the alltoall dispatcher]."))
+AllgatherDispatcherOpt = typer.Option(False, "--allgather-dispatcher/--no-allgather-dispatcher", show_default=False,
+                                      help=help_text(
+    "MoE dispatch with Megatron's allgather dispatcher (--moe-token-dispatcher-type allgather, Megatron-Core's "
+    "default): every token all-gathered over the ETP x EP group, the expert outputs reduce-scattered back "
+    "[default: off, the alltoall dispatcher]."))
 DispatcherSmsOpt = typer.Option(None, "--dispatcher-sms", help=help_text(
     "With --deepep: SMs DeepEP / HybridEP's dispatch and combine kernels hold (Megatron "
     "moe_flex_dispatcher_num_sms); an overlapped all-to-all takes them from compute [default: 20, Megatron-Core's]."))

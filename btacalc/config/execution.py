@@ -268,6 +268,11 @@ class Layout:
     # DeepEP dispatch (Megatron --moe-token-dispatcher-type flex --moe-enable-deepep): a token crosses to
     # another NVLink domain once per domain, not once per expert there; off: the alltoall dispatcher
     deepep: bool = False
+    # Megatron's allgather dispatcher (--moe-token-dispatcher-type allgather, Megatron-Core's default,
+    # transformer_config.py L891 @ d98e8a64): every token all-gathered over the ETP x EP group, each rank permuting
+    # out its local experts' copies, the outputs reduce-scattered back (token_dispatcher.py L232-373;
+    # model/gpu/collectives.py allgather_dispatch_time); off: the alltoall dispatcher (or DeepEP with `deepep`)
+    allgather_dispatcher: bool = False
     # SMs DeepEP / HybridEP's kernels hold (Megatron moe_flex_dispatcher_num_sms); None: Megatron-Core's
     # default (model/gpu/sm_share.py FLEX_DISPATCHER_SMS)
     dispatcher_sms: Optional[int] = None
@@ -458,7 +463,18 @@ class Layout:
                                    f"{o.num_splits} chunks of {model.hidden_size // o.num_splits} rows and drops the "
                                    f"last {model.hidden_size % o.num_splits}")
 
+    @property
+    def dispatcher(self) -> str:
+        """Megatron's --moe-token-dispatcher-type the layout runs: flex (DeepEP / HybridEP), allgather or alltoall."""
+        return "flex" if self.deepep else "allgather" if self.allgather_dispatcher else "alltoall"
+
     def _validate_dispatcher(self, profile: "HardwareProfile") -> None:
+        if self.allgather_dispatcher and self.deepep:
+            raise BtacalcError("{allgather_dispatcher} and {deepep} are two MoE token dispatchers (Megatron's "
+                               "--moe-token-dispatcher-type allgather or flex): choose one")
+        if self.allgather_dispatcher and self.overlap.all_to_all:
+            raise BtacalcError("{overlap_all_to_all} hides the alltoall or flex dispatcher's exchange: Megatron-Core "
+                               "refuses it with {allgather_dispatcher} (transformer_config.py L3016-3019)")
         if self.dispatcher_sms is None:
             return
         if not self.deepep:
@@ -716,6 +732,7 @@ class ExecutionRequest:
     fsdp: bool = False
     fsdp_impl: Optional[str] = None  # Layout.fsdp_impl (None: none named; checked there)
     deepep: bool = False  # DeepEP node-deduplicated dispatch (Layout.deepep); default the alltoall dispatcher
+    allgather_dispatcher: bool = False  # Layout.allgather_dispatcher (Megatron's allgather dispatcher)
     dispatcher_sms: Optional[int] = None  # Layout.dispatcher_sms
     nccl_ub: bool = False  # Layout.nccl_ub (Megatron --use-nccl-ub with NCCL_CTA_POLICY=1)
     nvls: bool = False  # Layout.nvls (NCCL_NVLS_ENABLE=1 with nccl_ub)
@@ -932,6 +949,9 @@ _GPU_ONLY: tuple[tuple[Any, str], ...] = (
      "(Megatron's --deterministic-mode); a wafer-scale run has neither"),
     (lambda run, layout: layout.deepep,  # a wafer run is strict data parallel: no expert-parallel dispatch to route
      "{deepep} is a GPU MoE dispatcher between expert-parallel ranks; a wafer-scale run has no expert parallelism"),
+    (lambda run, layout: layout.allgather_dispatcher,  # likewise
+     "{allgather_dispatcher} is a GPU MoE dispatcher between expert-parallel ranks; a wafer-scale run has no expert "
+     "parallelism"),
 )
 
 
@@ -944,6 +964,8 @@ _NO_EFFECT: tuple[tuple[Any, str], ...] = (
      "{overlap_all_to_all} hides the MoE all-to-all behind expert compute: the model is dense (no all-to-all)"),
     (lambda run, layout, model, gpu: layout.deepep and not model.is_moe,
      "{deepep} dispatches MoE tokens between expert-parallel ranks: the model is dense (no dispatch)"),
+    (lambda run, layout, model, gpu: layout.allgather_dispatcher and not model.is_moe,
+     "{allgather_dispatcher} dispatches MoE tokens between expert-parallel ranks: the model is dense (no dispatch)"),
     (lambda run, layout, model, gpu: model.is_moe and run.routing_imbalance != 1.0 and layout.expert_parallel == 1,
      "{routing_imbalance} loads the busiest expert-parallel rank: with {expert_parallel} 1 one rank holds every "
      "expert and runs every routed token whatever the balance"),
@@ -1263,7 +1285,8 @@ def _resolve_layout(request: ExecutionRequest, model: "ModelSpec", profile: "Har
                   virtual_pipeline=sizes["virtual_pipeline"], context_parallel=sizes["context_parallel"],
                   expert_tensor_parallel=etp, fsdp=request.fsdp, fsdp_impl=request.fsdp_impl,
                   stage_split=request.stage_split,
-                  deepep=request.deepep, dispatcher_sms=request.dispatcher_sms,
+                  deepep=request.deepep, allgather_dispatcher=request.allgather_dispatcher,
+                  dispatcher_sms=request.dispatcher_sms,
                   nccl_ub=request.nccl_ub, nvls=request.nvls, ddp_bucket_params=request.ddp_bucket_params,
                   ddp_num_buckets=request.ddp_num_buckets, microbatch_group=request.microbatch_group,
                   ddp_buckets_every_stage=request.ddp_buckets_every_stage,

@@ -842,12 +842,16 @@ def _dec_sp(get: Get) -> Fields:
 
 
 def _enc_dispatcher(f: Fields) -> Args:
-    """btacalc times an all-to-all for EP > 1 (model/gpu/timing.py), so Megatron must dispatch with one:
-    its default is allgather (arguments.py: --moe-token-dispatcher-type default). DeepEP (`layout.deepep`) is
-    the flex dispatcher with its deepep backend (transformer_config.py L891-900: moe_enable_deepep is deprecated
-    for --moe-flex-dispatcher-backend deepep, L1743-1753) and its SMs --moe-flex-dispatcher-num-sms (L964)."""
-    if not (f.get("model.num_experts") and f.get("layout.expert_parallel", 1) > 1):
+    """The dispatcher btacalc timed, always stated for an MoE model: Megatron's default is allgather
+    (transformer_config.py L891 @ d98e8a64), which btacalc times only with `layout.allgather_dispatcher`; otherwise
+    the alltoall dispatcher (model/gpu/collectives.py), also at EP 1, where the two dispatchers differ in what the
+    expert-tensor-parallel group exchanges. DeepEP (`layout.deepep`) is the flex dispatcher with its deepep backend
+    (transformer_config.py L891-900: moe_enable_deepep is deprecated for --moe-flex-dispatcher-backend deepep,
+    L1743-1753) and its SMs --moe-flex-dispatcher-num-sms (L964)."""
+    if not f.get("model.num_experts"):
         return {}
+    if f.get("layout.allgather_dispatcher"):
+        return {"moe_token_dispatcher_type": "allgather"}
     if not f.get("layout.deepep"):
         return {"moe_token_dispatcher_type": "alltoall"}
     out: Args = {"moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "deepep"}
@@ -857,13 +861,15 @@ def _enc_dispatcher(f: Fields) -> Args:
 
 
 def _dec_dispatcher(get: Get) -> Fields:
-    """The flex dispatcher with the deepep or hybridep backend (or the deprecated --moe-enable-deepep) sends one
-    copy of a token per destination rank, which btacalc's DeepEP dispatch times; its SMs come from
-    --moe-flex-dispatcher-num-sms or the deprecated --moe-deepep-num-sms / --moe-hybridep-num-sms
-    (transformer_config.py L964-975, routed to it in __post_init__)."""
+    """Megatron's dispatcher, its default (allgather) when the launch names none: the allgather dispatcher
+    (`layout.allgather_dispatcher`), the alltoall one, or the flex dispatcher with the deepep or hybridep backend
+    (or the deprecated --moe-enable-deepep), which sends one copy of a token per destination rank, as btacalc's
+    DeepEP dispatch times it; its SMs come from --moe-flex-dispatcher-num-sms or the deprecated
+    --moe-deepep-num-sms / --moe-hybridep-num-sms (transformer_config.py L964-975, routed to it in __post_init__).
+    A dense model reads none of them."""
     kind = get("moe_token_dispatcher_type")
-    if get.given("moe_token_dispatcher_type") and kind not in ("alltoall", "flex"):
-        return {"run.dispatcher_note": f"--moe-token-dispatcher-type {kind}: btacalc times an all-to-all"}
+    if kind == "allgather":
+        return {"layout.allgather_dispatcher": True} if get("num_experts") else {}
     if kind != "flex":
         return {}
     backend = "deepep" if truth(get("moe_enable_deepep")) else get("moe_flex_dispatcher_backend")

@@ -78,7 +78,7 @@ def short_table(model: ModelSpec, seq_len: int) -> int:
 
 @functools.lru_cache(maxsize=256)
 def _param_counts(model: ModelSpec, kinds: tuple[tuple[LayerKind, CompiledSelection], ...], seq: int) -> ParamCounts:
-    shape = {"s": seq, "b": 1, "G": 1, "beta": 2, "beta_s": 2, "P": 0, "t": 1, "t_e": 1, "c": 1, "M_sram": 1, "x_s": 0}
+    shape = {"s": seq, "b": 1, "G": 1, "beta": 2, "beta_s": 2, "P": 0, "t": 1, "t_e": 1, "c": 1, "M_sram": 1, "x_s": 0, "x_g": 0, "n_g": 0}
     ev = Evaluation([(kind, compiled.evaluate(kind_values(model, kind, shape))) for kind, compiled in kinds])
     total = int(ev.layers_total("params")) + int(ev.outside_total("params"))
     embedding = sum(int(pv.value(p.name, "params")) for n, pv, p in ev.items() if p.embedding)

@@ -212,7 +212,16 @@ class Problem:
                 "G": tiles, "beta": self.run.bytes_per_element, "beta_s": self.run.saved_input_bytes, "P": 0,
                 "t": lay.tensor_parallel, "t_e": lay.expert_tensor_parallel, "c": lay.context_parallel,
                 "M_sram": self.hardware.attention_sram_bytes_per_core // self.run.bytes_per_element,
-                "x_s": self.expert_chunk_sorts(), **vocab}
+                "x_s": self.expert_chunk_sorts(), **self.allgather_dispatch(), **vocab}
+
+    def allgather_dispatch(self) -> dict[str, Any]:
+        """x_g and n_g: 1 and the tp_ep group's ETP x EP ranks under Megatron's allgather dispatcher
+        (`Layout.allgather_dispatcher`: token_dispatcher.py L281-368 @ d98e8a64 gathers over
+        pg_collection.tp_ep), else 0 and 0 (formulas/moe.toml's dispatch and combine terms)."""
+        lay = self.layout
+        if not lay.allgather_dispatcher:
+            return {"x_g": 0, "n_g": 0}
+        return {"x_g": 1, "n_g": lay.expert_tensor_parallel * lay.expert_parallel}
 
     def expert_chunk_sorts(self) -> Any:
         """1 where Megatron's alltoall dispatcher sorts the copies it received by local expert after the dispatch
@@ -220,12 +229,13 @@ class Problem:
         (`sort_chunks_by_idxs`, or with drop-and-pad a transposed contiguous copy: one read and one write of
         the copies either way, formulas/moe.toml; Megatron-LM @ d98e8a64
         megatron/core/transformer/moe/token_dispatcher.py L757-789 dispatch_postprocess, L803-823
-        combine_preprocess), else 0: one local expert needs no sort, and DeepEP / HybridEP (the flex dispatcher)
-        write each token to its expert's rows inside their own kernels (`deepep`)."""
+        combine_preprocess), else 0: one local expert needs no sort, DeepEP / HybridEP (the flex dispatcher)
+        write each token to its expert's rows inside their own kernels (`deepep`), and the allgather dispatcher
+        permutes the gathered tokens straight into local-expert order (token_dispatcher.py L305-335)."""
         lay = self.layout
         experts = self.symbols.get("E", self.model.num_experts)
         ep = lay.expert_parallel
-        return where((ep > 1) & (experts > ep) & (not lay.deepep), 1, 0)
+        return where((ep > 1) & (experts > ep) & (not lay.deepep) & (not lay.allgather_dispatcher), 1, 0)
 
     def rank_share(self, tile_batch: Any) -> Any:
         """The sequences of a tile one device holds. Context parallelism gives each of its CP ranks 1/CP of

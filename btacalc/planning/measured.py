@@ -176,10 +176,11 @@ LAYERNORM_SM_MARGIN_UNMODELLED = (
 
 
 # An MoE run that does not name its dispatcher: what btacalc assumes, said in the run's defaults.
-DISPATCHER_DEFAULT = ("alltoall: btacalc models the expert-parallel all-to-all exchange; Megatron-LM's own default "
+DISPATCHER_DEFAULT = ("alltoall: the published recipe does not name its dispatcher, and the MoE recipes of NVIDIA's "
+                      "publications btacalc holds that do name one use alltoall or flex; Megatron-LM's own default "
                       f"--moe-token-dispatcher-type is allgather ({MEGATRON} "
-                      "megatron/core/transformer/transformer_config.py L891), which btacalc does not model: state "
-                      "the dispatcher in the recipe")
+                      "megatron/core/transformer/transformer_config.py L891), which a launch without the flag runs "
+                      "and btacalc plans as such (--allgather-dispatcher): state the dispatcher in the recipe")
 
 
 def run_defaults(run: MeasuredRun, family: str) -> dict[str, tuple[Any, str]]:
@@ -270,8 +271,6 @@ def express(run: MeasuredRun, family: str = "gpu") -> tuple[Optional[ExecutionRe
         run = with_publisher_baseline(run)
     recipe = run.recipe
     run = run.with_recipe()
-    if recipe is not None and recipe.unmodelled():
-        return None, recipe.unmodelled()
     changes: dict[str, Any] = {target: getattr(run, name) for name, target in LAYOUT_FIELDS.items()
                                if getattr(run, name) is not None}
     if changes.get("fsdp") is False:
@@ -318,7 +317,8 @@ def _recipe_changes(recipe: Recipe, run: MeasuredRun, family: str) -> dict[str, 
         overlaps=OverlapRequest(grad_reduce=o.grad_reduce, param_gather=o.param_gather, tp_comm=o.tp_comm,
                                 early_attn_release=o.early_attn_release, delay_wgrad=o.delay_wgrad),
         overlap_all_to_all=o.all_to_all, attention=recipe.attention, gradient_bytes=recipe.gradient_bytes(),
-        deepep=recipe.deepep, dispatcher_sms=recipe.dispatcher_sms, cuda_graph_scope=tuple(recipe.cuda_graph_scope),
+        deepep=recipe.deepep, allgather_dispatcher=recipe.moe_token_dispatcher_type == "allgather",
+        dispatcher_sms=recipe.dispatcher_sms, cuda_graph_scope=tuple(recipe.cuda_graph_scope),
         nccl_ub=recipe.nccl_ub, nvls=recipe.nvls)
     changes.update({target: getattr(recipe, name) for name, target in _RECIPE_COPIED.items()
                     if getattr(recipe, name) is not None})
@@ -435,7 +435,8 @@ def predict(run: MeasuredRun, hardware: Callable[[str], HardwareProfile] = resol
     memory_error = _memory_error(memory, run.measured)
     th = report.throughput
     defaulted = {**report.inputs.defaults, **{k: why for k, (_, why) in run_defaults(run, family).items()}}
-    if model.is_moe and family == "gpu" and (run.recipe is None or run.recipe.moe_token_dispatcher_type is None):
+    if (model.is_moe and family == "gpu" and run.megatron_args is None
+            and (run.recipe is None or run.recipe.moe_token_dispatcher_type is None)):
         defaulted["moe_token_dispatcher_type"] = DISPATCHER_DEFAULT
     if not report.plan.fits or th is None:
         return RunResult(**base, family=family, expressible=False, predicted=memory, memory_error=memory_error,

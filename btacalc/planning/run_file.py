@@ -127,8 +127,9 @@ class Recipe(BaseModel):
         None, description="--cross-entropy-fusion-impl (default native); te with the fusion on: TransformerEngine's "
         "fused cross-entropy, the 16-bit logits turned into their gradient in place (loss te_fused)")
     moe_token_dispatcher_type: Optional[Literal["allgather", "alltoall", "flex"]] = Field(
-        None, description="--moe-token-dispatcher-type; btacalc models the all-to-all exchange (alltoall, and "
-        "flex's DeepEP all-to-all); an MoE run that leaves it out is planned so and says it (DISPATCHER_DEFAULT)")
+        None, description="--moe-token-dispatcher-type: allgather (Megatron-Core's default), alltoall, or flex "
+        "(with deepep: DeepEP / HybridEP); a published recipe that leaves it out is planned with alltoall and says it "
+        "(DISPATCHER_DEFAULT)")
     mtp_num_layers: Optional[int] = Field(None, ge=0, description="--mtp-num-layers: the model's multi-token-"
                                           "prediction modules train too when > 0 (default: none)")
     causal: Optional[bool] = Field(None, description="the attention kernel skips the masked half of the s^2 scores "
@@ -210,12 +211,6 @@ class Recipe(BaseModel):
         if self.attention_kernel is not None:
             attention_kernel(self.attention_kernel)  # a catalogue kernel, as --attention-kernel takes it
         return self
-
-    def unmodelled(self) -> str:
-        """Why btacalc cannot express this recipe, or "" when it can."""
-        if self.moe_token_dispatcher_type == "allgather":
-            return "--moe-token-dispatcher-type allgather is not modelled (btacalc models the all-to-all dispatcher)"
-        return ""
 
     def loss(self) -> str:
         """The catalogue's loss variant of the recipe's cross-entropy flags: TransformerEngine's fused kernel with

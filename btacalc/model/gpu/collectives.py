@@ -384,6 +384,43 @@ def describe_expert_tensor_parallel(problem: Problem, volume: Any, calls: Any, t
                     kind=expert_tensor_parallel_kind(), collective=EXPERT_TENSOR_PARALLEL_COLLECTIVE)
 
 
+# Megatron's allgather dispatcher (`Layout.allgather_dispatcher`, Megatron-LM @ d98e8a64
+# megatron/core/transformer/moe/token_dispatcher.py L281-368): the dispatch all-gathers each rank's tokens over the
+# tp_ep group (ETP x EP ranks, consecutive in Megatron's expert rank order tp-ep-dp-pp) and the combine
+# reduce-scatters the unpermuted outputs back; their backward passes are the other collective. Each is the
+# all-gather's factor (formulas/constants.toml [collectives]); the catalogue's `gather_bytes` is a rank's contribution
+# (its tokens), so one call's buffer is n_g contributions and its bus bytes per rank (n_g - 1) of them.
+ALLGATHER_DISPATCH_COLLECTIVE = "all_gather+reduce_scatter"
+
+
+def allgather_group(problem: Problem) -> Any:
+    """Ranks of the allgather dispatcher's tp_ep group: ETP x EP (token_dispatcher.py L86-88, pg_collection.tp_ep)."""
+    lay = problem.layout
+    return lay.expert_tensor_parallel * lay.expert_parallel
+
+
+def allgather_dispatch_bytes(problem: Problem, volume: Any) -> Any:
+    """Bus bytes per rank of the allgather dispatcher's collectives moving `volume`, the rank's own contributions
+    (Part.gather_bytes): each call's buffer holds n_g of them and a ring passes (n_g - 1)/n_g of the buffer."""
+    return volume * (allgather_group(problem) - 1)
+
+
+def allgather_dispatch_time(problem: Problem, volume: Any, calls: Any = 0) -> Any:
+    """The allgather dispatcher's all-gathers and reduce-scatters of `volume` (Part.gather_bytes) in `calls`
+    calls: NCCL rings over the n_g ranks of the tp_ep group at stride 1; 0 without the dispatcher (volume 0) or
+    with one rank."""
+    n = allgather_group(problem)
+    return ring_time(problem, allgather_dispatch_bytes(problem, volume), n, 1, calls, constants().collectives.all_gather)
+
+
+def describe_allgather_dispatch(problem: Problem, volume: Any, calls: Any, time_s: Any) -> CollectiveRow:
+    """The `moe_allgather` row of the allgather dispatcher's `volume` (Part.gather_bytes, all passes) in `calls`
+    calls, timed `time_s` (`allgather_dispatch_time`)."""
+    return describe(problem, "moe_allgather", (allgather_group(problem), 1),
+                    (allgather_dispatch_bytes(problem, volume), calls), time_s,
+                    kind=constants().collectives.all_gather, collective=ALLGATHER_DISPATCH_COLLECTIVE)
+
+
 @dataclass(frozen=True)
 class _AllToAllLayout:
     """What an expert all-to-all's time takes from the layout alone (`all_to_all_time`, `_all_to_all_bytes`),

@@ -317,13 +317,16 @@ DISPATCHER_SYNCS = {
                                    "L586-605 (cuda_sync_point before_ep_alltoall, before_finish), L956-958"),
     "flex": DispatcherSyncs(1, "DeepEP: Megatron-LM @ d98e8a64 megatron/core/transformer/moe/fused_a2a.py L107-108; "
                                "HybridEP: deepseek-ai/DeepEP @ 94a9f8f csrc/hybrid_ep/executor/executor.cu L164-166"),
+    "allgather": DispatcherSyncs(1, "Megatron-LM @ d98e8a64 megatron/core/transformer/moe/token_dispatcher.py L320 "
+                                    "(dispatch_postprocess: tokens_per_expert = self.local_map.sum(dim=0).long().cpu(), "
+                                    "forward only; the backward reuses the saved map)"),
 }
 
 
 def dispatcher_syncs(problem: Problem) -> DispatcherSyncs:
-    """The syncs of the layout's dispatcher: DeepEP / HybridEP (Megatron's flex dispatcher) with `deepep`, else
-    the all-to-all dispatcher."""
-    return DISPATCHER_SYNCS["flex" if problem.layout.deepep else "alltoall"]
+    """The syncs of the layout's dispatcher (`Layout.dispatcher`): DeepEP / HybridEP (Megatron's flex dispatcher)
+    with `deepep`, the allgather dispatcher with `allgather_dispatcher`, else the all-to-all dispatcher."""
+    return DISPATCHER_SYNCS[problem.layout.dispatcher]
 
 
 @dataclass(frozen=True)

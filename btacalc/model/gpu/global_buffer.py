@@ -12,11 +12,13 @@ tensor as large as the largest of that name's requests, beside everything else. 
   backward, LinearWithGradAccumulationAndAsyncCommunication): the all-gathered input [s·b, h] of a
   ColumnParallelLinear. Every linear of the local implementation is one; under TransformerEngine only the output
   layer is (models/gpt/gpt_model.py: `tensor_parallel.ColumnParallelLinear`), on the last pipeline stage.
-- The allgather MoE token dispatcher (moe/token_dispatcher.py L299-301, use_global_buffer=True): not counted here,
-  since btacalc times an all-to-all dispatcher (a launch naming allgather is noted, config/megatron_codec.py).
+- The allgather MoE token dispatcher (`Layout.allgather_dispatcher`; moe/token_dispatcher.py L294-298,
+  use_global_buffer=True): the hidden states of the n_g = ETP x EP ranks of the tp_ep group gathered,
+  [(s/t)·b·n_g, h], on every stage with MoE layers.
 
-So a stage holds β·max(b·(a/t)·s², s·b·h) of the uses it has (docs/memory.md "mpubuf"), with s the tokens of a
-sequence on the rank and b the sequences of one attention pass (a CP rank's share of them, `Problem.rank_share`).
+So a stage holds β·max(b·(a/t)·s², s·b·h, (s/t)·b·n_g·h) of the uses it has (docs/memory.md "mpubuf"), with s the
+tokens of a sequence on the rank and b the sequences of one attention pass (a CP rank's share of them,
+`Problem.rank_share`).
 """
 
 from __future__ import annotations
@@ -43,4 +45,7 @@ def global_buffer_bytes(problem: Problem, tile_batch: Any, seq_len: Any, has_lay
     # (bools or arrays over layouts: & and | hold for both, as timing.py combines its conditions)
     column = (has_layers | is_last) if local else is_last
     gathering = (tp > 1) & lay.sequence_parallel & column
-    return maximum(scores, where(gathering, s * b * model.hidden_size * beta, 0))
+    n_g = lay.expert_tensor_parallel * lay.expert_parallel
+    dispatch = where(has_layers & (n_g > 1), s * b / tp * n_g * model.hidden_size * beta, 0) \
+        if lay.allgather_dispatcher and model.is_moe else 0
+    return maximum(maximum(scores, where(gathering, s * b * model.hidden_size * beta, 0)), dispatch)

@@ -35,6 +35,10 @@ class Part:
     tp_calls: Any = 0  # tensor-parallel collective calls (each pays the link's latency: collectives.py)
     cp_calls: Any = 0  # context-parallel ring exchanges (each CP - 1 sends)
     a2a_calls: Any = 0  # expert-parallel all-to-alls (dispatch, combine, their backward and re-runs)
+    # the allgather dispatcher's gathers and reduce-scatters over the ETP x EP group, each rank's contribution, all
+    # passes (x (n_g - 1) bus bytes per rank: collectives.py allgather_dispatch_time), and its calls
+    gather_bytes: Any = 0
+    gather_calls: Any = 0
     phase_s: dict[str, Any] = field(default_factory=dict)  # roofline time per phase (report)
     cast_s: dict[str, Any] = field(default_factory=dict)  # low precision: each phase's cast kernels (in phase_s)
     weight_cast_s: Any = 0.0  # low precision: casting the weights, once per optimizer step (not per micro-batch)
