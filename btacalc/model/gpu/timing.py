@@ -165,7 +165,8 @@ def gpu_step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Ev
     makespan, passes = _makespan(problem, pipe, stages, (kinds, per_kind), (first, last), tiles, m) if schedule \
         else (worst.micro_batch_s * m, None)
     bubble = makespan - worst.micro_batch_s * m
-    step = worst.micro_batch_s * m + bubble + sync + optimizer + norm + casts
+    unpaired = unpaired_exchange_s(problem, stages[0], m)
+    step = worst.micro_batch_s * m + bubble + unpaired + sync + optimizer + norm + casts
     seqs = lay.data_parallel * m * tiles * tile_batch
     peak = problem.hardware.chip.peak_flops_per_s.value
     flops = _model_flops(problem, tiles, tile_batch) * lay.data_parallel * m
@@ -175,6 +176,8 @@ def gpu_step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Ev
     phase_time, repeats = _phase_report(problem, pipe, crit, kinds, (first, last), m) if known else ({}, {})
     phase_time.update({k: v * m for k, v in worst.terms.items() if k not in ("compute", "tiling")})
     phase_time.update(pipeline_bubble=bubble, gradient_sync=sync, optimizer_step=optimizer, grad_norm=norm)
+    if lay.overlap.all_to_all:
+        phase_time.update(a2a_unpaired=unpaired)
     if problem.run.recipe.low:
         phase_time.update(weight_casts=casts)
     comm = {k: v * m for k, v in worst.raw.items()}
@@ -186,6 +189,32 @@ def gpu_step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Ev
         details["collectives"] = _critical_collectives(problem, pipe, crit, kinds, (first, last), m)
     return StepTime(step, seqs * problem.run.seq_len / step, flops / (step * lay.devices * peak), phase_time,
                     worst.terms["tiling"] * m, 0.0, comm, repeats, details)
+
+
+def unpaired_exchange_s(problem: Problem, first: _Slowest, m: Any) -> Any:
+    """The expert exchange Megatron's merged 1F1B schedule leaves without a partner, per step (0 without
+    --overlap-moe-expert-parallel-comm). The schedule runs a forward and a backward pass of two micro-batches
+    together, each one's all-to-all beside the other's compute (merged_pair.py); some passes run alone and show
+    their whole exchange:
+
+    - without a pipeline, the first micro-batch's forward and the last one's backward (Megatron-LM @ d98e8a64
+      megatron/core/pipeline_parallel/combined_1f1b.py L76-93: "executed alone, no a2a overlapping", L119-135);
+    - with one (Megatron requires interleaving then, transformer_config.py L3007-3011), each rank's warm-up
+      forwards and as many cool-down backwards, w = 2(PP - 1) + (VP - 1)N + 1 on rank 0 (schedule.py
+      `warmup_forwards`, the one more of the overlap included), each over one model chunk, 1/VP of the stage.
+
+    A lone forward and a lone backward of the same layers together show the exchange the pair hid, H = a2a -
+    exposed - its SM share (the stage's per-micro-batch terms), whatever split of the exposed part between the
+    two passes the pipeline simulation uses. Rank 0's passes span the step from its first forward to its last
+    backward (the makespan, schedule.py), so its w lone pairs of chunk passes add w/VP x H: with no pipeline
+    1 x H. An estimate on the critical path for a pipeline: the other ranks' lone passes are fewer and are not
+    added."""
+    lay = problem.layout
+    hidden = first.raw["all_to_all"] - first.terms["all_to_all"] - first.terms["a2a_sm_share"]
+    pp, vp = lay.pipeline_parallel, lay.virtual_pipeline
+    group = lay.microbatch_group or pp
+    lone = where(pp > 1, minimum(2 * (pp - 1) + (vp - 1) * group + 1, m * vp), 1)
+    return where(lay.overlap.all_to_all, lone / vp * hidden, 0.0)
 
 
 # a stage's per-micro-batch terms that its layers run (per layer of a kind, `_kind_terms`): they place its time

@@ -1,0 +1,68 @@
+"""The expert exchange Megatron's merged 1F1B schedule leaves without a partner (timing.py `unpaired_exchange_s`),
+each test its derivation from the schedule:
+
+- without a pipeline (Megatron-LM @ d98e8a64 megatron/core/pipeline_parallel/combined_1f1b.py L76-93, L119-135):
+  M micro-batches run as a lone forward, M - 1 merged (forward, backward) pairs and a lone backward. A pair takes
+  F + B + E (E: the exchange it leaves exposed, with its SM share); a lone pass shows its whole exchange, so the
+  step is M (F + B + E) + (A - E) with A the whole exchange of one micro-batch: one H = A - E more, whatever M;
+- with one (interleaving required, transformer_config.py L3007-3011): rank 0 runs w = 2(PP - 1) + (VP - 1)N + 1
+  warm-up forwards alone (schedules.py get_pp_rank_microbatches, one more under the overlap), at most M x VP, and
+  as many cool-down backwards, each over one model chunk: w / VP x H.
+H is read from the plan itself: the raw exchange (`communication_s`) less what the merged schedule exposes and
+its SM share (`phase_share`), per micro-batch.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+BASE = "--model qwen3-30b-a3b --hw b200 --ep 8 --overlap-a2a --micro-batch 1"
+
+
+def _plan(cli, extra: str) -> dict:
+    code, out, err = cli("plan", *f"{BASE} {extra}".split(), "--json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def _hidden_and_unpaired(plan: dict) -> tuple[float, float]:
+    t = plan["throughput"]
+    step, share = t["step_time_s"], t["phase_share"]
+    m = plan["parallelism"]["micro_batches"]
+    raw = t["communication_s"]["all_to_all"]
+    hidden = (raw - (share["all_to_all"] + share["a2a_sm_share"]) * step) / m
+    return hidden, share["a2a_unpaired"] * step
+
+
+@pytest.mark.parametrize("batch, m", [(32, 4), (8, 1)])
+def test_without_a_pipeline_one_micro_batchs_hidden_exchange_whatever_m(cli, batch, m):
+    plan = _plan(cli, f"--devices 8 --global-batch {batch}")
+    assert plan["parallelism"]["micro_batches"] == m
+    hidden, unpaired = _hidden_and_unpaired(plan)
+    assert hidden > 0 and unpaired == pytest.approx(1 * hidden, rel=1e-9)
+
+
+def test_interleaved_rank_zeros_warm_up_forwards_and_cool_down_backwards(cli):
+    # PP 2, VP 2, M 4 (N = PP = 2): w = 2 x 1 + 1 x 2 + 1 = 5 <= M x VP = 8: 5 / 2 x H
+    plan = _plan(cli, "--devices 32 --pp 2 --vp 2 --global-batch 64")
+    assert plan["parallelism"]["micro_batches"] == 4
+    hidden, unpaired = _hidden_and_unpaired(plan)
+    assert unpaired == pytest.approx((2 * 1 + 1 * 2 + 1) / 2 * hidden, rel=1e-9)
+
+
+def test_the_warm_up_is_capped_at_every_forward(cli):
+    # PP 4, VP 2, M 4: w = 2 x 3 + 1 x 4 + 1 = 11 > M x VP = 8 forwards: every pass runs alone, 8 / 2 x H
+    plan = _plan(cli, "--devices 32 --pp 4 --vp 2 --global-batch 32")
+    assert plan["parallelism"]["micro_batches"] == 4
+    hidden, unpaired = _hidden_and_unpaired(plan)
+    assert unpaired == pytest.approx(4 * 1 * 2 / 2 * hidden, rel=1e-9)
+
+
+def test_without_the_overlap_there_is_no_such_row_and_the_exchange_is_all_exposed(cli):
+    code, out, err = cli("plan", *BASE.replace("--overlap-a2a", "").split(), "--devices", "8", "--global-batch", "32",
+                         "--json")
+    t = json.loads(out)["throughput"]
+    assert "a2a_unpaired" not in t["phase_share"]
+    assert t["phase_share"]["all_to_all"] * t["step_time_s"] == pytest.approx(t["communication_s"]["all_to_all"])
