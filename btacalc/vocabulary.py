@@ -117,6 +117,10 @@ FEATURES: dict[str, tuple[Any, ...]] = {
     # Adam's two moments: fp32 (Megatron-LM's default) or bf16 (--use-precision-aware-optimizer with
     # --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16)
     "moments": ("fp32", "bf16"),
+    # the optimizer's master weights: fp32, or the low 16 bits of each fp32 master weight as int16 beside the bf16
+    # parameter that holds its high 16 (TransformerEngine FusedAdam's store_param_remainders, Megatron-Core's default
+    # with --use-precision-aware-optimizer, no FP8 or delayed-scaling FP8, bf16 parameters: RunOptions)
+    "master": ("fp32", "remainders"),
     # where an MoE layer multiplies each routed copy by its routing weight: in the combine after the experts
     # (the weighted sum keeps the expert outputs for the weights' gradient), or inside the experts' activation
     # (Megatron-Core: the weighted SwiGLU keeps its input and the weights, the combine keeps nothing)

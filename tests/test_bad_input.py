@@ -349,6 +349,11 @@ for cmd in (["plan", "--hw", "b200"], ["sweep", "--hw", "b200", "--vary", "seq=2
     case("ignored", *cmd, "-m", "llama-3-8b", "--overlap-a2a", fragment="the model is dense")
 case("ignored", "plan", "-m", "llama-3-8b", *GPU8, "--precision", "mxfp8", "--no-rht-cast-fusion", fragment="got mxfp8")
 case("ignored", "plan", "-m", "llama-3-8b", *GPU8, "--deepep", fragment="the model is dense (no dispatch)")
+# remainders: the precision-aware optimizer is TransformerEngine's FusedAdam (Adam only, GPUs only)
+case("ignored", "plan", "-m", "llama-3-8b", *GPU8, "--precision-aware-optimizer", "--optimizer", "sgd",
+     fragment="TransformerEngine's FusedAdam; the optimizer is sgd")
+case("ignored", "plan", "-m", "llama-3-8b", "--hw", "wse3", "--precision-aware-optimizer",
+     fragment="a wafer-scale run's optimizer state is MemoryX's")
 # agdisp: Megatron's allgather dispatcher is an MoE dispatcher on GPUs, not beside DeepEP or the EP overlap
 case("ignored", "plan", "-m", "llama-3-8b", *GPU8, "--allgather-dispatcher", fragment="the model is dense (no dispatch)")
 case("ignored", "plan", "-m", "qwen3-30b-a3b", "--hw", "wse3", "--allgather-dispatcher",

@@ -58,6 +58,8 @@ def pinned_terms() -> frozenset[int]:
     state_pinned = any(_golden_has(c, "memory_bytes", "optimizer_state") for c in COMMANDS)
     bf16_moments = any(_golden_has(c, "memory_bytes", "optimizer_state") and _golden_input(c, "moment_bytes") == 2
                        for c in COMMANDS)
+    remainders = any(_golden_has(c, "memory_bytes", "optimizer_state") and _golden_input(c, "master_weights") == "remainders"
+                     for c in COMMANDS)
     for name in MODELS:
         model = golden_model(name)
         for sel in golden_selections(name):
@@ -73,7 +75,8 @@ def pinned_terms() -> frozenset[int]:
                         # golden asks for them)
                         applicable = [t for t in phase.terms if t.applies(f) or (
                             t.q == "state" and (t.applies({**f, "main_grads": "fp32"})
-                                                or (bf16_moments and t.applies({**f, "moments": "bf16"}))))]
+                                                or (bf16_moments and t.applies({**f, "moments": "bf16"}))
+                                                or (remainders and t.applies({**f, "master": "remainders"}))))]
                         chosen = {id(t) for q in PINNED_BY_VALUES for t in selection.terms(phase, q)}
                         for t in applicable:
                             by_values = id(t) in chosen or (t.q == "stored" and phase.scope == "layer"

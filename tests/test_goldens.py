@@ -65,6 +65,9 @@ COMMANDS: dict[str, list[str]] = {
                                        "8", "--precision", "mxfp8", "--fp8-param-gather", "--optimizer-moments",
                                        "bf16", "--cpu-offloading-num-layers", "8", "--recompute", "none",
                                        "--grad-bytes", "2", "--json"],
+    # the precision-aware optimizer in BF16: FusedAdam's int16 master remainders (docs/memory.md "remainders")
+    "plan-h100-llama-precision-aware": ["plan", "--model", "llama-3.2-1b", "--hw", "h100", "--devices", "8",
+                                        "--global-batch", "64", "--precision-aware-optimizer", "--json"],
     # the 26.08 Qwen3 recipe's FP8 attention (--fp8-attention): cuDNN's MXFP8 kernel and its casts
     "plan-gb200-qwen3-mxfp8-fp8-attention": ["plan", "--model", "qwen3-30b-a3b", "--hw", "gb200", "--devices", "8",
                                              "--ep", "8", "--precision", "mxfp8", "--attention", "flash",

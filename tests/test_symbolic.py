@@ -24,7 +24,7 @@ GPT = {"norm": "layernorm", "mlp": "gelu", "moe": False, "dropout": True, "qkv_b
        "sliding_window": False, "attention_sinks": False, "router": "softmax", "router_renormalize": True,
        "router_bias": False, "expert_bias": False, "shared_experts": False, "shared_expert_gate": False,
        "mtp_module": False, "sequence_parallel": False, "main_grads": "param", "moments": "fp32",
-       "routing_weights": "combine", "fp8_attention": False, "bf16_layer": False, "checkpoint_early_stop": False,
+       "master": "fp32", "routing_weights": "combine", "fp8_attention": False, "bf16_layer": False, "checkpoint_early_stop": False,
        "eager_kernels": False, "attention_kernel": "default"}
 QWEN3_MOE = {**GPT, "norm": "rmsnorm", "mlp": "swiglu", "moe": True, "dropout": False, "qkv_bias": False,
              "linear_bias": False, "mlp_bias": False, "qk_norm": "head", "position_embedding": "rope", "tied_embeddings": False,
@@ -126,24 +126,35 @@ def test_6PD_for_the_weight_matmuls():
 
 
 def test_mixed_precision_adam_is_16_bytes_per_param():
-    expr = state_expression({"optimizer": "adam", "main_grads": "param", "moments": "fp32"}).subs(beta, 2)
+    expr = state_expression({"optimizer": "adam", "main_grads": "param", "moments": "fp32", "master": "fp32"}).subs(beta, 2)
     assert sp.simplify(expr - 16 * P) == 0
-    sgd = state_expression({"optimizer": "sgd", "main_grads": "param", "moments": "fp32"}).subs(beta, 2)
+    sgd = state_expression({"optimizer": "sgd", "main_grads": "param", "moments": "fp32", "master": "fp32"}).subs(beta, 2)
     assert sp.simplify(sgd - 12 * P) == 0  # 2 + 2 + 8 (fp32 copy + momentum), Transformer Math 101
 
 
 def test_megatron_bf16_with_fp32_main_grads_is_18_bytes_per_param():
     # Megatron-LM docs/user-guide/features/dist_optimizer.md: bf16 params with fp32 grads, no distributed
     # optimizer: 2 (bf16 weight) + 4 (fp32 main grad) + 4 (fp32 main param) + 4 + 4 (Adam m, v) = 18
-    expr = state_expression({"optimizer": "adam", "main_grads": "fp32", "moments": "fp32"}).subs(beta, 2)
+    expr = state_expression({"optimizer": "adam", "main_grads": "fp32", "moments": "fp32", "master": "fp32"}).subs(beta, 2)
     assert sp.simplify(expr - 18 * P) == 0
 
 
 def test_precision_aware_optimizer_with_bf16_moments_is_12_bytes_per_param():
     # Megatron's precision-aware optimizer as DeepSeek-V3's Megatron-Bridge recipe sets it: bf16 weights (2),
     # bf16 main gradients (2), fp32 master weights (4), bf16 Adam m and v (2 + 2) = 12
-    expr = state_expression({"optimizer": "adam", "main_grads": "param", "moments": "bf16"}).subs(beta, 2)
+    expr = state_expression({"optimizer": "adam", "main_grads": "param", "moments": "bf16", "master": "fp32"}).subs(beta, 2)
     assert sp.simplify(expr - 12 * P) == 0
+
+
+def test_fused_adams_int16_master_remainders_save_two_bytes_per_param():
+    # TransformerEngine FusedAdam's store_param_remainders (Megatron-Core's default with the precision-aware optimizer
+    # on bf16 parameters, no FP8 or delayed FP8): the low 16 bits of each fp32 master weight as int16, the high 16
+    # being the bf16 weight itself (fused_adam.py L414-415): Transformer Math 101's 16 less 2 = 14; with bf16 moments
+    # and bf16 main gradients 2 + 2 + 2 + 2 + 2 = 10
+    expr = state_expression({"optimizer": "adam", "main_grads": "param", "moments": "fp32", "master": "remainders"})
+    assert sp.simplify(expr.subs(beta, 2) - 14 * P) == 0
+    expr = state_expression({"optimizer": "adam", "main_grads": "param", "moments": "bf16", "master": "remainders"})
+    assert sp.simplify(expr.subs(beta, 2) - 10 * P) == 0
 
 
 def test_flash_removes_the_s2_terms():

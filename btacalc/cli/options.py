@@ -43,6 +43,7 @@ FLAGS = {
     "rht_cast_fusion": "--no-rht-cast-fusion",
     "cpu_offload_layers": "--cpu-offloading-num-layers",
     "moment_bytes": "--optimizer-moments",
+    "precision_aware_optimizer": "--precision-aware-optimizer",
     "overlap_streaming": "--no-overlap",
 }
 
@@ -295,8 +296,14 @@ OptimizerOpt = typer.Option(None, "--optimizer", help=help_text("The optimizer w
 MOMENT_BYTES = {"fp32": 4, "bf16": 2}  # --optimizer-moments -> bytes per Adam moment (RunOptions.moment_bytes)
 Moments = _choices("Moments", tuple(MOMENT_BYTES))
 MomentsOpt = typer.Option(None, "--optimizer-moments", help=help_text("Adam's two moments in fp32 or bf16 (Megatron "
-                          "--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16; the fp32 "
-                          "master weights stay) [default: fp32]."))
+                          "--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16; the master "
+                          "weights as --precision-aware-optimizer keeps them) [default: fp32]."))
+PrecisionAwareOpt = typer.Option(False, "--precision-aware-optimizer/--no-precision-aware-optimizer", show_default=False,
+                                 help=help_text(
+    "Megatron's --use-precision-aware-optimizer: TransformerEngine's FusedAdam holds the optimizer state; with bf16 "
+    "parameters and no FP8 or delayed-scaling FP8 it keeps each fp32 master weight as its low 16 bits beside the "
+    "bf16 parameter (store_param_remainders, Megatron-Core's default): 2 B per parameter, not 4. Implied by "
+    "--optimizer-moments bf16 [default: off]."))
 JsonOpt = typer.Option(False, "--json", help="Print the result as JSON on stdout.")
 OutputOpt = typer.Option(None, "--output", "-o", help="Write the JSON to this file (atomically; - for standard output).")
 QuietOpt = typer.Option(False, "--quiet", "-q", help="No progress report on stderr.")

@@ -14,7 +14,7 @@ from .. import profiling
 from ..errors import BtacalcError
 from .console import err
 from .options import (with_flags, Accounting, AccountingOpt, Attention, AttentionKernelOpt, AttentionOpt, CausalOpt, CpOpt, DevicesOpt, Emit, EpOpt,
-                      EtpOpt, ExpertFfnOpt, ExpertsOpt, FixedActiveOpt, EagerKernelsOpt, CpuOffloadOpt, MOMENT_BYTES, Moments, MomentsOpt, Optimizer, OptimizerOpt, FsdpOpt, FsdpImplOpt, GlobalBatchOpt,
+                      EtpOpt, ExpertFfnOpt, ExpertsOpt, FixedActiveOpt, EagerKernelsOpt, CpuOffloadOpt, MOMENT_BYTES, Moments, MomentsOpt, PrecisionAwareOpt, Optimizer, OptimizerOpt, FsdpOpt, FsdpImplOpt, GlobalBatchOpt,
                       GpusPerNodeOpt, Precision, PrecisionOpt,
                       GradAccumOpt, GradBytesOpt, HwOpt, Loss, LossOpt, MaxGlobalBatchOpt, MaxTileBatchOpt,
                       MemoryModelChoice, MemoryModelOpt, MicroBatchOpt, ModelOpt, NameOpt, Objective,
@@ -130,6 +130,7 @@ def plan(
     eager_kernels: bool = EagerKernelsOpt,
     cpu_offloading_num_layers: int = CpuOffloadOpt,
     optimizer_moments: Optional[Moments] = MomentsOpt,
+    precision_aware_optimizer: bool = PrecisionAwareOpt,
     optimizer: Optional[Optimizer] = OptimizerOpt,
     search: bool = typer.Option(False, "--search", help="Search the fastest layout that fits (TP, PP, VP, CP, EP, "
                                 "ETP, micro-batch, recompute) on --devices GPUs; the given values fix that dimension."),
@@ -196,6 +197,7 @@ def plan(
             precision=value(precision), cpu_offload_layers=cpu_offloading_num_layers, eager_kernels=eager_kernels,
             **recipe.request_fields(),
             moment_bytes=None if optimizer_moments is None else MOMENT_BYTES[optimizer_moments.value],
+            precision_aware_optimizer=precision_aware_optimizer,
             optimizer=value(optimizer),
             limits=BatchLimits(global_batch, tiles, tile_batch, max_global_batch, max_tile_batch, micro_batch=micro_batch),
             **layout_fields(tp, sequence_parallel, pp, vp, cp, etp, fsdp, grad_bytes, routing_imbalance,

@@ -173,6 +173,10 @@ class RunOptions:
     # bytes of each of Adam's two moments: 4 (fp32, Megatron's default) or 2 (--use-precision-aware-optimizer
     # --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16)
     moment_bytes: int = 4
+    # Megatron --use-precision-aware-optimizer (TransformerEngine's FusedAdam holds the master weights and moments;
+    # implied by bf16 moments, which need it): with bf16 parameters and no FP8 or delayed-scaling FP8 the master
+    # weights are int16 remainders (`param_remainders`)
+    precision_aware_optimizer: bool = False
     # where an MoE layer applies its routing weights (vocabulary "routing_weights"; REASONS)
     routing_weights: Literal["combine", "experts"] = "combine"
     # Megatron --first-last-layers-bf16 --num-layers-at-start-in-bf16 N --num-layers-at-end-in-bf16 M: the first N and
@@ -192,6 +196,19 @@ class RunOptions:
     def bf16_ends(self) -> tuple[int, int]:
         """(first, last) decoder layers the low-precision recipe leaves in BF16 (ModelSpec.bf16_layer_positions)."""
         return self.bf16_layers_at_start, self.bf16_layers_at_end
+
+    @property
+    def param_remainders(self) -> bool:
+        """Whether TransformerEngine's FusedAdam keeps each fp32 master weight as its low 16 bits (int16) beside the
+        bf16 parameter: Megatron-Core passes master_weights and store_param_remainders (OptimizerConfig default True)
+        to FusedAdam when use_precision_aware_optimizer_no_fp8_or_ds_fp8 holds (Megatron-LM @ d98e8a64
+        megatron/core/optimizer/optimizer_config.py L192-195, L407-414: precision-aware and no FP8 recipe or the
+        delayed one; optimizer/__init__.py L574-588) and the parameters are bf16 (distrib_optimizer.py L1007-1009;
+        TransformerEngine @ d0067d0 pytorch/optimizers/fused_adam.py L213-214: fp32 master weights only). Megatron-FSDP
+        keeps its own main weights (Problem.features)."""
+        aware = self.precision_aware_optimizer or self.moment_bytes == 2
+        no_fp8_or_delayed = self.precision in ("bf16", "fp8")
+        return aware and self.optimizer == "adam" and no_fp8_or_delayed
 
     @property
     def recipe(self) -> Recipe:
@@ -766,6 +783,7 @@ class ExecutionRequest:
     bf16_layers_at_start: int = 0  # Megatron --num-layers-at-start-in-bf16 (RunOptions.bf16_layers_at_start)
     bf16_layers_at_end: int = 0  # Megatron --num-layers-at-end-in-bf16 (RunOptions.bf16_layers_at_end)
     moment_bytes: Optional[int] = None  # None: 4 (fp32 Adam moments); 2: bf16 (RunOptions.moment_bytes)
+    precision_aware_optimizer: bool = False  # RunOptions.precision_aware_optimizer (Megatron's flag)
     optimizer: Optional[str] = None  # None: adam, Megatron-LM's default --optimizer (RunOptions.optimizer)
 
     def with_changes(self, **changes: Any) -> "ExecutionRequest":
@@ -829,7 +847,8 @@ def _optimizer_fields(request: ExecutionRequest) -> dict[str, Any]:
     """The optimizer whose state the run holds and its moments' bytes: Megatron-LM's defaults, Adam (--optimizer adam,
     arguments.py L2913) with fp32 moments, unless the request says (the CLI's and the codec's choices check the name)."""
     return {"moment_bytes": 4 if request.moment_bytes is None else request.moment_bytes,
-            "optimizer": "adam" if request.optimizer is None else request.optimizer}
+            "optimizer": "adam" if request.optimizer is None else request.optimizer,
+            "precision_aware_optimizer": request.precision_aware_optimizer}
 
 
 def _bounded_seq(seq_len: int) -> int:
@@ -949,6 +968,9 @@ _GPU_ONLY: tuple[tuple[Any, str], ...] = (
      "(Megatron's --deterministic-mode); a wafer-scale run has neither"),
     (lambda run, layout: layout.deepep,  # a wafer run is strict data parallel: no expert-parallel dispatch to route
      "{deepep} is a GPU MoE dispatcher between expert-parallel ranks; a wafer-scale run has no expert parallelism"),
+    (lambda run, layout: run.precision_aware_optimizer,  # TransformerEngine's FusedAdam (RunOptions.param_remainders)
+     "{precision_aware_optimizer} is TransformerEngine's FusedAdam on a GPU; a wafer-scale run's optimizer state is "
+     "MemoryX's"),
     (lambda run, layout: layout.allgather_dispatcher,  # likewise
      "{allgather_dispatcher} is a GPU MoE dispatcher between expert-parallel ranks; a wafer-scale run has no expert "
      "parallelism"),
@@ -1253,6 +1275,10 @@ def _check_run(run: RunOptions, model: "ModelSpec") -> None:
     if run.moment_bytes == 2 and run.optimizer != "adam":
         raise BtacalcError(f"{{moment_bytes}} asks for bf16 Adam moments; the optimizer is {run.optimizer}, which has no "
                            "Adam moments")
+    if run.precision_aware_optimizer and run.optimizer != "adam":
+        raise BtacalcError(f"{{precision_aware_optimizer}} is TransformerEngine's FusedAdam; the optimizer is "
+                           f"{run.optimizer} (Megatron-Core: '--use-precision-aware-optimizer only supported with adam', "
+                           "optimizer_config.py L433-436)")
     # the busiest expert receives at most every token once: T tokens against the mean T·k/E, so R <= E/k
     most = model.num_experts / model.top_k if model.is_moe else 1.0
     if not 1.0 <= run.routing_imbalance <= most:

@@ -1145,21 +1145,25 @@ MOMENT_BYTES = {"fp32": 4, "bf16": 2}
 
 
 def _enc_moments(f: Fields) -> Args:
-    """--use-precision-aware-optimizer with bf16 Adam moments (the fp32 master weights stay)."""
-    if f.get("run.moment_bytes", 4) != 2:
+    """--use-precision-aware-optimizer (TransformerEngine's FusedAdam), with bf16 Adam moments where the plan has
+    them (they need it: optimizer_config.py L466-478 @ d98e8a64)."""
+    bf16 = f.get("run.moment_bytes", 4) == 2
+    if not (bf16 or f.get("run.precision_aware_optimizer")):
         return {}
-    return {"use_precision_aware_optimizer": True, "exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16"}
+    return {"use_precision_aware_optimizer": True,
+            **({"exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16"} if bf16 else {})}
 
 
 def _dec_moments(get: Get) -> Fields:
+    """The precision-aware optimizer (its master weights: RunOptions.param_remainders) and its moments' dtype."""
     aware = truth(get("use_precision_aware_optimizer"))
     dtypes = {str(get("exp_avg_dtype") or "fp32"), str(get("exp_avg_sq_dtype") or "fp32")}
     if not aware or dtypes == {"fp32"}:
-        return {"run.moment_bytes": 4}
+        return {"run.moment_bytes": 4, "run.precision_aware_optimizer": aware}
     if len(dtypes) > 1 or not dtypes <= set(MOMENT_BYTES):
         raise BtacalcError(f"--exp-avg-dtype / --exp-avg-sq-dtype {' / '.join(sorted(dtypes))}: btacalc models both "
                            "Adam moments in fp32 or both in bf16")
-    return {"run.moment_bytes": MOMENT_BYTES[dtypes.pop()]}
+    return {"run.moment_bytes": MOMENT_BYTES[dtypes.pop()], "run.precision_aware_optimizer": True}
 
 
 # The optimizers whose state btacalc's catalogue holds (formulas/training_state.toml: Adam's fp32 master weights and two

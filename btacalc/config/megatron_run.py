@@ -77,7 +77,8 @@ IGNORED: tuple[tuple[str, str], ...] = (
      "activation offloading beyond --cpu-offloading-num-layers (module-wise offloading, weights, double "
      "buffering): not modelled (btacalc keeps those activations on the device)"),
     (r"(main_grads_dtype|main_params_dtype)",
-     "optimizer state precision: btacalc models fp32 master weights; the main gradients follow "
+     "optimizer state precision: btacalc models fp32 master weights, or under --use-precision-aware-optimizer "
+     "FusedAdam's int16 remainders (main_params_dtype fp32 with bf16 parameters); the main gradients follow "
      "--grad-reduce-in-bf16"),
     (r"tp_comm_overlap_cfg",
      "a userbuffers table (TE's ub_cfgs: a YAML file for Megatron-LM, a named table for Megatron-Bridge): not read, "
@@ -927,6 +928,7 @@ def _guarded_request_fields(f: Fields) -> dict[str, Any]:
     out["bf16_layers_at_start"] = f.get("run.bf16_layers_at_start", 0)
     out["bf16_layers_at_end"] = f.get("run.bf16_layers_at_end", 0)
     out["moment_bytes"] = f.get("run.moment_bytes", 4)
+    out["precision_aware_optimizer"] = bool(f.get("run.precision_aware_optimizer"))
     out["optimizer"] = f.get("run.optimizer", "adam")
     out["gradient_accumulation_fusion"] = f.get("run.gradient_accumulation_fusion", True)
     out["transformer_engine"] = f.get("run.transformer_engine", True)

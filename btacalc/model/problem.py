@@ -178,6 +178,15 @@ class Problem:
         """weight_streaming or resident ("auto" must be resolved first: model.memory.resolve_memory_model)."""
         return self.run.memory_model
 
+    def features(self) -> dict[str, Any]:
+        """The run's features (`RunOptions.features`) with the layout's: sequence parallelism, and where the
+        optimizer keeps its master weights (RunOptions.param_remainders on a GPU, not under Megatron-FSDP, whose own
+        main weights Megatron-Core keeps apart from FusedAdam: optimizer/__init__.py L578-581 @ d98e8a64)."""
+        lay = self.layout
+        gpu = self.hardware.family == "gpu"
+        master = "remainders" if self.run.param_remainders and not lay.fsdp and gpu else "fp32"
+        return {**self.run.features(), "sequence_parallel": lay.sequence_parallel, "master": master}
+
     @cached_property
     def kinds(self) -> tuple[tuple[LayerKind, CompiledSelection], ...]:
         """Each layer kind with its compiled selection: a function of the model and the execution, so kept in
@@ -187,7 +196,7 @@ class Problem:
             hit = self.layout_cache.get("kinds")
             if hit is not None:
                 return hit
-        features = {**self.run.features(), "sequence_parallel": self.layout.sequence_parallel}
+        features = self.features()
         kinds = kind_selections(self.model, tuple(sorted(features.items())), self.run.recompute,
                                 self.run.multi_token_prediction, self.run.bf16_ends)
         if shared and self.layout_cache is not self._cache:
@@ -272,7 +281,7 @@ class Problem:
         None (not remembered) for points of arrays."""
         if self.symbols or self.counts is not None:
             return None
-        features = {**self.run.features(), "sequence_parallel": self.layout.sequence_parallel}
+        features = self.features()
         return plain_key((tuple(sorted(features.items())), self.run.recompute, self.run.multi_token_prediction,
                           self.run.bf16_ends, tuple(shape.items())))
 

@@ -263,7 +263,7 @@ _COMPONENT_NOTES = {
     "gradient_buffers": "outgoing gradients buffered on-chip",
     "weights": "16-bit weights",
     "gradients": "gradients ({gradient_note})",
-    "optimizer_state": "fp32 master weights + {optimizer_note}",
+    "optimizer_state": "{optimizer_note}",
     "gathered_weights": "ZeRO-3 / FSDP: gathered layer weights",
     "low_precision_weights": "FP8/FP4 weight copies TransformerEngine caches (rowwise and columnwise), less the 16-bit "
                              "copy --fp8-param-gather drops",
@@ -281,8 +281,9 @@ def _gradient_note(r: PlanReport) -> str:
 def _optimizer_note(r: PlanReport) -> str:
     """The optimizer state's label from the run's optimizer and moment bytes (--optimizer, --optimizer-moments)."""
     if r.inputs.optimizer == "sgd":
-        return "SGD momentum (fp32)"
-    return "Adam moments (bf16)" if r.inputs.moment_bytes == 2 else "Adam moments (fp32)"
+        return "fp32 master weights + SGD momentum (fp32)"
+    master = "int16 master remainders" if r.inputs.master_weights == "remainders" else "fp32 master weights"
+    return f"{master} + Adam moments ({'bf16' if r.inputs.moment_bytes == 2 else 'fp32'})"
 
 
 def _memory_table(r: PlanReport) -> Table:

@@ -44,7 +44,8 @@ def formula_listing(phase: Optional[str], quantity: Optional[str], model: Option
         return listing
 
     spec = resolve_model(model)
-    feats = {**spec.features(), **run.features(), "sequence_parallel": sequence_parallel}
+    feats = {**spec.features(), **run.features(), "sequence_parallel": sequence_parallel,
+             "master": "remainders" if run.param_remainders else "fp32"}  # (Problem.features, without a layout)
     sel = Selection.make(feats, run.recompute)
     listing["selection"] = {"model": spec.name, "recompute": run.recompute, **feats}
     applies = [p.name for p in sel.phases()]

@@ -183,6 +183,13 @@ class Inputs(BaseModel):
                                    "linear layers run in BF16 under the low-precision recipe (the first and last kept "
                                    "out of it); every other decoder layer runs in the recipe")
     moment_bytes: int = Field(4, description="bytes of each Adam moment (2: bf16, the precision-aware optimizer)")
+    precision_aware_optimizer: bool = Field(False, description="Megatron's --use-precision-aware-optimizer: "
+                                            "TransformerEngine's FusedAdam holds the master weights and moments (implied "
+                                            "by bf16 moments)")
+    master_weights: str = Field("fp32", description="the optimizer's master weights: fp32, or remainders (the low "
+                                "16 bits of each fp32 master weight as int16 beside its bf16 parameter: FusedAdam's "
+                                "store_param_remainders under the precision-aware optimizer without FP8 or with "
+                                "delayed-scaling FP8)")
     routing_weights: str = Field("combine", description="where an MoE layer applies its routing weights: combine "
                                  "(after the experts) or experts (inside their activation, Megatron-Core)")
     micro_batches: Optional[int] = Field(None, description="M as given (--grad-accum); None: chosen by the solver")
@@ -221,6 +228,8 @@ class Inputs(BaseModel):
             out.append((f"decoder layers {_layer_ranges(self.bf16_layers)} in BF16, outside {self.precision}", flags))
         if self.moment_bytes == 2:
             out.append(("bf16 Adam moments", "--optimizer-moments bf16"))
+        if self.precision_aware_optimizer and self.moment_bytes != 2:
+            out.append(("TransformerEngine's FusedAdam holds the optimizer state", "--precision-aware-optimizer"))
         if self.optimizer == "sgd":
             out.append(("SGD: fp32 master weights and one momentum, no second moment", "--optimizer sgd"))
         return out

@@ -153,6 +153,10 @@ class Recipe(BaseModel):
     cpu_offloading_num_layers: Optional[int] = Field(None, ge=0, description="--cpu-offloading "
                                                      "--cpu-offloading-num-layers: activations of the first N decoder "
                                                      "layers kept in host memory (config.execution.ACTIVATION_OFFLOAD)")
+    use_precision_aware_optimizer: Optional[bool] = Field(None, description="--use-precision-aware-optimizer: "
+                                                          "TransformerEngine's FusedAdam holds the optimizer state "
+                                                          "(with bf16 parameters and no FP8, int16 master remainders "
+                                                          "since Megatron-Core 0.13); implied by bf16 moments")
     exp_avg_dtype: Optional[Literal["fp32", "bf16"]] = Field(None, description="--use-precision-aware-optimizer "
                                                              "--exp-avg-dtype / --exp-avg-sq-dtype: Adam's moments "
                                                              "(default fp32)")
