@@ -136,3 +136,41 @@ def test_what_megatron_refuses_beside_it_is_refused(cli, extra, fragment):
     code, out, err = cli("plan", *LAYOUT.split(), "--allgather-dispatcher", *extra.split())
     assert code == 2 and fragment in err and len(err.strip().splitlines()) == 1
 
+
+@pytest.mark.parametrize("layout, split, n_g, micro_batches", [
+    # TP 2, ETP 1, EP 4: tp_ep = ETP x EP = 4 ranks (token_dispatcher.py L86-87: pg_collection.tp_ep, its
+    # tp_size the expert tensor-parallel group's), each holding its s/TP tokens (the MoE layer's input is sequence
+    # parallel over the attention's TP, moe_layer.py L636-640); DP = 8 / 2 = 4, so 8 sequences are M = 2
+    ("--tp 2 --etp 1 --ep 4", 2, 4, 2),
+    # TP 4, ETP 2, EP 2: tp_ep = 2 x 2 = 4 ranks of s/4 tokens each; DP 2, M = 4
+    ("--tp 4 --etp 2 --ep 2", 4, 4, 4),
+    # EP 1 at TP 2 (ETP defaults to TP, parallel_state.py L871-872): the dispatcher still gathers over
+    # tp_ep = 2 x 1 (token_dispatcher.py L285: `if self.tp_size > 1 or self.ep_size > 1`); DP 4, M = 2
+    ("--tp 2 --ep 1", 2, 2, 2),
+    # CP 2, EP 4: each rank routes its s/CP tokens; tp_ep = 1 x 4; DP 4 (dense: 8 / CP 2), M = 2
+    ("--cp 2 --ep 4", 2, 4, 2),
+])
+def test_the_group_and_the_contribution_when_tp_and_etp_differ(cli, layout, split, n_g, micro_batches):
+    code, out, err = cli("plan", *f"--model olmoe-1b-7b --hw h100 --devices 8 {layout} --seq 4096 --micro-batch 1 "
+                         "--global-batch 8 --allgather-dispatcher --json".split())
+    assert code == 0, err
+    plan = json.loads(out)
+    tokens = SEQ // split  # a rank's contribution: its (S/TP)*B tokens (L298; S/CP under context parallelism)
+    per_layer = 4 * tokens * H * BETA + 2 * tokens * EXPERTS * BETA + tokens * EXPERTS
+    row = _row(plan, "moe_allgather")
+    assert row["ranks"] == n_g
+    assert row["message_bytes"] * row["calls"] == pytest.approx(micro_batches * LAYERS * per_layer * (n_g - 1),
+                                                                rel=1e-12)
+    # the gathered hidden states [(S/TP)*B*n_g, H] in the global buffer (mappings.py L142-143)
+    assert plan["memory_bytes"]["global_buffer"] == tokens * n_g * H * BETA
+
+
+def test_a_stage_of_dense_layers_holds_no_dispatch_buffer(cli):
+    # deepseek-proxy-2l: layer 1 dense (first_dense_layers 1), layer 2 MoE; at PP 2 the first stage runs no MoE
+    # layer, so no dispatcher asks the "mpu" buffer for its gather (TE linears, TP 1: nothing else does); the second
+    # holds [1,024 x 1 x EP 4, 512] bf16 (token_dispatcher.py L299-301, mappings.py L142-143)
+    code, out, err = cli("plan", *"-m deepseek-proxy-2l-megatron-ci --hw h100 --devices 8 --pp 2 --ep 4 --seq 1024 "
+                         "--micro-batch 1 --global-batch 8 --allgather-dispatcher --json".split())
+    assert code == 0, err
+    stages = json.loads(out)["memory_stages"]
+    assert [s["components"]["global_buffer"] for s in stages] == [0, 1024 * 4 * 512 * 2]
