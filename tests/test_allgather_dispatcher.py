@@ -79,11 +79,14 @@ def test_the_global_buffer_holds_the_gathered_tokens(cli):
     assert _plan(cli)["memory_bytes"]["global_buffer"] == 0
 
 
-def test_the_local_map_is_kept_per_moe_layer(cli):
-    # the bool map [gathered tokens, E/EP local experts] = (s/t) t_e EP x E/EP = 4,096 x 64 bytes per layer
+def test_what_masked_select_keeps_is_stored_per_moe_layer(cli):
+    # dispatch_postprocess (token_dispatcher.py L331-333): local_probs.T.contiguous().masked_select(local_map.T
+    # .contiguous()), whose backward (PyTorch derivatives.yaml: masked_select_backward(grad, self, mask)) keeps its
+    # input, the probabilities [E/EP, gathered tokens] in bf16, and its mask, the same shape in bool:
+    # (s/t) t_e EP x E/EP = 4,096 x 64 elements per layer, 2 + 1 bytes each
     with_map = _plan(cli, "--allgather-dispatcher")["memory_bytes"]["stored_activations"]
     without = _plan(cli)["memory_bytes"]["stored_activations"]
-    assert with_map - without == LAYERS * SEQ * EXPERTS
+    assert with_map - without == LAYERS * SEQ * EXPERTS * (BETA + 1)
 
 
 def test_one_sync_per_forward_as_the_alltoall_dispatcher():
