@@ -10,7 +10,7 @@ L232-373, MoEAllGatherTokenDispatcher):
 - token_combine (L355-368): the unpermuted outputs [gathered tokens, h] reduce-scattered back.
 The backward of an all-gather is a reduce-scatter and the other way round, so per MoE layer and micro-batch the
 hidden states cross the group four times (two calls forward, two backward), the probabilities twice and the map
-once.
+once: seven NCCL calls (review27: four before, the probabilities' and the map's calls folded into the tokens').
 """
 
 from __future__ import annotations
@@ -49,7 +49,10 @@ def test_the_dispatchers_bytes_and_calls_are_megatrons_tensors(cli):
     # dispatch: the hidden states and probabilities forward and backward, the map forward; combine: the outputs
     # reduce-scattered forward, their gradient all-gathered backward
     per_layer = 2 * (hidden + probs) + routing_map + 2 * hidden
-    calls = LAYERS * 4  # the hidden states' four crossings per layer (the small gathers ride in their count)
+    # forward: the map, the probabilities and the tokens gathered (L290-301), the outputs reduce-scattered (L365);
+    # backward: the outputs' gradient gathered, the tokens' and the probabilities' reduce-scattered (mappings.py
+    # L340-344, L376-377); the map's gather runs under no_grad
+    calls = LAYERS * (3 + 1 + 1 + 2)
     row = _row(plan, "moe_allgather")
     assert row["calls"] == calls and row["ranks"] == n_g and row["link"] == "nvlink"
     # a ring moves (n - 1)/n of each call's buffer, n_g contributions: (n_g - 1) contributions per rank
@@ -128,7 +131,7 @@ def test_the_allgather_dispatcher_round_trips_through_megatron_and_bridge(cli, t
         assert code == 0, err
         plan = json.loads(out)
         assert plan["parallelism"]["allgather_dispatcher"] is True
-        assert _row(plan, "moe_allgather")["calls"] == LAYERS * 4 and _row(plan, "expert_all_to_all") is None
+        assert _row(plan, "moe_allgather")["calls"] == LAYERS * 7 and _row(plan, "expert_all_to_all") is None
 
 
 @pytest.mark.parametrize("extra, fragment", [
@@ -177,3 +180,10 @@ def test_a_stage_of_dense_layers_holds_no_dispatch_buffer(cli):
     assert code == 0, err
     stages = json.loads(out)["memory_stages"]
     assert [s["components"]["global_buffer"] for s in stages] == [0, 1024 * 4 * 512 * 2]
+
+
+def test_a_rerun_repeats_the_forward_calls(cli):
+    # --recompute moe checkpoints the MoE layer (moe_layer.py L701-714: tensor_parallel.checkpoint(custom_forward)),
+    # whose backward re-runs its forward: the three gathers and the reduce-scatter again, 7 + 4 calls per layer
+    row = _row(_plan(cli, "--allgather-dispatcher --recompute moe"), "moe_allgather")
+    assert row["calls"] == LAYERS * (7 + 4)
