@@ -187,3 +187,19 @@ def test_a_rerun_repeats_the_forward_calls(cli):
     # whose backward re-runs its forward: the three gathers and the reduce-scatter again, 7 + 4 calls per layer
     row = _row(_plan(cli, "--allgather-dispatcher --recompute moe"), "moe_allgather")
     assert row["calls"] == LAYERS * (7 + 4)
+
+
+def test_a_bridge_file_without_the_dispatcher_says_which_it_took(cli, tmp_path):
+    # TransformerConfig's default is allgather (transformer_config.py L891); without --model no model bridge is known
+    # to set alltoall (bridge_model_bridges.toml: OlMoEBridge, olmoe_bridge.py L87), so the plan says it took allgather
+    code, text, err = cli("plan", *LAYOUT.split(), "--emit", "bridge")
+    assert code == 0 and "model.moe_token_dispatcher_type=alltoall" in text, err
+    path = tmp_path / "run.txt"
+    path.write_text(text.replace("model.moe_token_dispatcher_type=alltoall\n", ""))
+    for extra, allgather in (((), True), (("--model", "olmoe-1b-7b"), False)):
+        code, out, err = cli("plan", "--from-bridge", str(path), "--hw", "h100", "--devices", "8", *extra, "--json")
+        assert code == 0, err
+        plan = json.loads(out)
+        assert plan["parallelism"]["allgather_dispatcher"] is allgather
+        said = [n for n in plan["imported"]["notes"] if n.startswith("model.moe_token_dispatcher_type left out")]
+        assert len(said) == allgather
