@@ -927,6 +927,19 @@ case("bounds", "validate", "--measured", "{tmp}/runs.json", fragment=f"field num
          "id": "r", "source": "test", "model": "mixtral-8x7b", "hw": "h100", "devices": 8, "precision": "bf16",
          "seq": 128, "global_batch": 8, "measured": {"tokens_per_s_per_device": 1000.0}, "role": "check",
          "megatron_args": LAUNCH.replace("--num-experts 8", f"--num-experts {BIG}")}]})})
+# review27: what Megatron-Core refuses beside its allgather dispatcher, which a launch naming none runs
+# (transformer_config.py L891, L2655, L2977 @ d98e8a64), and DeepEP outside the flex dispatcher (L1744)
+case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment="--moe-enable-deepep needs "
+     "--moe-token-dispatcher-type flex", files={"l.sh": LAUNCH.replace("--num-experts 8", "--num-experts 8 --moe-enable-deepep")})
+case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment="needs the alltoall or flex dispatcher",
+     files={"l.sh": LAUNCH.replace("--num-experts 8", "--num-experts 8 --fp8-format hybrid --moe-router-padding-for-fp8")})
+case("files", "plan", "--hw", "h100", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
+     fragment="model.variable_seq_lengths needs the alltoall or flex dispatcher",
+     files={"o.txt": BRIDGE_MOE + "model.variable_seq_lengths=True\n"})
+case("files", "plan", "--hw", "h100", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
+     fragment="--moe-router-padding-for-quantization (which --moe-router-padding-for-fp8 sets",
+     files={"o.txt": BRIDGE_MOE.replace("bf16_mixed", "bf16_with_fp8_current_scaling_mixed")
+            + "model.moe_token_dispatcher_type=allgather model.moe_router_padding_for_quantization=True\n"})
 # a run file's model override, bounded by the model as the flag is (it was bounded by the CLI's check before)
 case("bounds", "plan", "--config", "{tmp}/run.toml", fragment=f"--top-k {BIG} is beyond 2^62", outputs=False,
      files={"run.toml": f'model = "mixtral-8x7b"\nhw = "h100"\ndevices = 8\ntop-k = {BIG}\n'})

@@ -309,6 +309,12 @@ BROKEN = {
     "shared-expert-overlap-dispatcher": ({"moe_shared_expert_intermediate_size": 1024, "moe_shared_expert_overlap": True,
                                           "moe_token_dispatcher_type": "allgather"}, {}),
     "a2a-mtp": ({"overlap_moe_expert_parallel_comm": True, "mtp_num_layers": 2, "position_embedding_type": "rope"}, {}),
+    # review27: transformer_config.py L1743-1745 (moe_enable_deepep outside flex), L2641-2659 (router padding, or the
+    # deprecated fp8 flag that sets it, under allgather), L2977-2982 (Bridge's variable_seq_lengths under allgather)
+    "deepep-flex": ({"moe_enable_deepep": True}, {}),
+    "padding-quantization-dispatcher": ({"fp8": "hybrid", "moe_router_padding_for_fp8": True,
+                                         "moe_token_dispatcher_type": "allgather"}, {}),
+    "variable-seq-lengths-dispatcher": ({"variable_seq_lengths": True, "moe_token_dispatcher_type": "allgather"}, {}),
     # semantics20: arguments.py L881-885 (MTP with rope or none only; Megatron's default is learned_absolute, and
     # GPT-OSS's yarn is refused as well), transformer_config.py L2677-2689 (group-limited routing)
     "mtp-positions": ({"mtp_num_layers": 1, "position_embedding_type": "yarn"}, {}),

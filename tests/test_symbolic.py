@@ -344,10 +344,11 @@ def test_moe_recompute_contains_moe_act():
     # moe recomputes the whole MoE layer (moe_act inside it): router probabilities and top-k (fp32 + int64),
     # the gathered copies (the experts' saved fc1 input: beta_s), the expert intermediates and the expert outputs
     # (kept when the routing weights apply after the experts: beta), and under Megatron's allgather dispatcher
-    # (x_g = 1) its bool map of the t_e x EP ranks' gathered tokens to the E/EP local experts: (s G b / t) t_e EP
-    # tokens x E/EP experts x 1 byte; its input (the norm output) stays
+    # (x_g = 1) what masked_select keeps of the t_e x EP ranks' gathered tokens for the E/EP local experts (token_
+    # dispatcher.py L331-333): their probabilities (beta) and the bool map selecting them (1 byte), (s G b / t) t_e EP
+    # tokens x E/EP experts each; its input (the norm output) stays
     dropped = (4 * s * G * b * E + 12 * s * G * b * k + SYMBOLS["beta_s"] * k * s * G * b * h + beta * k * s * G * b * h
-               + 2 * beta * k * s * G * b * f + SYMBOLS["beta_s"] * k * s * G * b * f + s * G * b * E * SYMBOLS["x_g"])
+               + 2 * beta * k * s * G * b * f + SYMBOLS["beta_s"] * k * s * G * b * f + (1 + beta) * s * G * b * E * SYMBOLS["x_g"])
     assert is_zero((none - layer_sum(moe, "moe", "stored").subs(one_rank)) - dropped)
     assert is_zero(layer_sum(moe, "moe,moe_act", "stored") - layer_sum(moe, "moe", "stored"))
 

@@ -202,6 +202,17 @@ class HostGlue(BaseModel):
     source: str = Field(min_length=3)
 
 
+class GatherCalls(BaseModel):
+    """The NCCL calls that move a phase's `gather_bytes` in one micro-batch: one per tensor a pass all-gathers or
+    reduce-scatters (model/gpu/costs.py `_volumes`; without it, one call each way)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    forward: int = Field(ge=1, description="forward pass (repeated by a re-run)")
+    backward: int = Field(ge=0, description="backward pass")
+    source: str = Field(min_length=3)
+
+
 class Phase(BaseModel):
     """A phase of a decoder layer (scope 'layer'), a part outside the layers (scope 'model') or the
     per-parameter training state (scope 'state')."""
@@ -241,6 +252,8 @@ class Phase(BaseModel):
         "embedding on the first, the final norm, LM head and loss on the last)")
     host_glue: Optional[HostGlue] = Field(None, description="the layer's eager glue on the host this phase stands "
                                           "for (GPU host time, model/gpu/fixed.py)")
+    gather_calls: Optional[GatherCalls] = Field(None, description="the NCCL calls that move the phase's "
+                                                "`gather_bytes` (Megatron's allgather dispatcher); none: one each way")
     after_dispatch_sync: bool = Field(False, description="the phase runs after the MoE dispatcher's device-to-host "
                                       "sync in the layer's forward (the exchange and what follows it): the host issues "
                                       "it only once the GPU has drained the queue (GPU host time, model/gpu/fixed.py)")

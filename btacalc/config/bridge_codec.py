@@ -538,6 +538,10 @@ def from_bridge(overrides: Mapping[str, Any]) -> tuple[Args, list[str]]:
                 args.pop("swiglu", None)
             elif str(value).rsplit(".", 1)[-1] in ("squared_relu", "relu2"):  # activation_map.py L47-48
                 args["squared_relu"] = True
+        elif key == "model.variable_seq_lengths":
+            # Bridge's alone (Megatron-LM sets it False, arguments.py L1272 @ d98e8a64): read by the rules
+            # (megatron_rules variable-seq-lengths-dispatcher), listed as not modelled
+            args["variable_seq_lengths"] = value
         elif key in BRIDGE_NOT_AS_MEGATRON:
             unread.append(key)
         elif key.startswith("model.") and key[6:] in MLA_YARN_BRIDGE:

@@ -392,6 +392,20 @@ RULES: tuple[Rule, ...] = (
          and a.get("moe_shared_expert_intermediate_size") is not None,
          lambda a, e: a.get("moe_token_dispatcher_type") in ("alltoall", "flex"),
          "--moe-shared-expert-overlap needs the alltoall or flex dispatcher"),
+    # review27: what Megatron-Core refuses beside its allgather dispatcher, the dispatcher a launch that names none runs
+    # (TC:891; None here, the flag left out) whatever the model, and DeepEP outside the flex dispatcher
+    Rule("deepep-flex", f"{TC}:1744", lambda a, e: bool(a.get("moe_enable_deepep")),
+         lambda a, e: a.get("moe_token_dispatcher_type") == "flex",
+         "--moe-enable-deepep needs --moe-token-dispatcher-type flex"),
+    Rule("padding-quantization-dispatcher", f"{TC}:2655",
+         lambda a, e: bool(a.get("moe_router_padding_for_quantization") or a.get("moe_router_padding_for_fp8")),
+         lambda a, e: a.get("moe_token_dispatcher_type") in ("alltoall", "flex"),
+         "--moe-router-padding-for-quantization (which --moe-router-padding-for-fp8 sets, transformer_config.py "
+         "L2641-2647) needs the alltoall or flex dispatcher"),
+    Rule("variable-seq-lengths-dispatcher", f"{TC}:2977", lambda a, e: a.get("variable_seq_lengths") is True,
+         lambda a, e: a.get("moe_token_dispatcher_type") in ("alltoall", "flex"),
+         "model.variable_seq_lengths needs the alltoall or flex dispatcher (Megatron-Core checks it for a dense model "
+         "too): give model.moe_token_dispatcher_type"),
     Rule("fp8-delayed-recompute", f"{TC}:2002", lambda a, e: a.get("recompute_granularity") == "selective"
          and a.get("fp8") is not None and (a.get("fp8_recipe") or "delayed") == "delayed",
          lambda a, e: not {"moe_act", "layernorm"} & set(a.get("recompute_modules") or ()),

@@ -275,6 +275,15 @@ BRIDGE_LOSS_DEFAULTS = {"cross_entropy_loss_fusion": True}
 BRIDGE_MOE_DEFAULTS = {"moe_grouped_gemm": True}
 
 
+# review27: an MoE Bridge file that leaves the dispatcher out, with no model bridge btacalc knows to set it (no --model
+# from a Hugging Face config), trains TransformerConfig's default, allgather; the model bridges of Megatron-Bridge's MoE
+# families set alltoall (bridge_model_bridges.toml), so the plan says which it took
+BRIDGE_DEFAULT_DISPATCHER = (
+    "model.moe_token_dispatcher_type left out: planned with TransformerConfig's default, the allgather dispatcher "
+    "(Megatron-LM @ d98e8a64 transformer_config.py L891); the model bridges of Megatron-Bridge's MoE families set "
+    "alltoall (btacalc/data/bridge_model_bridges.toml): give the key, or --model for a model whose bridge btacalc knows")
+
+
 def import_bridge(text: str, source: str, devices: Optional[int] = None,
                   base: Optional[ModelSpec] = None) -> ImportedRun:
     """Plan inputs of a Megatron-Bridge recipe's overrides: a YAML mapping (nested sections or dotted keys), or
@@ -322,7 +331,10 @@ def _import_bridge(text: str, source: str, devices: Optional[int], base: Optiona
     run = _imported(launch, devices, base.name if base is not None and "num_layers" not in flat else None)
     extra = tuple((key, _bridge_reason(key)) for key in unread)
     bridged = bridge_provider_note(base.hf_model_type if base is not None else None, given, bridge_key)
-    run = ImportedRun(run.model, run.request, source, run.ignored + extra, run.notes + ((bridged,) if bridged else ()))
+    notes = run.notes + ((bridged,) if bridged else ())
+    if run.model.is_moe and "moe_token_dispatcher_type" not in args:  # review27
+        notes += (BRIDGE_DEFAULT_DISPATCHER,)
+    run = ImportedRun(run.model, run.request, source, run.ignored + extra, notes)
     env = environment_comments(text)
     if env:  # freshuser17: --nvls was lost (the file said NCCL_NVLS_ENABLE=1; planned without NVLink SHARP)
         run = replace(_nccl_settings(run, env), env=tuple(env.items()))

@@ -862,17 +862,21 @@ def _volumes(part: Part, phase: Phase, v: dict[str, Any], r: Rates) -> None:
     # the allgather dispatcher gathers every token whatever the routing: no imbalance
     gather_bytes = v["gather_bytes"]
     part.gather_bytes = part.gather_bytes + gather_bytes * (f.a2a_head + reruns)
+    # review27: one call per tensor a pass gathers or scatters (the dispatch's map, probabilities and tokens), the
+    # bytes of all of them summed above
+    g = phase.gather_calls
+    gather_calls = f.a2a_head + reruns if g is None else g.forward * (1 + reruns) + g.backward
     # calls: one per exchange counted above (an all-reduce is one call of two units)
     if is_array(tp_in_bytes, tp_out_bytes, cp_bytes, a2a_bytes, gather_bytes, reruns):
         part.tp_calls = part.tp_calls + where(tp_in_bytes > 0, in_calls, 0) + where(tp_out_bytes > 0, out_calls, 0)
         part.cp_calls = part.cp_calls + where(cp_bytes > 0, 2 + reruns, 0)
         part.a2a_calls = part.a2a_calls + where(a2a_bytes > 0, f.a2a_head + reruns, 0)
-        part.gather_calls = part.gather_calls + where(gather_bytes > 0, f.a2a_head + reruns, 0)
+        part.gather_calls = part.gather_calls + where(gather_bytes > 0, gather_calls, 0)
     else:  # one shape: `where`'s choice inline (the counts are Python numbers; `part` may hold arrays)
         part.tp_calls = part.tp_calls + (in_calls if tp_in_bytes > 0 else 0) + (out_calls if tp_out_bytes > 0 else 0)
         part.cp_calls = part.cp_calls + (2 + reruns if cp_bytes > 0 else 0)
         part.a2a_calls = part.a2a_calls + (f.a2a_head + reruns if a2a_bytes > 0 else 0)
-        part.gather_calls = part.gather_calls + (f.a2a_head + reruns if gather_bytes > 0 else 0)
+        part.gather_calls = part.gather_calls + (gather_calls if gather_bytes > 0 else 0)
     part.pp_bytes = part.pp_bytes + v["pp_bytes"]
 
 

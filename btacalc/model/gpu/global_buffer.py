@@ -14,7 +14,7 @@ tensor as large as the largest of that name's requests, beside everything else. 
   layer is (models/gpt/gpt_model.py: `tensor_parallel.ColumnParallelLinear`), on the last pipeline stage.
 - The allgather MoE token dispatcher (`Layout.allgather_dispatcher`; moe/token_dispatcher.py L294-298,
   use_global_buffer=True): the hidden states of the n_g = ETP x EP ranks of the tp_ep group gathered,
-  [(s/t)·b·n_g, h], on every stage with MoE layers.
+  [(s/t)·b·n_g, h], on every stage with MoE layers (a stage of dense layers only has no dispatcher).
 
 So a stage holds β·max(b·(a/t)·s², s·b·h, (s/t)·b·n_g·h) of the uses it has (docs/memory.md "mpubuf"), with s the
 tokens of a sequence on the rank and b the sequences of one attention pass (a CP rank's share of them,
@@ -29,9 +29,11 @@ from ..arrays import maximum, where
 from ..problem import Problem
 
 
-def global_buffer_bytes(problem: Problem, tile_batch: Any, seq_len: Any, has_layers: Any, is_last: Any) -> Any:
+def global_buffer_bytes(problem: Problem, tile_batch: Any, seq_len: Any, has_layers: Any, is_last: Any,
+                        has_moe: Any = False) -> Any:
     """The persistent "mpu" buffer's bytes on one stage (0 where the plan runs no Megatron-Core op that asks for
-    it). `has_layers`: the stage holds decoder layers; `is_last`: it holds the output layer (bools or arrays)."""
+    it). `has_layers`: the stage holds decoder layers; `is_last`: it holds the output layer; `has_moe`: it holds
+    MoE layers, whose allgather dispatcher gathers into the buffer (bools or arrays)."""
     run, lay, model = problem.run, problem.layout, problem.model
     if problem.hardware.family != "gpu" or run.eager_kernels:  # not Megatron-Core's modules (llm-foundry's MPT)
         return 0
@@ -46,6 +48,7 @@ def global_buffer_bytes(problem: Problem, tile_batch: Any, seq_len: Any, has_lay
     column = (has_layers | is_last) if local else is_last
     gathering = (tp > 1) & lay.sequence_parallel & column
     n_g = lay.expert_tensor_parallel * lay.expert_parallel
-    dispatch = where(has_layers & (n_g > 1), s * b / tp * n_g * model.hidden_size * beta, 0) \
+    # review27: only a stage holding MoE layers dispatches (a stage of DeepSeek-V3's first dense layers held it)
+    dispatch = where(has_moe & (n_g > 1), s * b / tp * n_g * model.hidden_size * beta, 0) \
         if lay.allgather_dispatcher and model.is_moe else 0
     return maximum(maximum(scores, where(gathering, s * b * model.hidden_size * beta, 0)), dispatch)

@@ -93,6 +93,8 @@ class GpuMemory:
         is_first, is_last = j == 0, where(exists, j == lay.pipeline_parallel - 1, False)
         counts = st.kind_counts(j)
         layers = sum(counts)
+        # the MoE layers the stage holds (a stage of only dense layers, DeepSeek-V3's first three, runs no dispatcher)
+        moe_layers = sum(n for n, (kind, _) in zip(counts, kinds) if dict(kind.features).get("moe"))
         parts, gathered, low_precision, (weights, gradients, optimizer) = self._state(
             j, counts, kinds, (first if is_first else None, is_last, last))
         held = self._on_device(st.held_kinds(j))
@@ -107,7 +109,7 @@ class GpuMemory:
             "working_set": _whole(maximum(_max(_or_zero(n > 0, p.transient) for n, (_, p) in zip(counts, kinds)),
                                           maximum(first.transient if is_first else 0, _or_zero(is_last, last.transient)))),
             "low_precision_weights": low_precision,
-            "global_buffer": global_buffer_bytes(self.problem, *shape, layers > 0, is_last),
+            "global_buffer": global_buffer_bytes(self.problem, *shape, layers > 0, is_last, moe_layers > 0),
         }
         components = {k: _or_zero(exists, v) for k, v in components.items()}
         return StageMemory(j, layers, where(exists, st.in_flight(j), 0), components, tuple(parts))
