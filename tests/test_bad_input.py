@@ -349,6 +349,8 @@ for cmd in (["plan", "--hw", "b200"], ["sweep", "--hw", "b200", "--vary", "seq=2
     case("ignored", *cmd, "-m", "llama-3-8b", "--overlap-a2a", fragment="the model is dense")
 case("ignored", "plan", "-m", "llama-3-8b", *GPU8, "--precision", "mxfp8", "--no-rht-cast-fusion", fragment="got mxfp8")
 case("ignored", "plan", "-m", "llama-3-8b", *GPU8, "--deepep", fragment="the model is dense (no dispatch)")
+# hybridep: the flex dispatcher's hybridep backend is a backend of --deepep
+case("ignored", "plan", "-m", "qwen3-30b-a3b", *GPU8, "--ep", "8", "--hybridep", fragment="it needs --deepep")
 # remainders: the precision-aware optimizer is TransformerEngine's FusedAdam (Adam only, GPUs only)
 case("ignored", "plan", "-m", "llama-3-8b", *GPU8, "--precision-aware-optimizer", "--optimizer", "sgd",
      fragment="TransformerEngine's FusedAdam; the optimizer is sgd")

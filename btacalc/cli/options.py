@@ -152,6 +152,9 @@ OverlapA2aOpt = typer.Option(False, "--overlap-a2a/--no-overlap-a2a", help="Hide
 DeepEpOpt = typer.Option(False, "--deepep/--no-deepep", show_default=False, help=help_text(
     "MoE dispatch with DeepEP (Megatron --moe-token-dispatcher-type flex): a token crosses to each other NVLink "
     "domain once, not once per expert there [default: off, the alltoall dispatcher]."))
+HybridEpOpt = typer.Option(False, "--hybridep/--no-hybridep", show_default=False, help=help_text(
+    "With --deepep: the flex dispatcher's hybridep backend (Megatron --moe-flex-dispatcher-backend hybridep), whose "
+    "cross-node bytes run at Hybrid-EP's own measured rate where the profile has one [default: off, DeepEP's kernels]."))
 AllgatherDispatcherOpt = typer.Option(False, "--allgather-dispatcher/--no-allgather-dispatcher", show_default=False,
                                       help=help_text(
     "MoE dispatch with Megatron's allgather dispatcher (--moe-token-dispatcher-type allgather, Megatron-Core's "

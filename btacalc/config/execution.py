@@ -290,6 +290,10 @@ class Layout:
     # out its local experts' copies, the outputs reduce-scattered back (token_dispatcher.py L232-373;
     # model/gpu/collectives.py allgather_dispatch_time); off: the alltoall dispatcher (or DeepEP with `deepep`)
     allgather_dispatcher: bool = False
+    # with `deepep`: the flex dispatcher's hybridep backend (--moe-flex-dispatcher-backend hybridep, NVIDIA's Hybrid-EP
+    # in DeepEP's hybrid-ep branch) rather than DeepEP's kernels: the same node-deduplicated dispatch, its cross-node
+    # bytes at Hybrid-EP's own measured rate where the profile has one (collectives.all_to_all_link)
+    hybridep: bool = False
     # SMs DeepEP / HybridEP's kernels hold (Megatron moe_flex_dispatcher_num_sms); None: Megatron-Core's
     # default (model/gpu/sm_share.py FLEX_DISPATCHER_SMS)
     dispatcher_sms: Optional[int] = None
@@ -492,6 +496,8 @@ class Layout:
         if self.allgather_dispatcher and self.overlap.all_to_all:
             raise BtacalcError("{overlap_all_to_all} hides the alltoall or flex dispatcher's exchange: Megatron-Core "
                                "refuses it with {allgather_dispatcher} (transformer_config.py L3016-3019)")
+        if self.hybridep and not self.deepep:
+            raise BtacalcError("{hybridep} is the flex dispatcher's hybridep backend: it needs {deepep}")
         if self.dispatcher_sms is None:
             return
         if not self.deepep:
@@ -750,6 +756,7 @@ class ExecutionRequest:
     fsdp_impl: Optional[str] = None  # Layout.fsdp_impl (None: none named; checked there)
     deepep: bool = False  # DeepEP node-deduplicated dispatch (Layout.deepep); default the alltoall dispatcher
     allgather_dispatcher: bool = False  # Layout.allgather_dispatcher (Megatron's allgather dispatcher)
+    hybridep: bool = False  # Layout.hybridep (the flex dispatcher's hybridep backend, with deepep)
     dispatcher_sms: Optional[int] = None  # Layout.dispatcher_sms
     nccl_ub: bool = False  # Layout.nccl_ub (Megatron --use-nccl-ub with NCCL_CTA_POLICY=1)
     nvls: bool = False  # Layout.nvls (NCCL_NVLS_ENABLE=1 with nccl_ub)
@@ -1311,7 +1318,7 @@ def _resolve_layout(request: ExecutionRequest, model: "ModelSpec", profile: "Har
                   virtual_pipeline=sizes["virtual_pipeline"], context_parallel=sizes["context_parallel"],
                   expert_tensor_parallel=etp, fsdp=request.fsdp, fsdp_impl=request.fsdp_impl,
                   stage_split=request.stage_split,
-                  deepep=request.deepep, allgather_dispatcher=request.allgather_dispatcher,
+                  deepep=request.deepep, allgather_dispatcher=request.allgather_dispatcher, hybridep=request.hybridep,
                   dispatcher_sms=request.dispatcher_sms,
                   nccl_ub=request.nccl_ub, nvls=request.nvls, ddp_bucket_params=request.ddp_bucket_params,
                   ddp_num_buckets=request.ddp_num_buckets, microbatch_group=request.microbatch_group,

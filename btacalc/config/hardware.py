@@ -456,6 +456,12 @@ class Collectives(_Section):
         None, description="NCCL all-to-all (grouped send/recv to every peer) bus bandwidth across domains over the "
         "NIC's line rate (nccl-tests alltoall_perf); without it the expert all-to-all's cross-domain bytes run at "
         "scaleout_bus_efficiency")
+    hybridep_scaleout_efficiency_two_nodes: Annotated[Optional[Number], FRACTION] = Field(
+        None, description="NVIDIA Hybrid-EP's (the flex dispatcher's hybridep backend) dispatch and combine across "
+        "exactly two NVLink domains: the NIC bytes over the NIC's line rate, from Hybrid-EP's own benchmark; without it "
+        "Hybrid-EP's cross-domain bytes run at scaleout_all_to_all_efficiency")
+    hybridep_scaleout_efficiency: Annotated[Optional[Number], FRACTION] = Field(
+        None, description="the same across three or more NVLink domains")
     scaleup_all_to_all_efficiency: Annotated[Optional[Number], FRACTION] = Field(
         None, description="NCCL all-to-all bus bandwidth inside the NVLink domain over its line rate (nccl-tests "
         "alltoall_perf in one node: the slope of time against bytes); without it the expert all-to-all's NVLink "

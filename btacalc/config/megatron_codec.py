@@ -854,7 +854,8 @@ def _enc_dispatcher(f: Fields) -> Args:
         return {"moe_token_dispatcher_type": "allgather"}
     if not f.get("layout.deepep"):
         return {"moe_token_dispatcher_type": "alltoall"}
-    out: Args = {"moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "deepep"}
+    out: Args = {"moe_token_dispatcher_type": "flex",
+                 "moe_flex_dispatcher_backend": "hybridep" if f.get("layout.hybridep") else "deepep"}
     if f.get("layout.dispatcher_sms") is not None:
         out["moe_flex_dispatcher_num_sms"] = f["layout.dispatcher_sms"]
     return out
@@ -877,7 +878,7 @@ def _dec_dispatcher(get: Get) -> Fields:
         return {"run.dispatcher_note": f"--moe-flex-dispatcher-backend {backend}: btacalc times an all-to-all"}
     sms = next((_int(get(d), d) for d in ("moe_flex_dispatcher_num_sms", "moe_deepep_num_sms", "moe_hybridep_num_sms")
                 if get(d) is not None), None)
-    return {"layout.deepep": True, "layout.dispatcher_sms": sms}
+    return {"layout.deepep": True, "layout.hybridep": backend == "hybridep", "layout.dispatcher_sms": sms}
 
 
 def _enc_cuda_graphs(f: Fields) -> Args:

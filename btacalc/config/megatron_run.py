@@ -882,7 +882,7 @@ def request_from_fields(f: Fields, spec: ModelSpec, devices: int, per_node: Opti
         devices=devices, devices_per_node=per_node, expert_parallel=f["layout.expert_parallel"],
         zero_stage=f["layout.zero_stage"], fsdp=f["layout.fsdp"],
         overlap_all_to_all=bool(f.get("overlap.all_to_all")), deepep=bool(f.get("layout.deepep")),
-        allgather_dispatcher=bool(f.get("layout.allgather_dispatcher")),
+        allgather_dispatcher=bool(f.get("layout.allgather_dispatcher")), hybridep=bool(f.get("layout.hybridep")),
         dispatcher_sms=f.get("layout.dispatcher_sms"), nccl_ub=bool(f.get("layout.nccl_ub")),
         ddp_bucket_params=f.get("layout.ddp_bucket_params"), ddp_num_buckets=f.get("layout.ddp_num_buckets"),
         microbatch_group=f.get("layout.microbatch_group"),

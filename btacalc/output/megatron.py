@@ -55,6 +55,7 @@ def run_fields(r: PlanReport, spec: ModelSpec) -> dict[str, Any]:
         "layout.zero_stage": par.zero_stage,
         "layout.deepep": par.deepep and moe, "layout.dispatcher_sms": par.dispatcher_sms if moe else None,
         "layout.allgather_dispatcher": par.allgather_dispatcher and moe,
+        "layout.hybridep": par.hybridep and moe,
         "layout.cuda_graph_scope": tuple(par.cuda_graph_scope), "layout.nccl_ub": par.nccl_ub,
         "layout.ddp_bucket_params": par.ddp_bucket_params, "layout.ddp_num_buckets": par.ddp_num_buckets,
         "layout.microbatch_group": par.microbatch_group,

@@ -317,7 +317,8 @@ def _recipe_changes(recipe: Recipe, run: MeasuredRun, family: str) -> dict[str, 
         overlaps=OverlapRequest(grad_reduce=o.grad_reduce, param_gather=o.param_gather, tp_comm=o.tp_comm,
                                 early_attn_release=o.early_attn_release, delay_wgrad=o.delay_wgrad),
         overlap_all_to_all=o.all_to_all, attention=recipe.attention, gradient_bytes=recipe.gradient_bytes(),
-        deepep=recipe.deepep, allgather_dispatcher=recipe.moe_token_dispatcher_type == "allgather",
+        deepep=recipe.deepep, hybridep=recipe.hybridep,
+        allgather_dispatcher=recipe.moe_token_dispatcher_type == "allgather",
         dispatcher_sms=recipe.dispatcher_sms, cuda_graph_scope=tuple(recipe.cuda_graph_scope),
         nccl_ub=recipe.nccl_ub, nvls=recipe.nvls)
     changes.update({target: getattr(recipe, name) for name, target in _RECIPE_COPIED.items()

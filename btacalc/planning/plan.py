@@ -172,7 +172,7 @@ def _parallel_info(problem: Problem) -> ParallelInfo:
         devices=lay.devices, expert_parallel=lay.expert_parallel, expert_data_parallel=lay.expert_data_parallel,
         zero_stage=lay.zero_stage, micro_batches=lay.micro_batches, devices_per_node=lay.devices_per_node,
         overlap_all_to_all=lay.overlap_all_to_all, deepep=lay.deepep, allgather_dispatcher=lay.allgather_dispatcher,
-        dispatcher_sms=lay.dispatcher_sms,
+        hybridep=lay.hybridep, dispatcher_sms=lay.dispatcher_sms,
         nccl_ub=lay.nccl_ub, nvls=lay.nvls, ddp_bucket_params=lay.ddp_bucket_params,
         ddp_num_buckets=lay.ddp_num_buckets, microbatch_group=lay.microbatch_group, dp_collective_ctas=dp_ctas(problem),
         cuda_graph_scope=list(lay.cuda_graph_scope),

@@ -58,6 +58,7 @@ class ParallelInfo(BaseModel):
     overlap_all_to_all: bool
     deepep: bool = Field(False, description="MoE tokens dispatched by DeepEP/HybridEP, one copy per destination rank "
                          "(Megatron's flex dispatcher)")
+    hybridep: bool = Field(False, description="with deepep: the flex dispatcher's hybridep backend (NVIDIA's Hybrid-EP)")
     allgather_dispatcher: bool = Field(False, description="MoE tokens all-gathered over the ETP x EP group and the "
                                        "outputs reduce-scattered back (Megatron's allgather dispatcher)")
     dispatcher_sms: Optional[int] = Field(None, description="SMs DeepEP/HybridEP hold while it runs (None: "

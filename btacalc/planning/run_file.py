@@ -135,6 +135,8 @@ class Recipe(BaseModel):
     causal: Optional[bool] = Field(None, description="the attention kernel skips the masked half of the s^2 scores "
                                    "(a causal FlashAttention kernel); default: btacalc counts the full scores")
     deepep: bool = Field(False, description="the run dispatches MoE tokens with DeepEP (Megatron flex dispatcher)")
+    hybridep: bool = Field(False, description="with deepep: the flex dispatcher's hybridep backend (NVIDIA's Hybrid-EP), "
+                           "not DeepEP's kernels")
     dispatcher_sms: Optional[int] = Field(None, ge=1, description="moe_flex_dispatcher_num_sms (or the deprecated "
                                           "moe_deepep_num_sms / moe_hybridep_num_sms): SMs DeepEP / HybridEP's "
                                           "kernels hold (default: Megatron-Core's 20)")

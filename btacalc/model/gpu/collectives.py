@@ -439,11 +439,23 @@ class _AllToAllLayout:
 def all_to_all_link(problem: Problem) -> Link:
     """The NIC as an expert all-to-all's cross-domain bytes use it: grouped send/recv to every peer, at the
     profile's measured all-to-all efficiency (`scaleout_all_to_all_efficiency`, nccl-tests alltoall_perf), else
-    at the ring collectives' (`scaleout_bus_efficiency`)."""
+    at the ring collectives' (`scaleout_bus_efficiency`). Hybrid-EP (`Layout.hybridep`) at its own benchmark's
+    share where the profile has one: across exactly two NVLink domains, or across more (`expert_domains`)."""
     out = links(problem)[1]
     c = problem.hardware.collectives
     a2a = c.scaleout_all_to_all_efficiency if c is not None else None
+    if c is not None and problem.layout.hybridep:
+        two, more = c.hybridep_scaleout_efficiency_two_nodes, c.hybridep_scaleout_efficiency
+        if two is not None and more is not None:
+            return replace(out, bus_efficiency=where(expert_domains(problem) <= 2, two.value, more.value))
     return out if a2a is None else replace(out, bus_efficiency=a2a.value)
+
+
+def expert_domains(problem: Problem) -> Any:
+    """NVLink domains an expert-parallel group spans: EP over the members of the worst-placed rank's domain."""
+    lay = problem.layout
+    ep = lay.expert_parallel
+    return ep / maximum(local_members(ep, lay.expert_tensor_parallel, lay.devices, lay.devices_per_node), 1)
 
 
 def all_to_all_nvlink(problem: Problem) -> Link:
