@@ -78,6 +78,9 @@ def test_the_backend_goes_out_and_comes_back(cli, tmp_path):
     launch.write_text(text)
     code, out, err = cli("plan", "--from-megatron", str(launch), "--hw", "h100", "--json")
     assert code == 0, err
-    assert json.loads(out)["parallelism"]["hybridep"] is True
+    plan = json.loads(out)
+    assert plan["parallelism"]["hybridep"] is True
+    row = next(c for c in plan["throughput"]["collectives"] if c["name"] == "expert_all_to_all")
+    assert row["algorithm"] == "hybridep" and row["link"] == "network"
     code, out, err = cli("plan", *[a for a in base if a != "--deepep"], "--hybridep")
     assert code == 2 and "it needs --deepep" in err and len(err.strip().splitlines()) == 1

@@ -728,7 +728,7 @@ def describe_all_to_all(problem: Problem, traffic: tuple[Any, Any], time_s: Any,
     exchange before the (EP - 1)/EP that leaves it (and DeepEP's deduplication): the buffer (None: not given)."""
     lay = problem.layout
     row = describe(problem, "expert_all_to_all", (lay.expert_parallel, lay.expert_tensor_parallel), traffic, time_s,
-                   "deepep" if lay.deepep else "all-to-all")
+                   "hybridep" if lay.hybridep else "deepep" if lay.deepep else "all-to-all")
     if volume is not None:
         row = _with_buffer(row, "all_to_all", float(volume / traffic[1]) if traffic[1] else 0.0)
     if not row.message_bytes:
