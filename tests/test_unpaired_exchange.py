@@ -66,3 +66,25 @@ def test_without_the_overlap_there_is_no_such_row_and_the_exchange_is_all_expose
     t = json.loads(out)["throughput"]
     assert "a2a_unpaired" not in t["phase_share"]
     assert t["phase_share"]["all_to_all"] * t["step_time_s"] == pytest.approx(t["communication_s"]["all_to_all"])
+
+
+def test_the_search_scores_each_layout_with_the_overlap_its_plan_runs(cli):
+    # review28: Megatron-Core refuses the overlap with PP > 1 and no virtual pipeline (Megatron-LM @ d98e8a64
+    # transformer_config.py L3007-3011), and a plan runs without it (config/execution.py `_runnable_overlaps`); the
+    # layout search scored such a candidate with the overlap on (its exchange hidden, no unpaired passes), so its
+    # ranking row (19.6 s) was not the plan it stood for (22.8 s). Each ranking row is now its own plan's step.
+    code, out, err = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16", "--overlap-a2a",
+                         "--search", "--ep", "8", "--tp", "1", "--cp", "1", "--micro-batch", "2", "--recompute",
+                         "layernorm,moe_act", "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    for row in result["ranking"]:
+        flags = ["--pp", str(row["pipeline_parallel"]), "--vp", str(row["virtual_pipeline"])]
+        code, out, err = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16", "--overlap-a2a",
+                             "--ep", "8", "--tp", "1", "--cp", "1", "--micro-batch", "2", "--recompute",
+                             "layernorm,moe_act", "--global-batch", str(result["global_batch"]), *flags, "--json")
+        assert code == 0, err
+        plan = json.loads(out)
+        assert plan["throughput"]["step_time_s"] == pytest.approx(row["step_time_s"], rel=1e-9)
+        refused = row["pipeline_parallel"] > 1 and row["virtual_pipeline"] == 1
+        assert plan["parallelism"]["overlaps"]["all_to_all"] is not refused
