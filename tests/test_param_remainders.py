@@ -161,6 +161,22 @@ def test_without_the_distributed_optimizer_no_remainders(cli):
     assert plan["memory_bytes"]["optimizer_state"] == (4 + 4 + 4) * plan["model"]["params_total"]
 
 
+def test_the_update_reads_the_16_bit_weight_beside_its_remainder():
+    # TransformerEngine @ d0067d0 transformer_engine/common/multi_tensor/adam.cu AdamFunctorMasterParamRemainder:
+    # reads g (4), p (2), p_remainder (2), m, v (4 + 4); writes p_remainder, p, m, v: 4 + 2 x 10 + 2 x 2 = 28 B, where
+    # fp32 master weights read g, master, m, v and write them and the 16-bit weight: 4 + 2 x 12 + 2 = 30 B
+    from btacalc.model.gpu.fixed import fixed_costs
+
+    layout = Layout(devices=8, zero_stage=1, devices_per_node=8)
+    kw = dict(attention="flash", gradient_bytes=4)  # fp32 main gradients, a GPU's default
+    aware = resolved(resolve_model("llama-3-8b"), "h100", layout, precision_aware_optimizer=True, **kw)
+    plain = resolved(resolve_model("llama-3-8b"), "h100", layout, **kw)
+    rates = [bytes_per_param(p) for p in (aware, plain)]
+    assert [(r["gradients"], r["optimizer"], r["weights"]) for r in rates] == [(4, 10, 2), (4, 12, 2)]
+    times = [fixed_costs(p, 1e9, 0.0, r).optimizer_s for p, r in zip((aware, plain), rates)]
+    assert times[0] / times[1] == pytest.approx((4 + 2 * 10 + 2 * 2) / (4 + 2 * 12 + 2))
+
+
 def test_the_hybridep_rows_recipe_keeps_fp32_main_weights():
     # qwen3-30b-a3b-h100-16-389: Megatron-Bridge's 16-GPU recipe sets bf16_mixed and the precision-aware optimizer
     # (qwen3_moe.py L154, L157 @ 067f987d): its optimizer config holds tensorwise, so fp32 main weights
