@@ -356,6 +356,25 @@ case("ignored", "plan", "-m", "llama-3-8b", *GPU8, "--precision-aware-optimizer"
      fragment="TransformerEngine's FusedAdam; the optimizer is sgd")
 case("ignored", "plan", "-m", "llama-3-8b", "--hw", "wse3", "--precision-aware-optimizer",
      fragment="a wafer-scale run's optimizer state is MemoryX's")
+SMALL_LAUNCH_28 = ("--num-layers 2 --hidden-size 256 --num-attention-heads 4 --seq-length 512 "
+                   "--max-position-embeddings 512 --micro-batch-size 1 --global-batch-size 8 --bf16 "
+                   "--vocab-size 32000 --use-distributed-optimizer")
+# review28: bf16 moments imply the precision-aware optimizer; an explicit --no-precision-aware-optimizer beside them
+case("values", "plan", "-m", "llama-3-8b", *GPU8, "--no-precision-aware-optimizer", "--optimizer-moments", "bf16",
+     fragment="--precision-aware-optimizer off with --optimizer-moments bf16")
+# review28: the precision-aware optimizer's settings, as Megatron-LM asserts them (optimizer_config.py L466-479,
+# arguments.py L1209-1211 @ d98e8a64) or btacalc does not model them (fp16 master weights)
+for extra, fragment in (
+        ("--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16", "without --use-precision-aware-optimizer: Megatron-Core asserts"),
+        ("--main-grads-dtype bf16", "--main-grads-dtype bf16 without --use-precision-aware-optimizer"),
+        ("--use-precision-aware-optimizer --main-params-dtype fp16", "--main-params-dtype fp16: FusedAdam would keep"),
+        ("--use-precision-aware-optimizer --main-grads-dtype bf16 --accumulate-allreduce-grads-in-fp32",
+         "--main-grads-dtype bf16 with --accumulate-allreduce-grads-in-fp32"),
+        ("--use-precision-aware-optimizer --optimizer-cpu-offload", "--optimizer-cpu-offload: Megatron-Core's "
+         "HybridDeviceOptimizer keeps the optimizer state"),
+        ("--optimizer-cpu-offload", "--optimizer-cpu-offload: Megatron-Core's HybridDeviceOptimizer")):
+    case("files", "plan", "--hw", "h100", "--devices", "8", "--from-megatron", "{tmp}/l.sh", fragment=fragment,
+         files={"l.sh": SMALL_LAUNCH_28 + " " + extra})
 # agdisp: Megatron's allgather dispatcher is an MoE dispatcher on GPUs, not beside DeepEP or the EP overlap
 case("ignored", "plan", "-m", "llama-3-8b", *GPU8, "--allgather-dispatcher", fragment="the model is dense (no dispatch)")
 case("ignored", "plan", "-m", "qwen3-30b-a3b", "--hw", "wse3", "--allgather-dispatcher",
@@ -952,6 +971,12 @@ case("bounds", "plan", "--config", "{tmp}/run.toml", fragment=f"--top-k {BIG} is
 # YAML mapping", the form refused whole)
 HYDRA = ("model.tensor_model_parallel_size=2 model.pipeline_model_parallel_size=1\n"
          "train.micro_batch_size=1 train.global_batch_size=64 mixed_precision=bf16_mixed\n")
+# review28: a Bridge file's precision-aware optimizer beside an FP8 recipe name Megatron-Core does not have, or its
+# optimizer state offloaded to the host (the launch's --optimizer-cpu-offload, refused alike)
+for extra, fragment in (("mixed_precision.fp8_recipe=bogus", "fp8_recipe 'bogus': Megatron-Core's recipes are"),
+                        ("optimizer.optimizer_cpu_offload=True", "--optimizer-cpu-offload: Megatron-Core's")):
+    case("files", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
+         fragment=fragment, files={"o.txt": HYDRA + "optimizer.use_precision_aware_optimizer=True\n" + extra + "\n"})
 for extra, fragment in (
         # struct mode: a key outside ConfigContainer's sections is "Could not override" in Bridge
         ("trainer.max_steps=10", "trainer.max_steps is not a key of Megatron-Bridge's config"),

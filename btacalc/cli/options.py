@@ -301,7 +301,7 @@ Moments = _choices("Moments", tuple(MOMENT_BYTES))
 MomentsOpt = typer.Option(None, "--optimizer-moments", help=help_text("Adam's two moments in fp32 or bf16 (Megatron "
                           "--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16; the master "
                           "weights as --precision-aware-optimizer keeps them) [default: fp32]."))
-PrecisionAwareOpt = typer.Option(False, "--precision-aware-optimizer/--no-precision-aware-optimizer", show_default=False,
+PrecisionAwareOpt = typer.Option(None, "--precision-aware-optimizer/--no-precision-aware-optimizer", show_default=False,
                                  help=help_text(
     "Megatron's --use-precision-aware-optimizer: TransformerEngine's FusedAdam holds the optimizer state; with bf16 "
     "parameters and no FP8 or delayed-scaling FP8 it keeps each fp32 master weight as its low 16 bits beside the "

@@ -131,7 +131,7 @@ def plan(
     eager_kernels: bool = EagerKernelsOpt,
     cpu_offloading_num_layers: int = CpuOffloadOpt,
     optimizer_moments: Optional[Moments] = MomentsOpt,
-    precision_aware_optimizer: bool = PrecisionAwareOpt,
+    precision_aware_optimizer: Optional[bool] = PrecisionAwareOpt,
     optimizer: Optional[Optimizer] = OptimizerOpt,
     search: bool = typer.Option(False, "--search", help="Search the fastest layout that fits (TP, PP, VP, CP, EP, "
                                 "ETP, micro-batch, recompute) on --devices GPUs; the given values fix that dimension."),
@@ -184,6 +184,12 @@ def plan(
             fp8_attention=recipe.fp8_attention, fsdp_impl=fsdp_impl, nccl_ub=nccl_ub, nvls=nvls,
         ).over(imported.request, profile, imported.stated_domain)
     else:
+        if precision_aware_optimizer is False and optimizer_moments is not None and \
+                MOMENT_BYTES[optimizer_moments.value] == 2:
+            # review28: bf16 moments imply the precision-aware optimizer; an explicit --no-... was overridden in silence
+            raise BtacalcError("{precision_aware_optimizer} off with {moment_bytes} bf16: Megatron-Core keeps Adam's "
+                               "moments in bf16 only under the precision-aware optimizer (optimizer_config.py L466-479 "
+                               "@ d98e8a64); give one")
         request = ExecutionRequest(
             seq_len=seq, recompute=recompute, attention=value(attention), causal=causal, loss=value(loss),
             attention_kernel=attention_kernel, fsdp_impl=fsdp_impl,
@@ -198,7 +204,7 @@ def plan(
             precision=value(precision), cpu_offload_layers=cpu_offloading_num_layers, eager_kernels=eager_kernels,
             **recipe.request_fields(),
             moment_bytes=None if optimizer_moments is None else MOMENT_BYTES[optimizer_moments.value],
-            precision_aware_optimizer=precision_aware_optimizer,
+            precision_aware_optimizer=bool(precision_aware_optimizer),
             optimizer=value(optimizer),
             limits=BatchLimits(global_batch, tiles, tile_batch, max_global_batch, max_tile_batch, micro_batch=micro_batch),
             **layout_fields(tp, sequence_parallel, pp, vp, cp, etp, fsdp, grad_bytes, routing_imbalance,

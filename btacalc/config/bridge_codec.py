@@ -79,6 +79,8 @@ BRIDGE_KEYS: dict[str, tuple[str, Callable[[Any], Any], Callable[[Any], Any]]] =
     "optimizer": ("optimizer.optimizer", *_AS_IS),  # megatron.core.optimizer OptimizerConfig.optimizer ('adam', 'sgd')
     "exp_avg_dtype": ("optimizer.exp_avg_dtype", *_AS_IS),
     "exp_avg_sq_dtype": ("optimizer.exp_avg_sq_dtype", *_AS_IS),
+    # review28: refused (megatron_codec._dec_moments); read so that a Bridge file's is refused as a launch's is
+    "optimizer_cpu_offload": ("optimizer.optimizer_cpu_offload", *_AS_IS),
     # MixedPrecisionConfig's fields, copied onto the model config (BRIDGE_PIN mixed_precision.py L53, L73-74, L138-164)
     "first_last_layers_bf16": ("mixed_precision.first_last_layers_bf16", *_AS_IS),
     "num_layers_at_start_in_bf16": ("mixed_precision.num_layers_at_start_in_bf16", *_AS_IS),
@@ -160,6 +162,14 @@ def _to_bridge_mixed(args: Args, out: dict[str, Any]) -> None:
     for field, value in wanted.items():
         if value != recipe[field]:
             out[f"mixed_precision.{field}"] = value
+    # review28: Bridge copies its mixed precision's fp8_recipe onto the optimizer config too (mixed_precision.py
+    # L113-157 @ 067f987d), tensorwise where the recipe has no FP8 one (L50-52); under the precision-aware optimizer it
+    # decides FusedAdam's master weights (RunOptions.param_remainders), so the plan's (Megatron-LM's delayed unless
+    # the plan says) is written where it differs
+    if truth(args.get("use_precision_aware_optimizer")) and "fp8_recipe" not in PRECISIONS.get(name, {}):
+        optimizer_recipe = args.get("fp8_recipe", "delayed")
+        if optimizer_recipe != _MIXED_LOW_DEFAULTS["fp8_recipe"]:
+            out["mixed_precision.fp8_recipe"] = optimizer_recipe
 
 
 def _mixed_field(key: str) -> Optional[str]:
@@ -254,6 +264,11 @@ def _from_bridge_mixed(overrides: Mapping[str, Any], args: Args, unread: list[st
         args.pop(dest, None)
     if low["fp8"] is not None:
         args.update({"fp8": low["fp8"], "fp8_recipe": low["fp8_recipe"]})
+    elif truth(args.get("use_precision_aware_optimizer")):
+        # review28: without FP8 the recipe's fp8_recipe still reaches the optimizer config (tensorwise unless given:
+        # mixed_precision.py L50-52, L113-157 @ 067f987d), where the precision-aware optimizer reads it
+        # (megatron_codec._dec_moments)
+        args["fp8_recipe"] = low["fp8_recipe"]
     if low["fp4"] is not None:
         args.update({"fp4": low["fp4"], "fp4_recipe": low["fp4_recipe"]})
     for dest in _MIXED_DESTS:

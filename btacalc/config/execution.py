@@ -177,6 +177,14 @@ class RunOptions:
     # implied by bf16 moments, which need it): with bf16 parameters and no FP8 or delayed-scaling FP8 the master
     # weights are int16 remainders (`param_remainders`)
     precision_aware_optimizer: bool = False
+    # the fp8_recipe Megatron-Core's OptimizerConfig holds where the precision has no FP8 recipe of its own (bf16, fp16,
+    # nvfp4): Megatron-LM copies every argument it has a field for, --fp8-recipe too, whose default is delayed
+    # (Megatron-LM @ d98e8a64 megatron/training/training.py L2609-2616; transformer_config.py L594-596); Megatron-Bridge
+    # copies its MixedPrecisionConfig's, whose default is tensorwise (Megatron-Bridge @ 067f987d
+    # src/megatron/bridge/training/mixed_precision.py L50-52, setup L113-157; config.py L2012-2016 before the
+    # optimizer's finalize, L1395); None: OptimizerConfig's own default (a Bridge file with no mixed precision).
+    # It decides `param_remainders` (review28)
+    optimizer_fp8_recipe: Optional[str] = "delayed"
     # where an MoE layer applies its routing weights (vocabulary "routing_weights"; REASONS)
     routing_weights: Literal["combine", "experts"] = "combine"
     # Megatron --first-last-layers-bf16 --num-layers-at-start-in-bf16 N --num-layers-at-end-in-bf16 M: the first N and
@@ -198,17 +206,29 @@ class RunOptions:
         return self.bf16_layers_at_start, self.bf16_layers_at_end
 
     @property
+    def optimizer_recipe(self) -> Optional[str]:
+        """The fp8_recipe Megatron-Core's OptimizerConfig holds: the precision's own FP8 recipe (its --fp8-recipe,
+        precision.toml `megatron`), else `optimizer_fp8_recipe`."""
+        own = next((flag.split()[1] for flag in self.recipe.megatron if flag.startswith("--fp8-recipe ")), None)
+        return own if own is not None else self.optimizer_fp8_recipe
+
+    @property
     def param_remainders(self) -> bool:
         """Whether TransformerEngine's FusedAdam keeps each fp32 master weight as its low 16 bits (int16) beside the
         bf16 parameter: Megatron-Core passes master_weights and store_param_remainders (OptimizerConfig default True)
         to FusedAdam when use_precision_aware_optimizer_no_fp8_or_ds_fp8 holds (Megatron-LM @ d98e8a64
-        megatron/core/optimizer/optimizer_config.py L192-195, L407-414: precision-aware and no FP8 recipe or the
-        delayed one; optimizer/__init__.py L574-588) and the parameters are bf16 (distrib_optimizer.py L1007-1009;
-        TransformerEngine @ d0067d0 pytorch/optimizers/fused_adam.py L213-214: fp32 master weights only). Megatron-FSDP
-        keeps its own main weights (Problem.features)."""
+        megatron/core/optimizer/optimizer_config.py L192-195, L407-414: precision-aware, and the optimizer config's
+        fp8_recipe None or delayed: `optimizer_recipe`; optimizer/__init__.py L574-588) and the parameters are bf16
+        (distrib_optimizer.py L1007-1009; TransformerEngine @ d0067d0 pytorch/optimizers/fused_adam.py L213-214, L626:
+        fp32 master weights of bf16 parameters only). review28: the FP8 recipe is the optimizer config's, not the
+        precision's: a Megatron-LM NVFP4 launch keeps --fp8-recipe's default delayed (remainders), a Megatron-Bridge
+        bf16 or NVFP4 run its mixed precision's tensorwise (fp32 main weights, distrib_optimizer.py L422-447). Not
+        with NVFP4 parameters (--fp4-param-gather): the distributed optimizer hands FusedAdam no shard of them
+        (distrib_optimizer.py L404-409, L485-494). Megatron-FSDP keeps its own main weights, and without the
+        distributed optimizer Megatron's Float16Optimizer hands FusedAdam fp32 main weights (Problem.features)."""
         aware = self.precision_aware_optimizer or self.moment_bytes == 2
-        no_fp8_or_delayed = self.precision in ("bf16", "fp8")
-        return aware and self.optimizer == "adam" and no_fp8_or_delayed
+        bf16_params = self.precision != "fp16" and not (self.precision == "nvfp4" and self.low_precision_param_gather)
+        return aware and self.optimizer == "adam" and bf16_params and self.optimizer_recipe in (None, "delayed")
 
     @property
     def recipe(self) -> Recipe:
@@ -791,6 +811,7 @@ class ExecutionRequest:
     bf16_layers_at_end: int = 0  # Megatron --num-layers-at-end-in-bf16 (RunOptions.bf16_layers_at_end)
     moment_bytes: Optional[int] = None  # None: 4 (fp32 Adam moments); 2: bf16 (RunOptions.moment_bytes)
     precision_aware_optimizer: bool = False  # RunOptions.precision_aware_optimizer (Megatron's flag)
+    optimizer_fp8_recipe: Optional[str] = "delayed"  # RunOptions.optimizer_fp8_recipe (Megatron-LM's default)
     optimizer: Optional[str] = None  # None: adam, Megatron-LM's default --optimizer (RunOptions.optimizer)
 
     def with_changes(self, **changes: Any) -> "ExecutionRequest":
@@ -855,7 +876,8 @@ def _optimizer_fields(request: ExecutionRequest) -> dict[str, Any]:
     arguments.py L2913) with fp32 moments, unless the request says (the CLI's and the codec's choices check the name)."""
     return {"moment_bytes": 4 if request.moment_bytes is None else request.moment_bytes,
             "optimizer": "adam" if request.optimizer is None else request.optimizer,
-            "precision_aware_optimizer": request.precision_aware_optimizer}
+            "precision_aware_optimizer": request.precision_aware_optimizer,
+            "optimizer_fp8_recipe": request.optimizer_fp8_recipe}
 
 
 def _bounded_seq(seq_len: int) -> int:

@@ -789,8 +789,18 @@ def _dec_precision(get: Get) -> Fields:
         raise BtacalcError("--bf16 and --fp16 together: Megatron-LM refuses both (arguments.py L1196, L1205); give one")
     if fp16:  # --grad-reduce-in-bf16 not read: listed ignored, with megatron_run.IGNORED's reason (hostile17)
         return {"run.gradient_bytes": 4 if truth(get("accumulate_allreduce_grads_in_fp32")) else 2}
-    get("accumulate_allreduce_grads_in_fp32")  # --bf16 turns it on itself (arguments.py L1215-1216)
-    return {"run.gradient_bytes": 2 if truth(get("grad_reduce_in_bf16")) else 4}
+    # --bf16 turns accumulate_allreduce_grads_in_fp32 on itself unless --grad-reduce-in-bf16, or (review28) the
+    # precision-aware optimizer's --main-grads-dtype bf16, which Megatron-LM asserts against the flag given
+    # (arguments.py L1209-1216): then the gradient buffers are bf16 (training.py L2635 grad_reduce_in_fp32)
+    grads = str(get("main_grads_dtype") or "fp32")
+    accumulate = truth(get("accumulate_allreduce_grads_in_fp32"))
+    if accumulate and grads != "fp32":
+        raise BtacalcError(f"--main-grads-dtype {grads} with --accumulate-allreduce-grads-in-fp32: Megatron-LM asserts "
+                           "fp32 main gradients there (arguments.py L1209-1211 @ d98e8a64); give one")
+    if grads not in ("fp32", "bf16"):
+        raise BtacalcError(f"--main-grads-dtype {grads}: Megatron-LM takes fp32 or bf16 (arguments.py L3671)")
+    low = truth(get("grad_reduce_in_bf16")) or (grads == "bf16" and not accumulate)
+    return {"run.gradient_bytes": 2 if low else 4}
 
 
 def _enc_pipeline(f: Fields) -> Args:
@@ -1147,24 +1157,65 @@ MOMENT_BYTES = {"fp32": 4, "bf16": 2}
 
 def _enc_moments(f: Fields) -> Args:
     """--use-precision-aware-optimizer (TransformerEngine's FusedAdam), with bf16 Adam moments where the plan has
-    them (they need it: optimizer_config.py L466-478 @ d98e8a64)."""
+    them (they need it: optimizer_config.py L466-478 @ d98e8a64), and, where the precision has no FP8 recipe of its
+    own, the --fp8-recipe the optimizer config holds when it is not Megatron-LM's default delayed (review28:
+    RunOptions.optimizer_fp8_recipe, a Megatron-Bridge run's tensorwise)."""
     bf16 = f.get("run.moment_bytes", 4) == 2
     if not (bf16 or f.get("run.precision_aware_optimizer")):
         return {}
-    return {"use_precision_aware_optimizer": True,
-            **({"exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16"} if bf16 else {})}
+    out: Args = {"use_precision_aware_optimizer": True}
+    if bf16:
+        out.update({"exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16"})
+    recipe = f.get("run.optimizer_fp8_recipe", "delayed")
+    if "fp8_recipe" not in PRECISIONS.get(f.get("run.precision") or "bf16", {}) and recipe not in (None, "delayed"):
+        out["fp8_recipe"] = recipe
+    return out
+
+
+# Megatron-Core's FP8 recipe names (transformer_config.py L594-596 @ d98e8a64: TransformerConfig.fp8_recipe)
+FP8_RECIPE_NAMES = ("tensorwise", "delayed", "mxfp8", "blockwise", "custom")
+# review28: the optimizer settings Megatron-Core asserts fp32 for without --use-precision-aware-optimizer
+# (optimizer_config.py L466-479 @ d98e8a64: main_grads_dtype, main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype)
+_AWARE_ONLY = ("main_grads_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype")
 
 
 def _dec_moments(get: Get) -> Fields:
-    """The precision-aware optimizer (its master weights: RunOptions.param_remainders) and its moments' dtype."""
+    """The precision-aware optimizer (its master weights: RunOptions.param_remainders, with the fp8_recipe its config
+    holds where the precision has no FP8 recipe: Megatron-LM's --fp8-recipe, default delayed, training.py L2609-2616,
+    transformer_config.py L594-596 @ d98e8a64) and its moments' dtype."""
     aware = truth(get("use_precision_aware_optimizer"))
     dtypes = {str(get("exp_avg_dtype") or "fp32"), str(get("exp_avg_sq_dtype") or "fp32")}
-    if not aware or dtypes == {"fp32"}:
-        return {"run.moment_bytes": 4, "run.precision_aware_optimizer": aware}
+    if truth(get("optimizer_cpu_offload")):  # review28 (Megatron-LM asserts it needs the precision-aware optimizer,
+        # arguments.py L1884-1887); it was listed "not modelled" and planned with the whole state on the device
+        raise BtacalcError("--optimizer-cpu-offload: Megatron-Core's HybridDeviceOptimizer keeps the optimizer state "
+                           "(--optimizer-offload-fraction of it, default all) in host memory and steps it on the CPU "
+                           "(optimizer/__init__.py L504-545 @ d98e8a64); btacalc models the state on the device: plan "
+                           "without it")
+    if not aware:
+        lower = [f"--{d.replace('_', '-')} {get(d)}" for d in _AWARE_ONLY if str(get(d) or "fp32") != "fp32"]
+        if lower:
+            raise BtacalcError(f"{', '.join(lower)} without --use-precision-aware-optimizer: Megatron-Core asserts fp32 "
+                               "there (optimizer_config.py L466-479 @ d98e8a64); give --use-precision-aware-optimizer")
+        return {"run.moment_bytes": 4, "run.precision_aware_optimizer": False}
+    master = str(get("main_params_dtype") or "fp32")
+    if master != "fp32":
+        raise BtacalcError(f"--main-params-dtype {master}: FusedAdam would keep {master} master weights under every "
+                           "recipe (optimizer_config.py L407-414, optimizer/__init__.py L574-588 @ d98e8a64); btacalc "
+                           "models fp32 master weights or FusedAdam's int16 remainders: give --main-params-dtype fp32")
+    out: Fields = {"run.precision_aware_optimizer": True}
+    if get("fp8") is None:
+        recipe = get("fp8_recipe")
+        if recipe is not None and str(recipe) not in FP8_RECIPE_NAMES:
+            raise BtacalcError(f"fp8_recipe {recipe!r}: Megatron-Core's recipes are {', '.join(FP8_RECIPE_NAMES)} "
+                               "(transformer_config.py L594-596 @ d98e8a64); under the precision-aware optimizer it "
+                               "decides FusedAdam's master weights")
+        out["run.optimizer_fp8_recipe"] = "delayed" if recipe is None else str(recipe)
+    if dtypes == {"fp32"}:
+        return {**out, "run.moment_bytes": 4}
     if len(dtypes) > 1 or not dtypes <= set(MOMENT_BYTES):
         raise BtacalcError(f"--exp-avg-dtype / --exp-avg-sq-dtype {' / '.join(sorted(dtypes))}: btacalc models both "
                            "Adam moments in fp32 or both in bf16")
-    return {"run.moment_bytes": MOMENT_BYTES[dtypes.pop()], "run.precision_aware_optimizer": True}
+    return {**out, "run.moment_bytes": MOMENT_BYTES[dtypes.pop()]}
 
 
 # The optimizers whose state btacalc's catalogue holds (formulas/training_state.toml: Adam's fp32 master weights and two

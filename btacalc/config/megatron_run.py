@@ -76,10 +76,11 @@ IGNORED: tuple[tuple[str, str], ...] = (
     (r"(fine_grained_activation_offloading|offload_modules|cpu_offloading_.*)",
      "activation offloading beyond --cpu-offloading-num-layers (module-wise offloading, weights, double "
      "buffering): not modelled (btacalc keeps those activations on the device)"),
-    (r"(main_grads_dtype|main_params_dtype)",
-     "optimizer state precision: btacalc models fp32 master weights, or under --use-precision-aware-optimizer "
-     "FusedAdam's int16 remainders (main_params_dtype fp32 with bf16 parameters); the main gradients follow "
-     "--grad-reduce-in-bf16"),
+    # review28: read under --bf16 (megatron_codec._dec_precision, as --grad-reduce-in-bf16) and checked against the
+    # precision-aware optimizer (_dec_moments); listed only beside --fp16
+    (r"main_grads_dtype",
+     "no effect under --fp16: Megatron-LM reads it only under --bf16 (megatron/training/arguments.py L1209-1216 @ "
+     "d98e8a64); fp16 gradients are reduced in fp16, or in fp32 with --accumulate-allreduce-grads-in-fp32"),
     (r"tp_comm_overlap_cfg",
      "a userbuffers table (TE's ub_cfgs: a YAML file for Megatron-LM, a named table for Megatron-Bridge): not read, "
      "the run is timed with TransformerEngine's default table (btacalc/data/tp_overlap.toml); a measured run's "
@@ -941,6 +942,7 @@ def _guarded_request_fields(f: Fields) -> dict[str, Any]:
     out["bf16_layers_at_end"] = f.get("run.bf16_layers_at_end", 0)
     out["moment_bytes"] = f.get("run.moment_bytes", 4)
     out["precision_aware_optimizer"] = bool(f.get("run.precision_aware_optimizer"))
+    out["optimizer_fp8_recipe"] = f.get("run.optimizer_fp8_recipe", "delayed")
     out["optimizer"] = f.get("run.optimizer", "adam")
     out["gradient_accumulation_fusion"] = f.get("run.gradient_accumulation_fusion", True)
     out["transformer_engine"] = f.get("run.transformer_engine", True)

@@ -181,10 +181,14 @@ class Problem:
     def features(self) -> dict[str, Any]:
         """The run's features (`RunOptions.features`) with the layout's: sequence parallelism, and where the
         optimizer keeps its master weights (RunOptions.param_remainders on a GPU, not under Megatron-FSDP, whose own
-        main weights Megatron-Core keeps apart from FusedAdam: optimizer/__init__.py L578-581 @ d98e8a64)."""
+        main weights Megatron-Core keeps apart from FusedAdam: optimizer/__init__.py L578-581 @ d98e8a64; and only
+        with the distributed optimizer, ZeRO >= 1 (review28): without it Float16OptimizerWithFloat16Params hands the
+        optimizer fp32 copies of the parameters, optimizer.py L1012-1018, and FusedAdam keeps no remainders of fp32
+        parameters, TransformerEngine fused_adam.py L626)."""
         lay = self.layout
         gpu = self.hardware.family == "gpu"
-        master = "remainders" if self.run.param_remainders and not lay.fsdp and gpu else "fp32"
+        distributed = lay.zero_stage >= 1 and not lay.fsdp
+        master = "remainders" if self.run.param_remainders and distributed and gpu else "fp32"
         return {**self.run.features(), "sequence_parallel": lay.sequence_parallel, "master": master}
 
     @cached_property

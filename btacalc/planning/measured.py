@@ -333,6 +333,8 @@ def _recipe_changes(recipe: Recipe, run: MeasuredRun, family: str) -> dict[str, 
         changes["moment_bytes"] = 2 if recipe.exp_avg_dtype == "bf16" else 4
     if recipe.use_precision_aware_optimizer:
         changes["precision_aware_optimizer"] = True
+    if recipe.optimizer_fp8_recipe is not None:
+        changes["optimizer_fp8_recipe"] = recipe.optimizer_fp8_recipe
     if recipe.transformer_engine is not None:
         changes["rht_cast_fusion"] = precision_recipe(run.precision).rht_cast_fused_in(recipe.transformer_engine)
     if recipe.fp8_param_gather is not None:

@@ -187,6 +187,11 @@ class Inputs(BaseModel):
     precision_aware_optimizer: bool = Field(False, description="Megatron's --use-precision-aware-optimizer: "
                                             "TransformerEngine's FusedAdam holds the master weights and moments (implied "
                                             "by bf16 moments)")
+    optimizer_fp8_recipe: Optional[str] = Field("delayed", description="the fp8_recipe Megatron-Core's optimizer "
+                                                "config holds where the precision has no FP8 recipe (Megatron-LM's "
+                                                "--fp8-recipe, default delayed; Megatron-Bridge's mixed_precision."
+                                                "fp8_recipe, default tensorwise): under the precision-aware optimizer "
+                                                "FusedAdam keeps remainders only with none or delayed")
     master_weights: str = Field("fp32", description="the optimizer's master weights: fp32, or remainders (the low "
                                 "16 bits of each fp32 master weight as int16 beside its bf16 parameter: FusedAdam's "
                                 "store_param_remainders under the precision-aware optimizer without FP8 or with "

@@ -157,8 +157,15 @@ class Recipe(BaseModel):
                                                      "layers kept in host memory (config.execution.ACTIVATION_OFFLOAD)")
     use_precision_aware_optimizer: Optional[bool] = Field(None, description="--use-precision-aware-optimizer: "
                                                           "TransformerEngine's FusedAdam holds the optimizer state "
-                                                          "(with bf16 parameters and no FP8, int16 master remainders "
-                                                          "since Megatron-Core 0.13); implied by bf16 moments")
+                                                          "(with bf16 parameters and an optimizer fp8_recipe of "
+                                                          "none or delayed, `optimizer_fp8_recipe`, int16 master "
+                                                          "remainders since Megatron-Core 0.13); implied by bf16 "
+                                                          "moments")
+    optimizer_fp8_recipe: Optional[Literal["delayed", "tensorwise", "mxfp8", "blockwise"]] = Field(
+        None, description="the fp8_recipe the optimizer config holds where the precision has no FP8 recipe (bf16, "
+        "fp16, nvfp4): Megatron-LM's --fp8-recipe (default delayed), Megatron-Bridge's mixed_precision.fp8_recipe "
+        "(default tensorwise); with the precision-aware optimizer FusedAdam keeps int16 master remainders only under "
+        "delayed (RunOptions.optimizer_fp8_recipe); None: Megatron-LM's default")
     exp_avg_dtype: Optional[Literal["fp32", "bf16"]] = Field(None, description="--use-precision-aware-optimizer "
                                                              "--exp-avg-dtype / --exp-avg-sq-dtype: Adam's moments "
                                                              "(default fp32)")

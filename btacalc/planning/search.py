@@ -29,6 +29,7 @@ from pydantic import BaseModel, Field
 
 from ..config.execution import (DEFAULT_TOKENS_PER_STEP, BatchLimits, Execution, ExecutionRequest, Layout,
                                 resolve_execution, recompute_refusal)
+from ..config.megatron_rules import a2a_refusal
 from ..config.hardware import HardwareProfile
 from ..config.model import ModelSpec
 from ..config.pipeline import StageSplit, parse_layout
@@ -173,7 +174,19 @@ def _candidates(model: ModelSpec, hardware: HardwareProfile, request: ExecutionR
             except BtacalcError:
                 continue
             for policy in policies:
-                yield _Candidate(layout, mb, policy)
+                yield _Candidate(_runnable_a2a(layout, policy), mb, policy)
+
+
+def _runnable_a2a(layout: Layout, policy: str) -> Layout:
+    """review28: a candidate's all-to-all overlap as its plan runs it: off where Megatron-Core refuses it (PP > 1
+    without a virtual pipeline, full recomputation, the moe recompute module: `megatron_rules.a2a_refusal`), as
+    `resolve_execution` drops it for a plan (config/execution.py `_runnable_overlaps`). The search scored such a
+    candidate with the overlap its plan then dropped: a PP 2 VP 1 ranking row 14% faster than the plan it stood for."""
+    o = layout.overlap
+    if not o.all_to_all or a2a_refusal(policy, layout.pipeline_parallel, layout.virtual_pipeline,
+                                       layout.expert_parallel) is None:
+        return layout
+    return replace(layout, overlap=replace(o, all_to_all=False, early_attn_release=False, delay_wgrad=False))
 
 
 @dataclass
@@ -231,7 +244,7 @@ def _scored(model: ModelSpec, hardware: HardwareProfile, base: Execution, candid
         take = [int(i) for part in (need & fits, need & ~fits)
                 for i in np.argsort(-np.where(part, bound, -np.inf), kind="stable")[:min(batch, int(part.sum()))]]
         exact = _evaluate(model, hardware, base, [scores.candidates[i] for i in take])
-        at = {id(c): j for j, c in enumerate(exact.candidates)}  # `_evaluate` orders them by policy
+        at = {id(c): j for j, c in enumerate(exact.candidates)}  # `_evaluate` orders them by policy and overlap
         for i in take:
             j = at[id(scores.candidates[i])]
             scores.step[i], scores.tokens[i], scores.mfu[i] = exact.step[j], exact.tokens[j], exact.mfu[j]
@@ -247,8 +260,9 @@ def _evaluate(model: ModelSpec, hardware: HardwareProfile, base: Execution, cand
     `schedule`, the step's lower bound: `gpu_step_time`)."""
     order: list[_Candidate] = []
     parts: dict[str, list[np.ndarray]] = {}
-    for policy in dict.fromkeys(c.recompute for c in candidates):
-        group = [c for c in candidates if c.recompute == policy]
+    # one evaluation per policy and all-to-all overlap (`_runnable_a2a`: a Layout's other overlaps are one for all)
+    for policy, a2a in dict.fromkeys((c.recompute, c.layout.overlap.all_to_all) for c in candidates):
+        group = [c for c in candidates if c.recompute == policy and c.layout.overlap.all_to_all == a2a]
         layout = _stack([c.layout for c in group])
         problem = Problem(model, hardware, Execution(replace(base.run, recompute=policy), layout, BatchLimits()))
         mb = np.array([c.micro_batch for c in group])

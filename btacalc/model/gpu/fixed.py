@@ -12,6 +12,11 @@ weight (`weights`, 2 B):
 
     bytes per local parameter = gradients + 2 x optimizer + weights = 4 + 24 + 2 = 30 B
                                 (reads 16 B: gradient, master, m, v; writes 14 B: master, m, v, 16-bit weight)
+
+With the precision-aware optimizer's int16 remainders (`optimizer` 10 B: RunOptions.param_remainders) FusedAdam's
+kernel rebuilds each fp32 master weight from the bf16 parameter and its remainder, so it reads the 16-bit weight too
+(TransformerEngine @ d0067d0 transformer_engine/common/multi_tensor/adam.cu AdamFunctorMasterParamRemainder L179-290:
+`local_p[ii] = p[i]` beside `p_remainder[i]`, both written back): 4 + 20 + 2 x 2 = 28 B (review28).
     t_optimizer = local parameters x 30 B / (HBM bandwidth x f_stream)  (f_stream: memory.achievable_bandwidth_fraction)
 
 Local parameters: the stage's per-device parameters (after TP, PP, EP, ETP), divided by the ZeRO shard
@@ -240,10 +245,10 @@ class FixedCosts:
         return self.optimizer_s + self.grad_norm_s + self.weight_cast_s
 
 
-def optimizer_bytes_per_param(rates: dict[str, int]) -> int:
-    """HBM bytes the Adam update moves per local parameter (module docstring): gradient read, fp32 state
-    read and written, 16-bit weight written."""
-    return rates["gradients"] + 2 * rates["optimizer"] + rates["weights"]
+def optimizer_bytes_per_param(rates: dict[str, int], remainders: bool = False) -> int:
+    """HBM bytes the Adam update moves per local parameter (module docstring): gradient read, optimizer state
+    read and written, 16-bit weight written, and read too where the master weights are its int16 remainders."""
+    return rates["gradients"] + 2 * rates["optimizer"] + (2 if remainders else 1) * rates["weights"]
 
 
 def local_params(problem: Problem, dense: Any, expert: Any) -> Any:
@@ -258,7 +263,7 @@ def fixed_costs(problem: Problem, dense: Any, expert: Any, rates: dict[str, int]
     """Optimizer update and gradient norm of a stage holding `dense` + `expert` parameters per device."""
     hbm = problem.hardware.memory.streaming_bandwidth_bytes_per_s()  # elementwise kernels: B_HBM x f_stream
     params = local_params(problem, dense, expert)
-    optimizer = params * optimizer_bytes_per_param(rates) / hbm
+    optimizer = params * optimizer_bytes_per_param(rates, problem.features()["master"] == "remainders") / hbm
     n = problem.layout.devices
     scalar = constants().collectives.all_reduce * ring_share(n) * GRAD_NORM_BYTES
     norm = params * rates["gradients"] / hbm + ring_time(problem, scalar, n, 1, 1, constants().collectives.all_reduce)

@@ -41,7 +41,7 @@ tokens/s = DP·M·G·b·s / step; MFU = model FLOPs (the whole model, t = CP = 1
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 import numpy as np
@@ -165,7 +165,10 @@ def gpu_step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Ev
     makespan, passes = _makespan(problem, pipe, stages, (kinds, per_kind), (first, last), tiles, m) if schedule \
         else (worst.micro_batch_s * m, None)
     bubble = makespan - worst.micro_batch_s * m
-    unpaired = unpaired_exchange_s(problem, stages[0], m)
+    # stage 0's micro-batch with its passes alone (review28): its terms without the overlap, host wait included
+    alone = _stage(problem.with_layout(overlap=replace(lay.overlap, all_to_all=False)), pipe, 0, kinds, (first, last),
+                   tiles, m) if lay.overlap.all_to_all else stages[0]
+    unpaired = unpaired_exchange_s(problem, stages[0], alone, m)
     step = worst.micro_batch_s * m + bubble + unpaired + sync + optimizer + norm + casts
     seqs = lay.data_parallel * m * tiles * tile_batch
     peak = problem.hardware.chip.peak_flops_per_s.value
@@ -191,7 +194,7 @@ def gpu_step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Ev
                     worst.terms["tiling"] * m, 0.0, comm, repeats, details)
 
 
-def unpaired_exchange_s(problem: Problem, first: _Slowest, m: Any) -> Any:
+def unpaired_exchange_s(problem: Problem, first: _Slowest, alone: _Slowest, m: Any) -> Any:
     """The expert exchange Megatron's merged 1F1B schedule leaves without a partner, per step (0 without
     --overlap-moe-expert-parallel-comm). The schedule runs a forward and a backward pass of two micro-batches
     together, each one's all-to-all beside the other's compute (merged_pair.py); some passes run alone and show
@@ -203,18 +206,21 @@ def unpaired_exchange_s(problem: Problem, first: _Slowest, m: Any) -> Any:
       forwards and as many cool-down backwards, w = 2(PP - 1) + (VP - 1)N + 1 on rank 0 (schedule.py
       `warmup_forwards`, the one more of the overlap included), each over one model chunk, 1/VP of the stage.
 
-    A lone forward and a lone backward of the same layers together show the exchange the pair hid, H = a2a -
-    exposed - its SM share (the stage's per-micro-batch terms), whatever split of the exposed part between the
-    two passes the pipeline simulation uses. Rank 0's passes span the step from its first forward to its last
-    backward (the makespan, schedule.py), so its w lone pairs of chunk passes add w/VP x H: with no pipeline
-    1 x H. An estimate on the critical path for a pipeline: the other ranks' lone passes are fewer and are not
-    added."""
+    A lone forward and a lone backward of the same layers together run as a micro-batch without the overlap
+    (`alone`: stage 0's terms with the overlap off) where the pair ran as `first` (stage 0's): each lone pair adds
+    their difference D, whatever split of the exposed part between the two passes the pipeline simulation uses.
+    Where the host's kernel issue does not bind, D = H = a2a - exposed - its SM share; where it does (the `launch`
+    term, fixed.py, with the MoE dispatcher's syncs too), the lone passes' exchange runs in the host's wait and D is
+    less (review28: H alone counted it on top of that wait, and with one micro-batch the step was not the step
+    without the overlap). Rank 0's passes span the step from its first forward to its last backward (the makespan,
+    schedule.py), so its w lone pairs of chunk passes add w/VP x D: with no pipeline 1 x D. An estimate on the
+    critical path for a pipeline: the other ranks' lone passes are fewer and are not added."""
     lay = problem.layout
-    hidden = first.raw["all_to_all"] - first.terms["all_to_all"] - first.terms["a2a_sm_share"]
+    more = maximum(0.0, alone.micro_batch_s - first.micro_batch_s)
     pp, vp = lay.pipeline_parallel, lay.virtual_pipeline
     group = lay.microbatch_group or pp
     lone = where(pp > 1, minimum(2 * (pp - 1) + (vp - 1) * group + 1, m * vp), 1)
-    return where(lay.overlap.all_to_all, lone / vp * hidden, 0.0)
+    return where(lay.overlap.all_to_all, lone / vp * more, 0.0)
 
 
 # a stage's per-micro-batch terms that its layers run (per layer of a kind, `_kind_terms`): they place its time
