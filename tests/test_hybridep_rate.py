@@ -84,3 +84,26 @@ def test_the_backend_goes_out_and_comes_back(cli, tmp_path):
     assert row["algorithm"] == "hybridep" and row["link"] == "network"
     code, out, err = cli("plan", *[a for a in base if a != "--deepep"], "--hybridep")
     assert code == 2 and "it needs --deepep" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_launch_megatron_refuses_for_its_backend_or_sms_is_refused(cli, tmp_path):
+    """review29: Megatron-LM @ d98e8a64 transformer_config.py L1743-1748: --moe-enable-deepep sets the deepep backend
+    and raises beside --moe-flex-dispatcher-backend hybridep ("Only one backend"), which btacalc planned as DeepEP at
+    NCCL's share; L1795-1811: without --moe-flex-dispatcher-num-sms the deprecated --moe-deepep-num-sms and
+    --moe-hybridep-num-sms are routed to it and must agree, where btacalc took DeepEP's. Agreeing knobs: that SM count."""
+    base = "--model qwen3-30b-a3b --hw h100 --devices 16 --ep 16 --global-batch 64 --micro-batch 1 --deepep".split()
+    code, text, err = cli("plan", *base, "--hybridep", "--emit", "megatron")
+    assert code == 0 and "--moe-flex-dispatcher-backend hybridep" in text
+    launch = tmp_path / "run.sh"
+    for change, fragment in (("--moe-flex-dispatcher-backend hybridep --moe-enable-deepep", "only one backend"),
+                             ("--moe-flex-dispatcher-backend hybridep --moe-deepep-num-sms 24 --moe-hybridep-num-sms 32",
+                              "--moe-hybridep-num-sms (both deprecated) differ")):
+        launch.write_text(text.replace("--moe-flex-dispatcher-backend hybridep", change))
+        code, out, err = cli("plan", "--from-megatron", str(launch), "--hw", "h100")
+        assert code == 2 and fragment in err and len(err.strip().splitlines()) == 1, err
+    launch.write_text(text.replace("--moe-flex-dispatcher-backend hybridep",
+                                   "--moe-flex-dispatcher-backend hybridep --moe-deepep-num-sms 24 "
+                                   "--moe-hybridep-num-sms 24"))
+    code, out, err = cli("plan", "--from-megatron", str(launch), "--hw", "h100", "--json")
+    plan = json.loads(out)
+    assert code == 0 and plan["parallelism"]["hybridep"] is True and plan["parallelism"]["dispatcher_sms"] == 24

@@ -312,6 +312,11 @@ BROKEN = {
     # review27: transformer_config.py L1743-1745 (moe_enable_deepep outside flex), L2641-2659 (router padding, or the
     # deprecated fp8 flag that sets it, under allgather), L2977-2982 (Bridge's variable_seq_lengths under allgather)
     "deepep-flex": ({"moe_enable_deepep": True}, {}),
+    # review29: transformer_config.py L1746-1747 (the deprecated switch beside the hybridep backend), L1795-1811 (the
+    # deprecated SM knobs routed to moe_flex_dispatcher_num_sms disagree)
+    "deepep-hybridep": ({"moe_enable_deepep": True, "moe_token_dispatcher_type": "flex",
+                         "moe_flex_dispatcher_backend": "hybridep"}, {}),
+    "flex-sms-conflict": ({"moe_deepep_num_sms": 24, "moe_hybridep_num_sms": 32}, {}),
     "padding-quantization-dispatcher": ({"fp8": "hybrid", "moe_router_padding_for_fp8": True,
                                          "moe_token_dispatcher_type": "allgather"}, {}),
     "variable-seq-lengths-dispatcher": ({"variable_seq_lengths": True, "moe_token_dispatcher_type": "allgather"}, {}),

@@ -397,6 +397,21 @@ RULES: tuple[Rule, ...] = (
     Rule("deepep-flex", f"{TC}:1744", lambda a, e: bool(a.get("moe_enable_deepep")),
          lambda a, e: a.get("moe_token_dispatcher_type") == "flex",
          "--moe-enable-deepep needs --moe-token-dispatcher-type flex"),
+    # review29: the deprecated switch sets the deepep backend, and refuses a hybridep one (TC L1746-1747); btacalc read
+    # it as DeepEP, whose cross-node rate differs from Hybrid-EP's since the hybridep backend is timed apart
+    Rule("deepep-hybridep", f"{TC}:1746",
+         lambda a, e: bool(a.get("moe_enable_deepep")) and a.get("moe_token_dispatcher_type") == "flex",
+         lambda a, e: a.get("moe_flex_dispatcher_backend") != "hybridep",
+         "--moe-enable-deepep sets the flex dispatcher's deepep backend: Megatron-Core refuses it beside "
+         "--moe-flex-dispatcher-backend hybridep (only one backend)"),
+    # review29: the deprecated SM knobs routed to moe_flex_dispatcher_num_sms must agree when it is not given
+    # (TC L1795-1811); btacalc took the first of them
+    Rule("flex-sms-conflict", f"{TC}:1806",
+         lambda a, e: a.get("moe_flex_dispatcher_num_sms") is None and a.get("moe_deepep_num_sms") is not None
+         and a.get("moe_hybridep_num_sms") is not None,
+         lambda a, e: _i(a, "moe_deepep_num_sms") == _i(a, "moe_hybridep_num_sms"),
+         "--moe-deepep-num-sms and --moe-hybridep-num-sms (both deprecated) differ: give one "
+         "--moe-flex-dispatcher-num-sms"),
     Rule("padding-quantization-dispatcher", f"{TC}:2655",
          lambda a, e: bool(a.get("moe_router_padding_for_quantization") or a.get("moe_router_padding_for_fp8")),
          lambda a, e: a.get("moe_token_dispatcher_type") in ("alltoall", "flex"),
