@@ -229,7 +229,7 @@ NOTATION: dict[str, tuple[str, str]] = {
                "into (Dao et al. 2022's M)", "sram_elements_per_core"),
     "x_g": ("1 where the MoE layers dispatch with Megatron's allgather dispatcher (every token all-gathered over the "
             "ETP x EP group, the outputs reduce-scattered back), else 0", "allgather_dispatch"),
-    "n_g": ("ranks of the allgather dispatcher's tp_ep group (ETP x EP) with it, else 0", "allgather_group"),
+    "n_g": ("ranks of the allgather dispatcher's tp_ep group (ETP x EP) with it, else 0", "expert_model_parallel"),
     "x_s": ("chunk sorts by local expert per MoE dispatch and per combine: 1 where Megatron's alltoall dispatcher "
             "re-sorts the received copies (expert parallelism with more than one local expert, no DeepEP / HybridEP, "
             "whose kernels place tokens themselves), else 0", "expert_chunk_sorts"),

@@ -372,7 +372,13 @@ class Layout:
 
     @property
     def expert_data_parallel(self) -> int:
-        return self.devices // (self.expert_tensor_parallel * self.expert_parallel * self.pipeline_parallel)
+        return self.devices // (self.expert_model_parallel * self.pipeline_parallel)
+
+    @property
+    def expert_model_parallel(self) -> Any:
+        """ETP x EP: the ranks an expert's weights are split over, Megatron-Core's tp_ep group (consecutive in its
+        expert rank order tp-ep-dp-pp), over which the allgather dispatcher gathers."""
+        return self.expert_tensor_parallel * self.expert_parallel
 
     def placement(self, num_layers: int, mtp_layers: int = 0) -> Placement:
         """Which layers each stage and virtual chunk holds (Megatron's rules: config/pipeline.py)."""

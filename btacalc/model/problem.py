@@ -234,7 +234,7 @@ class Problem:
         lay = self.layout
         if not lay.allgather_dispatcher:
             return {"x_g": 0, "n_g": 0}
-        return {"x_g": 1, "n_g": lay.expert_tensor_parallel * lay.expert_parallel}
+        return {"x_g": 1, "n_g": lay.expert_model_parallel}
 
     def expert_chunk_sorts(self) -> Any:
         """1 where Megatron's alltoall dispatcher sorts the copies it received by local expert after the dispatch

@@ -393,30 +393,24 @@ def describe_expert_tensor_parallel(problem: Problem, volume: Any, calls: Any, t
 ALLGATHER_DISPATCH_COLLECTIVE = "all_gather+reduce_scatter"
 
 
-def allgather_group(problem: Problem) -> Any:
-    """Ranks of the allgather dispatcher's tp_ep group: ETP x EP (token_dispatcher.py L86-88, pg_collection.tp_ep)."""
-    lay = problem.layout
-    return lay.expert_tensor_parallel * lay.expert_parallel
-
-
 def allgather_dispatch_bytes(problem: Problem, volume: Any) -> Any:
     """Bus bytes per rank of the allgather dispatcher's collectives moving `volume`, the rank's own contributions
     (Part.gather_bytes): each call's buffer holds n_g of them and a ring passes (n_g - 1)/n_g of the buffer."""
-    return volume * (allgather_group(problem) - 1)
+    return volume * (problem.layout.expert_model_parallel - 1)
 
 
 def allgather_dispatch_time(problem: Problem, volume: Any, calls: Any = 0) -> Any:
     """The allgather dispatcher's all-gathers and reduce-scatters of `volume` (Part.gather_bytes) in `calls`
     calls: NCCL rings over the n_g ranks of the tp_ep group at stride 1; 0 without the dispatcher (volume 0) or
     with one rank."""
-    n = allgather_group(problem)
+    n = problem.layout.expert_model_parallel  # the tp_ep group (token_dispatcher.py L86-88, pg_collection.tp_ep)
     return ring_time(problem, allgather_dispatch_bytes(problem, volume), n, 1, calls, constants().collectives.all_gather)
 
 
 def describe_allgather_dispatch(problem: Problem, volume: Any, calls: Any, time_s: Any) -> CollectiveRow:
     """The `moe_allgather` row of the allgather dispatcher's `volume` (Part.gather_bytes, all passes) in `calls`
     calls, timed `time_s` (`allgather_dispatch_time`)."""
-    return describe(problem, "moe_allgather", (allgather_group(problem), 1),
+    return describe(problem, "moe_allgather", (problem.layout.expert_model_parallel, 1),
                     (allgather_dispatch_bytes(problem, volume), calls), time_s,
                     kind=constants().collectives.all_gather, collective=ALLGATHER_DISPATCH_COLLECTIVE)
 
@@ -451,11 +445,15 @@ def all_to_all_link(problem: Problem) -> Link:
     return out if a2a is None else replace(out, bus_efficiency=a2a.value)
 
 
+def expert_domain_members(problem: Problem) -> Any:
+    """Members of an expert-parallel group (EP ranks at stride ETP) in the worst-placed rank's NVLink domain."""
+    lay = problem.layout
+    return local_members(lay.expert_parallel, lay.expert_tensor_parallel, lay.devices, lay.devices_per_node)
+
+
 def expert_domains(problem: Problem) -> Any:
     """NVLink domains an expert-parallel group spans: EP over the members of the worst-placed rank's domain."""
-    lay = problem.layout
-    ep = lay.expert_parallel
-    return ep / maximum(local_members(ep, lay.expert_tensor_parallel, lay.devices, lay.devices_per_node), 1)
+    return problem.layout.expert_parallel / maximum(expert_domain_members(problem), 1)
 
 
 def all_to_all_nvlink(problem: Problem) -> Link:
@@ -476,8 +474,8 @@ def _all_to_all_layout(problem: Problem) -> _AllToAllLayout:
     if f is None:
         lay = problem.layout
         up, out = all_to_all_nvlink(problem), all_to_all_link(problem)
-        ep, etp = lay.expert_parallel, lay.expert_tensor_parallel
-        k = local_members(ep, etp, lay.devices, lay.devices_per_node)
+        ep = lay.expert_parallel
+        k = expert_domain_members(problem)
         deepep = bool(lay.deepep)
         f = problem.layout_cache["all-to-all layout"] = _AllToAllLayout(
             ep=ep, up_rate=up.bus_bytes_per_s, out_rate=out.bus_bytes_per_s,
@@ -664,7 +662,7 @@ def data_parallel_groups(problem: Problem) -> dict[str, tuple[Any, Any]]:
     ETP·EP)."""
     lay = problem.layout
     return {"dense": (lay.sharding_ranks, lay.tensor_parallel),
-            "expert": (lay.expert_data_parallel, lay.expert_tensor_parallel * lay.expert_parallel)}
+            "expert": (lay.expert_data_parallel, lay.expert_model_parallel)}
 
 
 def data_parallel_times(problem: Problem, dense: Any, expert: Any, rates: dict[str, int],

@@ -47,7 +47,7 @@ def global_buffer_bytes(problem: Problem, tile_batch: Any, seq_len: Any, has_lay
     # (bools or arrays over layouts: & and | hold for both, as timing.py combines its conditions)
     column = (has_layers | is_last) if local else is_last
     gathering = (tp > 1) & lay.sequence_parallel & column
-    n_g = lay.expert_tensor_parallel * lay.expert_parallel
+    n_g = lay.expert_model_parallel
     # review27: only a stage holding MoE layers dispatches (a stage of DeepSeek-V3's first dense layers held it)
     dispatch = where(has_moe & (n_g > 1), s * b / tp * n_g * model.hidden_size * beta, 0) \
         if lay.allgather_dispatcher and model.is_moe else 0

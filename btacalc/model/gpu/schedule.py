@@ -34,18 +34,16 @@ from typing import Any
 
 import numpy as np
 
+from ..arrays import minimum, where
 from ...config.pipeline import group_rule  # noqa: F401  (Megatron's rule on the group size, beside its schedule)
 
 
 
-def warmup_forwards(pp: int, vp: int, m: int, group: int, rank: int, extra: bool = False) -> int:
-    """Megatron's warm-up forward passes on pipeline rank `rank` (get_pp_rank_microbatches L950-977)."""
-    if pp == 1:
-        return 0
-    if vp == 1:
-        return min(pp - rank - 1, m)
-    w = 2 * (pp - rank - 1) + (vp - 1) * group + (1 if extra else 0)
-    return min(w, m * vp)
+def warmup_forwards(pp: Any, vp: Any, m: Any, group: Any, rank: int, extra: Any = False) -> Any:
+    """Megatron's warm-up forward passes on pipeline rank `rank` (get_pp_rank_microbatches L950-977); ints, or
+    arrays over layouts (timing.unpaired_exchange_s)."""
+    interleaved = minimum(2 * (pp - rank - 1) + (vp - 1) * group + where(extra, 1, 0), m * vp)
+    return where(pp == 1, 0, where(vp == 1, minimum(pp - rank - 1, m), interleaved))
 
 
 def schedule_table(m: int, vp: int, group: int) -> list[tuple[int, int]]:

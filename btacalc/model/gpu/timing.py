@@ -53,7 +53,7 @@ from ..state import bytes_per_param
 from ..steptime import StepTime, tile_overhead_s
 from .merged_pair import LayerNodes, merged_exposed
 from .collectives import (CollectiveRow, DataParallelTimes, StageBuckets, all_to_all_time, allgather_dispatch_time,
-                          allgather_group, describe_allgather_dispatch, all_to_all_wire_bytes, context_parallel_time,
+                          describe_allgather_dispatch, all_to_all_wire_bytes, context_parallel_time,
                           data_parallel_collective, data_parallel_groups, data_parallel_kind, data_parallel_times, data_parallel_traffic, describe, part_buckets,
                           describe_all_to_all, describe_expert_tensor_parallel, expert_exchange_time, expert_tensor_parallel_time,
                           pipeline_p2p_time, ring_share, ring_time, tensor_parallel_kind, tensor_parallel_time)
@@ -68,7 +68,7 @@ from .sm_share import dp_sm_share_loss, dp_step_sm_share, sm_share_loss
 # reduce-scatter's CTAs, the larger count under nccl_ub's NVLS path (sm_share.NVLS_UB_FACTORS), equal otherwise
 PER_MICRO_BATCH_KIND = "reduce_scatter"
 from .tp_overlap import layer_overlap_s
-from .schedule import step_makespan
+from .schedule import step_makespan, warmup_forwards
 from .stages import PipelineStages
 
 
@@ -218,8 +218,7 @@ def unpaired_exchange_s(problem: Problem, first: _Slowest, alone: _Slowest, m: A
     lay = problem.layout
     more = maximum(0.0, alone.micro_batch_s - first.micro_batch_s)
     pp, vp = lay.pipeline_parallel, lay.virtual_pipeline
-    group = lay.microbatch_group or pp
-    lone = where(pp > 1, minimum(2 * (pp - 1) + (vp - 1) * group + 1, m * vp), 1)
+    lone = where(pp > 1, warmup_forwards(pp, vp, m, lay.microbatch_group or pp, 0, extra=True), 1)
     return where(lay.overlap.all_to_all, lone / vp * more, 0.0)
 
 
@@ -615,7 +614,7 @@ def _collective_rows(problem: Problem, kinds: list[tuple[Any, Part]], counts: li
                                         times["a2a"], tot["a2a_bytes"]))
     if etp > 1 and tot["a2a_calls"]:
         rows.append(describe_expert_tensor_parallel(problem, tot["a2a_bytes"], tot["a2a_calls"], times["etp"]))
-    if tot["gather_calls"] and allgather_group(problem) > 1:
+    if tot["gather_calls"] and lay.expert_model_parallel > 1:
         rows.append(describe_allgather_dispatch(problem, tot["gather_bytes"], tot["gather_calls"], times["gather"]))
     if lay.pipeline_parallel > 1:
         sends = 2 * lay.virtual_pipeline * m
