@@ -85,6 +85,11 @@ def test_group_size_warmup_with_m_not_a_multiple_of_pp():
     assert [warmup_forwards(4, 2, 5, 5, j) for j in range(4)] == [10, 9, 7, 5]
     # overlap_moe_expert_parallel_comm: one more (L966-970)
     assert warmup_forwards(4, 2, 8, 4, 3, extra=True) == 4 + 1
+    # over arrays of layouts (the layout search's): each element as the ints give it; PP 1 none, VP 1 PP - j - 1
+    pp, vp, m = np.array([1, 2, 4, 4]), np.array([1, 2, 2, 1]), np.array([8, 5, 5, 2])
+    assert list(warmup_forwards(pp, vp, m, pp, 0)) == [warmup_forwards(*x, 0) for x in zip(pp.tolist(), vp.tolist(),
+                                                                                          m.tolist(), pp.tolist())]
+    assert list(warmup_forwards(pp, vp, m, pp, 0)) == [0, 2 + 2, 6 + 4, 2]
     # uniform chunks still give Narayanan's bubble with groups of N: nothing waits longer than with N = PP
     f = [[0.25] * 2 for _ in range(2)]
     assert makespan(f, [[0.5] * 2 for _ in range(2)], 2, 2, 5, 3) == pytest.approx(5 * 1.5 + 1.5 / 2)
