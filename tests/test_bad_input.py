@@ -965,6 +965,10 @@ case("files", "plan", "--hw", "h100", "--devices", "8", "--from-bridge", "{tmp}/
 case("bounds", "plan", "--config", "{tmp}/run.toml", fragment=f"--top-k {BIG} is beyond 2^62", outputs=False,
      files={"run.toml": f'model = "mixtral-8x7b"\nhw = "h100"\ndevices = 8\ntop-k = {BIG}\n'})
 
+# bridgedtype: NVFP4 parameters where FusedAdam keeps the master weights (Megatron-Core hands it no shard of them)
+case("values", "plan", "-m", "llama-3-8b", "--hw", "b200", "--devices", "8", "--precision", "nvfp4",
+     "--fp8-param-gather", "--precision-aware-optimizer", fragment="hands FusedAdam no shard of an NVFP4 parameter")
+
 # hydra: --from-bridge reads Hydra's command-line overrides (what --emit bridge prints and Bridge's scripts take,
 # parsed with hydra-core's own OverridesParser, as Megatron-Bridge's parse_hydra_overrides does); what Bridge refuses
 # or what btacalc cannot know is one line, exit 2 (before: every case below was "a Bridge recipe's overrides are a
@@ -973,8 +977,13 @@ HYDRA = ("model.tensor_model_parallel_size=2 model.pipeline_model_parallel_size=
          "train.micro_batch_size=1 train.global_batch_size=64 mixed_precision=bf16_mixed\n")
 # review28: a Bridge file's precision-aware optimizer beside an FP8 recipe name Megatron-Core does not have, or its
 # optimizer state offloaded to the host (the launch's --optimizer-cpu-offload, refused alike)
+# bridgedtype: the optimizer's dtypes as Megatron-Bridge's str_to_dtype reads them, or not at all (tests/
+# test_bridge_dtypes.py)
 for extra, fragment in (("mixed_precision.fp8_recipe=bogus", "fp8_recipe 'bogus': Megatron-Core's recipes are"),
-                        ("optimizer.optimizer_cpu_offload=True", "--optimizer-cpu-offload: Megatron-Core's")):
+                        ("optimizer.optimizer_cpu_offload=True", "--optimizer-cpu-offload: Megatron-Core's"),
+                        ("optimizer.main_params_dtype=torch.float16", "--main-params-dtype fp16: FusedAdam"),
+                        ("optimizer.exp_avg_dtype=half", "optimizer.exp_avg_dtype='half': Megatron-Bridge reads a"),
+                        ("optimizer.main_grads_dtype=2", "optimizer.main_grads_dtype=2: Megatron-Bridge reads a")):
     case("files", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
          fragment=fragment, files={"o.txt": HYDRA + "optimizer.use_precision_aware_optimizer=True\n" + extra + "\n"})
 for extra, fragment in (

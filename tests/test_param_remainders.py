@@ -104,7 +104,6 @@ def _optimizer_bytes(cli, tmp_path, *source: str, text: str, name: str = "run.sh
     ("", "remainders", 2 + 4 + 4),  # --fp8-recipe delayed by default: no FP8 recipe or the delayed one
     ("--fp8-recipe tensorwise", "fp32", 4 + 4 + 4),  # stated without --fp8-format: it still reaches the optimizer
     ("--fp4-format e2m1", "remainders", 2 + 4 + 4),  # NVFP4 keeps the default delayed --fp8-recipe
-    ("--fp4-format e2m1 --fp4-param-gather", "fp32", 4 + 4 + 4),  # NVFP4 parameters: no shard for FusedAdam
     ("--fp8-format hybrid --fp8-recipe tensorwise", "fp32", 4 + 4 + 4),
     ("--fp8-format hybrid --fp8-recipe delayed", "remainders", 2 + 4 + 4),
 ])
@@ -201,3 +200,23 @@ def test_main_grads_dtype_bf16_is_read_as_bf16_gradient_buffers(cli, tmp_path):
         grads[extra] = plan["memory_bytes"]["gradients"] / plan["model"]["params_total"]
     assert grads[""] == pytest.approx(4, rel=1e-3)
     assert grads["--main-grads-dtype bf16"] == grads["--grad-reduce-in-bf16"] == pytest.approx(2, rel=1e-3)
+
+
+# bridgedtype: NVFP4 parameters where FusedAdam keeps the master weights were planned with fp32 masters; Megatron-Core
+# hands FusedAdam no shard of them (distrib_optimizer.py L404-409: no view(-1) of an NVFP4 tensor; L453: no fp32 main
+# weight either, FusedAdam would hold it; L485-494: the optimizer's params are those shards), so the launch cannot train
+@pytest.mark.parametrize("extra, refused", [
+    ("--fp4-format e2m1 --fp4-param-gather", True),  # --fp8-recipe delayed by default: FusedAdam's masters
+    ("--fp4-format e2m1 --fp4-param-gather --fp8-recipe tensorwise", False),  # Megatron-Core's own fp32 main weights
+    ("--fp4-format e2m1", False),  # bf16 parameters: remainders
+])
+def test_nvfp4_parameters_without_a_shard_for_fusedadam_are_refused(cli, tmp_path, extra, refused):
+    path = tmp_path / "run.sh"
+    path.write_text(f"{SMALL} {extra}")
+    code, out, err = cli("plan", "--from-megatron", str(path), "--hw", "b200", "--devices", "8", "--json")
+    assert (code == 2) == refused, err
+    if refused:
+        assert "hands FusedAdam no shard of an NVFP4 parameter" in err and len(err.strip().splitlines()) == 1
+    code, out, err = cli("plan", "--model", "llama-3.2-1b", "--hw", "b200", "--devices", "8", "--precision", "nvfp4",
+                         "--fp8-param-gather", "--precision-aware-optimizer", "--zero", "0")
+    assert code == 0, err  # without the distributed optimizer Float16Optimizer keeps fp32 main weights

@@ -36,6 +36,34 @@ def _as_is(v: Any) -> Any:
 # A Bridge key that holds Megatron's value unchanged: (to Bridge, from Bridge).
 _AS_IS: tuple[Callable[[Any], Any], Callable[[Any], Any]] = (_as_is, _as_is)
 
+# The dtype names Megatron-Bridge turns a string override of a torch.dtype field into (its _apply_overrides calls
+# str_to_dtype where the field's current value is a torch.dtype: Megatron-Bridge @ 067f987d
+# src/megatron/bridge/training/utils/omegaconf_utils.py L498-505; the names: utils/activation_map.py L94-115, with
+# the "torch.<name>" aliases of the names without a dot, a leading digit or a hyphen), as Megatron-LM's flags spell
+# the same dtype (arguments.py L3671-3677 @ d98e8a64: fp32, fp16, bf16, fp8). An OptimizerConfig dtype is such a field
+# (optimizer_config.py L197-207 @ d98e8a64, torch.float32 by default).
+_BRIDGE_DTYPE_NAMES = {"fp32": ("fp32", "float32", "32", "32-true"), "fp16": ("fp16", "float16", "16", "16-mixed"),
+                       "bf16": ("bf16", "bfloat16", "bf16-mixed"), "fp8": ("fp8", "float8_e4m3fn"),
+                       "fp8-e5m2": ("float8_e5m2",)}
+BRIDGE_DTYPES: dict[str, str] = {name: dtype for dtype, names in _BRIDGE_DTYPE_NAMES.items() for name in names}
+BRIDGE_DTYPES.update({f"torch.{name}": dtype for name, dtype in list(BRIDGE_DTYPES.items())
+                      if "." not in name and not name[0].isdigit() and "-" not in name})
+
+
+def _dtype(key: str) -> tuple[str, Callable[[Any], Any], Callable[[Any], Any]]:
+    """An OptimizerConfig dtype field `key`: Megatron's name written as it is (str_to_dtype reads fp32, bf16, fp16 and
+    fp8), read back through BRIDGE_DTYPES. A name str_to_dtype does not know is refused (Bridge keeps the string,
+    and Megatron-Core's checks and TransformerEngine's FusedAdam fail on it), and so is a value that is not a string:
+    Bridge sets it as given, unconverted (omegaconf_utils.py L498-499), where Megatron-Core compares torch dtypes."""
+    def read(value: Any) -> Any:
+        dtype = BRIDGE_DTYPES.get(str(value)) if isinstance(value, str) else None
+        if value is not None and dtype is None:
+            raise BtacalcError(f"{key}={_cut(repr(value))}: Megatron-Bridge reads a dtype from a string, one of "
+                               f"{', '.join(n for n in BRIDGE_DTYPES if not n.startswith('torch.'))} or "
+                               "torch.<name> (utils/activation_map.py L94-115 @ 067f987d)")
+        return dtype
+    return key, _as_is, read
+
 BRIDGE_KEYS: dict[str, tuple[str, Callable[[Any], Any], Callable[[Any], Any]]] = {
     "num_experts": ("model.num_moe_experts", *_AS_IS),
     # the releases' TransformerConfig field (Megatron-LM @ d98e8a64 transformer_config.py L1129, deprecated for
@@ -77,8 +105,12 @@ BRIDGE_KEYS: dict[str, tuple[str, Callable[[Any], Any], Callable[[Any], Any]]] =
     "attention_dropout": ("model.attention_dropout", *_AS_IS),
     "use_precision_aware_optimizer": ("optimizer.use_precision_aware_optimizer", *_AS_IS),
     "optimizer": ("optimizer.optimizer", *_AS_IS),  # megatron.core.optimizer OptimizerConfig.optimizer ('adam', 'sgd')
-    "exp_avg_dtype": ("optimizer.exp_avg_dtype", *_AS_IS),
-    "exp_avg_sq_dtype": ("optimizer.exp_avg_sq_dtype", *_AS_IS),
+    "exp_avg_dtype": _dtype("optimizer.exp_avg_dtype"),
+    "exp_avg_sq_dtype": _dtype("optimizer.exp_avg_sq_dtype"),
+    # the precision-aware optimizer's master weights (megatron_codec._dec_moments: refused unless fp32) and main
+    # gradients (from_bridge: Megatron-Core reads them only in OptimizerConfig's assertion)
+    "main_params_dtype": _dtype("optimizer.main_params_dtype"),
+    "main_grads_dtype": _dtype("optimizer.main_grads_dtype"),
     # review28: refused (megatron_codec._dec_moments); read so that a Bridge file's is refused as a launch's is
     "optimizer_cpu_offload": ("optimizer.optimizer_cpu_offload", *_AS_IS),
     # MixedPrecisionConfig's fields, copied onto the model config (BRIDGE_PIN mixed_precision.py L53, L73-74, L138-164)
@@ -531,6 +563,41 @@ BRIDGE_NOT_AS_MEGATRON = {
                                "AttnBackend.local swaps in DotProductAttention, L278-280)"),
 }
 
+# Keys read (and refused where Megatron-Core refuses them) that then change nothing in a Bridge run: listed with why.
+BRIDGE_MAIN_GRADS_KEY = "optimizer.main_grads_dtype"
+BRIDGE_NO_EFFECT = {
+    BRIDGE_MAIN_GRADS_KEY: ("no effect under the precision-aware optimizer: Megatron-Core reads OptimizerConfig."
+                            "main_grads_dtype only in its check (optimizer_config.py L466-471 @ d98e8a64); the "
+                            "gradient buffers are the DDP config's grad_reduce_in_fp32, which the mixed precision "
+                            "sets (Megatron-LM's --main-grads-dtype bf16 turns them bf16 through its own arguments, "
+                            "arguments.py L1209-1216, which Megatron-Bridge does not run)"),
+}
+
+
+def _from_bridge_main_grads(args: Args, unread: list[str]) -> None:
+    """Under the precision-aware optimizer a Bridge file's main_grads_dtype changes nothing (BRIDGE_NO_EFFECT): it
+    is listed, not handed to the decoder, where it would be Megatron-LM's flag that turns the gradient buffers bf16.
+    Without the optimizer it stays, to be refused as Megatron-Core's check refuses it."""
+    if truth(args.get("use_precision_aware_optimizer")) and args.pop("main_grads_dtype", None) is not None:
+        unread.append(BRIDGE_MAIN_GRADS_KEY)
+
+
+def _from_bridge_recipe(recipe: Any, args: Args) -> Optional[str]:
+    """btacalc's precision of a Bridge file's named mixed-precision recipe (None: no name), whose FP8/FP4 fields and
+    BF16 first/last layers go into `args`."""
+    if not isinstance(recipe, str):
+        return None
+    # Bridge registers each recipe also with hyphens and reads a name with them as underscores
+    # (mixed_precision.py L167-181, L444 name.replace("-", "_"))
+    recipes = {**{v: k for k, v in BRIDGE_PRECISION.items()}, BRIDGE_FP16_RECIPE: "fp16"}
+    name = recipes.get(recipe.replace("-", "_"))
+    if name is None:
+        raise BtacalcError(f"mixed_precision {recipe!r}: btacalc reads {', '.join(recipes)}")
+    if name != "fp16":
+        args.update(PRECISIONS[name])
+    _bridge_bf16_ends(args, BRIDGE_BF16_ENDS.get(name, (0, 0)))
+    return name
+
 
 def from_bridge(overrides: Mapping[str, Any]) -> tuple[Args, list[str]]:
     """Megatron destinations of Bridge overrides, and the keys no row reads (to be listed as ignored)."""
@@ -570,20 +637,9 @@ def from_bridge(overrides: Mapping[str, Any]) -> tuple[Args, list[str]]:
             unread.append(key)
     unread[:] = [k for k in unread if k != BRIDGE_OPTIMIZER_KEY and k not in BRIDGE_COMM_OVERLAP.values()]
     _from_bridge_stated(overrides, args)
-    recipe = overrides.get("mixed_precision")
-    name: Optional[str] = None
-    if isinstance(recipe, str):
-        # Bridge registers each recipe also with hyphens and reads a name with them as underscores
-        # (mixed_precision.py L167-181, L444 name.replace("-", "_"))
-        spelt = recipe.replace("-", "_")
-        recipes = {**{v: k for k, v in BRIDGE_PRECISION.items()}, BRIDGE_FP16_RECIPE: "fp16"}
-        name = recipes.get(spelt)
-        if name is None:
-            raise BtacalcError(f"mixed_precision {recipe!r}: btacalc reads {', '.join(recipes)}")
-        if name != "fp16":
-            args.update(PRECISIONS[name])
-        _bridge_bf16_ends(args, BRIDGE_BF16_ENDS.get(name, (0, 0)))
+    name = _from_bridge_recipe(overrides.get("mixed_precision"), args)
     _from_bridge_mixed(overrides, args, unread, name)
+    _from_bridge_main_grads(args, unread)
     if truth(args.get("fp16")) and "grad_reduce_in_bf16" in args and "accumulate_allreduce_grads_in_fp32" not in args:
         # hostile17: Bridge hands ddp.grad_reduce_in_fp32 to Megatron-Core's DDP as it is (DistributedDataParallelConfig
         # .grad_reduce_in_fp32, distributed_data_parallel_config.py L15 @ d98e8a64), under fp16 too; Megatron-LM's

@@ -1096,6 +1096,7 @@ def _resolve(request: ExecutionRequest, model: "ModelSpec", profile: "HardwarePr
     gpu, recompute = profile.family == "gpu", run.recompute
     layout = _resolve_layout(request, model, profile, chosen)
     check_activation_offload(run, model, layout, gpu)
+    check_nvfp4_master_shards(run, layout)
     refusal = graph_recompute_refusal(recompute, layout.cuda_graph_scope, model)
     if refusal is not None:
         raise BtacalcError(refusal)
@@ -1210,6 +1211,25 @@ def check_activation_offload(run: RunOptions, model: "ModelSpec", layout: "Layou
         raise BtacalcError(f"{{cpu_offload_layers}} {n} needs no {{cuda_graph_scope}}: Megatron-Core refuses per-layer "
                            "CUDA graphs with CPU offloading (transformer_config.py L2800-2801 @ d98e8a64), got "
                            f"{','.join(layout.cuda_graph_scope)}")
+
+
+def check_nvfp4_master_shards(run: RunOptions, layout: "Layout") -> None:
+    """NVFP4 parameters under the precision-aware optimizer whose FusedAdam keeps the master weights (the optimizer
+    config's fp8_recipe None or delayed: use_precision_aware_optimizer_no_fp8_or_ds_fp8, optimizer_config.py
+    L407-414 @ d98e8a64): Megatron-Core's distributed optimizer makes no shard of an NVFP4 parameter
+    (distrib_optimizer.py L404-409: it does not view(-1)) and no fp32 main weight either (L422-453: FusedAdam holds
+    them), so FusedAdam is handed None for every such parameter (L485-494). btacalc planned it with fp32 master
+    weights; Megatron cannot train it. Under another fp8_recipe Megatron-Core keeps fp32 main weights itself
+    (L422-447), which btacalc plans."""
+    aware = run.precision_aware_optimizer or run.moment_bytes == 2
+    distributed = layout.zero_stage >= 1 and not layout.fsdp
+    if (aware and distributed and run.precision == "nvfp4" and run.low_precision_param_gather
+            and run.optimizer_recipe in (None, "delayed")):
+        raise BtacalcError("{precision_aware_optimizer} with {precision} nvfp4 and NVFP4 parameters "
+                           "({fp8_param_gather}): Megatron-Core's distributed optimizer hands FusedAdam no "
+                           "shard of an NVFP4 parameter where FusedAdam keeps the master weights (optimizer fp8_recipe "
+                           "delayed, Megatron-LM's default; distrib_optimizer.py L404-409, L485-494 @ d98e8a64); drop "
+                           "one of them, or give the optimizer fp8_recipe tensorwise (Megatron-Bridge's default)")
 
 
 # The first/last layers in BF16 as Megatron-Core builds them (Megatron-LM @ d98e8a64): each decoder layer's forward

@@ -24,7 +24,7 @@ from .bridge_fields import check_bridge_key
 from .bridge_model_bridges import bridge_provider_defaults, bridge_provider_note
 from .bridge_hydra import form_of, read_overrides
 from .megatron_codec import BRIDGE_LOCAL_ATTENTION, MODEL_ROWS, Fields, bridge_attention_environment, decode, encode, model_fields, truth
-from .bridge_codec import BRIDGE_NOT_AS_MEGATRON, MIXED_PRECISION_OVERWRITES, OVERWRITTEN_REASON, bridge_key, bridge_value_field, check_bridge_experts, check_bridge_literals, check_bridge_sixteen_bit, from_bridge
+from .bridge_codec import BRIDGE_NO_EFFECT, BRIDGE_NOT_AS_MEGATRON, MIXED_PRECISION_OVERWRITES, OVERWRITTEN_REASON, bridge_key, bridge_value_field, check_bridge_experts, check_bridge_literals, check_bridge_sixteen_bit, from_bridge
 from .megatron_launch import ArgumentValueError, BridgeText, Launch, integer, read_launch
 from .megatron_rules import describe, violations
 from .model import MAX_COUNT, MAX_COUNT_TEXT, MAX_LAYERS, ModelSpec, validate_model
@@ -545,8 +545,8 @@ def _unique_keys_loader() -> Any:
 def _bridge_reason(key: str) -> str:
     if key in MIXED_PRECISION_OVERWRITES:  # listed unread only where a mixed precision overwrites it (from_bridge)
         return OVERWRITTEN_REASON
-    if key in BRIDGE_NOT_AS_MEGATRON:
-        return BRIDGE_NOT_AS_MEGATRON[key]
+    if key in BRIDGE_NOT_AS_MEGATRON or key in BRIDGE_NO_EFFECT:
+        return {**BRIDGE_NOT_AS_MEGATRON, **BRIDGE_NO_EFFECT}[key]
     section, _, leaf = key.partition(".")
     return _BRIDGE_SECTIONS.get(section) or ignore_reason(leaf.split(".")[-1] or section)
 
