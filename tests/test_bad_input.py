@@ -375,6 +375,16 @@ for extra, fragment in (
         ("--optimizer-cpu-offload", "--optimizer-cpu-offload: Megatron-Core's HybridDeviceOptimizer")):
     case("files", "plan", "--hw", "h100", "--devices", "8", "--from-megatron", "{tmp}/l.sh", fragment=fragment,
          files={"l.sh": SMALL_LAUNCH_28 + " " + extra})
+# review30: recomputation flags as Megatron refuses them (transformer_config.py L1908-1932, arguments.py L1424-1427)
+for extra, fragment in (
+        ("--recompute-granularity full", "--recompute-granularity full without --recompute-method and"),
+        ("--recompute-granularity selective --recompute-num-layers 2", "with selective recomputation"),
+        ("--recompute-activations --recompute-method block --recompute-num-layers 1",
+         "selective recomputation takes no --recompute-method"),
+        ("--pipeline-model-parallel-size 2 --recompute-granularity full --recompute-method block "
+         "--recompute-num-layers 1", "--recompute-method block with --pipeline-model-parallel-size 2")):
+    case("files", "plan", "--hw", "h100", "--devices", "8", "--from-megatron", "{tmp}/l.sh", fragment=fragment,
+         files={"l.sh": SMALL_LAUNCH_28 + " " + extra})
 # agdisp: Megatron's allgather dispatcher is an MoE dispatcher on GPUs, not beside DeepEP or the EP overlap
 case("ignored", "plan", "-m", "llama-3-8b", *GPU8, "--allgather-dispatcher", fragment="the model is dense (no dispatch)")
 case("ignored", "plan", "-m", "qwen3-30b-a3b", "--hw", "wse3", "--allgather-dispatcher",
@@ -964,6 +974,14 @@ case("files", "plan", "--hw", "h100", "--devices", "8", "--from-bridge", "{tmp}/
 # a run file's model override, bounded by the model as the flag is (it was bounded by the CLI's check before)
 case("bounds", "plan", "--config", "{tmp}/run.toml", fragment=f"--top-k {BIG} is beyond 2^62", outputs=False,
      files={"run.toml": f'model = "mixtral-8x7b"\nhw = "h100"\ndevices = 8\ntop-k = {BIG}\n'})
+
+# recomputelayers: a block recompute of the first N layers (Megatron --recompute-method block), where btacalc places it
+for extra, fragment in (("--recompute-layers 4", "needs --recompute full"),
+                        ("--recompute full --recompute-layers -1", "1 or more (0: every layer)"),
+                        ("--recompute full --recompute-layers 4 --pp 2", "needs --pp 1")):
+    case("values", "plan", "-m", "llama-3-8b", "--hw", "h100", "--devices", "8", *extra.split(), fragment=fragment)
+case("values", "plan", "-m", "llama-3-8b", "--hw", "wse3", "--recompute", "full", "--recompute-layers", "4",
+     fragment="recomputing some layers and not others is Megatron's block method on a GPU")
 
 # bridgedtype: NVFP4 parameters where FusedAdam keeps the master weights (Megatron-Core hands it no shard of them)
 case("values", "plan", "-m", "llama-3-8b", "--hw", "b200", "--devices", "8", "--precision", "nvfp4",

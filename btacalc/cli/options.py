@@ -295,6 +295,9 @@ Bf16StartOpt = typer.Option(0, "--bf16-layers-at-start", show_default=False, hel
 Bf16EndOpt = typer.Option(0, "--bf16-layers-at-end", show_default=False, help=help_text(
     "Keep the last M decoder layers out of the low-precision recipe (Megatron --first-last-layers-bf16 "
     "--num-layers-at-end-in-bf16 M) [default: 0]."))
+RecomputeLayersOpt = typer.Option(0, "--recompute-layers", show_default=False, help=help_text(
+    "With --recompute full: recompute only the first N decoder layers; the others keep their activations (Megatron "
+    "--recompute-method block --recompute-num-layers N, one pipeline stage: needs PP 1) [default: 0, every layer]."))
 OptimizerOpt = typer.Option(None, "--optimizer", help=help_text("The optimizer whose state the plan holds: adam (fp32 master weights and two moments) or sgd (fp32 master weights and a momentum), as Megatron-LM's --optimizer (arguments.py L2913) [default: adam]."))
 MOMENT_BYTES = {"fp32": 4, "bf16": 2}  # --optimizer-moments -> bytes per Adam moment (RunOptions.moment_bytes)
 Moments = _choices("Moments", tuple(MOMENT_BYTES))
@@ -326,6 +329,7 @@ class RecipeOptions:
     bf16_layers_at_start: int = 0
     bf16_layers_at_end: int = 0
     checkpoint_early_stop: bool = False
+    recompute_layers: int = 0
 
     def request_fields(self) -> dict[str, Any]:
         """The ExecutionRequest fields these options set (--mtp is multi_token_prediction; the rest keep their name)."""
@@ -340,7 +344,8 @@ _RECIPE_OPTIONS: dict[str, tuple[Any, Any]] = {
     "fp8_attention": (bool, Fp8AttentionOpt), "rht_cast_fusion": (bool, RhtCastFusionOpt),
     "te_version": (Optional[str], TeVersionOpt),
     "gradient_accumulation_fusion": (bool, WgradFusionOpt), "bf16_layers_at_start": (int, Bf16StartOpt),
-    "bf16_layers_at_end": (int, Bf16EndOpt), "checkpoint_early_stop": (bool, CheckpointEarlyStopOpt)}
+    "bf16_layers_at_end": (int, Bf16EndOpt), "checkpoint_early_stop": (bool, CheckpointEarlyStopOpt),
+    "recompute_layers": (int, RecomputeLayersOpt)}
 
 
 def takes_recipe_options(command: Callable[..., int]) -> Callable[..., int]:

@@ -191,6 +191,10 @@ class RunOptions:
     # last M decoder layers run outside the low-precision recipe (`bf16_ends`; check_bf16_layers)
     bf16_layers_at_start: int = 0
     bf16_layers_at_end: int = 0
+    # Megatron --recompute-granularity full --recompute-method block --recompute-num-layers N without a pipeline:
+    # the first N decoder layers re-run their forward in the backward, the others keep their activations
+    # (ModelSpec.stored_layer_positions; check_recompute_layers); 0: every layer under `recompute`
+    recompute_layers: int = 0
 
     @property
     def saved_input_bytes(self) -> float:
@@ -815,6 +819,7 @@ class ExecutionRequest:
     cpu_offload_layers: int = 0  # Megatron --cpu-offloading-num-layers (RunOptions.cpu_offload_layers)
     bf16_layers_at_start: int = 0  # Megatron --num-layers-at-start-in-bf16 (RunOptions.bf16_layers_at_start)
     bf16_layers_at_end: int = 0  # Megatron --num-layers-at-end-in-bf16 (RunOptions.bf16_layers_at_end)
+    recompute_layers: int = 0  # Megatron --recompute-method block --recompute-num-layers (RunOptions.recompute_layers)
     moment_bytes: Optional[int] = None  # None: 4 (fp32 Adam moments); 2: bf16 (RunOptions.moment_bytes)
     precision_aware_optimizer: bool = False  # RunOptions.precision_aware_optimizer (Megatron's flag)
     optimizer_fp8_recipe: Optional[str] = "delayed"  # RunOptions.optimizer_fp8_recipe (Megatron-LM's default)
@@ -930,8 +935,8 @@ def _run_options(request: ExecutionRequest, model: "ModelSpec", profile: "Hardwa
         checkpoint_early_stop=request.checkpoint_early_stop, eager_kernels=request.eager_kernels,
         transformer_engine=request.transformer_engine, expert_grouped_gemm=request.expert_grouped_gemm,
         cpu_offload_layers=request.cpu_offload_layers,
-        bf16_layers_at_start=request.bf16_layers_at_start,
-        bf16_layers_at_end=request.bf16_layers_at_end,
+        bf16_layers_at_start=request.bf16_layers_at_start, bf16_layers_at_end=request.bf16_layers_at_end,
+        recompute_layers=request.recompute_layers,
         **_optimizer_fields(request),
         routing_weights=_routing_weights(model, gpu, chosen),
     )
@@ -984,6 +989,9 @@ def _te_version(request: ExecutionRequest, chosen: Any, r: Recipe) -> str:
 # Run and layout options that only mean something on a GPU (Megatron's and TransformerEngine's kernels and
 # dispatchers): set on a wafer-scale profile, each is refused in one line instead of being ignored.
 _GPU_ONLY: tuple[tuple[Any, str], ...] = (
+    (lambda run, layout: run.recompute_layers > 0,  # Megatron's block recompute (RECOMPUTE_BLOCK_SOURCE)
+     "{recompute_layers}: recomputing some layers and not others is Megatron's block method on a GPU; a wafer-scale "
+     "run recomputes as its compiler decides"),
     (lambda run, layout: not run.gradient_accumulation_fusion,  # Megatron DDP's main-gradient add (gpu/fixed.py)
      "{gradient_accumulation_fusion}: the separate main-gradient add is Megatron's (GPU) data-parallel hook; a "
      "wafer-scale run has none"),
@@ -1097,6 +1105,10 @@ def _resolve(request: ExecutionRequest, model: "ModelSpec", profile: "HardwarePr
     layout = _resolve_layout(request, model, profile, chosen)
     check_activation_offload(run, model, layout, gpu)
     check_nvfp4_master_shards(run, layout)
+    if run.recompute_layers and layout.pipeline_parallel != 1:
+        raise BtacalcError(f"{{recompute_layers}} {run.recompute_layers} needs {{pipeline_parallel}} 1: Megatron's block "
+                           "method recomputes the first N layers of each pipeline stage and virtual chunk, which "
+                           f"btacalc does not place; got {{pipeline_parallel}} {layout.pipeline_parallel}")
     refusal = graph_recompute_refusal(recompute, layout.cuda_graph_scope, model)
     if refusal is not None:
         raise BtacalcError(refusal)
@@ -1213,6 +1225,31 @@ def check_activation_offload(run: RunOptions, model: "ModelSpec", layout: "Layou
                            f"{','.join(layout.cuda_graph_scope)}")
 
 
+# Megatron-Core's block recompute (Megatron-LM @ d98e8a64 megatron/core/recompute.py L167-180): in each pipeline rank's
+# chunk the first recompute_num_layers layers run under the activation checkpoint (their input saved, the forward
+# re-run in the backward), the rest as they are; MTP layers are not recomputed under it
+# (transformer/multi_token_prediction.py L1630-1633); transformer_config.py L1908-1931: full granularity needs a method.
+# Under FP8/FP4 the window moves past layers whose input needs no gradient (recompute.py L170-175); with one pipeline
+# stage the first layer's input is the embedding's output, which needs one, so the first N layers are the ones.
+RECOMPUTE_BLOCK_SOURCE = ("Megatron-LM @ d98e8a64 megatron/core/recompute.py L167-180 (L170-175: the FP8/FP4 window); "
+                          "transformer/multi_token_prediction.py L1630-1633; transformer_config.py L543-555")
+
+
+def check_recompute_layers(run: RunOptions, model: "ModelSpec") -> None:
+    """--recompute-layers N: with a full recompute only, N >= 1; N of the model's layers or more is every layer, as
+    Megatron-Core runs it (recompute.py L174-180 @ d98e8a64 checkpoints layer_idx < N and never bounds N; review30:
+    N above the model's layers was refused)."""
+    n = run.recompute_layers
+    if n == 0:
+        return
+    if n < 0:
+        raise BtacalcError(f"{{recompute_layers}} counts the decoder layers recomputed: 1 or more (0: every layer), "
+                           f"got {n}")
+    if run.recompute != "full":
+        raise BtacalcError(f"{{recompute_layers}} {n} chooses which layers a full recompute re-runs (Megatron's "
+                           f"--recompute-method block); it needs {{recompute}} full, got {run.recompute}")
+
+
 def check_nvfp4_master_shards(run: RunOptions, layout: "Layout") -> None:
     """NVFP4 parameters under the precision-aware optimizer whose FusedAdam keeps the master weights (the optimizer
     config's fp8_recipe None or delayed: use_precision_aware_optimizer_no_fp8_or_ds_fp8, optimizer_config.py
@@ -1229,7 +1266,9 @@ def check_nvfp4_master_shards(run: RunOptions, layout: "Layout") -> None:
                            "({fp8_param_gather}): Megatron-Core's distributed optimizer hands FusedAdam no "
                            "shard of an NVFP4 parameter where FusedAdam keeps the master weights (optimizer fp8_recipe "
                            "delayed, Megatron-LM's default; distrib_optimizer.py L404-409, L485-494 @ d98e8a64); drop "
-                           "one of them, or give the optimizer fp8_recipe tensorwise (Megatron-Bridge's default)")
+                           "one of them (bf16 Adam moments need the precision-aware optimizer too), or launch with "
+                           "--fp8-recipe tensorwise (Megatron-Bridge's default), under which Megatron-Core keeps the "
+                           "fp32 main weights itself")
 
 
 # The first/last layers in BF16 as Megatron-Core builds them (Megatron-LM @ d98e8a64): each decoder layer's forward
@@ -1320,6 +1359,7 @@ def _check_run(run: RunOptions, model: "ModelSpec") -> None:
     refusal = recompute_refusal(run.recompute, model, run.recipe)
     if refusal is not None:
         raise BtacalcError(refusal)
+    check_recompute_layers(run, model)
     if run.checkpoint_early_stop and run.recompute != "full":
         raise BtacalcError(f"{{checkpoint_early_stop}} shortens a full re-run of each layer (PyTorch's activation "
                            f"checkpoint); it needs {{recompute}} full, got {run.recompute}")

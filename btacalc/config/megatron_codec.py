@@ -720,6 +720,9 @@ def _enc_recompute(f: Fields) -> Args:
     policy = f["run.recompute"]
     if policy == "none":
         return {}
+    if policy == "full" and f.get("run.recompute_layers", 0):  # the first N layers (RunOptions.recompute_layers)
+        return {"recompute_granularity": "full", "recompute_method": "block",
+                "recompute_num_layers": f["run.recompute_layers"]}
     if policy == "full":
         return {"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1}
     modules = list(SELECTIVE_MODULES) if policy == "selective" else policy.split(",")
@@ -728,18 +731,48 @@ def _enc_recompute(f: Fields) -> Args:
 
 def _dec_recompute(get: Get) -> Fields:
     granularity = get("recompute_granularity")
-    if truth(get("recompute_activations")):  # arguments.py: --recompute-activations means selective
-        granularity = granularity or "selective"
-    method, layers, modules = get("recompute_method"), get("recompute_num_layers"), get("recompute_modules")
+    if truth(get("recompute_activations")):
+        # review30: Megatron-LM sets the granularity to selective whatever --recompute-granularity says (arguments.py
+        # L606-607 @ d98e8a64); btacalc kept a given full
+        granularity = "selective"
     if granularity is None:
+        # no recomputation: Megatron-Core reads --recompute-method / -num-layers / -modules only under a
+        # granularity (transformer_config.py L1900-1932), so they stay unread and are listed (megatron_run.IGNORED)
         return {"run.recompute": "none"}
+    method, layers, modules = get("recompute_method"), get("recompute_num_layers"), get("recompute_modules")
     if granularity == "full":
-        if method not in ("uniform", None) or _int(layers, "recompute_num_layers") not in (1, None):
+        count = _int(layers, "recompute_num_layers")
+        if method is None or count is None:
+            # review30: Megatron-Core refuses a full granularity without a method (transformer_config.py L1908-1917 @
+            # d98e8a64) or without a layer count (L1919-1924)
+            missing = " and ".join(f for f, v in (("--recompute-method", method), ("--recompute-num-layers", count))
+                                   if v is None)
+            raise BtacalcError(f"--recompute-granularity full without {missing}: Megatron-Core refuses it "
+                               "(transformer_config.py L1908-1924 @ d98e8a64); give --recompute-method uniform "
+                               "--recompute-num-layers 1 (every layer) or block N (the first N)")
+        if method == "block" and count >= 1:
+            # Megatron-Core's block method: the first N layers of each pipeline stage's chunk are checkpointed, the
+            # rest keep their activations (recompute.py L167-180 @ d98e8a64; RunOptions.recompute_layers); btacalc
+            # places them on one stage only (review30: refused here in the launch's words)
+            pp = _int(get("pipeline_model_parallel_size"), "pipeline_model_parallel_size") or 1
+            if pp > 1:
+                raise BtacalcError(f"--recompute-method block with --pipeline-model-parallel-size {pp}: btacalc places "
+                                   "the first N layers of a block recompute on one pipeline stage only")
+            return {"run.recompute": "full", "run.recompute_layers": count}
+        if method != "uniform" or count != 1:
             raise BtacalcError(f"--recompute-method {method} --recompute-num-layers {layers}: btacalc models full "
-                               "recomputation of every layer (uniform, 1 layer per checkpoint)")
+                               "recomputation of every layer (uniform, 1 layer per checkpoint) or of the first N "
+                               "(block, N >= 1, without pipeline parallelism)")
         return {"run.recompute": "full"}
     if granularity != "selective":
         raise BtacalcError(f"--recompute-granularity {granularity!r}: Megatron takes full or selective")
+    if method is not None or layers is not None:
+        # review30: Megatron-LM asserts no method under selective (arguments.py L1424-1427; --recompute-activations
+        # makes it selective), Megatron-Core no layer count (transformer_config.py L1926-1932); both were dropped
+        given = " ".join(f"--recompute-{k} {v}" for k, v in (("method", method), ("num-layers", layers)) if v is not None)
+        raise BtacalcError(f"{given} with selective recomputation (--recompute-granularity selective or "
+                           "--recompute-activations): Megatron refuses a method or a layer count there "
+                           "(arguments.py L1424-1427, transformer_config.py L1926-1932 @ d98e8a64)")
     chosen = list(modules) if modules else list(SELECTIVE_MODULES)
     return {"run.recompute": ",".join(sorted(chosen)) if sorted(chosen) != list(SELECTIVE_MODULES) else "selective"}
 

@@ -372,7 +372,9 @@ RULES: tuple[Rule, ...] = (
     Rule("batch-divides", f"{MICRO}:381", lambda a, e: a.get("global_batch_size") is not None and _world_divides(a),
          lambda a, e: _i(a, "global_batch_size") % (_i(a, "micro_batch_size") * _dp(a)) == 0,
          "--global-batch-size must be a multiple of --micro-batch-size x data parallel"),
-    Rule("selective-no-method", f"{ARGS}:1426", lambda a, e: a.get("recompute_granularity") == "selective",
+    # review30: --recompute-activations makes the granularity selective whatever is given (arguments.py L606-607)
+    Rule("selective-no-method", f"{ARGS}:1426", lambda a, e: a.get("recompute_granularity") == "selective"
+         or bool(a.get("recompute_activations")),
          lambda a, e: a.get("recompute_method") is None, "selective recomputation takes no --recompute-method"),
     Rule("moe-act-grouped-gemm", f"{TC}:1964", lambda a, e: "moe_act" in (a.get("recompute_modules") or ()),
          lambda a, e: bool(a.get("moe_grouped_gemm")), "the moe_act recompute module needs --moe-grouped-gemm"),

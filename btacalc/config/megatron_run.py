@@ -78,6 +78,9 @@ IGNORED: tuple[tuple[str, str], ...] = (
      "buffering): not modelled (btacalc keeps those activations on the device)"),
     # review28: read under --bf16 (megatron_codec._dec_precision, as --grad-reduce-in-bf16) and checked against the
     # precision-aware optimizer (_dec_moments); listed only beside --fp16
+    (r"recompute_(method|num_layers|modules)",
+     "no effect without --recompute-granularity (or --recompute-activations): Megatron-Core reads them only under a "
+     "granularity (megatron/core/transformer/transformer_config.py L1900-1932 @ d98e8a64)"),
     (r"main_grads_dtype",
      "no effect under --fp16: Megatron-LM reads it only under --bf16 (megatron/training/arguments.py L1209-1216 @ "
      "d98e8a64); fp16 gradients are reduced in fp16, or in fp32 with --accumulate-allreduce-grads-in-fp32"),
@@ -940,6 +943,7 @@ def _guarded_request_fields(f: Fields) -> dict[str, Any]:
     out["cpu_offload_layers"] = f.get("run.cpu_offload_layers", 0)
     out["bf16_layers_at_start"] = f.get("run.bf16_layers_at_start", 0)
     out["bf16_layers_at_end"] = f.get("run.bf16_layers_at_end", 0)
+    out["recompute_layers"] = f.get("run.recompute_layers", 0)
     out["moment_bytes"] = f.get("run.moment_bytes", 4)
     out["precision_aware_optimizer"] = bool(f.get("run.precision_aware_optimizer"))
     out["optimizer_fp8_recipe"] = f.get("run.optimizer_fp8_recipe", "delayed")

@@ -408,29 +408,37 @@ class ModelSpec(BaseModel):
             "w": max(self.sliding_window, 1),
         }
 
-    def layer_kinds(self, multi_token_prediction: bool = False,
-                    bf16_ends: tuple[int, int] = (0, 0)) -> tuple[LayerKind, ...]:
+    def layer_kinds(self, multi_token_prediction: bool = False, bf16_ends: tuple[int, int] = (0, 0),
+                    recompute_layers: int = 0) -> tuple[LayerKind, ...]:
         """The decoder stack as groups of identical layers, in order of first appearance: MoE or dense FFN
         (dense layers of an MoE model have width dense_ffn_size), sliding-window or full attention; the first and
         last layers a low-precision recipe keeps in BF16 (`bf16_ends` = (at start, at end): `bf16_layer_positions`)
-        as kinds of their own, after the others (feature `bf16_layer`); with `multi_token_prediction`, the model's
-        MTP modules as one more kind."""
-        keys = self._layer_keys(bf16_ends)
+        as kinds of their own, after the others (feature `bf16_layer`); the layers a block recompute of the first
+        `recompute_layers` leaves alone (`stored_layer_positions`) likewise (feature `recompute_off`, named
+        -stored); with `multi_token_prediction`, the model's MTP modules as one more kind (not recomputed under the
+        block method: RECOMPUTE_BLOCK_SOURCE)."""
+        keys = self._layer_keys(bf16_ends, recompute_layers)
         groups = {key: keys.count(key) for key in _kind_order(keys)}
         single = len({key[:2] for key in groups}) == 1
-        kinds = [self._kind(moe_position, windowed, count, single, bf16)
-                 for (moe_position, windowed, bf16), count in groups.items()]
+        kinds = [self._kind(moe_position, windowed, count, single, bf16, stored)
+                 for (moe_position, windowed, bf16, stored), count in groups.items()]
         if multi_token_prediction and self.mtp_layers:
-            mtp = self._kind(True, False, self.mtp_layers, single=False)
+            mtp = self._kind(True, False, self.mtp_layers, single=False, stored=recompute_layers > 0)
             kinds.append(LayerKind("mtp", self.mtp_layers, mtp.features + (("mtp_module", True),), mtp.symbols))
         return tuple(kinds)
 
-    def layer_kind_indices(self, bf16_ends: tuple[int, int] = (0, 0)) -> tuple[int, ...]:
+    def layer_kind_indices(self, bf16_ends: tuple[int, int] = (0, 0), recompute_layers: int = 0) -> tuple[int, ...]:
         """For each decoder layer by index, the index of its kind in `layer_kinds()` (pipeline stages hold
         real layers: btacalc.config.pipeline)."""
-        keys = self._layer_keys(bf16_ends)
+        keys = self._layer_keys(bf16_ends, recompute_layers)
         order = _kind_order(keys)
         return tuple(order.index(k) for k in keys)
+
+    def stored_layer_positions(self, recompute_layers: int) -> set[int]:
+        """0-based indices of the decoder layers that keep their activations under a block recompute of the first
+        `recompute_layers` (Megatron-Core's block method on one pipeline rank, recompute.py L167-180 @ d98e8a64:
+        layer_idx < recompute_num_layers is checkpointed); none for 0 (every layer under the run's recompute)."""
+        return set(range(recompute_layers, self.num_layers)) if recompute_layers > 0 else set()
 
     def bf16_layer_positions(self, bf16_ends: tuple[int, int]) -> set[int]:
         """0-based indices of the decoder layers a low-precision recipe keeps in BF16: the first `start` and the
@@ -441,12 +449,16 @@ class ModelSpec(BaseModel):
         start, end = bf16_ends
         return {i for i in range(self.num_layers) if i < start or i >= self.num_layers - end}
 
-    def _layer_keys(self, bf16_ends: tuple[int, int] = (0, 0)) -> list[tuple[bool, bool, bool]]:
-        """Per decoder layer: (an MoE position, a sliding-window layer, kept in BF16), the key of its kind."""
+    def _layer_keys(self, bf16_ends: tuple[int, int] = (0, 0),
+                    recompute_layers: int = 0) -> list[tuple[bool, bool, bool, bool]]:
+        """Per decoder layer: (an MoE position, a sliding-window layer, kept in BF16, not recomputed), the key of
+        its kind."""
         dense, window, bf16 = self.dense_positions(), self.window_positions(), self.bf16_layer_positions(bf16_ends)
-        return [(i not in dense, i in window, i in bf16) for i in range(self.num_layers)]
+        stored = self.stored_layer_positions(recompute_layers)
+        return [(i not in dense, i in window, i in bf16, i in stored) for i in range(self.num_layers)]
 
-    def _kind(self, moe_position: bool, windowed: bool, count: int, single: bool, bf16: bool = False) -> LayerKind:
+    def _kind(self, moe_position: bool, windowed: bool, count: int, single: bool, bf16: bool = False,
+              stored: bool = False) -> LayerKind:
         features: dict[str, Any] = {"moe": self.is_moe and moe_position, "sliding_window": windowed}
         symbols: dict[str, int] = {}
         if not moe_position and self.dense_ffn_size is not None:
@@ -462,6 +474,10 @@ class ModelSpec(BaseModel):
             # (--fp8-attention is TE's fp8_dpa, read from that recipe): MLM @ d98e8a64 fp8_utils.py L850-852
             features.update(bf16_layer=True, fp8_attention=False)
             name += "-bf16"
+        if stored:
+            # outside a block recompute's first N layers: no activation checkpoint (kind_selections: recompute none)
+            features.update(recompute_off=True)
+            name += "-stored"
         return LayerKind(name, count, tuple(sorted(features.items())), tuple(sorted(symbols.items())))
 
     def dense_equivalent(self) -> "ModelSpec":
@@ -546,7 +562,8 @@ def validate_model(data: dict[str, Any], origin: str) -> ModelSpec:
         raise BtacalcError(f"{origin}: {first_validation_error(exc)}") from None
 
 
-def _kind_order(keys: list[tuple[bool, bool, bool]]) -> list[tuple[bool, bool, bool]]:
-    """The distinct layer keys in order of first appearance, those of layers kept in BF16 after every other: the
-    first kind (which also evaluates the parts outside the layers) stays the one the model has without the option."""
-    return sorted(dict.fromkeys(keys), key=lambda key: key[2])
+def _kind_order(keys: list[tuple[bool, bool, bool, bool]]) -> list[tuple[bool, bool, bool, bool]]:
+    """The distinct layer keys in order of first appearance, those of layers kept in BF16, then those a block
+    recompute leaves stored, after every other: the first kind (which also evaluates the parts outside the layers)
+    stays the one the model has without the options."""
+    return sorted(dict.fromkeys(keys), key=lambda key: (key[2], key[3]))

@@ -44,12 +44,17 @@ _LAYOUTS: Memo[Optional[dict[Any, Any]]] = Memo()
 @remembered
 @functools.lru_cache(maxsize=256)
 def kind_selections(model: ModelSpec, run_features: tuple[tuple[str, Any], ...], recompute: str,
-                    multi_token_prediction: bool = False,
-                    bf16_ends: tuple[int, int] = (0, 0)) -> tuple[tuple[LayerKind, CompiledSelection], ...]:
-    """Each layer kind of `model` with its compiled selection (model features, the kind's own, the run's)."""
+                    multi_token_prediction: bool = False, bf16_ends: tuple[int, int] = (0, 0),
+                    recompute_layers: int = 0) -> tuple[tuple[LayerKind, CompiledSelection], ...]:
+    """Each layer kind of `model` with its compiled selection (model features, the kind's own, the run's); a kind
+    outside a block recompute's layers (feature `recompute_off`) is compiled without recomputation."""
     base = {**model.features(), **dict(run_features)}
-    return tuple((kind, compile_selection(Selection.make({**base, **dict(kind.features)}, recompute)))
-                 for kind in model.layer_kinds(multi_token_prediction, bf16_ends))
+    out = []
+    for kind in model.layer_kinds(multi_token_prediction, bf16_ends, recompute_layers):
+        features = dict(kind.features)
+        policy = "none" if features.pop("recompute_off", False) else recompute
+        out.append((kind, compile_selection(Selection.make({**base, **features}, policy))))
+    return tuple(out)
 
 
 def padded_vocab(vocab_size: int, tensor_parallel: Any) -> Any:
@@ -202,7 +207,7 @@ class Problem:
                 return hit
         features = self.features()
         kinds = kind_selections(self.model, tuple(sorted(features.items())), self.run.recompute,
-                                self.run.multi_token_prediction, self.run.bf16_ends)
+                                self.run.multi_token_prediction, self.run.bf16_ends, self.run.recompute_layers)
         if shared and self.layout_cache is not self._cache:
             self.layout_cache["kinds"] = kinds
         return kinds
@@ -287,7 +292,7 @@ class Problem:
             return None
         features = self.features()
         return plain_key((tuple(sorted(features.items())), self.run.recompute, self.run.multi_token_prediction,
-                          self.run.bf16_ends, tuple(shape.items())))
+                          self.run.bf16_ends, self.run.recompute_layers, tuple(shape.items())))
 
     def evaluate(self, tiles: Any, tile_batch: Any, seq_len: Any = None) -> Evaluation:
         """Every per-phase quantity at G = `tiles`, b = `tile_batch` (ints: exact, memoised; or arrays)."""

@@ -187,7 +187,7 @@ _GPU_ROW_NEUTRAL: dict[str, Any] = {
     "expert_parallel": None, "zero_stage": None,
     "gradient_accumulation_fusion": True, "rht_cast_fusion": True, "te_version": None, "checkpoint_early_stop": False,
     "bf16_layers_at_start": 0, "bf16_layers_at_end": 0, "transformer_engine": True,
-    "expert_grouped_gemm": True}
+    "expert_grouped_gemm": True, "recompute_layers": 0}
 
 
 def _gpu_row_options(request: ExecutionRequest, devices: Optional[Sequence[int]]) -> list[str]:

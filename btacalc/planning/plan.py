@@ -161,6 +161,7 @@ def _inputs(problem: Problem) -> Inputs:
         precision_aware_optimizer=run.precision_aware_optimizer or run.moment_bytes == 2,
         optimizer_fp8_recipe=run.optimizer_fp8_recipe, master_weights=problem.features()["master"],
         bf16_layers_at_start=run.bf16_layers_at_start, bf16_layers_at_end=run.bf16_layers_at_end,
+        recompute_layers=min(run.recompute_layers, problem.model.num_layers),
         bf16_layers=sorted(problem.model.bf16_layer_positions(run.bf16_ends)),
     )
 

@@ -182,6 +182,9 @@ class Recipe(BaseModel):
                                         "--checkpoint-early-stop")
     eager_kernels: bool = Field(False, description="true: the run's layers are eager PyTorch modules (llm-foundry's "
                                 "MPT block, no TransformerEngine): --eager-kernels")
+    recompute_layers: Optional[int] = Field(None, ge=1, description="with recompute full: the number of decoder layers "
+                                            "recomputed, the others keeping their activations (Megatron's block method, "
+                                            "--recompute-layers; a run without a pipeline)")
     gradient_accumulation_fusion: Optional[bool] = Field(None, description="false: --no-gradient-accumulation-fusion "
                                                          "(a separate main-gradient add per parameter and micro-batch, "
                                                          "gpu/fixed.py); default: Megatron's fused accumulation")

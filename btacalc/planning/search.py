@@ -108,6 +108,9 @@ def search_layouts(model: ModelSpec, hardware: HardwareProfile, request: Executi
     if request.tokens_per_step is not None and request.limits.global_batch is not None:
         raise BtacalcError("{tokens_per_step} sets the global batch of a search that fixes none: {global_batch} "
                            "fixes it here")
+    if request.recompute_layers and request.pipeline_parallel is None:
+        # a block recompute of the first N layers is modelled on one pipeline stage (check_recompute_layers): PP 1
+        request = request.with_changes(pipeline_parallel=1)
     start = time.perf_counter()
     # the split options apply per candidate (their PP and VP); the base resolves the rest
     base = resolve_execution(request.with_changes(limits=replace(request.limits, global_batch=None, micro_batch=None),

@@ -149,6 +149,9 @@ def _trials(problem: Problem, mem: MemoryModel) -> list[Trial]:
                             _with_limits(**{name: 1 if getattr(request.limits, name) != 1 else None})))
     if run.recompute != "full":
         trials.append(Trial("--recompute full", lambda r: r.with_changes(recompute="full")))
+    if run.recompute_layers:  # review30: a block recompute of some layers: every layer recomputed saves more
+        trials.append(Trial(f"dropping --recompute-layers {run.recompute_layers} (every layer recomputed)",
+                            lambda r: r.with_changes(recompute_layers=0)))
     if run.attention != "flash":
         trials.append(Trial("--attention flash", lambda r: r.with_changes(attention="flash")))
     longest = _longest_sequence(mem, run.seq_len)
