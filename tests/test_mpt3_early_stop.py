@@ -81,13 +81,19 @@ def test_the_request_is_checked_when_resolved():
 
 def test_the_torch_2_1_checkpointed_mpt_rows_and_only_they_stop_early():
     # the rows' recipes name the torch each ran: 2.1.0 (llm-foundry @ 5e85bd62d setup.py L54) or 1.13.1 (the
-    # A100 PURE rows first published at 300cc5c58); torch 1.13 re-runs the whole checkpointed function
+    # A100 PURE rows first published at 300cc5c58); torch 1.13 re-runs the whole checkpointed function. torchtitan
+    # (2024-04, torch nightlies after 2.1) wraps blocks in PyTorch's non-reentrant checkpoint (parallelize_llama.py
+    # L65-80 @ 157a12c5: use_reentrant=False): its full-recompute rows stop early too
     runs = json.loads(RUNS.read_text())["runs"]
     for run in runs:
         recipe = run.get("recipe") or {}
+        if run["id"].endswith(("-torchtitan", "-torchtitan-layer-ac")):
+            assert bool(recipe.get("checkpoint_early_stop")) == (recipe["recompute"] == "full"), run["id"]
+            assert "use_reentrant=False" in recipe["source"], run["id"]
+            continue
         if not run["id"].startswith("mpt-"):
             assert not recipe.get("checkpoint_early_stop"), run["id"]
             continue
         torch_2_1 = "torch 2.1" in recipe["source"]
         assert bool(recipe.get("checkpoint_early_stop")) == (torch_2_1 and recipe["recompute"] == "full"), run["id"]
-    assert sum(bool((r.get("recipe") or {}).get("checkpoint_early_stop")) for r in runs) == 8
+    assert sum(bool((r.get("recipe") or {}).get("checkpoint_early_stop")) for r in runs) == 8 + 4
