@@ -983,6 +983,10 @@ for extra, fragment in (("--recompute-layers 4", "needs --recompute full"),
 case("values", "plan", "-m", "llama-3-8b", "--hw", "wse3", "--recompute", "full", "--recompute-layers", "4",
      fragment="recomputing some layers and not others is Megatron's block method on a GPU")
 
+# fsdp2: PyTorch's FSDP as btacalc models it shards over every rank
+case("values", "plan", "-m", "llama-3-8b", "--hw", "h100", "--devices", "16", "--fsdp", "--fsdp-impl", "fsdp2", "--tp",
+     "2", fragment="--fsdp-impl fsdp2 is PyTorch's FSDP over every rank")
+
 # bridgedtype: NVFP4 parameters where FusedAdam keeps the master weights (Megatron-Core hands it no shard of them)
 case("values", "plan", "-m", "llama-3-8b", "--hw", "b200", "--devices", "8", "--precision", "nvfp4",
      "--fp8-param-gather", "--precision-aware-optimizer", fragment="hands FusedAdam no shard of an NVFP4 parameter")

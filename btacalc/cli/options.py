@@ -220,7 +220,9 @@ FsdpImplOpt = typer.Option(None, "--fsdp-impl", help=help_text(
     "Whose FSDP --fsdp plans: megatron (Megatron-FSDP: two double-buffered units of 16-bit weights and fp32 "
     "gradients) or torch (PyTorch FSDP1 FULL_SHARD with Composer's mixed precision, as llm-foundry runs it: an fp32 "
     "sharded flat parameter, at most two gathered 16-bit blocks, one block's gradient cast to the reduce dtype, the "
-    "root unit gathered through the backward; data parallel only) [default: megatron]."))
+    "root unit gathered through the backward; data parallel only) or fsdp2 (PyTorch's fully_shard as torchtitan runs "
+    "it: the same units and dtypes, plus its all-gather copy-out and reduce-scatter copy-in on the compute stream) "
+    "[default: megatron]."))
 GradBytesOpt = typer.Option(None, "--grad-bytes", min=2, max=4, help=help_text("Bytes per gradient: 4 (fp32 main "
                             "gradients, Megatron's default with bf16) or 2 [default: 4 on GPUs, 2 on wafers]."))
 RoutingOpt = typer.Option(1.0, "--routing-imbalance", min=1.0, help="Busiest expert's routed tokens over the mean "

@@ -301,9 +301,10 @@ class Layout:
     context_parallel: int = 1
     expert_tensor_parallel: int = 1
     fsdp: bool = False  # fully sharded data parallel (ZeRO-3 state; gathers per micro-batch)
-    # whose FSDP: "megatron" (Megatron-FSDP's double-buffered units) or "torch" (PyTorch FSDP1 FULL_SHARD as
-    # Composer / llm-foundry configure it: btacalc.model.state.TorchFsdp); None: none named (FSDP is then
-    # Megatron-FSDP, DEFAULT_FSDP_IMPL). A named one needs `fsdp` (_validate_fsdp_impl: the one rule)
+    # whose FSDP: "megatron" (Megatron-FSDP's double-buffered units), "torch" (PyTorch FSDP1 FULL_SHARD as
+    # Composer / llm-foundry configure it: btacalc.model.state.TorchFsdp) or "fsdp2" (PyTorch's fully_shard as
+    # torchtitan configures it: the same units and dtypes, plus its copies, gpu/fixed.py fsdp2_copy_s); None: none
+    # named (FSDP is then Megatron-FSDP, DEFAULT_FSDP_IMPL). A named one needs `fsdp` (_validate_fsdp_impl)
     fsdp_impl: Optional[str] = None
     overlap: Overlaps = Overlaps()
     # DeepEP dispatch (Megatron --moe-token-dispatcher-type flex --moe-enable-deepep): a token crosses to
@@ -472,10 +473,16 @@ class Layout:
             raise BtacalcError(f"{{fsdp_impl}} must be one of {', '.join(FSDP_IMPLS)}, got {self.fsdp_impl!r}")
         if not self.fsdp:
             raise BtacalcError(f"{{fsdp_impl}} {self.fsdp_impl} names whose FSDP shards the model: it needs {{fsdp}}")
-        if self.fsdp_impl == "torch" and (self.model_parallel > 1 or self.expert_parallel > 1
+        if self.fsdp_impl in TORCH_FSDP_IMPLS and (self.model_parallel > 1 or self.expert_parallel > 1
                                           or self.expert_tensor_parallel > 1):
-            raise BtacalcError("{fsdp_impl} torch is PyTorch FSDP1 over every rank as llm-foundry runs it: no "
-                               "{tensor_parallel}, {pipeline_parallel}, {context_parallel} or {expert_parallel}")
+            raise BtacalcError(f"{{fsdp_impl}} {self.fsdp_impl} is PyTorch's FSDP over every rank as llm-foundry "
+                               "(FSDP1) and torchtitan (FSDP2) run it: no {tensor_parallel}, {pipeline_parallel}, "
+                               "{context_parallel} or {expert_parallel}")
+
+    @property
+    def torch_fsdp(self) -> bool:
+        """PyTorch's FSDP (FSDP1 or FSDP2) shards the model: TorchFsdp's buffers and per-block collectives."""
+        return self.fsdp and self.fsdp_impl in TORCH_FSDP_IMPLS
 
     def _validate_nccl_ub(self, profile: "HardwareProfile") -> None:
         if self.nvls and not self.nccl_ub:
@@ -656,7 +663,9 @@ MAX_SEQUENCES = MAX_COUNT
 # No training cluster comes near 2^20 devices (the largest reported hold about 10^5 GPUs); the bound
 # keeps products of parallel sizes and batches within 64-bit integers.
 MAX_DEVICES = 1 << 20
-FSDP_IMPLS = ("megatron", "torch")  # Layout.fsdp_impl
+# Layout.fsdp_impl: Megatron-FSDP; PyTorch FSDP1 as llm-foundry runs it; PyTorch FSDP2 (fully_shard) as torchtitan runs it
+FSDP_IMPLS = ("megatron", "torch", "fsdp2")
+TORCH_FSDP_IMPLS = ("torch", "fsdp2")  # PyTorch's FSDP: per-block units over every rank (model/state.py TorchFsdp)
 DEFAULT_FSDP_IMPL = FSDP_IMPLS[0]  # FSDP with no implementation named: Megatron-FSDP
 LIMIT_TEXT = {MAX_SEQUENCES: "2^62 sequences, more than any training batch",
               MAX_DEVICES: "2^20 = 1,048,576 devices, more than any training cluster"}

@@ -191,7 +191,7 @@ def _layout_text(r: PlanReport) -> str:
              + (f" x VP {par.virtual_pipeline}" if par.virtual_pipeline > 1 else "") + f", CP {par.context_parallel}, "
              f"DP {par.data_parallel}" + (f", EP {par.expert_parallel}, ETP {par.expert_tensor_parallel}, EDP "
                                           f"{par.expert_data_parallel}" if r.model.num_experts else ""))
-    shard = (f"FSDP{' (PyTorch FSDP1)' if par.fsdp_impl == 'torch' else ''}" if par.fsdp
+    shard = (f"FSDP{ {'torch': ' (PyTorch FSDP1)', 'fsdp2': ' (PyTorch FSDP2)'}.get(par.fsdp_impl, '')}" if par.fsdp
              else f"ZeRO-{par.zero_stage}")
     on = [k for k, v in par.overlaps.items() if v]
     split = "" if par.pipeline_split == "even" else (

@@ -87,8 +87,8 @@ class ParallelInfo(BaseModel):
     expert_tensor_parallel: int = Field(1, description="ETP (--expert-tensor-parallel-size)")
     data_parallel: int = Field(1, description="DP = devices/(TP·PP·CP)")
     fsdp: bool = Field(False, description="fully sharded data parallel (ZeRO-3 state, gathers every micro-batch)")
-    fsdp_impl: str = Field("megatron", description="whose FSDP: megatron (Megatron-FSDP) or torch (PyTorch FSDP1 "
-                           "as llm-foundry runs it); --fsdp-impl")
+    fsdp_impl: str = Field("megatron", description="whose FSDP: megatron (Megatron-FSDP), torch (PyTorch FSDP1 "
+                           "as llm-foundry runs it) or fsdp2 (PyTorch FSDP2 as torchtitan runs it); --fsdp-impl")
     pipeline_split: str = Field("even", description="even (Megatron's default), embedding_loss / embedding / loss "
                                 "(the account-for flags: the embedding and/or the loss count as one layer), "
                                 "first_last (uneven first/last stage) or layout (a layout string)")

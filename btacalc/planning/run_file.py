@@ -109,8 +109,10 @@ class Recipe(BaseModel):
                                             "attn_impl triton); default: TransformerEngine's fused attention, at its "
                                             "benchmarked rate where the file has one, else the large-GEMM rate")
     recompute: Optional[Union[str, list[str]]] = None
-    fsdp_impl: Optional[Literal["megatron", "torch"]] = Field(None, description="whose FSDP the run used (torch: "
-                                                              "PyTorch FSDP1 as llm-foundry runs it); default megatron")
+    fsdp_impl: Optional[Literal["megatron", "torch", "fsdp2"]] = Field(None, description="whose FSDP the run used "
+                                                                       "(torch: PyTorch FSDP1 as llm-foundry runs it; "
+                                                                       "fsdp2: PyTorch FSDP2 as torchtitan runs it); "
+                                                                       "default megatron")
     sequence_parallel: Optional[bool] = None
     vp: Optional[int] = Field(None, ge=1, le=MAX_DEVICES)
     zero: Optional[int] = Field(None, ge=0, le=3)

@@ -592,11 +592,15 @@ def sharded_calls_per_micro_batch(problem: Problem, buckets: Any) -> Any:
     `fsdp_wrap_fn`: isinstance(module, MPTBlock)) plus the root: a block all-gathers before its forward, again
     before its backward (FULL_SHARD frees it after the forward) and reduce-scatters its gradient; the root is not
     freed after the forward (pytorch/pytorch@00ae0bc9 torch/distributed/fsdp/_runtime_utils.py
-    `_post_forward_reshard`, `_post_backward_hook`): 3 L + 2 calls. Otherwise (Megatron): one reduce-scatter per
+    `_post_forward_reshard`, `_post_backward_hook`): 3 L + 2 calls. FSDP2 as torchtitan wraps it (fully_shard per
+    TransformerBlock, then the root; torchtitan @ 157a12c5 torchtitan/parallelisms/parallelize_llama.py L230-239):
+    the last block is not resharded after its forward (reshard_after_forward = layer_id < L - 1), nor is the root
+    (FSDP2's lazy init, torch/distributed/_composable/fsdp/_fsdp_state.py `_lazy_init`: "For the root, do not
+    reshard after forward"): 3 (L - 1) + 2 + 2 = 3 L + 1 calls. Otherwise (Megatron): one reduce-scatter per
     gradient bucket with ZeRO-2, and two gathers and a reduce-scatter per bucket with ZeRO-3."""
     lay = problem.layout
-    if lay.fsdp and lay.fsdp_impl == "torch":
-        return 3 * problem.model.num_layers + 2
+    if lay.torch_fsdp:
+        return 3 * problem.model.num_layers + (1 if lay.fsdp_impl == "fsdp2" else 2)
     return buckets * where(lay.zero_stage >= 3, 3, 1)
 
 

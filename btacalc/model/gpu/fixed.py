@@ -222,12 +222,15 @@ rooflines (rows `router`, `dispatch`, `combine` of the breakdown).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...catalogue.constants import constants
 from ..arrays import maximum, where
 from ..problem import Problem
 from .collectives import ring_share, ring_time
+
+if TYPE_CHECKING:
+    from ..params import ParamCounts
 
 GRAD_NORM_BYTES = 4  # one fp32 partial sum of squares per rank (clip_grads.py: total_norm as a float tensor)
 
@@ -285,6 +288,38 @@ def wgrad_accumulate_s(problem: Problem, params: Any) -> Any:
         return 0.0
     hbm = problem.hardware.memory.streaming_bandwidth_bytes_per_s()
     return params * wgrad_accumulate_bytes_per_param(problem.run.bytes_per_element, problem.run.gradient_bytes) / hbm
+
+
+def fsdp2_copy_bytes(counts: "ParamCounts", bytes_per_element: int, reduce_bytes: int) -> Any:
+    """HBM bytes per micro-batch of FSDP2's copies on the compute stream (torch 2.4, the nightly torchtitan @ 157a12c5
+    names; /work/briefs/fsdp2_kernels.md has the stream of each):
+
+    - all-gather copy-out: `foreach_all_gather_copy_out` splits each gathered buffer into the parameters' own tensors
+      with `torch.split_with_sizes_copy` on the current stream after waiting for the all-gather
+      (torch/distributed/_composable/fsdp/_fsdp_collectives.py), reading and writing every gathered element in the
+      param dtype: 2 beta B each, for every gather of the micro-batch. The blocks but the last gather twice (forward,
+      and again before the backward), the last block and the root once (collectives.sharded_calls_per_micro_batch):
+      2 x total - root - one block elements, root = total - non-embedding (the embedding and the output layer; the
+      final norm, h elements in the non-embedding count, goes with the blocks);
+    - reduce-scatter copy-in: `foreach_reduce_scatter_copy_in` chunk-cats every block's unsharded gradient into the
+      reduce-scatter input in the reduce dtype (`torch._chunk_cat`), on the reduce-scatter stream, which the compute
+      stream then waits for (`current_stream.wait_stream(reduce_scatter_stream)`): beta read + reduce bytes written
+      per element, once per micro-batch.
+
+    FSDP1's flat parameter makes no copy-out: its parameters are views into the gathered buffer (torch 2.1
+    torch/distributed/fsdp/_flat_param.py `_get_unflat_views_unaligned`); its own casts are not timed."""
+    gathered = 2 * counts.total - (counts.total - counts.non_embedding) - counts.per_layer
+    return gathered * 2 * bytes_per_element + counts.total * (bytes_per_element + reduce_bytes)
+
+
+def fsdp2_copy_s(problem: Problem, counts: "ParamCounts") -> Any:
+    """Per micro-batch: FSDP2's copies on the compute stream at the device's streaming bandwidth (fsdp2_copy_bytes);
+    0 under any other FSDP or without one."""
+    lay = problem.layout
+    if not (lay.fsdp and lay.fsdp_impl == "fsdp2"):
+        return 0.0
+    hbm = problem.hardware.memory.streaming_bandwidth_bytes_per_s()
+    return fsdp2_copy_bytes(counts, problem.run.bytes_per_element, problem.run.gradient_bytes) / hbm
 
 
 def host_time(problem: Problem, kernels: Any, expert_gemms: Any = 0, module_calls: Any = 0, glue_ops: Any = 0) -> Any:

@@ -131,7 +131,7 @@ class GpuMemory:
         lay = self.problem.layout
         layers = sum(counts)
         dense, expert = stage_params(self.problem, counts, kinds, ends)
-        torch_fsdp = TorchFsdp.of(self.rates) if lay.fsdp and lay.fsdp_impl == "torch" else None
+        torch_fsdp = TorchFsdp.of(self.rates) if lay.torch_fsdp else None
         rates = self.rates if torch_fsdp is None else torch_fsdp.state_rates(self.rates)
         parts = tuple(sharded_state(rates, _whole(dense), _whole(expert), lay))
         # ZeRO-3 / FSDP gather one layer at a time: the largest layer the stage holds
