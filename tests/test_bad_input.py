@@ -985,7 +985,7 @@ case("values", "plan", "-m", "llama-3-8b", "--hw", "wse3", "--recompute", "full"
 
 # fsdp2: PyTorch's FSDP as btacalc models it shards over every rank
 case("values", "plan", "-m", "llama-3-8b", "--hw", "h100", "--devices", "16", "--fsdp", "--fsdp-impl", "fsdp2", "--tp",
-     "2", fragment="--fsdp-impl fsdp2 is PyTorch's FSDP over every rank")
+     "2", fragment="--fsdp-impl fsdp2: btacalc models PyTorch's FSDP as 1-D data parallel")
 
 # bridgedtype: NVFP4 parameters where FusedAdam keeps the master weights (Megatron-Core hands it no shard of them)
 case("values", "plan", "-m", "llama-3-8b", "--hw", "b200", "--devices", "8", "--precision", "nvfp4",

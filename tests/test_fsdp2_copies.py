@@ -67,5 +67,38 @@ def test_fsdp2_makes_one_collective_fewer_than_fsdp1_and_copies_fsdp1_does_not(c
 def test_fsdp2_is_data_parallel_only_as_btacalc_models_it(cli):
     code, out, err = cli("plan", "-m", "llama-3-8b", "--hw", "h100", "--devices", "16", "--fsdp", "--fsdp-impl",
                          "fsdp2", "--tp", "2")
-    assert code == 2 and "--fsdp-impl fsdp2 is PyTorch's FSDP over every rank" in err
+    assert code == 2 and "--fsdp-impl fsdp2: btacalc models PyTorch's FSDP as 1-D data parallel" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_an_moe_model_under_pytorch_fsdp_keeps_its_experts_in_the_blocks(cli):
+    # review31: EP defaulted to gcd(devices, E), which the 1-D FSDP rule then refused naming an --ep never given;
+    # and the expert weights had calls of their own beside their blocks' (3L + 1 twice)
+    code, out, err = cli("plan", "-m", "qwen3-30b-a3b", "--hw", "h100", "--devices", "64", "--fsdp", "--fsdp-impl",
+                         "fsdp2", "--json")
+    assert code == 0, err
+    plan = json.loads(out)
+    assert plan["parallelism"]["expert_parallel"] == 1
+    rows = {c["name"]: c for c in plan["throughput"]["collectives"]}
+    m, L = plan["parallelism"]["micro_batches"], plan["model"]["num_layers"]
+    assert rows["zero_per_micro_batch_dense"]["calls"] == m * (3 * L + 1)
+    assert rows["zero_per_micro_batch_expert"]["calls"] == 0 and rows["zero_per_micro_batch_expert"]["time_s"] > 0
+
+
+@pytest.mark.parametrize("emit", ["megatron", "bridge"])
+def test_an_fsdp2_plan_is_not_emitted_as_a_megatron_launch(cli, emit):
+    code, out, err = cli("plan", "-m", "llama-3-8b", "--hw", "h100", "--devices", "8", "--fsdp", "--fsdp-impl",
+                         "fsdp2", "--emit", emit)
+    assert code == 2 and "plans PyTorch FSDP2, which Megatron does not run" in err
+
+
+def test_a_run_recipe_states_fsdp2(tmp_path):
+    from btacalc.planning.measured import express
+    from btacalc.planning.run_file import load_runs
+    from btacalc.paths import package_data
+
+    runs = [r for r in load_runs(package_data("measured_runs.json")) if r.id.endswith("-torchtitan")]
+    assert len(runs) == 3
+    for run in runs:
+        request, reason = express(run, "gpu")
+        assert request is not None and request.fsdp and request.fsdp_impl == "fsdp2", reason

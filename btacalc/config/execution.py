@@ -475,9 +475,9 @@ class Layout:
             raise BtacalcError(f"{{fsdp_impl}} {self.fsdp_impl} names whose FSDP shards the model: it needs {{fsdp}}")
         if self.fsdp_impl in TORCH_FSDP_IMPLS and (self.model_parallel > 1 or self.expert_parallel > 1
                                           or self.expert_tensor_parallel > 1):
-            raise BtacalcError(f"{{fsdp_impl}} {self.fsdp_impl} is PyTorch's FSDP over every rank as llm-foundry "
-                               "(FSDP1) and torchtitan (FSDP2) run it: no {tensor_parallel}, {pipeline_parallel}, "
-                               "{context_parallel} or {expert_parallel}")
+            raise BtacalcError(f"{{fsdp_impl}} {self.fsdp_impl}: btacalc models PyTorch's FSDP as 1-D data parallel "
+                               "over every rank (llm-foundry's FSDP1, torchtitan's FSDP2 1-D runs): no "
+                               "{tensor_parallel}, {pipeline_parallel}, {context_parallel} or {expert_parallel}")
 
     @property
     def torch_fsdp(self) -> bool:
@@ -1452,6 +1452,11 @@ def _expert_sizes(request: ExecutionRequest, model: "ModelSpec", chosen: _Defaul
             chosen.reasons["expert_tensor_parallel"] = REASONS["expert_tensor_parallel_biased" if biased
                                                                else "expert_tensor_parallel"]
     ep = request.expert_parallel
+    if ep is None and request.fsdp and request.fsdp_impl in TORCH_FSDP_IMPLS:
+        # review31: PyTorch's FSDP as btacalc models it is data parallel only (Layout._validate_fsdp_impl): its
+        # blocks hold their experts whole, so EP 1, not the gcd that the refusal then blamed on an --ep never given
+        chosen.reasons["expert_parallel"] = "1: PyTorch's FSDP shards every block, its experts whole, over all ranks"
+        ep = 1
     if ep is None:
         ranks = devices // (etp * pp) if devices % (etp * pp) == 0 else 1
         ep = auto_expert_parallel(ranks, model.num_experts)

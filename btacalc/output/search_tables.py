@@ -14,7 +14,7 @@ from .tables import plan_renderable
 SHORT = {"compute": "compute", "tp_comm": "TP", "cp_comm": "CP", "all_to_all": "a2a", "a2a_sm_share": "a2a SMs",
          "dp_sm_share": "DP SMs", "pp_p2p": "p2p",
          "zero_per_micro_batch": "ZeRO-2/3", "pipeline_bubble": "bubble", "data_parallel_sync": "DP sync",
-         "tiling": "tiles"}
+         "tiling": "tiles", "fsdp2_copies": "FSDP2 copies"}
 
 
 def search_renderable(result: SearchResult) -> Group:

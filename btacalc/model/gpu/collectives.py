@@ -614,12 +614,14 @@ class DataParallelTimes:
 
 
 def data_parallel_traffic(problem: Problem, params: Any, size: Any, rates: dict[str, int],
-                          stage: StageBuckets = StageBuckets()) -> dict[str, tuple[Any, Any]]:
+                          stage: StageBuckets = StageBuckets(), part: str = "dense") -> dict[str, tuple[Any, Any]]:
     """(bus bytes per rank, calls) of the data-parallel collectives over a group of `size` ranks holding
     `params` parameters per device (module docstring): "reduce_per_step" (ZeRO-0 all-reduce, ZeRO-1
     reduce-scatter of the gradients), "gather_per_step" (ZeRO-1/2 all-gather of the updated weights),
     "per_micro_batch" (ZeRO-2 reduce-scatter; ZeRO-3 / FSDP two weight all-gathers and a reduce-scatter).
-    The per-step calls of Megatron's DDP (ZeRO <= 1) are `stage`'s buckets; the sharded paths bucket alike."""
+    The per-step calls of Megatron's DDP (ZeRO <= 1) are `stage`'s buckets; the sharded paths bucket alike. Under
+    PyTorch's FSDP a block's experts travel in its own unit (review31): the expert `part` has bytes but no calls of
+    its own (sharded_calls_per_micro_batch counts the units)."""
     c, zero = constants().collectives, problem.layout.zero_stage
     share = ring_share(size) * params
     # --fp8-param-gather: the weights all-gathered in FP8 / FP4 (precision.param_gather_factor)
@@ -633,7 +635,8 @@ def data_parallel_traffic(problem: Problem, params: Any, size: Any, rates: dict[
                             where((zero == 1) | (zero == 2), per_step, 0)),
         "per_micro_batch": (where(zero == 2, c.reduce_scatter * g_bytes,
                                   where(zero >= 3, 2 * c.all_gather * w_bytes + c.reduce_scatter * g_bytes, 0)),
-                            where(zero >= 2, sharded_calls_per_micro_batch(problem, buckets), 0)),
+                            where(zero >= 2, 0 if part == "expert" and problem.layout.torch_fsdp
+                                  else sharded_calls_per_micro_batch(problem, buckets), 0)),
     }
 
 
@@ -696,7 +699,7 @@ def _data_parallel_times(problem: Problem, params: tuple[Any, Any], rates: dict[
     total = dict.fromkeys(("reduce_per_step", "gather_per_step", "per_micro_batch"), 0.0)
     for part, held in zip(("dense", "expert"), params):
         size, stride = data_parallel_groups(problem)[part]
-        traffic = data_parallel_traffic(problem, held, size, rates, part_buckets(stage, part))
+        traffic = data_parallel_traffic(problem, held, size, rates, part_buckets(stage, part), part)
         for key, (bus, calls) in traffic.items():
             total[key] = total[key] + ring_time(problem, bus, size, stride, calls, data_parallel_kind(problem, key))
     return DataParallelTimes(total["reduce_per_step"], total["gather_per_step"], total["per_micro_batch"])

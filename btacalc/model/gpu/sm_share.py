@@ -41,7 +41,8 @@ Reserved SMs (named data, with their sources):
   nvls channels, 16 p2p channels, 2 p2p channels per peer" (L90-95): 16 (estimate: the network channel count
   depends on the NICs, src/graph/paths.cc L942-951).
 
-- NCCL's ring all-gather / reduce-scatter of PyTorch FSDP1 (`--fsdp-impl torch`, task mpt2, docs/runs.md): a
+- NCCL's ring all-gather / reduce-scatter of PyTorch FSDP1 (`--fsdp-impl torch`, task mpt2, docs/runs.md; FSDP2,
+  `--fsdp-impl fsdp2`, issues them on its own all-gather and reduce-scatter streams alike): a
   ring collective is one kernel with one CTA per collective channel (src/enqueue.cc L1756-1758, the grid is the
   plan's channel mask), and FSDP1 issues each unit's all-gathers and its reduce-scatter on its own streams while
   the blocks compute (pytorch@00ae0bc9 torch/distributed/fsdp/_runtime_utils.py: the unshard and post-backward

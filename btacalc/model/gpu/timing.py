@@ -646,10 +646,10 @@ def _data_parallel_rows_of(problem: Problem, params: tuple[Any, Any], m: Any, st
         size, stride = data_parallel_groups(problem)[part]
         if size <= 1 or not held:
             continue
-        traffic = data_parallel_traffic(problem, held, size, bytes_per_param(problem), part_buckets(stage, part))
+        traffic = data_parallel_traffic(problem, held, size, bytes_per_param(problem), part_buckets(stage, part), part)
         for key, (bus, calls) in traffic.items():
             times = m if key == "per_micro_batch" else 1
-            if calls:
+            if calls or bus:  # review31: PyTorch FSDP's expert bytes ride their blocks' calls (no calls of their own)
                 kind = data_parallel_kind(problem, key)
                 rows.append(describe(problem, f"{kinds[key]}_{part}", (size, stride), (bus * times, calls * times),
                                      times * ring_time(problem, bus, size, stride, calls, kind), kind=kind,
