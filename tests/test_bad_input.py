@@ -380,9 +380,7 @@ for extra, fragment in (
         ("--recompute-granularity full", "--recompute-granularity full without --recompute-method and"),
         ("--recompute-granularity selective --recompute-num-layers 2", "with selective recomputation"),
         ("--recompute-activations --recompute-method block --recompute-num-layers 1",
-         "selective recomputation takes no --recompute-method"),
-        ("--pipeline-model-parallel-size 2 --recompute-granularity full --recompute-method block "
-         "--recompute-num-layers 1", "--recompute-method block with --pipeline-model-parallel-size 2")):
+         "selective recomputation takes no --recompute-method")):
     case("files", "plan", "--hw", "h100", "--devices", "8", "--from-megatron", "{tmp}/l.sh", fragment=fragment,
          files={"l.sh": SMALL_LAUNCH_28 + " " + extra})
 # agdisp: Megatron's allgather dispatcher is an MoE dispatcher on GPUs, not beside DeepEP or the EP overlap
@@ -977,8 +975,7 @@ case("bounds", "plan", "--config", "{tmp}/run.toml", fragment=f"--top-k {BIG} is
 
 # recomputelayers: a block recompute of the first N layers (Megatron --recompute-method block), where btacalc places it
 for extra, fragment in (("--recompute-layers 4", "needs --recompute full"),
-                        ("--recompute full --recompute-layers -1", "1 or more (0: every layer)"),
-                        ("--recompute full --recompute-layers 4 --pp 2", "needs --pp 1")):
+                        ("--recompute full --recompute-layers -1", "1 or more (0: every layer)")):
     case("values", "plan", "-m", "llama-3-8b", "--hw", "h100", "--devices", "8", *extra.split(), fragment=fragment)
 case("values", "plan", "-m", "llama-3-8b", "--hw", "wse3", "--recompute", "full", "--recompute-layers", "4",
      fragment="recomputing some layers and not others is Megatron's block method on a GPU")

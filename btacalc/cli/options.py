@@ -299,7 +299,8 @@ Bf16EndOpt = typer.Option(0, "--bf16-layers-at-end", show_default=False, help=he
     "--num-layers-at-end-in-bf16 M) [default: 0]."))
 RecomputeLayersOpt = typer.Option(0, "--recompute-layers", show_default=False, help=help_text(
     "With --recompute full: recompute only the first N decoder layers; the others keep their activations (Megatron "
-    "--recompute-method block --recompute-num-layers N, one pipeline stage: needs PP 1) [default: 0, every layer]."))
+    "--recompute-method block --recompute-num-layers N: the first N of each pipeline stage's model chunk) [default: 0, "
+    "every layer]."))
 OptimizerOpt = typer.Option(None, "--optimizer", help=help_text("The optimizer whose state the plan holds: adam (fp32 master weights and two moments) or sgd (fp32 master weights and a momentum), as Megatron-LM's --optimizer (arguments.py L2913) [default: adam]."))
 MOMENT_BYTES = {"fp32": 4, "bf16": 2}  # --optimizer-moments -> bytes per Adam moment (RunOptions.moment_bytes)
 Moments = _choices("Moments", tuple(MOMENT_BYTES))

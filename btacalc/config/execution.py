@@ -191,9 +191,9 @@ class RunOptions:
     # last M decoder layers run outside the low-precision recipe (`bf16_ends`; check_bf16_layers)
     bf16_layers_at_start: int = 0
     bf16_layers_at_end: int = 0
-    # Megatron --recompute-granularity full --recompute-method block --recompute-num-layers N without a pipeline:
-    # the first N decoder layers re-run their forward in the backward, the others keep their activations
-    # (ModelSpec.stored_layer_positions; check_recompute_layers); 0: every layer under `recompute`
+    # Megatron --recompute-granularity full --recompute-method block --recompute-num-layers N: in each pipeline stage's
+    # model chunk the first N decoder layers re-run their forward in the backward, the others keep their activations
+    # (Problem.stored_layers; check_recompute_layers); 0: every layer under `recompute`
     recompute_layers: int = 0
 
     @property
@@ -1114,10 +1114,6 @@ def _resolve(request: ExecutionRequest, model: "ModelSpec", profile: "HardwarePr
     layout = _resolve_layout(request, model, profile, chosen)
     check_activation_offload(run, model, layout, gpu)
     check_nvfp4_master_shards(run, layout)
-    if run.recompute_layers and layout.pipeline_parallel != 1:
-        raise BtacalcError(f"{{recompute_layers}} {run.recompute_layers} needs {{pipeline_parallel}} 1: Megatron's block "
-                           "method recomputes the first N layers of each pipeline stage and virtual chunk, which "
-                           f"btacalc does not place; got {{pipeline_parallel}} {layout.pipeline_parallel}")
     refusal = graph_recompute_refusal(recompute, layout.cuda_graph_scope, model)
     if refusal is not None:
         raise BtacalcError(refusal)

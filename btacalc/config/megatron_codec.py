@@ -751,13 +751,9 @@ def _dec_recompute(get: Get) -> Fields:
                                "(transformer_config.py L1908-1924 @ d98e8a64); give --recompute-method uniform "
                                "--recompute-num-layers 1 (every layer) or block N (the first N)")
         if method == "block" and count >= 1:
-            # Megatron-Core's block method: the first N layers of each pipeline stage's chunk are checkpointed, the
-            # rest keep their activations (recompute.py L167-180 @ d98e8a64; RunOptions.recompute_layers); btacalc
-            # places them on one stage only (review30: refused here in the launch's words)
-            pp = _int(get("pipeline_model_parallel_size"), "pipeline_model_parallel_size") or 1
-            if pp > 1:
-                raise BtacalcError(f"--recompute-method block with --pipeline-model-parallel-size {pp}: btacalc places "
-                                   "the first N layers of a block recompute on one pipeline stage only")
+            # Megatron-Core's block method: the first N layers of each pipeline stage's model chunk are checkpointed,
+            # the rest keep their activations (recompute.py L167-180 @ d98e8a64; RunOptions.recompute_layers,
+            # Problem.stored_layers)
             return {"run.recompute": "full", "run.recompute_layers": count}
         if method != "uniform" or count != 1:
             raise BtacalcError(f"--recompute-method {method} --recompute-num-layers {layers}: btacalc models full "

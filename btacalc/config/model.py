@@ -409,36 +409,31 @@ class ModelSpec(BaseModel):
         }
 
     def layer_kinds(self, multi_token_prediction: bool = False, bf16_ends: tuple[int, int] = (0, 0),
-                    recompute_layers: int = 0) -> tuple[LayerKind, ...]:
+                    stored: Optional[frozenset[int]] = None) -> tuple[LayerKind, ...]:
         """The decoder stack as groups of identical layers, in order of first appearance: MoE or dense FFN
         (dense layers of an MoE model have width dense_ffn_size), sliding-window or full attention; the first and
         last layers a low-precision recipe keeps in BF16 (`bf16_ends` = (at start, at end): `bf16_layer_positions`)
-        as kinds of their own, after the others (feature `bf16_layer`); the layers a block recompute of the first
-        `recompute_layers` leaves alone (`stored_layer_positions`) likewise (feature `recompute_off`, named
-        -stored); with `multi_token_prediction`, the model's MTP modules as one more kind (not recomputed under the
-        block method: RECOMPUTE_BLOCK_SOURCE)."""
-        keys = self._layer_keys(bf16_ends, recompute_layers)
+        as kinds of their own, after the others (feature `bf16_layer`); the layers a block recompute leaves alone
+        (`stored`: their indices, Problem.stored_layers; None without the block method) likewise (feature
+        `recompute_off`, named -stored); with `multi_token_prediction`, the model's MTP modules as one more kind (not
+        recomputed under the block method: RECOMPUTE_BLOCK_SOURCE)."""
+        keys = self._layer_keys(bf16_ends, stored)
         groups = {key: keys.count(key) for key in _kind_order(keys)}
         single = len({key[:2] for key in groups}) == 1
         kinds = [self._kind(moe_position, windowed, count, single, bf16, stored)
                  for (moe_position, windowed, bf16, stored), count in groups.items()]
         if multi_token_prediction and self.mtp_layers:
-            mtp = self._kind(True, False, self.mtp_layers, single=False, stored=recompute_layers > 0)
+            mtp = self._kind(True, False, self.mtp_layers, single=False, stored=stored is not None)
             kinds.append(LayerKind("mtp", self.mtp_layers, mtp.features + (("mtp_module", True),), mtp.symbols))
         return tuple(kinds)
 
-    def layer_kind_indices(self, bf16_ends: tuple[int, int] = (0, 0), recompute_layers: int = 0) -> tuple[int, ...]:
+    def layer_kind_indices(self, bf16_ends: tuple[int, int] = (0, 0),
+                           stored: Optional[frozenset[int]] = None) -> tuple[int, ...]:
         """For each decoder layer by index, the index of its kind in `layer_kinds()` (pipeline stages hold
         real layers: btacalc.config.pipeline)."""
-        keys = self._layer_keys(bf16_ends, recompute_layers)
+        keys = self._layer_keys(bf16_ends, stored)
         order = _kind_order(keys)
         return tuple(order.index(k) for k in keys)
-
-    def stored_layer_positions(self, recompute_layers: int) -> set[int]:
-        """0-based indices of the decoder layers that keep their activations under a block recompute of the first
-        `recompute_layers` (Megatron-Core's block method on one pipeline rank, recompute.py L167-180 @ d98e8a64:
-        layer_idx < recompute_num_layers is checkpointed); none for 0 (every layer under the run's recompute)."""
-        return set(range(recompute_layers, self.num_layers)) if recompute_layers > 0 else set()
 
     def bf16_layer_positions(self, bf16_ends: tuple[int, int]) -> set[int]:
         """0-based indices of the decoder layers a low-precision recipe keeps in BF16: the first `start` and the
@@ -450,12 +445,12 @@ class ModelSpec(BaseModel):
         return {i for i in range(self.num_layers) if i < start or i >= self.num_layers - end}
 
     def _layer_keys(self, bf16_ends: tuple[int, int] = (0, 0),
-                    recompute_layers: int = 0) -> list[tuple[bool, bool, bool, bool]]:
+                    stored: Optional[frozenset[int]] = None) -> list[tuple[bool, bool, bool, bool]]:
         """Per decoder layer: (an MoE position, a sliding-window layer, kept in BF16, not recomputed), the key of
         its kind."""
         dense, window, bf16 = self.dense_positions(), self.window_positions(), self.bf16_layer_positions(bf16_ends)
-        stored = self.stored_layer_positions(recompute_layers)
-        return [(i not in dense, i in window, i in bf16, i in stored) for i in range(self.num_layers)]
+        kept = stored or frozenset()
+        return [(i not in dense, i in window, i in bf16, i in kept) for i in range(self.num_layers)]
 
     def _kind(self, moe_position: bool, windowed: bool, count: int, single: bool, bf16: bool = False,
               stored: bool = False) -> LayerKind:

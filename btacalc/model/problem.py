@@ -20,6 +20,7 @@ import numpy as np
 
 from .. import profiling
 from .arrays import where
+from ..errors import BtacalcError
 from ..memo import Memo, plain_key, remembered
 from ..catalogue.compiled import Coefficients, CompiledSelection, PhaseValues, compile_selection
 from ..catalogue.constants import constants
@@ -45,16 +46,21 @@ _LAYOUTS: Memo[Optional[dict[Any, Any]]] = Memo()
 @functools.lru_cache(maxsize=256)
 def kind_selections(model: ModelSpec, run_features: tuple[tuple[str, Any], ...], recompute: str,
                     multi_token_prediction: bool = False, bf16_ends: tuple[int, int] = (0, 0),
-                    recompute_layers: int = 0) -> tuple[tuple[LayerKind, CompiledSelection], ...]:
+                    stored: Optional[frozenset[int]] = None) -> tuple[tuple[LayerKind, CompiledSelection], ...]:
     """Each layer kind of `model` with its compiled selection (model features, the kind's own, the run's); a kind
     outside a block recompute's layers (feature `recompute_off`) is compiled without recomputation."""
     base = {**model.features(), **dict(run_features)}
     out = []
-    for kind in model.layer_kinds(multi_token_prediction, bf16_ends, recompute_layers):
+    for kind in model.layer_kinds(multi_token_prediction, bf16_ends, stored):
         features = dict(kind.features)
         policy = "none" if features.pop("recompute_off", False) else recompute
         out.append((kind, compile_selection(Selection.make({**base, **features}, policy))))
     return tuple(out)
+
+
+def _positions_key(stored: Optional[frozenset[int]]) -> Optional[tuple[int, ...]]:
+    """A memo key's form of Problem.stored_layers."""
+    return None if stored is None else tuple(sorted(stored))
 
 
 def padded_vocab(vocab_size: int, tensor_parallel: Any) -> Any:
@@ -207,10 +213,35 @@ class Problem:
                 return hit
         features = self.features()
         kinds = kind_selections(self.model, tuple(sorted(features.items())), self.run.recompute,
-                                self.run.multi_token_prediction, self.run.bf16_ends, self.run.recompute_layers)
+                                self.run.multi_token_prediction, self.run.bf16_ends, self.stored_layers)
         if shared and self.layout_cache is not self._cache:
             self.layout_cache["kinds"] = kinds
         return kinds
+
+    @property
+    def stored_layers(self) -> Optional[frozenset[int]]:
+        """The decoder layers a block recompute (RunOptions.recompute_layers = N) leaves storing their activations:
+        in each pipeline stage's model chunk all but its first N (Megatron-Core's block method runs layer_idx < N of
+        the chunk under the checkpoint: recompute.py L167-180 @ d98e8a64), placed as Megatron places the layers
+        (Layout.placement); None without the block method. Kept per layout; a layout of arrays (the layout search)
+        must hold one PP x VP x split (planning/search.py groups its candidates so)."""
+        n = self.run.recompute_layers
+        if n == 0:
+            return None
+        hit = self.layout_cache.get("stored layers")
+        if hit is not None:
+            return hit
+        lay = self.layout
+        pp, vp = (int(np.unique(np.asarray(v))[0]) if np.size(np.unique(np.asarray(v))) == 1 else None
+                  for v in (lay.pipeline_parallel, lay.virtual_pipeline))
+        if pp is None or vp is None:
+            raise BtacalcError("{recompute_layers}: a block recompute's layers are placed for one pipeline layout at a "
+                               "time, and this evaluation holds several")
+        mtp = self.model.mtp_layers if self.run.multi_token_prediction else 0
+        chunks = replace(lay, pipeline_parallel=pp, virtual_pipeline=vp).placement(self.model.num_layers, mtp).chunks
+        stored = frozenset(i for c in chunks for i in list(c.layers)[n:])
+        self.layout_cache["stored layers"] = stored
+        return stored
 
     @property
     def compiled(self) -> CompiledSelection:
@@ -292,7 +323,7 @@ class Problem:
             return None
         features = self.features()
         return plain_key((tuple(sorted(features.items())), self.run.recompute, self.run.multi_token_prediction,
-                          self.run.bf16_ends, self.run.recompute_layers, tuple(shape.items())))
+                          self.run.bf16_ends, _positions_key(self.stored_layers), tuple(shape.items())))
 
     def evaluate(self, tiles: Any, tile_batch: Any, seq_len: Any = None) -> Evaluation:
         """Every per-phase quantity at G = `tiles`, b = `tile_batch` (ints: exact, memoised; or arrays)."""

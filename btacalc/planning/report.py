@@ -183,8 +183,8 @@ class Inputs(BaseModel):
     bf16_layers: list[int] = Field(default_factory=list, description="0-based indices of the decoder layers whose "
                                    "linear layers run in BF16 under the low-precision recipe (the first and last kept "
                                    "out of it); every other decoder layer runs in the recipe")
-    recompute_layers: int = Field(0, description="with recompute full: the first N decoder layers are recomputed and "
-                                  "the others keep their activations (--recompute-layers; Megatron --recompute-method "
+    recompute_layers: int = Field(0, description="with recompute full: the first N decoder layers of each pipeline "
+                                  "stage's model chunk are recomputed and the others keep their activations (--recompute-layers; Megatron --recompute-method "
                                   "block --recompute-num-layers N); 0: every layer")
     moment_bytes: int = Field(4, description="bytes of each Adam moment (2: bf16, the precision-aware optimizer)")
     precision_aware_optimizer: bool = Field(False, description="Megatron's --use-precision-aware-optimizer: "
@@ -227,7 +227,7 @@ class Inputs(BaseModel):
         if self.checkpoint_early_stop:
             out.append(("re-runs stop after the last saved tensor (PyTorch checkpoint)", "--checkpoint-early-stop"))
         if self.recompute_layers:
-            out.append((f"decoder layers {_layer_ranges(list(range(self.recompute_layers)))} recomputed (Megatron's "
+            out.append((f"the first {self.recompute_layers} decoder layers of each pipeline chunk recomputed (Megatron's "
                         "block method), any others and MTP layers keeping their activations",
                         f"--recompute-layers {self.recompute_layers}"))
         if self.eager_kernels:

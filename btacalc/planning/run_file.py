@@ -185,8 +185,8 @@ class Recipe(BaseModel):
     eager_kernels: bool = Field(False, description="true: the run's layers are eager PyTorch modules (llm-foundry's "
                                 "MPT block, no TransformerEngine): --eager-kernels")
     recompute_layers: Optional[int] = Field(None, ge=1, description="with recompute full: the number of decoder layers "
-                                            "recomputed, the others keeping their activations (Megatron's block method, "
-                                            "--recompute-layers; a run without a pipeline)")
+                                            "recomputed in each pipeline stage's model chunk, the others keeping their "
+                                            "activations (Megatron's block method, --recompute-layers)")
     gradient_accumulation_fusion: Optional[bool] = Field(None, description="false: --no-gradient-accumulation-fusion "
                                                          "(a separate main-gradient add per parameter and micro-batch, "
                                                          "gpu/fixed.py); default: Megatron's fused accumulation")

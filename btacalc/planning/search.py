@@ -108,9 +108,6 @@ def search_layouts(model: ModelSpec, hardware: HardwareProfile, request: Executi
     if request.tokens_per_step is not None and request.limits.global_batch is not None:
         raise BtacalcError("{tokens_per_step} sets the global batch of a search that fixes none: {global_batch} "
                            "fixes it here")
-    if request.recompute_layers and request.pipeline_parallel is None:
-        # a block recompute of the first N layers is modelled on one pipeline stage (check_recompute_layers): PP 1
-        request = request.with_changes(pipeline_parallel=1)
     start = time.perf_counter()
     # the split options apply per candidate (their PP and VP); the base resolves the rest
     base = resolve_execution(request.with_changes(limits=replace(request.limits, global_batch=None, micro_batch=None),
@@ -263,9 +260,14 @@ def _evaluate(model: ModelSpec, hardware: HardwareProfile, base: Execution, cand
     `schedule`, the step's lower bound: `gpu_step_time`)."""
     order: list[_Candidate] = []
     parts: dict[str, list[np.ndarray]] = {}
-    # one evaluation per policy and all-to-all overlap (`_runnable_a2a`: a Layout's other overlaps are one for all)
-    for policy, a2a in dict.fromkeys((c.recompute, c.layout.overlap.all_to_all) for c in candidates):
-        group = [c for c in candidates if c.recompute == policy and c.layout.overlap.all_to_all == a2a]
+    # one evaluation per policy and all-to-all overlap (`_runnable_a2a`: a Layout's other overlaps are one for all);
+    # under a block recompute also per PP x VP, whose chunks decide which layers recompute (Problem.stored_layers)
+    def key(c: _Candidate) -> tuple[Any, ...]:
+        pipe = (c.layout.pipeline_parallel, c.layout.virtual_pipeline) if base.run.recompute_layers else ()
+        return (c.recompute, c.layout.overlap.all_to_all, *pipe)
+    for group_key in dict.fromkeys(key(c) for c in candidates):
+        policy = group_key[0]
+        group = [c for c in candidates if key(c) == group_key]
         layout = _stack([c.layout for c in group])
         problem = Problem(model, hardware, Execution(replace(base.run, recompute=policy), layout, BatchLimits()))
         mb = np.array([c.micro_batch for c in group])

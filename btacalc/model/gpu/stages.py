@@ -87,7 +87,7 @@ class PipelineStages:
     def _of(cls, problem: "Problem", micro_batches: Any) -> "PipelineStages":
         lay, model = problem.layout, problem.model
         mtp = model.mtp_layers if problem.run.multi_token_prediction else 0
-        kinds = _kind_indices(model, problem.run.bf16_ends, problem.run.recompute_layers)
+        kinds = _kind_indices(model, problem.run.bf16_ends, problem.stored_layers)
         return cls(model.num_layers, lay.pipeline_parallel, lay.virtual_pipeline,
                    lay.micro_batches if micro_batches is None else micro_batches, lay.stage_split, kinds, mtp,
                    max(kinds) + 1 if mtp else -1, lay.microbatch_group)
@@ -254,7 +254,8 @@ def _one_layout_cells(num_layers: int, pp: int, vp: int, split: StageSplit, kind
 
 @remembered
 @functools.lru_cache(maxsize=64)
-def _kind_indices(model: "ModelSpec", bf16_ends: tuple[int, int] = (0, 0), recompute_layers: int = 0) -> tuple[int, ...]:
-    """`model.layer_kind_indices(bf16_ends, recompute_layers)`, once per model (frozen), BF16 ends and block
-    recompute."""
-    return model.layer_kind_indices(bf16_ends, recompute_layers)
+def _kind_indices(model: "ModelSpec", bf16_ends: tuple[int, int] = (0, 0),
+                  stored: Optional[frozenset[int]] = None) -> tuple[int, ...]:
+    """`model.layer_kind_indices(bf16_ends, stored)`, once per model (frozen), BF16 ends and block recompute's
+    stored layers."""
+    return model.layer_kind_indices(bf16_ends, stored)
