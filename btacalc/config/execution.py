@@ -998,7 +998,7 @@ def _te_version(request: ExecutionRequest, chosen: Any, r: Recipe) -> str:
 # Run and layout options that only mean something on a GPU (Megatron's and TransformerEngine's kernels and
 # dispatchers): set on a wafer-scale profile, each is refused in one line instead of being ignored.
 _GPU_ONLY: tuple[tuple[Any, str], ...] = (
-    (lambda run, layout: run.recompute_layers > 0,  # Megatron's block recompute (RECOMPUTE_BLOCK_SOURCE)
+    (lambda run, layout: run.recompute_layers > 0,  # Megatron's block recompute (check_recompute_layers)
      "{recompute_layers}: recomputing some layers and not others is Megatron's block method on a GPU; a wafer-scale "
      "run recomputes as its compiler decides"),
     (lambda run, layout: not run.gradient_accumulation_fusion,  # Megatron DDP's main-gradient add (gpu/fixed.py)
@@ -1231,17 +1231,16 @@ def check_activation_offload(run: RunOptions, model: "ModelSpec", layout: "Layou
 
 
 # Megatron-Core's block recompute (Megatron-LM @ d98e8a64 megatron/core/recompute.py L167-180): in each pipeline rank's
-# chunk the first recompute_num_layers layers run under the activation checkpoint (their input saved, the forward
-# re-run in the backward), the rest as they are; MTP layers are not recomputed under it
+# model chunk the first recompute_num_layers layers run under the activation checkpoint (their input saved, the forward
+# re-run in the backward), the rest as they are (Problem.stored_layers); MTP layers are not recomputed under it
 # (transformer/multi_token_prediction.py L1630-1633); transformer_config.py L1908-1931: full granularity needs a method.
-# Under FP8/FP4 the window moves past layers whose input needs no gradient (recompute.py L170-175); with one pipeline
-# stage the first layer's input is the embedding's output, which needs one, so the first N layers are the ones.
-RECOMPUTE_BLOCK_SOURCE = ("Megatron-LM @ d98e8a64 megatron/core/recompute.py L167-180 (L170-175: the FP8/FP4 window); "
-                          "transformer/multi_token_prediction.py L1630-1633; transformer_config.py L543-555")
+# Under FP8/FP4 the window moves past layers whose input needs no gradient (recompute.py L170-175); a chunk's input
+# needs one (the embedding's output on the first stage, a received activation, which the pipeline's receive makes
+# require a gradient, on the others), so the first N layers are the ones.
 
 
 def check_recompute_layers(run: RunOptions, model: "ModelSpec") -> None:
-    """--recompute-layers N: with a full recompute only, N >= 1; N of the model's layers or more is every layer, as
+    """--recompute-layers N: with a full recompute only, N >= 1; N of a chunk's layers or more is all of them, as
     Megatron-Core runs it (recompute.py L174-180 @ d98e8a64 checkpoints layer_idx < N and never bounds N; review30:
     N above the model's layers was refused)."""
     n = run.recompute_layers

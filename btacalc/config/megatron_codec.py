@@ -757,8 +757,8 @@ def _dec_recompute(get: Get) -> Fields:
             return {"run.recompute": "full", "run.recompute_layers": count}
         if method != "uniform" or count != 1:
             raise BtacalcError(f"--recompute-method {method} --recompute-num-layers {layers}: btacalc models full "
-                               "recomputation of every layer (uniform, 1 layer per checkpoint) or of the first N "
-                               "(block, N >= 1, without pipeline parallelism)")
+                               "recomputation of every layer (uniform, 1 layer per checkpoint) or of each chunk's "
+                               "first N (block, N >= 1)")
         return {"run.recompute": "full"}
     if granularity != "selective":
         raise BtacalcError(f"--recompute-granularity {granularity!r}: Megatron takes full or selective")

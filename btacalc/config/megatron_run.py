@@ -76,11 +76,11 @@ IGNORED: tuple[tuple[str, str], ...] = (
     (r"(fine_grained_activation_offloading|offload_modules|cpu_offloading_.*)",
      "activation offloading beyond --cpu-offloading-num-layers (module-wise offloading, weights, double "
      "buffering): not modelled (btacalc keeps those activations on the device)"),
-    # review28: read under --bf16 (megatron_codec._dec_precision, as --grad-reduce-in-bf16) and checked against the
-    # precision-aware optimizer (_dec_moments); listed only beside --fp16
     (r"recompute_(method|num_layers|modules)",
      "no effect without --recompute-granularity (or --recompute-activations): Megatron-Core reads them only under a "
      "granularity (megatron/core/transformer/transformer_config.py L1900-1932 @ d98e8a64)"),
+    # review28: read under --bf16 (megatron_codec._dec_precision, as --grad-reduce-in-bf16) and checked against the
+    # precision-aware optimizer (_dec_moments); listed only beside --fp16
     (r"main_grads_dtype",
      "no effect under --fp16: Megatron-LM reads it only under --bf16 (megatron/training/arguments.py L1209-1216 @ "
      "d98e8a64); fp16 gradients are reduced in fp16, or in fp32 with --accumulate-allreduce-grads-in-fp32"),

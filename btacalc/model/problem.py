@@ -232,12 +232,12 @@ class Problem:
         if hit is not None:
             return hit
         lay = self.layout
-        pp, vp = (int(np.unique(np.asarray(v))[0]) if np.size(np.unique(np.asarray(v))) == 1 else None
-                  for v in (lay.pipeline_parallel, lay.virtual_pipeline))
-        if pp is None or vp is None:
+        sizes = [np.unique(np.asarray(v)) for v in (lay.pipeline_parallel, lay.virtual_pipeline)]
+        if any(s.size != 1 for s in sizes):
             raise BtacalcError("{recompute_layers}: a block recompute's layers are placed for one pipeline layout at a "
                                "time, and this evaluation holds several")
         mtp = self.model.mtp_layers if self.run.multi_token_prediction else 0
+        pp, vp = (int(s[0]) for s in sizes)
         chunks = replace(lay, pipeline_parallel=pp, virtual_pipeline=vp).placement(self.model.num_layers, mtp).chunks
         stored = frozenset(i for c in chunks for i in list(c.layers)[n:])
         self.layout_cache["stored layers"] = stored

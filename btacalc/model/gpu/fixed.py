@@ -226,6 +226,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...catalogue.constants import constants
 from ..arrays import maximum, where
+from ..params import param_counts
 from ..problem import Problem
 from .collectives import ring_share, ring_time
 
@@ -292,7 +293,7 @@ def wgrad_accumulate_s(problem: Problem, params: Any) -> Any:
 
 def fsdp2_copy_bytes(counts: "ParamCounts", bytes_per_element: int, reduce_bytes: int) -> Any:
     """HBM bytes per micro-batch of FSDP2's copies on the compute stream (torch 2.4, the nightly torchtitan @ 157a12c5
-    names; /work/briefs/fsdp2_kernels.md has the stream of each):
+    names; docs/runs.md "fsdp2" has the stream of each and the versions read):
 
     - all-gather copy-out: `foreach_all_gather_copy_out` splits each gathered buffer into the parameters' own tensors
       with `torch.split_with_sizes_copy` on the current stream after waiting for the all-gather
@@ -312,13 +313,14 @@ def fsdp2_copy_bytes(counts: "ParamCounts", bytes_per_element: int, reduce_bytes
     return gathered * 2 * bytes_per_element + counts.total * (bytes_per_element + reduce_bytes)
 
 
-def fsdp2_copy_s(problem: Problem, counts: "ParamCounts") -> Any:
+def fsdp2_copy_s(problem: Problem) -> Any:
     """Per micro-batch: FSDP2's copies on the compute stream at the device's streaming bandwidth (fsdp2_copy_bytes);
-    0 under any other FSDP or without one."""
+    0 under any other FSDP or without one (the parameter counts are taken only then: this runs on every stage)."""
     lay = problem.layout
-    if not (lay.fsdp and lay.fsdp_impl == "fsdp2"):
+    if not (lay.torch_fsdp and lay.fsdp_impl == "fsdp2"):
         return 0.0
     hbm = problem.hardware.memory.streaming_bandwidth_bytes_per_s()
+    counts = param_counts(problem)
     return fsdp2_copy_bytes(counts, problem.run.bytes_per_element, problem.run.gradient_bytes) / hbm
 
 

@@ -59,7 +59,6 @@ from .collectives import (CollectiveRow, DataParallelTimes, StageBuckets, all_to
                           pipeline_p2p_time, ring_share, ring_time, tensor_parallel_kind, tensor_parallel_time)
 from .costs import ISSUED_COUNTS, NO_FLOPS_BACKWARD_SHARE, layer_parts, outside_parts
 from .part import Part, new_part
-from ..params import param_counts
 from .fixed import (FixedCosts, SyncSplit, dispatcher_syncs, fixed_costs, fsdp2_copy_s, gpu_forward_share,
                     host_time, launch_time, launch_time_synced, wgrad_accumulate_s)
 from .memory import stage_key, stage_params
@@ -388,7 +387,7 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
              "dp_sm_share": dp_sm_share_loss(problem, dp.per_micro_batch - per_mb, PER_MICRO_BATCH_KIND),
              "tiling": layers * tiles * tile_overhead_s(problem),
              "wgrad_accumulate": wgrad_accumulate_s(problem, dense + expert),
-             "fsdp2_copies": fsdp2_copy_s(problem, param_counts(problem))}
+             "fsdp2_copies": fsdp2_copy_s(problem)}
     terms["launch"], host = _launch(problem, stage, outside, terms, (compute, backward))
     host = where(exists, host, 0.0)
     chunks = _ChunkSync.of(problem, micro_batches,
