@@ -10,7 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
-RECOMPUTE_POLICIES = ("none", "selective", "full")
+RECOMPUTE_POLICIES = ("none", "selective", "full", "op")
+# `--recompute op`: torchtitan's per-op selective activation checkpoint (activation_checkpoint.mode "selective",
+# selective_ac_option "op"): each block runs under PyTorch's non-reentrant checkpoint with a caching policy that keeps
+# the outputs of the ops on its save list (aten.mm, SDPA's flash and efficient kernels, the reduce-scatter) except
+# every second mm of the block, and re-runs every other op in the backward (pytorch/torchtitan @ 157a12c5
+# torchtitan/parallelisms/parallelize_llama.py L35-L71). Not a Megatron policy (it has no recompute module list).
+OP_POLICY = "op"
 
 # Megatron-Core's selective-recomputation modules (TransformerConfig.recompute_modules; Megatron-LM
 # megatron/core/transformer/transformer_config.py, "recompute_modules" docstring and checks). A stored
@@ -46,17 +52,18 @@ def parse_recompute(value: str) -> str:
     modules = sorted(given)
     unknown = [m for m in modules if m not in RECOMPUTE_MODULES]
     if not all(modules) or unknown:
-        raise ValueError(f"recompute {value!r}: expected none, selective, full or a comma-separated list of "
+        raise ValueError(f"recompute {value!r}: expected none, selective, full, op or a comma-separated list of "
                          f"{', '.join(RECOMPUTE_MODULES)}")
     return "selective" if tuple(modules) == SELECTIVE_MODULES else ",".join(modules)
 
 
 def recompute_modules(policy: str) -> frozenset[str] | None:
     """The modules a canonical policy recomputes, with the modules they contain; None for full
-    recomputation (every layer activation but the checkpointed input)."""
+    recomputation (every layer activation but the checkpointed input); none for the op-level policy, which names
+    no Megatron module (catalogue/selection.py applies it)."""
     if policy == "full":
         return None
-    named = {"none": (), "selective": SELECTIVE_MODULES}.get(policy)
+    named = {"none": (), "selective": SELECTIVE_MODULES, OP_POLICY: ()}.get(policy)
     chosen = set(named if named is not None else policy.split(","))
     chosen |= {m for m, info in RECOMPUTE_MODULES.items() if info["within"] in chosen}
     return frozenset(chosen)

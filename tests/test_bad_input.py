@@ -984,6 +984,14 @@ case("values", "plan", "-m", "llama-3-8b", "--hw", "wse3", "--recompute", "full"
 case("values", "plan", "-m", "llama-3-8b", "--hw", "h100", "--devices", "16", "--fsdp", "--fsdp-impl", "fsdp2", "--tp",
      "2", fragment="--fsdp-impl fsdp2: btacalc models PyTorch's FSDP as 1-D data parallel")
 
+# opsac: torchtitan's per-op checkpoint where its mm-order derivation does not hold, on a wafer, in a Megatron launch
+for extra, fragment in (("-m qwen3-30b-a3b --hw h100 --attention flash", "not the Llama block"),
+                        ("-m llama-3-8b --hw h100 --attention eager", "needs --attention flash"),
+                        ("-m llama-3-8b --hw h100 --attention flash --tp 2", "tensor or context parallelism"),
+                        ("-m llama-3-8b --hw h100 --attention flash --emit megatron", "Megatron recomputes whole"),
+                        ("-m llama-3-8b --hw wse3", "a wafer-scale run's recomputation is the compiler's")):
+    case("values", "plan", *extra.split(), "--devices", "8", "--recompute", "op", fragment=fragment)
+
 # bridgedtype: NVFP4 parameters where FusedAdam keeps the master weights (Megatron-Core hands it no shard of them)
 case("values", "plan", "-m", "llama-3-8b", "--hw", "b200", "--devices", "8", "--precision", "nvfp4",
      "--fp8-param-gather", "--precision-aware-optimizer", fragment="hands FusedAdam no shard of an NVFP4 parameter")

@@ -79,8 +79,10 @@ def pinned_terms() -> frozenset[int]:
                                                 or (remainders and t.applies({**f, "master": "remainders"}))))]
                         chosen = {id(t) for q in PINNED_BY_VALUES for t in selection.terms(phase, q)}
                         for t in applicable:
+                            # a dropped stored tensor counts in recompute_bytes; an op cache's is no tensor
+                            # outside the op policy (catalogue/selection.py)
                             by_values = id(t) in chosen or (t.q == "stored" and phase.scope == "layer"
-                                                             and t.recompute != "checkpoint")  # dropped -> recompute_bytes
+                                                             and t.recompute not in ("checkpoint", "op_cache"))
                             by_plans = t.q == "state" and state_pinned
                             # a term already pinned needs no second case (the set is the same)
                             if (by_values or by_plans) and id(t) not in pinned and _nonzero(t, values):

@@ -9,7 +9,10 @@ the whole layer's (Korthikanti et al. 2022 eq. 1); with t > 1 the stored bytes r
 
 Recomputation (Korthikanti 2022 §5; Megatron-Core `recompute_granularity` / `recompute_modules`):
 `full` keeps only what the per-layer checkpoint keeps; `selective` (Megatron's default module list,
-core_attn) and explicit module lists drop the stored terms tagged with those modules.
+core_attn) and explicit module lists drop the stored terms tagged with those modules; `op` (torchtitan's per-op
+checkpoint, vocabulary OP_POLICY) keeps the checkpoint and the outputs its cache holds (terms tagged `op_cache`,
+stored under that policy only) and re-runs every phase but the attention core, less the GEMMs it cached (each
+GEMM's `op_recompute` share).
 
 Choosing terms needs no sympy; building the summed expressions (`expression`, `state_expression`)
 does, and only the code generator (`compiled`), the formula listing and the tests call them.
@@ -21,7 +24,7 @@ import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
-from ..vocabulary import FEATURES, RECOMPUTE_MODULES, parse_recompute, recompute_modules
+from ..vocabulary import FEATURES, OP_POLICY, RECOMPUTE_MODULES, parse_recompute, recompute_modules
 from .constants import constants
 from .terms import Phase, Term, load_catalogue
 
@@ -58,8 +61,16 @@ class Selection:
         f = self.feature_dict
         return [p for p in load_catalogue() if p.applies(f) and (scope is None or p.scope == scope)]
 
+    @property
+    def op_level(self) -> bool:
+        """Whether the policy is torchtitan's per-op checkpoint (vocabulary OP_POLICY)."""
+        return self.recompute == OP_POLICY
+
     def dropped(self, term: Term) -> bool:
-        """Whether the recomputation policy discards this stored tensor (rebuilt in the backward pass)."""
+        """Whether the recomputation policy discards this stored tensor (rebuilt in the backward pass). An op
+        cache's tensor is kept under the op-level policy and is not a tensor under any other (`terms`)."""
+        if self.op_level:
+            return term.recompute not in ("never", "checkpoint", "op_cache")
         modules = self.modules
         if modules is None:
             return term.recompute not in ("never", "checkpoint")
@@ -70,8 +81,9 @@ class Selection:
         f = self.feature_dict
         chosen = [t for t in phase.terms if t.q == quantity and t.applies(f)]
         if quantity == "stored":
-            full = self.modules is None
-            chosen = [t for t in chosen if not self.dropped(t) and (full or t.recompute != "checkpoint")]
+            checkpointed = self.modules is None or self.op_level
+            chosen = [t for t in chosen if not self.dropped(t) and (checkpointed or t.recompute != "checkpoint")
+                      and (self.op_level or t.recompute != "op_cache")]
         return chosen
 
     def term_expression(self, term: Term) -> "sp.Expr":
@@ -116,7 +128,8 @@ class Selection:
             # catalogue gives the backward traffic (FlashAttention's backward kernel)
             return constants().passes.backward_traffic_factor * self.expression(phase, "bytes_moved")
         if quantity == "flops_recompute" and self.reruns(phase):
-            rerun = self.expression(phase, "flops_fwd") - self.skipped_by_early_stop(phase)
+            skipped = self.cached_by_op_policy(phase) if self.op_level else self.skipped_by_early_stop(phase)
+            rerun = self.expression(phase, "flops_fwd") - skipped
             total += constants().passes.recompute_passes * rerun
         return total
 
@@ -140,6 +153,24 @@ class Selection:
                         * parse_expr(g.k, local_dict=SYMBOLS) * parse_expr(g.count, local_dict=SYMBOLS)
                         for g in tail])
 
+    def cached_by_op_policy(self, phase: Phase) -> "sp.Expr":
+        """Forward FLOPs of the phase that the op-level policy's re-run takes from its cache: each GEMM's 2mnk x
+        count x (1 - op_recompute), per device. torchtitan's policy caches every mm's output but each block's
+        second, fourth, ... (parallelize_llama.py L49-L57 @ 157a12c5, a counter per block and pass); which GEMMs
+        those are is the catalogue's data (each GEMM's `op_recompute`, with its derivation)."""
+        import sympy as sp
+        from sympy.parsing.sympy_parser import parse_expr
+
+        from .symbols import SYMBOLS
+
+        f = self.feature_dict
+
+        def parse(text: str) -> "sp.Expr":
+            return parse_expr(text, local_dict=SYMBOLS)
+
+        return sp.Add(*[2 * parse(g.m) * parse(g.n) * parse(g.k) * parse(g.count) * (1 - parse(g.op_recompute))
+                        for g in phase.gemm if g.applies(f) and g.op_recompute is not None])
+
     def _recompute_bytes(self, phase: Phase) -> "sp.Expr":
         """Activations the policy dropped are rebuilt during this layer's backward pass and live
         together while it runs: attention phases one tile at a time (b), the rest on G*b."""
@@ -150,8 +181,8 @@ class Selection:
         if phase.scope != "layer":
             return sp.Integer(0)
         f = self.feature_dict
-        dropped = sp.Add(*[self.per_device(phase, t) for t in phase.terms
-                           if t.q == "stored" and t.applies(f) and self.dropped(t) and t.recompute != "checkpoint"])
+        dropped = sp.Add(*[self.per_device(phase, t) for t in phase.terms if t.q == "stored" and t.applies(f)
+                           and self.dropped(t) and t.recompute not in ("checkpoint", "op_cache")])
         return dropped.subs(SYMBOLS["G"], 1) if phase.batch == "tile" else dropped
 
     def reruns(self, phase: Phase) -> bool:
@@ -166,6 +197,8 @@ class Selection:
         """
         if phase.scope != "layer":
             return False
+        if self.op_level:  # the attention core is one SDPA op, whose outputs the policy caches
+            return not phase.core
         modules = self.modules
         if modules is None:
             return True

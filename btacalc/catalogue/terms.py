@@ -105,7 +105,8 @@ class Term(BaseModel):
     when: When = {}
     # layer: dropped by full recomputation only; never: always kept; checkpoint: kept only under full
     # recomputation (what the checkpoint itself saves); a Megatron recompute module (vocabulary
-    # RECOMPUTE_MODULES, e.g. core_attn): also dropped when that module (or one containing it) is recomputed
+    # RECOMPUTE_MODULES, e.g. core_attn): also dropped when that module (or one containing it) is recomputed;
+    # op_cache: an op output the op-level policy's cache keeps, stored under that policy only (vocabulary OP_POLICY)
     recompute: str = "layer"
     # how tensor parallelism splits this tensor or matmul (vocabulary TP_CLASSES); None: the phase's `tp`
     tp: Optional[Literal[TP_CLASSES]] = None  # type: ignore[valid-type]  # a Literal built from the vocabulary tuple
@@ -121,9 +122,9 @@ class Term(BaseModel):
     @field_validator("recompute")
     @classmethod
     def _recompute_class(cls, v: str) -> str:
-        if v not in ("layer", "never", "checkpoint") and v not in RECOMPUTE_MODULES:
-            raise ValueError(f"recompute {v!r} is neither layer, never, checkpoint nor a Megatron recompute module "
-                             f"({', '.join(RECOMPUTE_MODULES)})")
+        if v not in ("layer", "never", "checkpoint", "op_cache") and v not in RECOMPUTE_MODULES:
+            raise ValueError(f"recompute {v!r} is neither layer, never, checkpoint, op_cache nor a Megatron recompute "
+                             f"module ({', '.join(RECOMPUTE_MODULES)})")
         return v
 
     @field_validator("expr")
@@ -175,11 +176,20 @@ class Gemm(BaseModel):
     after_last_save: bool = Field(False, description="the layer's forward runs this GEMM after it has saved every "
                                   "tensor its backward reads: a re-run that stops once those are rebuilt (PyTorch's "
                                   "non-reentrant checkpoint early stop, --checkpoint-early-stop) skips it")
+    op_recompute: Optional[str] = Field(None, description="under the op-level policy (--recompute op, torchtitan's "
+                                        "per-op checkpoint): the share of this GEMM's FLOPs its backward re-runs (the "
+                                        "mms it does not cache); None: not derived for this GEMM, and the policy is "
+                                        "refused for a model that runs it")
 
     @field_validator("m", "n", "k", "count", "batch")
     @classmethod
     def _check_expr(cls, v: str) -> str:
         return check_expression(v)
+
+    @field_validator("op_recompute")
+    @classmethod
+    def _check_share(cls, v: Optional[str]) -> Optional[str]:
+        return None if v is None else check_expression(v)
 
     @field_validator("when")
     @classmethod

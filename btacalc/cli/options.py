@@ -103,8 +103,8 @@ HwOpt = typer.Option("wse3", "--hw", help="Hardware profile name (btacalc hw lis
                       autocompletion=complete_hardware)
 SeqOpt = typer.Option(None, "--seq", min=1, help=help_text("Sequence length s (Megatron's --seq-length) [default: "
                       "4096, Qwen3 pre-training]."))
-RECOMPUTE_HELP = ("Activation recomputation: none, selective, full, or Megatron recompute modules, comma-separated ("
-                  + ", ".join(RECOMPUTE_MODULES) + ")")
+RECOMPUTE_HELP = ("Activation recomputation: none, selective, full, op (torchtitan's per-op selective checkpoint), or "
+                  "Megatron recompute modules, comma-separated (" + ", ".join(RECOMPUTE_MODULES) + ")")
 RecomputeOpt = typer.Option(None, "--recompute", help=help_text(RECOMPUTE_HELP + " [default: per device]."))
 AttentionOpt = typer.Option(None, "--attention", help=help_text("eager (materialised s² scores) or flash [default: per device]."))
 AttentionKernelOpt = typer.Option(None, "--attention-kernel", help=help_text(

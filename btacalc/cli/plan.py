@@ -423,6 +423,8 @@ def _check_emit(emit: Optional[str], search: bool, profile: Any, request: Any, s
 _NOT_MEGATRON: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("{fsdp_impl} torch", lambda r: r.fsdp_impl == "torch", "plans PyTorch FSDP1, which Megatron does not run"),
     ("{fsdp_impl} fsdp2", lambda r: r.fsdp_impl == "fsdp2", "plans PyTorch FSDP2, which Megatron does not run"),
+    ("{recompute} op", lambda r: r.recompute == "op",
+     "is torchtitan's per-op activation checkpoint; Megatron recomputes whole layers or named modules"),
     ("{checkpoint_early_stop}", lambda r: bool(r.checkpoint_early_stop),
      "is PyTorch's non-reentrant checkpoint, and Megatron's recomputation re-runs the whole layer"),
     ("{eager_kernels}", lambda r: bool(r.eager_kernels),

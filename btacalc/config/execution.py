@@ -28,7 +28,7 @@ from ..memo import Memo, plain_key
 from .precision import DEFAULT_PRECISION, NON_TN_FP8_CC_TEXT, Recipe, check_fp8_attention, check_precision, recipe, recipes
 from .attention_kernels import DEFAULT_ATTENTION_KERNEL, attention_kernel
 from .cuda_graphs import check_scopes, scopes
-from ..vocabulary import SELECTIVE_MODULES, parse_recompute
+from ..vocabulary import OP_POLICY, SELECTIVE_MODULES, parse_recompute
 from .pipeline import Placement, StageSplit, group_rule, parse_layout, place
 from .te_release import default_te_version, te_behaviour, te_releases
 from .tp_overlap import UbOverlap
@@ -1113,6 +1113,7 @@ def _resolve(request: ExecutionRequest, model: "ModelSpec", profile: "HardwarePr
     gpu, recompute = profile.family == "gpu", run.recompute
     layout = _resolve_layout(request, model, profile, chosen)
     check_activation_offload(run, model, layout, gpu)
+    check_op_recompute(run, layout, model, gpu)
     check_nvfp4_master_shards(run, layout)
     refusal = graph_recompute_refusal(recompute, layout.cuda_graph_scope, model)
     if refusal is not None:
@@ -1252,6 +1253,42 @@ def check_recompute_layers(run: RunOptions, model: "ModelSpec") -> None:
     if run.recompute != "full":
         raise BtacalcError(f"{{recompute_layers}} {n} chooses which layers a full recompute re-runs (Megatron's "
                            f"--recompute-method block); it needs {{recompute}} full, got {run.recompute}")
+
+
+# --recompute op (vocabulary OP_POLICY) is torchtitan's per-op checkpoint on its Llama block: the catalogue's GEMMs
+# carry the share of each the policy re-runs, derived from that block's mm order (wq, wk, wv, wo, w1, w3, w2:
+# formulas/attention.toml and mlp.toml `op_recompute`). Each condition below changes which ops the policy counts or
+# keeps, so the derivation does not hold and the plan is refused (tests/test_op_recompute.py checks that every model
+# it accepts has a share for each of its layer GEMMs).
+_OP_REFUSALS: tuple[tuple[Any, str], ...] = (
+    (lambda run, layout, model: model.is_moe or model.mla is not None or model.mlp != "swiglu" or model.parallel_block,
+     "the model's layer is not the Llama block the policy's mm order is derived for (dense, GQA or MHA attention, "
+     "a SwiGLU MLP, one after the other)"),
+    (lambda run, layout, model: model.qkv_bias or model.linear_bias or model.mlp_bias,
+     "the model's linears have biases: PyTorch runs them as addmm, which the policy neither counts nor keeps"),
+    (lambda run, layout, model: model.dropout or model.sliding_window or model.attention_sinks,
+     "the model has dropout, a sliding window or attention sinks, which torchtitan's Llama block has not"),
+    (lambda run, layout, model: run.multi_token_prediction or run.attention != "flash",
+     "it needs {attention} flash (torchtitan's SDPA, whose outputs the policy keeps) and no multi-token prediction"),
+    (lambda run, layout, model: run.precision not in ("bf16", "fp16"),
+     "its mm count is derived for 16-bit linears; a low-precision linear runs other ops (torchao's _scaled_mm)"),
+    (lambda run, layout, model: layout.tensor_parallel > 1 or layout.context_parallel > 1,
+     "it is derived for FSDP and data parallelism: with tensor or context parallelism the policy also keeps the "
+     "reduce-scatters' outputs and re-runs the all-gathers, which btacalc does not place"),
+)
+
+
+def check_op_recompute(run: RunOptions, layout: "Layout", model: "ModelSpec", gpu: bool) -> None:
+    """--recompute op: refused in one line where torchtitan's per-op policy would count other ops (`_OP_REFUSALS`)
+    or on a wafer (PyTorch's checkpoint)."""
+    if run.recompute != OP_POLICY:
+        return
+    if not gpu:
+        raise BtacalcError("{recompute} op is torchtitan's per-op activation checkpoint (PyTorch, on a GPU); a "
+                           "wafer-scale run's recomputation is the compiler's")
+    for refused, why in _OP_REFUSALS:
+        if refused(run, layout, model):
+            raise BtacalcError(f"{{recompute}} op (torchtitan's per-op activation checkpoint): {why}")
 
 
 def check_nvfp4_master_shards(run: RunOptions, layout: "Layout") -> None:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 from pydantic import ValidationError
 
 from ..errors import BtacalcError
-from ..vocabulary import FEATURES, SELECTIVE_MODULES
+from ..vocabulary import FEATURES, OP_POLICY, SELECTIVE_MODULES
 from .attention_kernels import DEFAULT_ATTENTION_KERNEL
 from .cuda_graphs import GRAPH_IMPL
 from .pipeline import parse_layout
@@ -725,6 +725,8 @@ def _enc_recompute(f: Fields) -> Args:
                 "recompute_num_layers": f["run.recompute_layers"]}
     if policy == "full":
         return {"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1}
+    if policy == OP_POLICY:  # (the emit refuses it first: cli/plan.py _NOT_MEGATRON)
+        raise BtacalcError("{recompute} op is torchtitan's per-op activation checkpoint: Megatron has no such policy")
     modules = list(SELECTIVE_MODULES) if policy == "selective" else policy.split(",")
     return {"recompute_granularity": "selective", "recompute_modules": modules}
 

@@ -1,0 +1,159 @@
+"""torchtitan's per-op selective activation checkpoint (--recompute op), written as its derivation from the code:
+
+- pytorch/torchtitan @ 157a12c5 torchtitan/parallelisms/parallelize_llama.py L35-L71: each TransformerBlock runs under
+  PyTorch's non-reentrant checkpoint with a caching policy that keeps the outputs of aten.mm, SDPA's flash and
+  efficient kernels and the reduce-scatter, except the mms whose count in the block (and pass) is even; every other op
+  is re-run in the backward;
+- torchtitan/models/llama/model.py L187, L204-209, L248 @ 157a12c5: the block's mms in order are wq, wk, wv (1-3),
+  wo (4), w1, w3, w2 (5-7) around one F.scaled_dot_product_attention.
+
+So per layer and token the step keeps the layer input (the checkpoint's) and the cached outputs, Q (a d_h), V
+(a_kv d_h), SDPA's O (a d_h) and its fp32 logsumexp (a), w1's (f) and w2's (h), all 16-bit but the logsumexp; and the
+backward re-runs wk, wo and w3: 2 h (a_kv d_h + a d_h + f) FLOPs, besides the element-wise ops. Outside the layers
+nothing changes, so the differences to the full and the no-recompute plans are these terms alone.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from btacalc.catalogue.selection import Selection
+from btacalc.catalogue.terms import load_catalogue
+from btacalc.config.presets import load_preset
+from btacalc.paths import preset_names
+
+LAYOUT = ("-m llama-3-8b --hw a100-80gb --devices 64 --fsdp --fsdp-impl fsdp2 --seq 8192 --micro-batch 1 "
+          "--global-batch 64").split()
+BASE = [*LAYOUT, "--attention", "flash"]
+
+
+def _plan(cli, *extra: str) -> dict:
+    code, out, err = cli("plan", *BASE, *extra, "--json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_the_step_keeps_the_checkpoint_and_the_cached_outputs(cli):
+    spec = load_preset("llama-3-8b")
+    h, a, a_kv, f, L = spec.hidden_size, spec.num_heads, spec.num_kv_heads, spec.ffn_size, spec.num_layers
+    d_h = h // a
+    tokens = 8192 * 1
+    full, op = _plan(cli, "--recompute", "full"), _plan(cli, "--recompute", "op")
+    cached = 2 * (a * d_h + a_kv * d_h + a * d_h + f + h) + 4 * a  # Q, V, O, w1, w2 in bf16; logsumexp fp32
+    expected = L * tokens * cached  # the layer input is the checkpoint's under both policies
+    got = op["memory_bytes"]["stored_activations"] - full["memory_bytes"]["stored_activations"]
+    assert got == pytest.approx(expected, rel=1e-12)
+    assert cached == 55_424  # 2 x (4096 + 1024 + 4096 + 14336 + 4096) + 4 x 32 (Llama 3 8B)
+
+
+def test_the_backward_re_runs_wk_wo_and_w3(cli):
+    spec = load_preset("llama-3-8b")
+    h, a, a_kv, f, L = spec.hidden_size, spec.num_heads, spec.num_kv_heads, spec.ffn_size, spec.num_layers
+    d_h = h // a
+    none, op = _plan(cli, "--recompute", "none"), _plan(cli, "--recompute", "op")
+    # (under both, FlashAttention's backward recomputes its scores in the kernel: the same FLOPs)
+    extra = op["flops_per_step"]["recompute"] - none["flops_per_step"]["recompute"]
+    assert extra == pytest.approx(L * 8192 * 2 * h * (a_kv * d_h + a * d_h + f), rel=1e-12)
+    assert none["throughput"]["step_time_s"] < op["throughput"]["step_time_s"] \
+        < _plan(cli, "--recompute", "full")["throughput"]["step_time_s"]
+
+
+def test_the_attention_core_is_not_re_run():
+    features = {**_llama_features(), "attention": "flash"}
+    sel = Selection.make(features, "op")
+    core = [p for p in sel.phases("layer") if p.core]
+    assert core and not any(sel.reruns(p) for p in core)
+    assert all(sel.reruns(p) for p in sel.phases("layer") if not p.core)
+
+
+def _llama_features() -> dict:
+    from btacalc.config.execution import ExecutionRequest, resolve_execution
+    from btacalc.config.hardware import resolve_hardware
+
+    spec = load_preset("llama-3-8b")
+    hw = resolve_hardware("a100-80gb")
+    ex = resolve_execution(ExecutionRequest(devices=8, attention="flash", recompute="op"), spec, hw)
+    return {**spec.features(), **ex.run.features(), "sequence_parallel": False, "master": "fp32"}
+
+
+def test_every_model_the_policy_accepts_has_a_share_for_each_layer_gemm():
+    """The refusals (config/execution.py _OP_REFUSALS) and the catalogue's op_recompute shares agree: a model the
+    policy plans runs no layer GEMM without a derived share (outside the attention core, which it caches whole)."""
+    from btacalc.config.execution import ExecutionRequest, resolve_execution
+    from btacalc.config.hardware import resolve_hardware
+    from btacalc.errors import BtacalcError
+
+    hw = resolve_hardware("a100-80gb")
+    accepted = []
+    for name in preset_names():
+        spec = load_preset(name)
+        try:
+            ex = resolve_execution(ExecutionRequest(devices=8, attention="flash", recompute="op"), spec, hw)
+        except BtacalcError:
+            continue
+        accepted.append(name)
+        features = {**spec.features(), **ex.run.features(), "sequence_parallel": False, "master": "fp32"}
+        for phase in load_catalogue():
+            if phase.scope == "layer" and phase.applies(features) and not phase.core:
+                missing = [g.name for g in phase.gemm if g.applies(features) and g.op_recompute is None]
+                assert not missing, (name, phase.name, missing)
+    assert {"llama-3-8b", "llama-2-13b", "llama-2-70b"} <= set(accepted)
+
+
+@pytest.mark.parametrize("extra, says", [
+    (["--tp", "2"], "tensor or context parallelism"),
+    (["--attention", "eager"], "{attention} flash"),
+    (["--precision", "fp8", "--hw", "h100"], "16-bit linears"),
+    (["--checkpoint-early-stop"], "needs --recompute full"),
+    (["--recompute-layers", "4"], "needs --recompute full"),
+])
+def test_refused_where_the_derivation_does_not_hold(cli, extra, says):
+    attention = [] if "--attention" in extra else ["--attention", "flash"]
+    layout = [w for w in LAYOUT if w not in ("--hw", "a100-80gb")] if "--hw" in extra else LAYOUT
+    code, out, err = cli("plan", *layout, *attention, "--recompute", "op", *extra)
+    assert code == 2 and "Traceback" not in err
+    assert says.replace("{attention}", "--attention") in err
+
+
+@pytest.mark.parametrize("model", ["qwen3-30b-a3b", "gpt3-175b", "gpt-j-6b"])
+def test_refused_for_another_block(cli, model):
+    code, out, err = cli("plan", "-m", model, "--hw", "h100", "--devices", "8", "--attention", "flash",
+                         "--recompute", "op")
+    assert code == 2 and "torchtitan's per-op activation checkpoint" in err and len(err.strip().splitlines()) == 1
+
+
+def test_not_on_a_wafer_and_not_in_a_megatron_launch(cli):
+    code, _, err = cli("plan", "-m", "llama-3-8b", "--hw", "wse3", "--recompute", "op")
+    assert code == 2 and "wafer-scale" in err
+    code, _, err = cli("plan", "-m", "llama-3-8b", "--hw", "h100", "--devices", "8", "--attention", "flash",
+                       "--recompute", "op", "--emit", "megatron")
+    assert code == 2 and "--recompute op is torchtitan's" in err
+
+
+def test_the_layout_search_keeps_tp_and_cp_at_one(cli):
+    code, out, err = cli("plan", "-m", "llama-3-8b", "--hw", "h100", "--devices", "16", "--seq", "4096",
+                         "--global-batch", "64", "--attention", "flash", "--recompute", "op", "--search", "--json")
+    assert code == 0, err
+    rows = json.loads(out)["ranking"]
+    assert rows and all(r["tensor_parallel"] == 1 and r["context_parallel"] == 1 and r["recompute"] == "op"
+                        for r in rows)
+
+
+def test_compare_plans_the_wafer_row_with_its_own_recompute(cli):
+    code, out, err = cli("compare", "-m", "llama-3-8b", "--hw", "h100,wse3", "--recompute", "op", "--attention",
+                         "flash", "--json")
+    assert code in (0, 1), err
+    rows = {r["hardware"]: r for r in json.loads(out)["rows"]}
+    assert rows["h100"]["recompute"] == "op" and rows["wse3"]["recompute"] != "op"
+
+
+@pytest.mark.parametrize("recompute, micro_batch, fits", [("op", 1, True), ("op", 2, False), ("full", 2, True)])
+def test_llama_2_70b_fits_where_torchtitan_ran_it(cli, recompute, micro_batch, fits):
+    """torchtitan docs/performance.md @ 157a12c5 L31-L32 and footnote 1 (L42): on 64 A100 80GB, Llama 2 70B ran
+    selective op checkpointing at local batch 1 because batch 2 ran out of memory, and full checkpointing at 2."""
+    code, out, err = cli("plan", "-m", "llama-2-70b", "--hw", "a100-80gb", "--devices", "64", "--fsdp", "--fsdp-impl",
+                         "fsdp2", "--seq", "4096", "--micro-batch", str(micro_batch), "--global-batch",
+                         str(64 * micro_batch), "--attention", "flash", "--recompute", recompute, "--json")
+    assert code == (0 if fits else 1), err
