@@ -101,7 +101,7 @@ FEATURES: dict[str, tuple[Any, ...]] = {
     # run options
     "attention": ("eager", "flash"),
     "causal": (True, False),
-    "loss": ("stored", "fused", "vocab_parallel", "native_fused", "te_fused"),
+    "loss": ("stored", "fused", "vocab_parallel", "native_fused", "te_fused", "torch_fp32"),
     "accounting": ("ideal", "pytorch"),
     "optimizer": ("adam", "sgd"),
     # --fp8-attention: TransformerEngine's FP8 fused attention (fp8_dpa) quantises Q, K, V and dO around the kernel

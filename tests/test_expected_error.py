@@ -23,7 +23,7 @@ def _row(i: int, family, device: str, moe: bool, low: bool, error: float) -> Hel
                       error=error)
 
 
-HOPPER = PlanKind(calibration_family="gpu-hopper", family_profiles=["h100", "h200"], device="gpu", moe=True,
+HOPPER = PlanKind(calibration_family="gpu-hopper", family_profiles=["h100", "h200", "h100-96gb"], device="gpu", moe=True,
                   low_precision=False)
 
 
@@ -36,7 +36,7 @@ def test_the_narrowest_group_with_enough_runs_is_reported_with_its_arithmetic():
              _row(12, "gpu-blackwell", "gpu", True, False, 5.0), _row(13, "wse", "wse", True, False, 5.0)]
     got = expected_error(HOPPER, ExpectedErrorData(source="s", runs=rows))
     assert got is not None and MIN_RUNS == 5
-    assert got.basis == "gpu-hopper (h100, h200), MoE, 16-bit" and got.runs == 5 and got.narrower == ""
+    assert got.basis == "gpu-hopper (h100, h200, h100-96gb), MoE, 16-bit" and got.runs == 5 and got.narrower == ""
     assert got.mean_abs_error == pytest.approx(0.20) and got.max_abs_error == pytest.approx(0.40)
     assert got.median_abs_error == pytest.approx(0.20)  # |errors| sorted: 0, 0.1, 0.2, 0.3, 0.4
     assert got.mean_error == pytest.approx(0.12)
@@ -48,10 +48,10 @@ def test_a_group_under_min_runs_gives_way_to_the_next_and_says_so():
     rows = [_row(i, "gpu-hopper", "gpu", True, False, 0.1) for i in range(4)]
     rows += [_row(9, "gpu-hopper", "gpu", True, True, -0.6)]
     got = expected_error(HOPPER, ExpectedErrorData(source="s", runs=rows))
-    assert got is not None and got.basis == "gpu-hopper (h100, h200), MoE" and got.runs == 5
+    assert got is not None and got.basis == "gpu-hopper (h100, h200, h100-96gb), MoE" and got.runs == 5
     assert got.mean_abs_error == pytest.approx(0.2) and got.mean_error == pytest.approx((0.4 - 0.6) / 5)
     assert got.median_abs_error == pytest.approx(0.1)  # 0.1, 0.1, 0.1, 0.1, 0.6
-    assert got.narrower == "gpu-hopper (h100, h200), MoE, 16-bit: 4 runs"
+    assert got.narrower == "gpu-hopper (h100, h200, h100-96gb), MoE, 16-bit: 4 runs"
 
 
 def test_a_profile_outside_every_family_starts_at_its_kind_of_device():
@@ -70,7 +70,7 @@ def test_a_profile_outside_every_family_starts_at_its_kind_of_device():
 def test_a_built_in_profile_is_in_its_family_only_unchanged():
     h100 = resolve_hardware("h100")
     kind = plan_kind(h100, moe=True, low_precision=False)
-    assert kind.calibration_family == "gpu-hopper" and kind.family_profiles == ["h100", "h200"]
+    assert kind.calibration_family == "gpu-hopper" and kind.family_profiles == ["h100", "h200", "h100-96gb"]
     changed = with_calibration(h100, compute_efficiency=h100.calibration.compute_efficiency.model_copy(
         update={"value": 0.5}))
     assert plan_kind(changed, moe=True, low_precision=False).calibration_family is None
@@ -85,14 +85,14 @@ def _expressible_ids(hw_names: set[str], moe: bool, low: bool) -> set[str]:
 
 
 def test_plan_json_reports_the_hopper_moe_runs_it_was_measured_on(cli):
-    """`plan --json` on 16 H100s for Qwen3-30B-A3B in BF16: the group is the Hopper (h100, h200) MoE 16-bit runs,
-    as many as the measured runs file holds of them (less any the cross-validation cannot express)."""
+    """`plan --json` on 16 H100s for Qwen3-30B-A3B in BF16: the group is the Hopper (h100, h200, h100-96gb) MoE
+    16-bit runs, as many as the measured runs file holds of them (less any the cross-validation cannot express)."""
     code, out, _ = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16", "--json")
     assert code == 0
     got = json.loads(out)["throughput"]["expected_error"]
     want = _expressible_ids({"h100", "h200"}, moe=True, low=False)
     held = {r.id: r.error for r in shipped().runs}
-    assert got["basis"] == "gpu-hopper (h100, h200), MoE, 16-bit"
+    assert got["basis"] == "gpu-hopper (h100, h200, h100-96gb), MoE, 16-bit"
     assert len(want) >= got["runs"] == len(want & set(held)) >= MIN_RUNS
     assert got["mean_abs_error"] == pytest.approx(sum(abs(held[i]) for i in want & set(held)) / got["runs"])
 

@@ -126,7 +126,8 @@ SELECTIONS = [
 # Selections that apply to one model only (a run option the other models do not have).
 EXTRA_SELECTIONS = {
     # --recompute op: torchtitan's per-op checkpoint on its Llama block (the op caches' terms; docs/runs.md opsac)
-    "data:llama-3-8b.config.json": [dict(recompute="op", attention="flash", accounting="pytorch")],
+    # and PyTorch's cross-entropy on fp32 logits, as torchtitan computes it (docs/runs.md memrows)
+    "data:llama-3-8b.config.json": [dict(recompute="op", attention="flash", accounting="pytorch", loss="torch_fp32")],
     # --fp8-attention: the Q, K, V and dO casts around the FP8 fused attention (GQA: a_kv < a)
     "qwen3-30b-a3b": [dict(recompute="selective", attention="flash", accounting="ideal", loss="vocab_parallel",
                            fp8_attention=True)],

@@ -9,10 +9,11 @@ from btacalc.config.hardware import builtin_profiles, parse_profile, resolve_har
 
 
 def test_the_profiles_ship():
-    assert set(builtin_profiles()) == {"wse2", "wse3", "a100-40gb", "a100-80gb", "b200", "h100", "h200", "gb200", "b300", "gb300"}
+    assert set(builtin_profiles()) == {"wse2", "wse3", "a100-40gb", "a100-80gb", "b200", "h100", "h100-96gb", "h200", "gb200", "b300",
+                                      "gb300"}
 
 
-@pytest.mark.parametrize("name", ["wse2", "wse3", "a100-40gb", "a100-80gb", "b200", "b300", "gb300"])
+@pytest.mark.parametrize("name", ["wse2", "wse3", "a100-40gb", "a100-80gb", "b200", "b300", "gb300", "h100-96gb"])
 def test_every_number_has_a_url_and_kind(name):
     prof = resolve_hardware(name)
     for field, num in prof.numbers().items():

@@ -102,6 +102,6 @@ def test_the_llm_foundry_rows_and_only_they_run_eager_kernels():
     runs = json.loads(RUNS.read_text())["runs"]
     eager = {r["id"] for r in runs if (r.get("recipe") or {}).get("eager_kernels")}
     assert eager == {r["id"] for r in runs if r["id"].endswith(("-llmfoundry", "-torchtitan", "-torchtitan-layer-ac",
-                                                                      "-torchtitan-op-ac"))}
+                                                                      "-torchtitan-op-ac", "-torchtitan-op-ac-memory"))}
     assert all("compile = false" in r["recipe"]["source"] for r in runs if "-torchtitan" in r["id"])
-    assert len(eager) == 26 + 5 + 3
+    assert len(eager) == 26 + 5 + 3 + 2

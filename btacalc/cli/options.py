@@ -120,7 +120,10 @@ LossOpt = typer.Option(None, "--loss", help=help_text("fused: logits one sequenc
                                                   "(--cross-entropy-loss-fusion: a second fp32 copy in the backward); "
                                                   "te_fused: TransformerEngine's fused "
                                                   "cross-entropy (--cross-entropy-fusion-impl te: the bf16 logits "
-                                                  "turned into their gradient in place) [default: "
+                                                  "turned into their gradient in place); torch_fp32: PyTorch's "
+                                                  "F.cross_entropy on the logits cast to fp32, as torchtitan computes "
+                                                  "it (the fp32 log-softmax kept; its backward holds two more fp32 "
+                                                  "copies) [default: "
                                                   "vocab_parallel on GPUs, fused on wafers]."))
 AccountingOpt = typer.Option(Accounting.ideal, "--accounting", help="ideal (Korthikanti-style) or pytorch (what a "
                              "PyTorch layer keeps, measured: README).")

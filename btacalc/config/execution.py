@@ -114,7 +114,7 @@ class RunOptions:
     causal: bool = False
     # the fused attention kernel (btacalc/data/attention_kernels.toml): its FLOP rate where it is not the GEMM rate
     attention_kernel: str = DEFAULT_ATTENTION_KERNEL
-    loss: Literal["stored", "fused", "vocab_parallel", "native_fused", "te_fused"] = "fused"
+    loss: Literal["stored", "fused", "vocab_parallel", "native_fused", "te_fused", "torch_fp32"] = "fused"
     accounting: Literal["ideal", "pytorch"] = "ideal"
     optimizer: Literal["adam", "sgd"] = "adam"
     bytes_per_element: int = 2
@@ -1023,6 +1023,9 @@ _GPU_ONLY: tuple[tuple[Any, str], ...] = (
     (lambda run, layout: run.precision_aware_optimizer,  # TransformerEngine's FusedAdam (RunOptions.param_remainders)
      "{precision_aware_optimizer} is TransformerEngine's FusedAdam on a GPU; a wafer-scale run's optimizer state is "
      "MemoryX's"),
+    (lambda run, layout: run.loss == "torch_fp32",  # PyTorch's F.cross_entropy on a GPU (formulas/head.toml)
+     "{loss} torch_fp32 is PyTorch's cross-entropy as torchtitan runs it on a GPU; a wafer-scale run's loss is the "
+     "compiler's"),
     (lambda run, layout: layout.allgather_dispatcher,  # likewise
      "{allgather_dispatcher} is a GPU MoE dispatcher between expert-parallel ranks; a wafer-scale run has no expert "
      "parallelism"),
@@ -1114,6 +1117,7 @@ def _resolve(request: ExecutionRequest, model: "ModelSpec", profile: "HardwarePr
     layout = _resolve_layout(request, model, profile, chosen)
     check_activation_offload(run, model, layout, gpu)
     check_op_recompute(run, layout, model, gpu)
+    check_torch_loss(run, layout)
     check_nvfp4_master_shards(run, layout)
     refusal = graph_recompute_refusal(recompute, layout.cuda_graph_scope, model)
     if refusal is not None:
@@ -1276,6 +1280,16 @@ _OP_REFUSALS: tuple[tuple[Any, str], ...] = (
      "it is derived for FSDP and data parallelism: with tensor or context parallelism the policy also keeps the "
      "reduce-scatters' outputs and re-runs the all-gathers, which btacalc does not place"),
 )
+
+
+def check_torch_loss(run: RunOptions, layout: "Layout") -> None:
+    """--loss torch_fp32 is F.cross_entropy on whole logits (torchtitan train.py L131-L134 @ 9dec370): under tensor
+    parallelism torchtitan computes a loss-parallel cross-entropy on vocabulary shards instead, which btacalc does not
+    model (parallel_dims.py L119-120: loss_parallel on whenever TP > 1)."""
+    if run.loss == "torch_fp32" and layout.tensor_parallel > 1:
+        raise BtacalcError("{loss} torch_fp32 is PyTorch's cross-entropy on whole logits; with tensor parallelism "
+                           f"({layout.tensor_parallel}) torchtitan computes a loss-parallel one on vocabulary shards, "
+                           "which btacalc does not model")
 
 
 def check_op_recompute(run: RunOptions, layout: "Layout", model: "ModelSpec", gpu: bool) -> None:
