@@ -17,6 +17,12 @@ RECOMPUTE_POLICIES = ("none", "selective", "full", "op")
 # every second mm of the block, and re-runs every other op in the backward (pytorch/torchtitan @ 157a12c5
 # torchtitan/parallelisms/parallelize_llama.py L35-L71). Not a Megatron policy (it has no recompute module list).
 OP_POLICY = "op"
+# The stored-term tags of the op policy's cache (catalogue/terms.py Term.recompute): an output it keeps, and one that is
+# also a tensor the layer's backward reads, which the re-run takes from the cache instead of rebuilding.
+OP_CACHE = ("op_cache", "op_cache_saved")
+# PyTorch's own cross-entropy (F.cross_entropy), as torchtitan computes it: on the 16-bit logits as they are (torch),
+# or on their fp32 cast (torch_fp32) (formulas/head.toml)
+TORCH_LOSSES = ("torch", "torch_fp32")
 
 # Megatron-Core's selective-recomputation modules (TransformerConfig.recompute_modules; Megatron-LM
 # megatron/core/transformer/transformer_config.py, "recompute_modules" docstring and checks). A stored
@@ -101,7 +107,7 @@ FEATURES: dict[str, tuple[Any, ...]] = {
     # run options
     "attention": ("eager", "flash"),
     "causal": (True, False),
-    "loss": ("stored", "fused", "vocab_parallel", "native_fused", "te_fused", "torch_fp32"),
+    "loss": ("stored", "fused", "vocab_parallel", "native_fused", "te_fused", "torch", "torch_fp32"),
     "accounting": ("ideal", "pytorch"),
     "optimizer": ("adam", "sgd"),
     # --fp8-attention: TransformerEngine's FP8 fused attention (fp8_dpa) quantises Q, K, V and dO around the kernel

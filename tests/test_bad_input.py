@@ -987,7 +987,8 @@ case("values", "plan", "-m", "llama-3-8b", "--hw", "h100", "--devices", "16", "-
 # opsac: torchtitan's per-op checkpoint where its mm-order derivation does not hold, on a wafer, in a Megatron launch
 for extra, fragment in (("-m qwen3-30b-a3b --hw h100 --attention flash", "not the Llama block"),
                         ("-m llama-3-8b --hw h100 --attention eager", "needs --attention flash"),
-                        ("-m llama-3-8b --hw h100 --attention flash --tp 2", "tensor or context parallelism"),
+                        ("-m llama-3-8b --hw h100 --attention flash", "needs PyTorch's own modules"),
+                        ("-m qwen2.5-7b --hw h100 --attention flash --fsdp --fsdp-impl fsdp2", "runs them as addmm"),
                         ("-m llama-3-8b --hw h100 --attention flash --emit megatron", "Megatron recomputes whole"),
                         ("-m llama-3-8b --hw wse3", "a wafer-scale run's recomputation is the compiler's")):
     case("values", "plan", *extra.split(), "--devices", "8", "--recompute", "op", fragment=fragment)
@@ -997,6 +998,8 @@ for extra, fragment in (("--hw h100 --devices 8 --tp 2", "loss-parallel one on v
                         ("--hw wse3", "a wafer-scale run's loss is the compiler's"),
                         ("--hw h100 --devices 8 --emit megatron", "Megatron runs its own vocab-parallel one")):
     case("values", "plan", "-m", "llama-3-8b", *extra.split(), "--loss", "torch_fp32", fragment=fragment)
+case("values", "plan", "-m", "llama-3-8b", "--hw", "h100", "--devices", "8", "--tp", "2", "--loss", "torch",
+     fragment="--loss torch is PyTorch's cross-entropy on whole logits")
 
 # bridgedtype: NVFP4 parameters where FusedAdam keeps the master weights (Megatron-Core hands it no shard of them)
 case("values", "plan", "-m", "llama-3-8b", "--hw", "b200", "--devices", "8", "--precision", "nvfp4",

@@ -82,7 +82,8 @@ def pinned_terms() -> frozenset[int]:
                             # a dropped stored tensor counts in recompute_bytes; an op cache's is no tensor
                             # outside the op policy (catalogue/selection.py)
                             by_values = id(t) in chosen or (t.q == "stored" and phase.scope == "layer"
-                                                             and t.recompute not in ("checkpoint", "op_cache"))
+                                                             and t.recompute not in ("checkpoint", "op_cache",
+                                                                                     "op_cache_saved"))
                             by_plans = t.q == "state" and state_pinned
                             # a term already pinned needs no second case (the set is the same)
                             if (by_values or by_plans) and id(t) not in pinned and _nonzero(t, values):

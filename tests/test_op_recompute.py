@@ -21,12 +21,14 @@ import pytest
 
 from btacalc.catalogue.selection import Selection
 from btacalc.catalogue.terms import load_catalogue
+from btacalc.config.execution import ExecutionRequest
 from btacalc.config.presets import load_preset
 from btacalc.paths import preset_names
 
 LAYOUT = ("-m llama-3-8b --hw a100-80gb --devices 64 --fsdp --fsdp-impl fsdp2 --seq 8192 --micro-batch 1 "
           "--global-batch 64").split()
 BASE = [*LAYOUT, "--attention", "flash"]
+TORCHTITAN = ExecutionRequest(devices=64, attention="flash", recompute="op", fsdp=True, fsdp_impl="fsdp2")
 
 
 def _plan(cli, *extra: str) -> dict:
@@ -69,19 +71,19 @@ def test_the_attention_core_is_not_re_run():
 
 
 def _llama_features() -> dict:
-    from btacalc.config.execution import ExecutionRequest, resolve_execution
+    from btacalc.config.execution import resolve_execution
     from btacalc.config.hardware import resolve_hardware
 
     spec = load_preset("llama-3-8b")
     hw = resolve_hardware("a100-80gb")
-    ex = resolve_execution(ExecutionRequest(devices=8, attention="flash", recompute="op"), spec, hw)
+    ex = resolve_execution(TORCHTITAN.with_changes(devices=8), spec, hw)
     return {**spec.features(), **ex.run.features(), "sequence_parallel": False, "master": "fp32"}
 
 
 def test_every_model_the_policy_accepts_has_a_share_for_each_layer_gemm():
     """The refusals (config/execution.py _OP_REFUSALS) and the catalogue's op_recompute shares agree: a model the
     policy plans runs no layer GEMM without a derived share (outside the attention core, which it caches whole)."""
-    from btacalc.config.execution import ExecutionRequest, resolve_execution
+    from btacalc.config.execution import resolve_execution
     from btacalc.config.hardware import resolve_hardware
     from btacalc.errors import BtacalcError
 
@@ -90,7 +92,7 @@ def test_every_model_the_policy_accepts_has_a_share_for_each_layer_gemm():
     for name in preset_names():
         spec = load_preset(name)
         try:
-            ex = resolve_execution(ExecutionRequest(devices=8, attention="flash", recompute="op"), spec, hw)
+            ex = resolve_execution(TORCHTITAN.with_changes(devices=8), spec, hw)
         except BtacalcError:
             continue
         accepted.append(name)
@@ -103,7 +105,8 @@ def test_every_model_the_policy_accepts_has_a_share_for_each_layer_gemm():
 
 
 @pytest.mark.parametrize("extra, says", [
-    (["--tp", "2"], "tensor or context parallelism"),
+    (["--tp", "2"], "1-D data parallel"),
+    (["--attention-kernel", "triton-flash"], "llm-foundry's Triton kernel is not"),
     (["--attention", "eager"], "{attention} flash"),
     (["--precision", "fp8", "--hw", "h100"], "16-bit linears"),
     (["--checkpoint-early-stop"], "needs --recompute full"),
@@ -117,11 +120,24 @@ def test_refused_where_the_derivation_does_not_hold(cli, extra, says):
     assert says.replace("{attention}", "--attention") in err
 
 
-@pytest.mark.parametrize("model", ["qwen3-30b-a3b", "gpt3-175b", "gpt-j-6b"])
-def test_refused_for_another_block(cli, model):
-    code, out, err = cli("plan", "-m", model, "--hw", "h100", "--devices", "8", "--attention", "flash",
-                         "--recompute", "op")
-    assert code == 2 and "torchtitan's per-op activation checkpoint" in err and len(err.strip().splitlines()) == 1
+@pytest.mark.parametrize("model, says", [
+    ("qwen3-30b-a3b", "not the Llama block"),  # MoE
+    ("gpt3-175b", "not the Llama block"),  # GeLU MLP, biases
+    ("gpt-j-6b", "not the Llama block"),  # parallel block
+    ("qwen2.5-7b", "PyTorch runs them as addmm"),  # the QKV biases of a Llama-shaped block
+])
+def test_refused_for_another_block(cli, model, says):
+    code, out, err = cli("plan", "-m", model, "--hw", "h100", "--devices", "8", "--attention", "flash", "--fsdp",
+                         "--fsdp-impl", "fsdp2", "--recompute", "op")
+    assert code == 2 and says in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("extra", [[], ["--fsdp"], ["--fsdp", "--fsdp-impl", "fsdp2", "--cuda-graph-scope", "attn"]])
+def test_only_pytorch_s_own_modules(cli, extra):
+    """review32: under btacalc's Megatron plans (TransformerEngine's modules) or CUDA graphs the policy sees no mm."""
+    code, out, err = cli("plan", "-m", "llama-3-8b", "--hw", "h100", "--devices", "8", "--attention", "flash",
+                         "--recompute", "op", *extra)
+    assert code == 2 and ("needs PyTorch's own modules" in err or "cuda" in err.lower()), err
 
 
 def test_not_on_a_wafer_and_not_in_a_megatron_launch(cli):
@@ -134,26 +150,52 @@ def test_not_on_a_wafer_and_not_in_a_megatron_launch(cli):
 
 def test_the_layout_search_keeps_tp_and_cp_at_one(cli):
     code, out, err = cli("plan", "-m", "llama-3-8b", "--hw", "h100", "--devices", "16", "--seq", "4096",
-                         "--global-batch", "64", "--attention", "flash", "--recompute", "op", "--search", "--json")
+                         "--global-batch", "64", "--attention", "flash", "--fsdp", "--fsdp-impl", "fsdp2",
+                         "--recompute", "op", "--search", "--json")
     assert code == 0, err
     rows = json.loads(out)["ranking"]
     assert rows and all(r["tensor_parallel"] == 1 and r["context_parallel"] == 1 and r["recompute"] == "op"
                         for r in rows)
 
 
-def test_compare_plans_the_wafer_row_with_its_own_recompute(cli):
-    code, out, err = cli("compare", "-m", "llama-3-8b", "--hw", "h100,wse3", "--recompute", "op", "--attention",
-                         "flash", "--json")
-    assert code in (0, 1), err
-    rows = {r["hardware"]: r for r in json.loads(out)["rows"]}
-    assert rows["h100"]["recompute"] == "op" and rows["wse3"]["recompute"] != "op"
-
-
 @pytest.mark.parametrize("recompute, micro_batch, fits", [("op", 1, True), ("op", 2, False), ("full", 2, True)])
 def test_llama_2_70b_fits_where_torchtitan_ran_it(cli, recompute, micro_batch, fits):
-    """torchtitan docs/performance.md @ 157a12c5 L31-L32 and footnote 1 (L42): on 64 A100 80GB, Llama 2 70B ran
+    """torchtitan docs/performance.md @ 157a12c5 L31-L32 and footnote 1 (L41): on 64 A100 80GB, Llama 2 70B ran
     selective op checkpointing at local batch 1 because batch 2 ran out of memory, and full checkpointing at 2."""
     code, out, err = cli("plan", "-m", "llama-2-70b", "--hw", "a100-80gb", "--devices", "64", "--fsdp", "--fsdp-impl",
                          "fsdp2", "--seq", "4096", "--micro-batch", str(micro_batch), "--global-batch",
-                         str(64 * micro_batch), "--attention", "flash", "--recompute", recompute, "--json")
+                         str(64 * micro_batch), "--attention", "flash", "--attention-kernel", "flash-attn-2",
+                         "--eager-kernels", "--loss", "torch", "--recompute", recompute, "--json")
     assert code == (0 if fits else 1), err
+
+
+@pytest.mark.parametrize("accounting", ["ideal", "pytorch"])
+def test_the_re_run_takes_the_cached_tensors_it_reads_from_the_cache(cli, accounting):
+    """review32: the buffer one layer's backward rebuilds is a full recompute's less what the cache hands back of the
+    tensors the backward reads: SDPA's O (a d_v) and fp32 logsumexp (a), and w1's output, the gate SiLU saves (f)."""
+    spec = load_preset("llama-3-8b")
+    a, f, d_v = spec.num_heads, spec.ffn_size, spec.hidden_size // spec.num_heads
+    full = _plan(cli, "--recompute", "full", "--accounting", accounting)
+    op = _plan(cli, "--recompute", "op", "--accounting", accounting)
+    handed_back = 8192 * (2 * a * d_v + 4 * a + 2 * f)
+    assert full["memory_bytes"]["recompute_buffer"] - op["memory_bytes"]["recompute_buffer"] == handed_back
+
+
+def test_each_gemm_s_share_is_the_policy_on_the_block_s_mm_order():
+    """The catalogue's op_recompute shares, derived from the order: torchtitan's block runs wq, wk, wv, wo, w1, w3, w2
+    (model.py L187, L209, L248 @ 157a12c5) and the policy re-runs the mms whose count is even (L49-L57); btacalc fuses
+    wq, wk, wv into W_qkv ((a + 2 a_kv) d_h columns) and w1, w3 into W_gate_up (2f)."""
+    import sympy as sp
+
+    from btacalc.catalogue.symbols import SYMBOLS
+
+    order = ["wq", "wk", "wv", "wo", "w1", "w3", "w2"]
+    re_run = {mm for count, mm in enumerate(order, start=1) if count % 2 == 0}
+    a, a_kv, d_h, f, h = (SYMBOLS[k] for k in ("a", "a_kv", "d_h", "f", "h"))
+    width = {"wq": a * d_h, "wk": a_kv * d_h, "wv": a_kv * d_h, "wo": h, "w1": f, "w3": f, "w2": h}
+    fused = {"W_qkv": ["wq", "wk", "wv"], "W_o": ["wo"], "W_gate_up": ["w1", "w3"], "W_down": ["w2"]}
+    gemms = {g.name: g for p in load_catalogue() for g in p.gemm if g.name in fused}
+    for name, parts in fused.items():
+        expected = sum(width[m] for m in parts if m in re_run) / sum(width[m] for m in parts)
+        got = sp.sympify(gemms[name].op_recompute, locals=SYMBOLS)
+        assert sp.simplify(got - expected) == 0, (name, got, expected)

@@ -24,7 +24,7 @@ import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
-from ..vocabulary import FEATURES, OP_POLICY, RECOMPUTE_MODULES, parse_recompute, recompute_modules
+from ..vocabulary import FEATURES, OP_CACHE, OP_POLICY, RECOMPUTE_MODULES, parse_recompute, recompute_modules
 from .constants import constants
 from .terms import Phase, Term, load_catalogue
 
@@ -70,7 +70,7 @@ class Selection:
         """Whether the recomputation policy discards this stored tensor (rebuilt in the backward pass). An op
         cache's tensor is kept under the op-level policy and is not a tensor under any other (`terms`)."""
         if self.op_level:
-            return term.recompute not in ("never", "checkpoint", "op_cache")
+            return term.recompute not in ("never", "checkpoint", *OP_CACHE)
         modules = self.modules
         if modules is None:
             return term.recompute not in ("never", "checkpoint")
@@ -83,7 +83,7 @@ class Selection:
         if quantity == "stored":
             checkpointed = self.modules is None or self.op_level
             chosen = [t for t in chosen if not self.dropped(t) and (checkpointed or t.recompute != "checkpoint")
-                      and (self.op_level or t.recompute != "op_cache")]
+                      and (self.op_level or t.recompute not in OP_CACHE)]
         return chosen
 
     def term_expression(self, term: Term) -> "sp.Expr":
@@ -182,7 +182,10 @@ class Selection:
             return sp.Integer(0)
         f = self.feature_dict
         dropped = sp.Add(*[self.per_device(phase, t) for t in phase.terms if t.q == "stored" and t.applies(f)
-                           and self.dropped(t) and t.recompute not in ("checkpoint", "op_cache")])
+                           and self.dropped(t) and t.recompute not in ("checkpoint", *OP_CACHE)])
+        if self.op_level:  # review32: what the cache hands back is not rebuilt (each beside its dropped tensor)
+            dropped -= sp.Add(*[self.per_device(phase, t) for t in phase.terms if t.q == "stored"
+                                and t.applies(f) and t.recompute == "op_cache_saved"])
         return dropped.subs(SYMBOLS["G"], 1) if phase.batch == "tile" else dropped
 
     def reruns(self, phase: Phase) -> bool:

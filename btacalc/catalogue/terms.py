@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator,
 
 from ..errors import DataError
 from ..paths import data_dir
-from ..vocabulary import BASE_QUANTITIES, FEATURES, NOTATION, RECOMPUTE_MODULES, TP_CLASSES
+from ..vocabulary import BASE_QUANTITIES, FEATURES, NOTATION, OP_CACHE, RECOMPUTE_MODULES, TP_CLASSES
 
 if TYPE_CHECKING:
     import sympy as sp
@@ -106,7 +106,9 @@ class Term(BaseModel):
     # layer: dropped by full recomputation only; never: always kept; checkpoint: kept only under full
     # recomputation (what the checkpoint itself saves); a Megatron recompute module (vocabulary
     # RECOMPUTE_MODULES, e.g. core_attn): also dropped when that module (or one containing it) is recomputed;
-    # op_cache: an op output the op-level policy's cache keeps, stored under that policy only (vocabulary OP_POLICY)
+    # op_cache: an op output the op-level policy's cache keeps, stored under that policy only (vocabulary OP_POLICY);
+    # op_cache_saved: one that is also a tensor the layer's backward reads (a dropped stored term of the same phase),
+    # which the re-run takes from the cache instead of rebuilding it (catalogue/selection.py _recompute_bytes)
     recompute: str = "layer"
     # how tensor parallelism splits this tensor or matmul (vocabulary TP_CLASSES); None: the phase's `tp`
     tp: Optional[Literal[TP_CLASSES]] = None  # type: ignore[valid-type]  # a Literal built from the vocabulary tuple
@@ -122,9 +124,9 @@ class Term(BaseModel):
     @field_validator("recompute")
     @classmethod
     def _recompute_class(cls, v: str) -> str:
-        if v not in ("layer", "never", "checkpoint", "op_cache") and v not in RECOMPUTE_MODULES:
-            raise ValueError(f"recompute {v!r} is neither layer, never, checkpoint, op_cache nor a Megatron recompute "
-                             f"module ({', '.join(RECOMPUTE_MODULES)})")
+        if v not in ("layer", "never", "checkpoint", *OP_CACHE) and v not in RECOMPUTE_MODULES:
+            raise ValueError(f"recompute {v!r} is neither layer, never, checkpoint, {' nor '.join(OP_CACHE)} nor a "
+                             f"Megatron recompute module ({', '.join(RECOMPUTE_MODULES)})")
         return v
 
     @field_validator("expr")

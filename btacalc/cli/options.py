@@ -103,7 +103,8 @@ HwOpt = typer.Option("wse3", "--hw", help="Hardware profile name (btacalc hw lis
                       autocompletion=complete_hardware)
 SeqOpt = typer.Option(None, "--seq", min=1, help=help_text("Sequence length s (Megatron's --seq-length) [default: "
                       "4096, Qwen3 pre-training]."))
-RECOMPUTE_HELP = ("Activation recomputation: none, selective, full, op (torchtitan's per-op selective checkpoint), or "
+RECOMPUTE_HELP = ("Activation recomputation: none, selective, full, op (torchtitan's per-op selective checkpoint, under "
+                  "PyTorch's FSDP), or "
                   "Megatron recompute modules, comma-separated (" + ", ".join(RECOMPUTE_MODULES) + ")")
 RecomputeOpt = typer.Option(None, "--recompute", help=help_text(RECOMPUTE_HELP + " [default: per device]."))
 AttentionOpt = typer.Option(None, "--attention", help=help_text("eager (materialised s² scores) or flash [default: per device]."))
@@ -120,10 +121,11 @@ LossOpt = typer.Option(None, "--loss", help=help_text("fused: logits one sequenc
                                                   "(--cross-entropy-loss-fusion: a second fp32 copy in the backward); "
                                                   "te_fused: TransformerEngine's fused "
                                                   "cross-entropy (--cross-entropy-fusion-impl te: the bf16 logits "
-                                                  "turned into their gradient in place); torch_fp32: PyTorch's "
-                                                  "F.cross_entropy on the logits cast to fp32, as torchtitan computes "
-                                                  "it (the fp32 log-softmax kept; its backward holds two more fp32 "
-                                                  "copies) [default: "
+                                                  "turned into their gradient in place); torch: PyTorch's "
+                                                  "F.cross_entropy on the 16-bit logits, as torchtitan computed it in "
+                                                  "2024 (the 16-bit log-softmax kept); torch_fp32: the same on the "
+                                                  "logits cast to fp32, as torchtitan computes it since (the fp32 "
+                                                  "log-softmax kept; its backward holds two more fp32 copies) [default: "
                                                   "vocab_parallel on GPUs, fused on wafers]."))
 AccountingOpt = typer.Option(Accounting.ideal, "--accounting", help="ideal (Korthikanti-style) or pytorch (what a "
                              "PyTorch layer keeps, measured: README).")

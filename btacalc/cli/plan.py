@@ -423,6 +423,8 @@ def _check_emit(emit: Optional[str], search: bool, profile: Any, request: Any, s
 _NOT_MEGATRON: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("{fsdp_impl} torch", lambda r: r.fsdp_impl == "torch", "plans PyTorch FSDP1, which Megatron does not run"),
     ("{fsdp_impl} fsdp2", lambda r: r.fsdp_impl == "fsdp2", "plans PyTorch FSDP2, which Megatron does not run"),
+    ("{loss} torch", lambda r: r.loss == "torch",
+     "is PyTorch's cross-entropy as torchtitan runs it; Megatron runs its own vocab-parallel one"),
     ("{loss} torch_fp32", lambda r: r.loss == "torch_fp32",
      "is PyTorch's cross-entropy as torchtitan runs it; Megatron runs its own vocab-parallel one"),
     ("{recompute} op", lambda r: r.recompute == "op",

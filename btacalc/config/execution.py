@@ -28,7 +28,7 @@ from ..memo import Memo, plain_key
 from .precision import DEFAULT_PRECISION, NON_TN_FP8_CC_TEXT, Recipe, check_fp8_attention, check_precision, recipe, recipes
 from .attention_kernels import DEFAULT_ATTENTION_KERNEL, attention_kernel
 from .cuda_graphs import check_scopes, scopes
-from ..vocabulary import OP_POLICY, SELECTIVE_MODULES, parse_recompute
+from ..vocabulary import OP_POLICY, SELECTIVE_MODULES, TORCH_LOSSES, parse_recompute
 from .pipeline import Placement, StageSplit, group_rule, parse_layout, place
 from .te_release import default_te_version, te_behaviour, te_releases
 from .tp_overlap import UbOverlap
@@ -114,7 +114,7 @@ class RunOptions:
     causal: bool = False
     # the fused attention kernel (btacalc/data/attention_kernels.toml): its FLOP rate where it is not the GEMM rate
     attention_kernel: str = DEFAULT_ATTENTION_KERNEL
-    loss: Literal["stored", "fused", "vocab_parallel", "native_fused", "te_fused", "torch_fp32"] = "fused"
+    loss: Literal["stored", "fused", "vocab_parallel", "native_fused", "te_fused", "torch", "torch_fp32"] = "fused"
     accounting: Literal["ideal", "pytorch"] = "ideal"
     optimizer: Literal["adam", "sgd"] = "adam"
     bytes_per_element: int = 2
@@ -1023,9 +1023,9 @@ _GPU_ONLY: tuple[tuple[Any, str], ...] = (
     (lambda run, layout: run.precision_aware_optimizer,  # TransformerEngine's FusedAdam (RunOptions.param_remainders)
      "{precision_aware_optimizer} is TransformerEngine's FusedAdam on a GPU; a wafer-scale run's optimizer state is "
      "MemoryX's"),
-    (lambda run, layout: run.loss == "torch_fp32",  # PyTorch's F.cross_entropy on a GPU (formulas/head.toml)
-     "{loss} torch_fp32 is PyTorch's cross-entropy as torchtitan runs it on a GPU; a wafer-scale run's loss is the "
-     "compiler's"),
+    (lambda run, layout: run.loss in TORCH_LOSSES,  # PyTorch's F.cross_entropy on a GPU (formulas/head.toml)
+     "{loss} torch and torch_fp32 are PyTorch's cross-entropy as torchtitan runs it on a GPU; a wafer-scale run's "
+     "loss is the compiler's"),
     (lambda run, layout: layout.allgather_dispatcher,  # likewise
      "{allgather_dispatcher} is a GPU MoE dispatcher between expert-parallel ranks; a wafer-scale run has no expert "
      "parallelism"),
@@ -1272,22 +1272,26 @@ _OP_REFUSALS: tuple[tuple[Any, str], ...] = (
      "the model's linears have biases: PyTorch runs them as addmm, which the policy neither counts nor keeps"),
     (lambda run, layout, model: model.dropout or model.sliding_window or model.attention_sinks,
      "the model has dropout, a sliding window or attention sinks, which torchtitan's Llama block has not"),
-    (lambda run, layout, model: run.multi_token_prediction or run.attention != "flash",
-     "it needs {attention} flash (torchtitan's SDPA, whose outputs the policy keeps) and no multi-token prediction"),
+    (lambda run, layout, model: run.multi_token_prediction or run.attention != "flash"
+     or run.attention_kernel == "triton-flash",
+     "it needs {attention} flash as PyTorch's SDPA runs it (the flash and efficient kernels are on the policy's save "
+     "list; llm-foundry's Triton kernel is not) and no multi-token prediction"),
     (lambda run, layout, model: run.precision not in ("bf16", "fp16"),
-     "its mm count is derived for 16-bit linears; a low-precision linear runs other ops (torchao's _scaled_mm)"),
-    (lambda run, layout, model: layout.tensor_parallel > 1 or layout.context_parallel > 1,
-     "it is derived for FSDP and data parallelism: with tensor or context parallelism the policy also keeps the "
-     "reduce-scatters' outputs and re-runs the all-gathers, which btacalc does not place"),
+     "its mm count is derived for 16-bit linears; a low-precision linear runs other ops (float8_experimental's "
+     "_scaled_mm)"),
+    (lambda run, layout, model: not layout.torch_fsdp or layout.cuda_graph_scope,
+     "it needs PyTorch's own modules, which btacalc plans under PyTorch's FSDP ({fsdp} {fsdp_impl} fsdp2 or torch, "
+     "1-D) without CUDA graphs: TransformerEngine's linears and attention, which btacalc's other GPU plans run, are "
+     "no aten ops the policy sees"),
 )
 
 
 def check_torch_loss(run: RunOptions, layout: "Layout") -> None:
-    """--loss torch_fp32 is F.cross_entropy on whole logits (torchtitan train.py L131-L134 @ 9dec370): under tensor
-    parallelism torchtitan computes a loss-parallel cross-entropy on vocabulary shards instead, which btacalc does not
-    model (parallel_dims.py L119-120: loss_parallel on whenever TP > 1)."""
-    if run.loss == "torch_fp32" and layout.tensor_parallel > 1:
-        raise BtacalcError("{loss} torch_fp32 is PyTorch's cross-entropy on whole logits; with tensor parallelism "
+    """--loss torch / torch_fp32 is F.cross_entropy on whole logits (torchtitan train.py L162-L163 @ 157a12c5, L131-L134
+    @ 9dec370): under tensor parallelism torchtitan computes a loss-parallel cross-entropy on vocabulary shards
+    instead, which btacalc does not model (parallel_dims.py L119-120 @ 9dec370: loss_parallel on whenever TP > 1)."""
+    if run.loss in TORCH_LOSSES and layout.tensor_parallel > 1:
+        raise BtacalcError(f"{{loss}} {run.loss} is PyTorch's cross-entropy on whole logits; with tensor parallelism "
                            f"({layout.tensor_parallel}) torchtitan computes a loss-parallel one on vocabulary shards, "
                            "which btacalc does not model")
 

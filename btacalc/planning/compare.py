@@ -20,7 +20,6 @@ from ..config.hardware import HardwareProfile
 from ..config.precision import DEFAULT_PRECISION, non_tn_fp8_gemms, recipe
 from ..config.model import ModelSpec
 from ..errors import BtacalcError
-from ..vocabulary import OP_POLICY
 from .cluster import MAX_DEVICES, min_devices
 from .plan import make_plan, plan_problem
 from .report import PlanReport
@@ -191,16 +190,10 @@ _GPU_ROW_NEUTRAL: dict[str, Any] = {
     "expert_grouped_gemm": True, "recompute_layers": 0}
 
 
-# Values of shared options that only a GPU row runs (torchtitan's per-op checkpoint and PyTorch's cross-entropy): a
-# wafer row takes its own default instead.
-_GPU_ROW_VALUES: dict[str, str] = {"recompute": OP_POLICY, "loss": "torch_fp32"}
-
-
 def _gpu_row_options(request: ExecutionRequest, devices: Optional[Sequence[int]]) -> list[str]:
     """The options given for GPU rows only (_row_request drops them from a wafer row's request)."""
     names = gpu_layout_options(request) + [name for name, neutral in _GPU_ROW_NEUTRAL.items()
-                                           if getattr(request, name) != neutral] \
-        + [name for name, value in _GPU_ROW_VALUES.items() if getattr(request, name) == value]
+                                           if getattr(request, name) != neutral]
     return (["{devices}"] if devices else []) + ["{" + name + "}" for name in names]
 
 
@@ -288,8 +281,7 @@ def _row_request(request: ExecutionRequest, profile: HardwareProfile, precision:
     the second (the low precisions), --te-version unless it is in the third (per-tensor FP8) and its profile in the fourth (non-TN FP8 GEMMs), --no-overlap beside wafer rows (the wafer rows' weight streaming; a GPU plan
     refuses it)."""
     if profile.family == "wse":
-        own = {name: None for name, value in _GPU_ROW_VALUES.items() if getattr(request, name) == value}
-        return without_gpu_layout(request).with_changes(**_GPU_ROW_NEUTRAL, **own,
+        return without_gpu_layout(request).with_changes(**_GPU_ROW_NEUTRAL,
                                                         limits=replace(request.limits, global_batch=wafer_global_batch))
     unfused_rows, low_rows, versioned_rows, versioned_gpus = taking
     base = request.with_changes(precision=precision)

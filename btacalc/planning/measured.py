@@ -330,8 +330,8 @@ def _recipe_changes(recipe: Recipe, run: MeasuredRun, family: str) -> dict[str, 
         changes["multi_token_prediction"] = recipe.mtp_num_layers > 0
     if recipe.cross_entropy_loss_fusion is not None and family == "gpu":
         changes.update(loss=recipe.loss())
-    if recipe.torch_cross_entropy and family == "gpu":
-        changes.update(loss="torch_fp32")
+    if recipe.torch_cross_entropy is not None and family == "gpu":
+        changes.update(loss=recipe.torch_cross_entropy)
     if recipe.exp_avg_dtype is not None:
         changes["moment_bytes"] = 2 if recipe.exp_avg_dtype == "bf16" else 4
     if recipe.use_precision_aware_optimizer:

@@ -125,9 +125,10 @@ class Recipe(BaseModel):
                                                       "unfused or native, Megatron's vocab-parallel cross-entropy keeps "
                                                       "the fp32 softmax of a micro-batch's logits (native: compiled, "
                                                       "loss native_fused)")
-    torch_cross_entropy: Optional[bool] = Field(None, description="the harness's loss is PyTorch's F.cross_entropy on "
-                                                "the logits cast to fp32, as torchtitan computes it (loss torch_fp32; "
-                                                "not a Megatron flag, so not with cross_entropy_loss_fusion)")
+    torch_cross_entropy: Optional[Literal["torch", "torch_fp32"]] = Field(
+        None, description="the harness's loss is PyTorch's F.cross_entropy, on the 16-bit logits (torch) or on their "
+        "fp32 cast (torch_fp32), as torchtitan computes it (the loss of that name; not a Megatron flag, so not with "
+        "cross_entropy_loss_fusion)")
     cross_entropy_fusion_impl: Optional[Literal["native", "te"]] = Field(
         None, description="--cross-entropy-fusion-impl (default native); te with the fusion on: TransformerEngine's "
         "fused cross-entropy, the 16-bit logits turned into their gradient in place (loss te_fused)")
@@ -231,7 +232,7 @@ class Recipe(BaseModel):
             ub_table(self.tp_overlap_cfg)  # names only TE's GEMMs, pipelines split
         if self.attention_kernel is not None:
             attention_kernel(self.attention_kernel)  # a catalogue kernel, as --attention-kernel takes it
-        if self.torch_cross_entropy and self.cross_entropy_loss_fusion is not None:
+        if self.torch_cross_entropy is not None and self.cross_entropy_loss_fusion is not None:
             raise ValueError("torch_cross_entropy is PyTorch's loss, not Megatron's: give it or "
                              "cross_entropy_loss_fusion, not both")
         return self
