@@ -20,9 +20,10 @@ OP_POLICY = "op"
 # The stored-term tags of the op policy's cache (catalogue/terms.py Term.recompute): an output it keeps, and one that is
 # also a tensor the layer's backward reads, which the re-run takes from the cache instead of rebuilding.
 OP_CACHE = ("op_cache", "op_cache_saved")
-# PyTorch's own cross-entropy (F.cross_entropy), as torchtitan computes it: on the 16-bit logits as they are (torch),
-# or on their fp32 cast (torch_fp32) (formulas/head.toml)
-TORCH_LOSSES = ("torch", "torch_fp32")
+# PyTorch's own cross-entropy (F.cross_entropy) on fp32 logits, as torchtitan computes it: cast in the loss, the 16-bit
+# logits deleted before the backward (torch_fp32), or cast in the model and held by the loop through the backward
+# (torch_fp32_held) (formulas/head.toml)
+TORCH_LOSSES = ("torch_fp32", "torch_fp32_held")
 
 # Megatron-Core's selective-recomputation modules (TransformerConfig.recompute_modules; Megatron-LM
 # megatron/core/transformer/transformer_config.py, "recompute_modules" docstring and checks). A stored
@@ -107,7 +108,7 @@ FEATURES: dict[str, tuple[Any, ...]] = {
     # run options
     "attention": ("eager", "flash"),
     "causal": (True, False),
-    "loss": ("stored", "fused", "vocab_parallel", "native_fused", "te_fused", "torch", "torch_fp32"),
+    "loss": ("stored", "fused", "vocab_parallel", "native_fused", "te_fused", "torch_fp32", "torch_fp32_held"),
     "accounting": ("ideal", "pytorch"),
     "optimizer": ("adam", "sgd"),
     # --fp8-attention: TransformerEngine's FP8 fused attention (fp8_dpa) quantises Q, K, V and dO around the kernel

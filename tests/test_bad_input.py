@@ -994,12 +994,12 @@ for extra, fragment in (("-m qwen3-30b-a3b --hw h100 --attention flash", "not th
     case("values", "plan", *extra.split(), "--devices", "8", "--recompute", "op", fragment=fragment)
 
 # memrows: PyTorch's cross-entropy where torchtitan computes another, on a wafer, in a Megatron launch
-for extra, fragment in (("--hw h100 --devices 8 --tp 2", "loss-parallel one on vocabulary shards"),
+for extra, fragment in (("--hw h100 --devices 8 --tp 2", "plans under PyTorch's FSDP"),
                         ("--hw wse3", "a wafer-scale run's loss is the compiler's"),
                         ("--hw h100 --devices 8 --emit megatron", "Megatron runs its own vocab-parallel one")):
     case("values", "plan", "-m", "llama-3-8b", *extra.split(), "--loss", "torch_fp32", fragment=fragment)
-case("values", "plan", "-m", "llama-3-8b", "--hw", "h100", "--devices", "8", "--tp", "2", "--loss", "torch",
-     fragment="--loss torch is PyTorch's cross-entropy on whole logits")
+case("values", "plan", "-m", "llama-3-8b", "--hw", "h100", "--devices", "8", "--pp", "2", "--loss", "torch_fp32_held",
+     fragment="--loss torch_fp32_held is PyTorch's cross-entropy in a PyTorch training loop")
 
 # bridgedtype: NVFP4 parameters where FusedAdam keeps the master weights (Megatron-Core hands it no shard of them)
 case("values", "plan", "-m", "llama-3-8b", "--hw", "b200", "--devices", "8", "--precision", "nvfp4",

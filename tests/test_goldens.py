@@ -128,7 +128,7 @@ EXTRA_SELECTIONS = {
     # --recompute op: torchtitan's per-op checkpoint on its Llama block (the op caches' terms; docs/runs.md opsac)
     # and PyTorch's cross-entropy on fp32 logits, as torchtitan computes it (docs/runs.md memrows)
     "data:llama-3-8b.config.json": [dict(recompute="op", attention="flash", accounting="pytorch", loss="torch_fp32"),
-                                    dict(recompute="op", attention="flash", accounting="ideal", loss="torch")],
+                                    dict(recompute="op", attention="flash", accounting="ideal", loss="torch_fp32_held")],
     # --fp8-attention: the Q, K, V and dO casts around the FP8 fused attention (GQA: a_kv < a)
     "qwen3-30b-a3b": [dict(recompute="selective", attention="flash", accounting="ideal", loss="vocab_parallel",
                            fp8_attention=True)],

@@ -121,11 +121,13 @@ LossOpt = typer.Option(None, "--loss", help=help_text("fused: logits one sequenc
                                                   "(--cross-entropy-loss-fusion: a second fp32 copy in the backward); "
                                                   "te_fused: TransformerEngine's fused "
                                                   "cross-entropy (--cross-entropy-fusion-impl te: the bf16 logits "
-                                                  "turned into their gradient in place); torch: PyTorch's "
-                                                  "F.cross_entropy on the 16-bit logits, as torchtitan computed it in "
-                                                  "2024 (the 16-bit log-softmax kept); torch_fp32: the same on the "
-                                                  "logits cast to fp32, as torchtitan computes it since (the fp32 "
-                                                  "log-softmax kept; its backward holds two more fp32 copies) [default: "
+                                                  "turned into their gradient in place); torch_fp32: PyTorch's "
+                                                  "F.cross_entropy on the logits cast to fp32 in the loss, the 16-bit "
+                                                  "ones deleted before the backward, as torchtitan computes it (the "
+                                                  "fp32 log-softmax kept; its backward holds two more fp32 copies); "
+                                                  "torch_fp32_held: the same on fp32 logits the model casts and the "
+                                                  "loop holds through the backward (torchtitan in April 2024); both "
+                                                  "under PyTorch's FSDP [default: "
                                                   "vocab_parallel on GPUs, fused on wafers]."))
 AccountingOpt = typer.Option(Accounting.ideal, "--accounting", help="ideal (Korthikanti-style) or pytorch (what a "
                              "PyTorch layer keeps, measured: README).")

@@ -423,7 +423,7 @@ def _check_emit(emit: Optional[str], search: bool, profile: Any, request: Any, s
 _NOT_MEGATRON: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("{fsdp_impl} torch", lambda r: r.fsdp_impl == "torch", "plans PyTorch FSDP1, which Megatron does not run"),
     ("{fsdp_impl} fsdp2", lambda r: r.fsdp_impl == "fsdp2", "plans PyTorch FSDP2, which Megatron does not run"),
-    ("{loss} torch", lambda r: r.loss == "torch",
+    ("{loss} torch_fp32_held", lambda r: r.loss == "torch_fp32_held",
      "is PyTorch's cross-entropy as torchtitan runs it; Megatron runs its own vocab-parallel one"),
     ("{loss} torch_fp32", lambda r: r.loss == "torch_fp32",
      "is PyTorch's cross-entropy as torchtitan runs it; Megatron runs its own vocab-parallel one"),

@@ -114,7 +114,7 @@ class RunOptions:
     causal: bool = False
     # the fused attention kernel (btacalc/data/attention_kernels.toml): its FLOP rate where it is not the GEMM rate
     attention_kernel: str = DEFAULT_ATTENTION_KERNEL
-    loss: Literal["stored", "fused", "vocab_parallel", "native_fused", "te_fused", "torch", "torch_fp32"] = "fused"
+    loss: Literal["stored", "fused", "vocab_parallel", "native_fused", "te_fused", "torch_fp32", "torch_fp32_held"] = "fused"
     accounting: Literal["ideal", "pytorch"] = "ideal"
     optimizer: Literal["adam", "sgd"] = "adam"
     bytes_per_element: int = 2
@@ -1024,8 +1024,8 @@ _GPU_ONLY: tuple[tuple[Any, str], ...] = (
      "{precision_aware_optimizer} is TransformerEngine's FusedAdam on a GPU; a wafer-scale run's optimizer state is "
      "MemoryX's"),
     (lambda run, layout: run.loss in TORCH_LOSSES,  # PyTorch's F.cross_entropy on a GPU (formulas/head.toml)
-     "{loss} torch and torch_fp32 are PyTorch's cross-entropy as torchtitan runs it on a GPU; a wafer-scale run's "
-     "loss is the compiler's"),
+     "{loss} torch_fp32 and torch_fp32_held are PyTorch's cross-entropy as torchtitan runs it on a GPU; a wafer-scale "
+     "run's loss is the compiler's"),
     (lambda run, layout: layout.allgather_dispatcher,  # likewise
      "{allgather_dispatcher} is a GPU MoE dispatcher between expert-parallel ranks; a wafer-scale run has no expert "
      "parallelism"),
@@ -1117,7 +1117,7 @@ def _resolve(request: ExecutionRequest, model: "ModelSpec", profile: "HardwarePr
     layout = _resolve_layout(request, model, profile, chosen)
     check_activation_offload(run, model, layout, gpu)
     check_op_recompute(run, layout, model, gpu)
-    check_torch_loss(run, layout)
+    check_torch_loss(run, layout, gpu)
     check_nvfp4_master_shards(run, layout)
     refusal = graph_recompute_refusal(recompute, layout.cuda_graph_scope, model)
     if refusal is not None:
@@ -1273,9 +1273,9 @@ _OP_REFUSALS: tuple[tuple[Any, str], ...] = (
     (lambda run, layout, model: model.dropout or model.sliding_window or model.attention_sinks,
      "the model has dropout, a sliding window or attention sinks, which torchtitan's Llama block has not"),
     (lambda run, layout, model: run.multi_token_prediction or run.attention != "flash"
-     or run.attention_kernel == "triton-flash",
+     or run.attention_kernel in ("triton-flash", "cudnn-9-13"),
      "it needs {attention} flash as PyTorch's SDPA runs it (the flash and efficient kernels are on the policy's save "
-     "list; llm-foundry's Triton kernel is not) and no multi-token prediction"),
+     "list; llm-foundry's Triton kernel and cuDNN's are not, so they would be re-run) and no multi-token prediction"),
     (lambda run, layout, model: run.precision not in ("bf16", "fp16"),
      "its mm count is derived for 16-bit linears; a low-precision linear runs other ops (float8_experimental's "
      "_scaled_mm)"),
@@ -1286,14 +1286,16 @@ _OP_REFUSALS: tuple[tuple[Any, str], ...] = (
 )
 
 
-def check_torch_loss(run: RunOptions, layout: "Layout") -> None:
-    """--loss torch / torch_fp32 is F.cross_entropy on whole logits (torchtitan train.py L162-L163 @ 157a12c5, L131-L134
-    @ 9dec370): under tensor parallelism torchtitan computes a loss-parallel cross-entropy on vocabulary shards
-    instead, which btacalc does not model (parallel_dims.py L119-120 @ 9dec370: loss_parallel on whenever TP > 1)."""
-    if run.loss in TORCH_LOSSES and layout.tensor_parallel > 1:
-        raise BtacalcError(f"{{loss}} {run.loss} is PyTorch's cross-entropy on whole logits; with tensor parallelism "
-                           f"({layout.tensor_parallel}) torchtitan computes a loss-parallel one on vocabulary shards, "
-                           "which btacalc does not model")
+def check_torch_loss(run: RunOptions, layout: "Layout", gpu: bool = True) -> None:
+    """--loss torch_fp32 / torch_fp32_held is F.cross_entropy on whole logits in a PyTorch training loop (torchtitan
+    model.py L432 and train.py L162-L163, L289-L292 @ 157a12c5; train.py L131-L134, L304-L307 @ 9dec370), which btacalc
+    plans under PyTorch's FSDP, 1-D (review33: on a Megatron plan it was planned inside Megatron's pipeline, context
+    and expert parallelism, where no such loop runs; torchtitan's own tensor-parallel runs compute a loss-parallel
+    cross-entropy by default, parallel_dims.py L119-L120 @ 9dec370)."""
+    if run.loss in TORCH_LOSSES and gpu and not layout.torch_fsdp:  # (a wafer: _GPU_ONLY says why)
+        raise BtacalcError(f"{{loss}} {run.loss} is PyTorch's cross-entropy in a PyTorch training loop, which btacalc "
+                           "plans under PyTorch's FSDP ({fsdp} {fsdp_impl} fsdp2 or torch, 1-D); Megatron's plans run its "
+                           "own vocab-parallel cross-entropy")
 
 
 def check_op_recompute(run: RunOptions, layout: "Layout", model: "ModelSpec", gpu: bool) -> None:

@@ -125,9 +125,10 @@ class Recipe(BaseModel):
                                                       "unfused or native, Megatron's vocab-parallel cross-entropy keeps "
                                                       "the fp32 softmax of a micro-batch's logits (native: compiled, "
                                                       "loss native_fused)")
-    torch_cross_entropy: Optional[Literal["torch", "torch_fp32"]] = Field(
-        None, description="the harness's loss is PyTorch's F.cross_entropy, on the 16-bit logits (torch) or on their "
-        "fp32 cast (torch_fp32), as torchtitan computes it (the loss of that name; not a Megatron flag, so not with "
+    torch_cross_entropy: Optional[Literal["torch_fp32", "torch_fp32_held"]] = Field(
+        None, description="the harness's loss is PyTorch's F.cross_entropy on fp32 logits, cast in the loss with the "
+        "16-bit ones deleted before the backward (torch_fp32) or cast in the model and held through the backward "
+        "(torch_fp32_held), as torchtitan computes it (the loss of that name; not a Megatron flag, so not with "
         "cross_entropy_loss_fusion)")
     cross_entropy_fusion_impl: Optional[Literal["native", "te"]] = Field(
         None, description="--cross-entropy-fusion-impl (default native); te with the fusion on: TransformerEngine's "
