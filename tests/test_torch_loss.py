@@ -10,6 +10,8 @@ L304-L307: the 16-bit pred deleted before loss.backward(); F.cross_entropy is lo
 
 Megatron's vocab-parallel cross-entropy keeps the same 4 B fp32 softmax and holds the 16-bit logits (2 B) beside it,
 so the two plans differ by 8 - 2 = 6 B per logit in the working set and by nothing in the stored activations.
+
+The last test measures both loops with PyTorch on CPU (its allocation events), an independent check of the bytes.
 """
 
 from __future__ import annotations
@@ -106,3 +108,48 @@ def test_on_fp32_logits_the_loop_holds_as_torchtitan_s_2024_loop_ran_it(cli):
     memory = resolve_hardware("h100-96gb").memory
     stream = memory.offchip_bandwidth_bytes_per_s.value * memory.achievable_bandwidth_fraction.value
     assert loss["time_s"] == pytest.approx((14 + 22) * logits / stream, rel=1e-9)
+
+
+def _live_bytes_per_logit(held: bool) -> tuple[float, float]:
+    """Measured with PyTorch on CPU (the profiler's allocation events): the bytes per logit allocated and alive at the
+    start of the loss's backward and at its peak, for torchtitan's two loops (review33's method)."""
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    tokens, vocab, hidden = 1024, 4096, 32
+    h = torch.randn(tokens, hidden, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(vocab, hidden, dtype=torch.bfloat16, requires_grad=True)
+    labels = torch.randint(0, vocab, (tokens,))
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        with record_function("forward"):
+            pred = h @ w.t()
+            if held:  # 157a12c5: the model casts (model.py L432), the loop keeps pred
+                pred = pred.float()
+                loss = torch.nn.functional.cross_entropy(pred, labels)
+            else:  # 9dec370: the loss casts, the loop deletes pred (train.py L131-L134, L304-L307)
+                loss = torch.nn.functional.cross_entropy(pred.float(), labels)
+                del pred
+        with record_function("backward"):
+            loss.backward()
+    events = prof.profiler.kineto_results.events()
+    start, end = next((e.start_ns(), e.start_ns() + e.duration_ns()) for e in events if e.name() == "backward")
+    live, at_start, peak = 0, None, 0
+    for e in sorted((e for e in events if e.name() == "[memory]"), key=lambda e: e.start_ns()):
+        if at_start is None and e.start_ns() >= start:
+            at_start = live
+        live += e.nbytes()
+        if start <= e.start_ns() <= end:
+            peak = max(peak, live)
+    logits = tokens * vocab
+    return (at_start or 0) / logits, peak / logits
+
+
+@pytest.mark.parametrize("loss, held", [("torch_fp32", False), ("torch_fp32_held", True)])
+def test_the_loss_s_bytes_are_what_pytorch_allocates(cli, loss, held):
+    """The catalogue's stored + transient bytes of the loss equal what PyTorch itself keeps alive at the peak of the
+    loss's backward (the logits' 2 B and the tiny weight and input gradients aside)."""
+    _, peak = _live_bytes_per_logit(held)
+    plan = _plan(cli, "--loss", loss)
+    loss_phase = next(p for p in plan["outside_layers"] if p["name"] == "loss")
+    planned = (loss_phase["stored_activation_bytes"] + loss_phase["transient_bytes"]) / (8192 * 2 * 128256)
+    assert peak == pytest.approx(planned, abs=0.1), (peak, planned)
