@@ -10,8 +10,9 @@ the whole layer's (Korthikanti et al. 2022 eq. 1); with t > 1 the stored bytes r
 Recomputation (Korthikanti 2022 §5; Megatron-Core `recompute_granularity` / `recompute_modules`):
 `full` keeps only what the per-layer checkpoint keeps; `selective` (Megatron's default module list,
 core_attn) and explicit module lists drop the stored terms tagged with those modules; `op` (torchtitan's per-op
-checkpoint, vocabulary OP_POLICY) keeps the checkpoint and the outputs its cache holds (terms tagged `op_cache`,
-stored under that policy only) and re-runs every phase but the attention core, less the GEMMs it cached (each
+checkpoint, vocabulary OP_POLICY) keeps the checkpoint and the outputs its cache holds (terms tagged `op_cache` or,
+where the backward reads the same tensor and so the re-run does not rebuild it, `op_cache_saved`; stored under that
+policy only) and re-runs every phase but the attention core, less the GEMMs it cached (each
 GEMM's `op_recompute` share).
 
 Choosing terms needs no sympy; building the summed expressions (`expression`, `state_expression`)
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from ..vocabulary import FEATURES, OP_CACHE, OP_POLICY, RECOMPUTE_MODULES, parse_recompute, recompute_modules
 from .constants import constants
-from .terms import Phase, Term, load_catalogue
+from .terms import Gemm, Phase, Term, load_catalogue
 
 if TYPE_CHECKING:
     import sympy as sp
@@ -148,10 +149,7 @@ class Selection:
         f = self.feature_dict
         if not f["checkpoint_early_stop"] or self.modules is not None or f["dropout"]:
             return sp.Integer(0)
-        tail = [g for g in phase.gemm if g.after_last_save and g.applies(f)]
-        return sp.Add(*[2 * parse_expr(g.m, local_dict=SYMBOLS) * parse_expr(g.n, local_dict=SYMBOLS)
-                        * parse_expr(g.k, local_dict=SYMBOLS) * parse_expr(g.count, local_dict=SYMBOLS)
-                        for g in tail])
+        return sp.Add(*[_gemm_flops(g) for g in phase.gemm if g.after_last_save and g.applies(f)])
 
     def cached_by_op_policy(self, phase: Phase) -> "sp.Expr":
         """Forward FLOPs of the phase that the op-level policy's re-run takes from its cache: each GEMM's 2mnk x
@@ -164,11 +162,7 @@ class Selection:
         from .symbols import SYMBOLS
 
         f = self.feature_dict
-
-        def parse(text: str) -> "sp.Expr":
-            return parse_expr(text, local_dict=SYMBOLS)
-
-        return sp.Add(*[2 * parse(g.m) * parse(g.n) * parse(g.k) * parse(g.count) * (1 - parse(g.op_recompute))
+        return sp.Add(*[_gemm_flops(g) * (1 - parse_expr(g.op_recompute, local_dict=SYMBOLS))
                         for g in phase.gemm if g.applies(f) and g.op_recompute is not None])
 
     def _recompute_bytes(self, phase: Phase) -> "sp.Expr":
@@ -206,6 +200,16 @@ class Selection:
         if modules is None:
             return True
         return phase.recompute_module in modules and _drops_a_tensor(self, phase.recompute_module)
+
+
+def _gemm_flops(g: Gemm) -> "sp.Expr":
+    """A catalogue GEMM's forward FLOPs per device: 2mnk x count (Korthikanti 2022 App. A)."""
+    from sympy.parsing.sympy_parser import parse_expr
+
+    from .symbols import SYMBOLS
+
+    m, n, k, count = (parse_expr(x, local_dict=SYMBOLS) for x in (g.m, g.n, g.k, g.count))
+    return 2 * m * n * k * count
 
 
 @functools.lru_cache(maxsize=1024)
