@@ -12,6 +12,7 @@ import typer
 
 from .. import profiling
 from ..errors import BtacalcError
+from ..vocabulary import TORCH_LOSSES
 from .console import err
 from .options import (with_flags, Accounting, AccountingOpt, Attention, AttentionKernelOpt, AttentionOpt, CausalOpt, CpOpt, DevicesOpt, Emit, EpOpt,
                       EtpOpt, ExpertFfnOpt, ExpertsOpt, FixedActiveOpt, EagerKernelsOpt, CpuOffloadOpt, MOMENT_BYTES, Moments, MomentsOpt, PrecisionAwareOpt, Optimizer, OptimizerOpt, FsdpOpt, FsdpImplOpt, GlobalBatchOpt,
@@ -423,9 +424,7 @@ def _check_emit(emit: Optional[str], search: bool, profile: Any, request: Any, s
 _NOT_MEGATRON: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("{fsdp_impl} torch", lambda r: r.fsdp_impl == "torch", "plans PyTorch FSDP1, which Megatron does not run"),
     ("{fsdp_impl} fsdp2", lambda r: r.fsdp_impl == "fsdp2", "plans PyTorch FSDP2, which Megatron does not run"),
-    ("{loss} torch_fp32_held", lambda r: r.loss == "torch_fp32_held",
-     "is PyTorch's cross-entropy as torchtitan runs it; Megatron runs its own vocab-parallel one"),
-    ("{loss} torch_fp32", lambda r: r.loss == "torch_fp32",
+    ("{loss} " + " / ".join(TORCH_LOSSES), lambda r: r.loss in TORCH_LOSSES,
      "is PyTorch's cross-entropy as torchtitan runs it; Megatron runs its own vocab-parallel one"),
     ("{recompute} op", lambda r: r.recompute == "op",
      "is torchtitan's per-op activation checkpoint; Megatron recomputes whole layers or named modules"),

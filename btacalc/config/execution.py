@@ -1286,7 +1286,7 @@ _OP_REFUSALS: tuple[tuple[Any, str], ...] = (
 )
 
 
-def check_torch_loss(run: RunOptions, layout: "Layout", gpu: bool = True) -> None:
+def check_torch_loss(run: RunOptions, layout: "Layout", gpu: bool) -> None:
     """--loss torch_fp32 / torch_fp32_held is F.cross_entropy on whole logits in a PyTorch training loop (torchtitan
     model.py L432 and train.py L162-L163, L289-L292 @ 157a12c5; train.py L131-L134, L304-L307 @ 9dec370), which btacalc
     plans under PyTorch's FSDP, 1-D (review33: on a Megatron plan it was planned inside Megatron's pipeline, context

@@ -28,7 +28,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from ..config.execution import (DEFAULT_TOKENS_PER_STEP, BatchLimits, Execution, ExecutionRequest, Layout,
-                                check_op_recompute, check_torch_loss, resolve_execution, recompute_refusal)
+                                resolve_execution, recompute_refusal)
 from ..config.megatron_rules import a2a_refusal
 from ..config.hardware import HardwareProfile
 from ..config.model import ModelSpec
@@ -171,8 +171,6 @@ def _candidates(model: ModelSpec, hardware: HardwareProfile, request: ExecutionR
             try:
                 layout.validate(model, hardware, base.run.seq_len,
                                 model.mtp_layers if base.run.multi_token_prediction else 0)
-                check_op_recompute(base.run, layout, model, True)  # --recompute op: TP 1 and CP 1 only
-                check_torch_loss(base.run, layout)  # --loss torch_fp32: TP 1
             except BtacalcError:
                 continue
             for policy in policies:
