@@ -194,6 +194,12 @@ case("names", "formulas", "--phase", "nope", fragment="unknown phase")
 case("names", "formulas", "--quantity", "nope", fragment="unknown quantity")
 case("names", "formulas", "--model", "nope", fragment="unknown model")
 case("names", "formulas", "--model", "gpt3-175b", "--phase", "experts", fragment="does not apply to gpt3-175b")
+# a model's formulas are summed only under a recompute policy `plan` would run for it (the same refusal, one line)
+case("values", "formulas", "--model", "qwen3-30b-a3b", "--recompute", "op", "--attention", "flash",
+     fragment="not the Llama block")
+case("values", "formulas", "--model", "llama-3-8b", "--recompute", "op", fragment="needs --attention flash")
+case("values", "formulas", "--model", "llama-3-8b", "--recompute", "moe_act", fragment="the model has no MoE layers")
+case("values", "formulas", "--model", "gpt3-175b", "--recompute", "mla_up_proj", fragment="the model has no MLA")
 case("names", "sweep", "--vary", "colour=1,2", fragment="unknown parameter")
 
 # --- values: inputs that contradict each other ---------------------------------------------------

@@ -1265,25 +1265,34 @@ def check_recompute_layers(run: RunOptions, model: "ModelSpec") -> None:
 # keeps, so the derivation does not hold and the plan is refused (tests/test_op_recompute.py checks that every model
 # it accepts has a share for each of its layer GEMMs).
 _OP_REFUSALS: tuple[tuple[Any, str], ...] = (
-    (lambda run, layout, model: model.is_moe or model.mla is not None or model.mlp != "swiglu" or model.parallel_block,
+    (lambda run, model: model.is_moe or model.mla is not None or model.mlp != "swiglu" or model.parallel_block,
      "the model's layer is not the Llama block the policy's mm order is derived for (dense, GQA or MHA attention, "
      "a SwiGLU MLP, one after the other)"),
-    (lambda run, layout, model: model.qkv_bias or model.linear_bias or model.mlp_bias,
+    (lambda run, model: model.qkv_bias or model.linear_bias or model.mlp_bias,
      "the model's linears have biases: PyTorch runs them as addmm, which the policy neither counts nor keeps"),
-    (lambda run, layout, model: model.dropout or model.sliding_window or model.attention_sinks,
+    (lambda run, model: model.dropout or model.sliding_window or model.attention_sinks,
      "the model has dropout, a sliding window or attention sinks, which torchtitan's Llama block has not"),
-    (lambda run, layout, model: run.multi_token_prediction or run.attention != "flash"
+    (lambda run, model: run.multi_token_prediction or run.attention != "flash"
      or run.attention_kernel in ("triton-flash", "cudnn-9-13"),
      "it needs {attention} flash as PyTorch's SDPA runs it (the flash and efficient kernels are on the policy's save "
      "list; llm-foundry's Triton kernel and cuDNN's are not, so they would be re-run) and no multi-token prediction"),
-    (lambda run, layout, model: run.precision not in ("bf16", "fp16"),
+    (lambda run, model: run.precision not in ("bf16", "fp16"),
      "its mm count is derived for 16-bit linears; a low-precision linear runs other ops (float8_experimental's "
      "_scaled_mm)"),
-    (lambda run, layout, model: not layout.torch_fsdp or layout.cuda_graph_scope,
-     "it needs PyTorch's own modules, which btacalc plans under PyTorch's FSDP ({fsdp} {fsdp_impl} fsdp2 or torch, "
-     "1-D) without CUDA graphs: TransformerEngine's linears and attention, which btacalc's other GPU plans run, are "
-     "no aten ops the policy sees"),
 )
+_OP_LAYOUT_REFUSAL = ("it needs PyTorch's own modules, which btacalc plans under PyTorch's FSDP ({fsdp} {fsdp_impl} "
+                      "fsdp2 or torch, 1-D) without CUDA graphs: TransformerEngine's linears and attention, which "
+                      "btacalc's other GPU plans run, are no aten ops the policy sees")
+
+
+def op_recompute_refusal(run: RunOptions, model: "ModelSpec") -> Optional[str]:
+    """Why torchtitan's per-op policy (--recompute op) would count other ops for this model and run, whatever the
+    layout (`_OP_REFUSALS`; None: it applies). `formulas --model` asks this too, so it never sums the op policy's
+    shares for a model `plan` refuses."""
+    if run.recompute != OP_POLICY:
+        return None
+    why = next((why for refused, why in _OP_REFUSALS if refused(run, model)), None)
+    return None if why is None else f"{{recompute}} op (torchtitan's per-op activation checkpoint): {why}"
 
 
 def check_torch_loss(run: RunOptions, layout: "Layout", gpu: bool) -> None:
@@ -1299,16 +1308,19 @@ def check_torch_loss(run: RunOptions, layout: "Layout", gpu: bool) -> None:
 
 
 def check_op_recompute(run: RunOptions, layout: "Layout", model: "ModelSpec", gpu: bool) -> None:
-    """--recompute op: refused in one line where torchtitan's per-op policy would count other ops (`_OP_REFUSALS`)
-    or on a wafer (PyTorch's checkpoint)."""
+    """--recompute op: refused in one line where torchtitan's per-op policy would count other ops
+    (`op_recompute_refusal`, then the layout: PyTorch's FSDP without CUDA graphs) or on a wafer (PyTorch's
+    checkpoint)."""
     if run.recompute != OP_POLICY:
         return
     if not gpu:
         raise BtacalcError("{recompute} op is torchtitan's per-op activation checkpoint (PyTorch, on a GPU); a "
                            "wafer-scale run's recomputation is the compiler's")
-    for refused, why in _OP_REFUSALS:
-        if refused(run, layout, model):
-            raise BtacalcError(f"{{recompute}} op (torchtitan's per-op activation checkpoint): {why}")
+    refusal = op_recompute_refusal(run, model)
+    if refusal is not None:
+        raise BtacalcError(refusal)
+    if not layout.torch_fsdp or layout.cuda_graph_scope:
+        raise BtacalcError(f"{{recompute}} op (torchtitan's per-op activation checkpoint): {_OP_LAYOUT_REFUSAL}")
 
 
 def check_nvfp4_master_shards(run: RunOptions, layout: "Layout") -> None:

@@ -7,7 +7,7 @@ from typing import Any, Optional
 import sympy as sp
 from ..catalogue.selection import Selection
 from ..catalogue.terms import load_catalogue
-from ..config.execution import RunOptions
+from ..config.execution import RunOptions, op_recompute_refusal, recompute_refusal
 from ..config.presets import resolve_model
 from ..errors import BtacalcError
 from ..vocabulary import DESCRIPTIONS, QUANTITIES, QUANTITY_UNITS
@@ -44,6 +44,9 @@ def formula_listing(phase: Optional[str], quantity: Optional[str], model: Option
         return listing
 
     spec = resolve_model(model)
+    refusal = recompute_refusal(run.recompute, spec, run.recipe) or op_recompute_refusal(run, spec)
+    if refusal is not None:  # the listing sums what `plan` would plan: not a policy it refuses for this model
+        raise BtacalcError(refusal)
     feats = {**spec.features(), **run.features(), "sequence_parallel": sequence_parallel,
              "master": "remainders" if run.param_remainders else "fp32"}  # (Problem.features, without a layout)
     sel = Selection.make(feats, run.recompute)
