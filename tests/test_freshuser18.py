@@ -259,9 +259,16 @@ def test_a_wafer_plan_says_what_it_offloads(cli, monkeypatch):
     assert r["phases"][0]["stored_activation_bytes"] == 2 * 4096 * 2048 * gb  # the layer input, 2sbh at G·b
     assert mem["stored_activations"] + mem["recompute_buffer"] + off == stored + recomputed
     assert off > 30 * mem["stored_activations"]
+    # review36: the recomputed layer's offloaded part, apart (it exists only during its layer's backward): here the
+    # checkpoints are kept first, so all of the recomputed layer but what SRAM keeps of it is offloaded
+    off_r = r["wafer"]["offloaded_recompute_bytes"]
+    assert off_r == recomputed - mem["recompute_buffer"] and 0 < off_r < off
+    assert off - off_r == stored - mem["stored_activations"]
     code, out, _ = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "wse3")
     flat = " ".join(out.split())
     assert code == 0 and f"activations offloaded to the activation servers: {off / 1e9:.2f} GB per micro-batch" in flat
+    assert (f"checkpoints {(off - off_r) / 1e9:.2f} GB, out in forward and back in backward, and recomputed "
+            f"activations {off_r / 1e9:.2f} GB, out and back within their layer's backward") in flat
 
 
 @pytest.mark.parametrize("given,preset", [("Qwen/Qwen3-30B-A3B", "qwen3-30b-a3b"),

@@ -230,8 +230,9 @@ FsdpImplOpt = typer.Option(None, "--fsdp-impl", help=help_text(
     "root unit gathered through the backward; data parallel only) or fsdp2 (PyTorch's fully_shard as torchtitan runs "
     "it: the same units and dtypes, plus its all-gather copy-out and reduce-scatter copy-in on the compute stream) "
     "[default: megatron]."))
-GradBytesOpt = typer.Option(None, "--grad-bytes", min=2, max=4, help=help_text("Bytes per gradient: 4 (fp32 main "
-                            "gradients, Megatron's default with bf16) or 2 [default: 4 on GPUs, 2 on wafers]."))
+GradBytesOpt = typer.Option(None, "--grad-bytes", help=help_text("Bytes per gradient, 2 or 4: 4 (fp32 main "
+                            "gradients, Megatron's default with bf16) or 2; on a wafer, the gradients MemoryX holds "
+                            "(they leave the wafer in the weights' 16 bits) [default: 4 on GPUs, 2 on wafers]."))
 RoutingOpt = typer.Option(1.0, "--routing-imbalance", min=1.0, help="Busiest expert's routed tokens over the mean "
                           "(1.0: balanced, as forced-balance benchmarks).")
 OverlapGradOpt = typer.Option(None, "--overlap-grad-reduce/--no-overlap-grad-reduce", help=help_text("Hide the "

@@ -311,13 +311,13 @@ def _numerics(spec: ModelSpec) -> Optional[str]:
     if unknown:
         said.append(f"{spec.name}'s source gives no {', '.join(key for _, key in unknown)}, so the launch trains "
                     f"Megatron-LM's default{'s' if len(unknown) > 1 else ''} ({', '.join(flag for flag, _ in unknown)}): give "
-                    "your model's")
+                    f"your model's value{'s' if len(unknown) > 1 else ''} with {'those flags' if len(unknown) > 1 else 'that flag'}")
     if n.rope_theta is not None and n.rope_theta != int(n.rope_theta) and spec.position_embedding == "rope":
         said.append(f"the model's RoPE base {exact_number(n.rope_theta)} is no integer, which Megatron-LM's --rotary-base (type=int, "
                     "arguments.py L2418) cannot take: the launch trains 10000 (Megatron-Bridge: model.rotary_base)")
     if spec.is_moe:
         said.append("the router's load-balancing loss stays at Megatron-LM's default (--moe-aux-loss-coeff 0): give "
-                    "your model's")
+                    "your model's coefficient with that flag")
     return "; ".join(said) or None
 
 

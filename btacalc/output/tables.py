@@ -90,7 +90,8 @@ def _throughput_table(r: PlanReport) -> Table:
         t.add_row(f"G=1, b={th.tile_batch_g1}", f"{th.tokens_per_s_g1:,.0f}", f"{th.step_time_s_g1:.3f} s",
                   f"{th.relative_to_dense_g1:.2f}" if th.relative_to_dense_g1 is not None else "-", "")
     if moe and th.dense_tokens_per_s is not None:
-        t.add_row(f"dense equivalent, G·b={th.dense_global_batch}", f"{th.dense_tokens_per_s:,.0f}", "", "1.00", "")
+        m = f", M={th.dense_micro_batches}" if (th.dense_micro_batches or 1) > 1 else ""
+        t.add_row(f"dense equivalent, G·b={th.dense_global_batch}{m}", f"{th.dense_tokens_per_s:,.0f}", "", "1.00", "")
     top = sorted(th.phase_share.items(), key=lambda kv: -kv[1])[:4]
     streamed = r.hardware.memory_model == "weight_streaming"  # the weight stream exists only there
     stream = (f"streaming {'overlapped' if th.overlap_streaming else 'not overlapped'}, stream-bound "
@@ -311,9 +312,13 @@ def _memory_table(r: PlanReport) -> Table:
         t.caption = (f"off-wafer (MemoryX): weights {gb(off['weights'])}, gradients {gb(off['gradients'])}, "
                      f"optimizer {gb(off['optimizer'])} = {gb(state)} of {off['capacity'] / 1e9:,.0f} GB")
         if r.wafer is not None and r.wafer.offloaded_activation_bytes:
-            t.caption += (f"; activations offloaded to the activation servers: {gb(r.wafer.offloaded_activation_bytes)} "
-                          "per micro-batch, out in forward and back in backward (Cerebras R2.0+ dynamic memory "
-                          "offload, an estimate); stored_activations and recompute_buffer are the parts kept in SRAM")
+            w = r.wafer
+            ckpt = w.offloaded_activation_bytes - w.offloaded_recompute_bytes
+            t.caption += (f"; activations offloaded to the activation servers: {gb(w.offloaded_activation_bytes)} "
+                          f"per micro-batch: checkpoints {gb(ckpt)}, out in forward and back in backward, and "
+                          f"recomputed activations {gb(w.offloaded_recompute_bytes)}, out and back within their "
+                          "layer's backward (Cerebras R2.0+ dynamic memory offload, an estimate); stored_activations "
+                          "and recompute_buffer are the parts kept in SRAM")
     return t
 
 

@@ -435,6 +435,7 @@ def _throughput(problem: Problem, s: ThroughputSummary) -> Throughput:
         tile_batch_g1=s.g1.tile_batch if s.g1.fits else None,
         dense_tokens_per_s=float(s.dense_time.tokens_per_s) if s.dense_time else None,
         dense_global_batch=s.dense.tiles * s.dense.tile_batch if s.dense.fits else None,
+        dense_micro_batches=s.dense.micro_batches if s.dense.fits else None,
         tiling_overhead_s=float(bt.tiling_overhead_s), stream_bound_share=float(bt.stream_bound_share),
         overlap_streaming=problem.run.overlap_streaming, compute_efficiency=compute_efficiency(problem),
         phase_share=shares, dominant_phase=max(shares, key=lambda k: shares[k]),

@@ -414,7 +414,11 @@ class Throughput(BaseModel):
     step_time_s_g1: Optional[float]
     tile_batch_g1: Optional[int]
     dense_tokens_per_s: Optional[float]
-    dense_global_batch: Optional[int]
+    dense_global_batch: Optional[int] = Field(description="the dense reference's G·b per micro-batch per rank (named "
+                                              "like plan.global_batch, which predates gradient accumulation)")
+    dense_micro_batches: Optional[int] = Field(None, description="the dense reference's M: with the plan's global "
+                                               "batch fixed, DP x M x dense_global_batch is that same global batch (plan; a sweep's "
+                                               "points leave it null)")
     tiling_overhead_s: float = Field(description="the per-tile overhead of the step (G x layers, a GPU stage's, x "
                                      "micro-batches x the profile's per-tile cost), a part of step_time_s that "
                                      "phase_share leaves out")
@@ -482,9 +486,13 @@ class WaferInfo(BaseModel):
     offloaded_activation_bytes: int = Field(0, description="stored activations (checkpoints, then recomputed ones) "
                                             "of one micro-batch held off the wafer on the activation servers "
                                             "(Cerebras R2.0+ dynamic memory offload, btacalc's estimate: "
-                                            "model/wafer/offload.py), out in forward and back in backward; "
+                                            "model/wafer/offload.py): the checkpoints out in forward and back in "
+                                            "backward, the recomputed activations (offloaded_recompute_bytes of "
+                                            "them) out and back within their layer's backward; "
                                             "memory_bytes.stored_activations and recompute_buffer are what stays "
                                             "in SRAM")
+    offloaded_recompute_bytes: int = Field(0, description="the part of offloaded_activation_bytes that is one "
+                                           "layer's recomputed activations, which exist only during its backward")
     gradient_out_s: Optional[float] = Field(None, description="per step, before overlap with the last backward pass")
     optimizer_update_s: Optional[float] = Field(None, description="MemoryX's optimizer step, before overlap")
     step_boundary_s: Optional[float] = Field(None, description="what the step boundary adds after overlap")

@@ -438,12 +438,15 @@ class _Solver:
                  tuple(sorted(dense.run.features().items())), dense.run.overlap_streaming, dense.execution.objective,
                  dense.run.precision, dense.run.low_precision_param_gather)
         base_key = (self.dense_ids.setdefault(about, len(self.dense_ids)),)  # hashed once, not per point
-        keys = [base_key + k for k in zip(seq.tolist(), limits.max_global_batch.tolist(), limits.micro_batches.tolist())]
+        # as BatchLimits.free: a fixed global batch stays fixed (M the solver's), else the point's M stays
+        fixed_m = np.where(limits.global_batch > 0, 0, limits.micro_batches)
+        keys = [base_key + k for k in zip(seq.tolist(), limits.global_batch.tolist(), limits.max_global_batch.tolist(),
+                                          fixed_m.tolist())]
         missing = [i for i, k in enumerate(keys) if k not in self.dense]
         if missing:
-            todo = np.array(sorted({keys[i][-3:] for i in missing}), dtype=np.int64).reshape(-1, 3)
+            todo = np.array(sorted({keys[i][-4:] for i in missing}), dtype=np.int64).reshape(-1, 4)
             free = PointLimits.of(BatchLimits(), len(todo))
-            free = replace(free, max_global_batch=todo[:, 1], micro_batches=todo[:, 2])
+            free = replace(free, global_batch=todo[:, 1], max_global_batch=todo[:, 2], micro_batches=todo[:, 3])
             found = search(dense.with_run(seq_len=todo[:, 0]), free, dense.execution.objective)
             best = found.best
             for j, k in enumerate(todo.tolist()):

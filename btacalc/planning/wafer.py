@@ -100,6 +100,7 @@ def wafer_info(problem: Problem, mem: MemoryModel, sol: Solution, best: Optional
     rows = scaling_rows(problem)
     linear, note = _linear_until(rows)
     ev = problem.evaluate(sol.tiles, sol.tile_batch)
+    split = mem.activation_split(ev)
     per_tile = hw.calibration.tile_overhead_s.value * problem.model.num_layers if hw.calibration.tile_overhead_s else 0.0
     return WaferInfo(
         systems=lay.devices, global_batch=lay.devices * lay.micro_batches * n,
@@ -109,7 +110,8 @@ def wafer_info(problem: Problem, mem: MemoryModel, sol: Solution, best: Optional
         stream_bandwidth_bytes_per_s=stream_bandwidth(hw), stream_limited_by=stream_limit(hw),
         swarmx_levels=levels(problem), swarmx_latency_s=tree_latency_s(hw, lay.devices),
         memoryx_capacity_bytes=int(hw.memory.offchip_memory_bytes.value), memoryx_state_bytes=int(state),
-        memoryx_fits=mem.offchip_fits, offloaded_activation_bytes=int(mem.activation_split(ev).offloaded),
+        memoryx_fits=mem.offchip_fits, offloaded_activation_bytes=int(split.offloaded),
+        offloaded_recompute_bytes=int(split.recompute_offloaded),
         gradient_out_s=_opt(comm.get("gradient_out")), optimizer_update_s=_opt(comm.get("optimizer_update")),
         step_boundary_s=_opt(best.phase_time_s.get("step_boundary")) if best is not None else None,
         tile_overhead_s=float(tiles_overhead_s(problem, ev, 1, per_tile)),

@@ -19,8 +19,10 @@ btacalc's model of it (the policy is not published; an estimate stated as such):
   above runs backward), so with S = S_ckpt + R and K the bytes kept:
       K = min(S, max(usable - W, KEPT_LAYERS x S_layer)),   S_off = S - K,   fits iff W + K <= usable;
   the checkpoints are kept first, the recomputed activations take what is left of K;
-- what it costs: S_off leaves during forward and comes back during backward, 2 S_off bytes per
-  micro-batch, over the system I/O at the profile's `activation_offload_bandwidth_bytes_per_s` (assumed
+- what it costs: S_off leaves and comes back, 2 S_off bytes per micro-batch: the offloaded checkpoints
+  leave during forward and come back during backward; the offloaded part of R is written out as the layer's
+  backward recomputes it and read back as the backward uses it (both inside the backward: reported apart,
+  `recompute_offloaded`), over the system I/O at the profile's `activation_offload_bandwidth_bytes_per_s` (assumed
   the weight stream's link). It fills the time the link is idle while the wafer computes, and only the
   rest shows:
       t_offload = max(0, 2 S_off / r_act - (t_micro_batch - t_stream))
@@ -51,6 +53,7 @@ class ActivationSplit:
     stored_on_wafer: Any
     recompute_on_wafer: Any
     offloaded: Any
+    recompute_offloaded: Any = 0  # the part of `offloaded` that is recomputed activations (review36)
 
 
 def offload_bandwidth(problem: Problem) -> Any:
@@ -70,7 +73,7 @@ def split_activations(problem: Problem, stored: Any, recompute: Any, one_layer: 
         return ActivationSplit(stored, recompute, 0)
     kept = _min(stored + recompute, _max(usable - other_bytes, KEPT_LAYERS * one_layer))
     stored_kept = _min(stored, kept)
-    return ActivationSplit(stored_kept, kept - stored_kept, stored + recompute - kept)
+    return ActivationSplit(stored_kept, kept - stored_kept, stored + recompute - kept, recompute - (kept - stored_kept))
 
 
 def _min(a: Any, b: Any) -> Any:
