@@ -200,6 +200,22 @@ case("values", "formulas", "--model", "qwen3-30b-a3b", "--recompute", "op", "--a
 case("values", "formulas", "--model", "llama-3-8b", "--recompute", "op", fragment="needs --attention flash")
 case("values", "formulas", "--model", "llama-3-8b", "--recompute", "moe_act", fragment="the model has no MoE layers")
 case("values", "formulas", "--model", "gpt3-175b", "--recompute", "mla_up_proj", fragment="the model has no MLA")
+# review34: sequence parallelism splits a TP layer; op and the torch losses are planned 1-D
+case("values", "formulas", "--model", "llama-3-8b", "--recompute", "op", "--attention", "flash", "--sequence-parallel",
+     fragment="without tensor parallelism")
+case("values", "formulas", "--model", "llama-3-8b", "--loss", "torch_fp32", "--sequence-parallel",
+     fragment="without tensor parallelism")
+# review34: sweep, compare and whatif cannot lay out PyTorch's FSDP: they told the user to add --fsdp, which they
+# do not take
+for cmd in (["sweep", "--vary", "seq=1024,2048", "--hw", "h100", "--devices", "8"],
+            ["compare", "--hw", "h100,b200"],
+            ["whatif", "--hw", "h100", "--devices", "8", "--target", "tokens_per_s=1e6", "--solve-for",
+             "chip.peak_flops_per_s"]):
+    case("values", *cmd, "--model", "llama-3-8b", "--recompute", "op", fragment="which only `btacalc plan` lays out")
+for cmd in (["sweep", "--vary", "seq=1024,2048", "--hw", "h100", "--devices", "8"],
+            ["whatif", "--hw", "h100", "--devices", "8", "--target", "tokens_per_s=1e6", "--solve-for",
+             "chip.peak_flops_per_s"]):
+    case("values", *cmd, "--model", "llama-3-8b", "--loss", "torch_fp32_held", fragment="which only `btacalc plan`")
 case("names", "sweep", "--vary", "colour=1,2", fragment="unknown parameter")
 
 # --- values: inputs that contradict each other ---------------------------------------------------
@@ -264,6 +280,11 @@ for cmd in PROFILE_COMMANDS:  # the issue's headline cases on every command
         if name in HEADLINE:
             case("profiles", *cmd, "{tmp}/headline.toml", fragment=fragment, files={"headline.toml": text})
 case("profiles", "plan", "--hw", "{tmp}/latin1.toml", fragment="cannot read", files={"latin1.toml": b"name = \"\xe9\"\n"})
+# review34: a profile defaulting to torchtitan's op policy passed hw check, then every plan was refused naming an
+# --recompute op the user never gave
+for cmd in (["hw", "check"], ["plan", "--hw"]):
+    case("profiles", *cmd, "{tmp}/op.toml", fragment="not a device's default",
+         files={"op.toml": GPU_PROFILE.replace('\nrecompute = "none"', '\nrecompute = "op"', 1)})
 case("profiles", "plan", "--hw", "{tmp}/deep.toml", fragment="not valid TOML", files={"deep.toml": "a = " + "[" * 100000})
 case("profiles", "hw", "check", "{tmp}/profiles", fragment="is a folder", files={"profiles/x": ""})
 
@@ -790,6 +811,11 @@ case("ignored", "validate", "--calibrate", "--wafer-loo", fragment="it takes no 
 for typo, fragment in (("micro_bach", "did you mean 'micro_batch'?"), ("Devices", "did you mean 'devices'?")):
     case("files", "validate", "--measured", "{tmp}/runs.json", fragment=fragment, outputs=False,
          files={"runs.json": _runs_with(**{typo: 4})})
+# review34: a recipe field one level up (beside the run's fields) was carried through unread, and the run planned
+# without it (a torchtitan row's checkpoint_early_stop moved its error from +1.8% to -4.1%, exit 0)
+for key, value in (("checkpoint_early_stop", True), ("torch_cross_entropy", True), ("eager_kernels", True)):
+    case("files", "validate", "--measured", "{tmp}/runs.json", fragment=f"key '{key}' is a recipe field", outputs=False,
+         files={"runs.json": _runs_with(**{key: value})})
 # a run's sizes beyond plan's bounds: a sequence of 2^70 was a bare OverflowError naming no run or field
 for field, value in (("seq", 2**70), ("devices", 2**64), ("tp", 2**21)):
     case("files", "validate", "--measured", "{tmp}/runs.json", fragment=f"field {field}: Input should be less than",

@@ -7,7 +7,7 @@ from typing import Any, Optional, Sequence
 import typer
 
 from ..errors import BtacalcError
-from .options import (Attention, AttentionOpt, GpusPerNodeOpt, GradAccumOpt, Match, MemoryModelChoice, MemoryModelOpt,
+from .options import (refuse_fsdp_only, Attention, AttentionOpt, GpusPerNodeOpt, GradAccumOpt, Match, MemoryModelChoice, MemoryModelOpt,
                       ModelOpt, NameOpt, OutputOpt, OverlapA2aOpt, OverlapOpt, QuietOpt, RecipeOptions, RecomputeOpt,
                       SeqOpt, check_bounds, emit_result, help_text, outputs, takes_recipe_options, value, with_flags)
 from .progress import progress
@@ -103,6 +103,7 @@ def compare(
     from ..planning.compare import CompareRequest
 
     check_bounds({"--systems": systems})
+    refuse_fsdp_only("compare", recompute, None)
     outs = outputs(output, as_json, csv_path, plot_path, inputs={"--model": model, "--hw": hw})
     spec, profiles = resolve_model(model, name), _profiles(hw)
     counts = _device_counts(devices, match, memory_model, profiles)

@@ -104,9 +104,22 @@ HwOpt = typer.Option("wse3", "--hw", help="Hardware profile name (btacalc hw lis
 SeqOpt = typer.Option(None, "--seq", min=1, help=help_text("Sequence length s (Megatron's --seq-length) [default: "
                       "4096, Qwen3 pre-training]."))
 RECOMPUTE_HELP = ("Activation recomputation: none, selective, full, op (torchtitan's per-op selective checkpoint, under "
-                  "PyTorch's FSDP), or "
+                  "PyTorch's FSDP, which plan lays out), or "
                   "Megatron recompute modules, comma-separated (" + ", ".join(RECOMPUTE_MODULES) + ")")
 RecomputeOpt = typer.Option(None, "--recompute", help=help_text(RECOMPUTE_HELP + " [default: per device]."))
+
+
+def refuse_fsdp_only(command: str, recompute: Optional[str], loss: Optional[str]) -> None:
+    """review34: torchtitan's per-op checkpoint and PyTorch's cross-entropy need PyTorch's FSDP (config/execution.py
+    check_op_recompute, check_torch_loss), which only `plan` lays out (--fsdp --fsdp-impl): sweep, compare and
+    whatif refused each use and told the user to add --fsdp, which they do not take. One line naming plan."""
+    from ..vocabulary import OP_POLICY, TORCH_LOSSES
+
+    what = (f"--recompute {OP_POLICY} (torchtitan's per-op checkpoint)" if (recompute or "").strip() == OP_POLICY
+            else f"--loss {loss} (PyTorch's cross-entropy)" if loss in TORCH_LOSSES else None)
+    if what is not None:
+        raise BtacalcError(f"{what} runs under PyTorch's FSDP, which only `btacalc plan` lays out (--fsdp --fsdp-impl "
+                           f"fsdp2 or torch); {command} plans Megatron layouts and wafers")
 AttentionOpt = typer.Option(None, "--attention", help=help_text("eager (materialised s² scores) or flash [default: per device]."))
 AttentionKernelOpt = typer.Option(None, "--attention-kernel", help=help_text(
     "The fused attention kernel: default (TransformerEngine's fused attention in Megatron-LM: cuDNN's benchmarked "

@@ -14,7 +14,7 @@ from .. import profiling
 from ..errors import BtacalcError
 from ..vocabulary import TORCH_LOSSES
 from .console import err
-from .options import (with_flags, Accounting, AccountingOpt, Attention, AttentionKernelOpt, AttentionOpt, CausalOpt, CpOpt, DevicesOpt, Emit, EpOpt,
+from .options import (refuse_fsdp_only, with_flags, Accounting, AccountingOpt, Attention, AttentionKernelOpt, AttentionOpt, CausalOpt, CpOpt, DevicesOpt, Emit, EpOpt,
                       EtpOpt, ExpertFfnOpt, ExpertsOpt, FixedActiveOpt, EagerKernelsOpt, CpuOffloadOpt, MOMENT_BYTES, Moments, MomentsOpt, PrecisionAwareOpt, Optimizer, OptimizerOpt, FsdpOpt, FsdpImplOpt, GlobalBatchOpt,
                       GpusPerNodeOpt, Precision, PrecisionOpt,
                       GradAccumOpt, GradBytesOpt, HwOpt, Loss, LossOpt, MaxGlobalBatchOpt, MaxTileBatchOpt,
@@ -563,6 +563,7 @@ def sweep(
     from ..config.presets import resolve_model
 
     grid = _grid(vary, max_points)
+    refuse_fsdp_only("sweep", recompute, value(loss))
     outs = outputs(output, as_json, csv_path, plot_path, inputs={"--model": model, "--hw": hw})
     spec, profile = resolve_model(model, name), resolve_hardware(hw)
     _check_swept_options(ctx, grid.names, fixed_active, tokens_per_step)

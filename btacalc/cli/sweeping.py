@@ -147,8 +147,14 @@ class SweepOutputs:
 
             payloads["--plot"] = sweep_plot_points(self.plot.points, self.model, self.hardware, self.fixed_active,
                                                    self.plot_path or "")
+        from ..output.sweepstream import FileSummary
+
+        # the summary names the files it wrote: it prints once the streamed files are closed (review34: a --csv to
+        # a full disk failed after "written to new.json (--output)" was printed, and neither file was written)
+        summaries = [sink for sink in self.sinks if isinstance(sink, FileSummary)]
         for sink in self.sinks:
-            sink.close()
+            if not isinstance(sink, FileSummary):
+                sink.close()
         self._report_invalid()
         self.stdout.release()
         table = None
@@ -158,7 +164,14 @@ class SweepOutputs:
             result = SweepResult(model=self.model, hardware=self.hardware, fixed_active=self.fixed_active,
                                  points=self.table)
             table = lambda: print_stdout(sweep_renderable(result))  # noqa: E731
-        self.outs.commit(payloads, stdout=write_stdout, finish=table, streamed=self.streams)
+
+        def finish() -> None:
+            for summary in summaries:
+                summary.close()
+            if table is not None:
+                table()
+
+        self.outs.commit(payloads, stdout=write_stdout, finish=finish, streamed=self.streams)
         self.streams = None  # committed: its staged files are in place or, on failure, removed
 
     def _releases(self, block: SweepBlock) -> bool:

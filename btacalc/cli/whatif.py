@@ -7,7 +7,7 @@ from typing import Any, Optional
 import typer
 
 from .console import out
-from .options import (Accounting, AccountingOpt, Attention, AttentionOpt, CausalOpt, DevicesOpt, EpOpt, ExpertFfnOpt,
+from .options import (refuse_fsdp_only, Accounting, AccountingOpt, Attention, AttentionOpt, CausalOpt, DevicesOpt, EpOpt, ExpertFfnOpt,
                       ExpertsOpt, FixedActiveOpt, GlobalBatchOpt, GpusPerNodeOpt, GradAccumOpt, HwOpt, Loss, LossOpt,
                       MaxGlobalBatchOpt, MaxTileBatchOpt, MemoryModelChoice, MemoryModelOpt, ModelOpt, NameOpt,
                       OutputOpt, OverlapA2aOpt, OverlapOpt, Precision, PrecisionOpt, RecipeOptions, RecomputeOpt,
@@ -71,6 +71,7 @@ def whatif(
     from ..config.presets import resolve_model
     from ..planning.whatif import whatif as run_whatif
 
+    refuse_fsdp_only("whatif", recompute, value(loss))
     spec = resolve_model(model, name).with_overrides(experts, top_k, expert_ffn, fixed_active)
     request = ExecutionRequest(
         seq_len=seq, recompute=recompute, attention=value(attention), causal=causal, loss=value(loss),

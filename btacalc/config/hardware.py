@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from ..errors import BtacalcError, DataError
 from ..paths import data_dir, profile_names, read_input
-from ..vocabulary import parse_recompute
+from ..vocabulary import OP_POLICY, parse_recompute
 from .text import Name, input_kind, name_not_file, nearest_name
 
 if sys.version_info >= (3, 11):
@@ -492,7 +492,11 @@ class Defaults(_Section):
     @field_validator("recompute")
     @classmethod
     def _policy(cls, v: str) -> str:
-        return parse_recompute(v)
+        policy = parse_recompute(v)
+        if policy == OP_POLICY:  # review34: every default plan was refused, naming an --recompute op never given
+            raise ValueError("op (torchtitan's per-op checkpoint) is a PyTorch-FSDP run's choice, not a device's "
+                             "default: plans without --fsdp refuse it; give none, selective, full or Megatron modules")
+        return policy
 
 
 SECTIONS = ("chip", "memory", "system", "mesh", "kernels", "collectives", "reserves", "calibration")

@@ -10,7 +10,7 @@ from ..catalogue.terms import load_catalogue
 from ..config.execution import RunOptions, op_recompute_refusal, recompute_refusal
 from ..config.presets import resolve_model
 from ..errors import BtacalcError
-from ..vocabulary import DESCRIPTIONS, QUANTITIES, QUANTITY_UNITS
+from ..vocabulary import DESCRIPTIONS, OP_POLICY, QUANTITIES, QUANTITY_UNITS, TORCH_LOSSES
 
 
 def _show(expr: sp.Expr, latex: bool) -> str:
@@ -47,6 +47,9 @@ def formula_listing(phase: Optional[str], quantity: Optional[str], model: Option
     refusal = recompute_refusal(run.recompute, spec, run.recipe) or op_recompute_refusal(run, spec)
     if refusal is not None:  # the listing sums what `plan` would plan: not a policy it refuses for this model
         raise BtacalcError(refusal)
+    if sequence_parallel and (run.recompute == OP_POLICY or run.loss in TORCH_LOSSES):  # review34: plan's 1-D rule
+        raise BtacalcError("{sequence_parallel} splits a tensor-parallel layer; torchtitan's op policy and PyTorch's "
+                           "cross-entropy are planned under PyTorch's 1-D FSDP, without tensor parallelism")
     feats = {**spec.features(), **run.features(), "sequence_parallel": sequence_parallel,
              "master": "remainders" if run.param_remainders else "fp32"}  # (Problem.features, without a layout)
     sel = Selection.make(feats, run.recompute)

@@ -325,8 +325,11 @@ class MeasuredRun(BaseModel):
     def _no_misspelt_field(cls, data: Any) -> Any:
         """Other keys of a run are carried through unread (confidence, notes, ...); one that is a near spelling of a
         field (`micro_bach`, `Devices`) would leave that field unset and the run planned without it: refused
-        (review5)."""
+        (review5); so is a recipe field given beside the run's fields instead of under `recipe` (review34)."""
         for key in data if isinstance(data, dict) else ():
+            if key not in cls.model_fields and key in Recipe.model_fields:  # review34: a recipe key one level up
+                raise ValueError(f"key {str(key)[:60]!r} is a recipe field, not a run field: put it under 'recipe' "
+                                 "(outside it, it would be carried through unread and the run planned without it)")
             near = None if key in cls.model_fields else _near_field(str(key), tuple(cls.model_fields))
             if near:
                 raise ValueError(f"key {str(key)[:60]!r} is not a run field: did you mean {near!r}? (keys that are "
