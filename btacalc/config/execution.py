@@ -743,12 +743,13 @@ class BatchLimits:
             raise BtacalcError(f"{what} in {{micro_batches}} {self.micro_batches} x {{tiles}} {self.tiles} leaves "
                                f"tiles of b = {per_rank // product}, more than {{max_tile_batch}} {self.max_tile_batch}")
 
-    def free(self) -> "BatchLimits":
+    def free(self, keep_global_batch: bool = True) -> "BatchLimits":
         """The same caps with the shape left to the solver (for the dense comparison): a fixed global batch N
         stays fixed, with the micro-batch and M = N / (DP x micro-batch) the solver's (review36: keeping M
         and freeing the micro-batch compared the dense model at other tokens per optimizer step, 2-12x the
-        plan's on the README's GPU examples); without one, the same gradient accumulation M."""
-        if self.global_batch is not None:
+        plan's on the README's GPU examples); without one, or with `keep_global_batch` False (the density
+        objective's G = 1 reference, as before review36), the same gradient accumulation M."""
+        if self.global_batch is not None and keep_global_batch:
             return BatchLimits(global_batch=self.global_batch, max_global_batch=self.max_global_batch)
         return BatchLimits(max_global_batch=self.max_global_batch, micro_batches=self.micro_batches)
 

@@ -399,7 +399,7 @@ def summarize(problem: Problem, mem: MemoryModel, best: Solution, found: Search)
     free = limits.free()
     dense = dense_problem(problem)
     if objective == "density":
-        g1 = solve_density(mem, replace(free, tiles=1))
+        g1 = solve_density(mem, replace(limits.free(keep_global_batch=False), tiles=1))
         dense_sol = solve_density(MemoryModel(dense), free)
     else:
         if limits.tiles is None and limits.tile_batch is None:
