@@ -113,9 +113,13 @@ def refuse_fsdp_only(command: str, recompute: Optional[str], loss: Optional[str]
     """review34: torchtitan's per-op checkpoint and PyTorch's cross-entropy need PyTorch's FSDP (config/execution.py
     check_op_recompute, check_torch_loss), which only `plan` lays out (--fsdp --fsdp-impl): sweep, compare and
     whatif refused each use and told the user to add --fsdp, which they do not take. One line naming plan."""
-    from ..vocabulary import OP_POLICY, TORCH_LOSSES
+    from ..vocabulary import OP_POLICY, TORCH_LOSSES, parse_recompute
 
-    what = (f"--recompute {OP_POLICY} (torchtitan's per-op checkpoint)" if (recompute or "").strip() == OP_POLICY
+    try:  # read as the run reads it; a policy it cannot read is refused there, with its own message
+        policy = parse_recompute(recompute) if recompute is not None else None
+    except ValueError:
+        policy = None
+    what = (f"--recompute {OP_POLICY} (torchtitan's per-op checkpoint)" if policy == OP_POLICY
             else f"--loss {loss} (PyTorch's cross-entropy)" if loss in TORCH_LOSSES else None)
     if what is not None:
         raise BtacalcError(f"{what} runs under PyTorch's FSDP, which only `btacalc plan` lays out (--fsdp --fsdp-impl "
