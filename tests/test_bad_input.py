@@ -811,6 +811,21 @@ case("ignored", "validate", "--calibrate", "--wafer-loo", fragment="it takes no 
 for typo, fragment in (("micro_bach", "did you mean 'micro_batch'?"), ("Devices", "did you mean 'devices'?")):
     case("files", "validate", "--measured", "{tmp}/runs.json", fragment=fragment, outputs=False,
          files={"runs.json": _runs_with(**{typo: 4})})
+# review35: plans Megatron cannot run, which --emit megatron printed (tests/test_review35.py has each derivation)
+case("values", "plan", "--hw", "h100", "--model", "llama-3-8b", "--devices", "8", "--zero", "0", "--precision", "fp8",
+     "--fp8-param-gather", "--emit", "megatron", fragment="arguments.py:1096", outputs=False)
+case("values", "plan", "--hw", "h100", "--model", "llama-3-8b", "--devices", "16", "--cp", "2", "--attention", "eager",
+     fragment="utils.py L1169-1173")
+case("values", "plan", "--hw", "h100", "--model", "llama-3-8b", "--devices", "16", "--tp", "2", "--seq", "4095",
+     fragment="mappings.py L71-74")
+case("values", "plan", "--hw", "h100", "--model", "llama-3-8b", "--devices", "8", "--loss", "te_fused", "--emit",
+     "megatron", fragment="refuses --cross-entropy-fusion-impl te", outputs=False)
+# review34: Megatron-LM options under PyTorch's FSDP (torchtitan, llm-foundry have none) changed numbers or nothing
+for extra in (["--nccl-ub"], ["--no-gradient-accumulation-fusion"], ["--cpu-offloading-num-layers", "4"],
+              ["--cuda-graph-scope", "attn,mlp"], ["--ddp-bucket-size", "1"], ["--ddp-num-buckets", "4"],
+              ["--microbatch-group-size", "2"], ["--tp-comm-overlap"]):
+    case("values", "plan", "--model", "llama-3-8b", "--hw", "h100-96gb", "--devices", "8", "--fsdp", "--fsdp-impl",
+         "fsdp2", "--loss", "torch_fp32", *extra, fragment=f"{extra[0]} is a Megatron-LM option")
 # review34: a recipe field one level up (beside the run's fields) was carried through unread, and the run planned
 # without it (a torchtitan row's checkpoint_early_stop moved its error from +1.8% to -4.1%, exit 0)
 for key, value in (("checkpoint_early_stop", True), ("torch_cross_entropy", True), ("eager_kernels", True)):

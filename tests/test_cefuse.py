@@ -116,16 +116,21 @@ PLAN = ("--model", "llama-3-8b", "--hw", "h100", "--devices", "8", "--tp", "2", 
 
 
 def test_emit_and_read_back(cli, monkeypatch):
+    """review35: Megatron-LM refuses --cross-entropy-fusion-impl te since 168cb15 (arguments.py L1697-1702 @ d98e8a64),
+    so --emit megatron refuses the loss in one line; Megatron-Bridge (whose DeepSeek-V3 bridge sets it) writes it, and
+    the overrides read back give the same plan."""
     code, text, err = cli("plan", *PLAN, "--loss", "te_fused", "--emit", "megatron")
+    assert code == 2 and text == "" and len(err.strip().splitlines()) == 1 and "168cb15" in err, err
+    code, text, err = cli("plan", *PLAN, "--loss", "te_fused", "--emit", "bridge")
     assert code == 0, err
-    assert "--cross-entropy-loss-fusion" in text and "--cross-entropy-fusion-impl te" in text
-    assert "refuses it since 168cb15" in text  # Megatron-LM @ d98e8a64 arguments.py:1697
+    assert "model.cross_entropy_loss_fusion=True" in text and "model.cross_entropy_fusion_impl=te" in text
     code, out, err = cli("plan", *PLAN, "--loss", "te_fused", "--json")
     original = json.loads(out)
     monkeypatch.setattr(sys, "stdin", io.StringIO(text))
-    code, out, err = cli("plan", "--hw", "h100", "--from-megatron", "-", "--json")
+    code, out, err = cli("plan", "--hw", "h100", "--devices", "8", "--from-bridge", "-", "--json")
     assert code == 0, err
     back = json.loads(out)
+    assert back["inputs"]["loss"] == "te_fused"
     assert back["memory_bytes"] == original["memory_bytes"]
     assert back["throughput"]["step_time_s"] == pytest.approx(original["throughput"]["step_time_s"], rel=1e-12)
 

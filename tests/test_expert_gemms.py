@@ -14,11 +14,11 @@ from btacalc.config.megatron_run import import_bridge
 TE_HOPPER = 32 * 2**20 + 1024  # gemm.py L44
 LAUNCH = ("torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 4 --hidden-size 512 --num-attention-heads 8 "
           "--seq-length 1024 --max-position-embeddings 1024 --micro-batch-size 4 --global-batch-size 32 "
-          "--vocab-size 50257 --bf16 --swiglu --disable-bias-linear --num-experts 4 --moe-router-topk 1 "
+          "--vocab-size 50257 --bf16 --swiglu --disable-bias-linear --num-experts 4 --moe-router-topk 1 --moe-router-pre-softmax "
           "--expert-model-parallel-size 2 ")
 BRIDGE = ("model.num_layers=4 model.hidden_size=512 model.num_attention_heads=8 model.seq_length=1024 "
           "train.micro_batch_size=4 train.global_batch_size=32 model.vocab_size=50257 mixed_precision=bf16_mixed "
-          "model.gated_linear_unit=true model.add_bias_linear=false model.num_moe_experts=4 model.moe_router_topk=1 "
+          "model.gated_linear_unit=true model.add_bias_linear=false model.num_moe_experts=4 model.moe_router_topk=1 model.moe_router_pre_softmax=true "
           "model.expert_model_parallel_size=2 ")
 
 

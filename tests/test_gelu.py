@@ -166,7 +166,7 @@ def test_gelu_experts_small_real_layers_match_phase_by_phase(changes, kinds, bat
 # --- launches in and out --------------------------------------------------------------------------------------------
 
 LAUNCH = ("--num-layers 12 --hidden-size 512 --num-attention-heads 8 --seq-length 1024 --max-position-embeddings 1024 "
-          "--micro-batch-size 4 --global-batch-size 32 --vocab-size 50257 --bf16 --num-experts 4 --moe-router-topk 1 "
+          "--micro-batch-size 4 --global-batch-size 32 --vocab-size 50257 --bf16 --num-experts 4 --moe-router-topk 1 --moe-router-pre-softmax "
           "--expert-model-parallel-size 2 --disable-bias-linear --moe-grouped-gemm")
 
 
@@ -196,7 +196,7 @@ def test_a_gelu_expert_plan_emits_no_gated_unit_and_reads_back(cli, tmp_path, em
 # --- biases: what Megatron-Core takes (moe/experts.py L205-207, L982-985; mlp.py L296-298) ---------------------------
 
 BIASED = ("--num-layers 12 --hidden-size 512 --num-attention-heads 8 --seq-length 1024 --max-position-embeddings 1024 "
-          "--micro-batch-size 4 --global-batch-size 32 --vocab-size 50257 --bf16 --num-experts 4 --moe-router-topk 1 "
+          "--micro-batch-size 4 --global-batch-size 32 --vocab-size 50257 --bf16 --num-experts 4 --moe-router-topk 1 --moe-router-pre-softmax "
           "--expert-model-parallel-size 2 --expert-tensor-parallel-size 1")
 
 

@@ -102,7 +102,9 @@ def _imported(cli, *args: str) -> dict:
     assert code in (0, 1), err
     data = json.loads(out)
     return {"gradient_bytes": data["inputs"]["gradient_bytes"], "precision": data["inputs"]["precision"],
-            "ignored": {row["flag"]: row["reason"] for row in data["imported"]["ignored"]}}
+            # the emitted launch's placeholder run length and learning rate (review35) are listed as not planned
+            "ignored": {row["flag"]: row["reason"] for row in data["imported"]["ignored"]
+                        if row["flag"] not in ("--train-iters", "--lr")}}
 
 
 @pytest.mark.parametrize("fp32", [False, True])

@@ -82,6 +82,9 @@ def test_plan_emit_read_back_gives_the_same_numbers(cli, tmp_path, emit, options
     now. `--objective` chooses the batch shape, which the launch fixes: the numbers match without a line."""
     before = _numbers(cli, *PLAN, *options)
     code, out, err = cli(*PLAN, *options, "--emit", emit)
+    if emit == "megatron" and "te_fused" in options:  # review35: Megatron-LM refuses the TE impl (test_cefuse.py)
+        assert code == 2 and out == "", err
+        return
     assert code in (0, 1), err
     path = tmp_path / "run.txt"
     path.write_text(out)

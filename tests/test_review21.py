@@ -99,4 +99,5 @@ def test_squared_relu_beside_quick_geglu_trains_squared_relu_as_megatron_does(cl
     assert "--squared-relu" in launch
     run = import_megatron(launch.replace("--squared-relu", "--squared-relu --quick-geglu"), "m.sh")
     assert (run.model.mlp, run.model.mlp_activation) == (preset.mlp, preset.mlp_activation) == ("gelu", "squared_relu")
-    assert [flag for flag, _ in run.ignored] == ["--quick-geglu"]
+    # (the emitted launch's placeholder run length and learning rate are listed too: review35)
+    assert [flag for flag, _ in run.ignored if flag not in ("--train-iters", "--lr")] == ["--quick-geglu"]

@@ -16,3 +16,25 @@ def test_a_sweep_that_fails_to_write_does_not_say_it_wrote(cli, tmp_path, monkey
                        "seq=1024,2048", "--csv", "s.csv", "-o", "new.json")
     assert code == 0 and "2 points, 2 fit; written to" in out
     assert (tmp_path / "new.json").is_file() and (tmp_path / "s.csv").is_file()
+
+
+def test_no_search_suggestion_under_pytorch_fsdp(cli):
+    """review34 #6: under PyTorch's 1-D FSDP the search keeps TP, PP and CP at 1, so "What would fit" no longer points
+    at `--search` for the tensor and pipeline layouts it cannot try; a Megatron layout still gets it."""
+    code, out, err = cli("plan", "--model", "llama-3-70b", "--hw", "h100-96gb", "--devices", "8", "--fsdp",
+                         "--fsdp-impl", "fsdp2", "--recompute", "op")
+    assert code == 1 and "What would fit" in out and "--search" not in out, err
+    code, out, err = cli("plan", "--model", "llama-3-70b", "--hw", "h100-96gb", "--devices", "8", "--zero", "1")
+    assert code == 1 and "--search finds the fastest Megatron layout" in " ".join(out.split()), err
+
+
+def test_megatron_recompute_module_op_is_megatrons_refusal(cli, tmp_path):
+    """review34 #7: a launch's `--recompute-modules op` was refused with btacalc's torchtitan wording; Megatron-Core
+    refuses it as a module outside its list (transformer_config.py L1943-1962 @ d98e8a64)."""
+    code, out, err = cli("plan", "--hw", "h100", "--model", "llama-3-8b", "--devices", "8", "--emit", "megatron")
+    path = tmp_path / "run.sh"
+    path.write_text(out.replace("    --mock-data", "    --recompute-granularity selective --recompute-modules op \\\n"
+                                                  "    --mock-data"))
+    code, out, err = cli("plan", "--hw", "h100", "--from-megatron", str(path))
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert "Megatron-Core refuses modules outside core_attn" in err and "torchtitan" not in err

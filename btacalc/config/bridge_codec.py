@@ -121,8 +121,9 @@ BRIDGE_KEYS: dict[str, tuple[str, Callable[[Any], Any], Callable[[Any], Any]]] =
 # Not Bridge config keys: data and tokenizer are Bridge's dataset/tokenizer configs, not the model's.
 # max_position_embeddings: GPTModelProvider sizes positions by seq_length (no such field in gpt_provider.py).
 # fp8/fp4: Bridge names the whole precision recipe (BRIDGE_PRECISION).
+# train_iters, lr: the launch's placeholder run (megatron_codec.PLACEHOLDER_RUN); a Bridge recipe sets its own.
 BRIDGE_SKIP = {"mock_data", "tokenizer_type", "group_query_attention", "max_position_embeddings",
-               "fp8", "fp8_recipe", "fp4", "fp4_recipe"}
+               "fp8", "fp8_recipe", "fp4", "fp4_recipe", "train_iters", "lr"}
 # btacalc precision -> Megatron-Bridge's mixed-precision recipe (src/megatron/bridge/training/mixed_precision.py:
 # bf16_mixed 185, ..._fp8_delayed_scaling 217, ..._mxfp8 255, ..._fp8_current_scaling 285,
 # ..._fp8_subchannel_scaling 373, ..._nvfp4 405).

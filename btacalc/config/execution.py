@@ -479,6 +479,12 @@ class Layout:
                                "over every rank (llm-foundry's FSDP1, torchtitan's FSDP2 1-D runs): no "
                                "{tensor_parallel}, {pipeline_parallel}, {context_parallel} or {expert_parallel}")
 
+    def sequence_multiple(self) -> int:
+        """What every sequence length must be a multiple of (`_validate_model`): 2·CP load-balanced causal chunks
+        under context parallelism, and TP dividing each CP rank's tokens under sequence parallelism."""
+        cp = self.context_parallel
+        return math.lcm(2 * cp if cp > 1 else 1, cp * self.tensor_parallel if self.sequence_parallel else 1)
+
     @property
     def torch_fsdp(self) -> bool:
         """PyTorch's FSDP (FSDP1 or FSDP2) shards the model: TorchFsdp's buffers and per-block collectives."""
@@ -580,6 +586,13 @@ class Layout:
         if cp > 1 and seq_len % (2 * cp):
             raise BtacalcError(f"{{context_parallel}} {cp}: the sequence {seq_len} must be a multiple of 2·CP = "
                                f"{2 * cp} (load-balanced causal chunks; Megatron-LM arguments.py)")
+        if self.sequence_parallel and (seq_len // cp) % tp:
+            # review35: the embedding's scatter to the sequence-parallel region asserts it at the first forward
+            # (Megatron-LM language_model_embedding.py L145, tensor_parallel/mappings.py L71-74)
+            each = f"sequence of {seq_len}" if cp == 1 else f"{seq_len // cp} tokens per context-parallel rank"
+            raise BtacalcError(f"{{sequence_parallel}} (on by default at TP > 1) splits the {each} over {{tensor_parallel}} "
+                               f"{tp}, which must divide it ({MEGATRON} tensor_parallel/mappings.py L71-74 asserts it at "
+                               "the first forward): give a sequence that divides, or --no-sequence-parallel")
         if cp > 1 and model.attention_sinks:
             # review19: TE @ d0067d0 dot_product_attention/utils.py L1148-1155 runs a learnable softmax under context
             # parallelism only with the all-to-all exchange (FlashAttention takes none, unfused no CP): the ring
@@ -1055,6 +1068,20 @@ _NO_EFFECT: tuple[tuple[Any, str], ...] = (
      "{overlap_streaming} sets how wafer weight streaming overlaps compute: a GPU plan keeps its weights resident"),
     (lambda run, layout, model, gpu: not gpu and run.memory_model == "resident" and not run.overlap_streaming,
      "{overlap_streaming} sets how wafer weight streaming overlaps compute: {memory_model} resident streams no weights"),
+    *((lambda run, layout, model, gpu, given=given: layout.torch_fsdp and given(run, layout),
+       f"{{{name}}} is a Megatron-LM option ({what}): a PyTorch FSDP run ({{fsdp_impl}} fsdp2 or torch: torchtitan, "
+       "llm-foundry) has none") for name, what, given in (
+        ("nccl_ub", "its DDP / FSDP buffers registered with NCCL", lambda run, layout: layout.nccl_ub),
+        ("gradient_accumulation_fusion", "TransformerEngine's wgrad GEMM accumulating into Megatron's main gradient",
+         lambda run, layout: not run.gradient_accumulation_fusion),
+        ("cpu_offload_layers", "Megatron-Core's activation offloading", lambda run, layout: run.cpu_offload_layers > 0),
+        ("cuda_graph_scope", "TransformerEngine's per-layer CUDA graphs", lambda run, layout: bool(layout.cuda_graph_scope)),
+        ("ddp_bucket_params", "Megatron DDP's gradient buckets", lambda run, layout: layout.ddp_bucket_params is not None),
+        ("ddp_num_buckets", "Megatron DDP's gradient buckets", lambda run, layout: layout.ddp_num_buckets is not None),
+        ("microbatch_group", "the interleaved pipeline's micro-batch group",
+         lambda run, layout: layout.microbatch_group is not None),
+        ("tp_comm_overlap", "TransformerEngine's userbuffers overlap of tensor parallelism",
+         lambda run, layout: layout.overlap.tp_comm))),
 )
 
 
@@ -1124,6 +1151,7 @@ def _resolve(request: ExecutionRequest, model: "ModelSpec", profile: "HardwarePr
     check_op_recompute(run, layout, model, gpu)
     check_torch_loss(run, layout, gpu)
     check_nvfp4_master_shards(run, layout)
+    check_eager_context_parallel(run, layout, gpu)
     refusal = graph_recompute_refusal(recompute, layout.cuda_graph_scope, model)
     if refusal is not None:
         raise BtacalcError(refusal)
@@ -1326,6 +1354,19 @@ def check_op_recompute(run: RunOptions, layout: "Layout", model: "ModelSpec", gp
         raise BtacalcError(refusal)
     if not layout.torch_fsdp or layout.cuda_graph_scope:
         raise BtacalcError(f"{{recompute}} op (torchtitan's per-op activation checkpoint): {_OP_LAYOUT_REFUSAL}")
+
+
+def check_eager_context_parallel(run: RunOptions, layout: "Layout", gpu: bool) -> None:
+    """review35: eager (materialised-score) attention is TransformerEngine's unfused backend, which TE switches off
+    under context parallelism (TE @ d0067d0 dot_product_attention/utils.py L1169-1173), leaving a Megatron-LM run no
+    attention backend at the first forward; Megatron-Core's local attention asserts CP 1 (Megatron-LM @ d98e8a64
+    transformer/dot_product_attention.py L57-59). PyTorch FSDP runs (torchtitan) are not checked here."""
+    if gpu and run.attention == "eager" and layout.context_parallel > 1 and not layout.torch_fsdp:
+        raise BtacalcError(f"{{attention}} eager with {{context_parallel}} {layout.context_parallel}: Megatron has no "
+                           "materialised-score attention under context parallelism (TransformerEngine's unfused "
+                           "backend is switched off there, TE @ d0067d0 dot_product_attention/utils.py L1169-1173; "
+                           f"Megatron-Core's local attention asserts CP 1, {MEGATRON} dot_product_attention.py "
+                           "L57-59): give {attention} flash or {context_parallel} 1")
 
 
 def check_nvfp4_master_shards(run: RunOptions, layout: "Layout") -> None:

@@ -275,11 +275,14 @@ def _enc_router(f: Fields) -> Args:
     out: Args = {}
     if router == "sigmoid":
         out["moe_router_score_function"] = "sigmoid"
-    elif router == "softmax" and not f.get("model.router_renormalize", True):
+    elif (router == "softmax" and not f.get("model.router_renormalize", True)) or f.get("model.top_k") == 1:
         # Megatron-LM @ d98e8a64 moe_utils.py L900-914: --moe-router-pre-softmax takes the top k of the softmax over
         # all E experts and keeps those weights (OLMoE's norm_topk_prob false); without it the softmax runs over the
         # k selected logits, which gives the renormalised weights of a norm_topk_prob router (Qwen3, Mixtral) and
-        # GPT-OSS's top-k-then-softmax alike
+        # GPT-OSS's top-k-then-softmax alike. review35: at top-1 Megatron-Core refuses the softmax over the one
+        # selected logit (a weight of 1, no gradient to the router: transformer_config.py L2661-2669), so a top-1
+        # softmax router is written pre-softmax, the expert weighted by its probability (output.megatron says so
+        # where the model renormalises)
         out["moe_router_pre_softmax"] = True
     if f.get("model.shared_expert_gate"):
         out["moe_shared_expert_gate"] = True
@@ -706,8 +709,14 @@ def _dec_positions(get: Get) -> Fields:
     return {"run.seq_len": seq, "model.max_position_embeddings": _int(get("max_position_embeddings"), "max_position_embeddings")}
 
 
+# review36: a launch runs only with a run length and a learning rate (Megatron-LM @ d98e8a64 training.py L2586 'either
+# train-iters or train-samples should be provided'; optimizer_param_scheduler.py L148 float(max_lr)); btacalc plans one
+# step, so the emitted launch gives a short benchmark run the output's notes call placeholders
+PLACEHOLDER_RUN = {"train_iters": 100, "lr": 1.0e-4}
+
+
 def _enc_vocab(f: Fields) -> Args:
-    return {"vocab_size": f["model.vocab_size"], "tokenizer_type": "NullTokenizer", "mock_data": True}
+    return {"vocab_size": f["model.vocab_size"], "tokenizer_type": "NullTokenizer", "mock_data": True, **PLACEHOLDER_RUN}
 
 
 def _dec_vocab(get: Get) -> Fields:
@@ -729,6 +738,12 @@ def _enc_recompute(f: Fields) -> Args:
         raise BtacalcError("{recompute} op is torchtitan's per-op activation checkpoint: Megatron has no such policy")
     modules = list(SELECTIVE_MODULES) if policy == "selective" else policy.split(",")
     return {"recompute_granularity": "selective", "recompute_modules": modules}
+
+
+# The selective recompute modules Megatron-Core accepts (transformer_config.py L1945-1957 @ d98e8a64); those btacalc
+# does not model (the gated-delta-net and mHC modules) are refused later as modules it does not know
+MEGATRON_RECOMPUTE_MODULES = frozenset({"core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe",
+                                        "shared_experts", "gdn_norm_out", "gdp_in_proj", "gdp_qkv", "mhc"})
 
 
 def _dec_recompute(get: Get) -> Fields:
@@ -772,6 +787,13 @@ def _dec_recompute(get: Get) -> Fields:
                            "--recompute-activations): Megatron refuses a method or a layer count there "
                            "(arguments.py L1424-1427, transformer_config.py L1926-1932 @ d98e8a64)")
     chosen = list(modules) if modules else list(SELECTIVE_MODULES)
+    invalid = sorted(set(chosen) - MEGATRON_RECOMPUTE_MODULES)
+    if invalid:
+        # review34: `op` (btacalc's torchtitan policy) was refused with the torchtitan wording; Megatron-Core refuses
+        # it as a module it does not know
+        raise BtacalcError(f"--recompute-modules {' '.join(invalid)}: Megatron-Core refuses modules outside "
+                           f"{', '.join(sorted(MEGATRON_RECOMPUTE_MODULES))} (transformer_config.py L1943-1962 @ "
+                           "d98e8a64)")
     return {"run.recompute": ",".join(sorted(chosen)) if sorted(chosen) != list(SELECTIVE_MODULES) else "selective"}
 
 

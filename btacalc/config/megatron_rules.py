@@ -140,6 +140,13 @@ def _graph_modules(a: A) -> list[str]:
     return [str(m) for m in ([v] if isinstance(v, str) else v)]
 
 
+def _balancing(a: A) -> Any:
+    """--moe-router-load-balancing-type (nargs +) as TransformerConfig gets it: one type as its string (arguments.py
+    L1661-1662 @ d98e8a64), several as the list."""
+    v = a.get("moe_router_load_balancing_type") or "aux_loss"
+    return v[0] if isinstance(v, (list, tuple)) and len(v) == 1 else v
+
+
 def _recompute_modules(a: A) -> list[str]:
     v = a.get("recompute_modules") or ["core_attn"]  # Megatron-LM's default module list
     return [str(m) for m in ([v] if isinstance(v, str) else v)]
@@ -427,6 +434,18 @@ RULES: tuple[Rule, ...] = (
          and a.get("fp8") is not None and (a.get("fp8_recipe") or "delayed") == "delayed",
          lambda a, e: not {"moe_act", "layernorm"} & set(a.get("recompute_modules") or ()),
          "FP8 delayed scaling refuses the moe_act and layernorm recompute modules"),
+    # review35: Megatron-Core's router for one expert per token (the softmax over the k = 1 selected logit is 1 and gives
+    # the router no gradient)
+    Rule("top1-pre-softmax", f"{TC}:2669", lambda a, e: _moe(a) and _i(a, "moe_router_topk", 2) == 1
+         and (a.get("moe_router_score_function") or "softmax") == "softmax"
+         and _balancing(a) != "sinkhorn",
+         lambda a, e: bool(a.get("moe_router_pre_softmax")), "top-1 routing with the softmax router needs "
+         "--moe-router-pre-softmax"),
+    # review35: the low-precision parameters are all-gathered by the distributed optimizer or an FSDP
+    Rule("fp8-param-gather-sharded", f"{ARGS}:1096", lambda a, e: bool(a.get("fp8_param_gather")),
+         lambda a, e: bool(a.get("use_distributed_optimizer") or a.get("use_megatron_fsdp")
+                           or a.get("use_torch_fsdp2")),
+         "--fp8-param-gather needs the distributed optimizer, torch FSDP2 or Megatron-FSDP"),
     Rule("fp8-or-fp4", f"{ARGS}:1101", lambda a, e: a.get("fp8") is not None,
          lambda a, e: a.get("fp4") is None, "--fp8-format and --fp4-format cannot be used together"),
     Rule("a2a-vp", f"{TC}:3007", lambda a, e: _a2a(a, e) and _i(a, "pipeline_model_parallel_size") > 1,
@@ -461,14 +480,40 @@ RULES: tuple[Rule, ...] = (
 )
 
 
-def violations(args: A, env: dict[str, str]) -> list[Rule]:
-    """The rules a run breaks."""
-    return [r for r in RULES if r.broken(args, env)]
+# Rules of Megatron-LM's own argument checks (megatron/training/arguments.py) that Megatron-Bridge's ConfigContainer
+# does not run, nor Megatron-Core behind it: a Bridge run may do what they refuse (Bridge's FP8 recipes turn
+# fp8_param_gather on whatever the optimizer: mixed_precision.py L231 @ 067f987d; no Megatron-Core assertion)
+LAUNCHER_ONLY = frozenset({"fp8-param-gather-sharded"})
+
+
+def violations(args: A, env: dict[str, str], bridge: bool = False) -> list[Rule]:
+    """The rules a run breaks (`bridge`: as Megatron-Bridge runs it, without LAUNCHER_ONLY)."""
+    return [r for r in RULES if r.broken(args, env) and not (bridge and r.name in LAUNCHER_ONLY)]
 
 
 def describe(rule: Rule) -> str:
     pin = TE_SHORT if rule.source.startswith("transformer_engine/") else MEGATRON_LM_SHORT
     return f"{rule.message} ({pin} {rule.source})"
+
+
+# The ends of the reasons a plan keeps where it runs an overlap other than the one asked for, as Megatron would
+# (`a2a_refusal`, `dropped_overlaps`, `p2p_refusal`); `changed_overlaps` finds them for the emitted launch's notes
+PLANNED_WITHOUT, PLANNED_WITH = "planned without it", "planned with it"
+OVERLAP_KEYS = {"overlap_all_to_all": "--overlap-moe-expert-parallel-comm", "overlap_p2p": "--overlap-p2p-communication",
+                "tp_comm_overlap": "--tp-comm-overlap"}
+
+
+def changed_overlaps(reasons: dict[str, str]) -> list[str]:
+    """review35: the overlaps the plan changed from the request so that Megatron runs it, each as a launch note (the
+    launch left the asked-for flag out without a word)."""
+    out = []
+    for key, flag in OVERLAP_KEYS.items():
+        why = reasons.get(key, "")
+        if why.endswith(PLANNED_WITHOUT):
+            out.append(f"{flag} was asked for and is left out: {why.removesuffix(PLANNED_WITHOUT).rstrip(': ')}")
+        elif why.endswith(PLANNED_WITH):
+            out.append(f"{flag} was asked off and is left on: {why.removesuffix(PLANNED_WITH).rstrip(': ')}")
+    return out
 
 
 # Plans btacalc can model but Megatron refuses, and the nearest runnable plan: drop the all-to-all overlap
@@ -487,7 +532,7 @@ def a2a_refusal(recompute: str, pp: int, vp: int, ep: int) -> str | None:
     for name, what, refused in A2A_REFUSALS:
         if refused(recompute, pp, vp, ep):
             return (f"Megatron-Core refuses overlap_moe_expert_parallel_comm with {what} ({MEGATRON_LM_SHORT} "
-                    f"{by_name[name].source}): planned without it")
+                    f"{by_name[name].source}): {PLANNED_WITHOUT}")
     return None
 
 
@@ -499,11 +544,11 @@ def dropped_overlaps(tp: int, vp: int, tp_comm: bool, p2p: bool) -> dict[str, st
     out = {}
     if p2p and vp == 1:
         out["overlap_p2p"] = (f"Megatron-LM switches overlap_p2p_comm off without a virtual pipeline "
-                              f"({MEGATRON_LM_SHORT} {ARGS}:1010-1012, the 1F1B schedule): planned without it")
+                              f"({MEGATRON_LM_SHORT} {ARGS}:1010-1012, the 1F1B schedule): {PLANNED_WITHOUT}")
     if tp_comm and tp == 1:
         out["tp_comm_overlap"] = (f"Megatron-LM refuses --tp-comm-overlap at TP 1 (sequence parallelism is off there: "
                                   f"{MEGATRON_LM_SHORT} {ARGS}:1433-1442); there is no TP communication to hide: "
-                                  "planned without it")
+                                  f"{PLANNED_WITHOUT}")
     return out
 
 
@@ -530,5 +575,5 @@ def p2p_refusal(pp: int, vp: int, p2p: bool) -> str | None:
     if vp > 1 and pp <= 2 and not p2p:
         rule = next(r for r in RULES if r.name == "interleave-pp")
         return (f"Megatron-LM refuses the interleaved schedule on {pp} stages without p2p overlap ({MEGATRON_LM_SHORT} "
-                f"{rule.source}-1006): planned with it")
+                f"{rule.source}-1006): {PLANNED_WITH}")
     return None

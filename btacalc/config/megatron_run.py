@@ -332,7 +332,7 @@ def _import_bridge(text: str, source: str, devices: Optional[int], base: Optiona
     experts = args.get("num_experts")
     check_bridge_literals(args, moe=type(experts) is int and experts > 0)
     launch = Launch(args=args, given_as=given_as, source=source)
-    run = _imported(launch, devices, base.name if base is not None and "num_layers" not in flat else None)
+    run = _imported(launch, devices, base.name if base is not None and "num_layers" not in flat else None, bridge=True)
     extra = tuple((key, _bridge_reason(key)) for key in unread)
     bridged = bridge_provider_note(base.hf_model_type if base is not None else None, given, bridge_key)
     notes = run.notes + ((bridged,) if bridged else ())
@@ -721,12 +721,13 @@ def _check_model_source(launch: Launch) -> None:
                            f"{_ELSEWHERE_ARGS} L1308-1311 @ d98e8a64)")
 
 
-def _imported(launch: Launch, devices: Optional[int], name: Optional[str] = None) -> ImportedRun:
+def _imported(launch: Launch, devices: Optional[int], name: Optional[str] = None, bridge: bool = False) -> ImportedRun:
     _check_model_source(launch)
     _check_divisors(launch)
     _check_modules(launch)
     devices = _devices(launch, devices)
-    refused = [r for r in violations(dict(launch.args, world=devices), launch.env) if r.name not in ENVIRONMENT_RULES]
+    refused = [r for r in violations(dict(launch.args, world=devices), launch.env, bridge)
+               if r.name not in ENVIRONMENT_RULES]
     if refused:
         raise BtacalcError(f"{launch.source}: Megatron-LM would refuse this launch: {describe(refused[0])}")
     fields, read = decode(launch.args)

@@ -21,7 +21,7 @@ from ..config.megatron_codec import BRIDGE_PIN, FP8_ATTENTION_BRIDGE_KEY, MLA_YA
 from ..config.bridge_codec import bridge_stated, to_bridge
 from ..config.megatron_launch import MEGATRON_LM_PIN
 from ..config.megatron_run import LOSS_COMMENTS
-from ..config.megatron_rules import describe, violations
+from ..config.megatron_rules import LAUNCHER_ONLY, changed_overlaps, describe, violations
 from ..config.model import ModelSpec
 from ..config.text import exact_number
 from ..config.precision import recipe
@@ -91,15 +91,23 @@ def check_decoder(spec: ModelSpec) -> None:
                            "(examples/bert/pretrain_bert.py) builds another model")
 
 
-def megatron_run(r: PlanReport, spec: ModelSpec) -> tuple[dict[str, Any], dict[str, str], list[str]]:
-    """Megatron destinations, the environment they need and the notes of a plan."""
+def megatron_run(r: PlanReport, spec: ModelSpec,
+                 bridge: bool = False) -> tuple[dict[str, Any], dict[str, str], list[str]]:
+    """Megatron destinations, the environment they need and the notes of a plan (`bridge`: as Megatron-Bridge runs it).
+    A rule only Megatron-LM's own argument checks hold (megatron_rules.LAUNCHER_ONLY) refuses `--emit megatron` in one
+    line (review35: `--fp8-param-gather` without a sharded optimizer, which Bridge runs)."""
     check_decoder(spec)
     fields = run_fields(r, spec)
     args = encode(fields)
     env = {**_environment(args), **nccl_ub_environment(args, r.parallelism.nvls)}
     notes = _notes(r, spec, args)
     checked = dict(args, world=r.parallelism.devices)
-    notes += [f"MEGATRON WOULD REFUSE THIS: {describe(rule)}" for rule in violations(checked, env)]
+    broken = violations(checked, env, bridge)
+    for rule in broken:
+        if rule.name in LAUNCHER_ONLY:
+            raise BtacalcError(f"--emit megatron: {describe(rule)}; --emit bridge writes the run (Megatron-Bridge "
+                               "does not run Megatron-LM's argument checks)")
+    notes += [f"MEGATRON WOULD REFUSE THIS: {describe(rule)}" for rule in broken]
     return args, env, notes
 
 
@@ -128,7 +136,9 @@ def _value_text(value: Any) -> str:
     return f"{value:g}" if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
 
 MOCK_DATA_NOTE = ("--mock-data and NullTokenizer make the command runnable as is: give your --data-path and tokenizer "
-                  "(Megatron pads the vocabulary to a multiple of --make-vocab-size-divisible-by 128 x TP)")
+                  "(Megatron pads the vocabulary to a multiple of --make-vocab-size-divisible-by 128 x TP); "
+                  "--train-iters and --lr are placeholders of a short benchmark run (Megatron-LM needs both, training.py "
+                  "L2586): give your schedule")
 # review25: Megatron-Bridge pads the vocabulary only where the model leaves vocab_size unset (the tokenizer's then);
 # the overrides state model.vocab_size, which it keeps as given (training/setup.py _validate_and_set_vocab_size
 # L741-781 @ 067f987d; gpt_provider.py L266-271 pads only with should_pad_vocab)
@@ -144,6 +154,7 @@ def _notes(r: PlanReport, spec: ModelSpec, args: dict[str, Any]) -> list[str]:
         notes.append(f"the plan tiles attention into G = {p.tiles} tiles of b = {p.tile_batch} (BTA); Megatron runs the "
                      f"micro-batch of {p.global_batch} untiled")
     notes.append(MOCK_DATA_NOTE)
+    notes += changed_overlaps(r.inputs.defaults)
     # review13: --te-version was planned and dropped from the launch without a word; no Megatron-LM or Bridge
     # argument sets TransformerEngine's release (the container's): since hostile16 `option_lines` names it, in a
     # comment the readers take back
@@ -156,10 +167,10 @@ def _notes(r: PlanReport, spec: ModelSpec, args: dict[str, Any]) -> list[str]:
     if args.get("overlap_moe_expert_parallel_comm") and args.get("tensor_model_parallel_size", 1) > 1:
         notes.append("Megatron warns that the EP all-to-all overlap wants CUDA_DEVICE_MAX_CONNECTIONS > 1 while TP wants "
                      "1 (arguments.py:1466): left unset")
-    if args.get("cross_entropy_fusion_impl") == "te":
-        notes.append("--cross-entropy-fusion-impl te: Megatron-LM refuses it since 168cb15 (2026-06-03, arguments.py:1697, "
-                     "'stability issues'); it runs on earlier Megatron-LM, with TransformerEngine 2.2-2.17 (the "
-                     "in-place kernel btacalc models)")
+    if args.get("cross_entropy_fusion_impl") == "te":  # Bridge only: check_megatron_launch refuses it for Megatron-LM
+        notes.append("TransformerEngine's fused cross-entropy (impl te): Megatron-Bridge's DeepSeek-V3 and Kimi-K2 "
+                     "bridges set it; Megatron-LM's arguments refuse it since 168cb15 (arguments.py:1697); btacalc "
+                     "models the in-place kernel of TransformerEngine 2.2-2.17")
     if spec.qk_norm == "full":
         notes.append("Megatron's --qk-layernorm normalises per head; the model normalises the full q and k")
     notes += [f"no Megatron flag for {what}: leave the model's code to provide it" for key, what in _UNSAID
@@ -169,6 +180,12 @@ def _notes(r: PlanReport, spec: ModelSpec, args: dict[str, Any]) -> list[str]:
         given = ", ".join(k for k, v in biases.items() if v)
         notes.append(f"Megatron's --add-bias-linear gives every linear layer a bias or none; the model has them on the "
                      f"{given} only: this launch gives {'all' if args.get('add_bias_linear', True) else 'none'}")
+    if spec.is_moe and spec.top_k == 1 and spec.router != "sigmoid" and (spec.router_renormalize
+                                                                        or spec.router == "topk_softmax"):
+        notes.append("top-1 routing: the model's softmax over the one selected logit weights its expert by 1; "
+                     "Megatron-Core refuses that router (no gradient reaches it: transformer_config.py L2661-2669), so "
+                     "the launch routes with --moe-router-pre-softmax, the expert weighted by its softmax probability "
+                     "over all experts, as Switch Transformer does (the same FLOPs and memory)")
     if spec.router == "sigmoid" and spec.router_renormalize is False and spec.top_k > 1:
         notes.append("the router does not renormalise its top-k sigmoid weights: Megatron always does "
                      "(moe_utils.py L929 at d98e8a64), and has no flag against it")
@@ -273,10 +290,23 @@ def check_megatron_numerics(spec: ModelSpec) -> None:
                            "--emit bridge writes it (model.seq_len_interpolation_factor is a float)")
 
 
+def check_megatron_launch(r: PlanReport) -> None:
+    """review35: TransformerEngine's fused cross-entropy (--loss te_fused) is --cross-entropy-fusion-impl te, which
+    Megatron-LM refuses since 168cb15 (2026-06-03; arguments.py L1697-1702 @ d98e8a64, 'stability issues'). The launch
+    was printed with a comment saying so; a launch the pinned Megatron-LM stops at is not written. Megatron-Bridge
+    does not go through those arguments (its DeepSeek-V3 and Kimi-K2 bridges set the impl), so --emit bridge writes
+    it."""
+    if r.inputs.loss == "te_fused":
+        raise BtacalcError("--emit megatron with --loss te_fused: Megatron-LM refuses --cross-entropy-fusion-impl te "
+                           "since 168cb15 (2026-06-03; arguments.py L1697-1702 @ d98e8a64); --emit bridge writes it, or "
+                           "plan --loss native_fused (--cross-entropy-loss-fusion)")
+
+
 def megatron_arguments(r: PlanReport, spec: ModelSpec, profile_domain: Optional[int] = None) -> str:
     """The launch: comments, environment, torchrun and pretrain_gpt.py with one flag per line. `profile_domain`: the
     profile's NVLink domain, which a launch of one host's GPUs per node is read back in (launch_domain)."""
     check_megatron_numerics(spec)
+    check_megatron_launch(r)
     args, env, notes = megatron_run(r, spec)
     par = r.parallelism
     # torchrun starts one node's processes per host: a GB200 tray's 4 GPUs, not the NVL72 rack (ncclsm's
@@ -325,7 +355,7 @@ def bridge_overrides(r: PlanReport, spec: ModelSpec, profile_domain: Optional[in
     """The same run as Megatron-Bridge ConfigContainer overrides, one Hydra `key=value` per line, each a word a
     POSIX shell passes unchanged to Bridge's scripts (which read them with Hydra's override grammar; `--from-bridge`
     reads them back the same way, btacalc.config.bridge_hydra)."""
-    args, env, notes = megatron_run(r, spec)
+    args, env, notes = megatron_run(r, spec, bridge=True)
     backend_env = bridge_attention_environment(args)
     if backend_env:
         env = {**env, **backend_env}

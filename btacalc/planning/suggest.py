@@ -119,7 +119,7 @@ def _suggestions(problem: Problem, mem: MemoryModel, solve: Solver) -> list[str]
     if fixed > mem.usable:
         return _state_too_large(problem, mem, fixed, solve)
     out = [text for text in (_verified(problem, trial, solve) for trial in _trials(problem, mem)) if text]
-    if problem.hardware.family == "gpu" and problem.layout.devices > 1:
+    if problem.hardware.family == "gpu" and problem.layout.devices > 1 and not problem.layout.torch_fsdp:
         out.append(f"--search finds the fastest Megatron layout that fits on --devices {problem.layout.devices}, if any "
                    "(tensor, pipeline, context parallelism, recomputation)")
     return out
@@ -155,7 +155,9 @@ def _trials(problem: Problem, mem: MemoryModel) -> list[Trial]:
     if run.attention != "flash":
         trials.append(Trial("--attention flash", lambda r: r.with_changes(attention="flash")))
     longest = _longest_sequence(mem, run.seq_len)
-    if longest is not None and longest < run.seq_len:
+    if longest is not None:  # the longest the layout splits (review35: sequence parallelism needs s / CP % TP == 0)
+        longest -= longest % problem.layout.sequence_multiple()
+    if longest and longest < run.seq_len:
         trials.append(Trial(f"--seq {longest} (the longest sequence of which one fits)",
                             lambda r: r.with_changes(seq_len=longest)))
     if limits.global_batch is not None and (request.limits.tiles is not None or request.limits.tile_batch is not None):
@@ -184,7 +186,7 @@ def _state_too_large(problem: Problem, mem: MemoryModel, fixed: int, solve: Solv
             extra = " --recompute full" if fit.run.recompute != problem.run.recompute else ""
             out.append(f"--devices {lay.devices} --ep {lay.expert_parallel} --zero {lay.zero_stage}{extra} fits one "
                        f"sequence per device (smallest power-of-two device count; EP = gcd(N, E))")
-        if problem.layout.devices > 1:
+        if problem.layout.devices > 1 and not problem.layout.torch_fsdp:  # review34: PyTorch's FSDP is 1-D here
             out.append(f"--search finds the fastest Megatron layout that fits on --devices {problem.layout.devices}, if any "
                        "(pipeline and tensor parallelism split the state further)")
     return out

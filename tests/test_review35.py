@@ -1,0 +1,157 @@
+"""review35: `--emit megatron` checked against Megatron-LM @ d98e8a64's own argument path (and TransformerEngine @
+d0067d0's backend choice). Each defect's test states the Megatron line it follows; the launch is checked as text
+(the flag written or refused) and against btacalc's rule table (btacalc/config/megatron_rules.py).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from btacalc.config.megatron_codec import PLACEHOLDER_RUN
+from btacalc.config.megatron_rules import changed_overlaps, violations
+
+
+def _launch(text: str) -> list[str]:
+    """The launch's words (comments left out)."""
+    return " ".join(line for line in text.splitlines() if not line.startswith("#")).replace("\\", " ").split()
+
+
+def _emit(cli, *args: str, emit: str = "megatron") -> tuple[int, str, str]:
+    return cli("plan", *args, "--emit", emit)
+
+
+# D1. transformer_config.py L2661-2669: top-1 under the softmax score function (not sinkhorn) needs
+# --moe-router-pre-softmax: the softmax over one selected logit is 1 and gives the router no gradient.
+@pytest.mark.parametrize("args", [
+    ("--hw", "h100", "--model", "moe-toy-megatron-ci", "--devices", "8"),
+    ("--hw", "h100", "--model", "mixtral-8x7b", "--devices", "32", "--pp", "4", "--ep", "8", "--top-k", "1"),
+    ("--hw", "h100", "--model", "gpt-oss-20b", "--devices", "8", "--ep", "8", "--top-k", "1"),
+])
+def test_a_top1_softmax_router_is_written_pre_softmax_and_said(cli, args):
+    code, out, err = _emit(cli, *args)
+    assert code in (0, 1), err
+    words = _launch(out)
+    assert words[words.index("--moe-router-topk") + 1] == "1"
+    assert "--moe-router-pre-softmax" in words
+    assert "MEGATRON WOULD REFUSE" not in out
+    assert "# top-1 routing: the model's softmax over the one selected logit weights its expert by 1" in out
+
+
+def test_top1_sigmoid_and_top2_softmax_keep_their_routers(cli):
+    # DeepSeek-V3's sigmoid router is outside the rule; Qwen3's renormalised top-8 softmax is Megatron's default
+    code, out, err = _emit(cli, "--hw", "b200", "--model", "deepseek-v3", "--devices", "256", "--pp", "8", "--ep",
+                           "32", "--top-k", "1")
+    words = _launch(out)
+    assert code in (0, 1) and "--moe-router-pre-softmax" not in words and "sigmoid" in words, err
+    code, out, err = _emit(cli, "--hw", "h100", "--model", "qwen3-30b-a3b", "--devices", "16", "--ep", "16")
+    assert code in (0, 1) and "--moe-router-pre-softmax" not in _launch(out), err
+    assert "top-1 routing" not in out
+
+
+def test_the_rule_table_refuses_a_top1_softmax_launch():
+    base = {"num_experts": 8, "moe_router_topk": 1, "num_attention_heads": 8, "add_bias_linear": False}
+    assert [r.name for r in violations(base, {})] == ["top1-pre-softmax"]
+    assert violations({**base, "moe_router_pre_softmax": True}, {}) == []
+    assert violations({**base, "moe_router_score_function": "sigmoid"}, {}) == []
+    assert violations({**base, "moe_router_load_balancing_type": "sinkhorn"}, {}) == []
+    # nargs +: one type is read as its string (arguments.py L1661-1662), as the Megatron CI's sinkhorn toy gives it;
+    # a list of several is compared whole (transformer_config.py L2665) and refused
+    assert violations({**base, "moe_router_load_balancing_type": ["sinkhorn"]}, {}) == []
+    assert [r.name for r in violations({**base, "moe_router_load_balancing_type": ["sinkhorn", "aux_loss"]}, {})] == [
+        "top1-pre-softmax"]
+    assert violations({**base, "moe_router_topk": 2}, {}) == []
+    assert violations({**base, "num_experts": 0}, {}) == []  # Megatron reads 0 experts as a dense model
+
+
+# D2. arguments.py L1095-1097: --fp8-param-gather only with the distributed optimizer, torch FSDP2 or Megatron-FSDP.
+# Megatron-Bridge runs no such check (its FP8 recipes turn the gather on whatever the optimizer), nor Megatron-Core.
+def test_fp8_param_gather_without_sharded_parameters_is_no_megatron_launch(cli, tmp_path):
+    args = ("--hw", "h100", "--model", "llama-3-8b", "--devices", "8", "--precision", "fp8", "--fp8-param-gather")
+    code, out, err = cli("plan", *args, "--zero", "0", "--emit", "megatron")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert "arguments.py:1096" in err and "--emit bridge writes the run" in err
+    code, out, err = cli("plan", *args, "--zero", "0", "--emit", "bridge")
+    assert code in (0, 1) and "MEGATRON WOULD REFUSE" not in out, err
+    path = tmp_path / "run.txt"
+    path.write_text(out)
+    code, back, err = cli("plan", "--hw", "h100", "--devices", "8", "--from-bridge", str(path))
+    assert code in (0, 1), err  # Bridge's reader does not hold Megatron-LM's launcher rule
+    code, out, err = cli("plan", *args, "--zero", "1", "--emit", "megatron")
+    assert code in (0, 1), err
+    words = _launch(out)
+    assert "--fp8-param-gather" in words and "--use-distributed-optimizer" in words
+    # NVFP4's --fp4-param-gather has no such assertion (L1103-1105 check only --fp4-format)
+    code, out, err = cli("plan", "--hw", "b200", "--model", "llama-3-8b", "--devices", "8", "--precision", "nvfp4",
+                         "--fp8-param-gather", "--zero", "0", "--emit", "megatron")
+    assert code in (0, 1) and "--fp4-param-gather" in _launch(out), err
+
+
+def test_the_launcher_rule_is_kept_apart_for_bridge():
+    args = {"fp8": "hybrid", "fp8_param_gather": True, "num_attention_heads": 8}
+    assert [r.name for r in violations(args, {})] == ["fp8-param-gather-sharded"]
+    assert violations(args, {}, bridge=True) == []
+    assert violations({**args, "use_distributed_optimizer": True}, {}) == []
+
+
+# D3. arguments.py L1697-1702 (168cb15, 2026-06-03): test_cefuse.py::test_emit_and_read_back.
+
+# D4. TE @ d0067d0 utils.py L1169-1173 switches the unfused backend off under CP; Megatron-Core's local attention
+# asserts CP 1 (dot_product_attention.py L57-59).
+def test_eager_attention_with_context_parallelism_is_refused(cli):
+    args = ("--hw", "h100", "--model", "llama-3-8b", "--devices", "16", "--cp", "2")
+    code, out, err = cli("plan", *args, "--attention", "eager")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert "utils.py L1169-1173" in err and "--attention flash or --cp 1" in err
+    code, out, err = cli("plan", *args, "--attention", "flash", "--json")
+    assert code in (0, 1), err
+
+
+# D5. mappings.py L71-74: the embedding's scatter to the sequence-parallel region needs (s / CP) % TP == 0.
+@pytest.mark.parametrize("args, tokens", [
+    (("--model", "llama-3-8b", "--devices", "16", "--tp", "2", "--seq", "4095"), "sequence of 4095"),
+    (("--model", "llama-3-70b", "--devices", "64", "--cp", "2", "--tp", "4", "--seq", "4100"),
+     f"{4100 // 2} tokens per context-parallel rank"),  # 2050 = 4 x 512 + 2
+])
+def test_sequence_parallelism_needs_tp_to_divide_the_tokens(cli, args, tokens):
+    code, out, err = cli("plan", "--hw", "h100", *args)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert tokens in err and "mappings.py L71-74" in err
+    code, out, err = cli("plan", "--hw", "h100", *args, "--no-sequence-parallel", "--json")
+    assert code in (0, 1), err
+
+
+def test_a_sequence_that_divides_is_planned(cli):
+    # 4104 = 2 x 2052 and 2052 = 4 x 513: CP 2 x TP 4 divide it
+    code, out, err = cli("plan", "--hw", "h100", "--model", "llama-3-70b", "--devices", "64", "--cp", "2", "--tp", "4",
+                         "--seq", "4104", "--json")
+    assert code in (0, 1), err
+
+
+# D6. A user's overlap the plan changes so that Megatron runs it is named in the launch.
+def test_a_changed_overlap_is_a_launch_note(cli):
+    code, out, err = _emit(cli, "--hw", "h100", "--model", "llama-3-8b", "--devices", "16", "--pp", "2", "--vp", "2",
+                           "--no-overlap-p2p")
+    assert code in (0, 1), err
+    assert "--no-overlap-p2p-communication" not in _launch(out)
+    assert ("# --overlap-p2p-communication was asked off and is left on: Megatron-LM refuses the interleaved schedule "
+            "on 2 stages without p2p overlap") in out
+    code, out, err = _emit(cli, "--hw", "h100", "--model", "llama-3-8b", "--devices", "16", "--pp", "2", "--vp", "2")
+    assert "was asked" not in out  # nothing asked, nothing changed
+
+
+def test_changed_overlaps_reads_only_changed_reasons():
+    assert changed_overlaps({"overlap_p2p": "on with interleaving only: Megatron-LM's default"}) == []
+    assert changed_overlaps({"overlap_all_to_all": "why: planned without it"}) == [
+        "--overlap-moe-expert-parallel-comm was asked for and is left out: why"]
+
+
+# review36: training.py L2586 needs --train-iters or --train-samples, optimizer_param_scheduler.py L148 float(lr).
+def test_the_launch_has_a_run_length_and_a_learning_rate(cli):
+    code, out, err = _emit(cli, "--hw", "h100", "--model", "llama-3-8b", "--devices", "8")
+    words = _launch(out)
+    for dest, value in PLACEHOLDER_RUN.items():
+        flag = "--" + dest.replace("_", "-")
+        assert float(words[words.index(flag) + 1]) == value
+    assert "placeholders of a short benchmark run" in out
+    code, out, err = _emit(cli, "--hw", "h100", "--model", "llama-3-8b", "--devices", "8", emit="bridge")
+    assert "train_iters" not in out and "optimizer.lr" not in out  # a Bridge recipe sets its own
