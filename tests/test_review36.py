@@ -66,3 +66,15 @@ def test_the_emitted_notes_end_in_a_whole_sentence(cli):
     notes = [line for line in out.splitlines() if line.startswith("#")]
     assert not any(line.rstrip().endswith("model's") for line in notes)
     assert any("give your model's coefficient with that flag" in line for line in notes)
+
+
+def test_a_pytorch_fsdp_plan_holds_no_transformer_engine_workspace(cli):
+    """review36 #8: a torchtitan / llm-foundry run's linears are torch's nn.Linear, so its workspaces are PyTorch's
+    two cuBLAS ones only (CublasHandlePool.cpp L146-150: 4096 x 8 KiB on Hopper), not TransformerEngine's 32 MiB + 1 KiB
+    (gemm.py L40-45); a Megatron plan of the same model keeps TE's."""
+    def rows(*extra: str) -> dict:
+        code, out, err = cli("plan", "--model", "llama-3-8b", "--hw", "h100-96gb", "--devices", "8", *extra, "--json")
+        assert code in (0, 1), err
+        return {w["name"]: w["count"] * w["bytes_each"] for w in json.loads(out)["device_memory"]["library_workspaces"]}
+    assert rows("--fsdp", "--fsdp-impl", "fsdp2", "--loss", "torch_fp32") == {"torch_cublas": 2 * 4096 * 8 * 1024}
+    assert rows() == {"te_gemm": 32 * 2**20 + 1024, "torch_cublas": 2 * 4096 * 8 * 1024}

@@ -170,12 +170,13 @@ class Problem:
     @cached_property
     def library_workspaces(self) -> tuple[Workspace, ...]:
         """GPU: the library workspaces this run holds in PyTorch's allocator (config/workspaces.py), resolved once
-        per problem: TransformerEngine's unless the layers are eager PyTorch's or Megatron-Core's own (local), its
+        per problem: TransformerEngine's unless the layers are eager PyTorch's, Megatron-Core's own (local) or a
+        PyTorch FSDP run's (torchtitan's and llm-foundry's nn.Linear: review36 listed a TE workspace there), its
         grouped GEMMs' where an MoE model's experts run as grouped GEMMs (not SequentialMLP), its userbuffers' under
         the TP overlap, and PyTorch's own; a wafer's none."""
         if self.hardware.family != "gpu":
             return ()
-        te = self.run.transformer_engine and not self.run.eager_kernels
+        te = self.run.transformer_engine and not self.run.eager_kernels and not self.layout.torch_fsdp
         grouped = self.model.is_moe and self.run.expert_grouped_gemm
         return library_workspaces(self.hardware.chip.capability, te, grouped, self.layout.userbuffers)
 
