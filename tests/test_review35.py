@@ -155,3 +155,17 @@ def test_the_launch_has_a_run_length_and_a_learning_rate(cli):
     assert "placeholders of a short benchmark run" in out
     code, out, err = _emit(cli, "--hw", "h100", "--model", "llama-3-8b", "--devices", "8", emit="bridge")
     assert "train_iters" not in out and "optimizer.lr" not in out  # a Bridge recipe sets its own
+
+
+def test_a_derived_micro_batch_count_is_not_named_as_the_users_option(cli):
+    """review35 (wording): with no --grad-accum, M = N / (DP x micro-batch) was refused as `--grad-accum 512`. GPT-3
+    on 96 H100s at TP 8, PP 3: DP 4, N = 2^22 / 2048 = 2048 sequences, micro-batch 1 under PP: M = 2048 / 4 = 512, and
+    512 mod the group PP 3 is 2."""
+    args = ("plan", "--hw", "h100", "--model", "gpt3-175b", "--devices", "96", "--tp", "8", "--pp", "3", "--vp", "2",
+            "--seq", "2048")
+    code, out, err = cli(*args)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert f"M = {2**22 // 2048 // 4} micro-batches (the global batch over DP x the micro-batch)" in err
+    assert "--grad-accum" not in err
+    code, out, err = cli(*args, "--grad-accum", "128", "--micro-batch", "1")
+    assert code == 2 and "--grad-accum 128: the interleaved schedule refuses it" in err, err

@@ -78,3 +78,16 @@ def test_a_pytorch_fsdp_plan_holds_no_transformer_engine_workspace(cli):
         return {w["name"]: w["count"] * w["bytes_each"] for w in json.loads(out)["device_memory"]["library_workspaces"]}
     assert rows("--fsdp", "--fsdp-impl", "fsdp2", "--loss", "torch_fp32") == {"torch_cublas": 2 * 4096 * 8 * 1024}
     assert rows() == {"te_gemm": 32 * 2**20 + 1024, "torch_cublas": 2 * 4096 * 8 * 1024}
+
+
+def test_overlap_streaming_is_null_where_no_weights_stream(cli):
+    """review36 #8: `throughput.overlap_streaming: true` appeared on GPU plans, which stream no weights; it is null
+    there and on a resident wafer plan, and the option's value on a weight-streaming wafer plan."""
+    def overlap(*args: str):
+        code, out, err = cli("plan", *args, "--json")
+        assert code in (0, 1), err
+        return json.loads(out)["throughput"]["overlap_streaming"]
+    assert overlap("--model", "llama-3-8b", "--hw", "h100", "--devices", "8", "--tp", "2") is None
+    assert overlap("--model", "qwen3-30b-a3b", "--hw", "wse3") is True
+    assert overlap("--model", "qwen3-30b-a3b", "--hw", "wse3", "--no-overlap") is False
+    assert overlap("--model", "gpt2-small", "--hw", "wse3", "--memory-model", "resident") is None

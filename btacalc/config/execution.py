@@ -298,6 +298,8 @@ class Layout:
     # N = PP (model_parallel_config.py L567-568). Read by the schedule (model/gpu/schedule.py) and the in-flight
     # count (model/gpu/stages.py); ignored without interleaving, as Megatron ignores it
     microbatch_group: Optional[int] = None
+    # M came from the global batch (N / (DP x micro-batch)), not from {micro_batches}: refusals name N (review35)
+    micro_batches_derived: bool = False
     context_parallel: int = 1
     expert_tensor_parallel: int = 1
     fsdp: bool = False  # fully sharded data parallel (ZeRO-3 state; gathers per micro-batch)
@@ -624,8 +626,11 @@ class Layout:
             why = group_rule(pp, self.micro_batches, self.microbatch_group or pp)
             if why:
                 given = "" if self.microbatch_group else " ({microbatch_group} not given: N = PP)"
-                raise BtacalcError(f"{{micro_batches}} {self.micro_batches}: the interleaved schedule refuses it: "
-                                   f"{why}{given}; Megatron-Core schedules.py L1160-1180")
+                # review35: a derived M was named as the user's {micro_batches}
+                what = (f"M = {self.micro_batches} micro-batches (the global batch over DP x the micro-batch)"
+                        if self.micro_batches_derived else f"{{micro_batches}} {self.micro_batches}")
+                raise BtacalcError(f"{what}: the interleaved schedule refuses it: {why}{given}; Megatron-Core "
+                                   "schedules.py L1160-1180")
 
 
 def _multiples_text(n: int, unit: int) -> str:
@@ -1166,7 +1171,8 @@ def _resolve(request: ExecutionRequest, model: "ModelSpec", profile: "HardwarePr
         layout = _runnable_overlaps(layout, recompute, chosen)
         _check_overlaps(layout)
     limits = _resolve_batch(request, layout, chosen, run.seq_len if gpu else None)
-    layout = replace(layout, micro_batches=limits.micro_batches or 1)  # the solver may choose M: plan.py
+    layout = replace(layout, micro_batches=limits.micro_batches or 1,  # the solver may choose M: plan.py
+                     micro_batches_derived=request.micro_batches is None)
     mtp_layers = model.mtp_layers if run.multi_token_prediction else 0
     layout.validate(model, profile, run.seq_len, mtp_layers)
     if not layout.stage_split.given and layout.pipeline_parallel > 1:

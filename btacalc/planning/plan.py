@@ -39,6 +39,12 @@ from .suggest import suggestions, verdict
 from .wafer import wafer_info
 
 
+
+def streaming_overlap(problem: Problem) -> Optional[bool]:
+    """Whether the weight stream overlaps compute; None where no weights stream (a GPU plan, a wafer plan with the
+    state resident: review36, a GPU plan's JSON said true)."""
+    return problem.run.overlap_streaming if problem.memory_model == "weight_streaming" else None
+
 def make_plan(model: ModelSpec, hardware: HardwareProfile, request: ExecutionRequest = ExecutionRequest(), *,
               baselines: bool = True) -> PlanReport:
     """Resolve the execution, solve the batch shape and build the report. `baselines` False leaves out the
@@ -437,7 +443,7 @@ def _throughput(problem: Problem, s: ThroughputSummary) -> Throughput:
         dense_global_batch=s.dense.tiles * s.dense.tile_batch if s.dense.fits else None,
         dense_micro_batches=s.dense.micro_batches if s.dense.fits else None,
         tiling_overhead_s=float(bt.tiling_overhead_s), stream_bound_share=float(bt.stream_bound_share),
-        overlap_streaming=problem.run.overlap_streaming, compute_efficiency=compute_efficiency(problem),
+        overlap_streaming=streaming_overlap(problem), compute_efficiency=compute_efficiency(problem),
         phase_share=shares, dominant_phase=max(shares, key=lambda k: shares[k]),
         communication_s={k: float(v) for k, v in bt.communication_s.items()},
         collectives=[asdict(row) for row in bt.details.get("collectives", [])],

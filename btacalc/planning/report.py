@@ -420,10 +420,12 @@ class Throughput(BaseModel):
                                                "batch fixed, DP x M x dense_global_batch is that same global batch (plan; a sweep's "
                                                "points leave it null)")
     tiling_overhead_s: float = Field(description="the per-tile overhead of the step (G x layers, a GPU stage's, x "
-                                     "micro-batches x the profile's per-tile cost), a part of step_time_s that "
-                                     "phase_share leaves out")
+                                     "micro-batches x the profile's per-tile cost, calibration.tile_overhead_s: the "
+                                     "launches of each attention pass, so at G = 1 one pass per layer), a part of "
+                                     "step_time_s that phase_share leaves out")
     stream_bound_share: float = Field(description="share of the step during which weight streaming is the bottleneck")
-    overlap_streaming: bool
+    overlap_streaming: Optional[bool] = Field(description="the weight stream overlapped with compute (--no-overlap "
+                                              "off); null where no weights stream (GPU plans, a resident wafer plan)")
     compute_efficiency: float
     phase_share: dict[str, float] = Field(description="share of step time per phase (each layer phase, each exposed "
                                           "collective, the bubble, the synchronisation and the optimizer); with "

@@ -34,7 +34,7 @@ from ..model.problem import Problem
 from ..model.solver import PointLimits, PointMemory, Search, search
 from ..model.timing import StepTime, compute_efficiency, step_time
 from .expected_error import expected_error, plan_kind
-from .plan import dense_problem, routing_sensitivity
+from .plan import dense_problem, routing_sensitivity, streaming_overlap
 from .suggest import no_fit
 from .report import PlanInfo, Throughput
 
@@ -606,7 +606,7 @@ def _throughput(problem: Problem, found: Search, g1: Search, g1_index: np.ndarra
         out.put(r, name, [None if v != v else v for v in values.tolist()])  # nan: no such plan
     out.put(r, "tile_batch_g1", [int(g1.cand.tile_batch[x]) if x >= 0 else None for x in j.tolist()])
     out.put(r, "dense_global_batch", [int(x) if x else None for x in dense_n.tolist()])
-    out.put(r, "overlap_streaming", [problem.run.overlap_streaming] * k)
+    out.put(r, "overlap_streaming", [streaming_overlap(problem)] * k)
     out.put(r, "compute_efficiency", [compute_efficiency(problem)] * k)
     out.put(r, "dominant_phase", [""] * k)
     out.put(r, "critical_stage", [0] * k)  # a sweep's layouts have one pipeline stage
