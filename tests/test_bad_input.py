@@ -819,11 +819,16 @@ case("values", "plan", "--hw", "h100", "--model", "llama-3-8b", "--devices", "16
 case("values", "plan", "--hw", "h100", "--model", "llama-3-8b", "--devices", "16", "--tp", "2", "--seq", "4095",
      fragment="mappings.py L71-74")
 case("values", "plan", "--hw", "h100", "--model", "llama-3-8b", "--devices", "8", "--loss", "te_fused", "--emit",
-     "megatron", fragment="refuses --cross-entropy-fusion-impl te", outputs=False)
+     "megatron", fragment="--cross-entropy-fusion-impl te (TransformerEngine's fused cross-entropy) is refused",
+     outputs=False)
+for extra in (["--overlap-a2a"], ["--deepep"], ["--allgather-dispatcher"]):
+    case("values", "plan", "--model", "qwen3-30b-a3b", "--hw", "h100-96gb", "--devices", "32", "--fsdp", "--fsdp-impl",
+         "fsdp2", "--loss", "torch_fp32", "--recompute", "full", *extra, fragment=f"{extra[0]} is a Megatron-LM option")
 # review34: Megatron-LM options under PyTorch's FSDP (torchtitan, llm-foundry have none) changed numbers or nothing
 for extra in (["--nccl-ub"], ["--no-gradient-accumulation-fusion"], ["--cpu-offloading-num-layers", "4"],
               ["--cuda-graph-scope", "attn,mlp"], ["--ddp-bucket-size", "1"], ["--ddp-num-buckets", "4"],
-              ["--microbatch-group-size", "2"], ["--tp-comm-overlap"]):
+              ["--microbatch-group-size", "2"], ["--tp-comm-overlap"], ["--overlap-grad-reduce"],
+              ["--precision-aware-optimizer"]):
     case("values", "plan", "--model", "llama-3-8b", "--hw", "h100-96gb", "--devices", "8", "--fsdp", "--fsdp-impl",
          "fsdp2", "--loss", "torch_fp32", *extra, fragment=f"{extra[0]} is a Megatron-LM option")
 # review34: a recipe field one level up (beside the run's fields) was carried through unread, and the run planned

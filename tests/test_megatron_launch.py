@@ -293,6 +293,8 @@ BROKEN = {
     # arguments.py L1095-1097 (BASE has no distributed optimizer)
     "top1-pre-softmax": ({"moe_router_topk": 1}, {}),
     "fp8-param-gather-sharded": ({"fp8": "hybrid", "fp8_param_gather": True}, {}),
+    # arguments.py L1697-1702 (since 168cb15)
+    "te-cross-entropy": ({"cross_entropy_loss_fusion": True, "cross_entropy_fusion_impl": "te"}, {}),
     "moe-act-grouped-gemm": ({"recompute_granularity": "selective", "recompute_modules": ["moe_act"]}, {}),
     # freshuser17: transformer_config.py L1969-1973 and L2000-2006
     "mla-up-proj-mla": ({"recompute_granularity": "selective", "recompute_modules": ["mla_up_proj"]}, {}),

@@ -5,6 +5,8 @@ d0067d0's backend choice). Each defect's test states the Megatron line it follow
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from btacalc.config.megatron_codec import PLACEHOLDER_RUN
@@ -69,7 +71,7 @@ def test_fp8_param_gather_without_sharded_parameters_is_no_megatron_launch(cli, 
     args = ("--hw", "h100", "--model", "llama-3-8b", "--devices", "8", "--precision", "fp8", "--fp8-param-gather")
     code, out, err = cli("plan", *args, "--zero", "0", "--emit", "megatron")
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
-    assert "arguments.py:1096" in err and "--emit bridge writes the run" in err
+    assert "arguments.py:1096" in err and "plan with --zero 1" in err and "--emit bridge, which writes it" in err
     code, out, err = cli("plan", *args, "--zero", "0", "--emit", "bridge")
     assert code in (0, 1) and "MEGATRON WOULD REFUSE" not in out, err
     path = tmp_path / "run.txt"
@@ -94,6 +96,30 @@ def test_the_launcher_rule_is_kept_apart_for_bridge():
 
 
 # D3. arguments.py L1697-1702 (168cb15, 2026-06-03): test_cefuse.py::test_emit_and_read_back.
+def test_the_te_cross_entropy_is_a_launcher_rule_read_and_written_as_megatron_runs_it(cli, tmp_path):
+    """The rule is Megatron-LM's launcher's: --from-megatron refuses a launch with the te impl, --from-bridge reads it
+    (Bridge's DeepSeek-V3 bridge sets it); each fix the emit refusal names runs."""
+    code, out, err = cli("plan", "--hw", "h100", "--model", "llama-3-8b", "--devices", "8", "--emit", "megatron")
+    path = tmp_path / "run.sh"
+    path.write_text(out.replace("    --mock-data", "    --cross-entropy-loss-fusion --cross-entropy-fusion-impl te \\\n"
+                                                  "    --mock-data"))
+    code, out, err = cli("plan", "--hw", "h100", "--from-megatron", str(path))
+    assert code == 2 and out == "" and "Megatron-LM would refuse this launch: --cross-entropy-fusion-impl te" in err
+    code, out, err = cli("plan", "--hw", "h100", "--model", "llama-3-8b", "--devices", "8", "--loss", "te_fused",
+                         "--emit", "megatron")
+    assert code == 2 and "plan with --loss native_fused" in err, err
+    code, out, err = cli("plan", "--hw", "h100", "--model", "llama-3-8b", "--devices", "8", "--loss", "native_fused",
+                         "--emit", "megatron")
+    assert code in (0, 1) and "--cross-entropy-loss-fusion" in _launch(out), err
+
+
+def test_an_encoder_is_refused_as_an_encoder_before_its_loss(cli):
+    """review of review35: BERT with --loss te_fused was told to use --emit bridge or --loss native_fused, both of
+    which an encoder cannot take; the encoder refusal comes first."""
+    code, out, err = cli("plan", "--hw", "h100", "--model", "bert-large", "--devices", "8", "--loss", "te_fused",
+                         "--emit", "megatron")
+    assert code == 2 and "bidirectional encoder" in err, err
+
 
 # D4. TE @ d0067d0 utils.py L1169-1173 switches the unfused backend off under CP; Megatron-Core's local attention
 # asserts CP 1 (dot_product_attention.py L57-59).
@@ -118,6 +144,17 @@ def test_sequence_parallelism_needs_tp_to_divide_the_tokens(cli, args, tokens):
     assert tokens in err and "mappings.py L71-74" in err
     code, out, err = cli("plan", "--hw", "h100", *args, "--no-sequence-parallel", "--json")
     assert code in (0, 1), err
+
+
+def test_an_moe_model_is_told_only_the_sequences_that_divide(cli):
+    """An MoE model at TP > 1 needs sequence parallelism (moe_layer.py L636), so --no-sequence-parallel is no fix for
+    it: the refusal names the nearest sequences TP divides, 4094 = 2 x 2047 and 4096, and each plans."""
+    args = ("plan", "--hw", "h100", "--model", "qwen3-30b-a3b", "--devices", "16", "--tp", "2")
+    code, out, err = cli(*args, "--seq", "4095")
+    assert code == 2 and "give --seq 4094 or 4096" in err and "--no-sequence-parallel" not in err, err
+    for seq in ("4094", "4096"):
+        code, out, err = cli(*args, "--seq", seq, "--json")
+        assert code in (0, 1), err
 
 
 def test_a_sequence_that_divides_is_planned(cli):
@@ -169,3 +206,14 @@ def test_a_derived_micro_batch_count_is_not_named_as_the_users_option(cli):
     assert "--grad-accum" not in err
     code, out, err = cli(*args, "--grad-accum", "128", "--micro-batch", "1")
     assert code == 2 and "--grad-accum 128: the interleaved schedule refuses it" in err, err
+
+
+def test_the_search_does_not_choose_context_parallelism_for_eager_attention(cli):
+    """review of review35: `--search --attention eager` ranked CP > 1 layouts, chose one, and its plan then refused
+    eager attention under CP (a --cp the user never gave); the search now leaves them out, as the plan would."""
+    code, out, err = cli("plan", "--model", "llama-3-8b", "--hw", "h100", "--devices", "16", "--search", "--attention",
+                         "eager", "--seq", "32768", "--json")
+    assert code in (0, 1), err
+    search = json.loads(out)
+    assert search["best"]["parallelism"]["context_parallel"] == 1
+    assert search["ranking"] and all(row["context_parallel"] == 1 for row in search["ranking"])

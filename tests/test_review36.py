@@ -78,6 +78,9 @@ def test_a_pytorch_fsdp_plan_holds_no_transformer_engine_workspace(cli):
         return {w["name"]: w["count"] * w["bytes_each"] for w in json.loads(out)["device_memory"]["library_workspaces"]}
     assert rows("--fsdp", "--fsdp-impl", "fsdp2", "--loss", "torch_fp32") == {"torch_cublas": 2 * 4096 * 8 * 1024}
     assert rows() == {"te_gemm": 32 * 2**20 + 1024, "torch_cublas": 2 * 4096 * 8 * 1024}
+    # its low-precision linears are TransformerEngine's (llm-foundry's fc_type te), whose FP8 weight copies it holds
+    assert rows("--fsdp", "--fsdp-impl", "fsdp2", "--loss", "torch_fp32", "--precision", "fp8") == {
+        "te_gemm": 32 * 2**20 + 1024, "torch_cublas": 2 * 4096 * 8 * 1024}
 
 
 def test_overlap_streaming_is_null_where_no_weights_stream(cli):

@@ -124,7 +124,8 @@ def refuse_fsdp_only(command: str, recompute: Optional[str], loss: Optional[str]
     if what is not None:
         raise BtacalcError(f"{what} runs under PyTorch's FSDP, which only `btacalc plan` lays out (--fsdp --fsdp-impl "
                            f"fsdp2 or torch); {command} plans Megatron layouts and wafers")
-AttentionOpt = typer.Option(None, "--attention", help=help_text("eager (materialised s² scores) or flash [default: per device]."))
+AttentionOpt = typer.Option(None, "--attention", help=help_text("eager (materialised s² scores; no context "
+                                                                 "parallelism on GPUs) or flash [default: per device]."))
 AttentionKernelOpt = typer.Option(None, "--attention-kernel", help=help_text(
     "The fused attention kernel: default (TransformerEngine's fused attention in Megatron-LM: cuDNN's benchmarked "
     "rate on Hopper and on B200 / GB200, FlashAttention-2's on A100, else the device's large-GEMM rate) or triton-flash (llm-foundry's attn_impl triton: on Hopper at half of "
@@ -138,7 +139,8 @@ LossOpt = typer.Option(None, "--loss", help=help_text("fused: logits one sequenc
                                                   "(--cross-entropy-loss-fusion: a second fp32 copy in the backward); "
                                                   "te_fused: TransformerEngine's fused "
                                                   "cross-entropy (--cross-entropy-fusion-impl te: the bf16 logits "
-                                                  "turned into their gradient in place); torch_fp32: PyTorch's "
+                                                  "turned into their gradient in place; Megatron-LM refuses it since "
+                                                  "168cb15, so --emit bridge only); torch_fp32: PyTorch's "
                                                   "F.cross_entropy on the logits cast to fp32 in the loss, the 16-bit "
                                                   "ones deleted before the backward, as torchtitan computes it (the "
                                                   "fp32 log-softmax kept; its backward holds two more fp32 copies); "
@@ -219,7 +221,7 @@ MicroBatchOpt = typer.Option(None, "--micro-batch", min=1, help="Sequences per m
                              "(Megatron's --micro-batch-size): fixes G·b.")
 TpOpt = typer.Option(None, "--tp", min=1, help="Tensor-parallel size (Megatron --tensor-model-parallel-size).")
 SpOpt = typer.Option(None, "--sequence-parallel/--no-sequence-parallel", help=help_text("Sequence parallelism with TP "
-                     "[default: on when --tp > 1]."))
+                     "(TP must divide the tokens per context-parallel rank) [default: on when --tp > 1]."))
 PpOpt = typer.Option(None, "--pp", min=1, help="Pipeline-parallel size (Megatron's --pipeline-model-parallel-size).")
 VpOpt = typer.Option(None, "--vp", min=1, help="Interleaved model chunks per pipeline stage (virtual pipeline; "
                  "Megatron's --num-virtual-stages-per-pipeline-rank).")
@@ -284,7 +286,8 @@ PrecisionOpt = typer.Option(None, "--precision", help=help_text(
     f"blocks, E8M0 scales), nvfp4 (16-element blocks, E4M3 scales) [default: {DEFAULT_PRECISION}]."))
 Fp8ParamGatherOpt = typer.Option(False, "--fp8-param-gather", help="Keep the parameters in the low precision and "
                                  "all-gather them so (Megatron --fp8-param-gather; --fp4-param-gather under nvfp4): "
-                                 "halves the parameter all-gather and drops the 16-bit weight copy.")
+                                 "halves the parameter all-gather and drops the 16-bit weight copy (--emit megatron: "
+                                 "FP8 needs --zero 1 or more, as Megatron-LM asserts).")
 Fp8AttentionOpt = typer.Option(False, "--fp8-attention", help="Run the attention core in TransformerEngine's FP8 "
                                "fused attention (Megatron TransformerConfig.fp8_dot_product_attention, TE fp8_dpa): cuDNN's "
                                "FP8 kernel at its benchmarked rate, plus the casts of Q, K, V and dO; needs --precision "

@@ -592,9 +592,11 @@ class Layout:
             # review35: the embedding's scatter to the sequence-parallel region asserts it at the first forward
             # (Megatron-LM language_model_embedding.py L145, tensor_parallel/mappings.py L71-74)
             each = f"sequence of {seq_len}" if cp == 1 else f"{seq_len // cp} tokens per context-parallel rank"
-            raise BtacalcError(f"{{sequence_parallel}} (on by default at TP > 1) splits the {each} over {{tensor_parallel}} "
-                               f"{tp}, which must divide it ({MEGATRON} tensor_parallel/mappings.py L71-74 asserts it at "
-                               "the first forward): give a sequence that divides, or --no-sequence-parallel")
+            # review of review35: an MoE model at TP > 1 needs sequence parallelism, so only the sequence can change
+            off = "" if model.is_moe else ", or --no-sequence-parallel"
+            raise BtacalcError(f"sequence parallelism splits the {each} over {{tensor_parallel}} {tp}, which must "
+                               f"divide it ({MEGATRON} tensor_parallel/mappings.py L71-74 asserts it at the first "
+                               f"forward): give {{seq_len}} {_multiples_text(seq_len, self.sequence_multiple())}{off}")
         if cp > 1 and model.attention_sinks:
             # review19: TE @ d0067d0 dot_product_attention/utils.py L1148-1155 runs a learnable softmax under context
             # parallelism only with the all-to-all exchange (FlashAttention takes none, unfused no CP): the ring
@@ -1086,7 +1088,18 @@ _NO_EFFECT: tuple[tuple[Any, str], ...] = (
         ("microbatch_group", "the interleaved pipeline's micro-batch group",
          lambda run, layout: layout.microbatch_group is not None),
         ("tp_comm_overlap", "TransformerEngine's userbuffers overlap of tensor parallelism",
-         lambda run, layout: layout.overlap.tp_comm))),
+         lambda run, layout: layout.overlap.tp_comm),
+        # review of review35: more options a PyTorch FSDP run has none of, planned as without them
+        ("overlap_all_to_all", "Megatron-Core's expert-parallel all-to-all overlap",
+         lambda run, layout: layout.overlap.all_to_all or layout.overlap.delay_wgrad or layout.overlap.early_attn_release),
+        ("deepep", "Megatron-Core's flex dispatcher", lambda run, layout: layout.deepep),
+        ("allgather_dispatcher", "Megatron-Core's allgather dispatcher", lambda run, layout: layout.allgather_dispatcher),
+        ("overlap_grad_reduce", "Megatron DDP's bucketed gradient reduce-scatter overlap",
+         lambda run, layout: bool(layout.overlap.grad_reduce)),
+        ("overlap_param_gather", "the distributed optimizer's parameter all-gather overlap",
+         lambda run, layout: bool(layout.overlap.param_gather)),
+        ("precision_aware_optimizer", "TransformerEngine's FusedAdam under Megatron-Core's distributed optimizer",
+         lambda run, layout: run.precision_aware_optimizer))),
 )
 
 

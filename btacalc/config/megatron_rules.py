@@ -446,6 +446,11 @@ RULES: tuple[Rule, ...] = (
          lambda a, e: bool(a.get("use_distributed_optimizer") or a.get("use_megatron_fsdp")
                            or a.get("use_torch_fsdp2")),
          "--fp8-param-gather needs the distributed optimizer, torch FSDP2 or Megatron-FSDP"),
+    # review35: TransformerEngine's fused cross-entropy, refused by Megatron-LM's arguments since 168cb15 (2026-06-03,
+    # 'stability issues'); Megatron-Bridge's DeepSeek-V3 and Kimi-K2 bridges set it
+    Rule("te-cross-entropy", f"{ARGS}:1698", lambda a, e: bool(a.get("cross_entropy_loss_fusion"))
+         and a.get("cross_entropy_fusion_impl") == "te", lambda a, e: False,
+         "--cross-entropy-fusion-impl te (TransformerEngine's fused cross-entropy) is refused since 168cb15"),
     Rule("fp8-or-fp4", f"{ARGS}:1101", lambda a, e: a.get("fp8") is not None,
          lambda a, e: a.get("fp4") is None, "--fp8-format and --fp4-format cannot be used together"),
     Rule("a2a-vp", f"{TC}:3007", lambda a, e: _a2a(a, e) and _i(a, "pipeline_model_parallel_size") > 1,
@@ -482,8 +487,9 @@ RULES: tuple[Rule, ...] = (
 
 # Rules of Megatron-LM's own argument checks (megatron/training/arguments.py) that Megatron-Bridge's ConfigContainer
 # does not run, nor Megatron-Core behind it: a Bridge run may do what they refuse (Bridge's FP8 recipes turn
-# fp8_param_gather on whatever the optimizer: mixed_precision.py L231 @ 067f987d; no Megatron-Core assertion)
-LAUNCHER_ONLY = frozenset({"fp8-param-gather-sharded"})
+# fp8_param_gather on whatever the optimizer: mixed_precision.py L231 @ 067f987d; no Megatron-Core assertion; its
+# DeepSeek-V3 and Kimi-K2 bridges set cross_entropy_fusion_impl te: deepseek_v3_bridge.py L82)
+LAUNCHER_ONLY = frozenset({"fp8-param-gather-sharded", "te-cross-entropy"})
 
 
 def violations(args: A, env: dict[str, str], bridge: bool = False) -> list[Rule]:

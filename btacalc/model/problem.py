@@ -29,6 +29,7 @@ from ..catalogue.terms import Phase
 from ..config.execution import Execution, Layout, RunOptions
 from ..config.hardware import HardwareProfile
 from ..config.model import LayerKind, ModelSpec
+from ..config.precision import recipe
 from ..config.workspaces import Workspace, library_workspaces
 
 
@@ -171,12 +172,15 @@ class Problem:
     def library_workspaces(self) -> tuple[Workspace, ...]:
         """GPU: the library workspaces this run holds in PyTorch's allocator (config/workspaces.py), resolved once
         per problem: TransformerEngine's unless the layers are eager PyTorch's, Megatron-Core's own (local) or a
-        PyTorch FSDP run's (torchtitan's and llm-foundry's nn.Linear: review36 listed a TE workspace there), its
+        16-bit PyTorch FSDP run's (torchtitan's and llm-foundry's nn.Linear: review36 listed a TE workspace there), its
         grouped GEMMs' where an MoE model's experts run as grouped GEMMs (not SequentialMLP), its userbuffers' under
         the TP overlap, and PyTorch's own; a wafer's none."""
         if self.hardware.family != "gpu":
             return ()
-        te = self.run.transformer_engine and not self.run.eager_kernels and not self.layout.torch_fsdp
+        # a PyTorch FSDP run's low-precision linears are TransformerEngine's (llm-foundry's fc_type te under amp_fp8),
+        # as the plan's TE weight caches say; its 16-bit ones torch's nn.Linear
+        te = (self.run.transformer_engine and not self.run.eager_kernels
+              and (not self.layout.torch_fsdp or recipe(self.run.precision).low))
         grouped = self.model.is_moe and self.run.expert_grouped_gemm
         return library_workspaces(self.hardware.chip.capability, te, grouped, self.layout.userbuffers)
 

@@ -91,6 +91,12 @@ def check_decoder(spec: ModelSpec) -> None:
                            "(examples/bert/pretrain_bert.py) builds another model")
 
 
+# What a plan changes so that Megatron-LM's launcher runs it, per LAUNCHER_ONLY rule (btacalc's own options)
+LAUNCHER_FIXES = {"fp8-param-gather-sharded": "plan with --zero 1 (Megatron's distributed optimizer) or --zero 3 "
+                  "--fsdp (Megatron-FSDP)",
+                  "te-cross-entropy": "plan with --loss native_fused (Megatron's compiled fused cross-entropy)"}
+
+
 def megatron_run(r: PlanReport, spec: ModelSpec,
                  bridge: bool = False) -> tuple[dict[str, Any], dict[str, str], list[str]]:
     """Megatron destinations, the environment they need and the notes of a plan (`bridge`: as Megatron-Bridge runs it).
@@ -105,8 +111,9 @@ def megatron_run(r: PlanReport, spec: ModelSpec,
     broken = violations(checked, env, bridge)
     for rule in broken:
         if rule.name in LAUNCHER_ONLY:
-            raise BtacalcError(f"--emit megatron: {describe(rule)}; --emit bridge writes the run (Megatron-Bridge "
-                               "does not run Megatron-LM's argument checks)")
+            raise BtacalcError(f"--emit megatron: Megatron-LM refuses this run: {describe(rule)}; "
+                               f"{LAUNCHER_FIXES[rule.name]}, or --emit bridge, which writes it (Megatron-Bridge does "
+                               "not run Megatron-LM's argument checks)")
     notes += [f"MEGATRON WOULD REFUSE THIS: {describe(rule)}" for rule in broken]
     return args, env, notes
 
@@ -167,7 +174,7 @@ def _notes(r: PlanReport, spec: ModelSpec, args: dict[str, Any]) -> list[str]:
     if args.get("overlap_moe_expert_parallel_comm") and args.get("tensor_model_parallel_size", 1) > 1:
         notes.append("Megatron warns that the EP all-to-all overlap wants CUDA_DEVICE_MAX_CONNECTIONS > 1 while TP wants "
                      "1 (arguments.py:1466): left unset")
-    if args.get("cross_entropy_fusion_impl") == "te":  # Bridge only: check_megatron_launch refuses it for Megatron-LM
+    if args.get("cross_entropy_fusion_impl") == "te":  # Bridge only: the te-cross-entropy rule refuses it for Megatron-LM
         notes.append("TransformerEngine's fused cross-entropy (impl te): Megatron-Bridge's DeepSeek-V3 and Kimi-K2 "
                      "bridges set it; Megatron-LM's arguments refuse it since 168cb15 (arguments.py:1697); btacalc "
                      "models the in-place kernel of TransformerEngine 2.2-2.17")
@@ -184,7 +191,7 @@ def _notes(r: PlanReport, spec: ModelSpec, args: dict[str, Any]) -> list[str]:
                                                                         or spec.router == "topk_softmax"):
         notes.append("top-1 routing: the model's softmax over the one selected logit weights its expert by 1; "
                      "Megatron-Core refuses that router (no gradient reaches it: transformer_config.py L2661-2669), so "
-                     "the launch routes with --moe-router-pre-softmax, the expert weighted by its softmax probability "
+                     "it routes pre-softmax (moe_router_pre_softmax), the expert weighted by its softmax probability "
                      "over all experts, as Switch Transformer does (the same FLOPs and memory)")
     if spec.router == "sigmoid" and spec.router_renormalize is False and spec.top_k > 1:
         notes.append("the router does not renormalise its top-k sigmoid weights: Megatron always does "
@@ -290,23 +297,10 @@ def check_megatron_numerics(spec: ModelSpec) -> None:
                            "--emit bridge writes it (model.seq_len_interpolation_factor is a float)")
 
 
-def check_megatron_launch(r: PlanReport) -> None:
-    """review35: TransformerEngine's fused cross-entropy (--loss te_fused) is --cross-entropy-fusion-impl te, which
-    Megatron-LM refuses since 168cb15 (2026-06-03; arguments.py L1697-1702 @ d98e8a64, 'stability issues'). The launch
-    was printed with a comment saying so; a launch the pinned Megatron-LM stops at is not written. Megatron-Bridge
-    does not go through those arguments (its DeepSeek-V3 and Kimi-K2 bridges set the impl), so --emit bridge writes
-    it."""
-    if r.inputs.loss == "te_fused":
-        raise BtacalcError("--emit megatron with --loss te_fused: Megatron-LM refuses --cross-entropy-fusion-impl te "
-                           "since 168cb15 (2026-06-03; arguments.py L1697-1702 @ d98e8a64); --emit bridge writes it, or "
-                           "plan --loss native_fused (--cross-entropy-loss-fusion)")
-
-
 def megatron_arguments(r: PlanReport, spec: ModelSpec, profile_domain: Optional[int] = None) -> str:
     """The launch: comments, environment, torchrun and pretrain_gpt.py with one flag per line. `profile_domain`: the
     profile's NVLink domain, which a launch of one host's GPUs per node is read back in (launch_domain)."""
     check_megatron_numerics(spec)
-    check_megatron_launch(r)
     args, env, notes = megatron_run(r, spec)
     par = r.parallelism
     # torchrun starts one node's processes per host: a GB200 tray's 4 GPUs, not the NVL72 rack (ncclsm's

@@ -28,7 +28,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from ..config.execution import (DEFAULT_TOKENS_PER_STEP, BatchLimits, Execution, ExecutionRequest, Layout,
-                                resolve_execution, recompute_refusal)
+                                check_eager_context_parallel, resolve_execution, recompute_refusal)
 from ..config.megatron_rules import a2a_refusal
 from ..config.hardware import HardwareProfile
 from ..config.model import ModelSpec
@@ -171,6 +171,8 @@ def _candidates(model: ModelSpec, hardware: HardwareProfile, request: ExecutionR
             try:
                 layout.validate(model, hardware, base.run.seq_len,
                                 model.mtp_layers if base.run.multi_token_prediction else 0)
+                # review of review35: the search chose CP with eager attention, which its own plan then refused
+                check_eager_context_parallel(base.run, layout, hardware.family == "gpu")
             except BtacalcError:
                 continue
             for policy in policies:
