@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import typer
 
@@ -235,12 +236,26 @@ def _planned(spec: Any, profile: Any, request: Any, imported: Any, printing: Pri
     from ..planning.report import imported_info
 
     _check_emit(printing.emit, printing.search, profile, request, printing.sensitivity, printing.as_json)
-    if printing.search:
-        return _profiled(_search(spec, profile, request, printing.outs, printing.emit), printing.profile_run)
-    report = make_plan(spec, profile, request)
+    with _from_file(imported):
+        if printing.search:
+            return _profiled(_search(spec, profile, request, printing.outs, printing.emit), printing.profile_run)
+        report = make_plan(spec, profile, request)
     if imported is not None:
         report.imported = imported_info(imported)
     return _reported(report, (spec, profile, request), printing)
+
+
+@contextlib.contextmanager
+def _from_file(imported: Any) -> Iterator[None]:
+    """review of review35: a plan-level refusal of an imported run named btacalc's options (`--tp 4`, `--cp 2`) and
+    no file, though the user gave neither; it now names the file and says whose names those are."""
+    try:
+        yield
+    except BtacalcError as exc:
+        if imported is None or exc.template.startswith(f"{imported.source}:"):
+            raise
+        where = "standard input" if imported.source == "-" else imported.source
+        raise BtacalcError(f"{where} (its settings named by btacalc's options): {exc.template}") from None
 
 
 def _start_profile() -> None:
