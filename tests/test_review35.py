@@ -229,3 +229,26 @@ def test_a_plan_refusal_of_an_imported_run_names_the_file(cli, tmp_path):
     code, out, err = cli("plan", "--hw", "h100", "--from-megatron", str(path))
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
     assert f"{path} (its settings named by btacalc's options): sequence parallelism splits the sequence of 4095" in err
+
+
+@pytest.mark.parametrize("tp, sp, cp, multiple", [
+    (8, True, 1, 8),  # TP divides s
+    (4, True, 2, 8),  # 2·CP = 4 chunks, and TP 4 divides s / 2: s a multiple of lcm(4, 2 x 4) = 8
+    (1, False, 2, 4),  # 2·CP only
+    (2, True, 3, 6),  # lcm(2 x 3, 3 x 2)
+    (8, False, 1, 1),  # no constraint without SP or CP
+])
+def test_a_layouts_sequence_multiple_is_its_two_rules(tp, sp, cp, multiple):
+    """Layout.sequence_multiple: 2·CP load-balanced chunks (arguments.py) and TP dividing s / CP under sequence
+    parallelism (mappings.py L71-74), whose lcm "What would fit" rounds the longest sequence down to."""
+    from btacalc.config.execution import Layout
+
+    assert Layout(tensor_parallel=tp, sequence_parallel=sp, context_parallel=cp).sequence_multiple() == multiple
+
+
+def test_every_launcher_rule_names_its_fix():
+    """A LAUNCHER_ONLY rule without a LAUNCHER_FIXES entry would stop --emit megatron with a KeyError."""
+    from btacalc.config.megatron_rules import LAUNCHER_ONLY
+    from btacalc.output.megatron import LAUNCHER_FIXES
+
+    assert set(LAUNCHER_FIXES) == LAUNCHER_ONLY

@@ -124,6 +124,8 @@ def refuse_fsdp_only(command: str, recompute: Optional[str], loss: Optional[str]
     if what is not None:
         raise BtacalcError(f"{what} runs under PyTorch's FSDP, which only `btacalc plan` lays out (--fsdp --fsdp-impl "
                            f"fsdp2 or torch); {command} plans Megatron layouts and wafers")
+
+
 AttentionOpt = typer.Option(None, "--attention", help=help_text("eager (materialised s² scores; no context "
                                                                  "parallelism on GPUs) or flash [default: per device]."))
 AttentionKernelOpt = typer.Option(None, "--attention-kernel", help=help_text(

@@ -298,7 +298,8 @@ class Layout:
     # N = PP (model_parallel_config.py L567-568). Read by the schedule (model/gpu/schedule.py) and the in-flight
     # count (model/gpu/stages.py); ignored without interleaving, as Megatron ignores it
     microbatch_group: Optional[int] = None
-    # M came from the global batch (N / (DP x micro-batch)), not from {micro_batches}: refusals name N (review35)
+    # M came from the global batch (N / (DP x micro-batch)), not from {micro_batches}: a refusal of M says so rather
+    # than name the option (review35)
     micro_batches_derived: bool = False
     context_parallel: int = 1
     expert_tensor_parallel: int = 1
@@ -588,7 +589,7 @@ class Layout:
         if cp > 1 and seq_len % (2 * cp):
             raise BtacalcError(f"{{context_parallel}} {cp}: the sequence {seq_len} must be a multiple of 2·CP = "
                                f"{2 * cp} (load-balanced causal chunks; Megatron-LM arguments.py)")
-        if self.sequence_parallel and (seq_len // cp) % tp:
+        if self.sequence_parallel and seq_len % self.sequence_multiple():  # 2·CP divides it: TP must divide s / CP
             # review35: the embedding's scatter to the sequence-parallel region asserts it at the first forward
             # (Megatron-LM language_model_embedding.py L145, tensor_parallel/mappings.py L71-74)
             each = f"sequence of {seq_len}" if cp == 1 else f"{seq_len // cp} tokens per context-parallel rank"

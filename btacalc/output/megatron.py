@@ -101,7 +101,8 @@ def megatron_run(r: PlanReport, spec: ModelSpec,
                  bridge: bool = False) -> tuple[dict[str, Any], dict[str, str], list[str]]:
     """Megatron destinations, the environment they need and the notes of a plan (`bridge`: as Megatron-Bridge runs it).
     A rule only Megatron-LM's own argument checks hold (megatron_rules.LAUNCHER_ONLY) refuses `--emit megatron` in one
-    line (review35: `--fp8-param-gather` without a sharded optimizer, which Bridge runs)."""
+    line naming its fix (LAUNCHER_FIXES; review35: `--fp8-param-gather` without a sharded optimizer and
+    TransformerEngine's fused cross-entropy, both of which Bridge runs)."""
     check_decoder(spec)
     fields = run_fields(r, spec)
     args = encode(fields)
