@@ -221,14 +221,15 @@ def test_the_search_does_not_choose_context_parallelism_for_eager_attention(cli)
 
 def test_a_plan_refusal_of_an_imported_run_names_the_file(cli, tmp_path):
     """review of review35: the plan's refusal of an imported launch (here sequence parallelism at TP 2 over 4095
-    tokens) named btacalc's options and no file; it now names the file and says whose names those are."""
+    tokens) named btacalc's options and no file; it now names the file, and the settings as the file gives them
+    (tests/test_import_refusal_names.py)."""
     code, out, err = cli("plan", "--hw", "h100", "--model", "llama-3-8b", "--devices", "16", "--tp", "2", "--emit",
                          "megatron")
     path = tmp_path / "run.sh"
     path.write_text(out.replace("--seq-length 4096", "--seq-length 4095"))
     code, out, err = cli("plan", "--hw", "h100", "--from-megatron", str(path))
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
-    assert f"{path} (its settings named by btacalc's options): sequence parallelism splits the sequence of 4095" in err
+    assert f"{path}: sequence parallelism splits the sequence of 4095 over --tensor-model-parallel-size 2" in err
 
 
 @pytest.mark.parametrize("tp, sp, cp, multiple", [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -248,14 +249,29 @@ def _planned(spec: Any, profile: Any, request: Any, imported: Any, printing: Pri
 @contextlib.contextmanager
 def _from_file(imported: Any) -> Iterator[None]:
     """review of review35: a plan-level refusal of an imported run named btacalc's options (`--tp 4`, `--cp 2`) and
-    no file, though the user gave neither; it now names the file and says whose names those are."""
+    no file, though the user gave neither; it names the file, and each setting as the file does where that setting
+    is one Megatron-LM flag or Bridge key (megatron_codec.PARAM_DESTS); the rest keep btacalc's option names, and
+    the message says which those are."""
     try:
         yield
     except BtacalcError as exc:
         if imported is None or exc.template.startswith(f"{imported.source}:"):
             raise
-        where = "standard input" if imported.source == "-" else imported.source
-        raise BtacalcError(f"{where} (its settings named by btacalc's options): {exc.template}") from None
+        raise BtacalcError(_in_file_names(exc, imported)) from None
+
+
+def _in_file_names(exc: BtacalcError, imported: Any) -> str:
+    """`exc`'s template with the parameters an imported file sets by one flag (key) written as that flag (key);
+    the others stay parameters, which the command line renders as btacalc's options (cli.options.with_flags)."""
+    from ..config.megatron_run import imported_names
+
+    names = imported_names(imported.bridge)
+    where = "standard input" if imported.source == "-" else imported.source
+    text = re.sub(r"\{([a-z][a-z0-9_]*)\}", lambda m: names.get(m.group(1), m.group(0)), exc.template)
+    own = sorted({p for p in exc.params if p not in names})
+    if not own:
+        return f"{where}: {text}"
+    return f"{where} ({', '.join('{' + p + '}' for p in own)}: btacalc's option names): {text}"
 
 
 def _start_profile() -> None:

@@ -594,7 +594,7 @@ class Layout:
             # (Megatron-LM language_model_embedding.py L145, tensor_parallel/mappings.py L71-74)
             each = f"sequence of {seq_len}" if cp == 1 else f"{seq_len // cp} tokens per context-parallel rank"
             # review of review35: an MoE model at TP > 1 needs sequence parallelism, so only the sequence can change
-            off = "" if model.is_moe else ", or --no-sequence-parallel"
+            off = "" if model.is_moe else ", or {no_sequence_parallel}"
             raise BtacalcError(f"sequence parallelism splits the {each} over {{tensor_parallel}} {tp}, which must "
                                f"divide it ({MEGATRON} tensor_parallel/mappings.py L71-74 asserts it at the first "
                                f"forward): give {{seq_len}} {_multiples_text(seq_len, self.sequence_multiple())}{off}")

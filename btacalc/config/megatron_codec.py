@@ -1477,6 +1477,28 @@ def decode(args: Args, rows: tuple[Row, ...] = ROWS) -> tuple[Fields, set[str]]:
 # Megatron-LM flag to use for a destination several flags share (the rest are aliases).
 _PREFERRED = {"num_experts": "--num-experts"}
 
+# The request parameters a refusal names (`{tensor_parallel}`, BtacalcError) that are one Megatron-LM destination
+# each, value for value (the `same` rows above, the pipeline row's size, the sequence row's seq_length and the
+# sequence-parallel switch): a plan-level refusal of an imported launch names them as the file does
+# (`imported_names`). The others (the micro-batch count, recomputation, what btacalc alone decides) have no one flag.
+PARAM_DESTS = {
+    "tensor_parallel": "tensor_model_parallel_size", "pipeline_parallel": "pipeline_model_parallel_size",
+    "context_parallel": "context_parallel_size", "expert_parallel": "expert_model_parallel_size",
+    "expert_tensor_parallel": "expert_tensor_parallel_size", "global_batch": "global_batch_size",
+    "seq_len": "seq_length", "sequence_parallel": "sequence_parallel", "ddp_bucket_params": "ddp_bucket_size",
+    "ddp_num_buckets": "ddp_num_buckets", "microbatch_group": "microbatch_group_size_per_vp_stage",
+}
+
+
+def megatron_flag(dest: str) -> str:
+    """The flag `render_flags` writes for a destination that takes a value (or the switch that sets it True)."""
+    flags = flags_by_dest()[dest]
+    valued = [f for f in flags if f.arity != "0"]
+    if not valued:
+        return next(f.flag for f in flags if not f.store_false)
+    return next((f.flag for f in valued if f.flag == _PREFERRED.get(dest)), valued[0].flag)
+
+
 
 def render_flags(args: Args) -> list[str]:
     """Destinations as Megatron-LM flags, one "--flag [value ...]" string each; a switch at its default is left out."""

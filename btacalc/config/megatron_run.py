@@ -23,7 +23,7 @@ from .pipeline import StageSplit
 from .bridge_fields import check_bridge_key
 from .bridge_model_bridges import bridge_provider_defaults, bridge_provider_note
 from .bridge_hydra import form_of, read_overrides
-from .megatron_codec import BRIDGE_LOCAL_ATTENTION, MODEL_ROWS, Fields, bridge_attention_environment, decode, encode, model_fields, truth
+from .megatron_codec import BRIDGE_LOCAL_ATTENTION, MODEL_ROWS, PARAM_DESTS, Fields, bridge_attention_environment, decode, encode, megatron_flag, model_fields, truth
 from .bridge_codec import BRIDGE_NO_EFFECT, BRIDGE_NOT_AS_MEGATRON, MIXED_PRECISION_OVERWRITES, OVERWRITTEN_REASON, bridge_key, bridge_value_field, check_bridge_experts, check_bridge_literals, check_bridge_sixteen_bit, from_bridge
 from .megatron_launch import ArgumentValueError, BridgeText, Launch, integer, read_launch
 from .megatron_rules import describe, violations
@@ -118,6 +118,16 @@ def ignore_reason(dest: str) -> str:
     return next((reason for pattern, reason in IGNORED if re.fullmatch(pattern, dest)), NOT_MODELLED)
 
 
+def imported_names(bridge: bool) -> dict[str, str]:
+    """{request parameter: the name a Megatron-LM launch (`bridge` False: its flag) or a Megatron-Bridge file
+    (True: its ConfigContainer key) gives that setting}, for PARAM_DESTS."""
+    names = {p: bridge_key(d) if bridge else megatron_flag(d) for p, d in PARAM_DESTS.items()}
+    # the way out of a sequence-parallel refusal: a launch leaves the switch out, a Bridge file sets the key False
+    names["no_sequence_parallel"] = ("model.sequence_parallel false" if bridge else
+                                     f"no {megatron_flag(PARAM_DESTS['sequence_parallel'])}")
+    return {p: n for p, n in names.items() if n}
+
+
 @dataclass(frozen=True)
 class ImportedRun:
     """The model and the request of a Megatron run, with what btacalc left out and why."""
@@ -130,6 +140,8 @@ class ImportedRun:
     env: tuple[tuple[str, str], ...] = ()
     # hostile25: the NVLink domain a `# btacalc option: --gpus-per-node` line states (launch_domain keeps it)
     stated_domain: bool = False
+    # a Megatron-Bridge file (its settings are ConfigContainer keys), not a Megatron-LM launch (flags)
+    bridge: bool = False
 
 
 # hostile16: the plan options no Megatron-LM flag or Bridge key sets, which `--emit megatron` / `--emit bridge` write
@@ -338,7 +350,7 @@ def _import_bridge(text: str, source: str, devices: Optional[int], base: Optiona
     notes = run.notes + ((bridged,) if bridged else ())
     if run.model.is_moe and "moe_token_dispatcher_type" not in args:  # review27
         notes += (BRIDGE_DEFAULT_DISPATCHER,)
-    run = ImportedRun(run.model, run.request, source, run.ignored + extra, notes)
+    run = ImportedRun(run.model, run.request, source, run.ignored + extra, notes, bridge=True)
     env = environment_comments(text)
     if env:  # freshuser17: --nvls was lost (the file said NCCL_NVLS_ENABLE=1; planned without NVLink SHARP)
         run = replace(_nccl_settings(run, env), env=tuple(env.items()))
