@@ -30,7 +30,7 @@ from .helpwidth import keep_whole
 from .repeats import once
 from .console import ascii_fallback, err, guarded_stdout, open_streams, out, sanitize_environment, silence_stdout
 from .options import FLAGS, flag, with_flags
-from .signals import Stopped, handled
+from .signals import Stopped, handled, stopped_within
 
 try:  # typer >= 0.20 vendors click; older typer uses the click package
     from typer._click import exceptions as click_exc
@@ -164,7 +164,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     out.quiet = err.quiet = False  # a closed pipe silenced an earlier command in this process (tests)
     try:
         with handled():
-            code = _run(argv)
+            code = _stopped_as_such(argv)
     except Stopped as exc:  # SIGTERM, SIGHUP, SIGINT, SIGPIPE: files already cleaned on the way out
         _say(f"btacalc: stopped by {exc.name}; nothing written", exc.exit_code)
     except click_exc.UsageError as exc:
@@ -196,6 +196,18 @@ def main(argv: Optional[list[str]] = None) -> None:
     if argv is None:
         _finished()
     sys.exit(code)
+
+
+def _stopped_as_such(argv: Optional[list[str]]) -> int:
+    """`_run`, with an error raised while a stopping signal's `Stopped` was on its way out turned back into that
+    `Stopped` (signals.stopped_within): a stopped command says so, whichever library was running."""
+    try:
+        return _run(argv)
+    except Exception as exc:
+        stopped = stopped_within(exc)
+        if stopped is not None:
+            raise stopped from None
+        raise
 
 
 def _finished() -> None:

@@ -53,6 +53,22 @@ def _stdout_pipe_broken() -> bool:
         return False
 
 
+def stopped_within(exc: BaseException) -> "Stopped | None":
+    """The `Stopped` an exception was raised while handling, if any (its __cause__ / __context__ chain). A signal
+    raises `Stopped` at the next bytecode, and a library that turns whatever was raised inside it into its own
+    error hides it: numpy's comparison of structured arrays (np.unique(..., axis=0) compares rows so) replaces any
+    exception with "TypeError: Cannot compare structured arrays unless they have a common dtype", which made a
+    SIGTERM'd sweep an internal error (exit 3) instead of "stopped" (exit 143)."""
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        if isinstance(link, Stopped):
+            return link
+        seen.add(id(link))
+        link = link.__cause__ or link.__context__
+    return None
+
+
 def _handler(signum: int, frame: Any) -> None:
     if signum == getattr(signal, "SIGPIPE", -1) and _stdout_pipe_broken():
         return  # our own write to a closed pipe: the EPIPE it returned is handled where it was written
