@@ -121,8 +121,9 @@ FEATURES: dict[str, tuple[Any, ...]] = {
     # dq, dk, dv, LayerNorm's weight gradients as a second pass (formulas/*.toml; docs/runs.md "mpt4")
     "eager_kernels": (True, False),
     # the fused attention kernel (btacalc/data/attention_kernels.toml; tests/test_mpt4_eager_kernels.py keeps the
-    # two lists equal): triton-flash's wrapper adds an fp32 dq buffer around its kernels
-    "attention_kernel": ("default", "flash-attn-2", "triton-flash", "cudnn-9-13"),
+    # two lists equal): triton-flash's wrapper adds an fp32 dq buffer around its kernels, flash-attn-2-varlen's the
+    # unpad and pad of q, k, v and the output (docs/runs.md "mpt6")
+    "attention_kernel": ("default", "flash-attn-2", "flash-attn-2-varlen", "triton-flash", "cudnn-9-13"),
     # sequence parallelism (Korthikanti et al. 2022 §4.2.2): the tensors of `tp = "sequence"` terms are
     # split over the tensor-parallel ranks too
     "sequence_parallel": (True, False),

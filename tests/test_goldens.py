@@ -135,6 +135,10 @@ EXTRA_SELECTIONS = {
     # --eager-kernels with Triton FlashAttention (llm-foundry's MPT block: LayerNorm, biases, GeLU; docs/runs.md mpt4)
     "gpt2-small": [dict(recompute="none", attention="flash", accounting="ideal", eager_kernels=True,
                         attention_kernel="triton-flash")],
+    # llm-foundry's flash path (bert_padding's unpad of q, k, v and pad of the output around FlashAttention-2's varlen
+    # kernel; docs/runs.md mpt6) on a GQA model (a_kv < a), under a full re-run that repeats the forward's gathers
+    "data:qwen3-8b.config.json": [dict(recompute="full", attention="flash", accounting="ideal", eager_kernels=True,
+                                       attention_kernel="flash-attn-2-varlen")],
     "deepseek-v3": [dict(recompute="none", attention="eager", accounting="pytorch", multi_token_prediction=True),
                     dict(recompute="full", attention="flash", accounting="ideal", loss="stored",
                          multi_token_prediction=True),

@@ -106,8 +106,9 @@ def test_every_model_the_policy_accepts_has_a_share_for_each_layer_gemm():
 
 @pytest.mark.parametrize("extra, says", [
     (["--tp", "2"], "1-D data parallel"),
-    (["--attention-kernel", "triton-flash"], "llm-foundry's Triton kernel and cuDNN's are not"),
-    (["--attention-kernel", "cudnn-9-13"], "llm-foundry's Triton kernel and cuDNN's are not"),
+    (["--attention-kernel", "triton-flash"], "llm-foundry's Triton kernel and flash path and cuDNN's are not"),
+    (["--attention-kernel", "flash-attn-2-varlen"], "llm-foundry's Triton kernel and flash path and cuDNN's are not"),
+    (["--attention-kernel", "cudnn-9-13"], "llm-foundry's Triton kernel and flash path and cuDNN's are not"),
     (["--attention", "eager"], "{attention} flash"),
     (["--precision", "fp8", "--hw", "h100"], "16-bit linears"),
     (["--checkpoint-early-stop"], "needs --recompute full"),

@@ -132,8 +132,9 @@ AttentionKernelOpt = typer.Option(None, "--attention-kernel", help=help_text(
     "The fused attention kernel: default (TransformerEngine's fused attention in Megatron-LM: cuDNN's benchmarked "
     "rate on Hopper and on B200 / GB200, FlashAttention-2's on A100, else the device's large-GEMM rate) or triton-flash (llm-foundry's attn_impl triton: on Hopper at half of "
     "FlashAttention-2's published 35% of the peak on the causal blocks it runs) or flash-attn-2 (the CUDA "
-    "FlashAttention-2 TransformerEngine 1.0 ran: 0.293 of the peak on Hopper); btacalc/data/attention_kernels.toml "
-    "[default: default]."))
+    "FlashAttention-2 TransformerEngine 1.0 ran: 0.293 of the peak on Hopper) or flash-attn-2-varlen (llm-foundry's "
+    "attn_impl flash: FlashAttention-2's rate, plus bert_padding's gathers and scatters of q, k, v and the output) or "
+    "cudnn-9-13 (cuDNN 9.13's fused attention); btacalc/data/attention_kernels.toml [default: default]."))
 CausalOpt = typer.Option(False, "--causal/--full-scores", help="Count only the causal half of the s² matmuls.")
 LossOpt = typer.Option(None, "--loss", help=help_text("fused: logits one sequence at a time; stored: Korthikanti's "
                                                   "4sbv fp32 logits; vocab_parallel: Megatron's cross-entropy (bf16 "

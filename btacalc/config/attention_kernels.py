@@ -26,6 +26,7 @@ import numpy as np
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ..errors import DataError
 from .named_tables import load_named_tables, pick
 
 KERNELS_FILE = "attention_kernels.toml"
@@ -110,6 +111,15 @@ class AttentionKernel(BaseModel):
     source: str = Field(min_length=10)
     rate: tuple[KernelRate, ...] = ()
     deterministic_backward: tuple[DeterministicBackward, ...] = ()
+    # the same CUDA kernel as another entry behind another wrapper (the wrapper's own work is the catalogue's terms
+    # `when = { attention_kernel = NAME }`): its rates are that entry's (`attention_kernels` copies them)
+    rates_of: Optional[str] = None
+
+    @model_validator(mode="after")
+    def _rates_once(self) -> "AttentionKernel":
+        if self.rates_of is not None and (self.rate or self.deterministic_backward):
+            raise ValueError(f"kernel {self.name}: rates_of {self.rates_of} and rates of its own")
+        return self
 
     def fraction_of_peak(self, compute_capability: Optional[float], seq_len: Any = None, dtype: str = "bf16") -> Any:
         """The kernel's share of the 16-bit datasheet peak on this architecture at a kernel call of `seq_len`
@@ -132,7 +142,17 @@ class AttentionKernel(BaseModel):
 
 @functools.lru_cache(maxsize=1)
 def attention_kernels() -> dict[str, AttentionKernel]:
-    return load_named_tables(KERNELS_FILE, "kernel", AttentionKernel)
+    table = load_named_tables(KERNELS_FILE, "kernel", AttentionKernel)
+    for name, kernel in table.items():
+        if kernel.rates_of is None:
+            continue
+        base = table.get(kernel.rates_of)
+        if base is None or base.rates_of is not None:
+            raise DataError(f"btacalc/data/{KERNELS_FILE}: kernel {name}: rates_of {kernel.rates_of!r} is no kernel "
+                            "with rates of its own")
+        table[name] = kernel.model_copy(update={"rate": base.rate,
+                                                "deterministic_backward": base.deterministic_backward})
+    return table
 
 
 def attention_kernel(name: str) -> AttentionKernel:

@@ -1326,9 +1326,10 @@ _OP_REFUSALS: tuple[tuple[Any, str], ...] = (
     (lambda run, model: model.dropout or model.sliding_window or model.attention_sinks,
      "the model has dropout, a sliding window or attention sinks, which torchtitan's Llama block has not"),
     (lambda run, model: run.multi_token_prediction or run.attention != "flash"
-     or run.attention_kernel in ("triton-flash", "cudnn-9-13"),
+     or run.attention_kernel in ("triton-flash", "flash-attn-2-varlen", "cudnn-9-13"),
      "it needs {attention} flash as PyTorch's SDPA runs it (the flash and efficient kernels are on the policy's save "
-     "list; llm-foundry's Triton kernel and cuDNN's are not, so they would be re-run) and no multi-token prediction"),
+     "list; llm-foundry's Triton kernel and flash path and cuDNN's are not, so they would be re-run) and no "
+     "multi-token prediction"),
     (lambda run, model: run.precision not in ("bf16", "fp16"),
      "its mm count is derived for 16-bit linears; a low-precision linear runs other ops (float8_experimental's "
      "_scaled_mm)"),
