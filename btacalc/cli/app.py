@@ -30,7 +30,7 @@ from .helpwidth import keep_whole
 from .repeats import once
 from .console import ascii_fallback, err, guarded_stdout, open_streams, out, sanitize_environment, silence_stdout
 from .options import FLAGS, flag, with_flags
-from .signals import Stopped, handled, stopped_within
+from .signals import Stopped, handled, stopped_by
 
 try:  # typer >= 0.20 vendors click; older typer uses the click package
     from typer._click import exceptions as click_exc
@@ -199,12 +199,13 @@ def main(argv: Optional[list[str]] = None) -> None:
 
 
 def _stopped_as_such(argv: Optional[list[str]]) -> int:
-    """`_run`, with an error raised while a stopping signal's `Stopped` was on its way out turned back into that
-    `Stopped` (signals.stopped_within): a stopped command says so, whichever library was running."""
+    """`_run`, with an error raised after a stopping signal (signals.stopped_by: the library that was running turned
+    the signal's `Stopped` into an error of its own) turned back into that `Stopped`: a stopped command says so. A
+    failed clean-up (OSError, BtacalcError, DataError) is reported as itself."""
     try:
         return _run(argv)
     except Exception as exc:
-        stopped = stopped_within(exc)
+        stopped = stopped_by(exc)
         if stopped is not None:
             raise stopped from None
         raise

@@ -19,6 +19,7 @@ import contextlib
 import signal
 from typing import Any
 
+from ..errors import BtacalcError, DataError
 from ..starting import installed
 
 HANDLED = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGPIPE") if hasattr(signal, name))
@@ -53,29 +54,45 @@ def _stdout_pipe_broken() -> bool:
         return False
 
 
-def stopped_within(exc: BaseException) -> "Stopped | None":
-    """The `Stopped` an exception was raised while handling, if any (its __cause__ / __context__ chain). A signal
-    raises `Stopped` at the next bytecode, and a library that turns whatever was raised inside it into its own
-    error hides it: numpy's comparison of structured arrays (np.unique(..., axis=0) compares rows so) replaces any
-    exception with "TypeError: Cannot compare structured arrays unless they have a common dtype", which made a
-    SIGTERM'd sweep an internal error (exit 3) instead of "stopped" (exit 143)."""
+# The stopping signal this command received (`_handler`), None before one: a library may turn the `Stopped` raised
+# inside it into an error of its own with no trace of it (numpy's comparison of structured arrays, which
+# np.unique(..., axis=0) runs on rows, sets "TypeError: Cannot compare structured arrays unless they have a common
+# dtype" from C over whatever was raised, with neither __cause__ nor __context__), so the record, not the error's
+# chain, says the command was stopped.
+received: "Stopped | None" = None
+
+
+def stopped_by(exc: BaseException) -> "Stopped | None":
+    """The `Stopped` behind `exc`: the one it is, the one in its chain, or the signal this command received before it
+    was raised; None for an error of the command's own. OSError, BtacalcError and DataError are never taken for a
+    stop: cleaning up after one (restoring a file from its backup) may fail so, and the user must hear of that rather
+    than "nothing written"."""
+    if isinstance(exc, Stopped):
+        return exc
+    if isinstance(exc, (OSError, BtacalcError, DataError)):
+        return None
     seen: set[int] = set()
     link: BaseException | None = exc
     while link is not None and id(link) not in seen:
         if isinstance(link, Stopped):
             return link
         seen.add(id(link))
-        link = link.__cause__ or link.__context__
-    return None
+        link = link.__cause__ if link.__cause__ is not None else link.__context__
+    return received
 
 
 def _handler(signum: int, frame: Any) -> None:
+    global received
     if signum == getattr(signal, "SIGPIPE", -1) and _stdout_pipe_broken():
         return  # our own write to a closed pipe: the EPIPE it returned is handled where it was written
-    raise Stopped(signum)
+    received = Stopped(signum)
+    raise received
 
 
 def handled() -> contextlib.AbstractContextManager[None]:
-    """Within the block, the handled signals raise `Stopped`; the previous handlers come back after.
-    Only in the main thread (elsewhere Python does not allow handlers: nothing changes)."""
+    """Within the block, the handled signals raise `Stopped` (and `received` records it: none at its start); the
+    previous handlers come back after. Only in the main thread (elsewhere Python does not allow handlers: nothing
+    changes)."""
+    global received
+    received = None
     return installed(_handler, HANDLED)
