@@ -875,8 +875,9 @@ def _dec_pipeline(get: Get) -> Fields:
     pp = _int(get("pipeline_model_parallel_size"), "pipeline_model_parallel_size") or 1
     vp = _int(get("num_virtual_stages_per_pipeline_rank"), "num_virtual_stages_per_pipeline_rank")
     per_stage = _int(get("num_layers_per_virtual_pipeline_stage"), "num_layers_per_virtual_pipeline_stage")
-    if per_stage:  # arguments.py: VP = (L / PP) / layers per virtual stage
-        layers = _int(get("num_layers"), "num_layers") or 0
+    if per_stage and not vp:  # arguments.py L953-975: VP = ((L + account-for flags) / PP) / layers per virtual stage
+        layers = ((_int(get("num_layers"), "num_layers") or 0) + truth(get("account_for_embedding_in_pipeline_split"))
+                  + truth(get("account_for_loss_in_pipeline_split")))
         vp = layers // pp // per_stage
     layout = get("pipeline_model_parallel_layout")
     if layout is not None and not vp and not per_stage:

@@ -94,7 +94,17 @@ def _vp(a: A) -> int:
     layout = a.get("pipeline_model_parallel_layout")
     if layout is not None:
         return max(len(parse_layout(str(layout))) // _i(a, "pipeline_model_parallel_size"), 1)
+    per_stage = _i(a, "num_layers_per_virtual_pipeline_stage", 0)
+    if per_stage and a.get("num_virtual_stages_per_pipeline_rank") is None:  # review19: arguments.py L953-975
+        return max(_layers_for_split(a) // _i(a, "pipeline_model_parallel_size") // per_stage, 1)
     return _i(a, "num_virtual_stages_per_pipeline_rank")
+
+
+def _per_stage_form(a: A) -> bool:
+    """--num-layers-per-virtual-pipeline-stage sets the virtual pipeline (arguments.py L953-954: only without
+    --num-virtual-stages-per-pipeline-rank, which the one-way rule refuses beside it)."""
+    return a.get("num_layers_per_virtual_pipeline_stage") is not None and \
+        a.get("num_virtual_stages_per_pipeline_rank") is None
 
 
 def _model_size(a: A) -> int:
@@ -286,9 +296,30 @@ RULES: tuple[Rule, ...] = (
          lambda a, e: _layers_for_split(a) % _i(a, "pipeline_model_parallel_size") == 0,
          "the layers (+1 per account-for flag) must divide over --pipeline-model-parallel-size"),
     Rule("virtual-pipeline", f"{TC}:2406", lambda a, e: _vp(a) > 1 and a.get("pipeline_model_parallel_layout") is None
-         and a.get("decoder_first_pipeline_num_layers") is None and a.get("decoder_last_pipeline_num_layers") is None,
+         and a.get("decoder_first_pipeline_num_layers") is None and a.get("decoder_last_pipeline_num_layers") is None
+         and not _per_stage_form(a),
          lambda a, e: _layers_for_split(a) % (_i(a, "pipeline_model_parallel_size") * _vp(a)) == 0,
          "the layers per pipeline rank must divide by --num-virtual-stages-per-pipeline-rank"),
+    # review19: a launch's --num-layers-per-virtual-pipeline-stage was planned as the VP it rounds down to, where
+    # Megatron-LM stops
+    Rule("virtual-pipeline-one-way", f"{ARGS}:928", lambda a, e: True,
+         lambda a, e: sum(a.get(k) is not None for k in ("num_layers_per_virtual_pipeline_stage",
+                                                         "num_virtual_stages_per_pipeline_rank",
+                                                         "pipeline_model_parallel_layout")) <= 1,
+         "no more than one of --num-layers-per-virtual-pipeline-stage, --num-virtual-stages-per-pipeline-rank and "
+         "--pipeline-model-parallel-layout"),
+    Rule("vp-per-stage-even", f"{ARGS}:955", lambda a, e: _per_stage_form(a),
+         lambda a, e: a.get("decoder_first_pipeline_num_layers") is None
+         and a.get("decoder_last_pipeline_num_layers") is None,
+         "uneven pipeline stages take their virtual pipeline from --num-virtual-stages-per-pipeline-rank, not "
+         "--num-layers-per-virtual-pipeline-stage"),
+    Rule("vp-per-stage-pp", f"{ARGS}:968", lambda a, e: _per_stage_form(a),
+         lambda a, e: _layers_for_split(a) % _i(a, "pipeline_model_parallel_size") == 0,
+         "the layers (+1 per account-for flag) must divide over --pipeline-model-parallel-size"),
+    Rule("vp-per-stage-divides", f"{ARGS}:972", lambda a, e: _per_stage_form(a),
+         lambda a, e: (_layers_for_split(a) // _i(a, "pipeline_model_parallel_size"))
+         % max(_i(a, "num_layers_per_virtual_pipeline_stage"), 1) == 0,
+         "the layers per pipeline stage must divide by --num-layers-per-virtual-pipeline-stage"),
     Rule("interleave-pp", f"{ARGS}:1002", lambda a, e: _vp(a) > 1,
          lambda a, e: _i(a, "pipeline_model_parallel_size") > (1 if a.get("overlap_p2p_comm", True) else 2),
          "the interleaved schedule needs --pipeline-model-parallel-size > 1 (> 2 without p2p overlap)"),
