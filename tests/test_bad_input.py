@@ -991,6 +991,19 @@ for old, new in (("--num-experts 8", f"--num-experts {BIG}"), ("--hidden-size 25
              "--max-position-embeddings": "max_position_embeddings"}[old.split()[0]]
     case("bounds", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment=f"l.sh: field {field}: {BIG} is "
          "beyond 2^62", files={"l.sh": LAUNCH.replace(old, new)})
+# review19: llm-foundry's attention has no Megatron launch; FlashAttention-2 and llm-foundry's kernels no learnable
+# softmax; a launch's layers per virtual stage that do not divide the stage (arguments.py L972-973)
+for kernel in ("triton-flash", "flash-attn-2-varlen"):
+    for emit in ("megatron", "bridge"):
+        case("values", "plan", "--model", "llama-3-8b", "--hw", "h100", "--devices", "8", "--attention-kernel", kernel,
+             "--emit", emit, fragment="plans llm-foundry's own attention", outputs=False)
+for kernel in ("flash-attn-2", "flash-attn-2-varlen", "triton-flash"):
+    case("values", "plan", "--model", "gpt-oss-20b", "--hw", "h100", "--devices", "8", "--attention-kernel", kernel,
+         fragment=f"--attention-kernel {kernel} has no learnable softmax")
+case("values", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment="l.sh: Megatron-LM would refuse this "
+     "launch: the layers per pipeline stage must divide by --num-layers-per-virtual-pipeline-stage",
+     files={"l.sh": LAUNCH.replace("--num-layers 4", "--num-layers 12 --pipeline-model-parallel-size 2 "
+                                   "--num-layers-per-virtual-pipeline-stage 4")})
 BRIDGE_MOE = ("model.num_layers=4 model.hidden_size=256 model.num_attention_heads=4 model.seq_length=128 "
               "model.vocab_size=1000 model.gated_linear_unit=True model.ffn_hidden_size=512 model.num_moe_experts=8 "
               "model.moe_router_topk=2 model.moe_ffn_hidden_size=512\n"

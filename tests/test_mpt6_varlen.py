@@ -95,3 +95,76 @@ def test_the_large_scale_rows_that_ran_the_flash_path():
     assert runs["mpt-30b-h100-256-bf16-llmfoundry"]["recipe"]["attention_kernel"] == "triton-flash"
     for i in varlen:
         assert "sweep.py" in runs[i]["recipe"]["source"]
+
+
+def _llama_plan(kernel: str) -> dict:
+    """llama-3-8b: GQA, a = 32 query heads, a_kv = 8 key/value heads of d_h = 128 (h = 4096), one GPU's micro-batch
+    of 2 x 2048 tokens."""
+    args = [sys.executable, "-m", "btacalc", "plan", "--model", "llama-3-8b", "--hw", "h100", "--devices", "8",
+            "--seq", "2048", "--global-batch", "16", "--micro-batch", "2", "--json", "--fsdp", "--fsdp-impl", "torch",
+            "--attention", "flash", "--recompute", "none", "--eager-kernels", "--attention-kernel", kernel]
+    proc = subprocess.run(args, capture_output=True, text=True, cwd=ROOT, env=ENV)
+    assert proc.returncode in (0, 1), proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_grouped_query_attention_by_hand():
+    """review19: the MHA case cannot tell a from a_kv. With GQA the gathers of k and v are a_kv d_h wide (FA2 takes
+    them unrepeated: llm-foundry attention.py L671 should_repeat_kv_for_gqa = not is_flash_v2_installed()):
+    forward 2 beta (a + 2 a_kv) d_h + 3 beta a d_h = (5 x 32 + 4 x 8) beta d_h = 192 beta d_h,
+    backward 2 beta a d_h + 3 beta (a + 2 a_kv) d_h = (5 x 32 + 6 x 8) beta d_h = 208 beta d_h per token."""
+    kernel = _phase_s(_llama_plan("flash-attn-2"))
+    wrapped = _phase_s(_llama_plan("flash-attn-2-varlen"))
+    per_token = (192 + 208) * BETA * 128
+    assert wrapped["qkv_proj"] - kernel["qkv_proj"] == pytest.approx(per_token * 2 * 2048 / H100_STREAM, rel=1e-9)
+
+
+def test_the_output_is_kept_twice():
+    """review19: FlashAttention-2's varlen function keeps its unpadded output (flash_attn_interface.py L591-593) and
+    pad_input writes the padded copy the output projection keeps: one more beta s b a d_v per layer."""
+    kernel, wrapped = _llama_plan("flash-attn-2"), _llama_plan("flash-attn-2-varlen")
+    per_layer = BETA * 2 * 2048 * 32 * 128  # beta x b s x a d_v
+    moved = {p["name"]: w["stored_activation_bytes"] - p["stored_activation_bytes"]
+             for p, w in zip(kernel["phases"], wrapped["phases"])}
+    assert {k: v for k, v in moved.items() if v} == {"attn_out_proj": per_layer}
+    layers = 32
+    assert (wrapped["memory_bytes"]["stored_activations"] - kernel["memory_bytes"]["stored_activations"]
+            == per_layer * layers)
+
+
+def test_no_megatron_launch_runs_llm_foundrys_attention(cli):
+    for kernel in ("triton-flash", "flash-attn-2-varlen"):
+        for emit in ("megatron", "bridge"):
+            code, out, err = cli("plan", "--hw", "h100", "--model", "llama-3-8b", "--devices", "16", "--tp", "2",
+                                 "--attention-kernel", kernel, "--emit", emit)
+            assert code == 2 and out == "" and "llm-foundry's own attention" in err, (kernel, emit, err)
+    code, out, err = cli("plan", "--hw", "h100", "--model", "llama-3-8b", "--devices", "16", "--tp", "2",
+                         "--attention-kernel", "flash-attn-2", "--emit", "megatron")
+    assert code == 0 and "--attention-backend flash" in out
+
+
+@pytest.mark.parametrize("kernel", ["flash-attn-2", "flash-attn-2-varlen", "triton-flash"])
+def test_a_kernel_without_a_learnable_softmax_refuses_attention_sinks(cli, kernel):
+    """TransformerEngine @ d0067d0 utils.py L1113-1124 runs a learnable softmax on FusedAttention or unfused attention
+    only; FlashAttention-2's varlen function and llm-foundry's Triton kernel take no such term."""
+    code, out, err = cli("plan", "--model", "gpt-oss-20b", "--hw", "h100", "--devices", "8", "--attention-kernel",
+                         kernel)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "no learnable softmax" in err, err
+    code, out, err = cli("plan", "--model", "gpt-oss-20b", "--hw", "h100", "--devices", "8")
+    assert code in (0, 1), err  # the default kernel (cuDNN's FusedAttention) runs them
+
+
+def test_rates_of_needs_a_kernel_with_rates(monkeypatch):
+    from btacalc.config import attention_kernels as ak
+    from btacalc.errors import DataError
+
+    table = {"base": ak.AttentionKernel(name="base", summary="no rates", source="a source text"),
+             "wrapper": ak.AttentionKernel(name="wrapper", summary="x", source="a source text", rates_of="base")}
+    monkeypatch.setattr(ak, "load_named_tables", lambda *a: dict(table))
+    ak.attention_kernels.cache_clear()
+    try:
+        with pytest.raises(DataError, match="rates_of 'base'"):
+            ak.attention_kernels()
+    finally:
+        monkeypatch.undo()
+        ak.attention_kernels.cache_clear()

@@ -451,6 +451,12 @@ def _check_emit(emit: Optional[str], search: bool, profile: Any, request: Any, s
     _check_wafer_emit(emit, request)
 
 
+def _megatron_runs_kernel(name: str) -> bool:
+    from ..config.attention_kernels import attention_kernel
+
+    return attention_kernel(name).megatron_launch
+
+
 # Plans a Megatron launch cannot run: (the request's option, does the request use it, why Megatron does not run it)
 _NOT_MEGATRON: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("{fsdp_impl} torch", lambda r: r.fsdp_impl == "torch", "plans PyTorch FSDP1, which Megatron does not run"),
@@ -463,6 +469,12 @@ _NOT_MEGATRON: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
      "is PyTorch's non-reentrant checkpoint, and Megatron's recomputation re-runs the whole layer"),
     ("{eager_kernels}", lambda r: bool(r.eager_kernels),
      "plans eager PyTorch's kernels (llm-foundry's MPT block), which a Megatron launch does not run"),
+    # review19: flash-attn-2-varlen was written as --attention-backend fused, a cuDNN launch for a plan timed at
+    # FlashAttention-2 plus llm-foundry's gathers (attention_kernels.toml `megatron_launch`)
+    ("{attention_kernel}",
+     lambda r: r.attention_kernel is not None and not _megatron_runs_kernel(r.attention_kernel),
+     "plans llm-foundry's own attention (triton-flash, flash-attn-2-varlen), which a Megatron launch does not run "
+     "(TransformerEngine's are flash-attn-2, the flash backend, and default, the fused one)"),
     # freshuser17: written as Megatron-FSDP, which --from-megatron / --from-bridge read back as --fsdp (more memory)
     ("{zero_stage} 3 without {fsdp}", lambda r: r.zero_stage == 3 and not r.fsdp,
      "plans ZeRO-3 gathering one layer's weights at a time; Megatron's ZeRO-3 is Megatron-FSDP "

@@ -114,6 +114,18 @@ class AttentionKernel(BaseModel):
     # the same CUDA kernel as another entry behind another wrapper (the wrapper's own work is the catalogue's terms
     # `when = { attention_kernel = NAME }`): its rates are that entry's (`attention_kernels` copies them)
     rates_of: Optional[str] = None
+    # whether the kernel runs a learnable softmax (attention sinks: GPT-OSS); false: such a model is refused with it
+    attention_sinks: bool = True
+    sinks_source: str = ""
+    # whether a Megatron-LM launch runs it (TransformerEngine's attention backends); false: --emit megatron / bridge
+    # is refused with it (llm-foundry's own attention wrappers)
+    megatron_launch: bool = True
+
+    @model_validator(mode="after")
+    def _sourced_sinks(self) -> "AttentionKernel":
+        if not self.attention_sinks and len(self.sinks_source) < 10:
+            raise ValueError(f"kernel {self.name}: attention_sinks false needs its sinks_source")
+        return self
 
     @model_validator(mode="after")
     def _rates_once(self) -> "AttentionKernel":
@@ -147,7 +159,7 @@ def attention_kernels() -> dict[str, AttentionKernel]:
         if kernel.rates_of is None:
             continue
         base = table.get(kernel.rates_of)
-        if base is None or base.rates_of is not None:
+        if base is None or base.rates_of is not None or not base.rate:
             raise DataError(f"btacalc/data/{KERNELS_FILE}: kernel {name}: rates_of {kernel.rates_of!r} is no kernel "
                             "with rates of its own")
         table[name] = kernel.model_copy(update={"rate": base.rate,

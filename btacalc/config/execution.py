@@ -996,6 +996,15 @@ def _run_options(request: ExecutionRequest, model: "ModelSpec", profile: "Hardwa
     return run
 
 
+def _check_kernel_softmax(run: RunOptions, model: "ModelSpec") -> None:
+    """review19: GPT-OSS (attention sinks, a learnable softmax) was planned with FlashAttention-2 and llm-foundry's
+    kernels, which have no such softmax (attention_kernels.toml `attention_sinks`, each with its source)."""
+    kernel = attention_kernel(run.attention_kernel)
+    if model.attention_sinks and run.attention == "flash" and not kernel.attention_sinks:
+        raise BtacalcError(f"{{attention_kernel}} {kernel.name} has no learnable softmax, which the attention sinks of "
+                           f"{model.name!r} need ({kernel.sinks_source}): give {{attention_kernel}} default")
+
+
 def _check_fp8_attention_masks(model: "ModelSpec", profile: "HardwareProfile") -> None:
     """semantics19: TransformerEngine (@ d0067d0 pytorch/attention/dot_product_attention/utils.py L1125-1134 and
     L1344-1352) switches FusedAttention, FP8 attention's only backend, off in FP8 for a learnable softmax (attention
@@ -1496,6 +1505,7 @@ def _module_refusal(policy: str, model: "ModelSpec", recipe_: Recipe) -> Optiona
 
 
 def _check_run(run: RunOptions, model: "ModelSpec") -> None:
+    _check_kernel_softmax(run, model)
     refusal = recompute_refusal(run.recompute, model, run.recipe)
     if refusal is not None:
         raise BtacalcError(refusal)
