@@ -726,7 +726,7 @@ for old, new, fragment in [
     ("train:", "train.global_batch_size: 64\ntrain:", "train.global_batch_size is given twice"),
     ("mixed_precision: bf16_mixed", "mixed_precision: bf16_mixed\na: &a {b: *a}", "holds itself"),
     ("  tensor_model_parallel_size: 4", "  tensor_model_parallel_size: 0", "tensor_model_parallel_size 0: must be at"),
-    ("train:", "ddp.num_buckets: -1\ntrain:", "--ddp-num-buckets needs no --ddp-bucket-size and a count above 0"),
+    ("train:", "ddp.num_buckets: -1\ntrain:", "ddp.num_buckets needs no ddp.bucket_size and a count above 0"),
     ("train:", "ddp.num_buckets: 1e-3\ntrain:", "r.yaml: ddp.num_buckets takes an integer, got 0.001"),
     ("train:", "ddp.num_buckets: .nan\ntrain:", "r.yaml: ddp.num_buckets takes an integer, got nan"),
     # review10: a number or a switch quoted in the YAML stays a string in Bridge (omegaconf_utils.py L515 sets it as
@@ -1031,7 +1031,7 @@ case("files", "plan", "--hw", "h100", "--devices", "8", "--from-bridge", "{tmp}/
      fragment="model.variable_seq_lengths needs the alltoall or flex dispatcher",
      files={"o.txt": BRIDGE_MOE + "model.variable_seq_lengths=True\n"})
 case("files", "plan", "--hw", "h100", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
-     fragment="--moe-router-padding-for-quantization (which --moe-router-padding-for-fp8 sets",
+     fragment="model.moe_router_padding_for_quantization (which model.moe_router_padding_for_fp8 sets",
      files={"o.txt": BRIDGE_MOE.replace("bf16_mixed", "bf16_with_fp8_current_scaling_mixed")
             + "model.moe_token_dispatcher_type=allgather model.moe_router_padding_for_quantization=True\n"})
 # a run file's model override, bounded by the model as the flag is (it was bounded by the CLI's check before)
@@ -1469,7 +1469,8 @@ case("values", "plan", "--hw", "h100", "--from-megatron", "{tmp}/l.sh", fragment
      "--pipeline-model-parallel-size x --context-parallel-size (Megatron-LM@d98e8a64 megatron/training/arguments.py:432)",
      files={"l.sh": LAUNCH.replace("--num-layers 4", "--num-layers 4 --context-parallel-size 16")})
 case("values", "plan", "--hw", "h100", "-m", "llama-3-8b", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
-     fragment="o.txt: Megatron-LM would refuse this launch: the processes (world size) must be a multiple of",
+     fragment="o.txt: Megatron would refuse this run: the processes (world size) must be a multiple of "
+     "model.tensor_model_parallel_size",
      files={"o.txt": HYDRA.replace("model.tensor_model_parallel_size=2", "model.tensor_model_parallel_size=16")})
 
 # --moe-layer-freq 0 (Megatron-Core's i % N) was "the inputs take a number beyond the arithmetic's range

@@ -79,3 +79,25 @@ def test_names_cover_both_kinds_of_file():
     assert set(megatron) == set(bridge) == set(PARAM_DESTS) | {"no_sequence_parallel"}
     assert all(n.startswith("--") for p, n in megatron.items() if p != "no_sequence_parallel")
     assert all("." in n and not n.startswith("-") for n in bridge.values())
+
+
+def test_a_bridge_files_rule_refusal_names_its_keys(cli, tmp_path):
+    """review19: a Megatron rule broken by a Bridge file named Megatron-LM's flags ("--global-batch-size must be a
+    multiple of --micro-batch-size x data parallel") and called the file a launch; each flag is now the file's key."""
+    import re
+
+    path = tmp_path / "run.txt"
+    text, n = re.subn(r"train\.global_batch_size=\d+", "train.global_batch_size=1020", _emitted(cli, "bridge"))
+    assert n == 1 and "train.micro_batch_size=4\n" in text  # 1,020 sequences over DP 8 (16 GPUs at TP 2) x 4: 31.9
+    path.write_text(text)
+    code, out, err = cli("plan", "--hw", "h100", "--devices", "16", "--from-bridge", str(path))
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"{path}: Megatron would refuse this run: train.global_batch_size must be a multiple of " \
+           "train.micro_batch_size x data parallel" in err
+    assert "--" not in err.split("would refuse this run:")[1].split("(Megatron-LM@")[0]
+
+
+def test_flags_without_a_bridge_key_stay_flags():
+    from btacalc.config.megatron_run import in_bridge_keys
+
+    assert in_bridge_keys("--micro-batch-size and --no-such-flag") == "train.micro_batch_size and --no-such-flag"

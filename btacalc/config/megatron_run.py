@@ -25,7 +25,7 @@ from .bridge_model_bridges import bridge_provider_defaults, bridge_provider_note
 from .bridge_hydra import form_of, read_overrides
 from .megatron_codec import BRIDGE_LOCAL_ATTENTION, MODEL_ROWS, PARAM_DESTS, Fields, bridge_attention_environment, decode, encode, megatron_flag, model_fields, truth
 from .bridge_codec import BRIDGE_NO_EFFECT, BRIDGE_NOT_AS_MEGATRON, MIXED_PRECISION_OVERWRITES, OVERWRITTEN_REASON, bridge_key, bridge_value_field, check_bridge_experts, check_bridge_literals, check_bridge_sixteen_bit, from_bridge
-from .megatron_launch import ArgumentValueError, BridgeText, Launch, integer, read_launch
+from .megatron_launch import ArgumentValueError, BridgeText, Launch, flags_by_dest, integer, read_launch
 from .megatron_rules import describe, violations
 from .model import MAX_COUNT, MAX_COUNT_TEXT, MAX_LAYERS, ModelSpec, validate_model
 from .text import exact_number
@@ -733,6 +733,17 @@ def _check_model_source(launch: Launch) -> None:
                            f"{_ELSEWHERE_ARGS} L1308-1311 @ d98e8a64)")
 
 
+def in_bridge_keys(text: str) -> str:
+    """`text` with each Megatron-LM flag in it written as Megatron-Bridge's key for the same destination
+    (bridge_codec.bridge_key); a flag Bridge has no key for stays."""
+    dest_of = {f.flag: dest for dest, flags in flags_by_dest().items() for f in flags}
+
+    def key(m: "re.Match[str]") -> str:
+        dest = dest_of.get(m.group(0))
+        return (bridge_key(dest) or m.group(0)) if dest is not None else m.group(0)
+    return re.sub(r"--[a-z0-9][a-z0-9-]*", key, text)
+
+
 def _imported(launch: Launch, devices: Optional[int], name: Optional[str] = None, bridge: bool = False) -> ImportedRun:
     _check_model_source(launch)
     _check_divisors(launch)
@@ -740,6 +751,8 @@ def _imported(launch: Launch, devices: Optional[int], name: Optional[str] = None
     devices = _devices(launch, devices)
     refused = [r for r in violations(dict(launch.args, world=devices), launch.env, bridge)
                if r.name not in ENVIRONMENT_RULES]
+    if refused and bridge:  # review19: a Bridge file's refusal named Megatron-LM's flags, which the file never used
+        raise BtacalcError(f"{launch.source}: Megatron would refuse this run: {in_bridge_keys(describe(refused[0]))}")
     if refused:
         raise BtacalcError(f"{launch.source}: Megatron-LM would refuse this launch: {describe(refused[0])}")
     fields, read = decode(launch.args)
