@@ -101,3 +101,17 @@ def test_flags_without_a_bridge_key_stay_flags():
     from btacalc.config.megatron_run import in_bridge_keys
 
     assert in_bridge_keys("--micro-batch-size and --no-such-flag") == "train.micro_batch_size and --no-such-flag"
+
+
+def test_a_launchs_gpus_are_its_torchrun_processes(cli, tmp_path):
+    """review19: the GPUs of a launch with a torchrun prefix are its processes, not a btacalc --devices the user
+    gave: a refusal naming them said "(--devices: btacalc's option names)"."""
+    code, out, err = cli("plan", "--hw", "h100", "--model", "qwen3-30b-a3b", "--devices", "16", "--ep", "8",
+                         "--emit", "megatron")
+    assert code in (0, 1) and "torchrun" in out and "--expert-model-parallel-size 8" in out, err  # 1: no fit
+    path = tmp_path / "run.sh"
+    path.write_text(out.replace("--expert-model-parallel-size 8", "--expert-model-parallel-size 32"))
+    code, out, err = cli("plan", "--hw", "h100", "--from-megatron", str(path))
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "does not divide torchrun's processes (--nproc_per_node x --nnodes) 16" in err
+    assert "btacalc's option names" not in err and "--devices" not in err

@@ -266,6 +266,8 @@ def _in_file_names(exc: BtacalcError, imported: Any) -> str:
     from ..config.megatron_run import imported_names
 
     names = imported_names(imported.bridge)
+    if imported.torchrun_devices:
+        names["devices"] = "torchrun's processes (--nproc_per_node x --nnodes)"
     where = "standard input" if imported.source == "-" else imported.source
     text = re.sub(r"\{([a-z][a-z0-9_]*)\}", lambda m: names.get(m.group(1), m.group(0)), exc.template)
     own = sorted({p for p in exc.params if p not in names})

@@ -142,6 +142,8 @@ class ImportedRun:
     stated_domain: bool = False
     # a Megatron-Bridge file (its settings are ConfigContainer keys), not a Megatron-LM launch (flags)
     bridge: bool = False
+    # the GPUs are the launch's torchrun processes (review19: a refusal named them btacalc's --devices)
+    torchrun_devices: bool = False
 
 
 # hostile16: the plan options no Megatron-LM flag or Bridge key sets, which `--emit megatron` / `--emit bridge` write
@@ -767,7 +769,8 @@ def _imported(launch: Launch, devices: Optional[int], name: Optional[str] = None
                                       "run.dropout_note", "run.precision_note", "run.param_gather_note",
                                       "run.expert_gemm_note")
               if fields.get(key)]
-    return ImportedRun(spec, request, launch.source, ignored, tuple(notes), tuple(launch.env.items()))
+    return ImportedRun(spec, request, launch.source, ignored, tuple(notes), tuple(launch.env.items()),
+                       torchrun_devices=launch.devices is not None)
 
 
 def _devices(launch: Launch, devices: Optional[int]) -> int:
