@@ -9,7 +9,7 @@ flags (``error.render({"expert_parallel": "--ep", ...})`` -> "--ep 3 does not di
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 _PARAM = re.compile(r"\{([a-z][a-z0-9_]*)\}")
 
@@ -26,10 +26,20 @@ class BtacalcError(ValueError):
         """The parameters the message names."""
         return _PARAM.findall(self.template)
 
-    def render(self, names: Mapping[str, str] | None = None) -> str:
-        """The message with each ``{param}`` replaced by ``names[param]`` (default: the parameter name)."""
+    def render(self, names: Mapping[str, str] | None = None, literals: Sequence[str] = ()) -> str:
+        """The message with each ``{param}`` replaced by ``names[param]`` (default: the parameter name), except inside
+        `literals`, text the user gave that the message quotes as it is (review19: a file named ``{seq_len}.sh`` was
+        printed as ``--seq.sh``)."""
         names = names or {}
-        return _PARAM.sub(lambda m: names.get(m.group(1), m.group(1)), self.template)
+
+        def sub(text: str) -> str:
+            return _PARAM.sub(lambda m: names.get(m.group(1), m.group(1)), text)
+
+        kept = sorted({t for t in literals if _PARAM.search(t)}, key=len, reverse=True)
+        if not kept:
+            return sub(self.template)
+        parts = re.split("(" + "|".join(map(re.escape, kept)) + ")", self.template)
+        return "".join(part if i % 2 else sub(part) for i, part in enumerate(parts))
 
     def __str__(self) -> str:
         return self.render()

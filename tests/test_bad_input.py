@@ -238,7 +238,7 @@ for args, fragment in [
     (["--hw", "wse3", "--zero", "1"], "apply to GPU profiles"),
     (["--hw", "a100-80gb", "--devices", "8", "--ep", "3"], "does not divide --devices"),
     (["--hw", "a100-80gb", "--devices", "6", "--ep", "6"], "does not divide the 128 experts"),
-    (["--hw", "a100-80gb", "--model", "gpt3-175b", "--devices", "8", "--ep", "2"], "need an MoE model"),
+    (["--hw", "a100-80gb", "--model", "gpt3-175b", "--devices", "8", "--ep", "2"], "--ep 2 needs an MoE model"),
     (["--hw", "a100-80gb", "--global-batch", BIG], "beyond 2^62"),
     (["--hw", "wse3", "--global-batch", "16", "--grad-accum", "1", "--tiles", "2", "--max-tile-batch", "4"],
      "leaves tiles of b = 8, more than --max-tile-batch 4"),

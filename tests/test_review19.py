@@ -55,3 +55,24 @@ def test_the_account_for_flags_join_the_division():
     assert [r.name for r in violations({**base, **args}, {})] == []
     args_11 = {**args, "num_layers_per_virtual_pipeline_stage": 1}  # 11 per stage, 1 per virtual stage -> VP 11
     assert _dec_pipeline(Get(args_11))["layout.virtual_pipeline"] == 11
+
+
+def test_a_file_name_holding_braces_is_printed_as_given(cli, tmp_path):
+    """review19 #8: a refusal quoting a file named `{seq_len}.sh` rendered its braces as btacalc's --seq flag
+    (`--seq.sh: ...`); the command line's own words are kept as they are (BtacalcError.render's `literals`)."""
+    code, out, err = cli("plan", "--hw", "h100", "--model", "llama-3-8b", "--devices", "16", "--tp", "2", "--emit",
+                         "megatron")
+    path = tmp_path / "{seq_len}.sh"
+    path.write_text(out.replace("--tensor-model-parallel-size 2", "--tensor-model-parallel-size 16"))
+    code, out, err = cli("plan", "--hw", "h100", "--from-megatron", str(path))
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"{path}: --tensor-model-parallel-size 16 does not divide" in err and "--seq.sh" not in err
+
+
+def test_render_keeps_literals_and_renders_the_rest():
+    from btacalc.errors import BtacalcError
+
+    exc = BtacalcError("{seq_len}.sh: give {seq_len} 4096 ({tensor_parallel} 2)")
+    names = {"seq_len": "--seq", "tensor_parallel": "--tp"}
+    assert exc.render(names) == "--seq.sh: give --seq 4096 (--tp 2)"
+    assert exc.render(names, ["{seq_len}.sh", "plan"]) == "{seq_len}.sh: give --seq 4096 (--tp 2)"

@@ -173,7 +173,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     except (typer.Abort, KeyboardInterrupt):
         _say("btacalc: interrupted", 130)
     except BtacalcError as exc:
-        _say(f"btacalc: error: {with_flags(exc)}", 2)
+        _say(f"btacalc: error: {with_flags(exc, sys.argv[1:] if argv is None else argv)}", 2)
     except DataError as exc:  # a broken shipped file: a bug, but still no traceback
         _say(f"btacalc: internal data error (please report): {exc}", 3)
     except BrokenPipeError:

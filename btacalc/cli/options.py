@@ -8,7 +8,7 @@ import inspect
 import re
 from dataclasses import asdict, dataclass
 from enum import Enum
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import typer
 
@@ -52,9 +52,10 @@ def flag(param: str) -> str:
     return FLAGS.get(param, "--" + param.replace("_", "-"))
 
 
-def with_flags(exc: BtacalcError) -> str:
-    """A library error's message with the flags a user types in place of the parameters it names."""
-    return exc.render({p: flag(p) for p in exc.params})
+def with_flags(exc: BtacalcError, literals: Sequence[str] = ()) -> str:
+    """A library error's message with the flags a user types in place of the parameters it names (not inside
+    `literals`: the command line's own words, such as a file name holding braces)."""
+    return exc.render({p: flag(p) for p in exc.params}, literals)
 
 
 def help_text(text: str) -> str:

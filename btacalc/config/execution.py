@@ -580,7 +580,10 @@ class Layout:
                                    f"which Megatron-Core takes only at ETP 1 ({MEGATRON} transformer_config.py "
                                    "L2612-2615): give {expert_tensor_parallel} 1")
         elif ep > 1 or etp > 1:
-            raise BtacalcError("{expert_parallel}/{expert_tensor_parallel} need an MoE model (the model is dense)")
+            # review19: the pair was named where one was given (a Bridge file read "...expert_tensor_parallel_size")
+            given = [f"{{{n}}} {v}" for n, v in (("expert_parallel", ep), ("expert_tensor_parallel", etp)) if v > 1]
+            raise BtacalcError(f"{' and '.join(given)} {'needs' if len(given) == 1 else 'need'} an MoE model (the model "
+                               "is dense)")
         self._validate_scope_layers(model)
         if self.sequence_parallel and tp == 1:
             raise BtacalcError("{sequence_parallel} needs {tensor_parallel} > 1 (it splits the sequence over the "
