@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -269,8 +268,8 @@ def _in_file_names(exc: BtacalcError, imported: Any) -> str:
     if imported.torchrun_devices:
         names["devices"] = "torchrun's processes (--nproc_per_node x --nnodes)"
     where = "standard input" if imported.source == "-" else imported.source
-    text = re.sub(r"\{([a-z][a-z0-9_]*)\}", lambda m: names.get(m.group(1), m.group(0)), exc.template)
     own = sorted({p for p in exc.params if p not in names})
+    text = exc.render({**{p: "{" + p + "}" for p in own}, **names})  # btacalc's own stay for the command line
     if not own:
         return f"{where}: {text}"
     return f"{where} ({', '.join('{' + p + '}' for p in own)}: btacalc's option names): {text}"

@@ -1513,12 +1513,8 @@ def render_flags(args: Args) -> list[str]:
             if flag is not None:
                 out.append(flag.flag)
             continue
-        flag = next((f for f in flags if f.flag == _PREFERRED.get(dest)), None) or \
-            next(f for f in flags if f.arity != "0")
-        if isinstance(value, list):
-            out.append(" ".join([flag.flag, *map(str, value)]))
-        else:
-            out.append(f"{flag.flag} {_shell(value)}")
+        name = megatron_flag(dest)
+        out.append(" ".join([name, *map(str, value)]) if isinstance(value, list) else f"{name} {_shell(value)}")
     return out
 
 

@@ -123,8 +123,8 @@ def imported_names(bridge: bool) -> dict[str, str]:
     (True: its ConfigContainer key) gives that setting}, for PARAM_DESTS."""
     names = {p: bridge_key(d) if bridge else megatron_flag(d) for p, d in PARAM_DESTS.items()}
     # the way out of a sequence-parallel refusal: a launch leaves the switch out, a Bridge file sets the key False
-    names["no_sequence_parallel"] = ("model.sequence_parallel false" if bridge else
-                                     f"no {megatron_flag(PARAM_DESTS['sequence_parallel'])}")
+    switch = names["sequence_parallel"]
+    names["no_sequence_parallel"] = f"{switch} false" if bridge else f"no {switch}"
     return {p: n for p, n in names.items() if n}
 
 
