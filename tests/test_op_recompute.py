@@ -106,9 +106,9 @@ def test_every_model_the_policy_accepts_has_a_share_for_each_layer_gemm():
 
 @pytest.mark.parametrize("extra, says", [
     (["--tp", "2"], "1-D data parallel"),
-    (["--attention-kernel", "triton-flash"], "llm-foundry's Triton kernel and flash path and cuDNN's are not"),
-    (["--attention-kernel", "flash-attn-2-varlen"], "llm-foundry's Triton kernel and flash path and cuDNN's are not"),
-    (["--attention-kernel", "cudnn-9-13"], "llm-foundry's Triton kernel and flash path and cuDNN's are not"),
+    (["--attention-kernel", "triton-flash"], "not the output of --attention-kernel triton-flash"),
+    (["--attention-kernel", "flash-attn-2-varlen"], "not the output of --attention-kernel flash-attn-2-varlen"),
+    (["--attention-kernel", "cudnn-9-13"], "not the output of --attention-kernel cudnn-9-13"),
     (["--attention", "eager"], "{attention} flash"),
     (["--precision", "fp8", "--hw", "h100"], "16-bit linears"),
     (["--checkpoint-early-stop"], "needs --recompute full"),
@@ -201,3 +201,32 @@ def test_each_gemm_s_share_is_the_policy_on_the_block_s_mm_order():
         expected = sum(width[m] for m in parts if m in re_run) / sum(width[m] for m in parts)
         got = sp.sympify(gemms[name].op_recompute, locals=SYMBOLS)
         assert sp.simplify(got - expected) == 0, (name, got, expected)
+
+
+# The op policy's save list at 157a12c5 names PyTorch's own SDPA kernels only; each kernel btacalc knows says in
+# attention_kernels.toml whether its output is one of them. Which kernels are PyTorch's SDPA (or the same
+# FlashAttention-2 code PyTorch vendors as its flash backend) is written here from the kernels' summaries, not read
+# from the flag, so a kernel given the wrong flag fails.
+SDPA_KERNELS = {"default", "flash-attn-2"}
+
+
+def test_the_save_list_is_data_per_kernel():
+    from btacalc.config.attention_kernels import attention_kernels
+    table = attention_kernels()
+    assert {name for name, k in table.items() if k.op_policy_saved} == SDPA_KERNELS
+    for name, kernel in table.items():
+        assert kernel.op_policy_saved or "157a12c5" in kernel.op_policy_source, name
+
+
+def test_a_kernel_off_the_save_list_needs_its_source():
+    from pydantic import ValidationError
+
+    from btacalc.config.attention_kernels import AttentionKernel
+    with pytest.raises(ValidationError, match="op_policy_source"):
+        AttentionKernel(name="x", summary="x", source="somewhere long enough", op_policy_saved=False)
+
+
+@pytest.mark.parametrize("kernel", sorted(SDPA_KERNELS - {"default"}))
+def test_an_sdpa_kernel_is_planned_under_the_policy(cli, kernel):
+    code, out, err = cli("plan", *BASE, "--recompute", "op", "--attention-kernel", kernel, "--json")
+    assert code == 0, err

@@ -177,9 +177,25 @@ def test_a_changed_overlap_is_a_launch_note(cli):
 
 
 def test_changed_overlaps_reads_only_changed_reasons():
-    assert changed_overlaps({"overlap_p2p": "on with interleaving only: Megatron-LM's default"}) == []
-    assert changed_overlaps({"overlap_all_to_all": "why: planned without it"}) == [
+    # a plain default's reason is no change, whatever its words (the record decides, not the reason's text)
+    assert changed_overlaps({}, {"overlap_p2p": "on with interleaving only: Megatron-LM's default, planned with it"}) == []
+    assert changed_overlaps({"overlap_all_to_all": False}, {"overlap_all_to_all": "why: planned without it"}) == [
         "--overlap-moe-expert-parallel-comm was asked for and is left out: why"]
+    assert changed_overlaps({"overlap_p2p": True}, {"overlap_p2p": "why: planned with it"}) == [
+        "--overlap-p2p-communication was asked off and is left on: why"]
+
+
+def test_the_execution_records_each_changed_overlap():
+    from btacalc.config.execution import ExecutionRequest, resolve_execution
+    from btacalc.config.execution import OverlapRequest
+    from btacalc.config.hardware import resolve_hardware
+    from btacalc.config.presets import load_preset
+    spec, hw = load_preset("llama-3-8b"), resolve_hardware("h100")
+    ex = resolve_execution(ExecutionRequest(devices=16, pipeline_parallel=2, virtual_pipeline=2,
+                                            overlaps=OverlapRequest(p2p=False)), spec, hw)
+    assert dict(ex.changed_overlaps) == {"overlap_p2p": True} and ex.layout.overlap.p2p
+    ex = resolve_execution(ExecutionRequest(devices=16, pipeline_parallel=2, virtual_pipeline=2), spec, hw)
+    assert ex.changed_overlaps == ()
 
 
 # review36: training.py L2586 needs --train-iters or --train-samples, optimizer_param_scheduler.py L148 float(lr).

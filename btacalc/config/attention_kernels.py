@@ -120,11 +120,17 @@ class AttentionKernel(BaseModel):
     # whether a Megatron-LM launch runs it (TransformerEngine's attention backends); false: --emit megatron / bridge
     # is refused with it (llm-foundry's own attention wrappers)
     megatron_launch: bool = True
+    # whether torchtitan's per-op activation checkpoint (--recompute op) keeps the kernel's output: its save list
+    # holds SDPA's flash and efficient kernels; false: --recompute op is refused with it (the policy would re-run it)
+    op_policy_saved: bool = True
+    op_policy_source: str = ""
 
     @model_validator(mode="after")
     def _sourced_sinks(self) -> "AttentionKernel":
         if not self.attention_sinks and len(self.sinks_source) < 10:
             raise ValueError(f"kernel {self.name}: attention_sinks false needs its sinks_source")
+        if not self.op_policy_saved and len(self.op_policy_source) < 10:
+            raise ValueError(f"kernel {self.name}: op_policy_saved false needs its op_policy_source")
         return self
 
     @model_validator(mode="after")

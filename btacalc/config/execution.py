@@ -877,6 +877,9 @@ class Execution:
     objective: str = "throughput"
     defaults: tuple[tuple[str, str], ...] = ()
     request: Optional[ExecutionRequest] = None  # what the user asked for, before the defaults
+    # overlaps planned otherwise than asked, as Megatron runs the plan (their reasons are in `defaults`): key ->
+    # whether the plan runs it (_runnable_overlaps)
+    changed_overlaps: tuple[tuple[str, bool], ...] = ()
 
     @property
     def default_reasons(self) -> dict[str, str]:
@@ -893,6 +896,8 @@ class _Defaults:
 
     def __init__(self) -> None:
         self.reasons: dict[str, str] = {}
+        # the overlaps planned otherwise than asked so that Megatron runs the plan: key -> whether the plan runs it
+        self.changed_overlaps: dict[str, bool] = {}
 
     def pick(self, name: str, given: Any, default: Any, reason: str) -> Any:
         if given is not None:
@@ -1210,7 +1215,8 @@ def _resolve(request: ExecutionRequest, model: "ModelSpec", profile: "HardwarePr
     objective = chosen.pick("objective", request.objective, OBJECTIVES[0], REASONS["objective"])
     if objective not in OBJECTIVES:
         raise BtacalcError(f"{{objective}} must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
-    return Execution(run, layout, limits, objective, tuple(chosen.reasons.items()), request)
+    return Execution(run, layout, limits, objective, tuple(chosen.reasons.items()), request,
+                     tuple(chosen.changed_overlaps.items()))
 
 
 def _check_overlaps(layout: Layout) -> None:
@@ -1234,16 +1240,19 @@ def _runnable_overlaps(layout: Layout, recompute: str, chosen: _Defaults) -> Lay
     dropped = dropped_overlaps(layout.tensor_parallel, vp, layout.overlap.tp_comm, layout.overlap.p2p)
     if dropped:
         chosen.reasons.update(dropped)
+        chosen.changed_overlaps.update(dict.fromkeys(dropped, False))
         layout = replace(layout, overlap=replace(layout.overlap, p2p=layout.overlap.p2p and "overlap_p2p" not in dropped,
                                                  tp_comm=layout.overlap.tp_comm and "tp_comm_overlap" not in dropped))
     why = p2p_refusal(pp, vp, layout.overlap.p2p)
     if why is not None:
         chosen.reasons["overlap_p2p"] = why
+        chosen.changed_overlaps["overlap_p2p"] = True
         layout = replace(layout, overlap=replace(layout.overlap, p2p=True))
     why = a2a_refusal(recompute, pp, vp, layout.expert_parallel) if layout.overlap.all_to_all else None
     if why is None:
         return layout
     chosen.reasons["overlap_all_to_all"] = why
+    chosen.changed_overlaps["overlap_all_to_all"] = False
     return replace(layout, overlap=replace(layout.overlap, all_to_all=False, early_attn_release=False,
                                            delay_wgrad=False))
 
@@ -1337,11 +1346,12 @@ _OP_REFUSALS: tuple[tuple[Any, str], ...] = (
      "the model's linears have biases: PyTorch runs them as addmm, which the policy neither counts nor keeps"),
     (lambda run, model: model.dropout or model.sliding_window or model.attention_sinks,
      "the model has dropout, a sliding window or attention sinks, which torchtitan's Llama block has not"),
-    (lambda run, model: run.multi_token_prediction or run.attention != "flash"
-     or run.attention_kernel in ("triton-flash", "flash-attn-2-varlen", "cudnn-9-13"),
+    (lambda run, model: run.multi_token_prediction or run.attention != "flash",
      "it needs {attention} flash as PyTorch's SDPA runs it (the flash and efficient kernels are on the policy's save "
-     "list; llm-foundry's Triton kernel and flash path and cuDNN's are not, so they would be re-run) and no "
-     "multi-token prediction"),
+     "list) and no multi-token prediction"),
+    (lambda run, model: not attention_kernel(run.attention_kernel).op_policy_saved,
+     "the policy's save list keeps SDPA's flash and efficient kernels, not the output of {attention_kernel} KERNEL, "
+     "which it would re-run (btacalc/data/attention_kernels.toml op_policy_saved)"),
     (lambda run, model: run.precision not in ("bf16", "fp16"),
      "its mm count is derived for 16-bit linears; a low-precision linear runs other ops (float8_experimental's "
      "_scaled_mm)"),
@@ -1358,7 +1368,9 @@ def op_recompute_refusal(run: RunOptions, model: "ModelSpec") -> Optional[str]:
     if run.recompute != OP_POLICY:
         return None
     why = next((why for refused, why in _OP_REFUSALS if refused(run, model)), None)
-    return None if why is None else f"{{recompute}} op (torchtitan's per-op activation checkpoint): {why}"
+    if why is None:
+        return None
+    return f"{{recompute}} op (torchtitan's per-op activation checkpoint): {why.replace('KERNEL', run.attention_kernel)}"
 
 
 def check_torch_loss(run: RunOptions, layout: "Layout", gpu: bool) -> None:

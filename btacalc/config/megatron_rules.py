@@ -534,22 +534,23 @@ def describe(rule: Rule) -> str:
 
 
 # The ends of the reasons a plan keeps where it runs an overlap other than the one asked for, as Megatron would
-# (`a2a_refusal`, `dropped_overlaps`, `p2p_refusal`); `changed_overlaps` finds them for the emitted launch's notes
+# (`a2a_refusal`, `dropped_overlaps`, `p2p_refusal`); the resolved execution records which overlaps these are
+# (Execution.changed_overlaps) and `changed_overlaps` writes them as the emitted launch's notes
 PLANNED_WITHOUT, PLANNED_WITH = "planned without it", "planned with it"
 OVERLAP_KEYS = {"overlap_all_to_all": "--overlap-moe-expert-parallel-comm", "overlap_p2p": "--overlap-p2p-communication",
                 "tp_comm_overlap": "--tp-comm-overlap"}
 
 
-def changed_overlaps(reasons: dict[str, str]) -> list[str]:
-    """review35: the overlaps the plan changed from the request so that Megatron runs it, each as a launch note (the
-    launch left the asked-for flag out without a word)."""
+def changed_overlaps(changed: dict[str, bool], reasons: dict[str, str]) -> list[str]:
+    """review35: the overlaps the plan changed from the request so that Megatron runs it (`changed`: key -> whether
+    the plan runs it; `reasons`: why), each as a launch note (the launch left the asked-for flag out without a word)."""
     out = []
     for key, flag in OVERLAP_KEYS.items():
-        why = reasons.get(key, "")
-        if why.endswith(PLANNED_WITHOUT):
-            out.append(f"{flag} was asked for and is left out: {why.removesuffix(PLANNED_WITHOUT).rstrip(': ')}")
-        elif why.endswith(PLANNED_WITH):
-            out.append(f"{flag} was asked off and is left on: {why.removesuffix(PLANNED_WITH).rstrip(': ')}")
+        if key not in changed:
+            continue
+        why = reasons[key].removesuffix(PLANNED_WITH if changed[key] else PLANNED_WITHOUT).rstrip(": ")
+        out.append(f"{flag} was asked off and is left on: {why}" if changed[key]
+                   else f"{flag} was asked for and is left out: {why}")
     return out
 
 

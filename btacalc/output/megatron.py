@@ -162,7 +162,7 @@ def _notes(r: PlanReport, spec: ModelSpec, args: dict[str, Any]) -> list[str]:
         notes.append(f"the plan tiles attention into G = {p.tiles} tiles of b = {p.tile_batch} (BTA); Megatron runs the "
                      f"micro-batch of {p.global_batch} untiled")
     notes.append(MOCK_DATA_NOTE)
-    notes += changed_overlaps(r.inputs.defaults)
+    notes += changed_overlaps(r.inputs.changed_overlaps, r.inputs.defaults)
     # review13: --te-version was planned and dropped from the launch without a word; no Megatron-LM or Bridge
     # argument sets TransformerEngine's release (the container's): since hostile16 `option_lines` names it, in a
     # comment the readers take back

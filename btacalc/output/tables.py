@@ -199,9 +199,7 @@ def _layout_text(r: PlanReport) -> str:
         f"; {par.pipeline_split} split, decoder layers per stage {par.stage_layers}"
         + (f" (layout {par.pipeline_layout})" if par.pipeline_layout else "")
         + (" [dim](default)[/dim]" if "pipeline_split" in r.inputs.defaults else ""))
-    changed = [r.inputs.defaults[k] for k in ("overlap_all_to_all", "overlap_p2p", "tp_comm_overlap")
-               if r.inputs.defaults.get(k, "").endswith(("planned with it", "planned without it"))]  # megatron_rules'
-    # refusals and switch-offs (config/megatron_rules.py), not the plain defaults
+    changed = [r.inputs.defaults[k] for k in r.inputs.changed_overlaps]  # megatron_rules' refusals and switch-offs
     return (f"{par.devices} devices ({par.devices_per_node} per NVLink domain): {sizes}{split}; {shard}; "
             f"M = {par.micro_batches} micro-batches; overlapped: {', '.join(on) or 'none'}"
             + (f" (userbuffers table: {par.tp_overlap_table})" if par.tp_overlap_table else "")

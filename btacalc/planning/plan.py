@@ -155,6 +155,7 @@ def _inputs(problem: Problem) -> Inputs:
         causal=run.causal, attention_kernel=run.attention_kernel, loss=run.loss, accounting=run.accounting, optimizer=run.optimizer,
         bytes_per_element=run.bytes_per_element, **given, gradient_bytes=run.gradient_bytes,
         routing_imbalance=run.routing_imbalance, objective=ex.objective, defaults=ex.default_reasons,
+        changed_overlaps=dict(ex.changed_overlaps),
         precision=run.precision, te_recipe=run.recipe.te_recipe, fp8_param_gather=run.low_precision_param_gather,
         fp8_attention=run.fp8_attention,
         rht_cast_fusion=run.rht_cast_fusion, te_version=run.te_version if problem.hardware.family == "gpu" else "",

@@ -205,6 +205,9 @@ class Inputs(BaseModel):
     objective: str = Field("density", description="what the solver maximised: throughput (tokens/s) or density "
                            "(the largest G*b that fits)")
     defaults: dict[str, str] = Field(default_factory=dict, description="inputs left at their default, and why")
+    changed_overlaps: dict[str, bool] = Field(default_factory=dict, description="the overlaps planned otherwise than "
+                                              "asked, as Megatron would run the plan (why: `defaults`): each key and "
+                                              "whether the plan runs it")
 
     def run_options(self) -> list[tuple[str, str]]:
         """The run options set away from their defaults that change the numbers, as (what it does, the flag that
