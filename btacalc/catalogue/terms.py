@@ -225,6 +225,28 @@ class GatherCalls(BaseModel):
     source: str = Field(min_length=3)
 
 
+class ExchangeCalls(BaseModel):
+    """The all-to-alls that move a phase's `a2a_bytes` in one micro-batch under one MoE token dispatcher: one per
+    tensor a pass exchanges (model/gpu/costs.py `_volumes`; under another dispatcher, or without it, one each way)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    dispatcher: Literal["alltoall", "flex", "allgather"] = Field(
+        description="Megatron's --moe-token-dispatcher-type the counts are of")
+    when: When = Field(default_factory=dict, description="the features the counts need besides the dispatcher")
+    forward: int = Field(ge=1, description="forward pass (repeated by a re-run)")
+    backward: int = Field(ge=0, description="backward pass")
+    source: str = Field(min_length=3)
+
+    @field_validator("when")
+    @classmethod
+    def _check(cls, v: When) -> When:
+        return _check_when(v)
+
+    def applies(self, dispatcher: str, features: dict[str, Any]) -> bool:
+        return dispatcher == self.dispatcher and matches(self.when, features)
+
+
 class Phase(BaseModel):
     """A phase of a decoder layer (scope 'layer'), a part outside the layers (scope 'model') or the
     per-parameter training state (scope 'state')."""
@@ -266,6 +288,8 @@ class Phase(BaseModel):
                                           "for (GPU host time, model/gpu/fixed.py)")
     gather_calls: Optional[GatherCalls] = Field(None, description="the NCCL calls that move the phase's "
                                                 "`gather_bytes` (Megatron's allgather dispatcher); none: one each way")
+    a2a_calls: Optional[ExchangeCalls] = Field(None, description="the all-to-alls that move the phase's `a2a_bytes` "
+                                               "under one dispatcher; none, or another dispatcher: one each way")
     after_dispatch_sync: bool = Field(False, description="the phase runs after the MoE dispatcher's device-to-host "
                                       "sync in the layer's forward (the exchange and what follows it): the host issues "
                                       "it only once the GPU has drained the queue (GPU host time, model/gpu/fixed.py)")

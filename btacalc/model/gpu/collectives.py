@@ -376,12 +376,15 @@ def expert_tensor_parallel_time(problem: Problem, volume: Any, calls: Any = 0) -
                      expert_tensor_parallel_kind())
 
 
-def describe_expert_tensor_parallel(problem: Problem, volume: Any, calls: Any, time_s: Any) -> CollectiveRow:
-    """The `expert_tensor_parallel` row of the all-to-alls' `volume` bytes in `calls` calls, timed `time_s`
-    (`expert_tensor_parallel_time`), with that time's kind and group."""
-    return describe(problem, "expert_tensor_parallel", (problem.layout.expert_tensor_parallel, 1),
-                    (expert_tensor_parallel_bytes(problem, volume), calls), time_s,
-                    kind=expert_tensor_parallel_kind(), collective=EXPERT_TENSOR_PARALLEL_COLLECTIVE)
+def describe_expert_tensor_parallel(problem: Problem, volume: Any, calls: tuple[Any, Any], time_s: Any) -> CollectiveRow:
+    """The `expert_tensor_parallel` row of the all-to-alls' `volume` bytes in `calls` = (all calls, those that carry
+    the tokens: the message size is theirs), timed `time_s` (`expert_tensor_parallel_time`), with that time's kind
+    and group."""
+    every, tokens = calls
+    row = describe(problem, "expert_tensor_parallel", (problem.layout.expert_tensor_parallel, 1),
+                   (expert_tensor_parallel_bytes(problem, volume), tokens), time_s,
+                   kind=expert_tensor_parallel_kind(), collective=EXPERT_TENSOR_PARALLEL_COLLECTIVE)
+    return replace(row, calls=float(every))
 
 
 # Megatron's allgather dispatcher (`Layout.allgather_dispatcher`, Megatron-LM @ d98e8a64
@@ -727,15 +730,21 @@ class CollectiveRow:
     bus_factor: float = 0.0  # message_bytes / buffer_bytes: all-reduce 2(n-1)/n, gather or scatter (n-1)/n, send 1
 
 
-def describe_all_to_all(problem: Problem, traffic: tuple[Any, Any], time_s: Any, volume: Any = None) -> CollectiveRow:
+def describe_all_to_all(problem: Problem, traffic: tuple[Any, Any], time_s: Any, volume: Any = None,
+                        token_calls: Any = None) -> CollectiveRow:
     """The expert all-to-all's row (`describe`): its efficiency is the all-to-all's (`all_to_all_link` across
     domains, `all_to_all_nvlink` inside one), not the ring collectives'. `volume`: the bytes the rank's calls
-    exchange before the (EP - 1)/EP that leaves it (and DeepEP's deduplication): the buffer (None: not given)."""
+    exchange before the (EP - 1)/EP that leaves it (and DeepEP's deduplication): the buffer (None: not given).
+    `token_calls`: the calls that carry the tokens (Part.a2a_token_calls; None: all of them), whose message and
+    buffer the row gives; the others exchange the routing probabilities, a latency each."""
     lay = problem.layout
-    row = describe(problem, "expert_all_to_all", (lay.expert_parallel, lay.expert_tensor_parallel), traffic, time_s,
-                   "hybridep" if lay.hybridep else "deepep" if lay.deepep else "all-to-all")
+    bus, calls = traffic
+    carrying = calls if token_calls is None else token_calls
+    row = describe(problem, "expert_all_to_all", (lay.expert_parallel, lay.expert_tensor_parallel), (bus, carrying),
+                   time_s, "hybridep" if lay.hybridep else "deepep" if lay.deepep else "all-to-all")
+    row = replace(row, calls=float(calls))
     if volume is not None:
-        row = _with_buffer(row, "all_to_all", float(volume / traffic[1]) if traffic[1] else 0.0)
+        row = _with_buffer(row, "all_to_all", float(volume / carrying) if carrying else 0.0)
     if not row.message_bytes:
         return row
     link = all_to_all_link(problem) if row.link == "network" else all_to_all_nvlink(problem)

@@ -35,6 +35,9 @@ class Part:
     tp_calls: Any = 0  # tensor-parallel collective calls (each pays the link's latency: collectives.py)
     cp_calls: Any = 0  # context-parallel ring exchanges (each CP - 1 sends)
     a2a_calls: Any = 0  # expert-parallel all-to-alls (dispatch, combine, their backward and re-runs)
+    # those of them that carry the tokens (one per pass of each exchanging phase): the others move the routing
+    # probabilities (Phase.a2a_calls), a latency each; the `plan --json` row's message size is per token call
+    a2a_token_calls: Any = 0
     # the allgather dispatcher's gathers and reduce-scatters over the ETP x EP group, each rank's contribution, all
     # passes (x (n_g - 1) bus bytes per rank: collectives.py allgather_dispatch_time), and its calls
     gather_bytes: Any = 0

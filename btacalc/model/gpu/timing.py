@@ -321,7 +321,7 @@ def _critical_collectives(problem: Problem, pipe: PipelineStages, crit: int, kin
 
 # the per-micro-batch fields of a layer's `Part` a stage sums over its layers
 _STAGE_SUMS = ("compute_s", "backward_s", "recompute_s", "core_s", "tp_bytes", "cp_bytes", "a2a_bytes", "tp_calls", "cp_calls",
-               "a2a_calls", "gather_bytes", "gather_calls", "weight_cast_s", "compute_post_s") \
+               "a2a_calls", "a2a_token_calls", "gather_bytes", "gather_calls", "weight_cast_s", "compute_post_s") \
     + tuple(n + when for when in ("", "_fwd", "_post") for n in ISSUED_COUNTS)
 
 
@@ -589,8 +589,8 @@ def _collective_rows(problem: Problem, kinds: list[tuple[Any, Part]], counts: li
     bus bytes, calls, link, the efficiency at the message size and the latency per call
     (collectives.describe)."""
     lay = problem.layout
-    tot = dict.fromkeys(("tp_bytes", "tp_calls", "cp_bytes", "cp_calls", "a2a_bytes", "a2a_calls", "gather_bytes",
-                         "gather_calls"), 0.0)
+    tot = dict.fromkeys(("tp_bytes", "tp_calls", "cp_bytes", "cp_calls", "a2a_bytes", "a2a_calls", "a2a_token_calls",
+                         "gather_bytes", "gather_calls"), 0.0)
     times = dict.fromkeys(("tp", "cp", "a2a", "etp", "gather"), 0.0)
     for count, (_, part) in zip(counts, kinds):
         n = count * m
@@ -612,9 +612,10 @@ def _collective_rows(problem: Problem, kinds: list[tuple[Any, Part]], counts: li
                              tot["cp_calls"] * (cp - 1)), times["cp"], "p2p ring", collective="send_recv"))
     if ep > 1 and tot["a2a_calls"]:
         rows.append(describe_all_to_all(problem, (all_to_all_wire_bytes(problem, tot["a2a_bytes"]), tot["a2a_calls"]),
-                                        times["a2a"], tot["a2a_bytes"]))
+                                        times["a2a"], tot["a2a_bytes"], tot["a2a_token_calls"]))
     if etp > 1 and tot["a2a_calls"]:
-        rows.append(describe_expert_tensor_parallel(problem, tot["a2a_bytes"], tot["a2a_calls"], times["etp"]))
+        rows.append(describe_expert_tensor_parallel(problem, tot["a2a_bytes"], (tot["a2a_calls"], tot["a2a_token_calls"]),
+                                                    times["etp"]))
     if tot["gather_calls"] and lay.expert_model_parallel > 1:
         rows.append(describe_allgather_dispatch(problem, tot["gather_bytes"], tot["gather_calls"], times["gather"]))
     if lay.pipeline_parallel > 1:
