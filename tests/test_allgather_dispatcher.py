@@ -69,9 +69,12 @@ def test_the_dispatchers_bytes_and_calls_are_megatrons_tensors(cli):
 def test_the_alltoall_dispatcher_moves_k_copies_and_the_allgather_one_per_rank(cli):
     # the same layout with the all-to-all: k = 8 copies of each token, 7/8 of them leave the rank, dispatch and
     # combine, forward and backward: 4 x 8 x hidden x 7/8 per layer (the routing is force-balanced, R = 1 here)
+    # in 4 token calls per layer; the routing probabilities travel in 2 more (tests/test_a2a_probs.py), whose
+    # bytes are not counted: the row's message is a token call's
     a2a = _row(_plan(cli), "expert_all_to_all")
     hidden = SEQ * H * BETA
-    assert a2a["message_bytes"] * a2a["calls"] == pytest.approx(LAYERS * 4 * 8 * hidden * 7 / 8, rel=0.02)
+    assert a2a["calls"] == LAYERS * (4 + 2)
+    assert a2a["message_bytes"] * LAYERS * 4 == pytest.approx(LAYERS * 4 * 8 * hidden * 7 / 8, rel=0.02)
     assert _row(_plan(cli), "moe_allgather") is None
 
 
