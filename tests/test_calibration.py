@@ -9,7 +9,7 @@ import math
 import pytest
 
 from btacalc.config.hardware import builtin_profiles, parse_profile
-from btacalc.planning.calibration import FamilySpec, fit_family, load_families, write_fit
+from btacalc.planning.calibration import FamilySpec, fit_family, fitted_texts, load_families
 from btacalc.planning.measured import load_runs, predict
 
 
@@ -63,8 +63,8 @@ def test_written_profiles_stay_valid_and_record_the_runs(tmp_path):
         (tmp_path / f"{name}.toml").write_text((data_dir("hardware_profiles") / f"{name}.toml").read_text())
     (spec,) = [f for f in load_families() if f.name == "wse"]
     fit = fit_family(spec).model_copy(update={"factors": {"compute_efficiency": 0.4242}})
-    for path in write_fit(fit, tmp_path):
-        prof = parse_profile(path.read_text(), path.name)
+    for path, text in fitted_texts(fit, tmp_path).items():
+        prof = parse_profile(text, path.name)
         eff = prof.calibration.compute_efficiency
         assert eff.value == 0.4242 and eff.kind == "calibrated" and eff.fitted_to == fit.runs
 

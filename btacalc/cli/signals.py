@@ -20,7 +20,7 @@ import signal
 from typing import Any
 
 from ..errors import BtacalcError, DataError
-from ..starting import installed
+from ..starting import installed, started_as_command
 
 HANDLED = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGPIPE") if hasattr(signal, name))
 
@@ -85,14 +85,33 @@ def _handler(signum: int, frame: Any) -> None:
     global received
     if signum == getattr(signal, "SIGPIPE", -1) and _stdout_pipe_broken():
         return  # our own write to a closed pipe: the EPIPE it returned is handled where it was written
+    if received is not None:
+        # hostile26: the command is already stopping. A second signal raised here cut the first stop's clean-up
+        # short (temporary files left beside the outputs); the first stop stands and says which signal it was.
+        return
     received = Stopped(signum)
     raise received
 
 
+class _Handled(installed):
+    """`installed` for `_handler`; once a stop was received, the console command keeps ignoring the handled signals
+    when the block ends instead of giving back their default action: a second SIGTERM a few milliseconds after the
+    first ended the process before `main` printed the first one's line (hostile26). In-process callers (tests) get
+    their handlers back."""
+
+    def __exit__(self, *exc: object) -> None:
+        if received is None or not started_as_command():
+            super().__exit__(*exc)
+            return
+        for signum in self.previous:
+            signal.signal(signum, signal.SIG_IGN)
+        self.previous.clear()
+
+
 def handled() -> contextlib.AbstractContextManager[None]:
-    """Within the block, the handled signals raise `Stopped` (and `received` records it: none at its start); the
-    previous handlers come back after. Only in the main thread (elsewhere Python does not allow handlers: nothing
-    changes)."""
+    """Within the block, the handled signals raise `Stopped` (and `received` records it: none at its start; later
+    signals are ignored once one was); the previous handlers come back after (`_Handled`). Only in the main thread
+    (elsewhere Python does not allow handlers: nothing changes)."""
     global received
     received = None
-    return installed(_handler, HANDLED)
+    return _Handled(_handler, HANDLED)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Optional
 
@@ -138,17 +139,27 @@ def _cross_validate(output: Optional[str], as_json: bool, plot_path: Optional[st
 
 
 def _calibrate() -> int:
-    from ..planning.calibration import calibrate_all, write_fit
+    """Fit every family, then write all their profiles together (hostile26: each family's files were written as it
+    was fitted, its report line printed in between, so a full standard output or a stop after the first family left
+    it written and the others not, under "nothing written"): the files are staged, the report printed, then all are
+    renamed with the stopping signals held (output/files.py `Outputs`), so it is every profile or none."""
+    from ..output.files import Outputs
+    from ..planning.calibration import calibrate_all, fitted_texts
 
+    texts: dict[str, str] = {}
+    lines: list[str] = []
     for fit in calibrate_all():
-        paths = write_fit(fit)
+        written = {str(path): text for path, text in fitted_texts(fit).items()}
+        texts.update(written)
         factors = ", ".join(f"{k} {fit.before[k]:.4g} -> {v:.4g}" for k, v in fit.factors.items())
         errors = ", ".join(f"{r} {100 * fit.errors_before[r]:+.1f}% -> {100 * fit.errors_after[r]:+.1f}%"
                            for r in fit.runs)
-        write_stdout(f"{fit.family}: {factors}; fit runs: {errors}; written to "
-                         f"{', '.join(p.name for p in paths)}\n")
-        for run, reason in fit.skipped.items():
-            write_stdout(f"{fit.family}: fit run {run} not used: {reason}\n")
+        lines.append(f"{fit.family}: {factors}; fit runs: {errors}; written to "
+                     f"{', '.join(os.path.basename(p) for p in written)}\n")
+        lines += [f"{fit.family}: fit run {run} not used: {reason}\n" for run, reason in fit.skipped.items()]
+    flags = {f"--calibrate ({os.path.basename(path)})": path for path in texts}
+    Outputs(flags, own_data=True).commit({flag: texts[path] for flag, path in flags.items()}, write_stdout,
+                                         finish=lambda: write_stdout("".join(lines)))
     return 0
 
 

@@ -344,9 +344,12 @@ class Outputs:
     user gave where a flag stands for another (plan's `--emit` and `--schema` print on the `--json` stream)."""
 
     def __init__(self, paths: Mapping[str, Optional[PathLike]], inputs: Mapping[str, PathLike] = {},
-                 labels: Mapping[str, str] = {}):
+                 labels: Mapping[str, str] = {}, own_data: bool = False):
         self.targets = {flag: target(flag, p) for flag, p in paths.items() if p is not None}
         self.inputs = {flag: os.fspath(p) for flag, p in inputs.items()}
+        # the targets are btacalc's own data files, written on purpose (`validate --calibrate` puts the fitted
+        # factors into the built-in profiles): the refusal of its own files is off, the rest holds
+        self.own_data = own_data
         self.check_inputs()
         seen: dict[Any, str] = {}
         for flag, t in self.targets.items():
@@ -383,7 +386,7 @@ class Outputs:
             source = read.get((st.st_dev, st.st_ino))
             if source is not None:
                 raise t.fail(f"is an input of this command ({source}); btacalc never writes over what it reads")
-            if t.kind == "file":
+            if t.kind == "file" and not self.own_data:
                 own = own_files() if own is None else own
                 shipped = own.get((st.st_dev, st.st_ino))
                 if shipped is not None:

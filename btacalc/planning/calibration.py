@@ -8,11 +8,8 @@ Every `check` run stays a prediction: the fit never sees one.
 from __future__ import annotations
 
 import math
-import os
 import re
-import stat
 import sys
-import tempfile
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -146,24 +143,6 @@ def _number_block(name: str, number: Number) -> str:
              f'source = "{number.source}"', f'note = "{number.note}"',
              "fitted_to = [" + ", ".join(f'"{r}"' for r in number.fitted_to) + "]"]
     return "\n".join(lines) + "\n"
-
-
-def write_fit(fit: FamilyFit, folder: Optional[Path] = None) -> list[Path]:
-    """Write the fitted factors into the family's profile files (the `[calibration.NAME]` tables): every
-    file's new text is made first, then each replaces its file atomically (a reader sees the old
-    profile or the new one), keeping its mode."""
-    texts = fitted_texts(fit, folder)
-    for path, text in texts.items():
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
-            os.chmod(tmp, stat.S_IMODE(path.stat().st_mode))
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-    return list(texts)
 
 
 def fitted_texts(fit: FamilyFit, folder: Optional[Path] = None) -> dict[Path, str]:
