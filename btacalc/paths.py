@@ -76,6 +76,28 @@ def inputs_read() -> dict[tuple[int, int], str]:
     return dict(_READ)
 
 
+def _own_folders_list() -> "list[Path]":
+    """The folders of btacalc's own files: the package, and in a source checkout the shipped formulas and hardware
+    profiles."""
+    return [_PKG] + [d for d in (_PKG.parent / "formulas", _PKG.parent / "hardware_profiles")
+                     if d.is_dir() and d == _source_data(d.name)]
+
+
+def own_folders() -> dict[tuple[int, int], str]:
+    """The (device, inode) -> path of every folder of btacalc's own files and the folders below them (hostile26: an
+    output written there as a new file, `-o formulas/zzz.toml`, was read by every later command as a formula file and
+    broke it: `own_files` covers the files that exist)."""
+    out: dict[tuple[int, int], str] = {}
+    for folder in _own_folders_list():
+        for root, _, _ in os.walk(folder):
+            try:
+                st = os.stat(root)
+            except OSError:
+                continue
+            out.setdefault((st.st_dev, st.st_ino), root)
+    return out
+
+
 def own_files() -> dict[tuple[int, int], str]:
     """The (device, inode) -> path of btacalc's own files: the package (its code and btacalc/data: presets,
     measured runs, calibration), the shipped formulas and hardware profiles, and in a source checkout the
@@ -83,8 +105,7 @@ def own_files() -> dict[tuple[int, int], str]:
     hardware_profiles/wse3.toml, `validate` reads btacalc/data/measured_runs.json), none of them through a
     path the user gave, so `note_input` never sees them; an output onto one would break every later
     command. About 200 files, listed in about a millisecond, only when an output target already exists."""
-    folders = [_PKG] + [d for d in (_PKG.parent / "formulas", _PKG.parent / "hardware_profiles")
-                        if d.is_dir() and d == _source_data(d.name)]
+    folders = _own_folders_list()
     files = [os.path.join(root, name) for folder in folders for root, _, names in os.walk(folder) for name in names]
     if len(folders) > 1:  # a source checkout
         files.append(os.fspath(_PKG.parent / "README.md"))
@@ -185,20 +206,45 @@ def _guard_stderr(st: os.stat_result, where: str) -> None:
         _divert_stderr(where)
 
 
+# The options whose value is a file btacalc writes (output/files.py `Outputs`): naming standard error's file there
+# asks for the output on it, so it is no input to protect (hostile26: `plan -o /dev/stderr 2> plan.json` wrote an
+# empty plan.json, standard error sent to /dev/null)
+OUTPUT_OPTIONS = ("-o", "--output", "--csv", "--plot")
+
+
+def _named_files(args: "list[str]") -> "list[str]":
+    """The words of the command line that may name a file it reads: every word and `--flag=value` value, less the
+    values of `OUTPUT_OPTIONS` (`-o FILE`, `-oFILE`, `--output=FILE`)."""
+    out: list[str] = []
+    after_output = False
+    for word in args:
+        if after_output:
+            after_output = False
+            continue
+        if word in OUTPUT_OPTIONS:
+            after_output = True
+            continue
+        flag, eq, value = word.partition("=")
+        if (eq and flag in OUTPUT_OPTIONS[1:]) or (word.startswith("-o") and not word.startswith("--")):
+            continue
+        out += [w for w in {word, value if word.startswith("-") else ""} if w not in ("", "-")]
+    return out
+
+
 def guard_stderr(args: "list[str]") -> None:
     """Before a command runs (its inputs not yet read: a usage error comes first): standard error turned away from
-    a regular file that the command line names (a word, or the value of `--flag=value`), that standard input is
-    when the command line reads `-`, or that is one of btacalc's own files."""
+    a regular file that the command line names (a word, or the value of `--flag=value`; not an output option's
+    value, `_named_files`), that standard input is when the command line reads `-`, or that is one of btacalc's own
+    files."""
     err = _regular_file_on(2)
     if err is None:
         return
-    for word in args:
-        for given in {word, word.partition("=")[2] if word.startswith("-") else ""} - {"", "-"}:
-            try:
-                if os.path.samestat(os.stat(given), err):
-                    return _divert_stderr(given)
-            except (OSError, ValueError):  # no such file, a name too long, a NUL byte
-                continue
+    for given in _named_files(args):
+        try:
+            if os.path.samestat(os.stat(given), err):
+                return _divert_stderr(given)
+        except (OSError, ValueError):  # no such file, a name too long, a NUL byte
+            continue
     if "-" in args:
         try:
             if os.path.samestat(os.fstat(0), err):

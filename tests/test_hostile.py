@@ -782,9 +782,11 @@ def test_a_wafer_plan_under_a_cap_that_one_sequence_meets_fits(cli):
 
 @counted("verdict", 1)
 def test_a_wafer_plan_at_its_cap_does_not_suggest_the_given_length(cli):
-    code, doc = _verdict(cli, "--hw", "wse2", "--max-global-batch", "4", "--tiles", "8")
-    assert not any(f"--seq {doc['inputs']['seq_len'] if 'seq_len' in doc['inputs'] else 4096} " in s
-                   for s in doc["suggestions"])
+    # hostile26: --tiles 8 over --max-global-batch 4 is bad input (one line, exit 2), as --global-batch 8 over it
+    # is; it was a verdict whose suggestions must not offer the given --seq
+    code, out, err = cli("plan", "--hw", "wse2", "--max-global-batch", "4", "--tiles", "8", "--json")
+    assert code == 2 and not out and len(err.strip().splitlines()) == 1 and "--seq" not in err, err
+    assert "--tiles 8 makes a global batch of at least 8, above --max-global-batch 4" in err
 
 
 # ------------------------------------------------------------------------------------------------

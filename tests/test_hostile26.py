@@ -85,3 +85,80 @@ def test_calibrate_writes_every_profile_or_none(cli, tmp_path, monkeypatch):
     assert code == 0, err
     assert all(p.read_text().startswith("# ") or "[calibration." in p.read_text() for p in copies)
     assert sum(line.count(".toml") for line in out.splitlines() if "written to" in line) == len(copies)
+
+
+def test_an_output_on_standard_error_is_written_there(tmp_path):
+    """`-o /dev/stderr 2> plan.json`: standard error was turned to /dev/null because a word named its file, so the
+    plan was thrown away and an error line lost; an output option's value asks for the output there."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with open(tmp_path / "plan.json", "w") as err:
+        done = subprocess.run([sys.executable, "-m", "btacalc", "plan", "--hw", "wse2", "-o", "/dev/stderr"], env=env,
+                              stdout=subprocess.DEVNULL, stderr=err, timeout=120)
+    assert done.returncode == 0
+    assert (tmp_path / "plan.json").read_text().lstrip().startswith("{")
+    with open(tmp_path / "e.txt", "w") as err:
+        done = subprocess.run([sys.executable, "-m", "btacalc", "plan", "--hw", "nope", "-o", "/dev/stderr"], env=env,
+                              stdout=subprocess.DEVNULL, stderr=err, timeout=120)
+    assert done.returncode == 2 and "unknown hardware 'nope'" in (tmp_path / "e.txt").read_text()
+
+
+def test_the_named_files_leave_out_output_values():
+    from btacalc.paths import _named_files
+
+    words = ["plan", "-o", "a.json", "--csv=b.csv", "-oc.json", "--plot", "p.png", "--from-megatron", "run.sh",
+             "--measured=m.json"]
+    assert sorted(_named_files(words)) == sorted(["plan", "--from-megatron", "run.sh", "--measured=m.json", "m.json"])
+
+
+@pytest.mark.parametrize("folder", ["formulas", "hardware_profiles", "btacalc/data/presets", "btacalc/data"])
+def test_no_new_file_in_btacalc_own_folders(cli, folder):
+    """A new file there (`-o formulas/zzz.toml`) was read by every later command as a formula, profile or preset."""
+    target = ROOT / folder / "hostile26-output.json"
+    code, out, err = cli("plan", "--hw", "wse2", "-o", str(target))
+    assert code == 2 and "btacalc's own folders" in err and len(err.strip().splitlines()) == 1, err
+    assert not target.exists()
+
+
+def test_a_bad_matplotlib_backend_in_the_environment_does_not_stop_a_plot(cli, tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    monkeypatch.setenv("MPLBACKEND", "nope")
+    code, out, err = cli("compare", "--plot", str(tmp_path / "p.png"), "-q")
+    assert code == 0, err
+    assert (tmp_path / "p.png").read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize("args, says", [
+    ("--tiles 3 --tile-batch 1 --max-global-batch 2", "--tiles 3 x --tile-batch 1 make a global batch of at least 3"),
+    ("--tiles 3 --max-global-batch 2", "--tiles 3 makes a global batch of at least 3"),
+    ("--tile-batch 4 --max-global-batch 2", "--tile-batch 4 makes a global batch of at least 4"),
+    ("--hw h100 --devices 8 --micro-batch 2 --max-global-batch 8",
+     "--micro-batch 2 x 8 data-parallel ranks make a global batch of 16, above --max-global-batch 8"),
+])
+def test_a_fixed_batch_over_the_cap_is_bad_input(cli, args, says):
+    """It was planned and reported "does not fit" (exit 1); the same contradiction given as --global-batch is exit 2.
+    The smallest global batch is DP x the fixed factors x 1 for the free ones: 3 x 1, 3 x 1, 1 x 4, 8 x 2."""
+    code, out, err = cli("plan", *args.split())
+    assert code == 2 and says in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_fixed_batch_at_the_cap_is_planned(cli):
+    code, out, err = cli("plan", "--tiles", "2", "--tile-batch", "1", "--max-global-batch", "2")
+    assert code == 0, err
+
+
+@pytest.mark.parametrize("field, value, says", [
+    ("recompute", "banana", "recompute 'banana': expected none"),
+    ("recompute", "", "recompute '': expected none"),
+    ("recompute", ["core_attn", "banana"], "recompute 'core_attn,banana'"),
+    ("hw", "nope", "unknown hardware 'nope'"),
+    ("model", "nope", "unknown model 'nope'"),
+])
+def test_a_run_file_value_that_names_nothing_is_bad_input(cli, tmp_path, field, value, says):
+    """Such a run was reported as one btacalc cannot express (exit 1, nothing on standard error)."""
+    import json
+
+    runs = json.loads((ROOT / "btacalc" / "data" / "measured_runs.json").read_text())["runs"]
+    run = {**next(r for r in runs if r["id"] == "llama-7b-wse2-1-400"), field: value}
+    (tmp_path / "runs.json").write_text(json.dumps({"runs": [run]}))
+    code, out, err = cli("validate", "--measured", str(tmp_path / "runs.json"), "-q")
+    assert code == 2 and says in err and len(err.strip().splitlines()) == 1, err

@@ -91,14 +91,14 @@ def test_a_batch_that_does_not_divide_is_a_listed_reason(tmp_path):
     assert not result.expressible and "not a multiple" in result.reason
 
 
-def test_unknown_model_or_device_is_listed_not_skipped(tmp_path):
-    # beside a run that is predicted (a fit run, which no band gates): a file with no run predicted fails the gate
-    # (hostile21, tests/test_hostile21.py)
-    runs = [{**RUN, "id": "a", "model": "no-such-model"}, {**RUN, "id": "b", "hw": "no-such-hw"},
-            {**RUN, "id": "c", "role": "fit"}]
-    report = validate_measured(_write(tmp_path, runs))
-    assert [(r.expressible, "unknown" in r.reason) for r in report.runs] == [(False, True), (False, True), (True, False)]
-    assert sum(len(s.not_expressible) for s in report.summary) == 2 and report.gate.ok
+def test_unknown_model_or_device_is_bad_input(tmp_path):
+    # hostile26: such runs were listed as not expressible (and a file of them alone failed the gate, exit 1, with
+    # nothing on standard error); an unknown name is bad input, as an unknown precision or role is: one line naming
+    # the run and its field
+    for field, value in (("model", "no-such-model"), ("hw", "no-such-hw")):
+        runs = [{**RUN, "id": "a", field: value}, {**RUN, "id": "c", "role": "fit"}]
+        with pytest.raises(BtacalcError, match=f"run a: field {field}: unknown"):
+            validate_measured(_write(tmp_path, runs))
 
 
 @pytest.mark.parametrize("text, fragment", [

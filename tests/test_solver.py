@@ -155,6 +155,9 @@ def test_real_global_batch_is_divided():
     (BatchLimits(global_batch=10, tile_batch=3), "not divisible by tile_batch"),
     (BatchLimits(tiles=0), "positive integer"),
     (BatchLimits(global_batch=100, max_global_batch=10), "exceeds"),
+    # a cap below the fixed size is bad input, as a global batch over it is (hostile26: it was "does not fit")
+    (BatchLimits(tiles=4, max_global_batch=3), "makes a global batch of at least 4"),
+    (BatchLimits(tile_batch=4, max_global_batch=3), "makes a global batch of at least 4"),
 ])
 def test_bad_limits(limits, message):
     with pytest.raises(BtacalcError, match=message):
@@ -185,7 +188,12 @@ def _reason_fixed_tiles(mem, g, cap_n, cap_b):
 @pytest.mark.parametrize("cap_n, cap_b", [(None, None), (24, None), (None, 5), (24, 5), (12, 10), (2, None)])
 def test_fixed_tiles_binding_constraint_as_derived(A, Q, C, cap, g, cap_n, cap_b):
     mem = Affine(A, Q, C, cap)
-    sol = solve(mem, BatchLimits(tiles=g, max_global_batch=cap_n, max_tile_batch=cap_b))
+    limits = BatchLimits(tiles=g, max_global_batch=cap_n, max_tile_batch=cap_b)
+    if cap_n is not None and g > cap_n:  # G x 1 over the cap: bad input (test_bad_limits)
+        with pytest.raises(BtacalcError, match="at least"):
+            solve(mem, limits)
+        return
+    sol = solve(mem, limits)
     want = _reason_fixed_tiles(mem, g, cap_n, cap_b)
     if want is None:
         assert not sol.fits and (sol.tiles, sol.tile_batch) == (g, 1) and sol.binding_constraint == "memory"
@@ -200,6 +208,10 @@ def test_fixed_tiles_binding_constraint_as_derived(A, Q, C, cap, g, cap_n, cap_b
 def test_fixed_tile_batch_binding_constraint_as_derived(A, Q, C, cap, b, cap_n):
     """--tile-batch b: the most tiles G that fit within the cap on G*b; memory or the cap stops G + 1."""
     mem = Affine(A, Q, C, cap)
+    if cap_n is not None and b > cap_n:  # 1 x b over the cap: bad input (test_bad_limits)
+        with pytest.raises(BtacalcError, match="at least"):
+            solve(mem, BatchLimits(tile_batch=b, max_global_batch=cap_n))
+        return
     sol = solve(mem, BatchLimits(tile_batch=b, max_global_batch=cap_n))
     hi = cap_n // b if cap_n else 10**6
     fitting = [g for g in range(1, hi + 1) if mem.total(g, b) <= mem.usable]
@@ -305,10 +317,6 @@ def _exact(sol, g, b, fits, bind, tile, text, probes, m=1):
     (BatchLimits(tile_batch=3), (1, 3, False, "memory", "memory", "one tile of 3 sequences does not fit", 1)),
     (BatchLimits(tiles=2, tile_batch=3),
      (2, 3, False, "tiles", "tile_batch", "--tiles and --tile-batch fix the shape: G = 2, b = 3 does not fit", 1)),
-    # a cap below the fixed size: no probe at all
-    (BatchLimits(tiles=4, max_global_batch=3), (4, 1, False, "memory", "memory", "4 tiles of 1 sequence do not fit", 0)),
-    (BatchLimits(tile_batch=4, max_global_batch=3),
-     (1, 4, False, "memory", "memory", "one tile of 4 sequences does not fit", 0)),
 ])
 def test_density_answers_when_nothing_fits(limits, want):
     _exact(solve(Affine(1, 10, 500, 100), limits), *want)

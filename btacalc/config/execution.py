@@ -743,6 +743,24 @@ class BatchLimits:
         b = self.tile_batch
         if b is not None and self.max_tile_batch is not None and b > self.max_tile_batch:
             raise BtacalcError(f"{{tile_batch}} {b} exceeds {{max_tile_batch}} {self.max_tile_batch}")
+        self._check_smallest_batch(data_parallel)
+
+    def _check_smallest_batch(self, data_parallel: int) -> None:
+        """hostile26: fixed tiles, tile batch or micro-batches whose smallest global batch (the free ones at 1) is over
+        --max-global-batch were planned and reported "does not fit" (exit 1), where the same contradiction given as
+        --global-batch is bad input."""
+        cap = self.max_global_batch
+        if cap is None or self.global_batch is not None:
+            return
+        fixed = [(name, v) for name, v in (("tiles", self.tiles), ("tile_batch", self.tile_batch),
+                                           ("micro_batches", self.micro_batches)) if v is not None]
+        smallest = data_parallel * math.prod(v for _, v in fixed)
+        if fixed and smallest > cap:
+            given = " x ".join(f"{{{name}}} {v}" for name, v in fixed)
+            ranks = f" x {data_parallel} data-parallel ranks" if data_parallel > 1 else ""
+            verb = "makes" if len(fixed) == 1 and not ranks else "make"
+            raise BtacalcError(f"{given}{ranks} {verb} a global batch of at least {smallest}, above "
+                               f"{{max_global_batch}} {cap}")
 
     def _check_divisible(self, n: int, data_parallel: int, ranks: str) -> None:
         if n % data_parallel:
@@ -1708,6 +1726,10 @@ def _resolve_batch(request: ExecutionRequest, layout: Layout, chosen: _Defaults,
         return replace(limits, micro_batches=m)
     if n is None:
         m = 1 if m is None else m
+        cap = limits.max_global_batch
+        if cap is not None and dp * m * mb > cap:  # hostile26: it was refused as a --global-batch the user never gave
+            raise BtacalcError(f"{{micro_batch}} {mb} x {dp} data-parallel ranks" + (f" x {{micro_batches}} {m}" if m > 1
+                               else "") + f" make a global batch of {dp * m * mb}, above {{max_global_batch}} {cap}")
         return replace(limits, global_batch=dp * m * mb, micro_batches=m, micro_batch=None)
     if n % (dp * mb):
         raise BtacalcError(f"{{global_batch}} {n} is not a multiple of DP {dp} x {{micro_batch}} {mb} (gradient "

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Literal, Mapping, Optional, Union
 
 from ..errors import BtacalcError
-from ..paths import inputs_read, own_files, stdout_file, stdout_onto, stdout_onto_own_file
+from ..paths import inputs_read, own_files, own_folders, stdout_file, stdout_onto, stdout_onto_own_file
 
 PathLike = Union[str, "os.PathLike[str]"]
 Payload = Union[str, bytes]
@@ -382,6 +382,7 @@ class Outputs:
             try:
                 st = os.stat(t.path)
             except OSError:
+                self._check_new_file(t)
                 continue
             source = read.get((st.st_dev, st.st_ino))
             if source is not None:
@@ -392,6 +393,20 @@ class Outputs:
                 if shipped is not None:
                     raise t.fail(f"is one of btacalc's own files ({shipped}); btacalc never writes over its own "
                                  "code or data")
+
+    def _check_new_file(self, t: Target) -> None:
+        """A new file may not be created in a folder of btacalc's own files (`paths.own_folders`): every later command
+        would read it as a formula, a profile or a preset."""
+        if t.kind != "file" or self.own_data:
+            return
+        try:
+            parent = os.stat(os.path.dirname(os.path.abspath(t.path)))
+        except OSError:
+            return
+        folder = own_folders().get((parent.st_dev, parent.st_ino))
+        if folder is not None:
+            raise t.fail(f"is in one of btacalc's own folders ({folder}), whose files every command reads; write it "
+                         "elsewhere")
 
     @property
     def stdout_taken(self) -> bool:

@@ -5,6 +5,7 @@ outputs (`btacalc.output.files`)."""
 from __future__ import annotations
 
 import io
+import os
 from typing import Any, Optional, Union
 
 from ..errors import BtacalcError
@@ -29,6 +30,9 @@ def pyplot(path: str) -> Any:
     import logging
 
     logging.getLogger("matplotlib").setLevel(logging.CRITICAL)
+    # btacalc draws into a file with Agg whatever the environment asks: matplotlib validates MPLBACKEND at import
+    # and a bad one (MPLBACKEND=nope) stopped --plot as an internal error (hostile26)
+    os.environ.pop("MPLBACKEND", None)
     try:
         import matplotlib
 

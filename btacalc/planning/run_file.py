@@ -29,6 +29,7 @@ from ..config.tp_overlap import UbTable, ub_table
 from ..errors import BtacalcError, first_validation_error
 from ..config.text import Name
 from ..paths import package_data, read_input
+from ..vocabulary import parse_recompute
 from .precision_pairs import PairInput
 
 if sys.version_info >= (3, 11):
@@ -109,6 +110,12 @@ class Recipe(BaseModel):
                                             "attn_impl triton); default: TransformerEngine's fused attention, at its "
                                             "benchmarked rate where the file has one, else the large-GEMM rate")
     recompute: Optional[Union[str, list[str]]] = None
+
+    @field_validator("recompute")
+    @classmethod
+    def _a_policy(cls, v: Optional[Union[str, list[str]]]) -> Optional[Union[str, list[str]]]:
+        return _recompute_policy(v)
+
     fsdp_impl: Optional[Literal["megatron", "torch", "fsdp2"]] = Field(None, description="whose FSDP the run used "
                                                                        "(torch: PyTorch FSDP1 as llm-foundry runs it; "
                                                                        "fsdp2: PyTorch FSDP2 as torchtitan runs it); "
@@ -267,6 +274,15 @@ def software_year(date: Optional[str]) -> str:
     return date[:4] if date else UNKNOWN_SOFTWARE_YEAR
 
 
+def _recompute_policy(v: Optional[Union[str, list[str]]]) -> Optional[Union[str, list[str]]]:
+    """A run's or recipe's recompute, checked as --recompute is (vocabulary.parse_recompute; a list is Megatron's
+    --recompute-modules): hostile26: "banana" was reported as a run btacalc cannot express (exit 1), not as bad
+    input."""
+    if v is not None:
+        parse_recompute(v if isinstance(v, str) else ",".join(v))
+    return v
+
+
 class MeasuredRun(BaseModel):
     """One measured training run with its layout (fields as in the run file; null = not stated / 1).
     Strict types: a count is a JSON integer (not true, "8" or 8.0), a measurement a finite number."""
@@ -335,6 +351,11 @@ class MeasuredRun(BaseModel):
                 raise ValueError(f"key {str(key)[:60]!r} is not a run field: did you mean {near!r}? (keys that are "
                                  "not near a field's name are carried through unread)")
         return data
+
+    @field_validator("recompute")
+    @classmethod
+    def _a_policy(cls, v: Optional[Union[str, list[str]]]) -> Optional[Union[str, list[str]]]:
+        return _recompute_policy(v)
 
     @field_validator("precision", mode="before")
     @classmethod
@@ -438,6 +459,21 @@ def _no_constant(name: str) -> None:
 RUNS_FILE_KEYS = frozenset({"about", "runs"})  # the top level of a runs file: a note about the set, and its runs
 
 
+def _names_known(run: MeasuredRun, origin: str) -> None:
+    """The run's model and hardware name a preset or profile (or a file of one): hostile26: an unknown one ("nope",
+    "/etc/passwd") was reported as a run btacalc cannot express (exit 1, nothing on standard error), not as the bad
+    input it is, as an unknown precision or role is. Checked where a runs file is read, so that a run built in code
+    (tests' synthetic runs) may name what it likes."""
+    from ..config.hardware import resolve_hardware
+
+    for field, resolve in (("model", resolve_model), ("hw", resolve_hardware)):
+        try:
+            resolve(getattr(run, field))
+        except BtacalcError as exc:
+            why = str(exc).removeprefix("hardware: " if field == "hw" else "model: ")
+            raise BtacalcError(f"{{measured}}: {origin} run {run.id}: field {field}: {why}") from None
+
+
 def load_runs(path: Optional[Path] = None) -> list[MeasuredRun]:
     """The runs of `path` (default: the shipped measured set)."""
     origin = str(path) if path else f"btacalc/data/{SHIPPED_RUNS}"
@@ -467,6 +503,7 @@ def load_runs(path: Optional[Path] = None) -> list[MeasuredRun]:
         except ValidationError as exc:
             label = item.get("id", f"#{i}") if isinstance(item, dict) else f"#{i}"
             raise BtacalcError(f"{{measured}}: {origin} run {label}: {first_validation_error(exc)}") from None
+        _names_known(runs[-1], origin)
     # one pass (a list's count() per id would be quadratic); ids compared in Unicode's composed form (NFC): 'café'
     # written with U+00E9 and as 'e' + U+0301 print the same and name one run (review8: both were kept)
     counts = Counter(unicodedata.normalize("NFC", r.id) for r in runs)
