@@ -162,3 +162,16 @@ def test_a_run_file_value_that_names_nothing_is_bad_input(cli, tmp_path, field, 
     (tmp_path / "runs.json").write_text(json.dumps({"runs": [run]}))
     code, out, err = cli("validate", "--measured", str(tmp_path / "runs.json"), "-q")
     assert code == 2 and says in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_launch_with_zero_experts_is_dense(cli, tmp_path):
+    """Megatron-LM reads --num-experts 0 as no experts (arguments.py L1648-1649 @ d98e8a64: num_experts = None); the
+    launch was refused naming --allgather-dispatcher, an option the user never gave."""
+    launch = tmp_path / "dense.sh"
+    launch.write_text("torchrun pretrain_gpt.py --num-layers 4 --hidden-size 1024 --num-attention-heads 16 "
+                      "--seq-length 1024 --micro-batch-size 1 --global-batch-size 8 --bf16 --ffn-hidden-size 4096 "
+                      "--vocab-size 32000 --max-position-embeddings 1024 --num-experts 0\n")
+    code, out, err = cli("plan", "--from-megatron", str(launch), "--hw", "h100", "--devices", "8", "--json")
+    assert code == 0, err
+    import json
+    assert json.loads(out)["model"]["num_experts"] == 0

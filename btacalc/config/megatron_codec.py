@@ -933,8 +933,8 @@ def _dec_dispatcher(get: Get) -> Fields:
     --moe-deepep-num-sms / --moe-hybridep-num-sms (transformer_config.py L964-975, routed to it in __post_init__).
     A dense model reads none of them."""
     kind = get("moe_token_dispatcher_type")
-    if kind == "allgather":
-        return {"layout.allgather_dispatcher": True} if get("num_experts") else {}
+    if kind == "allgather":  # --num-experts 0 is a dense model (arguments.py L1648-1649 @ d98e8a64 sets it None)
+        return {"layout.allgather_dispatcher": True} if _int(get("num_experts"), "num_experts") else {}
     if kind != "flex":
         return {}
     backend = "deepep" if truth(get("moe_enable_deepep")) else get("moe_flex_dispatcher_backend")
