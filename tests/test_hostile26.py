@@ -175,3 +175,14 @@ def test_a_launch_with_zero_experts_is_dense(cli, tmp_path):
     assert code == 0, err
     import json
     assert json.loads(out)["model"]["num_experts"] == 0
+
+
+def test_two_outputs_may_both_be_discarded(cli, tmp_path):
+    """`--csv /dev/null -o /dev/null` was refused as two outputs on one file; discarding both collides with nothing.
+    Two outputs on one regular file are still refused."""
+    code, out, err = cli("sweep", "--hw", "wse2", "--vary", "seq=1024,2048", "--csv", "/dev/null", "-o", "/dev/null",
+                         "-q")
+    assert code == 0, err
+    code, out, err = cli("sweep", "--hw", "wse2", "--vary", "seq=1024,2048", "--csv", str(tmp_path / "x.csv"), "-o",
+                         str(tmp_path / "." / "x.csv"), "-q")
+    assert code == 2 and "both write to" in err and not list(tmp_path.iterdir())

@@ -353,6 +353,8 @@ class Outputs:
         self.check_inputs()
         seen: dict[Any, str] = {}
         for flag, t in self.targets.items():
+            if t.kind == "stream" and os.path.realpath(t.path) == os.devnull:
+                continue  # hostile26: `--csv /dev/null -o /dev/null` discards both; nothing there to collide
             key = t.path if t.kind != "file" else _identity(t.path)
             if key in seen:
                 what = "standard output" if t.kind == "stdout" else t.path
