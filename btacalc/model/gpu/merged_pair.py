@@ -19,7 +19,9 @@ What the pair exposes beyond the two layers' compute is the merged schedule's al
 side of a layer is short beside a call, the call shows even when the experts' compute would have room: the lumped
 max(0, a2a - compute) btacalc used before (merged2, docs/clock.md) hid every call behind any compute. Inputs per
 layer and micro-batch: the four calls share the exchange equally (dispatch and combine move the same k·T·h, forward
-and backward alike: formulas/moe.toml); what --delay-wgrad-compute moves out of a backward node is its
+and backward alike: formulas/moe.toml; the alltoall dispatcher's second call per dispatch pass, the routing
+probabilities', is a latency of its own, shared with the rest here rather than put on the dispatch nodes: tens of
+µs per layer, docs/comm.md "a2aprobs"); what --delay-wgrad-compute moves out of a backward node is its
 weight-gradient GEMMs' time (`Part.wgrad_s`: the wgrad passes costs.py times; backward_dw runs the TE linears and
 grouped linears of the node's modules, fine_grained_callables.py L272), not the attention core's backward, the
 norms' or activations', nor the re-run: a recomputed forward runs in the backward node that needs it, first.
