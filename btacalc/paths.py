@@ -210,23 +210,41 @@ def _guard_stderr(st: os.stat_result, where: str) -> None:
 # asks for the output on it, so it is no input to protect (hostile26: `plan -o /dev/stderr 2> plan.json` wrote an
 # empty plan.json, standard error sent to /dev/null)
 OUTPUT_OPTIONS = ("-o", "--output", "--csv", "--plot")
+# the short options that take a value (-m model, -n devices, -p phase): in a cluster the rest is theirs, not -o's
+_SHORT_VALUED = frozenset("mnp")
+
+
+def _short_output(word: str) -> "tuple[bool, bool]":
+    """A cluster of short options (`-qo`, `-qoFILE`): (its -o takes the next word, its -o's value is in the word).
+    click reads the letters in turn; a value-taking one ends the cluster."""
+    for i, letter in enumerate(word[1:], 1):
+        if letter == "o":
+            return i == len(word) - 1, i < len(word) - 1
+        if letter in _SHORT_VALUED:
+            break
+    return False, False
 
 
 def _named_files(args: "list[str]") -> "list[str]":
     """The words of the command line that may name a file it reads: every word and `--flag=value` value, less the
-    values of `OUTPUT_OPTIONS` (`-o FILE`, `-oFILE`, `--output=FILE`)."""
+    values of `OUTPUT_OPTIONS` (`-o FILE`, `-qo FILE`, `-oFILE`, `--output=FILE`)."""
     out: list[str] = []
     after_output = False
     for word in args:
         if after_output:
             after_output = False
             continue
-        if word in OUTPUT_OPTIONS:
+        if word in OUTPUT_OPTIONS[1:]:
             after_output = True
             continue
         flag, eq, value = word.partition("=")
-        if (eq and flag in OUTPUT_OPTIONS[1:]) or (word.startswith("-o") and not word.startswith("--")):
+        if eq and flag in OUTPUT_OPTIONS[1:]:
             continue
+        if word.startswith("-") and not word.startswith("--") and len(word) > 1:
+            next_word, in_word = _short_output(word)
+            after_output = next_word
+            if next_word or in_word:
+                continue
         out += [w for w in {word, value if word.startswith("-") else ""} if w not in ("", "-")]
     return out
 

@@ -106,8 +106,12 @@ def test_the_named_files_leave_out_output_values():
     from btacalc.paths import _named_files
 
     words = ["plan", "-o", "a.json", "--csv=b.csv", "-oc.json", "--plot", "p.png", "--from-megatron", "run.sh",
-             "--measured=m.json"]
+             "--measured=m.json", "-qo", "d.json", "-qoe.json"]
     assert sorted(_named_files(words)) == sorted(["plan", "--from-megatron", "run.sh", "--measured=m.json", "m.json"])
+    # review20: a cluster ending in o takes the next word as its output; a value-taking letter ends the cluster
+    # (`-mo x`: the model "o", then an input word x)
+    assert sorted(_named_files(["sweep", "-qo", "/dev/stderr"])) == ["sweep"]
+    assert sorted(_named_files(["plan", "-mo", "x.json"])) == ["-mo", "plan", "x.json"]
 
 
 @pytest.mark.parametrize("folder", ["formulas", "hardware_profiles", "btacalc/data/presets", "btacalc/data"])
@@ -119,11 +123,14 @@ def test_no_new_file_in_btacalc_own_folders(cli, folder):
     assert not target.exists()
 
 
-def test_a_bad_matplotlib_backend_in_the_environment_does_not_stop_a_plot(cli, tmp_path, monkeypatch):
+def test_a_bad_matplotlib_backend_in_the_environment_does_not_stop_a_plot(tmp_path):
+    """In a process of its own (review20: in-process, matplotlib was imported before the variable was set, so the
+    test could not fail): matplotlib validates MPLBACKEND when it is imported."""
     pytest.importorskip("matplotlib")
-    monkeypatch.setenv("MPLBACKEND", "nope")
-    code, out, err = cli("compare", "--plot", str(tmp_path / "p.png"), "-q")
-    assert code == 0, err
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "nope"}
+    done = subprocess.run([sys.executable, "-m", "btacalc", "compare", "--plot", str(tmp_path / "p.png"), "-q"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
     assert (tmp_path / "p.png").read_bytes().startswith(b"\x89PNG")
 
 
@@ -186,3 +193,29 @@ def test_two_outputs_may_both_be_discarded(cli, tmp_path):
     code, out, err = cli("sweep", "--hw", "wse2", "--vary", "seq=1024,2048", "--csv", str(tmp_path / "x.csv"), "-o",
                          str(tmp_path / "." / "x.csv"), "-q")
     assert code == 2 and "both write to" in err and not list(tmp_path.iterdir())
+
+
+def test_the_command_keeps_ignoring_signals_once_stopped():
+    """review20: after a stop the console command (main with argv None, also `python -m btacalc`) keeps the handled
+    signals ignored while it reports; an in-process caller gets its handlers back."""
+    from btacalc.cli import signals as sig
+
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        for keep, after in ((True, signal.SIG_IGN), (False, before)):
+            with pytest.raises(sig.Stopped):
+                with sig.handled(keep_ignoring=keep):
+                    os.kill(os.getpid(), signal.SIGTERM)
+                    time.sleep(1)  # the handler raises at the next bytecode
+            assert signal.getsignal(signal.SIGTERM) == after
+            signal.signal(signal.SIGTERM, before)
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def test_a_data_parallel_excess_stays_the_verdict_whatever_factor_of_one_is_given(cli):
+    """review20: --devices 4 --max-global-batch 2 is the plan's verdict (exit 1); adding --tiles 1 made it bad input
+    (exit 2). Only a fixed size over the cap by itself is bad input."""
+    for extra in ([], ["--tiles", "1"], ["--tile-batch", "1"]):
+        code, out, err = cli("plan", "--hw", "wse2", "--devices", "4", "--max-global-batch", "2", *extra)
+        assert code == 1, (extra, err)

@@ -204,9 +204,12 @@ def test_each_gemm_s_share_is_the_policy_on_the_block_s_mm_order():
 
 
 # The op policy's save list at 157a12c5 names PyTorch's own SDPA kernels only; each kernel btacalc knows says in
-# attention_kernels.toml whether its output is one of them. Which kernels are PyTorch's SDPA (or the same
-# FlashAttention-2 code PyTorch vendors as its flash backend) is written here from the kernels' summaries, not read
-# from the flag, so a kernel given the wrong flag fails.
+# attention_kernels.toml whether its output is one of them. Under PyTorch's FSDP (the only layout --recompute op
+# plans) two of btacalc's kernels stand for an SDPA kernel on the list: `default`, which such a plan runs as SDPA's
+# flash backend (PyTorch made its cuDNN backend opt-in: pytorch PR 138522, the torchtitan rows' notes), and
+# `flash-attn-2`, the FlashAttention-2 code PyTorch vendors as that backend (review20: the summaries, written for
+# Megatron plans, do not say this). The set is written here, not read from the flag, so a kernel given the wrong
+# flag fails.
 SDPA_KERNELS = {"default", "flash-attn-2"}
 
 

@@ -163,7 +163,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     ascii_fallback(sys.stderr)
     out.quiet = err.quiet = False  # a closed pipe silenced an earlier command in this process (tests)
     try:
-        with handled():
+        with handled(keep_ignoring=argv is None):  # the command itself (tests call main with their argv)
             code = _stopped_as_such(argv)
     except Stopped as exc:  # SIGTERM, SIGHUP, SIGINT, SIGPIPE: files already cleaned on the way out
         _say(f"btacalc: stopped by {exc.name}; nothing written", exc.exit_code)

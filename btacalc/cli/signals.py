@@ -20,7 +20,7 @@ import signal
 from typing import Any
 
 from ..errors import BtacalcError, DataError
-from ..starting import installed, started_as_command
+from ..starting import installed
 
 HANDLED = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGPIPE") if hasattr(signal, name))
 
@@ -94,13 +94,17 @@ def _handler(signum: int, frame: Any) -> None:
 
 
 class _Handled(installed):
-    """`installed` for `_handler`; once a stop was received, the console command keeps ignoring the handled signals
-    when the block ends instead of giving back their default action: a second SIGTERM a few milliseconds after the
-    first ended the process before `main` printed the first one's line (hostile26). In-process callers (tests) get
-    their handlers back."""
+    """`installed` for `_handler`; once a stop was received, the command (`keep_ignoring`: `main` run as the console
+    script or `python -m btacalc`, its argv None) keeps ignoring the handled signals when the block ends instead of
+    giving back their default action: a second SIGTERM a few milliseconds after the first ended the process before
+    `main` printed the first one's line (hostile26). In-process callers (tests) get their handlers back."""
+
+    def __init__(self, keep_ignoring: bool):
+        super().__init__(_handler, HANDLED)
+        self.keep_ignoring = keep_ignoring
 
     def __exit__(self, *exc: object) -> None:
-        if received is None or not started_as_command():
+        if received is None or not self.keep_ignoring:
             super().__exit__(*exc)
             return
         for signum in self.previous:
@@ -108,10 +112,11 @@ class _Handled(installed):
         self.previous.clear()
 
 
-def handled() -> contextlib.AbstractContextManager[None]:
+def handled(keep_ignoring: bool = False) -> contextlib.AbstractContextManager[None]:
     """Within the block, the handled signals raise `Stopped` (and `received` records it: none at its start; later
-    signals are ignored once one was); the previous handlers come back after (`_Handled`). Only in the main thread
-    (elsewhere Python does not allow handlers: nothing changes)."""
+    signals are ignored once one was); the previous handlers come back after, unless a stop was received and
+    `keep_ignoring` (`_Handled`). Only in the main thread (elsewhere Python does not allow handlers: nothing
+    changes)."""
     global received
     received = None
-    return _Handled(_handler, HANDLED)
+    return _Handled(keep_ignoring)

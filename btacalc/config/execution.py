@@ -743,24 +743,25 @@ class BatchLimits:
         b = self.tile_batch
         if b is not None and self.max_tile_batch is not None and b > self.max_tile_batch:
             raise BtacalcError(f"{{tile_batch}} {b} exceeds {{max_tile_batch}} {self.max_tile_batch}")
-        self._check_smallest_batch(data_parallel)
+        self._check_smallest_batch()
 
-    def _check_smallest_batch(self, data_parallel: int) -> None:
-        """hostile26: fixed tiles, tile batch or micro-batches whose smallest global batch (the free ones at 1) is over
-        --max-global-batch were planned and reported "does not fit" (exit 1), where the same contradiction given as
-        --global-batch is bad input."""
+    def _check_smallest_batch(self) -> None:
+        """hostile26: fixed tiles, tile batch or micro-batches that by themselves (one data-parallel rank, the free
+        factors at 1) make a global batch over --max-global-batch were planned and reported "does not fit" (exit 1),
+        where the same contradiction given as --global-batch is bad input. The data-parallel ranks' share of an
+        excess stays the plan's verdict (README "A plan that does not fit": a cap below one sequence per rank),
+        whether or not a factor of 1 is given (review20)."""
         cap = self.max_global_batch
         if cap is None or self.global_batch is not None:
             return
         fixed = [(name, v) for name, v in (("tiles", self.tiles), ("tile_batch", self.tile_batch),
                                            ("micro_batches", self.micro_batches)) if v is not None]
-        smallest = data_parallel * math.prod(v for _, v in fixed)
-        if fixed and smallest > cap:
+        smallest = math.prod(v for _, v in fixed)
+        if smallest > cap:
             given = " x ".join(f"{{{name}}} {v}" for name, v in fixed)
-            ranks = f" x {data_parallel} data-parallel ranks" if data_parallel > 1 else ""
-            verb = "makes" if len(fixed) == 1 and not ranks else "make"
-            raise BtacalcError(f"{given}{ranks} {verb} a global batch of at least {smallest}, above "
-                               f"{{max_global_batch}} {cap}")
+            verb = "makes" if len(fixed) == 1 else "make"
+            raise BtacalcError(f"{given} {verb} a global batch of at least {smallest}, above {{max_global_batch}} "
+                               f"{cap}")
 
     def _check_divisible(self, n: int, data_parallel: int, ranks: str) -> None:
         if n % data_parallel:

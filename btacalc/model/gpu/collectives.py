@@ -333,11 +333,12 @@ def deepep_dedup(problem: Problem, domains: Any) -> Any:
     return where(m > 1, (m - 1) * (1 - none) / where(m > 1, remote_copies, 1.0), 1.0)
 
 
-def all_to_all_time(problem: Problem, volume: Any, calls: Any = 0) -> Any:
+def all_to_all_time(problem: Problem, volume: Any, calls: Any = 0, token_calls: Any = None) -> Any:
     """Expert-parallel dispatch + combine of `volume` bytes (all passes, before the 1/EP kept locally)
-    in `calls` all-to-alls, plus the expert-tensor-parallel all-gather / reduce-scatter of the received
-    copies."""
-    return expert_exchange_time(problem, volume, calls) + expert_tensor_parallel_time(problem, volume, calls)
+    in `calls` all-to-alls (`token_calls` of them carry the tokens; None: all), plus the expert-tensor-parallel
+    all-gather / reduce-scatter of the received copies."""
+    return expert_exchange_time(problem, volume, calls) + expert_tensor_parallel_time(problem, volume, calls,
+                                                                                      token_calls)
 
 
 def expert_exchange_time(problem: Problem, volume: Any, calls: Any = 0) -> Any:
@@ -367,13 +368,16 @@ def expert_tensor_parallel_kind() -> float:
     return constants().collectives.all_gather
 
 
-def expert_tensor_parallel_time(problem: Problem, volume: Any, calls: Any = 0) -> Any:
+def expert_tensor_parallel_time(problem: Problem, volume: Any, calls: Any = 0, token_calls: Any = None) -> Any:
     """The expert-tensor-parallel all-gather / reduce-scatter of the received copies (`all_to_all_time`'s
     second part): a ring over the t_e ranks of one expert-tensor-parallel group (stride 1, Megatron's
-    expert rank order puts ETP innermost), 0 at ETP 1."""
-    etp = problem.layout.expert_tensor_parallel
-    return ring_time(problem, expert_tensor_parallel_bytes(problem, volume), etp, 1, calls,
-                     expert_tensor_parallel_kind())
+    expert rank order puts ETP innermost), 0 at ETP 1. The tokens' bytes go in their `token_calls` (None: every
+    call); each other call gathers the routing probabilities (token_dispatcher.py L746-751 @ d98e8a64), whose bytes
+    are not counted: NCCL's time of an empty call, its latency, each."""
+    etp, kind = problem.layout.expert_tensor_parallel, expert_tensor_parallel_kind()
+    tokens = calls if token_calls is None else token_calls
+    return (ring_time(problem, expert_tensor_parallel_bytes(problem, volume), etp, 1, tokens, kind)
+            + (calls - tokens) * ring_time(problem, 0.0, etp, 1, 1, kind))
 
 
 def describe_expert_tensor_parallel(problem: Problem, volume: Any, calls: tuple[Any, Any], time_s: Any) -> CollectiveRow:

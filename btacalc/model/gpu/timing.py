@@ -542,7 +542,7 @@ def _kind_terms(problem: Problem, kinds: list[tuple[Any, Part]]) -> list[dict[st
         tp = tensor_parallel_time(problem, part.tp_bytes, part.tp_calls)
         cp = context_parallel_time(problem, part.cp_bytes, part.cp_calls)
         # the expert exchange: the all-to-all (alltoall / flex dispatcher) or the allgather dispatcher's collectives
-        a2a = (all_to_all_time(problem, part.a2a_bytes, part.a2a_calls)
+        a2a = (all_to_all_time(problem, part.a2a_bytes, part.a2a_calls, part.a2a_token_calls)
                + allgather_dispatch_time(problem, part.gather_bytes, part.gather_calls))
         exposed = _merged(problem, part, a2a)  # (the merged schedule's: the rest of the exchange runs beside compute)
         out.append({"compute": part.compute_s,
@@ -599,7 +599,7 @@ def _collective_rows(problem: Problem, kinds: list[tuple[Any, Part]], counts: li
         times["tp"] += n * tensor_parallel_time(problem, part.tp_bytes, part.tp_calls)
         times["cp"] += n * context_parallel_time(problem, part.cp_bytes, part.cp_calls)
         times["a2a"] += n * expert_exchange_time(problem, part.a2a_bytes, part.a2a_calls)
-        times["etp"] += n * expert_tensor_parallel_time(problem, part.a2a_bytes, part.a2a_calls)
+        times["etp"] += n * expert_tensor_parallel_time(problem, part.a2a_bytes, part.a2a_calls, part.a2a_token_calls)
         times["gather"] += n * allgather_dispatch_time(problem, part.gather_bytes, part.gather_calls)
     t, cp, ep, etp = lay.tensor_parallel, lay.context_parallel, lay.expert_parallel, lay.expert_tensor_parallel
     rows = []
