@@ -46,6 +46,7 @@ def test_the_probabilities_add_latency_only(cli):
     for recompute, token_calls in (("none", 1 + 1 + 1 + 1), ("full", 1 + 1 + 1 + 1 + 1 + 1)):
         row = _a2a(cli, "--recompute", recompute)
         assert row["message_bytes"] == pytest.approx(row["buffer_bytes"] * 7 / 8)
+        assert row["message_calls"] == LAYERS * MICRO_BATCHES * token_calls
         wire = row["message_bytes"] * LAYERS * MICRO_BATCHES * token_calls
         rates.append(wire / (row["time_s"] - row["calls"] * row["latency_s"]))
     assert rates[0] == pytest.approx(rates[1], rel=1e-9)

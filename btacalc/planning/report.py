@@ -449,7 +449,10 @@ class Throughput(BaseModel):
                                               "all_to_all); buffer_bytes: the tensor one call reduces, gathers, "
                                               "sends or exchanges (NCCL's nBytes); bus_factor: message_bytes over "
                                               "buffer_bytes (all-reduce 2(n-1)/n, reduce-scatter and all-gather "
-                                              "(n-1)/n, send 1, all-to-all (n-1)/n)")
+                                              "(n-1)/n, send 1, all-to-all (n-1)/n); message_calls: the calls that "
+                                              "move message_bytes each (bytes per step = message_bytes x "
+                                              "message_calls): all of them but under the alltoall dispatcher, whose "
+                                              "other expert exchanges move the routing probabilities, a latency each")
     critical_stage: int = Field(0, description="GPU: the pipeline stage that sets the pace")
     routing_sensitivity: Optional[float] = Field(None, description="MoE with EP > 1: tokens/s at 1.25x the routing "
                                                  "imbalance over tokens/s as planned")

@@ -732,6 +732,9 @@ class CollectiveRow:
     collective: str = ""
     buffer_bytes: float = 0.0  # the tensor one call reduces, gathers, sends or exchanges (NCCL's nBytes)
     bus_factor: float = 0.0  # message_bytes / buffer_bytes: all-reduce 2(n-1)/n, gather or scatter (n-1)/n, send 1
+    # the calls that move message_bytes each (bytes per step = message_bytes x message_calls): all of them, but the
+    # expert exchange's under the alltoall dispatcher, whose other calls move the routing probabilities (a latency)
+    message_calls: float = 0.0
 
 
 def describe_all_to_all(problem: Problem, traffic: tuple[Any, Any], time_s: Any, volume: Any = None,
@@ -776,7 +779,7 @@ def describe(problem: Problem, name: str, group: tuple[int, int], traffic: tuple
     link = up if inside else out
     per_call = float(bus_bytes / calls) if calls else 0.0
     row = CollectiveRow(name=name, ranks=int(size), algorithm=algorithm, link="nvlink" if inside else "network",
-                        calls=float(calls), message_bytes=per_call,
+                        calls=float(calls), message_bytes=per_call, message_calls=float(calls),
                         efficiency=float(efficiency_at(link, per_call)) if per_call else 0.0,
                         latency_s=link.latency_s, time_s=float(time_s))
     if collective:
