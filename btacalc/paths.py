@@ -12,6 +12,10 @@ import os
 import stat
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 _PKG = Path(__file__).resolve().parent
 
@@ -87,15 +91,7 @@ def own_folders() -> dict[tuple[int, int], str]:
     """The (device, inode) -> path of every folder of btacalc's own files and the folders below them (hostile26: an
     output written there as a new file, `-o formulas/zzz.toml`, was read by every later command as a formula file and
     broke it: `own_files` covers the files that exist)."""
-    out: dict[tuple[int, int], str] = {}
-    for folder in _own_folders_list():
-        for root, _, _ in os.walk(folder):
-            try:
-                st = os.stat(root)
-            except OSError:
-                continue
-            out.setdefault((st.st_dev, st.st_ino), root)
-    return out
+    return _identities(root for folder in _own_folders_list() for root, _, _ in os.walk(folder))
 
 
 def own_files() -> dict[tuple[int, int], str]:
@@ -109,13 +105,18 @@ def own_files() -> dict[tuple[int, int], str]:
     files = [os.path.join(root, name) for folder in folders for root, _, names in os.walk(folder) for name in names]
     if len(folders) > 1:  # a source checkout
         files.append(os.fspath(_PKG.parent / "README.md"))
+    return _identities(files)
+
+
+def _identities(paths: "Iterable[str]") -> dict[tuple[int, int], str]:
+    """(device, inode) -> the first of `paths` that is it (a path that cannot be read is left out)."""
     out: dict[tuple[int, int], str] = {}
-    for path in files:
+    for path in paths:
         try:
             st = os.stat(path)
         except OSError:
             continue
-        out.setdefault((st.st_dev, st.st_ino), path)
+        out.setdefault((st.st_dev, st.st_ino), os.fspath(path))
     return out
 
 
