@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from btacalc.config.execution import Layout, RunOptions
 from btacalc.config.hardware import HardwareProfile, resolve_hardware
@@ -73,3 +79,23 @@ def overlap_round_trip(cli: Any, tmp_path: Path, option: str, emit: str) -> tupl
                           *(("-m", "qwen3-30b-a3b") if emit == "bridge" else ()))
     assert code in (0, 1), err
     return out, back
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def started(args: list[str], cwd: Path) -> "subprocess.Popen[str]":
+    """`python -m btacalc ARGS` started in `cwd` from this checkout, its standard error captured (signal tests)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, "-m", "btacalc", *args], cwd=cwd, env=env, text=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def wait_for_temp(folder: Path, proc: "subprocess.Popen[str]", limit_s: float = 60) -> None:
+    """Until a command streaming its output has a temporary file in `folder` (it is mid-write)."""
+    end = time.monotonic() + limit_s
+    while time.monotonic() < end and proc.poll() is None:
+        if any(p.name.endswith(".tmp") for p in folder.iterdir()):
+            return
+        time.sleep(0.02)
+    pytest.fail("the command never started streaming")

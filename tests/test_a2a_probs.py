@@ -65,3 +65,27 @@ def test_the_counts_follow_the_dispatcher_and_where_the_weights_apply():
 def test_an_unknown_feature_is_refused():
     with pytest.raises(ValueError, match="unknown feature"):
         ExchangeCalls(dispatcher="alltoall", when={"nonsense": True}, forward=2, backward=2, source="x y z")
+
+
+@pytest.mark.parametrize("etp", [1, 2, 4])
+def test_under_etp_the_tokens_keep_their_calls_and_each_other_call_is_an_empty_one(etp):
+    """review20: the ETP all-gather / reduce-scatter of the received copies (token_dispatcher.py L746-751) runs once
+    for the tokens and once for the probabilities per pass. Per layer and micro-batch without re-runs: 4 token calls
+    carry every byte, 2 more carry none. So time(6 calls, 4 of them tokens) = time(4 token calls) + 2 x time(one empty
+    call), and at ETP 1 there is no group and no time."""
+    from btacalc.config.execution import Layout
+    from btacalc.model.gpu.collectives import expert_tensor_parallel_time
+    from support import resolved
+
+    problem = resolved("qwen3-30b-a3b", "h100", Layout(devices=64, expert_parallel=8, expert_tensor_parallel=etp,
+                                                       tensor_parallel=etp, devices_per_node=8))
+    volume = 4 * 4096 * 8 * 2048 * 2.0  # the phase's a2a bytes of one micro-batch: 4 passes of k s h beta
+    both = expert_tensor_parallel_time(problem, volume, 6, 4)
+    tokens = expert_tensor_parallel_time(problem, volume, 4, 4)
+    empty = expert_tensor_parallel_time(problem, 0.0, 1, 1)
+    if etp == 1:
+        assert both == tokens == empty == 0
+        return
+    assert empty > 0 and both == pytest.approx(tokens + 2 * empty, rel=1e-12)
+    # the bytes are not spread over the probabilities' calls: six calls of a sixth each would time differently
+    assert both != pytest.approx(expert_tensor_parallel_time(problem, volume, 6, 6), rel=1e-6)

@@ -37,6 +37,7 @@ from hypothesis import strategies as st
 from btacalc.catalogue import cache, compiled
 from btacalc.errors import clean_text
 from btacalc.paths import data_dir, package_data
+from support import started, wait_for_temp
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"
@@ -173,30 +174,15 @@ def test_another_users_file_in_a_sticky_folder_is_refused_before_any_work(cli, t
 # ------------------------------------------------------------------------------------------------
 # signals: a command stopped from outside leaves nothing behind and exits 128 + n
 
-def _start(args: list[str], cwd: Path) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen([sys.executable, "-m", "btacalc", *args], cwd=cwd, env=env, text=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-
-
-def _wait_for_temp(folder: Path, proc: subprocess.Popen[str], limit_s: float = 60) -> None:
-    end = time.monotonic() + limit_s
-    while time.monotonic() < end and proc.poll() is None:
-        if any(p.name.endswith(".tmp") for p in folder.iterdir()):
-            return
-        time.sleep(0.05)
-    pytest.fail("the sweep never started streaming")
-
-
 SIGNALS = cases("signals", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
 
 
 @pytest.mark.parametrize("signum", SIGNALS, ids=[s.name for s in SIGNALS])
 def test_a_stopped_streaming_sweep_leaves_no_debris_and_keeps_old_files(tmp_path, signum):
     (tmp_path / "out.csv").write_text("old csv")
-    proc = _start(["sweep", "--hw", "wse2", "--vary", "seq=1024:400000:1", "--csv", "out.csv", "--output", "out.json",
+    proc = started(["sweep", "--hw", "wse2", "--vary", "seq=1024:400000:1", "--csv", "out.csv", "--output", "out.json",
                    "-q"], tmp_path)
-    _wait_for_temp(tmp_path, proc)
+    wait_for_temp(tmp_path, proc)
     sent = time.monotonic()
     proc.send_signal(signum)
     _, err = proc.communicate(timeout=60)
@@ -209,7 +195,7 @@ def test_a_stopped_streaming_sweep_leaves_no_debris_and_keeps_old_files(tmp_path
 @counted("signals", 1)
 def test_sigterm_during_validate_output_keeps_the_old_file(tmp_path):
     (tmp_path / "v.json").write_text("old")
-    proc = _start(["validate", "--output", "v.json"], tmp_path)
+    proc = started(["validate", "--output", "v.json"], tmp_path)
     time.sleep(3)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
@@ -221,8 +207,8 @@ def test_sigterm_during_validate_output_keeps_the_old_file(tmp_path):
 
 @counted("signals", 2)
 def test_a_sigpipe_sent_from_outside_is_handled_but_a_closed_pipe_is_quiet(tmp_path):
-    proc = _start(["sweep", "--hw", "wse2", "--vary", "seq=1024:400000:1", "--csv", "out.csv", "-q"], tmp_path)
-    _wait_for_temp(tmp_path, proc)
+    proc = started(["sweep", "--hw", "wse2", "--vary", "seq=1024:400000:1", "--csv", "out.csv", "-q"], tmp_path)
+    wait_for_temp(tmp_path, proc)
     proc.send_signal(signal.SIGPIPE)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 128 + signal.SIGPIPE, err

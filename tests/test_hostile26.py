@@ -14,22 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from support import started, wait_for_temp
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _start(args: list[str], cwd: Path) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen([sys.executable, "-m", "btacalc", *args], cwd=cwd, env=env, text=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-
-
-def _streaming(proc: subprocess.Popen[str], folder: Path, limit_s: float = 60) -> None:
-    end = time.monotonic() + limit_s
-    while time.monotonic() < end and proc.poll() is None:
-        if any(p.name.endswith(".tmp") for p in folder.iterdir()):
-            return
-        time.sleep(0.02)
-    pytest.fail("the sweep never started streaming")
 
 
 @pytest.mark.parametrize("first, second", [(signal.SIGTERM, signal.SIGTERM), (signal.SIGINT, signal.SIGTERM)],
@@ -38,9 +25,9 @@ def test_a_second_signal_at_once_leaves_the_first_stop_and_its_line(tmp_path, fi
     """Two signals a few microseconds apart: the second ended the process with no line (the default action came
     back before `main` printed), or cut the first stop's clean-up short (temporary files left)."""
     (tmp_path / "o.json").write_text("old")
-    proc = _start(["sweep", "--hw", "wse2", "--vary", "seq=1024:400000:1", "--csv", "o.csv", "-o", "o.json", "-q"],
+    proc = started(["sweep", "--hw", "wse2", "--vary", "seq=1024:400000:1", "--csv", "o.csv", "-o", "o.json", "-q"],
                   tmp_path)
-    _streaming(proc, tmp_path)
+    wait_for_temp(tmp_path, proc)
     os.kill(proc.pid, first)
     os.kill(proc.pid, second)
     _, err = proc.communicate(timeout=60)

@@ -95,7 +95,7 @@ def _vp(a: A) -> int:
     if layout is not None:
         return max(len(parse_layout(str(layout))) // _i(a, "pipeline_model_parallel_size"), 1)
     per_stage = _i(a, "num_layers_per_virtual_pipeline_stage", 0)
-    if per_stage and a.get("num_virtual_stages_per_pipeline_rank") is None:  # review19: arguments.py L953-975
+    if per_stage and _per_stage_form(a):  # review19: arguments.py L953-975
         return max(_layers_for_split(a) // _i(a, "pipeline_model_parallel_size") // per_stage, 1)
     return _i(a, "num_virtual_stages_per_pipeline_rank")
 

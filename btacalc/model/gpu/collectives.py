@@ -376,8 +376,10 @@ def expert_tensor_parallel_time(problem: Problem, volume: Any, calls: Any = 0, t
     are not counted: NCCL's time of an empty call, its latency, each."""
     etp, kind = problem.layout.expert_tensor_parallel, expert_tensor_parallel_kind()
     tokens = calls if token_calls is None else token_calls
-    return (ring_time(problem, expert_tensor_parallel_bytes(problem, volume), etp, 1, tokens, kind)
-            + (calls - tokens) * ring_time(problem, 0.0, etp, 1, 1, kind))
+    t = ring_time(problem, expert_tensor_parallel_bytes(problem, volume), etp, 1, tokens, kind)
+    if token_calls is None or (type(etp) is int and etp == 1):  # no other calls, or no ETP group to gather over
+        return t
+    return t + (calls - tokens) * ring_time(problem, 0.0, etp, 1, 1, kind)
 
 
 def describe_expert_tensor_parallel(problem: Problem, volume: Any, calls: tuple[Any, Any], time_s: Any) -> CollectiveRow:

@@ -869,20 +869,21 @@ def _volumes(part: Part, phase: Phase, v: dict[str, Any], r: Rates) -> None:
     # a dispatcher that exchanges more than one tensor per pass (Megatron's alltoall: the tokens and their routing
     # probabilities, Phase.a2a_calls) makes one call each, the bytes of all of them summed above
     e = phase.a2a_calls
+    token_calls = f.a2a_head + reruns
     a2a_calls = e.forward * (1 + reruns) + e.backward if e is not None and e.applies(r.dispatcher, r.features) \
-        else f.a2a_head + reruns
+        else token_calls
     # calls: one per exchange counted above (an all-reduce is one call of two units)
     if is_array(tp_in_bytes, tp_out_bytes, cp_bytes, a2a_bytes, gather_bytes, reruns):
         part.tp_calls = part.tp_calls + where(tp_in_bytes > 0, in_calls, 0) + where(tp_out_bytes > 0, out_calls, 0)
         part.cp_calls = part.cp_calls + where(cp_bytes > 0, 2 + reruns, 0)
         part.a2a_calls = part.a2a_calls + where(a2a_bytes > 0, a2a_calls, 0)
-        part.a2a_token_calls = part.a2a_token_calls + where(a2a_bytes > 0, f.a2a_head + reruns, 0)
+        part.a2a_token_calls = part.a2a_token_calls + where(a2a_bytes > 0, token_calls, 0)
         part.gather_calls = part.gather_calls + where(gather_bytes > 0, gather_calls, 0)
     else:  # one shape: `where`'s choice inline (the counts are Python numbers; `part` may hold arrays)
         part.tp_calls = part.tp_calls + (in_calls if tp_in_bytes > 0 else 0) + (out_calls if tp_out_bytes > 0 else 0)
         part.cp_calls = part.cp_calls + (2 + reruns if cp_bytes > 0 else 0)
         part.a2a_calls = part.a2a_calls + (a2a_calls if a2a_bytes > 0 else 0)
-        part.a2a_token_calls = part.a2a_token_calls + (f.a2a_head + reruns if a2a_bytes > 0 else 0)
+        part.a2a_token_calls = part.a2a_token_calls + (token_calls if a2a_bytes > 0 else 0)
         part.gather_calls = part.gather_calls + (gather_calls if gather_bytes > 0 else 0)
     part.pp_bytes = part.pp_bytes + v["pp_bytes"]
 
