@@ -322,12 +322,13 @@ def test_expert_tensor_parallel_gather_is_its_own_row(cli, etp):
     each rank then all-gathers (forward) and reduce-scatters (backward) what it received with its t_e - 1 peer, so
     that row moves buffer x (t_e - 1) bytes per call, its NCCL buffer is the t_e ranks' copies (t_e x buffer, bus
     factor (t_e - 1)/t_e), over t_e ranks, once per all-to-all. The two rows are the step's all-to-all time
-    (communication_s.all_to_all): the expert row alone carried both before (review: the ETP time hid in it)."""
+    (communication_s.all_to_all) with the alltoall dispatcher's count all-gathers (`moe_token_counts`, tests/
+    test_count_gather.py): the expert row alone carried both before (review: the ETP time hid in it)."""
     report = _plan(cli, "--model", "mixtral-8x7b", "--hw", "h100", "--devices", "16", "--tp", "2", "--ep", "8",
                    "--etp", str(etp), "--recompute", "full")
     rows = _collectives(report)
     a2a = rows["expert_all_to_all"]
-    total = report["throughput"]["communication_s"]["all_to_all"]
+    total = report["throughput"]["communication_s"]["all_to_all"] - rows["moe_token_counts"]["time_s"]
     if etp == 1:
         assert "expert_tensor_parallel" not in rows
         assert a2a["time_s"] == pytest.approx(total, rel=1e-12)
@@ -345,8 +346,8 @@ def test_expert_tensor_parallel_kind_has_one_source(cli, monkeypatch):
     """hostile24: the row's collective kind was written in timing.py beside the time's in collectives.py, so a change
     to one would time the step with one factor and report the row's NCCL buffer with another. With the one source set
     to another factor (3: no collective's, so NCCL's tuning model times it as a ring, as the all-gather) the row's
-    buffer follows it (bus bytes per call / (kind x (t_e - 1)/t_e)) and so does the time: the two rows still add up to
-    the step's all-to-all time."""
+    buffer follows it (bus bytes per call / (kind x (t_e - 1)/t_e)) and so does the time: the two rows (with the count
+    all-gathers') still add up to the step's all-to-all time."""
     from btacalc.catalogue.constants import constants
     from btacalc.model.gpu import collectives
 
@@ -361,5 +362,5 @@ def test_expert_tensor_parallel_kind_has_one_source(cli, monkeypatch):
     assert row["buffer_bytes"] == pytest.approx(row["message_bytes"] / (kind * (2 - 1) / 2), rel=1e-12)
     assert row["buffer_bytes"] == pytest.approx(before["buffer_bytes"] / kind, rel=1e-12)
     assert row["time_s"] > before["time_s"]  # the time takes the same kind: three times the bus bytes
-    total = report["throughput"]["communication_s"]["all_to_all"]
+    total = report["throughput"]["communication_s"]["all_to_all"] - rows["moe_token_counts"]["time_s"]
     assert rows["expert_all_to_all"]["time_s"] + row["time_s"] == pytest.approx(total, rel=1e-12)

@@ -8,7 +8,7 @@ import pytest
 from btacalc.config.execution import Layout, Overlaps, RunOptions
 from btacalc.config.hardware import resolve_hardware
 from btacalc.config.presets import resolve_model
-from btacalc.model.gpu.collectives import all_to_all_time
+from btacalc.model.gpu.collectives import all_to_all_time, count_gather_time
 from btacalc.model.gpu.costs import layer_parts
 from btacalc.model.gpu.merged_pair import LayerNodes, merged_exposed
 from btacalc.model.gpu.sm_share import sm_share_loss
@@ -92,8 +92,8 @@ def test_an_exposed_nccl_exchange_takes_no_sms_an_overlapped_one_does():
     ev = p.evaluate(1, 1)
     counts = PipelineStages.of(p, p.layout.micro_batches).kind_counts(0)
     expected = 0.0
-    for n, part in zip(counts, layer_parts(p, ev)):
-        a2a = all_to_all_time(p, part.a2a_bytes, part.a2a_calls)
+    for n, part in zip(counts, layer_parts(p, ev)):  # the exchange: the all-to-alls and the count all-gathers
+        a2a = all_to_all_time(p, part.a2a_bytes, part.a2a_calls) + count_gather_time(p, part.count_bytes, part.count_calls)
         nodes = LayerNodes.of(part.compute_s, part.backward_s, part.recompute_s,
                               (part.pre_dispatch_s, part.pre_dispatch_backward_s, part.pre_dispatch_recompute_s), a2a)
         expected += n * min(a2a - merged_exposed(nodes, False), part.compute_s) * 16 / H100_SMS

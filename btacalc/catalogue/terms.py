@@ -247,6 +247,24 @@ class ExchangeCalls(BaseModel):
         return dispatcher == self.dispatcher and matches(self.when, features)
 
 
+class CountGathers(BaseModel):
+    """The all-gathers of the per-expert token counts a MoE token dispatcher makes before it exchanges the tokens:
+    each rank's count of its routed copies per expert (`bytes_per_expert` each), gathered over the tp_ep group so
+    that every rank knows its all-to-all splits. No gradient flows through them (integer counts), so the backward
+    makes none; a re-run of the forward repeats them."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    dispatcher: Literal["alltoall", "flex", "allgather"] = Field(
+        description="Megatron's --moe-token-dispatcher-type that makes them")
+    forward: int = Field(ge=1, description="calls per forward pass (repeated by a re-run)")
+    bytes_per_expert: int = Field(ge=1, description="bytes of one expert's count (torch.long: 8)")
+    source: str = Field(min_length=3)
+
+    def applies(self, dispatcher: str) -> bool:
+        return dispatcher == self.dispatcher
+
+
 class Phase(BaseModel):
     """A phase of a decoder layer (scope 'layer'), a part outside the layers (scope 'model') or the
     per-parameter training state (scope 'state')."""
@@ -290,6 +308,8 @@ class Phase(BaseModel):
                                                 "`gather_bytes` (Megatron's allgather dispatcher); none: one each way")
     a2a_calls: Optional[ExchangeCalls] = Field(None, description="the all-to-alls that move the phase's `a2a_bytes` "
                                                "under one dispatcher; none, or another dispatcher: one each way")
+    count_gathers: Optional[CountGathers] = Field(None, description="the all-gathers of the per-expert token counts "
+                                                  "the phase's dispatcher makes before its all-to-all")
     after_dispatch_sync: bool = Field(False, description="the phase runs after the MoE dispatcher's device-to-host "
                                       "sync in the layer's forward (the exchange and what follows it): the host issues "
                                       "it only once the GPU has drained the queue (GPU host time, model/gpu/fixed.py)")

@@ -424,6 +424,27 @@ def describe_allgather_dispatch(problem: Problem, volume: Any, calls: Any, time_
                     kind=constants().collectives.all_gather, collective=ALLGATHER_DISPATCH_COLLECTIVE)
 
 
+# The alltoall dispatcher's all-gather of each rank's routed-copy count per expert over the tp_ep group, before its
+# all-to-all (Phase.count_gathers; Megatron-LM @ d98e8a64 token_dispatcher.py L557-575): a ring all-gather whose
+# buffer is n_g contributions of 8 E bytes, so all latency at any E (1 KiB at E = 128).
+COUNT_GATHER_COLLECTIVE = "all_gather"
+
+
+def count_gather_time(problem: Problem, volume: Any, calls: Any = 0) -> Any:
+    """The count all-gathers of `volume` bytes (Part.count_bytes: the rank's contributions, all calls) in `calls`
+    calls: NCCL rings over the n_g ranks of the tp_ep group at stride 1, as the allgather dispatcher's; 0 with one
+    rank (mappings.py L133-135 skips the call)."""
+    return allgather_dispatch_time(problem, volume, calls)
+
+
+def describe_count_gather(problem: Problem, volume: Any, calls: Any, time_s: Any) -> CollectiveRow:
+    """The `moe_token_counts` row of the count all-gathers' `volume` (Part.count_bytes) in `calls` calls, timed
+    `time_s` (`count_gather_time`)."""
+    return describe(problem, "moe_token_counts", (problem.layout.expert_model_parallel, 1),
+                    (allgather_dispatch_bytes(problem, volume), calls), time_s,
+                    kind=constants().collectives.all_gather, collective=COUNT_GATHER_COLLECTIVE)
+
+
 @dataclass(frozen=True)
 class _AllToAllLayout:
     """What an expert all-to-all's time takes from the layout alone (`all_to_all_time`, `_all_to_all_bytes`),

@@ -872,14 +872,23 @@ def _volumes(part: Part, phase: Phase, v: dict[str, Any], r: Rates) -> None:
     token_calls = f.a2a_head + reruns
     a2a_calls = e.forward * (1 + reruns) + e.backward if e is not None and e.applies(r.dispatcher, r.features) \
         else token_calls
+    # the per-expert token counts the dispatcher gathers before its all-to-all (Phase.count_gathers): forward only,
+    # repeated by a re-run, each call a rank's count per expert
+    c = phase.count_gathers
+    counts = c.forward * (1 + reruns) if c is not None and c.applies(r.dispatcher) else 0
+    count_bytes = counts * c.bytes_per_expert * (r.experts * 1.0) if c is not None else 0  # float: E may be 2^62
     # calls: one per exchange counted above (an all-reduce is one call of two units)
     if is_array(tp_in_bytes, tp_out_bytes, cp_bytes, a2a_bytes, gather_bytes, reruns):
+        part.count_calls = part.count_calls + where(a2a_bytes > 0, counts, 0)
+        part.count_bytes = part.count_bytes + where(a2a_bytes > 0, count_bytes, 0)
         part.tp_calls = part.tp_calls + where(tp_in_bytes > 0, in_calls, 0) + where(tp_out_bytes > 0, out_calls, 0)
         part.cp_calls = part.cp_calls + where(cp_bytes > 0, 2 + reruns, 0)
         part.a2a_calls = part.a2a_calls + where(a2a_bytes > 0, a2a_calls, 0)
         part.a2a_token_calls = part.a2a_token_calls + where(a2a_bytes > 0, token_calls, 0)
         part.gather_calls = part.gather_calls + where(gather_bytes > 0, gather_calls, 0)
     else:  # one shape: `where`'s choice inline (the counts are Python numbers; `part` may hold arrays)
+        part.count_calls = part.count_calls + (counts if a2a_bytes > 0 else 0)
+        part.count_bytes = part.count_bytes + (count_bytes if a2a_bytes > 0 else 0)
         part.tp_calls = part.tp_calls + (in_calls if tp_in_bytes > 0 else 0) + (out_calls if tp_out_bytes > 0 else 0)
         part.cp_calls = part.cp_calls + (2 + reruns if cp_bytes > 0 else 0)
         part.a2a_calls = part.a2a_calls + (a2a_calls if a2a_bytes > 0 else 0)

@@ -42,6 +42,10 @@ class Part:
     # passes (x (n_g - 1) bus bytes per rank: collectives.py allgather_dispatch_time), and its calls
     gather_bytes: Any = 0
     gather_calls: Any = 0
+    # the alltoall dispatcher's all-gathers of the per-expert token counts over the tp_ep group (Phase.count_gathers),
+    # all passes: calls and each call's contribution per rank (8 E bytes: collectives.py count_gather_time)
+    count_calls: Any = 0
+    count_bytes: Any = 0
     phase_s: dict[str, Any] = field(default_factory=dict)  # roofline time per phase (report)
     cast_s: dict[str, Any] = field(default_factory=dict)  # low precision: each phase's cast kernels (in phase_s)
     weight_cast_s: Any = 0.0  # low precision: casting the weights, once per optimizer step (not per micro-batch)

@@ -69,6 +69,7 @@ class Rates:
     # a layer kind's rates have their own (`_kind_rates`), which every shape of the layout shares
     plans: dict[Any, Any] = field(default_factory=dict)
     cuda_graph_scope: tuple[str, ...] = ()  # Layout.cuda_graph_scope (config/cuda_graphs.py)
+    experts: Any = 0  # E, the model's routed experts (0: dense): the dispatcher's per-expert counts (Phase.count_gathers)
     dispatcher: str = "alltoall"  # Layout.dispatcher: the MoE token dispatcher whose exchange calls count (Phase.a2a_calls)
 
     def load(self, phase: Phase) -> Any:
@@ -117,6 +118,7 @@ def _device_rates(problem: Problem) -> Rates:
         attention_cast=attention_cast_rates(problem),
         stream_hbm=hw.memory.streaming_bandwidth_bytes_per_s(),
         cuda_graph_scope=lay.cuda_graph_scope,
+        experts=problem.symbols.get("E", problem.model.num_experts),
         dispatcher=lay.dispatcher,
     )
 

@@ -53,7 +53,7 @@ from ..state import bytes_per_param
 from ..steptime import StepTime, tile_overhead_s
 from .merged_pair import LayerNodes, merged_exposed
 from .collectives import (CollectiveRow, DataParallelTimes, StageBuckets, all_to_all_time, allgather_dispatch_time,
-                          describe_allgather_dispatch, all_to_all_wire_bytes, context_parallel_time,
+                          count_gather_time, describe_allgather_dispatch, describe_count_gather, all_to_all_wire_bytes, context_parallel_time,
                           data_parallel_collective, data_parallel_groups, data_parallel_kind, data_parallel_times, data_parallel_traffic, describe, part_buckets,
                           describe_all_to_all, describe_expert_tensor_parallel, expert_exchange_time, expert_tensor_parallel_time,
                           pipeline_p2p_time, ring_share, ring_time, tensor_parallel_kind, tensor_parallel_time)
@@ -321,7 +321,7 @@ def _critical_collectives(problem: Problem, pipe: PipelineStages, crit: int, kin
 
 # the per-micro-batch fields of a layer's `Part` a stage sums over its layers
 _STAGE_SUMS = ("compute_s", "backward_s", "recompute_s", "core_s", "tp_bytes", "cp_bytes", "a2a_bytes", "tp_calls", "cp_calls",
-               "a2a_calls", "a2a_token_calls", "gather_bytes", "gather_calls", "weight_cast_s", "compute_post_s") \
+               "a2a_calls", "a2a_token_calls", "gather_bytes", "gather_calls", "count_bytes", "count_calls", "weight_cast_s", "compute_post_s") \
     + tuple(n + when for when in ("", "_fwd", "_post") for n in ISSUED_COUNTS)
 
 
@@ -543,7 +543,8 @@ def _kind_terms(problem: Problem, kinds: list[tuple[Any, Part]]) -> list[dict[st
         cp = context_parallel_time(problem, part.cp_bytes, part.cp_calls)
         # the expert exchange: the all-to-all (alltoall / flex dispatcher) or the allgather dispatcher's collectives
         a2a = (all_to_all_time(problem, part.a2a_bytes, part.a2a_calls, part.a2a_token_calls)
-               + allgather_dispatch_time(problem, part.gather_bytes, part.gather_calls))
+               + allgather_dispatch_time(problem, part.gather_bytes, part.gather_calls)
+               + count_gather_time(problem, part.count_bytes, part.count_calls))
         exposed = _merged(problem, part, a2a)  # (the merged schedule's: the rest of the exchange runs beside compute)
         out.append({"compute": part.compute_s,
                     "tp_comm": where(o.tp_comm, maximum(maximum(0.0, tp - part.compute_s),
@@ -590,8 +591,8 @@ def _collective_rows(problem: Problem, kinds: list[tuple[Any, Part]], counts: li
     (collectives.describe)."""
     lay = problem.layout
     tot = dict.fromkeys(("tp_bytes", "tp_calls", "cp_bytes", "cp_calls", "a2a_bytes", "a2a_calls", "a2a_token_calls",
-                         "gather_bytes", "gather_calls"), 0.0)
-    times = dict.fromkeys(("tp", "cp", "a2a", "etp", "gather"), 0.0)
+                         "gather_bytes", "gather_calls", "count_bytes", "count_calls"), 0.0)
+    times = dict.fromkeys(("tp", "cp", "a2a", "etp", "gather", "counts"), 0.0)
     for count, (_, part) in zip(counts, kinds):
         n = count * m
         for key in tot:
@@ -601,6 +602,7 @@ def _collective_rows(problem: Problem, kinds: list[tuple[Any, Part]], counts: li
         times["a2a"] += n * expert_exchange_time(problem, part.a2a_bytes, part.a2a_calls)
         times["etp"] += n * expert_tensor_parallel_time(problem, part.a2a_bytes, part.a2a_calls, part.a2a_token_calls)
         times["gather"] += n * allgather_dispatch_time(problem, part.gather_bytes, part.gather_calls)
+        times["counts"] += n * count_gather_time(problem, part.count_bytes, part.count_calls)
     t, cp, ep, etp = lay.tensor_parallel, lay.context_parallel, lay.expert_parallel, lay.expert_tensor_parallel
     rows = []
     if t > 1:
@@ -618,6 +620,8 @@ def _collective_rows(problem: Problem, kinds: list[tuple[Any, Part]], counts: li
                                                     times["etp"]))
     if tot["gather_calls"] and lay.expert_model_parallel > 1:
         rows.append(describe_allgather_dispatch(problem, tot["gather_bytes"], tot["gather_calls"], times["gather"]))
+    if tot["count_calls"] and lay.expert_model_parallel > 1:
+        rows.append(describe_count_gather(problem, tot["count_bytes"], tot["count_calls"], times["counts"]))
     if lay.pipeline_parallel > 1:
         sends = 2 * lay.virtual_pipeline * m
         group = (lay.pipeline_parallel, max(lay.devices // lay.pipeline_parallel, 1))

@@ -1,0 +1,74 @@
+"""Megatron's alltoall dispatcher gathers every rank's routed-copy count per expert before its all-to-all, written as
+its derivation from the code (formulas/moe.toml, the dispatch phase's `count_gathers`):
+
+- Megatron-LM @ d98e8a64 megatron/core/transformer/moe/token_dispatcher.py L541: the rank's count per expert,
+  `routing_map.sum(dim=0).long()` (E values of 8 bytes); L557-575: when EP or ETP > 1, one
+  gather_from_sequence_parallel_region of it over the tp_ep group (ETP x EP ranks);
+- tensor_parallel/mappings.py L118-146: that is one all_gather_into_tensor, skipped for a group of one rank; an
+  integer tensor has no gradient, so the backward makes no call;
+- DeepEP / HybridEP (the flex dispatcher) count inside their own kernels: no such call.
+
+So per layer and micro-batch: one all-gather forward, two under full recompute (the forward re-runs), none with the
+flex dispatcher. Its buffer is n contributions of 8 E bytes, so a ring passes (n - 1) x 8 E bytes per rank, and at
+1 KiB per contribution the call is NCCL's latency: the LL protocol's ring latency (NVIDIA/nccl@5067397c
+src/graph/tuning.cc L151, L159: base 6.6 us, 0.6 us per NVLink step) x the B200 NVLink anchor (nccl-tests issue 333:
+~22 us for a 4-GPU all-reduce, whose model is the ring LL's 6.6 + 2 x 3 x 0.6 = 10.2 us; docs/comm.md "nccl2").
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from btacalc.catalogue.terms import load_catalogue
+
+LAYERS, MICRO_BATCHES, EXPERTS, EP = 48, 8, 128, 8  # qwen3-30b-a3b; global batch 64 / (DP 8 x micro-batch 1)
+RUN = ("--model qwen3-30b-a3b --hw b200 --devices 8 --ep 8 --global-batch 64 --micro-batch 1 --seq 4096 "
+       "--json").split()
+NVLINK_BUS = 9e11 * 0.802  # b200.toml: NVLink5 900 GB/s per direction x NCCL's NVLink5 share (nccl issue 1807)
+
+
+def _rows(cli, *extra: str) -> dict[str, dict]:
+    code, out, err = cli("plan", *RUN, *extra)
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["parallelism"]["micro_batches"] == MICRO_BATCHES
+    return {c["name"]: c for c in d["throughput"]["collectives"]}
+
+
+@pytest.mark.parametrize("recompute, per_layer", [("none", 1), ("full", 1 + 1)])
+def test_one_gather_per_forward_pass(cli, recompute, per_layer):
+    row = _rows(cli, "--recompute", recompute)["moe_token_counts"]
+    assert row["calls"] == LAYERS * MICRO_BATCHES * per_layer
+    assert row["ranks"] == EP and row["collective"] == "all_gather"
+    assert row["message_bytes"] == (EP - 1) * 8 * EXPERTS  # a ring's bus bytes per rank of n contributions
+
+
+def test_the_call_is_the_ring_ll_latency_at_the_b200_anchor(cli):
+    row = _rows(cli)["moe_token_counts"]
+    scale = 22e-6 / ((6.6 + 2 * (4 - 1) * 0.6) * 1e-6)  # measured 4-GPU all-reduce / NCCL's ring LL model of it
+    latency = (6.6 + (EP - 1) * 0.6) * 1e-6 * scale  # 8-rank all-gather: 7 NVLink steps
+    assert row["protocol"] == "LL" and row["algorithm"] == "ring"
+    assert row["latency_s"] == pytest.approx(latency, rel=1e-9)
+    per_call = latency + (EP - 1) * 8 * EXPERTS / (NVLINK_BUS * 0.5)  # LL at half the Simple ring's rate (L327)
+    assert row["time_s"] == pytest.approx(row["calls"] * per_call, rel=1e-9)
+
+
+def test_the_flex_dispatcher_counts_in_its_own_kernels(cli):
+    assert "moe_token_counts" not in _rows(cli, "--deepep")
+
+
+def test_one_expert_parallel_rank_makes_no_call(cli):
+    code, out, err = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "b200", "--devices", "8", "--ep", "1",
+                         "--global-batch", "64", "--micro-batch", "1", "--seq", "4096", "--json")
+    assert code in (0, 1), err
+    rows = json.loads(out)["throughput"] or {"collectives": []}
+    assert all(c["name"] != "moe_token_counts" for c in rows["collectives"])
+
+
+def test_the_catalogue_entry_is_the_alltoall_dispatchers():
+    gathers = next(p for p in load_catalogue() if p.name == "dispatch").count_gathers
+    assert gathers is not None and (gathers.forward, gathers.bytes_per_expert) == (1, 8)
+    assert gathers.applies("alltoall")
+    assert not gathers.applies("flex") and not gathers.applies("allgather")
