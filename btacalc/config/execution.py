@@ -855,6 +855,9 @@ class ExecutionRequest:
     tp_overlap_cfg: Optional[tuple[UbOverlap, ...]] = None  # Layout.tp_overlap_cfg (a run's userbuffers table)
     gradient_bytes: Optional[int] = None
     routing_imbalance: float = 1.0
+    # where an MoE layer applies its routing weights (RunOptions.routing_weights; None: as the device family does,
+    # REASONS); a run's recipe states "combine" for Megatron-Core before 0.12.1
+    routing_weights: Optional[Literal["combine", "experts"]] = None
     overlaps: OverlapRequest = field(default_factory=OverlapRequest)
     multi_token_prediction: Optional[bool] = None
     objective: Optional[str] = None
@@ -1000,7 +1003,7 @@ def _run_options(request: ExecutionRequest, model: "ModelSpec", profile: "Hardwa
         bf16_layers_at_start=request.bf16_layers_at_start, bf16_layers_at_end=request.bf16_layers_at_end,
         recompute_layers=request.recompute_layers,
         **_optimizer_fields(request),
-        routing_weights=_routing_weights(model, gpu, chosen),
+        routing_weights=_routing_weights(model, gpu, chosen, request.routing_weights),
     )
     check_precision(run.precision, profile, run.low_precision_param_gather, run.rht_cast_fusion)
     if gpu:
@@ -1276,9 +1279,13 @@ def _runnable_overlaps(layout: Layout, recompute: str, chosen: _Defaults) -> Lay
                                            delay_wgrad=False))
 
 
-def _routing_weights(model: "ModelSpec", gpu: bool, chosen: _Defaults) -> Literal["combine", "experts"]:
-    """Where an MoE layer applies its routing weights: as Megatron-Core does on GPUs, after the experts on a
-    wafer (REASONS; a dense model has none to apply, so no reason is recorded)."""
+def _routing_weights(model: "ModelSpec", gpu: bool, chosen: _Defaults,
+                     given: Optional[Literal["combine", "experts"]] = None) -> Literal["combine", "experts"]:
+    """Where an MoE layer applies its routing weights: where the request says (a run's recipe: Megatron-Core before
+    0.12.1 applied them at the combine), else as Megatron-Core does on GPUs, after the experts on a wafer (REASONS;
+    a dense model has none to apply, so no reason is recorded)."""
+    if given is not None:
+        return given
     where_: Literal["combine", "experts"] = "experts" if gpu else "combine"
     if model.is_moe:
         chosen.reasons["routing_weights"] = REASONS["routing_weights_gpu" if gpu else "routing_weights_wse"]

@@ -302,7 +302,7 @@ def express(run: MeasuredRun, family: str = "gpu") -> tuple[Optional[ExecutionRe
 _RECIPE_COPIED = {"causal": "causal", "attention_kernel": "attention_kernel", "fsdp_impl": "fsdp_impl",
                   "memory_model": "memory_model", "gradient_accumulation_fusion": "gradient_accumulation_fusion",
                   "gpus_per_node": "devices_per_node", "ddp_bucket_size": "ddp_bucket_params",
-                  "recompute_layers": "recompute_layers"}
+                  "recompute_layers": "recompute_layers", "routing_weights": "routing_weights"}
 # A recipe's switches that turn request options on when on (recipe field: the request fields it sets);
 # --deterministic-mode sets both NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 and NCCL_ALGO=Ring (DETERMINISTIC_UNMODELLED)
 _RECIPE_SWITCHES = {"fp8_dot_product_attention": ("fp8_attention",),

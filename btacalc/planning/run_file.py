@@ -191,6 +191,11 @@ class Recipe(BaseModel):
                                      "training/determinism.py: NCCL_ALGO Ring, NVTE_ALLOW_NONDETERMINISTIC_ALGO 0, "
                                      "CUBLAS_WORKSPACE_CONFIG, torch.use_deterministic_algorithms): expressed with the "
                                      "parts btacalc does not time stated in the run's notes (DETERMINISTIC_UNMODELLED)")
+    routing_weights: Optional[Literal["combine", "experts"]] = Field(
+        None, description="where the run's MoE layers apply their routing weights: 'combine' for Megatron-Core before "
+        "0.12.1 (core_v0.12.0, 2025-05-06, megatron/core/transformer/moe/token_dispatcher.py L641-649: unpermute "
+        "with probs at the combine, the tokens alone in the all-to-all), 'experts' from core_v0.12.1 (2025-05-20) on; "
+        "left out: the device family's default (execution REASONS)")
     checkpoint_early_stop: bool = Field(False, description="true: the run's full recompute is PyTorch's "
                                         "non-reentrant activation checkpoint with early stop (torch >= 2.1), "
                                         "--checkpoint-early-stop")
