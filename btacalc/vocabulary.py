@@ -140,6 +140,9 @@ FEATURES: dict[str, tuple[Any, ...]] = {
     # (the weighted sum keeps the expert outputs for the weights' gradient), or inside the experts' activation
     # (Megatron-Core: the weighted SwiGLU keeps its input and the weights, the combine keeps nothing)
     "routing_weights": ("combine", "experts"),
+    # Megatron's drop-and-pad (--moe-pad-expert-input-to-capacity with a capacity factor): every expert's input padded
+    # to its capacity, so the dispatcher knows the sizes on the host (no count all-gather, no sync)
+    "pad_to_capacity": (True, False),
 }
 
 # How tensor parallelism (Shoeybi et al. 2019; Korthikanti et al. 2022 §4.2) splits the tensor or matmul a

@@ -1,8 +1,8 @@
 """Megatron's alltoall dispatcher gathers every rank's routed-copy count per expert before its all-to-all, written as
 its derivation from the code (formulas/moe.toml, the dispatch phase's `count_gathers`):
 
-- Megatron-LM @ d98e8a64 megatron/core/transformer/moe/token_dispatcher.py L541: the rank's count per expert,
-  `routing_map.sum(dim=0).long()` (E values of 8 bytes); L557-575: when EP or ETP > 1, one
+- Megatron-LM @ d98e8a64 megatron/core/transformer/moe/token_dispatcher.py L543: the rank's count per expert,
+  `routing_map.sum(dim=0).long()` (E values of 8 bytes); L557-576: when EP or ETP > 1, one
   gather_from_sequence_parallel_region of it over the tp_ep group (ETP x EP ranks);
 - tensor_parallel/mappings.py L118-146: that is one all_gather_into_tensor, skipped for a group of one rank; an
   integer tensor has no gradient, so the backward makes no call;
@@ -59,16 +59,39 @@ def test_the_flex_dispatcher_counts_in_its_own_kernels(cli):
     assert "moe_token_counts" not in _rows(cli, "--deepep")
 
 
-def test_one_expert_parallel_rank_makes_no_call(cli):
-    code, out, err = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "b200", "--devices", "8", "--ep", "1",
-                         "--global-batch", "64", "--micro-batch", "1", "--seq", "4096", "--json")
-    assert code in (0, 1), err
-    rows = json.loads(out)["throughput"] or {"collectives": []}
-    assert all(c["name"] != "moe_token_counts" for c in rows["collectives"])
+def test_one_rank_in_the_tp_ep_group_makes_no_call(cli):
+    """EP 1 and ETP 1: the group is one rank, which mappings.py L133-135 skips (PP 2 and full recompute so it fits)."""
+    code, out, err = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "b200", "--devices", "8", "--ep", "1", "--pp",
+                         "2", "--recompute", "full", "--global-batch", "64", "--micro-batch", "1", "--seq", "4096",
+                         "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert all(c["name"] != "moe_token_counts" for c in d["throughput"]["collectives"])
+    assert d["throughput"]["communication_s"]["all_to_all"] == 0
+
+
+@pytest.mark.parametrize("devices, ep, etp, tp, micro_batches", [(8, 1, 2, 2, 16), (16, 8, 2, 2, 8)])
+def test_the_group_is_expert_tensor_times_expert_parallel(cli, devices, ep, etp, tp, micro_batches):
+    """L557: the call is made when EP or ETP > 1, over the tp_ep group of ETP x EP ranks (L87); at EP 1 and ETP 2
+    the group is the ETP pair. With TP 2, DP is devices / 2, so 64 / DP micro-batches of one sequence, and the full
+    recompute re-runs each forward once."""
+    code, out, err = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "b200", "--devices", str(devices), "--ep", str(ep),
+                         "--etp", str(etp), "--tp", str(tp), "--recompute", "full", "--global-batch", "64",
+                         "--micro-batch", "1", "--seq", "4096", "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["parallelism"]["micro_batches"] == micro_batches == 64 // (devices // tp)
+    row = next(c for c in d["throughput"]["collectives"] if c["name"] == "moe_token_counts")
+    n = ep * etp
+    assert row["ranks"] == n
+    assert row["calls"] == LAYERS * micro_batches * (1 + 1)
+    assert row["message_bytes"] == (n - 1) * 8 * EXPERTS
 
 
 def test_the_catalogue_entry_is_the_alltoall_dispatchers():
     gathers = next(p for p in load_catalogue() if p.name == "dispatch").count_gathers
     assert gathers is not None and (gathers.forward, gathers.bytes_per_expert) == (1, 8)
-    assert gathers.applies("alltoall")
-    assert not gathers.applies("flex") and not gathers.applies("allgather")
+    dropless, padded = {"pad_to_capacity": False}, {"pad_to_capacity": True}
+    assert gathers.applies("alltoall", dropless)
+    assert not gathers.applies("flex", dropless) and not gathers.applies("allgather", dropless)
+    assert not gathers.applies("alltoall", padded)  # drop-and-pad: preprocess returns first (L517-540)

@@ -257,12 +257,18 @@ class CountGathers(BaseModel):
 
     dispatcher: Literal["alltoall", "flex", "allgather"] = Field(
         description="Megatron's --moe-token-dispatcher-type that makes them")
+    when: When = Field(default_factory=dict, description="the features the calls need besides the dispatcher")
     forward: int = Field(ge=1, description="calls per forward pass (repeated by a re-run)")
     bytes_per_expert: int = Field(ge=1, description="bytes of one expert's count (torch.long: 8)")
     source: str = Field(min_length=3)
 
-    def applies(self, dispatcher: str) -> bool:
-        return dispatcher == self.dispatcher
+    @field_validator("when")
+    @classmethod
+    def _check(cls, v: When) -> When:
+        return _check_when(v)
+
+    def applies(self, dispatcher: str, features: dict[str, Any]) -> bool:
+        return dispatcher == self.dispatcher and matches(self.when, features)
 
 
 class Phase(BaseModel):

@@ -333,6 +333,14 @@ RecomputeLayersOpt = typer.Option(0, "--recompute-layers", show_default=False, h
     "With --recompute full: recompute only the first N decoder layers; the others keep their activations (Megatron "
     "--recompute-method block --recompute-num-layers N: the first N of each pipeline stage's model chunk) [default: 0, "
     "every layer]."))
+CapacityFactorOpt = typer.Option(None, "--capacity-factor", show_default=False, help=help_text(
+    "MoE token dropping: each expert takes at most this times its balanced share of a rank's routed copies, the rest "
+    "dropped (Megatron --moe-expert-capacity-factor); the busiest rank then carries min(--routing-imbalance, this) "
+    "[default: none, dropless]."))
+PadToCapacityOpt = typer.Option(False, "--pad-to-capacity", help=(
+    "With --capacity-factor: pad every expert's input to its capacity (Megatron --moe-pad-expert-input-to-capacity, "
+    "drop-and-pad): every rank carries the capacity factor times its balanced share, and the all-to-all dispatcher "
+    "needs neither its count all-gather nor its host sync."))
 OptimizerOpt = typer.Option(None, "--optimizer", help=help_text("The optimizer whose state the plan holds: adam (fp32 master weights and two moments) or sgd (fp32 master weights and a momentum), as Megatron-LM's --optimizer (arguments.py L2913) [default: adam]."))
 MOMENT_BYTES = {"fp32": 4, "bf16": 2}  # --optimizer-moments -> bytes per Adam moment (RunOptions.moment_bytes)
 Moments = _choices("Moments", tuple(MOMENT_BYTES))
@@ -365,6 +373,8 @@ class RecipeOptions:
     bf16_layers_at_end: int = 0
     checkpoint_early_stop: bool = False
     recompute_layers: int = 0
+    capacity_factor: Optional[float] = None
+    pad_to_capacity: bool = False
 
     def request_fields(self) -> dict[str, Any]:
         """The ExecutionRequest fields these options set (--mtp is multi_token_prediction; the rest keep their name)."""
@@ -380,7 +390,8 @@ _RECIPE_OPTIONS: dict[str, tuple[Any, Any]] = {
     "te_version": (Optional[str], TeVersionOpt),
     "gradient_accumulation_fusion": (bool, WgradFusionOpt), "bf16_layers_at_start": (int, Bf16StartOpt),
     "bf16_layers_at_end": (int, Bf16EndOpt), "checkpoint_early_stop": (bool, CheckpointEarlyStopOpt),
-    "recompute_layers": (int, RecomputeLayersOpt)}
+    "recompute_layers": (int, RecomputeLayersOpt), "capacity_factor": (Optional[float], CapacityFactorOpt),
+    "pad_to_capacity": (bool, PadToCapacityOpt)}
 
 
 def takes_recipe_options(command: Callable[..., int]) -> Callable[..., int]:

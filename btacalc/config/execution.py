@@ -124,6 +124,11 @@ class RunOptions:
     overlap_streaming: bool = True  # weight streaming overlaps compute (max) or not (sum)
     gradient_bytes: int = 2  # bytes per gradient element: the 16-bit parameter dtype, or 4 (fp32 main grads)
     routing_imbalance: float = 1.0  # busiest expert's routed tokens over the mean (1 = balanced)
+    # Megatron --moe-expert-capacity-factor: each expert takes at most CF x its balanced share of a rank's routed
+    # copies, the rest dropped (None: dropless, Megatron's default); --moe-pad-expert-input-to-capacity pads every
+    # expert to exactly that (drop-and-pad): `expert_load`
+    capacity_factor: Optional[float] = None
+    pad_to_capacity: bool = False
     # train the model's multi-token-prediction modules too (DeepSeek-V3 MTP; a model without any ignores it)
     multi_token_prediction: bool = False
     # the training precision (btacalc/data/precision.toml): the linear layers' GEMM dtype and its casts
@@ -250,6 +255,7 @@ class RunOptions:
             "main_grads": "fp32" if self.gradient_bytes == 4 else "param",
             "moments": "bf16" if self.moment_bytes == 2 else "fp32",
             "routing_weights": self.routing_weights,
+            "pad_to_capacity": self.pad_to_capacity,
             "fp8_attention": self.fp8_attention,
             "checkpoint_early_stop": self.checkpoint_early_stop,
             "eager_kernels": self.eager_kernels,
@@ -855,6 +861,8 @@ class ExecutionRequest:
     tp_overlap_cfg: Optional[tuple[UbOverlap, ...]] = None  # Layout.tp_overlap_cfg (a run's userbuffers table)
     gradient_bytes: Optional[int] = None
     routing_imbalance: float = 1.0
+    capacity_factor: Optional[float] = None  # RunOptions.capacity_factor (Megatron --moe-expert-capacity-factor)
+    pad_to_capacity: bool = False  # RunOptions.pad_to_capacity (Megatron --moe-pad-expert-input-to-capacity)
     # where an MoE layer applies its routing weights (RunOptions.routing_weights; None: as the device family does,
     # REASONS); a run's recipe states "combine" for Megatron-Core before 0.12.1
     routing_weights: Optional[Literal["combine", "experts"]] = None
@@ -999,9 +1007,9 @@ def _run_options(request: ExecutionRequest, model: "ModelSpec", profile: "Hardwa
         nccl_ring_only=request.nccl_ring_only,
         checkpoint_early_stop=request.checkpoint_early_stop, eager_kernels=request.eager_kernels,
         transformer_engine=request.transformer_engine, expert_grouped_gemm=request.expert_grouped_gemm,
-        cpu_offload_layers=request.cpu_offload_layers,
+        cpu_offload_layers=request.cpu_offload_layers, capacity_factor=request.capacity_factor,
         bf16_layers_at_start=request.bf16_layers_at_start, bf16_layers_at_end=request.bf16_layers_at_end,
-        recompute_layers=request.recompute_layers,
+        recompute_layers=request.recompute_layers, pad_to_capacity=request.pad_to_capacity,
         **_optimizer_fields(request),
         routing_weights=_routing_weights(model, gpu, chosen, request.routing_weights),
     )
@@ -1094,6 +1102,9 @@ _GPU_ONLY: tuple[tuple[Any, str], ...] = (
     (lambda run, layout: layout.allgather_dispatcher,  # likewise
      "{allgather_dispatcher} is a GPU MoE dispatcher between expert-parallel ranks; a wafer-scale run has no expert "
      "parallelism"),
+    (lambda run, layout: run.capacity_factor is not None,  # Megatron's router (moe_utils.get_capacity)
+     "{capacity_factor} is Megatron's token dropping at the router on a GPU; a wafer-scale run's MoE layers are "
+     "dropless"),
 )
 
 
@@ -1104,6 +1115,8 @@ _GPU_ONLY: tuple[tuple[Any, str], ...] = (
 _NO_EFFECT: tuple[tuple[Any, str], ...] = (
     (lambda run, layout, model, gpu: layout.overlap.all_to_all and not model.is_moe,
      "{overlap_all_to_all} hides the MoE all-to-all behind expert compute: the model is dense (no all-to-all)"),
+    (lambda run, layout, model, gpu: run.capacity_factor is not None and not model.is_moe,
+     "{capacity_factor} caps the tokens each expert takes: the model is dense (no experts)"),
     (lambda run, layout, model, gpu: layout.deepep and not model.is_moe,
      "{deepep} dispatches MoE tokens between expert-parallel ranks: the model is dense (no dispatch)"),
     (lambda run, layout, model, gpu: layout.allgather_dispatcher and not model.is_moe,
@@ -1220,6 +1233,10 @@ def _resolve(request: ExecutionRequest, model: "ModelSpec", profile: "HardwarePr
     for applies_to, message in _NO_EFFECT:
         if applies_to(run, layout, model, gpu):
             raise BtacalcError(message)
+    if run.pad_to_capacity and layout.deepep and not layout.hybridep:
+        raise BtacalcError("{pad_to_capacity} with {deepep}: Megatron-Core refuses it ('Flex token dispatcher with "
+                           "deepep backend does not support moe_pad_expert_input_to_capacity', transformer_config.py "
+                           "L1754-1761 @ d98e8a64)")
     if profile.family == "gpu":
         layout = _runnable_overlaps(layout, recompute, chosen)
         _check_overlaps(layout)
@@ -1567,9 +1584,27 @@ def _check_run(run: RunOptions, model: "ModelSpec") -> None:
                            "optimizer_config.py L433-436)")
     # the busiest expert receives at most every token once: T tokens against the mean T·k/E, so R <= E/k
     most = model.num_experts / model.top_k if model.is_moe else 1.0
+    _check_capacity(run, most)
     if not 1.0 <= run.routing_imbalance <= most:
         raise BtacalcError(f"{{routing_imbalance}} is the busiest expert's tokens over the mean: from 1.0 to E/k = "
                            f"{most:g} (every token on one expert), got {run.routing_imbalance!r}")
+
+
+def _check_capacity(run: RunOptions, most: float) -> None:
+    """Megatron-Core's rules for token dropping (Megatron-LM @ d98e8a64 megatron/core/transformer/
+    transformer_config.py L1862-1866: padding needs a capacity factor); a factor of 0 or less keeps no token
+    (Megatron reads a negative one as dropless, L1836-1838: give none for that). Padded beyond E/k (`most`), each
+    expert's capacity would exceed every copy a rank routes (moe_utils.py L263: ceil(T k / E x CF) > T k / k)."""
+    if run.capacity_factor is not None and not run.capacity_factor > 0:
+        raise BtacalcError(f"{{capacity_factor}} is each expert's capacity over its balanced share: more than 0 "
+                           f"(leave it out for dropless routing), got {run.capacity_factor!r}")
+    if run.pad_to_capacity and run.capacity_factor is not None and run.capacity_factor > most:
+        raise BtacalcError(f"{{capacity_factor}} {run.capacity_factor!r} with {{pad_to_capacity}} pads each expert "
+                           f"beyond every token a rank routes: at most E/k = {most:g}")
+    if run.pad_to_capacity and run.capacity_factor is None:
+        raise BtacalcError("{pad_to_capacity} pads each expert's input to its capacity: it needs {capacity_factor} "
+                           "(Megatron-Core: 'moe_expert_capacity_factor must be set to use "
+                           "moe_pad_expert_input_to_capacity', transformer_config.py L1862-1866)")
 
 
 def _resolve_layout(request: ExecutionRequest, model: "ModelSpec", profile: "HardwareProfile",

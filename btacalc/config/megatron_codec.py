@@ -1173,6 +1173,27 @@ def _dec_fp8_attention(get: Get) -> Fields:
     return {"run.fp8_attention": truth(get(FP8_ATTENTION_DEST))}
 
 
+def _enc_capacity(f: Fields) -> Args:
+    """Token dropping: --moe-expert-capacity-factor CF and, padding every expert to it,
+    --moe-pad-expert-input-to-capacity (Megatron-LM @ d98e8a64 transformer_config.py L917-924)."""
+    cf = f.get("run.capacity_factor")
+    if cf is None:
+        return {}
+    out: Args = {"moe_expert_capacity_factor": cf}
+    if f.get("run.pad_to_capacity"):
+        out["moe_pad_expert_input_to_capacity"] = True
+    return out
+
+
+def _dec_capacity(get: Get) -> Fields:
+    """A capacity factor below 0 is dropless in Megatron-Core (transformer_config.py L1836-1838); padding without a
+    factor is refused by the plan, as Megatron-Core refuses it (L1862-1866)."""
+    cf = get("moe_expert_capacity_factor")
+    value = None if cf is None else real(cf, "moe_expert_capacity_factor")
+    return {"run.capacity_factor": None if value is None or value < 0 else value,
+            "run.pad_to_capacity": truth(get("moe_pad_expert_input_to_capacity"))}
+
+
 def _enc_offload(f: Fields) -> Args:
     """--cpu-offloading-num-layers N: the first N layers' activations in host memory (Megatron-LM turns
     cpu_offloading on when N > 0: arguments.py L1950-1951; config.execution.ACTIVATION_OFFLOAD)."""
@@ -1407,6 +1428,7 @@ RUN_ROWS: tuple[Row, ...] = (
     Row("optimizer moments", _enc_moments, _dec_moments),
     Row("optimizer", _enc_optimizer, _dec_optimizer),
     Row("dispatcher", _enc_dispatcher, _dec_dispatcher),
+    Row("token dropping", _enc_capacity, _dec_capacity),
     Row("cuda graphs", _enc_cuda_graphs, _dec_cuda_graphs),
     Row("gradient accumulation fusion", _enc_wgrad_fusion, _dec_wgrad_fusion),
     switch("run.deterministic_mode", "deterministic_mode"),

@@ -59,9 +59,9 @@ IGNORED: tuple[tuple[str, str], ...] = (
      "numerics of the same shapes (RoPE base and fraction, LayerNorm variants): no change to memory or FLOPs"),
     (r"(moe_router_load_balancing_type|moe_aux_loss_coeff|moe_z_loss_coeff|"
      r"moe_router_bias_update_rate|moe_router_dtype|"
-     r"moe_token_drop_policy|moe_expert_capacity_factor|moe_pad_expert_input_to_capacity|moe_router_fusion)",
-     "router losses, dtype and bias update rate: routing balance is btacalc's --routing-imbalance, dropless routing "
-     "is modelled"),
+     r"moe_token_drop_policy|moe_router_fusion)",
+     "router losses, dtype, bias update rate and which tokens a full expert drops: routing balance is btacalc's "
+     "--routing-imbalance, the capacity --capacity-factor"),
     (r"(manual_gc.*|empty_unused_memory_level|calculate_per_token_loss|distributed_timeout_minutes|"
      r"distributed_backend|use_cpu_initialization|check_for_nan_in_loss_and_grad|check_for_nan_in_grad|"
      r"log_throughput|average_in_collective)",
@@ -980,6 +980,8 @@ def _guarded_request_fields(f: Fields) -> dict[str, Any]:
     out["gradient_accumulation_fusion"] = f.get("run.gradient_accumulation_fusion", True)
     out["transformer_engine"] = f.get("run.transformer_engine", True)
     out["expert_grouped_gemm"] = f.get("run.expert_grouped_gemm", True)
+    out["capacity_factor"] = f.get("run.capacity_factor")
+    out["pad_to_capacity"] = bool(f.get("run.pad_to_capacity"))
     # --deterministic-mode: TE's deterministic attention backward and NCCL_ALGO=Ring, as a run's recipe sets them
     out["deterministic_attention"] = out["nccl_ring_only"] = bool(f.get("run.deterministic_mode"))
     return out

@@ -38,7 +38,7 @@ _UNSAID = (("parallel_block", "GPT-J's parallel attention and MLP block"),
 RUN_INPUTS = ("precision", "fp8_param_gather", "fp8_attention", "cpu_offload_layers", "bf16_layers_at_start",
               "bf16_layers_at_end", "recompute_layers", "moment_bytes", "precision_aware_optimizer", "optimizer_fp8_recipe", "gradient_accumulation_fusion", "deterministic_mode",
               "attention_kernel", "optimizer", "transformer_engine",
-              "expert_grouped_gemm")
+              "expert_grouped_gemm", "capacity_factor", "pad_to_capacity")
 
 
 def run_fields(r: PlanReport, spec: ModelSpec) -> dict[str, Any]:

@@ -302,13 +302,15 @@ def express(run: MeasuredRun, family: str = "gpu") -> tuple[Optional[ExecutionRe
 _RECIPE_COPIED = {"causal": "causal", "attention_kernel": "attention_kernel", "fsdp_impl": "fsdp_impl",
                   "memory_model": "memory_model", "gradient_accumulation_fusion": "gradient_accumulation_fusion",
                   "gpus_per_node": "devices_per_node", "ddp_bucket_size": "ddp_bucket_params",
-                  "recompute_layers": "recompute_layers", "routing_weights": "routing_weights"}
+                  "recompute_layers": "recompute_layers", "routing_weights": "routing_weights",
+                  "moe_expert_capacity_factor": "capacity_factor"}
 # A recipe's switches that turn request options on when on (recipe field: the request fields it sets);
 # --deterministic-mode sets both NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 and NCCL_ALGO=Ring (DETERMINISTIC_UNMODELLED)
 _RECIPE_SWITCHES = {"fp8_dot_product_attention": ("fp8_attention",),
                     "checkpoint_early_stop": ("checkpoint_early_stop",), "eager_kernels": ("eager_kernels",),
                     "deterministic_mode": ("deterministic_attention", "nccl_ring_only"),
-                    "apex_distributed_adam": ("ddp_buckets_every_stage",)}
+                    "apex_distributed_adam": ("ddp_buckets_every_stage",),
+                    "moe_pad_expert_input_to_capacity": ("pad_to_capacity",)}
 
 
 def _recipe_changes(recipe: Recipe, run: MeasuredRun, family: str) -> dict[str, Any]:

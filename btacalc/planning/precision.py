@@ -6,6 +6,7 @@ from __future__ import annotations
 from ..catalogue.compiled import PhaseValues
 from ..catalogue.terms import phase_by_name
 from ..model.gpu.precision import attention_cast_rates, attention_cast_s, cast_rates, phase_cast_s, phase_precision
+from ..model.gpu.rates import expert_load
 from ..model.problem import Evaluation, Problem
 from .report import PhaseRow, PlanReport
 
@@ -22,7 +23,7 @@ def mark_precision(problem: Problem, ev: Evaluation, report: PlanReport) -> None
     tables += [(rows.phases, kinds[rows.name]) for rows in report.layer_kinds]
     rates, lay = cast_rates(problem), problem.layout
     attention = attention_cast_rates(problem)
-    load = problem.run.routing_imbalance if lay.expert_parallel > 1 else 1.0
+    load = expert_load(problem)
     hbm = problem.hardware.memory.offchip_bandwidth_bytes_per_s.value
     for rows, pv in tables:
         quantised = not pv.compiled.selection.feature_dict["bf16_layer"]  # (a layer kept in BF16: none of it)

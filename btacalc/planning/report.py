@@ -146,6 +146,10 @@ class Inputs(BaseModel):
     micro_batch: Optional[int] = Field(None, description="G·b fixed: sequences per micro-batch per data-parallel rank")
     gradient_bytes: int = Field(2, description="bytes per gradient element (4: fp32 main gradients)")
     routing_imbalance: float = Field(1.0, description="the busiest expert's routed tokens over the mean")
+    capacity_factor: Optional[float] = Field(None, description="MoE token dropping: each expert's capacity over its "
+                                             "balanced share (Megatron --moe-expert-capacity-factor; null: dropless)")
+    pad_to_capacity: bool = Field(False, description="every expert's input padded to its capacity (Megatron "
+                                  "--moe-pad-expert-input-to-capacity)")
     precision: str = Field("bf16", description="training precision (btacalc/data/precision.toml)")
     te_recipe: str = Field("", description="the TransformerEngine recipe class of the precision ('' for 16-bit)")
     fp8_param_gather: bool = Field(False, description="parameters kept and all-gathered in the low precision")
@@ -229,6 +233,11 @@ class Inputs(BaseModel):
                         "--no-gradient-accumulation-fusion"))
         if self.checkpoint_early_stop:
             out.append(("re-runs stop after the last saved tensor (PyTorch checkpoint)", "--checkpoint-early-stop"))
+        if self.capacity_factor is not None:
+            padded = " --pad-to-capacity" if self.pad_to_capacity else ""
+            out.append((f"experts capped at {self.capacity_factor:g} x their balanced share"
+                        + (", every expert padded to it" if self.pad_to_capacity else ", the rest dropped"),
+                        f"--capacity-factor {self.capacity_factor:g}{padded}"))
         if self.recompute_layers:
             out.append((f"the first {self.recompute_layers} decoder layers of each pipeline chunk recomputed (Megatron's "
                         "block method), any others and MTP layers keeping their activations",

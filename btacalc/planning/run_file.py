@@ -191,6 +191,11 @@ class Recipe(BaseModel):
                                      "training/determinism.py: NCCL_ALGO Ring, NVTE_ALLOW_NONDETERMINISTIC_ALGO 0, "
                                      "CUBLAS_WORKSPACE_CONFIG, torch.use_deterministic_algorithms): expressed with the "
                                      "parts btacalc does not time stated in the run's notes (DETERMINISTIC_UNMODELLED)")
+    moe_expert_capacity_factor: Optional[float] = Field(
+        None, gt=0, allow_inf_nan=False, description="--moe-expert-capacity-factor: each expert takes at most this "
+        "times its balanced share of a rank's routed copies (--capacity-factor); left out: dropless")
+    moe_pad_expert_input_to_capacity: bool = Field(False, description="--moe-pad-expert-input-to-capacity: every "
+                                                   "expert's input padded to its capacity (--pad-to-capacity)")
     routing_weights: Optional[Literal["combine", "experts"]] = Field(
         None, description="where the run's MoE layers apply their routing weights: 'combine' for Megatron-Core before "
         "0.12.1 (core_v0.12.0, 2025-05-06, megatron/core/transformer/moe/token_dispatcher.py L641-649: unpermute "

@@ -416,17 +416,19 @@ def allgather_dispatch_time(problem: Problem, volume: Any, calls: Any = 0) -> An
     return ring_time(problem, allgather_dispatch_bytes(problem, volume), n, 1, calls, constants().collectives.all_gather)
 
 
-def describe_allgather_dispatch(problem: Problem, volume: Any, calls: Any, time_s: Any) -> CollectiveRow:
+def describe_allgather_dispatch(problem: Problem, volume: Any, calls: Any, time_s: Any, name: str = "moe_allgather",
+                                collective: str = ALLGATHER_DISPATCH_COLLECTIVE) -> CollectiveRow:
     """The `moe_allgather` row of the allgather dispatcher's `volume` (Part.gather_bytes, all passes) in `calls`
-    calls, timed `time_s` (`allgather_dispatch_time`)."""
-    return describe(problem, "moe_allgather", (problem.layout.expert_model_parallel, 1),
+    calls, timed `time_s` (`allgather_dispatch_time`); `name` and `collective` another ring of the same tp_ep group
+    (`describe_count_gather`)."""
+    return describe(problem, name, (problem.layout.expert_model_parallel, 1),
                     (allgather_dispatch_bytes(problem, volume), calls), time_s,
-                    kind=constants().collectives.all_gather, collective=ALLGATHER_DISPATCH_COLLECTIVE)
+                    kind=constants().collectives.all_gather, collective=collective)
 
 
 # The alltoall dispatcher's all-gather of each rank's routed-copy count per expert over the tp_ep group, before its
-# all-to-all (Phase.count_gathers; Megatron-LM @ d98e8a64 token_dispatcher.py L557-575): a ring all-gather whose
-# buffer is n_g contributions of 8 E bytes, so all latency at any E (1 KiB at E = 128).
+# all-to-all (Phase.count_gathers; Megatron-LM @ d98e8a64 token_dispatcher.py L557-576): a ring all-gather whose
+# buffer is n_g contributions of 8 E bytes (1 KiB at E = 128: NCCL's latency, for any model btacalc ships).
 COUNT_GATHER_COLLECTIVE = "all_gather"
 
 
@@ -440,9 +442,7 @@ def count_gather_time(problem: Problem, volume: Any, calls: Any = 0) -> Any:
 def describe_count_gather(problem: Problem, volume: Any, calls: Any, time_s: Any) -> CollectiveRow:
     """The `moe_token_counts` row of the count all-gathers' `volume` (Part.count_bytes) in `calls` calls, timed
     `time_s` (`count_gather_time`)."""
-    return describe(problem, "moe_token_counts", (problem.layout.expert_model_parallel, 1),
-                    (allgather_dispatch_bytes(problem, volume), calls), time_s,
-                    kind=constants().collectives.all_gather, collective=COUNT_GATHER_COLLECTIVE)
+    return describe_allgather_dispatch(problem, volume, calls, time_s, "moe_token_counts", COUNT_GATHER_COLLECTIVE)
 
 
 @dataclass(frozen=True)

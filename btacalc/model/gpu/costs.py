@@ -875,7 +875,7 @@ def _volumes(part: Part, phase: Phase, v: dict[str, Any], r: Rates) -> None:
     # the per-expert token counts the dispatcher gathers before its all-to-all (Phase.count_gathers): forward only,
     # repeated by a re-run, each call a rank's count per expert
     c = phase.count_gathers
-    counts = c.forward * (1 + reruns) if c is not None and c.applies(r.dispatcher) else 0
+    counts = c.forward * (1 + reruns) if c is not None and c.applies(r.dispatcher, r.features) else 0
     count_bytes = counts * c.bytes_per_expert * (r.experts * 1.0) if c is not None else 0  # float: E may be 2^62
     # calls: one per exchange counted above (an all-reduce is one call of two units)
     if is_array(tp_in_bytes, tp_out_bytes, cp_bytes, a2a_bytes, gather_bytes, reruns):

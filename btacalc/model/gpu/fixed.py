@@ -170,9 +170,9 @@ L107-108: the CPU waits for the GPU's received counts, "not compatible with CUDA
 handle) and HybridEP without a token budget (deepseek-ai/DeepEP @ 94a9f8f, branch hybrid-ep,
 csrc/hybrid_ep/executor/executor.cu L164-166: `cudaStreamSynchronize` in the metadata preprocessing, which
 deep_ep/hybrid_ep_buffer.py L358-378 runs only when the dispatch has no handle, i.e. forward; Megatron
-token_dispatcher.py L1111-1112). What avoids them btacalc has no field for: drop-and-pad
-(`moe_pad_expert_input_to_capacity`, token_dispatcher.py L517-536: the sizes are known on the host) or HybridEP's
-static budget (`moe_expert_rank_capacity_factor`, L1098-1112), which a full-iteration CUDA graph needs, since a
+token_dispatcher.py L1111-1112). Drop-and-pad (`moe_pad_expert_input_to_capacity`, token_dispatcher.py L517-540:
+the sizes are known on the host) avoids the all-to-all dispatcher's (`DROP_AND_PAD_SYNCS`); what btacalc has no field
+for is HybridEP's static budget (`moe_expert_rank_capacity_factor`, L1098-1112), which a full-iteration CUDA graph needs, since a
 graph cannot hold a host sync (experts.py L359-363); the one measured row with such a recipe (26.08, full-iteration
 graph) is refused for its FP8 attention (docs/clock.md 'moe7').
 
@@ -365,9 +365,20 @@ DISPATCHER_SYNCS = {
 }
 
 
+# Megatron's alltoall dispatcher under drop-and-pad (RunOptions.pad_to_capacity): every expert takes exactly its
+# capacity, so preprocess returns before any sync point is set and the CPU never waits for the GPU's counts
+DROP_AND_PAD_SYNCS = DispatcherSyncs(0, "Megatron-LM @ d98e8a64 megatron/core/transformer/moe/token_dispatcher.py "
+                                        "L517-540 (drop_and_pad: the sizes from the capacity, on the host; preprocess "
+                                        "returns before _maybe_update_cuda_sync_point), L457 (cuda_sync_point "
+                                        "no_sync)")
+
+
 def dispatcher_syncs(problem: Problem) -> DispatcherSyncs:
     """The syncs of the layout's dispatcher (`Layout.dispatcher`): DeepEP / HybridEP (Megatron's flex dispatcher)
-    with `deepep`, the allgather dispatcher with `allgather_dispatcher`, else the all-to-all dispatcher."""
+    with `deepep`, the allgather dispatcher with `allgather_dispatcher`, else the all-to-all dispatcher, which makes
+    none under drop-and-pad."""
+    if problem.layout.dispatcher == "alltoall" and problem.run.pad_to_capacity:
+        return DROP_AND_PAD_SYNCS
     return DISPATCHER_SYNCS[problem.layout.dispatcher]
 
 

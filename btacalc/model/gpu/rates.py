@@ -17,7 +17,7 @@ from ...catalogue.terms import Gemm, Phase
 from ...config.attention_kernels import attention_kernel
 from ..problem import Problem
 from ..steptime import compute_efficiency
-from ..arrays import where
+from ..arrays import minimum, where
 from .precision import AttentionCastRates, CastRates, attention_cast_rates, cast_rates
 from .gemm import GemmDevice
 
@@ -78,6 +78,24 @@ class Rates:
         return self.imbalance if phase.routed_load else 1.0
 
 
+def expert_load(problem: Problem) -> Any:
+    """The busiest expert-parallel rank's routed copies over the balanced share (Rates.imbalance):
+    - dropless (Megatron's default): --routing-imbalance R with expert parallelism, 1 on one rank (it runs every
+      copy however they spread);
+    - with a capacity factor CF (Megatron-LM @ d98e8a64 megatron/core/transformer/moe/moe_utils.py L248-266:
+      capacity = ceil(copies / E x CF) per expert of each rank's routed copies, the rest dropped): min(R, CF), the
+      busiest rank's experts filled at most to capacity (an upper bound: the drop is counted on the busiest rank
+      only, and at one rank the dropped copies are not taken off);
+    - padded to capacity (--moe-pad-expert-input-to-capacity; token_dispatcher.py L517-540: every expert's input
+      padded to its capacity, and the padded rows travel in the all-to-all): CF on every rank, at any EP."""
+    run, ep = problem.run, problem.layout.expert_parallel
+    if run.capacity_factor is None:
+        return where(ep > 1, run.routing_imbalance, 1.0)
+    if run.pad_to_capacity:
+        return run.capacity_factor + 0.0 * ep  # (the layout's shape where EP is an array of layouts)
+    return where(ep > 1, minimum(run.routing_imbalance, run.capacity_factor), 1.0)
+
+
 def rates_of(problem: Problem) -> Rates:
     """The device's rates under the problem's layout and run: the same for every batch shape, so computed
     once per problem (kept in its cache, which only problems of the same layout and formulas share)."""
@@ -98,7 +116,7 @@ def _device_rates(problem: Problem) -> Rates:
         peak=peak,
         peak_share=share,
         hbm=hw.memory.offchip_bandwidth_bytes_per_s.value,
-        imbalance=where(lay.expert_parallel > 1, problem.run.routing_imbalance, 1.0),
+        imbalance=expert_load(problem),
         expert_shards=lay.expert_parallel * lay.expert_tensor_parallel,
         flash=problem.run.attention == "flash",
         sequence_parallel=lay.sequence_parallel,

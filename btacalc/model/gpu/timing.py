@@ -321,7 +321,7 @@ def _critical_collectives(problem: Problem, pipe: PipelineStages, crit: int, kin
 
 # the per-micro-batch fields of a layer's `Part` a stage sums over its layers
 _STAGE_SUMS = ("compute_s", "backward_s", "recompute_s", "core_s", "tp_bytes", "cp_bytes", "a2a_bytes", "tp_calls", "cp_calls",
-               "a2a_calls", "a2a_token_calls", "gather_bytes", "gather_calls", "count_bytes", "count_calls", "weight_cast_s", "compute_post_s") \
+               "a2a_calls", "a2a_token_calls", "gather_bytes", "gather_calls", "weight_cast_s", "compute_post_s") \
     + tuple(n + when for when in ("", "_fwd", "_post") for n in ISSUED_COUNTS)
 
 
@@ -543,27 +543,33 @@ def _kind_terms(problem: Problem, kinds: list[tuple[Any, Part]]) -> list[dict[st
         cp = context_parallel_time(problem, part.cp_bytes, part.cp_calls)
         # the expert exchange: the all-to-all (alltoall / flex dispatcher) or the allgather dispatcher's collectives
         a2a = (all_to_all_time(problem, part.a2a_bytes, part.a2a_calls, part.a2a_token_calls)
-               + allgather_dispatch_time(problem, part.gather_bytes, part.gather_calls)
-               + count_gather_time(problem, part.count_bytes, part.count_calls))
-        exposed = _merged(problem, part, a2a)  # (the merged schedule's: the rest of the exchange runs beside compute)
+               + allgather_dispatch_time(problem, part.gather_bytes, part.gather_calls))
+        # the alltoall dispatcher's count all-gathers run in its preprocess, on the compute stream before the
+        # exchange, whatever overlaps it (`_merged`)
+        counts = count_gather_time(problem, part.count_bytes, part.count_calls)
+        exposed = _merged(problem, part, a2a, counts)  # (the merged schedule's: the rest runs beside compute)
         out.append({"compute": part.compute_s,
                     "tp_comm": where(o.tp_comm, maximum(maximum(0.0, tp - part.compute_s),
                                                         layer_overlap_s(problem, part.tp_gemm_s, part.tp_bytes,
                                                                         part.tp_calls)), tp),
                     "cp_comm": maximum(0.0, cp - part.core_s),
-                    "all_to_all": where(o.all_to_all, exposed, a2a),
+                    "all_to_all": where(o.all_to_all, exposed + counts, a2a + counts),
                     # the SMs the exchange holds cost compute only while compute runs beside it: its hidden part
                     "a2a_sm_share": where(o.all_to_all, sm_share_loss(problem, a2a - exposed, part.compute_s), 0.0),
-                    "tp_raw": tp, "cp_raw": cp, "a2a_raw": a2a})
+                    "tp_raw": tp, "cp_raw": cp, "a2a_raw": a2a + counts})
     return out
 
 
-def _merged(problem: Problem, part: Part, a2a: Any) -> Any:
-    """The all-to-all a layer shows under Megatron's merged 1F1B schedule, node by node (merged_pair.py)."""
+def _merged(problem: Problem, part: Part, a2a: Any, counts: Any = 0.0) -> Any:
+    """The all-to-all a layer shows under Megatron's merged 1F1B schedule, node by node (merged_pair.py), with the
+    count all-gathers' `counts` seconds in the pre-dispatch node's forward, where Megatron runs the dispatcher's
+    preprocess on the compute stream (Megatron-LM @ d98e8a64 megatron/core/models/gpt/fine_grained_callables.py
+    L125-129, models/common/model_chunk_schedule_plan.py L160-162); a re-run's are taken there too (a stated
+    approximation: they run in the backward's recompute)."""
     o = problem.layout.overlap
-    nodes = LayerNodes.of(part.compute_s, part.backward_s, part.recompute_s,
-                          (part.pre_dispatch_s, part.pre_dispatch_backward_s, part.pre_dispatch_recompute_s), a2a,
-                          o.delay_wgrad, (part.wgrad_s, part.pre_dispatch_wgrad_s))
+    nodes = LayerNodes.of(part.compute_s + counts, part.backward_s, part.recompute_s,
+                          (part.pre_dispatch_s + counts, part.pre_dispatch_backward_s, part.pre_dispatch_recompute_s),
+                          a2a, o.delay_wgrad, (part.wgrad_s, part.pre_dispatch_wgrad_s))
     return merged_exposed(nodes, o.early_attn_release)
 
 

@@ -1,0 +1,114 @@
+"""Megatron's token dropping (--capacity-factor, --pad-to-capacity), written as its derivation from the code:
+
+- Megatron-LM @ d98e8a64 megatron/core/transformer/moe/moe_utils.py L248-266: an expert's capacity is
+  ceil(T k / E x CF) of a rank's T k routed copies; the router drops the copies beyond it. So the busiest
+  expert-parallel rank, which carries R times the balanced share without dropping, carries min(R, CF);
+- token_dispatcher.py L517-540 (drop-and-pad): every expert's input is padded to its capacity, so every rank carries
+  exactly CF times the balanced share, padded rows included in the all-to-all; the counts are known on the host, so
+  preprocess returns before the count all-gather (L557-576) and before any sync point (L457: cuda_sync_point
+  stays "no_sync");
+- transformer_config.py L1862-1866: padding without a capacity factor is refused; L1754-1761: the flex dispatcher's
+  DeepEP backend refuses padding.
+
+The load is `Rates.imbalance` (model/gpu/rates.py `expert_load`): the experts' GEMMs and the tokens' all-to-all
+bytes scale with it. Here the experts' GEMM rows (m) are read from the plan's GEMM table, so the ratio is exact.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from btacalc.config.execution import Layout
+from btacalc.model.gpu.fixed import dispatcher_syncs
+from btacalc.model.gpu.rates import expert_load
+from support import resolved
+
+BASE = ("--model qwen3-30b-a3b --hw b200 --devices 8 --ep 8 --global-batch 64 --micro-batch 2 --seq 4096 "
+        "--json").split()
+
+
+def _plan(cli, *extra: str) -> dict:
+    code, out, err = cli("plan", *BASE, *extra)
+    assert code == 0, err
+    return json.loads(out)
+
+
+def _expert_rows(d: dict) -> float:
+    """The rows each expert GEMM runs on the busiest rank: m = load x b s k EP / E."""
+    return next(p for p in d["phases"] if p["name"] == "experts")["gemms"][0]["m"]
+
+
+def _rows(d: dict) -> dict[str, dict]:
+    return {c["name"]: c for c in d["throughput"]["collectives"]}
+
+
+@pytest.mark.parametrize("imbalance, factor, pad, load", [
+    (1.0, None, False, 1.0),  # dropless, balanced
+    (1.5, None, False, 1.5),  # dropless: R
+    (1.5, 1.2, False, 1.2),  # dropped at capacity: min(R, CF)
+    (1.1, 1.2, False, 1.1),  # under capacity: nothing dropped
+    (1.5, 1.25, True, 1.25),  # padded: CF whatever R
+    (1.0, 1.25, True, 1.25),
+])
+def test_the_busiest_rank_carries_min_r_cf_or_cf_padded(imbalance, factor, pad, load):
+    problem = resolved("qwen3-30b-a3b", "b200", Layout(devices=8, expert_parallel=8), routing_imbalance=imbalance,
+                       capacity_factor=factor, pad_to_capacity=pad)
+    assert expert_load(problem) == pytest.approx(load, rel=1e-12)
+
+
+def test_padded_at_one_rank_every_expert_still_runs_its_capacity():
+    one = resolved("qwen3-30b-a3b", "b200", Layout(devices=1), capacity_factor=1.25, pad_to_capacity=True)
+    assert expert_load(one) == pytest.approx(1.25)
+    assert expert_load(resolved("qwen3-30b-a3b", "b200", Layout(devices=1), capacity_factor=1.25)) == 1.0
+
+
+def test_padding_scales_the_experts_and_the_tokens_exchange(cli):
+    plain, padded = _plan(cli), _plan(cli, "--capacity-factor", "1.25", "--pad-to-capacity")
+    assert padded["inputs"]["capacity_factor"] == 1.25 and padded["inputs"]["pad_to_capacity"]
+    assert _expert_rows(plain) == 2 * 4096 * 8 * 8 / 128  # b s k EP / E at load 1
+    assert _expert_rows(padded) == pytest.approx(1.25 * _expert_rows(plain), rel=1e-12)
+    a2a = _rows(plain)["expert_all_to_all"], _rows(padded)["expert_all_to_all"]
+    assert a2a[1]["message_bytes"] == pytest.approx(1.25 * a2a[0]["message_bytes"], rel=1e-12)
+
+
+def test_drop_and_pad_makes_no_count_gather_and_no_sync(cli):
+    assert "moe_token_counts" in _rows(_plan(cli, "--capacity-factor", "1.0"))
+    assert "moe_token_counts" not in _rows(_plan(cli, "--capacity-factor", "1.0", "--pad-to-capacity"))
+    layout = Layout(devices=8, expert_parallel=8)
+    assert dispatcher_syncs(resolved("qwen3-30b-a3b", "b200", layout, capacity_factor=1.0)).forward_per_layer == 1
+    padded = resolved("qwen3-30b-a3b", "b200", layout, capacity_factor=1.0, pad_to_capacity=True)
+    assert dispatcher_syncs(padded).forward_per_layer == 0
+
+
+def test_the_launch_carries_both_flags_and_reads_them_back(cli, tmp_path):
+    launch = tmp_path / "launch.sh"
+    code, _, err = cli("plan", *BASE[:-1], "--capacity-factor", "1.25", "--pad-to-capacity", "--emit", "megatron",
+                       "-o", str(launch))
+    assert code == 0, err
+    text = launch.read_text()
+    assert "--moe-expert-capacity-factor 1.25" in text and "--moe-pad-expert-input-to-capacity" in text
+    code, out, err = cli("plan", "--from-megatron", str(launch), "--hw", "b200", "--json")
+    assert code == 0, err
+    inputs = json.loads(out)["inputs"]
+    assert (inputs["capacity_factor"], inputs["pad_to_capacity"]) == (1.25, True)
+
+
+@pytest.mark.parametrize("extra, words", [
+    (("--pad-to-capacity",), "needs --capacity-factor"),
+    (("--capacity-factor", "0"), "more than 0"),
+    (("--capacity-factor", "-1"), "more than 0"),
+    (("--capacity-factor", "17", "--pad-to-capacity"), "at most E/k = 16"),
+    (("--capacity-factor", "1", "--pad-to-capacity", "--deepep"), "deepep backend does not support"),
+])
+def test_bad_input_is_one_line(cli, extra, words):
+    code, out, err = cli("plan", *BASE, *extra)
+    assert code == 2 and err.count("\n") == 1 and words in err, err
+
+
+@pytest.mark.parametrize("model, hw, words", [("qwen3-30b-a3b", "wse3", "wafer-scale run's MoE layers are dropless"),
+                                              ("llama-3-8b", "h100", "the model is dense")])
+def test_a_factor_that_changes_nothing_is_refused(cli, model, hw, words):
+    code, out, err = cli("plan", "--model", model, "--hw", hw, "--capacity-factor", "1")
+    assert code == 2 and err.count("\n") == 1 and words in err, err
