@@ -22,3 +22,26 @@ def complete_hardware_list(incomplete: str) -> list[str]:
     given = set(head.split(",")) if head else set()
     prefix = head + "," if head else ""
     return [prefix + n for n in profile_names() if n.startswith(last) and n not in given]
+
+
+# typer's completion options (`btacalc --install-completion [SHELL]`, `--show-completion [SHELL]`), whose shell
+# typer detects when none is given
+COMPLETION_OPTIONS = ("--install-completion", "--show-completion")
+
+
+def check_completion_shell(args: list[str]) -> None:
+    """A completion option for a shell typer has no script for is bad input (one line, exit 2): typer printed "Shell
+    sh not supported." and exited 1, the code of a plan that does not fit (hostile27)."""
+    from typer._completion_shared import _completion_scripts, _get_shell_name
+
+    from ..errors import BtacalcError
+
+    for i, arg in enumerate(args):
+        name, _, value = arg.partition("=")
+        if name not in COMPLETION_OPTIONS:
+            continue
+        given = value or (args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("-") else "")
+        shell = given or _get_shell_name() or ""
+        if shell not in _completion_scripts:
+            raise BtacalcError(f"{name}: btacalc's completion is for {', '.join(sorted(_completion_scripts))}; "
+                               f"the shell is {shell or 'not known'}")

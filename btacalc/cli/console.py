@@ -82,8 +82,25 @@ class ClosedStream:
         raise OSError(9, "Bad file descriptor")
 
 
+def _hold_closed_descriptors() -> None:
+    """A closed descriptor 0, 1 or 2 held by /dev/null, so that no file the command opens lands on it (hostile27:
+    with stdin and stderr closed, an input opened as descriptor 2 looked like stderr redirected onto it, and was
+    diverted before it was read; with stdout closed, an input opened as descriptor 1 was reported as stdout's
+    target). sys.stdout / sys.stderr stay what Python made of the closed streams (None: `open_streams`)."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)  # the lowest free descriptor: fd itself, the lower ones being open
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+
+
 def open_streams() -> None:
-    """Closed standard streams become `ClosedStream`s (Python leaves them None)."""
+    """Closed standard streams become `ClosedStream`s (Python leaves them None), and their descriptors are held
+    (`_hold_closed_descriptors`)."""
+    _hold_closed_descriptors()
     if sys.stdout is None:
         sys.stdout = ClosedStream()  # a file-like stand-in for the closed stream
     if sys.stderr is None:

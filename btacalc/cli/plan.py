@@ -140,7 +140,8 @@ def plan(
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON on stdout."),
     output: Optional[str] = typer.Option(None, "--output", "-o", help="Write the plan JSON to this file (atomically; "
                                           "- for standard output)."),
-    schema: bool = typer.Option(False, "--schema", help="Print the JSON schema of the plan and exit."),
+    schema: bool = typer.Option(False, "--schema", help="Print the JSON schema of the plan (with --search: of the "
+                                "search's report) and exit."),
     sensitivity: Optional[float] = typer.Option(None, "--sensitivity", min=0.0, max=100.0, help="Also move every "
                                                 "hardware number by -PCT% and +PCT% alone and show tokens/s (e.g. 10)."),
     emit: Optional[Emit] = typer.Option(None, "--emit", help="Print a ready configuration instead of the plan: "
@@ -286,11 +287,17 @@ def _start_profile() -> None:
 
 
 def _print_schema(ctx: typer.Context, outs: Any) -> int:
-    """--schema: the plan's JSON schema, written where --output and --json say (no other plan option)."""
+    """--schema: the plan's JSON schema, or with --search the search's (what `plan --search --json` prints:
+    hostile27), written where --output and --json say (no other plan option)."""
     from ..planning.report import PlanReport
+    from ..planning.search import SearchResult
 
     _schema_alone(ctx)
-    text = json.dumps(PlanReport.model_json_schema(), indent=2) + "\n"
+    # the search's report leaves its wall time out of the JSON (SearchResult.elapsed_s): its schema is the serialised
+    # form's
+    schema = (SearchResult.model_json_schema(mode="serialization") if _given(ctx, "search")
+              else PlanReport.model_json_schema())
+    text = json.dumps(schema, indent=2) + "\n"
     write_outputs(outs, {"--output": text, "--json": text}, None)
     return 0
 
@@ -389,13 +396,15 @@ def _print_profile() -> None:
 
 def _schema_alone(ctx: typer.Context) -> None:
     """--schema prints the plan's JSON schema, the same for every plan: another plan option (on the command line or
-    from --config) would be ignored, so it is refused; --output and --json say where the schema goes."""
-    others = {p.name: p for p in ctx.command.params if p.name and p.name not in ("schema", "output", "as_json")}
+    from --config) would be ignored, so it is refused; --output and --json say where the schema goes, and --search
+    asks for the search's schema instead."""
+    others = {p.name: p for p in ctx.command.params
+              if p.name and p.name not in ("schema", "output", "as_json", "search")}
     given = given_on_command_line(ctx, tuple(others))
     if given:
         opts = getattr(others[given[0]], "opts", None) or ["--" + given[0].replace("_", "-")]
         raise BtacalcError(f"--schema prints the plan's JSON schema, the same for every plan: {opts[0]} would change "
-                           "nothing (--schema takes only --output and --json)")
+                           "nothing (--schema takes only --output, --json and --search)")
 
 
 def _given(ctx: typer.Context, name: str) -> bool:

@@ -1,6 +1,6 @@
 """Signals: a command stopped from outside leaves nothing behind and exits with 128 + the signal.
 
-SIGINT, SIGTERM and SIGHUP raise `Stopped` in the main thread at the next bytecode (a
+SIGINT, SIGTERM and SIGHUP (and every other signal that would end the process: `STOPPING`) raise `Stopped` in the main thread at the next bytecode (a
 BaseException, like KeyboardInterrupt, but not one: click would turn that into its Abort and print
 a blank line), so a sweep stops within one block of points, and every `except BaseException` / `finally`
 on the way out runs: staged temporary files are removed, replaced files restored from their backups
@@ -22,7 +22,13 @@ from typing import Any
 from ..errors import BtacalcError, DataError
 from ..starting import installed
 
-HANDLED = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGPIPE") if hasattr(signal, name))
+# hostile27: every signal whose default action ends the process (without a core dump or with one) is a stop: SIGQUIT
+# (Ctrl-\), SIGXCPU (`ulimit -t`), SIGALRM, SIGUSR1/2, SIGVTALRM and SIGPROF left the staged temporary files behind.
+# SIGXFSZ: Python ignores it, so a write past `ulimit -f` fails with EFBIG, an error of the write (files.py). SIGKILL
+# cannot be caught.
+STOPPING = ("SIGINT", "SIGTERM", "SIGHUP", "SIGPIPE", "SIGQUIT", "SIGXCPU", "SIGALRM", "SIGUSR1", "SIGUSR2",
+            "SIGVTALRM", "SIGPROF")
+HANDLED = tuple(getattr(signal, name) for name in STOPPING if hasattr(signal, name))
 
 
 class Stopped(BaseException):

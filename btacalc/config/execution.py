@@ -1590,14 +1590,23 @@ def _check_run(run: RunOptions, model: "ModelSpec") -> None:
                            f"{most:g} (every token on one expert), got {run.routing_imbalance!r}")
 
 
+# The least capacity factor btacalc plans: its load (model/gpu/rates.py expert_load) is CF times the balanced share,
+# while Megatron rounds each expert's capacity up to a whole copy (moe_utils.py L263 ceil); at CF 0.01 a layer whose
+# experts see 100 copies each at balance keeps 1, and below it the rounding would be the capacity (hostile27: a
+# subnormal factor made every step time NaN)
+MIN_CAPACITY_FACTOR = 0.01
+
+
 def _check_capacity(run: RunOptions, most: float) -> None:
     """Megatron-Core's rules for token dropping (Megatron-LM @ d98e8a64 megatron/core/transformer/
     transformer_config.py L1862-1866: padding needs a capacity factor); a factor of 0 or less keeps no token
     (Megatron reads a negative one as dropless, L1836-1838: give none for that). Padded beyond E/k (`most`), each
     expert's capacity would exceed every copy a rank routes (moe_utils.py L263: ceil(T k / E x CF) > T k / k)."""
-    if run.capacity_factor is not None and not run.capacity_factor > 0:
-        raise BtacalcError(f"{{capacity_factor}} is each expert's capacity over its balanced share: more than 0 "
-                           f"(leave it out for dropless routing), got {run.capacity_factor!r}")
+    if run.capacity_factor is not None and not MIN_CAPACITY_FACTOR <= run.capacity_factor < math.inf:
+        raise BtacalcError(f"{{capacity_factor}} is each expert's capacity over its balanced share: a finite number "
+                           f"from {MIN_CAPACITY_FACTOR:g} (leave it out for dropless routing; below it Megatron's "
+                           f"round-up to whole copies is most of each capacity, which btacalc's load does not "
+                           f"count), got {run.capacity_factor!r}")
     if run.pad_to_capacity and run.capacity_factor is not None and run.capacity_factor > most:
         raise BtacalcError(f"{{capacity_factor}} {run.capacity_factor!r} with {{pad_to_capacity}} pads each expert "
                            f"beyond every token a rank routes: at most E/k = {most:g}")
