@@ -97,8 +97,8 @@ def test_the_launch_carries_both_flags_and_reads_them_back(cli, tmp_path):
 
 @pytest.mark.parametrize("extra, words", [
     (("--pad-to-capacity",), "needs --capacity-factor"),
-    (("--capacity-factor", "0"), "more than 0"),
-    (("--capacity-factor", "-1"), "more than 0"),
+    (("--capacity-factor", "0"), "from 0.01"),
+    (("--capacity-factor", "-1"), "from 0.01"),
     (("--capacity-factor", "17", "--pad-to-capacity"), "at most E/k = 16"),
     (("--capacity-factor", "1", "--pad-to-capacity", "--deepep"), "deepep backend does not support"),
 ])
