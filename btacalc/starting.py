@@ -26,6 +26,13 @@ def _stop(signum: int, frame: object) -> None:
     os._exit(128 + signum)  # no cleanup to run: the command has not started
 
 
+def inherited_ignore(signum: int) -> bool:
+    """Whether whoever started the command asked it to ignore `signum` (nohup's SIGHUP, the SIGINT and SIGQUIT a
+    non-interactive shell's background job ignores): it stays ignored (review22). SIGPIPE is Python's own ignore
+    (signals.py handles it), not the caller's."""
+    return signum != getattr(signal, "SIGPIPE", None) and signal.getsignal(signum) == signal.SIG_IGN
+
+
 class installed:
     """Within the block (`with installed(handler, signums):`), `handler` handles `signums`; the previous handlers
     come back after. Only in the main thread (elsewhere Python does not allow handlers: nothing changes). A class,
@@ -38,6 +45,8 @@ class installed:
     def __enter__(self) -> None:
         try:
             for signum in self.signums:
+                if inherited_ignore(signum):
+                    continue
                 self.previous[signum] = signal.signal(signum, self.handler)
         except ValueError:  # not the main thread
             pass
@@ -58,7 +67,8 @@ def begin() -> None:
         return
     try:
         for signum in STARTING_SIGNALS:
-            _BEFORE[signum] = signal.signal(signum, _stop)
+            if not inherited_ignore(signum):
+                _BEFORE[signum] = signal.signal(signum, _stop)
     except ValueError:  # not the main thread: nothing changes
         pass
 

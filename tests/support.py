@@ -84,11 +84,22 @@ def overlap_round_trip(cli: Any, tmp_path: Path, option: str, emit: str) -> tupl
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def default_dispositions() -> None:
+    """In the child before exec: the stopping signals at their default action, whatever the test run inherited (a
+    background job of a non-interactive shell ignores SIGINT and SIGQUIT, which btacalc then keeps ignoring)."""
+    import signal
+
+    for name in ("SIGINT", "SIGQUIT", "SIGTERM", "SIGHUP", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGXCPU"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_DFL)
+
+
 def started(args: list[str], cwd: Path) -> "subprocess.Popen[str]":
-    """`python -m btacalc ARGS` started in `cwd` from this checkout, its standard error captured (signal tests)."""
+    """`python -m btacalc ARGS` started in `cwd` from this checkout, its standard error captured (signal tests), with
+    the stopping signals at their default action (`default_dispositions`)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen([sys.executable, "-m", "btacalc", *args], cwd=cwd, env=env, text=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=default_dispositions)
 
 
 def wait_for_temp(folder: Path, proc: "subprocess.Popen[str]", limit_s: float = 60) -> None:

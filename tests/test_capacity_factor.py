@@ -112,3 +112,36 @@ def test_bad_input_is_one_line(cli, extra, words):
 def test_a_factor_that_changes_nothing_is_refused(cli, model, hw, words):
     code, out, err = cli("plan", "--model", model, "--hw", hw, "--capacity-factor", "1")
     assert code == 2 and err.count("\n") == 1 and words in err, err
+
+
+def test_the_stored_activations_scale_with_the_same_load(cli):
+    """The routed phases' stored bytes scale with the load, the rest do not: stored(load) = A + B x load, so padding
+    to 1.25 adds a quarter of what dropless R = 2 adds (review22: removing the load from the stored bytes left every
+    other test passing)."""
+    def stored(*extra: str) -> float:
+        return _plan(cli, *extra)["memory_bytes"]["stored_activations"]
+
+    base = stored()
+    doubled = stored("--routing-imbalance", "2") - base
+    padded = stored("--capacity-factor", "1.25", "--pad-to-capacity") - base
+    assert doubled > 0
+    assert padded == pytest.approx(0.25 * doubled, rel=1e-9)
+
+
+def test_hybridep_makes_no_sync_under_drop_and_pad():
+    """token_dispatcher.py L1113-1127: under drop-and-pad HybridEP's permuted token count is the capacity's, so
+    fused_a2a.py L415-417 dispatches non-blocking and DeepEP's executor makes no cudaStreamSynchronize (review22)."""
+    layout = Layout(devices=8, expert_parallel=8, deepep=True, hybridep=True)
+    assert dispatcher_syncs(resolved("qwen3-30b-a3b", "b200", layout)).forward_per_layer == 1
+    padded = resolved("qwen3-30b-a3b", "b200", layout, capacity_factor=1.0, pad_to_capacity=True)
+    assert dispatcher_syncs(padded).forward_per_layer == 0
+
+
+def test_dropping_without_padding_refuses_the_preprocess_graph(cli):
+    """transformer_config.py L2839-2850: the all-to-all dispatcher copies the dropped routing's sizes to the host in
+    its preprocess, which a moe_preprocess CUDA graph cannot hold; padded, the sizes are the host's own."""
+    scope = ("--cuda-graph-scope", "moe_router,moe_preprocess")
+    code, out, err = cli("plan", *BASE, *scope, "--capacity-factor", "1.0")
+    assert code == 2 and err.count("\n") == 1 and "DtoH copies" in err, err
+    code, _, err = cli("plan", *BASE, *scope, "--capacity-factor", "1.0", "--pad-to-capacity")
+    assert code == 0, err

@@ -37,7 +37,7 @@ from hypothesis import strategies as st
 from btacalc.catalogue import cache, compiled
 from btacalc.errors import clean_text
 from btacalc.paths import data_dir, package_data
-from support import started, wait_for_temp
+from support import default_dispositions, started, wait_for_temp
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"
@@ -910,7 +910,7 @@ def test_a_signal_during_the_imports_is_one_line_not_a_traceback(tmp_path, signu
             f"    os.kill(os.getpid(), {int(signum)})\n    time.sleep(30)\nprint('not stopped')\n")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=60, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                          timeout=60, preexec_fn=default_dispositions)
     assert done.returncode == 128 + signum, done.stderr
     assert done.stderr.splitlines() == [f"btacalc: stopped by {signum.name}; nothing written"] and done.stdout == ""
     assert list(tmp_path.iterdir()) == []

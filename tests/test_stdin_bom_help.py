@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from btacalc.paths import data_dir
+from support import default_dispositions
 
 ROOT = Path(__file__).resolve().parent.parent
 BOM = "\ufeff".encode("utf-8")  # EF BB BF
@@ -192,7 +193,7 @@ def test_a_sweep_waiting_for_a_fifos_reader_can_be_stopped(tmp_path, signum):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen([sys.executable, "-m", "btacalc", "sweep", "--vary", "experts=16,32", "-q", "--output",
                              "out.json", "--csv", "fifo.csv"], cwd=tmp_path, env=env, text=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=default_dispositions)
     end = time.monotonic() + 60
     while time.monotonic() < end and not any(p.name.endswith(".tmp") for p in tmp_path.iterdir()):
         time.sleep(0.05)  # --output is staged first, then the FIFO is opened

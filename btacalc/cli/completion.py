@@ -24,24 +24,40 @@ def complete_hardware_list(incomplete: str) -> list[str]:
     return [prefix + n for n in profile_names() if n.startswith(last) and n not in given]
 
 
-# typer's completion options (`btacalc --install-completion [SHELL]`, `--show-completion [SHELL]`), whose shell
-# typer detects when none is given
+# typer's completion options (`btacalc --install-completion`, `--show-completion`): with shellingham installed they are
+# flags and typer detects the shell; with detection off (_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION) they take a shell
+# name, which click checks against typer's choices itself (typer/completion.py @ 0.29.2
+# _install_completion_placeholder_function and its no-auto twin)
 COMPLETION_OPTIONS = ("--install-completion", "--show-completion")
 
 
 def check_completion_shell(args: list[str]) -> None:
-    """A completion option for a shell typer has no script for is bad input (one line, exit 2): typer printed "Shell
-    sh not supported." and exited 1, the code of a plan that does not fit (hostile27)."""
-    from typer._completion_shared import _completion_scripts, _get_shell_name
+    """A completion flag in a shell typer has no script for is bad input (one line, exit 2): typer printed "Shell
+    sh not supported." and exited 1, the code of a plan that does not fit (hostile27). Only the options before the
+    command are btacalc's own; the shell is the detected one (review22: the word after the flag is not a shell)."""
+    import os
 
     from ..errors import BtacalcError
 
-    for i, arg in enumerate(args):
-        name, _, value = arg.partition("=")
-        if name not in COMPLETION_OPTIONS:
-            continue
-        given = value or (args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("-") else "")
-        shell = given or _get_shell_name() or ""
-        if shell not in _completion_scripts:
-            raise BtacalcError(f"{name}: btacalc's completion is for {', '.join(sorted(_completion_scripts))}; "
-                               f"the shell is {shell or 'not known'}")
+    given = [a for a in _leading_options(args) if a in COMPLETION_OPTIONS]
+    if not given or os.getenv("_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION"):
+        return
+    try:
+        import shellingham  # type: ignore[import-untyped]  # noqa: F401  # typer detects the shell only with it
+        from typer._completion_shared import _completion_scripts, _get_shell_name
+    except ImportError:  # another typer: its own message stands
+        return
+    shell = _get_shell_name() or ""
+    if shell not in _completion_scripts:
+        raise BtacalcError(f"{given[0]}: btacalc's completion is for {', '.join(sorted(_completion_scripts))}; the "
+                           f"shell here is {shell or 'not known'}")
+
+
+def _leading_options(args: list[str]) -> list[str]:
+    """The options before the first word that is not one (the command)."""
+    out = []
+    for arg in args:
+        if not arg.startswith("-"):
+            break
+        out.append(arg)
+    return out

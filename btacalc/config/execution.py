@@ -1233,10 +1233,7 @@ def _resolve(request: ExecutionRequest, model: "ModelSpec", profile: "HardwarePr
     for applies_to, message in _NO_EFFECT:
         if applies_to(run, layout, model, gpu):
             raise BtacalcError(message)
-    if run.pad_to_capacity and layout.deepep and not layout.hybridep:
-        raise BtacalcError("{pad_to_capacity} with {deepep}: Megatron-Core refuses it ('Flex token dispatcher with "
-                           "deepep backend does not support moe_pad_expert_input_to_capacity', transformer_config.py "
-                           "L1754-1761 @ d98e8a64)")
+    _check_dropping(run, layout)
     if profile.family == "gpu":
         layout = _runnable_overlaps(layout, recompute, chosen)
         _check_overlaps(layout)
@@ -1590,11 +1587,23 @@ def _check_run(run: RunOptions, model: "ModelSpec") -> None:
                            f"{most:g} (every token on one expert), got {run.routing_imbalance!r}")
 
 
-# The least capacity factor btacalc plans: its load (model/gpu/rates.py expert_load) is CF times the balanced share,
-# while Megatron rounds each expert's capacity up to a whole copy (moe_utils.py L263 ceil); at CF 0.01 a layer whose
-# experts see 100 copies each at balance keeps 1, and below it the rounding would be the capacity (hostile27: a
-# subnormal factor made every step time NaN)
+# The least capacity factor btacalc plans, a guard (hostile27: a subnormal factor made every step time NaN): its load
+# (model/gpu/rates.py expert_load) is CF times the balanced share, without Megatron's round-up of each capacity to a
+# whole copy (moe_utils.py L263 ceil), whose share of the capacity is below E / (T k CF) for a rank's T tokens
+# (review22: that error depends on T k / E, so no factor bounds it; at 0.01 it is under 10% once T k / E >= 1,000)
 MIN_CAPACITY_FACTOR = 0.01
+
+
+def _check_dropping(run: RunOptions, layout: Layout) -> None:
+    """Token dropping with a dispatcher or a graph Megatron-Core refuses it with (transformer_config.py @ d98e8a64)."""
+    if run.pad_to_capacity and layout.deepep and not layout.hybridep:
+        raise BtacalcError("{pad_to_capacity} with {deepep}: Megatron-Core refuses it ('Flex token dispatcher with "
+                           "deepep backend does not support moe_pad_expert_input_to_capacity', L1754-1761)")
+    if (run.capacity_factor is not None and not run.pad_to_capacity and layout.dispatcher == "alltoall"
+            and "moe_preprocess" in layout.cuda_graph_scope):
+        raise BtacalcError("{cuda_graph_scope} moe_preprocess with {capacity_factor} and no {pad_to_capacity}: "
+                           "Megatron-Core refuses it (the dropped routing's sizes go to the host in the preprocess: "
+                           "'moe_preprocess cuda graph is not supported when there are DtoH copies', L2839-2850)")
 
 
 def _check_capacity(run: RunOptions, most: float) -> None:
@@ -1604,9 +1613,9 @@ def _check_capacity(run: RunOptions, most: float) -> None:
     expert's capacity would exceed every copy a rank routes (moe_utils.py L263: ceil(T k / E x CF) > T k / k)."""
     if run.capacity_factor is not None and not MIN_CAPACITY_FACTOR <= run.capacity_factor < math.inf:
         raise BtacalcError(f"{{capacity_factor}} is each expert's capacity over its balanced share: a finite number "
-                           f"from {MIN_CAPACITY_FACTOR:g} (leave it out for dropless routing; below it Megatron's "
-                           f"round-up to whole copies is most of each capacity, which btacalc's load does not "
-                           f"count), got {run.capacity_factor!r}")
+                           f"from {MIN_CAPACITY_FACTOR:g} (leave it out for dropless routing; btacalc's load does not "
+                           f"count Megatron's round-up of each capacity to a whole copy, which grows as the factor "
+                           f"shrinks), got {run.capacity_factor!r}")
     if run.pad_to_capacity and run.capacity_factor is not None and run.capacity_factor > most:
         raise BtacalcError(f"{{capacity_factor}} {run.capacity_factor!r} with {{pad_to_capacity}} pads each expert "
                            f"beyond every token a rank routes: at most E/k = {most:g}")

@@ -197,10 +197,10 @@ class Recipe(BaseModel):
     moe_pad_expert_input_to_capacity: bool = Field(False, description="--moe-pad-expert-input-to-capacity: every "
                                                    "expert's input padded to its capacity (--pad-to-capacity)")
     routing_weights: Optional[Literal["combine", "experts"]] = Field(
-        None, description="where the run's MoE layers apply their routing weights: 'combine' for Megatron-Core before "
-        "0.12.1 (core_v0.12.0, 2025-05-06, megatron/core/transformer/moe/token_dispatcher.py L641-649: unpermute "
-        "with probs at the combine, the tokens alone in the all-to-all), 'experts' from core_v0.12.1 (2025-05-20) on; "
-        "left out: the device family's default (execution REASONS)")
+        None, description="where the run's MoE layers apply their routing weights: 'combine' for Megatron-LM before "
+        "MR 2668 (commit 2659630, main 2025-04-09; first released in core_v0.12.1, 2025-05-20; core_v0.12.0 "
+        "megatron/core/transformer/moe/token_dispatcher.py L641-649: unpermute with probs at the combine, the tokens "
+        "alone in the all-to-all), 'experts' after it; left out: the device family's default (execution REASONS)")
     checkpoint_early_stop: bool = Field(False, description="true: the run's full recompute is PyTorch's "
                                         "non-reentrant activation checkpoint with early stop (torch >= 2.1), "
                                         "--checkpoint-early-stop")

@@ -171,8 +171,8 @@ handle) and HybridEP without a token budget (deepseek-ai/DeepEP @ 94a9f8f, branc
 csrc/hybrid_ep/executor/executor.cu L164-166: `cudaStreamSynchronize` in the metadata preprocessing, which
 deep_ep/hybrid_ep_buffer.py L358-378 runs only when the dispatch has no handle, i.e. forward; Megatron
 token_dispatcher.py L1111-1112). Drop-and-pad (`moe_pad_expert_input_to_capacity`, token_dispatcher.py L517-540:
-the sizes are known on the host) avoids the all-to-all dispatcher's (`DROP_AND_PAD_SYNCS`); what btacalc has no field
-for is HybridEP's static budget (`moe_expert_rank_capacity_factor`, L1098-1112), which a full-iteration CUDA graph needs, since a
+the sizes are known on the host) avoids the all-to-all dispatcher's and HybridEP's (`DROP_AND_PAD_SYNCS`,
+`HYBRIDEP_DROP_AND_PAD_SYNCS`); what btacalc has no field for is HybridEP's static budget (`moe_expert_rank_capacity_factor`, L1098-1112), which a full-iteration CUDA graph needs, since a
 graph cannot hold a host sync (experts.py L359-363); the one measured row with such a recipe (26.08, full-iteration
 graph) is refused for its FP8 attention (docs/clock.md 'moe7').
 
@@ -373,13 +373,23 @@ DROP_AND_PAD_SYNCS = DispatcherSyncs(0, "Megatron-LM @ d98e8a64 megatron/core/tr
                                         "no_sync)")
 
 
+# HybridEP under drop-and-pad (review22): the permuted token count is the capacity's, known on the host, so its dispatch
+# runs non-blocking and makes no cudaStreamSynchronize (the same mechanism as its static budget)
+HYBRIDEP_DROP_AND_PAD_SYNCS = DispatcherSyncs(0, "Megatron-LM @ d98e8a64 megatron/core/transformer/moe/"
+                                                 "token_dispatcher.py L1113-1127 (drop_and_pad: num_permuted_tokens "
+                                                 "from the capacity), fused_a2a.py L415-417 (non_blocking when it is "
+                                                 "given); deepseek-ai/DeepEP @ 94a9f8f csrc/hybrid_ep/executor/"
+                                                 "executor.cu L164-167 (the sync only when blocking)")
+
+
 def dispatcher_syncs(problem: Problem) -> DispatcherSyncs:
     """The syncs of the layout's dispatcher (`Layout.dispatcher`): DeepEP / HybridEP (Megatron's flex dispatcher)
-    with `deepep`, the allgather dispatcher with `allgather_dispatcher`, else the all-to-all dispatcher, which makes
-    none under drop-and-pad."""
-    if problem.layout.dispatcher == "alltoall" and problem.run.pad_to_capacity:
-        return DROP_AND_PAD_SYNCS
-    return DISPATCHER_SYNCS[problem.layout.dispatcher]
+    with `deepep`, the allgather dispatcher with `allgather_dispatcher`, else the all-to-all dispatcher; the
+    all-to-all dispatcher and HybridEP make none under drop-and-pad."""
+    lay = problem.layout
+    if problem.run.pad_to_capacity and (lay.dispatcher == "alltoall" or lay.hybridep):
+        return DROP_AND_PAD_SYNCS if lay.dispatcher == "alltoall" else HYBRIDEP_DROP_AND_PAD_SYNCS
+    return DISPATCHER_SYNCS[lay.dispatcher]
 
 
 @dataclass(frozen=True)
