@@ -225,17 +225,17 @@ class GatherCalls(BaseModel):
     source: str = Field(min_length=3)
 
 
-class ExchangeCalls(BaseModel):
-    """The all-to-alls that move a phase's `a2a_bytes` in one micro-batch under one MoE token dispatcher: one per
-    tensor a pass exchanges (model/gpu/costs.py `_volumes`; under another dispatcher, or without it, one each way)."""
+class _DispatcherCalls(BaseModel):
+    """NCCL calls a phase makes under one MoE token dispatcher (Megatron's --moe-token-dispatcher-type) and the
+    features in `when`, `forward` of them per forward pass (repeated by a re-run); `applies` says whether a run makes
+    them. ExchangeCalls and CountGathers add what each needs."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     dispatcher: Literal["alltoall", "flex", "allgather"] = Field(
-        description="Megatron's --moe-token-dispatcher-type the counts are of")
-    when: When = Field(default_factory=dict, description="the features the counts need besides the dispatcher")
-    forward: int = Field(ge=1, description="forward pass (repeated by a re-run)")
-    backward: int = Field(ge=0, description="backward pass")
+        description="Megatron's --moe-token-dispatcher-type that makes the calls")
+    when: When = Field(default_factory=dict, description="the features the calls need besides the dispatcher")
+    forward: int = Field(ge=1, description="calls per forward pass (repeated by a re-run)")
     source: str = Field(min_length=3)
 
     @field_validator("when")
@@ -247,28 +247,20 @@ class ExchangeCalls(BaseModel):
         return dispatcher == self.dispatcher and matches(self.when, features)
 
 
-class CountGathers(BaseModel):
+class ExchangeCalls(_DispatcherCalls):
+    """The all-to-alls that move a phase's `a2a_bytes` in one micro-batch under one MoE token dispatcher: one per
+    tensor a pass exchanges (model/gpu/costs.py `_volumes`; under another dispatcher, or without it, one each way)."""
+
+    backward: int = Field(ge=0, description="calls per backward pass")
+
+
+class CountGathers(_DispatcherCalls):
     """The all-gathers of the per-expert token counts a MoE token dispatcher makes before it exchanges the tokens:
     each rank's count of its routed copies per expert (`bytes_per_expert` each), gathered over the tp_ep group so
     that every rank knows its all-to-all splits. No gradient flows through them (integer counts), so the backward
     makes none; a re-run of the forward repeats them."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    dispatcher: Literal["alltoall", "flex", "allgather"] = Field(
-        description="Megatron's --moe-token-dispatcher-type that makes them")
-    when: When = Field(default_factory=dict, description="the features the calls need besides the dispatcher")
-    forward: int = Field(ge=1, description="calls per forward pass (repeated by a re-run)")
     bytes_per_expert: int = Field(ge=1, description="bytes of one expert's count (torch.long: 8)")
-    source: str = Field(min_length=3)
-
-    @field_validator("when")
-    @classmethod
-    def _check(cls, v: When) -> When:
-        return _check_when(v)
-
-    def applies(self, dispatcher: str, features: dict[str, Any]) -> bool:
-        return dispatcher == self.dispatcher and matches(self.when, features)
 
 
 class Phase(BaseModel):
