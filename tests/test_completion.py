@@ -42,3 +42,50 @@ def test_the_shell_gets_names(cli, monkeypatch, words, expected):
     monkeypatch.setenv("COMP_CWORD", str(len(parts) - 1))
     code, out, _ = cli()
     assert code == 0 and out.split() == expected
+
+
+def _install_under_bash(home: Path):
+    import os
+    import subprocess
+    import sys
+
+    from support import ROOT
+
+    env = {k: v for k, v in os.environ.items() if k != "_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION"}
+    env.update(PYTHONPATH=str(ROOT), HOME=str(home))
+    return subprocess.run(["bash", "-c", f"{sys.executable} -m btacalc --install-completion"], cwd=home, env=env,
+                          text=True, capture_output=True, timeout=120)
+
+
+@pytest.mark.parametrize("setup, says", [
+    (lambda h: (h / ".bash_completions").write_text(""), ".bash_completions is not a folder"),
+    (lambda h: (h / ".bash_completions" / "btacalc.sh").mkdir(parents=True), "btacalc.sh is a folder"),
+    (lambda h: (h / ".bashrc").write_bytes(b"\xff\xfe"), "cannot read"),
+    (lambda h: (h / ".bashrc").mkdir(), ".bashrc is not a file"),
+    (lambda h: (h / ".bashrc").symlink_to(h / "nowhere"), ".bashrc is a link to nothing"),
+])
+def test_an_install_it_cannot_finish_writes_nothing(tmp_path, setup, says):
+    """typer's bash installer (typer 0.29.2 install_bash) writes ~/.bashrc's `source` line first and then creates
+    ~/.bash_completions: with a file in that folder's place it failed after ~/.bashrc had gained a line sourcing a
+    script that never came, which every new shell then reports. Every target is checked first: one line, exit 2,
+    and the home folder as it was (each file's bytes unchanged)."""
+    pytest.importorskip("shellingham")
+    setup(tmp_path)
+    before = {p: (p.read_bytes() if p.is_file() else None) for p in tmp_path.rglob("*")}
+    done = _install_under_bash(tmp_path)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert says in done.stderr and "nothing was installed" in done.stderr
+    assert {p: (p.read_bytes() if p.is_file() else None) for p in tmp_path.rglob("*")} == before
+
+
+def test_an_install_that_can_finish_still_installs(tmp_path):
+    """The check refuses nothing typer can write: an existing ~/.bashrc keeps its lines and gains the `source` line,
+    and the script lands in ~/.bash_completions."""
+    pytest.importorskip("shellingham")
+    (tmp_path / ".bashrc").write_text("alias ll='ls -l'\n")
+    done = _install_under_bash(tmp_path)
+    assert done.returncode == 0, done.stderr
+    script = tmp_path / ".bash_completions" / "btacalc.sh"
+    assert script.is_file() and "_BTACALC_COMPLETE" in script.read_text()
+    rc = (tmp_path / ".bashrc").read_text()
+    assert rc.startswith("alias ll='ls -l'\n") and f"source '{script}'" in rc
