@@ -139,3 +139,25 @@ def test_a_signal_the_caller_ignores_stays_ignored(tmp_path):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 128 + signal.SIGTERM and "stopped by SIGTERM" in err, err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_two_outputs_sent_to_the_null_device_do_not_collide(tmp_path):
+    """Noted in hostile27, fixed after: with standard output sent to /dev/null, `--json -o /dev/null` was refused as
+    "--output and --json both write to standard output" (the -o target was read as standard output's file); what
+    goes to the null device twice collides with nothing. With standard output closed, the refusal names the closed
+    stream; a real file shared by -o and standard output is still refused."""
+    plan = [sys.executable, "-m", "btacalc", "plan", "--model", "qwen3-30b-a3b", "--hw", "wse3", "--json"]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    with open(os.devnull, "w") as null:
+        done = subprocess.run([*plan, "-o", os.devnull], stdout=null, stderr=subprocess.PIPE, text=True, env=env,
+                              cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr
+    closed = subprocess.run(["sh", "-c", '"$@" >&-', "sh", *plan, "-o", os.devnull], stderr=subprocess.PIPE, text=True,
+                            env=env, cwd=tmp_path, timeout=120)
+    assert closed.returncode == 2 and "standard output is closed" in closed.stderr, closed.stderr
+    shared = tmp_path / "out.txt"
+    with open(shared, "w") as fh:
+        done = subprocess.run([*plan, "-o", str(shared)], stdout=fh, stderr=subprocess.PIPE, text=True, env=env,
+                              cwd=tmp_path, timeout=120)
+    assert done.returncode == 2 and "both write to standard output" in done.stderr, done.stderr
+    assert shared.read_text() == ""

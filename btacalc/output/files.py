@@ -97,10 +97,21 @@ def _umask() -> int:
 
 
 def _same_as_stdout(st: os.stat_result) -> bool:
+    """`st` is standard output's file, other than the null device: what goes to /dev/null twice collides with
+    nothing (with standard output closed or sent there, `--json -o /dev/null` was refused as two writers of one
+    stream)."""
     try:
-        return os.path.samestat(st, os.fstat(1))
+        return os.path.samestat(st, os.fstat(1)) and not _is_null_device(st)
     except OSError:
         return False
+
+
+def _is_null_device(st: os.stat_result) -> bool:
+    try:
+        null = os.stat(os.devnull)
+    except OSError:
+        return False
+    return stat.S_ISCHR(st.st_mode) and stat.S_ISCHR(null.st_mode) and st.st_rdev == null.st_rdev
 
 
 def _through_fd_link(path: str) -> bool:
