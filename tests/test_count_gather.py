@@ -95,3 +95,40 @@ def test_the_catalogue_entry_is_the_alltoall_dispatchers():
     assert gathers.applies("alltoall", dropless)
     assert not gathers.applies("flex", dropless) and not gathers.applies("allgather", dropless)
     assert not gathers.applies("alltoall", padded)  # drop-and-pad: preprocess returns first (L517-540)
+
+
+def test_the_post_sync_gpu_time_leaves_the_count_gather_before_the_sync(monkeypatch):
+    """The dispatcher's device-to-host sync copies the gathered counts to the host (token_dispatcher.py L557-596:
+    the all-gather, then the copy the sync waits for), so the count all-gather is GPU work before the sync: the
+    post-sync block's GPU time G_post (fixed.py, the two-block flow shop) is the post-sync phases' forward compute
+    plus half of the exposed exchange *without* it. Derived: G_post = compute_post + (all_to_all - L x t_c + sm)/2,
+    t_c the count all-gather's time per layer; and G_post is the same whatever t_c is."""
+    from btacalc.config.execution import Layout, RunOptions
+    from btacalc.config.hardware import resolve_hardware
+    from btacalc.config.presets import load_preset
+    from btacalc.model.gpu import timing
+    from btacalc.model.gpu.costs import layer_parts
+    from btacalc.model.problem import make_problem
+
+    run = RunOptions(seq_len=4096, attention="flash", gradient_bytes=4, recompute="none")
+    p = make_problem(load_preset("qwen3-30b-a3b"), resolve_hardware("b200"), run,
+                     Layout(devices=8, expert_parallel=8, micro_batches=4, devices_per_node=8))
+    (part,) = layer_parts(p, p.evaluate(1, 1))
+    t_c = timing.count_gather_time(p, part.count_bytes, part.count_calls)
+    assert t_c > 0 and part.count_calls == 1
+
+    def post_sync_gpu(scale: float) -> tuple[float, dict]:
+        seen = []
+        real_synced, real_counts = timing.launch_time_synced, timing.count_gather_time
+        monkeypatch.setattr(timing, "launch_time_synced", lambda t: seen.append(t) or real_synced(t))
+        monkeypatch.setattr(timing, "count_gather_time", lambda *a: scale * real_counts(*a))
+        terms = timing.gpu_step_time(p, 1, 1, p.evaluate(1, 1)).details["terms"]
+        monkeypatch.undo()
+        return seen[0].gpu_post_s, terms
+
+    g_post, terms = post_sync_gpu(1.0)
+    expected = part.compute_post_s * LAYERS + (terms["all_to_all"] - LAYERS * t_c + terms["a2a_sm_share"]) / 2
+    assert g_post == pytest.approx(expected, rel=1e-12)
+    g_post_tenfold, terms_tenfold = post_sync_gpu(10.0)
+    assert terms_tenfold["all_to_all"] == pytest.approx(terms["all_to_all"] + 9 * LAYERS * t_c, rel=1e-9)
+    assert g_post_tenfold == pytest.approx(g_post, rel=1e-12)

@@ -162,7 +162,9 @@ identical layers, the forward takes max(H_f, G_f, H_post + G_pre) and the launch
     max(0, H_f - G_f, H_post - G_post) + max(0, H_b - G_b)
     H_post: host_time of the post-sync phases' first forward (costs.py *_post; the dispatch phase's glue is
             counted before the sync, so H_post is a lower bound)
-    G_post: their forward compute + half of the exposed exchange (its forward dispatch and combine)
+    G_post: their forward compute + half of the exposed exchange (its forward dispatch and combine); the
+            alltoall dispatcher's count all-gather is left out of it: the sync copies its result to the host, so
+            it runs before the sync (token_dispatcher.py L557-596; docs/comm.md 'countgather')
 
 Syncs per layer, by dispatcher (dropless routing, `DISPATCHER_SYNCS`): one in the forward, none in the backward,
 for the all-to-all dispatcher (above), DeepEP (Megatron-LM @ d98e8a64 megatron/core/transformer/moe/fused_a2a.py

@@ -338,12 +338,13 @@ def _summed_layers(counts: list[Any], kinds: list[tuple[Any, Part]]) -> Part:
 
 
 def _launch(problem: Problem, stage: Part, outside: list[tuple[Part, Any]], terms: dict[str, Any],
-            passes: tuple[Any, Any]) -> tuple[Any, Any]:
+            passes: tuple[Any, Any, Any]) -> tuple[Any, Any]:
     """A stage's `launch` term (the host's issue time beyond the GPU's work, per micro-batch) and the host's
     issue time itself, from the counts its layers and ends issue (`ISSUED_COUNTS`); where the stage's MoE layers
     wait on the dispatcher's sync, the host time after the sync is not hidden by the GPU work before it
-    (`launch_time_synced`). `terms`: the stage's other per-micro-batch terms; `passes`: its compute and backward."""
-    compute, backward = passes
+    (`launch_time_synced`). `terms`: the stage's other per-micro-batch terms; `passes`: its compute, its backward
+    and its count all-gathers' time (in terms["all_to_all"], but issued and awaited before the sync)."""
+    compute, backward, count_gathers = passes
     names = ISSUED_COUNTS
     issued = [getattr(stage, n) + _on_ends(outside, n) for n in names]
     forward = [getattr(stage, n + "_fwd") + _on_ends(outside, n + "_fwd") for n in names]
@@ -352,8 +353,9 @@ def _launch(problem: Problem, stage: Part, outside: list[tuple[Part, Any]], term
     synced = launch_time_synced(SyncSplit(
         host, gpu, host_time(problem, *forward), gpu_forward_share(compute, backward, gpu),
         host_time(problem, *(getattr(stage, n + "_post") for n in names)),
-        # after the sync: the post-sync phases' forward compute and the forward half of the exchange
-        stage.compute_post_s + (terms["all_to_all"] + terms["a2a_sm_share"]) / 2))
+        # after the sync: the post-sync phases' forward compute and the forward half of the exchange; the
+        # count all-gathers are not in it: the sync waits for their result (token_dispatcher.py L557-596)
+        stage.compute_post_s + (terms["all_to_all"] - count_gathers + terms["a2a_sm_share"]) / 2))
     synced_layers = (stage.expert_gemms > 0) & (dispatcher_syncs(problem).forward_per_layer > 0)
     return where(synced_layers, synced, launch_time(host, gpu)), host
 
@@ -374,6 +376,7 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
     tp_outside = sum(where(on, tensor_parallel_time(problem, p.tp_bytes, p.tp_calls), 0) for p, on in outside)
     raw = {"tp_comm": layer_terms.pop("tp_raw") + tp_outside, "cp_comm": layer_terms.pop("cp_raw"),
            "all_to_all": layer_terms.pop("a2a_raw")}
+    count_gathers = layer_terms.pop("count_gathers")
     p2p = where(exists, pipeline_p2p_time(problem, kinds[0][1].pp_bytes), 0)
     raw["pp_p2p"] = p2p
     dense, expert, dp, fixed = _stage_state(problem, j, counts, kinds, (first if is_first else None, is_last, last))
@@ -388,7 +391,7 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
              "tiling": layers * tiles * tile_overhead_s(problem),
              "wgrad_accumulate": wgrad_accumulate_s(problem, dense + expert),
              "fsdp2_copies": fsdp2_copy_s(problem)}
-    terms["launch"], host = _launch(problem, stage, outside, terms, (compute, backward))
+    terms["launch"], host = _launch(problem, stage, outside, terms, (compute, backward, count_gathers))
     host = where(exists, host, 0.0)
     chunks = _ChunkSync.of(problem, micro_batches,
                            _first_chunk_share(lay, dense + expert, first.dense_params if is_first else 0), j)
@@ -556,7 +559,7 @@ def _kind_terms(problem: Problem, kinds: list[tuple[Any, Part]]) -> list[dict[st
                     "all_to_all": where(o.all_to_all, exposed + counts, a2a + counts),
                     # the SMs the exchange holds cost compute only while compute runs beside it: its hidden part
                     "a2a_sm_share": where(o.all_to_all, sm_share_loss(problem, a2a - exposed, part.compute_s), 0.0),
-                    "tp_raw": tp, "cp_raw": cp, "a2a_raw": a2a + counts})
+                    "tp_raw": tp, "cp_raw": cp, "a2a_raw": a2a + counts, "count_gathers": counts})
     return out
 
 
@@ -577,7 +580,7 @@ def _layer_terms(per_kind: list[dict[str, Any]], counts: list[Any]) -> dict[str,
     """Compute and exposed per-layer communication of the stage's layers (counts[k] of kind k, `_kind_terms`
     per layer), one micro-batch."""
     out = dict.fromkeys(("compute", "tp_comm", "cp_comm", "all_to_all", "a2a_sm_share", "tp_raw", "cp_raw",
-                         "a2a_raw"), 0.0)
+                         "a2a_raw", "count_gathers"), 0.0)
     for n, exposed in zip(counts, per_kind):
         for k, v in exposed.items():
             out[k] = out[k] + n * v
