@@ -145,3 +145,36 @@ def test_dropping_without_padding_refuses_the_preprocess_graph(cli):
     assert code == 2 and err.count("\n") == 1 and "DtoH copies" in err, err
     code, _, err = cli("plan", *BASE, *scope, "--capacity-factor", "1.0", "--pad-to-capacity")
     assert code == 0, err
+
+
+@pytest.mark.parametrize("balancing, refused", [
+    (None, False), ("aux_loss", False), ("seq_aux_loss", False), ("global_aux_loss", False), ("none", False),
+    ("sinkhorn", True), (["aux_loss", "sinkhorn"], True), (["seq_aux_loss", "global_aux_loss"], False),
+])
+def test_a_capacity_factor_needs_an_aux_loss_balancing(balancing, refused):
+    """Megatron-Core (transformer_config.py L1836-1860 @ d98e8a64): with any capacity factor given, every load-
+    balancing type must be aux_loss, seq_aux_loss, global_aux_loss or none (nargs +: each entry of a list); the
+    default is aux_loss. A negative factor (dropless) is checked too: the check sits in the same branch."""
+    from btacalc.config.megatron_rules import violations
+
+    for factor in (1.0, -1.0):
+        args = {"num_experts": 8, "moe_router_topk": 2, "num_attention_heads": 8, "add_bias_linear": False,
+                "moe_expert_capacity_factor": factor}
+        if balancing is not None:
+            args["moe_router_load_balancing_type"] = balancing
+        names = [r.name for r in violations(args, {})]
+        assert ("capacity-factor-balancing" in names) == refused, (factor, names)
+    assert violations({"num_experts": 8, "moe_router_topk": 2, "num_attention_heads": 8, "add_bias_linear": False,
+                       "moe_router_load_balancing_type": "sinkhorn"}, {}) == []  # dropless: no rule
+
+
+def test_a_sinkhorn_launch_with_a_capacity_factor_is_refused_in_one_line(cli, tmp_path):
+    launch = tmp_path / "launch.sh"
+    code, _, err = cli("plan", *BASE[:-1], "--capacity-factor", "1.25", "--emit", "megatron", "-o", str(launch))
+    assert code == 0, err
+    launch.write_text(launch.read_text().replace("--moe-expert-capacity-factor 1.25",
+                                                 "--moe-expert-capacity-factor 1.25 --moe-router-load-balancing-type "
+                                                 "sinkhorn"))
+    code, out, err = cli("plan", "--from-megatron", str(launch), "--hw", "b200")
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert "transformer_config.py:1839" in err and "only works with the aux_loss" in err

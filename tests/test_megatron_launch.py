@@ -300,6 +300,9 @@ BROKEN = {
     # review35: transformer_config.py L2661-2669 (BASE's softmax router at Megatron's default top-k 2 passes) and
     # arguments.py L1095-1097 (BASE has no distributed optimizer)
     "top1-pre-softmax": ({"moe_router_topk": 1}, {}),
+    # transformer_config.py L1839-1860: token dropping only under the auxiliary-loss balancings (and none)
+    "capacity-factor-balancing": ({"moe_expert_capacity_factor": 1.0, "moe_router_load_balancing_type": "sinkhorn"},
+                                  {}),
     "fp8-param-gather-sharded": ({"fp8": "hybrid", "fp8_param_gather": True}, {}),
     # arguments.py L1697-1702 (since 168cb15)
     "te-cross-entropy": ({"cross_entropy_loss_fusion": True, "cross_entropy_fusion_impl": "te"}, {}),

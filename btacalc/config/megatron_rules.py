@@ -157,6 +157,16 @@ def _balancing(a: A) -> Any:
     return v[0] if isinstance(v, (list, tuple)) and len(v) == 1 else v
 
 
+# the load balancings Megatron-Core drops tokens under (TC L1839-1860)
+CAPACITY_BALANCINGS = frozenset({"aux_loss", "seq_aux_loss", "global_aux_loss", "none"})
+
+
+def _balancing_types(a: A) -> list[str]:
+    """Every --moe-router-load-balancing-type given (nargs +), Megatron's default aux_loss if none."""
+    v = a.get("moe_router_load_balancing_type") or "aux_loss"
+    return [str(t) for t in ([v] if isinstance(v, str) else v)]
+
+
 def _recompute_modules(a: A) -> list[str]:
     v = a.get("recompute_modules") or ["core_attn"]  # Megatron-LM's default module list
     return [str(m) for m in ([v] if isinstance(v, str) else v)]
@@ -472,6 +482,13 @@ RULES: tuple[Rule, ...] = (
          and _balancing(a) != "sinkhorn",
          lambda a, e: bool(a.get("moe_router_pre_softmax")), "top-1 routing with the softmax router needs "
          "--moe-router-pre-softmax"),
+    # token dropping is for the auxiliary-loss balancings (and none): a capacity factor, even a negative one (read as
+    # dropless just before, L1837-1838), with sinkhorn or another type is refused, every entry of a list checked
+    Rule("capacity-factor-balancing", f"{TC}:1839",
+         lambda a, e: _moe(a) and a.get("moe_expert_capacity_factor") is not None,
+         lambda a, e: all(t in CAPACITY_BALANCINGS for t in _balancing_types(a)),
+         "--moe-expert-capacity-factor only works with the aux_loss, seq_aux_loss, global_aux_loss or none load "
+         "balancing"),
     # review35: the low-precision parameters are all-gathered by the distributed optimizer or an FSDP
     Rule("fp8-param-gather-sharded", f"{ARGS}:1096", lambda a, e: bool(a.get("fp8_param_gather")),
          lambda a, e: bool(a.get("use_distributed_optimizer") or a.get("use_megatron_fsdp")
