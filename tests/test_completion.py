@@ -62,7 +62,11 @@ def _install_under_bash(home: Path):
     (lambda h: (h / ".bash_completions" / "btacalc.sh").mkdir(parents=True), "btacalc.sh is a folder"),
     (lambda h: (h / ".bashrc").write_bytes(b"\xff\xfe"), "cannot read"),
     (lambda h: (h / ".bashrc").mkdir(), ".bashrc is not a file"),
-    (lambda h: (h / ".bashrc").symlink_to(h / "nowhere"), ".bashrc is a link to nothing"),
+    (lambda h: (h / ".bashrc").symlink_to(h / "gone" / "bashrc"), "cannot create"),
+    # review23: a link to nothing on the script's path failed only after ~/.bashrc had been written
+    (lambda h: (h / ".bash_completions").symlink_to(h / "gone"), ".bash_completions is a link to nothing"),
+    (lambda h: ((h / ".bash_completions").mkdir(), (h / ".bash_completions" / "btacalc.sh").symlink_to(h / "gone" / "x")),
+     "btacalc.sh is a link to nothing"),
 ])
 def test_an_install_it_cannot_finish_writes_nothing(tmp_path, setup, says):
     """typer's bash installer (typer 0.29.2 install_bash) writes ~/.bashrc's `source` line first and then creates
@@ -89,3 +93,49 @@ def test_an_install_that_can_finish_still_installs(tmp_path):
     assert script.is_file() and "_BTACALC_COMPLETE" in script.read_text()
     rc = (tmp_path / ".bashrc").read_text()
     assert rc.startswith("alias ll='ls -l'\n") and f"source '{script}'" in rc
+
+
+def test_a_link_to_nothing_as_the_start_up_file_is_written_through(tmp_path):
+    """review23: typer's write_text follows a ~/.bashrc that links to a missing file in an existing folder (a
+    dotfiles checkout not yet made): that install can finish, so it is not refused."""
+    pytest.importorskip("shellingham")
+    (tmp_path / "dotfiles").mkdir()
+    (tmp_path / ".bashrc").symlink_to(tmp_path / "dotfiles" / "bashrc")
+    done = _install_under_bash(tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "source '" in (tmp_path / "dotfiles" / "bashrc").read_text()
+
+
+def test_an_install_that_fails_after_all_puts_every_file_back(tmp_path):
+    """Whatever the checks miss (a race, a full disk, a signal between typer's two writes): the start-up file gets
+    its bytes back, a script the install created is removed, and so are the folders it made while empty."""
+    from btacalc.cli.completion import restored_on_failure
+
+    rc, script = tmp_path / ".bashrc", tmp_path / ".bash_completions" / "btacalc.sh"
+    rc.write_bytes(b"alias ll='ls -l'\n")
+    with pytest.raises(OSError):
+        with restored_on_failure((rc, script)):
+            rc.write_text("alias ll='ls -l'\n\nsource 'x'\n")
+            script.parent.mkdir()
+            script.write_text("half a script")
+            raise OSError("disk full")
+    assert rc.read_bytes() == b"alias ll='ls -l'\n"
+    assert not script.exists() and not script.parent.exists()
+    with restored_on_failure((rc, script)):  # a success keeps what was written
+        rc.write_text("new")
+    assert rc.read_text() == "new"
+
+
+def test_a_failed_install_keeps_a_start_up_link_as_a_link(tmp_path):
+    """A ~/.bashrc that links to a file not yet made: the failed install removes the file it created behind the
+    link, never the link."""
+    from btacalc.cli.completion import restored_on_failure
+
+    (tmp_path / "dotfiles").mkdir()
+    rc = tmp_path / ".bashrc"
+    rc.symlink_to(tmp_path / "dotfiles" / "bashrc")
+    with pytest.raises(KeyboardInterrupt):
+        with restored_on_failure((rc,)):
+            rc.write_text("source 'x'\n")
+            raise KeyboardInterrupt
+    assert rc.is_symlink() and not (tmp_path / "dotfiles" / "bashrc").exists()

@@ -28,7 +28,7 @@ from ..paths import forget_inputs, guard_stderr, stderr_onto_input, stdout_onto_
 from . import cluster, info, measure, plan, validate, whatif
 from .helpwidth import keep_whole
 from .repeats import once
-from .completion import check_completion_shell
+from .completion import check_completion_shell, restored_on_failure
 from .console import ascii_fallback, err, guarded_stdout, open_streams, out, sanitize_environment, silence_stdout
 from .options import FLAGS, flag, with_flags
 from .signals import Stopped, handled, stopped_by
@@ -204,8 +204,9 @@ def _stopped_as_such(argv: Optional[list[str]]) -> int:
     the signal's `Stopped` into an error of its own) turned back into that `Stopped`: a stopped command says so. A
     failed clean-up (OSError, BtacalcError, DataError) is reported as itself."""
     try:
-        check_completion_shell(sys.argv[1:] if argv is None else list(argv))
-        return _run(argv)
+        installs = check_completion_shell(sys.argv[1:] if argv is None else list(argv))
+        with restored_on_failure(installs):
+            return _run(argv)
     except Exception as exc:
         stopped = stopped_by(exc)
         if stopped is not None:
