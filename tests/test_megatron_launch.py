@@ -303,6 +303,9 @@ BROKEN = {
     # transformer_config.py L1839-1860: token dropping only under the auxiliary-loss balancings (and none)
     "capacity-factor-balancing": ({"moe_expert_capacity_factor": 1.0, "moe_router_load_balancing_type": "sinkhorn"},
                                   {}),
+    # transformer_config.py L1828-1834: a list of balancing types needs a loss-coefficient list of its length
+    "aux-loss-coeff-length": ({"moe_router_load_balancing_type": ["aux_loss", "seq_aux_loss"],
+                               "moe_aux_loss_coeff": [0.01]}, {}),
     "fp8-param-gather-sharded": ({"fp8": "hybrid", "fp8_param_gather": True}, {}),
     # arguments.py L1697-1702 (since 168cb15)
     "te-cross-entropy": ({"cross_entropy_loss_fusion": True, "cross_entropy_fusion_impl": "te"}, {}),

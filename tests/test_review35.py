@@ -59,8 +59,8 @@ def test_the_rule_table_refuses_a_top1_softmax_launch():
     # nargs +: one type is read as its string (arguments.py L1661-1662), as the Megatron CI's sinkhorn toy gives it;
     # a list of several is compared whole (transformer_config.py L2665) and refused
     assert violations({**base, "moe_router_load_balancing_type": ["sinkhorn"]}, {}) == []
-    assert [r.name for r in violations({**base, "moe_router_load_balancing_type": ["sinkhorn", "aux_loss"]}, {})] == [
-        "top1-pre-softmax"]
+    assert [r.name for r in violations({**base, "moe_router_load_balancing_type": ["sinkhorn", "aux_loss"],
+                                        "moe_aux_loss_coeff": [0.0, 0.01]}, {})] == ["top1-pre-softmax"]
     assert violations({**base, "moe_router_topk": 2}, {}) == []
     assert violations({**base, "num_experts": 0}, {}) == []  # Megatron reads 0 experts as a dense model
 

@@ -157,6 +157,13 @@ def _balancing(a: A) -> Any:
     return v[0] if isinstance(v, (list, tuple)) and len(v) == 1 else v
 
 
+def _coefficients(a: A) -> int:
+    """How many --moe-aux-loss-coeff values TransformerConfig gets as a list (nargs +; a list of one becomes its
+    value, arguments.py L1663-1664, and a value is no list: 0)."""
+    v = a.get("moe_aux_loss_coeff")
+    return len(v) if isinstance(v, (list, tuple)) and len(v) > 1 else 0
+
+
 # the load balancings Megatron-Core drops tokens under (TC L1839-1860)
 CAPACITY_BALANCINGS = frozenset({"aux_loss", "seq_aux_loss", "global_aux_loss", "none"})
 
@@ -484,8 +491,13 @@ RULES: tuple[Rule, ...] = (
          "--moe-router-pre-softmax"),
     # token dropping is for the auxiliary-loss balancings (and none): a capacity factor, even a negative one (read as
     # dropless just before, L1837-1838), with sinkhorn or another type is refused, every entry of a list checked
+    # review23: several balancing types need as many loss coefficients (after arguments.py L1661-1664 turned a list of
+    # one into its value); checked before the capacity rule, as TransformerConfig checks it
+    Rule("aux-loss-coeff-length", f"{TC}:1829", lambda a, e: isinstance(_balancing(a), (list, tuple)),
+         lambda a, e: _coefficients(a) == len(_balancing(a)),
+         "several --moe-router-load-balancing-type values need an --moe-aux-loss-coeff list of the same length"),
     Rule("capacity-factor-balancing", f"{TC}:1839",
-         lambda a, e: _moe(a) and a.get("moe_expert_capacity_factor") is not None,
+         lambda a, e: a.get("moe_expert_capacity_factor") is not None,
          lambda a, e: all(t in CAPACITY_BALANCINGS for t in _balancing_types(a)),
          "--moe-expert-capacity-factor only works with the aux_loss, seq_aux_loss, global_aux_loss or none load "
          "balancing"),
