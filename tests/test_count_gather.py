@@ -98,8 +98,8 @@ def test_the_catalogue_entry_is_the_alltoall_dispatchers():
 
 
 def test_the_post_sync_gpu_time_leaves_the_count_gather_before_the_sync(monkeypatch):
-    """The dispatcher's device-to-host sync copies the gathered counts to the host (token_dispatcher.py L557-596:
-    the all-gather, then the copy the sync waits for), so the count all-gather is GPU work before the sync: the
+    """The dispatcher's device-to-host sync copies the gathered counts to the host (token_dispatcher.py L557-576,
+    the all-gather; L927-958, the copy the sync waits for), so the count all-gather is GPU work before the sync: the
     post-sync block's GPU time G_post (fixed.py, the two-block flow shop) is the post-sync phases' forward compute
     plus half of the exposed exchange *without* it. Derived: G_post = compute_post + (all_to_all - L x t_c + sm)/2,
     t_c the count all-gather's time per layer; and G_post is the same whatever t_c is."""

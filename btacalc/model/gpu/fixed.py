@@ -164,7 +164,8 @@ identical layers, the forward takes max(H_f, G_f, H_post + G_pre) and the launch
             counted before the sync, so H_post is a lower bound)
     G_post: their forward compute + half of the exposed exchange (its forward dispatch and combine); the
             alltoall dispatcher's count all-gather is left out of it: the sync copies its result to the host, so
-            it runs before the sync (token_dispatcher.py L557-596; docs/comm.md 'countgather')
+            it runs before the sync (token_dispatcher.py L557-576; the copy and the sync L927-958; docs/comm.md
+            'countgather')
 
 Syncs per layer, by dispatcher (dropless routing, `DISPATCHER_SYNCS`): one in the forward, none in the backward,
 for the all-to-all dispatcher (above), DeepEP (Megatron-LM @ d98e8a64 megatron/core/transformer/moe/fused_a2a.py

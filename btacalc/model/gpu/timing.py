@@ -354,7 +354,7 @@ def _launch(problem: Problem, stage: Part, outside: list[tuple[Part, Any]], term
         host, gpu, host_time(problem, *forward), gpu_forward_share(compute, backward, gpu),
         host_time(problem, *(getattr(stage, n + "_post") for n in names)),
         # after the sync: the post-sync phases' forward compute and the forward half of the exchange; the
-        # count all-gathers are not in it: the sync waits for their result (token_dispatcher.py L557-596)
+        # count all-gathers are not in it: the sync waits for their result (token_dispatcher.py L557-576, L927-958)
         stage.compute_post_s + (terms["all_to_all"] - count_gathers + terms["a2a_sm_share"]) / 2))
     synced_layers = (stage.expert_gemms > 0) & (dispatcher_syncs(problem).forward_per_layer > 0)
     return where(synced_layers, synced, launch_time(host, gpu)), host
