@@ -1153,6 +1153,11 @@ _NO_EFFECT: tuple[tuple[Any, str], ...] = (
          lambda run, layout: bool(layout.overlap.param_gather)),
         ("precision_aware_optimizer", "TransformerEngine's FusedAdam under Megatron-Core's distributed optimizer",
          lambda run, layout: run.precision_aware_optimizer))),
+    # hostile28: without virtual stages Megatron's schedule has no chunks to group (schedules.py L1160-1180 read
+    # it in the interleaved schedule only) and the plan's step was the same at any N, even one above M
+    (lambda run, layout, model, gpu: layout.microbatch_group is not None and layout.virtual_pipeline == 1,
+     "{microbatch_group} sets how many micro-batches the interleaved schedule runs each model chunk for: it needs "
+     "{virtual_pipeline} > 1 (without virtual stages Megatron's schedule does not use it)"),
 )
 
 

@@ -863,6 +863,8 @@ def _enc_pipeline(f: Fields) -> Args:
         out["num_virtual_stages_per_pipeline_rank"] = vp
     if vp > 1 and not f.get("overlap.p2p", True):
         out["overlap_p2p_comm"] = False
+    if vp > 1 and f.get("layout.microbatch_group") is not None:
+        out["microbatch_group_size_per_vp_stage"] = f["layout.microbatch_group"]
     split = f.get("layout.pipeline_split")  # btacalc.config.pipeline Placement.method
     if split in ("embedding_loss", "embedding"):
         out["account_for_embedding_in_pipeline_split"] = True
@@ -890,8 +892,11 @@ def _dec_pipeline(get: Get) -> Fields:
     vp = vp or 1
     split = {(True, True): "embedding_loss", (True, False): "embedding", (False, True): "loss"}.get((embedding, loss),
                                                                                                   "even")
+    # hostile28: the group is read with virtual stages only (Megatron's other schedules do not use it); without
+    # them a launch's value is left unread, so listed as ignored, not planned as a setting that changes nothing
+    group = _int(get("microbatch_group_size_per_vp_stage"), "microbatch_group_size_per_vp_stage") if vp > 1 else None
     return {"layout.pipeline_parallel": pp, "layout.virtual_pipeline": vp,
-            "layout.pipeline_split": split,
+            "layout.pipeline_split": split, "layout.microbatch_group": group,
             "overlap.p2p": truth(get("overlap_p2p_comm")) and vp > 1}
 
 
@@ -1435,7 +1440,6 @@ RUN_ROWS: tuple[Row, ...] = (
     switch("layout.nccl_ub", "nccl_ub"),
     same("layout.ddp_bucket_params", "ddp_bucket_size"),
     same("layout.ddp_num_buckets", "ddp_num_buckets"),
-    same("layout.microbatch_group", "microbatch_group_size_per_vp_stage"),
     switch("overlap.grad_reduce", "overlap_grad_reduce"),
     switch("overlap.param_gather", "overlap_param_gather"),
     switch("overlap.tp_comm", "tp_comm_overlap"),

@@ -109,9 +109,13 @@ def search_layouts(model: ModelSpec, hardware: HardwareProfile, request: Executi
         raise BtacalcError("{tokens_per_step} sets the global batch of a search that fixes none: {global_batch} "
                            "fixes it here")
     start = time.perf_counter()
-    # the split options apply per candidate (their PP and VP); the base resolves the rest
+    # the split options apply per candidate (their PP and VP); the base resolves the rest. hostile28: so does the
+    # interleaved schedule's micro-batch group when the search chooses VP (a VP 1 candidate's plan has none)
+    chosen_vp = request.virtual_pipeline is None
     base = resolve_execution(request.with_changes(limits=replace(request.limits, global_batch=None, micro_batch=None),
-                                                  micro_batches=None, stage_split=StageSplit()), model, hardware)
+                                                  micro_batches=None, stage_split=StageSplit(),
+                                                  microbatch_group=None if chosen_vp else request.microbatch_group),
+                             model, hardware)
     tokens = request.tokens_per_step or DEFAULT_TOKENS_PER_STEP
     n = request.limits.global_batch or max(tokens // base.run.seq_len, 1)
     candidates = list(_candidates(model, hardware, request, base, n))
@@ -167,6 +171,7 @@ def _candidates(model: ModelSpec, hardware: HardwareProfile, request: ExecutionR
             layout = replace(base.layout, tensor_parallel=tp, sequence_parallel=tp > 1, pipeline_parallel=pp,
                              virtual_pipeline=vp, context_parallel=cp, expert_parallel=ep, expert_tensor_parallel=etp,
                              micro_batches=n // (dp * mb), stage_split=request.stage_split,
+                             microbatch_group=request.microbatch_group,  # one for all: `_stack` takes the first's
                              overlap=replace(base.layout.overlap, p2p=_p2p(request, pp, vp)))
             try:
                 layout.validate(model, hardware, base.run.seq_len,
@@ -356,6 +361,7 @@ def _request_of(request: ExecutionRequest, row: LayoutRow, n: int) -> ExecutionR
         virtual_pipeline=row.virtual_pipeline, context_parallel=row.context_parallel,
         expert_parallel=row.expert_parallel, expert_tensor_parallel=row.expert_tensor_parallel,
         sequence_parallel=row.tensor_parallel > 1 or None, recompute=row.recompute, micro_batches=None,
+        microbatch_group=request.microbatch_group if row.virtual_pipeline > 1 else None,
         limits=replace(request.limits, global_batch=n, micro_batch=row.micro_batch))
 
 
