@@ -4,8 +4,14 @@ are refused; machine-readable output is the same whatever the terminal), each de
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
+
+from support import ROOT
 
 MOE_PP2 = ["plan", "--model", "qwen3-30b-a3b", "--hw", "b200", "--devices", "16", "--pp", "2", "--ep", "8",
            "--global-batch", "64", "--micro-batch", "1"]
@@ -53,3 +59,41 @@ def test_the_search_gives_the_group_to_its_interleaved_candidates(cli):
     assert code == 0, err
     code, out, err = cli(*search, "--vp", "1")
     assert code == 2 and err.count("\n") == 1 and "--microbatch-group-size" in err, err
+
+
+def _run(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """`python -m btacalc ARGS` from this checkout in `cwd`, with `env` added to the environment."""
+    full = {**os.environ, "PYTHONPATH": str(ROOT), **env}
+    return subprocess.run([sys.executable, "-m", "btacalc", *args], cwd=cwd, env=full, capture_output=True,
+                          timeout=300)
+
+
+@pytest.mark.parametrize("args", [
+    ["plan", "--model", "qwen3-30b-a3b", "--hw", "b200", "--devices", "8", "--name", "Modèle-π𝛑", "--json"],
+    ["plan", "--model", "qwen3-30b-a3b", "--hw", "b200", "--devices", "8", "--name", "Modèle", "--output", "-"],
+    ["compare", "--model", "qwen3-30b-a3b", "--hw", "b200", "--name", "Modèle", "--json", "--quiet"],
+    ["whatif", "--hw", "wse2", "--top-k", "1", "--fixed-active", "--target", "relative_to_dense=0.85",
+     "--solve-for", "sram_bytes", "--name", "Modèle", "--json"],
+], ids=["plan-json", "plan-output-dash", "compare", "whatif"])
+def test_json_on_a_stream_without_unicode_is_the_same_json(tmp_path, args):
+    """Under PYTHONIOENCODING=ascii (or a C locale) the JSON on standard output went through the stand-ins for a
+    reader: 'Modèle' became 'Mod?le' and '§3.2' '?3.2', silently other data than the --output file of the same run.
+    It is written with JSON's \\u escapes instead: ASCII bytes that parse to the same value."""
+    utf8 = _run(args, tmp_path, PYTHONIOENCODING="utf-8")
+    ascii_ = _run(args, tmp_path, PYTHONIOENCODING="ascii")
+    assert utf8.returncode == ascii_.returncode == 0, ascii_.stderr
+    assert ascii_.stdout.isascii() and ascii_.stdout.count(b"?") == utf8.stdout.count(b"?")
+    assert json.loads(ascii_.stdout) == json.loads(utf8.stdout)
+    assert "Modèle" in json.dumps(json.loads(ascii_.stdout), ensure_ascii=False)
+
+
+def test_hw_show_json_of_a_profile_with_unicode_is_the_same_json(tmp_path):
+    profile = tmp_path / "mine.toml"
+    profile.write_text((ROOT / "hardware_profiles" / "b200.toml").read_text(encoding="utf-8")
+                       .replace('display_name = "NVIDIA B200 (HGX, 1000 W)"', 'display_name = "Größe B200 — π"'),
+                       encoding="utf-8")
+    utf8 = _run(["hw", "show", "mine.toml", "--json"], tmp_path, PYTHONIOENCODING="utf-8")
+    ascii_ = _run(["hw", "show", "mine.toml", "--json"], tmp_path, PYTHONIOENCODING="ascii")
+    assert utf8.returncode == ascii_.returncode == 0, ascii_.stderr
+    assert ascii_.stdout.isascii() and json.loads(ascii_.stdout) == json.loads(utf8.stdout)
+    assert json.loads(ascii_.stdout)["display_name"] == "Größe B200 — π"

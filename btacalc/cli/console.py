@@ -238,6 +238,36 @@ def guarded_stdout(action: Any) -> None:
         raise BtacalcError(f"cannot write to standard output: {exc.strerror or exc}") from None
 
 
+class JsonText(str):
+    """JSON text: on a stream that cannot encode it, its non-ASCII characters are written as JSON's \\u escapes
+    (`write_stdout`), the same data, not the stand-ins or '?' of text for a reader (hostile28: `plan --json` under
+    PYTHONIOENCODING=ascii or a C locale wrote 'arXiv 2505.09388 ?3.2' for '§3.2', and a model named 'Modèle' as
+    'Mod?le', where the --output file of the same run held the characters)."""
+
+
+def json_escaped(text: str) -> str:
+    """`text` (JSON) with every non-ASCII character as a \\u escape (a surrogate pair above U+FFFF): the same JSON
+    value, since JSON's syntax is ASCII and such characters stand only inside its strings."""
+    def escape(ch: str) -> str:
+        code = ord(ch)
+        if code < 0x10000:
+            return f"\\u{code:04x}"
+        code -= 0x10000
+        return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+    return text if text.isascii() else "".join(ch if ch.isascii() else escape(ch) for ch in text)
+
+
+def _for_stream(data: str, stream: Any) -> str:
+    """`data` as `stream` can take it: JSON text the stream's encoding cannot encode gets \\u escapes."""
+    if not isinstance(data, JsonText) or data.isascii():
+        return data
+    try:
+        data.encode(getattr(stream, "encoding", None) or "ascii")
+        return data
+    except (UnicodeEncodeError, LookupError):
+        return json_escaped(data)
+
+
 def write_stdout(data: Union[str, bytes]) -> None:
     """Text or bytes on standard output (guarded)."""
     def write() -> None:
@@ -245,7 +275,7 @@ def write_stdout(data: Union[str, bytes]) -> None:
             sys.stdout.flush()
             sys.stdout.buffer.write(data)
         else:
-            sys.stdout.write(data)
+            sys.stdout.write(_for_stream(data, sys.stdout))
 
     guarded_stdout(write)
 

@@ -8,7 +8,7 @@ from typing import Any, Optional
 import typer
 
 from ..errors import BtacalcError
-from .console import guarded_stdout, out, print_stdout, write_stdout
+from .console import JsonText, guarded_stdout, out, print_stdout, write_stdout
 from .completion import complete_hardware, complete_model
 from .runfile import given_on_command_line
 from .options import RECOMPUTE_HELP, Accounting, AccountingOpt, Attention, CausalOpt, Loss, LossOpt, help_text, value
@@ -102,7 +102,7 @@ def _profile_json(name: str, profile: Any) -> str:
 
     spec = applying_family(profile, _builtin(name))
     shown = {**profile.model_dump(), "calibration_family": spec.model_dump() if spec else None}
-    return to_json(shown, indent=2).decode() + "\n"  # written as model_dump_json writes the profile
+    return JsonText(to_json(shown, indent=2).decode() + "\n")  # written as model_dump_json writes the profile
 
 
 def _profile(name: str) -> Any:
