@@ -364,7 +364,12 @@ class Layout:
         sequence parallelism (the overlap runs on the sequence-parallel all-gathers and reduce-scatters). The one
         reading of that condition (model/gpu/tp_overlap.py times it, model/gpu/precision.py's gathered transposes
         follow the paths it takes, the plan report's `tp_overlap_table` names the table only where it holds)."""
-        return bool(self.overlap.tp_comm and self.tensor_parallel > 1 and self.sequence_parallel)
+        # (a layout search's stacked layouts hold TP as an array, grouped so that this is one value for all: the
+        # search keys its evaluation by it, planning/search.py `_evaluate`)
+        tp = self.tensor_parallel
+        sizes = tp.tolist() if hasattr(tp, "tolist") else tp  # (a numpy array or scalar's Python value)
+        return bool(self.overlap.tp_comm and self.sequence_parallel
+                    and all(t > 1 for t in (sizes if isinstance(sizes, list) else [sizes])))
 
     @property
     def overlap_all_to_all(self) -> bool:

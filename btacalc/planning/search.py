@@ -271,7 +271,8 @@ def _evaluate(model: ModelSpec, hardware: HardwareProfile, base: Execution, cand
     # under a block recompute also per PP x VP, whose chunks decide which layers recompute (Problem.stored_layers)
     def key(c: _Candidate) -> tuple[Any, ...]:
         pipe = (c.layout.pipeline_parallel, c.layout.virtual_pipeline) if base.run.recompute_layers else ()
-        return (c.recompute, c.layout.overlap.all_to_all, *pipe)
+        # userbuffers: TE's TP overlap runs on a candidate's TP > 1 only (one value per stacked layout)
+        return (c.recompute, c.layout.overlap.all_to_all, c.layout.userbuffers, *pipe)
     for group_key in dict.fromkeys(key(c) for c in candidates):
         policy = group_key[0]
         group = [c for c in candidates if key(c) == group_key]

@@ -1,0 +1,38 @@
+"""review24 (D3): a layout search with tensor parallelism fixed and TransformerEngine's userbuffers overlap asked for
+(`--tp 2 --tp-comm-overlap --search`) stopped with an internal error (exit 3): the search stacks its candidates'
+layouts into one with array sizes, and `Layout.userbuffers` took the truth value of the TP array. The search now
+evaluates the candidates that run the overlap apart from those that do not (planning/search.py `_evaluate`), and
+its winner is timed as `plan` times that layout."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+
+@pytest.mark.parametrize("tp", ["2", "4"])
+def test_a_search_with_the_tp_overlap_times_its_winner_as_plan_does(cli, tp):
+    code, out, err = cli("plan", "--model", "llama-3-8b", "--hw", "h100", "--devices", "16", "--tp", tp,
+                         "--tp-comm-overlap", "--search", "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    best, first = d["best"], d["ranking"][0]
+    assert best["parallelism"]["overlaps"]["tp_comm"] is True
+    assert best["parallelism"]["tensor_parallel"] == first["tensor_parallel"] == int(tp)
+    assert best["throughput"]["step_time_s"] == pytest.approx(first["step_time_s"], rel=1e-9)
+    assert best["throughput"]["phase_share"]["tp_comm"] > 0
+
+
+def test_the_overlap_costs_what_plan_says_in_the_search_too(cli):
+    """The same layout planned with and without the overlap: the search's winner is the plan with it."""
+    args = ("--model", "llama-3-8b", "--hw", "h100", "--devices", "16", "--tp", "2")
+    code, out, err = cli("plan", *args, "--tp-comm-overlap", "--search", "--json")
+    assert code == 0, err
+    first = json.loads(out)["ranking"][0]
+    code, out, err = cli("plan", *args, "--tp-comm-overlap", "--cp", str(first["context_parallel"]),
+                         "--pp", str(first["pipeline_parallel"]), "--micro-batch", str(first["micro_batch"]),
+                         "--global-batch", str(first["micro_batch"] * first["micro_batches"] * first["data_parallel"]),
+                         "--json")
+    assert code in (0, 1), err
+    assert json.loads(out)["throughput"]["step_time_s"] == pytest.approx(first["step_time_s"], rel=1e-9)
