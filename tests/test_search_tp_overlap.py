@@ -36,3 +36,22 @@ def test_the_overlap_costs_what_plan_says_in_the_search_too(cli):
                          "--json")
     assert code in (0, 1), err
     assert json.loads(out)["throughput"]["step_time_s"] == pytest.approx(first["step_time_s"], rel=1e-9)
+
+
+def test_a_search_scores_its_candidates_with_the_overlap_asked_for(cli):
+    """`--tp-comm-overlap --search` without `--tp`: the search's base layout is resolved at TP 1, where Megatron-LM
+    drops the overlap, so every candidate was scored without it and the winner then planned with it (Llama 3 70B on
+    64 H100: ranked 61.53 s at TP 2, planned 59.47 s). Each candidate with TP > 1 now runs the overlap it was asked
+    for: the winner's score is its plan's step time, and no TP 1 candidate carries it."""
+    args = ("--model", "llama-3-70b", "--hw", "h100", "--devices", "64", "--search", "--json")
+    code, out, err = cli("plan", *args, "--tp-comm-overlap")
+    assert code == 0, err
+    d = json.loads(out)
+    best, first = d["best"], d["ranking"][0]
+    assert best["throughput"]["step_time_s"] == pytest.approx(first["step_time_s"], rel=1e-9)
+    assert best["parallelism"]["overlaps"]["tp_comm"] is (first["tensor_parallel"] > 1)
+    code, out, err = cli("plan", *args)
+    assert code == 0, err
+    without = json.loads(out)
+    assert without["best"]["parallelism"]["overlaps"]["tp_comm"] is False
+    assert first["step_time_s"] < without["ranking"][0]["step_time_s"]  # the overlap hides TP communication

@@ -145,6 +145,13 @@ def _p2p(request: ExecutionRequest, pp: int, vp: int) -> bool:
     return vp > 1 and (request.overlaps.p2p is not False or pp <= 2)
 
 
+def _tp_comm(request: ExecutionRequest, tp: int, base: bool) -> bool:
+    """A candidate's TP-comm overlap: the request's --tp-comm-overlap wherever the candidate has TP > 1 (Megatron-LM
+    drops it at TP 1, arguments.py; the base, resolved at TP 1, has dropped it, so a search scored every candidate
+    without it and then planned its winner with it)."""
+    return tp > 1 and bool(request.overlaps.tp_comm or base)
+
+
 def _candidates(model: ModelSpec, hardware: HardwareProfile, request: ExecutionRequest, base: Execution,
                 n: int) -> Iterator[_Candidate]:
     devices = request.devices
@@ -172,7 +179,8 @@ def _candidates(model: ModelSpec, hardware: HardwareProfile, request: ExecutionR
                              virtual_pipeline=vp, context_parallel=cp, expert_parallel=ep, expert_tensor_parallel=etp,
                              micro_batches=n // (dp * mb), stage_split=request.stage_split,
                              microbatch_group=request.microbatch_group,  # one for all: `_stack` takes the first's
-                             overlap=replace(base.layout.overlap, p2p=_p2p(request, pp, vp)))
+                             overlap=replace(base.layout.overlap, p2p=_p2p(request, pp, vp),
+                                             tp_comm=_tp_comm(request, tp, base.layout.overlap.tp_comm)))
             try:
                 layout.validate(model, hardware, base.run.seq_len,
                                 model.mtp_layers if base.run.multi_token_prediction else 0)
