@@ -161,3 +161,21 @@ def test_two_outputs_sent_to_the_null_device_do_not_collide(tmp_path):
                               cwd=tmp_path, timeout=120)
     assert done.returncode == 2 and "both write to standard output" in done.stderr, done.stderr
     assert shared.read_text() == ""
+
+
+def test_the_null_device_by_another_name_collides_with_nothing(tmp_path):
+    """The collision check knows the null device by its device number, as standard output's check does (one
+    helper, files._is_null_device), not by the path /dev/null: a character device node of the null device's number
+    under another name, given as both --csv and --output, discards both, as /dev/null itself does (hostile26)."""
+    import stat as st
+
+    null = os.stat(os.devnull)
+    node = tmp_path / "null2"
+    try:
+        os.mknod(node, 0o666 | st.S_IFCHR, null.st_rdev)
+    except OSError:
+        pytest.skip("no permission to make a device node here")
+    done = subprocess.run([sys.executable, "-m", "btacalc", "compare", "--model", "qwen3-30b-a3b", "--hw", "wse3,b200",
+                           "--csv", str(node), "-o", str(node)], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                          text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr

@@ -107,11 +107,19 @@ def _same_as_stdout(st: os.stat_result) -> bool:
 
 
 def _is_null_device(st: os.stat_result) -> bool:
+    """`st` is the null device, by whatever name it was reached (its device number, not its path)."""
     try:
         null = os.stat(os.devnull)
     except OSError:
         return False
     return stat.S_ISCHR(st.st_mode) and stat.S_ISCHR(null.st_mode) and st.st_rdev == null.st_rdev
+
+
+def _is_null_path(path: str) -> bool:
+    try:
+        return _is_null_device(os.stat(path))
+    except OSError:
+        return False
 
 
 def _through_fd_link(path: str) -> bool:
@@ -364,7 +372,7 @@ class Outputs:
         self.check_inputs()
         seen: dict[Any, str] = {}
         for flag, t in self.targets.items():
-            if t.kind == "stream" and os.path.realpath(t.path) == os.devnull:
+            if t.kind == "stream" and _is_null_path(t.path):
                 continue  # hostile26: `--csv /dev/null -o /dev/null` discards both; nothing there to collide
             key = t.path if t.kind != "file" else _identity(t.path)
             if key in seen:
