@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
+from ..errors import BtacalcError
 from ..paths import preset_names, profile_names  # the file names only: completion imports no model code
 
 
@@ -42,8 +43,6 @@ def check_completion_shell(args: list[str]) -> tuple[Path, ...]:
     sh not supported." and exited 1, the code of a plan that does not fit (hostile27). Only the options before the
     command are btacalc's own; the shell is the detected one (review22: the word after the flag is not a shell).
     Returns the files `--install-completion` will write (`restored_on_failure` keeps them), none otherwise."""
-    from ..errors import BtacalcError
-
     given = [a for a in _leading_options(args) if a in COMPLETION_OPTIONS]
     if not given or os.getenv("_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION"):
         return ()
@@ -75,8 +74,6 @@ def check_install_targets(shell: str, prog: str) -> tuple[Path, ...]:
     written: the start-up file a writable UTF-8 file, or absent (or a link to nothing) in a writable folder; every
     folder on the script's path a folder (not a link to nothing) or absent under a writable one; the script a
     writable file or absent. Bad input: one line, exit 2. Returns the files to keep (start-up file, script)."""
-    from ..errors import BtacalcError
-
     home = Path.home()
     rc, script = _INSTALL_TARGETS.get(shell, (None, None))
     problem = _startup_file_problem(home / rc) if rc else None

@@ -245,6 +245,11 @@ class JsonText(str):
     'Mod?le', where the --output file of the same run held the characters)."""
 
 
+def model_json(result: Any) -> JsonText:
+    """A report (a pydantic model) as the JSON text every command writes: indented by 2, one line end."""
+    return JsonText(result.model_dump_json(indent=2) + "\n")
+
+
 def json_escaped(text: str) -> str:
     """`text` (JSON) with every non-ASCII character as a \\u escape (a surrogate pair above U+FFFF): the same JSON
     value, since JSON's syntax is ASCII and such characters stand only inside its strings."""

@@ -7,7 +7,7 @@ from typing import Any, Optional
 import typer
 
 from ..errors import BtacalcError
-from .console import JsonText, print_stdout, write_stdout
+from .console import model_json, print_stdout, write_stdout
 from .options import Attention, ModelOpt, QuietOpt, help_text
 from .progress import progress
 from .runfile import given_on_command_line
@@ -49,7 +49,7 @@ def measure(
     check_shape(spec, batch, seq, tiles, attention.value, real_limit_gb * 1e9 if real else None)
     result = _measured(spec, batch, seq, tiles, attention.value, real, layer_kind, quiet)
     if as_json:
-        write_stdout(JsonText(result.model_dump_json(indent=2) + "\n"))
+        write_stdout(model_json(result))
         return 0
     print_stdout(_table(result, spec.name, batch, seq, tiles, attention.value, real))
     return 0

@@ -509,10 +509,10 @@ def emit_result(result: Any, as_json: bool, output: Optional[str], csv_path: Opt
                 renderable: Callable[[Any], Any], outs: Any = None) -> None:
     """The outputs of a table command: plot, CSV and JSON files, JSON on stdout, else the rich table.
     `outs`: the targets checked before the work (else checked now)."""
-    from .console import JsonText
+    from .console import model_json
 
     outs = outs if outs is not None else outputs(output, as_json, csv_path, plot_path)
-    text = JsonText(result.model_dump_json(indent=2) + "\n")
+    text = model_json(result)
     payloads: dict[str, Any] = {"--output": text, "--json": text}
     if plot_path:
         payloads["--plot"] = plot(result, plot_path)

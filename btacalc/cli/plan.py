@@ -14,7 +14,7 @@ import typer
 from .. import profiling
 from ..errors import BtacalcError
 from ..vocabulary import TORCH_LOSSES
-from .console import JsonText, err
+from .console import err, model_json
 from .options import (refuse_fsdp_only, with_flags, Accounting, AccountingOpt, Attention, AttentionKernelOpt, AttentionOpt, CausalOpt, CpOpt, DevicesOpt, Emit, EpOpt,
                       EtpOpt, ExpertFfnOpt, ExpertsOpt, FixedActiveOpt, EagerKernelsOpt, CpuOffloadOpt, MOMENT_BYTES, Moments, MomentsOpt, PrecisionAwareOpt, Optimizer, OptimizerOpt, FsdpOpt, FsdpImplOpt, GlobalBatchOpt,
                       GpusPerNodeOpt, Precision, PrecisionOpt,
@@ -370,7 +370,7 @@ def _reported(report: Any, problem: tuple[Any, Any, Any], printing: Printing) ->
         from ..planning.sensitivity import sensitivity as run_sensitivity
 
         report.sensitivity = run_sensitivity(*problem, printing.sensitivity)
-    text = JsonText(report.model_dump_json(indent=2) + "\n")
+    text = model_json(report)
 
     def table() -> Any:
         from ..output.tables import plan_renderable
@@ -539,7 +539,7 @@ def _search(spec: Any, profile: Any, request: Any, outs: Any, emit: Optional[str
         text = _emitted(result.best, emit, spec, profile)
         write_outputs(outs, {"--output": text, "--json": text}, None)
         return 0 if ok else 1
-    text = JsonText(result.model_dump_json(indent=2) + "\n")
+    text = model_json(result)
 
     def table() -> Any:
         from ..output.search_tables import search_renderable

@@ -10,7 +10,7 @@ from typing import Any, Optional
 import typer
 
 from ..errors import BtacalcError
-from .console import JsonText, write_stdout
+from .console import model_json, write_stdout
 from .options import OutputOpt, QuietOpt, help_text, outputs, write_outputs
 from .progress import progress
 
@@ -171,7 +171,7 @@ def _wafer_loo(as_json: bool, quiet: bool) -> int:
     with progress(leave_one_out_steps("wse", runs), "leaving each wafer model out", quiet) as advance:
         report = leave_one_out("wse", runs, progress=advance)
     if as_json:
-        write_stdout(JsonText(report.model_dump_json(indent=2) + "\n"))
+        write_stdout(model_json(report))
         return 0
     for fold in report.folds:
         if fold.skipped:

@@ -6,7 +6,7 @@ from typing import Any, Optional
 
 import typer
 
-from .console import JsonText, out
+from .console import model_json, out
 from .options import (refuse_fsdp_only, Accounting, AccountingOpt, Attention, AttentionOpt, CausalOpt, DevicesOpt, EpOpt, ExpertFfnOpt,
                       ExpertsOpt, FixedActiveOpt, GlobalBatchOpt, GpusPerNodeOpt, GradAccumOpt, HwOpt, Loss, LossOpt,
                       MaxGlobalBatchOpt, MaxTileBatchOpt, MemoryModelChoice, MemoryModelOpt, ModelOpt, NameOpt,
@@ -86,7 +86,7 @@ def whatif(
 
 def _written(result: Any, outs: Any) -> int:
     """The answer as JSON (--output, --json) or as a table; exit 0 when the target is reached, else 1."""
-    text = JsonText(result.model_dump_json(indent=2) + "\n")
+    text = model_json(result)
 
     def table() -> Any:
         from ..output.whatif_tables import whatif_renderable
