@@ -1045,9 +1045,9 @@ for extra, fragment in (("--recompute-layers 4", "needs --recompute full"),
 case("values", "plan", "-m", "llama-3-8b", "--hw", "wse3", "--recompute", "full", "--recompute-layers", "4",
      fragment="recomputing some layers and not others is Megatron's block method on a GPU")
 
-# fsdp2: PyTorch's FSDP as btacalc models it shards over every rank
-case("values", "plan", "-m", "llama-3-8b", "--hw", "h100", "--devices", "16", "--fsdp", "--fsdp-impl", "fsdp2", "--tp",
-     "2", fragment="--fsdp-impl fsdp2: btacalc models PyTorch's FSDP as 1-D data parallel")
+# fsdp2: PyTorch's FSDP as btacalc models it shards over every rank, or beside TP (no PP, CP or EP)
+case("values", "plan", "-m", "llama-3-8b", "--hw", "h100", "--devices", "16", "--fsdp", "--fsdp-impl", "fsdp2", "--pp",
+     "2", fragment="--fsdp-impl fsdp2: btacalc models PyTorch's FSDP as data parallel over every rank")
 
 # opsac: torchtitan's per-op checkpoint where its mm-order derivation does not hold, on a wafer, in a Megatron launch
 for extra, fragment in (("-m qwen3-30b-a3b --hw h100 --attention flash", "not the Llama block"),

@@ -64,10 +64,11 @@ def test_fsdp2_makes_one_collective_fewer_than_fsdp1_and_copies_fsdp1_does_not(c
     assert fsdp2["throughput"]["step_time_s"] > fsdp1["throughput"]["step_time_s"]
 
 
-def test_fsdp2_is_data_parallel_only_as_btacalc_models_it(cli):
+def test_fsdp2_is_data_parallel_or_beside_tp_only_as_btacalc_models_it(cli):
+    # (FSDP2 with TP, torchtitan's 2-D runs: tests/test_fsdp2_tp.py)
     code, out, err = cli("plan", "-m", "llama-3-8b", "--hw", "h100", "--devices", "16", "--fsdp", "--fsdp-impl",
-                         "fsdp2", "--tp", "2")
-    assert code == 2 and "--fsdp-impl fsdp2: btacalc models PyTorch's FSDP as 1-D data parallel" in err
+                         "fsdp2", "--pp", "2")
+    assert code == 2 and "--fsdp-impl fsdp2: btacalc models PyTorch's FSDP as data parallel over every rank" in err
     assert len(err.strip().splitlines()) == 1
 
 

@@ -105,7 +105,7 @@ def test_every_model_the_policy_accepts_has_a_share_for_each_layer_gemm():
 
 
 @pytest.mark.parametrize("extra, says", [
-    (["--tp", "2"], "1-D data parallel"),
+    (["--pp", "2"], "data parallel over every rank"),
     (["--attention-kernel", "triton-flash"], "not the output of --attention-kernel triton-flash"),
     (["--attention-kernel", "flash-attn-2-varlen"], "not the output of --attention-kernel flash-attn-2-varlen"),
     (["--attention-kernel", "cudnn-9-13"], "not the output of --attention-kernel cudnn-9-13"),
@@ -150,13 +150,14 @@ def test_not_on_a_wafer_and_not_in_a_megatron_launch(cli):
     assert code == 2 and "--recompute op is torchtitan's" in err
 
 
-def test_the_layout_search_keeps_tp_and_cp_at_one(cli):
+def test_the_layout_search_keeps_pp_and_cp_at_one(cli):
+    # (FSDP2 beside TP is torchtitan's 2-D run: tests/test_fsdp2_tp.py; PP and CP stay refused under PyTorch's FSDP)
     code, out, err = cli("plan", "-m", "llama-3-8b", "--hw", "h100", "--devices", "16", "--seq", "4096",
                          "--global-batch", "64", "--attention", "flash", "--fsdp", "--fsdp-impl", "fsdp2",
                          "--recompute", "op", "--search", "--json")
     assert code == 0, err
     rows = json.loads(out)["ranking"]
-    assert rows and all(r["tensor_parallel"] == 1 and r["context_parallel"] == 1 and r["recompute"] == "op"
+    assert rows and all(r["pipeline_parallel"] == 1 and r["context_parallel"] == 1 and r["recompute"] == "op"
                         for r in rows)
 
 

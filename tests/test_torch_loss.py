@@ -56,7 +56,7 @@ def test_the_loss_moves_thirty_six_bytes_per_logit(cli):
 
 @pytest.mark.parametrize("extra, says", [
     ([], "plans under PyTorch's FSDP"),  # review33: not inside Megatron's plans
-    (["--tp", "2", "--fsdp", "--fsdp-impl", "fsdp2"], "1-D data parallel"),
+    (["--tp", "2", "--fsdp", "--fsdp-impl", "fsdp2"], "loss-parallel cross-entropy"),  # torchtitan's TP runs
     (["--emit", "megatron"], "Megatron runs its own vocab-parallel one"),
 ])
 def test_refused_outside_a_pytorch_loop(cli, extra, says):

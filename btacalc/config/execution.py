@@ -364,12 +364,22 @@ class Layout:
         sequence parallelism (the overlap runs on the sequence-parallel all-gathers and reduce-scatters). The one
         reading of that condition (model/gpu/tp_overlap.py times it, model/gpu/precision.py's gathered transposes
         follow the paths it takes, the plan report's `tp_overlap_table` names the table only where it holds)."""
-        # (a layout search's stacked layouts hold TP as an array, grouped so that this is one value for all: the
-        # search keys its evaluation by it, planning/search.py `_evaluate`)
+        return bool(self.overlap.tp_comm and self.sequence_parallel and self._tp_above_one and not self.torch_fsdp)
+
+    @property
+    def async_tp(self) -> bool:
+        """Whether the layout runs torchtitan's async TP (`enable_async_tensor_parallel`: PyTorch's micro-pipelined
+        all-gather / reduce-scatter matmuls over SymmetricMemory): the TP-comm overlap on a PyTorch FSDP2 x TP plan
+        (model/gpu/tp_overlap.py times it; TransformerEngine's userbuffers, `userbuffers`, are not involved)."""
+        return bool(self.overlap.tp_comm and self.sequence_parallel and self._tp_above_one and self.torch_fsdp)
+
+    @property
+    def _tp_above_one(self) -> bool:
+        """Whether every TP size is above 1 (a layout search's stacked layouts hold TP as an array, grouped so that
+        this is one value for all: the search keys its evaluation by it, planning/search.py `_evaluate`)."""
         tp = self.tensor_parallel
         sizes = tp.tolist() if hasattr(tp, "tolist") else tp  # (a numpy array or scalar's Python value)
-        return bool(self.overlap.tp_comm and self.sequence_parallel
-                    and all(t > 1 for t in (sizes if isinstance(sizes, list) else [sizes])))
+        return all(t > 1 for t in (sizes if isinstance(sizes, list) else [sizes]))
 
     @property
     def overlap_all_to_all(self) -> bool:
@@ -487,11 +497,24 @@ class Layout:
             raise BtacalcError(f"{{fsdp_impl}} must be one of {', '.join(FSDP_IMPLS)}, got {self.fsdp_impl!r}")
         if not self.fsdp:
             raise BtacalcError(f"{{fsdp_impl}} {self.fsdp_impl} names whose FSDP shards the model: it needs {{fsdp}}")
-        if self.fsdp_impl in TORCH_FSDP_IMPLS and (self.model_parallel > 1 or self.expert_parallel > 1
-                                          or self.expert_tensor_parallel > 1):
-            raise BtacalcError(f"{{fsdp_impl}} {self.fsdp_impl}: btacalc models PyTorch's FSDP as 1-D data parallel "
-                               "over every rank (llm-foundry's FSDP1, torchtitan's FSDP2 1-D runs): no "
-                               "{tensor_parallel}, {pipeline_parallel}, {context_parallel} or {expert_parallel}")
+        if self.fsdp_impl not in TORCH_FSDP_IMPLS:
+            return
+        two_d = self.fsdp_impl == "fsdp2" and self.tensor_parallel > 1  # torchtitan's 2-D FSDP2 x TP (below)
+        others = self.model_parallel // (self.tensor_parallel if two_d else 1)  # PP·CP (·TP under FSDP1)
+        if others > 1 or self.expert_parallel > 1 or self.expert_tensor_parallel > 1:
+            raise BtacalcError(f"{{fsdp_impl}} {self.fsdp_impl}: btacalc models PyTorch's FSDP as data parallel over "
+                               "every rank (llm-foundry's FSDP1, torchtitan's FSDP2 1-D runs), or FSDP2 over the "
+                               "data-parallel ranks beside {tensor_parallel} (torchtitan's 2-D runs): no "
+                               "{pipeline_parallel}, {context_parallel} or {expert_parallel}, and FSDP1 "
+                               "({fsdp_impl} torch) no {tensor_parallel}")
+        if self.tp_overlap_cfg is not None:
+            raise BtacalcError(f"{{tp_overlap_cfg}} is TransformerEngine's userbuffers table: a PyTorch FSDP run "
+                               f"({{fsdp_impl}} {self.fsdp_impl}) has none (torchtitan's async TP, "
+                               "{tp_comm_overlap} with {tensor_parallel}, pipelines its own matmuls)")
+        if two_d and not self.sequence_parallel:
+            raise BtacalcError(f"{{fsdp_impl}} fsdp2 with {{tensor_parallel}} {self.tensor_parallel} is torchtitan's "
+                               "2-D run, whose TP plan shards the norms along the sequence (parallelize_llama.py "
+                               "apply_tp: SequenceParallel): it needs {sequence_parallel}")
 
     def sequence_multiple(self) -> int:
         """What every sequence length must be a multiple of (`_validate_model`): 2·CP load-balanced causal chunks
@@ -1145,8 +1168,9 @@ _NO_EFFECT: tuple[tuple[Any, str], ...] = (
         ("ddp_num_buckets", "Megatron DDP's gradient buckets", lambda run, layout: layout.ddp_num_buckets is not None),
         ("microbatch_group", "the interleaved pipeline's micro-batch group",
          lambda run, layout: layout.microbatch_group is not None),
+        # (with TP the overlap is torchtitan's async TP: Layout.async_tp)
         ("tp_comm_overlap", "TransformerEngine's userbuffers overlap of tensor parallelism",
-         lambda run, layout: layout.overlap.tp_comm),
+         lambda run, layout: layout.overlap.tp_comm and layout.tensor_parallel == 1),
         # review of review35: more options a PyTorch FSDP run has none of, planned as without them
         ("overlap_all_to_all", "Megatron-Core's expert-parallel all-to-all overlap",
          lambda run, layout: layout.overlap.all_to_all or layout.overlap.delay_wgrad or layout.overlap.early_attn_release),
@@ -1407,7 +1431,7 @@ _OP_REFUSALS: tuple[tuple[Any, str], ...] = (
      "_scaled_mm)"),
 )
 _OP_LAYOUT_REFUSAL = ("it needs PyTorch's own modules, which btacalc plans under PyTorch's FSDP ({fsdp} {fsdp_impl} "
-                      "fsdp2 or torch, 1-D) without CUDA graphs: TransformerEngine's linears and attention, which "
+                      "fsdp2 or torch, 1-D, or fsdp2 with {tensor_parallel}) without CUDA graphs: TransformerEngine's linears and attention, which "
                       "btacalc's other GPU plans run, are no aten ops the policy sees")
 
 
@@ -1433,6 +1457,11 @@ def check_torch_loss(run: RunOptions, layout: "Layout", gpu: bool) -> None:
         raise BtacalcError(f"{{loss}} {run.loss} is PyTorch's cross-entropy in a PyTorch training loop, which btacalc "
                            "plans under PyTorch's FSDP ({fsdp} {fsdp_impl} fsdp2 or torch, 1-D); Megatron's plans run its "
                            "own vocab-parallel cross-entropy")
+    if run.loss in TORCH_LOSSES and gpu and layout.tensor_parallel > 1:
+        raise BtacalcError(f"{{loss}} {run.loss} is PyTorch's cross-entropy on whole logits: torchtitan's tensor-"
+                           "parallel runs compute a loss-parallel cross-entropy on the vocabulary shards (parallel_dims.py "
+                           "loss_parallel_enabled; parallelize_llama.py L144-148 @ 820504e2, the output layer's Shard(-1) "
+                           "logits), planned as {loss} vocab_parallel")
 
 
 def check_op_recompute(run: RunOptions, layout: "Layout", model: "ModelSpec", gpu: bool) -> None:

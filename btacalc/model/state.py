@@ -97,7 +97,8 @@ def gathered_units_bytes(rates: dict[str, int], layer_params: Any, layout: Layou
 
 @dataclass(frozen=True)
 class TorchFsdp:
-    """(FSDP2 as torchtitan runs it, `--fsdp-impl fsdp2`, is planned with these buffers too: the same units and dtypes.)
+    """(FSDP2 as torchtitan runs it, `--fsdp-impl fsdp2`, is planned with these buffers too: the same units and dtypes;
+    beside TP, its units hold the device's DTensor shards, so every count here is per device: `stage_params`.)
     PyTorch FSDP1 (FULL_SHARD, limit_all_gathers, one FlatParameter per MPT block and one for the root
     module) with Composer's `mixed_precision: DEFAULT`, as llm-foundry @ 5e85bd62d runs it (torch 2.1.0,
     Composer 0.17.2: setup.py L50, L54). Its buffers differ from Megatron-FSDP's:

@@ -186,7 +186,7 @@ def _state_too_large(problem: Problem, mem: MemoryModel, fixed: int, solve: Solv
             extra = " --recompute full" if fit.run.recompute != problem.run.recompute else ""
             out.append(f"--devices {lay.devices} --ep {lay.expert_parallel} --zero {lay.zero_stage}{extra} fits one "
                        f"sequence per device (smallest power-of-two device count; EP = gcd(N, E))")
-        if problem.layout.devices > 1 and not problem.layout.torch_fsdp:  # review34: PyTorch's FSDP is 1-D here
+        if problem.layout.devices > 1 and not problem.layout.torch_fsdp:  # review34: the search is Megatron's
             out.append(f"--search finds the fastest Megatron layout that fits on --devices {problem.layout.devices}, if any "
                        "(pipeline and tensor parallelism split the state further)")
     return out

@@ -846,11 +846,13 @@ def _volumes(part: Part, phase: Phase, v: dict[str, Any], r: Rates) -> None:
     f = _volume_factors(phase, r)
     reruns = v["reruns"]
     if f.sequence_parallel:
-        # in: all-gather forward, reduce-scatter backward, the input gathered again for dW, re-run gather
+        # in: all-gather forward, reduce-scatter backward, the input gathered again for dW (Megatron's: sp_regather),
+        # re-run gather
         tp_in = (f.tp_in_gathers + reruns * f.all_gather) * f.gather_share + f.reduce_scatter
         # out: reduce-scatter forward (and re-run), the output gradient all-gathered backward
-        tp_out = f.tp_out_head + reruns * f.reduce_scatter
-        in_calls, out_calls = f.in_calls_head + reruns, 2 + reruns
+        out_reruns = reruns if r.rerun_scatters else 0  # (the op policy caches them: rates.py)
+        tp_out = f.tp_out_head + out_reruns * f.reduce_scatter
+        in_calls, out_calls = f.in_calls_head + reruns, 2 + out_reruns
     else:  # Shoeybi et al. 2019: f (identity forward, all-reduce backward) and g (all-reduce forward)
         tp_in = f.all_reduce
         tp_out = f.all_reduce * (1 + reruns)
@@ -907,9 +909,9 @@ class _VolumeFactors:
     all_gather: int
     reduce_scatter: int
     all_reduce: int
-    tp_in_gathers: int  # all_gather + sp_backward_regather x all_gather
+    tp_in_gathers: int  # all_gather + sp_regather x all_gather (rates.sp_regather)
     tp_out_head: Any  # reduce_scatter + all_gather x gather_share
-    in_calls_head: int  # 2 + sp_backward_regather
+    in_calls_head: int  # 2 + sp_regather
     cp_head: int  # 1 + cp_backward_exchange_factor
     a2a_head: int  # 1 + backward_exchange_factor
 
@@ -924,8 +926,8 @@ def _volume_factors(phase: Phase, r: Rates) -> _VolumeFactors:
     factors = _VolumeFactors(
         sequence_parallel=bool(r.sequence_parallel), gather_share=ag, all_gather=c.all_gather,
         reduce_scatter=c.reduce_scatter, all_reduce=c.all_reduce,
-        tp_in_gathers=c.all_gather + p.sp_backward_regather * c.all_gather,
-        tp_out_head=c.reduce_scatter + c.all_gather * ag, in_calls_head=2 + p.sp_backward_regather,
+        tp_in_gathers=c.all_gather + r.sp_regather * c.all_gather,
+        tp_out_head=c.reduce_scatter + c.all_gather * ag, in_calls_head=2 + r.sp_regather,
         cp_head=1 + p.cp_backward_exchange_factor, a2a_head=1 + p.backward_exchange_factor)
     r.plans[("volumes", phase.name)] = (phase, factors)
     return factors

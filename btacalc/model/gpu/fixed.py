@@ -224,7 +224,7 @@ rooflines (rows `router`, `dispatch`, `combine` of the breakdown).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ...catalogue.constants import constants
@@ -316,15 +316,34 @@ def fsdp2_copy_bytes(counts: "ParamCounts", bytes_per_element: int, reduce_bytes
     return gathered * 2 * bytes_per_element + counts.total * (bytes_per_element + reduce_bytes)
 
 
-def fsdp2_copy_s(problem: Problem) -> Any:
+def fsdp2_copy_s(problem: Problem, device: "tuple[Any, Any, Any] | None" = None) -> Any:
     """Per micro-batch: FSDP2's copies on the compute stream at the device's streaming bandwidth (fsdp2_copy_bytes);
-    0 under any other FSDP or without one (the parameter counts are taken only then: this runs on every stage)."""
+    0 under any other FSDP or without one (the parameter counts are taken only then: this runs on every stage).
+    `device`: (all, root unit, largest block) parameters on this device (`fsdp2_device_counts`), what FSDP2 gathers
+    and reduces beside tensor parallelism; with TP 1 the model's own counts are the device's."""
     lay = problem.layout
     if not (lay.torch_fsdp and lay.fsdp_impl == "fsdp2"):
         return 0.0
     hbm = problem.hardware.memory.streaming_bandwidth_bytes_per_s()
     counts = param_counts(problem)
-    return fsdp2_copy_bytes(counts, problem.run.bytes_per_element, problem.run.gradient_bytes) / hbm
+    beta, reduce_bytes = problem.run.bytes_per_element, problem.run.gradient_bytes
+    whole = fsdp2_copy_bytes(counts, beta, reduce_bytes)
+    if device is None:
+        return whole / hbm
+    # (TP may be an array of a search's layouts)
+    return where(lay.tensor_parallel > 1, fsdp2_copy_bytes(fsdp2_device_counts(counts, *device), beta, reduce_bytes),
+                 whole) / hbm
+
+
+def fsdp2_device_counts(counts: "ParamCounts", total: Any, root: Any, block: Any) -> "ParamCounts":
+    """The counts fsdp2_copy_bytes reads, per device under torchtitan's 2-D FSDP2 x TP: FSDP2's units hold DTensor
+    shards, so a device all-gathers over its data-parallel group and copies out its TP shard of each unit
+    (pytorch/torchtitan @ 820504e2 torchtitan/models/llama3/parallelize_llama.py L90-98: fully_shard over the dp
+    mesh after apply_tp, L344-367 the units). `total`: this device's parameters (TP-split weights / TP, replicated
+    norms whole); `root`: the root unit's, the embedding, final norm and output layer (L367, `fully_shard(model)`);
+    `block`: the largest block's. The root's final norm goes with the root here (with TP 1 with the blocks: the
+    model's non-embedding count has it)."""
+    return replace(counts, total=total, non_embedding=total - root, per_layer=block)
 
 
 def host_time(problem: Problem, kernels: Any, expert_gemms: Any = 0, module_calls: Any = 0, glue_ops: Any = 0) -> Any:

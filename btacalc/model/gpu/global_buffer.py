@@ -46,7 +46,8 @@ def global_buffer_bytes(problem: Problem, tile_batch: Any, seq_len: Any, has_lay
     # Megatron-Core's ColumnParallelLinear: every linear of a local stage with layers, the output layer anywhere
     # (bools or arrays over layouts: & and | hold for both, as timing.py combines its conditions)
     column = (has_layers | is_last) if local else is_last
-    gathering = (tp > 1) & lay.sequence_parallel & column
+    # torchtitan's DTensor plan (PyTorch FSDP2 with TP) gathers into ordinary tensors: no Megatron-Core buffer
+    gathering = (tp > 1) & lay.sequence_parallel & column & (not lay.torch_fsdp)
     n_g = lay.expert_model_parallel
     # review27: only a stage holding MoE layers dispatches (a stage of DeepSeek-V3's first dense layers held it)
     dispatch = where(has_moe & (n_g > 1), s * b / tp * n_g * model.hidden_size * beta, 0) \

@@ -14,6 +14,8 @@ from typing import Any, Optional
 import numpy as np
 
 from ...catalogue.terms import Gemm, Phase
+from ...catalogue.constants import constants
+from ...vocabulary import OP_POLICY
 from ...config.attention_kernels import attention_kernel
 from ..problem import Problem
 from ..steptime import compute_efficiency
@@ -71,6 +73,13 @@ class Rates:
     cuda_graph_scope: tuple[str, ...] = ()  # Layout.cuda_graph_scope (config/cuda_graphs.py)
     experts: Any = 0  # E, the model's routed experts (0: dense): the dispatcher's per-expert counts (Phase.count_gathers)
     dispatcher: str = "alltoall"  # Layout.dispatcher: the MoE token dispatcher whose exchange calls count (Phase.a2a_calls)
+    # all-gathers of a sequence-parallel column-parallel input again in the backward for dW (`sp_regather`)
+    sp_regather: int = 1
+    # whether a re-run repeats a row-parallel output's sequence-parallel reduce-scatter: not under torchtitan's per-op
+    # policy (--recompute op), whose save list has the functional reduce-scatter (pytorch/torchtitan @ 820504e2
+    # torchtitan/models/llama3/parallelize_llama.py L218-227: _c10d_functional.reduce_scatter_tensor), so its re-run
+    # takes the output from the cache; the all-gathers, not on the list, run again
+    rerun_scatters: bool = True
 
     def load(self, phase: Phase) -> Any:
         """The share of the mean a phase's work carries on the busiest rank: `imbalance` for the phases routed
@@ -138,7 +147,20 @@ def _device_rates(problem: Problem) -> Rates:
         cuda_graph_scope=lay.cuda_graph_scope,
         experts=problem.symbols.get("E", problem.model.num_experts),
         dispatcher=lay.dispatcher,
+        sp_regather=sp_regather(problem),
+        rerun_scatters=problem.run.recompute != OP_POLICY,
     )
+
+
+def sp_regather(problem: Problem) -> int:
+    """All-gathers of a sequence-parallel column-parallel linear's input in its backward, for the weight gradient:
+    Megatron-Core / TransformerEngine save only the rank's sequence shard and gather it again (formulas/constants.toml
+    `sp_backward_regather`); torchtitan's DTensor plan (PyTorch FSDP2 with TP, `--fsdp-impl fsdp2`) none. Its
+    PrepareModuleInput redistributes the block's Shard(1) input to Replicate before the ColwiseParallel linears
+    (pytorch/torchtitan @ 820504e2 torchtitan/models/llama3/parallelize_llama.py L181-184, L190-193), and autograd
+    saves the gathered tensor the local mm read (re-run with it under the checkpoint), so the backward only
+    reduce-scatters the input gradient (the redistribute's backward)."""
+    return 0 if problem.layout.torch_fsdp else constants().passes.sp_backward_regather
 
 
 def gemm_output_bytes(problem: Problem) -> tuple[float, float, float]:

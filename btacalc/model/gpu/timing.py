@@ -390,7 +390,7 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
              "dp_sm_share": dp_sm_share_loss(problem, dp.per_micro_batch - per_mb, PER_MICRO_BATCH_KIND),
              "tiling": layers * tiles * tile_overhead_s(problem),
              "wgrad_accumulate": wgrad_accumulate_s(problem, dense + expert),
-             "fsdp2_copies": fsdp2_copy_s(problem)}
+             "fsdp2_copies": fsdp2_copy_s(problem, _fsdp2_units(problem, counts, kinds, (dense, first, last)))}
     terms["launch"], host = _launch(problem, stage, outside, terms, (compute, backward, count_gathers))
     host = where(exists, host, 0.0)
     chunks = _ChunkSync.of(problem, micro_batches,
@@ -404,6 +404,21 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
                        where(exists, casts, 0.0))
     return _Stage(terms, raw, _Sync(where(exists, sync.at_end, 0.0), where(exists, sync.at_start, 0.0)),
                   sync_raw, fixed, host)
+
+
+def _fsdp2_units(problem: Problem, counts: list[Any], kinds: list[tuple[Any, Part]],
+                 held: tuple[Any, Part, Part]) -> Optional[tuple[Any, Any, Any]]:
+    """(all, root unit, largest block) parameters per device of a PyTorch FSDP2 plan with TP (one stage: validated),
+    for its copies (fixed.fsdp2_device_counts): the stage's dense parameters, the parts outside the layers (the
+    root's embedding, final norm and output layer) and the largest layer kind's; None otherwise."""
+    lay = problem.layout
+    if not (lay.torch_fsdp and lay.fsdp_impl == "fsdp2"):
+        return None
+    dense, first, last = held
+    block: Any = 0
+    for n, (_, p) in zip(counts, kinds):
+        block = maximum(block, where(n > 0, p.dense_params, 0))
+    return dense, first.dense_params + last.dense_params, block
 
 
 @dataclass(frozen=True)

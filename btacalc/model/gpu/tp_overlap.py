@@ -69,18 +69,45 @@ def userbuffers_timed(layout: Layout) -> bool:
 
 
 def layer_overlap_s(problem: Problem, tp_gemm_s: dict[str, Any], tp_bytes: Any, tp_calls: Any) -> Any:
-    """The userbuffers overlap's cost over one layer's GEMM passes (`part.Part.tp_gemm_s`) for one micro-batch:
-    the sum of `overlap_cost` over the table's GEMMs the layer has; 0 where the layout runs no userbuffers overlap
-    (`userbuffers_timed`) or the layer has no TP collective."""
+    """The TP overlap's cost over one layer's GEMM passes (`part.Part.tp_gemm_s`) for one micro-batch: the sum of
+    `overlap_cost` over the table's GEMMs the layer has (TE's userbuffers table, or under torchtitan's async TP
+    `ASYNC_TP_OVERLAPS`, whose unfused collectives, `ASYNC_TP_UNFUSED`, each add the collective's whole time); 0 where
+    the layout runs no such overlap (`userbuffers_timed`, `Layout.async_tp`) or the layer has no TP collective."""
     lay = problem.layout
-    if not tp_gemm_s or not userbuffers_timed(lay):
+    if not tp_gemm_s or not (userbuffers_timed(lay) or lay.async_tp):
         return 0.0
     calls = where(tp_calls > 0, tp_calls, 1)
     comm = tensor_parallel_time(problem, tp_bytes / calls, 1)
     sms = int(problem.hardware.chip.cores.value)
     total: Any = 0.0
-    for o in lay.tp_overlap_cfg or ub_overlaps():
+    table = ASYNC_TP_OVERLAPS if lay.async_tp else lay.tp_overlap_cfg or ub_overlaps()
+    for o in table:
         gemm_s = tp_gemm_s.get(f"{o.family}_{o.gemm_pass}")
         if gemm_s is not None:
             total = total + overlap_cost(o, gemm_s, comm, sms, lay.tensor_parallel)
+    if lay.async_tp:
+        total = total + comm * sum(1 for name in ASYNC_TP_UNFUSED if name in tp_gemm_s)
     return where(tp_calls > 0, total, 0.0)
+
+
+_ASYNC_TP_SOURCE = ("torchtitan's async TP: pytorch/torchtitan @ 820504e2 torchtitan/models/llama3/parallelize_llama.py "
+                    "L205-209 (torch._inductor.config._micro_pipeline_tp, enable_symm_mem_for_group); PyTorch's "
+                    "micro-pipeline TP pass (torch/_inductor/fx_passes/micro_pipeline_tp.py fuse_all_gather_matmul, "
+                    "fuse_matmul_reduce_scatter: an all-gather feeding mms, an mm feeding a reduce-scatter) and its "
+                    "ops (torch/distributed/_symmetric_memory/__init__.py _pipelined_multi_all_gather_and_consume, "
+                    "_pipelined_produce_and_all2all: per-rank chunks copied peer to peer while the matmul runs on "
+                    "the chunks already there)")
+
+# The passes the micro-pipeline pass fuses, each timed as a ring exchange (the module docstring's max(G, c + G/TP),
+# copies peer to peer with no SM margin): the forward all-gathers before W_qkv and W_gate_up (one gathered input,
+# several mms: fused_all_gather_matmul takes a list of B), the forward reduce-scatters after W_o and W_down (an mm's
+# output), and the backward all-gathers of their output gradients before the data-gradient mm.
+ASYNC_TP_OVERLAPS = tuple(UbOverlap(name=f"{family}_{gemm_pass}", family=family, gemm_pass=gemm_pass,
+                                    method="ring_exchange", num_sm=0, num_splits=0, set_sm_margin=False,
+                                    source=_ASYNC_TP_SOURCE)
+                          for family, gemm_pass in (("qkv", "fprop"), ("fc1", "fprop"), ("proj", "fprop"),
+                                                    ("fc2", "fprop"), ("proj", "dgrad"), ("fc2", "dgrad")))
+# The backward reduce-scatters of the column-parallel inputs' gradients are not fused: their input is the sum of
+# several data-gradient mms (wq + wk + wv, w1 + w3), not one mm's output (`_find_producer_matmul` matches an mm or a
+# reshape of one), so they run as plain collectives on the critical path, whole
+ASYNC_TP_UNFUSED = ("qkv_dgrad", "fc1_dgrad")
