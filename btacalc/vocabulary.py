@@ -127,6 +127,12 @@ FEATURES: dict[str, tuple[Any, ...]] = {
     # sequence parallelism (Korthikanti et al. 2022 §4.2.2): the tensors of `tp = "sequence"` terms are
     # split over the tensor-parallel ranks too
     "sequence_parallel": (True, False),
+    # tensor parallelism as DTensor's TP plan runs it beside PyTorch FSDP2 (torchtitan's 2-D runs, TP > 1), not as
+    # Megatron-Core and TransformerEngine do: a column-parallel linear keeps the whole gathered input autograd saves
+    # for its matmul (`tp = "column_input"` terms; PrepareModuleInput hands it a Replicate tensor, parallelize_llama.py
+    # L181-184, L190-193 @ 820504e2) where Megatron keeps the rank's sequence shard and gathers it again; and the op
+    # policy's cache holds the row-parallel linears' reduce-scatter outputs (L218-227)
+    "dtensor_tp": (True, False),
     # gradient buffer: fp32 main gradients (Megatron-LM's default with --bf16) or the parameter dtype
     "main_grads": ("fp32", "param"),
     # Adam's two moments: fp32 (Megatron-LM's default) or bf16 (--use-precision-aware-optimizer with
@@ -150,8 +156,10 @@ FEATURES: dict[str, tuple[Any, ...]] = {
 # divided by the divisor): `split` always (heads, FFN columns, vocabulary shards: /t); `sequence` only with
 # sequence parallelism (norm inputs, dropout masks, the residual stream: /t with SP, else replicated);
 # `replicated` never (norm weights, the router, the full input a column-parallel matmul all-gathers);
-# `gathered`: routed token copies after the expert-tensor-parallel all-gather, t_e/t of the full count.
-TP_CLASSES = ("split", "sequence", "replicated", "gathered")
+# `gathered`: routed token copies after the expert-tensor-parallel all-gather, t_e/t of the full count;
+# `column_input`: the stored input of a column-parallel linear, a `sequence` tensor where the linear keeps the rank's
+# shard (Megatron-Core, TransformerEngine) and `replicated` where it keeps the gathered input (feature dtensor_tp).
+TP_CLASSES = ("split", "sequence", "replicated", "gathered", "column_input")
 
 # Quantities written in the catalogue files.
 BASE_QUANTITIES = (

@@ -827,10 +827,12 @@ for extra in (["--overlap-a2a"], ["--deepep"], ["--allgather-dispatcher"]):
 # review34: Megatron-LM options under PyTorch's FSDP (torchtitan, llm-foundry have none) changed numbers or nothing
 for extra in (["--nccl-ub"], ["--no-gradient-accumulation-fusion"], ["--cpu-offloading-num-layers", "4"],
               ["--cuda-graph-scope", "attn,mlp"], ["--ddp-bucket-size", "1"], ["--ddp-num-buckets", "4"],
-              ["--microbatch-group-size", "2"], ["--tp-comm-overlap"], ["--overlap-grad-reduce"],
-              ["--precision-aware-optimizer"]):
+              ["--microbatch-group-size", "2"], ["--overlap-grad-reduce"], ["--precision-aware-optimizer"]):
     case("values", "plan", "--model", "llama-3-8b", "--hw", "h100-96gb", "--devices", "8", "--fsdp", "--fsdp-impl",
          "fsdp2", "--loss", "torch_fp32", *extra, fragment=f"{extra[0]} is a Megatron-LM option")
+# review24: at TP 1 the TP overlap of a PyTorch FSDP plan is torchtitan's async TP, which needs FSDP2 and TP > 1
+case("values", "plan", "--model", "llama-3-8b", "--hw", "h100-96gb", "--devices", "8", "--fsdp", "--fsdp-impl",
+     "fsdp2", "--loss", "torch_fp32", "--tp-comm-overlap", fragment="it needs --fsdp-impl fsdp2 and --tp > 1")
 # review34: a recipe field one level up (beside the run's fields) was carried through unread, and the run planned
 # without it (a torchtitan row's checkpoint_early_stop moved its error from +1.8% to -4.1%, exit 0)
 for key, value in (("checkpoint_early_stop", True), ("torch_cross_entropy", True), ("eager_kernels", True)):

@@ -147,8 +147,8 @@ def test_the_async_tp_table_is_ring_exchange_without_sm_margins():
 
 
 @pytest.mark.parametrize("extra, says", [
-    (("--fsdp-impl", "fsdp2", "--pp", "2"), "no --pp, --cp or --ep"),
-    (("--fsdp-impl", "fsdp2", "--cp", "2"), "no --pp, --cp or --ep"),
+    (("--fsdp-impl", "fsdp2", "--pp", "2"), "no --pp, --cp, --ep or --etp"),
+    (("--fsdp-impl", "fsdp2", "--cp", "2"), "no --pp, --cp, --ep or --etp"),
     (("--fsdp-impl", "torch"), "FSDP1 (--fsdp-impl torch) no --tp"),
     (("--fsdp-impl", "fsdp2", "--no-sequence-parallel"), "it needs --sequence-parallel"),
     (("--fsdp-impl", "fsdp2", "--loss", "torch_fp32"), "loss-parallel cross-entropy"),
@@ -159,10 +159,99 @@ def test_what_stays_refused(cli, extra, says):
     assert len(err.strip().splitlines()) == 1
 
 
-def test_tp_comm_overlap_without_tp_stays_refused_under_pytorch_fsdp(cli):
+@pytest.mark.parametrize("impl, search", [("fsdp2", ()), ("fsdp2", ("--search",)), ("torch", ())])
+def test_tp_comm_overlap_without_tp_stays_refused_under_pytorch_fsdp(cli, impl, search):
+    # review24: the refusal names async TP and what it needs, not "a PyTorch FSDP run has none"
     code, out, err = cli("plan", "-m", "llama-3-8b", "--hw", "h100", "--devices", "8", "--fsdp", "--fsdp-impl",
-                         "fsdp2", "--tp-comm-overlap")
-    assert code == 2 and "TransformerEngine's userbuffers overlap" in err
+                         impl, "--tp-comm-overlap", *search)
+    assert code == 2 and "torchtitan's async TP" in err and "--fsdp-impl fsdp2 and --tp > 1" in err, err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_an_moe_model_beside_tp_is_refused_naming_its_experts(cli):
+    # review24: the implicit ETP = TP tripped "no --pp, --cp or --ep", options the user never gave
+    code, out, err = cli("plan", "-m", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16", "--fsdp", "--fsdp-impl",
+                         "fsdp2", "--tp", "2")
+    assert code == 2 and "experts" in err and "1-D FSDP2" in err, err
+    assert len(err.strip().splitlines()) == 1
+
+
+def _memory(cli, impl: str, recompute: str, micro: int) -> dict:
+    code, out, err = cli("plan", "-m", "llama-3-8b", "--hw", "h100-96gb", "--devices", str(DEVICES), "--tp", str(TP),
+                         "--seq", str(SEQ), "--global-batch", str(DP * micro), "--micro-batch", str(micro), "--fsdp",
+                         "--fsdp-impl", impl, "--recompute", recompute, "--json")
+    assert code == 0, err
+    return json.loads(out)["memory_bytes"]
+
+
+@pytest.mark.parametrize("recompute, micro", [("none", 2), ("full", MICRO)])
+def test_the_column_parallel_linears_keep_their_whole_gathered_input(cli, recompute, micro):
+    """review24 (D1): DTensor's PrepareModuleInput hands wq/wk/wv and w1/w3 the Replicate (gathered) norm output, and
+    the output layer's ColwiseParallel gathers the final norm's (input_layouts Shard(1)); mm saves that input for dW.
+    Megatron-Core / TE save the rank's sequence shard, s b h / TP. So per layer FSDP2 x TP keeps two tensors of
+    s b h (TP - 1)/TP bf16 bytes more, and the head one more. Without recomputation all of it is stored; under full
+    recomputation the head's is stored (kept outside the checkpoint) and the layer's two are rebuilt in the one-layer
+    re-run. Megatron-FSDP at the same layout is the reference (its activations are Megatron's)."""
+    ours, megatron = (_memory(cli, impl, recompute, micro) for impl in ("fsdp2", "megatron"))
+    more = SEQ * micro * H * 2 * (TP - 1) // TP  # one gathered bf16 input beyond its shard
+    if recompute == "none":
+        assert ours["stored_activations"] - megatron["stored_activations"] == (2 * L + 1) * more
+        assert ours["recompute_buffer"] == megatron["recompute_buffer"] == 0
+    else:
+        assert ours["stored_activations"] - megatron["stored_activations"] == more
+        assert ours["recompute_buffer"] - megatron["recompute_buffer"] == 2 * more
+
+
+@pytest.mark.parametrize("policy", ["none", "full", "selective", "op"])
+def test_a_column_input_is_a_sequence_tensor_with_the_shard_and_whole_with_the_gathered_input(policy):
+    """The catalogue class per term: the QKV input, the MLP's first linear input and the output layer's input are
+    stored (or rebuilt in a re-run, torchtitan's op policy among them: it saves no gather) at s b h / t with
+    sequence parallelism where the linear keeps its shard, at s b h where it keeps the gathered input or without
+    sequence parallelism."""
+    from btacalc.catalogue.selection import Selection
+    from btacalc.catalogue.symbols import SYMBOLS
+    from btacalc.config.execution import RunOptions
+    from btacalc.config.presets import resolve_model
+
+    feats = {**resolve_model("llama-3-8b").features(), **RunOptions(recompute=policy).features(),
+             "master": "fp32"}
+    t = SYMBOLS["t"]
+    found = []
+    for sp_on in (True, False):
+        for dtensor in (False, True):
+            sel = Selection.make({**feats, "sequence_parallel": sp_on, "dtensor_tp": dtensor}, policy)
+            for phase in sel.phases():
+                for term in phase.terms:
+                    if term.q == "stored" and phase.tp_class(term) == "column_input" and term.applies(sel.feature_dict):
+                        whole = sel.term_expression(term)
+                        expected = whole / t if (sp_on and not dtensor) else whole
+                        assert sel.per_device(phase, term) == expected
+                        found.append(phase.name)
+    assert set(found) == {"qkv_proj", "mlp", "lm_head"}, set(found)
+
+
+def test_a_search_with_pytorch_cross_entropy_ranks_only_what_plan_runs(cli):
+    """review24 (D2): PyTorch's cross-entropy on whole logits is planned at TP 1 only (check_torch_loss); the search
+    ranked TP 2 and 4 layouts, and on Llama 3 70B chose one, whose plan then refused the loss (exit 2)."""
+    base = ("plan", "--hw", "h100", "--devices", "16", "--seq", "4096", "--global-batch", "64", "--fsdp", "--fsdp-impl",
+            "fsdp2", "--loss", "torch_fp32", "--search")
+    code, out, err = cli(*base, "-m", "llama-3-8b", "--json")
+    assert code == 0, err
+    assert {r["tensor_parallel"] for r in json.loads(out)["ranking"]} == {1}
+    code, out, err = cli(*base, "-m", "llama-3-70b")
+    assert code == 1, err  # nothing fits at TP 1, as before the 2-D build
+
+
+def test_a_search_at_a_given_tp_with_async_tp_times_the_winner_as_plan_does(cli):
+    # review24 (D3): the search keys its evaluation by the async-TP overlap as by TE's userbuffers
+    base = ("plan", "-m", "llama-3-8b", "--hw", "h100", "--devices", "16", "--seq", "4096", "--global-batch", "64",
+            "--fsdp", "--fsdp-impl", "fsdp2", "--tp", "2", "--tp-comm-overlap", "--json")
+    code, out, err = cli(*base, "--search")
+    assert code == 0, err
+    best = json.loads(out)["ranking"][0]
+    code, out, err = cli(*base, "--micro-batch", str(best["micro_batch"]), "--recompute", best["recompute"])
+    assert code == 0, err
+    assert json.loads(out)["throughput"]["step_time_s"] == pytest.approx(best["step_time_s"], rel=1e-9)
 
 
 def test_a_layout_search_times_an_fsdp2_tp_layout_as_its_plan_does(cli):
@@ -184,3 +273,63 @@ def test_a_layout_search_times_an_fsdp2_tp_layout_as_its_plan_does(cli):
     assert th["phase_share"]["fsdp2_copies"] * th["step_time_s"] == pytest.approx(row["time_s"]["fsdp2_copies"],
                                                                                   rel=1e-9)
     assert plan["memory_bytes"]["total"] == row["memory_bytes"]
+
+
+def test_the_op_policy_keeps_the_row_parallel_reduce_scatter_outputs():
+    """review25 (E2): torchtitan's op policy MUST_SAVEs every op on its save list, the functional reduce-scatter among
+    them (parallelize_llama.py L218-227, L255-268 @ 820504e2), and wo and w2 end in one each (RowwiseParallel with
+    Shard(1) outputs, L188, L195). Their outputs, s b h / t each, stay in the cache to the backward: per layer the op
+    policy under DTensor TP stores 2 beta s G b h / t more than the same selection with Megatron's TP, and the
+    column-parallel inputs it does not keep add nothing (the re-run rebuilds them: `recompute_bytes`)."""
+    import sympy as sp
+
+    from btacalc.catalogue.selection import Selection
+    from btacalc.catalogue.symbols import SYMBOLS
+    from btacalc.config.execution import RunOptions
+    from btacalc.config.presets import resolve_model
+
+    feats = {**resolve_model("llama-3-8b").features(), **RunOptions(recompute="op", attention="flash").features(),
+             "master": "fp32", "sequence_parallel": True}
+
+    def layer_stored(dtensor: bool) -> "sp.Expr":
+        sel = Selection.make({**feats, "dtensor_tp": dtensor}, "op")
+        return sp.Add(*[sel.expression(p, "stored") for p in sel.phases() if p.scope == "layer"])
+
+    beta, s, G, b, h, t = (SYMBOLS[k] for k in ("beta", "s", "G", "b", "h", "t"))
+    assert sp.simplify(layer_stored(True) - layer_stored(False) - 2 * beta * s * G * b * h / t) == 0
+
+
+def test_the_op_policy_plan_at_tp_8_stores_the_two_scatter_outputs_per_layer(cli):
+    # the benchmark's 8B per-op layout: 2 x 8192 x 12 x 4096 x 2 B / 8 x 32 layers = 6.44 GB, which e7f414a5 left out
+    code, out, err = cli("plan", "-m", "llama-3-8b", "--hw", "h100-96gb", "--devices", str(DEVICES), "--tp", str(TP),
+                         "--seq", str(SEQ), "--global-batch", str(DP * MICRO), "--micro-batch", str(MICRO), "--fsdp",
+                         "--fsdp-impl", "fsdp2", "--recompute", "op", "--attention", "flash", "--json")
+    assert code == 0, err
+    stored = {p["name"]: p["stored_activation_bytes"] for p in json.loads(out)["phases"]}
+    shard = SEQ * MICRO * H * 2 // TP  # s b h / t in bf16: one scatter output
+    # the output projection: SDPA's output O (a d_v = h, split by heads) from the cache, and W_O's scatter output
+    assert stored["attn_out_proj"] == shard + shard
+    # the MLP: w1's output (f / t per token), w2's whole partial output (h per token on every rank, the policy keeps
+    # the mm's output), and w2's scatter output
+    assert stored["mlp"] == SEQ * MICRO * F * 2 // TP + SEQ * MICRO * H * 2 + shard
+
+
+@pytest.mark.parametrize("precision", ["mxfp8", "fp8-blockwise", "nvfp4", "fp8"])
+def test_recipes_torchtitan_gathers_in_16_bits_are_refused_beside_tp(cli, precision):
+    # review25 (Q2): torchtitan casts before the gather only under tensorwise float8 (L56-65); the rest gather and
+    # keep the bf16 input, where btacalc's recipes would gather and keep TransformerEngine's quantised one
+    code, out, err = cli("plan", "-m", "llama-3-8b", "--hw", "b200", "--devices", "16", "--tp", "2", "--fsdp",
+                         "--fsdp-impl", "fsdp2", "--precision", precision)
+    assert code == 2 and "tensorwise" in err and len(err.strip().splitlines()) == 1, err
+    code, out, err = cli("plan", "-m", "llama-3-8b", "--hw", "b200", "--devices", "16", "--seq", "4096",
+                         "--global-batch", "64", "--fsdp", "--fsdp-impl", "fsdp2", "--precision", precision, "--search",
+                         "--json")
+    assert code == 0, err
+    assert {r["tensor_parallel"] for r in json.loads(out)["ranking"]} == {1}
+
+
+def test_an_moe_model_beside_tp_under_fsdp1_gets_fsdp1s_message(cli):
+    # review25 (N1): the experts message is FSDP2's; FSDP1 has no TP at all
+    code, out, err = cli("plan", "-m", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16", "--fsdp", "--fsdp-impl",
+                         "torch", "--tp", "2")
+    assert code == 2 and "FSDP1 (--fsdp-impl torch) no --tp" in err, err

@@ -77,7 +77,7 @@ def _llama_features() -> dict:
     spec = load_preset("llama-3-8b")
     hw = resolve_hardware("a100-80gb")
     ex = resolve_execution(TORCHTITAN.with_changes(devices=8), spec, hw)
-    return {**spec.features(), **ex.run.features(), "sequence_parallel": False, "master": "fp32"}
+    return {**spec.features(), **ex.run.features(), "sequence_parallel": False, "master": "fp32", "dtensor_tp": False}
 
 
 def test_every_model_the_policy_accepts_has_a_share_for_each_layer_gemm():
@@ -96,7 +96,7 @@ def test_every_model_the_policy_accepts_has_a_share_for_each_layer_gemm():
         except BtacalcError:
             continue
         accepted.append(name)
-        features = {**spec.features(), **ex.run.features(), "sequence_parallel": False, "master": "fp32"}
+        features = {**spec.features(), **ex.run.features(), "sequence_parallel": False, "master": "fp32", "dtensor_tp": False}
         for phase in load_catalogue():
             if phase.scope == "layer" and phase.applies(features) and not phase.core:
                 missing = [g.name for g in phase.gemm if g.applies(features) and g.op_recompute is None]

@@ -3,7 +3,9 @@ policy; their sums per phase and quantity are the formulas btacalc evaluates.
 
 Per device: each term is divided by what tensor parallelism splits it by (its `tp` class, vocabulary
 TP_CLASSES): a `split` term by t, a `sequence` term by t under sequence parallelism, a `gathered` term
-(routed copies after the expert-tensor-parallel all-gather) by t/t_e. With t = t_e = 1 every formula is
+(routed copies after the expert-tensor-parallel all-gather) by t/t_e, a `column_input` term (a column-parallel
+linear's saved input) as a `sequence` one where the linear keeps its shard and whole where it keeps the gathered input
+(feature dtensor_tp). With t = t_e = 1 every formula is
 the whole layer's (Korthikanti et al. 2022 eq. 1); with t > 1 the stored bytes reduce to his eq. 2
 (no sequence parallelism) and eq. 4 (with it) (tests/test_symbolic.py).
 
@@ -103,7 +105,10 @@ class Selection:
         expr = self.term_expression(term)
         cls = phase.tp_class(term)
         t, t_e = SYMBOLS["t"], SYMBOLS["t_e"]
-        if cls == "split" or (cls == "sequence" and self.feature_dict["sequence_parallel"]):
+        sharded = self.feature_dict["sequence_parallel"]
+        if cls == "column_input":  # the linear's saved input: the shard, or the whole gathered tensor (DTensor TP)
+            sharded = sharded and not self.feature_dict["dtensor_tp"]
+        if cls == "split" or (cls in ("sequence", "column_input") and sharded):
             return expr / t
         if cls == "gathered":
             return expr * t_e / t

@@ -364,19 +364,20 @@ class Layout:
         sequence parallelism (the overlap runs on the sequence-parallel all-gathers and reduce-scatters). The one
         reading of that condition (model/gpu/tp_overlap.py times it, model/gpu/precision.py's gathered transposes
         follow the paths it takes, the plan report's `tp_overlap_table` names the table only where it holds)."""
-        return bool(self.overlap.tp_comm and self.sequence_parallel and self._tp_above_one and not self.torch_fsdp)
+        return bool(self.overlap.tp_comm and self.sequence_parallel and self.every_tp_above_one and not self.torch_fsdp)
 
     @property
     def async_tp(self) -> bool:
         """Whether the layout runs torchtitan's async TP (`enable_async_tensor_parallel`: PyTorch's micro-pipelined
         all-gather / reduce-scatter matmuls over SymmetricMemory): the TP-comm overlap on a PyTorch FSDP2 x TP plan
         (model/gpu/tp_overlap.py times it; TransformerEngine's userbuffers, `userbuffers`, are not involved)."""
-        return bool(self.overlap.tp_comm and self.sequence_parallel and self._tp_above_one and self.torch_fsdp)
+        return bool(self.overlap.tp_comm and self.sequence_parallel and self.every_tp_above_one and self.torch_fsdp)
 
     @property
-    def _tp_above_one(self) -> bool:
+    def every_tp_above_one(self) -> bool:
         """Whether every TP size is above 1 (a layout search's stacked layouts hold TP as an array, grouped so that
-        this is one value for all: the search keys its evaluation by it, planning/search.py `_evaluate`)."""
+        this is one value for all: the search keys its evaluation by it, planning/search.py `_evaluate`; a mixed
+        stack, which the search does not build where it matters, gives False)."""
         tp = self.tensor_parallel
         sizes = tp.tolist() if hasattr(tp, "tolist") else tp  # (a numpy array or scalar's Python value)
         return all(t > 1 for t in (sizes if isinstance(sizes, list) else [sizes]))
@@ -454,6 +455,7 @@ class Layout:
         if self.devices > 1 and not profile.multi_device:
             links = "SwarmX numbers (system.swarmx_*)" if profile.family == "wse" else "scale-up/scale-out bandwidth"
             raise BtacalcError(f"{profile.name} has no {links} in its profile: {{devices}} needs them")
+        self._validate_torch_tp(model)
         self._validate_grids()
         self._validate_dispatcher(profile)
         self._validate_nccl_ub(profile)
@@ -463,6 +465,16 @@ class Layout:
             raise BtacalcError(f"{{cuda_graph_scope}} is Megatron's CUDA graphs on GPUs: {profile.name} is not a GPU")
         self._validate_model(model, seq_len)
         self._validate_pipeline(model.num_layers, mtp_layers)
+
+    def _validate_torch_tp(self, model: "ModelSpec") -> None:
+        """review24: PyTorch FSDP2 beside TP is planned as torchtitan's dense 2-D Llama runs (`_validate_fsdp_impl`);
+        an MoE model's experts under DTensor TP (torchtitan's own expert and expert-tensor parallelism) are not
+        modelled, and the message says so before the grid's implicit ETP = TP would name an option not given."""
+        if self.fsdp_impl == "fsdp2" and self.fsdp and model.is_moe and self.every_tp_above_one:
+            raise BtacalcError(f"{{fsdp_impl}} {self.fsdp_impl} with {{tensor_parallel}} {self.tensor_parallel}: btacalc "
+                               f"plans PyTorch FSDP2 beside TP for dense models (torchtitan's 2-D Llama runs); "
+                               f"{model.name}'s experts under torchtitan's expert or expert-tensor parallelism are not "
+                               "modelled: plan it without {tensor_parallel} (1-D FSDP2) or under Megatron")
 
     def _validate_grids(self) -> None:
         tp, pp, cp = self.tensor_parallel, self.pipeline_parallel, self.context_parallel
@@ -505,7 +517,8 @@ class Layout:
             raise BtacalcError(f"{{fsdp_impl}} {self.fsdp_impl}: btacalc models PyTorch's FSDP as data parallel over "
                                "every rank (llm-foundry's FSDP1, torchtitan's FSDP2 1-D runs), or FSDP2 over the "
                                "data-parallel ranks beside {tensor_parallel} (torchtitan's 2-D runs): no "
-                               "{pipeline_parallel}, {context_parallel} or {expert_parallel}, and FSDP1 "
+                               "{pipeline_parallel}, {context_parallel}, {expert_parallel} or "
+                               "{expert_tensor_parallel}, and FSDP1 "
                                "({fsdp_impl} torch) no {tensor_parallel}")
         if self.tp_overlap_cfg is not None:
             raise BtacalcError(f"{{tp_overlap_cfg}} is TransformerEngine's userbuffers table: a PyTorch FSDP run "
@@ -1168,9 +1181,6 @@ _NO_EFFECT: tuple[tuple[Any, str], ...] = (
         ("ddp_num_buckets", "Megatron DDP's gradient buckets", lambda run, layout: layout.ddp_num_buckets is not None),
         ("microbatch_group", "the interleaved pipeline's micro-batch group",
          lambda run, layout: layout.microbatch_group is not None),
-        # (with TP the overlap is torchtitan's async TP: Layout.async_tp)
-        ("tp_comm_overlap", "TransformerEngine's userbuffers overlap of tensor parallelism",
-         lambda run, layout: layout.overlap.tp_comm and layout.tensor_parallel == 1),
         # review of review35: more options a PyTorch FSDP run has none of, planned as without them
         ("overlap_all_to_all", "Megatron-Core's expert-parallel all-to-all overlap",
          lambda run, layout: layout.overlap.all_to_all or layout.overlap.delay_wgrad or layout.overlap.early_attn_release),
@@ -1182,6 +1192,13 @@ _NO_EFFECT: tuple[tuple[Any, str], ...] = (
          lambda run, layout: bool(layout.overlap.param_gather)),
         ("precision_aware_optimizer", "TransformerEngine's FusedAdam under Megatron-Core's distributed optimizer",
          lambda run, layout: run.precision_aware_optimizer))),
+    # review24: at TP 1 a PyTorch FSDP2 run has no tensor-parallel collective for async TP to overlap (torchtitan
+    # applies enable_async_tensor_parallel under parallel_dims.tp_enabled only, parallelize_llama.py L49-73, L205-209
+    # @ 820504e2)
+    # (FSDP1 has no TP at all, `Layout._validate_fsdp_impl`; with FSDP2 at TP > 1 it is Layout.async_tp)
+    (lambda run, layout, model, gpu: layout.torch_fsdp and layout.overlap.tp_comm and not layout.every_tp_above_one,
+     "{tp_comm_overlap} on a PyTorch FSDP plan is torchtitan's async TP, which overlaps the tensor-parallel "
+     "collectives with their matmuls: it needs {fsdp_impl} fsdp2 and {tensor_parallel} > 1"),
     # hostile28: without virtual stages Megatron's schedule has no chunks to group (schedules.py L1160-1180 read
     # it in the interleaved schedule only) and the plan's step was the same at any N, even one above M
     (lambda run, layout, model, gpu: layout.microbatch_group is not None and layout.virtual_pipeline == 1,
@@ -1255,6 +1272,7 @@ def _resolve(request: ExecutionRequest, model: "ModelSpec", profile: "HardwarePr
     check_activation_offload(run, model, layout, gpu)
     check_op_recompute(run, layout, model, gpu)
     check_torch_loss(run, layout, gpu)
+    check_dtensor_precision(run, layout)
     check_nvfp4_master_shards(run, layout)
     check_eager_context_parallel(run, layout, gpu)
     refusal = graph_recompute_refusal(recompute, layout.cuda_graph_scope, model)
@@ -1462,6 +1480,24 @@ def check_torch_loss(run: RunOptions, layout: "Layout", gpu: bool) -> None:
                            "parallel runs compute a loss-parallel cross-entropy on the vocabulary shards (parallel_dims.py "
                            "loss_parallel_enabled; parallelize_llama.py L144-148 @ 820504e2, the output layer's Shard(-1) "
                            "logits), planned as {loss} vocab_parallel")
+
+
+# the precisions whose sequence-parallel gathers and saved inputs the FSDP2 x TP plan models: 16-bit, and float8
+# tensorwise (fp8-current), which torchtitan casts before the gather (Float8 TP); its other recipes use regular TP,
+# gathering and saving the 16-bit input (parallelize_llama.py L56-65 @ 820504e2), where btacalc's recipes gather
+# and keep TransformerEngine's quantised input
+DTENSOR_TP_PRECISIONS = ("bf16", "fp16", "fp8-current")
+
+
+def check_dtensor_precision(run: RunOptions, layout: "Layout") -> None:
+    """review25: PyTorch FSDP2 beside TP (DTensor's TP plan) only in the precisions torchtitan's TP plan runs as
+    btacalc counts it (DTENSOR_TP_PRECISIONS)."""
+    if layout.torch_fsdp and layout.tensor_parallel > 1 and run.precision not in DTENSOR_TP_PRECISIONS:
+        raise BtacalcError(f"{{precision}} {run.precision} with {{fsdp_impl}} fsdp2 and {{tensor_parallel}} "
+                           f"{layout.tensor_parallel}: torchtitan's TP gathers a float8 input only under tensorwise "
+                           "scaling (fp8-current); its other recipes gather and keep the 16-bit input "
+                           "(parallelize_llama.py L56-65 @ 820504e2), which btacalc does not model: use "
+                           f"{'/'.join(DTENSOR_TP_PRECISIONS)}, or plan without {{tensor_parallel}}")
 
 
 def check_op_recompute(run: RunOptions, layout: "Layout", model: "ModelSpec", gpu: bool) -> None:

@@ -195,7 +195,8 @@ class Problem:
         return self.run.memory_model
 
     def features(self) -> dict[str, Any]:
-        """The run's features (`RunOptions.features`) with the layout's: sequence parallelism, and where the
+        """The run's features (`RunOptions.features`) with the layout's: sequence parallelism, what a column-parallel
+        linear keeps of its input under it, and where the
         optimizer keeps its master weights (RunOptions.param_remainders on a GPU, not under Megatron-FSDP, whose own
         main weights Megatron-Core keeps apart from FusedAdam: optimizer/__init__.py L578-581 @ d98e8a64; and only
         with the distributed optimizer, ZeRO >= 1 (review28): without it Float16OptimizerWithFloat16Params hands the
@@ -205,7 +206,10 @@ class Problem:
         gpu = self.hardware.family == "gpu"
         distributed = lay.zero_stage >= 1 and not lay.fsdp
         master = "remainders" if self.run.param_remainders and distributed and gpu else "fp32"
-        return {**self.run.features(), "sequence_parallel": lay.sequence_parallel, "master": master}
+        # PyTorch FSDP2's TP is DTensor's (vocabulary dtensor_tp; a search evaluates TP 1 and TP > 1 apart under
+        # PyTorch's FSDP, planning/search.py `_evaluate`, so this is one value for a stacked layout)
+        return {**self.run.features(), "sequence_parallel": lay.sequence_parallel, "master": master,
+                "dtensor_tp": lay.torch_fsdp and lay.every_tp_above_one}
 
     @cached_property
     def kinds(self) -> tuple[tuple[LayerKind, CompiledSelection], ...]:

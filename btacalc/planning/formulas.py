@@ -51,7 +51,8 @@ def formula_listing(phase: Optional[str], quantity: Optional[str], model: Option
         raise BtacalcError("{sequence_parallel} splits a tensor-parallel layer; torchtitan's op policy and PyTorch's "
                            "cross-entropy are planned under PyTorch's 1-D FSDP, without tensor parallelism")
     feats = {**spec.features(), **run.features(), "sequence_parallel": sequence_parallel,
-             "master": "remainders" if run.param_remainders else "fp32"}  # (Problem.features, without a layout)
+             "master": "remainders" if run.param_remainders else "fp32",  # (Problem.features, without a layout:
+             "dtensor_tp": False}  # Megatron's; the listing's sequence_parallel is Megatron's, above)
     sel = Selection.make(feats, run.recompute)
     listing["selection"] = {"model": spec.name, "recompute": run.recompute, **feats}
     applies = [p.name for p in sel.phases()]

@@ -28,7 +28,8 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from ..config.execution import (DEFAULT_TOKENS_PER_STEP, BatchLimits, Execution, ExecutionRequest, Layout,
-                                check_eager_context_parallel, resolve_execution, recompute_refusal)
+                                check_dtensor_precision, check_eager_context_parallel, check_torch_loss,
+                                resolve_execution, recompute_refusal)
 from ..config.megatron_rules import a2a_refusal
 from ..config.hardware import HardwareProfile
 from ..config.model import ModelSpec
@@ -186,6 +187,9 @@ def _candidates(model: ModelSpec, hardware: HardwareProfile, request: ExecutionR
                                 model.mtp_layers if base.run.multi_token_prediction else 0)
                 # review of review35: the search chose CP with eager attention, which its own plan then refused
                 check_eager_context_parallel(base.run, layout, hardware.family == "gpu")
+                # review24: PyTorch's cross-entropy only at TP 1, as plan refuses it beside tensor parallelism
+                check_torch_loss(base.run, layout, hardware.family == "gpu")
+                check_dtensor_precision(base.run, layout)
             except BtacalcError:
                 continue
             for policy in policies:
@@ -279,8 +283,10 @@ def _evaluate(model: ModelSpec, hardware: HardwareProfile, base: Execution, cand
     # under a block recompute also per PP x VP, whose chunks decide which layers recompute (Problem.stored_layers)
     def key(c: _Candidate) -> tuple[Any, ...]:
         pipe = (c.layout.pipeline_parallel, c.layout.virtual_pipeline) if base.run.recompute_layers else ()
-        # userbuffers: TE's TP overlap runs on a candidate's TP > 1 only (one value per stacked layout)
-        return (c.recompute, c.layout.overlap.all_to_all, c.layout.userbuffers, *pipe)
+        # userbuffers, async TP: the TP overlap runs on a candidate's TP > 1 only (one value per stacked layout)
+        # and under PyTorch's FSDP TP 1 apart from TP > 1, DTensor's TP plan (Problem.features dtensor_tp)
+        dtensor = c.layout.torch_fsdp and c.layout.tensor_parallel > 1
+        return (c.recompute, c.layout.overlap.all_to_all, c.layout.userbuffers, c.layout.async_tp, dtensor, *pipe)
     for group_key in dict.fromkeys(key(c) for c in candidates):
         policy = group_key[0]
         group = [c for c in candidates if key(c) == group_key]
