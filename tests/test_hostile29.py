@@ -1,0 +1,62 @@
+"""hostile29: a launch's round trip, empty and slash-ended path options, and the precision-aware optimizer's wording
+without the distributed optimizer, each defect found as a test."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+FLAG_LINE = re.compile(r"^\s+--")
+
+
+def _flag_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if FLAG_LINE.match(line)]
+
+
+def _round_trip(cli, tmp_path, first: list[str], devices: str, edit=lambda text: text) -> tuple[str, str]:
+    """The launch `first` emits (after `edit`), and what `--from-megatron` of it emits again."""
+    a, b = tmp_path / "a.sh", tmp_path / "b.sh"
+    code, out, err = cli("plan", *first, "--hw", "h100", "-n", devices, "--emit", "megatron", "-o", str(a))
+    assert code == 0, err
+    a.write_text(edit(a.read_text()))
+    code, out, err = cli("plan", "--hw", "h100", "-n", devices, "--from-megatron", str(a), "--emit", "megatron",
+                         "-o", str(b))
+    assert code == 0, err
+    return a.read_text(), b.read_text()
+
+
+@pytest.mark.parametrize("model,layout", [("llama-3-8b", ["--tp", "2"]), ("nemotron4-15b", ["--tp", "8"]),
+                                          ("deepseek-v3", ["--tp", "2", "--pp", "16", "--ep", "64", "--etp", "1"])])
+def test_a_launchs_round_trip_keeps_its_flags(cli, tmp_path, model, layout):
+    """llama-3-8b's source gives no initializer_range: the launch leaves --init-method-std out (Megatron's default,
+    said in a comment); read back, the second emit wrote --init-method-std 0.02 and dropped the comment. A model that
+    states one (DeepSeek-V3's 0.006, Nemotron-4's 0.0134) keeps it explicit."""
+    devices = "1024" if model == "deepseek-v3" else "8"
+    a, b = _round_trip(cli, tmp_path, ["-m", model, *layout], devices)
+    assert _flag_lines(a) == _flag_lines(b)
+    assert [line for line in a.splitlines() if "initializer_range" in line] == \
+        [line.replace(f"{model} (from a.sh)", model) for line in b.splitlines() if "initializer_range" in line]
+    assert any("--init-method-std" in line for line in _flag_lines(a)) == (model != "llama-3-8b")
+
+
+def test_an_explicit_default_init_std_stays_explicit(cli, tmp_path):
+    """A launch that passes --init-method-std 0.02 (Megatron's default) keeps it, and states no missing value."""
+    def add(text: str) -> str:
+        return text.replace("    --norm-epsilon 1e-05 \\\n", "    --norm-epsilon 1e-05 \\\n    --init-method-std 0.02 \\\n")
+    a, b = _round_trip(cli, tmp_path, ["-m", "llama-3-8b", "--tp", "2"], "8", add)
+    assert "    --init-method-std 0.02 \\" in a.splitlines()
+    assert _flag_lines(a) == _flag_lines(b)
+    assert "initializer_range" not in b
+
+
+def test_a_launch_without_the_presets_init_std_trains_megatrons_and_is_said(cli, tmp_path):
+    """DeepSeek-V3's preset states 0.006: a launch of its shape without --init-method-std trains Megatron's 0.02, which
+    the read keeps (and says), so the second emit states it."""
+    def drop(text: str) -> str:
+        return "".join(line for line in text.splitlines(keepends=True) if "--init-method-std" not in line)
+    a, b = _round_trip(cli, tmp_path, ["-m", "deepseek-v3", "--tp", "2", "--pp", "16", "--ep", "64", "--etp", "1"],
+                       "1024", drop)
+    assert "    --init-method-std 0.02 \\" in b.splitlines()
+    code, out, err = cli("plan", "--hw", "h100", "-n", "1024", "--from-megatron", str(tmp_path / "a.sh"))
+    assert code == 0 and "initial std 0.02" in out, err
