@@ -7,6 +7,8 @@ import re
 
 import pytest
 
+from support import ROOT
+
 FLAG_LINE = re.compile(r"^\s+--")
 
 
@@ -60,3 +62,67 @@ def test_a_launch_without_the_presets_init_std_trains_megatrons_and_is_said(cli,
     assert "    --init-method-std 0.02 \\" in b.splitlines()
     code, out, err = cli("plan", "--hw", "h100", "-n", "1024", "--from-megatron", str(tmp_path / "a.sh"))
     assert code == 0 and "initial std 0.02" in out, err
+
+
+# --- a path option's text as written: '' is no path (pathlib read it as '.') ---
+
+def _files(tmp_path) -> dict[str, str]:
+    """An input file of each kind, in `tmp_path`: a launch, Bridge overrides, a run file, a config.json, a profile,
+    measured runs."""
+    files = {"launch": "--num-layers 2 --hidden-size 256 --num-attention-heads 4 --seq-length 512 "
+                       "--max-position-embeddings 512 --micro-batch-size 1 --global-batch-size 8 --vocab-size 1000\n",
+             "bridge": "model.num_layers=2\n", "run.toml": 'hw = "h100"\n', "m.json": (ROOT / "tests" / "data" /
+             "qwen2.5-7b.config.json").read_text(), "h.toml": (ROOT / "hardware_profiles" / "h100.toml").read_text(),
+             "runs.json": '{"runs": []}\n'}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    return {name: str(tmp_path / name) for name in files}
+
+
+# (command line before the path, the option, the file it names, what follows)
+PATH_OPTIONS = [
+    (["plan"], "--config", "run.toml", []),
+    (["plan", "--hw", "h100", "-n", "8"], "--from-megatron", "launch", []),
+    (["plan", "--hw", "h100", "-n", "8"], "--from-bridge", "bridge", []),
+    (["validate"], "--measured", "runs.json", []),
+    (["plan", "--hw", "h100"], "--model", "m.json", []),
+    (["plan", "-m", "llama-3-8b"], "--hw", "h.toml", []),
+    (["compare", "-m", "llama-3-8b"], "--hw", "h.toml", []),
+]
+
+
+@pytest.mark.parametrize("before,option,name,after", PATH_OPTIONS[:5])
+def test_an_empty_path_is_named_as_given(cli, tmp_path, monkeypatch, before, option, name, after):
+    """`plan --config ''` said "--config '.': not a regular file" (typer's Path type read '' as the working folder);
+    --model '' looked for a config.json in the working folder."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = cli(*before, option, "", *after)
+    assert code == 2 and err.count("\n") == 1 and f"{option} '': an empty path" in err, err
+    assert "'.'" not in err
+
+
+@pytest.mark.parametrize("command,said", [(["models", "show", ""], "model '': an empty path"),
+                                          (["plan", "--hw", ""], "--hw: give a profile name or the path"),
+                                          (["hw", "show", ""], "profile: give a profile name or the path")])
+def test_an_empty_name_or_path_is_named_as_given(cli, tmp_path, monkeypatch, command, said):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = cli(*command)
+    assert code == 2 and err.count("\n") == 1 and said in err, err
+
+
+def test_an_empty_path_in_a_run_file_is_named_as_given(cli, tmp_path):
+    run = tmp_path / "r.toml"
+    run.write_text('from-megatron = ""\nhw = "h100"\n')
+    code, out, err = cli("plan", "--config", str(run))
+    assert code == 2 and err.count("\n") == 1 and "--from-megatron '': an empty path" in err, err
+
+
+@pytest.mark.parametrize("command,option", [
+    (["plan", "-m", "llama-3-8b", "--hw", "h100"], "-o"),
+    (["plan", "-m", "llama-3-8b", "--hw", "h100"], "--output"),
+    (["sweep", "--vary", "seq=1024,2048", "--hw", "h100"], "--csv"),
+    (["validate"], "--plot"),
+])
+def test_an_empty_output_is_named_as_given(cli, command, option):
+    code, out, err = cli(*command, option, "")
+    assert code == 2 and err.count("\n") == 1 and "''" in err, err

@@ -51,6 +51,14 @@ def name_not_file(option: str, what: str, name: str) -> Iterator[None]:
                            "characters too long to be a file's") from None
 
 
+def check_path_text(option: str, text: str) -> None:
+    """hostile29: a path option's text as given, before pathlib reads it: pathlib takes '' as '.', the working folder
+    (`--config ''` said "--config '.': not a regular file"; `--model ''` looked for the working folder's config.json).
+    `option` names the option (a flag, or a `{param}` the command line renders). An empty text is a one-line error."""
+    if not text:
+        raise BtacalcError(f"{option} '': an empty path")
+
+
 def exact_number(value: float) -> str:
     """`value` as a message states a setting: every digit it has (a whole number without its ".0"). review21: `:g`
     keeps six digits, so a read-back note said "the run trains the RoPE base 1e+06, not qwen3-30b-a3b's rope_theta
