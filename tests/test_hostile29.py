@@ -64,7 +64,7 @@ def test_a_launch_without_the_presets_init_std_trains_megatrons_and_is_said(cli,
     assert code == 0 and "initial std 0.02" in out, err
 
 
-# --- a path option's text as written: '' is no path (pathlib read it as '.') ---
+# --- a path option's text as written: '' is no path (pathlib read it as '.'), a trailing slash names a folder ---
 
 def _files(tmp_path) -> dict[str, str]:
     """An input file of each kind, in `tmp_path`: a launch, Bridge overrides, a run file, a config.json, a profile,
@@ -126,3 +126,56 @@ def test_an_empty_path_in_a_run_file_is_named_as_given(cli, tmp_path):
 def test_an_empty_output_is_named_as_given(cli, command, option):
     code, out, err = cli(*command, option, "")
     assert code == 2 and err.count("\n") == 1 and "''" in err, err
+
+
+@pytest.mark.parametrize("before,option,name,after", PATH_OPTIONS)
+def test_a_trailing_slash_on_a_file_is_refused(cli, tmp_path, before, option, name, after):
+    """m.json exists: `--model m.json/` read it (pathlib drops the slash), where a shell and open() say "Not a
+    directory"; so did every path option."""
+    given = _files(tmp_path)[name] + "/"
+    if option == "--hw" and before[0] == "compare":
+        given += ",h100"
+    code, out, err = cli(*before, option, given, *after)
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"{option} '{_files(tmp_path)[name]}/': not a directory (a trailing slash names a folder)" in err, err
+
+
+def test_a_trailing_slash_in_a_run_file_is_refused(cli, tmp_path):
+    launch = _files(tmp_path)["launch"]
+    run = tmp_path / "r.toml"
+    run.write_text(f'from-megatron = "{launch}/"\nhw = "h100"\ndevices = 8\n')
+    code, out, err = cli("plan", "--config", str(run))
+    assert code == 2 and err.count("\n") == 1 and f"'{launch}/': not a directory" in err, err
+
+
+@pytest.mark.parametrize("command", [["models", "show"], ["hw", "show"], ["hw", "check"]])
+def test_a_trailing_slash_on_a_shown_file_is_refused(cli, tmp_path, command):
+    name = _files(tmp_path)["m.json" if command[0] == "models" else "h.toml"]
+    code, out, err = cli(*command, name + "/")
+    assert code == 2 and err.count("\n") == 1 and f"'{name}/': not a directory" in err, err
+
+
+def test_a_folder_with_a_trailing_slash_is_still_a_folder(cli, tmp_path):
+    """A folder holding a config.json is a --model; the slash a shell's completion adds changes nothing."""
+    folder = tmp_path / "qwen"
+    folder.mkdir()
+    (folder / "config.json").write_text((ROOT / "tests" / "data" / "qwen2.5-7b.config.json").read_text())
+    code, out, err = cli("plan", "--hw", "h100", "--model", f"{folder}/", "--json")
+    assert code in (0, 1), err
+
+
+@pytest.mark.parametrize("command,option,name", [
+    (["plan", "-m", "llama-3-8b", "--hw", "h100"], "-o", "x.json"),
+    (["plan", "-m", "llama-3-8b", "--hw", "h100"], "--output", "x.json"),
+    (["sweep", "--vary", "seq=1024,2048", "--hw", "h100"], "--csv", "x.csv"),
+    (["validate"], "--plot", "x.png"),
+])
+@pytest.mark.parametrize("exists", [False, True])
+def test_an_output_with_a_trailing_slash_writes_nothing(cli, tmp_path, command, option, name, exists):
+    """-o 'x.json/' must not write x.json (open() would refuse it: output.files.target already refuses it)."""
+    target = tmp_path / name
+    if exists:
+        target.write_text("kept\n")
+    code, out, err = cli(*command, option, f"{target}/")
+    assert code == 2 and err.count("\n") == 1, err
+    assert (target.read_text() == "kept\n") if exists else not target.exists()

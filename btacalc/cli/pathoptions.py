@@ -1,8 +1,9 @@
 """A path option takes its path as written (hostile29): typer's Path type reads '' as '.', the working folder
-(`plan --config ''` said "--config '.': not a regular file"). The text is checked before the option converts it,
+(`plan --config ''` said "--config '.': not a regular file"), and drops a trailing slash (`--from-megatron a.sh/`
+read a.sh, which a shell and open() refuse: "Not a directory"). The text is checked before the option converts it,
 on the command line (repeats.py) and in a run file (runfile.py), as integers are (integers.py). The options that
-take a name or a path as text (--model, and `models show`) are checked where they are looked up (config.presets);
-the outputs where they are opened (output.files.target: "--output '': not a file name")."""
+take a name or a path as text (--model, --hw, and `models show`, `hw show`, `hw check`) are checked where they are
+looked up (config.presets, config.hardware); the outputs where they are opened (output.files.target)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ def takes_path(param: Any) -> bool:
 
 
 def check_path(param: Any, raw: Any) -> None:
-    """Refuse `raw` for a path option if it is empty (one line naming the option)."""
+    """Refuse `raw` for a path option if it is empty, or ends in a slash but names a file (one line naming the
+    option)."""
     if takes_path(param) and isinstance(raw, str):
         check_path_text(param.opts[0], raw)

@@ -61,7 +61,7 @@ def _resolve_model(name_or_path: str, name: Optional[str]) -> ModelSpec:
     if name_or_path in preset_names():
         spec = load_preset(name_or_path)
     else:
-        check_path_text("{model}", name_or_path)  # hostile29: '' read the working folder
+        check_path_text("{model}", name_or_path)  # hostile29: '' read the working folder, m.json/ read m.json
         if path.is_dir():
             if not (path / "config.json").exists():  # hostile15: read "model file 'folder' not found"
                 raise BtacalcError(f"{{model}}: {name_or_path!r} is a folder without a config.json (a model is a "
