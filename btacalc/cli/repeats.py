@@ -2,7 +2,8 @@
 the others, so `plan --hw wse3 --hw h100` planned h100 and `--output a.json --output b.json` wrote b.json
 alone, each exit 0. An option that takes a list (`sweep --vary`) may repeat, and so may an eager switch
 (`--help`, `--version`); a switch and its negation (`--overlap/--no-overlap`) are one option, so giving both is
-giving it twice. An integer option's value is checked as written here too (cli/integers.py).
+giving it twice. An integer option's value is checked as written here too (cli/integers.py), and a path option's
+(cli/pathoptions.py).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any, Callable
 from ..errors import BtacalcError
 from .helpwidth import walk
 from .integers import check_integer
+from .pathoptions import check_path
 
 
 def once(command: Any) -> Any:
@@ -34,6 +36,7 @@ class _Once:
             values, _, order = self.command.make_parser(ctx).parse_args(args=list(args))
             for param in order:
                 check_integer(param, values.get(param.name))
+                check_path(param, values.get(param.name))
             counts = Counter(p for p in order if _single(p))
             repeated = next((p for p, n in counts.items() if n > 1), None)
             if repeated is not None:

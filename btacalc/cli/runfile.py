@@ -15,6 +15,7 @@ from typing import Any, Optional
 from ..errors import BtacalcError
 from ..paths import read_input, read_stdin
 from .integers import check_integer
+from .pathoptions import check_path
 
 try:  # typer >= 0.20 vendors click (as app.py)
     from typer._click import exceptions as click_exc
@@ -84,6 +85,7 @@ def run_file_options(ctx: Context, path: Path) -> dict[str, Any]:
         raw = value if flag else str(value)
         try:
             check_integer(param, raw)
+            check_path(param, raw)
         except BtacalcError as exc:
             raise BtacalcError(f"{{config}} {str(path)!r}: {key}: {exc}") from None
         try:

@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from ..errors import BtacalcError, DataError
 from ..paths import data_dir, profile_names, read_input
 from ..vocabulary import OP_POLICY, parse_recompute
-from .text import Name, input_kind, name_not_file, nearest_name
+from .text import Name, check_path_text, input_kind, name_not_file, nearest_name
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -752,6 +752,7 @@ def _resolve_hardware(name_or_path: str) -> HardwareProfile:
     profiles = builtin_profiles()
     if not name_or_path.strip():
         raise BtacalcError("{hardware}: give a profile name or the path of a profile .toml")
+    check_path_text("{hardware}", name_or_path)  # hostile29: h100.toml/ read h100.toml
     path = Path(name_or_path)
     if path.exists() and not path.is_dir() and not path.is_file():
         raise BtacalcError(f"{{hardware}}: {name_or_path!r} is not a regular file (a profile is a .toml file)")

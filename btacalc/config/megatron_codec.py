@@ -622,6 +622,11 @@ NUMERIC_KINDS = {"rope_theta": "a positive base", "norm_eps": "an epsilon betwee
                  "rope_scaling_factor": "a factor of at least 1",
                  "rope_interpolation_factor": "a finite factor above 0 (1: none; Megatron-Core multiplies the "
                                               "positions by 1 / factor, rotary_pos_embedding.py L135-136)"}
+# hostile29: the numerics a launch may leave at Megatron-LM's default where the model's source states none (the
+# launch then says so: output.megatron NUMERICS_DEFAULTS); a flag left out is "model.numerics_implied", which the
+# read leaves unset unless the preset of the run's shape states a value (megatron_run._implied_numerics), so a launch
+# emitted without --init-method-std reads back without it and emits the same flags
+IMPLIED_NUMERICS = ("rope_theta", "norm_eps", "init_std")
 # Llama 3.x's RoPE scaling: --use-rope-scaling (off by default) with --rope-scaling-factor (8.0), arguments.py
 # L2424-2427, read by GPTModel's RotaryEmbedding only (argument_utils.py L465-466; MLA builds its own)
 ROPE_SCALING_SWITCH = "use_rope_scaling"
@@ -675,6 +680,8 @@ def _dec_numerics(get: Get) -> Fields:
     Bridge file a key it leaves out is None (the recipe's or the Hugging Face config's: `import_bridge`)."""
     rope = str(get("position_embedding_type")) != "learned_absolute"
     numerics: dict[str, Any] = {}
+    implied = tuple(field for field in IMPLIED_NUMERICS  # a rotary flag without RoPE stays unread (listed)
+                    if (rope or field not in ROTARY_FIELDS) and not get.given(NUMERIC_DESTS[field]))
     for field, dest in NUMERIC_DESTS.items():
         if field in ROTARY_FIELDS and not rope:
             continue  # no rotary embedding: the flags stay unread (listed)
@@ -693,7 +700,7 @@ def _dec_numerics(get: Get) -> Fields:
         numerics[field] = None if value is None else _numeric(field, dest, value)
     if numerics.get("rotary_percent") is None:
         numerics["rotary_percent"] = 1.0  # GPTModelProvider's and Megatron's default (gpt_provider.py L144)
-    return {"model.numerics": numerics}
+    return {"model.numerics": numerics, "model.numerics_implied": implied}
 
 
 def _enc_positions(f: Fields) -> Args:

@@ -821,10 +821,21 @@ def model_from_fields(f: Fields, source: str, notes: list[str], name: Optional[s
                     first_dense_layers=first, dense_layer_indices=tuple(i for i in dense if i >= first))
         if dense:
             data["dense_ffn_size"] = f["model.dense_ffn"]
-    _from_preset(data, notes, source)
+    preset = _from_preset(data, notes, source)
+    _implied_numerics(data["numerics"], f.get("model.numerics_implied", ()), preset)
     if name is not None:
         data["name"] = name
     return validate_model(data, origin=source)
+
+
+def _implied_numerics(numerics: dict[str, Any], implied: tuple[str, ...], preset: Optional[ModelSpec]) -> None:
+    """hostile29: a numerics flag the launch leaves out (megatron_codec IMPLIED_NUMERICS) trains Megatron-LM's default,
+    which the model holds as unset (None, the default implied: `--emit megatron` leaves the flag out again and says
+    so) unless the preset of the run's shape states a value (then the default stays, as another model's, and
+    `_preset_numerics` has said so). A round trip of a launch without --init-method-std gained it explicitly."""
+    for field in implied:
+        if preset is None or getattr(preset.numerics, field) is None:
+            numerics[field] = None
 
 
 def _full_interval(items: Optional[list[int]]) -> int:
@@ -839,12 +850,12 @@ def _full_interval(items: Optional[list[int]]) -> int:
 _SHAPE = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_size", "num_experts", "top_k")
 
 
-def _from_preset(data: dict[str, Any], notes: list[str], source: str) -> None:
+def _from_preset(data: dict[str, Any], notes: list[str], source: str) -> Optional[ModelSpec]:
     """Name the model after the preset of its shape; a missing vocabulary is that preset's, and so is the router's
     computation where the launch's weights are the preset's: Megatron's default router (top k of the logits, a
     softmax over them) trains GPT-OSS's top-k-then-softmax weights as well as a renormalised softmax's, which
     `_dec_router` reads (review18: gpt-oss-20b emitted and read back planned the softmax router's tensors, 13 MB more
-    stored activations per GPU at EP 8)."""
+    stored activations per GPU at EP 8). Returns that preset (None: no preset has the shape)."""
     from .presets import load_preset, preset_names
 
     for name in preset_names():
@@ -858,10 +869,11 @@ def _from_preset(data: dict[str, Any], notes: list[str], source: str) -> None:
                 data["vocab_size"] = preset.vocab_size
                 notes.append(f"no --vocab-size: the vocabulary {preset.vocab_size:,} of preset {name}, whose shape this "
                              "is (the tokenizer file is not read)")
-            return
+            return preset
     if data["vocab_size"] is None:
         raise BtacalcError(f"{source}: no --vocab-size and no preset of this shape: add --vocab-size V "
                            "(the tokenizer's vocabulary)")
+    return None
 
 
 # the numerics as a read note names them: the launch's flag, the Bridge key and the model's config key

@@ -11,7 +11,7 @@ from ..errors import BtacalcError
 from ..paths import preset_names, presets_dir
 from .hf import load_hf_config
 from .model import ModelSpec, validate_model
-from .text import name_not_file, name_text, nearest_name
+from .text import check_path_text, name_not_file, name_text, nearest_name
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -61,6 +61,7 @@ def _resolve_model(name_or_path: str, name: Optional[str]) -> ModelSpec:
     if name_or_path in preset_names():
         spec = load_preset(name_or_path)
     else:
+        check_path_text("{model}", name_or_path)  # hostile29: '' read the working folder, m.json/ read m.json
         if path.is_dir():
             if not (path / "config.json").exists():  # hostile15: read "model file 'folder' not found"
                 raise BtacalcError(f"{{model}}: {name_or_path!r} is a folder without a config.json (a model is a "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import errno
+import os
 import re
 import unicodedata
 from contextlib import contextmanager
@@ -49,6 +50,24 @@ def name_not_file(option: str, what: str, name: str) -> Iterator[None]:
             raise
         raise BtacalcError(f"{{{option}}}: unknown {what} {cut(repr(name))}: no built-in name, and at {len(name):,} "
                            "characters too long to be a file's") from None
+
+
+# a path's folder separators: "/" and the system's own (Windows: a backslash too)
+PATH_SEPARATORS = tuple(dict.fromkeys(("/", os.sep)))
+
+
+def check_path_text(option: str, text: str) -> None:
+    """hostile29: a path option's text as given, before pathlib reads it. pathlib takes '' as '.', the working folder
+    (`--config ''` said "--config '.': not a regular file"; `--model ''` looked for the working folder's config.json),
+    and drops a trailing slash: `--model m.json/` read m.json, which a shell and open() refuse ("Not a directory"). `option` names the option (a flag, or a `{param}`
+    the command line renders). An empty text, and one ending in a separator whose name without it is a file (or
+    anything but a folder), are one-line errors (the name is quoted whole: it exists, so it is no longer than a path
+    can be); a name that does not exist is left to its reader."""
+    if not text:
+        raise BtacalcError(f"{option} '': an empty path")
+    if text.endswith(PATH_SEPARATORS) and not os.path.isdir(text) \
+            and os.path.lexists(text.rstrip("".join(PATH_SEPARATORS))):
+        raise BtacalcError(f"{option} {text!r}: not a directory (a trailing slash names a folder)")
 
 
 def exact_number(value: float) -> str:
