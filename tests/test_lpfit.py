@@ -110,8 +110,8 @@ def test_bf16_adam_moments():
     assert bytes_per_param(resolved(load_preset("llama-3-8b"), "gb200", **kw))["optimizer"] == 4 + 4 + 4
     assert bytes_per_param(resolved(load_preset("llama-3-8b"), "gb200", **kw, moment_bytes=2,
                                     precision="mxfp8"))["optimizer"] == 4 + 2 + 2
-    # review28: the remainders are the distributed optimizer's (ZeRO >= 1); a single device's Float16Optimizer hands
-    # FusedAdam fp32 copies of the parameters (Megatron-LM @ d98e8a64 optimizer.py L1012-1018), no remainders
+    # review28: the remainders are the distributed optimizer's (ZeRO >= 1); a ZeRO 0 layout built in the library keeps
+    # fp32 master weights (plan refuses the precision-aware optimizer there, as Megatron-Core does: hostile29)
     assert bytes_per_param(resolved(load_preset("llama-3-8b"), "gb200", **kw, moment_bytes=2))["optimizer"] == 4 + 2 + 2
     zero1 = Layout(devices=8, zero_stage=1, devices_per_node=8)
     assert bytes_per_param(resolved(load_preset("llama-3-8b"), "gb200", zero1, **kw,

@@ -65,6 +65,8 @@ REASONS = {
     "memory_model": ("auto: the whole training state resident on the device when it fits with one sequence, "
                      "else weights streamed (wafer)"),
     "zero_stage": "1: optimizer state sharded over data-parallel ranks (Megatron-LM distributed optimizer)",
+    "zero_stage_aware": ("1: Megatron-LM's distributed optimizer, which the precision-aware optimizer needs "
+                         f"({MEGATRON} megatron/core/optimizer/__init__.py L1054-1060); on one GPU it shards nothing"),
     "gradient_bytes_gpu": (f"4: fp32 main gradients, Megatron-LM's default with --bf16 ({MEGATRON} "
                            "megatron/training/arguments.py forces accumulate_allreduce_grads_in_fp32 unless "
                            "--grad-reduce-in-bf16)"),
@@ -234,7 +236,8 @@ class RunOptions:
         bf16 or NVFP4 run its mixed precision's tensorwise (fp32 main weights, distrib_optimizer.py L422-447). Not
         with NVFP4 parameters (--fp4-param-gather): the distributed optimizer hands FusedAdam no shard of them
         (distrib_optimizer.py L404-409, L485-494). Megatron-FSDP keeps its own main weights, and without the
-        distributed optimizer Megatron's Float16Optimizer hands FusedAdam fp32 main weights (Problem.features)."""
+        distributed optimizer Megatron-Core refuses the precision-aware optimizer (`check_precision_aware_sharded`;
+        Problem.features)."""
         aware = self.precision_aware_optimizer or self.moment_bytes == 2
         bf16_params = self.precision != "fp16" and not (self.precision == "nvfp4" and self.low_precision_param_gather)
         return aware and self.optimizer == "adam" and bf16_params and self.optimizer_recipe in (None, "delayed")
@@ -1274,6 +1277,7 @@ def _resolve(request: ExecutionRequest, model: "ModelSpec", profile: "HardwarePr
     check_torch_loss(run, layout, gpu)
     check_dtensor_precision(run, layout)
     check_nvfp4_master_shards(run, layout)
+    check_precision_aware_sharded(run, layout, gpu)
     check_eager_context_parallel(run, layout, gpu)
     refusal = graph_recompute_refusal(recompute, layout.cuda_graph_scope, model)
     if refusal is not None:
@@ -1529,6 +1533,21 @@ def check_eager_context_parallel(run: RunOptions, layout: "Layout", gpu: bool) -
                            "L57-59): give {attention} flash or {context_parallel} 1")
 
 
+def check_precision_aware_sharded(run: RunOptions, layout: "Layout", gpu: bool) -> None:
+    """hostile29: Megatron-Core builds the precision-aware optimizer only under its distributed optimizer (or
+    Megatron-FSDP v2, which btacalc does not plan; Megatron-FSDP v1 forces the distributed optimizer on, arguments.py
+    L1124-1135): get_megatron_optimizer raises "--use-precision-aware-optimizer only supported with distributed
+    optimizer" (Megatron-LM @ d98e8a64 megatron/core/optimizer/__init__.py L1054-1060), which Megatron-LM and
+    Megatron-Bridge both call before the first step. btacalc planned ZeRO 0 with fp32 main weights; Megatron trains
+    no such run. (bf16 Adam moments are the precision-aware optimizer's too: RunOptions.param_remainders.)"""
+    aware = run.precision_aware_optimizer or run.moment_bytes == 2
+    if gpu and aware and layout.zero_stage == 0 and not layout.fsdp:
+        raise BtacalcError("{precision_aware_optimizer} (or bf16 Adam moments) without the distributed optimizer "
+                           "({zero_stage} 0): Megatron-Core refuses it, '--use-precision-aware-optimizer only "
+                           "supported with distributed optimizer' (megatron/core/optimizer/__init__.py L1054-1060 @ "
+                           "d98e8a64); give {zero_stage} 1 or more")
+
+
 def check_nvfp4_master_shards(run: RunOptions, layout: "Layout") -> None:
     """NVFP4 parameters under the precision-aware optimizer whose FusedAdam keeps the master weights (the optimizer
     config's fp8_recipe None or delayed: use_precision_aware_optimizer_no_fp8_or_ds_fp8, optimizer_config.py
@@ -1711,9 +1730,11 @@ def _resolve_layout(request: ExecutionRequest, model: "ModelSpec", profile: "Har
     ep, etp = _expert_sizes(request, model, chosen, tp, pp)
     zero = request.zero_stage
     if zero is None:
-        zero = 3 if request.fsdp else (1 if devices > 1 else 0)
-        if devices > 1 and not request.fsdp:
-            chosen.reasons["zero_stage"] = REASONS["zero_stage"]
+        # (one GPU: ZeRO 0, unless the precision-aware optimizer asks for Megatron's distributed optimizer)
+        aware = profile.family == "gpu" and (request.precision_aware_optimizer or request.moment_bytes == 2)
+        zero = 3 if request.fsdp else (1 if devices > 1 or aware else 0)
+        if zero == 1:
+            chosen.reasons["zero_stage"] = REASONS["zero_stage" if devices > 1 else "zero_stage_aware"]
     node = request.devices_per_node
     if node is None:
         node = profile.system.domain_devices

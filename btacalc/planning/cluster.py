@@ -44,7 +44,8 @@ def min_devices(model: ModelSpec, hardware: HardwareProfile, request: ExecutionR
         if ep is not None and d % ep:
             continue
         for variant in variants:
-            zero = variant.zero_stage if d > 1 else 0
+            # one device: the default (ZeRO 0, or 1 under the precision-aware optimizer, which Megatron runs only so)
+            zero = variant.zero_stage if d > 1 else None
             try:  # a layout (TP x PP x CP, ETP x EP x PP) that does not divide this count: not a candidate
                 execution = resolve_execution(variant.with_changes(devices=d, zero_stage=zero), model, hardware)
             except BtacalcError:
