@@ -179,3 +179,15 @@ def test_an_output_with_a_trailing_slash_writes_nothing(cli, tmp_path, command, 
     code, out, err = cli(*command, option, f"{target}/")
     assert code == 2 and err.count("\n") == 1, err
     assert (target.read_text() == "kept\n") if exists else not target.exists()
+
+
+def test_megatrons_torch_fsdp2_wrapper_is_refused_not_planned_as_ddp(cli, tmp_path):
+    """review25 (N6): a launch with --use-torch-fsdp2 listed the flag as not modelled and planned Megatron DDP, every
+    GPU holding the whole model's state: one line, exit 2, naming what btacalc does plan."""
+    code, out, err = cli("plan", "-m", "llama-3-8b", "--hw", "h100", "--devices", "16", "--emit", "megatron")
+    assert code == 0, err
+    path = tmp_path / "run.sh"
+    path.write_text(out.replace("--use-distributed-optimizer", "--use-torch-fsdp2"))
+    code, out, err = cli("plan", "--hw", "h100", "--devices", "16", "--from-megatron", str(path))
+    assert code == 2 and "--use-torch-fsdp2" in err and "--fsdp-impl fsdp2" in err, err
+    assert len(err.strip().splitlines()) == 1
