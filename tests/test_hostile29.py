@@ -191,3 +191,11 @@ def test_megatrons_torch_fsdp2_wrapper_is_refused_not_planned_as_ddp(cli, tmp_pa
     code, out, err = cli("plan", "--hw", "h100", "--devices", "16", "--from-megatron", str(path))
     assert code == 2 and "--use-torch-fsdp2" in err and "--fsdp-impl fsdp2" in err, err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_a_size_on_one_device_says_it_must_be_1(cli):
+    # review25 (N5): the list of divisors of 1 read "--tp must divide 1: or 1"
+    code, out, err = cli("plan", "-m", "llama-3-8b", "--hw", "h100", "--devices", "1", "--tp", "2")
+    assert code == 2 and err.rstrip().endswith("--tp must be 1 on 1 device"), err
+    code, out, err = cli("plan", "-m", "llama-3-8b", "--hw", "h100", "--devices", "2", "--tp", "3")
+    assert code == 2 and err.rstrip().endswith("--tp must divide 2: 1 or 2"), err

@@ -709,6 +709,8 @@ def _divisor_fix(factors: list[tuple[str, int]], total: int) -> str:
     options = divisors(total)
     if len(options) > MAX_LISTED_DIVISORS:
         return f"{{{moved[0]}}} must divide {total}"
+    if len(options) == 1:  # review25: one device read "--tp must divide 1: or 1"
+        return f"{{{moved[0]}}} must be 1 on {total} device"
     return f"{{{moved[0]}}} must divide {total}: " + ", ".join(map(str, options[:-1])) + f" or {options[-1]}"
 
 
