@@ -18,11 +18,9 @@ import sympy as sp
 
 from btacalc.catalogue.symbols import SYMBOLS
 from btacalc.catalogue.terms import Term, load_catalogue
-from btacalc.config.execution import RunOptions
-from btacalc.config.hardware import resolve_hardware
-from btacalc.model.problem import make_problem
 from btacalc.vocabulary import BASE_QUANTITIES
-from test_goldens import COMMANDS, GOLDEN_DIR, MODELS, SHAPES, _golden_name, golden_model, golden_selections, phase_values
+from test_goldens import (COMMANDS, GOLDEN_DIR, MODELS, SHAPES, _golden_name, golden_model, golden_problem,
+                          golden_selections, phase_values)
 
 # Per-phase quantities written as terms whose sums the "values" goldens pin (directly, or through
 # flops_bwd / recompute_bytes / arithmetic_intensity derived from them): every base quantity but the
@@ -64,7 +62,7 @@ def pinned_terms() -> frozenset[int]:
         model = golden_model(name)
         for sel in golden_selections(name):
             for s, b, g in SHAPES:
-                problem = make_problem(model, resolve_hardware("wse3"), RunOptions(seq_len=s, **sel))  # type: ignore[arg-type]
+                problem = golden_problem(model, s, sel)
                 for kind, compiled in problem.kinds:
                     values = {**model.symbol_values(), **dict(kind.symbols), "s": s, "b": b, "G": g, "beta": 2, "beta_s": 2, "P": 1}
                     selection = compiled.selection

@@ -128,7 +128,11 @@ EXTRA_SELECTIONS = {
     # --recompute op: torchtitan's per-op checkpoint on its Llama block (the op caches' terms; docs/runs.md opsac)
     # and PyTorch's cross-entropy on fp32 logits, as torchtitan computes it (docs/runs.md memrows)
     "data:llama-3-8b.config.json": [dict(recompute="op", attention="flash", accounting="pytorch", loss="torch_fp32"),
-                                    dict(recompute="op", attention="flash", accounting="ideal", loss="torch_fp32_held")],
+                                    dict(recompute="op", attention="flash", accounting="ideal", loss="torch_fp32_held"),
+                                    # torchtitan's 2-D run: DTensor's TP plan beside FSDP2 (the saved gathered
+                                    # inputs, the op cache's reduce-scatter outputs; docs/runs.md fsdp2tp)
+                                    dict(recompute="op", attention="flash", accounting="ideal", loss="vocab_parallel",
+                                         layout="fsdp2_tp2")],
     # --fp8-attention: the Q, K, V and dO casts around the FP8 fused attention (GQA: a_kv < a)
     "qwen3-30b-a3b": [dict(recompute="selective", attention="flash", accounting="ideal", loss="vocab_parallel",
                            fp8_attention=True)],
@@ -178,17 +182,31 @@ def golden_selections(name: str) -> list[dict[str, Any]]:
     return SELECTIONS + EXTRA_SELECTIONS.get(name, [])
 
 
-def phase_values(model_name: str) -> dict[str, Any]:
-    from btacalc.config.execution import RunOptions
+# a selection's `layout`: the layouts whose features the run options alone do not set (Problem.features)
+GOLDEN_LAYOUTS: dict[str, dict[str, Any]] = {
+    "fsdp2_tp2": dict(devices=2, tensor_parallel=2, sequence_parallel=True, fsdp=True, fsdp_impl="fsdp2",
+                      zero_stage=3),
+}
+
+
+def golden_problem(model: Any, seq_len: int, sel: dict[str, Any]) -> Any:
+    """The problem a golden selection evaluates: its run options (and layout, GOLDEN_LAYOUTS) on wse3."""
+    from btacalc.config.execution import Layout, RunOptions
     from btacalc.config.hardware import resolve_hardware
     from btacalc.model.problem import make_problem
 
+    options = {k: v for k, v in sel.items() if k != "layout"}
+    layout = Layout(**GOLDEN_LAYOUTS[sel["layout"]]) if "layout" in sel else Layout()
+    return make_problem(model, resolve_hardware("wse3"), RunOptions(seq_len=seq_len, **options), layout)
+
+
+def phase_values(model_name: str) -> dict[str, Any]:
     model = golden_model(model_name)
     out: dict[str, Any] = {}
     for sel in golden_selections(model_name):
         key = ",".join(f"{k}={v}" for k, v in sel.items())
         for s, b, g in SHAPES:
-            problem = make_problem(model, resolve_hardware("wse3"), RunOptions(seq_len=s, **sel))  # type: ignore[arg-type]
+            problem = golden_problem(model, s, sel)
             layers = problem.evaluate(g, b).layers
             for kind, pv in layers:  # each kind's values include the parts outside the layers
                 suffix = "" if len(layers) == 1 else f" kind={kind.name}"
