@@ -77,6 +77,9 @@ BRIDGE_KEYS: dict[str, tuple[str, Callable[[Any], Any], Callable[[Any], Any]]] =
     "global_batch_size": ("train.global_batch_size", *_AS_IS),
     "use_distributed_optimizer": ("ddp.use_distributed_optimizer", *_AS_IS),
     "use_megatron_fsdp": ("ddp.use_megatron_fsdp", *_AS_IS),
+    # hostile30: DistributedInitConfig.use_torch_fsdp2 (Megatron-Bridge @ 067f987d training/config.py), refused as
+    # Megatron-LM's --use-torch-fsdp2 is (megatron_codec._dec_sharding), not planned as Megatron DDP
+    "use_torch_fsdp2": ("dist.use_torch_fsdp2", *_AS_IS),
     "data_parallel_sharding_strategy": ("ddp.data_parallel_sharding_strategy", *_AS_IS),
     "overlap_grad_reduce": ("ddp.overlap_grad_reduce", *_AS_IS),
     "overlap_param_gather": ("ddp.overlap_param_gather", *_AS_IS),

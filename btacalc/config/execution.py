@@ -1196,7 +1196,10 @@ _NO_EFFECT: tuple[tuple[Any, str], ...] = (
         ("overlap_param_gather", "the distributed optimizer's parameter all-gather overlap",
          lambda run, layout: bool(layout.overlap.param_gather)),
         ("precision_aware_optimizer", "TransformerEngine's FusedAdam under Megatron-Core's distributed optimizer",
-         lambda run, layout: run.precision_aware_optimizer))),
+         lambda run, layout: run.precision_aware_optimizer),
+        # hostile30: bf16 moments are that optimizer's (RunOptions.param_remainders), accepted here and modelled
+        ("moment_bytes", "bf16 Adam moments, TransformerEngine's FusedAdam under Megatron-Core's distributed "
+         "optimizer", lambda run, layout: run.moment_bytes == 2))),
     # review24: at TP 1 a PyTorch FSDP2 run has no tensor-parallel collective for async TP to overlap (torchtitan
     # applies enable_async_tensor_parallel under parallel_dims.tp_enabled only, parallelize_llama.py L49-73, L205-209
     # @ 820504e2)

@@ -817,7 +817,8 @@ def _enc_sharding(f: Fields) -> Args:
 def _dec_sharding(get: Get) -> Fields:
     get("ckpt_format")
     if truth(get("use_torch_fsdp2")):  # review25: listed as not modelled, the launch was planned as Megatron DDP
-        raise BtacalcError("--use-torch-fsdp2 (Megatron-LM's wrapper of PyTorch FSDP2 around its own layers) is not "
+        raise BtacalcError("--use-torch-fsdp2 (Megatron-Bridge's dist.use_torch_fsdp2: Megatron-LM's wrapper of "
+                           "PyTorch FSDP2 around its own layers) is not "
                            "modelled, and planning it as data parallel without it would count the whole model on every "
                            "GPU: btacalc plans Megatron-FSDP (--use-megatron-fsdp) and PyTorch FSDP2 as torchtitan "
                            "runs it (btacalc plan --fsdp --fsdp-impl fsdp2)")

@@ -180,13 +180,14 @@ def sp_gather_extra_bytes(problem: Problem, cc: float, own: float, operand: str)
     `activation_bytes_per_cast`): the local cast writes the recipe's `sp_gather_pass` copies instead of its
     `copies`, and a pass over the t gathered elements reads and writes `pass` bytes each at the single-output cast
     share f1. 0 without sequence parallelism (nothing is gathered: TP all-reduces, and the local cast writes every
-    copy)."""
+    copy), and at TP 1 (hostile30: a layout search's stacked layouts mark every candidate sequence-parallel, and its
+    TP 1 candidates were charged a gather no plan of theirs runs)."""
     recipe, run = problem.run.recipe, problem.run
     local, pass_bytes = recipe.sp_gather_pass(cc, te_behaviour(run.te_version), gathered_transpose(problem, operand))
     shares = _cast_shares(problem, local)
     mine = full_bandwidth_bytes(recipe, local, shares, recipe.activation_cast_kernels(local, run.rht_cast_fusion))
     extra = mine - own + problem.layout.tensor_parallel * pass_bytes / shares[0]
-    return extra if problem.layout.sequence_parallel else 0.0
+    return extra * (problem.layout.tensor_parallel > 1) if problem.layout.sequence_parallel else 0.0
 
 
 @dataclass(frozen=True)
