@@ -50,3 +50,15 @@ def test_bf16_adam_moments_are_refused_under_pytorch_fsdp(cli, tp):
                          "fsdp2", "--tp", tp, "--optimizer-moments", "bf16")
     assert code == 2 and "--optimizer-moments is a Megatron-LM option" in err, err
     assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("option, suffix", [("--from-megatron", ".sh"), ("--from-bridge", ".yaml")])
+def test_an_imported_run_without_hw_asks_for_a_gpu_profile(cli, tmp_path, option, suffix):
+    # the default wse3 refused the launch's GPU options as if the user had given them with a wafer
+    emit = "megatron" if option == "--from-megatron" else "bridge"
+    code, out, err = cli("plan", "--model", "llama-3-8b", "--hw", "h100", "--devices", "16", "--emit", emit)
+    assert code == 0, err
+    path = tmp_path / f"run{suffix}"
+    path.write_text(out)
+    code, out, err = cli("plan", option, str(path), "--devices", "16")
+    assert code == 2 and err.strip() == f"btacalc: error: {option} plans a GPU run: give --hw (a GPU profile: btacalc hw list)"

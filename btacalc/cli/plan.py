@@ -419,6 +419,9 @@ def _imported_run(ctx: typer.Context, megatron: Optional[Path], bridge: Optional
         return None
     if megatron is not None and bridge is not None:
         raise BtacalcError("{from_megatron} and {from_bridge}: give one run")
+    if not _given(ctx, "hw"):  # hostile30: the default wse3 blamed the launch's GPU options
+        raise BtacalcError(f"{{{'from_megatron' if megatron is not None else 'from_bridge'}}} plans a GPU run: give "
+                           "{hw} (a GPU profile: btacalc hw list)")
     keeps = IMPORT_KEEPS + (("model",) if bridge is not None else ())  # Bridge recipes take the model from HF
     others = [p.name for p in ctx.command.params if p.name and p.name not in keeps]
     given = given_on_command_line(ctx, tuple(others))
