@@ -144,7 +144,7 @@ def target(flag: str, given: PathLike) -> Target:
         raise BtacalcError(f"{flag} {text!r}: not a file name")
     where = Target(flag, text, "file", text)
     if os.path.basename(text.rstrip("/") if text.endswith("/.") else text) in ("", ".", ".."):
-        raise where.fail("is a folder name (it ends in a slash); give a file name")
+        raise where.fail("names a folder (., .. or a trailing slash); give a file name")
     if not os.path.isabs(text) and not working_folder_exists():
         raise where.fail("the working folder no longer exists (it was deleted); give an absolute path")
     try:
