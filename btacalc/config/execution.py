@@ -224,6 +224,12 @@ class RunOptions:
         return own if own is not None else self.optimizer_fp8_recipe
 
     @property
+    def precision_aware(self) -> bool:
+        """Whether the run asks for Megatron-Core's precision-aware optimizer: --use-precision-aware-optimizer, or bf16
+        Adam moments, which only it keeps (optimizer_config.py L466-479 @ d98e8a64)."""
+        return self.precision_aware_optimizer or self.moment_bytes == 2
+
+    @property
     def param_remainders(self) -> bool:
         """Whether TransformerEngine's FusedAdam keeps each fp32 master weight as its low 16 bits (int16) beside the
         bf16 parameter: Megatron-Core passes master_weights and store_param_remainders (OptimizerConfig default True)
@@ -238,9 +244,9 @@ class RunOptions:
         (distrib_optimizer.py L404-409, L485-494). Megatron-FSDP keeps its own main weights, and without the
         distributed optimizer Megatron-Core refuses the precision-aware optimizer (`check_precision_aware_sharded`;
         Problem.features)."""
-        aware = self.precision_aware_optimizer or self.moment_bytes == 2
         bf16_params = self.precision != "fp16" and not (self.precision == "nvfp4" and self.low_precision_param_gather)
-        return aware and self.optimizer == "adam" and bf16_params and self.optimizer_recipe in (None, "delayed")
+        return (self.precision_aware and self.optimizer == "adam" and bf16_params
+                and self.optimizer_recipe in (None, "delayed"))
 
     @property
     def recipe(self) -> Recipe:
@@ -1545,8 +1551,7 @@ def check_precision_aware_sharded(run: RunOptions, layout: "Layout", gpu: bool) 
     optimizer" (Megatron-LM @ d98e8a64 megatron/core/optimizer/__init__.py L1054-1060), which Megatron-LM and
     Megatron-Bridge both call before the first step. btacalc planned ZeRO 0 with fp32 main weights; Megatron trains
     no such run. (bf16 Adam moments are the precision-aware optimizer's too: RunOptions.param_remainders.)"""
-    aware = run.precision_aware_optimizer or run.moment_bytes == 2
-    if gpu and aware and layout.zero_stage == 0 and not layout.fsdp:
+    if gpu and run.precision_aware and layout.zero_stage == 0 and not layout.fsdp:
         raise BtacalcError("{precision_aware_optimizer} (or bf16 Adam moments) without the distributed optimizer "
                            "({zero_stage} 0): Megatron-Core refuses it, '--use-precision-aware-optimizer only "
                            "supported with distributed optimizer' (megatron/core/optimizer/__init__.py L1054-1060 @ "
@@ -1561,9 +1566,8 @@ def check_nvfp4_master_shards(run: RunOptions, layout: "Layout") -> None:
     them), so FusedAdam is handed None for every such parameter (L485-494). btacalc planned it with fp32 master
     weights; Megatron cannot train it. Under another fp8_recipe Megatron-Core keeps fp32 main weights itself
     (L422-447), which btacalc plans."""
-    aware = run.precision_aware_optimizer or run.moment_bytes == 2
     distributed = layout.zero_stage >= 1 and not layout.fsdp
-    if (aware and distributed and run.precision == "nvfp4" and run.low_precision_param_gather
+    if (run.precision_aware and distributed and run.precision == "nvfp4" and run.low_precision_param_gather
             and run.optimizer_recipe in (None, "delayed")):
         raise BtacalcError("{precision_aware_optimizer} with {precision} nvfp4 and NVFP4 parameters "
                            "({fp8_param_gather}): Megatron-Core's distributed optimizer hands FusedAdam no "

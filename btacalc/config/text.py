@@ -59,10 +59,10 @@ PATH_SEPARATORS = tuple(dict.fromkeys(("/", os.sep)))
 def check_path_text(option: str, text: str) -> None:
     """hostile29: a path option's text as given, before pathlib reads it. pathlib takes '' as '.', the working folder
     (`--config ''` said "--config '.': not a regular file"; `--model ''` looked for the working folder's config.json),
-    and drops a trailing slash: `--model m.json/` read m.json, which a shell and open() refuse ("Not a directory"). `option` names the option (a flag, or a `{param}`
-    the command line renders). An empty text, and one ending in a separator whose name without it is a file (or
-    anything but a folder), are one-line errors (the name is quoted whole: it exists, so it is no longer than a path
-    can be); a name that does not exist is left to its reader."""
+    and drops a trailing slash: `--model m.json/` read m.json, which a shell and open() refuse ("Not a directory").
+    `option` names the option (a flag, or a `{param}` the command line renders). An empty text, and one ending in a
+    separator whose name without it is a file (or anything but a folder), are one-line errors (the name is quoted
+    whole: it exists, so it is no longer than a path can be); a name that does not exist is left to its reader."""
     if not text:
         raise BtacalcError(f"{option} '': an empty path")
     if text.endswith(PATH_SEPARATORS) and not os.path.isdir(text) \

@@ -166,7 +166,7 @@ def _inputs(problem: Problem) -> Inputs:
         expert_grouped_gemm=run.expert_grouped_gemm,
         deterministic_mode=run.deterministic_attention and run.nccl_ring_only,
         cpu_offload_layers=run.cpu_offload_layers, moment_bytes=run.moment_bytes, routing_weights=run.routing_weights,
-        precision_aware_optimizer=run.precision_aware_optimizer or run.moment_bytes == 2,
+        precision_aware_optimizer=run.precision_aware,
         optimizer_fp8_recipe=run.optimizer_fp8_recipe, master_weights=problem.features()["master"],
         bf16_layers_at_start=run.bf16_layers_at_start, bf16_layers_at_end=run.bf16_layers_at_end,
         recompute_layers=min(run.recompute_layers, problem.model.num_layers),

@@ -627,8 +627,8 @@ def sharded_calls_per_micro_batch(problem: Problem, buckets: Any) -> Any:
     the last block is not resharded after its forward (reshard_after_forward = layer_id < L - 1), nor is the root
     (FSDP2's lazy init, torch/distributed/_composable/fsdp/_fsdp_state.py `_lazy_init`: "For the root, do not
     reshard after forward"): 3 (L - 1) + 2 + 2 = 3 L + 1 calls, beside TP too (torchtitan's 2-D runs: the same
-    units over the data-parallel mesh, parallelize_llama.py L344-367 @ 820504e2). Otherwise (Megatron): one reduce-scatter per
-    gradient bucket with ZeRO-2, and two gathers and a reduce-scatter per bucket with ZeRO-3."""
+    units over the data-parallel mesh, parallelize_llama.py L344-367 @ 820504e2). Otherwise (Megatron): one
+    reduce-scatter per gradient bucket with ZeRO-2, and two gathers and a reduce-scatter per bucket with ZeRO-3."""
     lay = problem.layout
     if lay.torch_fsdp:
         return 3 * problem.model.num_layers + (1 if lay.fsdp_impl == "fsdp2" else 2)
