@@ -159,9 +159,10 @@ def test_what_stays_refused(cli, extra, says):
     assert len(err.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize("impl, search", [("fsdp2", ()), ("fsdp2", ("--search",)), ("torch", ())])
+@pytest.mark.parametrize("impl, search", [("fsdp2", ()), ("torch", ()), ("torch", ("--search",))])
 def test_tp_comm_overlap_without_tp_stays_refused_under_pytorch_fsdp(cli, impl, search):
-    # review24: the refusal names async TP and what it needs, not "a PyTorch FSDP run has none"
+    # review24: the refusal names async TP and what it needs, not "a PyTorch FSDP run has none" (an FSDP2 search
+    # with TP free ranks TP > 1 only: tests/test_search_tp_overlap.py)
     code, out, err = cli("plan", "-m", "llama-3-8b", "--hw", "h100", "--devices", "8", "--fsdp", "--fsdp-impl",
                          impl, "--tp-comm-overlap", *search)
     assert code == 2 and "torchtitan's async TP" in err and "--fsdp-impl fsdp2 and --tp > 1" in err, err

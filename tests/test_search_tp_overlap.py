@@ -55,3 +55,22 @@ def test_a_search_scores_its_candidates_with_the_overlap_asked_for(cli):
     without = json.loads(out)
     assert without["best"]["parallelism"]["overlaps"]["tp_comm"] is False
     assert first["step_time_s"] < without["ranking"][0]["step_time_s"]  # the overlap hides TP communication
+
+
+def test_a_pytorch_fsdp_search_with_async_tp_ranks_tp_above_one(cli):
+    """hostile30 D4: `--fsdp --fsdp-impl fsdp2 --tp-comm-overlap --search` without `--tp` was refused (the base,
+    resolved at TP 1, met plan's refusal of async TP at TP 1) where Megatron's search runs. torchtitan applies async TP
+    only where TP is enabled (parallelize_llama.py L49-73 @ 820504e2) and plan refuses it at TP 1, so the search ranks
+    TP > 1 only, each candidate with the overlap, and its winner plans to its score with the overlap on."""
+    args = ("--model", "llama-3-8b", "--hw", "h100", "--devices", "64", "--fsdp", "--fsdp-impl", "fsdp2")
+    code, out, err = cli("plan", *args, "--tp-comm-overlap", "--search", "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["ranking"] and all(r["tensor_parallel"] > 1 for r in d["ranking"])
+    best, first = d["best"], d["ranking"][0]
+    assert best["parallelism"]["overlaps"]["tp_comm"] is True and best["parallelism"]["fsdp_impl"] == "fsdp2"
+    assert best["throughput"]["step_time_s"] == pytest.approx(first["step_time_s"], rel=1e-9)
+    # the same search with TP fixed at the winner's size ranks the same winner
+    code, out, err = cli("plan", *args, "--tp", str(first["tensor_parallel"]), "--tp-comm-overlap", "--search", "--json")
+    assert code == 0, err
+    assert json.loads(out)["ranking"][0]["step_time_s"] == pytest.approx(first["step_time_s"], rel=1e-9)

@@ -380,7 +380,15 @@ class Layout:
         """Whether the layout runs torchtitan's async TP (`enable_async_tensor_parallel`: PyTorch's micro-pipelined
         all-gather / reduce-scatter matmuls over SymmetricMemory): the TP-comm overlap on a PyTorch FSDP2 x TP plan
         (model/gpu/tp_overlap.py times it; TransformerEngine's userbuffers, `userbuffers`, are not involved)."""
-        return bool(self.overlap.tp_comm and self.sequence_parallel and self.every_tp_above_one and self.torch_fsdp)
+        return bool(self.overlap.tp_comm and self.sequence_parallel and self.dtensor_tp)
+
+    @property
+    def dtensor_tp(self) -> bool:
+        """Whether TP runs as DTensor's TP plan (torchtitan's ColwiseParallel / RowwiseParallel / SequenceParallel):
+        PyTorch's FSDP beside TP > 1. The one reading of that condition: the catalogue's feature `dtensor_tp`
+        (Problem.features), a search's evaluation key (planning/search.py `_evaluate`), async TP, the precision
+        check (`check_dtensor_precision`) and the MoE refusal (`_validate_torch_tp`)."""
+        return bool(self.torch_fsdp and self.every_tp_above_one)
 
     @property
     def every_tp_above_one(self) -> bool:
@@ -479,7 +487,7 @@ class Layout:
         """review24: PyTorch FSDP2 beside TP is planned as torchtitan's dense 2-D Llama runs (`_validate_fsdp_impl`);
         an MoE model's experts under DTensor TP (torchtitan's own expert and expert-tensor parallelism) are not
         modelled, and the message says so before the grid's implicit ETP = TP would name an option not given."""
-        if self.fsdp_impl == "fsdp2" and self.fsdp and model.is_moe and self.every_tp_above_one:
+        if self.fsdp_impl == "fsdp2" and self.dtensor_tp and model.is_moe:
             raise BtacalcError(f"{{fsdp_impl}} {self.fsdp_impl} with {{tensor_parallel}} {self.tensor_parallel}: btacalc "
                                f"plans PyTorch FSDP2 beside TP for dense models (torchtitan's 2-D Llama runs); "
                                f"{model.name}'s experts under torchtitan's expert or expert-tensor parallelism are not "
@@ -1507,7 +1515,7 @@ DTENSOR_TP_PRECISIONS = ("bf16", "fp16", "fp8-current")
 def check_dtensor_precision(run: RunOptions, layout: "Layout") -> None:
     """review25: PyTorch FSDP2 beside TP (DTensor's TP plan) only in the precisions torchtitan's TP plan runs as
     btacalc counts it (DTENSOR_TP_PRECISIONS)."""
-    if layout.torch_fsdp and layout.tensor_parallel > 1 and run.precision not in DTENSOR_TP_PRECISIONS:
+    if layout.dtensor_tp and run.precision not in DTENSOR_TP_PRECISIONS:
         raise BtacalcError(f"{{precision}} {run.precision} with {{fsdp_impl}} fsdp2 and {{tensor_parallel}} "
                            f"{layout.tensor_parallel}: torchtitan's TP gathers a float8 input only under tensorwise "
                            "scaling (fp8-current); its other recipes gather and keep the 16-bit input "

@@ -209,7 +209,7 @@ class Problem:
         # PyTorch FSDP2's TP is DTensor's (vocabulary dtensor_tp; a search evaluates TP 1 and TP > 1 apart under
         # PyTorch's FSDP, planning/search.py `_evaluate`, so this is one value for a stacked layout)
         return {**self.run.features(), "sequence_parallel": lay.sequence_parallel, "master": master,
-                "dtensor_tp": lay.torch_fsdp and lay.every_tp_above_one}
+                "dtensor_tp": lay.dtensor_tp}
 
     @cached_property
     def kinds(self) -> tuple[tuple[LayerKind, CompiledSelection], ...]:

@@ -113,8 +113,13 @@ def search_layouts(model: ModelSpec, hardware: HardwareProfile, request: Executi
     # the split options apply per candidate (their PP and VP); the base resolves the rest. hostile28: so does the
     # interleaved schedule's micro-batch group when the search chooses VP (a VP 1 candidate's plan has none)
     chosen_vp = request.virtual_pipeline is None
+    # hostile30 D4: with TP chosen, the base resolves at TP 1, where PyTorch FSDP2 refuses the TP-comm overlap
+    # (torchtitan's async TP needs TP > 1); each candidate takes the request's overlap back (`_tp_comm`). FSDP1 has
+    # no TP at all (Layout._validate_fsdp_impl): its refusal stands, naming what the overlap needs
+    fsdp1 = request.fsdp and request.fsdp_impl == "torch"
+    overlaps = request.overlaps if request.tensor_parallel or fsdp1 else replace(request.overlaps, tp_comm=None)
     base = resolve_execution(request.with_changes(limits=replace(request.limits, global_batch=None, micro_batch=None),
-                                                  micro_batches=None, stage_split=StageSplit(),
+                                                  micro_batches=None, stage_split=StageSplit(), overlaps=overlaps,
                                                   microbatch_group=None if chosen_vp else request.microbatch_group),
                              model, hardware)
     tokens = request.tokens_per_step or DEFAULT_TOKENS_PER_STEP
@@ -153,6 +158,12 @@ def _tp_comm(request: ExecutionRequest, tp: int, base: bool) -> bool:
     return tp > 1 and bool(request.overlaps.tp_comm or base)
 
 
+def _async_tp_at_one(request: ExecutionRequest, base: Execution, tp: int) -> bool:
+    """hostile30 D4: a PyTorch FSDP search asked for the TP-comm overlap (torchtitan's async TP) ranks TP > 1 only,
+    as plan refuses that overlap at TP 1 (`_NO_EFFECT`); Megatron-LM drops it at TP 1 and ranks TP 1 too."""
+    return tp == 1 and base.layout.torch_fsdp and bool(request.overlaps.tp_comm)
+
+
 def _candidates(model: ModelSpec, hardware: HardwareProfile, request: ExecutionRequest, base: Execution,
                 n: int) -> Iterator[_Candidate]:
     devices = request.devices
@@ -168,7 +179,7 @@ def _candidates(model: ModelSpec, hardware: HardwareProfile, request: ExecutionR
             _choices(request.tensor_parallel, "tensor_parallel"), _choices(request.pipeline_parallel, "pipeline_parallel"),
             _vp_choices(request), _choices(request.context_parallel, "context_parallel"),
             _choices(request.limits.micro_batch, "micro_batch")):
-        if devices % (tp * pp * cp) or tp > base.layout.devices_per_node:
+        if devices % (tp * pp * cp) or tp > base.layout.devices_per_node or _async_tp_at_one(request, base, tp):
             continue
         dp = devices // (tp * pp * cp)
         if n % (dp * mb):
@@ -285,8 +296,8 @@ def _evaluate(model: ModelSpec, hardware: HardwareProfile, base: Execution, cand
         pipe = (c.layout.pipeline_parallel, c.layout.virtual_pipeline) if base.run.recompute_layers else ()
         # userbuffers, async TP: the TP overlap runs on a candidate's TP > 1 only (one value per stacked layout)
         # and under PyTorch's FSDP TP 1 apart from TP > 1, DTensor's TP plan (Problem.features dtensor_tp)
-        dtensor = c.layout.torch_fsdp and c.layout.tensor_parallel > 1
-        return (c.recompute, c.layout.overlap.all_to_all, c.layout.userbuffers, c.layout.async_tp, dtensor, *pipe)
+        return (c.recompute, c.layout.overlap.all_to_all, c.layout.userbuffers, c.layout.async_tp,
+                c.layout.dtensor_tp, *pipe)
     for group_key in dict.fromkeys(key(c) for c in candidates):
         policy = group_key[0]
         group = [c for c in candidates if key(c) == group_key]
