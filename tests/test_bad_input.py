@@ -202,7 +202,7 @@ case("values", "formulas", "--model", "llama-3-8b", "--recompute", "moe_act", fr
 case("values", "formulas", "--model", "gpt3-175b", "--recompute", "mla_up_proj", fragment="the model has no MLA")
 # review34: sequence parallelism splits a TP layer; op and the torch losses are planned 1-D
 case("values", "formulas", "--model", "llama-3-8b", "--recompute", "op", "--attention", "flash", "--sequence-parallel",
-     fragment="without tensor parallelism")
+     fragment="1-D without tensor parallelism, or beside TP with --dtensor-tp")
 case("values", "formulas", "--model", "llama-3-8b", "--loss", "torch_fp32", "--sequence-parallel",
      fragment="without tensor parallelism")
 # review34: sweep, compare and whatif cannot lay out PyTorch's FSDP: they told the user to add --fsdp, which they

@@ -20,7 +20,7 @@ FORMULAS_EXAMPLES = ("Examples:\n\n"
 
 
 # formulas' options that select the terms of one model's sum (ignored by the listing of every term)
-MODEL_ONLY = ("recompute", "attention", "sequence_parallel", "causal", "loss", "accounting")
+MODEL_ONLY = ("recompute", "attention", "sequence_parallel", "dtensor_tp", "causal", "loss", "accounting")
 
 
 def formulas(
@@ -36,6 +36,9 @@ def formulas(
     attention: Attention = typer.Option(Attention.eager, "--attention", help="Attention kernel, with --model."),
     sequence_parallel: bool = typer.Option(False, "--sequence-parallel", help="Per-device formulas with sequence "
                                            "parallelism (t: the tensor-parallel size), with --model."),
+    dtensor_tp: bool = typer.Option(False, "--dtensor-tp", help="With --sequence-parallel: TP as DTensor's plan "
+                                    "(PyTorch FSDP2 beside TP, torchtitan), whose column-parallel linears save "
+                                    "the gathered input, with --model."),
     causal: bool = CausalOpt,
     loss: Optional[Loss] = LossOpt,
     accounting: Accounting = AccountingOpt,
@@ -43,7 +46,7 @@ def formulas(
 ) -> int:
     """Print the symbolic formulas, each term with the tensor it counts and its source."""
     from ..config.execution import RunOptions
-    from ..planning.formulas import formula_listing
+    from ..planning.formulas import TpPlan, formula_listing
     from ..vocabulary import parse_recompute
 
     given = given_on_command_line(ctx, MODEL_ONLY)
@@ -56,7 +59,8 @@ def formulas(
         raise BtacalcError("{recompute}: " + str(exc)) from None
     run = RunOptions(recompute=policy, attention=attention.value, causal=causal,
                      loss=value(loss) or "fused", accounting=accounting.value)  # type: ignore[arg-type]  # enum values
-    listing = formula_listing(phase, quantity, model, run, latex, sequence_parallel)
+    tp_plan = TpPlan(sequence_parallel=sequence_parallel, dtensor=dtensor_tp)
+    listing = formula_listing(phase, quantity, model, run, latex, tp_plan)
     if as_json:
         write_stdout(json.dumps(listing, indent=2) + "\n")
         return 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import sympy as sp
@@ -18,8 +19,37 @@ def _show(expr: sp.Expr, latex: bool) -> str:
     return sp.latex(e) if latex else str(e)
 
 
+@dataclass(frozen=True)
+class TpPlan:
+    """How a model's listing splits its tensor-parallel layers: Megatron's sequence parallelism, and under it
+    DTensor's TP plan (PyTorch FSDP2 beside TP, torchtitan: the catalogue's feature `dtensor_tp`, Layout.dtensor_tp),
+    whose column-parallel linears save the gathered input (TP class `column_input`) and whose op policy keeps the
+    reduce-scatter outputs (`op_cache`)."""
+
+    sequence_parallel: bool = False
+    dtensor: bool = False
+
+
+def _check_tp_plan(tp_plan: TpPlan, run: RunOptions, moe: bool) -> None:
+    """The listing's TP plan as plan lays it out: review34's 1-D rule (torchtitan's op policy and PyTorch's
+    cross-entropy without Megatron's TP), and DTensor's TP as plan takes it (sequence-parallel, dense models, no
+    PyTorch cross-entropy: Layout._validate_fsdp_impl, `_validate_torch_tp`, `check_torch_loss`)."""
+    if tp_plan.dtensor and not tp_plan.sequence_parallel:
+        raise BtacalcError("{dtensor_tp} is DTensor's sequence-parallel TP plan (torchtitan's 2-D FSDP2 x TP): it "
+                           "needs {sequence_parallel}")
+    if tp_plan.dtensor and moe:
+        raise BtacalcError("{dtensor_tp}: btacalc plans DTensor's TP for dense models, as plan lays out PyTorch "
+                           "FSDP2 beside TP (torchtitan's 2-D Llama runs)")
+    if tp_plan.sequence_parallel and run.loss in TORCH_LOSSES:
+        raise BtacalcError("{sequence_parallel} splits a tensor-parallel layer; PyTorch's cross-entropy is planned "
+                           "without tensor parallelism (beside TP, the loss-parallel cross-entropy)")
+    if tp_plan.sequence_parallel and not tp_plan.dtensor and run.recompute == OP_POLICY:
+        raise BtacalcError("{sequence_parallel} splits a tensor-parallel layer; torchtitan's op policy is planned "
+                           "under PyTorch's FSDP: 1-D without tensor parallelism, or beside TP with {dtensor_tp}")
+
+
 def formula_listing(phase: Optional[str], quantity: Optional[str], model: Optional[str], run: RunOptions,
-                    latex: bool = False, sequence_parallel: bool = False) -> dict[str, Any]:
+                    latex: bool = False, tp_plan: TpPlan = TpPlan()) -> dict[str, Any]:
     """The catalogue's terms (no `model`), or the summed formulas of `model` under `run`, as plain data:
     per device, in the tensor-parallel size t (t = 1: the whole layer)."""
     phases = list(load_catalogue())
@@ -47,12 +77,10 @@ def formula_listing(phase: Optional[str], quantity: Optional[str], model: Option
     refusal = recompute_refusal(run.recompute, spec, run.recipe) or op_recompute_refusal(run, spec)
     if refusal is not None:  # the listing sums what `plan` would plan: not a policy it refuses for this model
         raise BtacalcError(refusal)
-    if sequence_parallel and (run.recompute == OP_POLICY or run.loss in TORCH_LOSSES):  # review34: plan's 1-D rule
-        raise BtacalcError("{sequence_parallel} splits a tensor-parallel layer; torchtitan's op policy and PyTorch's "
-                           "cross-entropy are planned under PyTorch's 1-D FSDP, without tensor parallelism")
-    feats = {**spec.features(), **run.features(), "sequence_parallel": sequence_parallel,
-             "master": "remainders" if run.param_remainders else "fp32",  # (Problem.features, without a layout:
-             "dtensor_tp": False}  # Megatron's; the listing's sequence_parallel is Megatron's, above)
+    _check_tp_plan(tp_plan, run, spec.is_moe)
+    feats = {**spec.features(), **run.features(), "sequence_parallel": tp_plan.sequence_parallel,
+             "master": "remainders" if run.param_remainders else "fp32",  # (Problem.features, without a layout)
+             "dtensor_tp": tp_plan.dtensor}
     sel = Selection.make(feats, run.recompute)
     listing["selection"] = {"model": spec.name, "recompute": run.recompute, **feats}
     applies = [p.name for p in sel.phases()]
