@@ -334,3 +334,12 @@ def test_an_moe_model_beside_tp_under_fsdp1_gets_fsdp1s_message(cli):
     code, out, err = cli("plan", "-m", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16", "--fsdp", "--fsdp-impl",
                          "torch", "--tp", "2")
     assert code == 2 and "FSDP1 (--fsdp-impl torch) no --tp" in err, err
+
+
+def test_an_uneven_sequence_under_fsdp2_tp_names_btacalc_rule_not_megatron(cli):
+    # hostile30 nit: the refusal cited Megatron's assert and offered --no-sequence-parallel, which FSDP2 x TP refuses
+    code, out, err = cli("plan", "-m", "llama-3-8b", "--hw", "h100", "--devices", "16", "--fsdp", "--fsdp-impl", "fsdp2",
+                         "--tp", "2", "--seq", "4095")
+    assert code == 2 and "give --seq 4094 or 4096" in err, err
+    assert "Megatron" not in err and "--no-sequence-parallel" not in err
+    assert len(err.strip().splitlines()) == 1

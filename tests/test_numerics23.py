@@ -195,7 +195,7 @@ def test_the_launch_trains_the_sourced_numerics(cli, name):
     assert flag("--init-method-std") == (str(d["init_std"]) if "init_std" in d else None)
     assert flag("--rope-scaling-factor") == (str(d["rope_scaling_factor"]) if "rope_scaling_factor" in d else None)
     assert ("--use-rope-scaling" in words) == ("rope_scaling_factor" in d)
-    note = next((line for line in launch.splitlines() if "source gives no" in line), "")
+    note = next((line for line in launch.splitlines() if "gives no" in line and "source of" in line), "")
     for field, key in (("rope_theta", "rope_theta"), ("norm_eps", "rms_norm_eps"), ("init_std", "initializer_range")):
         rope = field != "rope_theta" or load_preset(name).position_embedding == "rope"
         assert (key in note) == (field not in d and rope), (field, note)

@@ -661,10 +661,14 @@ class Layout:
             # (Megatron-LM language_model_embedding.py L145, tensor_parallel/mappings.py L71-74)
             each = f"sequence of {seq_len}" if cp == 1 else f"{seq_len // cp} tokens per context-parallel rank"
             # review of review35: an MoE model at TP > 1 needs sequence parallelism, so only the sequence can change
-            off = "" if model.is_moe else ", or {no_sequence_parallel}"
+            off = "" if model.is_moe or self.torch_fsdp else ", or {no_sequence_parallel}"
+            # (FSDP2 x TP needs sequence parallelism, `_validate_fsdp_impl`; torchtitan checks the tokens of a
+            # micro-batch against TP, trainer.py L295-307 @ b5bcd76c, where btacalc splits each sequence evenly)
+            why = (f"{MEGATRON} tensor_parallel/mappings.py L71-74 asserts it at the first forward"
+                   if not self.torch_fsdp else "btacalc splits each sequence evenly over DTensor's sequence shards")
             raise BtacalcError(f"sequence parallelism splits the {each} over {{tensor_parallel}} {tp}, which must "
-                               f"divide it ({MEGATRON} tensor_parallel/mappings.py L71-74 asserts it at the first "
-                               f"forward): give {{seq_len}} {_multiples_text(seq_len, self.sequence_multiple())}{off}")
+                               f"divide it ({why}): give {{seq_len}} "
+                               f"{_multiples_text(seq_len, self.sequence_multiple())}{off}")
         if cp > 1 and model.attention_sinks:
             # review19: TE @ d0067d0 dot_product_attention/utils.py L1148-1155 runs a learnable softmax under context
             # parallelism only with the all-to-all exchange (FlashAttention takes none, unfused no CP): the ring

@@ -334,7 +334,7 @@ def _numerics(spec: ModelSpec) -> Optional[str]:
                and not (field == "rope_theta" and spec.position_embedding != "rope")]
     said = []
     if unknown:
-        said.append(f"{spec.name}'s source gives no {', '.join(key for _, key in unknown)}, so the launch trains "
+        said.append(f"the source of {spec.name} gives no {', '.join(key for _, key in unknown)}, so the launch trains "
                     f"Megatron-LM's default{'s' if len(unknown) > 1 else ''} ({', '.join(flag for flag, _ in unknown)}): give "
                     f"your model's value{'s' if len(unknown) > 1 else ''} with {'those flags' if len(unknown) > 1 else 'that flag'}")
     if n.rope_theta is not None and n.rope_theta != int(n.rope_theta) and spec.position_embedding == "rope":
