@@ -1297,6 +1297,7 @@ def _resolve(request: ExecutionRequest, model: "ModelSpec", profile: "HardwarePr
     layout = _resolve_layout(request, model, profile, chosen)
     check_activation_offload(run, model, layout, gpu)
     check_op_recompute(run, layout, model, gpu)
+    check_torchtitan_recompute(run, layout)
     check_torch_loss(run, layout, gpu)
     check_dtensor_precision(run, layout)
     check_nvfp4_master_shards(run, layout)
@@ -1541,6 +1542,24 @@ def check_op_recompute(run: RunOptions, layout: "Layout", model: "ModelSpec", gp
         raise BtacalcError(refusal)
     if not layout.torch_fsdp or layout.cuda_graph_scope:
         raise BtacalcError(f"{{recompute}} op (torchtitan's per-op activation checkpoint): {_OP_LAYOUT_REFUSAL}")
+
+
+# torchtitan's activation checkpointing (ActivationCheckpoint.mode none / full / selective, selective_ac_option "op"
+# or a layer frequency: torchtitan @ 820504e2 torchtitan/config_manager.py L462-470,
+# models/llama3/parallelize_llama.py L236-247): what a PyTorch FSDP2 plan recomputes (a layer frequency is not
+# planned); Megatron-Core's recompute modules are not among them
+TORCHTITAN_RECOMPUTE = ("none", "full", OP_POLICY)
+
+
+def check_torchtitan_recompute(run: RunOptions, layout: "Layout") -> None:
+    """A PyTorch FSDP2 plan (torchtitan) recomputes as torchtitan can: no layer, every layer (full), or its per-op
+    policy (op); `selective` and a module list are Megatron-Core's recompute modules, which torchtitan has none of
+    (the plan had counted them as Megatron's, and a search under FSDP2 ranked them). FSDP1 (llm-foundry, whose
+    activation_checkpointing_target picks modules) is not checked here."""
+    if layout.torch_fsdp and layout.fsdp_impl == "fsdp2" and run.recompute not in TORCHTITAN_RECOMPUTE:
+        raise BtacalcError(f"{{recompute}} {run.recompute} is Megatron-Core's module recomputation: torchtitan "
+                           "(PyTorch FSDP2) checkpoints no layer, whole layers or its per-op policy (activation "
+                           "checkpoint mode none / full / selective op): give {recompute} none, full or op")
 
 
 def check_eager_context_parallel(run: RunOptions, layout: "Layout", gpu: bool) -> None:

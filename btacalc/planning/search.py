@@ -27,9 +27,9 @@ from typing import Any, Iterator, Optional
 import numpy as np
 from pydantic import BaseModel, Field
 
-from ..config.execution import (DEFAULT_TOKENS_PER_STEP, BatchLimits, Execution, ExecutionRequest, Layout,
-                                check_dtensor_precision, check_eager_context_parallel, check_torch_loss,
-                                resolve_execution, recompute_refusal)
+from ..config.execution import (DEFAULT_TOKENS_PER_STEP, TORCHTITAN_RECOMPUTE, BatchLimits, Execution,
+                                ExecutionRequest, Layout, check_dtensor_precision, check_eager_context_parallel,
+                                check_torch_loss, op_recompute_refusal, resolve_execution, recompute_refusal)
 from ..config.megatron_rules import a2a_refusal
 from ..config.hardware import HardwareProfile
 from ..config.model import ModelSpec
@@ -164,13 +164,21 @@ def _async_tp_at_one(request: ExecutionRequest, base: Execution, tp: int) -> boo
     return tp == 1 and base.layout.torch_fsdp and bool(request.overlaps.tp_comm)
 
 
+def _policies(model: ModelSpec, base: Execution) -> tuple[str, ...]:
+    """The recomputation policies a search ranks: Megatron's, none it refuses (freshuser17; semantics19: beside the
+    plan's CUDA graphs too); under PyTorch FSDP2 torchtitan's (`check_torchtitan_recompute`), its per-op policy where
+    it applies to the model and run (`op_recompute_refusal`)."""
+    if base.layout.torch_fsdp and base.layout.fsdp_impl == "fsdp2":
+        return tuple(p for p in TORCHTITAN_RECOMPUTE
+                     if op_recompute_refusal(replace(base.run, recompute=p), model) is None)
+    return tuple(p for p in RECOMPUTE_CHOICES + (MOE_RECOMPUTE_CHOICES if model.is_moe else ())
+                 if recompute_refusal(p, model, base.run.recipe, base.layout.cuda_graph_scope) is None)
+
+
 def _candidates(model: ModelSpec, hardware: HardwareProfile, request: ExecutionRequest, base: Execution,
                 n: int) -> Iterator[_Candidate]:
     devices = request.devices
-    # freshuser17: none Megatron refuses (semantics19: beside the plan's CUDA graphs too)
-    policies = (request.recompute,) if request.recompute else tuple(
-        p for p in RECOMPUTE_CHOICES + (MOE_RECOMPUTE_CHOICES if model.is_moe else ())
-        if recompute_refusal(p, model, base.run.recipe, base.layout.cuda_graph_scope) is None)
+    policies = (request.recompute,) if request.recompute else _policies(model, base)
     # review19: a biased MoE model (GPT-OSS) only at ETP 1, which Megatron-Core requires (ModelSpec.biased_moe)
     etp_choices = model.is_moe and not model.biased_moe()
     eps = (request.expert_parallel,) if request.expert_parallel else \
