@@ -33,16 +33,34 @@ def test_three_saved_inputs_lose_their_tp_split(cli):
     assert {k for k in megatron if sp.simplify(dtensor[k] - megatron[k]) != 0} == {"qkv_proj", "mlp", "lm_head"}
 
 
+def _listing_extra(megatron: dict[str, sp.Expr], dtensor: dict[str, sp.Expr], values: dict[str, int], layers: int):
+    per_layer = sum((dtensor[k] - megatron[k]).subs(values) for k in ("qkv_proj", "mlp"))
+    return layers * per_layer + (dtensor["lm_head"] - megatron["lm_head"]).subs(values)
+
+
 def test_the_listing_sums_to_what_plan_adds(cli):
     """At Llama 3 8B, TP 8, s 8192, micro-batch 12, 16-bit (the layout review24 D1 measured): (2L + 1) s b h 2 (7/8)
     bytes more, 45.80 GB; the listing's per-layer terms x L plus the output layer's give the same."""
     megatron, dtensor = _stored(cli), _stored(cli, "--dtensor-tp")
     L, t, s, b, h = 32, 8, 8192, 12, 4096
     values = {"G": 1, "b": b, "s": s, "h": h, "t": t, "beta": 2, "beta_s": 2}
-    per_layer = sum((dtensor[k] - megatron[k]).subs(values) for k in ("qkv_proj", "mlp"))
-    extra = L * per_layer + (dtensor["lm_head"] - megatron["lm_head"]).subs(values)
+    extra = _listing_extra(megatron, dtensor, values, L)
     assert extra == (2 * L + 1) * s * b * h * 2 * 7 // 8
     assert float(extra) / 1e9 == pytest.approx(45.80, abs=0.005)
+
+
+def test_the_listing_is_what_plan_stores(cli):
+    """review26 D6: plan's stored bytes, FSDP2 x TP against Megatron-FSDP at one layout (Llama 3 8B on 64 H100-96GB,
+    TP 8, s 8192, micro-batch 2, no recomputation), differ by the listing's terms at that layout."""
+    stored = {}
+    for impl in ("fsdp2", "megatron"):
+        code, out, err = cli("plan", "-m", "llama-3-8b", "--hw", "h100-96gb", "--devices", "64", "--tp", "8", "--seq",
+                             "8192", "--global-batch", "16", "--micro-batch", "2", "--fsdp", "--fsdp-impl", impl,
+                             "--recompute", "none", "--json")
+        assert code == 0, err
+        stored[impl] = json.loads(out)["memory_bytes"]["stored_activations"]
+    values = {"G": 1, "b": 2, "s": 8192, "h": 4096, "t": 8, "beta": 2, "beta_s": 2}
+    assert stored["fsdp2"] - stored["megatron"] == _listing_extra(_stored(cli), _stored(cli, "--dtensor-tp"), values, 32)
 
 
 @pytest.mark.parametrize("args, says", [
@@ -51,6 +69,9 @@ def test_the_listing_sums_to_what_plan_adds(cli):
     (("-m", "llama-3-8b", "--sequence-parallel", "--dtensor-tp", "--loss", "torch_fp32"), "without tensor parallelism"),
     (("--dtensor-tp",), "give --model"),
     (("-m", "llama-3-8b", "--sequence-parallel", "--recompute", "op", "--attention", "flash"), "--dtensor-tp"),
+    # review26 D2: torchtitan recomputes none, full or op, as plan refuses Megatron's modules under FSDP2
+    (("-m", "llama-3-8b", "--sequence-parallel", "--dtensor-tp", "--recompute", "selective"), "give --recompute none"),
+    (("-m", "llama-3-8b", "--sequence-parallel", "--dtensor-tp", "--recompute", "core_attn,mlp"), "module recomputation"),
 ])
 def test_what_the_listing_refuses(cli, args, says):
     code, out, err = cli("formulas", *args)

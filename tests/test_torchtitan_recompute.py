@@ -46,9 +46,36 @@ def test_a_search_under_fsdp2_ranks_torchtitan_policies(cli):
     assert d["best"]["throughput"]["step_time_s"] == pytest.approx(d["ranking"][0]["step_time_s"], rel=1e-9)
 
 
-def test_a_megatron_search_still_ranks_its_modules(cli):
-    code, out, err = cli("plan", "--model", "llama-3-70b", "--hw", "h100", "--devices", "64", "--search", "--json")
+def _policies(*layout: str) -> tuple[str, ...]:
+    from btacalc.config.execution import ExecutionRequest, resolve_execution
+    from btacalc.config.hardware import resolve_hardware
+    from btacalc.config.presets import resolve_model
+    from btacalc.planning.search import _policies as policies
+
+    model, hw = resolve_model("llama-3-8b"), resolve_hardware("h100")
+    fsdp = {"fsdp": True, "fsdp_impl": layout[0]} if layout else {}
+    attention = {"attention": layout[1]} if len(layout) > 1 else {}
+    return policies(model, resolve_execution(ExecutionRequest(devices=64, **fsdp, **attention), model, hw))
+
+
+def test_each_search_ranks_its_own_framework_policies():
+    """review26 D4: Megatron's search ranks its policies (none, selective = core_attn, full), FSDP2's torchtitan's,
+    the op policy only where it applies (eager attention: not SDPA's flash kernel on the policy's save list)."""
+    assert _policies() == ("none", "selective", "full")
+    assert _policies("fsdp2") == ("none", "full", "op")
+    assert _policies("fsdp2", "eager") == ("none", "full")
+    assert _policies("torch") == ("none", "selective", "full")  # FSDP1: as before (llm-foundry picks modules)
+
+
+def test_a_search_under_fsdp2_with_eager_attention_ranks_without_op(cli):
+    code, out, err = cli("plan", *FSDP2, "--attention", "eager", "--search", "--json")
     assert code == 0, err
-    d = json.loads(out)
-    assert "op" not in {r["recompute"] for r in d["ranking"]}
-    assert d["candidates"] > 0
+    assert {r["recompute"] for r in json.loads(out)["ranking"]} <= {"none", "full"}
+
+
+def test_async_tp_without_a_tp_above_one_says_why(cli):
+    """review26 D1: an FSDP2 async-TP search with no TP > 1 layout named a global batch the user never gave."""
+    code, out, err = cli("plan", "--model", "llama-3-8b", "--hw", "h100", "--devices", "8", "--fsdp", "--fsdp-impl",
+                         "fsdp2", "--tp-comm-overlap", "--precision", "fp8", "--search")
+    assert code == 2 and "torchtitan's async TP" in err and "at --tp 2: --precision fp8" in err, err
+    assert "--global-batch" not in err and len(err.strip().splitlines()) == 1

@@ -487,7 +487,7 @@ class Layout:
         """review24: PyTorch FSDP2 beside TP is planned as torchtitan's dense 2-D Llama runs (`_validate_fsdp_impl`);
         an MoE model's experts under DTensor TP (torchtitan's own expert and expert-tensor parallelism) are not
         modelled, and the message says so before the grid's implicit ETP = TP would name an option not given."""
-        if self.fsdp_impl == "fsdp2" and self.dtensor_tp and model.is_moe:
+        if self.fsdp2 and self.dtensor_tp and model.is_moe:
             raise BtacalcError(f"{{fsdp_impl}} {self.fsdp_impl} with {{tensor_parallel}} {self.tensor_parallel}: btacalc "
                                f"plans PyTorch FSDP2 beside TP for dense models (torchtitan's 2-D Llama runs); "
                                f"{model.name}'s experts under torchtitan's expert or expert-tensor parallelism are not "
@@ -556,6 +556,12 @@ class Layout:
     def torch_fsdp(self) -> bool:
         """PyTorch's FSDP (FSDP1 or FSDP2) shards the model: TorchFsdp's buffers and per-block collectives."""
         return self.fsdp and self.fsdp_impl in TORCH_FSDP_IMPLS
+
+    @property
+    def fsdp2(self) -> bool:
+        """PyTorch's FSDP2 (fully_shard, torchtitan) shards the model: its copies in and out of the flat buffers
+        (model/gpu/fixed.py, timing.py), torchtitan's recomputation (`check_torchtitan_recompute`)."""
+        return self.fsdp and self.fsdp_impl == "fsdp2"
 
     def _validate_nccl_ub(self, profile: "HardwareProfile") -> None:
         if self.nvls and not self.nccl_ub:
@@ -1546,20 +1552,29 @@ def check_op_recompute(run: RunOptions, layout: "Layout", model: "ModelSpec", gp
 
 # torchtitan's activation checkpointing (ActivationCheckpoint.mode none / full / selective, selective_ac_option "op"
 # or a layer frequency: torchtitan @ 820504e2 torchtitan/config_manager.py L462-470,
-# models/llama3/parallelize_llama.py L236-247): what a PyTorch FSDP2 plan recomputes (a layer frequency is not
-# planned); Megatron-Core's recompute modules are not among them
+# models/llama3/parallelize_llama.py L236-247): what a PyTorch FSDP2 plan recomputes (a layer frequency as full over
+# some layers, --recompute-layers); Megatron-Core's recompute modules are not among them
 TORCHTITAN_RECOMPUTE = ("none", "full", OP_POLICY)
 
 
+def torchtitan_recompute_refusal(policy: str) -> Optional[str]:
+    """Why torchtitan (PyTorch FSDP2, 1-D or beside DTensor's TP) cannot recompute `policy` (None: it can):
+    `selective` and a module list are Megatron-Core's recompute modules, which torchtitan has none of. Plan
+    (`check_torchtitan_recompute`) and `formulas --dtensor-tp` ask this."""
+    if policy in TORCHTITAN_RECOMPUTE:
+        return None
+    return (f"{{recompute}} {policy} is Megatron-Core's module recomputation: torchtitan (PyTorch FSDP2) checkpoints "
+            "no layer, whole layers (some of them with {recompute_layers}) or its per-op policy (activation "
+            "checkpoint mode none / full / selective op): give {recompute} none, full or op")
+
+
 def check_torchtitan_recompute(run: RunOptions, layout: "Layout") -> None:
-    """A PyTorch FSDP2 plan (torchtitan) recomputes as torchtitan can: no layer, every layer (full), or its per-op
-    policy (op); `selective` and a module list are Megatron-Core's recompute modules, which torchtitan has none of
-    (the plan had counted them as Megatron's, and a search under FSDP2 ranked them). FSDP1 (llm-foundry, whose
+    """A PyTorch FSDP2 plan (torchtitan) recomputes as torchtitan can (`torchtitan_recompute_refusal`; the plan had
+    counted Megatron's modules, and a search under FSDP2 ranked them). FSDP1 (llm-foundry, whose
     activation_checkpointing_target picks modules) is not checked here."""
-    if layout.torch_fsdp and layout.fsdp_impl == "fsdp2" and run.recompute not in TORCHTITAN_RECOMPUTE:
-        raise BtacalcError(f"{{recompute}} {run.recompute} is Megatron-Core's module recomputation: torchtitan "
-                           "(PyTorch FSDP2) checkpoints no layer, whole layers or its per-op policy (activation "
-                           "checkpoint mode none / full / selective op): give {recompute} none, full or op")
+    refusal = torchtitan_recompute_refusal(run.recompute) if layout.fsdp2 else None
+    if refusal is not None:
+        raise BtacalcError(refusal)
 
 
 def check_eager_context_parallel(run: RunOptions, layout: "Layout", gpu: bool) -> None:

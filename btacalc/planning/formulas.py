@@ -8,7 +8,7 @@ from typing import Any, Optional
 import sympy as sp
 from ..catalogue.selection import Selection
 from ..catalogue.terms import load_catalogue
-from ..config.execution import RunOptions, op_recompute_refusal, recompute_refusal
+from ..config.execution import RunOptions, op_recompute_refusal, recompute_refusal, torchtitan_recompute_refusal
 from ..config.presets import resolve_model
 from ..errors import BtacalcError
 from ..vocabulary import DESCRIPTIONS, OP_POLICY, QUANTITIES, QUANTITY_UNITS, TORCH_LOSSES
@@ -37,6 +37,9 @@ def _check_tp_plan(tp_plan: TpPlan, run: RunOptions, moe: bool) -> None:
     if tp_plan.dtensor and not tp_plan.sequence_parallel:
         raise BtacalcError("{dtensor_tp} is DTensor's sequence-parallel TP plan (torchtitan's 2-D FSDP2 x TP): it "
                            "needs {sequence_parallel}")
+    refusal = torchtitan_recompute_refusal(run.recompute) if tp_plan.dtensor else None  # review26 D2: as plan
+    if refusal is not None:
+        raise BtacalcError(refusal)
     if tp_plan.dtensor and moe:
         raise BtacalcError("{dtensor_tp}: btacalc plans DTensor's TP for dense models, as plan lays out PyTorch "
                            "FSDP2 beside TP (torchtitan's 2-D Llama runs)")

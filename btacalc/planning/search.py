@@ -126,6 +126,7 @@ def search_layouts(model: ModelSpec, hardware: HardwareProfile, request: Executi
     n = request.limits.global_batch or max(tokens // base.run.seq_len, 1)
     candidates = list(_candidates(model, hardware, request, base, n))
     if not candidates:
+        _refuse_async_tp_alone(model, hardware, request, base)
         raise BtacalcError(f"{{search}}: no layout of {request.devices} devices satisfies the layout rules for "
                            f"{{global_batch}} {n}")
     return _result(model, hardware, request, base, n, _scored(model, hardware, base, candidates), start)
@@ -168,11 +169,27 @@ def _policies(model: ModelSpec, base: Execution) -> tuple[str, ...]:
     """The recomputation policies a search ranks: Megatron's, none it refuses (freshuser17; semantics19: beside the
     plan's CUDA graphs too); under PyTorch FSDP2 torchtitan's (`check_torchtitan_recompute`), its per-op policy where
     it applies to the model and run (`op_recompute_refusal`)."""
-    if base.layout.torch_fsdp and base.layout.fsdp_impl == "fsdp2":
+    if base.layout.fsdp2:
         return tuple(p for p in TORCHTITAN_RECOMPUTE
                      if op_recompute_refusal(replace(base.run, recompute=p), model) is None)
     return tuple(p for p in RECOMPUTE_CHOICES + (MOE_RECOMPUTE_CHOICES if model.is_moe else ())
                  if recompute_refusal(p, model, base.run.recipe, base.layout.cuda_graph_scope) is None)
+
+
+def _refuse_async_tp_alone(model: ModelSpec, hardware: HardwareProfile, request: ExecutionRequest,
+                           base: Execution) -> None:
+    """review26 D1: a PyTorch FSDP search asked for async TP ranks TP > 1 only (`_async_tp_at_one`); where no TP > 1
+    layout plans, the refusal names what async TP needs and why TP 2 does not plan (which a plan at TP 1 would have
+    said), not the layout rules for a global batch the user may not have given."""
+    if not (base.layout.torch_fsdp and request.overlaps.tp_comm and request.tensor_parallel is None):
+        return
+    why = "no layout with {tensor_parallel} > 1 passes the layout rules"
+    try:
+        resolve_execution(request.with_changes(tensor_parallel=2, sequence_parallel=True), model, hardware)
+    except BtacalcError as exc:
+        why = f"at {{tensor_parallel}} 2: {exc.template}"
+    raise BtacalcError("{search} with {tp_comm_overlap} on a PyTorch FSDP plan (torchtitan's async TP) ranks "
+                       f"{{tensor_parallel}} > 1 only, and {why}")
 
 
 def _candidates(model: ModelSpec, hardware: HardwareProfile, request: ExecutionRequest, base: Execution,

@@ -322,7 +322,7 @@ def fsdp2_copy_s(problem: Problem, device: "tuple[Any, Any, Any] | None" = None)
     `device`: (all, root unit, largest block) parameters on this device (`fsdp2_device_counts`), what FSDP2 gathers
     and reduces beside tensor parallelism; with TP 1 the model's own counts are the device's."""
     lay = problem.layout
-    if not (lay.torch_fsdp and lay.fsdp_impl == "fsdp2"):
+    if not lay.fsdp2:
         return 0.0
     hbm = problem.hardware.memory.streaming_bandwidth_bytes_per_s()
     counts = param_counts(problem)

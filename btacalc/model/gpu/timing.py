@@ -412,7 +412,7 @@ def _fsdp2_units(problem: Problem, counts: list[Any], kinds: list[tuple[Any, Par
     for its copies (fixed.fsdp2_device_counts): the stage's dense parameters, the parts outside the layers (the
     root's embedding, final norm and output layer) and the largest layer kind's; None otherwise."""
     lay = problem.layout
-    if not (lay.torch_fsdp and lay.fsdp_impl == "fsdp2"):
+    if not lay.fsdp2:
         return None
     dense, first, last = held
     block: Any = 0
