@@ -1,0 +1,34 @@
+"""hostile31: a campaign on run files, number options, outputs and environments (twenty-fourth session). Each test
+is a finding: the one-line refusal, or the number the plan must equal."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.mark.parametrize("args", [
+    ("plan", "--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16", "--ep", "8", "--capacity-factor", "1_0.5"),
+    ("plan", "--hw", "wse2", "--sensitivity", "1_0"),
+    ("measure", "--seq", "128", "--real", "--real-limit-gb", "1_0", "-q"),
+])
+def test_a_number_option_refuses_python_digit_grouping(cli, args):
+    # float('1_0.5') is 10.5: `--capacity-factor 1_0.5` planned a cap of 10.5, where `--devices 8_0` is refused
+    code, out, err = cli(*args)
+    assert code == 2 and "takes a number written in decimal digits" in err, err
+    assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("value", ["0.8_5", "\u0660.\u0668\u0665"])
+def test_a_whatif_target_is_written_in_decimal_digits(cli, value):
+    # the target went through float(): 0.8_5 and Arabic-Indic ٠.٨٥ were both read as 0.85
+    code, out, err = cli("whatif", "--hw", "wse2", "--top-k", "1", "--fixed-active", "--target",
+                         f"relative_to_dense={value}", "--solve-for", "sram_bytes")
+    assert code == 2 and "is not a number" in err, err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_a_run_file_number_written_as_a_string_keeps_the_rule(cli, tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_text('model = "qwen3-30b-a3b"\nhw = "h100"\ndevices = 16\nep = 8\ncapacity-factor = "1_0"\n')
+    code, out, err = cli("plan", "--config", str(path))
+    assert code == 2 and "--capacity-factor takes a number written in decimal digits" in err, err
