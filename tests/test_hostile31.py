@@ -3,7 +3,11 @@ is a finding: the one-line refusal, or the number the plan must equal."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
+
+from btacalc.paths import data_dir
 
 
 @pytest.mark.parametrize("args", [
@@ -32,3 +36,16 @@ def test_a_run_file_number_written_as_a_string_keeps_the_rule(cli, tmp_path):
     path.write_text('model = "qwen3-30b-a3b"\nhw = "h100"\ndevices = 16\nep = 8\ncapacity-factor = "1_0"\n')
     code, out, err = cli("plan", "--config", str(path))
     assert code == 2 and "--capacity-factor takes a number written in decimal digits" in err, err
+
+
+def test_a_profile_whose_block_shared_memory_exceeds_its_sm_sram_is_refused(cli, tmp_path):
+    # H100: 227 KB a block may use of the SM's 256 KB L1/shared; 10x the SM's SRAM was accepted and planned with
+    text = (data_dir("hardware_profiles") / "h100.toml").read_text()
+    text = re.sub(r"(\[chip\.shared_memory_bytes_per_core\]\nvalue = )[^\n]*", r"\g<1>2621440", text)
+    path = tmp_path / "h100x.toml"
+    path.write_text(text)
+    for args in (("hw", "check", str(path)), ("plan", "--hw", str(path), "--devices", "8", "--model", "llama-3-8b")):
+        code, out, err = cli(*args)
+        assert code == 2 and "chip.shared_memory_bytes_per_core = 2.62144e+06 B exceeds chip.sram_bytes_per_core" \
+            in err, err
+        assert len(err.strip().splitlines()) == 1
