@@ -3,6 +3,7 @@ is a finding: the one-line refusal, or the number the plan must equal."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -49,3 +50,29 @@ def test_a_profile_whose_block_shared_memory_exceeds_its_sm_sram_is_refused(cli,
         assert code == 2 and "chip.shared_memory_bytes_per_core = 2.62144e+06 B exceeds chip.sram_bytes_per_core" \
             in err, err
         assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("option", [("--ddp-bucket-size", "1000000"), ("--ddp-num-buckets", "2")])
+def test_gradient_buckets_without_the_overlapped_reduce_are_refused(cli, option):
+    # Megatron-Core sets bucket_size None without overlap_grad_reduce; the plan was the same at any bucket size
+    base = ("plan", "--model", "llama-3-8b", "--hw", "h100", "--devices", "16", "--seq", "2048", "--global-batch", "64",
+            "--micro-batch", "1", "--json")
+    code, out, err = cli(*base, *option)
+    assert code == 2 and "they need --overlap-grad-reduce" in err, err
+    assert len(err.strip().splitlines()) == 1
+    code, out_one, err = cli(*base, "--overlap-grad-reduce")
+    code, out_two, err = cli(*base, "--overlap-grad-reduce", *option)
+    assert code == 0, err
+    assert json.loads(out_one)["throughput"]["step_time_s"] != json.loads(out_two)["throughput"]["step_time_s"]
+
+
+def test_a_launchs_bucket_without_the_overlapped_reduce_is_listed_as_ignored(cli, tmp_path):
+    code, out, err = cli("plan", "--model", "llama-3-8b", "--hw", "h100", "--devices", "16", "--seq", "2048",
+                         "--global-batch", "64", "--micro-batch", "1", "--emit", "megatron")
+    assert code == 0, err
+    path = tmp_path / "run.sh"
+    path.write_text(out.replace("--micro-batch-size 1", "--micro-batch-size 1 --ddp-num-buckets 2"))
+    code, out, err = cli("plan", "--hw", "h100", "--from-megatron", str(path))
+    assert code == 0, err
+    assert "ignored --ddp-num-buckets: the gradient buckets: without --overlap-grad-reduce" in " ".join(
+        line.strip("│ ") for line in out.splitlines())
