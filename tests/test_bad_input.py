@@ -244,7 +244,8 @@ for args, fragment in [
      "leaves tiles of b = 8, more than --max-tile-batch 4"),
     (["--hw", "a100-80gb", "--tiles", BIG], "beyond 2^62"),
     (["--hw", "a100-80gb", "--max-global-batch", BIG], "beyond 2^62"),
-    (["--hw", "a100-80gb", "--devices", "8", "--ddp-bucket-size", BIG], "beyond 2^62 parameters"),
+    (["--hw", "a100-80gb", "--devices", "8", "--overlap-grad-reduce", "--ddp-bucket-size", BIG],
+     "beyond 2^62 parameters"),
 ]:
     case("values", "plan", *args, fragment=fragment)
 case("values", "sweep", "--vary", "experts=16", "--fixed-active", fragment="needs --vary top-k")
@@ -709,7 +710,7 @@ for algo in ("Tree", "Ring,Tree", ","):
              "--num-experts 8", "--num-experts 8 --deterministic-mode", 1)})
 # --ddp-num-buckets sets the bucket size itself (Megatron-Core distributed_data_parallel_config.py L275-277)
 case("values", "plan", "-m", "llama-3-8b", "--hw", "h100", "--devices", "8", "--ddp-num-buckets", "4",
-     "--ddp-bucket-size", "40000000", fragment="--ddp-num-buckets sets the bucket size from the rank's parameters")
+     "--ddp-bucket-size", "40000000", "--overlap-grad-reduce", fragment="--ddp-num-buckets sets the bucket size from the rank's parameters")
 # a layer pattern of 10^9 entries: 16 GB and 27 s of this machine before (its length is checked per operation now)
 case("files", "plan", "--hw", "h100", "--from-megatron", "{tmp}/launch.args",
      fragment="a list of more than 10,000 entries (a model's layers)",

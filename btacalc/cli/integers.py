@@ -10,6 +10,7 @@ import math
 import re
 from typing import Any, Optional
 
+from ..config.text import DECIMAL
 from ..errors import BtacalcError
 
 INTEGER = re.compile(r"[+-]?[0-9]+")
@@ -44,3 +45,5 @@ def check_integer(param: Any, raw: Any) -> None:
             return  # not a number at all: the option parser's own message says so
         if not math.isfinite(value):
             raise BtacalcError(f"{names} takes a finite number, got {raw!r}")
+        if not DECIMAL.fullmatch(raw.strip()):  # hostile31: `1_0.5` (Python's digit grouping) read as 10.5
+            raise BtacalcError(f"{names} takes a number written in decimal digits, got {raw!r}")

@@ -1231,6 +1231,13 @@ _NO_EFFECT: tuple[tuple[Any, str], ...] = (
     (lambda run, layout, model, gpu: layout.torch_fsdp and layout.overlap.tp_comm and not layout.every_tp_above_one,
      "{tp_comm_overlap} on a PyTorch FSDP plan is torchtitan's async TP, which overlaps the tensor-parallel "
      "collectives with their matmuls: it needs {fsdp_impl} fsdp2 and {tensor_parallel} > 1"),
+    # hostile31: Megatron-Core sets bucket_size None without overlap_grad_reduce (training.py L2192-2193), and the plan
+    # (collectives.gradient_buckets) was the same at any bucket size
+    (lambda run, layout, model, gpu: not layout.torch_fsdp and not layout.overlap.grad_reduce
+     and (layout.ddp_bucket_params is not None or layout.ddp_num_buckets is not None),
+     "{ddp_bucket_params} / {ddp_num_buckets} cut the gradient reduce into buckets: they need "
+     "{overlap_grad_reduce} (without it Megatron-Core reduces each gradient buffer in one bucket, training.py "
+     "L2192-2193)"),
     # hostile28: without virtual stages Megatron's schedule has no chunks to group (schedules.py L1160-1180 read
     # it in the interleaved schedule only) and the plan's step was the same at any N, even one above M
     (lambda run, layout, model, gpu: layout.microbatch_group is not None and layout.virtual_pipeline == 1,

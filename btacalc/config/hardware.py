@@ -540,6 +540,10 @@ class HardwareProfile(BaseModel):
             raise ValueError(f"chip.cores x chip.sram_bytes_per_core = {per_core:.6g} B falls short of chip.sram_bytes "
                              f"{chip.sram_bytes.value:.6g} B by more than {SRAM_ROUNDING:.1%} (the rounding of "
                              "published sizes): a wafer's SRAM is all in its cores")
+        shared = chip.shared_memory_bytes_per_core
+        if shared is not None and shared.value > chip.sram_bytes_per_core.value:  # hostile31: was planned with it
+            raise ValueError(f"chip.shared_memory_bytes_per_core = {shared.value:.6g} B exceeds chip.sram_bytes_per_core "
+                             f"{chip.sram_bytes_per_core.value:.6g} B: a thread block's shared memory is part of its SM's")
         if system.system_power_w is not None and system.system_power_w.value < chip.power_w.value:
             raise ValueError(f"system.system_power_w.value = {system.system_power_w.value:g} W is below chip.power_w "
                              f"{chip.power_w.value:g} W: the system power per device includes the device")

@@ -1387,6 +1387,24 @@ def _dec_transformer_impl(get: Get) -> Fields:
     return {"run.transformer_engine": str(get("transformer_impl")) != "local"}
 
 
+# hostile31: Megatron-Core cuts the gradient reduce into buckets only with overlap_grad_reduce (training.py
+# L2192-2193 sets bucket_size None without it); without it a launch's bucket flags are left unread, so listed as
+# ignored, not planned as settings that change nothing
+def _enc_buckets(f: Fields) -> Args:
+    if not f.get("overlap.grad_reduce"):
+        return {}
+    return {dest: f[field] for field, dest in (("layout.ddp_bucket_params", "ddp_bucket_size"),
+                                                ("layout.ddp_num_buckets", "ddp_num_buckets")) if f.get(field) is not None}
+
+
+def _dec_buckets(get: Get) -> Fields:
+    if not truth(get("overlap_grad_reduce")):
+        return {"layout.ddp_bucket_params": None, "layout.ddp_num_buckets": None}
+    size, count = get("ddp_bucket_size"), get("ddp_num_buckets")
+    return {"layout.ddp_bucket_params": None if size is None else _int(size, "ddp_bucket_size"),
+            "layout.ddp_num_buckets": None if count is None else _int(count, "ddp_num_buckets")}
+
+
 def _enc_wgrad_fusion(f: Fields) -> Args:
     """--no-gradient-accumulation-fusion when the plan turns the fusion off; Megatron's default (on:
     megatron_flags.tsv, the flag stores False) is left unsaid."""
@@ -1451,8 +1469,7 @@ RUN_ROWS: tuple[Row, ...] = (
     Row("gradient accumulation fusion", _enc_wgrad_fusion, _dec_wgrad_fusion),
     switch("run.deterministic_mode", "deterministic_mode"),
     switch("layout.nccl_ub", "nccl_ub"),
-    same("layout.ddp_bucket_params", "ddp_bucket_size"),
-    same("layout.ddp_num_buckets", "ddp_num_buckets"),
+    Row("gradient buckets", _enc_buckets, _dec_buckets),
     switch("overlap.grad_reduce", "overlap_grad_reduce"),
     switch("overlap.param_gather", "overlap_param_gather"),
     switch("overlap.tp_comm", "tp_comm_overlap"),

@@ -47,6 +47,8 @@ IGNORED: tuple[tuple[str, str], ...] = (
      r"ckpt_.*|dist_ckpt_.*|timing_log_.*|logging_level|profile.*)",
      "logging, evaluation and checkpointing: outside the modelled step"),
     (r"use_checkpoint_args", "the checkpoint's architecture replaces the launch's (a note says so)"),
+    (r"(ddp_bucket_size|ddp_num_buckets)", "the gradient buckets: without --overlap-grad-reduce Megatron-Core reduces "
+     "each gradient buffer in one bucket (training.py L2192-2193)"),
     (r"microbatch_group_size_per_vp_stage", "the interleaved schedule's micro-batch group: without virtual pipeline "
      "stages Megatron's schedule does not use it"),
     (r"(deprecated_use_mcore_models|use_legacy_models)", "Megatron-Core models are the models btacalc counts"),

@@ -70,6 +70,13 @@ def check_path_text(option: str, text: str) -> None:
         raise BtacalcError(f"{option} {text!r}: not a directory (a trailing slash names a folder)")
 
 
+# A number as a user writes one (an option's value, a what-if target): ASCII digits, an optional sign, point and
+# exponent. hostile31: Python's float() also reads a literal's digit grouping (`--capacity-factor 1_0.5` was
+# 10.5, `--target relative_to_dense=0.8_5` 0.85) and other scripts' digits (`relative_to_dense=٠.٨٥`), which
+# review8 refused for integer options (`--devices 8_0` read as 80).
+DECIMAL = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+
+
 def exact_number(value: float) -> str:
     """`value` as a message states a setting: every digit it has (a whole number without its ".0"). review21: `:g`
     keeps six digits, so a read-back note said "the run trains the RoPE base 1e+06, not qwen3-30b-a3b's rope_theta

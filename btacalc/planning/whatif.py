@@ -25,6 +25,7 @@ from pydantic import BaseModel, Field
 from ..config.execution import ExecutionRequest
 from ..config.hardware import HardwareProfile
 from ..config.model import MAX_LAYERS, ModelSpec
+from ..config.text import DECIMAL
 from ..errors import BtacalcError
 from .metrics import METRICS, PlanMetrics, plan_metrics
 
@@ -95,6 +96,8 @@ def parse_target(text: str) -> tuple[str, float]:
         raise BtacalcError(f"{{target}} {text!r}: give METRIC=VALUE with METRIC one of {', '.join(METRICS)}")
     try:
         target = float(value)
+        if not DECIMAL.fullmatch(value.strip()) and math.isfinite(target):  # hostile31: `0.8_5`, `٠.٨٥`
+            raise ValueError(value)
     except ValueError:
         raise BtacalcError(f"{{target}} {text!r}: {value!r} is not a number") from None
     if not (target > 0 and math.isfinite(target)):  # nan, inf and 1e400 (inf) are no target
