@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from btacalc.config.attention_kernels import attention_kernel
-from btacalc.config.execution import ExecutionRequest, Layout, RunOptions, resolve_execution
+from btacalc.config.execution import ExecutionRequest, Layout, RunOptions
+from btacalc.config.resolution import resolve_execution
 from btacalc.config.hardware import resolve_hardware
 from btacalc.config.megatron_codec import decode
 from btacalc.config.bridge_codec import from_bridge

@@ -51,7 +51,7 @@ def test_search_under_delayed_fp8_chooses_no_module_megatron_refuses(cli):
                  "256", "--precision", "fp8")
     assert not {"moe_act", "layernorm"} & set(best["inputs"]["recompute"].split(","))
     # the exclusion is the recipe's: the other recipes keep the candidate
-    from btacalc.config.execution import recompute_refusal
+    from btacalc.config.resolution import recompute_refusal
     from btacalc.config.precision import recipe
     from btacalc.config.presets import resolve_model
 

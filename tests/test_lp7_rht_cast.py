@@ -71,7 +71,8 @@ def test_recipes_without_the_transform_refuse_the_option(precision):
     """Only NVFP4 applies the RHT (precision.toml rht_cast_fusion_since_te): under any other recipe the unfused casts
     would change nothing, so they are refused (one-line error naming the option and the precision), as
     --fp8-param-gather is without a low precision; a run's TE release still reads as fused for such a recipe."""
-    from btacalc.config.execution import ExecutionRequest, resolve_run
+    from btacalc.config.execution import ExecutionRequest
+    from btacalc.config.resolution import resolve_run
     from btacalc.config.hardware import resolve_hardware
 
     request = ExecutionRequest(precision=precision, rht_cast_fusion=False)

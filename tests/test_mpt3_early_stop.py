@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from btacalc.config.execution import ExecutionRequest, resolve_execution
+from btacalc.config.execution import ExecutionRequest
+from btacalc.config.resolution import resolve_execution
 from btacalc.config.hardware import resolve_hardware
 from btacalc.config.presets import resolve_model
 from btacalc.errors import BtacalcError

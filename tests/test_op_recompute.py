@@ -71,7 +71,7 @@ def test_the_attention_core_is_not_re_run():
 
 
 def _llama_features() -> dict:
-    from btacalc.config.execution import resolve_execution
+    from btacalc.config.resolution import resolve_execution
     from btacalc.config.hardware import resolve_hardware
 
     spec = load_preset("llama-3-8b")
@@ -81,9 +81,9 @@ def _llama_features() -> dict:
 
 
 def test_every_model_the_policy_accepts_has_a_share_for_each_layer_gemm():
-    """The refusals (config/execution.py _OP_REFUSALS) and the catalogue's op_recompute shares agree: a model the
+    """The refusals (config/resolution.py _OP_REFUSALS) and the catalogue's op_recompute shares agree: a model the
     policy plans runs no layer GEMM without a derived share (outside the attention core, which it caches whole)."""
-    from btacalc.config.execution import resolve_execution
+    from btacalc.config.resolution import resolve_execution
     from btacalc.config.hardware import resolve_hardware
     from btacalc.errors import BtacalcError
 

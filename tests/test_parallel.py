@@ -241,7 +241,7 @@ def test_expert_parallelism_across_nodes_costs_all_to_all():
     ExecutionRequest(devices_per_node=4),
 ])
 def test_compare_of_wafers_alone_refuses_every_gpu_layout_option(request_):
-    """The GPU layout options are one table (config/execution.py _GPU_LAYOUT): a wafer plan refuses them, and so
+    """The GPU layout options are one table (config/resolution.py _GPU_LAYOUT): a wafer plan refuses them, and so
     does a compare with no GPU row to take them (a wafer row's request drops them: they would be ignored)."""
     with pytest.raises(BtacalcError, match="has no GPU profile"):
         compare(QWEN, [resolve_hardware("wse3")], CompareRequest(request_))

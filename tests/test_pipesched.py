@@ -192,7 +192,8 @@ def test_search_simulates_the_schedule_of_every_layout_that_can_rank():
     # the search scores every layout by the step's lower bound (no bubble) and simulates the fastest bounds until
     # none left could enter the ranking: the ranking and the fastest non-fitting layout equal those of simulating
     # every layout
-    from btacalc.config.execution import BatchLimits, ExecutionRequest, resolve_execution
+    from btacalc.config.execution import BatchLimits, ExecutionRequest
+    from btacalc.config.resolution import resolve_execution
     from btacalc.config.pipeline import StageSplit
     from btacalc.planning import search as S
     from dataclasses import replace
@@ -292,7 +293,8 @@ def test_a_layout_whose_bound_ties_the_slowest_row_is_simulated(monkeypatch):
     # a pipelined Y, bound 55, simulated to 50 (the sixth and slowest row), and a pipelined X listed first, bound
     # 50 = the slowest row, exact 40. Left at its bound, X would tie Y at 50 and, listed first, take its place in the
     # ranking at a speed it does not reach; simulated, it drops to 40.
-    from btacalc.config.execution import BatchLimits, ExecutionRequest, resolve_execution
+    from btacalc.config.execution import BatchLimits, ExecutionRequest
+    from btacalc.config.resolution import resolve_execution
     from btacalc.config.pipeline import StageSplit
     from btacalc.planning import search as S
     from dataclasses import replace

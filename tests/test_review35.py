@@ -186,7 +186,8 @@ def test_changed_overlaps_reads_only_changed_reasons():
 
 
 def test_the_execution_records_each_changed_overlap():
-    from btacalc.config.execution import ExecutionRequest, resolve_execution
+    from btacalc.config.execution import ExecutionRequest
+    from btacalc.config.resolution import resolve_execution
     from btacalc.config.execution import OverlapRequest
     from btacalc.config.hardware import resolve_hardware
     from btacalc.config.presets import load_preset

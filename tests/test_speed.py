@@ -75,7 +75,7 @@ def _clear_layout_caches() -> None:
 
 
 def _evaluate(model, hw, request):  # the benchmark's evaluation: memory and step time of one shape, API
-    from btacalc.config.execution import resolve_execution
+    from btacalc.config.resolution import resolve_execution
     from btacalc.model.memory import MemoryModel, resolve_memory_model
     from btacalc.model.problem import Problem
     from btacalc.model.timing import step_time

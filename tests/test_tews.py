@@ -116,7 +116,7 @@ def test_search_counts_userbuffers_only_on_layouts_that_take_them():
     overlap a TP 1 layout (no userbuffers) may use 3 x (32 MiB + 1 KiB) more than a TP 2 one."""
     from dataclasses import replace
 
-    from btacalc.config.execution import resolve_execution
+    from btacalc.config.resolution import resolve_execution
     from btacalc.planning import search as s
 
     model, hw = resolve_model("llama-3-8b"), resolve_hardware("h100")

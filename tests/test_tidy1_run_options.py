@@ -118,7 +118,8 @@ def test_compare_rows_carry_their_run_options(cli):
 def test_compare_checks_the_run_options_the_resolver_resolves(hw):
     """compare worked out the default attention itself (request.attention or the profile's) to check FP8 attention
     before planning a row; it now asks the resolver (resolve_run), whose run options are those of the row's plan."""
-    from btacalc.config.execution import ExecutionRequest, resolve_execution, resolve_run
+    from btacalc.config.execution import ExecutionRequest
+    from btacalc.config.resolution import resolve_execution, resolve_run
     from btacalc.config.hardware import resolve_hardware
     from btacalc.config.presets import load_preset
 

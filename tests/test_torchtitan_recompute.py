@@ -47,7 +47,8 @@ def test_a_search_under_fsdp2_ranks_torchtitan_policies(cli):
 
 
 def _policies(*layout: str) -> tuple[str, ...]:
-    from btacalc.config.execution import ExecutionRequest, resolve_execution
+    from btacalc.config.execution import ExecutionRequest
+    from btacalc.config.resolution import resolve_execution
     from btacalc.config.hardware import resolve_hardware
     from btacalc.config.presets import resolve_model
     from btacalc.planning.search import _policies as policies

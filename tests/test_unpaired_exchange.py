@@ -82,7 +82,7 @@ def test_without_the_overlap_there_is_no_such_row_and_the_exchange_is_all_expose
 
 def test_the_search_scores_each_layout_with_the_overlap_its_plan_runs(cli):
     # review28: Megatron-Core refuses the overlap with PP > 1 and no virtual pipeline (Megatron-LM @ d98e8a64
-    # transformer_config.py L3007-3011), and a plan runs without it (config/execution.py `_runnable_overlaps`); the
+    # transformer_config.py L3007-3011), and a plan runs without it (config/resolution.py `_runnable_overlaps`); the
     # layout search scored such a candidate with the overlap on (its exchange hidden, no unpaired passes), so its
     # ranking row (19.6 s) was not the plan it stood for (22.8 s). Each ranking row is now its own plan's step.
     code, out, err = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16", "--overlap-a2a",

@@ -1214,7 +1214,7 @@ def _dec_capacity(get: Get) -> Fields:
 
 def _enc_offload(f: Fields) -> Args:
     """--cpu-offloading-num-layers N: the first N layers' activations in host memory (Megatron-LM turns
-    cpu_offloading on when N > 0: arguments.py L1950-1951; config.execution.ACTIVATION_OFFLOAD)."""
+    cpu_offloading on when N > 0: arguments.py L1950-1951; config.resolution.ACTIVATION_OFFLOAD)."""
     n = f.get("run.cpu_offload_layers", 0)
     return {"cpu_offloading_num_layers": n} if n else {}
 
@@ -1225,7 +1225,7 @@ def _dec_offload(get: Get) -> Fields:
 
 def _enc_bf16_ends(f: Fields) -> Args:
     """--first-last-layers-bf16 --num-layers-at-start-in-bf16 N --num-layers-at-end-in-bf16 M: the first N and last M
-    decoder layers outside the low-precision recipe (config.execution.BF16_LAYERS_SOURCE); both counts written, as
+    decoder layers outside the low-precision recipe (config.resolution.BF16_LAYERS_SOURCE); both counts written, as
     Megatron's parser defaults each to 1 (megatron_flags.tsv)."""
     start, end = f.get("run.bf16_layers_at_start", 0), f.get("run.bf16_layers_at_end", 0)
     if not (start or end):

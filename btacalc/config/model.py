@@ -416,7 +416,7 @@ class ModelSpec(BaseModel):
         as kinds of their own, after the others (feature `bf16_layer`); the layers a block recompute leaves alone
         (`stored`: their indices, Problem.stored_layers; None without the block method) likewise (feature
         `recompute_off`, named -stored); with `multi_token_prediction`, the model's MTP modules as one more kind (not
-        recomputed under the block method: execution.check_recompute_layers)."""
+        recomputed under the block method: resolution.check_recompute_layers)."""
         keys = self._layer_keys(bf16_ends, stored)
         groups = {key: keys.count(key) for key in _kind_order(keys)}
         single = len({key[:2] for key in groups}) == 1

@@ -207,7 +207,7 @@ def check_precision(name: str, profile: "HardwareProfile", param_gather: bool, r
     if param_gather and not r.param_gather_flag:
         raise BtacalcError(f"{{fp8_param_gather}} keeps the parameters in FP8/FP4 and needs a low {{precision}} "
                            f"(fp8, fp8-current, fp8-blockwise, mxfp8, nvfp4), got {name}")
-    # a wafer-scale profile refuses the option as a GPU kernel option (config/execution.py _GPU_ONLY)
+    # a wafer-scale profile refuses the option as a GPU kernel option (config/resolution.py _GPU_ONLY)
     if not rht_cast_fusion and not r.rht_cast_fusion_since_te and profile.family == "gpu":
         able = ", ".join(n for n, x in recipes().items() if x.rht_cast_fusion_since_te)
         raise BtacalcError(f"{{rht_cast_fusion}} splits the Hadamard-transformed cast of a {{precision}} that has one "

@@ -201,7 +201,7 @@ class Problem:
         main weights Megatron-Core keeps apart from FusedAdam: optimizer/__init__.py L578-581 @ d98e8a64; and only
         with the distributed optimizer, ZeRO >= 1 (review28): Megatron-Core refuses the precision-aware optimizer
         without it, optimizer/__init__.py L1054-1060, which `plan` refuses too (hostile29:
-        execution.check_precision_aware_sharded); a ZeRO 0 layout built in the library keeps fp32 master weights)."""
+        resolution.check_precision_aware_sharded); a ZeRO 0 layout built in the library keeps fp32 master weights)."""
         lay = self.layout
         gpu = self.hardware.family == "gpu"
         distributed = lay.zero_stage >= 1 and not lay.fsdp

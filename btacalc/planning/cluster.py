@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..config.execution import BatchLimits, ExecutionRequest, resolve_execution
+from ..config.execution import BatchLimits, ExecutionRequest
+from ..config.resolution import resolve_execution
 from ..config.hardware import HardwareProfile
 from ..config.model import ModelSpec
 from ..errors import BtacalcError

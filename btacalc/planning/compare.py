@@ -15,7 +15,8 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 
 from pydantic import BaseModel, Field
 
-from ..config.execution import ExecutionRequest, gpu_layout_options, resolve_run, without_gpu_layout
+from ..config.execution import ExecutionRequest
+from ..config.resolution import gpu_layout_options, resolve_run, without_gpu_layout
 from ..config.hardware import HardwareProfile
 from ..config.precision import DEFAULT_PRECISION, non_tn_fp8_gemms, recipe
 from ..config.model import ModelSpec
@@ -180,7 +181,7 @@ class CompareRequest:
                                "and without GPU {devices}")
 
 
-# The request fields that set GPU rows only beside the GPU layout options (config/execution.py _GPU_LAYOUT), at
+# The request fields that set GPU rows only beside the GPU layout options (config/resolution.py _GPU_LAYOUT), at
 # the value that leaves a row as without them: `_gpu_row_options` names those given, and a wafer row's request
 # (`_row_request`) takes these values.
 _GPU_ROW_NEUTRAL: dict[str, Any] = {
@@ -252,7 +253,7 @@ def _rows_taking(request: ExecutionRequest, chosen: list[Optional[str]],
     and one that cannot refuses them). --no-rht-cast-fusion: the rows whose recipe casts through the Hadamard
     transform (check_precision); --bf16-layers-at-start/-end: the low-precision rows, a 16-bit row having no recipe
     to keep layers out of (check_bf16_layers); --te-version: the per-tensor FP8 rows, the only recipes whose casts it
-    changes (config/execution.py _te_version). The fourth: the GPU profiles that take --te-version when only some
+    changes (config/resolution.py _te_version). The fourth: the GPU profiles that take --te-version when only some
     do (where FP8 GEMMs take non-TN layouts, precision.non_tn_fp8_gemms: elsewhere per-tensor FP8 transposes under
     every release, Recipe.follows_te_release_on); empty as above."""
     gpus = [p for p in profiles if p.family == "gpu"]

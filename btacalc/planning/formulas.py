@@ -8,7 +8,8 @@ from typing import Any, Optional
 import sympy as sp
 from ..catalogue.selection import Selection
 from ..catalogue.terms import load_catalogue
-from ..config.execution import RunOptions, op_recompute_refusal, recompute_refusal, torchtitan_recompute_refusal
+from ..config.execution import RunOptions
+from ..config.resolution import op_recompute_refusal, recompute_refusal, torchtitan_recompute_refusal
 from ..config.presets import resolve_model
 from ..errors import BtacalcError
 from ..vocabulary import DESCRIPTIONS, OP_POLICY, QUANTITIES, QUANTITY_UNITS, TORCH_LOSSES

@@ -5,7 +5,8 @@ cluster's memory model checked (model/wafer/batching.py); the solver chooses M, 
 
 from __future__ import annotations
 
-from ..config.execution import ExecutionRequest, resolve_execution
+from ..config.execution import ExecutionRequest
+from ..config.resolution import resolve_execution
 from ..config.hardware import HardwareProfile
 from ..config.model import ModelSpec
 from ..model.memory import resolve_memory_model

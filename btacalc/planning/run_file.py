@@ -168,7 +168,7 @@ class Recipe(BaseModel):
     account_for_loss: bool = Field(False, description="--account-for-loss-in-pipeline-split")
     cpu_offloading_num_layers: Optional[int] = Field(None, ge=0, description="--cpu-offloading "
                                                      "--cpu-offloading-num-layers: activations of the first N decoder "
-                                                     "layers kept in host memory (config.execution.ACTIVATION_OFFLOAD)")
+                                                     "layers kept in host memory (config.resolution.ACTIVATION_OFFLOAD)")
     use_precision_aware_optimizer: Optional[bool] = Field(None, description="--use-precision-aware-optimizer: "
                                                           "TransformerEngine's FusedAdam holds the optimizer state "
                                                           "(with bf16 parameters and an optimizer fp8_recipe of "

@@ -27,9 +27,9 @@ from typing import Any, Iterator, Optional
 import numpy as np
 from pydantic import BaseModel, Field
 
-from ..config.execution import (DEFAULT_TOKENS_PER_STEP, TORCHTITAN_RECOMPUTE, BatchLimits, Execution,
-                                ExecutionRequest, Layout, check_dtensor_precision, check_eager_context_parallel,
-                                check_torch_loss, op_recompute_refusal, resolve_execution, recompute_refusal)
+from ..config.execution import DEFAULT_TOKENS_PER_STEP, BatchLimits, Execution, ExecutionRequest, Layout
+from ..config.resolution import (TORCHTITAN_RECOMPUTE, check_dtensor_precision, check_eager_context_parallel,
+                                 check_torch_loss, op_recompute_refusal, resolve_execution, recompute_refusal)
 from ..config.megatron_rules import a2a_refusal
 from ..config.hardware import HardwareProfile
 from ..config.model import ModelSpec
@@ -235,7 +235,7 @@ def _candidates(model: ModelSpec, hardware: HardwareProfile, request: ExecutionR
 def _runnable_a2a(layout: Layout, policy: str) -> Layout:
     """review28: a candidate's all-to-all overlap as its plan runs it: off where Megatron-Core refuses it (PP > 1
     without a virtual pipeline, full recomputation, the moe recompute module: `megatron_rules.a2a_refusal`), as
-    `resolve_execution` drops it for a plan (config/execution.py `_runnable_overlaps`). The search scored such a
+    `resolve_execution` drops it for a plan (config/resolution.py `_runnable_overlaps`). The search scored such a
     candidate with the overlap its plan then dropped: a PP 2 VP 1 ranking row 14% faster than the plan it stood for."""
     o = layout.overlap
     if not o.all_to_all or a2a_refusal(policy, layout.pipeline_parallel, layout.virtual_pipeline,

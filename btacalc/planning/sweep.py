@@ -22,8 +22,8 @@ from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Union
 import numpy as np
 from pydantic import BaseModel
 
-from ..config.execution import (DEFAULT_TOKENS_PER_STEP, BatchLimits, Execution, ExecutionRequest, resolve_execution,
-                                whole_sequences)
+from ..config.execution import DEFAULT_TOKENS_PER_STEP, BatchLimits, Execution, ExecutionRequest
+from ..config.resolution import resolve_execution, whole_sequences
 from ..config.hardware import HardwareProfile
 from ..config.model import ModelSpec
 from ..config.precision import recipes
@@ -343,7 +343,7 @@ class _Solver:
             out.fail(rows, f"sizes beyond exact arithmetic ({exc})")
 
     def default_global_batch(self, seq: np.ndarray, data_parallel: int) -> Optional[np.ndarray]:
-        """Per point, the GPU default global batch `plan` takes (config.execution.default_global_batch):
+        """Per point, the GPU default global batch `plan` takes (config.resolution.default_global_batch):
         None on a wafer; applied by `_point_limits` to the points that fix no batch size."""
         if self.hw.family != "gpu":
             return None

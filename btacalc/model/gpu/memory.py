@@ -182,7 +182,7 @@ class GpuMemory:
     def _on_device(self, held: list[Any]) -> list[Any]:
         """The held layer-micro-batches of each kind that stay on the device: with --cpu-offloading-num-layers
         N (PP 1, one micro-batch in flight) the first N decoder layers' activations wait in host memory, so
-        the device keeps (num_layers - N) layers' (TE cpu_offload.py L748-751: execution.ACTIVATION_OFFLOAD)."""
+        the device keeps (num_layers - N) layers' (TE cpu_offload.py L748-751: resolution.ACTIVATION_OFFLOAD)."""
         n = self.problem.run.cpu_offload_layers
         if not n:
             return held

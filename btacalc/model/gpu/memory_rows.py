@@ -196,5 +196,5 @@ def quantised_kind(pv: PhaseValues) -> bool:
     """Whether the layer kind of `pv` runs its `low_precision` phases in the recipe: not one of the first/last
     layers kept in BF16 (feature `bf16_layer`: ModelSpec.bf16_layer_positions), which Megatron-Core builds and
     runs outside the recipe's autocast, so TransformerEngine neither quantises nor caches their weights
-    (config/execution.py BF16_LAYERS_SOURCE)."""
+    (config/resolution.py BF16_LAYERS_SOURCE)."""
     return not pv.compiled.selection.feature_dict["bf16_layer"]

@@ -222,7 +222,7 @@ class PipelineStages:
 
     def leading_kinds(self, n: int) -> list[int]:
         """Layers of each kind among the model's first `n` decoder layers (what Megatron's activation
-        offloading takes to host memory: execution.ACTIVATION_OFFLOAD)."""
+        offloading takes to host memory: resolution.ACTIVATION_OFFLOAD)."""
         out = [0] * self.kinds
         for layer in range(min(n, self.num_layers)):
             out[self.kind_of_layer[layer] if self.kind_of_layer else 0] += 1
