@@ -172,6 +172,9 @@ def test_group_walks_over_layouts_run_once_per_distinct_group(monkeypatch, disti
         sizes, strides, devices = sizes % 3 + 2, np.full(4000, 8), np.full(4000, 512)
     widest = []
     real_where = collectives.where
+    # mut31: the walks are memoised (`_walked`, `_distinct`); a group an earlier test walked would skip `where` here
+    collectives._walked.cache_clear()
+    collectives._distinct.cache_clear()
 
     def where(cond, a, b):
         widest.append(max(np.size(cond), np.size(a), np.size(b)))
