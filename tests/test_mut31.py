@@ -75,3 +75,121 @@ def test_fsdp2_copies_at_tp_2_are_of_the_device_shard(cli):
     m = plan["parallelism"]["micro_batches"]
     assert th["phase_share"]["fsdp2_copies"] * th["step_time_s"] == pytest.approx(m * copy_bytes / hbm, rel=1e-9)
 
+
+
+# ---- btacalc/model/gpu/nccl.py. Constants: NVIDIA/nccl@5067397c (v2.30.7) src/graph/tuning.cc as
+# formulas/constants.toml [nccl] cites them line by line: baseLatencies (L151) ring LL 6.6, LL128 14.0, Simple 8.4 us,
+# tree LL 6.8, LL128 14.0, Simple 8.4; NVLink hwLatencies (L159) ring 0.6 / 1.9 / 3.4, tree 0.6 / 1.25 / 4.0; NET
+# (L171) ring 2.7 / 4.0 / 14.0, tree 5.0 / 8.5 / 14; ring bandwidth LL x 0.5, LL128 x 0.92 (L327-329); tree all-reduce
+# bus bandwidth x 0.92 (L330-331), LL x 1/3.8, LL128 x 7/9 in one node and 120/128 across nodes (L332-335); the
+# algorithm bandwidth of a tree = bus x 0.5 (L380); tree correction for log2(bytes / 64) < 23 (L639-642).
+US = 1e-6
+AG, AR = 1, 2  # collective factors (formulas/constants.toml [collectives]): all-gather 1, all-reduce 2
+LL, LL128, SIMPLE = 0, 1, 2
+BUS = 360e9  # a Simple ring bus bandwidth in bytes/s (the h100 profile's NVLink 450 GB/s x 0.8)
+
+
+def _group(ranks, nodes, kind, rate=BUS):
+    from btacalc.model.gpu import nccl
+
+    return nccl.Group(ranks, nodes, kind, rate)
+
+
+@pytest.mark.parametrize("ranks, nodes, share, hops_us", [
+    (8, 1, 7 / 9, 7 * 1.25),              # one node: LL128 x 7/9; 7 NVLink hops, no network hop
+    (16, 2, 120 / 128, 7 * 1.25 + 1 * 8.5),  # 2 nodes: x 120/128; 7 NVLink hops + floor(log2 2) = 1 network hop
+    (32, 4, 120 / 128, 7 * 1.25 + 2 * 8.5),  # 4 nodes: log2 4 = 2 network hops
+])
+def test_tree_ll128_bandwidth_share_is_by_node_count(ranks, nodes, share, hops_us):
+    """A tree LL128 all-reduce of 2^30 B (log2(2^30 / 64) = 24 >= 23: no tree correction): latency 14.0 + 2 x hops
+    us, then the buffer at 0.5 (tree algorithm / bus) x 0.92 (tree all-reduce) x share x the Simple ring's bus
+    bandwidth, share 7/9 inside one node and 120/128 across nodes (tuning.cc L332-335)."""
+    from btacalc.model.gpu import nccl
+
+    nbytes = 2.0**30
+    expected = (14.0 + 2 * hops_us) * US + nbytes / (0.5 * 0.92 * share * BUS)
+    assert nccl.tree_time_s(_group(ranks, nodes, AR), nbytes, LL128) == pytest.approx(expected, rel=1e-12)
+
+
+def test_call_time_takes_the_ring_ll128_when_it_is_the_fastest():
+    """An all-gather on 8 ranks of one node (no tree: all-gather runs rings only, tuning.cc L293-298) with a buffer of
+    8/7 x 30 us x BUS, i.e. 30 us of bus bytes at the Simple rate (n - 1)/n x nBytes = 30e-6 x BUS:
+      LL     10.8 us (6.6 + 7 x 0.6)  + 30 / 0.5  = 70.8 us
+      LL128  27.3 us (14.0 + 7 x 1.9) + 30 / 0.92 = 59.909 us   <- the fastest
+      Simple 32.2 us (8.4 + 7 x 3.4)  + 30        = 62.2 us
+    so one call takes the LL128 ring's time, and NCCL's choice names it."""
+    from btacalc.model.gpu import nccl
+
+    g = _group(8, 1, AG)
+    nbytes = 8 / 7 * 30e-6 * BUS
+    ll128 = (14.0 + 7 * 1.9) * US + 30e-6 / 0.92
+    assert ll128 < (6.6 + 7 * 0.6) * US + 30e-6 / 0.5 and ll128 < (8.4 + 7 * 3.4) * US + 30e-6
+    assert nccl.call_time_s(g, nbytes) == pytest.approx(ll128, rel=1e-12)
+    assert nccl.choose(g, nbytes).protocol == "LL128"
+
+
+def test_call_time_over_arrays_of_kinds_is_each_kinds_scalar_time():
+    """A search evaluates layouts as arrays: a group whose collective factor is an array (all-gather for one layout,
+    all-reduce for another) must time each element as the scalar call would (only the all-reduce weighs trees).
+    Scalars, 8 ranks in a node, 4 B: all-gather ring LL 6.6 + 7 x 0.6 = 10.8 us; all-reduce ring LL
+    6.6 + 14 x 0.6 = 15.0 us against tree LL 6.8 + 2 x 7 x 0.6 = 15.2 us: 15.0 us (plus the bytes' few ps)."""
+    import numpy as np
+
+    from btacalc.model.gpu import nccl
+
+    kinds = np.array([AG, AR])
+    got = nccl.call_time_s(nccl.Group(np.array([8, 8]), np.array([1, 1]), kinds, BUS), np.array([4.0, 4.0]))
+    assert got[0] == pytest.approx(10.8 * US, rel=1e-3) and got[1] == pytest.approx(15.0 * US, rel=1e-3)
+    assert list(got) == [nccl.call_time_s(_group(8, 1, AG), 4.0), nccl.call_time_s(_group(8, 1, AR), 4.0)]
+
+
+@pytest.mark.parametrize("ranks, nodes, steps", [
+    (512, 64, 2 * 6 + 2 * 7),  # 64 nodes x 8: 2 x floor(log2 64) network hops + 2 x (8 - 1) NVLink hops = 26
+    (12, 8, 2 * 3 + 2 * 0),    # 12 ranks over 8 nodes: ranks per node 12 // 8 = 1 (NCCL's integer nRanks/nNodes): 6
+])
+def test_a_tree_choice_counts_its_hops_up_and_down(ranks, nodes, steps):
+    """NCCL's tree latency (tuning.cc, ncclTopoTuneModel: 2 x ((nRanks/nNodes - 1) x intra + log2i(nNodes) x inter),
+    integer division and floor log2) counts 2 x (ranks per node - 1) + 2 x floor(log2 nodes) hops; `choose` reports
+    them as the tree's steps. A 4-byte all-reduce goes by tree LL in both cases (512/64: 75.2 us against the ring's
+    1,242.8 us, tests/test_nccl.py; 12/8: tree 6.8 + 2 x 3 x 5.0 = 36.8 us against ring LL 6.6 + 8 x 1.0 + 14 x 2.7
+    = 52.4 us: 22 steps, 14 between nodes, the intra steps floored at the 1.0 us network overhead)."""
+    from btacalc.model.gpu import nccl
+
+    choice = nccl.choose(_group(ranks, nodes, AR), 4)
+    assert (choice.algorithm, choice.protocol) == ("tree", "LL")
+    assert choice.steps == steps
+    hops = (ranks // nodes - 1) * 0.6 + {64: 6, 8: 3}[nodes] * 5.0
+    assert choice.latency_s == pytest.approx((6.8 + 2 * hops) * US)
+
+
+def test_the_ring_all_reduce_plateau_is_multi_node_and_starts_at_64_bytes_per_rank():
+    """tuning.cc L647-650 (formulas/constants.toml ring_all_reduce_plateau): a Simple ring all-reduce's latency x 1.4
+    when nNodes > 1 and nBytes / (nChannels x nRanks) >= 64, one channel taken.
+    - one node, 8 ranks, 1 MB: no plateau: 8.4 + 14 x 3.4 = 56.0 us;
+    - 2 nodes x 8 (16 ranks): 30 steps, 2 between nodes (2 x (2 - 1)), the 28 others at max(3.4, 3 x 1.0) = 3.4 us,
+      the network steps at the ring's 14.0 us (2 nodes of 8: not one rank per node): 8.4 + 28 x 3.4 + 2 x 14.0 =
+      131.6 us, x 1.4 from exactly 64 x 16 = 1,024 B on, not at 1,023 B; an all-gather never (its factor is 1)."""
+    from btacalc.model.gpu import nccl
+
+    one = _group(8, 1, AR)
+    assert nccl.ring_call_latency_s(one, 1e6, SIMPLE) == pytest.approx((8.4 + 14 * 3.4) * US, rel=1e-12)
+    two = _group(16, 2, AR)
+    base = (8.4 + 28 * 3.4 + 2 * 14.0) * US
+    assert nccl.ring_call_latency_s(two, 1e6, SIMPLE) == pytest.approx(1.4 * base, rel=1e-12)
+    assert nccl.ring_call_latency_s(two, 1024, SIMPLE) == pytest.approx(1.4 * base, rel=1e-12)
+    assert nccl.ring_call_latency_s(two, 1023, SIMPLE) == pytest.approx(base, rel=1e-12)
+    assert nccl.ring_call_latency_s(_group(16, 2, AG), 1e6, SIMPLE) == pytest.approx(
+        (8.4 + 14 * 3.4 + 1 * 14.0) * US, rel=1e-12)  # all-gather: 15 steps, 1 between nodes, no plateau
+
+
+def test_the_tree_correction_applies_from_64_bytes():
+    """tuning.cc L639-642: the tree bandwidth x treeCorrectionFactor[p][log2(nBytes >> 6)]: a 64-byte call has
+    log2(1) = 0, the table's first entry, 0.9 for Simple (formulas/constants.toml tree_correction). Its transfer
+    term is 64 B / (0.5 x 0.92 x 1.0 (Simple share) x 0.9 x BUS) on top of the tree latency (8.4 + 2 x 7 x 4.0 us,
+    8 ranks in one node)."""
+    from btacalc.model.gpu import nccl
+
+    g = _group(8, 1, AR)
+    transfer = nccl.tree_time_s(g, 64, SIMPLE) - nccl.tree_latency_s(g, SIMPLE)
+    assert nccl.tree_latency_s(g, SIMPLE) == pytest.approx((8.4 + 2 * 7 * 4.0) * US, rel=1e-12)
+    assert transfer == pytest.approx(64 / (0.5 * 0.92 * 0.9 * BUS), rel=1e-6)
