@@ -193,3 +193,43 @@ def test_the_tree_correction_applies_from_64_bytes():
     transfer = nccl.tree_time_s(g, 64, SIMPLE) - nccl.tree_latency_s(g, SIMPLE)
     assert nccl.tree_latency_s(g, SIMPLE) == pytest.approx((8.4 + 2 * 7 * 4.0) * US, rel=1e-12)
     assert transfer == pytest.approx(64 / (0.5 * 0.92 * 0.9 * BUS), rel=1e-6)
+
+
+# ---- btacalc/model/gpu/collectives.py (ring_time and the links; a partial run: briefs/mut31.md)
+
+
+def test_a_two_gpu_ring_costs_its_nccl_call_and_its_bytes():
+    """Two H100s of a DGX (TP 2): 10 all-gathers of 1e8 bus bytes each (1e9 in all; the buffer 2e8 B, ring share
+    1/2). The ring has 1 step on NVLink; Simple at these sizes: NCCL's latency 8.4 + 1 x 3.4 = 11.8 us, scaled by
+    the profile's NVLink anchor (13.0 us measured / 15.0 us model: tests/test_nccl.py H100_UP_SCALE), plus the bytes
+    at the profile's NVLink bus bandwidth (450 GB/s x 0.8). A 2-GPU run is not a 1-GPU run: its rings cost time."""
+    from btacalc.model.gpu.collectives import ring_time
+    from tests.test_collectives import _problem
+
+    p = _problem(devices=2)
+    scale = 13.0 / (6.6 + 14 * 0.6)
+    expected = 10 * (8.4 + 3.4) * US * scale + 1e9 / BUS
+    assert ring_time(p, 1e9, 2, 1, 10, AG) == pytest.approx(expected, rel=1e-9)
+
+
+def test_a_profile_without_collectives_runs_rings_at_line_rate_with_no_latency():
+    """collectives.ring_time's contract: on a profile without a [collectives] section a call costs the link's
+    alpha, 0, and the bytes go at the line rate (bus efficiency 1). Eight H100s with the section removed:
+    1e9 bus bytes over NVLink in 10 calls take 1e9 / 450e9 s; with the ring leaving the node (16 ranks of 8 per
+    node, stride 1: 8 local members x the 50 GB/s NIC = 400 GB/s, below NVLink's 450) 1e9 / 400e9 s."""
+    from btacalc.config.execution import Layout, RunOptions
+    from btacalc.model.gpu.collectives import ring_time
+    from btacalc.model.problem import make_problem
+    from tests.test_collectives import QWEN
+
+    hw = resolve_hardware("h100")
+    up = hw.system.scaleup_bandwidth_bytes_per_s.value
+    nic = hw.system.scaleout_bandwidth_bytes_per_s.value
+    assert (up, nic) == (450e9, 50e9)
+    bare = hw.model_copy(update={"collectives": None})
+    for devices in (8, 16):
+        p = make_problem(QWEN, bare, RunOptions(attention="flash", recompute="none"),
+                         Layout(devices=devices, devices_per_node=8))
+        assert ring_time(p, 1e9, 8, 1, 10, AG) == pytest.approx(1e9 / 450e9, rel=1e-12)
+        if devices == 16:
+            assert ring_time(p, 1e9, 16, 1, 10, AR) == pytest.approx(1e9 / (8 * 50e9), rel=1e-12)
