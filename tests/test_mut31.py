@@ -233,3 +233,33 @@ def test_a_profile_without_collectives_runs_rings_at_line_rate_with_no_latency()
         assert ring_time(p, 1e9, 8, 1, 10, AG) == pytest.approx(1e9 / 450e9, rel=1e-12)
         if devices == 16:
             assert ring_time(p, 1e9, 16, 1, 10, AR) == pytest.approx(1e9 / (8 * 50e9), rel=1e-12)
+
+
+@pytest.mark.parametrize("ring_only", [False, True])
+def test_nccl_algo_ring_reaches_the_timed_ring(ring_only):
+    """RunOptions.nccl_ring_only (NCCL_ALGO=Ring: tuning.cc L458-462, L538, no tree weighed) must reach the call
+    ring_time times. A 4-byte all-reduce over 512 H100s (64 DGX nodes of 8, stride 1): NCCL's tree LL takes
+    6.8 + 2 x (7 x 0.6 + 6 x 5.0) = 75.2 us; the best ring, LL, 6.6 + (1022 - 126) x 1.0 + 126 x 2.7 = 1242.8 us
+    (tests/test_nccl.py). Both scaled by the h100 profile's scale-out anchor, 46.5 us measured / 25.2 us model
+    (tests/test_nccl.py HOPPER_OUT_SCALE); the 8 bytes of bus traffic add picoseconds."""
+    from btacalc.config.execution import Layout, RunOptions
+    from btacalc.model.gpu.collectives import ring_time
+    from btacalc.model.problem import make_problem
+    from tests.test_collectives import QWEN
+
+    p = make_problem(QWEN, resolve_hardware("h100"),
+                     RunOptions(attention="flash", recompute="none", nccl_ring_only=ring_only),
+                     Layout(devices=512, devices_per_node=8))
+    model_us = 6.6 + (1022 - 126) * 1.0 + 126 * 2.7 if ring_only else 6.8 + 2 * (7 * 0.6 + 6 * 5.0)
+    scale = 46.5 / (6.8 + 2 * (7 * 0.6 + 5.0))
+    assert ring_time(p, 2 * 511 / 512 * 4, 512, 1, 1, AR) == pytest.approx(model_us * US * scale, rel=1e-6)
+
+
+def test_zero_calls_time_the_bytes_alone_at_the_bus_rate():
+    """ring_time with calls = 0 (tensor_parallel_time's default: volume without a call count) charges no per-call
+    latency and moves the bus bytes at the link's bus bandwidth: 1e9 B over 8 H100s of a DGX at 450 GB/s x 0.8 =
+    360 GB/s is 1e9 / 360e9 s."""
+    from btacalc.model.gpu.collectives import ring_time
+    from tests.test_collectives import _problem
+
+    assert ring_time(_problem(devices=8), 1e9, 8, 1, 0, AG) == pytest.approx(1e9 / BUS, rel=1e-12)
