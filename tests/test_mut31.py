@@ -263,3 +263,29 @@ def test_zero_calls_time_the_bytes_alone_at_the_bus_rate():
     from tests.test_collectives import _problem
 
     assert ring_time(_problem(devices=8), 1e9, 8, 1, 0, AG) == pytest.approx(1e9 / BUS, rel=1e-12)
+
+
+def test_tensor_parallel_without_sequence_parallel_is_an_nccl_all_reduce():
+    """Without sequence parallelism Megatron's TP collectives are all-reduces (Shoeybi et al. 2019: f/g operators),
+    timed by NCCL's model like any kind, not as point-to-point sends. TP 8 in a DGX H100, 10 calls moving a volume
+    of 2e9 collective units (tensor_parallel_time passes volume x (n-1)/n = 1.75e9 bus bytes; each call's buffer
+    1.75e9 / 10 / (2 x 7/8) = 1e8 B: Simple): 10 x (8.4 + 14 x 3.4) us x the NVLink anchor 13.0 / 15.0, plus 1.75e9 B at
+    450 GB/s x 0.8."""
+    from btacalc.model.gpu.collectives import tensor_parallel_time
+    from tests.test_collectives import _problem
+
+    p = _problem(devices=8, tensor_parallel=8, sequence_parallel=False)
+    expected = 10 * (8.4 + 14 * 3.4) * US * 13.0 / (6.6 + 14 * 0.6) + 2e9 * 7 / 8 / BUS
+    assert tensor_parallel_time(p, 2e9, 10) == pytest.approx(expected, rel=1e-9)
+
+
+def test_two_pipeline_stages_on_two_gpus_send_their_activations():
+    """PP 2 on 2 GPUs of a DGX H100 (one NVLink domain), VP 1: per micro-batch a forward activation and a backward
+    gradient, 2 sends, each the NVLink link's alpha (the h100 profile's 13.0 us) plus its bytes at 450 GB/s x 0.8:
+    1e9 B per send -> 2 x 13.0 us + 2 x 1e9 / 360e9 s."""
+    from btacalc.model.gpu.collectives import links, pipeline_p2p_time
+    from tests.test_collectives import _problem
+
+    p = _problem(devices=2, pipeline_parallel=2)
+    assert links(p)[0].latency_s == pytest.approx(13.0e-6)
+    assert pipeline_p2p_time(p, 1e9) == pytest.approx(2 * 13.0e-6 + 2 * 1e9 / BUS, rel=1e-12)
