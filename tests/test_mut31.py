@@ -289,3 +289,24 @@ def test_two_pipeline_stages_on_two_gpus_send_their_activations():
     p = _problem(devices=2, pipeline_parallel=2)
     assert links(p)[0].latency_s == pytest.approx(13.0e-6)
     assert pipeline_p2p_time(p, 1e9) == pytest.approx(2 * 13.0e-6 + 2 * 1e9 / BUS, rel=1e-12)
+
+
+@pytest.mark.parametrize("zero, reduce, gather, micro", [
+    (0, 2 * 7 / 8 * 4e9, 0.0, 0.0),                       # DDP: one all-reduce of the fp32 gradients, 2(n-1)/n
+    (1, 7 / 8 * 4e9, 7 / 8 * 2e9, 0.0),                   # distributed optimizer: reduce-scatter + all-gather, (n-1)/n
+    (3, 0.0, 0.0, 2 * 7 / 8 * 2e9 + 7 / 8 * 4e9),         # ZeRO-3: two weight all-gathers + one gradient reduce-scatter
+])
+def test_data_parallel_bus_bytes_follow_nccl_tests_bus_factors(zero, reduce, gather, micro):
+    """NCCL-tests doc/PERFORMANCE.md: an all-reduce moves 2(n-1)/n of its buffer per rank, an all-gather or a
+    reduce-scatter (n-1)/n. 1e9 parameters on a data-parallel group of 8, fp32 gradients (4 B) and 16-bit weights
+    (2 B): ZeRO-0 all-reduces 4e9 B of gradients (2 x 7/8 x 4e9 = 7e9 bus bytes); ZeRO-1 reduce-scatters them
+    (3.5e9) and all-gathers the 2e9 B of weights (1.75e9); ZeRO-3 gathers the weights twice and reduce-scatters
+    the gradients per micro-batch (3.5e9 + 3.5e9)."""
+    from btacalc.model.gpu.collectives import data_parallel_traffic
+    from tests.test_collectives import _problem
+
+    p = _problem(devices=8, zero_stage=zero)
+    got = data_parallel_traffic(p, 1e9, 8, {"gradients": 4, "weights": 2})
+    assert float(got["reduce_per_step"][0]) == pytest.approx(reduce, rel=1e-12)
+    assert float(got["gather_per_step"][0]) == pytest.approx(gather, rel=1e-12)
+    assert float(got["per_micro_batch"][0]) == pytest.approx(micro, rel=1e-12)
