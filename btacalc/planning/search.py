@@ -195,7 +195,8 @@ def _refuse_async_tp_alone(model: ModelSpec, hardware: HardwareProfile, request:
 def _candidates(model: ModelSpec, hardware: HardwareProfile, request: ExecutionRequest, base: Execution,
                 n: int) -> Iterator[_Candidate]:
     devices = request.devices
-    policies = (request.recompute,) if request.recompute else _policies(model, base)
+    # hostile32 D1: the base's policy, parsed to canonical form (`core_attn` is `selective`); the raw text crashed
+    policies = (base.run.recompute,) if request.recompute else _policies(model, base)
     # review19: a biased MoE model (GPT-OSS) only at ETP 1, which Megatron-Core requires (ModelSpec.biased_moe)
     etp_choices = model.is_moe and not model.biased_moe()
     eps = (request.expert_parallel,) if request.expert_parallel else \
