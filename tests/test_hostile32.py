@@ -19,3 +19,32 @@ def test_a_search_takes_a_recompute_spelling_plan_takes(cli, spelling, canonical
     got, want = json.loads(out), json.loads(out2)
     assert got["ranking"] == want["ranking"]
     assert {row["recompute"] for row in got["ranking"]} == {canonical}
+
+
+@pytest.mark.parametrize("option", [("--recompute-layers", "4"), ("--checkpoint-early-stop",)])
+@pytest.mark.parametrize("fsdp", [(), ("--fsdp", "--fsdp-impl", "fsdp2")])
+def test_a_search_with_a_full_recompute_option_ranks_full(cli, option, fsdp):
+    # D2: refused "needs --recompute full, got none" (the profile's default) though the search chooses the policy
+    code, out, err = cli("plan", "--model", "llama-3-8b", "--hw", "h100", "--devices", "8", "--search", "--json",
+                         *option, *fsdp)
+    assert code == 0, err
+    ranking = json.loads(out)["ranking"]
+    assert ranking and {row["recompute"] for row in ranking} == {"full"}
+
+
+def test_a_search_under_a_profile_defaulting_to_full_plans_its_winner(cli, tmp_path):
+    # D2: with the profile's default full the base resolved; the search ranked rc none first, then its own
+    # winner's plan refused --checkpoint-early-stop without full (exit 2 after the whole search)
+    from btacalc.paths import data_dir
+
+    text = (data_dir("hardware_profiles") / "h100.toml").read_text()
+    assert 'recompute = "none"' in text and 'name = "h100"' in text
+    path = tmp_path / "hf.toml"
+    path.write_text(text.replace('recompute = "none"', 'recompute = "full"', 1).replace('name = "h100"', 'name = "hf"', 1))
+    code, out, err = cli("plan", "--model", "llama-3-8b", "--hw", str(path), "--devices", "8", "--search", "--json",
+                         "--checkpoint-early-stop")
+    assert code == 0, err
+    found = json.loads(out)
+    assert found["best"]["inputs"]["checkpoint_early_stop"] is True
+    assert found["best"]["throughput"]["step_time_s"] == pytest.approx(found["ranking"][0]["step_time_s"], rel=1e-12)
+    assert {row["recompute"] for row in found["ranking"]} == {"full"}

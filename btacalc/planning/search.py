@@ -110,6 +110,10 @@ def search_layouts(model: ModelSpec, hardware: HardwareProfile, request: Executi
         raise BtacalcError("{tokens_per_step} sets the global batch of a search that fixes none: {global_batch} "
                            "fixes it here")
     start = time.perf_counter()
+    if request.recompute is None and (request.checkpoint_early_stop or request.recompute_layers):
+        # hostile32 D2: both shape a full recomputation, which is then the only policy to rank (the search ranked
+        # every policy, and its winner's plan refused one without full, or the base at a profile's default none)
+        request = request.with_changes(recompute="full")
     # the split options apply per candidate (their PP and VP); the base resolves the rest. hostile28: so does the
     # interleaved schedule's micro-batch group when the search chooses VP (a VP 1 candidate's plan has none)
     chosen_vp = request.virtual_pipeline is None
