@@ -48,3 +48,16 @@ def test_a_search_under_a_profile_defaulting_to_full_plans_its_winner(cli, tmp_p
     assert found["best"]["inputs"]["checkpoint_early_stop"] is True
     assert found["best"]["throughput"]["step_time_s"] == pytest.approx(found["ranking"][0]["step_time_s"], rel=1e-12)
     assert {row["recompute"] for row in found["ranking"]} == {"full"}
+
+
+def test_an_fsdp2_search_ranks_its_policies_whatever_the_profiles_default(cli, tmp_path):
+    # D3: the base resolved at the profile's default (selective), which FSDP2 refuses; the search never ranks it
+    from btacalc.paths import data_dir
+
+    text = (data_dir("hardware_profiles") / "h100.toml").read_text()
+    path = tmp_path / "hx.toml"
+    path.write_text(text.replace('recompute = "none"', 'recompute = "selective"', 1).replace('name = "h100"', 'name = "hx"', 1))
+    code, out, err = cli("plan", "--model", "llama-3-8b", "--hw", str(path), "--devices", "8", "--fsdp",
+                         "--fsdp-impl", "fsdp2", "--search", "--json")
+    assert code == 0, err
+    assert {row["recompute"] for row in json.loads(out)["ranking"]} <= {"none", "full", "op"}

@@ -124,7 +124,10 @@ def search_layouts(model: ModelSpec, hardware: HardwareProfile, request: Executi
     overlaps = request.overlaps if request.tensor_parallel or fsdp1 else replace(request.overlaps, tp_comm=None)
     base = resolve_execution(request.with_changes(limits=replace(request.limits, global_batch=None, micro_batch=None),
                                                   micro_batches=None, stage_split=StageSplit(), overlaps=overlaps,
-                                                  microbatch_group=None if chosen_vp else request.microbatch_group),
+                                                  microbatch_group=None if chosen_vp else request.microbatch_group,
+                                                  # hostile32 D3: a search ranks its own policies (`_policies`),
+                                                  # not the profile's default, which FSDP2 may refuse (selective)
+                                                  recompute=request.recompute or "none"),
                              model, hardware)
     tokens = request.tokens_per_step or DEFAULT_TOKENS_PER_STEP
     n = request.limits.global_batch or max(tokens // base.run.seq_len, 1)
