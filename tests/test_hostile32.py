@@ -61,3 +61,11 @@ def test_an_fsdp2_search_ranks_its_policies_whatever_the_profiles_default(cli, t
                          "--fsdp-impl", "fsdp2", "--search", "--json")
     assert code == 0, err
     assert {row["recompute"] for row in json.loads(out)["ranking"]} <= {"none", "full", "op"}
+
+
+def test_a_compare_search_takes_a_recompute_module_list(cli):
+    # D1, through compare: `compare --search --recompute core_attn` was the same internal error
+    code, out, err = cli("compare", "--model", "llama-3-8b", "--hw", "h100", "--devices", "8", "--search",
+                         "--recompute", "core_attn", "--json", "-q")
+    assert code == 0, err
+    assert [row["recompute"] for row in json.loads(out)["rows"]] == ["selective"]
