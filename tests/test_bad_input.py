@@ -598,7 +598,7 @@ case("outputs", "sweep", "--vary", "experts=16", "--csv", "{tmp}/hl2", "--output
 # Each was exit 0 (the first value dropped, a value guessed) or exit 3 (a traceback's last line) on main.
 for args, names in ((["plan", "--hw", "wse3", "--hw", "h100"], "--hw is given 2 times"),
                     (["plan", "--overlap", "--no-overlap"], "--overlap/--no-overlap is given 2 times"),
-                    (["plan", "--json", "--json"], "--json is given 2 times"),
+                    (["plan", "--json", "--json"], "--json/--no-json is given 2 times"),
                     (["plan", "-m", "llama-3-8b", "--model", "gpt3-175b"], "--model/-m is given 2 times"),
                     (["compare", "--hw", "wse3", "--hw", "wse2"], "--hw is given 2 times"),
                     (["formulas", "--phase", "experts", "--phase", "router"], "--phase/-p is given 2 times"),

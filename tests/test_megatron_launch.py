@@ -663,6 +663,35 @@ def test_a_run_file_plans_as_its_flags(cli, tmp_path):
     assert json.loads(out)["parallelism"]["expert_parallel"] == 4
 
 
+def test_every_switch_a_run_file_sets_is_undone_on_the_command_line(tmp_path):
+    """hostile32 (found, not fixed then): `fsdp = true` in a run file could not be undone (`--no-fsdp`: "No such
+    option"), though "the command line wins". Every plan switch a run file can hold has an off form, and the
+    command line's negation wins over the file's true (parsed as the command parses it, every switch at once)."""
+    command, params = _plan_params()
+    switches = [p for p in params if getattr(p, "is_flag", False)]
+    assert len(switches) >= 20  # the introspection found plan's switches, not nothing
+    lines = [f"{p.name.replace('_', '-')} = true" for p in switches]
+    path = tmp_path / "run.toml"
+    path.write_text("\n".join(lines) + "\n")
+    negations = []
+    for p in switches:
+        assert p.secondary_opts, f"{p.opts[0]}: a run file sets it, nothing on the command line unsets it"
+        negations.append(p.secondary_opts[0])  # --no-X, or --full-scores for --causal
+    ctx = command.make_context("plan", ["--config", str(path), *negations], resilient_parsing=True)
+    assert {p.name: ctx.params[p.name] for p in switches} == {p.name: False for p in switches}
+    ctx = command.make_context("plan", ["--config", str(path)], resilient_parsing=True)  # the file alone: all on
+    assert all(ctx.params[p.name] for p in switches)
+
+
+def test_schema_of_the_plan_with_no_search(cli):
+    """`--schema --no-search` prints the plan's schema (the schema follows the search switch's value, not whether it
+    was typed)."""
+    code, out, err = cli("plan", "--schema", "--no-search")
+    assert code == 0 and json.loads(out)["title"] == "PlanReport", err
+    code, out, err = cli("plan", "--schema", "--search")
+    assert code == 0 and json.loads(out)["title"] == "SearchResult", err
+
+
 @pytest.mark.parametrize("body, message", [
     ("tpp = 2\n", "unknown option 'tpp'"),
     ("tp = 0\n", "tp:"),
