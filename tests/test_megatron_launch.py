@@ -700,6 +700,8 @@ def test_schema_of_the_plan_with_no_search(cli):
     ("tp = true\n", "not true/false"),
     ("tp = [2]\n", "single value"),
     ("tp = \n", "not TOML"),
+    ('devices = "8"\n', "devices = '8' is a TOML string"),  # a count is a TOML integer (it was read as 8)
+    ('routing-imbalance = "1.5"\n', "is a TOML string"),
 ])
 def test_bad_run_files_are_one_line_errors(cli, tmp_path, body, message):
     path = tmp_path / "run.toml"

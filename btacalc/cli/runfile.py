@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 from ..errors import BtacalcError
 from ..paths import read_input, read_stdin
-from .integers import check_integer
+from .integers import check_integer, takes_integer, takes_number
 from .pathoptions import check_path
 
 try:  # typer >= 0.20 vendors click (as app.py)
@@ -82,6 +82,11 @@ def run_file_options(ctx: Context, path: Path) -> dict[str, Any]:
             # takes a TOML string, whose characters stay as written
             raise BtacalcError(f"{{config}} {str(path)!r}: {key} = {value!r} is a TOML number, which keeps no trailing "
                                f"zeros (1.10 reads 1.1): quote it, {key} = \"...\"")
+        if isinstance(value, str) and (takes_integer(param) or takes_number(param)):
+            # a TOML string where the option takes a number (`devices = "8"`) was read as the number: a run file's
+            # values are typed, so a quoted count is a mistake the file's own syntax can show
+            raise BtacalcError(f"{{config}} {str(path)!r}: {key} = {value!r} is a TOML string: {key} takes a number, "
+                               f"written without quotes")
         raw = value if flag else str(value)
         try:
             check_integer(param, raw)
