@@ -1,7 +1,7 @@
 """hostile24: an attention dropout of nan by the attention btacalc plans, and a Bridge key's refusal with its reason.
 
 review22 left `--attention-dropout nan` (Bridge `model.attention_dropout: .nan`) planned as no dropout. What each
-attention does with it (megatron_codec.NAN_ATTENTION_DROPOUT, file:line there): Megatron-Core's unfused
+attention does with it (megatron_model_rows.NAN_ATTENTION_DROPOUT, file:line there): Megatron-Core's unfused
 DotProductAttention and TransformerEngine's UnfusedDotProductAttention build torch.nn.Dropout(nan) and call it in
 training, where torch raises; TE's FlashAttention hands it to flash-attn 2, whose set_params_fprop checks
 `p_dropout < 1.f` (false for nan); TE's fused (cuDNN) attention checks nothing. torch is the oracle for the first.

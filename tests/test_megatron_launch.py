@@ -562,7 +562,7 @@ def test_from_megatron_refuses_plan_options_the_file_gives(cli):
 def test_the_table_maps_every_destination_to_a_megatron_flag_and_a_bridge_key():
     """Every destination a row writes is a Megatron-LM flag at the pin, and renders and reads back."""
     spec = resolve_model("deepseek-v3")
-    from btacalc.config.megatron_codec import model_fields
+    from btacalc.config.megatron_model_rows import model_fields
 
     fields = {**model_fields(spec), "run.seq_len": 4096, "run.mtp": True, "layout.tensor_parallel": 2,
               "layout.sequence_parallel": True, "layout.pipeline_parallel": 4, "layout.virtual_pipeline": 2,
@@ -721,7 +721,8 @@ def test_precision_and_uneven_stages_are_read_and_planned():
     reasons = dict(run.ignored)
     assert "--fp8-format" not in reasons and "--decoder-first-pipeline-num-layers" not in reasons
     assert "amax history" in reasons["--fp8-amax-history-len"]
-    from btacalc.config.megatron_codec import PRECISIONS, Get, _dec_low_precision
+    from btacalc.config.megatron_codec import PRECISIONS, _dec_low_precision
+    from btacalc.config.megatron_rows import Get
 
     for name, dests in PRECISIONS.items():  # each precision renders as flags and reads back as itself
         args = read_launch(" ".join(render_flags(dict(dests))), "x").args

@@ -35,7 +35,7 @@ def test_emit_bridge_states_the_router_over_a_recipes_provider(cli, model, score
     # 067f987d olmoe_provider.py L89, deepseek_v2_bridge.py L57, kimi_bridge.py L58: moe_router_pre_softmax = True):
     # a Qwen3 plan's overrides said nothing, so such a recipe trained the unnormalised top-k weights that
     # --emit megatron stopped writing (07758c0). Each router field is stated, and read back as written.
-    from btacalc.config.megatron_codec import _dec_router
+    from btacalc.config.megatron_model_rows import _dec_router
     from btacalc.config.bridge_codec import from_bridge
     from btacalc.config.bridge_hydra import read_overrides
 

@@ -43,7 +43,8 @@ def test_layers_per_virtual_stage_give_the_virtual_pipeline(cli, tmp_path):
 def test_the_account_for_flags_join_the_division():
     """31 layers + the embedding + the loss = 33 over PP 3: 11 per stage, 11 per virtual stage -> VP 1, and no rule
     broken; without the flags 31 would not divide over PP 3."""
-    from btacalc.config.megatron_codec import Get, _dec_pipeline
+    from btacalc.config.megatron_rows import Get
+    from btacalc.config.megatron_codec import _dec_pipeline
     from btacalc.config.megatron_rules import violations
 
     args = {"num_layers": 31, "pipeline_model_parallel_size": 3, "num_layers_per_virtual_pipeline_stage": 11,

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from btacalc.config.megatron_codec import PLACEHOLDER_RUN
+from btacalc.config.megatron_model_rows import PLACEHOLDER_RUN
 from btacalc.config.megatron_rules import changed_overlaps, violations
 
 

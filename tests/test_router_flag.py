@@ -14,7 +14,7 @@ import math
 
 import pytest
 
-from btacalc.config.megatron_codec import _dec_router, _enc_router
+from btacalc.config.megatron_model_rows import _dec_router, _enc_router
 
 
 def _weights_pre_softmax(logits, k):

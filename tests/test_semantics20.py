@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from btacalc.config.megatron_codec import megatron_default
+from btacalc.config.megatron_rows import megatron_default
 from btacalc.config.megatron_launch import read_launch
 from btacalc.config.megatron_run import import_bridge, import_megatron
 from btacalc.config.presets import load_preset

@@ -15,7 +15,7 @@ import json
 import math
 from pathlib import Path
 
-from btacalc.config.megatron_codec import MLA_YARN_DESTS
+from btacalc.config.megatron_model_rows import MLA_YARN_DESTS
 from btacalc.config.megatron_run import import_megatron
 from btacalc.config.presets import load_preset
 from support import emitted as _emit

@@ -16,8 +16,9 @@ from .bridge_fields import bridge_fields
 from .megatron_launch import BridgeFloat, BridgeText, integer, megatron_flags, pattern
 from .text import cut as _cut
 from .text import nearest_name
-from .megatron_codec import (BRIDGE_PIN, FP8_ATTENTION_BRIDGE_KEY, FP8_ATTENTION_DEST, MLA_YARN_BRIDGE, PRECISIONS, Args,
-                             truth)
+from .megatron_codec import BRIDGE_PIN, FP8_ATTENTION_BRIDGE_KEY, FP8_ATTENTION_DEST, PRECISIONS
+from .megatron_model_rows import MLA_YARN_BRIDGE
+from .megatron_rows import Args, truth
 
 
 # Megatron-Bridge ConfigContainer keys of the destinations, at BRIDGE_PIN: model.* are TransformerConfig /
@@ -124,7 +125,7 @@ BRIDGE_KEYS: dict[str, tuple[str, Callable[[Any], Any], Callable[[Any], Any]]] =
 # Not Bridge config keys: data and tokenizer are Bridge's dataset/tokenizer configs, not the model's.
 # max_position_embeddings: GPTModelProvider sizes positions by seq_length (no such field in gpt_provider.py).
 # fp8/fp4: Bridge names the whole precision recipe (BRIDGE_PRECISION).
-# train_iters, lr: the launch's placeholder run (megatron_codec.PLACEHOLDER_RUN); a Bridge recipe sets its own.
+# train_iters, lr: the launch's placeholder run (megatron_model_rows.PLACEHOLDER_RUN); a Bridge recipe sets its own.
 BRIDGE_SKIP = {"mock_data", "tokenizer_type", "group_query_attention", "max_position_embeddings",
                "fp8", "fp8_recipe", "fp4", "fp4_recipe", "train_iters", "lr"}
 # btacalc precision -> Megatron-Bridge's mixed-precision recipe (src/megatron/bridge/training/mixed_precision.py:

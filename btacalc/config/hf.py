@@ -285,7 +285,7 @@ def _yarn(c: _Config) -> dict[str, Any]:
             yarn[key] = r.number(key, 0.0)
     if not math.isfinite(yarn["factor"]) or yarn["factor"] < 1:
         # hostile24: 0.5 and nan were read as plain RoPE without a word (factor > 1 false), where the launch reader
-        # refuses the same factor (hostile23, megatron_codec._yarn_factor): Megatron-Core divides the interpolated
+        # refuses the same factor (hostile23, megatron_model_rows._yarn_factor): Megatron-Core divides the interpolated
         # frequencies by it (yarn_rotary_pos_embedding.py inv_freq_inter @ d98e8a64); 1 is none
         raise r.error(f"yarn factor must be a finite context extension of at least 1 (1: none, plain RoPE), got "
                       f"{yarn['factor']:g}" + (": below 1 the positions are compressed, which btacalc does not model"

@@ -23,7 +23,10 @@ from .pipeline import StageSplit
 from .bridge_fields import check_bridge_key
 from .bridge_model_bridges import bridge_provider_defaults, bridge_provider_note
 from .bridge_hydra import form_of, read_overrides
-from .megatron_codec import BRIDGE_LOCAL_ATTENTION, MODEL_ROWS, PARAM_DESTS, Fields, bridge_attention_environment, decode, encode, megatron_flag, model_fields, truth
+from .megatron_codec import (BRIDGE_LOCAL_ATTENTION, PARAM_DESTS, bridge_attention_environment, decode, encode,
+                             megatron_flag)
+from .megatron_model_rows import MODEL_ROWS, model_fields
+from .megatron_rows import Fields, truth
 from .bridge_codec import BRIDGE_NO_EFFECT, BRIDGE_NOT_AS_MEGATRON, MIXED_PRECISION_OVERWRITES, OVERWRITTEN_REASON, bridge_key, bridge_value_field, check_bridge_experts, check_bridge_literals, check_bridge_sixteen_bit, from_bridge
 from .megatron_launch import ArgumentValueError, BridgeText, Launch, flags_by_dest, integer, read_launch
 from .megatron_rules import describe, violations
@@ -104,7 +107,7 @@ IGNORED: tuple[tuple[str, str], ...] = (
      "no key/value groups to read: Megatron-LM passes --num-query-groups only with --group-query-attention "
      "(megatron/training/argument_utils.py L330-333 @ d98e8a64), and multi-latent attention takes its keys and values "
      "from the --kv-lora-rank latent, not from query groups"),
-    # read unless --squared-relu takes the MLP (megatron_codec._dec_mlp)
+    # read unless --squared-relu takes the MLP (megatron_model_rows._dec_mlp)
     (r"quick_geglu",
      "passed over under --squared-relu: Megatron-LM trains squared ReLU (megatron/training/argument_utils.py "
      "L320-326 @ d98e8a64: `elif args.quick_geglu`)"),
@@ -429,7 +432,7 @@ def _check_bridge_batch_nulls(flat: dict[str, Any]) -> None:
 
 
 # semantics22 / review20: a field Bridge overrides leave out keeps the model provider's value, not Megatron-LM's argparse
-# default, which only a launch's absent flag takes (megatron_codec.Get). An MLA provider is an MLATransformerConfig
+# default, which only a launch's absent flag takes (megatron_rows.Get). An MLA provider is an MLATransformerConfig
 # (Megatron-Bridge @ 067f987df src/megatron/bridge/models/mla_provider.py L28), whose YaRN factor is 40, mscale 1.0 and
 # mscale_all_dim 0.0 (Megatron-LM @ d98e8a64 transformer_config.py L3315-3331), over which AutoBridge writes the Hugging
 # Face config's rope_scaling (model_bridge.py MLA_ROPE_SCALING_MAPPING L516-523, applied L607) and the DeepSeek-V3 recipe 40 again
@@ -465,7 +468,7 @@ def _bridge_provided(args: dict[str, Any], base: Optional[ModelSpec], source: st
 def _bridge_provider_values(args: dict[str, Any], base: Optional[ModelSpec]) -> dict[str, Any]:
     """The destinations Bridge overrides that give the architecture leave to the model provider (above): the plan's
     --model's (`base`, AutoBridge's Hugging Face config) where given, else the provider's own or None."""
-    from .megatron_codec import MLA_YARN_DESTS, NUMERIC_DESTS, ROPE_SCALING_SWITCH
+    from .megatron_model_rows import MLA_YARN_DESTS, NUMERIC_DESTS, ROPE_SCALING_SWITCH
 
     given = encode({**model_fields(base), "run.seq_len": 4096}, MODEL_ROWS) if base is not None else {}
     out: dict[str, Any] = {dest: given.get(dest) for dest in (*NUMERIC_DESTS.values(), ROPE_SCALING_SWITCH)}
@@ -831,7 +834,7 @@ def model_from_fields(f: Fields, source: str, notes: list[str], name: Optional[s
 
 
 def _implied_numerics(numerics: dict[str, Any], implied: tuple[str, ...], preset: Optional[ModelSpec]) -> None:
-    """hostile29: a numerics flag the launch leaves out (megatron_codec IMPLIED_NUMERICS) trains Megatron-LM's default,
+    """hostile29: a numerics flag the launch leaves out (megatron_model_rows IMPLIED_NUMERICS) trains Megatron-LM's default,
     which the model holds as unset (None, the default implied: `--emit megatron` leaves the flag out again and says
     so) unless the preset of the run's shape states a value (then the default stays, as another model's, and
     `_preset_numerics` has said so). A round trip of a launch without --init-method-std gained it explicitly."""

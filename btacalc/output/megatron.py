@@ -17,7 +17,9 @@ import shlex
 from typing import Any, Optional
 
 from ..config.attention_kernels import DEFAULT_ATTENTION_KERNEL
-from ..config.megatron_codec import BRIDGE_PIN, FP8_ATTENTION_BRIDGE_KEY, MLA_YARN_BRIDGE, bridge_attention_environment, encode, mla_yarn_unsaid, model_fields, render_flags
+from ..config.megatron_codec import (BRIDGE_PIN, FP8_ATTENTION_BRIDGE_KEY, bridge_attention_environment, encode,
+                                     render_flags)
+from ..config.megatron_model_rows import MLA_YARN_BRIDGE, mla_yarn_unsaid, model_fields
 from ..config.bridge_codec import bridge_stated, to_bridge
 from ..config.megatron_launch import MEGATRON_LM_PIN
 from ..config.megatron_run import LOSS_COMMENTS
@@ -327,7 +329,7 @@ NUMERICS_DEFAULTS = {"rope_theta": ("--rotary-base 10000", "rope_theta"),
 
 def _numerics(spec: ModelSpec) -> Optional[str]:
     """freshuser17: a Qwen3 / Llama 3 / Mixtral launch trained at Megatron-LM's RoPE base 10000 (theirs 1e6, 5e5, 1e6)
-    without a word; semantics22: the launch states the model's numerics (megatron_codec NUMERIC_DESTS), and this line
+    without a word; semantics22: the launch states the model's numerics (megatron_model_rows NUMERIC_DESTS), and this line
     names only the ones the model's source does not give, field by field, and the router's loss (a training setting)."""
     n = spec.numerics
     unknown = [(flag, key) for field, (flag, key) in NUMERICS_DEFAULTS.items() if getattr(n, field) is None
