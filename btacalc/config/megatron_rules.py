@@ -637,6 +637,24 @@ def overlap_refusal(tp: int, sp: bool, tp_comm: bool, grad_reduce: bool, param_g
     return None
 
 
+def userbuffers_domain_refusal(tp: int, devices: int, domain: int) -> str | None:
+    """Why TransformerEngine's userbuffers (Megatron-LM's --tp-comm-overlap) cannot run a TP group that leaves its
+    NVLink domain (None: every TP group lies inside one). Megatron-LM calls `initialize_ub` with the TP size and no
+    cuBLASMp backend (Megatron-LM training/initialize.py L240-255); TE makes each TP group the userbuffers' NVLink group
+    (module/base.py L305-320) and maps its buffers as peer memory: multi-node NVLink fabric handles, or POSIX handles
+    passed over Unix-domain sockets between the ranks of one host (userbuffers-host.cpp L286-291), or CUDA IPC for at
+    most 8 GPUs (L664). Megatron's rank order puts each TP group on consecutive ranks, so the groups stay inside
+    domains of `domain` consecutive devices when the TP size divides the devices one domain holds."""
+    within = min(devices, domain)
+    if tp <= 1 or within % tp == 0:
+        return None
+    return (f"{{tp_comm_overlap}} at {{tensor_parallel}} {tp} with {within} devices per NVLink domain: a TP group "
+            f"would span two domains, and TransformerEngine's userbuffers (Megatron's TP overlap) map the TP group's "
+            f"buffers as NVLink peer memory inside one domain ({TE_SHORT} transformer_engine/pytorch/module/base.py "
+            f"L305-320, comm_gemm_overlap/userbuffers/userbuffers-host.cpp L286-291, L664): give a TP that divides "
+            f"{within}, or --no-tp-comm-overlap")
+
+
 def p2p_refusal(pp: int, vp: int, p2p: bool) -> str | None:
     """Why Megatron refuses the interleaved schedule without p2p overlap on two stages (None: it runs)."""
     if vp > 1 and pp <= 2 and not p2p:

@@ -389,12 +389,15 @@ def _resolve(request: ExecutionRequest, model: "ModelSpec", profile: "HardwarePr
 
 
 def _check_overlaps(layout: Layout) -> None:
-    """The overlaps Megatron-LM refuses beside the options given, each a one-line error (megatron_rules.overlap_refusal)."""
-    from .megatron_rules import overlap_refusal
+    """The overlaps Megatron-LM refuses beside the options given, each a one-line error (megatron_rules.overlap_refusal),
+    and TransformerEngine's userbuffers on a TP group that leaves its NVLink domain (userbuffers_domain_refusal)."""
+    from .megatron_rules import overlap_refusal, userbuffers_domain_refusal
 
     o = layout.overlap
     why = overlap_refusal(layout.tensor_parallel, layout.sequence_parallel, o.tp_comm, o.grad_reduce, o.param_gather,
                           layout.zero_stage >= 1 or layout.fsdp)
+    if why is None and layout.userbuffers:
+        why = userbuffers_domain_refusal(layout.tensor_parallel, layout.devices, layout.devices_per_node)
     if why is not None:
         raise BtacalcError(why)
 

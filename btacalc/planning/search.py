@@ -30,7 +30,7 @@ from pydantic import BaseModel, Field
 from ..config.execution import DEFAULT_TOKENS_PER_STEP, BatchLimits, Execution, ExecutionRequest, Layout
 from ..config.resolution import (TORCHTITAN_RECOMPUTE, check_dtensor_precision, check_eager_context_parallel,
                                  check_torch_loss, op_recompute_refusal, resolve_execution, recompute_refusal)
-from ..config.megatron_rules import a2a_refusal
+from ..config.megatron_rules import a2a_refusal, userbuffers_domain_refusal
 from ..config.hardware import HardwareProfile
 from ..config.model import ModelSpec
 from ..config.pipeline import StageSplit, parse_layout
@@ -166,6 +166,13 @@ def _tp_comm(request: ExecutionRequest, tp: int, base: bool) -> bool:
     return tp > 1 and bool(request.overlaps.tp_comm or base)
 
 
+def _userbuffers_leave_domain(request: ExecutionRequest, base: Execution, tp: int) -> bool:
+    """A Megatron candidate whose TP-comm overlap (TransformerEngine's userbuffers) would put a TP group across NVLink
+    domains, which plan refuses (`megatron_rules.userbuffers_domain_refusal`): not ranked."""
+    on = _tp_comm(request, tp, base.layout.overlap.tp_comm) and not base.layout.torch_fsdp
+    return on and userbuffers_domain_refusal(tp, base.layout.devices, base.layout.devices_per_node) is not None
+
+
 def _async_tp_at_one(request: ExecutionRequest, base: Execution, tp: int) -> bool:
     """hostile30 D4: a PyTorch FSDP search asked for the TP-comm overlap (torchtitan's async TP) ranks TP > 1 only,
     as plan refuses that overlap at TP 1 (`_NO_EFFECT`); Megatron-LM drops it at TP 1 and ranks TP 1 too."""
@@ -212,7 +219,8 @@ def _candidates(model: ModelSpec, hardware: HardwareProfile, request: ExecutionR
             _choices(request.tensor_parallel, "tensor_parallel"), _choices(request.pipeline_parallel, "pipeline_parallel"),
             _vp_choices(request), _choices(request.context_parallel, "context_parallel"),
             _choices(request.limits.micro_batch, "micro_batch")):
-        if devices % (tp * pp * cp) or tp > base.layout.devices_per_node or _async_tp_at_one(request, base, tp):
+        if (devices % (tp * pp * cp) or tp > base.layout.devices_per_node or _async_tp_at_one(request, base, tp)
+                or _userbuffers_leave_domain(request, base, tp)):
             continue
         dp = devices // (tp * pp * cp)
         if n % (dp * mb):
