@@ -614,7 +614,7 @@ def torchtitan_recompute_refusal(policy: str) -> Optional[str]:
     if policy in TORCHTITAN_RECOMPUTE:
         return None
     return (f"{{recompute}} {policy} is Megatron-Core's module recomputation: torchtitan (PyTorch FSDP2) checkpoints "
-            "no layer, whole layers (some of them with {recompute_layers}) or its per-op policy (activation "
+            "no layer, whole layers (all, or every n-th by its layer frequency) or its per-op policy (activation "
             "checkpoint mode none / full / selective op): give {recompute} none, full or op")
 
 
