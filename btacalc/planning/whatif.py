@@ -8,7 +8,7 @@ shape is solved again at each value, so what binds may change along the way, and
 where.
 
 Search: the metric is evaluated on a geometric grid from today's value / F to today's value x F
-(F = 1000; model values from 1 up), outward from today's value until a grid point reaches the target;
+(F = 1000; model values from 1 up; a hardware number within its valid range, e.g. an efficiency at most 1), outward from today's value until a grid point reaches the target;
 the crossing nearest to today's value is so bracketed on the grid and refined by bisection (to 0.1%, or to the integer for model values). The metric is
 assumed monotone between today's value and the answer; the trace of the grid points in between shows
 whether it is.
@@ -163,9 +163,27 @@ def _reached(pm: PlanMetrics, metric: str, target: float) -> bool:
     return v is not None and v >= target
 
 
-def _grid(today: float, integer: bool) -> list[float]:
-    lo = 1.0 if integer else today / RANGE_FACTOR
-    hi = min(today * RANGE_FACTOR, MAX_LAYERS) if integer else today * RANGE_FACTOR  # model values: layers
+def _bounds(hw: HardwareProfile, solve_for: str, today: float, integer: bool) -> tuple[float, float]:
+    """The values of the first number at which every number solved for stays in its range (they move together by
+    one factor; hostile32: `--solve-for calibration.compute_efficiency` scanned to 1000x an efficiency at most 1,
+    every point past 1 a trace row "not a valid profile"). Model values and numbers without a range: unbounded."""
+    if integer:
+        return (0.0, math.inf)
+    numbers, lo, hi = hw.numbers(), 0.0, math.inf
+    for key in (hw.number_key(k.strip()) for k in solve_for.split(",")):
+        rng, value = hw.number_range(key), numbers[key].value
+        if rng is not None:
+            lo, hi = max(lo, today * rng.low / value), min(hi, today * rng.high / value)
+    return (lo, hi)
+
+
+def _grid(today: float, integer: bool, bounds: tuple[float, float] = (0.0, math.inf)) -> list[float]:
+    """The geometric grid around today's value: today / F .. today x F, within `bounds` (the values the number may
+    take: a hardware number's range, e.g. an efficiency at most 1), model values from 1."""
+    lo = 1.0 if integer else max(today / RANGE_FACTOR, bounds[0])
+    hi = min(today * RANGE_FACTOR, MAX_LAYERS) if integer else min(today * RANGE_FACTOR, bounds[1])  # model: layers
+    if lo >= hi:
+        return [today]
     pts = [lo * (hi / lo) ** (i / (GRID_POINTS - 1)) for i in range(GRID_POINTS)]
     if integer:
         pts = [float(v) for v in sorted({max(1, round(p)) for p in pts} | {int(today)})]
@@ -197,11 +215,12 @@ class _Scan:
     integer: bool  # a model value (layers): whole numbers from 1
     metric: str
     goal: float
+    bounds: tuple[float, float] = (0.0, math.inf)  # the values the number may take (`_bounds`)
     grid: list[float] = field(init=False)
     points: dict[float, PlanMetrics] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.grid = _grid(self.today, self.integer)
+        self.grid = _grid(self.today, self.integer, self.bounds)
 
     def point(self, x: float) -> PlanMetrics:
         if x not in self.points:
@@ -255,7 +274,7 @@ def whatif(model: ModelSpec, hw: HardwareProfile, request: ExecutionRequest, tar
            solve_for: str) -> WhatIfResult:
     metric, goal = parse_target(target)
     key, today, integer, at = _evaluator(model, hw, request, solve_for)
-    scan = _Scan(at, today, integer, metric, goal)
+    scan = _Scan(at, today, integer, metric, goal, _bounds(hw, solve_for, today, integer))
     base = scan.point(today)
     result = WhatIfResult(model=model.name, hardware=hw.name, solve_for=key, target_metric=metric, target_value=goal,
                           today_value=today, today_metric=base.values[metric], today_fits=base.fits,
