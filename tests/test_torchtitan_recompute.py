@@ -80,3 +80,20 @@ def test_async_tp_without_a_tp_above_one_says_why(cli):
                          "fsdp2", "--tp-comm-overlap", "--precision", "fp8", "--search")
     assert code == 2 and "torchtitan's async TP" in err and "at --tp 2: --precision fp8" in err, err
     assert "--global-batch" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_profile_default_module_list_is_named_as_the_profile_default(cli, tmp_path):
+    """hostile32 (noted): under a user profile whose default recompute is a Megatron module list, a plain FSDP2 plan
+    was refused naming `--recompute selective`, which the user had not given; it names the profile's default."""
+    from btacalc.paths import data_dir
+
+    text = (data_dir("hardware_profiles") / "h100.toml").read_text()
+    assert 'recompute = "none"' in text and 'name = "h100"' in text
+    path = tmp_path / "hx.toml"
+    path.write_text(text.replace('recompute = "none"', 'recompute = "selective"', 1).replace('name = "h100"',
+                                                                                            'name = "hx"', 1))
+    code, out, err = cli("plan", "-m", "llama-3-8b", "--hw", str(path), "-n", "8", "--fsdp", "--fsdp-impl", "fsdp2")
+    assert code == 2 and "hx's default --recompute selective is Megatron-Core's" in err, err
+    code, out, err = cli("plan", "-m", "llama-3-8b", "--hw", str(path), "-n", "8", "--fsdp", "--fsdp-impl", "fsdp2",
+                         "--recompute", "selective")  # given: named as the option
+    assert code == 2 and "error: --recompute selective is Megatron-Core's" in err, err

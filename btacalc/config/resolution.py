@@ -350,7 +350,7 @@ def _resolve(request: ExecutionRequest, model: "ModelSpec", profile: "HardwarePr
     layout = _resolve_layout(request, model, profile, chosen)
     check_activation_offload(run, model, layout, gpu)
     check_op_recompute(run, layout, model, gpu)
-    check_torchtitan_recompute(run, layout)
+    check_torchtitan_recompute(run, layout, profile.name if "recompute" in chosen.reasons else None)
     check_torch_loss(run, layout, gpu)
     check_dtensor_precision(run, layout)
     check_nvfp4_master_shards(run, layout)
@@ -607,22 +607,24 @@ def check_op_recompute(run: RunOptions, layout: "Layout", model: "ModelSpec", gp
 TORCHTITAN_RECOMPUTE = ("none", "full", OP_POLICY)
 
 
-def torchtitan_recompute_refusal(policy: str) -> Optional[str]:
+def torchtitan_recompute_refusal(policy: str, default_of: Optional[str] = None) -> Optional[str]:
     """Why torchtitan (PyTorch FSDP2, 1-D or beside DTensor's TP) cannot recompute `policy` (None: it can):
     `selective` and a module list are Megatron-Core's recompute modules, which torchtitan has none of. Plan
     (`check_torchtitan_recompute`) and `formulas --dtensor-tp` ask this."""
     if policy in TORCHTITAN_RECOMPUTE:
         return None
-    return (f"{{recompute}} {policy} is Megatron-Core's module recomputation: torchtitan (PyTorch FSDP2) checkpoints "
+    given = f"{default_of}'s default {{recompute}}" if default_of else "{recompute}"  # hostile32: not typed by the user
+    return (f"{given} {policy} is Megatron-Core's module recomputation: torchtitan (PyTorch FSDP2) checkpoints "
             "no layer, whole layers (all, or every n-th by its layer frequency) or its per-op policy (activation "
             "checkpoint mode none / full / selective op): give {recompute} none, full or op")
 
 
-def check_torchtitan_recompute(run: RunOptions, layout: "Layout") -> None:
+def check_torchtitan_recompute(run: RunOptions, layout: "Layout", default_of: Optional[str] = None) -> None:
     """A PyTorch FSDP2 plan (torchtitan) recomputes as torchtitan can (`torchtitan_recompute_refusal`; the plan had
     counted Megatron's modules, and a search under FSDP2 ranked them). FSDP1 (llm-foundry, whose
-    activation_checkpointing_target picks modules) is not checked here."""
-    refusal = torchtitan_recompute_refusal(run.recompute) if layout.fsdp2 else None
+    activation_checkpointing_target picks modules) is not checked here. `default_of`: the profile whose default
+    the policy is, where the user gave none (the refusal names it, not an option the user did not type)."""
+    refusal = torchtitan_recompute_refusal(run.recompute, default_of) if layout.fsdp2 else None
     if refusal is not None:
         raise BtacalcError(refusal)
 
