@@ -76,3 +76,21 @@ def test_a_deepep_search_ranks_no_layout_its_plan_refuses(cli):
     found = json.loads(out)
     assert all(r["expert_parallel"] * r["expert_tensor_parallel"] > 1 for r in found["ranking"])
     assert found["best"]["throughput"]["step_time_s"] == pytest.approx(found["ranking"][0]["step_time_s"], rel=1e-12)
+
+
+def test_a_profile_without_a_compute_capability_is_not_said_to_have_0(cli, tmp_path):
+    # D3: a GPU profile may leave chip.compute_capability out (hw check passes); the refusal said "b200 has 0"
+    import re
+
+    from btacalc.paths import data_dir
+
+    text = (data_dir("hardware_profiles") / "b200.toml").read_text()
+    cut = re.sub(r"\[chip\.compute_capability\]\s*\n(?:(?!\[)[^\n]*\n)*", "", text, count=1)
+    assert cut != text
+    path = tmp_path / "nocc.toml"
+    path.write_text(cut)
+    code, out, err = cli("hw", "check", str(path))
+    assert code == 0, err
+    code, out, err = cli("plan", "--model", "llama-3-8b", "--hw", str(path), "--devices", "8", "--precision", "fp8")
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "states no chip.compute_capability" in err and "has 0" not in err
