@@ -94,3 +94,41 @@ def test_a_profile_without_a_compute_capability_is_not_said_to_have_0(cli, tmp_p
     code, out, err = cli("plan", "--model", "llama-3-8b", "--hw", str(path), "--devices", "8", "--precision", "fp8")
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert "states no chip.compute_capability" in err and "has 0" not in err
+
+
+def _launch_run(cli, tmp_path, **fields):
+    code, launch, err = cli("plan", "--model", "llama-3-8b", "--hw", "h100", "--devices", "8", "--tp", "2",
+                            "--precision", "fp8", "--emit", "megatron")
+    assert code in (0, 1) and "--tensor-model-parallel-size 2" in launch, err
+    run = {"id": "r1", "source": "a test launch", "model": "llama-3-8b", "hw": "h100", "devices": 8, "precision": "fp8",
+           "seq": 4096, "global_batch": 1024, "measured": {"tokens_per_s_per_device": 5000.0}, "role": "check",
+           "megatron_args": launch, **fields}
+    path = tmp_path / "runs.json"
+    path.write_text(json.dumps({"runs": [run]}))
+    return path, launch
+
+
+@pytest.mark.parametrize("field, value", [("tp", 4), ("micro_batch", 10**6), ("pp", 2), ("cp", 2)])
+def test_a_measured_runs_layout_field_contradicting_its_launch_is_refused(cli, tmp_path, field, value):
+    # D4: the launch was planned and the contradicting field (which labels the run in the report) ignored in silence,
+    # where seq, global batch, precision and devices that contradict the launch are refused
+    path, _ = _launch_run(cli, tmp_path, **{field: value})
+    code, out, err = cli("validate", "--measured", str(path), "--json", "--quiet")
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"megatron_args give {field} " in err and f"the run's field {field} {value}" in err
+
+
+def test_a_measured_runs_agreeing_layout_fields_predict_the_launch(cli, tmp_path):
+    import re
+
+    _, launch = _launch_run(cli, tmp_path)
+    micro_batch = int(re.search(r"--micro-batch-size (\d+)", launch).group(1))
+    path, launch = _launch_run(cli, tmp_path, tp=2, pp=1, cp=1, micro_batch=micro_batch)
+    code, out, err = cli("validate", "--measured", str(path), "--json", "--quiet")
+    assert code in (0, 1), err
+    predicted = json.loads(out)["measured"]["runs"][0]["predicted"]["tokens_per_s_per_device"]
+    script = tmp_path / "run.sh"
+    script.write_text(launch)
+    code, out, err = cli("plan", "--from-megatron", str(script), "--hw", "h100", "--devices", "8", "--json")
+    assert code in (0, 1), err
+    assert predicted == pytest.approx(json.loads(out)["throughput"]["tokens_per_s"] / 8, rel=1e-12)
