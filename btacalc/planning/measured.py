@@ -380,7 +380,8 @@ def forced_balance_of(run: MeasuredRun) -> tuple[Optional[float], str]:
 # hostile33: a run's layout fields beside megatron_args label it in the report (the launch is what is planned); one that
 # contradicts the launch (tp 4 beside --tensor-model-parallel-size 2) was predicted as the launch's in silence
 _LAUNCH_SIZES = (("tp", "tensor_parallel"), ("pp", "pipeline_parallel"), ("vp", "virtual_pipeline"),
-                 ("cp", "context_parallel"), ("ep", "expert_parallel"), ("etp", "expert_tensor_parallel"))
+                 ("cp", "context_parallel"), ("ep", "expert_parallel"), ("etp", "expert_tensor_parallel"),
+                 ("zero", "zero_stage"), ("fsdp", "fsdp"), ("sequence_parallel", "sequence_parallel"))
 
 
 def _check_layout_fields(run: MeasuredRun, req: ExecutionRequest) -> None:
