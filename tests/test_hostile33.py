@@ -109,7 +109,7 @@ def _launch_run(cli, tmp_path, **fields):
 
 
 @pytest.mark.parametrize("field, value", [("tp", 4), ("micro_batch", 10**6), ("pp", 2), ("cp", 2), ("zero", 3),
-                                          ("fsdp", True), ("sequence_parallel", False)])
+                                          ("fsdp", True), ("sequence_parallel", False), ("recompute", "full")])
 def test_a_measured_runs_layout_field_contradicting_its_launch_is_refused(cli, tmp_path, field, value):
     # D4: the launch was planned and the contradicting field (which labels the run in the report) ignored in silence,
     # where seq, global batch, precision and devices that contradict the launch are refused
@@ -125,7 +125,7 @@ def test_a_measured_runs_agreeing_layout_fields_predict_the_launch(cli, tmp_path
     _, launch = _launch_run(cli, tmp_path)
     micro_batch = int(re.search(r"--micro-batch-size (\d+)", launch).group(1))
     path, launch = _launch_run(cli, tmp_path, tp=2, pp=1, cp=1, micro_batch=micro_batch, zero=1, fsdp=False,
-                               sequence_parallel=True)
+                               sequence_parallel=True, recompute="none")
     code, out, err = cli("validate", "--measured", str(path), "--json", "--quiet")
     assert code in (0, 1), err
     predicted = json.loads(out)["measured"]["runs"][0]["predicted"]["tokens_per_s_per_device"]

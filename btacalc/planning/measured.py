@@ -42,6 +42,7 @@ from ..config.attention_kernels import attention_kernel
 from ..config.tp_overlap import ub_table
 from ..config.workspaces import Workspace
 from ..errors import BtacalcError
+from ..vocabulary import parse_recompute
 from ..model.routing_balance import forced_balance_imbalance
 from ..config.text import Name
 from ..paths import package_data
@@ -389,6 +390,9 @@ def _check_layout_fields(run: MeasuredRun, req: ExecutionRequest) -> None:
     compared); one line naming the first that does not."""
     pairs = [(f, getattr(run, f), getattr(req, r)) for f, r in _LAUNCH_SIZES]
     pairs.append(("micro_batch", run.micro_batch, req.limits.micro_batch))
+    if run.recompute is not None and req.recompute is not None:  # both in canonical form ("core_attn" is selective)
+        given = run.recompute if isinstance(run.recompute, str) else ",".join(run.recompute)
+        pairs.append(("recompute", parse_recompute(given), parse_recompute(req.recompute)))
     for field, given, launched in pairs:
         if given is not None and launched is not None and given != launched:
             raise BtacalcError(f"{{measured}}: run {run.id}: megatron_args give {field} {launched}, the run's field "
