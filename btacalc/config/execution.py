@@ -613,6 +613,11 @@ class Layout:
                                "refuses it with {allgather_dispatcher} (transformer_config.py L3016-3019)")
         if self.hybridep and not self.deepep:
             raise BtacalcError("{hybridep} is the flex dispatcher's hybridep backend: it needs {deepep}")
+        if self.deepep and not self.hybridep and self.expert_parallel * self.expert_tensor_parallel == 1:
+            # hostile33: planned as the alltoall dispatcher and emitted as a flex launch Megatron-Core refuses
+            raise BtacalcError("{deepep} exchanges tokens over the expert tensor x expert parallel ranks: it needs "
+                               "{expert_parallel} or {expert_tensor_parallel} above 1 (Megatron-Core: 'DeepEP "
+                               "dispatcher requires TPxEP > 1', token_dispatcher.py L1836)")
         if self.dispatcher_sms is None:
             return
         if not self.deepep:

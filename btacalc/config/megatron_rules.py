@@ -584,9 +584,11 @@ def changed_overlaps(changed: dict[str, bool], reasons: dict[str, str]) -> list[
 
 
 # Plans btacalc can model but Megatron refuses, and the nearest runnable plan: drop the all-to-all overlap
-# (its Megatron-Core conditions: TC:3007-3031; without EP btacalc times no all-to-all, so the option is moot and the
-# emitter leaves it out). (condition on the resolved recompute policy, pipeline, VP, EP)
+# (its Megatron-Core conditions: TC:3007-3031). (condition on the resolved recompute policy, pipeline, VP, EP)
+# hostile33: at EP 1 the option was said to be moot, but the plan kept it (its stored buffers, "overlapped:
+# all_to_all") while the emitted launch left it out without a word, so the launch read back planned other memory
 A2A_REFUSALS: tuple[tuple[str, str, Callable[[str, int, int, int], bool]], ...] = (
+    ("a2a-ep", "no expert parallelism (EP 1)", lambda rc, pp, vp, ep: ep == 1),
     ("a2a-full-recompute", "full recomputation", lambda rc, pp, vp, ep: rc == "full"),
     ("a2a-moe-module", "the moe recompute module", lambda rc, pp, vp, ep: "moe" in rc.split(",")),
     ("a2a-vp", "pipeline parallelism without a virtual pipeline", lambda rc, pp, vp, ep: pp > 1 and vp == 1),

@@ -203,7 +203,7 @@ def check_precision(name: str, profile: "HardwareProfile", param_gather: bool, r
     cc = chip.capability
     if r.low and cc < r.min_compute_capability:
         raise BtacalcError(f"{{precision}} {name} needs compute capability {r.min_compute_capability:g} or later; "
-                           f"{profile.name} has {cc:g}")
+                           f"{_has_capability(profile)}")
     if param_gather and not r.param_gather_flag:
         raise BtacalcError(f"{{fp8_param_gather}} keeps the parameters in FP8/FP4 and needs a low {{precision}} "
                            f"(fp8, fp8-current, fp8-blockwise, mxfp8, nvfp4), got {name}")
@@ -213,6 +213,13 @@ def check_precision(name: str, profile: "HardwareProfile", param_gather: bool, r
         raise BtacalcError(f"{{rht_cast_fusion}} splits the Hadamard-transformed cast of a {{precision}} that has one "
                            f"({able}) into its own kernel, got {name}")
     return r
+
+
+def _has_capability(profile: "HardwareProfile") -> str:
+    """hostile33: a GPU profile without chip.compute_capability was said to "have 0"."""
+    if profile.chip.compute_capability is None:
+        return f"{profile.name} states no chip.compute_capability (give it in the profile)"
+    return f"{profile.name} has {profile.chip.capability:g}"
 
 
 def check_fp8_attention(name: str, profile: "HardwareProfile", attention: str, kernel: Optional[str] = None) -> Recipe:
@@ -231,7 +238,7 @@ def check_fp8_attention(name: str, profile: "HardwareProfile", attention: str, k
     if cc < r.fp8_attention_min_compute_capability:
         raise BtacalcError(f"{{fp8_attention}} under {name}: TransformerEngine's FP8 fused attention with this recipe "
                            f"needs compute capability {r.fp8_attention_min_compute_capability:g} or later; "
-                           f"{profile.name} has {cc:g}")
+                           f"{_has_capability(profile)}")
     if attention != "flash":
         raise BtacalcError("{fp8_attention} runs TransformerEngine's fused attention kernel: it needs "
                            "{attention} flash")

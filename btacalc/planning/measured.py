@@ -42,6 +42,7 @@ from ..config.attention_kernels import attention_kernel
 from ..config.tp_overlap import ub_table
 from ..config.workspaces import Workspace
 from ..errors import BtacalcError
+from ..vocabulary import parse_recompute
 from ..model.routing_balance import forced_balance_imbalance
 from ..config.text import Name
 from ..paths import package_data
@@ -377,6 +378,27 @@ def forced_balance_of(run: MeasuredRun) -> tuple[Optional[float], str]:
     return forced_balance_imbalance(tokens, model.num_experts, model.top_k, ep), ""
 
 
+# hostile33: a run's layout fields beside megatron_args label it in the report (the launch is what is planned); one that
+# contradicts the launch (tp 4 beside --tensor-model-parallel-size 2) was predicted as the launch's in silence
+_LAUNCH_SIZES = (("tp", "tensor_parallel"), ("pp", "pipeline_parallel"), ("vp", "virtual_pipeline"),
+                 ("cp", "context_parallel"), ("ep", "expert_parallel"), ("etp", "expert_tensor_parallel"),
+                 ("zero", "zero_stage"), ("fsdp", "fsdp"), ("sequence_parallel", "sequence_parallel"))
+
+
+def _check_layout_fields(run: MeasuredRun, req: ExecutionRequest) -> None:
+    """A run's size fields must agree with what its megatron_args state (a size the launch leaves out is not
+    compared); one line naming the first that does not."""
+    pairs = [(f, getattr(run, f), getattr(req, r)) for f, r in _LAUNCH_SIZES]
+    pairs.append(("micro_batch", run.micro_batch, req.limits.micro_batch))
+    if run.recompute is not None and req.recompute is not None:  # both in canonical form ("core_attn" is selective)
+        given = run.recompute if isinstance(run.recompute, str) else ",".join(run.recompute)
+        pairs.append(("recompute", parse_recompute(given), parse_recompute(req.recompute)))
+    for field, given, launched in pairs:
+        if given is not None and launched is not None and given != launched:
+            raise BtacalcError(f"{{measured}}: run {run.id}: megatron_args give {field} {launched}, the run's field "
+                               f"{field} {given}: make them agree (the launch is what is planned)")
+
+
 def _express_megatron(run: MeasuredRun) -> tuple[Optional[ExecutionRequest], str]:
     """A run given as Megatron-LM arguments: its request as --from-megatron reads it; the run's own seq, global
     batch and precision must agree with the arguments (they label the run in the report; the precision also pairs
@@ -397,6 +419,7 @@ def _express_megatron(run: MeasuredRun) -> tuple[Optional[ExecutionRequest], str
     if req.precision != run.precision:  # hostile24: a bf16 row whose launch gives --fp8-format was predicted at FP8
         raise BtacalcError(f"{{measured}}: run {run.id}: megatron_args train {req.precision}, the run's field "
                            f"precision {run.precision}")
+    _check_layout_fields(run, req)
     model, shape = resolve_model(run.model), ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_size",
                                                "num_experts", "top_k", "vocab_size")
     differ = [k for k in shape if getattr(model, k) != getattr(imported.model, k)]
