@@ -129,34 +129,22 @@ def test_hybridep_across_more_than_two_nodes_runs_at_its_more_than_two_nodes_sha
     assert co.all_to_all_link(p).bus_efficiency == pytest.approx(MORE, abs=5e-4)
 
 
-# ---- data-parallel kinds, times and buckets
+# ---- data-parallel buckets
 
 
-def test_zero_0_gradients_are_timed_as_an_nccl_all_reduce():
-    """Megatron's DDP without the distributed optimizer (ZeRO-0) all-reduces the gradients once per step. 8 H100s of
-    a DGX, DP 8, 4e7 parameters per device (one bucket: Megatron's default bucket is max(4e7, 1e6 x 8) parameters)
-    with fp32 gradients: a buffer of 1.6e8 B, 2 x 7/8 x 1.6e8 bus bytes (NCCL-tests' all-reduce bus factor). NCCL's
-    Simple ring all-reduce on 8 ranks in a node: 2 x 7 = 14 steps, 8.4 + 14 x 3.4 us x the NVLink anchor, plus the bus
-    bytes at 360 GB/s. ZeRO-0 has no weight gather and nothing per micro-batch."""
-    p = _problem(devices=8, zero_stage=0)
-    times = co.data_parallel_times(p, 4e7, 0, {"gradients": 4, "weights": 2})
-    expected = _simple_ring_us(14) * US * NVLINK_ANCHOR + 2 * 7 / 8 * 1.6e8 / NVLINK_BUS
-    assert times.reduce_per_step == pytest.approx(expected, rel=1e-9)
-    assert times.gather_per_step == 0 and times.per_micro_batch == 0
+def test_the_expert_buffer_has_neither_the_word_embedding_nor_its_bucket():
+    """Megatron-Core's DDP keeps dense and expert parameters in separate buffers (distributed_data_parallel.py
+    L160-171 @ d98e8a64) and buckets only pipeline rank 0's model chunk 0 (StageBuckets). The word embedding is dense,
+    and so is the bucket of its own the distributed optimizer gives a tied embedding over PP > 1. PP 2, VP 2, ZeRO-1,
+    --overlap-grad-reduce, DP 8 (bucket max(4e7, 1e6 x 8) = 4e7 parameters), 8e7 parameters in each buffer of the first
+    stage, of which a 5e7 word embedding in the dense one. Dense: chunk 0 holds 5e7 + 3e7 / 2 = 6.5e7 -> 2 buckets,
+    + 1 call for chunk 1, + 1 for the embedding's bucket = 4. Expert: chunk 0 holds 8e7 / 2 = 4e7 -> 1 bucket, + 1 for
+    chunk 1 = 2."""
+    from btacalc.config.execution import Overlaps
 
-
-@pytest.mark.parametrize("zero, reduce, gather, micro", [
-    (0, "all_reduce", None, None),
-    (1, "reduce_scatter", "all_gather", None),
-    (2, None, "all_gather", "reduce_scatter"),
-    (3, None, None, "all_gather+reduce_scatter"),
-])
-def test_data_parallel_rows_name_megatrons_collectives(zero, reduce, gather, micro):
-    """The operation `plan --json` names for each data-parallel row (module docstring; ZeRO, Rajbhandari et al. 2020
-    §7): ZeRO-0 all-reduces the gradients, the distributed optimizer reduce-scatters them and all-gathers the weights,
-    ZeRO-2 reduce-scatters per micro-batch, ZeRO-3 gathers twice and reduce-scatters per micro-batch (None: a row the
-    stage does not have)."""
-    p = _problem(devices=8, zero_stage=zero)
-    for key, name in (("reduce_per_step", reduce), ("gather_per_step", gather), ("per_micro_batch", micro)):
-        if name is not None:
-            assert co.data_parallel_collective(p, key) == name
+    p = _problem(devices=16, pipeline_parallel=2, virtual_pipeline=2, zero_stage=1, expert_parallel=8,
+                 overlap=Overlaps(grad_reduce=True))
+    assert (p.layout.data_parallel, p.layout.context_parallel) == (8, 1)
+    stage = co.StageBuckets(first_stage=True, embedding=50_000_000, shared=True)
+    assert co.part_buckets(stage, "dense").calls(p, 80_000_000) == 4
+    assert co.part_buckets(stage, "expert").calls(p, 80_000_000) == 2
