@@ -148,3 +148,23 @@ def test_the_expert_buffer_has_neither_the_word_embedding_nor_its_bucket():
     stage = co.StageBuckets(first_stage=True, embedding=50_000_000, shared=True)
     assert co.part_buckets(stage, "dense").calls(p, 80_000_000) == 4
     assert co.part_buckets(stage, "expert").calls(p, 80_000_000) == 2
+
+
+# ---- the domain walks
+
+
+def test_a_group_on_one_gpu_nodes_has_one_local_member():
+    """--gpus-per-node 1 (a domain of one GPU): every member of an 8-rank group is in its own domain, so the worst-placed
+    rank shares its domain with 1 member, itself. And a 7-rank group on 8-GPU nodes (56 GPUs): block 1 holds ranks
+    7-13 and the node boundary at rank 8 leaves rank 7 alone in node 0: 1 local member."""
+    assert co.local_members(8, 1, 8, 1) == 1
+    assert co.local_members(7, 1, 56, 8) == 1
+
+
+def test_the_last_piece_of_a_group_cut_by_a_domain_boundary_counts():
+    """128 GB200s in NVL72 domains (ranks 0-71 and 72-127), TP 4: the DP group of 32 ranks at stride 4 spans all 128
+    ranks. Its members in domain 0 are 72 / 4 = 18, in domain 1 (the partial rack) 56 / 4 = 14: the worst-placed rank
+    shares its domain with 14 members (the piece after the boundary, not the one before it). The ring then crosses the
+    NICs of 14 members: 14 x 50 GB/s x 0.94 = 658 GB/s, below NVLink's bus rate."""
+    assert co.local_members(32, 4, 128, 72) == 14
+    assert co.local_members(80, 1, 80, 72) == 8  # one 80-rank block: 72 in the first rack, 8 in the next
