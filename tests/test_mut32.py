@@ -153,12 +153,14 @@ def test_the_expert_buffer_has_neither_the_word_embedding_nor_its_bucket():
 # ---- the domain walks
 
 
-def test_a_group_on_one_gpu_nodes_has_one_local_member():
+def test_a_rank_cut_off_alone_by_a_domain_boundary_has_one_local_member():
     """--gpus-per-node 1 (a domain of one GPU): every member of an 8-rank group is in its own domain, so the worst-placed
-    rank shares its domain with 1 member, itself. And a 7-rank group on 8-GPU nodes (56 GPUs): block 1 holds ranks
-    7-13 and the node boundary at rank 8 leaves rank 7 alone in node 0: 1 local member."""
+    rank shares its domain with 1 member, itself. A 7-rank group on 8-GPU nodes (56 GPUs): block 1 holds ranks 7-13
+    and the node boundary at rank 8 leaves rank 7 alone in node 0: 1 local member. A 3-rank group on 9 GPUs: block 2
+    holds ranks 6-8, and rank 8 is alone in the second node: 1."""
     assert co.local_members(8, 1, 8, 1) == 1
     assert co.local_members(7, 1, 56, 8) == 1
+    assert co.local_members(3, 1, 9, 8) == 1
 
 
 def test_the_last_piece_of_a_group_cut_by_a_domain_boundary_counts():
