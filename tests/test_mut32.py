@@ -170,3 +170,18 @@ def test_the_last_piece_of_a_group_cut_by_a_domain_boundary_counts():
     NICs of 14 members: 14 x 50 GB/s x 0.94 = 658 GB/s, below NVLink's bus rate."""
     assert co.local_members(32, 4, 128, 72) == 14
     assert co.local_members(80, 1, 80, 72) == 8  # one 80-rank block: 72 in the first rack, 8 in the next
+
+
+def test_ddp_num_buckets_cuts_a_sharded_stage_into_that_many_buckets():
+    """--ddp-num-buckets N: Megatron-LM @ d98e8a64 sets bucket_size = params // N (training.py L2186-2187) and a bucket
+    closes once it holds bucket_size elements (param_and_grad_buffer.py L980-995): 1e9 parameters and N = 4 give 4
+    buckets, and 1e9 + 2 parameters buckets of ceil((1e9 + 2) / 4) = 250,000,001, still 4. With ZeRO-2 each bucket is
+    a reduce-scatter per micro-batch; ZeRO-3 adds two all-gathers per bucket."""
+    from btacalc.config.execution import Overlaps
+
+    for zero, per_bucket in ((2, 1), (3, 3)):
+        p = _problem(devices=8, zero_stage=zero, ddp_num_buckets=4, overlap=Overlaps(grad_reduce=True))
+        assert co.gradient_buckets(p, 1_000_000_000) == 4
+        assert co.gradient_buckets(p, 1_000_000_002) == 4
+        traffic = co.data_parallel_traffic(p, 1_000_000_000, 8, {"gradients": 4, "weights": 2})
+        assert traffic["per_micro_batch"][1] == 4 * per_bucket
