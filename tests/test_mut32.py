@@ -185,3 +185,16 @@ def test_ddp_num_buckets_cuts_a_sharded_stage_into_that_many_buckets():
         assert co.gradient_buckets(p, 1_000_000_002) == 4
         traffic = co.data_parallel_traffic(p, 1_000_000_000, 8, {"gradients": 4, "weights": 2})
         assert traffic["per_micro_batch"][1] == 4 * per_bucket
+
+
+# ---- plan --json rows
+
+
+@pytest.mark.parametrize("flags, algorithm", [({}, "all-to-all"), ({"deepep": True}, "deepep"),
+                                              ({"deepep": True, "hybridep": True}, "hybridep")])
+def test_the_all_to_all_row_names_the_dispatchers_backend(flags, algorithm):
+    """The expert_all_to_all row's algorithm names what moves the tokens: NCCL's all-to-all (Megatron's alltoall
+    dispatcher), DeepEP's kernels (--moe-token-dispatcher-type flex) or Hybrid-EP (CollectiveRow, module docstring)."""
+    p = _problem(devices=16, expert_parallel=16, **flags)
+    row = co.describe_all_to_all(p, (co.all_to_all_wire_bytes(p, 1e9), 4), 1e-3, 1e9)
+    assert row.algorithm == algorithm
