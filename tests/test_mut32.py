@@ -198,3 +198,25 @@ def test_the_all_to_all_row_names_the_dispatchers_backend(flags, algorithm):
     p = _problem(devices=16, expert_parallel=16, **flags)
     row = co.describe_all_to_all(p, (co.all_to_all_wire_bytes(p, 1e9), 4), 1e-3, 1e9)
     assert row.algorithm == algorithm
+
+
+@pytest.mark.parametrize("ring_only", [False, True])
+def test_a_rows_algorithm_is_nccls_choice_for_its_call(ring_only):
+    """A row of a collective NCCL's tuning model times gives NCCL's choice for one call (collectives.describe). A 4-byte
+    all-reduce over 512 H100s (64 nodes of 8): NCCL picks the tree (LL), 2 x (7 + 6) = 26 steps up and down
+    (tests/test_mut31.py); with NCCL_ALGO=Ring (nccl_ring_only; tuning.cc L458-462) the LL ring, 2 x 511 = 1022 steps."""
+    p = make_problem(resolve_model("qwen3-30b-a3b"), resolve_hardware("h100"),
+                     RunOptions(attention="flash", recompute="none", nccl_ring_only=ring_only),
+                     Layout(devices=512, devices_per_node=8))
+    bus = 2 * 511 / 512 * 4
+    row = co.describe(p, "gradient_reduce", (512, 1), (bus, 1), 1e-3, kind=2, collective="all_reduce")
+    assert (row.algorithm, row.protocol, row.steps) == (("ring", "LL", 1022) if ring_only else ("tree", "LL", 26))
+
+
+def test_the_expert_tensor_parallel_row_of_8_is_on_nvlink():
+    """ETP 8 in one DGX H100: the row's group is 8 consecutive ranks (stride 1), one node, so its link is NVLink and
+    NCCL's ring all-gather has 7 steps (each call's buffer 1e8 B: Simple)."""
+    p = _problem(devices=8, expert_tensor_parallel=8)
+    row = co.describe_expert_tensor_parallel(p, 1.25e8, (14, 10), 1e-3)
+    assert (row.link, row.ranks, row.steps, row.protocol) == ("nvlink", 8, 7, "Simple")
+    assert row.message_bytes == pytest.approx(7 * 1.25e8 / 10)
