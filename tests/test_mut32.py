@@ -220,3 +220,13 @@ def test_the_expert_tensor_parallel_row_of_8_is_on_nvlink():
     row = co.describe_expert_tensor_parallel(p, 1.25e8, (14, 10), 1e-3)
     assert (row.link, row.ranks, row.steps, row.protocol) == ("nvlink", 8, 7, "Simple")
     assert row.message_bytes == pytest.approx(7 * 1.25e8 / 10)
+
+
+def test_a_row_of_bytes_without_calls_of_its_own_has_no_message_and_no_nccl_choice():
+    """Under PyTorch FSDP a block's experts travel in its own unit (review31): the expert part's row has bytes but no
+    calls of its own. Such a row has no message per call (0 B), so no buffer and no bus factor, no achieved
+    efficiency, and no NCCL choice of algorithm, protocol or steps (describe: `not per_call`)."""
+    p = _problem(devices=8)
+    row = co.describe(p, "zero_per_micro_batch", (8, 1), (1e9, 0), 0.0, kind=1, collective="all_gather")
+    assert (row.message_bytes, row.efficiency, row.protocol, row.steps, row.algorithm) == (0.0, 0.0, "", 0, "ring")
+    assert (row.buffer_bytes, row.bus_factor) == (0.0, 0.0)
