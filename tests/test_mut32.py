@@ -154,7 +154,7 @@ def test_the_expert_buffer_has_neither_the_word_embedding_nor_its_bucket():
 
 
 def test_a_rank_cut_off_alone_by_a_domain_boundary_has_one_local_member():
-    """--gpus-per-node 1 (a domain of one GPU): every member of an 8-rank group is in its own domain, so the worst-placed
+    """--gpus-per-node 1 (a domain of one GPU): each member of an 8-rank group is in its own domain, so the worst-placed
     rank shares its domain with 1 member, itself. A 7-rank group on 8-GPU nodes (56 GPUs): block 1 holds ranks 7-13
     and the node boundary at rank 8 leaves rank 7 alone in node 0: 1 local member. A 3-rank group on 9 GPUs: block 2
     holds ranks 6-8, and rank 8 is alone in the second node: 1."""
@@ -204,7 +204,7 @@ def test_the_all_to_all_row_names_the_dispatchers_backend(flags, algorithm):
 def test_a_rows_algorithm_is_nccls_choice_for_its_call(ring_only):
     """A row of a collective NCCL's tuning model times gives NCCL's choice for one call (collectives.describe). A 4-byte
     all-reduce over 512 H100s (64 nodes of 8): NCCL picks the tree (LL), 2 x (7 + 6) = 26 steps up and down
-    (tests/test_mut31.py); with NCCL_ALGO=Ring (nccl_ring_only; tuning.cc L458-462) the LL ring, 2 x 511 = 1022 steps."""
+    (tests/test_mut31.py); with NCCL_ALGO=Ring (tuning.cc L458-462) the LL ring, 2 x 511 = 1022 steps."""
     p = make_problem(resolve_model("qwen3-30b-a3b"), resolve_hardware("h100"),
                      RunOptions(attention="flash", recompute="none", nccl_ring_only=ring_only),
                      Layout(devices=512, devices_per_node=8))
