@@ -387,14 +387,15 @@ def test_sensitivity_moves_counts_to_whole_numbers_and_reports_refused_values():
 
 
 def test_whatif_stops_at_the_edge_of_a_numbers_range(cli):
-    # compute efficiency cannot pass 1: the grid points above it are not profiles, and an unreachable
-    # target is reported as such (exit 1), not as a crash
+    # compute efficiency cannot pass 1: the scan stops there (since the twenty-fifth session; before, the grid
+    # points above it were traced as "not a valid profile"), and an unreachable target is reported as such (exit 1)
     code, out, err = cli("whatif", "--hw", "wse2", "--target", "tokens_per_s=1e12", "--solve-for",
                          "compute_efficiency", "--json")
     assert code == 1, err
     r = json.loads(out)
-    assert not r["reached"] and "does not reach" in r["note"]
-    assert any(s["binding_constraint"].startswith("not a valid profile") for s in r["trace"])
+    assert not r["reached"] and "does not reach" in r["note"] and " to 1 " in r["note"]
+    assert max(s["value"] for s in r["trace"]) == pytest.approx(1.0)
+    assert not any(s["binding_constraint"].startswith("not a valid profile") for s in r["trace"])
 
 
 def test_a_sensitivity_below_double_precision_moves_nothing_and_says_so():
