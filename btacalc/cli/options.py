@@ -166,7 +166,8 @@ MaxTileBatchOpt = typer.Option(None, "--max-tile-batch", min=1, help="Cap the ti
 ExpertsOpt = typer.Option(None, "--experts", min=1, help="Override the number of experts E.")
 TopKOpt = typer.Option(None, "--top-k", min=1, help="Override experts per token k.")
 ExpertFfnOpt = typer.Option(None, "--expert-ffn", min=1, help="Override the expert width f.")
-FixedActiveOpt = typer.Option(False, "--fixed-active/--no-fixed-active", show_default=False, help="Keep k·f constant when --top-k changes (BTA paper's top-k sweep).")
+FixedActiveOpt = typer.Option(False, "--fixed-active/--no-fixed-active", show_default=False,
+                              help="Keep k·f constant when --top-k changes (BTA paper's top-k sweep).")
 OverlapOpt = typer.Option(True, "--overlap/--no-overlap", help="Weight streaming overlaps compute (max) or not (sum).")
 MemoryModelOpt = typer.Option(None, "--memory-model", help=help_text("auto: resident when the whole training state fits, "
                               "else weight streaming (wafer) [default: auto]."))
@@ -236,15 +237,19 @@ LastStageOpt = typer.Option(None, "--last-stage-layers", min=1, help="Decoder la
 PipelineLayoutOpt = typer.Option(None, "--pipeline-layout", help=help_text(
     "Megatron's --pipeline-model-parallel-layout: model chunks split by |, E embedding, t decoder layer, m MTP layer, "
     "L loss, x*n and (...)*n repeat, e.g. 'Et*3|(tt|)*29,m|L'; VP = chunks / PP."))
-AccountEmbeddingOpt = typer.Option(False, "--account-for-embedding-in-pipeline-split/--no-account-for-embedding-in-pipeline-split", show_default=False, help="Count the embedding as "
-                                   "one layer of the first model chunk (Megatron's flag of the same name).")
-AccountLossOpt = typer.Option(False, "--account-for-loss-in-pipeline-split/--no-account-for-loss-in-pipeline-split", show_default=False, help="Count the loss as one layer of the "
-                              "last model chunk (Megatron's flag of the same name).")
+_EMBEDDING_SPLIT, _LOSS_SPLIT = "account-for-embedding-in-pipeline-split", "account-for-loss-in-pipeline-split"
+AccountEmbeddingOpt = typer.Option(False, f"--{_EMBEDDING_SPLIT}/--no-{_EMBEDDING_SPLIT}", show_default=False,
+                                   help="Count the embedding as one layer of the first model chunk (Megatron's flag of "
+                                   "the same name).")
+AccountLossOpt = typer.Option(False, f"--{_LOSS_SPLIT}/--no-{_LOSS_SPLIT}", show_default=False,
+                              help="Count the loss as one layer of the last model chunk (Megatron's flag of the same "
+                              "name).")
 CpOpt = typer.Option(None, "--cp", min=1, help="Context-parallel size (ring attention over sequence chunks; "
                  "Megatron's --context-parallel-size).")
 EtpOpt = typer.Option(None, "--etp", min=1, help=help_text("Expert tensor-parallel size (Megatron's "
                      "--expert-tensor-parallel-size) [default: --tp, as Megatron-Core]."))
-FsdpOpt = typer.Option(False, "--fsdp/--no-fsdp", show_default=False, help="Fully sharded data parallel (ZeRO-3 state; weights gathered every "
+FsdpOpt = typer.Option(False, "--fsdp/--no-fsdp", show_default=False,
+                       help="Fully sharded data parallel (ZeRO-3 state; weights gathered every "
                        "micro-batch).")
 FsdpImplOpt = typer.Option(None, "--fsdp-impl", help=help_text(
     "Whose FSDP --fsdp plans: megatron (Megatron-FSDP: two double-buffered units of 16-bit weights and fp32 "
@@ -288,11 +293,13 @@ PrecisionOpt = typer.Option(None, "--precision", help=help_text(
     "Training precision, as TransformerEngine / Megatron-LM name the recipes: bf16, fp16, fp8 (delayed scaling), "
     "fp8-current (per-tensor current scaling), fp8-blockwise (128x128 weights, 1x128 activations), mxfp8 (32-element "
     f"blocks, E8M0 scales), nvfp4 (16-element blocks, E4M3 scales) [default: {DEFAULT_PRECISION}]."))
-Fp8ParamGatherOpt = typer.Option(False, "--fp8-param-gather/--no-fp8-param-gather", show_default=False, help="Keep the parameters in the low precision and "
+Fp8ParamGatherOpt = typer.Option(False, "--fp8-param-gather/--no-fp8-param-gather", show_default=False,
+                                 help="Keep the parameters in the low precision and "
                                  "all-gather them so (Megatron --fp8-param-gather; --fp4-param-gather under nvfp4): "
                                  "halves the parameter all-gather and drops the 16-bit weight copy (--emit megatron: "
                                  "FP8 needs --zero 1 or more, as Megatron-LM asserts).")
-Fp8AttentionOpt = typer.Option(False, "--fp8-attention/--no-fp8-attention", show_default=False, help="Run the attention core in TransformerEngine's FP8 "
+Fp8AttentionOpt = typer.Option(False, "--fp8-attention/--no-fp8-attention", show_default=False,
+                               help="Run the attention core in TransformerEngine's FP8 "
                                "fused attention (Megatron TransformerConfig.fp8_dot_product_attention, TE fp8_dpa): cuDNN's "
                                "FP8 kernel at its benchmarked rate, plus the casts of Q, K, V and dO; needs --precision "
                                "fp8, fp8-current (Blackwell) or mxfp8 and --attention flash.")
@@ -311,7 +318,8 @@ WgradFusionOpt = typer.Option(True, "--gradient-accumulation-fusion/--no-gradien
     "Accumulate each weight gradient into the fp32 main gradient inside its GEMM (Megatron's default); "
     "--no-gradient-accumulation-fusion: the GEMM writes a 16-bit gradient and a separate kernel adds it, "
     "per parameter and micro-batch (docs/clock.md)."))
-CheckpointEarlyStopOpt = typer.Option(False, "--checkpoint-early-stop/--no-checkpoint-early-stop", show_default=False, help=(
+CheckpointEarlyStopOpt = typer.Option(False, "--checkpoint-early-stop/--no-checkpoint-early-stop", show_default=False,
+                                      help=(
     "With --recompute full: each layer's re-run stops once it has rebuilt every saved tensor, as PyTorch's "
     "non-reentrant activation checkpoint does (torch >= 2.1, its default; llm-foundry's MPT), so the MLP's second "
     "linear is not re-run (docs/runs.md \"mpt3\"); off: the whole layer re-runs (Megatron)."))

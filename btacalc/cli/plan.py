@@ -135,9 +135,11 @@ def plan(
     optimizer_moments: Optional[Moments] = MomentsOpt,
     precision_aware_optimizer: Optional[bool] = PrecisionAwareOpt,
     optimizer: Optional[Optimizer] = OptimizerOpt,
-    search: bool = typer.Option(False, "--search/--no-search", show_default=False, help="Search the fastest layout that fits (TP, PP, VP, CP, EP, "
+    search: bool = typer.Option(False, "--search/--no-search", show_default=False,
+                                help="Search the fastest layout that fits (TP, PP, VP, CP, EP, "
                                 "ETP, micro-batch, recompute) on --devices GPUs; the given values fix that dimension."),
-    as_json: bool = typer.Option(False, "--json/--no-json", show_default=False, help="Print the plan as JSON on stdout."),
+    as_json: bool = typer.Option(False, "--json/--no-json", show_default=False,
+                                 help="Print the plan as JSON on stdout."),
     output: Optional[str] = typer.Option(None, "--output", "-o", help="Write the plan JSON to this file (atomically; "
                                           "- for standard output)."),
     schema: bool = typer.Option(False, "--schema", help="Print the JSON schema of the plan (with --search: of the "
@@ -147,7 +149,8 @@ def plan(
     emit: Optional[Emit] = typer.Option(None, "--emit", help="Print a ready configuration instead of the plan: "
                                         "cerebras or modelzoo = the Model Zoo YAML (wafer profiles); megatron = the "
                                         "Megatron-LM launch; bridge = Megatron-Bridge overrides (GPU profiles)."),
-    profile_run: bool = typer.Option(False, "--profile/--no-profile", show_default=False, help="Print on stderr how many times the model was evaluated "
+    profile_run: bool = typer.Option(False, "--profile/--no-profile", show_default=False,
+                                     help="Print on stderr how many times the model was evaluated "
                                      "and where the time went."),
     from_megatron: Optional[Path] = typer.Option(None, "--from-megatron", help="Plan the run of a Megatron-LM launch "
                                                  "script or file of arguments (- for standard input); flags btacalc "
@@ -157,7 +160,8 @@ def plan(
                                                "words, as Bridge's scripts take them and --emit bridge prints them."),
     config: Optional[Path] = typer.Option(None, "--config", is_eager=True, callback=config_callback,
                                           help="Read plan options from a TOML run file (keys: the option names, e.g. "
-                                          "global-batch = 256); the command line wins (a switch the file sets: its --no- form)."),
+                                          "global-batch = 256); the command line wins (a switch the file sets: its "
+                                          "--no- form)."),
 ) -> int:
     """Choose G (attention tiles) and b (sequences per tile) for a model on one or more devices;
     show parameters, memory, FLOPs, phases, throughput and what binds.

@@ -8,7 +8,8 @@ shape is solved again at each value, so what binds may change along the way, and
 where.
 
 Search: the metric is evaluated on a geometric grid from today's value / F to today's value x F
-(F = 1000; model values from 1 up; a hardware number within its valid range, e.g. an efficiency at most 1), outward from today's value until a grid point reaches the target;
+(F = 1000; model values from 1 up; a hardware number within its valid range, e.g. an efficiency at most 1),
+outward from today's value until a grid point reaches the target;
 the crossing nearest to today's value is so bracketed on the grid and refined by bisection (to 0.1%, or to the integer for model values). The metric is
 assumed monotone between today's value and the answer; the trace of the grid points in between shows
 whether it is.
