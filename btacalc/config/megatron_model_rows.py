@@ -517,7 +517,7 @@ NUMERIC_KINDS = {"rope_theta": "a positive base", "norm_eps": "an epsilon betwee
 
 # hostile29: the numerics a launch may leave at Megatron-LM's default where the model's source states none (the
 # launch then says so: output.megatron NUMERICS_DEFAULTS); a flag left out is "model.numerics_implied", which the
-# read leaves unset unless the preset of the run's shape states a value (megatron_run._implied_numerics), so a launch
+# read leaves unset unless the preset of the run's shape states a value (launch_fields._implied_numerics), so a launch
 # emitted without --init-method-std reads back without it and emits the same flags
 IMPLIED_NUMERICS = ("rope_theta", "norm_eps", "init_std")
 
