@@ -420,12 +420,29 @@ def _express_megatron(run: MeasuredRun) -> tuple[Optional[ExecutionRequest], str
         raise BtacalcError(f"{{measured}}: run {run.id}: megatron_args train {req.precision}, the run's field "
                            f"precision {run.precision}")
     _check_layout_fields(run, req)
+    req = _with_release_te(run, req)
     model, shape = resolve_model(run.model), ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_size",
                                                "num_experts", "top_k", "vocab_size")
     differ = [k for k in shape if getattr(model, k) != getattr(imported.model, k)]
     if differ:
         return None, f"megatron_args describe another model than {run.model} ({', '.join(differ)} differ)"
     return req, ""
+
+
+def _with_release_te(run: MeasuredRun, req: ExecutionRequest) -> ExecutionRequest:
+    """The TransformerEngine of the run's container (`release`, te_releases.toml) for a launch, as for a run given
+    by its fields (`express`): no Megatron-LM flag names the TE, so a launch states it only as a `# btacalc
+    option: --te-version` line, which must then agree with the container. Without this a launch's row was planned
+    at the pinned TE whatever its container ran."""
+    release_te = run_te_version(run, None)
+    capability = resolve_hardware(run.hw).chip.capability
+    if release_te is None or not precision_recipe(run.precision).follows_te_release_on(capability):
+        return req
+    if req.te_version is not None and req.te_version != release_te:
+        raise BtacalcError(f"{{measured}}: run {run.id}: megatron_args give --te-version {req.te_version}, the "
+                           f"container its release names ran TransformerEngine {release_te} (te_releases.toml): make "
+                           "them agree")
+    return req.with_changes(te_version=release_te)
 
 
 def recipe_unmodelled_notes(run: MeasuredRun) -> dict[str, str]:

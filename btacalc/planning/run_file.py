@@ -387,6 +387,21 @@ class MeasuredRun(BaseModel):
         return v
 
     @model_validator(mode="after")
+    def _a_launch_is_the_whole_recipe(self) -> "MeasuredRun":
+        """A run given as `megatron_args` is planned as that launch (planning/measured.py `_express_megatron`):
+        a `recipe` or `router_force_load_balancing` beside it would be read in part (the recipe's tokenizer and
+        notes) or not at all (its layout, overlaps and kernels; the forced balance), so the run would be planned
+        without what it states. The launch states them (Megatron-LM's flags, `--moe-router-force-load-balancing`,
+        and `# btacalc option:` lines for what no flag sets): refused, as a layout field the launch contradicts
+        is (hostile33)."""
+        beside = [k for k in ("recipe", "router_force_load_balancing") if getattr(self, k) is not None]
+        if self.megatron_args is not None and beside:
+            raise ValueError(f"{' and '.join(beside)} beside megatron_args: the launch is what is planned, and it "
+                             "states the recipe (Megatron-LM's flags; `# btacalc option:` lines for what no flag "
+                             "sets): give them in the launch, or give the run's fields without megatron_args")
+        return self
+
+    @model_validator(mode="after")
     def _a_source_of_a_date(self) -> "MeasuredRun":
         """software_date_source says where software_date comes from: without a date it is the source of nothing
         (a date misplaced or left out), refused (review14)."""
