@@ -173,7 +173,7 @@ def request_from_fields(f: Fields, spec: ModelSpec, devices: int, per_node: Opti
                                 early_attn_release=bool(f.get("overlap.early_attn_release")),
                                 delay_wgrad=bool(f.get("overlap.delay_wgrad"))),
         multi_token_prediction=bool(f.get("run.mtp")) if spec.mtp_layers else None, loss=f.get("run.loss"),
-        **_guarded_request_fields(f))
+        **_guarded_request_fields(f, notes))
 
 
 _ETP_NAMES = "--expert-tensor-parallel-size / model.expert_tensor_parallel_size"
@@ -198,10 +198,10 @@ def _expert_tensor_parallel(f: Fields, spec: ModelSpec, devices: int, notes: lis
     return None
 
 
-def _guarded_request_fields(f: Fields) -> dict[str, Any]:
+def _guarded_request_fields(f: Fields, notes: list[str]) -> dict[str, Any]:
     """The precision and the pipeline split as the launch gives them (first/last stage layers, a layout
     string, the account-for flags: btacalc.config.pipeline.StageSplit, placed exactly as Megatron places them)."""
-    split = f.get("layout.pipeline_split", "even")
+    split = _account_for(f, notes)
     stage_split = StageSplit(first_stage_layers=f.get("layout.first_stage_layers"),
                              last_stage_layers=f.get("layout.last_stage_layers"),
                              pipeline_layout=f.get("layout.pipeline_layout"),
@@ -228,3 +228,18 @@ def _guarded_request_fields(f: Fields) -> dict[str, Any]:
     # --deterministic-mode: TE's deterministic attention backward and NCCL_ALGO=Ring, as a run's recipe sets them
     out["deterministic_attention"] = out["nccl_ring_only"] = bool(f.get("run.deterministic_mode"))
     return out
+
+
+def _account_for(f: Fields, notes: list[str]) -> str:
+    """The launch's account-for flags (`layout.pipeline_split`). At PP 1 Megatron-LM reads them only to check that the
+    layers (plus one for each flag) divide by the pipeline size (Megatron-LM @ d98e8a64 megatron/training/arguments.py
+    L990-997), which 1 always does, and places no layer differently: the launch runs, so they are dropped with a
+    note, where a plan asked for them at PP 1 is refused as an option with no effect (Layout._validate_pipeline).
+    Twenty-sixth session: Megatron-LM's own Qwen3-235B GB200 recipe (examples/moe_recipes, PP 1) was refused."""
+    split = f.get("layout.pipeline_split", "even")
+    if split != "even" and f["layout.pipeline_parallel"] == 1:
+        notes.append("--account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split at pipeline "
+                     "size 1: no effect (Megatron-LM arguments.py L990-997 counts them only toward the layers' "
+                     "divisibility by the pipeline size); dropped")
+        return "even"
+    return split
