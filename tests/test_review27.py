@@ -127,3 +127,15 @@ def test_five_cs2_runs_are_not_held_out_in_cross_validation():
     words = {"three": 3, "five": 5}
     assert (words[n], words[fit]) == (len(not_held_out), sum(r["role"] == "fit" for r in not_held_out))
     assert {r["hw"] for r in not_held_out} == {"wse2"} and len(wse["factors"]) == 3
+
+
+def test_te_fused_cross_entropy_run_counts_are_the_run_files():
+    # README said "the 68 runs with TransformerEngine's fused cross-entropy ... 38 of them the Megatron-Bridge rows";
+    # the three Llama 3 70B SFT rows (Megatron-Bridge, newruns) came after: a run states the fusion in its recipe
+    n, bridge = _quote(r"the (\d+) runs with TransformerEngine's fused cross-entropy are planned with it "
+                       r"\(\[docs/loss-te-fused\.md\]\(docs/loss-te-fused\.md\); (\d+) of them the Megatron-Bridge rows")\
+        .groups()
+    te = [r for r in _runs() if (r.get("recipe") or {}).get("cross_entropy_fusion_impl") == "te"
+          and (r.get("recipe") or {}).get("cross_entropy_loss_fusion")]
+    assert int(n) == len(te)
+    assert int(bridge) == sum("megatron-bridge" in r["source"].lower() for r in te)
