@@ -133,8 +133,8 @@ def test_te_fused_cross_entropy_run_counts_are_the_run_files():
     # README said "the 68 runs with TransformerEngine's fused cross-entropy ... 38 of them the Megatron-Bridge rows";
     # the three Llama 3 70B SFT rows (Megatron-Bridge, newruns) came after: a run states the fusion in its recipe
     n, bridge = _quote(r"the (\d+) runs with TransformerEngine's fused cross-entropy are planned with it "
-                       r"\(\[docs/loss-te-fused\.md\]\(docs/loss-te-fused\.md\); (\d+) of them the Megatron-Bridge rows")\
-        .groups()
+                       r"\(\[docs/loss-te-fused\.md\]\(docs/loss-te-fused\.md\); (\d+) of them the "
+                       r"Megatron-Bridge rows").groups()
     te = [r for r in _runs() if (r.get("recipe") or {}).get("cross_entropy_fusion_impl") == "te"
           and (r.get("recipe") or {}).get("cross_entropy_loss_fusion")]
     assert int(n) == len(te)
