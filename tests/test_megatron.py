@@ -415,7 +415,7 @@ def test_flash_attention_crossover_from_memory_to_compute_bound():
     # The kernel runs 14 a s^2 d FLOP (forward 4, backward 8, the recomputed S 2) x nb(nb + 1)/(2 nb^2) of
     # its 128 x 128 blocks, and moves Theta(s^2 d^2 / M) bytes with (T_c + 1)/2 key-block passes per query
     # block (`dao_traffic`). Both halve with the causal mask, so the intensity still grows with s. H100
-    # (B_c = 228 at d = 128, ridge 0.5 x 989 / 3.35 = 148 FLOP/B): memory-bound up to s = 1,024,
+    # (B_c = ceil(116,224 / 512) = 227 at d = 128, ridge 0.5 x 989 / 3.35 = 148 FLOP/B): memory-bound up to s = 1,024,
     # compute-bound from 2,048, where the arithmetic below puts it too
     seqs = (256, 512, 1024, 2048, 4096, 8192, 16384)
 

@@ -209,7 +209,11 @@ def summary_markdown(report=None) -> str:
     if memory:
         worst = max(memory, key=lambda r: abs(r.memory_error))
         mgaps = [r for r in memory if r.memory_known_gap]
-        lines += ["", f"Peak memory (`torch.cuda.max_memory_allocated`): {len(memory)} check runs, mean |error| "
+        reserved = sum(r.measured.peak_alloc_gib is None for r in memory)
+        kind = ("`torch.cuda.max_memory_allocated`" if not reserved else
+                f"`torch.cuda.max_memory_allocated`; {reserved} of them `max_memory_reserved`, "
+                "what their source publishes")
+        lines += ["", f"Peak memory ({kind}): {len(memory)} check runs, mean |error| "
                   f"{_abs_pct(statistics.fmean(abs(r.memory_error) for r in memory))}, worst `{worst.id}` "
                   f"{_pct(worst.memory_error)}; known gaps: "
                   + (", ".join(f"`{r.id}`" for r in mgaps) or "none") + "."]
