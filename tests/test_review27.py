@@ -140,3 +140,29 @@ def test_te_fused_cross_entropy_run_counts_are_the_run_files():
           and (r.get("recipe") or {}).get("cross_entropy_loss_fusion")]
     assert int(n) == len(te)
     assert int(bridge) == sum("megatron-bridge" in r["source"].lower() for r in te)
+
+
+def test_the_shipped_expected_errors_say_which_runs_are_not_held_out():
+    # the same derivation as above, against btacalc/data/expected_error.json's per-run flag (review27 finding 5): a
+    # wafer run whose model family starves its fold is predicted with the shipped factors, and the file says so
+    calib = tomllib.loads((ROOT / "btacalc" / "data" / "calibration.toml").read_text(encoding="utf-8"))
+    wse = next(f for f in calib["family"] if f["name"] == "wse")
+    wafer = [r for r in _runs() if r["hw"] in wse["profiles"] and r["measured"].get("tokens_per_s_per_device")]
+    family = {r["model"]: next((f for f, ms in calib["model_families"].items() if r["model"] in ms), r["model"])
+              for r in wafer}
+    starved = {family[r["model"]] for r in wafer if r["role"] == "fit"
+               and sum(x["role"] == "fit" and family[x["model"]] != family[r["model"]] for x in wafer)
+               < len(wse["factors"])}
+    expected = sorted(r["id"] for r in wafer if family[r["model"]] in starved)
+    shipped = json.loads((ROOT / "btacalc" / "data" / "expected_error.json").read_text(encoding="utf-8"))["runs"]
+    assert sorted(r["id"] for r in shipped if not r.get("held_out", True)) == expected
+    assert len(expected) == 5
+
+
+def test_a_wafer_plans_expected_error_counts_them(cli):
+    code, out, err = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "wse3", "--json")
+    assert code in (0, 1), err
+    x = json.loads(out)["throughput"]["expected_error"]
+    assert (x["runs"], x["not_held_out"]) == (12, 5)
+    code, out, err = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "wse3")
+    assert "5 of them with the shipped factors" in " ".join(out.split())

@@ -48,7 +48,8 @@ def compare_renderable(r: CompareResult) -> Fit:
             notes.append(escape(f"{row.hardware} x{row.devices} {row.precision}: run options {' '.join(row.run_options)}"))
     t.caption = ("G x b: per device; T_e: tokens per expert; tokens/s: all devices, ± under it: the typical "
                  "(median) |predicted / measured - 1| of tokens/s on the measured runs most like the row, each "
-                 "predicted with factors fitted without its model family (plan with the row's options names them); "
+                 "predicted with factors fitted without its model family where enough fit runs are left (plan with the row's "
+                 "options names them and any predicted with the shipped factors); "
                  "rc: recomputation; vs dense: the dense "
                  "model with the same active parameters on the same devices; BTA: tokens/s at the solver's G over G = 1;\n"
                  "tok/s/kW: over system power; dominant: the step's largest time row (a phase, a collective, or "

@@ -116,8 +116,11 @@ def expected_error_text(x: ExpectedError, subject: str = "this plan's") -> str:
     measured - 1)."""
     wider = f"; narrower groups hold fewer than {x.min_runs} runs" if x.narrower else ""
     more = "more" if x.mean_error > 0 else "fewer"
+    kept = (f" ({x.not_held_out} of them with the shipped factors: without their family too few fit runs are left)"
+            if x.not_held_out else "")
     return (f"Expected error of {subject} tokens/s (predicted / measured - 1) on the {x.runs} measured runs most "
-            f"like it ({x.basis}{wider}), each predicted with factors fitted without its model family: typical (median) "
+            f"like it ({x.basis}{wider}), each predicted with factors fitted without its model family{kept}: "
+            f"typical (median) "
             f"|error| {100 * x.median_abs_error:.0f}%, mean {100 * x.mean_abs_error:.0f}%, max "
             f"{100 * x.max_abs_error:.0f}%; on average btacalc predicted {100 * abs(x.mean_error):.0f}% {more} tokens/s "
             f"than measured (the runs: btacalc validate --cross-validate)")

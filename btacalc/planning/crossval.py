@@ -43,6 +43,9 @@ else:  # pragma: no cover
 
 # Scale groups by devices: one node, up to a rack-scale domain, a few hundred, more
 SCALE_EDGES = ((8, "1-8"), (72, "9-72"), (256, "73-256"), (math.inf, ">256"))
+# a fold's basis where the device family keeps fewer fit runs than factors without the held-out model family: its
+# runs are predicted with the shipped factors, which were fitted on them (not held out: HeldOutRun.held_out)
+SHIPPED_FACTORS = "shipped factors (nothing left to fit on)"
 
 
 def load_model_families() -> dict[str, str]:
@@ -168,7 +171,7 @@ def cross_validate(runs: list[MeasuredRun], setting: Setting, fit: FitFn, predic
                 why = "all runs of other families (the held-out family holds every fit run), known gaps left out"
             factors = fitted(device, chosen)
             if factors is None:
-                why = "shipped factors (nothing left to fit on)"
+                why = SHIPPED_FACTORS
                 factors = {}
             fits[device], fit_runs[device], basis[device] = factors, [r.id for r in chosen if factors], why
         predicted = [predict_run(r, fits) for r in runs if setting.family_of(r) == held]
@@ -265,13 +268,16 @@ def held_out_errors(runs: Optional[list[MeasuredRun]] = None) -> ExpectedErrorDa
     by_id = {r.id: r for r in runs}
     families = load_families()
     rows = []
+    specs = {s.name: s for s in families}
     for fold in validate_cross(runs).folds:
         for cr in fold.runs:
             if cr.error is None:
                 continue
             run = by_id[cr.id]
             spec = family_of(run.hw, families)
+            kept = fold.basis.get(_device_family(run, specs)) == SHIPPED_FACTORS
             rows.append(HeldOutRun(id=cr.id, hw=cr.hw, calibration_family=spec.name if spec else None,
                                    device=resolve_hardware(run.hw).family, moe=cr.moe,
-                                   low_precision=precision_recipe(run.precision).low, error=cr.error))
+                                   low_precision=precision_recipe(run.precision).low, error=cr.error,
+                                   held_out=not kept))
     return ExpectedErrorData(source=EXPECTED_ERROR_SOURCE, runs=sorted(rows, key=lambda r: r.id))

@@ -396,7 +396,9 @@ def summarize_errors(errors: list[float]) -> ErrorSummary:
 
 
 EXPECTED_ERROR_SOURCE = ("btacalc validate --cross-validate: each shipped measured run predicted with the calibration "
-                         "factors fitted without its model family (README, 'How accurate is btacalc?')")
+                         "factors fitted without its model family where its device family keeps as many fit runs as "
+                         "factors without it, else with the shipped factors (held_out false; README, 'How accurate is "
+                         "btacalc?')")
 
 
 class ExpectedError(BaseModel):
@@ -411,6 +413,9 @@ class ExpectedError(BaseModel):
     narrower: str = Field("", description="the narrower groups passed over, each with its number of runs (fewer "
                           "than min_runs)")
     min_runs: int = Field(description="the fewest runs a group must hold to be reported")
+    not_held_out: int = Field(0, description="of `runs`, those predicted with the shipped factors: without their "
+                              "model family too few fit runs are left to fit the factors on (crossval 'shipped "
+                              "factors (nothing left to fit on)')")
     source: str = EXPECTED_ERROR_SOURCE
 
 
