@@ -39,3 +39,30 @@ def test_whatif_of_the_cores_never_tries_a_fraction_of_a_core(cli):
     doc = json.loads(out)
     assert doc["trace"] and all(step["value"] == int(step["value"]) for step in doc["trace"])
     assert not any(step["binding_constraint"].startswith("not a valid") for step in doc["trace"])
+
+
+def test_the_search_takes_the_plans_default_global_batch_at_a_sequence_not_dividing_it(cli):
+    # D2: README (defaults table, --tokens-per-step): 4,194,304 tokens "whole sequences per data-parallel rank ... one
+    # default for plan, sweep, compare and --search". At --seq 3000 the search took floor(4,194,304 / 3000) = 1,398
+    # sequences = 2 x 3 x 233, which only DP 1 and 2 divide: 32 GPUs ranked PP 16 layouts (3,233 tokens/s per GPU).
+    # Expected: ceil(4,194,304 / 3000) = 1,399 (3000 x 1,398 = 4,194,000 < 4,194,304), rounded up to a multiple of
+    # the 32 devices (so of every candidate's DP) = 44 x 32 = 1,408, the plan's default at DP 32
+    assert 3000 * 1398 < 1 << 22 <= 3000 * 1399 and 1408 == 32 * -(-1399 // 32)
+    code, out, err = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "32", "--seq", "3000",
+                         "--search", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["global_batch"] == 1408
+    best, row = doc["best"], doc["ranking"][0]
+    assert best["parallelism"]["data_parallel"] > 2
+    layout = ("--tp", str(row["tensor_parallel"]), "--pp", str(row["pipeline_parallel"]), "--vp",
+              str(row["virtual_pipeline"]), "--cp", str(row["context_parallel"]), "--ep", str(row["expert_parallel"]),
+              "--etp", str(row["expert_tensor_parallel"]), "--micro-batch", str(row["micro_batch"]), "--recompute",
+              row["recompute"])
+    # the winner's plan without a global batch takes the same default, and plans the search's numbers
+    code, plan, err = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "32", "--seq", "3000",
+                          *layout, "--json")
+    assert code == 0, err
+    plan_doc = json.loads(plan)
+    assert plan_doc["plan"]["step_batch"] == 1408
+    assert plan_doc["throughput"]["tokens_per_s"] == row["tokens_per_s"]
