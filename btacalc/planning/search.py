@@ -130,11 +130,13 @@ def search_layouts(model: ModelSpec, hardware: HardwareProfile, request: Executi
                                                   # not the profile's default, which FSDP2 may refuse (selective)
                                                   recompute=request.recompute or "none"),
                              model, hardware)
-    # hostile34: the plan's own default (`whole_sequences`: whole sequences, rounded up to a multiple of the data
-    # parallel size), to a multiple of the device count so that every candidate's DP divides it; the floor
+    # hostile34: the plan's own default (`whole_sequences`: whole sequences, rounded up to a multiple of DP x the
+    # micro-batch), to a multiple of the devices x the micro-batch given, so every candidate's DP divides it; the floor
     # tokens // s gave 1,398 sequences at --seq 3000, which only DP 1 and 2 divide, so 32 GPUs ranked PP 16 layouts
+    # (and 1,024 at --micro-batch 3, which no layout divides, where plan takes 1,056)
     tokens = request.tokens_per_step or DEFAULT_TOKENS_PER_STEP
-    n = request.limits.global_batch or whole_sequences(tokens, base.run.seq_len, base.layout.devices)
+    n = request.limits.global_batch or whole_sequences(tokens, base.run.seq_len,
+                                                       base.layout.devices * (request.limits.micro_batch or 1))
     candidates = list(_candidates(model, hardware, request, base, n))
     if not candidates:
         _refuse_async_tp_alone(model, hardware, request, base)
