@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 MOE16 = ("--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16")
 
 
@@ -65,4 +67,65 @@ def test_the_search_takes_the_plans_default_global_batch_at_a_sequence_not_divid
     assert code == 0, err
     plan_doc = json.loads(plan)
     assert plan_doc["plan"]["step_batch"] == 1408
-    assert plan_doc["throughput"]["tokens_per_s"] == row["tokens_per_s"]
+    assert plan_doc["throughput"]["tokens_per_s"] == pytest.approx(row["tokens_per_s"], rel=1e-12)
+
+
+def test_the_search_at_a_micro_batch_not_dividing_the_default_takes_the_plans_default(cli):
+    # D2 (continued): with --micro-batch 3 the search took 2^22 / 4096 = 1,024 sequences, which no DP x 3 divides, and
+    # refused "no layout of 32 devices satisfies the layout rules for --global-batch 1024" (a batch never given), where
+    # plan rounds its default up to a multiple of DP x 3. Expected: 1,024 rounded up to a multiple of 32 x 3 = 96:
+    # 11 x 96 = 1,056, and the winner's plan (no global batch) takes the same
+    assert 1056 == 96 * -(-1024 // 96)
+    args = ("--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "32", "--micro-batch", "3")
+    code, out, err = cli("plan", *args, "--search", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    row = doc["ranking"][0]
+    assert doc["global_batch"] == 1056 and row["micro_batch"] == 3
+    code, plan, err = cli("plan", *args, "--tp", str(row["tensor_parallel"]), "--pp", str(row["pipeline_parallel"]),
+                          "--vp", str(row["virtual_pipeline"]), "--cp", str(row["context_parallel"]), "--ep",
+                          str(row["expert_parallel"]), "--etp", str(row["expert_tensor_parallel"]), "--recompute",
+                          row["recompute"], "--json")
+    assert code == 0, err
+    plan_doc = json.loads(plan)
+    assert plan_doc["plan"]["step_batch"] == 1056
+    assert plan_doc["throughput"]["tokens_per_s"] == pytest.approx(row["tokens_per_s"], rel=1e-12)
+
+
+LAUNCH = ("plan", *MOE16, "--ep", "8", "--tp", "2", "--micro-batch", "2", "--global-batch", "1024")
+
+
+def _launch_without(cli, tmp_path, flag: str):
+    code, launch, err = cli(*LAUNCH, "--emit", "megatron")
+    assert code == 0, err
+    kept = [line for line in launch.splitlines() if not line.strip().startswith(flag)]
+    assert len(kept) == len(launch.splitlines()) - 1
+    path = tmp_path / "run.sh"
+    path.write_text("\n".join(kept) + "\n")
+    return path
+
+
+def test_a_launch_without_a_global_batch_runs_one_micro_batch_per_rank(cli, tmp_path):
+    # D3: Megatron-LM sets global_batch_size = micro_batch_size x data_parallel_size when it is not given
+    # (megatron/training/arguments.py L702-704 @ d98e8a64; DP = world / (TP x PP x CP), L442-448); the launch was
+    # planned at btacalc's default 4M-token batch: 1,024 sequences, 64 micro-batches. Expected: 2 x 16 / 2 = 16
+    # sequences, M = 1, the plan of the same layout with --global-batch 16
+    path = _launch_without(cli, tmp_path, "--global-batch-size")
+    code, out, err = cli("plan", "--hw", "h100", "--from-megatron", str(path), "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["plan"]["step_batch"] == 2 * 16 // 2 == 16 and doc["parallelism"]["micro_batches"] == 1
+    code, same, err = cli("plan", *MOE16, "--ep", "8", "--tp", "2", "--micro-batch", "2", "--global-batch", "16",
+                          "--json")
+    assert code == 0, err
+    assert doc["throughput"]["step_time_s"] == json.loads(same)["throughput"]["step_time_s"]
+    code, text, err = cli("plan", "--hw", "h100", "--from-megatron", str(path))
+    assert "the launch gives no --global-batch-size" in " ".join(text.split())
+
+
+def test_a_launch_without_a_micro_batch_is_refused_as_megatron_asserts(cli, tmp_path):
+    # D3: Megatron-LM asserts micro_batch_size is not None (arguments.py L693); the launch was planned at micro-batch 1
+    path = _launch_without(cli, tmp_path, "--micro-batch-size")
+    code, out, err = cli("plan", "--hw", "h100", "--from-megatron", str(path))
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "--micro-batch-size" in err and "L693" in err
