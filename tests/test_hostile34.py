@@ -129,3 +129,41 @@ def test_a_launch_without_a_micro_batch_is_refused_as_megatron_asserts(cli, tmp_
     code, out, err = cli("plan", "--hw", "h100", "--from-megatron", str(path))
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert "--micro-batch-size" in err and "L693" in err
+
+
+def test_a_swiglu_launch_without_an_ffn_width_takes_megatron_lms_default(cli, tmp_path):
+    # D4: Megatron-LM sets ffn_hidden_size = int((4h x 2/3) / 64) x 64 for --swiglu (arguments.py L1320-1327
+    # @ d98e8a64): h 4,096 gives int(170.67) x 64 = 10,880; the launch was read at TransformerConfig's 4h = 16,384.
+    # Expected parameters: Llama 3 8B's 8,030,261,248 (FFN 14,336) less 32 layers x 3 x 4,096 x (14,336 - 10,880)
+    assert int((4 * 4096 * 2 / 3) / 64) * 64 == 10880
+    expected = 8_030_261_248 - 32 * 3 * 4096 * (14336 - 10880)
+    code, launch, err = cli("plan", "--model", "llama-3-8b", "--hw", "h100", "--devices", "8", "--tp", "2",
+                            "--emit", "megatron")
+    assert code == 0, err
+    kept = [line for line in launch.splitlines() if not line.strip().startswith("--ffn-hidden-size")]
+    path = tmp_path / "run.sh"
+    path.write_text("\n".join(kept) + "\n")
+    code, out, err = cli("plan", "--hw", "h100", "--from-megatron", str(path), "--json")
+    assert code in (0, 1), err
+    doc = json.loads(out)
+    assert doc["model"]["ffn_size"] == 10880 and doc["model"]["params_total"] == expected == 6_671_306_752
+
+
+def test_the_toy_moe_ci_preset_has_megatron_lms_swiglu_ffn_width():
+    # D4 (the preset): moe-toy-megatron-ci is Megatron-LM's CI test
+    # gpt3_mcore_te_tp1_pp1_te_4experts_groupedGEMM_op_fuser (h 512, --swiglu, no --ffn-hidden-size, no
+    # --moe-ffn-hidden-size): Megatron-LM builds int(4 x 512 x 2/3 / 64) x 64 = 1,344 (arguments.py L1320-1327), the
+    # experts the same (L1650-1651); the preset had 4h = 2,048, and its measured peak memory read +11.6%, a documented
+    # "known gap". Its launch (the run's megatron_args) plans the preset's model
+    from btacalc.config.megatron_run import import_megatron
+    from btacalc.config.presets import resolve_model
+    from btacalc.planning.run_file import load_runs
+
+    assert int((4 * 512 * 2 / 3) / 64) * 64 == 1344
+    preset = resolve_model("moe-toy-megatron-ci")
+    assert preset.ffn_size == 1344
+    run_id = "moe-toy-megatron-ci-h100-8-te-tp1-pp1-te-4experts-groupedGEMM-op-fuser-dev"
+    run = next(r for r in load_runs() if r.id == run_id)
+    imported = import_megatron(run.megatron_args, "run", 8)
+    assert imported.model.ffn_size == 1344 and imported.model.num_experts == 4
+    assert not run.memory_known_gap

@@ -758,6 +758,8 @@ def _imported(launch: Launch, devices: Optional[int], name: Optional[str] = None
     _check_model_source(launch)
     _check_divisors(launch)
     _check_modules(launch)
+    if not bridge:
+        launch = _megatron_ffn(launch)
     devices = _devices(launch, devices)
     refused = [r for r in violations(dict(launch.args, world=devices), launch.env, bridge)
                if r.name not in ENVIRONMENT_RULES]
@@ -781,6 +783,17 @@ def _imported(launch: Launch, devices: Optional[int], name: Optional[str] = None
               if fields.get(key)]
     return ImportedRun(spec, request, launch.source, ignored, tuple(notes), tuple(launch.env.items()),
                        torchrun_devices=launch.devices is not None)
+
+
+def _megatron_ffn(launch: Launch) -> Launch:
+    """A SwiGLU launch without --ffn-hidden-size: Megatron-LM sets int(4h x 2/3 / 64) x 64 (arguments.py L1320-1327
+    @ d98e8a64), before TransformerConfig's 4h (which a Bridge provider without one takes). hostile34: the launch was
+    read at 4h, 16,384 for h 4,096 where Megatron-LM builds 10,880."""
+    h = launch.args.get("hidden_size")
+    if launch.args.get("ffn_hidden_size") is not None or h is None or not truth(launch.args.get("swiglu")):
+        return launch
+    ffn = int((4 * integer(h, "hidden_size") * 2 / 3) / 64) * 64
+    return replace(launch, args={**launch.args, "ffn_hidden_size": ffn})
 
 
 def _megatron_batch(launch: Launch, f: Fields, devices: int, notes: list[str]) -> None:
