@@ -18,7 +18,8 @@ from btacalc.config.presets import load_preset, resolve_model, validate_model
 from btacalc.model.problem import make_problem
 from tests.support import emitted
 
-h, f, V = 512, 2048, 50257  # the CI's toy MoE GPT
+# the CI's toy MoE GPT (f: Megatron-LM's --swiglu default int(4h x 2/3 / 64) x 64, hostile34)
+h, f, V = 512, 1344, 50257
 
 
 def _gelu(preset="moe-toy-megatron-ci", **changes):
@@ -189,7 +190,7 @@ def test_a_gelu_expert_plan_emits_no_gated_unit_and_reads_back(cli, tmp_path, em
         assert "model.gated_linear_unit=False" in text and "model.num_moe_experts=4" in text
         back = import_bridge(text, "emitted", 8)
     preset = load_preset("moe-toy-gelu-megatron-ci")
-    assert (back.model.mlp, back.model.num_experts, back.model.top_k, back.model.ffn_size) == ("gelu", 4, 1, f)
+    assert (back.model.mlp, back.model.num_experts, back.model.top_k, back.model.ffn_size) == ("gelu", 4, 1, 4 * h)  # GeLU: 4h
     assert back.model.num_layers == preset.num_layers and back.model.hidden_size == preset.hidden_size
 
 

@@ -18,7 +18,7 @@ BW = H100.numbers()["memory.achievable_bandwidth_fraction"].value  # 0.87, a fra
 
 
 def test_an_efficiency_is_scanned_up_to_one():
-    lo, hi = _bounds(H100, "calibration.compute_efficiency", EFF, False)
+    lo, hi = _bounds(H100, "calibration.compute_efficiency", EFF)
     assert hi == pytest.approx(1.0) and lo == pytest.approx(EFF * 1e-6 / EFF)  # FRACTION: 1e-6 .. 1
     grid = _grid(EFF, False, (lo, hi))
     assert max(grid) == pytest.approx(1.0) and min(grid) == pytest.approx(EFF / RANGE_FACTOR)
@@ -28,14 +28,14 @@ def test_an_efficiency_is_scanned_up_to_one():
 def test_numbers_moved_together_stop_at_the_first_bound():
     """0.87 reaches 1 at a factor 1/0.87 = 1.149, before 0.7034 does (1.422): the scan of the first number (0.7034)
     stops at 0.7034 / 0.87 = 0.8085."""
-    lo, hi = _bounds(H100, "calibration.compute_efficiency, memory.achievable_bandwidth_fraction", EFF, False)
+    lo, hi = _bounds(H100, "calibration.compute_efficiency, memory.achievable_bandwidth_fraction", EFF)
     assert hi == pytest.approx(EFF * min(1 / EFF, 1 / BW)) == pytest.approx(EFF / BW)
 
 
 def test_a_rate_keeps_the_thousandfold_scan():
     """A peak rate's range reaches 1e21 FLOP/s: far past 1000x an H100's 989 TFLOP/s, so the scan is as before."""
     peak = H100.numbers()["chip.peak_flops_per_s"].value
-    grid = _grid(peak, False, _bounds(H100, "chip.peak_flops_per_s", peak, False))
+    grid = _grid(peak, False, _bounds(H100, "chip.peak_flops_per_s", peak))
     assert max(grid) == pytest.approx(peak * RANGE_FACTOR) and min(grid) == pytest.approx(peak / RANGE_FACTOR)
 
 

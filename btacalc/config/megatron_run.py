@@ -25,12 +25,13 @@ from .bridge_hydra import form_of, read_overrides
 from .megatron_codec import (BRIDGE_LOCAL_ATTENTION, PARAM_DESTS, bridge_attention_environment, decode, encode,
                              megatron_flag)
 from .megatron_model_rows import MODEL_ROWS, model_fields
-from .megatron_rows import truth
+from .megatron_rows import Fields, truth
 from .bridge_codec import (BRIDGE_NO_EFFECT, BRIDGE_NOT_AS_MEGATRON, MIXED_PRECISION_OVERWRITES, OVERWRITTEN_REASON,
                            bridge_key, bridge_value_field, check_bridge_experts, check_bridge_literals,
                            check_bridge_sixteen_bit, from_bridge)
 from .launch_fields import model_from_fields, request_from_fields
-from .megatron_launch import ArgumentValueError, BridgeText, Launch, flags_by_dest, integer, read_launch
+from .megatron_launch import (MEGATRON_LM_SHORT, ArgumentValueError, BridgeText, Launch, flags_by_dest, integer,
+                              read_launch)
 from .megatron_rules import describe, violations
 from .model import MAX_COUNT, MAX_COUNT_TEXT, MAX_LAYERS, ModelSpec
 
@@ -758,6 +759,8 @@ def _imported(launch: Launch, devices: Optional[int], name: Optional[str] = None
     _check_model_source(launch)
     _check_divisors(launch)
     _check_modules(launch)
+    if not bridge:
+        launch = _megatron_ffn(launch)
     devices = _devices(launch, devices)
     refused = [r for r in violations(dict(launch.args, world=devices), launch.env, bridge)
                if r.name not in ENVIRONMENT_RULES]
@@ -770,6 +773,8 @@ def _imported(launch: Launch, devices: Optional[int], name: Optional[str] = None
     if truth(launch.args.get("use_checkpoint_args")):
         notes.append(CHECKPOINT_ARGS_NOTE)
     spec = model_from_fields(fields, launch.source, notes, name)
+    if not bridge:
+        _megatron_batch(launch, fields, devices, notes)
     request = request_from_fields(fields, spec, devices, launch.devices_per_node, notes)
     ignored = tuple((launch.given_as.get(d, d), ignore_reason(d)) for d in launch.args
                     if d not in read and d in launch.given_as)
@@ -779,6 +784,34 @@ def _imported(launch: Launch, devices: Optional[int], name: Optional[str] = None
               if fields.get(key)]
     return ImportedRun(spec, request, launch.source, ignored, tuple(notes), tuple(launch.env.items()),
                        torchrun_devices=launch.devices is not None)
+
+
+def _megatron_ffn(launch: Launch) -> Launch:
+    """A SwiGLU launch without --ffn-hidden-size: Megatron-LM sets int(4h x 2/3 / 64) x 64 (arguments.py L1320-1327
+    @ d98e8a64), before TransformerConfig's 4h (which a Bridge provider without one takes). hostile34: the launch was
+    read at 4h, 16,384 for h 4,096 where Megatron-LM builds 10,880."""
+    h = launch.args.get("hidden_size")
+    if launch.args.get("ffn_hidden_size") is not None or h is None or not truth(launch.args.get("swiglu")):
+        return launch
+    ffn = int((4 * integer(h, "hidden_size") * 2 / 3) / 64) * 64
+    return replace(launch, args={**launch.args, "ffn_hidden_size": ffn})
+
+
+def _megatron_batch(launch: Launch, f: Fields, devices: int, notes: list[str]) -> None:
+    """A launch's batch as Megatron-LM takes it (hostile34: without --global-batch-size the plan took btacalc's
+    default 4M-token batch, 64 micro-batches where Megatron runs one). Megatron-LM asserts --micro-batch-size
+    (arguments.py L693), and without --global-batch-size runs micro-batch x DP sequences per step (L702-704), DP the
+    world size over TP x PP x CP (L442-448)."""
+    if f.get("batch.micro_batch") is None:
+        raise BtacalcError(f"{launch.source}: the launch gives no --micro-batch-size, which Megatron-LM asserts "
+                           f"({MEGATRON_LM_SHORT} megatron/training/arguments.py L693): give it")
+    if f.get("batch.global_batch") is not None:
+        return
+    model_size = f["layout.tensor_parallel"] * f["layout.pipeline_parallel"] * f["layout.context_parallel"]
+    f["batch.global_batch"] = f["batch.micro_batch"] * (devices // model_size)
+    notes.append(f"the launch gives no --global-batch-size: Megatron-LM runs --micro-batch-size x data-parallel size = "
+                 f"{f['batch.micro_batch']} x {devices // model_size} = {f['batch.global_batch']} sequences per step, "
+                 f"one micro-batch per rank ({MEGATRON_LM_SHORT} megatron/training/arguments.py L702-704)")
 
 
 def _devices(launch: Launch, devices: Optional[int]) -> int:

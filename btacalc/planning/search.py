@@ -29,7 +29,8 @@ from pydantic import BaseModel, Field
 
 from ..config.execution import DEFAULT_TOKENS_PER_STEP, BatchLimits, Execution, ExecutionRequest, Layout
 from ..config.resolution import (TORCHTITAN_RECOMPUTE, check_dtensor_precision, check_eager_context_parallel,
-                                 check_torch_loss, op_recompute_refusal, resolve_execution, recompute_refusal)
+                                 check_torch_loss, op_recompute_refusal, resolve_execution, recompute_refusal,
+                                 whole_sequences)
 from ..config.megatron_rules import a2a_refusal, userbuffers_domain_refusal
 from ..config.hardware import HardwareProfile
 from ..config.model import ModelSpec
@@ -129,8 +130,13 @@ def search_layouts(model: ModelSpec, hardware: HardwareProfile, request: Executi
                                                   # not the profile's default, which FSDP2 may refuse (selective)
                                                   recompute=request.recompute or "none"),
                              model, hardware)
+    # hostile34: the plan's own default (`whole_sequences`: whole sequences, rounded up to a multiple of DP x the
+    # micro-batch), to a multiple of the devices x the micro-batch given, so every candidate's DP divides it; the floor
+    # tokens // s gave 1,398 sequences at --seq 3000, which only DP 1 and 2 divide, so 32 GPUs ranked PP 16 layouts
+    # (and 1,024 at --micro-batch 3, which no layout divides, where plan takes 1,056)
     tokens = request.tokens_per_step or DEFAULT_TOKENS_PER_STEP
-    n = request.limits.global_batch or max(tokens // base.run.seq_len, 1)
+    n = request.limits.global_batch or whole_sequences(tokens, base.run.seq_len,
+                                                       base.layout.devices * (request.limits.micro_batch or 1))
     candidates = list(_candidates(model, hardware, request, base, n))
     if not candidates:
         _refuse_async_tp_alone(model, hardware, request, base)

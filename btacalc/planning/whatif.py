@@ -10,8 +10,9 @@ where.
 Search: the metric is evaluated on a geometric grid from today's value / F to today's value x F
 (F = 1000; model values from 1 up; a hardware number within its valid range, e.g. an efficiency at most 1),
 outward from today's value until a grid point reaches the target;
-the crossing nearest to today's value is so bracketed on the grid and refined by bisection (to 0.1%, or to the integer for model values). The metric is
-assumed monotone between today's value and the answer; the trace of the grid points in between shows
+the crossing nearest to today's value is so bracketed on the grid and refined by bisection (to 0.1%, or to the
+integer for model values and for a count of the profile, cores or devices per node, which moves in whole numbers).
+The metric is assumed monotone between today's value and the answer; the trace of the grid points in between shows
 whether it is.
 """
 
@@ -143,14 +144,15 @@ def _evaluator(model: ModelSpec, hw: HardwareProfile, request: ExecutionRequest,
     def hardware_at(x: float) -> PlanMetrics:
         trial = hw
         try:
-            for k in keys:  # several numbers move together, by the same factor
-                trial = trial.with_number(k, numbers[k].value * x / today,
+            for k in keys:  # several numbers move together, by the same factor; a count to a whole number
+                v = numbers[k].value * x / today
+                trial = trial.with_number(k, float(max(1, round(v))) if _is_count(hw, k) else v,
                                           note=f"whatif trial: {keys[0]} x {readable(x / today)}")
         except BtacalcError as exc:  # outside a number's range, or against a rule between numbers
             return PlanMetrics(False, 0, 0, 0, f"not a valid profile ({exc})", dict.fromkeys(METRICS))
         return plan_metrics(model, trial, request)
 
-    return ",".join(keys), today, False, hardware_at
+    return ",".join(keys), today, _is_count(hw, keys[0]), hardware_at
 
 
 def _step(x: float, today: float, metric: str, pm: PlanMetrics) -> WhatIfStep:
@@ -164,12 +166,19 @@ def _reached(pm: PlanMetrics, metric: str, target: float) -> bool:
     return v is not None and v >= target
 
 
-def _bounds(hw: HardwareProfile, solve_for: str, today: float, integer: bool) -> tuple[float, float]:
+def _is_count(hw: HardwareProfile, key: str) -> bool:
+    """Whether the profile's number at `key` is a count (cores, devices per node, buffers: whole numbers only)."""
+    rng = hw.number_range(key)
+    return rng is not None and rng.integer
+
+
+def _bounds(hw: HardwareProfile, solve_for: str, today: float) -> tuple[float, float]:
     """The values of the first number at which every number solved for stays in its range (they move together by
     one factor; hostile32: `--solve-for calibration.compute_efficiency` scanned to 1000x an efficiency at most 1,
-    every point past 1 a trace row "not a valid profile"). Model values and numbers without a range: unbounded."""
-    if integer:
-        return (0.0, math.inf)
+    every point past 1 a trace row "not a valid profile"). Model values: 1 to MAX_LAYERS; numbers without a range:
+    unbounded."""
+    if solve_for in MODEL_VALUES:
+        return (1.0, float(MAX_LAYERS))
     numbers, lo, hi = hw.numbers(), 0.0, math.inf
     for key in (hw.number_key(k.strip()) for k in solve_for.split(",")):
         rng, value = hw.number_range(key), numbers[key].value
@@ -178,16 +187,19 @@ def _bounds(hw: HardwareProfile, solve_for: str, today: float, integer: bool) ->
     return (lo, hi)
 
 
-def _grid(today: float, integer: bool, bounds: tuple[float, float] = (0.0, math.inf)) -> list[float]:
+def _grid(today: float, integer: bool, bounds: tuple[float, float] = (0.0, math.inf),
+          model: bool = False) -> list[float]:
     """The geometric grid around today's value: today / F .. today x F, within `bounds` (the values the number may
-    take: a hardware number's range, e.g. an efficiency at most 1), model values from 1."""
-    lo = 1.0 if integer else max(today / RANGE_FACTOR, bounds[0])
-    hi = min(today * RANGE_FACTOR, MAX_LAYERS) if integer else min(today * RANGE_FACTOR, bounds[1])  # model: layers
+    take: a hardware number's range, e.g. an efficiency at most 1), model values from 1; whole numbers for a model
+    value and for a count of the profile (hostile34: a count's grid points were fractions, each "not a valid
+    profile", so `--solve-for devices_per_node` answered 1,000x today where 2x reaches the target)."""
+    lo = 1.0 if model else max(today / RANGE_FACTOR, bounds[0])
+    hi = min(today * RANGE_FACTOR, bounds[1])
     if lo >= hi:
         return [today]
     pts = [lo * (hi / lo) ** (i / (GRID_POINTS - 1)) for i in range(GRID_POINTS)]
     if integer:
-        pts = [float(v) for v in sorted({max(1, round(p)) for p in pts} | {int(today)})]
+        pts = [float(v) for v in sorted({max(math.ceil(lo), min(math.floor(hi), round(p))) for p in pts})]
     return sorted(set(pts) | {today})
 
 
@@ -213,15 +225,16 @@ class _Scan:
 
     at: Callable[[float], PlanMetrics]  # the plan at a value of the number
     today: float
-    integer: bool  # a model value (layers): whole numbers from 1
+    integer: bool  # a model value (layers) or a count of the profile: whole numbers
     metric: str
     goal: float
     bounds: tuple[float, float] = (0.0, math.inf)  # the values the number may take (`_bounds`)
+    model: bool = False  # a model value: the grid starts at 1
     grid: list[float] = field(init=False)
     points: dict[float, PlanMetrics] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.grid = _grid(self.today, self.integer, self.bounds)
+        self.grid = _grid(self.today, self.integer, self.bounds, self.model)
 
     def point(self, x: float) -> PlanMetrics:
         if x not in self.points:
@@ -275,7 +288,7 @@ def whatif(model: ModelSpec, hw: HardwareProfile, request: ExecutionRequest, tar
            solve_for: str) -> WhatIfResult:
     metric, goal = parse_target(target)
     key, today, integer, at = _evaluator(model, hw, request, solve_for)
-    scan = _Scan(at, today, integer, metric, goal, _bounds(hw, solve_for, today, integer))
+    scan = _Scan(at, today, integer, metric, goal, _bounds(hw, solve_for, today), solve_for in MODEL_VALUES)
     base = scan.point(today)
     result = WhatIfResult(model=model.name, hardware=hw.name, solve_for=key, target_metric=metric, target_value=goal,
                           today_value=today, today_metric=base.values[metric], today_fits=base.fits,
