@@ -937,12 +937,12 @@ for measured in ({}, {"peak_rank": "last"}):
 # launch gives no --num-attention-heads or --hidden-size: btacalc needs the model")
 case("files", "validate", "--measured", "{tmp}/runs.json", outputs=False,
      fragment=f"--measured: run {SHIPPED_RUNS['runs'][0]['id']}: megatron_args: the launch gives no",
-     files={"runs.json": _runs_with(megatron_args="--num-layers 2")})
+     files={"runs.json": _runs_with(megatron_args="--num-layers 2", recipe=None)})
 # hostile20: one the launch reader names by its source ("run ID: unknown Megatron-LM flag ...") lost --measured and
 # megatron_args
 case("files", "validate", "--measured", "{tmp}/runs.json", outputs=False,
      fragment=f"--measured: run {SHIPPED_RUNS['runs'][0]['id']}: megatron_args: unknown Megatron-LM flag --frobnicate",
-     files={"runs.json": _runs_with(megatron_args="--num-layers 2 --frobnicate 1")})
+     files={"runs.json": _runs_with(megatron_args="--num-layers 2 --frobnicate 1", recipe=None)})
 # hostile24: a bf16 row whose megatron_args give --fp8-format was predicted at FP8 under its bf16 label (seq and
 # global batch were checked, the precision was not)
 _TOY_MEM = next(r for r in SHIPPED_RUNS["runs"] if r.get("megatron_args") and r["precision"] == "bf16"
