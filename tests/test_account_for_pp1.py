@@ -44,3 +44,21 @@ def test_a_plan_that_asks_for_them_at_pp_1_is_still_refused(cli):
     code, out, err = cli("plan", "--model", "llama-3-8b", "--hw", "h100", "--devices", "8", "--pp", "1",
                          "--account-for-loss-in-pipeline-split")
     assert code == 2 and len(err.strip().splitlines()) == 1, err
+
+
+def test_bridge_overrides_without_a_global_batch_say_the_plan_takes_btacalcs(cli, tmp_path):
+    # hostile34 (noted): a Megatron-Bridge override file without train.global_batch_size runs its recipe's batch,
+    # which btacalc cannot see; it was planned at btacalc's default in silence
+    code, overrides, err = cli("plan", "--model", "llama-3-8b", "--hw", "h100", "--devices", "8", "--emit", "bridge")
+    assert code in (0, 1) and "train.global_batch_size=" in overrides, err
+    path = tmp_path / "run.yaml"
+    path.write_text("\n".join(line for line in overrides.splitlines()
+                              if not line.startswith("train.global_batch_size=")) + "\n")
+    code, out, err = cli("plan", "--from-bridge", str(path), "--hw", "h100", "--devices", "8")
+    assert code in (0, 1), err
+    assert "sets no train.global_batch_size" in " ".join(out.split())
+    kept = tmp_path / "kept.yaml"
+    kept.write_text(overrides)
+    code, out, err = cli("plan", "--from-bridge", str(kept), "--hw", "h100", "--devices", "8")
+    assert code in (0, 1), err
+    assert "sets no train.global_batch_size" not in " ".join(out.split())

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 from ..errors import BtacalcError
-from .execution import MAX_DEVICES, ExecutionRequest
+from .execution import DEFAULT_TOKENS_PER_STEP, MAX_DEVICES, ExecutionRequest
 from .bridge_fields import check_bridge_key
 from .bridge_model_bridges import bridge_provider_defaults, bridge_provider_note
 from .bridge_hydra import form_of, read_overrides
@@ -775,6 +775,8 @@ def _imported(launch: Launch, devices: Optional[int], name: Optional[str] = None
     spec = model_from_fields(fields, launch.source, notes, name)
     if not bridge:
         _megatron_batch(launch, fields, devices, notes)
+    elif fields.get("batch.global_batch") is None:
+        notes.append(BRIDGE_NO_GLOBAL_BATCH)
     request = request_from_fields(fields, spec, devices, launch.devices_per_node, notes)
     ignored = tuple((launch.given_as.get(d, d), ignore_reason(d)) for d in launch.args
                     if d not in read and d in launch.given_as)
@@ -784,6 +786,13 @@ def _imported(launch: Launch, devices: Optional[int], name: Optional[str] = None
               if fields.get(key)]
     return ImportedRun(spec, request, launch.source, ignored, tuple(notes), tuple(launch.env.items()),
                        torchrun_devices=launch.devices is not None)
+
+
+# hostile34 (noted): overrides without train.global_batch_size were planned at btacalc's default batch in silence
+BRIDGE_NO_GLOBAL_BATCH = ("the file sets no train.global_batch_size: the run takes its recipe's, which btacalc does not "
+                          "see (it reads the overrides, not the recipe function), so the plan takes btacalc's default "
+                          f"batch (whole sequences of {DEFAULT_TOKENS_PER_STEP:,} tokens per step); add "
+                          "train.global_batch_size to the file to plan the recipe's")
 
 
 def _megatron_ffn(launch: Launch) -> Launch:
