@@ -343,7 +343,7 @@ RecomputeLayersOpt = typer.Option(0, "--recompute-layers", show_default=False, h
     "every layer]."))
 CapacityFactorOpt = typer.Option(None, "--capacity-factor", show_default=False, help=help_text(
     "MoE token dropping: each expert takes at most this times its balanced share of a rank's routed copies, the rest "
-    "dropped (Megatron --moe-expert-capacity-factor); the busiest rank then carries min(--routing-imbalance, this) "
+    "dropped (Megatron --moe-expert-capacity-factor); the busiest rank then carries min(its routing imbalance, this) "
     "[default: none, dropless]."))
 PadToCapacityOpt = typer.Option(False, "--pad-to-capacity/--no-pad-to-capacity", show_default=False, help=(
     "With --capacity-factor: pad every expert's input to its capacity (Megatron --moe-pad-expert-input-to-capacity, "
