@@ -89,8 +89,9 @@ def test_the_te_runs_are_expressed_with_the_te_kernel():
     # and the seven MLPerf v5.1 Llama 3.1 8B B200 rows of task mlperf2 (six University of Florida, one Oracle: the same
     # config_common_8b.sh line): 23 + 7; and (the twelfth session's audit) the 38 Megatron-Bridge rows: the provider turns
     # the fusion on and every release's performance harness sets impl te after the recipe (docs/story.md); and the
-    # three Llama 3 70B SFT rows of task newruns (26.06: scripts/performance/utils/overrides.py L69-70 @ v0.5.0)
-    assert len(runs) == 23 + 7 + 38 + 3
+    # three Llama 3 70B SFT rows of task newruns (26.06: scripts/performance/utils/overrides.py L69-70 @ v0.5.0); and
+    # the seven Megatron-LM moe_recipes rows (their ARGS: cross_entropy_loss_fusion, cross_entropy_fusion_impl te)
+    assert len(runs) == 23 + 7 + 38 + 3 + 7
     for run in runs:
         request, reason = express(run)
         assert reason == "" and request is not None and request.loss == "te_fused", run.id

@@ -134,8 +134,9 @@ def test_every_shipped_memory_run_fits_and_meets_the_gate():
     # sub-GiB peaks that is beyond 5%)
     # (cenative: the fused cross-entropy row reads -0.9% with its compiled backward's fp32 copy and lost its gap)
     # (mpubuf: with Megatron-Core's global buffer the non-ETP local GeLU row reads -4.0% and lost its gap)
-    memci = {"moe-toy-megatron-ci-h100-8-te-tp1-pp1-te-4experts-groupedGEMM-op-fuser-dev",
-             "moe-toy-gelu-megatron-ci-h100-8-tp2-pp2-ep2-etp2-te-4experts2parallel-dev",
+    # (hostile34 D4: the op-fuser row's SwiGLU experts were 4h wide where Megatron-LM gives them int(8h/3/64)x64; at
+    # 1,344 it reads -1.3% and lost its gap)
+    memci = {"moe-toy-gelu-megatron-ci-h100-8-tp2-pp2-ep2-etp2-te-4experts2parallel-dev",
              "moe-toy-gelu-megatron-ci-h100-8-tp2-pp2-ep2-etp2-te-4experts2parallel-dp-last-dev"}
     assert {r.id for r in gaps} == {"llama-3.2-1b-h100-8-bf16-mbridge-verdimrc", "qwen3-30b-a3b-h100-16-389"} | memci
     assert all(abs(r.memory_error) > 0.05 for r in gaps)  # type: ignore[arg-type]
