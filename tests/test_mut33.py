@@ -7,13 +7,17 @@ from __future__ import annotations
 
 import pytest
 
-from btacalc.config.execution import Layout
+from btacalc.config.attention_kernels import attention_kernel
+from btacalc.config.execution import Layout, RunOptions
 from btacalc.config.hardware import resolve_hardware
 from btacalc.config.presets import load_preset
 from btacalc.model.gpu.costs import layer_parts
 from btacalc.model.gpu.gemm import gemm_time
 from btacalc.model.gpu.rates import rates_of
+from btacalc.model.problem import make_problem
 from support import resolved
+from tests.test_det3_deterministic_attention import DETERMINISTIC_BWD_MS, DEFAULT_BWD_MS, GB200_ATTENTION_RATE
+from tests.test_fp8_attention import GB200_BF16_PEAK, GB200_HBM, _layer
 from tests.test_bf16ends import A, A_KV, D_H, EFF, F, H, H100_BF16, H100_HBM, S, _h100_flat, _problem
 
 # Llama 3 8B's four linears of one layer at one sequence, (m, n, k) of Y = X W: QKV, output projection, SwiGLU's
@@ -73,3 +77,55 @@ def test_a_routed_phase_reads_only_the_experts_a_device_holds():
     assert t1 == pytest.approx(moved / H100_HBM, rel=1e-12)
     w = 2 * 3 * 128 * 2048 * 768
     assert t1 - t2 == pytest.approx(1.5 * w / H100_HBM, rel=1e-9)
+
+
+# ---- the fused attention core
+
+
+def _llama_gb200_layer(**run):
+    """One Llama 3 8B layer at TP 4 on a GB200, s = 8192, causal (tests/test_det3_deterministic_attention.py)."""
+    options = RunOptions(seq_len=8192, attention="flash", causal=True, gradient_bytes=4, recompute="none", **run)
+    p = make_problem(load_preset("llama-3-8b"), resolve_hardware("gb200"), options,
+                     Layout(devices=8, tensor_parallel=4, micro_batches=1))
+    return layer_parts(p, p.evaluate(1, 1))[0]
+
+
+def test_a_deterministic_attention_backward_is_backward_time():
+    """cuDNN's deterministic backward takes 4.754 / 4.127 of the default backward kernel's time (cudnn-frontend's GB200
+    benchmark): the backward kernel runs 2.5 x the forward's 4 s^2 a d x 65/128 FLOPs (8 heads a device) at 0.559 x
+    2,450 TFLOP/s, and 0.152 x that more time is the layer's, its backward's (the pass that runs the kernel), its
+    attention core's and its pre-dispatch node's (Megatron's merged 1F1B: attention is the first node)."""
+    default, deterministic = _llama_gb200_layer(), _llama_gb200_layer(deterministic_attention=True)
+    forward_flops = 4 * 8192**2 * 8 * 128 * 65 / 128
+    extra = 2.5 * forward_flops / GB200_ATTENTION_RATE * (round(DETERMINISTIC_BWD_MS / DEFAULT_BWD_MS, 3) - 1)
+    for field in ("compute_s", "backward_s", "core_s", "pre_dispatch_s", "pre_dispatch_backward_s"):
+        grew = getattr(deterministic, field) - getattr(default, field)
+        assert grew == pytest.approx(extra, rel=1e-9), field
+    # the forward kernel is not the deterministic one: the forward (what is neither backward nor re-run) keeps its
+    # time, and the re-run share (here the scores the backward kernel recomputes) stays the default kernel's
+    assert deterministic.recompute_s == pytest.approx(default.recompute_s, rel=1e-12)
+    assert deterministic.pre_dispatch_recompute_s == pytest.approx(default.pre_dispatch_recompute_s, rel=1e-12)
+    forward = [p.compute_s - p.backward_s - p.recompute_s for p in (default, deterministic)]
+    assert forward[1] == pytest.approx(forward[0], rel=1e-12)
+
+
+def test_fp8_attentions_backward_casts_are_backward_time():
+    """Llama 3 8B, one sequence of 4,096 on a GB200 under MXFP8, with and without --fp8-attention
+    (tests/test_fp8_attention.py's layer). The kernel runs 14 s^2 a d x 33/64 FLOPs (forward 4, backward 8, the
+    backward's recomputed Q K^T 2) at cuDNN's measured MXFP8 or BF16 share of 2,450 TFLOP/s; around the FP8 kernel TE
+    quantises Q, K, V forward and dO backward, each into a rowwise and a columnwise MXFP8 copy,
+    (2 + 2 (1 + 1/32)) B an element at the profile's two-copy cast share 0.651 of 8 TB/s. The backward pass gets the
+    kernel's backward 8/14 and the dO cast; the forward the Q, K, V cast; the recomputed scores stay 2/14."""
+    s, a, a_kv, d = 4096, 32, 8, 128
+    flops, kernel = 14 * s * s * a * d * 33 / 64, attention_kernel("default")
+    fp8, bf16 = (flops / (kernel.fraction_of_peak(10.0, s, dtype) * GB200_BF16_PEAK) for dtype in ("mxfp8", "bf16"))
+    per_element = (2 + 2 * (1 + 1 / 32)) / 0.651 / GB200_HBM
+    cast_fwd, cast_bwd = s * (a + 2 * a_kv) * d * per_element, s * a * d * per_element
+    with_fp8, plain = _layer("llama-3-8b", "gb200", "mxfp8", True), _layer("llama-3-8b", "gb200", "mxfp8", False)
+    grew = {f: getattr(with_fp8, f) - getattr(plain, f) for f in (
+        "compute_s", "backward_s", "recompute_s", "pre_dispatch_backward_s", "pre_dispatch_recompute_s")}
+    assert grew["compute_s"] == pytest.approx(fp8 - bf16 + cast_fwd + cast_bwd, rel=1e-9)
+    assert grew["backward_s"] == pytest.approx((fp8 - bf16) * 8 / 14 + cast_bwd, rel=1e-9)
+    assert grew["pre_dispatch_backward_s"] == pytest.approx(grew["backward_s"], rel=1e-12)  # attention: pre-dispatch
+    assert grew["recompute_s"] == pytest.approx((fp8 - bf16) * 2 / 14, rel=1e-9)
+    assert grew["pre_dispatch_recompute_s"] == pytest.approx(grew["recompute_s"], rel=1e-12)
