@@ -129,3 +129,26 @@ def test_fp8_attentions_backward_casts_are_backward_time():
     assert grew["pre_dispatch_backward_s"] == pytest.approx(grew["backward_s"], rel=1e-12)  # attention: pre-dispatch
     assert grew["recompute_s"] == pytest.approx((fp8 - bf16) * 2 / 14, rel=1e-9)
     assert grew["pre_dispatch_recompute_s"] == pytest.approx(grew["recompute_s"], rel=1e-12)
+
+
+# ---- host-issued counts under CUDA graphs
+
+
+def _llama_h100_layer(recompute, scope=()):
+    run = RunOptions(seq_len=4096, attention="flash", gradient_bytes=4, recompute=recompute)
+    p = make_problem(load_preset("llama-3-8b"), resolve_hardware("h100"), run, Layout(cuda_graph_scope=scope))
+    (part,) = layer_parts(p, p.evaluate(1, 1))
+    return part
+
+
+@pytest.mark.parametrize("recompute, reruns", [("none", 0), ("full", 1)])
+def test_a_re_run_replays_the_layers_forward_graph_once_more(recompute, reruns):
+    """Llama 3 8B on an H100, the mlp scope (a dense layer's post_attn_norm and mlp): the graph takes over
+    post_attn_norm's 2 + r launches and the two MLP GEMMs' 3 + r each (forward, data and weight gradient, each re-run
+    of the forward), r the re-runs (recompute full: 1). Megatron's TE implementation replays one forward and one
+    backward graph (TE graph.py Graphed.forward / backward), and a re-run replays the forward graph again: 2 + r
+    launches (tests/test_cuda_graphs.py counts r = 0)."""
+    eager, graphed = _llama_h100_layer(recompute), _llama_h100_layer(recompute, ("mlp",))
+    captured = (2 + reruns) + 2 * (3 + reruns)
+    assert eager.kernels - graphed.kernels == captured - (2 + reruns)
+    assert eager.kernels_fwd - graphed.kernels_fwd == 3 - 1  # the first forward: 3 launches for the graph's 1
