@@ -152,3 +152,35 @@ def test_a_re_run_replays_the_layers_forward_graph_once_more(recompute, reruns):
     captured = (2 + reruns) + 2 * (3 + reruns)
     assert eager.kernels - graphed.kernels == captured - (2 + reruns)
     assert eager.kernels_fwd - graphed.kernels_fwd == 3 - 1  # the first forward: 3 launches for the graph's 1
+
+
+# ---- the re-run's share of a phase's time, and the parameters a layer kept in BF16 quantises
+
+
+def test_a_full_re_run_is_a_quarter_of_a_linear_phases_time():
+    """Llama 3 8B on the flat H100 (every GEMM at 0.5 x 989 TFLOP/s, bytes at 3.35 TB/s) with --recompute full: the MLP
+    phase runs its forward, a re-run of it and a backward of twice its FLOPs, so the re-run is 1/4 of its FLOPs and
+    of its time, the separately launched SwiGLU kernels' bytes (forward, re-run, backward) included. The MLP phases
+    (post_attn_norm, no FLOPs; mlp) are the layer's re-run outside Megatron's pre-dispatch node (attention)."""
+    p = resolved(load_preset("llama-3-8b"), _h100_flat(), Layout(), recompute="full", attention="flash", seq_len=S,
+                 precision="bf16")
+    ev = p.evaluate(1, 1)
+    (_, pv), part = ev.layers[0], layer_parts(p, ev)[0]
+    mlp_flops = 4 * (2 * S * H * 2 * F + 2 * S * F * H)  # forward, re-run, backward (2x)
+    elementwise = (2 * pv.value("mlp", "elementwise_bytes") + pv.value("mlp", "elementwise_bytes_bwd")) / H100_HBM
+    expected = (mlp_flops / (EFF * H100_BF16) + elementwise) / 4
+    assert part.recompute_s - part.pre_dispatch_recompute_s == pytest.approx(expected, rel=1e-9)
+    assert part.pre_dispatch_recompute_s > 0
+
+
+def test_a_layer_kept_in_bf16_caches_no_low_precision_weights():
+    """Llama 3 8B under FP8 with its first layer kept in BF16 (--num-layers-at-start-in-bf16 1, tests/test_bf16ends.py):
+    an FP8 layer caches quantised copies of its four linears' weights, H (A + 2 A_kv) d_h + H^2 + 2 H F + F H
+    parameters (the norms' are not quantised); the BF16 layer's linears run outside the recipe, none."""
+    p = _problem(resolve_hardware("h100"), precision="fp8-current", bf16_layers_at_start=1)
+    ev = p.evaluate(1, 1)
+    parts = {kind.name: part for (kind, _), part in zip(ev.layers, layer_parts(p, ev))}
+    linears = sum(n * k for _, n, k in LLAMA_LINEARS)
+    assert parts["decoder"].low_precision_params == linears
+    assert parts["decoder-bf16"].low_precision_params == 0
+    assert parts["decoder-bf16"].dense_params == parts["decoder"].dense_params > linears
