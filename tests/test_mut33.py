@@ -5,6 +5,7 @@ not the tool's own output (docs/mutation-survivors.md "mut33" lists the mutants 
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from btacalc.config.attention_kernels import attention_kernel
@@ -157,20 +158,21 @@ def test_a_re_run_replays_the_layers_forward_graph_once_more(recompute, reruns):
 # ---- the re-run's share of a phase's time, and the parameters a layer kept in BF16 quantises
 
 
-def test_a_full_re_run_is_a_quarter_of_a_linear_phases_time():
+@pytest.mark.parametrize("sequences", [1, np.array([1, 2])])  # one shape; arrays of shapes (the solver's)
+def test_a_full_re_run_is_a_quarter_of_a_linear_phases_time(sequences):
     """Llama 3 8B on the flat H100 (every GEMM at 0.5 x 989 TFLOP/s, bytes at 3.35 TB/s) with --recompute full: the MLP
     phase runs its forward, a re-run of it and a backward of twice its FLOPs, so the re-run is 1/4 of its FLOPs and
     of its time, the separately launched SwiGLU kernels' bytes (forward, re-run, backward) included. The MLP phases
     (post_attn_norm, no FLOPs; mlp) are the layer's re-run outside Megatron's pre-dispatch node (attention)."""
     p = resolved(load_preset("llama-3-8b"), _h100_flat(), Layout(), recompute="full", attention="flash", seq_len=S,
                  precision="bf16")
-    ev = p.evaluate(1, 1)
+    ev = p.evaluate(1, sequences)
     (_, pv), part = ev.layers[0], layer_parts(p, ev)[0]
-    mlp_flops = 4 * (2 * S * H * 2 * F + 2 * S * F * H)  # forward, re-run, backward (2x)
+    mlp_flops = 4 * (2 * S * H * 2 * F + 2 * S * F * H) * np.asarray(sequences)  # forward, re-run, backward (2x)
     elementwise = (2 * pv.value("mlp", "elementwise_bytes") + pv.value("mlp", "elementwise_bytes_bwd")) / H100_HBM
     expected = (mlp_flops / (EFF * H100_BF16) + elementwise) / 4
     assert part.recompute_s - part.pre_dispatch_recompute_s == pytest.approx(expected, rel=1e-9)
-    assert part.pre_dispatch_recompute_s > 0
+    assert np.all(part.pre_dispatch_recompute_s > 0)
 
 
 def test_a_layer_kept_in_bf16_caches_no_low_precision_weights():
