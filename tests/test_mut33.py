@@ -162,8 +162,8 @@ def test_a_re_run_replays_the_layers_forward_graph_once_more(recompute, reruns):
 def test_a_full_re_run_is_a_quarter_of_a_linear_phases_time(sequences):
     """Llama 3 8B on the flat H100 (every GEMM at 0.5 x 989 TFLOP/s, bytes at 3.35 TB/s) with --recompute full: the MLP
     phase runs its forward, a re-run of it and a backward of twice its FLOPs, so the re-run is 1/4 of its FLOPs and
-    of its time, the separately launched SwiGLU kernels' bytes (forward, re-run, backward) included. The MLP phases
-    (post_attn_norm, no FLOPs; mlp) are the layer's re-run outside Megatron's pre-dispatch node (attention)."""
+    of its time, the separately launched SwiGLU kernels' bytes (forward, re-run, backward) included, and the backward
+    2/4. The mlp phase is the layer's only phase outside Megatron's pre-dispatch node (attention and the norms)."""
     p = resolved(load_preset("llama-3-8b"), _h100_flat(), Layout(), recompute="full", attention="flash", seq_len=S,
                  precision="bf16")
     ev = p.evaluate(1, sequences)
@@ -172,6 +172,7 @@ def test_a_full_re_run_is_a_quarter_of_a_linear_phases_time(sequences):
     elementwise = (2 * pv.value("mlp", "elementwise_bytes") + pv.value("mlp", "elementwise_bytes_bwd")) / H100_HBM
     expected = (mlp_flops / (EFF * H100_BF16) + elementwise) / 4
     assert part.recompute_s - part.pre_dispatch_recompute_s == pytest.approx(expected, rel=1e-9)
+    assert part.backward_s - part.pre_dispatch_backward_s == pytest.approx(2 * expected, rel=1e-9)
     assert np.all(part.pre_dispatch_recompute_s > 0)
 
 
