@@ -698,8 +698,7 @@ def _fused_core(part: Part, pv: PhaseValues, phases: list[Phase], core: _FusedCo
             # core.flops holds the FLOPs the kernel runs (counted x the causal block share): the shares sum to 1
             part.phase_s[phase.name] = kernel * where(ran, flops * r.core_time_factor / safe, 0) \
                 + part.cast_s.get(phase.name, 0.0)
-            # the re-run's share at the default rate: a deterministic backward's extra time is all in `backward`
-            # (the backward kernel's, its recomputed scores included), so the forward keeps its own time
+            # the re-run at the default rate: a deterministic backward's extra time is all in `backward` (mut33)
             rerun = default * where(ran, v["flops_recompute"] * r.core_time_factor / safe, 0)
             part.recompute_s = part.recompute_s + rerun
             if phase.pre_dispatch:
