@@ -79,7 +79,8 @@ def _brace_expansion(statement: str) -> str:
     return f"{found.group()}, a brace expansion (bash makes a word of each item)" if found else ""
 
 
-def mark_unexpandable(assigned: "re.Match[str]", statement: str, variables: dict[str, str], unexpandable: dict[str, str]) -> None:
+def mark_unexpandable(assigned: "re.Match[str]", statement: str, variables: dict[str, str],
+                      unexpandable: dict[str, str]) -> None:
     """Remember a variable whose value holds a bash form btacalc does not expand (refused where the launch uses it);
     bash brace-expands an array's elements, not a scalar's value (`X=a{b,c}` keeps the braces)."""
     name, value = assigned.group(1), assigned.group(3)

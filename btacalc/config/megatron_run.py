@@ -789,9 +789,9 @@ def _imported(launch: Launch, devices: Optional[int], name: Optional[str] = None
 
 
 # hostile34 (noted): overrides without train.global_batch_size were planned at btacalc's default batch in silence
-BRIDGE_NO_GLOBAL_BATCH = ("the file sets no train.global_batch_size: the run takes its recipe's, which btacalc does not "
-                          "see (it reads the overrides, not the recipe function), so the plan takes btacalc's default "
-                          f"batch (whole sequences of {DEFAULT_TOKENS_PER_STEP:,} tokens per step); add "
+BRIDGE_NO_GLOBAL_BATCH = ("the file sets no train.global_batch_size: the run takes its recipe's, which btacalc does "
+                          "not see (it reads the overrides, not the recipe function), so the plan takes btacalc's "
+                          f"default batch (whole sequences of {DEFAULT_TOKENS_PER_STEP:,} tokens per step); add "
                           "train.global_batch_size to the file to plan the recipe's")
 
 
