@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -110,3 +111,24 @@ def wait_for_temp(folder: Path, proc: "subprocess.Popen[str]", limit_s: float = 
             return
         time.sleep(0.02)
     pytest.fail("the command never started streaming")
+
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def readme_prose() -> str:
+    """The README outside fenced blocks, lines joined by spaces (a sentence may wrap)."""
+    kept, fenced = [], False
+    for line in README.read_text(encoding="utf-8").splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced:
+            kept.append(line.strip())
+    return " ".join(kept)
+
+
+def readme_quote(pattern: str) -> re.Match:
+    """The README prose's match of `pattern`; a failure names the pattern the prose no longer holds."""
+    match = re.search(pattern, readme_prose())
+    assert match, f"the README no longer says {pattern!r}: update this test with the prose"
+    return match

@@ -14,25 +14,9 @@ from pathlib import Path
 import pytest
 
 from tests.loading import load_script
+from tests.support import readme_prose as _prose, readme_quote as _quote
 
 README = Path(__file__).resolve().parents[1] / "README.md"
-
-
-def _prose() -> str:
-    """The README outside fenced blocks, lines joined by spaces (a sentence may wrap)."""
-    kept, fenced = [], False
-    for line in README.read_text(encoding="utf-8").splitlines():
-        if line.startswith("```"):
-            fenced = not fenced
-        elif not fenced:
-            kept.append(line.strip())
-    return " ".join(kept)
-
-
-def _quote(pattern: str) -> re.Match:
-    match = re.search(pattern, _prose())
-    assert match, f"the README no longer says {pattern!r}: update this test with the prose"
-    return match
 
 
 def _plan(cli, *args: str) -> dict:

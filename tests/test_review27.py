@@ -9,25 +9,11 @@ import re
 import tomllib
 from pathlib import Path
 
+from tests.support import readme_prose as _prose, readme_quote as _quote
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 
-
-def _prose() -> str:
-    """The README outside fenced blocks, lines joined by spaces (a sentence may wrap)."""
-    kept, fenced = [], False
-    for line in README.read_text(encoding="utf-8").splitlines():
-        if line.startswith("```"):
-            fenced = not fenced
-        elif not fenced:
-            kept.append(line.strip())
-    return " ".join(kept)
-
-
-def _quote(pattern: str) -> re.Match:
-    match = re.search(pattern, _prose())
-    assert match, f"the README no longer says {pattern!r}: update this test with the prose"
-    return match
 
 
 def test_catalogue_term_count_is_the_formula_files():
@@ -109,10 +95,12 @@ def test_the_16_bit_2026_rows_are_the_ones_the_sentence_names():
     assert [k for k, v in rows.items() if v == d][0].startswith("qwen3-235b-a22b-gb200-256")
 
 
-def test_five_cs2_runs_are_not_held_out_in_cross_validation():
-    # calibration.toml: the wse family's factors are fitted on its role=fit runs, and never more factors than fit
-    # runs (planning/calibration.fit_family); a leave-one-model-family-out fold refits on the other families' fit
-    # runs, so a fold that leaves fewer fit runs than factors keeps the shipped factors
+def _starved_wafer_folds() -> tuple[set[str], set[str], list[dict], int]:
+    """calibration.toml: the wse family's factors are fitted on its role=fit runs, and never more factors than fit
+    runs (planning/calibration.fit_family); a leave-one-model-family-out fold refits on the other families' fit
+    runs, so a fold that leaves fewer fit runs than factors keeps the shipped factors. Returns the model families
+    whose fold is so starved, the families holding fit runs, the wafer runs of the starved families (not held out)
+    and the number of factors."""
     calib = tomllib.loads((ROOT / "btacalc" / "data" / "calibration.toml").read_text(encoding="utf-8"))
     wse = next(f for f in calib["family"] if f["name"] == "wse")
     wafer = [r for r in _runs() if r["hw"] in wse["profiles"] and r["measured"].get("tokens_per_s_per_device")]
@@ -121,13 +109,17 @@ def test_five_cs2_runs_are_not_held_out_in_cross_validation():
     fit_families = {family[r["model"]] for r in wafer if r["role"] == "fit"}
     starved = {fam for fam in fit_families
                if sum(r["role"] == "fit" and family[r["model"]] != fam for r in wafer) < len(wse["factors"])}
+    return starved, fit_families, [r for r in wafer if family[r["model"]] in starved], len(wse["factors"])
+
+
+def test_five_cs2_runs_are_not_held_out_in_cross_validation():
+    starved, fit_families, not_held_out, factors = _starved_wafer_folds()
     assert starved == fit_families == {"llama", "bert-large"}
-    not_held_out = [r for r in wafer if family[r["model"]] in starved]
     n, fit = _quote(r"so with BERT-large or LLaMA out one or two fit runs are left for three factors \(a fit needs as "
                     r"many\), and those (\w+) CS-2 runs \(the (\w+) fit runs among them\)").groups()
     words = {"three": 3, "five": 5}
     assert (words[n], words[fit]) == (len(not_held_out), sum(r["role"] == "fit" for r in not_held_out))
-    assert {r["hw"] for r in not_held_out} == {"wse2"} and len(wse["factors"]) == 3
+    assert {r["hw"] for r in not_held_out} == {"wse2"} and factors == 3
 
 
 def test_te_fused_cross_entropy_run_counts_are_the_run_files():
@@ -143,17 +135,9 @@ def test_te_fused_cross_entropy_run_counts_are_the_run_files():
 
 
 def test_the_shipped_expected_errors_say_which_runs_are_not_held_out():
-    # the same derivation as above, against btacalc/data/expected_error.json's per-run flag (review27 finding 5): a
-    # wafer run whose model family starves its fold is predicted with the shipped factors, and the file says so
-    calib = tomllib.loads((ROOT / "btacalc" / "data" / "calibration.toml").read_text(encoding="utf-8"))
-    wse = next(f for f in calib["family"] if f["name"] == "wse")
-    wafer = [r for r in _runs() if r["hw"] in wse["profiles"] and r["measured"].get("tokens_per_s_per_device")]
-    family = {r["model"]: next((f for f, ms in calib["model_families"].items() if r["model"] in ms), r["model"])
-              for r in wafer}
-    starved = {family[r["model"]] for r in wafer if r["role"] == "fit"
-               and sum(x["role"] == "fit" and family[x["model"]] != family[r["model"]] for x in wafer)
-               < len(wse["factors"])}
-    expected = sorted(r["id"] for r in wafer if family[r["model"]] in starved)
+    # the same derivation, against btacalc/data/expected_error.json's per-run flag (review27 finding 5): a wafer run
+    # whose model family starves its fold is predicted with the shipped factors, and the file says so
+    expected = sorted(r["id"] for r in _starved_wafer_folds()[2])
     shipped = json.loads((ROOT / "btacalc" / "data" / "expected_error.json").read_text(encoding="utf-8"))["runs"]
     assert sorted(r["id"] for r in shipped if not r.get("held_out", True)) == expected
     assert len(expected) == 5

@@ -18,6 +18,7 @@ from btacalc.planning.crossval import CrossRun, Setting, cross_validate, scale_g
 from btacalc.planning.measured import (Measured, MeasuredRun, RunResult, by_software_year, load_runs, predict,
                                        software_year)
 from tests.loading import load_script
+from tests.support import readme_prose as _prose
 
 SHIPPED = json.loads(package_data("measured_runs.json").read_text())["runs"]
 BY_ID = {r["id"]: r for r in SHIPPED}
@@ -177,10 +178,6 @@ def _swyear_rows() -> dict[str, list[str]]:
     body = README.read_text(encoding="utf-8").split("<!-- swyear:begin (tools/accuracy.py) -->\n", 1)[1]
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in body.split("\n<!-- swyear:end -->")[0].splitlines()[2:]]
     return {row[0]: row[1:] for row in rows}
-
-
-def _prose() -> str:
-    return " ".join(line.strip() for line in README.read_text(encoding="utf-8").splitlines())
 
 
 def test_readme_prose_quotes_the_software_year_table():
