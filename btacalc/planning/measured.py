@@ -290,10 +290,8 @@ def express(run: MeasuredRun, family: str = "gpu") -> tuple[Optional[ExecutionRe
     # the published low-precision runs use Megatron-Bridge's mixed-precision recipes (btacalc/data/precision.toml
     # bridge_param_gather: FP8 parameters and their all-gather where the recipe turns them on)
     changes.setdefault("fp8_param_gather", precision_recipe(run.precision).bridge_param_gather)
-    # the run's TE decides per-tensor FP8's transposes (te_releases.toml); plan refuses --te-version for any other
-    # recipe, whose casts no release changes
-    te = run_te_version(run, recipe) if family == "gpu" else None
-    if te is not None and precision_recipe(run.precision).follows_te_release_on(resolve_hardware(run.hw).chip.capability):
+    te = _timed_te_version(run, recipe, family)
+    if te is not None:
         changes["te_version"] = te
     return ExecutionRequest(seq_len=run.seq, recompute=recompute, devices=run.devices, limits=limits,
                             precision=run.precision, **changes), ""
@@ -365,6 +363,17 @@ def run_te_version(run: MeasuredRun, recipe: Optional[Recipe]) -> Optional[str]:
     return found[0] if found else None
 
 
+def _timed_te_version(run: MeasuredRun, recipe: Optional[Recipe], family: str = "gpu") -> Optional[str]:
+    """The run's TE (`run_te_version`) where it moves the plan: on a GPU, under a recipe whose per-tensor FP8 casts
+    follow the TE release there (te_releases.toml); None otherwise, as plan refuses --te-version for any other recipe,
+    whose casts no release changes."""
+    te = run_te_version(run, recipe) if family == "gpu" else None
+    if te is None:
+        return None
+    capability = resolve_hardware(run.hw).chip.capability
+    return te if precision_recipe(run.precision).follows_te_release_on(capability) else None
+
+
 def forced_balance_of(run: MeasuredRun) -> tuple[Optional[float], str]:
     """The routing imbalance of a force-balanced run (its recipe applied): the busiest of its EP ranks' expected
     routed tokens over the mean when the micro-batch's tokens of the whole expert-parallel group, EP x b x s /
@@ -434,9 +443,8 @@ def _with_release_te(run: MeasuredRun, req: ExecutionRequest) -> ExecutionReques
     by its fields (`express`): no Megatron-LM flag names the TE, so a launch states it only as a `# btacalc
     option: --te-version` line, which must then agree with the container. Without this a launch's row was planned
     at the pinned TE whatever its container ran."""
-    release_te = run_te_version(run, None)
-    capability = resolve_hardware(run.hw).chip.capability
-    if release_te is None or not precision_recipe(run.precision).follows_te_release_on(capability):
+    release_te = _timed_te_version(run, None)
+    if release_te is None:
         return req
     if req.te_version is not None and req.te_version != release_te:
         raise BtacalcError(f"{{measured}}: run {run.id}: megatron_args give --te-version {req.te_version}, the "
