@@ -936,7 +936,8 @@ for measured in ({}, {"peak_rank": "last"}):
 # hostile19: a run's megatron_args refused by the shared launch decoder named neither the run nor the field ("the
 # launch gives no --num-attention-heads or --hidden-size: btacalc needs the model")
 case("files", "validate", "--measured", "{tmp}/runs.json", outputs=False,
-     fragment=f"--measured: run {SHIPPED_RUNS['runs'][0]['id']}: megatron_args: the launch gives no",
+     fragment=f"--measured: run {SHIPPED_RUNS['runs'][0]['id']}: megatron_args: Megatron-LM would refuse this launch: "
+              "--hidden-size is a required argument",
      files={"runs.json": _runs_with(megatron_args="--num-layers 2", recipe=None)})
 # hostile20: one the launch reader names by its source ("run ID: unknown Megatron-LM flag ...") lost --measured and
 # megatron_args

@@ -170,7 +170,8 @@ FixedActiveOpt = typer.Option(False, "--fixed-active/--no-fixed-active", show_de
                               help="Keep k·f constant when --top-k changes (BTA paper's top-k sweep).")
 OverlapOpt = typer.Option(True, "--overlap/--no-overlap", help="Weight streaming overlaps compute (max) or not (sum).")
 MemoryModelOpt = typer.Option(None, "--memory-model", help=help_text("auto: resident when the whole training state fits, "
-                              "else weight streaming (wafer) [default: auto]."))
+                              "else weight streaming (wafer); a GPU always holds its state resident, so there auto "
+                              "and resident are the same plan and weight_streaming is refused [default: auto]."))
 DevicesOpt = typer.Option(1, "--devices", "-n", min=1, help="GPUs (all ranks: Megatron's world size, also called --gpus "
                           "or --num-gpus), or wafer systems (CS-2/CS-3 in strict data parallel over SwarmX/MemoryX).")
 EpOpt = typer.Option(None, "--ep", min=1, help=help_text(

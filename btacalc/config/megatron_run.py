@@ -744,6 +744,18 @@ def _check_model_source(launch: Launch) -> None:
                            f"{_ELSEWHERE_ARGS} L1308-1311 @ d98e8a64)")
 
 
+def _check_required(launch: Launch) -> None:
+    """Megatron-LM's required arguments, in its order (arguments.py L1314-1317 @ d98e8a64: num_layers, hidden_size,
+    num_attention_heads, max_position_embeddings; --num-layers is checked with --encoder-num-layers,
+    `_check_model_source`). hostile34: a launch without --max-position-embeddings was refused by the later check that
+    it is at least --seq-length (L1354). A Megatron-Bridge file has no such field (its GPT provider sizes positions by
+    seq_length: bridge_codec.py)."""
+    for dest in ("hidden_size", "num_attention_heads", "max_position_embeddings"):
+        if launch.args.get(dest) is None:
+            raise BtacalcError(f"{launch.source}: Megatron-LM would refuse this launch: --{dest.replace('_', '-')} is "
+                               f"a required argument ({_ELSEWHERE_ARGS} L1314-1317 @ d98e8a64)")
+
+
 def in_bridge_keys(text: str) -> str:
     """`text` with each Megatron-LM flag in it written as Megatron-Bridge's key for the same destination
     (bridge_codec.bridge_key); a flag Bridge has no key for stays."""
@@ -760,6 +772,7 @@ def _imported(launch: Launch, devices: Optional[int], name: Optional[str] = None
     _check_divisors(launch)
     _check_modules(launch)
     if not bridge:
+        _check_required(launch)
         launch = _megatron_ffn(launch)
     devices = _devices(launch, devices)
     refused = [r for r in violations(dict(launch.args, world=devices), launch.env, bridge)
