@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from btacalc.config.megatron_launch import argparse_types, megatron_flags, read_launch
-from btacalc.config.megatron_run import import_bridge, import_megatron
+from btacalc.config.bridge_run import import_bridge
+from btacalc.config.megatron_run import import_megatron
 from btacalc.config.presets import load_preset
 from btacalc.errors import BtacalcError
 

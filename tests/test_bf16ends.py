@@ -202,7 +202,7 @@ def test_bridge_current_scaling_recipe_keeps_its_first_and_last_layer():
     """Megatron-Bridge's bf16_with_fp8_current_scaling_mixed sets first_last_layers_bf16 with 1 and 1 (Megatron-Bridge
     @ 067f987d mixed_precision.py L285-303): an override file naming that recipe trains layers 0 and L-1 in BF16
     unless it turns them off, and a plan of every layer in the recipe emits the override that does."""
-    from btacalc.config.megatron_run import import_bridge
+    from btacalc.config.bridge_run import import_bridge
 
     text = "mixed_precision: bf16_with_fp8_current_scaling_mixed\ntrain:\n  micro_batch_size: 1\n  global_batch_size: 8\n"
     kept = import_bridge(text, "t", devices=8, base=LLAMA)

@@ -11,7 +11,8 @@ import pytest
 from btacalc.config.bridge_fields import bridge_fields, check_bridge_key
 from btacalc.config.megatron_codec import BRIDGE_PIN
 from btacalc.config.bridge_codec import BRIDGE_KEYS
-from btacalc.config.megatron_run import NOT_MODELLED, import_bridge
+from btacalc.config.bridge_run import import_bridge
+from btacalc.config.megatron_run import NOT_MODELLED
 from btacalc.errors import BtacalcError
 
 # ConfigContainer's fields, as Megatron-Bridge @ 067f987d src/megatron/bridge/training/config.py L962-1010 lists them

@@ -22,7 +22,7 @@ import pytest
 from btacalc.config.bridge_codec import bridge_key
 from btacalc.config.bridge_model_bridges import bridge_provider_defaults, model_bridges
 from btacalc.config.hf import load_hf_config
-from btacalc.config.megatron_run import import_bridge
+from btacalc.config.bridge_run import import_bridge
 from btacalc.config.presets import load_preset, preset_names
 from btacalc.paths import package_data
 

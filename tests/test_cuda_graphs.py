@@ -163,7 +163,7 @@ def test_a_run_file_sets_the_scopes(cli, tmp_path):
 def test_bridge_overrides_carry_the_scopes_both_ways(cli):
     """--emit bridge writes model.cuda_graph_impl and model.cuda_graph_modules; a recipe's overrides with the
     releases' field model.cuda_graph_scope (the perf configs' cuda_graph_scope=[...]) read back as the scopes."""
-    from btacalc.config.megatron_run import import_bridge
+    from btacalc.config.bridge_run import import_bridge
 
     code, out, err = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "b200", "--devices", "8", "--ep", "8",
                          "--global-batch", "512", "--micro-batch", "1", "--cuda-graph-scope", "moe_router,moe_preprocess",

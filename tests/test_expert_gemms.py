@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from btacalc.config.megatron_run import import_bridge
+from btacalc.config.bridge_run import import_bridge
 
 TE_HOPPER = 32 * 2**20 + 1024  # gemm.py L44
 LAUNCH = ("torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 4 --hidden-size 512 --num-attention-heads 8 "

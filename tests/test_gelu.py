@@ -13,7 +13,8 @@ import pytest
 
 from btacalc.config.execution import Layout, RunOptions
 from btacalc.config.hardware import resolve_hardware
-from btacalc.config.megatron_run import import_bridge, import_megatron
+from btacalc.config.bridge_run import import_bridge
+from btacalc.config.megatron_run import import_megatron
 from btacalc.config.presets import load_preset, resolve_model, validate_model
 from btacalc.model.problem import make_problem
 from tests.support import emitted

@@ -14,7 +14,8 @@ import pytest
 
 from btacalc.config.hf import load_hf_config
 from btacalc.config.megatron_launch import read_launch
-from btacalc.config.megatron_run import import_bridge, import_megatron
+from btacalc.config.bridge_run import import_bridge
+from btacalc.config.megatron_run import import_megatron
 
 GPT_OSS = {"quick_geglu": True, "glu_linear_offset": 1.0, "activation_func_clamp_value": 7.0}
 

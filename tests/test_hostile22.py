@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from btacalc.config.megatron_run import import_bridge, import_megatron
+from btacalc.config.bridge_run import import_bridge
+from btacalc.config.megatron_run import import_megatron
 from btacalc.errors import BtacalcError
 
 DENSE = ("torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 4 --hidden-size 256 --num-attention-heads 4 "

@@ -31,8 +31,8 @@ from pathlib import Path
 import pytest
 
 from btacalc.config.megatron_launch import flags_by_dest
-from btacalc.config.megatron_run import (NULL_IN_RECIPES, NULLABLE_WITH_DEFAULT, OTHER_MODEL_SCRIPTS, import_bridge,
-                                         import_megatron)
+from btacalc.config.bridge_run import NULL_IN_RECIPES, NULLABLE_WITH_DEFAULT, import_bridge
+from btacalc.config.megatron_run import OTHER_MODEL_SCRIPTS, import_megatron
 from btacalc.config.bridge_codec import bridge_key
 from btacalc.errors import BtacalcError
 

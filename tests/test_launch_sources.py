@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import pytest
 
-from btacalc.config.megatron_run import import_bridge, import_megatron
+from btacalc.config.bridge_run import import_bridge
+from btacalc.config.megatron_run import import_megatron
 from btacalc.config.presets import load_preset
 from btacalc.errors import BtacalcError
 

@@ -21,7 +21,8 @@ from btacalc.config.megatron_codec import ROWS, decode, encode, render_flags
 from btacalc.config.bridge_codec import bridge_key
 from btacalc.config.megatron_launch import megatron_flags, read_launch
 from btacalc.config.megatron_rules import RULES, violations
-from btacalc.config.megatron_run import NOT_MODELLED, import_bridge, import_megatron
+from btacalc.config.bridge_run import import_bridge
+from btacalc.config.megatron_run import NOT_MODELLED, import_megatron
 from btacalc.config.hardware import resolve_hardware
 from btacalc.config.presets import resolve_model
 from btacalc.planning.plan import make_plan
@@ -971,7 +972,7 @@ def test_hydra_and_yaml_overrides_read_the_same_keys():
     merge=True), several overrides per line, a backslash-newline and shell quoting give the YAML mapping's keys and
     values exactly; a key given again takes its last value (Hydra applies overrides in order)."""
     from btacalc.config.bridge_hydra import read_overrides
-    from btacalc.config.megatron_run import _yaml_overrides
+    from btacalc.config.bridge_run import _yaml_overrides
 
     hydra = ("model.tensor_model_parallel_size=1 model.tensor_model_parallel_size=2  # a comment\n"
              "'model={num_layers:4,hidden_size:256}' 'model.cuda_graph_scope=[attn,mlp]'\n"

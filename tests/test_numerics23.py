@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from btacalc.config.hf import LLAMA3_FIXED
-from btacalc.config.megatron_run import import_bridge, import_megatron
+from btacalc.config.bridge_run import import_bridge
+from btacalc.config.megatron_run import import_megatron
 from btacalc.config.presets import load_preset, resolve_model
 from support import emitted as _emit
 

@@ -69,7 +69,7 @@ def test_kimi_k2s_bridge_overrides_set_its_betas_and_read_them_back(cli):
     are Bridge model fields (Megatron-Bridge @ 067f987df conversion/model_bridge.py L515-522 maps an MLA model's
     rope_scaling onto them). The launch's note said Bridge sets model.beta_fast, yet --emit bridge left it out (the run
     trained beta_fast 32 where Kimi K2's config.json has 1), and --from-bridge listed a model.beta_fast as ignored."""
-    from btacalc.config.megatron_run import import_bridge
+    from btacalc.config.bridge_run import import_bridge
 
     kimi = load_preset("kimi-k2").yarn
     assert kimi is not None and kimi.beta_fast == 1.0

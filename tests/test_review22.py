@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from btacalc.config.megatron_run import import_bridge, import_megatron
+from btacalc.config.bridge_run import import_bridge
+from btacalc.config.megatron_run import import_megatron
 
 # a small GPT as Megatron-LM flags and as the Bridge overrides that name the same fields
 ARGS = ("--num-layers 12 --hidden-size 512 --num-attention-heads 8 --seq-length 1024 --max-position-embeddings 1024 "

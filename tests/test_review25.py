@@ -25,7 +25,7 @@ import pytest
 
 from btacalc.config.bridge_codec import bridge_key
 from btacalc.config.bridge_model_bridges import model_bridges
-from btacalc.config.megatron_run import NULL_IN_RECIPES, import_bridge
+from btacalc.config.bridge_run import NULL_IN_RECIPES, import_bridge
 from btacalc.config.presets import load_preset
 from btacalc.errors import BtacalcError
 from btacalc.model.gpu.memory import GpuMemory

@@ -11,7 +11,8 @@ import pytest
 
 from btacalc.config.megatron_launch import read_launch
 from btacalc.config.megatron_rules import violations
-from btacalc.config.megatron_run import import_bridge, import_megatron
+from btacalc.config.bridge_run import import_bridge
+from btacalc.config.megatron_run import import_megatron
 from btacalc.config.presets import load_preset
 
 

@@ -11,7 +11,8 @@ import pytest
 
 from btacalc.config.megatron_rows import megatron_default
 from btacalc.config.megatron_launch import read_launch
-from btacalc.config.megatron_run import import_bridge, import_megatron
+from btacalc.config.bridge_run import import_bridge
+from btacalc.config.megatron_run import import_megatron
 from btacalc.config.presets import load_preset
 from btacalc.errors import BtacalcError
 from support import emitted as _emit, hf_config as _hf

@@ -120,7 +120,7 @@ def test_the_bridge_overrides_state_mla_yarn_as_mlatransformerconfig_names_it(cl
     """Megatron-Bridge's MLA providers hold MLATransformerConfig's own field names (rotary_scaling_factor, mscale,
     mscale_all_dim: transformer_config.py L3315-3331), unprefixed, unlike GPTModelProvider's yarn_* fields for
     GPT-OSS; the overrides read back to the preset's YaRN."""
-    from btacalc.config.megatron_run import import_bridge
+    from btacalc.config.bridge_run import import_bridge
 
     text = _emit(cli, "--model deepseek-v3 --hw h100 --devices 1024 --tp 2 --pp 16 --ep 64 --etp 1", "bridge")
     lines = set(text.splitlines())

@@ -179,7 +179,7 @@ def test_a_local_plan_emits_transformer_impl_local_and_reads_back_the_same(cli, 
 def test_a_bridge_transformer_impl_keeps_transformer_engines_workspace():
     """Megatron-Bridge builds TransformerEngine's layer spec whatever model.transformer_impl says (review22), so its
     run keeps TE's workspace."""
-    from btacalc.config.megatron_run import import_bridge
+    from btacalc.config.bridge_run import import_bridge
 
     run = import_bridge(BRIDGE + "model.transformer_impl=local", "overrides", 8)
     assert run.request.transformer_engine is True

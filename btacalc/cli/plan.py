@@ -432,7 +432,8 @@ def _imported_run(ctx: typer.Context, megatron: Optional[Path], bridge: Optional
     if given:
         raise BtacalcError(f"{{{given[0]}}} with {{{'from_megatron' if megatron else 'from_bridge'}}}: the file "
                            "gives the run (only --hw, --devices, --fp8-attention and how to solve and print may be added)")
-    from ..config.megatron_run import import_bridge, import_megatron
+    from ..config.bridge_run import import_bridge
+    from ..config.megatron_run import import_megatron
     from ..config.presets import resolve_model
 
     if megatron is not None:

@@ -419,7 +419,7 @@ BRIDGE_UNSAID: dict[str, Any] = {
 # L57 and kimi_bridge.py L58 moe_router_pre_softmax = True; deepseek_v3_bridge.py sigmoid with expert bias), which
 # stood under a Qwen3 or Mixtral plan's overrides: the unnormalised top-k weights --emit megatron no longer trains.
 # review23: and the experts' GEMMs: a SequentialMLP plan (no --moe-grouped-gemm) wrote no moe_grouped_gemm, which the
-# MoE bridges set on and import_bridge reads as on (megatron_run.BRIDGE_MOE_DEFAULTS): stated off.
+# MoE bridges set on and import_bridge reads as on (bridge_run.BRIDGE_MOE_DEFAULTS): stated off.
 # review25: and the shared experts' overlap, which DeepSeek-V3's model bridge turns on (deepseek_v3_bridge.py L72), where
 # Megatron-LM's --moe-shared-expert-overlap is off: Megatron-Core refused the overrides of a plan with the EP overlap
 # (transformer_config.py L3039-3041 @ d98e8a64) or shared_experts recomputation (L1991-1997); btacalc times the

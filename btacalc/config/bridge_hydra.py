@@ -7,7 +7,7 @@ mode, Hydra's `OverridesParser` and `ConfigLoaderImpl._apply_overrides_to_config
 (src/megatron/bridge/training/utils/omegaconf_utils.py L163-188), then `OmegaConf.to_container(resolve=True)` and
 `_apply_overrides` set each value as given (L157-158, L454-). Bridge needs hydra-core >1.3,<=1.3.2
 (pyproject.toml L91). This module parses the words with Hydra's own parser and gives the flat dotted-key mapping
-the YAML path (`megatron_run.import_bridge`) builds, so both forms plan the same run; what Bridge would refuse, or
+the YAML path (`bridge_run.import_bridge`) builds, so both forms plan the same run; what Bridge would refuse, or
 what btacalc cannot know (the recipe's own values), is refused in one line.
 """
 
