@@ -81,7 +81,10 @@ FEATURES: dict[str, tuple[Any, ...]] = {
     "norm": ("rmsnorm", "layernorm"),
     "mlp": ("swiglu", "gelu"),
     "moe": (True, False),
-    "dropout": (True, False),
+    # dropout35: two switches, Megatron-LM's two probabilities: the attention probabilities' (core attention) and the
+    # hidden states' (the residual bias-dropout-adds and the embedding dropout)
+    "attention_dropout": (True, False),
+    "hidden_dropout": (True, False),
     "qkv_bias": (True, False),
     "linear_bias": (True, False),
     "qk_norm": ("none", "head", "full"),

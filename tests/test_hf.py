@@ -97,7 +97,6 @@ LLAMA = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_
     ({"tie_word_embeddings": "no"}, "'tie_word_embeddings' must be true or false"),
     ({"hidden_act": 1}, "'hidden_act' must be a string"),
     ({"hidden_act": "gelu"}, "hidden_act 'gelu'"),
-    ({"attention_dropout": 0.1}, "attention_dropout > 0 is not modelled"),
     ({"model_type": "qwen3", "use_sliding_window": True}, "use_sliding_window"),
     ({"model_type": "qwen3_moe", "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 8,
       "mlp_only_layers": "0"}, "'mlp_only_layers' must be a list"),

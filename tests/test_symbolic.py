@@ -17,7 +17,8 @@ from btacalc.catalogue.symbols import SYMBOLS
 s, b, G, h, a, a_kv, d_h, E, k, f, L, V, beta, P, t = (SYMBOLS[n] for n in
     ("s", "b", "G", "h", "a", "a_kv", "d_h", "E", "k", "f", "L", "V", "beta", "P", "t"))
 
-GPT = {"norm": "layernorm", "mlp": "gelu", "moe": False, "dropout": True, "qkv_bias": True, "linear_bias": True,
+GPT = {"norm": "layernorm", "mlp": "gelu", "moe": False, "attention_dropout": True, "hidden_dropout": True,
+       "qkv_bias": True, "linear_bias": True,
        "qk_norm": "none", "position_embedding": "learned", "tied_embeddings": True, "softmax_fp32": False,
        "attention": "eager", "causal": False, "loss": "stored", "accounting": "ideal", "optimizer": "adam",
        "mlp_bias": True, "lm_head_bias": False, "parallel_block": False, "mla": False, "q_lora": False,
@@ -26,7 +27,8 @@ GPT = {"norm": "layernorm", "mlp": "gelu", "moe": False, "dropout": True, "qkv_b
        "mtp_module": False, "sequence_parallel": False, "main_grads": "param", "moments": "fp32",
        "master": "fp32", "routing_weights": "combine", "pad_to_capacity": False, "dtensor_tp": False, "fp8_attention": False, "bf16_layer": False, "checkpoint_early_stop": False,
        "eager_kernels": False, "attention_kernel": "default"}
-QWEN3_MOE = {**GPT, "norm": "rmsnorm", "mlp": "swiglu", "moe": True, "dropout": False, "qkv_bias": False,
+QWEN3_MOE = {**GPT, "norm": "rmsnorm", "mlp": "swiglu", "moe": True, "attention_dropout": False,
+             "hidden_dropout": False, "qkv_bias": False,
              "linear_bias": False, "mlp_bias": False, "qk_norm": "head", "position_embedding": "rope", "tied_embeddings": False,
              "softmax_fp32": True, "loss": "fused"}
 # MHA, f = 4h, 16-bit, one tile, no tensor parallelism (t = 1: Korthikanti eq. 1)
@@ -158,8 +160,8 @@ def test_fused_adams_int16_master_remainders_save_two_bytes_per_param():
 
 
 def test_flash_removes_the_s2_terms():
-    flash = {**GPT, "attention": "flash", "dropout": False}
-    eager = {**GPT, "dropout": False}
+    flash = {**GPT, "attention": "flash", "attention_dropout": False, "hidden_dropout": False}
+    eager = {**GPT, "attention_dropout": False, "hidden_dropout": False}
     d = (layer_sum(eager, "none", "stored") - layer_sum(flash, "none", "stored")).subs(GPT_SUBS)
     # eager keeps the softmax output (2as^2b); FlashAttention-2 keeps the fp32 logsumexp (4asb) instead
     assert is_zero(d - (2 * a * s**2 * b - 4 * a * s * b))
@@ -365,7 +367,7 @@ def test_selective_under_flash_reruns_the_fused_core_forward_as_megatron_does():
     # Megatron-Core checkpoints the attention core under core_attn whatever its kernel (Megatron-LM @ d98e8a64
     # attention.py:392-395): with FlashAttention the backward re-runs the core's forward once on top of
     # the kernel's own recomputation of S (Dao et al. 2022 Alg. 4), and the logsumexp is no longer kept.
-    flash = {**GPT, "attention": "flash", "dropout": False}
+    flash = {**GPT, "attention": "flash", "attention_dropout": False, "hidden_dropout": False}
     none = layer_sum(flash, "none", "flops_recompute")
     selective = layer_sum(flash, "selective", "flops_recompute")
     core_fwd = 4 * b * s**2 * h  # QK^T and P.V forward, MHA: 2 x 2bs^2h

@@ -150,8 +150,8 @@ def test_gpt_dropout_masks_are_one_byte():
 def test_tiled_layer_equals_untiled():
     torch.manual_seed(0)
     shape = LayerShape(hidden=64, heads=4, kv_heads=2, head_dim=32, ffn=48, experts=8, top_k=2)
-    for layer in (Qwen3MoeLayer(shape, dtype=torch.float32), GPTLayer(LayerShape(64, 4, 4, 16, 256), dropout=0.0,
-                                                                       dtype=torch.float32)):
+    gpt = LayerShape(64, 4, 4, 16, 256, attention_dropout=0.0, hidden_dropout=0.0)
+    for layer in (Qwen3MoeLayer(shape, dtype=torch.float32), GPTLayer(gpt, dtype=torch.float32)):
         x = torch.randn(4, 16, 64)
         torch.testing.assert_close(layer(x, tiles=4), layer(x, tiles=1), rtol=1e-5, atol=1e-5)
 

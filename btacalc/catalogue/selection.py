@@ -145,14 +145,15 @@ class Selection:
         pack hook raises _StopRecomputationError once it has rebuilt as many saved tensors as the forward saved,
         torch/utils/checkpoint.py `_recomputation_hook`), the GEMMs the layer runs after its last saved tensor
         (`Gemm.after_last_save`: the MLP's second linear, whose input and weight autograd saves before the matmul
-        runs), 2mnk x count each. None without dropout only: a dropout after the MLP saves its mask last."""
+        runs), 2mnk x count each. None without hidden dropout only: the dropout after the MLP (hidden_dropout) saves
+        its mask last."""
         import sympy as sp
         from sympy.parsing.sympy_parser import parse_expr
 
         from .symbols import SYMBOLS
 
         f = self.feature_dict
-        if not f["checkpoint_early_stop"] or self.modules is not None or f["dropout"]:
+        if not f["checkpoint_early_stop"] or self.modules is not None or f["hidden_dropout"]:
             return sp.Integer(0)
         return sp.Add(*[_gemm_flops(g) for g in phase.gemm if g.after_last_save and g.applies(f)])
 

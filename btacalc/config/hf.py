@@ -119,9 +119,24 @@ def _silu(c: _Config) -> None:
         raise c.unsupported(f"hidden_act {act!r} (SwiGLU/silu only)")
 
 
-def _no_dropout(c: _Config) -> None:
-    if c.probability("attention_dropout", 0.0) != 0:
-        raise c.unsupported("attention_dropout > 0")
+def _on(rate: float) -> bool:
+    """A dropout that keeps a mask: torch's dropout at p = 0 returns its input, at p = 1 multiplies by zero (ATen
+    Dropout.cpp _dropout_impl); in between CUDA's native_dropout keeps a 1-byte mask."""
+    return 0 < rate < 1
+
+
+def _dropouts(c: _Config) -> dict[str, Any]:
+    """dropout35: the two switches. GPT-2 and GPT-J: attn_pdrop on the attention probabilities, resid_pdrop on the
+    attention and MLP outputs and embd_pdrop on the embeddings (transformers GPT2Attention.attn_dropout / resid_dropout,
+    GPT2MLP.dropout, GPT2Model.drop), the last two btacalc's one hidden switch (Megatron-LM's hidden_dropout: the
+    residual bias-dropout-adds and the embedding dropout). The other families: attention_dropout, the attention
+    probabilities' dropout of their attention interface (eager: nn.functional.dropout on the weights); no hidden one."""
+    if c.model_type not in ("gpt2", "gptj"):
+        return {"attention_dropout": _on(c.probability("attention_dropout", 0.0))}
+    resid, embd = (_on(c.probability(k, 0.1)) for k in ("resid_pdrop", "embd_pdrop"))
+    if resid != embd:
+        raise c.unsupported("dropout on one of resid_pdrop, embd_pdrop only (btacalc's hidden_dropout is both)")
+    return {"attention_dropout": _on(c.probability("attn_pdrop", 0.1)), "hidden_dropout": resid}
 
 
 def _window(c: _Config, enabled: bool = True) -> dict[str, Any]:
@@ -137,7 +152,6 @@ def _qwen_window(c: _Config) -> None:
 
 def _llama_like(c: _Config) -> dict[str, Any]:
     _silu(c)
-    _no_dropout(c)
     bias = c.flag("attention_bias", False)
     if c.flag("mlp_bias", False):
         raise c.unsupported("mlp_bias on a SwiGLU MLP")
@@ -147,7 +161,6 @@ def _llama_like(c: _Config) -> dict[str, Any]:
 def _qwen2(c: _Config) -> dict[str, Any]:
     _qwen_window(c)
     _silu(c)
-    _no_dropout(c)
     return {**_common(c), "ffn_size": c.integer("intermediate_size"), "qkv_bias": True}
 
 
@@ -174,7 +187,6 @@ def _moe_stack(c: _Config, experts_key: str) -> dict[str, Any]:
 def _qwen3_moe(c: _Config) -> dict[str, Any]:
     _qwen_window(c)
     _silu(c)
-    _no_dropout(c)
     return {**_common(c), **_moe_stack(c, "num_experts"), "qk_norm": "head",
             "qkv_bias": c.flag("attention_bias", False), "linear_bias": c.flag("attention_bias", False)}
 
@@ -182,7 +194,6 @@ def _qwen3_moe(c: _Config) -> dict[str, Any]:
 def _qwen2_moe(c: _Config) -> dict[str, Any]:
     _qwen_window(c)
     _silu(c)
-    _no_dropout(c)
     shared = c.integer("shared_expert_intermediate_size", default=0, minimum=0)
     return {**_common(c), **_moe_stack(c, "num_experts"), "qkv_bias": c.flag("qkv_bias", True),
             "shared_expert_size": shared, "shared_expert_gate": shared > 0}
@@ -190,7 +201,6 @@ def _qwen2_moe(c: _Config) -> dict[str, Any]:
 
 def _mixtral(c: _Config) -> dict[str, Any]:
     _silu(c)
-    _no_dropout(c)
     if c.number("router_jitter_noise", 0.0) != 0:
         raise c.unsupported("router_jitter_noise > 0")
     return {**_common(c), **_window(c), "ffn_size": c.integer("intermediate_size"),
@@ -199,7 +209,6 @@ def _mixtral(c: _Config) -> dict[str, Any]:
 
 def _olmoe(c: _Config) -> dict[str, Any]:
     _silu(c)
-    _no_dropout(c)
     if c.get("clip_qkv", default=None) is not None:
         raise c.unsupported("clip_qkv")
     bias = c.flag("attention_bias", False)
@@ -210,7 +219,6 @@ def _olmoe(c: _Config) -> dict[str, Any]:
 
 def _deepseek_v3(c: _Config) -> dict[str, Any]:
     _silu(c)
-    _no_dropout(c)
     experts, groups, chosen = c.integer("n_routed_experts"), c.integer("n_group", default=1), c.integer("topk_group", default=1)
     if experts % groups or chosen > groups:
         raise c.error(f"n_group ({groups}) must divide n_routed_experts ({experts}) and topk_group ({chosen}) "
@@ -294,7 +302,6 @@ def _yarn(c: _Config) -> dict[str, Any]:
 
 
 def _gpt_oss(c: _Config) -> dict[str, Any]:
-    _no_dropout(c)
     base = _common(c)
     interval = _layer_pattern(c, base["num_layers"])
     bias = c.flag("attention_bias", True)
@@ -312,13 +319,6 @@ def _gpt_oss(c: _Config) -> dict[str, Any]:
             "expert_bias": True, **_yarn(c), **({"sliding_window": window, "full_attention_interval": interval} if interval != 1 else {})}
 
 
-def _dropout(c: _Config, keys: tuple[str, ...]) -> bool:
-    rates = [c.probability(k, 0.1) for k in keys]
-    if any(0 < r < 1 for r in rates) and not all(0 < r < 1 for r in rates):
-        raise c.unsupported("dropout on some of " + ", ".join(keys) + " only")
-    return all(0 < r < 1 for r in rates)
-
-
 def _gelu(c: _Config) -> None:
     act = c.string("activation_function", "gelu_new")
     if act not in ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh"):
@@ -332,7 +332,7 @@ def _gpt2(c: _Config) -> dict[str, Any]:
         if c.flag(flag, False):
             raise c.unsupported(flag)
     return {**base, "ffn_size": c.integer("n_inner", default=4 * base["hidden_size"]), "norm": "layernorm", "mlp": "gelu",
-            "position_embedding": "learned", "dropout": _dropout(c, ("resid_pdrop", "embd_pdrop", "attn_pdrop")),
+            "position_embedding": "learned",
             "softmax_fp32": False, "qkv_bias": True, "linear_bias": True, "mlp_bias": True,
             "max_position_embeddings": c.integer("n_positions", "max_position_embeddings")}
 
@@ -341,7 +341,7 @@ def _gptj(c: _Config) -> dict[str, Any]:
     _gelu(c)
     base = _common(c)
     return {**base, "ffn_size": c.integer("n_inner", default=4 * base["hidden_size"]), "norm": "layernorm", "mlp": "gelu",
-            "position_embedding": "rope", "dropout": _dropout(c, ("resid_pdrop", "embd_pdrop", "attn_pdrop")),
+            "position_embedding": "rope",
             "mlp_bias": True, "lm_head_bias": True, "parallel_block": True}
 
 
@@ -571,6 +571,6 @@ def _llama_like_scaling(c: _Config) -> dict[str, Any]:
 def hf_config_to_spec(raw: dict[str, Any], name: str, origin: str) -> ModelSpec:
     mtype = _model_type(raw, origin)
     config = _Config(raw, origin, mtype)
-    spec = {**_HF_FAMILIES[mtype](config), **_llama_like_scaling(config)}
+    spec = {**_HF_FAMILIES[mtype](config), **_llama_like_scaling(config), **_dropouts(config)}
     return validate_model({"name": name, "source": origin, **spec, **_numerics(config, spec), "hf_model_type": mtype},
                           origin=origin)

@@ -301,9 +301,11 @@ def _dec_mlp(get: Get) -> Fields:
     return {"model.mlp": "swiglu", "model.glu_activation": "clamped_quick_gelu", "model.mlp_activation": "gelu"}
 
 
+# dropout35: the two switches as Megatron-LM's two probabilities, each on its own (a launch's --attention-dropout 0
+# --hidden-dropout 0.1 was read back as dropout on and written again as 0.1 for both): 0.1, Megatron-Core's default
+# for both (transformer_config.py L188, L191 @ d98e8a64), or 0
 def _enc_dropout(f: Fields) -> Args:
-    p = 0.1 if f.get("model.dropout") else 0.0
-    return {"attention_dropout": p, "hidden_dropout": p}
+    return {dest: 0.1 if f.get(f"model.{dest}") else 0.0 for dest in ("attention_dropout", "hidden_dropout")}
 
 
 def _dec_dropout(get: Get) -> Fields:
@@ -320,7 +322,10 @@ def _dec_dropout(get: Get) -> Fields:
             raise ArgumentValueError(dest, "a probability in [0, 1]", repr(p), ": torch's dropout raises on it, so "
                                      "Megatron stops at the model's build or first step")
     nan = _nan_attention_dropout(get) if math.isnan(attention) else {}
-    return {"model.dropout": attention > 0 or hidden > 0, **nan}
+    # dropout35: each probability its own switch: the attention probabilities' mask and dropped-out copy (eager
+    # attention) exist only with attention_dropout > 0, the residual and embedding masks only with hidden_dropout > 0
+    # (torch's dropout at p = 0 returns its input and keeps nothing)
+    return {"model.attention_dropout": attention > 0, "model.hidden_dropout": hidden > 0, **nan}
 
 
 # hostile24: an attention dropout of nan (review22's leftover: planned as no dropout, "nn.Dropout takes nan"), by the
@@ -687,7 +692,8 @@ def model_fields(spec: "ModelSpec") -> Fields:
         "model.qk_norm_head": spec.qk_norm == "head", "model.tied_embeddings": spec.tied_embeddings,
         "model.softmax_fp32": spec.softmax_fp32, "model.attention_sinks": spec.attention_sinks,
         "model.linear_bias": spec.linear_bias, "model.mlp_bias": spec.mlp_bias, "model.qkv_bias": spec.qkv_bias,
-        "model.dropout": spec.dropout, "model.max_position_embeddings": spec.max_position_embeddings,
+        "model.attention_dropout": spec.attention_dropout, "model.hidden_dropout": spec.hidden_dropout,
+        "model.max_position_embeddings": spec.max_position_embeddings,
         "model.mtp_layers": spec.mtp_layers, "model.yarn": spec.yarn.model_dump() if spec.yarn else None,
         "model.router_groups": spec.router_groups, "model.router_group_topk": spec.router_group_topk,
         "model.router_scale": spec.router_scale, "model.router_score_bias": spec.router_score_bias,

@@ -91,7 +91,8 @@ IGNORED: tuple[tuple[str, str], ...] = (
      "recipe tp_overlap_cfg carries a run's own"),
     (r"(tp_comm_overlap_.*|tp_comm_.*_(ag|rs|dgrad|wgrad).*|tp_comm_bulk_.*)",
      "tensor-parallel overlap tuning: btacalc models --tp-comm-overlap on or off"),
-    (r"(attention_dropout|hidden_dropout)", "read as the model's dropout (on when either is above 0)"),
+    (r"(attention_dropout|hidden_dropout)",
+     "read as the model's two dropout switches, each on when its probability is above 0"),
     (r"moe_shared_expert_overlap",
      "the shared experts beside the dispatch: btacalc times them in series; checked against the EP overlap, the "
      "dispatcher and shared_experts recomputation as Megatron-Core checks it"),

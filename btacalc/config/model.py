@@ -197,7 +197,16 @@ class ModelSpec(BaseModel):
                                      "1 + gamma: Nemotron-4; Megatron-LM's --apply-layernorm-1p); the same shapes")
     qk_norm: Literal["none", "head", "full"] = "none"
     position_embedding: Literal["rope", "learned"] = "rope"
-    dropout: bool = False
+    # dropout35: two switches, as Megatron-LM has two probabilities (TransformerConfig.hidden_dropout and
+    # attention_dropout, Megatron-LM @ d98e8a64 megatron/core/transformer/transformer_config.py L188, L191, both 0.1 by
+    # default); a switch is on where its probability makes torch keep a 1-byte mask. A model file's `dropout` sets both
+    attention_dropout: bool = Field(False, description="dropout on the attention probabilities (Megatron-Core's core "
+                                    "attention, dot_product_attention.py L114-116, L216-220): under eager attention "
+                                    "the a s^2 b mask and the 2 a s^2 b dropped-out probabilities; flash attention "
+                                    "keeps only its RNG state")
+    hidden_dropout: bool = Field(False, description="dropout on the hidden states: the residual bias-dropout-adds "
+                                 "after attention and after the MLP (transformer_layer.py L754-756, L1105-1106) and "
+                                 "the embedding dropout (language_model_embedding.py L90), an s b h 1-byte mask each")
     qkv_bias: bool = False
     linear_bias: bool = Field(False, description="bias on the attention output projection")
     mlp_bias: bool = Field(False, description="biases on the dense (GeLU) MLP's linears")
@@ -248,6 +257,23 @@ class ModelSpec(BaseModel):
                     "such config")
 
     _bounded = field_validator("*")(_bounded_field)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_dropout_key(cls, data: Any) -> Any:
+        """A model file's `dropout` (before dropout35 the one switch) sets both switches; beside a switch it
+        contradicts it is refused."""
+        if not isinstance(data, dict) or "dropout" not in data:
+            return data
+        data = dict(data)
+        both = data.pop("dropout")
+        if not isinstance(both, bool):
+            raise ValueError(f"dropout must be true or false (both attention_dropout and hidden_dropout), got {both!r}")
+        clash = [k for k in ("attention_dropout", "hidden_dropout") if k in data and data[k] != both]
+        if clash:
+            raise ValueError(f"dropout = {str(both).lower()} sets attention_dropout and hidden_dropout both, but "
+                             f"{clash[0]} = {str(data[clash[0]]).lower()} is given too: give the two switches only")
+        return {**data, "attention_dropout": both, "hidden_dropout": both}
 
     @model_validator(mode="after")
     def _consistent(self) -> "ModelSpec":
@@ -325,6 +351,11 @@ class ModelSpec(BaseModel):
     def is_moe(self) -> bool:
         return self.num_experts > 0
 
+    @property
+    def dropout(self) -> bool:
+        """Either dropout switch on (what a rule that asks for no dropout at all tests)."""
+        return self.attention_dropout or self.hidden_dropout
+
     def dense_positions(self) -> set[int]:
         """0-based indices of the layers whose FFN is a dense MLP in an MoE model."""
         return ({i for i in range(self.num_layers) if i < self.first_dense_layers or (i + 1) % self.moe_layer_interval}
@@ -362,7 +393,8 @@ class ModelSpec(BaseModel):
             "norm": self.norm,
             "mlp": self.mlp,
             "moe": self.is_moe,
-            "dropout": self.dropout,
+            "attention_dropout": self.attention_dropout,
+            "hidden_dropout": self.hidden_dropout,
             "qkv_bias": self.qkv_bias,
             "linear_bias": self.linear_bias,
             "qk_norm": self.qk_norm,

@@ -723,8 +723,8 @@ def graph_recompute_refusal(policy: str, scope: tuple[str, ...], model: "ModelSp
     """semantics19: Megatron-Core's rules for recomputation beside per-layer CUDA graphs (--cuda-graph-impl
     transformer_engine, transformer_config.py L2851-2895 @ d98e8a64), which btacalc planned and emitted: full
     recomputation only with a full-iteration graph (L2852-2855); the moe module not with the moe_router graph
-    (L2860-2867); with dropout (the model's 0.1 on attention and hidden states), a recomputed module not inside its
-    own graph (core_attn with attn, L2875-2881; mlp with mlp, L2882-2895)."""
+    (L2860-2867); a recomputed module not inside its own graph under the dropout it draws random numbers for
+    (core_attn with attn under attention dropout, L2875-2881; mlp with mlp under hidden dropout, L2882-2895)."""
     if not scope or policy == "none":
         return None
     given = f"{{cuda_graph_scope}} {','.join(scope)}"
@@ -732,14 +732,16 @@ def graph_recompute_refusal(policy: str, scope: tuple[str, ...], model: "ModelSp
         return (f"{{recompute}} full with {given}: Megatron-Core runs full recomputation only under a full-iteration "
                 "CUDA graph, not per-layer ones (transformer_config.py L2852-2855 @ d98e8a64)")
     modules = set(SELECTIVE_MODULES if policy == "selective" else policy.split(","))
-    refused = [(module, graph) for module, graph, needs_dropout in (("moe", "moe_router", False),
-                                                                     ("core_attn", "attn", True), ("mlp", "mlp", True))
-               if module in modules and graph in scope and (model.dropout or not needs_dropout)]
+    refused = [(module, graph) for module, graph, needed in (("moe", "moe_router", True),
+                                                              ("core_attn", "attn", model.attention_dropout),
+                                                              ("mlp", "mlp", model.hidden_dropout))
+               if module in modules and graph in scope and needed]
     if not refused:
         return None
     module, graph = refused[0]
     why = ("refuses the moe recompute module with the moe_router graph (transformer_config.py L2860-2867" if
-           module == "moe" else f"refuses recomputing a graphed module under the model's dropout (transformer_config.py "
+           module == "moe" else f"refuses recomputing a graphed module under the model's "
+           f"{'attention' if graph == 'attn' else 'hidden'} dropout (transformer_config.py "
            f"{'L2875-2881' if graph == 'attn' else 'L2882-2895'}")
     return f"{{recompute}} {module} with {given}: Megatron-Core {why} @ d98e8a64)"
 

@@ -47,9 +47,10 @@ ZOO_CLASSES = {"gpt2": _GPT2_FAMILY, "llama": _GPT2_FAMILY, "mixtral": _GPT2_FAM
                "gptj": ZooClass(1, (_GPTJ,), "rotary_dim: GPT-J rotates 64 of each head's 256 dimensions (Model "
                                 "Zoo's params_gptj_6B.yaml); btacalc models rotation of the whole head")}
 
-# A model's `dropout = true` (ModelSpec.dropout) is GPT-2's rate, 0.1 on every fully connected layer and on the
-# attention probabilities (openai-community/gpt2 config.json resid_pdrop, attn_pdrop; also Model Zoo's defaults,
-# gpt2_model.py dropout_rate and attention_dropout_rate)
+# A model's dropout switch on is GPT-2's rate, 0.1: hidden_dropout on every fully connected layer's output and the
+# embeddings (Model Zoo's dropout_rate), attention_dropout on the attention probabilities (attention_dropout_rate)
+# (openai-community/gpt2 config.json resid_pdrop, embd_pdrop, attn_pdrop; also Model Zoo's defaults, gpt2_model.py
+# dropout_rate and attention_dropout_rate)
 DROPOUT_RATE = 0.1
 # Estimate: btacalc's value where the model gives no max_position_embeddings. Every preset in ZOO_MODELS gives
 # one, so only a model file named like one of them reaches it; Model Zoo's own default is 1024 (gpt2_model.py).
@@ -100,7 +101,7 @@ def zoo_model(spec: ModelSpec) -> tuple[Optional[dict[str, Any]], list[str]]:
         "filter_size": spec.ffn_size, "nonlinearity": spec.mlp,
         "use_projection_bias_in_attention": spec.qkv_bias, "use_ffn_bias_in_attention": spec.linear_bias,
         "use_ffn_bias": spec.mlp_bias, "use_bias_in_output": spec.lm_head_bias,
-        "attention_dropout_rate": DROPOUT_RATE if spec.dropout else 0.0,
+        "attention_dropout_rate": DROPOUT_RATE if spec.attention_dropout else 0.0,
     }
     notes = [f"model section: keys of Model Zoo {MODELZOO_PIN} ({', '.join(zoo.sources)}); your initializers, "
              "epsilons and losses are yours to add"]
@@ -109,7 +110,7 @@ def zoo_model(spec: ModelSpec) -> tuple[Optional[dict[str, Any]], list[str]]:
     elif rope:
         model["rotary_dim"] = spec.head_dim
     if zoo.has("dropout_rate"):
-        model["dropout_rate"] = DROPOUT_RATE if spec.dropout else 0.0
+        model["dropout_rate"] = DROPOUT_RATE if spec.hidden_dropout else 0.0
     if zoo.has("norm_type"):
         model["norm_type"] = spec.norm
     if spec.num_kv_heads != spec.num_heads:

@@ -84,7 +84,8 @@ def layer_shape(model: ModelSpec, kind_name: Optional[str] = None) -> LayerShape
         window=model.sliding_window if features["sliding_window"] else 0, sinks=model.attention_sinks,
         dense=not features["moe"], router=model.router, renormalize=model.router_renormalize,
         router_bias=model.router_bias, expert_bias=model.expert_bias, shared_ffn=model.shared_expert_size,
-        shared_gate=model.shared_expert_gate, gelu=model.mlp == "gelu")
+        shared_gate=model.shared_expert_gate, gelu=model.mlp == "gelu",
+        attention_dropout=0.1 if model.attention_dropout else 0.0, hidden_dropout=0.1 if model.hidden_dropout else 0.0)
 
 
 def formula_values(model: ModelSpec, accounting: str, seq: int, batch: int, tiles: int, attention: str,

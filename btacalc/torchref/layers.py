@@ -19,7 +19,8 @@ attention: sink column, max subtraction, softmax in the activation dtype), dense
 kernel does: HF's eager attention would compute all s x s scores and mask them).
 
 `GPTLayer` is the layer Korthikanti et al. 2022 count: LayerNorm, fused QKV with bias, MHA with
-softmax and attention dropout, output projection, residual dropout, LayerNorm, 4h GeLU MLP, dropout.
+softmax and attention dropout, output projection, residual dropout, LayerNorm, 4h GeLU MLP, dropout (the shape's
+attention_dropout and hidden_dropout probabilities: at 0, no dropout and no mask).
 
 Both layers accept `tiles=G`: attention (from the input norm to the output projection and the
 residual add) runs on G slices of b = N/G sequences, the outputs are concatenated and the rest of
@@ -85,6 +86,10 @@ class LayerShape:
     shared_ffn: int = 0  # f_s: always-on shared expert width (0: none)
     shared_gate: bool = False  # Qwen2-MoE sigmoid gate on the shared expert
     gelu: bool = False  # ungated experts, shared expert, dense MLP (fc1, GeLU, fc2): Megatron without --swiglu
+    # the GPT reference's two dropout probabilities (dropout35): on the attention probabilities, and on the residual
+    # branches (after the output projection and after the MLP)
+    attention_dropout: float = 0.1
+    hidden_dropout: float = 0.1
 
 
 class RMSNorm(nn.Module):
@@ -428,17 +433,21 @@ Qwen3MoeLayer = DecoderLayer  # the default shape is the Qwen3-MoE layer
 
 def dropout(x: torch.Tensor, p: float) -> torch.Tensor:
     """Training-mode dropout as CUDA runs it: `native_dropout` keeps a 1-byte bool mask. (On the CPU,
-    F.dropout multiplies by a noise tensor in the input's dtype and keeps that: 2 bytes in bf16.)"""
+    F.dropout multiplies by a noise tensor in the input's dtype and keeps that: 2 bytes in bf16.) At p = 0 F.dropout
+    returns its input and keeps nothing (ATen Dropout.cpp `_dropout_impl`), and so does this (dropout35)."""
+    if p == 0:
+        return x
     return torch.native_dropout(x, p, True)[0]
 
 
 class GPTLayer(nn.Module):
-    """Korthikanti et al. 2022's transformer layer (their Fig. 2), 16-bit, with dropout."""
+    """Korthikanti et al. 2022's transformer layer (their Fig. 2), 16-bit, with dropout: the shape's attention_dropout
+    on the probabilities, its hidden_dropout on the two residual branches."""
 
-    def __init__(self, shape: LayerShape, dropout: float = 0.1, dtype: torch.dtype = torch.bfloat16):
+    def __init__(self, shape: LayerShape, dtype: torch.dtype = torch.bfloat16):
         super().__init__()
         h = shape.hidden
-        self.shape, self.p = shape, dropout
+        self.shape, self.p_attention, self.p_hidden = shape, shape.attention_dropout, shape.hidden_dropout
         self.ln1 = nn.LayerNorm(h, dtype=dtype)
         self.qkv = nn.Linear(h, 3 * h, dtype=dtype)
         self.proj = nn.Linear(h, h, dtype=dtype)
@@ -457,12 +466,12 @@ class GPTLayer(nn.Module):
         with phase("attn_scores"):
             scores = torch.matmul(q, k.transpose(2, 3)) * (1 / math.sqrt(d))
         with phase("attn_softmax"):
-            p = dropout(F.softmax(scores, dim=-1), self.p)
+            p = dropout(F.softmax(scores, dim=-1), self.p_attention)
         with phase("attn_pv"):
             o = torch.matmul(p, v)
         with phase("attn_out_proj"):
             o = self.proj(o.transpose(1, 2).reshape(b, s, h))
-            return x + dropout(o, self.p)
+            return x + dropout(o, self.p_hidden)
 
     def forward(self, x: torch.Tensor, tiles: int = 1) -> torch.Tensor:
         x = tiled(self.attention_block, x, tiles)
@@ -470,7 +479,7 @@ class GPTLayer(nn.Module):
             y = self.ln2(x)
         with phase("mlp"):
             y = self.fc2(F.gelu(self.fc1(y)))
-            return x + dropout(y, self.p)
+            return x + dropout(y, self.p_hidden)
 
 
 def tiled(block, x: torch.Tensor, tiles: int) -> torch.Tensor:
