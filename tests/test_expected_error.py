@@ -36,7 +36,8 @@ def test_the_narrowest_group_with_enough_runs_is_reported_with_its_arithmetic():
              _row(12, "gpu-blackwell", "gpu", True, False, 5.0), _row(13, "wse", "wse", True, False, 5.0)]
     got = expected_error(HOPPER, ExpectedErrorData(source="s", runs=rows))
     assert got is not None and MIN_RUNS == 5
-    assert got.basis == "gpu-hopper (h100, h200, h100-96gb), MoE, 16-bit" and got.runs == 5 and got.narrower == ""
+    assert got.basis == "gpu-hopper (h100, h200, h100-96gb), MoE without the EP overlap, 16-bit" and got.runs == 5
+    assert got.narrower == ""
     assert got.mean_abs_error == pytest.approx(0.20) and got.max_abs_error == pytest.approx(0.40)
     assert got.median_abs_error == pytest.approx(0.20)  # |errors| sorted: 0, 0.1, 0.2, 0.3, 0.4
     assert got.mean_error == pytest.approx(0.12)
@@ -48,10 +49,31 @@ def test_a_group_under_min_runs_gives_way_to_the_next_and_says_so():
     rows = [_row(i, "gpu-hopper", "gpu", True, False, 0.1) for i in range(4)]
     rows += [_row(9, "gpu-hopper", "gpu", True, True, -0.6)]
     got = expected_error(HOPPER, ExpectedErrorData(source="s", runs=rows))
-    assert got is not None and got.basis == "gpu-hopper (h100, h200, h100-96gb), MoE" and got.runs == 5
+    assert got is not None and got.basis == "gpu-hopper (h100, h200, h100-96gb), MoE without the EP overlap"
+    assert got.runs == 5
     assert got.mean_abs_error == pytest.approx(0.2) and got.mean_error == pytest.approx((0.4 - 0.6) / 5)
     assert got.median_abs_error == pytest.approx(0.1)  # 0.1, 0.1, 0.1, 0.1, 0.6
-    assert got.narrower == "gpu-hopper (h100, h200, h100-96gb), MoE, 16-bit: 4 runs"
+    assert got.narrower == "gpu-hopper (h100, h200, h100-96gb), MoE without the EP overlap, 16-bit: 4 runs"
+
+
+def test_an_moe_plan_is_matched_on_the_ep_overlap_first():
+    """Five Hopper MoE 16-bit runs with the EP overlap at +20% each and five without at -10% each: a plan with the
+    overlap reports the first five (mean +20%), one without the other five (mean -10%); with four overlapped runs
+    the overlapped group of either precision is taken (the four and one FP8 overlapped run at +70%: mean
+    (4 x 0.2 + 0.7) / 5 = 30%), never the runs without the overlap."""
+    def run(i: int, low: bool, overlap: bool, error: float) -> HeldOutRun:
+        return _row(i, "gpu-hopper", "gpu", True, low, error).model_copy(update={"ep_overlap": overlap})
+    rows = [run(i, False, True, 0.2) for i in range(5)] + [run(10 + i, False, False, -0.1) for i in range(5)]
+    with_it = expected_error(HOPPER.model_copy(update={"ep_overlap": True}), ExpectedErrorData(source="s", runs=rows))
+    without = expected_error(HOPPER, ExpectedErrorData(source="s", runs=rows))
+    assert with_it is not None and with_it.runs == 5 and with_it.mean_error == pytest.approx(0.2)
+    assert with_it.basis == "gpu-hopper (h100, h200, h100-96gb), MoE with the EP overlap, 16-bit"
+    assert without is not None and without.runs == 5 and without.mean_error == pytest.approx(-0.1)
+    fewer = rows[1:] + [run(20, True, True, 0.7)]
+    got = expected_error(HOPPER.model_copy(update={"ep_overlap": True}), ExpectedErrorData(source="s", runs=fewer))
+    assert got is not None and got.basis == "gpu-hopper (h100, h200, h100-96gb), MoE with the EP overlap"
+    assert got.runs == 5 and got.mean_error == pytest.approx((4 * 0.2 + 0.7) / 5)
+    assert got.narrower == "gpu-hopper (h100, h200, h100-96gb), MoE with the EP overlap, 16-bit: 4 runs"
 
 
 def test_a_profile_outside_every_family_starts_at_its_kind_of_device():
@@ -77,11 +99,29 @@ def test_a_built_in_profile_is_in_its_family_only_unchanged():
     assert plan_kind(resolve_hardware("wse3"), moe=True, low_precision=False).device == "wse"
 
 
-def _expressible_ids(hw_names: set[str], moe: bool, low: bool) -> set[str]:
-    """The measured runs file's runs on `hw_names`, by model kind and precision, read from the file itself."""
+def _states_ep_overlap(run: dict) -> bool:
+    """Whether a measured run says it ran Megatron's EP overlap: its recipe's overlaps, or its launch's flag."""
+    if run.get("megatron_args"):
+        return "--overlap-moe-expert-parallel-comm" in run["megatron_args"].split()
+    return bool(((run.get("recipe") or {}).get("overlaps") or {}).get("all_to_all"))
+
+
+def _expressible_ids(hw_names: set[str], moe: bool, low: bool, overlap: bool | None = None) -> set[str]:
+    """The measured runs file's runs on `hw_names`, by model kind and precision (and, given, the EP overlap), read
+    from the file itself."""
     runs = json.loads(package_data("measured_runs.json").read_text(encoding="utf-8"))["runs"]
     return {r["id"] for r in runs if r["hw"] in hw_names and resolve_model(r["model"]).is_moe == moe
-            and recipe(r.get("precision", "bf16")).low == low}
+            and recipe(r.get("precision", "bf16")).low == low
+            and (overlap is None or _states_ep_overlap(r) == overlap)}
+
+
+def test_each_held_out_runs_ep_overlap_is_what_the_run_states():
+    """expected_error.json's flag is the plan's; every shipped run's plan runs the overlap exactly when the run's
+    recipe or launch asks for it (none is refused by Megatron's conditions)."""
+    runs = {r["id"]: r for r in json.loads(package_data("measured_runs.json").read_text(encoding="utf-8"))["runs"]}
+    flags = {r.id: r.ep_overlap for r in shipped().runs}
+    assert flags == {i: _states_ep_overlap(runs[i]) for i in flags}
+    assert sum(flags.values()) >= MIN_RUNS
 
 
 def test_plan_json_reports_the_hopper_moe_runs_it_was_measured_on(cli):
@@ -90,11 +130,27 @@ def test_plan_json_reports_the_hopper_moe_runs_it_was_measured_on(cli):
     code, out, _ = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16", "--json")
     assert code == 0
     got = json.loads(out)["throughput"]["expected_error"]
-    want = _expressible_ids({"h100", "h200"}, moe=True, low=False)
+    want = _expressible_ids({"h100", "h200"}, moe=True, low=False, overlap=False)
     held = {r.id: r.error for r in shipped().runs}
-    assert got["basis"] == "gpu-hopper (h100, h200, h100-96gb), MoE, 16-bit"
+    assert got["basis"] == "gpu-hopper (h100, h200, h100-96gb), MoE without the EP overlap, 16-bit"
     assert len(want) >= got["runs"] == len(want & set(held)) >= MIN_RUNS
     assert got["mean_abs_error"] == pytest.approx(sum(abs(held[i]) for i in want & set(held)) / got["runs"])
+
+
+def test_an_overlapped_plan_reports_the_overlapped_hopper_moe_runs(cli):
+    """The same plan with --overlap-a2a (EP 16): the Hopper MoE runs that state the overlap, 16-bit if at least
+    MIN_RUNS of them, else of either precision; their held-out errors' mean."""
+    code, out, _ = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16", "--ep", "16",
+                       "--overlap-a2a", "--json")
+    assert code == 0
+    got = json.loads(out)["throughput"]["expected_error"]
+    held = {r.id: r.error for r in shipped().runs}
+    sixteen = _expressible_ids({"h100", "h200"}, moe=True, low=False, overlap=True) & set(held)
+    either = sixteen | (_expressible_ids({"h100", "h200"}, moe=True, low=True, overlap=True) & set(held))
+    want = sixteen if len(sixteen) >= MIN_RUNS else either
+    assert got["basis"].startswith("gpu-hopper (h100, h200, h100-96gb), MoE with the EP overlap")
+    assert got["runs"] == len(want) >= MIN_RUNS
+    assert got["mean_error"] == pytest.approx(sum(held[i] for i in want) / len(want))
 
 
 def test_the_console_says_the_expected_error_and_its_basis(cli):
@@ -213,4 +269,5 @@ def test_a_sweep_table_says_the_expected_error_once_or_that_its_points_differ(cl
     code, out, _ = cli("sweep", "--hw", "h100", "--devices", "8", "--vary", "precision=bf16,fp8", "--vary", "experts=8")
     text = " ".join(out.split())
     assert code == 0 and "Expected error of tokens/s: the points are of 2 kinds" in text
-    assert "MoE, 16-bit;" in text and "MoE, low precision)" in text
+    assert "MoE without the EP overlap, 16-bit;" in text
+    assert "MoE without the EP overlap, low precision)" in text or "MoE without the EP overlap)" in text

@@ -421,6 +421,15 @@ def test_expected_error_example_is_the_plans(cli):
         == [median, mean, worst, fast]
     on_wafer = _plan(cli, "--model", "qwen3-30b-a3b", "--hw", "wse3")["throughput"]["expected_error"]
     assert on_wafer["basis"] == "wafers, dense and MoE" and on_wafer["runs"] == int(wafer)
+    m = _quote(r"With `--overlap-a2a` the H100 plan expects, from the (\d+) Hopper MoE runs with the EP overlap "
+               r"\(either precision: only (\d+) are 16-bit\), a typical \|error\| of (\d+)% and on average (\d+)% "
+               r"more tokens/s than measured")
+    runs, sixteen, median, fast = m.groups()
+    got = _plan(cli, "--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16",
+                "--overlap-a2a")["throughput"]["expected_error"]
+    assert got["basis"] == "gpu-hopper (h100, h200, h100-96gb), MoE with the EP overlap" and got["runs"] == int(runs)
+    assert got["narrower"] == f"gpu-hopper (h100, h200, h100-96gb), MoE with the EP overlap, 16-bit: {sixteen} runs"
+    assert [f"{100 * got[k]:.0f}" for k in ("median_abs_error", "mean_error")] == [median, fast]
 
 
 def _held_out_by(key) -> dict[str, list[float]]:

@@ -74,6 +74,7 @@ class CrossRun(BaseModel):
     model_family: str
     hw: str
     moe: bool
+    ep_overlap: bool = Field(False, description="its plan hides the expert exchange (RunResult.ep_overlap)")
     devices: int
     scale: str
     software_year: str = Field(UNKNOWN_SOFTWARE_YEAR, description="the year of the run's software_date (YYYY), or "
@@ -251,7 +252,8 @@ def validate_cross(runs: Optional[list[MeasuredRun]] = None,
     def predict_run(run: MeasuredRun, factors: dict[str, dict[str, float]]) -> CrossRun:
         res = predict(run, _trial_hardware(factors, specs))
         return CrossRun(id=run.id, model_family=model_family(run.model, families), hw=run.hw, moe=_is_moe(run.model),
-                        devices=run.devices, scale=scale_group(run.devices), software_year=software_year(run.software_date),
+                        ep_overlap=res.ep_overlap, devices=run.devices, scale=scale_group(run.devices),
+                        software_year=software_year(run.software_date),
                         predicted_tokens_per_s_per_device=res.predicted.tokens_per_s_per_device,
                         measured_tokens_per_s_per_device=run.measured.tokens_per_s_per_device,
                         error=res.error, reason=res.reason)
@@ -277,7 +279,7 @@ def held_out_errors(runs: Optional[list[MeasuredRun]] = None) -> ExpectedErrorDa
             spec = family_of(run.hw, families)
             kept = fold.basis.get(_device_family(run, specs)) == SHIPPED_FACTORS
             rows.append(HeldOutRun(id=cr.id, hw=cr.hw, calibration_family=spec.name if spec else None,
-                                   device=resolve_hardware(run.hw).family, moe=cr.moe,
+                                   device=resolve_hardware(run.hw).family, moe=cr.moe, ep_overlap=cr.ep_overlap,
                                    low_precision=precision_recipe(run.precision).low, error=cr.error,
                                    held_out=not kept))
     return ExpectedErrorData(source=EXPECTED_ERROR_SOURCE, runs=sorted(rows, key=lambda r: r.id))

@@ -84,6 +84,9 @@ class RunResult(BaseModel):
                                           "peak reserved)")
     known_gap: str = ""
     memory_known_gap: str = ""
+    ep_overlap: bool = Field(False, description="the run's plan hides the expert exchange behind another micro-batch "
+                             "(Megatron's --overlap-moe-expert-parallel-comm, as the plan runs it): what a plan's "
+                             "expected error is matched on (docs/clock.md 'ovlprof')")
     software_date: Optional[str] = Field(None, description="YYYY-MM of the software that measured the run (the run's "
                                          "software_date)")
     defaulted: dict[str, str] = Field(default_factory=dict, description="what the run's plan took by default "
@@ -503,7 +506,8 @@ def predict(run: MeasuredRun, hardware: Callable[[str], HardwareProfile] = resol
     pred = memory.model_copy(update=dict(tokens_per_s_per_device=th.tokens_per_s / run.devices / gain,
                                          step_time_s=th.step_time_s * gain))
     return RunResult(**base, family=family, expressible=True, predicted=pred, error=_error(pred, run.measured),
-                     memory_error=memory_error, defaulted=defaulted, not_timed=recipe_unmodelled_notes(run),
+                     ep_overlap=report.parallelism.overlap_all_to_all, memory_error=memory_error, defaulted=defaulted,
+                     not_timed=recipe_unmodelled_notes(run),
                      release_gain=gain if gain_sources else None, release_gain_sources=gain_sources)
 
 

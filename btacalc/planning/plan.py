@@ -273,8 +273,8 @@ def build_report(problem: Problem, mem: MemoryModel, sol: Solution, found: Searc
         summary = summarize(problem, mem, sol, found) if baselines else own_step(problem, sol)
         report.throughput = _throughput(problem, summary)
         if baselines:  # a user's plan; a measured run's prediction (validate) is what the expected error is made of
-            report.throughput.expected_error = expected_error(plan_kind(problem.hardware, problem.model.is_moe,
-                                                                        problem.run.recipe.low))
+            report.throughput.expected_error = expected_error(plan_kind(
+                problem.hardware, problem.model.is_moe, problem.run.recipe.low, bool(problem.layout.overlap.all_to_all)))
         best_time = summary.best_time
         PhaseTimes.of(best_time).fill(report, representative_kind(ev)[0])
     else:

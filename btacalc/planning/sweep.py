@@ -610,7 +610,8 @@ def _throughput(problem: Problem, found: Search, g1: Search, g1_index: np.ndarra
     out.put(r, "compute_efficiency", [compute_efficiency(problem)] * k)
     out.put(r, "dominant_phase", [""] * k)
     out.put(r, "critical_stage", [0] * k)  # a sweep's layouts have one pipeline stage
-    expected = expected_error(plan_kind(problem.hardware, problem.model.is_moe, problem.run.recipe.low))
+    expected = expected_error(plan_kind(problem.hardware, problem.model.is_moe, problem.run.recipe.low,
+                                        bool(problem.layout.overlap.all_to_all)))
     out.put(r, "expected_error", [expected.model_dump() if expected is not None else None] * k)  # streamed as JSON
     sensitivity = routing_sensitivity(at, g.astype(float), b.astype(float), m.astype(float))
     out.put(r, "routing_sensitivity", [None] * k if sensitivity is None else vec(sensitivity).tolist())
