@@ -23,7 +23,7 @@ from rich.measure import Measurement
 from rich.segment import Segment
 from rich.style import Style
 from rich.table import Column, Table
-from rich.text import Text
+from rich.text import Text, TextType
 
 PROSE_MIN = 12  # a prose column may wrap down to this many characters
 # Lines of a terminal a cut table leaves free: its closing count and the shell's prompt.
@@ -73,12 +73,12 @@ def _subtable(table: Table, columns: list[Column], first: bool) -> Table:
     return sub
 
 
-def _caption(console: Console, options: ConsoleOptions, table: Table, pieces: list[Table]) -> RenderableType:
+def _caption(console: Console, options: ConsoleOptions, table: Table, caption: TextType,
+             pieces: list[Table]) -> RenderableType:
     """The caption of a split table, wrapped to its widest piece as the whole table's caption is to the table
     (freshuser20: it was the last piece's, a 14-column key column and one more, so a two-line caption took
     twelve lines of two words each)."""
     width = min(options.max_width, max(Measurement.get(console, options, p).maximum for p in pieces))
-    caption = table.caption
     text = console.render_str(caption, style=Style.pick_first(table.caption_style, "table.caption"),
                               highlight=False) if isinstance(caption, str) else copy.copy(caption)
     text.justify = table.caption_justify
@@ -150,7 +150,7 @@ class Fit:
         pieces = [_subtable(table, group, first=i == 0) for i, group in enumerate(groups)]
         yield from pieces
         if table.caption:
-            yield _caption(console, options, table, pieces)
+            yield _caption(console, options, table, table.caption, pieces)
 
 
 def _cut(console: Console, options: ConsoleOptions, pieces: list[RenderableType], room: int) -> RenderResult:
