@@ -654,7 +654,7 @@ def _stream(outs: Any, grid: Any, spec: Any, profile: Any, request: Any, fixed_a
     from ..planning.sweep import iter_sweep
     from .sweeping import SweepOutputs
 
-    with SweepOutputs(outs, grid, spec.name, profile.name, fixed_active, plot_path) as sink:
+    with SweepOutputs(outs, grid, spec.name, profile.name, fixed_active, plot_path, profile.family != "wse") as sink:
         with progress(grid.size, "solving", quiet) as advance:
             for block in iter_sweep(spec, profile, request, grid, fixed_active, max_points, with_flags):
                 sink.block(block)

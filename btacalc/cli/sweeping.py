@@ -25,6 +25,13 @@ STREAMED = ("--output", "--json", "--csv")
 HELD_BYTES = 1 << 22
 
 
+# freshuser20: a sweep none of whose points fits said only "does not fit" on each row. `plan` names what binds and
+# what would fit; on GPUs the sweep's layouts are data and expert parallelism alone (it takes no --tp, --pp, --cp).
+NO_FIT = "no point of the sweep fits: btacalc plan with one point's values says what binds and what would fit"
+NO_FIT_GPU = (NO_FIT + "; sweep lays the model out in data and expert parallelism only (no --tp, --pp or --cp): "
+              "btacalc plan --search finds the fastest layout that fits, if any")
+
+
 # Lines a streamed table leaves on a terminal's screen besides its rows: the title, the header, the
 # closing count and the shell's prompt.
 TERMINAL_FRAME_LINES = 4
@@ -67,8 +74,8 @@ class SweepOutputs:
     """Every output the user asked for, as one context: `block` per solved block, `finish` at the end."""
 
     def __init__(self, outs: Any, grid: Grid, model: str, hardware: str, fixed_active: bool,
-                 plot_path: Optional[str]):
-        self.outs, self.grid, self.plot_path = outs, grid, plot_path
+                 plot_path: Optional[str], gpu: bool = False):
+        self.outs, self.grid, self.plot_path, self.gpu = outs, grid, plot_path, gpu
         self.model, self.hardware, self.fixed_active = model, hardware, fixed_active
         self.streams: Any = None
         self.stdout = HeldStdout()
@@ -77,6 +84,7 @@ class SweepOutputs:
         self.plot: Any = None
         self.invalid: list[str] = []
         self.invalid_count = 0
+        self.fitting = 0
 
     def __enter__(self) -> "SweepOutputs":
         from ..output.sweepstream import PlotPoints
@@ -130,6 +138,7 @@ class SweepOutputs:
             sink.block(block)
         if self.table is not None:
             self.table += [SweepPoint.model_validate(p) for p in block.points()]
+        self.fitting += sum(1 for v in block.columns["tokens_per_s"].tolist() if v is not None and v == v)
         for params, error in zip(block.param_rows(), block.errors):
             if error is not None:
                 self.invalid_count += 1
@@ -189,6 +198,8 @@ class SweepOutputs:
                 say(f"invalid point {line}")
         elif self.invalid_count:
             say(f"{self.invalid_count:,} of {self.grid.size:,} points are invalid; the first: {self.invalid[0]}")
+        if not self.fitting:
+            say(NO_FIT_GPU if self.gpu else NO_FIT)
 
     def __exit__(self, *exc: Any) -> Optional[bool]:
         if self.streams is not None:  # the sweep failed: nothing is left behind

@@ -438,7 +438,7 @@ def imported_run(launch: Launch, devices: Optional[int], name: Optional[str] = N
     if not bridge:
         _check_required(launch)
         launch = _megatron_ffn(launch)
-    devices = _devices(launch, devices)
+    devices = _devices(launch, devices, bridge)
     refused = [r for r in violations(dict(launch.args, world=devices), launch.env, bridge)
                if r.name not in ENVIRONMENT_RULES]
     if refused and bridge:  # review19: a Bridge file's refusal named Megatron-LM's flags, which the file never used
@@ -500,13 +500,16 @@ def _megatron_batch(launch: Launch, f: Fields, devices: int, notes: list[str]) -
                  f"one micro-batch per rank ({MEGATRON_LM_SHORT} megatron/training/arguments.py L702-704)")
 
 
-def _devices(launch: Launch, devices: Optional[int]) -> int:
+def _devices(launch: Launch, devices: Optional[int], bridge: bool = False) -> int:
     if launch.devices is not None and devices is not None and devices != launch.devices:
         raise BtacalcError(f"{{devices}} {devices} contradicts the launch's torchrun ({launch.devices} processes)")
     chosen = devices if devices is not None else launch.devices
     if chosen is None and launch.unknown_size:
         raise BtacalcError(f"{launch.source}: torchrun's {launch.unknown_size} is no number of processes btacalc can "
                            "read (a variable the file does not set, gpu, auto or an elastic range): give {devices}")
+    if chosen is None and bridge:  # freshuser20: the torchrun this named is Megatron-LM's, not in a Bridge file
+        raise BtacalcError(f"{launch.source}: Megatron-Bridge overrides hold no device count (--emit bridge names it "
+                           "in its first line, `# btacalc plan: MODEL on N x HW`): give {devices}")
     if chosen is None:
         raise BtacalcError(f"{launch.source}: no torchrun --nproc_per_node/--nnodes: give {{devices}}")
     return chosen

@@ -18,10 +18,12 @@ import copy
 from typing import Iterable, Iterator
 
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.constrain import Constrain
 from rich.measure import Measurement
 from rich.segment import Segment
+from rich.style import Style
 from rich.table import Column, Table
-from rich.text import Text
+from rich.text import Text, TextType
 
 PROSE_MIN = 12  # a prose column may wrap down to this many characters
 # Lines of a terminal a cut table leaves free: its closing count and the shell's prompt.
@@ -57,7 +59,8 @@ def _needed(console: Console, options: ConsoleOptions, table: Table, columns: li
     return total
 
 
-def _subtable(table: Table, columns: list[Column], first: bool, last: bool) -> Table:
+def _subtable(table: Table, columns: list[Column], first: bool) -> Table:
+    """The table of `columns`: the title on the first, the caption on none (`_caption` sets it under them all)."""
     sub = copy.copy(table)
     sub.columns = []
     for i, column in enumerate(columns):
@@ -66,9 +69,20 @@ def _subtable(table: Table, columns: list[Column], first: bool, last: bool) -> T
         sub.columns.append(c)
     if not first:
         sub.title = None
-    if not last:
-        sub.caption = None
+    sub.caption = None
     return sub
+
+
+def _caption(console: Console, options: ConsoleOptions, table: Table, caption: TextType,
+             pieces: list[Table]) -> RenderableType:
+    """The caption of a split table, wrapped to its widest piece as the whole table's caption is to the table
+    (freshuser20: it was the last piece's, a 14-column key column and one more, so a two-line caption took
+    twelve lines of two words each)."""
+    width = min(options.max_width, max(Measurement.get(console, options, p).maximum for p in pieces))
+    text = console.render_str(caption, style=Style.pick_first(table.caption_style, "table.caption"),
+                              highlight=False) if isinstance(caption, str) else copy.copy(caption)
+    text.justify = table.caption_justify
+    return Constrain(text, width)
 
 
 def _records(table: Table) -> Iterator[RenderableType]:
@@ -133,8 +147,10 @@ class Fit:
         if groups is None:
             yield from _records(table)
             return
-        for i, group in enumerate(groups):
-            yield _subtable(table, group, first=i == 0, last=i == len(groups) - 1)
+        pieces = [_subtable(table, group, first=i == 0) for i, group in enumerate(groups)]
+        yield from pieces
+        if table.caption:
+            yield _caption(console, options, table, table.caption, pieces)
 
 
 def _cut(console: Console, options: ConsoleOptions, pieces: list[RenderableType], room: int) -> RenderResult:

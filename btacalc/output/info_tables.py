@@ -28,14 +28,21 @@ def quantity(value: float, rng: Range | None) -> str:
 
 
 def hw_list_table(profiles: dict[str, HardwareProfile]) -> Fit:
+    """One line per profile. freshuser20: the last column listed the name of every number not of kind `published`
+    (derived and calibrated ones too) under "estimates", 20 to 30 wrapped lines a profile (365 lines for 11
+    profiles, names cut mid-word); it now counts the estimates, and `hw show` names them with their sources."""
     t = Table(title="Hardware profiles (GB = 1e9 bytes)", title_justify="left")
-    for c in ("name", "device", "memory model", "capacity", "off-chip bandwidth", "peak 16-bit", "estimates"):
-        t.add_column(c, overflow="fold" if c in ("device", "estimates") else "ellipsis")
+    for c in ("name", "device", "memory model", "capacity", "off-chip bandwidth", "peak 16-bit", "estimated"):
+        t.add_column(c, overflow="fold" if c == "device" else "ellipsis",
+                     justify="right" if c == "estimated" else "left")
     for n, p in profiles.items():
-        est = ", ".join(k.split(".", 1)[1] for k, v in p.numbers().items() if v.kind != "published")
+        kinds = [v.kind for v in p.numbers().values()]
         t.add_row(escape(n), escape(p.display_name), p.defaults.memory_model, gb(p.memory_capacity_bytes),
                   si(p.memory.offchip_bandwidth_bytes_per_s.value, "B/s"), si(p.chip.peak_flops_per_s.value, "FLOP/s"),
-                  est)
+                  f"{kinds.count('estimate')} of {len(kinds)}")
+    t.caption = ("estimated: how many of the profile's numbers are estimates (neither published, nor derived from "
+                 "published or measured figures, nor calibrated on measured runs); btacalc hw show NAME gives each "
+                 "number with its kind and source")
     return fit(t)
 
 
