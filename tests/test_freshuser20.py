@@ -7,6 +7,7 @@ Each test pins one defect a serious user tripped on; the expected values are ari
 from __future__ import annotations
 
 import io
+import json
 
 from rich.console import Console
 from rich.table import Table
@@ -140,3 +141,34 @@ def test_hw_list_counts_each_profiles_estimates_on_one_line(cli):
         assert rows[f.stem].rstrip().rstrip("│").strip().endswith(f"{estimates} of {numbers}"), rows[f.stem]
     assert _file_estimates(folder / "h100.toml") == (8, 39)  # sram_bytes is derived, not one
     assert len(out.splitlines()) < 4 * len(files)
+
+
+# Left by freshuser20 and fixed after it (twenty-seventh session):
+# `whatif`'s trace was titled "grid points between today's value and the answer"; it runs to the first grid point that
+# reaches the target (planning/whatif.py: the grid from today's index to the nearest hit), past the answer
+def test_the_whatif_trace_says_it_ends_at_the_first_point_that_reaches_the_target(cli):
+    args = ("whatif", "-m", "qwen3-30b-a3b", "--hw", "h100", "-n", "16", "--solve-for", "devices_per_node",
+            "--target", "tokens_per_s=120000")
+    code, out, _ = cli(*args, "--json")
+    assert code == 0
+    r = json.loads(out)
+    metrics = [s["metric"] for s in r["trace"]]
+    assert r["reached"] and metrics[-1] >= 120_000 > max(metrics[:-1])
+    assert r["trace"][-2]["value"] < r["value"] <= r["trace"][-1]["value"]  # the answer between the last two
+    code, out, _ = cli(*args)
+    assert "first that reaches the target; the answer lies between the last two" in " ".join(out.split())
+
+
+# `crossover` of one size printed the "Regime boundaries" table's headers alone
+def test_a_crossover_without_a_regime_change_says_so(cli):
+    code, out, _ = cli("crossover", "--hw", "wse3", "--hidden", "2048")
+    assert code == 0 and "Regime boundaries: none" in out and "between the family members" not in out
+
+
+# "What would fit" told a dense model's user an --ep and "EP = gcd(N, E)": a dense model has no experts to split
+def test_what_would_fit_names_no_expert_parallelism_for_a_dense_model(cli):
+    _, dense, _ = cli("plan", "-m", "llama-3-70b", "--hw", "h100", "-n", "2")
+    _, moe, _ = cli("plan", "-m", "qwen3-235b-a22b", "--hw", "h100", "-n", "2")
+    dense, moe = (" ".join(text.replace("│", " ").split()) for text in (dense, moe))  # (the panel's borders out)
+    assert "fits one sequence per device (smallest power-of-two device count)" in dense and "--ep" not in dense
+    assert "--ep 64" in moe and "EP = gcd(N, E)" in moe

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich import box
 from rich.console import Group
 from rich.table import Table
+from rich.text import Text
 from rich.markup import escape
 
 from ..planning.compare import CompareResult
@@ -85,7 +86,8 @@ def crossover_renderable(r: CrossoverResult) -> Group:
         b.add_column(c)
     for x in r.boundaries:
         b.add_row(escape(x.hardware), x.from_regime, x.to_regime, f"{params(x.below_params)} and {params(x.above_params)}")
-    parts = [t, b]
+    # freshuser20: with no regime change (one family member, or one regime throughout) the table was its headers alone
+    parts = [t, b if r.boundaries else Text("Regime boundaries: none (each device keeps one regime over these sizes)")]
     if r.gpu_equivalents:
         pairs = list(dict.fromkeys(k for v in r.gpu_equivalents.values() for k in v))
         e = Table(title="One wafer system = N GPUs (tokens/s per GPU at the GPU's smallest fitting cluster)",

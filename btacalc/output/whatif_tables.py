@@ -25,7 +25,10 @@ def whatif_renderable(r: WhatIfResult) -> Group:
     head.add_row("along the way", " -> ".join(r.binds_along_the_way) or "-")
     if r.fits_nowhere:  # the note says it in one line
         return Group(head)
-    t = Table(title="Trace (grid points between today's value and the answer)", title_justify="left")
+    # freshuser20: the trace runs to the first grid point that reaches the target, past the answer (whatif.py)
+    title = ("Trace (grid points from today's value to the first that reaches the target; the answer lies between "
+             "the last two)" if r.reached else "Trace (every grid point tried; none reaches the target)")
+    t = Table(title=title, title_justify="left")
     for c in ("value", "x today", r.target_metric, "G x b x M", "dominant phase", "stream-bound", "batch limited by"):
         t.add_column(c, justify="left" if c in ("dominant phase", "batch limited by", "G x b x M") else "right",
                      overflow="fold" if c == "batch limited by" else "ellipsis")

@@ -184,8 +184,10 @@ def _state_too_large(problem: Problem, mem: MemoryModel, fixed: int, solve: Solv
         if fit is not None and fit.layout.devices != problem.layout.devices:
             lay = fit.layout
             extra = " --recompute full" if fit.run.recompute != problem.run.recompute else ""
-            out.append(f"--devices {lay.devices} --ep {lay.expert_parallel} --zero {lay.zero_stage}{extra} fits one "
-                       f"sequence per device (smallest power-of-two device count; EP = gcd(N, E))")
+            # freshuser20: a dense model has no experts to split: no --ep, no EP rule
+            ep, rule = ((f" --ep {lay.expert_parallel}", "; EP = gcd(N, E)") if problem.model.is_moe else ("", ""))
+            out.append(f"--devices {lay.devices}{ep} --zero {lay.zero_stage}{extra} fits one "
+                       f"sequence per device (smallest power-of-two device count{rule})")
         if problem.layout.devices > 1 and not problem.layout.torch_fsdp:  # review34: the search is Megatron's
             out.append(f"--search finds the fastest Megatron layout that fits on --devices {problem.layout.devices}, if any "
                        "(pipeline and tensor parallelism split the state further)")
