@@ -23,8 +23,11 @@ def data_dir() -> Path:
 def cli(capsys):
     """Run the btacalc console entry point in-process: returns (exit code, stdout, stderr)."""
     from btacalc.cli import main
+    from btacalc.cli.console import err, out
 
     def run(*args: str) -> tuple[int, str, str]:
+        out.reset()  # each command reads the width from its environment, as a new process would
+        err.reset()
         with pytest.raises(SystemExit) as exc:
             main(list(args))
         cap = capsys.readouterr()

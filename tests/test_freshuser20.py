@@ -9,6 +9,8 @@ from __future__ import annotations
 import io
 import json
 
+import pytest
+
 from rich.console import Console
 from rich.table import Table
 
@@ -97,12 +99,14 @@ def test_a_wafer_sweep_with_no_fitting_point_points_at_plan_not_at_gpu_layouts(c
 
 # `plan --emit bridge` and back, as docs/megatron.md shows it: read back without --devices, the error named "torchrun
 # --nproc_per_node/--nnodes", which a Megatron-Bridge override file never holds (the launcher is Bridge's own script).
-def test_bridge_overrides_without_a_device_count_are_refused_naming_bridge_not_torchrun(cli, tmp_path):
+def test_bridge_overrides_without_a_device_count_are_refused_naming_bridge_not_torchrun(cli, tmp_path, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")  # (the layout line read below unwrapped, whatever the runner's width)
     code, bridge, err = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16", "--ep", "16",
                             "--emit", "bridge")
     assert code == 0 and bridge.startswith("# btacalc plan: qwen3-30b-a3b on 16 x h100"), err
     path = tmp_path / "overrides.yaml"
-    path.write_text(bridge)
+    # (the emitter now writes the count as an option line, read back below: a hand-written file holds none)
+    path.write_text("\n".join(x for x in bridge.splitlines() if not x.startswith("# btacalc option: --devices")))
     code, out, err = cli("plan", "--hw", "h100", "--from-bridge", str(path))
     assert code == 2 and out == "" and err.count("\n") == 1, err
     assert "torchrun" not in err and "Megatron-Bridge overrides hold no device count" in err and "--devices" in err
@@ -126,7 +130,8 @@ def _file_estimates(path) -> tuple[int, int]:
     return sum(e["kind"] == "estimate" for e in numbers), len(numbers)
 
 
-def test_hw_list_counts_each_profiles_estimates_on_one_line(cli):
+def test_hw_list_counts_each_profiles_estimates_on_one_line(cli, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "132")  # btacalc's own width when piped (cli/console.py), whatever the runner's
     from btacalc.paths import data_dir
 
     folder = data_dir("hardware_profiles")
@@ -172,3 +177,21 @@ def test_what_would_fit_names_no_expert_parallelism_for_a_dense_model(cli):
     dense, moe = (" ".join(text.replace("│", " ").split()) for text in (dense, moe))  # (the panel's borders out)
     assert "fits one sequence per device (smallest power-of-two device count)" in dense and "--ep" not in dense
     assert "--ep 64" in moe and "EP = gcd(N, E)" in moe
+
+
+# `--emit bridge` wrote no device count, so its overrides read back only with --devices: the file now says it in a
+# `# btacalc option: --devices N` line, which --from-bridge reads; a --devices beside it must agree
+def test_emitted_bridge_overrides_read_back_on_their_own_device_count(cli, tmp_path):
+    plan = ("plan", "-m", "qwen3-30b-a3b", "--hw", "h100", "-n", "16", "--ep", "16")
+    code, emitted, _ = cli(*plan, "--emit", "bridge")
+    assert code == 0 and "# btacalc option: --devices 16 " in emitted
+    path = tmp_path / "overrides.txt"
+    path.write_text(emitted)
+    code, out, _ = cli("plan", "-m", "qwen3-30b-a3b", "--hw", "h100", "--from-bridge", str(path), "--json")
+    back = json.loads(out)
+    code0, out0, _ = cli(*plan, "--json")
+    first = json.loads(out0)
+    assert code == code0 == 0 and back["parallelism"]["devices"] == 16
+    assert back["throughput"]["tokens_per_s"] == pytest.approx(first["throughput"]["tokens_per_s"], rel=1e-9)
+    code, out, err = cli("plan", "-m", "qwen3-30b-a3b", "--hw", "h100", "--from-bridge", str(path), "-n", "8")
+    assert code == 2 and out == "" and "--devices 8 contradicts the file's `# btacalc option: --devices 16`" in err

@@ -193,6 +193,12 @@ class _Console:
         else:
             setattr(self._console, name, value)
 
+    def reset(self) -> None:
+        """Forget the console: the next use makes it from the environment again, as a new process does (the
+        tests' in-process runs reset it before each command, so one command's COLUMNS is not the next one's)."""
+        self._console = None
+        self._pending = {}
+
     def get(self) -> Any:
         """The rich Console itself (for rich objects that take one)."""
         if self._console is None:

@@ -25,7 +25,7 @@ from .bridge_model_bridges import bridge_provider_defaults, bridge_provider_note
 from .megatron_codec import BRIDGE_LOCAL_ATTENTION, bridge_attention_environment, encode
 from .megatron_launch import Launch, flags_by_dest, integer
 from .megatron_model_rows import MODEL_ROWS, model_fields
-from .megatron_run import (ImportedRun, ignore_reason, imported_run, source_naming, with_nccl_settings,
+from .megatron_run import (ImportedRun, ignore_reason, imported_run, source_naming, stated_devices, with_nccl_settings,
                            with_option_comments)
 from .model import MAX_COUNT, MAX_COUNT_TEXT, ModelSpec
 
@@ -99,6 +99,7 @@ def _import_bridge(text: str, source: str, devices: Optional[int], base: Optiona
     experts = args.get("num_experts")
     check_bridge_literals(args, moe=type(experts) is int and experts > 0)
     launch = Launch(args=args, given_as=given_as, source=source)
+    devices = stated_devices(text, source, devices)
     run = imported_run(launch, devices, base.name if base is not None and "num_layers" not in flat else None, bridge=True)
     extra = tuple((key, _bridge_reason(key)) for key in unread)
     bridged = bridge_provider_note(base.hf_model_type if base is not None else None, given, bridge_key)

@@ -162,7 +162,10 @@ OPTION_COMMENTS: dict[str, tuple[str, Any]] = {
     # native_fused are --cross-entropy-loss-fusion with each impl, vocab_parallel Megatron's default: the launch says those)
     "--causal": ("causal", True), "--loss": ("loss", LOSS_COMMENTS),
     # hostile25: the NVLink domain, where torchrun's --nproc_per_node (or, in Bridge overrides, nothing) states another
-    "--gpus-per-node": ("devices_per_node", int)}
+    "--gpus-per-node": ("devices_per_node", int),
+    # freshuser20: the device count, which Bridge overrides (no launcher) do not hold: read before the run is built
+    # (`stated_devices`)
+    "--devices": ("devices", int)}
 _OPTION_LINE = re.compile(r"^\s*#\s*btacalc option:(.*)$")
 _OPTION_WORDS = re.compile(r"^\s*(--[A-Za-z0-9-]+)(?:\s+([^\s(]+))?\s*(?:\(.*\))?\s*$")
 
@@ -213,6 +216,15 @@ def option_comments(text: str, source: str) -> dict[str, Any]:
     return changes
 
 
+def stated_devices(text: str, source: str, devices: Optional[int]) -> Optional[int]:
+    """The device count: the command line's, else the file's `# btacalc option: --devices N` (what `--emit bridge`
+    writes, since Megatron-Bridge overrides hold no launcher); given both, they must agree."""
+    written = option_comments(text, source).get("devices")
+    if devices is not None and written is not None and devices != written:
+        raise BtacalcError(f"{{devices}} {devices} contradicts the file's `# btacalc option: --devices {written}`")
+    return devices if devices is not None else written
+
+
 def with_option_comments(run: "ImportedRun", text: str) -> "ImportedRun":
     changes = option_comments(text, run.source)
     if "loss" in changes and run.request.loss in ("te_fused", "native_fused"):
@@ -230,7 +242,8 @@ def import_megatron(text: str, source: str, devices: Optional[int] = None) -> Im
     torchrun prefix (else the two must agree)."""
     with source_naming(source):
         launch = read_launch(text, source)
-        return with_option_comments(with_nccl_settings(imported_run(launch, devices), launch.env), text)
+        run = imported_run(launch, stated_devices(text, source, devices))
+        return with_option_comments(with_nccl_settings(run, launch.env), text)
 
 
 @contextmanager
@@ -508,8 +521,8 @@ def _devices(launch: Launch, devices: Optional[int], bridge: bool = False) -> in
         raise BtacalcError(f"{launch.source}: torchrun's {launch.unknown_size} is no number of processes btacalc can "
                            "read (a variable the file does not set, gpu, auto or an elastic range): give {devices}")
     if chosen is None and bridge:  # freshuser20: the torchrun this named is Megatron-LM's, not in a Bridge file
-        raise BtacalcError(f"{launch.source}: Megatron-Bridge overrides hold no device count (--emit bridge names it "
-                           "in its first line, `# btacalc plan: MODEL on N x HW`): give {devices}")
+        raise BtacalcError(f"{launch.source}: Megatron-Bridge overrides hold no device count (--emit bridge writes it "
+                           "as `# btacalc option: --devices N`): give {devices}")
     if chosen is None:
         raise BtacalcError(f"{launch.source}: no torchrun --nproc_per_node/--nnodes: give {{devices}}")
     return chosen

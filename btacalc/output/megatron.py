@@ -366,7 +366,9 @@ def bridge_overrides(r: PlanReport, spec: ModelSpec, profile_domain: Optional[in
             f"# keys: {BRIDGE_PIN} (src/megatron/bridge/training/config.py, comm_overlap.py, models/gpt_provider.py)",
             *(f"# {BRIDGE_VOCAB_NOTE if n == MOCK_DATA_NOTE else n}" for n in notes[1:]),
             *(f"# environment: {k}={v}" for k, v in env.items()),
-            *option_lines(r, "bridge"), *domain_line(r, "bridge", profile_domain)]
+            *option_lines(r, "bridge"), *domain_line(r, "bridge", profile_domain),
+            f"# btacalc option: --devices {r.parallelism.devices} (the devices the plan is for: the overrides hold no "
+            "launcher)"]
     body = [shlex.quote(f"{key}={_hydra_value(value)}") for key, value in bridge_stated(args, to_bridge(args)).items()]
     if spec.mla is not None and spec.yarn is not None:
         body += [f"model.{key}={getattr(spec.yarn, key)}" for key in MLA_YARN_BRIDGE]
