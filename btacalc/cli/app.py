@@ -221,7 +221,9 @@ def _finished() -> None:
     (`argv` None): tests run `main` in their own process, whose signals stay theirs."""
     import signal
 
-    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+    from ..starting import STOPPING_NAMES
+
+    for name in STOPPING_NAMES:  # (every signal a command stops on: a SIGQUIT here too ended a finished command)
         if hasattr(signal, name):
             try:
                 signal.signal(getattr(signal, name), signal.SIG_IGN)

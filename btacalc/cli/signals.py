@@ -20,14 +20,13 @@ import signal
 from typing import Any
 
 from ..errors import BtacalcError, DataError
-from ..starting import installed
+from ..starting import STOPPING_NAMES, installed
 
 # hostile27: every signal whose default action ends the process (without a core dump or with one) is a stop: SIGQUIT
 # (Ctrl-\), SIGXCPU (`ulimit -t`), SIGALRM, SIGUSR1/2, SIGVTALRM and SIGPROF left the staged temporary files behind.
 # SIGXFSZ: Python ignores it, so a write past `ulimit -f` fails with EFBIG, an error of the write (files.py). SIGKILL
 # cannot be caught.
-STOPPING = ("SIGINT", "SIGTERM", "SIGHUP", "SIGPIPE", "SIGQUIT", "SIGXCPU", "SIGALRM", "SIGUSR1", "SIGUSR2",
-            "SIGVTALRM", "SIGPROF")
+STOPPING = STOPPING_NAMES
 HANDLED = tuple(getattr(signal, name) for name in STOPPING if hasattr(signal, name))
 
 

@@ -31,6 +31,7 @@ from typing import Any, Callable, Iterator, Literal, Mapping, Optional, Union
 
 from ..errors import BtacalcError
 from ..paths import inputs_read, own_files, own_folders, stdout_file, stdout_onto, stdout_onto_own_file
+from ..starting import STOPPING_NAMES
 
 PathLike = Union[str, "os.PathLike[str]"]
 Payload = Union[str, bytes]
@@ -51,7 +52,7 @@ class Target:
         return BtacalcError(f"{self.flag} {self.given}: {why}")
 
 
-_STOPPING = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP", "SIGPIPE") if hasattr(signal, n))
+_STOPPING = tuple(getattr(signal, n) for n in STOPPING_NAMES if hasattr(signal, n))
 
 
 @contextlib.contextmanager
