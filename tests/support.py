@@ -127,6 +127,20 @@ def readme_prose() -> str:
     return " ".join(kept)
 
 
+def readme_table_errors() -> dict[str, float]:
+    """The README's generated measured-runs table (tools/accuracy.py writes it from `validate`; tests/test_measured.py
+    checks it): the error per run id, in percent as printed there (one decimal; a Unicode minus read as '-')."""
+    text = README.read_text(encoding="utf-8")
+    body = text.split("<!-- accuracy:begin (tools/accuracy.py) -->\n", 1)[1].split("\n<!-- accuracy:end -->", 1)[0]
+    out = {}
+    for line in body.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        hit = re.match(r"([+\-−]\d+\.\d)%", cells[7]) if len(cells) > 7 else None
+        if hit:
+            out[cells[0]] = float(hit.group(1).replace("−", "-"))
+    return out
+
+
 def readme_quote(pattern: str) -> re.Match:
     """The README prose's match of `pattern`; a failure names the pattern the prose no longer holds."""
     match = re.search(pattern, readme_prose())

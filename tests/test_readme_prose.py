@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.loading import load_script
-from tests.support import readme_prose as _prose, readme_quote as _quote
+from tests.support import readme_prose as _prose, readme_quote as _quote, readme_table_errors as _table_errors
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -175,18 +175,6 @@ def test_peak_memory_prose_is_the_accuracy_summary():
     assert int(alloc) == sum(r.role == "check" and r.measured.peak_alloc_gib is not None for r in load_runs())
 
 
-def _table_errors() -> dict[str, float]:
-    """The generated measured-runs table's error per run id, in percent as printed there (one decimal); the table
-    is what tools/accuracy.py writes from `validate` today (tests/test_measured.py checks it)."""
-    text = README.read_text(encoding="utf-8")
-    body = text.split("<!-- accuracy:begin (tools/accuracy.py) -->\n", 1)[1].split("\n<!-- accuracy:end -->", 1)[0]
-    out = {}
-    for line in body.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        hit = re.match(r"([+\-−]\d+\.\d)%", cells[7]) if len(cells) > 7 else None
-        if hit:
-            out[cells[0]] = float(hit.group(1).replace("−", "-"))
-    return out
 
 
 def _as_printed(value: float, decimals: int) -> str:

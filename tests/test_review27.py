@@ -9,7 +9,7 @@ import re
 import tomllib
 from pathlib import Path
 
-from tests.support import readme_prose as _prose, readme_quote as _quote
+from tests.support import readme_prose as _prose, readme_quote as _quote, readme_table_errors as _table_errors
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -55,18 +55,6 @@ def _runs() -> list[dict]:
     return json.loads((ROOT / "btacalc" / "data" / "measured_runs.json").read_text(encoding="utf-8"))["runs"]
 
 
-def _table_errors() -> dict[str, float]:
-    """The README's generated measured-runs table: error per run id in percent (tests/test_measured.py checks the
-    table against validate)."""
-    text = README.read_text(encoding="utf-8")
-    body = text.split("<!-- accuracy:begin (tools/accuracy.py) -->\n", 1)[1].split("\n<!-- accuracy:end -->", 1)[0]
-    out = {}
-    for line in body.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        hit = re.match(r"([+-]\d+\.\d)%", cells[7]) if len(cells) > 7 else None
-        if hit:
-            out[cells[0]] = float(hit.group(1))
-    return out
 
 
 def test_the_16_bit_2026_rows_are_the_ones_the_sentence_names():

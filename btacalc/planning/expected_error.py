@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ..config.calibration_families import family_of
 from ..config.hardware import HardwareProfile, resolve_hardware
 from ..errors import DataError, first_validation_error
+from ..model.problem import Problem
 from ..paths import package_data, profile_names
 from .report import ExpectedError, summarize_errors
 
@@ -87,15 +88,14 @@ def _groups(kind: PlanKind) -> list[tuple[str, Callable[[HeldOutRun], bool]]]:
     precision = "low precision" if kind.low_precision else "16-bit"
     out: list[tuple[str, Callable[[HeldOutRun], bool]]] = []
     fam = kind.calibration_family
+    named = f"{fam} ({', '.join(kind.family_profiles)})"
     if fam is not None and kind.moe and kind.device == "gpu":  # (a wafer runs no Megatron EP overlap)
-        named = f"{fam} ({', '.join(kind.family_profiles)})"
         overlap = "with the EP overlap" if kind.ep_overlap else "without the EP overlap"
         out.append((f"{named}, MoE {overlap}, {precision}", lambda r: r.calibration_family == fam and r.moe
                     and r.ep_overlap == kind.ep_overlap and r.low_precision == kind.low_precision))
         out.append((f"{named}, MoE {overlap}", lambda r: r.calibration_family == fam and r.moe
                     and r.ep_overlap == kind.ep_overlap))
     if fam is not None:
-        named = f"{fam} ({', '.join(kind.family_profiles)})"
         out.append((f"{named}, {model}, {precision}", lambda r: r.calibration_family == fam and r.moe == kind.moe
                     and r.low_precision == kind.low_precision))
         out.append((f"{named}, {model}", lambda r: r.calibration_family == fam and r.moe == kind.moe))
@@ -129,6 +129,13 @@ def plan_kind(hardware: HardwareProfile, moe: bool, low_precision: bool, ep_over
     spec = family_of(hardware.name) if builtin else None
     return PlanKind(calibration_family=spec.name if spec else None, family_profiles=spec.profiles if spec else [],
                     device=hardware.family, moe=moe, low_precision=low_precision, ep_overlap=ep_overlap)
+
+
+def kind_of(problem: Problem) -> PlanKind:
+    """A problem's kind, as plan and sweep match it: its hardware, MoE or dense, its precision, and whether its layout
+    runs the EP overlap."""
+    return plan_kind(problem.hardware, problem.model.is_moe, problem.run.recipe.low,
+                     bool(problem.layout.overlap.all_to_all))
 
 
 @lru_cache(maxsize=1)

@@ -32,7 +32,7 @@ from ..model.timing import StepTime, compute_efficiency, step_time
 from .report import (AlternativePlan, DeviceMemory, FlopsPerStep, GemmShape, HardwareInfo, Inputs, LayerKindRows,
                      ModelInfo, ParallelInfo, PhaseRow, PlanInfo, PlanReport, StageRow, StateRow, Throughput,
                      WorkspaceRow)
-from .expected_error import expected_error, plan_kind
+from .expected_error import expected_error, kind_of
 from .precision import mark_precision
 from .resolve import resolve_problem
 from .suggest import suggestions, verdict
@@ -273,8 +273,7 @@ def build_report(problem: Problem, mem: MemoryModel, sol: Solution, found: Searc
         summary = summarize(problem, mem, sol, found) if baselines else own_step(problem, sol)
         report.throughput = _throughput(problem, summary)
         if baselines:  # a user's plan; a measured run's prediction (validate) is what the expected error is made of
-            report.throughput.expected_error = expected_error(plan_kind(
-                problem.hardware, problem.model.is_moe, problem.run.recipe.low, bool(problem.layout.overlap.all_to_all)))
+            report.throughput.expected_error = expected_error(kind_of(problem))
         best_time = summary.best_time
         PhaseTimes.of(best_time).fill(report, representative_kind(ev)[0])
     else:

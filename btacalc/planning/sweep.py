@@ -33,7 +33,7 @@ from ..model.params import ParamCounts, param_counts
 from ..model.problem import Problem
 from ..model.solver import PointLimits, PointMemory, Search, search
 from ..model.timing import StepTime, compute_efficiency, step_time
-from .expected_error import expected_error, plan_kind
+from .expected_error import expected_error, kind_of
 from .plan import dense_problem, routing_sensitivity, streaming_overlap
 from .suggest import no_fit
 from .report import PlanInfo, Throughput
@@ -610,8 +610,7 @@ def _throughput(problem: Problem, found: Search, g1: Search, g1_index: np.ndarra
     out.put(r, "compute_efficiency", [compute_efficiency(problem)] * k)
     out.put(r, "dominant_phase", [""] * k)
     out.put(r, "critical_stage", [0] * k)  # a sweep's layouts have one pipeline stage
-    expected = expected_error(plan_kind(problem.hardware, problem.model.is_moe, problem.run.recipe.low,
-                                        bool(problem.layout.overlap.all_to_all)))
+    expected = expected_error(kind_of(problem))
     out.put(r, "expected_error", [expected.model_dump() if expected is not None else None] * k)  # streamed as JSON
     sensitivity = routing_sensitivity(at, g.astype(float), b.astype(float), m.astype(float))
     out.put(r, "routing_sensitivity", [None] * k if sensitivity is None else vec(sensitivity).tolist())
