@@ -188,27 +188,43 @@ def _rendered(renderable) -> str:
 def test_each_measured_run_says_its_verdict_and_band(measured):
     """`validate`'s measured table gave predicted, measured and error per run, and the bands only in the summary
     under it: a run at +188.5% read like any other. Each row now says its status, as the published points do,
-    from the same rule the gate applies; the title gives the per-run bands."""
+    from the same rule the gate applies; the titles give the per-run bands (the twenty-eighth session split the
+    table in two: time for every run with a time, peak memory for the runs that measured it, each its verdict)."""
     from btacalc.output.validation_tables import measured_table
     from btacalc.planning.measured import run_status
 
     bands = measured.bands
     text = _rendered(measured_table(measured))
-    assert "a check run's band: ±25% time, ±5% memory" in text
-    rows = {line.split("│")[1].strip(): line for line in text.splitlines() if line.startswith("│")}
-    statuses = {r.id: run_status(r, bands) for r in measured.runs}
+    time_part, memory_part = text.split("Measured training runs vs btacalc: peak memory", 1)
+    assert "Measured training runs vs btacalc: time (tokens/s per device; a check run's band ±25%)" in time_part
+    assert memory_part.split("\n", 1)[0].rstrip().endswith("a check run's band ±5%)")
+
+    def rows(part):
+        return {line.split("│")[1].strip(): line.replace(" ", "") for line in part.splitlines()
+                if line.startswith("│")}
+
+    time_rows, memory_rows = rows(time_part), rows(memory_part)
+    statuses = {r.id: run_status(r, bands).split("; ") for r in measured.runs}
     for run in measured.runs:
-        line = rows[run.id]
-        assert f"│ {statuses[run.id]}".replace(" ", "") in line.replace(" ", ""), (run.id, line)
+        time_verdicts = [v for v in statuses[run.id] if not v.startswith("mem ")]
+        memory_verdicts = [v.removeprefix("mem ") for v in statuses[run.id] if v.startswith("mem ")]
+        if run.measured.tokens_per_s_per_device or run.measured.step_time_s:
+            assert time_rows[run.id].endswith("│" + ("".join(time_verdicts) or "-").replace(" ", "") + "│"), run.id
+        else:
+            assert run.id not in time_rows and run.id in memory_rows, run.id
+        if memory_verdicts:
+            assert memory_rows[run.id].endswith("│" + memory_verdicts[0].replace(" ", "") + "│"), run.id
         if run.role == "fit":
-            assert statuses[run.id] == "fit"
+            assert statuses[run.id] == ["fit"]
         elif run.error is not None:
             inside = abs(run.error) <= bands.per_run_abs_error
-            assert statuses[run.id].split("; ")[0] == {(True, False): "pass", (False, True): "KNOWN GAP"}[
-                (inside, bool(run.known_gap))]
-    assert measured.gate.ok and not any("FAIL" in s or "UNEXPECTED" in s for s in statuses.values())
-    assert statuses["qwen3-30b-a3b-h100-16-fp8-current-253"] == "KNOWN GAP"
-    assert statuses["qwen3-30b-a3b-h100-16-389"] == "pass; mem KNOWN GAP"
+            expected = {(True, False): "pass", (False, True): "KNOWN GAP"}[(inside, bool(run.known_gap))]
+            assert time_verdicts[0] == expected
+    assert measured.gate.ok and not any("FAIL" in v or "UNEXPECTED" in v for s in statuses.values() for v in s)
+    assert statuses["qwen3-30b-a3b-h100-16-fp8-current-253"] == ["KNOWN GAP"]
+    assert statuses["qwen3-30b-a3b-h100-16-389"] == ["pass", "mem KNOWN GAP"]
+    assert time_rows["qwen3-30b-a3b-h100-16-389"].endswith("│pass│")
+    assert memory_rows["qwen3-30b-a3b-h100-16-389"].endswith("│KNOWNGAP│")
 
 
 def test_a_run_outside_its_band_reads_fail_as_the_gate_says(measured):

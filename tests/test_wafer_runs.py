@@ -372,6 +372,7 @@ def test_validate_names_the_release_gain_of_an_older_wafer_run_and_only_there(cl
 
     console = Console(width=1000, record=True, file=io.StringIO())
     console.print(measured_table(validate_measured(path)))
-    lines = {line.split()[1]: line for line in console.export_text().splitlines() if "gpt-j-6b-wse2" in line}
-    assert "older release: predicted rate / 1.3," in lines["gpt-j-6b-wse2-1-408"]
-    assert "older release" not in lines["gpt-j-6b-wse2-2-399"]
+    notes = {line.split(":")[0]: line for line in console.export_text().splitlines()
+             if line.startswith("gpt-j-6b-wse2")}
+    assert "older release: predicted rate / 1.3," in notes["gpt-j-6b-wse2-1-408"]  # the run's line under the tables
+    assert "gpt-j-6b-wse2-2-399" not in notes  # nothing to say about it

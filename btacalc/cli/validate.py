@@ -18,6 +18,7 @@ EXAMPLES = ("Examples:\n\n"
             "  btacalc validate\n\n"
             "  btacalc validate --measured btacalc/data/measured_runs.json --json\n\n"
             "  btacalc validate --plot accuracy.png\n\n"
+            "  btacalc validate --explain qwen3-30b-a3b-gb200-8-mxfp8-239\n\n"
             "  btacalc validate --calibrate\n\n"
             "  btacalc validate --wafer-loo\n\n"
             "  btacalc validate --cross-validate --json\n\n"
@@ -40,6 +41,9 @@ def validate(
     cross_validate: bool = typer.Option(False, "--cross-validate", help="Leave one model family out: fit the "
                                         "factors without each family's runs and predict that family; per-run errors, "
                                         "mean and max, grouped by hardware, dense/MoE and scale (--json, --plot)."),
+    explain: Optional[str] = typer.Option(None, "--explain", metavar="RUN", help=help_text(
+        "One measured run in full: its source, layout, prediction and error, what it defaults, and its known gap's "
+        "whole account (the table shows a one-line summary); with --json, its result as JSON.")),
     quiet: bool = QuietOpt,
 ) -> int:
     """Compute every published point (BTA curves, Korthikanti, parameter counts) against its tolerance,
@@ -48,10 +52,38 @@ def validate(
     Exit 0 when every point passes or is a documented known gap and the measured check runs stay in
     their documented bands; 1 otherwise; 2 on bad input.
     """
+    if explain is not None:
+        given = [f for f, v in (("--output", output), ("--plot", plot_path), ("--calibrate", calibrate),
+                                ("--wafer-loo", wafer_loo), ("--cross-validate", cross_validate)) if v]
+        if given:
+            raise BtacalcError(f"--explain shows one run; it takes no {', '.join(given)}")
+        return _explain(explain, measured, as_json)
     refit = _refit(measured, as_json, output, plot_path, calibrate, wafer_loo, cross_validate, quiet)
     if refit is not None:
         return refit
     return _validate(measured, as_json, output, plot_path, quiet)
+
+
+def _explain(run_id: str, measured: Optional[Path], as_json: bool) -> int:
+    """One run of the measured set (`--measured` or the shipped one) predicted and shown whole; exit 0, as
+    `validate` itself judges the set, not one run."""
+    from ..config.named_tables import did_you_mean
+    from ..planning.measured import load_bands, predict
+    from ..planning.run_file import load_runs
+
+    runs = {r.id: r for r in load_runs(measured)}
+    run = runs.get(run_id)
+    if run is None:
+        raise BtacalcError(f"--explain: no run {run_id[:80]!r} in the measured runs{did_you_mean(run_id, runs)}")
+    result = predict(run)
+    if as_json:
+        write_stdout(model_json(result))
+        return 0
+    from ..output.validation_tables import run_record
+    from .console import print_stdout
+
+    print_stdout(run_record(run, result, load_bands()))
+    return 0
 
 
 def _refit(measured: Optional[Path], as_json: bool, output: Optional[str], plot_path: Optional[str], calibrate: bool,

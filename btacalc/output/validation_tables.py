@@ -9,8 +9,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..planning.crossval import CrossValidation
-from ..planning.measured import MeasuredReport, RunResult, run_status
+from ..planning.measured import Bands, MeasuredReport, RunResult, run_status
 from ..planning.precision_pairs import PairReport
+from ..planning.run_file import MeasuredRun
 from ..planning.validate import PointResult
 from .fit import Fit, fit
 
@@ -50,29 +51,64 @@ def _memory_pair(r: RunResult) -> tuple[str, str]:
 
 
 def measured_table(report: MeasuredReport) -> Group:
+    """The measured runs: a time table, a peak-memory table (the runs that measured it), the notes (known gaps'
+    summaries, what could not be expressed, older wafer releases), then the summaries, years and pairs. What each
+    run took by default and what its recipe sets untimed are in `validate --explain RUN` and `--json`."""
     b = report.bands
-    t = Table(title="Measured training runs vs btacalc (tokens/s per device; peak memory per device, GiB = 2^30 B; "
-              f"a check run's band: ±{b.per_run_abs_error:.0%} time, ±{b.memory_per_run_abs_error:.0%} memory)",
-              title_justify="left")
-    for c in ("run", "role", "family", "predicted", "measured", "error", "mem pred", "mem meas", "mem error", "status",
-              "note"):
-        t.add_column(c, justify="left" if c in ("run", "role", "family", "status", "note") else "right",
-                     overflow="fold" if c in ("note", "status") else "ellipsis")
+    verdicts = {r.id: run_status(r, b).split("; ") for r in report.runs}
+    t = Table(title=f"Measured training runs vs btacalc: time (tokens/s per device; a check run's band ±"
+              f"{b.per_run_abs_error:.0%})", title_justify="left")
+    for c in ("run", "role", "family", "predicted", "measured", "error", "status"):
+        t.add_column(c, justify="left" if c in ("run", "role", "family", "status") else "right",
+                     overflow="fold" if c == "run" else "ellipsis")
     for r in report.runs:
+        if r.measured.tokens_per_s_per_device is None and r.measured.step_time_s is None:
+            continue  # a memory-only run: in the memory table
         pred, meas = r.predicted.tokens_per_s_per_device, r.measured.tokens_per_s_per_device
-        note = r.reason if not r.expressible else (f"known gap: {r.known_gap}" if r.known_gap else "")
-        if r.memory_known_gap:
-            note = "; ".join(x for x in (note, f"memory known gap: {r.memory_known_gap}") if x)
-        if r.defaulted:
-            note = "; ".join(x for x in (note, "defaults: " + ", ".join(sorted(r.defaulted))) if x)
-        if r.not_timed:
-            note = "; ".join(x for x in (note, "not timed: " + ", ".join(sorted(r.not_timed))) if x)
-        if r.release_gain is not None:
-            note = "; ".join(x for x in (note, f"older release: predicted rate / {r.release_gain:g}, the gains "
-                                         "Cerebras states since (cerebras_releases.toml)") if x)
+        time_status = "; ".join(v for v in verdicts[r.id] if not v.startswith("mem ")) or "-"
+        t.add_row(escape(r.id), r.role, r.family, "-" if pred is None else f"{pred:,.0f}",
+                  "-" if meas is None else f"{meas:,.0f}", _pct(r.error), _status_text(time_status))
+    return Group(fit(t), memory_table(report, verdicts), *run_notes(report), fit(summary_table(report)),
+                 software_year_table(report), pairs_table(report.pairs), _verdict_line(report))
+
+
+def memory_table(report: MeasuredReport, verdicts: dict[str, list[str]]) -> Fit:
+    """The runs that measured peak memory: predicted against measured, and the memory verdict."""
+    t = Table(title="Measured training runs vs btacalc: peak memory per device (GiB = 2^30 B; allocated, else "
+              f"reserved \"res\"; a check run's band ±{report.bands.memory_per_run_abs_error:.0%})",
+              title_justify="left")
+    for c in ("run", "role", "predicted", "measured", "error", "status"):
+        t.add_column(c, justify="left" if c in ("run", "role", "status") else "right",
+                     overflow="fold" if c == "run" else "ellipsis")
+    for r in report.runs:
         mem_pred, mem_meas = _memory_pair(r)
-        t.add_row(escape(r.id), r.role, r.family, "-" if pred is None else f"{pred:,.0f}", "-" if meas is None else f"{meas:,.0f}",
-                  _pct(r.error), mem_pred, mem_meas, _pct(r.memory_error), _status_text(run_status(r, b)), escape(note))
+        if mem_meas == "-":
+            continue
+        status = "; ".join(v.removeprefix("mem ") for v in verdicts[r.id] if v.startswith("mem ") or v == "fit")
+        t.add_row(escape(r.id), r.role, mem_pred, mem_meas, _pct(r.memory_error), _status_text(status or "-"))
+    return fit(t)
+
+
+def run_notes(report: MeasuredReport) -> list[str]:
+    """One line per run that has something to say in the tables' stead: its known gaps (the summary where the run
+    gives one), why it could not be expressed, an older wafer release's gains; then where the rest is."""
+    lines = []
+    for r in report.runs:
+        notes = [] if r.expressible else [f"not expressible: {r.reason}"]
+        if r.known_gap:
+            notes.append(f"known gap: {r.known_gap_summary or r.known_gap}")
+        if r.memory_known_gap:
+            notes.append(f"memory known gap: {r.memory_known_gap_summary or r.memory_known_gap}")
+        if r.release_gain is not None:
+            notes.append(f"older release: predicted rate / {r.release_gain:g}, the gains Cerebras states since "
+                         "(cerebras_releases.toml)")
+        if notes:
+            lines.append(f"[bold]{escape(r.id)}[/bold]: " + escape("; ".join(notes)))
+    return [*lines, f"[dim]{escape(EXPLAIN_HINT)}[/dim]"] if report.runs else lines
+
+
+def summary_table(report: MeasuredReport) -> Table:
+    b = report.bands
     s = Table(title=f"Summary per role and device family (bands: ±{b.per_run_abs_error:.0%} per check run, "
               f"±{b.family_mean_abs_error:.0%} family mean; memory ±{b.memory_per_run_abs_error:.0%} per check run, "
               f"±{b.memory_family_mean_abs_error:.0%} family mean)", title_justify="left")
@@ -82,9 +118,65 @@ def measured_table(report: MeasuredReport) -> Group:
         fmt = lambda v: "-" if v is None else f"{100 * v:.1f}%"  # noqa: E731
         s.add_row(f.role, f.family, str(f.n), fmt(f.mean_abs_error), fmt(f.median_abs_error), fmt(f.max_abs_error),
                   str(f.memory_n), fmt(f.memory_mean_abs_error), fmt(f.memory_max_abs_error), str(len(f.not_expressible)))
-    verdict = ("[green]within the documented bands[/]" if report.gate.ok else
-               "[bold red]outside the bands:[/] " + escape("; ".join(report.gate.failures)))
-    return Group(fit(t), fit(s), software_year_table(report), pairs_table(report.pairs), verdict)
+    return s
+
+
+def _verdict_line(report: MeasuredReport) -> str:
+    return ("[green]within the documented bands[/]" if report.gate.ok else
+            "[bold red]outside the bands:[/] " + escape("; ".join(report.gate.failures)))
+
+
+EXPLAIN_HINT = ("Each run in full (its source and layout, what it takes by default and why, what its recipe sets that "
+                "is not timed, a known gap's whole account where the line above is its summary): "
+                "btacalc validate --explain RUN, or --json.")
+
+
+LAYOUT_FIELDS = ("tp", "pp", "vp", "cp", "ep", "etp", "zero", "fsdp", "sequence_parallel", "recompute")
+
+
+def _run_layout(run: MeasuredRun) -> str:
+    """The run's layout as its fields state it (those left out are the plan's defaults, listed apart)."""
+    if run.megatron_args is not None:
+        return "as its Megatron-LM launch states it (megatron_args)"
+    stated = [f"{k} {getattr(run, k)}" for k in LAYOUT_FIELDS if getattr(run, k) is not None]
+    batch = f"seq {run.seq}, global batch {run.global_batch}" + (
+        f", micro-batch {run.micro_batch}" if run.micro_batch is not None else "")
+    return ", ".join([batch, *stated])
+
+
+def _num(v: Any, spec: str, unit: str = "") -> str:
+    return "-" if v is None else f"{v:{spec}}{unit}"
+
+
+def _record_rows(run: MeasuredRun, r: RunResult, bands: Bands) -> list[tuple[str, str]]:
+    pred, meas = r.predicted, r.measured
+    mem_pred, mem_meas = _memory_pair(r)
+    rows = [("run", r.id), ("role", f"{r.role} ({r.family})"), ("model", r.model),
+            ("hardware", f"{r.hw} x {r.devices}"), ("precision", run.precision), ("layout", _run_layout(run)),
+            ("source", run.source), ("release", run.release or "-"), ("software date", run.software_date or "-"),
+            ("tokens/s per device", f"predicted {_num(pred.tokens_per_s_per_device, ',.0f')}, "
+             f"measured {_num(meas.tokens_per_s_per_device, ',.0f')}"),
+            ("step time", f"predicted {_num(pred.step_time_s, '.4g', ' s')}, measured {_num(meas.step_time_s, '.4g', ' s')}"),
+            ("error", _pct(r.error)), ("peak memory (GiB)", f"predicted {mem_pred}, measured {mem_meas}"),
+            ("memory error", _pct(r.memory_error)), ("status", run_status(r, bands))]
+    if not r.expressible:
+        rows.append(("not expressible", r.reason))
+    rows += [(label, text) for label, text in (("known gap (summary)", r.known_gap_summary), ("known gap", r.known_gap),
+                                                 ("memory known gap (summary)", r.memory_known_gap_summary),
+                                                 ("memory known gap", r.memory_known_gap)) if text]
+    rows += [(f"default: {k}", why) for k, why in sorted(r.defaulted.items())]
+    rows += [(f"not timed: {k}", why) for k, why in sorted(r.not_timed.items())]
+    return rows
+
+
+def run_record(run: MeasuredRun, result: RunResult, bands: Bands) -> Fit:
+    """`validate --explain`: one measured run whole, each field on its own row (the known gap's full account)."""
+    t = Table(title=f"Measured run {escape(run.id)} (error = predicted / measured - 1)", title_justify="left")
+    t.add_column("field", justify="left")
+    t.add_column("value", justify="left", overflow="fold")
+    for label, value in _record_rows(run, result, bands):
+        t.add_row(escape(label), escape(str(value)))
+    return fit(t)
 
 
 def _status_text(status: str) -> str:
@@ -128,7 +220,7 @@ def pairs_table(report: PairReport) -> Group:
                       f"{p.measured_ratio:.3f}", "-" if p.predicted_ratio is None else f"{p.predicted_ratio:.3f}",
                       _pct(p.error), f"±{p.tolerance:.0%}", f"[{style[p.status]}]{p.status}[/]")
         parts.append(fit(t))
-    gaps = {p.known_gap for p in report.pairs if p.known_gap and p.status == "KNOWN GAP"}
+    gaps = {p.known_gap_summary or p.known_gap for p in report.pairs if p.known_gap and p.status == "KNOWN GAP"}
     parts += [f"[yellow]precision-pair known gap: {escape(g)}[/yellow]" for g in sorted(gaps)]
     return Group(*parts)
 

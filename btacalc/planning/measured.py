@@ -84,6 +84,9 @@ class RunResult(BaseModel):
                                           "peak reserved)")
     known_gap: str = ""
     memory_known_gap: str = ""
+    known_gap_summary: str = Field("", description="known_gap in one line (the run's known_gap_summary; empty: none "
+                                   "given)")
+    memory_known_gap_summary: str = Field("", description="memory_known_gap in one line, as known_gap_summary")
     ep_overlap: bool = Field(False, description="the run's plan hides the expert exchange behind another micro-batch "
                              "(Megatron's --overlap-moe-expert-parallel-comm, as the plan runs it): what a plan's "
                              "expected error is matched on (docs/clock.md 'ovlprof')")
@@ -475,6 +478,7 @@ def predict(run: MeasuredRun, hardware: Callable[[str], HardwareProfile] = resol
     carried = {k: v for k, v in (run.model_extra or {}).items()}
     base = dict(id=run.id, role=run.role, model=run.model, hw=run.hw, devices=run.devices, measured=run.measured,
                 known_gap=run.known_gap, memory_known_gap=run.memory_known_gap, software_date=run.software_date,
+                known_gap_summary=run.known_gap_summary, memory_known_gap_summary=run.memory_known_gap_summary,
                 carried=carried)
     try:
         profile = hardware(run.hw)

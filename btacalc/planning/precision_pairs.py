@@ -71,6 +71,8 @@ class PairGap(BaseModel):
     precisions: list[str] = Field(min_length=1, description="the narrower precision of the pairs it covers")
     with_precisions: list[str] = Field(min_length=1, description="the wider precision of the pairs it covers")
     reason: str = Field(min_length=20, description="what btacalc is suspected to lack, and where it is documented")
+    summary: str = Field("", max_length=200, description="the reason in one line, for validate's table (empty: "
+                         "the table shows the reason whole)")
 
 
 class PairBands(BaseModel):
@@ -100,6 +102,7 @@ class PrecisionPair(BaseModel):
     error: Optional[float] = Field(None, description="predicted_ratio / measured_ratio - 1")
     tolerance: float
     known_gap: str = ""
+    known_gap_summary: str = Field("", description="the known gap's one-line summary (empty: none given)")
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -175,7 +178,8 @@ def _pair(narrow: PairInput, wide: PairInput, bands: PairBands) -> PrecisionPair
         narrow_precision=narrow.precision, wide_precision=wide.precision, model=narrow.model, hw=narrow.hw,
         devices=narrow.devices, cross_source=narrow.source != wide.source, measured_ratio=measured,
         predicted_ratio=predicted, error=None if predicted is None else predicted / measured - 1,
-        tolerance=bands.ratio_abs_error, known_gap=gap.reason if gap else "")
+        tolerance=bands.ratio_abs_error, known_gap=gap.reason if gap else "",
+        known_gap_summary=gap.summary if gap else "")
 
 
 def pair_gate(pairs: list[PrecisionPair], bands: PairBands) -> list[str]:

@@ -277,6 +277,7 @@ SOFTWARE_DATE_PATTERN = r"^[0-9]{4}-(0[1-9]|1[0-2])$"  # YYYY-MM in ASCII digits
 # software not yet released
 FIRST_SOFTWARE_MONTH = "2007-06"
 UNKNOWN_SOFTWARE_YEAR = "unknown"  # the group of the runs that give no software_date
+GAP_SUMMARY_MAX = 200  # characters of a known gap's one-line summary (validate's table column)
 
 
 def software_year(date: Optional[str]) -> str:
@@ -326,6 +327,11 @@ class MeasuredRun(BaseModel):
     memory_known_gap: str = Field("", description="btacalc is known to miss this run's peak memory: what the "
                                   "measurement shows that the prediction lacks (exempts the run from the memory "
                                   "bands, as known_gap does from the time bands)")
+    known_gap_summary: str = Field("", max_length=GAP_SUMMARY_MAX, description="known_gap in one line for "
+                                   "validate's table: the suspected mechanism; the full account stays in known_gap "
+                                   "(validate --explain, --json); without it the table shows known_gap whole")
+    memory_known_gap_summary: str = Field("", max_length=GAP_SUMMARY_MAX, description="memory_known_gap in one "
+                                          "line, as known_gap_summary")
     release: Optional[str] = Field(None, description="the container or harness version that measured the run; "
                                    "runs of one publication and release form same-source precision pairs; on a wafer, "
                                    "the Cerebras software release (\"Cerebras R_1.9.x\"), which decides the "
@@ -408,6 +414,18 @@ class MeasuredRun(BaseModel):
         if self.software_date_source and self.software_date is None:
             raise ValueError("software_date_source is given without software_date: give the month (YYYY-MM) it "
                              "is the source of, or leave both out")
+        return self
+
+    @model_validator(mode="after")
+    def _a_summary_of_a_gap(self) -> "MeasuredRun":
+        """A gap's summary is one line of the gap it stands for: without the gap it would summarise nothing."""
+        for field in ("known_gap", "memory_known_gap"):
+            summary = getattr(self, field + "_summary")
+            if summary and not getattr(self, field):
+                raise ValueError(f"{field}_summary is given without {field}: the summary stands for the full "
+                                 f"account, give {field} too (or leave both out)")
+            if summary and (not summary.strip() or "\n" in summary):
+                raise ValueError(f"{field}_summary is not one line of text: it is what validate's table shows")
         return self
 
     @model_validator(mode="after")

@@ -1,0 +1,155 @@
+"""gapsum (twenty-eighth session): `validate`'s table shows each known gap as its one-line summary, and
+`validate --explain RUN` shows one run whole.
+
+Before, the table's note column carried every known gap's whole account (up to 5,178 characters, most of it the
+history of what moved the run), so `validate` printed 3,839 lines at 132 columns. The accounts stay in the data
+(`known_gap`), in `--json` and in `--explain`; the table shows `known_gap_summary`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from btacalc.paths import package_data
+from btacalc.planning.run_file import GAP_SUMMARY_MAX
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _shipped() -> list[dict]:
+    return json.loads(package_data("measured_runs.json").read_text())["runs"]
+
+
+def _gapped(field: str) -> list[dict]:
+    return [r for r in _shipped() if r.get(field)]
+
+
+@pytest.mark.parametrize("field", ["known_gap", "memory_known_gap"])
+def test_every_shipped_gap_has_a_one_line_summary_shorter_than_its_account(field):
+    runs = _gapped(field)
+    assert runs
+    for r in runs:
+        summary = r.get(field + "_summary", "")
+        assert summary.strip() and "\n" not in summary, r["id"]
+        assert len(summary) <= GAP_SUMMARY_MAX < len(r[field]), r["id"]
+
+
+def test_every_document_a_summary_names_exists_with_the_section_it_quotes():
+    """A summary sends the reader to a document ("docs/clock.md 'moe7'"): the file exists and holds the quoted
+    section name, so the pointer cannot go stale unseen."""
+    named = 0
+    for r in _shipped():
+        for field in ("known_gap_summary", "memory_known_gap_summary"):
+            for doc, section in re.findall(r"(docs/[\w.-]+\.md)(?: '([\w-]+)')?", r.get(field, "")):
+                text = (ROOT / doc).read_text()
+                assert not section or section in text, (r["id"], doc, section)
+                named += 1
+    assert named >= 15  # 18 when written: most summaries name their document
+
+
+def _one_run(tmp_path: Path, **changes) -> Path:
+    run = dict(next(r for r in _shipped() if r["id"] == "qwen3-30b-a3b-gb200-8-mxfp8-239"))
+    run.update(changes)
+    run = {k: v for k, v in run.items() if v is not None}
+    path = tmp_path / "runs.json"
+    path.write_text(json.dumps({"runs": [run]}))
+    return path
+
+
+@pytest.mark.parametrize("changes, fragment", [
+    ({"known_gap": None}, "known_gap_summary is given without known_gap"),
+    ({"known_gap_summary": "two\nlines"}, "known_gap_summary is not one line"),
+    ({"known_gap_summary": "   "}, "known_gap_summary is not one line"),
+    ({"known_gap_summary": "x" * (GAP_SUMMARY_MAX + 1)}, f"at most {GAP_SUMMARY_MAX} characters"),
+])
+def test_a_summary_that_stands_for_nothing_or_is_not_a_line_is_refused(cli, tmp_path, changes, fragment):
+    code, out, err = cli("validate", "--measured", str(_one_run(tmp_path, **changes)))
+    assert code == 2 and fragment in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def _table(cli, path: Path | None = None) -> str:
+    args = ["validate", "-q"] + (["--measured", str(path)] if path else [])
+    code, out, err = cli(*args)
+    assert code in (0, 1), err
+    return out
+
+
+def test_the_table_shows_each_summary_and_no_account_and_says_where_the_account_is(cli):
+    out = _table(cli)
+    flat = " ".join(out.split())
+    for r in _gapped("known_gap") + _gapped("memory_known_gap"):
+        for field in ("known_gap", "memory_known_gap"):
+            if r.get(field):
+                assert " ".join(r[field + "_summary"].split()) in flat, r["id"]
+                assert " ".join(r[field].split())[:300] not in flat, r["id"]
+    assert "btacalc validate --explain RUN" in flat
+
+
+def test_a_gap_without_a_summary_is_shown_whole_not_cut(cli, tmp_path):
+    """A user's run file may give a known gap alone: the table shows all of it (no silent truncation)."""
+    run = next(r for r in _shipped() if r["id"] == "qwen3-30b-a3b-gb200-8-mxfp8-239")
+    flat = " ".join(_table(cli, _one_run(tmp_path, known_gap_summary=None)).split())
+    assert " ".join(run["known_gap"].split()) in flat.replace("│", "")
+
+
+def test_explain_shows_the_whole_account_the_defaults_and_the_same_error_as_validate(cli):
+    run_id = "qwen3-30b-a3b-gb200-8-mxfp8-239"
+    run = next(r for r in _shipped() if r["id"] == run_id)
+    code, out, err = cli("validate", "--explain", run_id, "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    code, out_all, err = cli("validate", "--json", "-q")
+    listed = next(r for r in json.loads(out_all)["measured"]["runs"] if r["id"] == run_id)
+    assert result["error"] == listed["error"] and result["known_gap"] == run["known_gap"]
+    assert result["known_gap_summary"] == run["known_gap_summary"]
+    measured, predicted = run["measured"]["tokens_per_s_per_device"], result["predicted"]["tokens_per_s_per_device"]
+    assert result["error"] == pytest.approx(predicted / measured - 1)
+    code, text, err = cli("validate", "--explain", run_id)
+    assert code == 0, err
+    squeezed = "".join(text.replace("│", "").split())  # a folded value's lines, joined
+    assert "".join(run["known_gap"].split()) in squeezed and "".join(run["source"].split()) in squeezed
+    for key in listed["defaulted"]:
+        assert f"default:{key}" in squeezed
+    assert f"{100 * listed['error']:+.1f}%" in squeezed
+
+
+def test_explain_of_a_memory_only_run_gives_its_memory_and_no_time(cli):
+    run = next(r for r in _shipped() if r.get("memory_known_gap") and "tokens_per_s_per_device" not in r["measured"]
+               and "step_time_s" not in r["measured"])
+    code, out, err = cli("validate", "--explain", run["id"], "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["error"] is None and result["memory_error"] is not None
+    measured = run["measured"].get("peak_alloc_gib") or run["measured"]["peak_reserved_gib"]
+    predicted = result["predicted"]["peak_alloc_gib"] if "peak_alloc_gib" in run["measured"] else \
+        result["predicted"]["peak_reserved_gib"]
+    assert result["memory_error"] == pytest.approx(predicted / measured - 1)
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--explain", "qwen3-30b-a3b-gb200-8-mxfp8-293"], "no run 'qwen3-30b-a3b-gb200-8-mxfp8-293'"),
+    (["--explain", "qwen3-30b-a3b-gb200-8-mxfp8-239", "--plot", "x.png"],
+     "--explain shows one run; it takes no --plot"),
+    (["--explain", "qwen3-30b-a3b-gb200-8-mxfp8-239", "--cross-validate"], "it takes no --cross-validate"),
+])
+def test_explain_refuses_what_it_cannot_show_in_one_line(cli, tmp_path, monkeypatch, args, fragment):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = cli("validate", *args)
+    assert code == 2 and fragment in err and len(err.strip().splitlines()) == 1
+    assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_pair_gaps_print_their_summaries_not_their_reasons(cli):
+    import tomllib
+
+    bands = tomllib.loads(package_data("validation_bands.toml").read_text())["precision_pairs"]["known_gap"]
+    flat = " ".join(_table(cli).split())
+    for gap in bands:
+        assert gap["summary"] and len(gap["summary"]) <= 200 < len(gap["reason"])
+        assert " ".join(gap["reason"].split())[:300] not in flat
+    shown = [g for g in bands if f"precision-pair known gap: {' '.join(g['summary'].split())}" in flat]
+    assert len(shown) == len(bands)  # every shipped pair gap has a pair that misses today
