@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from btacalc.cli.completion import complete_hardware, complete_hardware_list, complete_model
+from btacalc.paths import package_data
+
+RUN_IDS = sorted(r["id"] for r in json.loads(package_data("measured_runs.json").read_text())["runs"])
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS = sorted(p.stem for p in (ROOT / "btacalc" / "data" / "presets").glob("*.toml"))
@@ -33,6 +37,8 @@ def test_the_functions_complete_shipped_names():
     ("btacalc hw show gb", [n for n in PROFILES if n.startswith("gb")]),
     ("btacalc models show ", PRESETS),
     ("btacalc formulas --model ", PRESETS),
+    # gapsum: the shipped runs' ids for validate --explain
+    ("btacalc validate --explain qwen3-30b-a3b-gb200-8", [n for n in RUN_IDS if n.startswith("qwen3-30b-a3b-gb200-8")]),
 ])
 def test_the_shell_gets_names(cli, monkeypatch, words, expected):
     """As bash asks: the completion variable set, the words typed so far, the index of the one typed."""

@@ -22,6 +22,20 @@ def complete_hardware(incomplete: str) -> list[str]:
     return [n for n in profile_names() if n.startswith(incomplete)]
 
 
+def complete_run(incomplete: str) -> list[str]:
+    """The shipped measured runs' ids (`validate --explain`), read from the run file's JSON as it is (no
+    validation: completion imports no model code); none when the file cannot be read."""
+    import json
+
+    from ..paths import package_data
+
+    try:
+        runs = json.loads(package_data("measured_runs.json").read_text(encoding="utf-8"))["runs"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    return sorted(r["id"] for r in runs if isinstance(r, dict) and str(r.get("id", "")).startswith(incomplete))
+
+
 def complete_hardware_list(incomplete: str) -> list[str]:
     """The last name of a comma-separated list (`wse3,b2` -> `wse3,b200`), each profile once."""
     head, _, last = incomplete.rpartition(",")

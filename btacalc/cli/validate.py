@@ -10,6 +10,7 @@ from typing import Any, Optional
 import typer
 
 from ..errors import BtacalcError
+from .completion import complete_run
 from .console import model_json, write_stdout
 from .options import OutputOpt, QuietOpt, help_text, outputs, write_outputs
 from .progress import progress
@@ -41,7 +42,7 @@ def validate(
     cross_validate: bool = typer.Option(False, "--cross-validate", help="Leave one model family out: fit the "
                                         "factors without each family's runs and predict that family; per-run errors, "
                                         "mean and max, grouped by hardware, dense/MoE and scale (--json, --plot)."),
-    explain: Optional[str] = typer.Option(None, "--explain", metavar="RUN", help=help_text(
+    explain: Optional[str] = typer.Option(None, "--explain", metavar="RUN", autocompletion=complete_run, help=help_text(
         "One measured run in full: its source, layout, prediction and error, what it defaults, and its known gap's "
         "whole account (the table shows a one-line summary); with --json, its result as JSON.")),
     quiet: bool = QuietOpt,
