@@ -165,10 +165,11 @@ def test_a_phase_in_the_fused_attention_core_issues_nothing_of_its_own() -> None
     from btacalc.model.gpu.costs import _issued, _PhasePlan
 
     plan = _PhasePlan(gemms=(), counts=(), grouped=(), modules=1, fused=True, dtype=_dtype_16())
-    assert _issued({"reruns": 1}, _bare_rates(), plan) == (0, 0, 0, 0)
+    assert _issued({"reruns": 1}, _bare_rates(), plan) == (0, 0, 0, 0, 0)
     unfused = _PhasePlan(gemms=(), counts=(), grouped=(), modules=1, fused=False, dtype=_dtype_16())
-    # no GEMMs but work: one kernel forward, one backward, one per re-run; its module forward, backward, re-run
-    assert _issued({"reruns": 1, "bytes_moved": 8, "flops_fwd": 0}, _bare_rates(), unfused) == (3, 0, 3, 0)
+    # no GEMMs but work: one kernel forward (the first forward's share, 1), one backward, one per re-run; its module
+    # forward, backward, re-run
+    assert _issued({"reruns": 1, "bytes_moved": 8, "flops_fwd": 0}, _bare_rates(), unfused) == (3, 1, 0, 3, 0)
 
 
 def _dtype_16() -> Any:

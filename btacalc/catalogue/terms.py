@@ -170,6 +170,11 @@ class Gemm(BaseModel):
                                  "fused attention kernel (or eager attention's batched matmul) and timed with the core "
                                  "(model/gpu/costs.py `_fused_core`), not by the GEMM shape model; shown in the "
                                  "report with the share of its blocks the causal kernel runs. Only in a `core` phase")
+    backward_scale_kernels: int = Field(0, ge=0, le=8, description="element-wise kernels an eager attention core's "
+                                        "backward launches beside this matmul's two gradient GEMMs: Megatron's "
+                                        "unfused attention runs Q K^T as torch.baddbmm(..., alpha=softmax_scale), "
+                                        "whose backward scales each operand's gradient by alpha (2); 0 for a plain "
+                                        "torch.bmm. Host launches only (model/gpu/costs.py `_issued`)")
     module: bool = Field(True, description="issued by a layer module (a Megatron/TransformerEngine linear or "
                          "grouped linear), whose call costs the host its Python time once per pass (model/gpu/"
                          "fixed.py); false: a bare functional matmul inside another module")

@@ -535,15 +535,14 @@ def _issue(part: Part, phase: Phase, v: dict[str, Any], r: Rates, plan: _PhasePl
     Each count times `eager`'s entry for it (`_eager`: 0 where the phase's CUDA graph replays it); the
     quantisation kernels only where the phase's kernels are eager."""
     reruns = v["reruns"]
-    kernels, expert_gemms, modules, expert_modules = _issued(v, r, plan)
+    kernels, kernels_fwd, expert_gemms, modules, expert_modules = _issued(v, r, plan)
     kernels, expert_gemms, modules = kernels * eager[0], expert_gemms * eager[1], modules * eager[2]
     glue = phase.host_glue
     part.kernels, part.expert_gemms = part.kernels + kernels, part.expert_gemms + expert_gemms
     part.module_calls = part.module_calls + modules
     part.glue_ops = part.glue_ops + (0 if glue is None else glue.forward_ops * (1 + reruns) + glue.backward_ops) * eager[3]
     before = _forward_counts(part) if phase.after_dispatch_sync else None
-    passes = 3 + reruns if plan.gemms else 2 + reruns  # (the GEMMs that apply under the features)
-    part.kernels_fwd = part.kernels_fwd + kernels / passes
+    part.kernels_fwd = part.kernels_fwd + kernels_fwd * eager[0]
     part.expert_gemms_fwd = part.expert_gemms_fwd + expert_gemms / (3 + reruns)
     part.module_calls_fwd = part.module_calls_fwd + modules / (2 + reruns)
     part.glue_ops_fwd = part.glue_ops_fwd + (0 if glue is None else glue.forward_ops * eager[3])
@@ -554,12 +553,15 @@ def _issue(part: Part, phase: Phase, v: dict[str, Any], r: Rates, plan: _PhasePl
         _after_sync(part, before)
 
 
-def _issued(v: dict[str, Any], r: Rates, plan: _PhasePlan) -> tuple[Any, Any, Any, Any]:
-    """What a phase issues per micro-batch before CUDA graphs (`_issue`'s first two items): (kernel launches,
-    per-expert GEMMs, layer-module calls, local experts summed over its grouped linear modules); none for a
-    phase inside the fused attention core (`_fused_core` counts it)."""
+def _issued(v: dict[str, Any], r: Rates, plan: _PhasePlan) -> tuple[Any, Any, Any, Any, Any]:
+    """What a phase issues per micro-batch before CUDA graphs (`_issue`'s first two items): (kernel launches, the
+    first forward's share of them, per-expert GEMMs, layer-module calls, local experts summed over its grouped
+    linear modules); none for a phase inside the fused attention core (`_fused_core` counts it). An eager
+    attention core's matmuls (`Gemm.attention_core`, outside the GEMM shape model) launch their `count` once per
+    forward and re-run and twice backward (each operand's gradient), with their `backward_scale_kernels` beside
+    (`_eager_core_kernels`)."""
     if plan.fused:
-        return 0, 0, 0, 0
+        return 0, 0, 0, 0, 0
     reruns = v["reruns"]
     passes = 1 + reruns + 2
     if plan.gemms:
@@ -569,11 +571,24 @@ def _issued(v: dict[str, Any], r: Rates, plan: _PhasePlan) -> tuple[Any, Any, An
             dense = sum([c for c, grouped in zip(counts, plan.grouped) if not grouped])
             experts = sum([c / r.expert_parallel for c, grouped in zip(counts, plan.grouped) if grouped])
             expert_modules = sum([c / r.expert_parallel for c, g in zip(counts, plan.gemms) if g.grouped and g.module])
-        kernels, expert_gemms = dense * passes, experts * passes
+        kernels, kernels_fwd, expert_gemms = dense * passes, dense, experts * passes
+    elif plan.core_gemms:
+        kernels, kernels_fwd = _eager_core_kernels(plan.core_gemms, reruns, r)
+        expert_gemms, expert_modules = 0, 0
     else:
         work = where((v["bytes_moved"] + v["flops_fwd"]) > 0, 1, 0)
-        kernels, expert_gemms, expert_modules = work * (2 + reruns), 0, 0
-    return kernels, expert_gemms, plan.modules * (1 + reruns + 1), expert_modules
+        kernels, kernels_fwd, expert_gemms, expert_modules = work * (2 + reruns), work, 0, 0
+    return kernels, kernels_fwd, expert_gemms, plan.modules * (1 + reruns + 1), expert_modules
+
+
+def _eager_core_kernels(gemms: tuple[Gemm, ...], reruns: Any, r: Rates) -> tuple[Any, Any]:
+    """(launches per micro-batch, the first forward's share) of an eager attention core phase's matmuls: per
+    GEMM `count` x (forward 1 + re-runs + backward 2 + `backward_scale_kernels`). Megatron's unfused attention
+    (dot_product_attention.py L194-200, L239) runs Q K^T as torch.baddbmm with alpha = softmax_scale, whose
+    backward is bmm + mul for each operand (5 + r launches), and P V as torch.bmm (3 + r)."""
+    counts, _ = _evaluate_all(tuple([g.count for g in gemms]), r)
+    forward = sum(counts)
+    return sum([c * (3 + reruns + g.backward_scale_kernels) for c, g in zip(counts, gemms)]), forward
 
 
 def _grouped_quantize(part: Part, expert_gemms: Any, reruns: Any, cast: CastRates) -> None:

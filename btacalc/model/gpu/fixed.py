@@ -41,7 +41,9 @@ stage's micro-batch therefore takes at least its host issue time, and what excee
 
 Kernels per phase (an estimate, not a trace): a dense matmul phase launches each GEMM once forward and
 twice backward (data and weight gradient), other phases one kernel forward and one backward, the
-FlashAttention core one each; a re-run repeats the forward.
+FlashAttention core one each; eager attention's Q K^T (torch.baddbmm with alpha = softmax_scale) once forward and
+four times backward (two bmm, two scalings) and its P V (torch.bmm) once and twice (model/gpu/costs.py
+`_eager_core_kernels`); a re-run repeats the forward.
 
 **Grouped expert GEMMs are a loop on the host.** TransformerEngine's GroupedLinear (Megatron's
 `--moe-grouped-gemm` with the TE backend) runs a grouped GEMM as one cuBLASLt GEMM per local expert,
