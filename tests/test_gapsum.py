@@ -153,3 +153,16 @@ def test_pair_gaps_print_their_summaries_not_their_reasons(cli):
         assert " ".join(gap["reason"].split())[:300] not in flat
     shown = [g for g in bands if f"precision-pair known gap: {' '.join(g['summary'].split())}" in flat]
     assert len(shown) == len(bands)  # every shipped pair gap has a pair that misses today
+
+
+def test_explain_gives_the_runs_notes_confidence_and_an_older_wafer_releases_gain(cli):
+    """What the table's notes said per run (an older Cerebras release's gain) and what the run file says of the
+    measurement (confidence, notes: how a derived number was derived) are in `--explain`."""
+    run = next(r for r in _shipped() if r["id"] == "gpt-j-6b-wse2-1-408")
+    code, text, err = cli("validate", "--explain", run["id"])
+    assert code == 0, err
+    squeezed = "".join(text.replace("│", "").split())
+    assert "".join(run["notes"].split()) in squeezed and "".join(run["confidence"].split()) in squeezed
+    code, out, err = cli("validate", "--explain", run["id"], "--json")
+    gain = json.loads(out)["release_gain"]
+    assert gain == 1.3 and f"olderreleasepredictedrate/{gain:g}," in squeezed  # Release_2.0.2's ~30% (notes)

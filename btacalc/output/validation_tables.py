@@ -164,6 +164,10 @@ def _record_rows(run: MeasuredRun, r: RunResult, bands: Bands) -> list[tuple[str
     rows += [(label, text) for label, text in (("known gap (summary)", r.known_gap_summary), ("known gap", r.known_gap),
                                                  ("memory known gap (summary)", r.memory_known_gap_summary),
                                                  ("memory known gap", r.memory_known_gap)) if text]
+    if r.release_gain is not None:
+        rows.append(("older release", f"predicted rate / {r.release_gain:g}, the gains Cerebras states since "
+                                      "(cerebras_releases.toml)"))
+    rows += [(key, str(r.carried[key])) for key in ("confidence", "notes") if r.carried.get(key)]
     rows += [(f"default: {k}", why) for k, why in sorted(r.defaulted.items())]
     rows += [(f"not timed: {k}", why) for k, why in sorted(r.not_timed.items())]
     return rows
