@@ -13,6 +13,7 @@ Markdown table; the README's "Benchmarks" section is a copy of one run.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import statistics
@@ -178,6 +179,12 @@ def cli_rows(args: argparse.Namespace, rep: int) -> list[tuple[str, str, str]]:
     rows.append(("`plan --search` (h100 x 256, qwen3-30b-a3b: 59,200 layouts)",
                  f"{search_s:.2f} s (CPU {CPU[' '.join([*BTACALC, *SEARCH])]:.2f} s)",
                  f"{59_200 / search_s:,.0f} layouts/s"))
+    validate_cmd = [*BTACALC, "validate", "-q"]
+    validate_s = wall(validate_cmd, 1 if args.quick else 3)
+    runs = len(json.loads((ROOT / "btacalc" / "data" / "measured_runs.json").read_text())["runs"])
+    rows.append((f"`validate` (the published points and {runs} measured runs)",
+                 f"{validate_s:.2f} s (CPU {CPU[' '.join(validate_cmd)]:.2f} s)",
+                 f"{validate_s / runs * 1e3:.0f} ms per run"))
     sweep_s = wall([*BTACALC, *SWEEP_16K], rep)
     rows.append(("`sweep` 16,384 points (wse3, seq x experts, table)", f"{sweep_s:.2f} s",
                  f"{sweep_s / plan_s:.2f}x one plan"))
