@@ -76,8 +76,10 @@ def test_the_catalogue_core_matmuls_launch_what_pytorch_launches(tiles, reruns):
 
     rates = SimpleNamespace(symbols={"G": tiles}, python_symbols=True, python_layout=False)
     for name, (forward, backward) in _torch_counts().items():
-        kernels, first = _eager_core_kernels(_core_gemms(name), reruns, rates)
+        kernels, first, modules = _eager_core_kernels(_core_gemms(name), reruns, rates)
         assert (kernels, first) == (tiles * (forward * (1 + reruns) + backward), tiles * forward), name
+        # the attention module's call, once per core (on Q K^T): forward, each re-run, backward
+        assert modules == (tiles * (2 + reruns) if name == "attn_scores" else 0), name
 
 
 def test_a_planned_eager_layer_issues_the_core_launches_and_a_flash_layer_none_of_its_own():
@@ -98,6 +100,7 @@ def test_a_planned_eager_layer_issues_the_core_launches_and_a_flash_layer_none_o
         r = _kind_rates(problem, rates_of(problem), kind, values)
         for name in ("attn_scores", "attn_pv"):
             plan = _phase_plan(phases[name], r)
-            kernels, first, *_ = _issued({"reruns": 0, "bytes_moved": 1, "flops_fwd": 1}, r, plan)
+            kernels, first, _, modules, _ = _issued({"reruns": 0, "bytes_moved": 1, "flops_fwd": 1}, r, plan)
             forward, backward = counts[name]
             assert (kernels, first) == ((0, 0) if fused else (forward + backward, forward)), (attention, name)
+            assert modules == (2 if name == "attn_scores" and not fused else 0), (attention, name)

@@ -573,22 +573,25 @@ def _issued(v: dict[str, Any], r: Rates, plan: _PhasePlan) -> tuple[Any, Any, An
             expert_modules = sum([c / r.expert_parallel for c, g in zip(counts, plan.gemms) if g.grouped and g.module])
         kernels, kernels_fwd, expert_gemms = dense * passes, dense, experts * passes
     elif plan.core_gemms:
-        kernels, kernels_fwd = _eager_core_kernels(plan.core_gemms, reruns, r)
-        expert_gemms, expert_modules = 0, 0
+        kernels, kernels_fwd, modules = _eager_core_kernels(plan.core_gemms, reruns, r)
+        return kernels, kernels_fwd, 0, modules, 0
     else:
         work = where((v["bytes_moved"] + v["flops_fwd"]) > 0, 1, 0)
         kernels, kernels_fwd, expert_gemms, expert_modules = work * (2 + reruns), work, 0, 0
     return kernels, kernels_fwd, expert_gemms, plan.modules * (1 + reruns + 1), expert_modules
 
 
-def _eager_core_kernels(gemms: tuple[Gemm, ...], reruns: Any, r: Rates) -> tuple[Any, Any]:
-    """(launches per micro-batch, the first forward's share) of an eager attention core phase's matmuls: per
-    GEMM `count` x (forward 1 + re-runs + backward 2 + `backward_scale_kernels`). Megatron's unfused attention
-    (dot_product_attention.py L194-200, L239) runs Q K^T as torch.baddbmm with alpha = softmax_scale, whose
-    backward is bmm + mul for each operand (5 + r launches), and P V as torch.bmm (3 + r)."""
+def _eager_core_kernels(gemms: tuple[Gemm, ...], reruns: Any, r: Rates) -> tuple[Any, Any, Any]:
+    """(launches per micro-batch, the first forward's share, attention-module calls) of an eager attention core
+    phase's matmuls: per GEMM `count` x (forward 1 + re-runs + backward 2 + `backward_scale_kernels`). Megatron's
+    unfused attention (dot_product_attention.py L194-200, L239) runs Q K^T as torch.baddbmm with alpha =
+    softmax_scale, whose backward is bmm + mul for each operand (5 + r launches), and P V as torch.bmm (3 + r).
+    The attention module's own call is counted on the matmul marked `module` (Q K^T), as the fused core counts
+    its module: forward, each re-run and backward (2 + r)."""
     counts, _ = _evaluate_all(tuple([g.count for g in gemms]), r)
     forward = sum(counts)
-    return sum([c * (3 + reruns + g.backward_scale_kernels) for c, g in zip(counts, gemms)]), forward
+    modules = sum([c * (2 + reruns) for c, g in zip(counts, gemms) if g.module])
+    return sum([c * (3 + reruns + g.backward_scale_kernels) for c, g in zip(counts, gemms)]), forward, modules
 
 
 def _grouped_quantize(part: Part, expert_gemms: Any, reruns: Any, cast: CastRates) -> None:
@@ -650,12 +653,14 @@ class _FusedCore:
     backward_kernel_flops: Any = 0  # the backward kernel's: `backward_flops` and its recomputation of the scores
     cast_forward_s: Any = 0.0  # --fp8-attention: the casts around the FP8 kernel in the first forward
     cast_backward_s: Any = 0.0  # and in the backward
+    reruns: Any = 0  # forward re-runs of the core (its phases share Megatron's core_attn recompute module)
 
     def add(self, v: dict[str, Any], load: Any, flops: Any, traffic: Any, r: Rates) -> Any:
         """A core phase's `flops` (forward, backward and re-run, x the routed load) and HBM `traffic` into the
         kernel's sums, x the causal block share; its FP8-attention casts' time (None without --fp8-attention)."""
         run = r.core_time_factor
         self.flops, self.traffic_bytes = self.flops + flops * run, self.traffic_bytes + traffic
+        self.reruns = maximum(self.reruns, v["reruns"])
         self.backward_flops = self.backward_flops + v["flops_bwd"] * load * run
         # the backward kernel also recomputes the scores: re-run FLOPs that are not a forward re-run
         in_kernel = v["flops_recompute"] - v["reruns"] * v["flops_fwd"]
@@ -696,10 +701,11 @@ def _fused_core(part: Part, pv: PhaseValues, phases: list[Phase], core: _FusedCo
     casts = core.cast_forward_s + core.cast_backward_s
     fused = kernel + casts
     part.compute_s, part.core_s = part.compute_s + fused, part.core_s + fused
-    # its kernels and module calls, unless a CUDA graph replays them (`eager` False: scope attn)
-    both, forward = where(ran, 2, 0) * int(eager), where(ran, 1, 0) * int(eager)
-    part.kernels = part.kernels + both  # the fused forward and backward kernels
-    part.module_calls = part.module_calls + both  # its attention module, forward and backward
+    # its kernels and module calls, unless a CUDA graph replays them (`eager` False: scope attn): the forward, each
+    # re-run of it (a full or core_attn recompute runs the module's forward again) and the backward
+    both, forward = where(ran, 2 + core.reruns, 0) * int(eager), where(ran, 1, 0) * int(eager)
+    part.kernels = part.kernels + both  # the fused forward (and its re-runs) and backward kernels
+    part.module_calls = part.module_calls + both  # its attention module, forward, re-runs and backward
     part.kernels_fwd = part.kernels_fwd + forward
     part.module_calls_fwd = part.module_calls_fwd + forward
     part.backward_s = part.backward_s + backward + core.cast_backward_s
