@@ -104,3 +104,28 @@ def test_a_planned_eager_layer_issues_the_core_launches_and_a_flash_layer_none_o
             forward, backward = counts[name]
             assert (kernels, first) == ((0, 0) if fused else (forward + backward, forward)), (attention, name)
             assert modules == (2 if name == "attn_scores" and not fused else 0), (attention, name)
+
+
+@pytest.mark.parametrize("attention", ["flash", "eager"])
+def test_a_core_attn_recompute_runs_the_attention_module_and_its_forward_launches_again(attention):
+    """Megatron's `_checkpointed_attention_forward` (selective core_attn) re-runs the core attention module's forward
+    in the backward: one more module call and the forward's launches (fused: its one kernel; eager: each core
+    phase's forward kernel), nothing more in the first forward. Counted on one layer part of Llama 3 8B on one H100."""
+    from btacalc.config.execution import Layout
+    from btacalc.config.presets import load_preset
+    from btacalc.model.gpu.costs import layer_parts
+    from support import resolved
+
+    model = load_preset("llama-3-8b")
+
+    def counts(recompute):
+        problem = resolved(model, "h100", Layout(), attention=attention, recompute=recompute)
+        part = layer_parts(problem, problem.evaluate(1, 1))[0]
+        return part.kernels, part.kernels_fwd, part.module_calls, part.module_calls_fwd
+
+    (k0, f0, m0, mf0), (k1, f1, m1, mf1) = counts("none"), counts("selective")  # selective: core_attn
+    assert (m1 - m0, f1 - f0, mf1 - mf0) == (1, 0, 0)
+    if attention == "flash":
+        assert k1 - k0 == 1  # the fused kernel once more
+    else:  # every core phase's forward kernel once more: at least Q K^T and P V, and their softmax between
+        assert k1 - k0 >= 3
