@@ -71,16 +71,27 @@ def test_a_summary_that_stands_for_nothing_or_is_not_a_line_is_refused(cli, tmp_
     assert code == 2 and fragment in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
-def _table(cli, path: Path | None = None) -> str:
-    args = ["validate", "-q"] + (["--measured", str(path)] if path else [])
-    code, out, err = cli(*args)
-    assert code in (0, 1), err
-    return out
+@pytest.fixture(scope="module")
+def report():
+    from btacalc.planning.measured import validate_measured
+
+    return validate_measured()  # once for the module: a whole validation takes ~10 s
 
 
-def test_the_table_shows_each_summary_and_no_account_and_says_where_the_account_is(cli):
-    out = _table(cli)
-    flat = " ".join(out.split())
+def _rendered(measured) -> str:
+    """The measured runs' tables as `validate` prints them at 132 columns."""
+    from rich.console import Console
+
+    from btacalc.output.validation_tables import measured_table
+
+    console = Console(width=132, color_system=None)
+    with console.capture() as captured:
+        console.print(measured_table(measured))
+    return captured.get()
+
+
+def test_the_table_shows_each_summary_and_no_account_and_says_where_the_account_is(report):
+    flat = " ".join(_rendered(report).split())
     for r in _gapped("known_gap") + _gapped("memory_known_gap"):
         for field in ("known_gap", "memory_known_gap"):
             if r.get(field):
@@ -89,21 +100,33 @@ def test_the_table_shows_each_summary_and_no_account_and_says_where_the_account_
     assert "btacalc validate --explain RUN" in flat
 
 
-def test_a_gap_without_a_summary_is_shown_whole_not_cut(cli, tmp_path):
+def test_validate_prints_the_measured_runs_on_fewer_lines_than_runs_and_gaps_take(report):
+    """At 132 columns each run takes a line or two (an id longer than its column folds), each note one or two:
+    the 3,839 lines of before came from the gaps' whole accounts in a table cell."""
+    lines = _rendered(report).splitlines()
+    notes = sum(1 for r in report.runs if r.known_gap or r.memory_known_gap or not r.expressible
+                or r.release_gain is not None)
+    memory = sum(1 for r in report.runs if r.measured.peak_alloc_gib is not None or r.measured.peak_reserved_gib)
+    assert len(lines) < 2 * (len(report.runs) + memory + notes) + 200  # + the summary, years and pair tables
+
+
+def test_a_gap_without_a_summary_is_shown_whole_not_cut(tmp_path):
     """A user's run file may give a known gap alone: the table shows all of it (no silent truncation)."""
+    from btacalc.planning.measured import measured_report
+    from btacalc.planning.run_file import load_runs
+
     run = next(r for r in _shipped() if r["id"] == "qwen3-30b-a3b-gb200-8-mxfp8-239")
-    flat = " ".join(_table(cli, _one_run(tmp_path, known_gap_summary=None)).split())
-    assert " ".join(run["known_gap"].split()) in flat.replace("│", "")
+    flat = " ".join(_rendered(measured_report(load_runs(_one_run(tmp_path, known_gap_summary=None)))).split())
+    assert " ".join(run["known_gap"].split()) in flat
 
 
-def test_explain_shows_the_whole_account_the_defaults_and_the_same_error_as_validate(cli):
+def test_explain_shows_the_whole_account_the_defaults_and_the_same_error_as_validate(cli, report):
     run_id = "qwen3-30b-a3b-gb200-8-mxfp8-239"
     run = next(r for r in _shipped() if r["id"] == run_id)
     code, out, err = cli("validate", "--explain", run_id, "--json")
     assert code == 0, err
     result = json.loads(out)
-    code, out_all, err = cli("validate", "--json", "-q")
-    listed = next(r for r in json.loads(out_all)["measured"]["runs"] if r["id"] == run_id)
+    listed = next(r for r in report.runs if r.id == run_id).model_dump()
     assert result["error"] == listed["error"] and result["known_gap"] == run["known_gap"]
     assert result["known_gap_summary"] == run["known_gap_summary"]
     measured, predicted = run["measured"]["tokens_per_s_per_device"], result["predicted"]["tokens_per_s_per_device"]
@@ -143,11 +166,11 @@ def test_explain_refuses_what_it_cannot_show_in_one_line(cli, tmp_path, monkeypa
     assert not list(tmp_path.iterdir())  # nothing written
 
 
-def test_pair_gaps_print_their_summaries_not_their_reasons(cli):
+def test_pair_gaps_print_their_summaries_not_their_reasons(report):
     import tomllib
 
     bands = tomllib.loads(package_data("validation_bands.toml").read_text())["precision_pairs"]["known_gap"]
-    flat = " ".join(_table(cli).split())
+    flat = " ".join(_rendered(report).split())
     for gap in bands:
         assert gap["summary"] and len(gap["summary"]) <= 200 < len(gap["reason"])
         assert " ".join(gap["reason"].split())[:300] not in flat
