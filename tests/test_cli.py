@@ -218,9 +218,11 @@ def test_formulas_render_every_phase(cli, args):
 def test_plan_profile_counts_the_evaluations(cli):
     """--profile: the model is evaluated once per problem (the plan and its dense reference) and once
     for each one's parameter counts; the stages are timed."""
+    from btacalc.config.presets import _preset_file
     from btacalc.model.params import _param_counts
 
     _param_counts.cache_clear()  # a fresh process counts them; earlier tests here may have
+    _preset_file.cache_clear()  # and reads its preset afresh (the same ModelSpec object shares cached evaluations)
     code, out, err = cli("plan", "--json", "--profile")
     assert code == 0 and json.loads(out)["plan"]["fits"]
     counts, times = err.strip().splitlines()
