@@ -701,7 +701,7 @@ def _fused_core(part: Part, pv: PhaseValues, phases: list[Phase], core: _FusedCo
     casts = core.cast_forward_s + core.cast_backward_s
     fused = kernel + casts
     part.compute_s, part.core_s = part.compute_s + fused, part.core_s + fused
-    # its kernels and module calls, unless a CUDA graph replays them (`eager` False: scope attn): forward, re-runs, backward
+    # its kernels and module calls (forward, re-runs, backward), unless a CUDA graph replays them (scope attn)
     both, forward = where(ran, 2 + core.reruns, 0) * int(eager), where(ran, 1, 0) * int(eager)
     part.kernels = part.kernels + both  # the fused forward (and its re-runs) and backward kernels
     part.module_calls = part.module_calls + both  # its attention module, forward, re-runs and backward
