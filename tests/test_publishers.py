@@ -145,7 +145,8 @@ def test_the_papers_rows_predict_the_same_without_their_recipe(paper, least):
     assert len(rows) >= least
     for row in rows:
         stripped = {k: v for k, v in row.model_dump().items() if k in MeasuredRun.model_fields and k != "recipe"}
-        bare = MeasuredRun.model_validate({**stripped, "known_gap": "", "vp": row.recipe.vp or row.vp})
+        bare = MeasuredRun.model_validate({**stripped, "known_gap": "", "known_gap_summary": "",
+                                        "vp": row.recipe.vp or row.vp})
         assert predict(bare).predicted.step_time_s == pytest.approx(predict(row).predicted.step_time_s, rel=1e-12)
         assert "recipe" in run_defaults(bare, "gpu")  # the baseline filled the stripped row in
         assert "recipe" not in run_defaults(row, "gpu")  # and has nothing to add to the row's own recipe
@@ -183,11 +184,11 @@ def test_llm_foundry_rows_predict_the_same_without_the_tables_common_recipe():
             {k: v for k, v in baseline.items() if k not in stated}
         left = {k: v for k, v in own.items() if k not in LLM_FOUNDRY_BASELINE or k in stated}
         fields = {k: v for k, v in row.model_dump().items() if k in MeasuredRun.model_fields and k != "recipe"}
-        stripped = MeasuredRun.model_validate({**fields, "known_gap": "", "recipe": left})
+        stripped = MeasuredRun.model_validate({**fields, "known_gap": "", "known_gap_summary": "", "recipe": left})
         assert predict(stripped).predicted.step_time_s == pytest.approx(predict(row).predicted.step_time_s, rel=1e-12)
         assert run_defaults(stripped, "gpu")["recipe"][0] == "llm-foundry-benchmarks"
         if set(left) <= {"source", "recompute", "sequence_parallel"} and left.get("sequence_parallel") is False:
-            bare = MeasuredRun.model_validate({**fields, "known_gap": ""})  # the whole recipe left out
+            bare = MeasuredRun.model_validate({**fields, "known_gap": "", "known_gap_summary": ""})  # no recipe
             assert predict(bare).predicted.step_time_s == pytest.approx(predict(row).predicted.step_time_s, rel=1e-12)
             bare_rows += 1
     assert bare_rows == 8  # the AMP rows without activation checkpointing or PURE gradients (mpt-7b-h100-512 states its kernel)

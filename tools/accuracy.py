@@ -203,8 +203,8 @@ def summary_markdown(report=None) -> str:
     gaps = [r for r in checked if r.known_gap]
     lines += ["", f"Known misses, worst first ({len(gaps)} check runs outside the gate's "
               f"±{100 * report.bands.per_run_abs_error:.0f}% per-run band, each documented as a known gap; "
-              "`btacalc validate` prints a one-line summary of the mechanism each lacks, `btacalc validate "
-              "--explain RUN` its whole account): "
+              "`btacalc validate` prints a one-line summary of the mechanism each lacks, `validate --explain` "
+              "and the run's id its whole account): "
               + ", ".join(f"`{r.id}` {_pct(r.error)}" for r in sorted(gaps, key=lambda r: -abs(r.error))) + "."]
     memory = [r for r in report.runs if r.role == "check" and r.memory_error is not None]
     if memory:
