@@ -1,0 +1,81 @@
+"""hostile35: a hostile campaign on btacalc's command line and readers (twenty-eighth session). Each test is a
+finding: the one-line refusal, the file left as it was, or the meaning a reader must give an input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from btacalc.config.hf import load_hf_config
+
+DATA = Path(__file__).parent / "data"
+
+
+def _spec(tmp_path: Path, folder: str, raw: dict) -> dict:
+    """The model btacalc reads from `raw` written as FOLDER/config.json, less its name and source."""
+    path = tmp_path / folder / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(raw))
+    spec = load_hf_config(path).model_dump()
+    for key in ("name", "source"):
+        spec.pop(key)
+    spec["numerics"] = {k: v for k, v in (spec.get("numerics") or {}).items() if k != "source"} or None
+    return spec
+
+
+# D1: a key the config leaves out takes the value of transformers' configuration class (v5.24.0
+# src/transformers/models/<family>/configuration_<family>.py), as AutoConfig.from_pretrained builds the class from the
+# file's keys. Each case: (shipped config, changes first, the key left out, the class's default: its line).
+# DeepSeek-V3's, GPT-OSS's and GPT-J's class defaults are those models' released values, so a file without the key is
+# the released file; the others are compared with the same file stating the class's value.
+LEFT_OUT = [
+    ("qwen3-8b.config.json", {"hidden_size": 2560}, "head_dim", 128),  # qwen3 L67 (2560 / 32 = 80 was read)
+    ("qwen3-8b.config.json", {"num_attention_heads": 64}, "num_key_value_heads", 32),  # qwen3 L66 (64 was read)
+    ("qwen2.5-7b.config.json", {"num_attention_heads": 64}, "num_key_value_heads", 32),  # qwen2 L65
+    ("qwen3-30b-a3b.config.json", {}, "num_key_value_heads", 4),  # qwen3_moe L85 (32 = one per head was read)
+    ("qwen1.5-moe-a2.7b.config.json", {"num_attention_heads": 32}, "num_key_value_heads", 16),  # qwen2_moe L83
+    ("qwen1.5-moe-a2.7b.config.json", {}, "shared_expert_intermediate_size", 5632),  # qwen2_moe L97 (0: none, was read)
+    ("mixtral-8x7b.config.json", {"num_key_value_heads": 8}, "num_key_value_heads", 8),  # mixtral L71
+    ("llama-3-8b.config.json", {"model_type": "mistral", "architectures": ["MistralForCausalLM"]}, "sliding_window",
+     4096),  # mistral L79 (full attention was read)
+    ("llama-3-8b.config.json", {"model_type": "mistral", "architectures": ["MistralForCausalLM"],
+                                "num_attention_heads": 16}, "num_key_value_heads", 8),  # mistral L67
+    ("gpt-oss-120b.config.json", {}, "head_dim", 64),  # gpt_oss L56 (2880 / 64 = 45 was read)
+    ("gpt-oss-120b.config.json", {}, "num_key_value_heads", 8),  # gpt_oss L58
+    ("gpt-oss-120b.config.json", {}, "rope_scaling", None),  # gpt_oss __post_init__ L89-97: YaRN, factor 32
+    ("gpt-j-6b.config.json", {}, "rotary_dim", 64),  # gptj L72 (all of each head rotated was read)
+    ("deepseek-v3.config.json", {}, "first_k_dense_replace", 3),  # deepseek_v3 L100 (0: every layer MoE, was read)
+    ("deepseek-v3.config.json", {}, "n_shared_experts", 1),  # L88
+    ("deepseek-v3.config.json", {}, "q_lora_rank", 1536),  # L93 (no query low-rank projection was read)
+    ("deepseek-v3.config.json", {}, "n_group", 8),  # L97
+    ("deepseek-v3.config.json", {}, "topk_group", 4),  # L98
+    ("deepseek-v3.config.json", {}, "routed_scaling_factor", 2.5),  # L91
+]
+
+
+@pytest.mark.parametrize("source, changes, key, default", LEFT_OUT,
+                         ids=[f"{s.split('.config')[0]}-{k}" for s, _, k, _ in LEFT_OUT])
+def test_a_config_without_a_key_reads_the_transformers_class_default(tmp_path, source, changes, key, default):
+    raw = {**json.loads((DATA / source).read_text()), **changes}
+    stated = dict(raw)
+    if default is not None:
+        stated[key] = default
+    else:  # GPT-OSS: the released file's rope_scaling is the class's default YaRN
+        assert stated[key] == {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                               "truncate": False, "original_max_position_embeddings": 4096}
+    left_out = {k: v for k, v in raw.items() if k != key}
+    assert _spec(tmp_path, "left-out", left_out) == _spec(tmp_path, "stated", stated)
+
+
+def test_a_key_given_as_null_keeps_the_classes_rule_for_none(tmp_path):
+    # a guard on D1's fix (it passed before it): the defaults are for keys left out, not for keys given as null
+    # the class's __post_init__ (qwen2 L84-85, mistral L83-85): num_key_value_heads None -> num_attention_heads,
+    # head_dim None -> hidden / heads; a key given (null too) is never replaced by the class's default
+    raw = {**json.loads((DATA / "llama-3-8b.config.json").read_text()), "model_type": "mistral",
+           "architectures": ["MistralForCausalLM"], "num_key_value_heads": None, "head_dim": None,
+           "sliding_window": None}
+    spec = _spec(tmp_path, "nulls", raw)
+    assert (spec["num_kv_heads"], spec["head_dim"]) == (32, 4096 // 32) and not spec["sliding_window"]
+
