@@ -79,3 +79,43 @@ def test_a_key_given_as_null_keeps_the_classes_rule_for_none(tmp_path):
     spec = _spec(tmp_path, "nulls", raw)
     assert (spec["num_kv_heads"], spec["head_dim"]) == (32, 4096 // 32) and not spec["sliding_window"]
 
+
+def _launch(cli, tmp_path: Path, name: str, *replace: tuple[str, str]) -> Path:
+    """The Llama 3 8B TP 2 launch btacalc writes, with each (text, by) replaced."""
+    code, out, err = cli("plan", "--model", "llama-3-8b", "--hw", "h100", "--devices", "8", "--tp", "2",
+                         "--emit", "megatron")
+    assert code == 0, err
+    for text, by in replace:
+        assert text in out
+        out = out.replace(text, by)
+    path = tmp_path / name
+    path.write_text(out)
+    return path
+
+
+def _plan(cli, *args: str) -> dict:
+    code, out, err = cli("plan", "--hw", "h100", *args, "--json")
+    assert code in (0, 1), err
+    return json.loads(out)
+
+
+def test_a_launch_giving_the_encoder_seq_length_trains_that_length(cli, tmp_path):
+    # D2: Megatron-LM @ d98e8a64 megatron/training/arguments.py L1349-1351: without --seq-length, `args.seq_length =
+    # args.encoder_seq_length`. The launch was refused "the launch gives no --seq-length". Expected: the plan of the
+    # same launch with --seq-length 2048
+    encoder = _launch(cli, tmp_path, "encoder.sh", ("--seq-length 4096", "--encoder-seq-length 2048"))
+    seq = _launch(cli, tmp_path, "seq.sh", ("--seq-length 4096", "--seq-length 2048"))
+    got, want = _plan(cli, "--from-megatron", str(encoder)), _plan(cli, "--from-megatron", str(seq))
+    assert got["inputs"]["seq_len"] == 2048
+    assert got["throughput"]["step_time_s"] == want["throughput"]["step_time_s"]
+    assert got["device_memory"]["allocated_bytes"] == want["device_memory"]["allocated_bytes"]
+    assert "--encoder-seq-length" not in [row["flag"] for row in got["imported"]["ignored"]]
+
+
+def test_a_launch_giving_both_sequence_lengths_is_refused_as_megatron_asserts(cli, tmp_path):
+    # D2: arguments.py L1346-1348: with --seq-length given, `assert args.encoder_seq_length is None`. The launch was
+    # planned at --seq-length, --encoder-seq-length listed "not modelled"
+    both = _launch(cli, tmp_path, "both.sh", ("--seq-length 4096", "--seq-length 4096 --encoder-seq-length 4096"))
+    code, out, err = cli("plan", "--hw", "h100", "--from-megatron", str(both))
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert "--seq-length and --encoder-seq-length together" in err and "L1346-1348" in err

@@ -420,6 +420,22 @@ def _check_model_source(launch: Launch) -> None:
                            f"{_ELSEWHERE_ARGS} L1308-1311 @ d98e8a64)")
 
 
+def _megatron_seq_length(launch: Launch) -> None:
+    """hostile35: the sequence length of a Megatron-LM launch is --seq-length or --encoder-seq-length, never both
+    (arguments.py L1346-1351 @ d98e8a64: `assert args.encoder_seq_length is None` when --seq-length is given, else
+    seq_length = encoder_seq_length). A launch with --encoder-seq-length alone was refused as giving no --seq-length;
+    one with both was planned at --seq-length, the other listed as not modelled."""
+    seq, encoder = launch.args.get("seq_length"), launch.args.get("encoder_seq_length")
+    if encoder is None:
+        return
+    if seq is not None:
+        raise BtacalcError(f"{launch.source}: Megatron-LM would refuse this launch: {launch.given_as['seq_length']} and "
+                           f"{launch.given_as['encoder_seq_length']} together (it asserts encoder_seq_length is None "
+                           f"when seq_length is given, {_ELSEWHERE_ARGS} L1346-1348 @ d98e8a64); give one")
+    launch.args["seq_length"] = launch.args.pop("encoder_seq_length")
+    launch.given_as["seq_length"] = launch.given_as.pop("encoder_seq_length")
+
+
 def _check_required(launch: Launch) -> None:
     """Megatron-LM's required arguments, in its order (arguments.py L1314-1317 @ d98e8a64: num_layers, hidden_size,
     num_attention_heads, max_position_embeddings; --num-layers is checked with --encoder-num-layers,
@@ -450,6 +466,7 @@ def imported_run(launch: Launch, devices: Optional[int], name: Optional[str] = N
     _check_modules(launch)
     if not bridge:
         _check_required(launch)
+        _megatron_seq_length(launch)
         launch = _megatron_ffn(launch)
     devices = _devices(launch, devices, bridge)
     refused = [r for r in violations(dict(launch.args, world=devices), launch.env, bridge)
