@@ -119,3 +119,35 @@ def test_a_launch_giving_both_sequence_lengths_is_refused_as_megatron_asserts(cl
     code, out, err = cli("plan", "--hw", "h100", "--from-megatron", str(both))
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
     assert "--seq-length and --encoder-seq-length together" in err and "L1346-1348" in err
+
+
+def test_a_launch_padding_the_vocabulary_to_another_width_is_refused(cli, tmp_path):
+    # D3: Megatron-LM pads the vocabulary to a multiple of --make-vocab-size-divisible-by x TP (vocab_utils.py L58-59
+    # @ d98e8a64); btacalc plans the default 128 x TP. At TP 2 a multiple of 256 pads 128,256 to 512 x 251 = 128,512
+    # (128,256 / 512 = 250.5), not 256 x 501 = 128,256: the launch was planned at 128,256, the flag listed "ignored:
+    # btacalc counts --vocab-size as given"
+    assert 128256 == 256 * 501 and -(-128256 // 512) * 512 == 128512
+    path = _launch(cli, tmp_path, "v256.sh", ("--vocab-size 128256",
+                                                 "--vocab-size 128256 --make-vocab-size-divisible-by 256"))
+    code, out, err = cli("plan", "--hw", "h100", "--from-megatron", str(path))
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert "128,512" in err and "128,256" in err
+
+
+def test_a_launch_padding_the_vocabulary_alike_plans_as_without_the_flag(cli, tmp_path):
+    # D3 (a guard on the refusal): a multiple of 64 x TP 2 = 128 pads 128,256 = 128 x 1,002 to itself, as 256 x 501
+    path = _launch(cli, tmp_path, "v64.sh", ("--vocab-size 128256",
+                                                 "--vocab-size 128256 --make-vocab-size-divisible-by 64"))
+    plain = _launch(cli, tmp_path, "plain.sh")
+    got, want = _plan(cli, "--from-megatron", str(path)), _plan(cli, "--from-megatron", str(plain))
+    assert got["throughput"]["step_time_s"] == want["throughput"]["step_time_s"]
+    assert got["device_memory"]["allocated_bytes"] == want["device_memory"]["allocated_bytes"]
+
+
+def test_a_launch_with_a_vocabulary_multiple_of_0_is_refused_as_megatron_raises(cli, tmp_path):
+    # D3: vocab_utils.py L53-54: "make_vocab_size_divisible_by must be positive"
+    path = _launch(cli, tmp_path, "v0.sh", ("--vocab-size 128256",
+                                                 "--vocab-size 128256 --make-vocab-size-divisible-by 0"))
+    code, out, err = cli("plan", "--hw", "h100", "--from-megatron", str(path))
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "must be positive" in err, err
+
