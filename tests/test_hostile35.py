@@ -151,3 +151,21 @@ def test_a_launch_with_a_vocabulary_multiple_of_0_is_refused_as_megatron_raises(
     code, out, err = cli("plan", "--hw", "h100", "--from-megatron", str(path))
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "must be positive" in err, err
 
+
+@pytest.mark.parametrize("seq", [2048, 4096])
+def test_a_sweep_with_grad_accum_plans_each_point_as_plan_does(cli, seq):
+    # D4: README, sweep: "every point solved as plan solves it". `sweep --grad-accum 4` on GPUs put the option in the
+    # request's M but took the points' limits from the request's batch limits without it: every point took the
+    # default global batch (4,194,304 tokens: M 64 at seq 2048 on 16 ranks), where `plan --grad-accum 4` fixes M = 4
+    # (a fixed size: no default global batch, README's defaults table)
+    moe16 = ("--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16")
+    code, out, err = cli("sweep", *moe16, "--vary", "seq=2048,4096", "--grad-accum", "4", "--json")
+    assert code == 0, err
+    point = next(p for p in json.loads(out)["points"] if p["params"]["seq"] == seq)
+    code, out, err = cli("plan", *moe16, "--seq", str(seq), "--grad-accum", "4", "--json")
+    assert code == 0, err
+    plan = json.loads(out)
+    assert point["plan"]["micro_batches"] == plan["plan"]["micro_batches"] == 4
+    for key in ("tiles", "tile_batch", "step_batch"):
+        assert point["plan"][key] == plan["plan"][key]
+    assert point["throughput"]["tokens_per_s"] == plan["throughput"]["tokens_per_s"]
