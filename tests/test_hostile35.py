@@ -37,6 +37,8 @@ LEFT_OUT = [
     ("qwen3-30b-a3b.config.json", {}, "num_key_value_heads", 4),  # qwen3_moe L85 (32 = one per head was read)
     ("qwen1.5-moe-a2.7b.config.json", {"num_attention_heads": 32}, "num_key_value_heads", 16),  # qwen2_moe L83
     ("qwen1.5-moe-a2.7b.config.json", {}, "shared_expert_intermediate_size", 5632),  # qwen2_moe L97 (0: none, was read)
+    ("qwen3-30b-a3b.config.json", {"mlp_only_layers": [0]}, "intermediate_size", 6144),  # qwen3_moe L82 (refused)
+    ("qwen1.5-moe-a2.7b.config.json", {"decoder_sparse_step": 2}, "intermediate_size", 5632),  # qwen2_moe L80
     ("mixtral-8x7b.config.json", {"num_key_value_heads": 8}, "num_key_value_heads", 8),  # mixtral L71
     ("llama-3-8b.config.json", {"model_type": "mistral", "architectures": ["MistralForCausalLM"]}, "sliding_window",
      4096),  # mistral L79 (full attention was read)
