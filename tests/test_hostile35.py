@@ -171,3 +171,47 @@ def test_a_sweep_with_grad_accum_plans_each_point_as_plan_does(cli, seq):
     for key in ("tiles", "tile_batch", "step_batch"):
         assert point["plan"][key] == plan["plan"][key]
     assert point["throughput"]["tokens_per_s"] == plan["throughput"]["tokens_per_s"]
+
+
+def _overrides(cli, tmp_path: Path, name: str, drop: str = "", add: str = "") -> Path:
+    """The Llama 3 8B TP 2 overrides btacalc writes (`--emit bridge`), less the line `drop`, plus the line `add`."""
+    code, out, err = cli("plan", "--model", "llama-3-8b", "--hw", "h100", "--devices", "8", "--tp", "2",
+                         "--emit", "bridge")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert not drop or drop in lines
+    path = tmp_path / name
+    path.write_text("\n".join([line for line in lines if line != drop] + ([add] if add else [])) + "\n")
+    return path
+
+
+def test_bridge_overrides_whose_dataset_length_differs_from_the_models_are_refused(cli, tmp_path):
+    # D5: Megatron-Bridge @ 067f987df src/megatron/bridge/training/config.py L1630-1648: ConfigContainer.validate
+    # asserts model.seq_length == dataset.seq_length for GPTDatasetConfig (the pretraining recipes' dataset,
+    # recipes/common.py L90-95). The file was planned at 4096, dataset.seq_length listed "ignored: outside the step"
+    path = _overrides(cli, tmp_path, "mismatch.txt", add="dataset.seq_length=2048")
+    assert "model.seq_length=4096" in path.read_text()
+    code, out, err = cli("plan", "--hw", "h100", "--from-bridge", str(path))
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert "model.seq_length=4096 and dataset.seq_length=2048 differ" in err
+
+
+def test_bridge_overrides_giving_the_dataset_length_alone_train_that_length(cli, tmp_path):
+    # D5: a run Bridge accepts has model.seq_length equal to the dataset's (the assertion above), so overrides giving
+    # dataset.sequence_length alone train it: the plan of the same overrides with model.seq_length=2048. They were
+    # refused "the launch gives no --seq-length"
+    alone = _overrides(cli, tmp_path, "alone.txt", drop="model.seq_length=4096", add="dataset.sequence_length=2048")
+    model = _overrides(cli, tmp_path, "model.txt", drop="model.seq_length=4096", add="model.seq_length=2048")
+    got, want = _plan(cli, "--from-bridge", str(alone)), _plan(cli, "--from-bridge", str(model))
+    assert got["inputs"]["seq_len"] == 2048
+    assert got["throughput"]["step_time_s"] == want["throughput"]["step_time_s"]
+    assert got["device_memory"]["allocated_bytes"] == want["device_memory"]["allocated_bytes"]
+    assert "dataset.sequence_length" not in [row["flag"] for row in got["imported"]["ignored"]]
+
+
+def test_bridge_overrides_without_a_sequence_length_are_refused_by_bridge_key(cli, tmp_path):
+    # D5: the refusal named a Megatron-LM flag the file does not use ("the launch gives no --seq-length")
+    path = _overrides(cli, tmp_path, "none.txt", drop="model.seq_length=4096")
+    code, out, err = cli("plan", "--hw", "h100", "--from-bridge", str(path))
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert "model.seq_length" in err and "--seq-length" not in err

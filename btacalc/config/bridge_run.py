@@ -86,16 +86,22 @@ def _import_bridge(text: str, source: str, devices: Optional[int], base: Optiona
             raise BtacalcError(f"{source}: {key}: {type(value).__name__} {reprlib.repr(value)} is not an override "
                                "value (a number, a string, a boolean, null or a list of them)")
     args, unread = from_bridge(flat)  # its refusals name the file (import_bridge's source_naming; review14)
+    unread = _dataset_seq_length(flat, args, unread, source)
     _check_bridge_nulls(flat, args)
     _check_bridge_batch_nulls(flat)
     check_bridge_sixteen_bit(args)
     check_bridge_experts(args)
     given_as = {d: bridge_key(d) or d for d in args}
+    if "seq_length" in args and "model.seq_length" not in flat:  # the dataset's (_dataset_seq_length)
+        given_as["seq_length"] = next(k for k in DATASET_SEQ_KEYS if k in flat)
     # the sequence bounds the positions Bridge derives from it: refused as itself (hostile20: "field
     # max_position_embeddings: 10^26 is beyond 2^62", a field the file does not name)
     if "seq_length" in args and integer(args["seq_length"], "seq_length") > MAX_COUNT:
         raise BtacalcError(f"{given_as['seq_length']} {args['seq_length']}: beyond {MAX_COUNT_TEXT} tokens")
     args, given = _bridge_provided(args, base, source)
+    if args.get("seq_length") is None:  # hostile35: refused as "the launch gives no --seq-length", another tool's flag
+        raise BtacalcError(f"{source}: the overrides give no model.seq_length (nor dataset.seq_length): the run takes "
+                           "its recipe's, which btacalc does not see: add model.seq_length")
     experts = args.get("num_experts")
     check_bridge_literals(args, moe=type(experts) is int and experts > 0)
     launch = Launch(args=args, given_as=given_as, source=source)
@@ -187,6 +193,40 @@ def _check_bridge_batch_nulls(flat: dict[str, Any]) -> None:
 # base, norm epsilon and initial std come from the Hugging Face config (model_bridge.py L466-467, L476-477): the plan's
 # --model's where given, else unknown (None: the preset of the same shape gives them, megatron_run._from_preset).
 MLA_PROVIDER_YARN = {"rotary_scaling_factor": 40.0, "mscale": 1.0, "mscale_all_dim": 0.0}
+
+
+# GPTDatasetConfig's sequence length, under its own name and Bridge's alias (Megatron-Bridge @ 067f987df
+# src/megatron/bridge/training/config.py L223-304)
+DATASET_SEQ_KEYS = ("dataset.seq_length", "dataset.sequence_length")
+
+
+def _dataset_seq_length(flat: dict[str, Any], args: dict[str, Any], unread: list[str], source: str) -> list[str]:
+    """hostile35: Bridge asserts that the model's and the dataset's sequence lengths match (ConfigContainer.validate,
+    config.py L1630-1648 @ 067f987df: for GPTDatasetConfig, the pretraining recipes' dataset (recipes/common.py L90-95),
+    and the SFT and Energon configs). `dataset.seq_length=2048` beside `model.seq_length=4096` was listed as ignored
+    (outside the training step) and planned at 4096, a run Bridge refuses; alone it was planned at --model's positions
+    (8192 for Llama 3 8B) where the run that passes the assertion trains the dataset's length. Returns `unread`
+    without the dataset key it read."""
+    given = {key: flat[key] for key in DATASET_SEQ_KEYS if key in flat}
+    if not given:
+        return unread
+    for key, value in given.items():
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_COUNT:
+            raise BtacalcError(f"{source}: {key}: takes a whole number of tokens from 1 to {MAX_COUNT_TEXT}, got "
+                               f"{reprlib.repr(value)}")
+    (key, length), *others = given.items()
+    for other, second in others:
+        if second != length:
+            raise BtacalcError(f"{source}: {key}={length} and {other}={second}: one field (Bridge's alias): give one")
+    if "seq_length" in args:
+        model = integer(args["seq_length"], "model.seq_length")
+        if model != length:
+            raise BtacalcError(f"{source}: Megatron-Bridge would refuse this run: model.seq_length={model} and {key}="
+                               f"{length} differ (it asserts they match, src/megatron/bridge/training/config.py "
+                               "L1644-1648 @ 067f987df): give one length")
+    else:
+        args["seq_length"] = length
+    return [k for k in unread if k not in given]
 
 
 def _bridge_provided(args: dict[str, Any], base: Optional[ModelSpec], source: str) -> tuple[dict[str, Any], set[str]]:
