@@ -91,17 +91,13 @@ def _import_bridge(text: str, source: str, devices: Optional[int], base: Optiona
     _check_bridge_batch_nulls(flat)
     check_bridge_sixteen_bit(args)
     check_bridge_experts(args)
-    given_as = {d: bridge_key(d) or d for d in args}
-    if "seq_length" in args and "model.seq_length" not in flat:  # the dataset's (_dataset_seq_length)
-        given_as["seq_length"] = next(k for k in DATASET_SEQ_KEYS if k in flat)
+    given_as = {d: bridge_key(d) or d for d in args}  # a sequence length the dataset's (_dataset_seq_length) gave:
+    given_as.update({"seq_length": k for k in DATASET_SEQ_KEYS[::-1] if k in flat and "model.seq_length" not in flat})
     # the sequence bounds the positions Bridge derives from it: refused as itself (hostile20: "field
     # max_position_embeddings: 10^26 is beyond 2^62", a field the file does not name)
     if "seq_length" in args and integer(args["seq_length"], "seq_length") > MAX_COUNT:
         raise BtacalcError(f"{given_as['seq_length']} {args['seq_length']}: beyond {MAX_COUNT_TEXT} tokens")
     args, given = _bridge_provided(args, base, source)
-    if args.get("seq_length") is None:  # hostile35: refused as "the launch gives no --seq-length", another tool's flag
-        raise BtacalcError(f"{source}: the overrides give no model.seq_length (nor dataset.seq_length): the run takes "
-                           "its recipe's, which btacalc does not see: add model.seq_length")
     experts = args.get("num_experts")
     check_bridge_literals(args, moe=type(experts) is int and experts > 0)
     launch = Launch(args=args, given_as=given_as, source=source)
@@ -246,6 +242,9 @@ def _bridge_provided(args: dict[str, Any], base: Optional[ModelSpec], source: st
     given = set(args)
     args = {**BRIDGE_FUSION_DEFAULTS, **BRIDGE_LOSS_DEFAULTS, **BRIDGE_MOE_DEFAULTS,
             **bridge_provider_defaults(base.hf_model_type if base is not None else None), **args}
+    if args.get("seq_length") is None:  # hostile35: refused as "the launch gives no --seq-length", another tool's flag
+        raise BtacalcError(f"{source}: the overrides give no model.seq_length (nor dataset.seq_length): the run takes "
+                           "its recipe's, which btacalc does not see: add model.seq_length")
     if "max_position_embeddings" not in args and "seq_length" in args:  # GPTModelProvider: positions = seq_length
         integer(args["seq_length"], "seq_length")  # refused as itself, not as the positions it gives (hostile20)
         args["max_position_embeddings"] = args["seq_length"]
