@@ -240,3 +240,15 @@ def test_a_cache_key_an_interrupted_first_run_left_empty_is_replaced(tmp_path, m
         assert sorted(p.name for p in root.iterdir()) == ["compiled", "key"]
     finally:
         cache._key.cache_clear()
+
+
+@pytest.mark.parametrize("command", ["plan", "compare"])
+def test_a_search_with_grad_accum_is_refused_not_dropped(cli, command):
+    # D7: README: every option parsed is used; the defaults table: a GPU plan that fixes a batch size (--grad-accum
+    # among them) takes no default global batch. `--search --grad-accum 4` ranked every layout at the default batch,
+    # each at its own M (the winner TP1 PP2 EP8 at M 64 on 16 H100s), the option dropped in silence: the search ranks
+    # one global batch, which a fixed M cannot give every layout (N = DP x M x micro-batch differs with DP)
+    code, out, err = cli(command, "--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16", "--search",
+                         "--grad-accum", "4", "--json")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert "--grad-accum with --search" in err
