@@ -252,3 +252,18 @@ def test_a_search_with_grad_accum_is_refused_not_dropped(cli, command):
                          "--grad-accum", "4", "--json")
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
     assert "--grad-accum with --search" in err
+
+
+def test_a_launch_whose_positions_fall_short_of_its_decoder_length_is_refused(cli, tmp_path):
+    # D8: Megatron-LM @ d98e8a64 megatron/training/arguments.py L1357-1358: `assert args.max_position_embeddings >=
+    # args.decoder_seq_length` when it is given. The launch (--max-position-embeddings 8192, --decoder-seq-length
+    # 100000) was planned, the flag listed "not modelled by btacalc"
+    path = _launch(cli, tmp_path, "decoder.sh", ("--seq-length 4096", "--seq-length 4096 --decoder-seq-length 100000"))
+    assert "--max-position-embeddings 8192" in path.read_text()
+    code, out, err = cli("plan", "--hw", "h100", "--from-megatron", str(path))
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert "--decoder-seq-length" in err and "arguments.py:1357" in err
+    within = _launch(cli, tmp_path, "within.sh", ("--seq-length 4096", "--seq-length 4096 --decoder-seq-length 2048"))
+    plain = _launch(cli, tmp_path, "plain.sh")
+    got, want = _plan(cli, "--from-megatron", str(within)), _plan(cli, "--from-megatron", str(plain))
+    assert got["throughput"]["step_time_s"] == want["throughput"]["step_time_s"]

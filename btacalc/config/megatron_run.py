@@ -72,6 +72,8 @@ IGNORED: tuple[tuple[str, str], ...] = (
      "FP8 margins (btacalc/data/precision.toml)"),
     # hostile35: the reason said "btacalc counts --vocab-size as given", where the plan pads it to Megatron-LM's default
     # multiple (model/problem.py padded_vocab); a multiple that pads it otherwise is refused (_vocab_padding)
+    (r"decoder_seq_length", "an encoder-decoder model's target length: pretrain_gpt.py's GPTModel trains at "
+                            "--seq-length (Megatron-LM checks only that the positions cover it, arguments.py L1357)"),
     (r"make_vocab_size_divisible_by", "vocabulary padding: it pads this vocabulary as Megatron-LM's default 128 x TP "
                                       "does, which btacalc plans"),
     (r"(cuda_graph_.*|enable_cuda_graph|external_cuda_graph)",
