@@ -166,7 +166,8 @@ def test_bad_input_is_one_line_exit_2(cli, tmp_path, args, fragment):
     ('{"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": -2, "num_attention_heads": 32, '
      '"vocab_size": 10, "intermediate_size": 10}', "num_hidden_layers"),
     ('{"model_type": "mixtral", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, '
-     '"vocab_size": 10, "intermediate_size": 10, "num_local_experts": 4, "num_experts_per_tok": 8}', "top_k"),
+     '"num_key_value_heads": 4, "vocab_size": 10, "intermediate_size": 10, "num_local_experts": 4, '
+     '"num_experts_per_tok": 8}', "top_k"),
     ('[1, 2]', "expected a JSON object"),
 ])
 def test_malformed_config_json(cli, tmp_path, config, fragment):

@@ -100,7 +100,7 @@ LLAMA = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_
     ({"model_type": "qwen3", "use_sliding_window": True}, "use_sliding_window"),
     ({"model_type": "qwen3_moe", "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 8,
       "mlp_only_layers": "0"}, "'mlp_only_layers' must be a list"),
-    ({"model_type": "gpt_oss", "num_local_experts": 4, "num_experts_per_tok": 2,
+    ({"model_type": "gpt_oss", "num_local_experts": 4, "num_experts_per_tok": 2, "num_key_value_heads": 4,
       "layer_types": ["full_attention", "sliding_attention"]}, "layer_types pattern"),
     ({"model_type": "deepseek_v3", "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 8,
       "kv_lora_rank": 8, "qk_rope_head_dim": 4, "qk_nope_head_dim": 4, "v_head_dim": 4, "moe_layer_freq": 2},

@@ -263,6 +263,8 @@ BROKEN = {
     "cp-sequence": ({"context_parallel_size": 4, "seq_length": 4100, "max_position_embeddings": 4100},
                     {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}),
     "positions": ({"max_position_embeddings": 2048}, {}),
+    # hostile35: arguments.py L1357-1358
+    "decoder-positions": ({"decoder_seq_length": 8192}, {}),
     "even-pipeline": ({"pipeline_model_parallel_size": 5, "world": 40}, {}),
     "virtual-pipeline": ({"pipeline_model_parallel_size": 4, "num_virtual_stages_per_pipeline_rank": 5}, {}),
     # review19: arguments.py L928-938, L955-956, L968-969, L972-973 (the layers-per-virtual-stage form of VP)

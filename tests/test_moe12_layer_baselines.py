@@ -8,7 +8,9 @@ GEMM; FP8 cases use the blockwise recipe), `__main__.py` (CUDA events around `la
 `output.backward(grad)` after an 8192 x 8192 dummy GEMM that hides the first launches; 5 warm-up and 20 timed
 iterations; a baseline is only written when std / mean <= 2%) and `baseline.json` (forward_ms, backward_ms per case).
 
-btacalc plans a one-layer model with the case's MoE shape (tests/data/moe_perf/) on 8 H100s at EP 8 and the
+btacalc plans a one-layer model with the case's MoE shape (tests/data/moe_perf/; the DeepSeek proxy states
+routed_scaling_factor 1.0, the case's moe_router_topk_scaling_factor None, since a DeepSeek-V3 config without it takes
+transformers' 2.5: hostile35) on 8 H100s at EP 8 and the
 force-balanced routing imbalance of 8 x 4,096 tokens; the MoE layer is the router, dispatch, experts, shared
 experts and combine phases (forward + backward) plus the expert all-to-all. Measured figures are copied from
 baseline.json; btacalc's numbers are never the expected values.

@@ -106,27 +106,57 @@ def _read_private(path: Path, limit: int) -> Optional[bytes]:
 @functools.lru_cache(maxsize=4)
 def _key(root: Path) -> Optional[bytes]:
     """The per-user secret of the cache at `root` (created on first use), or None when it cannot be
-    trusted: not a regular file of this user, readable or writable by others, or not 32 bytes."""
+    trusted: not a regular file of this user, or readable or writable by others. A key of this user, private, that
+    is not 32 bytes is what an interrupted creation left (hostile35: created empty, then stopped before its bytes
+    were written, it turned the cache off for good, every later command compiling the formulas again): it is
+    replaced."""
     if not _private_folder(root):
         return None
     path = root / "key"
-    for _ in range(2):
+    for _ in range(3):
         data = _read_private(path, 64)
         if data is not None:
             try:
                 mode = os.stat(path, follow_symlinks=False).st_mode
             except OSError:
                 return None
-            return data if len(data) == 32 and not mode & 0o077 else None
-        try:  # create it: exclusively, so two processes racing agree on one key
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
-        except FileExistsError:
+            if mode & 0o077:
+                return None
+            if len(data) == 32:
+                return data
+            try:
+                os.unlink(path)
+            except OSError:
+                return None
             continue
-        except OSError:
-            return None
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(secrets.token_bytes(32))
+        created = _create_key(path)
+        if created is not None:
+            return created
     return None
+
+
+def _create_key(path: Path) -> Optional[bytes]:
+    """A new key at `path`, written whole to a private temporary file first and linked into place, so that `path`
+    never holds part of a key (hostile35: it was opened at `path` and then written, so a stop or a full disk in
+    between left it empty, and the full disk's error reached the command); None when another process linked its key
+    first (the caller reads that one) or the folder cannot hold it (the cache is then not used)."""
+    key = secrets.token_bytes(32)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".key.", suffix=".tmp", dir=path.parent)
+    except OSError:
+        return None
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(key)
+        os.link(tmp, path)  # fails if a key is there: two processes racing agree on one
+        return key
+    except OSError:
+        return None
+    finally:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
 
 
 def _usable() -> Optional[tuple[Path, bytes]]:

@@ -86,11 +86,13 @@ def _import_bridge(text: str, source: str, devices: Optional[int], base: Optiona
             raise BtacalcError(f"{source}: {key}: {type(value).__name__} {reprlib.repr(value)} is not an override "
                                "value (a number, a string, a boolean, null or a list of them)")
     args, unread = from_bridge(flat)  # its refusals name the file (import_bridge's source_naming; review14)
+    unread = _dataset_seq_length(flat, args, unread, source)
     _check_bridge_nulls(flat, args)
     _check_bridge_batch_nulls(flat)
     check_bridge_sixteen_bit(args)
     check_bridge_experts(args)
-    given_as = {d: bridge_key(d) or d for d in args}
+    given_as = {d: bridge_key(d) or d for d in args}  # a sequence length the dataset's (_dataset_seq_length) gave:
+    given_as.update({"seq_length": k for k in DATASET_SEQ_KEYS[::-1] if k in flat and "model.seq_length" not in flat})
     # the sequence bounds the positions Bridge derives from it: refused as itself (hostile20: "field
     # max_position_embeddings: 10^26 is beyond 2^62", a field the file does not name)
     if "seq_length" in args and integer(args["seq_length"], "seq_length") > MAX_COUNT:
@@ -189,6 +191,40 @@ def _check_bridge_batch_nulls(flat: dict[str, Any]) -> None:
 MLA_PROVIDER_YARN = {"rotary_scaling_factor": 40.0, "mscale": 1.0, "mscale_all_dim": 0.0}
 
 
+# GPTDatasetConfig's sequence length, under its own name and Bridge's alias (Megatron-Bridge @ 067f987df
+# src/megatron/bridge/training/config.py L223-304)
+DATASET_SEQ_KEYS = ("dataset.seq_length", "dataset.sequence_length")
+
+
+def _dataset_seq_length(flat: dict[str, Any], args: dict[str, Any], unread: list[str], source: str) -> list[str]:
+    """hostile35: Bridge asserts that the model's and the dataset's sequence lengths match (ConfigContainer.validate,
+    config.py L1630-1648 @ 067f987df: for GPTDatasetConfig, the pretraining recipes' dataset (recipes/common.py L90-95),
+    and the SFT and Energon configs). `dataset.seq_length=2048` beside `model.seq_length=4096` was listed as ignored
+    (outside the training step) and planned at 4096, a run Bridge refuses; alone it was planned at --model's positions
+    (8192 for Llama 3 8B) where the run that passes the assertion trains the dataset's length. Returns `unread`
+    without the dataset key it read."""
+    given = {key: flat[key] for key in DATASET_SEQ_KEYS if key in flat}
+    if not given:
+        return unread
+    for key, value in given.items():
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_COUNT:
+            raise BtacalcError(f"{source}: {key}: takes a whole number of tokens from 1 to {MAX_COUNT_TEXT}, got "
+                               f"{reprlib.repr(value)}")
+    (key, length), *others = given.items()
+    for other, second in others:
+        if second != length:
+            raise BtacalcError(f"{source}: {key}={length} and {other}={second}: one field (Bridge's alias): give one")
+    if "seq_length" in args:
+        model = integer(args["seq_length"], "model.seq_length")
+        if model != length:
+            raise BtacalcError(f"{source}: Megatron-Bridge would refuse this run: model.seq_length={model} and {key}="
+                               f"{length} differ (it asserts they match, src/megatron/bridge/training/config.py "
+                               "L1644-1648 @ 067f987df): give one length")
+    else:
+        args["seq_length"] = length
+    return [k for k in unread if k not in given]
+
+
 def _bridge_provided(args: dict[str, Any], base: Optional[ModelSpec], source: str) -> tuple[dict[str, Any], set[str]]:
     """The overrides over what the model provider holds where they leave a field out: the architecture (--model's,
     AutoBridge's Hugging Face config, when the overrides give none), GPTModelProvider's and TransformerConfig's
@@ -206,6 +242,9 @@ def _bridge_provided(args: dict[str, Any], base: Optional[ModelSpec], source: st
     given = set(args)
     args = {**BRIDGE_FUSION_DEFAULTS, **BRIDGE_LOSS_DEFAULTS, **BRIDGE_MOE_DEFAULTS,
             **bridge_provider_defaults(base.hf_model_type if base is not None else None), **args}
+    if args.get("seq_length") is None:  # hostile35: refused as "the launch gives no --seq-length", another tool's flag
+        raise BtacalcError(f"{source}: the overrides give no model.seq_length (nor dataset.seq_length): the run takes "
+                           "its recipe's, which btacalc does not see: add model.seq_length")
     if "max_position_embeddings" not in args and "seq_length" in args:  # GPTModelProvider: positions = seq_length
         integer(args["seq_length"], "seq_length")  # refused as itself, not as the positions it gives (hostile20)
         args["max_position_embeddings"] = args["seq_length"]

@@ -568,9 +568,42 @@ def _llama_like_scaling(c: _Config) -> dict[str, Any]:
     return _yarn(_Config({**c.raw, "rope_scaling": r.raw}, c.origin, c.model_type)) if kind == "yarn" else {}
 
 
+# hostile35: what transformers' configuration class takes for a key the file leaves out, where the reader's own
+# fallback (the class's rule for the key given as null, in its __post_init__: num_key_value_heads None -> the heads,
+# head_dim None -> hidden / heads, sliding_window None -> none) differs. A config without num_key_value_heads was read
+# with one key-value head per head, a Qwen3 or GPT-OSS one without head_dim as hidden / heads (80 for Qwen3-4B's 2560 /
+# 32, 45 for GPT-OSS's 2880 / 64), a Mistral one without sliding_window as full attention, a Qwen-MoE one with dense
+# layers and no intermediate_size refused. transformers v5.24.0
+# src/transformers/models/<family>/configuration_<family>.py, the line of each default: qwen3 L66-67, qwen2 L65,
+# qwen3_moe L82 and L85, qwen2_moe L80, L83 and L97, mistral L67 and L79, mixtral L71, gpt_oss L56, L58 and its
+# __post_init__'s YaRN L89-97, gptj L72, deepseek_v3 L88, L91, L93, L97-98, L100. kimi_k2 is remote code (its own
+# class): not here.
+_GPT_OSS_ROPE = {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
+                 "original_max_position_embeddings": 4096}
+_ABSENT_DEFAULTS: dict[str, dict[str, Any]] = {
+    "qwen3": {"num_key_value_heads": 32, "head_dim": 128}, "qwen2": {"num_key_value_heads": 32},
+    "qwen3_moe": {"num_key_value_heads": 4, "intermediate_size": 6144},
+    "qwen2_moe": {"num_key_value_heads": 16, "shared_expert_intermediate_size": 5632, "intermediate_size": 5632},
+    "mistral": {"num_key_value_heads": 8, "sliding_window": 4096}, "mixtral": {"num_key_value_heads": 8},
+    "gpt_oss": {"num_key_value_heads": 8, "head_dim": 64}, "gptj": {"rotary_dim": 64},
+    "deepseek_v3": {"n_shared_experts": 1, "routed_scaling_factor": 2.5, "q_lora_rank": 1536, "n_group": 8,
+                    "topk_group": 4, "first_k_dense_replace": 3},
+}
+
+
+def with_class_defaults(raw: dict[str, Any], model_type: str) -> dict[str, Any]:
+    """`raw` with the keys it leaves out that transformers' class of `model_type` defaults otherwise than the reader
+    (`_ABSENT_DEFAULTS`); a key given (null too) is kept. GPT-OSS without rope_scaling or rope_parameters takes the
+    class's YaRN."""
+    out = {**_ABSENT_DEFAULTS.get(model_type, {}), **raw}
+    if model_type == "gpt_oss" and "rope_scaling" not in raw and "rope_parameters" not in raw:
+        out["rope_parameters"] = dict(_GPT_OSS_ROPE)
+    return out
+
+
 def hf_config_to_spec(raw: dict[str, Any], name: str, origin: str) -> ModelSpec:
     mtype = _model_type(raw, origin)
-    config = _Config(raw, origin, mtype)
+    config = _Config(with_class_defaults(raw, mtype), origin, mtype)
     spec = {**_HF_FAMILIES[mtype](config), **_llama_like_scaling(config), **_dropouts(config)}
     return validate_model({"name": name, "source": origin, **spec, **_numerics(config, spec), "hf_model_type": mtype},
                           origin=origin)

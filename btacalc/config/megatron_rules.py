@@ -308,6 +308,11 @@ RULES: tuple[Rule, ...] = (
     Rule("positions", f"{ARGS}:1354", lambda a, e: a.get("seq_length") is not None,
          lambda a, e: _i(a, "max_position_embeddings", 0) >= _i(a, "seq_length", 0),
          "--max-position-embeddings must be at least --seq-length"),
+    # hostile35: --decoder-seq-length (which a GPT does not train with) was listed as not modelled, and a launch whose
+    # positions fall short of it planned, where Megatron-LM asserts at its arguments
+    Rule("decoder-positions", f"{ARGS}:1357", lambda a, e: a.get("decoder_seq_length") is not None,
+         lambda a, e: _i(a, "max_position_embeddings", 0) >= _i(a, "decoder_seq_length", 0),
+         "--max-position-embeddings must be at least --decoder-seq-length"),
     Rule("even-pipeline", f"{ARGS}:997", lambda a, e: _vp(a) == 1 and a.get("decoder_first_pipeline_num_layers") is None
          and a.get("decoder_last_pipeline_num_layers") is None and a.get("pipeline_model_parallel_layout") is None,
          lambda a, e: _layers_for_split(a) % _i(a, "pipeline_model_parallel_size") == 0,

@@ -70,7 +70,12 @@ IGNORED: tuple[tuple[str, str], ...] = (
     (r"(fp8.*|fp4.*)",
      "low-precision details btacalc does not model: the amax history (a few KB per module) and its reduction, "
      "FP8 margins (btacalc/data/precision.toml)"),
-    (r"make_vocab_size_divisible_by", "vocabulary padding: btacalc counts --vocab-size as given"),
+    # hostile35: the reason said "btacalc counts --vocab-size as given", where the plan pads it to Megatron-LM's default
+    # multiple (model/problem.py padded_vocab); a multiple that pads it otherwise is refused (_vocab_padding)
+    (r"decoder_seq_length", "an encoder-decoder model's target length: pretrain_gpt.py's GPTModel trains at "
+                            "--seq-length (Megatron-LM checks only that the positions cover it, arguments.py L1357)"),
+    (r"make_vocab_size_divisible_by", "vocabulary padding: it pads this vocabulary as Megatron-LM's default 128 x TP "
+                                      "does, which btacalc plans"),
     (r"(cuda_graph_.*|enable_cuda_graph|external_cuda_graph)",
      "CUDA graphs beyond --cuda-graph-impl transformer_engine's per-layer scopes (read): warm-up steps, the "
      "graphs' static buffers and the local implementation are not modelled"),
@@ -420,6 +425,23 @@ def _check_model_source(launch: Launch) -> None:
                            f"{_ELSEWHERE_ARGS} L1308-1311 @ d98e8a64)")
 
 
+def _megatron_seq_length(launch: Launch) -> None:
+    """hostile35: the sequence length of a Megatron-LM launch is --seq-length or --encoder-seq-length, never both
+    (arguments.py L1346-1351 @ d98e8a64: `assert args.encoder_seq_length is None` when --seq-length is given, else
+    seq_length = encoder_seq_length). A launch with --encoder-seq-length alone was refused as giving no --seq-length;
+    one with both was planned at --seq-length, the other listed as not modelled."""
+    seq, encoder = launch.args.get("seq_length"), launch.args.get("encoder_seq_length")
+    if encoder is None:
+        return
+    if seq is not None:
+        flags = f"{launch.given_as['seq_length']} and {launch.given_as['encoder_seq_length']}"
+        raise BtacalcError(f"{launch.source}: Megatron-LM would refuse this launch: {flags} together (it asserts "
+                           f"encoder_seq_length is None when seq_length is given, {_ELSEWHERE_ARGS} L1346-1348 @ "
+                           "d98e8a64); give one")
+    launch.args["seq_length"] = launch.args.pop("encoder_seq_length")
+    launch.given_as["seq_length"] = launch.given_as.pop("encoder_seq_length")
+
+
 def _check_required(launch: Launch) -> None:
     """Megatron-LM's required arguments, in its order (arguments.py L1314-1317 @ d98e8a64: num_layers, hidden_size,
     num_attention_heads, max_position_embeddings; --num-layers is checked with --encoder-num-layers,
@@ -450,6 +472,7 @@ def imported_run(launch: Launch, devices: Optional[int], name: Optional[str] = N
     _check_modules(launch)
     if not bridge:
         _check_required(launch)
+        _megatron_seq_length(launch)
         launch = _megatron_ffn(launch)
     devices = _devices(launch, devices, bridge)
     refused = [r for r in violations(dict(launch.args, world=devices), launch.env, bridge)
@@ -464,6 +487,7 @@ def imported_run(launch: Launch, devices: Optional[int], name: Optional[str] = N
         notes.append(CHECKPOINT_ARGS_NOTE)
     spec = model_from_fields(fields, launch.source, notes, name)
     if not bridge:
+        _vocab_padding(launch, spec.vocab_size)
         _megatron_batch(launch, fields, devices, notes)
     elif fields.get("batch.global_batch") is None:
         notes.append(BRIDGE_NO_GLOBAL_BATCH)
@@ -494,6 +518,30 @@ def _megatron_ffn(launch: Launch) -> Launch:
         return launch
     ffn = int((4 * integer(h, "hidden_size") * 2 / 3) / 64) * 64
     return replace(launch, args={**launch.args, "ffn_hidden_size": ffn})
+
+
+def _vocab_padding(launch: Launch, vocab: int) -> None:
+    """hostile35: Megatron-LM trains the vocabulary padded up to a multiple of --make-vocab-size-divisible-by x TP
+    (megatron/training/vocab_utils.py L44-59 @ d98e8a64; the flag's default 128, arguments.py L2441), and btacalc plans
+    it padded at that default (model/problem.py padded_vocab). A launch's other multiple was listed as ignored ("btacalc
+    counts --vocab-size as given") and planned at 128 x TP: a multiple that pads this vocabulary to another width is
+    refused (one that pads it alike, 64 for 50,257 at TP 1, plans as it runs); Megatron-LM refuses 0 or below
+    (L53-54)."""
+    given = launch.args.get("make_vocab_size_divisible_by")
+    if given is None:
+        return
+    flag, multiple = launch.given_as["make_vocab_size_divisible_by"], integer(given, "make_vocab_size_divisible_by")
+    if multiple < 1:
+        raise BtacalcError(f"{launch.source}: Megatron-LM would refuse this launch: {flag} {multiple} (it raises "
+                           "'make_vocab_size_divisible_by must be positive', megatron/training/vocab_utils.py L53-54)")
+    default = integer(flags_by_dest()["make_vocab_size_divisible_by"][0].default, "make_vocab_size_divisible_by")
+    tp = integer(launch.args.get("tensor_model_parallel_size") or 1, "tensor_model_parallel_size")
+    padded, planned = (-(-vocab // (m * tp)) * m * tp for m in (multiple, default))
+    if padded != planned:
+        raise BtacalcError(f"{launch.source}: {flag} {multiple} pads the vocabulary of {vocab:,} to {padded:,} (a "
+                           f"multiple of {multiple} x TP {tp}, megatron/training/vocab_utils.py L58-59 @ d98e8a64); "
+                           f"btacalc pads at Megatron-LM's default {default} x TP ({planned:,}) and cannot plan that "
+                           "width: leave the flag out to plan the default padding")
 
 
 def _megatron_batch(launch: Launch, f: Fields, devices: int, notes: list[str]) -> None:

@@ -110,6 +110,10 @@ def search_layouts(model: ModelSpec, hardware: HardwareProfile, request: Executi
     if request.tokens_per_step is not None and request.limits.global_batch is not None:
         raise BtacalcError("{tokens_per_step} sets the global batch of a search that fixes none: {global_batch} "
                            "fixes it here")
+    if request.micro_batches is not None:  # hostile35: it was dropped (the base resolves without it), in silence
+        raise BtacalcError("{micro_batches} with {search}: the search ranks every layout at one global batch (given, "
+                           "or the default), which each layout splits into its own M = N / (DP x micro-batch): give "
+                           "{global_batch} (and {micro_batch}) to fix the batch, or plan a layout with {micro_batches}")
     start = time.perf_counter()
     if request.recompute is None and (request.checkpoint_early_stop or request.recompute_layers):
         # hostile32 D2: both shape a full recomputation, which is then the only policy to rank (the search ranked

@@ -239,6 +239,10 @@ class _Solver:
     def __init__(self, model: ModelSpec, hw: HardwareProfile, request: ExecutionRequest, fixed_active: bool,
                  say: Callable[[BtacalcError], str] = str):
         self.model, self.hw, self.request, self.fixed_active, self.say = model, hw, request, fixed_active, say
+        # hostile35: the request's M (--grad-accum, ExecutionRequest.micro_batches, which `plan` folds into its limits:
+        # config/resolution.py) among the points' limits; `sweep --grad-accum 4` planned every point at the default
+        # global batch (M 64 for 16 H100s at seq 2048) where `plan --grad-accum 4` runs 4 micro-batches
+        self.limits = replace(request.limits, micro_batches=request.limits.micro_batches or request.micro_batches)
         self.setups: dict[tuple[Any, ...], Union[tuple[ModelSpec, Execution, int], str]] = {}
         self.structures: dict[tuple[Any, ...], int] = {}
         self.counts: dict[tuple[Any, ...], ParamCounts] = {}
@@ -310,8 +314,7 @@ class _Solver:
         seq = np.asarray(params.get("seq", np.full(rows.size, self.request.seq_len or execution.run.seq_len)),
                          dtype=np.int64)
         default_n = self.default_global_batch(seq, execution.layout.data_parallel)
-        limits, valid = _point_limits(self.request.limits, params, execution.layout.data_parallel, rows, out,
-                                      default_n)
+        limits, valid = _point_limits(self.limits, params, execution.layout.data_parallel, rows, out, default_n)
         base = self.points_problem(models, execution).with_run(seq_len=seq)
         table = base.model.max_position_embeddings
         if table is None or (base.model.position_embedding == "learned" and int(seq.max()) > table):
