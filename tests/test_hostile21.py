@@ -86,7 +86,8 @@ def test_a_runs_file_with_nothing_predicted_is_no_pass(cli, tmp_path, change, no
     measured = json.loads(out)["measured"]
     assert note in json.dumps(measured["runs"])
     assert code == 1 and measured["gate"]["failures"] == [
-        "none of the 1 measured runs was predicted (each row's note says why): nothing was checked against the bands"]
+        "none of the 1 measured runs was predicted (the line under the runs table says why for each): nothing was "
+        "checked against the bands"]
 
 
 def test_a_users_run_on_held_back_hardware_is_predicted(cli, tmp_path):

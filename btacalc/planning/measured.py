@@ -658,8 +658,8 @@ def gate(results: list[RunResult], summaries: list[FamilySummary], bands: Bands)
     if results and all(r.error is None and r.memory_error is None for r in results):
         # hostile21: a file whose every run is not expressible (a layout that does not divide its devices, FP8 on an
         # A100) ended "within the documented bands", exit 0, with nothing predicted
-        failures.append(f"none of the {len(results):,} measured runs was predicted (each row's note says why): "
-                        "nothing was checked against the bands")
+        failures.append(f"none of the {len(results):,} measured runs was predicted (the line under the runs table "
+                        "says why for each): nothing was checked against the bands")
     return GateVerdict(ok=not failures, failures=failures)
 
 
