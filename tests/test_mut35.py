@@ -5,17 +5,22 @@ tool's own output (docs/mutation-survivors.md "mut35" lists the mutants each tes
 
 from __future__ import annotations
 
+import numpy as np
+import pytest
+
 from btacalc.config.presets import load_preset
 from btacalc.model.gpu.costs import layer_parts
 from support import resolved
 
 S = 4096  # one sequence of 4,096 tokens
+ARRAYS = [1, np.array([1, 2])]  # one shape; arrays of shapes (the solver's)
 
 
 # ---- two layer kinds that share one compiled selection keep their own symbols
 
 
-def test_two_layer_kinds_of_one_selection_keep_their_own_ffn_width():
+@pytest.mark.parametrize("tiles", ARRAYS)
+def test_two_layer_kinds_of_one_selection_keep_their_own_ffn_width(tiles):
     """Megatron-LM's two-layer DeepSeek proxy (Megatron-LM @ d98e8a64 tests/functional_tests/test_cases/moe/
     deepseek_proxy_fsdp_ep2_fsdp2_ep_overlap/model_config.yaml L57-59, L87-91: --hidden-size 512, --ffn-hidden-size
     2048 for the dense first layer, --moe-ffn-hidden-size 1024, top 4, a shared expert of 1024) as its dense
@@ -23,13 +28,44 @@ def test_two_layer_kinds_of_one_selection_keep_their_own_ffn_width():
     width k f + f_shared = 4 x 1024 + 1024 = 5,120; the dense layer keeps 2,048). Both layers are then dense SwiGLU
     layers with the same features, so one compiled selection, but each runs its own width: fc1 (gate and up) is an
     s x 2 width x h GEMM, fc2 an s x h x width one (megatron/core/transformer/mlp.py L205-206: a gated linear unit
-    doubles fc1's output), per sequence of s tokens at TP 1."""
+    doubles fc1's output), over the G s tokens of G sequences at TP 1."""
     h = 512
     p = resolved(load_preset("deepseek-proxy-2l-megatron-ci").dense_equivalent(), "h100", precision="bf16",
                  attention="flash", seq_len=S)
-    ev = p.evaluate(1, 1)
+    ev = p.evaluate(tiles, 1)
     parts = layer_parts(p, ev)
     assert [kind.name for kind, _ in ev.layers] == ["dense", "ffn"]
     for part, width in zip(parts, (2048, 4 * 1024 + 1024)):
         rows = {g.name: (g.m, g.n, g.k) for g in part.gemms["mlp"]}
-        assert rows == {"W_gate_up": (S, 2 * width, h), "W_down": (S, h, width)}, width
+        assert sorted(rows) == ["W_down", "W_gate_up"]
+        for (m, n, k), expected in zip((rows["W_gate_up"], rows["W_down"]), ((2 * width, h), (h, width))):
+            assert np.all(m == S * np.asarray(tiles)) and (n, k) == expected, width
+
+
+# ---- a layer kept in BF16 caches no low-precision weights on the solver's and the memory model's other paths
+
+
+@pytest.mark.parametrize("path", ["solver's candidates", "memory over arrays of sequence lengths"])
+def test_a_layer_kept_in_bf16_caches_no_low_precision_weights_on_every_path(path):
+    """Llama 3 8B (config.json: hidden 4,096, 32 heads and 8 KV heads of 128, intermediate 14,336) under FP8 with its
+    first layer kept in BF16 (--num-layers-at-start-in-bf16 1; Megatron-LM @ d98e8a64 megatron/core/fp8_utils.py
+    L850-852: that layer runs outside the recipe's autocast). An FP8 layer caches quantised copies of its four
+    linears' weights, 4,096 x (32 + 2 x 8) x 128 + 4,096^2 + 3 x 4,096 x 14,336 parameters (its norms' are not
+    quantised); the BF16 layer caches none, on the solver's candidates (timed without report rows, whose step time
+    reads the parameters) as on the memory model's parts where the rows are summed phase by phase (arrays of
+    sequence lengths), as tests/test_mut33.py checks for the plan's report."""
+    h, f = 4096, 14336
+    linears = h * (32 + 2 * 8) * 128 + h * h + 3 * h * f
+    model = load_preset("llama-3-8b")
+    if path == "solver's candidates":
+        p = resolved(model, "h100", precision="fp8-current", bf16_layers_at_start=1, attention="flash", seq_len=S)
+        parts = layer_parts(p, p.evaluate(np.array([1, 2]), 1), report=False)
+    else:
+        p = resolved(model, "h100", precision="fp8-current", bf16_layers_at_start=1, attention="flash",
+                     seq_len=np.array([2048, S]))
+        parts = layer_parts(p, p.evaluate(1, 1), memory_only=True)
+    kinds = {kind.name: part for (kind, _), part in zip(p.evaluate(1, 1).layers, parts)}
+    assert sorted(kinds) == ["decoder", "decoder-bf16"]
+    assert np.all(kinds["decoder"].low_precision_params == linears)
+    assert np.all(kinds["decoder-bf16"].low_precision_params == 0)
+    assert np.all(kinds["decoder-bf16"].dense_params == kinds["decoder"].dense_params)
