@@ -8,9 +8,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from btacalc.config.hardware import resolve_hardware
 from btacalc.config.presets import load_preset
 from btacalc.model.gpu.costs import layer_parts
 from support import resolved
+from tests.test_attngemm import _core, _plan
 
 S = 4096  # one sequence of 4,096 tokens
 ARRAYS = [1, np.array([1, 2])]  # one shape; arrays of shapes (the solver's)
@@ -69,3 +71,23 @@ def test_a_layer_kept_in_bf16_caches_no_low_precision_weights_on_every_path(path
     assert np.all(kinds["decoder"].low_precision_params == linears)
     assert np.all(kinds["decoder-bf16"].low_precision_params == 0)
     assert np.all(kinds["decoder-bf16"].dense_params == kinds["decoder"].dense_params)
+
+
+# ---- eager attention's report rows under the causal FLOP convention
+
+
+def test_eager_attentions_rows_under_causal_run_the_whole_matrix_at_the_gemm_ceiling(cli):
+    """--causal counts s(s + 1)/2 score entries, but eager attention computes the whole s x s matrix and masks it
+    (Megatron-LM @ d98e8a64 megatron/core/transformer/dot_product_attention.py L194-200: one baddbmm over the whole
+    matrix, then the scale-mask-softmax), so its two matmuls run the FLOPs of the full square, and at s = 2,048 on
+    an A100 they are compute bound: each row's efficiency is the FLOPs it runs over its time, the GEMM ceiling x the
+    compute efficiency, as without --causal (tests/test_attngemm.py), not that share divided by the time factor."""
+    report = _plan(cli, "--model", "llama-3-8b", "--hw", "a100-80gb", "--devices", "8", "--tp", "2", "--seq", "2048",
+                   "--attention", "eager", "--causal")
+    profile = resolve_hardware("a100-80gb")
+    ceiling = profile.kernels.gemm_ceiling_fraction.value * profile.calibration.compute_efficiency.value
+    rows = _core(report["phases"])
+    assert sorted(rows) == ["attn_pv", "attn_scores"]
+    for _, row in rows.values():
+        assert row["kernel"] == "eager_attention" and row["binding"] == "compute"
+        assert row["efficiency"] == pytest.approx(ceiling, rel=1e-12)
