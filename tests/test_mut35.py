@@ -8,9 +8,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from btacalc.config.execution import Layout, RunOptions
 from btacalc.config.hardware import resolve_hardware
 from btacalc.config.presets import load_preset
 from btacalc.model.gpu.costs import layer_parts
+from btacalc.model.problem import make_problem
 from support import resolved
 from tests.test_attngemm import _core, _plan
 
@@ -91,3 +93,26 @@ def test_eager_attentions_rows_under_causal_run_the_whole_matrix_at_the_gemm_cei
     for _, row in rows.values():
         assert row["kernel"] == "eager_attention" and row["binding"] == "compute"
         assert row["efficiency"] == pytest.approx(ceiling, rel=1e-12)
+
+
+# ---- a module recomputed inside a per-layer CUDA graph re-runs inside its backward graph
+
+
+@pytest.mark.parametrize("scope", [("mlp",), ("attn",)])
+def test_a_module_recomputed_inside_the_graph_adds_no_graph_launch(scope):
+    """Llama 3 8B on an H100 with Megatron's --recompute-modules layernorm (the input and pre-MLP norms re-run their
+    forward in the backward) and a per-layer CUDA graph over the mlp scope (post_attn_norm and the MLP) or the attn
+    scope (input_norm to the output projection). TransformerEngine captures the graph's backward by running
+    torch.autograd.backward over the callable's outputs (TransformerEngine @ d0067d0d transformer_engine/pytorch/
+    graph.py L966-975), so a norm recomputed inside the callable re-runs inside the backward graph, and replays it
+    as one forward and one backward graph (L1031-1097); Megatron allows no recompute module around a graphed scope
+    (Megatron-LM @ d98e8a64 megatron/core/transformer/transformer_config.py L2861). So the layer's host launches
+    are those of its eager phases plus 2, with or without the norms' re-run: the re-run adds only the launch of the
+    norm outside the graph (one forward kernel again), nothing for the graphed one."""
+    def layer(recompute):
+        run = RunOptions(seq_len=S, attention="flash", gradient_bytes=4, recompute=recompute)
+        p = make_problem(load_preset("llama-3-8b"), resolve_hardware("h100"), run, Layout(cuda_graph_scope=scope))
+        (part,) = layer_parts(p, p.evaluate(1, 1))
+        return part
+
+    assert layer("layernorm").kernels - layer("none").kernels == 1
