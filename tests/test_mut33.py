@@ -143,15 +143,17 @@ def _llama_h100_layer(recompute, scope=()):
 
 
 @pytest.mark.parametrize("recompute, reruns", [("none", 0), ("full", 1)])
-def test_a_re_run_replays_the_layers_forward_graph_once_more(recompute, reruns):
+def test_a_re_run_replays_no_graph_of_its_own(recompute, reruns):
     """Llama 3 8B on an H100, the mlp scope (a dense layer's post_attn_norm and mlp): the graph takes over
     post_attn_norm's 2 + r launches and the two MLP GEMMs' 3 + r each (forward, data and weight gradient, each re-run
     of the forward), r the re-runs (recompute full: 1). Megatron's TE implementation replays one forward and one
-    backward graph (TE graph.py Graphed.forward / backward), and a re-run replays the forward graph again: 2 + r
-    launches (tests/test_cuda_graphs.py counts r = 0)."""
+    backward graph (TE graph.py Graphed.forward / backward), 2 launches whatever the re-runs (tests/test_cuda_graphs.py
+    counts r = 0): a re-run inside the graph runs in the backward graph (mut35 corrected mut33's 2 + r; full
+    recomputation beside per-layer graphs is refused on input, Megatron-LM @ d98e8a64 transformer_config.py L2855-2858,
+    so this case is the count's arithmetic, tests/test_mut35.py has the accepted one)."""
     eager, graphed = _llama_h100_layer(recompute), _llama_h100_layer(recompute, ("mlp",))
     captured = (2 + reruns) + 2 * (3 + reruns)
-    assert eager.kernels - graphed.kernels == captured - (2 + reruns)
+    assert eager.kernels - graphed.kernels == captured - 2
     assert eager.kernels_fwd - graphed.kernels_fwd == 3 - 1  # the first forward: 3 launches for the graph's 1
 
 

@@ -270,7 +270,7 @@ def _part(pv: PhaseValues, phases: list[Phase], rows_key: Any, r: Rates, memory_
         _fused_core(part, pv, phases, core, r,
                     eager=not any("kernels" in graphed.get(p.name, ()) for p in phases if p.core), report=report)
     if graphed:
-        _graph_launches(part, pv.of(next(p.name for p in phases if p.name in graphed)))
+        _graph_launches(part)
     return part
 
 
@@ -304,14 +304,17 @@ def _eager(captured: frozenset[str]) -> tuple[int, ...]:
     return tuple(0 if n in captured else 1 for n in ISSUED_COUNTS)
 
 
-def _graph_launches(part: Part, v: dict[str, Any]) -> None:
+def _graph_launches(part: Part) -> None:
     """The launches of a layer's CUDA graph (model/gpu/fixed.py): Megatron's TransformerEngine implementation
     captures one callable per layer, whatever its scopes (transformer_layer.py _te_cuda_graph_capture), replayed
-    by one forward and one backward graph (TransformerEngine graph.py Graphed.forward / backward); a re-run
-    replays the forward graph again. Each launch is taken at the profile's launch_overhead_s. The graph runs
-    before the dispatcher's sync (attention, router, preprocess), so its forward launch is not a `*_post` count."""
-    reruns = v["reruns"]
-    part.kernels = part.kernels + 2 + reruns
+    by one forward and one backward graph (TransformerEngine @ d0067d0d graph.py L1031-1097 Graphed.forward /
+    backward): 2 launches, whatever the re-runs. A module recomputed inside the callable re-runs its forward inside
+    the backward graph (the backward is captured by torch.autograd.backward over the callable's outputs, graph.py
+    L966-975), and no recompute module may enclose a graphed scope, nor full recomputation run beside per-layer
+    graphs (Megatron-LM @ d98e8a64 transformer_config.py L2855-2861), so nothing replays the forward graph again
+    (mut35). Each launch is taken at the profile's launch_overhead_s. The graph runs before the dispatcher's sync
+    (attention, router, preprocess), so its forward launch is not a `*_post` count."""
+    part.kernels = part.kernels + 2
     part.kernels_fwd = part.kernels_fwd + 1
 
 

@@ -190,11 +190,13 @@ its scopes (transformer_layer.py L989-1024), and replays it from a torch.autogra
 one backward graph per layer and micro-batch (TransformerEngine @ d0067d0d transformer_engine/pytorch/graph.py
 L1031-1097). So for a layer with any captured phase
 
-    t_host = t_host(eager) - captured counts x their costs + (2 + re-runs) x launch_overhead_s
+    t_host = t_host(eager) - captured counts x their costs + 2 x launch_overhead_s
 
 (a graph launch is one host API call like a kernel launch, taken at the profile's launch_overhead_s, an estimate;
-no published cudaGraphLaunch host time was used). GPU time is unchanged. Qwen3-30B-A3B, attn: 14 launches, 6 module
-calls and the dense layer's 316 glue ops become 2 launches, 1.9 ms less host time per layer and micro-batch.
+no published cudaGraphLaunch host time was used; a module recomputed inside the graph re-runs inside the backward
+graph, graph.py L966-975, so re-runs add no launch: mut35). GPU time is unchanged. Qwen3-30B-A3B, attn: 14
+launches, 6 module calls and the dense layer's 316 glue ops become 2 launches, 1.9 ms less host time per layer and
+micro-batch.
 
 **Weight-gradient accumulation without fusion** (per micro-batch). With Megatron's gradient accumulation fusion
 (its default with TransformerEngine) each weight-gradient GEMM accumulates straight into the fp32 main gradient:
