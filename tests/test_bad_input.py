@@ -1729,7 +1729,8 @@ for key, flag in (("model.hidden_dropout", "--hidden-dropout"), ("model.rotary_b
          files={"o.txt": HYDRA.replace("model.tensor_model_parallel_size=2 ", "") + f"{key}=null\n"})
 case("values", "plan", "--hw", "h100", "-m", "qwen3-30b-a3b", "--devices", "8", "--from-bridge", "{tmp}/o.txt",
      fragment="o.txt: model.num_layers=null leaves the model no number of layers",
-     files={"o.txt": HYDRA + "model.num_layers=null model.hidden_size=2048 model.num_attention_heads=32\n"})
+     files={"o.txt": HYDRA + "model.num_layers=null model.hidden_size=2048 model.num_attention_heads=32 "
+            "model.seq_length=4096\n"})  # hostile35: without a sequence length that is refused first
 # the NVLink domain a launch's `# btacalc option: --gpus-per-node` states (--emit writes it where torchrun or Bridge's
 # overrides would give another): a whole number of devices from 1 to 2^20
 for given in ("0", "abc", "\u0668", "2000000", "8.0"):
