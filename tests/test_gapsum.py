@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from btacalc.paths import package_data
-from btacalc.planning.run_file import GAP_SUMMARY_MAX
+from btacalc.planning.precision_pairs import GAP_SUMMARY_MAX
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -172,7 +172,7 @@ def test_pair_gaps_print_their_summaries_not_their_reasons(report):
     bands = tomllib.loads(package_data("validation_bands.toml").read_text())["precision_pairs"]["known_gap"]
     flat = " ".join(_rendered(report).split())
     for gap in bands:
-        assert gap["summary"] and len(gap["summary"]) <= 200 < len(gap["reason"])
+        assert gap["summary"] and len(gap["summary"]) <= GAP_SUMMARY_MAX < len(gap["reason"])
         assert " ".join(gap["reason"].split())[:300] not in flat
     shown = [g for g in bands if f"precision-pair known gap: {' '.join(g['summary'].split())}" in flat]
     assert len(shown) == len(bands)  # every shipped pair gap has a pair that misses today
@@ -189,3 +189,16 @@ def test_explain_gives_the_runs_notes_confidence_and_an_older_wafer_releases_gai
     code, out, err = cli("validate", "--explain", run["id"], "--json")
     gain = json.loads(out)["release_gain"]
     assert gain == 1.3 and f"olderreleasepredictedrate/{gain:g}," in squeezed  # Release_2.0.2's ~30% (notes)
+
+
+@pytest.mark.parametrize("summary", ["two\nlines", "   ", "x" * (GAP_SUMMARY_MAX + 1)])
+def test_a_pair_gaps_summary_that_is_not_one_line_is_refused(summary):
+    """validation_bands.toml's pair gaps take the runs' rule: one line of at most GAP_SUMMARY_MAX characters."""
+    from pydantic import ValidationError
+
+    from btacalc.planning.precision_pairs import PairGap
+
+    fields = dict(hw=["b200"], precisions=["fp8"], with_precisions=["bf16"], reason="a reason long enough to read")
+    assert PairGap(**fields, summary="one line").summary == "one line"
+    with pytest.raises(ValidationError):
+        PairGap(**fields, summary=summary)

@@ -183,3 +183,25 @@ def test_plan_reports_each_layer_kind_and_the_mtp_option(cli):
     assert code == 2 and "--mtp" in err and "no multi-token-prediction module" in err
     code, out, _ = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "wse3", "--json")
     assert "layer_kinds" not in json.loads(out)  # one kind: the report is as before
+
+
+def test_a_preset_is_read_once_per_version_of_its_file(tmp_path, monkeypatch):
+    """load_preset keeps a preset per (path, modification time, size): the same file gives the same object (validate
+    resolves a few presets for each of its runs), an edited one is read again."""
+    import os
+    from pathlib import Path
+
+    import btacalc.config.presets as presets
+    import btacalc.paths as paths
+
+    text = (Path(paths.presets_dir()) / "gpt2-small.toml").read_text()
+    monkeypatch.setattr(presets, "presets_dir", lambda: tmp_path)
+    monkeypatch.setattr(paths, "presets_dir", lambda: tmp_path)
+    path = tmp_path / "gpt2-copy.toml"
+    path.write_text(text.replace('name = "gpt2-small"', 'name = "gpt2-copy"'))
+    first = load_preset("gpt2-copy")
+    assert load_preset("gpt2-copy") is first and first.num_layers == 12
+    path.write_text(text.replace('name = "gpt2-small"', 'name = "gpt2-copy"').replace("num_layers = 12",
+                                                                                        "num_layers = 6"))
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 1_000_000))  # whatever the clock's grain
+    assert load_preset("gpt2-copy").num_layers == 6

@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..planning.crossval import CrossValidation
-from ..planning.measured import Bands, MeasuredReport, RunResult, run_status
+from ..planning.measured import Bands, MeasuredReport, RunResult, memory_status, run_status, time_status
 from ..planning.precision_pairs import PairReport
 from ..planning.run_file import MeasuredRun
 from ..planning.validate import PointResult
@@ -55,7 +55,6 @@ def measured_table(report: MeasuredReport) -> Group:
     summaries, what could not be expressed, older wafer releases), then the summaries, years and pairs. What each
     run took by default and what its recipe sets untimed are in `validate --explain RUN` and `--json`."""
     b = report.bands
-    verdicts = {r.id: run_status(r, b).split("; ") for r in report.runs}
     t = Table(title=f"Measured training runs vs btacalc: time (tokens/s per device; a check run's band ±"
               f"{b.per_run_abs_error:.0%})", title_justify="left")
     for c in ("run", "role", "family", "predicted", "measured", "error", "status"):
@@ -65,14 +64,13 @@ def measured_table(report: MeasuredReport) -> Group:
         if r.measured.tokens_per_s_per_device is None and r.measured.step_time_s is None:
             continue  # a memory-only run: in the memory table
         pred, meas = r.predicted.tokens_per_s_per_device, r.measured.tokens_per_s_per_device
-        time_status = "; ".join(v for v in verdicts[r.id] if not v.startswith("mem ")) or "-"
         t.add_row(escape(r.id), r.role, r.family, "-" if pred is None else f"{pred:,.0f}",
-                  "-" if meas is None else f"{meas:,.0f}", _pct(r.error), _status_text(time_status))
-    return Group(fit(t), memory_table(report, verdicts), *run_notes(report), fit(summary_table(report)),
+                  "-" if meas is None else f"{meas:,.0f}", _pct(r.error), _status_text(time_status(r, b)))
+    return Group(fit(t), memory_table(report), *run_notes(report), fit(summary_table(report)),
                  software_year_table(report), pairs_table(report.pairs), _verdict_line(report))
 
 
-def memory_table(report: MeasuredReport, verdicts: dict[str, list[str]]) -> Fit:
+def memory_table(report: MeasuredReport) -> Fit:
     """The runs that measured peak memory: predicted against measured, and the memory verdict."""
     t = Table(title="Measured training runs vs btacalc: peak memory per device (GiB = 2^30 B; allocated, else "
               f"reserved \"res\"; a check run's band ±{report.bands.memory_per_run_abs_error:.0%})",
@@ -84,8 +82,8 @@ def memory_table(report: MeasuredReport, verdicts: dict[str, list[str]]) -> Fit:
         mem_pred, mem_meas = _memory_pair(r)
         if mem_meas == "-":
             continue
-        status = "; ".join(v.removeprefix("mem ") for v in verdicts[r.id] if v.startswith("mem ") or v == "fit")
-        t.add_row(escape(r.id), r.role, mem_pred, mem_meas, _pct(r.memory_error), _status_text(status or "-"))
+        t.add_row(escape(r.id), r.role, mem_pred, mem_meas, _pct(r.memory_error),
+                  _status_text(memory_status(r, report.bands)))
     return fit(t)
 
 

@@ -619,17 +619,29 @@ def _verdict(inside: bool, gap: bool) -> str:
             (True, True): "UNEXPECTED PASS"}[(inside, gap)]
 
 
-def run_status(r: RunResult, bands: Bands) -> str:
-    """A run's verdict under the per-run bands, as `gate` judges it: "fit" for a fit run (it sets the factors,
-    nothing gates it), "-" where nothing was predicted, else the time's verdict (`_verdict`) and, for a run that
-    measured memory, the memory's after it ("pass; mem KNOWN GAP")."""
+def time_status(r: RunResult, bands: Bands) -> str:
+    """A run's time verdict under the per-run band, as `gate` judges it: "fit" for a fit run (it sets the factors,
+    nothing gates it), "-" where nothing was predicted, else `_verdict`'s."""
     if r.role != "check":
         return "fit"
-    parts = []
-    if r.error is not None:
-        parts.append(_verdict(abs(r.error) <= bands.per_run_abs_error, bool(r.known_gap)))
-    if r.memory_error is not None:
-        parts.append("mem " + _verdict(abs(r.memory_error) <= bands.memory_per_run_abs_error, bool(r.memory_known_gap)))
+    return "-" if r.error is None else _verdict(abs(r.error) <= bands.per_run_abs_error, bool(r.known_gap))
+
+
+def memory_status(r: RunResult, bands: Bands) -> str:
+    """A run's peak-memory verdict under the memory band, as `memory_gate` judges it ("fit", "-" or `_verdict`'s)."""
+    if r.role != "check":
+        return "fit"
+    if r.memory_error is None:
+        return "-"
+    return _verdict(abs(r.memory_error) <= bands.memory_per_run_abs_error, bool(r.memory_known_gap))
+
+
+def run_status(r: RunResult, bands: Bands) -> str:
+    """Both verdicts in one ("pass; mem KNOWN GAP"): "fit" for a fit run, "-" where nothing was predicted, else the
+    time's (`time_status`) and, for a run that measured memory, the memory's (`memory_status`) after it."""
+    if r.role != "check":
+        return "fit"
+    parts = [p for p in (time_status(r, bands), "mem " + memory_status(r, bands)) if p not in ("-", "mem -")]
     return "; ".join(parts) or "-"
 
 

@@ -40,7 +40,7 @@ from collections import defaultdict
 from itertools import combinations
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field
+from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator
 
 from ..config.precision import recipe as precision_recipe
 from ..config.precision import recipes as precision_recipes
@@ -63,6 +63,16 @@ class PairInput(BaseModel):
     predicted_tokens_per_s: Optional[float] = Field(description="per device, btacalc's plan of the run")
 
 
+# characters of a known gap's one-line summary, the text validate's tables show: a pair gap's `summary` here, a run's
+# `known_gap_summary` / `memory_known_gap_summary` (run_file.MeasuredRun)
+GAP_SUMMARY_MAX = 200
+
+
+def is_one_line(text: str) -> bool:
+    """A summary's shape: some text, and no line break."""
+    return bool(text.strip()) and "\n" not in text
+
+
 class PairGap(BaseModel):
     """A stated reason why same-source pairs of these hardware and precisions miss their band."""
 
@@ -71,8 +81,15 @@ class PairGap(BaseModel):
     precisions: list[str] = Field(min_length=1, description="the narrower precision of the pairs it covers")
     with_precisions: list[str] = Field(min_length=1, description="the wider precision of the pairs it covers")
     reason: str = Field(min_length=20, description="what btacalc is suspected to lack, and where it is documented")
-    summary: str = Field("", max_length=200, description="the reason in one line, for validate's table (empty: "
-                         "the table shows the reason whole)")
+    summary: str = Field("", max_length=GAP_SUMMARY_MAX, description="the reason in one line, for validate's table "
+                         "(empty: the table shows the reason whole)")
+
+    @field_validator("summary")
+    @classmethod
+    def _one_line(cls, v: str) -> str:
+        if v and not is_one_line(v):
+            raise ValueError("a pair gap's summary is not one line of text: it is what validate's table shows")
+        return v
 
 
 class PairBands(BaseModel):

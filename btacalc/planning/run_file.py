@@ -30,7 +30,7 @@ from ..errors import BtacalcError, first_validation_error
 from ..config.text import Name
 from ..paths import package_data, read_input
 from ..vocabulary import parse_recompute
-from .precision_pairs import PairInput
+from .precision_pairs import GAP_SUMMARY_MAX, PairInput, is_one_line
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -277,7 +277,6 @@ SOFTWARE_DATE_PATTERN = r"^[0-9]{4}-(0[1-9]|1[0-2])$"  # YYYY-MM in ASCII digits
 # software not yet released
 FIRST_SOFTWARE_MONTH = "2007-06"
 UNKNOWN_SOFTWARE_YEAR = "unknown"  # the group of the runs that give no software_date
-GAP_SUMMARY_MAX = 200  # characters of a known gap's one-line summary (validate's table column)
 
 
 def software_year(date: Optional[str]) -> str:
@@ -424,7 +423,7 @@ class MeasuredRun(BaseModel):
             if summary and not getattr(self, field):
                 raise ValueError(f"{field}_summary is given without {field}: the summary stands for the full "
                                  f"account, give {field} too (or leave both out)")
-            if summary and (not summary.strip() or "\n" in summary):
+            if summary and not is_one_line(summary):
                 raise ValueError(f"{field}_summary is not one line of text: it is what validate's table shows")
         return self
 
