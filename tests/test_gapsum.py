@@ -78,13 +78,13 @@ def report():
     return validate_measured()  # once for the module: a whole validation takes ~10 s
 
 
-def _rendered(measured) -> str:
-    """The measured runs' tables as `validate` prints them at 132 columns."""
+def _rendered(measured, width: int = 132) -> str:
+    """The measured runs' tables as `validate` prints them at `width` columns (132 unless given)."""
     from rich.console import Console
 
     from btacalc.output.validation_tables import measured_table
 
-    console = Console(width=132, color_system=None)
+    console = Console(width=width, color_system=None)
     with console.capture() as captured:
         console.print(measured_table(measured))
     return captured.get()
@@ -108,6 +108,27 @@ def test_validate_prints_the_measured_runs_on_fewer_lines_than_runs_and_gaps_tak
                 or r.release_gain is not None)
     memory = sum(1 for r in report.runs if r.measured.peak_alloc_gib is not None or r.measured.peak_reserved_gib)
     assert len(lines) < 2 * (len(report.runs) + memory + notes) + 200  # + the summary, years and pair tables
+
+
+def test_at_80_columns_a_run_whose_id_fits_its_column_takes_one_line(report):
+    """The time table's columns are run, predicted, measured, error, status: a fit run's status reads "fit", so a
+    role column repeated it, and the family is the summary's. At 80 columns the run column is then 80 - 4 x 12 - 2
+    = 30 characters wide (four columns of at most 9 characters, each with 2 of padding and a rule; the two outer
+    rules), so every id of at most 30 characters stays on its row's one line; with role and family it was 13 and
+    every shipped id folded."""
+    text = _rendered(report, width=80)
+    header = next(line for line in text.splitlines() if "predicted" in line and "measured" in line)
+    assert [c.strip() for c in header.strip("┃ ").split("┃")] == ["run", "predicted", "measured", "error", "status"]
+    lines = text.splitlines()
+    short = [r for r in report.runs if len(r.id) <= 30 and r.measured.tokens_per_s_per_device is not None]
+    assert len(short) > 20
+    timed = [r for r in report.runs if r.measured.tokens_per_s_per_device is not None or r.measured.step_time_s]
+    following = {a.id: b.id for a, b in zip(timed, timed[1:])}
+    for r in short:
+        row = next(i for i, line in enumerate(lines) if line.startswith(f"│ {r.id} "))
+        after = lines[row + 1]  # the next run's row (its id's start) or the table's foot, not the rest of this id
+        assert "%" in lines[row], r.id
+        assert after.startswith("└") or following[r.id].startswith(after.split("│")[1].strip()), r.id
 
 
 def test_a_gap_without_a_summary_is_shown_whole_not_cut(tmp_path):

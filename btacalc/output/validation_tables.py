@@ -51,20 +51,22 @@ def _memory_pair(r: RunResult) -> tuple[str, str]:
 
 
 def measured_table(report: MeasuredReport) -> Group:
-    """The measured runs: a time table, a peak-memory table (the runs that measured it), the notes (known gaps'
-    summaries, what could not be expressed, older wafer releases), then the summaries, years and pairs. What each
-    run took by default and what its recipe sets untimed are in `validate --explain RUN` and `--json`."""
+    """The measured runs: a time table, a peak-memory table (the runs that measured it; in both a fit run's status
+    reads "fit", so neither repeats the role, and the run's family is in the summary and `--explain`: at 80 columns
+    the two columns folded every run id onto two lines or more), the notes (known gaps' summaries, what could not be
+    expressed, older wafer releases), then the summaries, years and pairs. What each run took by default and what
+    its recipe sets untimed are in `validate --explain RUN` and `--json`."""
     b = report.bands
     t = Table(title=f"Measured training runs vs btacalc: time (tokens/s per device; a check run's band ±"
               f"{b.per_run_abs_error:.0%})", title_justify="left")
-    for c in ("run", "role", "family", "predicted", "measured", "error", "status"):
-        t.add_column(c, justify="left" if c in ("run", "role", "family", "status") else "right",
+    for c in ("run", "predicted", "measured", "error", "status"):
+        t.add_column(c, justify="left" if c in ("run", "status") else "right",
                      overflow="fold" if c == "run" else "ellipsis")
     for r in report.runs:
         if r.measured.tokens_per_s_per_device is None and r.measured.step_time_s is None:
             continue  # a memory-only run: in the memory table
         pred, meas = r.predicted.tokens_per_s_per_device, r.measured.tokens_per_s_per_device
-        t.add_row(escape(r.id), r.role, r.family, "-" if pred is None else f"{pred:,.0f}",
+        t.add_row(escape(r.id), "-" if pred is None else f"{pred:,.0f}",
                   "-" if meas is None else f"{meas:,.0f}", _pct(r.error), _status_text(time_status(r, b)))
     return Group(fit(t), memory_table(report), *run_notes(report), fit(summary_table(report)),
                  software_year_table(report), pairs_table(report.pairs), _verdict_line(report))
@@ -75,14 +77,14 @@ def memory_table(report: MeasuredReport) -> Fit:
     t = Table(title="Measured training runs vs btacalc: peak memory per device (GiB = 2^30 B; allocated, else "
               f"reserved \"res\"; a check run's band ±{report.bands.memory_per_run_abs_error:.0%})",
               title_justify="left")
-    for c in ("run", "role", "predicted", "measured", "error", "status"):
-        t.add_column(c, justify="left" if c in ("run", "role", "status") else "right",
+    for c in ("run", "predicted", "measured", "error", "status"):
+        t.add_column(c, justify="left" if c in ("run", "status") else "right",
                      overflow="fold" if c == "run" else "ellipsis")
     for r in report.runs:
         mem_pred, mem_meas = _memory_pair(r)
         if mem_meas == "-":
             continue
-        t.add_row(escape(r.id), r.role, mem_pred, mem_meas, _pct(r.memory_error),
+        t.add_row(escape(r.id), mem_pred, mem_meas, _pct(r.memory_error),
                   _status_text(memory_status(r, report.bands)))
     return fit(t)
 
