@@ -211,3 +211,35 @@ def test_bridge_current_scaling_recipe_keeps_its_first_and_last_layer():
     assert (off.request.bf16_layers_at_start, off.request.bf16_layers_at_end) == (0, 0)
     mx = import_bridge(text.replace("fp8_current_scaling", "mxfp8"), "t", devices=8, base=LLAMA)
     assert (mx.request.bf16_layers_at_start, mx.request.bf16_layers_at_end) == (0, 0)
+
+
+@pytest.mark.parametrize("hw_name, precision, seq, run", [
+    # cuDNN 9.13's kernel on B200 has a 16-bit rate in attention_kernels.toml and no FP8 one: at s = 64 (256
+    # sequences, so that the GPU's work and not the host's issue time sets the step) the core's HBM traffic would
+    # bind if the kernel's rate were not taken as a wall-clock rate, so a BF16 layer that took the FP8 kernel's
+    # (absent) rate would add that bound
+    ("b200", "mxfp8", 64, {"attention_kernel": "cudnn-9-13"}),
+    # GB200's cuDNN deterministic backward ratio (1.152) is the 16-bit kernel's; the MXFP8 kernel has none, so a BF16
+    # layer that read the FP8 kernel's entry would run its backward at the default rate
+    ("gb200", "mxfp8", S, {"deterministic_attention": True}),
+])
+def test_a_bf16_layer_under_fp8_attention_runs_the_16_bit_kernel_whole(hw_name, precision, seq, run):
+    """mut34's open survivors (`_sixteen_bit_rates` 21, 24, 30, 32, 34): a layer outside the recipe's autocast runs
+    the 16-bit kernel with its wall-clock rate and its deterministic-backward ratio, not the FP8 kernel's. With every
+    layer in BF16 the plan is then the BF16 plan at the same settings, here where those two readings matter."""
+    from btacalc.model.gpu.rates import attention_bwd_ratio, attention_kernel_share
+
+    hw = resolve_hardware(hw_name)
+    base = dict(recompute="none", attention="flash", seq_len=seq, **run)
+    bf16 = resolved(LLAMA, hw, Layout(), precision="bf16", **base)
+    ends = resolved(LLAMA, hw, Layout(), precision=precision, fp8_attention=True, bf16_layers_at_start=L - 4,
+                    bf16_layers_at_end=4, **base)
+    fp8 = resolved(LLAMA, hw, Layout(), precision=precision, fp8_attention=True, **base)
+    # the premise: the two kernels' entries differ where the case says they do
+    if "deterministic_attention" in run:
+        assert attention_bwd_ratio(fp8, "bf16") == pytest.approx(1.152) and attention_bwd_ratio(fp8) == 1.0
+    else:
+        assert attention_kernel_share(fp8, "bf16") is not None and attention_kernel_share(fp8) is None
+    b = 256 if seq < S else 1
+    t = [gpu_step_time(p, 1, b).step_time_s for p in (bf16, ends)]
+    assert t[1] == pytest.approx(t[0], rel=1e-12)
