@@ -29,6 +29,11 @@ EXCLUDED: dict[str, str] = {  # none from fsdp1 (PyTorch FSDP1: --fsdp-impl torc
         "early: arXiv 2407.21783 §3.3.2) is not modelled: under Megatron's interleaved schedule stage 1 holds 141 "
         "one-layer chunk passes at M = 32 (82.9 GB of 79.2 usable with ZeRO-2); the paper ran it without "
         "activation checkpointing (task papers, docs/runs.md)",
+    # task runs36 (docs/runs.md 'runs36'): torchtitan's Trainy H200 rows, Float8 linears under the per-op policy
+    **{f"llama-3.1-8b-h200-{n}-fp8-current-torchtitan-trainy-op-ac":
+       "torchtitan's per-op activation checkpoint counts the mms of 16-bit linears; a torchao Float8 linear runs "
+       "torch._scaled_mm in their place (and FSDP2 gathers its weights in float8), neither modelled"
+       for n in (32, 64)},
 }
 
 RUNS = load_runs()

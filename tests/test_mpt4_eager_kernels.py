@@ -103,5 +103,11 @@ def test_the_llm_foundry_rows_and_only_they_run_eager_kernels():
     eager = {r["id"] for r in runs if (r.get("recipe") or {}).get("eager_kernels")}
     assert eager == {r["id"] for r in runs if r["id"].endswith(("-llmfoundry", "-torchtitan", "-torchtitan-layer-ac",
                                                                       "-torchtitan-op-ac", "-torchtitan-op-ac-memory"))}
-    assert all("compile = false" in r["recipe"]["source"] for r in runs if "-torchtitan" in r["id"])
+    assert all("compile = false" in r["recipe"]["source"] for r in runs if "-torchtitan" in r["id"]
+               and r["id"] in eager)
+    # task runs36: the Trainy H200 rows ran --training.compile (benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md
+    # L31 @ b5bcd76c), the only torchtitan rows with compiled kernels
+    compiled = {r["id"] for r in runs if "-torchtitan" in r["id"] and r["id"] not in eager}
+    assert compiled == {f"llama-3.1-8b-h200-{n}-fp8-current-torchtitan-trainy-op-ac" for n in (32, 64)}
+    assert all("--training.compile" in r["recipe"]["source"] for r in runs if r["id"] in compiled)
     assert len(eager) == 26 + 5 + 3 + 2
