@@ -750,8 +750,13 @@ def resolve_hardware(name_or_path: str) -> HardwareProfile:
         return _resolve_hardware(name_or_path)
 
 
+def is_builtin_name(name: str) -> bool:
+    """`name` names a built-in profile (which a file of that name in the working folder does not shadow)."""
+    return "/" not in name and (data_dir("hardware_profiles") / f"{name}.toml").is_file()
+
+
 def _resolve_hardware(name_or_path: str) -> HardwareProfile:
-    if "/" not in name_or_path and (data_dir("hardware_profiles") / f"{name_or_path}.toml").is_file():
+    if is_builtin_name(name_or_path):
         return _builtin_profile(name_or_path)  # one file read, not every profile
     profiles = builtin_profiles()
     if not name_or_path.strip():
