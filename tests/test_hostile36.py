@@ -1,0 +1,79 @@
+"""hostile36: a hostile campaign on btacalc's command line (twenty-ninth session): validate's inputs and outputs,
+compare's hardware list, the emitted launches read back, whatif's numbers, profiles and models at their edges. Each
+test is a finding: the one-line refusal, the file left as it was, or the value the output must show."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+H100 = ROOT / "hardware_profiles" / "h100.toml"
+
+
+def one_line_error(code: int, out: str, err: str, fragment: str = "") -> None:
+    assert code == 2, (code, err[-500:])
+    assert err.startswith("btacalc: error:") and len(err.strip().splitlines()) == 1, err
+    assert fragment in err, err
+    assert out == ""
+
+
+# D1: `compare --hw` and `crossover --hw` split their list at every comma, so a profile whose path holds a comma
+# ('a,b/h100.toml') was read as the profiles 'a' and 'b/h100.toml' ("unknown hardware 'a'"). A piece that is
+# neither a built-in name nor an existing path is now joined with the next pieces into the path they make.
+def test_compare_takes_a_profile_whose_path_holds_a_comma(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a,b").mkdir()
+    shutil.copy(H100, tmp_path / "a,b" / "h100.toml")
+    code, out, err = cli("compare", "--hw", "a,b/h100.toml,b200", "--json", "-q")
+    assert code == 0, err
+    assert [row["hardware"] for row in json.loads(out)["rows"]] == ["h100", "b200"]  # the file's name is h100
+    code, out, err = cli("compare", "--hw", f"{tmp_path}/a,b/h100.toml", "--json", "-q")  # absolute, alone
+    assert code == 0, err
+    assert [row["hardware"] for row in json.loads(out)["rows"]] == ["h100"]
+    code, out, err = cli("crossover", "--hw", "a,b/h100.toml", "--hidden", "512", "--json", "-q")
+    assert code == 0, err
+    assert {p["hardware"] for p in json.loads(out)["points"]} == {"h100"}
+
+
+def test_a_comma_path_is_an_input_and_a_name_list_stays_a_list(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a,b").mkdir()
+    profile = tmp_path / "a,b" / "h100.toml"
+    shutil.copy(H100, profile)
+    before = profile.read_bytes()
+    code, out, err = cli("compare", "--hw", "a,b/h100.toml", "--output", "a,b/h100.toml", "-q")
+    one_line_error(code, out, err, "is an input of this command (--hw a,b/h100.toml)")
+    assert profile.read_bytes() == before
+    # a file named like a list of built-in names does not turn the list into one path
+    (tmp_path / "wse2,wse3").write_text("not a profile")
+    code, out, err = cli("compare", "--hw", "wse2,wse3", "--json", "-q")
+    assert code == 0, err
+    assert [row["hardware"] for row in json.loads(out)["rows"]] == ["wse2", "wse3"]
+    # a comma path that does not exist is still refused in one line
+    code, out, err = cli("compare", "--hw", "x,y.toml", "-q")
+    one_line_error(code, out, err, "unknown hardware 'x'")
+
+
+# D2: whatif wrote numbers of 1e15 and more with `,.0f`, which prints the float's binary expansion: a target of
+# 1e300 read "1,000,000,000,000,000,052,504,760,..." (digits nobody gave), and the head table cut it with "…".
+def test_whatif_writes_a_huge_target_as_given_and_never_cuts_it(cli):
+    code, out, err = cli("whatif", "--hw", "wse2", "--target", "tokens_per_s=1e300", "--solve-for", "sram_bytes")
+    assert code == 1, err
+    text = "".join(line.strip() for line in out.splitlines())
+    expected = "1" + ",000" * 100  # 10^300 with its thousands grouped: the target as given
+    assert f">={expected}for" in text.replace(" ", "") and "…" not in out
+    assert "052,504" not in text
+
+
+@pytest.mark.parametrize("value, text", [(4e10, "40,000,000,000"), (1e15, "1,000,000,000,000,000"),
+                                         (9.87654321e20, "987,700,000,000,000,000,000"),
+                                         (-3e17, "-300,000,000,000,000,000"), (1234.5, "1,234"),
+                                         (1e23, "100,000,000,000,000,000,000,000")])  # float: 99,999,...,991,611,392
+def test_readable_keeps_four_significant_digits_and_zeros(value, text):
+    from btacalc.planning.whatif import readable
+
+    assert readable(value) == text
