@@ -40,7 +40,7 @@ def path_pieces(text: str, name: Callable[[str], bool] = lambda _: False) -> lis
     parts, pieces, i = text.split(","), [], 0
     while i < len(parts):
         end = i + 1
-        if not name(parts[i].strip()) and not os.path.exists(parts[i].strip()):
+        if not name(parts[i].strip()) and not os.path.exists(parts[i].strip()):  # exists: False on any OSError
             joined = parts[i]
             for j in range(i + 1, len(parts)):
                 joined += "," + parts[j]

@@ -752,7 +752,10 @@ def resolve_hardware(name_or_path: str) -> HardwareProfile:
 
 def is_builtin_name(name: str) -> bool:
     """`name` names a built-in profile (which a file of that name in the working folder does not shadow)."""
-    return "/" not in name and (data_dir("hardware_profiles") / f"{name}.toml").is_file()
+    try:
+        return "/" not in name and (data_dir("hardware_profiles") / f"{name}.toml").is_file()
+    except (OSError, ValueError):  # a name too long for a file's (ENAMETOOLONG), a NUL: no built-in's
+        return False
 
 
 def _resolve_hardware(name_or_path: str) -> HardwareProfile:
