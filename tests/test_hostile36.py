@@ -77,3 +77,31 @@ def test_readable_keeps_four_significant_digits_and_zeros(value, text):
     from btacalc.planning.whatif import readable
 
     assert readable(value) == text
+
+
+def test_a_name_too_long_for_a_file_is_still_one_line_in_a_hw_list(cli):
+    # a guard on D1's fix: the split asks whether each piece names a built-in profile, and a 300-character name
+    # made that question fail with ENAMETOOLONG ("cannot read or write .../hhh...h.toml") before the reader's line
+    code, out, err = cli("compare", "--hw", "h" * 300 + ",b200", "-q")
+    one_line_error(code, out, err, "too long to be a file's")
+
+
+# D3: the batch rule N = DP x M x micro-batch ran before the layout's grid check, with DP = devices // (TP·PP·CP):
+# `--tp 3` on 8 GPUs read "--global-batch 4 is not a multiple of DP 2 x --micro-batch 4 ... give the smallest: 8",
+# a DP that does not exist and a fix that fails (given 8, the grid error followed). 8 / 3 is no whole number.
+def test_a_grid_that_does_not_divide_the_devices_is_named_before_the_batch(cli, tmp_path):
+    assert 8 % 3
+    args = ("plan", "--model", "gpt-22b", "--hw", "a100-80gb", "--devices", "8", "--tp", "3", "--micro-batch", "4")
+    for batch in ("4", "8"):  # the same one line whatever the batch
+        code, out, err = cli(*args, "--global-batch", batch)
+        one_line_error(code, out, err, "--tp 3 x --pp 1 x --cp 1 = 3 does not divide --devices 8")
+        assert "DP 2" not in err
+    # a measured run with that layout says the same in validate --explain
+    runs = json.loads((ROOT / "btacalc" / "data" / "measured_runs.json").read_text())["runs"]
+    run = next(r for r in runs if r["id"] == "gpt-22b-a100-80gb-8-379")
+    assert (run["devices"], run["global_batch"], run["micro_batch"]) == (8, 4, 4)
+    path = tmp_path / "runs.json"
+    path.write_text(json.dumps({"runs": [{**run, "tp": 3}]}))
+    code, out, err = cli("validate", "--measured", str(path), "--explain", run["id"], "--json", "-q")
+    assert code == 0, err
+    assert "= 3 does not divide devices 8" in json.loads(out)["reason"]
