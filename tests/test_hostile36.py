@@ -105,3 +105,54 @@ def test_a_grid_that_does_not_divide_the_devices_is_named_before_the_batch(cli, 
     code, out, err = cli("validate", "--measured", str(path), "--explain", run["id"], "--json", "-q")
     assert code == 0, err
     assert "= 3 does not divide devices 8" in json.loads(out)["reason"]
+
+
+def _on_terminal(args: list[str], rows: int, columns: int) -> str:
+    """btacalc's standard output on a pseudo-terminal of `rows` x `columns` (COLUMNS and LINES unset)."""
+    import fcntl
+    import os
+    import select
+    import struct
+    import subprocess
+    import sys
+    import termios
+
+    leader, follower = os.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    env["PYTHONPATH"] = str(ROOT)
+    proc = subprocess.Popen([sys.executable, "-m", "btacalc", *args], stdout=follower, stderr=subprocess.DEVNULL,
+                            stdin=subprocess.DEVNULL, env=env)
+    os.close(follower)
+    shown = b""
+    try:
+        while select.select([leader], [], [], 120)[0]:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # EIO: the terminal's other end is closed
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        os.close(leader)
+        proc.wait(timeout=120)
+    return shown.decode("utf-8", "replace")
+
+
+# D4: a terminal that reports no size (0 rows x 0 columns: a pseudo-terminal nobody sized, as `docker exec -t` or a
+# CI runner can give) was read as 0 lines tall, so every table was cut to the fewest lines a cut keeps ("... 79 more
+# lines not shown" under 11 lines of `models list`), and as 0 columns wide, laid out at the 40-column floor. Such a
+# terminal is now never cut, and laid out 80 wide (a terminal's usual default) unless COLUMNS says otherwise.
+@pytest.mark.skipif(not hasattr(__import__("os"), "openpty"), reason="no pseudo-terminal")
+def test_a_terminal_that_reports_no_size_gets_every_line(cli):
+    code, out, err = cli("models", "list", "--json")
+    assert code == 0, err
+    names = [m["name"] for m in json.loads(out)]
+    shown = _on_terminal(["models", "list"], 0, 0)
+    assert "not shown" not in shown
+    assert all(name in shown for name in names)
+    widths = {len(line) for line in __import__("re").sub(r"\x1b\[[0-9;]*m", "", shown).splitlines()}
+    assert 40 < max(widths) <= 80  # laid out within the default width, no longer at the 40-column floor
+    # a sized terminal is still cut to its height (README "Terminals"), as before
+    assert "not shown" in _on_terminal(["models", "list"], 20, 100)
