@@ -156,3 +156,21 @@ def test_a_terminal_that_reports_no_size_gets_every_line(cli):
     assert 40 < max(widths) <= 80  # laid out within the default width, no longer at the 40-column floor
     # a sized terminal is still cut to its height (README "Terminals"), as before
     assert "not shown" in _on_terminal(["models", "list"], 20, 100)
+
+
+# D5: a standard output closed before btacalc started (`>&-`) was found when the first line was written, after the
+# work: `validate` ran its 10 s of predictions (and printed its progress lines, so stderr held three lines, not one),
+# `validate --cross-validate` 35 s. Every command prints on standard output, so it is now refused before any work.
+def test_a_closed_standard_output_is_refused_before_the_work(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    done = subprocess.run([sys.executable, "-m", "btacalc", "validate", "--json", "--output", str(tmp_path / "v.json")],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, close_fds=True, env=env,
+                          cwd=tmp_path, preexec_fn=lambda: os.close(1), timeout=300)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr  # no progress line: no work began
+    assert done.stderr == "btacalc: error: cannot write to standard output: standard output is closed (Bad file " \
+                          "descriptor)\n"
+    assert list(tmp_path.iterdir()) == []

@@ -78,6 +78,9 @@ def sanitize_environment() -> None:
             os.environ[name] = str(MAX_WIDTH)
 
 
+CLOSED_STDOUT = "cannot write to standard output: standard output is closed (Bad file descriptor)"
+
+
 class ClosedStream:
     """Standard output or error closed before btacalc started (`>&-`): writing to it is an error
     (reported as one line, exit 2, for stdout), as writing to a closed file descriptor is."""
