@@ -174,3 +174,24 @@ def test_a_closed_standard_output_is_refused_before_the_work(tmp_path):
     assert done.stderr == "btacalc: error: cannot write to standard output: standard output is closed (Bad file " \
                           "descriptor)\n"
     assert list(tmp_path.iterdir()) == []
+
+
+# D6: `compare --systems S --match power` with a GPU profile of small system power matched S wafer systems to more
+# GPUs than the device bound, refused as "--devices 24117248000 is beyond 2^20" (a flag never given) after the wafer
+# row was planned. Now named by what set it, before any row: 1,048,576 CS-2s of about 23 kW each against 1 W GPUs.
+def test_a_matched_gpu_count_beyond_the_bound_names_systems_and_match(cli, tmp_path):
+    import re
+
+    text = H100.read_text()
+    for key in ("chip.power_w", "system.system_power_w"):
+        text = re.sub(rf"(\[{re.escape(key)}\]\nvalue = )[^\n]+", r"\g<1>1", text)
+    profile = tmp_path / "one-watt.toml"
+    profile.write_text(text.replace('name = "h100"', 'name = "one-watt"', 1))
+    code, out, err = cli("compare", "--hw", f"wse2,{profile}", "--systems", "1048576", "--match", "power", "-q")
+    one_line_error(code, out, err, "--systems 1048576 x wse2 matched by power on one-watt take")
+    assert "beyond 2^20 = 1,048,576 devices" in err and "--devices" not in err
+    # one system matches 23 kW / 1 W per GPU: inside the bound, planned as before
+    code, out, err = cli("compare", "--hw", f"wse2,{profile}", "--match", "power", "--json", "-q")
+    assert code == 0, err
+    rows = {row["hardware"]: row["devices"] for row in json.loads(out)["rows"]}
+    assert rows["one-watt"] < 1 << 20
