@@ -195,3 +195,39 @@ def test_a_matched_gpu_count_beyond_the_bound_names_systems_and_match(cli, tmp_p
     assert code == 0, err
     rows = {row["hardware"]: row["devices"] for row in json.loads(out)["rows"]}
     assert rows["one-watt"] < 1 << 20
+
+
+# D7: tomllib reads an integer literal with Python's int(), which refuses more than 4,300 digits with a plain
+# ValueError (not a TOMLDecodeError): a profile or a `plan --config` file holding one ended as an internal error
+# (exit 3). One of 401 digits was echoed whole in the profile's error (a 480-character line). Now one line, exit 2,
+# and a huge whole number is shown in 6 significant digits.
+@pytest.mark.parametrize("digits", [5000, 100_000])
+def test_an_integer_of_thousands_of_digits_is_one_line(cli, tmp_path, digits):
+    import re
+
+    huge = "1" + "0" * digits
+    profile = tmp_path / "p.toml"
+    profile.write_text(re.sub(r"(\[chip\.cores\]\nvalue = )[^\n]+", lambda m: m.group(1) + huge, H100.read_text()))
+    for args in (("hw", "check", str(profile)), ("plan", "--hw", str(profile))):
+        code, out, err = cli(*args)
+        one_line_error(code, out, err, "not valid TOML: an integer of more than 4,300 digits")
+    run = tmp_path / "run.toml"
+    run.write_text(f'hw = "h100"\ndevices = {huge}\n')
+    code, out, err = cli("plan", "--config", str(run))
+    one_line_error(code, out, err, "not TOML: an integer of more than 4,300 digits")
+
+
+def test_a_huge_whole_number_in_a_profile_is_shown_short(cli, tmp_path):
+    import re
+
+    profile = tmp_path / "p.toml"
+    profile.write_text(re.sub(r"(\[chip\.cores\]\nvalue = )[^\n]+", lambda m: m.group(1) + "1" + "0" * 400,
+                              H100.read_text()))
+    code, out, err = cli("hw", "check", str(profile))
+    one_line_error(code, out, err, "chip.cores.value = 1e+400:")
+    assert len(err) < 200
+
+    from btacalc.config.hardware import shown
+
+    assert (shown(10 ** 30), shown(-(10 ** 400)), shown(123456789012345678901)) == ("1e+30", "-1e+400", "1.23457e+20")
+    assert shown(108.0000001) == "108.0000001"  # a float keeps the digits that break a whole-number rule
