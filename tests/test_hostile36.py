@@ -231,3 +231,18 @@ def test_a_huge_whole_number_in_a_profile_is_shown_short(cli, tmp_path):
 
     assert (shown(10 ** 30), shown(-(10 ** 400)), shown(123456789012345678901)) == ("1e+30", "-1e+400", "1.23457e+20")
     assert shown(108.0000001) == "108.0000001"  # a float keeps the digits that break a whole-number rule
+
+
+def test_an_integer_of_thousands_of_digits_in_bridge_overrides_is_one_line(cli, tmp_path):
+    # D7's sibling: Hydra's parser turns `model.num_layers=1000...0` into an int with int(), and its ValueError
+    # escaped as an internal error (exit 3); the YAML form said it in Python's words (set_int_max_str_digits)
+    huge = "1" + "0" * 5000
+    overrides = tmp_path / "o.txt"
+    overrides.write_text(f"model.num_layers={huge}\n")
+    code, out, err = cli("plan", "--hw", "h100", "--devices", "8", "--from-bridge", str(overrides))
+    one_line_error(code, out, err, "an integer of more than 4,300 digits")
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(f"model:\n  num_layers: {huge}\n")
+    code, out, err = cli("plan", "--hw", "h100", "--devices", "8", "--from-bridge", str(recipe))
+    one_line_error(code, out, err, "an integer of more than 4,300 digits")
+    assert "set_int_max_str_digits" not in err

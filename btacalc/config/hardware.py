@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from ..errors import BtacalcError, DataError
 from ..paths import data_dir, profile_names, read_input
 from ..vocabulary import OP_POLICY, parse_recompute
-from .text import Name, check_path_text, input_kind, name_not_file, nearest_name, toml_value_error
+from .text import Name, check_path_text, input_kind, name_not_file, nearest_name, parse_value_error
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -720,7 +720,7 @@ def parse_profile(text: str, origin: str) -> HardwareProfile:
     except RecursionError:
         raise BtacalcError(f"{origin}: not valid TOML: nested too deeply") from None
     except ValueError as exc:  # tomllib's own ValueError: an integer of more than 4,300 digits
-        raise BtacalcError(f"{origin}: not valid TOML: {toml_value_error(exc)}") from None
+        raise BtacalcError(f"{origin}: not valid TOML: {parse_value_error(exc)}") from None
     try:
         return HardwareProfile.model_validate(raw)
     except ValidationError as exc:

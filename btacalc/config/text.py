@@ -137,10 +137,10 @@ def uncommented(line: str) -> str:
     return line
 
 
-def toml_value_error(exc: ValueError) -> str:
-    """What tomllib's plain ValueError (not its TOMLDecodeError) means, in one line. hostile36: an integer literal of
-    more than Python's 4,300 digits (sys.get_int_max_str_digits) in a profile or a run file ended as an internal
-    error, "Exceeds the limit (4300 digits) for integer string conversion"."""
+def parse_value_error(exc: ValueError) -> str:
+    """What a parser's plain ValueError (tomllib's, not its TOMLDecodeError; Hydra's) means, in one line. hostile36: an
+    integer literal of more than Python's 4,300 digits (sys.get_int_max_str_digits) in a profile, a run file or a
+    Bridge override ended as an internal error, "Exceeds the limit (4300 digits) for integer string conversion"."""
     import sys
 
     text = str(exc)
