@@ -29,7 +29,8 @@ from . import cluster, info, measure, plan, validate, whatif
 from .helpwidth import keep_whole
 from .repeats import once
 from .completion import check_completion_shell, restored_on_failure
-from .console import ascii_fallback, err, guarded_stdout, open_streams, out, sanitize_environment, silence_stdout
+from .console import (CLOSED_STDOUT, ClosedStream, ascii_fallback, err, guarded_stdout, open_streams, out,
+                      sanitize_environment, silence_stdout)
 from .options import FLAGS, flag, with_flags
 from .signals import Stopped, handled, stopped_by
 
@@ -132,6 +133,8 @@ def _run(argv: Optional[list[str]]) -> int:
     refusal = stdout_onto_own_file()  # every command, --help and --version too, before anything is printed
     if refusal is not None:
         raise BtacalcError(refusal)
+    if isinstance(sys.stdout, ClosedStream):  # hostile36: said before the work (validate's 12 s, minutes of a search),
+        raise BtacalcError(CLOSED_STDOUT)     # not when its first line was written: every command prints there
     try:
         command = once(keep_whole(typer.main.get_command(_invoked(argv))))
         rv = command.main(args=argv, prog_name="btacalc", standalone_mode=False)

@@ -33,7 +33,7 @@ def _profiles(hw: str) -> list[Any]:
     from ..config.hardware import resolve_hardware
     from .parsing import comma_entries
 
-    names = comma_entries(hw, "{hardware}", unique=False)
+    names = comma_entries(hw, "{hardware}", unique=False, paths=True)  # a profile's path may hold commas
     if not names:
         raise BtacalcError("{hardware}: give a comma-separated list of profiles, e.g. wse3,b200")
     profiles = [resolve_hardware(n) for n in names]

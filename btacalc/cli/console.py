@@ -1,8 +1,8 @@
 """The two output streams of the command line. Only the CLI prints.
 
-- Width: a terminal's own width; when piped, `COLUMNS` if set, else 132 (wide enough for the phase
-  tables; rich would otherwise assume 80). Tables narrower than their content are split, never cut
-  (`btacalc.output.fit`).
+- Width: a terminal's own width (one that reports no size: `COLUMNS` if set, else 80); when piped, `COLUMNS`
+  if set, else 132 (wide enough for the phase tables; rich would otherwise assume 80). Tables narrower than their
+  content are split, never cut (`btacalc.output.fit`).
 - Encoding: a stream that cannot encode Unicode (``PYTHONIOENCODING=ascii``, a C locale without
   UTF-8) gets ASCII stand-ins (``·`` -> ``*``, ``²`` -> ``^2``, box lines -> ``+-|``) instead of a crash.
 - Standard output that fails: a closed pipe (``| head``) silences it and the command carries on;
@@ -16,7 +16,7 @@ from __future__ import annotations
 import codecs
 import os
 import sys
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 
 from ..errors import BtacalcError, clean_text
@@ -30,23 +30,39 @@ MAX_WIDTH = 1000
 MIN_WIDTH = 40  # narrower consoles are laid out at 40 columns (the terminal wraps, nothing is cut)
 
 
+# hostile36: a terminal that reports no size (0 x 0: a pseudo-terminal nobody sized, as `docker exec -t` or a CI
+# runner may give) is laid out at the width terminals default to, and never cut: its 0 rows cut every table to
+# the fewest lines a cut keeps, whatever its real height, and its 0 columns laid every table out at 40.
+_UNSIZED_WIDTH = 80
+
+
+def _terminal_size() -> Optional[os.terminal_size]:
+    """Standard output's terminal size; None for a pipe or a file, or a terminal that reports no size."""
+    if not sys.stdout.isatty():
+        return None
+    try:
+        size = os.get_terminal_size(sys.stdout.fileno())
+    except (OSError, ValueError):
+        return None
+    return size if size.columns > 0 and size.lines > 0 else None
+
+
 def _width() -> Any:
-    if sys.stdout.isatty():
-        return max(MIN_WIDTH, os.get_terminal_size(sys.stdout.fileno()).columns)
+    size = _terminal_size()
+    if size is not None:
+        return max(MIN_WIDTH, size.columns)
     columns = os.environ.get("COLUMNS", "")
-    return max(MIN_WIDTH, int(columns)) if columns.isdigit() else _PIPED_WIDTH
+    if columns.isdigit():
+        return max(MIN_WIDTH, int(columns))
+    return _UNSIZED_WIDTH if sys.stdout.isatty() else _PIPED_WIDTH
 
 
 def terminal_lines() -> Any:
     """The height of the terminal standard output is, in lines; None when it is a pipe or a file (which
     get every line). Shared by every table (`btacalc.output.fit.Fit` cuts one taller than this) and the
     streamed sweep table (issue 25: a table longer than the terminal is cut with a count)."""
-    if not sys.stdout.isatty():
-        return None
-    try:
-        return os.get_terminal_size(sys.stdout.fileno()).lines
-    except (OSError, ValueError):
-        return None
+    size = _terminal_size()
+    return None if size is None else size.lines
 
 
 def sanitize_environment() -> None:
@@ -60,6 +76,9 @@ def sanitize_environment() -> None:
             del os.environ[name]
         elif int(value) > MAX_WIDTH:
             os.environ[name] = str(MAX_WIDTH)
+
+
+CLOSED_STDOUT = "cannot write to standard output: standard output is closed (Bad file descriptor)"
 
 
 class ClosedStream:

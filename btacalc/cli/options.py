@@ -486,9 +486,13 @@ def input_files(given: dict[str, Optional[str]]) -> dict[str, str]:
     """The files behind input options: each comma-separated value that is a file, or a folder's config.json."""
     import os
 
+    from ..config.hardware import is_builtin_name
+    from .parsing import path_pieces
+
     files: dict[str, str] = {}
     for flag, value in given.items():
-        for i, part in enumerate(str(value).split(",") if value else []):
+        names = is_builtin_name if flag == "--hw" else (lambda _: False)  # as comma_entries(paths=True) splits
+        for i, part in enumerate(path_pieces(str(value), names) if value else []):  # a path may hold commas
             path = os.path.join(part, "config.json") if os.path.isdir(part) else part
             if os.path.isfile(path):
                 files[f"{flag}#{i}" if i else flag] = path

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from ..config.execution import MAX_SEQUENCES
 from ..config.named_tables import did_you_mean
@@ -11,12 +11,15 @@ from .integers import INTEGER
 from ..planning.sweep import CHOICE_PARAMS, VARIABLES
 
 
-def comma_entries(text: str, flag: str, unique: bool = True) -> list[str]:
+def comma_entries(text: str, flag: str, unique: bool = True, paths: bool = False) -> list[str]:
     """The stripped entries of a comma-separated option value; [] when it holds none (`,` or blanks: the
     caller says what to give). An empty entry among others (`16,,32`, `16,32,`) and an entry given twice are
     one-line errors: the first may hide a value that was meant, the second would make the same point, row or
-    curve twice (`unique=False`: the caller checks repeats itself, e.g. by the profile a name or path gives)."""
-    entries = [x.strip() for x in text.split(",")]
+    curve twice (`unique=False`: the caller checks repeats itself, e.g. by the profile a name or path gives).
+    `paths`: the entries are built-in hardware names or profile paths, and a path may hold commas (path_pieces)."""
+    from ..config.hardware import is_builtin_name
+
+    entries = [x.strip() for x in (path_pieces(text, is_builtin_name) if paths else text.split(","))]
     if not any(entries):
         return []
     if not all(entries):
@@ -25,6 +28,28 @@ def comma_entries(text: str, flag: str, unique: bool = True) -> list[str]:
     if twice:
         raise BtacalcError(f"{flag} {text.strip()!r} gives {', '.join(twice)} twice")
     return entries
+
+
+def path_pieces(text: str, name: Callable[[str], bool] = lambda _: False) -> list[str]:
+    """`text` split at its commas, except where a comma is part of a file's path (hostile36): a piece that is neither
+    a `name` nor an existing path is joined with the pieces after it, the fewest that make one existing path
+    (`--hw 'a,b/h100.toml,b200'`: 'a,b/h100.toml' and 'b200' when the folder 'a,b' exists); a piece no join makes
+    a path stays alone, for its reader to refuse. A successful split stats each piece once."""
+    import os
+
+    parts, pieces, i = text.split(","), [], 0
+    while i < len(parts):
+        end = i + 1
+        if not name(parts[i].strip()) and not os.path.exists(parts[i].strip()):  # exists: False on any OSError
+            joined = parts[i]
+            for j in range(i + 1, len(parts)):
+                joined += "," + parts[j]
+                if os.path.exists(joined.strip()):
+                    end = j + 1
+                    break
+        pieces.append(",".join(parts[i:end]))
+        i = end
+    return pieces
 
 
 def parse_values(spec: str, flag: str = "--vary", limit: Optional[int] = None) -> Sequence[int]:

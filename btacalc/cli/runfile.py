@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
+from ..config.text import parse_value_error
 from ..errors import BtacalcError
 from ..paths import read_input, read_stdin
 from .integers import check_integer, takes_integer, takes_number
@@ -50,12 +51,15 @@ def read_text(path: Path, what: str) -> str:
 
 def run_file_options(ctx: Context, path: Path) -> dict[str, Any]:
     """The run file's values, checked by each plan option's own type and range (one-line errors)."""
+    text = read_text(path, "{config}")
     try:
-        data = tomllib.loads(read_text(path, "{config}"))
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise BtacalcError(f"{{config}} {str(path)!r}: not TOML: {exc}") from None
     except RecursionError:  # hostile15: 5,000 nested arrays were an internal error (as parse_profile refuses them)
         raise BtacalcError(f"{{config}} {str(path)!r}: not TOML: nested too deeply") from None
+    except ValueError as exc:  # tomllib's own ValueError: an integer of more than 4,300 digits
+        raise BtacalcError(f"{{config}} {str(path)!r}: not TOML: {parse_value_error(exc)}") from None
     params = _run_file_keys(ctx)
     out: dict[str, Any] = {}
     given: dict[str, str] = {}  # parameter -> the key that gave it

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..errors import BtacalcError
 from .bridge_fields import check_bridge_key
-from .text import blank_after_backslash, uncommented
+from .text import blank_after_backslash, parse_value_error, uncommented
 from .text import cut as _cut
 
 # A line of the file that is an override (`key=value`, `+key=`, `++key=`, `~key`) or a YAML mapping's `key:`.
@@ -82,6 +82,8 @@ def read_overrides(text: str, source: str) -> dict[str, Any]:
         except HydraException as exc:
             raise BtacalcError(f"{source}: {_cut(word)!r} is not a Hydra override: "
                                f"{str(exc).splitlines()[0]}") from None
+        except ValueError as exc:  # hostile36: Hydra's int() of a 5,000-digit value was an internal error (exit 3)
+            raise BtacalcError(f"{source}: {_cut(word)!r}: {parse_value_error(exc)}") from None
         key = override.key_or_group
         if override.package is not None:
             raise BtacalcError(f"{source}: {_cut(word)}: a config group's @package, and Bridge's config has no groups "

@@ -493,6 +493,17 @@ class Layout:
                                "modelled: plan it without {tensor_parallel} (1-D FSDP2) or under Megatron")
 
     def _validate_grids(self) -> None:
+        self.validate_divides()
+        self._validate_expert_grid()
+        if self.fsdp and self.zero_stage != 3:
+            raise BtacalcError(f"{{fsdp}} shards weights, gradients and optimizer state: it is ZeRO-3, not "
+                               f"{{zero_stage}} {self.zero_stage}")
+        self._validate_fsdp_impl()
+
+    def validate_divides(self) -> None:
+        """The model-parallel grid divides the devices. hostile36: resolution checks it before the batch,
+        whose rule N = DP·M·micro batch took DP = devices // (TP·PP·CP) and named a DP that does not exist (`--tp 3`
+        on 8 GPUs: "not a multiple of DP 2 x --micro-batch 4 ... give 8", then, given 8, this error)."""
         tp, pp, cp = self.tensor_parallel, self.pipeline_parallel, self.context_parallel
         if self.devices % self.model_parallel:
             fix = _divisor_fix([("tensor_parallel", tp), ("pipeline_parallel", pp), ("context_parallel", cp)],
@@ -500,6 +511,9 @@ class Layout:
             raise BtacalcError(f"{{tensor_parallel}} {tp} x {{pipeline_parallel}} {pp} x {{context_parallel}} {cp} = "
                                f"{self.model_parallel} does not divide {{devices}} {self.devices} (data parallel = "
                                f"devices / (TP·PP·CP)): {fix}")
+
+    def _validate_expert_grid(self) -> None:
+        pp = self.pipeline_parallel
         expert_grid = self.expert_tensor_parallel * self.expert_parallel * pp
         if self.devices % expert_grid:
             fix = _divisor_fix([("expert_tensor_parallel", self.expert_tensor_parallel),
@@ -511,10 +525,6 @@ class Layout:
             raise BtacalcError(f"{{expert_tensor_parallel}} {self.expert_tensor_parallel} x {{expert_parallel}} "
                                f"{self.expert_parallel} x {{pipeline_parallel}} {pp} = {expert_grid} does not divide "
                                f"{{devices}} {self.devices} (expert data parallel = devices / (ETP·EP·PP)): {fix}")
-        if self.fsdp and self.zero_stage != 3:
-            raise BtacalcError(f"{{fsdp}} shards weights, gradients and optimizer state: it is ZeRO-3, not "
-                               f"{{zero_stage}} {self.zero_stage}")
-        self._validate_fsdp_impl()
 
     def _validate_fsdp_impl(self) -> None:
         """The rule for `fsdp_impl`, given as a request option or set on a layout: one of FSDP_IMPLS, and only

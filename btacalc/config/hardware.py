@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from ..errors import BtacalcError, DataError
 from ..paths import data_dir, profile_names, read_input
 from ..vocabulary import OP_POLICY, parse_recompute
-from .text import Name, check_path_text, input_kind, name_not_file, nearest_name
+from .text import Name, check_path_text, input_kind, name_not_file, nearest_name, parse_value_error
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -106,6 +106,12 @@ class Range:
 def shown(v: float) -> str:
     """A number as an error shows it: short (1e+09), unless that hides why it breaks a rule (a count of
     108.0000001 is not 108)."""
+    if isinstance(v, int) and not isinstance(v, bool) and abs(v) > 2 ** 53:
+        # hostile36: an integer past float's exact ones was written with all its digits (a 4,300-digit line), or
+        # overflowed float formatting; a whole number this size breaks only a range, which 6 digits show
+        from decimal import Decimal
+
+        return f"{Decimal(v).normalize():.6g}"
     short = f"{v:.6g}"
     return short if not math.isfinite(v) or float(short) == v else repr(v)
 
@@ -698,8 +704,9 @@ def profile_error(exc: ValidationError) -> str:
         return f"{where}.{msg}"
     if not where:
         return msg
-    shown = err.get("input")
-    value = "" if isinstance(shown, dict) else f" = {shown!r}"
+    given = err.get("input")
+    big = isinstance(given, int) and not isinstance(given, bool) and abs(given) > 2 ** 53  # 10**400: no float
+    value = "" if isinstance(given, dict) else f" = {shown(given) if big else repr(given)}"
     return f"{where}{value}: {msg}"
 
 
@@ -712,6 +719,8 @@ def parse_profile(text: str, origin: str) -> HardwareProfile:
         raise BtacalcError(f"{origin}: not valid TOML: {str(exc).splitlines()[0]}") from None
     except RecursionError:
         raise BtacalcError(f"{origin}: not valid TOML: nested too deeply") from None
+    except ValueError as exc:  # tomllib's own ValueError: an integer of more than 4,300 digits
+        raise BtacalcError(f"{origin}: not valid TOML: {parse_value_error(exc)}") from None
     try:
         return HardwareProfile.model_validate(raw)
     except ValidationError as exc:
@@ -750,8 +759,16 @@ def resolve_hardware(name_or_path: str) -> HardwareProfile:
         return _resolve_hardware(name_or_path)
 
 
+def is_builtin_name(name: str) -> bool:
+    """`name` names a built-in profile (which a file of that name in the working folder does not shadow)."""
+    try:
+        return "/" not in name and (data_dir("hardware_profiles") / f"{name}.toml").is_file()
+    except (OSError, ValueError):  # a name too long for a file's (ENAMETOOLONG), a NUL: no built-in's
+        return False
+
+
 def _resolve_hardware(name_or_path: str) -> HardwareProfile:
-    if "/" not in name_or_path and (data_dir("hardware_profiles") / f"{name_or_path}.toml").is_file():
+    if is_builtin_name(name_or_path):
         return _builtin_profile(name_or_path)  # one file read, not every profile
     profiles = builtin_profiles()
     if not name_or_path.strip():

@@ -370,6 +370,7 @@ def _resolve(request: ExecutionRequest, model: "ModelSpec", profile: "HardwarePr
     if profile.family == "gpu":
         layout = _runnable_overlaps(layout, recompute, chosen)
         _check_overlaps(layout)
+    layout.validate_divides()  # the batch's rule takes DP = devices / (TP·PP·CP)
     limits = _resolve_batch(request, layout, chosen, run.seq_len if gpu else None)
     layout = replace(layout, micro_batches=limits.micro_batches or 1,  # the solver may choose M: plan.py
                      micro_batches_derived=request.micro_batches is None)

@@ -137,6 +137,19 @@ def uncommented(line: str) -> str:
     return line
 
 
+def parse_value_error(exc: ValueError) -> str:
+    """What a parser's plain ValueError (tomllib's, not its TOMLDecodeError; Hydra's) means, in one line. hostile36: an
+    integer literal of more than Python's 4,300 digits (sys.get_int_max_str_digits) in a profile, a run file or a
+    Bridge override ended as an internal error, "Exceeds the limit (4300 digits) for integer string conversion"."""
+    import sys
+
+    text = str(exc)
+    if "integer string conversion" in text:
+        limit = sys.get_int_max_str_digits() if hasattr(sys, "get_int_max_str_digits") else 4300
+        return f"an integer of more than {limit:,} digits (no size btacalc reads has that many)"
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def input_kind(text: str) -> str:
     """What another of btacalc's input files `text` is, for a refusal of it where it was given in the wrong place:
     "a hardware profile", "a Hugging Face config.json", "a model in btacalc's preset form" or "" (none of them).

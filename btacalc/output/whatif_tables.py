@@ -12,7 +12,7 @@ from .fit import fit, label_grid
 
 
 def whatif_renderable(r: WhatIfResult) -> Group:
-    head = label_grid()
+    head = label_grid(fold_values=True)  # hostile36: a target of 1e300 is 300 digits: folded, never cut with "…"
     head.add_row("question", f"{r.target_metric} >= {_fmt(r.target_value)} for {escape(r.model)} on {escape(r.hardware)}: what "
                              f"{r.solve_for} would it take?")
     today = _fmt(r.today_metric) if r.today_metric is not None else "-" if r.today_fits else "- (the plan does not fit)"

@@ -179,6 +179,20 @@ class CompareRequest:
         if self.match is not None and (self.match not in MATCHES or not wafers or self.devices):
             raise BtacalcError(f"{{match}} {self.match!r}: give power or devices, with a wafer profile in {{hardware}} "
                                "and without GPU {devices}")
+        self._check_matched(wafers, [p for p in profiles if p.family == "gpu"])
+
+    def _check_matched(self, wafers: list[HardwareProfile], gpus: list[HardwareProfile]) -> None:
+        """hostile36: a matched GPU count beyond the device bound was refused as "--devices N is beyond 2^20", a flag
+        the user never gave, after the wafer rows were planned; it is named by what set it, before any row."""
+        from ..config.execution import LIMIT_TEXT, MAX_DEVICES as MAX_LAYOUT_DEVICES
+
+        if self.match is None or not wafers:
+            return
+        for gpu in gpus:
+            count, _ = matched_gpu_count(wafers[0], self.systems, gpu, self.match)
+            if count > MAX_LAYOUT_DEVICES:
+                raise BtacalcError(f"{{systems}} {self.systems} x {wafers[0].name} matched by {self.match} on {gpu.name}"
+                                   f" take {count:,} GPUs, beyond {LIMIT_TEXT[MAX_LAYOUT_DEVICES]}")
 
 
 # The request fields that set GPU rows only beside the GPU layout options (config/resolution.py _GPU_LAYOUT), at

@@ -44,6 +44,10 @@ def readable(v: float, digits: int = 4) -> str:
     if not math.isfinite(v) or v == 0:
         return f"{v:g}"
     rounded = float(f"{v:.{digits}g}")  # rounding first carries 999.95 over to 1,000
+    if abs(rounded) >= 1e15:  # hostile36: past 2^53 `,.0f` wrote the float's binary noise (1e300 as 1,000,...,052,504,...)
+        from decimal import Decimal
+
+        return f"{Decimal(f'{v:.{digits}g}'):,f}"  # the digits kept, then zeros
     if abs(rounded) >= 1000:
         return f"{rounded:,.0f}"
     decimals = max(digits - 1 - math.floor(math.log10(abs(rounded))), 0)
