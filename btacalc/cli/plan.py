@@ -267,11 +267,14 @@ def _from_file(imported: Any) -> Iterator[None]:
 def _in_file_names(exc: BtacalcError, imported: Any) -> str:
     """`exc`'s template with the parameters an imported file sets by one flag (key) written as that flag (key);
     the others stay parameters, which the command line renders as btacalc's options (cli.options.with_flags)."""
-    from ..config.megatron_run import imported_names
+    from ..config.megatron_run import imported_names, scheduled_names
 
     names = imported_names(imported.bridge)
     if imported.torchrun_devices:
         names["devices"] = "torchrun's processes (--nproc_per_node x --nnodes)"
+    if imported.scheduled:  # freshuser21: the count of a default the scheduler's variable replaces
+        names["devices"] = (f"torchrun's processes (--nproc_per_node x --nnodes; the file leaves "
+                            f"{scheduled_names(imported.scheduled)} unset, and --devices N gives the run's count)")
     where = "standard input" if imported.source == "-" else imported.source
     own = sorted({p for p in exc.params if p not in names})
     text = exc.render({**{p: "{" + p + "}" for p in own}, **names})  # btacalc's own stay for the command line

@@ -151,6 +151,8 @@ class ImportedRun:
     bridge: bool = False
     # the GPUs are the launch's torchrun processes (review19: a refusal named them btacalc's --devices)
     torchrun_devices: bool = False
+    # freshuser21: the variables the file leaves unset that set torchrun's process count (Launch.scheduled)
+    scheduled: tuple[str, ...] = ()
 
 
 # hostile16: the plan options no Megatron-LM flag or Bridge key sets, which `--emit megatron` / `--emit bridge` write
@@ -482,7 +484,7 @@ def imported_run(launch: Launch, devices: Optional[int], name: Optional[str] = N
     if refused:
         raise BtacalcError(f"{launch.source}: Megatron-LM would refuse this launch: {describe(refused[0])}")
     fields, read = decode(launch.args)
-    notes: list[str] = list(launch.notes)
+    notes: list[str] = list(launch.notes) + scheduled_note(launch, devices)
     if truth(launch.args.get("use_checkpoint_args")):
         notes.append(CHECKPOINT_ARGS_NOTE)
     spec = model_from_fields(fields, launch.source, notes, name)
@@ -499,7 +501,7 @@ def imported_run(launch: Launch, devices: Optional[int], name: Optional[str] = N
                                       "run.expert_gemm_note")
               if fields.get(key)]
     return ImportedRun(spec, request, launch.source, ignored, tuple(notes), tuple(launch.env.items()),
-                       torchrun_devices=launch.devices is not None)
+                       torchrun_devices=launch.devices is not None, scheduled=launch.scheduled)
 
 
 # hostile34 (noted): overrides without train.global_batch_size were planned at btacalc's default batch in silence
@@ -561,7 +563,31 @@ def _megatron_batch(launch: Launch, f: Fields, devices: int, notes: list[str]) -
                  f"one micro-batch per rank ({MEGATRON_LM_SHORT} megatron/training/arguments.py L702-704)")
 
 
+def scheduled_names(names: tuple[str, ...]) -> str:
+    """`${SLURM_NNODES:-...}`: how a note or refusal names the variables of Launch.scheduled."""
+    return ", ".join("${" + n + ":-...}" for n in names)
+
+
+def scheduled_note(launch: Launch, devices: int) -> list[str]:
+    """What the plan took for a process count the file leaves to the environment it runs in (freshuser21)."""
+    if not launch.scheduled:
+        return []
+    where = scheduled_names(launch.scheduled)
+    if devices != launch.devices:
+        return [f"torchrun's process count reads {where}, unset in the file: planned on --devices {devices}, not the "
+                f"{launch.devices} processes of its default"]
+    return [f"torchrun's process count reads {where}, unset in the file: planned on the {devices} processes of its "
+            "default; --devices N plans the run on N"]
+
+
 def _devices(launch: Launch, devices: Optional[int], bridge: bool = False) -> int:
+    if launch.scheduled and devices is not None and devices != launch.devices:
+        per_node = launch.devices_per_node
+        if per_node and not launch.scheduled_per_node and devices % per_node:
+            raise BtacalcError(f"{{devices}} {devices} is no whole number of nodes of the launch's torchrun "
+                               f"--nproc_per_node {per_node} (its {scheduled_names(launch.scheduled)} sets the "
+                               f"nodes): give a multiple of {per_node}")
+        return devices
     if launch.devices is not None and devices is not None and devices != launch.devices:
         raise BtacalcError(f"{{devices}} {devices} contradicts the launch's torchrun ({launch.devices} processes)")
     chosen = devices if devices is not None else launch.devices

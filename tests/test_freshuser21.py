@@ -1,0 +1,71 @@
+"""freshuser21: btacalc used as a new MoE user would, from its README (docs/story.md "freshuser21").
+
+Each test pins one defect found that way; the expected values are arithmetic from the input given, not btacalc's
+own output.
+"""
+
+from __future__ import annotations
+
+import json
+
+# A launch written as Megatron-LM's multi-node examples write theirs: the node count is the scheduler's
+# (`NNODES=${SLURM_NNODES:-1}`), unset in the file, so read as written it starts 8 processes; PP 4 x EP 8 = 32
+# needs 4 nodes of 8. Megatron-LM's own examples/mixtral/train_mixtral_8x7b_distributed.sh @ d98e8a64 has this form
+# (L9-12 NNODES=${SLURM_NNODES:-"1"}, L21-27 torchrun's --nnodes $NNODES, L86-88 PP 4, EP 8).
+SCHEDULED = """#!/bin/bash
+PER_NODE=8
+NNODES=${SLURM_NNODES:-1}
+LAUNCHER=(--nproc_per_node $PER_NODE --nnodes $NNODES)
+torchrun ${LAUNCHER[@]} pretrain_gpt.py \\
+    --num-layers 32 --hidden-size 4096 --ffn-hidden-size 14336 --num-attention-heads 32 \\
+    --group-query-attention --num-query-groups 8 --seq-length 4096 --max-position-embeddings 32768 \\
+    --normalization RMSNorm --position-embedding-type rope --swiglu --untie-embeddings-and-output-weights \\
+    --disable-bias-linear --vocab-size 32000 --attention-dropout 0.0 --hidden-dropout 0.0 \\
+    --num-experts 8 --moe-router-topk 2 --moe-grouped-gemm --moe-token-dispatcher-type alltoall \\
+    --micro-batch-size 1 --global-batch-size 256 --bf16 \\
+    --tensor-model-parallel-size 1 --pipeline-model-parallel-size 4 --expert-model-parallel-size 8 \\
+    --use-distributed-optimizer
+"""
+
+
+def _launch(tmp_path, text=SCHEDULED):
+    path = tmp_path / "launch.sh"
+    path.write_text(text)
+    return str(path)
+
+
+def test_devices_set_a_node_count_the_launch_leaves_to_its_scheduler(cli, tmp_path):
+    """The run's size is SLURM_NNODES x 8: `--devices 32` is the 4-node run the script is written for. Before, it was
+    refused ("--devices 32 contradicts the launch's torchrun (8 processes)"), and without it the launch was refused
+    as PP 4 x EP 8 not dividing 8: no way to plan the file as it runs."""
+    code, out, err = cli("plan", "--hw", "b200", "--from-megatron", _launch(tmp_path), "--devices", "32", "--json")
+    assert code in (0, 1), err
+    doc = json.loads(out)
+    par = doc["parallelism"]
+    assert par["devices"] == 32 and par["pipeline_parallel"] == 4 and par["expert_parallel"] == 8
+    assert par["data_parallel"] == 32 // 4  # DP = devices / (TP 1 x PP 4 x CP 1)
+    assert any("SLURM_NNODES" in note for note in doc["imported"]["notes"])
+
+
+def test_the_scheduler_default_is_named_when_it_does_not_divide(cli, tmp_path):
+    """Without --devices the launch runs SLURM_NNODES's default, 1 node of 8: PP 4 x EP 8 = 32 does not divide 8,
+    and the refusal says where the 8 came from and how to give the run's size."""
+    code, _, err = cli("plan", "--hw", "b200", "--from-megatron", _launch(tmp_path))
+    assert code == 2
+    assert "SLURM_NNODES" in err and "--devices" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_count_no_node_count_gives_is_refused(cli, tmp_path):
+    """torchrun starts --nproc_per_node 8 processes on each node, fixed by the file: 12 devices is no number of
+    8-process nodes (12 / 8 is not whole), so it is refused naming the 8."""
+    code, _, err = cli("plan", "--hw", "b200", "--from-megatron", _launch(tmp_path), "--devices", "12")
+    assert code == 2
+    assert "--nproc_per_node 8" in err
+
+
+def test_a_launch_that_sets_its_node_count_still_refuses_another(cli, tmp_path):
+    """The same launch with NNODES=4 written in the file: torchrun starts 4 x 8 = 32 processes, and --devices 64
+    contradicts the file, as before."""
+    text = SCHEDULED.replace("NNODES=${SLURM_NNODES:-1}", "NNODES=4")
+    code, _, err = cli("plan", "--hw", "b200", "--from-megatron", _launch(tmp_path, text), "--devices", "64")
+    assert code == 2 and "contradicts" in err and "32 processes" in err
