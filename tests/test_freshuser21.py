@@ -69,3 +69,36 @@ def test_a_launch_that_sets_its_node_count_still_refuses_another(cli, tmp_path):
     text = SCHEDULED.replace("NNODES=${SLURM_NNODES:-1}", "NNODES=4")
     code, _, err = cli("plan", "--hw", "b200", "--from-megatron", _launch(tmp_path, text), "--devices", "64")
     assert code == 2 and "contradicts" in err and "32 processes" in err
+
+
+def _caption_words(out: str, title: str) -> str:
+    """The words under the table titled `title`, up to the next table, as one line."""
+    lines = out.split(title, 1)[1].splitlines()
+    end = next(i for i, line in enumerate(lines) if line.startswith(("One decoder layer", "Memory per")))
+    return " ".join(" ".join(lines[:end]).split())
+
+
+def test_zero_0_says_it_shards_nothing(cli, monkeypatch):
+    """Under --zero 0 every data-parallel rank holds its whole shard: each divisor is 1 (16 GPUs, EP 16: the
+    non-expert optimizer state 1,541,093,376 params x 12 B, undivided, 18.49 GB). The caption read "divisor: ZeRO-0
+    shards over DP·CP = 16 (non-expert) or EDP = 1 (expert) ranks", a division by 16 the table does not make."""
+    monkeypatch.setenv("COLUMNS", "160")
+    code, out, err = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16", "--ep", "16",
+                         "--zero", "0")
+    assert code in (0, 1), err
+    caption = _caption_words(out, "Training state per device")
+    assert "shards over" not in caption
+    assert "ZeRO-0 shards nothing" in caption
+    code, out, err = cli("plan", "--model", "llama-3-8b", "--hw", "h100", "--devices", "8", "--zero", "0")
+    assert code in (0, 1), err
+    assert "shards over" not in _caption_words(out, "Training state per device")
+
+
+def test_zero_1_still_names_its_ranks(cli, monkeypatch):
+    """ZeRO-1 on 16 GPUs at EP 16: the optimizer state of the non-expert parameters over DP·CP = 16 x 1 ranks,
+    of the experts over EDP = 16 / (EP 16 x ETP 1) = 1."""
+    monkeypatch.setenv("COLUMNS", "160")
+    code, out, err = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16", "--ep", "16")
+    assert code in (0, 1), err
+    caption = _caption_words(out, "Training state per device")
+    assert "ZeRO-1 shards over DP·CP = 16 (non-expert) or EDP = 1 (expert) ranks" in caption
