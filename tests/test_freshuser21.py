@@ -102,3 +102,19 @@ def test_zero_1_still_names_its_ranks(cli, monkeypatch):
     assert code in (0, 1), err
     caption = _caption_words(out, "Training state per device")
     assert "ZeRO-1 shards over DP·CP = 16 (non-expert) or EDP = 1 (expert) ranks" in caption
+
+
+def test_the_ep_default_is_what_plan_takes(cli, monkeypatch):
+    """16 GPUs, PP 4, Qwen3-30B-A3B's 128 experts, TP 1: EP = gcd(16 / (ETP 1 x PP 4), 128) = gcd(4, 128) = 4, as
+    plan takes it; the help said gcd(devices, E) = gcd(16, 128) = 16, which does not even fit beside PP 4
+    (16 x 4 = 64 > 16 GPUs)."""
+    import math
+
+    code, out, err = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16", "--pp", "4", "--json")
+    assert code in (0, 1), err
+    assert json.loads(out)["parallelism"]["expert_parallel"] == math.gcd(16 // (1 * 4), 128) == 4
+    monkeypatch.setenv("COLUMNS", "200")
+    code, out, _ = cli("plan", "--help")
+    assert code == 0
+    text = " ".join(out.split())
+    assert "[default: gcd(devices / (ETP·PP), E)" in text and "gcd(devices, E)" not in text
