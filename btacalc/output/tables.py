@@ -341,7 +341,8 @@ def _sharding_table(r: PlanReport) -> Table:
     for s in r.state_sharding:
         t.add_row(s.component, s.part.replace("_", "-"), f"{s.params:,}", str(s.bytes_per_param), str(s.divisor), gb(s.bytes_per_device))
     par = r.parallelism
-    experts = f", experts over EP {par.expert_parallel} x ETP {par.expert_tensor_parallel}" if r.model.num_experts else ""
+    experts = (f", experts over EP {par.expert_parallel} x ETP {par.expert_tensor_parallel}"
+               if r.model.num_experts else "")
     t.caption = f"params: this device's shard (TP {par.tensor_parallel}, its pipeline stage{experts}); divisor: "
     if not any(s.divisor > 1 for s in r.state_sharding):  # freshuser21: ZeRO-0 read "shards over DP·CP = 16 ranks"
         t.caption += f"ZeRO-{par.zero_stage} shards nothing: each data-parallel rank holds its whole shard"
