@@ -118,3 +118,34 @@ def test_the_ep_default_is_what_plan_takes(cli, monkeypatch):
     assert code == 0
     text = " ".join(out.split())
     assert "[default: gcd(devices / (ETP·PP), E)" in text and "gcd(devices, E)" not in text
+
+
+# One valid value for each run option a launch leaves to the command line (README "Launches in and out": the
+# device count, the NVLink domain, the accounting, causal or full scores, the loss btacalc writes as a comment, the
+# routing imbalance and the caps).
+BESIDE_A_LAUNCH = {"--hw": "b200", "--devices": "32", "--gpus-per-node": "8", "--accounting": "pytorch",
+                   "--causal": None, "--loss": "stored", "--routing-imbalance": "1.2", "--max-global-batch": "256",
+                   "--max-tile-batch": "4", "--fp8-attention": None}
+
+
+def test_the_refusal_of_a_run_option_beside_a_launch_names_every_option_it_takes(cli, tmp_path):
+    """`--seq` beside a launch is refused ("the file gives the run"), and the refusal lists what may be added. It
+    named --hw, --devices and --fp8-attention only, though --routing-imbalance, --gpus-per-node, --accounting,
+    --causal, --loss and the two caps are taken too (plan.IMPORT_KEEPS): each option it names is taken here."""
+    path = _launch(tmp_path)
+    code, _, err = cli("plan", "--hw", "b200", "--from-megatron", path, "--devices", "32", "--seq", "2048")
+    assert code == 2
+    listed = err.split("only ", 1)[1].split(" and how to solve", 1)[0].split(", ")
+    assert sorted(listed) == sorted(BESIDE_A_LAUNCH)
+    for flag, value in BESIDE_A_LAUNCH.items():
+        extra = [flag] + ([value] if value else [])
+        if flag in ("--hw", "--fp8-attention"):  # given in every run; FP8 attention needs an FP8 launch (below)
+            continue
+        if flag != "--devices":
+            extra = ["--devices", "32"] + extra
+        code, _, err = cli("plan", "--hw", "b200", "--from-megatron", path, *extra)
+        assert code in (0, 1), (flag, err)
+    fp8 = tmp_path / "fp8.sh"
+    fp8.write_text(SCHEDULED.replace("--bf16", "--bf16 --fp8-format hybrid --fp8-recipe tensorwise"))
+    code, _, err = cli("plan", "--hw", "b200", "--from-megatron", str(fp8), "--devices", "32", "--fp8-attention")
+    assert code in (0, 1), err

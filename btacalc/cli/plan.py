@@ -63,6 +63,9 @@ IMPORT_KEEPS = ("hw", "devices", "gpus_per_node", "objective", "as_json", "outpu
                 "sensitivity", "emit", "profile_run", "name", "config", "from_megatron", "from_bridge",
                 "accounting", "causal", "loss", "routing_imbalance", "max_global_batch", "max_tile_batch",
                 "fp8_attention")  # (no Megatron-LM flag sets FP8 attention: a launch cannot say it)
+# of IMPORT_KEEPS, how to solve and print (and the files themselves): the rest are run options a refusal names
+IMPORT_PRINTS = ("objective", "as_json", "output", "schema", "sensitivity", "emit", "profile_run", "name", "config",
+                 "from_megatron", "from_bridge")
 
 
 def plan(
@@ -433,8 +436,11 @@ def _imported_run(ctx: typer.Context, megatron: Optional[Path], bridge: Optional
     others = [p.name for p in ctx.command.params if p.name and p.name not in keeps]
     given = given_on_command_line(ctx, tuple(others))
     if given:
+        # freshuser21: the list named three of the run options the file leaves to the command line, so a user read
+        # --routing-imbalance or --gpus-per-node as refused beside a launch
+        added = ", ".join("{" + p + "}" for p in keeps if p not in IMPORT_PRINTS)
         raise BtacalcError(f"{{{given[0]}}} with {{{'from_megatron' if megatron else 'from_bridge'}}}: the file "
-                           "gives the run (only --hw, --devices, --fp8-attention and how to solve and print may be added)")
+                           f"gives the run (only {added} and how to solve and print may be added)")
     from ..config.bridge_run import import_bridge
     from ..config.megatron_run import import_megatron
     from ..config.presets import resolve_model
