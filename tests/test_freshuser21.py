@@ -149,3 +149,56 @@ def test_the_refusal_of_a_run_option_beside_a_launch_names_every_option_it_takes
     fp8.write_text(SCHEDULED.replace("--bf16", "--bf16 --fp8-format hybrid --fp8-recipe tensorwise"))
     code, _, err = cli("plan", "--hw", "b200", "--from-megatron", str(fp8), "--devices", "32", "--fp8-attention")
     assert code in (0, 1), err
+
+
+# Qwen3-30B-A3B on 16 GPUs at EP 8 without recomputation: the state alone is 3.08 + 7.25 GB of 16-bit weights,
+# 6.16 + 14.50 GB of fp32 gradients and 1.16 + 21.74 GB of optimizer state (1,541,093,376 non-expert parameters,
+# 16 x 48 x 3 x 2048 x 768 = 3,623,878,656 expert ones; x 2, x 4, and x 12 over DP 16 or EDP 2) = 53.9 GB, and the
+# activations of 48 layers of one 4,096-token sequence take the rest past an H100's usable 79.17 GB.
+QWEN3_EP8 = """#!/bin/bash
+torchrun --nproc_per_node 8 --nnodes 2 pretrain_gpt.py \\
+    --num-layers 48 --hidden-size 2048 --ffn-hidden-size 6144 --num-attention-heads 32 --kv-channels 128 \\
+    --group-query-attention --num-query-groups 4 --qk-layernorm --seq-length 4096 --max-position-embeddings 40960 \\
+    --normalization RMSNorm --position-embedding-type rope --swiglu --untie-embeddings-and-output-weights \\
+    --disable-bias-linear --vocab-size 151936 --attention-dropout 0.0 --hidden-dropout 0.0 \\
+    --num-experts 128 --moe-router-topk 8 --moe-ffn-hidden-size 768 --moe-grouped-gemm \\
+    --moe-token-dispatcher-type alltoall --micro-batch-size 1 --global-batch-size 512 --bf16 \\
+    --tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 --expert-model-parallel-size 8 \\
+    --use-distributed-optimizer
+"""
+
+
+def test_what_would_fit_a_launch_names_the_launchs_flags_and_they_fit(cli, tmp_path):
+    """The launch does not fit (exit 1), and "What would fit" said `--recompute full` and `--seq N`, btacalc's options,
+    which plan refuses beside the file. Each suggestion now names the launch's flags, and the launch with them
+    fits (exit 0); the third sends a search to the model, not the file."""
+    path = _launch(tmp_path, QWEN3_EP8)
+    code, out, err = cli("plan", "--hw", "h100", "--from-megatron", path, "--json")
+    assert code == 1, err
+    tips = json.loads(out)["suggestions"]
+    assert not any(t.startswith(("--recompute ", "--seq ", "--search ")) for t in tips), tips
+    changes = [t.split(" fits ")[0].split(" (")[0] for t in tips if t.startswith("--")]
+    assert changes[0] == "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"
+    assert changes[1].startswith("--seq-length ")
+    assert any(t.startswith("plan --search, given the model") for t in tips)
+    for change in changes:
+        fixed = tmp_path / "fixed.sh"
+        text = QWEN3_EP8.replace("--seq-length 4096 ", "") if change.startswith("--seq-length") else QWEN3_EP8
+        fixed.write_text(text.replace("--bf16", "--bf16 " + change))
+        code, _, err = cli("plan", "--hw", "h100", "--from-megatron", str(fixed))
+        assert code == 0, (change, err)
+
+
+def test_what_would_fit_a_bridge_file_names_its_keys(cli, tmp_path):
+    """The same run as Megatron-Bridge overrides (written by --emit bridge): the suggestions name Bridge's keys."""
+    path = _launch(tmp_path, QWEN3_EP8)
+    code, out, err = cli("plan", "--hw", "h100", "--from-megatron", path, "--emit", "bridge")
+    assert code == 1, err
+    bridge = tmp_path / "overrides.txt"
+    bridge.write_text(out)
+    code, out, err = cli("plan", "--hw", "h100", "--model", "qwen3-30b-a3b", "--from-bridge", str(bridge), "--json")
+    assert code == 1, err
+    tips = json.loads(out)["suggestions"]
+    assert tips[0].startswith("model.recompute_granularity=full model.recompute_method=uniform "
+                              "model.recompute_num_layers=1 fits"), tips
+    assert tips[1].startswith("model.seq_length="), tips

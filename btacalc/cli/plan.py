@@ -249,7 +249,10 @@ def _planned(spec: Any, profile: Any, request: Any, imported: Any, printing: Pri
             return _profiled(_search(spec, profile, request, printing.outs, printing.emit), printing.profile_run)
         report = make_plan(spec, profile, request)
     if imported is not None:
+        from ..config.megatron_run import suggestions_in_file
+
         report.imported = imported_info(imported)
+        report.suggestions = suggestions_in_file(report.suggestions, imported.bridge)
     return _reported(report, (spec, profile, request), printing)
 
 

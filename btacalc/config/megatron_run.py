@@ -135,6 +135,38 @@ def imported_names(bridge: bool) -> dict[str, str]:
     return {p: n for p, n in names.items() if n}
 
 
+# freshuser21: a launch that does not fit was told to add btacalc's options (`--recompute full`, `--seq 3881`,
+# `--search`), each refused beside the file ("the file gives the run"): each suggestion names the change as the file
+# makes it. (btacalc's words, the launch's flags, the Bridge file's keys), as --emit megatron / bridge write them.
+SUGGESTED_IN_FILE = (
+    (r"--recompute full", "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1",
+     "model.recompute_granularity=full model.recompute_method=uniform model.recompute_num_layers=1"),
+    (r"dropping --recompute-layers \d+", "--recompute-method uniform --recompute-num-layers 1",
+     "model.recompute_method=uniform model.recompute_num_layers=1"),
+    (r"--attention flash", "--attention-backend fused", "model.attention_backend=fused"),
+    (r"--seq (\d+)", r"--seq-length \1", r"model.seq_length=\1"),
+    (r"--micro-batch (\d+)", r"--micro-batch-size \1", r"train.micro_batch_size=\1"),
+    (r"--devices (\d+) --ep (\d+) --zero (\d)", r"\1 GPUs at --expert-model-parallel-size \2, ZeRO-\3,",
+     r"\1 GPUs at model.expert_model_parallel_size=\2, ZeRO-\3,"),
+    (r"--devices (\d+) --zero (\d)", r"\1 GPUs at ZeRO-\2,", r"\1 GPUs at ZeRO-\2,"),
+    (r"--search finds", "plan --search, given the model and --devices instead of the file (which fixes the layout), "
+     "finds", "plan --search, given the model and --devices instead of the file (which fixes the layout), finds"),
+)
+
+
+def suggestions_in_file(suggestions: list[str], bridge: bool) -> list[str]:
+    """What would fit an imported run, in the words of its file (SUGGESTED_IN_FILE): each btacalc option a
+    suggestion names at its start, or after a ZeRO stage (`--recompute full`), as the file's flags or keys."""
+    out = []
+    for text in suggestions:
+        for words, flags, keys in SUGGESTED_IN_FILE:
+            text = re.sub(rf"(^|, | )({words})(?=[ ,:]|$)",
+                          lambda m, w=words, f=flags, k=keys: m.group(1) + re.sub(w, k if bridge else f, m.group(2)),
+                          text)
+        out.append(text)
+    return out
+
+
 @dataclass(frozen=True)
 class ImportedRun:
     """The model and the request of a Megatron run, with what btacalc left out and why."""
