@@ -14,7 +14,7 @@ import reprlib
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
 from ..errors import BtacalcError
 from .execution import DEFAULT_TOKENS_PER_STEP, MAX_DEVICES, ExecutionRequest
@@ -160,11 +160,13 @@ def suggestions_in_file(suggestions: list[str], bridge: bool) -> list[str]:
     out = []
     for text in suggestions:
         for words, flags, keys in SUGGESTED_IN_FILE:
-            text = re.sub(rf"(^|, | )({words})(?=[ ,:]|$)",
-                          lambda m, w=words, f=flags, k=keys: m.group(1) + re.sub(w, k if bridge else f, m.group(2)),
-                          text)
+            text = re.sub(rf"(^|, | )({words})(?=[ ,:]|$)", _in_file(words, keys if bridge else flags), text)
         out.append(text)
     return out
+
+
+def _in_file(words: str, replacement: str) -> Callable[["re.Match[str]"], str]:
+    return lambda m: m.group(1) + re.sub(words, replacement, m.group(2))
 
 
 @dataclass(frozen=True)
