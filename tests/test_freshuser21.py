@@ -202,3 +202,18 @@ def test_what_would_fit_a_bridge_file_names_its_keys(cli, tmp_path):
     assert tips[0].startswith("model.recompute_granularity=full model.recompute_method=uniform "
                               "model.recompute_num_layers=1 fits"), tips
     assert tips[1].startswith("model.seq_length="), tips
+
+
+def test_the_schema_says_what_plan_tokens_per_step_counts(cli):
+    """Qwen3-30B-A3B on 16 H100s at EP 16: one sequence of 4,096 tokens per micro-batch, M = 64 micro-batches on each
+    of 16 data-parallel ranks, 16 x 64 x 4,096 = 4,194,304 tokens per step. `plan.tokens_per_step` is the 4,096, which
+    its schema called "G*b*s, per device": a device's step runs 64 of them."""
+    code, out, err = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16", "--ep", "16", "--json")
+    assert code == 0, err
+    plan = json.loads(out)["plan"]
+    assert plan["tokens_per_step"] == 1 * 4096 and plan["micro_batches"] == 64
+    assert plan["cluster_tokens_per_step"] == 16 * 64 * 4096 == 4_194_304
+    code, out, _ = cli("plan", "--schema")
+    schema = json.loads(out)
+    described = schema["$defs"]["PlanInfo"]["properties"]["tokens_per_step"]["description"]
+    assert "per device" not in described and "one micro-batch of one data-parallel rank" in described
