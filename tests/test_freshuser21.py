@@ -217,3 +217,46 @@ def test_the_schema_says_what_plan_tokens_per_step_counts(cli):
     schema = json.loads(out)
     described = schema["$defs"]["PlanInfo"]["properties"]["tokens_per_step"]["description"]
     assert "per device" not in described and "one micro-batch of one data-parallel rank" in described
+
+
+# Megatron-LM runs a micro-batch's sequences through attention at once: it has no attention tiles (BTA). Qwen3-30B-A3B
+# on 16 H100s at EP 16 under full recomputation, 8 sequences per micro-batch, 1,024 per step.
+UNTILED = QWEN3_EP8.replace("--expert-model-parallel-size 8", "--expert-model-parallel-size 16").replace(
+    "--micro-batch-size 1 --global-batch-size 512", "--micro-batch-size 8 --global-batch-size 1024").replace(
+    "--use-distributed-optimizer", "--use-distributed-optimizer --recompute-granularity full --recompute-method uniform "
+    "--recompute-num-layers 1")
+
+
+def test_a_launch_is_planned_untiled(cli, tmp_path):
+    """--micro-batch-size 8 is G x b = 1 x 8: before, the plan tiled it (G = 2, b = 4), a run Megatron cannot make, and
+    said it fits; planned as it runs, its verdict is the plan's of --tiles 1 --micro-batch 8 for the same run."""
+    code, out, err = cli("plan", "--hw", "h100", "--from-megatron", _launch(tmp_path, UNTILED), "--json")
+    assert code in (0, 1), err
+    plan = json.loads(out)["plan"]
+    assert (plan["tiles"], plan["tile_batch"]) == (1, 8)
+    assert plan["step_batch"] == 16 * plan["micro_batches"] * 8 == 1024  # DP 16 x M 8 x 8
+    code2, out2, err2 = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16", "--ep", "16",
+                            "--recompute", "full", "--micro-batch", "8", "--global-batch", "1024", "--tiles", "1",
+                            "--json")
+    assert code2 == code and json.loads(out2)["plan"]["fits"] == plan["fits"], err2
+
+
+def test_emit_megatron_writes_a_micro_batch_that_fits_untiled(cli, tmp_path):
+    """The fastest plan tiled attention (G x b = 2 x 4 of qwen3-30b-a3b here) and the launch wrote --micro-batch-size 8,
+    which Megatron runs untiled. The launch is now the plan at G = 1 with the same step batch, 4,194,304 / 4,096 =
+    1,024 sequences, and read back it plans the same micro-batch, untiled, and fits."""
+    given = ["--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16", "--ep", "16", "--recompute", "full"]
+    code, out, err = cli("plan", *given, "--json")
+    assert code == 0, err
+    assert json.loads(out)["plan"]["tiles"] > 1  # the case: the fastest plan tiles
+    code, launch, err = cli("plan", *given, "--emit", "megatron")
+    assert code == 0, err
+    words = launch.split()
+    micro = int(words[words.index("--micro-batch-size") + 1])
+    assert int(words[words.index("--global-batch-size") + 1]) == 4_194_304 // 4096
+    path = tmp_path / "launch.sh"
+    path.write_text(launch)
+    code, out, err = cli("plan", "--hw", "h100", "--from-megatron", str(path), "--json")
+    assert code == 0, err
+    plan = json.loads(out)["plan"]
+    assert (plan["tiles"], plan["tile_batch"]) == (1, micro) and plan["fits"]

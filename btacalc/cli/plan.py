@@ -248,12 +248,23 @@ def _planned(spec: Any, profile: Any, request: Any, imported: Any, printing: Pri
         if printing.search:
             return _profiled(_search(spec, profile, request, printing.outs, printing.emit), printing.profile_run)
         report = make_plan(spec, profile, request)
+        if printing.emit in ("megatron", "bridge") and report.plan.tiles > 1 and request.limits.tiles is None:
+            report = make_plan(spec, profile, _untiled(request, report.plan.step_batch))
     if imported is not None:
         from ..config.megatron_run import suggestions_in_file
 
         report.imported = imported_info(imported)
         report.suggestions = suggestions_in_file(report.suggestions, imported.bridge)
     return _reported(report, (spec, profile, request), printing)
+
+
+def _untiled(request: Any, step_batch: int) -> Any:
+    """freshuser21: Megatron runs its micro-batch untiled, so a launch is the plan at G = 1, at the same step batch.
+    The fastest plan of qwen3-30b-a3b on 16 H100s under full recomputation tiled attention (G = 2 tiles of b = 4) and
+    the launch wrote --micro-batch-size 8, which Megatron runs as 8 sequences at once: 83.2 GB of 79.2 GB usable by
+    btacalc's own count (the launch said so only in a comment)."""
+    batch = request.limits.global_batch or step_batch
+    return request.with_changes(limits=replace(request.limits, tiles=1, global_batch=batch))
 
 
 @contextlib.contextmanager
