@@ -150,8 +150,7 @@ def read_launch(text: str, source: str = "-", environment: Optional[dict[str, st
     launch.notes += defaults_taken(text, variables, unread, source)
     args = _split_launcher(tokens, launch)
     _parse_args(args, launch)
-    if environment is None:
-        _scheduled(text, source, launch, unset_defaulted(text, variables))
+    _scheduled(text, source, launch, unset_defaulted(text, variables) if environment is None else [])  # not a probe's
     return launch
 
 
