@@ -260,3 +260,25 @@ def test_emit_megatron_writes_a_micro_batch_that_fits_untiled(cli, tmp_path):
     assert code == 0, err
     plan = json.loads(out)["plan"]
     assert (plan["tiles"], plan["tile_batch"]) == (1, micro) and plan["fits"]
+
+
+def test_a_launch_emitted_again_names_the_flags_it_does_not_carry(cli, tmp_path):
+    """Megatron-LM's Qwen3-30B-A3B settings (examples/post_training/modelopt/conf/Qwen/Qwen3-30B-A3B.sh @ d98e8a64:
+    --moe-aux-loss-coeff 1e-3, --moe-router-dtype fp32) read with --from-megatron and emitted again: btacalc models
+    neither, so the launch it writes leaves them out. It said so nowhere, and said the aux loss "stays at Megatron-LM's
+    default (--moe-aux-loss-coeff 0)" as if the launch had none; now one comment names both (and not --lr, which the
+    launch writes)."""
+    text = QWEN3_EP8.replace("--bf16", "--bf16 --moe-aux-loss-coeff 1e-3 --moe-router-dtype fp32 --lr 3e-4 "
+                                       "--train-iters 1000 --recompute-granularity full --recompute-method uniform "
+                                       "--recompute-num-layers 1")
+    code, launch, err = cli("plan", "--hw", "h100", "--from-megatron", _launch(tmp_path, text), "--emit", "megatron")
+    assert code == 0, err
+    comments = [line for line in launch.splitlines() if line.startswith("#")]
+    carried = [line for line in comments if "does not carry them" in line]
+    assert len(carried) == 1 and "--moe-aux-loss-coeff" in carried[0] and "--moe-router-dtype" in carried[0]
+    assert "--lr" not in carried[0].split() and "--lr" in launch.split()
+    assert not any("--moe-aux-loss-coeff 0" in line for line in comments)
+    code, launch, err = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16", "--ep", "16",
+                            "--emit", "megatron")
+    assert code == 0 and "does not carry" not in launch, err  # a plan of options: nothing was read
+    assert "(--moe-aux-loss-coeff 0)" in launch
