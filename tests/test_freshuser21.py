@@ -223,8 +223,8 @@ def test_the_schema_says_what_plan_tokens_per_step_counts(cli):
 # on 16 H100s at EP 16 under full recomputation, 8 sequences per micro-batch, 1,024 per step.
 UNTILED = QWEN3_EP8.replace("--expert-model-parallel-size 8", "--expert-model-parallel-size 16").replace(
     "--micro-batch-size 1 --global-batch-size 512", "--micro-batch-size 8 --global-batch-size 1024").replace(
-    "--use-distributed-optimizer", "--use-distributed-optimizer --recompute-granularity full --recompute-method uniform "
-    "--recompute-num-layers 1")
+    "--use-distributed-optimizer",
+    "--use-distributed-optimizer --recompute-granularity full --recompute-method uniform --recompute-num-layers 1")
 
 
 def test_a_launch_is_planned_untiled(cli, tmp_path):
