@@ -176,7 +176,8 @@ DevicesOpt = typer.Option(1, "--devices", "-n", min=1, help="GPUs (all ranks: Me
                           "or --num-gpus), or wafer systems (CS-2/CS-3 in strict data parallel over SwarmX/MemoryX).")
 EpOpt = typer.Option(None, "--ep", min=1, help=help_text(
                      "Expert-parallel degree: experts split over EP devices (Megatron's --expert-model-parallel-size) "
-                     "[default: gcd(devices, E)]."))
+                     "[default: gcd(devices / (ETP·PP), E): ETP is --etp, else TP for an MoE model without expert "
+                     "biases; 1 under PyTorch's FSDP]."))
 ZeroOpt = typer.Option(None, "--zero", min=0, max=3, help=help_text("ZeRO stage 0-3 [default: 1 with several devices]."))
 GpusPerNodeOpt = typer.Option(None, "--gpus-per-node", min=1, help=help_text("Devices per NVLink domain [default: the profile's]."))
 OverlapA2aOpt = typer.Option(False, "--overlap-a2a/--no-overlap-a2a", help="Hide the all-to-all behind expert compute "

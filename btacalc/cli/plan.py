@@ -63,6 +63,9 @@ IMPORT_KEEPS = ("hw", "devices", "gpus_per_node", "objective", "as_json", "outpu
                 "sensitivity", "emit", "profile_run", "name", "config", "from_megatron", "from_bridge",
                 "accounting", "causal", "loss", "routing_imbalance", "max_global_batch", "max_tile_batch",
                 "fp8_attention")  # (no Megatron-LM flag sets FP8 attention: a launch cannot say it)
+# of IMPORT_KEEPS, how to solve and print (and the files themselves): the rest are run options a refusal names
+IMPORT_PRINTS = ("objective", "as_json", "output", "schema", "sensitivity", "emit", "profile_run", "name", "config",
+                 "from_megatron", "from_bridge")
 
 
 def plan(
@@ -245,9 +248,23 @@ def _planned(spec: Any, profile: Any, request: Any, imported: Any, printing: Pri
         if printing.search:
             return _profiled(_search(spec, profile, request, printing.outs, printing.emit), printing.profile_run)
         report = make_plan(spec, profile, request)
+        if printing.emit in ("megatron", "bridge") and report.plan.tiles > 1 and request.limits.tiles is None:
+            report = make_plan(spec, profile, _untiled(request, report.plan.step_batch))
     if imported is not None:
+        from ..config.megatron_run import suggestions_in_file
+
         report.imported = imported_info(imported)
+        report.suggestions = suggestions_in_file(report.suggestions, imported.bridge)
     return _reported(report, (spec, profile, request), printing)
+
+
+def _untiled(request: Any, step_batch: int) -> Any:
+    """freshuser21: Megatron runs its micro-batch untiled, so a launch is the plan at G = 1, at the same step batch.
+    The fastest plan of qwen3-30b-a3b on 16 H100s under full recomputation tiled attention (G = 2 tiles of b = 4) and
+    the launch wrote --micro-batch-size 8, which Megatron runs as 8 sequences at once: 83.2 GB of 79.2 GB usable by
+    btacalc's own count (the launch said so only in a comment)."""
+    batch = request.limits.global_batch or step_batch
+    return request.with_changes(limits=replace(request.limits, tiles=1, global_batch=batch))
 
 
 @contextlib.contextmanager
@@ -267,11 +284,14 @@ def _from_file(imported: Any) -> Iterator[None]:
 def _in_file_names(exc: BtacalcError, imported: Any) -> str:
     """`exc`'s template with the parameters an imported file sets by one flag (key) written as that flag (key);
     the others stay parameters, which the command line renders as btacalc's options (cli.options.with_flags)."""
-    from ..config.megatron_run import imported_names
+    from ..config.megatron_run import imported_names, scheduled_names
 
     names = imported_names(imported.bridge)
     if imported.torchrun_devices:
         names["devices"] = "torchrun's processes (--nproc_per_node x --nnodes)"
+    if imported.scheduled:  # freshuser21: the count of a default the scheduler's variable replaces
+        names["devices"] = (f"torchrun's processes (--nproc_per_node x --nnodes; the file leaves "
+                            f"{scheduled_names(imported.scheduled)} unset, and --devices N gives the run's count)")
     where = "standard input" if imported.source == "-" else imported.source
     own = sorted({p for p in exc.params if p not in names})
     text = exc.render({**{p: "{" + p + "}" for p in own}, **names})  # btacalc's own stay for the command line
@@ -430,8 +450,11 @@ def _imported_run(ctx: typer.Context, megatron: Optional[Path], bridge: Optional
     others = [p.name for p in ctx.command.params if p.name and p.name not in keeps]
     given = given_on_command_line(ctx, tuple(others))
     if given:
+        # freshuser21: the list named three of the run options the file leaves to the command line, so a user read
+        # --routing-imbalance or --gpus-per-node as refused beside a launch
+        added = ", ".join("{" + p + "}" for p in keeps if p not in IMPORT_PRINTS)
         raise BtacalcError(f"{{{given[0]}}} with {{{'from_megatron' if megatron else 'from_bridge'}}}: the file "
-                           "gives the run (only --hw, --devices, --fp8-attention and how to solve and print may be added)")
+                           f"gives the run (only {added} and how to solve and print may be added)")
     from ..config.bridge_run import import_bridge
     from ..config.megatron_run import import_megatron
     from ..config.presets import resolve_model

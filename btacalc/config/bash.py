@@ -103,12 +103,18 @@ def refuse_unexpanded(statement: str, expanded: str, variables: dict[str, str], 
         raise BtacalcError(f"{source}: {form}, which btacalc does not expand as bash does: give the value")
 
 
+def unset_defaulted(text: str, variables: dict[str, str]) -> list[str]:
+    """The variables `text` reads with a default (`${NAME:-default}`, `${NAME=default}`) that `variables` leaves
+    unset: the values the script takes from the environment it runs in (`${SLURM_NNODES:-1}`), and its arguments."""
+    return sorted({m.group(1) for m in VARIABLE.finditer(text)
+                   if m.group(1) and (m.group(3) or "").endswith(("-", "=")) and m.group(1) not in variables})
+
+
 def defaults_taken(text: str, variables: dict[str, str], unread: list[str], source: str) -> list[str]:
     """What the plan took as unset that the run may not: the defaults (`${NAME:-default}`, `${NAME=default}`) of
     variables the file does not set beside a file it reads (`unread`: `source`, `.`, `eval`), and of the script's
     arguments. hostile22: `source env.sh` then `${TP:-1}` planned TP 1 without a word."""
-    defaulted = sorted({m.group(1) for m in VARIABLE.finditer(text)
-                        if m.group(1) and (m.group(3) or "").endswith(("-", "=")) and m.group(1) not in variables})
+    defaulted = unset_defaulted(text, variables)
     named, arguments = [n for n in defaulted if not n.isdigit()], [n for n in defaulted if n.isdigit()]
     notes = []
     if unread and named:

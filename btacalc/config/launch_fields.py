@@ -164,7 +164,7 @@ def request_from_fields(f: Fields, spec: ModelSpec, devices: int, per_node: Opti
         ddp_bucket_params=f.get("layout.ddp_bucket_params"), ddp_num_buckets=f.get("layout.ddp_num_buckets"),
         microbatch_group=f.get("layout.microbatch_group"),
         cuda_graph_scope=tuple(f.get("layout.cuda_graph_scope") or ()),
-        limits=BatchLimits(global_batch=global_batch, micro_batch=micro or 1),
+        limits=BatchLimits(global_batch=global_batch, micro_batch=micro or 1, tiles=1),
         tensor_parallel=f["layout.tensor_parallel"], sequence_parallel=f["layout.sequence_parallel"],
         pipeline_parallel=pp, virtual_pipeline=vp, context_parallel=f["layout.context_parallel"],
         expert_tensor_parallel=_expert_tensor_parallel(f, spec, devices, notes),

@@ -22,7 +22,7 @@ from ..errors import BtacalcError
 from ..paths import package_data
 from .bash import (ASSIGNMENT, COMMAND_SUBSTITUTION, VARIABLE, assign_variable, assignments_of, commands_of,
                    defaults_taken, expand, forget_variable, mark_unexpandable, refuse_unexpanded, statements_of,
-                   unset_statement)
+                   unset_defaulted, unset_statement)
 from .bounded_arithmetic import safe_eval
 from .text import blank_after_backslash, nearest_name
 from .text import cut as _cut
@@ -84,13 +84,19 @@ class Launch:
     notes: list[str] = field(default_factory=list)
     # the Python script the launcher runs, as written (hostile25: megatron_run refuses the scripts of other models)
     script: str = ""
+    # the variables the file leaves unset whose default (`NNODES=${SLURM_NNODES:-1}`) sets torchrun's process count:
+    # the run's count is the scheduler's, so `--devices` gives it (freshuser21); and whether they set the processes
+    # per node too (else a count must be a whole number of nodes of devices_per_node)
+    scheduled: tuple[str, ...] = ()
+    scheduled_per_node: bool = False
 _LAUNCHERS = {"--nproc_per_node": "per_node", "--nproc-per-node": "per_node", "--nnodes": "nodes"}
 
 
-def read_launch(text: str, source: str = "-") -> Launch:
-    """The Megatron arguments of a launch script or of a file of arguments (see module docstring)."""
+def read_launch(text: str, source: str = "-", environment: Optional[dict[str, str]] = None) -> Launch:
+    """The Megatron arguments of a launch script or of a file of arguments (see module docstring); `environment`:
+    variables set before the script runs (the probe of _scheduled)."""
     text = re.sub(r"\\\r?\n", " ", text)
-    variables: dict[str, str] = {}
+    variables: dict[str, str] = dict(environment or {})
     substituted: set[str] = set()  # variables set by a command's output, which btacalc does not run
     unexpandable: dict[str, str] = {}  # variables whose value holds a bash form btacalc does not expand (_leftover)
     launch = Launch(source=source)
@@ -144,7 +150,28 @@ def read_launch(text: str, source: str = "-") -> Launch:
     launch.notes += defaults_taken(text, variables, unread, source)
     args = _split_launcher(tokens, launch)
     _parse_args(args, launch)
+    _scheduled(text, source, launch, unset_defaulted(text, variables) if environment is None else [])  # not a probe's
     return launch
+
+
+_PROBE = "7919"  # a prime, as no launch's own node or process count is
+
+
+def _scheduled(text: str, source: str, launch: Launch, unset: list[str]) -> None:
+    """Which of the variables the file reads unset (`${SLURM_NNODES:-1}`) move torchrun's process count: the file
+    read again with each set to _PROBE. freshuser21: Megatron-LM's examples/mixtral/train_mixtral_8x7b_distributed.sh
+    @ d98e8a64 (L12 NNODES=${SLURM_NNODES:-"1"}) was planned on 8 processes, `--devices 32` refused as contradicting
+    them, and PP 4 x EP 8 = 32 refused as not dividing 8: the file could not be planned as it runs."""
+    if launch.devices is None:
+        return
+    for name in unset:
+        try:
+            probe = read_launch(text, source, {name: _PROBE})
+        except BtacalcError:  # a value that reads only at its default: not a count
+            continue
+        if probe.devices != launch.devices:
+            launch.scheduled += (name,)
+            launch.scheduled_per_node |= probe.devices_per_node != launch.devices_per_node
 
 
 EXACT_FLOAT_INT = 2 ** 53  # the largest whole float every integer below is exact (a YAML 1e308 is no count)

@@ -14,7 +14,7 @@ import reprlib
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
 from ..errors import BtacalcError
 from .execution import DEFAULT_TOKENS_PER_STEP, MAX_DEVICES, ExecutionRequest
@@ -135,6 +135,40 @@ def imported_names(bridge: bool) -> dict[str, str]:
     return {p: n for p, n in names.items() if n}
 
 
+# freshuser21: a launch that does not fit was told to add btacalc's options (`--recompute full`, `--seq 3881`,
+# `--search`), each refused beside the file ("the file gives the run"): each suggestion names the change as the file
+# makes it. (btacalc's words, the launch's flags, the Bridge file's keys), as --emit megatron / bridge write them.
+SUGGESTED_IN_FILE = (
+    (r"--recompute full", "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1",
+     "model.recompute_granularity=full model.recompute_method=uniform model.recompute_num_layers=1"),
+    (r"dropping --recompute-layers \d+", "--recompute-method uniform --recompute-num-layers 1",
+     "model.recompute_method=uniform model.recompute_num_layers=1"),
+    (r"--attention flash", "--attention-backend fused", "model.attention_backend=fused"),
+    (r"--seq (\d+)", r"--seq-length \1", r"model.seq_length=\1"),
+    (r"--micro-batch (\d+)", r"--micro-batch-size \1", r"train.micro_batch_size=\1"),
+    (r"--devices (\d+) --ep (\d+) --zero (\d)", r"\1 GPUs at --expert-model-parallel-size \2, ZeRO-\3,",
+     r"\1 GPUs at model.expert_model_parallel_size=\2, ZeRO-\3,"),
+    (r"--devices (\d+) --zero (\d)", r"\1 GPUs at ZeRO-\2,", r"\1 GPUs at ZeRO-\2,"),
+    (r"--search finds", "plan --search, given the model and --devices instead of the file (which fixes the layout), "
+     "finds", "plan --search, given the model and --devices instead of the file (which fixes the layout), finds"),
+)
+
+
+def suggestions_in_file(suggestions: list[str], bridge: bool) -> list[str]:
+    """What would fit an imported run, in the words of its file (SUGGESTED_IN_FILE): each btacalc option a
+    suggestion names at its start, or after a ZeRO stage (`--recompute full`), as the file's flags or keys."""
+    out = []
+    for text in suggestions:
+        for words, flags, keys in SUGGESTED_IN_FILE:
+            text = re.sub(rf"(^|, | )({words})(?=[ ,:]|$)", _in_file(words, keys if bridge else flags), text)
+        out.append(text)
+    return out
+
+
+def _in_file(words: str, replacement: str) -> Callable[["re.Match[str]"], str]:
+    return lambda m: m.group(1) + re.sub(words, replacement, m.group(2))
+
+
 @dataclass(frozen=True)
 class ImportedRun:
     """The model and the request of a Megatron run, with what btacalc left out and why."""
@@ -151,6 +185,8 @@ class ImportedRun:
     bridge: bool = False
     # the GPUs are the launch's torchrun processes (review19: a refusal named them btacalc's --devices)
     torchrun_devices: bool = False
+    # freshuser21: the variables the file leaves unset that set torchrun's process count (Launch.scheduled)
+    scheduled: tuple[str, ...] = ()
 
 
 # hostile16: the plan options no Megatron-LM flag or Bridge key sets, which `--emit megatron` / `--emit bridge` write
@@ -482,7 +518,7 @@ def imported_run(launch: Launch, devices: Optional[int], name: Optional[str] = N
     if refused:
         raise BtacalcError(f"{launch.source}: Megatron-LM would refuse this launch: {describe(refused[0])}")
     fields, read = decode(launch.args)
-    notes: list[str] = list(launch.notes)
+    notes: list[str] = list(launch.notes) + scheduled_note(launch, devices)
     if truth(launch.args.get("use_checkpoint_args")):
         notes.append(CHECKPOINT_ARGS_NOTE)
     spec = model_from_fields(fields, launch.source, notes, name)
@@ -499,7 +535,7 @@ def imported_run(launch: Launch, devices: Optional[int], name: Optional[str] = N
                                       "run.expert_gemm_note")
               if fields.get(key)]
     return ImportedRun(spec, request, launch.source, ignored, tuple(notes), tuple(launch.env.items()),
-                       torchrun_devices=launch.devices is not None)
+                       torchrun_devices=launch.devices is not None, scheduled=launch.scheduled)
 
 
 # hostile34 (noted): overrides without train.global_batch_size were planned at btacalc's default batch in silence
@@ -561,7 +597,31 @@ def _megatron_batch(launch: Launch, f: Fields, devices: int, notes: list[str]) -
                  f"one micro-batch per rank ({MEGATRON_LM_SHORT} megatron/training/arguments.py L702-704)")
 
 
+def scheduled_names(names: tuple[str, ...]) -> str:
+    """`${SLURM_NNODES:-...}`: how a note or refusal names the variables of Launch.scheduled."""
+    return ", ".join("${" + n + ":-...}" for n in names)
+
+
+def scheduled_note(launch: Launch, devices: int) -> list[str]:
+    """What the plan took for a process count the file leaves to the environment it runs in (freshuser21)."""
+    if not launch.scheduled:
+        return []
+    where = scheduled_names(launch.scheduled)
+    if devices != launch.devices:
+        return [f"torchrun's process count reads {where}, unset in the file: planned on --devices {devices}, not the "
+                f"{launch.devices} processes of its default"]
+    return [f"torchrun's process count reads {where}, unset in the file: planned on the {devices} processes of its "
+            "default; --devices N plans the run on N"]
+
+
 def _devices(launch: Launch, devices: Optional[int], bridge: bool = False) -> int:
+    if launch.scheduled and devices is not None and devices != launch.devices:
+        per_node = launch.devices_per_node
+        if per_node and not launch.scheduled_per_node and devices % per_node:
+            raise BtacalcError(f"{{devices}} {devices} is no whole number of nodes of the launch's torchrun "
+                               f"--nproc_per_node {per_node} (its {scheduled_names(launch.scheduled)} sets the "
+                               f"nodes): give a multiple of {per_node}")
+        return devices
     if launch.devices is not None and devices is not None and devices != launch.devices:
         raise BtacalcError(f"{{devices}} {devices} contradicts the launch's torchrun ({launch.devices} processes)")
     chosen = devices if devices is not None else launch.devices

@@ -312,7 +312,8 @@ def megatron_arguments(r: PlanReport, spec: ModelSpec, profile_domain: Optional[
     per_node, nodes, uneven = torchrun_sizes(par.devices, host)
     head = [f"# btacalc plan: {r.model.name} on {par.devices} x {r.hardware.name}"
             + ("" if r.plan.fits else " (DOES NOT FIT)")] + \
-        [f"# {n}" for n in notes + [n for n in (_numerics(spec),) if n] + uneven] + \
+        [f"# {n}" for n in notes + [n for n in (_numerics(spec, _given_aux(r)),) if n]
+         + _not_carried(r, {line.split()[0] for line in render_flags(args)}) + uneven] + \
         option_lines(r, "megatron") + domain_line(r, "megatron", profile_domain if per_node == r.hardware.devices_per_host
                                                   else per_node)
     launcher = f"torchrun --nproc_per_node {per_node} --nnodes {nodes} pretrain_gpt.py"
@@ -327,7 +328,26 @@ NUMERICS_DEFAULTS = {"rope_theta": ("--rotary-base 10000", "rope_theta"),
                      "init_std": ("--init-method-std 0.02", "initializer_range")}
 
 
-def _numerics(spec: ModelSpec) -> Optional[str]:
+def _given_aux(r: PlanReport) -> bool:
+    """The launch or Bridge file the plan read gave the router's aux-loss coefficient (which _not_carried names)."""
+    return r.imported is not None and any(row.flag in ("--moe-aux-loss-coeff", "model.moe_aux_loss_coeff")
+                                          for row in r.imported.ignored)
+
+
+def _not_carried(r: PlanReport, written: set[str]) -> list[str]:
+    """freshuser21: a launch read with --from-megatron and emitted again lost what btacalc does not model (Megatron-LM's
+    Qwen3-30B-A3B settings: --moe-aux-loss-coeff 1e-3, --moe-router-dtype fp32, the tokenizer) without a word, and
+    said the aux loss "stays at Megatron-LM's default"; this line names them."""
+    if r.imported is None or not r.imported.ignored:
+        return []
+    flags = list(dict.fromkeys(row.flag for row in r.imported.ignored if row.flag not in written))
+    if not flags:
+        return []
+    return [f"{r.imported.source} also sets {' '.join(flags)}: btacalc does not model them (its plan says why) and "
+            "this file does not carry them: add back those your run needs"]
+
+
+def _numerics(spec: ModelSpec, aux_given: bool = False) -> Optional[str]:
     """freshuser17: a Qwen3 / Llama 3 / Mixtral launch trained at Megatron-LM's RoPE base 10000 (theirs 1e6, 5e5, 1e6)
     without a word; semantics22: the launch states the model's numerics (megatron_model_rows NUMERIC_DESTS), and this line
     names only the ones the model's source does not give, field by field, and the router's loss (a training setting)."""
@@ -342,7 +362,7 @@ def _numerics(spec: ModelSpec) -> Optional[str]:
     if n.rope_theta is not None and n.rope_theta != int(n.rope_theta) and spec.position_embedding == "rope":
         said.append(f"the model's RoPE base {exact_number(n.rope_theta)} is no integer, which Megatron-LM's --rotary-base (type=int, "
                     "arguments.py L2418) cannot take: the launch trains 10000 (Megatron-Bridge: model.rotary_base)")
-    if spec.is_moe:
+    if spec.is_moe and not aux_given:
         said.append("the router's load-balancing loss stays at Megatron-LM's default (--moe-aux-loss-coeff 0): give "
                     "your model's coefficient with that flag")
     return "; ".join(said) or None
@@ -364,7 +384,8 @@ def bridge_overrides(r: PlanReport, spec: ModelSpec, profile_domain: Optional[in
                      "would")
     head = [f"# btacalc plan: {r.model.name} on {r.parallelism.devices} x {r.hardware.name}",
             f"# keys: {BRIDGE_PIN} (src/megatron/bridge/training/config.py, comm_overlap.py, models/gpt_provider.py)",
-            *(f"# {BRIDGE_VOCAB_NOTE if n == MOCK_DATA_NOTE else n}" for n in notes[1:]),
+            *(f"# {BRIDGE_VOCAB_NOTE if n == MOCK_DATA_NOTE else n}" for n in notes[1:] + _not_carried(r, set(
+                bridge_stated(args, to_bridge(args))))),
             *(f"# environment: {k}={v}" for k, v in env.items()),
             *option_lines(r, "bridge"), *domain_line(r, "bridge", profile_domain),
             f"# btacalc option: --devices {r.parallelism.devices} (the devices the plan is for: the overrides hold no "

@@ -341,14 +341,16 @@ def _sharding_table(r: PlanReport) -> Table:
     for s in r.state_sharding:
         t.add_row(s.component, s.part.replace("_", "-"), f"{s.params:,}", str(s.bytes_per_param), str(s.divisor), gb(s.bytes_per_device))
     par = r.parallelism
-    if not r.model.num_experts:
-        t.caption = (f"params: this device's shard (TP {par.tensor_parallel}, its pipeline stage); divisor: "
-                     f"ZeRO-{par.zero_stage} shards over DP·CP = {par.data_parallel * par.context_parallel} ranks")
-        return t
-    t.caption = (f"params: this device's shard (TP {par.tensor_parallel}, its pipeline stage, experts over EP "
-                 f"{par.expert_parallel} x ETP {par.expert_tensor_parallel}); divisor: ZeRO-{par.zero_stage} shards over "
-                 f"DP·CP = {par.data_parallel * par.context_parallel} (non-expert) or EDP = {par.expert_data_parallel} "
-                 "(expert) ranks")
+    experts = (f", experts over EP {par.expert_parallel} x ETP {par.expert_tensor_parallel}"
+               if r.model.num_experts else "")
+    t.caption = f"params: this device's shard (TP {par.tensor_parallel}, its pipeline stage{experts}); divisor: "
+    if not any(s.divisor > 1 for s in r.state_sharding):  # freshuser21: ZeRO-0 read "shards over DP·CP = 16 ranks"
+        t.caption += f"ZeRO-{par.zero_stage} shards nothing: each data-parallel rank holds its whole shard"
+    elif not r.model.num_experts:
+        t.caption += f"ZeRO-{par.zero_stage} shards over DP·CP = {par.data_parallel * par.context_parallel} ranks"
+    else:
+        t.caption += (f"ZeRO-{par.zero_stage} shards over DP·CP = {par.data_parallel * par.context_parallel} "
+                      f"(non-expert) or EDP = {par.expert_data_parallel} (expert) ranks")
     return t
 
 

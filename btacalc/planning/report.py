@@ -291,7 +291,9 @@ class PlanInfo(BaseModel):
                               "micro-batch (the BTA paper's B~)")
     micro_batches: int = Field(1, description="M: micro-batches per optimizer step (gradient accumulation)")
     step_batch: int = Field(0, description="N = DP*M*G*b: sequences per optimizer step over all data-parallel ranks")
-    tokens_per_step: int = Field(description="G*b*s, per device")
+    tokens_per_step: int = Field(description="G*b*s: the tokens of one micro-batch of one data-parallel rank (its "
+                                 "TP x CP devices share them; a step runs M micro-batches on each of DP ranks: "
+                                 "cluster_tokens_per_step); one step's only on a plan of one micro-batch")
     devices: int = 1
     cluster_tokens_per_step: int = Field(0, description="DP*M*G*b*s: tokens per optimizer step over all devices")
     tokens_per_expert: float = Field(description="T_e = (EP*ETP/(TP*CP))*G*b*s*k/E per expert replica under uniform "
