@@ -123,8 +123,11 @@ def test_every_shipped_memory_run_fits_and_meets_the_gate():
     (what this branch reaches: mean 1.2%, max 2.6%), except the runs that state a memory known gap (task logs9:
     one public log, outside by a persistent allocation btacalc does not count; docs/runs.md 'logs9'; and, since
     3db218f, Qwen3-30B-A3B's HybridEP rank 0, -5.8%: review19 found this test failing on main, as it allowed one)."""
+    from test_lpfit import EXCLUDED  # the runs stated not expressible, each with its reason (runs36: two H200 rows)
+
     report = validate_measured()
-    memory = [r for r in report.runs if r.measured.peak_alloc_gib or r.measured.peak_reserved_gib]
+    memory = [r for r in report.runs if (r.measured.peak_alloc_gib or r.measured.peak_reserved_gib)
+              and r.id not in EXCLUDED]
     assert len(memory) >= 8 and all(r.expressible for r in memory), [r.reason for r in memory]
     gaps = [r for r in memory if r.memory_known_gap]
     # memci: seven of Megatron-LM's CI memory goldens on toy models (docs/memory.md "memci"), each saying what was checked
@@ -143,7 +146,7 @@ def test_every_shipped_memory_run_fits_and_meets_the_gate():
     errors = [abs(r.memory_error) for r in memory if r.role == "check" and not r.memory_known_gap]  # type: ignore[arg-type]
     assert len(errors) == len(memory) - len(gaps) >= 7 and max(errors) <= 0.05 and sum(errors) / len(errors) <= 0.02
     assert report.gate.ok, report.gate.failures
-    assert {r.id for r in load_runs() if r.measured.peak_alloc_gib or r.measured.peak_reserved_gib} \
+    assert {r.id for r in load_runs() if r.measured.peak_alloc_gib or r.measured.peak_reserved_gib} - set(EXCLUDED) \
         == {r.id for r in memory}
 
 
