@@ -867,6 +867,10 @@ for args, fragment in ((["plan", "--hw", "h100", "--devices", "8.0"], "--devices
 case("files", "validate", "--measured", "{tmp}/runs.json", fragment="run ids given twice: caf\u00e9", outputs=False,
      files={"runs.json": json.dumps({"runs": [dict(SHIPPED_RUNS["runs"][0], id="caf\u00e9"),
                                               dict(SHIPPED_RUNS["runs"][0], id="cafe\u0301")]})})
+# hostile36's note: two run ids that differ only in the spaces around them print the same and were both kept
+case("files", "validate", "--measured", "{tmp}/runs.json", fragment="run ids given twice: r7", outputs=False,
+     files={"runs.json": json.dumps({"runs": [dict(SHIPPED_RUNS["runs"][0], id="r7"),
+                                              dict(SHIPPED_RUNS["runs"][0], id=" r7 ")]})})
 # review8: an empty --solve-for entry was looked up as a hardware number named ''
 for spec, fragment in (("sram_bytes,", "has an empty entry"), (",", "names no number"), ("", "names no number")):
     case("ranges", "whatif", "--hw", "wse3", "--target", "mfu=0.5", "--solve-for", spec, fragment=f"--solve-for {spec!r} "

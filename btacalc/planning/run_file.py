@@ -547,8 +547,9 @@ def load_runs(path: Optional[Path] = None) -> list[MeasuredRun]:
             raise BtacalcError(f"{{measured}}: {origin} run {label}: {first_validation_error(exc)}") from None
         _names_known(runs[-1], origin)
     # one pass (a list's count() per id would be quadratic); ids compared in Unicode's composed form (NFC): 'café'
-    # written with U+00E9 and as 'e' + U+0301 print the same and name one run (review8: both were kept)
-    counts = Counter(unicodedata.normalize("NFC", r.id) for r in runs)
+    # written with U+00E9 and as 'e' + U+0301 print the same and name one run (review8: both were kept); and without
+    # the spaces around them, which a table shows as none ('r7' and 'r7 ' were two runs: hostile36's note)
+    counts = Counter(unicodedata.normalize("NFC", r.id).strip() for r in runs)
     dupes = sorted(i for i, c in counts.items() if c > 1)
     if dupes:
         raise BtacalcError(f"{{measured}}: {origin}: run ids given twice: {', '.join(dupes)}")
