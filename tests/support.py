@@ -103,6 +103,44 @@ def started(args: list[str], cwd: Path) -> "subprocess.Popen[str]":
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=default_dispositions)
 
 
+def read_terminal(leader: int, limit_s: float = 120) -> bytes:
+    """All a pseudo-terminal's other end wrote, until it closes (Linux reads EIO then) or nothing comes for
+    `limit_s`; the caller closes `leader`."""
+    import select
+
+    shown = b""
+    while select.select([leader], [], [], limit_s)[0]:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # EIO: the terminal's other end is closed
+            break
+        if not chunk:
+            break
+        shown += chunk
+    return shown
+
+
+def on_terminal(args: list[str], rows: int, columns: int, limit_s: float = 120) -> tuple[int, str]:
+    """`python -m btacalc ARGS` from this checkout with its standard output on a pseudo-terminal of `rows` x
+    `columns` (COLUMNS and LINES unset, standard error discarded): its exit code and what the terminal showed."""
+    import fcntl
+    import struct
+    import termios
+
+    leader, follower = os.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    env["PYTHONPATH"] = str(ROOT)
+    proc = subprocess.Popen([sys.executable, "-m", "btacalc", *args], stdout=follower, stderr=subprocess.DEVNULL,
+                            stdin=subprocess.DEVNULL, env=env, cwd=ROOT)
+    os.close(follower)
+    try:
+        shown = read_terminal(leader, limit_s)
+    finally:
+        os.close(leader)
+    return proc.wait(timeout=limit_s), shown.decode("utf-8", "replace")
+
+
 def wait_for_temp(folder: Path, proc: "subprocess.Popen[str]", limit_s: float = 60) -> None:
     """Until a command streaming its output has a temporary file in `folder` (it is mid-write)."""
     end = time.monotonic() + limit_s

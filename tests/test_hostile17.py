@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import btacalc
+from support import read_terminal
 
 # the subprocesses run the btacalc this test imported (as test_hostile16 does on main): from a checkout beside a
 # non-editable install, the cwd alone would start the installed copy
@@ -76,15 +77,7 @@ def test_standard_error_onto_an_input_is_shown_on_the_terminal(tmp_path):
         done = _run(["plan", "--hw", "h100", "--from-megatron", "run.sh"], path, stdout=follower)
         os.close(follower)
         follower = -1
-        shown = b""
-        while True:
-            try:
-                chunk = os.read(leader, 65536)
-            except OSError:  # EIO: the terminal's other end is closed
-                break
-            if not chunk:
-                break
-            shown += chunk
+        shown = read_terminal(leader)
     finally:
         if follower >= 0:
             os.close(follower)

@@ -109,35 +109,9 @@ def test_a_grid_that_does_not_divide_the_devices_is_named_before_the_batch(cli, 
 
 def _on_terminal(args: list[str], rows: int, columns: int) -> str:
     """btacalc's standard output on a pseudo-terminal of `rows` x `columns` (COLUMNS and LINES unset)."""
-    import fcntl
-    import os
-    import select
-    import struct
-    import subprocess
-    import sys
-    import termios
+    from support import on_terminal
 
-    leader, follower = os.openpty()
-    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-    env["PYTHONPATH"] = str(ROOT)
-    proc = subprocess.Popen([sys.executable, "-m", "btacalc", *args], stdout=follower, stderr=subprocess.DEVNULL,
-                            stdin=subprocess.DEVNULL, env=env)
-    os.close(follower)
-    shown = b""
-    try:
-        while select.select([leader], [], [], 120)[0]:
-            try:
-                chunk = os.read(leader, 65536)
-            except OSError:  # EIO: the terminal's other end is closed
-                break
-            if not chunk:
-                break
-            shown += chunk
-    finally:
-        os.close(leader)
-        proc.wait(timeout=120)
-    return shown.decode("utf-8", "replace")
+    return on_terminal(args, rows, columns)[1]
 
 
 # D4: a terminal that reports no size (0 rows x 0 columns: a pseudo-terminal nobody sized, as `docker exec -t` or a

@@ -313,31 +313,11 @@ def test_every_long_table_of_a_listing_is_cut_on_a_terminal(cli, monkeypatch, ar
 def test_a_real_terminal_gets_a_cut_table():
     """The same through a pseudo-terminal of 20 lines (a real isatty and terminal size): `models list` ends
     with the count."""
-    import fcntl
-    import pty
-    import struct
-    import termios
+    from support import on_terminal
 
-    leader, follower = pty.openpty()
-    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 20, 132, 0, 0))
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("COLUMNS", None), env.pop("LINES", None)
-    proc = subprocess.Popen([sys.executable, "-m", "btacalc", "models", "list"], stdout=follower,
-                            stderr=subprocess.PIPE,
-                            env=env, cwd=ROOT)
-    os.close(follower)
-    chunks = []
-    while True:
-        try:
-            chunk = os.read(leader, 65536)
-        except OSError:  # the terminal closed (Linux: EIO)
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    os.close(leader)
-    assert proc.wait(timeout=60) == 0
-    lines = _ANSI.sub("", b"".join(chunks).decode()).replace("\r", "").rstrip("\n").split("\n")
+    code, shown = on_terminal(["models", "list"], 20, 132, limit_s=60)
+    assert code == 0
+    lines = _ANSI.sub("", shown).replace("\r", "").rstrip("\n").split("\n")
     assert len(lines) == 18 and "more lines not shown: pipe the output" in lines[-1]
 
 
