@@ -480,6 +480,11 @@ def test_search_finds_the_fastest_fitting_layout_and_plans_it_exactly():
     assert (par.tensor_parallel, par.pipeline_parallel, par.expert_parallel) == (best.tensor_parallel,
                                                                                  best.pipeline_parallel, best.expert_parallel)
     assert result.why
+    # the ranking times each micro-batch untiled and Megatron has no attention tiles: the exact plan is asked for at
+    # G = 1 (it was free to tile the winner's micro-batch, and an --emit of a tiled one writes a launch Megatron runs
+    # untiled), so it is G = 1, b = the winner's micro-batch
+    assert result.best.inputs.tiles == 1
+    assert (result.best.plan.tiles, result.best.plan.tile_batch) == (1, best.micro_batch)
 
 
 def test_search_respects_a_fixed_dimension():

@@ -439,7 +439,9 @@ def _request_of(request: ExecutionRequest, row: LayoutRow, n: int) -> ExecutionR
         expert_parallel=row.expert_parallel, expert_tensor_parallel=row.expert_tensor_parallel,
         sequence_parallel=row.tensor_parallel > 1 or None, recompute=row.recompute, micro_batches=None,
         microbatch_group=request.microbatch_group if row.virtual_pipeline > 1 else None,
-        limits=replace(request.limits, global_batch=n, micro_batch=row.micro_batch))
+        # G = 1: the ranking timed each micro-batch untiled (`gpu_step_time(problem, ones, mb)`), and Megatron has no
+        # attention tiles, so the winner's exact plan (and an --emit of it) must not tile its micro-batch either
+        limits=replace(request.limits, global_batch=n, micro_batch=row.micro_batch, tiles=1))
 
 
 # Layouts within this share of the winner's tokens/s count as ties (the search reports them as such).
