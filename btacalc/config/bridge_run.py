@@ -28,7 +28,7 @@ from .megatron_model_rows import MODEL_ROWS, model_fields
 from .megatron_run import (ImportedRun, ignore_reason, imported_run, source_naming, stated_devices, with_nccl_settings,
                            with_option_comments)
 from .model import MAX_COUNT, MAX_COUNT_TEXT, ModelSpec
-from .text import parse_value_error
+from .text import exceeds_int_digits, parse_value_error
 
 
 # gelu: where a Bridge file leaves them, TransformerConfig's own defaults (transformer_config.py L496, L510 @ d98e8a64:
@@ -312,12 +312,9 @@ def _yaml_overrides(text: str, source: str) -> dict[str, Any]:
         data = yaml.load(text, Loader=_unique_keys_loader())  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         raise BtacalcError(f"{source}: not YAML: {str(exc).splitlines()[0]}") from None
-    except ValueError as exc:
-        if "integer string conversion" in str(exc):  # hostile36: in Python's words, with its set_int_max_str_digits
+    except (ValueError, TypeError, AttributeError, KeyError) as exc:  # hostile22: were internal errors (exit 3)
+        if exceeds_int_digits(exc):  # hostile36: it said so in Python's words, with its set_int_max_str_digits
             raise BtacalcError(f"{source}: not YAML btacalc reads: {parse_value_error(exc)}") from None
-        raise BtacalcError(f"{source}: not YAML: a value its tag cannot take (such as !!int 4.5): "
-                           f"{type(exc).__name__}: {str(exc)[:80]}") from None
-    except (TypeError, AttributeError, KeyError) as exc:  # hostile22: were internal errors (exit 3)
         raise BtacalcError(f"{source}: not YAML: a value its tag cannot take (such as !!int 4.5): "
                            f"{type(exc).__name__}: {str(exc)[:80]}") from None
     if not isinstance(data, dict):

@@ -103,10 +103,15 @@ class Range:
         return (self.low < v if self.open_low else self.low <= v) and v <= self.high
 
 
+def _past_float(v: Any) -> bool:
+    """An integer beyond those a float holds exactly (2^53): 10**400 has no float at all."""
+    return isinstance(v, int) and not isinstance(v, bool) and abs(v) > 2 ** 53
+
+
 def shown(v: float) -> str:
     """A number as an error shows it: short (1e+09), unless that hides why it breaks a rule (a count of
     108.0000001 is not 108)."""
-    if isinstance(v, int) and not isinstance(v, bool) and abs(v) > 2 ** 53:
+    if _past_float(v):
         # hostile36: an integer past float's exact ones was written with all its digits (a 4,300-digit line), or
         # overflowed float formatting; a whole number this size breaks only a range, which 6 digits show
         from decimal import Decimal
@@ -705,8 +710,7 @@ def profile_error(exc: ValidationError) -> str:
     if not where:
         return msg
     given = err.get("input")
-    big = isinstance(given, int) and not isinstance(given, bool) and abs(given) > 2 ** 53  # 10**400: no float
-    value = "" if isinstance(given, dict) else f" = {shown(given) if big else repr(given)}"
+    value = "" if isinstance(given, dict) else f" = {shown(given) if _past_float(given) else repr(given)}"
     return f"{where}{value}: {msg}"
 
 

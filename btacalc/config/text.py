@@ -137,14 +137,19 @@ def uncommented(line: str) -> str:
     return line
 
 
-def parse_value_error(exc: ValueError) -> str:
+def exceeds_int_digits(exc: BaseException) -> bool:
+    """`exc` is Python's refusal of an integer literal past sys.get_int_max_str_digits (its message's words)."""
+    return isinstance(exc, ValueError) and "integer string conversion" in str(exc)
+
+
+def parse_value_error(exc: Exception) -> str:
     """What a parser's plain ValueError (tomllib's, not its TOMLDecodeError; Hydra's) means, in one line. hostile36: an
     integer literal of more than Python's 4,300 digits (sys.get_int_max_str_digits) in a profile, a run file or a
     Bridge override ended as an internal error, "Exceeds the limit (4300 digits) for integer string conversion"."""
     import sys
 
     text = str(exc)
-    if "integer string conversion" in text:
+    if exceeds_int_digits(exc):
         limit = sys.get_int_max_str_digits() if hasattr(sys, "get_int_max_str_digits") else 4300
         return f"an integer of more than {limit:,} digits (no size btacalc reads has that many)"
     return text.splitlines()[0] if text else type(exc).__name__
