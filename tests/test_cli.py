@@ -349,25 +349,28 @@ def test_whatif_starts_from_the_plan_of_the_same_recipe(cli, recipe):
     assert json.loads(out)["throughput"]["tokens_per_s"] != pytest.approx(planned, rel=1e-6)  # the recipe tells
 
 
-def test_plan_sweep_compare_and_whatif_take_one_recipe_option_set():
-    """The recipe options are declared once (cli/options.py RecipeOptions, takes_recipe_options): each command that
-    plans takes every one of them, under the same flags."""
+@pytest.mark.parametrize("group", ["recipe", "layout"])
+def test_plan_sweep_compare_and_whatif_take_one_option_set_of_each_group(group):
+    """The recipe and GPU layout options are declared once (cli/groups.py RecipeOptions, LayoutOptions,
+    takes_option_groups): each command that plans takes every one of them, under the same flags (session 30: whatif,
+    sweep and compare took no layout option, so none could ask its question of a Megatron layout)."""
     import dataclasses
 
     import typer.main
 
     from btacalc.cli.app import app
-    from btacalc.cli.options import RecipeOptions
+    from btacalc.cli.groups import GROUPS
 
     commands = typer.main.get_command(app).commands  # type: ignore[attr-defined]
-    shared = {f.name for f in dataclasses.fields(RecipeOptions)}
+    shared = {f.name for f in dataclasses.fields(GROUPS[group][0])}
     flags = {}
     for name in ("plan", "sweep", "compare", "whatif"):
         params = {p.name: tuple(p.opts + p.secondary_opts) for p in commands[name].params}
         assert shared <= set(params), (name, shared - set(params))
         flags[name] = {n: params[n] for n in shared}
     assert all(f == flags["plan"] for f in flags.values())
-    assert "--checkpoint-early-stop" in flags["whatif"]["checkpoint_early_stop"]
+    assert "--checkpoint-early-stop" in flags["whatif"]["checkpoint_early_stop"] if group == "recipe" else \
+        "--tp" in flags["whatif"]["tp"]
 
 
 @pytest.mark.parametrize("extra", [["--search"], ["--emit", "megatron"]])
@@ -390,22 +393,26 @@ def test_an_eager_switch_given_twice_does_what_it_does_once(cli):
     assert code == 2 and "--config is given 2 times" in err
 
 
-def test_the_recipe_options_defaults_are_the_requests():
-    """review6: a recipe option's default is written in three places: its command-line option (cli/options.py), the
-    RecipeOptions field a library caller of plan/sweep/compare/whatif gets, and the ExecutionRequest field the plan
-    reads. They must be one value, the request's (config/execution.py), or a flag left out means another thing on the
-    command line than in code."""
+@pytest.mark.parametrize("group", ["recipe", "layout"])
+def test_the_option_groups_defaults_are_the_requests(group):
+    """review6: a shared option's default is written in three places: its command-line option (cli/options.py), the
+    group's field a library caller of plan/sweep/compare/whatif gets (cli/groups.py), and the ExecutionRequest field
+    the plan reads. They must be one value, the request's (config/execution.py), or a flag left out means another
+    thing on the command line than in code."""
     import dataclasses
 
-    from btacalc.cli.options import _RECIPE_OPTIONS, RecipeOptions
+    from btacalc.cli.groups import GROUPS
     from btacalc.config.execution import ExecutionRequest
 
-    request = {f.name: f.default for f in dataclasses.fields(ExecutionRequest)}
-    fields = RecipeOptions().request_fields()
+    cls, options = GROUPS[group]
+    request = {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+               for f in dataclasses.fields(ExecutionRequest)}
+    fields = cls().request_fields()
     assert fields == {name: request[name] for name in fields}
-    for name, (_, option) in _RECIPE_OPTIONS.items():
-        target = "multi_token_prediction" if name == "mtp" else name
-        assert option.default == request[target], name
+    defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+    assert set(options) == set(defaults)
+    for name, (_, option) in options.items():
+        assert option.default == defaults[name], name
 
 
 def test_a_search_that_fits_nothing_points_to_the_plans_suggestions(cli):

@@ -7,9 +7,10 @@ from typing import Any, Optional, Sequence
 import typer
 
 from ..errors import BtacalcError
-from .options import (refuse_fsdp_only, Attention, AttentionOpt, GpusPerNodeOpt, GradAccumOpt, Match, MemoryModelChoice, MemoryModelOpt,
-                      ModelOpt, NameOpt, OutputOpt, OverlapA2aOpt, OverlapOpt, QuietOpt, RecipeOptions, RecomputeOpt,
-                      SeqOpt, check_bounds, emit_result, help_text, outputs, takes_recipe_options, value, with_flags)
+from .groups import LayoutOptions, RecipeOptions, takes_option_groups
+from .options import (refuse_fsdp_only, Attention, AttentionOpt, GpusPerNodeOpt, GradAccumOpt, Match,
+                      MemoryModelChoice, MemoryModelOpt, ModelOpt, NameOpt, OutputOpt, OverlapA2aOpt, OverlapOpt,
+                      QuietOpt, RecomputeOpt, SeqOpt, check_bounds, emit_result, help_text, outputs, value, with_flags)
 from .progress import progress
 from .completion import complete_hardware_list
 
@@ -22,7 +23,8 @@ COMPARE_EXAMPLES = ("Examples:\n\n"
                     "  btacalc compare --hw wse3,b200 --devices 8,64 --ep 8 --json\n\n"
                     "  btacalc compare --hw wse3,a100-80gb,b200 --csv compare.csv --plot compare.png\n\n"
                     "  btacalc compare --hw wse2,b200 --systems 4 --match power --global-batch 96\n\n"
-                    "  btacalc compare --hw wse3,h100,gb200 --search --plot compare.png")
+                    "  btacalc compare --hw wse3,h100,gb200 --search --plot compare.png\n\n"
+                    "  btacalc compare --hw wse3,h100 --devices 16 --tp 2 --ep 8 --global-batch 256")
 CROSSOVER_EXAMPLES = ("Examples:\n\n"
                       "  btacalc crossover --hw wse2,wse3,a100-80gb,b200\n\n"
                       "  btacalc crossover --hidden 512:4096:256 --plot crossover.png\n\n"
@@ -79,6 +81,7 @@ def compare(
     gpus_per_node: Optional[int] = GpusPerNodeOpt,
     overlap_a2a: bool = OverlapA2aOpt,
     grad_accum: Optional[int] = GradAccumOpt,
+    layout: LayoutOptions = LayoutOptions(),  # the shared GPU layout options, for the GPU rows (takes_option_groups)
     search: bool = typer.Option(False, "--search", help="GPU rows: the fastest Megatron layout that fits on their "
                                 "devices (TP, PP, VP, CP, EP, ETP, micro-batch, recompute)."),
     seq: Optional[int] = SeqOpt,
@@ -89,7 +92,7 @@ def compare(
     precision: Optional[str] = typer.Option(None, "--precision", help=help_text(
         "Training precision(s), comma-separated: a row per precision for each GPU profile (bf16, fp16, fp8, "
         "fp8-current, fp8-blockwise, mxfp8, nvfp4; e.g. bf16,mxfp8,nvfp4) [default: bf16].")),
-    recipe: RecipeOptions = RecipeOptions(),  # the shared recipe options (takes_recipe_options)
+    recipe: RecipeOptions = RecipeOptions(),  # the shared recipe options (takes_option_groups)
     as_json: bool = typer.Option(False, "--json", help="Print {rows: [...]} as JSON on stdout."),
     output: Optional[str] = OutputOpt,
     csv_path: Optional[str] = typer.Option(None, "--csv", help="Write one CSV row per device set."),
@@ -111,7 +114,7 @@ def compare(
                            memory_model=value(memory_model), overlap_streaming=overlap, expert_parallel=ep,
                            zero_stage=zero, devices_per_node=gpus_per_node, overlap_all_to_all=overlap_a2a,
                            micro_batches=grad_accum, limits=BatchLimits(global_batch=global_batch),
-                           **recipe.request_fields())
+                           **recipe.request_fields(), **layout.request_fields())
     request = CompareRequest(run=run, devices=tuple(counts) if counts else None, systems=systems, match=value(match),
                              wafer_global_batch=global_batch, search=search,
                              precisions=tuple(_precisions(precision)))  # --precision's list makes rows
@@ -185,5 +188,5 @@ def crossover(
 
 
 def register(app: typer.Typer) -> None:
-    app.command(epilog=COMPARE_EXAMPLES)(takes_recipe_options(compare))
+    app.command(epilog=COMPARE_EXAMPLES)(takes_option_groups(compare))
     app.command(epilog=CROSSOVER_EXAMPLES)(crossover)

@@ -3,10 +3,7 @@ library's `ExecutionRequest`. Library errors name parameters; `FLAGS` maps them 
 
 from __future__ import annotations
 
-import functools
-import inspect
 import re
-from dataclasses import asdict, dataclass
 from enum import Enum
 from typing import Any, Callable, Optional, Sequence
 
@@ -45,6 +42,7 @@ FLAGS = {
     "moment_bytes": "--optimizer-moments",
     "precision_aware_optimizer": "--precision-aware-optimizer",
     "overlap_streaming": "--no-overlap",
+    "stage_split": "--first-stage-layers/--last-stage-layers/--pipeline-layout/--account-for-*-in-pipeline-split",
 }
 
 
@@ -366,83 +364,6 @@ PrecisionAwareOpt = typer.Option(None, "--precision-aware-optimizer/--no-precisi
 JsonOpt = typer.Option(False, "--json", help="Print the result as JSON on stdout.")
 OutputOpt = typer.Option(None, "--output", "-o", help="Write the JSON to this file (atomically; - for standard output).")
 QuietOpt = typer.Option(False, "--quiet", "-q", help="No progress report on stderr.")
-
-
-@dataclass(frozen=True)
-class RecipeOptions:
-    """The recipe options plan, sweep, compare and whatif share (each command's --precision is its own: compare takes
-    a list of them), as the command line gave them; `takes_recipe_options` declares them once for every command."""
-
-    mtp: Optional[bool] = None
-    fp8_param_gather: bool = False
-    fp8_attention: bool = False
-    rht_cast_fusion: bool = True
-    te_version: Optional[str] = None
-    gradient_accumulation_fusion: bool = True
-    bf16_layers_at_start: int = 0
-    bf16_layers_at_end: int = 0
-    checkpoint_early_stop: bool = False
-    recompute_layers: int = 0
-    capacity_factor: Optional[float] = None
-    pad_to_capacity: bool = False
-
-    def request_fields(self) -> dict[str, Any]:
-        """The ExecutionRequest fields these options set (--mtp is multi_token_prediction; the rest keep their name)."""
-        fields = asdict(self)
-        fields["multi_token_prediction"] = fields.pop("mtp")
-        return fields
-
-
-# RecipeOptions' fields as command-line options: (type, option), in the order --help lists them
-_RECIPE_OPTIONS: dict[str, tuple[Any, Any]] = {
-    "mtp": (Optional[bool], MtpOpt), "fp8_param_gather": (bool, Fp8ParamGatherOpt),
-    "fp8_attention": (bool, Fp8AttentionOpt), "rht_cast_fusion": (bool, RhtCastFusionOpt),
-    "te_version": (Optional[str], TeVersionOpt),
-    "gradient_accumulation_fusion": (bool, WgradFusionOpt), "bf16_layers_at_start": (int, Bf16StartOpt),
-    "bf16_layers_at_end": (int, Bf16EndOpt), "checkpoint_early_stop": (bool, CheckpointEarlyStopOpt),
-    "recompute_layers": (int, RecomputeLayersOpt), "capacity_factor": (Optional[float], CapacityFactorOpt),
-    "pad_to_capacity": (bool, PadToCapacityOpt)}
-
-
-def takes_recipe_options(command: Callable[..., int]) -> Callable[..., int]:
-    """`command` with the recipe options (RecipeOptions) as command-line options in place of its `recipe`
-    parameter, which receives them gathered: one declaration of the set for every command that takes it."""
-    own = inspect.signature(command, eval_str=True).parameters.values()
-    shared = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=option, annotation=kind)
-              for name, (kind, option) in _RECIPE_OPTIONS.items()]
-    params = [q for p in own for q in (shared if p.name == "recipe" else [p])]
-
-    @functools.wraps(command)
-    def with_recipe(**given: Any) -> int:
-        recipe = RecipeOptions(**{name: given.pop(name) for name in _RECIPE_OPTIONS})
-        return command(recipe=recipe, **given)
-
-    with_recipe.__signature__ = inspect.Signature(params, return_annotation=int)  # type: ignore[attr-defined]  # typer reads it
-    with_recipe.__annotations__ = {p.name: p.annotation for p in params} | {"return": int}
-    return with_recipe
-
-
-def stage_split_field(first: Optional[int], last: Optional[int], layout: Optional[str], embedding: bool,
-                      loss: bool) -> dict[str, Any]:
-    """The ExecutionRequest field of the pipeline split options (btacalc.config.pipeline)."""
-    from ..config.pipeline import StageSplit
-
-    return {"stage_split": StageSplit(first, last, layout, embedding, loss)}
-
-
-def layout_fields(tp: Optional[int], sp: Optional[bool], pp: Optional[int], vp: Optional[int], cp: Optional[int],
-                  etp: Optional[int], fsdp: bool,
-                  grad_bytes: Optional[int], routing: float, overlaps: tuple[Optional[bool], ...]) -> dict[str, Any]:
-    """ExecutionRequest fields of the Megatron layout options (overlaps: grad reduce, param gather, TP, p2p, the
-    early attention release, the delayed weight gradients)."""
-    from ..config.execution import OverlapRequest
-
-    grad, param, tp_comm, p2p, early, delay = overlaps
-    return {"tensor_parallel": tp, "sequence_parallel": sp, "pipeline_parallel": pp, "virtual_pipeline": vp,
-            "context_parallel": cp, "expert_tensor_parallel": etp, "fsdp": fsdp, "gradient_bytes": grad_bytes,
-            "routing_imbalance": routing,
-            "overlaps": OverlapRequest(grad_reduce=grad, param_gather=param, tp_comm=tp_comm, p2p=p2p,
-                                       early_attn_release=bool(early), delay_wgrad=bool(delay))}
 
 
 def outputs(output: Optional[str] = None, as_json: bool = False, csv_path: Optional[str] = None,

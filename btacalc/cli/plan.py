@@ -15,18 +15,14 @@ from .. import profiling
 from ..errors import BtacalcError
 from ..vocabulary import TORCH_LOSSES
 from .console import err, model_json
-from .options import (refuse_fsdp_only, with_flags, Accounting, AccountingOpt, Attention, AttentionKernelOpt, AttentionOpt, CausalOpt, CpOpt, DevicesOpt, Emit, EpOpt,
-                      EtpOpt, ExpertFfnOpt, ExpertsOpt, FixedActiveOpt, EagerKernelsOpt, CpuOffloadOpt, MOMENT_BYTES, Moments, MomentsOpt, PrecisionAwareOpt, Optimizer, OptimizerOpt, FsdpOpt, FsdpImplOpt, GlobalBatchOpt,
-                      GpusPerNodeOpt, Precision, PrecisionOpt,
-                      GradAccumOpt, GradBytesOpt, HwOpt, Loss, LossOpt, MaxGlobalBatchOpt, MaxTileBatchOpt,
-                      MemoryModelChoice, MemoryModelOpt, MicroBatchOpt, ModelOpt, NameOpt, Objective,
-                      ObjectiveOpt, OutputOpt, TokensPerStepOpt, OverlapA2aOpt, DeepEpOpt, HybridEpOpt, AllgatherDispatcherOpt, DispatcherSmsOpt, NcclUbOpt, NvlsOpt, DdpBucketSizeOpt, DdpNumBucketsOpt, MicrobatchGroupOpt, CudaGraphScopeOpt, OverlapGradOpt, OverlapOpt, OverlapP2pOpt, EarlyAttnReleaseOpt, DelayWgradOpt,
-                      OverlapParamOpt, PpOpt, QuietOpt, RecomputeOpt, RoutingOpt, SeqOpt, SpOpt, TileBatchOpt,
-                      TilesOpt, TopKOpt, TpOpt, TpOverlapOpt, VpOpt, ZeroOpt, check_bounds, help_text, layout_fields, outputs,
-                      value, AccountEmbeddingOpt, AccountLossOpt, FirstStageOpt, LastStageOpt, PipelineLayoutOpt,
-                      stage_split_field, RecipeOptions, takes_recipe_options,
+from .groups import LayoutOptions, RecipeOptions, cuda_graph_scopes, takes_option_groups
+from .options import (refuse_fsdp_only, with_flags, Accounting, AccountingOpt, Attention, AttentionOpt, CausalOpt,
+                      DevicesOpt, Emit, EpOpt, ExpertFfnOpt, ExpertsOpt, FixedActiveOpt, GlobalBatchOpt,
+                      GpusPerNodeOpt, Precision, PrecisionOpt, GradAccumOpt, HwOpt, Loss, LossOpt, MaxGlobalBatchOpt,
+                      MaxTileBatchOpt, MemoryModelChoice, MemoryModelOpt, MicroBatchOpt, ModelOpt, NameOpt, Objective,
+                      ObjectiveOpt, OutputOpt, TokensPerStepOpt, OverlapA2aOpt, OverlapOpt, QuietOpt, RecomputeOpt,
+                      SeqOpt, TileBatchOpt, TilesOpt, TopKOpt, ZeroOpt, check_bounds, help_text, outputs, value,
                       write_outputs)
-from .parsing import comma_entries
 from .progress import progress
 from .runfile import config_callback, given_on_command_line, read_text
 
@@ -54,7 +50,8 @@ SWEEP_EXAMPLES = ("Examples:\n\n"
                   "  btacalc sweep --hw wse3 --vary experts=16:128:x2 --vary seq=2048,4096 --csv sweep.csv\n\n"
                   "  btacalc sweep --hw b200 --vary devices=8:128:x2 --ep 8\n\n"
                   "  btacalc sweep --hw wse3 --vary experts=8:256:x2 --vary top-k=1,2,4,8 --vary seq=1024:8192:x2 "
-                  "--csv grid.csv --quiet")
+                  "--csv grid.csv --quiet\n\n"
+                  "  btacalc sweep --hw h100 --tp 2 --ep 8 --vary devices=16,32,64 --vary global-batch=256")
 
 
 # What --from-megatron / --from-bridge leave to the command line: the hardware, the device count (when the
@@ -86,7 +83,6 @@ def plan(
     fixed_active: bool = FixedActiveOpt,
     recompute: Optional[str] = RecomputeOpt,
     attention: Optional[Attention] = AttentionOpt,
-    attention_kernel: Optional[str] = AttentionKernelOpt,
     causal: bool = CausalOpt,
     loss: Optional[Loss] = LossOpt,
     accounting: Accounting = AccountingOpt,
@@ -97,47 +93,12 @@ def plan(
     zero: Optional[int] = ZeroOpt,
     gpus_per_node: Optional[int] = GpusPerNodeOpt,
     overlap_a2a: bool = OverlapA2aOpt,
-    deepep: bool = DeepEpOpt,
-    hybridep: bool = HybridEpOpt,
-    allgather_dispatcher: bool = AllgatherDispatcherOpt,
-    dispatcher_sms: Optional[int] = DispatcherSmsOpt,
-    nccl_ub: bool = NcclUbOpt,
-    nvls: bool = NvlsOpt,
-    ddp_bucket_size: Optional[int] = DdpBucketSizeOpt,
-    ddp_num_buckets: Optional[int] = DdpNumBucketsOpt,
-    microbatch_group_size: Optional[int] = MicrobatchGroupOpt,
-    cuda_graph_scope: Optional[str] = CudaGraphScopeOpt,
     grad_accum: Optional[int] = GradAccumOpt,
-    tp: Optional[int] = TpOpt,
-    sequence_parallel: Optional[bool] = SpOpt,
-    pp: Optional[int] = PpOpt,
-    vp: Optional[int] = VpOpt,
-    cp: Optional[int] = CpOpt,
-    first_stage_layers: Optional[int] = FirstStageOpt,
-    last_stage_layers: Optional[int] = LastStageOpt,
-    pipeline_layout: Optional[str] = PipelineLayoutOpt,
-    account_for_embedding_in_pipeline_split: bool = AccountEmbeddingOpt,
-    account_for_loss_in_pipeline_split: bool = AccountLossOpt,
-    etp: Optional[int] = EtpOpt,
-    fsdp: bool = FsdpOpt,
-    fsdp_impl: Optional[str] = FsdpImplOpt,
-    grad_bytes: Optional[int] = GradBytesOpt,
-    routing_imbalance: float = RoutingOpt,
-    overlap_grad_reduce: Optional[bool] = OverlapGradOpt,
-    overlap_param_gather: Optional[bool] = OverlapParamOpt,
-    tp_comm_overlap: Optional[bool] = TpOverlapOpt,
-    overlap_p2p: Optional[bool] = OverlapP2pOpt,
-    early_attn_release: bool = EarlyAttnReleaseOpt,
-    delay_wgrad_compute: bool = DelayWgradOpt,
+    layout: LayoutOptions = LayoutOptions(),  # the shared GPU layout options (takes_option_groups)
     objective: Optional[Objective] = ObjectiveOpt,
     tokens_per_step: Optional[int] = TokensPerStepOpt,
     precision: Optional[Precision] = PrecisionOpt,
-    recipe: RecipeOptions = RecipeOptions(),  # the shared recipe options (takes_recipe_options)
-    eager_kernels: bool = EagerKernelsOpt,
-    cpu_offloading_num_layers: int = CpuOffloadOpt,
-    optimizer_moments: Optional[Moments] = MomentsOpt,
-    precision_aware_optimizer: Optional[bool] = PrecisionAwareOpt,
-    optimizer: Optional[Optimizer] = OptimizerOpt,
+    recipe: RecipeOptions = RecipeOptions(),  # the shared recipe options (takes_option_groups)
     search: bool = typer.Option(False, "--search/--no-search", show_default=False,
                                 help="Search the fastest layout that fits (TP, PP, VP, CP, EP, "
                                 "ETP, micro-batch, recompute) on --devices GPUs; the given values fix that dimension."),
@@ -189,39 +150,20 @@ def plan(
             gpus_per_node=gpus_per_node, objective=value(objective),
             accounting=accounting.value if _given(ctx, "accounting") else None,
             causal=causal if _given(ctx, "causal") else None, loss=value(loss),
-            routing_imbalance=routing_imbalance if _given(ctx, "routing_imbalance") else None,
-            max_global_batch=max_global_batch, max_tile_batch=max_tile_batch, cuda_graph_scope=cuda_graph_scope,
-            fp8_attention=recipe.fp8_attention, fsdp_impl=fsdp_impl, nccl_ub=nccl_ub, nvls=nvls,
+            routing_imbalance=layout.routing_imbalance if _given(ctx, "routing_imbalance") else None,
+            max_global_batch=max_global_batch, max_tile_batch=max_tile_batch, cuda_graph_scope=layout.cuda_graph_scope,
+            fp8_attention=recipe.fp8_attention, fsdp_impl=layout.fsdp_impl, nccl_ub=layout.nccl_ub, nvls=layout.nvls,
         ).over(imported.request, profile, imported.stated_domain)
     else:
-        if precision_aware_optimizer is False and optimizer_moments is not None and \
-                MOMENT_BYTES[optimizer_moments.value] == 2:
-            # review28: bf16 moments imply the precision-aware optimizer; an explicit --no-... was overridden in silence
-            raise BtacalcError("{precision_aware_optimizer} off with {moment_bytes} bf16: Megatron-Core keeps Adam's "
-                               "moments in bf16 only under the precision-aware optimizer (optimizer_config.py L466-479 "
-                               "@ d98e8a64); give one")
         request = ExecutionRequest(
             seq_len=seq, recompute=recompute, attention=value(attention), causal=causal, loss=value(loss),
-            attention_kernel=attention_kernel, fsdp_impl=fsdp_impl,
             accounting=accounting.value, memory_model=value(memory_model), overlap_streaming=overlap,
             devices=devices, expert_parallel=ep, zero_stage=zero, devices_per_node=gpus_per_node,
-            overlap_all_to_all=overlap_a2a, deepep=deepep, hybridep=hybridep, allgather_dispatcher=allgather_dispatcher,
-            dispatcher_sms=dispatcher_sms, nccl_ub=nccl_ub, nvls=nvls,
-            ddp_bucket_params=ddp_bucket_size, ddp_num_buckets=ddp_num_buckets, microbatch_group=microbatch_group_size,
-            cuda_graph_scope=_scopes(cuda_graph_scope, ()),
-            micro_batches=grad_accum, objective=value(objective),
-            tokens_per_step=tokens_per_step,
-            precision=value(precision), cpu_offload_layers=cpu_offloading_num_layers, eager_kernels=eager_kernels,
-            **recipe.request_fields(),
-            moment_bytes=None if optimizer_moments is None else MOMENT_BYTES[optimizer_moments.value],
-            precision_aware_optimizer=bool(precision_aware_optimizer),
-            optimizer=value(optimizer),
-            limits=BatchLimits(global_batch, tiles, tile_batch, max_global_batch, max_tile_batch, micro_batch=micro_batch),
-            **layout_fields(tp, sequence_parallel, pp, vp, cp, etp, fsdp, grad_bytes, routing_imbalance,
-                            (overlap_grad_reduce, overlap_param_gather, tp_comm_overlap, overlap_p2p,
-                             early_attn_release, delay_wgrad_compute)),
-            **stage_split_field(first_stage_layers, last_stage_layers, pipeline_layout,
-                                account_for_embedding_in_pipeline_split, account_for_loss_in_pipeline_split))
+            overlap_all_to_all=overlap_a2a, micro_batches=grad_accum, objective=value(objective),
+            tokens_per_step=tokens_per_step, precision=value(precision),
+            limits=BatchLimits(global_batch, tiles, tile_batch, max_global_batch, max_tile_batch,
+                               micro_batch=micro_batch),
+            **recipe.request_fields(), **layout.request_fields())
     return _planned(spec, profile, request, imported, printing)
 
 
@@ -371,7 +313,7 @@ class ImportAdditions:
             causal=base.causal if self.causal is None else self.causal, loss=self.loss or base.loss,
             routing_imbalance=base.routing_imbalance if self.routing_imbalance is None else self.routing_imbalance,
             limits=replace(base.limits, max_global_batch=self.max_global_batch, max_tile_batch=self.max_tile_batch),
-            cuda_graph_scope=_scopes(self.cuda_graph_scope, base.cuda_graph_scope),
+            cuda_graph_scope=cuda_graph_scopes(self.cuda_graph_scope, base.cuda_graph_scope),
             fp8_attention=self.fp8_attention or base.fp8_attention,  # no Megatron flag sets it: a launch cannot
             fsdp_impl=self.fsdp_impl or base.fsdp_impl,
         )
@@ -624,10 +566,11 @@ def sweep(
     gpus_per_node: Optional[int] = GpusPerNodeOpt,
     overlap_a2a: bool = OverlapA2aOpt,
     grad_accum: Optional[int] = GradAccumOpt,
+    layout: LayoutOptions = LayoutOptions(),  # the shared GPU layout options (takes_option_groups)
     objective: Optional[Objective] = ObjectiveOpt,
     tokens_per_step: Optional[int] = TokensPerStepOpt,
     precision: Optional[Precision] = PrecisionOpt,
-    recipe: RecipeOptions = RecipeOptions(),  # the shared recipe options (takes_recipe_options)
+    recipe: RecipeOptions = RecipeOptions(),  # the shared recipe options (takes_option_groups)
     max_points: Optional[int] = typer.Option(None, "--max-points", min=1, help="Allow a grid of up to this many "
                                              "points (grids above 1,000,000 are refused without it, before any work)."),
     quiet: bool = QuietOpt,
@@ -656,7 +599,7 @@ def sweep(
         accounting=accounting.value, overlap_streaming=overlap, devices=devices, expert_parallel=ep,
         zero_stage=zero, devices_per_node=gpus_per_node, overlap_all_to_all=overlap_a2a, micro_batches=grad_accum,
         objective=value(objective), tokens_per_step=tokens_per_step, precision=value(precision),
-        **recipe.request_fields())
+        **recipe.request_fields(), **layout.request_fields())
     _stream(outs, grid, spec, profile, request, fixed_active, max_points, plot_path, quiet)
     return 0
 
@@ -686,16 +629,6 @@ def _stream(outs: Any, grid: Any, spec: Any, profile: Any, request: Any, fixed_a
 
 
 def register(app: typer.Typer) -> None:
-    app.command(epilog=PLAN_EXAMPLES)(takes_recipe_options(plan))
-    app.command(epilog=SWEEP_EXAMPLES)(takes_recipe_options(sweep))
+    app.command(epilog=PLAN_EXAMPLES)(takes_option_groups(plan))
+    app.command(epilog=SWEEP_EXAMPLES)(takes_option_groups(sweep))
 
-
-def _scopes(text: Optional[str], default: tuple[str, ...]) -> tuple[str, ...]:
-    """--cuda-graph-scope's comma-separated scopes (checked with the layout: config/cuda_graphs.py); not given:
-    `default` (an imported run's)."""
-    if text is None:
-        return tuple(default)
-    scopes = comma_entries(text, "--cuda-graph-scope", unique=False)  # repeats: named by check_scopes
-    if not scopes:
-        raise BtacalcError(f"--cuda-graph-scope {text!r} names no scope (leave the option out for none)")
-    return tuple(scopes)

@@ -6,13 +6,14 @@ from typing import Any, Optional
 
 import typer
 
-from .console import model_json, out
-from .options import (refuse_fsdp_only, Accounting, AccountingOpt, Attention, AttentionOpt, CausalOpt, DevicesOpt, EpOpt, ExpertFfnOpt,
-                      ExpertsOpt, FixedActiveOpt, GlobalBatchOpt, GpusPerNodeOpt, GradAccumOpt, HwOpt, Loss, LossOpt,
-                      MaxGlobalBatchOpt, MaxTileBatchOpt, MemoryModelChoice, MemoryModelOpt, ModelOpt, NameOpt,
-                      OutputOpt, OverlapA2aOpt, OverlapOpt, Precision, PrecisionOpt, RecipeOptions, RecomputeOpt,
-                      SeqOpt, TileBatchOpt, TilesOpt, TopKOpt, ZeroOpt, outputs, takes_recipe_options,
-                      value, write_outputs)
+from .console import model_json
+from .groups import LayoutOptions, RecipeOptions, takes_option_groups
+from .options import (refuse_fsdp_only, Accounting, AccountingOpt, Attention, AttentionOpt, CausalOpt, DevicesOpt,
+                      EpOpt, ExpertFfnOpt, ExpertsOpt, FixedActiveOpt, GlobalBatchOpt, GpusPerNodeOpt, GradAccumOpt,
+                      HwOpt, Loss, LossOpt, MaxGlobalBatchOpt, MaxTileBatchOpt, MemoryModelChoice, MemoryModelOpt,
+                      MicroBatchOpt, ModelOpt, NameOpt, OutputOpt, OverlapA2aOpt, OverlapOpt, Precision, PrecisionOpt,
+                      RecomputeOpt, SeqOpt, TileBatchOpt, TilesOpt, TopKOpt, ZeroOpt, check_bounds, outputs, value,
+                      write_outputs)
 
 EXAMPLES = ("Examples:\n\n"
             "  btacalc whatif --model qwen3-30b-a3b --hw wse2 --top-k 1 --fixed-active --target relative_to_dense=0.85 "
@@ -20,7 +21,9 @@ EXAMPLES = ("Examples:\n\n"
             "  btacalc whatif --hw wse2 --top-k 1 --fixed-active --grad-accum 16 --target relative_to_dense=0.85 "
             "--solve-for offchip_bandwidth_bytes_per_s,memoryx_bandwidth_bytes_per_s\n\n"
             "  btacalc whatif --hw wse3 --target tokens_per_s=50000 --solve-for sram_bytes --json\n\n"
-            "  btacalc whatif --hw wse2 --top-k 1 --fixed-active --target relative_to_dense=0.85 --solve-for layers")
+            "  btacalc whatif --hw wse2 --top-k 1 --fixed-active --target relative_to_dense=0.85 --solve-for layers\n\n"
+            "  btacalc whatif --hw h100 --devices 16 --tp 2 --ep 8 --global-batch 256 --micro-batch 1 "
+            "--target tokens_per_s=92000 --solve-for chip.peak_flops_per_s")
 
 
 def whatif(
@@ -34,6 +37,7 @@ def whatif(
     hw: str = HwOpt,
     seq: Optional[int] = SeqOpt,
     global_batch: Optional[int] = GlobalBatchOpt,
+    micro_batch: Optional[int] = MicroBatchOpt,
     tiles: Optional[int] = TilesOpt,
     tile_batch: Optional[int] = TileBatchOpt,
     max_global_batch: Optional[int] = MaxGlobalBatchOpt,
@@ -55,8 +59,9 @@ def whatif(
     gpus_per_node: Optional[int] = GpusPerNodeOpt,
     overlap_a2a: bool = OverlapA2aOpt,
     grad_accum: Optional[int] = GradAccumOpt,
+    layout: LayoutOptions = LayoutOptions(),  # the shared GPU layout options (takes_option_groups)
     precision: Optional[Precision] = PrecisionOpt,
-    recipe: RecipeOptions = RecipeOptions(),  # the shared recipe options (takes_recipe_options)
+    recipe: RecipeOptions = RecipeOptions(),  # the shared recipe options (takes_option_groups)
     as_json: bool = typer.Option(False, "--json", help="Print the answer as JSON on stdout."),
     output: Optional[str] = OutputOpt,
 ) -> int:
@@ -71,6 +76,7 @@ def whatif(
     from ..config.presets import resolve_model
     from ..planning.whatif import whatif as run_whatif
 
+    check_bounds({"--micro-batch": micro_batch, "--grad-accum": grad_accum})
     refuse_fsdp_only("whatif", recompute, value(loss))
     spec = resolve_model(model, name).with_overrides(experts, top_k, expert_ffn, fixed_active)
     request = ExecutionRequest(
@@ -78,8 +84,8 @@ def whatif(
         accounting=accounting.value, memory_model=value(memory_model), overlap_streaming=overlap,
         devices=devices, expert_parallel=ep, zero_stage=zero, devices_per_node=gpus_per_node,
         overlap_all_to_all=overlap_a2a, micro_batches=grad_accum, precision=value(precision),
-        limits=BatchLimits(global_batch, tiles, tile_batch, max_global_batch, max_tile_batch),
-        **recipe.request_fields())
+        limits=BatchLimits(global_batch, tiles, tile_batch, max_global_batch, max_tile_batch, micro_batch=micro_batch),
+        **recipe.request_fields(), **layout.request_fields())
     outs = outputs(output, as_json, inputs={"--model": model, "--hw": hw})
     return _written(run_whatif(spec, resolve_hardware(hw), request, target, solve_for), outs)
 
@@ -98,4 +104,4 @@ def _written(result: Any, outs: Any) -> int:
 
 
 def register(app: typer.Typer) -> None:
-    app.command(epilog=EXAMPLES)(takes_recipe_options(whatif))
+    app.command(epilog=EXAMPLES)(takes_option_groups(whatif))

@@ -11,13 +11,14 @@ smallest power-of-two device count whose per-device shard fits (`cluster.min_dev
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from pydantic import BaseModel, Field
 
 from ..config.execution import ExecutionRequest
 from ..config.resolution import gpu_layout_options, resolve_run, without_gpu_layout
 from ..config.hardware import HardwareProfile
+from ..config.pipeline import StageSplit
 from ..config.precision import DEFAULT_PRECISION, non_tn_fp8_gemms, recipe
 from ..config.model import ModelSpec
 from ..errors import BtacalcError
@@ -202,7 +203,14 @@ _GPU_ROW_NEUTRAL: dict[str, Any] = {
     "expert_parallel": None, "zero_stage": None,
     "gradient_accumulation_fusion": True, "rht_cast_fusion": True, "te_version": None, "checkpoint_early_stop": False,
     "bf16_layers_at_start": 0, "bf16_layers_at_end": 0, "transformer_engine": True,
-    "expert_grouped_gemm": True, "recompute_layers": 0}
+    "expert_grouped_gemm": True, "recompute_layers": 0,
+    # Megatron's grid, pipeline split and sharding, the MoE dispatcher, NCCL's registered buffers, CUDA graphs and
+    # the GPU kernels (a wafer plan refuses each: config/resolution.py, config/execution.py)
+    "tensor_parallel": None, "sequence_parallel": None, "pipeline_parallel": None, "virtual_pipeline": None,
+    "context_parallel": None, "expert_tensor_parallel": None, "stage_split": StageSplit(), "fsdp": False,
+    "fsdp_impl": None, "routing_imbalance": 1.0, "deepep": False, "hybridep": False, "allgather_dispatcher": False,
+    "dispatcher_sms": None, "nccl_ub": False, "nvls": False, "cuda_graph_scope": (), "attention_kernel": None,
+    "eager_kernels": False, "cpu_offload_layers": 0, "precision_aware_optimizer": False}
 
 
 def _gpu_row_options(request: ExecutionRequest, devices: Optional[Sequence[int]]) -> list[str]:
