@@ -107,3 +107,27 @@ def test_every_help_example_runs(cli, example, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     code, out, err = cli(*example)
     assert code in (0, 1) and "error" not in err, err
+
+
+def test_sweep_takes_plans_batch_options_at_every_point(cli):
+    """sweep took the batch sizes only through --vary (`sweep --global-batch 256` was "No such option"): each is now
+    a fixed option, a point is plan's answer with it, and one given beside its own --vary is refused."""
+    code, out, err = cli("sweep", *LAYOUT, "--global-batch", "256", "--vary", "devices=16,32", "--quiet", "--json")
+    assert code == 0, err
+    for point in json.loads(out)["points"]:
+        devices = point["params"]["devices"]
+        planned = _plan_rate(cli, *LAYOUT, "--devices", str(devices), "--global-batch", "256")
+        assert point["throughput"]["tokens_per_s"] == pytest.approx(planned, rel=1e-12)
+    code, out, err = cli("sweep", "--hw", "wse3", "--tiles", "2", "--tile-batch", "4", "--vary", "experts=16,64",
+                         "--quiet", "--json")
+    for point in json.loads(out)["points"]:
+        code, plan_out, err = cli("plan", "--hw", "wse3", "--tiles", "2", "--tile-batch", "4", "--experts",
+                                  str(point["params"]["experts"]), "--json")
+        planned = json.loads(plan_out)
+        assert (point["plan"]["tiles"], point["plan"]["tile_batch"]) == (2, 4)
+        assert point["throughput"]["tokens_per_s"] == pytest.approx(planned["throughput"]["tokens_per_s"], rel=1e-9)
+    code, out, err = cli("sweep", "--hw", "wse3", "--tiles", "2", "--vary", "tiles=1,2")
+    assert code == 2 and "--tiles would change nothing: --vary tiles sets it at every point" in err, err
+    code, out, err = cli("sweep", *LAYOUT, "--global-batch", "256", "--tokens-per-step", "1000000",
+                         "--vary", "devices=16")
+    assert code == 2 and "--global-batch fixes it at every point" in err, err

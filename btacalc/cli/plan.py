@@ -51,7 +51,7 @@ SWEEP_EXAMPLES = ("Examples:\n\n"
                   "  btacalc sweep --hw b200 --vary devices=8:128:x2 --ep 8\n\n"
                   "  btacalc sweep --hw wse3 --vary experts=8:256:x2 --vary top-k=1,2,4,8 --vary seq=1024:8192:x2 "
                   "--csv grid.csv --quiet\n\n"
-                  "  btacalc sweep --hw h100 --tp 2 --ep 8 --vary devices=16,32,64 --vary global-batch=256")
+                  "  btacalc sweep --hw h100 --tp 2 --ep 8 --global-batch 256 --vary devices=16,32,64")
 
 
 # What --from-megatron / --from-bridge leave to the command line: the hardware, the device count (when the
@@ -524,7 +524,9 @@ def _search(spec: Any, profile: Any, request: Any, outs: Any, emit: Optional[str
 
 
 # A sweep option --vary sets at every point when it varies the same quantity (the option would change nothing)
-SWEPT_OPTIONS = {"seq": "seq", "grad-accum": "grad_accum", "precision": "precision", "devices": "devices"}
+SWEPT_OPTIONS = {"seq": "seq", "grad-accum": "grad_accum", "precision": "precision", "devices": "devices",
+                 "global-batch": "global_batch", "tiles": "tiles", "tile-batch": "tile_batch",
+                 "max-global-batch": "max_global_batch", "max-tile-batch": "max_tile_batch"}
 
 
 def _check_swept_options(ctx: typer.Context, names: Sequence[str], fixed_active: bool,
@@ -538,9 +540,12 @@ def _check_swept_options(ctx: typer.Context, names: Sequence[str], fixed_active:
                            "(give one)")
     if fixed_active and "top-k" not in names:
         raise BtacalcError("{fixed_active} needs --vary top-k=...")
-    fixing = [n for n in names if n in LIMIT_PARAMS]  # a batch size at every point: no default global batch
+    # a batch size at every point: no default global batch
+    fixing = [f"--vary {n}" for n in names if n in LIMIT_PARAMS]
+    fixing += [f"--{n}" for n in ("global-batch", "tiles", "tile-batch", "max-global-batch", "max-tile-batch")
+               if _given(ctx, n.replace("-", "_"))]
     if tokens_per_step is not None and fixing:
-        raise BtacalcError(f"{{tokens_per_step}} sets the global batch of a point that fixes no batch size: --vary "
+        raise BtacalcError(f"{{tokens_per_step}} sets the global batch of a point that fixes no batch size: "
                            f"{fixing[0]} fixes it at every point")
 
 
@@ -554,12 +559,18 @@ def sweep(
                                    "max-global-batch, max-tile-batch, devices, grad-accum, precision (names: bf16,mxfp8,nvfp4)."),
     fixed_active: bool = FixedActiveOpt,
     seq: Optional[int] = SeqOpt,
+    global_batch: Optional[int] = GlobalBatchOpt,
+    tiles: Optional[int] = TilesOpt,
+    tile_batch: Optional[int] = TileBatchOpt,
+    max_global_batch: Optional[int] = MaxGlobalBatchOpt,
+    max_tile_batch: Optional[int] = MaxTileBatchOpt,
     recompute: Optional[str] = RecomputeOpt,
     attention: Optional[Attention] = AttentionOpt,
     causal: bool = CausalOpt,
     loss: Optional[Loss] = LossOpt,
     accounting: Accounting = AccountingOpt,
     overlap: bool = OverlapOpt,
+    memory_model: Optional[MemoryModelChoice] = MemoryModelOpt,
     devices: int = DevicesOpt,
     ep: Optional[int] = EpOpt,
     zero: Optional[int] = ZeroOpt,
@@ -585,7 +596,7 @@ def sweep(
     Points are solved and written in blocks, so output starts early and memory stays bounded. Invalid
     points (e.g. --top-k above --experts) are listed on stderr; exit code 2 when no point is valid.
     """
-    from ..config.execution import ExecutionRequest
+    from ..config.execution import BatchLimits, ExecutionRequest
     from ..config.hardware import resolve_hardware
     from ..config.presets import resolve_model
 
@@ -596,6 +607,8 @@ def sweep(
     _check_swept_options(ctx, grid.names, fixed_active, tokens_per_step)
     request = ExecutionRequest(
         seq_len=seq, recompute=recompute, attention=value(attention), causal=causal, loss=value(loss),
+        limits=BatchLimits(global_batch, tiles, tile_batch, max_global_batch, max_tile_batch),
+        memory_model=value(memory_model),
         accounting=accounting.value, overlap_streaming=overlap, devices=devices, expert_parallel=ep,
         zero_stage=zero, devices_per_node=gpus_per_node, overlap_all_to_all=overlap_a2a, micro_batches=grad_accum,
         objective=value(objective), tokens_per_step=tokens_per_step, precision=value(precision),
