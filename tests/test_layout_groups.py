@@ -131,3 +131,20 @@ def test_sweep_takes_plans_batch_options_at_every_point(cli):
     code, out, err = cli("sweep", *LAYOUT, "--global-batch", "256", "--tokens-per-step", "1000000",
                          "--vary", "devices=16")
     assert code == 2 and "--global-batch fixes it at every point" in err, err
+
+
+@pytest.mark.parametrize("change", [("--experts", "64"), ("--top-k", "4", "--fixed-active"), ("--causal",),
+                                    ("--accounting", "pytorch")])
+def test_compare_asks_its_rows_of_the_changed_model_and_counting(cli, change):
+    """compare took neither plan's model overrides (--experts, --top-k, --expert-ffn, --fixed-active) nor --causal
+    or --accounting, so it could not put the BTA paper's sparser variants side by side: each row is now plan's answer
+    for the same change, the wafer row and the GPU row alike."""
+    code, out, err = cli("compare", "--hw", "wse3,b200", "--devices", "8", *change, "--quiet", "--json")
+    assert code == 0, err
+    rows = {r["hardware"]: r for r in json.loads(out)["rows"]}
+    for hw, extra in (("wse3", ()), ("b200", ("--devices", "8"))):
+        planned = _plan_rate(cli, "--hw", hw, *extra, *change)
+        assert rows[hw]["tokens_per_s"] == pytest.approx(planned, rel=1e-12), hw
+    code, out, err = cli("compare", "--hw", "wse3,b200", "--devices", "8", "--quiet", "--json")
+    assert json.loads(out)["rows"][0]["tokens_per_s"] != pytest.approx(rows["wse3"]["tokens_per_s"], rel=1e-9) \
+        or change[0] in ("--causal", "--accounting")

@@ -8,7 +8,8 @@ import typer
 
 from ..errors import BtacalcError
 from .groups import LayoutOptions, RecipeOptions, takes_option_groups
-from .options import (refuse_fsdp_only, Attention, AttentionOpt, GpusPerNodeOpt, GradAccumOpt, Match,
+from .options import (refuse_fsdp_only, Accounting, AccountingOpt, Attention, AttentionOpt, CausalOpt, ExpertFfnOpt,
+                      ExpertsOpt, FixedActiveOpt, TopKOpt, GpusPerNodeOpt, GradAccumOpt, Match,
                       MemoryModelChoice, MemoryModelOpt, ModelOpt, NameOpt, OutputOpt, OverlapA2aOpt, OverlapOpt,
                       QuietOpt, RecomputeOpt, SeqOpt, check_bounds, emit_result, help_text, outputs, value, with_flags)
 from .progress import progress
@@ -63,6 +64,10 @@ def _precisions(text: Optional[str]) -> list[str]:
 def compare(
     model: str = ModelOpt,
     name: Optional[str] = NameOpt,
+    experts: Optional[int] = ExpertsOpt,
+    top_k: Optional[int] = TopKOpt,
+    expert_ffn: Optional[int] = ExpertFfnOpt,
+    fixed_active: bool = FixedActiveOpt,
     hw: str = typer.Option(HW_LIST_DEFAULT, "--hw", help="Comma-separated hardware profiles.",
                             autocompletion=complete_hardware_list),
     devices: str = typer.Option("auto", "--devices", "-n", help="GPU counts (also called --gpus or --num-gpus), "
@@ -87,6 +92,8 @@ def compare(
     seq: Optional[int] = SeqOpt,
     recompute: Optional[str] = RecomputeOpt,
     attention: Optional[Attention] = AttentionOpt,
+    causal: bool = CausalOpt,
+    accounting: Accounting = AccountingOpt,
     memory_model: Optional[MemoryModelChoice] = MemoryModelOpt,
     overlap: bool = OverlapOpt,
     precision: Optional[str] = typer.Option(None, "--precision", help=help_text(
@@ -108,9 +115,10 @@ def compare(
     check_bounds({"--systems": systems})
     refuse_fsdp_only("compare", recompute, None)
     outs = outputs(output, as_json, csv_path, plot_path, inputs={"--model": model, "--hw": hw})
-    spec, profiles = resolve_model(model, name), _profiles(hw)
+    spec, profiles = resolve_model(model, name).with_overrides(experts, top_k, expert_ffn, fixed_active), _profiles(hw)
     counts = _device_counts(devices, match, memory_model, profiles)
-    run = ExecutionRequest(seq_len=seq, recompute=recompute, attention=value(attention),
+    run = ExecutionRequest(seq_len=seq, recompute=recompute, attention=value(attention), causal=causal,
+                           accounting=accounting.value,
                            memory_model=value(memory_model), overlap_streaming=overlap, expert_parallel=ep,
                            zero_stage=zero, devices_per_node=gpus_per_node, overlap_all_to_all=overlap_a2a,
                            micro_batches=grad_accum, limits=BatchLimits(global_batch=global_batch),
