@@ -148,6 +148,16 @@ LAYOUT_FIELDS: dict[str, str] = {
 }
 
 
+# The plan's parameters a run file sets under another name (LAYOUT_FIELDS' and the sequence length's): a plan's
+# refusal of a run names the run file's field, not the library's parameter (`tp`, not tensor_parallel)
+RUN_FIELD_NAMES: dict[str, str] = {**{request: field for field, request in LAYOUT_FIELDS.items()}, "seq_len": "seq"}
+
+
+def in_run_names(exc: BtacalcError) -> str:
+    """`exc`'s message with each parameter a run file sets written as the run file's field (RUN_FIELD_NAMES)."""
+    return exc.render({p: RUN_FIELD_NAMES.get(p, p) for p in exc.params})
+
+
 # What Megatron-LM does when a GPU run file leaves a setting out, where btacalc's plan default (chosen for
 # planning, with its own reason) differs: field -> (value, reason). `validate` lists each one it applies.
 MEGATRON_RUN_DEFAULTS: dict[str, tuple[Any, str]] = {
@@ -495,7 +505,7 @@ def predict(run: MeasuredRun, hardware: Callable[[str], HardwareProfile] = resol
     try:
         report = make_plan(model, profile, request, baselines=False)
     except BtacalcError as exc:
-        return RunResult(**base, family=family, expressible=False, reason=str(exc))
+        return RunResult(**base, family=family, expressible=False, reason=in_run_names(exc))
     memory = _memory_prediction(profile, report, run.measured.peak_rank)
     memory_error = _memory_error(memory, run.measured)
     th = report.throughput
