@@ -92,8 +92,9 @@ def test_the_te_runs_are_expressed_with_the_te_kernel():
     # three Llama 3 70B SFT rows of task newruns (26.06: scripts/performance/utils/overrides.py L69-70 @ v0.5.0); and
     # the seven Megatron-LM moe_recipes rows (their ARGS: cross_entropy_loss_fusion, cross_entropy_fusion_impl te)
     # and the seven runs36 rows whose configurations set it (Megatron-MoE-ModelZoo's Qwen3-235B yaml after 8017e112:
-    # four H100 long-context, the GB200 128k and the 2026-03 H100 best-practice rows; the DeepSeek-V3 GB200 guide)
-    assert len(runs) == 23 + 7 + 38 + 3 + 7 + 7
+    # four H100 long-context, the GB200 128k and the 2026-03 H100 best-practice rows; the DeepSeek-V3 GB200 guide);
+    # and the seven Megatron-Bridge rows of task runs37 (other releases: overrides.py L64 @ v0.3.0, L66 @ v0.4.x)
+    assert len(runs) == 23 + 7 + 38 + 3 + 7 + 7 + 7
     for run in runs:
         request, reason = express(run)
         assert reason == "" and request is not None and request.loss == "te_fused", run.id

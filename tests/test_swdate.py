@@ -82,9 +82,10 @@ def test_a_container_tag_yy_mm_is_20yy_mm():
 
 
 # MLPerf Training rounds: the month of the submission's logs (each round's results repository, the MLLOG time_ms
-# of the result files: v3.1 2023-10-01..06, v4.0 2024-05-02..17, v4.1 2024-09-29..10-09, v5.1 2025-10-05..10), the
-# results published the month after (first commits 2023-11-07, 2024-06-11, 2024-11-13, 2025-11-05)
-ROUNDS = {"3.1": "2023-10", "4.0": "2024-05", "4.1": "2024-10", "5.1": "2025-10"}
+# of the result files: v3.1 2023-10-01..06, v4.0 2024-05-02..17, v4.1 2024-09-29..10-09, v5.0 2025-04-30 (Nebius's
+# H200 405B logs, task runs37), v5.1 2025-10-05..10), the results published after (first commits 2023-11-07,
+# 2024-06-11, 2024-11-13, 2025-05-30, 2025-11-05)
+ROUNDS = {"3.1": "2023-10", "4.0": "2024-05", "4.1": "2024-10", "5.0": "2025-04", "5.1": "2025-10"}
 
 
 def test_an_mlperf_row_takes_its_rounds_submission_month():
