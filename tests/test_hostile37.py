@@ -159,3 +159,28 @@ def test_an_option_comment_in_decimal_digits_is_read(cli, tmp_path):
     code, out, err = cli("plan", "--hw", "h100", "--from-megatron", str(launch), "--json")
     assert code in (0, 1), err
     assert json.loads(out)["inputs"]["routing_imbalance"] == 1.5
+
+
+# D6: on a dumb terminal (TERM=dumb, as an editor's shell buffer sets) the progress of a long command was rich's bar,
+# which rich does not draw there: nothing showed until the command ended, and then an empty line where the bar was
+# erased. A dumb terminal now gets the lines a pipe gets.
+@pytest.mark.parametrize("term, lines", [("dumb", True), ("xterm-256color", False)])
+def test_progress_on_a_dumb_terminal_is_lines(monkeypatch, capsys, term, lines):
+    import sys
+
+    from btacalc.cli.console import err
+    from btacalc.cli.progress import progress
+
+    monkeypatch.setenv("TERM", term)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    err.reset()
+    try:
+        with progress(4, "solving", delay_s=0, interval_s=0) as advance:
+            for _ in range(4):
+                advance(1)
+    finally:
+        err.reset()
+    shown = capsys.readouterr().err
+    assert ("btacalc: solving: 2 of 4 (50%)" in shown) == lines, shown
+    if lines:
+        assert shown.splitlines() == [f"btacalc: solving: {n} of 4 ({25 * n}%), 0 s" for n in (1, 2, 3, 4)]
