@@ -184,3 +184,17 @@ def test_progress_on_a_dumb_terminal_is_lines(monkeypatch, capsys, term, lines):
     assert ("btacalc: solving: 2 of 4 (50%)" in shown) == lines, shown
     if lines:
         assert shown.splitlines() == [f"btacalc: solving: {n} of 4 ({25 * n}%), 0 s" for n in (1, 2, 3, 4)]
+
+
+# D7: a Qwen-MoE config.json whose mlp_only_layers names a layer outside the model or one layer twice was refused as
+# "dense_layer_indices must be distinct layers in 0..47", a field no config.json has; the refusal names the file's
+# field and the entry.
+@pytest.mark.parametrize("only, entry", [([100], "got 100"), ([-1], "got -1"), ([3, 3], "got 3 twice"),
+                                         ([0, 48], "got 48")])
+def test_mlp_only_layers_outside_the_model_is_refused_by_its_name(cli, tmp_path, only, entry):
+    raw = json.loads((DATA / "qwen3-30b-a3b.config.json").read_text())  # 48 layers: 0..47
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(json.dumps({**raw, "mlp_only_layers": only}))
+    code, out, err = cli("models", "show", str(tmp_path / "m"))
+    one_line_error(code, out, err, f"field 'mlp_only_layers' must list distinct layers in 0..47, {entry}")
+    assert "dense_layer_indices" not in err
