@@ -34,7 +34,9 @@ def progress(total: int, label: str, quiet: bool = False, delay_s: Optional[floa
     last_line = start
     bar = None
     task = None
-    tty = sys.stderr.isatty()
+    # hostile37: a dumb terminal (TERM=dumb: an editor's shell buffer) is written lines, as a pipe: rich draws no bar
+    # there, so a long command showed nothing until its end, then left an empty line where the bar was erased
+    tty = sys.stderr.isatty() and not err.get().is_dumb_terminal
 
     def advance(n: int) -> None:
         nonlocal done, last_line, bar, task

@@ -103,7 +103,7 @@ def read_overrides(text: str, source: str) -> dict[str, Any]:
         if not key:
             raise BtacalcError(f"{source}: {_cut(word)!r} names no key (Hydra's key=value)")
         value = override.value()
-        _refuse_interpolation(value, key, source)
+        refuse_interpolation(value, key, source)
         for name, leaf in _leaves(value, key, source):
             # struct mode (omegaconf_utils.py L180): a key not in the config is refused by Hydra ("Could not
             # override"); a misspelt field names the nearest real one
@@ -115,15 +115,17 @@ def read_overrides(text: str, source: str) -> dict[str, Any]:
     return out
 
 
-def _refuse_interpolation(value: Any, key: str, source: str) -> None:
+def refuse_interpolation(value: Any, key: str, source: str, yaml: bool = False) -> None:
     """OmegaConf resolves `${...}` against the recipe's config (to_container(resolve=True)), whose values btacalc
-    does not have."""
+    does not have: in a Hydra override, or (`yaml`) in a YAML file's value (hostile37: there it was read as the string
+    and refused as one Bridge "sets as given", which it does not: omegaconf_utils.py L157 resolves it first)."""
     items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else [value]
     for item in items:
         if isinstance(item, (dict, list)):
-            _refuse_interpolation(item, key, source)
+            refuse_interpolation(item, key, source, yaml)
         elif isinstance(item, str) and "${" in item:
-            raise BtacalcError(f"{source}: {key}={_cut(item)}: an interpolation, which Bridge resolves against the "
+            given = f"{key}: {_cut(repr(item))}" if yaml else f"{key}={_cut(item)}"
+            raise BtacalcError(f"{source}: {given}: an interpolation, which Bridge resolves against the "
                                "recipe's config, which btacalc does not have: give the value")
 
 

@@ -20,7 +20,7 @@ from .bridge_codec import (BRIDGE_NO_EFFECT, BRIDGE_NOT_AS_MEGATRON, MIXED_PRECI
                            bridge_key, bridge_value_field, check_bridge_experts, check_bridge_literals,
                            check_bridge_sixteen_bit, from_bridge)
 from .bridge_fields import check_bridge_key
-from .bridge_hydra import form_of, read_overrides
+from .bridge_hydra import form_of, read_overrides, refuse_interpolation
 from .bridge_model_bridges import bridge_provider_defaults, bridge_provider_note
 from .megatron_codec import BRIDGE_LOCAL_ATTENTION, bridge_attention_environment, encode
 from .megatron_launch import Launch, flags_by_dest, integer
@@ -325,6 +325,8 @@ def _yaml_overrides(text: str, source: str) -> dict[str, Any]:
         _flatten(data, "", flat)
     except BtacalcError as exc:
         raise BtacalcError(f"{source}: {exc}") from None
+    for key, value in flat.items():
+        refuse_interpolation(value, key, source, yaml=True)
     return flat
 
 

@@ -178,6 +178,13 @@ def _moe_stack(c: _Config, experts_key: str) -> dict[str, Any]:
     only = c.array("mlp_only_layers")
     if not all(isinstance(i, int) and not isinstance(i, bool) for i in only):
         raise c.error("field 'mlp_only_layers' must be a list of integers")
+    layers = c.integer("num_hidden_layers", "n_layer")
+    seen: set[int] = set()
+    for i in only:  # hostile37: refused as "dense_layer_indices must be ...", a field no config.json has
+        if not 0 <= i < layers or i in seen:
+            raise c.error(f"field 'mlp_only_layers' must list distinct layers in 0..{layers - 1}, got {i}"
+                          + (" twice" if i in seen else ""))
+        seen.add(i)
     return {"num_experts": c.integer(experts_key), "top_k": c.integer("num_experts_per_tok"),
             "ffn_size": c.integer("moe_intermediate_size"), "router_renormalize": c.flag("norm_topk_prob", False),
             "moe_layer_interval": c.integer("decoder_sparse_step", default=1), "dense_layer_indices": tuple(only),

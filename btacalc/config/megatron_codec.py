@@ -16,6 +16,7 @@ a script without --untie-embeddings-and-output-weights trains tied embeddings, o
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 from ..errors import BtacalcError
@@ -801,13 +802,15 @@ def render_flags(args: Args) -> list[str]:
                 out.append(flag.flag)
             continue
         name = megatron_flag(dest)
-        out.append(" ".join([name, *map(str, value)]) if isinstance(value, list) else f"{name} {_shell(value)}")
+        out.append(" ".join([name, *map(_shell, value)]) if isinstance(value, list) else f"{name} {_shell(value)}")
     return out
 
 
 def _shell(value: Any) -> str:
-    text = str(value)
-    return f"'{text}'" if any(c in text for c in "()[]* ") else text
+    """`value` as one word bash passes on unchanged: quoted where it holds a character bash reads otherwise. hostile37:
+    only ( ) [ ] * and a blank were quoted, so a pipeline layout without a repeat (`Etttt|ttttL`) was written bare and
+    bash ran `|` as a pipe (Megatron-LM got --pipeline-model-parallel-layout Etttt; the rest of the launch was lost)."""
+    return shlex.quote(str(value))
 
 
 # TransformerConfig.fp8_dot_product_attention: set by Megatron-Bridge's mixed-precision config (Megatron-Bridge @

@@ -469,8 +469,25 @@ def _parse_args(words: list[str], launch: Launch) -> None:
         _store(launch, flag, value)
 
 
+def _same_value(flag: Flag, old: Any, new: Any) -> bool:
+    """Whether two values of one option are the same to Megatron-LM's argparse: the same text, or the same number once
+    its type converts them (hostile37: `--hidden-size 1024 ... --hidden-size 01024`, `--init-method-std 0.02 ...
+    --init-method-std 2e-2` were refused as contradictory flags, though argparse reads one value twice)."""
+    if old == new:
+        return True
+    convert = {"int": int, "float": float}.get(argparse_types().get(flag.flag, ("text", (), ""))[0])
+    if convert is None or isinstance(old, list) != isinstance(new, list):
+        return False
+    try:
+        if isinstance(old, list):
+            return len(old) == len(new) and all(convert(a) == convert(b) for a, b in zip(old, new))
+        return bool(convert(old) == convert(new))
+    except (TypeError, ValueError):
+        return False
+
+
 def _store(launch: Launch, flag: Flag, value: Any) -> None:
-    if flag.dest in launch.args and launch.args[flag.dest] != value:
+    if flag.dest in launch.args and not _same_value(flag, launch.args[flag.dest], value):
         raise BtacalcError(f"{launch.source}: contradictory flags: {launch.given_as[flag.dest]} and {flag.flag} set "
                            f"{flag.dest} to {launch.args[flag.dest]!r} and {value!r}")
     launch.args[flag.dest] = value

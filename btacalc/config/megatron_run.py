@@ -26,6 +26,7 @@ from .megatron_launch import (MEGATRON_LM_SHORT, ArgumentValueError, BridgeText,
                               read_launch)
 from .megatron_rules import describe, violations
 from .model import MAX_LAYERS, ModelSpec
+from .text import DECIMAL
 
 if TYPE_CHECKING:
     from .hardware import HardwareProfile
@@ -251,6 +252,8 @@ def option_comments(text: str, source: str) -> dict[str, Any]:
                 number = math.nan
             if not math.isfinite(number):
                 raise BtacalcError(f"{where} {flag} takes a finite number, got {given!r}")
+            if not DECIMAL.fullmatch(given):  # hostile37: float() read '1_5' as 15, and '１.5' and '٢' too
+                raise BtacalcError(f"{where} {flag} takes a number written in decimal digits, got {given!r}")
             changes[field] = number
         else:
             changes[field] = given

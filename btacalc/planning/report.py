@@ -10,6 +10,8 @@ from typing import Any, Optional
 
 from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
 
+from ..errors import clean_text
+
 SCHEMA_VERSION = 1
 
 
@@ -557,8 +559,11 @@ class ImportedInfo(BaseModel):
 
 
 def imported_info(run: Any) -> ImportedInfo:
-    """The report section of a btacalc.config.megatron_run.ImportedRun."""
-    return ImportedInfo(source=run.source, ignored=[IgnoredFlag(flag=f, reason=r) for f, r in run.ignored],
+    """The report section of a btacalc.config.megatron_run.ImportedRun. The file's name passes the sanitiser
+    (errors.clean_text) as every name the report holds does (hostile37: a name with a newline put a line of its own
+    into the `--emit megatron` launch, a shell command, and one with a byte that is not UTF-8 stopped `--json` with an
+    internal error)."""
+    return ImportedInfo(source=clean_text(run.source), ignored=[IgnoredFlag(flag=f, reason=r) for f, r in run.ignored],
                         notes=list(run.notes), environment=dict(run.env))
 
 
