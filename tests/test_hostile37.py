@@ -132,10 +132,28 @@ def test_an_interpolation_in_bridge_yaml_is_refused_as_in_hydra_overrides(cli, t
 
 def test_an_interpolation_in_a_bridge_yaml_list_is_refused(cli, tmp_path):
     yaml = tmp_path / "r.yaml"
-    yaml.write_text(BRIDGE.read_text() + "logger:\n  wandb_tags: [a, '${oc.env:USER}']\n")
+    yaml.write_text(BRIDGE.read_text() + "dataset:\n  seq_length: '${model.seq_length}'\n")
     code, out, err = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "8", "--from-bridge",
                          str(yaml))
-    one_line_error(code, out, err, "logger.wandb_tags: '${oc.env:USER}': an interpolation")
+    one_line_error(code, out, err, "dataset.seq_length: '${model.seq_length}': an interpolation")
+
+
+@pytest.mark.parametrize("extra", ["logger:\n  wandb_exp_name: qwen3-${oc.env:USER}\n",
+                                   "optimizer:\n  lr: ${oc.env:LR,3e-4}\n"])
+def test_an_interpolation_in_a_key_btacalc_ignores_is_listed_as_ignored(cli, tmp_path, extra):
+    """The lead, on D4: a real recipe interpolates its paths and tags (`checkpoint.save: ${oc.env:HOME}/ckpt`); such a
+    key was listed as ignored before D4 and D4 refused the whole file. Only a key btacalc reads refuses one
+    (bridge_run._read_by_btacalc); the plan is the plan without the key."""
+    yaml = tmp_path / "r.yaml"
+    yaml.write_text(BRIDGE.read_text() + extra)
+    code, out, err = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "8", "--from-bridge",
+                         str(yaml), "--json")
+    assert code in (0, 1), err
+    key = extra.split(":")[0] + "." + extra.split("\n  ")[1].split(":")[0]
+    assert key in [item["flag"] for item in json.loads(out)["imported"]["ignored"]], key
+    code, plain, err = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "8", "--from-bridge",
+                           str(BRIDGE), "--json")
+    assert json.loads(out)["throughput"] == json.loads(plain)["throughput"]
 
 
 # D5: a `# btacalc option: --routing-imbalance X` line was read with float(), which takes Python's digit grouping

@@ -326,8 +326,20 @@ def _yaml_overrides(text: str, source: str) -> dict[str, Any]:
     except BtacalcError as exc:
         raise BtacalcError(f"{source}: {exc}") from None
     for key, value in flat.items():
-        refuse_interpolation(value, key, source, yaml=True)
+        if key in DATASET_SEQ_KEYS or _read_by_btacalc(key):
+            refuse_interpolation(value, key, source, yaml=True)
     return flat
+
+
+def _read_by_btacalc(key: str) -> bool:
+    """Whether btacalc reads `key` (from_bridge does not list it as ignored): an interpolation there is refused
+    (hostile37), one in a key btacalc ignores (`checkpoint.save: ${oc.env:HOME}/ckpt`) is listed as ignored as
+    before (the lead: a real recipe's paths are interpolated)."""
+    try:
+        _, unread = from_bridge({key: "${}"})
+    except BtacalcError:
+        return True
+    return key not in unread
 
 
 def _unique_keys_loader() -> Any:
