@@ -154,6 +154,12 @@ def test_an_interpolation_in_a_key_btacalc_ignores_is_listed_as_ignored(cli, tmp
     code, plain, err = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "8", "--from-bridge",
                            str(BRIDGE), "--json")
     assert json.loads(out)["throughput"] == json.loads(plain)["throughput"]
+    hydra = tmp_path / "r.txt"  # the Hydra form alike
+    hydra.write_text("mixed_precision=bf16_mixed\nmodel.expert_model_parallel_size=8\ntrain.global_batch_size=32\n"
+                     "train.micro_batch_size=2\ncheckpoint.save=${oc.env:HOME}/ckpt\n")
+    code, out, err = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "8", "--from-bridge",
+                         str(hydra), "--json")
+    assert "checkpoint.save" in [item["flag"] for item in json.loads(out)["imported"]["ignored"]], err
 
 
 # D5: a `# btacalc option: --routing-imbalance X` line was read with float(), which takes Python's digit grouping

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import reprlib
 import shlex
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import BtacalcError
 from .bridge_fields import check_bridge_key
@@ -65,9 +65,10 @@ def _words(text: str, source: str) -> list[str]:
     return words
 
 
-def read_overrides(text: str, source: str) -> dict[str, Any]:
+def read_overrides(text: str, source: str, reads: Callable[[str], bool] = lambda key: True) -> dict[str, Any]:
     """The dotted keys and values of a file of Hydra overrides, applied in order (a later value of a key replaces
-    an earlier one, as Hydra applies them; a dict value merges into its section, as OmegaConf.update(merge=True))."""
+    an earlier one, as Hydra applies them; a dict value merges into its section, as OmegaConf.update(merge=True)).
+    An interpolation is refused in a key btacalc `reads` (in another it is listed as ignored, as the key is)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
@@ -103,7 +104,8 @@ def read_overrides(text: str, source: str) -> dict[str, Any]:
         if not key:
             raise BtacalcError(f"{source}: {_cut(word)!r} names no key (Hydra's key=value)")
         value = override.value()
-        refuse_interpolation(value, key, source)
+        if reads(key):
+            refuse_interpolation(value, key, source)
         for name, leaf in _leaves(value, key, source):
             # struct mode (omegaconf_utils.py L180): a key not in the config is refused by Hydra ("Could not
             # override"); a misspelt field names the nearest real one

@@ -71,7 +71,7 @@ def _import_bridge(text: str, source: str, devices: Optional[int], base: Optiona
     if form == "empty":
         raise BtacalcError(f"{source}: no overrides (the file is empty): give a YAML mapping or key=value lines")
     try:
-        flat = read_overrides(text, source) if form == "overrides" else _yaml_overrides(text, source)
+        flat = read_overrides(text, source, _read_by_btacalc) if form == "overrides" else _yaml_overrides(text, source)
     except RecursionError:  # hostile15: 5,000 nested lists were an internal error in YAML's and Hydra's parsers
         raise BtacalcError(f"{source}: nested too deeply to read (a value is a number, a string, a boolean, null "
                            "or a list of them)") from None
@@ -326,7 +326,7 @@ def _yaml_overrides(text: str, source: str) -> dict[str, Any]:
     except BtacalcError as exc:
         raise BtacalcError(f"{source}: {exc}") from None
     for key, value in flat.items():
-        if key in DATASET_SEQ_KEYS or _read_by_btacalc(key):
+        if _read_by_btacalc(key):
             refuse_interpolation(value, key, source, yaml=True)
     return flat
 
@@ -334,7 +334,10 @@ def _yaml_overrides(text: str, source: str) -> dict[str, Any]:
 def _read_by_btacalc(key: str) -> bool:
     """Whether btacalc reads `key` (from_bridge does not list it as ignored): an interpolation there is refused
     (hostile37), one in a key btacalc ignores (`checkpoint.save: ${oc.env:HOME}/ckpt`) is listed as ignored as
-    before (the lead: a real recipe's paths are interpolated)."""
+    before (the lead: a real recipe's paths are interpolated). A dataset's sequence length is read in its stead
+    (_dataset_seq_length); a section (a Hydra override's dict value) holds keys btacalc may read."""
+    if key in DATASET_SEQ_KEYS or "." not in key:
+        return True
     try:
         _, unread = from_bridge({key: "${}"})
     except BtacalcError:
