@@ -484,6 +484,29 @@ def _numerics(c: _Config, spec: dict[str, Any]) -> dict[str, Any]:
     return {"numerics": {**out, "source": f"{c.origin}: {', '.join(read)}"}} if read else {}
 
 
+# freshuser22: the router's auxiliary load-balancing loss, under the key each family's config gives it (DeepSeek's
+# remote code aux_loss_alpha with seq_aux, its sequence-wise variant; transformers' MoE classes router_aux_loss_coef,
+# added over all tokens by load_balancing_loss_func). Megatron-Bridge's AutoBridge maps both keys to moe_aux_loss_coeff
+# (Megatron-Bridge @ 067f987df src/megatron/bridge/models/conversion/model_bridge.py L483-484) and its DeepSeek bridges
+# train seq_aux_loss (deepseek_v3_bridge.py L68). GPT-OSS's 0.9 is transformers' class default, which Megatron-Bridge
+# does not train (gpt_oss_bridge.py L71: load balancing none): not read. A key the file leaves out is None, as the
+# numerics' (the launch then says it trains Megatron-LM's default, 0).
+_AUX_LOSS_KEYS = {"deepseek_v3": "aux_loss_alpha", "kimi_k2": "aux_loss_alpha", "qwen3_moe": "router_aux_loss_coef",
+                  "qwen2_moe": "router_aux_loss_coef", "mixtral": "router_aux_loss_coef",
+                  "olmoe": "router_aux_loss_coef"}
+
+
+def _aux_loss(c: _Config) -> dict[str, Any]:
+    key = _AUX_LOSS_KEYS.get(c.model_type)
+    if key is None or c.raw.get(key) is None:
+        return {}
+    coeff = c.number(key, 0.0)
+    if not math.isfinite(coeff) or coeff < 0:
+        raise c.error(f"field {key!r} must be a finite coefficient of at least 0, got {json.dumps(c.raw[key])}")
+    per_sequence = key == "aux_loss_alpha" and c.flag("seq_aux", False)
+    return {"aux_loss_coeff": coeff, "aux_loss_per_sequence": per_sequence}
+
+
 # Megatron-Core's Llama 3.x RoPE scaling (--use-rope-scaling, --rope-scaling-factor) fixes the rest of rope_scaling at
 # Llama 3.1's (Megatron-LM @ d98e8a64 megatron/core/models/common/embeddings/rotary_pos_embedding.py L92-98:
 # low_freq_factor 1, high_freq_factor 4, original_max_position_embeddings 8192); Megatron-Bridge's Llama bridge maps
@@ -605,5 +628,5 @@ def hf_config_to_spec(raw: dict[str, Any], name: str, origin: str) -> ModelSpec:
     mtype = _model_type(raw, origin)
     config = _Config(with_class_defaults(raw, mtype), origin, mtype)
     spec = {**_HF_FAMILIES[mtype](config), **_llama_like_scaling(config), **_dropouts(config)}
-    return validate_model({"name": name, "source": origin, **spec, **_numerics(config, spec), "hf_model_type": mtype},
-                          origin=origin)
+    return validate_model({"name": name, "source": origin, **spec, **_numerics(config, spec), **_aux_loss(config),
+                           "hf_model_type": mtype}, origin=origin)

@@ -1,0 +1,113 @@
+"""freshuser22: btacalc used as a new MoE user would, from its README (docs/story.md "freshuser22").
+
+Each test pins one defect found that way; the expected values are the inputs given (a config.json written by hand
+from Moonshot AI's Moonlight-16B-A3B model card numbers) or Megatron's own texts, not btacalc's output.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).parent / "data"
+
+# Moonlight-16B-A3B's config.json (huggingface.co/moonshotai/Moonlight-16B-A3B, model_type deepseek_v3), as a user
+# writes it from the model card: MLA without query compression, 64 routed experts (top 6) and 2 shared, one dense
+# layer, a sigmoid router with the aux-loss-free bias, and a sequence-wise auxiliary loss of coefficient 0.001.
+MOONLIGHT = {
+    "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "vocab_size": 163840,
+    "hidden_size": 2048, "intermediate_size": 11264, "moe_intermediate_size": 1408, "num_hidden_layers": 27,
+    "num_attention_heads": 16, "num_key_value_heads": 16, "n_shared_experts": 2, "n_routed_experts": 64,
+    "routed_scaling_factor": 2.446, "kv_lora_rank": 512, "q_lora_rank": None, "qk_rope_head_dim": 64,
+    "v_head_dim": 128, "qk_nope_head_dim": 128, "topk_method": "noaux_tc", "n_group": 1, "topk_group": 1,
+    "num_experts_per_tok": 6, "moe_layer_freq": 1, "first_k_dense_replace": 1, "norm_topk_prob": True,
+    "scoring_func": "sigmoid", "aux_loss_alpha": 0.001, "seq_aux": True, "hidden_act": "silu",
+    "max_position_embeddings": 8192, "initializer_range": 0.02, "rms_norm_eps": 1e-05, "rope_theta": 50000.0,
+    "rope_scaling": None, "attention_bias": False, "attention_dropout": 0.0, "tie_word_embeddings": False,
+}
+
+
+def _config(tmp_path, **changes) -> str:
+    folder = tmp_path / "moonlight"
+    folder.mkdir(exist_ok=True)
+    path = folder / "config.json"
+    path.write_text(json.dumps({**MOONLIGHT, **changes}))
+    return str(path)
+
+
+def _emit(cli, model: str, emit: str = "megatron", *extra: str) -> str:
+    ep = () if model == "llama-3-8b" else ("--ep", "8")
+    code, text, err = cli("plan", "--model", model, "--hw", "b200", "--devices", "64", *ep, "--emit", emit, *extra)
+    assert code in (0, 1), err
+    return text
+
+
+def _flags(launch: str) -> list[str]:
+    """The launch's flag lines as `--flag value` strings (comments and the launcher line left out)."""
+    return [line.strip().rstrip("\\").strip() for line in launch.splitlines() if line.strip().startswith("--")]
+
+
+def test_the_config_jsons_aux_loss_is_launched(cli, tmp_path):
+    """The config.json gives aux_loss_alpha 0.001 with seq_aux (a sequence-wise balance loss); Megatron-Bridge's
+    AutoBridge maps that key to moe_aux_loss_coeff (Megatron-Bridge @ 067f987d src/megatron/bridge/models/conversion/
+    model_bridge.py L483) and its DeepSeek bridges train seq_aux_loss. The launch dropped both and told the user to
+    "give your model's coefficient with that flag", the one the file had given."""
+    launch = _emit(cli, _config(tmp_path))
+    flags = _flags(launch)
+    assert "--moe-aux-loss-coeff 0.001" in flags
+    assert "--moe-router-load-balancing-type seq_aux_loss" in flags
+    assert "give your model's coefficient" not in launch
+    assert "MEGATRON WOULD REFUSE" not in launch
+    overrides = _emit(cli, _config(tmp_path), "bridge").splitlines()
+    assert "model.moe_aux_loss_coeff=0.001" in overrides
+    assert "model.moe_router_load_balancing_type=seq_aux_loss" in overrides
+
+
+def test_a_batch_level_aux_loss_keeps_megatrons_balancing_type(cli, tmp_path):
+    """Without seq_aux (and in the Qwen, Mixtral and OLMoE families' router_aux_loss_coef, transformers'
+    load_balancing_loss_func over all tokens) the loss is Megatron's default aux_loss: only the coefficient is said."""
+    launch = _emit(cli, _config(tmp_path, seq_aux=False, aux_loss_alpha=0.0003))
+    assert "--moe-aux-loss-coeff 0.0003" in _flags(launch)
+    assert not any(f.startswith("--moe-router-load-balancing-type") for f in _flags(launch))
+    qwen = json.loads((DATA / "qwen3-30b-a3b.config.json").read_text())
+    path = tmp_path / "qwen3" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(qwen))
+    launch = _emit(cli, str(path))
+    assert f"--moe-aux-loss-coeff {qwen['router_aux_loss_coef']}" in _flags(launch)
+
+
+def test_a_file_without_the_coefficient_still_says_it_trains_none(cli, tmp_path):
+    """A trimmed config.json (no aux_loss_alpha) leaves Megatron-LM's default, 0, and the launch says so."""
+    config = {k: v for k, v in MOONLIGHT.items() if k not in ("aux_loss_alpha", "seq_aux")}
+    folder = tmp_path / "trimmed"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config))
+    launch = _emit(cli, str(folder / "config.json"))
+    assert not any(f.startswith("--moe-aux-loss-coeff") for f in _flags(launch))
+    assert "(--moe-aux-loss-coeff 0)" in launch
+
+
+def test_models_show_names_the_aux_loss_it_read(cli, tmp_path):
+    code, out, err = cli("models", "show", _config(tmp_path), "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    spec = doc.get("spec", doc)
+    assert spec["aux_loss_coeff"] == MOONLIGHT["aux_loss_alpha"] and spec["aux_loss_per_sequence"] is True
+
+
+@pytest.mark.parametrize("model", ["moonlight", "qwen3-30b-a3b"])
+def test_an_moe_launch_says_what_it_does_with_the_routers_dtype(cli, tmp_path, model):
+    """A 64-expert model's launch had no --moe-router-dtype and no word about it. Megatron-Core routes in the 16-bit
+    dtype unless told (transformer_config.py L811 @ d98e8a64: moe_router_dtype None), while its MoE README recommends
+    fp32 ("At high expert counts, FP32 precision yields better accuracy", README.md L282) and Megatron-Bridge's
+    DeepSeek bridges set it. The launch now says which it trains and that btacalc does not time fp32 routing."""
+    launch = _emit(cli, _config(tmp_path) if model == "moonlight" else model)
+    comments = [line for line in launch.splitlines() if line.startswith("#")]
+    said = [line for line in comments if "--moe-router-dtype" in line]
+    assert len(said) == 1 and "fp32" in said[0] and "README.md L282" in said[0]
+    assert not any(f.startswith("--moe-router-dtype") for f in _flags(launch))
+    dense = _emit(cli, "llama-3-8b")
+    assert "--moe-router-dtype" not in dense
