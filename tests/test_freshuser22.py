@@ -111,3 +111,21 @@ def test_an_moe_launch_says_what_it_does_with_the_routers_dtype(cli, tmp_path, m
     assert not any(f.startswith("--moe-router-dtype") for f in _flags(launch))
     dense = _emit(cli, "llama-3-8b")
     assert "--moe-router-dtype" not in dense
+
+
+def test_compare_shows_wafer_systems_as_systems_not_a_megatron_layout(cli, tmp_path):
+    """`compare --systems 4` set the 4 CS-3 row up as "TP1 PP1 DP4, ZeRO-0": a Megatron layout and a ZeRO stage for
+    weight-streaming systems, whose optimizer state is in MemoryX (README "Wafer-scale clusters": strict data
+    parallel). The row now says the memory model and the systems, as a one-system row says the memory model."""
+    code, out, err = cli("compare", "--model", _config(tmp_path), "--hw", "wse3,b200", "--systems", "4", "--devices",
+                         "64", "--json")
+    assert code == 0, err
+    rows = {row["hardware"]: row for row in json.loads(out)["rows"]}
+    assert rows["wse3"]["devices"] == 4 and rows["wse3"]["layout"] == ""
+    assert rows["b200"]["layout"].startswith("TP")
+    code, out, err = cli("compare", "--model", _config(tmp_path), "--hw", "wse3,b200", "--systems", "4", "--devices",
+                         "64")
+    assert code == 0, err
+    wafer = next(line for line in out.splitlines() if line.strip().startswith("wse3 x4"))
+    assert "TP1" not in wafer and "ZeRO" not in wafer and "streamed" in wafer and "4 systems" in wafer
+    assert "ZeRO-1" in out  # the GPU row keeps its layout and ZeRO stage
