@@ -113,7 +113,7 @@ def test_an_moe_launch_says_what_it_does_with_the_routers_dtype(cli, tmp_path, m
     assert "--moe-router-dtype" not in dense
 
 
-def test_compare_shows_wafer_systems_as_systems_not_a_megatron_layout(cli, tmp_path):
+def test_compare_shows_wafer_systems_as_systems_not_a_megatron_layout(cli, tmp_path, monkeypatch):
     """`compare --systems 4` set the 4 CS-3 row up as "TP1 PP1 DP4, ZeRO-0": a Megatron layout and a ZeRO stage for
     weight-streaming systems, whose optimizer state is in MemoryX (README "Wafer-scale clusters": strict data
     parallel). The row now says the memory model and the systems, as a one-system row says the memory model."""
@@ -123,9 +123,56 @@ def test_compare_shows_wafer_systems_as_systems_not_a_megatron_layout(cli, tmp_p
     rows = {row["hardware"]: row for row in json.loads(out)["rows"]}
     assert rows["wse3"]["devices"] == 4 and rows["wse3"]["layout"] == ""
     assert rows["b200"]["layout"].startswith("TP")
+    monkeypatch.setenv("COLUMNS", "200")  # one line per row's first line, whatever the worker's width
     code, out, err = cli("compare", "--model", _config(tmp_path), "--hw", "wse3,b200", "--systems", "4", "--devices",
                          "64")
     assert code == 0, err
     wafer = next(line for line in out.splitlines() if line.strip().startswith("wse3 x4"))
     assert "TP1" not in wafer and "ZeRO" not in wafer and "streamed" in wafer and "4 systems" in wafer
     assert "ZeRO-1" in out  # the GPU row keeps its layout and ZeRO stage
+
+
+def test_a_deepseek_v2_lite_config_is_read(cli):
+    """DeepSeek-V2-Lite's config.json (model_type deepseek_v2) was refused as an unsupported architecture, though its
+    layers are DeepSeek-V3's MLA and expert stack with a softmax router (and Megatron-Bridge builds it,
+    deepseek_v2_bridge.py). The parameters, by hand from the config's sizes, against the paper's "15.7B total, 2.4B
+    activated" (arXiv 2405.04434 Table: DeepSeek-V2-Lite)."""
+    from btacalc.config.execution import RunOptions
+    from btacalc.config.hardware import resolve_hardware
+    from btacalc.config.hf import load_hf_config
+    from btacalc.model.params import model_param_counts
+    from btacalc.model.problem import make_problem
+
+    spec = load_hf_config(DATA / "deepseek-v2-lite.config.json")
+    h, L, V, a, E, k, f, shared, dense_f = 2048, 27, 102400, 16, 64, 6, 1408, 2 * 1408, 10944
+    attention = h * a * 192 + h * (512 + 64) + 512 + 512 * a * (128 + 128) + a * 128 * h  # q, kv_a, norm, kv_b, o
+    norms = 2 * h
+    moe = E * 3 * h * f + 3 * h * shared + E * h  # routed, shared, the router (no correction bias: greedy top-k)
+    total = 2 * V * h + h + L * (attention + norms) + 3 * h * dense_f + (L - 1) * moe
+    active = 2 * V * h + h + L * (attention + norms) + 3 * h * dense_f + (L - 1) * (k * 3 * h * f + 3 * h * shared + E * h)
+    pc = model_param_counts(make_problem(spec, resolve_hardware("wse3"), RunOptions()))
+    assert (pc.total, pc.active) == (total, active)
+    assert round(total / 1e8) == 157  # "15.7B"
+    assert int((active - V * h) / 1e8) == 24  # "2.4B activated": without the input embedding, to one decimal
+    assert (spec.router, spec.router_renormalize, spec.router_score_bias, spec.router_scale) == ("softmax", False,
+                                                                                                False, 1.0)
+    assert spec.yarn is not None and spec.yarn.factor == 40
+    code, launch, err = cli("plan", "--model", str(DATA / "deepseek-v2-lite.config.json"), "--hw", "b200",
+                            "--devices", "64", "--ep", "8", "--emit", "megatron")
+    assert code == 0, err
+    flags = _flags(launch)
+    # softmax over every expert, then the top 6 unrenormalised: Megatron's pre-softmax router
+    assert "--moe-router-pre-softmax" in flags and "--moe-router-enable-expert-bias" not in flags
+    assert "--rotary-scaling-factor 40.0" in flags and "--mscale 0.707" in flags
+    assert "--moe-router-load-balancing-type seq_aux_loss" in flags and "MEGATRON WOULD REFUSE" not in launch
+
+
+def test_a_deepseek_v2_config_with_v3s_router_is_refused(tmp_path):
+    from btacalc.config.hf import load_hf_config
+    from btacalc.errors import BtacalcError
+
+    raw = json.loads((DATA / "deepseek-v2-lite.config.json").read_text())
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**raw, "scoring_func": "sigmoid"}))
+    with pytest.raises(BtacalcError, match="scoring_func 'sigmoid'"):
+        load_hf_config(path)

@@ -249,6 +249,23 @@ def _deepseek_v3(c: _Config) -> dict[str, Any]:
                     "qk_nope_head_dim": nope, "qk_rope_head_dim": rope, "v_head_dim": c.integer("v_head_dim")}, **_yarn(c)}
 
 
+def _deepseek_v2(c: _Config) -> dict[str, Any]:
+    """DeepSeek-V2 (-Lite): DeepSeek-V3's MLA and expert stack with V2's router, a softmax over every expert whose top
+    k are taken greedily or from the best groups, not renormalised by default and with no correction bias
+    (transformers v5.24.0 configuration_deepseek_v2.py: topk_method greedy, norm_topk_prob False,
+    routed_scaling_factor 1.0; DeepSeek-V2 paper arXiv 2405.04434 §2.2). freshuser22: a DeepSeek-V2-Lite config.json
+    was refused as an unsupported architecture, where Megatron-Bridge builds it (deepseek_v2_bridge.py L35-41)."""
+    scoring = c.string("scoring_func", "softmax")  # V2's remote code names it; transformers' class has softmax only
+    if scoring != "softmax":
+        raise c.unsupported(f"scoring_func {scoring!r} (DeepSeek-V2 routes with a softmax)")
+    method = c.string("topk_method", "greedy")
+    if method not in ("greedy", "group_limited_greedy"):
+        raise c.unsupported(f"topk_method {method!r}")
+    v2 = {"scoring_func": scoring, "topk_method": method, "norm_topk_prob": c.flag("norm_topk_prob", False),
+          "routed_scaling_factor": c.number("routed_scaling_factor", 1.0)}
+    return _deepseek_v3(_Config({**c.raw, **v2}, c.origin, c.model_type))
+
+
 def _layer_pattern(c: _Config, layers: int) -> int:
     """`full_attention_interval` from an explicit layer_types list (sliding / full), or an error."""
     types = c.array("layer_types")
@@ -348,12 +365,14 @@ def _gptj(c: _Config) -> dict[str, Any]:
 # model_type -> builder of the ModelSpec fields
 _HF_FAMILIES: dict[str, Callable[[_Config], dict[str, Any]]] = {
     "qwen3_moe": _qwen3_moe, "qwen2_moe": _qwen2_moe, "mixtral": _mixtral, "olmoe": _olmoe,
-    "deepseek_v3": _deepseek_v3, "kimi_k2": _deepseek_v3, "gpt_oss": _gpt_oss, "qwen3": _qwen3, "qwen2": _qwen2,
+    "deepseek_v3": _deepseek_v3, "kimi_k2": _deepseek_v3, "deepseek_v2": _deepseek_v2, "gpt_oss": _gpt_oss,
+    "qwen3": _qwen3, "qwen2": _qwen2,
     "llama": _llama_like, "mistral": _mistral, "gptj": _gptj, "gpt2": _gpt2,
 }
 _ARCH_TO_TYPE = {
     "Qwen3MoeForCausalLM": "qwen3_moe", "Qwen2MoeForCausalLM": "qwen2_moe", "MixtralForCausalLM": "mixtral",
-    "OlmoeForCausalLM": "olmoe", "DeepseekV3ForCausalLM": "deepseek_v3", "GptOssForCausalLM": "gpt_oss",
+    "OlmoeForCausalLM": "olmoe", "DeepseekV3ForCausalLM": "deepseek_v3", "DeepseekV2ForCausalLM": "deepseek_v2",
+    "GptOssForCausalLM": "gpt_oss",
     "Qwen3ForCausalLM": "qwen3", "Qwen2ForCausalLM": "qwen2", "LlamaForCausalLM": "llama",
     "MistralForCausalLM": "mistral", "GPTJForCausalLM": "gptj", "GPT2LMHeadModel": "gpt2",
 }
@@ -491,7 +510,8 @@ def _numerics(c: _Config, spec: dict[str, Any]) -> dict[str, Any]:
 # train seq_aux_loss (deepseek_v3_bridge.py L68). GPT-OSS's 0.9 is transformers' class default, which Megatron-Bridge
 # does not train (gpt_oss_bridge.py L71: load balancing none): not read. A key the file leaves out is None, as the
 # numerics' (the launch then says it trains Megatron-LM's default, 0).
-_AUX_LOSS_KEYS = {"deepseek_v3": "aux_loss_alpha", "kimi_k2": "aux_loss_alpha", "qwen3_moe": "router_aux_loss_coef",
+_AUX_LOSS_KEYS = {"deepseek_v3": "aux_loss_alpha", "kimi_k2": "aux_loss_alpha", "deepseek_v2": "aux_loss_alpha",
+                  "qwen3_moe": "router_aux_loss_coef",
                   "qwen2_moe": "router_aux_loss_coef", "mixtral": "router_aux_loss_coef",
                   "olmoe": "router_aux_loss_coef"}
 
@@ -573,7 +593,7 @@ def _scaling_numerics(c: _Config) -> dict[str, Any]:
 # longrope or other type would train plain RoPE, another model, so it is refused in one line.
 _MEGATRON_SCALINGS = ("linear", "llama3", "yarn")
 # the families whose builder reads rope_scaling itself (_yarn) or whose transformers class ignores it (GPT-2, GPT-J)
-_OWN_SCALING = ("deepseek_v3", "kimi_k2", "gpt_oss", "gpt2", "gptj")
+_OWN_SCALING = ("deepseek_v3", "kimi_k2", "deepseek_v2", "gpt_oss", "gpt2", "gptj")
 
 
 def _llama_like_scaling(c: _Config) -> dict[str, Any]:
@@ -611,6 +631,8 @@ _ABSENT_DEFAULTS: dict[str, dict[str, Any]] = {
     "gpt_oss": {"num_key_value_heads": 8, "head_dim": 64}, "gptj": {"rotary_dim": 64},
     "deepseek_v3": {"n_shared_experts": 1, "routed_scaling_factor": 2.5, "q_lora_rank": 1536, "n_group": 8,
                     "topk_group": 4, "first_k_dense_replace": 3},
+    # freshuser22: configuration_deepseek_v2.py's class fields (n_shared_experts 2, q_lora_rank 1536)
+    "deepseek_v2": {"n_shared_experts": 2, "q_lora_rank": 1536},
 }
 
 
