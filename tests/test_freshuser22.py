@@ -149,7 +149,8 @@ def test_a_deepseek_v2_lite_config_is_read(cli):
     norms = 2 * h
     moe = E * 3 * h * f + 3 * h * shared + E * h  # routed, shared, the router (no correction bias: greedy top-k)
     total = 2 * V * h + h + L * (attention + norms) + 3 * h * dense_f + (L - 1) * moe
-    active = 2 * V * h + h + L * (attention + norms) + 3 * h * dense_f + (L - 1) * (k * 3 * h * f + 3 * h * shared + E * h)
+    active = (2 * V * h + h + L * (attention + norms) + 3 * h * dense_f
+              + (L - 1) * (k * 3 * h * f + 3 * h * shared + E * h))
     pc = model_param_counts(make_problem(spec, resolve_hardware("wse3"), RunOptions()))
     assert (pc.total, pc.active) == (total, active)
     assert round(total / 1e8) == 157  # "15.7B"
