@@ -177,3 +177,18 @@ def test_a_deepseek_v2_config_with_v3s_router_is_refused(tmp_path):
     path.write_text(json.dumps({**raw, "scoring_func": "sigmoid"}))
     with pytest.raises(BtacalcError, match="scoring_func 'sigmoid'"):
         load_hf_config(path)
+
+
+def test_the_plan_header_states_the_precision(cli, tmp_path, monkeypatch):
+    """`plan --precision mxfp8` printed the same header as a BF16 plan ("adam, 2-byte elements"): the precision the
+    GEMMs run at was in the phase tables only. The inputs row now names it, marked (default) where it is one (the
+    JSON's inputs.defaults gives why)."""
+    monkeypatch.setenv("COLUMNS", "300")
+    base = ("plan", "--model", _config(tmp_path), "--hw", "b200", "--devices", "64", "--ep", "8")
+    code, out, err = cli(*base, "--precision", "mxfp8")
+    assert code == 0, err
+    inputs = next(line for line in out.splitlines() if line.startswith("inputs"))
+    assert "precision mxfp8" in inputs and "precision mxfp8 (default)" not in inputs
+    code, out, err = cli(*base)
+    inputs = next(line for line in out.splitlines() if line.startswith("inputs"))
+    assert "precision bf16 (default)" in inputs
