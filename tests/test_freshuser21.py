@@ -278,7 +278,9 @@ def test_a_launch_emitted_again_names_the_flags_it_does_not_carry(cli, tmp_path)
     assert len(carried) == 1 and "--moe-aux-loss-coeff" in carried[0] and "--moe-router-dtype" in carried[0]
     assert "--lr" not in carried[0].split() and "--lr" in launch.split()
     assert not any("--moe-aux-loss-coeff 0" in line for line in comments)
-    code, launch, err = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16", "--ep", "16",
+    # freshuser22: the qwen3-30b-a3b preset now states its config.json's router_aux_loss_coef (the launch carries
+    # it); a preset whose source gives none still says the launch trains Megatron-LM's 0
+    code, launch, err = cli("plan", "--model", "moe-toy-megatron-ci", "--hw", "h100", "--devices", "8", "--ep", "4",
                             "--emit", "megatron")
     assert code == 0 and "does not carry" not in launch, err  # a plan of options: nothing was read
     assert "(--moe-aux-loss-coeff 0)" in launch

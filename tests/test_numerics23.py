@@ -170,8 +170,9 @@ def test_the_llama_shapes_agree_with_metas_arch_args(name):
 
 @pytest.mark.parametrize("name,unstated", [("llama-3.2-1b", ()), ("olmoe-1b-7b", ()),
                                            # Bridge's Qwen3 fixture leaves out head_dim (128 in Qwen's own file,
-                                           # tests/data/qwen3-235b-a22b.config.json): the reader's h / a is not it
-                                           ("qwen3-235b-a22b", ("head_dim", "dense_ffn_size"))])
+                                           # tests/data/qwen3-235b-a22b.config.json): the reader's h / a is not it;
+                                           # and router_aux_loss_coef (0.001 in Qwen's file: freshuser22)
+                                           ("qwen3-235b-a22b", ("head_dim", "dense_ffn_size", "aux_loss_coeff"))])
 def test_the_bridge_fixtures_are_the_presets_shape(name, unstated):
     """The Hugging Face reader's spec of each Bridge fixture is the preset, field by field (numerics included)."""
     read = resolve_model(str(DATA / f"{name}.config.json")).model_dump(exclude={"name", "source", "published_params"})

@@ -256,6 +256,23 @@ def _deepseek_v3(c: _Config) -> dict[str, Any]:
                     "qk_nope_head_dim": nope, "qk_rope_head_dim": rope, "v_head_dim": c.integer("v_head_dim")}, **_yarn(c)}
 
 
+def _deepseek_v2(c: _Config) -> dict[str, Any]:
+    """DeepSeek-V2 (-Lite): DeepSeek-V3's MLA and expert stack with V2's router, a softmax over every expert whose top
+    k are taken greedily or from the best groups, not renormalised by default and with no correction bias
+    (transformers v5.24.0 configuration_deepseek_v2.py: topk_method greedy, norm_topk_prob False,
+    routed_scaling_factor 1.0; DeepSeek-V2 paper arXiv 2405.04434 §2.2). freshuser22: a DeepSeek-V2-Lite config.json
+    was refused as an unsupported architecture, where Megatron-Bridge builds it (deepseek_v2_bridge.py L35-41)."""
+    scoring = c.string("scoring_func", "softmax")  # V2's remote code names it; transformers' class has softmax only
+    if scoring != "softmax":
+        raise c.unsupported(f"scoring_func {scoring!r} (DeepSeek-V2 routes with a softmax)")
+    method = c.string("topk_method", "greedy")
+    if method not in ("greedy", "group_limited_greedy"):
+        raise c.unsupported(f"topk_method {method!r}")
+    v2 = {"scoring_func": scoring, "topk_method": method, "norm_topk_prob": c.flag("norm_topk_prob", False),
+          "routed_scaling_factor": c.number("routed_scaling_factor", 1.0)}
+    return _deepseek_v3(_Config({**c.raw, **v2}, c.origin, c.model_type))
+
+
 def _layer_pattern(c: _Config, layers: int) -> int:
     """`full_attention_interval` from an explicit layer_types list (sliding / full), or an error."""
     types = c.array("layer_types")
@@ -355,12 +372,14 @@ def _gptj(c: _Config) -> dict[str, Any]:
 # model_type -> builder of the ModelSpec fields
 _HF_FAMILIES: dict[str, Callable[[_Config], dict[str, Any]]] = {
     "qwen3_moe": _qwen3_moe, "qwen2_moe": _qwen2_moe, "mixtral": _mixtral, "olmoe": _olmoe,
-    "deepseek_v3": _deepseek_v3, "kimi_k2": _deepseek_v3, "gpt_oss": _gpt_oss, "qwen3": _qwen3, "qwen2": _qwen2,
+    "deepseek_v3": _deepseek_v3, "kimi_k2": _deepseek_v3, "deepseek_v2": _deepseek_v2, "gpt_oss": _gpt_oss,
+    "qwen3": _qwen3, "qwen2": _qwen2,
     "llama": _llama_like, "mistral": _mistral, "gptj": _gptj, "gpt2": _gpt2,
 }
 _ARCH_TO_TYPE = {
     "Qwen3MoeForCausalLM": "qwen3_moe", "Qwen2MoeForCausalLM": "qwen2_moe", "MixtralForCausalLM": "mixtral",
-    "OlmoeForCausalLM": "olmoe", "DeepseekV3ForCausalLM": "deepseek_v3", "GptOssForCausalLM": "gpt_oss",
+    "OlmoeForCausalLM": "olmoe", "DeepseekV3ForCausalLM": "deepseek_v3", "DeepseekV2ForCausalLM": "deepseek_v2",
+    "GptOssForCausalLM": "gpt_oss",
     "Qwen3ForCausalLM": "qwen3", "Qwen2ForCausalLM": "qwen2", "LlamaForCausalLM": "llama",
     "MistralForCausalLM": "mistral", "GPTJForCausalLM": "gptj", "GPT2LMHeadModel": "gpt2",
 }
@@ -491,6 +510,30 @@ def _numerics(c: _Config, spec: dict[str, Any]) -> dict[str, Any]:
     return {"numerics": {**out, "source": f"{c.origin}: {', '.join(read)}"}} if read else {}
 
 
+# freshuser22: the router's auxiliary load-balancing loss, under the key each family's config gives it (DeepSeek's
+# remote code aux_loss_alpha with seq_aux, its sequence-wise variant; transformers' MoE classes router_aux_loss_coef,
+# added over all tokens by load_balancing_loss_func). Megatron-Bridge's AutoBridge maps both keys to moe_aux_loss_coeff
+# (Megatron-Bridge @ 067f987df src/megatron/bridge/models/conversion/model_bridge.py L483-484) and its DeepSeek bridges
+# train seq_aux_loss (deepseek_v3_bridge.py L68). GPT-OSS's 0.9 is transformers' class default, which Megatron-Bridge
+# does not train (gpt_oss_bridge.py L71: load balancing none): not read. A key the file leaves out is None, as the
+# numerics' (the launch then says it trains Megatron-LM's default, 0).
+_AUX_LOSS_KEYS = {"deepseek_v3": "aux_loss_alpha", "kimi_k2": "aux_loss_alpha", "deepseek_v2": "aux_loss_alpha",
+                  "qwen3_moe": "router_aux_loss_coef",
+                  "qwen2_moe": "router_aux_loss_coef", "mixtral": "router_aux_loss_coef",
+                  "olmoe": "router_aux_loss_coef"}
+
+
+def _aux_loss(c: _Config) -> dict[str, Any]:
+    key = _AUX_LOSS_KEYS.get(c.model_type)
+    if key is None or c.raw.get(key) is None:
+        return {}
+    coeff = c.number(key, 0.0)
+    if not math.isfinite(coeff) or coeff < 0:
+        raise c.error(f"field {key!r} must be a finite coefficient of at least 0, got {json.dumps(c.raw[key])}")
+    per_sequence = key == "aux_loss_alpha" and c.flag("seq_aux", False)
+    return {"aux_loss_coeff": coeff, "aux_loss_per_sequence": per_sequence}
+
+
 # Megatron-Core's Llama 3.x RoPE scaling (--use-rope-scaling, --rope-scaling-factor) fixes the rest of rope_scaling at
 # Llama 3.1's (Megatron-LM @ d98e8a64 megatron/core/models/common/embeddings/rotary_pos_embedding.py L92-98:
 # low_freq_factor 1, high_freq_factor 4, original_max_position_embeddings 8192); Megatron-Bridge's Llama bridge maps
@@ -557,7 +600,7 @@ def _scaling_numerics(c: _Config) -> dict[str, Any]:
 # longrope or other type would train plain RoPE, another model, so it is refused in one line.
 _MEGATRON_SCALINGS = ("linear", "llama3", "yarn")
 # the families whose builder reads rope_scaling itself (_yarn) or whose transformers class ignores it (GPT-2, GPT-J)
-_OWN_SCALING = ("deepseek_v3", "kimi_k2", "gpt_oss", "gpt2", "gptj")
+_OWN_SCALING = ("deepseek_v3", "kimi_k2", "deepseek_v2", "gpt_oss", "gpt2", "gptj")
 
 
 def _llama_like_scaling(c: _Config) -> dict[str, Any]:
@@ -595,6 +638,8 @@ _ABSENT_DEFAULTS: dict[str, dict[str, Any]] = {
     "gpt_oss": {"num_key_value_heads": 8, "head_dim": 64}, "gptj": {"rotary_dim": 64},
     "deepseek_v3": {"n_shared_experts": 1, "routed_scaling_factor": 2.5, "q_lora_rank": 1536, "n_group": 8,
                     "topk_group": 4, "first_k_dense_replace": 3},
+    # freshuser22: configuration_deepseek_v2.py's class fields (n_shared_experts 2, q_lora_rank 1536)
+    "deepseek_v2": {"n_shared_experts": 2, "q_lora_rank": 1536},
 }
 
 
@@ -612,5 +657,5 @@ def hf_config_to_spec(raw: dict[str, Any], name: str, origin: str) -> ModelSpec:
     mtype = _model_type(raw, origin)
     config = _Config(with_class_defaults(raw, mtype), origin, mtype)
     spec = {**_HF_FAMILIES[mtype](config), **_llama_like_scaling(config), **_dropouts(config)}
-    return validate_model({"name": name, "source": origin, **spec, **_numerics(config, spec), "hf_model_type": mtype},
-                          origin=origin)
+    return validate_model({"name": name, "source": origin, **spec, **_numerics(config, spec), **_aux_loss(config),
+                           "hf_model_type": mtype}, origin=origin)

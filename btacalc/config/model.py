@@ -239,6 +239,14 @@ class ModelSpec(BaseModel):
     router_score_bias: bool = Field(False, description="aux-loss-free balancing (DeepSeek-V3's topk_method noaux_tc, "
                                     "e_score_correction_bias): a per-expert bias added to the scores for the choice "
                                     "only")
+    # freshuser22: the router's load-balancing loss a config.json states, which Megatron-Bridge's AutoBridge maps
+    # (Megatron-Bridge @ 067f987d src/megatron/bridge/models/conversion/model_bridge.py L483-484: aux_loss_alpha and
+    # router_aux_loss_coef -> moe_aux_loss_coeff); no change to memory, FLOPs or time: the launch states it
+    aux_loss_coeff: Optional[float] = Field(None, ge=0, allow_inf_nan=False, description="the router's auxiliary "
+                                            "load-balancing loss coefficient (aux_loss_alpha, router_aux_loss_coef; "
+                                            "Megatron's --moe-aux-loss-coeff); None: the model's source gives none")
+    aux_loss_per_sequence: bool = Field(False, description="that loss balances each sequence (DeepSeek's seq_aux: "
+                                        "Megatron's --moe-router-load-balancing-type seq_aux_loss), not the batch")
     shared_expert_size: int = Field(0, ge=0, description="f_s: width of the always-on shared expert(s); 0: none")
     shared_expert_gate: bool = Field(False, description="Qwen2-MoE: sigmoid gate on the shared expert's output")
     first_dense_layers: int = Field(0, ge=0, description="the first layers are dense (first_k_dense_replace)")

@@ -31,10 +31,13 @@ def compare_renderable(r: CompareResult) -> Fit:
     notes = []
     for row in r.rows:
         rc = f"{row.recompute} rc" + ("" if row.precision == "bf16" else f", {row.precision}")
-        if row.devices > 1:
-            setup = f"{row.layout or f'EP {row.expert_parallel}'}, ZeRO-{row.zero_stage}\n{rc}"
+        memory = row.memory_model.replace('weight_streaming', 'streamed')
+        if row.devices > 1 and row.layout:
+            setup = f"{row.layout}, ZeRO-{row.zero_stage}\n{rc}"
+        elif row.devices > 1:  # wafer systems in strict data parallel (compare.layout_label)
+            setup = f"{memory}, {row.devices} systems\n{rc}"
         else:
-            setup = f"{row.memory_model.replace('weight_streaming', 'streamed')}\n{rc}"
+            setup = f"{memory}\n{rc}"
         t.add_row(escape(f"{row.hardware} x{row.devices}" if row.devices > 1 else row.hardware), setup,
                   f"{row.tiles} x {row.tile_batch}" if row.fits else "[red]no fit[/]", _num(row.tokens_per_expert),
                   _num(row.tokens_per_s) + ("" if row.expected_median_abs_error is None or row.tokens_per_s is None

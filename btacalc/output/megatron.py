@@ -107,9 +107,9 @@ def megatron_run(r: PlanReport, spec: ModelSpec,
     TransformerEngine's fused cross-entropy, both of which Bridge runs)."""
     check_decoder(spec)
     fields = run_fields(r, spec)
-    args = encode(fields)
+    args = {**encode(fields), **aux_loss_args(spec)}
     env = {**_environment(args), **nccl_ub_environment(args, r.parallelism.nvls)}
-    notes = _notes(r, spec, args)
+    notes = _notes(r, spec, args) + _router_dtype_note(r, spec, args, bridge)
     checked = dict(args, world=r.parallelism.devices)
     broken = violations(checked, env, bridge)
     for rule in broken:
@@ -119,6 +119,47 @@ def megatron_run(r: PlanReport, spec: ModelSpec,
                                "not run Megatron-LM's argument checks)")
     notes += [f"MEGATRON WOULD REFUSE THIS: {describe(rule)}" for rule in broken]
     return args, env, notes
+
+
+def aux_loss_args(spec: ModelSpec) -> dict[str, Any]:
+    """freshuser22: the router's load-balancing loss the model's config.json states (ModelSpec.aux_loss_coeff, read as
+    Megatron-Bridge's AutoBridge reads it), as Megatron-LM's destinations: --moe-aux-loss-coeff (nargs +, default 0.0,
+    arguments.py L3536 @ d98e8a64) and, for a sequence-wise loss, --moe-router-load-balancing-type seq_aux_loss
+    (L3532; the default aux_loss is the batch-level loss). A Moonlight config's aux_loss_alpha 0.001 with seq_aux was
+    dropped and the launch asked the user for "your model's coefficient"."""
+    if not spec.is_moe or spec.aux_loss_coeff is None:
+        return {}
+    out: dict[str, Any] = {"moe_aux_loss_coeff": spec.aux_loss_coeff}
+    if spec.aux_loss_per_sequence:
+        out["moe_router_load_balancing_type"] = "seq_aux_loss"
+    return out
+
+
+# freshuser22: Megatron-LM's MoE README (Megatron-LM @ d98e8a64 megatron/core/transformer/moe/README.md L282) advises
+# --moe-router-dtype fp32 at high expert counts; Megatron-Core's default None routes in the run's dtype
+# (transformer_config.py L811). btacalc times the router in 16 bits (docs/clock.md "routerdtype": fp32 would add
+# about 0.2% of an MoE step), so the launch does not set it, and says so.
+ROUTER_DTYPE_NOTE = ("--moe-router-dtype is not set: the router's scores and the weighted sum of the expert outputs "
+                     "stay in the run's 16-bit dtype (Megatron-Core's default None, transformer_config.py L811); "
+                     "Megatron-LM's MoE README advises fp32 at high expert counts (moe/README.md L282) and "
+                     "Megatron-Bridge's DeepSeek, Kimi and OLMoE bridges set it; btacalc times the 16-bit router (fp32 "
+                     "adds about 0.2% of an MoE step, docs/clock.md 'routerdtype'): add --moe-router-dtype fp32 if "
+                     "your run routes in fp32")
+ROUTER_DTYPE_NOTE_BRIDGE = ("model.moe_router_dtype is left to the recipe and its model bridge (Megatron-Bridge's "
+                            "DeepSeek, Kimi and OLMoE bridges set fp32, which Megatron-LM's MoE README advises at high "
+                            "expert counts, moe/README.md L282); btacalc times the 16-bit router (fp32 adds about 0.2% "
+                            "of an MoE step, docs/clock.md 'routerdtype')")
+
+
+def _router_dtype_note(r: PlanReport, spec: ModelSpec, args: dict[str, Any], bridge: bool) -> list[str]:
+    """The router's dtype, which no launch btacalc writes sets, named once for an MoE model (not where the launch read
+    with --from-megatron set it: `_not_carried` names that flag)."""
+    if not spec.is_moe or "moe_router_dtype" in args:
+        return []
+    if r.imported is not None and any(row.flag in ("--moe-router-dtype", "model.moe_router_dtype")
+                                      for row in r.imported.ignored):
+        return []
+    return [ROUTER_DTYPE_NOTE_BRIDGE if bridge else ROUTER_DTYPE_NOTE]
 
 
 def _environment(args: dict[str, Any]) -> dict[str, str]:
@@ -362,7 +403,7 @@ def _numerics(spec: ModelSpec, aux_given: bool = False) -> Optional[str]:
     if n.rope_theta is not None and n.rope_theta != int(n.rope_theta) and spec.position_embedding == "rope":
         said.append(f"the model's RoPE base {exact_number(n.rope_theta)} is no integer, which Megatron-LM's --rotary-base (type=int, "
                     "arguments.py L2418) cannot take: the launch trains 10000 (Megatron-Bridge: model.rotary_base)")
-    if spec.is_moe and not aux_given:
+    if spec.is_moe and not aux_given and spec.aux_loss_coeff is None:
         said.append("the router's load-balancing loss stays at Megatron-LM's default (--moe-aux-loss-coeff 0): give "
                     "your model's coefficient with that flag")
     return "; ".join(said) or None

@@ -179,7 +179,8 @@ def _header(r: PlanReport) -> Table:
                         f"attention {i.attention}{marks('attention')}"
                         + f", loss {i.loss}{marks('loss')}, "
                         f"{'causal' if i.causal else 'full s²'} attention FLOPs, {i.accounting} accounting, "
-                        f"{i.optimizer}, {i.bytes_per_element}-byte elements"
+                        f"{i.optimizer}, precision {i.precision}{marks('precision')}, "
+                        f"{i.bytes_per_element}-byte elements"
                         + (", multi-token prediction off" + marks("multi_token_prediction")
                            if "multi_token_prediction" in i.defaults else "")
                         + (", multi-token prediction on" if any(k.name == "mtp" for k in r.layer_kinds) else ""))

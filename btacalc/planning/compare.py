@@ -78,8 +78,10 @@ class CompareResult(BaseModel):
 
 
 def layout_label(report: PlanReport) -> str:
+    """A GPU row's Megatron layout; "" for one device and for wafer systems (strict data parallel, their state in
+    MemoryX: freshuser22, a 4-system row read "TP1 PP1 DP4, ZeRO-0")."""
     par = report.parallelism
-    if par.devices == 1:
+    if par.devices == 1 or report.wafer is not None:
         return ""
     return (f"TP{par.tensor_parallel} PP{par.pipeline_parallel}" + (f" VP{par.virtual_pipeline}" if par.virtual_pipeline > 1 else "")
             + (f" CP{par.context_parallel}" if par.context_parallel > 1 else "")
