@@ -92,8 +92,8 @@ def compare(
     seq: Optional[int] = SeqOpt,
     recompute: Optional[str] = RecomputeOpt,
     attention: Optional[Attention] = AttentionOpt,
-    causal: bool = CausalOpt,
-    accounting: Accounting = AccountingOpt,
+    causal: Optional[bool] = CausalOpt,
+    accounting: Optional[Accounting] = AccountingOpt,
     memory_model: Optional[MemoryModelChoice] = MemoryModelOpt,
     overlap: bool = OverlapOpt,
     precision: Optional[str] = typer.Option(None, "--precision", help=help_text(
@@ -118,7 +118,7 @@ def compare(
     spec, profiles = resolve_model(model, name).with_overrides(experts, top_k, expert_ffn, fixed_active), _profiles(hw)
     counts = _device_counts(devices, match, memory_model, profiles)
     run = ExecutionRequest(seq_len=seq, recompute=recompute, attention=value(attention), causal=causal,
-                           accounting=accounting.value,
+                           accounting=value(accounting),
                            memory_model=value(memory_model), overlap_streaming=overlap, expert_parallel=ep,
                            zero_stage=zero, devices_per_node=gpus_per_node, overlap_all_to_all=overlap_a2a,
                            micro_batches=grad_accum, limits=BatchLimits(global_batch=global_batch),

@@ -39,9 +39,9 @@ def formulas(
     dtensor_tp: bool = typer.Option(False, "--dtensor-tp", help="With --sequence-parallel: TP as DTensor's plan "
                                     "(PyTorch FSDP2 beside TP, torchtitan), whose column-parallel linears save "
                                     "the gathered input, with --model."),
-    causal: bool = CausalOpt,
+    causal: Optional[bool] = CausalOpt,
     loss: Optional[Loss] = LossOpt,
-    accounting: Accounting = AccountingOpt,
+    accounting: Optional[Accounting] = AccountingOpt,
     as_json: bool = typer.Option(False, "--json", help="Print the formulas as JSON."),
 ) -> int:
     """Print the symbolic formulas, each term with the tensor it counts and its source."""
@@ -57,8 +57,8 @@ def formulas(
         policy = parse_recompute(recompute)
     except ValueError as exc:
         raise BtacalcError("{recompute}: " + str(exc)) from None
-    run = RunOptions(recompute=policy, attention=attention.value, causal=causal,
-                     loss=value(loss) or "fused", accounting=accounting.value)  # type: ignore[arg-type]  # enum values
+    run = RunOptions(recompute=policy, attention=attention.value, causal=bool(causal),
+                     loss=value(loss) or "fused", accounting=value(accounting) or "ideal")  # type: ignore[arg-type]  # enum values
     tp_plan = TpPlan(sequence_parallel=sequence_parallel, dtensor=dtensor_tp)
     listing = formula_listing(phase, quantity, model, run, latex, tp_plan)
     if as_json:

@@ -134,7 +134,8 @@ AttentionKernelOpt = typer.Option(None, "--attention-kernel", help=help_text(
     "FlashAttention-2 TransformerEngine 1.0 ran: 0.293 of the peak on Hopper) or flash-attn-2-varlen (llm-foundry's "
     "attn_impl flash: FlashAttention-2's rate, plus bert_padding's gathers and scatters of q, k, v and the output) or "
     "cudnn-9-13 (cuDNN 9.13's fused attention); btacalc/data/attention_kernels.toml [default: default]."))
-CausalOpt = typer.Option(False, "--causal/--full-scores", help="Count only the causal half of the s² matmuls.")
+CausalOpt = typer.Option(None, "--causal/--full-scores", show_default=False, help=help_text(
+    "Count only the causal half of the s² matmuls (Megatron-LM's logged TFLOP/s does) [default: the full s², Korthikanti et al. 2022's convention; the time is the kernel's either way]."))
 LossOpt = typer.Option(None, "--loss", help=help_text("fused: logits one sequence at a time; stored: Korthikanti's "
                                                   "4sbv fp32 logits; vocab_parallel: Megatron's cross-entropy (bf16 "
                                                   "logits and their fp32 softmax per micro-batch); native_fused: the same steps compiled "
@@ -150,8 +151,8 @@ LossOpt = typer.Option(None, "--loss", help=help_text("fused: logits one sequenc
                                                   "loop holds through the backward (torchtitan in April 2024); both "
                                                   "under PyTorch's FSDP [default: "
                                                   "vocab_parallel on GPUs, fused on wafers]."))
-AccountingOpt = typer.Option(Accounting.ideal, "--accounting", help="ideal (Korthikanti-style) or pytorch (what a "
-                             "PyTorch layer keeps, measured: README).")
+AccountingOpt = typer.Option(None, "--accounting", help=help_text("ideal (Korthikanti-style) or pytorch (what a "
+                             "PyTorch layer keeps, measured: README) [default: ideal]."))
 GlobalBatchOpt = typer.Option(None, "--global-batch", min=1, help="Sequences per optimizer step over all data-parallel "
                               "ranks (Megatron's --global-batch-size, Cerebras' batch_size): N = DP·M·G·b. On GPUs, "
                               "with --micro-batch it sets M = N/(DP·micro batch), alone it fixes G·b = N/(DP·M); on "

@@ -83,9 +83,9 @@ def plan(
     fixed_active: bool = FixedActiveOpt,
     recompute: Optional[str] = RecomputeOpt,
     attention: Optional[Attention] = AttentionOpt,
-    causal: bool = CausalOpt,
+    causal: Optional[bool] = CausalOpt,
     loss: Optional[Loss] = LossOpt,
-    accounting: Accounting = AccountingOpt,
+    accounting: Optional[Accounting] = AccountingOpt,
     overlap: bool = OverlapOpt,
     memory_model: Optional[MemoryModelChoice] = MemoryModelOpt,
     devices: int = DevicesOpt,
@@ -148,8 +148,8 @@ def plan(
     if imported:
         request = ImportAdditions(
             gpus_per_node=gpus_per_node, objective=value(objective),
-            accounting=accounting.value if _given(ctx, "accounting") else None,
-            causal=causal if _given(ctx, "causal") else None, loss=value(loss),
+            accounting=value(accounting),
+            causal=causal, loss=value(loss),
             routing_imbalance=layout.routing_imbalance if _given(ctx, "routing_imbalance") else None,
             max_global_batch=max_global_batch, max_tile_batch=max_tile_batch, cuda_graph_scope=layout.cuda_graph_scope,
             fp8_attention=recipe.fp8_attention, fsdp_impl=layout.fsdp_impl, nccl_ub=layout.nccl_ub, nvls=layout.nvls,
@@ -157,7 +157,7 @@ def plan(
     else:
         request = ExecutionRequest(
             seq_len=seq, recompute=recompute, attention=value(attention), causal=causal, loss=value(loss),
-            accounting=accounting.value, memory_model=value(memory_model), overlap_streaming=overlap,
+            accounting=value(accounting), memory_model=value(memory_model), overlap_streaming=overlap,
             devices=devices, expert_parallel=ep, zero_stage=zero, devices_per_node=gpus_per_node,
             overlap_all_to_all=overlap_a2a, micro_batches=grad_accum, objective=value(objective),
             tokens_per_step=tokens_per_step, precision=value(precision),
@@ -566,9 +566,9 @@ def sweep(
     max_tile_batch: Optional[int] = MaxTileBatchOpt,
     recompute: Optional[str] = RecomputeOpt,
     attention: Optional[Attention] = AttentionOpt,
-    causal: bool = CausalOpt,
+    causal: Optional[bool] = CausalOpt,
     loss: Optional[Loss] = LossOpt,
-    accounting: Accounting = AccountingOpt,
+    accounting: Optional[Accounting] = AccountingOpt,
     overlap: bool = OverlapOpt,
     memory_model: Optional[MemoryModelChoice] = MemoryModelOpt,
     devices: int = DevicesOpt,
@@ -609,7 +609,7 @@ def sweep(
         seq_len=seq, recompute=recompute, attention=value(attention), causal=causal, loss=value(loss),
         limits=BatchLimits(global_batch, tiles, tile_batch, max_global_batch, max_tile_batch),
         memory_model=value(memory_model),
-        accounting=accounting.value, overlap_streaming=overlap, devices=devices, expert_parallel=ep,
+        accounting=value(accounting), overlap_streaming=overlap, devices=devices, expert_parallel=ep,
         zero_stage=zero, devices_per_node=gpus_per_node, overlap_all_to_all=overlap_a2a, micro_batches=grad_accum,
         objective=value(objective), tokens_per_step=tokens_per_step, precision=value(precision),
         **recipe.request_fields(), **layout.request_fields())

@@ -48,9 +48,9 @@ def whatif(
     fixed_active: bool = FixedActiveOpt,
     recompute: Optional[str] = RecomputeOpt,
     attention: Optional[Attention] = AttentionOpt,
-    causal: bool = CausalOpt,
+    causal: Optional[bool] = CausalOpt,
     loss: Optional[Loss] = LossOpt,
-    accounting: Accounting = AccountingOpt,
+    accounting: Optional[Accounting] = AccountingOpt,
     overlap: bool = OverlapOpt,
     memory_model: Optional[MemoryModelChoice] = MemoryModelOpt,
     devices: int = DevicesOpt,
@@ -81,7 +81,7 @@ def whatif(
     spec = resolve_model(model, name).with_overrides(experts, top_k, expert_ffn, fixed_active)
     request = ExecutionRequest(
         seq_len=seq, recompute=recompute, attention=value(attention), causal=causal, loss=value(loss),
-        accounting=accounting.value, memory_model=value(memory_model), overlap_streaming=overlap,
+        accounting=value(accounting), memory_model=value(memory_model), overlap_streaming=overlap,
         devices=devices, expert_parallel=ep, zero_stage=zero, devices_per_node=gpus_per_node,
         overlap_all_to_all=overlap_a2a, micro_batches=grad_accum, precision=value(precision),
         limits=BatchLimits(global_batch, tiles, tile_batch, max_global_batch, max_tile_batch, micro_batch=micro_batch),

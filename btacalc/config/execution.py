@@ -70,6 +70,16 @@ REASONS = {
                            "megatron/training/arguments.py forces accumulate_allreduce_grads_in_fp32 unless "
                            "--grad-reduce-in-bf16)"),
     "gradient_bytes_wse": "2: gradients leave the wafer in the weights' 16-bit format",
+    "causal": ("full s²: attention's score and value matmuls counted over the whole s x s square, the convention of "
+               "Korthikanti et al. 2022 App. A (72BLsh²(1 + s/6h + ...); the published points validate checks); the "
+               "kernel's time skips the masked blocks either way (README \"FlashAttention IO\"). Megatron-LM's logged "
+               f"TFLOP/s counts the causal half ({MEGATRON} megatron/training/training.py L1163-1169): give --causal to "
+               "compare MFU with it"),
+    "accounting": ("ideal: the saved activations counted tensor by tensor as Korthikanti et al. 2022 §4.1 does; "
+                   "pytorch: what a PyTorch layer keeps, measured (btacalc measure)"),
+    "optimizer": f"adam: Megatron-LM's default --optimizer ({MEGATRON} megatron/training/arguments.py L2913)",
+    "moment_bytes": ("4: Adam's two moments in fp32, Megatron-Core's default (--exp-avg-dtype and --exp-avg-sq-dtype "
+                     f"fp32, {MEGATRON} megatron/core/optimizer/optimizer_config.py L203, L206)"),
     "sequence_parallel": ("on with tensor parallelism: Korthikanti et al. 2022 §4.2.2 (activations split t ways at "
                           "the same communication volume); Megatron-Core needs it for MoE layers under TP "
                           "(moe_layer.py) though its CLI default is off"),
@@ -907,10 +917,10 @@ class ExecutionRequest:
     seq_len: Optional[int] = None
     recompute: Optional[str] = None
     attention: Optional[str] = None
-    causal: bool = False
+    causal: Optional[bool] = None  # None: full s² (REASONS "causal")
     attention_kernel: Optional[str] = None  # None: DEFAULT_ATTENTION_KERNEL (attention_kernels.toml)
     loss: Optional[str] = None
-    accounting: str = "ideal"
+    accounting: Optional[str] = None  # None: ideal (REASONS "accounting")
     memory_model: Optional[str] = None
     overlap_streaming: bool = True
     devices: int = 1

@@ -65,11 +65,12 @@ def resolve_run(request: ExecutionRequest, model: "ModelSpec", profile: "Hardwar
     return _run_options(request, model, profile, _Defaults())
 
 
-def _optimizer_fields(request: ExecutionRequest) -> dict[str, Any]:
+def _optimizer_fields(request: ExecutionRequest, chosen: "_Defaults") -> dict[str, Any]:
     """The optimizer whose state the run holds and its moments' bytes: Megatron-LM's defaults, Adam (--optimizer adam,
-    arguments.py L2913) with fp32 moments, unless the request says (the CLI's and the codec's choices check the name)."""
-    return {"moment_bytes": 4 if request.moment_bytes is None else request.moment_bytes,
-            "optimizer": "adam" if request.optimizer is None else request.optimizer,
+    arguments.py L2913) with fp32 moments, unless the request says (the CLI's and the codec's choices check the name);
+    each default taken with its reason (freshuser22: none was recorded)."""
+    return {"moment_bytes": chosen.pick("moment_bytes", request.moment_bytes, 4, REASONS["moment_bytes"]),
+            "optimizer": chosen.pick("optimizer", request.optimizer, "adam", REASONS["optimizer"]),
             "precision_aware_optimizer": request.precision_aware_optimizer,
             "optimizer_fp8_recipe": request.optimizer_fp8_recipe}
 
@@ -95,11 +96,11 @@ def _run_options(request: ExecutionRequest, model: "ModelSpec", profile: "Hardwa
         seq_len=_bounded_seq(chosen.pick("seq_len", request.seq_len, DEFAULT_SEQ_LEN, DEFAULT_SEQ_LEN_SOURCE)),
         recompute=recompute,
         attention=chosen.pick("attention", request.attention, d.attention, f"{profile.name} default: {d.note}"),
-        causal=request.causal,
+        causal=chosen.pick("causal", request.causal, False, REASONS["causal"]),
         attention_kernel=attention_kernel(DEFAULT_ATTENTION_KERNEL if request.attention_kernel is None
                                          else request.attention_kernel).name,
         loss=chosen.pick("loss", request.loss, "vocab_parallel" if gpu else "fused", REASONS["loss_gpu" if gpu else "loss"]),
-        accounting=request.accounting,  # type: ignore[arg-type]  # validated by the CLI choices / catalogue
+        accounting=chosen.pick("accounting", request.accounting, "ideal", REASONS["accounting"]),
         memory_model=chosen.pick("memory_model", request.memory_model, "auto", REASONS["memory_model"]),
         overlap_streaming=request.overlap_streaming,
         gradient_bytes=chosen.pick("gradient_bytes", request.gradient_bytes, 4 if gpu else 2,
@@ -120,7 +121,7 @@ def _run_options(request: ExecutionRequest, model: "ModelSpec", profile: "Hardwa
         cpu_offload_layers=request.cpu_offload_layers, capacity_factor=request.capacity_factor,
         bf16_layers_at_start=request.bf16_layers_at_start, bf16_layers_at_end=request.bf16_layers_at_end,
         recompute_layers=request.recompute_layers, pad_to_capacity=request.pad_to_capacity,
-        **_optimizer_fields(request),
+        **_optimizer_fields(request, chosen),
         routing_weights=_routing_weights(model, gpu, chosen, request.routing_weights),
     )
     check_precision(run.precision, profile, run.low_precision_param_gather, run.rht_cast_fusion)

@@ -178,8 +178,9 @@ def _header(r: PlanReport) -> Table:
     t.add_row("inputs", f"seq {i.seq_len}{marks('seq_len')}, recompute {i.recompute}{marks('recompute')}, "
                         f"attention {i.attention}{marks('attention')}"
                         + f", loss {i.loss}{marks('loss')}, "
-                        f"{'causal' if i.causal else 'full s²'} attention FLOPs, {i.accounting} accounting, "
-                        f"{i.optimizer}, precision {i.precision}{marks('precision')}, "
+                        f"{'causal' if i.causal else 'full s²'} attention FLOPs{marks('causal')}, "
+                        f"{i.accounting} accounting{marks('accounting')}, {i.optimizer}{marks('optimizer')}, "
+                        f"precision {i.precision}{marks('precision')}, "
                         f"{i.bytes_per_element}-byte elements"
                         + (", multi-token prediction off" + marks("multi_token_prediction")
                            if "multi_token_prediction" in i.defaults else "")
@@ -192,12 +193,15 @@ def _header(r: PlanReport) -> Table:
 
 def _layout_text(r: PlanReport) -> str:
     par = r.parallelism
+    # freshuser22: the defaults taken here were marked nowhere (EP = gcd(devices, E) can span many NVLink domains)
+    marks = lambda key: " [dim](default)[/dim]" if key in r.inputs.defaults else ""  # noqa: E731
     sizes = (f"TP {par.tensor_parallel}{' (SP)' if par.sequence_parallel else ''}, PP {par.pipeline_parallel}"
              + (f" x VP {par.virtual_pipeline}" if par.virtual_pipeline > 1 else "") + f", CP {par.context_parallel}, "
-             f"DP {par.data_parallel}" + (f", EP {par.expert_parallel}, ETP {par.expert_tensor_parallel}, EDP "
-                                          f"{par.expert_data_parallel}" if r.model.num_experts else ""))
+             f"DP {par.data_parallel}" + (f", EP {par.expert_parallel}{marks('expert_parallel')}, ETP "
+                                          f"{par.expert_tensor_parallel}, EDP {par.expert_data_parallel}"
+                                          if r.model.num_experts else ""))
     shard = (f"FSDP{ {'torch': ' (PyTorch FSDP1)', 'fsdp2': ' (PyTorch FSDP2)'}.get(par.fsdp_impl, '')}" if par.fsdp
-             else f"ZeRO-{par.zero_stage}")
+             else f"ZeRO-{par.zero_stage}{marks('zero_stage')}")
     on = [k for k, v in par.overlaps.items() if v]
     split = "" if par.pipeline_split == "even" else (
         f"; {par.pipeline_split} split, decoder layers per stage {par.stage_layers}"
@@ -205,7 +209,7 @@ def _layout_text(r: PlanReport) -> str:
         + (" [dim](default)[/dim]" if "pipeline_split" in r.inputs.defaults else ""))
     changed = [r.inputs.defaults[k] for k in r.inputs.changed_overlaps]  # megatron_rules' refusals and switch-offs
     return (f"{par.devices} devices ({par.devices_per_node} per NVLink domain): {sizes}{split}; {shard}; "
-            f"M = {par.micro_batches} micro-batches; overlapped: {', '.join(on) or 'none'}"
+            f"M = {par.micro_batches} micro-batches{marks('global_batch')}; overlapped: {', '.join(on) or 'none'}"
             + (f" (userbuffers table: {par.tp_overlap_table})" if par.tp_overlap_table else "")
             + "".join(f"; {c}" for c in changed))
 
