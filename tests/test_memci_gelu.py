@@ -85,7 +85,9 @@ def test_a_gelu_rows_layout_and_preset_are_its_model_config(run_id):
     assert f"--num-experts {E} " in run.megatron_args and f"--moe-router-topk {k} " in run.megatron_args
     launch = import_megatron(run.megatron_args, run_id, 8).model.model_dump()
     preset = resolve_model(run.model).model_dump()
-    skip = {"name", "source", "published_params"}
+    # review29: the launch's --moe-aux-loss-coeff is read back as the model's router loss, a training setting the
+    # preset (an architecture) does not state
+    skip = {"name", "source", "published_params", "aux_loss_coeff", "aux_loss_per_sequence"}
     assert {key: launch[key] for key in launch.keys() - skip} | {"numerics": None} == \
         {key: preset[key] for key in preset.keys() - skip} | {"numerics": None}
     assert launch["numerics"] | {"source": ""} == preset["numerics"] | {"source": ""}
@@ -117,7 +119,8 @@ def test_the_two_layer_deepseek_proxy_row_is_its_golden_and_its_launch():
     assert run.megatron_args is not None and "--use-megatron-fsdp" in run.megatron_args
     launch = import_megatron(run.megatron_args, PROXY, 8).model.model_dump()
     preset = resolve_model(run.model).model_dump()
-    skip = {"name", "source", "published_params", "numerics"}
+    # review29: the launch's aux-loss coefficient is read back as a training setting the preset does not state
+    skip = {"name", "source", "published_params", "numerics", "aux_loss_coeff", "aux_loss_per_sequence"}
     assert {k: v for k, v in launch.items() if k not in skip} == {k: v for k, v in preset.items() if k not in skip}
     assert launch["numerics"] | {"source": ""} == preset["numerics"] | {"source": ""}
     result = predict(run)

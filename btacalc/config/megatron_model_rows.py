@@ -205,6 +205,41 @@ def _dec_router(get: Get) -> Fields:
             "model.shared_expert_gate": truth(get("moe_shared_expert_gate")), **_dec_routing(get)}
 
 
+
+# freshuser22 / review29: the router's load-balancing loss a model's config.json states (ModelSpec.aux_loss_coeff)
+# as Megatron-LM's --moe-aux-loss-coeff (nargs +, arguments.py L3536 @ d98e8a64) and, for DeepSeek's sequence-wise
+# loss, --moe-router-load-balancing-type seq_aux_loss (L3532; the default aux_loss is the batch's). Read back from one
+# coefficient under aux_loss or seq_aux_loss, so that a launch btacalc wrote keeps it through --from-megatron and
+# --from-bridge (it was listed as ignored and dropped); any other balancing (sinkhorn, global_aux_loss, a list of
+# losses) stays ignored, as before.
+AUX_LOSS_BALANCINGS = ("aux_loss", "seq_aux_loss")
+
+
+def _enc_aux_loss(f: Fields) -> Args:
+    if not f.get("model.num_experts") or f.get("model.aux_loss_coeff") is None:
+        return {}
+    out: Args = {"moe_aux_loss_coeff": f["model.aux_loss_coeff"]}
+    if f.get("model.aux_loss_per_sequence"):
+        out["moe_router_load_balancing_type"] = "seq_aux_loss"
+    return out
+
+
+def _one(value: Any) -> Any:
+    """A nargs + value given once (a list of one), else the value as given."""
+    return value[0] if isinstance(value, (list, tuple)) and len(value) == 1 else value
+
+
+def _dec_aux_loss(get: Get) -> Fields:
+    coeff = _one(get.args.get("moe_aux_loss_coeff"))  # looked at, not read: a loss btacalc does not write stays ignored
+    balancing = _one(get.args.get("moe_router_load_balancing_type", "aux_loss"))
+    if coeff is None or isinstance(coeff, (list, tuple)) or balancing not in AUX_LOSS_BALANCINGS:
+        return {}
+    value = real(coeff, "moe_aux_loss_coeff")
+    if not math.isfinite(value) or value < 0:  # argparse takes it; no model's coefficient: listed as ignored
+        return {}
+    get("moe_aux_loss_coeff"), get("moe_router_load_balancing_type")
+    return {"model.aux_loss_coeff": value, "model.aux_loss_per_sequence": balancing == "seq_aux_loss"}
+
 # Megatron's --add-bias-linear (on by default; --disable-bias-linear) gives a bias to every linear layer: the attention
 # projections, the MLP's, and in an MoE layer the router's and each expert's (Megatron-LM @ d98e8a64
 # moe/router.py L67-70, moe/experts.py L223 and L246). btacalc's expert_bias is those expert biases (GPT-OSS; Bridge's
@@ -648,6 +683,7 @@ MODEL_ROWS: tuple[Row, ...] = (
     Row("mla", _enc_mla, _dec_mla),
     Row("ffn and experts", _enc_ffn, _dec_ffn),
     Row("router", _enc_router, _dec_router),
+    Row("router loss", _enc_aux_loss, _dec_aux_loss),
     Row("window", _enc_window, _dec_window),
     Row("vocabulary", _enc_vocab, _dec_vocab),
     Row("positions", _enc_positions, _dec_positions),
@@ -697,6 +733,7 @@ def model_fields(spec: "ModelSpec") -> Fields:
         "model.mtp_layers": spec.mtp_layers, "model.yarn": spec.yarn.model_dump() if spec.yarn else None,
         "model.router_groups": spec.router_groups, "model.router_group_topk": spec.router_group_topk,
         "model.router_scale": spec.router_scale, "model.router_score_bias": spec.router_score_bias,
+        "model.aux_loss_coeff": spec.aux_loss_coeff, "model.aux_loss_per_sequence": spec.aux_loss_per_sequence,
         # a source that states no Llama 3 RoPE scaling: none, as the launch trains it (1.0)
         "model.numerics": {**spec.numerics.model_dump(exclude={"source"}),
                            "rope_scaling_factor": spec.numerics.rope_scaling_factor or 1.0},

@@ -206,6 +206,9 @@ _GPU_ROW_NEUTRAL: dict[str, Any] = {
     "gradient_accumulation_fusion": True, "rht_cast_fusion": True, "te_version": None, "checkpoint_early_stop": False,
     "bf16_layers_at_start": 0, "bf16_layers_at_end": 0, "transformer_engine": True,
     "expert_grouped_gemm": True, "recompute_layers": 0,
+    # review29: Megatron's token dropping (a wafer plan refuses it: its MoE layers are dropless), which refused the
+    # whole comparison
+    "capacity_factor": None, "pad_to_capacity": False,
     # Megatron's grid, pipeline split and sharding, the MoE dispatcher, NCCL's registered buffers, CUDA graphs and
     # the GPU kernels (a wafer plan refuses each: config/resolution.py, config/execution.py)
     "tensor_parallel": None, "sequence_parallel": None, "pipeline_parallel": None, "virtual_pipeline": None,
@@ -300,7 +303,8 @@ def _row_request(request: ExecutionRequest, profile: HardwareProfile, precision:
                  wafer_global_batch: Optional[int]) -> ExecutionRequest:
     """The request one row is planned with. A wafer row is D systems in strict data parallel: the GPU layout
     choices (EP, ZeRO, the NVLink domain, the communication overlaps) and Megatron's and TransformerEngine's GPU kernel options (the unfused main-gradient add,
-    NVFP4's unfused casts, PyTorch's early-stopping re-run, the layers kept out of a low-precision recipe) do not
+    NVFP4's unfused casts, PyTorch's early-stopping re-run, the layers kept out of a low-precision recipe, the
+    router's token dropping) do not
     apply. A GPU row drops the options for other rows only: --no-rht-cast-fusion unless its precision is in the
     first of `taking` (the row's run options show which rows took it), --bf16-layers-at-start/-end unless it is in
     the second (the low precisions), --te-version unless it is in the third (per-tensor FP8) and its profile in the fourth (non-TN FP8 GEMMs), --no-overlap beside wafer rows (the wafer rows' weight streaming; a GPU plan
