@@ -10,7 +10,6 @@ import json
 
 import pytest
 
-from btacalc.planning.measured import LAYOUT_FIELDS, RUN_FIELD_NAMES
 
 
 def _runs(path) -> dict:
@@ -21,9 +20,18 @@ def _runs(path) -> dict:
                                                 dict(run, id="sp-without-tp", sequence_parallel=True)]}
 
 
-def test_every_run_field_is_named_back():
-    assert all(RUN_FIELD_NAMES[request] == field for field, request in LAYOUT_FIELDS.items())
-    assert RUN_FIELD_NAMES["seq_len"] == "seq"
+def test_a_recipe_field_is_named_as_the_run_file_writes_it(cli, tmp_path):
+    """review29: a refusal of a field the run's `recipe` block sets under another name named the library's parameter;
+    a dense run with recipe.moe_expert_capacity_factor is refused naming that field."""
+    with open("btacalc/data/measured_runs.json") as f:
+        shipped = json.load(f)
+    run = next(r for r in shipped["runs"] if r["id"] == "llama-3-70b-h100-64-fp8-69")
+    run = dict(run, id="dense-capacity", recipe=dict(run["recipe"], moe_expert_capacity_factor=1.0))
+    path = tmp_path / "runs.json"
+    path.write_text(json.dumps({"about": shipped["about"], "runs": [run]}))
+    code, out, err = cli("validate", "--measured", str(path), "--json", "--quiet")
+    reason = json.loads(out)["measured"]["runs"][0]["reason"]
+    assert reason.startswith("recipe.moe_expert_capacity_factor caps the tokens each expert takes"), reason
 
 
 @pytest.mark.parametrize("run_id, words, not_words", [

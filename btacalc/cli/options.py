@@ -221,8 +221,8 @@ CudaGraphScopeOpt = typer.Option(None, "--cuda-graph-scope", help=help_text(
     "(btacalc/data/cuda_graph_scopes.toml) [default: none]."))
 GradAccumOpt = typer.Option(None, "--grad-accum", min=1, help=help_text(
     "Gradient accumulation: M micro-batches of G·b per optimizer step (the gradient sync runs once per step) "
-    "[default: with --global-batch, chosen by the solver (N / (DP x micro batch) with --micro-batch; N / DP with "
-    "--pp > 1); else 1]."))
+    "[default: with --global-batch, chosen by the solver (N / (DP x micro batch) with plan's and whatif's "
+    "--micro-batch; N / DP with --pp > 1); else 1]."))
 MicroBatchOpt = typer.Option(None, "--micro-batch", min=1, help="Sequences per micro-batch per data-parallel rank "
                              "(Megatron's --micro-batch-size): fixes G·b.")
 TpOpt = typer.Option(None, "--tp", min=1, help="Tensor-parallel size (Megatron --tensor-model-parallel-size).")

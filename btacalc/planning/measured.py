@@ -153,9 +153,16 @@ LAYOUT_FIELDS: dict[str, str] = {
 RUN_FIELD_NAMES: dict[str, str] = {**{request: field for field, request in LAYOUT_FIELDS.items()}, "seq_len": "seq"}
 
 
+def _recipe_names() -> dict[str, str]:
+    """The request fields a run's `recipe` block sets under another name (_RECIPE_COPIED), as `recipe.FIELD`
+    (review29: a refusal of `recipe.gpus_per_node` named devices_per_node)."""
+    return {request: f"recipe.{field}" for field, request in _RECIPE_COPIED.items() if field != request}
+
+
 def in_run_names(exc: BtacalcError) -> str:
     """`exc`'s message with each parameter a run file sets written as the run file's field (RUN_FIELD_NAMES)."""
-    return exc.render({p: RUN_FIELD_NAMES.get(p, p) for p in exc.params})
+    names = {**_recipe_names(), **RUN_FIELD_NAMES}
+    return exc.render({p: names.get(p, p) for p in exc.params})
 
 
 # What Megatron-LM does when a GPU run file leaves a setting out, where btacalc's plan default (chosen for
