@@ -205,6 +205,51 @@ def _dec_router(get: Get) -> Fields:
             "model.shared_expert_gate": truth(get("moe_shared_expert_gate")), **_dec_routing(get)}
 
 
+# fu22: the router's load-balancing loss (ModelSpec.aux_loss_coeff, load_balancing) as Megatron-LM's flags, both nargs +
+# (arguments.py L3532-3537 @ d98e8a64: --moe-router-load-balancing-type, default aux_loss, and --moe-aux-loss-coeff,
+# default 0.0; a list of one is its value, L1661-1664). A coefficient the model's source does not give is left out
+# (Megatron's 0.0, which output.megatron says), as is the default type. The types one ModelSpec holds: Megatron-Core's
+# router weighs aux_loss, seq_aux_loss or global_aux_loss by the coefficient and with none adds no loss
+# (moe/router.py L388-408); sinkhorn (S-BASE routing, L280-311) and quantile_balancing (a per-expert bias, L313-386)
+# route otherwise, and several types at once weigh one coefficient each: none of these is read (the flags are listed
+# with the reason, megatron_run.IGNORED, and the plan routes top-k, as it did).
+BALANCINGS = ("aux_loss", "seq_aux_loss", "global_aux_loss", "none")
+
+
+def _enc_balancing(f: Fields) -> Args:
+    if not f.get("model.num_experts"):
+        return {}
+    out: Args = {}
+    if f.get("model.aux_loss_coeff") is not None:
+        out["moe_aux_loss_coeff"] = f["model.aux_loss_coeff"]
+    if f.get("model.load_balancing", "aux_loss") != "aux_loss":
+        out["moe_router_load_balancing_type"] = f["model.load_balancing"]
+    return out
+
+
+def _one_value(v: Any) -> Any:
+    """A nargs + value as Megatron-LM's validate_args leaves it: a list of one is its item (L1661-1664)."""
+    return v[0] if isinstance(v, (list, tuple)) and len(v) == 1 else v
+
+
+def _dec_balancing(get: Get) -> Fields:
+    """The loss a launch gives its MoE router; a dense launch's flags, a type no ModelSpec holds or several types are
+    left unread (listed). Read through `get` only when read, so that what is not read stays listed."""
+    kind = _one_value(get.args.get("moe_router_load_balancing_type", "aux_loss"))
+    coeff = _one_value(get.args.get("moe_aux_loss_coeff"))
+    if not get.args.get("num_experts") or not isinstance(kind, str) or kind not in BALANCINGS \
+            or isinstance(coeff, (list, tuple)):
+        return {"model.aux_loss_coeff": None, "model.load_balancing": "aux_loss"}
+    get("moe_router_load_balancing_type"), get("moe_aux_loss_coeff")
+    value = None if coeff is None else real(coeff, "moe_aux_loss_coeff")
+    if value is not None and (not math.isfinite(value) or value < 0):
+        raise ArgumentValueError("moe_aux_loss_coeff", "a finite coefficient of at least 0", repr(coeff))
+    return {"model.aux_loss_coeff": value, "model.load_balancing": kind}
+
+
+BALANCING_ROW = Row("load balancing", _enc_balancing, _dec_balancing)
+
+
 # Megatron's --add-bias-linear (on by default; --disable-bias-linear) gives a bias to every linear layer: the attention
 # projections, the MLP's, and in an MoE layer the router's and each expert's (Megatron-LM @ d98e8a64
 # moe/router.py L67-70, moe/experts.py L223 and L246). btacalc's expert_bias is those expert biases (GPT-OSS; Bridge's
@@ -664,6 +709,7 @@ MODEL_ROWS: tuple[Row, ...] = (
     Row("biases", _enc_bias, _dec_bias),
     Row("dropout", _enc_dropout, _dec_dropout),
     Row("mtp", _enc_mtp, _dec_mtp),
+    BALANCING_ROW,
 )
 
 
@@ -697,6 +743,7 @@ def model_fields(spec: "ModelSpec") -> Fields:
         "model.mtp_layers": spec.mtp_layers, "model.yarn": spec.yarn.model_dump() if spec.yarn else None,
         "model.router_groups": spec.router_groups, "model.router_group_topk": spec.router_group_topk,
         "model.router_scale": spec.router_scale, "model.router_score_bias": spec.router_score_bias,
+        "model.aux_loss_coeff": spec.aux_loss_coeff, "model.load_balancing": spec.load_balancing,
         # a source that states no Llama 3 RoPE scaling: none, as the launch trains it (1.0)
         "model.numerics": {**spec.numerics.model_dump(exclude={"source"}),
                            "rope_scaling_factor": spec.numerics.rope_scaling_factor or 1.0},

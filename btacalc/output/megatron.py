@@ -107,7 +107,7 @@ def megatron_run(r: PlanReport, spec: ModelSpec,
     TransformerEngine's fused cross-entropy, both of which Bridge runs)."""
     check_decoder(spec)
     fields = run_fields(r, spec)
-    args = {**encode(fields), **aux_loss_args(spec)}
+    args = encode(fields)
     env = {**_environment(args), **nccl_ub_environment(args, r.parallelism.nvls)}
     notes = _notes(r, spec, args) + _router_dtype_note(r, spec, args, bridge)
     checked = dict(args, world=r.parallelism.devices)
@@ -119,20 +119,6 @@ def megatron_run(r: PlanReport, spec: ModelSpec,
                                "not run Megatron-LM's argument checks)")
     notes += [f"MEGATRON WOULD REFUSE THIS: {describe(rule)}" for rule in broken]
     return args, env, notes
-
-
-def aux_loss_args(spec: ModelSpec) -> dict[str, Any]:
-    """freshuser22: the router's load-balancing loss the model's config.json states (ModelSpec.aux_loss_coeff, read as
-    Megatron-Bridge's AutoBridge reads it), as Megatron-LM's destinations: --moe-aux-loss-coeff (nargs +, default 0.0,
-    arguments.py L3536 @ d98e8a64) and, for a sequence-wise loss, --moe-router-load-balancing-type seq_aux_loss
-    (L3532; the default aux_loss is the batch-level loss). A Moonlight config's aux_loss_alpha 0.001 with seq_aux was
-    dropped and the launch asked the user for "your model's coefficient"."""
-    if not spec.is_moe or spec.aux_loss_coeff is None:
-        return {}
-    out: dict[str, Any] = {"moe_aux_loss_coeff": spec.aux_loss_coeff}
-    if spec.aux_loss_per_sequence:
-        out["moe_router_load_balancing_type"] = "seq_aux_loss"
-    return out
 
 
 # freshuser22: Megatron-LM's MoE README (Megatron-LM @ d98e8a64 megatron/core/transformer/moe/README.md L282) advises
