@@ -165,3 +165,60 @@ def test_what_the_model_cannot_hold_is_listed_not_read(cli, tmp_path, given):
     listed = dict(run.ignored)
     assert "--moe-router-load-balancing-type" in listed and "--moe-aux-loss-coeff" in listed
     assert "sinkhorn" in listed["--moe-aux-loss-coeff"]
+
+
+# --- 2. a copied hardware profile is matched by what it is, not by its name ---
+
+def _copied_b200(tmp_path, rename: bool, efficiency: str = "") -> str:
+    """hardware_profiles/b200.toml copied with one number edited (HBM bandwidth 8e12 -> 7.7e12), as a user would;
+    `rename`: its name changed as well; `efficiency`: its compute_efficiency replaced too."""
+    from btacalc.paths import data_dir
+    text = (data_dir("hardware_profiles") / "b200.toml").read_text()
+    text = text.replace("[memory.offchip_bandwidth_bytes_per_s]\nvalue = 8e12",
+                        "[memory.offchip_bandwidth_bytes_per_s]\nvalue = 7.7e12", 1)
+    assert "value = 7.7e12" in text
+    if rename:
+        text = text.replace('name = "b200"', 'name = "my-b200"', 1)
+    if efficiency:
+        text = text.replace("value = 0.5921", f"value = {efficiency}", 1)
+    path = tmp_path / "my-b200.toml"
+    path.write_text(text)
+    return str(path)
+
+
+def _expected(cli, hw: str) -> tuple[dict, str]:
+    args = ("plan", "--model", "qwen3-30b-a3b", "--hw", hw, "--devices", "16", "--ep", "16")
+    code, out, err = cli(*args, "--json")
+    assert code == 0, err
+    code, text, err = cli(*args)
+    assert code == 0, err
+    return json.loads(out)["throughput"]["expected_error"], " ".join(text.split())
+
+
+@pytest.mark.parametrize("rename", [False, True])
+def test_a_copied_profile_gets_its_architectures_expected_error(cli, tmp_path, rename):
+    """A BF16 MoE plan without the EP overlap on B200: the Blackwell family's MoE runs without the overlap. In the
+    shipped btacalc/data/expected_error.json those are 3 16-bit runs (fewer than 5) and 15 low-precision ones, so the
+    group is the 18 MoE runs of gpu-blackwell without the overlap. A copy of b200.toml with its HBM bandwidth edited
+    got "GPUs, MoE" (every GPU family's MoE runs), by its name; now the same group and numbers, and the plan says
+    how the copy was matched."""
+    runs = json.loads((Path(__file__).parent.parent / "btacalc" / "data" / "expected_error.json").read_text())["runs"]
+    group = [r for r in runs if r["calibration_family"] == "gpu-blackwell" and r["moe"] and not r["ep_overlap"]]
+    assert len([r for r in group if not r["low_precision"]]) < 5 <= len(group)
+    original, _ = _expected(cli, "b200")
+    copied, text = _expected(cli, _copied_b200(tmp_path, rename))
+    assert original["runs"] == copied["runs"] == len(group)
+    for key in ("median_abs_error", "mean_abs_error", "max_abs_error", "mean_error"):
+        assert copied[key] == original[key]
+    name = "my-b200" if rename else "b200"
+    assert copied["basis"].startswith("gpu-blackwell (b200, gb200, b300, gb300; ")
+    assert copied["basis"].endswith("), MoE without the EP overlap")
+    said = f"{name} is no built-in profile as shipped: taken as b200's family by its compute capability 10"
+    assert said in copied["basis"] and said in text
+
+
+def test_a_copy_with_its_own_efficiency_is_in_no_family(cli, tmp_path):
+    """A copy whose compute_efficiency differs from the family's 0.5921 is not predicted as the family's runs were:
+    it keeps the device-wide group, as before."""
+    copied, _ = _expected(cli, _copied_b200(tmp_path, True, efficiency="0.55"))
+    assert copied["basis"] == "GPUs, MoE"
