@@ -49,7 +49,7 @@ def model_from_fields(f: Fields, source: str, notes: list[str], name: Optional[s
                     router_groups=f.get("model.router_groups", 1), router_group_topk=f.get("model.router_group_topk", 1),
                     router_scale=f.get("model.router_scale", 1.0), router_score_bias=f.get("model.router_score_bias", False),
                     aux_loss_coeff=f.get("model.aux_loss_coeff"),
-                    aux_loss_per_sequence=f.get("model.aux_loss_per_sequence", False),
+                    load_balancing=f.get("model.load_balancing", "aux_loss"),
                     first_dense_layers=first, dense_layer_indices=tuple(i for i in dense if i >= first))
         if dense:
             data["dense_ffn_size"] = f["model.dense_ffn"]

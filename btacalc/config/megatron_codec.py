@@ -27,7 +27,7 @@ from .pipeline import parse_layout
 from .megatron_rules import ATTENTION_SWITCHES, BACKEND_SWITCHES
 from .megatron_launch import flags_by_dest, real
 from .megatron_rows import Args, Fields, Get, Row, attention_backend, choice, optional_int, same, switch, truth
-from .megatron_model_rows import MODEL_ROWS
+from .megatron_model_rows import BALANCING_ROW, MODEL_ROWS
 
 
 BRIDGE_PIN = "NVIDIA-NeMo/Megatron-Bridge@067f987df03b8355b03192d88d70f1709fedf51a"
@@ -744,7 +744,8 @@ RUN_ROWS: tuple[Row, ...] = (
 )
 
 
-ROWS = MODEL_ROWS + RUN_ROWS
+# the router's loss is written last, where `--emit megatron` has written it since freshuser22 (the README's launch)
+ROWS = tuple(row for row in MODEL_ROWS if row is not BALANCING_ROW) + RUN_ROWS + (BALANCING_ROW,)
 
 
 def encode(fields: Fields, rows: tuple[Row, ...] = ROWS) -> Args:

@@ -205,40 +205,50 @@ def _dec_router(get: Get) -> Fields:
             "model.shared_expert_gate": truth(get("moe_shared_expert_gate")), **_dec_routing(get)}
 
 
+# fu22: the router's load-balancing loss (ModelSpec.aux_loss_coeff, load_balancing) as Megatron-LM's flags, both nargs +
+# (arguments.py L3532-3537 @ d98e8a64: --moe-router-load-balancing-type, default aux_loss, and --moe-aux-loss-coeff,
+# default 0.0; a list of one is its value, L1661-1664). A coefficient the model's source does not give is left out
+# (Megatron's 0.0, which output.megatron says), as is the default type. The types one ModelSpec holds: Megatron-Core's
+# router weighs aux_loss, seq_aux_loss or global_aux_loss by the coefficient and with none adds no loss
+# (moe/router.py L388-408); sinkhorn (S-BASE routing, L280-311) and quantile_balancing (a per-expert bias, L313-386)
+# route otherwise, and several types at once weigh one coefficient each: none of these is read (the flags are listed
+# with the reason, megatron_run.IGNORED, and the plan routes top-k, as it did).
+BALANCINGS = ("aux_loss", "seq_aux_loss", "global_aux_loss", "none")
 
-# freshuser22 / review29: the router's load-balancing loss a model's config.json states (ModelSpec.aux_loss_coeff)
-# as Megatron-LM's --moe-aux-loss-coeff (nargs +, arguments.py L3536 @ d98e8a64) and, for DeepSeek's sequence-wise
-# loss, --moe-router-load-balancing-type seq_aux_loss (L3532; the default aux_loss is the batch's). Read back from one
-# coefficient under aux_loss or seq_aux_loss, so that a launch btacalc wrote keeps it through --from-megatron and
-# --from-bridge (it was listed as ignored and dropped); any other balancing (sinkhorn, global_aux_loss, a list of
-# losses) stays ignored, as before.
-AUX_LOSS_BALANCINGS = ("aux_loss", "seq_aux_loss")
 
-
-def _enc_aux_loss(f: Fields) -> Args:
-    if not f.get("model.num_experts") or f.get("model.aux_loss_coeff") is None:
+def _enc_balancing(f: Fields) -> Args:
+    if not f.get("model.num_experts"):
         return {}
-    out: Args = {"moe_aux_loss_coeff": f["model.aux_loss_coeff"]}
-    if f.get("model.aux_loss_per_sequence"):
-        out["moe_router_load_balancing_type"] = "seq_aux_loss"
+    out: Args = {}
+    if f.get("model.aux_loss_coeff") is not None:
+        out["moe_aux_loss_coeff"] = f["model.aux_loss_coeff"]
+    if f.get("model.load_balancing", "aux_loss") != "aux_loss":
+        out["moe_router_load_balancing_type"] = f["model.load_balancing"]
     return out
 
 
-def _one(value: Any) -> Any:
-    """A nargs + value given once (a list of one), else the value as given."""
-    return value[0] if isinstance(value, (list, tuple)) and len(value) == 1 else value
+def _one_value(v: Any) -> Any:
+    """A nargs + value as Megatron-LM's validate_args leaves it: a list of one is its item (L1661-1664)."""
+    return v[0] if isinstance(v, (list, tuple)) and len(v) == 1 else v
 
 
-def _dec_aux_loss(get: Get) -> Fields:
-    coeff = _one(get.args.get("moe_aux_loss_coeff"))  # looked at, not read: a loss btacalc does not write stays ignored
-    balancing = _one(get.args.get("moe_router_load_balancing_type", "aux_loss"))
-    if coeff is None or isinstance(coeff, (list, tuple)) or balancing not in AUX_LOSS_BALANCINGS:
-        return {}
-    value = real(coeff, "moe_aux_loss_coeff")
-    if not math.isfinite(value) or value < 0:  # argparse takes it; no model's coefficient: listed as ignored
-        return {}
-    get("moe_aux_loss_coeff"), get("moe_router_load_balancing_type")
-    return {"model.aux_loss_coeff": value, "model.aux_loss_per_sequence": balancing == "seq_aux_loss"}
+def _dec_balancing(get: Get) -> Fields:
+    """The loss a launch gives its MoE router; a dense launch's flags, a type no ModelSpec holds or several types are
+    left unread (listed). Read through `get` only when read, so that what is not read stays listed."""
+    kind = _one_value(get.args.get("moe_router_load_balancing_type", "aux_loss"))
+    coeff = _one_value(get.args.get("moe_aux_loss_coeff"))
+    if not get.args.get("num_experts") or not isinstance(kind, str) or kind not in BALANCINGS \
+            or isinstance(coeff, (list, tuple)):
+        return {"model.aux_loss_coeff": None, "model.load_balancing": "aux_loss"}
+    get("moe_router_load_balancing_type"), get("moe_aux_loss_coeff")
+    value = None if coeff is None else real(coeff, "moe_aux_loss_coeff")
+    if value is not None and (not math.isfinite(value) or value < 0):
+        raise ArgumentValueError("moe_aux_loss_coeff", "a finite coefficient of at least 0", repr(coeff))
+    return {"model.aux_loss_coeff": value, "model.load_balancing": kind}
+
+
+BALANCING_ROW = Row("load balancing", _enc_balancing, _dec_balancing)
+
 
 # Megatron's --add-bias-linear (on by default; --disable-bias-linear) gives a bias to every linear layer: the attention
 # projections, the MLP's, and in an MoE layer the router's and each expert's (Megatron-LM @ d98e8a64
@@ -683,7 +693,6 @@ MODEL_ROWS: tuple[Row, ...] = (
     Row("mla", _enc_mla, _dec_mla),
     Row("ffn and experts", _enc_ffn, _dec_ffn),
     Row("router", _enc_router, _dec_router),
-    Row("router loss", _enc_aux_loss, _dec_aux_loss),
     Row("window", _enc_window, _dec_window),
     Row("vocabulary", _enc_vocab, _dec_vocab),
     Row("positions", _enc_positions, _dec_positions),
@@ -700,6 +709,7 @@ MODEL_ROWS: tuple[Row, ...] = (
     Row("biases", _enc_bias, _dec_bias),
     Row("dropout", _enc_dropout, _dec_dropout),
     Row("mtp", _enc_mtp, _dec_mtp),
+    BALANCING_ROW,
 )
 
 
@@ -733,7 +743,7 @@ def model_fields(spec: "ModelSpec") -> Fields:
         "model.mtp_layers": spec.mtp_layers, "model.yarn": spec.yarn.model_dump() if spec.yarn else None,
         "model.router_groups": spec.router_groups, "model.router_group_topk": spec.router_group_topk,
         "model.router_scale": spec.router_scale, "model.router_score_bias": spec.router_score_bias,
-        "model.aux_loss_coeff": spec.aux_loss_coeff, "model.aux_loss_per_sequence": spec.aux_loss_per_sequence,
+        "model.aux_loss_coeff": spec.aux_loss_coeff, "model.load_balancing": spec.load_balancing,
         # a source that states no Llama 3 RoPE scaling: none, as the launch trains it (1.0)
         "model.numerics": {**spec.numerics.model_dump(exclude={"source"}),
                            "rope_scaling_factor": spec.numerics.rope_scaling_factor or 1.0},

@@ -59,7 +59,12 @@ IGNORED: tuple[tuple[str, str], ...] = (
     (r"(rotary_.*|add_position_embedding|layernorm_zero_centered_gamma|norm_epsilon|"
      r"apply_residual_connection_post_layernorm)",
      "numerics of the same shapes (RoPE base and fraction, LayerNorm variants): no change to memory or FLOPs"),
-    (r"(moe_router_load_balancing_type|moe_aux_loss_coeff|moe_z_loss_coeff|"
+    # fu22: read as the MoE model's load-balancing loss (megatron_model_rows._dec_balancing) unless listed here
+    (r"(moe_router_load_balancing_type|moe_aux_loss_coeff)",
+     "not read: the model holds one load-balancing loss of type aux_loss, seq_aux_loss, global_aux_loss or none and "
+     "its coefficient; sinkhorn or quantile_balancing routing, several types at once, or a dense model's router "
+     "settings are not carried (the plan routes top-k; routing balance is btacalc's --routing-imbalance)"),
+    (r"(moe_z_loss_coeff|"
      r"moe_router_bias_update_rate|moe_router_dtype|"
      r"moe_token_drop_policy|moe_router_fusion)",
      "router losses, dtype, bias update rate and which tokens a full expert drops: routing balance is btacalc's "

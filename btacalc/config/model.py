@@ -247,6 +247,13 @@ class ModelSpec(BaseModel):
                                             "Megatron's --moe-aux-loss-coeff); None: the model's source gives none")
     aux_loss_per_sequence: bool = Field(False, description="that loss balances each sequence (DeepSeek's seq_aux: "
                                         "Megatron's --moe-router-load-balancing-type seq_aux_loss), not the batch")
+    # fu22: the loss's kind as Megatron-LM names it (--moe-router-load-balancing-type, arguments.py L3532 @ d98e8a64;
+    # Megatron-Core's router adds the aux_loss over the micro-batch, seq_aux_loss per sequence, global_aux_loss over
+    # the global batch and with none no loss at all: moe/router.py L388-408, L410-548), so that a launch read back keeps
+    # it; aux_loss_per_sequence is the same as load_balancing seq_aux_loss (either may be given)
+    load_balancing: Literal["aux_loss", "seq_aux_loss", "global_aux_loss", "none"] = Field(
+        "aux_loss", description="which load-balancing loss the router trains (Megatron's default aux_loss: over the "
+        "batch; seq_aux_loss: per sequence; global_aux_loss: over the global batch; none: no loss)")
     shared_expert_size: int = Field(0, ge=0, description="f_s: width of the always-on shared expert(s); 0: none")
     shared_expert_gate: bool = Field(False, description="Qwen2-MoE: sigmoid gate on the shared expert's output")
     first_dense_layers: int = Field(0, ge=0, description="the first layers are dense (first_k_dense_replace)")
@@ -282,6 +289,23 @@ class ModelSpec(BaseModel):
             raise ValueError(f"dropout = {str(both).lower()} sets attention_dropout and hidden_dropout both, but "
                              f"{clash[0]} = {str(data[clash[0]]).lower()} is given too: give the two switches only")
         return {**data, "attention_dropout": both, "hidden_dropout": both}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_balancing(cls, data: Any) -> Any:
+        """aux_loss_per_sequence and load_balancing seq_aux_loss say the same: either sets the other; a pair that
+        contradicts itself is refused."""
+        if not isinstance(data, dict) or not ("aux_loss_per_sequence" in data or "load_balancing" in data):
+            return data
+        per_sequence, kind = data.get("aux_loss_per_sequence"), data.get("load_balancing")
+        if kind is None:
+            return {**data, "load_balancing": "seq_aux_loss" if per_sequence is True else "aux_loss"}
+        if per_sequence is None:
+            return {**data, "aux_loss_per_sequence": kind == "seq_aux_loss"}
+        if isinstance(per_sequence, bool) and per_sequence is not (kind == "seq_aux_loss"):
+            raise ValueError(f"aux_loss_per_sequence = {str(per_sequence).lower()} contradicts load_balancing = "
+                             f"{kind!r} (the per-sequence loss is load_balancing seq_aux_loss): give one of them")
+        return data
 
     @model_validator(mode="after")
     def _consistent(self) -> "ModelSpec":

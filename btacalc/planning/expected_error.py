@@ -18,7 +18,11 @@ overlap's hidden share is a located over-prediction (docs/clock.md 'ovlprof': on
 exchange showed 6.65 s where btacalc shows 2.08 s), so an overlapped plan should expect what the overlapped runs
 show, not what the MoE runs without it do.
 
-A profile file, or a built-in profile changed (e.g. by `whatif`), is in no calibration family: its group starts
+A profile file, or a built-in profile changed (e.g. by `whatif`), is matched to a calibration family by what it is
+(fu22: a copied b200.toml with one number edited got the broad "GPUs, MoE" group, by its name): the family of the
+built-in profiles of its kind of device and compute capability (the architecture: sm_80, sm_90, sm_100, sm_103; the
+wafers state none) whose calibration factors it carries unchanged, the factors the family's runs were predicted with;
+its group then names it. A profile that matches no such family (another architecture, or factors of its own) starts
 at 3. The errors ship as data (btacalc/data/expected_error.json, written with the README's accuracy tables by
 `python tools/accuracy.py` and checked current by a test), so a plan reads a file instead of re-running the
 cross-validation (crossval.held_out_errors builds it). The summary is the cross-validation's own
@@ -35,8 +39,8 @@ from typing import Callable, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..config.calibration_families import family_of
-from ..config.hardware import HardwareProfile, resolve_hardware
+from ..config.calibration_families import FamilySpec, family_of, load_families
+from ..config.hardware import HardwareProfile, builtin_profiles, resolve_hardware
 from ..errors import DataError, first_validation_error
 from ..model.problem import Problem
 from ..paths import package_data, profile_names
@@ -75,6 +79,8 @@ class PlanKind(BaseModel):
 
     calibration_family: Optional[str]
     family_profiles: list[str] = Field(default_factory=list, description="the calibration family's profiles")
+    matched: str = Field("", description="how a profile that is not a built-in one as shipped was matched to the "
+                         "family (empty: it is one)")
     device: str
     moe: bool
     low_precision: bool
@@ -88,7 +94,7 @@ def _groups(kind: PlanKind) -> list[tuple[str, Callable[[HeldOutRun], bool]]]:
     precision = "low precision" if kind.low_precision else "16-bit"
     out: list[tuple[str, Callable[[HeldOutRun], bool]]] = []
     fam = kind.calibration_family
-    named = f"{fam} ({', '.join(kind.family_profiles)})"
+    named = f"{fam} ({', '.join(kind.family_profiles)}{'; ' + kind.matched if kind.matched else ''})"
     if fam is not None and kind.moe and kind.device == "gpu":  # (a wafer runs no Megatron EP overlap)
         overlap = "with the EP overlap" if kind.ep_overlap else "without the EP overlap"
         out.append((f"{named}, MoE {overlap}, {precision}", lambda r: r.calibration_family == fam and r.moe
@@ -126,9 +132,33 @@ def plan_kind(hardware: HardwareProfile, moe: bool, low_precision: bool, ep_over
     """A plan's kind; a profile is in its calibration family only when it is the built-in profile unchanged
     (`ep_overlap`: the plan runs --overlap-moe-expert-parallel-comm)."""
     builtin = hardware.name in profile_names() and resolve_hardware(hardware.name) == hardware
-    spec = family_of(hardware.name) if builtin else None
+    spec, matched = (family_of(hardware.name), "") if builtin else architecture_family(hardware)
     return PlanKind(calibration_family=spec.name if spec else None, family_profiles=spec.profiles if spec else [],
-                    device=hardware.family, moe=moe, low_precision=low_precision, ep_overlap=ep_overlap)
+                    matched=matched, device=hardware.family, moe=moe, low_precision=low_precision,
+                    ep_overlap=ep_overlap)
+
+
+def architecture_family(hardware: HardwareProfile) -> tuple[Optional[FamilySpec], str]:
+    """The calibration family of a profile that is not a built-in one as shipped (a copied file, a `whatif` change),
+    and the words that say how it was matched: the one family with a built-in profile of the same kind of device and
+    compute capability whose factors (the family's `factors`: compute_efficiency on GPUs) the profile carries
+    unchanged. None: no family, or more than one."""
+    def factors(p: HardwareProfile, spec: FamilySpec) -> list[Optional[float]]:
+        return [getattr(getattr(p.calibration, f), "value", None) for f in spec.factors]
+
+    shipped_profiles = builtin_profiles()
+    found = [(spec, name) for spec in load_families() for name in spec.profiles
+             if name in shipped_profiles and shipped_profiles[name].family == hardware.family
+             and shipped_profiles[name].chip.capability == hardware.chip.capability
+             and factors(shipped_profiles[name], spec) == factors(hardware, spec)]
+    families = {spec.name for spec, _ in found}
+    if len(families) != 1:
+        return None, ""
+    spec, like = found[0]
+    arch = f"compute capability {hardware.chip.capability:g}" if hardware.chip.capability else "a wafer"
+    values = ", ".join(f"{f} {v:g}" for f, v in zip(spec.factors, factors(hardware, spec)) if v is not None)
+    return spec, (f"{hardware.name} is no built-in profile as shipped: taken as {like}'s family by its {arch} and its "
+                  f"{values or 'factors'}")
 
 
 def kind_of(problem: Problem) -> PlanKind:
