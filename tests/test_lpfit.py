@@ -34,6 +34,12 @@ EXCLUDED: dict[str, str] = {  # none from fsdp1 (PyTorch FSDP1: --fsdp-impl torc
        "torchtitan's per-op activation checkpoint counts the mms of 16-bit linears; a torchao Float8 linear runs "
        "torch._scaled_mm in their place (and FSDP2 gathers its weights in float8), neither modelled"
        for n in (32, 64)},
+    # task runs38 (docs/runs.md 'runs38'): NeMo 24.07's Nemotron-4 340B row on 128 H100 ran; btacalc does not fit it
+    "nemotron4-340b-h100-128-fp8-nemo2407-tp8-pp8-vp12":
+        "with the NeMo 24.07 launcher file's settings (selective recompute, no FP8 parameters, DP 2) btacalc puts "
+        "stage 0 at 94.0 GB of 79.3 usable: 34.6 GB of fp32 Adam state and 10.4 GB of FP8 weight copies beside "
+        "11.5 GB each of weights and gradients; what the run saved is not found (Apex's int16 param remainders, "
+        "not modelled for Apex, save 5.8 GB; FP8 parameters are not in the file)",
 }
 
 RUNS = load_runs()
