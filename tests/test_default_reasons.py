@@ -31,7 +31,8 @@ def test_the_four_defaults_carry_their_reasons(cli):
 
 
 @pytest.mark.parametrize("given, key", [(("--full-scores",), "causal"), (("--causal",), "causal"),
-                                        (("--accounting", "ideal"), "accounting"), (("--optimizer", "adam"), "optimizer"),
+                                        (("--accounting", "ideal"), "accounting"),
+                                        (("--optimizer", "adam"), "optimizer"),
                                         (("--optimizer-moments", "fp32"), "moment_bytes")])
 def test_a_value_given_is_no_default(cli, given, key):
     inputs = _inputs(cli, *given)

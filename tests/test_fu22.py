@@ -20,23 +20,11 @@ import pytest
 from btacalc.config.bridge_run import import_bridge
 from btacalc.config.megatron_run import import_megatron
 from btacalc.config.presets import resolve_model
+from support import MOONLIGHT
 
 DATA = Path(__file__).parent / "data"
 AUX_DESTS = ("--moe-aux-loss-coeff", "--moe-router-load-balancing-type", "model.moe_aux_loss_coeff",
              "model.moe_router_load_balancing_type")
-
-# tests/test_freshuser22.py's Moonlight-16B-A3B config.json: aux_loss_alpha 0.001 with seq_aux (a per-sequence loss)
-MOONLIGHT = {
-    "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "vocab_size": 163840,
-    "hidden_size": 2048, "intermediate_size": 11264, "moe_intermediate_size": 1408, "num_hidden_layers": 27,
-    "num_attention_heads": 16, "num_key_value_heads": 16, "n_shared_experts": 2, "n_routed_experts": 64,
-    "routed_scaling_factor": 2.446, "kv_lora_rank": 512, "q_lora_rank": None, "qk_rope_head_dim": 64,
-    "v_head_dim": 128, "qk_nope_head_dim": 128, "topk_method": "noaux_tc", "n_group": 1, "topk_group": 1,
-    "num_experts_per_tok": 6, "moe_layer_freq": 1, "first_k_dense_replace": 1, "norm_topk_prob": True,
-    "scoring_func": "sigmoid", "aux_loss_alpha": 0.001, "seq_aux": True, "hidden_act": "silu",
-    "max_position_embeddings": 8192, "initializer_range": 0.02, "rms_norm_eps": 1e-05, "rope_theta": 50000.0,
-    "rope_scaling": None, "attention_bias": False, "attention_dropout": 0.0, "tie_word_embeddings": False,
-}
 
 
 def _model(tmp_path, which: str) -> tuple[str, float, str]:

@@ -104,8 +104,7 @@ def read_overrides(text: str, source: str, reads: Callable[[str], bool] = lambda
         if not key:
             raise BtacalcError(f"{source}: {_cut(word)!r} names no key (Hydra's key=value)")
         value = override.value()
-        if reads(key):
-            refuse_interpolation(value, key, source)
+        refuse_interpolation(value, key, source, reads=reads)
         for name, leaf in _leaves(value, key, source):
             # struct mode (omegaconf_utils.py L180): a key not in the config is refused by Hydra ("Could not
             # override"); a misspelt field names the nearest real one
@@ -117,15 +116,17 @@ def read_overrides(text: str, source: str, reads: Callable[[str], bool] = lambda
     return out
 
 
-def refuse_interpolation(value: Any, key: str, source: str, yaml: bool = False) -> None:
+def refuse_interpolation(value: Any, key: str, source: str, yaml: bool = False,
+                         reads: Callable[[str], bool] = lambda key: True) -> None:
     """OmegaConf resolves `${...}` against the recipe's config (to_container(resolve=True)), whose values btacalc
     does not have: in a Hydra override, or (`yaml`) in a YAML file's value (hostile37: there it was read as the string
-    and refused as one Bridge "sets as given", which it does not: omegaconf_utils.py L157 resolves it first)."""
+    and refused as one Bridge "sets as given", which it does not: omegaconf_utils.py L157 resolves it first). Refused
+    where btacalc `reads` the key (asked only of a key that holds one); elsewhere the key is listed as ignored."""
     items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else [value]
     for item in items:
         if isinstance(item, (dict, list)):
-            refuse_interpolation(item, key, source, yaml)
-        elif isinstance(item, str) and "${" in item:
+            refuse_interpolation(item, key, source, yaml, reads)
+        elif isinstance(item, str) and "${" in item and reads(key):
             given = f"{key}: {_cut(repr(item))}" if yaml else f"{key}={_cut(item)}"
             raise BtacalcError(f"{source}: {given}: an interpolation, which Bridge resolves against the "
                                "recipe's config, which btacalc does not have: give the value")

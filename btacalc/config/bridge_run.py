@@ -326,8 +326,7 @@ def _yaml_overrides(text: str, source: str) -> dict[str, Any]:
     except BtacalcError as exc:
         raise BtacalcError(f"{source}: {exc}") from None
     for key, value in flat.items():
-        if _read_by_btacalc(key):
-            refuse_interpolation(value, key, source, yaml=True)
+        refuse_interpolation(value, key, source, yaml=True, reads=_read_by_btacalc)
     return flat
 
 
