@@ -134,11 +134,12 @@ def test_sweep_takes_plans_batch_options_at_every_point(cli):
 
 
 @pytest.mark.parametrize("change", [("--experts", "64"), ("--top-k", "4", "--fixed-active"), ("--causal",),
-                                    ("--accounting", "pytorch")])
+                                    ("--accounting", "pytorch"), ("--loss", "stored")])
 def test_compare_asks_its_rows_of_the_changed_model_and_counting(cli, change):
     """compare took neither plan's model overrides (--experts, --top-k, --expert-ffn, --fixed-active) nor --causal
-    or --accounting, so it could not put the BTA paper's sparser variants side by side: each row is now plan's answer
-    for the same change, the wafer row and the GPU row alike."""
+    or --accounting, so it could not put the BTA paper's sparser variants side by side; nor --loss (session 31), so a
+    row kept the default cross-entropy's logits whatever the launch used: each row is now plan's answer for the same
+    change, the wafer row and the GPU row alike."""
     code, out, err = cli("compare", "--hw", "wse3,b200", "--devices", "8", *change, "--quiet", "--json")
     assert code == 0, err
     rows = {r["hardware"]: r for r in json.loads(out)["rows"]}

@@ -9,7 +9,7 @@ import typer
 from ..errors import BtacalcError
 from .groups import LayoutOptions, RecipeOptions, takes_option_groups
 from .options import (refuse_fsdp_only, Accounting, AccountingOpt, Attention, AttentionOpt, CausalOpt, ExpertFfnOpt,
-                      ExpertsOpt, FixedActiveOpt, TopKOpt, GpusPerNodeOpt, GradAccumOpt, Match,
+                      ExpertsOpt, FixedActiveOpt, TopKOpt, GpusPerNodeOpt, GradAccumOpt, Loss, LossOpt, Match,
                       MemoryModelChoice, MemoryModelOpt, ModelOpt, NameOpt, OutputOpt, OverlapA2aOpt, OverlapOpt,
                       QuietOpt, RecomputeOpt, SeqOpt, check_bounds, emit_result, help_text, outputs, value, with_flags)
 from .progress import progress
@@ -93,6 +93,7 @@ def compare(
     recompute: Optional[str] = RecomputeOpt,
     attention: Optional[Attention] = AttentionOpt,
     causal: Optional[bool] = CausalOpt,
+    loss: Optional[Loss] = LossOpt,
     accounting: Optional[Accounting] = AccountingOpt,
     memory_model: Optional[MemoryModelChoice] = MemoryModelOpt,
     overlap: bool = OverlapOpt,
@@ -113,12 +114,12 @@ def compare(
     from ..planning.compare import CompareRequest
 
     check_bounds({"--systems": systems})
-    refuse_fsdp_only("compare", recompute, None)
+    refuse_fsdp_only("compare", recompute, value(loss))
     outs = outputs(output, as_json, csv_path, plot_path, inputs={"--model": model, "--hw": hw})
     spec, profiles = resolve_model(model, name).with_overrides(experts, top_k, expert_ffn, fixed_active), _profiles(hw)
     counts = _device_counts(devices, match, memory_model, profiles)
     run = ExecutionRequest(seq_len=seq, recompute=recompute, attention=value(attention), causal=causal,
-                           accounting=value(accounting),
+                           loss=value(loss), accounting=value(accounting),
                            memory_model=value(memory_model), overlap_streaming=overlap, expert_parallel=ep,
                            zero_stage=zero, devices_per_node=gpus_per_node, overlap_all_to_all=overlap_a2a,
                            micro_batches=grad_accum, limits=BatchLimits(global_batch=global_batch),
