@@ -26,7 +26,7 @@ from .options import (AccountEmbeddingOpt, AccountLossOpt, AllgatherDispatcherOp
                       MicrobatchGroupOpt, MomentsOpt, MOMENT_BYTES, Moments, MtpOpt, NcclUbOpt, NvlsOpt, Optimizer,
                       OptimizerOpt, OverlapGradOpt, OverlapP2pOpt, OverlapParamOpt, PadToCapacityOpt,
                       PipelineLayoutOpt, PpOpt, PrecisionAwareOpt, RecomputeLayersOpt, RhtCastFusionOpt, RoutingOpt,
-                      SpOpt, TeVersionOpt, TpOpt, TpOverlapOpt, VpOpt, WgradFusionOpt, value)
+                      SpOpt, TeVersionOpt, TpOpt, TpOverlapOpt, VocabMultipleOpt, VpOpt, WgradFusionOpt, value)
 
 
 @dataclass(frozen=True)
@@ -100,6 +100,7 @@ class LayoutOptions:
     ddp_bucket_size: Optional[int] = None
     ddp_num_buckets: Optional[int] = None
     microbatch_group_size: Optional[int] = None
+    vocab_multiple: Optional[int] = None
     cuda_graph_scope: Optional[str] = None
     attention_kernel: Optional[str] = None
     eager_kernels: bool = False
@@ -134,7 +135,7 @@ class LayoutOptions:
             "deepep": self.deepep, "hybridep": self.hybridep, "allgather_dispatcher": self.allgather_dispatcher,
             "dispatcher_sms": self.dispatcher_sms, "nccl_ub": self.nccl_ub, "nvls": self.nvls,
             "ddp_bucket_params": self.ddp_bucket_size, "ddp_num_buckets": self.ddp_num_buckets,
-            "microbatch_group": self.microbatch_group_size,
+            "microbatch_group": self.microbatch_group_size, "vocab_multiple": self.vocab_multiple,
             "cuda_graph_scope": cuda_graph_scopes(self.cuda_graph_scope),
             "attention_kernel": self.attention_kernel, "eager_kernels": self.eager_kernels,
             "cpu_offload_layers": self.cpu_offloading_num_layers, "moment_bytes": moments,
@@ -158,7 +159,7 @@ LAYOUT_OPTIONS: dict[str, tuple[Any, Any]] = {
     "allgather_dispatcher": (bool, AllgatherDispatcherOpt),
     "dispatcher_sms": (Optional[int], DispatcherSmsOpt), "nccl_ub": (bool, NcclUbOpt), "nvls": (bool, NvlsOpt),
     "ddp_bucket_size": (Optional[int], DdpBucketSizeOpt), "ddp_num_buckets": (Optional[int], DdpNumBucketsOpt),
-    "microbatch_group_size": (Optional[int], MicrobatchGroupOpt),
+    "microbatch_group_size": (Optional[int], MicrobatchGroupOpt), "vocab_multiple": (Optional[int], VocabMultipleOpt),
     "cuda_graph_scope": (Optional[str], CudaGraphScopeOpt),
     "attention_kernel": (Optional[str], AttentionKernelOpt), "eager_kernels": (bool, EagerKernelsOpt),
     "cpu_offloading_num_layers": (int, CpuOffloadOpt), "optimizer_moments": (Optional[Moments], MomentsOpt),

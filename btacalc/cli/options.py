@@ -214,6 +214,9 @@ MicrobatchGroupOpt = typer.Option(None, "--microbatch-group-size", min=1, help=h
     "Megatron's --microbatch-group-size-per-virtual-pipeline-stage N: the interleaved schedule runs each model chunk "
     "for N micro-batches in a row; PP <= N <= M and M mod N 0 or at least PP (Megatron-Core schedules.py "
     "L1160-1180), so M need not be a multiple of PP [default: N = PP, Megatron's]."))
+VocabMultipleOpt = typer.Option(None, "--vocab-multiple", min=1, help=help_text(
+    "Megatron's --make-vocab-size-divisible-by m: the vocabulary padded up to a multiple of m x TP (the embedding, "
+    "output layer and logits that wide; megatron/training/vocab_utils.py L58-59) [default: 128, Megatron-LM's]."))
 CudaGraphScopeOpt = typer.Option(None, "--cuda-graph-scope", help=help_text(
     "Megatron's per-layer CUDA graphs (--cuda-graph-impl transformer_engine), comma-separated scopes: attn, mlp, "
     "moe_router, moe_preprocess (with moe_router); their kernels, module calls and eager glue replay from one "

@@ -80,6 +80,10 @@ REASONS = {
     "optimizer": f"adam: Megatron-LM's default --optimizer ({MEGATRON} megatron/training/arguments.py L2913)",
     "moment_bytes": ("4: Adam's two moments in fp32, Megatron-Core's default (--exp-avg-dtype and --exp-avg-sq-dtype "
                      f"fp32, {MEGATRON} megatron/core/optimizer/optimizer_config.py L203, L206)"),
+    "vocab_multiple": (f"128 x TP: Megatron-LM pads the vocabulary up to a multiple of --make-vocab-size-divisible-by "
+                       f"(default 128, {MEGATRON} megatron/training/arguments.py L2441) times TP (vocab_utils.py "
+                       "L58-59); the embedding, the output layer and the logits are that wide (--vocab-multiple sets "
+                       "the flag)"),
     "sequence_parallel": ("on with tensor parallelism: Korthikanti et al. 2022 §4.2.2 (activations split t ways at "
                           "the same communication volume); Megatron-Core needs it for MoE layers under TP "
                           "(moe_layer.py) though its CLI default is off"),
@@ -322,6 +326,10 @@ class Layout:
     # N = PP (model_parallel_config.py L567-568). Read by the schedule (model/gpu/schedule.py) and the in-flight
     # count (model/gpu/stages.py); ignored without interleaving, as Megatron ignores it
     microbatch_group: Optional[int] = None
+    # Megatron's --make-vocab-size-divisible-by m: the vocabulary is padded up to a multiple of m x TP (megatron/training/
+    # vocab_utils.py L58-59); None: Megatron-LM's default (formulas/constants.toml [megatron]), applied by
+    # model/problem.py padded_vocab
+    vocab_multiple: Optional[int] = None
     # M came from the global batch (N / (DP x micro-batch)), not from {micro_batches}: a refusal of M says so rather
     # than name the option (review35)
     micro_batches_derived: bool = False
@@ -457,6 +465,8 @@ class Layout:
             sizes += (("ddp_bucket_params", self.ddp_bucket_params),)
         if self.microbatch_group is not None:
             sizes += (("microbatch_group", self.microbatch_group),)
+        if self.vocab_multiple is not None:
+            sizes += (("vocab_multiple", self.vocab_multiple),)
         if self.ddp_num_buckets is not None:
             sizes += (("ddp_num_buckets", self.ddp_num_buckets),)
             if self.ddp_bucket_params is not None:
@@ -798,7 +808,9 @@ LIMIT_TEXT = {MAX_SEQUENCES: "2^62 sequences, more than any training batch",
 _SIZE_LIMITS = {"micro_batches": (MAX_SEQUENCES, LIMIT_TEXT[MAX_SEQUENCES]),
                 "ddp_bucket_params": (MAX_SEQUENCES, "2^62 parameters, more than any model's"),
                 "ddp_num_buckets": (MAX_SEQUENCES, "2^62 buckets, more than any model's parameters"),
-                "microbatch_group": (MAX_SEQUENCES, LIMIT_TEXT[MAX_SEQUENCES])}
+                "microbatch_group": (MAX_SEQUENCES, LIMIT_TEXT[MAX_SEQUENCES]),
+                # times TP (at most 2^20) it stays inside int64 for numpy's arrays of layouts
+                "vocab_multiple": (1 << 40, "2^40, far wider than any vocabulary")}
 
 
 # How Cerebras splits a wafer cluster's global batch (model/wafer/batching.py has the sources); checked
@@ -950,6 +962,7 @@ class ExecutionRequest:
     ddp_bucket_params: Optional[int] = None  # Layout.ddp_bucket_params (Megatron --ddp-bucket-size)
     ddp_num_buckets: Optional[int] = None  # Layout.ddp_num_buckets (Megatron --ddp-num-buckets)
     microbatch_group: Optional[int] = None  # Layout.microbatch_group (Megatron --microbatch-group-size-per-...)
+    vocab_multiple: Optional[int] = None  # Layout.vocab_multiple (Megatron --make-vocab-size-divisible-by)
     ddp_buckets_every_stage: bool = False  # Layout.ddp_buckets_every_stage (Apex DistributedFusedAdam's buckets)
     cuda_graph_scope: tuple[str, ...] = ()  # Layout.cuda_graph_scope
     tp_overlap_cfg: Optional[tuple[UbOverlap, ...]] = None  # Layout.tp_overlap_cfg (a run's userbuffers table)

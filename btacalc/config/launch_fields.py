@@ -164,7 +164,7 @@ def request_from_fields(f: Fields, spec: ModelSpec, devices: int, per_node: Opti
         allgather_dispatcher=bool(f.get("layout.allgather_dispatcher")), hybridep=bool(f.get("layout.hybridep")),
         dispatcher_sms=f.get("layout.dispatcher_sms"), nccl_ub=bool(f.get("layout.nccl_ub")),
         ddp_bucket_params=f.get("layout.ddp_bucket_params"), ddp_num_buckets=f.get("layout.ddp_num_buckets"),
-        microbatch_group=f.get("layout.microbatch_group"),
+        microbatch_group=f.get("layout.microbatch_group"), vocab_multiple=f.get("layout.vocab_multiple"),
         cuda_graph_scope=tuple(f.get("layout.cuda_graph_scope") or ()),
         limits=BatchLimits(global_batch=global_batch, micro_batch=micro or 1, tiles=1),
         tensor_parallel=f["layout.tensor_parallel"], sequence_parallel=f["layout.sequence_parallel"],

@@ -668,13 +668,19 @@ PLACEHOLDER_RUN = {"train_iters": 100, "lr": 1.0e-4}
 
 
 def _enc_vocab(f: Fields) -> Args:
-    return {"vocab_size": f["model.vocab_size"], "tokenizer_type": "NullTokenizer", "mock_data": True, **PLACEHOLDER_RUN}
+    multiple = {"make_vocab_size_divisible_by": f["layout.vocab_multiple"]} if f.get("layout.vocab_multiple") else {}
+    return {"vocab_size": f["model.vocab_size"], **multiple, "tokenizer_type": "NullTokenizer", "mock_data": True,
+            **PLACEHOLDER_RUN}
 
 
 def _dec_vocab(get: Get) -> Fields:
+    """The vocabulary and its padding multiple (--make-vocab-size-divisible-by, read as Layout.vocab_multiple; not
+    given: Megatron-LM's default, which the plan applies; Megatron-LM refuses 0 or below, megatron_run checks it)."""
     get("tokenizer_type")
     get("mock_data")
-    return {"model.vocab_size": optional_int(get("vocab_size"), "vocab_size")}
+    multiple = optional_int(get("make_vocab_size_divisible_by"), "make_vocab_size_divisible_by") \
+        if get.given("make_vocab_size_divisible_by") else None
+    return {"model.vocab_size": optional_int(get("vocab_size"), "vocab_size"), "layout.vocab_multiple": multiple}
 
 
 def _enc_mtp(f: Fields) -> Args:

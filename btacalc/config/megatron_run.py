@@ -76,12 +76,13 @@ IGNORED: tuple[tuple[str, str], ...] = (
     (r"(fp8.*|fp4.*)",
      "low-precision details btacalc does not model: the amax history (a few KB per module) and its reduction, "
      "FP8 margins (btacalc/data/precision.toml)"),
-    # hostile35: the reason said "btacalc counts --vocab-size as given", where the plan pads it to Megatron-LM's default
-    # multiple (model/problem.py padded_vocab); a multiple that pads it otherwise is refused (_vocab_padding)
     (r"decoder_seq_length", "an encoder-decoder model's target length: pretrain_gpt.py's GPTModel trains at "
                             "--seq-length (Megatron-LM checks only that the positions cover it, arguments.py L1357)"),
-    (r"make_vocab_size_divisible_by", "vocabulary padding: it pads this vocabulary as Megatron-LM's default 128 x TP "
-                                      "does, which btacalc plans"),
+    # a Megatron-LM launch's multiple is read (Layout.vocab_multiple, megatron_model_rows._dec_vocab); a Bridge file's
+    # model.make_vocab_size_divisible_by is not: Bridge pads only a vocabulary the model leaves unset
+    (r"make_vocab_size_divisible_by", "Megatron-Bridge pads only a vocabulary the model leaves unset, the tokenizer's "
+                                      "(training/setup.py L741-781 @ 067f987d); btacalc plans model.vocab_size padded "
+                                      "at Megatron-LM's 128 x TP"),
     (r"(cuda_graph_.*|enable_cuda_graph|external_cuda_graph)",
      "CUDA graphs beyond --cuda-graph-impl transformer_engine's per-layer scopes (read): warm-up steps, the "
      "graphs' static buffers and the local implementation are not modelled"),
@@ -531,7 +532,7 @@ def imported_run(launch: Launch, devices: Optional[int], name: Optional[str] = N
         notes.append(CHECKPOINT_ARGS_NOTE)
     spec = model_from_fields(fields, launch.source, notes, name)
     if not bridge:
-        _vocab_padding(launch, spec.vocab_size)
+        _vocab_padding(launch)
         _megatron_batch(launch, fields, devices, notes)
     elif fields.get("batch.global_batch") is None:
         notes.append(BRIDGE_NO_GLOBAL_BATCH)
@@ -564,13 +565,12 @@ def _megatron_ffn(launch: Launch) -> Launch:
     return replace(launch, args={**launch.args, "ffn_hidden_size": ffn})
 
 
-def _vocab_padding(launch: Launch, vocab: int) -> None:
-    """hostile35: Megatron-LM trains the vocabulary padded up to a multiple of --make-vocab-size-divisible-by x TP
-    (megatron/training/vocab_utils.py L44-59 @ d98e8a64; the flag's default 128, arguments.py L2441), and btacalc plans
-    it padded at that default (model/problem.py padded_vocab). A launch's other multiple was listed as ignored ("btacalc
-    counts --vocab-size as given") and planned at 128 x TP: a multiple that pads this vocabulary to another width is
-    refused (one that pads it alike, 64 for 50,257 at TP 1, plans as it runs); Megatron-LM refuses 0 or below
-    (L53-54)."""
+def _vocab_padding(launch: Launch) -> None:
+    """Megatron-LM trains the vocabulary padded up to a multiple of --make-vocab-size-divisible-by x TP
+    (megatron/training/vocab_utils.py L44-59 @ d98e8a64; the flag's default 128, arguments.py L2441), and so does the
+    plan (Layout.vocab_multiple, model/problem.py padded_vocab). hostile35 refused a multiple that padded the
+    vocabulary otherwise than the default; session 31 plans it (Megatron-LM's own examples give 1, 64, 1187, 3232).
+    Megatron-LM refuses 0 or below (L53-54)."""
     given = launch.args.get("make_vocab_size_divisible_by")
     if given is None:
         return
@@ -578,14 +578,6 @@ def _vocab_padding(launch: Launch, vocab: int) -> None:
     if multiple < 1:
         raise BtacalcError(f"{launch.source}: Megatron-LM would refuse this launch: {flag} {multiple} (it raises "
                            "'make_vocab_size_divisible_by must be positive', megatron/training/vocab_utils.py L53-54)")
-    default = integer(flags_by_dest()["make_vocab_size_divisible_by"][0].default, "make_vocab_size_divisible_by")
-    tp = integer(launch.args.get("tensor_model_parallel_size") or 1, "tensor_model_parallel_size")
-    padded, planned = (-(-vocab // (m * tp)) * m * tp for m in (multiple, default))
-    if padded != planned:
-        raise BtacalcError(f"{launch.source}: {flag} {multiple} pads the vocabulary of {vocab:,} to {padded:,} (a "
-                           f"multiple of {multiple} x TP {tp}, megatron/training/vocab_utils.py L58-59 @ d98e8a64); "
-                           f"btacalc pads at Megatron-LM's default {default} x TP ({planned:,}) and cannot plan that "
-                           "width: leave the flag out to plan the default padding")
 
 
 def _megatron_batch(launch: Launch, f: Fields, devices: int, notes: list[str]) -> None:

@@ -296,6 +296,7 @@ _GPU_LAYOUT: tuple[tuple[str, str, Any], ...] = (
     ("ddp_bucket_size", "ddp_bucket_params", None),
     ("ddp_num_buckets", "ddp_num_buckets", None),
     ("microbatch_group_size", "microbatch_group", None),
+    ("vocab_multiple", "vocab_multiple", None),
     ("overlap_grad_reduce", "overlaps.grad_reduce", None),
     ("overlap_param_gather", "overlaps.param_gather", None),
     ("tp_comm_overlap", "overlaps.tp_comm", None),
@@ -852,6 +853,8 @@ def _resolve_layout(request: ExecutionRequest, model: "ModelSpec", profile: "Har
     sp = bool(request.sequence_parallel)
     if tp > 1:
         sp = chosen.pick("sequence_parallel", request.sequence_parallel, True, REASONS["sequence_parallel"])
+    if profile.family == "gpu" and request.vocab_multiple is None:
+        chosen.reasons["vocab_multiple"] = REASONS["vocab_multiple"]
     return Layout(devices=devices, expert_parallel=ep, zero_stage=zero, devices_per_node=node,
                   tensor_parallel=tp, sequence_parallel=sp, pipeline_parallel=pp,
                   virtual_pipeline=sizes["virtual_pipeline"], context_parallel=sizes["context_parallel"],
@@ -861,7 +864,7 @@ def _resolve_layout(request: ExecutionRequest, model: "ModelSpec", profile: "Har
                   dispatcher_sms=request.dispatcher_sms,
                   nccl_ub=request.nccl_ub, nvls=request.nvls, ddp_bucket_params=request.ddp_bucket_params,
                   ddp_num_buckets=request.ddp_num_buckets, microbatch_group=request.microbatch_group,
-                  ddp_buckets_every_stage=request.ddp_buckets_every_stage,
+                  vocab_multiple=request.vocab_multiple, ddp_buckets_every_stage=request.ddp_buckets_every_stage,
                   cuda_graph_scope=tuple(request.cuda_graph_scope), tp_overlap_cfg=request.tp_overlap_cfg,
                   overlap=_resolve_overlaps(request, chosen, devices > 1, sizes["virtual_pipeline"] > 1))
 

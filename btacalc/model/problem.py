@@ -64,11 +64,11 @@ def _positions_key(stored: Optional[frozenset[int]]) -> Optional[tuple[int, ...]
     return None if stored is None else tuple(sorted(stored))
 
 
-def padded_vocab(vocab_size: int, tensor_parallel: Any) -> Any:
-    """The vocabulary Megatron-LM trains with: V rounded up to a multiple of 128·TP
-    (--make-vocab-size-divisible-by, `formulas/constants.toml` [megatron]); the embedding table, the
-    output layer and the logits are that wide. An int, or an array over layouts' TP sizes."""
-    multiple = constants().megatron.make_vocab_size_divisible_by * tensor_parallel
+def padded_vocab(vocab_size: int, tensor_parallel: Any, vocab_multiple: Optional[int] = None) -> Any:
+    """The vocabulary Megatron-LM trains with: V rounded up to a multiple of m·TP, m its
+    --make-vocab-size-divisible-by (`vocab_multiple`; None: the default 128, `formulas/constants.toml` [megatron]);
+    the embedding table, the output layer and the logits are that wide. An int, or an array over layouts' TP sizes."""
+    multiple = (vocab_multiple or constants().megatron.make_vocab_size_divisible_by) * tensor_parallel
     return -(-vocab_size // multiple) * multiple
 
 
@@ -265,7 +265,8 @@ class Problem:
         """Symbol values of one device's share of a batch shape (b as `rank_share`; on a GPU the
         vocabulary as Megatron pads it, `padded_vocab`)."""
         lay = self.layout
-        vocab = {"V": padded_vocab(self.model.vocab_size, lay.tensor_parallel)} if self.hardware.family == "gpu" else {}
+        gpu = self.hardware.family == "gpu"
+        vocab = {"V": padded_vocab(self.model.vocab_size, lay.tensor_parallel, lay.vocab_multiple)} if gpu else {}
         return {**self.symbols, "s": self.run.seq_len if seq_len is None else seq_len, "b": self.rank_share(tile_batch),
                 "G": tiles, "beta": self.run.bytes_per_element, "beta_s": self.run.saved_input_bytes, "P": 0,
                 "t": lay.tensor_parallel, "t_e": lay.expert_tensor_parallel, "c": lay.context_parallel,

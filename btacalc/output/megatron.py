@@ -60,7 +60,7 @@ def run_fields(r: PlanReport, spec: ModelSpec) -> dict[str, Any]:
         "layout.hybridep": par.hybridep and moe,
         "layout.cuda_graph_scope": tuple(par.cuda_graph_scope), "layout.nccl_ub": par.nccl_ub,
         "layout.ddp_bucket_params": par.ddp_bucket_params, "layout.ddp_num_buckets": par.ddp_num_buckets,
-        "layout.microbatch_group": par.microbatch_group,
+        "layout.microbatch_group": par.microbatch_group, "layout.vocab_multiple": par.vocab_multiple,
         "batch.micro_batch": r.plan.global_batch,
         "batch.global_batch": par.data_parallel * par.micro_batches * r.plan.global_batch,
         "run.seq_len": r.inputs.seq_len, "run.recompute": r.inputs.recompute, "run.attention": r.inputs.attention,

@@ -75,6 +75,8 @@ class ParallelInfo(BaseModel):
     microbatch_group: Optional[int] = Field(None, description="micro-batches the interleaved schedule runs each "
                                             "model chunk for in a row (--microbatch-group-size-per-virtual-pipeline-"
                                             "stage); None: Megatron's default, PP")
+    vocab_multiple: Optional[int] = Field(None, description="the vocabulary is padded to a multiple of this x TP "
+                                          "(--make-vocab-size-divisible-by); None: Megatron's default, 128")
     dp_collective_ctas: dict[str, int] = Field(default_factory=dict, description="SMs one data-parallel all-gather, "
                                                "reduce-scatter and all-reduce holds while it hides behind compute "
                                                "(NCCL's ring channels, or its NVLS path with nccl_ub: "
