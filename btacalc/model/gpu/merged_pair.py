@@ -61,6 +61,12 @@ class LayerNodes:
         return cls(pre_fwd, pre_bwd + pre_rec, forward - pre_fwd, backward + recompute - pre_bwd - pre_rec, a2a / 4,
                    delayed_wgrad, minimum(w_pre, pre_bwd), minimum(w_all - w_pre, backward - pre_bwd))
 
+    def stretched(self, factor: Any) -> "LayerNodes":
+        """The compute nodes' times x `factor` (the calls' unchanged): compute slowed by what runs beside it."""
+        return LayerNodes(self.pre_forward * factor, self.pre_backward * factor, self.mlp_forward * factor,
+                          self.mlp_backward * factor, self.call, self.delayed_wgrad, self.pre_wgrad * factor,
+                          self.mlp_wgrad * factor)
+
     @property
     def compute(self) -> Any:
         return self.pre_forward + self.pre_backward + self.mlp_forward + self.mlp_backward

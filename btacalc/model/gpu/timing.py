@@ -584,7 +584,7 @@ def _kind_terms(problem: Problem, kinds: list[tuple[Any, Part]]) -> list[dict[st
         counts = count_gather_time(problem, part.count_bytes, part.count_calls)
         # (the merged schedule's: the rest runs beside compute), and what its pairs wait for the host and the host's
         # own schedule work per layer (`_merged_host`)
-        exposed, waits, issue = _merged(problem, part, a2a, counts)
+        exposed, share, waits, issue = _merged(problem, part, a2a, counts)
         out.append({"compute": part.compute_s,
                     "tp_comm": where(o.tp_comm, maximum(maximum(0.0, tp - part.compute_s),
                                                         layer_overlap_s(problem, part.tp_gemm_s, part.tp_bytes,
@@ -592,30 +592,35 @@ def _kind_terms(problem: Problem, kinds: list[tuple[Any, Part]]) -> list[dict[st
                     "cp_comm": maximum(0.0, cp - part.core_s),
                     "all_to_all": where(o.all_to_all, exposed + counts, a2a + counts),
                     # the SMs the exchange holds cost compute only while compute runs beside it: its hidden part
-                    "a2a_sm_share": where(o.all_to_all, sm_share_loss(problem, a2a - exposed, part.compute_s), 0.0),
+                    "a2a_sm_share": where(o.all_to_all, share, 0.0),
                     "tp_raw": tp, "cp_raw": cp, "a2a_raw": a2a + counts, "count_gathers": counts,
                     "merged_host": where(o.all_to_all, waits, 0.0), "merged_issue": where(o.all_to_all, issue, 0.0)})
     return out
 
 
-def _merged(problem: Problem, part: Part, a2a: Any, counts: Any = 0.0) -> tuple[Any, Any, Any]:
+def _merged(problem: Problem, part: Part, a2a: Any, counts: Any = 0.0) -> tuple[Any, Any, Any, Any]:
     """The all-to-all a layer shows under Megatron's merged 1F1B schedule, node by node (merged_pair.py), with the
     count all-gathers' `counts` seconds in the pre-dispatch node's forward, where Megatron runs the dispatcher's
     preprocess on the compute stream (Megatron-LM @ d98e8a64 megatron/core/models/gpt/fine_grained_callables.py
     L125-129, models/common/model_chunk_schedule_plan.py L160-162); a re-run's are taken there too (a stated
-    approximation: they run in the backward's recompute). Then, for a layer with a dispatch (`_node_host`), what
-    the pair waits for its host beyond its GPU time (`host_pair_time` - `pair_time`) and the host's seconds of the
-    schedule's own work on the layer's nodes (per layer and micro-batch; 0 and 0 for a layer without one)."""
+    approximation: they run in the backward's recompute). With it the compute the exchange's SMs take while hidden
+    (sm_share.py), then, for a layer with a dispatch (`_node_host`), what the pair waits for its host beyond its GPU
+    time (`host_pair_time` - `pair_time`, the compute nodes stretched by that SM share: a GPU slowed by the exchange
+    beside it has less idle for the host to fill) and the host's seconds of the schedule's own work on the layer's
+    nodes (per layer and micro-batch; 0 and 0 for a layer without one)."""
     o = problem.layout.overlap
     nodes = LayerNodes.of(part.compute_s + counts, part.backward_s, part.recompute_s,
                           (part.pre_dispatch_s + counts, part.pre_dispatch_backward_s, part.pre_dispatch_recompute_s),
                           a2a, o.delay_wgrad, (part.wgrad_s, part.pre_dispatch_wgrad_s))
     exposed = merged_exposed(nodes, o.early_attn_release)
+    # the SMs the exchange holds cost compute only while compute runs beside it: its hidden part
+    share = sm_share_loss(problem, a2a - exposed, part.compute_s)
     host = _node_host(problem, part) if np.any(o.all_to_all) else None
     if host is None:
-        return exposed, 0.0, 0.0
-    gpu = pair_time(nodes, o.early_attn_release)
-    return exposed, maximum(0.0, host_pair_time(nodes, host[0], o.early_attn_release) - gpu), host[1]
+        return exposed, share, 0.0, 0.0
+    slowed = nodes.stretched(1.0 + share / where(part.compute_s > 0, part.compute_s, 1.0))
+    gpu = pair_time(slowed, o.early_attn_release)
+    return exposed, share, maximum(0.0, host_pair_time(slowed, host[0], o.early_attn_release) - gpu), host[1]
 
 
 def _node_host(problem: Problem, part: Part) -> Optional[tuple[NodeHost, Any]]:
