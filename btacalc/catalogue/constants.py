@@ -56,6 +56,15 @@ class Megatron(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     make_vocab_size_divisible_by: int = Field(ge=1)
     make_vocab_size_divisible_by_source: str = Field(min_length=10)
+    # the merged 1F1B schedule's host work per node of a layer (model/gpu/merged_pair.py NodeHost)
+    merged_node_build_ref_ops: float = Field(ge=0)
+    merged_node_build_ref_ops_source: str = Field(min_length=10)
+    merged_node_forward_ref_ops: float = Field(ge=0)
+    merged_node_forward_ref_ops_source: str = Field(min_length=10)
+    merged_node_backward_ref_ops: float = Field(ge=0)
+    merged_node_backward_ref_ops_source: str = Field(min_length=10)
+    merged_node_cuda_calls: int = Field(ge=0)
+    merged_node_cuda_calls_source: str = Field(min_length=10)
 
 
 class TransformerEngine(BaseModel):

@@ -324,6 +324,9 @@ class Phase(BaseModel):
                                 "1F1B schedule (fine_grained_callables.py L152-L176 @ d98e8a64): its output, the "
                                 "experts' input, exists before the node that follows it runs (memory.py, "
                                 "--ep-overlap-early-attn-memory-release)")
+    combine_node: bool = Field(False, description="the phase is the combine node of a layer in Megatron's merged 1F1B "
+                               "schedule (fine_grained_callables.py L205-252 @ d98e8a64): the host issues it after the "
+                               "experts in the forward and first of the backward layer's nodes (merged_pair.py)")
     term: list[Term] = []
     gemm: list[Gemm] = Field(default_factory=list, description="the phase's matmuls as (m, n, k) per device: "
                              "what the GPU time model quantises into tiles and waves")

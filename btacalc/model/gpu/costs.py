@@ -237,6 +237,7 @@ def _part(pv: PhaseValues, phases: list[Phase], rows_key: Any, r: Rates, memory_
     quantised = quantised_kind(pv)
     timed = {} if memory_only or r.python_symbols else _gemms_of_part(phases, r)
     graphed = _graphed(phases, r) if not memory_only else {}
+    nodes = not memory_only and any(p.dispatch_node for p in phases)  # an MoE layer: its counts kept by node too
     for phase in phases:
         v = pv.of(phase.name)  # quantity -> value (read by subscript: one shape reads ~20 per phase)
         load = r.load(phase)
@@ -247,7 +248,10 @@ def _part(pv: PhaseValues, phases: list[Phase], rows_key: Any, r: Rates, memory_
         flops = (v["flops_fwd"] + v["flops_bwd"] + v["flops_recompute"]) * load
         traffic = _traffic(phase, v, r, load)
         # 1 for each of `ISSUED_COUNTS` the host still issues, 0 for those a CUDA graph replays (`_eager`)
+        before = _issued_now(part) if nodes else ()
         _issue(part, phase, v, r, plan, _eager(graphed[phase.name]) if phase.name in graphed else _ALL_EAGER)
+        if nodes:
+            _to_node(part, _merged_node(phase), before)
         if plan.fused:
             cast_s = core.add(v, load, flops, traffic, r)
             if cast_s is not None:
@@ -266,12 +270,33 @@ def _part(pv: PhaseValues, phases: list[Phase], rows_key: Any, r: Rates, memory_
         else:  # the solver's candidates (timing reads the parameters alone; `MemoryModel` its own parts)
             _parameters(part, phase, v, quantised)
         _volumes(part, phase, v, r)
+    before = _issued_now(part) if nodes else ()
     if r.flash and not memory_only:
         _fused_core(part, pv, phases, core, r,
                     eager=not any("kernels" in graphed.get(p.name, ()) for p in phases if p.core), report=report)
     if graphed:
         _graph_launches(part)
+    if nodes:  # the attention core and the layer's graph (attention, router, preprocess): the pre-dispatch node's
+        _to_node(part, "pre", before)
     return part
+
+
+def _merged_node(phase: Phase) -> Optional[str]:
+    """The node of Megatron's merged 1F1B schedule a layer phase runs in (`Part.node_issued`; None: the MLP node)."""
+    return "pre" if phase.pre_dispatch else "dispatch" if phase.dispatch_node else "combine" if phase.combine_node \
+        else None
+
+
+def _issued_now(part: Part) -> tuple[Any, ...]:
+    return tuple([getattr(part, n) for n in ISSUED_COUNTS] + [getattr(part, n + "_fwd") for n in ISSUED_COUNTS])
+
+
+def _to_node(part: Part, node: Optional[str], before: tuple[Any, ...]) -> None:
+    """What the part's counts grew by since `before` (`_issued_now`), added to `node`'s (`Part.node_issued`)."""
+    if node is None:
+        return
+    held = part.node_issued.get(node, (0,) * len(before))
+    part.node_issued[node] = tuple([h + now - b for h, now, b in zip(held, _issued_now(part), before)])
 
 
 def _add_time(part: Part, phase: Phase, v: dict[str, Any], t: Any) -> None:

@@ -61,6 +61,12 @@ class LayerNodes:
         return cls(pre_fwd, pre_bwd + pre_rec, forward - pre_fwd, backward + recompute - pre_bwd - pre_rec, a2a / 4,
                    delayed_wgrad, minimum(w_pre, pre_bwd), minimum(w_all - w_pre, backward - pre_bwd))
 
+    def stretched(self, factor: Any) -> "LayerNodes":
+        """The compute nodes' times x `factor` (the calls' unchanged): compute slowed by what runs beside it."""
+        return LayerNodes(self.pre_forward * factor, self.pre_backward * factor, self.mlp_forward * factor,
+                          self.mlp_backward * factor, self.call, self.delayed_wgrad, self.pre_wgrad * factor,
+                          self.mlp_wgrad * factor)
+
     @property
     def compute(self) -> Any:
         return self.pre_forward + self.pre_backward + self.mlp_forward + self.mlp_backward
@@ -96,3 +102,89 @@ def merged_exposed(n: LayerNodes, early_release: bool) -> Any:
 
 
 ROUNDING = 1e-12  # relative: a pair time that differs from its compute by this little is its compute
+
+
+@dataclass(frozen=True)
+class NodeHost:
+    """The host's issue seconds of one merged pair's nodes (forward layer f, backward layer b), in the order Megatron's
+    `TransformerLayerSchedulePlan.run` calls them (module docstring of `host_pair_time`), each node's own kernels,
+    module calls and glue with the schedule's per-node work; `build`: making the layer's nodes (once per layer and
+    micro-batch, taken at the pair's start). `dispatch_forward` is what the host issues before the dispatcher's sync;
+    `sync`: the forward dispatch waits on the host for the GPU (the dispatcher's device-to-host sync), `comm_sync`:
+    that wait also covers the comm stream's work before it (HybridEP's stream sync, DeepEP's received counts, the
+    alltoall dispatcher when its copies are issued on the comm stream) rather than the pre-dispatch node's alone."""
+
+    build: Any = 0.0
+    combine_backward: Any = 0.0
+    pre_forward: Any = 0.0
+    mlp_backward: Any = 0.0
+    dispatch_forward: Any = 0.0
+    mlp_dw: Any = 0.0
+    dispatch_backward: Any = 0.0
+    mlp_forward: Any = 0.0
+    combine_forward: Any = 0.0
+    pre_backward: Any = 0.0
+    pre_dw: Any = 0.0
+    sync: bool = True
+    comm_sync: bool = True
+
+
+# (node, stream, the node of the same micro-batch whose CUDA event it waits for) in the host's issue order:
+# Megatron-LM @ d98e8a64 models/common/model_chunk_schedule_plan.py L261-301; the dw calls record no event
+# (models/common/utils.py L323-358), so a node's event is the last node of its micro-batch issued before it
+_ORDER = (("combine_backward", "comm", None), ("pre_forward", "comp", None),
+          ("mlp_backward", "comp", "combine_backward"), ("dispatch_forward", "comm", "pre_forward"),
+          ("mlp_dw", "comp", None), ("dispatch_backward", "comm", "mlp_backward"), ("mlp_forward", "comp", "dispatch_forward"),
+          ("combine_forward", "comm", "mlp_forward"), ("pre_backward", "comp", "dispatch_backward"),
+          ("pre_dw", "comp", None))
+_EARLY = _ORDER[:6] + (_ORDER[8], _ORDER[6], _ORDER[7], _ORDER[9])  # pre_backward before mlp_forward (L280-281)
+PAIRS_TO_STEADY = 6  # pairs simulated from an idle start: the host's lead at a pair's start settles within them
+
+
+def _gpu_times(n: LayerNodes) -> dict[str, Any]:
+    mlp_dw, pre_dw = (n.mlp_wgrad, n.pre_wgrad) if n.delayed_wgrad else (0.0, 0.0)
+    return {"combine_backward": n.call, "pre_forward": n.pre_forward, "mlp_backward": n.mlp_backward - mlp_dw,
+            "dispatch_forward": n.call, "mlp_dw": mlp_dw, "dispatch_backward": n.call, "mlp_forward": n.mlp_forward,
+            "combine_forward": n.call, "pre_backward": n.pre_backward - pre_dw, "pre_dw": pre_dw}
+
+
+def _one_pair(gpu: dict[str, Any], h: NodeHost, order: tuple[tuple[str, str, Any], ...], lead: Any) -> tuple[Any, Any]:
+    """(the pair's end, the host's end of issuing it), from the pair's GPU start 0 with the host starting at `lead`
+    (<= 0: the host already issuing while the GPU ends the pair before). Each node's GPU work starts once its stream
+    and its event's node are done and its issue has begun, and ends no earlier than its issue (each node's kernels
+    interleaved with their issue, as the sync's flow shop takes them: fixed.py); the forward dispatch's exchange
+    starts after the sync, which holds the host until the GPU has run the pre-dispatch node (and the comm stream)."""
+    t = lead + h.build
+    stream: dict[str, Any] = {"comp": 0.0, "comm": 0.0}
+    end: dict[str, Any] = {}
+    for name, on, after in order:
+        issued = t
+        t = t + getattr(h, name)
+        ready = stream[on] if after is None else maximum(stream[on], end[after])
+        start = maximum(ready, issued)
+        if name == "dispatch_forward" and h.sync:
+            awaited = maximum(end["pre_forward"], end["combine_backward"]) if h.comm_sync else end["pre_forward"]
+            t = maximum(t, awaited)
+            start = maximum(ready, t)
+        end[name] = stream[on] = maximum(start + gpu[name], t)
+    last = end["combine_forward"]
+    for e in end.values():
+        last = maximum(last, e)
+    return last, t
+
+
+def host_pair_time(n: LayerNodes, h: NodeHost, early_release: bool) -> Any:
+    """A merged pair's time when the host issues it (Megatron-LM @ d98e8a64 TransformerLayerSchedulePlan.run): its
+    GPU nodes as `pair_time` runs them, each also waiting for the host to issue it, the host issuing one node after
+    another from one thread and held at the forward dispatch's sync until the GPU work that sync awaits is done. The
+    host may issue a pair's first nodes while the GPU still runs the pair before (the GPU starts a pair when the one
+    before ends, as `pair_time` takes it); the time of a pair in the steady state of a chain of such pairs (the
+    host's lead at a pair's start settles: `PAIRS_TO_STEADY`). With every host time 0 it is `pair_time`."""
+    gpu = _gpu_times(n)
+    order = _EARLY if early_release else _ORDER
+    lead: Any = 0.0
+    pair: Any = 0.0
+    for _ in range(PAIRS_TO_STEADY):
+        pair, host_end = _one_pair(gpu, h, order, lead)
+        lead = host_end - pair
+    return pair

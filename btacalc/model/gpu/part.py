@@ -71,6 +71,10 @@ class Part:
     module_calls_post: Any = 0
     glue_ops_post: Any = 0
     compute_post_s: Any = 0.0
+    # an MoE layer's host-issued counts by the node of Megatron's merged 1F1B schedule that issues them (`pre`:
+    # Phase.pre_dispatch, `dispatch`, `combine`; the rest is the MLP node's): the four `ISSUED` counts over all
+    # passes, then the four of the first forward (merged_pair.py `NodeHost`); empty for a layer without a dispatch
+    node_issued: dict[str, tuple[Any, ...]] = field(default_factory=dict)
 
 
 # Part's fields in order with their defaults (None for the three dicts, which `new_part` makes fresh)

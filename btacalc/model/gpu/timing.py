@@ -46,12 +46,13 @@ from typing import Any, Optional
 
 import numpy as np
 
+from ...catalogue.constants import constants
 from ...memo import plain_key
 from ..arrays import is_array, largest, maximum, minimum, where
 from ..problem import Evaluation, Problem
 from ..state import bytes_per_param
 from ..steptime import StepTime, tile_overhead_s
-from .merged_pair import LayerNodes, merged_exposed
+from .merged_pair import LayerNodes, NodeHost, host_pair_time, merged_exposed, pair_time
 from .collectives import (CollectiveRow, DataParallelTimes, StageBuckets, all_to_all_time, allgather_dispatch_time,
                           count_gather_time, describe_allgather_dispatch, describe_count_gather, all_to_all_wire_bytes, context_parallel_time,
                           data_parallel_collective, data_parallel_groups, data_parallel_kind, data_parallel_times, data_parallel_traffic, describe, part_buckets,
@@ -180,7 +181,9 @@ def gpu_step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Ev
     phase_time.update({k: v * m for k, v in worst.terms.items() if k not in ("compute", "tiling")})
     phase_time.update(pipeline_bubble=bubble, gradient_sync=sync, optimizer_step=optimizer, grad_norm=norm)
     if lay.overlap.all_to_all:
-        phase_time.update(a2a_unpaired=unpaired)
+        # a lone pass quicker than its share of a host-bound pair (`unpaired_exchange_s` < 0) saves its host wait
+        phase_time.update(a2a_unpaired=maximum(0.0, unpaired),
+                          launch=phase_time["launch"] + minimum(0.0, unpaired))
     if problem.run.recipe.low:
         phase_time.update(weight_casts=casts)
     comm = {k: v * m for k, v in worst.raw.items()}
@@ -214,9 +217,14 @@ def unpaired_exchange_s(problem: Problem, first: _Slowest, alone: _Slowest, m: A
     less (review28: H alone counted it on top of that wait, and with one micro-batch the step was not the step
     without the overlap). Rank 0's passes span the step from its first forward to its last backward (the makespan,
     schedule.py), so its w lone pairs of chunk passes add w/VP x D: with no pipeline 1 x D. An estimate on the
-    critical path for a pipeline: the other ranks' lone passes are fewer and are not added."""
+    critical path for a pipeline: the other ranks' lone passes are fewer and are not added.
+
+    mergedhost: a merged pair also waits for its host (merged_pair.py `host_pair_time`, in stage 0's `launch`), and
+    where that wait exceeds what the pair hides, D < 0: a lone forward and a lone backward take less than a pair's
+    share (with M = 1 and no pipeline the step is again the step without the overlap); the report takes a negative D
+    off the `launch` row (`gpu_step_time`)."""
     lay = problem.layout
-    more = maximum(0.0, alone.micro_batch_s - first.micro_batch_s)
+    more = alone.micro_batch_s - first.micro_batch_s
     pp, vp = lay.pipeline_parallel, lay.virtual_pipeline
     lone = where(pp > 1, warmup_forwards(pp, vp, m, lay.microbatch_group or pp, 0, extra=True), 1)
     return where(lay.overlap.all_to_all, lone / vp * more, 0.0)
@@ -338,13 +346,18 @@ def _summed_layers(counts: list[Any], kinds: list[tuple[Any, Part]]) -> Part:
 
 
 def _launch(problem: Problem, stage: Part, outside: list[tuple[Part, Any]], terms: dict[str, Any],
-            passes: tuple[Any, Any, Any]) -> tuple[Any, Any]:
+            passes: tuple[Any, Any, Any], merged: tuple[Any, Any] = (0.0, 0.0)) -> tuple[Any, Any]:
     """A stage's `launch` term (the host's issue time beyond the GPU's work, per micro-batch) and the host's
     issue time itself, from the counts its layers and ends issue (`ISSUED_COUNTS`); where the stage's MoE layers
     wait on the dispatcher's sync, the host time after the sync is not hidden by the GPU work before it
     (`launch_time_synced`). `terms`: the stage's other per-micro-batch terms; `passes`: its compute, its backward
-    and its count all-gathers' time (in terms["all_to_all"], but issued and awaited before the sync)."""
+    and its count all-gathers' time (in terms["all_to_all"], but issued and awaited before the sync).
+    Under Megatron's merged 1F1B schedule (--overlap-a2a) the MoE layers' syncs sit in the merged pairs instead:
+    `merged` holds what those pairs wait for the host (merged_pair.py `host_pair_time`, the stage's layers summed)
+    and the schedule's own host work on their nodes; the term is then that wait plus what the stage's whole host
+    time (with that work) still exceeds its GPU time and the wait (`launch_time`)."""
     compute, backward, count_gathers = passes
+    waits, issue = merged
     names = ISSUED_COUNTS
     issued = [getattr(stage, n) + _on_ends(outside, n) for n in names]
     forward = [getattr(stage, n + "_fwd") + _on_ends(outside, n + "_fwd") for n in names]
@@ -357,7 +370,10 @@ def _launch(problem: Problem, stage: Part, outside: list[tuple[Part, Any]], term
         # count all-gathers are not in it: the sync waits for their result (token_dispatcher.py L557-576, L927-958)
         stage.compute_post_s + (terms["all_to_all"] - count_gathers + terms["a2a_sm_share"]) / 2))
     synced_layers = (stage.expert_gemms > 0) & (dispatcher_syncs(problem).forward_per_layer > 0)
-    return where(synced_layers, synced, launch_time(host, gpu)), host
+    plain = where(synced_layers, synced, launch_time(host, gpu))
+    paired = problem.layout.overlap.all_to_all & (stage.expert_gemms > 0)
+    return (where(paired, waits + launch_time(host + issue, gpu + waits), plain),
+            where(paired, host + issue, host))
 
 
 def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any, Part]], ends: tuple[Part, Part],
@@ -377,6 +393,7 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
     raw = {"tp_comm": layer_terms.pop("tp_raw") + tp_outside, "cp_comm": layer_terms.pop("cp_raw"),
            "all_to_all": layer_terms.pop("a2a_raw")}
     count_gathers = layer_terms.pop("count_gathers")
+    merged = (layer_terms.pop("merged_host"), layer_terms.pop("merged_issue"))
     p2p = where(exists, pipeline_p2p_time(problem, kinds[0][1].pp_bytes), 0)
     raw["pp_p2p"] = p2p
     dense, expert, dp, fixed = _stage_state(problem, j, counts, kinds, (first if is_first else None, is_last, last))
@@ -391,7 +408,7 @@ def _stage(problem: Problem, pipe: PipelineStages, j: int, kinds: list[tuple[Any
              "tiling": layers * tiles * tile_overhead_s(problem),
              "wgrad_accumulate": wgrad_accumulate_s(problem, dense + expert),
              "fsdp2_copies": fsdp2_copy_s(problem, _fsdp2_units(problem, counts, kinds, (dense, first, last)))}
-    terms["launch"], host = _launch(problem, stage, outside, terms, (compute, backward, count_gathers))
+    terms["launch"], host = _launch(problem, stage, outside, terms, (compute, backward, count_gathers), merged)
     host = where(exists, host, 0.0)
     chunks = _ChunkSync.of(problem, micro_batches,
                            _first_chunk_share(lay, dense + expert, first.dense_params if is_first else 0), j)
@@ -565,7 +582,9 @@ def _kind_terms(problem: Problem, kinds: list[tuple[Any, Part]]) -> list[dict[st
         # the alltoall dispatcher's count all-gathers run in its preprocess, on the compute stream before the
         # exchange, whatever overlaps it (`_merged`)
         counts = count_gather_time(problem, part.count_bytes, part.count_calls)
-        exposed = _merged(problem, part, a2a, counts)  # (the merged schedule's: the rest runs beside compute)
+        # (the merged schedule's: the rest runs beside compute), and what its pairs wait for the host and the host's
+        # own schedule work per layer (`_merged_host`)
+        exposed, share, waits, issue = _merged(problem, part, a2a, counts)
         out.append({"compute": part.compute_s,
                     "tp_comm": where(o.tp_comm, maximum(maximum(0.0, tp - part.compute_s),
                                                         layer_overlap_s(problem, part.tp_gemm_s, part.tp_bytes,
@@ -573,29 +592,73 @@ def _kind_terms(problem: Problem, kinds: list[tuple[Any, Part]]) -> list[dict[st
                     "cp_comm": maximum(0.0, cp - part.core_s),
                     "all_to_all": where(o.all_to_all, exposed + counts, a2a + counts),
                     # the SMs the exchange holds cost compute only while compute runs beside it: its hidden part
-                    "a2a_sm_share": where(o.all_to_all, sm_share_loss(problem, a2a - exposed, part.compute_s), 0.0),
-                    "tp_raw": tp, "cp_raw": cp, "a2a_raw": a2a + counts, "count_gathers": counts})
+                    "a2a_sm_share": where(o.all_to_all, share, 0.0),
+                    "tp_raw": tp, "cp_raw": cp, "a2a_raw": a2a + counts, "count_gathers": counts,
+                    "merged_host": where(o.all_to_all, waits, 0.0), "merged_issue": where(o.all_to_all, issue, 0.0)})
     return out
 
 
-def _merged(problem: Problem, part: Part, a2a: Any, counts: Any = 0.0) -> Any:
+def _merged(problem: Problem, part: Part, a2a: Any, counts: Any = 0.0) -> tuple[Any, Any, Any, Any]:
     """The all-to-all a layer shows under Megatron's merged 1F1B schedule, node by node (merged_pair.py), with the
     count all-gathers' `counts` seconds in the pre-dispatch node's forward, where Megatron runs the dispatcher's
     preprocess on the compute stream (Megatron-LM @ d98e8a64 megatron/core/models/gpt/fine_grained_callables.py
     L125-129, models/common/model_chunk_schedule_plan.py L160-162); a re-run's are taken there too (a stated
-    approximation: they run in the backward's recompute)."""
+    approximation: they run in the backward's recompute). With it the compute the exchange's SMs take while hidden
+    (sm_share.py), then, for a layer with a dispatch (`_node_host`), what the pair waits for its host beyond its GPU
+    time (`host_pair_time` - `pair_time`, the compute nodes stretched by that SM share: a GPU slowed by the exchange
+    beside it has less idle for the host to fill) and the host's seconds of the schedule's own work on the layer's
+    nodes (per layer and micro-batch; 0 and 0 for a layer without one)."""
     o = problem.layout.overlap
     nodes = LayerNodes.of(part.compute_s + counts, part.backward_s, part.recompute_s,
                           (part.pre_dispatch_s + counts, part.pre_dispatch_backward_s, part.pre_dispatch_recompute_s),
                           a2a, o.delay_wgrad, (part.wgrad_s, part.pre_dispatch_wgrad_s))
-    return merged_exposed(nodes, o.early_attn_release)
+    exposed = merged_exposed(nodes, o.early_attn_release)
+    # the SMs the exchange holds cost compute only while compute runs beside it: its hidden part
+    share = sm_share_loss(problem, a2a - exposed, part.compute_s)
+    host = _node_host(problem, part) if np.any(o.all_to_all) else None
+    if host is None:
+        return exposed, share, 0.0, 0.0
+    slowed = nodes.stretched(1.0 + share / where(part.compute_s > 0, part.compute_s, 1.0))
+    gpu = pair_time(slowed, o.early_attn_release)
+    return exposed, share, maximum(0.0, host_pair_time(slowed, host[0], o.early_attn_release) - gpu), host[1]
+
+
+def _node_host(problem: Problem, part: Part) -> Optional[tuple[NodeHost, Any]]:
+    """The host's issue seconds of an MoE layer's nodes in a merged pair (merged_pair.py `NodeHost`), and of the
+    schedule's own work on them per layer and micro-batch; None for a layer without a dispatch (`Part.node_issued`).
+    Each node's own host time: `host_time` of the counts its phases issue (`Part.node_issued`: the pre-dispatch
+    phases, with the attention core and the layer's CUDA graph; the dispatch; the combine; the MLP node the rest),
+    its first forward in the forward node, the rest (backward, re-runs) in the backward node; the dispatch phase's
+    forward before the dispatcher's sync, as `launch_time_synced` takes it (fixed.py). With delayed weight gradients
+    the experts' weight-gradient GEMM loop (one pass of the per-expert GEMMs) is the MLP's backward_dw; the
+    pre-dispatch node's weight-gradient launches stay in its backward (a few launches). The schedule's own work
+    (formulas/constants.toml [megatron] merged_node_*): building the layer's four nodes, and per node forward and
+    backward its Python and autograd call (reference ops at eager_op_host_s) and its event wait and record (CUDA
+    calls at launch_overhead_s)."""
+    if "dispatch" not in part.node_issued:
+        return None
+    lay, c = problem.layout, constants().megatron
+    node = {k: (host_time(problem, *v[:4]), host_time(problem, *v[4:])) for k, v in part.node_issued.items()}
+    pre, dispatch, combine = (node.get(k, (0.0, 0.0)) for k in ("pre", "dispatch", "combine"))
+    whole = host_time(problem, *[getattr(part, n) for n in ISSUED_COUNTS])
+    first = host_time(problem, *[getattr(part, n + "_fwd") for n in ISSUED_COUNTS])
+    mlp = (whole - pre[0] - dispatch[0] - combine[0], first - pre[1] - dispatch[1] - combine[1])
+    fwd = host_time(problem, c.merged_node_cuda_calls, glue_ops=c.merged_node_forward_ref_ops)
+    bwd = host_time(problem, c.merged_node_cuda_calls, glue_ops=c.merged_node_backward_ref_ops)
+    build = host_time(problem, 0, glue_ops=4 * c.merged_node_build_ref_ops)
+    dw = where(lay.overlap.delay_wgrad, host_time(problem, 0, part.expert_gemms_fwd), 0.0)
+    comm = lay.dispatcher != "alltoall" or "moe_preprocess" in lay.cuda_graph_scope
+    host = NodeHost(build, combine[0] - combine[1] + bwd, pre[1] + fwd, mlp[0] - mlp[1] - dw + bwd, dispatch[1] + fwd,
+                    dw, dispatch[0] - dispatch[1] + bwd, mlp[1] + fwd, combine[1] + fwd, pre[0] - pre[1] + bwd, 0.0,
+                    dispatcher_syncs(problem).forward_per_layer > 0, comm)
+    return host, build + 4 * (fwd + bwd)
 
 
 def _layer_terms(per_kind: list[dict[str, Any]], counts: list[Any]) -> dict[str, Any]:
     """Compute and exposed per-layer communication of the stage's layers (counts[k] of kind k, `_kind_terms`
     per layer), one micro-batch."""
     out = dict.fromkeys(("compute", "tp_comm", "cp_comm", "all_to_all", "a2a_sm_share", "tp_raw", "cp_raw",
-                         "a2a_raw", "count_gathers"), 0.0)
+                         "a2a_raw", "count_gathers", "merged_host", "merged_issue"), 0.0)
     for n, exposed in zip(counts, per_kind):
         for k, v in exposed.items():
             out[k] = out[k] + n * v
