@@ -40,6 +40,11 @@ EXCLUDED: dict[str, str] = {  # none from fsdp1 (PyTorch FSDP1: --fsdp-impl torc
         "stage 0 at 94.0 GB of 79.3 usable: 34.6 GB of fp32 Adam state and 10.4 GB of FP8 weight copies beside "
         "11.5 GB each of weights and gradients; what the run saved is not found (Apex's int16 param remainders, "
         "not modelled for Apex, save 5.8 GB; FP8 parameters are not in the file)",
+    # task runs39 (docs/runs.md 'runs39'): Megatron-LM's DeepSeek-V3 B200 recipe ran; btacalc puts it just over a B200
+    "deepseek-v3-b200-256-mxfp8-mlmrecipes-tp1-pp8-vp2-ep32":
+        "with the recipe's fp32 gradients (no --grad-reduce-in-bf16, main_grads_dtype fp32) and the EP overlap btacalc "
+        "puts the most loaded stage at 170.4 GiB allocated / 179.0 GiB reserved, just over a B200; the run ran (with "
+        "bf16 gradients it fits and reads +6.6%): what it held less of is not found",
 }
 
 RUNS = load_runs()
