@@ -168,3 +168,34 @@ def test_a_config_numeric_out_of_bounds_is_named_by_its_key(cli, tmp_path, chang
     code, out, err = cli("models", "show", str(tmp_path / "m"))
     one_line_error(code, out, err, f"field {key}: Input should be")
     assert "numerics." not in err
+
+
+# D7: `whatif --solve-for layers` planned every trial layer count under the given pipeline split, and the first count
+# the split could not take stopped the whole question with that trial's refusal: `--pp 4 --first-stage-layers 12` was
+# refused over a count the command line never gave. A trial the split cannot take is a point that does not plan (as a
+# hardware number against a rule between numbers is); a layout that fixes the count is refused for what it is.
+WHATIF = ("whatif", "--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16", "--global-batch", "256",
+          "--micro-batch", "1", "--target", "tokens_per_s=200000", "--solve-for", "layers")
+
+
+def test_whatif_layers_passes_over_counts_the_stage_split_cannot_take(cli):
+    code, out, err = cli(*WHATIF, "--pp", "4", "--ep", "4", "--first-stage-layers", "12", "--json")
+    assert code in (0, 1), err
+    result = json.loads(out)
+    # L layers: 12 on the first stage, L - 12 shared by the 3 others (Megatron's even split), so L > 12 and 3 | L - 12
+    for step in result["trace"]:
+        layers = int(step["value"])
+        takes = layers > 12 and (layers - 12) % 3 == 0
+        assert step["binding_constraint"].startswith("not a valid layout") != takes, step
+    assert result["today_value"] == 48 and len(result["trace"]) > 20
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (("--ep", "8", "--pp", "2", "--first-stage-layers", "24", "--last-stage-layers", "24"),
+     "no value from 1 to 10,000 but today's 48 is a plan under these options: not a valid layout at 54 layers"),
+    (("--ep", "8", "--pp", "2", "--pipeline-layout", "Et*24|t*24L"),
+     "--solve-for layers: --pipeline-layout places each of the model's 48 layers")])
+def test_whatif_layers_under_a_split_that_fixes_them_is_refused_for_that(cli, args, fragment):
+    code, out, err = cli(*WHATIF, *args)
+    one_line_error(code, out, err, fragment)
+    assert "would change nothing" not in err
