@@ -289,7 +289,7 @@ class _Scan:
             return (f"{nowhere} at any {key} from {readable(grid[0])} to {readable(grid[-1])} ({why}); btacalc plan "
                     "with the same options says what would fit")
         valid = [x for x in grid if not points[x].binding_constraint.startswith("not a valid")]
-        if valid == [self.today] and len(grid) > 1:  # hostile38: "would change nothing" (it changed the layout's validity)
+        if valid == [self.today] and len(grid) > 1:  # hostile38: not "would change nothing" (it changed the validity)
             nearest = min((x for x in grid if x != self.today), key=lambda x: abs(math.log(x / self.today)))
             invalid = points[nearest].binding_constraint
             raise BtacalcError(f"{{solve_for}} {key}: no value from {readable(grid[0])} to {readable(grid[-1])} but "
