@@ -190,24 +190,90 @@ _DECLARING = {"export": True, "declare": False, "typeset": False, "readonly": Fa
 
 
 def assignments_of(line: str) -> list[str]:
-    """A line of assignments only, as one assignment per statement, left to right as bash makes them: several
-    commands (`A=1; B=2`, `A=1 && B=2`), several words (`A=1 B=2`, `export A=1 B=2`) or a declaring builtin
-    (`declare -i A=1`, `readonly A=1`, `local A=1`); any other line as it is. hostile22: `export TP=4 PP=2` set TP to 4
-    and left PP unset (a later `${PP:-1}` planned PP 1 in silence), and `A=1; B=2` or `declare -i A=1` set nothing."""
+    """A line as the statements bash makes of it, left to right, each assignment a statement of its own: several
+    commands of assignments (`A=1; B=2`, `A=1 && B=2`), several words (`A=1 B=2`, `export A=1 B=2`) or a declaring
+    builtin (`declare -i A=1`, `readonly A=1`, `local A=1`); a line of no assignment as it is. hostile22: `export TP=4
+    PP=2` set TP to 4 and left PP unset (a later `${PP:-1}` planned PP 1 in silence), and `A=1; B=2` or `declare -i
+    A=1` set nothing. hostile38: an assignment beside another command on one line (`export NCCL_CTA_POLICY=1;
+    torchrun ...`, `L=4; torchrun ... --num-layers $L`) was no statement: the launch lost its environment (planned
+    without --use-nccl-ub's buffers, "without NCCL_CTA_POLICY=1 in the launch's environment") or refused `$L` as a
+    variable the file does not set. The commands bash runs in turn (`sequence_of`) are statements of their own."""
     if "=(" in line:  # an array keeps its own statement (statements_of)
         return [line]
     out: list[str] = []
-    for command in commands_of(line):
-        words = _shell_words(command)
+    assigns = False
+    for command in sequence_of(line):
+        assigned = _assigned_words(command)
+        assigns = assigns or assigned is not None
+        out += [command] if assigned is None else assigned
+    return out if assigns else [line]
+
+
+def _assigned_words(command: str) -> Optional[list[str]]:
+    """The assignments of a command that only assigns (`A=1 B=2`, `export A=1`, `declare -i A=1`), one statement each
+    (exported ones as `export NAME=value`); None for another command, and for one run in the background (`A=1 &`,
+    a subshell: it sets nothing)."""
+    if len(_cut_at(command, ("&",))) > 1:
+        return None
+    out: list[str] = []
+    for piece in commands_of(command):
+        words = _shell_words(piece)
         exported = _DECLARING.get(words[0]) if words else None
         if exported is not None:
             options = [w for w in words[1:] if w.startswith("-")]
             exported = exported or any("x" in o for o in options)
             words = [w for w in words[1:] if not w.startswith("-") and "=" in w]
         if not words or not all(_NAME_IS.match(w) for w in words):
-            return [line]
+            return None
         out += [("export " if exported else "") + w for w in words]
-    return out or [line]
+    return out or None
+
+
+def sequence_of(line: str) -> list[str]:
+    """The commands of a line that bash runs one after the other whenever the line's launch runs, as written (their
+    redirections and pipes kept): split at `;`, and an and-list (`a && b`) at its `&&` where each part runs before
+    the next either way: a list of assignments, or one that runs a Python script (the launch, which runs only when
+    every part before it did). A list with `||` or `&`, or whose assignment follows a test (`[ -z "$TP" ] && TP=2`,
+    conditional), stays one command."""
+    out: list[str] = []
+    for listed in _cut_at(line, (";",)):
+        parts = _cut_at(listed, ("&&",))
+        ors = len(_cut_at(listed, ("||", "&"))) > 1
+        runs = any(w.endswith(".py") for w in _shell_words(listed))
+        ordered = all(_assigned_words(p) is not None for p in parts[:-1])
+        out += parts if len(parts) > 1 and not ors and (runs or ordered) else [listed]
+    return [c for c in out if c.strip()]
+
+
+def _cut_at(line: str, operators: tuple[str, ...]) -> list[str]:
+    """`line` cut at each of `operators` outside quotes, `$(...)`, backquotes and the other control operators that
+    share its characters (`;;`, `||`, `|&`, `&>`, `>&`)."""
+    pieces, start, i, n, quote, depth = [], 0, 0, len(line), "", 0
+    while i < n:
+        c = line[i]
+        if quote:
+            i += 2 if c == "\\" and quote != "'" else 1
+            quote = "" if c == quote else quote
+            continue
+        if c == "\\":
+            i += 2
+            continue
+        if c in "'\"`":
+            quote = c
+        elif line.startswith("$(", i):
+            depth, i = depth + 1, i + 2
+            continue
+        elif c == ")" and depth:
+            depth -= 1
+        elif depth == 0:
+            op = next((o for o in ("&&", "||", ";;", "|&", "&>", ">&", ";", "|", "&") if line.startswith(o, i)), "")
+            if op in operators:
+                pieces.append(line[start:i])
+                start = i + len(op)
+            i += max(len(op), 1)
+            continue
+        i += 1
+    return pieces + [line[start:]]
 
 
 def _shell_words(text: str) -> list[str]:
@@ -445,7 +511,8 @@ def unset_statement(words: list[str], tables: tuple[dict[str, str], ...], substi
     """bash's `unset [-v] NAME...` (True; False for another statement): each variable (and its exported value) is
     gone, so a later `${NAME:-default}` takes the default (review21: `L=3; unset L; ... ${L:-9}` read 3, and an unset
     NCCL_ or CUDA_ export stayed in the launch's environment). `unset -f` removes functions, which btacalc does not
-    read; an array element's unset is refused."""
+    read; an array element's unset is refused, as is what btacalc does not follow of a variable (_refuse_unfollowed)."""
+    _refuse_unfollowed(words, source)
     if words[0] != "unset" or words[1:2] == ["-f"]:
         return words[0] == "unset"
     for name in words[2:] if words[1:2] in (["-v"], ["-n"]) else words[1:]:
@@ -456,6 +523,28 @@ def unset_statement(words: list[str], tables: tuple[dict[str, str], ...], substi
             forget_variable(name, table)
         substituted.discard(name)
     return True
+
+
+_ELEMENT = re.compile(r"^(?:export\s+)?[A-Za-z_][A-Za-z0-9_]*\[[^\]]*\]\+?=")
+
+
+def _refuse_unfollowed(words: list[str], source: str) -> None:
+    """hostile38: two statements that change a variable btacalc reads were passed over in silence. `A[1]=8` sets an
+    array's element (bash manual, Arrays): a later "${A[@]}" has it, btacalc kept the element the array was made with.
+    `set -- 4` (or `set a b`) sets the script's positional parameters: a later `${1:-2}` is 4 in bash, and btacalc
+    reads a script run without arguments (its positional parameters unset: 2). Both are refused, as an array element's
+    unset is; `set -e`, `set -o pipefail` and `set --` alone (no parameters, as btacalc reads them) stay."""
+    if _ELEMENT.match(" ".join(words)):
+        raise BtacalcError(f"{source}: {_cut(' '.join(words))}: btacalc follows the assignment of a variable or a "
+                           "whole array, not of an array element: give the array's values where it is made")
+    if words[0] != "set":
+        return
+    rest = words[1:]
+    while rest and (rest[0].startswith(("-", "+")) and rest[0] not in ("-", "--")):
+        rest = rest[2:] if "o" in rest[0][1:] else rest[1:]  # -o / -euo take an option's name
+    if rest[1:] if rest[:1] in (["-"], ["--"]) else rest:
+        raise BtacalcError(f"{source}: {_cut(' '.join(words))}: sets the script's positional parameters ($1, $2, ...), "
+                           "which btacalc reads unset, as in a script run without arguments: give the values")
 
 
 def _set_array(name: str, elements: list[str], variables: dict[str, str]) -> None:

@@ -507,7 +507,27 @@ def _numerics(c: _Config, spec: dict[str, Any]) -> dict[str, Any]:
     if scaled:
         out.update(scaled)
         read.append("rope_scaling (llama3)" if "rope_scaling_factor" in scaled else "rope_scaling (linear)")
+    _check_numerics(c, out, dict(zip(out, read)))
     return {"numerics": {**out, "source": f"{c.origin}: {', '.join(read)}"}} if read else {}
+
+
+def _check_numerics(c: _Config, out: dict[str, Any], keys: dict[str, str]) -> None:
+    """The numerics' bounds (Numerics), a value out of them refused naming the config.json key it was read from.
+    hostile38: `initializer_range: 2.0` was refused as "field numerics.init_std: Input should be less than 1", a
+    field no config.json has (as were rms_norm_eps, rope_theta, partial_rotary_factor and a Llama 3 rope_scaling
+    factor below 1)."""
+    from pydantic import ValidationError
+
+    from .model import Numerics
+
+    try:
+        Numerics.model_validate(out)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = str(err["loc"][0]) if err["loc"] else ""
+        key = keys.get(field, field).replace("rope_scaling (llama3)", "rope_scaling.factor").replace(
+            "rope_scaling (linear)", "rope_scaling.factor")
+        raise c.error(f"field {key!r} = {out.get(field)!r}: {err['msg'].removeprefix('Value error, ')}") from None
 
 
 # freshuser22: the router's auxiliary load-balancing loss, under the key each family's config gives it (DeepSeek's

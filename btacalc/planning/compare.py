@@ -15,14 +15,14 @@ from typing import Any, Callable, Optional, Sequence
 
 from pydantic import BaseModel, Field
 
-from ..config.execution import ExecutionRequest
-from ..config.resolution import gpu_layout_options, resolve_run, without_gpu_layout
+from ..config.execution import BatchLimits, ExecutionRequest
+from ..config.resolution import gpu_layout_options, resolve_execution, resolve_run, without_gpu_layout
 from ..config.hardware import HardwareProfile
 from ..config.pipeline import StageSplit
 from ..config.precision import DEFAULT_PRECISION, non_tn_fp8_gemms, recipe
 from ..config.model import ModelSpec
 from ..errors import BtacalcError
-from .cluster import MAX_DEVICES, min_devices
+from .cluster import MAX_DEVICES, device_counts, min_devices
 from .plan import make_plan, plan_problem
 from .report import PlanReport
 
@@ -337,11 +337,46 @@ def _row_plan(model: ModelSpec, profile: HardwareProfile, base: ExecutionRequest
     fit = min_devices(model, profile, base, escalate=True,
                       keep=tuple(k for k in ("zero_stage", "recompute") if getattr(base, k) is not None))
     if fit is None:
-        return make_plan(model, profile, base), (f"no power-of-two count up to {MAX_DEVICES:,} devices fits, even "
-                                                 "with ZeRO-3 and full recomputation")
+        return _auto_plan(model, profile, base, _first_count(model, profile, base), "the smallest power-of-two count "
+                          "that takes the layout"), (f"no power-of-two count up to {MAX_DEVICES:,} devices fits, "
+                                                     "even with ZeRO-3 and full recomputation")
     if search:
         return _searched(model, profile, base.with_changes(devices=fit.layout.devices)), ""
-    return plan_problem(fit), ""
+    # hostile38: the count's fit is one sequence per device (min_devices leaves the batch out); the row is the run's
+    # own batch (--global-batch, --grad-accum) at that count, with the ZeRO stage and recomputation that fit
+    # (`plan_problem(fit)` planned 1,024 sequences per step whatever --global-batch said)
+    chosen = fit.execution.request or base.with_changes(devices=fit.layout.devices)
+    return _auto_plan(model, profile, chosen.with_changes(limits=base.limits, micro_batches=base.micro_batches),
+                      fit.layout.devices, "the smallest power-of-two count that fits one sequence per device"), ""
+
+
+def _first_count(model: ModelSpec, profile: HardwareProfile, base: ExecutionRequest) -> int:
+    """The smallest power-of-two device count that takes `base`'s layout (it need not fit): where a row no count
+    fits is planned. No count takes it: the layout's own refusal at the largest count, naming the row (hostile38:
+    the row was planned on one device, and `--tp 8` on a model of 4 key/value heads, or `--etp 3`, was refused as
+    not dividing `--devices 1`, a count the command line never gave)."""
+    counts = device_counts(MAX_DEVICES)
+    for n in counts:
+        try:
+            resolve_execution(base.with_changes(devices=n, limits=BatchLimits(), micro_batches=None), model, profile)
+            return n
+        except BtacalcError as exc:
+            last = exc
+    raise _at_auto_count(last, profile, counts[-1], "no power-of-two count up to it takes the layout")
+
+
+def _auto_plan(model: ModelSpec, profile: HardwareProfile, request: ExecutionRequest, devices: int,
+               why: str) -> PlanReport:
+    """The row's plan at its automatic device count (chosen as `why` says); a refusal (the run's batch over that
+    count) names the row and the count."""
+    try:
+        return make_plan(model, profile, request.with_changes(devices=devices))
+    except BtacalcError as exc:
+        raise _at_auto_count(exc, profile, devices, why) from None
+
+
+def _at_auto_count(exc: BtacalcError, profile: HardwareProfile, devices: int, why: str) -> BtacalcError:
+    return BtacalcError(f"{profile.name} row at {{devices}} auto = {devices:,} ({why}): {exc.template}")
 
 
 def _searched(model: ModelSpec, profile: HardwareProfile, request: ExecutionRequest) -> PlanReport:

@@ -118,12 +118,25 @@ def _evaluator(model: ModelSpec, hw: HardwareProfile, request: ExecutionRequest,
     """(key, today's value, integer?, value -> plan metrics)."""
     if solve_for in MODEL_VALUES:
         field = MODEL_VALUES[solve_for]
+        if request.stage_split.pipeline_layout is not None:
+            raise BtacalcError(f"{{solve_for}} {solve_for}: {{pipeline_layout}} places each of the model's "
+                               f"{getattr(model, field)} layers, so no other count is a plan of it: leave it out (or "
+                               "give --first-stage-layers / --last-stage-layers) to move the layers")
 
         def model_at(x: float) -> PlanMetrics:
             n = max(1, int(round(x)))
             changed = model.model_copy(update={field: n, "name": f"{model.name} ({solve_for}={n})",
                                                "published_params": None})
-            return plan_metrics(changed, hw, request)
+            if n == getattr(model, field):
+                return plan_metrics(changed, hw, request)  # today's: the run as given, its refusal the user's
+            try:
+                return plan_metrics(changed, hw, request)
+            except BtacalcError as exc:
+                # hostile38: a trial count the pipeline split cannot take (--first-stage-layers 24 --last-stage-layers
+                # 24 of --pp 2 at 54 layers) refused the whole question with the trial's leftover layers ("leave 6
+                # layer(s) for 0 middle stage(s)"), a count the command line never gave; it is a point that does
+                # not plan, as a hardware number against a rule between numbers is
+                return PlanMetrics(False, 0, 0, 0, f"not a valid layout at {n} layers ({exc})", dict.fromkeys(METRICS))
 
         return solve_for, float(getattr(model, field)), True, model_at
     names = [k.strip() for k in solve_for.split(",")]
@@ -276,6 +289,11 @@ class _Scan:
             return (f"{nowhere} at any {key} from {readable(grid[0])} to {readable(grid[-1])} ({why}); btacalc plan "
                     "with the same options says what would fit")
         valid = [x for x in grid if not points[x].binding_constraint.startswith("not a valid")]
+        if valid == [self.today] and len(grid) > 1:  # hostile38: not "would change nothing" (it changed the validity)
+            nearest = min((x for x in grid if x != self.today), key=lambda x: abs(math.log(x / self.today)))
+            invalid = points[nearest].binding_constraint
+            raise BtacalcError(f"{{solve_for}} {key}: no value from {readable(grid[0])} to {readable(grid[-1])} but "
+                               f"today's {readable(self.today)} is a plan under these options: {invalid}")
         if valid and len({points[x].values[metric] for x in valid}) == 1:
             # hostile19: `--solve-for chip.peak_fp8_flops_per_s` of a bf16 plan printed 31 identical rows and "not
             # reached ... (best 97,070 at 1,979,000,000,000, 0.001x today)", exit 1: the number does not enter the plan
