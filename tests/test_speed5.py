@@ -87,7 +87,11 @@ def _fields(part: object) -> dict:
     out = {}
     for k, v in vars(part).items():
         if isinstance(v, dict):
-            out.update({(k, name): x for name, x in v.items() if k != "gemms"})
+            for name, x in v.items():
+                if k == "gemms":
+                    continue
+                # node_issued (mergedhost): a tuple of counts per node
+                out.update({(k, name, j): y for j, y in enumerate(x)} if isinstance(x, tuple) else {(k, name): x})
         else:
             out[k] = v
     return out
