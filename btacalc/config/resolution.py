@@ -966,6 +966,15 @@ def whole_sequences(tokens: Any, seq_len: Any, unit: Any) -> Any:
     return -(-(-(-tokens // seq_len)) // unit) * unit
 
 
+def pipeline_micro_batch(limits: BatchLimits, micro_batches: Optional[int], pipeline_parallel: int) -> bool:
+    """Whether a plan runs one sequence per micro-batch (M = N / DP): under pipeline parallelism, a global batch
+    given alone, without --micro-batch, --grad-accum, --tiles or --tile-batch (README, --grad-accum's default).
+    freshuser23: with --tiles or --tile-batch the rule fixed M = N / DP beside them and refused the plan naming a
+    --grad-accum the user never gave ("--grad-accum 32 x --tiles 2 = 64 does not divide --global-batch 1024")."""
+    return (pipeline_parallel > 1 and limits.global_batch is not None and micro_batches is None
+            and limits.micro_batch is None and limits.tiles is None and limits.tile_batch is None)
+
+
 def _resolve_batch(request: ExecutionRequest, layout: Layout, chosen: _Defaults,
                    gpu_seq_len: Optional[int] = None) -> BatchLimits:
     """The solver's limits, N = DP·M·G·b (see BatchLimits): --micro-batch fixes G·b, so with --global-batch
@@ -988,7 +997,7 @@ def _resolve_batch(request: ExecutionRequest, layout: Layout, chosen: _Defaults,
         raise BtacalcError("{tokens_per_step} sets a GPU plan's default global batch; on a wafer the batch is "
                            "the solver's answer (give --global-batch to fix it)")
     n, mb = limits.global_batch, limits.micro_batch
-    if mb is None and n is not None and m is None and layout.pipeline_parallel > 1:
+    if pipeline_micro_batch(limits, m, layout.pipeline_parallel):
         mb = chosen.pick("micro_batch", None, 1, REASONS["micro_batch_pipeline"])
     if mb is None:
         return replace(limits, micro_batches=m)
