@@ -92,3 +92,21 @@ def test_a_global_batch_beside_a_fixed_tile_is_not_alone(cli, tmp_path, given):
     plan = json.loads(text)["plan"]
     assert DP * plan["micro_batches"] * plan["tiles"] * plan["tile_batch"] == 1024
     assert plan["tiles" if given[0] == "--tiles" else "tile_batch"] == 2
+
+
+def test_the_emitted_bridge_overrides_read_back_with_nothing_ignored(cli, tmp_path):
+    """`--emit bridge` writes model.moe_shared_expert_overlap=False for a shared-expert model (over a recipe that turns
+    it on, as DeepSeek-V3's bridge does); `--from-bridge` of that very file listed the key as ignored ("btacalc times
+    them in series"), though off is what the plan runs. Turned on, the key is still listed."""
+    code, text, err = cli("plan", "--model", _config(tmp_path), *LAYOUT, "--emit", "bridge")
+    assert code == 0, err
+    assert "model.moe_shared_expert_overlap=False" in text.splitlines()
+    path = tmp_path / "overrides.txt"
+    path.write_text(text)
+    code, out, err = cli("plan", "--hw", "gb200", "--from-bridge", str(path), "--json")
+    assert code == 0, err
+    assert json.loads(out)["imported"]["ignored"] == []
+    path.write_text(text.replace("model.moe_shared_expert_overlap=False", "model.moe_shared_expert_overlap=True"))
+    code, out, err = cli("plan", "--hw", "gb200", "--from-bridge", str(path), "--json")
+    assert code == 0, err
+    assert [i["flag"] for i in json.loads(out)["imported"]["ignored"]] == ["model.moe_shared_expert_overlap"]
