@@ -110,3 +110,16 @@ def test_the_emitted_bridge_overrides_read_back_with_nothing_ignored(cli, tmp_pa
     code, out, err = cli("plan", "--hw", "gb200", "--from-bridge", str(path), "--json")
     assert code == 0, err
     assert [i["flag"] for i in json.loads(out)["imported"]["ignored"]] == ["model.moe_shared_expert_overlap"]
+
+
+@pytest.mark.parametrize("command", ["plan", "sweep", "whatif"])
+def test_the_global_batch_help_says_what_a_global_batch_alone_does(cli, command):
+    """--global-batch's help said "alone it fixes G·b = N/(DP·M)", where the README's --grad-accum row has the solver
+    choose M with G and b (under --pp > 1: micro-batch 1, M = N/DP); and it named --micro-batch, which sweep does
+    not take."""
+    code, text, _ = cli(command, "--help")
+    assert code == 0
+    flat = " ".join(text.split())
+    assert "alone it fixes G·b" not in flat
+    assert "alone the solver splits it into M, G and b" in flat
+    assert "with plan's or whatif's --micro-batch" in flat
