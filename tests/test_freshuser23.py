@@ -80,18 +80,19 @@ def test_a_sweep_point_that_fixes_no_global_batch_runs_one_micro_batch(cli, tmp_
 
 
 @pytest.mark.parametrize("given", [("--tiles", "2"), ("--tile-batch", "2")])
-def test_a_global_batch_beside_a_fixed_tile_is_not_alone(cli, tmp_path, given):
-    """README: under --pp > 1 "a global batch alone means micro-batch 1". Beside --tiles 2 (or --tile-batch 2) it is
-    not alone: the rule still fixed M = 1024 / 32 = 32 and refused the plan as "--grad-accum 32 x --tiles 2 = 64 does
-    not divide --global-batch 1024", naming a --grad-accum nobody gave. The solver splits N = DP x M x G x b instead:
-    1024 = 32 x M x G x b with the given 2 among G and b."""
+def test_a_global_batch_beside_a_fixed_tile_takes_the_smallest_micro_batch_it_leaves(cli, tmp_path, given):
+    """README: under --pp > 1 "a global batch alone means micro-batch 1". Beside --tiles 2 (or --tile-batch 2) the rule
+    still fixed a micro-batch of 1, M = 1024 / 32 = 32, and refused the plan as "--grad-accum 32 x --tiles 2 = 64 does
+    not divide --global-batch 1024", naming a --grad-accum nobody gave. The smallest micro-batch the given 2 leaves is
+    2 sequences: M = 1024 / (32 x 2) = 16, in plan and in sweep."""
     model = _config(tmp_path)
     code, text, err = cli("plan", "--model", model, *LAYOUT, "--global-batch", "1024", *given, "--json")
     assert code == 0, err
     assert "--grad-accum" not in err
     plan = json.loads(text)["plan"]
-    assert DP * plan["micro_batches"] * plan["tiles"] * plan["tile_batch"] == 1024
-    assert plan["tiles" if given[0] == "--tiles" else "tile_batch"] == 2
+    assert _shape(plan) == ((2, 1, 16) if given[0] == "--tiles" else (1, 2, 16))
+    [point] = _sweep(cli, model, f"{given[0][2:]}=2", "--global-batch", "1024")
+    assert _shape(point) == _shape(plan)
 
 
 def test_the_emitted_bridge_overrides_read_back_with_nothing_ignored(cli, tmp_path):

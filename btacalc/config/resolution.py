@@ -966,13 +966,16 @@ def whole_sequences(tokens: Any, seq_len: Any, unit: Any) -> Any:
     return -(-(-(-tokens // seq_len)) // unit) * unit
 
 
-def pipeline_micro_batch(limits: BatchLimits, micro_batches: Optional[int], pipeline_parallel: int) -> bool:
-    """Whether a plan runs one sequence per micro-batch (M = N / DP): under pipeline parallelism, a global batch
-    given alone, without --micro-batch, --grad-accum, --tiles or --tile-batch (README, --grad-accum's default).
-    freshuser23: with --tiles or --tile-batch the rule fixed M = N / DP beside them and refused the plan naming a
-    --grad-accum the user never gave ("--grad-accum 32 x --tiles 2 = 64 does not divide --global-batch 1024")."""
-    return (pipeline_parallel > 1 and limits.global_batch is not None and micro_batches is None
-            and limits.micro_batch is None and limits.tiles is None and limits.tile_batch is None)
+def pipeline_micro_batch(limits: BatchLimits, micro_batches: Optional[int], pipeline_parallel: int) -> Optional[int]:
+    """The micro-batch a plan runs under pipeline parallelism when a global batch is given without --micro-batch or
+    --grad-accum (README, --grad-accum's default): one sequence, as Megatron's published recipes, or with --tiles G
+    and --tile-batch b given, the smallest micro-batch they leave, G x b (a missing one at 1); None otherwise.
+    freshuser23: with --tiles 2 the rule fixed a micro-batch of 1 beside them and refused the plan naming a --grad-accum
+    the user never gave ("--grad-accum 32 x --tiles 2 = 64 does not divide --global-batch 1024")."""
+    if pipeline_parallel <= 1 or limits.global_batch is None or micro_batches is not None \
+            or limits.micro_batch is not None:
+        return None
+    return (limits.tiles or 1) * (limits.tile_batch or 1)
 
 
 def _resolve_batch(request: ExecutionRequest, layout: Layout, chosen: _Defaults,
@@ -997,8 +1000,9 @@ def _resolve_batch(request: ExecutionRequest, layout: Layout, chosen: _Defaults,
         raise BtacalcError("{tokens_per_step} sets a GPU plan's default global batch; on a wafer the batch is "
                            "the solver's answer (give --global-batch to fix it)")
     n, mb = limits.global_batch, limits.micro_batch
-    if pipeline_micro_batch(limits, m, layout.pipeline_parallel):
-        mb = chosen.pick("micro_batch", None, 1, REASONS["micro_batch_pipeline"])
+    smallest = pipeline_micro_batch(limits, m, layout.pipeline_parallel)
+    if smallest is not None:
+        mb = chosen.pick("micro_batch", None, smallest, REASONS["micro_batch_pipeline"])
     if mb is None:
         return replace(limits, micro_batches=m)
     if n is None:

@@ -481,8 +481,9 @@ def _point_limits(base: BatchLimits, params: dict[str, np.ndarray], data_paralle
                   pipeline: bool = False) -> tuple[PointLimits, np.ndarray]:
     """The batch limits of each point (the request's, with the grid's values), validated per distinct
     combination; invalid points are recorded and left out. `default_n` (GPU): the global batch of the
-    points that fix no batch size, as `plan` resolves it. `pipeline` (PP > 1): a global batch alone runs
-    one sequence per micro-batch, M = N / DP, as `plan` resolves it (config.resolution.pipeline_micro_batch)."""
+    points that fix no batch size, as `plan` resolves it. `pipeline` (PP > 1): a global batch without M runs
+    one sequence per micro-batch (G x b of the given tile sizes), as `plan` resolves it
+    (config.resolution.pipeline_micro_batch)."""
     names = list(PointLimits.__dataclass_fields__)
     cols = {n: np.full(rows.size, getattr(base, n) or 0, dtype=np.int64) for n in names}
     for flag, name in LIMIT_PARAMS.items():
@@ -491,10 +492,10 @@ def _point_limits(base: BatchLimits, params: dict[str, np.ndarray], data_paralle
     if default_n is not None:
         free = ~np.any(np.stack([cols[n] for n in names]) > 0, axis=0)
         cols["global_batch"] = np.where(free, default_n, cols["global_batch"])
-    if pipeline:
-        alone = (cols["global_batch"] > 0) & (cols["micro_batches"] == 0) & (cols["tiles"] == 0) \
-            & (cols["tile_batch"] == 0)
-        cols["micro_batches"] = np.where(alone, cols["global_batch"] // data_parallel, cols["micro_batches"])
+    if pipeline:  # one sequence per micro-batch, or G x b of the given tile sizes
+        alone = (cols["global_batch"] > 0) & (cols["micro_batches"] == 0)
+        micro = np.maximum(cols["tiles"], 1) * np.maximum(cols["tile_batch"], 1)
+        cols["micro_batches"] = np.where(alone, cols["global_batch"] // (data_parallel * micro), cols["micro_batches"])
     table = np.stack([cols[n] for n in names], axis=1)
     combos, inverse = np.unique(table, axis=0, return_inverse=True)
     valid = np.ones(rows.size, dtype=bool)
