@@ -155,7 +155,8 @@ AccountingOpt = typer.Option(None, "--accounting", help=help_text("ideal (Korthi
                              "PyTorch layer keeps, measured: README) [default: ideal]."))
 GlobalBatchOpt = typer.Option(None, "--global-batch", min=1, help="Sequences per optimizer step over all data-parallel "
                               "ranks (Megatron's --global-batch-size, Cerebras' batch_size): N = DP·M·G·b. On GPUs, "
-                              "with --micro-batch it sets M = N/(DP·micro batch), alone it fixes G·b = N/(DP·M); on "
+                              "with plan's or whatif's --micro-batch it sets M = N/(DP·micro batch); alone the solver "
+                              "splits it into M, G and b (under --pp > 1 one sequence per micro-batch, M = N/DP); on "
                               "wafer systems it is split into micro-batches that fit.")
 TilesOpt = typer.Option(None, "--tiles", min=1, help="Fix the number of attention tiles G.")
 TileBatchOpt = typer.Option(None, "--tile-batch", min=1, help="Fix the tile batch b.")

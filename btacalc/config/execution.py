@@ -103,7 +103,8 @@ REASONS = {
                          "§3.4.1; GPT-3 used 3.2M), rounded up to whole sequences per data-parallel rank; "
                          "--tokens-per-step changes it, --global-batch fixes it"),
     "micro_batch_pipeline": ("1 sequence per micro-batch under pipeline parallelism (M = N / DP), as Megatron's "
-                             "published pipeline recipes; give --micro-batch or --grad-accum to change it"),
+                             "published pipeline recipes (with --tiles or --tile-batch: the G x b they leave); give "
+                             "--micro-batch or --grad-accum to change it"),
     "precision": ("bf16: Megatron-LM's --bf16 mixed precision; low-precision recipes (--precision fp8, fp8-current, "
                   "fp8-blockwise, mxfp8, nvfp4) are TransformerEngine's (btacalc/data/precision.toml)"),
     "routing_weights_gpu": (f"experts: Megatron-Core multiplies each routed copy by its routing weight inside the "

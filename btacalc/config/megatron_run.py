@@ -127,6 +127,11 @@ IGNORED: tuple[tuple[str, str], ...] = (
 
 NOT_MODELLED = "not modelled by btacalc"
 
+# freshuser23: switches btacalc plans off, which `--emit bridge` writes off (bridge_codec.BRIDGE_UNSAID_MOE, over a
+# recipe's own) and a file may say off: read back, an off value is what the plan runs, not a setting it ignores (the
+# emitted overrides of every shared-expert model listed model.moe_shared_expert_overlap as ignored)
+PLANNED_OFF = frozenset({"moe_shared_expert_overlap"})
+
 
 def ignore_reason(dest: str) -> str:
     return next((reason for pattern, reason in IGNORED if re.fullmatch(pattern, dest)), NOT_MODELLED)
@@ -538,7 +543,7 @@ def imported_run(launch: Launch, devices: Optional[int], name: Optional[str] = N
         notes.append(BRIDGE_NO_GLOBAL_BATCH)
     request = request_from_fields(fields, spec, devices, launch.devices_per_node, notes)
     ignored = tuple((launch.given_as.get(d, d), ignore_reason(d)) for d in launch.args
-                    if d not in read and d in launch.given_as)
+                    if d not in read and d in launch.given_as and not (d in PLANNED_OFF and not truth(launch.args[d])))
     notes += [fields[key] for key in ("run.dispatcher_note", "run.cuda_graph_note", "run.mla_norm_note",
                                       "run.dropout_note", "run.precision_note", "run.param_gather_note",
                                       "run.expert_gemm_note")

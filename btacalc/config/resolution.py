@@ -969,6 +969,18 @@ def whole_sequences(tokens: Any, seq_len: Any, unit: Any) -> Any:
     return -(-(-(-tokens // seq_len)) // unit) * unit
 
 
+def pipeline_micro_batch(limits: BatchLimits, micro_batches: Optional[int], pipeline_parallel: int) -> Optional[int]:
+    """The micro-batch a plan runs under pipeline parallelism when a global batch is given without --micro-batch or
+    --grad-accum (README, --grad-accum's default): one sequence, as Megatron's published recipes, or with --tiles G
+    and --tile-batch b given, the smallest micro-batch they leave, G x b (a missing one at 1); None otherwise.
+    freshuser23: with --tiles 2 the rule fixed a micro-batch of 1 beside them and refused the plan naming a --grad-accum
+    the user never gave ("--grad-accum 32 x --tiles 2 = 64 does not divide --global-batch 1024")."""
+    if pipeline_parallel <= 1 or limits.global_batch is None or micro_batches is not None \
+            or limits.micro_batch is not None:
+        return None
+    return (limits.tiles or 1) * (limits.tile_batch or 1)
+
+
 def _resolve_batch(request: ExecutionRequest, layout: Layout, chosen: _Defaults,
                    gpu_seq_len: Optional[int] = None) -> BatchLimits:
     """The solver's limits, N = DP·M·G·b (see BatchLimits): --micro-batch fixes G·b, so with --global-batch
@@ -991,8 +1003,9 @@ def _resolve_batch(request: ExecutionRequest, layout: Layout, chosen: _Defaults,
         raise BtacalcError("{tokens_per_step} sets a GPU plan's default global batch; on a wafer the batch is "
                            "the solver's answer (give --global-batch to fix it)")
     n, mb = limits.global_batch, limits.micro_batch
-    if mb is None and n is not None and m is None and layout.pipeline_parallel > 1:
-        mb = chosen.pick("micro_batch", None, 1, REASONS["micro_batch_pipeline"])
+    smallest = pipeline_micro_batch(limits, m, layout.pipeline_parallel)
+    if smallest is not None:
+        mb = chosen.pick("micro_batch", None, smallest, REASONS["micro_batch_pipeline"])
     if mb is None:
         return replace(limits, micro_batches=m)
     if n is None:

@@ -261,6 +261,10 @@ class _Solver:
                 spec = self.model.with_overrides(**model, fixed_active=self.fixed_active) \
                     if (model or self.fixed_active) else self.model
                 execution = resolve_execution(self.request.with_changes(**layout, limits=BatchLimits()), spec, self.hw)
+                # freshuser23: resolved without the points' limits, a GPU layout took the default global batch and,
+                # under --pp > 1, its M = N / DP, which the solver then ran at every point that fixes no global batch
+                # (`plan --tiles 1 --pp 2` runs M 1); each point's M is its limits' (_point_limits), else 1
+                execution = replace(execution, layout=replace(execution.layout, micro_batches=1))
                 # semantics22: as JSON, a key for the nested fields too (MLA, YaRN, numerics: a dict in model_dump
                 # made `sweep --model deepseek-v3` an internal error, "unhashable type: 'dict'")
                 shape = spec.model_dump_json(exclude={"name", "source", "published_params", "num_experts", "top_k",
@@ -314,7 +318,8 @@ class _Solver:
         seq = np.asarray(params.get("seq", np.full(rows.size, self.request.seq_len or execution.run.seq_len)),
                          dtype=np.int64)
         default_n = self.default_global_batch(seq, execution.layout.data_parallel)
-        limits, valid = _point_limits(self.limits, params, execution.layout.data_parallel, rows, out, default_n)
+        limits, valid = _point_limits(self.limits, params, execution.layout.data_parallel, rows, out, default_n,
+                                      pipeline=execution.layout.pipeline_parallel > 1)
         base = self.points_problem(models, execution).with_run(seq_len=seq)
         table = base.model.max_position_embeddings
         if table is None or (base.model.position_embedding == "learned" and int(seq.max()) > table):
@@ -472,10 +477,13 @@ class _Models:
 
 
 def _point_limits(base: BatchLimits, params: dict[str, np.ndarray], data_parallel: int, rows: np.ndarray,
-                  out: _Columns, default_n: Optional[np.ndarray] = None) -> tuple[PointLimits, np.ndarray]:
+                  out: _Columns, default_n: Optional[np.ndarray] = None,
+                  pipeline: bool = False) -> tuple[PointLimits, np.ndarray]:
     """The batch limits of each point (the request's, with the grid's values), validated per distinct
     combination; invalid points are recorded and left out. `default_n` (GPU): the global batch of the
-    points that fix no batch size, as `plan` resolves it."""
+    points that fix no batch size, as `plan` resolves it. `pipeline` (PP > 1): a global batch without M runs
+    one sequence per micro-batch (G x b of the given tile sizes), as `plan` resolves it
+    (config.resolution.pipeline_micro_batch)."""
     names = list(PointLimits.__dataclass_fields__)
     cols = {n: np.full(rows.size, getattr(base, n) or 0, dtype=np.int64) for n in names}
     for flag, name in LIMIT_PARAMS.items():
@@ -484,6 +492,10 @@ def _point_limits(base: BatchLimits, params: dict[str, np.ndarray], data_paralle
     if default_n is not None:
         free = ~np.any(np.stack([cols[n] for n in names]) > 0, axis=0)
         cols["global_batch"] = np.where(free, default_n, cols["global_batch"])
+    if pipeline:  # one sequence per micro-batch, or G x b of the given tile sizes
+        alone = (cols["global_batch"] > 0) & (cols["micro_batches"] == 0)
+        micro = np.maximum(cols["tiles"], 1) * np.maximum(cols["tile_batch"], 1)
+        cols["micro_batches"] = np.where(alone, cols["global_batch"] // (data_parallel * micro), cols["micro_batches"])
     table = np.stack([cols[n] for n in names], axis=1)
     combos, inverse = np.unique(table, axis=0, return_inverse=True)
     valid = np.ones(rows.size, dtype=bool)
