@@ -75,19 +75,29 @@ def solve_problem(problem: Problem) -> tuple[Problem, Solution, Search]:
     return problem, sol, found
 
 
-def _rows(pv: PhaseValues, scope: str) -> list[PhaseRow]:
+def _rows(pv: PhaseValues, scope: str, problem: Problem) -> list[PhaseRow]:
+    """One device's phases. The catalogue counts a routed phase's parameters, and the weights its forward reads,
+    over all E experts (formulas/moe.toml: the timing model divides); a GPU device holds 1/(EP x ETP) of them
+    (freshuser23: the row showed 32 GB and 32 FLOP/byte where one device reads 2 GB at about 490), as
+    model/gpu/costs.py `_traffic` times them. A wafer holds every expert (EP 1)."""
+    lay = problem.layout
+    shards = lay.expert_parallel * lay.expert_tensor_parallel if problem.hardware.family == "gpu" else 1
     rows = []
     for phase in pv.phases:
         if phase.scope != scope:
             continue
         v = lambda q: pv.value(phase.name, q)  # noqa: E731
+        params, moved = v("params"), v("bytes_moved")
+        if phase.param_bucket == "routed" and shards > 1:
+            moved = moved - problem.run.bytes_per_element * params * (1 - 1 / shards)
+            params = params / shards
         rows.append(PhaseRow(
-            name=phase.name, group=phase.group, batch=phase.batch, params=int(v("params")),
+            name=phase.name, group=phase.group, batch=phase.batch, params=int(params),
             flops_forward=int(v("flops_fwd")), flops_backward=int(v("flops_bwd")),
             flops_recompute=int(v("flops_recompute")), flops_elementwise=int(v("flops_elementwise")),
             stored_activation_bytes=int(v("stored")), recompute_bytes=int(v("recompute_bytes")),
-            transient_bytes=int(v("transient")), bytes_moved=int(v("bytes_moved")),
-            arithmetic_intensity=float(v("arithmetic_intensity")),
+            transient_bytes=int(v("transient")), bytes_moved=int(moved),
+            arithmetic_intensity=float(v("flops_fwd") / moved) if moved else 0.0,
         ))
     return rows
 
@@ -309,9 +319,9 @@ def _shape_report(problem: Problem, mem: MemoryModel, sol: Solution, found: Sear
                        for row in breakdown.stages],
         flops_per_step=FlopsPerStep(forward=fwd, backward=bwd, total=fwd + bwd, recompute=rec,
                                     hardware_total=fwd + bwd + rec, elementwise=step("flops_elementwise")),
-        phases=_rows(pv, "layer"),
-        outside_layers=_rows(ev.outside, "model"),
-        layer_kinds=[LayerKindRows(name=k.name, count=k.count, phases=_rows(kpv, "layer"))
+        phases=_rows(pv, "layer", problem),
+        outside_layers=_rows(ev.outside, "model", problem),
+        layer_kinds=[LayerKindRows(name=k.name, count=k.count, phases=_rows(kpv, "layer", problem))
                      for k, kpv in ev.layers] if len(ev.layers) > 1 else [],
     )
 
