@@ -93,8 +93,10 @@ def test_the_te_runs_are_expressed_with_the_te_kernel():
     # the seven Megatron-LM moe_recipes rows (their ARGS: cross_entropy_loss_fusion, cross_entropy_fusion_impl te)
     # and the seven runs36 rows whose configurations set it (Megatron-MoE-ModelZoo's Qwen3-235B yaml after 8017e112:
     # four H100 long-context, the GB200 128k and the 2026-03 H100 best-practice rows; the DeepSeek-V3 GB200 guide);
-    # and the seven Megatron-Bridge rows of task runs37 (other releases: overrides.py L64 @ v0.3.0, L66 @ v0.4.x)
-    assert len(runs) == 23 + 7 + 38 + 3 + 7 + 7 + 7
+    # and the seven Megatron-Bridge rows of task runs37 (other releases: overrides.py L64 @ v0.3.0, L66 @ v0.4.x);
+    # and three of task runs39: Bridge 25.11's DeepSeek-V3 (v0.2.0's harness sets impl te), Megatron-LM's DeepSeek-V3
+    # moe_recipe (its ARGS), NeMo 25.04's Mixtral 8x22B GB200 (NeMo v2.3.0's script default)
+    assert len(runs) == 23 + 7 + 38 + 3 + 7 + 7 + 7 + 3
     for run in runs:
         request, reason = express(run)
         assert reason == "" and request is not None and request.loss == "te_fused", run.id

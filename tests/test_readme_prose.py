@@ -208,6 +208,8 @@ PROSE_RUNS = [
     (r"on 512 GB200 went from -60% to ([+-]\d+)%", ["llama-3-8b-gb200-512-fp8-current-mlperf-v51"]),
     (r"the B200 node reads ([+−-]\d+)% in BF16", ["llama-3-8b-b200-8-bf16-nemo2509-vuiseng9"]),
     (r"in NeMo 26\.08\) is now predicted \(\+10\.3% then, ([+-]\d+\.\d)% today\)", ["qwen3-30b-a3b-gb200-8-mxfp8-7"]),
+    (r"Qwen3-235B on 64 B200 from \+63% to ([+-]\d+)% and the profiled H100 row from \+14\.2% to ([+-]\d+\.\d)%",
+     ["qwen3-235b-a22b-b200-64-mxfp8-248", "qwen3-30b-a3b-h100-16-389"]),
     (r"4,096 to 11,616 H100 from \+25\.\.\+34% to ([+-]\d+)\.\.([+-]\d+)%",
      [tuple(f"gpt3-175b-h100-{n}-fp8-mlperf-{r}" for n, r in (
          ("4096", "v31"), ("6144", "v31"), ("8192", "v31"), ("10240", "v31"), ("10752", "v31"), ("10752", "v31-azure"),
