@@ -12,8 +12,8 @@ import pytest
 DATA = Path(__file__).parent / "data"
 BRIDGE = DATA / "megatron" / "qwen3-30b-a3b-8gpu-h100-bridge.yaml"
 # the same recipe as Hydra overrides (the words Bridge's scripts take)
-HYDRA = ("model.tensor_model_parallel_size=4\nmodel.pipeline_model_parallel_size=2\nmodel.expert_model_parallel_size=4\n"
-         "model.expert_tensor_parallel_size=1\n"
+HYDRA = ("model.tensor_model_parallel_size=4\nmodel.pipeline_model_parallel_size=2\n"
+         "model.expert_model_parallel_size=4\nmodel.expert_tensor_parallel_size=1\n"
          "model.sequence_parallel=true\nmodel.seq_length=4096\ntrain.global_batch_size=32\ntrain.micro_batch_size=2\n"
          "model.recompute_granularity=full\nmodel.recompute_method=uniform\nmodel.recompute_num_layers=1\n"
          "mixed_precision=bf16_mixed\n")
@@ -74,8 +74,8 @@ def test_the_destinations_read_anywhere_hold_the_conditional_reads():
     from btacalc.config.megatron_reads import read_anywhere
 
     read = read_anywhere()
-    for dest in ("grad_reduce_in_bf16", "recompute_num_layers", "recompute_method", "microbatch_group_size_per_vp_stage",
-                 "quick_geglu", "beta_fast", "original_max_position_embeddings", "expert_model_parallel_size"):
+    for dest in ("grad_reduce_in_bf16", "recompute_num_layers", "recompute_method",
+                 "microbatch_group_size_per_vp_stage", "quick_geglu", "beta_fast", "original_max_position_embeddings", "expert_model_parallel_size"):
         assert dest in read, dest
     for dest in ("moe_router_dtype", "moe_z_loss_coeff", "apply_rope_fusion", "save", "lr"):
         assert dest not in read, dest
