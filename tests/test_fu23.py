@@ -75,7 +75,8 @@ def test_the_destinations_read_anywhere_hold_the_conditional_reads():
 
     read = read_anywhere()
     for dest in ("grad_reduce_in_bf16", "recompute_num_layers", "recompute_method",
-                 "microbatch_group_size_per_vp_stage", "quick_geglu", "beta_fast", "original_max_position_embeddings", "expert_model_parallel_size"):
+                 "microbatch_group_size_per_vp_stage", "quick_geglu", "beta_fast", "original_max_position_embeddings",
+                 "expert_model_parallel_size"):
         assert dest in read, dest
     for dest in ("moe_router_dtype", "moe_z_loss_coeff", "apply_rope_fusion", "save", "lr"):
         assert dest not in read, dest

@@ -1,7 +1,7 @@
 """Which Megatron-LM destinations btacalc reads anywhere: the row codec (megatron_codec.decode, whose `Get.read`
 records what it reads), the argument rules (megatron_rules.RULES) or imported_run's checks, under any setting of the
-others that a probe reaches (`read_anywhere`). An interpolation in a Megatron-Bridge key is refused where btacalc reads its destination
-(bridge_run._read_by_btacalc) and listed as ignored elsewhere, as the key is (fu23)."""
+others that a probe reaches (`read_anywhere`). An interpolation in a Megatron-Bridge key is refused where btacalc
+reads its destination (bridge_run._read_by_btacalc) and listed as ignored elsewhere, as the key is (fu23)."""
 
 from __future__ import annotations
 
