@@ -80,3 +80,29 @@ def test_the_destinations_read_anywhere_hold_the_conditional_reads():
         assert dest in read, dest
     for dest in ("moe_router_dtype", "moe_z_loss_coeff", "apply_rope_fusion", "save", "lr"):
         assert dest not in read, dest
+
+
+# 2. The wafer plan's header showed its precision without "(default)" where a GPU plan's marked it (the default was
+# taken unrecorded), and the parallelism line did not mark ETP where it defaulted to TP (REASONS
+# "expert_tensor_parallel", recorded in inputs.defaults). Given explicitly, the same values are no defaults.
+def _header(cli, *args: str) -> str:
+    code, out, err = cli(*args)
+    assert code in (0, 1), err
+    return " ".join(out.split())
+
+
+def test_a_wafer_plan_marks_its_default_precision(cli):
+    wafer = ("plan", "--model", "qwen3-30b-a3b", "--hw", "wse3")
+    assert "precision bf16 (default)," in _header(cli, *wafer)
+    assert "precision bf16, 2-byte" in _header(cli, *wafer, "--precision", "bf16")
+    code, out, err = cli(*wafer, "--json")
+    assert "16-bit" in json.loads(out)["inputs"]["defaults"]["precision"]
+    code, out, err = cli(*wafer, "--precision", "bf16", "--json")
+    assert "precision" not in json.loads(out)["inputs"]["defaults"]
+
+
+def test_a_default_etp_is_marked_in_the_parallelism_line(cli):
+    gpu = ("plan", "--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16", "--tp", "2", "--ep", "8")
+    tp = 2  # Megatron-Core's ETP default is the TP size
+    assert f"ETP {tp} (default), EDP" in _header(cli, *gpu)
+    assert f"ETP {tp}, EDP" in _header(cli, *gpu, "--etp", str(tp))
