@@ -106,3 +106,23 @@ def test_a_default_etp_is_marked_in_the_parallelism_line(cli):
     tp = 2  # Megatron-Core's ETP default is the TP size
     assert f"ETP {tp} (default), EDP" in _header(cli, *gpu)
     assert f"ETP {tp}, EDP" in _header(cli, *gpu, "--etp", str(tp))
+
+
+# 3. `compare --precision mxfp8` beside a wafer skipped the wafer row ("not run: wse3 mxfp8: ... 16-bit training
+# only"), and so did a list whose first precision was a low one (`mxfp8,bf16`: the wafer row took the first); "bf16
+# wafer vs mxfp8 GPU" gets the wafer row at its only precision, as `plan --hw wse3` plans it, with a one-line note
+# when the list has no 16-bit precision.
+@pytest.mark.parametrize("precisions, noted", [("mxfp8", True), ("mxfp8,bf16", False)])
+def test_compare_keeps_the_wafer_row_at_16_bit(cli, precisions, noted):
+    code, out, err = cli("compare", "--model", "qwen3-30b-a3b", "--hw", "wse3,b200", "--devices", "8", "--ep", "8",
+                         "--precision", precisions, "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    wafer = [row for row in result["rows"] if row["hardware"] == "wse3"]
+    gpu = [row for row in result["rows"] if row["hardware"] == "b200"]
+    assert len(wafer) == 1 and wafer[0]["precision"] == "bf16"
+    assert sorted(row["precision"] for row in gpu) == sorted(precisions.split(","))
+    assert not any(s.startswith("wse3") for s in result["skipped"])
+    code, out, err = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "wse3", "--json")
+    assert wafer[0]["tokens_per_s"] == json.loads(out)["throughput"]["tokens_per_s"]
+    assert ("a wafer trains in 16-bit" in wafer[0]["note"]) is noted
