@@ -126,3 +126,39 @@ def test_compare_keeps_the_wafer_row_at_16_bit(cli, precisions, noted):
     code, out, err = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "wse3", "--json")
     assert wafer[0]["tokens_per_s"] == json.loads(out)["throughput"]["tokens_per_s"]
     assert ("a wafer trains in 16-bit" in wafer[0]["note"]) is noted
+
+
+# 4. `whatif --solve-for cores` on a GPU answered "best at 1 SM": a GPU's cores are its SMs, which the plan reads for
+# the GEMMs' waves and the SMs communication kernels hold, at the profile's per-device peak; moved alone they spread
+# the same peak over more or fewer SMs. Refused in one line naming the numbers that scale the device; moved with the
+# peaks the plan's GEMMs run at, the SM count answers. A wafer's count was refused already (the plan does not use it).
+GPU16 = ("--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16", "--ep", "16")
+
+
+@pytest.mark.parametrize("extra, wanted", [((), "chip.cores,chip.peak_flops_per_s"),
+                                           (("--precision", "fp8"),
+                                            "chip.cores,chip.peak_flops_per_s,chip.peak_fp8_flops_per_s")])
+def test_whatif_refuses_a_gpus_cores_alone(cli, extra, wanted):
+    for solve_for in ("cores", "chip.cores", "cores,sram_bytes"):
+        code, out, err = cli("whatif", *GPU16, *extra, "--solve-for", solve_for, "--target", "tokens_per_s=130000")
+        assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+        assert "SM count" in err and err.rstrip().endswith(wanted)
+
+
+def test_whatif_scales_a_gpu_with_its_peak(cli):
+    """Today's 132 SMs at 989 TFLOP/s: at the answer both moved by its ratio, and the plan there (a profile with the
+    two numbers scaled, as plan would read it) reaches the target."""
+    code, out, err = cli("plan", *GPU16, "--json")
+    today = json.loads(out)["throughput"]["tokens_per_s"]
+    code, out, err = cli("whatif", *GPU16, "--solve-for", "chip.cores,chip.peak_flops_per_s", "--target",
+                         f"tokens_per_s={1.1 * today}", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["today_value"] == 132 and doc["value"] == int(doc["value"]) > 132
+    assert doc["answer"]["metric"] >= 1.1 * today
+
+
+def test_whatif_of_a_wafers_cores_still_says_it_changes_nothing(cli):
+    code, out, err = cli("whatif", "--model", "qwen3-30b-a3b", "--hw", "wse3", "--solve-for", "cores", "--target",
+                         "tokens_per_s=200000")
+    assert code == 2 and "would change nothing" in err
