@@ -107,8 +107,7 @@ def _run_options(request: ExecutionRequest, model: "ModelSpec", profile: "Hardwa
                                    REASONS["gradient_bytes_gpu" if gpu else "gradient_bytes_wse"]),
         routing_imbalance=request.routing_imbalance,
         multi_token_prediction=_mtp(request, model, chosen.reasons),
-        # fu23: a wafer's default was taken unrecorded (its header showed no "(default)" where a GPU plan's did)
-        precision=chosen.pick("precision", request.precision, DEFAULT_PRECISION,
+        precision=chosen.pick("precision", request.precision, DEFAULT_PRECISION,  # fu23: a wafer's too
                               REASONS["precision" if gpu else "precision_wse"]),
         low_precision_param_gather=request.fp8_param_gather,
         fp8_attention=request.fp8_attention,
