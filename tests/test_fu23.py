@@ -162,3 +162,49 @@ def test_whatif_of_a_wafers_cores_still_says_it_changes_nothing(cli):
     code, out, err = cli("whatif", "--model", "qwen3-30b-a3b", "--hw", "wse3", "--solve-for", "cores", "--target",
                          "tokens_per_s=200000")
     assert code == 2 and "would change nothing" in err
+
+
+# 5. `plan --emit megatron|bridge` of a tiled plan (G > 1) planned twice: the solver's plan, then the untiled one at its
+# step batch (freshuser21: Megatron runs its micro-batch untiled). Where the request fixes the global batch, the untiled
+# plan is planned at once. The emitted text is byte for byte what the two passes wrote: derived here by the two passes
+# themselves (the library's make_plan and the launch writers, as cli/plan.py called them before), for a tiled case
+# (G = 2 under full recomputation) and an untiled one (the solver's own G = 1).
+TILED = ("--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16", "--recompute", "full", "--global-batch", "256")
+UNTILED = ("--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16", "--ep", "16", "--global-batch", "1024")
+
+
+def _two_passes(request, spec, profile, emit: str) -> str:
+    from dataclasses import replace
+
+    from btacalc.output.megatron import bridge_overrides, megatron_arguments
+    from btacalc.planning.plan import make_plan
+
+    free = request.with_changes(limits=replace(request.limits, tiles=None))
+    report = make_plan(spec, profile, free)
+    if report.plan.tiles > 1:
+        report = make_plan(spec, profile, request.with_changes(limits=replace(request.limits, tiles=1)))
+    write = megatron_arguments if emit == "megatron" else bridge_overrides
+    return write(report, spec, profile.system.domain_devices)
+
+
+@pytest.mark.parametrize("emit", ["megatron", "bridge"])
+@pytest.mark.parametrize("args, tiles", [(TILED, 2), (UNTILED, 1)])
+def test_an_emitted_launch_with_a_fixed_global_batch_is_planned_once(cli, monkeypatch, emit, args, tiles):
+    import btacalc.planning.plan as plan_module
+
+    real, calls = plan_module.make_plan, []
+
+    def counted(spec, profile, request, *rest, **kw):
+        calls.append((spec, profile, request))
+        return real(spec, profile, request, *rest, **kw)
+
+    code, out, err = cli("plan", *args, "--json")
+    assert json.loads(out)["plan"]["tiles"] == tiles  # the premise: the solver's own G
+    monkeypatch.setattr(plan_module, "make_plan", counted)
+    code, out, err = cli("plan", *args, "--emit", emit)
+    assert code == 0, err
+    assert len(calls) == 1 and calls[0][2].limits.tiles == 1
+    monkeypatch.setattr(plan_module, "make_plan", real)
+    spec, profile, request = calls[0]
+    before = _two_passes(request, spec, profile, emit)
+    assert out == before + ("" if before.endswith("\n") else "\n")
