@@ -99,7 +99,8 @@ def compare(
     overlap: bool = OverlapOpt,
     precision: Optional[str] = typer.Option(None, "--precision", help=help_text(
         "Training precision(s), comma-separated: a row per precision for each GPU profile (bf16, fp16, fp8, "
-        "fp8-current, fp8-blockwise, mxfp8, nvfp4; e.g. bf16,mxfp8,nvfp4) [default: bf16].")),
+        "fp8-current, fp8-blockwise, mxfp8, nvfp4; e.g. bf16,mxfp8,nvfp4) [default: bf16]; a wafer row trains in "
+        "16-bit (the first 16-bit one given, else bf16).")),
     recipe: RecipeOptions = RecipeOptions(),  # the shared recipe options (takes_option_groups)
     as_json: bool = typer.Option(False, "--json", help="Print {rows: [...]} as JSON on stdout."),
     output: Optional[str] = OutputOpt,

@@ -189,8 +189,12 @@ def _planned(spec: Any, profile: Any, request: Any, imported: Any, printing: Pri
     with _from_file(imported):
         if printing.search:
             return _profiled(_search(spec, profile, request, printing.outs, printing.emit), printing.profile_run)
-        report = make_plan(spec, profile, request)
-        if printing.emit in ("megatron", "bridge") and report.plan.tiles > 1 and request.limits.tiles is None:
+        launch = printing.emit in ("megatron", "bridge") and request.limits.tiles is None
+        if launch and request.limits.global_batch is not None:  # fu23: the untiled plan at once, as below
+            report = make_plan(spec, profile, _untiled(request, request.limits.global_batch))
+        else:
+            report = make_plan(spec, profile, request)
+        if launch and report.plan.tiles > 1:
             report = make_plan(spec, profile, _untiled(request, report.plan.step_batch))
     if imported is not None:
         from ..config.megatron_run import suggestions_in_file
@@ -204,7 +208,9 @@ def _untiled(request: Any, step_batch: int) -> Any:
     """freshuser21: Megatron runs its micro-batch untiled, so a launch is the plan at G = 1, at the same step batch.
     The fastest plan of qwen3-30b-a3b on 16 H100s under full recomputation tiled attention (G = 2 tiles of b = 4) and
     the launch wrote --micro-batch-size 8, which Megatron runs as 8 sequences at once: 83.2 GB of 79.2 GB usable by
-    btacalc's own count (the launch said so only in a comment)."""
+    btacalc's own count (the launch said so only in a comment). fu23: a request that fixes the global batch is planned
+    so at once (it planned twice where G > 1); where the solver would have chosen G = 1 itself, fixing G = 1 changes
+    no emitted byte (the best shape of all is the best of those at G = 1; test_fu23)."""
     batch = request.limits.global_batch or step_batch
     return request.with_changes(limits=replace(request.limits, tiles=1, global_batch=batch))
 

@@ -25,6 +25,7 @@ from .bridge_model_bridges import bridge_provider_defaults, bridge_provider_note
 from .megatron_codec import BRIDGE_LOCAL_ATTENTION, bridge_attention_environment, encode
 from .megatron_launch import Launch, flags_by_dest, integer
 from .megatron_model_rows import MODEL_ROWS, model_fields
+from .megatron_reads import read_anywhere
 from .megatron_run import (ImportedRun, ignore_reason, imported_run, source_naming, stated_devices, with_nccl_settings,
                            with_option_comments)
 from .model import MAX_COUNT, MAX_COUNT_TEXT, ModelSpec
@@ -331,17 +332,29 @@ def _yaml_overrides(text: str, source: str) -> dict[str, Any]:
 
 
 def _read_by_btacalc(key: str) -> bool:
-    """Whether btacalc reads `key` (from_bridge does not list it as ignored): an interpolation there is refused
-    (hostile37), one in a key btacalc ignores (`checkpoint.save: ${oc.env:HOME}/ckpt`) is listed as ignored as
-    before (the lead: a real recipe's paths are interpolated). A dataset's sequence length is read in its stead
-    (_dataset_seq_length); a section (a Hydra override's dict value) holds keys btacalc may read."""
-    if key in DATASET_SEQ_KEYS or "." not in key:
+    """Whether btacalc reads `key`: an interpolation there is refused (hostile37), one in a key btacalc ignores
+    (`checkpoint.save: ${oc.env:HOME}/ckpt`) is listed as ignored as before (the lead: a real recipe's paths are
+    interpolated). fu23: a key is read where from_bridge does not list it as ignored and a Megatron destination it
+    gives is one the row codec, the rules or the launch checks read under some setting (megatron_reads.read_anywhere):
+    `model.moe_router_dtype: ${oc.env:DTYPE}`, listed as ignored when given a value, was refused. It errs towards
+    refusing: a destination read only under settings other than the file's counts as read, and so does a key whose
+    reading depends on its value (model.activation_func) or on another key (ddp.grad_reduce_in_fp32, which a mixed
+    precision overwrites), that from_bridge refuses as "${}", or that gives no destination without being listed
+    (model.cpu_offloading). A dataset's sequence length is read in the model's stead (_dataset_seq_length); a
+    section (a Hydra override's dict value) holds keys btacalc may read."""
+    if key in DATASET_SEQ_KEYS or key in VALUE_READ_KEYS or "." not in key:
         return True
     try:
-        _, unread = from_bridge({key: "${}"})
+        args, unread = from_bridge({key: "${}"})
     except BtacalcError:
         return True
-    return key not in unread
+    if key in unread:
+        return False
+    return not args or any(dest in read_anywhere() for dest in args)
+
+
+# from_bridge reads model.activation_func for some values only (quick_gelu, squared_relu) and lists the others
+VALUE_READ_KEYS = frozenset({"model.activation_func"})
 
 
 def _unique_keys_loader() -> Any:

@@ -107,6 +107,8 @@ REASONS = {
                              "--micro-batch or --grad-accum to change it"),
     "precision": ("bf16: Megatron-LM's --bf16 mixed precision; low-precision recipes (--precision fp8, fp8-current, "
                   "fp8-blockwise, mxfp8, nvfp4) are TransformerEngine's (btacalc/data/precision.toml)"),
+    "precision_wse": ("bf16: a wafer-scale system trains in 16-bit (--precision fp16 plans the same 2-byte elements; "
+                      "the low-precision recipes are GPU TransformerEngine's, btacalc/data/precision.toml)"),
     "routing_weights_gpu": (f"experts: Megatron-Core multiplies each routed copy by its routing weight inside the "
                             f"experts' activation ({MEGATRON} megatron/core/transformer/moe/experts.py L943-1023: "
                             "weighted_bias_swiglu_impl keeps its input and the weights) and combines the expert "

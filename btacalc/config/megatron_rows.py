@@ -6,6 +6,7 @@ config/megatron_codec.py."""
 from __future__ import annotations
 
 import ast
+import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
@@ -18,7 +19,13 @@ Args = dict[str, Any]
 
 
 def megatron_default(dest: str) -> Any:
-    """The parser's default of a destination (None when it is not a literal)."""
+    """The parser's default of a destination (None when it is not a literal); a list default is a fresh copy."""
+    value = _literal_default(dest)
+    return list(value) if isinstance(value, list) else value
+
+
+@functools.lru_cache(maxsize=None)
+def _literal_default(dest: str) -> Any:
     flags = flags_by_dest().get(dest)
     if not flags:
         return None

@@ -411,6 +411,10 @@ ARGUMENTS_ELSEWHERE = {
                                         "d98e8a64), which btacalc does not model: every layer it plans is alike",
 }
 ARGUMENTS_ELSEWHERE["heterogeneous_layers_config_encoded_json"] = ARGUMENTS_ELSEWHERE["heterogeneous_layers_config_path"]
+# fu23: the destinations imported_run's own checks read beside the row codec and the rules (megatron_reads): a
+# configuration read from elsewhere, the encoder's depth and length that stand for the model's, the checkpoint's
+# arguments, the sizes checked to be at least 1
+LAUNCH_CHECKED = frozenset({*ARGUMENTS_ELSEWHERE, "encoder_num_layers", "encoder_seq_length", "use_checkpoint_args"})
 CHECKPOINT_ARGS_NOTE = ("--use-checkpoint-args: Megatron-LM takes the model's layers, sizes, heads, experts, "
                         "positions and parallel sizes from the checkpoint it loads (megatron/training/checkpointing.py L2199-2365 @ "
                         "d98e8a64, load_args_from_checkpoint, most with force=True), which btacalc does not read: "

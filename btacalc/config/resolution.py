@@ -107,8 +107,8 @@ def _run_options(request: ExecutionRequest, model: "ModelSpec", profile: "Hardwa
                                    REASONS["gradient_bytes_gpu" if gpu else "gradient_bytes_wse"]),
         routing_imbalance=request.routing_imbalance,
         multi_token_prediction=_mtp(request, model, chosen.reasons),
-        precision=(chosen.pick("precision", request.precision, DEFAULT_PRECISION, REASONS["precision"]) if gpu
-                   else request.precision or DEFAULT_PRECISION),
+        precision=chosen.pick("precision", request.precision, DEFAULT_PRECISION,  # fu23: a wafer's too
+                              REASONS["precision" if gpu else "precision_wse"]),
         low_precision_param_gather=request.fp8_param_gather,
         fp8_attention=request.fp8_attention,
         rht_cast_fusion=request.rht_cast_fusion,

@@ -198,7 +198,8 @@ def _layout_text(r: PlanReport) -> str:
     sizes = (f"TP {par.tensor_parallel}{' (SP)' if par.sequence_parallel else ''}, PP {par.pipeline_parallel}"
              + (f" x VP {par.virtual_pipeline}" if par.virtual_pipeline > 1 else "") + f", CP {par.context_parallel}, "
              f"DP {par.data_parallel}" + (f", EP {par.expert_parallel}{marks('expert_parallel')}, ETP "
-                                          f"{par.expert_tensor_parallel}, EDP {par.expert_data_parallel}"
+                                          f"{par.expert_tensor_parallel}{marks('expert_tensor_parallel')}, EDP "
+                                          f"{par.expert_data_parallel}"
                                           if r.model.num_experts else ""))
     shard = (f"FSDP{ {'torch': ' (PyTorch FSDP1)', 'fsdp2': ' (PyTorch FSDP2)'}.get(par.fsdp_impl, '')}" if par.fsdp
              else f"ZeRO-{par.zero_stage}{marks('zero_stage')}")

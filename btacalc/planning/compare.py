@@ -241,9 +241,11 @@ def compare(model: ModelSpec, profiles: Sequence[HardwareProfile], request: Comp
     skipped: list[str] = []
     chosen: list[Optional[str]] = list(request.precisions) or [run.precision]
     taking = _rows_taking(run, chosen, profiles)
+    wafer_precision, wafer_note = _wafer_precision(chosen)
     for profile, precision in [(p, x) for p in profiles for x in chosen]:
         if profile.family == "wse" and precision != chosen[0]:
             continue  # one wafer row: the precision list is for the GPU rows
+        precision = wafer_precision if profile.family == "wse" else precision
         base = _row_request(run, profile, precision, bool(wafers), taking, request.wafer_global_batch)
         if precision is not None:
             try:  # the run options as each row's plan resolves them (its default attention, its precision checks)
@@ -258,7 +260,7 @@ def compare(model: ModelSpec, profiles: Sequence[HardwareProfile], request: Comp
                                            else (list(devices) if devices else [None]))
         for n in counts:
             report, note = _row_plan(model, profile, base, n, request.search and profile.family == "gpu")
-            note = note or (matched[1] if matched else "")
+            note = note or (matched[1] if matched else "") or (wafer_note if profile.family == "wse" else "")
             params_total, seq = report.model.params_total, report.inputs.seq_len
             row = _row(report, profile)
             if note:
@@ -269,6 +271,17 @@ def compare(model: ModelSpec, profiles: Sequence[HardwareProfile], request: Comp
     if not rows and skipped:
         raise BtacalcError(f"{{precision}}: no device can run it ({'; '.join(skipped)})")
     return CompareResult(model=model.name, params_total=params_total, seq_len=seq, rows=rows, skipped=skipped)
+
+
+def _wafer_precision(chosen: list[Optional[str]]) -> tuple[Optional[str], str]:
+    """The wafer rows' precision and their note: the first 16-bit precision of `chosen` (None: the run's default),
+    else bf16 with a note. fu23: `--precision mxfp8` (or a list of low precisions first) skipped the wafer rows ("not
+    run: ... 16-bit training only"), where "bf16 wafer vs mxfp8 GPU" asks for them at their only precision."""
+    sixteen = [x for x in chosen if x is None or not recipe(x).low]
+    if sixteen:
+        return sixteen[0], ""
+    return DEFAULT_PRECISION, (f"planned in {DEFAULT_PRECISION}: a wafer trains in 16-bit (--precision "
+                               f"{','.join(x for x in chosen if x)} sets the GPU rows)")
 
 
 Taking = tuple[set[Optional[str]], set[Optional[str]], set[Optional[str]], set[str]]

@@ -27,6 +27,7 @@ from pydantic import BaseModel, Field
 from ..config.execution import ExecutionRequest
 from ..config.hardware import HardwareProfile
 from ..config.model import MAX_LAYERS, ModelSpec
+from ..config.precision import DEFAULT_PRECISION, recipe
 from ..config.text import DECIMAL
 from ..errors import BtacalcError
 from .metrics import METRICS, PlanMetrics, plan_metrics
@@ -151,6 +152,7 @@ def _evaluator(model: ModelSpec, hw: HardwareProfile, request: ExecutionRequest,
     if labels:  # hostile19 left it: a compute capability scaled like a rate ("best at 1.426")
         raise BtacalcError(f"{{solve_for}} {labels[0]} is a label, not a quantity: whatif scales a number by a factor, "
                            "which means nothing for it; give a rate, a size or a time")
+    _check_gpu_cores(hw, request, keys)
     numbers = hw.numbers()
     today = numbers[keys[0]].value
     for k in keys:
@@ -170,6 +172,25 @@ def _evaluator(model: ModelSpec, hw: HardwareProfile, request: ExecutionRequest,
         return plan_metrics(model, trial, request)
 
     return ",".join(keys), today, _is_count(hw, keys[0]), hardware_at
+
+
+def _check_gpu_cores(hw: HardwareProfile, request: ExecutionRequest, keys: list[str]) -> None:
+    """fu23 (freshuser23: `--solve-for cores` on a GPU answered "best at 1 SM"): a GPU's chip.cores is its SM count,
+    which the plan reads for the GEMMs' waves (rates.gemm_device) and the SMs communication kernels hold
+    (gpu/sm_share.py), while the peak FLOP/s is the device's (per device, not per SM). Moved alone, it spreads the same
+    peak over more or fewer SMs, a device that cannot exist; moved with the peaks the plan's GEMMs run at, it scales
+    the device (the same rate per SM). A wafer's count is refused as changing nothing (the plan reads its SRAM per
+    core, not the count)."""
+    if hw.family != "gpu" or "chip.cores" not in keys:
+        return
+    peaks = ["chip.peak_flops_per_s"]
+    gemm = recipe(request.precision or DEFAULT_PRECISION).gemm_peak
+    if gemm != "bf16":
+        peaks.append(f"chip.peak_{gemm}_flops_per_s")
+    if any(k not in keys for k in peaks):
+        raise BtacalcError(f"{{solve_for}} chip.cores of a GPU is its SM count at the profile's per-device peak FLOP/s: "
+                           "alone it spreads the same peak over more or fewer SMs; to scale the device at the same "
+                           f"rate per SM, move the peaks with it: {','.join(['chip.cores', *peaks])}")
 
 
 def _step(x: float, today: float, metric: str, pm: PlanMetrics) -> WhatIfStep:
