@@ -493,9 +493,11 @@ def _point_limits(base: BatchLimits, params: dict[str, np.ndarray], data_paralle
         free = ~np.any(np.stack([cols[n] for n in names]) > 0, axis=0)
         cols["global_batch"] = np.where(free, default_n, cols["global_batch"])
     if pipeline:  # one sequence per micro-batch, or G x b of the given tile sizes
-        alone = (cols["global_batch"] > 0) & (cols["micro_batches"] == 0)
-        micro = np.maximum(cols["tiles"], 1) * np.maximum(cols["tile_batch"], 1)
-        cols["micro_batches"] = np.where(alone, cols["global_batch"] // (data_parallel * micro), cols["micro_batches"])
+        micro = data_parallel * np.maximum(cols["tiles"], 1) * np.maximum(cols["tile_batch"], 1)
+        # review30: where they do not divide the global batch, M stays free and the point is refused below naming the
+        # tile or the ranks, as plan refuses it (M = N // micro named a --grad-accum nobody gave)
+        alone = (cols["global_batch"] > 0) & (cols["micro_batches"] == 0) & (cols["global_batch"] % micro == 0)
+        cols["micro_batches"] = np.where(alone, cols["global_batch"] // micro, cols["micro_batches"])
     table = np.stack([cols[n] for n in names], axis=1)
     combos, inverse = np.unique(table, axis=0, return_inverse=True)
     valid = np.ones(rows.size, dtype=bool)

@@ -1,0 +1,52 @@
+"""review30: a review of session 31's changes (compare --loss, --vocab-multiple, mergedhost, the per-device routed
+rows, hostile38's and freshuser23's fixes, runs39). Each test pins one defect found, failing before its fix; the
+expected values are arithmetic on the layout or the plan of the same options (`sweep` "solves every point of the grid
+as plan would", README), not numbers copied from btacalc's output."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+# Qwen3-30B-A3B on 16 H100s at PP 2 and EP 8: DP = 16 / 2 = 8 data-parallel ranks
+PP2 = ("--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16", "--ep", "8", "--pp", "2")
+
+
+def _plan(cli, *args: str) -> dict:
+    code, out, err = cli("plan", *args, "--json")
+    assert code in (0, 1), err
+    return json.loads(out)["plan"]
+
+
+def _sweep(cli, *args: str) -> list[dict]:
+    code, out, err = cli("sweep", *args, "--json", "--quiet")
+    assert code in (0, 1), err
+    return json.loads(out)["points"]
+
+
+def _shape(plan: dict) -> tuple:
+    return plan["fits"], plan["tiles"], plan["tile_batch"], plan["micro_batches"]
+
+
+@pytest.mark.parametrize("given, flag", [(("--tiles", "3"), "--tiles 3"), (("--tile-batch", "3"), "--tile-batch 3")])
+def test_a_global_batch_the_given_tile_does_not_divide_is_refused_naming_the_tile(cli, given, flag):
+    """Under --pp 2 a global batch beside --tiles or --tile-batch runs the smallest micro-batch they leave (G x b,
+    a53fc03e). 256 sequences over DP 8 are 32 per rank, which 3 does not divide: the refusal named a `--micro-batch 3`
+    in plan and a `--grad-accum 10` (32 // 3) in sweep, options nobody gave; before the session it named the tile."""
+    assert (256 // 8) % 3 != 0
+    code, out, err = cli("plan", *PP2, "--global-batch", "256", *given)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert flag in err and "--micro-batch" not in err and "--grad-accum" not in err, err
+    valid, point = _sweep(cli, *PP2, "--global-batch", "256", "--vary", f"{given[0][2:]}=2,{given[1]}")
+    assert valid["plan"]["micro_batches"] == 256 // (8 * 2) and point["plan"]["fits"] is False
+    assert flag in point["error"] and "--grad-accum" not in point["error"], point["error"]
+
+
+def test_a_pipeline_global_batch_the_ranks_do_not_divide_names_no_micro_batch(cli):
+    """The same rule without a tile: 100 sequences over DP 8 (12.5 per rank) were refused as "not a multiple of DP 8 x
+    --micro-batch 1" though no --micro-batch was given (the pipeline's default micro-batch of 1)."""
+    assert 100 % 8 != 0
+    code, out, err = cli("plan", *PP2, "--global-batch", "100")
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "--global-batch 100" in err and "--micro-batch" not in err and "(96 or 104)" in err, err
