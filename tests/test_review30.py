@@ -29,6 +29,18 @@ def _shape(plan: dict) -> tuple:
     return plan["fits"], plan["tiles"], plan["tile_batch"], plan["micro_batches"]
 
 
+@pytest.mark.parametrize("vary, flag", [("grad-accum=2,4", "--grad-accum"), ("seq=4096,8192", "--seq")])
+def test_a_pipeline_sweep_holds_each_points_micro_batches_in_flight(cli, vary, flag):
+    """Under --pp 2 stage 0 holds min(PP, M) micro-batches' activations (1F1B, model/gpu/stages.py). freshuser23's fix
+    ran every sweep point's memory at M = 1 (its layout's M set to 1, the points' own M only timed): `--vary
+    grad-accum=2,4` chose b = 2, which plan with --grad-accum 2 or 4 finds does not fit, and at --seq 8192 (the default
+    batch, M = 512 / 8 = 64) the sweep reported a plan that fits where plan reports none. Each point is plan's."""
+    name, values = vary.split("=")
+    points = _sweep(cli, *PP2, "--vary", vary)
+    planned = [_plan(cli, *PP2, flag, v) for v in values.split(",")]
+    assert [_shape(p["plan"]) for p in points] == [_shape(p) for p in planned]
+
+
 @pytest.mark.parametrize("given, flag", [(("--tiles", "3"), "--tiles 3"), (("--tile-batch", "3"), "--tile-batch 3")])
 def test_a_global_batch_the_given_tile_does_not_divide_is_refused_naming_the_tile(cli, given, flag):
     """Under --pp 2 a global batch beside --tiles or --tile-batch runs the smallest micro-batch they leave (G x b,
