@@ -62,3 +62,42 @@ def test_a_pipeline_global_batch_the_ranks_do_not_divide_names_no_micro_batch(cl
     code, out, err = cli("plan", *PP2, "--global-batch", "100")
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert "--global-batch 100" in err and "--micro-batch" not in err and "(96 or 104)" in err, err
+
+
+# Qwen3-30B-A3B at TP 2 with Megatron-LM's own Qwen3 multiple: 1187 x 2 = 2,374 divides 151,936 (64 times), where the
+# default 128 x 2 = 256 pads it to 594 x 256 = 152,064
+VOCAB = ("--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16", "--tp", "2", "--ep", "8", "--global-batch",
+         "64", "--vocab-multiple", "1187")
+
+
+def _comments(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("#")]
+
+
+def test_the_emitted_launch_states_the_multiple_it_pads_at(cli):
+    """`--emit megatron` of a --vocab-multiple 1187 plan passes --make-vocab-size-divisible-by 1187 and its header said
+    "Megatron pads the vocabulary to a multiple of --make-vocab-size-divisible-by 128 x TP", the default it does not
+    run; the plan pads 151,936 at 1187 x TP (to itself)."""
+    assert 151936 % (1187 * 2) == 0 and -(-151936 // 256) * 256 == 152064
+    code, out, err = cli("plan", *VOCAB, "--emit", "megatron")
+    assert code == 0, err
+    assert "    --make-vocab-size-divisible-by 1187 \\" in out.splitlines()
+    head = " ".join(_comments(out))
+    assert "--make-vocab-size-divisible-by 1187 x TP" in head and "128 x TP" not in head, head
+
+
+def test_the_emitted_bridge_overrides_state_the_multiple_the_plan_pads_at(cli, tmp_path):
+    """`--emit bridge` writes model.make_vocab_size_divisible_by=1187 and its header said "btacalc plans it padded to a
+    multiple of 128 x TP", where the plan, and its read-back, pad at 1187 x TP. Megatron-Bridge pads only a vocabulary
+    the model leaves unset (training/setup.py L741-781 @ 067f987d): beside model.vocab_size the multiple pads nothing
+    there, which the header says."""
+    code, out, err = cli("plan", *VOCAB, "--emit", "bridge")
+    assert code == 0, err
+    assert "model.make_vocab_size_divisible_by=1187" in out.splitlines()
+    head = " ".join(_comments(out))
+    assert "1187 x TP" in head and "128 x TP" not in head, head
+    path = tmp_path / "overrides.txt"
+    path.write_text(out)
+    code, back, err = cli("plan", "--hw", "h100", "--from-bridge", str(path), "--json")
+    assert code == 0, err
+    assert json.loads(back)["parallelism"]["vocab_multiple"] == 1187
