@@ -101,3 +101,22 @@ def test_the_emitted_bridge_overrides_state_the_multiple_the_plan_pads_at(cli, t
     code, back, err = cli("plan", "--hw", "h100", "--from-bridge", str(path), "--json")
     assert code == 0, err
     assert json.loads(back)["parallelism"]["vocab_multiple"] == 1187
+
+
+@pytest.mark.parametrize("command", ["plan", "sweep"])
+def test_the_global_batch_help_says_what_a_given_tile_makes_of_the_pipeline_rule(cli, command):
+    """--global-batch's help said "under --pp > 1 one sequence per micro-batch, M = N/DP" alone; beside --tiles or
+    --tile-batch the rule runs the G x b they leave (resolution.pipeline_micro_batch), as the README's row says."""
+    code, text, _ = cli(command, "--help")
+    assert code == 0
+    assert "the G·b a given --tiles/--tile-batch leaves" in " ".join(text.split())
+
+
+def test_the_readme_says_memory_reads_the_micro_batches_in_flight():
+    """README "Batch sizes" said "Memory depends on (G, b) only", where a pipeline stage holds min(PP, M) micro-batches
+    (model/gpu/stages.py), the sweep defect above."""
+    from pathlib import Path
+
+    text = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8").split())
+    assert "Memory depends on (G, b) only" not in text
+    assert "the micro-batches a pipeline stage holds in flight (min(PP, M) without interleaving)" in text
