@@ -78,10 +78,16 @@ def cpu(fn: Callable[[], Any], number: int) -> float:
     return min(timeit.Timer(fn, timer=time.thread_time).repeat(number=number, repeat=3)) / number
 
 
-def measure(common: types.ModuleType, repeat: int) -> dict[str, Any]:
+def inert_streams() -> None:
+    """torch's CUDA stream context and record_stream as no-ops (the CPU run: module docstring)."""
     import torch
     torch.cuda.stream = lambda stream=None: contextlib.nullcontext()  # type: ignore[assignment]
     torch.Tensor.record_stream = lambda self, stream: None  # type: ignore[method-assign,assignment]
+
+
+def measure(common: types.ModuleType, repeat: int) -> dict[str, Any]:
+    import torch
+    inert_streams()
     config = types.SimpleNamespace(moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="hybridep",
                                    fp8=None, fp4=None, cuda_graph_modules=[], moe_ncclep_zero_copy=False)
     extra = {"config": config, "is_moe": True, "num_local_experts": 4, "delay_wgrad_compute": False}

@@ -156,8 +156,9 @@ AccountingOpt = typer.Option(None, "--accounting", help=help_text("ideal (Korthi
 GlobalBatchOpt = typer.Option(None, "--global-batch", min=1, help="Sequences per optimizer step over all data-parallel "
                               "ranks (Megatron's --global-batch-size, Cerebras' batch_size): N = DP·M·G·b. On GPUs, "
                               "with plan's or whatif's --micro-batch it sets M = N/(DP·micro batch); alone the solver "
-                              "splits it into M, G and b (under --pp > 1 one sequence per micro-batch, M = N/DP); on "
-                              "wafer systems it is split into micro-batches that fit.")
+                              "splits it into M, G and b (under --pp > 1 one sequence per micro-batch, M = N/DP, or the "
+                              "G·b a given --tiles/--tile-batch leaves); on wafer systems it is split into micro-batches "
+                              "that fit.")
 TilesOpt = typer.Option(None, "--tiles", min=1, help="Fix the number of attention tiles G.")
 TileBatchOpt = typer.Option(None, "--tile-batch", min=1, help="Fix the tile batch b.")
 MaxGlobalBatchOpt = typer.Option(None, "--max-global-batch", min=1, help="Cap the sequences per optimizer step "

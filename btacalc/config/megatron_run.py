@@ -78,11 +78,11 @@ IGNORED: tuple[tuple[str, str], ...] = (
      "FP8 margins (btacalc/data/precision.toml)"),
     (r"decoder_seq_length", "an encoder-decoder model's target length: pretrain_gpt.py's GPTModel trains at "
                             "--seq-length (Megatron-LM checks only that the positions cover it, arguments.py L1357)"),
-    # a Megatron-LM launch's multiple is read (Layout.vocab_multiple, megatron_model_rows._dec_vocab); a Bridge file's
-    # model.make_vocab_size_divisible_by is not: Bridge pads only a vocabulary the model leaves unset
-    (r"make_vocab_size_divisible_by", "Megatron-Bridge pads only a vocabulary the model leaves unset, the tokenizer's "
-                                      "(training/setup.py L741-781 @ 067f987d); btacalc plans model.vocab_size padded "
-                                      "at Megatron-LM's 128 x TP"),
+    # make_vocab_size_divisible_by is read, a Megatron-LM launch's and a Bridge file's alike (Layout.vocab_multiple,
+    # megatron_model_rows._dec_vocab), so that `--emit bridge` reads back as the plan it came from; Megatron-Bridge
+    # itself pads only a vocabulary the model leaves unset (training/setup.py L741-781 @ 067f987d), as the emitted
+    # overrides say (output/megatron.py BRIDGE_VOCAB_NOTE). review30: the entry that listed it as ignored was never
+    # reached and said a Bridge file's was not read
     (r"(cuda_graph_.*|enable_cuda_graph|external_cuda_graph)",
      "CUDA graphs beyond --cuda-graph-impl transformer_engine's per-layer scopes (read): warm-up steps, the "
      "graphs' static buffers and the local implementation are not modelled"),

@@ -1005,6 +1005,9 @@ def _resolve_batch(request: ExecutionRequest, layout: Layout, chosen: _Defaults,
     n, mb = limits.global_batch, limits.micro_batch
     smallest = pipeline_micro_batch(limits, m, layout.pipeline_parallel)
     if smallest is not None:
+        # review30: a global batch the ranks or the given tile sizes do not divide is refused naming them (the rule's
+        # micro-batch was refused as a --micro-batch nobody gave: "not a multiple of DP 8 x --micro-batch 3")
+        limits.validate(dp)
         mb = chosen.pick("micro_batch", None, smallest, REASONS["micro_batch_pipeline"])
     if mb is None:
         return replace(limits, micro_batches=m)

@@ -16,6 +16,7 @@ import shlex
 
 from typing import Any, Optional
 
+from ..catalogue.constants import constants
 from ..config.attention_kernels import DEFAULT_ATTENTION_KERNEL
 from ..config.megatron_codec import (BRIDGE_PIN, FP8_ATTENTION_BRIDGE_KEY, bridge_attention_environment, encode,
                                      render_flags)
@@ -173,15 +174,23 @@ def _value_text(value: Any) -> str:
     return f"{value:g}" if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
 
 MOCK_DATA_NOTE = ("--mock-data and NullTokenizer make the command runnable as is: give your --data-path and tokenizer "
-                  "(Megatron pads the vocabulary to a multiple of --make-vocab-size-divisible-by 128 x TP); "
+                  "(Megatron pads the vocabulary to a multiple of --make-vocab-size-divisible-by {m} x TP); "
                   "--train-iters and --lr are placeholders of a short benchmark run (Megatron-LM needs both, training.py "
                   "L2586): give your schedule")
 # review25: Megatron-Bridge pads the vocabulary only where the model leaves vocab_size unset (the tokenizer's then);
 # the overrides state model.vocab_size, which it keeps as given (training/setup.py _validate_and_set_vocab_size
-# L741-781 @ 067f987d; gpt_provider.py L266-271 pads only with should_pad_vocab)
+# L741-781 @ 067f987d; gpt_provider.py L266-271 pads only with should_pad_vocab), and with it a
+# model.make_vocab_size_divisible_by (--vocab-multiple) pads nothing there
 BRIDGE_VOCAB_NOTE = ("model.vocab_size is kept as given (Megatron-Bridge pads the vocabulary only where the model leaves it "
-                     "unset, training/setup.py L741-781); btacalc plans it padded to a multiple of 128 x TP as "
-                     "Megatron-LM does, at most 128 x TP - 1 more rows of the output layer and logits")
+                     "unset, training/setup.py L741-781); btacalc plans it padded to a multiple of {m} x TP as "
+                     "Megatron-LM does, at most {m} x TP - 1 more rows of the output layer and logits")
+
+
+def vocab_notes(r: PlanReport) -> tuple[str, str]:
+    """MOCK_DATA_NOTE and BRIDGE_VOCAB_NOTE at the plan's padding multiple (--vocab-multiple, else Megatron-LM's
+    default). review30: both said 128 x TP beside a launch of --make-vocab-size-divisible-by 1187."""
+    m = r.parallelism.vocab_multiple or constants().megatron.make_vocab_size_divisible_by
+    return MOCK_DATA_NOTE.format(m=m), BRIDGE_VOCAB_NOTE.format(m=m)
 
 
 def _notes(r: PlanReport, spec: ModelSpec, args: dict[str, Any]) -> list[str]:
@@ -190,7 +199,7 @@ def _notes(r: PlanReport, spec: ModelSpec, args: dict[str, Any]) -> list[str]:
     if p.tiles > 1:
         notes.append(f"the plan tiles attention into G = {p.tiles} tiles of b = {p.tile_batch} (BTA); Megatron runs the "
                      f"micro-batch of {p.global_batch} untiled")
-    notes.append(MOCK_DATA_NOTE)
+    notes.append(vocab_notes(r)[0])
     notes += changed_overlaps(r.inputs.changed_overlaps, r.inputs.defaults)
     # review13: --te-version was planned and dropped from the launch without a word; no Megatron-LM or Bridge
     # argument sets TransformerEngine's release (the container's): since hostile16 `option_lines` names it, in a
@@ -411,7 +420,7 @@ def bridge_overrides(r: PlanReport, spec: ModelSpec, profile_domain: Optional[in
                      "would")
     head = [f"# btacalc plan: {r.model.name} on {r.parallelism.devices} x {r.hardware.name}",
             f"# keys: {BRIDGE_PIN} (src/megatron/bridge/training/config.py, comm_overlap.py, models/gpt_provider.py)",
-            *(f"# {BRIDGE_VOCAB_NOTE if n == MOCK_DATA_NOTE else n}" for n in notes[1:] + _not_carried(r, set(
+            *(f"# {vocab_notes(r)[1] if n == vocab_notes(r)[0] else n}" for n in notes[1:] + _not_carried(r, set(
                 bridge_stated(args, to_bridge(args))))),
             *(f"# environment: {k}={v}" for k, v in env.items()),
             *option_lines(r, "bridge"), *domain_line(r, "bridge", profile_domain),

@@ -263,7 +263,9 @@ class _Solver:
                 execution = resolve_execution(self.request.with_changes(**layout, limits=BatchLimits()), spec, self.hw)
                 # freshuser23: resolved without the points' limits, a GPU layout took the default global batch and,
                 # under --pp > 1, its M = N / DP, which the solver then ran at every point that fixes no global batch
-                # (`plan --tiles 1 --pp 2` runs M 1); each point's M is its limits' (_point_limits), else 1
+                # (`plan --tiles 1 --pp 2` runs M 1); each point's M is its limits' (_point_limits), else 1, and the
+                # layout's M, which the memory model reads (a pipeline stage's micro-batches in flight), is set to it
+                # point by point (`group`)
                 execution = replace(execution, layout=replace(execution.layout, micro_batches=1))
                 # semantics22: as JSON, a key for the nested fields too (MLA, YaRN, numerics: a dict in model_dump
                 # made `sweep --model deepseek-v3` an internal error, "unhashable type: 'dict'")
@@ -320,13 +322,24 @@ class _Solver:
         default_n = self.default_global_batch(seq, execution.layout.data_parallel)
         limits, valid = _point_limits(self.limits, params, execution.layout.data_parallel, rows, out, default_n,
                                       pipeline=execution.layout.pipeline_parallel > 1)
+        # review30: the layout's M is each point's, as `plan` resolves it (limits' M, else 1): the memory model reads
+        # it (under --pp > 1 a stage holds min(PP, M) micro-batches; the merged 1F1B pair's second layer with M > 1),
+        # and with M 1 for every point `--pp 2 --vary grad-accum=2,4` chose tiles plan finds do not fit
+        m_of = _layout_micro_batches(execution, np.maximum(limits.micro_batches, 1), self.hw.family == "gpu")
+        for m in np.unique(m_of[valid]).tolist():
+            at_m = replace(execution, layout=replace(execution.layout, micro_batches=int(m)))
+            self.solve_points(models, at_m, seq, limits, valid & (m_of == m), rows, out)
+
+    def solve_points(self, models: "_Models", execution: Execution, seq: np.ndarray, limits: PointLimits,
+                     chosen: np.ndarray, rows: np.ndarray, out: _Columns) -> None:
+        """The `chosen` points of a group (one layout, one M), in parts of one problem each."""
         base = self.points_problem(models, execution).with_run(seq_len=seq)
         table = base.model.max_position_embeddings
         if table is None or (base.model.position_embedding == "learned" and int(seq.max()) > table):
             # parameters depend on s (a learned table grows to it: params.position_rows): one sequence length at a time
-            parts = [np.flatnonzero(valid & (seq == s)) for s in np.unique(seq[valid])]
+            parts = [np.flatnonzero(chosen & (seq == s)) for s in np.unique(seq[chosen])]
         else:
-            parts = [np.flatnonzero(valid)]
+            parts = [np.flatnonzero(chosen)]
         # int64 products of such sizes can wrap: those points are solved one at a time in Python integers
         big_model = np.array([max(spec.symbol_values().values()) > EXACT_SIZE for spec in models.specs])
         big = (seq > EXACT_SIZE) | big_model[models.index]
@@ -476,6 +489,20 @@ class _Models:
         return _Models(self.specs, self.index[part])
 
 
+def _layout_micro_batches(execution: Execution, m: np.ndarray, gpu: bool) -> np.ndarray:
+    """The M each point's layout takes: the point's own, as `plan` resolves it, folded where no number reads the
+    difference, so that a sweep over global batches under --pp > 1 (M = N / DP, one value per point) is not one search
+    per point. A GPU layout reads M in a stage's in-flight micro-batches, min(PP - j, M) without interleaving
+    (model/gpu/stages.py), and in the merged 1F1B pair's second layer, held with M > 1 (memory.py): every M >= max(PP,
+    2) reads alike. Under interleaving (the in-flight count and Megatron's table of a last partial group read M itself)
+    or a low-precision recipe (the weights cast once per step: 1/M per micro-batch, precision.py) and on a wafer, M is
+    the point's."""
+    lay = execution.layout
+    if not gpu or lay.virtual_pipeline > 1 or execution.run.recipe.low:
+        return m
+    return np.minimum(m, max(int(lay.pipeline_parallel), 2))
+
+
 def _point_limits(base: BatchLimits, params: dict[str, np.ndarray], data_parallel: int, rows: np.ndarray,
                   out: _Columns, default_n: Optional[np.ndarray] = None,
                   pipeline: bool = False) -> tuple[PointLimits, np.ndarray]:
@@ -493,9 +520,11 @@ def _point_limits(base: BatchLimits, params: dict[str, np.ndarray], data_paralle
         free = ~np.any(np.stack([cols[n] for n in names]) > 0, axis=0)
         cols["global_batch"] = np.where(free, default_n, cols["global_batch"])
     if pipeline:  # one sequence per micro-batch, or G x b of the given tile sizes
-        alone = (cols["global_batch"] > 0) & (cols["micro_batches"] == 0)
-        micro = np.maximum(cols["tiles"], 1) * np.maximum(cols["tile_batch"], 1)
-        cols["micro_batches"] = np.where(alone, cols["global_batch"] // (data_parallel * micro), cols["micro_batches"])
+        micro = data_parallel * np.maximum(cols["tiles"], 1) * np.maximum(cols["tile_batch"], 1)
+        # review30: where they do not divide the global batch, M stays free and the point is refused below naming the
+        # tile or the ranks, as plan refuses it (M = N // micro named a --grad-accum nobody gave)
+        alone = (cols["global_batch"] > 0) & (cols["micro_batches"] == 0) & (cols["global_batch"] % micro == 0)
+        cols["micro_batches"] = np.where(alone, cols["global_batch"] // micro, cols["micro_batches"])
     table = np.stack([cols[n] for n in names], axis=1)
     combos, inverse = np.unique(table, axis=0, return_inverse=True)
     valid = np.ones(rows.size, dtype=bool)

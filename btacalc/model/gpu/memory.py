@@ -218,7 +218,8 @@ def stage_params(problem: Problem, counts: list[Any], kinds: list[tuple[LayerKin
     lay, model = problem.layout, problem.model
     first, is_last, last = ends
     share = [(part, n) for n, (_, part) in zip(counts, kinds)]
-    vocab = padded_vocab(model.vocab_size, lay.tensor_parallel, lay.vocab_multiple)  # as the first stage's embedding (problem.py)
+    # as the first stage's embedding (problem.py)
+    vocab = padded_vocab(model.vocab_size, lay.tensor_parallel, lay.vocab_multiple)
     tied = ratio(vocab * model.hidden_size, lay.tensor_parallel) if model.tied_embeddings else 0
     dense = sum(_times(n, p.dense_params) for p, n in share) + (first.dense_params if first is not None else 0) \
         + where(is_last, last.dense_params + where(lay.pipeline_parallel > 1, tied, 0), 0)

@@ -134,7 +134,8 @@ class NodeHost:
 # (models/common/utils.py L323-358), so a node's event is the last node of its micro-batch issued before it
 _ORDER = (("combine_backward", "comm", None), ("pre_forward", "comp", None),
           ("mlp_backward", "comp", "combine_backward"), ("dispatch_forward", "comm", "pre_forward"),
-          ("mlp_dw", "comp", None), ("dispatch_backward", "comm", "mlp_backward"), ("mlp_forward", "comp", "dispatch_forward"),
+          ("mlp_dw", "comp", None), ("dispatch_backward", "comm", "mlp_backward"),
+          ("mlp_forward", "comp", "dispatch_forward"),
           ("combine_forward", "comm", "mlp_forward"), ("pre_backward", "comp", "dispatch_backward"),
           ("pre_dw", "comp", None))
 _EARLY = _ORDER[:6] + (_ORDER[8], _ORDER[6], _ORDER[7], _ORDER[9])  # pre_backward before mlp_forward (L280-281)
