@@ -147,7 +147,13 @@ def test_each_runs39_row_is_predicted_within_the_band_or_carries_its_gap():
         result = predict(run)
         if rid in NOT_FITTING:
             assert not result.expressible and "does not fit" in result.reason
-            assert result.predicted.peak_reserved_gib == pytest.approx(179.0, abs=0.1)
+            # review30: the value was pinned from the tool's output (179.0 GiB); what the test means is that the
+            # busiest GPU reserves about all a B200 holds (the driver's 192,265,846,784 bytes, hardware_profiles/
+            # b200.toml), beyond the usable share the plan leaves after the CUDA context, NCCL and fragmentation
+            from btacalc.config.hardware import resolve_hardware
+
+            capacity = resolve_hardware("b200").memory_capacity_bytes / 2**30
+            assert 0.95 * capacity < result.predicted.peak_reserved_gib
             continue
         error = result.predicted.tokens_per_s_per_device / run.measured.tokens_per_s_per_device - 1
         if rid in KNOWN_GAP:
