@@ -566,6 +566,11 @@ BRIDGE_NOT_AS_MEGATRON = {
                                f"TransformerEngine's layer spec whatever it says ({BRIDGE_PIN} src/megatron/bridge/"
                                "models/gpt_provider.py L120-125 default_layer_spec, L171; only attention_backend "
                                "AttnBackend.local swaps in DotProductAttention, L278-280)"),
+    # session 31 (fu23's finding): read as Megatron-LM's --encoder-num-layers it met a preset's num_layers and the
+    # refusal's message named a flag the file does not give (an internal error, KeyError)
+    "model.encoder_num_layers": ("a T5 encoder's depth (T5ModelProvider's alone, "
+                                 f"{BRIDGE_PIN} src/megatron/bridge/models/t5_provider.py L63, L114): the GPT model "
+                                 "btacalc plans takes its depth from model.num_layers"),
 }
 
 # Keys read (and refused where Megatron-Core refuses them) that then change nothing in a Bridge run: listed with why.
