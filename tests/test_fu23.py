@@ -57,8 +57,9 @@ def test_an_interpolation_in_a_key_whose_destination_btacalc_does_not_read_is_li
 # ... and a key btacalc reads is refused still, including where it reads it only under other settings than the
 # file's (model.recompute_num_layers without a granularity: listed, but read under one; model.activation_func, read
 # for quick_gelu or squared_relu only): the check errs towards refusing, as _read_by_btacalc's docstring says
+# (model.encoder_num_layers was here: the lead's later fix lists it as ignored, T5's key, tests/test_bridge_t5_keys.py)
 @pytest.mark.parametrize("key", ["model.expert_model_parallel_size", "model.recompute_num_layers",
-                                 "model.activation_func", "model.rotary_base", "model.encoder_num_layers"])
+                                 "model.activation_func", "model.rotary_base"])
 def test_an_interpolation_in_a_key_btacalc_reads_somewhere_is_refused(cli, tmp_path, key):
     path = tmp_path / "r.txt"
     lines = [line for line in HYDRA.splitlines() if not line.startswith(("model.recompute", key + "="))]
