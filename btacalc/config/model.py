@@ -406,7 +406,8 @@ class ModelSpec(BaseModel):
 
     def _check_nope(self) -> None:
         """NoPE layers and chunked attention (Llama 4) are rotary-model variants, one per model."""
-        if (self.no_rope_interval or self.attention_chunk) and (self.position_embedding != "rope" or self.mla is not None):
+        rotary = self.position_embedding == "rope" and self.mla is None
+        if (self.no_rope_interval or self.attention_chunk) and not rotary:
             raise ValueError("no_rope_interval and attention_chunk are Llama 4's: they need position_embedding rope "
                              "without multi-latent attention")
         if self.no_rope_interval == 1:
@@ -667,7 +668,8 @@ class ModelSpec(BaseModel):
         update["name"] = f"{self.name} ({changed})"
         update["published_params"] = None
         if top_k is not None and top_k != 1:
-            update["router_probs_on_input"] = False  # Megatron-Core weights the input at top-1 only (experts.py L918-921)
+            # Megatron-Core weights the expert's input at top-1 only (experts.py L918-921)
+            update["router_probs_on_input"] = False
         if experts is not None and experts % self.router_groups:
             update.update(router_groups=1, router_group_topk=1)  # the published grouping of other experts: none
         data = self.model_dump()

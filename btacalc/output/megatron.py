@@ -208,9 +208,7 @@ def _notes(r: PlanReport, spec: ModelSpec, args: dict[str, Any]) -> list[str]:
         notes.append("TransformerEngine's fused cross-entropy (impl te): Megatron-Bridge's DeepSeek-V3 and Kimi-K2 "
                      "bridges set it; Megatron-LM's arguments refuse it since 168cb15 (arguments.py:1697); btacalc "
                      "models the in-place kernel of TransformerEngine 2.2-2.17")
-    if spec.qk_norm == "full":
-        notes.append("Megatron's --qk-layernorm normalises per head; the model normalises the full q and k")
-    notes += llama4_notes(spec, r.inputs.seq_len)
+    notes += architecture_notes(spec, r.inputs.seq_len)
     notes += [f"no Megatron flag for {what}: leave the model's code to provide it" for key, what in _UNSAID
               if getattr(spec, key)]
     biases = spec.linear_biases()
@@ -248,10 +246,12 @@ def _notes(r: PlanReport, spec: ModelSpec, args: dict[str, Any]) -> list[str]:
     return notes
 
 
-def llama4_notes(spec: ModelSpec, seq_len: int) -> list[str]:
-    """llama4: what Megatron-LM @ d98e8a64 trains otherwise than Llama 4, none of it a change to memory, FLOPs or time
-    at the planned sequence."""
+def architecture_notes(spec: ModelSpec, seq_len: int) -> list[str]:
+    """What Megatron-LM @ d98e8a64 trains otherwise than the model's attention (OLMoE's q/k norm; llama4: Llama 4's),
+    none of it a change to memory, FLOPs or time at the planned sequence."""
     notes = []
+    if spec.qk_norm == "full":
+        notes.append("Megatron's --qk-layernorm normalises per head; the model normalises the full q and k")
     if spec.attention_chunk:
         notes.append(f"Megatron-LM has no chunked attention: the model's rotary layers attend within "
                      f"{spec.attention_chunk:,}-token chunks (attention_chunk_size), which at --seq-length {seq_len:,} "
@@ -272,8 +272,8 @@ def llama4_notes(spec: ModelSpec, seq_len: int) -> list[str]:
     return notes
 
 
-# llama4: Megatron-Bridge @ 067f987df registers no bridge for Llama 4's architectures (its Llama 4 providers were removed
-# in 217de1a2e; src/megatron/bridge/models/llama/llama4_utils.py keeps a chunked-attention Llama4SelfAttention and layer
+# llama4: Megatron-Bridge @ 067f987df registers no bridge for Llama 4's architectures (its Llama 4 providers were
+# removed in 217de1a2e; src/megatron/bridge/models/llama/llama4_utils.py keeps a chunked-attention Llama4SelfAttention and layer
 # spec that no provider uses)
 LLAMA4_BRIDGE_NOTE = ("Megatron-Bridge registers no bridge for Llama4ForConditionalGeneration or Llama4ForCausalLM "
                       "(AutoBridge refuses their config.json; models/llama/llama4_utils.py's chunked-attention layer "
