@@ -804,6 +804,7 @@ def model_fields(spec: "ModelSpec") -> Fields:
         "model.router_scale": spec.router_scale, "model.router_score_bias": spec.router_score_bias,
         "model.aux_loss_coeff": spec.aux_loss_coeff, "model.load_balancing": spec.load_balancing,
         # a source that states no Llama 3 RoPE scaling: none, as the launch trains it (1.0)
-        "model.numerics": {**spec.numerics.model_dump(exclude={"source"}),
+        # llama4: Scout's high_freq_factor has no Megatron flag (the launch's comments say so): not a field
+        "model.numerics": {**spec.numerics.model_dump(exclude={"source", "rope_scaling_high_freq_factor"}),
                            "rope_scaling_factor": spec.numerics.rope_scaling_factor or 1.0},
     }
