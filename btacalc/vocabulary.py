@@ -87,7 +87,7 @@ FEATURES: dict[str, tuple[Any, ...]] = {
     "hidden_dropout": (True, False),
     "qkv_bias": (True, False),
     "linear_bias": (True, False),
-    "qk_norm": ("none", "head", "full"),
+    "qk_norm": ("none", "head", "full", "l2"),  # l2: Llama 4's weightless L2 norm of each q and k head
     "position_embedding": ("rope", "learned"),
     "tied_embeddings": (True, False),
     "softmax_fp32": (True, False),
@@ -108,6 +108,8 @@ FEATURES: dict[str, tuple[Any, ...]] = {
     # this layer kind is one of the first/last layers a low-precision recipe keeps in BF16 (Megatron-LM
     # --first-last-layers-bf16): its linear layers run in 16 bits, unquantised (model/gpu/costs.py)
     "bf16_layer": (True, False),
+    # this layer kind applies no rotary embedding and no QK norm (Llama 4's NoPE layers, every fourth)
+    "nope_layer": (True, False),
     # run options
     "attention": ("eager", "flash"),
     "causal": (True, False),

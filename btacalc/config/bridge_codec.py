@@ -367,7 +367,8 @@ def to_bridge(args: Args) -> dict[str, Any]:
             continue
         if dest == "window_size" and isinstance(value, str):
             value = tuple(ast.literal_eval(value))
-        if dest in ("moe_layer_freq", "window_attn_skip_freq") and isinstance(value, str) and "num_layers" in args:
+        if dest in ("moe_layer_freq", "window_attn_skip_freq", "no_rope_freq") and isinstance(value, str) \
+                and "num_layers" in args:
             # Megatron-LM's list expression ("([0]*3+[1]*58)", which its argparse evaluates) as the list of 0/1 a
             # Bridge provider holds (BRIDGE_PIN src/megatron/bridge/models/deepseek/deepseek_v3_bridge.py L92 sets
             # moe_layer_freq = [0] * first_k_dense_replace + [1] * ...): Bridge sets an override's string as given

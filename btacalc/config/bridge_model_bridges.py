@@ -33,7 +33,8 @@ class ModelBridge(BaseModel):
 # The model_types btacalc reads (config/hf.py) whose architecture no bridge at the pin registers (the table's header):
 # a Bridge file planned under such a --model is one AutoBridge would not build
 UNBRIDGED = {"mixtral": "MixtralForCausalLM", "gpt2": "GPT2LMHeadModel", "gptj": "GPTJForCausalLM",
-             "qwen2_moe": "Qwen2MoeForCausalLM"}
+             "qwen2_moe": "Qwen2MoeForCausalLM", "llama4": "Llama4ForConditionalGeneration",
+             "llama4_text": "Llama4ForCausalLM"}
 
 
 @lru_cache(maxsize=1)

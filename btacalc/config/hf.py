@@ -369,12 +369,112 @@ def _gptj(c: _Config) -> dict[str, Any]:
             "mlp_bias": True, "lm_head_bias": True, "parallel_block": True}
 
 
+# llama4: Llama 4 (Scout, Maverick) as transformers v5.24.0 defines it (src/transformers/models/llama4/
+# configuration_llama4.py Llama4TextConfig and its __post_init__; modeling_llama4.py): every layer a GQA attention and
+# an FFN, the FFN an MoE (Llama4TextMoe: num_local_experts routed SwiGLU experts of intermediate_size, top
+# num_experts_per_tok by the router's logits, each weighted by the sigmoid of its logit and applied to the expert's
+# input, plus one always-on shared expert of intermediate_size, ungated) on the layers of moe_layers (default every
+# interleave_moe_layer_step-th: range(step - 1, L, step)), else a dense SwiGLU of intermediate_size_mlp; a NoPE layer
+# (no_rope_layers 0, default every no_rope_layer_interval-th) has no rotary embedding, no QK norm and full causal
+# attention, the others rotate, L2-normalise q and k (use_qk_norm) and attend within attention_chunk_size tokens
+# (layer_types chunked_attention). Its eager attention keeps the scores in the activation dtype (no fp32 softmax).
+# The rotary embedding pairs adjacent dimensions (apply_rotary_emb's complex view), Megatron's rotate-half up to a fixed
+# permutation of each q and k head's dimensions: the same model trained from scratch, the same FLOPs.
+def _llama4(c: _Config) -> dict[str, Any]:
+    _silu(c)
+    if c.number("router_jitter_noise", 0.0) != 0:
+        raise c.unsupported("router_jitter_noise > 0")
+    layers = c.integer("num_hidden_layers")
+    bias = c.flag("attention_bias", False)
+    moe = _llama4_moe_layers(c, layers)
+    nope = _llama4_nope(c, layers)
+    # null: no chunking (transformers' create_chunked_causal_mask then masks causally)
+    unchunked = "attention_chunk_size" in c.raw and c.raw["attention_chunk_size"] is None
+    chunk = None if unchunked else c.integer("attention_chunk_size", default=8192)
+    _llama4_layer_types(c, layers, nope, chunk)
+    interval, dense = _llama4_pattern(c, layers, moe)
+    f = c.integer("intermediate_size")
+    return {**_common(c), "ffn_size": f, "num_experts": c.integer("num_local_experts"),
+            "top_k": c.integer("num_experts_per_tok"), "shared_expert_size": f, "router": "sigmoid",
+            "router_renormalize": False, "router_probs_on_input": True, "moe_layer_interval": interval,
+            "dense_layer_indices": dense, "qk_norm": "l2" if c.flag("use_qk_norm", True) else "none",
+            "no_rope_interval": nope, "attention_chunk": chunk or 0, "qkv_bias": bias, "linear_bias": bias,
+            "softmax_fp32": False,
+            **({"dense_ffn_size": c.integer("intermediate_size_mlp")} if len(moe) < layers else {})}
+
+
+def _indices(c: _Config, key: str, layers: int) -> Optional[list[int]]:
+    """A list of distinct layer indices (None: not given)."""
+    if c.raw.get(key) is None:
+        return None
+    items = c.array(key)
+    if not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < layers for i in items) \
+            or len(set(items)) != len(items):
+        raise c.error(f"field {key!r} must list distinct layers in 0..{layers - 1}")
+    return items
+
+
+def _llama4_moe_layers(c: _Config, layers: int) -> set[int]:
+    """The MoE layers: moe_layers, else every interleave_moe_layer_step-th (Llama4TextConfig.__post_init__)."""
+    given = _indices(c, "moe_layers", layers)
+    if given is not None:
+        if not given:
+            raise c.error("field 'moe_layers' lists no layer: a dense Llama 4 is not modelled")
+        return set(given)
+    step = c.integer("interleave_moe_layer_step", default=1)
+    if step > layers:
+        raise c.error(f"field 'interleave_moe_layer_step' = {step} leaves none of the {layers} layers an MoE layer")
+    return set(range(step - 1, layers, step))
+
+
+def _llama4_pattern(c: _Config, layers: int, moe: set[int]) -> tuple[int, tuple[int, ...]]:
+    """The MoE layers as ModelSpec's pattern: every n-th (moe_layer_interval n), else the dense ones listed."""
+    for n in range(1, layers + 1):
+        if moe == {i for i in range(layers) if (i + 1) % n == 0}:
+            return n, ()
+    return 1, tuple(i for i in range(layers) if i not in moe)
+
+
+def _llama4_nope(c: _Config, layers: int) -> int:
+    """The NoPE layers as an interval n (every n-th layer; 0: none): no_rope_layers (1 rotates, 0 NoPE; at least one
+    entry per layer), else no_rope_layer_interval (Llama4TextConfig.__post_init__: an empty list is the default)."""
+    flags = c.array("no_rope_layers")
+    if flags:
+        if len(flags) < layers or any(f not in (0, 1) or isinstance(f, bool) for f in flags):
+            raise c.error(f"field 'no_rope_layers' must give 1 (RoPE) or 0 (NoPE) for each of the {layers} layers")
+        nope = {i for i in range(layers) if flags[i] == 0}
+    else:
+        n = c.integer("no_rope_layer_interval", default=4)
+        nope = {i for i in range(layers) if (i + 1) % n == 0}
+    if not nope:
+        return 0
+    for n in range(2, layers + 1):
+        if nope == {i for i in range(layers) if (i + 1) % n == 0}:
+            return n
+    raise c.unsupported("NoPE layers other than every n-th layer (n >= 2; no_rope_layers, no_rope_layer_interval)")
+
+
+def _llama4_layer_types(c: _Config, layers: int, nope: int, chunk: Optional[int]) -> None:
+    """An explicit layer_types list must be the one Llama4TextConfig derives: chunked_attention on the rotary layers,
+    full_attention on the NoPE ones (anything else is another attention than the one planned)."""
+    types = c.array("layer_types")
+    if not types:
+        return
+    want = ["full_attention" if nope and (i + 1) % nope == 0 else "chunked_attention" for i in range(layers)]
+    if types[:layers] != want or len(types) != layers:
+        raise c.unsupported("a layer_types list other than chunked_attention on the rotary layers and full_attention "
+                            "on the NoPE ones")
+    if chunk is None:
+        raise c.unsupported("layer_types chunked_attention without an attention_chunk_size")
+
+
 # model_type -> builder of the ModelSpec fields
 _HF_FAMILIES: dict[str, Callable[[_Config], dict[str, Any]]] = {
     "qwen3_moe": _qwen3_moe, "qwen2_moe": _qwen2_moe, "mixtral": _mixtral, "olmoe": _olmoe,
     "deepseek_v3": _deepseek_v3, "kimi_k2": _deepseek_v3, "deepseek_v2": _deepseek_v2, "gpt_oss": _gpt_oss,
     "qwen3": _qwen3, "qwen2": _qwen2,
     "llama": _llama_like, "mistral": _mistral, "gptj": _gptj, "gpt2": _gpt2,
+    "llama4": _llama4, "llama4_text": _llama4,
 }
 _ARCH_TO_TYPE = {
     "Qwen3MoeForCausalLM": "qwen3_moe", "Qwen2MoeForCausalLM": "qwen2_moe", "MixtralForCausalLM": "mixtral",
@@ -382,6 +482,7 @@ _ARCH_TO_TYPE = {
     "GptOssForCausalLM": "gpt_oss",
     "Qwen3ForCausalLM": "qwen3", "Qwen2ForCausalLM": "qwen2", "LlamaForCausalLM": "llama",
     "MistralForCausalLM": "mistral", "GPTJForCausalLM": "gptj", "GPT2LMHeadModel": "gpt2",
+    "Llama4ForConditionalGeneration": "llama4", "Llama4ForCausalLM": "llama4_text",
 }
 
 
@@ -540,7 +641,10 @@ def _check_numerics(c: _Config, out: dict[str, Any], keys: dict[str, str]) -> No
 _AUX_LOSS_KEYS = {"deepseek_v3": "aux_loss_alpha", "kimi_k2": "aux_loss_alpha", "deepseek_v2": "aux_loss_alpha",
                   "qwen3_moe": "router_aux_loss_coef",
                   "qwen2_moe": "router_aux_loss_coef", "mixtral": "router_aux_loss_coef",
-                  "olmoe": "router_aux_loss_coef"}
+                  "olmoe": "router_aux_loss_coef",
+                  # llama4: the configs state 0.001, though transformers' Llama4ForCausalLM adds no such loss
+                  # (modeling_llama4.py: no load_balancing_loss_func); read as the coefficient the run trains
+                  "llama4": "router_aux_loss_coef", "llama4_text": "router_aux_loss_coef"}
 
 
 def _aux_loss(c: _Config) -> dict[str, Any]:
@@ -605,11 +709,19 @@ def _scaling_numerics(c: _Config) -> dict[str, Any]:
             raise c.error(f"rope_scaling linear factor must be a finite number above 0 (Megatron-Core multiplies the "
                           f"positions by 1 / factor: rotary_pos_embedding.py L135-136 @ d98e8a64), got {factor:g}")
         return {"rope_interpolation_factor": factor} if factor != 1 else {}
+    high: dict[str, Any] = {}
     for key, fixed in LLAMA3_FIXED.items():
-        if r.number(key, float(fixed)) != fixed:
+        value = r.number(key, float(fixed))
+        if value != fixed and key == "high_freq_factor" and c.model_type in ("llama4", "llama4_text"):
+            # llama4: Scout's 1 (meta-llama/llama-models @ a9c89c4 models/llama4/args.py L100-107: "Only Llama-4-Scout
+            # uses scaled rope", factor 16, high_freq_factor 1), which no Megatron flag states: read, and the launch
+            # says it trains Megatron's 4 (output.megatron)
+            high = {"rope_scaling_high_freq_factor": value}
+            continue
+        if value != fixed:
             raise c.unsupported(f"rope_scaling llama3 with {key} {r.number(key, 0.0):g} (Megatron-Core fixes {fixed:g}: "
                                 "rotary_pos_embedding.py L92-98 @ d98e8a64)")
-    return {"rope_scaling_factor": r.number("factor", 8.0)}
+    return {"rope_scaling_factor": r.number("factor", 8.0), **high}
 
 
 # numerics23: the rope_scaling types transformers' Llama-like classes apply (ROPE_INIT_FUNCTIONS) and what Megatron says
@@ -650,6 +762,8 @@ def _llama_like_scaling(c: _Config) -> dict[str, Any]:
 # class): not here.
 _GPT_OSS_ROPE = {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
                  "original_max_position_embeddings": 4096}
+_LLAMA4_DEFAULTS = {"num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 8192,
+                    "intermediate_size_mlp": 16384, "num_local_experts": 16, "num_experts_per_tok": 1}
 _ABSENT_DEFAULTS: dict[str, dict[str, Any]] = {
     "qwen3": {"num_key_value_heads": 32, "head_dim": 128}, "qwen2": {"num_key_value_heads": 32},
     "qwen3_moe": {"num_key_value_heads": 4, "intermediate_size": 6144},
@@ -660,6 +774,8 @@ _ABSENT_DEFAULTS: dict[str, dict[str, Any]] = {
                     "topk_group": 4, "first_k_dense_replace": 3},
     # freshuser22: configuration_deepseek_v2.py's class fields (n_shared_experts 2, q_lora_rank 1536)
     "deepseek_v2": {"n_shared_experts": 2, "q_lora_rank": 1536},
+    # llama4: configuration_llama4.py Llama4TextConfig's fields (the text_config of a llama4 config.json)
+    "llama4": _LLAMA4_DEFAULTS, "llama4_text": _LLAMA4_DEFAULTS,
 }
 
 
@@ -675,7 +791,27 @@ def with_class_defaults(raw: dict[str, Any], model_type: str) -> dict[str, Any]:
 
 def hf_config_to_spec(raw: dict[str, Any], name: str, origin: str) -> ModelSpec:
     mtype = _model_type(raw, origin)
+    source = origin
+    if mtype == "llama4":
+        raw, origin = _text_config(raw, origin), f"{origin} text_config"
+        source = f"{source} (text_config, the text model: vision_config's vision encoder and projector are not planned)"
     config = _Config(with_class_defaults(raw, mtype), origin, mtype)
     spec = {**_HF_FAMILIES[mtype](config), **_llama_like_scaling(config), **_dropouts(config)}
-    return validate_model({"name": name, "source": origin, **spec, **_numerics(config, spec), **_aux_loss(config),
+    return validate_model({"name": name, "source": source, **spec, **_numerics(config, spec), **_aux_loss(config),
                            "hf_model_type": mtype}, origin=origin)
+
+
+def _text_config(raw: dict[str, Any], origin: str) -> dict[str, Any]:
+    """llama4: the text model's fields of a multimodal config.json (Llama4Config: text_config, a Llama4TextConfig,
+    beside vision_config), with the file's tie_word_embeddings where text_config gives none (Llama4Config's own field,
+    default False)."""
+    text = raw.get("text_config")
+    if not isinstance(text, dict):
+        raise BtacalcError(f"{origin}: field 'text_config' must be an object (model_type llama4 keeps the text model's "
+                           f"fields there), got {json.dumps(text)[:60]}")
+    kind = text.get("model_type")
+    if kind is not None and kind != "llama4_text":
+        raise BtacalcError(f"{origin}: text_config has model_type {json.dumps(kind)[:60]}; a llama4 config's text "
+                           "model is llama4_text")
+    tie = raw.get("tie_word_embeddings")
+    return {**({"tie_word_embeddings": tie} if tie is not None else {}), **text}

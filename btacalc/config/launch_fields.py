@@ -31,7 +31,8 @@ def model_from_fields(f: Fields, source: str, notes: list[str], name: Optional[s
         "norm": f["model.norm"], "mlp": f["model.mlp"], "mlp_activation": f.get("model.mlp_activation", "gelu"),
         "norm_zero_centered": f.get("model.norm_zero_centered", False),
         "glu_activation": f.get("model.glu_activation", "silu"), "position_embedding": f["model.position_embedding"],
-        "qk_norm": "head" if f["model.qk_norm_head"] else "none", "attention_dropout": f["model.attention_dropout"],
+        "qk_norm": "l2" if f.get("model.qk_norm_l2") else "head" if f["model.qk_norm_head"] else "none",
+        "no_rope_interval": f.get("model.no_rope_interval", 0), "attention_dropout": f["model.attention_dropout"],
         "hidden_dropout": f["model.hidden_dropout"],
         "qkv_bias": f["model.qkv_bias"], "linear_bias": f["model.linear_bias"], "mlp_bias": f["model.mlp_bias"],
         "tied_embeddings": f["model.tied_embeddings"], "softmax_fp32": f["model.softmax_fp32"],
@@ -48,6 +49,7 @@ def model_from_fields(f: Fields, source: str, notes: list[str], name: Optional[s
                     shared_expert_size=f["model.shared_expert_size"], shared_expert_gate=f["model.shared_expert_gate"],
                     router_groups=f.get("model.router_groups", 1), router_group_topk=f.get("model.router_group_topk", 1),
                     router_scale=f.get("model.router_scale", 1.0), router_score_bias=f.get("model.router_score_bias", False),
+                    router_probs_on_input=f.get("model.router_probs_on_input", False),
                     aux_loss_coeff=f.get("model.aux_loss_coeff"),
                     load_balancing=f.get("model.load_balancing", "aux_loss"),
                     first_dense_layers=first, dense_layer_indices=tuple(i for i in dense if i >= first))

@@ -161,6 +161,8 @@ def _enc_router(f: Fields) -> Args:
         out["moe_router_pre_softmax"] = True
     if f.get("model.shared_expert_gate"):
         out["moe_shared_expert_gate"] = True
+    if f.get("model.router_probs_on_input"):
+        out["moe_apply_probs_on_input"] = True  # llama4 (moe/experts.py L918-921 @ d98e8a64: top-1 only)
     out.update(_enc_routing(f))
     return out
 
@@ -201,8 +203,11 @@ def _dec_router(get: Get) -> Fields:
         raise BtacalcError(f"--moe-router-score-function {score}: btacalc models the softmax and sigmoid routers "
                            "(Megatron-Core's sqrtsoftplus scores are not modelled)")
     router = score
-    return {"model.router": router, "model.router_renormalize": not (pre and score != "sigmoid"),
-            "model.shared_expert_gate": truth(get("moe_shared_expert_gate")), **_dec_routing(get)}
+    # llama4: a sigmoid router at top-1 keeps its one score unrenormalised (moe_utils.py L929 @ d98e8a64: `if topk > 1`)
+    top1 = score == "sigmoid" and optional_int(get("moe_router_topk"), "moe_router_topk") == 1
+    return {"model.router": router, "model.router_renormalize": not (pre and score != "sigmoid") and not top1,
+            "model.shared_expert_gate": truth(get("moe_shared_expert_gate")),
+            "model.router_probs_on_input": truth(get("moe_apply_probs_on_input")), **_dec_routing(get)}
 
 
 # fu22: the router's load-balancing loss (ModelSpec.aux_loss_coeff, load_balancing) as Megatron-LM's flags, both nargs +
@@ -290,14 +295,59 @@ MLA_NORMS_NOTE = ("--multi-latent-attention without --qk-layernorm: Megatron-Cor
 
 
 def _enc_qk_norm(f: Fields) -> Args:
+    if f.get("model.qk_norm_l2"):
+        return {"qk_l2_norm": True}
     return {"qk_layernorm": True} if f.get("model.qk_norm_head") or f.get("model.mla") is not None else {}
 
 
+# llama4: Llama 4's weightless L2 norm of each query and key head (ModelSpec.qk_norm l2) as Megatron-LM's --qk-l2-norm
+# (TransformerConfig.qk_l2_norm, transformer_config.py L262 @ d98e8a64, "llama 4-style qk L2 norm"), which Megatron-Core
+# builds as L2Norm over --qk-layernorm's norm (attention.py L1709-1713; gpt_layer_specs.py L149-152) and refuses with
+# multi-latent attention (gpt_layer_specs.py L105)
 def _dec_qk_norm(get: Get) -> Fields:
-    on = truth(get("qk_layernorm"))
+    on, l2 = truth(get("qk_layernorm")), truth(get("qk_l2_norm"))
     if not truth(get("multi_latent_attention")):
-        return {"model.qk_norm_head": on}
-    return {"model.qk_norm_head": False, **({} if on else {"run.mla_norm_note": MLA_NORMS_NOTE})}
+        return {"model.qk_norm_head": on and not l2, "model.qk_norm_l2": l2}
+    if l2:
+        raise BtacalcError("Megatron --qk-l2-norm with --multi-latent-attention: Megatron-Core asserts 'qk_l2_norm is "
+                           "not supported with MLA' (gpt_layer_specs.py L105 @ d98e8a64)")
+    return {"model.qk_norm_head": False, "model.qk_norm_l2": False,
+            **({} if on else {"run.mla_norm_note": MLA_NORMS_NOTE})}
+
+
+# llama4: Llama 4's NoPE layers (ModelSpec.no_rope_interval) as Megatron-LM's --no-rope-freq (arguments.py L2428-2435 @
+# d98e8a64): an integer N skips RoPE in every N-th layer, which Megatron-Core expands to [0]*(N-1)+[1] repeated and
+# asserts divides the layers (transformer_config.py L3138-3150), else a list of 0/1 with 1 a NoPE layer; attention.py
+# L1320-1325 then passes no rotary embedding to that layer
+def _enc_no_rope(f: Fields) -> Args:
+    n, layers = f.get("model.no_rope_interval") or 0, f["model.num_layers"]
+    if not n:
+        return {}
+    if layers % n == 0:
+        return {"no_rope_freq": n}
+    return {"no_rope_freq": list_expression([1 if (i + 1) % n == 0 else 0 for i in range(layers)])}
+
+
+def _dec_no_rope(get: Get) -> Fields:
+    value, layers = get("no_rope_freq"), optional_int(get("num_layers"), "num_layers") or 0
+    if value is None:
+        return {"model.no_rope_interval": 0}
+    items = pattern(value, layers)
+    if len(items) == 1 and layers != 1:
+        n = items[0]
+        if not n:  # Megatron-Core's `if self.no_rope_freq:`: 0 skips no layer
+            return {"model.no_rope_interval": 0}
+        if n < 2 or layers % n:
+            raise ArgumentValueError("no_rope_freq", f"an N of at least 2 that divides the {layers} layers (Megatron-"
+                                     "Core asserts num_layers % no_rope_freq == 0, transformer_config.py L3141; 1 "
+                                     "leaves no layer its rotary embedding)", repr(value))
+        return {"model.no_rope_interval": n}
+    if not any(items):
+        return {"model.no_rope_interval": 0}
+    for n in range(2, layers + 1):
+        if items == [1 if (i + 1) % n == 0 else 0 for i in range(layers)]:
+            return {"model.no_rope_interval": n}
+    raise BtacalcError(f"--no-rope-freq {value}: btacalc models one NoPE layer every N layers (Llama 4's)")
 
 
 # The gated MLP's activation as Megatron-LM's flags (arguments.py --swiglu, --quick-geglu, --glu-linear-offset,
@@ -706,6 +756,7 @@ MODEL_ROWS: tuple[Row, ...] = (
     Row("mlp activation", _enc_mlp, _dec_mlp),
     Row("position embedding", _enc_rope, _dec_rope),
     Row("qk norms", _enc_qk_norm, _dec_qk_norm),
+    Row("nope layers", _enc_no_rope, _dec_no_rope),
     Row("numerics", _enc_numerics, _dec_numerics),
     Row("zero-centred norm", lambda f: {"layernorm_zero_centered_gamma": True} if f.get("model.norm_zero_centered") else {},
         lambda get: {"model.norm_zero_centered": truth(get("layernorm_zero_centered_gamma"))}),
@@ -741,7 +792,9 @@ def model_fields(spec: "ModelSpec") -> Fields:
         "model.norm": spec.norm, "model.mlp": spec.mlp, "model.glu_activation": spec.glu_activation,
         "model.mlp_activation": spec.mlp_activation, "model.norm_zero_centered": spec.norm_zero_centered,
         "model.position_embedding": spec.position_embedding,
-        "model.qk_norm_head": spec.qk_norm == "head", "model.tied_embeddings": spec.tied_embeddings,
+        "model.qk_norm_head": spec.qk_norm == "head", "model.qk_norm_l2": spec.qk_norm == "l2",
+        "model.no_rope_interval": spec.no_rope_interval, "model.router_probs_on_input": spec.router_probs_on_input,
+        "model.tied_embeddings": spec.tied_embeddings,
         "model.softmax_fp32": spec.softmax_fp32, "model.attention_sinks": spec.attention_sinks,
         "model.linear_bias": spec.linear_bias, "model.mlp_bias": spec.mlp_bias, "model.qkv_bias": spec.qkv_bias,
         "model.attention_dropout": spec.attention_dropout, "model.hidden_dropout": spec.hidden_dropout,
@@ -751,6 +804,7 @@ def model_fields(spec: "ModelSpec") -> Fields:
         "model.router_scale": spec.router_scale, "model.router_score_bias": spec.router_score_bias,
         "model.aux_loss_coeff": spec.aux_loss_coeff, "model.load_balancing": spec.load_balancing,
         # a source that states no Llama 3 RoPE scaling: none, as the launch trains it (1.0)
-        "model.numerics": {**spec.numerics.model_dump(exclude={"source"}),
+        # llama4: Scout's high_freq_factor has no Megatron flag (the launch's comments say so): not a field
+        "model.numerics": {**spec.numerics.model_dump(exclude={"source", "rope_scaling_high_freq_factor"}),
                            "rope_scaling_factor": spec.numerics.rope_scaling_factor or 1.0},
     }

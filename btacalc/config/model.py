@@ -141,6 +141,12 @@ class Numerics(BaseModel):
     rope_interpolation_factor: Optional[float] = Field(None, gt=0, allow_inf_nan=False, description="linear RoPE "
                                                        "scaling (rope_scaling type linear): positions divided by this "
                                                        "factor; None: none")
+    # llama4: Llama 4 Scout's Llama 3 scaling keeps the frequencies above high_freq_factor 1 unscaled (meta-llama/
+    # llama-models @ a9c89c4 models/llama4/args.py L100-107); Megatron-Core fixes 4 (rotary_pos_embedding.py L92-98 @
+    # d98e8a64) and no flag or Bridge field sets it: the launch says it trains 4. No change to memory, FLOPs or time
+    rope_scaling_high_freq_factor: Optional[float] = Field(None, gt=0, allow_inf_nan=False, description="the "
+                                                           "high_freq_factor of a Llama 3 RoPE scaling where it is "
+                                                           "not Megatron-Core's fixed 4 (Llama 4 Scout: 1)")
     source: CleanText = Field("", description="the file and keys these values come from")
 
     _bounded = field_validator("*")(_bounded_field)
@@ -195,8 +201,19 @@ class ModelSpec(BaseModel):
         "matmuls and saved tensors (Megatron-LM's --squared-relu)")
     norm_zero_centered: bool = Field(False, description="LayerNorm with a zero-centred gamma (the norm scales by "
                                      "1 + gamma: Nemotron-4; Megatron-LM's --apply-layernorm-1p); the same shapes")
-    qk_norm: Literal["none", "head", "full"] = "none"
+    # l2 (llama4): Llama 4's weightless L2 norm of each query and key head (transformers' Llama4TextL2Norm:
+    # x rsqrt(mean(x^2) + eps); Megatron-LM's --qk-l2-norm), on the layers that rotate only (a NoPE layer has none:
+    # modeling_llama4.py Llama4TextAttention builds qk_norm where use_qk_norm and use_rope)
+    qk_norm: Literal["none", "head", "full", "l2"] = "none"
     position_embedding: Literal["rope", "learned"] = "rope"
+    # llama4: Llama 4's interleaved NoPE layers and chunked attention (transformers v5.24.0 configuration_llama4.py
+    # no_rope_layers, no_rope_layer_interval, attention_chunk_size; modeling_llama4.py Llama4TextDecoderLayer)
+    no_rope_interval: int = Field(0, ge=0, description="layer i (0-based) applies no rotary embedding (NoPE) when "
+                                  "(i + 1) is a multiple of this (Llama 4's no_rope_layers, 4: every fourth layer; "
+                                  "Megatron-LM's --no-rope-freq); 0: every layer rotates")
+    attention_chunk: int = Field(0, ge=0, description="the rotary layers attend within chunks of this many tokens "
+                                 "(Llama 4's attention_chunk_size); at a sequence of at most this many tokens that is "
+                                 "full causal attention, and a longer sequence is refused (not modelled); 0: none")
     # dropout35: two switches, as Megatron-LM has two probabilities (TransformerConfig.hidden_dropout and
     # attention_dropout, Megatron-LM @ d98e8a64 megatron/core/transformer/transformer_config.py L188, L191, both 0.1 by
     # default); a switch is on where its probability makes torch keep a 1-byte mask. A model file's `dropout` sets both
@@ -232,6 +249,9 @@ class ModelSpec(BaseModel):
     router_renormalize: bool = Field(True, description="divide the k selected weights by their sum")
     router_bias: bool = False
     expert_bias: bool = False
+    router_probs_on_input: bool = Field(False, description="the routing weight scales the token entering its expert, "
+                                        "not the expert's output (Llama 4's Llama4TextMoe; Megatron-LM's "
+                                        "--moe-apply-probs-on-input, top-1 only); the same FLOPs and tensors")
     router_groups: int = Field(1, ge=1, description="group-limited routing (DeepSeek-V3's n_group): the experts in this "
                                "many equal groups, a token's top k taken from its router_group_topk best groups")
     router_group_topk: int = Field(1, ge=1, description="the groups a token's experts come from (topk_group)")
@@ -345,6 +365,10 @@ class ModelSpec(BaseModel):
             raise ValueError(f"mlp_activation {self.mlp_activation} is the ungated MLP's (mlp gelu)")
         if self.glu_activation != "silu" and self.mlp != "swiglu":
             raise ValueError(f"glu_activation {self.glu_activation} needs the gated MLP (mlp swiglu)")
+        if self.router_probs_on_input and not (self.is_moe and self.top_k == 1):
+            # Megatron-LM @ d98e8a64 moe/experts.py L918-921: "`moe_apply_probs_on_input` only works with
+            # `moe_router_topk`=1"
+            raise ValueError("router_probs_on_input (the weight on the expert's input) needs an MoE model with top_k 1")
         if self.shared_expert_gate and not self.shared_expert_size:
             raise ValueError("shared_expert_gate needs shared_expert_size > 0")
         if self.first_dense_layers >= self.num_layers:
@@ -373,11 +397,26 @@ class ModelSpec(BaseModel):
                                                                     or self.yarn is not None or self.mla is not None):
             raise ValueError("numerics rope_interpolation_factor is rope_scaling type linear: not with Llama 3's "
                              "rope_scaling_factor, YaRN or multi-latent attention")
+        self._check_nope()
         if self.full_attention_interval and not self.sliding_window:
             raise ValueError("full_attention_interval needs a sliding_window")
         if self.attention_sinks and self.softmax_fp32:
             raise ValueError("attention sinks are modelled as GPT-OSS computes them, softmax in the activation "
                              "dtype: set softmax_fp32 false")
+
+    def _check_nope(self) -> None:
+        """NoPE layers and chunked attention (Llama 4) are rotary-model variants, one per model."""
+        rotary = self.position_embedding == "rope" and self.mla is None
+        if (self.no_rope_interval or self.attention_chunk) and not rotary:
+            raise ValueError("no_rope_interval and attention_chunk are Llama 4's: they need position_embedding rope "
+                             "without multi-latent attention")
+        if self.no_rope_interval == 1:
+            raise ValueError("no_rope_interval 1 leaves every layer without its rotary embedding: set "
+                             "position_embedding otherwise, or 0 (every layer rotates)")
+        if self.attention_chunk and self.sliding_window:
+            raise ValueError("attention_chunk (Llama 4's chunked attention) and a sliding_window: give one")
+        if self.qk_norm == "l2" and self.mla is not None:
+            raise ValueError("qk_norm l2 needs the model's own q and k heads, not multi-latent attention")
 
     @property
     def is_moe(self) -> bool:
@@ -400,6 +439,21 @@ class ModelSpec(BaseModel):
         n = self.full_attention_interval
         return {i for i in range(self.num_layers) if not n or (i + 1) % n}
 
+    def nope_positions(self) -> set[int]:
+        """0-based indices of the layers without a rotary embedding (Llama 4's NoPE layers, full causal attention and
+        no QK norm)."""
+        n = self.no_rope_interval
+        return {i for i in range(self.num_layers) if n and (i + 1) % n == 0}
+
+    def chunk_refusal(self, seq_len: int) -> Optional[str]:
+        """Why a sequence of `seq_len` tokens is not planned for this model (None: it is): Llama 4's rotary layers
+        attend within attention_chunk tokens, which at a longer sequence is no attention btacalc models."""
+        if not self.attention_chunk or seq_len <= self.attention_chunk:
+            return None
+        return (f"{{seq_len}} {seq_len} is longer than the {self.attention_chunk:,}-token attention chunk of "
+                f"{self.name} (attention_chunk_size): its rotary layers then attend within chunks, which btacalc does "
+                f"not model (at {self.attention_chunk:,} tokens or fewer that is full causal attention)")
+
     def linear_biases(self) -> dict[str, bool]:
         """The linears whose bias Megatron's --add-bias-linear decides that this model has, and whether each has one:
         the MLP's where the model has dense layers, the router's and the experts' where it has MoE layers, and q/k/v's
@@ -420,7 +474,7 @@ class ModelSpec(BaseModel):
 
     def features(self) -> dict[str, Any]:
         """The architecture features the formula catalogue's `when` clauses test (a layer kind overrides
-        the per-layer ones: moe, sliding_window, mtp_module, bf16_layer)."""
+        the per-layer ones: moe, sliding_window, mtp_module, bf16_layer; a NoPE kind nope_layer and qk_norm)."""
         return {
             "norm": self.norm,
             "mlp": self.mlp,
@@ -448,6 +502,7 @@ class ModelSpec(BaseModel):
             "shared_expert_gate": self.shared_expert_gate,
             "mtp_module": False,
             "bf16_layer": False,
+            "nope_layer": False,
         }
 
     def symbol_values(self) -> dict[str, int]:
@@ -483,9 +538,9 @@ class ModelSpec(BaseModel):
         recomputed under the block method: resolution.check_recompute_layers)."""
         keys = self._layer_keys(bf16_ends, stored)
         groups = {key: keys.count(key) for key in _kind_order(keys)}
-        single = len({key[:2] for key in groups}) == 1
-        kinds = [self._kind(moe_position, windowed, count, single, bf16, stored)
-                 for (moe_position, windowed, bf16, stored), count in groups.items()]
+        single = len({(key[0], key[1], key[4]) for key in groups}) == 1
+        kinds = [self._kind(moe_position, windowed, count, single, bf16, stored, nope)
+                 for (moe_position, windowed, bf16, stored, nope), count in groups.items()]
         if multi_token_prediction and self.mtp_layers:
             mtp = self._kind(True, False, self.mtp_layers, single=False, stored=stored is not None)
             kinds.append(LayerKind("mtp", self.mtp_layers, mtp.features + (("mtp_module", True),), mtp.symbols))
@@ -509,15 +564,15 @@ class ModelSpec(BaseModel):
         return {i for i in range(self.num_layers) if i < start or i >= self.num_layers - end}
 
     def _layer_keys(self, bf16_ends: tuple[int, int] = (0, 0),
-                    stored: Optional[frozenset[int]] = None) -> list[tuple[bool, bool, bool, bool]]:
-        """Per decoder layer: (an MoE position, a sliding-window layer, kept in BF16, not recomputed), the key of
-        its kind."""
+                    stored: Optional[frozenset[int]] = None) -> list[tuple[bool, bool, bool, bool, bool]]:
+        """Per decoder layer: (an MoE position, a sliding-window layer, kept in BF16, not recomputed, a NoPE layer),
+        the key of its kind."""
         dense, window, bf16 = self.dense_positions(), self.window_positions(), self.bf16_layer_positions(bf16_ends)
-        kept = stored or frozenset()
-        return [(i not in dense, i in window, i in bf16, i in kept) for i in range(self.num_layers)]
+        kept, nope = stored or frozenset(), self.nope_positions()
+        return [(i not in dense, i in window, i in bf16, i in kept, i in nope) for i in range(self.num_layers)]
 
     def _kind(self, moe_position: bool, windowed: bool, count: int, single: bool, bf16: bool = False,
-              stored: bool = False) -> LayerKind:
+              stored: bool = False, nope: bool = False) -> LayerKind:
         features: dict[str, Any] = {"moe": self.is_moe and moe_position, "sliding_window": windowed}
         symbols: dict[str, int] = {}
         if not moe_position and self.dense_ffn_size is not None:
@@ -527,7 +582,11 @@ class ModelSpec(BaseModel):
         else:
             # a dense-equivalent model keeps its MoE positions apart (their width is k*f): "ffn"
             name = ("moe" if features["moe"] else "ffn" if moe_position else "dense") + (
-                ("-sliding" if windowed else "-full") if self.sliding_window else "")
+                ("-sliding" if windowed else "-full") if self.sliding_window else "") + ("-nope" if nope else "")
+        if nope:
+            # llama4: no rotary embedding and no QK norm (modeling_llama4.py Llama4TextAttention: qk_norm only where
+            # use_rope); full causal attention, which the rotary layers' chunks equal at s <= attention_chunk
+            features.update(nope_layer=True, qk_norm="none")
         if bf16:
             # the layer's TransformerEngine modules run outside the recipe's autocast, so its attention core too
             # (--fp8-attention is TE's fp8_dpa, read from that recipe): MLM @ d98e8a64 fp8_utils.py L850-852
@@ -558,6 +617,7 @@ class ModelSpec(BaseModel):
                 "shared_expert_gate": False,
                 "router_bias": False,
                 "expert_bias": False,
+                "router_probs_on_input": False,
                 "router_groups": 1,
                 "router_group_topk": 1,
                 "router_scale": 1.0,
@@ -607,6 +667,9 @@ class ModelSpec(BaseModel):
         changed = ", ".join(f"{k}={v}" for k, v in update.items())
         update["name"] = f"{self.name} ({changed})"
         update["published_params"] = None
+        if top_k is not None and top_k != 1:
+            # Megatron-Core weights the expert's input at top-1 only (experts.py L918-921)
+            update["router_probs_on_input"] = False
         if experts is not None and experts % self.router_groups:
             update.update(router_groups=1, router_group_topk=1)  # the published grouping of other experts: none
         data = self.model_dump()
@@ -621,7 +684,7 @@ def validate_model(data: dict[str, Any], origin: str) -> ModelSpec:
         raise BtacalcError(f"{origin}: {first_validation_error(exc)}") from None
 
 
-def _kind_order(keys: list[tuple[bool, bool, bool, bool]]) -> list[tuple[bool, bool, bool, bool]]:
+def _kind_order(keys: list[tuple[bool, bool, bool, bool, bool]]) -> list[tuple[bool, bool, bool, bool, bool]]:
     """The distinct layer keys in order of first appearance, those of layers kept in BF16, then those a block
     recompute leaves stored, after every other: the first kind (which also evaluates the parts outside the layers)
     stays the one the model has without the options."""

@@ -767,6 +767,9 @@ def _module_refusal(policy: str, model: "ModelSpec", recipe_: Recipe) -> Optiona
 
 def _check_run(run: RunOptions, model: "ModelSpec") -> None:
     _check_kernel_softmax(run, model)
+    chunked = model.chunk_refusal(run.seq_len)
+    if chunked is not None:
+        raise BtacalcError(chunked)
     refusal = recompute_refusal(run.recompute, model, run.recipe)
     if refusal is not None:
         raise BtacalcError(refusal)

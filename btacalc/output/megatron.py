@@ -217,8 +217,7 @@ def _notes(r: PlanReport, spec: ModelSpec, args: dict[str, Any]) -> list[str]:
         notes.append("TransformerEngine's fused cross-entropy (impl te): Megatron-Bridge's DeepSeek-V3 and Kimi-K2 "
                      "bridges set it; Megatron-LM's arguments refuse it since 168cb15 (arguments.py:1697); btacalc "
                      "models the in-place kernel of TransformerEngine 2.2-2.17")
-    if spec.qk_norm == "full":
-        notes.append("Megatron's --qk-layernorm normalises per head; the model normalises the full q and k")
+    notes += architecture_notes(spec, r.inputs.seq_len)
     notes += [f"no Megatron flag for {what}: leave the model's code to provide it" for key, what in _UNSAID
               if getattr(spec, key)]
     biases = spec.linear_biases()
@@ -254,6 +253,40 @@ def _notes(r: PlanReport, spec: ModelSpec, args: dict[str, Any]) -> list[str]:
                      "fp8_dpa); Megatron-LM has no flag for it (arguments.py:2332-2334), Megatron-Bridge sets "
                      f"{FP8_ATTENTION_BRIDGE_KEY}")
     return notes
+
+
+def architecture_notes(spec: ModelSpec, seq_len: int) -> list[str]:
+    """What Megatron-LM @ d98e8a64 trains otherwise than the model's attention (OLMoE's q/k norm; llama4: Llama 4's),
+    none of it a change to memory, FLOPs or time at the planned sequence."""
+    notes = []
+    if spec.qk_norm == "full":
+        notes.append("Megatron's --qk-layernorm normalises per head; the model normalises the full q and k")
+    if spec.attention_chunk:
+        notes.append(f"Megatron-LM has no chunked attention: the model's rotary layers attend within "
+                     f"{spec.attention_chunk:,}-token chunks (attention_chunk_size), which at --seq-length {seq_len:,} "
+                     "is the full causal attention this launch trains (btacalc refuses a longer sequence)")
+    if spec.no_rope_interval and spec.qk_norm == "l2":
+        notes.append("Megatron-LM's --qk-l2-norm normalises q and k in every layer, the NoPE layers' too "
+                     "(gpt_layer_specs.py L149-152); the model (transformers' Llama4TextAttention) only in its rotary "
+                     "layers: an element-wise difference the plan does not count")
+    if spec.no_rope_interval:
+        notes.append("Llama 4's attention-temperature tuning of the NoPE layers' queries (transformers' "
+                     "attn_temperature_tuning) has no Megatron-LM flag; it scales no query before position floor_scale "
+                     "- 1 (8,191 in the published configs)")
+    high = spec.numerics.rope_scaling_high_freq_factor
+    if high is not None and high != 4 and spec.numerics.rope_scaling_factor:
+        notes.append(f"the model's Llama 3 RoPE scaling has high_freq_factor {high:g}; Megatron-Core fixes 4 "
+                     "(rotary_pos_embedding.py L92-98) and no Megatron-LM flag or Bridge field sets it: the launch "
+                     "trains 4, another scaling of the frequencies between the two bands (the same FLOPs and memory)")
+    return notes
+
+
+# llama4: Megatron-Bridge @ 067f987df registers no bridge for Llama 4's architectures (its Llama 4 providers were
+# removed in 217de1a2e; src/megatron/bridge/models/llama/llama4_utils.py keeps a chunked-attention Llama4SelfAttention and layer
+# spec that no provider uses)
+LLAMA4_BRIDGE_NOTE = ("Megatron-Bridge registers no bridge for Llama4ForConditionalGeneration or Llama4ForCausalLM "
+                      "(AutoBridge refuses their config.json; models/llama/llama4_utils.py's chunked-attention layer "
+                      "spec is used by no provider): these overrides build GPTModelProvider with the fields below")
 
 
 def domain_line(r: PlanReport, emit: str, read_back: Optional[int]) -> list[str]:
@@ -409,6 +442,8 @@ def bridge_overrides(r: PlanReport, spec: ModelSpec, profile_domain: Optional[in
     POSIX shell passes unchanged to Bridge's scripts (which read them with Hydra's override grammar; `--from-bridge`
     reads them back the same way, btacalc.config.bridge_hydra)."""
     args, env, notes = megatron_run(r, spec, bridge=True)
+    if spec.hf_model_type in ("llama4", "llama4_text"):
+        notes.append(LLAMA4_BRIDGE_NOTE)
     backend_env = bridge_attention_environment(args)
     if backend_env:
         env = {**env, **backend_env}

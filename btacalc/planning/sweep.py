@@ -322,6 +322,7 @@ class _Solver:
         default_n = self.default_global_batch(seq, execution.layout.data_parallel)
         limits, valid = _point_limits(self.limits, params, execution.layout.data_parallel, rows, out, default_n,
                                       pipeline=execution.layout.pipeline_parallel > 1)
+        _refuse_chunked(models.specs[0], seq, valid, rows, out)
         # review30: the layout's M is each point's, as `plan` resolves it (limits' M, else 1): the memory model reads
         # it (under --pp > 1 a stage holds min(PP, M) micro-batches; the merged 1F1B pair's second layer with M > 1),
         # and with M 1 for every point `--pp 2 --vary grad-accum=2,4` chose tiles plan finds do not fit
@@ -536,6 +537,17 @@ def _point_limits(base: BatchLimits, params: dict[str, np.ndarray], data_paralle
             valid[bad] = False
             out.fail(rows[bad], out.say(exc))
     return PointLimits(**cols), valid
+
+
+def _refuse_chunked(model: ModelSpec, seq: np.ndarray, valid: np.ndarray, rows: np.ndarray, out: _Columns) -> None:
+    """llama4: the points whose sequence is longer than the model's attention chunk, recorded as refused and left out
+    (ModelSpec.chunk_refusal; a group's models share their attention)."""
+    for s in np.unique(seq[valid]).tolist():
+        refusal = model.chunk_refusal(int(s))
+        if refusal is not None:
+            bad = valid & (seq == s)
+            valid[bad] = False
+            out.fail(rows[bad], out.say(BtacalcError(refusal)))
 
 
 def _take(limits: PointLimits, part: np.ndarray) -> PointLimits:

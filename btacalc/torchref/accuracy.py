@@ -49,15 +49,18 @@ class LayerComparison(BaseModel):
 def layer_kind(model: ModelSpec) -> str:
     """Which reference layer measures `model`: the decoder reference (Qwen3-MoE and its variants) or GPT."""
     gated_or_moe = model.mlp == "swiglu" or (model.is_moe and not model.mlp_bias)  # GeLU experts: fc1, GeLU, fc2
+    llama4 = model.no_rope_interval or model.router_probs_on_input  # NoPE layers, weights on the expert's input
     if model.norm == "rmsnorm" and gated_or_moe and model.position_embedding == "rope" \
-            and model.qk_norm in ("none", "head") and not (model.dropout or model.parallel_block):
+            and model.qk_norm in ("none", "head") and not (model.dropout or model.parallel_block or llama4):
         return "decoder"
     if not model.is_moe and model.norm == "layernorm" and model.mlp == "gelu" and model.num_kv_heads == model.num_heads \
             and model.position_embedding == "learned" and model.dropout and not model.parallel_block:
         return "gpt"
     raise BtacalcError(f"{model.name}: the reference layers are the decoder (RMSNorm, RoPE, SwiGLU experts or MLP, "
                        "GeLU experts, per-head or no q/k norm; MLA, windows, sinks, shared experts) and GPT "
-                       "(LayerNorm, MHA, GeLU, dropout); this model is neither")
+                       "(LayerNorm, MHA, GeLU, dropout); this model is neither" + (
+                           " (Llama 4's NoPE layers, L2 q/k norm and expert-input weights have no reference layer)"
+                           if llama4 or model.qk_norm == "l2" else ""))
 
 
 def _kind(model: ModelSpec, name: Optional[str]) -> LayerKind:
