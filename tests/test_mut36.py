@@ -1,0 +1,103 @@
+"""mut36: tests for mutants of this session's merged-pair modelling (model/gpu/merged_pair.py `_one_pair`,
+`host_pair_time`, `_gpu_times`, `LayerNodes.stretched`; model/gpu/timing.py `_merged`, `_node_host`, `_launch`'s merged
+branch, `gpu_step_time`'s `a2a_unpaired`/`launch` rows, `unpaired_exchange_s`; model/gpu/costs.py's node bookkeeping;
+model/problem.py `padded_vocab`; planning/plan.py `_rows`) that the suite let survive. Each expected value is
+arithmetic from the cited source (the H100 profile's host costs, formulas/constants.toml [megatron] merged_node_*,
+Megatron-LM @ d98e8a64's schedule), not the tool's own output (docs/mutation-survivors.md "mut36" lists the mutants
+each test kills)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from btacalc.catalogue.constants import constants
+from btacalc.config.execution import Layout, Overlaps
+from btacalc.config.presets import load_preset
+from btacalc.model.gpu.merged_pair import LayerNodes, NodeHost
+from btacalc.model.gpu.part import new_part
+from btacalc.model.gpu.timing import _node_host
+from support import resolved
+
+# the H100 profile's host costs (hardware_profiles/h100.toml [kernels]): a kernel launch, a per-expert GEMM, a layer
+# module call, a reference eager op
+L, E, MOD, OP = 4e-6, 3.34e-5, 1.11e-4, 3.8e-6
+
+
+def test_stretched_slows_every_compute_node_and_leaves_the_calls():
+    """`stretched(f)`: the compute nodes' times x f (P_f, P_b, M_f, M_b and the two weight-gradient shares), the
+    all-to-all call as it was (the exchange is what slows the compute, not itself)."""
+    n = LayerNodes(0.4, 0.8, 0.6, 1.2, 0.5, True, 0.3, 0.7).stretched(1.5)
+    assert dataclasses.astuple(n) == pytest.approx((0.6, 1.2, 0.9, 1.8, 0.5, True, 0.45, 1.05))
+
+
+# one MoE layer's host-issued counts (kernels, per-expert GEMMs, module calls, glue ops) over all passes, then over its
+# first forward, by node of the merged schedule (`Part.node_issued`); the MLP node's are the layer's less the three
+NODES = {"pre": (30, 0, 6, 40, 10, 0, 2, 12), "dispatch": (9, 0, 0, 15, 3, 0, 0, 5),
+         "combine": (6, 0, 0, 9, 2, 0, 0, 3)}
+WHOLE, FIRST = (100, 96, 14, 80), (30, 24, 5, 26)
+
+
+def _host(k: float, e: float = 0, m: float = 0, g: float = 0) -> float:
+    return k * L + e * E + m * MOD + g * OP
+
+
+def _part():
+    part = new_part(kernels=WHOLE[0], expert_gemms=WHOLE[1], module_calls=WHOLE[2], glue_ops=WHOLE[3],
+                    kernels_fwd=FIRST[0], expert_gemms_fwd=FIRST[1], module_calls_fwd=FIRST[2],
+                    glue_ops_fwd=FIRST[3])
+    part.node_issued.update(NODES)
+    return part
+
+
+def _problem(deepep: bool, delay: bool = False, scope: tuple[str, ...] = (), **run):
+    layout = Layout(devices=16, expert_parallel=16, deepep=deepep, hybridep=deepep, micro_batches=4,
+                    overlap=Overlaps(all_to_all=True, delay_wgrad=delay))
+    problem = resolved(load_preset("qwen3-30b-a3b"), "h100", layout, seq_len=4096, recompute="none",
+                       attention="flash", **run)
+    return problem.with_layout(cuda_graph_scope=scope) if scope else problem
+
+
+@pytest.mark.parametrize("deepep, delay, scope, run, sync, comm", [
+    (True, True, (), {}, True, True),  # HybridEP: its sync waits on the comm stream; experts' dw delayed
+    (False, False, (), {}, True, False),  # the alltoall dispatcher's sync waits for the pre-dispatch node alone
+    (False, False, ("moe_preprocess",), {}, True, True),  # ... unless its copies run in the graphed preprocess
+    (False, False, (), {"capacity_factor": 1.0, "pad_to_capacity": True}, False, False),  # drop-and-pad: no sync
+])
+def test_each_node_issues_its_own_counts_and_the_schedules_work(deepep, delay, scope, run, sync, comm):
+    """Per node: its first-forward counts in the forward node, the rest (backward, re-runs) in the backward node
+    (the MLP node's being the layer's less the other three's), each with the schedule's own work: 2 CUDA calls
+    (an event wait and record) and 2.4 reference ops forward, 2 and 5.0 backward; building the four nodes 4 x 1.2
+    ops; with --delay-wgrad-compute the experts' weight-gradient GEMM loop (one pass of the 24 per-expert GEMMs:
+    the first forward's count) leaves the MLP backward for its dw node (formulas/constants.toml [megatron]
+    merged_node_*; Megatron-LM @ d98e8a64 models/common/model_chunk_schedule_plan.py L261-301)."""
+    c = constants().megatron
+    assert (c.merged_node_cuda_calls, c.merged_node_forward_ref_ops, c.merged_node_backward_ref_ops,
+            c.merged_node_build_ref_ops) == (2, 2.4, 5.0, 1.2)
+    fwd, bwd = _host(2, g=2.4), _host(2, g=5.0)
+    mlp_all = [w - p - d - k for w, p, d, k in zip(WHOLE, NODES["pre"][:4], NODES["dispatch"][:4],
+                                                   NODES["combine"][:4])]  # (55, 96, 8, 16)
+    mlp_first = [w - p - d - k for w, p, d, k in zip(FIRST, NODES["pre"][4:], NODES["dispatch"][4:],
+                                                     NODES["combine"][4:])]  # (15, 24, 3, 6)
+    assert (mlp_all, mlp_first) == ([55, 96, 8, 16], [15, 24, 3, 6])
+    dw = _host(0, 24) if delay else 0.0
+    expected = NodeHost(
+        build=_host(0, g=4.8),
+        combine_backward=_host(6 - 2, g=9 - 3) + bwd, pre_forward=_host(10, 0, 2, 12) + fwd,
+        mlp_backward=_host(55 - 15, 96 - 24, 8 - 3, 16 - 6) - dw + bwd, dispatch_forward=_host(3, g=5) + fwd,
+        mlp_dw=dw, dispatch_backward=_host(9 - 3, g=15 - 5) + bwd, mlp_forward=_host(15, 24, 3, 6) + fwd,
+        combine_forward=_host(2, g=3) + fwd, pre_backward=_host(30 - 10, 0, 6 - 2, 40 - 12) + bwd, pre_dw=0.0,
+        sync=sync, comm_sync=comm)
+    host, issue = _node_host(_problem(deepep, delay, scope, **run), _part())
+    for field in dataclasses.fields(NodeHost):
+        got, want = getattr(host, field.name), getattr(expected, field.name)
+        assert bool(got) == want if isinstance(want, bool) else got == pytest.approx(want, rel=1e-12), field.name
+    # the schedule's own host work per layer and micro-batch: the build and four nodes' forward and backward
+    assert issue == pytest.approx(4.8 * OP + 4 * (4 * L + 7.4 * OP), rel=1e-12)
+
+
+def test_a_layer_without_a_dispatch_has_no_merged_nodes():
+    part = new_part(kernels=10)
+    part.node_issued.update({"pre": (10, 0, 0, 0, 4, 0, 0, 0)})
+    assert _node_host(_problem(True), part) is None
