@@ -101,3 +101,77 @@ def test_a_layer_without_a_dispatch_has_no_merged_nodes():
     part = new_part(kernels=10)
     part.node_issued.update({"pre": (10, 0, 0, 0, 4, 0, 0, 0)})
     assert _node_host(_problem(True), part) is None
+
+
+def test_the_count_all_gathers_run_in_the_pre_dispatch_nodes_forward():
+    """The alltoall dispatcher's count all-gathers (`counts` seconds) run in its preprocess, on the compute stream in
+    the pre-dispatch node's forward (Megatron-LM @ d98e8a64 fine_grained_callables.py L125-129). tests/
+    test_mergedhost.py's example nodes (P_f 0.4, P_b 0.8, M_f 0.6, M_b 1.2, a call of 0.5, the pair 3.1) with 0.05 of
+    counts: P_f = 0.45. combine_bwd (0.5) and pre_dispatch_fwd (0.45) both done at 0.5; mlp_bwd 0.5-1.7;
+    dispatch_fwd 0.5-1.0; dispatch_bwd 1.7-2.2; mlp_fwd 1.7-2.3; combine_fwd 2.3-2.8, pre_dispatch_bwd 2.3-3.1: the
+    pair is 3.1 over 3.05 of compute, 0.05 exposed (counts taken from the node instead, P_f 0.35 and M_f 0.7: 0.15)."""
+    from btacalc.model.gpu.timing import _merged
+    part = new_part(compute_s=3.0, backward_s=2.0, pre_dispatch_s=1.2, pre_dispatch_backward_s=0.8)
+    problem = _problem(False)
+    exposed, _, waits, issue = _merged(problem, part, 2.0, 0.05)
+    assert exposed == pytest.approx(0.05, abs=1e-12)
+    assert (waits, issue) == (0.0, 0.0)  # a part without the merged nodes' counts: no host model
+
+
+# qwen3-30b-a3b at EP 16 on H100 with HybridEP, one sequence per micro-batch: at 256 tokens the host's issue binds
+def _step(seq_len: int, m: int, overlap: bool):
+    from btacalc.model.gpu.timing import gpu_step_time
+    layout = Layout(devices=16, expert_parallel=16, deepep=True, hybridep=True, micro_batches=m,
+                    overlap=Overlaps(all_to_all=overlap))
+    problem = resolved(load_preset("qwen3-30b-a3b"), "h100", layout, seq_len=seq_len, recompute="none",
+                       attention="flash")
+    return problem, gpu_step_time(problem, 1, 1)
+
+
+@pytest.mark.parametrize("seq_len", [256, 4096])
+def test_the_report_rows_add_up_to_the_step_with_a_lone_pass_quicker_than_its_pair(seq_len):
+    """With one micro-batch and no pipeline Megatron runs the forward and the backward alone (combined_1f1b.py
+    L76-93, L119-135): the step is the step without the overlap. At 256 tokens the merged pairs wait on the host more
+    than they hide (`unpaired_exchange_s` < 0), at 4,096 they hide more (> 0). Either way the rows and the tiling add
+    up to the step: a negative difference comes off the `launch` row, a positive one is the `a2a_unpaired` row."""
+    _, plain = _step(seq_len, 1, False)
+    _, merged = _step(seq_len, 1, True)
+    assert merged.step_time_s == pytest.approx(plain.step_time_s, rel=1e-12)
+    for st in (plain, merged):
+        assert sum(st.phase_time_s.values()) + st.tiling_overhead_s == pytest.approx(st.step_time_s, rel=1e-12)
+    assert merged.phase_time_s["a2a_unpaired"] >= 0.0
+    assert (merged.phase_time_s["a2a_unpaired"] > 0) == (seq_len == 4096)
+
+
+def test_the_merged_schedules_own_host_work_is_in_the_stages_host_time():
+    """A merged plan's host issue time is the plain plan's (the same kernels, modules and glue) plus the schedule's
+    own work on each MoE layer's nodes per micro-batch: building four nodes (4 x 1.2 reference ops) and, per node
+    forward and backward, 2 CUDA calls and 2.4 or 5.0 reference ops (formulas/constants.toml [megatron]), for
+    qwen3-30b-a3b's 48 MoE layers on the one stage."""
+    per_layer = 4.8 * OP + 4 * (4 * L + 7.4 * OP)
+    for seq_len in (256, 4096):
+        _, plain = _step(seq_len, 1, False)
+        problem, merged = _step(seq_len, 1, True)
+        assert problem.model.num_layers == 48
+        assert merged.details["host_s"] - plain.details["host_s"] == pytest.approx(48 * per_layer, rel=1e-9)
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_a_host_bound_merged_stage_takes_its_hosts_issue_time(overlap):
+    """`_launch` of one stage: 500 kernel launches and 30 per-expert GEMMs to issue (500 x 4 us + 30 x 33.4 us =
+    3.002 ms of host), 1 ms of GPU work, its merged pairs waiting 0.5 ms on the host and the schedule's own node work
+    0.2 ms. The host binds beyond the pairs' wait: the term is the wait plus what the host's 3.202 ms still exceeds
+    the GPU's 1 ms and the wait, 0.5 + 1.702 = 2.202 ms, so the micro-batch (1 + 2.202) is the host's 3.202 ms.
+    Without the overlap no pair runs: the merged wait and work are not read and the host is its own 3.002 ms."""
+    from btacalc.model.gpu.timing import _launch
+    problem = _problem(True)
+    problem = problem.with_layout(overlap=Overlaps(all_to_all=overlap))
+    stage = new_part(kernels=500, expert_gemms=30)
+    terms = {"compute": 1e-3, "all_to_all": 0.0, "a2a_sm_share": 0.0}
+    launch, host = _launch(problem, stage, [], terms, (1e-3, 0.5e-3, 0.0), (0.5e-3, 0.2e-3))
+    if overlap:
+        assert (launch, host) == (pytest.approx(2.202e-3, rel=1e-12), pytest.approx(3.202e-3, rel=1e-12))
+        assert 1e-3 + launch == pytest.approx(host, rel=1e-12)
+    else:
+        assert host == pytest.approx(3.002e-3, rel=1e-12)
+        assert launch == _launch(problem, stage, [], terms, (1e-3, 0.5e-3, 0.0))[0]
