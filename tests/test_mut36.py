@@ -175,3 +175,26 @@ def test_a_host_bound_merged_stage_takes_its_hosts_issue_time(overlap):
     else:
         assert host == pytest.approx(3.002e-3, rel=1e-12)
         assert launch == _launch(problem, stage, [], terms, (1e-3, 0.5e-3, 0.0))[0]
+
+
+def test_each_node_of_a_flash_layer_holds_its_own_modules_and_expert_gemms():
+    """qwen3-30b-a3b (128 experts, config.json) at EP 16 under flash attention, no recompute, by node of the merged
+    schedule (Megatron-LM @ d98e8a64 models/gpt/fine_grained_callables.py): the pre-dispatch node runs the attention
+    block's three modules (linear_qkv, core_attention: the fused kernel, linear_proj), each called forward and
+    backward: 6 calls, 3 in the first forward; the combine node one kernel forward and one backward and no module;
+    the MLP node the experts' two grouped linears (linear_fc1, linear_fc2), 4 calls (2 forward), and their per-expert
+    GEMMs: 128 / 16 = 8 local experts x 2 linears = 16 forward, and a data and a weight gradient each backward, 48."""
+    from btacalc.model.gpu.costs import ISSUED_COUNTS, layer_parts
+    problem = _problem(True)
+    assert (problem.model.num_experts, problem.layout.expert_parallel) == (128, 16)
+    part = layer_parts(problem, problem.evaluate(1, 1))[0]
+    nodes = part.node_issued
+    assert set(nodes) == {"pre", "dispatch", "combine"}
+    whole = [getattr(part, n) for n in ISSUED_COUNTS] + [getattr(part, n + "_fwd") for n in ISSUED_COUNTS]
+    mlp = [w - sum(v[i] for v in nodes.values()) for i, w in enumerate(whole)]
+    kernels, experts, modules = 0, 1, 2  # positions in ISSUED_COUNTS; + 4: the first forward's
+    assert ISSUED_COUNTS[:3] == ("kernels", "expert_gemms", "module_calls")
+    assert (nodes["pre"][modules], nodes["pre"][4 + modules], nodes["pre"][experts]) == (6, 3, 0)
+    assert (nodes["combine"][kernels], nodes["combine"][4 + kernels]) == (2, 1)
+    assert (nodes["combine"][experts], nodes["combine"][modules]) == (0, 0)
+    assert (mlp[modules], mlp[4 + modules], mlp[experts], mlp[4 + experts]) == (4, 2, 48, 16)
