@@ -198,3 +198,40 @@ def test_each_node_of_a_flash_layer_holds_its_own_modules_and_expert_gemms():
     assert (nodes["combine"][kernels], nodes["combine"][4 + kernels]) == (2, 1)
     assert (nodes["combine"][experts], nodes["combine"][modules]) == (0, 0)
     assert (mlp[modules], mlp[4 + modules], mlp[experts], mlp[4 + experts]) == (4, 2, 48, 16)
+
+
+def test_a_wafers_experts_row_holds_every_expert(cli):
+    """planning/plan.py `_rows`: a GPU device holds 1/(EP x ETP) of the routed experts (tests/test_phase_rows_ep.py),
+    a wafer all of them: qwen3-30b-a3b's 128 experts of 3 h f_e weights (h 2,048, f_e 768; config.json), and the
+    bf16 weights the forward reads undivided."""
+    import json
+    code, out, err = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "wse3", "--json")
+    assert code in (0, 1), err
+    row = next(p for p in json.loads(out)["phases"] if p["name"] == "experts")
+    assert row["params"] == 128 * 3 * 2048 * 768
+
+
+def test_only_the_routed_rows_are_divided_and_by_every_ep_size(cli):
+    """tests/test_phase_rows_ep.py at EP 1, 2 and 8 (TP 1, so ETP 1) with the shapes fixed (one sequence per tile):
+    the experts' row holds P/EP of qwen3-30b-a3b's P = 128 x 3 h f_e weights (at EP 2 too), the same FLOPs, and reads
+    2 P (1 - 1/EP) bytes of bf16 weights fewer than at EP 1; the rows of the phases every rank holds whole (the
+    router, h x E = 2,048 x 128; the QKV projection, h x (32 + 2 x 4) heads x 128) are the same at every EP size. A row
+    that moves no bytes of its own (under flash attention the core's traffic is the fused kernel's) reports an
+    intensity of 0, not a ratio."""
+    import json
+    p = 128 * 3 * 2048 * 768
+    rows = {}
+    for ep in (1, 2, 8):
+        code, out, err = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16", "--global-batch",
+                             "64", "--tiles", "1", "--tile-batch", "1", "--ep", str(ep), "--json")
+        assert code in (0, 1), err
+        rows[ep] = {r["name"]: r for r in json.loads(out)["phases"]}
+    for ep in (1, 2, 8):
+        experts = rows[ep]["experts"]
+        assert experts["params"] == p // ep
+        assert experts["flops_forward"] == rows[1]["experts"]["flops_forward"]
+        assert rows[1]["experts"]["bytes_moved"] - experts["bytes_moved"] == 2 * p * (1 - 1 / ep)
+        assert (rows[ep]["router"]["params"], rows[ep]["qkv_proj"]["params"]) == (2048 * 128, 2048 * 40 * 128)
+        assert rows[ep]["router"]["bytes_moved"] == rows[1]["router"]["bytes_moved"]
+        assert rows[ep]["attn_pv"]["bytes_moved"] == 0 and rows[ep]["attn_pv"]["flops_forward"] > 0
+        assert rows[ep]["attn_pv"]["arithmetic_intensity"] == 0.0
