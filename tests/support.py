@@ -200,3 +200,23 @@ def readme_quote(pattern: str) -> re.Match:
     match = re.search(pattern, readme_prose())
     assert match, f"the README no longer says {pattern!r}: update this test with the prose"
     return match
+
+
+def one_line_error(code: int, out: str, err: str, fragment: str = "") -> None:
+    """Bad input's contract: exit 2, one line on stderr naming `fragment`, nothing on stdout (the hostile suites)."""
+    assert code == 2, (code, err[-500:])
+    assert err.startswith("btacalc: error:") and len(err.strip().splitlines()) == 1, err
+    assert fragment in err, err
+    assert out == ""
+
+
+def bash_words(script: str, folder: Path) -> list[str]:
+    """What bash gives torchrun when it runs `script` in `folder` (torchrun a function that prints its words, one per
+    line): the launch as its shell reads it, not as btacalc does (the hostile suites' reference)."""
+    import shutil
+
+    assert shutil.which("bash")
+    run = subprocess.run(["bash", "-c", 'torchrun() { printf "%s\\n" "$@"; }; source /dev/stdin'], input=script,
+                         capture_output=True, text=True, cwd=folder, timeout=60)
+    assert run.returncode == 0, run.stderr
+    return run.stdout.splitlines()

@@ -37,7 +37,7 @@ from hypothesis import strategies as st
 from btacalc.catalogue import cache, compiled
 from btacalc.errors import clean_text
 from btacalc.paths import data_dir, package_data
-from support import default_dispositions, started, wait_for_temp
+from support import default_dispositions, one_line_error, started, wait_for_temp
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"
@@ -57,13 +57,6 @@ def counted(cls: str, n: int = 1) -> Callable[[Any], Any]:
     """Count a single test's cases in its class (at import, so the counts do not depend on which ran)."""
     CLASSES[cls] += n
     return lambda fn: fn
-
-
-def one_line_error(code: int, out: str, err: str, fragment: str = "") -> None:
-    assert code == 2, (code, err[-500:])
-    assert err.startswith("btacalc: error:") and len(err.strip().splitlines()) == 1, err
-    assert fragment in err, err
-    assert out == ""
 
 
 def _tree(folder: Path) -> dict[str, Any]:

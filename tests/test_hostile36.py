@@ -10,15 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from support import one_line_error
+
 ROOT = Path(__file__).resolve().parent.parent
 H100 = ROOT / "hardware_profiles" / "h100.toml"
-
-
-def one_line_error(code: int, out: str, err: str, fragment: str = "") -> None:
-    assert code == 2, (code, err[-500:])
-    assert err.startswith("btacalc: error:") and len(err.strip().splitlines()) == 1, err
-    assert fragment in err, err
-    assert out == ""
 
 
 # D1: `compare --hw` and `crossover --hw` split their list at every comma, so a profile whose path holds a comma

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
+
+from support import bash_words, one_line_error
 
 DATA = Path(__file__).parent / "data"
 MEGATRON = DATA / "megatron"
@@ -18,23 +18,6 @@ BRIDGE = MEGATRON / "qwen3-30b-a3b-8gpu-h100-bridge.yaml"
 SMALL = ("torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 2 --hidden-size 256 --num-attention-heads 4 "
          "--seq-length 512 --max-position-embeddings 512 --micro-batch-size 1 --global-batch-size 8 --bf16 "
          "--vocab-size 32000 --init-method-std 0.02")
-
-
-def one_line_error(code: int, out: str, err: str, fragment: str = "") -> None:
-    assert code == 2, (code, err[-500:])
-    assert err.startswith("btacalc: error:") and len(err.strip().splitlines()) == 1, err
-    assert fragment in err, err
-    assert out == ""
-
-
-def bash_words(script: str, folder: Path) -> list[str]:
-    """What bash gives torchrun when it runs `script` in `folder` (torchrun a function that prints its words, one per
-    line): the launch as its shell reads it, not as btacalc does."""
-    assert shutil.which("bash")
-    run = subprocess.run(["bash", "-c", 'torchrun() { printf "%s\\n" "$@"; }; source /dev/stdin'], input=script,
-                         capture_output=True, text=True, cwd=folder, timeout=60)
-    assert run.returncode == 0, run.stderr
-    return run.stdout.splitlines()
 
 
 # D1: `--emit megatron` quoted a value only where it held ( ) [ ] * or a blank, so a pipeline layout without a repeat

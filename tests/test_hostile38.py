@@ -5,32 +5,16 @@ parameters, and a config.json's numerics named by their keys. Each test is a fin
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
+
+from support import bash_words, one_line_error
 
 DATA = Path(__file__).parent / "data"
 SMALL = ("torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 2 --hidden-size 256 --num-attention-heads 4 "
          "--seq-length 512 --max-position-embeddings 512 --micro-batch-size 1 --global-batch-size 8 --bf16 "
          "--vocab-size 32000")
-
-
-def one_line_error(code: int, out: str, err: str, fragment: str = "") -> None:
-    assert code == 2, (code, err[-500:])
-    assert err.startswith("btacalc: error:") and len(err.strip().splitlines()) == 1, err
-    assert fragment in err, err
-    assert out == ""
-
-
-def bash_words(script: str, folder: Path) -> list[str]:
-    """The words bash gives torchrun when it runs `script` (torchrun a function printing them): the reference."""
-    assert shutil.which("bash")
-    run = subprocess.run(["bash", "-c", 'torchrun() { printf "%s\\n" "$@"; }; source /dev/stdin'], input=script,
-                         capture_output=True, text=True, cwd=folder, timeout=60)
-    assert run.returncode == 0, run.stderr
-    return run.stdout.splitlines()
 
 
 # D1: compare with --devices auto (the default) planned each GPU row as min_devices' fit, a problem of one sequence per
