@@ -442,6 +442,7 @@ def bridge_overrides(r: PlanReport, spec: ModelSpec, profile_domain: Optional[in
     POSIX shell passes unchanged to Bridge's scripts (which read them with Hydra's override grammar; `--from-bridge`
     reads them back the same way, btacalc.config.bridge_hydra)."""
     args, env, notes = megatron_run(r, spec, bridge=True)
+    mock_data, bridge_vocab = vocab_notes(r)  # the launch's note on the vocabulary, and the overrides' in its place
     if spec.hf_model_type in ("llama4", "llama4_text"):
         notes.append(LLAMA4_BRIDGE_NOTE)
     backend_env = bridge_attention_environment(args)
@@ -455,7 +456,7 @@ def bridge_overrides(r: PlanReport, spec: ModelSpec, profile_domain: Optional[in
                      "would")
     head = [f"# btacalc plan: {r.model.name} on {r.parallelism.devices} x {r.hardware.name}",
             f"# keys: {BRIDGE_PIN} (src/megatron/bridge/training/config.py, comm_overlap.py, models/gpt_provider.py)",
-            *(f"# {vocab_notes(r)[1] if n == vocab_notes(r)[0] else n}" for n in notes[1:] + _not_carried(r, set(
+            *(f"# {bridge_vocab if n == mock_data else n}" for n in notes[1:] + _not_carried(r, set(
                 bridge_stated(args, to_bridge(args))))),
             *(f"# environment: {k}={v}" for k, v in env.items()),
             *option_lines(r, "bridge"), *domain_line(r, "bridge", profile_domain),

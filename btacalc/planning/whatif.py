@@ -128,11 +128,11 @@ def _evaluator(model: ModelSpec, hw: HardwareProfile, request: ExecutionRequest,
             n = max(1, int(round(x)))
             changed = model.model_copy(update={field: n, "name": f"{model.name} ({solve_for}={n})",
                                                "published_params": None})
-            if n == getattr(model, field):
-                return plan_metrics(changed, hw, request)  # today's: the run as given, its refusal the user's
             try:
                 return plan_metrics(changed, hw, request)
             except BtacalcError as exc:
+                if n == getattr(model, field):
+                    raise  # today's: the run as given, its refusal the user's
                 # hostile38: a trial count the pipeline split cannot take (--first-stage-layers 24 --last-stage-layers
                 # 24 of --pp 2 at 54 layers) refused the whole question with the trial's leftover layers ("leave 6
                 # layer(s) for 0 middle stage(s)"), a count the command line never gave; it is a point that does
