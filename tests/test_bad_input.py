@@ -33,6 +33,11 @@ EFFICIENCY = re.search(r"\[calibration\.compute_efficiency\]\nvalue = [^\n]*\n",
 BIG = str(2**81)  # beyond the 2^62-sequence bound
 
 
+# a per-tile cost a user's GPU profile may state (the shipped GPU profiles have none: the host issues each tile)
+TILE_OVERHEAD = ('[calibration.tile_overhead_s]\nvalue = {}\nkind = "estimate"\nsource = "https://example.com"\n'
+                 'note = "a user\'s per-tile cost"\n\n')
+
+
 def _profile(base: str, old: str, new: str) -> str:
     assert old in base, old
     return base.replace(old, new, 1)
@@ -98,8 +103,11 @@ BAD_PROFILES = [
     ("power-inf", _profile(GPU_PROFILE, "value = 400", "value = inf"), "power_w"),
     ("system-power-zero", _profile(GPU_PROFILE, "value = 812.5", "value = 0"), "system_power_w"),
     ("system-power-below-chip", _profile(GPU_PROFILE, "value = 812.5", "value = 100"), "includes the device"),
-    ("tile-overhead-negative", _profile(GPU_PROFILE, "value = 2e-05", "value = -2e-05"), "tile_overhead_s"),
-    ("tile-overhead-huge", _profile(GPU_PROFILE, "value = 2e-05", "value = 1e6"), "tile_overhead_s"),
+    ("tile-overhead-negative", _profile(GPU_PROFILE, "[calibration.compute_efficiency]",
+                                        TILE_OVERHEAD.format("-2e-05") + "[calibration.compute_efficiency]"),
+     "tile_overhead_s"),
+    ("tile-overhead-huge", _profile(GPU_PROFILE, "[calibration.compute_efficiency]",
+                                    TILE_OVERHEAD.format("1e6") + "[calibration.compute_efficiency]"), "tile_overhead_s"),
     ("per-core-sram-too-large", _profile(GPU_PROFILE, "value = 196608", "value = 1966080"), "per-core SRAM"),
     ("sram-zero", _profile(GPU_PROFILE, "value = 63176704", "value = 0"), "sram_bytes"),
     ("unknown-field", _profile(GPU_PROFILE, 'family = "gpu"', 'family = "gpu"\ncolour = "green"'),
@@ -260,7 +268,8 @@ case("values", "plan", "--hw", "h100", "--devices", str(2**20 + 1), fragment="be
 B200_PROFILE = (data_dir("hardware_profiles") / "b200.toml").read_text()
 case("values", "whatif", "--hw", "{tmp}/no-overhead.toml", "--target", "tokens_per_s=1e9", "--solve-for",
      "tile_overhead_s", fragment="needs a positive one",
-     files={"no-overhead.toml": re.sub(r"(\[calibration\.tile_overhead_s\]\nvalue = )[^\n]*", r"\g<1>0", B200_PROFILE)})
+     files={"no-overhead.toml": B200_PROFILE.replace("[calibration.compute_efficiency]",
+                                                     TILE_OVERHEAD.format("0") + "[calibration.compute_efficiency]", 1)})
 case("values", "whatif", "-m", "mpt-7b", "--hw", "h100", "-n", "8", "--target", "tokens_per_s=1e5", "--solve-for",
      "chip.compute_capability", fragment="is a label, not a quantity")  # a version is not scaled like a rate
 case("values", "compare", "--hw", "a100-80gb", "--memory-model", "weight_streaming", fragment="wafer-scale")

@@ -77,13 +77,16 @@ def test_a_point_where_nothing_fits_reports_the_micro_batches_its_global_batch_i
 
 
 def test_a_profile_without_a_tile_overhead_charges_none():
-    """`calibration.tile_overhead_s` is an estimate per attention tile, per layer and step (h100.toml: 20 us);
-    a profile that leaves it out charges nothing for tiling, not a default of its own. With it the GPU step
-    pays M x L x G x 20 us (one stage: L = 48 layers of Qwen3-30B-A3B)."""
-    with_it = resolved(MODEL, "h100", layout=GPU_LAYOUT, seq_len=2048, recompute="full", attention="flash")
-    hw = with_it.hardware
-    without = resolved(MODEL, hw.model_copy(update={"calibration": hw.calibration.model_copy(
-        update={"tile_overhead_s": None})}), layout=GPU_LAYOUT, seq_len=2048, recompute="full", attention="flash")
+    """`calibration.tile_overhead_s` is a per-tile cost per layer and step that a profile may state; the shipped
+    GPU profiles state none (their host issues each tile's launches, costs.py `_tiles`), and a profile without it
+    charges nothing for tiling, not a default of its own. A GPU profile that states 20 us pays M x L x G x 20 us
+    (one stage: L = 48 layers of Qwen3-30B-A3B)."""
+    without = resolved(MODEL, "h100", layout=GPU_LAYOUT, seq_len=2048, recompute="full", attention="flash")
+    hw = without.hardware
+    assert hw.calibration.tile_overhead_s is None
+    stated = hw.calibration.compute_efficiency.model_copy(update={"value": 20e-6, "kind": "estimate"})
+    with_it = resolved(MODEL, hw.model_copy(update={"calibration": hw.calibration.model_copy(
+        update={"tile_overhead_s": stated})}), layout=GPU_LAYOUT, seq_len=2048, recompute="full", attention="flash")
     tiles, m = 3, 2
     charged = step_time(with_it, tiles, 1, micro_batches=m).tiling_overhead_s
     assert charged == pytest.approx(m * MODEL.num_layers * tiles * 20e-6, rel=1e-12)

@@ -340,7 +340,8 @@ class Calibration(_Section):
         None, description="achieved share of peak FLOP/s on matmul phases (estimate or calibrated)")
     tile_overhead_s: Annotated[Optional[Number], TILE_OVERHEAD] = Field(
         None, description="fixed cost per attention tile per layer per step (BTA tiling overhead); profiles with "
-        "a [mesh] derive it from the mesh instead")
+        "a [mesh] derive it from the mesh instead; on GPUs, beyond the tile's kernel launches and module calls, which "
+        "the host model already issues once per tile (model/gpu/costs.py `_tiles`): the shipped GPU profiles have none")
     fabric_vector_overhead: Annotated[Optional[Number], VECTOR_OVERHEAD] = Field(
         None, description="wafer: a PE's fixed cost per vector instruction in elements of its SIMD lanes (c x w); a "
         "matmul of width n = h spread over the fabric's X columns reaches n / (n + this x X) of compute_efficiency "

@@ -443,9 +443,10 @@ class Throughput(BaseModel):
                                                "batch fixed, DP x M x dense_global_batch is that same global batch (plan; a sweep's "
                                                "points leave it null)")
     tiling_overhead_s: float = Field(description="the per-tile overhead of the step (G x layers, a GPU stage's, x "
-                                     "micro-batches x the profile's per-tile cost, calibration.tile_overhead_s: the "
-                                     "launches of each attention pass, so at G = 1 one pass per layer), a part of "
-                                     "step_time_s that phase_share leaves out")
+                                     "micro-batches x the profile's per-tile cost, calibration.tile_overhead_s; a "
+                                     "wafer with a [mesh] derives it from the mesh), a part of step_time_s that "
+                                     "phase_share leaves out. 0 on the shipped GPU profiles: a GPU issues each tile's "
+                                     "kernels and module calls from the host, in the `launch` term")
     stream_bound_share: float = Field(description="share of the step during which weight streaming is the bottleneck")
     overlap_streaming: Optional[bool] = Field(description="the weight stream overlapped with compute (--no-overlap "
                                               "off); null where no weights stream (GPU plans, a resident wafer plan)")

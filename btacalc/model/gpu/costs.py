@@ -160,6 +160,7 @@ class _PhasePlan:
     modules: int
     fused: bool  # phase.core under FlashAttention: timed and counted with the fused kernel (`_fused_core`)
     dtype: _GemmDtype
+    tiled: bool  # catalogue `batch = "tile"`: the phase runs once per attention tile, G times a micro-batch
     core_gemms: tuple[Gemm, ...] = ()  # the attention core's matmuls (`Gemm.attention_core`): report rows only
 
 
@@ -171,7 +172,7 @@ def _phase_plan(phase: Phase, r: Rates) -> _PhasePlan:
     gemms = tuple([g for g in every if not g.attention_core])
     plan = _PhasePlan(gemms, tuple([g.count for g in gemms]), tuple([g.grouped for g in gemms]),
                       len([g for g in gemms if g.module]), bool(phase.core and r.flash), _dtype(phase, r),
-                      tuple([g for g in every if g.attention_core]))
+                      phase.batch == "tile", tuple([g for g in every if g.attention_core]))
     r.plans[("phase", phase.name)] = (phase, plan)
     return plan
 
@@ -604,9 +605,15 @@ def _issued(v: dict[str, Any], r: Rates, plan: _PhasePlan) -> tuple[Any, Any, An
         kernels, kernels_fwd, modules = _eager_core_kernels(plan.core_gemms, reruns, r)
         return kernels, kernels_fwd, 0, modules, 0
     else:
-        work = where((v["bytes_moved"] + v["flops_fwd"]) > 0, 1, 0)
+        work = where((v["bytes_moved"] + v["flops_fwd"]) > 0, 1, 0) * _tiles(plan, r)
         kernels, kernels_fwd, expert_gemms, expert_modules = work * (2 + reruns), work, 0, 0
-    return kernels, kernels_fwd, expert_gemms, plan.modules * (1 + reruns + 1), expert_modules
+    return kernels, kernels_fwd, expert_gemms, plan.modules * _tiles(plan, r) * (1 + reruns + 1), expert_modules
+
+
+def _tiles(plan: _PhasePlan, r: Rates) -> Any:
+    """How many times a micro-batch issues a phase: G for a tile-batched phase (it runs once per attention tile of
+    b sequences), else 1. A GEMM's launches carry it already in their catalogue `count` ("G")."""
+    return r.symbols["G"] if plan.tiled else 1
 
 
 def _eager_core_kernels(gemms: tuple[Gemm, ...], reruns: Any, r: Rates) -> tuple[Any, Any, Any]:
@@ -730,7 +737,9 @@ def _fused_core(part: Part, pv: PhaseValues, phases: list[Phase], core: _FusedCo
     fused = kernel + casts
     part.compute_s, part.core_s = part.compute_s + fused, part.core_s + fused
     # its kernels and module calls (forward, re-runs, backward), unless a CUDA graph replays them (scope attn)
-    both, forward = where(ran, 2 + core.reruns, 0) * int(eager), where(ran, 1, 0) * int(eager)
+    # once per attention tile: the core phases are tile-batched (catalogue `batch = "tile"`)
+    tiles = r.symbols["G"] * int(eager)
+    both, forward = where(ran, 2 + core.reruns, 0) * tiles, where(ran, 1, 0) * tiles
     part.kernels = part.kernels + both  # the fused forward (and its re-runs) and backward kernels
     part.module_calls = part.module_calls + both  # its attention module, forward, re-runs and backward
     part.kernels_fwd = part.kernels_fwd + forward
