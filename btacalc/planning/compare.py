@@ -42,7 +42,8 @@ class CompareRow(BaseModel):
     attention: str
     precision: str = Field("bf16", description="training precision of the row (--precision)")
     run_options: list[str] = Field(default_factory=list, description="the run options set away from their defaults "
-                                   "that change the row's numbers, as flags (the plan's inputs.run_options)")
+                                   "that change the row's numbers, as flags (the plan's inputs.run_options, and "
+                                   "--loss where given)")
     fits: bool
     tiles: Optional[int] = Field(None, description="G per device")
     tile_batch: Optional[int] = Field(None, description="b per device")
@@ -99,7 +100,9 @@ def _row(report: PlanReport, profile: HardwareProfile) -> CompareRow:
         layout=layout_label(report),
         memory_model=report.inputs.memory_model,
         recompute=report.inputs.recompute, attention=report.inputs.attention, precision=report.inputs.precision,
-        run_options=[flag for _, flag in report.inputs.run_options()],
+        # the loss is an input the plan header shows beside seq and attention, not a run option: given, it is one here
+        run_options=[flag for _, flag in report.inputs.run_options()]
+        + ([] if "loss" in report.inputs.defaults else [f"--loss {report.inputs.loss}"]),
         fits=fits,
         tiles=plan.tiles if fits else None, tile_batch=plan.tile_batch if fits else None,
         tokens_per_expert=plan.tokens_per_expert if fits else None,
