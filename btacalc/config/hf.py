@@ -365,7 +365,7 @@ def _gptj(c: _Config) -> dict[str, Any]:
     _gelu(c)
     base = _common(c)
     return {**base, "ffn_size": c.integer("n_inner", default=4 * base["hidden_size"]), "norm": "layernorm", "mlp": "gelu",
-            "position_embedding": "rope",
+            "position_embedding": "rope", "rotary_interleaved": True,  # modeling_gptj.py rotate_every_two
             "mlp_bias": True, "lm_head_bias": True, "parallel_block": True}
 
 
@@ -378,8 +378,8 @@ def _gptj(c: _Config) -> dict[str, Any]:
 # (no_rope_layers 0, default every no_rope_layer_interval-th) has no rotary embedding, no QK norm and full causal
 # attention, the others rotate, L2-normalise q and k (use_qk_norm) and attend within attention_chunk_size tokens
 # (layer_types chunked_attention). Its eager attention keeps the scores in the activation dtype (no fp32 softmax).
-# The rotary embedding pairs adjacent dimensions (apply_rotary_emb's complex view), Megatron's rotate-half up to a fixed
-# permutation of each q and k head's dimensions: the same model trained from scratch, the same FLOPs.
+# The rotary embedding pairs adjacent dimensions (apply_rotary_emb's complex view): ModelSpec.rotary_interleaved,
+# Megatron's --rotary-interleaved (rotate-half up to a fixed permutation of each q and k head: the same FLOPs).
 def _llama4(c: _Config) -> dict[str, Any]:
     _silu(c)
     if c.number("router_jitter_noise", 0.0) != 0:
@@ -399,6 +399,7 @@ def _llama4(c: _Config) -> dict[str, Any]:
             "router_renormalize": False, "router_probs_on_input": True, "moe_layer_interval": interval,
             "dense_layer_indices": dense, "qk_norm": "l2" if c.flag("use_qk_norm", True) else "none",
             "no_rope_interval": nope, "attention_chunk": chunk or 0, "qkv_bias": bias, "linear_bias": bias,
+            "rotary_interleaved": True,
             "softmax_fp32": False,
             **({"dense_ffn_size": c.integer("intermediate_size_mlp")} if len(moe) < layers else {})}
 

@@ -33,6 +33,7 @@ def model_from_fields(f: Fields, source: str, notes: list[str], name: Optional[s
         "glu_activation": f.get("model.glu_activation", "silu"), "position_embedding": f["model.position_embedding"],
         "qk_norm": "l2" if f.get("model.qk_norm_l2") else "head" if f["model.qk_norm_head"] else "none",
         "no_rope_interval": f.get("model.no_rope_interval", 0), "attention_dropout": f["model.attention_dropout"],
+        "rotary_interleaved": f.get("model.rotary_interleaved", False),
         "hidden_dropout": f["model.hidden_dropout"],
         "qkv_bias": f["model.qkv_bias"], "linear_bias": f["model.linear_bias"], "mlp_bias": f["model.mlp_bias"],
         "tied_embeddings": f["model.tied_embeddings"], "softmax_fp32": f["model.softmax_fp32"],
@@ -147,7 +148,8 @@ def _preset_numerics(data: dict[str, Any], preset: ModelSpec, notes: list[str]) 
                          f"{exact_number(model)} "
                          f"({theirs.source or preset.source}): another model than the preset's")
     for field, flag in (("mlp_activation", "--squared-relu / model.activation_func"),
-                        ("norm_zero_centered", "--apply-layernorm-1p / model.layernorm_zero_centered_gamma")):
+                        ("norm_zero_centered", "--apply-layernorm-1p / model.layernorm_zero_centered_gamma"),
+                        ("rotary_interleaved", "--rotary-interleaved / model.rotary_interleaved")):
         if data.get(field, False) != getattr(preset, field) and data["mlp"] == preset.mlp:
             notes.append(f"the run trains {field} {data.get(field)} ({flag}), not {preset.name}'s "
                          f"{getattr(preset, field)} ({preset.source}): another model than the preset's")

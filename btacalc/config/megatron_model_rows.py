@@ -350,6 +350,23 @@ def _dec_no_rope(get: Get) -> Fields:
     raise BtacalcError(f"--no-rope-freq {value}: btacalc models one NoPE layer every N layers (Llama 4's)")
 
 
+# rope: which dimensions RoPE turns together (ModelSpec.rotary_interleaved) as Megatron-LM's --rotary-interleaved
+# (TransformerConfig.rotary_interleaved, transformer_config.py L243 @ d98e8a64), which Megatron-Core refuses with
+# multi-latent attention (L2526-2527); a model without RoPE has no such choice (the flag changes nothing there)
+def _enc_rotary_pairs(f: Fields) -> Args:
+    return {"rotary_interleaved": True} if f.get("model.rotary_interleaved") else {}
+
+
+def _dec_rotary_pairs(get: Get) -> Fields:
+    on = truth(get("rotary_interleaved"))
+    if on and truth(get("multi_latent_attention")):
+        raise BtacalcError("Megatron --rotary-interleaved with --multi-latent-attention: Megatron-Core raises "
+                           "'rotary_interleaved does not work with multi_latent_attention' (transformer_config.py "
+                           "L2526-2527 @ d98e8a64)")
+    rope = str(get("position_embedding_type")) in ("rope", "yarn")  # YaRN rotates as RoPE does
+    return {"model.rotary_interleaved": on and rope}
+
+
 # The gated MLP's activation as Megatron-LM's flags (arguments.py --swiglu, --quick-geglu, --glu-linear-offset,
 # --activation-func-clamp-value; argument_utils.py L314-326 @ d98e8a64: --swiglu is F.silu, --quick-geglu is
 # quick_gelu, x sigmoid(1.702 x), both gated). GPT-OSS's (transformers' GptOssExperts: gate * sigmoid(1.702 gate) *
@@ -757,6 +774,7 @@ MODEL_ROWS: tuple[Row, ...] = (
     Row("position embedding", _enc_rope, _dec_rope),
     Row("qk norms", _enc_qk_norm, _dec_qk_norm),
     Row("nope layers", _enc_no_rope, _dec_no_rope),
+    Row("rotary pairs", _enc_rotary_pairs, _dec_rotary_pairs),
     Row("numerics", _enc_numerics, _dec_numerics),
     Row("zero-centred norm", lambda f: {"layernorm_zero_centered_gamma": True} if f.get("model.norm_zero_centered") else {},
         lambda get: {"model.norm_zero_centered": truth(get("layernorm_zero_centered_gamma"))}),
@@ -794,6 +812,7 @@ def model_fields(spec: "ModelSpec") -> Fields:
         "model.position_embedding": spec.position_embedding,
         "model.qk_norm_head": spec.qk_norm == "head", "model.qk_norm_l2": spec.qk_norm == "l2",
         "model.no_rope_interval": spec.no_rope_interval, "model.router_probs_on_input": spec.router_probs_on_input,
+        "model.rotary_interleaved": spec.rotary_interleaved,
         "model.tied_embeddings": spec.tied_embeddings,
         "model.softmax_fp32": spec.softmax_fp32, "model.attention_sinks": spec.attention_sinks,
         "model.linear_bias": spec.linear_bias, "model.mlp_bias": spec.mlp_bias, "model.qkv_bias": spec.qkv_bias,

@@ -206,6 +206,18 @@ class ModelSpec(BaseModel):
     # modeling_llama4.py Llama4TextAttention builds qk_norm where use_qk_norm and use_rope)
     qk_norm: Literal["none", "head", "full", "l2"] = "none"
     position_embedding: Literal["rope", "learned"] = "rope"
+    # rope: which dimensions the rotary embedding turns together. Meta's Llama 4 (transformers' modeling_llama4.py
+    # apply_rotary_emb: each head viewed as complex pairs of adjacent dimensions) and GPT-J (modeling_gptj.py
+    # rotate_every_two) pair (2i, 2i + 1); Hugging Face's Llama 1-3, Mistral, Qwen and Megatron-Core's default pair
+    # (i, i + d/2) (rotate_half). Megatron-LM's --rotary-interleaved (TransformerConfig.rotary_interleaved,
+    # transformer_config.py L243 @ d98e8a64) selects the first; NVIDIA's own Llama 4 launches set it
+    # (examples/post_training/modelopt/conf/meta-llama/Llama-4-Scout-17B-16E-Instruct.sh L44). The two differ by a fixed
+    # permutation of each q and k head's dimensions: the same FLOPs, memory and time; a launch that leaves it out
+    # trains a model whose checkpoints do not load into the other convention
+    rotary_interleaved: bool = Field(False, description="the rotary embedding turns adjacent dimensions (2i, 2i + 1) "
+                                     "together, as Llama 4 and GPT-J (Megatron-LM's --rotary-interleaved); False: "
+                                     "the two halves (i, i + d/2), as Llama 1-3 in Hugging Face's layout. The same "
+                                     "FLOPs and memory")
     # llama4: Llama 4's interleaved NoPE layers and chunked attention (transformers v5.24.0 configuration_llama4.py
     # no_rope_layers, no_rope_layer_interval, attention_chunk_size; modeling_llama4.py Llama4TextDecoderLayer)
     no_rope_interval: int = Field(0, ge=0, description="layer i (0-based) applies no rotary embedding (NoPE) when "
@@ -417,6 +429,10 @@ class ModelSpec(BaseModel):
             raise ValueError("attention_chunk (Llama 4's chunked attention) and a sliding_window: give one")
         if self.qk_norm == "l2" and self.mla is not None:
             raise ValueError("qk_norm l2 needs the model's own q and k heads, not multi-latent attention")
+        if self.rotary_interleaved and not rotary:
+            # Megatron-Core: "rotary_interleaved does not work with multi_latent_attention" (transformer_config.py
+            # L2526-2527 @ d98e8a64)
+            raise ValueError("rotary_interleaved needs position_embedding rope without multi-latent attention")
 
     @property
     def is_moe(self) -> bool:
