@@ -467,6 +467,32 @@ NAN_ATTENTION_DROPOUT_NOTE = (
     "L81, L393), which no open source says what it drops; planned as no attention dropout")
 
 
+# freshuser24: Megatron-LM's own GPT-OSS example (examples/gptoss/02_train.sh @ d98e8a64) sets
+# --attention-softmax-in-fp32 beside --softmax-type learnable, and its read-back was refused with "set softmax_fp32
+# false", a preset field no launch has. Only Megatron-Core's own DotProductAttention reads the flag
+# (dot_product_attention.py L106, FusedScaleMaskSoftmax), which the layers run under --attention-backend local
+# (training/models/gpt.py L301-303) or --transformer-impl local; TransformerEngine's attention does not take it
+# (core/extensions/transformer_engine.py holds no attention_softmax_in_fp32).
+SINK_SOFTMAX_NOTE = ("the fp32 attention softmax (--attention-softmax-in-fp32, a Bridge file's "
+                     "model.attention_softmax_in_fp32) has no effect here: only Megatron-Core's own DotProductAttention "
+                     "reads it (dot_product_attention.py L106 @ d98e8a64), and the attention sinks (a learnable "
+                     "softmax) run on TransformerEngine's attention; planned as without it")
+
+
+def _dec_softmax_fp32(get: Get) -> Fields:
+    """The softmax's dtype in eager attention; with a learnable softmax (attention sinks), which btacalc models in
+    the activation dtype as GPT-OSS computes it, the fp32 switch is a note where TransformerEngine's attention runs
+    and refused under Megatron-Core's own (local) attention, which reads it."""
+    fp32 = truth(get("attention_softmax_in_fp32"))
+    if not fp32 or str(get("softmax_type")).lower() != "learnable":
+        return {"model.softmax_fp32": fp32}
+    if attention_backend(get) == "local":
+        raise ArgumentValueError("attention_softmax_in_fp32", "false with a learnable softmax (attention sinks) under "
+                                 "Megatron-Core's local attention", "True", ": btacalc models the sinks as GPT-OSS "
+                                 "computes them, the softmax in the activation dtype")
+    return {"model.softmax_fp32": False, "run.softmax_note": SINK_SOFTMAX_NOTE}
+
+
 NAN_AUTO_NOTE = (", and --attention-backend auto is TE's choice: fused attention from sm90 (utils.py L1647-1653), "
                  "flash-attn below, where the run stops (flash_api.cpp L150 @ 0251105a)")
 
@@ -779,7 +805,8 @@ MODEL_ROWS: tuple[Row, ...] = (
     Row("zero-centred norm", lambda f: {"layernorm_zero_centered_gamma": True} if f.get("model.norm_zero_centered") else {},
         lambda get: {"model.norm_zero_centered": truth(get("layernorm_zero_centered_gamma"))}),
     switch("model.tied_embeddings", "untie_embeddings_and_output_weights", invert=True),
-    switch("model.softmax_fp32", "attention_softmax_in_fp32"),
+    Row("softmax dtype", lambda f: {"attention_softmax_in_fp32": True} if f.get("model.softmax_fp32") else {},
+        _dec_softmax_fp32),
     choice("model.attention_sinks", "softmax_type", {False: "vanilla", True: "learnable"}, say_default=False),
     Row("biases", _enc_bias, _dec_bias),
     Row("dropout", _enc_dropout, _dec_dropout),

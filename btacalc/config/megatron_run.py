@@ -550,7 +550,7 @@ def imported_run(launch: Launch, devices: Optional[int], name: Optional[str] = N
                     if d not in read and d in launch.given_as and not (d in PLANNED_OFF and not truth(launch.args[d])))
     notes += [fields[key] for key in ("run.dispatcher_note", "run.cuda_graph_note", "run.mla_norm_note",
                                       "run.dropout_note", "run.precision_note", "run.param_gather_note",
-                                      "run.expert_gemm_note")
+                                      "run.expert_gemm_note", "run.softmax_note")
               if fields.get(key)]
     return ImportedRun(spec, request, launch.source, ignored, tuple(notes), tuple(launch.env.items()),
                        torchrun_devices=launch.devices is not None, scheduled=launch.scheduled)

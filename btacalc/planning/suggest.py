@@ -184,14 +184,26 @@ def _state_too_large(problem: Problem, mem: MemoryModel, fixed: int, solve: Solv
         if fit is not None and fit.layout.devices != problem.layout.devices:
             lay = fit.layout
             extra = " --recompute full" if fit.run.recompute != problem.run.recompute else ""
-            # freshuser20: a dense model has no experts to split: no --ep, no EP rule
-            ep, rule = ((f" --ep {lay.expert_parallel}", "; EP = gcd(N, E)") if problem.model.is_moe else ("", ""))
+            # freshuser20: a dense model has no experts to split: no --ep, no EP rule. freshuser24: the rule is the
+            # default's own (gcd(devices / (ETP·PP), E) under --pp or --etp), and none when --ep was given (it said
+            # "EP = gcd(N, E)" beside the user's --ep 4 at 32 devices)
+            ep, rule = (f" --ep {lay.expert_parallel}", _ep_rule(fit)) if problem.model.is_moe else ("", "")
             out.append(f"--devices {lay.devices}{ep} --zero {lay.zero_stage}{extra} fits one "
                        f"sequence per device (smallest power-of-two device count{rule})")
         if problem.layout.devices > 1 and not problem.layout.torch_fsdp:  # review34: the search is Megatron's
             out.append(f"--search finds the fastest Megatron layout that fits on --devices {problem.layout.devices}, if any "
                        "(pipeline and tensor parallelism split the state further)")
     return out
+
+
+def _ep_rule(fit: Problem) -> str:
+    """How the suggested device count's EP came about: the default's rule (gcd(N, E), or gcd(N / (ETP·PP), E) under
+    --pp or --etp), or the user's --ep kept."""
+    why = fit.execution.default_reasons.get("expert_parallel")
+    if why is None:
+        return "; the given --ep kept"
+    rule = why.split(" = ")[0] if why.startswith("gcd(") else why.split(":")[0]
+    return "; EP = " + rule.replace("devices", "N")
 
 
 def _longest_sequence(mem: MemoryModel, seq_len: int) -> int | None:
