@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional
 
 from ..paths import read_input
 from ..errors import BtacalcError, clean_text
-from .model import GPT_OSS_GLU_CLAMP, ModelSpec, validate_model
+from .model import GPT_OSS_GLU_CLAMP, ModelSpec, every_nth, validate_model
 from .text import input_kind
 
 # Counts and sizes beyond this are not a model: the arithmetic (Python ints, numpy int64 in sweeps) and
@@ -427,18 +427,9 @@ def _llama4_moe_layers(c: _Config, layers: int) -> set[int]:
     return set(range(step - 1, layers, step))
 
 
-def _every_nth(layers: set[int], count: int) -> int:
-    """n when `layers` are exactly every n-th of `count` layers (layers n - 1, 2n - 1, ...), else 0. One pass: the
-    first layer fixes the only candidate n (hostile39: trying every n from 1 to L took 15 s at 10,000 layers)."""
-    if not layers:
-        return 0
-    n = min(layers) + 1
-    return n if layers == set(range(n - 1, count, n)) else 0
-
-
 def _llama4_pattern(c: _Config, layers: int, moe: set[int]) -> tuple[int, tuple[int, ...]]:
     """The MoE layers as ModelSpec's pattern: every n-th (moe_layer_interval n), else the dense ones listed."""
-    n = _every_nth(moe, layers)
+    n = every_nth(moe, layers)  # hostile39: one pass (every n from 1 to L took 15 s at 10,000 layers)
     if n:
         return n, ()
     return 1, tuple(i for i in range(layers) if i not in moe)
@@ -457,7 +448,7 @@ def _llama4_nope(c: _Config, layers: int) -> int:
         nope = {i for i in range(layers) if (i + 1) % n == 0}
     if not nope:
         return 0
-    n = _every_nth(nope, layers)
+    n = every_nth(nope, layers)
     if n >= 2:
         return n
     raise c.unsupported("NoPE layers other than every n-th layer (n >= 2; no_rope_layers, no_rope_layer_interval)")
