@@ -158,3 +158,39 @@ def test_llama4_layer_patterns_read_as_before(cli, tmp_path, change, interval, n
     shown = json.loads(out)["spec"]
     assert (shown["moe_layer_interval"], shown["no_rope_interval"]) == (interval, nope)
     assert shown["dense_layer_indices"] == []
+
+
+# D5: a Megatron-LM launch's --no-rope-freq and --window-attn-skip-freq lists were matched the same quadratic way
+# (every n from 2 to L, a list of L entries each: 5 s of CPU at 10,000 layers before the launch was refused).
+# D6: and the refusal of a --window-attn-skip-freq list that is no every-n-th pattern quoted the expanded list (a
+# 30,000-character "one line" at 10,000 layers); it quotes Megatron's run-length expression, cut as other quotes are.
+LONG = ("torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 10000 --hidden-size 256 --num-attention-heads 4 "
+        "--seq-length 512 --max-position-embeddings 512 --micro-batch-size 1 --global-batch-size 8 --bf16 "
+        "--vocab-size 32000 --position-embedding-type rope ")
+
+
+@pytest.mark.parametrize("flags, fragment", [
+    ("--no-rope-freq '([1]+[0]*9999)'", "--no-rope-freq ([1]+[0]*9999): btacalc models one NoPE layer every N"),
+    ("--window-size '(127,0)' --window-attn-skip-freq '([0]+[1]*9999)'",
+     "--window-attn-skip-freq ([0]*1+[1]*9999): btacalc models one full-attention layer every N")])
+def test_a_long_launch_layer_list_is_read_in_one_pass_and_quoted_short(cli, tmp_path, flags, fragment):
+    launch = tmp_path / "run.sh"
+    launch.write_text(LONG + flags + "\n")
+    start = time.process_time()
+    code, out, err = cli("plan", "--hw", "h100", "--from-megatron", str(launch), "--json")
+    took = time.process_time() - start
+    one_line_error(code, out, err, fragment)
+    assert took < 1.5, took  # about 0.1 s read in one pass; 5 s before
+    assert len(err) < 300, len(err)
+
+
+@pytest.mark.parametrize("flags, field, n", [("--no-rope-freq '([0]*3+[1])*6'", "no_rope_interval", 4),
+                                             ("--window-size '(127,0)' --window-attn-skip-freq '([1]*2+[0])*8'",
+                                              "full_attention_interval", 3)])
+def test_launch_layer_lists_read_as_before(tmp_path, flags, field, n):
+    """Every n-th layer (layers n - 1, 2n - 1, ...) NoPE, or full attention, still read as that n."""
+    launch = tmp_path / "run.sh"
+    launch.write_text(LONG.replace("10000", "24") + flags + "\n")
+    from btacalc.config.megatron_run import import_megatron
+
+    assert getattr(import_megatron(launch.read_text(), "run.sh", 8).model, field) == n
