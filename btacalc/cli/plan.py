@@ -637,9 +637,10 @@ def _stream(outs: Any, grid: Any, spec: Any, profile: Any, request: Any, fixed_a
             plot_path: Optional[str], quiet: bool) -> None:
     """Solve the grid block by block, each block written as it is solved (staged files committed at the end)."""
     from ..planning.sweep import iter_sweep
-    from .sweeping import SweepOutputs
+    from .sweeping import SweepOutputs, no_fit_line
 
-    with SweepOutputs(outs, grid, spec.name, profile.name, fixed_active, plot_path, profile.family != "wse") as sink:
+    no_fit = no_fit_line(profile.family != "wse", request)
+    with SweepOutputs(outs, grid, spec.name, profile.name, fixed_active, plot_path, no_fit) as sink:
         with progress(grid.size, "solving", quiet) as advance:
             for block in iter_sweep(spec, profile, request, grid, fixed_active, max_points, with_flags):
                 sink.block(block)

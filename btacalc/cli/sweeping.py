@@ -32,6 +32,20 @@ NO_FIT_GPU = (NO_FIT + "; sweep lays the model out in data and expert parallelis
               "btacalc plan --search finds the fastest layout that fits, if any")
 
 
+def no_fit_line(gpu: bool, request: Any) -> str:
+    """The line a sweep none of whose valid points fits ends with. hostile39: a sweep given --tp, --pp or --cp (which
+    sweep has taken since) was told it lays the model out "in data and expert parallelism only (no --tp, --pp or
+    --cp)"; it names the layout given instead."""
+    if not gpu:
+        return NO_FIT
+    given = [f"--{flag} {v}" for flag, v in (("tp", request.tensor_parallel), ("pp", request.pipeline_parallel),
+                                               ("cp", request.context_parallel)) if v is not None and v > 1]
+    if not given:
+        return NO_FIT_GPU
+    return (NO_FIT + f"; sweep plans every point at the layout given ({', '.join(given)}): btacalc plan --search finds "
+            "the fastest layout that fits, if any")
+
+
 # Lines a streamed table leaves on a terminal's screen besides its rows: the title, the header, the
 # closing count and the shell's prompt.
 TERMINAL_FRAME_LINES = 4
@@ -74,8 +88,8 @@ class SweepOutputs:
     """Every output the user asked for, as one context: `block` per solved block, `finish` at the end."""
 
     def __init__(self, outs: Any, grid: Grid, model: str, hardware: str, fixed_active: bool,
-                 plot_path: Optional[str], gpu: bool = False):
-        self.outs, self.grid, self.plot_path, self.gpu = outs, grid, plot_path, gpu
+                 plot_path: Optional[str], no_fit: str = NO_FIT):
+        self.outs, self.grid, self.plot_path, self.no_fit = outs, grid, plot_path, no_fit
         self.model, self.hardware, self.fixed_active = model, hardware, fixed_active
         self.streams: Any = None
         self.stdout = HeldStdout()
@@ -199,7 +213,7 @@ class SweepOutputs:
         elif self.invalid_count:
             say(f"{self.invalid_count:,} of {self.grid.size:,} points are invalid; the first: {self.invalid[0]}")
         if not self.fitting:
-            say(NO_FIT_GPU if self.gpu else NO_FIT)
+            say(self.no_fit)
 
     def __exit__(self, *exc: Any) -> Optional[bool]:
         if self.streams is not None:  # the sweep failed: nothing is left behind

@@ -695,7 +695,22 @@ class Layout:
         if self.sequence_parallel and tp == 1:
             raise BtacalcError("{sequence_parallel} needs {tensor_parallel} > 1 (it splits the sequence over the "
                                "tensor-parallel ranks)")
+        self.check_sequence(model, seq_len)
         cp = self.context_parallel
+        if cp > 1 and model.attention_sinks:
+            # review19: TE @ d0067d0 dot_product_attention/utils.py L1148-1155 runs a learnable softmax under context
+            # parallelism only with the all-to-all exchange (FlashAttention takes none, unfused no CP): the ring
+            # btacalc times (Megatron's default --cp-comm-type p2p) has no attention backend
+            raise BtacalcError(f"{{context_parallel}} {cp}: TransformerEngine runs attention sinks (a learnable "
+                               "softmax) under context parallelism only with the all-to-all exchange (cp_comm_type "
+                               "a2a, TE @ d0067d0 dot_product_attention/utils.py L1148-1155), not the ring btacalc "
+                               "times")
+
+    def check_sequence(self, model: "ModelSpec", seq_len: int) -> None:
+        """The rules a sequence length must meet under this layout (`sequence_multiple`), each a one-line error: 2·CP
+        load-balanced causal chunks, and TP dividing each CP rank's tokens under sequence parallelism (hostile39: a
+        sweep over --vary seq checks each point's length here, as `plan` checks its own through `validate`)."""
+        cp, tp = self.context_parallel, self.tensor_parallel
         if cp > 1 and seq_len % (2 * cp):
             raise BtacalcError(f"{{context_parallel}} {cp}: the sequence {seq_len} must be a multiple of 2·CP = "
                                f"{2 * cp} (load-balanced causal chunks; Megatron-LM arguments.py)")
@@ -712,14 +727,6 @@ class Layout:
             raise BtacalcError(f"sequence parallelism splits the {each} over {{tensor_parallel}} {tp}, which must "
                                f"divide it ({why}): give {{seq_len}} "
                                f"{multiples_text(seq_len, self.sequence_multiple())}{off}")
-        if cp > 1 and model.attention_sinks:
-            # review19: TE @ d0067d0 dot_product_attention/utils.py L1148-1155 runs a learnable softmax under context
-            # parallelism only with the all-to-all exchange (FlashAttention takes none, unfused no CP): the ring
-            # btacalc times (Megatron's default --cp-comm-type p2p) has no attention backend
-            raise BtacalcError(f"{{context_parallel}} {cp}: TransformerEngine runs attention sinks (a learnable "
-                               "softmax) under context parallelism only with the all-to-all exchange (cp_comm_type "
-                               "a2a, TE @ d0067d0 dot_product_attention/utils.py L1148-1155), not the ring btacalc "
-                               "times")
 
     def _validate_scope_layers(self, model: "ModelSpec") -> None:
         """A CUDA-graph scope for a kind of layer the model has none of (cuda_graph_scopes.toml `layer`) captures

@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional
 
 from ..paths import read_input
 from ..errors import BtacalcError, clean_text
-from .model import GPT_OSS_GLU_CLAMP, ModelSpec, validate_model
+from .model import GPT_OSS_GLU_CLAMP, ModelSpec, every_nth, validate_model
 from .text import input_kind
 
 # Counts and sizes beyond this are not a model: the arithmetic (Python ints, numpy int64 in sweeps) and
@@ -430,9 +430,9 @@ def _llama4_moe_layers(c: _Config, layers: int) -> set[int]:
 
 def _llama4_pattern(c: _Config, layers: int, moe: set[int]) -> tuple[int, tuple[int, ...]]:
     """The MoE layers as ModelSpec's pattern: every n-th (moe_layer_interval n), else the dense ones listed."""
-    for n in range(1, layers + 1):
-        if moe == {i for i in range(layers) if (i + 1) % n == 0}:
-            return n, ()
+    n = every_nth(moe, layers)  # hostile39: one pass (every n from 1 to L took 15 s at 10,000 layers)
+    if n:
+        return n, ()
     return 1, tuple(i for i in range(layers) if i not in moe)
 
 
@@ -449,9 +449,9 @@ def _llama4_nope(c: _Config, layers: int) -> int:
         nope = {i for i in range(layers) if (i + 1) % n == 0}
     if not nope:
         return 0
-    for n in range(2, layers + 1):
-        if nope == {i for i in range(layers) if (i + 1) % n == 0}:
-            return n
+    n = every_nth(nope, layers)
+    if n >= 2:
+        return n
     raise c.unsupported("NoPE layers other than every n-th layer (n >= 2; no_rope_layers, no_rope_layer_interval)")
 
 

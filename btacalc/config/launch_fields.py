@@ -11,9 +11,10 @@ from typing import Any, Optional
 from ..errors import BtacalcError
 from .execution import BatchLimits, ExecutionRequest, OverlapRequest
 from .megatron_rows import Fields
-from .model import ModelSpec, validate_model
+from .model import ModelSpec, every_nth, validate_model
 from .pipeline import StageSplit
-from .text import exact_number
+from .megatron_launch import list_expression
+from .text import cut, exact_number
 
 
 def model_from_fields(f: Fields, source: str, notes: list[str], name: Optional[str] = None) -> ModelSpec:
@@ -76,10 +77,13 @@ def _implied_numerics(numerics: dict[str, Any], implied: tuple[str, ...], preset
 def _full_interval(items: Optional[list[int]]) -> int:
     if items is None:
         return 0
-    for n in range(2, len(items) + 1):
-        if items == [0 if (i + 1) % n == 0 else 1 for i in range(len(items))]:
-            return n
-    raise BtacalcError(f"--window-attn-skip-freq {items}: btacalc models one full-attention layer every N layers")
+    n = every_nth([i for i, x in enumerate(items) if not x], len(items))  # hostile39: one pass, not every n to L
+    if n >= 2:
+        return n
+    # hostile39: the list as Megatron's run-length expression, cut (the expanded list of a 10,000-layer launch made a
+    # 30,000-character error line)
+    raise BtacalcError(f"--window-attn-skip-freq {cut(list_expression(items))}: btacalc models one full-attention "
+                       "layer every N layers")
 
 
 _SHAPE = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_size", "num_experts", "top_k")

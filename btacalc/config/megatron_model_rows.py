@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional
 from pydantic import ValidationError
 
 from ..errors import BtacalcError
-from .model import GPT_OSS_GLU_CLAMP, GPT_OSS_GLU_OFFSET, MEGATRON_LINEAR_BIASES, Numerics
+from .model import GPT_OSS_GLU_CLAMP, GPT_OSS_GLU_OFFSET, MEGATRON_LINEAR_BIASES, Numerics, every_nth
 from .megatron_launch import ArgumentValueError, integer, list_expression, pattern, real, refuse_bridge_text
 from .megatron_rows import Args, Fields, Get, Row, attention_backend, choice, optional_int, same, switch, truth
+from .text import cut
 
 if TYPE_CHECKING:
     from .model import ModelSpec
@@ -344,10 +345,10 @@ def _dec_no_rope(get: Get) -> Fields:
         return {"model.no_rope_interval": n}
     if not any(items):
         return {"model.no_rope_interval": 0}
-    for n in range(2, layers + 1):
-        if items == [1 if (i + 1) % n == 0 else 0 for i in range(layers)]:
-            return {"model.no_rope_interval": n}
-    raise BtacalcError(f"--no-rope-freq {value}: btacalc models one NoPE layer every N layers (Llama 4's)")
+    n = every_nth([i for i, x in enumerate(items) if x], layers)  # hostile39: one pass, not every n from 2 to L
+    if n >= 2:
+        return {"model.no_rope_interval": n}
+    raise BtacalcError(f"--no-rope-freq {cut(str(value))}: btacalc models one NoPE layer every N layers (Llama 4's)")
 
 
 # rope: which dimensions RoPE turns together (ModelSpec.rotary_interleaved) as Megatron-LM's --rotary-interleaved

@@ -5,7 +5,7 @@ Loading presets and Hugging Face ``config.json`` files is in `btacalc.config.pre
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, Optional
+from typing import Any, Collection, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -691,6 +691,17 @@ class ModelSpec(BaseModel):
         data = self.model_dump()
         data.update(update)
         return validate_model(data, origin="overrides")
+
+
+def every_nth(flagged: Collection[int], count: int) -> int:
+    """n when the layers `flagged` are exactly every n-th of `count` layers (layers n - 1, 2n - 1, ...), else 0 (also
+    when none is). One pass: the first flagged layer fixes the only candidate n (hostile39: the readers of a config's or
+    a launch's layer list tried every n from 1 to L, quadratic: seconds at 10,000 layers)."""
+    layers = set(flagged)
+    if not layers:
+        return 0
+    n = min(layers) + 1
+    return n if layers == set(range(n - 1, count, n)) else 0
 
 
 def validate_model(data: dict[str, Any], origin: str) -> ModelSpec:

@@ -22,7 +22,8 @@ from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Union
 import numpy as np
 from pydantic import BaseModel
 
-from ..config.execution import DEFAULT_TOKENS_PER_STEP, BatchLimits, Execution, ExecutionRequest
+from ..config.execution import (DEFAULT_SEQ_LEN, DEFAULT_TOKENS_PER_STEP, BatchLimits, Execution, ExecutionRequest,
+                                Layout)
 from ..config.resolution import resolve_execution, whole_sequences
 from ..config.hardware import HardwareProfile
 from ..config.model import ModelSpec
@@ -174,7 +175,7 @@ def iter_sweep(model: ModelSpec, hw: HardwareProfile, request: ExecutionRequest,
     unknown = [n for n in grid.names if n not in VARIABLES]
     if unknown:
         raise BtacalcError(f"{{vary}}: unknown parameter {unknown[0]!r} (known: {', '.join(VARIABLES)})")
-    solver = _Solver(model, hw, request, fixed_active, say)
+    solver = _Solver(model, hw, request, fixed_active, say, seq_varied="seq" in grid.names)
     for start in range(0, grid.size, BLOCK_POINTS):
         stop = min(start + BLOCK_POINTS, grid.size)
         yield _named(solver.block(start, grid.columns(grid.digits(start, stop))))
@@ -237,8 +238,9 @@ class _Solver:
     counts, dense references)."""
 
     def __init__(self, model: ModelSpec, hw: HardwareProfile, request: ExecutionRequest, fixed_active: bool,
-                 say: Callable[[BtacalcError], str] = str):
+                 say: Callable[[BtacalcError], str] = str, seq_varied: bool = False):
         self.model, self.hw, self.request, self.fixed_active, self.say = model, hw, request, fixed_active, say
+        self.seq_varied = seq_varied  # the grid varies seq: layouts resolved at _neutral_seq, each point's checked
         # hostile35: the request's M (--grad-accum, ExecutionRequest.micro_batches, which `plan` folds into its limits:
         # config/resolution.py) among the points' limits; `sweep --grad-accum 4` planned every point at the default
         # global batch (M 64 for 16 H100s at seq 2048) where `plan --grad-accum 4` runs 4 micro-batches
@@ -260,7 +262,10 @@ class _Solver:
                 layout.update({CHOICE_PARAMS[n][0]: CHOICE_PARAMS[n][1][v] for n, v in overrides if n in CHOICE_PARAMS})
                 spec = self.model.with_overrides(**model, fixed_active=self.fixed_active) \
                     if (model or self.fixed_active) else self.model
-                execution = resolve_execution(self.request.with_changes(**layout, limits=BatchLimits()), spec, self.hw)
+                request = self.request.with_changes(**layout, limits=BatchLimits())
+                if self.seq_varied:
+                    request = request.with_changes(seq_len=_neutral_seq(request, spec))
+                execution = resolve_execution(request, spec, self.hw)
                 # freshuser23: resolved without the points' limits, a GPU layout took the default global batch and,
                 # under --pp > 1, its M = N / DP, which the solver then ran at every point that fixes no global batch
                 # (`plan --tiles 1 --pp 2` runs M 1); each point's M is its limits' (_point_limits), else 1, and the
@@ -323,6 +328,7 @@ class _Solver:
         limits, valid = _point_limits(self.limits, params, execution.layout.data_parallel, rows, out, default_n,
                                       pipeline=execution.layout.pipeline_parallel > 1)
         _refuse_chunked(models.specs[0], seq, valid, rows, out)
+        _refuse_sequences(execution.layout, models.specs[0], seq, valid, rows, out)
         # review30: the layout's M is each point's, as `plan` resolves it (limits' M, else 1): the memory model reads
         # it (under --pp > 1 a stage holds min(PP, M) micro-batches; the merged 1F1B pair's second layer with M > 1),
         # and with M 1 for every point `--pp 2 --vary grad-accum=2,4` chose tiles plan finds do not fit
@@ -548,6 +554,34 @@ def _refuse_chunked(model: ModelSpec, seq: np.ndarray, valid: np.ndarray, rows: 
             bad = valid & (seq == s)
             valid[bad] = False
             out.fail(rows[bad], out.say(BtacalcError(refusal)))
+
+
+def _neutral_seq(request: ExecutionRequest, model: ModelSpec) -> int:
+    """hostile39: the sequence length a grid over seq resolves its layouts at, one that every sequence rule takes (2·CP
+    chunks, TP dividing each CP rank's tokens, Llama 4's attention chunk): the default 4,096 rounded up to the layout's
+    unit, else the longest multiple of it within the chunk. Resolved at the default length, `--cp 3 --vary seq=6,12`
+    refused every point for a 4,096 nobody gave, and `--tp 2 --vary seq=3` planned a point `plan` refuses; each point's
+    own length is checked in `_refuse_chunked` and `_refuse_sequences`, with `plan`'s messages."""
+    tp, cp = request.tensor_parallel or 1, request.context_parallel or 1
+    unit = math.lcm(2 * cp if cp > 1 else 1, cp * tp)
+    seq = -(-DEFAULT_SEQ_LEN // unit) * unit
+    if model.attention_chunk and seq > model.attention_chunk:
+        seq = max(unit, model.attention_chunk // unit * unit)
+    return seq
+
+
+def _refuse_sequences(layout: Layout, model: ModelSpec, seq: np.ndarray, valid: np.ndarray, rows: np.ndarray,
+                      out: _Columns) -> None:
+    """hostile39: the points whose sequence length the layout does not take (Layout.check_sequence), recorded as
+    refused with `plan`'s message and left out."""
+    bad = valid & (seq % layout.sequence_multiple() != 0)
+    for s in np.unique(seq[bad]).tolist():
+        try:
+            layout.check_sequence(model, int(s))
+        except BtacalcError as exc:
+            at = valid & (seq == s)
+            valid[at] = False
+            out.fail(rows[at], out.say(exc))
 
 
 def _take(limits: PointLimits, part: np.ndarray) -> PointLimits:

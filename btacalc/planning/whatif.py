@@ -26,7 +26,7 @@ from pydantic import BaseModel, Field
 
 from ..config.execution import ExecutionRequest
 from ..config.hardware import HardwareProfile
-from ..config.model import MAX_LAYERS, ModelSpec
+from ..config.model import MAX_LAYERS, ModelSpec, validate_model
 from ..config.precision import DEFAULT_PRECISION, recipe
 from ..config.text import DECIMAL
 from ..errors import BtacalcError
@@ -126,8 +126,13 @@ def _evaluator(model: ModelSpec, hw: HardwareProfile, request: ExecutionRequest,
 
         def model_at(x: float) -> PlanMetrics:
             n = max(1, int(round(x)))
-            changed = model.model_copy(update={field: n, "name": f"{model.name} ({solve_for}={n})",
-                                               "published_params": None})
+            update = {field: n, "name": f"{model.name} ({solve_for}={n})", "published_params": None}
+            try:
+                # hostile39: validated as a model file is (a copy was not: DeepSeek-V3's first 3 dense layers made a
+                # 1- to 3-layer trial an MoE model without an MoE layer, planned and reported "best at 1")
+                changed = validate_model({**model.model_dump(), **update}, origin=f"{solve_for}={n}")
+            except BtacalcError as exc:
+                return PlanMetrics(False, 0, 0, 0, f"not a valid model at {n} layers ({exc})", dict.fromkeys(METRICS))
             try:
                 return plan_metrics(changed, hw, request)
             except BtacalcError as exc:
