@@ -24,6 +24,10 @@ OP_CACHE = ("op_cache", "op_cache_saved")
 # logits deleted before the backward (torch_fp32), or cast in the model and held by the loop through the backward
 # (torch_fp32_held) (formulas/head.toml)
 TORCH_LOSSES = ("torch_fp32", "torch_fp32_held")
+# Megatron-Core's and TransformerEngine's cross-entropy on a GPU (formulas/head.toml): with PyTorch's, the losses a
+# wafer-scale run does not compute (its compiler's loss is `fused` or Korthikanti's `stored`)
+MEGATRON_LOSSES = ("vocab_parallel", "native_fused", "te_fused")
+GPU_LOSSES = MEGATRON_LOSSES + TORCH_LOSSES
 
 # Megatron-Core's selective-recomputation modules (TransformerConfig.recompute_modules; Megatron-LM
 # megatron/core/transformer/transformer_config.py, "recompute_modules" docstring and checks). A stored

@@ -149,8 +149,9 @@ LossOpt = typer.Option(None, "--loss", help=help_text("fused: logits one sequenc
                                                   "fp32 log-softmax kept; its backward holds two more fp32 copies); "
                                                   "torch_fp32_held: the same on fp32 logits the model casts and the "
                                                   "loop holds through the backward (torchtitan in April 2024); both "
-                                                  "under PyTorch's FSDP [default: "
-                                                  "vocab_parallel on GPUs, fused on wafers]."))
+                                                  "under PyTorch's FSDP; all but fused and stored are GPU kernels, "
+                                                  "which a wafer refuses [default: vocab_parallel on GPUs, fused on "
+                                                  "wafers]."))
 AccountingOpt = typer.Option(None, "--accounting", help=help_text("ideal (Korthikanti-style) or pytorch (what a "
                              "PyTorch layer keeps, measured: README) [default: ideal]."))
 GlobalBatchOpt = typer.Option(None, "--global-batch", min=1, help="Sequences per optimizer step over all data-parallel "

@@ -14,7 +14,7 @@ from .precision import (DEFAULT_PRECISION, NON_TN_FP8_CC_TEXT, Recipe, check_fp8
                         recipes)
 from .attention_kernels import DEFAULT_ATTENTION_KERNEL, attention_kernel
 from .cuda_graphs import scopes
-from ..vocabulary import OP_POLICY, SELECTIVE_MODULES, TORCH_LOSSES, parse_recompute
+from ..vocabulary import MEGATRON_LOSSES, OP_POLICY, SELECTIVE_MODULES, TORCH_LOSSES, parse_recompute
 from .pipeline import parse_layout
 from .te_release import default_te_version, te_behaviour, te_releases
 from .execution import (BatchLimits, DEFAULT_SEQ_LEN, DEFAULT_SEQ_LEN_SOURCE, DEFAULT_TOKENS_PER_STEP, Execution,
@@ -210,6 +210,10 @@ _GPU_ONLY: tuple[tuple[Any, str], ...] = (
     (lambda run, layout: run.loss in TORCH_LOSSES,  # PyTorch's F.cross_entropy on a GPU (formulas/head.toml)
      "{loss} torch_fp32 and torch_fp32_held are PyTorch's cross-entropy as torchtitan runs it on a GPU; a wafer-scale "
      "run's loss is the compiler's"),
+    # hostile39 / freshuser24: accepted on a wafer, where they changed the plan's loss memory for kernels it has not
+    (lambda run, layout: run.loss in MEGATRON_LOSSES,  # Megatron-Core's and TransformerEngine's (formulas/head.toml)
+     "{loss} vocab_parallel, native_fused and te_fused are Megatron-Core's and TransformerEngine's cross-entropy on a "
+     "GPU; a wafer-scale run's loss is the compiler's: fused (the default) or stored"),
     (lambda run, layout: layout.allgather_dispatcher,  # likewise
      "{allgather_dispatcher} is a GPU MoE dispatcher between expert-parallel ranks; a wafer-scale run has no expert "
      "parallelism"),

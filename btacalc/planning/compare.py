@@ -25,6 +25,7 @@ from ..errors import BtacalcError
 from .cluster import MAX_DEVICES, device_counts, min_devices
 from .plan import make_plan, plan_problem
 from .report import PlanReport
+from ..vocabulary import GPU_LOSSES
 
 SCHEMA_VERSION = 1
 
@@ -224,7 +225,8 @@ _GPU_ROW_NEUTRAL: dict[str, Any] = {
 def _gpu_row_options(request: ExecutionRequest, devices: Optional[Sequence[int]]) -> list[str]:
     """The options given for GPU rows only (_row_request drops them from a wafer row's request)."""
     names = gpu_layout_options(request) + [name for name, neutral in _GPU_ROW_NEUTRAL.items()
-                                           if getattr(request, name) != neutral]
+                                           if getattr(request, name) != neutral] \
+        + (["loss"] if request.loss in GPU_LOSSES else [])
     return (["{devices}"] if devices else []) + ["{" + name + "}" for name in names]
 
 
@@ -326,7 +328,8 @@ def _row_request(request: ExecutionRequest, profile: HardwareProfile, precision:
     the second (the low precisions), --te-version unless it is in the third (per-tensor FP8) and its profile in the fourth (non-TN FP8 GEMMs), --no-overlap beside wafer rows (the wafer rows' weight streaming; a GPU plan
     refuses it)."""
     if profile.family == "wse":
-        return without_gpu_layout(request).with_changes(**_GPU_ROW_NEUTRAL,
+        loss = None if request.loss in GPU_LOSSES else request.loss  # a GPU framework's loss: the GPU rows'
+        return without_gpu_layout(request).with_changes(**_GPU_ROW_NEUTRAL, loss=loss,
                                                         limits=replace(request.limits, global_batch=wafer_global_batch))
     unfused_rows, low_rows, versioned_rows, versioned_gpus = taking
     base = request.with_changes(precision=precision)
