@@ -340,6 +340,9 @@ def _gpt_oss(c: _Config) -> dict[str, Any]:
             "top_k": c.integer("num_experts_per_tok"), "glu_activation": "clamped_quick_gelu",
             "qkv_bias": bias, "linear_bias": bias, "softmax_fp32": False,
             "attention_sinks": True, "router": "topk_softmax", "router_renormalize": False, "router_bias": True,
+            # Megatron-Bridge trains GPT-OSS without a load-balancing loss (gpt_oss_bridge.py L71 @ 067f987d:
+            # moe_router_load_balancing_type "none"); the config's router_aux_loss_coef is not read (_AUX_LOSS_KEYS)
+            "load_balancing": "none",
             "expert_bias": True, **_yarn(c), **({"sliding_window": window, "full_attention_interval": interval} if interval != 1 else {})}
 
 

@@ -431,7 +431,7 @@ def _numerics(spec: ModelSpec, aux_given: bool = False) -> Optional[str]:
     if n.rope_theta is not None and n.rope_theta != int(n.rope_theta) and spec.position_embedding == "rope":
         said.append(f"the model's RoPE base {exact_number(n.rope_theta)} is no integer, which Megatron-LM's --rotary-base (type=int, "
                     "arguments.py L2418) cannot take: the launch trains 10000 (Megatron-Bridge: model.rotary_base)")
-    if spec.is_moe and not aux_given and spec.aux_loss_coeff is None:
+    if spec.is_moe and not aux_given and spec.aux_loss_coeff is None and spec.load_balancing != "none":
         said.append("the router's load-balancing loss stays at Megatron-LM's default (--moe-aux-loss-coeff 0): give "
                     "your model's coefficient with that flag")
     return "; ".join(said) or None
