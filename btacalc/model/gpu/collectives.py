@@ -245,8 +245,9 @@ def ring_time(problem: Problem, bytes_per_rank: Any, size: Any, stride: Any, cal
     """Time of `calls` ring collectives moving `bytes_per_rank` bus bytes in all (already x factor x
     (n-1)/n) over a group of `size` ranks at `stride` (see the module docstring); 0 for one rank. `kind` is the
     collective's factor (formulas/constants.toml [collectives]: all-reduce 2, all-gather / reduce-scatter 1): each
-    call then takes what NCCL's tuning model gives (`nccl.call_time_s`); without it (point-to-point rings) a call
-    costs the link's alpha, as every call does on a profile without a [collectives] section (line rate, alpha 0)."""
+    call then takes what NCCL's tuning model gives (`nccl.call_time_s`); without it a call costs the link's alpha, as
+    every call does on a profile without a [collectives] section (line rate, alpha 0). Point-to-point sends (the
+    pipeline, the context-parallel K/V ring) are not rings of this kind: `p2p_link`."""
     if problem.layout.devices == 1:
         return 0.0
     if type(size) is int and type(stride) is int:  # one group: its link, once per problem
@@ -311,12 +312,30 @@ def tensor_parallel_time(problem: Problem, volume: Any, calls: Any = 0) -> Any:
     return ring_time(problem, volume * ring_share(t), t, 1, calls, tensor_parallel_kind(problem))
 
 
+def p2p_link(problem: Problem, size: Any, stride: Any) -> tuple[Any, Any]:
+    """(latency per send, bytes/s) of the point-to-point sends between neighbours of a group of `size` ranks at
+    `stride` (the pipeline, the context-parallel K/V ring): NVLink when the group's worst-placed rank has all its
+    members in its domain, else the slowest hop crosses domains as one GPU's send to one remote GPU, through one NIC
+    (review31: the K/V ring had taken the NICs of all the members in the domain, as a ring collective's channels
+    do; a single send cannot spread over them)."""
+    up, out = links(problem)
+    inside = local_members(size, stride, problem.layout.devices, problem.layout.devices_per_node) >= size
+    return where(inside, up.latency_s, out.latency_s), where(inside, up.bus_bytes_per_s, out.bus_bytes_per_s)
+
+
 def context_parallel_time(problem: Problem, volume: Any, calls: Any = 0) -> Any:
-    """The K/V ring: CP - 1 sends of `volume` per pass to the next rank (point-to-point), each of the
-    `calls` exchanges in CP - 1 steps."""
+    """The K/V ring: CP - 1 sends of `volume` per pass to the next rank (point-to-point, `p2p_link`), each of the
+    `calls` exchanges in CP - 1 steps; 0 with one rank."""
     lay = problem.layout
-    steps = lay.context_parallel - 1
-    return ring_time(problem, volume * steps, lay.context_parallel, lay.tensor_parallel, calls * steps)
+    if lay.devices == 1:
+        return 0.0
+    cp = lay.context_parallel
+    hit = problem.layout_cache.get("context parallel link")  # the layout's part, once per layout
+    if hit is None:
+        hit = problem.layout_cache["context parallel link"] = p2p_link(problem, cp, lay.tensor_parallel)
+    alpha, rate = hit
+    steps = cp - 1
+    return where(cp > 1, calls * steps * alpha + volume * steps / rate, 0.0)
 
 
 def deepep_dedup(problem: Problem, domains: Any) -> Any:
@@ -548,14 +567,11 @@ def pipeline_p2p_time(problem: Problem, volume: Any) -> Any:
         return 0.0
     hit = problem.layout_cache.get("pipeline link")  # the layout's part, once per layout
     if hit is None:
-        up, out = links(problem)
         pp = lay.pipeline_parallel
         sends = where(pp > 1, 2 * lay.virtual_pipeline, 0)
-        # point to point: the pipeline group is PP ranks at stride devices/PP; the slowest hop crosses domains
-        # (through one NIC) unless the whole group shares one
-        inside = local_members(pp, maximum(lay.devices // pp, 1), lay.devices, lay.devices_per_node) >= pp
-        link_rate = where(inside, up.bus_bytes_per_s, out.bus_bytes_per_s)
-        hit = problem.layout_cache["pipeline link"] = (pp > 1, sends, where(inside, up.latency_s, out.latency_s), link_rate)
+        # point to point: the pipeline group is PP ranks at stride devices/PP (`p2p_link`)
+        alpha, link_rate = p2p_link(problem, pp, maximum(lay.devices // pp, 1))
+        hit = problem.layout_cache["pipeline link"] = (pp > 1, sends, alpha, link_rate)
     piped, sends, alpha, link_rate = hit
     return where(piped, sends * alpha + volume * sends / link_rate, 0.0)
 
