@@ -14,7 +14,7 @@ import pytest
 from btacalc.config.execution import Layout, RunOptions
 from btacalc.config.hardware import resolve_hardware
 from btacalc.config.presets import resolve_model
-from btacalc.model.gpu.collectives import context_parallel_time, pipeline_p2p_time
+from btacalc.model.gpu.collectives import context_parallel_time, pipeline_p2p_time, ring_time
 from btacalc.model.problem import make_problem
 
 NVLINK, NVLINK_EFF, NVLINK_ALPHA = 450e9, 360 / 450, 13.0e-6
@@ -56,3 +56,41 @@ def test_pipeline_send_across_nodes_is_one_nic():
     p = _problem(devices=16, pipeline_parallel=2)
     volume = 16 * 2**20
     assert pipeline_p2p_time(p, volume) == pytest.approx(2 * NIC_ALPHA + 2 * volume / (NIC * NIC_EFF))
+
+
+# NCCL's LL protocol: a ring's bus bandwidth is min(llMaxBw, busBw x 0.5), a tree's min(busBw x 0.92 / 3.8, llMaxBw)
+# (NVIDIA/nccl @ 5067397c src/graph/tuning.cc L327, L330-332), llMaxBw (GB/s) from the table at L177-183: inside
+# one node by GPU generation (Hopper 141.0), across nodes by CPU (the Intel / default row: 39.0 on 2 nodes, 20.4 on
+# more; index2 and index1 at L267-272).
+H100_SCALEUP_SCALE = 13.0 / (6.6 + 14 * 0.6)  # measured / NCCL's ring LL on 8 ranks (docs/comm.md "nccl2")
+H100_SCALEOUT_SCALE = 46.5 / (6.8 + 2 * (7 * 0.6 + 5.0))  # measured / NCCL's tree LL on 2 x 8 ranks
+
+
+def test_ll_ring_in_a_node_capped_at_hoppers_ll_max_bandwidth():
+    # an all-gather of 4 MB of bus bytes on the 8 GPUs of a DGX H100 (4e6 x 8/7 buffer). Latencies (tuning.cc L151,
+    # L159): LL 6.6 + 7 x 0.6 = 10.8 us, LL128 14.0 + 7 x 1.9 = 27.3 us, Simple 8.4 + 7 x 3.4 = 32.2 us, each x 13/15.
+    # Bandwidths: Simple 360 GB/s, LL128 0.92 x 360, LL min(141, 0.5 x 360) = 141 GB/s.
+    # LL 9.36 + 28.37 = 37.73 us, LL128 23.66 + 12.08 = 35.74 us, Simple 27.91 + 11.11 = 39.02 us: LL128
+    # (uncapped, LL's 9.36 + 22.22 = 31.58 us would have won)
+    p = _problem(devices=8)
+    bus = 4e6
+    ll128 = 27.3e-6 * H100_SCALEUP_SCALE + bus / (0.92 * NVLINK * NVLINK_EFF)
+    assert ring_time(p, bus, 8, 1, 1, 1) == pytest.approx(ll128)
+    ll = 10.8e-6 * H100_SCALEUP_SCALE + bus / 141e9
+    assert ll > ll128
+
+
+@pytest.mark.parametrize("devices, ll_max, lat_ll", [
+    # 2 nodes: 15 steps, 1 between nodes; intra step max(0.6, 1.0 net overhead) (L404-410), net ring LL 2.7
+    (16, 39.0e9, 6.6 + 14 * 1.0 + 1 * 2.7),
+    # 4 nodes: 31 steps, 3 between nodes
+    (32, 20.4e9, 6.6 + 28 * 1.0 + 3 * 2.7),
+])
+def test_ll_ring_across_nodes_capped_at_the_network_ll_max_bandwidth(devices, ll_max, lat_ll):
+    # a reduce-scatter of 1 MB of bus bytes over all ranks of 2 or 4 DGX H100 (stride 1: 8 ranks per node, the ring at
+    # min(360, 8 x 47) = 360 GB/s). LL stays NCCL's choice (LL128 and Simple pay 14.0 / 8.4 us base and larger steps:
+    # 82.3 / 129 us on 2 nodes), now at llMaxBw: 23.3 x 1.845 + 1e6 / 39e9 = 68.6 us on 2 nodes (was 48.6 us at
+    # 180 GB/s), 42.7 x 1.845 + 1e6 / 20.4e9 = 127.8 us on 4 nodes
+    p = _problem(devices=devices)
+    bus = 1e6
+    assert ring_time(p, bus, devices, 1, 1, 1) == pytest.approx(lat_ll * 1e-6 * H100_SCALEOUT_SCALE + bus / ll_max)

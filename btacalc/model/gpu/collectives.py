@@ -139,11 +139,11 @@ def _links(problem: Problem) -> tuple[Link, Link]:
         return Link(up, 1.0, 0.0), Link(out, 1.0, 0.0)
     scaleup = Link(up, c.scaleup_bus_efficiency.value, c.scaleup_latency_s.value)
     scaleout = Link(out, c.scaleout_bus_efficiency.value, c.scaleout_latency_s.value)
-    return (_anchored(scaleup, c.scaleup_reference, scaleup.bus_bytes_per_s),
-            _anchored(scaleout, c.scaleout_reference, scaleup.bus_bytes_per_s))
+    return (_anchored(problem, scaleup, c.scaleup_reference, scaleup.bus_bytes_per_s),
+            _anchored(problem, scaleout, c.scaleout_reference, scaleup.bus_bytes_per_s))
 
 
-def _anchored(link: Link, ref: Any, up_bus_bytes_per_s: float) -> Link:
+def _anchored(problem: Problem, link: Link, ref: Any, up_bus_bytes_per_s: float) -> Link:
     """The link with NCCL's latencies scaled to its measured latency at the profile's reference configuration
     (nccl.reference_scale); unscaled without a reference. The reference group's bus bandwidth is the ring's
     (`_ring_link`): NVLink in a node, else min(NVLink, ranks per node x NIC)."""
@@ -151,8 +151,18 @@ def _anchored(link: Link, ref: Any, up_bus_bytes_per_s: float) -> Link:
         return link
     per_node = ref.ranks // ref.nodes
     rate = up_bus_bytes_per_s if ref.nodes == 1 else min(up_bus_bytes_per_s, per_node * link.bus_bytes_per_s)
-    group = nccl.Group(ref.ranks, ref.nodes, getattr(constants().collectives, ref.collective), rate)
+    group = nccl_group(problem, (ref.ranks, ref.nodes), getattr(constants().collectives, ref.collective), rate)
     return replace(link, latency_scale=nccl.reference_scale(group, ref.message_bytes, link.latency_s))
+
+
+def nccl_group(problem: Problem, ranks_nodes: tuple[Any, Any], kind: Any, rate: Any, scale: Any = 1.0) -> nccl.Group:
+    """NCCL's view of a group of `ranks_nodes` = (ranks, NVLink domains) running a collective of factor `kind` with a
+    Simple ring at `rate` bus bytes/s and latencies x `scale`: the run's NCCL_ALGO and LL's cap for the profile's GPU
+    generation and the group's nodes (`nccl.ll_max_bytes_per_s`)."""
+    ranks, nodes = ranks_nodes
+    cc = problem.hardware.chip.compute_capability
+    cap = nccl.ll_max_bytes_per_s(None if cc is None else float(cc.value), nodes)
+    return nccl.Group(ranks, nodes, kind, rate, scale, problem.run.nccl_ring_only, cap)
 
 
 def efficiency_at(link: Link, bus_bytes_per_call: Any) -> Any:
@@ -263,7 +273,7 @@ def ring_time(problem: Problem, bytes_per_rank: Any, size: Any, stride: Any, cal
     many = calls > 0
     share = where(size > 1, kind * ring_share(where(size > 1, size, 2)), 1)
     nbytes = bytes_per_rank / where(many, calls, 1) / share  # NCCL's nBytes: the buffer of one call
-    per_call = nccl.call_time_s(nccl.Group(size, nodes, kind, rate, scale, problem.run.nccl_ring_only), nbytes)
+    per_call = nccl.call_time_s(nccl_group(problem, (size, nodes), kind, rate, scale), nbytes)
     return where(size > 1, where(many, calls * per_call, bytes_per_rank / rate), 0.0)
 
 
@@ -828,7 +838,7 @@ def describe(problem: Problem, name: str, group: tuple[int, int], traffic: tuple
     if kind is None or not per_call or problem.hardware.collectives is None:
         return row
     rate, _, nodes, scale = _ring_link(problem, size, stride)
-    one = nccl.Group(size, nodes, kind, rate, scale, problem.run.nccl_ring_only)
+    one = nccl_group(problem, (size, nodes), kind, rate, scale)
     choice = nccl.choose(one, per_call / (kind * ring_share(size)))
     achieved = link.bus_efficiency * per_call / choice.time_s / rate  # the large-message e, scaled as the call runs
     return replace(row, algorithm=choice.algorithm, protocol=choice.protocol, steps=choice.steps,
