@@ -14,7 +14,7 @@ import pytest
 from btacalc.config.execution import Layout, RunOptions
 from btacalc.config.hardware import resolve_hardware
 from btacalc.config.presets import resolve_model
-from btacalc.model.gpu.collectives import context_parallel_time, pipeline_p2p_time, ring_time
+from btacalc.model.gpu.collectives import context_parallel_time, describe, pipeline_p2p_time, ring_time
 from btacalc.model.problem import make_problem
 
 NVLINK, NVLINK_EFF, NVLINK_ALPHA = 450e9, 360 / 450, 13.0e-6
@@ -94,3 +94,23 @@ def test_ll_ring_across_nodes_capped_at_the_network_ll_max_bandwidth(devices, ll
     p = _problem(devices=devices)
     bus = 1e6
     assert ring_time(p, bus, devices, 1, 1, 1) == pytest.approx(lat_ll * 1e-6 * H100_SCALEOUT_SCALE + bus / ll_max)
+
+
+def test_ring_row_efficiency_over_the_line_rate_of_the_link_that_sets_the_pace():
+    # plan --json's `efficiency`: the achieved bus bandwidth over the line rate (CollectiveRow). A reduce-scatter over
+    # the 16 GPUs of two DGX H100 (stride 1: 8 per node) runs its ring at min(NVLink 360, 8 NICs x 47) = 360 GB/s:
+    # NVLink sets the pace, so the line rate is NVLink's 450 GB/s. 6 GB of bus bytes in one Simple call: latency
+    # (8.4 + 14 x 3.4 + 1 x 14.0) us x 46.5 / 25.2 (tuning.cc L151, L159, L171; docs/comm.md "nccl2"), then
+    # 6e9 / 360e9 s: about 16.80 ms, 357 GB/s achieved, 0.794 of 450 GB/s (it read 0.933: the NIC's 0.94 times the
+    # achieved share of the NVLink-bound ring)
+    p = _problem(devices=16)
+    bus = 6e9
+    seconds = (8.4 + 14 * 3.4 + 14.0) * 1e-6 * H100_SCALEOUT_SCALE + bus / (NVLINK * NVLINK_EFF)
+    row = describe(p, "gradient_reduce_dense", (16, 1), (bus, 1), seconds, kind=1, collective="reduce_scatter")
+    assert row.link == "network" and row.protocol == "Simple"
+    assert row.efficiency == pytest.approx(bus / seconds / NVLINK)
+    # where the NICs set the pace (TP 8, DP 4 on 32 GPUs: one member per node, one NIC at 47 GB/s), their line rate
+    p = _problem(devices=32, tensor_parallel=8, sequence_parallel=True)
+    seconds = (8.4 + 3 * 14.0) * 1e-6 * H100_SCALEOUT_SCALE + bus / (NIC * NIC_EFF)
+    row = describe(p, "gradient_reduce_dense", (4, 8), (bus, 1), seconds, kind=1, collective="reduce_scatter")
+    assert row.efficiency == pytest.approx(bus / seconds / NIC)

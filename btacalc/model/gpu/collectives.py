@@ -292,6 +292,17 @@ def _ring_link(problem: Problem, size: Any, stride: Any) -> tuple[Any, Any, Any,
     return rate, alpha, nodes, where(inside, up.latency_scale, out.latency_scale)
 
 
+def _ring_line_rate(problem: Problem, size: int, stride: int) -> float:
+    """The line rate (bytes/s per direction) of the link that sets a ring's pace (`_ring_link`): NVLink inside the
+    domain, and across it NVLink when its bus rate is below the k NICs' (k members in the worst-placed rank's domain),
+    else the k NICs' (review31: a row's efficiency had taken the NIC's e times the share of an NVLink-bound rate)."""
+    lay = problem.layout
+    up, out = links(problem)
+    k = local_members(size, stride, lay.devices, lay.devices_per_node)
+    nvlink_paced = k >= size or up.bus_bytes_per_s <= k * out.bus_bytes_per_s
+    return up.bandwidth_bytes_per_s if nvlink_paced else k * out.bandwidth_bytes_per_s
+
+
 def domains_spanned(size: Any, stride: Any, devices: Any, domain: int) -> Any:
     """NVLink domains (NCCL's nodes) the widest group spans: block j of L = size·stride ranks starts at
     r = j·L mod D and touches ceil((r + L) / D) domains (at most `size`); r repeats within D blocks. Over arrays,
@@ -840,6 +851,6 @@ def describe(problem: Problem, name: str, group: tuple[int, int], traffic: tuple
     rate, _, nodes, scale = _ring_link(problem, size, stride)
     one = nccl_group(problem, (size, nodes), kind, rate, scale)
     choice = nccl.choose(one, per_call / (kind * ring_share(size)))
-    achieved = link.bus_efficiency * per_call / choice.time_s / rate  # the large-message e, scaled as the call runs
+    achieved = per_call / choice.time_s / _ring_line_rate(problem, size, stride)
     return replace(row, algorithm=choice.algorithm, protocol=choice.protocol, steps=choice.steps,
                    latency_s=choice.latency_s, efficiency=achieved)
