@@ -422,7 +422,8 @@ def expert_tensor_parallel_time(problem: Problem, volume: Any, calls: Any = 0, t
     return t + (calls - tokens) * ring_time(problem, 0.0, etp, 1, 1, kind)
 
 
-def describe_expert_tensor_parallel(problem: Problem, volume: Any, calls: tuple[Any, Any], time_s: Any) -> CollectiveRow:
+def describe_expert_tensor_parallel(problem: Problem, volume: Any, calls: tuple[Any, Any],
+                                    time_s: Any) -> CollectiveRow:
     """The `expert_tensor_parallel` row of the all-to-alls' `volume` bytes in `calls` = (all calls, those that carry
     the tokens: the message size is theirs), timed `time_s` (`expert_tensor_parallel_time`), with that time's kind
     and group."""
@@ -453,7 +454,8 @@ def allgather_dispatch_time(problem: Problem, volume: Any, calls: Any = 0) -> An
     calls: NCCL rings over the n_g ranks of the tp_ep group at stride 1; 0 without the dispatcher (volume 0) or
     with one rank."""
     n = problem.layout.expert_model_parallel  # the tp_ep group (token_dispatcher.py L86-88, pg_collection.tp_ep)
-    return ring_time(problem, allgather_dispatch_bytes(problem, volume), n, 1, calls, constants().collectives.all_gather)
+    kind = constants().collectives.all_gather
+    return ring_time(problem, allgather_dispatch_bytes(problem, volume), n, 1, calls, kind)
 
 
 def describe_allgather_dispatch(problem: Problem, volume: Any, calls: Any, time_s: Any, name: str = "moe_allgather",

@@ -129,7 +129,8 @@ def ring_call_latency_s(group: Group, nbytes: Any, p: int) -> Any:
     lat = ring_latency_s(group, p)
     if p != SIMPLE:
         return lat
-    plateau = (group.kind == constants().collectives.all_reduce) & (group.nodes > 1) & (nbytes >= SIZE_UNIT_BYTES * group.ranks)
+    all_reduce = group.kind == constants().collectives.all_reduce
+    plateau = all_reduce & (group.nodes > 1) & (nbytes >= SIZE_UNIT_BYTES * group.ranks)
     return where(plateau, lat * constants().nccl.ring_all_reduce_plateau, lat)
 
 
