@@ -151,7 +151,9 @@ def _anchored(problem: Problem, link: Link, ref: Any, up_bus_bytes_per_s: float)
         return link
     per_node = ref.ranks // ref.nodes
     rate = up_bus_bytes_per_s if ref.nodes == 1 else min(up_bus_bytes_per_s, per_node * link.bus_bytes_per_s)
-    group = nccl_group(problem, (ref.ranks, ref.nodes), getattr(constants().collectives, ref.collective), rate)
+    # the reference was measured under NCCL's default algorithms, whatever the run's NCCL_ALGO
+    group = replace(nccl_group(problem, (ref.ranks, ref.nodes), getattr(constants().collectives, ref.collective), rate),
+                    ring_only=False)
     return replace(link, latency_scale=nccl.reference_scale(group, ref.message_bytes, link.latency_s))
 
 
