@@ -104,6 +104,10 @@ class Nccl(BaseModel):
     net_overhead_us_source: str = Field(min_length=10)
     ring_bandwidth_share: tuple[float, float, float]
     ring_bandwidth_share_source: str = Field(min_length=10)
+    ll_max_bandwidth_one_node_gb_per_s: tuple[tuple[float, float], ...]
+    ll_max_bandwidth_one_node_gb_per_s_source: str = Field(min_length=10)
+    ll_max_bandwidth_nodes_gb_per_s: tuple[float, float]
+    ll_max_bandwidth_nodes_gb_per_s_source: str = Field(min_length=10)
     tree_all_reduce_share: float = Field(gt=0, le=1)
     tree_all_reduce_share_source: str = Field(min_length=10)
     tree_protocol_share_one_node: tuple[float, float, float]

@@ -139,11 +139,11 @@ def _links(problem: Problem) -> tuple[Link, Link]:
         return Link(up, 1.0, 0.0), Link(out, 1.0, 0.0)
     scaleup = Link(up, c.scaleup_bus_efficiency.value, c.scaleup_latency_s.value)
     scaleout = Link(out, c.scaleout_bus_efficiency.value, c.scaleout_latency_s.value)
-    return (_anchored(scaleup, c.scaleup_reference, scaleup.bus_bytes_per_s),
-            _anchored(scaleout, c.scaleout_reference, scaleup.bus_bytes_per_s))
+    return (_anchored(problem, scaleup, c.scaleup_reference, scaleup.bus_bytes_per_s),
+            _anchored(problem, scaleout, c.scaleout_reference, scaleup.bus_bytes_per_s))
 
 
-def _anchored(link: Link, ref: Any, up_bus_bytes_per_s: float) -> Link:
+def _anchored(problem: Problem, link: Link, ref: Any, up_bus_bytes_per_s: float) -> Link:
     """The link with NCCL's latencies scaled to its measured latency at the profile's reference configuration
     (nccl.reference_scale); unscaled without a reference. The reference group's bus bandwidth is the ring's
     (`_ring_link`): NVLink in a node, else min(NVLink, ranks per node x NIC)."""
@@ -151,8 +151,20 @@ def _anchored(link: Link, ref: Any, up_bus_bytes_per_s: float) -> Link:
         return link
     per_node = ref.ranks // ref.nodes
     rate = up_bus_bytes_per_s if ref.nodes == 1 else min(up_bus_bytes_per_s, per_node * link.bus_bytes_per_s)
-    group = nccl.Group(ref.ranks, ref.nodes, getattr(constants().collectives, ref.collective), rate)
+    # the reference was measured under NCCL's default algorithms, whatever the run's NCCL_ALGO
+    group = replace(nccl_group(problem, (ref.ranks, ref.nodes), getattr(constants().collectives, ref.collective), rate),
+                    ring_only=False)
     return replace(link, latency_scale=nccl.reference_scale(group, ref.message_bytes, link.latency_s))
+
+
+def nccl_group(problem: Problem, ranks_nodes: tuple[Any, Any], kind: Any, rate: Any, scale: Any = 1.0) -> nccl.Group:
+    """NCCL's view of a group of `ranks_nodes` = (ranks, NVLink domains) running a collective of factor `kind` with a
+    Simple ring at `rate` bus bytes/s and latencies x `scale`: the run's NCCL_ALGO and LL's cap for the profile's GPU
+    generation and the group's nodes (`nccl.ll_max_bytes_per_s`)."""
+    ranks, nodes = ranks_nodes
+    cc = problem.hardware.chip.compute_capability
+    cap = nccl.ll_max_bytes_per_s(None if cc is None else float(cc.value), nodes)
+    return nccl.Group(ranks, nodes, kind, rate, scale, problem.run.nccl_ring_only, cap)
 
 
 def efficiency_at(link: Link, bus_bytes_per_call: Any) -> Any:
@@ -245,8 +257,9 @@ def ring_time(problem: Problem, bytes_per_rank: Any, size: Any, stride: Any, cal
     """Time of `calls` ring collectives moving `bytes_per_rank` bus bytes in all (already x factor x
     (n-1)/n) over a group of `size` ranks at `stride` (see the module docstring); 0 for one rank. `kind` is the
     collective's factor (formulas/constants.toml [collectives]: all-reduce 2, all-gather / reduce-scatter 1): each
-    call then takes what NCCL's tuning model gives (`nccl.call_time_s`); without it (point-to-point rings) a call
-    costs the link's alpha, as every call does on a profile without a [collectives] section (line rate, alpha 0)."""
+    call then takes what NCCL's tuning model gives (`nccl.call_time_s`); without it a call costs the link's alpha, as
+    every call does on a profile without a [collectives] section (line rate, alpha 0). Point-to-point sends (the
+    pipeline, the context-parallel K/V ring) are not rings of this kind: `p2p_link`."""
     if problem.layout.devices == 1:
         return 0.0
     if type(size) is int and type(stride) is int:  # one group: its link, once per problem
@@ -262,7 +275,7 @@ def ring_time(problem: Problem, bytes_per_rank: Any, size: Any, stride: Any, cal
     many = calls > 0
     share = where(size > 1, kind * ring_share(where(size > 1, size, 2)), 1)
     nbytes = bytes_per_rank / where(many, calls, 1) / share  # NCCL's nBytes: the buffer of one call
-    per_call = nccl.call_time_s(nccl.Group(size, nodes, kind, rate, scale, problem.run.nccl_ring_only), nbytes)
+    per_call = nccl.call_time_s(nccl_group(problem, (size, nodes), kind, rate, scale), nbytes)
     return where(size > 1, where(many, calls * per_call, bytes_per_rank / rate), 0.0)
 
 
@@ -279,6 +292,17 @@ def _ring_link(problem: Problem, size: Any, stride: Any) -> tuple[Any, Any, Any,
     alpha = where(inside, up.latency_s, out.latency_s)
     nodes = where(inside, 1, spanned)
     return rate, alpha, nodes, where(inside, up.latency_scale, out.latency_scale)
+
+
+def _ring_line_rate(problem: Problem, size: int, stride: int) -> float:
+    """The line rate (bytes/s per direction) of the link that sets a ring's pace (`_ring_link`): NVLink inside the
+    domain, and across it NVLink when its bus rate is below the k NICs' (k members in the worst-placed rank's domain),
+    else the k NICs' (review31: a row's efficiency had taken the NIC's e times the share of an NVLink-bound rate)."""
+    lay = problem.layout
+    up, out = links(problem)
+    k = local_members(size, stride, lay.devices, lay.devices_per_node)
+    nvlink_paced = k >= size or up.bus_bytes_per_s <= k * out.bus_bytes_per_s
+    return up.bandwidth_bytes_per_s if nvlink_paced else k * out.bandwidth_bytes_per_s
 
 
 def domains_spanned(size: Any, stride: Any, devices: Any, domain: int) -> Any:
@@ -311,12 +335,30 @@ def tensor_parallel_time(problem: Problem, volume: Any, calls: Any = 0) -> Any:
     return ring_time(problem, volume * ring_share(t), t, 1, calls, tensor_parallel_kind(problem))
 
 
+def p2p_link(problem: Problem, size: Any, stride: Any) -> tuple[Any, Any]:
+    """(latency per send, bytes/s) of the point-to-point sends between neighbours of a group of `size` ranks at
+    `stride` (the pipeline, the context-parallel K/V ring): NVLink when the group's worst-placed rank has all its
+    members in its domain, else the slowest hop crosses domains as one GPU's send to one remote GPU, through one NIC
+    (review31: the K/V ring had taken the NICs of all the members in the domain, as a ring collective's channels
+    do; a single send cannot spread over them)."""
+    up, out = links(problem)
+    inside = local_members(size, stride, problem.layout.devices, problem.layout.devices_per_node) >= size
+    return where(inside, up.latency_s, out.latency_s), where(inside, up.bus_bytes_per_s, out.bus_bytes_per_s)
+
+
 def context_parallel_time(problem: Problem, volume: Any, calls: Any = 0) -> Any:
-    """The K/V ring: CP - 1 sends of `volume` per pass to the next rank (point-to-point), each of the
-    `calls` exchanges in CP - 1 steps."""
+    """The K/V ring: CP - 1 sends of `volume` per pass to the next rank (point-to-point, `p2p_link`), each of the
+    `calls` exchanges in CP - 1 steps; 0 with one rank."""
     lay = problem.layout
-    steps = lay.context_parallel - 1
-    return ring_time(problem, volume * steps, lay.context_parallel, lay.tensor_parallel, calls * steps)
+    if lay.devices == 1:
+        return 0.0
+    cp = lay.context_parallel
+    hit = problem.layout_cache.get("context parallel link")  # the layout's part, once per layout
+    if hit is None:
+        hit = problem.layout_cache["context parallel link"] = p2p_link(problem, cp, lay.tensor_parallel)
+    alpha, rate = hit
+    steps = cp - 1
+    return where(cp > 1, calls * steps * alpha + volume * steps / rate, 0.0)
 
 
 def deepep_dedup(problem: Problem, domains: Any) -> Any:
@@ -382,7 +424,8 @@ def expert_tensor_parallel_time(problem: Problem, volume: Any, calls: Any = 0, t
     return t + (calls - tokens) * ring_time(problem, 0.0, etp, 1, 1, kind)
 
 
-def describe_expert_tensor_parallel(problem: Problem, volume: Any, calls: tuple[Any, Any], time_s: Any) -> CollectiveRow:
+def describe_expert_tensor_parallel(problem: Problem, volume: Any, calls: tuple[Any, Any],
+                                    time_s: Any) -> CollectiveRow:
     """The `expert_tensor_parallel` row of the all-to-alls' `volume` bytes in `calls` = (all calls, those that carry
     the tokens: the message size is theirs), timed `time_s` (`expert_tensor_parallel_time`), with that time's kind
     and group."""
@@ -413,7 +456,8 @@ def allgather_dispatch_time(problem: Problem, volume: Any, calls: Any = 0) -> An
     calls: NCCL rings over the n_g ranks of the tp_ep group at stride 1; 0 without the dispatcher (volume 0) or
     with one rank."""
     n = problem.layout.expert_model_parallel  # the tp_ep group (token_dispatcher.py L86-88, pg_collection.tp_ep)
-    return ring_time(problem, allgather_dispatch_bytes(problem, volume), n, 1, calls, constants().collectives.all_gather)
+    kind = constants().collectives.all_gather
+    return ring_time(problem, allgather_dispatch_bytes(problem, volume), n, 1, calls, kind)
 
 
 def describe_allgather_dispatch(problem: Problem, volume: Any, calls: Any, time_s: Any, name: str = "moe_allgather",
@@ -548,14 +592,11 @@ def pipeline_p2p_time(problem: Problem, volume: Any) -> Any:
         return 0.0
     hit = problem.layout_cache.get("pipeline link")  # the layout's part, once per layout
     if hit is None:
-        up, out = links(problem)
         pp = lay.pipeline_parallel
         sends = where(pp > 1, 2 * lay.virtual_pipeline, 0)
-        # point to point: the pipeline group is PP ranks at stride devices/PP; the slowest hop crosses domains
-        # (through one NIC) unless the whole group shares one
-        inside = local_members(pp, maximum(lay.devices // pp, 1), lay.devices, lay.devices_per_node) >= pp
-        link_rate = where(inside, up.bus_bytes_per_s, out.bus_bytes_per_s)
-        hit = problem.layout_cache["pipeline link"] = (pp > 1, sends, where(inside, up.latency_s, out.latency_s), link_rate)
+        # point to point: the pipeline group is PP ranks at stride devices/PP (`p2p_link`)
+        alpha, link_rate = p2p_link(problem, pp, maximum(lay.devices // pp, 1))
+        hit = problem.layout_cache["pipeline link"] = (pp > 1, sends, alpha, link_rate)
     piped, sends, alpha, link_rate = hit
     return where(piped, sends * alpha + volume * sends / link_rate, 0.0)
 
@@ -812,8 +853,8 @@ def describe(problem: Problem, name: str, group: tuple[int, int], traffic: tuple
     if kind is None or not per_call or problem.hardware.collectives is None:
         return row
     rate, _, nodes, scale = _ring_link(problem, size, stride)
-    one = nccl.Group(size, nodes, kind, rate, scale, problem.run.nccl_ring_only)
+    one = nccl_group(problem, (size, nodes), kind, rate, scale)
     choice = nccl.choose(one, per_call / (kind * ring_share(size)))
-    achieved = link.bus_efficiency * per_call / choice.time_s / rate  # the large-message e, scaled as the call runs
+    achieved = per_call / choice.time_s / _ring_line_rate(problem, size, stride)
     return replace(row, algorithm=choice.algorithm, protocol=choice.protocol, steps=choice.steps,
                    latency_s=choice.latency_s, efficiency=achieved)

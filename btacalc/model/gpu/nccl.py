@@ -14,13 +14,15 @@ messages, B·e of the link class: `collectives.links`) and NCCL's ratios for the
   intra(p) the NVLink step latency, at least the network post overhead once the ring leaves the node
   (L404-410); net(p) the network step latency, the tree's when each node holds one rank (L386-388). A multi-node
   Simple ring all-reduce pays x1.4 (L647-650). Bandwidth: the Simple ring's bus bandwidth x share(p) (LL 0.5, LL128
-  0.92, L327-329); the bus bytes are btacalc's factor·(n-1)/n·nBytes (algorithm bandwidth = bus x n / steps, L379).
+  0.92, L327-329), LL's at most llMaxBw (L177-183, L267-272: inside one node by GPU generation, 141 GB/s on Hopper;
+  across nodes 39 GB/s on 2, 20.4 on more); the bus bytes are btacalc's factor·(n-1)/n·nBytes (algorithm
+  bandwidth = bus x n / steps, L379).
 - **tree** (all-reduce only, L289-298, L414-416):
 
       latency = base(p) + 2 x ((ranks per node - 1) x nvlink(p) + floor(log2 nodes) x net(p))
 
   and an algorithm bandwidth of half the tree's bus bandwidth (L380): the ring's x 0.92 x the protocol's share
-  (L330-335) x the correction for the size (L639-642).
+  (L330-335; LL's at most llMaxBw) x the correction for the size (L639-642).
 
 **Anchored to the profile's measurement** (docs/comm.md "nccl2"): NCCL's constants select an algorithm; they
 are not an absolute time (a 2 x 8 Hopper all-reduce of 8 bytes: 25.2 us against 46.3 measured). Every latency of
@@ -29,13 +31,13 @@ a link class is scaled by measured / model at the configuration the profile's la
 growth with ranks, nodes, protocol and algorithm stays NCCL's.
 
 Not modelled: NVLS / NVLS-tree (NVLink SHARP), CollNet and PAT (PAT runs only with one GPU per node, L220); the
-per-channel caps of LL and LL128 (they need NCCL's channel count); several calls aggregated into one launch.
+per-channel caps of LL128 and of the tree (they need NCCL's channel count); several calls aggregated into one launch.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -43,7 +45,7 @@ from ...catalogue.constants import constants
 from ..arrays import is_array, maximum, where
 
 PROTOCOLS = ("LL", "LL128", "Simple")
-SIMPLE = PROTOCOLS.index("Simple")
+LL, SIMPLE = PROTOCOLS.index("LL"), PROTOCOLS.index("Simple")
 _US = 1e-6
 # NCCL's size unit in its tuning model (tuning.cc L639-642 `log2i(nBytes >> 6)`, L647-650 `nBytes / (nChannels x
 # nRanks) >= 64`): the tree correction's first size, and the ring plateau's least bytes per rank and channel
@@ -60,7 +62,8 @@ TREE_ALGORITHM_RATIO = 0.5
 class Group:
     """A collective's ranks as NCCL sees them: `ranks` over `nodes` NVLink domains, `kind` the collective's
     factor (all-reduce 2, all-gather / reduce-scatter 1: formulas/constants.toml [collectives]), the Simple
-    ring's bus bandwidth in bytes/s, the scale of the link class's latencies (`reference_scale`); `ring_only`
+    ring's bus bandwidth in bytes/s, the scale of the link class's latencies (`reference_scale`), LL's cap
+    (`ll_max_bytes_per_s`: none by default); `ring_only`
     under NCCL_ALGO=Ring (RunOptions.nccl_ring_only), where NCCL weighs no tree (tuning.cc L458-462 read
     NCCL_ALGO into algoEnable; L538 a disabled algorithm gets bandwidth 0, which ncclTopoGetAlgoTime answers
     with time -1 (L634-637) and src/enqueue.cc L2038 never picks)."""
@@ -71,6 +74,18 @@ class Group:
     bus_bytes_per_s: Any
     latency_scale: Any = 1.0
     ring_only: bool = False
+    ll_max_bus_bytes_per_s: Any = np.inf
+
+
+def ll_max_bytes_per_s(capability: Optional[float], nodes: Any) -> Any:
+    """NCCL's llMaxBw in bytes/s (tuning.cc L177-183, L267-272; formulas/constants.toml [nccl]): inside one node the
+    row of the GPU's generation (compute capability; none given: no cap), across nodes the Intel / default CPU's,
+    39 GB/s on 2 nodes and 20.4 GB/s on more."""
+    c = constants().nccl
+    rows = [gb for cc, gb in c.ll_max_bandwidth_one_node_gb_per_s if capability is not None and cc <= capability]
+    one = rows[-1] * 1e9 if rows else np.inf
+    two, more = (gb * 1e9 for gb in c.ll_max_bandwidth_nodes_gb_per_s)
+    return where(nodes > 2, more, where(nodes > 1, two, one))
 
 
 @dataclass(frozen=True)
@@ -114,14 +129,18 @@ def ring_call_latency_s(group: Group, nbytes: Any, p: int) -> Any:
     lat = ring_latency_s(group, p)
     if p != SIMPLE:
         return lat
-    plateau = (group.kind == constants().collectives.all_reduce) & (group.nodes > 1) & (nbytes >= SIZE_UNIT_BYTES * group.ranks)
+    all_reduce = group.kind == constants().collectives.all_reduce
+    plateau = all_reduce & (group.nodes > 1) & (nbytes >= SIZE_UNIT_BYTES * group.ranks)
     return where(plateau, lat * constants().nccl.ring_all_reduce_plateau, lat)
 
 
 def ring_time_s(group: Group, nbytes: Any, p: int) -> Any:
     """One ring call of `nbytes` (the buffer) with protocol p."""
     bus = nbytes * group.kind * (group.ranks - 1) / group.ranks
-    return ring_call_latency_s(group, nbytes, p) + bus / (group.bus_bytes_per_s * constants().nccl.ring_bandwidth_share[p])
+    rate = group.bus_bytes_per_s * constants().nccl.ring_bandwidth_share[p]
+    if p == LL:
+        rate = np.minimum(rate, group.ll_max_bus_bytes_per_s)
+    return ring_call_latency_s(group, nbytes, p) + bus / rate
 
 
 def tree_time_s(group: Group, nbytes: Any, p: int) -> Any:
@@ -132,7 +151,10 @@ def tree_time_s(group: Group, nbytes: Any, p: int) -> Any:
     index = np.clip(log_size, 0, len(c.tree_correction[p]) - 1).astype(int)
     correct = np.where((nbytes >= SIZE_UNIT_BYTES) & (log_size < TREE_CORRECTION_SIZES),
                        np.asarray(c.tree_correction[p])[index], 1.0)
-    algorithm_bw = TREE_ALGORITHM_RATIO * group.bus_bytes_per_s * c.tree_all_reduce_share * share * correct
+    bus = group.bus_bytes_per_s * c.tree_all_reduce_share * share
+    if p == LL:
+        bus = np.minimum(bus, group.ll_max_bus_bytes_per_s)
+    algorithm_bw = TREE_ALGORITHM_RATIO * bus * correct
     return tree_latency_s(group, p) + nbytes / algorithm_bw
 
 
