@@ -530,7 +530,7 @@ class HardwareProfile(BaseModel):
     kernels: Optional[Kernels] = None
     reserves: Optional[Reserves] = None
     collectives: Optional[Collectives] = None
-    calibration: Calibration
+    calibration: Calibration = Calibration()  # every factor optional: a GPU profile may state none
 
     @model_validator(mode="after")
     def _consistent(self) -> "HardwareProfile":
