@@ -148,6 +148,16 @@ def _num(v: Any, spec: str, unit: str = "") -> str:
     return "-" if v is None else f"{v:{spec}}{unit}"
 
 
+def _measured_step(run: MeasuredRun, r: RunResult) -> str:
+    """The measured step time; where a source states tokens/s alone, the step it implies (freshuser24: "measured -"
+    beside a run whose notes derived it): global batch x sequence / (tokens/s per device x devices)."""
+    step, rate = r.measured.step_time_s, r.measured.tokens_per_s_per_device
+    if step is not None or not rate or not run.global_batch or not run.seq:
+        return _num(step, ".4g", " s")
+    step = run.global_batch * run.seq / (rate * r.devices)
+    return f"{step:.4g} s (from tokens/s: global batch x seq / all devices' rate)"
+
+
 def _record_rows(run: MeasuredRun, r: RunResult, bands: Bands) -> list[tuple[str, str]]:
     pred, meas = r.predicted, r.measured
     mem_pred, mem_meas = _memory_pair(r)
@@ -156,7 +166,7 @@ def _record_rows(run: MeasuredRun, r: RunResult, bands: Bands) -> list[tuple[str
             ("source", run.source), ("release", run.release or "-"), ("software date", run.software_date or "-"),
             ("tokens/s per device", f"predicted {_num(pred.tokens_per_s_per_device, ',.0f')}, "
              f"measured {_num(meas.tokens_per_s_per_device, ',.0f')}"),
-            ("step time", f"predicted {_num(pred.step_time_s, '.4g', ' s')}, measured {_num(meas.step_time_s, '.4g', ' s')}"),
+            ("step time", f"predicted {_num(pred.step_time_s, '.4g', ' s')}, measured {_measured_step(run, r)}"),
             ("error", _pct(r.error)), ("peak memory (GiB)", f"predicted {mem_pred}, measured {mem_meas}"),
             ("memory error", _pct(r.memory_error)), ("status", run_status(r, bands))]
     if not r.expressible:
