@@ -736,14 +736,7 @@ def _fused_core(part: Part, pv: PhaseValues, phases: list[Phase], core: _FusedCo
     casts = core.cast_forward_s + core.cast_backward_s
     fused = kernel + casts
     part.compute_s, part.core_s = part.compute_s + fused, part.core_s + fused
-    # its kernels and module calls (forward, re-runs, backward), unless a CUDA graph replays them (scope attn)
-    # once per attention tile: the core phases are tile-batched (catalogue `batch = "tile"`)
-    tiles = r.symbols["G"] * int(eager)
-    both, forward = where(ran, 2 + core.reruns, 0) * tiles, where(ran, 1, 0) * tiles
-    part.kernels = part.kernels + both  # the fused forward (and its re-runs) and backward kernels
-    part.module_calls = part.module_calls + both  # its attention module, forward, re-runs and backward
-    part.kernels_fwd = part.kernels_fwd + forward
-    part.module_calls_fwd = part.module_calls_fwd + forward
+    _core_issue(part, where(ran, 1, 0) * int(eager), core.reruns, r)
     part.backward_s = part.backward_s + backward + core.cast_backward_s
     if any(p.core and p.pre_dispatch for p in phases):  # the attention core: Megatron's pre-dispatch node
         part.pre_dispatch_s = part.pre_dispatch_s + fused
@@ -769,6 +762,17 @@ def _fused_core(part: Part, pv: PhaseValues, phases: list[Phase], core: _FusedCo
             plan = _phase_plan(phase, r)
             if plan.core_gemms:
                 part.gemms[phase.name] = _core_rows(plan, r, efficiency, backward_efficiency, binding, "fused_attention")
+
+
+def _core_issue(part: Part, issued: Any, reruns: Any, r: Rates) -> None:
+    """The fused attention kernel's launches and its attention module's calls (`issued` 1, 0 where it ran nothing
+    or a CUDA graph replays it: scope attn): forward, re-runs and backward, once per attention tile (G: the core
+    phases are tile-batched)."""
+    both, forward = (issued * n * r.symbols["G"] for n in (2 + reruns, 1))
+    part.kernels = part.kernels + both  # the fused forward (and its re-runs) and backward kernels
+    part.module_calls = part.module_calls + both  # its attention module, forward, re-runs and backward
+    part.kernels_fwd = part.kernels_fwd + forward
+    part.module_calls_fwd = part.module_calls_fwd + forward
 
 
 def _share(flops: Any, seconds: Any, r: Rates) -> Any:
