@@ -125,7 +125,7 @@ def test_the_step_rows_add_up_and_the_schema_says_which_they_are(cli, given):
     th = json.loads(out)["throughput"]
     shares = sum(th["phase_share"].values())
     # a wafer pays its mesh's per-tile cost; a GPU issues each tile's kernels from the host (the `launch` row)
-    assert (th["tiling_overhead_s"] > 0) == ("wse3" in given) and shares <= 1
+    assert (th["tiling_overhead_s"] > 0) == ("wse3" in given) and shares <= 1 + 1e-12
     assert shares + th["tiling_overhead_s"] / th["step_time_s"] == pytest.approx(1, abs=1e-12)
     code, out, err = cli("plan", "--schema")
     text = json.dumps(json.loads(out))

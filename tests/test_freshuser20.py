@@ -144,7 +144,8 @@ def test_hw_list_counts_each_profiles_estimates_on_one_line(cli, monkeypatch):
     for f in files:
         estimates, numbers = _file_estimates(f)
         assert rows[f.stem].rstrip().rstrip("│").strip().endswith(f"{estimates} of {numbers}"), rows[f.stem]
-    assert _file_estimates(folder / "h100.toml") == (8, 39)  # sram_bytes is derived, not one
+    # sram_bytes is derived, not one; the per-tile estimate left the GPU profiles in the thirty-second session
+    assert _file_estimates(folder / "h100.toml") == (7, 38)
     assert len(out.splitlines()) < 4 * len(files)
 
 

@@ -164,9 +164,9 @@ def test_a_low_precision_phase_runs_its_gemms_in_the_recipes_dtype() -> None:
 def test_a_phase_in_the_fused_attention_core_issues_nothing_of_its_own() -> None:
     from btacalc.model.gpu.costs import _issued, _PhasePlan
 
-    plan = _PhasePlan(gemms=(), counts=(), grouped=(), modules=1, fused=True, dtype=_dtype_16())
+    plan = _PhasePlan(gemms=(), counts=(), grouped=(), modules=1, fused=True, dtype=_dtype_16(), tiled=True)
     assert _issued({"reruns": 1}, _bare_rates(), plan) == (0, 0, 0, 0, 0)
-    unfused = _PhasePlan(gemms=(), counts=(), grouped=(), modules=1, fused=False, dtype=_dtype_16())
+    unfused = _PhasePlan(gemms=(), counts=(), grouped=(), modules=1, fused=False, dtype=_dtype_16(), tiled=False)
     # no GEMMs but work: one kernel forward (the first forward's share, 1), one backward, one per re-run; its module
     # forward, backward, re-run
     assert _issued({"reruns": 1, "bytes_moved": 8, "flops_fwd": 0}, _bare_rates(), unfused) == (3, 1, 0, 3, 0)

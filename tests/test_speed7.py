@@ -71,7 +71,7 @@ def test_a_phase_issues_what_its_rules_say() -> None:
     """`_issue` against its rules (model/gpu/fixed.py), spelled out per phase from the catalogue: a dense GEMM
     once forward and twice backward plus once per re-run; a grouped expert GEMM count/EP per pass; a phase
     without GEMMs one kernel each way where it has work; the fused core nothing (`_fused_core` counts it);
-    module calls 2 + re-runs per module GEMM; glue forward x (1 + re-runs) + backward, with GroupedLinear's
+    module calls 2 + re-runs per module GEMM; a tile-batched phase's kernels and module calls G times (tilehost); glue forward x (1 + re-runs) + backward, with GroupedLinear's
     per-expert Python (count/EP per grouped module GEMM, constants.toml) the same way; the first forward's
     share of each; FP8 grouped GEMMs' per-expert quantisation; after the dispatcher's sync the first forward
     again in `*_post`; a count a CUDA graph replays is 0 (its quantisation too where the kernels are). Layouts:
@@ -102,6 +102,8 @@ def test_a_phase_issues_what_its_rules_say() -> None:
                 eager = _eager(graphed.get(phase.name, frozenset()))  # 0 for a count the graph replays
                 seen["graphed"] += 0 in eager
                 reruns = v["reruns"]
+                # tilehost: a tile-batched phase runs once per attention tile (G = 2 here); its GEMMs' counts hold G
+                tiles = 2 if phase.batch == "tile" else 1
                 gemms = [g for g in phase.gemm if g.applies(r.features)]
                 if plan.fused:
                     kernels, experts, modules = 0, 0, 0
@@ -110,10 +112,10 @@ def test_a_phase_issues_what_its_rules_say() -> None:
                     counts = [(_count(g.count, r.symbols), g.grouped) for g in gemms]
                     kernels = sum(c for c, grouped in counts if not grouped) * (3 + reruns)
                     experts = sum(c / r.expert_parallel for c, grouped in counts if grouped) * (3 + reruns)
-                    modules = sum(1 for g in gemms if g.module) * (2 + reruns)
+                    modules = sum(1 for g in gemms if g.module) * (2 + reruns) * tiles
                     seen["grouped"] += any(g.grouped for g in gemms)
                 else:
-                    kernels = (1 if v["bytes_moved"] + v["flops_fwd"] > 0 else 0) * (2 + reruns)
+                    kernels = (1 if v["bytes_moved"] + v["flops_fwd"] > 0 else 0) * (2 + reruns) * tiles
                     experts, modules = 0, 0
                     seen["no gemm"] += 1
                 kernels, experts, modules = kernels * eager[0], experts * eager[1], modules * eager[2]
