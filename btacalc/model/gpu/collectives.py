@@ -296,8 +296,9 @@ def _ring_link(problem: Problem, size: Any, stride: Any) -> tuple[Any, Any, Any,
 
 def _ring_line_rate(problem: Problem, size: int, stride: int) -> float:
     """The line rate (bytes/s per direction) of the link that sets a ring's pace (`_ring_link`): NVLink inside the
-    domain, and across it NVLink when its bus rate is below the k NICs' (k members in the worst-placed rank's domain),
-    else the k NICs' (review31: a row's efficiency had taken the NIC's e times the share of an NVLink-bound rate)."""
+    domain, and across it NVLink when its bus rate is at most the k NICs' (k members in the worst-placed rank's domain;
+    at a tie both give the ring's rate), else the k NICs' (review31: a row's efficiency had taken the NIC's e times the
+    share of an NVLink-bound rate)."""
     lay = problem.layout
     up, out = links(problem)
     k = local_members(size, stride, lay.devices, lay.devices_per_node)

@@ -79,8 +79,8 @@ class Group:
 
 def ll_max_bytes_per_s(capability: Optional[float], nodes: Any) -> Any:
     """NCCL's llMaxBw in bytes/s (tuning.cc L177-183, L267-272; formulas/constants.toml [nccl]): inside one node the
-    row of the GPU's generation (compute capability; none given: no cap), across nodes the Intel / default CPU's,
-    39 GB/s on 2 nodes and 20.4 GB/s on more."""
+    row of the GPU's generation (compute capability: Volta's 39 GB/s below 8.0; none given: no cap), across nodes the
+    Intel / default CPU's, 39 GB/s on 2 nodes and 20.4 GB/s on more."""
     c = constants().nccl
     rows = [gb for cc, gb in c.ll_max_bandwidth_one_node_gb_per_s if capability is not None and cc <= capability]
     one = rows[-1] * 1e9 if rows else np.inf
