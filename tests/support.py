@@ -25,6 +25,18 @@ def resolved(model: Any, hw: str | HardwareProfile = "wse3", layout: Layout = La
     return resolve_memory_model(make_problem(model, hardware, RunOptions(**run), layout))
 
 
+def flash_problem(model: str, hw: str, **layout: Any) -> Problem:
+    """A GPU problem under flash attention without recompute, its NVLink domain the profile's node (the collective
+    tests' plans: test_a2a_network, test_review31); `layout`: Layout fields."""
+    hardware = resolve_hardware(hw)
+    fields: dict[str, Any] = dict(devices_per_node=int(hardware.system.devices_per_node.value))
+    fields.update(layout)
+    from btacalc.config.presets import resolve_model
+
+    return make_problem(resolve_model(model), hardware, RunOptions(attention="flash", recompute="none"),
+                        Layout(**fields))
+
+
 def with_calibration(hw: HardwareProfile, **numbers: Any) -> HardwareProfile:
     """`hw` with calibration numbers replaced (e.g. compute_efficiency=Number(...))."""
     return hw.model_copy(update={"calibration": hw.calibration.model_copy(update=numbers)})

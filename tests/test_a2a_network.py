@@ -17,6 +17,7 @@ from btacalc.config.execution import Layout, RunOptions
 from btacalc.config.presets import resolve_model
 from btacalc.model.gpu.collectives import all_to_all_link, all_to_all_time, links
 from btacalc.model.problem import make_problem
+from support import flash_problem
 
 NIC_LINE_RATE = 400e9 / 8  # 400 Gb/s ConnectX-7 per GPU, bytes/s per direction
 A2A_BUSBW = 46e9  # nccl-tests alltoall_perf, 2 x 8 H100, network only (DeepEP issue 3)
@@ -26,11 +27,7 @@ NVLINK, NVLINK_EFF = 450e9, 360 / 450  # H100 NVLink per direction and its ring 
 
 
 def _problem(hw: str, model: str = "qwen3-30b-a3b", **layout):
-    hardware = resolve_hardware(hw)
-    fields = dict(devices_per_node=int(hardware.system.devices_per_node.value))
-    fields.update(layout)
-    return make_problem(resolve_model(model), hardware, RunOptions(attention="flash", recompute="none"),
-                        Layout(**fields))
+    return flash_problem(model, hw, **layout)
 
 
 def test_the_measurement_gives_the_profiles_all_to_all_efficiency():

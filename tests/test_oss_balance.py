@@ -31,7 +31,7 @@ def test_gpt_oss_launches_train_no_balancing_loss_and_read_back_so(cli, tmp_path
     assert import_bridge(overrides.read_text(), str(overrides), base=load_preset(preset)).model.load_balancing == "none"
 
 
-def test_a_gpt_oss_config_json_reads_as_the_bridge_trains_it(tmp_path: Path):
+def test_a_gpt_oss_config_json_reads_as_the_bridge_trains_it():
     from btacalc.config.hf import load_hf_config
 
     path = Path(__file__).parent / "data" / "gpt-oss-120b.config.json"

@@ -11,22 +11,15 @@ from __future__ import annotations
 
 import pytest
 
-from btacalc.config.execution import Layout, RunOptions
-from btacalc.config.hardware import resolve_hardware
-from btacalc.config.presets import resolve_model
 from btacalc.model.gpu.collectives import context_parallel_time, describe, pipeline_p2p_time, ring_time
-from btacalc.model.problem import make_problem
+from support import flash_problem
 
 NVLINK, NVLINK_EFF, NVLINK_ALPHA = 450e9, 360 / 450, 13.0e-6
 NIC, NIC_EFF, NIC_ALPHA = 50e9, 47 / 50, 46.5e-6
 
 
 def _problem(hw: str = "h100", model: str = "llama-3-8b", **layout):
-    hardware = resolve_hardware(hw)
-    fields = dict(devices_per_node=int(hardware.system.devices_per_node.value))
-    fields.update(layout)
-    return make_problem(resolve_model(model), hardware, RunOptions(attention="flash", recompute="none"),
-                        Layout(**fields))
+    return flash_problem(model, hw, **layout)
 
 
 def test_context_parallel_ring_across_nodes_sends_through_one_nic_per_hop():
