@@ -20,7 +20,8 @@ from typing import Any, Callable, Optional
 from ..errors import BtacalcError
 from .options import (AccountEmbeddingOpt, AccountLossOpt, AllgatherDispatcherOpt, AttentionKernelOpt, Bf16EndOpt,
                       Bf16StartOpt, CapacityFactorOpt, CheckpointEarlyStopOpt, CpOpt, CpuOffloadOpt,
-                      CudaGraphScopeOpt, DdpBucketSizeOpt, DdpNumBucketsOpt, DeepEpOpt, DelayWgradOpt,
+                      CudaGraphScopeOpt, CudaMaxConnectionsOpt, DdpBucketSizeOpt, DdpNumBucketsOpt, DeepEpOpt,
+                      DelayWgradOpt,
                       DispatcherSmsOpt, EagerKernelsOpt, EarlyAttnReleaseOpt, EtpOpt, FirstStageOpt, Fp8AttentionOpt,
                       Fp8ParamGatherOpt, FsdpImplOpt, FsdpOpt, GradBytesOpt, HybridEpOpt, LastStageOpt,
                       MicrobatchGroupOpt, MomentsOpt, MOMENT_BYTES, Moments, MtpOpt, NcclUbOpt, NvlsOpt, Optimizer,
@@ -91,6 +92,7 @@ class LayoutOptions:
     overlap_p2p: Optional[bool] = None
     early_attn_release: bool = False
     delay_wgrad_compute: bool = False
+    cuda_max_connections: Optional[int] = None
     deepep: bool = False
     hybridep: bool = False
     allgather_dispatcher: bool = False
@@ -131,7 +133,8 @@ class LayoutOptions:
             "overlaps": OverlapRequest(grad_reduce=self.overlap_grad_reduce, param_gather=self.overlap_param_gather,
                                        tp_comm=self.tp_comm_overlap, p2p=self.overlap_p2p,
                                        early_attn_release=self.early_attn_release,
-                                       delay_wgrad=self.delay_wgrad_compute),
+                                       delay_wgrad=self.delay_wgrad_compute,
+                                       max_connections=self.cuda_max_connections),
             "deepep": self.deepep, "hybridep": self.hybridep, "allgather_dispatcher": self.allgather_dispatcher,
             "dispatcher_sms": self.dispatcher_sms, "nccl_ub": self.nccl_ub, "nvls": self.nvls,
             "ddp_bucket_params": self.ddp_bucket_size, "ddp_num_buckets": self.ddp_num_buckets,
@@ -155,6 +158,7 @@ LAYOUT_OPTIONS: dict[str, tuple[Any, Any]] = {
     "overlap_grad_reduce": (Optional[bool], OverlapGradOpt), "overlap_param_gather": (Optional[bool], OverlapParamOpt),
     "tp_comm_overlap": (Optional[bool], TpOverlapOpt), "overlap_p2p": (Optional[bool], OverlapP2pOpt),
     "early_attn_release": (bool, EarlyAttnReleaseOpt), "delay_wgrad_compute": (bool, DelayWgradOpt),
+    "cuda_max_connections": (Optional[int], CudaMaxConnectionsOpt),
     "deepep": (bool, DeepEpOpt), "hybridep": (bool, HybridEpOpt),
     "allgather_dispatcher": (bool, AllgatherDispatcherOpt),
     "dispatcher_sms": (Optional[int], DispatcherSmsOpt), "nccl_ub": (bool, NcclUbOpt), "nvls": (bool, NvlsOpt),

@@ -290,6 +290,11 @@ DelayWgradOpt = typer.Option(False, "--delay-wgrad-compute/--no-delay-wgrad-comp
     "With --overlap-a2a: Megatron's --delay-wgrad-compute, the merged schedule's weight gradients run after the data "
     "gradients, beside the dispatch's backward (Megatron-Bridge's performance runs turn it on with the EP overlap) "
     "[default: off, Megatron-Core]."))
+CudaMaxConnectionsOpt = typer.Option(None, "--cuda-max-connections", min=1, max=32, help=help_text(
+    "CUDA_DEVICE_MAX_CONNECTIONS of the launch (1-32 hardware work queues). At 1, as tensor-parallel Megatron launches "
+    "set it, kernels start in the order they were launched, so under --overlap-a2a the merged schedule's exchange "
+    "waits for the compute node issued before it (NVIDIA/Megatron-LM pull 6311) "
+    "[default: unset, CUDA's 8; --emit megatron sets 1 where Megatron asserts it]."))
 ObjectiveOpt = typer.Option(None, "--objective", help=help_text("What the solver maximises: throughput (predicted "
                             "tokens/s) or density (the largest G·b that fits, then the largest tile) [default: "
                             "throughput]."))

@@ -99,6 +99,11 @@ REASONS = {
     "tp_comm_overlap": f"off: Megatron-Core's default ({MEGATRON} model_parallel_config.py tp_comm_overlap = False)",
     "overlap_p2p": (f"on with interleaving only: Megatron-LM's default ({MEGATRON} arguments.py: "
                     "overlap_p2p_comm is switched off without a virtual pipeline)"),
+    "cuda_max_connections": ("unset: CUDA's 8 hardware work queues, as Megatron's MoE README asks with the all-to-all "
+                             f"overlap ({MEGATRON} megatron/core/transformer/moe/README.md L437: "
+                             "CUDA_DEVICE_MAX_CONNECTIONS > 1); --cuda-max-connections 1 plans the one queue a "
+                             "tensor-parallel launch sets, where the merged schedule's exchange waits for the compute "
+                             "issued before it"),
     "global_batch_gpu": ("{tokens} tokens per optimizer step (4M: Llama 3 405B's initial batch, arXiv 2407.21783 "
                          "§3.4.1; GPT-3 used 3.2M), rounded up to whole sequences per data-parallel rank; "
                          "--tokens-per-step changes it, --global-batch fixes it"),
@@ -306,6 +311,15 @@ class Overlaps:
     # harness turns it on with the EP overlap): the merged schedule's weight gradients run after the data gradients
     # (model_chunk_schedule_plan.py L272-298): time only (model/gpu/merged_pair.py)
     delay_wgrad: bool = False
+    # CUDA_DEVICE_MAX_CONNECTIONS as the launch sets it (None: not stated). At 1 every stream feeds one hardware work
+    # queue and kernels start in the order the host launched them (NVIDIA/Megatron-LM pull 6311; TransformerEngine's
+    # maintainer in pytorch/pytorch issue 143890): the merged schedule's exchange then waits for the compute node
+    # issued before it (model/gpu/merged_pair.py `one_queue`); Megatron's MoE README asks for > 1 with the overlap
+    max_connections: Optional[int] = None
+
+    @property
+    def one_queue(self) -> bool:
+        return self.max_connections == 1
 
 
 @dataclass(frozen=True)
@@ -930,6 +944,7 @@ class OverlapRequest:
     p2p: Optional[bool] = None
     early_attn_release: bool = False
     delay_wgrad: bool = False
+    max_connections: Optional[int] = None  # CUDA_DEVICE_MAX_CONNECTIONS (Overlaps.max_connections)
 
 
 @dataclass(frozen=True)

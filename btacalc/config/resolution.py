@@ -309,6 +309,7 @@ _GPU_LAYOUT: tuple[tuple[str, str, Any], ...] = (
     ("overlap_all_to_all", "overlaps.all_to_all", False),
     ("early_attn_release", "overlaps.early_attn_release", False),
     ("delay_wgrad", "overlaps.delay_wgrad", False),
+    ("cuda_max_connections", "overlaps.max_connections", None),
 )
 
 
@@ -935,7 +936,9 @@ def _resolve_overlaps(request: ExecutionRequest, chosen: _Defaults, several: boo
                     param_gather=pick("overlap_param_gather", o.param_gather, False),
                     tp_comm=pick("tp_comm_overlap", o.tp_comm, False),
                     p2p=pick("overlap_p2p", o.p2p, interleaved), early_attn_release=o.early_attn_release,
-                    delay_wgrad=o.delay_wgrad)
+                    delay_wgrad=o.delay_wgrad,
+                    max_connections=chosen.pick("cuda_max_connections", o.max_connections, None,
+                                                REASONS["cuda_max_connections"]) if all_to_all else o.max_connections)
 
 
 # Megatron-Core asserts the all-to-all overlap under the early release (transformer_config.py L3097-3101 @ d98e8a64)

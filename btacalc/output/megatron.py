@@ -110,6 +110,8 @@ def megatron_run(r: PlanReport, spec: ModelSpec,
     fields = run_fields(r, spec)
     args = encode(fields)
     env = {**_environment(args), **nccl_ub_environment(args, r.parallelism.nvls)}
+    if r.parallelism.cuda_max_connections is not None:  # as the plan was timed (--cuda-max-connections)
+        env["CUDA_DEVICE_MAX_CONNECTIONS"] = str(r.parallelism.cuda_max_connections)
     notes = _notes(r, spec, args) + _router_dtype_note(r, spec, args, bridge)
     checked = dict(args, world=r.parallelism.devices)
     broken = violations(checked, env, bridge)
@@ -210,7 +212,8 @@ def _notes(r: PlanReport, spec: ModelSpec, args: dict[str, Any]) -> list[str]:
                      f"{short_table(spec, r.inputs.seq_len):,}, as the plan counts it")
     elif (spec.max_position_embeddings or 0) < r.inputs.seq_len:
         notes.append(f"--max-position-embeddings raised to --seq-length {r.inputs.seq_len} (arguments.py:1354)")
-    if args.get("overlap_moe_expert_parallel_comm") and args.get("tensor_model_parallel_size", 1) > 1:
+    if args.get("overlap_moe_expert_parallel_comm") and args.get("tensor_model_parallel_size", 1) > 1 \
+            and r.parallelism.cuda_max_connections is None:
         notes.append("Megatron warns that the EP all-to-all overlap wants CUDA_DEVICE_MAX_CONNECTIONS > 1 while TP wants "
                      "1 (arguments.py:1466): left unset")
     if args.get("cross_entropy_fusion_impl") == "te":  # Bridge only: the te-cross-entropy rule refuses it for Megatron-LM

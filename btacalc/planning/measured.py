@@ -340,7 +340,8 @@ def _recipe_changes(recipe: Recipe, run: MeasuredRun, family: str) -> dict[str, 
     o = recipe.overlaps
     changes: dict[str, Any] = dict(
         overlaps=OverlapRequest(grad_reduce=o.grad_reduce, param_gather=o.param_gather, tp_comm=o.tp_comm,
-                                early_attn_release=o.early_attn_release, delay_wgrad=o.delay_wgrad),
+                                early_attn_release=o.early_attn_release, delay_wgrad=o.delay_wgrad,
+                                max_connections=o.max_connections),
         overlap_all_to_all=o.all_to_all, attention=recipe.attention, gradient_bytes=recipe.gradient_bytes(),
         deepep=recipe.deepep, hybridep=recipe.hybridep,
         allgather_dispatcher=recipe.moe_token_dispatcher_type == "allgather",

@@ -202,7 +202,8 @@ def _parallel_info(problem: Problem) -> ParallelInfo:
         expert_tensor_parallel=lay.expert_tensor_parallel, data_parallel=lay.data_parallel, fsdp=lay.fsdp,
         fsdp_impl=lay.fsdp_impl or DEFAULT_FSDP_IMPL,
         **_stages_info(problem),
-        overlaps={k: bool(v) for k, v in asdict(lay.overlap).items()}, tp_overlap_table=_ub_table_timed(problem),
+        overlaps={k: bool(v) for k, v in asdict(lay.overlap).items() if k != "max_connections"},
+        cuda_max_connections=lay.overlap.max_connections, tp_overlap_table=_ub_table_timed(problem),
     )
 
 

@@ -102,6 +102,9 @@ class ParallelInfo(BaseModel):
     pipeline_layout: Optional[str] = Field(None, description="--pipeline-model-parallel-layout")
     overlaps: dict[str, bool] = Field(default_factory=dict, description="communication hidden behind compute, by "
                                       "Megatron-Core option")
+    cuda_max_connections: Optional[int] = Field(None, description="CUDA_DEVICE_MAX_CONNECTIONS as given "
+                                                "(--cuda-max-connections); None: unset (CUDA's 8 queues), or the 1 "
+                                                "--emit megatron sets where Megatron asserts it")
     tp_overlap_table: Optional[str] = Field(None, description="the TransformerEngine userbuffers table the TP-comm "
                                             "overlap is timed with: TE's defaults (btacalc/data/tp_overlap.toml) or "
                                             "the run's own (a measured recipe's tp_overlap_cfg: its source); None when "

@@ -93,6 +93,8 @@ class Overlaps(BaseModel):
     early_attn_release: bool = False
     # Megatron's --delay-wgrad-compute (Bridge comm_overlap.delay_wgrad_compute; needs all_to_all)
     delay_wgrad: bool = False
+    # CUDA_DEVICE_MAX_CONNECTIONS as the run's launcher set it (execution.Overlaps.max_connections)
+    max_connections: Optional[int] = Field(default=None, ge=1, le=32)
 
 
 class Recipe(BaseModel):

@@ -15,6 +15,17 @@ of the two streams' ends. Each call is one node: combine_bwd waits for nothing; 
 mlp_bwd for combine_bwd; dispatch_bwd for mlp_bwd; mlp_fwd for dispatch_fwd; combine_fwd for mlp_fwd;
 pre_dispatch_bwd for dispatch_bwd.
 
+One hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=1, `one_queue`). CUDA then feeds every stream's kernels to the GPU
+through one work queue, so kernels start in the order the host launched them (TransformerEngine's maintainer,
+pytorch/pytorch issue 143890: "forcing the kernels to start in the order they were launched"; Megatron-LM pull 6311
+measured the overlap's gain at +3.7% with it against +7.8% with 32 queues, DeepSeek-V3 proxy on 64 H100). A node
+therefore starts no earlier than the node issued before it, and a node issued after a compute node waits for that
+node's last kernel to have all its blocks placed, which this model takes as the compute node's end (a node is many
+kernels; the last one's blocks go out within its final wave). In the issue order below the forward dispatch follows
+the backward MLP, so it no longer runs beside it; the other calls are issued before the compute they overlap and
+keep it. Megatron's MoE README asks for more than one queue with the overlap (megatron/core/transformer/moe/
+README.md L437 @ d98e8a64).
+
 What the pair exposes beyond the two layers' compute is the merged schedule's all-to-all time. Where the attention
 side of a layer is short beside a call, the call shows even when the experts' compute would have room: the lumped
 max(0, a2a - compute) btacalc used before (merged2, docs/clock.md) hid every call behind any compute. Inputs per
@@ -47,10 +58,11 @@ class LayerNodes:
     delayed_wgrad: bool = False  # --delay-wgrad-compute: weight gradients run in backward_dw, after the data gradients
     pre_wgrad: Any = 0.0  # of P_b: the pre-dispatch node's weight-gradient GEMMs (what its backward_dw runs)
     mlp_wgrad: Any = 0.0  # of M_b: the MLP node's weight-gradient GEMMs
+    one_queue: bool = False  # CUDA_DEVICE_MAX_CONNECTIONS=1: both streams feed one hardware work queue (module doc)
 
     @classmethod
     def of(cls, compute: Any, backward: Any, recompute: Any, pre: tuple[Any, Any, Any], a2a: Any,
-           delayed_wgrad: bool = False, wgrad: tuple[Any, Any] = (0.0, 0.0)) -> "LayerNodes":
+           delayed_wgrad: bool = False, wgrad: tuple[Any, Any] = (0.0, 0.0), one_queue: bool = False) -> "LayerNodes":
         """From a part's compute, backward and recompute seconds and its pre-dispatch phases' three (`pre`), the
         layer's all-to-all time (four calls), and the part's and its pre-dispatch phases' weight-gradient GEMM
         seconds (`wgrad`; each node's at most its backward)."""
@@ -59,13 +71,13 @@ class LayerNodes:
         forward = compute - backward - recompute
         w_all, w_pre = wgrad
         return cls(pre_fwd, pre_bwd + pre_rec, forward - pre_fwd, backward + recompute - pre_bwd - pre_rec, a2a / 4,
-                   delayed_wgrad, minimum(w_pre, pre_bwd), minimum(w_all - w_pre, backward - pre_bwd))
+                   delayed_wgrad, minimum(w_pre, pre_bwd), minimum(w_all - w_pre, backward - pre_bwd), one_queue)
 
     def stretched(self, factor: Any) -> "LayerNodes":
         """The compute nodes' times x `factor` (the calls' unchanged): compute slowed by what runs beside it."""
         return LayerNodes(self.pre_forward * factor, self.pre_backward * factor, self.mlp_forward * factor,
                           self.mlp_backward * factor, self.call, self.delayed_wgrad, self.pre_wgrad * factor,
-                          self.mlp_wgrad * factor)
+                          self.mlp_wgrad * factor, self.one_queue)
 
     @property
     def compute(self) -> Any:
@@ -73,10 +85,12 @@ class LayerNodes:
 
 
 def pair_time(n: LayerNodes, early_release: bool) -> Any:
-    """A forward layer beside a backward layer of the same kind, both streams: when the pair's last node ends.
-    Without delayed weight gradients a backward node runs both gradients before the next node may start; with them
+    """A forward layer beside a backward layer of the same kind, both streams: when the pair's last node ends (with one
+    hardware queue, the issue-order simulation of `host_pair_time` with no host time). Without delayed weight gradients a backward node runs both gradients before the next node may start; with them
     (`--delay-wgrad-compute`) the MLP's weight gradient runs after its data gradient, beside the dispatch's backward,
     and the pre-dispatch node's at the pair's end (L296-298)."""
+    if n.one_queue:
+        return host_pair_time(n, NodeHost(sync=False), early_release)
     mlp_dw, pre_dw = (n.mlp_wgrad, n.pre_wgrad) if n.delayed_wgrad else (0.0, 0.0)
     # the backward MLP and the forward dispatch both start once combine_bwd (one call) and pre_dispatch_fwd are done
     both_ready = maximum(n.pre_forward, n.call)
@@ -149,25 +163,31 @@ def _gpu_times(n: LayerNodes) -> dict[str, Any]:
             "combine_forward": n.call, "pre_backward": n.pre_backward - pre_dw, "pre_dw": pre_dw}
 
 
-def _one_pair(gpu: dict[str, Any], h: NodeHost, order: tuple[tuple[str, str, Any], ...], lead: Any) -> tuple[Any, Any]:
+def _one_pair(gpu: dict[str, Any], h: NodeHost, order: tuple[tuple[str, str, Any], ...], lead: Any,
+              one_queue: bool = False) -> tuple[Any, Any]:
     """(the pair's end, the host's end of issuing it), from the pair's GPU start 0 with the host starting at `lead`
     (<= 0: the host already issuing while the GPU ends the pair before). Each node's GPU work starts once its stream
     and its event's node are done and its issue has begun, and ends no earlier than its issue (each node's kernels
     interleaved with their issue, as the sync's flow shop takes them: fixed.py); the forward dispatch's exchange
-    starts after the sync, which holds the host until the GPU has run the pre-dispatch node (and the comm stream)."""
+    starts after the sync, which holds the host until the GPU has run the pre-dispatch node (and the comm stream).
+    `one_queue`: a node also starts no earlier than the node issued before it starts, or, after a compute node, ends
+    (module docstring)."""
     t = lead + h.build
     stream: dict[str, Any] = {"comp": 0.0, "comm": 0.0}
     end: dict[str, Any] = {}
+    queue: Any = 0.0  # one_queue: the earliest start the node issued before leaves the next
     for name, on, after in order:
         issued = t
         t = t + getattr(h, name)
         ready = stream[on] if after is None else maximum(stream[on], end[after])
-        start = maximum(ready, issued)
+        start = maximum(maximum(ready, issued), queue)
         if name == "dispatch_forward" and h.sync:
             awaited = maximum(end["pre_forward"], end["combine_backward"]) if h.comm_sync else end["pre_forward"]
             t = maximum(t, awaited)
-            start = maximum(ready, t)
+            start = maximum(maximum(ready, t), queue)
         end[name] = stream[on] = maximum(start + gpu[name], t)
+        if one_queue:
+            queue = end[name] if on == "comp" else start
     last = end["combine_forward"]
     for e in end.values():
         last = maximum(last, e)
@@ -186,6 +206,6 @@ def host_pair_time(n: LayerNodes, h: NodeHost, early_release: bool) -> Any:
     lead: Any = 0.0
     pair: Any = 0.0
     for _ in range(PAIRS_TO_STEADY):
-        pair, host_end = _one_pair(gpu, h, order, lead)
+        pair, host_end = _one_pair(gpu, h, order, lead, n.one_queue)
         lead = host_end - pair
     return pair

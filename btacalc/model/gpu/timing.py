@@ -611,7 +611,7 @@ def _merged(problem: Problem, part: Part, a2a: Any, counts: Any = 0.0) -> tuple[
     o = problem.layout.overlap
     nodes = LayerNodes.of(part.compute_s + counts, part.backward_s, part.recompute_s,
                           (part.pre_dispatch_s + counts, part.pre_dispatch_backward_s, part.pre_dispatch_recompute_s),
-                          a2a, o.delay_wgrad, (part.wgrad_s, part.pre_dispatch_wgrad_s))
+                          a2a, o.delay_wgrad, (part.wgrad_s, part.pre_dispatch_wgrad_s), o.one_queue)
     exposed = merged_exposed(nodes, o.early_attn_release)
     # the SMs the exchange holds cost compute only while compute runs beside it: its hidden part
     share = sm_share_loss(problem, a2a - exposed, part.compute_s)
