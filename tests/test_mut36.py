@@ -27,9 +27,9 @@ L, E, MOD, OP = 4e-6, 3.34e-5, 1.11e-4, 3.8e-6
 
 def test_stretched_slows_every_compute_node_and_leaves_the_calls():
     """`stretched(f)`: the compute nodes' times x f (P_f, P_b, M_f, M_b and the two weight-gradient shares), the
-    all-to-all call as it was (the exchange is what slows the compute, not itself)."""
-    n = LayerNodes(0.4, 0.8, 0.6, 1.2, 0.5, True, 0.3, 0.7).stretched(1.5)
-    assert dataclasses.astuple(n) == pytest.approx((0.6, 1.2, 0.9, 1.8, 0.5, True, 0.45, 1.05))
+    all-to-all call as it was (the exchange is what slows the compute, not itself), the queue setting kept."""
+    n = LayerNodes(0.4, 0.8, 0.6, 1.2, 0.5, True, 0.3, 0.7, True).stretched(1.5)
+    assert dataclasses.astuple(n) == pytest.approx((0.6, 1.2, 0.9, 1.8, 0.5, True, 0.45, 1.05, True))
 
 
 # one MoE layer's host-issued counts (kernels, per-expert GEMMs, module calls, glue ops) over all passes, then over its
