@@ -70,7 +70,11 @@ class Number(BaseModel):
     @model_validator(mode="after")
     def _explained(self) -> "Number":
         if self.kind != "published" and len(self.note.strip()) < 10:
-            raise ValueError(f"a {self.kind} number needs a note saying how it was obtained")
+            # hostile40: "a estimate number needs a note" was said of a note given but short
+            given = f" (got {self.note.strip()[:30]!r})" if self.note.strip() else ""
+            article = "an" if self.kind[0] in "aeiou" else "a"
+            raise ValueError(f"{article} {self.kind} number needs a note of at least 10 characters saying how it was "
+                             f"obtained{given}")
         if self.kind == "calibrated" and not self.fitted_to:
             raise ValueError("a calibrated number needs fitted_to: the points or runs it was fitted on")
         return self
@@ -425,7 +429,8 @@ class CollectiveReference(BaseModel):
     ranks: int = Field(strict=True, ge=2, le=1_000_000)
     nodes: int = Field(strict=True, ge=1, le=1_000_000)
     collective: Literal["all_reduce", "all_gather", "reduce_scatter"]
-    message_bytes: float = Field(strict=True, ge=1, le=1e12, description="the buffer of one call (nccl-tests size)")
+    message_bytes: float = Field(strict=True, ge=1, le=1e12, allow_inf_nan=False,
+                                 description="the buffer of one call (nccl-tests size)")
     kind: Literal["published", "estimate"]
     source: str
     note: str = Field(min_length=10)
@@ -513,6 +518,18 @@ class Defaults(_Section):
 
 SECTIONS = ("chip", "memory", "system", "mesh", "kernels", "collectives", "reserves", "calibration")
 
+# hostile40: the numbers one device family's time and memory model reads and the other's never does (model/wafer and
+# model/timing.py for a wafer; model/gpu for a GPU; low precision runs on GPUs only, config/precision.py). In the other
+# family's profile such a number was accepted and changed nothing; it is refused by name, as a [mesh] on a GPU is.
+WAFER_ONLY_NUMBERS = ("chip.sram_bandwidth_bytes_per_s", "memory.memoryx_bandwidth_bytes_per_s",
+                      "memory.memoryx_update_bandwidth_bytes_per_s", "memory.activation_offload_bandwidth_bytes_per_s",
+                      "system.weight_buffer_units", "system.swarmx_fanout", "system.swarmx_level_latency_s",
+                      "system.memoryx_latency_s", "calibration.fabric_vector_overhead",
+                      "calibration.micro_batch_fixed_s")
+GPU_ONLY_NUMBERS = ("chip.peak_fp8_flops_per_s", "chip.peak_fp4_flops_per_s", "chip.compute_capability",
+                    "memory.achievable_bandwidth_fraction", "system.devices_per_node", "system.devices_per_host",
+                    "system.scaleup_bandwidth_bytes_per_s", "system.scaleout_bandwidth_bytes_per_s")
+
 
 class HardwareProfile(BaseModel):
     """A device. Field names carry units; every number is a `Number` with a source."""
@@ -540,6 +557,9 @@ class HardwareProfile(BaseModel):
             raise ValueError("a [mesh] section describes a wafer-scale fabric: family must be 'wse'")
         if self.collectives is not None and self.family != "gpu":
             raise ValueError("a [collectives] section describes NCCL on GPU links: family must be 'gpu'")
+        if self.kernels is not None and self.family != "gpu":  # hostile40: read by model/gpu only
+            raise ValueError("a [kernels] section describes GPU kernels (GEMM tiles, launches): family must be 'gpu'")
+        self._family_numbers()
         if self.family == "wse" and self.defaults.memory_model != "weight_streaming":
             raise ValueError("wse profiles declare defaults.memory_model = 'weight_streaming' (resident is a run option)")
         chip, system = self.chip, self.system
@@ -562,6 +582,23 @@ class HardwareProfile(BaseModel):
         self._memory_reserves()
         self._reference_nodes()
         return self
+
+    def _family_numbers(self) -> None:
+        """A number only the other device family reads (WAFER_ONLY_NUMBERS, GPU_ONLY_NUMBERS) is refused by name; so
+        are a wafer's per-tile overhead beside a [mesh], which derives it (model/wafer/costs.py `tiles_overhead_s`),
+        and its fabric_vector_overhead without one (model/wafer/fabric.py needs the mesh's columns)."""
+        other, theirs = (GPU_ONLY_NUMBERS, "gpu") if self.family == "wse" else (WAFER_ONLY_NUMBERS, "wse")
+        stray = [key for key in self.numbers() if key in other]
+        if stray:
+            raise ValueError(f"{stray[0]}: a {theirs} number (only the {theirs} model reads it): a {self.family} "
+                             "profile would be planned without it; leave it out")
+        calibration = self.calibration
+        if self.mesh is not None and calibration.tile_overhead_s is not None:
+            raise ValueError("calibration.tile_overhead_s beside a [mesh]: the mesh gives the per-tile cost "
+                             "(model/wafer/mesh.py) and this number would change nothing: give one of them")
+        if self.family == "wse" and self.mesh is None and calibration.fabric_vector_overhead is not None:
+            raise ValueError("calibration.fabric_vector_overhead needs a [mesh] (the fabric's columns it is counted "
+                             "over, model/wafer/fabric.py): without one it would change nothing")
 
     def _reference_nodes(self) -> None:
         """A latency reference is measured on this system's nodes: its ranks per node fit in one

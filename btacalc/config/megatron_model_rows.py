@@ -359,12 +359,16 @@ def _enc_rotary_pairs(f: Fields) -> Args:
 
 
 def _dec_rotary_pairs(get: Get) -> Fields:
+    rope = str(get("position_embedding_type")) in ("rope", "yarn")  # YaRN rotates as RoPE does
+    if not rope and not truth(get("multi_latent_attention")):
+        # hostile40: no rotary embedding, so the flag changes nothing: left unread, it is listed as ignored (it was
+        # read and dropped, listed nowhere, where --rotary-base and --rotary-percent beside it were listed)
+        return {"model.rotary_interleaved": False}
     on = truth(get("rotary_interleaved"))
     if on and truth(get("multi_latent_attention")):
         raise BtacalcError("Megatron --rotary-interleaved with --multi-latent-attention: Megatron-Core raises "
                            "'rotary_interleaved does not work with multi_latent_attention' (transformer_config.py "
                            "L2526-2527 @ d98e8a64)")
-    rope = str(get("position_embedding_type")) in ("rope", "yarn")  # YaRN rotates as RoPE does
     return {"model.rotary_interleaved": on and rope}
 
 

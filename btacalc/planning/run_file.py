@@ -48,6 +48,10 @@ GIB = 2**30  # bytes per GiB: run files give memory in GiB as torch reports it
 # measurement starts there: a prediction within float range over 1e-6 stays finite. Not a fitted number: the
 # shipped runs' smallest is 0.09 s.
 MIN_MEASURED = 1e-6
+# hostile40: a run's tokens/s per device and step time measure one step twice (global_batch x seq tokens over devices
+# in step_time_s); the shipped runs agree within 0.3% (published figures rounded to three digits). Beyond this share
+# one of them is not this run's, and validate would check the tokens/s and never read the step time.
+MEASUREMENTS_AGREE = 0.05
 
 
 class Measured(BaseModel):
@@ -406,6 +410,22 @@ class MeasuredRun(BaseModel):
             raise ValueError(f"{' and '.join(beside)} beside megatron_args: the launch is what is planned, and it "
                              "states the recipe (Megatron-LM's flags; `# btacalc option:` lines for what no flag "
                              "sets): give them in the launch, or give the run's fields without megatron_args")
+        return self
+
+    @model_validator(mode="after")
+    def _one_step_measured_once(self) -> "MeasuredRun":
+        """tokens_per_s_per_device and step_time_s of one run are one measurement: global_batch x seq tokens per
+        step over `devices` (MEASUREMENTS_AGREE); two that contradict each other are refused, not one read silently."""
+        rate, step = self.measured.tokens_per_s_per_device, self.measured.step_time_s
+        if rate is None or step is None:
+            return self
+        implied = self.global_batch * self.seq / (step * self.devices)
+        if abs(rate / implied - 1) > MEASUREMENTS_AGREE:
+            raise ValueError(f"measured tokens_per_s_per_device {rate:g} and step_time_s {step:g} disagree: "
+                             f"global_batch x seq / (step_time_s x devices) = {self.global_batch} x {self.seq} / "
+                             f"({step:g} x {self.devices}) = {implied:.4g} tokens/s per device, and the given one is "
+                             f"{rate / implied - 1:+.1%} off it (more than {MEASUREMENTS_AGREE:.0%}): give the run's "
+                             "own, or one of them")
         return self
 
     @model_validator(mode="after")
