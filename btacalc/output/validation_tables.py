@@ -135,13 +135,30 @@ LAYOUT_FIELDS = ("tp", "pp", "vp", "cp", "ep", "etp", "zero", "fsdp", "sequence_
 
 
 def _run_layout(run: MeasuredRun) -> str:
-    """The run's layout as its fields state it (those left out are the plan's defaults, listed apart)."""
+    """The run's layout as the prediction takes it: its fields with its recipe's corrections (MeasuredRun.with_recipe;
+    freshuser25: the row's own recompute was shown where the recipe's was timed); those left out are the plan's
+    defaults, listed apart."""
     if run.megatron_args is not None:
         return "as its Megatron-LM launch states it (megatron_args)"
-    stated = [f"{k} {getattr(run, k)}" for k in LAYOUT_FIELDS if getattr(run, k) is not None]
-    batch = f"seq {run.seq}, global batch {run.global_batch}" + (
-        f", micro-batch {run.micro_batch}" if run.micro_batch is not None else "")
+    timed = run.with_recipe()
+    stated = []
+    for k in LAYOUT_FIELDS:
+        value, row = getattr(timed, k), getattr(run, k)
+        if value is not None:
+            stated.append(f"{k} {value}" + (f" (the recipe's; the row states {row})"
+                                             if row is not None and row != value else ""))
+    batch = f"seq {timed.seq}, global batch {timed.global_batch}" + (
+        f", micro-batch {timed.micro_batch}" if timed.micro_batch is not None else "")
     return ", ".join([batch, *stated])
+
+
+def _recipe_rows(run: MeasuredRun) -> list[tuple[str, str]]:
+    """What the run's own recipe states beyond the layout (MTP, dispatcher, overlaps, optimizer precision, ...), each
+    field as the file gives it, and its source: the prediction times them (freshuser25: `--explain` showed none)."""
+    if run.recipe is None:
+        return []
+    fields = run.recipe.model_dump(exclude_none=True, exclude_defaults=True, exclude={"source"})
+    return [("recipe", ", ".join(f"{k} {v}" for k, v in fields.items()) or "-"), ("recipe source", run.recipe.source)]
 
 
 def _num(v: Any, spec: str, unit: str = "") -> str:
@@ -168,7 +185,7 @@ def _record_rows(run: MeasuredRun, r: RunResult, bands: Bands) -> list[tuple[str
              f"measured {_num(meas.tokens_per_s_per_device, ',.0f')}"),
             ("step time", f"predicted {_num(pred.step_time_s, '.4g', ' s')}, measured {_measured_step(run, r)}"),
             ("error", _pct(r.error)), ("peak memory (GiB)", f"predicted {mem_pred}, measured {mem_meas}"),
-            ("memory error", _pct(r.memory_error)), ("status", run_status(r, bands))]
+            ("memory error", _pct(r.memory_error)), ("status", run_status(r, bands)), *_recipe_rows(run)]
     if not r.expressible:
         rows.append(("not expressible", r.reason))
     rows += [(label, text) for label, text in (("known gap (summary)", r.known_gap_summary), ("known gap", r.known_gap),
