@@ -59,3 +59,46 @@ def test_search_ranks_every_even_interleaving_of_the_layers_per_stage(pp):
         if vp > 1:
             assert found.best.throughput.tokens_per_s >= _rate(model, hw, base.with_changes(virtual_pipeline=vp)) * (
                 1 - 1e-9), vp
+
+
+def _free(request):
+    return request.with_changes(tensor_parallel=None, pipeline_parallel=None, virtual_pipeline=None,
+                                context_parallel=None, expert_parallel=None, expert_tensor_parallel=None,
+                                sequence_parallel=None, recompute=None,
+                                limits=request.limits.__class__(global_batch=request.limits.global_batch))
+
+
+def _searched(run_id: str):
+    run = _run(run_id)
+    request, _ = express(run)
+    return search_layouts(run.model_spec(), resolve_hardware(run.hw), _free(request))
+
+
+def test_search_why_names_the_savings_of_a_short_step():
+    # Mixtral 8x7B on 64 GB200s (a 0.8 s step): the winner, 0.6% faster than the runner-up, read "it saves little per
+    # step" (terms under 5 ms were dropped). The saving it names must be the runner-up's term less the winner's
+    found = _searched("mixtral-8x7b-gb200-64-fp8-current-284")
+    best, line = found.ranking[0], next(w for w in found.why if " faster than " in w and "would be" not in w)
+    slower = next(r for r in found.ranking if r.label() in line)
+    assert "little" not in line
+    term = line.split("it saves ")[1].split(",")[0].split(" per step")[0]
+    name, value, unit = term.split(" ")
+    saved = slower.time_s[name] - best.time_s[name]
+    assert float(value) == pytest.approx(saved * (1e3 if unit == "ms" else 1), abs=0.051 if unit == "ms" else 0.0051)
+    # and no layout is faster at all, fitting or not: the explanation says memory does not bind
+    assert found.fastest_not_fitting is None
+    assert any("memory does not bind" in w for w in found.why)
+
+
+def test_search_why_says_what_ranked_the_winner_first_among_ties():
+    # Qwen3-30B-A3B on 16 H100s: several interleavings within 0.5%; the line called them equivalent without saying why
+    # the winner still came first. It must say (predicted tokens/s alone) and name the tie with the least memory
+    found = _searched("qwen3-30b-a3b-h100-16-388")
+    best = found.ranking[0]
+    ties = [r for r in found.ranking[1:] if r.tokens_per_s >= 0.995 * best.tokens_per_s]
+    assert ties
+    line = next(w for w in found.why if "within 0.5%" in w)
+    assert "ranks first by predicted tokens/s alone" in line
+    roomy = min(ties, key=lambda r: r.memory_bytes)
+    if roomy.memory_bytes < best.memory_bytes:
+        assert f"{roomy.label()} at {roomy.memory_bytes / 1e9:.1f} GB" in line
