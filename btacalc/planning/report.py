@@ -476,7 +476,12 @@ class Throughput(BaseModel):
                                               "(n-1)/n, send 1, all-to-all (n-1)/n); message_calls: the calls that "
                                               "move message_bytes each (bytes per step = message_bytes x "
                                               "message_calls): all of them but under the alltoall dispatcher, whose "
-                                              "other expert exchanges move the routing probabilities, a latency each")
+                                              "other expert exchanges move the routing probabilities, a latency "
+                                              "each; the expert all-to-all also gives nvlink_bytes and "
+                                              "network_bytes, the bytes of one token call as timed inside the NVLink "
+                                              "domain (with DeepEP's forwarding hop) and across it: its time is the "
+                                              "slower of the two links, so across nodes network_bytes, not "
+                                              "message_bytes, over the network rate gives it")
     critical_stage: int = Field(0, description="GPU: the pipeline stage that sets the pace")
     routing_sensitivity: Optional[float] = Field(None, description="MoE with EP > 1: tokens/s at 1.25x the routing "
                                                  "imbalance over tokens/s as planned")

@@ -801,6 +801,11 @@ class CollectiveRow:
     # the calls that move message_bytes each (bytes per step = message_bytes x message_calls): all of them, but the
     # expert exchange's under the alltoall dispatcher, whose other calls move the routing probabilities (a latency)
     message_calls: float = 0.0
+    # freshuser25: the expert all-to-all's bytes of one token call as timed, by link: what stays in the NVLink domain
+    # (with DeepEP's forwarding hop) and what crosses it; its time is the slower of the two at their rates, so
+    # message_bytes (every byte leaving the rank) over one link's rate did not give it across nodes
+    nvlink_bytes: float = 0.0
+    network_bytes: float = 0.0
 
 
 def describe_all_to_all(problem: Problem, traffic: tuple[Any, Any], time_s: Any, volume: Any = None,
@@ -818,6 +823,10 @@ def describe_all_to_all(problem: Problem, traffic: tuple[Any, Any], time_s: Any,
     row = replace(row, calls=float(calls))
     if volume is not None:
         row = _with_buffer(row, "all_to_all", float(volume / carrying) if carrying else 0.0)
+        inside, across, forwarded = _all_to_all_bytes(problem, volume)
+        if carrying:
+            row = replace(row, nvlink_bytes=float((inside + forwarded) / carrying),
+                          network_bytes=float(across / carrying))
     if not row.message_bytes:
         return row
     link = all_to_all_link(problem) if row.link == "network" else all_to_all_nvlink(problem)
