@@ -66,15 +66,17 @@ def test_a_batch_level_aux_loss_keeps_megatrons_balancing_type(cli, tmp_path):
     assert f"--moe-aux-loss-coeff {qwen['router_aux_loss_coef']}" in _flags(launch)
 
 
-def test_a_file_without_the_coefficient_still_says_it_trains_none(cli, tmp_path):
-    """A trimmed config.json (no aux_loss_alpha) leaves Megatron-LM's default, 0, and the launch says so."""
+def test_a_file_without_the_coefficient_trains_bridges_default(cli, tmp_path):
+    """A trimmed DeepSeek-V3-type config.json (no aux_loss_alpha) trains what Megatron-Bridge's DeepSeek-V3 bridge
+    gives it, the sequence-wise loss at 0.0001 (deepseek_v3_bridge.py L68-71 @ 067f987d: `getattr(hf_config,
+    "aux_loss_alpha", 0.0001)`), where it had left Megatron-LM's 0 (freshuser25)."""
     config = {k: v for k, v in MOONLIGHT.items() if k not in ("aux_loss_alpha", "seq_aux")}
     folder = tmp_path / "trimmed"
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps(config))
-    launch = _emit(cli, str(folder / "config.json"))
-    assert not any(f.startswith("--moe-aux-loss-coeff") for f in _flags(launch))
-    assert "(--moe-aux-loss-coeff 0)" in launch
+    flags = _flags(_emit(cli, str(folder / "config.json")))
+    assert "--moe-aux-loss-coeff 0.0001" in " ".join(flags) or "--moe-aux-loss-coeff=0.0001" in flags
+    assert "--moe-router-load-balancing-type seq_aux_loss" in " ".join(flags)
 
 
 def test_models_show_names_the_aux_loss_it_read(cli, tmp_path):

@@ -651,8 +651,16 @@ _AUX_LOSS_KEYS = {"deepseek_v3": "aux_loss_alpha", "kimi_k2": "aux_loss_alpha", 
                   "llama4": "router_aux_loss_coef", "llama4_text": "router_aux_loss_coef"}
 
 
+# freshuser25: Megatron-Bridge's DeepSeek-V3 bridge trains the sequence-wise balancing loss at aux_loss_alpha, and at
+# 0.0001 where the config omits it, as the released V3 configs do (Megatron-Bridge @ 067f987d
+# src/megatron/bridge/models/deepseek/deepseek_v3_bridge.py L68-71; the paper's alpha, arXiv 2412.19437 §4.2)
+DEEPSEEK_V3_AUX_LOSS = {"aux_loss_coeff": 0.0001, "aux_loss_per_sequence": True}
+
+
 def _aux_loss(c: _Config) -> dict[str, Any]:
     key = _AUX_LOSS_KEYS.get(c.model_type)
+    if c.model_type == "deepseek_v3" and c.raw.get("aux_loss_alpha") is None:
+        return dict(DEEPSEEK_V3_AUX_LOSS)
     if key is None or c.raw.get(key) is None:
         return {}
     coeff = c.number(key, 0.0)
