@@ -87,7 +87,7 @@ STANDINS = {  # (importing Bridge module, the name it imports unguarded) at 067f
     ("megatron.bridge.training.state", "torch.utils.tensorboard.writer"),
 }
 # the file's own notes of a model Megatron-LM's and Bridge's fields cannot give (read back, it plans the run they give)
-NOTED = ("no Megatron flag for", "this launch gives all", "fewer parameters")
+NOTED = ("no Megatron flag for", "this launch gives all", "fewer parameters", "the model normalises the full q and k")
 MLA_KEYS = ("model.multi_latent_attention", "model.q_lora_rank", "model.kv_lora_rank")
 
 
