@@ -96,3 +96,37 @@ def test_a_learned_position_table_longer_than_the_sequence_is_noted(cli):
                          "64", "--seq", "8192", "--emit", "bridge")
     assert code in (0, 1), err
     assert "learned position table" not in out  # the table is the sequence: nothing differs
+
+
+def test_the_dataset_sequence_is_the_models(cli, tmp_path):
+    """ConfigContainer.validate() asserts model.seq_length == dataset.seq_length (training/config.py L1628-1644), and
+    a recipe's dataset holds its own (recipes/common.py L95: 4096; run_recipe.py L98-99: --seq_length, else 8192): a
+    plan at 8192 tokens stopped there. The file states the dataset's length too; read back, a mismatch is refused."""
+    plan = ("plan", "--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "32", "--cp", "2", "--ep", "8", "--seq",
+            "8192", "--global-batch", "64", "--micro-batch", "1")
+    code, out, err = cli(*plan, "--emit", "bridge")
+    assert code in (0, 1), err
+    words = dict(w.split("=", 1) for w in _words(out))
+    assert words["dataset.seq_length"] == words["model.seq_length"] == "8192"
+    path = tmp_path / "r.txt"
+    path.write_text(out)
+    code, back, err = cli("plan", "--hw", "h100", "--from-bridge", str(path))
+    assert code in (0, 1), err
+    assert "dataset.seq_length" not in back  # read, not listed as ignored
+    path.write_text(out.replace("dataset.seq_length=8192", "dataset.seq_length=4096"))
+    code, _, err = cli("plan", "--hw", "h100", "--from-bridge", str(path))
+    assert code == 2 and "dataset.seq_length=4096 is not model.seq_length=8192" in err
+
+
+def test_a_bucket_count_is_refused_where_bridge_sets_a_bucket_size(cli):
+    """CommOverlapConfig.setup gives the DDP config a bucket size under the distributed optimizer with DP > 1
+    (comm_overlap.py L569-583, L636-643: 128 Mi parameters unless comm_overlap.bucket_size), and Megatron-Core asserts
+    num_buckets has none (distributed_data_parallel_config.py L275-276 @ d98e8a64): 16 GPUs at TP 1 are DP 16."""
+    plan = ("plan", "--model", "llama-3-8b", "--hw", "h100", "--devices", "16", "--overlap-grad-reduce",
+            "--ddp-num-buckets", "4", "--global-batch", "128")
+    code, _, err = cli(*plan, "--emit", "bridge")
+    assert code == 2 and "give --ddp-bucket-size" in err and len(err.strip().splitlines()) == 1
+    code, out, err = cli(*plan, "--emit", "megatron")  # Megatron-LM's launch has no CommOverlapConfig
+    assert code in (0, 1) and "--ddp-num-buckets 4" in out, err
+    code, _, err = cli(*plan, "--zero", "0", "--emit", "bridge")  # no distributed optimizer: no bucket size is set
+    assert code in (0, 1), err

@@ -335,6 +335,8 @@ def landed(bridge: dict[str, Any], cfg: Any, keys: dict[str, Any]) -> list[str]:
         if key == "model.no_rope_freq" and isinstance(want, int) and isinstance(got, list):
             # Megatron-Core writes the period out per layer (transformer_config.py L3138-3148 @ d98e8a64)
             want = ([0] * (want - 1) + [1]) * (len(got) // want)
+        if key == "model.pipeline_model_parallel_layout" and isinstance(want, str) and got is not None:
+            got = str(got)  # Megatron-Core parses the layout into PipelineParallelLayerLayout (transformer_config.py)
         if not _same(got, want):
             out.append(f"{key}: {want!r} -> {got!r}")
     return out
@@ -432,6 +434,8 @@ def again(plan: str, text: str, gpu: str) -> str:
         back = _plan_json("--hw", gpu, "--from-bridge", "-", stdin=text)
     except ValueError as exc:
         return f"btacalc refuses: {exc}"
+    if original["plan"]["tiles"] > 1:  # the file is the plan re-solved at G = 1 (cli/plan.py _untiled): its layout
+        original = _plan_json(*plan.split(), "--tiles", "1")
     differ = same_plan(original, back)
     if not differ:
         return ""

@@ -23,6 +23,7 @@ from ..config.megatron_codec import (BRIDGE_PIN, FP8_ATTENTION_BRIDGE_KEY, bridg
 from ..config.megatron_model_rows import MLA_YARN_BRIDGE, mla_yarn_unsaid, model_fields
 from ..config.bridge_codec import BRIDGE_COMM_OVERLAP_TARGET, bridge_stated, bridge_word_key, to_bridge
 from ..config.megatron_launch import MEGATRON_LM_PIN
+from ..config.megatron_rows import truth
 from ..config.megatron_run import LOSS_COMMENTS
 from ..config.megatron_rules import LAUNCHER_ONLY, changed_overlaps, describe, violations
 from ..config.model import ModelSpec
@@ -442,6 +443,14 @@ def bridge_overrides(r: PlanReport, spec: ModelSpec, profile_domain: Optional[in
     POSIX shell passes unchanged to Bridge's scripts (which read them with Hydra's override grammar; `--from-bridge`
     reads them back the same way, btacalc.config.bridge_hydra)."""
     args, env, notes = megatron_run(r, spec, bridge=True)
+    if args.get("ddp_num_buckets") and truth(args.get("use_distributed_optimizer")) and r.parallelism.data_parallel > 1:
+        # bridgeparse: CommOverlapConfig.setup sets ddp.bucket_size (128 Mi parameters, or comm_overlap.bucket_size)
+        # under the distributed optimizer with DP > 1 (Megatron-Bridge @ 067f987d training/comm_overlap.py L569-583,
+        # L636-643), and Megatron-Core refuses num_buckets beside a bucket size (distributed_data_parallel_config.py
+        # L275-276 @ d98e8a64)
+        raise BtacalcError("--ddp-num-buckets with --emit bridge: Megatron-Bridge's CommOverlapConfig sets "
+                           "ddp.bucket_size under the distributed optimizer with DP > 1 (comm_overlap.py L569-583), "
+                           "which Megatron-Core refuses beside num_buckets: give --ddp-bucket-size")
     mock_data, bridge_vocab = vocab_notes(r)  # the launch's note on the vocabulary, and the overrides' in its place
     if spec.hf_model_type in ("llama4", "llama4_text"):
         notes.append(LLAMA4_BRIDGE_NOTE)
