@@ -101,7 +101,8 @@ def test_a_learned_position_table_longer_than_the_sequence_is_noted(cli):
 def test_the_dataset_sequence_is_the_models(cli, tmp_path):
     """ConfigContainer.validate() asserts model.seq_length == dataset.seq_length (training/config.py L1628-1644), and
     a recipe's dataset holds its own (recipes/common.py L95: 4096; run_recipe.py L98-99: --seq_length, else 8192): a
-    plan at 8192 tokens stopped there. The file states the dataset's length too; read back, a mismatch is refused."""
+    plan at 8192 tokens stopped there. The file states the dataset's length too; read back, a mismatch is refused
+    (the reader's check, hostile35)."""
     plan = ("plan", "--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "32", "--cp", "2", "--ep", "8", "--seq",
             "8192", "--global-batch", "64", "--micro-batch", "1")
     code, out, err = cli(*plan, "--emit", "bridge")
@@ -115,7 +116,7 @@ def test_the_dataset_sequence_is_the_models(cli, tmp_path):
     assert "dataset.seq_length" not in back  # read, not listed as ignored
     path.write_text(out.replace("dataset.seq_length=8192", "dataset.seq_length=4096"))
     code, _, err = cli("plan", "--hw", "h100", "--from-bridge", str(path))
-    assert code == 2 and "dataset.seq_length=4096 is not model.seq_length=8192" in err
+    assert code == 2 and "model.seq_length=8192 and dataset.seq_length=4096 differ" in err  # hostile35's refusal
 
 
 def test_a_bucket_count_is_refused_where_bridge_sets_a_bucket_size(cli):

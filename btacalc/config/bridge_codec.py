@@ -468,16 +468,9 @@ def bridge_stated(args: Args, out: dict[str, Any]) -> dict[str, Any]:
 
 # bridgeparse: ConfigContainer.validate() asserts the model's and the dataset's sequence length are one (BRIDGE_PIN
 # src/megatron/bridge/training/config.py L1628-1644); a recipe's dataset holds its own (recipes/common.py L95: 4096;
-# scripts/performance/run_recipe.py L98-99: --seq_length, else 8192), so a plan at another length stopped there
+# scripts/performance/run_recipe.py L98-99: --seq_length, else 8192), so a plan at another length stopped there. The
+# reader already reads the key (bridge_run._dataset_seq_length, hostile35)
 BRIDGE_DATASET_SEQ = "dataset.seq_length"
-
-
-def check_bridge_dataset_seq(overrides: Mapping[str, Any]) -> None:
-    """A file whose dataset and model sequence lengths differ: Bridge's validate() stops on it."""
-    data, model = overrides.get(BRIDGE_DATASET_SEQ), overrides.get("model.seq_length")
-    if data is not None and model is not None and data != model:
-        raise BtacalcError(f"{BRIDGE_DATASET_SEQ}={_cut(repr(data))} is not model.seq_length={_cut(repr(model))}: "
-                           "Megatron-Bridge asserts they are one (training/config.py L1628-1644 @ 067f987d)")
 
 
 def bridge_word_key(key: str) -> str:
@@ -687,8 +680,7 @@ def from_bridge(overrides: Mapping[str, Any]) -> tuple[Args, list[str]]:
         else:
             unread.append(key)
     check_bridge_comm_overlap_target(overrides)
-    check_bridge_dataset_seq(overrides)
-    unread[:] = [k for k in unread if k not in (BRIDGE_OPTIMIZER_KEY, BRIDGE_COMM_OVERLAP_TARGET[0], BRIDGE_DATASET_SEQ)
+    unread[:] = [k for k in unread if k not in (BRIDGE_OPTIMIZER_KEY, BRIDGE_COMM_OVERLAP_TARGET[0])
                  and k not in BRIDGE_COMM_OVERLAP.values()]
     _from_bridge_stated(overrides, args)
     name = _from_bridge_recipe(overrides.get("mixed_precision"), args)
