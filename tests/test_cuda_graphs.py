@@ -169,7 +169,9 @@ def test_bridge_overrides_carry_the_scopes_both_ways(cli):
                          "--global-batch", "512", "--micro-batch", "1", "--cuda-graph-scope", "moe_router,moe_preprocess",
                          "--emit", "bridge")
     assert code in (0, 1), err
-    data = dict(word.partition("=")[::2] for word in shlex.split(out, comments=True))  # a shell's words
+    # a shell's words; bridgeparse: the comm_overlap section is written `++key=value`
+    data = {key.removeprefix("++"): value for key, value in
+            (word.partition("=")[::2] for word in shlex.split(out, comments=True))}
     assert data["model.cuda_graph_impl"] == "transformer_engine"
     assert data["model.cuda_graph_modules"] == "[moe_router,moe_preprocess]"  # Hydra's list of two strings
     for key in ("model.cuda_graph_modules", "model.cuda_graph_scope"):

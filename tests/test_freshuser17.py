@@ -120,7 +120,8 @@ def _bridge(cli, *plan: str) -> dict[str, str]:
     code, emitted, err = cli("plan", *plan, "--emit", "bridge")
     assert code in (0, 1), err
     lines = [line for line in emitted.splitlines() if line and not line.startswith("#")]
-    return dict(line.split("=", 1) for line in lines)
+    # bridgeparse: the comm_overlap section is written `++key=value`
+    return {key.lstrip("+"): value for key, value in (line.split("=", 1) for line in lines)}
 
 
 def test_emit_bridge_turns_the_distributed_optimizer_off_in_both_configs(cli, tmp_path):

@@ -183,8 +183,10 @@ def _overrides(cli, tmp_path: Path, name: str, drop: str = "", add: str = "") ->
     assert code == 0, err
     lines = out.splitlines()
     assert not drop or drop in lines
+    # bridgeparse: the file states the dataset's length beside the model's: dropping the one drops the other
+    drops = {drop, drop.replace("model.seq_length", "dataset.seq_length")} if drop else set()
     path = tmp_path / name
-    path.write_text("\n".join([line for line in lines if line != drop] + ([add] if add else [])) + "\n")
+    path.write_text("\n".join([line for line in lines if line not in drops] + ([add] if add else [])) + "\n")
     return path
 
 

@@ -36,7 +36,8 @@ def test_the_sequence_refusal_of_a_launch_names_its_flags(cli, tmp_path):
 
 def test_the_sequence_refusal_of_a_bridge_file_names_its_keys(cli, tmp_path):
     path = tmp_path / "run.txt"
-    path.write_text(_emitted(cli, "bridge").replace("model.seq_length=4096", "model.seq_length=4095"))
+    # bridgeparse: the file states the dataset's length beside the model's (Bridge asserts they are one)
+    path.write_text(_emitted(cli, "bridge").replace("seq_length=4096", "seq_length=4095"))
     code, out, err = cli("plan", "--hw", "h100", "--devices", "16", "--from-bridge", str(path))
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
     assert "over model.tensor_model_parallel_size 2" in err

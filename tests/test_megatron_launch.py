@@ -504,7 +504,7 @@ def test_emit_bridge_reads_back(cli):
     for line in text.splitlines():
         if line and not line.startswith("#"):
             key, _, value = line.partition("=")
-            data[key] = value
+            data[key.removeprefix("++")] = value  # bridgeparse: the comm_overlap section is written `++key=`
     assert data["model.num_moe_experts"] == "8" and data["model.pipeline_model_parallel_size"] == "4"
     assert data["ddp.use_distributed_optimizer"] == "True" and data["mixed_precision"] == "bf16_mixed"
     yaml_text = "\n".join(f"{k}: {v}" for k, v in data.items())
@@ -996,7 +996,7 @@ def test_emitted_bridge_overrides_written_as_yaml_plan_the_same_run(cli, tmp_pat
     code, emitted, _ = cli(*plan, "--emit", "bridge")
     assert code in (0, 1)
     recipe = tmp_path / "recipe.yaml"
-    recipe.write_text(re.sub(r"(?m)^([A-Za-z_][\w.]*)=", r"\1: ", emitted))
+    recipe.write_text(re.sub(r"(?m)^(?:\+\+)?([A-Za-z_][\w.]*)=", r"\1: ", emitted))  # bridgeparse: ++comm_overlap
     code_a, a, _ = cli(*plan, "--json")
     code_b, b, _ = cli("plan", "--hw", "h100", "--devices", "64", "--from-bridge", str(recipe), "--json")
     a, b = json.loads(a), json.loads(b)

@@ -401,6 +401,14 @@ BRIDGE_COMM_OVERLAP = {"overlap_grad_reduce": "comm_overlap.overlap_grad_reduce"
                        "overlap_param_gather": "comm_overlap.overlap_param_gather",
                        "ddp_bucket_size": "comm_overlap.bucket_size", "overlap_p2p_comm": "comm_overlap.overlap_p2p_comm"}
 BRIDGE_OPTIMIZER_KEY = "optimizer.use_distributed_optimizer"
+# bridgeparse: a recipe may hold no CommOverlapConfig (BRIDGE_PIN src/megatron/bridge/recipes/common.py L128
+# comm_overlap=None, which the Qwen3-30B-A3B pretrain recipes keep, recipes/qwen/h100/qwen3_moe.py L116), and Hydra's
+# struct mode refuses `comm_overlap.<field>=` below a None ("Could not override ... use +comm_overlap...":
+# omegaconf_utils.py L180-184), so every file btacalc wrote stopped there. `++` sets the field whether or not the
+# recipe has it, and the `_target_` makes Bridge build the section's class from the dict where there was none
+# (omegaconf_utils.py L478-486 instantiate; over a recipe's CommOverlapConfig the fields merge and the same class is
+# built). Bridge then runs CommOverlapConfig.setup over the DDP and model configs, whose fields the file states.
+BRIDGE_COMM_OVERLAP_TARGET = ("comm_overlap._target_", "megatron.bridge.training.comm_overlap.CommOverlapConfig")
 # Megatron-LM's value of each destination the emitted launch leaves out, which the plan takes; a Bridge recipe holds
 # its own (e.g. recipes/llama/h100/llama3.py L343 sequence_parallel = True, the 70B recipes VP 5 and
 # cross_entropy_fusion_impl "te", recipes/common.py L86 Megatron-FSDP's sharding strategy), which overrides that
@@ -453,7 +461,32 @@ def bridge_stated(args: Args, out: dict[str, Any]) -> dict[str, Any]:
     for dest, key in BRIDGE_COMM_OVERLAP.items():
         if dest in args:
             stated[key] = args[dest]
+    if "model.seq_length" in stated:
+        stated[BRIDGE_DATASET_SEQ] = stated["model.seq_length"]
     return stated
+
+
+# bridgeparse: ConfigContainer.validate() asserts the model's and the dataset's sequence length are one (BRIDGE_PIN
+# src/megatron/bridge/training/config.py L1628-1644); a recipe's dataset holds its own (recipes/common.py L95: 4096;
+# scripts/performance/run_recipe.py L98-99: --seq_length, else 8192), so a plan at another length stopped there. The
+# reader already reads the key (bridge_run._dataset_seq_length, hostile35)
+BRIDGE_DATASET_SEQ = "dataset.seq_length"
+
+
+def bridge_word_key(key: str) -> str:
+    """The Hydra key a stated override is written with: `++` below the comm_overlap section, which a recipe may
+    leave None (BRIDGE_COMM_OVERLAP_TARGET)."""
+    return f"++{key}" if key.startswith("comm_overlap.") else key
+
+
+def check_bridge_comm_overlap_target(overrides: Mapping[str, Any]) -> None:
+    """The one `_target_` btacalc reads: the comm_overlap section's own class, which Bridge instantiates from the
+    section's fields (omegaconf_utils.py L478-486); another class would be built with those fields as its arguments."""
+    key, target = BRIDGE_COMM_OVERLAP_TARGET
+    if key in overrides and overrides[key] != target:
+        raise BtacalcError(f"{key}={_cut(repr(overrides[key]))}: btacalc reads the comm_overlap section as "
+                           f"Megatron-Bridge's {target.rsplit('.', 1)[1]} ({target}), which Bridge builds from it; "
+                           "another class is not read")
 
 
 def _from_bridge_stated(overrides: Mapping[str, Any], args: Args) -> None:
@@ -646,7 +679,9 @@ def from_bridge(overrides: Mapping[str, Any]) -> tuple[Args, list[str]]:
             args[key[6:]] = value
         else:
             unread.append(key)
-    unread[:] = [k for k in unread if k != BRIDGE_OPTIMIZER_KEY and k not in BRIDGE_COMM_OVERLAP.values()]
+    check_bridge_comm_overlap_target(overrides)
+    unread[:] = [k for k in unread if k not in (BRIDGE_OPTIMIZER_KEY, BRIDGE_COMM_OVERLAP_TARGET[0])
+                 and k not in BRIDGE_COMM_OVERLAP.values()]
     _from_bridge_stated(overrides, args)
     name = _from_bridge_recipe(overrides.get("mixed_precision"), args)
     _from_bridge_mixed(overrides, args, unread, name)

@@ -21,8 +21,9 @@ from ..config.attention_kernels import DEFAULT_ATTENTION_KERNEL
 from ..config.megatron_codec import (BRIDGE_PIN, FP8_ATTENTION_BRIDGE_KEY, bridge_attention_environment, encode,
                                      render_flags)
 from ..config.megatron_model_rows import MLA_YARN_BRIDGE, mla_yarn_unsaid, model_fields
-from ..config.bridge_codec import bridge_stated, to_bridge
+from ..config.bridge_codec import BRIDGE_COMM_OVERLAP_TARGET, bridge_stated, bridge_word_key, to_bridge
 from ..config.megatron_launch import MEGATRON_LM_PIN
+from ..config.megatron_rows import truth
 from ..config.megatron_run import LOSS_COMMENTS
 from ..config.megatron_rules import LAUNCHER_ONLY, changed_overlaps, describe, violations
 from ..config.model import ModelSpec
@@ -445,9 +446,18 @@ def bridge_overrides(r: PlanReport, spec: ModelSpec, profile_domain: Optional[in
     POSIX shell passes unchanged to Bridge's scripts (which read them with Hydra's override grammar; `--from-bridge`
     reads them back the same way, btacalc.config.bridge_hydra)."""
     args, env, notes = megatron_run(r, spec, bridge=True)
+    if args.get("ddp_num_buckets") and truth(args.get("use_distributed_optimizer")) and r.parallelism.data_parallel > 1:
+        # bridgeparse: CommOverlapConfig.setup sets ddp.bucket_size (128 Mi parameters, or comm_overlap.bucket_size)
+        # under the distributed optimizer with DP > 1 (Megatron-Bridge @ 067f987d training/comm_overlap.py L569-583,
+        # L636-643), and Megatron-Core refuses num_buckets beside a bucket size (distributed_data_parallel_config.py
+        # L275-276 @ d98e8a64)
+        raise BtacalcError("--ddp-num-buckets with --emit bridge: Megatron-Bridge's CommOverlapConfig sets "
+                           "ddp.bucket_size under the distributed optimizer with DP > 1 (comm_overlap.py L569-583), "
+                           "which Megatron-Core refuses beside num_buckets: give --ddp-bucket-size")
     mock_data, bridge_vocab = vocab_notes(r)  # the launch's note on the vocabulary, and the overrides' in its place
     if spec.hf_model_type in ("llama4", "llama4_text"):
         notes.append(LLAMA4_BRIDGE_NOTE)
+    notes += _bridge_position_rows(spec, r.inputs.seq_len)
     backend_env = bridge_attention_environment(args)
     if backend_env:
         env = {**env, **backend_env}
@@ -465,12 +475,35 @@ def bridge_overrides(r: PlanReport, spec: ModelSpec, profile_domain: Optional[in
             *option_lines(r, "bridge"), *domain_line(r, "bridge", profile_domain),
             f"# btacalc option: --devices {r.parallelism.devices} (the devices the plan is for: the overrides hold no "
             "launcher)"]
-    body = [shlex.quote(f"{key}={_hydra_value(value)}") for key, value in bridge_stated(args, to_bridge(args)).items()]
+    body = _bridge_body(bridge_stated(args, to_bridge(args)))
     if spec.mla is not None and spec.yarn is not None:
         body += [f"model.{key}={getattr(spec.yarn, key)}" for key in MLA_YARN_BRIDGE]
     if r.inputs.fp8_attention:
         body.append(f"{FP8_ATTENTION_BRIDGE_KEY}=True")
     return "\n".join(head + body) + "\n"
+
+
+def _bridge_position_rows(spec: ModelSpec, seq: int) -> list[str]:
+    """bridgeparse: Megatron-Bridge's GPTModelProvider sizes a learned position table by model.seq_length
+    (max_sequence_length=self.seq_length, gpt_provider.py L298 @ 067f987d; it has no max_position_embeddings), where
+    Megatron-LM's launch keeps the model's longer table: the file read back planned another parameter count."""
+    rows = spec.max_position_embeddings or 0
+    if spec.position_embedding != "learned" or rows <= seq:
+        return []
+    return [f"model.seq_length sizes the learned position table in Megatron-Bridge (GPTModelProvider passes "
+            f"max_sequence_length=seq_length, gpt_provider.py L298): {seq:,} rows, not the model's {rows:,} that "
+            f"the plan counts ({(rows - seq) * spec.hidden_size:,} fewer parameters)"]
+
+
+def _bridge_body(stated: dict[str, Any]) -> list[str]:
+    """One shell word per override; the comm_overlap section with `++` and, before its first field, its class, so
+    that the words apply over a recipe without a CommOverlapConfig too (bridge_codec.BRIDGE_COMM_OVERLAP_TARGET)."""
+    body: list[str] = []
+    for key, value in stated.items():
+        if key.startswith("comm_overlap.") and not any(w.startswith("++comm_overlap.") for w in body):
+            body.append(shlex.quote(f"++{BRIDGE_COMM_OVERLAP_TARGET[0]}={BRIDGE_COMM_OVERLAP_TARGET[1]}"))
+        body.append(shlex.quote(f"{bridge_word_key(key)}={_hydra_value(value)}"))
+    return body
 
 
 # A string Hydra's grammar reads unquoted as that string, not as another type: an ID and some of the other characters
