@@ -141,24 +141,25 @@ def test_rotary_interleaved_without_rope_is_listed_as_ignored(cli, tmp_path):
     assert "--rotary-interleaved" in _ignored(report)
 
 
-def test_a_bridge_files_rotary_interleaved_without_rope_is_listed_as_ignored(cli, tmp_path):
+def _bridge_plan(cli, tmp_path, model: str, *lines: str) -> dict:
+    """`plan --from-bridge` of a file of `lines` and a Bridge batch, for `model` on 8 H100 (it may not fit)."""
     overrides = tmp_path / "run.yaml"
-    overrides.write_text("model.rotary_interleaved=True\nmodel.position_embedding_type=learned_absolute\n"
-                         "train.global_batch_size=256\ntrain.micro_batch_size=1\nmixed_precision=bf16_mixed\n")
-    code, out, err = cli("plan", "--from-bridge", str(overrides), "--model", "gpt3-175b", "--hw", "h100",
-                         "--devices", "8", "--json")
+    overrides.write_text("\n".join([*lines, "train.global_batch_size=256", "train.micro_batch_size=1",
+                                     "mixed_precision=bf16_mixed"]) + "\n")
+    code, out, err = cli("plan", "--from-bridge", str(overrides), "--model", model, "--hw", "h100", "--devices", "8",
+                         "--json")
     assert code in (0, 1), err
-    assert "model.rotary_interleaved" in _ignored(json.loads(out))
+    return json.loads(out)
+
+
+def test_a_bridge_files_rotary_interleaved_without_rope_is_listed_as_ignored(cli, tmp_path):
+    report = _bridge_plan(cli, tmp_path, "gpt3-175b", "model.rotary_interleaved=True",
+                          "model.position_embedding_type=learned_absolute")
+    assert "model.rotary_interleaved" in _ignored(report)
 
 
 def test_rotary_interleaved_with_rope_is_still_read(cli, tmp_path):
-    overrides = tmp_path / "run.yaml"
-    overrides.write_text("model.rotary_interleaved=True\ntrain.global_batch_size=256\ntrain.micro_batch_size=1\n"
-                         "mixed_precision=bf16_mixed\n")
-    code, out, err = cli("plan", "--from-bridge", str(overrides), "--model", "llama-3-8b", "--hw", "h100",
-                         "--devices", "8", "--json")
-    assert code in (0, 1), err
-    report = json.loads(out)
+    report = _bridge_plan(cli, tmp_path, "llama-3-8b", "model.rotary_interleaved=True")
     assert "model.rotary_interleaved" not in _ignored(report)
     assert any("rotary_interleaved True" in note for note in report["imported"]["notes"])
 

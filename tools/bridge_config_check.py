@@ -93,41 +93,19 @@ MLA_KEYS = ("model.multi_latent_attention", "model.q_lora_rank", "model.kv_lora_
 
 # ------------------------------------------------------------------------------------------------- importing Bridge
 
-class _StandIn:
-    """An import-only stand-in: attributes, calls and subclassing work while Bridge's modules import; afterwards
-    (ARMED) any use raises, so a check that reached one would fail rather than pass on it."""
+class _StandIn(megparse._Kernel):
+    """An import-only stand-in (megatron_parse_check's triton stand-in): attributes, calls and subclassing work while
+    Bridge's modules import; afterwards (ARMED) any use raises, so a check that reached one would fail rather than pass
+    on it."""
     ARMED = False
-
-    def __init__(self, name: str) -> None:
-        object.__setattr__(self, "_name", name)
 
     def _used(self) -> None:
         if _StandIn.ARMED:
             raise RuntimeError(f"stand-in {self._name} used after import")
 
-    def __getattr__(self, item: str) -> Any:
-        if item.startswith("__"):
-            raise AttributeError(item)
-        self._used()
-        return _StandIn(f"{self._name}.{item}")
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        self._used()
-        return args[0] if len(args) == 1 and callable(args[0]) and not kwargs else _StandIn(self._name + "()")
-
-    def __getitem__(self, item: Any) -> Any:
-        self._used()
-        return self
-
-    def __mro_entries__(self, bases: Any) -> tuple[type, ...]:
-        return (object,)
-
-
-class _StandInModule(types.ModuleType):
-    def __getattr__(self, item: str) -> Any:
-        if item.startswith("__"):
-            raise AttributeError(item)
-        return _StandIn(f"{self.__name__}.{item}")
+class _StandInModule(megparse._TritonModule):
+    STAND_IN = _StandIn
 
 
 def _exports(init: Path, package: str) -> dict[str, tuple[str, str]]:

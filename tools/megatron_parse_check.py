@@ -268,20 +268,27 @@ def launches(count: int = 0) -> list[tuple[str, str]]:
 # --------------------------------------------------------------------------------------------- Megatron's parser
 
 class _Kernel:
-    """triton stand-in: any attribute is another stand-in; used as a bare decorator it returns the function."""
+    """triton stand-in: any attribute is another stand-in; used as a bare decorator it returns the function.
+    bridge_config_check.py's `_StandIn` is this with `_used` refusing any use after import."""
 
     def __init__(self, name: str) -> None:
-        self._name = name
+        object.__setattr__(self, "_name", name)
+
+    def _used(self) -> None:
+        """Each use of the stand-in passes here (a hook: nothing for triton)."""
 
     def __getattr__(self, item: str) -> Any:
         if item.startswith("__"):
             raise AttributeError(item)
-        return _Kernel(f"{self._name}.{item}")
+        self._used()
+        return type(self)(f"{self._name}.{item}")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return args[0] if len(args) == 1 and callable(args[0]) and not kwargs else _Kernel(self._name + "()")
+        self._used()
+        return args[0] if len(args) == 1 and callable(args[0]) and not kwargs else type(self)(self._name + "()")
 
     def __getitem__(self, item: Any) -> Any:
+        self._used()
         return self
 
     def __mro_entries__(self, bases: Any) -> tuple[type, ...]:
@@ -289,10 +296,12 @@ class _Kernel:
 
 
 class _TritonModule(types.ModuleType):
+    STAND_IN: type = _Kernel  # what its attributes are
+
     def __getattr__(self, item: str) -> Any:
         if item.startswith("__"):
             raise AttributeError(item)
-        return _Kernel(f"{self.__name__}.{item}")
+        return self.STAND_IN(f"{self.__name__}.{item}")
 
 
 class _TritonFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):

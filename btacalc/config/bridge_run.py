@@ -26,7 +26,7 @@ from .megatron_codec import BRIDGE_LOCAL_ATTENTION, bridge_attention_environment
 from .megatron_launch import Launch, flags_by_dest, integer
 from .megatron_model_rows import MODEL_ROWS, model_fields
 from .megatron_reads import read_anywhere
-from .megatron_run import (ImportedRun, ignore_reason, imported_run, source_naming, stated_devices, with_nccl_settings,
+from .megatron_run import (ImportedRun, ignore_reason, imported_run, source_naming, stated_devices, with_launch_environment,
                            with_option_comments)
 from .model import MAX_COUNT, MAX_COUNT_TEXT, ModelSpec
 from .text import exceeds_int_digits, parse_value_error
@@ -113,7 +113,7 @@ def _import_bridge(text: str, source: str, devices: Optional[int], base: Optiona
     run = ImportedRun(run.model, run.request, source, run.ignored + extra, notes, bridge=True)
     env = environment_comments(text)
     if env:  # freshuser17: --nvls was lost (the file said NCCL_NVLS_ENABLE=1; planned without NVLink SHARP)
-        run = replace(with_nccl_settings(run, env), env=tuple(env.items()))
+        run = replace(with_launch_environment(run, env), env=tuple(env.items()))
     wanted = bridge_attention_environment(args)
     key = given_as.get("attention_backend", "model.attention_backend")
     if str(args.get("attention_backend")) == "local":

@@ -298,7 +298,7 @@ def import_megatron(text: str, source: str, devices: Optional[int] = None) -> Im
     with source_naming(source):
         launch = read_launch(text, source)
         run = imported_run(launch, stated_devices(text, source, devices))
-        return with_option_comments(with_nccl_settings(run, launch.env), text)
+        return with_option_comments(with_launch_environment(run, launch.env), text)
 
 
 @contextmanager
@@ -322,9 +322,9 @@ def source_naming(source: str, bridge: bool = False) -> Iterator[None]:
         raise BtacalcError(f"{source}: {exc.template}") from None
 
 
-def with_nccl_settings(run: ImportedRun, env: dict[str, str]) -> ImportedRun:
-    """--use-nccl-ub takes NCCL's SM-efficient path only with NCCL_CTA_POLICY=1 (NVIDIA/nccl @ 5067397c
-    src/enqueue.cc L2152-2173), over NVLink SHARP unless NCCL_NVLS_ENABLE=0 (NCCL's default 2 enables it where
+def with_launch_environment(run: ImportedRun, env: dict[str, str]) -> ImportedRun:
+    """The settings of a launch's environment btacalc reads. --use-nccl-ub takes NCCL's SM-efficient path only
+    with NCCL_CTA_POLICY=1 (NVIDIA/nccl @ 5067397c src/enqueue.cc L2152-2173), over NVLink SHARP unless NCCL_NVLS_ENABLE=0 (NCCL's default 2 enables it where
     the system supports it, src/transport/nvls.cc). Under the EP all-to-all overlap, the one place the clock reads it,
     the launch's CUDA_DEVICE_MAX_CONNECTIONS, a whole number 1-32, is the plan's --cuda-max-connections
     (execution.Overlaps.max_connections); elsewhere it is the 1 a tensor-parallel launch sets (output/megatron.py
