@@ -324,11 +324,12 @@ def source_naming(source: str, bridge: bool = False) -> Iterator[None]:
 
 def with_launch_environment(run: ImportedRun, env: dict[str, str]) -> ImportedRun:
     """The settings of a launch's environment btacalc reads. --use-nccl-ub takes NCCL's SM-efficient path only
-    with NCCL_CTA_POLICY=1 (NVIDIA/nccl @ 5067397c src/enqueue.cc L2152-2173), over NVLink SHARP unless NCCL_NVLS_ENABLE=0 (NCCL's default 2 enables it where
-    the system supports it, src/transport/nvls.cc). Under the EP all-to-all overlap, the one place the clock reads it,
-    the launch's CUDA_DEVICE_MAX_CONNECTIONS, a whole number 1-32, is the plan's --cuda-max-connections
-    (execution.Overlaps.max_connections); elsewhere it is the 1 a tensor-parallel launch sets (output/megatron.py
-    `_environment` writes it back), and another value is left to CUDA."""
+    with NCCL_CTA_POLICY=1 (NVIDIA/nccl @ 5067397c src/enqueue.cc L2152-2173), over NVLink SHARP unless
+    NCCL_NVLS_ENABLE=0 (NCCL's default 2 enables it where the system supports it, src/transport/nvls.cc). Under the
+    EP all-to-all overlap, the one place the clock reads it, the launch's CUDA_DEVICE_MAX_CONNECTIONS, a whole
+    number 1-32, is the plan's --cuda-max-connections (execution.Overlaps.max_connections); elsewhere it is the 1 a
+    tensor-parallel launch sets (output/megatron.py `_environment` writes it back), and another value is left to
+    CUDA."""
     connections = env.get("CUDA_DEVICE_MAX_CONNECTIONS", "")
     overlapped = run.request.overlap_all_to_all or run.request.overlaps.all_to_all
     if overlapped and connections.isascii() and connections.isdigit() and 1 <= int(connections) <= 32:
