@@ -1,0 +1,42 @@
+"""freshuser26: a new user planning GPT-OSS-120B against Llama 3 70B on 64 GB200 (NVL72) in MXFP8 and BF16 from the
+README (docs/story.md "freshuser26").
+
+Each test pins one defect found that way. Expected values are arithmetic on the command's own inputs (a global batch
+of N sequences of s tokens is N·s tokens per optimizer step, whatever the layout), never btacalc's output.
+"""
+
+from __future__ import annotations
+
+import json
+
+
+def _sweep_points(cli, *args: str) -> list[dict]:
+    code, out, err = cli("sweep", *args, "--json", "--quiet")
+    assert code == 0, err
+    return json.loads(out)["points"]
+
+
+def test_sweep_cluster_tokens_per_step_counts_data_parallel_ranks_not_devices(cli):
+    """A sweep point's `plan.cluster_tokens_per_step` is the tokens of one optimizer step over all devices, N·s
+    (`plan --json`'s field, report.py: DP*M*G*b*s). The sweep wrote devices*M*G*b*s, so under TP 2 it read twice the
+    tokens the step runs (262,144 for 64 sequences of 2,048 tokens on 8 GB200 at TP 2), and under PP the same."""
+    for layout in (("--tp", "2"), ("--pp", "2")):
+        points = _sweep_points(cli, "--model", "llama-3-8b", "--hw", "gb200", "--devices", "8", *layout,
+                               "--global-batch", "64", "--vary", "seq=2048,4096")
+        assert [p["params"]["seq"] for p in points] == [2048, 4096]
+        for p in points:
+            seq = p["params"]["seq"]
+            assert p["plan"]["step_batch"] == 64, layout
+            assert p["plan"]["cluster_tokens_per_step"] == 64 * seq, layout
+
+
+def test_sweep_cluster_tokens_of_a_point_that_does_not_fit(cli):
+    """A point whose fixed tiles do not fit shows that fixed shape (`plan`'s verdict); its tokens per step are still
+    its step batch's sequences times s, not times the devices."""
+    points = _sweep_points(cli, "--model", "llama-3-70b", "--hw", "gb200", "--devices", "8", "--tp", "2",
+                           "--tiles", "64", "--tile-batch", "1", "--vary", "seq=4096")
+    (p,) = points
+    assert p["plan"]["fits"] is False
+    assert p["plan"]["global_batch"] == 64
+    assert p["plan"]["cluster_tokens_per_step"] == p["plan"]["step_batch"] * 4096
+    assert p["plan"]["step_batch"] == 4 * p["plan"]["micro_batches"] * 64  # DP = 8 / TP 2
