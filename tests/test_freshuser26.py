@@ -40,3 +40,41 @@ def test_sweep_cluster_tokens_of_a_point_that_does_not_fit(cli):
     assert p["plan"]["global_batch"] == 64
     assert p["plan"]["cluster_tokens_per_step"] == p["plan"]["step_batch"] * 4096
     assert p["plan"]["step_batch"] == 4 * p["plan"]["micro_batches"] * 64  # DP = 8 / TP 2
+
+
+def _parallelism_line(out: str) -> str:
+    """The plan header's `parallelism` row, its folded continuation lines joined back into one line."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("parallelism"))
+    text = [lines[start][len("parallelism"):]]
+    for line in lines[start + 1:]:
+        if not line.startswith(" "):
+            break
+        text.append(line)
+    return " ".join(" ".join(text).split())
+
+
+def test_plan_header_names_the_moe_dispatcher_it_times(cli, monkeypatch, tmp_path):
+    """The all-to-all rows of an MoE plan are timed for one dispatcher: btacalc's default alltoall, --deepep
+    (Megatron's flex dispatcher with DeepEP or, with --hybridep, HybridEP) or --allgather-dispatcher. The header
+    named none of them, so a user reading a plan could not tell which it timed, and btacalc's default is not
+    Megatron-LM's (a launch without --moe-token-dispatcher-type runs allgather)."""
+    monkeypatch.setenv("COLUMNS", "200")
+    base = ("plan", "--model", "gpt-oss-120b", "--hw", "gb200", "--devices", "64", "--ep", "64",
+            "--micro-batch", "4", "--recompute", "none")
+    for extra, shown in (((), "alltoall dispatcher (default)"), (("--deepep",), "flex dispatcher (DeepEP)"),
+                         (("--deepep", "--hybridep"), "flex dispatcher (HybridEP)"),
+                         (("--allgather-dispatcher",), "allgather dispatcher")):
+        code, out, err = cli(*base, *extra)
+        assert code == 0, err
+        assert shown in _parallelism_line(out), extra
+    code, launch, err = cli(*base, "--emit", "megatron")
+    assert code == 0 and "--moe-token-dispatcher-type alltoall" in launch, err
+    script = tmp_path / "launch.sh"
+    script.write_text(launch)
+    code, out, err = cli("plan", "--hw", "gb200", "--from-megatron", str(script))
+    assert code == 0, err
+    line = _parallelism_line(out)
+    assert "alltoall dispatcher" in line and "alltoall dispatcher (default)" not in line  # the launch states it
+    code, out, err = cli("plan", "--model", "llama-3-8b", "--hw", "gb200", "--devices", "8")
+    assert code == 0 and "dispatcher" not in _parallelism_line(out)  # a dense model dispatches nothing
