@@ -78,3 +78,31 @@ def test_plan_header_names_the_moe_dispatcher_it_times(cli, monkeypatch, tmp_pat
     assert "alltoall dispatcher" in line and "alltoall dispatcher (default)" not in line  # the launch states it
     code, out, err = cli("plan", "--model", "llama-3-8b", "--hw", "gb200", "--devices", "8")
     assert code == 0 and "dispatcher" not in _parallelism_line(out)  # a dense model dispatches nothing
+
+
+def test_gpu_plan_times_each_layer_kind_by_its_own_phases(cli):
+    """GPT-OSS alternates 128-token sliding-window and full-attention layers (config.json: sliding_window 128,
+    layer_types). A full layer's attention core at s = 4096 does 4096/128 = 32 times the sliding layer's
+    score FLOPs (both counted over s·w, w = s for a full layer), yet `plan --json` gave both kinds' `attn_scores`
+    and `attn_pv` rows one time: the average over the two kinds (the step total over all 36 layers), so neither
+    row was either kind's. Each kind's row is its own layer's time; the two kinds' rows still add up to the step's
+    (18 layers of each kind and M micro-batches)."""
+    code, out, err = cli("plan", "--model", "gpt-oss-120b", "--hw", "gb200", "--devices", "64", "--ep", "64",
+                         "--micro-batch", "4", "--recompute", "none", "--precision", "mxfp8", "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    kinds = {k["name"]: (k["count"], {p["name"]: p for p in k["phases"]}) for k in report["layer_kinds"]}
+    assert set(kinds) == {"moe-sliding", "moe-full"} and kinds["moe-sliding"][0] == kinds["moe-full"][0] == 18
+    sliding, full = kinds["moe-sliding"][1], kinds["moe-full"][1]
+    assert full["attn_scores"]["flops_forward"] == 32 * sliding["attn_scores"]["flops_forward"]
+    for phase in ("attn_scores", "attn_pv"):
+        assert full[phase]["time_s"] > 4 * sliding[phase]["time_s"] > 0, phase
+    m = report["plan"]["micro_batches"]
+    shares, step = report["throughput"]["phase_share"], report["throughput"]["step_time_s"]
+    for phase in ("attn_scores", "attn_pv", "experts", "qkv_proj"):
+        per_step = m * 18 * (full[phase]["time_s"] + sliding[phase]["time_s"])
+        assert abs(per_step - shares[phase] * step) <= 1e-9 * step, phase
+    # `phases`, the representative kind's rows, shows that kind's own times too
+    rows = {p["name"]: p for p in report["phases"]}
+    (own,) = [k for _, k in kinds.values() if k["attn_scores"]["flops_forward"] == rows["attn_scores"]["flops_forward"]]
+    assert rows["attn_scores"]["time_s"] == own["attn_scores"]["time_s"]
