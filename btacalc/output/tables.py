@@ -191,6 +191,17 @@ def _header(r: PlanReport) -> Table:
     return t
 
 
+def _dispatcher_text(r: PlanReport) -> str:
+    """The MoE token dispatcher the all-to-all rows time (freshuser26: the header named none, and btacalc's default,
+    alltoall, is not Megatron-LM's, allgather, which a launch without --moe-token-dispatcher-type runs)."""
+    par = r.parallelism
+    if par.allgather_dispatcher:
+        return "allgather dispatcher"
+    if par.deepep:
+        return f"flex dispatcher ({'HybridEP' if par.hybridep else 'DeepEP'})"
+    return "alltoall dispatcher" + ("" if r.imported else " [dim](default)[/dim]")
+
+
 def _layout_text(r: PlanReport) -> str:
     par = r.parallelism
     # freshuser22: the defaults taken here were marked nowhere (EP = gcd(devices, E) can span many NVLink domains)
@@ -199,7 +210,7 @@ def _layout_text(r: PlanReport) -> str:
              + (f" x VP {par.virtual_pipeline}" if par.virtual_pipeline > 1 else "") + f", CP {par.context_parallel}, "
              f"DP {par.data_parallel}" + (f", EP {par.expert_parallel}{marks('expert_parallel')}, ETP "
                                           f"{par.expert_tensor_parallel}{marks('expert_tensor_parallel')}, EDP "
-                                          f"{par.expert_data_parallel}"
+                                          f"{par.expert_data_parallel}, {_dispatcher_text(r)}"
                                           if r.model.num_experts else ""))
     shard = (f"FSDP{ {'torch': ' (PyTorch FSDP1)', 'fsdp2': ' (PyTorch FSDP2)'}.get(par.fsdp_impl, '')}" if par.fsdp
              else f"ZeRO-{par.zero_stage}{marks('zero_stage')}")

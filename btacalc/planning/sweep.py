@@ -599,7 +599,7 @@ def record(problem: Problem, found: Search, g1: Search, g1_index: np.ndarray,
     put = lambda name, values: out.put(rows, name, values)  # noqa: E731
     for name, values in (("tiles", g), ("tile_batch", b), ("global_batch", n), ("micro_batches", m),
                          ("step_batch", lay.data_parallel * m * n), ("tokens_per_step", n * seq),
-                         ("cluster_tokens_per_step", lay.devices * m * n * seq),
+                         ("cluster_tokens_per_step", lay.data_parallel * m * n * seq),
                          ("tokens_per_expert", _tokens_per_expert(problem, seq, n)),
                          ("fits", fits), ("memory_evaluations", found.shapes)):
         put(name, values)
@@ -632,8 +632,9 @@ def no_fit_verdicts(problem: Problem, found: Search, limits: PointLimits, rows: 
         out.put(row, "explanation", [why.explanation])
         if why.shown_batch is not None:
             n, m = why.shown_batch, int(found.fallback[2][i])
-            for name, value in (("tiles", n), ("tile_batch", 1), ("global_batch", n), ("step_batch", lay.data_parallel * m * n),
-                                ("tokens_per_step", n * int(seq[i])), ("cluster_tokens_per_step", lay.devices * m * n * int(seq[i]))):
+            step = lay.data_parallel * m * n  # N = DP*M*G*b sequences: the step's tokens are N*s, not devices*M*G*b*s
+            for name, value in (("tiles", n), ("tile_batch", 1), ("global_batch", n), ("step_batch", step),
+                                ("tokens_per_step", n * int(seq[i])), ("cluster_tokens_per_step", step * int(seq[i]))):
                 out.put(row, name, np.array([value]))
             out.put(row, "tokens_per_expert", _tokens_per_expert(problem.at_points(np.array([i])), np.array([int(seq[i])]),
                                                                  np.array([n])))

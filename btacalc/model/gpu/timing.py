@@ -194,7 +194,15 @@ def gpu_step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Ev
     if report and not is_array(step) and lay.devices > 1:
         details["collectives"] = _critical_collectives(problem, pipe, crit, kinds, (first, last), m)
     return StepTime(step, seqs * problem.run.seq_len / step, flops / (step * lay.devices * peak), phase_time,
-                    worst.terms["tiling"] * m, 0.0, comm, repeats, details)
+                    worst.terms["tiling"] * m, 0.0, comm, repeats, details,
+                    kind_phase_time_s=_kind_phase_times(kinds) if known else {})
+
+
+def _kind_phase_times(kinds: list[tuple[Any, Part]]) -> dict[tuple[str, str], Any]:
+    """(layer kind, phase) -> the phase's time in one layer of that kind, per micro-batch (freshuser26: a model
+    of several kinds showed every kind's row the phase's step time over all its layers, the kinds' average, so
+    GPT-OSS's sliding-window and full-attention layers showed one attention time)."""
+    return {(kind.name, name): t for kind, part in kinds for name, t in part.phase_s.items()}
 
 
 def unpaired_exchange_s(problem: Problem, first: _Slowest, alone: _Slowest, m: Any) -> Any:

@@ -1,0 +1,108 @@
+"""freshuser26: a new user planning GPT-OSS-120B against Llama 3 70B on 64 GB200 (NVL72) in MXFP8 and BF16 from the
+README (docs/story.md "freshuser26").
+
+Each test pins one defect found that way. Expected values are arithmetic on the command's own inputs (a global batch
+of N sequences of s tokens is N·s tokens per optimizer step, whatever the layout), never btacalc's output.
+"""
+
+from __future__ import annotations
+
+import json
+
+
+def _sweep_points(cli, *args: str) -> list[dict]:
+    code, out, err = cli("sweep", *args, "--json", "--quiet")
+    assert code == 0, err
+    return json.loads(out)["points"]
+
+
+def test_sweep_cluster_tokens_per_step_counts_data_parallel_ranks_not_devices(cli):
+    """A sweep point's `plan.cluster_tokens_per_step` is the tokens of one optimizer step over all devices, N·s
+    (`plan --json`'s field, report.py: DP*M*G*b*s). The sweep wrote devices*M*G*b*s, so under TP 2 it read twice the
+    tokens the step runs (262,144 for 64 sequences of 2,048 tokens on 8 GB200 at TP 2), and under PP the same."""
+    for layout in (("--tp", "2"), ("--pp", "2")):
+        points = _sweep_points(cli, "--model", "llama-3-8b", "--hw", "gb200", "--devices", "8", *layout,
+                               "--global-batch", "64", "--vary", "seq=2048,4096")
+        assert [p["params"]["seq"] for p in points] == [2048, 4096]
+        for p in points:
+            seq = p["params"]["seq"]
+            assert p["plan"]["step_batch"] == 64, layout
+            assert p["plan"]["cluster_tokens_per_step"] == 64 * seq, layout
+
+
+def test_sweep_cluster_tokens_of_a_point_that_does_not_fit(cli):
+    """A point whose fixed tiles do not fit shows that fixed shape (`plan`'s verdict); its tokens per step are still
+    its step batch's sequences times s, not times the devices."""
+    points = _sweep_points(cli, "--model", "llama-3-70b", "--hw", "gb200", "--devices", "8", "--tp", "2",
+                           "--tiles", "64", "--tile-batch", "1", "--vary", "seq=4096")
+    (p,) = points
+    assert p["plan"]["fits"] is False
+    assert p["plan"]["global_batch"] == 64
+    assert p["plan"]["cluster_tokens_per_step"] == p["plan"]["step_batch"] * 4096
+    assert p["plan"]["step_batch"] == 4 * p["plan"]["micro_batches"] * 64  # DP = 8 / TP 2
+
+
+def _parallelism_line(out: str) -> str:
+    """The plan header's `parallelism` row, its folded continuation lines joined back into one line."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("parallelism"))
+    text = [lines[start][len("parallelism"):]]
+    for line in lines[start + 1:]:
+        if not line.startswith(" "):
+            break
+        text.append(line)
+    return " ".join(" ".join(text).split())
+
+
+def test_plan_header_names_the_moe_dispatcher_it_times(cli, monkeypatch, tmp_path):
+    """The all-to-all rows of an MoE plan are timed for one dispatcher: btacalc's default alltoall, --deepep
+    (Megatron's flex dispatcher with DeepEP or, with --hybridep, HybridEP) or --allgather-dispatcher. The header
+    named none of them, so a user reading a plan could not tell which it timed, and btacalc's default is not
+    Megatron-LM's (a launch without --moe-token-dispatcher-type runs allgather)."""
+    monkeypatch.setenv("COLUMNS", "200")
+    base = ("plan", "--model", "gpt-oss-120b", "--hw", "gb200", "--devices", "64", "--ep", "64",
+            "--micro-batch", "4", "--recompute", "none")
+    for extra, shown in (((), "alltoall dispatcher (default)"), (("--deepep",), "flex dispatcher (DeepEP)"),
+                         (("--deepep", "--hybridep"), "flex dispatcher (HybridEP)"),
+                         (("--allgather-dispatcher",), "allgather dispatcher")):
+        code, out, err = cli(*base, *extra)
+        assert code == 0, err
+        assert shown in _parallelism_line(out), extra
+    code, launch, err = cli(*base, "--emit", "megatron")
+    assert code == 0 and "--moe-token-dispatcher-type alltoall" in launch, err
+    script = tmp_path / "launch.sh"
+    script.write_text(launch)
+    code, out, err = cli("plan", "--hw", "gb200", "--from-megatron", str(script))
+    assert code == 0, err
+    line = _parallelism_line(out)
+    assert "alltoall dispatcher" in line and "alltoall dispatcher (default)" not in line  # the launch states it
+    code, out, err = cli("plan", "--model", "llama-3-8b", "--hw", "gb200", "--devices", "8")
+    assert code == 0 and "dispatcher" not in _parallelism_line(out)  # a dense model dispatches nothing
+
+
+def test_gpu_plan_times_each_layer_kind_by_its_own_phases(cli):
+    """GPT-OSS alternates 128-token sliding-window and full-attention layers (config.json: sliding_window 128,
+    layer_types). A full layer's attention core at s = 4096 does 4096/128 = 32 times the sliding layer's
+    score FLOPs (both counted over s·w, w = s for a full layer), yet `plan --json` gave both kinds' `attn_scores`
+    and `attn_pv` rows one time: the average over the two kinds (the step total over all 36 layers), so neither
+    row was either kind's. Each kind's row is its own layer's time; the two kinds' rows still add up to the step's
+    (18 layers of each kind and M micro-batches)."""
+    code, out, err = cli("plan", "--model", "gpt-oss-120b", "--hw", "gb200", "--devices", "64", "--ep", "64",
+                         "--micro-batch", "4", "--recompute", "none", "--precision", "mxfp8", "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    kinds = {k["name"]: (k["count"], {p["name"]: p for p in k["phases"]}) for k in report["layer_kinds"]}
+    assert set(kinds) == {"moe-sliding", "moe-full"} and kinds["moe-sliding"][0] == kinds["moe-full"][0] == 18
+    sliding, full = kinds["moe-sliding"][1], kinds["moe-full"][1]
+    assert full["attn_scores"]["flops_forward"] == 32 * sliding["attn_scores"]["flops_forward"]
+    for phase in ("attn_scores", "attn_pv"):
+        assert full[phase]["time_s"] > 4 * sliding[phase]["time_s"] > 0, phase
+    m = report["plan"]["micro_batches"]
+    shares, step = report["throughput"]["phase_share"], report["throughput"]["step_time_s"]
+    for phase in ("attn_scores", "attn_pv", "experts", "qkv_proj"):
+        per_step = m * 18 * (full[phase]["time_s"] + sliding[phase]["time_s"])
+        assert abs(per_step - shares[phase] * step) <= 1e-9 * step, phase
+    # `phases`, the representative kind's rows, shows that kind's own times too
+    rows = {p["name"]: p for p in report["phases"]}
+    (own,) = [k for _, k in kinds.values() if k["attn_scores"]["flops_forward"] == rows["attn_scores"]["flops_forward"]]
+    assert rows["attn_scores"]["time_s"] == own["attn_scores"]["time_s"]
