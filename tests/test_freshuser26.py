@@ -106,3 +106,29 @@ def test_gpu_plan_times_each_layer_kind_by_its_own_phases(cli):
     rows = {p["name"]: p for p in report["phases"]}
     (own,) = [k for _, k in kinds.values() if k["attn_scores"]["flops_forward"] == rows["attn_scores"]["flops_forward"]]
     assert rows["attn_scores"]["time_s"] == own["attn_scores"]["time_s"]
+
+
+def test_compare_of_a_dense_model_shows_no_expert_columns(cli):
+    """freshuser26 (left item, fixed by the lead): `compare` of a dense model showed T_e = G·b·s (4,096 for one
+    sequence of 4,096 tokens: every token "to one expert"), a "vs dense" over itself (0.96) and a G = 1 gain, which
+    `plan` hides for a dense model (tables.py: no expert layers, no dense equivalent, no G = 1 row). The JSON states
+    `moe` and leaves the three values out; the table leaves their columns out; an MoE model keeps all three."""
+    code, out, err = cli("compare", "--model", "llama-3-70b", "--hw", "gb200", "--devices", "64", "--tp", "4",
+                         "--pp", "4", "--json")
+    assert code == 0, err
+    dense = json.loads(out)
+    assert dense["moe"] is False and dense["rows"][0]["fits"]
+    assert all(r["tokens_per_expert"] is None and r["relative_to_dense"] is None and r["bta_gain"] is None
+               for r in dense["rows"])
+    code, table, err = cli("compare", "--model", "llama-3-70b", "--hw", "gb200", "--devices", "64", "--tp", "4",
+                           "--pp", "4")
+    assert code == 0, err
+    header = next(line for line in table.splitlines() if "tokens/s" in line and "device" in line)
+    assert "T_e" not in header and "vs dense" not in header and "BTA" not in header
+    code, out, err = cli("compare", "--model", "qwen3-30b-a3b", "--hw", "b200", "--devices", "8", "--json")
+    assert code == 0, err
+    moe = json.loads(out)
+    assert moe["moe"] is True
+    row = moe["rows"][0]
+    # T_e on 8 B200 at EP 8: EP·G·b·s·k/E (plan's formula), k = 8 of E = 128
+    assert row["tokens_per_expert"] == 8 * row["tiles"] * row["tile_batch"] * moe["seq_len"] * 8 / 128

@@ -23,8 +23,9 @@ def compare_renderable(r: CompareResult) -> Fit:
               title_justify="left", caption_justify="left")
     t.box = box.SIMPLE_HEAD
     t.padding = (0, 1)
-    cols = ("device", "setup", "G x b", "T_e", "tokens/s", "MFU", "vs dense", "BTA", "tok/s/kW",
-            "dominant", "GB/device")
+    moe_only = ("T_e", "vs dense", "BTA")  # a dense model has no experts (issue 25's rule, as plan: freshuser26)
+    cols = tuple(c for c in ("device", "setup", "G x b", "T_e", "tokens/s", "MFU", "vs dense", "BTA", "tok/s/kW",
+                             "dominant", "GB/device") if r.moe or c not in moe_only)
     for c in cols:
         t.add_column(c, justify="left" if c in ("device", "setup", "dominant") else "right",
                      overflow="fold" if c == "setup" else "ellipsis", min_width=13 if c == "setup" else None)
@@ -38,29 +39,38 @@ def compare_renderable(r: CompareResult) -> Fit:
             setup = f"{memory}, {row.devices} systems\n{rc}"
         else:
             setup = f"{memory}\n{rc}"
-        t.add_row(escape(f"{row.hardware} x{row.devices}" if row.devices > 1 else row.hardware), setup,
-                  f"{row.tiles} x {row.tile_batch}" if row.fits else "[red]no fit[/]", _num(row.tokens_per_expert),
-                  _num(row.tokens_per_s) + ("" if row.expected_median_abs_error is None or row.tokens_per_s is None
-                                            else f"\n±{100 * row.expected_median_abs_error:.0f}%"),
-                  "-" if row.mfu is None else f"{100 * row.mfu:.1f}%", _num(row.relative_to_dense, ".2f"),
-                  "-" if row.bta_gain is None else f"{row.bta_gain:.2f}x", _num(row.tokens_per_s_per_kw),
-                  row.dominant_phase or "-",
-                  f"{row.memory_total_bytes / 1e9:.1f}/{row.usable_memory_bytes / 1e9:.1f}")
+        cells = {"device": escape(f"{row.hardware} x{row.devices}" if row.devices > 1 else row.hardware),
+                 "setup": setup, "G x b": f"{row.tiles} x {row.tile_batch}" if row.fits else "[red]no fit[/]",
+                 "T_e": _num(row.tokens_per_expert),
+                 "tokens/s": _num(row.tokens_per_s) + ("" if row.expected_median_abs_error is None
+                                                       or row.tokens_per_s is None
+                                                       else f"\n±{100 * row.expected_median_abs_error:.0f}%"),
+                 "MFU": "-" if row.mfu is None else f"{100 * row.mfu:.1f}%",
+                 "vs dense": _num(row.relative_to_dense, ".2f"),
+                 "BTA": "-" if row.bta_gain is None else f"{row.bta_gain:.2f}x",
+                 "tok/s/kW": _num(row.tokens_per_s_per_kw), "dominant": row.dominant_phase or "-",
+                 "GB/device": f"{row.memory_total_bytes / 1e9:.1f}/{row.usable_memory_bytes / 1e9:.1f}"}
+        t.add_row(*(cells[c] for c in cols))
         if row.note:
             notes.append(escape(f"{row.hardware} x{row.devices}: {row.note}"))
         if row.run_options:  # the plan's inputs.run_options: as flags, too long for the setup cell
             notes.append(escape(f"{row.hardware} x{row.devices} {row.precision}: run options {' '.join(row.run_options)}"))
-    t.caption = ("G x b: per device; T_e: tokens per expert; tokens/s: all devices, ± under it: the typical "
-                 "(median) |predicted / measured - 1| of tokens/s on the measured runs most like the row, each "
-                 "predicted with factors fitted without its model family where enough fit runs are left (plan with the row's "
-                 "options names them and any predicted with the shipped factors); "
-                 "rc: recomputation; vs dense: the dense "
-                 "model with the same active parameters on the same devices; BTA: tokens/s at the solver's G over G = 1;\n"
-                 "tok/s/kW: over system power; dominant: the step's largest time row (a phase, a collective, or "
-                 "launch: the host issuing kernels); GB/device: used/usable, GB = 1e9 bytes"
-                 + ("\n" + "\n".join(notes) if notes else "")
-                 + ("\nnot run: " + "; ".join(escape(s) for s in r.skipped) if r.skipped else ""))
+    t.caption = _compare_caption(r, notes)
     return fit(t)
+
+
+def _compare_caption(r: CompareResult, notes: list[str]) -> str:
+    moe = ("T_e: tokens per expert; ", "vs dense: the dense model with the same active parameters on the same devices; "
+           "BTA: tokens/s at the solver's G over G = 1;\n") if r.moe else ("", "a dense model: no T_e, vs dense or BTA "
+                                                                           "columns;\n")
+    return ("G x b: per device; " + moe[0] + "tokens/s: all devices, ± under it: the typical (median) |predicted / "
+            "measured - 1| of tokens/s on the measured runs most like the row, each predicted with factors fitted "
+            "without its model family where enough fit runs are left (plan with the row's options names them and any "
+            "predicted with the shipped factors); rc: recomputation; " + moe[1]
+            + "tok/s/kW: over system power; dominant: the step's largest time row (a phase, a collective, or launch: "
+            "the host issuing kernels); GB/device: used/usable, GB = 1e9 bytes"
+            + ("\n" + "\n".join(notes) if notes else "")
+            + ("\nnot run: " + "; ".join(escape(s) for s in r.skipped) if r.skipped else ""))
 
 
 def crossover_renderable(r: CrossoverResult) -> Group:

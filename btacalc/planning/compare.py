@@ -48,13 +48,15 @@ class CompareRow(BaseModel):
     fits: bool
     tiles: Optional[int] = Field(None, description="G per device")
     tile_batch: Optional[int] = Field(None, description="b per device")
-    tokens_per_expert: Optional[float] = Field(None, description="T_e per expert replica")
+    tokens_per_expert: Optional[float] = Field(None, description="T_e per expert replica; None for a dense model")
     step_time_s: Optional[float] = None
     tokens_per_s: Optional[float] = Field(None, description="all devices")
     tokens_per_s_per_device: Optional[float] = None
     mfu: Optional[float] = None
-    relative_to_dense: Optional[float] = None
-    bta_gain: Optional[float] = Field(None, description="tokens/s at the solver's G over tokens/s at G = 1")
+    relative_to_dense: Optional[float] = Field(None, description="tokens/s over the dense model with the same active "
+                                               "parameters; None for a dense model, which is its own dense model")
+    bta_gain: Optional[float] = Field(None, description="tokens/s at the solver's G over tokens/s at G = 1; None for a "
+                                      "dense model (as plan, which shows no G = 1 row for one: issue 25)")
     power_kw: float = Field(description="devices x system power per device (profile system_power_w, else power_w) / 1000")
     tokens_per_s_per_kw: Optional[float] = None
     binding_constraint: str
@@ -74,6 +76,8 @@ class CompareResult(BaseModel):
     model: str
     params_total: int
     seq_len: int
+    moe: bool = Field(True, description="the model has experts: T_e, relative_to_dense and bta_gain apply (None in "
+                      "every row of a dense model, and compare's table leaves their columns out)")
     rows: list[CompareRow]
     skipped: list[str] = Field(default_factory=list, description="device and precision pairs that cannot run, and why "
                                "(a wafer or a GPU without the dtype's peak)")
@@ -94,7 +98,9 @@ def layout_label(report: PlanReport) -> str:
 def _row(report: PlanReport, profile: HardwareProfile) -> CompareRow:
     par, th, plan = report.parallelism, report.throughput, report.plan
     fits = plan.fits and th is not None
-    g1 = th.tokens_per_s_g1 if th else None
+    # freshuser26: a dense model's rows showed T_e, a "vs dense" over itself (0.96) and a G = 1 gain, which plan hides
+    moe = bool(report.model.num_experts)
+    g1 = th.tokens_per_s_g1 if th and moe else None
     return CompareRow(
         hardware=profile.name, display_name=profile.display_name, devices=par.devices,
         expert_parallel=par.expert_parallel, zero_stage=par.zero_stage, micro_batches=par.micro_batches,
@@ -106,10 +112,10 @@ def _row(report: PlanReport, profile: HardwareProfile) -> CompareRow:
         + ([] if "loss" in report.inputs.defaults else [f"--loss {report.inputs.loss}"]),
         fits=fits,
         tiles=plan.tiles if fits else None, tile_batch=plan.tile_batch if fits else None,
-        tokens_per_expert=plan.tokens_per_expert if fits else None,
+        tokens_per_expert=plan.tokens_per_expert if fits and moe else None,
         step_time_s=th.step_time_s if th else None, tokens_per_s=th.tokens_per_s if th else None,
         tokens_per_s_per_device=th.tokens_per_s / par.devices if th else None, mfu=th.mfu if th else None,
-        relative_to_dense=th.relative_to_dense if th else None,
+        relative_to_dense=th.relative_to_dense if th and moe else None,
         bta_gain=th.tokens_per_s / g1 if th and g1 else None,
         power_kw=par.devices * profile.power_per_device_w / 1e3,
         tokens_per_s_per_kw=th.tokens_per_s_per_kw if th else None,
@@ -275,7 +281,8 @@ def compare(model: ModelSpec, profiles: Sequence[HardwareProfile], request: Comp
                 progress(1)
     if not rows and skipped:
         raise BtacalcError(f"{{precision}}: no device can run it ({'; '.join(skipped)})")
-    return CompareResult(model=model.name, params_total=params_total, seq_len=seq, rows=rows, skipped=skipped)
+    return CompareResult(model=model.name, params_total=params_total, seq_len=seq, rows=rows, skipped=skipped,
+                         moe=bool(model.num_experts))
 
 
 def _wafer_precision(chosen: list[Optional[str]]) -> tuple[Optional[str], str]:
