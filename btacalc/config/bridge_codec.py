@@ -686,7 +686,7 @@ def _from_bridge_recipe(recipe: Any, args: Args) -> Optional[str]:
     return name
 
 
-# the MixedPrecisionConfig fields btacalc reads (the others: a whole section's are its preset's, _from_bridge_whole_mixed)
+# the MixedPrecisionConfig fields btacalc reads (a whole section's others: _from_bridge_whole_mixed)
 _MIXED_READ = {*_MIXED_FIELDS, *_MIXED_LOW_DEFAULTS, "first_last_layers_bf16", "num_layers_at_start_in_bf16",
                "num_layers_at_end_in_bf16", FP8_ATTENTION_BRIDGE_KEY.split(".", 1)[1]}
 
