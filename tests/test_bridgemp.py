@@ -16,6 +16,9 @@ from __future__ import annotations
 import ast
 import json
 import shlex
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
@@ -24,6 +27,8 @@ from omegaconf import OmegaConf
 
 from btacalc.config.bridge_mixed import TorchName, bridge_mixed_presets, preset_values
 
+BRIDGE_MIRROR = Path("/work/.mirror/NVIDIA-NeMo+Megatron-Bridge/repo")
+ROOT = Path(__file__).resolve().parents[1]
 MP_CLASS = "megatron.bridge.training.mixed_precision.MixedPrecisionConfig"  # mixed_precision.py L32-33
 PIN = "NVIDIA-NeMo/Megatron-Bridge@067f987df03b8355b03192d88d70f1709fedf51a"
 
@@ -94,6 +99,13 @@ def test_the_table_names_its_source_and_holds_every_preset_btacalc_writes():
     assert {*BRIDGE_PRECISION.values(), BRIDGE_FP16_RECIPE} <= set(data.presets)
     # the 14 functions decorated @register at L184 ... L420 (every 16-22 lines from bf16_mixed to the Nemotron-3 one)
     assert len(data.presets) == 14 and data.presets["bf16_mixed"].line == 185
+
+
+@pytest.mark.skipif(not BRIDGE_MIRROR.exists(), reason="needs the Megatron-Bridge mirror")
+def test_the_data_file_is_the_tools_output():
+    run = subprocess.run([sys.executable, str(ROOT / "tools" / "bridge_mixed_precision.py"), str(BRIDGE_MIRROR),
+                          PIN.split("@")[1]], capture_output=True, text=True, check=True)
+    assert run.stdout == (ROOT / "btacalc" / "data" / "bridge_mixed_precision.toml").read_text()
 
 
 @pytest.mark.parametrize("preset, line, text", SOURCE_SETS)

@@ -83,9 +83,6 @@ class BridgeMixedPresets(BaseModel):
     fields: dict[str, MixedField]  # in the dataclass's order
     presets: dict[str, MixedPreset]
 
-    def where(self, line: int) -> str:
-        return f"{self.bridge}:{self.path}:{line}"
-
 
 @functools.lru_cache(maxsize=1)
 def bridge_mixed_presets() -> BridgeMixedPresets:
@@ -130,7 +127,7 @@ def _synced(values: dict[str, Any]) -> dict[str, Any]:
 # Megatron-Core's DDP config refuses without the FP8 parameter gather ("Reuse grad buffer only when keeping params in
 # MXFP8.", Megatron-LM @ d98e8a64 megatron/core/distributed/distributed_data_parallel_config.py L259-260; Bridge copies
 # both fields onto it, mixed_precision.py L138-164): a plan without the gather goes without the reuse, as Megatron-LM's
-# launch does (--reuse-grad-buf-for-mxfp8-param-ag is off unless given)
+# launch does (--reuse-grad-buf-for-mxfp8-param-ag, store_true: arguments.py L3080 @ d98e8a64)
 REUSE_NEEDS_GATHER = ("reuse_grad_buf_for_mxfp8_param_ag", "fp8_param_gather")
 
 
