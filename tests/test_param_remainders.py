@@ -135,12 +135,13 @@ def test_each_emitter_writes_the_optimizers_fp8_recipe_the_plan_has(cli, tmp_pat
     # a Bridge run's tensorwise emitted for Megatron-LM writes --fp8-recipe tensorwise: each reads back as planned
     base = "--model llama-3.2-1b --hw h100 --devices 8 --global-batch 64 --precision-aware-optimizer".split()
     code, text, err = cli("plan", *base, "--emit", "bridge")
-    assert "mixed_precision.fp8_recipe=delayed" in text.splitlines()
+    assert "++mixed_precision.fp8_recipe=delayed" in text.splitlines()  # bridgemp: in the section written whole
     (tmp_path / "o.txt").write_text(text)
     code, out, err = cli("plan", "--from-bridge", str(tmp_path / "o.txt"), "--hw", "h100", "--devices", "8", "--json")
     assert code == 0, err
     assert json.loads(out)["inputs"]["master_weights"] == "remainders"
-    (tmp_path / "t.txt").write_text(text.replace("mixed_precision.fp8_recipe=delayed\n", ""))
+    (tmp_path / "t.txt").write_text(text.replace("++mixed_precision.fp8_recipe=delayed\n",
+                                                 "++mixed_precision.fp8_recipe=tensorwise\n"))
     code, launch, err = cli("plan", "--from-bridge", str(tmp_path / "t.txt"), "--hw", "h100", "--devices", "8",
                             "--emit", "megatron")
     assert "--fp8-recipe tensorwise" in launch and "--fp8-format" not in launch

@@ -300,9 +300,16 @@ def landed(bridge: dict[str, Any], cfg: Any, keys: dict[str, Any]) -> list[str]:
                     out.append(f"mixed_precision.{field} ({recipe}): {getattr(expected, field)!r} -> "
                                f"{getattr(cfg.mixed_precision, field)!r}")
             continue
+        if key.endswith("._call_"):  # read with its _target_
+            continue
         if key.endswith("._target_"):  # Bridge built the section from this class (omegaconf_utils.py L478-486)
             section = _walk(cfg, key.rsplit(".", 1)[0])
-            if f"{type(section).__module__}.{type(section).__qualname__}" != want:
+            if keys.get(key.replace("._target_", "._call_")) is False:
+                # resolved, not called (a torch dtype as Megatron's YAML writes one, instantiate_utils.py L293-305)
+                module, _, name = want.rpartition(".")
+                if section is not getattr(importlib.import_module(module), name):  # torch.half is torch.float16
+                    out.append(f"{key}: {want} -> {section!r}")
+            elif f"{type(section).__module__}.{type(section).__qualname__}" != want:
                 out.append(f"{key}: {want} -> {type(section)}")
             continue
         try:

@@ -13,6 +13,8 @@ from typing import Any, Callable, Mapping, Optional
 
 from ..errors import BtacalcError
 from .bridge_fields import bridge_fields
+from .bridge_mixed import SECTION as MIXED_SECTION
+from .bridge_mixed import preset_values, read_whole_section, section_values, whole_section
 from .megatron_launch import BridgeFloat, BridgeText, integer, megatron_flags, pattern
 from .text import cut as _cut
 from .text import nearest_name
@@ -474,9 +476,50 @@ BRIDGE_DATASET_SEQ = "dataset.seq_length"
 
 
 def bridge_word_key(key: str) -> str:
-    """The Hydra key a stated override is written with: `++` below the comm_overlap section, which a recipe may
-    leave None (BRIDGE_COMM_OVERLAP_TARGET)."""
-    return f"++{key}" if key.startswith("comm_overlap.") else key
+    """The Hydra key a written override is given with: `++` below the comm_overlap section, which a recipe may
+    leave None (BRIDGE_COMM_OVERLAP_TARGET), and below the mixed_precision section, which `bridge_written` gives
+    only whole (a recipe holds a preset's name there)."""
+    return f"++{key}" if key.startswith(("comm_overlap.", f"{MIXED_SECTION}.")) else key
+
+
+def bridge_written(stated: Mapping[str, Any], fp8_attention: bool = False) -> dict[str, Any]:
+    """`bridge_stated`'s overrides as `--emit bridge` writes them. bridgemp: where the plan's mixed precision differs
+    from its preset's (a `mixed_precision.<field>` beside the name, or FP8 attention, FP8_ATTENTION_BRIDGE_KEY), the
+    section is written whole in the name's place (bridge_mixed.whole_section): Hydra sets no field below the name
+    (Megatron-Bridge @ 067f987d training/utils/omegaconf_utils.py L163-188)."""
+    changes = {key.split(".", 1)[1]: value for key, value in stated.items() if key.startswith(f"{MIXED_SECTION}.")}
+    if fp8_attention:
+        changes[FP8_ATTENTION_BRIDGE_KEY.split(".", 1)[1]] = True
+    name = stated.get(MIXED_SECTION)
+    if not isinstance(name, str) or not changes:
+        return dict(stated)
+    out: dict[str, Any] = {}
+    for key, value in stated.items():
+        if key == MIXED_SECTION:
+            out.update(whole_section(name, changes))
+        elif not key.startswith(f"{MIXED_SECTION}."):
+            out[key] = value
+    return out
+
+
+def whole_mixed_preset(written: Mapping[str, Any]) -> Optional[tuple[str, dict[str, Any]]]:
+    """The preset a whole mixed_precision section (bridge_written) stands for and the fields where it differs from
+    it: the preset btacalc names for the precision its fields give (BRIDGE_PRECISION, BRIDGE_FP16_RECIPE); None for
+    no whole section, or fields no such preset has."""
+    given = read_whole_section(written)
+    if given is None:
+        return None
+    low = {k: given.get(k) for k in ("fp8", "fp8_recipe", "fp4", "fp4_recipe")}
+    if truth(given.get("fp16")) and low["fp8"] is None and low["fp4"] is None:
+        name: Optional[str] = BRIDGE_FP16_RECIPE
+    else:
+        name = next((BRIDGE_PRECISION[p] for p, dests in PRECISIONS.items() if dests
+                     and all(low[k] == v for k, v in dests.items())), None)
+        name = name or (BRIDGE_PRECISION["bf16"] if low["fp8"] is None and low["fp4"] is None else None)
+    if name is None:
+        return None
+    preset = preset_values(name)
+    return name, {k: v for k, v in given.items() if k in preset and preset[k] != v}
 
 
 def check_bridge_comm_overlap_target(overrides: Mapping[str, Any]) -> None:
@@ -643,8 +686,45 @@ def _from_bridge_recipe(recipe: Any, args: Args) -> Optional[str]:
     return name
 
 
+# the MixedPrecisionConfig fields btacalc reads (a whole section's others: _from_bridge_whole_mixed)
+_MIXED_READ = {*_MIXED_FIELDS, *_MIXED_LOW_DEFAULTS, "first_last_layers_bf16", "num_layers_at_start_in_bf16",
+               "num_layers_at_end_in_bf16", FP8_ATTENTION_BRIDGE_KEY.split(".", 1)[1]}
+
+
+def _from_bridge_whole_mixed(overrides: Mapping[str, Any]) -> Mapping[str, Any]:
+    """bridgemp: a mixed_precision section given whole (`mixed_precision._target_`, bridge_written) read as its fields:
+    the class is checked (bridge_mixed.read_whole_section), a field btacalc does not read that holds its preset's value
+    (whole_mixed_preset) is left out, one that does not stays to be listed as ignored. A preset's name given before
+    the section is replaced by it, as Hydra replaces it; after it, refused."""
+    if read_whole_section(overrides) is None:
+        return overrides
+    preset = whole_mixed_preset(overrides)
+    keys = list(overrides)
+    target = f"{MIXED_SECTION}._target_"
+    if MIXED_SECTION in overrides and keys.index(MIXED_SECTION) > keys.index(target):
+        raise BtacalcError(f"{MIXED_SECTION}={_cut(str(overrides[MIXED_SECTION]))} after {target}: Hydra cannot set "
+                           "a name over the section's keys; give the name or the section whole")
+    given = read_whole_section(overrides) or {}
+    expected = section_values(preset[0], {k: v for k, v in preset[1].items() if k in _MIXED_READ}) \
+        if preset is not None else {}
+    out = {}
+    for key, value in overrides.items():
+        head, _, rest = key.partition(".")
+        field = rest.split(".", 1)[0]
+        if key in (MIXED_SECTION, target):
+            continue
+        if head == MIXED_SECTION and field not in _MIXED_READ and field in expected and given.get(field) == \
+                expected[field]:
+            continue  # what btacalc writes for the fields it reads (a torch dtype's _target_ and _call_ too)
+        if head == MIXED_SECTION and rest.endswith("._call_"):
+            continue  # listed by its _target_
+        out[key] = value
+    return out
+
+
 def from_bridge(overrides: Mapping[str, Any]) -> tuple[Args, list[str]]:
     """Megatron destinations of Bridge overrides, and the keys no row reads (to be listed as ignored)."""
+    overrides = _from_bridge_whole_mixed(overrides)
     back = {key: (dest, conv[2]) for dest, conv in BRIDGE_KEYS.items() for key in (conv[0],)}
     back.update({key: (dest, _as_is) for dest, key in YARN_BRIDGE.items()})
     known = {f.dest for f in megatron_flags().values()}

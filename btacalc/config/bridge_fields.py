@@ -79,7 +79,8 @@ def check_bridge_key(key: str, source: str) -> None:
     if entry is None:
         raise BtacalcError(f"{source}: {key} is not a key of Megatron-Bridge's config: {section} is not one of its "
                            f"sections ({data.short} ConfigContainer){_did_you_mean(section, list(data.sections))}")
-    if not rest or entry.free or key == "comm_overlap._target_":  # the section's class (bridge_codec, bridgeparse)
+    # the section's class (bridge_codec: comm_overlap bridgeparse, mixed_precision bridgemp), which reads it
+    if not rest or entry.free or key in ("comm_overlap._target_", "mixed_precision._target_"):
         return
     name = rest.split(".")[0]
     if name not in entry.fields:

@@ -21,7 +21,9 @@ from ..config.attention_kernels import DEFAULT_ATTENTION_KERNEL
 from ..config.megatron_codec import (BRIDGE_PIN, FP8_ATTENTION_BRIDGE_KEY, bridge_attention_environment, encode,
                                      render_flags)
 from ..config.megatron_model_rows import MLA_YARN_BRIDGE, mla_yarn_unsaid, model_fields
-from ..config.bridge_codec import BRIDGE_COMM_OVERLAP_TARGET, bridge_stated, bridge_word_key, to_bridge
+from ..config.bridge_codec import (BRIDGE_COMM_OVERLAP_TARGET, bridge_stated, bridge_word_key, bridge_written,
+                                   to_bridge, whole_mixed_preset)
+from ..config.bridge_mixed import SYNCED, bridge_mixed_presets
 from ..config.megatron_launch import MEGATRON_LM_PIN
 from ..config.megatron_rows import truth
 from ..config.megatron_run import LOSS_COMMENTS
@@ -458,7 +460,8 @@ def bridge_overrides(r: PlanReport, spec: ModelSpec, profile_domain: Optional[in
     if spec.hf_model_type in ("llama4", "llama4_text"):
         notes.append(LLAMA4_BRIDGE_NOTE)
     notes += _bridge_position_rows(spec, r.inputs.seq_len)
-    notes += _mixed_precision_fields(bridge_stated(args, to_bridge(args)))
+    written = bridge_written(bridge_stated(args, to_bridge(args)), bool(r.inputs.fp8_attention))
+    notes += _whole_mixed_note(written)
     backend_env = bridge_attention_environment(args)
     if backend_env:
         env = {**env, **backend_env}
@@ -470,31 +473,31 @@ def bridge_overrides(r: PlanReport, spec: ModelSpec, profile_domain: Optional[in
                      "would")
     head = [f"# btacalc plan: {r.model.name} on {r.parallelism.devices} x {r.hardware.name}",
             f"# keys: {BRIDGE_PIN} (src/megatron/bridge/training/config.py, comm_overlap.py, models/gpt_provider.py)",
-            *(f"# {bridge_vocab if n == mock_data else n}" for n in notes[1:] + _not_carried(r, set(
-                bridge_stated(args, to_bridge(args))))),
+            *(f"# {bridge_vocab if n == mock_data else n}" for n in notes[1:] + _not_carried(r, set(written))),
             *(f"# environment: {k}={v}" for k, v in env.items()),
             *option_lines(r, "bridge"), *domain_line(r, "bridge", profile_domain),
             f"# btacalc option: --devices {r.parallelism.devices} (the devices the plan is for: the overrides hold no "
             "launcher)"]
-    body = _bridge_body(bridge_stated(args, to_bridge(args)))
+    body = _bridge_body(written)
     if spec.mla is not None and spec.yarn is not None:
         body += [f"model.{key}={getattr(spec.yarn, key)}" for key in MLA_YARN_BRIDGE]
-    if r.inputs.fp8_attention:
+    if r.inputs.fp8_attention and FP8_ATTENTION_BRIDGE_KEY not in written:
         body.append(f"{FP8_ATTENTION_BRIDGE_KEY}=True")
     return "\n".join(head + body) + "\n"
 
 
-def _mixed_precision_fields(stated: dict[str, Any]) -> list[str]:
-    """bridgeparse's open defect, said in the file: a field written below the `mixed_precision=<recipe>` name stops in
-    Hydra, which cannot set a field below a string (Megatron-Bridge @ 067f987d training/utils/omegaconf_utils.py
-    L163-188; 44 of 212 files in tools/bridge_config_check.py); Bridge builds the recipe from its name only later."""
-    fields = [key for key in stated if key.startswith("mixed_precision.")]
-    if not fields or not isinstance(stated.get("mixed_precision"), str):
+def _whole_mixed_note(written: dict[str, Any]) -> list[str]:
+    """bridgemp: a mixed_precision section written whole says which preset it is and what differs (Hydra sets no
+    field below a preset's name, so the section replaces the name: bridge_codec.bridge_written)."""
+    preset = whole_mixed_preset(written)
+    if preset is None:
         return []
-    return [f"MEGATRON-BRIDGE CANNOT APPLY {', '.join(fields)} as written: Hydra sets no field below the recipe name "
-            f"mixed_precision={stated['mixed_precision']} (omegaconf_utils.py L163-188); set "
-            f"{' and '.join('cfg.' + key for key in fields)} in the recipe's Python after it is built (docs/megatron.md "
-            "'bridgeparse')"]
+    name, differ = preset[0], {k: v for k, v in preset[1].items() if k not in SYNCED}
+    data = bridge_mixed_presets()
+    return [f"mixed_precision is written whole: Megatron-Bridge's {name} ({data.path} L{data.presets[name].line}) "
+            f"with {', '.join(f'{k}={_hydra_value(v)}' for k, v in differ.items())}, every field given, which Bridge "
+            "builds as a MixedPrecisionConfig (training/utils/omegaconf_utils.py L478-486); Hydra cannot set a field "
+            f"below the name mixed_precision={name}"]
 
 
 def _bridge_position_rows(spec: ModelSpec, seq: int) -> list[str]:
@@ -511,7 +514,8 @@ def _bridge_position_rows(spec: ModelSpec, seq: int) -> list[str]:
 
 def _bridge_body(stated: dict[str, Any]) -> list[str]:
     """One shell word per override; the comm_overlap section with `++` and, before its first field, its class, so
-    that the words apply over a recipe without a CommOverlapConfig too (bridge_codec.BRIDGE_COMM_OVERLAP_TARGET)."""
+    that the words apply over a recipe without a CommOverlapConfig too (bridge_codec.BRIDGE_COMM_OVERLAP_TARGET); a
+    mixed_precision section given whole (bridge_codec.bridge_written) with `++` too."""
     body: list[str] = []
     for key, value in stated.items():
         if key.startswith("comm_overlap.") and not any(w.startswith("++comm_overlap.") for w in body):
