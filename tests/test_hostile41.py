@@ -179,3 +179,22 @@ def test_a_read_cuda_max_connections_has_no_note(cli, tmp_path, value, read):
     report = _imported(cli, launch, value)
     assert report["parallelism"]["cuda_max_connections"] == read
     assert not any("CUDA_DEVICE_MAX_CONNECTIONS" in note for note in report["imported"]["notes"])
+
+
+# D6: qwen3-30b-a3b on 13 H100 (13 is prime: DP 13, EP gcd(13, 128) = 1) holds 211 GB of state per device at ZeRO-1;
+# "What would fit" offered only --devices 8 --ep 8 --zero 3 --recompute full and --search, which finds no layout on 13
+# and sends the user back to "what would fit". --zero 3 on the same 13 devices fits (the plan with it exits 0) and is
+# now offered, checked like every suggestion.
+def test_zero3_on_the_given_devices_is_offered_when_it_fits(cli):
+    code, out, err = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "13", "--json")
+    assert code == 1, err
+    offered = [s for s in json.loads(out)["suggestions"] if s.startswith("--zero 3 fits")]
+    assert len(offered) == 1 and "on these 13 devices" in offered[0]
+    code, out, err = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "13", "--zero", "3")
+    assert code == 0, err
+
+
+def test_zero3_is_not_offered_where_it_was_given(cli):
+    code, out, err = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "2", "--zero", "3", "--json")
+    assert code == 1, err
+    assert not any(s.startswith("--zero 3") for s in json.loads(out)["suggestions"])
