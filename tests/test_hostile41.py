@@ -46,6 +46,14 @@ def test_a_partial_rotary_factor_turning_an_odd_count_or_none_is_refused(cli, tm
     assert f"= {turned} of head_dim 128" in err
 
 
+def test_an_odd_head_turned_whole_is_refused(cli, tmp_path):
+    llama = json.loads((DATA / "llama-3-8b.config.json").read_text())
+    assert llama.get("head_dim") is None and llama.get("partial_rotary_factor") is None
+    path = _write(tmp_path, "odd.json", {**llama, "head_dim": 127})
+    code, out, err = cli("plan", "--model", path, "--hw", "h100", "--devices", "8")
+    one_line_error(code, out, err, "head_dim 127 is odd")
+
+
 def test_an_even_partial_share_is_still_read(cli, tmp_path):
     path = _write(tmp_path, "ok.json", {**QWEN3, "partial_rotary_factor": 0.3})  # int(128 x 0.3) = 38
     code, out, err = cli("plan", "--model", path, "--hw", "h100", "--devices", "8", "--emit", "megatron")

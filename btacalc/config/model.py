@@ -444,7 +444,7 @@ class ModelSpec(BaseModel):
             # Megatron-Core: "rotary_interleaved does not work with multi_latent_attention" (transformer_config.py
             # L2526-2527 @ d98e8a64)
             raise ValueError("rotary_interleaved needs position_embedding rope without multi-latent attention")
-        if rotary and self.numerics.rotary_percent != 1:
+        if rotary:
             self._check_rotary_share()
 
     def _check_rotary_share(self) -> None:
@@ -455,6 +455,11 @@ class ModelSpec(BaseModel):
         (rotary_pos_embedding.py L72-81 @ d98e8a64), another model; at n = 0 neither turns any."""
         share = self.numerics.rotary_percent
         turned = rotary_dimensions(self.head_dim, share)
+        if share == 1 and turned % 2:
+            raise ValueError(f"head_dim {self.head_dim} is odd and the rotary embedding turns every dimension of each "
+                             "head: RoPE turns pairs (Hugging Face and Megatron-Core build ceil(d / 2) frequencies, d + 1 "
+                             "values against d dimensions), so give an even head_dim or a rotary share that turns an "
+                             "even number of dimensions")
         if turned < 2 or turned % 2:
             raise ValueError(f"numerics rotary_percent {share!r} (--rotary-percent, model.rotary_percent) of head_dim "
                              f"{self.head_dim} turns {turned} dimensions of each head: RoPE turns pairs, so give an "
