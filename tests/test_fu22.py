@@ -197,15 +197,17 @@ def test_a_copied_profile_gets_its_architectures_expected_error(cli, tmp_path, r
     group = [r for r in runs if r["calibration_family"] == "gpu-blackwell" and r["moe"] and not r["ep_overlap"]]
     assert len([r for r in group if not r["low_precision"]]) < 5 <= len(group)
     original, _ = _expected(cli, "b200")
-    copied, text = _expected(cli, _copied_b200(tmp_path, rename))
+    hw = _copied_b200(tmp_path, rename)
+    copied, text = _expected(cli, hw)
     assert original["runs"] == copied["runs"] == len(group)
     for key in ("median_abs_error", "mean_abs_error", "max_abs_error", "mean_error"):
         assert copied[key] == original[key]
-    name = "my-b200" if rename else "b200"
+    # hostile41: a copy that keeps the built-in's name over its own numbers is named by its path
+    name = "my-b200" if rename else hw
     assert copied["basis"].startswith("gpu-blackwell (b200, gb200, b300, gb300; ")
     assert copied["basis"].endswith("), MoE without the EP overlap")
     said = f"{name} is no built-in profile as shipped: taken as b200's family by its compute capability 10"
-    assert said in copied["basis"] and said in text
+    assert said in copied["basis"] and "".join(said.split()) in "".join(text.split())  # a long path may wrap
 
 
 def test_a_copy_with_its_own_efficiency_is_in_no_family(cli, tmp_path):

@@ -518,6 +518,8 @@ def _search(spec: Any, profile: Any, request: Any, outs: Any, emit: Optional[str
         text = _emitted(result.best, emit, spec, profile)
         write_outputs(outs, {"--output": text, "--json": text}, None)
         return 0 if ok else 1
+    if emit is not None:
+        return _nothing_to_emit(result, emit, outs)
     text = model_json(result)
 
     def table() -> Any:
@@ -527,6 +529,19 @@ def _search(spec: Any, profile: Any, request: Any, outs: Any, emit: Optional[str
 
     write_outputs(outs, {"--output": text, "--json": text}, table)
     return 0 if ok else 1
+
+
+def _nothing_to_emit(result: Any, emit: str, outs: Any) -> int:
+    """hostile41: `plan --search --emit megatron -o run.sh` where no layout fits wrote the search's JSON report into
+    run.sh (and onto standard output), exit 1, with no word that the launch asked for was not there. No layout is
+    chosen, so nothing is written (standard output, where the launch would go, too) and one line on stderr says so
+    and where the search's report is; exit 1, a plan that does not fit."""
+    files = [str(t.path) for t in outs.targets.values() if t.kind == "file"]
+    written = f"; {', '.join(files)} not written" if files else ""
+    err.print(f"btacalc: --emit {emit}: none of the {result.candidates:,} layouts of the search fits on "
+              f"{result.devices:,} x {result.hardware}, so there is no launch to write{written} (the same command "
+              "without --emit shows what binds)", highlight=False, markup=False, soft_wrap=True)
+    return 1
 
 
 # A sweep option --vary sets at every point when it varies the same quantity (the option would change nothing)

@@ -32,7 +32,7 @@ from typing import Annotated, Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from ..errors import BtacalcError, DataError
+from ..errors import BtacalcError, DataError, clean_text
 from ..paths import data_dir, profile_names, read_input
 from ..vocabulary import OP_POLICY, parse_recompute
 from .text import Name, check_path_text, input_kind, name_not_file, nearest_name, parse_value_error
@@ -809,6 +809,16 @@ def is_builtin_name(name: str) -> bool:
         return False
 
 
+def named_by_its_file(profile: HardwareProfile, given: str) -> HardwareProfile:
+    """A profile file whose `name` is a built-in profile's but whose numbers are not that profile's is named by the
+    path it was given as (hostile41: `--hw ./h100.toml` with its own peak was shown as "NVIDIA H100 SXM 80GB (h100)",
+    the built-in's name over other numbers, and `compare --hw h100,./h100.toml` refused the pair as h100 given twice).
+    A verbatim copy keeps the name: its numbers are the built-in's."""
+    if not is_builtin_name(profile.name) or profile == _builtin_profile(profile.name):
+        return profile
+    return profile.model_copy(update={"name": clean_text(given)})
+
+
 def _resolve_hardware(name_or_path: str) -> HardwareProfile:
     if is_builtin_name(name_or_path):
         return _builtin_profile(name_or_path)  # one file read, not every profile
@@ -826,7 +836,7 @@ def _resolve_hardware(name_or_path: str) -> HardwareProfile:
             text = read_input(path)
         except OSError as exc:
             raise BtacalcError(f"{path}: cannot read: {exc.strerror or exc}") from None
-        return parse_profile(text, origin=str(path))
+        return named_by_its_file(parse_profile(text, origin=str(path)), name_or_path)
     if path.suffix or "/" in name_or_path:
         raise BtacalcError(f"{{hardware}}: hardware profile file {name_or_path!r} not found")
     near = nearest_name(name_or_path, profiles)

@@ -608,12 +608,30 @@ def _numerics(c: _Config, spec: dict[str, Any]) -> dict[str, Any]:
     elif rope and c.model_type == "gptj" and c.raw.get("rotary_dim") is not None:
         out["rotary_percent"] = c.integer("rotary_dim") / spec["head_dim"]
         read.append("rotary_dim / head_dim")
+    if rope and out.get("rotary_percent", 1) != 1:
+        _check_rotary_dimensions(c, spec["head_dim"], out["rotary_percent"])
     scaled = _scaling_numerics(c) if rope else {}
     if scaled:
         out.update(scaled)
         read.append("rope_scaling (llama3)" if "rope_scaling_factor" in scaled else "rope_scaling (linear)")
     _check_numerics(c, out, dict(zip(out, read)))
     return {"numerics": {**out, "source": f"{c.origin}: {', '.join(read)}"}} if read else {}
+
+
+def _check_rotary_dimensions(c: _Config, head_dim: int, share: float) -> None:
+    """hostile41: the dimensions of each head the rotary embedding turns (int(head_dim x partial_rotary_factor), or
+    GPT-J's rotary_dim) are pairs: an odd count fails in transformers (modeling_gptj.py apply_rotary_pos_emb @
+    00b676f8 repeats each of ceil(n / 2) frequencies twice: n + 1 against n), none is no rotary embedding. Refused
+    naming the key it was read from (ModelSpec._check_rotary_share states the rule for every source)."""
+    from .model import rotary_dimensions
+
+    turned = rotary_dimensions(head_dim, share)
+    if turned >= 2 and turned % 2 == 0:
+        return
+    given = (f"rotary_dim = {turned}" if c.raw.get("partial_rotary_factor") is None else
+             f"partial_rotary_factor = {share!r} (int({head_dim} x {share!r}) = {turned} of head_dim {head_dim})")
+    raise c.error(f"field {given}: the rotary embedding turns pairs of dimensions, so {turned} is not a model; "
+                  f"give an even number of at least 2 dimensions of each head")
 
 
 def _check_numerics(c: _Config, out: dict[str, Any], keys: dict[str, str]) -> None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
-from ..errors import BtacalcError
+from ..errors import BtacalcError, clean_text
 from .execution import DEFAULT_TOKENS_PER_STEP, MAX_DEVICES, ExecutionRequest
 from .megatron_codec import PARAM_DESTS, decode, megatron_flag
 from .megatron_rows import Fields, truth
@@ -335,6 +335,12 @@ def with_launch_environment(run: ImportedRun, env: dict[str, str]) -> ImportedRu
     if overlapped and connections.isascii() and connections.isdigit() and 1 <= int(connections) <= 32:
         o = run.request.overlaps
         run = replace(run, request=run.request.with_changes(overlaps=replace(o, max_connections=int(connections))))
+    elif overlapped and connections:
+        # hostile41: 0, 64, 1e0 or eight under the overlap were planned as unset with no word
+        run = replace(run, notes=run.notes + (
+            f"CUDA_DEVICE_MAX_CONNECTIONS={clean_text(connections)!r} in the launch's environment is not a whole "
+            "number 1-32, the hardware work queues CUDA takes: not read, the all-to-all overlap is planned with it "
+            "unset (CUDA's 8 queues): export a number 1-32",))
     if not run.request.nccl_ub:
         return run
     if env.get("NCCL_CTA_POLICY") != "1":

@@ -113,6 +113,17 @@ class YarnScaling(BaseModel):
     _bounded = field_validator("*")(_bounded_field)
 
 
+def rotary_dimensions(head_dim: int, share: float) -> int:
+    """The dimensions of each head the rotary embedding turns at `share` of `head_dim`: Megatron-Core's
+    int(kv_channels x rotary_percent) (rotary_pos_embedding.py L72-74 @ d98e8a64), Hugging Face's
+    int(head_dim x partial_rotary_factor) (modeling_rope_utils.py _compute_default_rope_parameters @ 0044e3b3); a share
+    written from a whole count (GPT-J's rotary_dim / head_dim) that floating point puts a hair below it is that count
+    (44 x (30 / 44) is 29.999...)."""
+    exact = head_dim * share
+    near = round(exact)
+    return int(near) if abs(exact - near) <= 1e-9 * max(1.0, exact) else int(exact)
+
+
 class Numerics(BaseModel):
     """The numerics of the same shapes that Megatron-LM has flags for and that differ across models (semantics22):
     the RoPE base (Hugging Face's rope_theta, Megatron's --rotary-base), the norms' epsilon (rms_norm_eps /
@@ -433,6 +444,27 @@ class ModelSpec(BaseModel):
             # Megatron-Core: "rotary_interleaved does not work with multi_latent_attention" (transformer_config.py
             # L2526-2527 @ d98e8a64)
             raise ValueError("rotary_interleaved needs position_embedding rope without multi-latent attention")
+        if rotary:
+            self._check_rotary_share()
+
+    def _check_rotary_share(self) -> None:
+        """hostile41: RoPE turns pairs of dimensions, so the share of each head it turns is an even number of them,
+        at least two. Hugging Face builds ceil(n / 2) frequencies for n and repeats each twice (modeling_gptj.py
+        create_sinusoidal_positions and apply_rotary_pos_emb @ 00b676f8), n + 1 values against n dimensions when n is
+        odd, which fails; Megatron-Core turns 2 ceil(n / 2) dimensions at frequencies spaced for n
+        (rotary_pos_embedding.py L72-81 @ d98e8a64), another model; at n = 0 neither turns any."""
+        share = self.numerics.rotary_percent
+        turned = rotary_dimensions(self.head_dim, share)
+        if share == 1 and turned % 2:
+            raise ValueError(f"head_dim {self.head_dim} is odd and the rotary embedding turns every dimension of each "
+                             "head: RoPE turns pairs (Hugging Face and Megatron-Core build ceil(d / 2) frequencies, d + 1 "
+                             "values against d dimensions), so give an even head_dim or a rotary share that turns an "
+                             "even number of dimensions")
+        if turned < 2 or turned % 2:
+            raise ValueError(f"numerics rotary_percent {share!r} (--rotary-percent, model.rotary_percent) of head_dim "
+                             f"{self.head_dim} turns {turned} dimensions of each head: RoPE turns pairs, so give an "
+                             f"even number of at least 2 (a share of k x 2 / {self.head_dim}, "
+                             f"k = 1..{self.head_dim // 2})")
 
     @property
     def is_moe(self) -> bool:
