@@ -56,7 +56,8 @@ def test_compare_auto_devices_refuses_a_batch_that_does_not_divide(cli):
 @pytest.mark.parametrize("args, fragment", [
     (("--tp", "8"), "--tp 8 does not divide the 32 query and 4 key/value heads"),
     (("--etp", "3"), "--etp 3 x --ep 1 x --pp 1 = 3 does not divide"),
-    (("--pp", "4", "--first-stage-layers", "10"), "leave 38 layers, which do not divide over 3 middle stage(s)")])
+    (("--pp", "4", "--first-stage-layers", "10"),
+     "leave 38 layers, which do not divide over 3 other stage(s) (the last among them)")])
 def test_compare_auto_devices_names_the_layouts_own_fault(cli, args, fragment):
     code, out, err = cli("compare", "--model", "qwen3-30b-a3b", "--hw", "h100", *args)
     one_line_error(code, out, err, fragment)

@@ -206,3 +206,17 @@ def test_zero3_is_not_offered_where_it_was_given(cli):
     code, out, err = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "2", "--zero", "3", "--json")
     assert code == 1, err
     assert not any(s.startswith("--zero 3") for s in json.loads(out)["suggestions"])
+
+
+@pytest.mark.parametrize("given, fragment", [
+    # Megatron-LM splits what the given stage(s) leave over the other PP - 1 (or PP - 2) stages: 32 - 6 = 26 layers
+    # over 3 stages, the last among them (or the first, given the last); 32 - 5 - 6 = 21 over 2 middle ones
+    (("--first-stage-layers", "6"), "leave 26 layers, which do not divide over 3 other stage(s) (the last among them)"),
+    (("--last-stage-layers", "6"), "leave 26 layers, which do not divide over 3 other stage(s) (the first among them)"),
+    (("--first-stage-layers", "5", "--last-stage-layers", "6"), "leave 21 layers, which do not divide over 2 middle")])
+def test_uneven_stage_error_names_the_stages_that_are_left(cli, given, fragment):
+    """hostile41 (left item, fixed by the lead): with only --first-stage-layers the error said the layers left do not
+    divide over 3 'middle' stages of PP 4, though the last stage is one of them."""
+    code, out, err = cli("plan", "--model", "llama-3-8b", "--hw", "h100", "--devices", "8", "--pp", "4", *given)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert fragment in err

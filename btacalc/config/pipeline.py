@@ -233,10 +233,13 @@ def _first_last_counts(num_layers: int, pp: int, vp: int, split: StageSplit) -> 
         raise BtacalcError(f"{{first_stage_layers}}/{{last_stage_layers}} leave {middle_layers} layer(s) for "
                            f"{middle_stages} middle stage(s) of {{pipeline_parallel}} {pp}: a stage would be empty, or "
                            "layers would have no stage")
+    # hostile41: with one of the two given, the stages left include the last (or the first), not only middle ones
+    others = "middle stage(s)" if first is not None and last is not None else \
+        f"other stage(s) (the {'last' if first is not None else 'first'} among them)"
     per = middle_layers // middle_stages if middle_stages else 0
     if middle_stages and (middle_layers % middle_stages or per % vp):
         raise BtacalcError(f"{{first_stage_layers}}/{{last_stage_layers}} leave {middle_layers} layers, which do not "
-                           f"divide over {middle_stages} middle stage(s) x {{virtual_pipeline}} {vp} chunks")
+                           f"divide over {middle_stages} {others} x {{virtual_pipeline}} {vp} chunks")
     stages = [per] * pp
     if first is not None:
         stages[0] = first
