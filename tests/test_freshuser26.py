@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 
 def _sweep_points(cli, *args: str) -> list[dict]:
     code, out, err = cli("sweep", *args, "--json", "--quiet")
@@ -132,3 +134,30 @@ def test_compare_of_a_dense_model_shows_no_expert_columns(cli):
     row = moe["rows"][0]
     # T_e on 8 B200 at EP 8: EP·G·b·s·k/E (plan's formula), k = 8 of E = 128
     assert row["tokens_per_expert"] == 8 * row["tiles"] * row["tile_batch"] * moe["seq_len"] * 8 / 128
+
+
+@pytest.mark.parametrize("hw, devices, flags, path", [
+    # NCCL takes its NVLS path for nccl_ub's registered all-gather / reduce-scatter only with NVLS on, on sm90 or
+    # later, without MNNVL and inside one NVLink domain (NVIDIA/nccl @ 5067397c src/enqueue.cc L2152-2173;
+    # src/graph/search.cc L1124): 8 H100 in one node take it; the rest say which condition they miss
+    ("h100", 8, ("--nvls",), "NVLS path"),
+    ("h100", 8, (), "ring channels as without it: NCCL_NVLS_ENABLE off"),
+    ("a100-80gb", 8, ("--nvls",), "ring channels as without it: NVLS needs sm90"),
+    ("gb200", 64, ("--nvls",), "ring channels as without it: the NVLink domain spans several hosts"),
+    ("h100", 16, ("--nvls",), "ring channels as without it: the data-parallel group leaves the NVLink domain")])
+def test_nccl_ub_says_which_path_nccl_takes(cli, hw, devices, flags, path):
+    """freshuser26 (left item, fixed by the lead): `--nccl-ub` alone, and `--nccl-ub --nvls` on a GB200 NVL72 rack
+    (4 GPUs per host, 72 per NVLink domain: MNNVL), change nothing in the clock, and the plan said nothing of it.
+    The parallelism line and `plan --json` now say which path NCCL takes and, for the ring, why; the SM counts the
+    JSON gives agree (the ring's count for every collective where the NVLS path is not taken)."""
+    run = ("plan", "--model", "llama-3-8b", "--hw", hw, "--devices", str(devices), "--recompute", "full", "--nccl-ub")
+    code, out, err = cli(*run, *flags, "--json")
+    assert code == 0, err
+    par = json.loads(out)["parallelism"]
+    assert par["nccl_ub_path"].startswith(path)
+    ctas = par["dp_collective_ctas"]
+    ring = path.startswith("ring")
+    assert (ctas["all_gather"] == ctas["all_reduce"]) is ring
+    code, out, err = cli(*run, *flags)
+    assert code == 0, err
+    assert "nccl_ub:" in " ".join(out.split())

@@ -213,7 +213,8 @@ def _layout_text(r: PlanReport) -> str:
                                           f"{par.expert_data_parallel}, {_dispatcher_text(r)}"
                                           if r.model.num_experts else ""))
     shard = (f"FSDP{ {'torch': ' (PyTorch FSDP1)', 'fsdp2': ' (PyTorch FSDP2)'}.get(par.fsdp_impl, '')}" if par.fsdp
-             else f"ZeRO-{par.zero_stage}{marks('zero_stage')}")
+             else f"ZeRO-{par.zero_stage}{marks('zero_stage')}") + (f", nccl_ub: {par.nccl_ub_path}"
+                                                                   if par.nccl_ub_path else "")
     on = [k for k, v in par.overlaps.items() if v]
     split = "" if par.pipeline_split == "even" else (
         f"; {par.pipeline_split} split, decoder layers per stage {par.stage_layers}"

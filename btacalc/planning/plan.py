@@ -22,7 +22,7 @@ from ..config.hardware import HardwareProfile
 from ..config.model import ModelSpec
 from ..config.tp_overlap import ub_overlaps
 from ..config.workspaces import Workspace
-from ..model.gpu.sm_share import dp_ctas
+from ..model.gpu.sm_share import dp_ctas, nccl_ub_path
 from ..model.gpu.tp_overlap import userbuffers_timed
 from ..model.memory import MemoryModel
 from ..model.params import short_table
@@ -192,7 +192,8 @@ def _parallel_info(problem: Problem) -> ParallelInfo:
         zero_stage=lay.zero_stage, micro_batches=lay.micro_batches, devices_per_node=lay.devices_per_node,
         overlap_all_to_all=lay.overlap_all_to_all, deepep=lay.deepep, allgather_dispatcher=lay.allgather_dispatcher,
         hybridep=lay.hybridep, dispatcher_sms=lay.dispatcher_sms,
-        nccl_ub=lay.nccl_ub, nvls=lay.nvls, ddp_bucket_params=lay.ddp_bucket_params,
+        nccl_ub=lay.nccl_ub, nvls=lay.nvls, nccl_ub_path=nccl_ub_path(problem) if problem.hardware.family == "gpu"
+        else "", ddp_bucket_params=lay.ddp_bucket_params,
         ddp_num_buckets=lay.ddp_num_buckets, microbatch_group=lay.microbatch_group,
         vocab_multiple=lay.vocab_multiple, dp_collective_ctas=dp_ctas(problem),
         cuda_graph_scope=list(lay.cuda_graph_scope),

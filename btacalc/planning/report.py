@@ -68,6 +68,8 @@ class ParallelInfo(BaseModel):
     nccl_ub: bool = Field(False, description="Megatron's nccl_ub with NCCL_CTA_POLICY=1: registered data-parallel "
                           "buffers (--use-nccl-ub)")
     nvls: bool = Field(False, description="NVLink SHARP on with nccl_ub (NCCL_NVLS_ENABLE=1)")
+    nccl_ub_path: str = Field("", description="with nccl_ub: the path NCCL takes for the data-parallel collectives "
+                              "(the NVLS path on fewer SMs, or the ring channels as without it and why); \"\" without")
     ddp_bucket_params: Optional[int] = Field(None, description="parameters per gradient bucket as given "
                                              "(--ddp-bucket-size; None: Megatron's default, max(4e7, 1e6 x DP x CP))")
     ddp_num_buckets: Optional[int] = Field(None, description="gradient buckets asked for (--ddp-num-buckets: "

@@ -255,6 +255,24 @@ def dp_collective_ctas(problem: Problem, collective: str) -> Any:
 DP_COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce")
 
 
+def nccl_ub_path(problem: Problem) -> str:
+    """What nccl_ub does in this plan, for the report (freshuser26: `--nccl-ub`, with or without `--nvls`, changed
+    nothing on a GB200 NVL72 rack and nothing said so): "" without nccl_ub; the NVLS path; else the ring channels as
+    without it, and the first of NCCL's conditions (module docstring; src/enqueue.cc L2152-2173) the plan misses."""
+    lay = problem.layout
+    if not lay.nccl_ub:
+        return ""
+    cc = _capability(problem)
+    why = ("NCCL_NVLS_ENABLE off (give --nvls)" if not lay.nvls
+           else "NVLS needs sm90 or later" if cc is None or cc < NVLS_MIN_CAPABILITY
+           else "the NVLink domain spans several hosts (MNNVL), where NCCL does not take it"
+           if _multi_node_nvlink(problem)
+           else "no data-parallel group" if lay.sharding_ranks <= 1
+           else "the data-parallel group leaves the NVLink domain" if not bool(_dp_in_domain(problem)) else "")
+    return ("NVLS path: all-gather and reduce-scatter on fewer SMs" if not why
+            else f"ring channels as without it: {why}")
+
+
 def dp_ctas(problem: Problem) -> dict[str, int]:
     """The CTAs of each data-parallel collective (`dp_collective_ctas`) of a GPU plan with DP > 1, for the
     report; empty otherwise."""
