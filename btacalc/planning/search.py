@@ -100,7 +100,8 @@ class SearchResult(BaseModel):
                              "the JSON so that it is reproducible)")
     best: Optional[PlanReport] = Field(None, description="the fastest fitting layout, planned exactly")
     ranking: list[LayoutRow] = Field(default_factory=list, description="the winner and the runners-up")
-    fastest_not_fitting: Optional[LayoutRow] = None
+    fastest_not_fitting: Optional[LayoutRow] = Field(None, description="the fastest timed layout that does not fit, if "
+                                                     "faster than the winner (`not_timed`: the ones not timed)")
     why: list[str] = Field(default_factory=list)
 
 
@@ -137,6 +138,10 @@ def search_layouts(model: ModelSpec, hardware: HardwareProfile, request: Executi
     overlaps = request.overlaps if request.tensor_parallel or fsdp1 else replace(request.overlaps, tp_comm=None)
     base = resolve_execution(request.with_changes(limits=replace(request.limits, global_batch=None, micro_batch=None),
                                                   micro_batches=None, stage_split=StageSplit(), overlaps=overlaps,
+                                                  # search33: the search chooses ETP (`expert_tensor_sizes`); the
+                                                  # default ETP = TP refused --tp 4 --ep 8 on 16 GPUs (ETP 1, 2 run)
+                                                  expert_tensor_parallel=request.expert_tensor_parallel
+                                                  or (1 if model.is_moe else None),
                                                   microbatch_group=None if chosen_vp else request.microbatch_group,
                                                   # hostile32 D3: a search ranks its own policies (`_policies`),
                                                   # not the profile's default, which FSDP2 may refuse (selective)
@@ -289,6 +294,8 @@ def _candidates(model: ModelSpec, hardware: HardwareProfile, request: ExecutionR
         # review19: a biased MoE model (GPT-OSS) only at ETP 1, which Megatron-Core requires (ModelSpec.biased_moe)
         etps = (request.expert_tensor_parallel,) if request.expert_tensor_parallel else \
             expert_tensor_sizes(model, tp)
+        overlap = replace(base.layout.overlap, p2p=_p2p(request, pp, vp),
+                          tp_comm=_tp_comm(request, tp, base.layout.overlap.tp_comm))
         for mb, ep, etp in itertools.product(mbs, eps, etps):
             if n % (dp * mb):
                 continue
@@ -296,8 +303,7 @@ def _candidates(model: ModelSpec, hardware: HardwareProfile, request: ExecutionR
                              virtual_pipeline=vp, context_parallel=cp, expert_parallel=ep, expert_tensor_parallel=etp,
                              micro_batches=n // (dp * mb), stage_split=request.stage_split,
                              microbatch_group=request.microbatch_group,  # one for all: `_stack` takes the first's
-                             overlap=replace(base.layout.overlap, p2p=_p2p(request, pp, vp),
-                                             tp_comm=_tp_comm(request, tp, base.layout.overlap.tp_comm)))
+                             overlap=overlap)
             try:
                 layout.validate(model, hardware, base.run.seq_len,
                                 model.mtp_layers if base.run.multi_token_prediction else 0)
