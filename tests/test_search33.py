@@ -13,6 +13,8 @@ rule allows, and each fitting one is a row of its ranking (at most six rows).
 
 from __future__ import annotations
 
+import pytest
+
 from btacalc.config.execution import BatchLimits, ExecutionRequest
 from btacalc.config.hardware import resolve_hardware
 from btacalc.config.presets import load_preset
@@ -106,3 +108,38 @@ def test_layouts_not_timed_do_not_fit_and_the_winner_is_the_fastest_of_all():
     usable = search._usable(model, hw, base, every)
     memory = search._memory(model, hw, base, every)
     assert all(memory[i] > usable[i] for i, c in enumerate(every) if id(c) not in kept)
+
+
+@pytest.mark.parametrize("run_id, dimension, value", [
+    # Llama 3.1 405B on 224 B200s (Google's GPU recipes): PP 14 divides 224 / (TP 4 x CP 2) = 28, and 126 layers = 14 x 9
+    ("llama-3.1-405b-b200-224-fp8-gpurecipes-a4", "pipeline_parallel", 14),
+    # BLOOM 176B on 384 A100s (BigScience): PP 12 divides 384 / TP 4 = 96; its 70 layers with the embedding and the
+    # loss counted as layers are 72 = 12 x 6 (Megatron's account-for split, the plan's own where 12 does not divide 70);
+    # no power-of-two PP leaves a DP dividing the global batch 2,048 (384 = 3 x 128): the fixed list found no layout
+    ("bloom-176b-a100-80gb-384-bf16-bigscience", "pipeline_parallel", 12),
+    # Qwen3-235B-A22B on 128 B200s (Megatron-LM's recipes): micro-batch 3 divides 3,072 / DP 16 = 192 sequences
+    ("qwen3-235b-a22b-b200-128-mxfp8-mlmrecipes", "micro_batch", 3),
+])
+def test_published_layouts_outside_the_fixed_lists_are_no_faster_than_the_searchs_winner(run_id, dimension, value):
+    # review32's check: the published layout, planned as Megatron runs it (whole micro-batches, no attention tiles),
+    # predicts some tokens/s; the search over a space that holds it must return one at least as fast
+    from dataclasses import replace
+
+    from btacalc.planning.measured import express
+    from btacalc.planning.plan import make_plan
+    from btacalc.planning.run_file import load_runs
+
+    run = next(r for r in load_runs() if r.id == run_id)
+    model, hw = run.model_spec(), resolve_hardware(run.hw)
+    request, _ = express(run)
+    given = request.limits.micro_batch if dimension == "micro_batch" else getattr(request, dimension)
+    assert given == value
+    report = make_plan(model, hw, request.with_changes(limits=replace(request.limits, tiles=1)), baselines=False)
+    assert report.plan.fits and report.throughput is not None
+    free = request.with_changes(tensor_parallel=None, pipeline_parallel=None, virtual_pipeline=None,
+                                context_parallel=None, expert_parallel=None, expert_tensor_parallel=None,
+                                sequence_parallel=None, recompute=None,
+                                limits=BatchLimits(global_batch=request.limits.global_batch))
+    found = search_layouts(model, hw, free)
+    assert found.best is not None and found.best.throughput is not None
+    assert found.best.throughput.tokens_per_s >= report.throughput.tokens_per_s * (1 - 1e-9)
