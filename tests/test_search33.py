@@ -111,7 +111,7 @@ def test_layouts_not_timed_do_not_fit_and_the_winner_is_the_fastest_of_all():
 
 
 @pytest.mark.parametrize("run_id, dimension, value", [
-    # Llama 3.1 405B on 224 B200s (Google's GPU recipes): PP 14 divides 224 / (TP 4 x CP 2) = 28, and 126 layers = 14 x 9
+    # Llama 3.1 405B on 224 B200s (Google's GPU recipes): PP 14 divides 224 / (TP 4 x CP 2) = 28; 126 layers = 14 x 9
     ("llama-3.1-405b-b200-224-fp8-gpurecipes-a4", "pipeline_parallel", 14),
     # BLOOM 176B on 384 A100s (BigScience): PP 12 divides 384 / TP 4 = 96; its 70 layers with the embedding and the
     # loss counted as layers are 72 = 12 x 6 (Megatron's account-for split, the plan's own where 12 does not divide 70);
