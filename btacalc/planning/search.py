@@ -44,11 +44,17 @@ from .plan import make_plan
 from .report import PlanReport
 
 SCHEMA_VERSION = 1
-SIZES = {"tensor_parallel": (1, 2, 4, 8), "pipeline_parallel": (1, 2, 4, 8, 16, 32),
-         "virtual_pipeline": (1, 2, 3, 4, 6, 8, 12), "context_parallel": (1, 2, 4, 8), "micro_batch": (1, 2, 4, 8)}
+# The fixed lists of the sizes not derived from a rule (`pipeline_sizes`, `micro_batch_sizes`, `expert_tensor_sizes`
+# and `_vp_choices` derive theirs); TP within an NVLink domain
+SIZES = {"tensor_parallel": (1, 2, 4, 8), "virtual_pipeline": (1, 2, 3, 4, 6, 8, 12), "context_parallel": (1, 2, 4, 8)}
 RECOMPUTE_CHOICES = ("none", "selective", "full")
 MOE_RECOMPUTE_CHOICES = ("layernorm,moe_act",)  # Megatron-Bridge's GPT-OSS recipes (perf_recipes/gpt_oss)
 RUNNERS_UP = 5
+# search33: the largest micro-batch, in tokens, a search tries above one sequence (`micro_batch_sizes`): 65,536, the
+# power of two above the largest published micro-batch of the measured set (btacalc/data/measured_runs.json:
+# llm-foundry's MPT-1B on 64 H100s, 20 x 2,048 = 40,960 tokens; the largest Megatron one 16,384, 4 x 4,096). A larger
+# one stores more activations (they grow with the micro-batch) and leaves fewer micro-batches to fill the pipeline
+MAX_MICRO_BATCH_TOKENS = 1 << 16
 
 
 class LayoutRow(BaseModel):
@@ -88,11 +94,14 @@ class SearchResult(BaseModel):
     seq_len: int
     candidates: int = Field(description="layouts that pass the layout rules, evaluated")
     fitting: int
+    not_timed: int = Field(0, description="layouts that do not fit and were not timed: a larger micro-batch of a "
+                           "layout and policy that does not fit at a smaller one (memory grows with the micro-batch)")
     elapsed_s: float = Field(exclude=True, description="wall time of the search (shown in the table; left out of "
                              "the JSON so that it is reproducible)")
     best: Optional[PlanReport] = Field(None, description="the fastest fitting layout, planned exactly")
     ranking: list[LayoutRow] = Field(default_factory=list, description="the winner and the runners-up")
-    fastest_not_fitting: Optional[LayoutRow] = None
+    fastest_not_fitting: Optional[LayoutRow] = Field(None, description="the fastest timed layout that does not fit, if "
+                                                     "faster than the winner (`not_timed`: the ones not timed)")
     why: list[str] = Field(default_factory=list)
 
 
@@ -129,6 +138,10 @@ def search_layouts(model: ModelSpec, hardware: HardwareProfile, request: Executi
     overlaps = request.overlaps if request.tensor_parallel or fsdp1 else replace(request.overlaps, tp_comm=None)
     base = resolve_execution(request.with_changes(limits=replace(request.limits, global_batch=None, micro_batch=None),
                                                   micro_batches=None, stage_split=StageSplit(), overlaps=overlaps,
+                                                  # search33: the search chooses ETP (`expert_tensor_sizes`); the
+                                                  # default ETP = TP refused --tp 4 --ep 8 on 16 GPUs (ETP 1, 2 run)
+                                                  expert_tensor_parallel=request.expert_tensor_parallel
+                                                  or (1 if model.is_moe else None),
                                                   microbatch_group=None if chosen_vp else request.microbatch_group,
                                                   # hostile32 D3: a search ranks its own policies (`_policies`),
                                                   # not the profile's default, which FSDP2 may refuse (selective)
@@ -146,11 +159,45 @@ def search_layouts(model: ModelSpec, hardware: HardwareProfile, request: Executi
         _refuse_async_tp_alone(model, hardware, request, base)
         raise BtacalcError(f"{{search}}: no layout of {request.devices} devices satisfies the layout rules for "
                            f"{{global_batch}} {n}")
-    return _result(model, hardware, request, base, n, _scored(model, hardware, base, candidates), start)
+    timed, memory, untimed = _untimed_dropped(model, hardware, base, candidates)
+    scores = _scored(model, hardware, base, timed, memory)
+    return _result(model, hardware, request, base, n, scores, start, (len(candidates), untimed))
 
 
 def _choices(given: Optional[int], name: str) -> tuple[int, ...]:
     return (given,) if given is not None else SIZES[name]
+
+
+def pipeline_sizes(devices: int, num_layers: int) -> tuple[int, ...]:
+    """The PP sizes a search tries (search33; a fixed 1-32 in powers of two before): every divisor of the devices
+    (Megatron-Core: TP·PP·CP divides the world, parallel_state.py L815-823 @ d98e8a64; the search checks TP·PP·CP
+    per layout) up to L + 2, the units a pipeline spreads (the decoder layers, the embedding and the loss: the
+    account-for flags' count, `config.pipeline.balanced_layout`): a larger PP leaves a stage empty. A PP that does
+    not divide L takes the plan's own uneven split (`config.pipeline.place`: the account-for flags, Megatron's
+    first/last stage sizes, or a layout string), the most even one, whose slowest stage sets the step."""
+    return tuple(d for d in divisors(devices) if d <= num_layers + 2)
+
+
+def micro_batch_sizes(per_replica: int, seq_len: int) -> tuple[int, ...]:
+    """The micro-batches a search tries (search33; {1, 2, 4, 8} before): every divisor of the sequences a data-parallel
+    replica takes per step, N / DP (Megatron-LM asserts the global batch a multiple of micro-batch x DP,
+    core/num_microbatches_calculator.py L381-386 @ d98e8a64), up to `MAX_MICRO_BATCH_TOKENS` tokens (see there)."""
+    return tuple(d for d in divisors(per_replica) if d == 1 or d * seq_len <= MAX_MICRO_BATCH_TOKENS)
+
+
+def expert_tensor_sizes(model: ModelSpec, tp: int) -> tuple[int, ...]:
+    """The ETP sizes a search tries beside TP `tp` (search33; {1, TP} before): the divisors of TP that divide the
+    expert width. Megatron-Core needs ETP x EP x PP to divide the world (parallel_state.py L872-884 @ d98e8a64;
+    `Layout.validate` checks it per layout) and ETP to divide the expert width (the expert linears split it with
+    `divide`, tensor_parallel/layers.py L1038, L1408, utils.py L590-599; `Layout.validate`), and ETP 1 where the
+    experts have biases (transformer_config.py L2612-2615, `ModelSpec.biased_moe`); a dense model has none above 1.
+    It accepts an ETP above TP too (nothing ties ETP to TP: it is TP only by default, parallel_state.py L871-872),
+    which the search leaves to --etp: no published layout takes one (the measured set; Megatron-Bridge's perf recipes
+    @ 067f987d set ETP 1 in all 65 places), and it would double the space (187,280 layouts instead of 108,800 for the
+    GB200 benchmark, 10.7 s of CPU instead of 7.0)."""
+    if not model.is_moe or model.biased_moe():
+        return (1,)
+    return tuple(d for d in divisors(tp) if model.ffn_size % d == 0)
 
 
 def _vp_choices(request: ExecutionRequest, layers: int, pp: int) -> tuple[int, ...]:
@@ -228,32 +275,35 @@ def _candidates(model: ModelSpec, hardware: HardwareProfile, request: ExecutionR
     devices = request.devices
     # hostile32 D1: the base's policy, parsed to canonical form (`core_attn` is `selective`); the raw text crashed
     policies = (base.run.recompute,) if request.recompute else _policies(model, base)
-    # review19: a biased MoE model (GPT-OSS) only at ETP 1, which Megatron-Core requires (ModelSpec.biased_moe)
-    etp_choices = model.is_moe and not model.biased_moe()
     eps = (request.expert_parallel,) if request.expert_parallel else \
         tuple(divisors(math.gcd(model.num_experts, devices))) if model.is_moe else (1,)  # bounded by the devices
+    pps = (request.pipeline_parallel,) if request.pipeline_parallel else pipeline_sizes(devices, model.num_layers)
     tps = _choices(request.tensor_parallel, "tensor_parallel")
-    pps = _choices(request.pipeline_parallel, "pipeline_parallel")
-    layouts = ((tp, pp, vp, cp, mb) for tp, pp in itertools.product(tps, pps)
+    layouts = ((tp, pp, vp, cp) for tp, pp in itertools.product(tps, pps)
                for vp in _vp_choices(request, model.num_layers, pp)
-               for cp, mb in itertools.product(_choices(request.context_parallel, "context_parallel"),
-                                               _choices(request.limits.micro_batch, "micro_batch")))
-    for tp, pp, vp, cp, mb in layouts:
+               for cp in _choices(request.context_parallel, "context_parallel"))
+    for tp, pp, vp, cp in layouts:
         if (devices % (tp * pp * cp) or tp > base.layout.devices_per_node or _async_tp_at_one(request, base, tp)
                 or _userbuffers_leave_domain(request, base, tp)):
             continue
         dp = devices // (tp * pp * cp)
-        if n % (dp * mb):
+        if n % dp:
             continue
-        etps = (request.expert_tensor_parallel,) if request.expert_tensor_parallel else tuple(sorted({1, tp})) \
-            if etp_choices else (1,)
-        for ep, etp in itertools.product(eps, etps):
+        mbs = (request.limits.micro_batch,) if request.limits.micro_batch else \
+            micro_batch_sizes(n // dp, base.run.seq_len)
+        # review19: a biased MoE model (GPT-OSS) only at ETP 1, which Megatron-Core requires (ModelSpec.biased_moe)
+        etps = (request.expert_tensor_parallel,) if request.expert_tensor_parallel else \
+            expert_tensor_sizes(model, tp)
+        overlap = replace(base.layout.overlap, p2p=_p2p(request, pp, vp),
+                          tp_comm=_tp_comm(request, tp, base.layout.overlap.tp_comm))
+        for mb, ep, etp in itertools.product(mbs, eps, etps):
+            if n % (dp * mb):
+                continue
             layout = replace(base.layout, tensor_parallel=tp, sequence_parallel=tp > 1, pipeline_parallel=pp,
                              virtual_pipeline=vp, context_parallel=cp, expert_parallel=ep, expert_tensor_parallel=etp,
                              micro_batches=n // (dp * mb), stage_split=request.stage_split,
                              microbatch_group=request.microbatch_group,  # one for all: `_stack` takes the first's
-                             overlap=replace(base.layout.overlap, p2p=_p2p(request, pp, vp),
-                                             tp_comm=_tp_comm(request, tp, base.layout.overlap.tp_comm)))
+                             overlap=overlap)
             try:
                 layout.validate(model, hardware, base.run.seq_len,
                                 model.mtp_layers if base.run.multi_token_prediction else 0)
@@ -309,7 +359,32 @@ class _Scores:
 SIMULATED_AT_ONCE = 32
 
 
-def _scored(model: ModelSpec, hardware: HardwareProfile, base: Execution, candidates: list[_Candidate]) -> _Scores:
+def _untimed_dropped(model: ModelSpec, hardware: HardwareProfile, base: Execution,
+                     candidates: list[_Candidate]) -> tuple[list[_Candidate], np.ndarray, int]:
+    """search33: the candidates to time, their bytes, and how many are not timed. Every candidate's memory is
+    evaluated first (`_memory`, about a fifth of a timing's cost); every one that fits is timed, and of those that do
+    not, the smallest micro-batch of each layout and policy, which can name the fastest layout that does not fit. The
+    larger micro-batches of a layout and policy that does not fit, which then do not fit either (the stored
+    activations and working sets are per sequence: memory grows with the micro-batch), are not timed: the divisor
+    micro-batches made them most of the space."""
+    memory = _memory(model, hardware, base, candidates)
+    fits = memory <= _usable(model, hardware, base, candidates)
+    seen: set[tuple[Any, ...]] = set()
+    keep = []
+    for i, c in enumerate(candidates):  # `_candidates` yields a layout's micro-batches in ascending order
+        lay = c.layout
+        key = (lay.tensor_parallel, lay.pipeline_parallel, lay.virtual_pipeline, lay.context_parallel,
+               lay.expert_parallel, lay.expert_tensor_parallel, c.recompute)
+        if not fits[i]:
+            if key in seen:
+                continue
+            seen.add(key)
+        keep.append(i)
+    return [candidates[i] for i in keep], memory[keep], len(candidates) - len(keep)
+
+
+def _scored(model: ModelSpec, hardware: HardwareProfile, base: Execution, candidates: list[_Candidate],
+            memory: Optional[np.ndarray] = None) -> _Scores:
     """Every candidate's memory and step time, the step with its pipeline schedule simulated (gpu/schedule.py)
     where that can change what the search shows. The step without the bubble is a lower bound of the step
     (`gpu_step_time`, schedule off), so its tokens/s an upper bound: every candidate is scored by it first,
@@ -318,7 +393,7 @@ def _scored(model: ModelSpec, hardware: HardwareProfile, base: Execution, candid
     simulated candidate, fitting or not: a candidate left at its bound cannot enter the ranking or be the
     fastest that does not fit (a bound equal to the slowest row is simulated too: left at its bound it would
     tie that row and, listed first, could take its place; review23)."""
-    scores = _evaluate(model, hardware, base, candidates, schedule=False)
+    scores = _evaluate(model, hardware, base, candidates, schedule=False, memory=memory)
     usable = _usable(model, hardware, base, scores.candidates)
     fits = scores.memory <= usable
     bound = scores.tokens.copy()
@@ -345,33 +420,56 @@ def _scored(model: ModelSpec, hardware: HardwareProfile, base: Execution, candid
         batch *= 2
 
 
-def _evaluate(model: ModelSpec, hardware: HardwareProfile, base: Execution, candidates: list[_Candidate],
-              schedule: bool = True) -> _Scores:
-    """Every candidate's memory and step time, one vectorised evaluation per recomputation policy (without
-    `schedule`, the step's lower bound: `gpu_step_time`)."""
-    order: list[_Candidate] = []
-    parts: dict[str, list[np.ndarray]] = {}
-    # one evaluation per policy and all-to-all overlap (`_runnable_a2a`: a Layout's other overlaps are one for all);
-    # under a block recompute also per PP x VP, whose chunks decide which layers recompute (Problem.stored_layers)
+def _groups(model: ModelSpec, hardware: HardwareProfile, base: Execution,
+            candidates: list[_Candidate]) -> Iterator[tuple[list[_Candidate], Problem]]:
+    """The candidates in groups evaluated at once, each with its Problem (a Layout of arrays, `_stack`): one per
+    policy and all-to-all overlap (`_runnable_a2a`: a Layout's other overlaps are one for all); under a block
+    recompute also per PP x VP, whose chunks decide which layers recompute (Problem.stored_layers)."""
     def key(c: _Candidate) -> tuple[Any, ...]:
         pipe = (c.layout.pipeline_parallel, c.layout.virtual_pipeline) if base.run.recompute_layers else ()
         # userbuffers, async TP: the TP overlap runs on a candidate's TP > 1 only (one value per stacked layout)
         # and under PyTorch's FSDP TP 1 apart from TP > 1, DTensor's TP plan (Problem.features dtensor_tp)
         # review32: the per-stage sums loop over the largest VP of a group (gpu/stages.py), so the deep interleavings
         # (VP above the fixed list's 12, `_vp_choices`) are evaluated apart, not making every candidate loop to 48
+        # search33: and so do the per-stage loops over the largest PP, so PPs are grouped by their bit length
+        # (1, 2-3, 4-7, ...): the divisor PPs up to L + 2 (64 for 94 layers on 256 GPUs) made every candidate loop to 64
         return (c.recompute, c.layout.overlap.all_to_all, c.layout.userbuffers, c.layout.async_tp,
-                c.layout.dtensor_tp, c.layout.virtual_pipeline > max(SIZES["virtual_pipeline"]), *pipe)
-    for group_key in dict.fromkeys(key(c) for c in candidates):
-        policy = group_key[0]
-        group = [c for c in candidates if key(c) == group_key]
+                c.layout.dtensor_tp, c.layout.virtual_pipeline > max(SIZES["virtual_pipeline"]),
+                c.layout.pipeline_parallel.bit_length(), *pipe)
+    groups: dict[tuple[Any, ...], list[_Candidate]] = {}
+    for c in candidates:  # search33: one pass (each group's filter over every candidate was a fifth of the search)
+        groups.setdefault(key(c), []).append(c)
+    for group_key, group in groups.items():
         layout = _stack([c.layout for c in group])
-        problem = Problem(model, hardware, Execution(replace(base.run, recompute=policy), layout, BatchLimits()))
+        yield group, Problem(model, hardware, Execution(replace(base.run, recompute=group_key[0]), layout,
+                                                        BatchLimits()))
+
+
+def _memory(model: ModelSpec, hardware: HardwareProfile, base: Execution, candidates: list[_Candidate]) -> np.ndarray:
+    """Every candidate's worst-stage bytes, in the order given."""
+    at = {id(c): i for i, c in enumerate(candidates)}
+    out = np.zeros(len(candidates))
+    for group, problem in _groups(model, hardware, base, candidates):
+        mb = np.array([c.micro_batch for c in group])
+        out[[at[id(c)] for c in group]] = np.broadcast_to(GpuMemory(problem).total(np.ones_like(mb), mb), mb.shape)
+    return out
+
+
+def _evaluate(model: ModelSpec, hardware: HardwareProfile, base: Execution, candidates: list[_Candidate],
+              schedule: bool = True, memory: Optional[np.ndarray] = None) -> _Scores:
+    """Every candidate's memory and step time, one vectorised evaluation per group (`_groups`; without `schedule`,
+    the step's lower bound: `gpu_step_time`); `memory`: the candidates' bytes, known (`_memory`), in their order."""
+    order: list[_Candidate] = []
+    parts: dict[str, list[np.ndarray]] = {}
+    at = {id(c): i for i, c in enumerate(candidates)}
+    for group, problem in _groups(model, hardware, base, candidates):
         mb = np.array([c.micro_batch for c in group])
         ones = np.ones_like(mb)
         st = gpu_step_time(problem, ones, mb, schedule=schedule)
-        m = layout.micro_batches
+        m = problem.layout.micro_batches
         d = st.details
-        values = {"memory": GpuMemory(problem).total(ones, mb), "step": st.step_time_s, "tokens": st.tokens_per_s,
+        values = {"memory": GpuMemory(problem).total(ones, mb) if memory is None else
+                  memory[[at[id(c)] for c in group]], "step": st.step_time_s, "tokens": st.tokens_per_s,
                   "mfu": st.mfu, **{f"term:{k}": v * m for k, v in d["terms"].items()},
                   "term:pipeline_bubble": d["bubble_s"], "term:data_parallel_sync": d["sync_s"]}
         for k, v in values.items():
@@ -392,12 +490,13 @@ def _stack(layouts: list[Layout]) -> Layout:
 
 
 def _result(model: ModelSpec, hardware: HardwareProfile, request: ExecutionRequest, base: Execution, n: int,
-            scores: _Scores, start: float) -> SearchResult:
+            scores: _Scores, start: float, counts: tuple[int, int]) -> SearchResult:
+    """`counts`: the layouts evaluated and how many of them (not fitting) were not timed (`_untimed_dropped`)."""
     usable = _usable(model, hardware, base, scores.candidates)
     fits = scores.memory <= usable
     result = SearchResult(model=model.name, hardware=hardware.name, devices=request.devices, global_batch=n,
-                          seq_len=base.run.seq_len, candidates=len(scores.candidates), fitting=int(fits.sum()),
-                          elapsed_s=0.0)
+                          seq_len=base.run.seq_len, candidates=counts[0], fitting=int(fits.sum()),
+                          not_timed=counts[1], elapsed_s=0.0)
     by_speed = np.argsort(-scores.tokens, kind="stable")
     fitting = [int(i) for i in by_speed if fits[i]]
     best_fit = scores.tokens[fitting[0]] if fitting else 0.0
@@ -405,14 +504,14 @@ def _result(model: ModelSpec, hardware: HardwareProfile, request: ExecutionReque
     if faster:
         result.fastest_not_fitting = scores.row(faster[0], int(usable[faster[0]]))
     if not fitting:
-        result.why = [f"none of the {len(scores.candidates):,} layouts fits in {usable.max() / 1e9:.1f} GB per device",
+        result.why = [f"none of the {counts[0]:,} layouts fits in {usable.max() / 1e9:.1f} GB per device",
                       "the same command without --search lists what would fit (a device count, ZeRO-3, recomputation), "
                       "each change checked to fit"]
     else:
         ranking = _distinct(scores, fitting, usable)
         result.ranking = ranking
         result.best = make_plan(model, hardware, _request_of(request, ranking[0], n))
-        result.why = _why(ranking, result.fastest_not_fitting, int(usable[faster[0]]) if faster else 0)
+        result.why = _why(ranking, result.fastest_not_fitting, int(usable[faster[0]]) if faster else 0, counts[1])
     result.elapsed_s = time.perf_counter() - start
     return result
 
@@ -460,7 +559,7 @@ def _request_of(request: ExecutionRequest, row: LayoutRow, n: int) -> ExecutionR
 TIE = 0.005
 
 
-def _why(ranking: list[LayoutRow], faster: Optional[LayoutRow], faster_usable: int) -> list[str]:
+def _why(ranking: list[LayoutRow], faster: Optional[LayoutRow], faster_usable: int, not_timed: int = 0) -> list[str]:
     """What the winner saves against the first clearly slower runner-up, the ties (and what ranked the winner first
     among them), and the fastest layout that does not fit (what binds: memory), or that none is faster."""
     best, out = ranking[0], []
@@ -480,8 +579,13 @@ def _why(ranking: list[LayoutRow], faster: Optional[LayoutRow], faster_usable: i
     if faster is not None:
         out.append(f"{faster.label()} would be {100 * (faster.tokens_per_s / best.tokens_per_s - 1):.1f}% faster but "
                    f"needs {faster.memory_bytes / 1e9:.1f} GB of {faster_usable / 1e9:.1f} GB usable")
+    elif not_timed:  # search33: a larger micro-batch that does not fit, not timed, may be faster
+        out.append("no layout timed is faster, fitting or not: memory does not bind it among them")
     else:
         out.append("no layout of the space is faster, fitting or not: memory does not bind it")
+    if not_timed:
+        out.append(f"{not_timed:,} layouts that do not fit were not timed: larger micro-batches of a layout and policy "
+                   "that does not fit at a smaller one")
     return out
 
 
