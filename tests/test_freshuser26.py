@@ -161,3 +161,22 @@ def test_nccl_ub_says_which_path_nccl_takes(cli, hw, devices, flags, path):
     code, out, err = cli(*run, *flags)
     assert code == 0, err
     assert "nccl_ub:" in " ".join(out.split())
+
+
+def test_search_tie_line_states_memory_used_by_the_tie_and_the_winner(cli):
+    """freshuser26 (left item, fixed by the lead): the search's tie line named the tie with the most memory headroom
+    'at 77.8 GB', which reads as headroom; it is the memory that layout uses. The line now says 'using X GB per device
+    against the winner's Y GB', X and Y the ranking rows' own memory_bytes / 1e9 (the tie: the least memory among the
+    layouts within 0.5% of the winner's tokens/s)."""
+    code, out, err = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16", "--global-batch",
+                         "256", "--search", "--json")
+    assert code == 0, err
+    found = json.loads(out)
+    ranking = found["ranking"]
+    best = ranking[0]
+    ties = [r for r in ranking[1:] if r["tokens_per_s"] >= 0.995 * best["tokens_per_s"]]
+    roomy = min(ties, key=lambda r: r["memory_bytes"])
+    assert roomy["memory_bytes"] < best["memory_bytes"]
+    line = next(w for w in found["why"] if "runner-up" in w)
+    assert (f"using {roomy['memory_bytes'] / 1e9:.1f} GB per device against the winner's "
+            f"{best['memory_bytes'] / 1e9:.1f} GB") in line

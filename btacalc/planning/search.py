@@ -571,7 +571,9 @@ def _why(ranking: list[LayoutRow], faster: Optional[LayoutRow], faster_usable: i
         out.append(f"{len(ties)} runner-up(s) within {100 * TIE:.1f}% of it (e.g. {ties[0].label()}): equivalent "
                    "choices by this model; it ranks first by predicted tokens/s alone, "
                    f"{100 * (best.tokens_per_s / ties[0].tokens_per_s - 1):.2f}% ahead"
-                   + (f"; the most memory headroom among them: {roomy.label()} at {roomy.memory_bytes / 1e9:.1f} GB"
+                   # freshuser26: "at 144.4 GB" read as headroom; it is the memory the tie uses
+                   + (f"; the most memory headroom among them: {roomy.label()}, using {roomy.memory_bytes / 1e9:.1f} "
+                      f"GB per device against the winner's {best.memory_bytes / 1e9:.1f} GB"
                       if roomy.memory_bytes < best.memory_bytes else ""))
     slower = next((r for r in ranking[1:] if r.tokens_per_s < (1 - TIE) * best.tokens_per_s), None)
     if slower is not None:
