@@ -457,9 +457,9 @@ class ModelSpec(BaseModel):
         turned = rotary_dimensions(self.head_dim, share)
         if share == 1 and turned % 2:
             raise ValueError(f"head_dim {self.head_dim} is odd and the rotary embedding turns every dimension of each "
-                             "head: RoPE turns pairs (Hugging Face and Megatron-Core build ceil(d / 2) frequencies, d + 1 "
-                             "values against d dimensions), so give an even head_dim or a rotary share that turns an "
-                             "even number of dimensions")
+                             "head: RoPE turns pairs (Hugging Face and Megatron-Core build ceil(d / 2) frequencies, "
+                             "d + 1 values against d dimensions), so give an even head_dim or a rotary share that "
+                             "turns an even number of dimensions")
         if turned < 2 or turned % 2:
             raise ValueError(f"numerics rotary_percent {share!r} (--rotary-percent, model.rotary_percent) of head_dim "
                              f"{self.head_dim} turns {turned} dimensions of each head: RoPE turns pairs, so give an "
