@@ -117,3 +117,14 @@ def test_the_odd_share_error_suggests_a_share_megatron_reads_as_its_count(cli, t
     flat = " ".join(err.split())
     share, count = re.search(r"e\.g\. (\S+) for (\d+)\)", flat).groups()
     assert int(128 * float(share)) == int(count) == 64
+
+
+def test_the_codec_mixed_defaults_are_the_dataclass_defaults():
+    """bridge_codec.BRIDGE_MIXED_DEFAULTS (the fields of a mixed_precision section without a preset name) is a second,
+    hand-written copy of MixedPrecisionConfig's defaults, which test_bridgemp's check of the codec constants leaves
+    out: each is the default the tool read from Megatron-Bridge's source (btacalc/data/bridge_mixed_precision.toml)."""
+    from btacalc.config.bridge_codec import BRIDGE_MIXED_DEFAULTS
+    from btacalc.config.bridge_mixed import bridge_mixed_presets, source_value
+
+    fields = bridge_mixed_presets().fields
+    assert {k: source_value(fields[k].default) for k in BRIDGE_MIXED_DEFAULTS} == BRIDGE_MIXED_DEFAULTS
