@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional
 
 from ..paths import read_input
 from ..errors import BtacalcError, clean_text
-from .model import GPT_OSS_GLU_CLAMP, ModelSpec, every_nth, validate_model
+from .model import GPT_OSS_GLU_CLAMP, ModelSpec, every_nth, rotary_dimensions, rotary_share, validate_model
 from .text import input_kind
 
 # Counts and sizes beyond this are not a model: the arithmetic (Python ints, numpy int64 in sweeps) and
@@ -606,7 +606,7 @@ def _numerics(c: _Config, spec: dict[str, Any]) -> dict[str, Any]:
         out["rotary_percent"] = c.number("partial_rotary_factor", 1.0)
         read.append("partial_rotary_factor")
     elif rope and c.model_type == "gptj" and c.raw.get("rotary_dim") is not None:
-        out["rotary_percent"] = c.integer("rotary_dim") / spec["head_dim"]
+        out["rotary_percent"] = rotary_share(c.integer("rotary_dim"), spec["head_dim"])  # a count: review33
         read.append("rotary_dim / head_dim")
     if rope and out.get("rotary_percent", 1) != 1:
         _check_rotary_dimensions(c, spec["head_dim"], out["rotary_percent"])
@@ -623,8 +623,6 @@ def _check_rotary_dimensions(c: _Config, head_dim: int, share: float) -> None:
     GPT-J's rotary_dim) are pairs: an odd count fails in transformers (modeling_gptj.py apply_rotary_pos_emb @
     00b676f8 repeats each of ceil(n / 2) frequencies twice: n + 1 against n), none is no rotary embedding. Refused
     naming the key it was read from (ModelSpec._check_rotary_share states the rule for every source)."""
-    from .model import rotary_dimensions
-
     turned = rotary_dimensions(head_dim, share)
     if turned >= 2 and turned % 2 == 0:
         return

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional
 from pydantic import ValidationError
 
 from ..errors import BtacalcError
-from .model import GPT_OSS_GLU_CLAMP, GPT_OSS_GLU_OFFSET, MEGATRON_LINEAR_BIASES, Numerics, every_nth, rotary_dimensions
+from .model import GPT_OSS_GLU_CLAMP, GPT_OSS_GLU_OFFSET, MEGATRON_LINEAR_BIASES, Numerics, every_nth
 from .megatron_launch import ArgumentValueError, integer, list_expression, pattern, real, refuse_bridge_text
 from .megatron_rows import Args, Fields, Get, Row, attention_backend, choice, optional_int, same, switch, truth
 from .text import cut
@@ -675,16 +675,6 @@ IMPLIED_NUMERICS = ("rope_theta", "norm_eps", "init_std")
 ROPE_SCALING_SWITCH = "use_rope_scaling"
 
 
-def _turning_share(head_dim: int, share: float) -> float:
-    """`share` of `head_dim`, raised by the least step floating point has until Megatron-Core's
-    int(kv_channels x rotary_percent) (rotary_pos_embedding.py L72-74 @ d98e8a64) gives the model's dimensions.
-    hostile41: GPT-J's rotary_dim 30 of head_dim 44 was written 0.6818181818181818, which Megatron reads as 29."""
-    turned = rotary_dimensions(head_dim, share)
-    while int(head_dim * share) < turned:
-        share = math.nextafter(share, 2.0)
-    return share
-
-
 def _enc_numerics(f: Fields) -> Args:
     numerics = f.get("model.numerics") or {}
     out: Args = {}
@@ -698,8 +688,8 @@ def _enc_numerics(f: Fields) -> Args:
             value = int(value)
         if field == "rotary_percent" and value == 1:
             continue  # the whole head: Megatron's default
-        if field == "rotary_percent" and f.get("model.mla") is None:
-            value = _turning_share(f["model.head_dim"], value)
+        # otherwise the share as stored: Megatron truncates it as btacalc does (model.rotary_dimensions; a count such
+        # as GPT-J's rotary_dim is stored as model.rotary_share, hostile41 D2)
         if field == "rope_scaling_factor":
             if value == 1 or f.get("model.mla") is not None:
                 continue

@@ -4,6 +4,7 @@ Loading presets and Hugging Face ``config.json`` files is in `btacalc.config.pre
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Collection, Literal, Optional
 
@@ -115,13 +116,22 @@ class YarnScaling(BaseModel):
 
 def rotary_dimensions(head_dim: int, share: float) -> int:
     """The dimensions of each head the rotary embedding turns at `share` of `head_dim`: Megatron-Core's
-    int(kv_channels x rotary_percent) (rotary_pos_embedding.py L72-74 @ d98e8a64), Hugging Face's
-    int(head_dim x partial_rotary_factor) (modeling_rope_utils.py _compute_default_rope_parameters @ 0044e3b3); a share
-    written from a whole count (GPT-J's rotary_dim / head_dim) that floating point puts a hair below it is that count
-    (44 x (30 / 44) is 29.999...)."""
-    exact = head_dim * share
-    near = round(exact)
-    return int(near) if abs(exact - near) <= 1e-9 * max(1.0, exact) else int(exact)
+    int(kv_channels x rotary_percent) (rotary_pos_embedding.py L72-74 @ d98e8a64) and Hugging Face's
+    int(head_dim x partial_rotary_factor) (modeling_rope_utils.py _compute_default_rope_parameters @ 0044e3b3), one
+    truncation. review33: a share a hair below a whole count was read as that count, so 0.7 of head_dim 90 (62.99...,
+    which both turn as 62) was refused as 63, and 0.7 of 180 (125 in both) was written 0.7000000000000001 (126). A
+    count given as such (GPT-J's rotary_dim) is stored as `rotary_share`."""
+    return int(head_dim * share)
+
+
+def rotary_share(turned: int, head_dim: int) -> float:
+    """The share of `head_dim` whose truncation (`rotary_dimensions`) gives `turned`: turned / head_dim, raised by
+    floating point's least step while it truncates short (hostile41 D2: GPT-J's rotary_dim 30 of head_dim 44 as
+    30 / 44, which Megatron-Core reads as 29)."""
+    share = turned / head_dim
+    while int(head_dim * share) < turned:
+        share = math.nextafter(share, 2.0)
+    return share
 
 
 class Numerics(BaseModel):
@@ -457,14 +467,15 @@ class ModelSpec(BaseModel):
         turned = rotary_dimensions(self.head_dim, share)
         if share == 1 and turned % 2:
             raise ValueError(f"head_dim {self.head_dim} is odd and the rotary embedding turns every dimension of each "
-                             "head: RoPE turns pairs (Hugging Face and Megatron-Core build ceil(d / 2) frequencies, d + 1 "
-                             "values against d dimensions), so give an even head_dim or a rotary share that turns an "
-                             "even number of dimensions")
+                             "head: RoPE turns pairs (Hugging Face and Megatron-Core build ceil(d / 2) frequencies, "
+                             "d + 1 values against d dimensions), so give an even head_dim or a rotary share that "
+                             "turns an even number of dimensions")
+        even = max(2, turned - turned % 2)
         if turned < 2 or turned % 2:
             raise ValueError(f"numerics rotary_percent {share!r} (--rotary-percent, model.rotary_percent) of head_dim "
-                             f"{self.head_dim} turns {turned} dimensions of each head: RoPE turns pairs, so give an "
-                             f"even number of at least 2 (a share of k x 2 / {self.head_dim}, "
-                             f"k = 1..{self.head_dim // 2})")
+                             f"{self.head_dim} turns {turned} dimensions of each head (int({self.head_dim} x "
+                             f"{share!r})): RoPE turns pairs, so give an even number of at least 2 (e.g. "
+                             f"{rotary_share(even, self.head_dim)!r} for {even})")
 
     @property
     def is_moe(self) -> bool:

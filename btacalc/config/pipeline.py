@@ -229,13 +229,14 @@ def _first_last_counts(num_layers: int, pp: int, vp: int, split: StageSplit) -> 
     if middle_layers < 0:
         raise BtacalcError(f"{{first_stage_layers}}/{{last_stage_layers}} {first or 0} + {last or 0} exceed the model's "
                            f"{num_layers} layers")
-    if bool(middle_layers) != bool(middle_stages):
-        raise BtacalcError(f"{{first_stage_layers}}/{{last_stage_layers}} leave {middle_layers} layer(s) for "
-                           f"{middle_stages} middle stage(s) of {{pipeline_parallel}} {pp}: a stage would be empty, or "
-                           "layers would have no stage")
     # hostile41: with one of the two given, the stages left include the last (or the first), not only middle ones
+    # (review33: in both errors below)
     others = "middle stage(s)" if first is not None and last is not None else \
         f"other stage(s) (the {'last' if first is not None else 'first'} among them)"
+    if bool(middle_layers) != bool(middle_stages):
+        raise BtacalcError(f"{{first_stage_layers}}/{{last_stage_layers}} leave {middle_layers} layer(s) for "
+                           f"{middle_stages} {others} of {{pipeline_parallel}} {pp}: a stage would be empty, or "
+                           "layers would have no stage")
     per = middle_layers // middle_stages if middle_stages else 0
     if middle_stages and (middle_layers % middle_stages or per % vp):
         raise BtacalcError(f"{{first_stage_layers}}/{{last_stage_layers}} leave {middle_layers} layers, which do not "

@@ -333,7 +333,9 @@ class PhaseTimes:
     """A plan's step time as its phase rows show it: each phase's time in one layer of a kind (or once outside
     the layers) and its GEMMs, keyed (layer kind, phase) with "" the kind of the phases outside the layers."""
 
-    per_layer: dict[tuple[str, str], Any]  # the wafer model's own time of a phase in one layer of a kind
+    # a phase's time in one layer of a kind: the wafer model's own, and a GPU plan's per micro-batch (each kind's
+    # own part, gpu/timing.py `_kind_phase_times`, freshuser26)
+    per_layer: dict[tuple[str, str], Any]
     phase_time: dict[str, Any]  # a phase's time in the step (the GPU critical stage's)
     repeats: Optional[dict[str, Any]]  # the layers the critical stage repeats a phase in (None: the kind's count)
     gemms: dict[tuple[str, str], list[GemmShape]]
@@ -344,8 +346,8 @@ class PhaseTimes:
         return cls(best.kind_phase_time_s, best.phase_time_s, best.phase_repeats, gemms)
 
     def in_layer(self, kind_name: str, count: int, phase: str) -> float:
-        """A phase's time in one layer of a kind: the wafer model's own, or the GPU critical stage's time over
-        the layers it repeats in."""
+        """A phase's time in one layer of a kind: the time model's own (`per_layer`), else (a phase it lacks) the
+        critical stage's time in the step over the layers it repeats in."""
         if (kind_name, phase) in self.per_layer:
             return float(self.per_layer[(kind_name, phase)])
         return self._over(phase, count)

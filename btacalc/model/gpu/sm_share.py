@@ -233,12 +233,23 @@ def _multi_node_nvlink(problem: Problem) -> bool:
     return per_host is not None and per_host < problem.layout.devices_per_node
 
 
+def _nvls_missed(problem: Problem) -> str:
+    """The first of NCCL's conditions for the NVLS path of registered buffers (NVLS on, sm90+, no MNNVL: module
+    docstring) the plan misses, "" for none: one list for the clock (`nvls_ub_applies`) and the report
+    (`nccl_ub_path`)."""
+    cc = _capability(problem)
+    if not problem.layout.nvls:
+        return "NCCL_NVLS_ENABLE off (give --nvls)"
+    if cc is None or cc < NVLS_MIN_CAPABILITY:
+        return "NVLS needs sm90 or later"
+    if _multi_node_nvlink(problem):
+        return "the NVLink domain spans several hosts (MNNVL), where NCCL does not take it"
+    return ""
+
+
 def nvls_ub_applies(problem: Problem) -> bool:
     """Whether the layout's nccl_ub takes NCCL's NVLS path (registered buffers, NVLS on, sm90+, no MNNVL)."""
-    lay = problem.layout
-    cc = _capability(problem)
-    return (lay.nccl_ub and lay.nvls and cc is not None and cc >= NVLS_MIN_CAPABILITY
-            and not _multi_node_nvlink(problem))
+    return bool(problem.layout.nccl_ub) and not _nvls_missed(problem)
 
 
 def dp_collective_ctas(problem: Problem, collective: str) -> Any:
@@ -258,17 +269,18 @@ DP_COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce")
 def nccl_ub_path(problem: Problem) -> str:
     """What nccl_ub does in this plan, for the report (freshuser26: `--nccl-ub`, with or without `--nvls`, changed
     nothing on a GB200 NVL72 rack and nothing said so): "" without nccl_ub; the NVLS path; else the ring channels as
-    without it, and the first of NCCL's conditions (module docstring; src/enqueue.cc L2152-2173) the plan misses."""
+    without it, and why: no data-parallel group, ZeRO 0 (the gradients are all-reduced, and the NVLS path takes the
+    all-gather and reduce-scatter only: `dp_step_sm_share`; review33: it was said to take the NVLS path, the clock
+    unchanged), the first of NCCL's conditions the plan misses (`_nvls_missed`; src/enqueue.cc L2152-2173), or the
+    data-parallel group leaving the NVLink domain (`dp_collective_ctas`)."""
     lay = problem.layout
     if not lay.nccl_ub:
         return ""
-    cc = _capability(problem)
-    why = ("NCCL_NVLS_ENABLE off (give --nvls)" if not lay.nvls
-           else "NVLS needs sm90 or later" if cc is None or cc < NVLS_MIN_CAPABILITY
-           else "the NVLink domain spans several hosts (MNNVL), where NCCL does not take it"
-           if _multi_node_nvlink(problem)
-           else "no data-parallel group" if lay.sharding_ranks <= 1
-           else "the data-parallel group leaves the NVLink domain" if not bool(_dp_in_domain(problem)) else "")
+    why = ("no data-parallel group" if lay.sharding_ranks <= 1
+           else "ZeRO 0 all-reduces the gradients (no distributed optimizer), and an all-reduce keeps the ring"
+           if lay.zero_stage == 0
+           else _nvls_missed(problem)
+           or ("the data-parallel group leaves the NVLink domain" if not bool(_dp_in_domain(problem)) else ""))
     return ("NVLS path: all-gather and reduce-scatter on fewer SMs" if not why
             else f"ring channels as without it: {why}")
 
