@@ -222,3 +222,30 @@ def test_uneven_stage_error_names_the_stages_that_are_left(cli, given, fragment)
     code, out, err = cli("plan", "--model", "llama-3-8b", "--hw", "h100", "--devices", "8", "--pp", "4", *given)
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
     assert fragment in err
+
+
+def _transformers5(config: dict, factor: float) -> dict:
+    """The config as transformers 5 writes it: rope_theta and partial_rotary_factor inside rope_parameters (a
+    Qwen3.5-style config.json), none at the top level."""
+    out = {k: v for k, v in config.items() if k not in ("rope_theta", "partial_rotary_factor", "rope_scaling")}
+    out["rope_parameters"] = {"rope_type": "default", "rope_theta": config["rope_theta"],
+                              "partial_rotary_factor": factor}
+    return out
+
+
+def test_a_transformers_5_partial_rotary_factor_is_read_from_rope_parameters(cli, tmp_path):
+    """review33's left item (the lead): a partial_rotary_factor inside transformers 5's rope_parameters was not read,
+    so the model was planned and emitted turning every dimension: int(128 x 0.25) = 32 of Qwen3's 128 (a share
+    Megatron-Core reads back as the same 32: int(128 x 0.25))."""
+    path = _write(tmp_path, "v5.json", _transformers5(QWEN3, 0.25))
+    code, out, err = cli("plan", "--model", path, "--hw", "h100", "--devices", "8", "--emit", "megatron")
+    assert code in (0, 1), err
+    assert "--rotary-percent 0.25" in out
+    assert int(128 * 0.25) == 32
+
+
+def test_an_odd_transformers_5_share_is_refused_by_its_key(cli, tmp_path):
+    path = _write(tmp_path, "odd.json", _transformers5(QWEN3, 65 / 128))
+    code, out, err = cli("plan", "--model", path, "--hw", "h100", "--devices", "8")
+    one_line_error(code, out, err, "rope_parameters.partial_rotary_factor = ")
+    assert "= 65 of head_dim 128" in err

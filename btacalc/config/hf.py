@@ -605,11 +605,17 @@ def _numerics(c: _Config, spec: dict[str, Any]) -> dict[str, Any]:
     if rope and c.raw.get("partial_rotary_factor") is not None:
         out["rotary_percent"] = c.number("partial_rotary_factor", 1.0)
         read.append("partial_rotary_factor")
+    elif rope and nested is not None and nested.raw.get("partial_rotary_factor") is not None:
+        # review33: transformers 5 writes it in rope_parameters too, as the rope_theta above (a Qwen3.5-style config
+        # of that form read as turning every dimension; Megatron-Bridge's Gemma 4 bridge reads it there,
+        # gemma4_bridge.py L250, L283 @ 067f987df)
+        out["rotary_percent"] = nested.number("partial_rotary_factor", 1.0)
+        read.append("rope_parameters.partial_rotary_factor")
     elif rope and c.model_type == "gptj" and c.raw.get("rotary_dim") is not None:
         out["rotary_percent"] = rotary_share(c.integer("rotary_dim"), spec["head_dim"])  # a count: review33
         read.append("rotary_dim / head_dim")
     if rope and out.get("rotary_percent", 1) != 1:
-        _check_rotary_dimensions(c, spec["head_dim"], out["rotary_percent"])
+        _check_rotary_dimensions(c, spec["head_dim"], out["rotary_percent"], read[-1])
     scaled = _scaling_numerics(c) if rope else {}
     if scaled:
         out.update(scaled)
@@ -618,7 +624,7 @@ def _numerics(c: _Config, spec: dict[str, Any]) -> dict[str, Any]:
     return {"numerics": {**out, "source": f"{c.origin}: {', '.join(read)}"}} if read else {}
 
 
-def _check_rotary_dimensions(c: _Config, head_dim: int, share: float) -> None:
+def _check_rotary_dimensions(c: _Config, head_dim: int, share: float, key: str) -> None:
     """hostile41: the dimensions of each head the rotary embedding turns (int(head_dim x partial_rotary_factor), or
     GPT-J's rotary_dim) are pairs: an odd count fails in transformers (modeling_gptj.py apply_rotary_pos_emb @
     00b676f8 repeats each of ceil(n / 2) frequencies twice: n + 1 against n), none is no rotary embedding. Refused
@@ -626,8 +632,8 @@ def _check_rotary_dimensions(c: _Config, head_dim: int, share: float) -> None:
     turned = rotary_dimensions(head_dim, share)
     if turned >= 2 and turned % 2 == 0:
         return
-    given = (f"rotary_dim = {turned}" if c.raw.get("partial_rotary_factor") is None else
-             f"partial_rotary_factor = {share!r} (int({head_dim} x {share!r}) = {turned} of head_dim {head_dim})")
+    given = (f"rotary_dim = {turned}" if key.startswith("rotary_dim") else
+             f"{key} = {share!r} (int({head_dim} x {share!r}) = {turned} of head_dim {head_dim})")
     raise c.error(f"field {given}: the rotary embedding turns pairs of dimensions, so {turned} is not a model; "
                   f"give an even number of at least 2 dimensions of each head")
 
