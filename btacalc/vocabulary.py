@@ -122,6 +122,11 @@ FEATURES: dict[str, tuple[Any, ...]] = {
     "optimizer": ("adam", "sgd"),
     # --fp8-attention: TransformerEngine's FP8 fused attention (fp8_dpa) quantises Q, K, V and dO around the kernel
     "fp8_attention": (True, False),
+    # the attention output projection (TE Linear) keeps its own quantised copy of its input O for the weight gradient,
+    # beside the 16-bit O the fused attention keeps for its backward: every low-precision recipe where Megatron-Core
+    # does not set save_original_input on linear_proj (delayed scaling, or a TransformerEngine before the recipe's
+    # precision.toml `proj_saves_original_input_since_te`; RunOptions.proj_quantised_input)
+    "proj_quantised_input": (True, False),
     # --checkpoint-early-stop: PyTorch's non-reentrant checkpoint (torch >= 2.1) ends a layer's re-run once it has
     # rebuilt every saved tensor, so the GEMMs after the layer's last save are not re-run (selection.py)
     "checkpoint_early_stop": (True, False),

@@ -29,8 +29,9 @@ PINNED_BY_VALUES = tuple(q for q in BASE_QUANTITIES if q != "state")
 
 
 def _nonzero(term: Term, values: dict[str, Any]) -> bool:
-    if term.sym.is_positive:  # sympy proves it from the symbols' positivity: non-zero at every case
-        return True
+    """The term at the case's values. Every notation symbol is declared positive, but some are 0 in a case (x_s, x_g,
+    n_g: a dispatcher's switches), so sympy's positivity proves nothing: the term is evaluated (the lead, thirty-fourth
+    session: a chunk-sort term times x_s = 0 was counted as pinned by every wafer case and moved no golden)."""
     return sp.sympify(term.sym).subs({SYMBOLS[k]: v for k, v in values.items()}) != 0
 
 
@@ -64,7 +65,9 @@ def pinned_terms() -> frozenset[int]:
             for s, b, g in SHAPES:
                 problem = golden_problem(model, s, sel)
                 for kind, compiled in problem.kinds:
-                    values = {**model.symbol_values(), **dict(kind.symbols), "s": s, "b": b, "G": g, "beta": 2, "beta_s": 2, "P": 1}
+                    # the symbols as the golden evaluates them (Problem.shape_values: x_s, x_g, n_g, t, ... of
+                    # the golden's layout), P = 1 so that per-parameter terms count
+                    values = {**model.symbol_values(), **dict(kind.symbols), **problem.shape_values(g, b, s), "P": 1}
                     selection = compiled.selection
                     f = selection.feature_dict
                     for phase in selection.phases():

@@ -135,7 +135,15 @@ EXTRA_SELECTIONS = {
                                          layout="fsdp2_tp2")],
     # --fp8-attention: the Q, K, V and dO casts around the FP8 fused attention (GQA: a_kv < a)
     "qwen3-30b-a3b": [dict(recompute="selective", attention="flash", accounting="ideal", loss="vocab_parallel",
-                           fp8_attention=True)],
+                           fp8_attention=True),
+                      # delayed-scaling FP8: the output projection's quantised copy of O beside FlashAttention's O
+                      # (attn_out_proj; tests/test_proj_copy.py derives the bytes)
+                      dict(recompute="none", attention="flash", accounting="ideal", loss="vocab_parallel",
+                           precision="fp8"),
+                      dict(recompute="selective", attention="flash", accounting="ideal", loss="vocab_parallel",
+                           routing_weights="experts", layout="ep2"),
+                      dict(recompute="selective", attention="flash", accounting="ideal", loss="vocab_parallel",
+                           routing_weights="experts", layout="ep2_allgather")],
     # --eager-kernels with Triton FlashAttention (llm-foundry's MPT block: LayerNorm, biases, GeLU; docs/runs.md mpt4)
     "gpt2-small": [dict(recompute="none", attention="flash", accounting="ideal", eager_kernels=True,
                         attention_kernel="triton-flash")],
@@ -186,6 +194,10 @@ def golden_selections(name: str) -> list[dict[str, Any]]:
 GOLDEN_LAYOUTS: dict[str, dict[str, Any]] = {
     "fsdp2_tp2": dict(devices=2, tensor_parallel=2, sequence_parallel=True, fsdp=True, fsdp_impl="fsdp2",
                       zero_stage=3),
+    # the MoE dispatchers' own terms (x_s: the alltoall dispatcher's chunk sorts with several local experts; x_g, n_g:
+    # the allgather dispatcher's gathers), which the one-device cases leave at 0
+    "ep2": dict(devices=2, expert_parallel=2),
+    "ep2_allgather": dict(devices=2, expert_parallel=2, allgather_dispatcher=True),
 }
 
 

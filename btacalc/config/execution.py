@@ -29,7 +29,7 @@ from .precision import DEFAULT_PRECISION, Recipe, recipe, recipes
 from .attention_kernels import DEFAULT_ATTENTION_KERNEL, attention_kernel
 from .cuda_graphs import check_scopes, scopes
 from .pipeline import Placement, StageSplit, group_rule, place
-from .te_release import default_te_version, te_releases
+from .te_release import default_te_version, te_release_key, te_releases
 from .tp_overlap import UbOverlap
 from .model import MAX_COUNT
 
@@ -233,6 +233,17 @@ class RunOptions:
         return r.bytes_per_element if r.low else self.bytes_per_element
 
     @property
+    def proj_quantised_input(self) -> bool:
+        """The attention output projection keeps a quantised copy of its input O for its weight gradient beside the
+        16-bit O the fused attention keeps: under a low-precision recipe unless Megatron-Core sets save_original_input
+        on linear_proj, which it does for every FP8 recipe but delayed scaling from TE 2.6.0.dev0 and for FP4 from TE
+        2.7.0.dev0 (Megatron-LM @ d98e8a64 megatron/core/transformer/attention.py L428-444, "linear_proj also saves
+        the quantized tensor of this output"; precision.toml `proj_saves_original_input_since_te`)."""
+        r = self.recipe
+        since = r.proj_saves_original_input_since_te
+        return r.low and not (since and te_release_key(self.te_version) >= te_release_key(since))
+
+    @property
     def bf16_ends(self) -> tuple[int, int]:
         """(first, last) decoder layers the low-precision recipe leaves in BF16 (ModelSpec.bf16_layer_positions)."""
         return self.bf16_layers_at_start, self.bf16_layers_at_end
@@ -287,6 +298,7 @@ class RunOptions:
             "routing_weights": self.routing_weights,
             "pad_to_capacity": self.pad_to_capacity,
             "fp8_attention": self.fp8_attention,
+            "proj_quantised_input": self.proj_quantised_input,
             "checkpoint_early_stop": self.checkpoint_early_stop,
             "eager_kernels": self.eager_kernels,
             "attention_kernel": self.attention_kernel,

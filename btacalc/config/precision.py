@@ -95,6 +95,10 @@ class Recipe(BaseModel):
     sp_gather_source: str = ""
     rht_cast_fusion_since_te: str = ""
     rht_cast_fusion_source: str = ""  # the TE code that says which versions fuse the two casts
+    # the first TE with which Megatron-Core has the attention output projection save its 16-bit input instead of a
+    # quantised copy (save_original_input, precision.toml); "": never under this recipe (delayed scaling)
+    proj_saves_original_input_since_te: str = ""
+    proj_saves_original_input_source: str = ""
     # --fp8-attention (precision.toml): the cuDNN FP8 attention kernel TE runs under the recipe ("": none, refused),
     # the oldest architecture it runs on, the quantised copies of Q, K, V and dO, and whether O and dQ, dK, dV come
     # out in FP8 (TE then dequantizes them)
