@@ -25,7 +25,7 @@ GPT = {"norm": "layernorm", "mlp": "gelu", "moe": False, "attention_dropout": Tr
        "sliding_window": False, "attention_sinks": False, "router": "softmax", "router_renormalize": True,
        "router_bias": False, "expert_bias": False, "shared_experts": False, "shared_expert_gate": False,
        "mtp_module": False, "sequence_parallel": False, "main_grads": "param", "moments": "fp32",
-       "master": "fp32", "routing_weights": "combine", "pad_to_capacity": False, "dtensor_tp": False, "fp8_attention": False, "bf16_layer": False,
+       "master": "fp32", "routing_weights": "combine", "pad_to_capacity": False, "dtensor_tp": False, "fp8_attention": False, "proj_quantised_input": False, "bf16_layer": False,
        "nope_layer": False, "checkpoint_early_stop": False,
        "eager_kernels": False, "attention_kernel": "default"}
 QWEN3_MOE = {**GPT, "norm": "rmsnorm", "mlp": "swiglu", "moe": True, "attention_dropout": False,
