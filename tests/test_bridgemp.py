@@ -137,14 +137,24 @@ def test_a_preset_starts_from_the_one_it_calls():
 
 
 def test_the_codec_constants_agree_with_the_table():
-    """bridge_codec's hand-written recipe fields (hostile16, bf16ends) are the table's values."""
+    """bridge_codec's recipe fields are read from the table now (the lead, after review33: no hand-written second
+    copy). The expected values are those the codec's comment cites at Megatron-Bridge @ 067f987d mixed_precision.py:
+    bf16_mixed L185-198 grad_reduce_in_fp32 True; fp16_mixed L201-214 bf16 False, fp16 True, grad_reduce_in_fp32
+    False; fp8_param_gather True in the delayed (L231), MXFP8 (L264) and current-scaling (L302) presets, False in the
+    subchannel one (L384); bf16_with_nvfp4_mixed L405-418 fp4_param_gather True. The BF16 ends as before."""
     from btacalc.config.bridge_codec import (BRIDGE_BF16_ENDS, BRIDGE_FP16_RECIPE, BRIDGE_PRECISION,
                                              BRIDGE_RECIPE_FIELDS)
 
+    bf16 = {"bf16": True, "fp16": False, "grad_reduce_in_fp32": True, "fp8_param_gather": False,
+            "fp4_param_gather": False}
+    assert BRIDGE_RECIPE_FIELDS == {
+        "bf16": bf16, "fp16": {**bf16, "bf16": False, "fp16": True, "grad_reduce_in_fp32": False},
+        "fp8": {**bf16, "fp8_param_gather": True}, "mxfp8": {**bf16, "fp8_param_gather": True},
+        "fp8-current": {**bf16, "fp8_param_gather": True}, "fp8-blockwise": bf16,
+        "nvfp4": {**bf16, "fp4_param_gather": True}}
     names = {**BRIDGE_PRECISION, "fp16": BRIDGE_FP16_RECIPE}
-    for precision, fields in BRIDGE_RECIPE_FIELDS.items():
+    for precision in BRIDGE_RECIPE_FIELDS:
         values = preset_values(names[precision])
-        assert {k: values[k] for k in fields} == fields, precision
         ends = (values["num_layers_at_start_in_bf16"], values["num_layers_at_end_in_bf16"])
         assert ends == BRIDGE_BF16_ENDS.get(precision, (0, 0)) or not values["first_last_layers_bf16"]
 

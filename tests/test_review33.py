@@ -120,11 +120,11 @@ def test_the_odd_share_error_suggests_a_share_megatron_reads_as_its_count(cli, t
 
 
 def test_the_codec_mixed_defaults_are_the_dataclass_defaults():
-    """bridge_codec.BRIDGE_MIXED_DEFAULTS (the fields of a mixed_precision section without a preset name) is a second,
-    hand-written copy of MixedPrecisionConfig's defaults, which test_bridgemp's check of the codec constants leaves
-    out: each is the default the tool read from Megatron-Bridge's source (btacalc/data/bridge_mixed_precision.toml)."""
+    """bridge_codec.BRIDGE_MIXED_DEFAULTS (the fields of a mixed_precision section without a preset name) is read
+    from the preset table now (the lead, after review33: no hand-written second copy); the expected values are
+    MixedPrecisionConfig's dataclass defaults as Megatron-Bridge @ 067f987d mixed_precision.py L40-66 writes them
+    (bf16 False, fp16 False, grad_reduce_in_fp32 True, fp8_param_gather False, fp4_param_gather False)."""
     from btacalc.config.bridge_codec import BRIDGE_MIXED_DEFAULTS
-    from btacalc.config.bridge_mixed import bridge_mixed_presets, source_value
 
-    fields = bridge_mixed_presets().fields
-    assert {k: source_value(fields[k].default) for k in BRIDGE_MIXED_DEFAULTS} == BRIDGE_MIXED_DEFAULTS
+    assert BRIDGE_MIXED_DEFAULTS == {"bf16": False, "fp16": False, "grad_reduce_in_fp32": True,
+                                     "fp8_param_gather": False, "fp4_param_gather": False}

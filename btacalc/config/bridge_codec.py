@@ -14,7 +14,8 @@ from typing import Any, Callable, Mapping, Optional
 from ..errors import BtacalcError
 from .bridge_fields import bridge_fields
 from .bridge_mixed import SECTION as MIXED_SECTION
-from .bridge_mixed import preset_values, read_whole_section, section_values, whole_section
+from .bridge_mixed import (bridge_mixed_presets, preset_values, read_whole_section, section_values, source_value,
+                           whole_section)
 from .megatron_launch import BridgeFloat, BridgeText, integer, megatron_flags, pattern
 from .text import cut as _cut
 from .text import nearest_name
@@ -148,18 +149,14 @@ BRIDGE_PRECISION = {"bf16": "bf16_mixed", "fp8": "bf16_with_fp8_delayed_scaling_
 # in the subchannel one (L384); bf16_with_nvfp4_mixed L405-418 fp4_param_gather = True). fp8_param / fp4_param are
 # kept equal to them by MixedPrecisionConfig.__setattr__ (L77-95).
 BRIDGE_FP16_RECIPE = "fp16_mixed"
+# the recipe fields btacalc reads, from the preset table (btacalc/data/bridge_mixed_precision.toml, read from Bridge's
+# source; bridgemp): one copy of Bridge's values, not a second hand-written one (review33)
+_RECIPE_FIELD_NAMES = ("bf16", "fp16", "grad_reduce_in_fp32", "fp8_param_gather", "fp4_param_gather")
 BRIDGE_RECIPE_FIELDS: dict[str, dict[str, bool]] = {
-    "bf16": {"bf16": True, "fp16": False, "grad_reduce_in_fp32": True, "fp8_param_gather": False,
-             "fp4_param_gather": False},
-    "fp16": {"bf16": False, "fp16": True, "grad_reduce_in_fp32": False, "fp8_param_gather": False,
-             "fp4_param_gather": False},
-}
-for _name, _gather in (("fp8", True), ("mxfp8", True), ("fp8-current", True), ("fp8-blockwise", False)):
-    BRIDGE_RECIPE_FIELDS[_name] = {**BRIDGE_RECIPE_FIELDS["bf16"], "fp8_param_gather": _gather}
-BRIDGE_RECIPE_FIELDS["nvfp4"] = {**BRIDGE_RECIPE_FIELDS["bf16"], "fp4_param_gather": True}
+    precision: {k: preset_values(name)[k] for k in _RECIPE_FIELD_NAMES}
+    for precision, name in {**BRIDGE_PRECISION, "fp16": BRIDGE_FP16_RECIPE}.items()}
 # MixedPrecisionConfig's own defaults (mixed_precision.py L40-66), for `mixed_precision.*` fields without a recipe name
-BRIDGE_MIXED_DEFAULTS = {"bf16": False, "fp16": False, "grad_reduce_in_fp32": True, "fp8_param_gather": False,
-                         "fp4_param_gather": False}
+BRIDGE_MIXED_DEFAULTS = {k: source_value(bridge_mixed_presets().fields[k].default) for k in _RECIPE_FIELD_NAMES}
 # the mixed-precision fields btacalc reads, with the synonyms __setattr__ keeps equal
 _MIXED_FIELDS = {"bf16": "bf16", "fp16": "fp16", "grad_reduce_in_fp32": "grad_reduce_in_fp32",
                  "fp8_param_gather": "fp8_param_gather", "fp8_param": "fp8_param_gather",
