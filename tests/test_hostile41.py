@@ -241,7 +241,6 @@ def test_a_transformers_5_partial_rotary_factor_is_read_from_rope_parameters(cli
     code, out, err = cli("plan", "--model", path, "--hw", "h100", "--devices", "8", "--emit", "megatron")
     assert code in (0, 1), err
     assert "--rotary-percent 0.25" in out
-    assert int(128 * 0.25) == 32
 
 
 def test_an_odd_transformers_5_share_is_refused_by_its_key(cli, tmp_path):

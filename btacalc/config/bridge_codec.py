@@ -504,8 +504,11 @@ def whole_mixed_preset(written: Mapping[str, Any]) -> Optional[tuple[str, dict[s
     it: the preset btacalc names for the precision its fields give (BRIDGE_PRECISION, BRIDGE_FP16_RECIPE); None for
     no whole section, or fields no such preset has."""
     given = read_whole_section(written)
-    if given is None:
-        return None
+    return None if given is None else _preset_of(given)
+
+
+def _preset_of(given: Mapping[str, Any]) -> Optional[tuple[str, dict[str, Any]]]:
+    """whole_mixed_preset of a section's fields as read_whole_section gives them."""
     low = {k: given.get(k) for k in ("fp8", "fp8_recipe", "fp4", "fp4_recipe")}
     if truth(given.get("fp16")) and low["fp8"] is None and low["fp4"] is None:
         name: Optional[str] = BRIDGE_FP16_RECIPE
@@ -693,15 +696,15 @@ def _from_bridge_whole_mixed(overrides: Mapping[str, Any]) -> Mapping[str, Any]:
     the class is checked (bridge_mixed.read_whole_section), a field btacalc does not read that holds its preset's value
     (whole_mixed_preset) is left out, one that does not stays to be listed as ignored. A preset's name given before
     the section is replaced by it, as Hydra replaces it; after it, refused."""
-    if read_whole_section(overrides) is None:
+    given = read_whole_section(overrides)
+    if given is None:
         return overrides
-    preset = whole_mixed_preset(overrides)
+    preset = _preset_of(given)
     keys = list(overrides)
     target = f"{MIXED_SECTION}._target_"
     if MIXED_SECTION in overrides and keys.index(MIXED_SECTION) > keys.index(target):
         raise BtacalcError(f"{MIXED_SECTION}={_cut(str(overrides[MIXED_SECTION]))} after {target}: Hydra cannot set "
                            "a name over the section's keys; give the name or the section whole")
-    given = read_whole_section(overrides) or {}
     expected = section_values(preset[0], {k: v for k, v in preset[1].items() if k in _MIXED_READ}) \
         if preset is not None else {}
     out = {}
