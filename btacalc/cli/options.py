@@ -320,12 +320,14 @@ RhtCastFusionOpt = typer.Option(True, "--rht-cast-fusion/--no-rht-cast-fusion", 
                                 "2.14 and later do; --no-rht-cast-fusion: one kernel per copy (TE 2.8-2.13).")
 TeVersionOpt = typer.Option(None, "--te-version", help=help_text(
     "The TransformerEngine release the run uses, as TE numbers it (e.g. 2.2.0.dev0+bee4649c, NeMo 25.04's; 1.10, "
-    "NeMo 24.09's), for --precision fp8 and fp8-current on a GPU whose FP8 GEMMs take non-TN layouts (B200, GB200, "
-    "B300, GB300: compute capability 10.x-11.x; refused on H100/H200, whose FP8 GEMMs are TN-only and every TE "
-    "release writes the transposes): a TE 1.x cast writes the FP8 transposes as on Hopper, a TE before 2.2.0 still "
-    "transposes the sequence-parallel gathered tensors, and one before 2.4 the inputs --tp-comm-overlap gathers "
-    "(bulk dgrad) (btacalc/data/te_releases.toml, docs/precision.md 'te22') [default: 2.20.0.dev0+d0067d0, the TE "
-    "btacalc pins: no transposes where the GEMMs take non-TN layouts]."))
+    "NeMo 24.09's). It decides two things. Under fp8-current, fp8-blockwise and mxfp8 before TE 2.6 (nvfp4 before "
+    "2.7), Megatron-Core has the attention output projection keep its own quantised copy of O beside the fused "
+    "attention's 16-bit O (docs/memory.md 'projcopy'; delayed-scaling fp8 keeps it under every release). Under fp8 "
+    "and fp8-current on a GPU whose FP8 GEMMs take non-TN layouts (B200, GB200, B300, GB300: compute capability "
+    "10.x-11.x), a TE 1.x cast writes the FP8 transposes as on Hopper, a TE before 2.2.0 still transposes the "
+    "sequence-parallel gathered tensors, and one before 2.4 the inputs --tp-comm-overlap gathers (bulk dgrad) "
+    "(btacalc/data/te_releases.toml, docs/precision.md 'te22'). Refused where neither applies (bf16; fp8 on "
+    "H100/H200) [default: 2.20.0.dev0+d0067d0, the TE btacalc pins]."))
 WgradFusionOpt = typer.Option(True, "--gradient-accumulation-fusion/--no-gradient-accumulation-fusion", help=(
     "Accumulate each weight gradient into the fp32 main gradient inside its GEMM (Megatron's default); "
     "--no-gradient-accumulation-fusion: the GEMM writes a 16-bit gradient and a separate kernel adds it, "

@@ -171,6 +171,18 @@ class Recipe(BaseModel):
         transposes (`copies`: 2 whatever the TE)."""
         return self.follows_te_release and non_tn_fp8_gemms(compute_capability)
 
+    @property
+    def te_release_decides(self) -> bool:
+        """Whether the TransformerEngine release changes anything this recipe does on some GPU: per-tensor FP8's
+        transposes (`follows_te_release`), or whether the attention output projection keeps its own quantised copy of
+        O (`proj_saves_original_input_since_te`: Megatron-Core sets save_original_input from that TE on)."""
+        return self.follows_te_release or bool(self.proj_saves_original_input_since_te)
+
+    def te_release_decides_on(self, compute_capability: float) -> bool:
+        """`te_release_decides` on a chip of `compute_capability`: the projection's copy on every GPU, per-tensor FP8's
+        transposes only where FP8 GEMMs take non-TN layouts (`follows_te_release_on`)."""
+        return self.follows_te_release_on(compute_capability) or bool(self.proj_saves_original_input_since_te)
+
     def copies(self, compute_capability: float, te: Optional["TeBehaviour"] = None) -> int:
         """Quantised copies of a tensor that both a rowwise and a columnwise GEMM operand read, under TE `te` (None:
         the pinned TE): per-tensor FP8 writes a transpose where FP8 GEMMs are TN-only (`non_tn_fp8_gemms`), and on any chip under a TE

@@ -127,16 +127,8 @@ def _run_options(request: ExecutionRequest, model: "ModelSpec", profile: "Hardwa
     check_precision(run.precision, profile, run.low_precision_param_gather, run.rht_cast_fusion)
     if gpu:
         run = replace(run, te_version=_te_version(request, chosen, run.recipe))
-    if request.te_version is not None and profile.family == "gpu" and not run.recipe.follows_te_release:
-        per_tensor = ", ".join(n for n, r in recipes().items() if r.follows_te_release)
-        raise BtacalcError(f"{{te_version}} decides which transposes TransformerEngine writes for per-tensor FP8 "
-                           f"({per_tensor}); {run.precision} casts the same under every release btacalc knows")
-    cc = profile.chip.capability
-    if request.te_version is not None and profile.family == "gpu" and not run.recipe.follows_te_release_on(cc):
-        # review: on Hopper the option was shown in the run options and changed nothing; review14: 12.x too
-        raise BtacalcError(f"{{te_version}} decides which transposes TransformerEngine writes for per-tensor FP8 where "
-                           f"FP8 GEMMs take non-TN layouts (compute capability {NON_TN_FP8_CC_TEXT}); {profile.name} "
-                           f"has {cc:.1f}, whose FP8 GEMMs are TN-only: every release writes the transposes")
+    if request.te_version is not None and profile.family == "gpu":
+        _check_te_version_decides(run.recipe, run.precision, profile)
     if run.fp8_attention:
         check_fp8_attention(run.precision, profile, run.attention, run.attention_kernel)
         _check_fp8_attention_masks(model, profile)
@@ -168,10 +160,29 @@ def _check_fp8_attention_masks(model: "ModelSpec", profile: "HardwareProfile") -
                            f"L1344-1352 @ d0067d0); {profile.name} has {cc:.1f}")
 
 
+def _check_te_version_decides(r: Recipe, precision: str, profile: "HardwareProfile") -> None:
+    """--te-version is refused where no TE release changes the plan (an option parsed but ignored): a recipe with
+    neither per-tensor FP8 transposes nor the attention projection's quantised copy (`Recipe.te_release_decides`),
+    or delayed-scaling FP8 on a GPU whose FP8 GEMMs are TN-only (every release writes its transposes there, and
+    Megatron-Core never sets the projection's save_original_input under delayed scaling)."""
+    decides = ", ".join(n for n, x in recipes().items() if x.te_release_decides)
+    if not r.te_release_decides:
+        raise BtacalcError(f"{{te_version}} decides which transposes TransformerEngine writes for per-tensor FP8 and "
+                           f"whether the attention output projection keeps a quantised copy of its input ({decides}); "
+                           f"{precision} runs the same under every release btacalc knows")
+    cc = profile.chip.capability
+    if not r.te_release_decides_on(cc):
+        # review: on Hopper the option was shown in the run options and changed nothing; review14: 12.x too
+        raise BtacalcError(f"{{te_version}} decides, under {precision}, which transposes TransformerEngine writes "
+                           f"where FP8 GEMMs take non-TN layouts (compute capability {NON_TN_FP8_CC_TEXT}); "
+                           f"{profile.name} has {cc:.1f}, whose FP8 GEMMs are TN-only: every release writes the "
+                           "transposes (and Megatron-Core keeps the projection's quantised copy under every release)")
+
+
 def _te_version(request: ExecutionRequest, chosen: Any, r: Recipe) -> str:
     """The GPU run's TransformerEngine version, checked (te_releases.toml; a malformed one is a one-line error); the
     default, with its reason where the recipe's casts depend on it (per-tensor FP8)."""
-    if request.te_version is None and not r.follows_te_release:
+    if request.te_version is None and not r.te_release_decides:
         return default_te_version()
     given = None if request.te_version is None else request.te_version.strip()  # " 1.10 " is TE 1.10 (review13)
     version = chosen.pick("te_version", given, default_te_version(), te_releases().default_reason)

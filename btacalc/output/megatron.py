@@ -325,7 +325,7 @@ def option_lines(r: PlanReport, emit: str) -> list[str]:
         out.append("--no-rht-cast-fusion (NVFP4's rowwise and Hadamard-transformed columnwise casts as two kernels, "
                    "as TransformerEngine 2.8-2.13 run them: the container's TransformerEngine decides, no launch "
                    "argument)")
-    if i.te_version and "te_version" not in i.defaults and recipe(i.precision).follows_te_release:
+    if i.te_version and "te_version" not in i.defaults and recipe(i.precision).te_release_decides:
         out.append(f"--te-version {i.te_version} (the container's TransformerEngine release, which no launch argument "
                    "sets)")
     if i.attention_kernel != DEFAULT_ATTENTION_KERNEL:

@@ -19,7 +19,7 @@ from ..config.execution import BatchLimits, ExecutionRequest
 from ..config.resolution import gpu_layout_options, resolve_execution, resolve_run, without_gpu_layout
 from ..config.hardware import HardwareProfile
 from ..config.pipeline import StageSplit
-from ..config.precision import DEFAULT_PRECISION, non_tn_fp8_gemms, recipe
+from ..config.precision import DEFAULT_PRECISION, recipe
 from ..config.model import ModelSpec
 from ..errors import BtacalcError
 from .cluster import MAX_DEVICES, device_counts, min_devices
@@ -296,31 +296,30 @@ def _wafer_precision(chosen: list[Optional[str]]) -> tuple[Optional[str], str]:
                                f"{','.join(x for x in chosen if x)} sets the GPU rows)")
 
 
-Taking = tuple[set[Optional[str]], set[Optional[str]], set[Optional[str]], set[str]]
+Taking = tuple[set[Optional[str]], set[Optional[str]], set[tuple[Optional[str], str]]]
 
 
 def _rows_taking(request: ExecutionRequest, chosen: list[Optional[str]],
                  profiles: Sequence[HardwareProfile]) -> Taking:
-    """The precisions whose GPU rows take the recipe options over several precisions (empty: every row takes them,
-    and one that cannot refuses them). --no-rht-cast-fusion: the rows whose recipe casts through the Hadamard
-    transform (check_precision); --bf16-layers-at-start/-end: the low-precision rows, a 16-bit row having no recipe
-    to keep layers out of (check_bf16_layers); --te-version: the per-tensor FP8 rows, the only recipes whose casts it
-    changes (config/resolution.py _te_version). The fourth: the GPU profiles that take --te-version when only some
-    do (where FP8 GEMMs take non-TN layouts, precision.non_tn_fp8_gemms: elsewhere per-tensor FP8 transposes under
-    every release, Recipe.follows_te_release_on); empty as above."""
+    """The rows that take the recipe options given for several rows (empty: every row takes them, and one that
+    cannot refuses them). --no-rht-cast-fusion: the precisions whose recipe casts through the Hadamard transform
+    (check_precision); --bf16-layers-at-start/-end: the low precisions, a 16-bit row having no recipe to keep layers
+    out of (check_bf16_layers); --te-version: the (precision, GPU profile) rows where a TE release changes the plan
+    (Recipe.te_release_decides_on: the projection's quantised copy of O on every GPU, per-tensor FP8's transposes
+    only where FP8 GEMMs take non-TN layouts)."""
     gpus = [p for p in profiles if p.family == "gpu"]
-    versioned_gpus = {p.name for p in gpus if non_tn_fp8_gemms(p.chip.capability)}
-    if request.te_version is None or len(versioned_gpus) in (0, len(gpus)):
-        versioned_gpus = set()
+    pairs = [(x, p) for x in chosen for p in gpus]
+    versioned = set() if request.te_version is None else \
+        {(x, p.name) for x, p in pairs if recipe(x or DEFAULT_PRECISION).te_release_decides_on(p.chip.capability)}
+    if len(versioned) == len(pairs):
+        versioned = set()
     if len(chosen) < 2:
-        return set(), set(), set(), versioned_gpus
+        return set(), set(), versioned
     unfused = set() if request.rht_cast_fusion else \
         {x for x in chosen if recipe(x or DEFAULT_PRECISION).rht_cast_fusion_since_te}
     low = set() if not (request.bf16_layers_at_start or request.bf16_layers_at_end) else \
         {x for x in chosen if recipe(x or DEFAULT_PRECISION).low}
-    versioned = set() if request.te_version is None else \
-        {x for x in chosen if recipe(x or DEFAULT_PRECISION).follows_te_release}
-    return unfused, low, versioned, versioned_gpus
+    return unfused, low, versioned
 
 
 def _row_request(request: ExecutionRequest, profile: HardwareProfile, precision: Optional[str], with_wafers: bool,
@@ -332,19 +331,19 @@ def _row_request(request: ExecutionRequest, profile: HardwareProfile, precision:
     router's token dropping) do not
     apply. A GPU row drops the options for other rows only: --no-rht-cast-fusion unless its precision is in the
     first of `taking` (the row's run options show which rows took it), --bf16-layers-at-start/-end unless it is in
-    the second (the low precisions), --te-version unless it is in the third (per-tensor FP8) and its profile in the fourth (non-TN FP8 GEMMs), --no-overlap beside wafer rows (the wafer rows' weight streaming; a GPU plan
+    the second (the low precisions), --te-version unless (its precision, its profile) is in the third, --no-overlap beside wafer rows (the wafer rows' weight streaming; a GPU plan
     refuses it)."""
     if profile.family == "wse":
         loss = None if request.loss in GPU_LOSSES else request.loss  # a GPU framework's loss: the GPU rows'
         return without_gpu_layout(request).with_changes(**_GPU_ROW_NEUTRAL, loss=loss,
                                                         limits=replace(request.limits, global_batch=wafer_global_batch))
-    unfused_rows, low_rows, versioned_rows, versioned_gpus = taking
+    unfused_rows, low_rows, versioned = taking
     base = request.with_changes(precision=precision)
     if unfused_rows and precision not in unfused_rows:
         base = base.with_changes(rht_cast_fusion=True)
     if low_rows and precision not in low_rows:
         base = base.with_changes(bf16_layers_at_start=0, bf16_layers_at_end=0)
-    if (versioned_rows and precision not in versioned_rows) or (versioned_gpus and profile.name not in versioned_gpus):
+    if versioned and (precision, profile.name) not in versioned:
         base = base.with_changes(te_version=None)
     if with_wafers:
         base = base.with_changes(overlap_streaming=True)

@@ -389,13 +389,14 @@ def run_te_version(run: MeasuredRun, recipe: Optional[Recipe]) -> Optional[str]:
 
 def _timed_te_version(run: MeasuredRun, recipe: Optional[Recipe], family: str = "gpu") -> Optional[str]:
     """The run's TE (`run_te_version`) where it moves the plan: on a GPU, under a recipe whose per-tensor FP8 casts
-    follow the TE release there (te_releases.toml); None otherwise, as plan refuses --te-version for any other recipe,
-    whose casts no release changes."""
+    follow the TE release there (te_releases.toml) or whose attention projection keeps its quantised copy of O before
+    a TE release (precision.toml `proj_saves_original_input_since_te`); None otherwise, as plan refuses --te-version
+    for any other recipe, which runs the same under every release (`Recipe.te_release_decides_on`)."""
     te = run_te_version(run, recipe) if family == "gpu" else None
     if te is None:
         return None
     capability = resolve_hardware(run.hw).chip.capability
-    return te if precision_recipe(run.precision).follows_te_release_on(capability) else None
+    return te if precision_recipe(run.precision).te_release_decides_on(capability) else None
 
 
 def forced_balance_of(run: MeasuredRun) -> tuple[Optional[float], str]:

@@ -235,8 +235,8 @@ class Inputs(BaseModel):
             out.append(("attention core in FP8", "--fp8-attention"))
         if not self.rht_cast_fusion and recipe(self.precision).rht_cast_fusion_since_te:
             out.append((f"{self.precision} casts one kernel per copy", "--no-rht-cast-fusion"))
-        if self.te_version and "te_version" not in self.defaults and recipe(self.precision).follows_te_release:
-            out.append((f"TransformerEngine {self.te_version}'s FP8 transposes", "--te-version"))
+        if self.te_version and "te_version" not in self.defaults and recipe(self.precision).te_release_decides:
+            out.append((f"TransformerEngine {self.te_version}'s FP8 transposes and saved copies", "--te-version"))
         if not self.gradient_accumulation_fusion:
             out.append(("weight gradients added to the main gradient by a separate kernel",
                         "--no-gradient-accumulation-fusion"))
