@@ -65,6 +65,30 @@ IMPORT_PRINTS = ("objective", "as_json", "output", "schema", "sensitivity", "emi
                  "from_megatron", "from_bridge")
 
 
+SearchOpt = typer.Option(False, "--search/--no-search", show_default=False, help=(
+    "Search the fastest layout that fits (TP, PP, VP, CP, EP, ETP, micro-batch, recompute) on --devices GPUs; the "
+    "given values fix that dimension."))
+PlanJsonOpt = typer.Option(False, "--json/--no-json", show_default=False, help="Print the plan as JSON on stdout.")
+PlanOutputOpt = typer.Option(None, "--output", "-o", help="Write the plan JSON to this file (atomically; - for "
+                             "standard output).")
+PlanSchemaOpt = typer.Option(False, "--schema", help="Print the JSON schema of the plan (with --search: of the "
+                             "search's report) and exit.")
+SensitivityOpt = typer.Option(None, "--sensitivity", min=0.0, max=100.0, help="Also move every hardware number by "
+                              "-PCT% and +PCT% alone and show tokens/s (e.g. 10).")
+EmitOpt = typer.Option(None, "--emit", help="Print a ready configuration instead of the plan: cerebras or modelzoo = "
+                       "the Model Zoo YAML (wafer profiles); megatron = the Megatron-LM launch; bridge = "
+                       "Megatron-Bridge overrides (GPU profiles).")
+ProfileRunOpt = typer.Option(False, "--profile/--no-profile", show_default=False, help="Print on stderr how many "
+                             "times the model was evaluated and where the time went.")
+FromMegatronOpt = typer.Option(None, "--from-megatron", help="Plan the run of a Megatron-LM launch script or file of "
+                               "arguments (- for standard input); flags btacalc does not model are listed as ignored.")
+FromBridgeOpt = typer.Option(None, "--from-bridge", help="Plan the run of a Megatron-Bridge recipe's overrides: a YAML "
+                             "mapping (model:, train:, ddp:, comm_overlap:) or Hydra's key=value words, as Bridge's "
+                             "scripts take them and --emit bridge prints them.")
+PlanConfigOpt = typer.Option(None, "--config", is_eager=True, callback=config_callback, help=(
+    "Read plan options from a TOML run file (keys: the option names, e.g. global-batch = 256); the command line wins "
+    "(a switch the file sets: its --no- form)."))
+
 def plan(
     ctx: typer.Context,
     model: str = ModelOpt,
@@ -99,33 +123,16 @@ def plan(
     tokens_per_step: Optional[int] = TokensPerStepOpt,
     precision: Optional[Precision] = PrecisionOpt,
     recipe: RecipeOptions = RecipeOptions(),  # the shared recipe options (takes_option_groups)
-    search: bool = typer.Option(False, "--search/--no-search", show_default=False,
-                                help="Search the fastest layout that fits (TP, PP, VP, CP, EP, "
-                                "ETP, micro-batch, recompute) on --devices GPUs; the given values fix that dimension."),
-    as_json: bool = typer.Option(False, "--json/--no-json", show_default=False,
-                                 help="Print the plan as JSON on stdout."),
-    output: Optional[str] = typer.Option(None, "--output", "-o", help="Write the plan JSON to this file (atomically; "
-                                          "- for standard output)."),
-    schema: bool = typer.Option(False, "--schema", help="Print the JSON schema of the plan (with --search: of the "
-                                "search's report) and exit."),
-    sensitivity: Optional[float] = typer.Option(None, "--sensitivity", min=0.0, max=100.0, help="Also move every "
-                                                "hardware number by -PCT% and +PCT% alone and show tokens/s (e.g. 10)."),
-    emit: Optional[Emit] = typer.Option(None, "--emit", help="Print a ready configuration instead of the plan: "
-                                        "cerebras or modelzoo = the Model Zoo YAML (wafer profiles); megatron = the "
-                                        "Megatron-LM launch; bridge = Megatron-Bridge overrides (GPU profiles)."),
-    profile_run: bool = typer.Option(False, "--profile/--no-profile", show_default=False,
-                                     help="Print on stderr how many times the model was evaluated "
-                                     "and where the time went."),
-    from_megatron: Optional[Path] = typer.Option(None, "--from-megatron", help="Plan the run of a Megatron-LM launch "
-                                                 "script or file of arguments (- for standard input); flags btacalc "
-                                                 "does not model are listed as ignored."),
-    from_bridge: Optional[Path] = typer.Option(None, "--from-bridge", help="Plan the run of a Megatron-Bridge recipe's "
-                                               "overrides: a YAML mapping (model:, train:, ddp:, comm_overlap:) or Hydra's key=value "
-                                               "words, as Bridge's scripts take them and --emit bridge prints them."),
-    config: Optional[Path] = typer.Option(None, "--config", is_eager=True, callback=config_callback,
-                                          help="Read plan options from a TOML run file (keys: the option names, e.g. "
-                                          "global-batch = 256); the command line wins (a switch the file sets: its "
-                                          "--no- form)."),
+    search: bool = SearchOpt,
+    as_json: bool = PlanJsonOpt,
+    output: Optional[str] = PlanOutputOpt,
+    schema: bool = PlanSchemaOpt,
+    sensitivity: Optional[float] = SensitivityOpt,
+    emit: Optional[Emit] = EmitOpt,
+    profile_run: bool = ProfileRunOpt,
+    from_megatron: Optional[Path] = FromMegatronOpt,
+    from_bridge: Optional[Path] = FromBridgeOpt,
+    config: Optional[Path] = PlanConfigOpt,
 ) -> int:
     """Choose G (attention tiles) and b (sequences per tile) for a model on one or more devices;
     show parameters, memory, FLOPs, phases, throughput and what binds.
@@ -147,23 +154,20 @@ def plan(
     spec, profile = _resolved(imported, model, name, hw, (experts, top_k, expert_ffn, fixed_active))
     if imported:
         request = ImportAdditions(
-            gpus_per_node=gpus_per_node, objective=value(objective),
-            accounting=value(accounting),
-            causal=causal, loss=value(loss),
-            routing_imbalance=layout.routing_imbalance if _given(ctx, "routing_imbalance") else None,
+            gpus_per_node=gpus_per_node, objective=value(objective), accounting=value(accounting), causal=causal,
+            loss=value(loss), routing_imbalance=layout.routing_imbalance if _given(ctx, "routing_imbalance") else None,
             max_global_batch=max_global_batch, max_tile_batch=max_tile_batch, cuda_graph_scope=layout.cuda_graph_scope,
             fp8_attention=recipe.fp8_attention, fsdp_impl=layout.fsdp_impl, nccl_ub=layout.nccl_ub, nvls=layout.nvls,
         ).over(imported.request, profile, imported.stated_domain)
-    else:
-        request = ExecutionRequest(
-            seq_len=seq, recompute=recompute, attention=value(attention), causal=causal, loss=value(loss),
-            accounting=value(accounting), memory_model=value(memory_model), overlap_streaming=overlap,
-            devices=devices, expert_parallel=ep, zero_stage=zero, devices_per_node=gpus_per_node,
-            overlap_all_to_all=overlap_a2a, micro_batches=grad_accum, objective=value(objective),
-            tokens_per_step=tokens_per_step, precision=value(precision),
-            limits=BatchLimits(global_batch, tiles, tile_batch, max_global_batch, max_tile_batch,
-                               micro_batch=micro_batch),
-            **recipe.request_fields(), **layout.request_fields())
+        return _planned(spec, profile, request, imported, printing)
+    request = ExecutionRequest(
+        seq_len=seq, recompute=recompute, attention=value(attention), causal=causal, loss=value(loss),
+        accounting=value(accounting), memory_model=value(memory_model), overlap_streaming=overlap, devices=devices,
+        expert_parallel=ep, zero_stage=zero, devices_per_node=gpus_per_node, overlap_all_to_all=overlap_a2a,
+        micro_batches=grad_accum, objective=value(objective), tokens_per_step=tokens_per_step,
+        precision=value(precision), limits=BatchLimits(global_batch, tiles, tile_batch, max_global_batch,
+                                                       max_tile_batch, micro_batch=micro_batch),
+        **recipe.request_fields(), **layout.request_fields())
     return _planned(spec, profile, request, imported, printing)
 
 

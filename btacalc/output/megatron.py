@@ -224,8 +224,19 @@ def _notes(r: PlanReport, spec: ModelSpec, args: dict[str, Any]) -> list[str]:
                      "bridges set it; Megatron-LM's arguments refuse it since 168cb15 (arguments.py:1697); btacalc "
                      "models the in-place kernel of TransformerEngine 2.2-2.17")
     notes += architecture_notes(spec, r.inputs.seq_len)
-    notes += [f"no Megatron flag for {what}: leave the model's code to provide it" for key, what in _UNSAID
-              if getattr(spec, key)]
+    notes += _model_notes(spec, args)
+    if r.inputs.fp8_attention:
+        notes.append("FP8 attention: set TransformerConfig.fp8_dot_product_attention = True (TransformerEngine's "
+                     "fp8_dpa); Megatron-LM has no flag for it (arguments.py:2332-2334), Megatron-Bridge sets "
+                     f"{FP8_ATTENTION_BRIDGE_KEY}")
+    return notes
+
+
+def _model_notes(spec: ModelSpec, args: dict[str, Any]) -> list[str]:
+    """What the model has that the launch's flags cannot say or Megatron trains otherwise: parts without a flag,
+    biases on some linears only, the top-1 softmax and sigmoid routers, MLA's YaRN fields."""
+    notes = [f"no Megatron flag for {what}: leave the model's code to provide it" for key, what in _UNSAID
+             if getattr(spec, key)]
     biases = spec.linear_biases()
     if len(set(biases.values())) > 1:
         given = ", ".join(k for k, v in biases.items() if v)
@@ -254,10 +265,6 @@ def _notes(r: PlanReport, spec: ModelSpec, args: dict[str, Any]) -> list[str]:
         values = ", ".join(f"{k} {_value_text(model)} (Megatron's {_value_text(megatron)})"
                            for k, (model, megatron) in unsaid.items())
         notes.append(f"the model's multi-latent attention YaRN has {values}: " + "; ".join(said))
-    if r.inputs.fp8_attention:
-        notes.append("FP8 attention: set TransformerConfig.fp8_dot_product_attention = True (TransformerEngine's "
-                     "fp8_dpa); Megatron-LM has no flag for it (arguments.py:2332-2334), Megatron-Bridge sets "
-                     f"{FP8_ATTENTION_BRIDGE_KEY}")
     return notes
 
 
