@@ -14,7 +14,8 @@ from typing import Any, Callable, Optional
 
 from ..paths import read_input
 from ..errors import BtacalcError, clean_text
-from .model import GPT_OSS_GLU_CLAMP, ModelSpec, every_nth, rotary_dimensions, rotary_share, validate_model
+from .model import (GPT_OSS_GLU_CLAMP, ModelSpec, every_nth, rotary_dimensions, rotary_share, turns_pairs,
+                    validate_model)
 from .text import input_kind
 
 # Counts and sizes beyond this are not a model: the arithmetic (Python ints, numpy int64 in sweeps) and
@@ -630,7 +631,7 @@ def _check_rotary_dimensions(c: _Config, head_dim: int, share: float, key: str) 
     00b676f8 repeats each of ceil(n / 2) frequencies twice: n + 1 against n), none is no rotary embedding. Refused
     naming the key it was read from (ModelSpec._check_rotary_share states the rule for every source)."""
     turned = rotary_dimensions(head_dim, share)
-    if turned >= 2 and turned % 2 == 0:
+    if turns_pairs(turned):
         return
     given = (f"rotary_dim = {turned}" if key.startswith("rotary_dim") else
              f"{key} = {share!r} (int({head_dim} x {share!r}) = {turned} of head_dim {head_dim})")

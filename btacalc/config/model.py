@@ -124,6 +124,12 @@ def rotary_dimensions(head_dim: int, share: float) -> int:
     return int(head_dim * share)
 
 
+def turns_pairs(turned: int) -> bool:
+    """Whether `turned` dimensions of a head are something a rotary embedding can turn: pairs, at least one
+    (ModelSpec._check_rotary_share gives the sources; Hugging Face configs are checked by the same rule)."""
+    return turned >= 2 and turned % 2 == 0
+
+
 def rotary_share(turned: int, head_dim: int) -> float:
     """The share of `head_dim` whose truncation (`rotary_dimensions`) gives `turned`: turned / head_dim, raised by
     floating point's least step while it truncates short (hostile41 D2: GPT-J's rotary_dim 30 of head_dim 44 as
@@ -471,7 +477,7 @@ class ModelSpec(BaseModel):
                              "d + 1 values against d dimensions), so give an even head_dim or a rotary share that "
                              "turns an even number of dimensions")
         even = max(2, turned - turned % 2)
-        if turned < 2 or turned % 2:
+        if not turns_pairs(turned):
             raise ValueError(f"numerics rotary_percent {share!r} (--rotary-percent, model.rotary_percent) of head_dim "
                              f"{self.head_dim} turns {turned} dimensions of each head (int({self.head_dim} x "
                              f"{share!r})): RoPE turns pairs, so give an even number of at least 2 (e.g. "
