@@ -1,0 +1,59 @@
+"""freshuser27: a new user planning DeepSeek-V3 (and Llama 3.1 405B) on 256 GB300 (NVL72) against 256 GB200 and 256
+B300 in NVFP4 and MXFP8 from the README, with profiles that come from datasheets only (docs/story.md "freshuser27").
+
+Each test pins one defect found that way. Expected values are arithmetic on datasheet numbers and on the command's
+own inputs, never btacalc's output.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from btacalc.config.hardware import resolve_hardware
+
+NVLINK5_PER_DIRECTION = 900e9  # B/s: "1.8 TB/s GPU-to-GPU" (HGX and GB300 NVL72 pages), both directions
+B200_NCCL_ALL_TO_ALL_SHARE = 0.6408  # nccl-tests alltoall_perf on 8 B200 (b200.toml's cited fit): 576.7 / 900 GB/s
+KIB, MIB = 1024, 1024 ** 2
+
+
+def _plan(cli, *args: str) -> dict:
+    code, out, err = cli("plan", *args, "--json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def _row(report: dict, name: str) -> dict:
+    (row,) = [c for c in report["throughput"]["collectives"] if c["name"] == name]
+    return row
+
+
+@pytest.mark.parametrize("hw", ["gb300", "b300"])
+def test_blackwell_ultra_nvlink_all_to_all_at_nccls_all_to_all_share(cli, hw):
+    """The expert all-to-all inside an NVLink domain runs at NCCL's measured all-to-all share of NVLink 5 (0.6408 on
+    B200/GB200), not the ring collectives' 0.802. The B300 and GB300 profiles carried every other collective number
+    from B200/GB200 but not this one, so the same exchange over the same 18 NVLink 5 links (900 GB/s per direction)
+    ran 0.802 / 0.6408 = 1.25x faster on Blackwell Ultra than on Blackwell: 0.617 s against 0.764 s per step for
+    DeepSeek-V3 at EP 8 on 256 GPUs, 3.7% of the GB300 step, in the GB300-vs-GB200 verdict."""
+    args = ("--model", "qwen3-30b-a3b", "--devices", "8", "--ep", "8", "--global-batch", "64", "--micro-batch", "1")
+    report = _plan(cli, "--hw", hw, *args)
+    row = _row(report, "expert_all_to_all")
+    h, k, s, ep = 2048, 8, 4096, 8  # Qwen3-30B-A3B: hidden 2048, top-8; one sequence of 4,096 tokens per micro-batch
+    sent = s * k * h * 2 * (ep - 1) / ep  # 16-bit token copies one rank sends to its 7 peers per all-to-all
+    assert row["link"] == "nvlink"
+    assert row["message_bytes"] == pytest.approx(sent, rel=1e-12)
+    bandwidth_s = row["message_calls"] * sent / (NVLINK5_PER_DIRECTION * B200_NCCL_ALL_TO_ALL_SHARE)
+    assert row["time_s"] == pytest.approx(row["calls"] * row["latency_s"] + bandwidth_s, rel=1e-9)
+    blackwell = _row(_plan(cli, "--hw", hw[:-3] + "200", *args), "expert_all_to_all")
+    assert row["time_s"] == pytest.approx(blackwell["time_s"], rel=1e-12)
+
+
+@pytest.mark.parametrize("hw,sms", [("b200", 148), ("gb200", 148), ("b300", 160), ("gb300", 160)])
+def test_blackwell_sram_bytes_is_the_sum_its_note_gives(hw, sms):
+    """chip.sram_bytes of the Blackwell profiles is L2 126 MiB + SMs x 256 KiB, as each note says: B200/GB200 148 SMs
+    (170,917,888 B; the file had 170,655,744 B, 147 SMs), B300/GB300 160 SMs (174,063,616 B; the file had 176,160,768
+    B = 168 MiB, 168 SMs)."""
+    profile = resolve_hardware(hw)
+    assert profile.chip.cores.value == sms
+    assert profile.chip.sram_bytes.value == 126 * MIB + sms * 256 * KIB
