@@ -57,3 +57,23 @@ def test_blackwell_sram_bytes_is_the_sum_its_note_gives(hw, sms):
     profile = resolve_hardware(hw)
     assert profile.chip.cores.value == sms
     assert profile.chip.sram_bytes.value == 126 * MIB + sms * 256 * KIB
+
+
+def test_expected_error_says_when_none_of_its_runs_is_on_the_plans_profile(cli):
+    """README ("At a glance"): "b300 and gb300 have no measured run in the shipped set (their profiles take Blackwell's
+    fitted factor)". A GB300 plan's expected error named its runs "gpu-blackwell (b200, gb200, b300, gb300), ..." and
+    said nothing more, as if GB300 runs were among them. It now says none is, and where the factors come from; a GB200
+    plan, whose runs are there, is told nothing of the kind. The shipped runs' profiles are read from the shipped
+    file, not from btacalc's answer."""
+    from btacalc.paths import package_data
+
+    runs = json.loads(package_data("expected_error.json").read_text(encoding="utf-8"))["runs"]
+    assert not [r for r in runs if r["hw"] in ("b300", "gb300")]
+    assert [r for r in runs if r["hw"] == "gb200" and r["moe"]]
+    args = ("--model", "qwen3-30b-a3b", "--devices", "8", "--ep", "8", "--global-batch", "64", "--micro-batch", "1")
+    ultra = _plan(cli, "--hw", "gb300", *args)["throughput"]["expected_error"]["basis"]
+    assert "none of them on gb300" in ultra and "btacalc hw show gb300" in ultra
+    blackwell = _plan(cli, "--hw", "gb200", *args)["throughput"]["expected_error"]["basis"]
+    assert "none of them" not in blackwell
+    code, out, _ = cli("plan", "--hw", "b300", *args)
+    assert code == 0 and "none of them on b300" in " ".join(out.split())
