@@ -138,8 +138,7 @@ def _none_on_profile(kind: PlanKind, words: str, members: list[HeldOutRun]) -> s
     fam = kind.calibration_family
     if not kind.profile or fam is None or not words.startswith(fam) or any(r.hw == kind.profile for r in members):
         return ""
-    return (f"; none of them on {kind.profile}: it takes {fam}'s factors, `btacalc hw show {kind.profile}` says whose "
-            "runs fitted them")
+    return f"; none on {kind.profile}, which takes {fam}'s factors (btacalc hw show {kind.profile})"
 
 
 def plan_kind(hardware: HardwareProfile, moe: bool, low_precision: bool, ep_overlap: bool = False) -> PlanKind:
