@@ -77,3 +77,19 @@ def test_expected_error_says_when_none_of_its_runs_is_on_the_plans_profile(cli):
     assert "none on" not in blackwell
     code, out, _ = cli("plan", "--hw", "b300", *args)
     assert code == 0 and "none on b300" in " ".join(out.split())
+
+
+def test_low_precision_plan_says_its_mfu_is_over_the_16_bit_peak(cli):
+    """README: MFU = model FLOPs / (step time x devices x the profile's 16-bit peak), under FP8/FP4 too. An NVFP4 plan
+    on GB300 printed "MFU 46.5%" and said nothing of it; against the 15 PFLOP/s FP4 peak its GEMMs run at it would be
+    a sixth of that. The throughput caption now names the peak: GB300 NVL72's 360 PFLOP/s of sparse FP16/BF16 over 72
+    GPUs, halved for dense, 2.5 PFLOP/s. A 16-bit plan's caption is as before."""
+    args = ("--model", "qwen3-30b-a3b", "--hw", "gb300", "--devices", "8", "--ep", "8", "--global-batch", "64",
+            "--micro-batch", "1")
+    peak = 360e15 / 72 / 2
+    code, out, _ = cli("plan", *args, "--precision", "nvfp4")
+    assert code == 0
+    assert f"MFU over the 16-bit peak {peak / 1e15:g} PFLOP/s (chip.peak_flops_per_s), under nvfp4 too" in " ".join(
+        out.split())
+    code, out, _ = cli("plan", *args)
+    assert code == 0 and "MFU over" not in out

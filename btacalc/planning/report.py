@@ -434,7 +434,8 @@ class Throughput(BaseModel):
     step_time_s: float
     tokens_per_s: float = Field(description="all devices")
     tokens_per_s_per_kw: float = Field(0.0, description="tokens/s over the system power of the devices (profile system_power_w, else power_w)")
-    mfu: float = Field(description="model FLOPs / (step time x peak)")
+    mfu: float = Field(description="model FLOPs / (step time x devices x the profile's 16-bit peak "
+                       "chip.peak_flops_per_s), under FP8/FP4 recipes too")
     relative_to_dense: Optional[float] = Field(description="tokens/s over the dense model (same active params) at its best plan")
     tokens_per_s_g1: Optional[float] = Field(description="tokens/s at G = 1 (the objective's best untiled batch: "
                                              "under throughput the fastest, under density the largest)")
