@@ -358,7 +358,9 @@ def _device_caption(d: DeviceMemory) -> str:
             f"torch "
             f"max_memory_allocated), reserved {gb(d.reserved_bytes)} (x {1 + d.allocator_fragmentation_fraction:g} "
             f"allocator fragmentation), + CUDA context {gb(d.cuda_context_bytes)} + communicator buffers "
-            f"{gb(d.communicator_buffers_bytes)} = {gb(d.device_bytes)} of the {gb(d.capacity_bytes)} the driver reports")
+            f"{gb(d.communicator_buffers_bytes)} = {gb(d.device_bytes)} of the {gb(d.capacity_bytes)} "
+            + ("the driver reports" if d.capacity_kind != "estimate" else
+               "the driver is estimated to report (memory.offchip_memory_bytes is an estimate: btacalc hw show)"))
 
 
 def _sharding_table(r: PlanReport) -> Table:
