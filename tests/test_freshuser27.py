@@ -109,3 +109,20 @@ def test_estimated_capacity_is_not_called_what_the_driver_reports(cli):
     assert code == 0 and f"of the {capacity} the driver is estimated to report" in text
     code, out, _ = cli("plan", "--hw", "b200", *args)
     assert code == 0 and f"of the {183_359 * MIB / 1e9:.2f} GB the driver reports" in " ".join(out.split())
+
+
+@pytest.mark.parametrize("hw,gpu_w,blackwell_system_w,blackwell_gpu_w", [
+    ("gb300", 1400, 120e3 / 72, 1200),  # Blackwell Ultra blog's 1,400 W; GB200 NVL72: ~120 kW per rack, 1,200 W GPUs
+    ("b300", 1100, 14.3e3 / 8, 1000),  # b300's assumed 1,100 W; DGX B200: 14.3 kW max over 8 GPUs of 1,000 W
+])
+def test_blackwell_ultra_tokens_per_kw_over_system_power(cli, hw, gpu_w, blackwell_system_w, blackwell_gpu_w):
+    """README: per-kW numbers use system power (a DGX node's or NVL72 rack's per GPU). B300 and GB300 gave none, so
+    their tokens/s per kW took the GPU alone (1,100 W, 1,400 W) against B200's 1,787.5 W and GB200's 1,667 W of
+    system power: 8 GB300 came out 21% better per kW than 8 GB200 on the same run while drawing more. They now take
+    their GPU's power plus the rest of the node per GPU as the Blackwell profile counts it."""
+    args = ("--model", "qwen3-30b-a3b", "--hw", hw, "--devices", "8", "--ep", "8", "--global-batch", "64",
+            "--micro-batch", "1")
+    th = _plan(cli, *args)["throughput"]
+    system_w = gpu_w + round(blackwell_system_w) - blackwell_gpu_w if hw == "gb300" else \
+        gpu_w + blackwell_system_w - blackwell_gpu_w
+    assert th["tokens_per_s_per_kw"] == pytest.approx(th["tokens_per_s"] / (8 * system_w / 1e3), rel=1e-12)
