@@ -126,3 +126,25 @@ def test_blackwell_ultra_tokens_per_kw_over_system_power(cli, hw, gpu_w, blackwe
     system_w = gpu_w + round(blackwell_system_w) - blackwell_gpu_w if hw == "gb300" else \
         gpu_w + blackwell_system_w - blackwell_gpu_w
     assert th["tokens_per_s_per_kw"] == pytest.approx(th["tokens_per_s"] / (8 * system_w / 1e3), rel=1e-12)
+
+
+def test_cast_column_names_the_weights_share_the_phase_time_leaves_out(cli):
+    """Hand check of one GEMM phase (W_o, 4096 x 7168 x 16384 on one GB300 under MXFP8): the row's time is its GEMMs
+    at their shares of the 5 PFLOP/s FP8 peak (720 PFLOP/s sparse / 72 / 2) plus its casts, less the weights' cast:
+    the step charges that once (TransformerEngine caches the quantised weights for the step's micro-batches), while
+    the row's `cast` shows it as 1/M. The caption said the cast was all "inside the phase's time"; the weights' share
+    is 117,440,512 params x (2 B read + 2 x (1 + 1/32) B written) at 0.651 of 8 TB/s (the profile's two-copy cast
+    share) over M = 128 micro-batches, 0.72 us."""
+    args = ("--model", "deepseek-v3", "--hw", "gb300", "--devices", "256", "--pp", "32", "--ep", "8", "--precision",
+            "mxfp8", "--global-batch", "1024")
+    report = _plan(cli, *args)
+    (row,) = [p for p in report["layer_kinds"][1]["phases"] if p["name"] == "attn_out_proj"]
+    (gemm,) = row["gemms"]
+    assert (gemm["m"], gemm["n"], gemm["k"]) == (4096, 7168, 16384)
+    peak = 720e15 / 72 / 2
+    gemm_s = (2 * 4096 * 7168 * 16384 / (gemm["efficiency"] * peak)
+              + 2 * 2 * 4096 * 7168 * 16384 / (gemm["backward_efficiency"] * peak))
+    weights_share = 16384 * 7168 * (2 + 2 * (1 + 1 / 32)) / (0.651 * 8e12) / 128
+    assert row["time_s"] == pytest.approx(gemm_s + row["cast_time_s"] - weights_share, rel=1e-9)
+    code, out, _ = cli("plan", *args)
+    assert code == 0 and "the step charges it once (weight_casts)" in " ".join(out.split())

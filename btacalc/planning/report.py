@@ -376,7 +376,8 @@ class PhaseRow(BaseModel):
                            "layers, 16-bit for the rest)")
     cast_time_s: float = Field(0.0, description="low precision: the phase's quantise/cast kernels on time_s's "
                                "basis (one layer, one micro-batch; the weights' once-per-step cast as 1/M), "
-                               "included in time_s")
+                               "included in time_s but for that weights' share, which the step charges once "
+                               "(throughput.phase_share weight_casts)")
     gemms: list[GemmShape] = Field(default_factory=list, description="GPU: the phase's matmuls on the critical stage")
 
 
