@@ -1,5 +1,5 @@
 """freshuser27: a new user planning DeepSeek-V3 (and Llama 3.1 405B) on 256 GB300 (NVL72) against 256 GB200 and 256
-B300 in NVFP4 and MXFP8 from the README, with profiles that come from datasheets only (docs/story.md "freshuser27").
+B300 in NVFP4 and MXFP8 from the README, with profiles that come from datasheets only.
 
 Each test pins one defect found that way. Expected values are arithmetic on datasheet numbers and on the command's
 own inputs, never btacalc's output.
