@@ -439,8 +439,8 @@ def _phase_table(rows: Iterable[PhaseRow], r: PlanReport, title: str) -> Table:
                      f"{', '.join(map(str, r.inputs.bf16_layers))}): every GEMM in 16 bits, no casts")
     elif low:
         t.caption = (f"{r.inputs.precision} ({r.inputs.te_recipe}): the linear layers' GEMMs at the low-precision peak; "
-                     f"cast: their quantise kernels (HBM-bound), per layer per {_basis(r)}, inside the phase's time but "
-                     "for the weights' cast, shown as 1/M of it: the step charges it once (weight_casts)")
+                     f"cast: their quantise kernels (HBM-bound), per layer per {_basis(r)}, inside the phase's "
+                     "time but for the weights' cast, shown as 1/M of it: the step charges it once (weight_casts)")
     return t
 
 
