@@ -85,6 +85,8 @@ class PlanKind(BaseModel):
     moe: bool
     low_precision: bool
     ep_overlap: bool = False
+    profile: str = Field("", description="the built-in profile the plan runs on, as shipped (empty: a profile file or "
+                         "a changed profile)")
 
 
 def _groups(kind: PlanKind) -> list[tuple[str, Callable[[HeldOutRun], bool]]]:
@@ -120,12 +122,23 @@ def expected_error(kind: PlanKind, data: Optional[ExpectedErrorData] = None) -> 
         if len(errors) >= MIN_RUNS:
             s = summarize_errors(errors)
             assert s.mean_abs_error is not None and s.max_abs_error is not None and s.mean_error is not None
-            return ExpectedError(basis=words, runs=s.n, median_abs_error=statistics.median(abs(e) for e in errors),
+            return ExpectedError(basis=words + _none_on_profile(kind, words, members), runs=s.n,
+                                 median_abs_error=statistics.median(abs(e) for e in errors),
                                  mean_abs_error=s.mean_abs_error, max_abs_error=s.max_abs_error,
                                  mean_error=s.mean_error, narrower="; ".join(passed), min_runs=MIN_RUNS,
                                  not_held_out=sum(not r.held_out for r in members))
         passed.append(f"{words}: {len(errors)} run{'s' if len(errors) != 1 else ''}")
     return None
+
+
+def _none_on_profile(kind: PlanKind, words: str, members: list[HeldOutRun]) -> str:
+    """What a calibration family's group leaves unsaid when none of its runs is on the plan's own profile (freshuser27:
+    a GB300 plan listed "gpu-blackwell (b200, gb200, b300, gb300)" as if B300/GB300 runs were among them): that the
+    profile has no run there and takes the family's factors, whose note names the runs they were fitted on."""
+    fam = kind.calibration_family
+    if not kind.profile or fam is None or not words.startswith(fam) or any(r.hw == kind.profile for r in members):
+        return ""
+    return f"; none on {kind.profile}, which takes {fam}'s factors (btacalc hw show {kind.profile})"
 
 
 def plan_kind(hardware: HardwareProfile, moe: bool, low_precision: bool, ep_overlap: bool = False) -> PlanKind:
@@ -135,7 +148,7 @@ def plan_kind(hardware: HardwareProfile, moe: bool, low_precision: bool, ep_over
     spec, matched = (family_of(hardware.name), "") if builtin else architecture_family(hardware)
     return PlanKind(calibration_family=spec.name if spec else None, family_profiles=spec.profiles if spec else [],
                     matched=matched, device=hardware.family, moe=moe, low_precision=low_precision,
-                    ep_overlap=ep_overlap)
+                    ep_overlap=ep_overlap, profile=hardware.name if builtin else "")
 
 
 def architecture_family(hardware: HardwareProfile) -> tuple[Optional[FamilySpec], str]:

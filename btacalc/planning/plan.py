@@ -125,7 +125,8 @@ def device_memory(hw: HardwareProfile, tensors: int, workspaces: Sequence[Worksp
         library_workspace_bytes=ws,
         library_workspaces=[WorkspaceRow(name=w.name, library=w.library, count=w.count, bytes_each=w.bytes_each,
                                          bytes=w.bytes, when=w.when, source=w.source) for w in workspaces],
-        allocator_fragmentation_fraction=res.allocator_fragmentation_fraction.value)
+        allocator_fragmentation_fraction=res.allocator_fragmentation_fraction.value,
+        capacity_kind=hw.memory.offchip_memory_bytes.kind)
 
 
 def _model_info(problem: Problem, mem: MemoryModel) -> ModelInfo:

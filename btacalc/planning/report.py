@@ -376,7 +376,8 @@ class PhaseRow(BaseModel):
                            "layers, 16-bit for the rest)")
     cast_time_s: float = Field(0.0, description="low precision: the phase's quantise/cast kernels on time_s's "
                                "basis (one layer, one micro-batch; the weights' once-per-step cast as 1/M), "
-                               "included in time_s")
+                               "included in time_s but for that weights' share, which the step charges once "
+                               "(throughput.phase_share weight_casts)")
     gemms: list[GemmShape] = Field(default_factory=list, description="GPU: the phase's matmuls on the critical stage")
 
 
@@ -434,7 +435,8 @@ class Throughput(BaseModel):
     step_time_s: float
     tokens_per_s: float = Field(description="all devices")
     tokens_per_s_per_kw: float = Field(0.0, description="tokens/s over the system power of the devices (profile system_power_w, else power_w)")
-    mfu: float = Field(description="model FLOPs / (step time x peak)")
+    mfu: float = Field(description="model FLOPs / (step time x devices x the profile's 16-bit peak "
+                       "chip.peak_flops_per_s), under FP8/FP4 recipes too")
     relative_to_dense: Optional[float] = Field(description="tokens/s over the dense model (same active params) at its best plan")
     tokens_per_s_g1: Optional[float] = Field(description="tokens/s at G = 1 (the objective's best untiled batch: "
                                              "under throughput the fastest, under density the largest)")
@@ -608,6 +610,9 @@ class DeviceMemory(BaseModel):
     library_workspaces: list[WorkspaceRow] = Field(default_factory=list, description="the libraries' workspaces "
                                                    "this run holds, each from the code that allocates it")
     allocator_fragmentation_fraction: float
+    capacity_kind: str = Field("published", exclude=True, description="the profile's kind of "
+                               "memory.offchip_memory_bytes (`estimate`: no driver total of this GPU was published, "
+                               "the text says so); kept out of the JSON, whose readers have `hw show --json`")
 
 
 class PlanReport(BaseModel):
