@@ -96,11 +96,12 @@ def test_low_precision_plan_says_its_mfu_is_over_the_16_bit_peak(cli):
 
 
 def test_estimated_capacity_is_not_called_what_the_driver_reports(cli):
-    """No nvidia-smi total of a B300 or GB300 is published: their capacities are 270 GB and 288 GB scaled by the
-    B200's 183,359 MiB per 180 GB (1,018.66 MiB per advertised GB), estimates in the profiles. The plan's memory
+    """No nvidia-smi total of a B300 or GB300 is published: their capacities are 288 GB each (NVIDIA's NIM notes for
+    the B300 SXM6 SKU, the Blackwell Ultra blog) scaled by the B200's 183,359 MiB per 180 GB (1,018.66 MiB per
+    advertised GB), estimates in the profiles. The plan's memory
     caption called 307.62 GB "the driver reports" on GB300 as on B200, whose 183,359 MiB is a published nvidia-smi
     total; it now says the GB300 number is an estimate and keeps the B200's words."""
-    for hw, gb in (("gb300", 288), ("b300", 270)):
+    for hw, gb in (("gb300", 288), ("b300", 288)):
         assert resolve_hardware(hw).memory.offchip_memory_bytes.value == round(gb * 183_359 / 180) * MIB
     args = ("--model", "qwen3-30b-a3b", "--devices", "8", "--ep", "8", "--global-batch", "64", "--micro-batch", "1")
     code, out, _ = cli("plan", "--hw", "gb300", *args)
