@@ -123,3 +123,42 @@ def test_nvfp4_te_version_must_have_nvfp4_and_agree_with_its_casts(cli, te, extr
     code, out, err = cli(*NVFP4, "--te-version", te, *extra)
     one_line_error(code, out, err, says)
 
+
+
+# D5: a search's layouts are int64 arrays, where the step's tokens N x s wrapped past 2^63: a global batch of 2^62
+# sequences of 4,096 tokens (2^74 tokens, 0 modulo 2^64) put every layout at 0 tokens/s and the ranking divided by
+# zero (exit 2, "beyond the arithmetic's range", for a batch the README gives as answered); 2^62 - 1 wrapped to
+# -4,096 tokens, every row 0 tokens/s and the winner a PP 1 layout at 1,922 tokens/s where PP 8 runs 103,549.
+@pytest.mark.parametrize("batch", [2 ** 62, 2 ** 62 - 1])
+def test_a_search_at_a_2_62_global_batch_ranks_real_rates(cli, batch):
+    code, out, err = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16", "--global-batch",
+                         str(batch), "--search", "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    rows = report["ranking"]
+    assert rows and all(r["tokens_per_s"] > 0 for r in rows)
+    for r in rows:  # N x s over the row's own step time
+        assert r["tokens_per_s"] == pytest.approx(batch * 4096 / r["step_time_s"], rel=1e-9)
+    assert rows[0]["tokens_per_s"] == max(r["tokens_per_s"] for r in rows)
+
+
+# D6: counting a pipeline stage's in-flight passes where M is not a multiple of the micro-batch group built Megatron's
+# whole schedule table, M x VP entries, to read its first few: `plan --pp 16 --global-batch 4611686018427387903`
+# (M = 2^62 - 1 at DP 1) filled memory and never answered. Only the entries counted are built now.
+def test_a_pipeline_plan_with_an_odd_huge_m_answers(cli):
+    start = time.perf_counter()
+    code, out, err = cli("plan", "--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16", "--pp", "16", "--ep",
+                         "1", "--global-batch", str(2 ** 62 - 1), "--json")
+    assert code in (0, 1), err
+    assert json.loads(out)["plan"]["micro_batches"] == 2 ** 62 - 1 and time.perf_counter() - start < 60
+
+
+def test_schedule_table_prefix_is_the_table_s_start():
+    """Megatron's get_schedule_table order (groups of `group` micro-batches, each run through every chunk): the first
+    entries built alone equal the whole table's first entries."""
+    from btacalc.model.gpu.schedule import schedule_table
+
+    whole = schedule_table(7, 3, 2)
+    assert whole[:8] == [(0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2), (2, 0), (3, 0)]
+    for k in (0, 1, 5, 8, 21, 30):
+        assert schedule_table(7, 3, 2, first=k) == whole[:k]
