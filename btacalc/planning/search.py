@@ -193,8 +193,9 @@ def _check_space(model: ModelSpec, request: ExecutionRequest, base: Execution, n
     narrow = "{tensor_parallel}, {pipeline_parallel}, {expert_parallel}, {micro_batch} or {recompute}"
     where = f"{space:,} layouts of {request.devices:,} devices at {{global_batch}} {n:,}"
     if space > MAX_SEARCH_LAYOUTS:
-        raise BtacalcError(f"{{search}}: {where} to weigh, more than the {MAX_SEARCH_LAYOUTS:,} a search takes (about "
-                           f"{MAX_SEARCH_LAYOUTS // SEARCH_SPACE_RATE} s and 1.1 GB at best): fix {narrow} to narrow it")
+        cost = f"about {MAX_SEARCH_LAYOUTS // SEARCH_SPACE_RATE} s and 1.1 GB at best"
+        raise BtacalcError(f"{{search}}: {where} to weigh, more than the {MAX_SEARCH_LAYOUTS:,} a search takes "
+                           f"({cost}): fix {narrow} to narrow it")
     if note is not None:
         note(f"{{search}}: weighing {where} (more than {SEARCH_NOTE_LAYOUTS:,}: about {space // SEARCH_SPACE_RATE} s "
              f"at best, minutes on a loaded machine); fix {narrow} to narrow it")
@@ -330,7 +331,7 @@ def _inner(model: ModelSpec, request: ExecutionRequest, base: Execution, n: int,
     mbs = (request.limits.micro_batch,) if request.limits.micro_batch else \
         micro_batch_sizes(n // dp, base.run.seq_len)
     eps = (request.expert_parallel,) if request.expert_parallel else \
-        tuple(divisors(math.gcd(model.num_experts, request.devices))) if model.is_moe else (1,)  # bounded by the devices
+        tuple(divisors(math.gcd(model.num_experts, request.devices))) if model.is_moe else (1,)  # within the devices
     # review19: a biased MoE model (GPT-OSS) only at ETP 1, which Megatron-Core requires (ModelSpec.biased_moe)
     etps = (request.expert_tensor_parallel,) if request.expert_tensor_parallel else expert_tensor_sizes(model, tp)
     return mbs, eps, etps
