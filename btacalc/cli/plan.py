@@ -516,7 +516,10 @@ def _emitted(report: Any, emit: Optional[str], spec: Any, profile: Any) -> str:
 def _search(spec: Any, profile: Any, request: Any, outs: Any, emit: Optional[str]) -> int:
     from ..planning.search import search_layouts
 
-    result = search_layouts(spec, profile, request)
+    def note(template: str) -> None:  # hostile42: a long search says so before it starts
+        err.print(f"btacalc: {with_flags(BtacalcError(template))}", highlight=False, markup=False, soft_wrap=True)
+
+    result = search_layouts(spec, profile, request, note)
     ok = result.best is not None and result.best.plan.fits
     if emit is not None and result.best is not None:
         text = _emitted(result.best, emit, spec, profile)

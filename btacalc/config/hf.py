@@ -592,6 +592,8 @@ def _numerics(c: _Config, spec: dict[str, Any]) -> dict[str, Any]:
     # conversion/transformers_compat.py L27-60 @ 067f987df)
     params = c.raw.get("rope_parameters")
     nested = _Config(params, f"{c.origin} rope_parameters", c.model_type) if isinstance(params, dict) else None
+    if rope and nested is not None:
+        _check_rope_twice(c, nested)
     for field, keys in _NUMERIC_KEYS.items():
         key = next((k for k in keys if c.raw.get(k) is not None), None)
         if field == "rope_theta" and rope and key is None and nested is not None \
@@ -637,6 +639,28 @@ def _check_rotary_dimensions(c: _Config, head_dim: int, share: float, key: str) 
              f"{key} = {share!r} (int({head_dim} x {share!r}) = {turned} of head_dim {head_dim})")
     raise c.error(f"field {given}: the rotary embedding turns pairs of dimensions, so {turned} is not a model; "
                   f"give an even number of at least 2 dimensions of each head")
+
+
+# hostile42: a config.json giving a RoPE setting both at the top (transformers 4's key) and in rope_parameters
+# (transformers 5's) with two values was read from the top key alone, in silence. The two readers disagree there:
+# transformers 5 keeps rope_parameters' own rope_theta over the top-level one (RotaryEmbeddingConfigMixin
+# .convert_rope_params_to_dict, src/transformers/modeling_rope_utils.py: "Priority ... 1. Values in `rope_parameters`
+# dict", setdefault), transformers 4 reads the top-level attribute, and Megatron-Bridge's rope_theta_from_hf reads
+# whichever attribute the loaded config holds (Megatron-Bridge @ 067f987df
+# src/megatron/bridge/models/conversion/transformers_compat.py L27-60): which the run trains depends on the library
+_ROPE_TWICE = ("rope_theta", "partial_rotary_factor")
+
+
+def _check_rope_twice(c: _Config, nested: _Config) -> None:
+    """A RoPE setting given at the top and in rope_parameters with two values: refused naming both (_ROPE_TWICE)."""
+    for key in _ROPE_TWICE:
+        if c.raw.get(key) is None or nested.raw.get(key) is None:
+            continue
+        top, inner = c.number(key, 0.0), nested.number(key, 0.0)
+        if top != inner:
+            raise c.error(f"field {key!r} = {c.raw[key]!r} and rope_parameters.{key} = {nested.raw[key]!r} disagree: "
+                          "transformers 5 reads rope_parameters' value, transformers 4 the top-level one; give one "
+                          "(or the same value in both)")
 
 
 def _check_numerics(c: _Config, out: dict[str, Any], keys: dict[str, str]) -> None:

@@ -16,7 +16,7 @@ from .attention_kernels import DEFAULT_ATTENTION_KERNEL, attention_kernel
 from .cuda_graphs import scopes
 from ..vocabulary import MEGATRON_LOSSES, OP_POLICY, SELECTIVE_MODULES, TORCH_LOSSES, parse_recompute
 from .pipeline import parse_layout
-from .te_release import default_te_version, te_behaviour, te_releases
+from .te_release import default_te_version, te_behaviour, te_release_key, te_releases
 from .execution import (BatchLimits, DEFAULT_SEQ_LEN, DEFAULT_SEQ_LEN_SOURCE, DEFAULT_TOKENS_PER_STEP, Execution,
                         ExecutionRequest, Layout, MAX_SEQUENCES, MEGATRON, OBJECTIVES, Overlaps, REASONS, RunOptions,
                         TORCH_FSDP_IMPLS, WAFER_BATCH_RULE, multiples_text, pipeline_reason)
@@ -129,6 +129,7 @@ def _run_options(request: ExecutionRequest, model: "ModelSpec", profile: "Hardwa
         run = replace(run, te_version=_te_version(request, chosen, run.recipe))
     if request.te_version is not None and profile.family == "gpu":
         _check_te_version_decides(run.recipe, run.precision, profile)
+        _check_te_version_fp4(run)
     if run.fp8_attention:
         check_fp8_attention(run.precision, profile, run.attention, run.attention_kernel)
         _check_fp8_attention_masks(model, profile)
@@ -177,6 +178,31 @@ def _check_te_version_decides(r: Recipe, precision: str, profile: "HardwareProfi
                            f"where FP8 GEMMs take non-TN layouts (compute capability {NON_TN_FP8_CC_TEXT}); "
                            f"{profile.name} has {cc:.1f}, whose FP8 GEMMs are TN-only: every release writes the "
                            "transposes (and Megatron-Core keeps the projection's quantised copy under every release)")
+
+
+# the first TransformerEngine with NVFP4: Megatron-Bridge refuses fp4 below it (MixedPrecisionConfig.finalize,
+# NVIDIA-NeMo/Megatron-Bridge @ 067f987d src/megatron/bridge/training/mixed_precision.py L110-111)
+FP4_MIN_TE = "2.7.0.dev0"
+
+
+def _check_te_version_fp4(run: RunOptions) -> None:
+    """hostile42: under an FP4 recipe --te-version was taken for the projection's copy alone: a TE before NVFP4
+    (`--te-version 2.5`, FP4_MIN_TE) was planned, and one before the fused RHT cast (2.8-2.13: precision.toml
+    rht_cast_fusion_since_te, Recipe.rht_cast_fused_in, which a measured run's TE already sets) was timed with the
+    fused cast: the given TE and --rht-cast-fusion must agree."""
+    r = run.recipe
+    if r.gemm_peak != "fp4":
+        return
+    if te_release_key(run.te_version) < te_release_key(FP4_MIN_TE):
+        raise BtacalcError(f"{{te_version}} {run.te_version}: {run.precision} needs TransformerEngine {FP4_MIN_TE} or "
+                           "later (NVFP4BlockScaling; Megatron-Bridge @ 067f987d training/mixed_precision.py L110-111)")
+    fused = r.rht_cast_fused_in(run.te_version)
+    if r.rht_cast_fusion_since_te and fused != run.rht_cast_fusion:
+        kernels = "one kernel (from" if fused else "two kernels (one from"
+        raise BtacalcError(f"{{te_version}} {run.te_version} casts {run.precision}'s rowwise and Hadamard-transformed "
+                           f"copies in {kernels} TE {r.rht_cast_fusion_since_te}, precision.toml): "
+                           + ("{rht_cast_fusion} contradicts it; leave it out" if fused else
+                              "give {rht_cast_fusion} with it"))
 
 
 def _te_version(request: ExecutionRequest, chosen: Any, r: Recipe) -> str:

@@ -22,7 +22,7 @@ import itertools
 import math
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 from pydantic import BaseModel, Field
@@ -112,8 +112,10 @@ class _Candidate:
     recompute: str
 
 
-def search_layouts(model: ModelSpec, hardware: HardwareProfile, request: ExecutionRequest) -> SearchResult:
-    """The fastest fitting layout (see the module docstring)."""
+def search_layouts(model: ModelSpec, hardware: HardwareProfile, request: ExecutionRequest,
+                   note: Optional[Callable[[str], None]] = None) -> SearchResult:
+    """The fastest fitting layout (see the module docstring). `note(template)`, if given, is told before a long
+    search that it is long (`_check_space`; the template names parameters as an error's does)."""
     if hardware.family != "gpu" or request.devices < 1:
         raise BtacalcError("{search} chooses GPU layouts: give a GPU profile and --devices")
     if request.tokens_per_step is not None and request.limits.global_batch is not None:
@@ -143,6 +145,10 @@ def search_layouts(model: ModelSpec, hardware: HardwareProfile, request: Executi
                                                   expert_tensor_parallel=request.expert_tensor_parallel
                                                   or (1 if model.is_moe else None),
                                                   microbatch_group=None if chosen_vp else request.microbatch_group,
+                                                  # hostile42: a given VP with PP chosen: the base (PP 1) was refused
+                                                  # "--vp > 1 needs --pp > 1"; the candidates take it (_vp_choices)
+                                                  virtual_pipeline=request.virtual_pipeline
+                                                  if request.pipeline_parallel else None,
                                                   # hostile32 D3: a search ranks its own policies (`_policies`),
                                                   # not the profile's default, which FSDP2 may refuse (selective)
                                                   recompute=request.recompute or "none"),
@@ -154,6 +160,7 @@ def search_layouts(model: ModelSpec, hardware: HardwareProfile, request: Executi
     tokens = request.tokens_per_step or DEFAULT_TOKENS_PER_STEP
     n = request.limits.global_batch or whole_sequences(tokens, base.run.seq_len,
                                                        base.layout.devices * (request.limits.micro_batch or 1))
+    _check_space(model, request, base, n, note)
     candidates = list(_candidates(model, hardware, request, base, n))
     if not candidates:
         _refuse_async_tp_alone(model, hardware, request, base)
@@ -162,6 +169,36 @@ def search_layouts(model: ModelSpec, hardware: HardwareProfile, request: Executi
     timed, memory, untimed = _untimed_dropped(model, hardware, base, candidates)
     scores = _scored(model, hardware, base, timed, memory)
     return _result(model, hardware, request, base, n, scores, start, (len(candidates), untimed))
+
+
+# hostile42: the layouts a search weighs grow with the divisors of the devices and of the batch (PP every divisor up to
+# L + 2, EP of gcd(E, devices), the micro-batch every divisor of N / DP up to 65,536 tokens): 40,320 H100s (5,040 x 8)
+# evaluated 429,216 layouts in 87 s and 0.9 GB, 256 H100s at s = 128 with a global batch of 720,720 x 256 sequences
+# 2,245,280 in 147 s and 3.1 GB, in silence (the README: "about 5 s on 256 GPUs"). Above SEARCH_NOTE_LAYOUTS the
+# search says how many it weighs before it starts; above MAX_SEARCH_LAYOUTS it is refused, naming what narrows it.
+# Both count `search_space` (783,008 and 3,402,972 there; 145,060 for the README's 256 H100s, 157,680 for its GB200
+# benchmark), measured at about SEARCH_SPACE_RATE a second on a quiet core (256 H100s: 145,060 in 4.95 s; under the
+# load of three sessions a third of it) and 1.1 kB each (40,320 H100s: 0.9 GB).
+SEARCH_NOTE_LAYOUTS = 250_000
+MAX_SEARCH_LAYOUTS = 1_000_000
+SEARCH_SPACE_RATE = 30_000
+
+
+def _check_space(model: ModelSpec, request: ExecutionRequest, base: Execution, n: int,
+                 note: Optional[Callable[[str], None]]) -> None:
+    """The search's size against SEARCH_NOTE_LAYOUTS and MAX_SEARCH_LAYOUTS (see there)."""
+    space = search_space(model, request, base, n, len(_search_policies(model, request, base)))
+    if space <= SEARCH_NOTE_LAYOUTS:
+        return
+    narrow = "{tensor_parallel}, {pipeline_parallel}, {expert_parallel}, {micro_batch} or {recompute}"
+    where = f"{space:,} layouts of {request.devices:,} devices at {{global_batch}} {n:,}"
+    if space > MAX_SEARCH_LAYOUTS:
+        cost = f"about {MAX_SEARCH_LAYOUTS // SEARCH_SPACE_RATE} s and 1.1 GB at best"
+        raise BtacalcError(f"{{search}}: {where} to weigh, more than the {MAX_SEARCH_LAYOUTS:,} a search takes "
+                           f"({cost}): fix {narrow} to narrow it")
+    if note is not None:
+        note(f"{{search}}: weighing {where} (more than {SEARCH_NOTE_LAYOUTS:,}: about {space // SEARCH_SPACE_RATE} s "
+             f"at best, minutes on a loaded machine); fix {narrow} to narrow it")
 
 
 def _choices(given: Optional[int], name: str) -> tuple[int, ...]:
@@ -270,30 +307,56 @@ def _refuse_async_tp_alone(model: ModelSpec, hardware: HardwareProfile, request:
                        f"{{tensor_parallel}} > 1 only, and {why}")
 
 
-def _candidates(model: ModelSpec, hardware: HardwareProfile, request: ExecutionRequest, base: Execution,
-                n: int) -> Iterator[_Candidate]:
-    devices = request.devices
-    # hostile32 D1: the base's policy, parsed to canonical form (`core_attn` is `selective`); the raw text crashed
-    policies = (base.run.recompute,) if request.recompute else _policies(model, base)
-    eps = (request.expert_parallel,) if request.expert_parallel else \
-        tuple(divisors(math.gcd(model.num_experts, devices))) if model.is_moe else (1,)  # bounded by the devices
-    pps = (request.pipeline_parallel,) if request.pipeline_parallel else pipeline_sizes(devices, model.num_layers)
+def _outer(model: ModelSpec, request: ExecutionRequest, base: Execution, n: int) -> Iterator[tuple[int, ...]]:
+    """The (TP, PP, VP, CP, DP) a search tries whose TP·PP·CP divides the devices and whose DP divides the batch `n`,
+    within a domain and the TP overlap's rules."""
+    pps = (request.pipeline_parallel,) if request.pipeline_parallel else \
+        pipeline_sizes(request.devices, model.num_layers)
     tps = _choices(request.tensor_parallel, "tensor_parallel")
     layouts = ((tp, pp, vp, cp) for tp, pp in itertools.product(tps, pps)
                for vp in _vp_choices(request, model.num_layers, pp)
                for cp in _choices(request.context_parallel, "context_parallel"))
     for tp, pp, vp, cp in layouts:
-        if (devices % (tp * pp * cp) or tp > base.layout.devices_per_node or _async_tp_at_one(request, base, tp)
-                or _userbuffers_leave_domain(request, base, tp)):
+        if (request.devices % (tp * pp * cp) or tp > base.layout.devices_per_node
+                or _async_tp_at_one(request, base, tp) or _userbuffers_leave_domain(request, base, tp)):
             continue
-        dp = devices // (tp * pp * cp)
-        if n % dp:
-            continue
-        mbs = (request.limits.micro_batch,) if request.limits.micro_batch else \
-            micro_batch_sizes(n // dp, base.run.seq_len)
-        # review19: a biased MoE model (GPT-OSS) only at ETP 1, which Megatron-Core requires (ModelSpec.biased_moe)
-        etps = (request.expert_tensor_parallel,) if request.expert_tensor_parallel else \
-            expert_tensor_sizes(model, tp)
+        dp = request.devices // (tp * pp * cp)
+        if n % dp == 0:
+            yield tp, pp, vp, cp, dp
+
+
+def _inner(model: ModelSpec, request: ExecutionRequest, base: Execution, n: int, tp: int,
+           dp: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """The micro-batches, EPs and ETPs a search tries at TP `tp` and DP `dp`."""
+    mbs = (request.limits.micro_batch,) if request.limits.micro_batch else \
+        micro_batch_sizes(n // dp, base.run.seq_len)
+    eps = (request.expert_parallel,) if request.expert_parallel else \
+        tuple(divisors(math.gcd(model.num_experts, request.devices))) if model.is_moe else (1,)  # within the devices
+    # review19: a biased MoE model (GPT-OSS) only at ETP 1, which Megatron-Core requires (ModelSpec.biased_moe)
+    etps = (request.expert_tensor_parallel,) if request.expert_tensor_parallel else expert_tensor_sizes(model, tp)
+    return mbs, eps, etps
+
+
+def search_space(model: ModelSpec, request: ExecutionRequest, base: Execution, n: int, policies: int) -> int:
+    """hostile42: how many layouts a search weighs (`_candidates` with whole heads per TP rank and ETP x EP x PP
+    dividing the devices, before the rest of Layout.validate: an upper bound of the layouts evaluated), counted
+    without building one."""
+    total = 0
+    for tp, pp, _, _, dp in _outer(model, request, base, n):
+        if model.num_heads % tp or model.num_kv_heads % tp:
+            continue  # each rank holds whole heads (Layout.validate)
+        mbs, eps, etps = _inner(model, request, base, n, tp, dp)
+        grids = sum(1 for ep, etp in itertools.product(eps, etps) if request.devices % (ep * etp * pp) == 0)
+        total += sum(1 for mb in mbs if n % (dp * mb) == 0) * grids * policies
+    return total
+
+
+def _candidates(model: ModelSpec, hardware: HardwareProfile, request: ExecutionRequest, base: Execution,
+                n: int) -> Iterator[_Candidate]:
+    # hostile32 D1: the base's policy, parsed to canonical form (`core_attn` is `selective`); the raw text crashed
+    policies = _search_policies(model, request, base)
+    for tp, pp, vp, cp, dp in _outer(model, request, base, n):
+        mbs, eps, etps = _inner(model, request, base, n, tp, dp)
         overlap = replace(base.layout.overlap, p2p=_p2p(request, pp, vp),
                           tp_comm=_tp_comm(request, tp, base.layout.overlap.tp_comm))
         for mb, ep, etp in itertools.product(mbs, eps, etps):
@@ -316,6 +379,10 @@ def _candidates(model: ModelSpec, hardware: HardwareProfile, request: ExecutionR
                 continue
             for policy in policies:
                 yield _Candidate(_runnable_a2a(layout, policy), mb, policy)
+
+
+def _search_policies(model: ModelSpec, request: ExecutionRequest, base: Execution) -> tuple[str, ...]:
+    return (base.run.recompute,) if request.recompute else _policies(model, base)
 
 
 def _runnable_a2a(layout: Layout, policy: str) -> Layout:

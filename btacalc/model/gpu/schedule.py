@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -46,13 +46,17 @@ def warmup_forwards(pp: Any, vp: Any, m: Any, group: Any, rank: int, extra: Any 
     return where(pp == 1, 0, where(vp == 1, minimum(pp - rank - 1, m), interleaved))
 
 
-def schedule_table(m: int, vp: int, group: int) -> list[tuple[int, int]]:
-    """(micro-batch, model chunk) of each forward, as get_schedule_table L989-1016 builds it."""
+def schedule_table(m: int, vp: int, group: int, first: Optional[int] = None) -> list[tuple[int, int]]:
+    """(micro-batch, model chunk) of each forward, as get_schedule_table L989-1016 builds it; its `first` entries
+    only, when given (hostile42: a stage's in-flight passes, a few: the whole table of M = 2^62 - 1 micro-batches was
+    built to count them, and `plan --pp 16 --global-batch 4611686018427387903` never answered)."""
     table: list[tuple[int, int]] = []
     for low in range(0, m, group):
+        if first is not None and len(table) >= first:
+            return table[:first]
         high = m if low + group >= m else low + group
         table.extend((i, v) for v in range(vp) for i in range(low, high))
-    return table
+    return table if first is None else table[:first]
 
 
 @dataclass(frozen=True)

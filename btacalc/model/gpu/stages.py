@@ -195,8 +195,8 @@ class PipelineStages:
         k, n = self.in_flight(j), self.group_size
         if not is_array(k, self.pp, self.vp, self.micro_batches) and self.micro_batches % n:
             # a last group of M mod N micro-batches: count the passes of Megatron's own table (schedule.py)
-            table = schedule_table(int(self.micro_batches), int(self.vp), int(n))
-            return sum(1 for _, chunk in table[:int(k)] if chunk == v)
+            table = schedule_table(int(self.micro_batches), int(self.vp), int(n), first=int(k))
+            return sum(1 for _, chunk in table if chunk == v)
         group = n * self.vp
         full = (k // group) * n
         partial = np.clip(k % group - v * n, 0, n) if is_array(k, n) \

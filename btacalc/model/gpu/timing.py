@@ -172,6 +172,10 @@ def gpu_step_time(problem: Problem, tiles: Any, tile_batch: Any, ev: Optional[Ev
     unpaired = unpaired_exchange_s(problem, stages[0], alone, m)
     step = worst.micro_batch_s * m + bubble + unpaired + sync + optimizer + norm + casts
     seqs = lay.data_parallel * m * tiles * tile_batch
+    # hostile42: a search's layouts are int64 arrays, where N x s wrapped past 2^63 (a global batch of 2^62 sequences
+    # of 4,096 tokens is 2^74 tokens: 0, every layout at 0 tokens/s and the ranking a division by zero); a plan's
+    # Python integers are exact, and converted as before
+    seqs = seqs.astype(np.float64) if isinstance(seqs, np.ndarray) and seqs.dtype.kind in "iu" else seqs
     peak = problem.hardware.chip.peak_flops_per_s.value
     flops = _model_flops(problem, tiles, tile_batch) * lay.data_parallel * m
     # the per-phase report needs the critical stage: known for one shape, or for arrays of shapes of one
