@@ -1,7 +1,13 @@
 """review34: a hostile campaign on the sixteenth session's options (seventeenth session). docs/story.md "review34"
-says what each test pins and what happened before. The one-line refusals are cases in tests/test_bad_input.py."""
+says what each test pins and what happened before. The one-line refusals are cases in tests/test_bad_input.py.
+The thirty-fifth session's review34 (a second engineer's review of that session's merged work) adds its findings at
+the end (F1...)."""
 
 from __future__ import annotations
+
+import pytest
+
+from support import one_line_error
 
 
 def test_a_sweep_that_fails_to_write_does_not_say_it_wrote(cli, tmp_path, monkeypatch):
@@ -38,3 +44,34 @@ def test_megatron_recompute_module_op_is_megatrons_refusal(cli, tmp_path):
     code, out, err = cli("plan", "--hw", "h100", "--from-megatron", str(path))
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
     assert "Megatron-Core refuses modules outside core_attn" in err and "torchtitan" not in err
+
+
+# thirty-fifth session, review34: a second engineer's review of `git diff e059d608..main`
+# F1: the session opened --te-version to fp8-blockwise and mxfp8 (the attention projection's quantised copy of O
+# depends on the release), and hostile42 refused a TE older than NVFP4 under nvfp4 only: `--precision mxfp8
+# --te-version 1.10` (or 2.0) and `--precision fp8-blockwise --te-version 2.2` were planned on a TransformerEngine with
+# which Megatron-Core builds no such recipe. Megatron-LM @ d98e8a64 megatron/core/fp8_utils.py L768-803 builds a recipe
+# other than delayed scaling only from TE 2.1.0, Float8CurrentScaling from 2.2.0.dev0 and Float8BlockScaling from
+# 2.3.0.dev0; older, it asserts "Please make sure to use TransformerEngine version >= 2.2.0.dev0 for
+# Float8CurrentScaling, >= 2.1.0 for MXFP8BlockScaling, and >= 2.3.0.dev0 for Float8BlockScaling".
+PLAN = ("plan", "--model", "llama-3-8b", "--devices", "8", "--tp", "1", "--pp", "1", "--global-batch", "8",
+        "--micro-batch", "1")
+
+
+@pytest.mark.parametrize("hw, precision, te, needs", [
+    ("b200", "mxfp8", "1.10", "2.1.0"), ("b200", "mxfp8", "2.0", "2.1.0"),
+    ("h100", "fp8-blockwise", "2.2", "2.3.0.dev0"), ("h100", "fp8-blockwise", "2.2.0", "2.3.0.dev0"),
+    ("b200", "fp8-current", "2.1", "2.2.0.dev0"), ("h100", "fp8-current", "1.10", "2.2.0.dev0"),
+    ("b200", "nvfp4", "2.6.0.dev0", "2.7.0.dev0")])
+def test_a_te_older_than_the_recipe_is_refused(cli, hw, precision, te, needs):
+    code, out, err = cli(*PLAN, "--hw", hw, "--precision", precision, "--te-version", te)
+    one_line_error(code, out, err, f"needs TransformerEngine {needs} or later")
+
+
+@pytest.mark.parametrize("hw, precision, te", [
+    ("b200", "mxfp8", "2.1.0"), ("h100", "fp8-blockwise", "2.3.0.dev0"), ("b200", "fp8-current", "2.2.0.dev0+bee4649c"),
+    ("h100", "fp8-current", "2.5"), ("b200", "fp8", "1.10"), ("b200", "nvfp4", "2.14")])
+def test_a_te_from_the_recipe_on_is_planned(cli, hw, precision, te):
+    # delayed scaling (fp8) runs under TE 1.x: Megatron-Core builds TEDelayedScaling under every release (L796-806)
+    code, out, err = cli(*PLAN, "--hw", hw, "--precision", precision, "--te-version", te)
+    assert code in (0, 1) and "needs TransformerEngine" not in err, err

@@ -327,7 +327,8 @@ TeVersionOpt = typer.Option(None, "--te-version", help=help_text(
     "10.x-11.x), a TE 1.x cast writes the FP8 transposes as on Hopper, a TE before 2.2.0 still transposes the "
     "sequence-parallel gathered tensors, and one before 2.4 the inputs --tp-comm-overlap gathers (bulk dgrad) "
     "(btacalc/data/te_releases.toml, docs/precision.md 'te22'). Refused where neither applies (bf16; fp8 on "
-    "H100/H200) [default: 2.20.0.dev0+d0067d0, the TE btacalc pins]."))
+    "H100/H200) and below the first TE that runs the recipe (precision.toml since_te) [default: "
+    "2.20.0.dev0+d0067d0, the TE btacalc pins]."))
 WgradFusionOpt = typer.Option(True, "--gradient-accumulation-fusion/--no-gradient-accumulation-fusion", help=(
     "Accumulate each weight gradient into the fp32 main gradient inside its GEMM (Megatron's default); "
     "--no-gradient-accumulation-fusion: the GEMM writes a 16-bit gradient and a separate kernel adds it, "

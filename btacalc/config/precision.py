@@ -99,6 +99,10 @@ class Recipe(BaseModel):
     # quantised copy (save_original_input, precision.toml); "": never under this recipe (delayed scaling)
     proj_saves_original_input_since_te: str = ""
     proj_saves_original_input_source: str = ""
+    # the first TE that runs the recipe at all (precision.toml `since_te`: Megatron-Core builds the TE recipe from it
+    # on, plan --te-version refuses an older one); "": every release btacalc knows
+    since_te: str = ""
+    since_te_source: str = ""
     # --fp8-attention (precision.toml): the cuDNN FP8 attention kernel TE runs under the recipe ("": none, refused),
     # the oldest architecture it runs on, the quantised copies of Q, K, V and dO, and whether O and dQ, dK, dV come
     # out in FP8 (TE then dequantizes them)

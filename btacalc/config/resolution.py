@@ -129,7 +129,7 @@ def _run_options(request: ExecutionRequest, model: "ModelSpec", profile: "Hardwa
         run = replace(run, te_version=_te_version(request, chosen, run.recipe))
     if request.te_version is not None and profile.family == "gpu":
         _check_te_version_decides(run.recipe, run.precision, profile)
-        _check_te_version_fp4(run)
+        _check_te_version_recipe(run)
     if run.fp8_attention:
         check_fp8_attention(run.precision, profile, run.attention, run.attention_kernel)
         _check_fp8_attention_masks(model, profile)
@@ -180,22 +180,16 @@ def _check_te_version_decides(r: Recipe, precision: str, profile: "HardwareProfi
                            "transposes (and Megatron-Core keeps the projection's quantised copy under every release)")
 
 
-# the first TransformerEngine with NVFP4: Megatron-Bridge refuses fp4 below it (MixedPrecisionConfig.finalize,
-# NVIDIA-NeMo/Megatron-Bridge @ 067f987d src/megatron/bridge/training/mixed_precision.py L110-111)
-FP4_MIN_TE = "2.7.0.dev0"
-
-
-def _check_te_version_fp4(run: RunOptions) -> None:
-    """hostile42: under an FP4 recipe --te-version was taken for the projection's copy alone: a TE before NVFP4
-    (`--te-version 2.5`, FP4_MIN_TE) was planned, and one before the fused RHT cast (2.8-2.13: precision.toml
-    rht_cast_fusion_since_te, Recipe.rht_cast_fused_in, which a measured run's TE already sets) was timed with the
-    fused cast: the given TE and --rht-cast-fusion must agree."""
+def _check_te_version_recipe(run: RunOptions) -> None:
+    """A --te-version older than the recipe (precision.toml `since_te`: review34, since --te-version reaches
+    fp8-blockwise and mxfp8 for the projection's copy, `--te-version 1.10` planned MXFP8 on a TE Megatron-Core builds
+    no MXFP8 recipe with; hostile42 found it under NVFP4) is refused. hostile42: under NVFP4 one before the fused RHT
+    cast (2.8-2.13: precision.toml rht_cast_fusion_since_te, Recipe.rht_cast_fused_in, which a measured run's TE
+    already sets) was timed with the fused cast: the given TE and --rht-cast-fusion must agree."""
     r = run.recipe
-    if r.gemm_peak != "fp4":
-        return
-    if te_release_key(run.te_version) < te_release_key(FP4_MIN_TE):
-        raise BtacalcError(f"{{te_version}} {run.te_version}: {run.precision} needs TransformerEngine {FP4_MIN_TE} or "
-                           "later (NVFP4BlockScaling; Megatron-Bridge @ 067f987d training/mixed_precision.py L110-111)")
+    if r.since_te and te_release_key(run.te_version) < te_release_key(r.since_te):
+        raise BtacalcError(f"{{te_version}} {run.te_version}: {run.precision} ({r.te_recipe}) needs TransformerEngine "
+                           f"{r.since_te} or later (precision.toml since_te: {r.since_te_source.split(':')[0]})")
     fused = r.rht_cast_fused_in(run.te_version)
     if r.rht_cast_fusion_since_te and fused != run.rht_cast_fusion:
         kernels = "one kernel (from" if fused else "two kernels (one from"
