@@ -93,7 +93,8 @@ def test_block_scaled_recipes_take_the_te_release(cli, precision, te, copy, extr
     assert old - new == pytest.approx(per_element * O_ELEMENTS if copy else 0, rel=1e-9)
 
 
-@pytest.mark.parametrize("hw, precision, says", [("h100", "fp8", "h100 has 9.0"), ("h100", "bf16", "bf16 runs the same"),
+@pytest.mark.parametrize("hw, precision, says", [("h100", "fp8", "h100 has 9.0"),
+                                                 ("h100", "bf16", "bf16 runs the same"),
                                                  ("b200", "bf16", "bf16 runs the same")])
 def test_te_version_is_refused_where_no_release_changes_the_plan(cli, hw, precision, says):
     """Delayed-scaling FP8 on Hopper (transposes under every release, the copy under every release) and 16-bit

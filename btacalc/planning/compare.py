@@ -326,13 +326,13 @@ def _row_request(request: ExecutionRequest, profile: HardwareProfile, precision:
                  taking: Taking,
                  wafer_global_batch: Optional[int]) -> ExecutionRequest:
     """The request one row is planned with. A wafer row is D systems in strict data parallel: the GPU layout
-    choices (EP, ZeRO, the NVLink domain, the communication overlaps) and Megatron's and TransformerEngine's GPU kernel options (the unfused main-gradient add,
-    NVFP4's unfused casts, PyTorch's early-stopping re-run, the layers kept out of a low-precision recipe, the
-    router's token dropping) do not
-    apply. A GPU row drops the options for other rows only: --no-rht-cast-fusion unless its precision is in the
-    first of `taking` (the row's run options show which rows took it), --bf16-layers-at-start/-end unless it is in
-    the second (the low precisions), --te-version unless (its precision, its profile) is in the third, --no-overlap beside wafer rows (the wafer rows' weight streaming; a GPU plan
-    refuses it)."""
+    choices (EP, ZeRO, the NVLink domain, the communication overlaps) and Megatron's and TransformerEngine's GPU
+    kernel options (the unfused main-gradient add, NVFP4's unfused casts, PyTorch's early-stopping re-run, the layers
+    kept out of a low-precision recipe, the router's token dropping) do not apply. A GPU row drops the options for
+    other rows only: --no-rht-cast-fusion unless its precision is in the first of `taking` (the row's run options show
+    which rows took it), --bf16-layers-at-start/-end unless it is in the second (the low precisions), --te-version
+    unless (its precision, its profile) is in the third, --no-overlap beside wafer rows (the wafer rows' weight
+    streaming; a GPU plan refuses it)."""
     if profile.family == "wse":
         loss = None if request.loss in GPU_LOSSES else request.loss  # a GPU framework's loss: the GPU rows'
         return without_gpu_layout(request).with_changes(**_GPU_ROW_NEUTRAL, loss=loss,

@@ -229,8 +229,9 @@ class Recipe(BaseModel):
                                               "casts are one kernel (precision.toml rht_cast_fusion_since_te), under "
                                               "per-tensor FP8 which transposes Blackwell writes (plan --te-version, "
                                               "te_releases.toml), under the other recipes but delayed FP8 whether the "
-                                              "attention projection keeps a quantised copy of O; default: the TE of the run's container where "
-                                              "te_releases.toml names it, else the pinned TE")
+                                              "attention projection keeps a quantised copy of O; default: the TE of "
+                                              "the run's container where te_releases.toml names it, else the pinned "
+                                              "TE")
     fp8_param_gather: Optional[bool] = Field(None, description="--fp8-param-gather (NeMo 1.0's model.fp8_params): "
                                              "FP8 parameters and their all-gather; default: the precision recipe's "
                                              "Megatron-Bridge setting (precision.toml bridge_param_gather)")
