@@ -201,7 +201,7 @@ def _check_te_version_recipe(run: RunOptions) -> None:
 
 def _te_version(request: ExecutionRequest, chosen: Any, r: Recipe) -> str:
     """The GPU run's TransformerEngine version, checked (te_releases.toml; a malformed one is a one-line error); the
-    default, with its reason where the recipe's casts depend on it (per-tensor FP8)."""
+    default, with its reason where the release changes the recipe's plan (`Recipe.te_release_decides`)."""
     if request.te_version is None and not r.te_release_decides:
         return default_te_version()
     given = None if request.te_version is None else request.te_version.strip()  # " 1.10 " is TE 1.10 (review13)
