@@ -75,3 +75,19 @@ def test_a_te_from_the_recipe_on_is_planned(cli, hw, precision, te):
     # delayed scaling (fp8) runs under TE 1.x: Megatron-Core builds TEDelayedScaling under every release (L796-806)
     code, out, err = cli(*PLAN, "--hw", hw, "--precision", precision, "--te-version", te)
     assert code in (0, 1) and "needs TransformerEngine" not in err, err
+
+
+# F3 (a test the session's change lacked): planning/measured.py now gives a measured run its container's TE wherever
+# the release changes the plan (Recipe.te_release_decides_on), so a Hopper current-scaling run from a container whose
+# TE predates 2.6.0.dev0 keeps the projection's quantised copy of O (Megatron-LM @ d98e8a64 attention.py L428-444).
+# No shipped row is such a run, so reverting that line moved no test. te_releases.toml names NeMo 25.04's TE as
+# 2.2.0.dev0+bee4649c (NeMo v2.3.0 requirements/manifest.json).
+def test_a_hopper_current_scaling_run_takes_its_containers_te():
+    from btacalc.planning.measured import express
+    from btacalc.planning.run_file import load_runs
+
+    run = next(r for r in load_runs() if r.id == "llama-3-8b-h100-8-fp8-current-249")
+    assert run.megatron_args is None and (run.recipe is None or run.recipe.transformer_engine is None)
+    request, why = express(run.model_copy(update={"release": "NeMo 25.04"}))
+    assert request is not None, why
+    assert request.te_version == "2.2.0.dev0+bee4649c"
