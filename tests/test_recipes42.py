@@ -681,3 +681,41 @@ def test_account_for_flags_at_pp1_build_the_same_layers(cli):
 @pytest.mark.parametrize("flag", ["--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"])
 def test_one_account_for_flag_at_pp1_is_accepted(cli, flag):
     assert _plan(cli, flag)["memory_stages"][0]["layers"] == QWEN235_LAYERS
+
+
+# Megatron-Core @ d98e8a64 transformer_config.py L2275-2285: a layout of C model chunks over PP stages detects
+# VP = C / PP and asserts only that a given virtual_pipeline_model_parallel_size equal it; Megatron-LM's
+# arguments.py L928 (one of the three VP forms) is the launcher's check, which Megatron-Bridge does not run. Bridge's
+# Kimi-K2 GB200 recipes set VP 4 beside a 16-chunk layout over PP 4 (perf_recipes/kimi/gb200/kimi_k2.py). Here
+# Qwen3-30B-A3B's 48 layers as 4 chunks of 12 over PP 2: VP = 4 / 2 = 2.
+LAYOUT_4_CHUNKS = "Et*12|t*12|t*12|t*12L"
+
+
+def _bridge_file(tmp_path, vp):
+    lines = ["mixed_precision=bf16_mixed", "model.pipeline_model_parallel_size=2",
+             f'model.pipeline_model_parallel_layout="{LAYOUT_4_CHUNKS}"', "model.expert_model_parallel_size=8",
+             "ddp.use_distributed_optimizer=True", "train.micro_batch_size=1", "train.global_batch_size=64"]
+    if vp is not None:
+        lines.append(f"model.virtual_pipeline_model_parallel_size={vp}")
+    path = tmp_path / f"vp{vp}.overrides"
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def _bridge_plan(cli, path):
+    return cli("plan", "--model", "qwen3-30b-a3b", "--hw", "h100", "--devices", "16", "--from-bridge", path, "--json")
+
+
+def test_bridge_vp_beside_a_layout_that_agrees_is_planned(cli, tmp_path):
+    chunks, pp = LAYOUT_4_CHUNKS.count("|") + 1, 2
+    code, out, err = _bridge_plan(cli, _bridge_file(tmp_path, chunks // pp))
+    assert code in (0, 1) and out, err  # planned (this small file need not fit), not refused
+    code0, out0, _ = _bridge_plan(cli, _bridge_file(tmp_path, None))
+    assert code0 == code
+    plan, plan0 = json.loads(out), json.loads(out0)
+    assert plan["memory_bytes"] == plan0["memory_bytes"] and plan["memory_stages"] == plan0["memory_stages"]
+
+
+def test_bridge_vp_beside_a_layout_that_disagrees_is_refused(cli, tmp_path):
+    code, out, err = _bridge_plan(cli, _bridge_file(tmp_path, 1 + 2))
+    assert code == 2 and out == "" and err.count("\n") == 1 and "4 model chunks" in err, err
