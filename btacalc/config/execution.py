@@ -768,14 +768,9 @@ class Layout:
         pp, vp = self.pipeline_parallel, self.virtual_pipeline
         if vp > 1 and pp == 1:
             raise BtacalcError("{virtual_pipeline} > 1 needs {pipeline_parallel} > 1 (Megatron-Core parallel_state.py)")
-        split = self.stage_split
-        # The account-for flags alone are accepted at PP 1, as Megatron-Core accepts them: L + 2 layers on the one
-        # stage, one fewer built for the embedding and one for the loss (transformer_block.py L145-205 @ d98e8a64),
-        # so the same L layers (recipes42: Bridge's Qwen3-235B recipe sets them and PP 1)
-        if pp == 1 and (split.first_stage_layers is not None or split.last_stage_layers is not None
-                        or split.pipeline_layout is not None):
-            raise BtacalcError("{first_stage_layers}/{last_stage_layers}/{pipeline_layout} split the layers over "
-                               "pipeline stages: they need {pipeline_parallel} > 1")
+        if self.stage_split.given and pp == 1:
+            raise BtacalcError("{first_stage_layers}/{last_stage_layers}/{pipeline_layout}/the account-for flags split "
+                               "the layers over pipeline stages: they need {pipeline_parallel} > 1")
         self.placement(num_layers, mtp_layers)
         if vp > 1:  # Megatron-LM @ d98e8a64 schedules.py L1160-1180 (the group size N, default PP)
             why = group_rule(pp, self.micro_batches, self.microbatch_group or pp)

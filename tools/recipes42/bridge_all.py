@@ -69,6 +69,10 @@ if __name__ == '__main__':
     for name, r in rows.items():
         if r.get('rc') != 0: continue
         ov = overrides(r['args']) + (['model.moe_shared_expert_overlap=False'] if r.get('seov') is False else [])
+        for k, key in (('acce', 'embedding'), ('accl', 'loss')):  # as the recipe sets them, PP 1 included
+            line = f'model.account_for_{key}_in_pipeline_split=True'
+            if r.get(k) and line not in ov:
+                ov.append(line)
         path = f'bridge/{name}.overrides'
         open(path, 'w').write('\n'.join(ov) + '\n')
         args = ['--model', r['model'], '--hw', r['hw'], '-n', str(r['n']), '--from-bridge', path]
