@@ -553,8 +553,11 @@ RULES: tuple[Rule, ...] = (
 # Rules of Megatron-LM's own argument checks (megatron/training/arguments.py) that Megatron-Bridge's ConfigContainer
 # does not run, nor Megatron-Core behind it: a Bridge run may do what they refuse (Bridge's FP8 recipes turn
 # fp8_param_gather on whatever the optimizer: mixed_precision.py L231 @ 067f987d; no Megatron-Core assertion; its
-# DeepSeek-V3 and Kimi-K2 bridges set cross_entropy_fusion_impl te: deepseek_v3_bridge.py L82)
-LAUNCHER_ONLY = frozenset({"fp8-param-gather-sharded", "te-cross-entropy"})
+# DeepSeek-V3 and Kimi-K2 bridges set cross_entropy_fusion_impl te: deepseek_v3_bridge.py L82). recipes42: Bridge's
+# recipes set both virtual_pipeline_model_parallel_size and a pipeline layout (perf_recipes/kimi/gb200/kimi_k2.py,
+# qwen/gb200/qwen3_moe.py @ 067f987d): arguments.py L928 refuses the pair, Megatron-Core's TransformerConfig takes it
+# when VP is the layout's chunks / PP (transformer_config.py L2275-2285 @ d98e8a64), which the plan checks itself
+LAUNCHER_ONLY = frozenset({"fp8-param-gather-sharded", "te-cross-entropy", "virtual-pipeline-one-way"})
 
 
 def violations(args: A, env: dict[str, str], bridge: bool = False) -> list[Rule]:
