@@ -610,9 +610,9 @@ class DeviceMemory(BaseModel):
     library_workspaces: list[WorkspaceRow] = Field(default_factory=list, description="the libraries' workspaces "
                                                    "this run holds, each from the code that allocates it")
     allocator_fragmentation_fraction: float
-    capacity_kind: str = Field("published", exclude=True, description="the profile's kind of "
-                               "memory.offchip_memory_bytes (`estimate`: no driver total of this GPU was published, "
-                               "the text says so); kept out of the JSON, whose readers have `hw show --json`")
+    capacity_kind: str = Field("published", description="the profile's kind of memory.offchip_memory_bytes "
+                               "(`estimate`: no driver total of this GPU was published, so the capacity is estimated "
+                               "from a sibling GPU's; `published`: the driver's total as reported)")
 
 
 class PlanReport(BaseModel):
