@@ -149,3 +149,19 @@ def test_cast_column_names_the_weights_share_the_phase_time_leaves_out(cli):
     assert row["time_s"] == pytest.approx(gemm_s + row["cast_time_s"] - weights_share, rel=1e-9)
     code, out, _ = cli("plan", *args)
     assert code == 0 and "the step charges it once (weight_casts)" in " ".join(out.split())
+
+
+@pytest.mark.parametrize("hw", ["b300", "b200"])
+def test_the_capacity_kind_is_in_the_plan_json_and_reads_back(hw):
+    """The caption's words follow the profile's kind of memory.offchip_memory_bytes; the plan JSON carries that kind
+    (device_memory.capacity_kind), so a plan reads back equal to itself. Kept out of the JSON, a plan on an
+    estimated-capacity profile did not (tests/test_properties' round trip found it on b300)."""
+    from btacalc.config.execution import ExecutionRequest
+    from btacalc.config.presets import resolve_model
+    from btacalc.planning.plan import make_plan
+    from btacalc.planning.report import PlanReport
+
+    report = make_plan(resolve_model("llama-3-8b"), resolve_hardware(hw), ExecutionRequest(devices=8))
+    text = report.model_dump_json()
+    assert json.loads(text)["device_memory"]["capacity_kind"] == resolve_hardware(hw).memory.offchip_memory_bytes.kind
+    assert PlanReport.model_validate_json(text) == report

@@ -166,8 +166,8 @@ def _check_te_version_decides(r: Recipe, precision: str, profile: "HardwareProfi
     neither per-tensor FP8 transposes nor the attention projection's quantised copy (`Recipe.te_release_decides`),
     or delayed-scaling FP8 on a GPU whose FP8 GEMMs are TN-only (every release writes its transposes there, and
     Megatron-Core never sets the projection's save_original_input under delayed scaling)."""
-    decides = ", ".join(n for n, x in recipes().items() if x.te_release_decides)
     if not r.te_release_decides:
+        decides = ", ".join(n for n, x in recipes().items() if x.te_release_decides)
         raise BtacalcError(f"{{te_version}} decides which transposes TransformerEngine writes for per-tensor FP8 and "
                            f"whether the attention output projection keeps a quantised copy of its input ({decides}); "
                            f"{precision} runs the same under every release btacalc knows")

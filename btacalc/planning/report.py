@@ -6,7 +6,7 @@ Units: bytes, FLOP, FLOP/byte, seconds; no scaled units in JSON.
 from __future__ import annotations
 
 import statistics
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
 
@@ -610,9 +610,9 @@ class DeviceMemory(BaseModel):
     library_workspaces: list[WorkspaceRow] = Field(default_factory=list, description="the libraries' workspaces "
                                                    "this run holds, each from the code that allocates it")
     allocator_fragmentation_fraction: float
-    capacity_kind: str = Field("published", description="the profile's kind of memory.offchip_memory_bytes "
-                               "(`estimate`: no driver total of this GPU was published, so the capacity is estimated "
-                               "from a sibling GPU's; `published`: the driver's total as reported)")
+    capacity_kind: Literal["published", "derived", "estimate", "calibrated"] = Field(
+        "published", description="the profile's kind of memory.offchip_memory_bytes, its Number.kind (`estimate` on "
+        "a GPU: no driver total of this GPU is published, so the capacity is estimated from a sibling GPU's)")
 
 
 class PlanReport(BaseModel):
